@@ -1,0 +1,56 @@
+"""The interface every attention backend implements, and the registry that picks one by name."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable
+
+import torch
+
+from sarathi_lab.attention.metadata import AttentionMetadata
+
+# The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
+# the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
+
+
+class AttentionBackend(ABC):
+    name: str
+
+    @abstractmethod
+    def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, meta: AttentionMetadata) -> None:
+        """Store this step's keys/values ([T, kv_heads, head_dim]) at ``meta.slot_mapping``."""
+
+    @abstractmethod
+    def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """Causal attention of ``query`` ([T, heads, head_dim]) over each request's cached context.
+
+        Runs after ``write_kv``, so the cache already holds this step's keys. Returns [T, heads, head_dim].
+        """
+
+
+_BACKENDS: dict[str, Callable[[], AttentionBackend]] = {}
+
+
+def register_backend(name: str):
+    def wrap(cls):
+        cls.name = name
+        _BACKENDS[name] = cls
+        return cls
+    return wrap
+
+
+ATTENTION_CHOICES = ("auto", "torch", "triton")
+
+
+def make_backend(name: str, device: torch.device) -> AttentionBackend:
+    """``auto`` takes the Triton kernels on CUDA and the PyTorch path elsewhere."""
+    if name == "auto":
+        name = "triton" if device.type == "cuda" else "torch"
+    if name == "triton":
+        import sarathi_lab.attention.triton_backend  # noqa: F401  (registers itself; imports triton)
+    else:
+        import sarathi_lab.attention.torch_backend  # noqa: F401
+    if name not in _BACKENDS:
+        raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTION_CHOICES)}")
+    return _BACKENDS[name]()

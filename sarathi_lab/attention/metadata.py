@@ -1,0 +1,41 @@
+"""What one forward pass needs to know about its hybrid batch, as tensors.
+
+The Sarathi layout: the flat token batch holds the prefill chunks of ``num_prefills`` requests
+first, then one token for each of ``num_decodes`` requests. Request ``i`` owns query rows
+``query_start_loc[i]:query_start_loc[i+1]`` and, after this step's keys are written, its first
+``seq_lens[i]`` cache slots: the tokens already cached plus the rows of this chunk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    num_prefills: int
+    num_decodes: int
+    num_prefill_tokens: int
+    # int32 [R + 1]: cumulative query lengths, prefills first.
+    query_start_loc: torch.Tensor
+    # int32 [R]: context length of each request including this step's tokens.
+    seq_lens: torch.Tensor
+    # int32 [R, max_blocks]: physical block ids, padded with 0 past each request's last block.
+    block_tables: torch.Tensor
+    # int64 [T]: flat cache slot (block * block_size + offset) where each token's key/value goes.
+    slot_mapping: torch.Tensor
+    # Host copies: the torch backend loops over prefills in Python and must not sync per request.
+    query_lens_host: list[int]
+    seq_lens_host: list[int]
+    max_query_len: int
+    max_seq_len: int
+
+    @property
+    def num_requests(self) -> int:
+        return self.num_prefills + self.num_decodes
+
+    @property
+    def kv_tokens_read(self) -> int:
+        """Cached keys/values attention reads per layer: every request reads its whole context."""
+        return sum(self.seq_lens_host)

@@ -1,0 +1,32 @@
+"""Next-token choice from the logits of the requests that reached the end of their tokens."""
+from __future__ import annotations
+
+import torch
+
+from sarathi_lab.engine.sequence import SamplingParams
+
+
+class Sampler:
+    def __init__(self, params: SamplingParams, device: torch.device):
+        self.params = params
+        self.generator = None
+        if params.temperature > 0:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(params.seed if params.seed is not None else 0)
+
+    def __call__(self, logits: torch.Tensor) -> list[int]:
+        if self.generator is None:
+            return logits.argmax(dim=-1).tolist()
+        probs = torch.softmax(logits / self.params.temperature, dim=-1)
+        if self.params.top_p < 1.0:
+            probs = _top_p(probs, self.params.top_p)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches ``top_p`` (always the top one)."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs[mass_before >= top_p] = 0.0
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)

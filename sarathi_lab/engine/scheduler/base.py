@@ -1,0 +1,134 @@
+"""The interface every scheduler implements, the bookkeeping they share, and the name registry.
+
+A scheduler sees requests and blocks, never tensors. Requests have a priority, their arrival
+order: when the cache runs out, the newest running request is preempted (its blocks freed, its
+tokens recomputed later), as in vLLM, so the oldest request always makes progress.
+"""
+from __future__ import annotations
+
+import bisect
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
+from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.sequence import Sequence, Status
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_batch_size: int
+    # The chunk size of `sarathi`; the per-iteration token budget (decodes included) of `sarathi_serve`.
+    chunk_size: int
+
+
+class Scheduler(ABC):
+    name: str
+
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+        self.config = config
+        self.blocks = block_manager
+        self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
+        self.running: list[Sequence] = []  # in arrival order too
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = Status.WAITING
+        bisect.insort(self.waiting, seq, key=lambda s: s.seq_id)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @abstractmethod
+    def schedule(self) -> ScheduledBatch:
+        """The next iteration's batch; may be empty only when nothing has arrived to run."""
+
+    def complete(self, batch: ScheduledBatch) -> list[Sequence]:
+        """After the forward pass: mark the scheduled tokens as cached and retire finished requests.
+
+        The engine has already appended the sampled tokens of every request that reached its end.
+        """
+        for chunk in batch.chunks:
+            chunk.seq.num_computed += chunk.num_tokens
+        finished = [s for s in self.running if s.num_uncomputed == 1 and s.is_done]
+        for seq in finished:
+            self.blocks.free(seq)
+            seq.status = Status.FINISHED
+            self.running.remove(seq)
+        return finished
+
+    # Shared steps the policies compose.
+
+    def _admit(self, seq: Sequence) -> None:
+        self.waiting.remove(seq)
+        seq.status = Status.RUNNING
+        bisect.insort(self.running, seq, key=lambda s: s.seq_id)
+
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+        self.blocks.free(seq)
+        seq.num_computed = 0
+        self.running.remove(seq)
+        self.add(seq)
+        batch.preempted.append(seq)
+
+    def _reserve(self, seq: Sequence, num_tokens: int, batch: ScheduledBatch) -> bool:
+        """Blocks for ``num_tokens`` more tokens of a running request, preempting newer running
+        requests not yet in ``batch`` until they fit. False if ``seq`` is itself the newest and was
+        preempted."""
+        while not self.blocks.can_fit(seq, num_tokens):
+            victim = next(s for s in reversed(self.running) if s is seq or s not in batch)
+            self._preempt(victim, batch)
+            if victim is seq:
+                return False
+        self.blocks.allocate(seq, num_tokens)
+        return True
+
+    def _schedule_decodes(self, batch: ScheduledBatch) -> None:
+        for seq in [s for s in self.running if not s.is_prefill]:
+            if seq.status is Status.RUNNING and self._reserve(seq, 1, batch):
+                batch.decodes.append(seq)
+
+    def _schedule_whole_prefills(self, batch: ScheduledBatch) -> None:
+        """Admit waiting requests with their whole prompt (no chunking) while batch slots and free
+        blocks last; never preempts for a new request."""
+        while self.waiting and len(self.running) < self.config.max_batch_size:
+            seq = self.waiting[0]
+            if not self.blocks.can_fit(seq, seq.num_uncomputed):
+                break
+            self._admit(seq)
+            self.blocks.allocate(seq, seq.num_uncomputed)
+            batch.prefills.append(ScheduledChunk(seq, seq.num_uncomputed))
+
+    def _schedule_chunk(self, seq: Sequence, budget: int, batch: ScheduledBatch) -> int:
+        """One prefill chunk of at most ``budget`` tokens for ``seq`` (admitting it if waiting).
+        Returns the tokens scheduled (0 if it did not fit)."""
+        n = min(seq.num_uncomputed, budget)
+        if seq.status is Status.WAITING:
+            if not self.blocks.can_fit(seq, n):
+                return 0
+            self._admit(seq)
+            self.blocks.allocate(seq, n)
+        elif not self._reserve(seq, n, batch):
+            return 0
+        batch.prefills.append(ScheduledChunk(seq, n))
+        return n
+
+
+_REGISTRY: dict[str, type[Scheduler]] = {}
+
+
+def register_scheduler(name: str):
+    def wrap(cls: type[Scheduler]) -> type[Scheduler]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return wrap
+
+
+def scheduler_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def make_scheduler(name: str, config: SchedulerConfig, block_manager: BlockManager) -> Scheduler:
+    if name not in _REGISTRY:
+        raise ValueError(f"scheduler={name!r} is unknown; allowed: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name](config, block_manager)

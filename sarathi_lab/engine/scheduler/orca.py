@@ -1,0 +1,14 @@
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+
+
+@register_scheduler("orca")
+class OrcaScheduler(Scheduler):
+    """Iteration-level hybrid batching: whole (unchunked) prompts ride in the same iteration as
+    every running decode."""
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        self._schedule_decodes(batch)
+        self._schedule_whole_prefills(batch)
+        return batch

@@ -1,0 +1,18 @@
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+
+
+@register_scheduler("sarathi")
+class SarathiScheduler(Scheduler):
+    """Chunked prefill with decode-maximal batching (SARATHI): every running decode plus one
+    prefill chunk of ``chunk_size`` tokens, from one request at a time."""
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        self._schedule_decodes(batch)
+        ongoing = [s for s in self.running if s.is_prefill and s not in batch]
+        if ongoing:
+            self._schedule_chunk(ongoing[0], self.config.chunk_size, batch)
+        elif self.waiting and len(self.running) < self.config.max_batch_size:
+            self._schedule_chunk(self.waiting[0], self.config.chunk_size, batch)
+        return batch

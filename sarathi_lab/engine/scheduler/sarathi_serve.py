@@ -1,0 +1,26 @@
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+from sarathi_lab.engine.sequence import Status
+
+
+@register_scheduler("sarathi_serve")
+class SarathiServeScheduler(Scheduler):
+    """Stall-free batching (Sarathi-Serve): running decodes first, never paused; then chunks of
+    ongoing prefills, then of new requests, until the token budget (decodes included) is spent."""
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        self._schedule_decodes(batch)
+        budget = self.config.chunk_size - batch.num_decode_tokens
+        for seq in [s for s in self.running if s.is_prefill and s not in batch]:
+            if budget <= 0:
+                return batch
+            if seq.status is not Status.RUNNING:  # preempted while reserving for an earlier chunk
+                continue
+            budget -= self._schedule_chunk(seq, budget, batch)
+        while budget > 0 and self.waiting and len(self.running) < self.config.max_batch_size:
+            scheduled = self._schedule_chunk(self.waiting[0], budget, batch)
+            if not scheduled:
+                break
+            budget -= scheduled
+        return batch

@@ -1,0 +1,20 @@
+from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
+from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+
+
+@register_scheduler("static")
+class StaticScheduler(Scheduler):
+    """Request-level batching (FasterTransformer): admit a batch, prefill it, decode it until every
+    request in it has finished; only then admit the next batch."""
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        if not self.running:
+            for seq in self.waiting[: self.config.max_batch_size]:
+                self._admit(seq)
+        for seq in [s for s in self.running if s.is_prefill]:
+            if self._reserve(seq, seq.num_uncomputed, batch):
+                batch.prefills.append(ScheduledChunk(seq, seq.num_uncomputed))
+        if not batch.prefills:
+            self._schedule_decodes(batch)
+        return batch

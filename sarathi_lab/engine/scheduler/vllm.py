@@ -1,0 +1,15 @@
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+
+
+@register_scheduler("vllm")
+class VLLMScheduler(Scheduler):
+    """Iteration-level and prefill-prioritising: whenever prompts wait and fit, run a prefill-only
+    iteration of whole prompts; otherwise a decode-only iteration of every running request."""
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        self._schedule_whole_prefills(batch)
+        if not batch.prefills:
+            self._schedule_decodes(batch)
+        return batch

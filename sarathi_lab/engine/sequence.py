@@ -1,0 +1,78 @@
+"""A request's state as the engine moves it through waiting, running and finished."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class SamplingParams:
+    """Greedy when ``temperature`` is 0; otherwise temperature and nucleus (top-p) sampling, seeded."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    # Benchmarks need exact decode lengths, so they run past the end-of-sequence token.
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature} must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Tokens are prompt + generated; the first ``num_computed`` of them have keys/values in the cache.
+
+    Prefill and decode are one mechanism: a step computes some of the uncomputed tokens, and when
+    it reaches the last one the sampler appends a new token. A decode is the case of exactly one
+    uncomputed token. Preemption frees the cache and sets ``num_computed`` back to 0, so the
+    prompt and everything generated so far are recomputed as one longer prefill.
+    """
+
+    seq_id: int
+    prompt: list[int]
+    max_new_tokens: int
+    arrival: float = 0.0
+    eos_token_id: int | None = None
+    tokens: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    status: Status = Status.WAITING
+    block_table: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.tokens = list(self.prompt)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - len(self.prompt)
+
+    @property
+    def num_uncomputed(self) -> int:
+        return len(self.tokens) - self.num_computed
+
+    @property
+    def is_prefill(self) -> bool:
+        """True while more than the one newest token waits to be computed (prompt or recompute)."""
+        return self.num_uncomputed > 1 or self.num_generated == 0
+
+    def append(self, token: int) -> None:
+        self.tokens.append(token)
+
+    @property
+    def is_done(self) -> bool:
+        if self.num_generated >= self.max_new_tokens:
+            return True
+        return self.eos_token_id is not None and self.num_generated > 0 and self.tokens[-1] == self.eos_token_id

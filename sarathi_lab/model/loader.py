@@ -1,0 +1,132 @@
+"""Build a CausalLM from a preset (random weights) or a local Hugging Face directory (safetensors)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import AutoConfig, PretrainedConfig
+
+from sarathi_lab.attention import AttentionBackend
+from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
+from sarathi_lab.model.presets import PRESETS
+
+# Our fused parameter <- (Hugging Face parameter, shard index) in the order the shards are stacked.
+_FUSED = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+
+
+class ModelLoadError(ValueError):
+    pass
+
+
+def load_config(model: str) -> PretrainedConfig:
+    """A preset's config, or the config of a local Hugging Face directory (never remote code)."""
+    if model in PRESETS:
+        return PRESETS[model]
+    path = Path(model)
+    if not path.is_dir():
+        raise ModelLoadError(f"model={model!r} is neither a preset ({', '.join(PRESETS)}) nor a local directory")
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"model={model!r}: no config.json in the directory")
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    arch = (config.architectures or ["?"])[0]
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(f"model={model!r}: architecture {arch} is not supported; "
+                             f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    return config
+
+
+def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
+                dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
+    with torch.device(device):
+        lm = CausalLM(config, backend, max_positions)
+    if model in PRESETS:
+        _init_random(lm, config, seed)
+    else:
+        _load_safetensors(lm, Path(model))
+    return lm.to(dtype).eval()
+
+
+@torch.no_grad()
+def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int) -> None:
+    gen = torch.Generator(device=lm.embed_tokens.weight.device).manual_seed(seed)
+    std = getattr(config, "initializer_range", 0.02)
+    for name, p in lm.named_parameters():
+        if name.endswith("layernorm.weight") or name == "norm.weight":
+            p.fill_(1.0)
+        elif name.endswith("bias"):
+            p.zero_()
+        else:
+            p.normal_(0.0, std, generator=gen)
+
+
+def _weight_files(path: Path) -> list[Path]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
+        found = f"found only pickle checkpoints ({', '.join(pickles)}), which are refused" if pickles else "none found"
+        raise ModelLoadError(f"model={str(path)!r}: weights must be *.safetensors; {found}")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [path / s for s in shards]
+    return files
+
+
+def _fused_kind(name: str) -> str | None:
+    return next((k for k in _FUSED if f".{k}." in name), None)
+
+
+def _num_shards(name: str) -> int:
+    kind = _fused_kind(name)
+    return len(_FUSED[kind]) if kind else 1
+
+
+def _our_name(hf_name: str) -> tuple[str, int | None]:
+    """model.layers.0.self_attn.k_proj.weight -> (layers.0.self_attn.qkv_proj.weight, 1)."""
+    name = hf_name.removeprefix("model.")
+    for fused, parts in _FUSED.items():
+        for i, part in enumerate(parts):
+            if f".{part}." in name:
+                return name.replace(f".{part}.", f".{fused}."), i
+    return name, None
+
+
+@torch.no_grad()
+def _load_safetensors(lm: CausalLM, path: Path) -> None:
+    params = dict(lm.named_parameters())
+    # Where each shard of a fused parameter starts along dim 0.
+    attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
+    offsets = {"qkv_proj": [0, attn.q_size, attn.q_size + attn.kv_size, attn.q_size + 2 * attn.kv_size],
+               "gate_up_proj": [0, mlp.intermediate, 2 * mlp.intermediate]}
+    filled: dict[str, int] = {}
+    for file in _weight_files(path):
+        with safe_open(file, framework="pt") as f:
+            for hf_name in f.keys():
+                name, shard = _our_name(hf_name)
+                if name not in params:
+                    if "rotary_emb" in name:
+                        continue
+                    raise ModelLoadError(f"model={str(path)!r}: unexpected weight {hf_name}")
+                target = params[name]
+                if shard is not None:
+                    fused = _fused_kind(name)
+                    lo, hi = offsets[fused][shard], offsets[fused][shard + 1]
+                    target = target[lo:hi]
+                tensor = f.get_tensor(hf_name)
+                if tensor.shape != target.shape:
+                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} has shape {tuple(tensor.shape)},"
+                                         f" expected {tuple(target.shape)}")
+                target.copy_(tensor)
+                filled[name] = filled.get(name, 0) + 1
+    # A tied lm_head shares the embedding's storage, so it is filled when the embedding is.
+    tied = lm.config.tie_word_embeddings
+    missing = [n for n in params if not (tied and n == "lm_head.weight")
+               and filled.get(n, 0) < _num_shards(n)]
+    if missing:
+        raise ModelLoadError(f"model={str(path)!r}: weights missing from the checkpoint: {', '.join(missing[:5])}"
+                             + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
