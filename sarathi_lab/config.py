@@ -5,6 +5,8 @@ A bad value fails before any work with one line naming the key, the value and wh
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -66,7 +68,19 @@ class EngineConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """The dtype the engine runs in. bfloat16 on a CPU without bf16 matrix instructions
+        (AVX512-BF16 or AMX) falls back to float32 with a warning: there bf16 matmuls run about 10x
+        slower than float32, which would distort every prefill/decode cost ratio."""
+        if self.dtype == "bfloat16" and self.torch_device.type == "cpu" and not cpu_has_bf16_units():
+            warnings.warn("dtype='bfloat16' falls back to float32: this CPU has no bf16 matrix instructions",
+                          stacklevel=2)
+            return torch.float32
         return DTYPES[self.dtype]
+
+
+@functools.cache
+def cpu_has_bf16_units() -> bool:
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
 def _check_type(key: str, value, annotation: str) -> None:

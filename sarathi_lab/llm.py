@@ -34,7 +34,8 @@ class LLM:
             torch.set_num_threads(cfg.num_threads)
         self.model_config = load_config(cfg.model)
         self.max_model_len = self._max_model_len()
-        device, dtype = cfg.torch_device, cfg.torch_dtype
+        device = cfg.torch_device
+        self.dtype = dtype = cfg.torch_dtype
         backend = make_backend(cfg.attention, device)
         self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, dtype, device, cfg.seed)
         self.num_kv_blocks = self._num_kv_blocks()
@@ -109,7 +110,7 @@ class LLM:
     def _block_bytes(self) -> int:
         hf, cfg = self.model_config, self.config
         kv_heads = hf.num_key_value_heads or hf.num_attention_heads
-        elem = torch.tensor([], dtype=cfg.torch_dtype).element_size()
+        elem = torch.tensor([], dtype=self.dtype).element_size()
         return 2 * hf.num_hidden_layers * cfg.block_size * kv_heads * head_dim_of(hf) * elem
 
     def _num_kv_blocks(self) -> int:
@@ -133,7 +134,7 @@ class LLM:
         hf, cfg = self.model_config, self.config
         kv_heads = hf.num_key_value_heads or hf.num_attention_heads
         cache = torch.zeros(hf.num_hidden_layers, 2, self.num_kv_blocks, cfg.block_size, kv_heads,
-                            head_dim_of(hf), dtype=cfg.torch_dtype, device=cfg.torch_device)
+                            head_dim_of(hf), dtype=self.dtype, device=cfg.torch_device)
         return [(layer[0], layer[1]) for layer in cache]
 
     def _warm_up(self) -> None:

@@ -1,5 +1,6 @@
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+from sarathi_lab.engine.sequence import Status
 
 
 @register_scheduler("static")
@@ -13,7 +14,7 @@ class StaticScheduler(Scheduler):
             for seq in self.waiting[: self.config.max_batch_size]:
                 self._admit(seq)
         for seq in [s for s in self.running if s.is_prefill]:
-            if self._reserve(seq, seq.num_uncomputed, batch):
+            if seq.status is Status.RUNNING and self._reserve(seq, seq.num_uncomputed, batch):
                 batch.prefills.append(ScheduledChunk(seq, seq.num_uncomputed))
         if not batch.prefills:
             self._schedule_decodes(batch)
