@@ -1,0 +1,106 @@
+"""Bad input to the engine fails before any work with one clear line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sarathi_lab import LLM, ConfigError
+from sarathi_lab.model import ModelLoadError
+from tests.hf_models import save_random_model
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("tiny", device="cpu", dtype="float32", warmup_iters=0, max_model_len=64)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(scheduler="fifo"), "scheduler='fifo' is invalid: allowed values are"),
+    (dict(model="gpt-17"), "model='gpt-17' is neither a preset"),
+    (dict(device="tpu"), "device='tpu' is invalid"),
+    (dict(dtype="int8"), "dtype='int8' is invalid"),
+    (dict(chunk_size=0), "chunk_size=0 is invalid: must be > 0"),
+    (dict(chunk_size=2.5), "chunk_size=2.5 is invalid: must be of type int"),
+    (dict(max_batch_size=-1), "max_batch_size=-1 is invalid"),
+    (dict(attention="flash"), "attention='flash' is invalid"),
+    (dict(max_model_len=10**6), "max_model_len=1000000 is invalid: the model allows at most 2048"),
+])
+def test_bad_config_is_one_clear_line(kwargs, message):
+    with pytest.raises((ConfigError, ModelLoadError)) as err:
+        LLM(**({"model": "tiny"} | kwargs), warmup_iters=0)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_without_gpu_is_refused():
+    with pytest.raises(ConfigError, match="device='cuda' is invalid: no CUDA device"):
+        LLM("tiny", device="cuda")
+
+
+@pytest.mark.parametrize("prompts, new, message", [
+    ([[]], 4, "prompt is empty"),
+    ([[1, 99999]], 4, "prompt token 99999 is outside the vocabulary"),
+    ([[1, -1]], 4, "prompt token -1 is outside"),
+    ([[1] * 60], 10, "exceeds the model's context of 64"),
+    ([[1]], 0, "max_new_tokens=0 is invalid"),
+])
+def test_bad_request_is_refused(llm, prompts, new, message):
+    with pytest.raises(ValueError, match=message):
+        llm.generate(prompts, max_new_tokens=new)
+
+
+def test_request_larger_than_whole_cache_is_refused():
+    llm = LLM("tiny", device="cpu", dtype="float32", warmup_iters=0, num_kv_blocks=2, block_size=16)
+    with pytest.raises(ValueError, match="cannot fit the KV cache of 32 tokens"):
+        llm.generate([[1] * 30], max_new_tokens=5)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    save_random_model("llama", directory)
+    return directory
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(ModelLoadError, match="neither a preset .* nor a local directory"):
+        LLM(str(tmp_path / "nope"), warmup_iters=0)
+
+
+def test_unsupported_architecture(saved, tmp_path):
+    config = json.loads((saved / "config.json").read_text())
+    config |= {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="GPT2LMHeadModel is not supported; supported: LlamaForCausalLM"):
+        LLM(str(tmp_path), warmup_iters=0)
+
+
+def test_pickle_checkpoint_is_refused(saved, tmp_path):
+    (tmp_path / "config.json").write_text((saved / "config.json").read_text())
+    torch.save({}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match=r"pickle checkpoints \(pytorch_model.bin\), which are refused"):
+        LLM(str(tmp_path), warmup_iters=0)
+
+
+def _rewrite_weights(saved, tmp_path, edit):
+    from safetensors.torch import load_file, save_file
+    (tmp_path / "config.json").write_text((saved / "config.json").read_text())
+    weights = load_file(saved / "model.safetensors")
+    edit(weights)
+    save_file(weights, tmp_path / "model.safetensors")
+
+
+def test_missing_weight(saved, tmp_path):
+    _rewrite_weights(saved, tmp_path, lambda w: w.pop("model.layers.1.mlp.up_proj.weight"))
+    with pytest.raises(ModelLoadError, match="weights missing from the checkpoint: layers.1.mlp.gate_up_proj"):
+        LLM(str(tmp_path), warmup_iters=0)
+
+
+def test_wrong_shape(saved, tmp_path):
+    def edit(w):
+        w["model.layers.0.self_attn.k_proj.weight"] = w["model.layers.0.self_attn.k_proj.weight"][:-1]
+    _rewrite_weights(saved, tmp_path, edit)
+    with pytest.raises(ModelLoadError, match=r"k_proj.weight has shape \(31, 64\), expected \(32, 64\)"):
+        LLM(str(tmp_path), warmup_iters=0)
