@@ -1,0 +1,52 @@
+"""The summary derives latencies and throughputs from the records the way their names say."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sarathi_lab import LLM
+from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
+
+
+def _iteration(i, prefill, decode, duration=1.0, forward=0.9):
+    return IterationRecord(iteration=i, start=float(i), duration=duration, num_prefill_tokens=prefill,
+                           num_decode_tokens=decode, num_prefill_requests=int(prefill > 0),
+                           num_decode_requests=decode, kv_tokens_read=10, num_preempted=0, forward_time=forward)
+
+
+def test_summary_from_hand_made_records():
+    a = RequestRecord(0, prompt_len=4, arrival=0.0, output_len=3, first_token=1.0, finish=4.0,
+                      token_times=[1.0, 2.0, 4.0])
+    b = RequestRecord(1, prompt_len=2, arrival=1.0, output_len=2, first_token=3.0, finish=5.0,
+                      token_times=[3.0, 5.0])
+    m = Metrics([_iteration(0, 4, 0), _iteration(1, 2, 1), _iteration(2, 0, 2), _iteration(3, 0, 1)], [a, b])
+    s = m.summary()
+    assert s["makespan_s"] == 5.0
+    assert s["ttft_p50"] == pytest.approx(1.5)  # TTFTs 1 and 2
+    assert s["tbt_p50"] == pytest.approx(2.0)  # gaps 1, 2, 2
+    assert s["e2e_p99"] == pytest.approx(4.0)
+    assert s["prefill_throughput"] == pytest.approx(6 / 5) and s["decode_throughput"] == pytest.approx(4 / 5)
+    assert s["overhead_fraction"] == pytest.approx(0.1)
+    assert s["generated_tokens"] == 5
+
+
+def test_empty_summary_is_nan_not_error():
+    s = Metrics().summary()
+    assert math.isnan(s["ttft_p50"]) and math.isnan(s["total_throughput"])
+
+
+def test_engine_records_are_consistent():
+    llm = LLM("tiny", scheduler="sarathi", chunk_size=8, max_batch_size=4, device="cpu", dtype="float32",
+              warmup_iters=1)
+    outs = llm.generate([[1] * 20, [2] * 5, [3] * 9], max_new_tokens=[4, 6, 3])
+    m = llm.metrics
+    assert sum(i.num_prefill_tokens for i in m.iterations) == 34  # warm-up excluded
+    # Each request's first token comes from its last prefill chunk; the rest from decodes.
+    assert sum(i.num_decode_tokens for i in m.iterations) == sum(len(o) - 1 for o in outs)
+    for r, out in zip(m.requests, outs):
+        assert r.output_len == len(out) == len(r.token_times)
+        assert r.arrival <= r.first_scheduled <= r.first_token <= r.finish == r.token_times[-1]
+        assert r.token_times == sorted(r.token_times)
+    starts = [i.start for i in m.iterations]
+    assert starts == sorted(starts) and all(0 < i.forward_time <= i.duration for i in m.iterations)
