@@ -1,0 +1,147 @@
+"""Check the Triton kernels against the torch backend on a CUDA GPU, then time both.
+
+    python kernels/check_gpu.py            # correctness grid + timings, exit status 1 on a mismatch
+    python kernels/check_gpu.py --quick    # fewer correctness cases
+
+The CPU test suite runs the same kernels through Triton's interpreter, which cannot see what only
+compiled code does (bf16 tl.dot, tf32, real tiling and memory traffic); this is the GPU half.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import sys
+
+import torch
+
+# The interpreter reads tensors on the host; here we want compiled kernels.
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("TRITON_INTERPRET=1 is set: unset it, this script checks the compiled kernels")
+
+from sarathi_kernels import paged_attention, write_kv_cache
+from triton.testing import do_bench
+
+from sarathi_lab.attention.torch_backend import TorchAttention
+from sarathi_lab.bench.attention_reread import context_slot_mapping, copy_bandwidth_gbps, paged_batch
+
+# bf16 keeps 3 fewer mantissa bits than fp16, and compiled code rounds the softmax weights to bf16
+# before the second dot, so it gets twice the fp16 budget.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+DEV = torch.device("cuda")
+
+
+def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype):
+    query_lens, seq_lens = (list(x) for x in zip(*prefills, *decodes))
+    meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills), block_size=block_size,
+                                   device=DEV)
+    k_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), float("nan"), dtype=dtype, device=DEV)
+    v_cache = k_cache.clone()
+    slots = context_slot_mapping(meta, block_size)
+    for cache in (k_cache, v_cache):
+        cache.view(-1, kv_heads, head_dim)[slots] = torch.randn(len(slots), kv_heads, head_dim, device=DEV).to(dtype)
+    query = torch.randn(sum(query_lens), heads, head_dim, device=DEV).to(dtype)
+    return query, k_cache, v_cache, meta
+
+
+def check_attention(dtype, head_dim, heads, kv_heads, block_size) -> float:
+    prefills = [(512, 512), (256, 1280), (37, 37), (5, 999)]
+    decodes = [(1, random.randint(1, 2048)) for _ in range(32)]
+    query, k_cache, v_cache, meta = make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype)
+    scale = head_dim ** -0.5
+    out = torch.full_like(query, float("nan"))
+    paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, scale,
+                    max_query_len=meta.max_query_len, out=out)
+    ref = TorchAttention().attend(query.float(), k_cache.float().nan_to_num(), v_cache.float().nan_to_num(),
+                                  meta, scale)
+    if out.isnan().any():
+        return float("nan")
+    return ((out.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+def check_write(dtype, block_size) -> bool:
+    _, k_cache, v_cache, meta = make_inputs([(300, 700)], [(1, 90)] * 8, 8, 8, 128, block_size, dtype)
+    key = torch.randn(len(meta.slot_mapping), 8, 128, device=DEV).to(dtype)
+    value = torch.randn_like(key)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    TorchAttention().write_kv(key, value, k_ref, v_ref, meta)
+    write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
+    return all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in ((k_cache, k_ref), (v_cache, v_ref)))
+
+
+def run_checks(quick: bool) -> bool:
+    ok = True
+    dtypes = (torch.bfloat16, torch.float16, torch.float32)
+    shapes = ((32, 32), (32, 8), (32, 4))
+    grid = itertools.product(dtypes, (64, 128), shapes, (16, 32))
+    if quick:
+        grid = [(d, 128, (32, 8), 16) for d in dtypes]
+    print("attention vs torch backend (max |err| / max |ref|)")
+    for dtype, head_dim, (heads, kv_heads), block_size in grid:
+        err = check_attention(dtype, head_dim, heads, kv_heads, block_size)
+        passed = err < TOLERANCE[dtype]
+        ok &= passed
+        print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: "
+              f"{err:.2e} {'ok' if passed else 'FAIL'}")
+    for dtype, block_size in itertools.product(dtypes, (16, 32)):
+        passed = check_write(dtype, block_size)
+        ok &= passed
+        print(f"  kv write {dtype!s:15} block={block_size}: {'ok' if passed else 'FAIL'}")
+    return ok
+
+
+def time_case(name, prefills, decodes, dtype, copy_gbps):
+    heads, kv_heads, head_dim, block_size = 32, 8, 128, 16
+    query, k_cache, v_cache, meta = make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype)
+    k_cache.nan_to_num_()
+    v_cache.nan_to_num_()
+    scale = head_dim ** -0.5
+    triton_ms = do_bench(lambda: paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens,
+                                                 meta.block_tables, scale, max_query_len=meta.max_query_len),
+                         return_mode="median")
+    torch_ms = do_bench(lambda: TorchAttention().attend(query, k_cache, v_cache, meta, scale), return_mode="median")
+    kv_bytes = meta.kv_tokens_read * 2 * kv_heads * head_dim * k_cache.element_size()
+    gbps = kv_bytes / triton_ms / 1e6
+    print(f"  {name:34} triton {triton_ms:8.3f} ms  torch {torch_ms:8.3f} ms  x{torch_ms / triton_ms:5.2f}  "
+          f"KV {gbps:7.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
+
+
+def run_timings(dtype):
+    copy_gbps = copy_bandwidth_gbps(DEV)
+    print(f"timings, {dtype}, Llama-3-8B attention (32/8 heads, d=128), block 16; copy bandwidth {copy_gbps:.0f} GB/s")
+    time_case("64 decodes x 2048 ctx", [], [(1, 2048)] * 64, dtype, copy_gbps)
+    time_case("256 decodes x 512 ctx", [], [(1, 512)] * 256, dtype, copy_gbps)
+    time_case("prefill 2048 whole", [(2048, 2048)], [], dtype, copy_gbps)
+    time_case("chunk 512 after 1536", [(512, 2048)], [], dtype, copy_gbps)
+    time_case("chunk 512 after 1536 + 32 decodes", [(512, 2048)], [(1, 2048)] * 32, dtype, copy_gbps)
+    key = torch.randn(4096, 8, 128, device=DEV, dtype=dtype)
+    meta, num_blocks = paged_batch([4096], [4096], num_prefills=1, block_size=16, device=DEV)
+    k_cache = torch.empty(num_blocks, 16, 8, 128, device=DEV, dtype=dtype)
+    v_cache = torch.empty_like(k_cache)
+    ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping), return_mode="median")
+    # Read once and written once, for keys and values.
+    gbps = 4 * key.numel() * key.element_size() / ms / 1e6
+    print(f"  {'kv write 4096 tokens':34} triton {ms:8.3f} ms  {gbps:.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one correctness case per dtype")
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
+                        help="dtype of the timings")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: this script checks compiled kernels; on CPU run pytest tests/test_kernels.py")
+        return 2
+    torch.manual_seed(0)
+    random.seed(0)
+    print(f"device: {torch.cuda.get_device_name()}")
+    ok = run_checks(args.quick)
+    run_timings(getattr(torch, args.dtype))
+    print("all checks passed" if ok else "SOME CHECKS FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Paged varlen attention over a Sarathi hybrid batch (prefill chunks, then decodes) in one launch.
+
+Program (tile, kv_head) owns up to BLOCK_Q query tokens of one request times the GROUP query heads
+that share ``kv_head``: the M rows of the tile are (token, head-in-group) pairs. Packing the group
+into M lets one load of a key/value tile serve every head that uses it, which is what makes decode
+(one token, memory-bound) cheap under GQA. Tiles never straddle requests; request i owns tiles
+``query_start_loc[i] // BLOCK_Q + i`` onwards, an upper bound on the tiles of the requests before
+it, so a program finds its request by binary search without any host-side tile map, and the grid
+``T // BLOCK_Q + R`` comes from shapes alone (no device sync). Programs past a request's last tile
+exit at once.
+
+Keys are walked in BLOCK_N position tiles looked up through the block table per position, so
+BLOCK_N and the cache block size are independent. Positions every row of the tile may see run
+without a mask; only the causal tail pays for one.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+
+from sarathi_kernels._checks import (
+    FLOAT_DTYPES,
+    padded_head_dim,
+    require,
+    require_dim,
+    require_int,
+    require_same_device,
+    require_unit_last_stride,
+)
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _find_request(query_start_loc_ptr, num_requests, tile, BLOCK_Q: tl.constexpr):
+    lo = 0
+    hi = num_requests
+    while lo < hi:
+        mid = (lo + hi) // 2
+        first_tile = tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid
+        if first_tile <= tile:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@triton.jit
+def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
+                    k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok, scale_log2,
+                    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
+    offs_n = n_start + tl.arange(0, BLOCK_N)
+    if MASKED:
+        in_ctx = offs_n < kv_end
+        # Past the context the table may end; block 0 is a safe address and the loads are masked.
+        blocks = tl.load(table_ptr + offs_n // BLOCK_SIZE, mask=in_ctx, other=0).to(tl.int64)
+        k_ok = in_ctx[None, :] & d_ok[:, None]
+        v_ok = in_ctx[:, None] & d_ok[None, :]
+    else:
+        blocks = tl.load(table_ptr + offs_n // BLOCK_SIZE).to(tl.int64)
+        k_ok = d_ok[:, None]
+        v_ok = d_ok[None, :]
+    within = offs_n % BLOCK_SIZE
+    k = tl.load(k_ptr + (blocks * stride_kb + within * stride_ks)[None, :] + offs_d[:, None],
+                mask=k_ok, other=0.0)
+    s = tl.dot(q, k.to(DOT_DTYPE), input_precision=PRECISION) * scale_log2
+    if MASKED:
+        s = tl.where((offs_n[None, :] <= row_limit[:, None]) & in_ctx[None, :], s, float("-inf"))
+    # Every row sees at least one key in its first tile (see the caller), so m_new is finite.
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    # Unwritten cache slots may hold NaN; zero them so p == 0 cannot turn into 0 * NaN.
+    v = tl.load(v_ptr + (blocks * stride_vb + within * stride_vs)[:, None] + offs_d[None, :],
+                mask=v_ok, other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE), input_precision=PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
+    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
+    num_requests, head_dim, scale_log2,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+    # The cache block size is a constexpr so that position -> (block, offset) is a shift and a mask.
+    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+):
+    BLOCK_Q: tl.constexpr = BLOCK_M // GROUP_PAD
+    tile = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    req = _find_request(query_start_loc_ptr, num_requests, tile, BLOCK_Q)
+    q_start = tl.load(query_start_loc_ptr + req)
+    q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
+    first_q = (tile - (q_start // BLOCK_Q + req)) * BLOCK_Q
+    if first_q >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + req)
+    prefix = seq_len - q_len
+
+    offs_m = tl.arange(0, BLOCK_M)
+    tok = first_q + offs_m // GROUP_PAD
+    in_group = offs_m % GROUP_PAD
+    head = kv_head * GROUP + in_group
+    row_ok = (tok < q_len) & (in_group < GROUP)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    d_ok = offs_d < head_dim
+    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q = q.to(DOT_DTYPE)
+
+    # Bottom-right causal: token r of the chunk sits at position prefix + r. Rows past q_len get a
+    # limit beyond the context, so they too see keys and stay finite; they are never stored.
+    row_limit = prefix + tok
+    kv_end = tl.minimum(seq_len, prefix + first_q + BLOCK_Q)
+    # Keys up to prefix + first_q are visible to every row; the first masked tile starts at or
+    # before that position, so no row meets an all-masked first tile.
+    full_end = ((prefix + first_q + 1) // BLOCK_N) * BLOCK_N
+
+    table_ptr = block_tables_ptr + req.to(tl.int64) * stride_bt
+    k_ptr = k_cache_ptr + kv_head * stride_kh
+    v_ptr = v_cache_ptr + kv_head * stride_vh
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+    for n_start in range(0, full_end, BLOCK_N):
+        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
+                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
+                                        scale_log2, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, PRECISION)
+    for n_start in range(full_end, kv_end, BLOCK_N):
+        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
+                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
+                                        scale_log2, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, PRECISION)
+
+    out = acc / l_i[:, None]
+    o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
+    tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & d_ok[None, :])
+
+
+_TL_DTYPE = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+# Fixed when the kernel was defined, whatever TRITON_INTERPRET says later.
+_INTERPRETED = isinstance(_paged_attention_kernel, InterpretedFunction)
+
+
+def _dot_dtype(dtype: torch.dtype):
+    # The interpreter's tl.dot multiplies bf16 operands as raw bits; fp32 tiles give the right answer.
+    if dtype == torch.bfloat16 and _INTERPRETED:
+        return tl.float32
+    return _TL_DTYPE[dtype]
+
+
+def _block_m(group_pad: int, max_query_len: int | None) -> int:
+    """Decode-only batches fill M with the GQA group; prefills want a taller tile for reuse of K/V."""
+    rows = 16 if max_query_len == 1 else 64
+    return max(rows, group_pad)
+
+
+def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
+                    scale: float | None = None, *, max_query_len: int | None = None,
+                    out: torch.Tensor | None = None, block_m: int | None = None,
+                    block_n: int | None = None) -> torch.Tensor:
+    """Causal attention of a hybrid batch over its paged KV cache, in one kernel launch.
+
+    query [T, heads, head_dim]; k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim];
+    query_start_loc int32 [R + 1]; seq_lens int32 [R] (context including this step's tokens, whose
+    keys must already be in the cache); block_tables int32 [R, max_blocks]. ``max_query_len`` is
+    only a tiling hint (1 selects decode tiles); ``block_m``/``block_n`` override the tiling. Values (lengths, block ids) are trusted: checking
+    them would cost a device sync per call.
+    """
+    require_dim("query", query, 3, "[tokens, heads, head_dim]")
+    require_dim("k_cache", k_cache, 4, "[num_blocks, block_size, kv_heads, head_dim]")
+    require(v_cache.shape == k_cache.shape,
+            f"v_cache shape {tuple(v_cache.shape)} differs from k_cache shape {tuple(k_cache.shape)}")
+    require(query.dtype in FLOAT_DTYPES, f"query dtype must be one of float16/bfloat16/float32, got {query.dtype}")
+    require(k_cache.dtype == query.dtype and v_cache.dtype == query.dtype,
+            f"query, k_cache and v_cache must share a dtype, got {query.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    num_tokens, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, cache_head_dim = k_cache.shape
+    require(cache_head_dim == head_dim, f"cache head_dim {cache_head_dim} differs from query head_dim {head_dim}")
+    require(num_kv_heads > 0 and num_heads % num_kv_heads == 0,
+            f"query heads ({num_heads}) must be a multiple of kv heads ({num_kv_heads})")
+    require_int("query_start_loc", query_start_loc, torch.int32, 1)
+    require_int("seq_lens", seq_lens, torch.int32, 1)
+    require_int("block_tables", block_tables, torch.int32, 2)
+    num_requests = seq_lens.shape[0]
+    require(query_start_loc.shape[0] == num_requests + 1,
+            f"query_start_loc needs {num_requests + 1} entries for {num_requests} requests, "
+            f"got {query_start_loc.shape[0]}")
+    require(block_tables.shape[0] == num_requests,
+            f"block_tables has {block_tables.shape[0]} rows for {num_requests} requests")
+    for name, t in (("query", query), ("k_cache", k_cache), ("v_cache", v_cache)):
+        require_unit_last_stride(name, t)
+    if out is None:
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    require(out.shape == query.shape and out.dtype == query.dtype,
+            f"out must be {tuple(query.shape)} {query.dtype}, got {tuple(out.shape)} {out.dtype}")
+    require_unit_last_stride("out", out)
+    require_same_device(query=query, k_cache=k_cache, v_cache=v_cache, out=out, query_start_loc=query_start_loc,
+                        seq_lens=seq_lens, block_tables=block_tables)
+    if num_requests == 0 or num_tokens == 0:
+        return out
+
+    group = num_heads // num_kv_heads
+    group_pad = 1 << (group - 1).bit_length()
+    block_m = block_m or _block_m(group_pad, max_query_len)
+    # fp32 K/V tiles of 64 positions overflow the ~100 KB of shared memory of consumer GPUs.
+    block_n = block_n or (64 if query.element_size() == 2 else 32)
+    require(block_m >= max(16, group_pad) and block_m & (block_m - 1) == 0,
+            f"block_m must be a power of two >= max(16, GQA group {group_pad}), got {block_m}")
+    require(block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n must be a power of two >= 16, got {block_n}")
+    block_q = block_m // group_pad
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    grid = (num_tokens // block_q + num_requests, num_kv_heads)
+    _paged_attention_kernel[grid](
+        query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables,
+        num_requests, head_dim, scale * _LOG2E,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
+        BLOCK_SIZE=block_size, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM_PAD=padded_head_dim(head_dim),
+        BLOCK_M=block_m, BLOCK_N=block_n, DOT_DTYPE=_dot_dtype(query.dtype),
+        # fp32 must stay fp32: the default tf32 dot would miss the reference by ~1e-3.
+        PRECISION="ieee" if query.dtype == torch.float32 else None,
+    )
+    return out

@@ -1,0 +1,21 @@
+"""Attention through the Triton kernels: one launch per layer for the whole hybrid batch.
+
+Unlike the torch backend there is no per-prefill Python loop and no padded decode batch: the kernel
+reads each request's context straight from its paged blocks.
+"""
+from __future__ import annotations
+
+from sarathi_kernels import paged_attention, write_kv_cache
+
+from sarathi_lab.attention.backend import AttentionBackend, register_backend
+from sarathi_lab.attention.metadata import AttentionMetadata
+
+
+@register_backend("triton")
+class TritonAttention(AttentionBackend):
+    def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
+        write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
+
+    def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float):
+        return paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
+                               scale, max_query_len=meta.max_query_len)

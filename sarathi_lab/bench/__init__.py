@@ -1,0 +1,1 @@
+"""Micro-benchmarks of single engine pieces, reused by the experiments."""
