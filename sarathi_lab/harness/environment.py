@@ -1,0 +1,51 @@
+"""Where a run ran, recorded next to its numbers so that runs from different machines stay comparable."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sarathi_lab.harness import REPO_ROOT
+
+
+def collect_environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    return {
+        "device": str(device),
+        # The dtype that ran, which the engine may have changed (bfloat16 on a CPU without bf16 units).
+        "dtype": str(dtype).removeprefix("torch."),
+        "device_name": _device_name(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "torch_threads": torch.get_num_threads(),
+        # Other work on the machine slows a CPU run: the 1-minute load average as the run ends.
+        "load1": os.getloadavg()[0],
+        "git_commit": _git("rev-parse", "HEAD"),
+        # Results from uncommitted code cannot be traced back to a commit alone.
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None

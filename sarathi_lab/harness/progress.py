@@ -1,0 +1,54 @@
+"""Progress of a run, fed by the engine's on_iteration hook: a tqdm bar on a terminal, a periodic
+log line otherwise (Slurm and submitit logs are files, where a redrawn bar is noise).
+
+The hook runs inside the engine loop, so per-iteration work is one counter update; the text is
+rebuilt only when it is due.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+from tqdm import tqdm
+
+from sarathi_lab.engine.metrics import IterationRecord, Metrics
+
+log = logging.getLogger(__name__)
+
+
+class Progress:
+    def __init__(self, total_tokens: int, num_requests: int, live_metrics: Callable[[], Metrics],
+                 interactive: bool | None = None):
+        self._num_requests = num_requests
+        self._live_metrics = live_metrics
+        interactive = sys.stderr.isatty() if interactive is None else interactive
+        self._bar = tqdm(total=total_tokens, unit="tok", desc="generate", leave=False) if interactive else None
+        self._interval_s = 0.5 if interactive else 10.0
+        self._start = time.monotonic()
+        self._last = self._start
+        self._iterations = 0
+        self._tokens = 0
+
+    def __call__(self, record: IterationRecord) -> None:
+        self._iterations += 1
+        self._tokens += record.num_tokens
+        if self._bar is not None:
+            self._bar.update(record.num_tokens)
+        now = time.monotonic()
+        if now - self._last >= self._interval_s:
+            self._last = now
+            self._report(now)
+
+    def _report(self, now: float) -> None:
+        done = sum(r.finish is not None for r in self._live_metrics().requests)
+        text = f"iter {self._iterations} | {done}/{self._num_requests} requests done"
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)  # the bar shows tokens/s itself
+        else:
+            log.info("%s | %.0f tok/s", text, self._tokens / (now - self._start))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,0 +1,158 @@
+"""The on-disk contract of one run directory, and the loader notebooks use.
+
+A finished run is a directory with metrics.json and its tables as <name>.parquet (a serving run:
+iterations and requests; a measurement task: its own). Everything is written to a temporary name and
+renamed into place, and metrics.json is renamed last, so a run that dies at any point leaves no
+metrics.json and nothing that looks complete. An interrupted run saves what it measured under
+*.partial.* names instead. status.json says what the last invocation did (running, ok, skipped,
+failed with its traceback, interrupted) so that a sweep can report on its jobs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+METRICS = "metrics.json"
+STATUS = "status.json"
+Status = Literal["running", "ok", "skipped", "failed", "interrupted"]
+
+
+@dataclass
+class RunResult:
+    """metrics.json."""
+    summary: dict[str, float]
+    config: dict[str, Any]          # RunConfig.key_values()
+    environment: dict[str, Any]
+    overrides: list[str]            # Hydra's task overrides: what this run changed from the defaults
+    resolved_config: dict[str, Any]
+    partial: bool
+    wall_time_s: float
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (run_dir / METRICS).is_file()
+
+
+def config_change(run_dir: Path, resolved_config: dict[str, Any]) -> str | None:
+    """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new"."""
+    old = _flatten("", json.loads((run_dir / METRICS).read_text())["resolved_config"])
+    new = _flatten("", resolved_config)
+    for key in sorted(old.keys() | new.keys()):
+        if key != "on_existing" and old.get(key) != new.get(key):
+            return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+    return None
+
+
+def result_files(run_dir: Path) -> list[Path]:
+    """Complete and partial result files currently in run_dir."""
+    return [*run_dir.glob("metrics*.json"), *run_dir.glob("*.parquet")]
+
+
+def clear_results(run_dir: Path) -> None:
+    # metrics.json first: from that moment on the directory no longer claims a finished run.
+    for path in sorted(result_files(run_dir), key=lambda p: p.name != METRICS):
+        path.unlink()
+
+
+def write_results(run_dir: Path, tables: dict[str, pd.DataFrame], result: RunResult) -> None:
+    suffix = ".partial" if result.partial else ""
+    for name, df in tables.items():
+        _atomic(run_dir / f"{name}{suffix}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
+    _atomic_json(run_dir / f"metrics{suffix}.json", asdict(result))
+
+
+def write_status(run_dir: Path, status: Status, error: str | None = None, traceback: str | None = None) -> None:
+    _atomic_json(run_dir / STATUS, {"status": status, "time": time.time(), "error": error, "traceback": traceback})
+
+
+def read_status(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / STATUS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        with suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _atomic_json(path: Path, payload: dict) -> None:
+    # NaN is not JSON; null keeps every reader (pandas, jq, browsers) happy.
+    text = json.dumps(_nan_to_none(payload), indent=2, default=str)
+    _atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+def load_runs(root: str | Path, table: str = "summary") -> pd.DataFrame:
+    """Every finished run under root (a multirun, a run, or a tree of them) as one DataFrame.
+
+    Each row carries the run's key config values (chunk, batch_size, scheduler, ...), any other key
+    its Hydra overrides set (e.g. ``workload.num_requests``), ``run_dir``, and with table="summary"
+    the summary metrics and ``env.*``; with a table's name ("iterations", "requests", or a
+    measurement task's), that table's rows from the runs that have it.
+    """
+    frames = []
+    for path in sorted(Path(root).rglob(METRICS), key=_natural):
+        record = json.loads(path.read_text())
+        keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)
+        if table == "summary":
+            env = {f"env.{k}": v for k, v in record["environment"].items()}
+            frames.append(pd.DataFrame([keys | record["summary"] | env]))
+        elif (path.parent / f"{table}.parquet").exists():
+            frames.append(pd.read_parquet(path.parent / f"{table}.parquet").assign(**keys))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _natural(path: Path) -> list:
+    # Multirun job dirs are numbers: 2 before 10.
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def _override_columns(record: dict) -> dict[str, Any]:
+    """Values of overridden keys the key config does not already hold, as dotted columns."""
+    columns = {}
+    for override in record["overrides"]:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.startswith("hydra") or key in record["config"]:
+            continue
+        columns |= _flatten(key, _select(record["resolved_config"], key))
+    return columns
+
+
+def _select(tree: dict, dotted: str) -> Any:
+    for part in dotted.replace("/", ".").split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def _flatten(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for sub, val in value.items() for k, v in _flatten(f"{key}.{sub}" if key else sub, val).items()}
+    return {key: value}

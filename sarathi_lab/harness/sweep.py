@@ -1,0 +1,61 @@
+"""End-of-sweep report: which jobs of this multirun finished, and which failed and why.
+
+A Hydra callback, so it runs in the launching process whatever the launcher (basic, submitit,
+ray). Jobs record their own outcome in status.json; a job killed from outside (OOM killer,
+scheduler, SIGKILL) never gets to, and shows as still running. Any failure makes the sweep exit
+non-zero once every job has had its chance.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from sarathi_lab.harness.results import read_status
+
+log = logging.getLogger(__name__)
+SUMMARY = "sweep_summary.json"
+_SUCCESS = ("ok", "skipped")
+
+
+class SweepSummary(Callback):
+    def __init__(self) -> None:
+        self._start = time.time()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start = time.time()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = summarize_sweep(sweep_dir, since=self._start)
+        (sweep_dir / SUMMARY).write_text(json.dumps(jobs, indent=2))
+        failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
+        log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
+        for job_dir, job in failed.items():
+            log.error("FAILED %s (%s): %s", job_dir, job["status"], job["error"])
+        if failed:
+            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
+            sys.exit(1)
+
+
+def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
+    """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
+    jobs = {}
+    for hydra_dir in sorted(sweep_dir.glob("**/.hydra")):
+        job_dir = hydra_dir.parent
+        if (hydra_dir / "config.yaml").stat().st_mtime < since - 1:
+            continue  # a job of an earlier sweep into the same directory
+        status = read_status(job_dir)
+        if status is None or status["time"] < since - 1:
+            status = {"status": "unknown", "error": "the job left no status: killed before it started?"}
+        elif status["status"] == "running":
+            status = {"status": "killed", "error": "the job never finished nor reported an error "
+                                                   "(killed by a signal, the OOM killer or a time limit?)"}
+        jobs[str(job_dir.relative_to(sweep_dir))] = {"status": status["status"], "error": status.get("error")}
+    return jobs

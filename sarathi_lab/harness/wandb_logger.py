@@ -1,0 +1,84 @@
+"""Send a finished run to Weights & Biases.
+
+Called once the engine run is over and its results are on disk, so W&B never perturbs the
+timings and can never lose them: any W&B error (no network, bad entity, unwritable directory)
+becomes one warning line and the run still succeeds.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sarathi_lab.harness.results import result_files
+from sarathi_lab.harness.schema import LoggerCfg
+
+log = logging.getLogger(__name__)
+
+# History keys get a prefix so that W&B's summary (which also keeps each key's last logged value)
+# never mixes a last-iteration value with a whole-run metric of the same name.
+HISTORY_PREFIX = "iter/"
+
+
+@dataclass(frozen=True)
+class WandbRun:
+    """Everything W&B shows about one run."""
+    run_dir: Path
+    name: str
+    group: str | None       # the sweep, so that W&B groups its jobs
+    job_type: str           # the experiment name
+    tags: list[str]
+    config: dict[str, Any]  # the whole resolved config
+    summary: dict[str, Any]
+    history: list[dict[str, Any]]       # per-iteration rows, logged with step = their "iteration"
+    tables: dict[str, pd.DataFrame]     # logged as W&B tables (requests, a measurement's own)
+
+
+def resolve_mode(cfg: LoggerCfg) -> str:
+    if cfg.mode != "auto":
+        return cfg.mode
+    return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+
+
+def log_to_wandb(cfg: LoggerCfg, run: WandbRun) -> None:
+    if cfg.kind == "none":
+        return
+    try:
+        _log(cfg, run)
+    except Exception as e:  # noqa: BLE001 - W&B must never fail a run whose results are already saved
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        log.warning("W&B logging failed; the results in %s are complete: %s: %s",
+                    run.run_dir, type(e).__name__, first_line)
+
+
+def _log(cfg: LoggerCfg, run: WandbRun) -> None:
+    import wandb  # a second of import time, paid only by runs that log
+
+    wb = wandb.init(
+        project=cfg.project, entity=cfg.entity, dir=run.run_dir, mode=resolve_mode(cfg), name=run.name,
+        group=run.group, job_type=run.job_type, tags=run.tags, config=run.config,
+        settings=wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", x_disable_stats=True, silent=True),
+    )
+    exit_code = 1
+    try:
+        for row in run.history:
+            wb.log({f"{HISTORY_PREFIX}{k}": v for k, v in row.items()}, step=row["iteration"])
+        last_step = run.history[-1]["iteration"] if run.history else 0
+        wb.log({name: wandb.Table(dataframe=_scalar_columns(df)) for name, df in run.tables.items()}, step=last_step)
+        wb.summary.update(run.summary)
+        # The run's own files too, so that the W&B API gives back what load_runs reads locally
+        # (sarathi_lab/analysis/runs.py, download_wandb).
+        for path in result_files(run.run_dir):
+            wb.save(str(path), base_path=str(run.run_dir), policy="now")
+        exit_code = 0
+    finally:
+        wb.finish(exit_code=exit_code)
+
+
+def _scalar_columns(df: pd.DataFrame) -> pd.DataFrame:
+    # Lists (e.g. per-token times) do not fit a W&B table cell; the parquet files keep them.
+    return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, list)).any()]]

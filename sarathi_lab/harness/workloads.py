@@ -1,0 +1,135 @@
+"""Request sets the runs feed the engine: the papers' fixed-shape synthetic one, uniform or zipf
+length distributions (as vidur generates them), and replayed CSV traces (sarathi-serve layout)."""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.harness import REPO_ROOT
+from sarathi_lab.harness.schema import WorkloadCfg
+
+TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+
+# Independent random streams, so that switching e.g. the arrival process keeps the same lengths and tokens.
+_LENGTHS, _ARRIVALS, _TOKENS = range(3)
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompts: list[list[int]]
+    decode_lens: list[int]
+    # Seconds after the start of generate; None: every request is there at once.
+    arrival_times: list[float] | None
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def max_request_len(self) -> int:
+        return max(len(p) + d for p, d in zip(self.prompts, self.decode_lens))
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(len(p) + d for p, d in zip(self.prompts, self.decode_lens))
+
+
+def split_length(total: int, pd_ratio: float, key: str = "seq_len") -> tuple[int, int]:
+    """(prompt, decode) with prompt + decode = total and prompt / decode as close to pd_ratio as integers allow."""
+    decode = round(total / (1 + pd_ratio))
+    prompt = total - decode
+    if prompt < 1 or decode < 1:
+        raise ConfigError(f"{key}={total} is invalid with pd_ratio={pd_ratio}: it gives {prompt} prompt and "
+                          f"{decode} decode tokens, and both must be >= 1 (prompt + decode = {key}, "
+                          "prompt / decode = pd_ratio)")
+    return prompt, decode
+
+
+def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, vocab_size: int) -> Workload:
+    def rng(stream: int) -> np.random.Generator:
+        return np.random.default_rng([seed, stream])
+
+    if cfg.kind == "trace":
+        lengths, arrivals = read_trace(cfg)
+    else:
+        lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
+        arrivals = _poisson(cfg.num_requests, cfg.qps, rng(_ARRIVALS)) if cfg.arrival == "poisson" else None
+    tokens = rng(_TOKENS)
+    prompts = [tokens.integers(0, vocab_size, size=p).tolist() for p, _ in lengths]
+    return Workload(prompts, [d for _, d in lengths], arrivals)
+
+
+def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
+                    rng: np.random.Generator) -> list[tuple[int, int]]:
+    n = cfg.num_requests
+    if cfg.kind == "synthetic":
+        prompt, decode = split_length(seq_len, pd_ratio)
+        if cfg.stagger > decode:
+            raise ConfigError(f"workload.stagger={cfg.stagger} is invalid: seq_len={seq_len} and pd_ratio={pd_ratio} "
+                              f"give {decode} decode tokens, and every request needs at least 1")
+        return [(prompt, decode - i if i < cfg.stagger else decode) for i in range(n)]
+    if cfg.min_tokens > seq_len:
+        raise ConfigError(f"workload.min_tokens={cfg.min_tokens} is invalid: must be <= seq_len={seq_len}")
+    # Both ends must split into a non-empty prompt and decode; the split is monotone in between.
+    split_length(cfg.min_tokens, pd_ratio, key="workload.min_tokens")
+    split_length(seq_len, pd_ratio)
+    choices = np.arange(cfg.min_tokens, seq_len + 1)
+    if cfg.kind == "uniform":
+        totals = rng.choice(choices, size=n)
+    else:
+        weights = 1.0 / np.arange(1, len(choices) + 1) ** cfg.theta
+        totals = rng.choice(choices, size=n, p=weights / weights.sum())
+    return [split_length(int(t), pd_ratio) for t in totals]
+
+
+def _poisson(n: int, qps: float, rng: np.random.Generator) -> list[float]:
+    gaps = rng.exponential(1.0 / qps, size=n - 1)
+    return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def resolve_trace_path(path: str) -> Path:
+    """Relative paths: the working directory first, then the repository root (where data/traces lives)."""
+    p = Path(path).expanduser()
+    for candidate in (p, REPO_ROOT / p):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"workload.path={path!r} is invalid: no such file (looked in {Path.cwd()} and {REPO_ROOT})")
+
+
+def read_trace(cfg: WorkloadCfg) -> tuple[list[tuple[int, int]], list[float]]:
+    """(prompt, decode) lengths and arrival times (from the first row, times time_scale) of a trace CSV."""
+    path = resolve_trace_path(cfg.path)
+    lengths, arrivals = [], []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in TRACE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column {missing[0]}; "
+                              f"needed: {', '.join(TRACE_COLUMNS)}")
+        for row in reader:
+            if cfg.max_requests is not None and len(lengths) == cfg.max_requests:
+                break
+            where = f"workload.path={cfg.path!r} line {reader.line_num}"
+            arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
+            lengths.append((_trace_field(where, row, "num_prefill_tokens", int, minimum=1),
+                            _trace_field(where, row, "num_decode_tokens", int, minimum=1)))
+    if not lengths:
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
+    start = min(arrivals)
+    return lengths, [(a - start) * cfg.time_scale for a in arrivals]
+
+
+def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float) -> float:
+    raw = row[column]
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not math.isfinite(value) or value < minimum:
+        raise ConfigError(f"{where}: {column}={raw!r} is invalid: must be a {kind.__name__} >= {minimum:g}")
+    return value

@@ -1,0 +1,111 @@
+"""Config composition and validation: every bad value stops the run before any work with one line
+naming the key, the value and what is allowed."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.harness import CONF_DIR
+from sarathi_lab.harness.cli_check import bad_group_choice
+from sarathi_lab.harness.compose import compose_config, run_in_process
+from sarathi_lab.harness.runner import prepare_workload
+from sarathi_lab.harness.schema import parse_config
+
+SMOKE = ["experiment=smoke", "logger=none"]
+
+
+def _check(overrides):
+    """Everything run_experiment checks before loading weights."""
+    prepare_workload(parse_config(compose_config(overrides)))
+
+
+def test_default_config_is_valid_and_sweepable_by_bare_name():
+    cfg = parse_config(compose_config(["chunk=256", "batch_size=4", "seq_len=512", "pd_ratio=3", "seed=7"]))
+    assert (cfg.chunk, cfg.batch_size, cfg.seq_len, cfg.pd_ratio, cfg.seed) == (256, 4, 512, 3.0, 7)
+    assert cfg.logger.kind == "wandb" and cfg.scheduler.name == "sarathi"
+    assert cfg.engine_kwargs()["chunk_size"] == 256
+
+
+def test_every_group_option_composes():
+    for group in ("model", "scheduler", "workload", "device", "logger", "experiment"):
+        for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
+            extra = ["model.path=/some/dir"] if option == "hf" else []
+            parse_config(compose_config([f"{group}={option}", *extra]))
+
+
+def test_experiment_resolves_from_the_top_level_experiments_folder():
+    cfg = parse_config(compose_config(["experiment=smoke"]))
+    assert cfg.name == "smoke" and cfg.model.name == "tiny" and cfg.chunk == 64
+    # Command-line overrides still win over the experiment.
+    assert parse_config(compose_config(["experiment=smoke", "chunk=32"])).chunk == 32
+
+
+@pytest.mark.parametrize("overrides,line", [
+    (["chunk=abc"], r"^chunk='abc' is invalid: must be of type int$"),
+    (["batch_size=true"], r"^batch_size=True is invalid: must be of type int$"),
+    (["pd_ratio=[1]"], r"^pd_ratio=\[1\] is invalid: must be of type float$"),
+    (["chunk=0"], r"^chunk=0 is invalid: must be > 0$"),
+    (["batch_size=-4"], r"^batch_size=-4 is invalid: must be > 0$"),
+    (["workload.num_requests=0"], r"^workload.num_requests=0 is invalid: must be > 0$"),
+    (["scheduler.name=fcfs"], r"^scheduler='fcfs' is invalid: allowed values are .*sarathi_serve"),
+    (["model.name=gpt2"], r"^model.name='gpt2' is invalid: allowed values are tiny, cpu-small"),
+    (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
+    (["workload.arrival=bursty"], r"^workload.arrival='bursty' is invalid: allowed values are all_at_once, poisson$"),
+    (["dtype=int8"], r"^dtype='int8' is invalid: allowed values are"),
+    (["task=profile"], r"^task='profile' is invalid: allowed values are serve, op_breakdown, iteration_sweep, reread$"),
+    (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),
+    (["on_existing=maybe"], r"^on_existing='maybe' is invalid: allowed values are refuse, skip, overwrite$"),
+    (["seq_len=8", "pd_ratio=100"], r"^seq_len=8 is invalid with pd_ratio=100.0: it gives 8 prompt and 0 decode"),
+    (["seq_len=8", "pd_ratio=0.01"], r"^seq_len=8 is invalid with pd_ratio=0.01: it gives 0 prompt and 8 decode"),
+    ([*SMOKE, "seq_len=3000"], (r"^seq_len=3000 is invalid: it gives requests of 3000 tokens, more than the "
+                                r"context of model=tiny \(2048 tokens\)$")),
+    (["workload=trace", "workload.path=nowhere.csv"], r"^workload.path='nowhere.csv' is invalid: no such file"),
+])
+def test_bad_values_give_one_line_naming_key_value_and_allowed(overrides, line):
+    with pytest.raises(ConfigError, match=line) as err:
+        _check(overrides)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_without_a_gpu_is_refused():
+    with pytest.raises(ConfigError, match=r"^device='cuda' is invalid: no CUDA device"):
+        _check(["device=cuda"])
+
+
+def test_a_kv_cache_too_small_for_one_request_is_refused_before_generating(tmp_path):
+    with pytest.raises(ConfigError, match=r"engine.num_kv_blocks=2 is invalid: the KV cache holds 32 tokens, "
+                                          r"fewer than one request of 160$"):
+        run_in_process([*SMOKE, "engine.num_kv_blocks=2"], tmp_path)
+    assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("args,line", [
+    (["scheduler=fcfs"], "scheduler='fcfs' is invalid: allowed values are orca, sarathi, sarathi_serve, static, vllm"),
+    (["-m", "model=tiny,llama-70b"], ("model='llama-70b' is invalid: allowed values are cpu-small, hf, "
+                                      "llama-13b, llama-33b, mistral-7b, tiny")),
+    (["experiment=nope"], "experiment='nope' is invalid: allowed values are "
+                          + ", ".join(sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))),
+])
+def test_unknown_group_choices_are_caught_before_hydra_starts(args, line):
+    assert bad_group_choice(args) == line
+
+
+def test_known_choices_flags_and_plugin_groups_pass():
+    assert bad_group_choice(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2", "--cfg", "job",
+                             "hydra/launcher=submitit_local", "scheduler=glob(*)"]) is None
+
+
+@pytest.mark.e2e
+def test_cli_bad_value_exits_nonzero_with_one_line_and_no_result(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *SMOKE, "chunk=0", f"hydra.run.dir={out}"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "chunk=0" in line]
+    assert len(errors) == 1 and errors[0].endswith("chunk=0 is invalid: must be > 0")
+    assert not list(tmp_path.rglob("metrics*.json")) and not list(tmp_path.rglob("*.parquet"))

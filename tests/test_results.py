@@ -1,0 +1,147 @@
+"""The results contract: what a finished, a crashed and an interrupted run leave on disk, reruns
+into the same directory, and load_runs."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
+from sarathi_lab.harness.compose import run_in_process
+from sarathi_lab.harness.interrupts import Interrupted
+from sarathi_lab.harness.progress import Progress
+from sarathi_lab.harness.results import RunResult, clear_results, load_runs, result_files, write_results
+
+TINY = ["experiment=smoke", "logger=none", "workload.num_requests=2", "seq_len=48", "pd_ratio=5"]
+SUMMARY_KEYS = {"prefill_throughput", "decode_throughput", "total_throughput", "makespan_s", "num_iterations",
+                "kv_tokens_read", *(f"{m}_p{p}" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))}
+
+
+def _metrics() -> Metrics:
+    it = IterationRecord(iteration=0, start=0.0, duration=0.1, num_prefill_tokens=8, num_decode_tokens=0,
+                         num_prefill_requests=1, num_decode_requests=0, kv_tokens_read=8, num_preempted=0,
+                         forward_time=0.09)
+    req = RequestRecord(request_id=0, prompt_len=8, arrival=0.0, output_len=1, first_scheduled=0.0,
+                        first_token=0.1, finish=0.1, token_times=[0.1])
+    return Metrics(iterations=[it], requests=[req])
+
+
+def _tables() -> dict[str, pd.DataFrame]:
+    m = _metrics()
+    return {"iterations": pd.DataFrame(m.iteration_rows()), "requests": pd.DataFrame(m.request_rows())}
+
+
+def _result(partial=False) -> RunResult:
+    return RunResult(summary=_metrics().summary(), config={"chunk": 8}, environment={}, overrides=["chunk=8"],
+                     resolved_config={"chunk": 8}, partial=partial, wall_time_s=0.1)
+
+
+def test_a_finished_run_honours_the_contract(tmp_path):
+    assert run_in_process([*TINY, "chunk=16"], tmp_path) == "ok"
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"metrics.json", "iterations.parquet", "requests.parquet"} <= names
+    assert not [n for n in names if "partial" in n or ".tmp" in n]
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert SUMMARY_KEYS <= set(record["summary"]) and record["partial"] is False
+    assert record["config"]["chunk"] == 16 and record["config"]["scheduler"] == "sarathi"
+    assert record["resolved_config"]["workload"]["num_requests"] == 2
+    env = record["environment"]
+    assert env["torch"] and env["device_name"] and env["device"] == "cpu" and "git_commit" in env
+    iterations = pd.read_parquet(tmp_path / "iterations.parquet")
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(iterations) == record["summary"]["num_iterations"] and len(requests) == 2
+    assert iterations.num_prefill_tokens.sum() == record["summary"]["prefill_tokens"] == 2 * 40
+
+
+def test_a_crash_while_writing_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
+    def disk_full(self, path, **kwargs):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full)
+    with pytest.raises(OSError):
+        write_results(tmp_path, _tables(), _result())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_metrics_json_is_written_last(tmp_path, monkeypatch):
+    order = []
+    real_replace = __import__("os").replace
+    monkeypatch.setattr("os.replace", lambda src, dst: (order.append(dst.name), real_replace(src, dst)))
+    write_results(tmp_path, _tables(), _result())
+    assert order[-1] == "metrics.json" and len(order) == 3
+
+
+def test_an_interrupted_run_saves_partial_records_under_partial_names(tmp_path, monkeypatch):
+    real_call = Progress.__call__
+
+    def sigterm_on_third_iteration(self, record):
+        real_call(self, record)
+        if record.iteration == 2:
+            raise Interrupted(15)
+    monkeypatch.setattr(Progress, "__call__", sigterm_on_third_iteration)
+    with pytest.raises(Interrupted):
+        run_in_process(TINY, tmp_path)
+    assert not (tmp_path / "metrics.json").exists()
+    record = json.loads((tmp_path / "metrics.partial.json").read_text())
+    assert record["partial"] is True and record["summary"]["num_iterations"] == 3
+    assert len(pd.read_parquet(tmp_path / "iterations.partial.parquet")) == 3
+
+
+def test_rerun_into_a_finished_run_refuses_by_default_skips_or_overwrites_on_request(tmp_path):
+    run_in_process([*TINY, "chunk=16"], tmp_path)
+    before = (tmp_path / "metrics.json").read_bytes()
+    with pytest.raises(ConfigError, match=r"^on_existing=refuse: .* already holds a finished run; on_existing=skip"):
+        run_in_process([*TINY, "chunk=16"], tmp_path)
+    assert run_in_process([*TINY, "chunk=16", "on_existing=skip"], tmp_path) == "skipped"
+    assert (tmp_path / "metrics.json").read_bytes() == before
+    with pytest.raises(ConfigError, match=r"^on_existing=skip: .* holds a finished run of another config "
+                                          r"\(chunk: 16 -> 8\); use another hydra.sweep.dir"):
+        run_in_process([*TINY, "chunk=8", "on_existing=skip"], tmp_path)
+    assert run_in_process([*TINY, "chunk=8", "on_existing=overwrite"], tmp_path) == "ok"
+    assert json.loads((tmp_path / "metrics.json").read_text())["config"]["chunk"] == 8
+
+
+def test_overwrite_with_a_bad_config_keeps_the_old_run(tmp_path):
+    run_in_process(TINY, tmp_path)
+    with pytest.raises(ConfigError):
+        run_in_process([*TINY, "chunk=0", "on_existing=overwrite"], tmp_path)
+    assert (tmp_path / "metrics.json").exists()
+
+
+def test_load_runs_gives_one_row_per_finished_run_with_swept_keys(tmp_path):
+    for job in (0, 1, 2, 9, 10):
+        (tmp_path / str(job)).mkdir()
+    for job, overrides in enumerate([["chunk=8"], ["chunk=16"], ["chunk=16", "workload.num_requests=3"]]):
+        write_results(tmp_path / str(job), _tables(), RunResult(
+            summary=_metrics().summary(), config={"chunk": int(overrides[0][6:])}, environment={"torch": "x"},
+            overrides=[*overrides, "hydra.launcher=basic"], resolved_config={"workload": {"num_requests": 3}},
+            partial=False, wall_time_s=1.0))
+    write_results(tmp_path / "9", _tables(), _result(partial=True))  # interrupted: not a run to compare
+    # 10: crashed before writing anything
+    runs = load_runs(tmp_path)
+    assert runs.chunk.tolist() == [8, 16, 16] and runs["env.torch"].eq("x").all()
+    assert runs["workload.num_requests"].isna().tolist() == [True, True, False]
+    assert "hydra.launcher" not in runs and SUMMARY_KEYS <= set(runs.columns)
+    iterations = load_runs(tmp_path, table="iterations")
+    assert len(iterations) == 3 and iterations.chunk.tolist() == [8, 16, 16]
+    assert load_runs(tmp_path / "nothing").empty
+
+
+def test_a_measurement_task_lands_its_own_tables_behind_the_same_contract(tmp_path, monkeypatch):
+    def fake_task(cfg, llm):
+        return {"tile_jump": 1.5}, {"iteration_times": pd.DataFrame({"tokens": [8, 16], "ms": [1.0, 1.5]})}
+    monkeypatch.setattr("sarathi_lab.harness.runner.measurement", lambda task: fake_task)
+    assert run_in_process([*TINY, "task=iteration_sweep"], tmp_path) == "ok"
+    assert {p.name for p in tmp_path.glob("*.parquet")} == {"iteration_times.parquet"}
+    runs = load_runs(tmp_path)
+    assert runs.task.tolist() == ["iteration_sweep"] and runs.tile_jump.tolist() == [1.5]
+    assert load_runs(tmp_path, table="iteration_times").ms.tolist() == [1.0, 1.5]
+
+
+def test_clear_results_removes_complete_and_partial_files(tmp_path):
+    write_results(tmp_path, _tables(), _result(partial=True))
+    write_results(tmp_path, _tables(), _result())
+    assert len(result_files(tmp_path)) == 6
+    clear_results(tmp_path)
+    assert list(tmp_path.iterdir()) == []

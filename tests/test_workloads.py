@@ -1,0 +1,109 @@
+"""Workload generators: the paper's P/D split, length distributions, arrivals, and trace CSVs."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.harness.schema import WorkloadCfg
+from sarathi_lab.harness.workloads import build_workload, read_trace, split_length
+
+VOCAB = 4096
+
+
+def _build(seq_len=640, pd_ratio=9, seed=0, **kw):
+    return build_workload(WorkloadCfg(**{"kind": "synthetic"} | kw), seq_len, pd_ratio, seed, VOCAB)
+
+
+@pytest.mark.parametrize("seq_len,pd_ratio,expected", [(640, 9, (576, 64)), (1024, 1, (512, 512)),
+                                                      (100, 3, (75, 25)), (2, 1, (1, 1))])
+def test_split_keeps_sum_and_ratio(seq_len, pd_ratio, expected):
+    assert split_length(seq_len, pd_ratio) == expected
+
+
+@pytest.mark.parametrize("seq_len,pd_ratio", [(8, 100), (8, 0.01), (1, 1)])
+def test_split_refuses_an_empty_prompt_or_decode(seq_len, pd_ratio):
+    with pytest.raises(ConfigError, match=rf"^seq_len={seq_len} is invalid with pd_ratio="):
+        split_length(seq_len, pd_ratio)
+
+
+def test_synthetic_requests_have_the_papers_shape():
+    w = _build(num_requests=5)
+    assert [len(p) for p in w.prompts] == [576] * 5 and w.decode_lens == [64] * 5
+    assert w.arrival_times is None
+    assert all(0 <= t < VOCAB for p in w.prompts for t in p)
+    assert w.prompts[0] != w.prompts[1], "identical prompts would let a prefix cache cheat"
+
+
+def test_stagger_shortens_the_first_requests_decodes_one_token_apart():
+    w = _build(num_requests=5, stagger=3)
+    assert w.decode_lens == [64, 63, 62, 64, 64] and [len(p) for p in w.prompts] == [576] * 5
+    with pytest.raises(ConfigError, match=r"^workload.stagger=65 is invalid: seq_len=640 and pd_ratio=9 give 64 decode"):
+        _build(stagger=65)
+
+
+def test_same_seed_same_workload_other_seed_other_tokens():
+    assert _build(seed=3) == _build(seed=3)
+    assert _build(seed=3).prompts != _build(seed=4).prompts
+
+
+@pytest.mark.parametrize("kind", ["uniform", "zipf"])
+def test_length_distributions_stay_in_bounds(kind):
+    w = _build(kind=kind, num_requests=400, min_tokens=100, seq_len=1000, pd_ratio=4)
+    totals = np.array([len(p) + d for p, d in zip(w.prompts, w.decode_lens)])
+    assert totals.min() >= 100 and totals.max() <= 1000
+    ratios = np.array([len(p) / d for p, d in zip(w.prompts, w.decode_lens)])
+    assert np.allclose(ratios, 4, rtol=0.05)
+
+
+def test_zipf_favours_short_requests_uniform_does_not():
+    def median(kind):
+        w = _build(kind=kind, num_requests=2000, min_tokens=100, seq_len=1100, pd_ratio=4, theta=1.2)
+        return np.median([len(p) + d for p, d in zip(w.prompts, w.decode_lens)])
+    assert median("zipf") < 350
+    assert median("uniform") > 500
+
+
+def test_min_tokens_above_seq_len_is_refused():
+    with pytest.raises(ConfigError, match=r"^workload.min_tokens=700 is invalid"):
+        _build(kind="uniform", min_tokens=700, seq_len=640)
+
+
+def test_poisson_arrivals_match_the_rate_and_leave_lengths_alone():
+    burst = _build(kind="uniform", num_requests=2000, min_tokens=64)
+    poisson = _build(kind="uniform", num_requests=2000, min_tokens=64, arrival="poisson", qps=4.0)
+    times = np.array(poisson.arrival_times)
+    assert times[0] == 0 and np.all(np.diff(times) >= 0)
+    assert np.mean(np.diff(times)) == pytest.approx(0.25, rel=0.1)
+    assert poisson.prompts == burst.prompts and poisson.decode_lens == burst.decode_lens
+
+
+def test_the_shipped_trace_loads():
+    cfg = WorkloadCfg(kind="trace", path="data/traces/sample.csv")
+    w = build_workload(cfg, seq_len=1, pd_ratio=1, seed=0, vocab_size=VOCAB)  # lengths come from the trace
+    assert w.num_requests == 32 and w.arrival_times[0] == 0.0
+    assert np.all(np.diff(w.arrival_times) >= 0)
+    half = build_workload(replace(cfg, time_scale=0.5, max_requests=4), 1, 1, 0, VOCAB)
+    assert half.num_requests == 4 and half.arrival_times == pytest.approx([t / 2 for t in w.arrival_times[:4]])
+
+
+@pytest.mark.parametrize("row,message", [
+    ("0.5,abc,10", r"line 3: num_prefill_tokens='abc' is invalid"),
+    ("0.5,10,0", r"line 3: num_decode_tokens='0' is invalid"),
+    ("nan,10,10", r"line 3: arrived_at='nan' is invalid"),
+    ("0.5,10", r"line 3: num_decode_tokens=None is invalid"),
+])
+def test_a_malformed_trace_row_names_its_line(tmp_path, row, message):
+    path = tmp_path / "t.csv"
+    path.write_text(f"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\n{row}\n")
+    with pytest.raises(ConfigError, match=message):
+        read_trace(WorkloadCfg(kind="trace", path=str(path)))
+
+
+def test_a_trace_without_the_needed_columns_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("time,prompt,decode\n0,5,5\n")
+    with pytest.raises(ConfigError, match=r"line 1 lacks column arrived_at"):
+        read_trace(WorkloadCfg(kind="trace", path=str(path)))

@@ -1,0 +1,73 @@
+"""Read an offline W&B run back from its run-*.wandb file (wandb 0.31 keeps config, history and
+summary only there, and ships no public reader).
+
+The file is a 7-byte header (":W&B", magic 0xBEE1, version) followed by a LevelDB-style log:
+32 KiB blocks of chunks, each with a 7-byte header (crc32 4, length 2, type 1) that a record
+spans as FULL, or FIRST, MIDDLE..., LAST; a block tail too short for a chunk header is zero padding.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wandb.proto import wandb_internal_pb2
+
+_FILE_HEADER = struct.Struct("<4sHB")
+_CHUNK_HEADER = struct.Struct("<IHB")
+_BLOCK = 32 * 1024
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+@dataclass
+class OfflineRun:
+    run: wandb_internal_pb2.RunRecord | None = None
+    config: dict = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+
+def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
+    data = Path(path).read_bytes()
+    ident, magic, _ = _FILE_HEADER.unpack_from(data)
+    assert (ident, magic) == (b":W&B", 0xBEE1), f"{path} is not a W&B record log"
+    records, pending, pos = [], b"", _FILE_HEADER.size
+    while pos + _CHUNK_HEADER.size <= len(data):
+        if _BLOCK - pos % _BLOCK < _CHUNK_HEADER.size:
+            pos += _BLOCK - pos % _BLOCK
+            continue
+        _, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
+        pos += _CHUNK_HEADER.size
+        chunk, pos = data[pos:pos + length], pos + length
+        if kind == 0:  # zero padding at the end of a block
+            continue
+        pending = chunk if kind in (_FULL, _FIRST) else pending + chunk
+        if kind in (_FULL, _LAST):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+def read_offline_run(run_dir: Path) -> OfflineRun:
+    """The run, config, history rows and summary of the one offline W&B run under run_dir."""
+    (path,) = Path(run_dir).rglob("run-*.wandb")
+    out = OfflineRun()
+    for record in read_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            out.run = record.run
+            out.config |= _items(record.run.config.update)
+        elif kind == "config":
+            out.config |= _items(record.config.update)
+        elif kind == "history":
+            out.history.append(_items(record.history.item))
+        elif kind == "summary":
+            out.summary |= _items(record.summary.update)
+    return out
+
+
+def _items(items) -> dict:
+    # Nested keys arrive as nested_key paths; top-level ones as key.
+    return {".".join(i.nested_key) if i.nested_key else i.key: json.loads(i.value_json) for i in items}
