@@ -32,12 +32,15 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
+def add_common_args(parser: argparse.ArgumentParser, clock: bool = False) -> None:
     parser.add_argument("--device", default=default_device())
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: every core the process may use)")
+    if clock:
+        parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                            help="cpu: the process's CPU time, for a machine shared with other jobs (with --threads 1)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI)")
     parser.add_argument("--out", help="also write the table to this file (.csv or .json)")
 
@@ -97,19 +100,26 @@ def machine_record() -> dict:
             "torch": torch.__version__, "threads": torch.get_num_threads(), "load1": round(load_average(), 2)}
 
 
-def median_time(fn, reps: int, warmup: int = 1, sync=None) -> float:
-    """Median seconds of ``fn()`` over ``reps`` calls after ``warmup`` untimed ones."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def median_time(fn, reps: int, warmup: int = 1, sync=None, clock: str = "wall", best: bool = False) -> float:
+    """Median seconds of ``fn()`` over ``reps`` calls after ``warmup`` untimed ones. ``clock="cpu"``
+    counts the process's CPU time instead of wall time: with one thread, the time the work takes on
+    a core of its own, the way to compare numbers on a machine that other jobs share. ``best``: the
+    fastest call instead of the median (for ceilings: what the hardware can do)."""
     sync = sync or (lambda: None)
+    now = CLOCKS[clock]
     for _ in range(warmup):
         fn()
     sync()
     times = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = now()
         fn()
         sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        times.append(now() - t0)
+    return min(times) if best else statistics.median(times)
 
 
 def print_table(rows: list[dict], out: str | None = None, title: str | None = None,

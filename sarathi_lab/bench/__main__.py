@@ -1,0 +1,45 @@
+"""``python -m sarathi_lab.bench NAME [args]``: run one benchmark; ``all`` runs every one in turn
+(``python -m sarathi_lab.bench all --smoke`` is what CI runs). Each also runs on its own as
+``python -m sarathi_lab.bench.NAME``; ``--help`` lists its options."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "ceilings": "copy bandwidth and matmul rate of this machine",
+    "iteration": "iteration time vs its roofline floor: decode, prefill and hybrid batches",
+    "overhead": "share of iteration time outside the model's forward pass",
+    "versus": "throughput vs transformers generate with static left-padded batches",
+    "attention_reread": "attention time chunked prefill adds by re-reading the KV cache",
+}
+# `all` runs these; attention_reread is left to its own entry point.
+ALL = ("ceilings", "iteration", "overhead", "versus")
+
+
+def usage() -> str:
+    lines = [__doc__, "", "benchmarks:"] + [f"  {name:18s} {what}" for name, what in BENCHMARKS.items()]
+    lines.append(f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name == "all":
+        for each in ALL:
+            print(f"\n===== {each} =====", flush=True)
+            importlib.import_module(f"sarathi_lab.bench.{each}").main(rest)
+        return 0
+    if name not in BENCHMARKS:
+        print(f"unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    importlib.import_module(f"sarathi_lab.bench.{name}").main(rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Every benchmark's --smoke size runs and prints a sane table (never asserting times: the
+machine is shared and noisy, only the shape and sanity of the numbers are checked)."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from sarathi_lab.bench import ceilings, iteration, overhead, versus
+from sarathi_lab.bench.floors import Shape, floor, visible_pairs
+from sarathi_lab.model import PRESETS
+
+# One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
+SMOKE = ["--smoke", "--threads", "1"]
+
+
+def _positive_finite(values) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values)
+
+
+def test_ceilings_smoke(capsys):
+    ceil = ceilings.main(SMOKE)
+    assert ceil.copy_gbps > 0 and ceil.matmul_gflops > 0
+    assert math.isfinite(ceil.copy_gbps) and math.isfinite(ceil.matmul_gflops)
+    assert "copy_gbps" in capsys.readouterr().out
+
+
+def test_iteration_smoke(capsys, tmp_path):
+    table = iteration.main([*SMOKE, "--out", str(tmp_path / "it.json")])
+    assert set(table["case"]) == {"decode", "prefill", "hybrid"}
+    for col in ("iter_ms", "forward_ms", "floor_ms", "ratio", "GBps", "GFLOPs"):
+        assert _positive_finite(table[col].tolist()), col
+    # Iterations cannot beat the roofline by much (measurement noise aside).
+    assert (table["ratio"] > 0.5).all()
+    assert set(table["bound"]) <= {"memory", "compute"}
+    assert "ratio" in capsys.readouterr().out
+    assert (tmp_path / "it.json").stat().st_size > 0
+
+
+def test_overhead_smoke(capsys):
+    table = overhead.main(SMOKE)
+    assert list(table["scheduler"]) == ["sarathi", "vllm"]
+    assert ((table["overhead_frac"] > 0) & (table["overhead_frac"] < 1)).all()
+    parts = table["schedule_frac"] + table["prepare_frac"] + table["sample_rest_frac"]
+    assert ((parts - table["overhead_frac"]).abs() < 1e-9).all()
+    assert _positive_finite(table["iter_ms_mean"].tolist())
+
+
+def test_versus_smoke(capsys):
+    table = versus.main(SMOKE)
+    assert list(table["system"]) == ["sarathi_lab/sarathi", "sarathi_lab/vllm", "transformers/static"]
+    assert _positive_finite(table["speedup_vs_hf"].tolist())
+    assert _positive_finite(table["tok_per_s"].tolist())
+    # Same weights, greedy: the engine and transformers agree on the first token of every request.
+    assert (table["first_token_agree"].dropna() == 1.0).all()
+
+
+def test_floor_counts():
+    shape = Shape.of(PRESETS["cpu-small"])
+    assert visible_pairs(4, 4) == 10 and visible_pairs(1, 9) == 9 and visible_pairs(2, 5) == 3 + 4 + 2
+    dec = floor(shape, [1] * 8, [512] * 8, 8, 4, copy_gbps=10.0, matmul_gflops=100.0)
+    pre = floor(shape, [512], [512], 1, 4, copy_gbps=10.0, matmul_gflops=100.0)
+    assert dec.bound == "memory" and pre.bound == "compute"
+    # Less the KV read (8 x 512 tokens) and written (8), and the 8 embedding rows, the weights
+    # remain: ~85M decoder parameters and the 24.6M-entry LM head, in float32.
+    kv_per_token = 2 * 768 * 12 * 4
+    weights = dec.bytes - (8 * 512 + 8) * kv_per_token - 8 * 768 * 4
+    assert 0.43e9 < weights < 0.45e9
+
+
+def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
+    """One decode query per request over its context, gathered token by token."""
+    bs = k_cache.shape[1]
+    out = []
+    for q, table, n in zip(query, tables, lens):
+        slots = [table[t // bs] * bs + t % bs for t in range(n)]
+        k = k_cache.flatten(0, 1)[slots].transpose(0, 1)  # [kv_heads, n, d]
+        v = v_cache.flatten(0, 1)[slots].transpose(0, 1)
+        group = q.shape[0] // k.shape[0]
+        k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        p = torch.softmax((q[:, None, :] @ k.transpose(1, 2)) * scale, dim=-1)
+        out.append((p @ v)[:, 0])
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_decode_in_place_runs_match_reference(kv_heads):
+    """The torch backend's decode path that reads long block runs in place and gathers the rest
+    (a perf change of this benchmark work) against a token-by-token reference, on tables laid out
+    as a served run leaves them: a prompt's run of blocks, then blocks scattered one at a time."""
+    from sarathi_lab.attention import AttentionMetadata
+    from sarathi_lab.attention.torch_backend import TorchAttention
+
+    gen = torch.Generator().manual_seed(0)
+    bs, heads, d, num_blocks = 16, 4, 8, 400
+    lens = [300, 17, 129, 200, 160]
+    tables, start = [], 0
+    for i, n in enumerate(lens):
+        prompt_blocks = [0, 1, 9, 12, 10][i]
+        table = list(range(start, start + prompt_blocks))
+        start += prompt_blocks
+        table += [int(b) for b in torch.randperm(num_blocks - 200, generator=gen)[: -(-n // bs) - prompt_blocks] + 200]
+        tables.append(table)
+    width = max(map(len, tables))
+    meta = AttentionMetadata(
+        num_prefills=0, num_decodes=len(lens), num_prefill_tokens=0,
+        query_start_loc=torch.arange(len(lens) + 1, dtype=torch.int32), seq_lens=torch.tensor(lens, dtype=torch.int32),
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
+        slot_mapping=torch.zeros(len(lens), dtype=torch.long), query_lens_host=[1] * len(lens), seq_lens_host=lens,
+        max_query_len=1, max_seq_len=max(lens))
+    k_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
+    v_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
+    query = torch.randn(len(lens), heads, d, generator=gen)
+    backend = TorchAttention()
+    got = backend.attend(query, k_cache, v_cache, meta, d**-0.5)
+    assert backend._plan.runs, "no run was long enough to be read in place"
+    torch.testing.assert_close(got, _reference_attention(query, k_cache, v_cache, tables, lens, d**-0.5),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["iteration", "--help"]])
+def test_entry_point_help(args):
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", *args], capture_output=True, text=True, check=False,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "iteration" in out.stdout
