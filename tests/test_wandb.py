@@ -10,6 +10,7 @@ import pytest
 import wandb
 
 from sarathi_lab.harness.compose import run_in_process
+from sarathi_lab.harness.results import load_runs
 from sarathi_lab.harness.schema import LoggerCfg
 from sarathi_lab.harness.wandb_logger import HISTORY_PREFIX, resolve_mode
 from tests.wandb_records import read_offline_run
@@ -45,6 +46,9 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path):
     for key in ("total_throughput", "decode_throughput", "ttft_p50", "tbt_p99", "kv_tokens_read"):
         assert wb.summary[key] == pytest.approx(metrics["summary"][key])
     assert wb.summary["requests.nrows"] == 2, "the requests table"
+    saved = {p.name for p in (out / "wandb").glob("offline-run-*/files/*")}
+    assert {"metrics.json", "iterations.parquet", "requests.parquet"} <= saved, "the run's files, for the W&B API"
+    assert len(load_runs(out)) == 1, "W&B's copy of metrics.json is not a second run"
 
 
 @pytest.mark.parametrize("failure", [OSError("[Errno 13] Permission denied: '/results/wandb'"),

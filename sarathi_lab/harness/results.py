@@ -23,6 +23,7 @@ from typing import Any, Literal
 import pandas as pd
 
 METRICS = "metrics.json"
+WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
 STATUS = "status.json"
 Status = Literal["running", "ok", "skipped", "failed", "interrupted"]
 
@@ -118,6 +119,8 @@ def load_runs(root: str | Path, table: str = "summary") -> pd.DataFrame:
     """
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=_natural):
+        if WANDB_DIR in path.relative_to(root).parts[:-1]:
+            continue  # the copy each run uploads to W&B (wandb_logger), not a run of its own
         record = json.loads(path.read_text())
         keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)
         if table == "summary":

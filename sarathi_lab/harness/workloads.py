@@ -70,8 +70,8 @@ def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
     if cfg.kind == "synthetic":
         prompt, decode = split_length(seq_len, pd_ratio)
         if cfg.stagger > decode:
-            raise ConfigError(f"workload.stagger={cfg.stagger} is invalid: seq_len={seq_len} and pd_ratio={pd_ratio} "
-                              f"give {decode} decode tokens, and every request needs at least 1")
+            raise ConfigError(f"workload.stagger={cfg.stagger} is invalid: seq_len={seq_len} and pd_ratio="
+                              f"{pd_ratio} give {decode} decode tokens, and every request needs at least 1")
         return [(prompt, decode - i if i < cfg.stagger else decode) for i in range(n)]
     if cfg.min_tokens > seq_len:
         raise ConfigError(f"workload.min_tokens={cfg.min_tokens} is invalid: must be <= seq_len={seq_len}")

@@ -16,8 +16,8 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     size, length = cfg.batch_size, cfg.seq_len
     batches = SyntheticBatches(llm, cfg.seed)
     rows = []
-    for phase, spec in (("prefill", dict(prefills=[(length, 0)] * size)),
-                        ("decode", dict(decodes=size, context=length))):
+    for phase, spec in (("prefill", {"prefills": [(length, 0)] * size}),
+                        ("decode", {"decodes": size, "context": length})):
         batch = batches.make(**spec)
         try:
             seconds = time_by_op(llm, batch, cfg.measure.reps)

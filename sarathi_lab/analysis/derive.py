@@ -1,0 +1,193 @@
+"""The quantities the paper plots, derived from the runs' tables (``load_runs`` frames).
+
+Pure pandas on the results contract, so that they are testable on hand-made frames and the
+notebook draws exactly what these return. Throughputs and times come from the engine's own
+records: ``iterations`` rows (duration, num_prefill_tokens, num_decode_tokens, ...) and the summary.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.analysis import paper
+
+# The paper's baseline: request-level batches, prefill-only then decode-only iterations.
+BASELINE = "static"
+# What pairs a run with its baseline run: the same requests and batch size.
+WORKLOAD_KEYS = ("seq_len", "batch_size", "pd_ratio")
+
+
+def _versus_baseline(runs: pd.DataFrame, value: str, keys: list[str], is_baseline: pd.Series,
+                     higher_is_better: bool) -> pd.DataFrame:
+    """Non-baseline rows with ``baseline`` (the mean value of the baseline runs of the same keys,
+    which repeats when a sweep runs the baseline once per ignored knob such as ``chunk``) and
+    ``gain`` (>1: better than the baseline)."""
+    base = runs[is_baseline].groupby(keys)[value].mean().rename("baseline")
+    out = runs[~is_baseline].join(base, on=keys)
+    out["gain"] = out[value] / out.baseline if higher_is_better else out.baseline / out[value]
+    return out.reset_index(drop=True)
+
+
+def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS, metric: str = "total_throughput",
+                          baseline: str = BASELINE) -> pd.DataFrame:
+    """Each non-baseline run's throughput over the baseline's on the same workload (Fig. 9, 11)."""
+    return _versus_baseline(summary, metric, list(keys), summary.scheduler == baseline, higher_is_better=True)
+
+
+def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
+    """Tokens per iteration from which a linear layer is compute-bound, not memory-bound: each
+    weight (``bytes_per_param`` bytes, read once) does 2 flops per token, so at the machine's
+    flops-per-byte balance the crossover is balance * bytes_per_param / 2 tokens."""
+    return gflops / gbps * bytes_per_param / 2
+
+
+def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float) -> pd.DataFrame:
+    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, and the tokens
+    per iteration from which linear layers stop being memory-bound."""
+    machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_TFLOPS * 1e3, paper.A6000_GBPS, 2),
+                (name, gflops, gbps, bytes_per_param)]
+    return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b, "flops per byte": f / b,
+                          "compute-bound from (tokens)": compute_bound_tokens(f, b, p)}
+                         for m, f, b, p in machines])
+
+
+# --- per_token_cost (Fig. 3/4) ---
+
+def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per (seq_len, batch_size): the per-token time of a decode over that of a prefill token."""
+    total = ops[ops.op == "total"].pivot_table(index=["seq_len", "batch_size"], columns="phase",
+                                               values="ms_per_token")
+    return total.assign(ratio=total.decode / total.prefill).reset_index()
+
+
+def saturation(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
+    """Of a throughput (tokens/ms) indexed by tokens per iteration: the fewest tokens from which it
+    reaches ``within`` of the best measured, that best, and the fewest tokens measured."""
+    rate = rate.sort_index()
+    best = rate.max()
+    return {"tokens": int(rate[rate >= within * best].index[0]), "tokens_per_ms": float(best),
+            "fewest_measured": int(rate.index[0])}
+
+
+def prefill_saturation(ops: pd.DataFrame, within: float = 0.9) -> dict[str, float]:
+    """``saturation`` of prefill throughput against batch_size x seq_len tokens (Fig. 4)."""
+    prefill = ops[(ops.op == "total") & (ops.phase == "prefill")]
+    return saturation(1 / prefill.groupby("tokens").ms_per_token.mean(), within)
+
+
+# --- tile_quantization (Fig. 7) ---
+
+def tile_jump(times: pd.Series, tile: int) -> float:
+    """Mean relative increase of the time from m to m + 1 tokens over the multiples m of ``tile``
+    measured; ``times`` is indexed by token count."""
+    pairs = [(m, m + 1) for m in times.index if m % tile == 0 and m + 1 in times.index]
+    if not pairs:
+        return float("nan")
+    return float(np.mean([times[b] / times[a] - 1 for a, b in pairs]))
+
+
+def largest_step(times: pd.Series) -> tuple[int, float]:
+    """Where the time per token added jumps most: the token count n and the relative increase of
+    the time from the previous count to n, beyond what the added tokens cost at the mean slope."""
+    t = times.sort_index()
+    slope = (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
+    expected = t.shift(1) + slope * np.diff(t.index, prepend=np.nan)
+    excess = (t - expected) / t.shift(1)
+    n = int(excess.idxmax())
+    return n, float(excess[n])
+
+
+# --- decode_speedup (Fig. 8) ---
+
+def decode_only_ms_per_token(its: pd.DataFrame) -> float:
+    """The baseline's cost of a decode token: decode-only iterations' time per decode token."""
+    d = its[(its.num_prefill_tokens == 0) & (its.num_decode_tokens > 0)]
+    return d.duration.sum() / d.num_decode_tokens.sum() * 1e3
+
+
+def piggybacked_ms_per_token(its: pd.DataFrame) -> float:
+    """SARATHI's cost of a decode token: what a decode adds to an iteration that computes a prefill
+    chunk (the paper's Table 2 reading: hybrid minus the chunk alone). Fitted by least squares,
+    time = a + b * prefill tokens + c * decodes, over the median time of each (prefill tokens,
+    decodes) composition of the run's iterations with prefill tokens, so that neither one slow
+    iteration nor the mix of compositions sways it; c is the answer."""
+    pre = its[its.num_prefill_tokens > 0]
+    if pre.num_decode_tokens.nunique() < 2:
+        return float("nan")
+    cells = pre.groupby(["num_prefill_tokens", "num_decode_tokens"]).duration.median().reset_index()
+    design = np.column_stack([np.ones(len(cells)), cells.num_prefill_tokens, cells.num_decode_tokens])
+    coef = np.linalg.lstsq(design, cells.duration.to_numpy(), rcond=None)[0]
+    return float(coef[2]) * 1e3
+
+
+def decode_speedup(iterations: pd.DataFrame, keys=WORKLOAD_KEYS, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per non-baseline run: decode ms/token of the baseline and of the run, and ``gain``, the
+    decode throughput speedup (baseline ms/token over the run's piggybacked ms/token)."""
+    rows = []
+    for (_, scheduler), its in iterations.groupby(["run_dir", "scheduler"], sort=False):
+        cost = decode_only_ms_per_token(its) if scheduler == baseline else piggybacked_ms_per_token(its)
+        rows.append({k: its[k].iloc[0] for k in (*keys, "chunk")}
+                    | {"scheduler": scheduler, "decode_ms_per_token": cost})
+    runs = pd.DataFrame(rows)
+    return _versus_baseline(runs, "decode_ms_per_token", list(keys), runs.scheduler == baseline,
+                            higher_is_better=False)
+
+
+# --- pd_ratio (Fig. 9, 11b) ---
+
+def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
+    """P:D at which one chunk and batch_size - 1 decodes fill every iteration: C / (B - 1)."""
+    return chunk / (batch_size - 1) if batch_size > 1 else float("inf")
+
+
+def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
+    """Per (chunk, batch_size, seq_len): the P:D of the largest gain, the gain there, and the P:D
+    the paper predicts for the peak."""
+    idx = normalised.groupby(["chunk", "batch_size", "seq_len"]).gain.idxmax()
+    peaks = normalised.loc[idx, ["chunk", "batch_size", "seq_len", "pd_ratio", "gain"]]
+    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b) for c, b in zip(peaks.chunk, peaks.batch_size)]
+    return peaks.reset_index(drop=True)
+
+
+# --- orca_compare (Fig. 11a) ---
+
+def orca_variant(scheduler: str, stagger: int) -> str:
+    """Which bar of Fig. 11a a run is. Orca's two cases differ only in the workload: with equal
+    requests arriving at once its batches run in lock step, each batch's whole prefills together
+    and then its decodes, so no prefill ever overlaps a decode (worst case); with the first
+    batch's decode lengths staggered by one token, requests finish, and so are replaced, one per
+    iteration, and every later whole prefill runs with B - 1 decodes (best case)."""
+    if scheduler == "orca":
+        return "Orca best" if stagger else "Orca worst"
+    name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
+    return f"{name} (staggered)" if stagger else name
+
+
+def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
+    """Every run's throughput over the baseline (static, unstaggered) on the same lengths."""
+    stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
+    runs = summary.assign(variant=[orca_variant(s, g) for s, g in zip(summary.scheduler, stagger)])
+    return _versus_baseline(runs, "total_throughput", list(keys), runs.variant == "baseline",
+                            higher_is_better=True)
+
+
+def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the share of iterations computing prompt tokens that also carry decodes, and the
+    mean number of decodes they carry (batch_size - 1 in Orca's best case)."""
+    pre = iterations[iterations.num_prefill_tokens > 0]
+    grouped = pre.groupby("run_dir")
+    return pd.DataFrame({"hybrid_share": grouped.num_decode_tokens.apply(lambda d: (d > 0).mean()),
+                         "decodes_per_prefill_iteration": grouped.num_decode_tokens.mean()}).reset_index()
+
+
+# --- scheduler_latency (Sarathi-Serve) ---
+
+LATENCIES = ("ttft_p50", "ttft_p99", "tbt_p50", "tbt_p99")
+
+
+def latency_long(summary: pd.DataFrame, load: str = "workload.qps") -> pd.DataFrame:
+    """One row per (scheduler, load, metric, percentile) with the latency in seconds."""
+    long = summary.melt(id_vars=["scheduler", load], value_vars=list(LATENCIES), var_name="latency",
+                        value_name="seconds")
+    long[["metric", "percentile"]] = long.latency.str.split("_", expand=True)
+    return long.rename(columns={load: "qps"})

@@ -1,0 +1,163 @@
+"""One figure per experiment, in the paper's axes, with the paper's reported values drawn beside
+ours where it gives them. Each function takes a ``Results`` and returns the figure."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from sarathi_lab.analysis import derive, paper
+from sarathi_lab.measure.op_timer import OPS
+
+sns.set_theme(style="whitegrid", context="notebook")
+PAPER_STYLE = {"marker": "*", "s": 180, "color": "black", "zorder": 5}
+ORCA_ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "baseline (staggered)", "SARATHI (staggered)"]
+ORCA_COLORS = dict(zip(ORCA_ORDER, sns.color_palette("deep", len(ORCA_ORDER))))
+
+
+def _title(fig, results, name: str, text: str) -> None:
+    row = results.summary(name).iloc[0]
+    fig.suptitle(f"{text}\nours: {row.model}, {row['env.device_name']}, {row['env.dtype']}"
+                 f" ({results.scale(name)} scale)", fontsize=11)
+
+
+def save(fig, root: str | Path, name: str) -> Path:
+    """``root/figures/<name>.png``, small enough to keep in the repository's docs."""
+    path = Path(root) / "figures" / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    return path
+
+
+def per_token_cost(results):
+    ops = results.table("per_token_cost", "ops")
+    longest = ops[ops.seq_len == ops.seq_len.max()]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
+    for ax, phase in zip(axes, ("prefill", "decode")):
+        parts = longest[(longest.phase == phase) & (longest.op != "total")]
+        wide = parts.pivot_table(index="batch_size", columns="op", values="ms_per_token")[list(OPS)]
+        wide.plot.bar(stacked=True, ax=ax, rot=0, colormap="tab10", legend=phase == "decode")
+        ax.set(title=f"{phase}: time per token by operation", xlabel="batch size", ylabel="ms / token")
+    ratio = derive.decode_over_prefill(ops)
+    sns.lineplot(ratio, x="batch_size", y="ratio", hue="seq_len", marker="o", ax=axes[2], palette="crest")
+    axes[2].scatter(list(paper.DECODE_OVER_PREFILL), list(paper.DECODE_OVER_PREFILL.values()),
+                    label="paper (13B/A6000, length 1024)", **PAPER_STYLE)
+    axes[2].set(yscale="log", title="decode / prefill time per token", xlabel="batch size", ylabel="ratio")
+    axes[2].legend(title="length", fontsize=8)
+    _title(fig, results, "per_token_cost", "Fig. 3/4: a decode token costs far more than a prefill token")
+    return fig
+
+
+def tile_quantization(results):
+    sweep = results.table("tile_quantization", "sweep")
+    tile = int(results.summary("tile_quantization").tile.iloc[0])
+    fig, (ax, rel_ax) = plt.subplots(1, 2, figsize=(14, 4.2), layout="constrained")
+    shown = sweep[sweep.op.isin(["total", "qkv_proj", "o_proj", "ffn"])]
+    sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5)
+    for m in range(tile, int(sweep.tokens.max()) + 1, tile):
+        ax.axvline(m, ls=":", color="grey")
+    ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
+    total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
+    reference = total.index[abs(total.index - tile).argmin()]
+    rel_ax.plot(total.index, total / total[reference], marker=".", label=f"ours (/ time at {reference} tokens)")
+    paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
+    rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
+                   **PAPER_STYLE)
+    rel_ax.set(title="relative to the time at one tile", xlabel="tokens in the iteration", ylabel="relative time")
+    rel_ax.legend(fontsize=8)
+    _title(fig, results, "tile_quantization",
+           "Fig. 7: iteration time steps at multiples of the matmul tile on a GPU")
+    return fig
+
+
+def decode_speedup(results):
+    gains = derive.decode_speedup(results.table("decode_speedup", "iterations"))
+    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    sns.barplot(gains, x="batch_size", y="gain", hue="seq_len", ax=ax, palette="crest")
+    low, high = paper.DECODE_SPEEDUP
+    ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
+    ax.axhline(1, color="black", lw=1)
+    ax.set(xlabel="batch size", ylabel="decode throughput over baseline", title="")
+    ax.legend(title="length", fontsize=8)
+    _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline")
+    return fig
+
+
+def pd_ratio(results):
+    norm = derive.normalised_throughput(results.summary("pd_ratio"))
+    chunks = sorted(norm.chunk.unique())
+    palette = dict(zip(chunks, sns.color_palette("tab10", len(chunks))))
+    fig, ax = plt.subplots(figsize=(9, 4.5), layout="constrained")
+    sns.lineplot(norm, x="pd_ratio", y="gain", hue="chunk", style="batch_size", markers=True, palette=palette,
+                 ax=ax)
+    for p in derive.pd_peaks(norm).itertuples():
+        ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)
+    for c, b, pd_, g in paper.PD_PEAKS:
+        ax.scatter([pd_], [g], **PAPER_STYLE)
+        ax.annotate(f"paper C={c} B={b}", (pd_, g), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.axhline(1, color="black", lw=1)
+    ax.axhline(paper.PD_WIDE_GAIN, color="black", lw=1, ls=":")
+    ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="throughput over baseline",
+           title="dashed: C / (B - 1) for each chunk")
+    _title(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)")
+    return fig
+
+
+def chunk_overhead(results):
+    summary = results.summary("chunk_overhead")
+    panels = [("attention_slowdown", "attention", {64: paper.CHUNK64_ATTENTION_SLOWDOWN}),
+              ("prefill_slowdown", "prefill", {64: paper.CHUNK64_PREFILL_SLOWDOWN} | paper.PREFILL_SLOWDOWN_BOUND),
+              ("end_to_end_slowdown", "end to end", {}), ("kv_reread_ratio", "KV tokens read", {})]
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2), layout="constrained")
+    for ax, (column, label, refs) in zip(axes, panels):
+        sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="flare", ax=ax,
+                     legend=column == "kv_reread_ratio")
+        for chunk, value in refs.items():
+            ax.axhline(value, color="black", ls=":", lw=1)
+            ax.annotate(f"paper, chunk {chunk}", (summary.seq_len.min(), value), fontsize=8,
+                        textcoords="offset points", xytext=(0, 3))
+        ax.set(title=f"{label}: chunked / unchunked", xlabel="sequence length", ylabel="x")
+    _title(fig, results, "chunk_overhead", "Fig. 13: what chunking a prompt costs")
+    return fig
+
+
+def orca_compare(results):
+    summary = results.summary("orca_compare")
+    gains = derive.orca_compare(summary)
+    base = summary[(summary.scheduler == derive.BASELINE)
+                   & (summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0) == 0)]
+    ours = pd.concat([gains, base[["seq_len"]].assign(variant="baseline", gain=1.0)])
+    theirs = pd.DataFrame([{"seq_len": s, "variant": v, "gain": g}
+                           for v, by_len in paper.ORCA_FIG11A.items() for s, g in by_len.items()]
+                          + [{"seq_len": s, "variant": "baseline", "gain": 1.0} for s in (1024, 2048, 3072)])
+    fig, (ax, paper_ax) = plt.subplots(1, 2, figsize=(15, 4.5), layout="constrained", sharey=True,
+                                       width_ratios=[3, 2])
+    order = [v for v in ORCA_ORDER if v in set(ours.variant)]
+    sns.barplot(ours, x="seq_len", y="gain", hue="variant", hue_order=order, palette=ORCA_COLORS, ax=ax,
+                errorbar=None)
+    sns.barplot(theirs, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=paper_ax, errorbar=None,
+                hue_order=[v for v in order if v in set(theirs.variant)], alpha=0.6)
+    ax.set(title="ours", xlabel="sequence length", ylabel="throughput over baseline")
+    paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length")
+    for a in (ax, paper_ax):
+        a.axhline(1, color="black", lw=1)
+        a.legend(fontsize=8)
+    _title(fig, results, "orca_compare", "Fig. 11a: baseline, Orca worst and best case, SARATHI")
+    return fig
+
+
+def scheduler_latency(results):
+    long = derive.latency_long(results.summary("scheduler_latency"))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5), layout="constrained")
+    for ax, metric in zip(axes, ("ttft", "tbt")):
+        sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
+                     markers=True, ax=ax, legend=metric == "tbt")
+        ax.set(yscale="log", title=f"{metric.upper()} (p50, p99)", xlabel="load (requests / s)", ylabel="s")
+    _title(fig, results, "scheduler_latency", "Sarathi-Serve: latency of the five schedulers under Poisson load")
+    return fig
+
+
+FIGURES = {f.__name__: f for f in (per_token_cost, tile_quantization, decode_speedup, pd_ratio, chunk_overhead,
+                                    orca_compare, scheduler_latency)}

@@ -1,0 +1,44 @@
+"""The numbers the papers report, drawn beside ours (SARATHI arXiv 2308.16369, LLaMA-13B on an
+A6000 unless noted; Sarathi-Serve arXiv 2403.02310). Gathered in PAPER_NOTES.md of the project."""
+
+# Fig. 3/4 at sequence length 1024: decode over prefill per-token time, by batch size.
+DECODE_OVER_PREFILL = {1: 200.0, 2: 100.0, 18: 16.7}
+# Fig. 4: prefill throughput saturates at about 180 tokens/ms once batch x length reaches 512.
+PREFILL_SATURATION_TOKENS = 512
+PREFILL_TOKENS_PER_MS = 180.0
+
+# Fig. 7: iteration time (ms) by tokens in the batch; the GPU's matmul tile is 128 tokens.
+TILE = 128
+TILE_TIMES_MS = {128: 55.0, 256: 69.8, 257: 92.33}
+TILE_JUMP = TILE_TIMES_MS[257] / TILE_TIMES_MS[256] - 1
+
+# Fig. 8 (chunk 256): decode throughput over the baseline, across batch sizes and lengths 1K-3K.
+DECODE_SPEEDUP = (2.8, 10.0)
+DECODE_SPEEDUP_33B_A100 = 4.25
+
+# Fig. 9 / 11b: the gain peaks at P:D = C / (B - 1); about 10% over a wide range of P:D.
+PD_PEAKS = [  # (chunk, batch_size, pd_ratio, normalised throughput)
+    (256, 18, 14, 1.27),
+    (512, 18, 28, 1.23),
+]
+PD_WIDE_GAIN = 1.10
+
+# Fig. 13: chunked over unchunked time.
+CHUNK64_ATTENTION_SLOWDOWN = 3.0
+CHUNK64_PREFILL_SLOWDOWN = 5.0
+PREFILL_SLOWDOWN_BOUND = {256: 1.20, 512: 1.10}
+
+# Fig. 11a: throughput over the baseline by sequence length.
+ORCA_FIG11A = {
+    "Orca best": {1024: 1.11, 2048: 1.0, 3072: 1.0},
+    "SARATHI": {1024: 1.27, 2048: 1.25, 3072: 1.23},
+}
+
+# Sarathi-Serve: hybrid batching without a token budget raises P99 TBT up to 28.3x.
+NAIVE_HYBRID_TBT_INFLATION = 28.3
+
+# The paper's GPU (NVIDIA RTX A6000 datasheet): dense FP16 tensor rate with FP32 accumulate, and
+# memory bandwidth. Their ratio is how many flops a byte read must feed before compute, not
+# memory, bounds a kernel.
+A6000_TFLOPS = 154.8
+A6000_GBPS = 768.0

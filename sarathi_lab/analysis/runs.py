@@ -1,0 +1,88 @@
+"""Where each experiment's runs are, and how to produce them when they are missing.
+
+A results root holds ``<experiment>/multiruns/<sweep>/<job>/`` as ``python -m sarathi_lab.run -m``
+leaves it; an experiment's runs are its newest sweep with a finished run. With a W&B project the
+runs' files are downloaded first into the same layout, so both sources load the same way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from sarathi_lab.analysis.produce import EXPERIMENTS, run_experiments
+from sarathi_lab.harness.results import METRICS, WANDB_DIR, load_runs
+
+
+def newest_sweep(root: str | Path, name: str) -> Path | None:
+    """The sweep directory under ``root/<name>/multiruns`` whose latest finished run is newest."""
+    finished = {}
+    for metrics in (Path(root) / name / "multiruns").glob(f"*/**/{METRICS}"):
+        parts = metrics.relative_to(Path(root) / name / "multiruns").parts
+        if WANDB_DIR not in parts:  # W&B's copy of a run's file is not a run
+            finished[parts[0]] = max(finished.get(parts[0], 0.0), metrics.stat().st_mtime)
+    if not finished:
+        return None
+    return Path(root) / name / "multiruns" / max(finished, key=finished.get)
+
+
+def download_wandb(project: str, root: str | Path, names=EXPERIMENTS) -> Path:
+    """Every result file of each experiment's newest W&B group (one sweep) into ``root``, laid out
+    as local runs are: ``root/<name>/multiruns/<group>/<run id>/``."""
+    import wandb
+
+    api = wandb.Api()
+    for name in names:
+        runs = list(api.runs(project, filters={"jobType": name}, order="-created_at"))
+        if not runs:
+            continue
+        group = runs[0].group or runs[0].id
+        for run in (r for r in runs if (r.group or r.id) == group):
+            dest = Path(root) / name / "multiruns" / group / run.id
+            for f in run.files():
+                if f.name == METRICS or f.name.endswith(".parquet"):
+                    f.download(root=str(dest), replace=True)
+    return Path(root)
+
+
+class Results:
+    """Each experiment's runs under one results root, loaded on first use."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self._tables: dict[tuple[str, str], pd.DataFrame] = {}
+
+    def sweep(self, name: str) -> Path:
+        found = newest_sweep(self.root, name)
+        if found is None:
+            raise FileNotFoundError(f"no finished run of {name} under {self.root}")
+        return found
+
+    def missing(self) -> list[str]:
+        return [n for n in EXPERIMENTS if newest_sweep(self.root, n) is None]
+
+    def summary(self, name: str) -> pd.DataFrame:
+        return self.table(name, "summary")
+
+    def table(self, name: str, table: str) -> pd.DataFrame:
+        if (name, table) not in self._tables:
+            self._tables[name, table] = load_runs(self.sweep(name), table=table)
+        return self._tables[name, table]
+
+    def scale(self, name: str) -> str:
+        """'ci' for the quick set, else 'full'."""
+        return "ci" if self.sweep(name).name.startswith("ci-") else "full"
+
+
+def load_results(root: str | Path, wandb_project: str | None = None, produce: str = "ci") -> Results:
+    """The runs of every experiment: under ``root``, or with ``wandb_project`` ("entity/project")
+    downloaded into ``root/wandb/<project>`` first; an experiment with no finished run there is
+    run at scale ``produce`` into the same place."""
+    if wandb_project:
+        root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
+    results = Results(root)
+    missing = results.missing()
+    if missing:
+        print(f"no finished run under {root} of {', '.join(missing)}: running them at scale {produce}", flush=True)
+        run_experiments(missing, root, produce)
+    return results

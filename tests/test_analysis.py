@@ -1,0 +1,197 @@
+"""The derivations behind the figures and the claims table, on hand-made frames whose answers are
+known by construction."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+
+import pandas as pd
+import pytest
+
+from sarathi_lab.analysis import claims, derive
+from sarathi_lab.analysis.runs import Results, download_wandb, newest_sweep
+
+KEYS = {"seq_len": 256, "batch_size": 4, "pd_ratio": 8.0}
+
+
+def _iterations(run_dir: str, scheduler: str, rows: list[tuple[int, int, float]], chunk: int = 64) -> pd.DataFrame:
+    """rows: (prefill tokens, decode tokens, seconds)."""
+    frame = pd.DataFrame(rows, columns=["num_prefill_tokens", "num_decode_tokens", "duration"])
+    return frame.assign(run_dir=run_dir, scheduler=scheduler, chunk=chunk, **KEYS)
+
+
+def test_normalised_throughput_averages_baseline_repeats_and_pairs_by_workload():
+    summary = pd.DataFrame([
+        dict(scheduler="static", chunk=64, total_throughput=90.0, **KEYS),
+        dict(scheduler="static", chunk=128, total_throughput=110.0, **KEYS),  # the same baseline again
+        dict(scheduler="sarathi", chunk=64, total_throughput=120.0, **KEYS),
+        dict(scheduler="static", chunk=64, total_throughput=50.0, **(KEYS | {"pd_ratio": 2.0})),
+        dict(scheduler="sarathi", chunk=64, total_throughput=40.0, **(KEYS | {"pd_ratio": 2.0})),
+    ])
+    out = derive.normalised_throughput(summary).set_index("pd_ratio")
+    assert out.gain[8.0] == pytest.approx(1.2) and out.baseline[8.0] == 100
+    assert out.gain[2.0] == pytest.approx(0.8)
+
+
+def test_decode_speedup_compares_decode_only_cost_with_what_piggybacked_decodes_add():
+    # Baseline: 40 ms decode-only iterations of 4 decodes -> 10 ms per decode token.
+    static = _iterations("s", "static", [(1024, 0, 0.5), (0, 4, 0.04), (0, 4, 0.04)])
+    # SARATHI: a 64-token chunk alone costs 100 ms; each riding decode adds 2.5 ms.
+    sarathi = _iterations("c", "sarathi", [(64, 0, 0.100), (64, 0, 0.100), (64, 1, 0.1025), (64, 3, 0.1075),
+                                           (0, 4, 0.04)])
+    out = derive.decode_speedup(pd.concat([static, sarathi]))
+    (row,) = out.itertuples()
+    assert row.baseline == pytest.approx(10.0) and row.decode_ms_per_token == pytest.approx(2.5)
+    assert row.gain == pytest.approx(4.0)
+
+
+def test_piggybacked_cost_separates_chunk_size_from_decodes_and_ignores_decode_only_iterations():
+    # 0.78 ms per prefill token, 2 ms per riding decode; decode-only iterations cost something else.
+    its = _iterations("c", "sarathi", [(64, 0, 0.050), (128, 0, 0.100), (96, 2, 0.079), (0, 3, 0.5)])
+    assert derive.piggybacked_ms_per_token(its) == pytest.approx(2.0)
+
+
+def test_piggybacked_cost_is_nan_without_iterations_that_differ_in_decodes():
+    assert pd.isna(derive.piggybacked_ms_per_token(_iterations("c", "sarathi", [(64, 0, 0.05), (0, 2, 0.01)])))
+
+
+def _ops(rows: list[tuple[str, int, float]], seq_len: int = 128) -> pd.DataFrame:
+    """rows: (phase, batch_size, ms per token of the whole iteration)."""
+    out = []
+    for phase, batch, per_token in rows:
+        tokens = batch * seq_len if phase == "prefill" else batch
+        out.append({"phase": phase, "batch_size": batch, "seq_len": seq_len, "op": "total", "tokens": tokens,
+                        "ms": per_token * tokens, "ms_per_token": per_token})
+        out.append({"phase": phase, "batch_size": batch, "seq_len": seq_len, "op": "ffn", "tokens": tokens,
+                        "ms": per_token * tokens / 2, "ms_per_token": per_token / 2})
+    return pd.DataFrame(out)
+
+
+def test_decode_over_prefill_and_prefill_saturation():
+    ops = _ops([("prefill", 1, 2.0), ("prefill", 2, 1.05), ("prefill", 4, 1.0),
+                ("decode", 1, 40.0), ("decode", 4, 12.0)])
+    ratio = derive.decode_over_prefill(ops).set_index("batch_size").ratio
+    assert ratio[1] == pytest.approx(20) and ratio[4] == pytest.approx(12)
+    sat = derive.prefill_saturation(ops)
+    # 1 / 1.05 is within 10% of the best (1 token/ms at 512 tokens): saturated from batch 2 x 128.
+    assert sat == {"tokens": 256, "tokens_per_ms": pytest.approx(1.0), "fewest_measured": 128}
+
+
+def test_tile_jump_and_largest_step_find_a_step_past_a_tile_multiple():
+    tokens = [32, 64, 96, 128, 129, 160, 192, 224, 256, 257]
+    times = pd.Series([t / 32 + (1.0 if t > 128 else 0) + (1.0 if t > 256 else 0) for t in tokens], index=tokens)
+    jumps = [times[129] / times[128] - 1, times[257] / times[256] - 1]  # 4 -> 5.03 and 9 -> 10.03
+    assert derive.tile_jump(times, 128) == pytest.approx(sum(jumps) / 2)
+    assert derive.largest_step(times)[0] == 129
+    assert pd.isna(derive.tile_jump(times, 100))
+
+
+def test_pd_peaks_against_c_over_b_minus_1():
+    rows = [{"chunk": 64, "batch_size": 5, "seq_len": 256, "pd_ratio": p, "gain": g}
+            for p, g in ((4, 1.0), (16, 1.2), (64, 1.1))]
+    peak = derive.pd_peaks(pd.DataFrame(rows)).iloc[0]
+    assert peak.pd_ratio == 16 and peak.gain == 1.2 and peak.predicted_pd_ratio == 16
+    assert derive.optimal_pd_ratio(256, 18) == pytest.approx(256 / 17)
+
+
+def test_orca_cases_are_named_by_workload_and_normalised_to_the_unstaggered_baseline():
+    summary = pd.DataFrame([
+        dict(scheduler="static", total_throughput=100.0, run_dir="a", **KEYS),
+        dict(scheduler="orca", total_throughput=100.0, run_dir="b", **KEYS),
+        dict(scheduler="orca", total_throughput=110.0, run_dir="c", **KEYS),
+        dict(scheduler="sarathi", total_throughput=125.0, run_dir="d", **KEYS),
+        dict(scheduler="static", total_throughput=98.0, run_dir="e", **KEYS),
+    ]).assign(**{"workload.stagger": [0, 0, 4, 0, 4]})
+    out = derive.orca_compare(summary).set_index("variant").gain
+    assert out.to_dict() == pytest.approx({"Orca worst": 1.0, "Orca best": 1.1, "SARATHI": 1.25,
+                                           "baseline (staggered)": 0.98})
+
+
+def test_prefill_overlap_counts_prefill_iterations_with_decodes():
+    its = pd.DataFrame({"run_dir": "r", "num_prefill_tokens": [512, 256, 256, 0],
+                        "num_decode_tokens": [0, 3, 3, 4]})
+    row = derive.prefill_overlap(its).iloc[0]
+    assert row.hybrid_share == pytest.approx(2 / 3) and row.decodes_per_prefill_iteration == pytest.approx(2)
+
+
+def test_latency_long_splits_metric_and_percentile():
+    summary = pd.DataFrame([dict(scheduler="vllm", ttft_p50=1.0, ttft_p99=2.0, tbt_p50=0.1, tbt_p99=0.5,
+                                 **{"workload.qps": 1.5})])
+    long = derive.latency_long(summary).set_index(["metric", "percentile"]).seconds
+    assert long["tbt", "p99"] == 0.5 and set(derive.latency_long(summary).qps) == {1.5}
+
+
+class _Frames:
+    """A Results stand-in holding hand-made frames."""
+
+    def __init__(self, frames: dict[tuple[str, str], pd.DataFrame]):
+        self.frames = frames
+
+    def table(self, name, table):
+        return self.frames[name, table]
+
+    def summary(self, name):
+        return self.frames[name, "summary"]
+
+
+def test_claims_say_partly_when_only_some_points_meet_the_paper():
+    summary = pd.DataFrame([
+        dict(scheduler=s, **{"workload.qps": q}, tbt_p99=t)
+        for q, times in ((0.5, {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3}),
+                         (1.5, {"sarathi_serve": 0.5, "vllm": 0.4, "orca": 0.6}))
+        for s, t in times.items()])
+    (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
+    assert row["holds"] == "partly" and "qps 0.5: sarathi_serve 50 ms, vllm 400 ms, orca 300 ms" in row["ours"]
+
+
+def test_decode_speedup_claim_is_no_below_the_paper_range():
+    static = _iterations("s", "static", [(0, 4, 0.04)])
+    sarathi = _iterations("c", "sarathi", [(64, 0, 0.1), (64, 2, 0.11)])  # 5 ms: 2x
+    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "iterations"): pd.concat([static, sarathi])}))
+    assert row["holds"] == "no" and row["ours"].startswith("2.0x-2.0x")
+
+
+def _finished_run(job_dir, throughput: float) -> None:
+    job_dir.mkdir(parents=True)
+    (job_dir / "metrics.json").write_text(json.dumps({
+        "config": dict(experiment="pd_ratio", scheduler="static", **KEYS), "overrides": [], "resolved_config": {},
+        "summary": {"total_throughput": throughput}, "environment": {"device": "cpu"}}))
+
+
+def test_newest_sweep_is_the_one_with_the_newest_finished_run(tmp_path):
+    _finished_run(tmp_path / "pd_ratio/multiruns/ci-2024/0", 1.0)
+    _finished_run(tmp_path / "pd_ratio/multiruns/2023-01-01/0", 2.0)
+    (tmp_path / "pd_ratio/multiruns/2025-unfinished/0").mkdir(parents=True)
+    os.utime(tmp_path / "pd_ratio/multiruns/ci-2024/0/metrics.json", (1, 1))
+    assert newest_sweep(tmp_path, "pd_ratio").name == "2023-01-01"
+    results = Results(tmp_path)
+    assert results.scale("pd_ratio") == "full" and results.summary("pd_ratio").total_throughput[0] == 2.0
+    assert "pd_ratio" not in results.missing() and "tile_quantization" in results.missing()
+
+
+def test_wandb_runs_are_downloaded_into_the_local_layout(tmp_path, monkeypatch):
+    source = tmp_path / "source"
+    _finished_run(source, 3.0)
+
+    class File:
+        def __init__(self, name):
+            self.name = name
+
+        def download(self, root, replace):
+            os.makedirs(root, exist_ok=True)
+            (tmp_path / root / self.name).write_bytes((source / self.name).read_bytes())
+
+    def run(run_id, group):
+        return types.SimpleNamespace(id=run_id, group=group, files=lambda: [File("metrics.json"), File("run.log")])
+
+    class Api:
+        def runs(self, project, filters, order):
+            assert project == "me/sarathi" and order == "-created_at"
+            return [run("new", "pd_ratio-2"), run("old", "pd_ratio-1")] if filters["jobType"] == "pd_ratio" else []
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(Api=Api))
+    download_wandb("me/sarathi", tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "cache/pd_ratio/multiruns/pd_ratio-2").iterdir()) == ["new"]
+    assert Results(tmp_path / "cache").summary("pd_ratio").total_throughput[0] == 3.0
