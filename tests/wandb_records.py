@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,11 +51,19 @@ def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
     return records
 
 
-def read_offline_run(run_dir: Path) -> OfflineRun:
-    """The run, config, history rows and summary of the one offline W&B run under run_dir."""
+def read_offline_run(run_dir: Path, timeout_s: float = 30.0) -> OfflineRun:
+    """The run, config, history rows and summary of the one offline W&B run under run_dir.
+
+    W&B's service process writes the file asynchronously and has been seen to return from
+    finish() before its records reached the disk, so wait (boundedly) for the exit record."""
     (path,) = Path(run_dir).rglob("run-*.wandb")
+    deadline = time.monotonic() + timeout_s
+    records = read_records(path)
+    while not any(r.WhichOneof("record_type") == "exit" for r in records) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        records = read_records(path)
     out = OfflineRun()
-    for record in read_records(path):
+    for record in records:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             out.run = record.run
