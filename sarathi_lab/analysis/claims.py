@@ -56,7 +56,7 @@ def tile_quantization(results) -> list[dict]:
 
 
 def decode_speedup(results) -> list[dict]:
-    gains = derive.decode_speedup(results.table("decode_speedup", "iterations"))
+    gains = derive.decode_speedup(results.table("decode_speedup", "piggyback"))
     low, high = paper.DECODE_SPEEDUP
     return [_row("decode_speedup", f"Piggybacking raises decode throughput {low:g}x-{high:g}x over the baseline",
                  f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to {paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",
@@ -67,7 +67,7 @@ def decode_speedup(results) -> list[dict]:
 
 
 def pd_ratio(results) -> list[dict]:
-    normalised = derive.normalised_throughput(results.summary("pd_ratio"))
+    normalised = derive.pd_ratio_gains(results.summary("pd_ratio"))
     peaks = derive.pd_peaks(normalised)
     near = [p.predicted_pd_ratio / 2 <= p.pd_ratio <= 2 * p.predicted_pd_ratio for p in peaks.itertuples()]
     best = normalised.gain.max()

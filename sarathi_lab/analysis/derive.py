@@ -17,21 +17,19 @@ BASELINE = "static"
 WORKLOAD_KEYS = ("seq_len", "batch_size", "pd_ratio")
 
 
-def _versus_baseline(runs: pd.DataFrame, value: str, keys: list[str], is_baseline: pd.Series,
-                     higher_is_better: bool) -> pd.DataFrame:
-    """Non-baseline rows with ``baseline`` (the mean value of the baseline runs of the same keys,
-    which repeats when a sweep runs the baseline once per ignored knob such as ``chunk``) and
-    ``gain`` (>1: better than the baseline)."""
-    base = runs[is_baseline].groupby(keys)[value].mean().rename("baseline")
+def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseline: pd.Series) -> pd.DataFrame:
+    """Non-baseline rows with ``baseline`` (the mean metric of the baseline runs of the same keys,
+    should a sweep repeat it) and ``gain``, the row's metric over it."""
+    base = runs[is_baseline].groupby(keys)[metric].mean().rename("baseline")
     out = runs[~is_baseline].join(base, on=keys)
-    out["gain"] = out[value] / out.baseline if higher_is_better else out.baseline / out[value]
+    out["gain"] = out[metric] / out.baseline
     return out.reset_index(drop=True)
 
 
 def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS, metric: str = "total_throughput",
                           baseline: str = BASELINE) -> pd.DataFrame:
     """Each non-baseline run's throughput over the baseline's on the same workload (Fig. 9, 11)."""
-    return _versus_baseline(summary, metric, list(keys), summary.scheduler == baseline, higher_is_better=True)
+    return _versus_baseline(summary, metric, list(keys), summary.scheduler == baseline)
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
@@ -99,41 +97,27 @@ def largest_step(times: pd.Series) -> tuple[int, float]:
 
 # --- decode_speedup (Fig. 8) ---
 
-def decode_only_ms_per_token(its: pd.DataFrame) -> float:
-    """The baseline's cost of a decode token: decode-only iterations' time per decode token."""
-    d = its[(its.num_prefill_tokens == 0) & (its.num_decode_tokens > 0)]
-    return d.duration.sum() / d.num_decode_tokens.sum() * 1e3
-
-
-def piggybacked_ms_per_token(its: pd.DataFrame) -> float:
-    """SARATHI's cost of a decode token: what a decode adds to an iteration that computes a prefill
-    chunk (the paper's Table 2 reading: hybrid minus the chunk alone). Fitted by least squares,
-    time = a + b * prefill tokens + c * decodes, over the median time of each (prefill tokens,
-    decodes) composition of the run's iterations with prefill tokens, so that neither one slow
-    iteration nor the mix of compositions sways it; c is the answer."""
-    pre = its[its.num_prefill_tokens > 0]
-    if pre.num_decode_tokens.nunique() < 2:
-        return float("nan")
-    cells = pre.groupby(["num_prefill_tokens", "num_decode_tokens"]).duration.median().reset_index()
-    design = np.column_stack([np.ones(len(cells)), cells.num_prefill_tokens, cells.num_decode_tokens])
-    coef = np.linalg.lstsq(design, cells.duration.to_numpy(), rcond=None)[0]
-    return float(coef[2]) * 1e3
-
-
-def decode_speedup(iterations: pd.DataFrame, keys=WORKLOAD_KEYS, baseline: str = BASELINE) -> pd.DataFrame:
-    """Per non-baseline run: decode ms/token of the baseline and of the run, and ``gain``, the
-    decode throughput speedup (baseline ms/token over the run's piggybacked ms/token)."""
-    rows = []
-    for (_, scheduler), its in iterations.groupby(["run_dir", "scheduler"], sort=False):
-        cost = decode_only_ms_per_token(its) if scheduler == baseline else piggybacked_ms_per_token(its)
-        rows.append({k: its[k].iloc[0] for k in (*keys, "chunk")}
-                    | {"scheduler": scheduler, "decode_ms_per_token": cost})
-    runs = pd.DataFrame(rows)
-    return _versus_baseline(runs, "decode_ms_per_token", list(keys), runs.scheduler == baseline,
-                            higher_is_better=False)
+def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
+    """Per (seq_len, batch_size, chunk), from the medians of the three iterations of
+    ``task=piggyback``: a baseline decode token costs decode_only / B, a piggybacked one
+    (hybrid - chunk_alone) / (B - 1), what B - 1 decodes add to the chunk (the paper's Table 2
+    reading); ``gain`` is the decode throughput speedup, the first over the second."""
+    ms = piggyback.pivot_table(index=["seq_len", "batch_size", "chunk"], columns="iteration", values="ms")
+    out = ms.reset_index()
+    out["baseline_ms_per_decode"] = ms.decode_only.to_numpy() / out.batch_size
+    out["piggybacked_ms_per_decode"] = (ms.hybrid - ms.chunk_alone).to_numpy() / (out.batch_size - 1)
+    out["gain"] = out.baseline_ms_per_decode / out.piggybacked_ms_per_decode
+    return out
 
 
 # --- pd_ratio (Fig. 9, 11b) ---
+
+def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each sarathi run's throughput over the static run of the same workload and chunk value:
+    static ignores the chunk, but the sweep runs that static run right before the sarathi one, so
+    a shared machine's slow spells hit both alike."""
+    return normalised_throughput(summary, keys=(*WORKLOAD_KEYS, "chunk"))
+
 
 def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
     """P:D at which one chunk and batch_size - 1 decodes fill every iteration: C / (B - 1)."""
@@ -167,8 +151,7 @@ def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
     """Every run's throughput over the baseline (static, unstaggered) on the same lengths."""
     stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
     runs = summary.assign(variant=[orca_variant(s, g) for s, g in zip(summary.scheduler, stagger)])
-    return _versus_baseline(runs, "total_throughput", list(keys), runs.variant == "baseline",
-                            higher_is_better=True)
+    return _versus_baseline(runs, "total_throughput", list(keys), runs.variant == "baseline")
 
 
 def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:

@@ -73,7 +73,7 @@ def tile_quantization(results):
 
 
 def decode_speedup(results):
-    gains = derive.decode_speedup(results.table("decode_speedup", "iterations"))
+    gains = derive.decode_speedup(results.table("decode_speedup", "piggyback"))
     fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
     sns.barplot(gains, x="batch_size", y="gain", hue="seq_len", ax=ax, palette="crest")
     low, high = paper.DECODE_SPEEDUP
@@ -86,7 +86,7 @@ def decode_speedup(results):
 
 
 def pd_ratio(results):
-    norm = derive.normalised_throughput(results.summary("pd_ratio"))
+    norm = derive.pd_ratio_gains(results.summary("pd_ratio"))
     chunks = sorted(norm.chunk.unique())
     palette = dict(zip(chunks, sns.color_palette("tab10", len(chunks))))
     fig, ax = plt.subplots(figsize=(9, 4.5), layout="constrained")

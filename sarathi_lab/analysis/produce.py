@@ -29,7 +29,7 @@ _CI_COMMON = ["model=tiny", "logger=none", "measure.reps=1", "device.num_threads
 CI_OVERRIDES = {
     "per_token_cost": ["seq_len=64", "batch_size=1,4"],
     "tile_quantization": ["seq_len=80", "measure.token_step=16", "measure.tile=32"],
-    "decode_speedup": ["seq_len=96", "batch_size=2,4", "chunk=32"],
+    "decode_speedup": ["seq_len=64,96", "batch_size=2,4", "chunk=32"],
     "pd_ratio": ["seq_len=96", "pd_ratio=4,16", "chunk=32", "batch_size=3"],
     "chunk_overhead": ["seq_len=64,128", "chunk=32,64", "pd_ratio=8"],
     "orca_compare": ["seq_len=64,96", "chunk=32", "pd_ratio=4", "workload.num_requests=8"],

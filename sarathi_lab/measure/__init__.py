@@ -13,7 +13,7 @@ import pandas as pd
 
 # The `task` values besides serve: one module of this package each. Imported on use, so that the
 # config schema can name them without importing the engine code they drive.
-TASKS = ("op_breakdown", "iteration_sweep", "reread")
+TASKS = ("op_breakdown", "iteration_sweep", "reread", "piggyback")
 
 Measurement = Callable[..., tuple[dict[str, float], dict[str, pd.DataFrame]]]
 

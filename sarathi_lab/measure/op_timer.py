@@ -52,9 +52,9 @@ class _Hooks:
             handle.remove()
 
 
-def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
-    """Median seconds of one forward of ``batch``: ``total`` (timed bare) and each of OPS (timed
-    with hooks). One untimed forward first, so first-call costs stay out."""
+def forward_timer(llm, batch: ScheduledBatch):
+    """A function that runs one forward of ``batch`` and returns its seconds, after one untimed
+    forward so that first-call costs stay out."""
     runner, clock = llm.engine.runner, llm.engine.clock
     prepared = runner.prepare(batch)
 
@@ -64,8 +64,15 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
         return clock.now() - start
 
     forward()
+    return forward
+
+
+def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
+    """Median seconds of one forward of ``batch``: ``total`` (timed bare) and each of OPS (timed
+    with hooks)."""
+    forward = forward_timer(llm, batch)
     totals = [forward() for _ in range(reps)]
-    hooks = _Hooks(runner.model, clock)
+    hooks = _Hooks(llm.engine.runner.model, llm.engine.clock)
     try:
         splits = []
         for _ in range(reps):

@@ -43,10 +43,11 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     prompt_len, decode_len = split_length(cfg.seq_len, cfg.pd_ratio)
     reps = cfg.measure.reps
     hf = llm.model_config
+    # One layer's attention takes milliseconds: ten times the repetitions cost little and steady it.
     attention = measure_reread(prompt_len, cfg.chunk, num_heads=hf.num_attention_heads,
                                num_kv_heads=hf.num_key_value_heads or hf.num_attention_heads,
                                head_dim=head_dim_of(hf), dtype=llm.dtype, device=llm.config.torch_device,
-                               attention=llm.config.attention, block_size=llm.config.block_size, reps=reps)
+                               attention=llm.config.attention, block_size=llm.config.block_size, reps=10 * reps)
     prompt = [i % hf.vocab_size for i in range(prompt_len)]
     runs: dict[str, list[tuple[float, float, int]]] = {"whole": [], "chunked": []}
     for _ in range(reps):
