@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from sarathi_lab.bench.common import cpu_name
 from sarathi_lab.harness import REPO_ROOT
 
 
@@ -31,15 +31,7 @@ def collect_environment(device: torch.device, dtype: torch.dtype) -> dict[str, A
 
 
 def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def _git(*args: str) -> str | None:
