@@ -80,6 +80,12 @@ def test_pd_ratio_gains_pair_each_sarathi_run_with_the_static_run_of_its_chunk()
     assert derive.pd_ratio_gains(summary).gain.tolist() == pytest.approx([1.1, 1.1])
 
 
+def test_balance_puts_the_a6000_crossover_near_200_tokens_and_a_slow_memory_machine_lower():
+    table = derive.balance_table("cpu", gflops=100.0, gbps=10.0, bytes_per_param=4).set_index("machine")
+    assert table["compute-bound from (tokens)"].iloc[0] == pytest.approx(154.8e3 / 768)
+    assert table.loc["cpu", "flops per byte"] == 10 and table.loc["cpu", "compute-bound from (tokens)"] == 20
+
+
 def test_pd_peaks_against_c_over_b_minus_1():
     rows = [{"chunk": 64, "batch_size": 5, "seq_len": 256, "pd_ratio": p, "gain": g}
             for p, g in ((4, 1.0), (16, 1.2), (64, 1.1))]

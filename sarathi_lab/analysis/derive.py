@@ -1,8 +1,8 @@
-"""The quantities the paper plots, derived from the runs' tables (``load_runs`` frames).
+"""The quantities the paper plots, derived from what the runs leave (``load_runs`` frames: the
+summaries, the engine's ``iterations`` and the measurements' own tables).
 
 Pure pandas on the results contract, so that they are testable on hand-made frames and the
-notebook draws exactly what these return. Throughputs and times come from the engine's own
-records: ``iterations`` rows (duration, num_prefill_tokens, num_decode_tokens, ...) and the summary.
+notebook draws exactly what these return.
 """
 from __future__ import annotations
 
@@ -26,10 +26,9 @@ def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseli
     return out.reset_index(drop=True)
 
 
-def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS, metric: str = "total_throughput",
-                          baseline: str = BASELINE) -> pd.DataFrame:
+def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
     """Each non-baseline run's throughput over the baseline's on the same workload (Fig. 9, 11)."""
-    return _versus_baseline(summary, metric, list(keys), summary.scheduler == baseline)
+    return _versus_baseline(summary, "total_throughput", list(keys), summary.scheduler == BASELINE)
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:

@@ -33,7 +33,8 @@ CI_OVERRIDES = {
     "pd_ratio": ["seq_len=96", "pd_ratio=4,16", "chunk=32", "batch_size=3"],
     "chunk_overhead": ["seq_len=64,128", "chunk=32,64", "pd_ratio=8"],
     "orca_compare": ["seq_len=64,96", "chunk=32", "pd_ratio=4", "workload.num_requests=8"],
-    "scheduler_latency": ["seq_len=96", "workload.num_requests=6", "workload.qps=20,80"],
+    "scheduler_latency": ["seq_len=96", "workload.min_tokens=32", "chunk=32", "workload.num_requests=6",
+                          "workload.qps=20,80"],
 }
 SCALES = ("full", "ci")
 
