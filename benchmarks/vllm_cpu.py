@@ -17,33 +17,26 @@ Then, from the repository root:
     VLLM_ENABLE_V1_MULTIPROCESSING=0 /tmp/vllm-venv/bin/python benchmarks/vllm_cpu.py \\
         --model /tmp/cpu-small-random --requests 64 --prompt-len 128-1024 --new-tokens 64-256
 
-The workload generator below is a copy of ``sarathi_lab/bench/workload.py`` (this script cannot
-import sarathi_lab: the vLLM venv does not have it); both draw the same requests for a seed.
+The workload comes from ``sarathi_lab/bench/workload.py``, loaded by file path: the vLLM venv does
+not have sarathi_lab installed, and that module needs nothing but the standard library.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
-import random
 import time
+from pathlib import Path
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 # KV cache of the CPU backend, GiB (ours holds max_batch_size requests of the model's context).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
 
-
-def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,
-                  seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    rng = random.Random(seed)
-    lens = [rng.randint(*prompt_len) for _ in range(requests)]
-    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lens]
-    new = [rng.randint(*new_tokens) for _ in range(requests)]
-    return prompts, new
-
-
-def _range(text: str) -> tuple[int, int]:
-    lo, _, hi = text.partition("-")
-    return int(lo), int(hi or lo)
+_spec = importlib.util.spec_from_file_location(
+    "bench_workload", Path(__file__).resolve().parents[1] / "sarathi_lab" / "bench" / "workload.py")
+_workload = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_workload)
+make_workload, _range = _workload.make_workload, _workload._range
 
 
 def main() -> None:
