@@ -1,5 +1,5 @@
-"""Sweeps through a real process-based launcher, failure isolation and the end-of-sweep summary,
-and a run stopped by SIGTERM."""
+"""Sweeps through a real process-based launcher, failure isolation (a job that raises, a job
+SIGKILLed) and the end-of-sweep summary, and a run stopped by SIGTERM."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
+from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 from sarathi_lab.harness.results import load_runs, write_status
 from sarathi_lab.harness.sweep import summarize_sweep
 
@@ -41,6 +46,56 @@ def test_submitit_sweep_runs_jobs_as_processes_and_isolates_a_failing_one(tmp_pa
     assert "FAILED 0 (failed): chunk=0 is invalid" in proc.stdout + proc.stderr
 
 
+class SigkillJob(Callback):
+    """Test-only Hydra callback: SIGKILLs sweep job number `job` mid-run, as the OOM killer would."""
+
+    def __init__(self, job: int) -> None:
+        self.job = job
+
+    def on_job_start(self, config, **kwargs) -> None:
+        if config.hydra.job.num == self.job:
+            out = Path(config.hydra.runtime.output_dir)
+            threading.Thread(target=self._kill_once_running, args=(out,), daemon=True).start()
+
+    @staticmethod
+    def _kill_once_running(out: Path) -> None:
+        _wait_for(lambda: _status(out) == "running", timeout_s=60, poll_s=0.005)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.e2e
+def test_safe_submitit_sweep_collects_every_job_and_records_a_killed_one(tmp_path):
+    sweep = tmp_path / "sweep"
+    # The killed job first: the plugin's own launcher would give up on the jobs after it.
+    proc = subprocess.run(_cli("-m", *TINY, "chunk=16,32", "hydra/launcher=submitit_local_safe",
+                               "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}",
+                               f"+hydra.callbacks.kill._target_={__name__}.SigkillJob", "+hydra.callbacks.kill.job=0"),
+                          capture_output=True, text=True, timeout=240, check=False,
+                          env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})  # for tests.test_sweep, wherever pytest runs
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-2000:]
+    assert "Traceback" not in output
+    killed = json.loads((sweep / "0" / "status.json").read_text())
+    assert killed["status"] == "killed" and "SIGKILL" in killed["error"]
+    assert not (sweep / "0" / "metrics.json").exists()
+    assert load_runs(sweep).chunk.tolist() == [32]
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert summary == {"0": {"status": "killed", "error": killed["error"]}, "1": {"status": "ok", "error": None}}
+    assert f"FAILED 0 (killed): {killed['error']}" in output
+
+
+def test_safe_launchers_are_the_plugins_configs_with_another_target():
+    def launcher(name: str) -> dict:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+        return OmegaConf.to_container(cfg.hydra.launcher)
+
+    for name in ("submitit_local", "submitit_slurm"):
+        safe, plain = launcher(f"{name}_safe"), launcher(name)
+        assert safe.pop("_target_") == plain.pop("_target_").replace("hydra_submitit_launcher", "sarathi_lab_launcher")
+        assert safe == plain
+
+
 def test_summary_tells_killed_jobs_and_ignores_earlier_sweeps(tmp_path):
     def job(name: str, status: str | None, age_s: float = 0.0) -> None:
         (tmp_path / name / ".hydra").mkdir(parents=True)
@@ -53,8 +108,11 @@ def test_summary_tells_killed_jobs_and_ignores_earlier_sweeps(tmp_path):
 
     since = time.time() - 5
     job("0", "ok"), job("1", "failed"), job("2", "running"), job("3", None), job("4", "ok", age_s=3600)
+    (tmp_path / "5").mkdir()  # killed before Hydra saved its config: only its launcher's status.json
+    write_status(tmp_path / "5", "killed", error="SIGKILL")
     summary = summarize_sweep(tmp_path, since)
-    assert {k: v["status"] for k, v in summary.items()} == {"0": "ok", "1": "failed", "2": "killed", "3": "unknown"}
+    assert {k: v["status"] for k, v in summary.items()} == {"0": "ok", "1": "failed", "2": "killed", "3": "unknown",
+                                                            "5": "killed"}
     assert summary["1"]["error"] == "boom" and "killed" in summary["2"]["error"]
 
 
@@ -89,8 +147,8 @@ def _status(run_dir: Path) -> str | None:
         return None
 
 
-def _wait_for(condition, timeout_s: float) -> None:
+def _wait_for(condition, timeout_s: float, poll_s: float = 0.2) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
+        time.sleep(poll_s)

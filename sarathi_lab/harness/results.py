@@ -5,7 +5,8 @@ iterations and requests; a measurement task: its own). Everything is written to 
 renamed into place, and metrics.json is renamed last, so a run that dies at any point leaves no
 metrics.json and nothing that looks complete. An interrupted run saves what it measured under
 *.partial.* names instead. status.json says what the last invocation did (running, ok, skipped,
-failed with its traceback, interrupted) so that a sweep can report on its jobs.
+failed with its traceback, interrupted, or killed: written by the launcher for a job that could not)
+so that a sweep can report on its jobs.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import pandas as pd
 METRICS = "metrics.json"
 WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
 STATUS = "status.json"
-Status = Literal["running", "ok", "skipped", "failed", "interrupted"]
+Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """End-of-sweep report: which jobs of this multirun finished, and which failed and why.
 
 A Hydra callback, so it runs in the launching process whatever the launcher (basic, submitit,
-ray). Jobs record their own outcome in status.json; a job killed from outside (OOM killer,
-scheduler, SIGKILL) never gets to, and shows as still running. Any failure makes the sweep exit
-non-zero once every job has had its chance.
+ray). Jobs record their own outcome in status.json. A job killed from outside (OOM killer,
+scheduler, SIGKILL) never gets to: the submitit_*_safe launchers (hydra_plugins/sarathi_lab_launcher)
+record it for the job; under the others it shows as still running. Any failure makes the sweep
+exit non-zero once every job has had its chance.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from sarathi_lab.harness.results import read_status
+from sarathi_lab.harness.results import STATUS, read_status
 
 log = logging.getLogger(__name__)
 SUMMARY = "sweep_summary.json"
@@ -47,9 +48,11 @@ class SweepSummary(Callback):
 def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
     """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
     jobs = {}
-    for hydra_dir in sorted(sweep_dir.glob("**/.hydra")):
-        job_dir = hydra_dir.parent
-        if (hydra_dir / "config.yaml").stat().st_mtime < since - 1:
+    # A job killed before Hydra saved its config has only the status.json its launcher wrote.
+    job_dirs = {p.parent for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
+    for job_dir in sorted(job_dirs):
+        config = job_dir / ".hydra" / "config.yaml"
+        if config.exists() and config.stat().st_mtime < since - 1:
             continue  # a job of an earlier sweep into the same directory
         status = read_status(job_dir)
         if status is None or status["time"] < since - 1:
