@@ -16,6 +16,7 @@ from sarathi_lab.engine.scheduler import scheduler_names
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
+CPU_LINEARS = ("onednn", "aten")
 
 
 class ConfigError(ValueError):
@@ -42,6 +43,9 @@ class EngineConfig:
     # Forward passes run before a generate call's clock starts (kernel warm-up, allocator growth).
     warmup_iters: int = 2
     num_threads: int | None = None
+    # CPU linear layers: "onednn" packs each weight once for oneDNN's matmul (faster from 2 rows up,
+    # twice the weights' memory; see model/cpu_linear.py), "aten" keeps F.linear (MKL).
+    cpu_linear: str = "onednn"
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -50,6 +54,7 @@ class EngineConfig:
         _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, tuple(DTYPES))
         _check_choice("attention", self.attention, ATTENTION_CHOICES)
+        _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
         for key in ("chunk_size", "max_batch_size", "block_size"):
             _check_positive(key, getattr(self, key))
         for key in ("num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):

@@ -37,7 +37,8 @@ class LLM:
         device = cfg.torch_device
         self.dtype = dtype = cfg.torch_dtype
         backend = make_backend(cfg.attention, device)
-        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, dtype, device, cfg.seed)
+        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, dtype, device, cfg.seed,
+                                 cfg.cpu_linear)
         self.num_kv_blocks = self._num_kv_blocks()
         self.kv_caches = self._allocate_kv_cache()
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.config import cpu_has_bf16_units
+from sarathi_lab.config import CPU_LINEARS, cpu_has_bf16_units
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Above this 1-minute load average on the benchmark's cores the numbers are taken under contention.
@@ -32,10 +32,13 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def add_common_args(parser: argparse.ArgumentParser, clock: bool = False) -> None:
+def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine: bool = False) -> None:
     parser.add_argument("--device", default=default_device())
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
+    if engine:
+        parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="onednn",
+                            help="the engine's CPU linear layers: oneDNN over packed weights, or F.linear (MKL)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:

@@ -159,7 +159,7 @@ def run(args) -> pd.DataFrame:
     setup_threads(args.threads)
     load = warn_if_loaded()
     ceil = measure_ceilings(args.device, dtype, **(CEILING_SMOKE if args.smoke else {}), clock=args.clock)
-    config_kwargs = {"device": args.device, "dtype": args.dtype, "warmup_iters": 0,
+    config_kwargs = {"device": args.device, "dtype": args.dtype, "warmup_iters": 0, "cpu_linear": args.cpu_linear,
                          "max_batch_size": max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1])}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the bf16 fallback warning: the table says the dtype
@@ -188,12 +188,13 @@ def run(args) -> pd.DataFrame:
         })
     table = pd.DataFrame(rows)
     print(describe_machine())
-    print(f"# model {args.model} | dtype {args.dtype} | decode context {args.decode_context} | layout {args.layout} | reps {args.reps}"
-          f" | clock {args.clock} | copy {ceil.copy_gbps:.1f} GB/s | matmul {ceil.matmul_gflops:.1f} GFLOP/s | load1 at start {load:.2f}")
+    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} | decode context {args.decode_context}"
+          f" | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {ceil.copy_gbps:.1f} GB/s | matmul {ceil.matmul_gflops:.1f} GFLOP/s | load1 at start {load:.2f}")
     print_table(rows, None, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}")
     if args.out:
         write_table(table, args.out, {"ceilings": ceil.as_dict(), "model": args.model, "dtype": args.dtype,
-                                      "decode_context": args.decode_context, "layout": args.layout})
+                                      "cpu_linear": args.cpu_linear, "decode_context": args.decode_context,
+                                      "layout": args.layout})
     table.attrs["ceilings"] = ceil.as_dict()
     return table
 
@@ -201,7 +202,7 @@ def run(args) -> pd.DataFrame:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_common_args(p, clock=True)
+    add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=_ints, default=[1, 8, 32])
     p.add_argument("--decode-context", type=int, default=512, help="context tokens of every decode")

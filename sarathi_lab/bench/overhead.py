@@ -85,7 +85,7 @@ def run(args) -> pd.DataFrame:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
-                      device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks)
+                      device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
         row = {"scheduler": name} | measure(llm, prompts, new_tokens)
         row["target"], row["met"] = TARGET, row["overhead_frac"] < TARGET
         rows.append(row)
@@ -95,7 +95,7 @@ def run(args) -> pd.DataFrame:
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
     table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")
     if args.out:
-        write_table(table, args.out, {"model": args.model, "dtype": args.dtype})
+        write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear})
     return table
 
 
@@ -108,7 +108,7 @@ def _vocab(model: str) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_common_args(p)
+    add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=lambda s: s.split(","), default=["sarathi", "vllm"])
     p.add_argument("--chunk-size", type=int, default=512)

@@ -114,7 +114,7 @@ def run(args) -> pd.DataFrame:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 llm = LLM(tmp, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
-                          device="cpu", dtype=args.dtype, num_threads=threads)
+                          device="cpu", dtype=args.dtype, num_threads=threads, cpu_linear=args.cpu_linear)
             t0, c0 = time.perf_counter(), time.process_time()
             outputs[name] = llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -145,14 +145,14 @@ def run(args) -> pd.DataFrame:
           f" | chunk {args.chunk_size} | load1 at start {load:.2f}")
     table = print_table(rows, None, "Throughput vs transformers generate (static, left-padded batches)", "{:.3f}")
     if args.out:
-        write_table(table, args.out, {"model": args.model, "dtype": args.dtype})
+        write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear})
     return table
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_common_args(p)
+    add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--schedulers", type=lambda s: s.split(","), default=["sarathi", "vllm"])
     p.add_argument("--chunk-size", type=int, default=512)

@@ -98,6 +98,7 @@ class EngineCfg:
     num_kv_blocks: int | None = None
     kv_cache_gb: float | None = None
     attention: str = "auto"
+    cpu_linear: str = "onednn"
     max_model_len: int | None = None
     warmup_iters: int = 2
 

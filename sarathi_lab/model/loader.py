@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -9,6 +10,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend
+from sarathi_lab.model.cpu_linear import onednn_available, pack_linears
 from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
 from sarathi_lab.model.presets import PRESETS
 
@@ -41,14 +43,20 @@ def load_config(model: str) -> PretrainedConfig:
 
 
 def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
-                dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
+                dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str) -> CausalLM:
     with torch.device(device):
         lm = CausalLM(config, backend, max_positions)
     if model in PRESETS:
         _init_random(lm, config, seed)
     else:
         _load_safetensors(lm, Path(model))
-    return lm.to(dtype).eval()
+    lm = lm.to(dtype).eval()
+    if device.type == "cpu" and cpu_linear == "onednn":
+        if onednn_available():
+            pack_linears(lm)
+        else:
+            warnings.warn("cpu_linear='onednn' falls back to 'aten': this torch build has no oneDNN", stacklevel=2)
+    return lm
 
 
 @torch.no_grad()

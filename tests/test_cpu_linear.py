@@ -1,0 +1,50 @@
+"""oneDNN linear layers over packed weights compute what torch's F.linear computes."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from sarathi_lab import LLM
+from sarathi_lab.attention import make_backend
+from sarathi_lab.model import PRESETS, CausalLM
+from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available, pack_linears
+
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 70), in_features=st.integers(1, 300), out_features=st.integers(1, 300),
+       bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_packed_linear_equals_f_linear(rows, in_features, out_features, bias, seed):
+    torch.manual_seed(seed)
+    linear = nn.Linear(in_features, out_features, bias=bias)
+    x = torch.randn(rows, in_features)
+    with torch.inference_mode():
+        torch.testing.assert_close(PackedLinear(linear)(x), F.linear(x, linear.weight, linear.bias),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_packing_shares_the_parameters_so_tied_weights_and_state_dict_are_unchanged():
+    config = copy.deepcopy(PRESETS["tiny"])
+    config.tie_word_embeddings = True
+    plain = CausalLM(config, make_backend("torch", torch.device("cpu")), max_positions=64)
+    packed = copy.deepcopy(plain)
+    pack_linears(packed)
+    assert isinstance(packed.lm_head, PackedLinear) and isinstance(packed.layers[0].mlp.down_proj, PackedLinear)
+    assert packed.lm_head.weight is packed.embed_tokens.weight
+    assert plain.state_dict().keys() == packed.state_dict().keys()
+    for key, value in plain.state_dict().items():
+        torch.testing.assert_close(packed.state_dict()[key], value, rtol=0, atol=0)
+
+
+def test_engine_gives_the_same_tokens_with_either_cpu_linear():
+    prompts = [torch.randint(0, 4096, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 40, 90)]
+    outs = [LLM("tiny", device="cpu", dtype="float32", cpu_linear=kind, chunk_size=32).generate(prompts, 12)
+            for kind in ("aten", "onednn")]
+    assert outs[0] == outs[1]
