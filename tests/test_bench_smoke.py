@@ -87,10 +87,11 @@ def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2])
-def test_decode_in_place_runs_match_reference(kv_heads):
-    """The torch backend's decode path that reads long block runs in place and gathers the rest
-    (a perf change of this benchmark work) against a token-by-token reference, on tables laid out
-    as a served run leaves them: a prompt's run of blocks, then blocks scattered one at a time."""
+@pytest.mark.parametrize("cpu_kernel", [False, True])
+def test_decode_in_place_runs_match_reference(kv_heads, cpu_kernel):
+    """The torch backend's two decode paths, the C++ paged-decode kernel and the sdpa path that reads
+    long block runs in place and gathers the rest, against a token-by-token reference, on tables
+    laid out as a served run leaves them: a prompt's run of blocks, then blocks scattered one at a time."""
     from sarathi_lab.attention import AttentionMetadata
     from sarathi_lab.attention.torch_backend import TorchAttention
 
@@ -114,9 +115,9 @@ def test_decode_in_place_runs_match_reference(kv_heads):
     k_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
     v_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
     query = torch.randn(len(lens), heads, d, generator=gen)
-    backend = TorchAttention()
+    backend = TorchAttention(cpu_kernel=cpu_kernel)
     got = backend.attend(query, k_cache, v_cache, meta, d**-0.5)
-    assert backend._plan.runs, "no run was long enough to be read in place"
+    assert bool(backend._plan.runs) != cpu_kernel, "the path under test did not run"
     torch.testing.assert_close(got, _reference_attention(query, k_cache, v_cache, tables, lens, d**-0.5),
                                rtol=1e-5, atol=1e-5)
 

@@ -1,8 +1,11 @@
-"""Paged attention in plain PyTorch: the CPU path, and the reference the Triton kernels are held to.
+"""Paged attention in PyTorch: the CPU path, and the reference the Triton kernels are held to.
 
-Prefill chunks run one request at a time (few, long, compute-bound); decodes run as a few padded
-batches of similar context lengths (many, one query each, memory-bound), both through
-``scaled_dot_product_attention`` over the request's context gathered from its cache blocks.
+Prefill chunks run one request at a time (few, long, compute-bound) through
+``scaled_dot_product_attention`` over the request's context gathered from its cache blocks. On the
+CPU in float32, decodes (many, one query each, memory-bound) run in one call of the C++ paged-decode
+kernel (``sarathi_kernels.cpu_decode``), which reads each cached row once, in place. Elsewhere, or
+when that kernel cannot be built, they run as a few padded batches of similar context lengths
+through ``scaled_dot_product_attention``, as follows.
 
 Performance notes (CPU, measured on cpu-small, see benchmarks/RESULTS.md):
 - The gathered context goes into one workspace that is reused by every layer and iteration. A fresh
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from sarathi_kernels import cpu_decode
 from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata
 
@@ -67,7 +71,9 @@ class _DecodePlan:
 
 @register_backend("torch")
 class TorchAttention(AttentionBackend):
-    def __init__(self):
+    def __init__(self, cpu_kernel: bool = True):
+        # False: always the sdpa decode path below (tests hold the two against each other).
+        self.cpu_kernel = cpu_kernel
         self._workspace: torch.Tensor | None = None
         self._plan_meta: AttentionMetadata | None = None
         self._plan_block_size = 0
@@ -80,8 +86,9 @@ class TorchAttention(AttentionBackend):
         v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, value)
 
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        kernel = meta.num_decodes > 0 and self._kernel_decodes(query, k_cache)
         if meta is not self._plan_meta or k_cache.shape[1] != self._plan_block_size:
-            self._new_iteration(meta, k_cache.shape[1], query.device)
+            self._new_iteration(meta, k_cache.shape[1], query.device, plan_decodes=not kernel)
         out = torch.empty_like(query)
         start = 0
         for i in range(meta.num_prefills):
@@ -100,9 +107,17 @@ class TorchAttention(AttentionBackend):
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
             out[start : start + q_len] = o[0].transpose(0, 1)
             start += q_len
-        if meta.num_decodes:
+        if kernel:
+            p = meta.num_prefills
+            out[start:] = cpu_decode.paged_decode(query[start:], k_cache, v_cache, meta.block_tables[p:],
+                                                  meta.seq_lens[p:], scale)
+        elif meta.num_decodes:
             self._decode(query[start:], out[start:], k_cache, v_cache, scale)
         return out
+
+    def _kernel_decodes(self, query, k_cache) -> bool:
+        return (self.cpu_kernel and query.device.type == "cpu" and query.dtype == torch.float32
+                and k_cache.is_contiguous() and cpu_decode.available())
 
     def _decode(self, query, out, k_cache, v_cache, scale: float) -> None:
         plan = self._plan
@@ -165,14 +180,15 @@ class TorchAttention(AttentionBackend):
         v = torch.index_select(v_cache, 0, blocks, out=ws[numel : 2 * numel].view(n * nblocks, bs, kvh, d))
         return (k.view(n, nblocks * bs, kvh, d).transpose(1, 2), v.view(n, nblocks * bs, kvh, d).transpose(1, 2))
 
-    def _new_iteration(self, meta: AttentionMetadata, block_size: int, device: torch.device) -> None:
+    def _new_iteration(self, meta: AttentionMetadata, block_size: int, device: torch.device,
+                       plan_decodes: bool) -> None:
         """Split the decodes' contexts into runs read in place and blocks gathered, group the
         gathered parts by length, and build what every layer reuses."""
         self._plan_meta, self._plan_block_size = meta, block_size
         self._prefill_masks = {}
         self._plan = _DecodePlan([], [])
         p, n = meta.num_prefills, meta.num_decodes
-        if not n:
+        if not n or not plan_decodes:
             return
         lens = meta.seq_lens_host[p:]
         in_place = device.type == "cpu"
