@@ -1,6 +1,6 @@
 """The CPU paged-decode attention kernel (csrc/paged_decode_cpu.cpp), compiled on first use.
 
-torch's C++ extension builder compiles it once per machine (about a minute) into
+torch's C++ extension builder compiles it once per machine (about 40 s) into
 ``~/.cache/torch_extensions`` (or ``TORCH_EXTENSIONS_DIR``); later processes load the cached build.
 When there is no C++ compiler, the build fails once with a warning and callers fall back.
 """

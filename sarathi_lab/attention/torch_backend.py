@@ -77,6 +77,7 @@ class TorchAttention(AttentionBackend):
         self._workspace: torch.Tensor | None = None
         self._plan_meta: AttentionMetadata | None = None
         self._plan_block_size = 0
+        self._plan_kernel = False  # this iteration's decodes run in the C++ kernel
         self._plan = _DecodePlan([], [])
         self._prefill_masks: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -86,9 +87,10 @@ class TorchAttention(AttentionBackend):
         v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, value)
 
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        kernel = meta.num_decodes > 0 and self._kernel_decodes(query, k_cache)
         if meta is not self._plan_meta or k_cache.shape[1] != self._plan_block_size:
-            self._new_iteration(meta, k_cache.shape[1], query.device, plan_decodes=not kernel)
+            # Every layer sees the same dtype, device and cache layout: decide once per iteration.
+            self._plan_kernel = meta.num_decodes > 0 and self._kernel_decodes(query, k_cache)
+            self._new_iteration(meta, k_cache.shape[1], query.device, plan_decodes=not self._plan_kernel)
         out = torch.empty_like(query)
         start = 0
         for i in range(meta.num_prefills):
@@ -107,7 +109,7 @@ class TorchAttention(AttentionBackend):
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
             out[start : start + q_len] = o[0].transpose(0, 1)
             start += q_len
-        if kernel:
+        if self._plan_kernel:
             p = meta.num_prefills
             out[start:] = cpu_decode.paged_decode(query[start:], k_cache, v_cache, meta.block_tables[p:],
                                                   meta.seq_lens[p:], scale)
