@@ -17,6 +17,8 @@ from sarathi_lab.engine.scheduler import scheduler_names
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
 CPU_LINEARS = ("onednn", "aten")
+EXECUTORS = ("model", "sim")
+SIM_COST_MODELS = ("roofline", "profile")
 
 
 class ConfigError(ValueError):
@@ -27,8 +29,10 @@ class ConfigError(ValueError):
 class EngineConfig:
     model: str = "tiny"
     scheduler: str = "sarathi"
-    # Prefill chunk of `sarathi`; the per-iteration token budget (decodes included) of `sarathi_serve`.
+    # Prefill chunk of `sarathi` (one chunk per iteration).
     chunk_size: int = 512
+    # Per-iteration token budget of `sarathi_serve`, decodes included; None: the same as chunk_size.
+    token_budget: int | None = None
     max_batch_size: int = 8
     device: str = "auto"
     dtype: str = "bfloat16"
@@ -46,6 +50,11 @@ class EngineConfig:
     # CPU linear layers: "onednn" packs each weight once for oneDNN's matmul (faster from 2 rows up,
     # twice the weights' memory; see model/cpu_linear.py), "aten" keeps F.linear (MKL).
     cpu_linear: str = "onednn"
+    # What runs a scheduled batch: "model" (the real forward pass on `device`) or "sim" (no weights:
+    # a cost model predicts each iteration's time on `sim_device` and a virtual clock advances by it).
+    executor: str = "model"
+    sim_device: str = "h100"
+    sim_cost_model: str = "roofline"
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -55,15 +64,22 @@ class EngineConfig:
         _check_choice("dtype", self.dtype, tuple(DTYPES))
         _check_choice("attention", self.attention, ATTENTION_CHOICES)
         _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
+        _check_choice("executor", self.executor, EXECUTORS)
+        _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
         for key in ("chunk_size", "max_batch_size", "block_size"):
             _check_positive(key, getattr(self, key))
-        for key in ("num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):
+        for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):
             if getattr(self, key) is not None:
                 _check_positive(key, getattr(self, key))
         if self.warmup_iters < 0:
             raise ConfigError(f"warmup_iters={self.warmup_iters} is invalid: must be >= 0")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
+
+    @property
+    def budget(self) -> int:
+        """sarathi_serve's per-iteration token budget."""
+        return self.chunk_size if self.token_budget is None else self.token_budget
 
     @property
     def torch_device(self) -> torch.device:

@@ -25,9 +25,7 @@ _CUDA_MEMORY_UTILISATION = 0.9
 
 
 class LLM:
-    def __init__(self, model: str = "tiny", token_budget: int | None = None, **kwargs):
-        if token_budget is not None:
-            kwargs["chunk_size"] = token_budget
+    def __init__(self, model: str = "tiny", **kwargs):
         self.config = EngineConfig(model=model, **kwargs)
         cfg = self.config
         if cfg.num_threads is not None:
@@ -42,7 +40,7 @@ class LLM:
         self.num_kv_blocks = self._num_kv_blocks()
         self.kv_caches = self._allocate_kv_cache()
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size)
-        scheduler = make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size),
+        scheduler = make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget),
                                    self.block_manager)
         runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device)
         self.engine = LLMEngine(scheduler, runner, DeviceClock(device))

@@ -37,7 +37,7 @@ class CheckingRunner(ModelRunner):
         if s.name == "sarathi":
             assert len(batch.prefills) <= 1 and prefill <= self.config.chunk_size
         if s.name == "sarathi_serve":
-            assert prefill <= max(0, self.config.chunk_size - batch.num_decode_tokens)
+            assert prefill <= max(0, self.config.token_budget - batch.num_decode_tokens)
         if s.name == "vllm":
             assert not (batch.prefills and batch.decodes), "vllm mixes prefill and decode"
         for c in batch.chunks:
@@ -57,7 +57,7 @@ workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size
 
 
 def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk):
-    config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk)
+    config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk)
     scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK))
     runner = CheckingRunner(scheduler, config)
     seqs = [Sequence(i, [1] * p, n) for i, (p, n) in enumerate(requests)]

@@ -144,7 +144,7 @@ class RunConfig:
 
     def engine_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of LLM(...) / EngineConfig(...)."""
-        return dict(model=self.model.engine_model, scheduler=self.scheduler.name, chunk_size=self.chunk,
+        return dict(model=self.model.engine_model, scheduler=self.scheduler.name, chunk_size=self.chunk, token_budget=self.chunk,
                     max_batch_size=self.batch_size, device=self.device.name, dtype=self.dtype, seed=self.seed,
                     num_threads=self.device.num_threads, **dataclasses.asdict(self.engine))
 

@@ -24,7 +24,7 @@ from sarathi_lab.model.decoder import head_dim_of
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:
     engine = llm.engine
     served_by = engine.scheduler
-    engine.scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk),
+    engine.scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk, token_budget=chunk),
                                       llm.block_manager)
     try:
         llm.generate([prompt], decode_len, sampling=SamplingParams(ignore_eos=True))

@@ -18,8 +18,10 @@ from sarathi_lab.engine.sequence import Sequence, Status
 @dataclass(frozen=True)
 class SchedulerConfig:
     max_batch_size: int
-    # The chunk size of `sarathi`; the per-iteration token budget (decodes included) of `sarathi_serve`.
+    # The chunk size of `sarathi`.
     chunk_size: int
+    # The per-iteration token budget of `sarathi_serve`, decodes included.
+    token_budget: int
 
 
 class Scheduler(ABC):

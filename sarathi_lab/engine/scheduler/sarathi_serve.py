@@ -11,7 +11,7 @@ class SarathiServeScheduler(Scheduler):
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
         self._schedule_decodes(batch)
-        budget = self.config.chunk_size - batch.num_decode_tokens
+        budget = self.config.token_budget - batch.num_decode_tokens
         for seq in [s for s in self.running if s.is_prefill and s not in batch]:
             if budget <= 0:
                 return batch
