@@ -66,11 +66,14 @@ class LLM:
 
     def generate(self, prompts: Sequence_[Sequence_[int]], max_new_tokens: int | Sequence_[int] = 16,
                  sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
-                 on_iteration: Callable[[IterationRecord], None] | None = None) -> list[list[int]]:
+                 on_iteration: Callable[[IterationRecord], None] | None = None,
+                 max_concurrency: int | None = None) -> list[list[int]]:
         """Generated token ids of each prompt, in input order. Greedy unless ``sampling`` says
         otherwise. A prompt is any sequence of token ids (list, tuple, numpy or torch integers).
-        Per-iteration and per-request records of this call land in ``self.metrics``. Whatever
-        happens inside (an exception in ``on_iteration``, Ctrl-C), the engine stays reusable."""
+        ``max_concurrency`` caps the requests in the system at once, as a client with that many
+        connections would. Per-iteration and per-request records of this call land in
+        ``self.metrics``. Whatever happens inside (an exception in ``on_iteration``, Ctrl-C), the
+        engine stays reusable."""
         sampling = sampling or SamplingParams()
         if not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
@@ -78,6 +81,8 @@ class LLM:
         n = len(token_lists)
         new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
         arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
+        if max_concurrency is not None:
+            inputs.per_request_ints("max_concurrency", max_concurrency, 1)
         eos = None if sampling.ignore_eos else getattr(self.model_config, "eos_token_id", None)
         if isinstance(eos, list):
             eos = eos[0]
@@ -87,7 +92,7 @@ class LLM:
                 for i, (prompt, new, arrival) in enumerate(zip(token_lists, new_tokens, arrivals))]
         self._next_id += n
         self.metrics = Metrics()
-        self.engine.run(seqs, self.metrics, sampling, on_iteration)
+        self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
         return [s.tokens[s.prompt_len:] for s in seqs]
 
     def _check_request(self, i: int, prompt: list[int], max_new_tokens: int) -> None:

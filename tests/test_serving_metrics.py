@@ -99,3 +99,18 @@ def test_saturation_flag_fires_on_an_overloaded_run_only():
 def test_all_at_once_is_never_called_saturated():
     records = [RequestRecord(i, 4, 0.0, queue_at_arrival=i) for i in range(50)]
     assert Metrics([], records).summary()["saturated"] == 0.0
+
+
+def test_max_concurrency_caps_requests_in_the_system():
+    clock = VirtualClock()
+    scheduler = make_scheduler("sarathi_serve", SchedulerConfig(8, 64, 64), BlockManager(4096, 16))
+    engine = LLMEngine(scheduler, FixedCostExecutor(clock), clock)
+    in_system = []
+    seqs = [Sequence(i, [1] * 20, 6, 0.0) for i in range(12)]
+    metrics = Metrics()
+    engine.run(seqs, metrics, SamplingParams(ignore_eos=True),
+               on_iteration=lambda r: in_system.append(len(scheduler.waiting) + len(scheduler.running)), max_concurrency=3)
+    assert max(in_system) <= 3 and all(r.finish is not None for r in metrics.requests)
+    # A request held back by the cap arrives when it is sent: its latency starts then, not at 0.
+    arrivals = sorted(r.arrival for r in metrics.requests)
+    assert arrivals[:3] == [0.0, 0.0, 0.0] and arrivals[3] > 0

@@ -78,20 +78,28 @@ class LLMEngine:
         return record
 
     def run(self, seqs: list[Sequence], metrics: Metrics, sampling: SamplingParams,
-            on_iteration: Callable[[IterationRecord], None] | None = None) -> None:
+            on_iteration: Callable[[IterationRecord], None] | None = None, max_concurrency: int | None = None) -> None:
         """Serve ``seqs`` to completion; each becomes visible to the scheduler at its arrival time
         (seconds after the call starts). Records go into ``metrics`` as they happen, so an
-        interrupted run leaves what it had done; whatever stops it, no request stays behind."""
+        interrupted run leaves what it had done; whatever stops it, no request stays behind.
+
+        ``max_concurrency`` caps the requests in the system, as a benchmark client with that many
+        connections would (vLLM's bench serve): a request due while the cap is reached is sent,
+        and so arrives, when one finishes."""
         self.start(metrics, sampling)
         pending = sorted(seqs, key=lambda s: (s.arrival, s.seq_id))
+        scheduler = self.scheduler
         try:
             next_arrival = 0
-            while next_arrival < len(pending) or self.scheduler.has_work():
+            while next_arrival < len(pending) or scheduler.has_work():
                 now = self.elapsed()
-                while next_arrival < len(pending) and pending[next_arrival].arrival <= now:
-                    self.add_request(pending[next_arrival])
+                while (next_arrival < len(pending) and pending[next_arrival].arrival <= now
+                       and (max_concurrency is None or len(scheduler.waiting) + len(scheduler.running) < max_concurrency)):
+                    seq = pending[next_arrival]
+                    seq.arrival = max(seq.arrival, now)
+                    self.add_request(seq)
                     next_arrival += 1
-                record = self.step() if self.scheduler.has_work() else None
+                record = self.step() if scheduler.has_work() else None
                 if record is None:
                     if next_arrival == len(pending):
                         raise RuntimeError("scheduler produced an empty batch with requests left and none to arrive")
@@ -99,5 +107,5 @@ class LLMEngine:
                 elif on_iteration is not None:
                     on_iteration(record)
         except BaseException:
-            self.scheduler.abort_all()
+            scheduler.abort_all()
             raise
