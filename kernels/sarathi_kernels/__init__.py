@@ -6,6 +6,7 @@ TRITON_INTERPRET=1 must be set before ``triton.language`` is first imported, and
 transformers (torch._dynamo) imports it. Set here, it works only if nothing imported Triton first;
 otherwise the import fails with the fix rather than letting a kernel fail mid-run.
 """
+import importlib
 import os
 
 import torch
@@ -23,7 +24,8 @@ def __getattr__(name: str):
     if os.environ.get("TRITON_INTERPRET") == "1" and isinstance(tl.zeros, JITFunction):
         raise ImportError("TRITON_INTERPRET=1 was set after triton was imported (transformers imports it); "
                           "export TRITON_INTERPRET=1 or set it before importing sarathi_lab or transformers")
-    from sarathi_kernels import kv_cache, paged_attention
+    kv_cache = importlib.import_module("sarathi_kernels.kv_cache")
+    paged_attention = importlib.import_module("sarathi_kernels.paged_attention")
 
     # Importing the submodule paged_attention set the package's attribute to the module: the
     # function must replace it.
