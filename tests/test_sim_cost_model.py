@@ -156,7 +156,16 @@ def test_curve_and_surface_are_exact_at_measured_points_and_linear_between():
 
 def test_measured_dips_are_treated_as_noise():
     curve = Curve({1: 1.0, 2: 0.5, 3: 2.0})
-    assert curve(2)[0] == 1.0
+    assert [curve(x)[0] for x in (1, 2, 3)] == [0.75, 0.75, 2.0]    # least-squares monotone fit
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=12), st.lists(st.floats(0, 1), min_size=1, max_size=12))
+def test_surfaces_are_monotone_whatever_was_measured(xs_noise, ys_noise):
+    points = {(i, j): a + b for i, a in enumerate(xs_noise) for j, b in enumerate(ys_noise[::-1])}
+    rows = Surface(points).rows
+    assert all(r[j] <= r[j + 1] for r in rows for j in range(len(r) - 1))
+    assert all(rows[i][j] <= rows[i + 1][j] for i in range(len(rows) - 1) for j in range(len(rows[0])))
 
 
 def synthetic_profile(tokens=(1, 8, 16, 32, 64), chunks=(8, 32, 64), befores=(0, 64, 128), batches=(1, 4, 8),
@@ -181,7 +190,7 @@ def profile_model():
 
 
 def test_profile_model_is_exact_at_measured_points(profile_model):
-    dense = lambda t: 1e-3 + 2e-5 * t + 1e-4 + 1e-5 * t + 2e-3 + 5e-5 * t + 1e-4 + 1e-6 * t  # noqa: E731
+    dense = lambda t: 1e-3 + 2e-5 * t + 1e-4 + 1e-5 * t + 2e-3 + 5e-5 * t + 1e-4 + 1e-6 * t
     cost = profile_model.iteration_cost(prefills=[(32, 96)])
     assert cost.forward_s == pytest.approx(dense(32) + 1e-6 * 32 * 96)
     assert cost.prepare_s == pytest.approx(1e-5 + 1e-7 * 32 + 2e-6)

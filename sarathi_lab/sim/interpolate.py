@@ -1,14 +1,25 @@
 """Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation.
 
-Measured times are made non-decreasing along every axis first (a running maximum): a batch with
-more tokens or more context never takes less time, and a measured dip is the machine's noise. On
+Measured times are made non-decreasing along every axis first, by isotonic (least-squares
+monotone) regression: a batch with more tokens or more context never takes less time, and a
+measured dip is the machine's noise, which a running maximum would turn into a bias upwards. On
 monotone data the interpolant passes exactly through every measured point. Outside the grid the
 end segment's slope carries on, and the caller is told.
 """
 from __future__ import annotations
 
 import bisect
-from itertools import accumulate
+
+
+def isotonic(ys: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``ys`` in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for y in ys:
+        blocks.append([y, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, n1), (m2, n2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(n)]
 
 
 def _segment(xs: list[float], x: float) -> tuple[int, bool]:
@@ -34,7 +45,7 @@ class Curve:
         if not points:
             raise ValueError("a curve needs at least one measured point")
         self.xs = sorted(points)
-        self.ys = list(accumulate((points[x] for x in self.xs), max))
+        self.ys = isotonic([points[x] for x in self.xs])
 
     def __call__(self, x: float) -> tuple[float, bool]:
         return _lerp(self.xs, self.ys, x)
@@ -49,10 +60,11 @@ class Surface:
         missing = [(x, y) for x in self.xs for y in self.ys if (x, y) not in points]
         if missing:
             raise ValueError(f"the grid is not rectangular: no point at {missing[0]}")
-        rows = [list(accumulate((points[x, y] for y in self.ys), max)) for x in self.xs]
-        for i in range(1, len(rows)):
-            rows[i] = [max(a, b) for a, b in zip(rows[i], rows[i - 1])]
-        self.rows = rows
+        # Monotone along y in every row, then along x in every column (each pass keeps the other's
+        # order: averaging non-decreasing columns element-wise keeps the rows non-decreasing).
+        rows = [isotonic([points[x, y] for y in self.ys]) for x in self.xs]
+        columns = [isotonic([row[j] for row in rows]) for j in range(len(self.ys))]
+        self.rows = [[columns[j][i] for j in range(len(self.ys))] for i in range(len(self.xs))]
 
     def __call__(self, x: float, y: float) -> tuple[float, bool]:
         if len(self.xs) == 1:

@@ -42,7 +42,7 @@ def profile_name(model: str) -> str:
 
 def profile_path(device: str, model: str | PretrainedConfig) -> Path:
     if not isinstance(model, str):
-        raise ValueError("cost_model='profile' with a model config needs profile=<path to the CSV>")
+        raise TypeError("cost_model='profile' with a model config needs profile=<path to the CSV>")
     return profiles_dir() / device / f"{profile_name(model)}.csv"
 
 
