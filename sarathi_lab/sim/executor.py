@@ -26,9 +26,10 @@ class SimulatedExecutor(Executor):
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         prefills = [(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills]
-        # A decode's context includes the token it computes now.
+        # A decode's context includes the token it computes now; every decode samples, a chunk
+        # samples when it ends its request's tokens (batch.sampled, without building its list).
         decodes = [s.num_computed + 1 for s in batch.decodes]
-        num_sampled = len(batch.sampled)
+        num_sampled = len(decodes) + sum(context == len(c.seq.tokens) for c, (_, context) in zip(batch.prefills, prefills))
         cost = self.cost_model.iteration_cost(prefills, decodes, num_sampled)
         self.extrapolated_iterations += cost.extrapolated
         self.clock.advance(cost.total_s)

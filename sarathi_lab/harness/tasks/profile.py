@@ -3,7 +3,7 @@ engine the run built (its model, dtype, attention backend and device).
 
 Grids, from the run's settings (the largest iteration is ``chunk + batch_size`` tokens, contexts
 reach ``seq_len``):
-- dense ops against tokens: 1, 2, 4, then every ``measure.token_step`` tokens, plus m and m + 1
+- dense ops against tokens: 1, 2, 4, then every ``measure.token_step`` tokens and the largest, plus m and m + 1
   at every multiple m of ``measure.tile`` (one token past a GEMM tile costs a whole tile); each a
   prefill of one fresh prompt, split by op with the engine's own hooks;
 - prefill attention on (chunk, context before it): chunks in powers of two up to ``chunk``, contexts
@@ -26,7 +26,6 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.common import machine_record, median_time  # TODO(measure): profiling at merge
-from sarathi_lab.engine.sampler import Sampler
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.measure.batches import SyntheticBatches  # TODO(measure): profiling.batches at merge
 from sarathi_lab.measure.iteration_sweep import token_groups
@@ -45,6 +44,20 @@ def device_name(device: torch.device) -> str:
                 re.sub(r"[^a-z0-9]+", "-", full.lower()).strip("-"))
 
 
+def _runner(llm):
+    # TODO(merge): the engine seam moves the runner into the model executor and the sampler into
+    # sarathi_lab.model; keep the newer path once it is on main.
+    return getattr(llm.engine, "runner", None) or llm.engine.executor.runner
+
+
+def _sampler_class():
+    try:
+        from sarathi_lab.model.sampler import Sampler
+    except ImportError:
+        from sarathi_lab.engine.sampler import Sampler
+    return Sampler
+
+
 def _powers_of_two(top: int) -> list[int]:
     return sorted({1 << i for i in range(top.bit_length()) if 1 << i <= top} | {top})
 
@@ -56,7 +69,7 @@ def _steps(low: int, high: int, n: int = 5) -> list[int]:
 def grids(cfg) -> dict[str, list]:
     m = cfg.measure
     max_tokens = cfg.chunk + cfg.batch_size
-    tokens = sorted({1, 2, 4} | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
+    tokens = sorted({1, 2, 4, max_tokens} | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
     return {"tokens": tokens, "chunks": _powers_of_two(cfg.chunk),
             "befores": _steps(0, max(cfg.seq_len - cfg.chunk, 0)), "batches": _powers_of_two(cfg.batch_size), "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
 
@@ -70,7 +83,7 @@ def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[d
         ops = time_by_op(llm, batch, reps)
         scale = ops["total"] / sum(ops[op] for op in OPS)
         ops = {op: ops[op] * scale for op in OPS} | {"total": ops["total"]}
-        runner = llm.engine.runner
+        runner = _runner(llm)
         prepare = median_time(lambda: runner.prepare(batch), reps)
     finally:
         batches.free(batch)
@@ -107,7 +120,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
 
 @torch.inference_mode()
 def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
-    model, sampler = llm.engine.runner.model, Sampler(SamplingParams(), llm.config.torch_device)
+    model, sampler = _runner(llm).model, _sampler_class()(SamplingParams(), llm.config.torch_device)
     rows = []
     for n in sizes:
         hidden = torch.randn(n, model.config.hidden_size, device=llm.config.torch_device).to(llm.dtype)
