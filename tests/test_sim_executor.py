@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("sarathi_lab.engine.executor", reason="the engine's executor seam is not merged yet")
 
-from sarathi_lab import LLM  # noqa: E402
-from sarathi_lab.config import EngineConfig  # noqa: E402
-from sarathi_lab.model import PRESETS  # noqa: E402
-from sarathi_lab.sim import CostModel, simulated_kv_blocks  # noqa: E402
+from sarathi_lab import LLM
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.model import PRESETS
+from sarathi_lab.sim import CostModel, simulated_kv_blocks
 
 
 def workload(n: int, seed: int, qps: float = 20.0):

@@ -98,9 +98,11 @@ class ProfileCostModel(CostModel):
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = sum(c for c, _ in prefills) + len(decodes)
         dense, outside = self._dense_s(tokens)
-        head, head_out = self.lm_head(num_sampled)
+        # ``others`` was measured with one sampled row: add the LM head's other rows (or take the
+        # one away when a chunk samples nothing).
+        head, head_out = self.lm_head(num_sampled) if num_sampled else (0.0, False)
         one_row, _ = self.lm_head(1)
-        ops = {"dense": dense, "lm_head_extra": max(head - one_row, 0.0)}
+        ops = {"dense": dense, "lm_head_extra": head - one_row}
         attn = 0.0
         for chunk, context in prefills:
             t, out = self.prefill_attention(chunk, context - chunk)

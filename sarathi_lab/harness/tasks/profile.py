@@ -126,8 +126,8 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
         hidden = torch.randn(n, model.config.hidden_size, device=llm.config.torch_device).to(llm.dtype)
         logits = model.lm_head(model.norm(hidden)).float()
         sync = torch.cuda.synchronize if hidden.is_cuda else None
-        rows += [("lm_head", n, 0, n, median_time(lambda: model.lm_head(model.norm(hidden)).float(), reps, sync=sync)),
-                 ("sample", n, 0, n, median_time(lambda: sampler(logits), reps, sync=sync))]
+        rows += [("lm_head", n, 0, n, median_time(lambda h=hidden: model.lm_head(model.norm(h)).float(), reps, sync=sync)),
+                 ("sample", n, 0, n, median_time(lambda x=logits: sampler(x), reps, sync=sync))]
     return rows
 
 
