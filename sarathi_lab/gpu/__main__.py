@@ -10,8 +10,8 @@ last call stopped. A step is started only if its expected minutes fit what is le
 one still running at the end of it is stopped and recorded as incomplete. With $OUT set, a summary,
 the claims, an archive of --out and the first figures land there after every step (at most 8 files).
 
-This driver imports no torch: it starts a worker process for the steps and a fresh one after a
-worker dies, so a crash or a broken CUDA context costs one step, not the call.
+This driver does no device work: it starts a worker process for the steps, and a fresh one after
+a worker dies, so a crash or a broken CUDA context costs one step, not the call.
 """
 from __future__ import annotations
 

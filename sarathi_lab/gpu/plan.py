@@ -4,10 +4,7 @@ The minutes are estimates from arithmetic (LLaMA-13B in bf16: 26 GB of weights r
 iteration at ~3 TB/s, ~27 TFLOP per 1K-token prefill at ~700 TFLOP/s, ~5 s to build the model,
 ~10 s to start an interpreter), not measurements: no step has run on a GPU yet. The order puts the
 issue's targets first (kernels, greedy equality, overhead at batch 18, decode vs prefill cost,
-piggyback gain, P:D peak), so that a lease cut short still answers them.
-
-Stdlib only: the driver and ``--plan`` import this without torch.
-"""
+piggyback gain, P:D peak), so that a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,10 +6,7 @@ of a compact copy into ``$OUT`` (what the device tool brings back: at most 8 fil
     <out>/steps/<step>/...           the step's own tables and logs
     <out>/profiles/<device>/         task=profile's tables (SARATHI_PROFILES_DIR)
     <out>/paper/<experiment>/multiruns/<sweep>/<job>/   the paper sweeps, as analysis.Results reads them
-    <out>/figures/*.png
-
-Stdlib only: the driver uses it without importing torch.
-"""
+    <out>/figures/*.png"""
 from __future__ import annotations
 
 import csv

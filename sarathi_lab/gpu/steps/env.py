@@ -71,8 +71,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                "copy_bytes": COPY_BYTES[ctx.device]}
     (ctx.dir / "env.json").write_text(json.dumps(record, indent=1))
     metrics = [Metric(k, v) for k, v in record.items() if k not in ("copy_gbps", "matmul_tflops")]
-    metrics += [Metric("copy_gbps", round(record["copy_gbps"], 1), "GB/s"),
-                Metric("matmul_tflops", round(record["matmul_tflops"], 1), "TFLOP/s")]
+    metrics += [Metric("copy_gbps", float(f"{record['copy_gbps']:.4g}"), "GB/s"),
+                Metric("matmul_tflops", float(f"{record['matmul_tflops']:.4g}"), "TFLOP/s")]
     return metrics, []
 
 
