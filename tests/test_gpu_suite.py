@@ -201,3 +201,22 @@ def test_paper_sweeps_expand_to_the_plans_jobs():
     argv = sweep_argv(BY_NAME["paper.decode_speedup"], Path("/x"))
     assert argv[1:5] == ["-m", "sarathi_lab.run", "-m", "experiment=decode_speedup"]
     assert "on_existing=skip" in argv and "hydra.sweep.dir=/x" in argv
+
+
+def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
+    from sarathi_lab.gpu.collect import collect, device_slug
+
+    out = tmp_path / "out"
+    files = {"steps/env/env.json": json.dumps({"device": "NVIDIA H100 80GB HBM3"}), "summary.csv": "a\n",
+             "steps/overhead/iterations.csv": "x\n", "figures/overhead.png": "png",
+             "profiles/h100/llama-13b.csv": "op\n", "paper/pd_ratio/multiruns/gpu/0/metrics.json": "{}",
+             "steps/engine/llama/config.json": "{}"}
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    state.archive(out, tmp_path / "suite.tar.gz")
+    written = {str(p.relative_to(tmp_path / "repo")) for p in collect(tmp_path / "suite.tar.gz", tmp_path / "repo")}
+    assert written == {"docs/gpu/h100/steps/env/env.json", "docs/gpu/h100/summary.csv",
+                       "docs/gpu/h100/steps/overhead/iterations.csv", "docs/gpu/h100/figures/overhead.png",
+                       "profiles/h100/llama-13b.csv"}
+    assert device_slug("NVIDIA H200") == "h200" and device_slug("cpu") == "cpu"

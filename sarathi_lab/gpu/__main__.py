@@ -121,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     todo = pending(out, steps, set((args.steps or "").split(",")), args.retry_failed)
     print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
     while todo:
+        if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
+            for s in todo:
+                print(f"[gpu] {s.name}: deferred to the next call ({s.minutes:.1f} min expected, "
+                      f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
+            break
         worker_start = time.time()
         code = run_worker(args, out, todo, names, deadline, suite)
         if code not in (0, RESTART):
