@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.plan import Step, format_plan, select
+from sarathi_lab.gpu.proc import wait_or_stop
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESTART = 75
@@ -67,16 +68,8 @@ def run_worker(args, out: Path, steps: list[Step], all_names: list[str], deadlin
     # go back before the KV cache (one large tensor) is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"} | dict(os.environ)
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True)
-    try:
-        return proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.time()))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        return -signal.SIGTERM
+    code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
+    return -signal.SIGTERM if code is None else code
 
 
 def print_table(out: Path, names: list[str]) -> None:
@@ -161,7 +154,7 @@ def _commit() -> str:
         return os.environ["SARATHI_GPU_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "?"
+                              text=True, timeout=10, check=False).stdout.strip() or "?"
     except (OSError, subprocess.SubprocessError):
         return "?"
 

@@ -13,10 +13,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from sarathi_lab.gpu import state  # noqa: E402
+from sarathi_lab.gpu import state
 
 DPI = 90
 
@@ -76,7 +76,7 @@ def paper_report(out: Path) -> list[str]:
         try:
             rows += check(results)
             _save(getattr(figures, name)(results), out, name)
-        except Exception as e:  # a figure or claim the runs at hand cannot give
+        except Exception as e:  # noqa: BLE001 (a figure or claim the runs at hand cannot give)
             plt.close("all")
             notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200])
     if rows:

@@ -32,7 +32,7 @@ def run_step(step: Step, ctx: Context) -> state.StepResult:
         status, error = "unavailable", str(e)
     except Incomplete as e:
         status, error = "incomplete", str(e)
-    except Exception as e:  # a step's failure is its result; the suite goes on
+    except Exception as e:  # noqa: BLE001 (a step's failure is its result; the suite goes on)
         status, error = "failed", one_line(e)
         (ctx.dir / "traceback.txt").write_text(traceback.format_exc())
     result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error)

@@ -43,7 +43,7 @@ def _version(module: str) -> str:
 def _nvidia_smi() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
+                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "nvidia-smi not available"
 

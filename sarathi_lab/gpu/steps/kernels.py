@@ -66,7 +66,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     log = ctx.dir / "check_gpu.log"
     try:
         proc = subprocess.run([sys.executable, str(CHECK_GPU)], cwd=CHECK_GPU.parents[1], env=env,
-                              capture_output=True, text=True, timeout=ctx.seconds_left())
+                              capture_output=True, text=True, timeout=ctx.seconds_left(), check=False)
     except subprocess.TimeoutExpired as e:
         log.write_text((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
         raise Incomplete("check_gpu.py ran past the call's budget") from e

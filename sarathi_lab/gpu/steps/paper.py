@@ -6,25 +6,26 @@ makes a rerun after an interrupted call skip the jobs already finished.
 The dry run cannot run the GPU shapes, so it checks them instead: every swept value composed and
 validated by the harness's schema, and the KV cache each job needs against an 80 GB card by
 arithmetic; then it runs one job at tiny shapes in-process, through the same harness, so the
-experiment's task code and the analysis that reads it run too.
+experiment's task code and the analysis that reads it run too. One experiment (SWEPT_IN_DRY_RUN)
+runs its dry job as the GPU does, a sweep in a child process, so that path is exercised as well.
 """
 from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.plan import PAPER_COMMON, Step
+from sarathi_lab.gpu.proc import wait_or_stop
 from sarathi_lab.gpu.state import Metric
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 GRACE_S = 10
 H100_BYTES = 80 * 10**9
+SWEPT_IN_DRY_RUN = "per_token_cost"
 # One job per experiment at tiny shapes (a single point: no sweep in the dry run).
 DRY_COMMON = ("model=tiny", "device=cpu", "dtype=float32", "logger=none", "measure.reps=1", "on_existing=overwrite")
 DRY = {
@@ -45,9 +46,10 @@ def sweep_dir(out: Path, name: str, dry_run: bool) -> Path:
     return out / "paper" / name / "multiruns" / ("ci-dry" if dry_run else "gpu")
 
 
-def sweep_argv(step: Step, directory: Path) -> list[str]:
+def sweep_argv(step: Step, directory: Path, dry_run: bool = False) -> list[str]:
+    overrides = [*DRY_COMMON, *DRY[step.arg].split()] if dry_run else [*PAPER_COMMON, *step.overrides]
     return [sys.executable, "-m", "sarathi_lab.run", "-m", f"experiment={step.arg}", f"hydra.sweep.dir={directory}",
-            *PAPER_COMMON, *step.overrides]
+            *overrides]
 
 
 def job_overrides(step: Step) -> list[list[str]]:
@@ -89,25 +91,18 @@ def run_dry(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
 
 
 def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
-    if ctx.dry_run:
+    if ctx.dry_run and step.arg != SWEPT_IN_DRY_RUN:
         return run_dry(ctx, step)
-    directory = sweep_dir(ctx.out, step.arg, False)
+    directory = sweep_dir(ctx.out, step.arg, ctx.dry_run)
     directory.mkdir(parents=True, exist_ok=True)
-    argv = sweep_argv(step, directory)
+    argv = sweep_argv(step, directory, ctx.dry_run)
     left = ctx.seconds_left()
     with open(ctx.dir / "sweep.log", "a") as log:
         proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait(timeout=None if left is None else max(1.0, left - GRACE_S))
-        except subprocess.TimeoutExpired:
-            # SIGTERM: the running job saves what it measured as *.partial.*; finished jobs stay.
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on (finished "
-                             f"jobs are skipped)") from None
+        code = wait_or_stop(proc, None if left is None else max(1.0, left - GRACE_S), GRACE_S)
+    if code is None:
+        raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on (finished "
+                         f"jobs are skipped)")
     summary = directory / "sweep_summary.json"
     jobs = json.loads(summary.read_text()) if summary.is_file() else {}
     ok = sum(j["status"] in ("ok", "skipped") for j in jobs.values())
@@ -116,4 +111,6 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
                Metric("sweep_exit", code, "", "0", code == 0)]
     if code != 0 and not jobs:
         raise RuntimeError(f"sarathi_lab.run exited {code} before any job (see {ctx.dir.name}/sweep.log)")
+    if ctx.dry_run:
+        metrics = [*check_gpu_jobs(step), *metrics]
     return metrics, [" ".join(argv[2:]), *errors[:5]]
