@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from sarathi_lab.bench import ceilings, iteration, overhead, versus
-from sarathi_lab.bench.floors import Shape, floor, visible_pairs
 from sarathi_lab.model import PRESETS
+from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
 
 # One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
 SMOKE = ["--smoke", "--threads", "1"]
@@ -43,9 +43,10 @@ def test_iteration_smoke(capsys, tmp_path):
 def test_overhead_smoke(capsys):
     table = overhead.main(SMOKE)
     assert list(table["scheduler"]) == ["sarathi", "vllm"]
-    assert ((table["overhead_frac"] > 0) & (table["overhead_frac"] < 1)).all()
-    parts = table["schedule_frac"] + table["prepare_frac"] + table["sample_rest_frac"]
-    assert ((parts - table["overhead_frac"]).abs() < 1e-9).all()
+    # Scheduling and preparing are timed on their own, inside each iteration but outside its
+    # forward pass: together they fit in the overhead, which fits in the iteration.
+    timed = table["schedule_frac"] + table["prepare_frac"]
+    assert ((timed > 0) & (timed <= table["overhead_frac"]) & (table["overhead_frac"] < 1)).all()
     assert _positive_finite(table["iter_ms_mean"].tolist())
 
 

@@ -12,37 +12,29 @@ the engine's bookkeeping and metrics). Target: overhead under 5% of iteration ti
 from __future__ import annotations
 
 import argparse
-import time
 import warnings
 
 import pandas as pd
 
-from sarathi_lab.bench.common import (
-    add_common_args,
-    describe_machine,
-    print_table,
-    resolve_dtype,
-    setup_threads,
-    warn_if_loaded,
-    write_table,
-)
+from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
+from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 TARGET = 0.05
 
 
 class _Timed:
-    """Wraps a bound method and adds its wall time to ``total``."""
+    """Wraps a bound method and adds its time on the engine's clock to ``total``."""
 
-    def __init__(self, fn):
-        self.fn, self.total, self.calls = fn, 0.0, 0
+    def __init__(self, fn, clock):
+        self.fn, self.clock, self.total, self.calls = fn, clock, 0.0, 0
 
     def __call__(self, *args, **kwargs):
-        t0 = time.perf_counter()
+        t0 = self.clock.now()
         try:
             return self.fn(*args, **kwargs)
         finally:
-            self.total += time.perf_counter() - t0
+            self.total += self.clock.now() - t0
             self.calls += 1
 
 
@@ -50,7 +42,7 @@ def measure(llm, prompts, new_tokens) -> dict:
     from sarathi_lab.engine.sequence import SamplingParams
 
     engine = llm.engine
-    schedule, prepare = _Timed(engine.scheduler.schedule), _Timed(engine.runner.prepare)
+    schedule, prepare = _Timed(engine.scheduler.schedule, engine.clock), _Timed(engine.runner.prepare, engine.clock)
     engine.scheduler.schedule, engine.runner.prepare = schedule, prepare
     try:
         llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
@@ -90,7 +82,7 @@ def run(args) -> pd.DataFrame:
         row["target"], row["met"] = TARGET, row["overhead_frac"] < TARGET
         rows.append(row)
         del llm
-    print(describe_machine())
+    print(describe_machine(args.device))
     print(f"# model {args.model} | dtype {args.dtype} | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
     table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")

@@ -17,9 +17,9 @@ from collections import defaultdict
 
 import pandas as pd
 
-from sarathi_lab.analysis.derive import tile_jump
-from sarathi_lab.measure.batches import SyntheticBatches
-from sarathi_lab.measure.op_timer import time_by_op
+from sarathi_lab.profiling.batches import SyntheticBatches
+from sarathi_lab.profiling.ops import time_by_op
+from sarathi_lab.profiling.quantities import tile_jump
 
 
 def token_groups(max_tokens: int, step: int, tile: int) -> list[list[int]]:

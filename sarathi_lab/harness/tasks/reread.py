@@ -3,7 +3,7 @@ request end to end, with the prompt prefilled in ``chunk``-token pieces against 
 the KV tokens attention reads in each case (chunk k re-reads the k - 1 chunks before it).
 
 The prompt and decode lengths are ``seq_len`` split by ``pd_ratio``, as in serving runs.
-Attention is timed on one layer's shapes by ``sarathi_lab.bench.attention_reread``; prefill and
+Attention is timed on one layer's shapes by ``sarathi_lab.profiling.attention``; prefill and
 end to end serve the request through the engine's own loop with the ``sarathi`` scheduler, once
 with ``chunk`` and once with the whole prompt as the chunk, alternating, ``measure.reps`` times.
 """
@@ -13,12 +13,12 @@ import statistics
 
 import pandas as pd
 
-from sarathi_lab.bench.attention_reread import measure_reread
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.model.decoder import head_dim_of
+from sarathi_lab.profiling.attention import measure_reread
 
 
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:

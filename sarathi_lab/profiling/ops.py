@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.clock import DeviceClock
+from sarathi_lab.profiling.timer import Clock
 
 OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 
@@ -20,7 +20,7 @@ OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 class _Hooks:
     """Seconds spent inside each watched module, summed over layers, since the last reset."""
 
-    def __init__(self, model, clock: DeviceClock):
+    def __init__(self, model, clock: Clock):
         self.clock = clock
         self.seconds: dict[str, float] = defaultdict(float)
         self._handles = []
@@ -53,8 +53,8 @@ class _Hooks:
 
 
 def forward_timer(llm, batch: ScheduledBatch):
-    """A function that runs one forward of ``batch`` and returns its seconds, after one untimed
-    forward so that first-call costs stay out."""
+    """A function that runs one forward of ``batch`` and returns its seconds on the engine's clock,
+    after one untimed forward so that first-call costs stay out."""
     runner, clock = llm.engine.runner, llm.engine.clock
     prepared = runner.prepare(batch)
 
