@@ -100,7 +100,7 @@ def run(args) -> pd.DataFrame:
         llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
     shape = Shape.of(llm.model_config)
     elem = torch.tensor([], dtype=llm.dtype).element_size()
-    batches = SyntheticBatches(llm, args.layout, args.seed)
+    batches = SyntheticBatches(llm, seed=args.seed, layout=args.layout)
     rows = []
     for case in cases(args):
         # One untimed pass grows the attention workspace and warms the weights' pages.

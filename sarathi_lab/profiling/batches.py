@@ -25,7 +25,7 @@ LAYOUTS = ("allocated", "served", "scattered", "contiguous")
 
 
 class SyntheticBatches:
-    def __init__(self, llm, layout: str = "allocated", seed: int = 0):
+    def __init__(self, llm, *, seed: int = 0, layout: str = "allocated"):
         if layout not in LAYOUTS:
             raise ValueError(f"layout={layout!r} is invalid: allowed values are {', '.join(LAYOUTS)}")
         self.blocks = llm.block_manager

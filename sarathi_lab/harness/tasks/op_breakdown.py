@@ -14,7 +14,7 @@ from sarathi_lab.profiling.ops import time_by_op
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     size, length = cfg.batch_size, cfg.seq_len
-    batches = SyntheticBatches(llm, cfg.seed)
+    batches = SyntheticBatches(llm, seed=cfg.seed)
     rows = []
     for phase, spec in (("prefill", {"prefills": [(length, 0)] * size}),
                         ("decode", {"decodes": size, "context": length})):
