@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sarathi_lab.bench import ceilings, iteration, overhead, versus
+from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
 from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
 
@@ -50,13 +51,21 @@ def test_overhead_smoke(capsys):
     assert _positive_finite(table["iter_ms_mean"].tolist())
 
 
-def test_versus_smoke(capsys):
-    table = versus.main(SMOKE)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_versus_smoke_compares_like_with_like(dtype):
+    table = versus.main([*SMOKE, "--dtype", dtype])
     assert list(table["system"]) == ["sarathi_lab/sarathi", "sarathi_lab/vllm", "transformers/static"]
+    # Both systems run the dtype the engine runs: bfloat16 only where the CPU has bf16 units.
+    ran = dtype if dtype == "float32" or cpu_has_bf16_units() else "float32"
+    assert set(table["dtype"]) == {ran}
     assert _positive_finite(table["speedup_vs_hf"].tolist())
-    assert _positive_finite(table["tok_per_s"].tolist())
-    # Same weights, greedy: the engine and transformers agree on the first token of every request.
-    assert (table["first_token_agree"].dropna() == 1.0).all()
+    agree = table["first_token_agree"].dropna()
+    if ran == "float32":
+        # Same weights, greedy, float32: the engine and transformers agree on every first token.
+        assert (agree == 1.0).all()
+    else:
+        # bfloat16 rounds differently in the two systems' kernels: agreement is a statistic to report.
+        assert agree.between(0, 1).all() and len(agree) == 2
 
 
 def test_floor_counts():
