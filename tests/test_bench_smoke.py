@@ -44,9 +44,9 @@ def test_iteration_smoke(capsys, tmp_path):
 def test_overhead_smoke(capsys):
     table = overhead.main(SMOKE)
     assert list(table["scheduler"]) == ["sarathi", "vllm"]
-    # Scheduling and preparing are timed on their own, inside each iteration but outside its
-    # forward pass: together they fit in the overhead, which fits in the iteration.
-    timed = table["schedule_frac"] + table["prepare_frac"]
+    # Scheduling, preparing and sampling are timed on their own, inside each iteration but outside
+    # its forward pass: together they fit in the overhead, which fits in the iteration.
+    timed = table["schedule_frac"] + table["prepare_frac"] + table["sample_frac"]
     assert ((timed > 0) & (timed <= table["overhead_frac"]) & (table["overhead_frac"] < 1)).all()
     assert _positive_finite(table["iter_ms_mean"].tolist())
 

@@ -14,15 +14,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sarathi_lab"
 
-# Lowest first. ``llm`` is the public API (sarathi_lab/__init__.py and llm.py): it builds an engine
-# with its model, or the simulator's executor, so it sits above both and below the harness.
+# Lowest first. ``llm`` is the public API (sarathi_lab/__init__.py and llm.py, with ``inputs``, the
+# checks of what users pass it): it builds an engine with its model, or the simulator's executor,
+# so it sits above both and below the harness.
 LAYERS = (
     ("config",),
     ("engine",),
     ("model", "attention", "sarathi_kernels"),
     ("profiling",),
     ("sim",),
-    ("llm",),
+    ("llm", "inputs"),
     ("harness",),
     ("analysis",),
     ("run", "bench", "gpu", "produce", "check_gpu"),
@@ -33,8 +34,6 @@ RANK = {node: rank for rank, nodes in enumerate(LAYERS) for node in nodes}
 KNOWN_UPWARD = {
     ("config", "attention"): "config names the attention backends (ATTENTION_CHOICES)",
     ("config", "engine"): "config names the schedulers (scheduler_names)",
-    ("engine", "attention"): "the model runner builds AttentionMetadata (moves with the executor seam)",
-    ("engine", "model"): "the model runner holds the model (moves with the executor seam)",
 }
 CLIS = set(LAYERS[-1])
 SCRIPTS = {"check_gpu": ROOT / "kernels" / "check_gpu.py"}

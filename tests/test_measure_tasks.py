@@ -12,6 +12,7 @@ import types
 import pytest
 
 from sarathi_lab import LLM
+from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.harness.tasks import TASKS, measurement
 from sarathi_lab.harness.workloads import split_length
 
@@ -19,25 +20,6 @@ from sarathi_lab.harness.workloads import split_length
 # tiles of TILE tokens, as a GPU matmul is, so that the tile sweep has steps to find.
 TILE, QKV, ATTENTION, O_PROJ, FFN = 16, 1e-4, 3e-5, 5e-5, 2e-4
 PER_FORWARD = 2e-3  # charged once per forward (the "others" of the split)
-
-
-class VirtualClock:
-    """The engine's clock interface, moved only by ``advance``."""
-
-    def __init__(self):
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
-    def start_forward(self) -> float:
-        return self.t
-
-    def stop_forward(self, start: float) -> float:
-        return self.t - start
 
 
 def op_costs(tokens: int, layers: int) -> dict[str, float]:
@@ -52,8 +34,8 @@ def cost(tokens: int, layers: int) -> float:
 @pytest.fixture(scope="module")
 def llm():
     llm = LLM("tiny", device="cpu", dtype="float32", num_threads=1, seed=0)
-    clock = llm.engine.clock = VirtualClock()
-    model = llm.engine.runner.model
+    clock = llm.engine.clock = llm.engine.executor.clock = VirtualClock()
+    model = llm.engine.executor.runner.model
     tokens = []
 
     def charge(per_token):

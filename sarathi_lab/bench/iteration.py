@@ -59,7 +59,7 @@ def blocks_needed(args, block_size: int) -> int:
 
 def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, reps: int,
               clock: str = "wall") -> dict:
-    runner = llm.engine.runner
+    runner = llm.engine.executor.runner
     prefills = [case["prefill"]] if case["prefill"] else []
     batch = batches.make(prefills, case["decodes"], decode_context)
     timer = make_clock(clock, llm.config.torch_device)
@@ -79,10 +79,10 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
     prep_s = median_time(prepare, reps, timer)
     fwd_s = median_time(forward, reps, timer)
     iter_s = median_time(iteration, reps, timer)
+    meta, num_sampled = prepared.meta, len(batch.sampled)
     batches.free(batch)
-    meta = prepared.meta
     return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s, "query_lens": list(meta.query_lens_host),
-            "context_lens": list(meta.seq_lens_host), "num_sampled": len(prepared.sampled)}
+            "context_lens": list(meta.seq_lens_host), "num_sampled": num_sampled}
 
 
 def run(args) -> pd.DataFrame:

@@ -7,8 +7,8 @@ import torch
 
 from sarathi_lab.attention import AttentionMetadata, make_backend
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
-from sarathi_lab.engine.model_runner import ModelRunner
 from sarathi_lab.engine.sequence import Sequence
+from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.profiling.timer import l2_flush, make_clock, median_time
 
 # Llama-3-8B attention: 32 query heads sharing 8 KV heads of 128 dims.

@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.profiling.timer import Clock
+from sarathi_lab.engine.clock import Clock
 
 OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 
@@ -55,7 +55,7 @@ class _Hooks:
 def forward_timer(llm, batch: ScheduledBatch):
     """A function that runs one forward of ``batch`` and returns its seconds on the engine's clock,
     after one untimed forward so that first-call costs stay out."""
-    runner, clock = llm.engine.runner, llm.engine.clock
+    runner, clock = llm.engine.executor.runner, llm.engine.clock
     prepared = runner.prepare(batch)
 
     def forward() -> float:
@@ -72,7 +72,7 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
     with hooks)."""
     forward = forward_timer(llm, batch)
     totals = [forward() for _ in range(reps)]
-    hooks = _Hooks(llm.engine.runner.model, llm.engine.clock)
+    hooks = _Hooks(llm.engine.executor.runner.model, llm.engine.clock)
     try:
         splits = []
         for _ in range(reps):

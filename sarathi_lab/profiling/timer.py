@@ -14,7 +14,7 @@ from typing import Protocol
 
 import torch
 
-from sarathi_lab.engine.clock import DeviceClock
+from sarathi_lab.engine.clock import WallClock
 
 CLOCKS = ("wall", "cpu")
 
@@ -31,7 +31,9 @@ class CpuTime:
 def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
     if kind not in CLOCKS:
         raise ValueError(f"clock={kind!r} is invalid: allowed values are {', '.join(CLOCKS)}")
-    return DeviceClock(torch.device(device)) if kind == "wall" else CpuTime()
+    if kind == "cpu":
+        return CpuTime()
+    return WallClock(torch.cuda.synchronize if torch.device(device).type == "cuda" else None)
 
 
 def time_calls(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1,
