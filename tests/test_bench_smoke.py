@@ -103,6 +103,7 @@ def test_decode_in_place_runs_match_reference(kv_heads, cpu_kernel):
     long block runs in place and gathers the rest, against a token-by-token reference, on tables
     laid out as a served run leaves them: a prompt's run of blocks, then blocks scattered one at a time."""
     from sarathi_kernels import cpu_decode
+
     from sarathi_lab.attention import AttentionMetadata
     from sarathi_lab.attention.torch_backend import TorchAttention
 

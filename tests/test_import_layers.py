@@ -158,6 +158,19 @@ def test_no_import_cycle_between_subpackages():
     assert _cycle(import_graph()) is None, f"import cycle: {' -> '.join(_cycle(import_graph()))}"
 
 
+def test_analysis_reads_result_files_and_launches_nothing():
+    """Of the harness, the analysis uses only the results contract (reading run directories)."""
+    used = set()
+    for path in (PACKAGE / "analysis").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sarathi_lab.harness"):
+                used |= {node.module} if node.module != "sarathi_lab.harness" else {f"{node.module}.{a.name}"
+                                                                                  for a in node.names}
+            elif isinstance(node, ast.Import):
+                used |= {a.name for a in node.names if a.name.startswith("sarathi_lab.harness")}
+    assert used <= {"sarathi_lab.harness.results"}, used
+
+
 def test_the_checker_sees_function_level_relative_and_dynamic_imports(tmp_path):
     source = ("def f():\n    from sarathi_lab.harness import runner\n"
               "from . import floors\nimportlib.import_module('sarathi_lab.bench.common')\n")
