@@ -12,6 +12,7 @@ import torch
 from sarathi_lab.bench import ceilings, iteration, overhead, versus
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
+from sarathi_lab.profiling.attention import paged_batch
 from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
 
 # One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
@@ -104,7 +105,6 @@ def test_decode_in_place_runs_match_reference(kv_heads, cpu_kernel):
     laid out as a served run leaves them: a prompt's run of blocks, then blocks scattered one at a time."""
     from sarathi_kernels import cpu_decode
 
-    from sarathi_lab.attention import AttentionMetadata
     from sarathi_lab.attention.torch_backend import TorchAttention
 
     if cpu_kernel and not cpu_decode.available():
@@ -120,12 +120,8 @@ def test_decode_in_place_runs_match_reference(kv_heads, cpu_kernel):
         table += [int(b) for b in torch.randperm(num_blocks - 200, generator=gen)[: -(-n // bs) - prompt_blocks] + 200]
         tables.append(table)
     width = max(map(len, tables))
-    meta = AttentionMetadata(
-        num_prefills=0, num_decodes=len(lens), num_prefill_tokens=0,
-        query_start_loc=torch.arange(len(lens) + 1, dtype=torch.int32), seq_lens=torch.tensor(lens, dtype=torch.int32),
-        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
-        slot_mapping=torch.zeros(len(lens), dtype=torch.long), query_lens_host=[1] * len(lens), seq_lens_host=lens,
-        max_query_len=1, max_seq_len=max(lens))
+    meta, _ = paged_batch([1] * len(lens), lens, num_prefills=0, block_size=bs,
+                          block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]))
     k_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
     v_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
     query = torch.randn(len(lens), heads, d, generator=gen)
