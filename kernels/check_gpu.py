@@ -24,7 +24,8 @@ from sarathi_kernels import paged_attention, write_kv_cache
 from triton.testing import do_bench
 
 from sarathi_lab.attention.torch_backend import TorchAttention
-from sarathi_lab.bench.attention_reread import context_slot_mapping, copy_bandwidth_gbps, paged_batch
+from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 
 # bf16 keeps 3 fewer mantissa bits than fp16, and compiled code rounds the softmax weights to bf16
 # before the second dot, so it gets twice the fp16 budget.

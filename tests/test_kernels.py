@@ -18,7 +18,7 @@ from sarathi_kernels import paged_attention, write_kv_cache
 from sarathi_lab.attention import make_backend
 from sarathi_lab.attention.torch_backend import TorchAttention
 from sarathi_lab.attention.triton_backend import TritonAttention
-from sarathi_lab.bench.attention_reread import context_slot_mapping, paged_batch
+from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from sarathi_lab.bench.common import cpu_name
 from sarathi_lab.harness import REPO_ROOT
+from sarathi_lab.profiling.machine import device_name
 
 
 def collect_environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
@@ -17,7 +17,7 @@ def collect_environment(device: torch.device, dtype: torch.dtype) -> dict[str, A
         "device": str(device),
         # The dtype that ran, which the engine may have changed (bfloat16 on a CPU without bf16 units).
         "dtype": str(dtype).removeprefix("torch."),
-        "device_name": _device_name(device),
+        "device_name": device_name(device),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "host": platform.node(),
@@ -28,10 +28,6 @@ def collect_environment(device: torch.device, dtype: torch.dtype) -> dict[str, A
         # Results from uncommitted code cannot be traced back to a commit alone.
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
     }
-
-
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def _git(*args: str) -> str | None:

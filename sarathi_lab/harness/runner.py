@@ -26,9 +26,9 @@ from sarathi_lab.harness.results import (
     write_status,
 )
 from sarathi_lab.harness.schema import RunConfig
+from sarathi_lab.harness.tasks import measurement
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload, build_workload
-from sarathi_lab.measure import measurement
 from sarathi_lab.model import load_config
 
 log = logging.getLogger(__name__)

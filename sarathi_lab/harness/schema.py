@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.measure import TASKS
+from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
 
@@ -105,7 +105,7 @@ class EngineCfg:
 
 @dataclass(frozen=True)
 class MeasureCfg:
-    """Settings of the tasks other than serve (sarathi_lab.measure)."""
+    """Settings of the tasks other than serve (sarathi_lab.harness.tasks)."""
     reps: int = 3
     token_step: int = 8
     tile: int = 128

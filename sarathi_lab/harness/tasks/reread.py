@@ -3,9 +3,10 @@ request end to end, with the prompt prefilled in ``chunk``-token pieces against 
 the KV tokens attention reads in each case (chunk k re-reads the k - 1 chunks before it).
 
 The prompt and decode lengths are ``seq_len`` split by ``pd_ratio``, as in serving runs.
-Attention is timed on one layer's shapes by ``sarathi_lab.bench.attention_reread``; prefill and
-end to end serve the request through the engine's own loop with the ``sarathi`` scheduler, once
-with ``chunk`` and once with the whole prompt as the chunk, alternating, ``measure.reps`` times.
+Attention is timed on one layer's shapes by ``sarathi_lab.profiling.attention``; prefill and
+end to end serve the request through an engine loop of its own with the ``sarathi`` scheduler (over
+the run's executor and cache), once with ``chunk`` and once with the whole prompt as the chunk,
+alternating, ``measure.reps`` times.
 """
 from __future__ import annotations
 
@@ -13,24 +14,24 @@ import statistics
 
 import pandas as pd
 
-from sarathi_lab.bench.attention_reread import measure_reread
+from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
-from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.model.decoder import head_dim_of
+from sarathi_lab.profiling.attention import measure_reread
 
 
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:
-    engine = llm.engine
-    served_by = engine.scheduler
-    engine.scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk, token_budget=chunk),
-                                      llm.block_manager)
-    try:
-        llm.generate([prompt], decode_len, sampling=SamplingParams(ignore_eos=True))
-    finally:
-        engine.scheduler = served_by
-    return llm.metrics
+    """The request served alone by an engine of its own: the sarathi scheduler with ``chunk``
+    over the LLM's executor, clock and KV cache."""
+    scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk, token_budget=chunk),
+                               llm.block_manager)
+    metrics = Metrics()
+    LLMEngine(scheduler, llm.engine.executor, llm.engine.clock).run(
+        [Sequence(0, prompt, decode_len)], metrics, SamplingParams(ignore_eos=True))
+    return metrics
 
 
 def _prefill(metrics: Metrics) -> tuple[float, int]:

@@ -1,26 +1,26 @@
 """Run the paper's experiments into a results root, at full (CPU default) or CI scale.
 
-    python -m sarathi_lab.analysis.produce                     # all seven, CPU defaults (~30 min)
-    python -m sarathi_lab.analysis.produce --scale ci          # the quick set (about a minute)
-    python -m sarathi_lab.analysis.produce pd_ratio --root outputs
-    python -m sarathi_lab.analysis.produce -o device.num_threads=1   # extra overrides for every sweep
+    python -m sarathi_lab.produce                     # all seven, CPU defaults (~30 min)
+    python -m sarathi_lab.produce --scale ci          # the quick set (about a minute)
+    python -m sarathi_lab.produce pd_ratio --root outputs
+    python -m sarathi_lab.produce -o device.num_threads=1   # extra overrides for every sweep
 
-Each experiment's sweep runs as ``python -m sarathi_lab.run -m experiment=NAME`` would, into
-``<root>/<name>/multiruns/<scale>-<time>/``; all of them in this one process, so that the
-interpreter's start-up (seconds) is paid once rather than per experiment.
+Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME``, run as a user runs it,
+into ``<root>/<name>/multiruns/<scale>-<time>/``. A sweep with a failed job does not stop the
+others; the command fails at the end naming them.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import sarathi_lab
+from sarathi_lab.analysis.runs import EXPERIMENTS, Results
 from sarathi_lab.harness import REPO_ROOT
-
-EXPERIMENTS = ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio", "chunk_overhead",
-               "orca_compare", "scheduler_latency")
 
 # The quick set (seconds per job): the tiny model, short requests, two points per swept axis, one
 # thread (the tiny model's iterations are too short to gain from two, and lose much when other
@@ -46,15 +46,35 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = ()) -
     return ["-m", f"experiment={name}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
 
 
-def run_experiments(names, root: str | Path, scale: str = "full") -> None:
-    """The experiments' sweeps in one fresh process; raises CalledProcessError if any job failed."""
-    subprocess.run([sys.executable, "-m", __name__, "--root", str(root), "--scale", scale, *names],
-                   check=True, cwd=REPO_ROOT)
+def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = ()) -> list[str]:
+    """Each experiment's sweep, one ``python -m sarathi_lab.run`` each; returns the names of those
+    with a failed job."""
+    # The runs import the same sarathi_lab as this process, wherever it was imported from.
+    package_root = str(Path(sarathi_lab.__file__).resolve().parents[1])
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    failed = []
+    for name in names:
+        done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *sweep_args(name, root, scale, extra)],
+                              env=env, check=False)
+        if done.returncode:
+            failed.append(name)
+    return failed
+
+
+def produce_missing(results: Results, scale: str = "ci") -> Results:
+    """Runs every experiment that has no finished run under ``results.root``, at ``scale``."""
+    missing = results.missing()
+    if missing:
+        print(f"no finished run under {results.root} of {', '.join(missing)}: running them at scale {scale}",
+              flush=True)
+        failed = run_experiments(missing, results.root, scale)
+        if failed:
+            raise RuntimeError(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.analysis.produce",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.produce", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
     parser.add_argument("--root", default=str(REPO_ROOT / "outputs"), help="results root")
     parser.add_argument("--scale", choices=SCALES, default="full")
@@ -64,16 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(args.names) - set(EXPERIMENTS))
     if unknown:
         parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(EXPERIMENTS)}")
-    from sarathi_lab.run import main as run_main  # the CLI's Hydra entry point, called once per sweep
-
-    failed = []
-    for name in args.names or EXPERIMENTS:
-        sys.argv = ["sarathi_lab.run", *sweep_args(name, args.root, args.scale, args.override)]
-        try:
-            run_main()
-        except SystemExit as e:  # a sweep with a failed job exits 1 at its end; the others still run
-            if e.code:
-                failed.append(name)
+    failed = run_experiments(args.names or EXPERIMENTS, args.root, args.scale, args.override)
     if failed:
         raise SystemExit(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")
 

@@ -8,7 +8,7 @@ costs the first / B; a piggybacked one costs (third - second) / (B - 1), what th
 Served runs give the same quantities, but as the difference of two iterations of half a second
 that other work on a shared CPU easily blurs; here each of the three is timed ``measure.reps``
 times, in a new random order each round, and keeps its median. The costs and the speedup are
-``sarathi_lab.analysis.derive.decode_speedup``.
+``sarathi_lab.profiling.quantities.decode_speedup``.
 """
 from __future__ import annotations
 
@@ -17,17 +17,17 @@ import statistics
 
 import pandas as pd
 
-from sarathi_lab.analysis.derive import decode_speedup
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.measure.batches import SyntheticBatches
-from sarathi_lab.measure.op_timer import forward_timer
+from sarathi_lab.profiling.batches import SyntheticBatches
+from sarathi_lab.profiling.ops import forward_timer
+from sarathi_lab.profiling.quantities import decode_speedup
 
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     size, context = cfg.batch_size, cfg.seq_len
     if size < 2:
         raise ValueError(f"batch_size={size} is invalid for task=piggyback: B - 1 decodes must ride the chunk")
-    batches = SyntheticBatches(llm, cfg.seed)
+    batches = SyntheticBatches(llm, seed=cfg.seed)
     # One chunk and B decodes serve all three iterations, so the cache holds them once.
     requests = batches.make(prefills=[(cfg.chunk, 0)], decodes=size, context=context)
     chunk, decodes = requests.prefills, requests.decodes

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sarathi_lab.measure.batches import SyntheticBatches
-from sarathi_lab.measure.op_timer import time_by_op
+from sarathi_lab.profiling.batches import SyntheticBatches
+from sarathi_lab.profiling.ops import time_by_op
 
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     size, length = cfg.batch_size, cfg.seq_len
-    batches = SyntheticBatches(llm, cfg.seed)
+    batches = SyntheticBatches(llm, seed=cfg.seed)
     rows = []
     for phase, spec in (("prefill", {"prefills": [(length, 0)] * size}),
                         ("decode", {"decodes": size, "context": length})):

@@ -17,9 +17,9 @@ from collections import defaultdict
 
 import pandas as pd
 
-from sarathi_lab.analysis.derive import tile_jump
-from sarathi_lab.measure.batches import SyntheticBatches
-from sarathi_lab.measure.op_timer import time_by_op
+from sarathi_lab.profiling.batches import SyntheticBatches
+from sarathi_lab.profiling.ops import time_by_op
+from sarathi_lab.profiling.quantities import tile_jump
 
 
 def token_groups(max_tokens: int, step: int, tile: int) -> list[list[int]]:
@@ -31,7 +31,7 @@ def token_groups(max_tokens: int, step: int, tile: int) -> list[list[int]]:
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     m = cfg.measure
-    batches = SyntheticBatches(llm, cfg.seed)
+    batches = SyntheticBatches(llm, seed=cfg.seed)
     groups, order = token_groups(cfg.seq_len, m.token_step, m.tile), random.Random(cfg.seed)
     seconds = defaultdict(list)
     for _ in range(m.reps):

@@ -53,8 +53,8 @@ class _Hooks:
 
 
 def forward_timer(llm, batch: ScheduledBatch):
-    """A function that runs one forward of ``batch`` and returns its seconds, after one untimed
-    forward so that first-call costs stay out."""
+    """A function that runs one forward of ``batch`` and returns its seconds on the engine's clock,
+    after one untimed forward so that first-call costs stay out."""
     runner, clock = llm.engine.executor.runner, llm.engine.clock
     prepared = runner.prepare(batch)
 

@@ -2,7 +2,7 @@
 
 An iteration must at least read every weight it multiplies by and every cached key/value its
 attention looks at (and write this step's keys/values), and must at least do its flops. With the
-measured ceilings (``sarathi_lab.bench.ceilings``) the floor is
+measured ceilings (``sarathi_lab.profiling.ceilings``) the floor is
 
     floor = max(bytes / copy_bandwidth, flops / matmul_rate)
 
