@@ -20,7 +20,8 @@ import torch
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("TRITON_INTERPRET=1 is set: unset it, this script checks the compiled kernels")
 
-from sarathi_kernels import paged_attention, write_kv_cache
+from sarathi_kernels.kv_cache import write_kv_cache
+from sarathi_kernels.paged_attention import paged_attention
 from triton.testing import do_bench
 
 from sarathi_lab.attention.torch_backend import TorchAttention
