@@ -6,8 +6,8 @@ and triton.language's own ``@jit`` helpers (``tl.sum``, ``tl.max``, ``tl.zeros``
 when Triton was first imported, usually by torch or transformers long before anyone asks for
 ``attention=triton``. So no variable set by us can arrive in time. Instead, without CUDA, our
 kernels are wrapped in the interpreter's function type explicitly, and triton.language's helpers
-decorated for the compiler are replaced, once, by interpreted ones: the state Triton would be in
-had ``TRITON_INTERPRET=1`` been set before its import. ``TRITON_INTERPRET`` set explicitly (1 or 0)
+decorated for the compiler are replaced, once, by interpreted ones, and Triton's interpret knob is
+set: the state Triton would be in had ``TRITON_INTERPRET=1`` been set before its import. ``TRITON_INTERPRET`` set explicitly (1 or 0)
 still decides, so that the compiled kernels can be built for a GPU target on a machine without one.
 """
 from __future__ import annotations
@@ -49,12 +49,20 @@ def _interpret_triton_language() -> None:
     tensor = triton.language.tensor
     for name, value in list(vars(tensor).items()):
         if type(value) is JITFunction:
-            # A plain function, so that ``x.sum(1)`` binds x as the first argument.
-            setattr(tensor, name, lambda *args, _fn=swap(value), **kwargs: _fn(*args, **kwargs))
+            setattr(tensor, name, _method(swap(value)))
+
+
+def _method(fn: InterpretedFunction):
+    """A plain function, so that ``x.sum(1)`` binds x as the first argument."""
+    return lambda *args, **kwargs: fn(*args, **kwargs)
 
 
 if INTERPRETED:
     _interpret_triton_language()
+    # From here on the process is in the state TRITON_INTERPRET=1 at startup would have given it:
+    # Triton's own checks (e.g. gluon's, on first specialisation) and later @jit decorations agree.
+    # Triton exports the knob to the environment too, so child processes start interpreted.
+    triton.knobs.runtime.interpret = True
 
 
 def jit(fn):

@@ -64,7 +64,6 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
         query_lens_host=list(query_lens),
         seq_lens_host=list(seq_lens),
         max_query_len=max(query_lens, default=0),
-        max_seq_len=max(seq_lens, default=0),
     )
     return meta, num_blocks
 
