@@ -12,7 +12,6 @@ import torch
 from sarathi_lab.bench import ceilings, iteration, overhead, versus
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
-from sarathi_lab.profiling.attention import paged_batch
 from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
 
 # One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
@@ -95,41 +94,6 @@ def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
         p = torch.softmax((q[:, None, :] @ k.transpose(1, 2)) * scale, dim=-1)
         out.append((p @ v)[:, 0])
     return torch.stack(out)
-
-
-@pytest.mark.parametrize("kv_heads", [4, 2])
-@pytest.mark.parametrize("cpu_kernel", [False, True])
-def test_decode_in_place_runs_match_reference(kv_heads, cpu_kernel):
-    """The torch backend's two decode paths, the C++ paged-decode kernel and the sdpa path that reads
-    long block runs in place and gathers the rest, against a token-by-token reference, on tables
-    laid out as a served run leaves them: a prompt's run of blocks, then blocks scattered one at a time."""
-    from sarathi_kernels import cpu_decode
-
-    from sarathi_lab.attention.torch_backend import TorchAttention
-
-    if cpu_kernel and not cpu_decode.available():
-        pytest.skip("the CPU kernel did not build here")
-    gen = torch.Generator().manual_seed(0)
-    bs, heads, d, num_blocks = 16, 4, 8, 400
-    lens = [300, 17, 129, 200, 160]
-    tables, start = [], 0
-    for i, n in enumerate(lens):
-        prompt_blocks = [0, 1, 9, 12, 10][i]
-        table = list(range(start, start + prompt_blocks))
-        start += prompt_blocks
-        table += [int(b) for b in torch.randperm(num_blocks - 200, generator=gen)[: -(-n // bs) - prompt_blocks] + 200]
-        tables.append(table)
-    width = max(map(len, tables))
-    meta, _ = paged_batch([1] * len(lens), lens, num_prefills=0, block_size=bs,
-                          block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]))
-    k_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
-    v_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
-    query = torch.randn(len(lens), heads, d, generator=gen)
-    backend = TorchAttention(cpu_kernel=cpu_kernel)
-    got = backend.attend(query, k_cache, v_cache, meta, d**-0.5)
-    assert bool(backend._plan.runs) != cpu_kernel, "the path under test did not run"
-    torch.testing.assert_close(got, _reference_attention(query, k_cache, v_cache, tables, lens, d**-0.5),
-                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("args", [["--help"], ["iteration", "--help"]])

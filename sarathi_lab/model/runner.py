@@ -57,7 +57,8 @@ class ModelRunner:
             query_start_loc=tensor(starts, torch.int32), seq_lens=tensor(seq_lens, torch.int32),
             block_tables=tensor(padded, torch.int32), slot_mapping=tensor(slots, torch.int64),
             query_lens_host=query_lens, seq_lens_host=seq_lens,
-            max_query_len=max(query_lens), max_seq_len=max(seq_lens))
+            max_query_len=max(query_lens))
+        self.model.backend.plan(meta, self.kv_caches[0][0])
         return PreparedBatch(tensor(ids, torch.int64), tensor(positions, torch.int64), meta,
                              tensor(logits_indices, torch.int64))
 
