@@ -8,7 +8,7 @@ import torch
 from sarathi_lab.attention import AttentionMetadata, make_backend
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.sequence import Sequence
-from sarathi_lab.model.runner import ModelRunner
+from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.profiling.timer import l2_flush, make_clock, median_time
 
 # Llama-3-8B attention: 32 query heads sharing 8 KV heads of 128 dims.
@@ -40,8 +40,7 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
             batch.prefills.append(ScheduledChunk(seq, q_len))
         else:
             batch.decodes.append(seq)
-    # Preparing a batch reads only block tables and token positions: no model, no cache.
-    return ModelRunner(None, [], block_size, torch.device(device)).prepare(batch).meta, num_blocks
+    return batch_tensors(batch, block_size, torch.device(device)).meta, num_blocks
 
 
 def context_slot_mapping(meta: AttentionMetadata, block_size: int) -> torch.Tensor:
