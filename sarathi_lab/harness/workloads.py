@@ -127,9 +127,15 @@ def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple
     path = resolve_trace_path(cfg.path)
     try:
         return _read_trace(cfg, path, context)
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: not UTF-8 text (byte 0x{e.object[e.start]:02x} "
-                          f"at offset {e.start})") from None
+    except UnicodeDecodeError:
+        raw = path.read_bytes()
+        try:
+            raw.decode("utf-8")
+            bad = line = None
+        except UnicodeDecodeError as e:  # the whole file's offset, where the reader's is its buffer's
+            bad, line = raw[e.start], raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text (byte 0x{bad:02x})"
+                          ) from None
 
 
 def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None) -> tuple[list[tuple[int, int]], list[float]]:
