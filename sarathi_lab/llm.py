@@ -1,27 +1,25 @@
 """The public entry point: ``LLM(model=..., scheduler=...).generate(prompts)``."""
 from __future__ import annotations
 
-import os
-from typing import Callable
+from collections.abc import Callable
+from collections.abc import Sequence as Sequence_
 
 import torch
 
+from sarathi_lab import inputs
 from sarathi_lab.attention import make_backend
-from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.config import DTYPES, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
-from sarathi_lab.engine.clock import DeviceClock
+from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
-from sarathi_lab.engine.model_runner import ModelRunner
-from sarathi_lab.engine.sampler import Sampler
 from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.model import build_model, load_config
 from sarathi_lab.model.decoder import head_dim_of
-
-# Without an explicit budget the CPU cache may take at most this share of the machine's memory.
-_CPU_KV_MEMORY_SHARE = 0.25
-_CUDA_MEMORY_UTILISATION = 0.9
+from sarathi_lab.model.executor import ModelExecutor
+from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+from sarathi_lab.model.runner import ModelRunner
 
 
 class LLM:
@@ -31,103 +29,86 @@ class LLM:
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)
         self.model_config = load_config(cfg.model)
-        self.max_model_len = self._max_model_len()
-        device = cfg.torch_device
-        self.dtype = dtype = cfg.torch_dtype
-        backend = make_backend(cfg.attention, device)
-        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, dtype, device, cfg.seed,
-                                 cfg.cpu_linear)
-        self.num_kv_blocks = self._num_kv_blocks()
-        self.kv_caches = self._allocate_kv_cache()
+        self.max_model_len = context_limit(cfg, self.model_config)
+        if cfg.executor == "sim":
+            from sarathi_lab.sim import build_simulation  # the simulator sits above the engine
+
+            self.dtype = DTYPES[cfg.dtype]  # the simulated device's dtype: no CPU fallback applies
+            clock = VirtualClock()
+            executor, self.num_kv_blocks = build_simulation(cfg, self.model_config, clock)
+        else:
+            executor, clock = self._build_model_executor()
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size)
         scheduler = make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget),
                                    self.block_manager)
-        runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device)
-        self.engine = LLMEngine(scheduler, runner, DeviceClock(device))
+        self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
-        if cfg.warmup_iters:
+        if cfg.warmup_iters and cfg.executor == "model":
             self._warm_up()
+
+    def _build_model_executor(self) -> tuple[ModelExecutor, WallClock]:
+        cfg = self.config
+        device = cfg.torch_device
+        self.dtype = dtype = cfg.torch_dtype
+        # Sized (and refused if too large) before the model's weights are allocated.
+        self.num_kv_blocks = plan_kv_blocks(cfg, self.model_config, self.max_model_len, dtype, device)
+        backend = make_backend(cfg.attention, device)
+        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, dtype, device, cfg.seed,
+                                 cfg.cpu_linear)
+        self.kv_caches = self._allocate_kv_cache()
+        clock = WallClock(torch.cuda.synchronize if device.type == "cuda" else None)
+        return ModelExecutor(ModelRunner(self.model, self.kv_caches, cfg.block_size, device), clock), clock
 
     @property
     def kv_capacity_tokens(self) -> int:
         return self.num_kv_blocks * self.config.block_size
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int | list[int] = 16,
-                 sampling: SamplingParams | None = None, arrival_times: list[float] | None = None,
-                 on_iteration: Callable[[IterationRecord], None] | None = None) -> list[list[int]]:
+    def generate(self, prompts: Sequence_[Sequence_[int]], max_new_tokens: int | Sequence_[int] = 16,
+                 sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
+                 on_iteration: Callable[[IterationRecord], None] | None = None,
+                 max_concurrency: int | None = None) -> list[list[int]]:
         """Generated token ids of each prompt, in input order. Greedy unless ``sampling`` says
-        otherwise. Per-iteration and per-request records of this call land in ``self.metrics``."""
+        otherwise. A prompt is any sequence of token ids (list, tuple, numpy or torch integers).
+        ``max_concurrency`` caps the requests in the system at once, as a client with that many
+        connections would. Per-iteration and per-request records of this call land in
+        ``self.metrics``. Whatever happens inside (an exception in ``on_iteration``, Ctrl-C), the
+        engine stays reusable."""
         sampling = sampling or SamplingParams()
-        n = len(prompts)
-        new_tokens = [max_new_tokens] * n if isinstance(max_new_tokens, int) else list(max_new_tokens)
-        arrivals = [0.0] * n if arrival_times is None else list(arrival_times)
-        if len(new_tokens) != n or len(arrivals) != n:
-            raise ValueError(f"got {n} prompts but {len(new_tokens)} max_new_tokens and {len(arrivals)} arrival_times")
+        if not isinstance(sampling, SamplingParams):
+            raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
+        token_lists = inputs.prompts_as_lists(prompts)
+        n = len(token_lists)
+        new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
+        arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
+        if max_concurrency is not None:
+            inputs.per_request_ints("max_concurrency", max_concurrency, 1)
         eos = None if sampling.ignore_eos else getattr(self.model_config, "eos_token_id", None)
         if isinstance(eos, list):
             eos = eos[0]
-        seqs = []
-        for prompt, new, arrival in zip(prompts, new_tokens, arrivals):
-            self._check_request(prompt, new)
-            seqs.append(Sequence(self._next_id, list(prompt), new, arrival, eos))
-            self._next_id += 1
+        for i, (prompt, new) in enumerate(zip(token_lists, new_tokens)):
+            self._check_request(i, prompt, new)
+        seqs = [Sequence(self._next_id + i, prompt, new, arrival, eos)
+                for i, (prompt, new, arrival) in enumerate(zip(token_lists, new_tokens, arrivals))]
+        self._next_id += n
         self.metrics = Metrics()
-        self.engine.run(seqs, Sampler(sampling, self.config.torch_device), self.metrics, on_iteration)
+        self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
         return [s.tokens[s.prompt_len:] for s in seqs]
 
-    def _check_request(self, prompt: list[int], max_new_tokens: int) -> None:
+    def _check_request(self, i: int, prompt: list[int], max_new_tokens: int) -> None:
         vocab = self.model_config.vocab_size
         if not prompt:
-            raise ValueError("prompt is empty: every prompt needs at least one token")
-        if not all(isinstance(t, int) and 0 <= t < vocab for t in prompt):
-            bad = next(t for t in prompt if not (isinstance(t, int) and 0 <= t < vocab))
-            raise ValueError(f"prompt token {bad!r} is outside the vocabulary [0, {vocab})")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens!r} is invalid: must be an int >= 1")
+            raise ValueError(f"prompts[{i}] is empty: every prompt needs at least one token")
+        bad = next((t for t in prompt if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompts[{i}] holds token {bad}, outside the vocabulary [0, {vocab})")
         total = len(prompt) + max_new_tokens
         if total > self.max_model_len:
-            raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) = {total} tokens exceeds"
-                             f" the model's context of {self.max_model_len}")
+            raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) = {total}"
+                             f" tokens exceeds the model's context of {self.max_model_len}")
         if total > self.kv_capacity_tokens:
-            raise ValueError(f"a request of {total} tokens cannot fit the KV cache of {self.kv_capacity_tokens}"
-                             " tokens even alone; raise num_kv_blocks or kv_cache_gb")
-
-    def _max_model_len(self) -> int:
-        hf = self.model_config
-        limit = hf.max_position_embeddings
-        # Sliding-window attention is not implemented, so the context stops at the window.
-        if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
-            limit = min(limit, hf.sliding_window)
-        if self.config.max_model_len is not None:
-            if self.config.max_model_len > limit:
-                raise ConfigError(f"max_model_len={self.config.max_model_len} is invalid: the model allows at most"
-                                  f" {limit}")
-            return self.config.max_model_len
-        return limit
-
-    def _block_bytes(self) -> int:
-        hf, cfg = self.model_config, self.config
-        kv_heads = hf.num_key_value_heads or hf.num_attention_heads
-        elem = torch.tensor([], dtype=self.dtype).element_size()
-        return 2 * hf.num_hidden_layers * cfg.block_size * kv_heads * head_dim_of(hf) * elem
-
-    def _num_kv_blocks(self) -> int:
-        cfg, block_bytes = self.config, self._block_bytes()
-        if cfg.num_kv_blocks is not None:
-            return cfg.num_kv_blocks
-        if cfg.kv_cache_gb is not None:
-            blocks = int(cfg.kv_cache_gb * 2**30 // block_bytes)
-        elif cfg.torch_device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(cfg.torch_device)
-            blocks = int(free * _CUDA_MEMORY_UTILISATION // block_bytes)
-        else:
-            wanted = cfg.max_batch_size * -(-self.max_model_len // cfg.block_size)
-            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            blocks = min(wanted, int(ram * _CPU_KV_MEMORY_SHARE // block_bytes))
-        if blocks < 1:
-            raise ConfigError(f"kv_cache_gb={cfg.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
-        return blocks
+            raise ValueError(f"prompts[{i}]: a request of {total} tokens cannot fit the KV cache of"
+                             f" {self.kv_capacity_tokens} tokens even alone; raise num_kv_blocks or kv_cache_gb")
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         hf, cfg = self.model_config, self.config

@@ -39,24 +39,6 @@ def test_cuda_without_gpu_is_refused():
         LLM("tiny", device="cuda")
 
 
-@pytest.mark.parametrize("prompts, new, message", [
-    ([[]], 4, "prompt is empty"),
-    ([[1, 99999]], 4, "prompt token 99999 is outside the vocabulary"),
-    ([[1, -1]], 4, "prompt token -1 is outside"),
-    ([[1] * 60], 10, "exceeds the model's context of 64"),
-    ([[1]], 0, "max_new_tokens=0 is invalid"),
-])
-def test_bad_request_is_refused(llm, prompts, new, message):
-    with pytest.raises(ValueError, match=message):
-        llm.generate(prompts, max_new_tokens=new)
-
-
-def test_request_larger_than_whole_cache_is_refused():
-    llm = LLM("tiny", device="cpu", dtype="float32", warmup_iters=0, num_kv_blocks=2, block_size=16)
-    with pytest.raises(ValueError, match="cannot fit the KV cache of 32 tokens"):
-        llm.generate([[1] * 30], max_new_tokens=5)
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     directory = tmp_path_factory.mktemp("llama")

@@ -13,7 +13,7 @@ PROMPT_LEN = 45
 
 def _prefill_logits(llm: LLM, prompt: list[int], chunk: int, seq_id: int) -> torch.Tensor:
     """Every position's logits, computing the prompt ``chunk`` tokens at a time through the cache."""
-    runner, blocks = llm.engine.runner, llm.block_manager
+    runner, blocks = llm.engine.executor.runner, llm.block_manager
     seq = Sequence(seq_id, prompt, max_new_tokens=1)
     rows = []
     while seq.num_computed < len(prompt):

@@ -34,7 +34,7 @@ def test_sampling_is_seeded_and_not_greedy():
 def test_top_p_keeps_only_the_nucleus():
     import torch
 
-    from sarathi_lab.engine.sampler import _top_p
+    from sarathi_lab.model.sampler import _top_p
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     assert _top_p(probs, 0.7)[0].tolist() == pytest.approx([0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0])
     assert _top_p(probs, 0.01).tolist() == [[1.0, 0.0, 0.0, 0.0]]

@@ -22,7 +22,7 @@ SUMMARY_KEYS = {"prefill_throughput", "decode_throughput", "total_throughput", "
 def _metrics() -> Metrics:
     it = IterationRecord(iteration=0, start=0.0, duration=0.1, num_prefill_tokens=8, num_decode_tokens=0,
                          num_prefill_requests=1, num_decode_requests=0, kv_tokens_read=8, num_preempted=0,
-                         forward_time=0.09)
+                         schedule_time=0.001, prepare_time=0.004, forward_time=0.09, sample_time=0.005)
     req = RequestRecord(request_id=0, prompt_len=8, arrival=0.0, output_len=1, first_scheduled=0.0,
                         first_token=0.1, finish=0.1, token_times=[0.1])
     return Metrics(iterations=[it], requests=[req])

@@ -2,44 +2,58 @@
 the model's forward replaced by random logits (the schedulers never look at values)."""
 from __future__ import annotations
 
-import torch
+import random
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
-from sarathi_lab.engine.clock import DeviceClock
+from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.model_runner import ModelRunner
-from sarathi_lab.engine.sampler import Sampler
 from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler, scheduler_names
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 
 BLOCK = 4
 
 
-class CheckingRunner(ModelRunner):
-    """Checks every batch against the scheduler's promises, then returns random logits."""
+class CheckingExecutor(Executor):
+    """Checks every batch against the scheduler's promises (its policy and the block manager's
+    bookkeeping), then returns random tokens: the schedulers never look at values."""
 
-    def __init__(self, scheduler, config: SchedulerConfig):
-        super().__init__(model=None, kv_caches=[], block_size=BLOCK, device=torch.device("cpu"))
-        self.scheduler, self.config = scheduler, config
-        self.gen = torch.Generator().manual_seed(0)
+    def __init__(self, scheduler, config: SchedulerConfig, clock: VirtualClock):
+        self.scheduler, self.config, self.clock = scheduler, config, clock
+        self.rng = random.Random(0)
         self.batches = []
+        self.running_before: set[int] = set()
 
-    def prepare(self, batch):
+    def start(self, sampling):
+        pass
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
         s, blocks = self.scheduler, self.scheduler.blocks
         assert len(s.running) <= self.config.max_batch_size
         members = [c.seq for c in batch.chunks]
         assert len(members) == len(set(map(id, members))), "a request twice in one batch"
         assert all(seq in s.running for seq in members)
         prefill = batch.num_prefill_tokens
+        decoding = [seq for seq in s.running if not seq.is_prefill]
+        whole = all(c.num_tokens == c.seq.num_uncomputed for c in batch.prefills)
+        if s.name in ("orca", "sarathi", "sarathi_serve"):
+            assert all(seq in batch.decodes for seq in decoding), "a running decode left out"
         if s.name == "sarathi":
             assert len(batch.prefills) <= 1 and prefill <= self.config.chunk_size
         if s.name == "sarathi_serve":
             assert prefill <= max(0, self.config.token_budget - batch.num_decode_tokens)
-        if s.name == "vllm":
-            assert not (batch.prefills and batch.decodes), "vllm mixes prefill and decode"
+        if s.name in ("vllm", "static"):
+            assert not (batch.prefills and batch.decodes), f"{s.name} mixes prefill and decode"
+        if s.name in ("vllm", "orca", "static"):
+            assert whole, f"{s.name} chunked a prompt"
+        if s.name == "static":
+            admitted = {seq.seq_id for seq in s.running} - self.running_before
+            assert not admitted or not self.running_before, "static admitted into an unfinished batch"
         for c in batch.chunks:
             # Exactly the blocks the cached tokens plus this chunk need: none spare.
             assert len(c.seq.block_table) == -(-(c.seq.num_computed + c.num_tokens) // BLOCK)
@@ -47,33 +61,32 @@ class CheckingRunner(ModelRunner):
         assert len(held) == len(set(held)), "a block shared by two requests"
         assert len(held) + blocks.num_free == blocks.num_blocks, "a block leaked"
         self.batches.append([(c.seq.seq_id, c.num_tokens) for c in batch.chunks])
-        return super().prepare(batch)
-
-    def forward(self, prepared):
-        return torch.randn(len(prepared.sampled), 8, generator=self.gen)
-
-
-workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12)
+        self.clock.advance(1e-3 * batch.num_tokens)
+        return StepOutput([self.rng.randrange(8) for _ in batch.sampled], 0.0, 1e-3 * batch.num_tokens, 0.0)
 
 
 def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk):
     config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk)
     scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK))
-    runner = CheckingRunner(scheduler, config)
+    clock = VirtualClock()
+    executor = CheckingExecutor(scheduler, config, clock)
     seqs = [Sequence(i, [1] * p, n) for i, (p, n) in enumerate(requests)]
     metrics = Metrics()
     finished = []
-    original_complete = scheduler.complete
+    original_update = scheduler.update
 
-    def complete(batch):
-        done = original_complete(batch)
+    def update(batch, tokens):
+        done = original_update(batch, tokens)
         finished.extend(done)
+        executor.running_before = {seq.seq_id for seq in scheduler.running}
         return done
 
-    scheduler.complete = complete
-    LLMEngine(scheduler, runner, DeviceClock(torch.device("cpu"))).run(
-        seqs, Sampler(SamplingParams(), torch.device("cpu")), metrics)
-    return seqs, finished, metrics, runner, scheduler
+    scheduler.update = update
+    LLMEngine(scheduler, executor, clock).run(seqs, metrics, SamplingParams())
+    return seqs, finished, metrics, executor, scheduler
+
+
+workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size=1, max_size=12)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -85,7 +98,7 @@ def test_every_request_finishes_once_within_limits(scheduler_name, requests, spa
     num_blocks = -(-largest // BLOCK) + spare_blocks
     if scheduler_name == "sarathi_serve":
         chunk = max(chunk, batch_size + 1)  # a budget the decodes alone cannot fill
-    seqs, finished, metrics, runner, scheduler = run_workload(scheduler_name, requests, num_blocks,
+    seqs, finished, metrics, _, scheduler = run_workload(scheduler_name, requests, num_blocks,
                                                               batch_size, chunk)
     assert sorted(s.seq_id for s in finished) == list(range(len(requests))), "finished other than once each"
     assert [s.num_generated for s in seqs] == [n for _, n in requests]

@@ -128,7 +128,7 @@ def blocks_needed(args, block_size: int) -> int:
 
 
 def time_case(llm, factory: BatchFactory, case: dict, decode_context: int, reps: int, clock: str = "wall") -> dict:
-    runner = llm.engine.runner
+    runner = llm.engine.executor.runner
     batch = factory.batch(case["prefill"], case["decodes"], decode_context)
     sync = torch.cuda.synchronize if llm.config.torch_device.type == "cuda" else None
 

@@ -1,9 +1,9 @@
 """Engine overhead: the share of each iteration spent outside the model's forward pass.
 
 Serves a real workload through ``LLM.generate`` and splits every iteration's time
-(``IterationRecord.duration``) into the forward pass (``forward_time``), scheduling, batch
-preparation (``ModelRunner.prepare``: tensors and attention metadata) and the rest (sampling and
-the engine's bookkeeping and metrics). Target: overhead under 5% of iteration time.
+(``IterationRecord.duration``) into the parts the engine records for each iteration: the forward
+pass, scheduling, batch preparation (tensors and attention metadata), sampling, and the rest (the
+engine's bookkeeping and metrics). Target: overhead under 5% of iteration time.
 
     python -m sarathi_lab.bench.overhead                   # cpu-small, 16 requests, sarathi and vllm
     python -m sarathi_lab.bench.overhead --smoke
@@ -12,7 +12,6 @@ the engine's bookkeeping and metrics). Target: overhead under 5% of iteration ti
 from __future__ import annotations
 
 import argparse
-import time
 import warnings
 
 import pandas as pd
@@ -31,42 +30,21 @@ from sarathi_lab.bench.workload import add_workload_args, make_workload, workloa
 TARGET = 0.05
 
 
-class _Timed:
-    """Wraps a bound method and adds its wall time to ``total``."""
-
-    def __init__(self, fn):
-        self.fn, self.total, self.calls = fn, 0.0, 0
-
-    def __call__(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            self.total += time.perf_counter() - t0
-            self.calls += 1
-
-
 def measure(llm, prompts, new_tokens) -> dict:
     from sarathi_lab.engine.sequence import SamplingParams
 
-    engine = llm.engine
-    schedule, prepare = _Timed(engine.scheduler.schedule), _Timed(engine.runner.prepare)
-    engine.scheduler.schedule, engine.runner.prepare = schedule, prepare
-    try:
-        llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
-    finally:
-        del engine.scheduler.schedule, engine.runner.prepare  # back to the class's methods
+    llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
     its = llm.metrics.iterations
     busy = sum(i.duration for i in its)
     forward = sum(i.forward_time for i in its)
-    # schedule() runs inside the iteration's duration; so does prepare().
-    rest = busy - forward - schedule.total - prepare.total
+    parts = {part: sum(getattr(i, f"{part}_time") for i in its) for part in ("schedule", "prepare", "sample")}
     s = llm.metrics.summary()
     return {
         "iterations": len(its), "busy_s": busy, "forward_s": forward,
         "overhead_frac": (busy - forward) / busy,
-        "schedule_frac": schedule.total / busy, "prepare_frac": prepare.total / busy,
-        "sample_rest_frac": rest / busy,
+        **{f"{part}_frac": seconds / busy for part, seconds in parts.items()},
+        # Between the timed parts: recording the iteration, the engine loop itself.
+        "rest_frac": (busy - forward - sum(parts.values())) / busy,
         "overhead_per_iter_ms": (busy - forward) / len(its) * 1e3,
         "iter_ms_mean": busy / len(its) * 1e3,
         "tokens_per_s": s["total_throughput"],

@@ -1,7 +1,7 @@
 """What a scheduler decides for one iteration: which requests run and how many tokens each.
 
-No tensors here: the model runner turns this into tensors. Prefill chunks come first, then one
-token for each decode, the Sarathi layout.
+No tensors here: an executor turns this into tensors (or, simulated, into a predicted time).
+Prefill chunks come first, then one token for each decode, the Sarathi layout.
 """
 from __future__ import annotations
 
@@ -14,6 +14,16 @@ from sarathi_lab.engine.sequence import Sequence
 class ScheduledChunk:
     seq: Sequence
     num_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """Whether this chunk reaches the request's last token, so that a new token is sampled."""
+        return self.seq.num_computed + self.num_tokens == len(self.seq.tokens)
+
+    @property
+    def context_len(self) -> int:
+        """Tokens of the request that attention reads once this chunk's keys are cached."""
+        return self.seq.num_computed + self.num_tokens
 
 
 @dataclass
@@ -37,6 +47,19 @@ class ScheduledBatch:
     @property
     def chunks(self) -> list[ScheduledChunk]:
         return self.prefills + [ScheduledChunk(s, 1) for s in self.decodes]
+
+    # The two below read the requests' state before the step: an executor reads them, and the
+    # scheduler's update() changes that state after it.
+
+    @property
+    def sampled(self) -> list[Sequence]:
+        """Requests that get a new token from this iteration, in batch order."""
+        return [c.seq for c in self.chunks if c.samples]
+
+    @property
+    def kv_tokens_read(self) -> int:
+        """Cached keys/values attention reads per layer: every request reads its whole context."""
+        return sum(c.context_len for c in self.chunks)
 
     def __contains__(self, seq: Sequence) -> bool:
         return seq in self.decodes or any(c.seq is seq for c in self.prefills)

@@ -1,33 +1,52 @@
-"""Timing that means the same on both devices: on CUDA the forward pass is timed with device
-events and wall times are taken after a synchronise; on the CPU every op is synchronous."""
+"""The engine's clock: every time the engine records is a difference of two ``now()`` readings.
+
+A served run reads the wall clock (after a device synchronise, so that queued GPU work is counted
+where it ran). A simulated run reads a virtual clock that moves only when the simulated executor
+says an iteration took so long, or when the engine waits for the next arrival: no wall-clock time
+passes in it, so a simulated run is exact and repeatable.
+"""
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 
-import torch
+
+class Clock(ABC):
+    @abstractmethod
+    def now(self) -> float:
+        """Seconds since an arbitrary origin."""
+
+    @abstractmethod
+    def sleep_until(self, t: float) -> None:
+        """Wait until ``now() >= t`` (no-op if it already is)."""
 
 
-class DeviceClock:
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+class WallClock(Clock):
+    def __init__(self, synchronize: Callable[[], None] | None = None):
+        # On CUDA: torch.cuda.synchronize, so that a reading comes after the work queued before it.
+        self._synchronize = synchronize
 
     def now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
+        if self._synchronize is not None:
+            self._synchronize()
         return time.perf_counter()
 
-    def start_forward(self):
-        if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            return start
-        return time.perf_counter()
+    def sleep_until(self, t: float) -> None:
+        time.sleep(max(0.0, t - self.now()))
 
-    def stop_forward(self, token) -> float:
-        """Seconds since ``start_forward``; on CUDA this waits for the forward pass to finish."""
-        if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            end.synchronize()
-            return token.elapsed_time(end) / 1e3
-        return time.perf_counter() - token
+
+class VirtualClock(Clock):
+    def __init__(self) -> None:
+        self._now = 0.0
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        if not seconds >= 0:  # NaN too: a NaN time would stall every later reading
+            raise ValueError(f"a virtual clock moves forward only; got {seconds!r} s")
+        self._now += seconds
+
+    def sleep_until(self, t: float) -> None:
+        self._now = max(self._now, t)

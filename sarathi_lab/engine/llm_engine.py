@@ -1,68 +1,111 @@
-"""The iteration loop: arrivals -> scheduler -> model runner -> sampler -> metrics."""
+"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics.
+
+``step()`` is one iteration and returns its record; ``run()`` serves a set of requests, admitting
+each at its arrival time on the engine's clock (wall or virtual) and stepping until all finish.
+"""
 from __future__ import annotations
 
-import time
-from typing import Callable
+from collections.abc import Callable
 
-from sarathi_lab.engine.clock import DeviceClock
+from sarathi_lab.engine.clock import Clock
+from sarathi_lab.engine.executor import Executor
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
-from sarathi_lab.engine.model_runner import ModelRunner
-from sarathi_lab.engine.sampler import Sampler
 from sarathi_lab.engine.scheduler import Scheduler
-from sarathi_lab.engine.sequence import Sequence
+from sarathi_lab.engine.sequence import SamplingParams, Sequence
 
 
 class LLMEngine:
-    def __init__(self, scheduler: Scheduler, runner: ModelRunner, clock: DeviceClock):
+    def __init__(self, scheduler: Scheduler, executor: Executor, clock: Clock):
         self.scheduler = scheduler
-        self.runner = runner
+        self.executor = executor
         self.clock = clock
+        self.metrics = Metrics()
+        self._records: dict[int, RequestRecord] = {}
+        self._t0 = clock.now()
 
-    def run(self, seqs: list[Sequence], sampler: Sampler, metrics: Metrics,
-            on_iteration: Callable[[IterationRecord], None] | None = None) -> None:
+    def start(self, metrics: Metrics, sampling: SamplingParams) -> None:
+        """Open a measurement window: records go to ``metrics``, times count from now."""
+        self.metrics, self._records = metrics, {}
+        self.executor.start(sampling)
+        self._t0 = self.clock.now()
+
+    def elapsed(self) -> float:
+        return self.clock.now() - self._t0
+
+    def add_request(self, seq: Sequence) -> None:
+        record = RequestRecord(seq.seq_id, seq.prompt_len, seq.arrival,
+                               queue_at_arrival=sum(s.num_computed == 0 for s in self.scheduler.waiting))
+        self._records[seq.seq_id] = record
+        self.metrics.requests.append(record)
+        self.scheduler.add(seq)
+
+    def step(self) -> IterationRecord | None:
+        """One iteration; None when the scheduler has nothing it can run now."""
+        clock = self.clock
+        start = clock.now()
+        batch = self.scheduler.schedule()
+        scheduled = clock.now()
+        if not batch:
+            return None
+        kv_tokens_read = batch.kv_tokens_read
+        sampled = batch.sampled
+        out = self.executor.execute(batch)
+        finished = self.scheduler.update(batch, out.tokens)
+        end = clock.now()
+        t_start, t_end = start - self._t0, end - self._t0
+        records = self._records
+        for chunk in batch.chunks:
+            if records[chunk.seq.seq_id].first_scheduled is None:
+                records[chunk.seq.seq_id].first_scheduled = t_start
+        for seq in sampled:
+            rec = records[seq.seq_id]
+            rec.token_times.append(t_end)
+            rec.output_len = seq.num_generated
+            if rec.first_token is None:
+                rec.first_token = t_end
+        for seq in batch.preempted:
+            records[seq.seq_id].num_preemptions += 1
+        for seq in finished:
+            records[seq.seq_id].finish = t_end
+        record = IterationRecord(
+            iteration=len(self.metrics.iterations), start=t_start, duration=t_end - t_start,
+            num_prefill_tokens=batch.num_prefill_tokens, num_decode_tokens=batch.num_decode_tokens,
+            num_prefill_requests=len(batch.prefills), num_decode_requests=len(batch.decodes),
+            kv_tokens_read=kv_tokens_read, num_preempted=len(batch.preempted),
+            schedule_time=scheduled - start, prepare_time=out.prepare_s, forward_time=out.forward_s,
+            sample_time=out.sample_s)
+        self.metrics.iterations.append(record)
+        return record
+
+    def run(self, seqs: list[Sequence], metrics: Metrics, sampling: SamplingParams,
+            on_iteration: Callable[[IterationRecord], None] | None = None, max_concurrency: int | None = None) -> None:
         """Serve ``seqs`` to completion; each becomes visible to the scheduler at its arrival time
         (seconds after the call starts). Records go into ``metrics`` as they happen, so an
-        interrupted run leaves what it had done."""
+        interrupted run leaves what it had done; whatever stops it, no request stays behind.
+
+        ``max_concurrency`` caps the requests in the system, as a benchmark client with that many
+        connections would (vLLM's bench serve): a request due while the cap is reached is sent,
+        and so arrives, when one finishes."""
+        self.start(metrics, sampling)
         pending = sorted(seqs, key=lambda s: (s.arrival, s.seq_id))
-        records = {s.seq_id: RequestRecord(s.seq_id, s.prompt_len, s.arrival) for s in seqs}
-        metrics.requests.extend(records[s.seq_id] for s in seqs)
-        t0 = self.clock.now()
-        while pending or self.scheduler.has_work():
-            now = self.clock.now() - t0
-            while pending and pending[0].arrival <= now:
-                self.scheduler.add(pending.pop(0))
-            batch = self.scheduler.schedule()
-            if not batch:
-                if not pending:
-                    raise RuntimeError("scheduler produced an empty batch with requests left and none to arrive")
-                time.sleep(max(0.0, pending[0].arrival - (self.clock.now() - t0)))
-                continue
-            prepared = self.runner.prepare(batch)
-            timer = self.clock.start_forward()
-            logits = self.runner.forward(prepared)
-            forward_time = self.clock.stop_forward(timer)
-            tokens = sampler(logits)
-            end = self.clock.now() - t0
-            for seq, token in zip(prepared.sampled, tokens):
-                seq.append(token)
-                rec = records[seq.seq_id]
-                rec.token_times.append(end)
-                rec.output_len = seq.num_generated
-                if rec.first_token is None:
-                    rec.first_token = end
-            for chunk in batch.chunks:
-                if records[chunk.seq.seq_id].first_scheduled is None:
-                    records[chunk.seq.seq_id].first_scheduled = now
-            for seq in batch.preempted:
-                records[seq.seq_id].num_preemptions += 1
-            for seq in self.scheduler.complete(batch):
-                records[seq.seq_id].finish = end
-            record = IterationRecord(
-                iteration=len(metrics.iterations), start=now, duration=end - now,
-                num_prefill_tokens=batch.num_prefill_tokens, num_decode_tokens=batch.num_decode_tokens,
-                num_prefill_requests=len(batch.prefills), num_decode_requests=len(batch.decodes),
-                kv_tokens_read=prepared.meta.kv_tokens_read, num_preempted=len(batch.preempted),
-                forward_time=forward_time)
-            metrics.iterations.append(record)
-            if on_iteration is not None:
-                on_iteration(record)
+        scheduler = self.scheduler
+        try:
+            next_arrival = 0
+            while next_arrival < len(pending) or scheduler.has_work():
+                now = self.elapsed()
+                while (next_arrival < len(pending) and pending[next_arrival].arrival <= now
+                       and (max_concurrency is None or len(scheduler.waiting) + len(scheduler.running) < max_concurrency)):
+                    seq = pending[next_arrival]
+                    seq.arrival = max(seq.arrival, now)
+                    self.add_request(seq)
+                    next_arrival += 1
+                record = self.step() if scheduler.has_work() else None
+                if record is None:
+                    if next_arrival == len(pending):
+                        raise RuntimeError("scheduler produced an empty batch with requests left and none to arrive")
+                    self.clock.sleep_until(self._t0 + pending[next_arrival].arrival)
+                elif on_iteration is not None:
+                    on_iteration(record)
+        except BaseException:
+            scheduler.abort_all()
+            raise

@@ -1,10 +1,11 @@
 """What the engine records about itself, and the latency/throughput figures derived from it.
 
-Times are seconds on the engine's clock (``time.perf_counter`` after a device sync), relative to
-the start of the ``generate`` call that produced them.
+Times are seconds on the engine's clock (the wall clock after a device sync, or a simulation's
+virtual clock), relative to the start of the ``generate`` call that produced them.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -22,8 +23,13 @@ class IterationRecord:
     # Cached key/value tokens attention read, per layer (each request reads its whole context).
     kv_tokens_read: int
     num_preempted: int
-    # Time spent in the model's forward alone (device-synchronised); the rest is engine overhead.
+    # Where the iteration's duration went, in seconds on the engine's clock: the scheduler's
+    # decision, building the batch's tensors, the forward pass (device time), sampling. The
+    # forward is the device's work; the rest is the engine's overhead.
+    schedule_time: float
+    prepare_time: float
     forward_time: float
+    sample_time: float
 
     @property
     def num_tokens(self) -> int:
@@ -44,7 +50,14 @@ class RequestRecord:
     first_token: float | None = None
     finish: float | None = None
     num_preemptions: int = 0
+    # Requests already waiting (arrived, never scheduled or preempted) when this one arrived: in an
+    # overloaded system this grows with every arrival, in a stable one it does not.
+    queue_at_arrival: int = 0
     token_times: list[float] = field(default_factory=list)
+
+    @property
+    def sched_delay(self) -> float:
+        return self.first_scheduled - self.arrival
 
     @property
     def ttft(self) -> float:
@@ -58,12 +71,56 @@ class RequestRecord:
     def tbts(self) -> list[float]:
         return list(np.diff(self.token_times))
 
+    @property
+    def tpot(self) -> float:
+        """Time per output token after the first: (e2e - TTFT) / (output - 1); NaN for one token."""
+        return (self.finish - self.first_token) / (self.output_len - 1) if self.output_len > 1 else float("nan")
 
-def _pcts(name: str, values, pcts=(50, 90, 99)) -> dict[str, float]:
+    def meets(self, slo: SLO) -> bool:
+        """Whether this finished request met every per-request target ``slo`` sets."""
+        tbt_p99 = float(np.percentile(self.tbts, 99)) if self.output_len > 1 else float("nan")
+        checks = [(slo.ttft_s, self.ttft), (slo.tpot_s, self.tpot), (slo.e2e_s, self.e2e), (slo.tbt_p99_s, tbt_p99)]
+        # A one-token request has no TPOT or TBT, so it cannot miss those targets.
+        return all(limit is None or math.isnan(value) or value <= limit for limit, value in checks)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets (seconds; None: not set). Per request: TTFT, TPOT, end-to-end, and its own
+    P99 time between tokens; a request that meets all that are set counts towards goodput. For the
+    system (Sarathi-Serve's capacity): P99 of all TBTs within ``tbt_p99_s`` and median scheduling
+    delay within ``sched_delay_p50_s``."""
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    tbt_p99_s: float | None = None
+    sched_delay_p50_s: float | None = None
+
+
+def _pcts(name: str, values, unit: str = "", pcts=(50, 90, 99)) -> dict[str, float]:
+    values = [v for v in values if not math.isnan(v)]
     if len(values) == 0:
-        return {f"{name}_p{p}": float("nan") for p in pcts}
+        return {f"{name}_p{p}{unit}": float("nan") for p in pcts}
     arr = np.percentile(np.asarray(values, dtype=float), pcts)
-    return {f"{name}_p{p}": float(v) for p, v in zip(pcts, arr)}
+    return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, arr)}
+
+
+# The least-squares growth of the waiting queue over the arrival window that marks a run whose
+# arrivals outpaced its service: at least this many requests, and this share of all of them.
+SATURATION_MIN_GROWTH = 4
+SATURATION_MIN_SHARE = 0.1
+
+
+def queue_growth(requests: list[RequestRecord]) -> float:
+    """Least-squares growth of the waiting queue (requests) over the arrival window; 0 when all
+    arrive at once. A stable system's queue comes and goes; an overloaded one's grows linearly."""
+    t = np.array([r.arrival for r in requests], dtype=float)
+    q = np.array([r.queue_at_arrival for r in requests], dtype=float)
+    span = float(t.max() - t.min()) if len(t) else 0.0
+    if len(t) < 3 or span <= 0:
+        return 0.0
+    slope = np.polyfit(t, q, 1)[0]
+    return float(slope * span)
 
 
 @dataclass
@@ -71,8 +128,12 @@ class Metrics:
     iterations: list[IterationRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
 
-    def summary(self) -> dict[str, float]:
-        """Throughputs in tokens/s over the makespan (first arrival to last finish); latencies in s."""
+    def summary(self, slo: SLO | None = None) -> dict[str, float]:
+        """Throughputs in tokens/s over the makespan (first arrival to last finish); latencies in s.
+
+        ``saturated`` is 1.0 when the waiting queue grew through the arrival window (arrivals
+        outpaced service): the latency percentiles of such a run describe how long this run was,
+        not a steady state."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
         makespan = max((r.finish for r in reqs), default=0.0) - min((r.arrival for r in reqs), default=0.0)
@@ -81,8 +142,10 @@ class Metrics:
         busy = sum(i.duration for i in its)
         forward = sum(i.forward_time for i in its)
         rate = (lambda n: n / makespan) if makespan > 0 else (lambda n: float("nan"))
+        growth = queue_growth(self.requests)
         out = {
             "num_requests": len(reqs),
+            "num_unfinished": len(self.requests) - len(reqs),
             "num_iterations": len(its),
             "makespan_s": makespan,
             "busy_time_s": busy,
@@ -92,13 +155,23 @@ class Metrics:
             "generated_tokens": sum(r.output_len for r in reqs),
             "kv_tokens_read": sum(i.kv_tokens_read for i in its),
             "num_preemptions": sum(i.num_preempted for i in its),
+            "preemptions_per_request": sum(r.num_preemptions for r in reqs) / len(reqs) if reqs else float("nan"),
             "prefill_throughput": rate(prefill),
             "decode_throughput": rate(decode),
             "total_throughput": rate(prefill + decode),
+            "request_throughput_rps": rate(len(reqs)),
+            "queue_growth_requests": growth,
+            "saturated": float(growth >= max(SATURATION_MIN_GROWTH, SATURATION_MIN_SHARE * len(self.requests))),
         }
         out |= _pcts("ttft", [r.ttft for r in reqs])
         out |= _pcts("tbt", [t for r in reqs for t in r.tbts])
         out |= _pcts("e2e", [r.e2e for r in reqs])
+        out |= _pcts("sched_delay", [r.sched_delay for r in reqs], unit="_s")
+        out |= _pcts("tpot", [r.tpot for r in reqs], unit="_s")
+        out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs], unit="_s_per_token")
+        if slo is not None:
+            met = sum(r.meets(slo) for r in reqs)
+            out |= {"goodput_rps": rate(met), "slo_attainment": met / len(reqs) if reqs else float("nan")}
         return out
 
     def iteration_rows(self) -> list[dict]:
@@ -108,7 +181,9 @@ class Metrics:
         rows = []
         for r in self.requests:
             row = asdict(r)
-            row |= {"ttft": r.ttft if r.first_token is not None else None,
-                    "e2e": r.e2e if r.finish is not None else None}
+            done = r.finish is not None
+            row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
+                    "ttft": r.ttft if r.first_token is not None else None,
+                    "e2e": r.e2e if done else None, "tpot_s": r.tpot if done else None}
             rows.append(row)
         return rows

@@ -22,10 +22,14 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+        # Written so that NaN fails too: every comparison with NaN is False.
+        if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < float("inf")):
+            raise ValueError(f"temperature={self.temperature!r} is invalid: must be a finite number >= 0")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p={self.top_p!r} is invalid: must be in (0, 1]")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2**64):
+            raise ValueError(f"seed={self.seed!r} is invalid: must be an int in [0, 2**64)")
 
 
 @dataclass(eq=False)

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sarathi_lab.config import ConfigError, device_memory_bytes
+import torch
+
+from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.harness.schema import WorkloadCfg
+from sarathi_lab.model.memory import device_memory_bytes
 
 TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 
@@ -76,11 +79,11 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
 
 def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
     need = prompt_tokens * _BYTES_PER_PROMPT_TOKEN
-    have = device_memory_bytes("cpu")
+    have = device_memory_bytes(torch.device("cpu"))
     if need > have:
         key, value = ("workload.path", cfg.path) if cfg.kind == "trace" else ("workload.num_requests", cfg.num_requests)
         raise ConfigError(f"{key}={value!r} is invalid: its prompts need up to {need / 2**30:.1f} GiB as token "
-                          f"lists, more than this machine's {have / 2**30:.1f} GiB")
+                          f"lists, more than the {have / 2**30:.1f} GiB available")
 
 
 def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,

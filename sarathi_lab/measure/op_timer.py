@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.clock import DeviceClock
+from sarathi_lab.engine.clock import Clock
 
 OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 
@@ -20,7 +20,7 @@ OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 class _Hooks:
     """Seconds spent inside each watched module, summed over layers, since the last reset."""
 
-    def __init__(self, model, clock: DeviceClock):
+    def __init__(self, model, clock: Clock):
         self.clock = clock
         self.seconds: dict[str, float] = defaultdict(float)
         self._handles = []
@@ -55,7 +55,7 @@ class _Hooks:
 def forward_timer(llm, batch: ScheduledBatch):
     """A function that runs one forward of ``batch`` and returns its seconds, after one untimed
     forward so that first-call costs stay out."""
-    runner, clock = llm.engine.runner, llm.engine.clock
+    runner, clock = llm.engine.executor.runner, llm.engine.clock
     prepared = runner.prepare(batch)
 
     def forward() -> float:
@@ -72,7 +72,7 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
     with hooks)."""
     forward = forward_timer(llm, batch)
     totals = [forward() for _ in range(reps)]
-    hooks = _Hooks(llm.engine.runner.model, llm.engine.clock)
+    hooks = _Hooks(llm.engine.executor.runner.model, llm.engine.clock)
     try:
         splits = []
         for _ in range(reps):

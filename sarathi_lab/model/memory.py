@@ -1,41 +1,105 @@
-"""What a model, its RoPE table and its KV cache take, by arithmetic on the model's config, so that a
-size the machine cannot hold is refused before anything is allocated."""
+"""How much a model and its KV cache take, computed from shapes before anything is allocated.
+
+Every size the engine will allocate is checked here by arithmetic against the memory the device
+has, so that a config that cannot fit fails with one line before any work (and before a harness
+deletes a finished run to make room for it), never with an allocator error halfway through.
+"""
 from __future__ import annotations
 
-# Building the cos/sin tables holds about four float32 [positions, head_dim] tensors at once
-# (the frequencies, their concatenation, cos and sin; model/layers.py).
-_ROPE_TENSORS = 4
-_FLOAT32 = 4
+import os
+
+import torch
+from transformers import PretrainedConfig
+
+from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.model.decoder import head_dim_of
+
+# Without an explicit budget the CPU cache may take at most this share of the machine's memory.
+CPU_KV_MEMORY_SHARE = 0.25
+CUDA_MEMORY_UTILISATION = 0.9
 
 
-def head_dim(hf) -> int:
-    return getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
-def context_limit(hf) -> int:
-    """The longest request the model serves: its positions, or its sliding window (not implemented,
-    so the context stops there)."""
+def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
+    """The longest request (prompt + generated tokens) the engine serves."""
     limit = hf.max_position_embeddings
+    # Sliding-window attention is not implemented, so the context stops at the window.
     if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
         limit = min(limit, hf.sliding_window)
+    if cfg.max_model_len is not None:
+        if cfg.max_model_len > limit:
+            raise ConfigError(f"max_model_len={cfg.max_model_len} is invalid: the model allows at most {limit}")
+        limit = cfg.max_model_len
+    if cfg.warmup_iters >= limit:
+        raise ConfigError(f"warmup_iters={cfg.warmup_iters} is invalid: must be < the context of {limit} tokens")
     return limit
 
 
-def kv_block_bytes(hf, block_size: int, elem_bytes: int) -> int:
+def kv_bytes_per_token(hf: PretrainedConfig, dtype: torch.dtype) -> int:
+    """Keys and values of one token in every layer."""
     kv_heads = hf.num_key_value_heads or hf.num_attention_heads
-    return 2 * hf.num_hidden_layers * block_size * kv_heads * head_dim(hf) * elem_bytes
+    return 2 * hf.num_hidden_layers * kv_heads * head_dim_of(hf) * element_size(dtype)
 
 
-def weight_bytes(hf, elem_bytes: int, packed_linears: bool) -> int:
-    """The parameters' bytes; oneDNN's packed copies double the linear layers (model/cpu_linear.py)."""
-    hidden, heads, inter = hf.hidden_size, hf.num_attention_heads, hf.intermediate_size
-    kv_heads, hd = hf.num_key_value_heads or heads, head_dim(hf)
-    linear = hidden * hd * (2 * heads + 2 * kv_heads) + 3 * hidden * inter
-    embed = hf.vocab_size * hidden
-    lm_head = 0 if getattr(hf, "tie_word_embeddings", False) else hf.vocab_size * hidden
-    linears = hf.num_hidden_layers * linear + lm_head
-    return elem_bytes * (embed + linears * (2 if packed_linears else 1) + hf.num_hidden_layers * 2 * hidden)
+def num_parameters(hf: PretrainedConfig) -> int:
+    h, layers, inter = hf.hidden_size, hf.num_hidden_layers, hf.intermediate_size
+    q = hf.num_attention_heads * head_dim_of(hf)
+    kv = (hf.num_key_value_heads or hf.num_attention_heads) * head_dim_of(hf)
+    per_layer = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h
+    embeddings = hf.vocab_size * h * (1 if hf.tie_word_embeddings else 2)
+    return layers * per_layer + embeddings + h
 
 
-def rope_table_bytes(hf, positions: int) -> int:
-    return _ROPE_TENSORS * positions * head_dim(hf) * _FLOAT32
+def weight_bytes(hf: PretrainedConfig, dtype: torch.dtype) -> int:
+    return num_parameters(hf) * element_size(dtype)
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """Memory the engine may still take on ``device``: free GPU memory, or available RAM."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype: torch.dtype,
+                   device: torch.device, available: int | None = None) -> int:
+    """KV cache blocks: an explicit count wins over a memory budget; with neither, enough for
+    ``max_batch_size`` full-context requests (the paper's preallocation), capped by memory.
+    Refuses (ConfigError) whatever would not fit beside the weights."""
+    block_bytes = kv_bytes_per_token(hf, dtype) * cfg.block_size
+    # oneDNN keeps a packed copy of every linear weight beside the original (model/cpu_linear.py);
+    # the rotary tables hold a float32 cos and sin per position (and as much again while built).
+    packed = device.type == "cpu" and cfg.cpu_linear == "onednn"
+    weights = weight_bytes(hf, dtype) * (2 if packed else 1) + 4 * context * head_dim_of(hf) * 4
+    available = device_memory_bytes(device) if available is None else available
+    room = available - weights
+    if room <= 0:
+        raise ConfigError(f"model={cfg.model!r} is invalid here: its weights take {weights / 2**30:.1f} GiB in "
+                          f"{cfg.dtype}, more than the {available / 2**30:.1f} GiB available on {device}")
+    if cfg.num_kv_blocks is not None:
+        key, blocks = "num_kv_blocks", cfg.num_kv_blocks
+    elif cfg.kv_cache_gb is not None:
+        key, blocks = "kv_cache_gb", int(cfg.kv_cache_gb * 2**30 // block_bytes)
+    elif device.type == "cuda":
+        key, blocks = None, int(room * CUDA_MEMORY_UTILISATION // block_bytes)
+    else:
+        wanted = cfg.max_batch_size * -(-context // cfg.block_size)
+        key, blocks = None, min(wanted, int(available * CPU_KV_MEMORY_SHARE // block_bytes))
+    if key is not None and blocks * block_bytes > room:
+        raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {blocks} blocks of {block_bytes} bytes take "
+                          f"{blocks * block_bytes / 2**30:.1f} GiB, more than the {room / 2**30:.1f} GiB left on "
+                          f"{device} beside the weights")
+    if blocks < 1:
+        raise ConfigError(f"{key or 'kv_cache_gb'}={getattr(cfg, key or 'kv_cache_gb')} is invalid: the KV cache"
+                          f" holds no block of {block_bytes} bytes")
+    return blocks

@@ -15,6 +15,9 @@ PRESETS: dict[str, PretrainedConfig] = {
                              num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
                              max_position_embeddings=4096, tie_word_embeddings=True),
     # The papers' shapes (LLaMA-2 context, so that the 1K-3K sweeps fit).
+    "llama2-7b": LlamaConfig(vocab_size=_LLAMA_VOCAB, hidden_size=4096, intermediate_size=11008,
+                             num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                             max_position_embeddings=4096),
     "llama-13b": LlamaConfig(vocab_size=_LLAMA_VOCAB, hidden_size=5120, intermediate_size=13824,
                              num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=40,
                              max_position_embeddings=4096),

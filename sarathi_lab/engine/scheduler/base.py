@@ -44,19 +44,32 @@ class Scheduler(ABC):
     def schedule(self) -> ScheduledBatch:
         """The next iteration's batch; may be empty only when nothing has arrived to run."""
 
-    def complete(self, batch: ScheduledBatch) -> list[Sequence]:
-        """After the forward pass: mark the scheduled tokens as cached and retire finished requests.
-
-        The engine has already appended the sampled tokens of every request that reached its end.
-        """
+    def update(self, batch: ScheduledBatch, tokens: list[int]) -> list[Sequence]:
+        """After the forward pass (vLLM's update_from_output): the scheduled tokens are now cached,
+        each sampled request gets its new token, and finished requests give back their blocks.
+        The scheduler is the one owner of request state. Returns the requests that finished."""
+        sampled = batch.sampled
+        if len(tokens) != len(sampled):
+            raise ValueError(f"{len(tokens)} tokens for {len(sampled)} sampled requests")
         for chunk in batch.chunks:
             chunk.seq.num_computed += chunk.num_tokens
-        finished = [s for s in self.running if s.num_uncomputed == 1 and s.is_done]
+        for seq, token in zip(sampled, tokens):
+            seq.append(token)
+        finished = [s for s in sampled if s.is_done]
         for seq in finished:
             self.blocks.free(seq)
             seq.status = Status.FINISHED
             self.running.remove(seq)
         return finished
+
+    def abort_all(self) -> list[Sequence]:
+        """Drop every request (a generate call that did not finish): blocks back, queues empty."""
+        dropped = self.waiting + self.running
+        for seq in dropped:
+            self.blocks.free(seq)
+            seq.num_computed = 0
+        self.waiting, self.running = [], []
+        return dropped
 
     # Shared steps the policies compose.
 

@@ -7,8 +7,7 @@ import torch
 
 from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.sequence import Sequence
-from sarathi_lab.model import CausalLM
+from sarathi_lab.model.decoder import CausalLM
 
 
 @dataclass
@@ -16,9 +15,9 @@ class PreparedBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    # Rows whose logits are needed: the last token of every request that reaches its end this step.
+    # Rows whose logits are needed: the last token of every request that reaches its end this step
+    # (batch.sampled, in the same order).
     logits_indices: torch.Tensor
-    sampled: list[Sequence]
 
 
 class ModelRunner:
@@ -32,7 +31,7 @@ class ModelRunner:
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
         bs = self.block_size
         ids, positions, slots, query_lens, seq_lens, tables = [], [], [], [], [], []
-        logits_indices, sampled = [], []
+        logits_indices = []
         for chunk in batch.chunks:
             seq, start = chunk.seq, chunk.seq.num_computed
             end = start + chunk.num_tokens
@@ -44,9 +43,8 @@ class ModelRunner:
             query_lens.append(chunk.num_tokens)
             seq_lens.append(end)
             tables.append(table)
-            if end == len(seq.tokens):
+            if chunk.samples:
                 logits_indices.append(len(ids) - 1)
-                sampled.append(seq)
         width = max(len(t) for t in tables)
         padded = [t + [0] * (width - len(t)) for t in tables]
         starts = [0]
@@ -61,7 +59,7 @@ class ModelRunner:
             query_lens_host=query_lens, seq_lens_host=seq_lens,
             max_query_len=max(query_lens), max_seq_len=max(seq_lens))
         return PreparedBatch(tensor(ids, torch.int64), tensor(positions, torch.int64), meta,
-                             tensor(logits_indices, torch.int64), sampled)
+                             tensor(logits_indices, torch.int64))
 
     @torch.inference_mode()
     def forward(self, prepared: PreparedBatch) -> torch.Tensor:

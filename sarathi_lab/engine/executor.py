@@ -1,0 +1,32 @@
+"""The seam between the engine loop and what runs a batch: the real model, or a simulator.
+
+The engine hands an executor one scheduled batch and gets back a new token for each request that
+reached the end of its tokens (``batch.sampled``), with where the iteration's time went. Nothing
+outside an executor may assume a real model exists.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.sequence import SamplingParams
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    tokens: list[int]  # tokens[i] is the new token of batch.sampled[i]
+    # Seconds on the engine's clock: tensors built, forward pass (device time), sampling.
+    prepare_s: float
+    forward_s: float
+    sample_s: float
+
+
+class Executor(ABC):
+    @abstractmethod
+    def start(self, sampling: SamplingParams) -> None:
+        """A new generate call begins: sample with these parameters (a seeded sampler restarts)."""
+
+    @abstractmethod
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        """Run one iteration. Reads the requests' state, never changes it (the scheduler does)."""

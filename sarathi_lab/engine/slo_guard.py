@@ -1,0 +1,70 @@
+"""Stop a serving run as soon as its SLO verdict is certain, whatever the rest of it would do.
+
+Sarathi-Serve's capacity is the highest load at which P99 TBT stays within its SLO and the median
+scheduling delay within 2 s. Both are percentiles over a number of values known in advance (one
+scheduling delay per request; output_len - 1 gaps per request), and every value already seen to
+exceed its limit stays above it: a waiting request's delay is at least how long it has waited, and
+a running request's current gap at least how long ago its last token came. Once enough values are
+over the limit, no future value can bring the percentile back under it, so the trial is decided
+and the rest of it (the slowest part of an overloaded run) need not be served.
+"""
+from __future__ import annotations
+
+import math
+
+from sarathi_lab.engine.llm_engine import LLMEngine
+from sarathi_lab.engine.metrics import SLO
+
+
+class SLOViolated(Exception):
+    """A run stopped early because it can no longer meet its SLO; the message names which and why."""
+
+    def __init__(self, constraint: str, message: str):
+        super().__init__(message)
+        self.constraint = constraint
+
+
+def over_needed(total: int, percentile: float) -> int:
+    """How many of ``total`` values must exceed a limit for numpy's (linear) percentile to exceed
+    it: the value at position floor((total - 1) * p / 100) of the sorted list must already be over."""
+    return total - math.floor((total - 1) * percentile / 100)
+
+
+class SLOGuard:
+    """An ``on_iteration`` hook for ``engine``'s current run: raises SLOViolated once the run's P50
+    scheduling delay or P99 TBT is certain to miss ``slo``. ``total_gaps`` is the number of
+    time-between-token values the whole run produces (sum of max_new_tokens - 1; exact when EOS is
+    ignored)."""
+
+    def __init__(self, slo: SLO, engine: LLMEngine, num_requests: int, total_gaps: int):
+        self.slo, self.engine = slo, engine
+        self.num_requests, self.total_gaps = num_requests, total_gaps
+        self._gaps_over = 0
+        self._counted: dict[int, int] = {}  # request -> its token gaps already counted
+
+    def __call__(self, _record) -> None:
+        now, slo, requests = self.engine.elapsed(), self.slo, self.engine.metrics.requests
+        if slo.sched_delay_p50_s is not None:
+            late = sum(1 for r in requests
+                       if (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival
+                       > slo.sched_delay_p50_s)
+            if late >= over_needed(self.num_requests, 50):
+                raise SLOViolated("sched_delay_p50_s", f"{late} of {self.num_requests} requests waited longer than "
+                                  f"{slo.sched_delay_p50_s} s to be scheduled: the median cannot come back under it")
+        if slo.tbt_p99_s is not None and self.total_gaps > 0:
+            self._count_gaps(requests, slo.tbt_p99_s)
+            ongoing = sum(1 for r in requests if r.token_times and r.finish is None
+                          and now - r.token_times[-1] > slo.tbt_p99_s)
+            over = self._gaps_over + ongoing
+            if over >= over_needed(self.total_gaps, 99):
+                raise SLOViolated("tbt_p99_s", f"{over} of {self.total_gaps} token gaps exceed {slo.tbt_p99_s} s: "
+                                  "the P99 cannot come back under it")
+
+    def _count_gaps(self, requests, limit: float) -> None:
+        for r in requests:
+            seen = self._counted.get(r.request_id, 1)
+            times = r.token_times
+            for k in range(seen, len(times)):
+                self._gaps_over += times[k] - times[k - 1] > limit
+            if len(times) > seen:
+                self._counted[r.request_id] = len(times)

@@ -1,0 +1,29 @@
+"""Arrival times of a serving run: Poisson, or gamma-distributed gaps with a burstiness knob.
+
+Gamma gaps with shape k = 1 / cv^2 and mean 1 / qps have coefficient of variation cv: cv = 1 is
+exactly the Poisson process (exponential gaps), cv > 1 is burstier (requests come in clumps with
+long quiet spells between), cv < 1 is more regular. The mean rate is qps whatever cv is.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def gamma_arrivals(n: int, qps: float, cv: float, rng: np.random.Generator) -> list[float]:
+    """n arrival times starting at 0, gaps ~ Gamma(shape 1/cv^2, mean 1/qps)."""
+    if not (math.isfinite(qps) and qps > 0):
+        raise ValueError(f"qps={qps!r} is invalid: must be a finite number > 0")
+    if not (math.isfinite(cv) and cv > 0):
+        raise ValueError(f"cv={cv!r} is invalid: must be a finite number > 0")
+    shape = 1.0 / cv**2
+    gaps = rng.gamma(shape, 1.0 / (qps * shape), size=n - 1)
+    return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def poisson_arrivals(n: int, qps: float, rng: np.random.Generator) -> list[float]:
+    """Exponential gaps (a Poisson process) of mean 1 / qps."""
+    if not (math.isfinite(qps) and qps > 0):
+        raise ValueError(f"qps={qps!r} is invalid: must be a finite number > 0")
+    return [0.0, *np.cumsum(rng.exponential(1.0 / qps, size=n - 1)).tolist()]

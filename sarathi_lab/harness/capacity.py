@@ -1,0 +1,118 @@
+"""Capacity under latency SLOs (Sarathi-Serve): the highest request rate at which P99 TBT stays
+within ``slo.tbt_p99_s`` and the median scheduling delay within ``slo.sched_delay_p50_s``.
+
+A bracketing search on the rate: double (or halve) from a start rate until one trial passes and
+one fails, then bisect until the two are within the stated relative resolution. Every trial is a
+serving run; a trial stops as soon as its verdict is certain (engine/slo_guard.py), which is what
+makes an overloaded trial cheap. The search assumes what the papers assume: latency grows with
+load, so passing is monotone in the rate.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sarathi_lab.engine.metrics import SLO
+
+# Binding constraints, in the order they are checked.
+CONSTRAINTS = ("sched_delay_p50_s", "tbt_p99_s", "saturated")
+
+
+@dataclass(frozen=True)
+class Trial:
+    qps: float
+    passed: bool
+    binding: str | None          # the constraint it missed (None if it passed)
+    stopped_early: bool          # its verdict was certain before every request finished
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    capacity_qps: float | None   # the highest passing rate tried; None: even the lowest failed
+    resolution: float            # relative: the lowest failing rate is within (1 + resolution) of it
+    binding: str | None          # what failed at the lowest failing rate
+    bounded: bool                # False: every rate up to max_qps passed, so capacity >= capacity_qps
+    trials: list[Trial]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"capacity_qps": self.capacity_qps, "resolution": self.resolution, "binding": self.binding,
+                "bounded": self.bounded,
+                "trials": [{"qps": t.qps, "passed": t.passed, "binding": t.binding, "stopped_early": t.stopped_early}
+                           for t in self.trials]}
+
+
+def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> str | None:
+    """The first SLO constraint a finished run's summary misses, or None. With ``require_stable``
+    a run whose waiting queue grew through its arrival window fails too: within a finite trial its
+    percentiles may still pass, but no longer run would (sarathi-serve checks only the two SLOs)."""
+    if slo.sched_delay_p50_s is not None and not summary["sched_delay_p50_s"] <= slo.sched_delay_p50_s:
+        return "sched_delay_p50_s"
+    if slo.tbt_p99_s is not None and not summary["tbt_p99"] <= slo.tbt_p99_s:
+        # NaN (no token gaps at all) fails too: a run that produced no second token met nothing.
+        return "tbt_p99_s"
+    if require_stable and summary.get("saturated"):
+        return "saturated"
+    return None
+
+
+def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resolution: float = 0.05,
+                    min_qps: float = 1e-3, max_qps: float = 1e4, max_trials: int = 30) -> Capacity:
+    """The capacity within ``resolution`` (relative), from trials ``run_trial(qps)``."""
+    if not (math.isfinite(start_qps) and min_qps <= start_qps <= max_qps):
+        raise ValueError(f"start_qps={start_qps!r} is invalid: must be within [{min_qps}, {max_qps}]")
+    if not (math.isfinite(resolution) and resolution > 0):
+        raise ValueError(f"resolution={resolution!r} is invalid: must be a finite number > 0")
+    trials: list[Trial] = []
+    best: Trial | None = None    # highest passing
+    worst: Trial | None = None   # lowest failing
+
+    def trial(qps: float) -> Trial:
+        nonlocal best, worst
+        t = run_trial(qps)
+        trials.append(t)
+        if t.passed and (best is None or qps > best.qps):
+            best = t
+        if not t.passed and (worst is None or qps < worst.qps):
+            worst = t
+        return t
+
+    qps = start_qps
+    first = trial(qps)
+    step = 2.0 if first.passed else 0.5
+    while (worst is None or best is None) and len(trials) < max_trials:
+        qps *= step
+        if not min_qps <= qps <= max_qps:
+            break
+        trial(qps)
+    while best is not None and worst is not None and worst.qps > best.qps * (1 + resolution) \
+            and len(trials) < max_trials:
+        trial(math.sqrt(best.qps * worst.qps))  # geometric middle: the resolution is relative
+    return Capacity(capacity_qps=best.qps if best else None, resolution=resolution,
+                    binding=worst.binding if worst else None, bounded=worst is not None, trials=trials)
+
+
+def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals: list[float], slo: SLO,
+                qps: float, require_stable: bool = True, on_iteration: Callable | None = None) -> Trial:
+    """Serve one trial's requests on ``llm`` (real or simulated), stopping once its verdict is certain."""
+    from sarathi_lab.engine.sequence import SamplingParams
+    from sarathi_lab.engine.slo_guard import SLOGuard, SLOViolated
+
+    guard = SLOGuard(slo, llm.engine, len(prompts), sum(d - 1 for d in decode_lens))
+
+    def hook(record):
+        guard(record)
+        if on_iteration is not None:
+            on_iteration(record)
+
+    try:
+        llm.generate(prompts, max_new_tokens=decode_lens, arrival_times=arrivals,
+                     sampling=SamplingParams(ignore_eos=True), on_iteration=hook)
+    except SLOViolated as stop:
+        return Trial(qps, passed=False, binding=stop.constraint, stopped_early=True,
+                     summary=llm.metrics.summary(slo) | {"stopped_early_because": str(stop)})
+    summary = llm.metrics.summary(slo)
+    binding = verdict(summary, slo, require_stable)
+    return Trial(qps, passed=binding is None, binding=binding, stopped_early=False, summary=summary)

@@ -1,0 +1,161 @@
+"""``task=profile``: the table the simulator's ``profile`` cost model interpolates, measured on the
+engine the run built (its model, dtype, attention backend and device).
+
+Grids, from the run's settings (the largest iteration is ``chunk + batch_size`` tokens, contexts
+reach ``seq_len``):
+- dense ops against tokens: 1, 2, 4, then every ``measure.token_step`` tokens and the largest, plus m and m + 1
+  at every multiple m of ``measure.tile`` (one token past a GEMM tile costs a whole tile); each a
+  prefill of one fresh prompt, split by op with the engine's own hooks;
+- prefill attention on (chunk, context before it): chunks in powers of two up to ``chunk``, contexts
+  before in five even steps up to ``seq_len - chunk``;
+- decode attention on (decodes, context): batches in powers of two up to ``batch_size``, contexts
+  in five even steps up to ``seq_len``;
+- the LM head and the sampler against rows, and the host's ``prepare`` of every batch above.
+Writes ``profiles/<device>/<model>.csv`` and ``.json`` (the machine, the engine settings) under
+``$SARATHI_PROFILES_DIR`` (default: the repository's ``profiles/``), and returns the table.
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from sarathi_lab.bench.common import machine_record, median_time  # TODO(measure): profiling at merge
+from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.measure.batches import SyntheticBatches  # TODO(measure): profiling.batches at merge
+from sarathi_lab.measure.iteration_sweep import token_groups
+from sarathi_lab.measure.op_timer import OPS, time_by_op
+from sarathi_lab.sim.profile_model import COLUMNS, DENSE_OPS, ProfileCostModel, profile_name, profiles_dir
+
+_GPU_NAMES = {"A6000": "a6000", "A100": "a100", "H100": "h100", "H200": "h200"}
+
+
+def device_name(device: torch.device) -> str:
+    """The simulator's name for the device the engine runs on (``sim_device``)."""
+    if device.type != "cuda":
+        return "cpu"
+    full = torch.cuda.get_device_name(device)
+    return next((short for key, short in _GPU_NAMES.items() if key in full),
+                re.sub(r"[^a-z0-9]+", "-", full.lower()).strip("-"))
+
+
+def _runner(llm):
+    # TODO(merge): the engine seam moves the runner into the model executor and the sampler into
+    # sarathi_lab.model; keep the newer path once it is on main.
+    return getattr(llm.engine, "runner", None) or llm.engine.executor.runner
+
+
+def _sampler_class():
+    try:
+        from sarathi_lab.model.sampler import Sampler
+    except ImportError:
+        from sarathi_lab.engine.sampler import Sampler
+    return Sampler
+
+
+def _powers_of_two(top: int) -> list[int]:
+    return sorted({1 << i for i in range(top.bit_length()) if 1 << i <= top} | {top})
+
+
+def _steps(low: int, high: int, n: int = 5) -> list[int]:
+    return sorted({round(low + (high - low) * i / (n - 1)) for i in range(n)}) if high > low else [low]
+
+
+def grids(cfg) -> dict[str, list]:
+    m = cfg.measure
+    max_tokens = cfg.chunk + cfg.batch_size
+    tokens = sorted({1, 2, 4, max_tokens} | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
+    return {"tokens": tokens, "chunks": _powers_of_two(cfg.chunk),
+            "befores": _steps(0, max(cfg.seq_len - cfg.chunk, 0)), "batches": _powers_of_two(cfg.batch_size), "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
+
+
+def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
+    """Seconds by op of one forward of the batch ``spec`` describes, and of preparing it. The hooks
+    that split a forward cost time of their own (most of a tiny model's ops), so the split is
+    scaled to add up to the bare forward's time."""
+    batch = batches.make(**spec)
+    try:
+        ops = time_by_op(llm, batch, reps)
+        scale = ops["total"] / sum(ops[op] for op in OPS)
+        ops = {op: ops[op] * scale for op in OPS} | {"total": ops["total"]}
+        runner = _runner(llm)
+        prepare = median_time(lambda: runner.prepare(batch), reps)
+    finally:
+        batches.free(batch)
+    return ops, prepare
+
+
+def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+    g, reps = grids(cfg), cfg.measure.reps
+    batches = SyntheticBatches(llm, cfg.seed)
+    rows: list[tuple] = []
+    started = time.perf_counter()
+    for n in g["tokens"]:
+        ops, prepare = _measure_batch(llm, batches, reps, prefills=[(n, 0)])
+        rows += [(op, n, n, 1, ops[op]) for op in (*DENSE_OPS, "total")]
+        rows.append(("prepare", n, n, 1, prepare))
+    for chunk in g["chunks"]:
+        for before in g["befores"]:
+            ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, before)])
+            rows.append(("prefill_attention", chunk, chunk + before, 1, ops["attention"]))
+    for size in g["batches"]:
+        for context in g["contexts"]:
+            ops, prepare = _measure_batch(llm, batches, reps, decodes=size, context=context)
+            rows += [("decode_attention", size, context, size, ops["attention"]),
+                     ("total", size, context, size, ops["total"]), ("prepare", size, size * context, size, prepare)]
+    rows += _head_and_sampler(llm, g["batches"], reps)
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    path = _write(cfg, llm, table)
+    summary = {"profile_rows": len(table), "profile_seconds": time.perf_counter() - started,
+               "max_tokens": max(g["tokens"]), "max_context": cfg.seq_len, "max_decodes": cfg.batch_size}
+    summary |= _self_check(table, llm)
+    print(f"profile written to {path}")
+    return summary, {"profile": table}
+
+
+@torch.inference_mode()
+def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
+    model, sampler = _runner(llm).model, _sampler_class()(SamplingParams(), llm.config.torch_device)
+    rows = []
+    for n in sizes:
+        hidden = torch.randn(n, model.config.hidden_size, device=llm.config.torch_device).to(llm.dtype)
+        logits = model.lm_head(model.norm(hidden)).float()
+        sync = torch.cuda.synchronize if hidden.is_cuda else None
+        rows += [("lm_head", n, 0, n, median_time(lambda h=hidden: model.lm_head(model.norm(h)).float(), reps, sync=sync)),
+                 ("sample", n, 0, n, median_time(lambda x=logits: sampler(x), reps, sync=sync))]
+    return rows
+
+
+def _self_check(table: pd.DataFrame, llm) -> dict[str, float]:
+    """How far the interpolated op sums are from the bare forwards measured at the same points:
+    the composition's error alone (prefill points: zero by construction up to medians)."""
+    model = ProfileCostModel(table, llm.model_config, llm.config.dtype)
+    errors = []
+    for row in table[table.op == "total"].itertuples():
+        if row.batch == 1 and row.tokens == row.context:
+            cost = model.iteration_cost(prefills=[(row.tokens, row.tokens)])
+        else:
+            cost = model.iteration_cost(decodes=[row.context] * row.batch)
+        errors.append(cost.forward_s / row.seconds - 1)
+    return {"forward_median_rel_error": statistics.median(errors),
+            "forward_median_abs_rel_error": statistics.median(abs(e) for e in errors)}
+
+
+def _write(cfg, llm, table: pd.DataFrame) -> Path:
+    device = device_name(llm.config.torch_device)
+    path = profiles_dir() / device / f"{profile_name(cfg.model.engine_model)}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
+    machine = machine_record() | {"device": device, "torch_device": str(llm.config.torch_device)}
+    if llm.config.torch_device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(llm.config.torch_device)
+    settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
+    description = {"machine": machine, "engine": settings | {"torch_dtype": str(llm.dtype).removeprefix("torch.")},
+                   "grids": grids(cfg), "reps": cfg.measure.reps, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path.with_suffix(".json").write_text(json.dumps(description, indent=1, default=str))
+    return path

@@ -1,0 +1,97 @@
+"""What ``LLM.generate`` accepts, turned into plain Python values, or a TypeError/ValueError that
+names the argument, the position and what was given.
+
+Researchers hand over prompts from wherever they come: lists, tuples, numpy arrays, torch tensors,
+numpy integers. Anything integer-valued is a token id; bools, floats and strings are not.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+
+def _describe(value: Any) -> str:
+    kind = type(value).__name__
+    dtype = getattr(value, "dtype", None)
+    return f"{kind} of {dtype}" if dtype is not None else kind
+
+
+def _is_int(value: Any) -> bool:
+    # numbers.Integral covers int and numpy integers; bool (and numpy.bool_) is not a token id.
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+
+
+def _as_list(value: Any, integer: bool = True) -> list | None:
+    """A 1-level list of the items of a list, tuple, range, numpy array or torch tensor; None otherwise."""
+    if isinstance(value, (list, tuple, range)):
+        return list(value)
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and getattr(value, "ndim", 0) >= 1:
+        dtype = str(getattr(value, "dtype", ""))
+        # numpy kinds i/u, torch int8..int64/uint8: integer arrays only (a float array is refused whole).
+        if not integer or ("int" in dtype and "bool" not in dtype):
+            return tolist()
+        raise TypeError(f"token ids must be integers; got a {_describe(value)}")
+    return None
+
+
+def prompts_as_lists(prompts: Any) -> list[list[int]]:
+    items = _as_list(prompts)
+    if items is None or isinstance(prompts, (str, bytes)):
+        raise TypeError(f"prompts must be a sequence of token-id sequences; got {_describe(prompts)}")
+    if items and all(_is_int(p) for p in items):
+        raise TypeError("prompts must be a sequence of token-id sequences; got one flat sequence of ints "
+                        "(wrap a single prompt in a list: generate([prompt]))")
+    out = []
+    for i, prompt in enumerate(items):
+        tokens = _as_list(prompt)
+        if tokens is None or isinstance(prompt, (str, bytes)):
+            raise TypeError(f"prompts[{i}] must be a sequence of token ids; got {_describe(prompt)}")
+        if all(type(t) is int for t in tokens):  # the common case, without the slow ABC check
+            out.append(tokens)
+            continue
+        bad = next((t for t in tokens if not _is_int(t)), None)
+        if bad is not None:
+            raise TypeError(f"prompts[{i}] holds {bad!r} ({type(bad).__name__}); token ids must be integers")
+        out.append([int(t) for t in tokens])
+    return out
+
+
+def per_request_ints(name: str, value: Any, n: int) -> list[int]:
+    """One int >= 1 per request, from a single int or a sequence of n."""
+    if _is_int(value):
+        values = [int(value)] * n
+    else:
+        items = _as_list(value)
+        if items is None:
+            raise TypeError(f"{name} must be an int or a sequence of ints; got {_describe(value)}")
+        if len(items) != n:
+            raise ValueError(f"{name} has {len(items)} values for {n} prompts")
+        bad = next((v for v in items if not _is_int(v)), None)
+        if bad is not None:
+            raise TypeError(f"{name} holds {bad!r} ({type(bad).__name__}); must be ints")
+        values = [int(v) for v in items]
+    bad = next((v for v in values if v < 1), None)
+    if bad is not None:
+        raise ValueError(f"{name}={bad} is invalid: must be >= 1")
+    return values
+
+
+def arrival_list(value: Any, n: int) -> list[float]:
+    """Arrival times, seconds after the call starts: finite and >= 0 (NaN would stall the engine)."""
+    items = _as_list(value, integer=False)
+    if items is None:
+        raise TypeError(f"arrival_times must be a sequence of numbers; got {_describe(value)}")
+    if len(items) != n:
+        raise ValueError(f"arrival_times has {len(items)} values for {n} prompts")
+    out = []
+    for i, t in enumerate(items):
+        if isinstance(t, bool) or not isinstance(t, numbers.Real):
+            raise TypeError(f"arrival_times[{i}]={t!r} is invalid: must be a number")
+        if not (math.isfinite(t) and t >= 0):
+            raise ValueError(f"arrival_times[{i}]={t!r} is invalid: must be finite and >= 0")
+        out.append(float(t))
+    return out
+
+

@@ -1,0 +1,43 @@
+"""What ``LLM(executor="sim")`` asks the simulator for: an executor and the KV capacity in blocks."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from transformers import PretrainedConfig
+
+from sarathi_lab.config import DTYPES, ConfigError, EngineConfig
+from sarathi_lab.sim.cost_model import CostModel
+from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens
+
+if TYPE_CHECKING:
+    from sarathi_lab.engine.clock import VirtualClock
+
+
+def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
+    """An explicit block count or memory budget wins, as in the real engine; otherwise the simulated
+    device's memory after the weights and the activations of the largest iteration a chunking
+    scheduler builds (its chunk or budget plus one token per running decode)."""
+    elem = DTYPES[cfg.dtype].itemsize
+    block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
+    if cfg.num_kv_blocks is not None:
+        return cfg.num_kv_blocks
+    if cfg.kv_cache_gb is not None:
+        blocks = int(cfg.kv_cache_gb * 2**30 // block_bytes)
+        if blocks < 1:
+            raise ConfigError(f"kv_cache_gb={cfg.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
+        return blocks
+    device = load_device(cfg.sim_device, cfg.dtype)
+    max_tokens = max(cfg.chunk_size, cfg.budget) + cfg.max_batch_size
+    return kv_capacity_tokens(device, config, elem, max_tokens) // cfg.block_size
+
+
+def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: VirtualClock):
+    """(SimulatedExecutor, number of KV blocks) for ``cfg.sim_device`` and ``cfg.sim_cost_model``."""
+    from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
+
+    model = cfg.model if cfg.sim_cost_model == "profile" else config
+    cost_model = CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype)
+    eos = getattr(config, "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, list) else eos
+    return SimulatedExecutor(cost_model, clock, eos), simulated_kv_blocks(cfg, config)

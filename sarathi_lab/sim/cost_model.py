@@ -1,0 +1,85 @@
+"""One interface for what an iteration costs on a device, whatever predicts it.
+
+    from sarathi_lab.sim import CostModel
+    cm = CostModel.for_device("h100", model="llama2-7b")
+    cm.iteration_time_s(prefills=[(chunk_tokens, context_after_chunk), ...], decodes=[context_len, ...])
+
+An iteration is described the way the engine batches it: each prefill chunk's tokens and the
+request's context once the chunk is cached, and each decode's context (its new token included).
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import PretrainedConfig
+
+from sarathi_lab.config import DTYPES, SIM_COST_MODELS, ConfigError
+
+
+@dataclass
+class IterationCost:
+    """Predicted seconds of one iteration, split as the engine records it; ``ops`` splits the
+    forward pass. ``extrapolated``: some part lies outside what the prediction was built from."""
+    prepare_s: float
+    forward_s: float
+    sample_s: float
+    ops: dict[str, float] = field(default_factory=dict)
+    extrapolated: bool = False
+
+    @property
+    def total_s(self) -> float:
+        return self.prepare_s + self.forward_s + self.sample_s
+
+
+class CostModel(abc.ABC):
+    name: str
+
+    def __init__(self, config: PretrainedConfig, dtype: str):
+        self.config = config
+        self.dtype = dtype
+        self.elem_bytes = DTYPES[dtype].itemsize
+
+    @abc.abstractmethod
+    def _cost(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> IterationCost: ...
+
+    def iteration_cost(self, prefills=(), decodes=(), num_sampled: int | None = None) -> IterationCost:
+        """``num_sampled``: rows that pass through the LM head (default: every request, as if each
+        chunk ended its prompt)."""
+        prefills, decodes = list(prefills), list(decodes)
+        for chunk, context in prefills:
+            if chunk < 1 or context < chunk:
+                raise ValueError(f"prefill ({chunk}, {context}) is invalid: need 1 <= chunk tokens <= context")
+        if decodes and min(decodes) < 1:
+            raise ValueError(f"decode context {min(decodes)} is invalid: must be >= 1")
+        if not prefills and not decodes:
+            return IterationCost(0.0, 0.0, 0.0)
+        if num_sampled is None:
+            num_sampled = len(prefills) + len(decodes)
+        return self._cost(prefills, decodes, num_sampled)
+
+    def iteration_time_s(self, prefills=(), decodes=(), num_sampled: int | None = None) -> float:
+        return self.iteration_cost(prefills, decodes, num_sampled).total_s
+
+    @staticmethod
+    def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
+                   dtype: str = "bfloat16", profile: str | Path | None = None) -> CostModel:
+        """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
+        CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``)."""
+        from sarathi_lab.model import load_config
+
+        config = load_config(model) if isinstance(model, str) else model
+        if dtype not in DTYPES:
+            raise ConfigError(f"dtype={dtype!r} is invalid: allowed values are {', '.join(DTYPES)}")
+        if cost_model == "roofline":
+            from sarathi_lab.sim.device import load_device
+            from sarathi_lab.sim.roofline import RooflineCostModel
+
+            return RooflineCostModel(load_device(device, dtype), config, dtype)
+        if cost_model == "profile":
+            from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
+
+            path = Path(profile) if profile is not None else profile_path(device, model)
+            return ProfileCostModel.from_csv(path, config, dtype)
+        raise ConfigError(f"sim_cost_model={cost_model!r} is invalid: allowed values are {', '.join(SIM_COST_MODELS)}")

@@ -1,0 +1,114 @@
+"""What the simulator knows about a device: its ceilings and how close real kernels get to them.
+
+The GPUs are described by the YAML files next to this module, each naming its sources; ``cpu``
+is built in the same form from the running machine's measured ceilings (copy bandwidth and the
+matmul rate in the engine's dtype), measured once and cached per CPU, thread count and dtype.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sarathi_lab.config import ConfigError
+
+_DEVICES_DIR = Path(__file__).with_name("devices")
+GPU_DEVICES = tuple(sorted(p.stem for p in _DEVICES_DIR.glob("*.yaml")))
+DEVICES = (*GPU_DEVICES, "cpu")
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    # Dense tensor-core (or measured matmul) FLOP/s in the simulated dtype, and memory bytes/s.
+    peak_flops: float
+    memory_bandwidth: float
+    memory_bytes: int
+    # GEMMs pad the token dimension to a multiple of this; attention pads each chunk's queries to
+    # attention_tile and re-reads the chunk's keys/values once per padded query block.
+    tile_tokens: int
+    attention_tile: int
+    # Shares of the ceilings that real kernels reach.
+    gemm_flops_efficiency: float
+    attention_flops_efficiency: float
+    bandwidth_efficiency: float
+    attention_bandwidth_efficiency: float
+    # Least time any kernel takes, and the host's work per iteration (fixed + per token).
+    kernel_floor_s: float
+    host_overhead_s: float
+    host_per_token_s: float
+    sources: tuple[str, ...] = field(default=())
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("name", "sources"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be a finite number")
+            positive = f.name not in ("kernel_floor_s", "host_overhead_s", "host_per_token_s")
+            if value < 0 or (positive and value == 0):
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
+                                  f"{'> 0' if positive else '>= 0'}")
+            if f.name.endswith("_efficiency") and value > 1:
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an efficiency is at most 1")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_device(name: str, dtype: str = "bfloat16") -> Device:
+    """A GPU from its YAML file, or ``cpu`` from this machine's measured ceilings in ``dtype``."""
+    if name == "cpu":
+        return cpu_device(dtype)
+    if name not in GPU_DEVICES:
+        raise ConfigError(f"sim_device={name!r} is invalid: allowed values are {', '.join(DEVICES)}")
+    raw = yaml.safe_load((_DEVICES_DIR / f"{name}.yaml").read_text())
+    raw["sources"] = tuple(raw.get("sources", ()))
+    known = {f.name for f in dataclasses.fields(Device)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"sim.device.{name}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+    return Device(**raw)
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sarathi_lab"
+
+
+@functools.cache
+def cpu_device(dtype: str = "bfloat16") -> Device:
+    """The running CPU in the devices' form. Its ceilings are what it measured, so the efficiencies
+    are 1 and there are no tiles (oneDNN's micro-kernels block rows by 16 or fewer, far below the
+    token counts that matter); host overheads are left to the profile cost model."""
+    import torch
+
+    from sarathi_lab.bench.common import cpu_name  # TODO(measure): sarathi_lab.profiling.machine at merge
+    from sarathi_lab.config import DTYPES, cpu_has_bf16_units
+
+    if dtype == "bfloat16" and not cpu_has_bf16_units():
+        dtype = "float32"  # what the engine itself falls back to (EngineConfig.torch_dtype)
+    threads = torch.get_num_threads()
+    key = f"{cpu_name()}|{threads}|{dtype}"
+    path = _cache_dir() / "cpu_ceilings.json"
+    cached = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in cached:
+        from sarathi_lab.bench.ceilings import measure_ceilings  # TODO(measure): profiling.machine at merge
+
+        ceil = measure_ceilings("cpu", DTYPES[dtype], copy_mib=128, matmul_n=1024, reps=3)
+        cached[key] = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cached, indent=1))
+    measured = cached[key]
+    return Device(name="cpu", peak_flops=measured["matmul_gflops"] * 1e9,
+                  memory_bandwidth=measured["copy_gbps"] * 1e9, memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                  tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0, attention_flops_efficiency=1.0,
+                  bandwidth_efficiency=1.0, attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0,
+                  host_overhead_s=0.0, host_per_token_s=0.0,
+                  sources=(f"measured on {cpu_name()} with {threads} threads in {dtype}, cached in {path}",))

@@ -1,0 +1,37 @@
+"""The simulated executor: no weights, no tensors; each iteration's time is what the cost model
+predicts for the batch's composition, and the engine's virtual clock advances by exactly that.
+
+Every sampled request gets the same fixed token, chosen to differ from the model's end-of-sequence
+token: a simulation cannot predict when a model would stop, so requests run to max_new_tokens.
+"""
+from __future__ import annotations
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.engine.executor import Executor, StepOutput
+from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.sim.cost_model import CostModel
+
+
+class SimulatedExecutor(Executor):
+    def __init__(self, cost_model: CostModel, clock: VirtualClock, eos_token_id: int | None = None):
+        self.cost_model = cost_model
+        self.clock = clock
+        self.token = 1 if eos_token_id == 0 else 0
+        # Iterations whose prediction left the cost model's measured range (profile cost model).
+        self.extrapolated_iterations = 0
+
+    def start(self, sampling: SamplingParams) -> None:
+        """Sampling parameters change nothing: the tokens are fixed."""
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        prefills = [(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills]
+        # A decode's context includes the token it computes now; every decode samples, a chunk
+        # samples when it ends its request's tokens (batch.sampled, without building its list).
+        decodes = [s.num_computed + 1 for s in batch.decodes]
+        num_sampled = len(decodes) + sum(context == len(c.seq.tokens) for c, (_, context) in zip(batch.prefills, prefills))
+        cost = self.cost_model.iteration_cost(prefills, decodes, num_sampled)
+        self.extrapolated_iterations += cost.extrapolated
+        self.clock.advance(cost.total_s)
+        return StepOutput([self.token] * num_sampled, prepare_s=cost.prepare_s, forward_s=cost.forward_s,
+                          sample_s=cost.sample_s)

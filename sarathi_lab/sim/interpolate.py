@@ -1,0 +1,75 @@
+"""Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation.
+
+Measured times are made non-decreasing along every axis first, by isotonic (least-squares
+monotone) regression: a batch with more tokens or more context never takes less time, and a
+measured dip is the machine's noise, which a running maximum would turn into a bias upwards. On
+monotone data the interpolant passes exactly through every measured point. Outside the grid the
+end segment's slope carries on, and the caller is told.
+"""
+from __future__ import annotations
+
+import bisect
+
+
+def isotonic(ys: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``ys`` in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for y in ys:
+        blocks.append([y, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, n1), (m2, n2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(n)]
+
+
+def _segment(xs: list[float], x: float) -> tuple[int, bool]:
+    """Index i of the segment [xs[i], xs[i+1]] to use for x, and whether x lies outside xs."""
+    outside = x < xs[0] or x > xs[-1]
+    i = bisect.bisect_right(xs, x) - 1
+    return min(max(i, 0), len(xs) - 2), outside
+
+
+def _lerp(xs: list[float], ys: list[float], x: float) -> tuple[float, bool]:
+    if len(xs) == 1:
+        return ys[0], x != xs[0]
+    i, outside = _segment(xs, x)
+    x0, x1 = xs[i], xs[i + 1]
+    value = ys[i] + (ys[i + 1] - ys[i]) * (x - x0) / (x1 - x0)
+    return max(value, 0.0), outside
+
+
+class Curve:
+    """y(x) through measured points; ``(value, extrapolated) = curve(x)``."""
+
+    def __init__(self, points: dict[float, float]):
+        if not points:
+            raise ValueError("a curve needs at least one measured point")
+        self.xs = sorted(points)
+        self.ys = isotonic([points[x] for x in self.xs])
+
+    def __call__(self, x: float) -> tuple[float, bool]:
+        return _lerp(self.xs, self.ys, x)
+
+
+class Surface:
+    """z(x, y) on a rectangular grid of measured points (every x with every y)."""
+
+    def __init__(self, points: dict[tuple[float, float], float]):
+        self.xs = sorted({x for x, _ in points})
+        self.ys = sorted({y for _, y in points})
+        missing = [(x, y) for x in self.xs for y in self.ys if (x, y) not in points]
+        if missing:
+            raise ValueError(f"the grid is not rectangular: no point at {missing[0]}")
+        # Monotone along y in every row, then along x in every column (each pass keeps the other's
+        # order: averaging non-decreasing columns element-wise keeps the rows non-decreasing).
+        rows = [isotonic([points[x, y] for y in self.ys]) for x in self.xs]
+        columns = [isotonic([row[j] for row in rows]) for j in range(len(self.ys))]
+        self.rows = [[columns[j][i] for j in range(len(self.ys))] for i in range(len(self.xs))]
+
+    def __call__(self, x: float, y: float) -> tuple[float, bool]:
+        if len(self.xs) == 1:
+            return _lerp(self.ys, self.rows[0], y)[0], x != self.xs[0] or not self.ys[0] <= y <= self.ys[-1]
+        i, x_out = _segment(self.xs, x)
+        z0, y_out = _lerp(self.ys, self.rows[i], y)
+        z1, _ = _lerp(self.ys, self.rows[i + 1], y)
+        return _lerp([self.xs[i], self.xs[i + 1]], [z0, z1], x)[0], x_out or y_out

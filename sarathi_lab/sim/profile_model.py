@@ -1,0 +1,126 @@
+"""Iteration time interpolated from a table the engine measured on the device (``task=profile``).
+
+The table (``profiles/<device>/<model>.csv``, columns op, tokens, context, batch, seconds; times
+summed over the model's layers) holds:
+- ``qkv_proj``, ``o_proj``, ``ffn``, ``others`` against the batch's tokens, in fine steps so that
+  tile effects show (``others``: embedding, norms, residuals and the LM head of one sampled row);
+- ``prefill_attention`` against (chunk tokens, context after the chunk), on a grid rectangular in
+  (chunk, context before the chunk);
+- ``decode_attention`` against (decodes in the batch, context of each);
+- ``lm_head`` against the rows sampled; ``prepare`` (host: batch to tensors) against tokens and
+  requests; ``sample`` against rows;
+- ``total``: bare forwards at some of the points, kept to check predictions against.
+An iteration is the sum of its parts: the dense ops at its token count, one prefill attention
+per chunk, the decodes' attention at their mean context, the LM head's extra rows, the host.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from transformers import PretrainedConfig
+
+from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.interpolate import Curve, Surface
+
+DENSE_OPS = ("qkv_proj", "o_proj", "ffn", "others")
+COLUMNS = ("op", "tokens", "context", "batch", "seconds")
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def profiles_dir() -> Path:
+    return Path(os.environ.get("SARATHI_PROFILES_DIR") or _REPO / "profiles")
+
+
+def profile_name(model: str) -> str:
+    """A preset's name, or a Hugging Face directory's own name."""
+    return Path(model).name if os.sep in model or Path(model).is_dir() else model
+
+
+def profile_path(device: str, model: str | PretrainedConfig) -> Path:
+    if not isinstance(model, str):
+        raise TypeError("cost_model='profile' with a model config needs profile=<path to the CSV>")
+    return profiles_dir() / device / f"{profile_name(model)}.csv"
+
+
+def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
+    """Least-squares a + b . features, coefficients clipped at 0 (host time never shrinks with work)."""
+    x = np.column_stack([np.ones(len(rows))] + [rows[f].to_numpy(float) for f in features])
+    coef, *_ = np.linalg.lstsq(x, rows.seconds.to_numpy(float), rcond=None)
+    return np.clip(coef, 0.0, None)
+
+
+class ProfileCostModel(CostModel):
+    name = "profile"
+
+    def __init__(self, table: pd.DataFrame, config: PretrainedConfig, dtype: str = "bfloat16", source: str = "table"):
+        super().__init__(config, dtype)
+        missing = [c for c in COLUMNS if c not in table.columns]
+        if missing:
+            raise ValueError(f"profile {source}: no column {missing[0]!r}; expected {', '.join(COLUMNS)}")
+        self.source = source
+        by_op = {op: rows for op, rows in table.groupby("op")}
+        needed = (*DENSE_OPS, "prefill_attention", "decode_attention", "lm_head", "prepare", "sample")
+        absent = [op for op in needed if op not in by_op]
+        if absent:
+            raise ValueError(f"profile {source}: no rows for op {absent[0]!r}")
+
+        def curve(op: str, x: str) -> Curve:
+            return Curve(by_op[op].groupby(x).seconds.median().to_dict())
+
+        self.dense = {op: curve(op, "tokens") for op in DENSE_OPS}
+        self.lm_head = curve("lm_head", "batch")
+        pre = by_op["prefill_attention"].assign(before=lambda r: r.context - r.tokens)
+        self.prefill_attention = Surface(pre.groupby(["tokens", "before"]).seconds.median().to_dict())
+        self.decode_attention = Surface(by_op["decode_attention"].groupby(["batch", "context"]).seconds.median()
+                                        .to_dict())
+        self.prepare_coef = _fit(by_op["prepare"], ["tokens", "batch"])
+        self.sample_coef = _fit(by_op["sample"], ["batch"])
+        self.extrapolations = 0
+        self._dense_cache: dict[int, tuple[float, bool]] = {}
+
+    @classmethod
+    def from_csv(cls, path: str | Path, config: PretrainedConfig, dtype: str = "bfloat16") -> ProfileCostModel:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and model first")
+        return cls(pd.read_csv(path), config, dtype, source=str(path))
+
+    def _dense_s(self, tokens: int) -> tuple[float, bool]:
+        if tokens not in self._dense_cache:
+            parts = [self.dense[op](tokens) for op in DENSE_OPS]
+            self._dense_cache[tokens] = (sum(v for v, _ in parts), any(out for _, out in parts))
+        return self._dense_cache[tokens]
+
+    def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
+        tokens = sum(c for c, _ in prefills) + len(decodes)
+        dense, outside = self._dense_s(tokens)
+        # ``others`` was measured with one sampled row: add the LM head's other rows (or take the
+        # one away when a chunk samples nothing).
+        head, head_out = self.lm_head(num_sampled) if num_sampled else (0.0, False)
+        one_row, _ = self.lm_head(1)
+        ops = {"dense": dense, "lm_head_extra": head - one_row}
+        attn = 0.0
+        for chunk, context in prefills:
+            t, out = self.prefill_attention(chunk, context - chunk)
+            attn, outside = attn + t, outside or out
+        ops["prefill_attention"] = attn
+        ops["decode_attention"] = 0.0
+        if decodes:
+            t, out = self.decode_attention(len(decodes), sum(decodes) / len(decodes))
+            ops["decode_attention"], outside = t, outside or out
+        outside = outside or head_out
+        if outside:
+            self.extrapolations += 1
+            if self.extrapolations == 1:
+                warnings.warn(f"profile {self.source}: an iteration (tokens={tokens}, prefills={prefills[:3]}, "
+                              f"{len(decodes)} decodes) lies outside the measured grid; its time is extrapolated "
+                              "(later ones are counted in .extrapolations, not warned)", stacklevel=3)
+        a, per_token, per_request = self.prepare_coef
+        sa, per_row = self.sample_coef
+        return IterationCost(prepare_s=a + per_token * tokens + per_request * (len(prefills) + len(decodes)),
+                             forward_s=sum(ops.values()), sample_s=sa + per_row * num_sampled, ops=ops,
+                             extrapolated=outside)

@@ -1,0 +1,95 @@
+"""Iteration time from a device's ceilings: every kernel takes as long as the slower of its flops
+and its bytes, at the share of peak real kernels reach, and never less than a kernel's floor.
+
+Per decoder layer (times the layer count):
+- GEMMs qkv_proj, o_proj, gate_up_proj, down_proj over all T tokens of the batch:
+  flops 2 * ceil(T / tile) * tile * K * N (the token dimension padded to the GEMM tile: the
+  paper's 256 -> 257 token step), bytes (K * N + T * K + T * N) * elem;
+- prefill attention, one kernel per chunk of c tokens with context x: flops 4 * heads * head_dim *
+  (causally visible pairs), queries padded to the attention tile; bytes: the chunk's keys/values
+  read once per query block (FlashAttention streams K/V once per block), q/o and the new K/V;
+- decode attention, one kernel over all decodes: bytes of every cached key/value read;
+- pointwise work (two residual RMSNorms, rotary, SiLU * up): bytes only.
+Then the embedding rows, the LM head over the sampled rows, and the host's work per iteration.
+"""
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from sarathi_lab.bench.floors import Shape, visible_pairs  # TODO(measure): profiling at merge
+from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.device import Device
+
+LAYER_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+
+def _ceil_to(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+class RooflineCostModel(CostModel):
+    name = "roofline"
+
+    def __init__(self, device: Device, config: PretrainedConfig, dtype: str = "bfloat16"):
+        super().__init__(config, dtype)
+        self.device = device
+        s = self.shape = Shape.of(config)
+        q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+        self.gemms = {"qkv_proj": (s.hidden, q + 2 * kv), "o_proj": (q, s.hidden),
+                      "gate_up_proj": (s.hidden, 2 * s.intermediate), "down_proj": (s.intermediate, s.hidden)}
+        e = self.elem_bytes
+        self.pointwise_bytes_per_token = e * (8 * s.hidden + 2 * (q + kv) + 3 * s.intermediate)
+        self.kv_bytes_per_token = 2 * kv * e           # one layer's key + value of one token
+        self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
+        self.attn_flops_per_pair = 4 * s.heads * s.head_dim
+        d = device
+        self.gemm_rate = d.peak_flops * d.gemm_flops_efficiency
+        self.attn_rate = d.peak_flops * d.attention_flops_efficiency
+        self.bw = d.memory_bandwidth * d.bandwidth_efficiency
+        self.attn_bw = d.memory_bandwidth * d.attention_bandwidth_efficiency
+        # Everything that depends only on the token and sampled-row counts, per (T, rows).
+        self._dense: dict[tuple[int, int], dict[str, float]] = {}
+
+    def _kernel(self, flops: float, nbytes: float, rate: float, bw: float) -> float:
+        return max(flops / rate, nbytes / bw, self.device.kernel_floor_s)
+
+    def gemm_s(self, tokens: int, k: int, n: int) -> float:
+        flops = 2 * _ceil_to(tokens, self.device.tile_tokens) * k * n
+        return self._kernel(flops, (k * n + tokens * (k + n)) * self.elem_bytes, self.gemm_rate, self.bw)
+
+    def _dense_ops(self, tokens: int, rows: int) -> dict[str, float]:
+        key = (tokens, rows)
+        if key not in self._dense:
+            s, e, layers = self.shape, self.elem_bytes, self.shape.layers
+            ops = {name: layers * self.gemm_s(tokens, k, n) for name, (k, n) in self.gemms.items()}
+            ops["pointwise"] = layers * self._kernel(0, tokens * self.pointwise_bytes_per_token, 1, self.bw)
+            embed = self._kernel(0, 2 * tokens * s.hidden * e, 1, self.bw)
+            ops["lm_head"] = embed + (self.gemm_s(rows, s.hidden, s.vocab) if rows else 0.0)
+            self._dense[key] = ops
+        return self._dense[key]
+
+    def prefill_attention_s(self, chunk: int, context: int) -> float:
+        """One layer's attention of a chunk of ``chunk`` tokens whose request then holds ``context``."""
+        tile = self.device.attention_tile
+        padded = _ceil_to(chunk, tile)
+        flops = self.attn_flops_per_pair * visible_pairs(chunk, context) * padded / chunk
+        nbytes = (padded // tile) * context * self.kv_bytes_per_token + chunk * (
+            self.qo_bytes_per_token + self.kv_bytes_per_token)
+        return self._kernel(flops, nbytes, self.attn_rate, self.attn_bw)
+
+    def decode_attention_s(self, contexts: list[int]) -> float:
+        """One layer's attention of decodes with these contexts, in one kernel."""
+        kv_tokens = sum(contexts)
+        nbytes = kv_tokens * self.kv_bytes_per_token + len(contexts) * (self.qo_bytes_per_token
+                                                                          + self.kv_bytes_per_token)
+        return self._kernel(self.attn_flops_per_pair * kv_tokens, nbytes, self.attn_rate, self.attn_bw)
+
+    def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
+        tokens = sum(c for c, _ in prefills) + len(decodes)
+        layers = self.shape.layers
+        ops = dict(self._dense_ops(tokens, num_sampled))
+        ops["prefill_attention"] = layers * sum(self.prefill_attention_s(c, x) for c, x in prefills)
+        ops["decode_attention"] = layers * self.decode_attention_s(decodes) if decodes else 0.0
+        d = self.device
+        return IterationCost(prepare_s=d.host_overhead_s + d.host_per_token_s * tokens, forward_s=sum(ops.values()),
+                             sample_s=0.0, ops=ops)

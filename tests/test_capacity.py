@@ -1,0 +1,113 @@
+"""Capacity search under SLOs, on engines over a virtual clock whose answer is known by construction."""
+from __future__ import annotations
+
+import pytest
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.engine.executor import Executor, StepOutput
+from sarathi_lab.engine.llm_engine import LLMEngine
+from sarathi_lab.engine.metrics import SLO, Metrics
+from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+from sarathi_lab.engine.sequence import Sequence
+from sarathi_lab.engine.slo_guard import over_needed
+from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
+
+SERVICE_S = 0.5  # every request takes exactly this long, alone
+N = 21
+
+
+class WholeRequestExecutor(Executor):
+    """A request is one prefill-only iteration of SERVICE_S seconds (one new token, so one step)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def start(self, sampling):
+        pass
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        self.clock.advance(SERVICE_S * len(batch.prefills) + 1e-3 * len(batch.decodes))
+        return StepOutput([0] * len(batch.sampled), 0.0, 0.0, 0.0)
+
+
+class VirtualLLM:
+    """What serve_trial needs of an LLM, over a one-request-at-a-time engine on a virtual clock."""
+
+    def __init__(self, decode_tokens: int = 1):
+        clock = VirtualClock()
+        scheduler = make_scheduler("sarathi_serve", SchedulerConfig(1, 4096, 4096), BlockManager(1024, 16))
+        self.engine = LLMEngine(scheduler, WholeRequestExecutor(clock), clock)
+        self.metrics = Metrics()
+        self.served = 0
+
+    def generate(self, prompts, max_new_tokens, arrival_times, sampling, on_iteration):
+        seqs = [Sequence(self.served + i, p, n, t) for i, (p, n, t) in
+                enumerate(zip(prompts, max_new_tokens, arrival_times))]
+        self.served += len(seqs)
+        self.metrics = Metrics()
+        self.engine.run(seqs, self.metrics, sampling, on_iteration)
+
+
+def trial_at(llm, slo, require_stable):
+    def run(qps: float) -> Trial:
+        arrivals = [i / qps for i in range(N)]
+        return serve_trial(llm, [[1] * 8] * N, [1] * N, arrivals, slo, qps, require_stable)
+    return run
+
+
+def test_capacity_is_found_within_its_resolution():
+    # Deterministic arrivals every 1/q s, one request served at a time in SERVICE_S: request i waits
+    # max(0, i (SERVICE_S - 1/q)), so the median of 21 waits (request 10's) is <= 2 s exactly while
+    # q <= 1 / (SERVICE_S - 0.2).
+    known = 1 / (SERVICE_S - 2.0 / 10)
+    slo = SLO(sched_delay_p50_s=2.0)
+    result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=False), start_qps=1.0, resolution=0.02)
+    assert result.bounded and result.binding == "sched_delay_p50_s"
+    assert known / 1.02 <= result.capacity_qps <= known
+    failing = min(t.qps for t in result.trials if not t.passed)
+    assert known < failing <= result.capacity_qps * 1.02
+    assert len(result.trials) <= 10
+
+
+def test_requiring_stability_stops_below_the_percentile_bound():
+    # The queue grows from 1/SERVICE_S = 2 requests/s on: a finite trial's median can still pass,
+    # but no longer trial would. Required stable, the capacity lies between the two.
+    slo = SLO(sched_delay_p50_s=2.0)
+    result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=True), start_qps=1.0, resolution=0.02)
+    assert result.binding == "saturated"
+    assert 1 / SERVICE_S <= result.capacity_qps < 1 / (SERVICE_S - 0.2)
+
+
+def test_an_overloaded_trial_stops_as_soon_as_its_verdict_is_certain():
+    slo = SLO(sched_delay_p50_s=2.0)
+    llm = VirtualLLM()
+    trial = trial_at(llm, slo, require_stable=False)(50.0)
+    assert not trial.passed and trial.stopped_early and trial.binding == "sched_delay_p50_s"
+    # Stopped once 11 of 21 requests (over_needed) had waited > 2 s: request 10 is still waiting.
+    assert over_needed(N, 50) == 11
+    assert sum(r.finish is not None for r in llm.metrics.requests) < N // 2
+    assert llm.engine.scheduler.blocks.num_free == 1024  # the engine gave everything back
+
+
+def test_every_rate_passing_is_reported_as_a_lower_bound():
+    result = search_capacity(lambda q: Trial(q, True, None, False), start_qps=1.0, max_qps=100.0)
+    assert not result.bounded and result.capacity_qps == 64.0
+
+
+def test_even_the_lowest_rate_failing_gives_no_capacity():
+    result = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), start_qps=1.0, min_qps=0.1)
+    assert result.capacity_qps is None and result.binding == "tbt_p99_s"
+
+
+@pytest.mark.parametrize("total, p, needed", [(21, 50, 11), (20, 50, 11), (100, 99, 2), (1000, 99, 11), (1, 99, 1)])
+def test_over_needed_is_the_fewest_values_that_decide_a_percentile(total, p, needed):
+    import numpy as np
+    assert over_needed(total, p) == needed
+    limit, just_over = 1.0, 1.0 + 1e-9
+    values = np.zeros(total)
+    values[total - needed:] = just_over
+    assert np.percentile(values, p) > limit  # however small the excess, the verdict is certain
+    values[total - needed] = 0.0
+    assert np.percentile(values, p) <= limit  # one fewer, and it is not

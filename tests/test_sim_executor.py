@@ -1,0 +1,87 @@
+"""LLM(executor="sim"): the engine's own scheduler, block manager and metrics on a virtual clock."""
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+
+import pytest
+
+pytest.importorskip("sarathi_lab.engine.executor", reason="the engine's executor seam is not merged yet")
+
+from sarathi_lab import LLM
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.model import PRESETS
+from sarathi_lab.sim import CostModel, simulated_kv_blocks
+
+
+def workload(n: int, seed: int, qps: float = 20.0):
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(32000) for _ in range(rng.randint(50, 900))] for _ in range(n)]
+    new_tokens = [rng.randint(1, 64) for _ in range(n)]
+    arrivals, t = [], 0.0
+    for _ in range(n):
+        t += rng.expovariate(qps)
+        arrivals.append(t)
+    return prompts, new_tokens, arrivals
+
+
+def simulate(scheduler: str = "sarathi", n: int = 40, seed: int = 0, **kwargs) -> LLM:
+    llm = LLM("llama2-7b", executor="sim", sim_device="a100", scheduler=scheduler, chunk_size=256,
+              max_batch_size=16, seed=seed, **kwargs)
+    prompts, new_tokens, arrivals = workload(n, seed)
+    llm.generate(prompts, new_tokens, arrival_times=arrivals)
+    return llm
+
+
+@pytest.mark.parametrize("scheduler", ["sarathi", "sarathi_serve", "vllm", "orca", "static"])
+def test_same_seed_and_config_give_identical_runs(scheduler):
+    a, b = simulate(scheduler), simulate(scheduler)
+    assert [dataclasses.asdict(r) for r in a.metrics.iterations] == [dataclasses.asdict(r) for r in b.metrics.iterations]
+    assert [dataclasses.asdict(r) for r in a.metrics.requests] == [dataclasses.asdict(r) for r in b.metrics.requests]
+    assert a.metrics.summary()["num_requests"] == 40
+
+
+def test_a_simulated_run_never_sleeps_on_the_wall_clock(monkeypatch):
+    def no_sleep(seconds):
+        raise AssertionError(f"time.sleep({seconds}) in a simulated run")
+
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    llm = simulate(n=30)   # Poisson arrivals at 20/s: the engine idles between some of them
+    starts = [i.start for i in llm.metrics.iterations]
+    assert starts == sorted(starts) and llm.metrics.summary()["makespan_s"] > 1.0
+
+
+def test_each_iteration_takes_what_the_cost_model_predicts():
+    llm = LLM("llama2-7b", executor="sim", sim_device="h100", scheduler="sarathi", chunk_size=128, max_batch_size=4)
+    llm.generate([[5] * 300, [6] * 100], max_new_tokens=[3, 5])
+    cm = CostModel.for_device("h100", model="llama2-7b")
+    first, last = llm.metrics.iterations[0], llm.metrics.iterations[-1]
+    # First: a 128-token chunk of the first prompt, nothing sampled; last: one decode.
+    assert (first.num_prefill_tokens, first.num_decode_tokens) == (128, 0)
+    assert first.duration == pytest.approx(cm.iteration_time_s(prefills=[(128, 128)], num_sampled=0), rel=1e-9)
+    assert (last.num_prefill_tokens, last.num_decode_tokens) == (0, 1)
+    assert last.duration == pytest.approx(cm.iteration_time_s(decodes=[104]), rel=1e-9)
+    assert all(i.duration == pytest.approx(i.schedule_time + i.prepare_time + i.forward_time + i.sample_time)
+               for i in llm.metrics.iterations)
+
+
+def test_kv_capacity_follows_the_simulated_device_memory():
+    small = LLM("llama-13b", executor="sim", sim_device="a6000", max_batch_size=18, chunk_size=256)
+    big = LLM("llama-13b", executor="sim", sim_device="h200", max_batch_size=18, chunk_size=256)
+    assert small.num_kv_blocks == simulated_kv_blocks(small.config, PRESETS["llama-13b"])
+    assert 18 * 1024 <= small.kv_capacity_tokens < big.kv_capacity_tokens
+    assert LLM("llama-13b", executor="sim", sim_device="a6000", num_kv_blocks=7).num_kv_blocks == 7
+
+
+def test_simulated_requests_run_to_their_token_budget():
+    llm = simulate(n=10)
+    assert [r.output_len for r in llm.metrics.requests] == workload(10, 0)[1]
+
+
+def test_a_model_too_large_for_the_device_fails_with_one_line():
+    from sarathi_lab.config import ConfigError
+
+    with pytest.raises(ConfigError, match="sim_device='a6000' is invalid for this model"):
+        simulated_kv_blocks(EngineConfig(model="llama-33b", executor="sim", sim_device="a6000", dtype="float32"),
+                            PRESETS["llama-33b"])
