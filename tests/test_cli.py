@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -149,9 +150,11 @@ def test_cfg_job_says_what_the_experiments_sweep_overrides(tmp_path):
 def test_an_installed_wheel_runs_outside_the_repository(tmp_path):
     """`pip install .` (a wheel, not an editable link): configs, experiments and the sample trace ship
     inside the package, and relative trace paths still resolve from the working directory first."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # Built from a copy: setuptools writes build/ into the tree it builds.
+    repo = shutil.copytree(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "src",
+                           ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "build", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), repo], check=True, timeout=600, capture_output=True)
+                    str(tmp_path / "dist"), str(repo)], check=True, timeout=600, capture_output=True)
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path / "site"),
                     str(wheel)], check=True, timeout=600, capture_output=True)
@@ -170,8 +173,9 @@ def test_an_installed_wheel_runs_outside_the_repository(tmp_path):
     for trace, tokens in (("data/traces/sample.csv", "fewer than one request of"), ("data/traces/mine.csv", "of 48")):
         proc = run("experiment=smoke", "logger=none", "workload=trace", f"workload.path={trace}",
                    "engine.num_kv_blocks=1", f"hydra.run.dir={work / 'out'}")
-        assert proc.returncode == 2 and "the KV cache holds 16 tokens, fewer than one request of" in proc.stderr \
-            and tokens in proc.stderr, proc.stderr[-2000:]
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "the KV cache holds 16 tokens, fewer than one request of" in output \
+            and tokens in output, output[-2000:]
         assert str(tmp_path / "site") in _python_at(env, work)
 
 
