@@ -39,17 +39,17 @@ def test_help_and_import_load_no_engine():
 
 
 def test_the_bf16_fallback_is_one_line():
-    err = subprocess.run([sys.executable, "-c", "import sarathi_lab.config as c\nc.cpu_has_bf16_units = lambda: False\n"
-                          "cfg = c.EngineConfig(device='cpu')\nprint(cfg.torch_dtype, cfg.torch_dtype)"],
-                         capture_output=True, text=True, timeout=120, check=True, env=ENV)
+    code = ("import sarathi_lab.config as c\nc.cpu_has_bf16_units = lambda: False\n"
+            "cfg = c.EngineConfig(device='cpu')\nprint(cfg.torch_dtype, cfg.torch_dtype)")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, env=ENV)
     assert err.stdout.strip() == "torch.float32 torch.float32"
     assert err.stderr.strip() == "dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions"
 
 
 @pytest.mark.parametrize("args, line", [
     (["chunck=256"], "chunck=256 is invalid: chunck is not a known key; nearest known keys: chunk"),
-    (["engine.kv_cache=1"], "engine.kv_cache=1 is invalid: engine.kv_cache is not a known key; nearest known keys: "
-                            "engine.kv_cache_gb, engine.num_kv_blocks"),
+    (["engine.kv_cache=1"], ("engine.kv_cache=1 is invalid: engine.kv_cache is not a known key; nearest known keys: "
+                             "engine.kv_cache_gb, engine.num_kv_blocks")),
     (["scheduler=fcfs"], "scheduler='fcfs' is invalid: allowed values are orca, sarathi, sarathi_serve, static, vllm"),
 ])
 def test_an_unknown_key_or_choice_is_one_line_before_hydra_starts(tmp_path, args, line):

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 import torch
 
 from sarathi_lab.config import ConfigError
@@ -131,14 +130,20 @@ def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple
     try:
         return _read_trace(cfg, path, context)
     except UnicodeDecodeError:
+        # The reader's offset counts from its buffer; the whole file's names the line.
         raw = path.read_bytes()
-        try:
-            raw.decode("utf-8")
-            bad = line = None
-        except UnicodeDecodeError as e:  # the whole file's offset, where the reader's is its buffer's
-            bad, line = raw[e.start], raw.count(b"\n", 0, e.start) + 1
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text (byte 0x{bad:02x})"
-                          ) from None
+        at = _first_undecodable(raw)
+        line = raw.count(b"\n", 0, at) + 1
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text "
+                          f"(byte 0x{raw[at]:02x})") from None
+
+
+def _first_undecodable(raw: bytes) -> int:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return 0  # unreachable for bytes the reader could not decode
 
 
 def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None) -> tuple[list[tuple[int, int]], list[float]]:

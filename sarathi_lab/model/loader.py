@@ -19,8 +19,6 @@ _FUSED = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
 }
-
-
 log = logging.getLogger("sarathi_lab")
 
 
