@@ -152,3 +152,11 @@ def test_cli_bad_value_exits_nonzero_with_one_line_and_no_result(tmp_path):
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "chunk=0" in line]
     assert len(errors) == 1 and errors[0].endswith("chunk=0 is invalid: must be > 0")
     assert not list(tmp_path.rglob("metrics*.json")) and not list(tmp_path.rglob("*.parquet"))
+
+
+def test_the_config_names_what_the_engine_implements():
+    # config.py is the bottom layer, so it names the choices itself; the engine's registries must agree.
+    from sarathi_lab.attention import ATTENTION_CHOICES
+    from sarathi_lab.config import ATTENTIONS, SCHEDULERS
+    from sarathi_lab.engine.scheduler import scheduler_names
+    assert set(scheduler_names()) == set(SCHEDULERS) and set(ATTENTION_CHOICES) == set(ATTENTIONS)
