@@ -20,7 +20,9 @@ log = logging.getLogger("sarathi_lab")
 # The choices the engine implements; tests hold the engine's registries to these names.
 SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
 ATTENTIONS = ("auto", "torch", "triton")
-DTYPES = ("bfloat16", "float32", "float16")
+# Bytes per element of each dtype the engine runs (the simulator sizes memory with it, torch-free).
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
+DTYPES = tuple(DTYPE_BYTES)
 DEVICES = ("auto", "cpu", "cuda")
 CPU_LINEARS = ("onednn", "aten")
 EXECUTORS = ("model", "sim")

@@ -91,14 +91,20 @@ class LLMEngine:
         scheduler = self.scheduler
         try:
             next_arrival = 0
+            # The cap was reached at the last check: requests due since then were held back by it
+            # (nothing leaves the system during a step), so they are sent, and arrive, now.
+            held = False
             while next_arrival < len(pending) or scheduler.has_work():
                 now = self.elapsed()
-                while (next_arrival < len(pending) and pending[next_arrival].arrival <= now
-                       and (max_concurrency is None or len(scheduler.waiting) + len(scheduler.running) < max_concurrency)):
+                while next_arrival < len(pending) and pending[next_arrival].arrival <= now:
+                    if max_concurrency is not None and len(scheduler.waiting) + len(scheduler.running) >= max_concurrency:
+                        break
                     seq = pending[next_arrival]
-                    seq.arrival = max(seq.arrival, now)
+                    if held:
+                        seq.arrival = now
                     self.add_request(seq)
                     next_arrival += 1
+                held = max_concurrency is not None and len(scheduler.waiting) + len(scheduler.running) >= max_concurrency
                 record = self.step() if scheduler.has_work() else None
                 if record is None:
                     if next_arrival == len(pending):

@@ -166,7 +166,7 @@ class Metrics:
         out |= _pcts("ttft", [r.ttft for r in reqs])
         out |= _pcts("tbt", [t for r in reqs for t in r.tbts])
         out |= _pcts("e2e", [r.e2e for r in reqs])
-        out |= _pcts("sched_delay", [r.sched_delay for r in reqs], unit="_s")
+        out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None], unit="_s")
         out |= _pcts("tpot", [r.tpot for r in reqs], unit="_s")
         out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs], unit="_s_per_token")
         if slo is not None:

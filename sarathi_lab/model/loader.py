@@ -73,8 +73,15 @@ def _first_line(e: BaseException) -> str:
 
 def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
                 dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str) -> CausalLM:
-    with torch.device(device):
-        lm = CausalLM(config, backend, max_positions)
+    # Parameters are created in their final dtype: a 13B model built in float32 and then cast would
+    # take twice its memory at the peak (52 GB on a GPU), and the freed pages could block the cache.
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            lm = CausalLM(config, backend, max_positions)
+    finally:
+        torch.set_default_dtype(previous)
     if model in PRESETS:
         _init_random(lm, config, seed)
     else:
@@ -98,7 +105,8 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int) -> None:
         elif name.endswith("bias"):
             p.zero_()
         else:
-            p.normal_(0.0, std, generator=gen)
+            # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
+            p.copy_(torch.empty(p.shape, device=p.device).normal_(0.0, std, generator=gen))
 
 
 def _weight_files(path: Path) -> list[Path]:

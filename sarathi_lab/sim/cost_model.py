@@ -15,7 +15,7 @@ from pathlib import Path
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import DTYPES, SIM_COST_MODELS, ConfigError
+from sarathi_lab.config import DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError
 
 
 @dataclass
@@ -39,7 +39,7 @@ class CostModel(abc.ABC):
     def __init__(self, config: PretrainedConfig, dtype: str):
         self.config = config
         self.dtype = dtype
-        self.elem_bytes = DTYPES[dtype].itemsize
+        self.elem_bytes = DTYPE_BYTES[dtype]
 
     @abc.abstractmethod
     def _cost(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> IterationCost: ...
