@@ -20,7 +20,23 @@ log = logging.getLogger("sarathi_lab")
 # The choices the engine implements; tests hold the engine's registries to these names.
 SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
 ATTENTIONS = ("auto", "torch", "triton")
-DTYPES = ("bfloat16", "float32", "float16")
+
+
+class _Names(tuple):
+    """Names that also index their torch objects (``DTYPES["float16"]`` is ``torch.float16``, as the
+    engine, simulator and benches use it), importing torch only then."""
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            return super().__getitem__(key)
+        if key not in self:
+            raise KeyError(key)
+        import torch
+
+        return getattr(torch, key)
+
+
+DTYPES = _Names(("bfloat16", "float32", "float16"))
 DEVICES = ("auto", "cpu", "cuda")
 CPU_LINEARS = ("onednn", "aten")
 EXECUTORS = ("model", "sim")
