@@ -34,13 +34,17 @@ def simulated_label(simulated, name: str) -> str | None:
     return simulated.source(name)
 
 
+def _describe(runs, name: str) -> str:
+    row = runs.summary(name).iloc[0]
+    if runs.executor(name)["executor"] == "sim":
+        where = "predicted by the cost model, not measured"
+    else:
+        where = row["env.device_name"]
+    return f"{runs.source(name)}: {row.model}, {where}, {row['env.dtype']} ({runs.scale(name)} scale)"
+
+
 def _title(fig, results, name: str, text: str, simulated=None) -> None:
-    row = results.summary(name).iloc[0]
-    lines = [text, f"{results.source(name)}: {row.model}, {row['env.device_name']}, {row['env.dtype']}"
-                   f" ({results.scale(name)} scale)"]
-    label = simulated_label(simulated, name)
-    if label:
-        lines.append(f"{label}: {simulated.summary(name).model.iloc[0]}, predicted by the cost model, not measured")
+    lines = [text, _describe(results, name)] + ([_describe(simulated, name)] if simulated_label(simulated, name) else [])
     fig.suptitle("\n".join(lines), fontsize=11)
 
 
