@@ -160,16 +160,16 @@ def chunk_overhead(results, simulated=None):
     panels = [("attention_slowdown", "attention", {64: paper.CHUNK64_ATTENTION_SLOWDOWN}),
               ("prefill_slowdown", "prefill", {64: paper.CHUNK64_PREFILL_SLOWDOWN} | paper.PREFILL_SLOWDOWN_BOUND),
               ("end_to_end_slowdown", "end to end", {}), ("kv_reread_ratio", "KV tokens read", {})]
+    sim_label = simulated_label(simulated, "chunk_overhead")
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2), layout="constrained")
     for ax, (column, label, refs) in zip(axes, panels):
         sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="crest", ax=ax,
                      legend=column == "kv_reread_ratio")
-        label = simulated_label(simulated, "chunk_overhead")
-        if label:
+        if sim_label:
             sim = simulated.summary("chunk_overhead")
             for color, (chunk, g) in zip(_sim_colors(sim.chunk.nunique()), sim.groupby("chunk")):
                 g = g.sort_values("seq_len")
-                ax.plot(g.seq_len, g[column], color=color, label=f"{label}, {chunk:g}", **SIM_STYLE)
+                ax.plot(g.seq_len, g[column], color=color, label=f"{sim_label}, {chunk:g}", **SIM_STYLE)
         if column == "kv_reread_ratio":
             ax.legend(title="chunk", fontsize=7)
         for chunk, value in refs.items():
