@@ -4,10 +4,18 @@
     python -m sarathi_lab.produce --scale ci          # the quick set (about a minute)
     python -m sarathi_lab.produce pd_ratio --root outputs
     python -m sarathi_lab.produce -o device.num_threads=1   # extra overrides for every sweep
+    python -m sarathi_lab.produce --sim               # the paper's shapes, simulated (outputs/sim)
+    python -m sarathi_lab.produce --sim --scale ci    # the quick set on the simulator (seconds)
 
 Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME``, run as a user runs it,
 into ``<root>/<name>/multiruns/<scale>-<time>/``. A sweep with a failed job does not stop the
 others; the command fails at the end naming them.
+
+``--sim`` runs ``experiment=sim/NAME``: the paper's models and shapes (LLaMA-13B on an A6000, lengths
+1K-3K, B = 18, chunks 128-512; Mistral-7B on an A100 for Sarathi-Serve) with ``executor=sim`` and the
+roofline cost model, into a root of its own (default ``outputs/sim``), so that the analysis reads the
+simulated runs beside the measured ones. At CI scale it runs the quick set's shapes on the simulated
+A6000 instead. Every time in those runs is a prediction, not a measurement.
 """
 from __future__ import annotations
 
@@ -37,37 +45,43 @@ CI_OVERRIDES = {
                           "workload.qps=20,80"],
 }
 SCALES = ("full", "ci")
+# The quick set on the simulator: its shapes with the paper's model and device (no weights load).
+SIM_CI_OVERRIDES = ["executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.sim_cost_model=roofline"]
+SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 
 
-def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = ()) -> list[str]:
+def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), sim: bool = False) -> list[str]:
     """The arguments of ``python -m sarathi_lab.run`` for one experiment's sweep."""
     sweep_dir = Path(root).resolve() / name / "multiruns" / f"{scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     overrides = _CI_COMMON + CI_OVERRIDES[name] if scale == "ci" else []
-    return ["-m", f"experiment={name}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
+    if sim:
+        overrides += SIM_CI_OVERRIDES if scale == "ci" else []
+    experiment = f"sim/{name}" if sim and scale == "full" else name
+    return ["-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
 
 
-def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = ()) -> list[str]:
-    """Each experiment's sweep, one ``python -m sarathi_lab.run`` each; returns the names of those
-    with a failed job."""
+def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = (), sim: bool = False) -> list[str]:
+    """Each experiment's sweep, one ``python -m sarathi_lab.run`` each (``sim``: on the simulator);
+    returns the names of those with a failed job."""
     # The runs import the same sarathi_lab as this process, wherever it was imported from.
     package_root = str(Path(sarathi_lab.__file__).resolve().parents[1])
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     failed = []
     for name in names:
-        done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *sweep_args(name, root, scale, extra)],
+        done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *sweep_args(name, root, scale, extra, sim)],
                               env=env, check=False)
         if done.returncode:
             failed.append(name)
     return failed
 
 
-def produce_missing(results: Results, scale: str = "ci") -> Results:
+def produce_missing(results: Results, scale: str = "ci", sim: bool = False) -> Results:
     """Runs every experiment that has no finished run under ``results.root``, at ``scale``."""
     missing = results.missing()
     if missing:
-        print(f"no finished run under {results.root} of {', '.join(missing)}: running them at scale {scale}",
-              flush=True)
-        failed = run_experiments(missing, results.root, scale)
+        print(f"no finished run under {results.root} of {', '.join(missing)}: running them at scale {scale}"
+              + (" on the simulator" if sim else ""), flush=True)
+        failed = run_experiments(missing, results.root, scale, sim=sim)
         if failed:
             raise RuntimeError(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")
     return results
@@ -76,15 +90,18 @@ def produce_missing(results: Results, scale: str = "ci") -> Results:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.produce", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
-    parser.add_argument("--root", default=str(REPO_ROOT / "outputs"), help="results root")
+    parser.add_argument("--root", help="results root (default: outputs, or outputs/sim with --sim)")
     parser.add_argument("--scale", choices=SCALES, default="full")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override added to every sweep (repeatable)")
+    parser.add_argument("--sim", action="store_true",
+                        help="run on the simulator at the paper's shapes (experiment=sim/NAME; at --scale ci the quick set)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.names) - set(EXPERIMENTS))
     if unknown:
         parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(EXPERIMENTS)}")
-    failed = run_experiments(args.names or EXPERIMENTS, args.root, args.scale, args.override)
+    root = args.root or (SIM_ROOT if args.sim else REPO_ROOT / "outputs")
+    failed = run_experiments(args.names or EXPERIMENTS, root, args.scale, args.override, args.sim)
     if failed:
         raise SystemExit(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")
 

@@ -193,3 +193,41 @@ def test_wandb_runs_are_downloaded_into_the_local_layout(tmp_path, monkeypatch):
     download_wandb("me/sarathi", tmp_path / "cache")
     assert sorted(p.name for p in (tmp_path / "cache/pd_ratio/multiruns/pd_ratio-2").iterdir()) == ["new"]
     assert Results(tmp_path / "cache").summary("pd_ratio").total_throughput[0] == 3.0
+
+
+class _Simulated(_Frames):
+    """Hand-made frames of simulated runs: the executor each experiment's runs name."""
+
+    def table(self, name, table):
+        if (name, table) not in self.frames:
+            raise FileNotFoundError(f"no finished run of {name}")
+        return self.frames[name, table]
+
+    def summary(self, name):
+        return self.table(name, "summary")
+
+    def executor(self, name):
+        return {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "roofline"}
+
+
+def _latency(times_by_qps) -> pd.DataFrame:
+    return pd.DataFrame([dict(scheduler=s, **{"workload.qps": q}, tbt_p99=t, model="llama-13b")
+                         for q, times in times_by_qps.items() for s, t in times.items()])
+
+
+def test_claims_table_puts_the_same_check_on_simulated_runs_beside_the_measured_one():
+    measured = _Frames({("scheduler_latency", "summary"): _latency({1: {"sarathi_serve": 0.5, "vllm": 0.4,
+                                                                         "orca": 0.6}}),
+                        ("decode_speedup", "piggyback"): _piggyback(4, 40.0, 100.0, 107.5)})
+    simulated = _Simulated({("scheduler_latency", "summary"): _latency({4: {"sarathi_serve": 0.04, "vllm": 0.2,
+                                                                            "orca": 0.3}})})
+    table = claims.claims_table(measured, simulated, checks=(claims.scheduler_latency, claims.decode_speedup))
+    assert list(table.columns) == claims.COLUMNS
+    latency, speedup = table.to_dict("records")
+    assert latency["holds"] == "no" and latency["holds (sim)"] == "yes"
+    assert "qps 4: sarathi_serve 40 ms, vllm 200 ms, orca 300 ms" in latency["simulated"]
+    assert latency["cost model"] == "roofline (a6000, llama-13b)"
+    # An experiment with no simulated run says so instead of failing the table.
+    assert (speedup["simulated"], speedup["holds (sim)"], speedup["cost model"]) == ("not run", "n/a", "")
+    alone = claims.claims_table(measured, checks=(claims.scheduler_latency,))
+    assert alone.loc[0, "simulated"] == "not run" and alone.loc[0, "holds"] == "no"

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from sarathi_lab.analysis.runs import EXPERIMENTS, Results
-from sarathi_lab.produce import CI_OVERRIDES, produce_missing, run_experiments, sweep_args
+from sarathi_lab.produce import CI_OVERRIDES, SIM_CI_OVERRIDES, produce_missing, run_experiments, sweep_args
 
 pytestmark = pytest.mark.e2e
 
@@ -18,6 +18,22 @@ def test_every_experiment_has_a_ci_scale_and_its_sweep_goes_under_the_root(tmp_p
     args = sweep_args("pd_ratio", tmp_path, "ci", ["seed=3"])
     assert args[:2] == ["-m", "experiment=pd_ratio"] and args[-1] == "seed=3"
     assert args[2].startswith(f"hydra.sweep.dir={tmp_path.resolve()}/pd_ratio/multiruns/ci-")
+
+
+def test_the_simulated_set_runs_the_sim_configs_at_full_scale_and_the_quick_set_on_the_simulator(tmp_path):
+    assert sweep_args("orca_compare", tmp_path, "full", sim=True)[:2] == ["-m", "experiment=sim/orca_compare"]
+    quick = sweep_args("orca_compare", tmp_path, "ci", sim=True)
+    assert quick[1] == "experiment=orca_compare" and quick[-len(SIM_CI_OVERRIDES):] == SIM_CI_OVERRIDES
+
+
+def test_the_simulated_quick_set_of_a_measurement_and_a_serving_experiment_runs_with_no_model(tmp_path):
+    names = ["decode_speedup", "pd_ratio"]
+    assert run_experiments(names, tmp_path, "ci", sim=True) == []
+    results = Results(tmp_path)
+    for name in names:
+        assert results.executor(name) == {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "roofline"}
+        assert results.source(name) == "simulated A6000 (roofline)"
+        assert set(results.summary(name).model) == {"llama-13b"}
 
 
 def test_a_failed_sweep_is_named_and_the_others_still_run(tmp_path):

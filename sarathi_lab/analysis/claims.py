@@ -1,7 +1,10 @@
-"""The table of claim / paper / ours / holds?, one or two rows per experiment.
+"""The table of claim / paper / ours / holds?, one or two rows per experiment, and the same check
+on the simulated runs beside it (``simulated``, ``holds (sim)``, ``cost model``).
 
 Each check states its criterion in its claim text, applies it to our runs as they are (never
 tuned), and says ``yes``, ``partly`` (some of the points), ``no``, or ``n/a`` (not in these runs).
+The simulated column applies the same check to runs of ``executor=sim`` (the paper's model and
+shapes on a simulated GPU): a prediction of the named cost model, not a measurement.
 """
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import pandas as pd
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.profiling import quantities
 
-COLUMNS = ["experiment", "claim", "paper", "ours", "holds"]
+MEASURED = ["experiment", "claim", "paper", "ours", "holds"]
+SIMULATED = ["simulated", "holds (sim)", "cost model"]
+COLUMNS = MEASURED + SIMULATED
 
 
 def _verdict(flags) -> str:
@@ -19,7 +24,7 @@ def _verdict(flags) -> str:
 
 
 def _row(experiment: str, claim: str, paper_text: str, ours: str, holds: str) -> dict:
-    return dict(zip(COLUMNS, (experiment, claim, paper_text, ours, holds)))
+    return dict(zip(MEASURED, (experiment, claim, paper_text, ours, holds)))
 
 
 def per_token_cost(results) -> list[dict]:
@@ -140,5 +145,31 @@ CHECKS = (per_token_cost, tile_quantization, decode_speedup, pd_ratio, chunk_ove
           scheduler_latency)
 
 
-def claims_table(results) -> pd.DataFrame:
-    return pd.DataFrame([row for check in CHECKS for row in check(results)], columns=COLUMNS)
+def cost_model_label(simulated, name: str) -> str:
+    """Which prediction a simulated row is: the cost model, the device and the model simulated."""
+    ex = simulated.executor(name)
+    if ex["executor"] != "sim":
+        return f"none: {ex['executor']} runs"
+    return f"{ex['sim_cost_model']} ({ex['sim_device']}, {simulated.summary(name).model.iloc[0]})"
+
+
+def _simulated(check, simulated, count: int) -> list[dict]:
+    """The check's rows on the simulated runs, in the simulated columns; 'not run' without them."""
+    try:
+        rows = check(simulated) if simulated is not None else None
+        label = cost_model_label(simulated, check.__name__) if rows else ""
+    except FileNotFoundError:
+        rows = None
+    if not rows:
+        return [dict(zip(SIMULATED, ("not run", "n/a", "")))] * count
+    return [dict(zip(SIMULATED, (row["ours"], row["holds"], label))) for row in rows]
+
+
+def claims_table(results, simulated=None, checks=CHECKS) -> pd.DataFrame:
+    """One row per claim: the paper, our measured runs (``results``) and, with ``simulated`` (the
+    ``Results`` of ``python -m sarathi_lab.produce --sim``), the same check on simulated runs."""
+    rows = []
+    for check in checks:
+        measured = check(results)
+        rows += [m | s for m, s in zip(measured, _simulated(check, simulated, len(measured)))]
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,5 +1,8 @@
 """One figure per experiment, in the paper's axes, with the paper's reported values drawn beside
-ours where it gives them. Each function takes a ``Results`` and returns the figure."""
+ours where it gives them. Each function takes a ``Results`` (the measured runs) and, optionally, the
+``Results`` of the simulated runs (``python -m sarathi_lab.produce --sim``), drawn beside them in
+red and labelled with the simulated device and cost model (e.g. "simulated A6000 (roofline)"), and
+returns the figure."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,12 +19,33 @@ sns.set_theme(style="whitegrid", context="notebook")
 PAPER_STYLE = {"marker": "*", "s": 180, "color": "black", "zorder": 5}
 ORCA_ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "baseline (staggered)", "SARATHI (staggered)"]
 ORCA_COLORS = dict(zip(ORCA_ORDER, sns.color_palette("deep", len(ORCA_ORDER))))
+# Simulated series: dashed, square markers, in reds.
+SIM_STYLE = {"ls": "--", "marker": "s", "markersize": 5}
 
 
-def _title(fig, results, name: str, text: str) -> None:
-    row = results.summary(name).iloc[0]
-    fig.suptitle(f"{text}\nours: {row.model}, {row['env.device_name']}, {row['env.dtype']}"
-                 f" ({results.scale(name)} scale)", fontsize=11)
+def _sim_colors(n: int) -> list:
+    return sns.color_palette("Reds_r", n + 1)[:n]
+
+
+def simulated_label(simulated, name: str) -> str | None:
+    """``simulated``'s label for ``name`` ("simulated A6000 (roofline)"), None when it has no run."""
+    if simulated is None or name in simulated.missing():
+        return None
+    return simulated.source(name)
+
+
+def _describe(runs, name: str) -> str:
+    row = runs.summary(name).iloc[0]
+    if runs.executor(name)["executor"] == "sim":
+        where = "predicted by the cost model, not measured"
+    else:
+        where = row["env.device_name"]
+    return f"{runs.source(name)}: {row.model}, {where}, {row['env.dtype']} ({runs.scale(name)} scale)"
+
+
+def _title(fig, results, name: str, text: str, simulated=None) -> None:
+    lines = [text, _describe(results, name)] + ([_describe(simulated, name)] if simulated_label(simulated, name) else [])
+    fig.suptitle("\n".join(lines), fontsize=11)
 
 
 def save(fig, root: str | Path, name: str) -> Path:
@@ -32,7 +56,7 @@ def save(fig, root: str | Path, name: str) -> Path:
     return path
 
 
-def per_token_cost(results):
+def per_token_cost(results, simulated=None):
     ops = results.table("per_token_cost", "ops")
     longest = ops[ops.seq_len == ops.seq_len.max()]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
@@ -42,16 +66,22 @@ def per_token_cost(results):
         wide.plot.bar(stacked=True, ax=ax, rot=0, colormap="tab10", legend=phase == "decode")
         ax.set(title=f"{phase}: time per token by operation", xlabel="batch size", ylabel="ms / token")
     ratio = derive.decode_over_prefill(ops)
-    sns.lineplot(ratio, x="batch_size", y="ratio", hue="seq_len", marker="o", ax=axes[2], palette="crest")
+    sns.lineplot(ratio.assign(seq_len=ratio.seq_len.map(lambda s: f"{results.source('per_token_cost')}, {s:g}")),
+                 x="batch_size", y="ratio", hue="seq_len", marker="o", ax=axes[2], palette="crest")
+    label = simulated_label(simulated, "per_token_cost")
+    if label:
+        sim = derive.decode_over_prefill(simulated.table("per_token_cost", "ops"))
+        for color, (length, g) in zip(_sim_colors(sim.seq_len.nunique()), sim.groupby("seq_len")):
+            axes[2].plot(g.batch_size, g.ratio, color=color, label=f"{label}, {length:g}", **SIM_STYLE)
     axes[2].scatter(list(paper.DECODE_OVER_PREFILL), list(paper.DECODE_OVER_PREFILL.values()),
                     label="paper (13B/A6000, length 1024)", **PAPER_STYLE)
     axes[2].set(yscale="log", title="decode / prefill time per token", xlabel="batch size", ylabel="ratio")
     axes[2].legend(title="length", fontsize=8)
-    _title(fig, results, "per_token_cost", "Fig. 3/4: a decode token costs far more than a prefill token")
+    _title(fig, results, "per_token_cost", "Fig. 3/4: a decode token costs far more than a prefill token", simulated)
     return fig
 
 
-def tile_quantization(results):
+def tile_quantization(results, simulated=None):
     sweep = results.table("tile_quantization", "sweep")
     tile = int(results.summary("tile_quantization").tile.iloc[0])
     fig, (ax, rel_ax) = plt.subplots(1, 2, figsize=(14, 4.2), layout="constrained")
@@ -62,31 +92,42 @@ def tile_quantization(results):
     ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
     total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
     reference = total.index[abs(total.index - tile).argmin()]
-    rel_ax.plot(total.index, total / total[reference], marker=".", label=f"ours (/ time at {reference} tokens)")
+    rel_ax.plot(total.index, total / total[reference], marker=".",
+                label=f"{results.source('tile_quantization')} (/ time at {reference} tokens)")
+    label = simulated_label(simulated, "tile_quantization")
+    if label:
+        sim_sweep = simulated.table("tile_quantization", "sweep")
+        sim = sim_sweep[sim_sweep.op == "total"].groupby("tokens").ms.mean()
+        sim_ref = sim.index[abs(sim.index - paper.TILE).argmin()]
+        rel_ax.plot(sim.index, sim / sim[sim_ref], color=_sim_colors(1)[0], label=f"{label} (/ time at {sim_ref} tokens)",
+                    **SIM_STYLE | {"marker": None})
     paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
     rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
                    **PAPER_STYLE)
     rel_ax.set(title="relative to the time at one tile", xlabel="tokens in the iteration", ylabel="relative time")
     rel_ax.legend(fontsize=8)
     _title(fig, results, "tile_quantization",
-           "Fig. 7: iteration time steps at multiples of the matmul tile on a GPU")
+           "Fig. 7: iteration time steps at multiples of the matmul tile on a GPU", simulated)
     return fig
 
 
-def decode_speedup(results):
-    gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
-    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
-    sns.barplot(gains, x="batch_size", y="gain", hue="seq_len", ax=ax, palette="crest")
+def decode_speedup(results, simulated=None):
+    label = simulated_label(simulated, "decode_speedup")
+    panels = [(results, results.source("decode_speedup"), "crest")] + ([(simulated, label, "Reds")] if label else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 4.2), layout="constrained", squeeze=False)
     low, high = paper.DECODE_SPEEDUP
-    ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
-    ax.axhline(1, color="black", lw=1)
-    ax.set(xlabel="batch size", ylabel="decode throughput over baseline", title="")
-    ax.legend(title="length", fontsize=8)
-    _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline")
+    for ax, (runs, title, palette) in zip(axes[0], panels):
+        gains = quantities.decode_speedup(runs.table("decode_speedup", "piggyback"))
+        sns.barplot(gains, x="batch_size", y="gain", hue="seq_len", ax=ax, palette=palette)
+        ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
+        ax.axhline(1, color="black", lw=1)
+        ax.set(xlabel="batch size", ylabel="decode throughput over baseline", title=title)
+        ax.legend(title="length", fontsize=8)
+    _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline", simulated)
     return fig
 
 
-def pd_ratio(results):
+def pd_ratio(results, simulated=None):
     norm = derive.pd_ratio_gains(results.summary("pd_ratio"))
     chunks = sorted(norm.chunk.unique())
     palette = dict(zip(chunks, sns.color_palette("tab10", len(chunks))))
@@ -95,6 +136,14 @@ def pd_ratio(results):
                  ax=ax)
     for p in derive.pd_peaks(norm).itertuples():
         ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)
+    label = simulated_label(simulated, "pd_ratio")
+    if label:
+        sim = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
+        for color, ((chunk, size), g) in zip(_sim_colors(sim.groupby(["chunk", "batch_size"]).ngroups),
+                                             sim.groupby(["chunk", "batch_size"])):
+            g = g.groupby("pd_ratio").gain.mean()
+            ax.plot(g.index, g.values, color=color, label=f"{label}, C={chunk:g} B={size:g}", **SIM_STYLE)
+        ax.legend(fontsize=7)
     for c, b, pd_, g in paper.PD_PEAKS:
         ax.scatter([pd_], [g], **PAPER_STYLE)
         ax.annotate(f"paper C={c} B={b}", (pd_, g), textcoords="offset points", xytext=(6, 4), fontsize=8)
@@ -102,60 +151,81 @@ def pd_ratio(results):
     ax.axhline(paper.PD_WIDE_GAIN, color="black", lw=1, ls=":")
     ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="throughput over baseline",
            title="dashed: C / (B - 1) for each chunk")
-    _title(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)")
+    _title(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)", simulated)
     return fig
 
 
-def chunk_overhead(results):
+def chunk_overhead(results, simulated=None):
     summary = results.summary("chunk_overhead")
     panels = [("attention_slowdown", "attention", {64: paper.CHUNK64_ATTENTION_SLOWDOWN}),
               ("prefill_slowdown", "prefill", {64: paper.CHUNK64_PREFILL_SLOWDOWN} | paper.PREFILL_SLOWDOWN_BOUND),
               ("end_to_end_slowdown", "end to end", {}), ("kv_reread_ratio", "KV tokens read", {})]
+    sim_label = simulated_label(simulated, "chunk_overhead")
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2), layout="constrained")
     for ax, (column, label, refs) in zip(axes, panels):
-        sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="flare", ax=ax,
+        sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="crest", ax=ax,
                      legend=column == "kv_reread_ratio")
+        if sim_label:
+            sim = simulated.summary("chunk_overhead")
+            for color, (chunk, g) in zip(_sim_colors(sim.chunk.nunique()), sim.groupby("chunk")):
+                g = g.sort_values("seq_len")
+                ax.plot(g.seq_len, g[column], color=color, label=f"{sim_label}, {chunk:g}", **SIM_STYLE)
+        if column == "kv_reread_ratio":
+            ax.legend(title="chunk", fontsize=7)
         for chunk, value in refs.items():
             ax.axhline(value, color="black", ls=":", lw=1)
             ax.annotate(f"paper, chunk {chunk}", (summary.seq_len.min(), value), fontsize=8,
                         textcoords="offset points", xytext=(0, 3))
         ax.set(title=f"{label}: chunked / unchunked", xlabel="sequence length", ylabel="x")
-    _title(fig, results, "chunk_overhead", "Fig. 13: what chunking a prompt costs")
+    _title(fig, results, "chunk_overhead", "Fig. 13: what chunking a prompt costs", simulated)
     return fig
 
 
-def orca_compare(results):
-    summary = results.summary("orca_compare")
+def _orca_bars(runs) -> pd.DataFrame:
+    summary = runs.summary("orca_compare")
     gains = derive.orca_compare(summary)
     base = summary[(summary.scheduler == derive.BASELINE)
                    & (summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0) == 0)]
-    ours = pd.concat([gains, base[["seq_len"]].assign(variant="baseline", gain=1.0)])
+    return pd.concat([gains, base[["seq_len"]].assign(variant="baseline", gain=1.0)])
+
+
+def orca_compare(results, simulated=None):
+    ours = _orca_bars(results)
     theirs = pd.DataFrame([{"seq_len": s, "variant": v, "gain": g}
                            for v, by_len in paper.ORCA_FIG11A.items() for s, g in by_len.items()]
                           + [{"seq_len": s, "variant": "baseline", "gain": 1.0} for s in (1024, 2048, 3072)])
-    fig, (ax, paper_ax) = plt.subplots(1, 2, figsize=(15, 4.5), layout="constrained", sharey=True,
-                                       width_ratios=[3, 2])
+    label = simulated_label(simulated, "orca_compare")
+    panels = [(ours, results.source("orca_compare"))] + ([(_orca_bars(simulated), label)] if label else [])
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(8 * len(panels) + 6, 4.5), layout="constrained",
+                             sharey=True, width_ratios=[3] * len(panels) + [2])
+    paper_ax = axes[-1]
     order = [v for v in ORCA_ORDER if v in set(ours.variant)]
-    sns.barplot(ours, x="seq_len", y="gain", hue="variant", hue_order=order, palette=ORCA_COLORS, ax=ax,
-                errorbar=None)
+    for ax, (bars, title) in zip(axes, panels):
+        sns.barplot(bars, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=ax, errorbar=None,
+                    hue_order=[v for v in ORCA_ORDER if v in set(bars.variant)])
+        ax.set(title=title, xlabel="sequence length", ylabel="throughput over baseline")
     sns.barplot(theirs, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=paper_ax, errorbar=None,
                 hue_order=[v for v in order if v in set(theirs.variant)], alpha=0.6)
-    ax.set(title="ours", xlabel="sequence length", ylabel="throughput over baseline")
     paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length")
-    for a in (ax, paper_ax):
+    for a in axes:
         a.axhline(1, color="black", lw=1)
         a.legend(fontsize=8)
-    _title(fig, results, "orca_compare", "Fig. 11a: baseline, Orca worst and best case, SARATHI")
+    _title(fig, results, "orca_compare", "Fig. 11a: baseline, Orca worst and best case, SARATHI", simulated)
     return fig
 
 
-def scheduler_latency(results):
-    long = derive.latency_long(results.summary("scheduler_latency"))
-    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5), layout="constrained")
-    for ax, metric in zip(axes, ("ttft", "tbt")):
-        sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
-                     markers=True, ax=ax, legend=metric == "tbt")
-        ax.set(yscale="log", title=f"{metric.upper()} (p50, p99)", xlabel="load (requests / s)", ylabel="s")
-    _title(fig, results, "scheduler_latency", "Sarathi-Serve: latency of the five schedulers under Poisson load")
+def scheduler_latency(results, simulated=None):
+    label = simulated_label(simulated, "scheduler_latency")
+    rows = [(results, results.source("scheduler_latency"))] + ([(simulated, label)] if label else [])
+    fig, axes = plt.subplots(len(rows), 2, figsize=(14, 4.5 * len(rows)), layout="constrained", squeeze=False)
+    for row_axes, (runs, source) in zip(axes, rows):
+        long = derive.latency_long(runs.summary("scheduler_latency"))
+        for ax, metric in zip(row_axes, ("ttft", "tbt")):
+            sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
+                         markers=True, ax=ax, legend=metric == "tbt")
+            ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)", xlabel="load (requests / s)",
+                   ylabel="s")
+    _title(fig, results, "scheduler_latency", "Sarathi-Serve: latency of the five schedulers under Poisson load",
+           simulated)
     return fig
 

@@ -6,6 +6,7 @@ runs' files are downloaded first into the same layout, so both sources load the 
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -75,6 +76,23 @@ class Results:
     def scale(self, name: str) -> str:
         """'ci' for the quick set, else 'full'."""
         return "ci" if self.sweep(name).name.startswith("ci-") else "full"
+
+    def executor(self, name: str) -> dict[str, str]:
+        """How the experiment's runs got their times: ``executor`` (model | sim) and, when simulated,
+        ``sim_device`` and ``sim_cost_model``, read from a run's resolved config (metrics.json)."""
+        metrics = next(p for p in sorted(self.sweep(name).glob(f"*/**/{METRICS}")) if WANDB_DIR not in p.parts)
+        engine = json.loads(metrics.read_text())["resolved_config"]["engine"]
+        keys = ("executor", "sim_device", "sim_cost_model") if engine.get("executor") == "sim" else ("executor",)
+        return {k: engine.get(k, "model") for k in keys}
+
+    def source(self, name: str) -> str:
+        """What the experiment's numbers are, for labels: 'measured CPU' or e.g. 'simulated A6000
+        (roofline)'."""
+        ex = self.executor(name)
+        if ex["executor"] != "sim":
+            device = str(self.summary(name)["env.device"].iloc[0])
+            return "measured GPU" if device.startswith("cuda") else "measured CPU"
+        return f"simulated {ex['sim_device'].upper()} ({ex['sim_cost_model']})"
 
 
 def load_results(root: str | Path, wandb_project: str | None = None) -> Results:

@@ -17,8 +17,8 @@ from collections import defaultdict
 
 import pandas as pd
 
+from sarathi_lab.harness.tasks._timing import time_by_op
 from sarathi_lab.profiling.batches import SyntheticBatches
-from sarathi_lab.profiling.ops import time_by_op
 from sarathi_lab.profiling.quantities import tile_jump
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sarathi_lab.harness.tasks._timing import time_by_op
 from sarathi_lab.profiling.batches import SyntheticBatches
-from sarathi_lab.profiling.ops import time_by_op
 
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:

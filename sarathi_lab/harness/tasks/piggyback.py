@@ -18,8 +18,8 @@ import statistics
 import pandas as pd
 
 from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.harness.tasks._timing import forward_timer
 from sarathi_lab.profiling.batches import SyntheticBatches
-from sarathi_lab.profiling.ops import forward_timer
 from sarathi_lab.profiling.quantities import decode_speedup
 
 

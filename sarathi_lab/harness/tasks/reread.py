@@ -3,10 +3,10 @@ request end to end, with the prompt prefilled in ``chunk``-token pieces against 
 the KV tokens attention reads in each case (chunk k re-reads the k - 1 chunks before it).
 
 The prompt and decode lengths are ``seq_len`` split by ``pd_ratio``, as in serving runs.
-Attention is timed on one layer's shapes by ``sarathi_lab.profiling.attention``; prefill and
-end to end serve the request through an engine loop of its own with the ``sarathi`` scheduler (over
-the run's executor and cache), once with ``chunk`` and once with the whole prompt as the chunk,
-alternating, ``measure.reps`` times.
+Attention is timed on one layer's shapes by ``sarathi_lab.profiling.attention`` (predicted by
+the cost model on executor=sim); prefill and end to end serve the request through an engine loop of
+its own with the ``sarathi`` scheduler (over the run's executor and cache), once with ``chunk`` and
+once with the whole prompt as the chunk, alternating, ``measure.reps`` times.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
+from sarathi_lab.harness.tasks._timing import attention_reread, cost_model
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.profiling.attention import measure_reread
@@ -44,11 +45,16 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     prompt_len, decode_len = split_length(cfg.seq_len, cfg.pd_ratio)
     reps = cfg.measure.reps
     hf = llm.model_config
-    # One layer's attention takes milliseconds: ten times the repetitions cost little and steady it.
-    attention = measure_reread(prompt_len, cfg.chunk, num_heads=hf.num_attention_heads,
-                               num_kv_heads=hf.num_key_value_heads or hf.num_attention_heads,
-                               head_dim=head_dim_of(hf), dtype=llm.dtype, device=llm.config.torch_device,
-                               attention=llm.config.attention, block_size=llm.config.block_size, reps=10 * reps)
+    model = cost_model(llm)
+    if model is not None:
+        attention = attention_reread(model, prompt_len, cfg.chunk)
+    else:
+        # One layer's attention takes milliseconds: ten times the repetitions cost little and steady it.
+        attention = measure_reread(prompt_len, cfg.chunk, num_heads=hf.num_attention_heads,
+                                   num_kv_heads=hf.num_key_value_heads or hf.num_attention_heads,
+                                   head_dim=head_dim_of(hf), dtype=llm.dtype, device=llm.config.torch_device,
+                                   attention=llm.config.attention, block_size=llm.config.block_size,
+                                   reps=10 * reps)
     prompt = [i % hf.vocab_size for i in range(prompt_len)]
     runs: dict[str, list[tuple[float, float, int]]] = {"whole": [], "chunked": []}
     for _ in range(reps):

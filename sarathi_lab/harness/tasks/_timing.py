@@ -1,0 +1,68 @@
+"""What a measurement task times, on whichever executor the run built: the real forward on
+``executor=model``, the cost model's prediction for the same batch on ``executor=sim`` (no model
+exists there: a simulated run of llama-13b loads no weights). The tasks call these instead of
+``sarathi_lab.profiling.ops`` so that every experiment runs under both executors and reports the
+same quantities; on sim they are predictions of the cost model the run names, not measurements.
+"""
+from __future__ import annotations
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.profiling import ops as measured
+
+
+def cost_model(llm):
+    """The simulated executor's cost model, or None on a real engine."""
+    return getattr(llm.engine.executor, "cost_model", None)
+
+
+def composition(batch: ScheduledBatch) -> tuple[list[tuple[int, int]], list[int]]:
+    """The batch as a cost model takes it: (chunk tokens, context once the chunk is cached) per
+    prefill chunk, and each decode's context with the token it computes now."""
+    return ([(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills],
+            [s.num_computed + 1 for s in batch.decodes])
+
+
+def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
+    """Predicted forward seconds of ``batch``, split into ``profiling.ops.OPS`` as the real
+    forward's hooks split it, plus ``total``. Every prefill chunk here ends its prompt, so every
+    request passes a row through the LM head, as in the measured batches."""
+    prefills, decodes = composition(batch)
+    cost = model.iteration_cost(prefills, decodes)
+    parts = cost.ops
+    attention = parts.get("prefill_attention", 0.0) + parts.get("decode_attention", 0.0)
+    if "dense" in parts:  # the profile cost model keeps its measured dense ops apart per token count
+        tokens = sum(c for c, _ in prefills) + len(decodes)
+        dense = {op: model.dense[op](tokens)[0] for op in ("qkv_proj", "o_proj", "ffn")}
+    else:
+        dense = {"qkv_proj": parts["qkv_proj"], "o_proj": parts["o_proj"],
+                 "ffn": parts["gate_up_proj"] + parts["down_proj"]}
+    split = {"qkv_proj": dense["qkv_proj"], "attention": attention, "o_proj": dense["o_proj"], "ffn": dense["ffn"]}
+    return split | {"others": cost.forward_s - sum(split.values()), "total": cost.forward_s}
+
+
+def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
+    """Seconds of one forward of ``batch``, ``total`` and by op: measured (median of ``reps``) or
+    predicted (exact: repeating a prediction changes nothing)."""
+    model = cost_model(llm)
+    return measured.time_by_op(llm, batch, reps) if model is None else predicted_ops(model, batch)
+
+
+def forward_timer(llm, batch: ScheduledBatch):
+    """A function returning one forward's seconds of ``batch``: timed, or predicted."""
+    model = cost_model(llm)
+    if model is None:
+        return measured.forward_timer(llm, batch)
+    seconds = predicted_ops(model, batch)["total"]
+    return lambda: seconds
+
+
+def attention_reread(model, prompt_len: int, chunk: int) -> dict[str, float]:
+    """The cost model's ``profiling.attention.measure_reread``: one layer's attention of a prompt
+    prefilled whole and in chunks, in ms."""
+    layers = model.config.num_hidden_layers
+
+    def ms(prefills) -> float:
+        return sum(model.iteration_cost([p]).ops["prefill_attention"] for p in prefills) / layers * 1e3
+
+    chunks = [(min(chunk, prompt_len - s), min(s + chunk, prompt_len)) for s in range(0, prompt_len, chunk)]
+    return {"whole_ms": ms([(prompt_len, prompt_len)]), "chunked_ms": ms(chunks)}

@@ -1,0 +1,75 @@
+"""Each measurement task under ``executor=sim``: no model is built, and every time it reports is
+the simulated executor's cost model's prediction for the batch the task built (checked against the
+cost model called directly, so a task that builds the wrong batch or labels a time wrongly fails)."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from sarathi_lab import LLM
+from sarathi_lab.harness.tasks import TASKS, measurement
+from sarathi_lab.harness.workloads import split_length
+from sarathi_lab.profiling.ops import OPS
+
+SIMULATED_TASKS = ("iteration_sweep", "op_breakdown", "piggyback", "reread")
+
+
+@pytest.fixture(scope="module")
+def llm():
+    llm = LLM("tiny", executor="sim", sim_device="a6000", sim_cost_model="roofline", num_kv_blocks=64, seed=0)
+    assert not hasattr(llm.engine.executor, "runner")  # no model, no weights
+    free = llm.block_manager.num_free
+    yield llm
+    assert llm.block_manager.num_free == free
+
+
+def _cfg(**kw) -> types.SimpleNamespace:
+    measure = types.SimpleNamespace(**{"reps": 2, "token_step": 8, "tile": 16} | kw.pop("measure", {}))
+    return types.SimpleNamespace(**{"seed": 0, "batch_size": 3, "seq_len": 24, "chunk": 16, "pd_ratio": 4.0} | kw,
+                                 measure=measure)
+
+
+def _forward_ms(llm, prefills=(), decodes=()) -> float:
+    return llm.engine.executor.cost_model.iteration_cost(prefills, decodes).forward_s * 1e3
+
+
+def test_every_timing_task_has_a_simulated_path():
+    assert set(SIMULATED_TASKS) == set(TASKS) - {"profile"}  # profile measures the engine: a real one only
+
+
+def test_op_breakdown_reports_the_cost_models_prefill_and_decode(llm):
+    summary, tables = measurement("op_breakdown")(_cfg(batch_size=3, seq_len=24), llm)
+    ops = tables["ops"].set_index(["phase", "op"]).ms
+    assert ops["prefill", "total"] == pytest.approx(_forward_ms(llm, prefills=[(24, 24)] * 3))
+    assert ops["decode", "total"] == pytest.approx(_forward_ms(llm, decodes=[24] * 3))
+    for phase in ("prefill", "decode"):
+        assert sum(ops[phase, op] for op in OPS) == pytest.approx(ops[phase, "total"])
+        assert min(ops[phase, op] for op in OPS) >= 0
+    assert summary["decode_over_prefill"] > 1
+
+
+def test_iteration_sweep_reports_one_prediction_per_token_count(llm):
+    _, tables = measurement("iteration_sweep")(_cfg(seq_len=40), llm)
+    total = tables["sweep"].query("op == 'total'").set_index("tokens").ms
+    assert sorted(total.index) == [8, 16, 17, 24, 32, 33, 40]
+    assert total.to_dict() == pytest.approx({n: _forward_ms(llm, prefills=[(n, n)]) for n in total.index})
+
+
+def test_piggyback_derives_the_speedup_from_three_predicted_iterations(llm):
+    summary, _ = measurement("piggyback")(_cfg(batch_size=3, seq_len=40, chunk=16), llm)
+    decode_only = _forward_ms(llm, decodes=[40] * 3)
+    alone, hybrid = _forward_ms(llm, prefills=[(16, 16)]), _forward_ms(llm, prefills=[(16, 16)], decodes=[40] * 2)
+    assert summary["baseline_ms_per_decode"] == pytest.approx(decode_only / 3)
+    assert summary["piggybacked_ms_per_decode"] == pytest.approx((hybrid - alone) / 2)
+
+
+def test_reread_predicts_attention_and_serves_the_request_on_the_virtual_clock(llm):
+    summary, tables = measurement("reread")(_cfg(seq_len=80, chunk=16, measure={"reps": 1}), llm)
+    prompt, _ = split_length(80, 4.0)
+    cm, layers = llm.engine.executor.cost_model, llm.model_config.num_hidden_layers
+    whole = cm.iteration_cost([(prompt, prompt)]).ops["prefill_attention"] / layers * 1e3
+    attention = tables["overhead"].set_index("component")
+    assert attention.whole_ms["attention"] == pytest.approx(whole)
+    assert summary["num_chunks"] == -(-prompt // 16) and summary["kv_reread_ratio"] > 1
+    assert summary["prefill_slowdown"] > 1
