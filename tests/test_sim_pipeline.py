@@ -86,3 +86,15 @@ def test_zipf_lengths_stay_in_range_at_the_pd_ratio():
     assert totals.min() >= 1024 and totals.max() <= 4096
     assert np.median([p / d for p, d in lengths]) == pytest.approx(10, rel=0.05)
     assert np.mean(totals < 2560) > 0.5   # the weights favour the short end
+
+
+@pytest.mark.e2e
+def test_the_pipeline_command_writes_its_table_and_figure(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.sim.pipeline", "--smoke", "--requests", "40",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "paper 6.29x" in done.stdout
+    assert {p.name for p in tmp_path.iterdir()} >= {"pipeline_summary.csv", "pipeline_bubbles.csv", "pipeline_bubbles.png"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -158,12 +158,12 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
     return row
 
 
-def validate(model: str = "cpu-small", smoke: bool = False, num_threads: int = 1,
+def validate(model: str = "cpu-small", which: list[Case] | None = None, num_threads: int = 1,
              progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(error table, per-iteration predicted and measured seconds) over ``cases(smoke)``. The
-    profile ``profiles/cpu/<model>.csv`` must exist (``profile()``)."""
+    """(error table, per-iteration predicted and measured seconds) over ``which`` (default
+    ``cases()``). The profile ``profiles/cpu/<model>.csv`` must exist (``profile()``)."""
     rows, points = [], []
-    for case in cases(smoke):
+    for case in which or cases():
         real = run_case(case, model, num_threads)
         again = run_case(case, model, num_threads) if case.repeat_real else None
         sim = run_case(case, model, num_threads, executor="sim", sim_device="cpu", sim_cost_model="profile")
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.reprofile or not profile_path("cpu", model).is_file():
         print(f"profiling {model} into {profile_path('cpu', model)}")
         profile(model, **needs)
-    table, points = validate(model, smoke=args.smoke)
+    table, points = validate(model, cases(args.smoke))
     table.to_csv(out / "validation.csv", index=False, float_format="%.4g")
     points.to_csv(out / "validation_iterations.csv", index=False, float_format="%.5g")
     if not points.empty:
