@@ -11,7 +11,7 @@ import itertools
 import pandas as pd
 import pytest
 
-from sarathi_lab.sim.validate import SCHEDULERS, SERVED, Case, validate
+from sarathi_lab.sim.validate import SCHEDULERS, SERVED, Case, CPUClock, validate
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +42,7 @@ def table(tmp_path_factory):
     tiny_profile().to_csv(root / "cpu" / "tiny.csv", index=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SARATHI_PROFILES_DIR", str(root))
-        return validate("tiny", CASES, progress=lambda _: None)
+        return validate("tiny", CASES, cpu_clock=True, progress=lambda _: None)
 
 
 def test_all_at_once_the_simulation_makes_the_real_engines_batches(table):
@@ -62,3 +62,15 @@ def test_the_table_has_every_served_metric_and_the_real_engines_spread(table):
     for key in SERVED:
         assert pd.notna(poisson[f"{key}_rel_err"]) and pd.notna(poisson[f"{key}_real_spread"])
     assert pd.notna(poisson.real_iter_median_abs_rel_spread) or not poisson.identical_batches
+
+
+def test_the_cpu_clock_counts_waiting_for_arrivals_but_not_sleeping():
+    import time
+
+    clock = CPUClock()
+    t0 = clock.now()
+    clock.sleep_until(t0 + 5.0)      # the engine waits for an arrival: the clock moves on at once
+    assert clock.now() >= t0 + 5.0
+    before = clock.now()
+    time.sleep(0.05)                 # descheduled time (another job on the core) does not count
+    assert clock.now() - before < 0.04

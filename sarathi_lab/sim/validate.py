@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.engine.clock import Clock
 from sarathi_lab.sim.profile_model import profile_path
 
 SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
@@ -31,6 +32,29 @@ COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests"
                "kv_tokens_read", "num_preempted")
 SERVED = ("makespan_s", "ttft_p50", "ttft_p99", "tbt_p50", "tbt_p99")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
+
+
+class CPUClock(Clock):
+    """This process's CPU seconds plus the time spent waiting for arrivals: the engine's time as if
+    it had its core to itself. On a machine whose cores other jobs share, wall time counts the
+    time the engine was descheduled, which no profile taken at another moment predicts; with one
+    compute thread, CPU time does not (what contention still changes: caches, memory bandwidth)."""
+
+    def __init__(self) -> None:
+        self._waited = 0.0
+
+    def now(self) -> float:
+        return time.process_time() + self._waited
+
+    def sleep_until(self, t: float) -> None:
+        self._waited += max(0.0, t - self.now())
+
+
+def _on_clock(llm, clock: Clock | None):
+    """``llm`` with its engine and executor reading ``clock`` (None: keep the wall clock)."""
+    if clock is not None:
+        llm.engine.clock = llm.engine.executor.clock = clock
+    return llm
 
 
 @dataclass(frozen=True)
@@ -89,7 +113,7 @@ def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
 
 
 def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, reps: int = 2,
-            token_step: int = 160, num_threads: int = 1) -> Path:
+            token_step: int = 160, num_threads: int = 1, clock: Clock | None = None) -> Path:
     """Measure ``model``'s cost table on this CPU with ``task=profile``'s own code, into
     ``profiles/cpu/<model>.csv`` (under ``$SARATHI_PROFILES_DIR`` when set)."""
     from sarathi_lab import LLM
@@ -103,7 +127,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=num_threads,
               max_model_len=top, num_kv_blocks=math.ceil(top / 16) + batch * math.ceil(seq_len / 16) + 8,
               warmup_iters=1)
-    task.run(cfg, llm)
+    task.run(cfg, _on_clock(llm, clock))
     return profile_path("cpu", model)
 
 
@@ -114,13 +138,15 @@ class Run:
     wall_s: float = field(default=0.0)
 
 
-def run_case(case: Case, model: str, num_threads: int = 1, **engine) -> Run:
-    """One case on one engine (``engine``: the executor's keywords, nothing for the real one)."""
+def run_case(case: Case, model: str, num_threads: int = 1, clock: Clock | None = None, **engine) -> Run:
+    """One case on one engine (``engine``: the executor's keywords, nothing for the real one;
+    ``clock``: the real engine's clock instead of the wall clock)."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
     llm = LLM(model, device="cpu", dtype="float32", scheduler=case.scheduler, chunk_size=case.chunk,
               max_batch_size=case.batch, num_kv_blocks=case.kv_blocks, num_threads=num_threads, seed=0, **engine)
+    _on_clock(llm, clock)
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, llm.model_config.vocab_size, size=p).tolist() for p, _ in case.lengths]
     started = time.process_time()
@@ -159,13 +185,14 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
 
 
 def validate(model: str = "cpu-small", which: list[Case] | None = None, num_threads: int = 1,
-             progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
+             cpu_clock: bool = False, progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(error table, per-iteration predicted and measured seconds) over ``which`` (default
-    ``cases()``). The profile ``profiles/cpu/<model>.csv`` must exist (``profile()``)."""
+    ``cases()``). The profile ``profiles/cpu/<model>.csv`` must exist (``profile()``) and have
+    been measured on the same clock (``cpu_clock``: CPUClock, else the wall clock)."""
     rows, points = [], []
     for case in which or cases():
-        real = run_case(case, model, num_threads)
-        again = run_case(case, model, num_threads) if case.repeat_real else None
+        real = run_case(case, model, num_threads, CPUClock() if cpu_clock else None)
+        again = run_case(case, model, num_threads, CPUClock() if cpu_clock else None) if case.repeat_real else None
         sim = run_case(case, model, num_threads, executor="sim", sim_device="cpu", sim_cost_model="profile")
         row = compare(case, real, sim, again) | {"sim_cpu_s": sim.wall_s}
         rows.append(row)
@@ -213,7 +240,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
     parser.add_argument("--out", type=Path, default=None, help="where the table and figure go (default docs/sim)")
     parser.add_argument("--reprofile", action="store_true", help="measure the profile again even if one exists")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="what the real engine and the profile are timed on: CPUClock (default; this machine's "
+                             "cores are shared) or the wall clock (files get a _wall suffix)")
     args = parser.parse_args(argv)
+    cpu_clock = args.clock == "cpu"
+    suffix = "" if cpu_clock else "_wall"
     out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
     out.mkdir(parents=True, exist_ok=True)
     import os
@@ -225,13 +257,13 @@ def main(argv: list[str] | None = None) -> None:
         max_tokens=2400, chunk=1024, batch=8, seq_len=784, token_step=300)
     if args.reprofile or not profile_path("cpu", model).is_file():
         print(f"profiling {model} into {profile_path('cpu', model)}")
-        profile(model, **needs)
-    table, points = validate(model, cases(args.smoke))
-    table.to_csv(out / "validation.csv", index=False, float_format="%.4g")
-    points.to_csv(out / "validation_iterations.csv", index=False, float_format="%.5g")
+        profile(model, **needs, clock=CPUClock() if cpu_clock else None)
+    table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock, progress=lambda m: print(m, flush=True))
+    table.to_csv(out / f"validation{suffix}.csv", index=False, float_format="%.4g")
+    points.to_csv(out / f"validation_iterations{suffix}.csv", index=False, float_format="%.5g")
     if not points.empty:
-        figure(points, table, out / "validation.png")
-    print(f"wrote {out / 'validation.csv'} ({len(table)} cases)")
+        figure(points, table, out / f"validation{suffix}.png")
+    print(f"wrote {out / f'validation{suffix}.csv'} ({len(table)} cases)")
 
 
 if __name__ == "__main__":

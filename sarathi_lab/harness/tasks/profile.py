@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.common import machine_record, median_time  # TODO(measure): profiling at merge
+from sarathi_lab.bench.common import machine_record  # TODO(measure): profiling at merge
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.measure.batches import SyntheticBatches  # TODO(measure): profiling.batches at merge
 from sarathi_lab.measure.iteration_sweep import token_groups
@@ -82,6 +82,18 @@ def grids(cfg) -> dict[str, list]:
             "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
 
 
+def _median_on(clock, fn, reps: int) -> float:
+    """Median seconds of ``fn()`` on the engine's clock (wall, synchronised on CUDA; or whatever
+    clock the caller gave the engine) after one untimed call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = clock.now()
+        fn()
+        times.append(clock.now() - t0)
+    return statistics.median(times)
+
+
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
     """Seconds by op of one forward of the batch ``spec`` describes, and of preparing it. The hooks
     that split a forward cost time of their own (most of a tiny model's ops), so the split is
@@ -92,7 +104,7 @@ def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[d
         scale = ops["total"] / sum(ops[op] for op in OPS)
         ops = {op: ops[op] * scale for op in OPS} | {"total": ops["total"]}
         runner = _runner(llm)
-        prepare = median_time(lambda: runner.prepare(batch), reps)
+        prepare = _median_on(llm.engine.clock, lambda: runner.prepare(batch), reps)
     finally:
         batches.free(batch)
     return ops, prepare
@@ -129,13 +141,13 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
 @torch.inference_mode()
 def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
     model, sampler = _runner(llm).model, _sampler_class()(SamplingParams(), llm.config.torch_device)
+    clock = llm.engine.clock
     rows = []
     for n in sizes:
         hidden = torch.randn(n, model.config.hidden_size, device=llm.config.torch_device).to(llm.dtype)
         logits = model.lm_head(model.norm(hidden)).float()
-        sync = torch.cuda.synchronize if hidden.is_cuda else None
-        rows += [("lm_head", n, 0, n, median_time(lambda h=hidden: model.lm_head(model.norm(h)).float(), reps, sync=sync)),
-                 ("sample", n, 0, n, median_time(lambda x=logits: sampler(x), reps, sync=sync))]
+        rows += [("lm_head", n, 0, n, _median_on(clock, lambda h=hidden: model.lm_head(model.norm(h)).float(), reps)),
+                 ("sample", n, 0, n, _median_on(clock, lambda x=logits: sampler(x), reps))]
     return rows
 
 
@@ -164,6 +176,7 @@ def _write(cfg, llm, table: pd.DataFrame) -> Path:
         machine["gpu"] = torch.cuda.get_device_name(llm.config.torch_device)
     settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
     description = {"machine": machine, "engine": settings | {"torch_dtype": str(llm.dtype).removeprefix("torch.")},
+                   "clock": type(llm.engine.clock).__name__,
                    "grids": grids(cfg), "reps": cfg.measure.reps, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.with_suffix(".json").write_text(json.dumps(description, indent=1, default=str))
     return path
