@@ -8,7 +8,8 @@ The model of the pipeline:
 - One scheduler decides every micro-batch, as in the paper's simulator: whenever stage 0 is free
   it asks the engine's scheduler for a batch over the requests that are not in flight (a request
   in a micro-batch cannot be in the next one: its next token or chunk needs this one's output).
-  At most ``pp`` micro-batches are in flight. ``max_batch_size`` bounds each micro-batch.
+  At most ``pp`` micro-batches are in flight; each holds at most ``max_batch_size`` requests
+  (the scheduler sees at most that many of the running ones, oldest first).
 - Stages serve micro-batches in order (FIFO), each on its own clock: a micro-batch starts on a
   stage when the stage is free and the micro-batch has arrived from the one before.
 - A micro-batch leaving the last stage is the engine's ``update``: its requests get their tokens
@@ -98,12 +99,19 @@ class PipelineSimulator:
         self._in_flight: set[int] = set()
 
     def _schedule(self) -> ScheduledBatch:
-        """The scheduler's next batch over the requests not in flight."""
+        """The scheduler's next batch over the requests not in flight, at most ``max_batch_size``
+        of the running ones in arrival order: a scheduler bounds only what it admits, since on one
+        pipeline stage all its running requests fit one batch; here the micro-batches in flight
+        hold the others, and when several come back together they must not merge into one."""
         sched, hidden = self.scheduler, self._in_flight
-        if not hidden:
+        visible = [s for s in sched.running if s.seq_id not in hidden] if hidden else sched.running
+        cap = sched.config.max_batch_size
+        if len(visible) == len(sched.running) and len(visible) <= cap:
             return sched.schedule()
-        hidden_seqs = [s for s in sched.running if s.seq_id in hidden]
-        sched.running = [s for s in sched.running if s.seq_id not in hidden]
+        shown = visible[:cap]
+        kept = {s.seq_id for s in shown}
+        hidden_seqs = [s for s in sched.running if s.seq_id not in kept]
+        sched.running = shown
         try:
             return sched.schedule()
         finally:
