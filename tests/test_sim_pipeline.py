@@ -94,7 +94,7 @@ def test_the_pipeline_command_writes_its_table_and_figure(tmp_path):
     import sys
 
     done = subprocess.run([sys.executable, "-m", "sarathi_lab.sim.pipeline", "--smoke", "--requests", "40",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+                           "--out", str(tmp_path)], check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "paper 6.29x" in done.stdout
     assert {p.name for p in tmp_path.iterdir()} >= {"pipeline_summary.csv", "pipeline_bubbles.csv", "pipeline_bubbles.png"}

@@ -99,9 +99,9 @@ def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
     # pd_ratio (experiments/pd_ratio.yaml): 8 requests of 256 tokens at once, batch 4, chunk 64;
     # P:D 4 and 32 of its 4..64.
     n, total, chunk = (4, 48, 16) if smoke else (8, 256, 64)
-    for pd in (4, 32):
+    for ratio in (4, 32):
         for s in SCHEDULERS:
-            out.append(Case(f"pd_ratio_{pd}", s, chunk, 4, (_split(total, pd),) * n))
+            out.append(Case(f"pd_ratio_{ratio}", s, chunk, 4, (_split(total, ratio),) * n))
     # scheduler_latency (experiments/scheduler_latency.yaml): uniform 128..512 tokens, P:D 4,
     # Poisson at 1 request/s (the middle of its 0.5/1/1.5), batch 8, chunk 64, 8 requests.
     n, lo, hi, chunk, qps = (4, 16, 48, 16, 50.0) if smoke else (8, 128, 512, 64, 1.0)
@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:  # never overwrite the committed profile with a CI one
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
     model = "tiny" if args.smoke else "cpu-small"
-    needs = dict(max_tokens=160, chunk=32, batch=8, seq_len=64, reps=1, token_step=16) if args.smoke else dict(
-        max_tokens=2400, chunk=1024, batch=8, seq_len=784, token_step=300)
+    needs = ({"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1, "token_step": 16} if args.smoke
+             else {"max_tokens": 2400, "chunk": 1024, "batch": 8, "seq_len": 784, "token_step": 300})
     if args.reprofile or not profile_path("cpu", model).is_file():
         print(f"profiling {model} into {profile_path('cpu', model)}")
         profile(model, **needs, clock=CPUClock() if cpu_clock else None)
