@@ -218,7 +218,7 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     low, high = points[["measured_s", "predicted_s"]].min().min() * 1e3, points[["measured_s", "predicted_s"]].max().max() * 1e3
     left.plot([low, high], [low, high], "k-", lw=0.8)
     left.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
-             title="all-at-once: iteration by iteration")
+             title="identical batches: iteration by iteration")
     left.legend(fontsize=7)
     poisson = table[table.arrival == "poisson"]
     keys = list(SERVED)
