@@ -9,7 +9,7 @@ iterations end, so only the served metrics compare: makespan, TTFT and TBT p50/p
 engine is timed on a shared machine, so a few cases run it twice and the table gives its
 run-to-run spread next to the simulator's error.
 
-    python -m sarathi_lab.sim.validate [--smoke] [--out DIR] [--reprofile]
+    python -m sarathi_lab.sim.validate [--smoke] [--out DIR] [--reprofile] [--clock cpu|wall]
 """
 from __future__ import annotations
 
