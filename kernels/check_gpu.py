@@ -1,4 +1,4 @@
-"""Check the Triton kernels against the torch backend on a CUDA GPU, then time both.
+"""Check the Triton kernels against attention/reference.py on a CUDA GPU, then time them and the torch backend.
 
     python kernels/check_gpu.py            # correctness grid + timings, exit status 1 on a mismatch
     python kernels/check_gpu.py --quick    # fewer correctness cases
@@ -20,11 +20,14 @@ import torch
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("TRITON_INTERPRET=1 is set: unset it, this script checks the compiled kernels")
 
-from sarathi_kernels import paged_attention, write_kv_cache
+from sarathi_kernels.kv_cache import write_kv_cache
+from sarathi_kernels.paged_attention import paged_attention
 from triton.testing import do_bench
 
+from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
-from sarathi_lab.bench.attention_reread import context_slot_mapping, copy_bandwidth_gbps, paged_batch
+from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 
 # bf16 keeps 3 fewer mantissa bits than fp16, and compiled code rounds the softmax weights to bf16
 # before the second dot, so it gets twice the fp16 budget.
@@ -53,8 +56,7 @@ def check_attention(dtype, head_dim, heads, kv_heads, block_size) -> float:
     out = torch.full_like(query, float("nan"))
     paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, scale,
                     max_query_len=meta.max_query_len, out=out)
-    ref = TorchAttention().attend(query.float(), k_cache.float().nan_to_num(), v_cache.float().nan_to_num(),
-                                  meta, scale)
+    ref = reference.attention(query.float(), k_cache.float(), v_cache.float(), meta, scale)
     if out.isnan().any():
         return float("nan")
     return ((out.float() - ref).abs().max() / ref.abs().max()).item()
@@ -65,7 +67,7 @@ def check_write(dtype, block_size) -> bool:
     key = torch.randn(len(meta.slot_mapping), 8, 128, device=DEV).to(dtype)
     value = torch.randn_like(key)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
-    TorchAttention().write_kv(key, value, k_ref, v_ref, meta)
+    reference.write_kv(key, value, k_ref, v_ref, meta.slot_mapping)
     write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
     return all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in ((k_cache, k_ref), (v_cache, v_ref)))
 
@@ -77,7 +79,7 @@ def run_checks(quick: bool) -> bool:
     grid = itertools.product(dtypes, (64, 128), shapes, (16, 32))
     if quick:
         grid = [(d, 128, (32, 8), 16) for d in dtypes]
-    print("attention vs torch backend (max |err| / max |ref|)")
+    print("attention vs attention/reference.py (max |err| / max |ref|)")
     for dtype, head_dim, (heads, kv_heads), block_size in grid:
         err = check_attention(dtype, head_dim, heads, kv_heads, block_size)
         passed = err < TOLERANCE[dtype]

@@ -1,28 +1,52 @@
 """The engine's configuration: one typed dataclass, checked once at the edge.
 
 A bad value fails before any work with one line naming the key, the value and what is allowed.
+This module is the bottom layer: it imports nothing of sarathi_lab, and torch only inside the
+checks that need the machine (so that the CLI's --help and config composition stay fast).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
+import logging
+import math
+import re
+import types
 from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-import torch
+log = logging.getLogger("sarathi_lab")
 
-from sarathi_lab.attention import ATTENTION_CHOICES
-from sarathi_lab.engine.scheduler import scheduler_names
-
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+# The choices the engine implements; tests hold the engine's registries to these names.
+SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
+ATTENTIONS = ("auto", "torch", "triton")
+DTYPES = ("bfloat16", "float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 CPU_LINEARS = ("onednn", "aten")
 EXECUTORS = ("model", "sim")
 SIM_COST_MODELS = ("roofline", "profile")
+# numpy's and torch's generators both take seeds in [0, 2**64).
+MAX_SEED = 2**64 - 1
+
+_KEY = re.compile(r"^[\w.\[\]]+(?==)")
 
 
 class ConfigError(ValueError):
-    """A configuration value that is not allowed; the message is one line: key, value, allowed."""
+    """A configuration value that is not allowed; the message is one line: key, value, allowed.
+
+    ``key`` is the key the message starts with ("chunk_size=0 is invalid: ..."), so that a caller
+    that knows where the value came from can name it as the user wrote it (``at``)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        match = _KEY.match(message)
+        self.key = match.group(0) if match else None
+
+    def at(self, key: str) -> ConfigError:
+        """The same error naming `key` instead of its own key (e.g. chunk_size -> chunk)."""
+        if self.key is None:
+            return self
+        return ConfigError(key + str(self)[len(self.key):])
 
 
 @dataclass
@@ -57,24 +81,32 @@ class EngineConfig:
     sim_cost_model: str = "roofline"
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            _check_type(f.name, getattr(self, f.name), f.type)
-        _check_choice("scheduler", self.scheduler, scheduler_names())
+        check_fields(self)
+        _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("device", self.device, DEVICES)
-        _check_choice("dtype", self.dtype, tuple(DTYPES))
-        _check_choice("attention", self.attention, ATTENTION_CHOICES)
+        _check_choice("dtype", self.dtype, DTYPES)
+        _check_choice("attention", self.attention, ATTENTIONS)
         _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
         _check_choice("executor", self.executor, EXECUTORS)
         _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
         for key in ("chunk_size", "max_batch_size", "block_size"):
-            _check_positive(key, getattr(self, key))
+            check_positive(key, getattr(self, key))
         for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):
             if getattr(self, key) is not None:
-                _check_positive(key, getattr(self, key))
+                check_positive(key, getattr(self, key))
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"seed={self.seed} is invalid: must be in [0, 2**64 - 1]")
         if self.warmup_iters < 0:
             raise ConfigError(f"warmup_iters={self.warmup_iters} is invalid: must be >= 0")
-        if self.device == "cuda" and not torch.cuda.is_available():
+        if self.executor == "sim":
+            return  # nothing runs on this machine's device
+        if self.device == "cuda" and not _cuda_available():
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
+        if (self.dtype == "float16" and self.device_type == "cpu" and self.cpu_linear == "onednn"
+                and not cpu_has_onednn_fp16()):
+            raise ConfigError("dtype='float16' is invalid: this CPU's oneDNN has no float16 matmul (it needs "
+                              "avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or float16 with "
+                              "cpu_linear=aten")
 
     @property
     def budget(self) -> int:
@@ -82,40 +114,101 @@ class EngineConfig:
         return self.chunk_size if self.token_budget is None else self.token_budget
 
     @property
-    def torch_device(self) -> torch.device:
+    def device_type(self) -> str:
         if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+            return "cuda" if _cuda_available() else "cpu"
+        return self.device
 
     @property
-    def torch_dtype(self) -> torch.dtype:
+    def torch_device(self):
+        import torch
+
+        return torch.device(self.device_type)
+
+    @property
+    def torch_dtype(self):
         """The dtype the engine runs in. bfloat16 on a CPU without bf16 matrix instructions
-        (AVX512-BF16 or AMX) falls back to float32 with a warning: there bf16 matmuls run about 10x
-        slower than float32, which would distort every prefill/decode cost ratio."""
-        if self.dtype == "bfloat16" and self.torch_device.type == "cpu" and not cpu_has_bf16_units():
-            warnings.warn("dtype='bfloat16' falls back to float32: this CPU has no bf16 matrix instructions",
-                          stacklevel=2)
+        (AVX512-BF16 or AMX) falls back to float32 with a one-line warning: there bf16 matmuls run
+        about 10x slower than float32, which would distort every prefill/decode cost ratio."""
+        import torch
+
+        if self.dtype == "bfloat16" and self.device_type == "cpu" and not cpu_has_bf16_units():
+            _warn_bf16_fallback()
             return torch.float32
-        return DTYPES[self.dtype]
+        return getattr(torch, self.dtype)
+
+
+@functools.cache
+def _warn_bf16_fallback() -> None:
+    # A log record, not warnings.warn: one line, once per process, without a source line.
+    log.warning("dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions")
+
+
+@functools.cache
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @functools.cache
 def cpu_has_bf16_units() -> bool:
+    import torch
+
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
-def _check_type(key: str, value, annotation: str) -> None:
-    allowed = {"str": (str,), "int": (int,), "int | None": (int, type(None)),
-               "float | None": (int, float, type(None))}[annotation]
-    if isinstance(value, bool) or not isinstance(value, allowed):
-        raise ConfigError(f"{key}={value!r} is invalid: must be of type {annotation}")
+@functools.cache
+def cpu_has_onednn_fp16() -> bool:
+    """Whether oneDNN runs the float16 packed linear (model/cpu_linear.py) on this CPU: tried once on
+    a tiny weight, since torch exposes no flag for it (oneDNN wants avx_ne_convert or avx512_fp16)."""
+    import torch
+
+    try:
+        weight = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8, dtype=torch.float16), 8)
+        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=torch.float16), weight, None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return True
 
 
-def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+def check_fields(obj: Any) -> None:
+    """Each field of a config dataclass against its annotation: int, float (finite), str, bool,
+    X | None, Literal[...], list[X]. bool is never an int here: `chunk=true` is never meant."""
+    hints = get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if not dataclasses.is_dataclass(hints[f.name]):
+            _check_type(f.name, getattr(obj, f.name), hints[f.name])
+
+
+def _check_type(key: str, value: Any, tp: Any) -> None:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        (inner,) = [a for a in args if a is not type(None)]
+        _check_type(key, value, inner)
+    elif origin is Literal:
+        _check_choice(key, value, args)
+    elif origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}={value!r} is invalid: must be a list")
+        for i, item in enumerate(value):
+            _check_type(f"{key}[{i}]", item, args[0])
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}={value!r} is invalid: must be of type float")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}={value!r} is invalid: must be a finite number")
+    elif isinstance(value, bool) and tp is not bool or not isinstance(value, tp):
+        raise ConfigError(f"{key}={value!r} is invalid: must be of type {tp.__name__}")
+
+
+def _check_choice(key: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}")
+        raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(map(str, allowed))}")
 
 
-def _check_positive(key: str, value) -> None:
+def check_positive(key: str, value: float) -> None:
     if value <= 0:
         raise ConfigError(f"{key}={value!r} is invalid: must be > 0")

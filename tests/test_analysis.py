@@ -12,6 +12,7 @@ import pytest
 
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results, download_wandb, newest_sweep
+from sarathi_lab.profiling import quantities
 
 KEYS = {"seq_len": 256, "batch_size": 4, "pd_ratio": 8.0}
 
@@ -36,7 +37,7 @@ def test_normalised_throughput_averages_baseline_repeats_and_pairs_by_workload()
 
 def test_decode_speedup_compares_decode_only_cost_with_what_riding_decodes_add():
     # Baseline: 40 ms for 4 decodes -> 10 ms each; 3 riding decodes add 7.5 ms -> 2.5 ms each.
-    out = derive.decode_speedup(pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 110.0)]))
+    out = quantities.decode_speedup(pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 110.0)]))
     rows = out.set_index("batch_size")
     assert rows.baseline_ms_per_decode[4] == pytest.approx(10) and rows.piggybacked_ms_per_decode[4] == pytest.approx(2.5)
     assert rows.gain.to_dict() == pytest.approx({4: 4.0, 2: 1.5})
@@ -68,9 +69,9 @@ def test_tile_jump_and_largest_step_find_a_step_past_a_tile_multiple():
     tokens = [32, 64, 96, 128, 129, 160, 192, 224, 256, 257]
     times = pd.Series([t / 32 + (1.0 if t > 128 else 0) + (1.0 if t > 256 else 0) for t in tokens], index=tokens)
     jumps = [times[129] / times[128] - 1, times[257] / times[256] - 1]  # 4 -> 5.03 and 9 -> 10.03
-    assert derive.tile_jump(times, 128) == pytest.approx(sum(jumps) / 2)
+    assert quantities.tile_jump(times, 128) == pytest.approx(sum(jumps) / 2)
     assert derive.largest_step(times)[0] == 129
-    assert pd.isna(derive.tile_jump(times, 100))
+    assert pd.isna(quantities.tile_jump(times, 100))
 
 
 def test_pd_ratio_gains_pair_each_sarathi_run_with_the_static_run_of_its_chunk():

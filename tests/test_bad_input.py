@@ -86,3 +86,39 @@ def test_wrong_shape(saved, tmp_path):
     _rewrite_weights(saved, tmp_path, edit)
     with pytest.raises(ModelLoadError, match=r"k_proj.weight has shape \(31, 64\), expected \(32, 64\)"):
         LLM(str(tmp_path), warmup_iters=0)
+
+
+def _model_dir(saved, tmp_path, config_edit=None, files=("model.safetensors",)):
+    config = json.loads((saved / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config_edit(config) if config_edit else config))
+    for name in files:
+        (tmp_path / name).write_bytes((saved / "model.safetensors").read_bytes())
+    return tmp_path
+
+
+@pytest.mark.parametrize("case, message", [
+    ("invalid_json", r"config.json is not valid JSON \(Expecting"),
+    ("zero_layers", r"config.json's num_hidden_layers=0 is invalid: must be an int >= 1"),
+    ("empty_safetensors", r"model.safetensors is not a readable safetensors file"),
+    ("corrupt_safetensors", r"model.safetensors is not a readable safetensors file"),
+    ("missing_shard", r"the index names model-00002-of-00002.safetensors, which is missing"),
+    ("bad_index", r"model.safetensors.index.json is not a valid index"),
+])
+def test_a_broken_model_directory_is_one_line_before_any_weight_is_allocated(saved, tmp_path, case, message):
+    from sarathi_lab.model import load_config
+    path = _model_dir(saved, tmp_path, (lambda c: c | {"num_hidden_layers": 0}) if case == "zero_layers" else None)
+    if case == "invalid_json":
+        (path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"],')
+    elif case == "empty_safetensors":
+        (path / "model.safetensors").write_bytes(b"")
+    elif case == "corrupt_safetensors":
+        (path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    elif case == "missing_shard":
+        (path / "model.safetensors").rename(path / "model-00001-of-00002.safetensors")
+        (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+            "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    elif case == "bad_index":
+        (path / "model.safetensors.index.json").write_text("[1, 2]")
+    with pytest.raises(ModelLoadError, match=message) as err:
+        load_config(str(path))
+    assert "\n" not in str(err.value)

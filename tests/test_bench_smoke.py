@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from sarathi_lab.bench import ceilings, iteration, overhead, versus
-from sarathi_lab.bench.floors import Shape, floor, visible_pairs
+from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
+from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
 
 # One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
 SMOKE = ["--smoke", "--threads", "1"]
@@ -43,19 +44,28 @@ def test_iteration_smoke(capsys, tmp_path):
 def test_overhead_smoke(capsys):
     table = overhead.main(SMOKE)
     assert list(table["scheduler"]) == ["sarathi", "vllm"]
-    assert ((table["overhead_frac"] > 0) & (table["overhead_frac"] < 1)).all()
-    parts = table["schedule_frac"] + table["prepare_frac"] + table["sample_rest_frac"]
-    assert ((parts - table["overhead_frac"]).abs() < 1e-9).all()
+    # Scheduling, preparing and sampling are timed on their own, inside each iteration but outside
+    # its forward pass: together they fit in the overhead, which fits in the iteration.
+    timed = table["schedule_frac"] + table["prepare_frac"] + table["sample_frac"]
+    assert ((timed > 0) & (timed <= table["overhead_frac"]) & (table["overhead_frac"] < 1)).all()
     assert _positive_finite(table["iter_ms_mean"].tolist())
 
 
-def test_versus_smoke(capsys):
-    table = versus.main(SMOKE)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_versus_smoke_compares_like_with_like(dtype):
+    table = versus.main([*SMOKE, "--dtype", dtype])
     assert list(table["system"]) == ["sarathi_lab/sarathi", "sarathi_lab/vllm", "transformers/static"]
+    # Both systems run the dtype the engine runs: bfloat16 only where the CPU has bf16 units.
+    ran = dtype if dtype == "float32" or cpu_has_bf16_units() else "float32"
+    assert set(table["dtype"]) == {ran}
     assert _positive_finite(table["speedup_vs_hf"].tolist())
-    assert _positive_finite(table["tok_per_s"].tolist())
-    # Same weights, greedy: the engine and transformers agree on the first token of every request.
-    assert (table["first_token_agree"].dropna() == 1.0).all()
+    agree = table["first_token_agree"].dropna()
+    if ran == "float32":
+        # Same weights, greedy, float32: the engine and transformers agree on every first token.
+        assert (agree == 1.0).all()
+    else:
+        # bfloat16 rounds differently in the two systems' kernels: agreement is a statistic to report.
+        assert agree.between(0, 1).all() and len(agree) == 2
 
 
 def test_floor_counts():
@@ -84,45 +94,6 @@ def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
         p = torch.softmax((q[:, None, :] @ k.transpose(1, 2)) * scale, dim=-1)
         out.append((p @ v)[:, 0])
     return torch.stack(out)
-
-
-@pytest.mark.parametrize("kv_heads", [4, 2])
-@pytest.mark.parametrize("cpu_kernel", [False, True])
-def test_decode_in_place_runs_match_reference(kv_heads, cpu_kernel):
-    """The torch backend's two decode paths, the C++ paged-decode kernel and the sdpa path that reads
-    long block runs in place and gathers the rest, against a token-by-token reference, on tables
-    laid out as a served run leaves them: a prompt's run of blocks, then blocks scattered one at a time."""
-    from sarathi_kernels import cpu_decode
-    from sarathi_lab.attention import AttentionMetadata
-    from sarathi_lab.attention.torch_backend import TorchAttention
-
-    if cpu_kernel and not cpu_decode.available():
-        pytest.skip("the CPU kernel did not build here")
-    gen = torch.Generator().manual_seed(0)
-    bs, heads, d, num_blocks = 16, 4, 8, 400
-    lens = [300, 17, 129, 200, 160]
-    tables, start = [], 0
-    for i, n in enumerate(lens):
-        prompt_blocks = [0, 1, 9, 12, 10][i]
-        table = list(range(start, start + prompt_blocks))
-        start += prompt_blocks
-        table += [int(b) for b in torch.randperm(num_blocks - 200, generator=gen)[: -(-n // bs) - prompt_blocks] + 200]
-        tables.append(table)
-    width = max(map(len, tables))
-    meta = AttentionMetadata(
-        num_prefills=0, num_decodes=len(lens), num_prefill_tokens=0,
-        query_start_loc=torch.arange(len(lens) + 1, dtype=torch.int32), seq_lens=torch.tensor(lens, dtype=torch.int32),
-        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
-        slot_mapping=torch.zeros(len(lens), dtype=torch.long), query_lens_host=[1] * len(lens), seq_lens_host=lens,
-        max_query_len=1, max_seq_len=max(lens))
-    k_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
-    v_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
-    query = torch.randn(len(lens), heads, d, generator=gen)
-    backend = TorchAttention(cpu_kernel=cpu_kernel)
-    got = backend.attend(query, k_cache, v_cache, meta, d**-0.5)
-    assert bool(backend._plan.runs) != cpu_kernel, "the path under test did not run"
-    torch.testing.assert_close(got, _reference_attention(query, k_cache, v_cache, tables, lens, d**-0.5),
-                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("args", [["--help"], ["iteration", "--help"]])

@@ -1,38 +1,110 @@
-"""The C++ paged-decode kernel against PyTorch's attention over the same context, gathered."""
+"""The CPU paged-decode kernel against attention/reference.py (PyTorch's scaled_dot_product_attention
+over the gathered context), and how it is built: once, content-addressed, atomically, one line."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sarathi_kernels import cpu_decode
 
-pytestmark = pytest.mark.skipif(not cpu_decode.available(), reason="the CPU kernel did not build here")
+from sarathi_lab.attention import reference
+from sarathi_lab.profiling.attention import paged_batch
+
+needs_kernel = pytest.mark.skipif(not cpu_decode.available(), reason="the CPU kernel did not build here")
 
 
+def decode_inputs(lens, block_size, kv_heads, group, head_dim, seed):
+    """One decode per request, its context already cached in scattered blocks; unused slots hold NaN."""
+    torch.manual_seed(seed)
+    meta, num_blocks = paged_batch([1] * len(lens), lens, num_prefills=0, block_size=block_size)
+    k_cache = torch.full((num_blocks + 2, block_size, kv_heads, head_dim), float("nan"))
+    v_cache = k_cache.clone()
+    for cache in (k_cache, v_cache):
+        for i, n in enumerate(lens):
+            pos = torch.arange(n)
+            blocks = meta.block_tables[i, pos // block_size].long()
+            cache[blocks, pos % block_size] = torch.randn(n, kv_heads, head_dim)
+    query = torch.randn(len(lens), kv_heads * group, head_dim)
+    return query, k_cache, v_cache, meta
+
+
+@needs_kernel
 @settings(max_examples=40, deadline=None)
 @given(lens=st.lists(st.integers(1, 300), min_size=1, max_size=6), block_size=st.sampled_from([1, 8, 16, 32]),
        kv_heads=st.sampled_from([1, 2, 4]), group=st.sampled_from([1, 3, 4]), head_dim=st.sampled_from([8, 64, 80]),
        seed=st.integers(0, 2**16))
-def test_paged_decode_equals_sdpa(lens, block_size, kv_heads, group, head_dim, seed):
-    gen = torch.Generator().manual_seed(seed)
-    need = [-(-n // block_size) for n in lens]
-    num_blocks = sum(need) + 3
-    k_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen)
-    v_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen)
-    order = torch.randperm(num_blocks, generator=gen)  # blocks anywhere, as a served cache holds them
-    tables = torch.zeros(len(lens), max(need) + 2, dtype=torch.int32)  # padded, like the engine's
-    used = 0
-    for i, nb in enumerate(need):
-        tables[i, :nb] = order[used : used + nb].int()
-        used += nb
-    query = torch.randn(len(lens), kv_heads * group, head_dim, generator=gen)
+def test_paged_decode_equals_reference(lens, block_size, kv_heads, group, head_dim, seed):
+    query, k_cache, v_cache, meta = decode_inputs(lens, block_size, kv_heads, group, head_dim, seed)
     scale = head_dim**-0.5
-    got = cpu_decode.paged_decode(query, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), scale)
-    for i, n in enumerate(lens):
-        rows = tables[i, : need[i]].long()
-        k = k_cache[rows].reshape(-1, kv_heads, head_dim)[:n].transpose(0, 1)
-        v = v_cache[rows].reshape(-1, kv_heads, head_dim)[:n].transpose(0, 1)
-        want = F.scaled_dot_product_attention(query[i].unsqueeze(1), k, v, scale=scale, enable_gqa=True).squeeze(1)
-        torch.testing.assert_close(got[i], want, rtol=1e-5, atol=1e-5)
+    # Padded tables, as the engine's: the kernel must stop at each request's length.
+    tables = torch.cat([meta.block_tables, torch.zeros(len(lens), 2, dtype=torch.int32)], 1)
+    got = cpu_decode.paged_decode(query, k_cache, v_cache, tables, meta.seq_lens, scale)
+    torch.testing.assert_close(got, reference.attention(query, k_cache, v_cache, meta, scale), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_paged_decode_refuses_what_it_would_misread():
+    query, k_cache, v_cache, meta = decode_inputs([5, 9], 4, 2, 2, 8, 0)
+    args = (meta.block_tables, meta.seq_lens, 0.3)
+    with pytest.raises(ValueError, match="float32 CPU tensors with contiguous caches"):
+        cpu_decode.paged_decode(query, k_cache.transpose(0, 1), v_cache, *args)
+    with pytest.raises(ValueError, match="float32 CPU"):
+        cpu_decode.paged_decode(query.double(), k_cache.double(), v_cache.double(), *args)
+    with pytest.raises(ValueError, match="do not fit"):
+        cpu_decode.paged_decode(query, k_cache, v_cache, meta.block_tables.long(), meta.seq_lens, 0.3)
+    with pytest.raises(ValueError, match="do not fit"):
+        cpu_decode.paged_decode(query[:, :, :4], k_cache, v_cache, *args)
+
+
+def _fresh(code: str, cache: os.PathLike, **env) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter whose kernel cache is ``cache``."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), **env}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+_USE = "from sarathi_kernels import cpu_decode; print(cpu_decode.available())"
+
+
+def test_built_once_with_one_line_then_loaded(tmp_path):
+    first = _fresh(_USE, tmp_path)
+    assert first.stdout.split() == ["True"], first.stderr
+    assert first.stderr.count("\n") == 1 and "building the CPU paged-decode kernel" in first.stderr
+    builds = list((tmp_path / "sarathi_lab" / "kernels").iterdir())
+    assert len(builds) == 1 and builds[0].suffix == ".so"
+    # A build killed before its rename leaves only a temporary directory beside the builds.
+    (builds[0].parent / ".build-killed").mkdir()
+    (builds[0].parent / ".build-killed" / builds[0].name).write_bytes(b"half a library")
+    again = _fresh(_USE, tmp_path)
+    assert again.stdout.split() == ["True"] and again.stderr == ""
+
+
+def test_no_compiler_falls_back_in_one_line(tmp_path):
+    code = _USE + """
+import torch
+from sarathi_lab.attention import reference
+from sarathi_lab.attention.torch_backend import TorchAttention
+from sarathi_lab.profiling.attention import paged_batch
+meta, blocks = paged_batch([3, 1], [7, 12], num_prefills=1, block_size=4)
+k, v, q = torch.randn(blocks, 4, 2, 8), torch.randn(blocks, 4, 2, 8), torch.randn(4, 4, 8)
+got = TorchAttention().attend(q, k, v, meta, 0.3)
+torch.testing.assert_close(got, reference.attention(q, k, v, meta, 0.3))
+"""
+    done = _fresh(code, tmp_path, CXX=str(tmp_path / "no-such-compiler"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+    assert done.stderr.count("\n") == 1 and "falls back" in done.stderr
+
+
+def test_build_key_covers_the_cpu_and_the_compiler(monkeypatch):
+    key = cpu_decode._build_key("c++")
+    monkeypatch.setattr(cpu_decode, "_cpu_flags", lambda: "fpu sse2 avx2")
+    avx2 = cpu_decode._build_key("c++")
+    assert avx2 != key
+    monkeypatch.setattr(cpu_decode, "_FLAGS", [*cpu_decode._FLAGS, "-O2"])
+    assert cpu_decode._build_key("c++") != avx2

@@ -8,8 +8,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from sarathi_lab.analysis.produce import EXPERIMENTS, run_experiments
+from sarathi_lab.analysis.runs import EXPERIMENTS
 from sarathi_lab.harness import REPO_ROOT
+from sarathi_lab.produce import run_experiments
 
 pytestmark = pytest.mark.e2e
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -18,7 +19,7 @@ NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 @pytest.fixture(scope="module")
 def results_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    run_experiments(EXPERIMENTS, root, scale="ci")
+    assert run_experiments(EXPERIMENTS, root, scale="ci") == []
     return root
 
 

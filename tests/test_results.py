@@ -49,6 +49,8 @@ def test_a_finished_run_honours_the_contract(tmp_path):
     assert record["resolved_config"]["workload"]["num_requests"] == 2
     env = record["environment"]
     assert env["torch"] and env["device_name"] and env["device"] == "cpu" and "git_commit" in env
+    assert isinstance(env["timing_unreliable"], bool) and env["cores"] >= 1 and "runqueue_wait_share" in env
+    assert record["config"]["scale"] == "full" and record["config"]["executor"] == "model"
     iterations = pd.read_parquet(tmp_path / "iterations.parquet")
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(iterations) == record["summary"]["num_iterations"] and len(requests) == 2
@@ -102,11 +104,53 @@ def test_rerun_into_a_finished_run_refuses_by_default_skips_or_overwrites_on_req
     assert json.loads((tmp_path / "metrics.json").read_text())["config"]["chunk"] == 8
 
 
-def test_overwrite_with_a_bad_config_keeps_the_old_run(tmp_path):
-    run_in_process(TINY, tmp_path)
+def _tree(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("bad", [["chunk=0"], ["engine.num_kv_blocks=2"], ["engine.max_model_len=4096"],
+                                 ["seq_len=3000"]])
+def test_overwrite_refused_by_any_check_keeps_the_finished_run_byte_for_byte(tmp_path, bad):
+    run_dir = tmp_path / "run"
+    run_in_process(TINY, run_dir)
+    before = _tree(run_dir)
     with pytest.raises(ConfigError):
-        run_in_process([*TINY, "chunk=0", "on_existing=overwrite"], tmp_path)
-    assert (tmp_path / "metrics.json").exists()
+        run_in_process([*TINY, *bad, "on_existing=overwrite"], run_dir)
+    assert _tree(run_dir) == before
+
+
+def test_overwrite_that_fails_midway_keeps_the_finished_run_and_records_the_failure_beside_it(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_in_process(TINY, run_dir)
+    before = _tree(run_dir)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("out of memory")
+    monkeypatch.setattr("sarathi_lab.harness.runner._serve", crash)
+    with pytest.raises(RuntimeError):
+        run_in_process([*TINY, "chunk=8", "on_existing=overwrite"], run_dir)
+    assert _tree(run_dir) == before
+    assert json.loads((tmp_path / ".run.next" / "status.json").read_text())["status"] == "running"
+
+
+def test_overwrite_swaps_the_new_run_in_once_it_has_finished(tmp_path):
+    run_dir = tmp_path / "run"
+    run_in_process(TINY, run_dir)
+    assert run_in_process([*TINY, "chunk=8", "on_existing=overwrite"], run_dir) == "ok"
+    assert json.loads((run_dir / "metrics.json").read_text())["config"]["chunk"] == 8
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "no staging or old copy left behind"
+
+
+def test_load_is_judged_by_run_queue_waiting_not_by_idling():
+    from sarathi_lab.harness.load import LoadSnapshot, assess
+    quiet = assess(LoadSnapshot(0, 0, 0.5), LoadSnapshot(10**9, 10**7, 1.0))
+    assert quiet["timing_unreliable"] is False and quiet["timing_note"] is None
+    assert quiet["runqueue_wait_share"] == pytest.approx(0.0099, abs=1e-4)
+    busy = assess(LoadSnapshot(0, 0, 3.0), LoadSnapshot(10**9, 5 * 10**8, 4.0))
+    assert busy["timing_unreliable"] is True and busy["timing_note"].startswith("timings unreliable: ")
+    assert "\n" not in busy["timing_note"]
+    no_schedstat = assess(LoadSnapshot(None, None, 64.0), LoadSnapshot(None, None, 64.0))
+    assert no_schedstat["timing_unreliable"] is True
 
 
 def test_load_runs_gives_one_row_per_finished_run_with_swept_keys(tmp_path):

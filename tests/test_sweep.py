@@ -110,9 +110,11 @@ def test_summary_tells_killed_jobs_and_ignores_earlier_sweeps(tmp_path):
     job("0", "ok"), job("1", "failed"), job("2", "running"), job("3", None), job("4", "ok", age_s=3600)
     (tmp_path / "5").mkdir()  # killed before Hydra saved its config: only its launcher's status.json
     write_status(tmp_path / "5", "killed", error="SIGKILL")
+    job("6", "ok", age_s=3600)  # a finished job of an earlier sweep, refused now: recorded beside it
+    write_status(tmp_path / ".6.next", "failed", error="on_existing=refuse")
     summary = summarize_sweep(tmp_path, since)
     assert {k: v["status"] for k, v in summary.items()} == {"0": "ok", "1": "failed", "2": "killed", "3": "unknown",
-                                                            "5": "killed"}
+                                                            "5": "killed", "6": "failed"}
     assert summary["1"]["error"] == "boom" and "killed" in summary["2"]["error"]
 
 

@@ -13,8 +13,8 @@ from sarathi_lab.harness.workloads import build_workload, read_trace, split_leng
 VOCAB = 4096
 
 
-def _build(seq_len=640, pd_ratio=9, seed=0, **kw):
-    return build_workload(WorkloadCfg(**{"kind": "synthetic"} | kw), seq_len, pd_ratio, seed, VOCAB)
+def _build(seq_len=640, pd_ratio=9, seed=0, context=None, **kw):
+    return build_workload(WorkloadCfg(**{"kind": "synthetic"} | kw), seq_len, pd_ratio, seed, VOCAB, context)
 
 
 @pytest.mark.parametrize("seq_len,pd_ratio,expected", [(640, 9, (576, 64)), (1024, 1, (512, 512)),
@@ -107,3 +107,51 @@ def test_a_trace_without_the_needed_columns_is_refused(tmp_path):
     path.write_text("time,prompt,decode\n0,5,5\n")
     with pytest.raises(ConfigError, match=r"line 1 lacks column arrived_at"):
         read_trace(WorkloadCfg(kind="trace", path=str(path)))
+
+
+def test_the_shipped_trace_loads_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # as after `pip install .`: the sample ships inside the package
+    assert build_workload(WorkloadCfg(kind="trace", path="data/traces/sample.csv"), 1, 1, 0, VOCAB).num_requests == 32
+
+
+def test_a_trace_saved_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrived_at,num_prefill_tokens,num_decode_tokens\r\n0.0,5,6\r\n")
+    assert read_trace(WorkloadCfg(kind="trace", path=str(path))) == ([(5, 6)], [0.0])
+
+
+def test_a_trace_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\xff\n")
+    with pytest.raises(ConfigError, match=r"^workload.path='.*t.csv' is invalid: line 2 is not UTF-8 text \(byte 0xff\)$"):
+        read_trace(WorkloadCfg(kind="trace", path=str(path)))
+
+
+def test_a_trace_request_beyond_the_context_is_refused_at_its_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\n1.0,3000000000000,5\n")
+    with pytest.raises(ConfigError, match=r"line 3: a request of 3000000000005 tokens is invalid: more than the "
+                                          r"model's context of 2048 tokens$"):
+        build_workload(WorkloadCfg(kind="trace", path=str(path)), 1, 1, 0, VOCAB, context=2048)
+
+
+def test_sizes_are_refused_by_arithmetic_before_any_prompt_exists():
+    # Generating either would take the machine's memory; the checks must come first.
+    with pytest.raises(ConfigError, match=r"^seq_len=1000000000000 is invalid: more than the model's context"):
+        _build(seq_len=10**12, context=2048)
+    with pytest.raises(ConfigError, match=r"^workload.num_requests=10000000000 is invalid: its prompts need up to"):
+        _build(num_requests=10**10, seq_len=2048, context=2048)
+
+
+def test_a_time_scale_that_overflows_the_arrival_times_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\n1e300,5,5\n")
+    with pytest.raises(ConfigError, match=r"^workload.time_scale=1e\+300 is invalid: it scales"):
+        read_trace(WorkloadCfg(kind="trace", path=str(path), time_scale=1e300))
+
+
+@pytest.mark.parametrize("key", ["qps", "theta", "time_scale"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_times_and_shapes_are_refused(key, value):
+    with pytest.raises(ConfigError, match=rf"^{key}={value} is invalid: must be a finite number$"):
+        WorkloadCfg(kind="zipf", **{key: value})

@@ -19,9 +19,10 @@ from sarathi_kernels._checks import (
     require_same_device,
     require_unit_last_stride,
 )
+from sarathi_kernels.triton_jit import jit
 
 
-@triton.jit
+@jit
 def _write_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, num_tokens, head_dim,
                      stride_kt, stride_kh, stride_vt, stride_vh,
                      stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,

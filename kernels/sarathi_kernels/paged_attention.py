@@ -18,9 +18,7 @@ from __future__ import annotations
 import math
 
 import torch
-import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
 
 from sarathi_kernels._checks import (
     FLOAT_DTYPES,
@@ -31,11 +29,12 @@ from sarathi_kernels._checks import (
     require_same_device,
     require_unit_last_stride,
 )
+from sarathi_kernels.triton_jit import INTERPRETED, jit
 
 _LOG2E = 1.4426950408889634
 
 
-@triton.jit
+@jit
 def _find_request(query_start_loc_ptr, num_requests, tile, BLOCK_Q: tl.constexpr):
     lo = 0
     hi = num_requests
@@ -49,7 +48,7 @@ def _find_request(query_start_loc_ptr, num_requests, tile, BLOCK_Q: tl.constexpr
     return lo - 1
 
 
-@triton.jit
+@jit
 def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
                     k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok, scale_log2,
                     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
@@ -83,7 +82,7 @@ def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
     return acc, m_new, l_i
 
 
-@triton.jit
+@jit
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
@@ -147,13 +146,11 @@ def _paged_attention_kernel(
 
 
 _TL_DTYPE = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
-# Fixed when the kernel was defined, whatever TRITON_INTERPRET says later.
-_INTERPRETED = isinstance(_paged_attention_kernel, InterpretedFunction)
 
 
 def _dot_dtype(dtype: torch.dtype):
     # The interpreter's tl.dot multiplies bf16 operands as raw bits; fp32 tiles give the right answer.
-    if dtype == torch.bfloat16 and _INTERPRETED:
+    if dtype == torch.bfloat16 and INTERPRETED:
         return tl.float32
     return _TL_DTYPE[dtype]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
+from sarathi_lab.profiling import quantities
 
 COLUMNS = ["experiment", "claim", "paper", "ours", "holds"]
 
@@ -56,7 +57,7 @@ def tile_quantization(results) -> list[dict]:
 
 
 def decode_speedup(results) -> list[dict]:
-    gains = derive.decode_speedup(results.table("decode_speedup", "piggyback"))
+    gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
     low, high = paper.DECODE_SPEEDUP
     return [_row("decode_speedup", f"Piggybacking raises decode throughput {low:g}x-{high:g}x over the baseline",
                  f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to {paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",

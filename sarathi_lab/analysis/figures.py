@@ -9,7 +9,8 @@ import pandas as pd
 import seaborn as sns
 
 from sarathi_lab.analysis import derive, paper
-from sarathi_lab.measure.op_timer import OPS
+from sarathi_lab.profiling import quantities
+from sarathi_lab.profiling.ops import OPS
 
 sns.set_theme(style="whitegrid", context="notebook")
 PAPER_STYLE = {"marker": "*", "s": 180, "color": "black", "zorder": 5}
@@ -73,7 +74,7 @@ def tile_quantization(results):
 
 
 def decode_speedup(results):
-    gains = derive.decode_speedup(results.table("decode_speedup", "piggyback"))
+    gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
     fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
     sns.barplot(gains, x="batch_size", y="gain", hue="seq_len", ax=ax, palette="crest")
     low, high = paper.DECODE_SPEEDUP
@@ -158,6 +159,3 @@ def scheduler_latency(results):
     _title(fig, results, "scheduler_latency", "Sarathi-Serve: latency of the five schedulers under Poisson load")
     return fig
 
-
-FIGURES = {f.__name__: f for f in (per_token_cost, tile_quantization, decode_speedup, pd_ratio, chunk_overhead,
-                                    orca_compare, scheduler_latency)}

@@ -1,4 +1,4 @@
-"""Where each experiment's runs are, and how to produce them when they are missing.
+"""Where each experiment's runs are. Reading only: ``python -m sarathi_lab.produce`` makes them.
 
 A results root holds ``<experiment>/multiruns/<sweep>/<job>/`` as ``python -m sarathi_lab.run -m``
 leaves it; an experiment's runs are its newest sweep with a finished run. With a W&B project the
@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab.analysis.produce import EXPERIMENTS, run_experiments
 from sarathi_lab.harness.results import METRICS, WANDB_DIR, load_runs
+
+# The paper's experiments, one config each under experiments/ and one figure each.
+EXPERIMENTS = ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio", "chunk_overhead",
+               "orca_compare", "scheduler_latency")
 
 
 def newest_sweep(root: str | Path, name: str) -> Path | None:
@@ -74,15 +77,9 @@ class Results:
         return "ci" if self.sweep(name).name.startswith("ci-") else "full"
 
 
-def load_results(root: str | Path, wandb_project: str | None = None, produce: str = "ci") -> Results:
-    """The runs of every experiment: under ``root``, or with ``wandb_project`` ("entity/project")
-    downloaded into ``root/wandb/<project>`` first; an experiment with no finished run there is
-    run at scale ``produce`` into the same place."""
+def load_results(root: str | Path, wandb_project: str | None = None) -> Results:
+    """The runs of every experiment under ``root``, or with ``wandb_project`` ("entity/project")
+    downloaded into ``root/wandb/<project>`` first."""
     if wandb_project:
         root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
-    results = Results(root)
-    missing = results.missing()
-    if missing:
-        print(f"no finished run under {root} of {', '.join(missing)}: running them at scale {produce}", flush=True)
-        run_experiments(missing, root, produce)
-    return results
+    return Results(root)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -13,7 +13,14 @@ from sarathi_lab.attention.metadata import AttentionMetadata
 
 
 class AttentionBackend(ABC):
+    """Backends hold no per-iteration state: what every layer of an iteration shares is built once,
+    by ``plan``, onto the metadata all layers see."""
+
     name: str
+
+    def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
+        """Called once per iteration, before the forward pass, with one layer's key cache (every
+        layer's has the same layout); may set ``meta.plan``."""
 
     @abstractmethod
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -48,7 +55,7 @@ def make_backend(name: str, device: torch.device) -> AttentionBackend:
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
     if name == "triton":
-        import sarathi_lab.attention.triton_backend  # noqa: F401  (registers itself; imports triton)
+        import sarathi_lab.attention.triton_backend
     else:
         import sarathi_lab.attention.torch_backend  # noqa: F401
     if name not in _BACKENDS:

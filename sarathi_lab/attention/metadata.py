@@ -8,6 +8,7 @@ first, then one token for each of ``num_decodes`` requests. Request ``i`` owns q
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -29,11 +30,8 @@ class AttentionMetadata:
     query_lens_host: list[int]
     seq_lens_host: list[int]
     max_query_len: int
-    max_seq_len: int
-
-    @property
-    def num_requests(self) -> int:
-        return self.num_prefills + self.num_decodes
+    # What the backend derives once per iteration and every layer reuses (AttentionBackend.plan).
+    plan: Any = None
 
     @property
     def kv_tokens_read(self) -> int:

@@ -5,7 +5,8 @@ reads each request's context straight from its paged blocks.
 """
 from __future__ import annotations
 
-from sarathi_kernels import paged_attention, write_kv_cache
+from sarathi_kernels.kv_cache import write_kv_cache
+from sarathi_kernels.paged_attention import paged_attention
 
 from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata

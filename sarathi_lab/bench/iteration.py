@@ -5,7 +5,7 @@ the model's forward over the paged KV cache, greedy sampling): decode-only batch
 chunks, and hybrid batches (a prefill chunk riding with decodes, the Sarathi layout). The batch's
 requests hold their KV blocks as a served run leaves them (``--layout``): a prompt's blocks in one
 run, the blocks added while decoding scattered, so attention pays the gathers it pays there. The floor is max(bytes / copy bandwidth, flops /
-matmul rate) with the ceilings measured by this same run (``sarathi_lab.bench.floors``).
+matmul rate) with the ceilings measured by this same run (``sarathi_lab.profiling.floors``).
 
     python -m sarathi_lab.bench.iteration                    # cpu-small, the issue's cases
     python -m sarathi_lab.bench.iteration --smoke
@@ -15,28 +15,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import warnings
 
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.ceilings import SMOKE as CEILING_SMOKE
-from sarathi_lab.bench.ceilings import measure_ceilings
-from sarathi_lab.bench.common import (
-    add_common_args,
-    describe_machine,
-    median_time,
-    print_table,
-    resolve_dtype,
-    setup_threads,
-    warn_if_loaded,
-    write_table,
-)
-from sarathi_lab.bench.floors import Shape, floor
+from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
-from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
-from sarathi_lab.engine.sequence import Sequence
+from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
+from sarathi_lab.profiling.ceilings import SMOKE as CEILING_SMOKE
+from sarathi_lab.profiling.ceilings import measure_ceilings
+from sarathi_lab.profiling.floors import Shape, floor
+from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling.timer import make_clock, median_time
 
 # The issue's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256+ within 1.5x.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.5, ("prefill", 512): 1.5}
@@ -49,67 +40,6 @@ def _ints(text: str) -> list[int]:
 def _hybrids(text: str) -> list[tuple[int, int]]:
     """'256+8,512+8' -> [(256, 8), (512, 8)]: a prefill chunk of 256 tokens with 8 decodes."""
     return [tuple(int(p) for p in item.split("+")) for item in text.split(",") if item]
-
-
-LAYOUTS = ("served", "scattered", "contiguous")
-
-
-class BatchFactory:
-    """Synthetic requests and the cache blocks they hold, laid out as ``layout`` says:
-
-    - served: as a served run leaves them: a prompt's blocks are one run of consecutive blocks
-      (allocated together), the blocks a decode adds one at a time are scattered. A decode's
-      context is a prompt of 3/4 of it and generated tokens for the rest.
-    - scattered: every block anywhere (the attention gathers everything: the worst case).
-    - contiguous: every request one run of blocks (the best case).
-    """
-
-    def __init__(self, llm, layout: str = "served", seed: int = 0):
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout={layout!r}: allowed {', '.join(LAYOUTS)}")
-        self.layout = layout
-        self.block_size = llm.config.block_size
-        self.vocab = llm.model_config.vocab_size
-        self.rng = random.Random(seed)
-        self.num_blocks = llm.num_kv_blocks
-        self.next_id = 0
-        self.reset()
-
-    def reset(self) -> None:
-        """Runs come from the lower half of the cache, scattered blocks from the upper half."""
-        half = self.num_blocks // 2
-        self.next_run = 0
-        self.scattered = list(range(half, self.num_blocks))
-        self.rng.shuffle(self.scattered)
-
-    def _blocks(self, run: int, scattered: int) -> list[int]:
-        if self.next_run + run > self.num_blocks // 2 or scattered > len(self.scattered):
-            raise RuntimeError("the benchmark's KV cache is too small for this batch")
-        blocks = list(range(self.next_run, self.next_run + run))
-        self.next_run += run
-        return blocks + [self.scattered.pop() for _ in range(scattered)]
-
-    def _seq(self, total: int, computed: int, prompt: int) -> Sequence:
-        seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)], max_new_tokens=1)
-        self.next_id += 1
-        need = -(-total // self.block_size)
-        run = {"served": prompt // self.block_size, "scattered": 0, "contiguous": need}[self.layout]
-        seq.block_table = self._blocks(run, need - run)
-        seq.num_computed = computed
-        return seq
-
-    def batch(self, prefill: tuple[int, int] | None, decodes: int, decode_context: int) -> ScheduledBatch:
-        """``prefill``: (chunk, tokens already cached before it); the chunk ends its prompt, so its
-        last row is sampled, as are the decodes. Decodes have ``decode_context`` tokens of context."""
-        self.reset()
-        b = ScheduledBatch()
-        if prefill:
-            chunk, before = prefill
-            total = before + chunk
-            b.prefills.append(ScheduledChunk(self._seq(total, before, total), chunk))
-        for _ in range(decodes):
-            b.decodes.append(self._seq(decode_context, decode_context - 1, decode_context * 3 // 4))
-        return b
 
 
 def cases(args) -> list[dict]:
@@ -127,29 +57,21 @@ def blocks_needed(args, block_size: int) -> int:
     return 2 * (per + 8)
 
 
-def time_case(llm, factory: BatchFactory, case: dict, decode_context: int, reps: int, clock: str = "wall") -> dict:
-    runner = llm.engine.executor.runner
-    batch = factory.batch(case["prefill"], case["decodes"], decode_context)
-    sync = torch.cuda.synchronize if llm.config.torch_device.type == "cuda" else None
-
-    def prepare():
-        return runner.prepare(batch)
-
-    prepared = prepare()
-
-    def forward():
-        return runner.forward(prepared)
-
-    def iteration():
-        logits = runner.forward(runner.prepare(batch))
-        return logits.argmax(dim=-1).tolist()
-
-    prep_s = median_time(prepare, reps, sync=sync, clock=clock)
-    fwd_s = median_time(forward, reps, sync=sync, clock=clock)
-    iter_s = median_time(iteration, reps, sync=sync, clock=clock)
-    meta = prepared.meta
+def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, reps: int,
+              clock: str = "wall") -> dict:
+    executor = llm.engine.executor
+    prefills = [case["prefill"]] if case["prefill"] else []
+    batch = batches.make(prefills, case["decodes"], decode_context)
+    timer = make_clock(clock, llm.config.torch_device)
+    prepared = executor.runner.prepare(batch)
+    prep_s = median_time(lambda: executor.runner.prepare(batch), reps, timer)
+    fwd_s = median_time(lambda: executor.runner.forward(prepared), reps, timer)
+    # The whole iteration as the engine runs it: prepare, forward, greedy sampling.
+    iter_s = median_time(lambda: executor.execute(batch), reps, timer)
+    meta, num_sampled = prepared.meta, len(batch.sampled)
+    batches.free(batch)
     return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s, "query_lens": list(meta.query_lens_host),
-                "context_lens": list(meta.seq_lens_host), "num_sampled": len(prepared.sampled)}
+            "context_lens": list(meta.seq_lens_host), "num_sampled": num_sampled}
 
 
 def run(args) -> pd.DataFrame:
@@ -167,12 +89,12 @@ def run(args) -> pd.DataFrame:
         llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
     shape = Shape.of(llm.model_config)
     elem = torch.tensor([], dtype=llm.dtype).element_size()
-    factory = BatchFactory(llm, args.layout, args.seed)
+    batches = SyntheticBatches(llm, seed=args.seed, layout=args.layout)
     rows = []
     for case in cases(args):
         # One untimed pass grows the attention workspace and warms the weights' pages.
-        time_case(llm, factory, case, args.decode_context, 1)
-        t = time_case(llm, factory, case, args.decode_context, args.reps, args.clock)
+        time_case(llm, batches, case, args.decode_context, 1)
+        t = time_case(llm, batches, case, args.decode_context, args.reps, args.clock)
         f = floor(shape, t["query_lens"], t["context_lens"], t["num_sampled"], elem, ceil.copy_gbps,
                   ceil.matmul_gflops)
         target = TARGETS.get((case["kind"], case["size"]))
@@ -186,8 +108,9 @@ def run(args) -> pd.DataFrame:
             "target": target if target is not None else math.nan,
             "met": (ratio <= target) if target is not None else None,
         })
+    batches.close()
     table = pd.DataFrame(rows)
-    print(describe_machine())
+    print(describe_machine(args.device))
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} | decode context {args.decode_context}"
           f" | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {ceil.copy_gbps:.1f} GB/s | matmul {ceil.matmul_gflops:.1f} GFLOP/s | load1 at start {load:.2f}")
     print_table(rows, None, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}")
@@ -209,8 +132,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-chunks", type=_ints, default=[128, 256, 512])
     p.add_argument("--hybrid", type=_hybrids, default=[(256, 8), (512, 8)],
                    help="prefill chunk + decodes, e.g. 256+8 (the chunk is its prompt's second)")
-    p.add_argument("--layout", choices=LAYOUTS, default="served",
-                   help="where the requests' KV blocks lie in the cache (see BatchFactory)")
+    p.add_argument("--layout", choices=LAYOUTS[1:], default="served",
+                   help="where the requests' KV blocks lie in the cache (see sarathi_lab.profiling.batches)")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--seed", type=int, default=0)
     return p

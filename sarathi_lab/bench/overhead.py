@@ -16,16 +16,9 @@ import warnings
 
 import pandas as pd
 
-from sarathi_lab.bench.common import (
-    add_common_args,
-    describe_machine,
-    print_table,
-    resolve_dtype,
-    setup_threads,
-    warn_if_loaded,
-    write_table,
-)
+from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
+from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 TARGET = 0.05
 
@@ -68,7 +61,7 @@ def run(args) -> pd.DataFrame:
         row["target"], row["met"] = TARGET, row["overhead_frac"] < TARGET
         rows.append(row)
         del llm
-    print(describe_machine())
+    print(describe_machine(args.device))
     print(f"# model {args.model} | dtype {args.dtype} | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
     table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")

@@ -1,6 +1,8 @@
 """The experiment harness around the engine: configs, workloads, runs, results, W&B, sweeps."""
 from pathlib import Path
 
-# conf/, experiments/ and data/ live next to the package in the repository (run from a clone).
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO_ROOT / "conf"
+# Shipped inside the package (package data), so that the CLI works from `pip install .` as from a clone.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+CONF_DIR = PACKAGE_DIR / "conf"
+# The clone's root (outputs/, notebooks/); meaningful only when running from a clone.
+REPO_ROOT = PACKAGE_DIR.parent

@@ -1,27 +1,49 @@
-"""Check group choices on the command line (scheduler=, model=, experiment=, ...) before Hydra starts.
+"""Check the command line before Hydra starts: group choices (scheduler=, model=, experiment=, ...)
+and plain keys (chunk=, engine.kv_cache_gb=, ...).
 
-Hydra reports an unknown choice with the search path and a hint to set HYDRA_FULL_ERROR; this
-gives the same verdict as one line, and exits before any output directory exists.
+Hydra reports an unknown choice with the search path and a hint to set HYDRA_FULL_ERROR, and an
+unknown key in five lines suggesting `+key=`, which the run would then refuse; these give the
+verdict as one line, with the nearest known keys, and exit before any output directory exists.
+Only hydra and omegaconf are imported here, so that the check costs a fraction of a second.
 """
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep
+from hydra.core.override_parser.types import ChoiceSweep, Override
 from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
 
-def bad_group_choice(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """The one-line error for the first unknown group choice among the overrides in args, or None."""
+def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """The one-line error for the first bad group choice or unknown key in args, or None."""
+    return bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
+
+
+def _overrides(args: list[str]) -> list[tuple[str, Override]]:
     parser = OverridesParser.create()
+    parsed = []
     for arg in args:
         try:
-            override = parser.parse_override(arg)
+            parsed.append((arg, parser.parse_override(arg)))
         except HydraException:
             continue  # flags (-m, --cfg job) and their values; Hydra parses those itself
+    return parsed
+
+
+def _group_options(group_dir: Path) -> list[str]:
+    # Options in subfolders too: experiment=ci/pd_ratio.
+    return sorted(p.relative_to(group_dir).with_suffix("").as_posix() for p in group_dir.rglob("*.yaml"))
+
+
+def bad_group_choice(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """The one-line error for the first unknown group choice among the overrides in args, or None."""
+    for _, override in _overrides(args):
         group_dir = conf_dir / override.key_or_group
         # Plugin-provided groups (hydra/launcher=...) and glob/range sweeps are Hydra's to check.
         if override.is_delete() or override.key_or_group.startswith("hydra") or not group_dir.is_dir():
@@ -32,8 +54,64 @@ def bad_group_choice(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
         if override.is_sweep_override() and not isinstance(value, ChoiceSweep):
             continue
         choices = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(value)]
-        allowed = sorted(p.stem for p in group_dir.glob("*.yaml"))
+        allowed = _group_options(group_dir)
         for choice in choices:
             if choice not in allowed:
                 return f"{override.key_or_group}={choice!r} is invalid: allowed values are {', '.join(allowed)}"
     return None
+
+
+def unknown_key(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """The one-line error for the first plain key in args that the composed config lacks, or None."""
+    groups, keys = [], []
+    for arg, override in _overrides(args):
+        key = override.key_or_group
+        if (conf_dir / key).is_dir():
+            groups.append(override)
+        elif not (key.startswith("hydra") or override.is_add() or override.is_force_add() or override.is_delete()):
+            keys.append((arg, key))
+    if not keys:
+        return None
+    choices = []
+    for override in groups:
+        value = override.value()
+        if override.is_sweep_override():
+            if not isinstance(value, ChoiceSweep):
+                return None  # a glob or range of options: Hydra's to expand and check
+            value = next(iter(override.sweep_string_iterator()))
+        if value is not None and not override.is_delete():
+            choices.append(f"{override.key_or_group}={value}")
+    # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
+    known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
+    for arg, key in keys:
+        if key not in known:
+            nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+            hint = f"nearest known keys: {', '.join(nearest)}" if nearest else \
+                f"known top-level keys: {', '.join(sorted(k for k in known if '.' not in k))}"
+            return f"{arg} is invalid: {key} is not a known key; {hint}"
+    return None
+
+
+def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """With --cfg, what the chosen experiment's sweep sets per job under -m, which the one composed
+    config Hydra prints cannot show."""
+    choices = [arg for arg, o in _overrides(args) if o.key_or_group == "experiment" and not o.is_sweep_override()]
+    if "--cfg" not in args and "-c" not in args or not choices:
+        return None
+    params = compose_config(choices, conf_dir, hydra=True).hydra.sweeper.params or {}
+    if not params:
+        return None
+    swept = "; ".join(f"{k}: {v}" for k, v in params.items())
+    return f"# -m runs one job per combination of {swept} (command-line values win), over the config below"
+
+
+def compose_config(overrides: list[str], conf_dir: Path = CONF_DIR, hydra: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def _dotted_keys(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _dotted_keys(value, f"{prefix}{key}.")

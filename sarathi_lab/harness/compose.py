@@ -7,18 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from sarathi_lab.harness import CONF_DIR
+from sarathi_lab.harness.cli_check import compose_config
 from sarathi_lab.harness.results import Status
 from sarathi_lab.harness.runner import RunContext, run_experiment
 from sarathi_lab.harness.schema import parse_config
 
-
-def compose_config(overrides: list[str] | None = None) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides or []))
+__all__ = ["compose_config", "run_in_process"]
 
 
 def run_in_process(overrides: list[str], output_dir: Path, group: str | None = None) -> Status:

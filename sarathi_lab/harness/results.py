@@ -6,7 +6,8 @@ renamed into place, and metrics.json is renamed last, so a run that dies at any 
 metrics.json and nothing that looks complete. An interrupted run saves what it measured under
 *.partial.* names instead. status.json says what the last invocation did (running, ok, skipped,
 failed with its traceback, interrupted, or killed: written by the launcher for a job that could not)
-so that a sweep can report on its jobs.
+so that a sweep can report on its jobs; a rerun that leaves a finished run as it is (refused, skipped,
+or an overwrite still running or failed) keeps its status in `.<dir>.next/` beside it.
 """
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def is_finished(run_dir: Path) -> bool:
     return (run_dir / METRICS).is_file()
 
 
+def next_dir(run_dir: Path) -> Path:
+    """Where a rerun into a finished run's directory works and records itself, leaving that run as it is."""
+    return run_dir.parent / f".{run_dir.name}.next"
+
+
 def config_change(run_dir: Path, resolved_config: dict[str, Any]) -> str | None:
     """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new"."""
     old = _flatten("", json.loads((run_dir / METRICS).read_text())["resolved_config"])
@@ -74,6 +80,7 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame], result: RunRes
 
 
 def write_status(run_dir: Path, status: Status, error: str | None = None, traceback: str | None = None) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
     _atomic_json(run_dir / STATUS, {"status": status, "time": time.time(), "error": error, "traceback": traceback})
 
 

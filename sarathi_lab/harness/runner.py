@@ -1,20 +1,29 @@
-"""One experiment run: check everything cheap, build the engine, serve the workload through it (or
-run a measurement task on it), save the results, log to W&B.
+"""One experiment run: check everything (preflight), build the engine, serve the workload through it
+(or run a measurement task on it), save the results, log to W&B.
 
+A finished run in the output directory is never touched by a run that does not replace it: a
+refused or skipped rerun records its status (and log) beside it, in `.<dir>.next/`; an overwrite
+runs there too and swaps it in only once it has finished, so that a failure leaves the old run whole.
 Independent of Hydra's runtime (run.py supplies the RunContext), so tests can call it directly.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from omegaconf import OmegaConf
 
-from sarathi_lab import LLM, ConfigError, EngineConfig, Metrics, SamplingParams
+from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
+from sarathi_lab.harness import load
 from sarathi_lab.harness.environment import collect_environment
+from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
     RunResult,
@@ -22,55 +31,61 @@ from sarathi_lab.harness.results import (
     clear_results,
     config_change,
     is_finished,
+    next_dir,
     write_results,
     write_status,
 )
 from sarathi_lab.harness.schema import RunConfig
+from sarathi_lab.harness.tasks import measurement
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
-from sarathi_lab.harness.workloads import Workload, build_workload
-from sarathi_lab.measure import measurement
-from sarathi_lab.model import load_config
+from sarathi_lab.harness.workloads import Workload
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunContext:
     output_dir: Path
     overrides: list[str]    # what this run changed from the defaults (Hydra's task overrides)
     run_name: str
     group: str | None       # the sweep this run belongs to
-
-
-def prepare_workload(cfg: RunConfig) -> Workload:
-    """The run's requests, after every check that needs no weights; raises a one-line ConfigError."""
-    engine = EngineConfig(**cfg.engine_kwargs())
-    model_config = load_config(engine.model)
-    workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, model_config.vocab_size)
-    context = engine.max_model_len or model_config.max_position_embeddings
-    if workload.max_request_len > context:
-        key, value = ("workload.path", cfg.workload.path) if cfg.workload.kind == "trace" else ("seq_len", cfg.seq_len)
-        raise ConfigError(f"{key}={value!r} is invalid: it gives requests of {workload.max_request_len} tokens, "
-                          f"more than the context of model={cfg.model.engine_model} ({context} tokens)")
-    return workload
+    # Hydra's record of the composed config ({file name: config}), written to .hydra/ once the run is accepted.
+    hydra_record: dict[str, Any] | None = None
+    # Where this invocation's status.json goes (set by run_experiment): output_dir, or beside it while
+    # that holds a finished run this invocation must leave as it is.
+    status_dir: Path | None = None
 
 
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
     out = ctx.output_dir
-    if is_finished(out) and _keep_finished_run(cfg, resolved_config, out):
+    finished = claim_status_dir(ctx) != out
+    if finished and _keep_finished_run(cfg, resolved_config, out):
         return "skipped"
-    workload = prepare_workload(cfg)
-    clear_results(out)
-    write_status(out, "running")
+    workload = preflight(cfg)
+    if finished:
+        shutil.rmtree(ctx.status_dir, ignore_errors=True)  # what an earlier refused or failed rerun left
+        ctx.status_dir.mkdir(parents=True)
+    else:
+        clear_results(out)  # an interrupted earlier run's partial records
+    run_dir = ctx.status_dir
+    if ctx.hydra_record:
+        (run_dir / ".hydra").mkdir(exist_ok=True)
+        for name, node in ctx.hydra_record.items():
+            OmegaConf.save(node, run_dir / ".hydra" / name)
+    write_status(run_dir, "running")
 
-    llm = LLM(**cfg.engine_kwargs())
-    _check_kv_capacity(llm, workload, cfg)
+    llm = LLM(**dataclasses.asdict(cfg.engine))
+    _warn_on_preemptions(llm, workload, cfg)
+    before = load.snapshot()
     start = time.perf_counter()
 
     def save(summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool) -> None:
-        write_results(out, tables, RunResult(
+        machine = load.assess(before, load.snapshot())
+        if machine["timing_note"]:
+            log.warning("%s", machine["timing_note"])
+        write_results(run_dir, tables, RunResult(
             summary=summary, config=cfg.key_values(), overrides=ctx.overrides, resolved_config=resolved_config,
-            environment=collect_environment(llm.config.torch_device, llm.dtype), partial=partial,
+            environment=collect_environment(llm.config.torch_device, llm.dtype, machine), partial=partial,
             wall_time_s=time.perf_counter() - start))
 
     if cfg.task == "serve":
@@ -79,16 +94,20 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         except KeyboardInterrupt:
             # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
             save(llm.metrics.summary(), _engine_tables(llm.metrics), partial=True)
-            log.warning("interrupted: partial records saved in %s as *.partial.*", out)
+            log.warning("interrupted: partial records saved in %s as *.partial.*", run_dir)
             raise
         summary, tables = llm.metrics.summary(), _engine_tables(llm.metrics)
         history = llm.metrics.iteration_rows()
-        log.info("results in %s: %s", out, _headline(summary))
+        headline = _headline(summary)
     else:
         summary, tables = measurement(cfg.task)(cfg, llm)
         history = []
-        log.info("results in %s: %s", out, ", ".join(f"{k}.parquet" for k in tables))
+        headline = ", ".join(f"{k}.parquet" for k in tables)
     save(summary, tables, partial=False)
+    if finished:
+        _swap_in(run_dir, out)
+        ctx.status_dir = out
+    log.info("results in %s: %s", out, headline)
 
     log_to_wandb(cfg.logger, WandbRun(
         run_dir=out, name=ctx.run_name, group=ctx.group, job_type=cfg.name,
@@ -97,6 +116,42 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         # Iterations are already the history.
         tables={k: v for k, v in tables.items() if k != "iterations"}))
     return "ok"
+
+
+def claim_status_dir(ctx: RunContext) -> Path:
+    """Where this invocation records its status and log, decided before it writes anything: beside
+    the output dir while that holds a finished run."""
+    if ctx.status_dir is None:
+        finished = is_finished(ctx.output_dir)
+        ctx.status_dir = next_dir(ctx.output_dir) if finished else ctx.output_dir
+        if finished:
+            _move_log_file(ctx.output_dir, ctx.status_dir)
+    return ctx.status_dir
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Replace the finished run in out by the one just finished in new."""
+    old = out.parent / f".{out.name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(out, old)
+    os.rename(new, out)
+    _move_log_file(new, out)
+    shutil.rmtree(old)
+
+
+def _move_log_file(src: Path, dst: Path) -> None:
+    """Point the job's log file (Hydra's, opened on its first line) from src into dst."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == Path(os.path.abspath(src)):
+            handler.acquire()
+            try:
+                if handler.stream is not None:
+                    handler.stream.close()
+                    handler.stream = None
+                dst.mkdir(parents=True, exist_ok=True)
+                handler.baseFilename = os.path.join(os.path.abspath(dst), Path(handler.baseFilename).name)
+            finally:
+                handler.release()
 
 
 def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path) -> bool:
@@ -127,12 +182,8 @@ def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
     return {"iterations": pd.DataFrame(metrics.iteration_rows()), "requests": pd.DataFrame(metrics.request_rows())}
 
 
-def _check_kv_capacity(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
+def _warn_on_preemptions(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
-    if workload.max_request_len > capacity:
-        raise ConfigError(f"engine.kv_cache_gb={cfg.engine.kv_cache_gb} / engine.num_kv_blocks="
-                          f"{cfg.engine.num_kv_blocks} is invalid: the KV cache holds {capacity} tokens, "
-                          f"fewer than one request of {workload.max_request_len}")
     if cfg.batch_size * workload.max_request_len > capacity:
         log.warning("the KV cache (%d tokens) cannot hold batch_size=%d requests of %d tokens: expect preemptions",
                     capacity, cfg.batch_size, workload.max_request_len)

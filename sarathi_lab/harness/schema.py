@@ -1,27 +1,24 @@
-"""The typed shape of a run's config (conf/), and the check that turns a composed Hydra config into it.
+"""The typed shape of a run's config (sarathi_lab/conf/), and the check that turns a composed Hydra
+config into it.
 
-Hydra's own struct mode already rejects unknown override keys; what it cannot know is types and
-ranges, because the YAML tree is untyped. Every failure here is one line naming the key, the
-value and what is allowed, raised as the engine's ConfigError so callers catch one type.
+The engine's part is `EngineConfig` itself: the YAML's `engine:` block holds its fields that no
+paper sweeps, and the top-level knobs and group choices (chunk, batch_size, model, ...) set the
+rest in one place, `_engine_knobs`. Every value is checked once, by the dataclass that holds it
+(`check_fields` for types and finiteness, then its own ranges); a failure is one line naming the
+key as the user wrote it (`engine.kv_cache_gb=...`, `chunk=...`), raised as ConfigError.
 """
 from __future__ import annotations
 
 import dataclasses
-import types
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from sarathi_lab.config import ConfigError
-from sarathi_lab.measure import TASKS
+from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_positive
+from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
-
-
-def _positive(key: str, value: float) -> None:
-    if value <= 0:
-        raise ConfigError(f"{key}={value!r} is invalid: must be > 0")
 
 
 @dataclass(frozen=True)
@@ -30,11 +27,12 @@ class ModelCfg:
     path: str | None = None
 
     def __post_init__(self):
+        check_fields(self)
         allowed = (*PRESETS, "hf")
         if self.name not in allowed:
-            raise ConfigError(f"model.name={self.name!r} is invalid: allowed values are {', '.join(allowed)}")
+            raise ConfigError(f"name={self.name!r} is invalid: allowed values are {', '.join(allowed)}")
         if self.name == "hf" and not self.path:
-            raise ConfigError("model.path=None is invalid: model=hf needs model.path=/a/local/hf/dir")
+            raise ConfigError("path=None is invalid: model=hf needs model.path=/a/local/hf/dir")
 
     @property
     def engine_model(self) -> str:
@@ -44,7 +42,7 @@ class ModelCfg:
 
 @dataclass(frozen=True)
 class SchedulerCfg:
-    name: str  # checked against the engine's registry by EngineConfig
+    name: str  # checked against the engine's schedulers by EngineConfig
 
 
 @dataclass(frozen=True)
@@ -70,16 +68,17 @@ class WorkloadCfg:
     max_requests: int | None = None
 
     def __post_init__(self):
+        check_fields(self)
         for key in ("num_requests", "qps", "min_tokens", "theta"):
-            _positive(f"workload.{key}", getattr(self, key))
+            check_positive(key, getattr(self, key))
         if self.max_requests is not None:
-            _positive("workload.max_requests", self.max_requests)
+            check_positive("max_requests", self.max_requests)
         if self.time_scale < 0:
-            raise ConfigError(f"workload.time_scale={self.time_scale!r} is invalid: must be >= 0")
+            raise ConfigError(f"time_scale={self.time_scale!r} is invalid: must be >= 0")
         if self.stagger < 0:
-            raise ConfigError(f"workload.stagger={self.stagger!r} is invalid: must be >= 0")
+            raise ConfigError(f"stagger={self.stagger!r} is invalid: must be >= 0")
         if self.kind == "trace" and not self.path:
-            raise ConfigError("workload.path=None is invalid: workload=trace needs a CSV path")
+            raise ConfigError("path=None is invalid: workload=trace needs a CSV path")
 
 
 @dataclass(frozen=True)
@@ -90,29 +89,21 @@ class LoggerCfg:
     mode: Literal["auto", "offline", "online", "disabled"] = "auto"
     init_timeout_s: float = 30.0
 
-
-@dataclass(frozen=True)
-class EngineCfg:
-    """LLM(...) arguments that no paper sweeps; EngineConfig checks their ranges."""
-    block_size: int = 16
-    num_kv_blocks: int | None = None
-    kv_cache_gb: float | None = None
-    attention: str = "auto"
-    cpu_linear: str = "onednn"
-    max_model_len: int | None = None
-    warmup_iters: int = 2
+    def __post_init__(self):
+        check_fields(self)
 
 
 @dataclass(frozen=True)
 class MeasureCfg:
-    """Settings of the tasks other than serve (sarathi_lab.measure)."""
+    """Settings of the tasks other than serve (sarathi_lab.harness.tasks)."""
     reps: int = 3
     token_step: int = 8
     tile: int = 128
 
     def __post_init__(self):
+        check_fields(self)
         for key in ("reps", "token_step", "tile"):
-            _positive(f"measure.{key}", getattr(self, key))
+            check_positive(key, getattr(self, key))
 
 
 @dataclass(frozen=True)
@@ -129,31 +120,40 @@ class RunConfig:
     workload: WorkloadCfg
     device: DeviceCfg
     logger: LoggerCfg
-    engine: EngineCfg = field(default_factory=EngineCfg)
+    engine: EngineConfig
+    # The size the run was made at: "full" (this machine's default) or "ci" (the quick set); analysis
+    # marks claims and figures with it.
+    scale: Literal["full", "ci"] = "full"
     tags: list[str] = field(default_factory=list)
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
     task: str = "serve"
     measure: MeasureCfg = field(default_factory=MeasureCfg)
 
     def __post_init__(self):
-        for key in ("chunk", "batch_size", "seq_len", "pd_ratio"):
-            _positive(key, getattr(self, key))
+        check_fields(self)
+        for key in ("seq_len", "pd_ratio"):
+            check_positive(key, getattr(self, key))
         tasks = ("serve", *TASKS)
         if self.task not in tasks:
             raise ConfigError(f"task={self.task!r} is invalid: allowed values are {', '.join(tasks)}")
 
-    def engine_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of LLM(...) / EngineConfig(...)."""
-        return dict(model=self.model.engine_model, scheduler=self.scheduler.name, chunk_size=self.chunk, token_budget=self.chunk,
-                    max_batch_size=self.batch_size, device=self.device.name, dtype=self.dtype, seed=self.seed,
-                    num_threads=self.device.num_threads, **dataclasses.asdict(self.engine))
-
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
-        return {"experiment": self.name, "task": self.task, "model": self.model.engine_model, "scheduler": self.scheduler.name,
-                "chunk": self.chunk, "batch_size": self.batch_size, "seq_len": self.seq_len,
-                "pd_ratio": self.pd_ratio, "seed": self.seed, "device": self.device.name, "dtype": self.dtype,
-                "workload": self.workload.kind}
+        return {"experiment": self.name, "task": self.task, "scale": self.scale, "model": self.model.engine_model,
+                "scheduler": self.scheduler.name, "chunk": self.chunk, "batch_size": self.batch_size,
+                "seq_len": self.seq_len, "pd_ratio": self.pd_ratio, "seed": self.seed, "device": self.device.name,
+                "dtype": self.dtype, "executor": self.engine.executor, "workload": self.workload.kind}
+
+
+def _engine_knobs(run: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """The one place the run's knobs and group choices map onto EngineConfig: {field: (the key a user
+    sets, its value)}. `chunk` is both sarathi's chunk and sarathi_serve's token budget, so that one
+    sweep handle compares them."""
+    return {"model": ("model", run["model"].engine_model), "scheduler": ("scheduler", run["scheduler"].name),
+            "chunk_size": ("chunk", run["chunk"]), "token_budget": ("chunk", run["chunk"]),
+            "max_batch_size": ("batch_size", run["batch_size"]), "device": ("device", run["device"].name),
+            "num_threads": ("device.num_threads", run["device"].num_threads), "dtype": ("dtype", run["dtype"]),
+            "seed": ("seed", run["seed"])}
 
 
 def parse_config(cfg: DictConfig) -> RunConfig:
@@ -162,43 +162,52 @@ def parse_config(cfg: DictConfig) -> RunConfig:
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as e:
         raise ConfigError(f"{e.full_key}=??? is invalid: a value is required") from None
-    return _build(RunConfig, raw, prefix="")
+    run = _fields(RunConfig, raw, prefix="", later={"engine"})
+    run["engine"] = _engine_config(run, raw.get("engine", {}))
+    return _construct(RunConfig, run, prefix="")
 
 
-def _build(cls: type, raw: Any, prefix: str) -> Any:
+def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"engine={raw!r} is invalid: must be a mapping")
+    knobs = _engine_knobs(run)
+    for key in raw:
+        if key in knobs:
+            raise ConfigError(f"engine.{key} is set by {knobs[key][0]}=; set that instead")
+    fields = _fields(EngineConfig, raw, prefix="engine.", later=set(knobs))
+    try:
+        return EngineConfig(**fields, **{name: value for name, (_, value) in knobs.items()})
+    except ConfigError as e:
+        raise e.at(knobs[e.key][0] if e.key in knobs else f"engine.{e.key}") from None
+
+
+def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> dict[str, Any]:
+    """raw's values for cls, nested dataclasses built; unknown and missing keys refused."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix.rstrip('.')}={raw!r} is invalid: must be a mapping")
     hints = get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - known)
+    known = {f.name for f in dataclasses.fields(cls)} - later
+    unknown = sorted(set(raw) - known - later)
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]} is not a known key; known keys here: {', '.join(sorted(known))}")
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in raw
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in raw and f.name not in later
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{prefix}{missing[0]} is missing: a value is required")
-    return cls(**{k: _typed(f"{prefix}{k}", v, hints[k]) for k, v in raw.items()})
+    return {k: _typed(f"{prefix}{k}", v, hints[k]) for k, v in raw.items() if k not in later}
 
 
 def _typed(key: str, value: Any, tp: Any) -> Any:
-    origin, args = get_origin(tp), get_args(tp)
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value, prefix=f"{key}.")
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _typed(key, value, inner)
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(map(str, args))}")
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}={value!r} is invalid: must be a list")
-        return [_typed(f"{key}[{i}]", v, args[0]) for i, v in enumerate(value)]
-    # bool is an int subclass, and `chunk=true` is never what anyone meant.
-    accepted = (int, float) if tp is float else (tp,)
-    if isinstance(value, bool) or not isinstance(value, accepted):
-        raise ConfigError(f"{key}={value!r} is invalid: must be of type {tp.__name__}")
-    return tp(value)
+        return _construct(tp, _fields(tp, value, prefix=f"{key}."), prefix=f"{key}.")
+    # YAML writes 48 for 48.0; the dataclass checks everything else.
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _construct(cls: type, fields: dict[str, Any], prefix: str) -> Any:
+    try:
+        return cls(**fields)
+    except ConfigError as e:
+        raise e.at(f"{prefix}{e.key}") if prefix else e from None

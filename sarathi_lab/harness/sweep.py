@@ -18,7 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from sarathi_lab.harness.results import STATUS, read_status
+from sarathi_lab.harness.results import STATUS, next_dir, read_status
 
 log = logging.getLogger(__name__)
 SUMMARY = "sweep_summary.json"
@@ -48,17 +48,28 @@ class SweepSummary(Callback):
 def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
     """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
     jobs = {}
-    # A job killed before Hydra saved its config has only the status.json its launcher wrote.
-    job_dirs = {p.parent for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
-    for job_dir in sorted(job_dirs):
+    # A job killed before it saved its config has only the status.json its launcher wrote; a rerun into
+    # a finished job's dir records itself beside it, in .<job>.next/.
+    job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
+    for job_dir in sorted(job_dirs, key=lambda d: [int(t) if t.isdigit() else t for t in d.parts]):
         config = job_dir / ".hydra" / "config.yaml"
-        if config.exists() and config.stat().st_mtime < since - 1:
-            continue  # a job of an earlier sweep into the same directory
-        status = read_status(job_dir)
-        if status is None or status["time"] < since - 1:
+        earlier = config.exists() and config.stat().st_mtime < since - 1  # a job of an earlier sweep
+        own = None if earlier else read_status(job_dir)
+        statuses = [s for s in (own, read_status(next_dir(job_dir))) if s and s["time"] >= since - 1]
+        status = max(statuses, key=lambda s: s["time"]) if statuses else None
+        if status is None:
+            if earlier or not config.exists():
+                continue
             status = {"status": "unknown", "error": "the job left no status: killed before it started?"}
         elif status["status"] == "running":
             status = {"status": "killed", "error": "the job never finished nor reported an error "
                                                    "(killed by a signal, the OOM killer or a time limit?)"}
         jobs[str(job_dir.relative_to(sweep_dir))] = {"status": status["status"], "error": status.get("error")}
     return jobs
+
+
+def _job_dir(path: Path) -> Path:
+    """The job a directory belongs to: itself, or the job whose .<job>.next it is."""
+    if path.name.startswith(".") and path.name.endswith(".next"):
+        return path.with_name(path.name[1:-len(".next")])
+    return path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,10 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         wb.log({name: wandb.Table(dataframe=_scalar_columns(df)) for name, df in run.tables.items()}, step=last_step)
         wb.summary.update(run.summary)
         # The run's own files too, so that the W&B API gives back what load_runs reads locally
-        # (sarathi_lab/analysis/runs.py, download_wandb).
+        # (sarathi_lab/analysis/runs.py, download_wandb). Copied into the run's files folder, which
+        # W&B uploads at the end, rather than wb.save(), which warns "Symlinked 1 file" for each.
         for path in result_files(run.run_dir):
-            wb.save(str(path), base_path=str(run.run_dir), policy="now")
+            shutil.copy2(path, Path(wb.dir) / path.name)
         exit_code = 0
     finally:
         wb.finish(exit_code=exit_code)

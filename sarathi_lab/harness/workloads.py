@@ -8,12 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.harness import REPO_ROOT
+from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.harness.schema import WorkloadCfg
+from sarathi_lab.model.memory import device_memory_bytes
 
 TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+
+# A prompt token as the engine holds it: a Python int (28 bytes) behind a list slot (8 bytes).
+_BYTES_PER_PROMPT_TOKEN = 36
 
 # Independent random streams, so that switching e.g. the arrival process keeps the same lengths and tokens.
 _LENGTHS, _ARRIVALS, _TOKENS = range(3)
@@ -50,18 +55,34 @@ def split_length(total: int, pd_ratio: float, key: str = "seq_len") -> tuple[int
     return prompt, decode
 
 
-def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, vocab_size: int) -> Workload:
+def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, vocab_size: int,
+                   context: int | None = None) -> Workload:
+    """The requests; lengths are checked against the model's context (when given) and the prompts'
+    memory against the machine's, before any prompt is generated."""
     def rng(stream: int) -> np.random.Generator:
         return np.random.default_rng([seed, stream])
 
+    if context is not None and cfg.kind != "trace" and seq_len > context:
+        raise ConfigError(f"seq_len={seq_len} is invalid: more than the model's context of {context} tokens")
     if cfg.kind == "trace":
-        lengths, arrivals = read_trace(cfg)
+        lengths, arrivals = read_trace(cfg, context)
+        _check_memory(cfg, sum(p for p, _ in lengths))
     else:
+        _check_memory(cfg, cfg.num_requests * seq_len)  # every request's length is at most seq_len
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
         arrivals = _poisson(cfg.num_requests, cfg.qps, rng(_ARRIVALS)) if cfg.arrival == "poisson" else None
     tokens = rng(_TOKENS)
     prompts = [tokens.integers(0, vocab_size, size=p).tolist() for p, _ in lengths]
     return Workload(prompts, [d for _, d in lengths], arrivals)
+
+
+def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
+    need = prompt_tokens * _BYTES_PER_PROMPT_TOKEN
+    have = device_memory_bytes(torch.device("cpu"))
+    if need > have:
+        key, value = ("workload.path", cfg.path) if cfg.kind == "trace" else ("workload.num_requests", cfg.num_requests)
+        raise ConfigError(f"{key}={value!r} is invalid: its prompts need up to {need / 2**30:.1f} GiB as token "
+                          f"lists, more than the {have / 2**30:.1f} GiB available")
 
 
 def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
@@ -93,19 +114,41 @@ def _poisson(n: int, qps: float, rng: np.random.Generator) -> list[float]:
 
 
 def resolve_trace_path(path: str) -> Path:
-    """Relative paths: the working directory first, then the repository root (where data/traces lives)."""
+    """Relative paths: the working directory first, then the package (where data/traces/sample.csv ships)."""
     p = Path(path).expanduser()
-    for candidate in (p, REPO_ROOT / p):
+    for candidate in (p, PACKAGE_DIR / p):
         if candidate.is_file():
             return candidate
-    raise ConfigError(f"workload.path={path!r} is invalid: no such file (looked in {Path.cwd()} and {REPO_ROOT})")
+    raise ConfigError(f"workload.path={path!r} is invalid: no such file (looked in {Path.cwd()} and {PACKAGE_DIR})")
 
 
-def read_trace(cfg: WorkloadCfg) -> tuple[list[tuple[int, int]], list[float]]:
-    """(prompt, decode) lengths and arrival times (from the first row, times time_scale) of a trace CSV."""
+def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
+    """(prompt, decode) lengths and arrival times (from the first row, times time_scale) of a trace CSV
+    (UTF-8, with or without the byte-order mark spreadsheets write); a request longer than `context`
+    is refused at its line."""
     path = resolve_trace_path(cfg.path)
+    try:
+        return _read_trace(cfg, path, context)
+    except UnicodeDecodeError:
+        # The reader's offset counts from its buffer; the whole file's names the line.
+        raw = path.read_bytes()
+        at = _first_undecodable(raw)
+        line = raw.count(b"\n", 0, at) + 1
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text "
+                          f"(byte 0x{raw[at]:02x})") from None
+
+
+def _first_undecodable(raw: bytes) -> int:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return 0  # unreachable for bytes the reader could not decode
+
+
+def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None) -> tuple[list[tuple[int, int]], list[float]]:
     lengths, arrivals = [], []
-    with path.open(newline="") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         missing = [c for c in TRACE_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
@@ -118,10 +161,17 @@ def read_trace(cfg: WorkloadCfg) -> tuple[list[tuple[int, int]], list[float]]:
             arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
             lengths.append((_trace_field(where, row, "num_prefill_tokens", int, minimum=1),
                             _trace_field(where, row, "num_decode_tokens", int, minimum=1)))
+            if context is not None and sum(lengths[-1]) > context:
+                raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more than the "
+                                  f"model's context of {context} tokens")
     if not lengths:
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
     start = min(arrivals)
-    return lengths, [(a - start) * cfg.time_scale for a in arrivals]
+    times = [(a - start) * cfg.time_scale for a in arrivals]
+    if not all(math.isfinite(t) for t in times):
+        raise ConfigError(f"workload.time_scale={cfg.time_scale!r} is invalid: it scales the trace's arrival times "
+                          "past the largest float")
+    return lengths, times
 
 
 def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float) -> float:

@@ -70,6 +70,7 @@ class CausalLM(nn.Module):
     def __init__(self, config: PretrainedConfig, backend: AttentionBackend, max_positions: int):
         super().__init__()
         self.config = config
+        self.backend = backend  # the engine plans each iteration's attention through it
         rotary = RotaryEmbedding(config, head_dim_of(config), max_positions)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config, rotary, backend) for _ in range(config.num_hidden_layers))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-import warnings
+import logging
 from pathlib import Path
 
 import torch
@@ -19,6 +19,7 @@ _FUSED = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
 }
+log = logging.getLogger("sarathi_lab")
 
 
 class ModelLoadError(ValueError):
@@ -26,7 +27,8 @@ class ModelLoadError(ValueError):
 
 
 def load_config(model: str) -> PretrainedConfig:
-    """A preset's config, or the config of a local Hugging Face directory (never remote code)."""
+    """A preset's config, or the config of a local Hugging Face directory (never remote code), with
+    its shapes checked: what the model would be built from is known to be buildable."""
     if model in PRESETS:
         return PRESETS[model]
     path = Path(model)
@@ -34,12 +36,39 @@ def load_config(model: str) -> PretrainedConfig:
         raise ModelLoadError(f"model={model!r} is neither a preset ({', '.join(PRESETS)}) nor a local directory")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"model={model!r}: no config.json in the directory")
-    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    try:
+        json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ModelLoadError(f"model={model!r}: config.json is not valid JSON ({_first_line(e)})") from None
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelLoadError(f"model={model!r}: config.json cannot be read: {_first_line(e)}") from None
     arch = (config.architectures or ["?"])[0]
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(f"model={model!r}: architecture {arch} is not supported; "
                              f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+                "max_position_embeddings"):
+        value = getattr(config, key, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ModelLoadError(f"model={model!r}: config.json's {key}={value!r} is invalid: must be an int >= 1")
+    check_checkpoint(path)
     return config
+
+
+def check_checkpoint(path: Path) -> None:
+    """Every weight file's header readable and every shard an index names present, before any weight
+    is allocated; the tensors themselves are checked as they load (_load_safetensors)."""
+    for file in _weight_files(path):
+        if not file.is_file():
+            raise ModelLoadError(f"model={str(path)!r}: the index names {file.name}, which is missing")
+        with _open_weights(path, file):
+            pass
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
@@ -55,7 +84,7 @@ def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend,
         if onednn_available():
             pack_linears(lm)
         else:
-            warnings.warn("cpu_linear='onednn' falls back to 'aten': this torch build has no oneDNN", stacklevel=2)
+            log.warning("cpu_linear='onednn' runs as 'aten': this torch build has no oneDNN")
     return lm
 
 
@@ -80,7 +109,11 @@ def _weight_files(path: Path) -> list[Path]:
         raise ModelLoadError(f"model={str(path)!r}: weights must be *.safetensors; {found}")
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelLoadError(f"model={str(path)!r}: {index.name} is not a valid index "
+                                 f"({_first_line(e)})") from None
         files = [path / s for s in shards]
     return files
 
@@ -104,6 +137,14 @@ def _our_name(hf_name: str) -> tuple[str, int | None]:
     return name, None
 
 
+def _open_weights(path: Path, file: Path):
+    try:
+        return safe_open(file, framework="pt")
+    except Exception as e:  # noqa: BLE001 - safetensors' own error types
+        raise ModelLoadError(f"model={str(path)!r}: {file.name} is not a readable safetensors file "
+                             f"({_first_line(e)})") from None
+
+
 @torch.no_grad()
 def _load_safetensors(lm: CausalLM, path: Path) -> None:
     params = dict(lm.named_parameters())
@@ -113,7 +154,7 @@ def _load_safetensors(lm: CausalLM, path: Path) -> None:
                "gate_up_proj": [0, mlp.intermediate, 2 * mlp.intermediate]}
     filled: dict[str, int] = {}
     for file in _weight_files(path):
-        with safe_open(file, framework="pt") as f:
+        with _open_weights(path, file) as f:
             for hf_name in f.keys():
                 name, shard = _our_name(hf_name)
                 if name not in params:
@@ -125,7 +166,11 @@ def _load_safetensors(lm: CausalLM, path: Path) -> None:
                     fused = _fused_kind(name)
                     lo, hi = offsets[fused][shard], offsets[fused][shard + 1]
                     target = target[lo:hi]
-                tensor = f.get_tensor(hf_name)
+                try:
+                    tensor = f.get_tensor(hf_name)
+                except Exception as e:  # noqa: BLE001 - safetensors' own error types
+                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} in {file.name} cannot be read "
+                                         f"({_first_line(e)})") from None
                 if tensor.shape != target.shape:
                     raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} has shape {tuple(tensor.shape)},"
                                          f" expected {tuple(target.shape)}")

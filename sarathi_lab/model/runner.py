@@ -29,39 +29,48 @@ class ModelRunner:
         self.device = device
 
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
-        bs = self.block_size
-        ids, positions, slots, query_lens, seq_lens, tables = [], [], [], [], [], []
-        logits_indices = []
-        for chunk in batch.chunks:
-            seq, start = chunk.seq, chunk.seq.num_computed
-            end = start + chunk.num_tokens
-            ids += seq.tokens[start:end]
-            pos = range(start, end)
-            positions += pos
-            table = seq.block_table
-            slots += [table[p // bs] * bs + p % bs for p in pos]
-            query_lens.append(chunk.num_tokens)
-            seq_lens.append(end)
-            tables.append(table)
-            if chunk.samples:
-                logits_indices.append(len(ids) - 1)
-        width = max(len(t) for t in tables)
-        padded = [t + [0] * (width - len(t)) for t in tables]
-        starts = [0]
-        for n in query_lens:
-            starts.append(starts[-1] + n)
-        tensor = lambda data, dtype: torch.tensor(data, dtype=dtype, device=self.device)  # noqa: E731
-        meta = AttentionMetadata(
-            num_prefills=len(batch.prefills), num_decodes=len(batch.decodes),
-            num_prefill_tokens=batch.num_prefill_tokens,
-            query_start_loc=tensor(starts, torch.int32), seq_lens=tensor(seq_lens, torch.int32),
-            block_tables=tensor(padded, torch.int32), slot_mapping=tensor(slots, torch.int64),
-            query_lens_host=query_lens, seq_lens_host=seq_lens,
-            max_query_len=max(query_lens), max_seq_len=max(seq_lens))
-        return PreparedBatch(tensor(ids, torch.int64), tensor(positions, torch.int64), meta,
-                             tensor(logits_indices, torch.int64))
+        prepared = batch_tensors(batch, self.block_size, self.device)
+        # The attention backend's per-iteration decisions, made once here rather than in every layer.
+        self.model.backend.plan(prepared.meta, self.kv_caches[0][0])
+        return prepared
 
     @torch.inference_mode()
     def forward(self, prepared: PreparedBatch) -> torch.Tensor:
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
                           prepared.logits_indices)
+
+
+def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) -> PreparedBatch:
+    """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads
+    only block tables and token positions: no model, no cache."""
+    bs = block_size
+    ids, positions, slots, query_lens, seq_lens, tables = [], [], [], [], [], []
+    logits_indices = []
+    for chunk in batch.chunks:
+        seq, start = chunk.seq, chunk.seq.num_computed
+        end = start + chunk.num_tokens
+        ids += seq.tokens[start:end]
+        pos = range(start, end)
+        positions += pos
+        table = seq.block_table
+        slots += [table[p // bs] * bs + p % bs for p in pos]
+        query_lens.append(chunk.num_tokens)
+        seq_lens.append(end)
+        tables.append(table)
+        if chunk.samples:
+            logits_indices.append(len(ids) - 1)
+    width = max(len(t) for t in tables)
+    padded = [t + [0] * (width - len(t)) for t in tables]
+    starts = [0]
+    for n in query_lens:
+        starts.append(starts[-1] + n)
+    tensor = lambda data, dtype: torch.tensor(data, dtype=dtype, device=device)  # noqa: E731
+    meta = AttentionMetadata(
+        num_prefills=len(batch.prefills), num_decodes=len(batch.decodes),
+        num_prefill_tokens=batch.num_prefill_tokens,
+        query_start_loc=tensor(starts, torch.int32), seq_lens=tensor(seq_lens, torch.int32),
+        block_tables=tensor(padded, torch.int32), slot_mapping=tensor(slots, torch.int64),
+        query_lens_host=query_lens, seq_lens_host=seq_lens,
+        max_query_len=max(query_lens))
+    return PreparedBatch(tensor(ids, torch.int64), tensor(positions, torch.int64), meta,
+                         tensor(logits_indices, torch.int64))

@@ -89,7 +89,7 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     token counts that matter); host overheads are left to the profile cost model."""
     import torch
 
-    from sarathi_lab.bench.common import cpu_name  # TODO(measure): sarathi_lab.profiling.machine at merge
+    from sarathi_lab.profiling.machine import cpu_name
     from sarathi_lab.config import DTYPES, cpu_has_bf16_units
 
     if dtype == "bfloat16" and not cpu_has_bf16_units():
@@ -99,7 +99,7 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     path = _cache_dir() / "cpu_ceilings.json"
     cached = json.loads(path.read_text()) if path.is_file() else {}
     if key not in cached:
-        from sarathi_lab.bench.ceilings import measure_ceilings  # TODO(measure): profiling.machine at merge
+        from sarathi_lab.profiling.ceilings import measure_ceilings
 
         ceil = measure_ceilings("cpu", DTYPES[dtype], copy_mib=128, matmul_n=1024, reps=3)
         cached[key] = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.bench.floors import Shape  # TODO(measure): moves to sarathi_lab.profiling at merge
+from sarathi_lab.profiling.floors import Shape
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim.device import Device
 

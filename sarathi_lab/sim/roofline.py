@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.bench.floors import Shape, visible_pairs  # TODO(measure): profiling at merge
+from sarathi_lab.profiling.floors import Shape, visible_pairs
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 

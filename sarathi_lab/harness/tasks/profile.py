@@ -26,11 +26,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.common import machine_record  # TODO(measure): profiling at merge
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.measure.batches import SyntheticBatches  # TODO(measure): profiling.batches at merge
-from sarathi_lab.measure.iteration_sweep import token_groups
-from sarathi_lab.measure.op_timer import OPS, time_by_op
+from sarathi_lab.harness.tasks.iteration_sweep import token_groups
+from sarathi_lab.model.sampler import Sampler
+from sarathi_lab.profiling.batches import SyntheticBatches
+from sarathi_lab.profiling.machine import machine_record
+from sarathi_lab.profiling.ops import OPS, time_by_op
+from sarathi_lab.profiling.timer import median_time
 from sarathi_lab.sim.profile_model import COLUMNS, DENSE_OPS, ProfileCostModel, profile_name, profiles_dir
 
 _GPU_NAMES = {"A6000": "a6000", "A100": "a100", "H100": "h100", "H200": "h200"}
@@ -43,20 +45,6 @@ def device_name(device: torch.device) -> str:
     full = torch.cuda.get_device_name(device)
     return next((short for key, short in _GPU_NAMES.items() if key in full),
                 re.sub(r"[^a-z0-9]+", "-", full.lower()).strip("-"))
-
-
-def _runner(llm):
-    # TODO(merge): the engine seam moves the runner into the model executor and the sampler into
-    # sarathi_lab.model; keep the newer path once it is on main.
-    return getattr(llm.engine, "runner", None) or llm.engine.executor.runner
-
-
-def _sampler_class():
-    try:
-        from sarathi_lab.model.sampler import Sampler
-    except ImportError:
-        from sarathi_lab.engine.sampler import Sampler
-    return Sampler
 
 
 def _powers_of_two(top: int) -> list[int]:
@@ -82,18 +70,6 @@ def grids(cfg) -> dict[str, list]:
             "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
 
 
-def _median_on(clock, fn, reps: int) -> float:
-    """Median seconds of ``fn()`` on the engine's clock (wall, synchronised on CUDA; or whatever
-    clock the caller gave the engine) after one untimed call."""
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = clock.now()
-        fn()
-        times.append(clock.now() - t0)
-    return statistics.median(times)
-
-
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
     """Seconds by op of one forward of the batch ``spec`` describes, and of preparing it. The hooks
     that split a forward cost time of their own (most of a tiny model's ops), so the split is
@@ -103,8 +79,8 @@ def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[d
         ops = time_by_op(llm, batch, reps)
         scale = ops["total"] / sum(ops[op] for op in OPS)
         ops = {op: ops[op] * scale for op in OPS} | {"total": ops["total"]}
-        runner = _runner(llm)
-        prepare = _median_on(llm.engine.clock, lambda: runner.prepare(batch), reps)
+        runner = llm.engine.executor.runner
+        prepare = median_time(lambda: runner.prepare(batch), reps, llm.engine.clock)
     finally:
         batches.free(batch)
     return ops, prepare
@@ -112,7 +88,7 @@ def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[d
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     g, reps = grids(cfg), cfg.measure.reps
-    batches = SyntheticBatches(llm, cfg.seed)
+    batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
     started = time.perf_counter()
     for n in g["tokens"]:
@@ -140,14 +116,14 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
 
 @torch.inference_mode()
 def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
-    model, sampler = _runner(llm).model, _sampler_class()(SamplingParams(), llm.config.torch_device)
+    model, sampler = llm.engine.executor.runner.model, Sampler(SamplingParams(), llm.config.torch_device)
     clock = llm.engine.clock
     rows = []
     for n in sizes:
         hidden = torch.randn(n, model.config.hidden_size, device=llm.config.torch_device).to(llm.dtype)
         logits = model.lm_head(model.norm(hidden)).float()
-        rows += [("lm_head", n, 0, n, _median_on(clock, lambda h=hidden: model.lm_head(model.norm(h)).float(), reps)),
-                 ("sample", n, 0, n, _median_on(clock, lambda x=logits: sampler(x), reps))]
+        rows += [("lm_head", n, 0, n, median_time(lambda h=hidden: model.lm_head(model.norm(h)).float(), reps, clock)),
+                 ("sample", n, 0, n, median_time(lambda x=logits: sampler(x), reps, clock))]
     return rows
 
 

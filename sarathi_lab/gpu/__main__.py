@@ -1,0 +1,163 @@
+"""python -m sarathi_lab.gpu: the GPU suite, resumable step by step (docs/gpu/README.md).
+
+    python -m sarathi_lab.gpu --plan                       # steps, expected minutes, how they fill calls
+    python -m sarathi_lab.gpu --dry-run                    # every step on the CPU at tiny shapes
+    python -m sarathi_lab.gpu --out outputs/gpu --restore .gpu/suite.tar.gz   # on the GPU machine
+
+Each step writes its result and a done-marker under --out; a rerun skips finished steps (and, unless
+--retry-failed or named in --steps, failed ones), so the same command, repeated, goes on where the
+last call stopped. A step is started only if its expected minutes fit what is left of --budget-min;
+one still running at the end of it is stopped and recorded as incomplete. With $OUT set, a summary,
+the claims, an archive of --out and the first figures land there after every step (at most 8 files).
+
+This driver does no device work: it starts a worker process for the steps, and a fresh one after
+a worker dies, so a crash or a broken CUDA context costs one step, not the call.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sarathi_lab.gpu import state
+from sarathi_lab.gpu.plan import Step, format_plan, select
+from sarathi_lab.gpu.proc import wait_or_stop
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESTART = 75
+# What a worker gets after SIGTERM to save its partial results before it is killed.
+GRACE_S = 15
+GPU_BUDGET_MIN = 9.0
+
+
+def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -> list[Step]:
+    """Steps still to run: not done, and not failed before unless asked to retry them."""
+    todo = []
+    for step in steps:
+        if state.is_done(out, step.name):
+            continue
+        last = state.read_result(out, step.name)
+        if last and last.status == "failed" and not (retry_failed or step.name in named):
+            continue
+        todo.append(step)
+    return todo
+
+
+def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
+    """A step the worker started and never recorded (killed, crashed) becomes incomplete."""
+    for step in steps:
+        began = state.started_at(out, step.name)
+        last = state.read_result(out, step.name)
+        if began is not None and began >= since and (last is None or last.started_at < began):
+            state.write_result(out, state.StepResult(step.name, "incomplete", began, time.time() - began, error=why))
+
+
+def run_worker(args, out: Path, steps: list[Step], all_names: list[str], deadline: float | None,
+               suite: dict) -> int:
+    cmd = [sys.executable, "-m", "sarathi_lab.gpu.worker", "--out", str(out), "--steps",
+           ",".join(s.name for s in steps), "--all-steps", ",".join(all_names), "--suite", json.dumps(suite)]
+    cmd += ["--dry-run"] * args.dry_run
+    cmd += ["--deadline", str(deadline)] if deadline else []
+    cmd += ["--export", str(args.export)] if args.export else []
+    # Weights are built in float32 and then cast: expandable segments let the freed float32 pages
+    # go back before the KV cache (one large tensor) is allocated.
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"} | dict(os.environ)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True)
+    code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
+    return -signal.SIGTERM if code is None else code
+
+
+def print_table(out: Path, names: list[str]) -> None:
+    print(f"\n{'step':28} {'status':11} {'s':>6}  key results / error")
+    for r in state.results(out, names):
+        shown = "; ".join(f"{m.metric}={m.value}{'' if m.holds is None else (' ok' if m.holds else ' MISSED')}"
+                          for m in r.metrics if m.target)[:160]
+        print(f"{r.step:28} {r.status:11} {r.seconds:6.0f}  {r.error or shown}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
+    parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
+    parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
+    parser.add_argument("--out", type=Path, default=None, help="results (default outputs/gpu, or outputs/gpu-dry)")
+    parser.add_argument("--budget-min", type=float, default=None,
+                        help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a GPU, none dry)")
+    parser.add_argument("--restore", type=Path, default=None,
+                        help="an earlier call's suite.tar.gz: its files the out directory lacks are restored")
+    parser.add_argument("--retry-failed", action="store_true", help="rerun steps that failed before")
+    args = parser.parse_args(argv)
+    try:
+        steps = select(args.steps)
+    except ValueError as e:
+        parser.error(str(e))
+    budget = args.budget_min if args.budget_min is not None else (None if args.dry_run else GPU_BUDGET_MIN)
+    if budget is not None and not 0 < budget < float("inf"):
+        parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
+    if args.plan:
+        print(format_plan(steps, budget or GPU_BUDGET_MIN))
+        return 0
+    out = (args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")).resolve()
+    args.export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
+    if args.restore:
+        print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
+    start = time.time()
+    deadline = start + budget * 60 if budget else None
+    names = [s.name for s in steps]
+    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
+    todo = pending(out, steps, set((args.steps or "").split(",")), args.retry_failed)
+    print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
+    while todo:
+        if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
+            for s in todo:
+                print(f"[gpu] {s.name}: deferred to the next call ({s.minutes:.1f} min expected, "
+                      f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
+            break
+        worker_start = time.time()
+        code = run_worker(args, out, todo, names, deadline, suite)
+        if code not in (0, RESTART):
+            record_killed(out, todo, worker_start, f"worker ended with {code}" +
+                          (" at the end of the call's budget" if deadline and time.time() >= deadline else ""))
+        # One attempt per step and call: what the worker started is settled for this call.
+        todo = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
+                and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
+        if code == 0 or (deadline and time.time() >= deadline):
+            break
+    state.write_summary(out, names, suite)
+    for note in state.export(out, args.export):
+        print(f"[gpu] {note}")
+    print_table(out, names)
+    return exit_code(out, names)
+
+
+def exit_code(out: Path, names: list[str]) -> int:
+    """0: every step done (or unavailable in this checkout); 1: one failed; 3: more to run."""
+    status = {n: (r.status if (r := state.read_result(out, n)) else "not started") for n in names}
+    left = [n for n, s in status.items() if s not in ("done", "unavailable")]
+    print(f"\n[gpu] {sum(s == 'done' for s in status.values())} of {len(names)} steps done" +
+          (f"; not done: {', '.join(f'{n} ({status[n]})' for n in left)}" if left else ""))
+    if any(s == "failed" for s in status.values()):
+        return 1
+    return 3 if left else 0
+
+
+def _commit() -> str:
+    """The commit the suite runs at: SARATHI_GPU_COMMIT (set by the caller, since the device
+    machine's copy of the tree may have no .git), else git's."""
+    if os.environ.get("SARATHI_GPU_COMMIT"):
+        return os.environ["SARATHI_GPU_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10, check=False).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Unpack a GPU call's archive into what the repository keeps: the summary, claims, step results
+and figures under docs/gpu/<device>/, the profiles under profiles/<device>/ (where the simulator
+reads them). Raw run folders (parquet, Hydra configs) stay out of git.
+
+    python -m sarathi_lab.gpu.collect .gpu/suite.tar.gz
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tarfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Kept: small text tables and figures; never the per-run folders of the paper sweeps.
+KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
+PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
+
+
+def device_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100': the chip, as the simulator's device names go."""
+    chip = re.search(r"\b([AHBL]\d{2,3}|A6000)\b", name)
+    return chip[1].lower() if chip else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def collect(archive: Path, root: Path = REPO_ROOT) -> list[Path]:
+    written = []
+    with tarfile.open(archive) as tar:
+        env = json.load(tar.extractfile("steps/env/env.json"))
+        device = device_slug(env["device"])
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            if m := PROFILE.match(member.name):
+                target = root / "profiles" / m[1] / m[2]
+            elif KEEP.match(member.name):
+                target = root / "docs" / "gpu" / device / member.name
+            else:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tar.extractfile(member).read())
+            written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu.collect", description=__doc__.split("\n\n")[0])
+    parser.add_argument("archive", type=Path, help="suite.tar.gz as a GPU call brought it back")
+    args = parser.parse_args(argv)
+    for path in collect(args.archive):
+        print(path.relative_to(REPO_ROOT))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""What a step gets to run with, and how it says it could not finish."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class Unavailable(Exception):
+    """What the step needs is not in this checkout yet (another branch brings it)."""
+
+
+class Incomplete(Exception):
+    """The step ran out of its time; a rerun continues it."""
+
+
+@dataclass(frozen=True)
+class Context:
+    out: Path                 # the suite's out directory
+    dir: Path                 # this step's own folder in it
+    dry_run: bool             # tiny shapes on the CPU
+    device: str               # "cuda" or "cpu"
+    deadline: float | None    # time.time() by which the call ends (subprocess timeouts)
+
+    def seconds_left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.time())

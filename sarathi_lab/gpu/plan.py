@@ -1,0 +1,110 @@
+"""The suite's steps, in the order they run, with the minutes each is expected to take on an H100.
+
+The minutes are estimates from arithmetic (LLaMA-13B in bf16: 26 GB of weights read per decode
+iteration at ~3 TB/s, ~27 TFLOP per 1K-token prefill at ~700 TFLOP/s, ~5 s to build the model,
+~10 s to start an interpreter), not measurements: no step has run on a GPU yet. The order puts the
+issue's targets first (kernels, greedy equality, overhead at batch 18, decode vs prefill cost,
+piggyback gain, P:D peak), so that a lease cut short still answers them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# What every paper sweep on the GPU shares: the paper's model and dtype, no W&B (the machine has
+# no network), and a rerun that skips the jobs an interrupted call already finished.
+PAPER_COMMON = ("model=llama-13b", "device=cuda", "dtype=bfloat16", "logger=none", "on_existing=skip")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    module: str           # sarathi_lab.gpu.steps.<module>: its run(ctx, arg) does the work
+    minutes: float        # expected on an H100, interpreter and model builds included
+    what: str             # one line for --plan: what runs, at which shapes, and how it is scaled
+    arg: str = ""
+    overrides: tuple[str, ...] = ()   # paper sweeps: the Hydra overrides on top of PAPER_COMMON
+
+    @property
+    def group(self) -> str:
+        return self.name.split(".")[0]
+
+
+def _paper(name: str, minutes: float, overrides: str, what: str) -> Step:
+    return Step(f"paper.{name}", "paper", minutes, what, name, tuple(overrides.split()))
+
+
+def _profile(model: str, minutes: float) -> Step:
+    return Step(f"profile.{model}", "profile", minutes,
+                f"task=profile for {model}, bf16, chunk<=512, batch<=18, context<=4096, token step 16 "
+                f"(tile pairs at every 128) -> profiles/<device>/{model}.csv", model)
+
+
+STEPS: tuple[Step, ...] = (
+    Step("env", "env", 0.5, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
+         "(8192^3 torch.mm), CUDA events, median of 20"),
+    Step("kernels", "kernels", 2.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
+         "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
+    Step("engine", "engine", 1.5, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
+         "schedulers x attention triton and torch; bf16 first tokens"),
+    Step("overhead", "overhead", 1.5, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
+         "schedule+prepare+sample share of each decode-only and hybrid iteration (target < 5%)"),
+    _paper("per_token_cost", 2.5, "seq_len=1024 batch_size=1,2,4,8,12,18",
+           "Fig. 3/4 at the paper's shapes: length 1024, batch 1-18 (unscaled)"),
+    _paper("decode_speedup", 2.5, "chunk=256 seq_len=1024,2048,3072 batch_size=2,6,12,18",
+           "Fig. 8 at the paper's shapes: chunk 256, lengths 1K-3K, batch 2-18 (unscaled)"),
+    _paper("pd_ratio", 3.5, "seq_len=1024 batch_size=18 chunk=256,512 pd_ratio=5,14,28,50 workload.num_requests=54",
+           "Fig. 9/11b: length 1024, B=18, 54 requests; scaled from chunks 128-512 x 8 P:D to chunks 256,512 x "
+           "P:D 5,14,28,50 (both paper peaks, 14 and 28, and either side)"),
+    _profile("llama-13b", 1.5),
+    _paper("tile_quantization", 1.5, "seq_len=1024 measure.token_step=8",
+           "Fig. 7: 8-token steps up to 1024 tokens, tile pairs at every 128 (unscaled)"),
+    _paper("chunk_overhead", 2.0, "seq_len=1024,3072",
+           "Fig. 13: chunks 64-512; scaled from lengths 1K,2K,3K to 1K,3K"),
+    _paper("orca_compare", 3.0, "seq_len=1024,2048 batch_size=18 chunk=256 pd_ratio=15 workload.num_requests=54",
+           "Fig. 11a: B=18, chunk 256, 54 requests; scaled from lengths 1K-3K to 1K,2K"),
+    _paper("scheduler_latency", 3.5, "model=mistral-7b seq_len=4096 chunk=512 workload.num_requests=32 "
+           "workload.qps=1,2 scheduler=vllm,orca,sarathi_serve",
+           "Sarathi-Serve TBT: Mistral-7B, lengths <=4096, budget 512; scaled from 256 requests x qps 1,2,4 x 5 "
+           "schedulers to 32 requests x qps 1,2 x vllm/orca/sarathi_serve"),
+    _profile("llama2-7b", 1.2),
+    _profile("mistral-7b", 1.2),
+)
+BY_NAME = {s.name: s for s in STEPS}
+GROUPS = tuple(dict.fromkeys(s.group for s in STEPS))
+
+
+def select(spec: str | None) -> list[Step]:
+    """Steps named by ``spec`` (comma-separated names or groups such as ``paper``), in suite order."""
+    if not spec:
+        return list(STEPS)
+    wanted = {w.strip() for w in spec.split(",") if w.strip()}
+    unknown = sorted(w for w in wanted if w not in BY_NAME and w not in GROUPS)
+    if unknown:
+        raise ValueError(f"--steps={spec!r} is invalid: {unknown[0]!r} is no step; allowed: "
+                         f"{', '.join(GROUPS)} or one of {', '.join(BY_NAME)}")
+    return [s for s in STEPS if s.name in wanted or s.group in wanted]
+
+
+def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
+    """The calls that run ``steps``: each call starts every step, in order, whose expected minutes
+    still fit its budget (the suite's own rule), so a long step may wait for the next call."""
+    calls, left = [], list(steps)
+    while left:
+        call, room = [], budget_min
+        for step in list(left):
+            if step.minutes <= room or not call and step.minutes > budget_min:
+                call.append(step)
+                room -= step.minutes
+                left.remove(step)
+        calls.append(call)
+    return calls
+
+
+def format_plan(steps: list[Step], budget_min: float) -> str:
+    lines = [f"{'step':28} {'min':>5}  what"]
+    lines += [f"{s.name:28} {s.minutes:5.1f}  {s.what}" for s in steps]
+    total = sum(s.minutes for s in steps)
+    lines.append(f"{'total':28} {total:5.1f}  expected on an H100 (estimates, not measured)")
+    lines.append(f"\ncalls of {budget_min:g} min (the device tool runs a command for at most 10):")
+    for i, call in enumerate(pack(steps, budget_min), 1):
+        lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  {', '.join(s.name for s in call)}")
+    return "\n".join(lines)

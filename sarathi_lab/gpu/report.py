@@ -1,0 +1,90 @@
+"""The suite's figures and the paper's claims table, from whatever steps have finished.
+
+The paper's figures and claims are the analysis layer's own (analysis.figures, analysis.claims,
+read through analysis.runs.Results from <out>/paper); the suite adds two of its own: decode KV
+bandwidth against the copy ceiling, and the host share of each iteration. A figure that cannot be
+drawn from the runs at hand (a step not run yet, a dry run's single point) is a note, not an error.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from sarathi_lab.gpu import state
+
+DPI = 90
+
+
+def _save(fig, out: Path, name: str) -> None:
+    path = out / "figures" / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+
+
+def kernels_figure(out: Path) -> bool:
+    result, env = state.read_result(out, "kernels"), state.read_result(out, "env")
+    rates = {m.metric.split("[")[1].rstrip("]"): m.value for m in (result.metrics if result else [])
+             if m.metric.startswith("decode_kv_gbps[")}
+    copy = next((m.value for m in (env.metrics if env else []) if m.metric == "copy_gbps"), None)
+    if not rates or not copy:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.barh(list(rates), list(rates.values()), color="tab:blue", label="paged attention, decode")
+    ax.axvline(copy, color="black", ls="--", label=f"copy ceiling {copy:.0f} GB/s")
+    ax.axvline(copy / 1.5, color="grey", ls=":", label="target: 1.5x of the floor")
+    ax.set(xlabel="KV bytes read / s (GB/s)", title="Decode attention bandwidth")
+    ax.legend(fontsize=8)
+    _save(fig, out, "kernels")
+    return True
+
+
+def overhead_figure(out: Path) -> bool:
+    path = state.step_dir(out, "overhead") / "iterations.csv"
+    if not path.is_file():
+        return False
+    table = pd.read_csv(path)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for kind, rows in table.groupby("kind"):
+        ax.scatter(rows.iteration, 100 * rows.host_share, s=8, label=kind)
+    ax.axhline(5, color="black", ls="--", label="target 5%")
+    ax.set(xlabel="iteration", ylabel="schedule + prepare + sample (%)", title="Host overhead per iteration")
+    ax.legend(fontsize=8)
+    _save(fig, out, "overhead")
+    return True
+
+
+def paper_report(out: Path) -> list[str]:
+    """Each experiment's figure and the claims table (claims.csv) from the runs under <out>/paper."""
+    from sarathi_lab.analysis import claims, figures
+    from sarathi_lab.analysis.runs import Results
+
+    root = out / "paper"
+    if not root.is_dir():
+        return []
+    results, notes, rows = Results(root), [], []
+    for check in claims.CHECKS:
+        name = check.__name__
+        if not (root / name).is_dir():
+            continue
+        try:
+            rows += check(results)
+            _save(getattr(figures, name)(results), out, name)
+        except Exception as e:  # noqa: BLE001 (a figure or claim the runs at hand cannot give)
+            plt.close("all")
+            notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200])
+    if rows:
+        pd.DataFrame(rows, columns=claims.COLUMNS).to_csv(out / "claims.csv", index=False)
+    return notes
+
+
+def write_report(out: Path) -> list[str]:
+    notes = [f"{name}: nothing to draw yet" for name, drawn in
+             (("kernels", kernels_figure(out)), ("overhead", overhead_figure(out))) if not drawn]
+    return notes + paper_report(out)

@@ -1,0 +1,180 @@
+"""The suite's out directory: one folder per step with its result and done-marker, and the export
+of a compact copy into ``$OUT`` (what the device tool brings back: at most 8 files).
+
+    <out>/steps/<step>/result.json   status, seconds, metrics, notes, the one-line error
+    <out>/steps/<step>/DONE          written last: a step with it is never run again
+    <out>/steps/<step>/...           the step's own tables and logs
+    <out>/profiles/<device>/         task=profile's tables (SARATHI_PROFILES_DIR)
+    <out>/paper/<experiment>/multiruns/<sweep>/<job>/   the paper sweeps, as analysis.Results reads them
+    <out>/figures/*.png"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# done: finished (DONE written); failed: raised (its one-line error recorded); incomplete: killed
+# or out of time (rerun continues it); unavailable: what it needs is not in this checkout yet.
+STATUSES = ("done", "failed", "incomplete", "unavailable")
+MAX_OUT_FILES = 8
+MAX_FILE_BYTES = 16 << 20
+ARCHIVE = "suite.tar.gz"
+# Figures copied into $OUT beside the archive (which holds all of them), most telling first.
+FIGURE_PRIORITY = ("kernels", "overhead", "per_token_cost", "decode_speedup", "pd_ratio")
+
+
+@dataclass
+class Metric:
+    metric: str
+    value: float | str | None
+    unit: str = ""
+    target: str = ""
+    holds: bool | None = None   # against the target; None where the metric has none
+
+
+@dataclass
+class StepResult:
+    step: str
+    status: str
+    started_at: float
+    seconds: float
+    metrics: list[Metric] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepResult:
+        return cls(**{**data, "metrics": [Metric(**m) for m in data.get("metrics", [])]})
+
+
+def step_dir(out: Path, name: str) -> Path:
+    return out / "steps" / name
+
+
+def is_done(out: Path, name: str) -> bool:
+    return (step_dir(out, name) / "DONE").is_file()
+
+
+def read_result(out: Path, name: str) -> StepResult | None:
+    path = step_dir(out, name) / "result.json"
+    try:
+        return StepResult.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def mark_started(out: Path, name: str) -> None:
+    d = step_dir(out, name)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "DONE").unlink(missing_ok=True)
+    (d / "STARTED").write_text(f"{time.time()}\n")
+
+
+def started_at(out: Path, name: str) -> float | None:
+    try:
+        return float((step_dir(out, name) / "STARTED").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_result(out: Path, result: StepResult) -> None:
+    """The result, atomically; then, only for a finished step, its done-marker."""
+    if result.status not in STATUSES:
+        raise ValueError(f"status={result.status!r} is invalid: allowed values are {', '.join(STATUSES)}")
+    d = step_dir(out, result.step)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / "result.json.tmp"
+    tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
+    os.replace(tmp, d / "result.json")
+    (d / "STARTED").unlink(missing_ok=True)
+    if result.status == "done":
+        (d / "DONE").write_text(f"{time.time()}\n")
+
+
+def restore(out: Path, archive: Path) -> int:
+    """Files of an earlier call's archive that ``out`` lacks (a fresh machine), never overwriting
+    what is there (a warm one kept it); returns how many were restored."""
+    if not archive.is_file():
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    restored = 0
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            target = (out / member.name).resolve()
+            if not member.isfile() or not target.is_relative_to(out.resolve()) or target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(member) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            restored += 1
+    return restored
+
+
+def results(out: Path, names: list[str]) -> list[StepResult]:
+    return [r for r in (read_result(out, n) for n in names) if r is not None]
+
+
+def summary_rows(found: list[StepResult]) -> list[dict[str, Any]]:
+    rows = []
+    for r in found:
+        rows.append({"step": r.step, "metric": "status", "value": r.status, "unit": "", "target": "",
+                     "holds": "", "note": r.error})
+        rows += [{"step": r.step, **asdict(m), "note": ""} for m in r.metrics]
+    return rows
+
+
+def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
+    """``summary.json`` (everything) and ``summary.csv`` (one row per metric) into ``out``."""
+    found = results(out, names)
+    (out / "summary.json").write_text(json.dumps({"suite": suite, "steps": [asdict(r) for r in found]},
+                                                 indent=1, default=str))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, ["step", "metric", "value", "unit", "target", "holds", "note"])
+    writer.writeheader()
+    writer.writerows(summary_rows(found))
+    (out / "summary.csv").write_text(buf.getvalue())
+
+
+def archive(out: Path, dest: Path) -> list[str]:
+    """The whole out directory as one tar.gz (resume state and everything worth committing);
+    if it would pass the tool's 16 MiB a file, per-iteration tables are left out. Returns notes."""
+    tmp = dest.with_suffix(".tmp")
+
+    def build(skip_iterations: bool) -> None:
+        with tarfile.open(tmp, "w:gz") as tar:
+            for path in sorted(out.rglob("*")):
+                if path.is_file() and path.name != ARCHIVE and not (skip_iterations and "iterations" in path.name):
+                    tar.add(path, arcname=str(path.relative_to(out)))
+
+    build(False)
+    notes = []
+    if tmp.stat().st_size > MAX_FILE_BYTES:
+        build(True)
+        notes.append(f"{ARCHIVE}: per-iteration tables left out to stay under 16 MiB")
+    os.replace(tmp, dest)
+    return notes
+
+
+def export(out: Path, dest: Path | None) -> list[str]:
+    """summary.json, summary.csv, the claims table, the archive and the first figures, at most
+    MAX_OUT_FILES files directly in ``dest`` ($OUT); returns what was left out, as notes."""
+    if dest is None:
+        return []
+    dest.mkdir(parents=True, exist_ok=True)
+    notes = archive(out, dest / ARCHIVE)
+    files = [out / n for n in ("summary.json", "summary.csv", "claims.csv") if (out / n).is_file()]
+    figures = sorted((out / "figures").glob("*.png"),
+                     key=lambda p: (FIGURE_PRIORITY.index(p.stem) if p.stem in FIGURE_PRIORITY else 99, p.name))
+    room = MAX_OUT_FILES - 1 - len(files)
+    for path in files + figures[:room]:
+        shutil.copyfile(path, dest / path.name)
+    if len(figures) > room:
+        notes.append(f"$OUT holds {room} of {len(figures)} figures; all are in {ARCHIVE}")
+    return notes

@@ -1,0 +1,78 @@
+"""The compiled Triton kernels on the GPU: kernels/check_gpu.py (the kernels' own GPU check)
+run whole, its printed lines read into metrics. It runs as a script, in its own process, since
+it refuses an interpreter-mode Triton and the CLIs do not import each other.
+
+Decode bandwidth: check_gpu times decode-only batches and prints the KV bytes they read per
+second; the floor is those bytes at the copy ceiling the env step measured, target within 1.5x.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from sarathi_lab.gpu.context import Context, Incomplete, Unavailable
+from sarathi_lab.gpu.state import Metric
+from sarathi_lab.gpu.steps.env import ceilings
+
+CHECK_GPU = Path(__file__).resolve().parents[3] / "kernels" / "check_gpu.py"
+FLOOR_TARGET = 1.5
+_CASE = re.compile(r"^\s*torch\.(\w+)\s+d=\s*(\d+)\s+heads=(\d+)/(\d+)\s+block=(\d+):\s+(\S+)\s+(ok|FAIL)")
+_WRITE = re.compile(r"^\s*kv write torch\.(\w+)\s+block=(\d+):\s+(ok|FAIL)")
+_TIMING = re.compile(r"^\s*(\d+ decodes x \d+ ctx)\s+triton\s+([\d.]+) ms.*?KV\s+([\d.]+) GB/s")
+_COPY = re.compile(r"copy bandwidth ([\d.]+) GB/s")
+
+
+def parse(text: str, copy_gbps: float | None) -> list[Metric]:
+    """Metrics from check_gpu's printed lines: the worst error per dtype against its tolerance
+    (the script's own verdicts), the KV writes, and each decode case's bandwidth against the floor."""
+    errors, verdicts = defaultdict(list), defaultdict(list)
+    metrics = []
+    for line in text.splitlines():
+        if m := _CASE.match(line):
+            errors[m[1]].append(float(m[6]))
+            verdicts[m[1]].append(m[7] == "ok")
+        elif m := _WRITE.match(line):
+            verdicts[f"kv_write_{m[1]}"].append(m[3] == "ok")
+        elif (m := _COPY.search(line)) and copy_gbps is None:
+            copy_gbps = float(m[1])
+    for dtype, errs in errors.items():
+        metrics.append(Metric(f"attention_max_rel_err_{dtype}", max(errs), "", "kernels/README tolerance",
+                              all(verdicts[dtype])))
+    metrics += [Metric(f"{k}_cases_ok", f"{sum(v)}/{len(v)}", "", "all", all(v))
+                for k, v in verdicts.items() if k.startswith("kv_write")]
+    for line in text.splitlines():
+        if (m := _TIMING.match(line)) and copy_gbps:
+            name = m[1].replace(" ", "_")
+            metrics.append(Metric(f"decode_kv_gbps[{name}]", float(m[3]), "GB/s"))
+            ratio = copy_gbps / float(m[3])
+            metrics.append(Metric(f"decode_time_over_floor[{name}]", round(ratio, 2), "x",
+                                  f"<= {FLOOR_TARGET}", ratio <= FLOOR_TARGET))
+    if not errors:
+        raise ValueError("check_gpu printed no correctness line: its output format changed (see its log)")
+    return metrics
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    if ctx.device != "cuda":
+        if ctx.dry_run:
+            return [Metric("compiled_kernels", "skipped: no CUDA in the dry run; the interpreter path is "
+                           "tests/test_kernels.py")], []
+        raise Unavailable("no CUDA device: check_gpu.py checks compiled kernels")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    log = ctx.dir / "check_gpu.log"
+    try:
+        proc = subprocess.run([sys.executable, str(CHECK_GPU)], cwd=CHECK_GPU.parents[1], env=env,
+                              capture_output=True, text=True, timeout=ctx.seconds_left(), check=False)
+    except subprocess.TimeoutExpired as e:
+        log.write_text((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
+        raise Incomplete("check_gpu.py ran past the call's budget") from e
+    log.write_text(proc.stdout + proc.stderr)
+    record = ceilings(ctx.out)
+    metrics = parse(proc.stdout, record["copy_gbps"] if record else None)
+    metrics.append(Metric("check_gpu_exit", proc.returncode, "", "0", proc.returncode == 0))
+    notes = [] if record else ["copy ceiling from check_gpu's own measure (the env step has not run)"]
+    return metrics, notes

@@ -1,0 +1,116 @@
+"""One of the paper's experiments as a Hydra sweep: on the GPU, ``python -m sarathi_lab.run -m
+experiment=NAME`` with the plan's overrides (the experiment YAML's "GPU:" line, scaled as the plan
+says) into <out>/paper/NAME/multiruns/gpu/, where analysis.Results finds it. ``on_existing=skip``
+makes a rerun after an interrupted call skip the jobs already finished.
+
+The dry run cannot run the GPU shapes, so it checks them instead: every swept value composed and
+validated by the harness's schema, and the KV cache each job needs against an 80 GB card by
+arithmetic; then it runs one job at tiny shapes in-process, through the same harness, so the
+experiment's task code and the analysis that reads it run too. One experiment (SWEPT_IN_DRY_RUN)
+runs its dry job as the GPU does, a sweep in a child process, so that path is exercised as well.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sarathi_lab.gpu.context import Context, Incomplete
+from sarathi_lab.gpu.plan import PAPER_COMMON, Step
+from sarathi_lab.gpu.proc import wait_or_stop
+from sarathi_lab.gpu.state import Metric
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+GRACE_S = 10
+H100_BYTES = 80 * 10**9
+SWEPT_IN_DRY_RUN = "per_token_cost"
+# One job per experiment at tiny shapes (a single point: no sweep in the dry run).
+DRY_COMMON = ("model=tiny", "device=cpu", "dtype=float32", "logger=none", "measure.reps=1", "on_existing=overwrite")
+DRY = {
+    "per_token_cost": "seq_len=32 batch_size=2",
+    "tile_quantization": "seq_len=48 measure.token_step=16 measure.tile=32",
+    "decode_speedup": "seq_len=48 batch_size=2 chunk=16",
+    "pd_ratio": "seq_len=48 pd_ratio=4 chunk=16 batch_size=2 workload.num_requests=2 scheduler=sarathi",
+    "chunk_overhead": "seq_len=64 chunk=32 pd_ratio=8",
+    "orca_compare": "seq_len=48 chunk=16 pd_ratio=4 batch_size=2 workload.num_requests=4 scheduler=orca "
+                    "workload.stagger=2",
+    "scheduler_latency": "seq_len=64 workload.min_tokens=32 chunk=32 workload.num_requests=3 workload.qps=50 "
+                         "scheduler=sarathi_serve",
+}
+
+
+def sweep_dir(out: Path, name: str, dry_run: bool) -> Path:
+    # analysis.Results labels a sweep whose folder starts with "ci-" as the quick scale.
+    return out / "paper" / name / "multiruns" / ("ci-dry" if dry_run else "gpu")
+
+
+def sweep_argv(step: Step, directory: Path, dry_run: bool = False) -> list[str]:
+    overrides = [*DRY_COMMON, *DRY[step.arg].split()] if dry_run else [*PAPER_COMMON, *step.overrides]
+    return [sys.executable, "-m", "sarathi_lab.run", "-m", f"experiment={step.arg}", f"hydra.sweep.dir={directory}",
+            *overrides]
+
+
+def job_overrides(step: Step) -> list[list[str]]:
+    """Every job of the GPU sweep as plain overrides (the command line's swept values; the
+    experiment's own sweeper axes that the command line leaves alone are not expanded)."""
+    axes = [[f"{key}={v}" for v in values.split(",")]
+            for key, values in (o.split("=", 1) for o in (*PAPER_COMMON, *step.overrides))]
+    return [[f"experiment={step.arg}", *job] for job in itertools.product(*axes)]
+
+
+def check_gpu_jobs(step: Step) -> list[Metric]:
+    """Each GPU job's overrides through the schema, and its KV cache against an 80 GB card."""
+    from sarathi_lab.config import EngineConfig
+    from sarathi_lab.harness.compose import compose_config
+    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.model import load_config
+    from sarathi_lab.model.memory import kv_bytes_per_token, weight_bytes
+
+    worst = 0.0
+    jobs = job_overrides(step)
+    for job in jobs:
+        cfg = parse_config(compose_config(job))
+        engine = EngineConfig(**(cfg.engine_kwargs() | {"device": "cpu"}))
+        hf = load_config(engine.model)
+        need = cfg.batch_size * cfg.seq_len * kv_bytes_per_token(hf, engine.torch_dtype)
+        room = 0.9 * (H100_BYTES - weight_bytes(hf, engine.torch_dtype))
+        worst = max(worst, need / room)
+    return [Metric("gpu_jobs_validated", len(jobs)),
+            Metric("gpu_worst_kv_need_over_80GB_room", round(worst, 2), "x", "<= 1", worst <= 1)]
+
+
+def run_dry(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
+    from sarathi_lab.harness.compose import run_in_process
+
+    metrics = check_gpu_jobs(step)
+    args = [f"experiment={step.arg}", *DRY_COMMON, *DRY[step.arg].split()]
+    status = run_in_process(args, sweep_dir(ctx.out, step.arg, True) / "0")
+    return [*metrics, Metric("dry_job_status", status, "", "ok", status == "ok")], [" ".join(args)]
+
+
+def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
+    if ctx.dry_run and step.arg != SWEPT_IN_DRY_RUN:
+        return run_dry(ctx, step)
+    directory = sweep_dir(ctx.out, step.arg, ctx.dry_run)
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = sweep_argv(step, directory, ctx.dry_run)
+    left = ctx.seconds_left()
+    with open(ctx.dir / "sweep.log", "a") as log:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        code = wait_or_stop(proc, None if left is None else max(1.0, left - GRACE_S), GRACE_S)
+    if code is None:
+        raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on (finished "
+                         f"jobs are skipped)")
+    summary = directory / "sweep_summary.json"
+    jobs = json.loads(summary.read_text()) if summary.is_file() else {}
+    ok = sum(j["status"] in ("ok", "skipped") for j in jobs.values())
+    errors = sorted({j["error"].splitlines()[0] for j in jobs.values() if j.get("error")})
+    metrics = [Metric("jobs_ok", f"{ok}/{len(jobs)}", "", "all", bool(jobs) and ok == len(jobs)),
+               Metric("sweep_exit", code, "", "0", code == 0)]
+    if code != 0 and not jobs:
+        raise RuntimeError(f"sarathi_lab.run exited {code} before any job (see {ctx.dir.name}/sweep.log)")
+    if ctx.dry_run:
+        metrics = [*check_gpu_jobs(step), *metrics]
+    return metrics, [" ".join(argv[2:]), *errors[:5]]

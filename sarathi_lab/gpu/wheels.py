@@ -1,0 +1,120 @@
+"""Download the wheels the lent GPU machine lacks, to carry with each device call (it reaches no
+package registry). Run here, in the repository's root, before the first GPU call:
+
+    python -m sarathi_lab.gpu.wheels            # hydra-core, omegaconf, antlr4 into .whl/
+    python -m sarathi_lab.gpu.wheels --wandb    # also wandb and what it needs (tens of MiB more)
+
+Each package gets the version installed here (what CI tests), for CPython 3.12 manylinux x86_64;
+their requirements are followed recursively, skipping what the machine's image already holds
+(machine_packages.txt). A package published only as a source archive (antlr4-python3-runtime 4.9)
+is built into a wheel here, which works there only because it is pure Python (checked).
+The suite itself runs with ``logger=none``, so it never needs wandb.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from importlib import metadata
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+HERE = Path(__file__).resolve().parent
+CORE = ("hydra-core", "omegaconf", "antlr4-python3-runtime")
+# The device notes' recipe: pip matches each manylinux tag exactly, so name the usual ones.
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64")
+TARGET = default_environment() | {"python_version": "3.12", "python_full_version": "3.12.3",
+                                  "implementation_name": "cpython", "platform_python_implementation": "CPython",
+                                  "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+                                  "os_name": "posix", "extra": ""}
+
+
+def machine_packages() -> set[str]:
+    lines = (HERE / "machine_packages.txt").read_text().splitlines()
+    return {canonicalize_name(line) for line in lines if line.strip() and not line.startswith("#")}
+
+
+def pinned(name: str) -> str:
+    """``name==version`` as installed here, or the bare name when it is not installed."""
+    try:
+        return f"{name}=={metadata.version(name)}"
+    except metadata.PackageNotFoundError:
+        return name
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"], check=True)
+
+
+def fetch(spec: str, dest: Path) -> Path:
+    """One wheel of ``spec`` for the GPU machine into ``dest`` (built here if only a source exists)."""
+    before = set(dest.glob("*.whl"))
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    try:
+        _pip("download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+             *platforms, "-d", str(dest), spec)
+    except subprocess.CalledProcessError:
+        _pip("wheel", "--no-deps", "-w", str(dest), spec)
+    new = sorted(set(dest.glob("*.whl")) - before) or [_existing(spec, dest)]
+    wheel = new[0]
+    _, _, _, tags = parse_wheel_filename(wheel.name)
+    if not any(t.abi == "none" and t.platform == "any" or t.platform.endswith("x86_64") for t in tags):
+        raise SystemExit(f"{wheel.name}: built for this machine only, it would not install on the GPU machine")
+    return wheel
+
+
+def _existing(spec: str, dest: Path) -> Path:
+    """The wheel already in ``dest`` for ``spec`` (pip downloads nothing when it is there)."""
+    name = canonicalize_name(Requirement(spec).name)
+    for wheel in dest.glob("*.whl"):
+        if canonicalize_name(parse_wheel_filename(wheel.name)[0]) == name:
+            return wheel
+    raise SystemExit(f"pip produced no wheel for {spec}")
+
+
+def requirements(wheel: Path) -> list[Requirement]:
+    """What the wheel requires on the GPU machine (its markers evaluated there, extras left out)."""
+    with zipfile.ZipFile(wheel) as z:
+        meta_name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = Parser().parsestr(z.read(meta_name).decode())
+    reqs = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+    return [r for r in reqs if r.marker is None or r.marker.evaluate(TARGET)]
+
+
+def download(names: list[str], dest: Path) -> list[Path]:
+    """``names`` and, recursively, what they need that the machine lacks: one wheel each."""
+    dest.mkdir(parents=True, exist_ok=True)
+    have, done, wheels = machine_packages(), set(), []
+    todo = list(names)
+    while todo:
+        name = canonicalize_name(todo.pop(0))
+        if name in done or name in have:
+            continue
+        done.add(name)
+        wheel = fetch(pinned(name), dest)
+        wheels.append(wheel)
+        todo += [r.name for r in requirements(wheel)]
+    return wheels
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu.wheels", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dest", type=Path, default=Path(".whl"), help="where the wheels go (git-ignored)")
+    parser.add_argument("--wandb", action="store_true", help="also wandb and its requirements")
+    args = parser.parse_args(argv)
+    wheels = download([*CORE, *(["wandb"] if args.wandb else [])], args.dest)
+    total = sum(w.stat().st_size for w in wheels)
+    for w in wheels:
+        print(f"{w.stat().st_size / 2**20:6.2f} MiB  {w.name}")
+    print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB in {args.dest}/ (the device call carries at most 64 MiB"
+          " with the working tree)")
+
+
+if __name__ == "__main__":
+    main()

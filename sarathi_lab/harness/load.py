@@ -1,0 +1,58 @@
+"""Whether other work on the machine stretched a run's timings, so that a run says so (one warning
+line, and `environment.timing_unreliable` in metrics.json) instead of storing slow numbers silently.
+
+The measure is the share of the time the run's threads were ready to run but waited for a CPU
+(Linux's per-thread run-queue delay, /proc/self/task/*/schedstat), over the timed part of the run.
+It counts exactly the contention that inflates wall-clock timings, whatever causes it (other
+processes, too many threads), and stays 0 while the run idles by choice (Poisson arrivals), which a
+load average or a CPU-time / wall-time ratio cannot tell apart. Where schedstat is missing, the
+1-minute load average at the start, against the cores the process may use, stands in.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# Above this share of waiting, wall-clock timings are stretched by about wait / (1 - wait): 10% ~ +11%,
+# beyond the run-to-run spread the experiments resolve.
+UNRELIABLE_WAIT_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class LoadSnapshot:
+    cpu_ns: int | None      # the process's threads' time on a CPU
+    wait_ns: int | None     # ... and ready to run but waiting for one
+    load1: float
+
+
+def snapshot() -> LoadSnapshot:
+    cpu = wait = 0
+    try:
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                fields = (task / "schedstat").read_text().split()
+            except OSError:
+                continue  # the thread ended meanwhile
+            cpu, wait = cpu + int(fields[0]), wait + int(fields[1])
+    except OSError:
+        cpu = wait = None
+    return LoadSnapshot(cpu, wait, os.getloadavg()[0])
+
+
+def assess(start: LoadSnapshot, end: LoadSnapshot) -> dict:
+    """The record metrics.json keeps under environment; `timing_note` is the warning, or None."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    record = {"cores": cores, "load1_start": start.load1, "load1_end": end.load1, "runqueue_wait_share": None}
+    if start.cpu_ns is not None and end.cpu_ns is not None:
+        cpu, wait = end.cpu_ns - start.cpu_ns, end.wait_ns - start.wait_ns
+        share = wait / (cpu + wait) if cpu + wait > 0 else 0.0
+        record["runqueue_wait_share"] = round(share, 4)
+        unreliable = share > UNRELIABLE_WAIT_SHARE
+        note = (f"timings unreliable: the run's threads waited for a CPU {share:.0%} of the time they were ready "
+                f"(load average {start.load1:.1f} -> {end.load1:.1f} on {cores} cores); rerun on a quiet machine")
+    else:
+        unreliable = start.load1 >= cores
+        note = (f"timings unreliable: the load average was {start.load1:.1f} on {cores} cores when the run "
+                "started; rerun on a quiet machine")
+    return record | {"timing_unreliable": unreliable, "timing_note": note if unreliable else None}

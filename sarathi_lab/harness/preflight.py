@@ -1,0 +1,33 @@
+"""Every check that can refuse a run, done before any result is deleted and before any model, table
+or prompt is allocated: the model's config and weight headers, the context, and the memory the
+model, its RoPE table, its KV cache (model/memory.py) and the prompts would take, by arithmetic
+against the machine's.
+"""
+from __future__ import annotations
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.harness.schema import RunConfig
+from sarathi_lab.harness.workloads import Workload, build_workload
+from sarathi_lab.model import load_config
+from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+
+
+def preflight(cfg: RunConfig) -> Workload:
+    """The run's requests, once everything the run needs is known to fit; else a one-line ConfigError
+    (or ModelLoadError) naming the key as the run's config spells it."""
+    engine = cfg.engine
+    hf = load_config(engine.model)
+    try:
+        context = context_limit(engine, hf)
+        # The simulator sizes its KV cache for the simulated device (sarathi_lab/sim), as LLM does.
+        blocks = (plan_kv_blocks(engine, hf, context, engine.torch_dtype, engine.torch_device)
+                  if engine.executor == "model" else None)
+    except ConfigError as e:
+        raise e.at("model" if e.key == "model" else f"engine.{e.key}") from None
+    workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, hf.vocab_size, context)
+    fixed = engine.num_kv_blocks is not None or engine.kv_cache_gb is not None
+    if blocks is not None and fixed and workload.max_request_len > blocks * engine.block_size:
+        key = "num_kv_blocks" if engine.num_kv_blocks is not None else "kv_cache_gb"
+        raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid: the KV cache holds "
+                          f"{blocks * engine.block_size} tokens, fewer than one request of {workload.max_request_len}")
+    return workload

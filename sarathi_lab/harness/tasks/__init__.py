@@ -1,0 +1,26 @@
+"""Measurements that are not serving runs, behind the harness's results contract.
+
+One module per task: its ``run(cfg, llm)`` times one thing on the engine the harness built from
+the run's config and returns ``(summary, tables)``: scalars for metrics.json and W&B's summary, and
+named DataFrames that land as ``<name>.parquet`` (``load_runs(dir, table=name)`` reads them back).
+Adding a module adds the task: the names are the modules found here, listed without importing
+them, so that the config schema can name the tasks without importing the engine code they drive.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+
+import pandas as pd
+
+# The `task` values besides serve.
+TASKS = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
+
+Measurement = Callable[..., tuple[dict[str, float], dict[str, pd.DataFrame]]]
+
+
+def measurement(task: str) -> Measurement:
+    if task not in TASKS:
+        raise ValueError(f"task={task!r} is not a measurement; allowed: {', '.join(TASKS)}")
+    return importlib.import_module(f"{__name__}.{task}").run

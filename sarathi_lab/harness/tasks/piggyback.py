@@ -1,0 +1,50 @@
+"""What a decode costs alone and riding a prefill chunk (paper Table 2 and Fig. 8).
+
+Three iterations at one batch size B: B decodes alone (the baseline's decode-only iteration), a
+prefill chunk of ``chunk`` tokens alone, and the same chunk with B - 1 decodes (SARATHI's
+decode-maximal batch); every decode has ``seq_len`` tokens of context. A baseline decode token
+costs the first / B; a piggybacked one costs (third - second) / (B - 1), what the decodes add.
+
+Served runs give the same quantities, but as the difference of two iterations of half a second
+that other work on a shared CPU easily blurs; here each of the three is timed ``measure.reps``
+times, in a new random order each round, and keeps its median. The costs and the speedup are
+``sarathi_lab.profiling.quantities.decode_speedup``.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+
+import pandas as pd
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.profiling.batches import SyntheticBatches
+from sarathi_lab.profiling.ops import forward_timer
+from sarathi_lab.profiling.quantities import decode_speedup
+
+
+def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+    size, context = cfg.batch_size, cfg.seq_len
+    if size < 2:
+        raise ValueError(f"batch_size={size} is invalid for task=piggyback: B - 1 decodes must ride the chunk")
+    batches = SyntheticBatches(llm, seed=cfg.seed)
+    # One chunk and B decodes serve all three iterations, so the cache holds them once.
+    requests = batches.make(prefills=[(cfg.chunk, 0)], decodes=size, context=context)
+    chunk, decodes = requests.prefills, requests.decodes
+    made = {"decode_only": ScheduledBatch(decodes=decodes), "chunk_alone": ScheduledBatch(prefills=chunk),
+            "hybrid": ScheduledBatch(prefills=chunk, decodes=decodes[1:])}
+    try:
+        timers = {kind: forward_timer(llm, batch) for kind, batch in made.items()}
+        seconds = {kind: [] for kind in made}
+        order = random.Random(cfg.seed)
+        for _ in range(cfg.measure.reps):
+            for kind in order.sample(list(made), len(made)):
+                seconds[kind].append(timers[kind]())
+    finally:
+        batches.free(requests)
+    table = pd.DataFrame([{"iteration": kind, "ms": statistics.median(s) * 1e3, "tokens": made[kind].num_tokens}
+                          for kind, s in seconds.items()])
+    keyed = table.assign(seq_len=context, batch_size=size, chunk=cfg.chunk)
+    row = decode_speedup(keyed).iloc[0]
+    summary = {k: float(row[k]) for k in ("baseline_ms_per_decode", "piggybacked_ms_per_decode")}
+    return summary | {"decode_speedup": float(row.gain)}, {"piggyback": table}

@@ -1,0 +1,71 @@
+"""What chunking one prompt costs (paper Fig. 13): attention alone, the whole prefill, and the
+request end to end, with the prompt prefilled in ``chunk``-token pieces against all at once, and
+the KV tokens attention reads in each case (chunk k re-reads the k - 1 chunks before it).
+
+The prompt and decode lengths are ``seq_len`` split by ``pd_ratio``, as in serving runs.
+Attention is timed on one layer's shapes by ``sarathi_lab.profiling.attention``; prefill and
+end to end serve the request through an engine loop of its own with the ``sarathi`` scheduler (over
+the run's executor and cache), once with ``chunk`` and once with the whole prompt as the chunk,
+alternating, ``measure.reps`` times.
+"""
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+from sarathi_lab.engine.llm_engine import LLMEngine
+from sarathi_lab.engine.metrics import Metrics
+from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+from sarathi_lab.engine.sequence import SamplingParams, Sequence
+from sarathi_lab.harness.workloads import split_length
+from sarathi_lab.model.decoder import head_dim_of
+from sarathi_lab.profiling.attention import measure_reread
+
+
+def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:
+    """The request served alone by an engine of its own: the sarathi scheduler with ``chunk``
+    over the LLM's executor, clock and KV cache."""
+    scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk, token_budget=chunk),
+                               llm.block_manager)
+    metrics = Metrics()
+    LLMEngine(scheduler, llm.engine.executor, llm.engine.clock).run(
+        [Sequence(0, prompt, decode_len)], metrics, SamplingParams(ignore_eos=True))
+    return metrics
+
+
+def _prefill(metrics: Metrics) -> tuple[float, int]:
+    """Seconds of the iterations that computed prompt tokens, and the KV tokens they read per layer."""
+    its = [i for i in metrics.iterations if i.num_prefill_tokens]
+    return sum(i.duration for i in its), sum(i.kv_tokens_read for i in its)
+
+
+def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+    prompt_len, decode_len = split_length(cfg.seq_len, cfg.pd_ratio)
+    reps = cfg.measure.reps
+    hf = llm.model_config
+    # One layer's attention takes milliseconds: ten times the repetitions cost little and steady it.
+    attention = measure_reread(prompt_len, cfg.chunk, num_heads=hf.num_attention_heads,
+                               num_kv_heads=hf.num_key_value_heads or hf.num_attention_heads,
+                               head_dim=head_dim_of(hf), dtype=llm.dtype, device=llm.config.torch_device,
+                               attention=llm.config.attention, block_size=llm.config.block_size, reps=10 * reps)
+    prompt = [i % hf.vocab_size for i in range(prompt_len)]
+    runs: dict[str, list[tuple[float, float, int]]] = {"whole": [], "chunked": []}
+    for _ in range(reps):
+        for mode, chunk in (("whole", prompt_len), ("chunked", cfg.chunk)):
+            metrics = _serve_alone(llm, prompt, decode_len, chunk)
+            runs[mode].append((*_prefill(metrics), metrics.summary()["makespan_s"]))
+    med = {mode: [statistics.median(col) for col in zip(*rows)] for mode, rows in runs.items()}
+    rows = [
+        {"component": "attention", "whole_ms": attention["whole_ms"], "chunked_ms": attention["chunked_ms"]},
+        {"component": "prefill", "whole_ms": med["whole"][0] * 1e3, "chunked_ms": med["chunked"][0] * 1e3},
+        {"component": "end_to_end", "whole_ms": med["whole"][2] * 1e3, "chunked_ms": med["chunked"][2] * 1e3},
+    ]
+    overhead = pd.DataFrame(rows).assign(slowdown=lambda d: d.chunked_ms / d.whole_ms)
+    slowdown = overhead.set_index("component").slowdown
+    kv_whole, kv_chunked = med["whole"][1], med["chunked"][1]
+    summary = {"attention_slowdown": slowdown.attention, "prefill_slowdown": slowdown.prefill,
+               "end_to_end_slowdown": slowdown.end_to_end, "kv_tokens_read_whole": kv_whole,
+               "kv_tokens_read_chunked": kv_chunked, "kv_reread_ratio": kv_chunked / kv_whole,
+               "num_chunks": -(-prompt_len // cfg.chunk), "prompt_len": prompt_len, "decode_len": decode_len}
+    return summary, {"overhead": overhead}

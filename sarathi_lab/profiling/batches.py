@@ -1,0 +1,90 @@
+"""Hand-built iterations on a live engine: requests placed in its KV cache through its own block
+manager, so that a timed forward reads and writes the cache as a served iteration would.
+
+``layout`` says where each request's blocks lie:
+
+- allocated: as the block manager hands them out, request by request (the measurement tasks);
+- served: as a served run leaves them: a prompt's blocks are one run of consecutive blocks
+  (allocated together), the blocks a decode adds one at a time are scattered; a decode's context
+  is a prompt of 3/4 of it and generated tokens for the rest;
+- scattered: every block anywhere (attention gathers everything: the worst case);
+- contiguous: every request one run of blocks (the best case).
+
+For the last three the batches claim every free block of the cache at construction (``close()``
+gives them back) and lay each batch out afresh: runs from the lower half of the cache, scattered
+blocks from the upper half.
+"""
+from __future__ import annotations
+
+import random
+
+from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
+from sarathi_lab.engine.sequence import Sequence
+
+LAYOUTS = ("allocated", "served", "scattered", "contiguous")
+
+
+class SyntheticBatches:
+    def __init__(self, llm, *, seed: int = 0, layout: str = "allocated"):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout={layout!r} is invalid: allowed values are {', '.join(LAYOUTS)}")
+        self.blocks = llm.block_manager
+        self.block_size = self.blocks.block_size
+        self.vocab = llm.model_config.vocab_size
+        self.layout = layout
+        self.rng = random.Random(seed)
+        self.next_id = 0
+        self._pool = None
+        if layout != "allocated":
+            self._pool = Sequence(-1, [], max_new_tokens=0)
+            self.blocks.allocate(self._pool, self.blocks.num_free * self.block_size)
+            self._lay_out()
+
+    def _lay_out(self) -> None:
+        blocks = sorted(self._pool.block_table)
+        half = len(blocks) // 2
+        self._runs, self._scattered = blocks[:half], blocks[half:]
+        self.rng.shuffle(self._scattered)
+
+    def _place(self, seq: Sequence, total: int, prompt: int) -> None:
+        if self._pool is None:
+            self.blocks.allocate(seq, total)
+            return
+        need = -(-total // self.block_size)
+        run = {"served": prompt // self.block_size, "scattered": 0, "contiguous": need}[self.layout]
+        if run > len(self._runs) or need - run > len(self._scattered):
+            raise RuntimeError(f"the KV cache ({len(self._pool.block_table)} blocks) is too small for this batch "
+                               f"laid out {self.layout}")
+        seq.block_table = self._runs[:run] + [self._scattered.pop() for _ in range(need - run)]
+        del self._runs[:run]
+
+    def _request(self, total: int, computed: int, prompt: int) -> Sequence:
+        seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)], max_new_tokens=1)
+        self.next_id += 1
+        self._place(seq, total, prompt)
+        seq.num_computed = computed
+        return seq
+
+    def make(self, prefills: list[tuple[int, int]] = (), decodes: int = 0, context: int = 1) -> ScheduledBatch:
+        """``prefills``: (chunk tokens, tokens cached before the chunk) per request, each chunk ending
+        its prompt (so its last row is sampled); ``decodes`` requests with ``context`` tokens each,
+        the newest one uncached."""
+        if self._pool is not None:
+            self._lay_out()
+        batch = ScheduledBatch()
+        for chunk, before in prefills:
+            batch.prefills.append(ScheduledChunk(self._request(before + chunk, before, before + chunk), chunk))
+        batch.decodes = [self._request(context, context - 1, context * 3 // 4) for _ in range(decodes)]
+        return batch
+
+    def free(self, batch: ScheduledBatch) -> None:
+        """Gives the batch's blocks back (laid-out batches keep theirs in the claimed pool)."""
+        for chunk in batch.chunks:
+            if self._pool is None:
+                self.blocks.free(chunk.seq)
+            chunk.seq.block_table = []
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self.blocks.free(self._pool)
+            self._pool = None

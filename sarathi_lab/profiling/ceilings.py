@@ -1,0 +1,61 @@
+"""The machine's ceilings, measured on the running machine: copy bandwidth and matmul rate.
+
+A time is only meaningful as a ratio to what the hardware can do (``floors``): every benchmark
+records these next to its numbers, and the simulator's CPU roofline reads the same two.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from sarathi_lab.profiling.timer import best_time, make_clock
+
+
+@dataclass
+class Ceilings:
+    # Bytes read plus bytes written per second by a large tensor copy (fastest of the repetitions:
+    # a ceiling is what the hardware can do; the same for the matmul).
+    copy_gbps: float
+    # Dense matmul rate (2 * m * n * k per second) of a large square matmul in ``dtype``.
+    matmul_gflops: float
+    dtype: str
+    device: str
+    threads: int
+    copy_mib: int
+    matmul_n: int
+    clock: str = "wall"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# Sizes that finish in a fraction of a second (CI, --smoke).
+SMOKE = {"copy_mib": 16, "matmul_n": 512, "reps": 2}
+
+
+def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = 256 << 20, reps: int = 5,
+                        clock: str = "wall") -> float:
+    """(bytes read + bytes written) / time of ``dst.copy_(src)`` on a buffer far larger than the caches."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.zeros_like(src)  # touched: page faults stay out of the timing
+    t = best_time(lambda: dst.copy_(src), reps, make_clock(clock, device))
+    return 2 * src.numel() * 4 / t / 1e9
+
+
+def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, n: int = 2048,
+                  reps: int = 5, clock: str = "wall") -> float:
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    t = best_time(lambda: torch.mm(a, b, out=out), reps, make_clock(clock, device))
+    return 2 * n**3 / t / 1e9
+
+
+def measure_ceilings(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *,
+                     copy_mib: int = 256, matmul_n: int = 2048, reps: int = 5, clock: str = "wall") -> Ceilings:
+    device = torch.device(device)
+    return Ceilings(copy_gbps=copy_bandwidth_gbps(device, copy_mib << 20, reps, clock),
+                    matmul_gflops=matmul_gflops(device, dtype, matmul_n, reps, clock),
+                    dtype=str(dtype).removeprefix("torch."), device=str(device),
+                    threads=torch.get_num_threads(), copy_mib=copy_mib, matmul_n=matmul_n, clock=clock)

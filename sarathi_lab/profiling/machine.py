@@ -1,0 +1,98 @@
+"""The machine a measurement ran on: CPU model, ISA features, cores, device, torch, load.
+
+One description for the run records (harness), the benchmarks' tables and the figures, so that
+numbers from different machines stay comparable. Features are read from the running machine,
+never assumed.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import warnings
+from pathlib import Path
+
+import torch
+
+from sarathi_lab.config import cpu_has_bf16_units
+
+# The ISA features that decide which CPU paths run fast: AVX2/FMA everywhere in use here,
+# AVX-512, and the bf16 matrix instructions the engine needs to run bfloat16 on a CPU.
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+# Above this 1-minute load average on the measured cores the numbers are taken under contention.
+QUIET_LOAD = 1.2
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def cpu_name() -> str:
+    for line in _cpuinfo():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """Every feature flag the kernel reports for the first CPU (empty where /proc/cpuinfo is absent)."""
+    line = next((line for line in _cpuinfo() if line.startswith("flags")), "")
+    return set(line.split(":", 1)[1].split()) if line else set()
+
+
+def cpu_isa() -> str:
+    """Which of ISA_FLAGS this CPU has, comma-separated ("?" where the flags cannot be read)."""
+    have = cpu_flags()
+    if not have:
+        return "?"
+    return ",".join(f for f in ISA_FLAGS if f in have) or "none"
+
+
+def cores() -> int:
+    """Cores this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
+def device_name(device: torch.device | str = "cpu") -> str:
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def fast_dtype(device: str) -> str:
+    """bfloat16 where it has hardware (CUDA, or a CPU with AVX512-BF16/AMX), else float32: the
+    dtype the engine itself runs when asked for bfloat16."""
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return "bfloat16"
+    return "bfloat16" if cpu_has_bf16_units() else "float32"
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def warn_if_loaded() -> float:
+    """The 1-minute load average, with a one-line warning when other work shares the machine."""
+    load = load_average()
+    if load > QUIET_LOAD:
+        warnings.warn(f"1-min load average is {load:.2f} (> {QUIET_LOAD}): timings are taken under contention",
+                      stacklevel=2)
+    return load
+
+
+def machine_record(device: torch.device | str = "cpu") -> dict:
+    return {"device": device_name(device), "cpu": cpu_name(), "cores": cores(), "isa": cpu_isa(),
+            "bf16_units": cpu_has_bf16_units(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "load1": round(load_average(), 2)}
+
+
+def describe_machine(device: torch.device | str | None = None) -> str:
+    """One comment line for a benchmark's output."""
+    r = machine_record(device or default_device())
+    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']} | torch {r['torch']}"
+            f" | threads {r['threads']} | load1 {r['load1']:.2f}")

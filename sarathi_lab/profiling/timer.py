@@ -1,0 +1,73 @@
+"""The one timer of every measurement: calls of a function timed on a clock with ``now()``.
+
+The wall clock is the engine's own (``sarathi_lab.engine.clock``: on CUDA ``now()`` synchronises
+the device first, so a timed call includes the work it queued). ``cpu`` counts this process's CPU
+time instead: with one thread, the time the work takes on a core of its own, the way to compare
+numbers on a machine that other jobs share.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+from sarathi_lab.engine.clock import WallClock
+
+CLOCKS = ("wall", "cpu")
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class CpuTime:
+    def now(self) -> float:
+        return time.process_time()
+
+
+def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
+    if kind not in CLOCKS:
+        raise ValueError(f"clock={kind!r} is invalid: allowed values are {', '.join(CLOCKS)}")
+    if kind == "cpu":
+        return CpuTime()
+    return WallClock(torch.cuda.synchronize if torch.device(device).type == "cuda" else None)
+
+
+def time_calls(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1,
+               before: Callable[[], object] | None = None) -> list[float]:
+    """Seconds of each of ``reps`` calls of ``fn()``, after ``warmup`` untimed ones; ``before``
+    runs untimed ahead of every timed call (e.g. to flush a cache)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        start = clock.now()
+        fn()
+        times.append(clock.now() - start)
+    return times
+
+
+def median_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1,
+                before: Callable[[], object] | None = None) -> float:
+    return statistics.median(time_calls(fn, reps, clock, warmup, before))
+
+
+def best_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1) -> float:
+    """The fastest call: for ceilings, what the hardware can do."""
+    return min(time_calls(fn, reps, clock, warmup))
+
+
+def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
+    """On CUDA, a function that evicts the L2 cache (by writing a buffer larger than it), as the
+    other layers of a real model would between two calls of one layer; None on the CPU, whose
+    caches a timing loop cannot usefully empty."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    buffer = torch.empty(256 << 20, dtype=torch.int8, device=device)
+    return buffer.zero_

@@ -1,0 +1,222 @@
+"""The GPU suite (python -m sarathi_lab.gpu): its dry run end to end in a fresh interpreter, and
+the parts a GPU call relies on (resume, restore, budget, parsing check_gpu) as unit tests."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from sarathi_lab.gpu import state
+from sarathi_lab.gpu.__main__ import exit_code, pending, record_killed
+from sarathi_lab.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
+from sarathi_lab.gpu.state import Metric, StepResult
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def suite(*args: str, out_env: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "kernels")]))
+    env.pop("OUT", None)
+    if out_env is not None:
+        env["OUT"] = str(out_env)
+    return subprocess.run([sys.executable, "-m", "sarathi_lab.gpu", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.e2e
+def test_dry_run_produces_every_step_and_resumes(tmp_path):
+    out, exported = tmp_path / "suite", tmp_path / "OUT"
+    run = suite("--dry-run", "--out", str(out), out_env=exported)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for step in STEPS:
+        result = state.read_result(out, step.name)
+        assert result is not None, f"{step.name} wrote no result"
+        assert result.status in ("done", "unavailable"), (step.name, result.error)
+        assert state.is_done(out, step.name) == (result.status == "done")
+    files = sorted(p.name for p in exported.iterdir())
+    assert len(files) <= state.MAX_OUT_FILES and all(p.is_file() for p in exported.iterdir())
+    assert {"summary.json", "summary.csv", state.ARCHIVE} <= set(files)
+    summary = json.loads((exported / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]] == [s.name for s in STEPS]
+    with tarfile.open(exported / state.ARCHIVE) as tar:
+        assert "steps/env/DONE" in tar.getnames()
+
+    # The same command again starts no worker: every step is finished or unavailable.
+    done_mtime = (state.step_dir(out, "env") / "DONE").stat().st_mtime
+    again = suite("--dry-run", "--out", str(out), "--steps", "env,engine")
+    assert again.returncode == 0 and "2 of 2 steps already finished" in again.stdout
+    assert (state.step_dir(out, "env") / "DONE").stat().st_mtime == done_mtime
+
+
+@pytest.mark.e2e
+def test_a_step_that_does_not_fit_the_budget_is_deferred(tmp_path):
+    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "paper.pd_ratio", "--budget-min", "0.05")
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "deferred to the next call" in run.stdout
+    assert state.read_result(tmp_path, "paper.pd_ratio") is None
+
+
+def test_plan_prints_every_step_and_the_calls():
+    run = suite("--plan")
+    assert run.returncode == 0, run.stderr
+    for step in STEPS:
+        assert step.name in run.stdout
+    assert "call 1:" in run.stdout and "total" in run.stdout
+
+
+def test_bad_arguments_fail_with_one_line():
+    run = suite("--steps", "env,nope", "--plan")
+    assert run.returncode == 2 and "'nope' is no step" in run.stderr
+    run = suite("--budget-min", "nan", "--plan")
+    assert run.returncode == 2 and "--budget-min=nan is invalid" in run.stderr
+
+
+def test_select_by_group_keeps_suite_order():
+    assert [s.name for s in select("paper.pd_ratio,env")] == ["env", "paper.pd_ratio"]
+    assert all(s.group == "profile" for s in select("profile")) and len(select("profile")) == 3
+
+
+def test_pack_fits_each_call_and_keeps_every_step():
+    calls = pack(list(STEPS), 9.0)
+    assert sorted(s.name for call in calls for s in call) == sorted(BY_NAME)
+    assert all(sum(s.minutes for s in call) <= 9.0 for call in calls)
+    assert "call 1:" in format_plan(list(STEPS), 9.0)
+
+
+def _result(out: Path, name: str, status: str, started: float | None = None) -> None:
+    state.write_result(out, StepResult(name, status, started or time.time(), 1.0, [Metric("x", 1)]))
+
+
+def test_resume_skips_done_and_failed_but_reruns_the_rest(tmp_path):
+    steps = [BY_NAME[n] for n in ("env", "kernels", "engine", "overhead", "paper.pd_ratio")]
+    _result(tmp_path, "env", "done")
+    _result(tmp_path, "kernels", "failed")
+    _result(tmp_path, "engine", "incomplete")
+    _result(tmp_path, "overhead", "unavailable")
+    names = [s.name for s in pending(tmp_path, steps, set(), retry_failed=False)]
+    assert names == ["engine", "overhead", "paper.pd_ratio"]
+    assert "kernels" in [s.name for s in pending(tmp_path, steps, set(), retry_failed=True)]
+    assert "kernels" in [s.name for s in pending(tmp_path, steps, {"kernels"}, retry_failed=False)]
+    assert state.is_done(tmp_path, "env") and not state.is_done(tmp_path, "engine")
+
+
+def test_a_rerun_of_a_done_step_clears_its_marker_until_it_finishes(tmp_path):
+    _result(tmp_path, "env", "done")
+    state.mark_started(tmp_path, "env")
+    assert not state.is_done(tmp_path, "env")
+    _result(tmp_path, "env", "failed")
+    assert not state.is_done(tmp_path, "env")
+
+
+def test_a_killed_step_is_recorded_incomplete(tmp_path):
+    since = time.time() - 1
+    state.mark_started(tmp_path, "engine")
+    record_killed(tmp_path, [BY_NAME["engine"], BY_NAME["env"]], since, "worker ended with -15")
+    engine = state.read_result(tmp_path, "engine")
+    assert engine.status == "incomplete" and "-15" in engine.error
+    assert state.read_result(tmp_path, "env") is None
+    assert exit_code(tmp_path, ["engine"]) == 3
+
+
+def test_exit_code(tmp_path):
+    _result(tmp_path, "env", "done")
+    _result(tmp_path, "profile.llama-13b", "unavailable")
+    assert exit_code(tmp_path, ["env", "profile.llama-13b"]) == 0
+    _result(tmp_path, "kernels", "failed")
+    assert exit_code(tmp_path, ["env", "kernels"]) == 1
+
+
+def test_restore_fills_gaps_and_never_overwrites(tmp_path):
+    first, archive = tmp_path / "first", tmp_path / "suite.tar.gz"
+    _result(first, "env", "done")
+    _result(first, "engine", "done")
+    state.archive(first, archive)
+    fresh = tmp_path / "fresh"
+    assert state.restore(fresh, archive) > 0
+    assert state.is_done(fresh, "env") and state.is_done(fresh, "engine")
+    warm = tmp_path / "warm"
+    _result(warm, "engine", "failed")
+    state.restore(warm, archive)
+    assert state.read_result(warm, "engine").status == "failed"   # what the machine kept wins
+    assert state.is_done(warm, "env")
+    assert state.restore(tmp_path / "x", tmp_path / "missing.tar.gz") == 0
+
+
+def test_export_holds_at_most_eight_files(tmp_path):
+    out, dest = tmp_path / "out", tmp_path / "OUT"
+    _result(out, "env", "done")
+    state.write_summary(out, ["env"], {"dry_run": True})
+    (out / "figures").mkdir()
+    for i in range(10):
+        (out / "figures" / f"f{i}.png").write_bytes(b"png")
+    notes = state.export(out, dest)
+    assert len(list(dest.iterdir())) == state.MAX_OUT_FILES
+    assert any("figures" in n for n in notes)
+
+
+CHECK_GPU_OUTPUT = """device: NVIDIA H100 80GB HBM3
+attention vs torch backend (max |err| / max |ref|)
+  torch.bfloat16  d= 64 heads=32/32 block=16: 3.10e-03 ok
+  torch.bfloat16  d=128 heads=32/8  block=32: 2.50e-02 FAIL
+  torch.float32   d=128 heads=32/4  block=16: 2.00e-07 ok
+  kv write torch.bfloat16  block=16: ok
+  kv write torch.float32   block=32: FAIL
+timings, torch.bfloat16, Llama-3-8B attention (32/8 heads, d=128), block 16; copy bandwidth 3000 GB/s
+  64 decodes x 2048 ctx              triton    0.200 ms  torch    0.900 ms  x 4.50  KV    2400 GB/s =  80% of copy
+  256 decodes x 512 ctx              triton    0.300 ms  torch    1.000 ms  x 3.33  KV    1500 GB/s =  50% of copy
+  chunk 512 after 1536               triton    0.100 ms  torch    0.200 ms  x 2.00  KV     100 GB/s =   3% of copy
+"""
+
+
+def test_kernels_step_reads_check_gpu_output():
+    from sarathi_lab.gpu.steps.kernels import parse
+
+    metrics = {m.metric: m for m in parse(CHECK_GPU_OUTPUT, copy_gbps=None)}
+    assert metrics["attention_max_rel_err_bfloat16"].value == pytest.approx(2.5e-2)
+    assert metrics["attention_max_rel_err_bfloat16"].holds is False
+    assert metrics["attention_max_rel_err_float32"].holds is True
+    assert metrics["kv_write_float32_cases_ok"].holds is False
+    assert metrics["decode_time_over_floor[64_decodes_x_2048_ctx]"].value == pytest.approx(1.25)
+    assert metrics["decode_time_over_floor[64_decodes_x_2048_ctx]"].holds is True
+    assert metrics["decode_time_over_floor[256_decodes_x_512_ctx]"].holds is False
+    assert not any("chunk" in name for name in metrics)
+    # The env step's copy ceiling wins over check_gpu's own.
+    ratio = {m.metric: m.value for m in parse(CHECK_GPU_OUTPUT, copy_gbps=2400.0)}
+    assert ratio["decode_time_over_floor[64_decodes_x_2048_ctx]"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="format changed"):
+        parse("no CUDA device", None)
+
+
+def test_paper_sweeps_expand_to_the_plans_jobs():
+    from sarathi_lab.gpu.steps.paper import job_overrides, sweep_argv
+
+    jobs = job_overrides(BY_NAME["paper.pd_ratio"])
+    assert len(jobs) == 2 * 4 and all("device=cuda" in job for job in jobs)
+    argv = sweep_argv(BY_NAME["paper.decode_speedup"], Path("/x"))
+    assert argv[1:5] == ["-m", "sarathi_lab.run", "-m", "experiment=decode_speedup"]
+    assert "on_existing=skip" in argv and "hydra.sweep.dir=/x" in argv
+
+
+def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
+    from sarathi_lab.gpu.collect import collect, device_slug
+
+    out = tmp_path / "out"
+    files = {"steps/env/env.json": json.dumps({"device": "NVIDIA H100 80GB HBM3"}), "summary.csv": "a\n",
+             "steps/overhead/iterations.csv": "x\n", "figures/overhead.png": "png",
+             "profiles/h100/llama-13b.csv": "op\n", "paper/pd_ratio/multiruns/gpu/0/metrics.json": "{}",
+             "steps/engine/llama/config.json": "{}"}
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    state.archive(out, tmp_path / "suite.tar.gz")
+    written = {str(p.relative_to(tmp_path / "repo")) for p in collect(tmp_path / "suite.tar.gz", tmp_path / "repo")}
+    assert written == {"docs/gpu/h100/steps/env/env.json", "docs/gpu/h100/summary.csv",
+                       "docs/gpu/h100/steps/overhead/iterations.csv", "docs/gpu/h100/figures/overhead.png",
+                       "profiles/h100/llama-13b.csv"}
+    assert device_slug("NVIDIA H200") == "h200" and device_slug("cpu") == "cpu"
