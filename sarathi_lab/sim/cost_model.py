@@ -17,6 +17,9 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import DTYPES, SIM_COST_MODELS, ConfigError
 
+# Bytes per element of the dtypes the engine names (config.DTYPES), without importing torch.
+ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
 
 @dataclass
 class IterationCost:
@@ -39,7 +42,7 @@ class CostModel(abc.ABC):
     def __init__(self, config: PretrainedConfig, dtype: str):
         self.config = config
         self.dtype = dtype
-        self.elem_bytes = DTYPES[dtype].itemsize
+        self.elem_bytes = ELEM_BYTES[dtype]
 
     @abc.abstractmethod
     def _cost(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> IterationCost: ...

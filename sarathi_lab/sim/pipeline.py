@@ -38,18 +38,25 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from transformers import AutoConfig
 
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.metrics import Metrics, RequestRecord
 from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import Sequence
-from sarathi_lab.model import load_config
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.memory import kv_capacity_tokens
 from sarathi_lab.sim.parallel import Parallelism, StageCostModel, StageTimes
 
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
+
+
+def _config(model: str):
+    """A preset, or a config-only directory such as GPT3 (no weights: nothing is built)."""
+    from sarathi_lab.model.presets import PRESETS
+
+    return PRESETS[model] if model in PRESETS else AutoConfig.from_pretrained(model)
 BLOCK_SIZE = 16
 
 
@@ -88,7 +95,7 @@ class PipelineSimulator:
                  max_batch_size: int = 32, chunk_size: int = 256, dtype: str = "float16",
                  num_kv_blocks: int | None = None, cost: StageCostModel | None = None):
         self.par = par or Parallelism(tp=8, pp=8)
-        self.cost = cost or StageCostModel(load_device(device, dtype), load_config(model), self.par, dtype)
+        self.cost = cost or StageCostModel(load_device(device, dtype), _config(model), self.par, dtype)
         if num_kv_blocks is None:
             # Every GPU holds its layers' and heads' cache of every request in flight: the shard's
             # capacity is the pipeline's.
@@ -222,7 +229,7 @@ def fig12(num_requests: int = 10_000, seed: int = 0, max_batch_size: int = 32, c
           progress=print) -> tuple[pd.DataFrame, dict[str, PipelineResult]]:
     """Orca-style hybrid batching against SARATHI on GPT-3, TP8 x PP8 A100s: (summary, results)."""
     lengths = zipf_lengths(num_requests, 1024, 4096, 0.4, 10.0, seed)
-    cost = StageCostModel(load_device("a100", "float16"), load_config(GPT3), Parallelism(tp=8, pp=8), "float16")
+    cost = StageCostModel(load_device("a100", "float16"), _config(GPT3), Parallelism(tp=8, pp=8), "float16")
     results, rows = {}, []
     for scheduler in ("orca", "sarathi"):
         started = time.process_time()
