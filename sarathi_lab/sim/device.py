@@ -89,8 +89,8 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     token counts that matter); host overheads are left to the profile cost model."""
     import torch
 
-    from sarathi_lab.profiling.machine import cpu_name
     from sarathi_lab.config import cpu_has_bf16_units
+    from sarathi_lab.profiling.machine import cpu_name
 
     if dtype == "bfloat16" and not cpu_has_bf16_units():
         dtype = "float32"  # what the engine itself falls back to (EngineConfig.torch_dtype)

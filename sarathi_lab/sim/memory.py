@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.profiling.floors import Shape
 from sarathi_lab.config import ConfigError
+from sarathi_lab.profiling.floors import Shape
 from sarathi_lab.sim.device import Device
 
 # The engine's own share on CUDA (llm.py's _CUDA_MEMORY_UTILISATION) and vLLM's default.

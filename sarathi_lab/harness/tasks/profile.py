@@ -3,11 +3,12 @@ engine the run built (its model, dtype, attention backend and device).
 
 Grids, from the run's settings (the largest iteration is ``chunk + batch_size`` tokens, contexts
 reach ``seq_len``):
-- dense ops against tokens: 1, 2, 4, then every ``measure.token_step`` tokens and the largest, plus m and m + 1
+- dense ops against tokens (up to ``measure.max_tokens`` when it is larger): powers of two, every
+  ``measure.token_step`` tokens and the largest, plus m and m + 1
   at every multiple m of ``measure.tile`` (one token past a GEMM tile costs a whole tile); each a
   prefill of one fresh prompt, split by op with the engine's own hooks;
-- prefill attention on (chunk, context before it): chunks in powers of two up to ``chunk``, contexts
-  before in five even steps up to ``seq_len - chunk``;
+- prefill attention on (chunk, context before it): chunks in powers of two up to ``chunk`` (or
+  ``seq_len``), contexts before in five even steps up to ``seq_len - 1``;
 - decode attention on (decodes, context): batches in powers of two up to ``batch_size``, contexts
   in five even steps up to ``seq_len``;
 - the LM head and the sampler against rows, and the host's ``prepare`` of every batch above.
@@ -56,10 +57,17 @@ def _steps(low: int, high: int, n: int = 5) -> list[int]:
 
 def grids(cfg) -> dict[str, list]:
     m = cfg.measure
-    max_tokens = cfg.chunk + cfg.batch_size
-    tokens = sorted({1, 2, 4, max_tokens} | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
-    return {"tokens": tokens, "chunks": _powers_of_two(cfg.chunk),
-            "befores": _steps(0, max(cfg.seq_len - cfg.chunk, 0)), "batches": _powers_of_two(cfg.batch_size), "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
+    # Schedulers that batch whole prompts (static, vllm, orca) build iterations far larger than a
+    # chunk: ``measure.max_tokens`` stretches the dense-op grid to them.
+    max_tokens = max(cfg.chunk + cfg.batch_size, getattr(m, "max_tokens", None) or 0)
+    # Powers of two as well as the even steps: decode-only iterations of a few tokens sit on the
+    # weight-reading floor, which a straight line from 4 to the first step would overestimate.
+    tokens = sorted({max_tokens} | set(_powers_of_two(max_tokens))
+                    | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
+    # A chunk is at most a prompt (< seq_len) and may come after up to seq_len - 1 cached tokens.
+    return {"tokens": tokens, "chunks": _powers_of_two(min(cfg.chunk, cfg.seq_len)),
+            "befores": _steps(0, max(cfg.seq_len - 1, 0)), "batches": _powers_of_two(cfg.batch_size),
+            "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
 
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
@@ -144,6 +152,7 @@ def _write(cfg, llm, table: pd.DataFrame) -> Path:
         machine["gpu"] = torch.cuda.get_device_name(llm.config.torch_device)
     settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
     description = {"machine": machine, "engine": settings | {"torch_dtype": str(llm.dtype).removeprefix("torch.")},
+                   "clock": type(llm.engine.clock).__name__,
                    "grids": grids(cfg), "reps": cfg.measure.reps, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.with_suffix(".json").write_text(json.dumps(description, indent=1, default=str))
     return path

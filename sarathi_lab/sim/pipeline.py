@@ -1,0 +1,297 @@
+"""Pipeline-parallel serving on virtual clocks, one per stage, driven by the engine's own scheduler
+(SARATHI's Fig. 12: pipeline bubbles of hybrid batching against chunked prefills).
+
+The model of the pipeline:
+- ``pp`` stages of equal layer counts, each a TP group costed by ``StageCostModel`` (the last
+  stage adds the LM head); a micro-batch's hidden states reach the next stage ``p2p_s`` after it
+  leaves one.
+- One scheduler decides every micro-batch, as in the paper's simulator: whenever stage 0 is free
+  it asks the engine's scheduler for a batch over the requests that are not in flight (a request
+  in a micro-batch cannot be in the next one: its next token or chunk needs this one's output).
+  At most ``pp`` micro-batches are in flight; each holds at most ``max_batch_size`` requests
+  (the scheduler sees at most that many of the running ones, oldest first).
+- Stages serve micro-batches in order (FIFO), each on its own clock: a micro-batch starts on a
+  stage when the stage is free and the micro-batch has arrived from the one before.
+- A micro-batch leaving the last stage is the engine's ``update``: its requests get their tokens
+  (fixed, non-EOS) and go back to the scheduler.
+Bubble time: a stage idle while a micro-batch it will serve exists. For stage s >= 1 that is
+``max(0, arrival at s - max(the stage's previous finish, the micro-batch's start on stage 0))``;
+for stage 0, the time it waits, with requests unfinished in the system, because every
+schedulable request is in flight or ``pp`` micro-batches are. A micro-batch's bubble is the sum
+over its stages; a request's bubble time, the sum over the micro-batches it rode in.
+Limits: one chunk of a prompt must leave the pipeline before the next enters (a real engine could
+start chunk k + 1 on stage 0 as soon as chunk k left it); no host overhead (overlapped); stage
+times from the roofline model, not a profile; no failure of a micro-batch to fit memory beyond
+the scheduler's own KV accounting of one stage (every stage holds its layers' cache of every
+request in flight, so one block manager serves all).
+
+    python -m sarathi_lab.sim.pipeline [--smoke] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from transformers import AutoConfig
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.metrics import Metrics, RequestRecord
+from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+from sarathi_lab.engine.sequence import Sequence
+from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.memory import kv_capacity_tokens
+from sarathi_lab.sim.parallel import Parallelism, StageCostModel, StageTimes
+
+GPT3 = str(Path(__file__).with_name("models") / "gpt3")
+
+
+def _config(model: str):
+    """A preset, or a config-only directory such as GPT3 (no weights: nothing is built)."""
+    from sarathi_lab.model.presets import PRESETS
+
+    return PRESETS[model] if model in PRESETS else AutoConfig.from_pretrained(model)
+BLOCK_SIZE = 16
+
+
+@dataclass
+class MicroBatch:
+    batch: ScheduledBatch
+    sampled: list[Sequence]
+    start: list[float]
+    finish: list[float]
+    bubble: list[float]
+
+    @property
+    def exit(self) -> float:
+        return self.finish[-1]
+
+
+@dataclass
+class PipelineResult:
+    metrics: Metrics
+    request_bubble_s: np.ndarray        # per request, in request order
+    micro_batches: pd.DataFrame         # one row per micro-batch
+    stage_busy_s: list[float] = field(default_factory=list)
+
+    @property
+    def makespan_s(self) -> float:
+        return self.metrics.summary()["makespan_s"]
+
+    def time_to_complete(self, n: int) -> float:
+        """Seconds from the first arrival until ``n`` requests have finished."""
+        finishes = np.sort([r.finish for r in self.metrics.requests])
+        return float(finishes[n - 1] - min(r.arrival for r in self.metrics.requests))
+
+
+class PipelineSimulator:
+    def __init__(self, scheduler: str, model: str = GPT3, device: str = "a100", par: Parallelism | None = None,
+                 max_batch_size: int = 32, chunk_size: int = 256, dtype: str = "float16",
+                 num_kv_blocks: int | None = None, cost: StageCostModel | None = None):
+        self.par = par or Parallelism(tp=8, pp=8)
+        self.cost = cost or StageCostModel(load_device(device, dtype), _config(model), self.par, dtype)
+        if num_kv_blocks is None:
+            # Every GPU holds its layers' and heads' cache of every request in flight: the shard's
+            # capacity is the pipeline's.
+            num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard, self.cost.roofline.elem_bytes,
+                                               chunk_size + max_batch_size) // BLOCK_SIZE
+        self.scheduler = make_scheduler(scheduler, SchedulerConfig(max_batch_size, chunk_size, chunk_size),
+                                        BlockManager(num_kv_blocks, BLOCK_SIZE))
+        self._in_flight: set[int] = set()
+
+    def _schedule(self) -> ScheduledBatch:
+        """The scheduler's next batch over the requests not in flight, at most ``max_batch_size``
+        of the running ones in arrival order: a scheduler bounds only what it admits, since on one
+        pipeline stage all its running requests fit one batch; here the micro-batches in flight
+        hold the others, and when several come back together they must not merge into one."""
+        sched, hidden = self.scheduler, self._in_flight
+        visible = [s for s in sched.running if s.seq_id not in hidden] if hidden else sched.running
+        cap = sched.config.max_batch_size
+        if len(visible) == len(sched.running) and len(visible) <= cap:
+            return sched.schedule()
+        shown = visible[:cap]
+        kept = {s.seq_id for s in shown}
+        hidden_seqs = [s for s in sched.running if s.seq_id not in kept]
+        sched.running = shown
+        try:
+            return sched.schedule()
+        finally:
+            sched.running = list(heapq.merge(sched.running, hidden_seqs, key=lambda s: s.seq_id))
+
+    def _times(self, batch: ScheduledBatch, sampled: list[Sequence]) -> StageTimes:
+        prefills = [(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills]
+        return self.cost.times(prefills, [s.num_computed + 1 for s in batch.decodes], len(sampled))
+
+    def run(self, lengths: list[tuple[int, int]], arrivals: list[float] | None = None) -> PipelineResult:
+        """Serve requests of (prompt, decode) tokens arriving at ``arrivals`` (default: all at 0)."""
+        stages = self.par.pp
+        arrivals = [0.0] * len(lengths) if arrivals is None else list(arrivals)
+        seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
+        pending = deque(sorted(seqs, key=lambda s: (s.arrival, s.seq_id)))
+        metrics = Metrics()
+        records = {}
+        bubbles = np.zeros(len(seqs))
+        stage_free, busy = [0.0] * stages, [0.0] * stages
+        in_flight: deque[MicroBatch] = deque()
+        rows = []
+        sched = self.scheduler
+        now, idle_since = 0.0, 0.0   # when stage 0 is next free; since when it has waited with work
+
+        def retire(mb: MicroBatch) -> None:
+            for chunk in mb.batch.chunks:
+                self._in_flight.discard(chunk.seq.seq_id)
+            finished = sched.update(mb.batch, [0] * len(mb.sampled))
+            for seq in mb.sampled:
+                rec = records[seq.seq_id]
+                rec.token_times.append(mb.exit)
+                rec.output_len = seq.num_generated
+                if rec.first_token is None:
+                    rec.first_token = mb.exit
+            for seq in finished:
+                records[seq.seq_id].finish = mb.exit
+
+        while pending or sched.has_work():
+            while pending and pending[0].arrival <= now:
+                seq = pending.popleft()
+                records[seq.seq_id] = rec = RequestRecord(seq.seq_id, seq.prompt_len, seq.arrival)
+                metrics.requests.append(rec)
+                sched.add(seq)
+            while in_flight and in_flight[0].exit <= now:
+                retire(in_flight.popleft())
+            batch = self._schedule() if len(in_flight) < stages else ScheduledBatch()
+            if not batch:
+                if not (in_flight or pending or sched.has_work()):
+                    break   # the last micro-batches just left
+                nexts = [t for t in ((in_flight[0].exit if in_flight else None),
+                                     (pending[0].arrival if pending else None)) if t is not None]
+                if not nexts:
+                    raise RuntimeError("the scheduler made an empty batch with requests left and none in flight")
+                if not in_flight and not sched.has_work():
+                    idle_since = nexts[0]   # an empty system: waiting for an arrival is no bubble
+                now = max(now, min(nexts))
+                continue
+            sampled = batch.sampled
+            times = self._times(batch, sampled)
+            start, finish, bubble = [], [], []
+            ready = now
+            for s in range(stages):
+                begin = max(stage_free[s], ready)
+                idle = begin - idle_since if s == 0 else max(0.0, ready - max(stage_free[s], start[0]))
+                start.append(begin)
+                bubble.append(idle)
+                dt = times.on(s, stages)
+                finish.append(begin + dt)
+                busy[s] += dt
+                stage_free[s] = begin + dt
+                ready = begin + dt + times.p2p_s
+            mb = MicroBatch(batch, sampled, start, finish, bubble)
+            in_flight.append(mb)
+            total_bubble = sum(bubble)
+            for chunk in batch.chunks:
+                seq_id = chunk.seq.seq_id
+                self._in_flight.add(seq_id)
+                bubbles[seq_id] += total_bubble
+                if records[seq_id].first_scheduled is None:
+                    records[seq_id].first_scheduled = start[0]
+            for seq in batch.preempted:
+                records[seq.seq_id].num_preemptions += 1
+            rows.append((start[0], mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s,
+                         total_bubble))
+            now = idle_since = stage_free[0]
+        frame = pd.DataFrame(rows, columns=["start", "exit", "prefill_tokens", "decode_tokens", "stage_s", "bubble_s"])
+        return PipelineResult(metrics, bubbles, frame, busy)
+
+
+def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float, seed: int) -> list[tuple[int, int]]:
+    """Total lengths in [low, high] with P(length of rank k) ~ 1 / k^theta (rank 1 the shortest,
+    as the harness's zipf workload and vidur draw them), split into prompt and decode at P:D."""
+    rng = np.random.default_rng(seed)
+    choices = np.arange(low, high + 1)
+    weights = 1.0 / np.arange(1, len(choices) + 1) ** theta
+    totals = rng.choice(choices, size=n, p=weights / weights.sum())
+    out = []
+    for t in totals.tolist():
+        decode = max(1, round(t / (1 + pd_ratio)))
+        out.append((t - decode, decode))
+    return out
+
+
+PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91}
+
+
+def fig12(num_requests: int = 10_000, seed: int = 0, max_batch_size: int = 32, chunk: int = 256,
+          progress=print) -> tuple[pd.DataFrame, dict[str, PipelineResult]]:
+    """Orca-style hybrid batching against SARATHI on GPT-3, TP8 x PP8 A100s: (summary, results)."""
+    lengths = zipf_lengths(num_requests, 1024, 4096, 0.4, 10.0, seed)
+    cost = StageCostModel(load_device("a100", "float16"), _config(GPT3), Parallelism(tp=8, pp=8), "float16")
+    results, rows = {}, []
+    for scheduler in ("orca", "sarathi"):
+        started = time.process_time()
+        res = PipelineSimulator(scheduler, max_batch_size=max_batch_size, chunk_size=chunk, cost=cost).run(lengths)
+        results[scheduler] = res
+        total_busy = sum(res.stage_busy_s)
+        rows.append({"scheduler": scheduler, "requests": num_requests, "micro_batches": len(res.micro_batches),
+                     "makespan_s": res.makespan_s, "median_bubble_s": float(np.median(res.request_bubble_s)),
+                     "p90_bubble_s": float(np.percentile(res.request_bubble_s, 90)),
+                     "bubble_share": 1 - total_busy / (len(res.stage_busy_s) * res.makespan_s),
+                     "sim_cpu_s": time.process_time() - started})
+        progress(f"{scheduler}: {rows[-1]}")
+    return pd.DataFrame(rows), results
+
+
+def _write(summary: pd.DataFrame, results: dict[str, PipelineResult], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = int(summary.requests.iloc[0])
+    marks = sorted({max(1, round(n * f)) for f in (0.1, 0.25, 0.5, 0.75, 1.0)})
+    quantiles = np.linspace(0, 1, 21)
+    table = []
+    for name, res in results.items():
+        table += [{"scheduler": name, "kind": "bubble_quantile", "x": q, "value": float(v)}
+                  for q, v in zip(quantiles, np.quantile(res.request_bubble_s, quantiles))]
+        table += [{"scheduler": name, "kind": "time_to_complete_s", "x": m, "value": res.time_to_complete(m)}
+                  for m in marks]
+    pd.DataFrame(table).to_csv(out / "pipeline_bubbles.csv", index=False, float_format="%.5g")
+    summary.to_csv(out / "pipeline_summary.csv", index=False, float_format="%.5g")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for name, res in results.items():
+        b = np.sort(res.request_bubble_s)
+        left.plot(b, np.arange(1, len(b) + 1) / len(b), label=name)
+        done = np.sort([r.finish for r in res.metrics.requests])
+        right.plot(done, np.arange(1, len(done) + 1), label=name)
+    left.set(xlabel="pipeline bubble time per request (s)", ylabel="CDF", title="GPT-3, TP8 x PP8 A100 (sim)")
+    right.set(xlabel="time (s)", ylabel="requests completed", title=f"{n} requests, P:D 10, chunk 256")
+    left.legend()
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(out / "pipeline_bubbles.png", dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.sim.pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="300 requests instead of 10,000")
+    parser.add_argument("--out", type=Path, default=None, help="default docs/sim (smoke: ./sim_pipeline_smoke)")
+    parser.add_argument("--requests", type=int, default=None)
+    args = parser.parse_args(argv)
+    out = args.out or (Path("sim_pipeline_smoke") if args.smoke else Path(__file__).resolve().parents[2] / "docs" / "sim")
+    out.mkdir(parents=True, exist_ok=True)
+    summary, results = fig12(args.requests or (300 if args.smoke else 10_000))
+    _write(summary, results, out)
+    orca, sarathi = summary.set_index("scheduler").loc["orca"], summary.set_index("scheduler").loc["sarathi"]
+    print(f"median bubble per request: orca / sarathi = {orca.median_bubble_s / sarathi.median_bubble_s:.2f}x "
+          f"(paper {PAPER['median_bubble_ratio']}x); time to complete all: "
+          f"{orca.makespan_s / sarathi.makespan_s:.2f}x (paper {PAPER['end_to_end_ratio']}x); wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

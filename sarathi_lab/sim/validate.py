@@ -1,0 +1,270 @@
+"""The simulator checked against the real engine on this machine: the same requests through
+``LLM(executor="model")`` and ``LLM(executor="sim", sim_cost_model="profile")``.
+
+With every request there at once both engines' schedulers see the same state before every
+iteration, so they build the same batches (checked: it is what shows the simulator runs the
+engine's own scheduler) and the iterations compare one to one: the error is the median absolute
+relative error of the iteration times. With Poisson arrivals the batches depend on when
+iterations end, so only the served metrics compare: makespan, TTFT and TBT p50/p99. The real
+engine is timed on a shared machine, so a few cases run it twice and the table gives its
+run-to-run spread next to the simulator's error.
+
+    python -m sarathi_lab.sim.validate [--smoke] [--out DIR] [--reprofile] [--clock cpu|wall]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.engine.clock import Clock
+from sarathi_lab.sim.profile_model import profile_path
+
+SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
+# Fields of an iteration that say what was batched (not how long it took).
+COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests", "num_decode_requests",
+               "kv_tokens_read", "num_preempted")
+SERVED = ("makespan_s", "ttft_p50", "ttft_p99", "tbt_p50", "tbt_p99")
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
+
+
+class CPUClock(Clock):
+    """This process's CPU seconds plus the time spent waiting for arrivals: the engine's time as if
+    it had its core to itself. On a machine whose cores other jobs share, wall time counts the
+    time the engine was descheduled, which no profile taken at another moment predicts; with one
+    compute thread, CPU time does not (what contention still changes: caches, memory bandwidth)."""
+
+    def __init__(self) -> None:
+        self._waited = 0.0
+
+    def now(self) -> float:
+        return time.process_time() + self._waited
+
+    def sleep_until(self, t: float) -> None:
+        self._waited += max(0.0, t - self.now())
+
+
+def _on_clock(llm, clock: Clock | None):
+    """``llm`` with its engine and executor reading ``clock`` (None: keep the wall clock)."""
+    if clock is not None:
+        llm.engine.clock = llm.engine.executor.clock = clock
+    return llm
+
+
+@dataclass(frozen=True)
+class Case:
+    workload: str
+    scheduler: str
+    chunk: int
+    batch: int
+    lengths: tuple[tuple[int, int], ...]            # (prompt, decode) per request
+    arrivals: tuple[float, ...] | None = None       # None: all at once
+    repeat_real: bool = False                       # run the real engine twice: its own spread
+
+    @property
+    def name(self) -> str:
+        return f"{self.workload}/{self.scheduler}/c{self.chunk}"
+
+    @property
+    def kv_blocks(self) -> int:
+        """Room for ``batch`` of the longest requests (the harness's default), the same on both
+        engines so that admission and preemption decide alike."""
+        longest = max(p + d for p, d in self.lengths)
+        return self.batch * math.ceil(longest / 16)
+
+
+def _split(total: int, pd_ratio: float) -> tuple[int, int]:
+    decode = max(1, round(total / (1 + pd_ratio)))
+    return total - decode, decode
+
+
+def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
+    """The default sweep, ``scheduler_latency`` and ``pd_ratio`` for all five schedulers, scaled
+    to this machine (see docs/sim/README.md); ``smoke``: the same shapes at CI size."""
+    rng = np.random.default_rng(seed)
+    out: list[Case] = []
+    # Default sweep (conf/config.yaml): 3 x (768 + 16), batch 4, chunk 256/512/1024; only the
+    # chunking schedulers read the chunk, so the others run once.
+    sweep = ((48, 2),) * 2 if smoke else ((768, 16),) * 3
+    chunks = (16, 32) if smoke else (256, 512, 1024)
+    for s in SCHEDULERS:
+        for c in (chunks if s.startswith("sarathi") else chunks[1:2]):
+            out.append(Case("default_sweep", s, c, 4, sweep, repeat_real=(s == "sarathi" and c == chunks[1])))
+    # pd_ratio (experiments/pd_ratio.yaml): 8 requests of 256 tokens at once, batch 4, chunk 64;
+    # P:D 4 and 32 of its 4..64.
+    n, total, chunk = (4, 48, 16) if smoke else (8, 256, 64)
+    for ratio in (4, 32):
+        for s in SCHEDULERS:
+            out.append(Case(f"pd_ratio_{ratio}", s, chunk, 4, (_split(total, ratio),) * n))
+    # scheduler_latency (experiments/scheduler_latency.yaml): uniform 128..512 tokens, P:D 4,
+    # Poisson at 1 request/s (the middle of its 0.5/1/1.5), batch 8, chunk 64, 8 requests.
+    n, lo, hi, chunk, qps = (4, 16, 48, 16, 50.0) if smoke else (8, 128, 512, 64, 1.0)
+    lengths = tuple(_split(int(t), 4) for t in rng.integers(lo, hi + 1, size=n))
+    arrivals = tuple(np.concatenate([[0.0], np.cumsum(rng.exponential(1 / qps, size=n - 1))]).tolist())
+    for s in SCHEDULERS:
+        out.append(Case("scheduler_latency", s, chunk, 8, lengths, arrivals, repeat_real=(s == "sarathi")))
+    return out
+
+
+def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, reps: int = 2,
+            token_step: int = 160, num_threads: int = 1, clock: Clock | None = None) -> Path:
+    """Measure ``model``'s cost table on this CPU with ``task=profile``'s own code, into
+    ``profiles/cpu/<model>.csv`` (under ``$SARATHI_PROFILES_DIR`` when set)."""
+    from sarathi_lab import LLM
+    from sarathi_lab.harness.tasks import profile as task  # the measurement the harness runs as task=profile
+
+    # The tile pairs measure GEMM tile steps; the CPU's oneDNN kernels have none worth a point.
+    cfg = SimpleNamespace(chunk=chunk, batch_size=batch, seq_len=seq_len, seed=0,
+                          model=SimpleNamespace(engine_model=model),
+                          measure=SimpleNamespace(reps=reps, token_step=token_step, tile=1 << 20, max_tokens=max_tokens))
+    top = max(max_tokens, chunk + seq_len)
+    llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=num_threads,
+              max_model_len=top, num_kv_blocks=math.ceil(top / 16) + batch * math.ceil(seq_len / 16) + 8,
+              warmup_iters=1)
+    task.run(cfg, _on_clock(llm, clock))
+    return profile_path("cpu", model)
+
+
+@dataclass
+class Run:
+    iterations: pd.DataFrame
+    summary: dict[str, float]
+    wall_s: float = field(default=0.0)
+
+
+def run_case(case: Case, model: str, num_threads: int = 1, clock: Clock | None = None, **engine) -> Run:
+    """One case on one engine (``engine``: the executor's keywords, nothing for the real one;
+    ``clock``: the real engine's clock instead of the wall clock)."""
+    from sarathi_lab import LLM
+    from sarathi_lab.engine.sequence import SamplingParams
+
+    llm = LLM(model, device="cpu", dtype="float32", scheduler=case.scheduler, chunk_size=case.chunk,
+              max_batch_size=case.batch, num_kv_blocks=case.kv_blocks, num_threads=num_threads, seed=0, **engine)
+    _on_clock(llm, clock)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, llm.model_config.vocab_size, size=p).tolist() for p, _ in case.lengths]
+    started = time.process_time()
+    llm.generate(prompts, [d for _, d in case.lengths], sampling=SamplingParams(ignore_eos=True),
+                 arrival_times=None if case.arrivals is None else list(case.arrivals))
+    return Run(pd.DataFrame(llm.metrics.iteration_rows()), llm.metrics.summary(), time.process_time() - started)
+
+
+def _rel(pred: float, ref: float) -> float:
+    return pred / ref - 1 if ref > 0 else float("nan")
+
+
+def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
+    """One row of the error table: signed relative errors sim/real - 1 (and again/real - 1 for the
+    real engine's own spread)."""
+    row = {"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk, "batch": case.batch,
+           "requests": len(case.lengths), "arrival": "all_at_once" if case.arrivals is None else "poisson",
+           "iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
+    same = (len(real.iterations) == len(sim.iterations)
+            and (real.iterations[list(COMPOSITION)].to_numpy() == sim.iterations[list(COMPOSITION)].to_numpy()).all())
+    row["identical_batches"] = bool(same)
+    if same:
+        err = sim.iterations.duration.to_numpy() / real.iterations.duration.to_numpy() - 1
+        row["iter_median_abs_rel_err"] = float(np.median(np.abs(err)))
+        row["iter_median_rel_err"] = float(np.median(err))
+        row["busy_rel_err"] = _rel(sim.iterations.duration.sum(), real.iterations.duration.sum())
+    if again is not None and len(again.iterations) == len(real.iterations):
+        spread = again.iterations.duration.to_numpy() / real.iterations.duration.to_numpy() - 1
+        row["real_iter_median_abs_rel_spread"] = float(np.median(np.abs(spread)))
+    for key in SERVED:
+        row[f"{key}_real"] = real.summary[key]
+        row[f"{key}_rel_err"] = _rel(sim.summary[key], real.summary[key])
+        if again is not None:
+            row[f"{key}_real_spread"] = _rel(again.summary[key], real.summary[key])
+    return row
+
+
+def validate(model: str = "cpu-small", which: list[Case] | None = None, num_threads: int = 1,
+             cpu_clock: bool = False, progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(error table, per-iteration predicted and measured seconds) over ``which`` (default
+    ``cases()``). The profile ``profiles/cpu/<model>.csv`` must exist (``profile()``) and have
+    been measured on the same clock (``cpu_clock``: CPUClock, else the wall clock)."""
+    rows, points = [], []
+    for case in which or cases():
+        real = run_case(case, model, num_threads, CPUClock() if cpu_clock else None)
+        again = run_case(case, model, num_threads, CPUClock() if cpu_clock else None) if case.repeat_real else None
+        sim = run_case(case, model, num_threads, executor="sim", sim_device="cpu", sim_cost_model="profile")
+        row = compare(case, real, sim, again) | {"sim_cpu_s": sim.wall_s}
+        rows.append(row)
+        if row["identical_batches"]:
+            points.append(pd.DataFrame({"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
+                                        "num_tokens": real.iterations.num_tokens,
+                                        "measured_s": real.iterations.duration,
+                                        "predicted_s": sim.iterations.duration}))
+        progress(f"{case.name}: identical batches {row['identical_batches']}, iteration error "
+                 f"{row.get('iter_median_abs_rel_err', float('nan')):.1%}, makespan {row['makespan_s_rel_err']:+.1%}")
+    return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
+
+
+def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
+    for workload, group in points.groupby("workload"):
+        left.scatter(group.measured_s * 1e3, group.predicted_s * 1e3, s=6, alpha=0.6, label=workload)
+    low, high = points[["measured_s", "predicted_s"]].min().min() * 1e3, points[["measured_s", "predicted_s"]].max().max() * 1e3
+    left.plot([low, high], [low, high], "k-", lw=0.8)
+    left.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
+             title="identical batches: iteration by iteration")
+    left.legend(fontsize=7)
+    poisson = table[table.arrival == "poisson"]
+    keys = list(SERVED)
+    width = 0.8 / max(len(poisson), 1)
+    for i, (_, row) in enumerate(poisson.iterrows()):
+        right.bar(np.arange(len(keys)) + i * width, [100 * row[f"{k}_rel_err"] for k in keys], width,
+                  label=row.scheduler)
+    right.axhspan(-10, 10, color="0.9", zorder=-1)
+    right.set_xticks(np.arange(len(keys)) + 0.4 - width / 2, keys, rotation=20, fontsize=8)
+    right.set(ylabel="sim / real - 1 (%)", title="Poisson: served metrics")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.sim.validate", description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
+    parser.add_argument("--out", type=Path, default=None, help="where the table and figure go (default docs/sim)")
+    parser.add_argument("--reprofile", action="store_true", help="measure the profile again even if one exists")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="what the real engine and the profile are timed on: CPUClock (default; this machine's "
+                             "cores are shared) or the wall clock (files get a _wall suffix)")
+    args = parser.parse_args(argv)
+    cpu_clock = args.clock == "cpu"
+    suffix = "" if cpu_clock else "_wall"
+    out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
+    out.mkdir(parents=True, exist_ok=True)
+    import os
+
+    if args.smoke:  # never overwrite the committed profile with a CI one
+        os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
+    model = "tiny" if args.smoke else "cpu-small"
+    needs = ({"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1, "token_step": 16} if args.smoke
+             else {"max_tokens": 2400, "chunk": 1024, "batch": 8, "seq_len": 784, "token_step": 300})
+    if args.reprofile or not profile_path("cpu", model).is_file():
+        print(f"profiling {model} into {profile_path('cpu', model)}")
+        profile(model, **needs, clock=CPUClock() if cpu_clock else None)
+    table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock, progress=lambda m: print(m, flush=True))
+    table.to_csv(out / f"validation{suffix}.csv", index=False, float_format="%.4g")
+    points.to_csv(out / f"validation_iterations{suffix}.csv", index=False, float_format="%.5g")
+    if not points.empty:
+        figure(points, table, out / f"validation{suffix}.png")
+    print(f"wrote {out / f'validation{suffix}.csv'} ({len(table)} cases)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Pipeline and tensor parallelism in the simulator: bubble accounting by hand on a two-stage
+pipeline, the all-reduce term by hand, identical runs per seed, and Fig. 12's direction."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.parallel import Parallelism, StageCostModel, StageTimes, shard_config
+from sarathi_lab.sim.pipeline import GPT3, PipelineSimulator, _config, fig12, zipf_lengths
+
+
+class OneSecondPerToken:
+    """Every stage takes one second per token of the micro-batch; nothing else costs."""
+
+    def times(self, prefills, decodes, num_sampled) -> StageTimes:
+        return StageTimes(stage_s=float(sum(c for c, _ in prefills) + len(decodes)), last_extra_s=0.0, p2p_s=0.0)
+
+
+def two_stages(scheduler: str = "orca") -> PipelineSimulator:
+    return PipelineSimulator(scheduler, par=Parallelism(tp=1, pp=2), max_batch_size=1, chunk_size=4,
+                             num_kv_blocks=64, cost=OneSecondPerToken())
+
+
+def test_a_short_micro_batch_before_a_long_one_leaves_the_second_stage_idle():
+    # A (1 token) then B (3 tokens): stage 0 runs A [0, 1], B [1, 4]; stage 1 A [1, 2], B [4, 7].
+    # Stage 1 idles [0, 1] waiting for A (the fill) and [2, 4] waiting for B.
+    res = two_stages().run([(1, 1), (3, 1)])
+    mb = res.micro_batches
+    assert mb.start.tolist() == [0.0, 1.0] and mb.exit.tolist() == [2.0, 7.0]
+    assert mb.bubble_s.tolist() == [1.0, 2.0]
+    assert res.request_bubble_s.tolist() == [1.0, 2.0]
+    assert [r.finish for r in res.metrics.requests] == [2.0, 7.0]
+    assert res.stage_busy_s == [4.0, 4.0] and res.makespan_s == 7.0
+
+
+def test_a_request_alone_waits_for_its_own_token_at_every_stage():
+    # One request, prompt 1, 3 tokens out: each micro-batch must leave stage 1 before the next
+    # enters stage 0. Busy [0,1],[2,3],[4,5] on stage 0 and [1,2],[3,4],[5,6] on stage 1: every
+    # idle second while the request is unfinished is bubble, 5 s (stage 0 idles [5, 6] with
+    # nothing left to schedule).
+    res = two_stages().run([(1, 3)])
+    assert res.micro_batches.bubble_s.tolist() == [1.0, 2.0, 2.0]
+    assert res.request_bubble_s.tolist() == [5.0]
+    assert res.metrics.requests[0].token_times == [2.0, 4.0, 6.0]
+
+
+def test_waiting_for_an_arrival_is_no_bubble():
+    res = two_stages().run([(1, 1), (1, 1)], arrivals=[0.0, 10.0])
+    # Each request alone: stage 1 waits one second for it (the fill), nothing more.
+    assert res.request_bubble_s.tolist() == [1.0, 1.0]
+    assert res.micro_batches.start.tolist() == [0.0, 10.0]
+
+
+def test_tensor_parallel_shard_and_all_reduce_by_hand():
+    gpt3 = _config(GPT3)
+    par = Parallelism(tp=8, pp=8)
+    shard = shard_config(gpt3, par)
+    assert (shard.num_attention_heads, shard.head_dim, shard.intermediate_size, shard.num_hidden_layers) == (12, 128, 4096, 12)
+    cost = StageCostModel(load_device("a100", "float16"), gpt3, par)
+    tokens = 256
+    one = 10e-6 + 2 * 7 / 8 * tokens * 12288 * 2 / 240e9
+    assert cost.allreduce_s(tokens) == pytest.approx(one, rel=1e-12)
+    t = cost.times([(tokens, tokens)], [], 0)
+    bare = cost.roofline.iteration_cost([(tokens, tokens)], [], 0)
+    assert t.stage_s == pytest.approx(bare.forward_s - bare.ops["lm_head"] + 2 * 12 * one, rel=1e-12)
+    assert t.p2p_s == pytest.approx(5e-6 + tokens * 12288 * 2 / 8 / 25e9, rel=1e-12)
+    with pytest.raises(ConfigError, match="model.num_hidden_layers=96 is invalid with tp=8, pp=7"):
+        shard_config(gpt3, Parallelism(tp=8, pp=7))
+
+
+def test_same_seed_gives_identical_runs_and_sarathi_has_fewer_bubbles():
+    a, results = fig12(num_requests=60, seed=3, progress=lambda _: None)
+    b, _ = fig12(num_requests=60, seed=3, progress=lambda _: None)
+    assert a.drop(columns="sim_cpu_s").equals(b.drop(columns="sim_cpu_s"))
+    orca, sarathi = results["orca"], results["sarathi"]
+    assert (orca.metrics.summary()["num_requests"], sarathi.metrics.summary()["num_requests"]) == (60, 60)
+    assert np.median(sarathi.request_bubble_s) < np.median(orca.request_bubble_s)
+
+
+def test_zipf_lengths_stay_in_range_at_the_pd_ratio():
+    lengths = zipf_lengths(500, 1024, 4096, 0.4, 10.0, seed=0)
+    totals = np.array([p + d for p, d in lengths])
+    assert totals.min() >= 1024 and totals.max() <= 4096
+    assert np.median([p / d for p, d in lengths]) == pytest.approx(10, rel=0.05)
+    assert np.mean(totals < 2560) > 0.5   # the weights favour the short end
+
+
+@pytest.mark.e2e
+def test_the_pipeline_command_writes_its_table_and_figure(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.sim.pipeline", "--smoke", "--requests", "40",
+                           "--out", str(tmp_path)], check=False, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "paper 6.29x" in done.stdout
+    assert {p.name for p in tmp_path.iterdir()} >= {"pipeline_summary.csv", "pipeline_bubbles.csv", "pipeline_bubbles.png"}
