@@ -1,7 +1,7 @@
 """How fast the simulator itself runs: ``n`` requests through ``LLM(executor="sim")`` on one core,
 in CPU seconds, and with ``--profile`` where that time goes (cProfile's top entries).
 
-    python -m sarathi_lab.sim.speed [--requests 10000] [--model llama2-7b] [--device a100]
+    python -m sarathi_lab.bench.sim_speed [--requests 10000] [--model llama2-7b] [--device a100]
         [--scheduler sarathi] [--profile]
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.sim.speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", default="a100")
