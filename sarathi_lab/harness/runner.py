@@ -81,6 +81,9 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
 
     def save(summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool) -> None:
         machine = load.assess(before, load.snapshot())
+        if cfg.engine.executor == "sim":
+            # Virtual-clock times do not depend on the machine's load.
+            machine |= {"timing_unreliable": False, "timing_note": None}
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         write_results(run_dir, tables, RunResult(
