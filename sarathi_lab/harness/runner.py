@@ -173,7 +173,8 @@ def _serve(llm: LLM, workload: Workload) -> None:
     progress = Progress(workload.total_tokens - workload.num_requests, workload.num_requests, lambda: llm.metrics)
     try:
         llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
-                     sampling=SamplingParams(ignore_eos=True), on_iteration=progress)
+                     sampling=SamplingParams(ignore_eos=True), on_iteration=progress,
+                     max_concurrency=workload.max_concurrency)
     finally:
         progress.close()
 

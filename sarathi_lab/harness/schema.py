@@ -55,8 +55,12 @@ class DeviceCfg:
 class WorkloadCfg:
     kind: Literal["synthetic", "uniform", "zipf", "trace"]
     num_requests: int = 4
-    arrival: Literal["all_at_once", "poisson"] = "all_at_once"
+    arrival: Literal["all_at_once", "poisson", "gamma"] = "all_at_once"
     qps: float = 1.0
+    # gamma: coefficient of variation of the gaps between arrivals (1 = Poisson, > 1 burstier).
+    cv: float = 1.0
+    # Requests in the system at once at most, as a client with this many connections (None: no cap).
+    max_concurrency: int | None = None
     # uniform / zipf: request lengths span [min_tokens, seq_len].
     min_tokens: int = 64
     theta: float = 0.6
@@ -65,14 +69,17 @@ class WorkloadCfg:
     # trace
     path: str | None = None
     time_scale: float = 1.0
+    # Multiplies the trace's prompt and decode lengths (each stays at least 1 token).
+    length_scale: float = 1.0
     max_requests: int | None = None
 
     def __post_init__(self):
         check_fields(self)
-        for key in ("num_requests", "qps", "min_tokens", "theta"):
+        for key in ("num_requests", "qps", "min_tokens", "theta", "cv", "length_scale"):
             check_positive(key, getattr(self, key))
-        if self.max_requests is not None:
-            check_positive("max_requests", self.max_requests)
+        for key in ("max_requests", "max_concurrency"):
+            if getattr(self, key) is not None:
+                check_positive(key, getattr(self, key))
         if self.time_scale < 0:
             raise ConfigError(f"time_scale={self.time_scale!r} is invalid: must be >= 0")
         if self.stagger < 0:
