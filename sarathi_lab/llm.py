@@ -8,7 +8,7 @@ import torch
 
 from sarathi_lab import inputs
 from sarathi_lab.attention import make_backend
-from sarathi_lab.config import DTYPES, EngineConfig
+from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
@@ -33,7 +33,7 @@ class LLM:
         if cfg.executor == "sim":
             from sarathi_lab.sim import build_simulation  # the simulator sits above the engine
 
-            self.dtype = DTYPES[cfg.dtype]  # the simulated device's dtype: no CPU fallback applies
+            self.dtype = getattr(torch, cfg.dtype)  # the simulated device's dtype: no CPU fallback applies
             clock = VirtualClock()
             executor, self.num_kv_blocks = build_simulation(cfg, self.model_config, clock)
         else:

@@ -33,7 +33,7 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
 def resolve_dtype(args) -> torch.dtype:
     if args.dtype == "auto":
         args.dtype = fast_dtype(args.device)
-    return DTYPES[args.dtype]
+    return getattr(torch, args.dtype)
 
 
 def setup_threads(threads: int | None) -> int:

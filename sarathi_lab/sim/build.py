@@ -5,8 +5,8 @@ from typing import TYPE_CHECKING
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import DTYPES, ConfigError, EngineConfig
-from sarathi_lab.sim.cost_model import CostModel
+from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.sim.cost_model import CostModel, elem_bytes
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens
 
@@ -18,7 +18,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
     """An explicit block count or memory budget wins, as in the real engine; otherwise the simulated
     device's memory after the weights and the activations of the largest iteration a chunking
     scheduler builds (its chunk or budget plus one token per running decode)."""
-    elem = DTYPES[cfg.dtype].itemsize
+    elem = elem_bytes(cfg.dtype)
     block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
     if cfg.num_kv_blocks is not None:
         return cfg.num_kv_blocks

@@ -18,6 +18,13 @@ from transformers import PretrainedConfig
 from sarathi_lab.config import DTYPES, SIM_COST_MODELS, ConfigError
 
 
+def elem_bytes(dtype: str) -> int:
+    """Bytes per element of a config dtype name (config.DTYPES holds names, not torch dtypes)."""
+    import torch
+
+    return getattr(torch, dtype).itemsize
+
+
 @dataclass
 class IterationCost:
     """Predicted seconds of one iteration, split as the engine records it; ``ops`` splits the
@@ -39,7 +46,7 @@ class CostModel(abc.ABC):
     def __init__(self, config: PretrainedConfig, dtype: str):
         self.config = config
         self.dtype = dtype
-        self.elem_bytes = DTYPES[dtype].itemsize
+        self.elem_bytes = elem_bytes(dtype)
 
     @abc.abstractmethod
     def _cost(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> IterationCost: ...

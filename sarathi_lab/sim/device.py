@@ -90,7 +90,7 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     import torch
 
     from sarathi_lab.profiling.machine import cpu_name
-    from sarathi_lab.config import DTYPES, cpu_has_bf16_units
+    from sarathi_lab.config import cpu_has_bf16_units
 
     if dtype == "bfloat16" and not cpu_has_bf16_units():
         dtype = "float32"  # what the engine itself falls back to (EngineConfig.torch_dtype)
@@ -101,7 +101,7 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     if key not in cached:
         from sarathi_lab.profiling.ceilings import measure_ceilings
 
-        ceil = measure_ceilings("cpu", DTYPES[dtype], copy_mib=128, matmul_n=1024, reps=3)
+        ceil = measure_ceilings("cpu", getattr(torch, dtype), copy_mib=128, matmul_n=1024, reps=3)
         cached[key] = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cached, indent=1))
