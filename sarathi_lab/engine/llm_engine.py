@@ -98,7 +98,10 @@ class LLMEngine:
                 while (next_arrival < len(pending) and pending[next_arrival].arrival <= now
                        and (max_concurrency is None or len(scheduler.waiting) + len(scheduler.running) < max_concurrency)):
                     seq = pending[next_arrival]
-                    seq.arrival = max(seq.arrival, now)
+                    if max_concurrency is not None:
+                        # Held back by the cap, it is sent when a slot frees: at this iteration boundary.
+                        # Uncapped, it arrived when it was due, whatever iteration was running then.
+                        seq.arrival = max(seq.arrival, now)
                     self.add_request(seq)
                     next_arrival += 1
                 record = self.step() if scheduler.has_work() else None
