@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_positive
+from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
@@ -114,6 +115,47 @@ class MeasureCfg:
 
 
 @dataclass(frozen=True)
+class SLOCfg:
+    """Latency targets in seconds (None: not set), engine.metrics.SLO's fields. Serving runs report
+    goodput and attainment against them; task=capacity searches for the highest rate that keeps P99
+    TBT within tbt_p99_s and the median scheduling delay within sched_delay_p50_s (Sarathi-Serve)."""
+    tbt_p99_s: float | None = None
+    sched_delay_p50_s: float | None = 2.0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def __post_init__(self):
+        check_fields(self)
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is not None:
+                check_positive(f.name, getattr(self, f.name))
+
+    def as_slo(self) -> SLO:
+        return SLO(**dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
+class CapacityCfg:
+    """task=capacity: the bracketing search of harness/capacity.py."""
+    start_qps: float = 1.0
+    resolution: float = 0.05    # relative: the lowest failing rate is within (1 + resolution) of the capacity
+    max_trials: int = 12
+    # Also fail a trial whose waiting queue grew through its arrival window (metrics' `saturated`).
+    require_stable: bool = True
+    min_qps: float = 1e-3
+    max_qps: float = 1e4
+
+    def __post_init__(self):
+        check_fields(self)
+        for key in ("start_qps", "resolution", "max_trials", "min_qps", "max_qps"):
+            check_positive(key, getattr(self, key))
+        if not self.min_qps <= self.start_qps <= self.max_qps:
+            raise ConfigError(f"start_qps={self.start_qps!r} is invalid: must be within [min_qps={self.min_qps}, "
+                              f"max_qps={self.max_qps}]")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str
     chunk: int
@@ -135,6 +177,11 @@ class RunConfig:
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
     task: str = "serve"
     measure: MeasureCfg = field(default_factory=MeasureCfg)
+    slo: SLOCfg = field(default_factory=SLOCfg)
+    capacity: CapacityCfg = field(default_factory=CapacityCfg)
+    # sarathi_serve's token budget: None follows `chunk`; "auto": the largest budget whose predicted
+    # iteration time stays within slo.tbt_p99_s (harness/budget.py), as Sarathi-Serve sets it.
+    token_budget: Literal["auto"] | None = None
 
     def __post_init__(self):
         check_fields(self)
@@ -143,6 +190,26 @@ class RunConfig:
         tasks = ("serve", *TASKS)
         if self.task not in tasks:
             raise ConfigError(f"task={self.task!r} is invalid: allowed values are {', '.join(tasks)}")
+        self._check_capacity()
+
+    def _check_capacity(self) -> None:
+        if self.token_budget == "auto":
+            if self.scheduler.name != "sarathi_serve":
+                raise ConfigError(f"token_budget=auto is invalid with scheduler={self.scheduler.name}: only "
+                                  "sarathi_serve has a token budget")
+            if self.slo.tbt_p99_s is None:
+                raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from "
+                                  "that SLO")
+        if self.task != "capacity":
+            return
+        if self.workload.kind == "trace" or self.workload.arrival == "all_at_once":
+            key, value = (("workload", "trace") if self.workload.kind == "trace"
+                          else ("workload.arrival", "all_at_once"))
+            raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "
+                              "needs arrival=poisson or gamma on a synthetic, uniform or zipf workload")
+        if self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
+            raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
+                              "the search needs at least one of them")
 
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
