@@ -101,7 +101,6 @@ def test_auto_budget_refuses_an_slo_no_budget_meets():
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["token_budget=auto", "scheduler=vllm", "slo.tbt_p99_s=0.1"], "token_budget=auto is invalid with scheduler=vllm"),
     (["token_budget=auto", "scheduler=sarathi_serve"], "token_budget=auto is invalid with slo.tbt_p99_s=None"),
     (["slo.tbt_p99_s=nan"], "slo.tbt_p99_s=nan is invalid: must be a finite number"),
     (["slo.sched_delay_p50_s=-1"], "slo.sched_delay_p50_s=-1 is invalid: must be > 0"),

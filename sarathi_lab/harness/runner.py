@@ -194,7 +194,7 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
 def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:
     """The engine's config with token_budget=auto resolved (a check like preflight's: before any
     work), and what metrics.json records of it."""
-    if cfg.token_budget != "auto":
+    if cfg.token_budget != "auto" or cfg.scheduler.name != "sarathi_serve":
         return cfg.engine, {}
     engine, budget = auto_budget(cfg.engine, cfg.slo.tbt_p99_s, workload.max_request_len)
     log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "

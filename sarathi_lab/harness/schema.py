@@ -193,10 +193,8 @@ class RunConfig:
         self._check_capacity()
 
     def _check_capacity(self) -> None:
-        if self.token_budget == "auto":
-            if self.scheduler.name != "sarathi_serve":
-                raise ConfigError(f"token_budget=auto is invalid with scheduler={self.scheduler.name}: only "
-                                  "sarathi_serve has a token budget")
+        # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
+        if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve":
             if self.slo.tbt_p99_s is None:
                 raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from "
                                   "that SLO")
