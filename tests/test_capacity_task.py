@@ -21,7 +21,7 @@ SIM = ["executor=sim", "model=tiny", "logger=none"]
 def _cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "kernels")])}
     return subprocess.run([sys.executable, "-m", "sarathi_lab.run", *SIM, *overrides, f"hydra.run.dir={tmp_path}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                          check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
 def _single_request_service_s() -> float:

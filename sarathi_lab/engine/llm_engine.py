@@ -6,7 +6,6 @@ each at its arrival time on the engine's clock (wall or virtual) and stepping un
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 
 from sarathi_lab.engine.clock import Clock

@@ -194,10 +194,8 @@ class RunConfig:
 
     def _check_capacity(self) -> None:
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
-        if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve":
-            if self.slo.tbt_p99_s is None:
-                raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from "
-                                  "that SLO")
+        if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
+            raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
         if self.task != "capacity":
             return
         if self.workload.kind == "trace" or self.workload.arrival == "all_at_once":
