@@ -42,12 +42,12 @@ class VirtualLLM:
         self.metrics = Metrics()
         self.served = 0
 
-    def generate(self, prompts, max_new_tokens, arrival_times, sampling, on_iteration):
+    def generate(self, prompts, max_new_tokens, arrival_times, sampling, on_iteration, max_concurrency=None):
         seqs = [Sequence(self.served + i, p, n, t) for i, (p, n, t) in
                 enumerate(zip(prompts, max_new_tokens, arrival_times))]
         self.served += len(seqs)
         self.metrics = Metrics()
-        self.engine.run(seqs, self.metrics, sampling, on_iteration)
+        self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
 
 
 def trial_at(llm, slo, require_stable):

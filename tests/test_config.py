@@ -98,7 +98,7 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
-    (["workload.arrival=bursty"], r"^workload.arrival='bursty' is invalid: allowed values are all_at_once, poisson$"),
+    (["workload.arrival=bursty"], r"^workload.arrival='bursty' is invalid: allowed values are all_at_once, poisson, gamma$"),
     (["dtype=int8"], r"^dtype='int8' is invalid: allowed values are"),
     (["task=nope"], r"^task='nope' is invalid: allowed values are serve, .*piggyback, profile, reread"),
     (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),

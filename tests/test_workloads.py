@@ -150,8 +150,40 @@ def test_a_time_scale_that_overflows_the_arrival_times_is_refused(tmp_path):
         read_trace(WorkloadCfg(kind="trace", path=str(path), time_scale=1e300))
 
 
-@pytest.mark.parametrize("key", ["qps", "theta", "time_scale"])
+@pytest.mark.parametrize("key", ["qps", "theta", "time_scale", "cv", "length_scale"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_times_and_shapes_are_refused(key, value):
     with pytest.raises(ConfigError, match=rf"^{key}={value} is invalid: must be a finite number$"):
         WorkloadCfg(kind="zipf", **{key: value})
+
+
+def test_gamma_arrivals_keep_the_rate_and_cv_sets_burstiness():
+    def gaps(cv):
+        w = _build(kind="uniform", num_requests=4000, min_tokens=64, arrival="gamma", qps=4.0, cv=cv)
+        return np.diff(w.arrival_times)
+    for cv in (0.5, 1.0, 3.0):
+        g = gaps(cv)
+        assert np.mean(g) == pytest.approx(0.25, rel=0.1)
+        assert np.std(g) / np.mean(g) == pytest.approx(cv, rel=0.15)
+
+
+def test_one_seed_gives_one_arrival_pattern_scaled_by_the_rate():
+    slow = _build(num_requests=50, arrival="gamma", qps=1.0, cv=2.0)
+    fast = _build(num_requests=50, arrival="gamma", qps=4.0, cv=2.0)
+    assert fast.arrival_times == pytest.approx([t / 4 for t in slow.arrival_times])
+
+
+def test_max_concurrency_reaches_the_workload():
+    assert _build(max_concurrency=3).max_concurrency == 3
+    assert _build().max_concurrency is None
+    with pytest.raises(ConfigError, match=r"^max_concurrency=0 is invalid: must be > 0$"):
+        WorkloadCfg(kind="synthetic", max_concurrency=0)
+
+
+def test_length_scale_scales_trace_lengths_to_at_least_one_token(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,3\n1.0,40,1\n")
+    lengths, times = read_trace(WorkloadCfg(kind="trace", path=str(path), length_scale=0.25))
+    assert lengths == [(25, 1), (10, 1)] and times == [0.0, 1.0]
+    with pytest.raises(ConfigError, match=r"^workload.length_scale=1e\+308 is invalid: it scales"):
+        read_trace(WorkloadCfg(kind="trace", path=str(path), length_scale=1e308))

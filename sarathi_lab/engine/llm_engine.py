@@ -5,6 +5,7 @@ each at its arrival time on the engine's clock (wall or virtual) and stepping un
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from sarathi_lab.engine.clock import Clock
@@ -109,7 +110,12 @@ class LLMEngine:
                 if record is None:
                     if next_arrival == len(pending):
                         raise RuntimeError("scheduler produced an empty batch with requests left and none to arrive")
-                    self.clock.sleep_until(self._t0 + pending[next_arrival].arrival)
+                    # (t0 + a) - t0 can round below a: wake at least at the arrival in elapsed time,
+                    # else a reused engine (t0 > 0) would sleep to the same instant forever.
+                    due = self._t0 + pending[next_arrival].arrival
+                    while due - self._t0 < pending[next_arrival].arrival:
+                        due = math.nextafter(due, math.inf)
+                    self.clock.sleep_until(due)
                 elif on_iteration is not None:
                     on_iteration(record)
         except BaseException:

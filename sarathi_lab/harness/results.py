@@ -101,6 +101,11 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> None:
             tmp.unlink()
 
 
+def write_json(path: Path, payload: dict) -> None:
+    """A JSON record beside metrics.json (e.g. capacity.json), written the same all-or-nothing way."""
+    _atomic_json(path, payload)
+
+
 def _atomic_json(path: Path, payload: dict) -> None:
     # NaN is not JSON; null keeps every reader (pandas, jq, browsers) happy.
     text = json.dumps(_nan_to_none(payload), indent=2, default=str)

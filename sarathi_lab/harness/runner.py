@@ -21,7 +21,9 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
+from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness import load
+from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.progress import Progress
@@ -36,7 +38,7 @@ from sarathi_lab.harness.results import (
     write_status,
 )
 from sarathi_lab.harness.schema import RunConfig
-from sarathi_lab.harness.tasks import measurement
+from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 
@@ -62,6 +64,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     if finished and _keep_finished_run(cfg, resolved_config, out):
         return "skipped"
     workload = preflight(cfg)
+    engine, budget_record = _token_budget(cfg, workload)
     if finished:
         shutil.rmtree(ctx.status_dir, ignore_errors=True)  # what an earlier refused or failed rerun left
         ctx.status_dir.mkdir(parents=True)
@@ -74,50 +77,69 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             OmegaConf.save(node, run_dir / ".hydra" / name)
     write_status(run_dir, "running")
 
-    llm = LLM(**dataclasses.asdict(cfg.engine))
+    llm = LLM(**dataclasses.asdict(engine))
     _warn_on_preemptions(llm, workload, cfg)
     before = load.snapshot()
     start = time.perf_counter()
+    slo = cfg.slo.as_slo()
+    group = ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else None)
 
-    def save(summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool) -> None:
+    def save_to(directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
+                config: dict[str, Any] | None = None) -> None:
         machine = load.assess(before, load.snapshot())
         if cfg.engine.executor == "sim":
             # Virtual-clock times do not depend on the machine's load.
             machine |= {"timing_unreliable": False, "timing_note": None}
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
-        write_results(run_dir, tables, RunResult(
-            summary=summary, config=cfg.key_values(), overrides=ctx.overrides, resolved_config=resolved_config,
+        directory.mkdir(parents=True, exist_ok=True)
+        write_results(directory, tables, RunResult(
+            summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
+            resolved_config=resolved_config,
             environment=collect_environment(llm.config.torch_device, llm.dtype, machine), partial=partial,
             wall_time_s=time.perf_counter() - start))
+
+    def log_run(directory: Path, name: str, summary: dict[str, float], history: list[dict],
+                tables: dict[str, pd.DataFrame]) -> None:
+        log_to_wandb(cfg.logger, WandbRun(
+            run_dir=directory, name=name, group=group, job_type=cfg.name,
+            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name])),
+            config=resolved_config, summary=summary | budget_record, history=history,
+            # Iterations are already the history.
+            tables={k: v for k, v in tables.items() if k != "iterations"}))
+
+    def record_run(directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
+                   config: dict[str, Any]) -> None:
+        tables = _engine_tables(metrics)
+        save_to(directory, summary, tables, partial=False, config=config)
+        log_run(directory, name, summary, metrics.iteration_rows(), tables)
 
     if cfg.task == "serve":
         try:
             _serve(llm, workload)
         except KeyboardInterrupt:
             # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
-            save(llm.metrics.summary(), _engine_tables(llm.metrics), partial=True)
+            save_to(run_dir, llm.metrics.summary(slo), _engine_tables(llm.metrics), partial=True)
             log.warning("interrupted: partial records saved in %s as *.partial.*", run_dir)
             raise
-        summary, tables = llm.metrics.summary(), _engine_tables(llm.metrics)
+        summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
+        if summary["saturated"]:
+            log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
+                        "percentiles describe how long this run was, not a steady state", summary["queue_growth_requests"])
         history = llm.metrics.iteration_rows()
         headline = _headline(summary)
     else:
-        summary, tables = measurement(cfg.task)(cfg, llm)
+        task = measurement(cfg.task)
+        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, group)) if takes_context(task)
+                           else task(cfg, llm))
         history = []
         headline = ", ".join(f"{k}.parquet" for k in tables)
-    save(summary, tables, partial=False)
+    save_to(run_dir, summary, tables, partial=False)
     if finished:
         _swap_in(run_dir, out)
         ctx.status_dir = out
     log.info("results in %s: %s", out, headline)
-
-    log_to_wandb(cfg.logger, WandbRun(
-        run_dir=out, name=ctx.run_name, group=ctx.group, job_type=cfg.name,
-        tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name])),
-        config=resolved_config, summary=summary, history=history,
-        # Iterations are already the history.
-        tables={k: v for k, v in tables.items() if k != "iterations"}))
+    log_run(out, ctx.run_name, summary, history, tables)
     return "ok"
 
 
@@ -172,11 +194,24 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
     return cfg.on_existing == "skip"
 
 
+def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:
+    """The engine's config with token_budget=auto resolved (a check like preflight's: before any
+    work), and what metrics.json records of it."""
+    if cfg.token_budget != "auto" or cfg.scheduler.name != "sarathi_serve":
+        return cfg.engine, {}
+    engine, budget = auto_budget(cfg.engine, cfg.slo.tbt_p99_s, workload.max_request_len)
+    log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "
+             "within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model, budget.predicted_s, cfg.slo.tbt_p99_s,
+             "; capped: the SLO does not bind" if budget.capped else "")
+    return engine, {"token_budget": budget.tokens, "token_budget_predicted_s": budget.predicted_s}
+
+
 def _serve(llm: LLM, workload: Workload) -> None:
     progress = Progress(workload.total_tokens - workload.num_requests, workload.num_requests, lambda: llm.metrics)
     try:
         llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
-                     sampling=SamplingParams(ignore_eos=True), on_iteration=progress)
+                     sampling=SamplingParams(ignore_eos=True), on_iteration=progress,
+                     max_concurrency=workload.max_concurrency)
     finally:
         progress.close()
 

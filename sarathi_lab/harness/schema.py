@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_positive
+from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
@@ -55,8 +56,12 @@ class DeviceCfg:
 class WorkloadCfg:
     kind: Literal["synthetic", "uniform", "zipf", "trace"]
     num_requests: int = 4
-    arrival: Literal["all_at_once", "poisson"] = "all_at_once"
+    arrival: Literal["all_at_once", "poisson", "gamma"] = "all_at_once"
     qps: float = 1.0
+    # gamma: coefficient of variation of the gaps between arrivals (1 = Poisson, > 1 burstier).
+    cv: float = 1.0
+    # Requests in the system at once at most, as a client with this many connections (None: no cap).
+    max_concurrency: int | None = None
     # uniform / zipf: request lengths span [min_tokens, seq_len].
     min_tokens: int = 64
     theta: float = 0.6
@@ -65,14 +70,17 @@ class WorkloadCfg:
     # trace
     path: str | None = None
     time_scale: float = 1.0
+    # Multiplies the trace's prompt and decode lengths (each stays at least 1 token).
+    length_scale: float = 1.0
     max_requests: int | None = None
 
     def __post_init__(self):
         check_fields(self)
-        for key in ("num_requests", "qps", "min_tokens", "theta"):
+        for key in ("num_requests", "qps", "min_tokens", "theta", "cv", "length_scale"):
             check_positive(key, getattr(self, key))
-        if self.max_requests is not None:
-            check_positive("max_requests", self.max_requests)
+        for key in ("max_requests", "max_concurrency"):
+            if getattr(self, key) is not None:
+                check_positive(key, getattr(self, key))
         if self.time_scale < 0:
             raise ConfigError(f"time_scale={self.time_scale!r} is invalid: must be >= 0")
         if self.stagger < 0:
@@ -107,6 +115,47 @@ class MeasureCfg:
 
 
 @dataclass(frozen=True)
+class SLOCfg:
+    """Latency targets in seconds (None: not set), engine.metrics.SLO's fields. Serving runs report
+    goodput and attainment against them; task=capacity searches for the highest rate that keeps P99
+    TBT within tbt_p99_s and the median scheduling delay within sched_delay_p50_s (Sarathi-Serve)."""
+    tbt_p99_s: float | None = None
+    sched_delay_p50_s: float | None = 2.0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def __post_init__(self):
+        check_fields(self)
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is not None:
+                check_positive(f.name, getattr(self, f.name))
+
+    def as_slo(self) -> SLO:
+        return SLO(**dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
+class CapacityCfg:
+    """task=capacity: the bracketing search of harness/capacity.py."""
+    start_qps: float = 1.0
+    resolution: float = 0.05    # relative: the lowest failing rate is within (1 + resolution) of the capacity
+    max_trials: int = 12
+    # Also fail a trial whose waiting queue grew through its arrival window (metrics' `saturated`).
+    require_stable: bool = True
+    min_qps: float = 1e-3
+    max_qps: float = 1e4
+
+    def __post_init__(self):
+        check_fields(self)
+        for key in ("start_qps", "resolution", "max_trials", "min_qps", "max_qps"):
+            check_positive(key, getattr(self, key))
+        if not self.min_qps <= self.start_qps <= self.max_qps:
+            raise ConfigError(f"start_qps={self.start_qps!r} is invalid: must be within [min_qps={self.min_qps}, "
+                              f"max_qps={self.max_qps}]")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str
     chunk: int
@@ -128,6 +177,11 @@ class RunConfig:
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
     task: str = "serve"
     measure: MeasureCfg = field(default_factory=MeasureCfg)
+    slo: SLOCfg = field(default_factory=SLOCfg)
+    capacity: CapacityCfg = field(default_factory=CapacityCfg)
+    # sarathi_serve's token budget: None follows `chunk`; "auto": the largest budget whose predicted
+    # iteration time stays within slo.tbt_p99_s (harness/budget.py), as Sarathi-Serve sets it.
+    token_budget: Literal["auto"] | None = None
 
     def __post_init__(self):
         check_fields(self)
@@ -136,6 +190,22 @@ class RunConfig:
         tasks = ("serve", *TASKS)
         if self.task not in tasks:
             raise ConfigError(f"task={self.task!r} is invalid: allowed values are {', '.join(tasks)}")
+        self._check_capacity()
+
+    def _check_capacity(self) -> None:
+        # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
+        if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
+            raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
+        if self.task != "capacity":
+            return
+        if self.workload.kind == "trace" or self.workload.arrival == "all_at_once":
+            key, value = (("workload", "trace") if self.workload.kind == "trace"
+                          else ("workload.arrival", "all_at_once"))
+            raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "
+                              "needs arrival=poisson or gamma on a synthetic, uniform or zipf workload")
+        if self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
+            raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
+                              "the search needs at least one of them")
 
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""

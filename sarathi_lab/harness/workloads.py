@@ -12,6 +12,7 @@ import torch
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import PACKAGE_DIR
+from sarathi_lab.harness.arrivals import gamma_arrivals, poisson_arrivals
 from sarathi_lab.harness.schema import WorkloadCfg
 from sarathi_lab.model.memory import device_memory_bytes
 
@@ -30,6 +31,8 @@ class Workload:
     decode_lens: list[int]
     # Seconds after the start of generate; None: every request is there at once.
     arrival_times: list[float] | None
+    # Requests in the system at once at most (generate's max_concurrency); None: no cap.
+    max_concurrency: int | None = None
 
     @property
     def num_requests(self) -> int:
@@ -70,10 +73,10 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
     else:
         _check_memory(cfg, cfg.num_requests * seq_len)  # every request's length is at most seq_len
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
-        arrivals = _poisson(cfg.num_requests, cfg.qps, rng(_ARRIVALS)) if cfg.arrival == "poisson" else None
+        arrivals = arrival_times(cfg, cfg.qps, seed)
     tokens = rng(_TOKENS)
     prompts = [tokens.integers(0, vocab_size, size=p).tolist() for p, _ in lengths]
-    return Workload(prompts, [d for _, d in lengths], arrivals)
+    return Workload(prompts, [d for _, d in lengths], arrivals, cfg.max_concurrency)
 
 
 def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
@@ -108,9 +111,16 @@ def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
     return [split_length(int(t), pd_ratio) for t in totals]
 
 
-def _poisson(n: int, qps: float, rng: np.random.Generator) -> list[float]:
-    gaps = rng.exponential(1.0 / qps, size=n - 1)
-    return [0.0, *np.cumsum(gaps).tolist()]
+def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None:
+    """The synthetic workloads' arrival times at mean rate ``qps`` (None: all at once). The same seed
+    gives the same draws at every rate, scaled by 1 / qps, so that a capacity search compares rates on
+    one arrival pattern."""
+    rng = np.random.default_rng([seed, _ARRIVALS])
+    if cfg.arrival == "poisson":
+        return poisson_arrivals(cfg.num_requests, qps, rng)
+    if cfg.arrival == "gamma":
+        return gamma_arrivals(cfg.num_requests, qps, cfg.cv, rng)
+    return None
 
 
 def resolve_trace_path(path: str) -> Path:
@@ -159,8 +169,8 @@ def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None) -> tuple[list
                 break
             where = f"workload.path={cfg.path!r} line {reader.line_num}"
             arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
-            lengths.append((_trace_field(where, row, "num_prefill_tokens", int, minimum=1),
-                            _trace_field(where, row, "num_decode_tokens", int, minimum=1)))
+            lengths.append(tuple(_scaled(cfg, _trace_field(where, row, column, int, minimum=1))
+                                 for column in ("num_prefill_tokens", "num_decode_tokens")))
             if context is not None and sum(lengths[-1]) > context:
                 raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more than the "
                                   f"model's context of {context} tokens")
@@ -172,6 +182,14 @@ def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None) -> tuple[list
         raise ConfigError(f"workload.time_scale={cfg.time_scale!r} is invalid: it scales the trace's arrival times "
                           "past the largest float")
     return lengths, times
+
+
+def _scaled(cfg: WorkloadCfg, tokens: int) -> int:
+    scaled = tokens * cfg.length_scale
+    if not math.isfinite(scaled):
+        raise ConfigError(f"workload.length_scale={cfg.length_scale!r} is invalid: it scales the trace's lengths "
+                          "past the largest float")
+    return max(1, round(scaled))
 
 
 def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float) -> float:

@@ -3,14 +3,19 @@
 One module per task: its ``run(cfg, llm)`` times one thing on the engine the harness built from
 the run's config and returns ``(summary, tables)``: scalars for metrics.json and W&B's summary, and
 named DataFrames that land as ``<name>.parquet`` (``load_runs(dir, table=name)`` reads them back).
-Adding a module adds the task: the names are the modules found here, listed without importing
+A task that writes runs of its own (capacity: one per trial, under its directory) takes a third
+argument, ``run(cfg, llm, context: TaskContext)``. Adding a module adds the task: the names are the modules found here, listed without importing
 them, so that the config schema can name the tasks without importing the engine code they drive.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -24,3 +29,19 @@ def measurement(task: str) -> Measurement:
     if task not in TASKS:
         raise ValueError(f"task={task!r} is not a measurement; allowed: {', '.join(TASKS)}")
     return importlib.import_module(f"{__name__}.{task}").run
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What the runner gives a task that records runs of its own: its directory, the workload the
+    preflight built, and ``record_run(run_dir, name, summary, metrics, config)``, which writes a
+    serving run's results (harness/results.py; ``config`` joins metrics.json's key values) and logs
+    it to W&B in this run's group."""
+    run_dir: Path
+    workload: Any
+    record_run: Callable[..., None]
+    group: str
+
+
+def takes_context(task: Measurement) -> bool:
+    return len(inspect.signature(task).parameters) == 3

@@ -1,0 +1,80 @@
+"""sarathi_serve's token budget from a TBT SLO (``token_budget=auto``), as Sarathi-Serve sets it.
+
+Every iteration of stall-free batching holds the running decodes plus prefill chunks up to the
+budget, and each decode's next token waits for the whole iteration: the iteration time is the
+time between tokens. So the budget is the largest one whose fullest iteration (``batch_size``
+decodes and one chunk of ``budget - batch_size`` prompt tokens, every request at the workload's
+longest context) is predicted to finish within ``slo.tbt_p99_s``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from sarathi_lab.config import ConfigError, EngineConfig
+
+# Budgets searched: past this the iteration is far longer than any TBT SLO on any device we model.
+MAX_BUDGET = 1 << 16
+
+
+@dataclass(frozen=True)
+class Budget:
+    tokens: int
+    predicted_s: float      # the fullest iteration at that budget
+    cost_model: str         # what predicted it, e.g. "roofline a100"
+    capped: bool            # MAX_BUDGET itself fits: the SLO does not bind
+
+
+def largest_budget(iteration_s: Callable[[int], float], limit_s: float, batch_size: int) -> int | None:
+    """The largest budget in (batch_size, MAX_BUDGET] with iteration_s(budget) <= limit_s (iteration
+    time grows with the budget), or None when even one prompt token beside the decodes is too slow."""
+    lo, hi = batch_size + 1, MAX_BUDGET
+    if iteration_s(lo) > limit_s:
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if iteration_s(mid) <= limit_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def fullest_iteration_s(cost_model, budget: int, batch_size: int, context: int) -> float:
+    chunk = budget - batch_size
+    return cost_model.iteration_time_s(prefills=[(chunk, max(chunk, context))], decodes=[context] * batch_size)
+
+
+def budget_cost_model(engine: EngineConfig):
+    """(cost model, its description) that predicts this engine's iterations: the simulator's own; on
+    the real engine the CPU's profile (task=profile) if there is one, else the roofline of the CPU's
+    measured ceilings."""
+    from sarathi_lab.sim import CostModel
+    from sarathi_lab.sim.profile_model import profile_path
+
+    if engine.executor == "sim":
+        device, kind = engine.sim_device, engine.sim_cost_model
+    elif engine.device_type == "cpu":
+        device = "cpu"
+        kind = "profile" if profile_path("cpu", engine.model).is_file() else "roofline"
+    else:
+        raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and executor=model: only the "
+                          "CPU has measured ceilings here; use executor=sim engine.sim_device=<the GPU>")
+    return CostModel.for_device(device, engine.model, kind, engine.dtype), f"{kind} {device}"
+
+
+def auto_budget(engine: EngineConfig, tbt_p99_s: float, context: int) -> tuple[EngineConfig, Budget]:
+    """``engine`` with its token budget set from ``tbt_p99_s``, or a one-line ConfigError."""
+    cost_model, described = budget_cost_model(engine)
+    batch = engine.max_batch_size
+
+    def iteration_s(budget: int) -> float:
+        return fullest_iteration_s(cost_model, budget, batch, context)
+
+    tokens = largest_budget(iteration_s, tbt_p99_s, batch)
+    if tokens is None:
+        raise ConfigError(f"slo.tbt_p99_s={tbt_p99_s} is invalid with token_budget=auto: the {described} cost "
+                          f"model predicts {iteration_s(batch + 1):.4g} s for batch_size={batch} decodes at "
+                          f"{context} tokens of context plus one prompt token")
+    budget = Budget(tokens, iteration_s(tokens), described, capped=tokens == MAX_BUDGET)
+    return replace(engine, token_budget=tokens), budget

@@ -1,0 +1,80 @@
+"""task=capacity: the highest request rate meeting ``slo.tbt_p99_s`` and ``slo.sched_delay_p50_s``
+(Sarathi-Serve's capacity), by the bracketing search of harness/capacity.py on one engine.
+
+The engine (real or simulated) is built once by the runner and serves every trial: each trial is
+the same requests on the same arrival pattern scaled to its rate, so trials differ only in the
+rate. Each trial is a run of its own, ``trial-<k>-qps<rate>/`` under the search's directory (the
+results contract, logged to W&B in the search's group); the search writes ``capacity.json`` and a
+``trials`` table, and its summary is the capacity.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+
+import pandas as pd
+
+from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
+from sarathi_lab.harness.results import write_json
+from sarathi_lab.harness.tasks import TaskContext
+from sarathi_lab.harness.workloads import arrival_times
+
+log = logging.getLogger(__name__)
+
+CAPACITY_JSON = "capacity.json"
+# What the trials table and the summary keep of each trial (and of the trial at capacity).
+TRIAL_COLUMNS = ("tbt_p99", "sched_delay_p50_s", "ttft_p50", "tpot_p50_s", "goodput_rps", "slo_attainment",
+                 "saturated", "num_unfinished", "makespan_s")
+
+
+def trial_dir_name(k: int, qps: float) -> str:
+    return f"trial-{k}-qps{qps:.4g}"
+
+
+def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+    slo, workload, search = cfg.slo.as_slo(), context.workload, cfg.capacity
+    for stale in context.run_dir.glob("trial-*"):
+        shutil.rmtree(stale)  # an interrupted earlier search's trials
+    rows: list[dict] = []
+
+    def trial(qps: float) -> Trial:
+        k = len(rows)
+        result = serve_trial(llm, workload.prompts, workload.decode_lens, arrival_times(cfg.workload, qps, cfg.seed),
+                             slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
+        name = trial_dir_name(k, qps)
+        summary = result.summary | {"qps": qps, "passed": float(result.passed)}
+        context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
+        rows.append({"trial": k, "qps": qps, "passed": result.passed, "binding": result.binding,
+                     "stopped_early": result.stopped_early, "run_dir": name}
+                    | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
+        log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}",
+                 " (stopped early)" if result.stopped_early else "")
+        return result
+
+    found = search_capacity(trial, search.start_qps, search.resolution, search.min_qps, search.max_qps,
+                            search.max_trials)
+    record = found.as_dict() | {"slo": {"tbt_p99_s": slo.tbt_p99_s, "sched_delay_p50_s": slo.sched_delay_p50_s},
+                                "require_stable": search.require_stable}
+    for entry, row in zip(record["trials"], rows):
+        entry["run_dir"] = row["run_dir"]
+    write_json(context.run_dir / CAPACITY_JSON, record)
+    resolved = found.bounded and found.capacity_qps is not None and \
+        min(t.qps for t in found.trials if not t.passed) <= found.capacity_qps * (1 + found.resolution)
+    if not resolved:
+        log.warning("capacity search stopped before its resolution: %s", _why(found, search))
+    log.info("capacity %s req/s (binding: %s) after %d trials", found.capacity_qps, found.binding, len(found.trials))
+    best = next((r for r in rows if r["passed"] and r["qps"] == found.capacity_qps), {})
+    summary = {"capacity_qps": found.capacity_qps if found.capacity_qps is not None else math.nan,
+               "resolution": found.resolution, "bounded": float(found.bounded), "resolved": float(resolved),
+               "binding": found.binding, "num_trials": len(found.trials)} \
+        | {f"at_capacity_{c}": best.get(c, math.nan) for c in TRIAL_COLUMNS}
+    return summary, {"trials": pd.DataFrame(rows)}
+
+
+def _why(found, search) -> str:
+    if found.capacity_qps is None:
+        return f"even the lowest rate tried failed (capacity.min_qps={search.min_qps})"
+    if not found.bounded:
+        return f"every rate up to capacity.max_qps={search.max_qps} passed: capacity >= {found.capacity_qps}"
+    return f"capacity.max_trials={search.max_trials} ran out"

@@ -1,0 +1,66 @@
+"""analysis/capacity.py: the capacity table, its claims rows, and the searches read back from disk."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from sarathi_lab.analysis.capacity import (
+    capacity_claims,
+    capacity_table,
+    chunked_prefill_overhead,
+    load_searches,
+)
+from sarathi_lab.analysis.claims import COLUMNS
+
+
+def _searches():
+    rows = [("sarathi_serve", 0.1, 4.0), ("vllm", 0.1, 2.0), ("orca", 0.1, 1.0),
+            ("sarathi_serve", 0.5, 6.0), ("vllm", 0.5, 4.0), ("orca", 0.5, 3.0)]
+    return pd.DataFrame([{"scheduler": s, "tbt_slo_s": slo, "capacity_qps": c, "executor": "sim",
+                          "model": "mistral-7b", "scale": "full"} for s, slo, c in rows])
+
+
+def test_capacity_table_gives_the_gain_over_vllm_per_slo():
+    table = capacity_table(_searches())
+    assert list(table.index) == ["sarathi_serve", "vllm", "orca", "sarathi_serve / vllm"]
+    assert table.loc["sarathi_serve / vllm"].tolist() == pytest.approx([2.0, 1.5])
+
+
+def test_claims_rows_say_their_scale_and_source():
+    tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "tbt_p99": 0.05},
+                             {"scheduler": "sarathi_serve", "chunk": 2048, "tbt_p99": 0.2},
+                             {"scheduler": "orca", "chunk": 512, "tbt_p99": 1.0}]).assign(
+        executor="model", model="cpu-small", scale="ci")
+    claims = capacity_claims(_searches(), tradeoff, {1024: 0.1, 4096: 0.3}, "simulated, roofline")
+    assert list(claims.columns) == COLUMNS and len(claims) == 3
+    gain, hybrid, overhead = claims.to_dict("records")
+    assert gain["holds"] == "yes" and "2.00x at P99 TBT <= 0.1 s" in gain["ours"]
+    assert "simulated, mistral-7b, scale full" in gain["ours"]
+    assert hybrid["ours"].startswith("20.0x") and "measured, cpu-small, scale ci" in hybrid["ours"]
+    assert overhead["holds"] == "no" and "+30.0% at 4096" in overhead["ours"]
+
+
+def test_chunked_prefill_overhead_against_a_linear_cost_with_a_fixed_part():
+    class Linear:
+        def iteration_time_s(self, prefills=(), decodes=()):
+            return 1.0 + sum(chunk for chunk, _ in prefills)
+
+    # 4 chunks pay the fixed second 4 times instead of once: (4 + 2048) / (1 + 2048) - 1.
+    assert chunked_prefill_overhead(Linear(), 2048, 512) == pytest.approx(3 / 2049)
+
+
+def test_searches_load_from_their_capacity_json(tmp_path):
+    run = tmp_path / "0"
+    run.mkdir()
+    (run / "capacity.json").write_text(json.dumps({
+        "capacity_qps": 3.0, "resolution": 0.05, "binding": "tbt_p99_s", "bounded": True,
+        "trials": [{"qps": 3.0, "passed": True}, {"qps": 3.1, "passed": False}],
+        "slo": {"tbt_p99_s": 0.1, "sched_delay_p50_s": 2.0}}))
+    (run / "metrics.json").write_text(json.dumps({
+        "config": {"scheduler": "vllm", "executor": "sim", "model": "mistral-7b", "scale": "full"},
+        "summary": {"capacity_qps": 3.0, "token_budget": None, "at_capacity_tbt_p99": 0.09}}))
+    (row,) = load_searches(tmp_path).to_dict("records")
+    assert row["capacity_qps"] == 3.0 and row["tbt_slo_s"] == 0.1 and row["num_trials"] == 2
+    assert row["scheduler"] == "vllm" and row["at_capacity_tbt_p99"] == 0.09
