@@ -5,6 +5,7 @@ Prefill chunks come first, then one token for each decode, the Sarathi layout.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from sarathi_lab.engine.sequence import Sequence
@@ -44,8 +45,10 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_tokens
 
-    @property
+    @functools.cached_property
     def chunks(self) -> list[ScheduledChunk]:
+        """Built once, when first read: by then the scheduler has returned the batch, and a step
+        reads it several times (records, update, executor)."""
         return self.prefills + [ScheduledChunk(s, 1) for s in self.decodes]
 
     # The two below read the requests' state before the step: an executor reads them, and the
