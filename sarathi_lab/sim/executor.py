@@ -13,6 +13,12 @@ from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.sim.cost_model import CostModel
 
 
+def composition(batch: ScheduledBatch) -> tuple[list[tuple[int, int]], list[int]]:
+    """The batch as a cost model takes it: (chunk tokens, context once the chunk is cached) per
+    prefill chunk, and each decode's context with the token it computes now."""
+    return [(c.num_tokens, c.context_len) for c in batch.prefills], [s.num_computed + 1 for s in batch.decodes]
+
+
 class SimulatedExecutor(Executor):
     def __init__(self, cost_model: CostModel, clock: VirtualClock, eos_token_id: int | None = None):
         self.cost_model = cost_model
@@ -25,10 +31,8 @@ class SimulatedExecutor(Executor):
         """Sampling parameters change nothing: the tokens are fixed."""
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
-        prefills = [(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills]
-        # A decode's context includes the token it computes now; every decode samples, a chunk
-        # samples when it ends its request's tokens (batch.sampled, without building its list).
-        decodes = [s.num_computed + 1 for s in batch.decodes]
+        prefills, decodes = composition(batch)
+        # Every decode samples; a chunk samples when it ends its request's tokens.
         num_sampled = len(decodes) + sum(context == len(c.seq.tokens) for c, (_, context) in zip(batch.prefills, prefills))
         cost = self.cost_model.iteration_cost(prefills, decodes, num_sampled)
         self.extrapolated_iterations += cost.extrapolated

@@ -8,18 +8,12 @@ from __future__ import annotations
 
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.profiling import ops as measured
+from sarathi_lab.sim.executor import composition
 
 
 def cost_model(llm):
     """The simulated executor's cost model, or None on a real engine."""
     return getattr(llm.engine.executor, "cost_model", None)
-
-
-def composition(batch: ScheduledBatch) -> tuple[list[tuple[int, int]], list[int]]:
-    """The batch as a cost model takes it: (chunk tokens, context once the chunk is cached) per
-    prefill chunk, and each decode's context with the token it computes now."""
-    return ([(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills],
-            [s.num_computed + 1 for s in batch.decodes])
 
 
 def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
