@@ -62,6 +62,27 @@ def test_capacity_search_finds_the_capacity_known_by_construction(tmp_path):
 
 
 @pytest.mark.e2e
+def test_a_trial_serves_its_arrival_window_and_the_capacity_stays_the_same(tmp_path):
+    """capacity.trial_s: each trial serves max(min_requests, qps * trial_s) of the pool's requests
+    (a prefix of one arrival pattern); the D/D/1 case's capacity does not depend on how many."""
+    done = _cli(tmp_path, "task=capacity", "batch_size=1", "seq_len=40", "pd_ratio=4", "workload.num_requests=60",
+                "workload.arrival=gamma", "workload.cv=0.001", "slo.sched_delay_p50_s=0.0001",
+                "capacity.resolution=0.05", "capacity.start_qps=10", "capacity.trial_s=0.1",
+                "capacity.min_requests=15")
+    assert done.returncode == 0, done.stderr[-2000:]
+    trials = pd.read_parquet(tmp_path / "trials.parquet")
+    expected = [min(60, max(15, -(-q * 0.1 // 1))) for q in trials.qps]
+    assert trials.requests.tolist() == expected and len(set(expected)) > 1
+    for _, t in trials.iterrows():
+        served = len(pd.read_parquet(tmp_path / t.run_dir / "requests.parquet"))
+        # A trial stopped early records the requests that had arrived by then.
+        assert served == t.requests if not t.stopped_early else 0 < served <= t.requests
+    found = json.loads((tmp_path / "capacity.json").read_text())
+    capacity = 1 / _single_request_service_s()
+    assert found["capacity_qps"] <= capacity * 1.01 <= min(t["qps"] for t in found["trials"] if not t["passed"]) * 1.02
+
+
+@pytest.mark.e2e
 def test_a_serving_run_reports_goodput_its_auto_budget_and_that_it_never_drained(tmp_path):
     done = _cli(tmp_path, "scheduler=sarathi_serve", "token_budget=auto", "slo.tbt_p99_s=0.002", "slo.ttft_s=0.01",
                 "workload=uniform", "workload.num_requests=40", "workload.arrival=poisson", "workload.qps=2000",
@@ -108,6 +129,8 @@ def test_auto_budget_refuses_an_slo_no_budget_meets():
     (["task=capacity", "workload.arrival=poisson", "slo.sched_delay_p50_s=null"],
      "slo.tbt_p99_s=None is invalid with task=capacity"),
     (["capacity.resolution=inf"], "capacity.resolution=inf is invalid: must be a finite number"),
+    (["capacity.trial_s=nan"], "capacity.trial_s=nan is invalid: must be a finite number"),
+    (["capacity.trial_s=0"], "capacity.trial_s=0 is invalid: must be > 0"),
 ])
 def test_slo_and_capacity_settings_are_refused_in_one_line(overrides, message):
     from hydra import compose, initialize_config_dir

@@ -145,11 +145,19 @@ class CapacityCfg:
     require_stable: bool = True
     min_qps: float = 1e-3
     max_qps: float = 1e4
+    # Each trial's arrival window, seconds: a trial serves the first max(min_requests, qps * trial_s)
+    # requests of the workload (at most workload.num_requests). None: every trial serves them all.
+    # A window of fixed length, not a fixed count, is what makes a trial near capacity long enough
+    # for its queue to show whether it drains, and a trial at a low rate no longer than it needs.
+    trial_s: float | None = None
+    min_requests: int = 12
 
     def __post_init__(self):
         check_fields(self)
-        for key in ("start_qps", "resolution", "max_trials", "min_qps", "max_qps"):
+        for key in ("start_qps", "resolution", "max_trials", "min_qps", "max_qps", "min_requests"):
             check_positive(key, getattr(self, key))
+        if self.trial_s is not None:
+            check_positive("trial_s", self.trial_s)
         if not self.min_qps <= self.start_qps <= self.max_qps:
             raise ConfigError(f"start_qps={self.start_qps!r} is invalid: must be within [min_qps={self.min_qps}, "
                               f"max_qps={self.max_qps}]")

@@ -3,8 +3,9 @@
 
 The engine (real or simulated) is built once by the runner and serves every trial: each trial is
 the same requests on the same arrival pattern scaled to its rate, so trials differ only in the
-rate. Each trial is a run of its own, ``trial-<k>-qps<rate>/`` under the search's directory (the
-results contract, logged to W&B in the search's group); the search writes ``capacity.json`` and a
+rate (with ``capacity.trial_s``, the pattern's first ``trial_s`` seconds: a prefix of it). Each
+trial is a run of its own, ``trial-<k>-qps<rate>/`` under the search's directory (the results
+contract, logged to W&B in the search's group); the search writes ``capacity.json`` and a
 ``trials`` table, and its summary is the capacity.
 """
 from __future__ import annotations
@@ -28,6 +29,13 @@ TRIAL_COLUMNS = ("tbt_p99", "sched_delay_p50_s", "ttft_p50", "tpot_p50_s", "good
                  "saturated", "num_unfinished", "makespan_s")
 
 
+def trial_requests(search, qps: float, available: int) -> int:
+    """How many of the workload's requests a trial at ``qps`` serves: its arrival window's worth."""
+    if search.trial_s is None:
+        return available
+    return min(available, max(search.min_requests, math.ceil(qps * search.trial_s)))
+
+
 def trial_dir_name(k: int, qps: float) -> str:
     return f"trial-{k}-qps{qps:.4g}"
 
@@ -40,12 +48,14 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
 
     def trial(qps: float) -> Trial:
         k = len(rows)
-        result = serve_trial(llm, workload.prompts, workload.decode_lens, arrival_times(cfg.workload, qps, cfg.seed),
+        n = trial_requests(search, qps, len(workload.prompts))
+        arrivals = arrival_times(cfg.workload, qps, cfg.seed)
+        result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
                              slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
         name = trial_dir_name(k, qps)
         summary = result.summary | {"qps": qps, "passed": float(result.passed)}
         context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
-        rows.append({"trial": k, "qps": qps, "passed": result.passed, "binding": result.binding,
+        rows.append({"trial": k, "qps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                      "stopped_early": result.stopped_early, "run_dir": name}
                     | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
         log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}",
