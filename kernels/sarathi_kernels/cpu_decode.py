@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 _SOURCE = Path(__file__).parent / "csrc" / "paged_decode_cpu.cpp"
-_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 _PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
 
 
