@@ -2,10 +2,10 @@
 
 Prefill chunks run one request at a time (few, long, compute-bound) through
 ``scaled_dot_product_attention`` over the request's context gathered from its cache blocks. On the
-CPU in float32, decodes (many, one query each, memory-bound) run in one call of the C++ paged-decode
-kernel (``sarathi_kernels.cpu_decode``), which reads each cached row once, in place. Elsewhere, or
-when that kernel cannot be built, they run through ``scaled_dot_product_attention`` as
-``decode_plan`` lays them out.
+CPU in float32 or bfloat16, decodes (many, one query each, memory-bound) run in one call of the C++
+paged-decode kernel (``sarathi_kernels.cpu_decode``), which reads each cached row once, in place.
+Elsewhere, or when that kernel cannot be built, they run through ``scaled_dot_product_attention``
+as ``decode_plan`` lays them out.
 
 Everything the layers of one iteration share (kernel or sdpa, the decode plan, the prefill masks)
 is built once by ``plan`` onto the metadata. The only thing kept between calls is a scratch
@@ -49,7 +49,7 @@ class TorchAttention(AttentionBackend):
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
         device, block_size = k_cache.device, k_cache.shape[1]
         kernel = (meta.num_decodes > 0 and self.cpu_kernel and device.type == "cpu"
-                  and k_cache.dtype == torch.float32 and k_cache.is_contiguous() and cpu_decode.available())
+                  and k_cache.dtype in cpu_decode.DTYPES and k_cache.is_contiguous() and cpu_decode.available())
         decodes = DecodePlan([], []) if kernel else plan_decodes(meta, block_size, device)
         masks = [None if q_len == ctx else causal_lower_right(q_len, ctx, device)
                  for q_len, ctx in zip(meta.query_lens_host[: meta.num_prefills], meta.seq_lens_host)]

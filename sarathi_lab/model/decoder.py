@@ -38,10 +38,11 @@ class Attention(nn.Module):
 
     def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
         t = hidden.shape[0]
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(t, self.num_heads, self.head_dim)
-        k = k.view(t, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(positions, q, k)
+        qkv = self.qkv_proj(hidden)
+        # q and k rotate together: one pass over both, same angles per token.
+        qk = self.rotary(positions, qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim))
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+        v = qkv[:, self.q_size + self.kv_size :]
         k_cache, v_cache = kv_cache
         self.backend.write_kv(k, v.view(t, self.num_kv_heads, self.head_dim), k_cache, v_cache, meta)
         out = self.backend.attend(q, k_cache, v_cache, meta, self.scale)

@@ -1,7 +1,13 @@
-"""Building blocks of a LLaMA-family decoder that work on a flat token batch [T, hidden]."""
+"""Building blocks of a LLaMA-family decoder that work on a flat token batch [T, hidden].
+
+On the CPU in float32 or bfloat16 each block's elementwise work runs as one fused C++ pass
+(``sarathi_kernels.cpu_ops``, rounding where these torch expressions round); elsewhere, or where
+those kernels cannot be built, the torch code below runs.
+"""
 from __future__ import annotations
 
 import torch
+from sarathi_kernels import cpu_ops
 from torch import nn
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -16,6 +22,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if cpu_ops.supports(x):
+            out = cpu_ops.add_rms_norm(x, residual, self.weight, self.eps)
+            return out if residual is None else (out, residual)
         if residual is not None:
             x = x + residual
             residual = x
@@ -50,13 +59,21 @@ class RotaryEmbedding(nn.Module):
             inv_freq, scaling = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, torch.device("cpu"))
         freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos", emb.cos() * scaling, persistent=False)
-        self.register_buffer("sin", emb.sin() * scaling, persistent=False)
+        # Float32 whatever the model's dtype (as transformers keeps its inv_freq), so not buffers,
+        # which a model-wide .to(dtype) would cast; they follow the positions' device on first use.
+        # Either way the torch path rounds each angle to the model's dtype once, when it reads it.
+        self.cos, self.sin = emb.cos() * scaling, emb.sin() * scaling
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        cos = self.cos[positions].to(q.dtype).unsqueeze(1)
-        sin = self.sin[positions].to(q.dtype).unsqueeze(1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+    def forward(self, positions: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:
+        """qk [tokens, q heads + k heads, d], rotated: in place on the CPU path, else a new tensor."""
+        if self.cos.device != positions.device:
+            self.cos, self.sin = self.cos.to(positions.device), self.sin.to(positions.device)
+        if cpu_ops.supports(qk):
+            cpu_ops.rope_(qk, positions, self.cos, self.sin)
+            return qk
+        cos = self.cos[positions].to(qk.dtype).unsqueeze(1)
+        sin = self.sin[positions].to(qk.dtype).unsqueeze(1)
+        return _rotate(qk, cos, sin)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -75,5 +92,8 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if cpu_ops.supports(gate_up):
+            return self.down_proj(cpu_ops.silu_mul(gate_up))
+        gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(nn.functional.silu(gate) * up)

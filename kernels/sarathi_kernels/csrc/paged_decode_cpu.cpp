@@ -13,6 +13,8 @@
 // products in vector order; the result stays within float32 rounding of the reference (tested).
 // Infinities are kept out by construction (-FLT_MAX as the empty max), so nothing relies on them.
 //
+// Storage is float32 or bfloat16 (cpu_common.h); the arithmetic is float32 either way.
+//
 // Plain C ABI over raw pointers, no torch headers: the system compiler builds it in about a second
 // and ctypes loads it (cpu_decode.py checks dtypes, shapes and contiguity before calling).
 #include <algorithm>
@@ -21,12 +23,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu_common.h"
+
+namespace {
+
+using sarathi::load;
+
 // q, out [n, heads, d]; k_cache, v_cache [blocks, block_size, kv_heads, d]; block_tables [n, max_blocks];
-// seq_lens [n]. All contiguous, float32 and int32. Work items are (request, range of kv heads),
-// handed out dynamically: requests' lengths differ, so equal counts are not equal work.
-extern "C" void paged_decode(const float* q, const float* kc, const float* vc, const int32_t* tables,
-                             const int32_t* lens, float* out, int64_t n, int64_t heads, int64_t d,
-                             int64_t block_size, int64_t kv_heads, int64_t max_blocks, float scale, int threads) {
+// seq_lens [n]. All contiguous; T is float or bf16; tables and lengths int32. Work items are
+// (request, range of kv heads), handed out dynamically: requests' lengths differ, so equal counts
+// are not equal work.
+template <typename T>
+void paged_decode(const T* q, const T* kc, const T* vc, const int32_t* tables, const int32_t* lens, T* out,
+                  int64_t n, int64_t heads, int64_t d, int64_t block_size, int64_t kv_heads, int64_t max_blocks,
+                  float scale, int threads) {
   const int64_t group = heads / kv_heads;
   const int64_t row = kv_heads * d;  // floats between consecutive tokens of one head
   // Enough items for every thread even with one request; whole requests when there are many.
@@ -35,29 +45,31 @@ extern "C" void paged_decode(const float* q, const float* kc, const float* vc, c
 #pragma omp parallel num_threads(threads) if (threads > 1 && n * splits > 1)
   {
     const int64_t qh = span * group;  // query heads of one item
-    std::vector<float> scores(qh * block_size), acc(qh * d), m(qh), l(qh);
+    std::vector<float> scores(qh * block_size), acc(qh * d), m(qh), l(qh), qf(qh * d);
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < n * splits; ++w) {
       const int64_t i = w / splits, g0 = (w % splits) * span, g1 = std::min(kv_heads, g0 + span);
       const int64_t nq = (g1 - g0) * group, len = lens[i];
-      const float* qi = q + (i * heads + g0 * group) * d;
+      const T* qsrc = q + (i * heads + g0 * group) * d;
+      for (int64_t j = 0; j < nq * d; ++j) qf[j] = load(qsrc[j]);
+      const float* qi = qf.data();
       std::fill(acc.begin(), acc.begin() + nq * d, 0.f);
       std::fill(m.begin(), m.begin() + nq, -FLT_MAX);
       std::fill(l.begin(), l.begin() + nq, 0.f);
       for (int64_t b = 0; b * block_size < len; ++b) {
         const int64_t tokens = std::min(block_size, len - b * block_size);
         const int64_t base = static_cast<int64_t>(tables[i * max_blocks + b]) * block_size * row + g0 * d;
-        const float* kb = kc + base;
-        const float* vb = vc + base;
+        const T* kb = kc + base;
+        const T* vb = vc + base;
         // Scores, rows in memory order: token t's heads g0..g1 are one contiguous stretch.
         for (int64_t t = 0; t < tokens; ++t) {
-          const float* k = kb + t * row;
+          const T* k = kb + t * row;
           for (int64_t h = 0; h < nq; ++h) {
-            const float* kh = k + (h / group) * d;
+            const T* kh = k + (h / group) * d;
             const float* qv = qi + h * d;
             float s = 0.f;
 #pragma omp simd reduction(+ : s)
-            for (int64_t j = 0; j < d; ++j) s += qv[j] * kh[j];
+            for (int64_t j = 0; j < d; ++j) s += qv[j] * load(kh[j]);
             scores[h * block_size + t] = s * scale;
           }
         }
@@ -80,21 +92,32 @@ extern "C" void paged_decode(const float* q, const float* kc, const float* vc, c
           for (int64_t j = 0; j < d; ++j) a[j] *= rescale;
         }
         for (int64_t t = 0; t < tokens; ++t) {
-          const float* v = vb + t * row;
+          const T* v = vb + t * row;
           for (int64_t h = 0; h < nq; ++h) {
             const float p = scores[h * block_size + t];
-            const float* vh = v + (h / group) * d;
+            const T* vh = v + (h / group) * d;
             float* a = acc.data() + h * d;
 #pragma omp simd
-            for (int64_t j = 0; j < d; ++j) a[j] += p * vh[j];
+            for (int64_t j = 0; j < d; ++j) a[j] += p * load(vh[j]);
           }
         }
       }
       for (int64_t h = 0; h < nq; ++h) {
-        float* dst = out + (i * heads + g0 * group + h) * d;
+        T* dst = out + (i * heads + g0 * group + h) * d;
         const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-        for (int64_t j = 0; j < d; ++j) dst[j] = acc[h * d + j] * inv;
+        for (int64_t j = 0; j < d; ++j) dst[j] = sarathi::store<T>(acc[h * d + j] * inv);
       }
     }
   }
 }
+
+}  // namespace
+
+#define SARATHI_DECODE(NAME, T)                                                                            \
+  extern "C" void NAME(const T* q, const T* kc, const T* vc, const int32_t* tables, const int32_t* lens, T* out, \
+                       int64_t n, int64_t heads, int64_t d, int64_t block_size, int64_t kv_heads,              \
+                       int64_t max_blocks, float scale, int threads) {                                        \
+    paged_decode<T>(q, kc, vc, tables, lens, out, n, heads, d, block_size, kv_heads, max_blocks, scale, threads); \
+  }
+SARATHI_DECODE(paged_decode_f32, float)
+SARATHI_DECODE(paged_decode_bf16, sarathi::bf16)

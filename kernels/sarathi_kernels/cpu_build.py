@@ -1,0 +1,96 @@
+"""The CPU kernels (csrc/*.cpp: paged-decode attention, fused elementwise ops), built once per machine.
+
+The sources are plain C functions over raw pointers: the system C++ compiler builds them into one
+shared library in a couple of seconds (no torch headers, no ninja) and ctypes loads it. Builds are
+content-addressed, named by a hash of the sources, the compiler command and version, and the CPU's
+ISA flags (``-march=native`` code built on an AVX-512 machine must never load on an AVX2-only one),
+so two environments or two machines sharing a home directory never evict or rebuild each other's
+builds. A build is written beside its final name and renamed into place: concurrent processes and a
+kill mid-build never leave a broken file behind. Without a compiler (or if the build fails) one line
+says so and callers fall back to torch's ops.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_CSRC = Path(__file__).parent / "csrc"
+_SOURCES = sorted(_CSRC.glob("*.cpp"))
+# -ffast-math: vector exp from glibc's libmvec and vector-order sums (each source says where it
+# relies on it, and where it keeps infinities out).
+_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sarathi_lab" / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return " ".join(sorted(flags.partition(":")[2].split())) or platform.processor()
+
+
+def _build_key(compiler: str) -> str:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    h = hashlib.sha256()
+    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(_FLAGS).encode(), version.encode(),
+                 platform.machine().encode(), _cpu_flags().encode()):
+        h.update(part)
+        h.update(b"\0")
+    return h.hexdigest()[:20]
+
+
+def _build(compiler: str) -> Path:
+    """The shared library for these sources, compiler and CPU: from the cache, or built into it."""
+    target = cache_dir() / f"cpu_kernels-{_build_key(compiler)}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"sarathi_lab: building the CPU kernels for this machine, once: {target}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
+        built = Path(tmp) / target.name
+        done = subprocess.run([compiler, *_FLAGS, *map(str, _SOURCES), "-o", str(built)], capture_output=True,
+                              text=True, check=False)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or [""])[0]
+            raise RuntimeError(f"{compiler} exited {done.returncode}: {first}")
+        os.replace(built, target)
+    return target
+
+
+@functools.cache
+def library() -> ctypes.PyDLL | None:
+    """The loaded library, or None (said once, in one line) where it cannot be built."""
+    compiler = os.environ.get("CXX") or "c++"
+    try:
+        if shutil.which(compiler) is None:
+            raise RuntimeError(f"no C++ compiler ({compiler!r} is not on PATH)")
+        # PyDLL keeps the GIL, as a torch op would: releasing and retaking it around every call
+        # measured slower on a loaded 2-core machine, and nothing else in the engine runs meanwhile.
+        return ctypes.PyDLL(str(_build(compiler)))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        print(f"sarathi_lab: the CPU kernels are unavailable ({e}); decode attention and the fused "
+              "elementwise ops fall back to torch's", file=sys.stderr)
+        return None
+
+
+def function(name: str, argtypes: list, restype=None):
+    """``name`` from the library with its C signature, or None where the library is unavailable."""
+    lib = library()
+    if lib is None:
+        return None
+    fn = getattr(lib, name)
+    fn.argtypes, fn.restype = argtypes, restype
+    return fn

@@ -1,0 +1,75 @@
+"""The decoder's fused elementwise steps on the CPU (csrc/elementwise_cpu.cpp): residual add + RMSNorm,
+rotary embedding in place, SiLU(gate) * up; float32 or bfloat16.
+
+``supports(tensor)`` says whether a tensor can take this path (CPU, a dtype of ``DTYPES``, the
+library built); the model asks it and otherwise runs its torch code. Wrappers check only what a
+wrong call would misread (dtype, contiguity, shapes), with cheap attribute reads: they run several
+times per layer.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from sarathi_kernels import cpu_build
+
+DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+_P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+_SIGNATURES = {
+    "add_rms_norm": [_P, _P, _P, _P, _I64, _I64, _F, _INT],
+    "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
+    "silu_mul": [_P, _P, _I64, _I64, _INT],
+}
+
+
+@functools.cache
+def _fn(name: str, suffix: str):
+    return cpu_build.function(f"{name}_{suffix}", _SIGNATURES[name])
+
+
+def supports(x: torch.Tensor) -> bool:
+    return x.is_cpu and x.dtype in DTYPES and cpu_build.library() is not None
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"sarathi_kernels.cpu_ops: {what}")
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * rmsnorm(x + residual), with ``residual`` updated in place to x + residual (or
+    weight * rmsnorm(x) without one). x, residual [rows, hidden] contiguous, weight [hidden]."""
+    rows, hidden = x.shape
+    _check(x.is_contiguous() and weight.is_contiguous() and weight.shape == (hidden,) and weight.dtype == x.dtype
+           and (residual is None or (residual.shape == x.shape and residual.dtype == x.dtype
+                                     and residual.is_contiguous())), "add_rms_norm: contiguous [rows, hidden] of one dtype")
+    out = torch.empty_like(x)
+    _fn("add_rms_norm", DTYPES[x.dtype])(x.data_ptr(), None if residual is None else residual.data_ptr(),
+                                         weight.data_ptr(), out.data_ptr(), rows, hidden, eps,
+                                         torch.get_num_threads())
+    return out
+
+
+def rope_(qk: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Rotates qk [tokens, heads, d] (heads and d contiguous; rows may be strided, as q and k inside
+    the fused qkv output) in place by the angles of ``positions`` (int64 [tokens]) in the float32
+    tables cos, sin [max_positions, d]."""
+    tokens, heads, d = qk.shape
+    _check(qk.stride(2) == 1 and qk.stride(1) == d and positions.dtype == torch.int64 and positions.is_contiguous()
+           and positions.shape == (tokens,) and cos.dtype == sin.dtype == torch.float32 and cos.is_contiguous()
+           and sin.is_contiguous() and cos.shape[1] == d and d % 2 == 0, "rope_: [tokens, heads, d] rows of "
+           "contiguous heads, int64 positions, float32 contiguous tables")
+    _fn("rope", DTYPES[qk.dtype])(qk.data_ptr(), positions.data_ptr(), cos.data_ptr(), sin.data_ptr(), tokens, heads,
+                                  d, qk.stride(0), torch.get_num_threads())
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up of gate_up [rows, 2 * inter] (gate first), contiguous."""
+    rows, width = gate_up.shape
+    _check(gate_up.is_contiguous() and width % 2 == 0, "silu_mul: contiguous [rows, 2 * inter]")
+    out = gate_up.new_empty((rows, width // 2))
+    _fn("silu_mul", DTYPES[gate_up.dtype])(gate_up.data_ptr(), out.data_ptr(), rows, width // 2,
+                                           torch.get_num_threads())
+    return out
