@@ -34,16 +34,22 @@ def _searches(root, executor="model"):
     return root
 
 
+def docs_copy(root, cpu_table: bool = False):
+    """A copy of the committed simulated tables and claims table, with a CPU table from made-up
+    searches or none, so that what draws into docs/ leaves the repository's alone."""
+    docs = root / "docs"
+    (docs / "capacity").mkdir(parents=True)
+    (docs / "figures").mkdir()
+    for name in (f"capacity/{capacity_docs.SIM_CSV}", f"capacity/{capacity_docs.TRADEOFF_CSV}", "figures/claims.csv"):
+        shutil.copy(REPO_ROOT / "docs" / name, docs / name)
+    if cpu_table:
+        capacity_docs.tabulate(_searches(root / "runs"), docs)
+    return docs
+
+
 @pytest.fixture
 def docs(tmp_path):
-    """A copy of the committed capacity tables and claims table, without any CPU table."""
-    docs = tmp_path / "docs"
-    for name in (capacity_docs.SIM_CSV, capacity_docs.TRADEOFF_CSV):
-        (docs / "capacity").mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO_ROOT / "docs" / "capacity" / name, docs / "capacity" / name)
-    (docs / "figures").mkdir()
-    shutil.copy(REPO_ROOT / "docs" / "figures" / "claims.csv", docs / "figures" / "claims.csv")
-    return docs
+    return docs_copy(tmp_path)
 
 
 def test_the_cpu_table_has_the_simulated_columns_and_what_it_ran_on(tmp_path, docs):
