@@ -1,7 +1,7 @@
 """Sarathi-Serve's capacity results: searches (task=capacity) as a table, capacity bars per
 scheduler and SLO beside the paper's ratio, the TTFT-vs-TBT trade-off over token budgets, and the
-claims rows (same columns as analysis/claims.py), each saying its scale and whether it was
-simulated or measured.
+claims rows (analysis/claims.py's columns: measured evidence in ``ours``, simulated in
+``simulated``). analysis/capacity_docs.py applies them to the committed tables in docs/capacity/.
 """
 from __future__ import annotations
 
