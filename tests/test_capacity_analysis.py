@@ -7,12 +7,16 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.analysis.capacity import (
+    Evidence,
     capacity_claims,
     capacity_table,
     chunked_prefill_overhead,
+    compact,
     load_searches,
+    write_csv,
 )
 from sarathi_lab.analysis.claims import COLUMNS
+from sarathi_lab.harness import REPO_ROOT
 
 
 def _searches():
@@ -28,18 +32,40 @@ def test_capacity_table_gives_the_gain_over_vllm_per_slo():
     assert table.loc["sarathi_serve / vllm"].tolist() == pytest.approx([2.0, 1.5])
 
 
-def test_claims_rows_say_their_scale_and_source():
+def test_claims_rows_put_measured_and_simulated_in_their_columns():
     tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "tbt_p99": 0.05},
                              {"scheduler": "sarathi_serve", "chunk": 2048, "tbt_p99": 0.2},
                              {"scheduler": "orca", "chunk": 512, "tbt_p99": 1.0}]).assign(
-        executor="model", model="cpu-small", scale="ci")
-    claims = capacity_claims(_searches(), tradeoff, {1024: 0.1, 4096: 0.3}, "simulated, roofline")
-    assert list(claims.columns) == COLUMNS and len(claims) == 3
+        executor="sim", model="mistral-7b", scale="full")
+    cpu = _searches().assign(executor="model", model="cpu-small", capacity_qps=lambda d: d.capacity_qps / 10)
+    claims = capacity_claims(Evidence(searches=cpu), Evidence(_searches(), tradeoff, {1024: 0.1, 4096: 0.3}),
+                             "roofline (a100, mistral-7b)")
+    assert list(claims.columns) == COLUMNS and len(claims) == 3 and set(claims.experiment) == {"capacity"}
     gain, hybrid, overhead = claims.to_dict("records")
-    assert gain["holds"] == "yes" and "2.00x at P99 TBT <= 0.1 s" in gain["ours"]
-    assert "simulated, mistral-7b, scale full" in gain["ours"]
-    assert hybrid["ours"].startswith("20.0x") and "measured, cpu-small, scale ci" in hybrid["ours"]
-    assert overhead["holds"] == "no" and "+30.0% at 4096" in overhead["ours"]
+    assert gain["holds"] == "yes" and "2.00x at P99 TBT <= 0.1 s" in gain["ours"] and "cpu-small" in gain["ours"]
+    assert gain["holds (sim)"] == "yes" and "mistral-7b, scale full" in gain["simulated"]
+    assert gain["cost model"] == "roofline (a100, mistral-7b)"
+    assert (hybrid["ours"], hybrid["holds"]) == ("not measured yet", "n/a")
+    assert hybrid["simulated"].startswith("20.0x") and hybrid["holds (sim)"] == "yes"
+    assert overhead["holds (sim)"] == "no" and "+30.0% at 4096" in overhead["simulated"]
+
+
+def test_claims_rows_without_evidence_say_so():
+    claims = capacity_claims(Evidence(), Evidence(), "roofline (a100, mistral-7b)")
+    assert set(claims.holds) == set(claims["holds (sim)"]) == {"n/a"}
+    assert set(claims.simulated) == {"not run"} and set(claims["cost model"]) == {""}
+
+
+def test_a_gain_of_unbounded_searches_is_no_verdict():
+    # Both passed every rate tried: their ratio says nothing about which is larger.
+    (gain, *_) = capacity_claims(Evidence(searches=_searches().assign(bounded=False)), Evidence(), "").to_dict("records")
+    assert gain["holds"] == "n/a" and "passed every rate" in gain["ours"]
+
+
+def test_the_compact_table_of_the_simulated_searches_is_the_committed_one(tmp_path):
+    committed = REPO_ROOT / "docs" / "capacity" / "sim_capacity.csv"
+    shuffled = pd.read_csv(committed).sample(frac=1, random_state=0)
+    assert write_csv(compact(shuffled), tmp_path / "sim.csv").read_text() == committed.read_text()
 
 
 def test_chunked_prefill_overhead_against_a_linear_cost_with_a_fixed_part():
@@ -60,7 +86,9 @@ def test_searches_load_from_their_capacity_json(tmp_path):
         "slo": {"tbt_p99_s": 0.1, "sched_delay_p50_s": 2.0}}))
     (run / "metrics.json").write_text(json.dumps({
         "config": {"scheduler": "vllm", "executor": "sim", "model": "mistral-7b", "scale": "full"},
-        "summary": {"capacity_qps": 3.0, "token_budget": None, "at_capacity_tbt_p99": 0.09}}))
+        "summary": {"capacity_qps": 3.0, "token_budget": None, "at_capacity_tbt_p99": 0.09},
+        "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
     (row,) = load_searches(tmp_path).to_dict("records")
     assert row["capacity_qps"] == 3.0 and row["tbt_slo_s"] == 0.1 and row["num_trials"] == 2
     assert row["scheduler"] == "vllm" and row["at_capacity_tbt_p99"] == 0.09
+    assert row["device_name"] == "Test CPU" and row["torch_threads"] == 2

@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 
 import nbformat
+import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
 from sarathi_lab.analysis.runs import EXPERIMENTS
 from sarathi_lab.harness import REPO_ROOT
 from sarathi_lab.produce import run_experiments
+from tests.test_capacity_docs import docs_copy
 
 pytestmark = pytest.mark.e2e
-NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +36,33 @@ def test_every_ci_experiment_finishes_every_job(results_root):
         assert len(list(sweep.glob("*/metrics.json"))) == len(jobs)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path, results_root, monkeypatch):
+def _execute(path, monkeypatch, results_root, docs):
     monkeypatch.setenv("SARATHI_RESULTS", str(results_root))
+    monkeypatch.setenv("SARATHI_DOCS", str(docs))  # capacity.ipynb redraws into docs/
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(notebook, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    return notebook
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_top_to_bottom(path, results_root, monkeypatch, tmp_path):
+    _execute(path, monkeypatch, results_root, docs_copy(tmp_path))
     if path.name == "figures.ipynb":
         assert sorted(p.stem for p in (results_root / "figures").glob("*.png")) == sorted(EXPERIMENTS)
-        claims = (results_root / "figures" / "claims.csv").read_text()
-        assert "simulated" in claims.splitlines()[0] and "roofline (a6000, llama-13b)" in claims
+        claims = pd.read_csv(results_root / "figures" / "claims.csv")
+        assert "simulated" in claims.columns and "roofline (a6000, llama-13b)" in set(claims["cost model"])
+        assert (claims.experiment == "capacity").sum() == 3
+
+
+@pytest.mark.parametrize("cpu_table", [False, True], ids=["not measured", "measured"])
+def test_capacity_notebook_draws_with_and_without_the_cpu_table(cpu_table, monkeypatch, tmp_path):
+    docs = docs_copy(tmp_path, cpu_table)
+    notebook = _execute(NOTEBOOKS_DIR / "capacity.ipynb", monkeypatch, tmp_path / "results", docs)
+    assert {p.name for p in (docs / "figures").glob("*.png")} == {"capacity.png", "capacity_tradeoff.png"}
+    claims = pd.read_csv(docs / "figures" / "claims.csv")
+    measured = claims[claims.experiment == "capacity"].ours.iloc[0]
+    assert ("cpu-small" in measured) == cpu_table and ("not measured yet" in measured) != cpu_table
+    shown = json.dumps(notebook.cells[-1].outputs)
+    assert "roofline (a100, mistral-7b)" in shown

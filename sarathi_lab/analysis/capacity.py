@@ -1,13 +1,15 @@
 """Sarathi-Serve's capacity results: searches (task=capacity) as a table, capacity bars per
 scheduler and SLO beside the paper's ratio, the TTFT-vs-TBT trade-off over token budgets, and the
-claims rows (same columns as analysis/claims.py), each saying its scale and whether it was
-simulated or measured.
+claims rows (analysis/claims.py's columns: measured evidence in ``ours``, simulated in
+``simulated``). analysis/capacity_docs.py applies them to the committed tables in docs/capacity/.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -22,6 +24,12 @@ PAPER_GAIN_OVER_VLLM = 2.6
 PAPER_HYBRID_TBT_RATIO = 28.3
 PAPER_CHUNK_512_OVERHEAD = 0.25
 SCHEDULERS = ("sarathi_serve", "vllm", "orca", "static")
+TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_qps", "resolution", "binding", "bounded",
+                 "num_trials", "token_budget", "at_capacity_tbt_p99", "at_capacity_ttft_p50",
+                 "at_capacity_sched_delay_p50_s", "executor", "model", "scale"]
+# What a measured capacity depends on besides the model: the machine, the precision, the threads,
+# and whether other work shared the cores while it ran (harness/runner's timing check).
+MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"]
 
 
 def load_searches(root: str | Path) -> pd.DataFrame:
@@ -38,8 +46,24 @@ def load_searches(root: str | Path) -> pd.DataFrame:
             "num_trials": len(found["trials"]), "token_budget": summary.get("token_budget"),
             "at_capacity_tbt_p99": summary.get("at_capacity_tbt_p99"),
             "at_capacity_ttft_p50": summary.get("at_capacity_ttft_p50"),
-            "at_capacity_sched_delay_p50_s": summary.get("at_capacity_sched_delay_p50_s")})
+            "at_capacity_sched_delay_p50_s": summary.get("at_capacity_sched_delay_p50_s")}
+            | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable")})
     return pd.DataFrame(rows)
+
+
+def compact(searches: pd.DataFrame) -> pd.DataFrame:
+    """The committed table of a set of searches (docs/capacity/*_capacity.csv), one row per search.
+    A measured one adds what it ran on, which a simulated one does not depend on."""
+    measured = (searches.executor != "sim").any()
+    columns = TABLE_COLUMNS + MEASURED_COLUMNS * bool(measured)
+    return searches[columns].sort_values(["tbt_slo_s", "scheduler", "token_budget"]).reset_index(drop=True)
+
+
+def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
+    """Six significant digits: the tables are read by people and diffs, not re-analysed."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False, float_format="%g")
+    return Path(path)
 
 
 def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
@@ -70,6 +94,35 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str = ""):
     ax.set_title(title or "capacity under a P99 TBT SLO and median scheduling delay <= 2 s")
     ax.legend(fontsize=8)
     return ax
+
+
+def _bounded(searches: pd.DataFrame) -> bool:
+    """Every search found a rate that fails; an unbounded one's capacity is only a lower bound."""
+    return "bounded" not in searches or bool(searches.bounded.all())
+
+
+def scale_label(rows: pd.DataFrame) -> str:
+    first = rows.iloc[0]
+    return f"{first.model}, scale {first.scale}"
+
+
+def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost_model: str):
+    """Two panels: the capacities simulated by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")
+    and the ones measured on a CPU, or a panel saying they are not measured yet."""
+    fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
+    plot_capacity(simulated, sim_ax, f"simulated, {cost_model}: scale {simulated.scale.iloc[0]}")
+    if measured is not None and len(measured):
+        first = measured.iloc[0]
+        caveats = [text for flag, text in ((measured.timing_unreliable.any(), "timings unreliable: shared cores"),
+                                           (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
+                   if flag]
+        plot_capacity(measured, cpu_ax, f"measured on {first.device_name}: {scale_label(measured)}, {first['dtype']}, "
+                                        f"{first.torch_threads:g} thread(s)" + "".join(f"\n({c})" for c in caveats))
+    else:
+        cpu_ax.text(0.5, 0.5, "CPU capacity: not measured yet\n(experiment=capacity; docs/capacity/README.md)",
+                    ha="center", va="center", transform=cpu_ax.transAxes)
+        cpu_ax.set_axis_off()
+    return fig
 
 
 def load_tradeoff(root: str | Path) -> pd.DataFrame:
@@ -106,46 +159,67 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
     return chunked / whole - 1
 
 
-def _source(rows: pd.DataFrame) -> str:
-    first = rows.iloc[0]
-    kind = "simulated" if first.executor == "sim" else "measured"
-    return f"{kind}, {first.model}, scale {first.scale}"
+@dataclass(frozen=True)
+class Evidence:
+    """What one column of the claims rows is computed from, measured or simulated; None: absent.
+    ``searches``: load_searches or a *_capacity.csv; ``tradeoff``: load_tradeoff (orca and
+    sarathi_serve at one load); ``overhead``: {prompt length: overhead of 512-token chunks}."""
+    searches: pd.DataFrame | None = None
+    tradeoff: pd.DataFrame | None = None
+    overhead: dict[int, float] | None = None
 
 
-def _row(claim: str, paper_text: str, ours: str, holds: str) -> dict:
-    return dict(zip(COLUMNS, ("capacity", claim, paper_text, ours, holds)))
+def _gain(evidence: Evidence) -> tuple[str, str] | None:
+    searches = evidence.searches
+    table = capacity_table(searches) if searches is not None and len(searches) else None
+    if table is None or "sarathi_serve / vllm" not in table.index:
+        return None
+    gains = table.loc["sarathi_serve / vllm"]
+    slo = gains.index.min()
+    ours = ", ".join(f"{g:.2f}x at P99 TBT <= {s:g} s" for s, g in gains.items())
+    pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve", "vllm"])]
+    if not _bounded(pair):
+        return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a"
+    return f"{ours} ({scale_label(searches)})", "yes" if gains[slo] > 1 else "no" if np.isfinite(gains[slo]) else "n/a"
 
 
-def capacity_claims(searches: pd.DataFrame | None = None, tradeoff: pd.DataFrame | None = None,
-                    overhead: dict[int, float] | None = None, overhead_source: str = "") -> pd.DataFrame:
-    """The Sarathi-Serve rows of the claims table. ``searches``: load_searches; ``tradeoff``:
-    load_tradeoff (orca and sarathi_serve at one load); ``overhead``: {prompt length: overhead of
-    512-token chunks}, e.g. from chunked_prefill_overhead, with what predicted or measured it."""
+def _hybrid_tbt(evidence: Evidence) -> tuple[str, str] | None:
+    tradeoff = evidence.tradeoff
+    if tradeoff is None or not {"orca", "sarathi_serve"} <= set(tradeoff.scheduler):
+        return None
+    orca = tradeoff[tradeoff.scheduler == "orca"].tbt_p99.max()
+    serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
+    at_512 = serve[serve.chunk == 512].tbt_p99
+    ratio = orca / (at_512.iloc[0] if len(at_512) else serve.tbt_p99.min())
+    return f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= 2 else "no"
+
+
+def _overhead(evidence: Evidence) -> tuple[str, str] | None:
+    if not evidence.overhead:
+        return None
+    ours = ", ".join(f"{v:+.1%} at {n}" for n, v in sorted(evidence.overhead.items()))
+    return f"{ours} tokens", "yes" if max(evidence.overhead.values()) <= PAPER_CHUNK_512_OVERHEAD else "no"
+
+
+# (claim, paper, check, what the measured column says without evidence)
+CHECKS = (
+    ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
+     f"{PAPER_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
+    ("Hybrid batching without a budget (orca) raises P99 TBT many-fold over stall-free batching at the "
+     "same load", f"up to {PAPER_HYBRID_TBT_RATIO}x", _hybrid_tbt, "not measured yet"),
+    ("Prefilling in 512-token chunks costs at most ~25% more than whole prompts",
+     f"at most ~{PAPER_CHUNK_512_OVERHEAD:.0%}", _overhead, "not measured here: see the chunk_overhead rows"),
+)
+
+
+def capacity_claims(measured: Evidence, simulated: Evidence, cost_model: str) -> pd.DataFrame:
+    """The Sarathi-Serve rows of the claims table (analysis/claims.py's columns): each check on
+    the measured evidence in ``ours`` / ``holds`` and on the simulated in ``simulated`` / ``holds
+    (sim)``, predicted by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")."""
     rows = []
-    if searches is not None and len(searches):
-        table = capacity_table(searches)
-        if "sarathi_serve / vllm" in table.index:
-            gains = table.loc["sarathi_serve / vllm"]
-            strict = gains.index.min()
-            ours = ", ".join(f"{g:.2f}x at P99 TBT <= {slo:g} s" for slo, g in gains.items())
-            rows.append(_row("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
-                             f"{PAPER_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)",
-                             f"{ours} ({_source(searches)})",
-                             "yes" if gains[strict] > 1 else "no" if np.isfinite(gains[strict]) else "n/a"))
-    if tradeoff is not None and {"orca", "sarathi_serve"} <= set(tradeoff.scheduler):
-        orca = tradeoff[tradeoff.scheduler == "orca"].tbt_p99.max()
-        serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
-        at_512 = serve[serve.chunk == 512].tbt_p99
-        ref = at_512.iloc[0] if len(at_512) else serve.tbt_p99.min()
-        ratio = orca / ref
-        rows.append(_row("Hybrid batching without a budget (orca) raises P99 TBT many-fold over stall-free "
-                         "batching at the same load",
-                         f"up to {PAPER_HYBRID_TBT_RATIO}x", f"{ratio:.1f}x ({_source(tradeoff)})",
-                         "yes" if ratio >= 2 else "no"))
-    if overhead:
-        worst = max(overhead.values())
-        ours = ", ".join(f"{v:+.1%} at {n}" for n, v in sorted(overhead.items()))
-        rows.append(_row("Prefilling in 512-token chunks costs at most ~25% more than whole prompts",
-                         f"at most ~{PAPER_CHUNK_512_OVERHEAD:.0%}", f"{ours} tokens ({overhead_source})",
-                         "yes" if worst <= PAPER_CHUNK_512_OVERHEAD else "no"))
+    for claim, paper_text, check, unmeasured in CHECKS:
+        ours = check(measured) or (unmeasured, "n/a")
+        sim = check(simulated)
+        sim = (*sim, cost_model) if sim else ("not run", "n/a", "")
+        rows.append(dict(zip(COLUMNS, ("capacity", claim, paper_text, *ours, *sim))))
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,101 @@
+"""The committed capacity results (docs/capacity/*.csv) and what is drawn from them: the CPU table
+from a multirun folder, the figures docs/figures/capacity.png and capacity_tradeoff.png, and the
+capacity rows of the claims table (docs/figures/claims.csv). notebooks/capacity.ipynb and
+notebooks/figures.ipynb call these, and so does, after a CPU capacity run:
+
+    python -m sarathi_lab.analysis.capacity_docs MULTIRUN   # e.g. /tmp/cap/cpu: writes cpu_capacity.csv
+    python -m sarathi_lab.analysis.capacity_docs            # redraws from the committed tables only
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from sarathi_lab.analysis import capacity
+from sarathi_lab.analysis.figures import save
+from sarathi_lab.sim import CostModel
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # the repository's
+SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_capacity.csv"
+# experiment=capacity_sim's engine.sim_device: sim_capacity.csv has the model but not the device.
+SIM_DEVICE = "a100"
+OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
+
+
+def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
+    """The simulated capacities, the simulated trade-off and the CPU capacities (None: not measured)."""
+    folder = Path(docs) / "capacity"
+    cpu = folder / CPU_CSV
+    return (pd.read_csv(folder / SIM_CSV), pd.read_csv(folder / TRADEOFF_CSV),
+            pd.read_csv(cpu) if cpu.exists() else None)
+
+
+def tabulate(multirun: str | Path, docs: str | Path = DOCS) -> Path:
+    """docs/capacity/cpu_capacity.csv from a folder of capacity searches on the real engine."""
+    searches = capacity.load_searches(multirun)
+    if searches.empty or (searches.executor == "sim").any():
+        raise SystemExit(f"{multirun}: expected capacity searches of executor=model (capacity.json), found "
+                         f"{len(searches)} search(es) with executors {sorted(set(searches.get('executor', [])))}")
+    return capacity.write_csv(capacity.compact(searches), Path(docs) / "capacity" / CPU_CSV)
+
+
+def claims(docs: str | Path = DOCS) -> pd.DataFrame:
+    """The capacity rows of the claims table: the CPU table measured, the simulated tables and the
+    roofline's chunk overhead (the model of sim_capacity.csv on SIM_DEVICE) simulated."""
+    sim, tradeoff, cpu = load(docs)
+    cost = CostModel.for_device(SIM_DEVICE, sim.model.iloc[0])
+    overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
+    return capacity.capacity_claims(capacity.Evidence(searches=cpu), capacity.Evidence(sim, tradeoff, overhead),
+                                    cost_model_label(sim))
+
+
+def cost_model_label(sim: pd.DataFrame) -> str:
+    return f"roofline ({SIM_DEVICE}, {sim.model.iloc[0]})"
+
+
+def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.DataFrame:
+    """The claims table with its capacity rows replaced by the current ones (appended if absent)."""
+    kept = table[table.experiment != "capacity"]
+    return pd.concat([kept, claims(docs)], ignore_index=True)
+
+
+def draw(docs: str | Path = DOCS) -> list[Path]:
+    """docs/figures/capacity.png and capacity_tradeoff.png from the committed tables."""
+    sim, tradeoff, cpu = load(docs)
+    fig = capacity.capacity_figure(sim, cpu, cost_model_label(sim))
+    tradeoff_fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model_label(sim)}: TTFT vs TBT over token budgets, "
+                                         "same load")
+    return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
+
+
+def refresh_claims(docs: str | Path = DOCS) -> Path | None:
+    """Replace the capacity rows of docs/figures/claims.csv in place (figures.ipynb writes the rest)."""
+    path = Path(docs) / "figures" / "claims.csv"
+    if not path.exists():
+        return None
+    with_capacity_claims(pd.read_csv(path, keep_default_na=False), docs).to_csv(path, index=False)
+    return path
+
+
+def refresh(docs: str | Path = DOCS) -> list[Path]:
+    """Everything drawn from the committed tables: the two figures and the claims rows."""
+    return draw(docs) + [p for p in [refresh_claims(docs)] if p]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.analysis.capacity_docs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("multirun", nargs="?", help="capacity searches on this CPU (experiment=capacity)")
+    parser.add_argument("--docs", default=DOCS, type=Path, help="the docs folder (default: the repository's)")
+    args = parser.parse_args(argv)
+    written = [tabulate(args.multirun, args.docs)] if args.multirun else []
+    written += refresh(args.docs)
+    print("\n".join(map(str, written)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""analysis/capacity_docs.py: the CPU table from a folder of searches, the figures and the capacity
+rows of the committed claims table, on a copy of docs/."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from sarathi_lab.analysis import capacity_docs
+from sarathi_lab.analysis.capacity import MEASURED_COLUMNS, TABLE_COLUMNS
+from sarathi_lab.harness import REPO_ROOT
+
+CAPACITIES = {("sarathi_serve", 0.45): 0.6, ("vllm", 0.45): 0.3, ("sarathi_serve", 2.25): 0.8, ("vllm", 2.25): 0.5}
+
+
+def _searches(root, executor="model"):
+    """One finished search per (scheduler, SLO), as task=capacity leaves it."""
+    for i, ((scheduler, slo), qps) in enumerate(CAPACITIES.items()):
+        run = root / str(i)
+        run.mkdir(parents=True)
+        (run / "capacity.json").write_text(json.dumps({
+            "capacity_qps": qps, "resolution": 0.2, "binding": "tbt_p99_s", "bounded": True,
+            "trials": [{"qps": qps, "passed": True}, {"qps": qps * 1.2, "passed": False}],
+            "slo": {"tbt_p99_s": slo, "sched_delay_p50_s": 2.0}}))
+        (run / "metrics.json").write_text(json.dumps({
+            "config": {"scheduler": scheduler, "executor": executor, "model": "cpu-small", "scale": "full",
+                       "dtype": "bfloat16"},
+            "summary": {"capacity_qps": qps, "token_budget": 256 if scheduler == "sarathi_serve" else None},
+            "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
+    return root
+
+
+def docs_copy(root, cpu_table: bool = False):
+    """A copy of the committed simulated tables and claims table, with a CPU table from made-up
+    searches or none, so that what draws into docs/ leaves the repository's alone."""
+    docs = root / "docs"
+    (docs / "capacity").mkdir(parents=True)
+    (docs / "figures").mkdir()
+    for name in (f"capacity/{capacity_docs.SIM_CSV}", f"capacity/{capacity_docs.TRADEOFF_CSV}", "figures/claims.csv"):
+        shutil.copy(REPO_ROOT / "docs" / name, docs / name)
+    if cpu_table:
+        capacity_docs.tabulate(_searches(root / "runs"), docs)
+    return docs
+
+
+@pytest.fixture
+def docs(tmp_path):
+    return docs_copy(tmp_path)
+
+
+def test_the_cpu_table_has_the_simulated_columns_and_what_it_ran_on(tmp_path, docs):
+    path = capacity_docs.tabulate(_searches(tmp_path / "runs"), docs)
+    table = pd.read_csv(path)
+    assert list(table.columns) == TABLE_COLUMNS + MEASURED_COLUMNS
+    assert list(zip(table.scheduler, table.tbt_slo_s)) == sorted(CAPACITIES, key=lambda k: (k[1], k[0]))
+    assert set(table.device_name) == {"Test CPU"} and set(table.executor) == {"model"}
+
+
+def test_tabulating_simulated_searches_as_the_cpu_table_is_refused(tmp_path, docs):
+    with pytest.raises(SystemExit, match="expected capacity searches of executor=model"):
+        capacity_docs.tabulate(_searches(tmp_path / "runs", executor="sim"), docs)
+    assert not (docs / "capacity" / capacity_docs.CPU_CSV).exists()
+
+
+def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, docs):
+    claims = docs / "figures" / "claims.csv"
+    others = claims.read_text().splitlines()
+    others = [line for line in others if not line.startswith("capacity,")]
+    capacity_docs.refresh(docs)
+    unmeasured = pd.read_csv(claims)
+    assert claims.read_text().splitlines()[:len(others)] == others
+    rows = unmeasured[unmeasured.experiment == "capacity"]
+    assert len(rows) == 3 and set(rows.ours) >= {"not measured yet"} and (rows["holds (sim)"] == "yes").all()
+    assert {p.name for p in (docs / "figures").glob("*.png")} == {"capacity.png", "capacity_tradeoff.png"}
+
+    capacity_docs.tabulate(_searches(tmp_path / "runs"), docs)
+    capacity_docs.refresh(docs)
+    capacity_docs.refresh(docs)  # idempotent: the rows are replaced, not appended again
+    measured = pd.read_csv(claims)
+    gain = measured[measured.experiment == "capacity"].iloc[0]
+    assert len(measured) == len(unmeasured) and gain.holds == "yes" and "2.00x at P99 TBT <= 0.45 s" in gain.ours
+
+
+def test_the_command_tabulates_a_multirun_and_redraws(tmp_path, docs):
+    runs = _searches(tmp_path / "runs")
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (docs / "capacity" / "cpu_capacity.csv").exists() and (docs / "figures" / "capacity.png").exists()
+    assert "cpu_capacity.csv" in done.stdout
