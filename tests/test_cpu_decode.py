@@ -92,6 +92,19 @@ def test_built_once_with_one_line_then_loaded(tmp_path):
     assert again.stdout.split() == ["True"] and again.stderr == ""
 
 
+def test_loading_the_kernels_keeps_subnormals_for_the_rest_of_the_process(tmp_path):
+    # A library linked with -ffast-math turns on flush-to-zero/denormals-are-zero process-wide when
+    # it loads; hypothesis then refuses to draw floats in every later test of the session.
+    code = _USE + """
+import torch
+x = torch.tensor([1e-40])
+print(5e-324 * 1.0 > 0, 2.2250738585072014e-308 / 4 > 0, bool((x * 1.0 > 0).all()))
+"""
+    for _ in ("build", "cached load"):
+        done = _fresh(code, tmp_path)
+        assert done.stdout.split() == ["True", "True", "True", "True"], done.stderr
+
+
 def test_no_compiler_falls_back_in_one_line(tmp_path):
     code = _USE + """
 import torch
@@ -114,5 +127,5 @@ def test_build_key_covers_the_cpu_and_the_compiler(monkeypatch):
     monkeypatch.setattr(cpu_build, "_cpu_flags", lambda: "fpu sse2 avx2")
     avx2 = cpu_build._build_key("c++")
     assert avx2 != key
-    monkeypatch.setattr(cpu_build, "_FLAGS", [*cpu_build._FLAGS, "-O2"])
+    monkeypatch.setattr(cpu_build, "_COMPILE", [*cpu_build._COMPILE, "-O2"])
     assert cpu_build._build_key("c++") != avx2

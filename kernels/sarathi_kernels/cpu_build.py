@@ -25,8 +25,11 @@ from pathlib import Path
 _CSRC = Path(__file__).parent / "csrc"
 _SOURCES = sorted(_CSRC.glob("*.cpp"))
 # -ffast-math: vector exp from glibc's libmvec and vector-order sums (each source says where it
-# relies on it, and where it keeps infinities out).
-_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+# relies on it, and where it keeps infinities out). It is given to the compile step only: linking
+# with it adds crtfastmath.o, whose constructor sets flush-to-zero and denormals-are-zero for the
+# whole process the moment the library loads, silently changing every other float op in Python.
+_COMPILE = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c"]
+_LINK = ["-shared", "-fopenmp"]
 
 
 def cache_dir() -> Path:
@@ -45,7 +48,7 @@ def _cpu_flags() -> str:
 def _build_key(compiler: str) -> str:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     h = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(_FLAGS).encode(), version.encode(),
+    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(_COMPILE + _LINK).encode(), version.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         h.update(part)
         h.update(b"\0")
@@ -61,13 +64,19 @@ def _build(compiler: str) -> Path:
     print(f"sarathi_lab: building the CPU kernels for this machine, once: {target}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         built = Path(tmp) / target.name
-        done = subprocess.run([compiler, *_FLAGS, *map(str, _SOURCES), "-o", str(built)], capture_output=True,
-                              text=True, check=False)
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or [""])[0]
-            raise RuntimeError(f"{compiler} exited {done.returncode}: {first}")
+        objects = [Path(tmp) / f"{src.stem}.o" for src in _SOURCES]
+        for src, obj in zip(_SOURCES, objects):
+            _run([compiler, *_COMPILE, str(src), "-o", str(obj)])
+        _run([compiler, *_LINK, *map(str, objects), "-o", str(built)])
         os.replace(built, target)
     return target
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or [""])[0]
+        raise RuntimeError(f"{cmd[0]} exited {done.returncode}: {first}")
 
 
 @functools.cache
