@@ -20,14 +20,15 @@ pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build
 
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 70), in_features=st.integers(1, 300), out_features=st.integers(1, 300),
-       bias=st.booleans(), seed=st.integers(0, 2**16))
-def test_packed_linear_equals_f_linear(rows, in_features, out_features, bias, seed):
+       bias=st.booleans(), one_row_packed=st.booleans(), seed=st.integers(0, 2**16))
+def test_packed_linear_equals_f_linear(rows, in_features, out_features, bias, one_row_packed, seed):
     torch.manual_seed(seed)
     linear = nn.Linear(in_features, out_features, bias=bias)
+    layer = PackedLinear(linear)
+    layer.one_row_packed = one_row_packed  # either way the probe may choose
     x = torch.randn(rows, in_features)
     with torch.inference_mode():
-        torch.testing.assert_close(PackedLinear(linear)(x), F.linear(x, linear.weight, linear.bias),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(layer(x), F.linear(x, linear.weight, linear.bias), rtol=1e-5, atol=1e-5)
 
 
 def test_packing_shares_the_parameters_so_tied_weights_and_state_dict_are_unchanged():
@@ -37,6 +38,8 @@ def test_packing_shares_the_parameters_so_tied_weights_and_state_dict_are_unchan
     packed = copy.deepcopy(plain)
     pack_linears(packed)
     assert isinstance(packed.lm_head, PackedLinear) and isinstance(packed.layers[0].mlp.down_proj, PackedLinear)
+    layers = [m for m in packed.modules() if isinstance(m, PackedLinear)]
+    assert len({m.one_row_packed for m in layers}) == 1  # one probe decides for the whole model
     assert packed.lm_head.weight is packed.embed_tokens.weight
     assert plain.state_dict().keys() == packed.state_dict().keys()
     for key, value in plain.state_dict().items():

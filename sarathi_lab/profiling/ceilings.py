@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import torch
+from torch import nn
 
+from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available
 from sarathi_lab.profiling.timer import best_time, make_clock
 
 
@@ -48,7 +50,15 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
-    t = best_time(lambda: torch.mm(a, b, out=out), reps, make_clock(clock, device))
+    clock_fn = make_clock(clock, device)
+    t = best_time(lambda: torch.mm(a, b, out=out), reps, clock_fn)
+    if torch.device(device).type == "cpu" and onednn_available() and dtype in (torch.float32, torch.bfloat16):
+        # The engine's CPU linear layers run oneDNN over packed weights, which beats torch.mm's MKL
+        # GEMM by up to 1.3x on some CPUs; a ceiling below what the engine reaches gives floors
+        # that the engine "beats".
+        packed = PackedLinear(nn.Linear(n, n, bias=False, dtype=dtype))
+        with torch.no_grad():
+            t = min(t, best_time(lambda: packed(a), reps, clock_fn))
     return 2 * n**3 / t / 1e9
 
 
