@@ -29,8 +29,9 @@ from sarathi_lab.profiling.floors import Shape, floor
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.profiling.timer import make_clock, median_time
 
-# The issue's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256+ within 1.5x.
-TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.5, ("prefill", 512): 1.5}
+# Issue 16's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256 and 512 within
+# 1.3x (issue 6 asked 1.5x).
+TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
 
 
 def _ints(text: str) -> list[int]:
