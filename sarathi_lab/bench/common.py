@@ -11,7 +11,7 @@ import torch
 
 from sarathi_lab.config import CPU_LINEARS, DTYPES
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
-from sarathi_lab.profiling.timer import CLOCKS
+from sarathi_lab.engine.timer import CLOCKS
 
 
 def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine: bool = False) -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available
-from sarathi_lab.profiling.timer import best_time, make_clock
+from sarathi_lab.engine.timer import best_time, make_clock
 
 
 @dataclass
