@@ -18,6 +18,7 @@ from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.model import build_model, load_config
 from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.model.executor import ModelExecutor
+from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
 from sarathi_lab.model.runner import ModelRunner
 
@@ -51,6 +52,8 @@ class LLM:
         cfg = self.config
         device = cfg.torch_device
         self.dtype = dtype = cfg.torch_dtype
+        if device.type == "cpu":
+            reuse_freed_memory()  # activations' pages reused, not faulted in again by every layer
         # Sized (and refused if too large) before the model's weights are allocated.
         self.num_kv_blocks = plan_kv_blocks(cfg, self.model_config, self.max_model_len, dtype, device)
         backend = make_backend(cfg.attention, device)
