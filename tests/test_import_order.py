@@ -32,7 +32,7 @@ for attention in ("torch", "triton"):
     tokens[attention] = llm.generate([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3], [2, 7]], max_new_tokens=3)
     if attention == "torch":
         # The CPU path did not touch the Triton kernels.
-        cpu = {"sarathi_kernels.cpu_build", "sarathi_kernels.cpu_decode", "sarathi_kernels.cpu_ops"}
+        cpu = {"sarathi_kernels.cpu_build", "sarathi_kernels.cpu_attention", "sarathi_kernels.cpu_ops"}
         assert not any(m.startswith("sarathi_kernels.") and m not in cpu for m in sys.modules)
 assert tokens["triton"] == tokens["torch"], tokens
 """

@@ -1,19 +1,20 @@
-"""The torch backend (the optimised CPU path) against attention/reference.py, on both of its decode
-paths: the C++ paged-decode kernel, and sdpa over gathered groups and block runs read in place."""
+"""The torch backend (the optimised CPU path) against attention/reference.py, on both of its paths:
+the C++ paged-attention kernels, and sdpa (prefills over gathered contexts, decodes over gathered
+groups and block runs read in place)."""
 from __future__ import annotations
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sarathi_kernels import cpu_decode
+from sarathi_kernels import cpu_attention
 
 from sarathi_lab.attention import AttentionMetadata, reference
 from sarathi_lab.attention.torch_backend import TorchAttention
 from sarathi_lab.profiling.attention import paged_batch
 
-DECODE_PATHS = [False, pytest.param(True, marks=pytest.mark.skipif(not cpu_decode.available(),
-                                                                    reason="the CPU kernel did not build here"))]
+DECODE_PATHS = [False, pytest.param(True, marks=pytest.mark.skipif(not cpu_attention.available(),
+                                                                    reason="the CPU kernels did not build here"))]
 
 
 def served_decodes(kv_heads: int, heads: int = 4, d: int = 8, bs: int = 16):

@@ -1,13 +1,13 @@
 """Paged attention in PyTorch: the CPU path (optimised; attention/reference.py is the plain version).
 
-Prefill chunks run one request at a time (few, long, compute-bound) through
-``scaled_dot_product_attention`` over the request's context gathered from its cache blocks. On the
-CPU in float32 or bfloat16, decodes (many, one query each, memory-bound) run in one call of the C++
-paged-decode kernel (``sarathi_kernels.cpu_decode``), which reads each cached row once, in place.
-Elsewhere, or when that kernel cannot be built, they run through ``scaled_dot_product_attention``
-as ``decode_plan`` lays them out.
+On the CPU in float32 or bfloat16 an iteration's attention is two calls of the C++ kernels
+(``sarathi_kernels.cpu_attention``), both reading keys and values in place from their cache blocks:
+one for every prefill chunk (few, long, compute-bound), one for every decode (many, one query each,
+memory-bound). Elsewhere, or when those kernels cannot be built, prefill chunks run one request at a
+time through ``scaled_dot_product_attention`` over the request's context gathered from its cache
+blocks, and decodes through it too, as ``decode_plan`` lays them out.
 
-Everything the layers of one iteration share (kernel or sdpa, the decode plan, the prefill masks)
+Everything the layers of one iteration share (kernels or sdpa, the decode plan, the prefill masks)
 is built once by ``plan`` onto the metadata. The only thing kept between calls is a scratch
 workspace for gathered context, reused by every layer and iteration: a fresh allocation per layer
 cost more than the copy itself (tens of MB freshly mapped, page faulted on first touch; measured on
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from sarathi_kernels import cpu_decode
+from sarathi_kernels import cpu_attention
 
 from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.decode_plan import DecodePlan, plan_decodes
@@ -30,16 +30,16 @@ from sarathi_lab.attention.reference import causal_lower_right, write_kv
 @dataclass
 class TorchPlan:
     layout: tuple  # the caches' (block_size, dtype, device) it was planned for
-    kernel: bool  # decodes run in the C++ kernel; otherwise as ``decodes`` says
+    kernel: bool  # prefills and decodes run in the C++ kernels; otherwise sdpa, as below
     decodes: DecodePlan
-    # Per prefill, its bottom-right causal mask; None where the chunk is the whole context.
+    # Per prefill, its bottom-right causal mask for sdpa; None where the chunk is the whole context.
     prefill_masks: list[torch.Tensor | None]
 
 
 @register_backend("torch")
 class TorchAttention(AttentionBackend):
     def __init__(self, cpu_kernel: bool = True):
-        # False: always the sdpa decode path (tests hold the two against each other).
+        # False: always the sdpa paths (tests hold the two against each other).
         self.cpu_kernel = cpu_kernel
         self._workspace: torch.Tensor | None = None
 
@@ -48,20 +48,31 @@ class TorchAttention(AttentionBackend):
 
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
         device, block_size = k_cache.device, k_cache.shape[1]
-        kernel = (meta.num_decodes > 0 and self.cpu_kernel and device.type == "cpu"
-                  and k_cache.dtype in cpu_decode.DTYPES and k_cache.is_contiguous() and cpu_decode.available())
-        decodes = DecodePlan([], []) if kernel else plan_decodes(meta, block_size, device)
+        kernel = (self.cpu_kernel and device.type == "cpu" and k_cache.dtype in cpu_attention.DTYPES
+                  and k_cache.is_contiguous() and cpu_attention.available())
+        if kernel:
+            meta.plan = TorchPlan(_layout(k_cache), True, DecodePlan([], []), [])
+            return
         masks = [None if q_len == ctx else causal_lower_right(q_len, ctx, device)
                  for q_len, ctx in zip(meta.query_lens_host[: meta.num_prefills], meta.seq_lens_host)]
-        meta.plan = TorchPlan(_layout(k_cache), kernel, decodes, masks)
+        meta.plan = TorchPlan(_layout(k_cache), False, plan_decodes(meta, block_size, device), masks)
 
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         # Callers outside the engine (benchmarks, tests) may attend without planning first.
         if not isinstance(meta.plan, TorchPlan) or meta.plan.layout != _layout(k_cache):
             self.plan(meta, k_cache)
         plan: TorchPlan = meta.plan
-        block_size = k_cache.shape[1]
         out = torch.empty_like(query)
+        if plan.kernel:
+            p, start = meta.num_prefills, meta.num_prefill_tokens
+            if p:
+                cpu_attention.paged_prefill(query[:start], k_cache, v_cache, meta.block_tables[:p],
+                                            meta.query_start_loc[: p + 1], meta.seq_lens[:p], scale, out=out[:start])
+            if meta.num_decodes:
+                cpu_attention.paged_decode(query[start:], k_cache, v_cache, meta.block_tables[p:], meta.seq_lens[p:],
+                                           scale, out=out[start:])
+            return out
+        block_size = k_cache.shape[1]
         start = 0
         for i, mask in enumerate(plan.prefill_masks):
             q_len, ctx = meta.query_lens_host[i], meta.seq_lens_host[i]
@@ -73,11 +84,7 @@ class TorchAttention(AttentionBackend):
                                                enable_gqa=True)
             out[start : start + q_len] = o[0].transpose(0, 1)
             start += q_len
-        if plan.kernel:
-            p = meta.num_prefills
-            out[start:] = cpu_decode.paged_decode(query[start:], k_cache, v_cache, meta.block_tables[p:],
-                                                  meta.seq_lens[p:], scale)
-        elif meta.num_decodes:
+        if meta.num_decodes:
             self._decode(plan.decodes, query[start:], out[start:], k_cache, v_cache, scale)
         return out
 

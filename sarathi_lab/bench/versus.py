@@ -7,7 +7,7 @@ every system from that directory. The dtype is the one the engine runs (``--dtyp
 float32 on a CPU without bf16 units, and then every system runs float32: like with like). Each
 workload is served once by every system untimed (compilation, first-touch allocation and warm-up
 out of the clock: what the issue asks about is steady speed; cold start is measured by
-``tests/test_cpu_decode.py`` and README), then ``--reps`` rounds in which every system serves it
+``tests/test_cpu_attention.py`` and README), then ``--reps`` rounds in which every system serves it
 once, in an order rotated each round so that drifts of the host's speed fall on every system
 alike; each system's time is its median. Requests are greedy with EOS ignored, so every system
 generates exactly the requested tokens; transformers runs them in static batches of

@@ -1,4 +1,4 @@
-"""The CPU paged-decode kernel against attention/reference.py (PyTorch's scaled_dot_product_attention
+"""The CPU paged-attention kernels (decode and prefill) against attention/reference.py (PyTorch's scaled_dot_product_attention
 over the gathered context), and how the CPU kernels are built: once, content-addressed, atomically,
 one line."""
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sarathi_kernels import cpu_build, cpu_decode
+from sarathi_kernels import cpu_build, cpu_attention
 
 from sarathi_lab.attention import reference
 from sarathi_lab.profiling.attention import paged_batch
 
-needs_kernel = pytest.mark.skipif(not cpu_decode.available(), reason="the CPU kernel did not build here")
+needs_kernel = pytest.mark.skipif(not cpu_attention.available(), reason="the CPU kernel did not build here")
 
 
 def decode_inputs(lens, block_size, kv_heads, group, head_dim, seed):
@@ -45,7 +45,7 @@ def test_paged_decode_equals_reference(lens, block_size, kv_heads, group, head_d
     scale = head_dim**-0.5
     # Padded tables, as the engine's: the kernel must stop at each request's length.
     tables = torch.cat([meta.block_tables, torch.zeros(len(lens), 2, dtype=torch.int32)], 1)
-    got = cpu_decode.paged_decode(query, k_cache, v_cache, tables, meta.seq_lens, scale)
+    got = cpu_attention.paged_decode(query, k_cache, v_cache, tables, meta.seq_lens, scale)
     assert got.dtype == dtype
     # The reference in float32 over the same (rounded) inputs; bfloat16 output rounds once more.
     want = reference.attention(query.float(), k_cache.float(), v_cache.float(), meta, scale)
@@ -57,17 +57,66 @@ def test_paged_decode_equals_reference(lens, block_size, kv_heads, group, head_d
 def test_paged_decode_refuses_what_it_would_misread():
     query, k_cache, v_cache, meta = decode_inputs([5, 9], 4, 2, 2, 8, 0)
     args = (meta.block_tables, meta.seq_lens, 0.3)
-    with pytest.raises(ValueError, match="with contiguous caches only"):
-        cpu_decode.paged_decode(query, k_cache.transpose(0, 1), v_cache, *args)
+    with pytest.raises(ValueError, match="with contiguous caches"):
+        cpu_attention.paged_decode(query, k_cache.transpose(0, 1), v_cache, *args)
     with pytest.raises(ValueError, match="float32 or bfloat16 CPU tensors of one dtype"):
-        cpu_decode.paged_decode(query.double(), k_cache.double(), v_cache.double(), *args)
+        cpu_attention.paged_decode(query.double(), k_cache.double(), v_cache.double(), *args)
     with pytest.raises(ValueError, match="float32 or bfloat16 CPU tensors of one dtype"):
-        cpu_decode.paged_decode(query.bfloat16(), k_cache, v_cache, *args)
+        cpu_attention.paged_decode(query.bfloat16(), k_cache, v_cache, *args)
     with pytest.raises(ValueError, match="do not fit"):
-        cpu_decode.paged_decode(query, k_cache, v_cache, meta.block_tables.long(), meta.seq_lens, 0.3)
+        cpu_attention.paged_decode(query, k_cache, v_cache, meta.block_tables.long(), meta.seq_lens, 0.3)
     with pytest.raises(ValueError, match="do not fit"):
-        cpu_decode.paged_decode(query[:, :, :4], k_cache, v_cache, *args)
+        cpu_attention.paged_decode(query[:, :, :4], k_cache, v_cache, *args)
 
+
+
+def prefill_inputs(chunks, block_size, kv_heads, group, head_dim, seed):
+    """Prefill chunks (q_len, context before it), every context token already cached in scattered
+    blocks (unused slots hold NaN); queries are strided rows, as q inside the fused qkv output."""
+    torch.manual_seed(seed)
+    q_lens, lens = [q for q, _ in chunks], [q + before for q, before in chunks]
+    meta, num_blocks = paged_batch(q_lens, lens, num_prefills=len(chunks), block_size=block_size)
+    k_cache = torch.full((num_blocks + 2, block_size, kv_heads, head_dim), float("nan"))
+    v_cache = k_cache.clone()
+    for cache in (k_cache, v_cache):
+        for i, n in enumerate(lens):
+            pos = torch.arange(n)
+            cache[meta.block_tables[i, pos // block_size].long(), pos % block_size] = torch.randn(n, kv_heads, head_dim)
+    qkv = torch.randn(sum(q_lens), kv_heads * (group + 2), head_dim)
+    return qkv[:, : kv_heads * group], k_cache, v_cache, meta
+
+
+@needs_kernel
+@settings(max_examples=40, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(1, 150), st.integers(0, 150)), min_size=1, max_size=4),
+       block_size=st.sampled_from([1, 8, 16, 32]), kv_heads=st.sampled_from([1, 2, 4]),
+       group=st.sampled_from([1, 3, 4]), head_dim=st.sampled_from([8, 64, 80]), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_paged_prefill_equals_reference(chunks, block_size, kv_heads, group, head_dim, seed, dtype):
+    query, k_cache, v_cache, meta = (t.to(dtype) if isinstance(t, torch.Tensor) else t
+                                     for t in prefill_inputs(chunks, block_size, kv_heads, group, head_dim, seed))
+    scale = head_dim**-0.5
+    tables = torch.cat([meta.block_tables, torch.zeros(len(chunks), 2, dtype=torch.int32)], 1)
+    got = cpu_attention.paged_prefill(query, k_cache, v_cache, tables, meta.query_start_loc, meta.seq_lens, scale)
+    assert got.dtype == dtype and got.is_contiguous()
+    want = reference.attention(query.float().contiguous(), k_cache.float(), v_cache.float(), meta, scale)
+    tol = 1e-5 if dtype == torch.float32 else 8e-3
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+@needs_kernel
+def test_paged_prefill_refuses_what_it_would_misread():
+    query, k_cache, v_cache, meta = prefill_inputs([(5, 3), (4, 0)], 4, 2, 2, 8, 0)
+    args = (meta.block_tables, meta.query_start_loc, meta.seq_lens, 0.3)
+    with pytest.raises(ValueError, match="contiguous caches and query heads"):
+        cpu_attention.paged_prefill(query.transpose(1, 2), k_cache, v_cache, *args)
+    with pytest.raises(ValueError, match="query_start_loc"):
+        cpu_attention.paged_prefill(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc[1:],
+                                    meta.seq_lens, 0.3)
+    with pytest.raises(ValueError, match="do not fit"):
+        cpu_attention.paged_prefill(query, k_cache, v_cache, meta.block_tables[:1], *args[1:])
+    with pytest.raises(ValueError, match="out must be"):
+        cpu_attention.paged_prefill(query, k_cache, v_cache, *args, out=torch.empty(9, 4, 8).transpose(0, 1))
 
 def _fresh(code: str, cache: os.PathLike, **env) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter whose kernel cache is ``cache``."""
@@ -76,7 +125,7 @@ def _fresh(code: str, cache: os.PathLike, **env) -> subprocess.CompletedProcess:
                           check=False)
 
 
-_USE = "from sarathi_kernels import cpu_decode; print(cpu_decode.available())"
+_USE = "from sarathi_kernels import cpu_attention; print(cpu_attention.available())"
 
 
 def test_built_once_with_one_line_then_loaded(tmp_path):

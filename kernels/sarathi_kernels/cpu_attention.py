@@ -1,0 +1,103 @@
+"""The CPU attention kernels over the paged KV cache, float32 or bfloat16 storage:
+``paged_decode`` (csrc/paged_decode_cpu.cpp, one query per request) and ``paged_prefill``
+(csrc/paged_prefill_cpu.cpp, every prefill chunk of an iteration, causal from the bottom right).
+
+Built with the other CPU kernels by ``cpu_build``; where they cannot be built, ``available()`` is
+False and the attention backend uses torch's ``scaled_dot_product_attention`` instead.
+Values (lengths, block ids, offsets) are trusted, as the engine built them; layouts, dtypes and
+shapes are checked, because a wrong one would read out of bounds rather than raise. The checks are
+cheap attribute reads: these run in every layer.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from sarathi_kernels import cpu_build
+
+DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+_PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
+_SIGNATURES = {
+    "paged_decode": [_PTR] * 6 + [_I64] * 6 + [ctypes.c_float, ctypes.c_int],
+    "paged_prefill": [_PTR, _I64] + [_PTR] * 6 + [_I64] * 6 + [ctypes.c_float, ctypes.c_int],
+}
+
+
+@functools.cache
+def _kernel(name: str, suffix: str):
+    return cpu_build.function(f"{name}_{suffix}", _SIGNATURES[name])
+
+
+def available() -> bool:
+    return cpu_build.library() is not None
+
+
+def _check(what: str, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
+           lens: torch.Tensor, n: int) -> None:
+    """query [tokens, heads, d] with contiguous heads; caches [blocks, block_size, kv_heads, d]."""
+    _, heads, d = query.shape
+    _, _, kv_heads, cache_d = k_cache.shape
+    if not (query.dtype == k_cache.dtype == v_cache.dtype and query.dtype in DTYPES and query.is_cpu
+            and k_cache.is_cpu and v_cache.is_cpu and k_cache.is_contiguous() and v_cache.is_contiguous()
+            and query.stride(2) == 1 and query.stride(1) == d):
+        raise ValueError(f"{what}: float32 or bfloat16 CPU tensors of one dtype, with contiguous caches and "
+                         "query heads only")
+    if not (v_cache.shape == k_cache.shape and cache_d == d and heads % kv_heads == 0 and len(tables) == n
+            and lens.shape == (n,) and tables.dtype == lens.dtype == torch.int32 and tables.is_cpu and lens.is_cpu
+            and tables.is_contiguous() and lens.is_contiguous()):
+        raise ValueError(f"{what}: query {tuple(query.shape)}, caches {tuple(k_cache.shape)}, int32 tables "
+                         f"{tuple(tables.shape)} and lens {tuple(lens.shape)} do not fit")
+
+
+def _output(what: str, out: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor:
+    if out is None:
+        return torch.empty(query.shape, dtype=query.dtype)
+    if not (out.shape == query.shape and out.dtype == query.dtype and out.is_cpu and out.is_contiguous()):
+        raise ValueError(f"{what}: out must be a contiguous CPU {tuple(query.shape)} {query.dtype}")
+    return out
+
+
+def paged_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                 seq_lens: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """[n, heads, d] queries, one per request, against their ``seq_lens`` cached tokens, written
+    into ``out`` (a new tensor if None).
+
+    query, k_cache/v_cache [blocks, block_size, kv_heads, d]: one dtype of ``DTYPES``, CPU, caches
+    contiguous; block_tables int32 [n, max_blocks]; seq_lens int32 [n].
+    """
+    query, tables, lens = query.contiguous(), block_tables.contiguous(), seq_lens.contiguous()
+    n, heads, d = query.shape
+    _check("paged_decode", query, k_cache, v_cache, tables, lens, n)
+    out = _output("paged_decode", out, query)
+    _kernel("paged_decode", DTYPES[query.dtype])(
+        query.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), lens.data_ptr(),
+        out.data_ptr(), n, heads, d, k_cache.shape[1], k_cache.shape[2], tables.shape[1], scale,
+        torch.get_num_threads())
+    return out
+
+
+def paged_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of n prefill chunks, written into ``out`` [tokens, heads, d] (a new tensor if None).
+
+    query [tokens, heads, d]: chunk i's rows are query_start_loc[i]:query_start_loc[i + 1], the last
+    of its seq_lens[i] tokens, whose keys and values are already in the cache; rows may be strided
+    (q inside the fused qkv output), heads contiguous. query_start_loc int32 [n + 1] starting at 0;
+    block_tables int32 [n, max_blocks]; seq_lens int32 [n].
+    """
+    _, heads, d = query.shape
+    n = len(seq_lens)
+    _check("paged_prefill", query, k_cache, v_cache, block_tables, seq_lens, n)
+    if not (query_start_loc.shape == (n + 1,) and query_start_loc.dtype == torch.int32 and query_start_loc.is_cpu
+            and query_start_loc.is_contiguous()):
+        raise ValueError(f"paged_prefill: query_start_loc must be a contiguous CPU int32 [{n + 1}]; got "
+                         f"{tuple(query_start_loc.shape)} {query_start_loc.dtype}")
+    out = _output("paged_prefill", out, query)
+    _kernel("paged_prefill", DTYPES[query.dtype])(
+        query.data_ptr(), query.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+        query_start_loc.data_ptr(), seq_lens.data_ptr(), out.data_ptr(), n, heads, d, k_cache.shape[1],
+        k_cache.shape[2], block_tables.shape[1], scale, torch.get_num_threads())
+    return out
