@@ -28,3 +28,21 @@ def test_greedy_ties_at_vocab_size_take_the_first():
             logits[r, [first, first + 15, 31999 - r]] = 3.0
         got = Sampler(SamplingParams(temperature=0.0), torch.device("cpu"))(logits)
         assert got == [1000 * r + 7 for r in range(16)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 20), vocab=st.sampled_from([1, 7, 300, 32000]), seed=st.integers(0, 2**16),
+       specials=st.lists(st.sampled_from([float("inf"), float("-inf"), float("nan")]), max_size=6),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_greedy_equals_torch_argmax_with_infinities_and_nan(rows, vocab, seed, specials, dtype):
+    # The CPU path runs its own kernel (-ffast-math), so the values fast math may assume away are
+    # held to torch's answer too: NaN wins (its first index), then +inf, and -inf only where all are.
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=g)
+    for value, at in zip(specials, torch.randint(0, rows * vocab, (len(specials),), generator=g).tolist()):
+        logits.view(-1)[at] = value
+    if seed % 5 == 0:
+        logits[0] = float("-inf")
+    logits = logits.to(dtype)
+    got = Sampler(SamplingParams(temperature=0.0), torch.device("cpu"))(logits)
+    assert got == logits.argmax(dim=-1).tolist()

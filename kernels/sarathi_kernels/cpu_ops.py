@@ -1,5 +1,6 @@
 """The decoder's fused elementwise steps on the CPU (csrc/elementwise_cpu.cpp): residual add + RMSNorm,
-rotary embedding in place, SiLU(gate) * up; float32 or bfloat16.
+rotary embedding in place, SiLU(gate) * up; and greedy sampling's row argmax (csrc/argmax_cpu.cpp);
+float32 or bfloat16.
 
 ``supports(tensor)`` says whether a tensor can take this path (CPU, a dtype of ``DTYPES``, the
 library built); the model asks it and otherwise runs its torch code. Wrappers check only what a
@@ -21,6 +22,7 @@ _SIGNATURES = {
     "add_rms_norm": [_P, _P, _P, _P, _I64, _I64, _F, _INT],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "silu_mul": [_P, _P, _I64, _I64, _INT],
+    "argmax": [_P, _I64, _I64, _P, _INT],
 }
 
 
@@ -73,3 +75,13 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _fn("silu_mul", DTYPES[gate_up.dtype])(gate_up.data_ptr(), out.data_ptr(), rows, width // 2,
                                            torch.get_num_threads())
     return out
+
+
+def argmax(x: torch.Tensor) -> list[int]:
+    """torch.argmax(x, dim=-1).tolist() of a contiguous [rows, cols] tensor: each row's first index of
+    its maximum (of its first NaN, if any)."""
+    rows, cols = x.shape
+    _check(x.is_contiguous() and cols > 0, "argmax: contiguous [rows, cols], cols > 0")
+    out = torch.empty(rows, dtype=torch.int64)
+    _fn("argmax", DTYPES[x.dtype])(x.data_ptr(), rows, cols, out.data_ptr(), torch.get_num_threads())
+    return out.tolist()

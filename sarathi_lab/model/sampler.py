@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from sarathi_kernels import cpu_ops
 
 from sarathi_lab.engine.sequence import SamplingParams
 
@@ -16,6 +17,9 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor) -> list[int]:
         if self.generator is None:
+            # torch's CPU argmax is scalar code: 0.4 ms of a decode iteration's host work at 16 x 32000.
+            if cpu_ops.supports(logits) and logits.is_contiguous():
+                return cpu_ops.argmax(logits)
             return logits.argmax(dim=-1).tolist()
         probs = torch.softmax(logits / self.params.temperature, dim=-1)
         if self.params.top_p < 1.0:
