@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sarathi_kernels import cpu_build, cpu_attention
+from sarathi_kernels import cpu_attention, cpu_build
 
 from sarathi_lab.attention import reference
 from sarathi_lab.profiling.attention import paged_batch

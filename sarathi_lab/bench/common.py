@@ -10,8 +10,8 @@ import pandas as pd
 import torch
 
 from sarathi_lab.config import CPU_LINEARS, DTYPES
-from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
 from sarathi_lab.engine.timer import CLOCKS
+from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
 
 
 def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine: bool = False) -> None:

@@ -22,12 +22,12 @@ import torch
 
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
+from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
 from sarathi_lab.profiling.ceilings import SMOKE as CEILING_SMOKE
 from sarathi_lab.profiling.ceilings import measure_ceilings
 from sarathi_lab.profiling.floors import Shape, floor
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
-from sarathi_lab.engine.timer import make_clock, median_time
 
 # Issue 16's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256 and 512 within
 # 1.3x (issue 6 asked 1.5x).

@@ -35,8 +35,8 @@ import torch
 from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import make_workload
-from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.engine.timer import make_clock
+from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
 # The targets: the best scheduler no slower than vLLM-CPU, at least 2x transformers.

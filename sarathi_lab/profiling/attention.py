@@ -8,8 +8,8 @@ import torch
 from sarathi_lab.attention import AttentionMetadata, make_backend
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.sequence import Sequence
-from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.engine.timer import l2_flush, make_clock, median_time
+from sarathi_lab.model.runner import batch_tensors
 
 # Llama-3-8B attention: 32 query heads sharing 8 KV heads of 128 dims.
 LLAMA_HEADS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM = 32, 8, 128

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available
 from sarathi_lab.engine.timer import best_time, make_clock
+from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available
 
 
 @dataclass

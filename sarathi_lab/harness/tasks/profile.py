@@ -27,12 +27,12 @@ import pandas as pd
 import torch
 
 from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.engine.timer import median_time
 from sarathi_lab.harness.tasks.iteration_sweep import token_groups
 from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.profiling.ops import OPS, time_by_op
-from sarathi_lab.engine.timer import median_time
 from sarathi_lab.sim.profile_model import COLUMNS, DENSE_OPS, ProfileCostModel, profile_name, profiles_dir
 
 _GPU_NAMES = {"A6000": "a6000", "A100": "a100", "H100": "h100", "H200": "h200"}
