@@ -30,7 +30,8 @@ def decode_inputs(lens, block_size, kv_heads, group, head_dim, seed):
             pos = torch.arange(n)
             blocks = meta.block_tables[i, pos // block_size].long()
             cache[blocks, pos % block_size] = torch.randn(n, kv_heads, head_dim)
-    query = torch.randn(len(lens), kv_heads * group, head_dim)
+    # Strided rows, as q inside the fused qkv output (float32 keeps them; .to(bfloat16) copies).
+    query = torch.randn(len(lens), kv_heads * (group + 2), head_dim)[:, : kv_heads * group]
     return query, k_cache, v_cache, meta
 
 

@@ -20,7 +20,7 @@ from sarathi_kernels import cpu_build
 DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
-    "paged_decode": [_PTR] * 6 + [_I64] * 6 + [ctypes.c_float, ctypes.c_int],
+    "paged_decode": [_PTR, _I64] + [_PTR] * 5 + [_I64] * 6 + [ctypes.c_float, ctypes.c_int],
     "paged_prefill": [_PTR, _I64] + [_PTR] * 6 + [_I64] * 6 + [ctypes.c_float, ctypes.c_int],
 }
 
@@ -64,15 +64,18 @@ def paged_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     """[n, heads, d] queries, one per request, against their ``seq_lens`` cached tokens, written
     into ``out`` (a new tensor if None).
 
-    query, k_cache/v_cache [blocks, block_size, kv_heads, d]: one dtype of ``DTYPES``, CPU, caches
+    query [n, heads, d], rows may be strided (q inside the fused qkv output; other layouts are copied);
+    k_cache/v_cache [blocks, block_size, kv_heads, d]: one dtype of ``DTYPES``, CPU, caches
     contiguous; block_tables int32 [n, max_blocks]; seq_lens int32 [n].
     """
-    query, tables, lens = query.contiguous(), block_tables.contiguous(), seq_lens.contiguous()
     n, heads, d = query.shape
+    if not (query.stride(2) == 1 and query.stride(1) == d):
+        query = query.contiguous()
+    tables, lens = block_tables.contiguous(), seq_lens.contiguous()
     _check("paged_decode", query, k_cache, v_cache, tables, lens, n)
     out = _output("paged_decode", out, query)
     _kernel("paged_decode", DTYPES[query.dtype])(
-        query.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), lens.data_ptr(),
+        query.data_ptr(), query.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), lens.data_ptr(),
         out.data_ptr(), n, heads, d, k_cache.shape[1], k_cache.shape[2], tables.shape[1], scale,
         torch.get_num_threads())
     return out

@@ -29,12 +29,13 @@ namespace {
 
 using sarathi::load;
 
-// q, out [n, heads, d]; k_cache, v_cache [blocks, block_size, kv_heads, d]; block_tables [n, max_blocks];
+// q [n, heads, d] with row stride q_stride (elements; q may sit inside the fused qkv output), out
+// [n, heads, d] contiguous; k_cache, v_cache [blocks, block_size, kv_heads, d]; block_tables [n, max_blocks];
 // seq_lens [n]. All contiguous; T is float or bf16; tables and lengths int32. Work items are
 // (request, range of kv heads), handed out dynamically: requests' lengths differ, so equal counts
 // are not equal work.
 template <typename T>
-void paged_decode(const T* q, const T* kc, const T* vc, const int32_t* tables, const int32_t* lens, T* out,
+void paged_decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables, const int32_t* lens, T* out,
                   int64_t n, int64_t heads, int64_t d, int64_t block_size, int64_t kv_heads, int64_t max_blocks,
                   float scale, int threads) {
   const int64_t group = heads / kv_heads;
@@ -50,7 +51,7 @@ void paged_decode(const T* q, const T* kc, const T* vc, const int32_t* tables, c
     for (int64_t w = 0; w < n * splits; ++w) {
       const int64_t i = w / splits, g0 = (w % splits) * span, g1 = std::min(kv_heads, g0 + span);
       const int64_t nq = (g1 - g0) * group, len = lens[i];
-      const T* qsrc = q + (i * heads + g0 * group) * d;
+      const T* qsrc = q + i * q_stride + g0 * group * d;
       for (int64_t j = 0; j < nq * d; ++j) qf[j] = load(qsrc[j]);
       const float* qi = qf.data();
       std::fill(acc.begin(), acc.begin() + nq * d, 0.f);
@@ -113,11 +114,12 @@ void paged_decode(const T* q, const T* kc, const T* vc, const int32_t* tables, c
 
 }  // namespace
 
-#define SARATHI_DECODE(NAME, T)                                                                            \
-  extern "C" void NAME(const T* q, const T* kc, const T* vc, const int32_t* tables, const int32_t* lens, T* out, \
-                       int64_t n, int64_t heads, int64_t d, int64_t block_size, int64_t kv_heads,              \
-                       int64_t max_blocks, float scale, int threads) {                                        \
-    paged_decode<T>(q, kc, vc, tables, lens, out, n, heads, d, block_size, kv_heads, max_blocks, scale, threads); \
+#define SARATHI_DECODE(NAME, T)                                                                             \
+  extern "C" void NAME(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,          \
+                       const int32_t* lens, T* out, int64_t n, int64_t heads, int64_t d, int64_t block_size,   \
+                       int64_t kv_heads, int64_t max_blocks, float scale, int threads) {                      \
+    paged_decode<T>(q, q_stride, kc, vc, tables, lens, out, n, heads, d, block_size, kv_heads, max_blocks, scale, \
+                    threads);                                                                                 \
   }
 SARATHI_DECODE(paged_decode_f32, float)
 SARATHI_DECODE(paged_decode_bf16, sarathi::bf16)
