@@ -73,8 +73,9 @@ class EngineConfig:
     # Forward passes run before a generate call's clock starts (kernel warm-up, allocator growth).
     warmup_iters: int = 2
     num_threads: int | None = None
-    # CPU linear layers: "onednn" packs each weight once for oneDNN's matmul (faster from 2 rows up,
-    # twice the weights' memory; see model/cpu_linear.py), "aten" keeps F.linear (MKL).
+    # CPU linear layers: "onednn" packs each weight once for oneDNN's matmul and once for the few-row
+    # kernel of decode batches (faster at every row count, three times the weights' memory; see
+    # model/cpu_linear.py), "aten" keeps F.linear (MKL).
     cpu_linear: str = "onednn"
     # What runs a scheduled batch: "model" (the real forward pass on `device`) or "sim" (no weights:
     # a cost model predicts each iteration's time on `sim_device` and a virtual clock advances by it).

@@ -1,6 +1,6 @@
 """The decoder's fused elementwise steps on the CPU (csrc/elementwise_cpu.cpp): residual add + RMSNorm,
-rotary embedding in place, SiLU(gate) * up; and greedy sampling's row argmax (csrc/argmax_cpu.cpp);
-float32 or bfloat16.
+rotary embedding in place, SiLU(gate) * up; linear layers of a few rows (csrc/linear_cpu.cpp); and
+greedy sampling's row argmax (csrc/argmax_cpu.cpp); float32 or bfloat16.
 
 ``supports(tensor)`` says whether a tensor can take this path (CPU, a dtype of ``DTYPES``, the
 library built); the model asks it and otherwise runs its torch code. Wrappers check only what a
@@ -23,7 +23,11 @@ _SIGNATURES = {
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "silu_mul": [_P, _P, _I64, _I64, _INT],
     "argmax": [_P, _I64, _I64, _P, _INT],
+    "linear": [_P, _P, _P, _P, _I64, _I64, _I64, _INT],
+    "linear_pack": [_P, _P, _I64, _I64],
 }
+# The most rows ``linear`` takes (csrc/linear_cpu.cpp: one set of register accumulators per row).
+LINEAR_MAX_ROWS = 16
 
 
 @functools.cache
@@ -74,6 +78,35 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = gate_up.new_empty((rows, width // 2))
     _fn("silu_mul", DTYPES[gate_up.dtype])(gate_up.data_ptr(), out.data_ptr(), rows, width // 2,
                                            torch.get_num_threads())
+    return out
+
+
+def pack_linear(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of an nn.Linear weight [out, in] laid out for ``linear`` (csrc/linear_cpu.cpp says how)."""
+    n, k = weight.shape
+    _check(weight.is_contiguous() and weight.dim() == 2, "pack_linear: a contiguous [out, in] weight")
+    packed = weight.new_empty(_packed_numel(n, k, weight.dtype))
+    _fn("linear_pack", DTYPES[weight.dtype])(weight.data_ptr(), packed.data_ptr(), n, k)
+    return packed
+
+
+def _packed_numel(n: int, k: int, dtype: torch.dtype) -> int:
+    pair = 2 if dtype == torch.bfloat16 else 1
+    return -(-n // 16) * 16 * -(-k // pair) * pair
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) for x [rows, in] with 1 <= rows <= LINEAR_MAX_ROWS, over ``packed`` =
+    pack_linear(weight) of weight [out_features, in]; bias [out_features] or None; one dtype."""
+    rows, k = x.shape
+    n = out_features
+    _check(1 <= rows <= LINEAR_MAX_ROWS and x.is_contiguous() and packed.dtype == x.dtype and packed.is_cpu
+           and packed.numel() == _packed_numel(n, k, x.dtype) and (bias is None or (
+               bias.shape == (n,) and bias.dtype == x.dtype and bias.is_contiguous() and bias.is_cpu)),
+           f"linear: contiguous x [1..{LINEAR_MAX_ROWS}, in], the packed weight of [out, in], bias [out], one dtype")
+    out = x.new_empty((rows, n))
+    _fn("linear", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
+                                   out.data_ptr(), rows, n, k, torch.get_num_threads())
     return out
 
 

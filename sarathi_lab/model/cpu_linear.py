@@ -5,17 +5,24 @@ below the machine's rate (at 8 rows it reads cpu-small's weights at ~5 GB/s wher
 ~17). oneDNN's matmul over a weight packed once into its blocked layout (what torch.compile's CPU
 freezing pass emits for a frozen linear) is 1.2-1.7x faster from 2 rows to 512 on cpu-small's
 shapes in isolation; in the engine, batch-8 decode iterations run 1.23x faster on 1 thread and
-1.43x on 2, prefill about even. One row goes wherever a probe at load time finds it faster: with
-torch 2.13 on an AMD EPYC Zen 4, oneDNN's packed path is 1.6x (float32) / 1.8x (bfloat16) faster
-than MKL's GEMV over cpu-small's twelve layers, while an earlier torch re-ordered the packed weight
-on every one-row call (100x slower). The packed copy doubles the linear weights' memory;
-``EngineConfig(cpu_linear="aten")`` opts out.
+1.43x on 2, prefill about even.
+
+Decode batches of up to ``SMALL_ROWS`` rows (float32, bfloat16) go to sarathi_kernels' own linear
+over a second packed copy (csrc/linear_cpu.cpp): streaming cpu-small's twelve layers' weights it
+reads them at 22-33 GB/s where oneDNN reads 14-22, 1.2-1.75x from 1 row to 12, and about even at 16
+(AMD EPYC Zen 4, 2 threads; benchmarks/RESULTS.md). Without that kernel (no compiler, float16) one
+row goes wherever a probe at load time finds it faster: oneDNN's packed path was 1.6x (float32) /
+1.8x (bfloat16) faster than MKL's GEMV with torch 2.13, while an earlier torch re-ordered the
+packed weight on every one-row call (100x slower). The packed copies triple the linear weights'
+memory (double for float16); ``EngineConfig(cpu_linear="aten")`` opts out.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from sarathi_kernels import cpu_ops
 
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
@@ -26,6 +33,9 @@ _PACK_ROWS_HINT = 8
 # How much faster the packed path must be on one row to take it (measured 1.6-1.8x where it wins,
 # 100x slower where it loses).
 _CLEAR_WIN = 1.2
+# The most rows that sarathi_kernels' linear takes here: measured 1.2-1.75x faster than oneDNN up
+# to 12 rows, 0.92-1.06x at 16 (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
+SMALL_ROWS = 12
 
 
 def onednn_available() -> bool:
@@ -34,7 +44,8 @@ def onednn_available() -> bool:
 
 class PackedLinear(nn.Module):
     """The same parameters as the ``nn.Linear`` it replaces (shared, so tied embeddings and
-    ``state_dict`` are unchanged) plus a packed copy of the weight that oneDNN reads."""
+    ``state_dict`` are unchanged) plus packed copies of the weight: the one oneDNN reads, and
+    (float32, bfloat16, kernels built) the one sarathi_kernels' few-row linear reads."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -43,6 +54,8 @@ class PackedLinear(nn.Module):
         with torch.no_grad():
             packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _PACK_ROWS_HINT)
         self.register_buffer("packed_weight", packed, persistent=False)
+        small = cpu_ops.pack_linear(linear.weight.detach()) if cpu_ops.supports(linear.weight) else None
+        self.register_buffer("small_rows_weight", small, persistent=False)
         self.one_row_packed = False  # set by pack_linears' probe
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +64,12 @@ class PackedLinear(nn.Module):
     def _aten(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
 
+    def _small(self, x: torch.Tensor) -> torch.Tensor:
+        return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if 0 < x.shape[0] <= SMALL_ROWS and self.small_rows_weight is not None:
+            return self._small(x)
         if x.shape[0] < 2 and not self.one_row_packed:
             return self._aten(x)
         return self._packed(x)
@@ -71,10 +89,11 @@ def _one_row_packed_wins(layer: PackedLinear, reps: int = 5) -> bool:
 
 
 def pack_linears(module: nn.Module) -> None:
-    """Replace every ``nn.Linear`` under ``module`` (inputs [tokens, features]) by a PackedLinear, one
-    row going the way a probe on the largest of them finds faster on this machine."""
+    """Replace every ``nn.Linear`` under ``module`` (inputs [tokens, features]) by a PackedLinear; where
+    sarathi_kernels' linear cannot take one row, it goes the way a probe on the largest layer finds
+    faster on this machine."""
     packed = list(_replace(module))
-    if packed:
+    if any(layer.small_rows_weight is None for layer in packed):
         one_row = _one_row_packed_wins(max(packed, key=lambda m: m.weight.numel()))
         for layer in packed:
             layer.one_row_packed = one_row

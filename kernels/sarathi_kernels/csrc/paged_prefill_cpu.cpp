@@ -11,8 +11,7 @@
 // block of 16 keys up to the tile's last visible key it transposes the block's keys to [d][16] so
 // that scores are broadcast-FMAs of one query element against 16 keys, keeps an online softmax per
 // row, and accumulates probabilities x values four rows at a time so that each value vector loaded
-// feeds four FMAs. Vectors are GCC's vector extensions (16 floats): 512-bit registers where the CPU
-// has AVX-512, two 256-bit ones on AVX2, the same source on both. -ffast-math (cpu_build.py) lets the
+// feeds four FMAs, in cpu_common.h's 16-float vectors. -ffast-math (cpu_build.py) lets the
 // exp of the softmax call libmvec's vector exp; masked scores never reach exp (a select writes 0),
 // the empty max is -FLT_MAX, and unwritten cache rows are never read, so nothing relies on inf/NaN.
 //
@@ -29,17 +28,12 @@
 namespace {
 
 using sarathi::load;
+using sarathi::vec;
+using sarathi::vload;
+using sarathi::vstore;
+using sarathi::W;  // floats per vector, and keys per softmax step
 
-constexpr int64_t W = 16;  // floats per vector, and keys per softmax step
 constexpr int64_t TILE = 64;  // query tokens per work item (32: 0.9-0.97x at 288-1024 keys)
-typedef float vec __attribute__((vector_size(W * sizeof(float))));
-
-inline vec vload(const float* p) {
-  vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void vstore(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 
 struct Item {
   int64_t seq, kv_head, tile;

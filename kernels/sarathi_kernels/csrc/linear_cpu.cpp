@@ -1,0 +1,174 @@
+// Linear layers of a few rows (decode batches) on the CPU: out = x W^T (+ bias), x [M, K] with
+// M <= 16, over a copy of W packed once at load time.
+//
+// Why: a decode iteration streams every linear weight from memory once; oneDNN's matmul streams
+// them at 18-19 GB/s on 2 Zen 4 cores at 1-8 rows (float32 and bfloat16) where a plain read of the
+// same tensors runs at 27-35 (benchmarks/RESULTS.md).
+//
+// Packed layout: tiles of 16 output columns (N padded with zero columns). float32 [N/16][K][16]:
+// one vector holds element k of 16 rows of W. bfloat16 [N/16][K/2][16][2] (K padded to even): one
+// vector holds elements 2p and 2p+1 of 16 rows, side by side, as vdpbf16ps reads them.
+// How: each thread takes a contiguous range of tiles and walks TB of them side by side; every
+// weight vector loaded feeds M multiply-adds against x broadcast from a transposed copy of x
+// ([K][M], so each broadcast is a fixed offset), the M x TB accumulators are registers (M is a
+// template parameter, TB = 16 / M rounded to 4, 2 or 1) and end as 16 finished outputs each: no
+// horizontal sums. bfloat16 with AVX512_BF16: one vdpbf16ps per vector and row (exact products,
+// float32 sums); without it, vload2's even/odd split and two FMAs, x in float32.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+#include "cpu_common.h"
+
+namespace {
+
+using sarathi::bf16;
+using sarathi::load;
+using sarathi::vec;
+using sarathi::vload;
+using sarathi::W;
+
+constexpr int MAX_ROWS = 16;
+constexpr int64_t SPAN = 64;  // packed vectors summed before joining an output's total
+constexpr bool kBf16Dot =
+#if defined(__AVX512BF16__)
+    true;
+#else
+    false;
+#endif
+
+template <typename T>
+constexpr int64_t pair_of = std::is_same<T, bf16>::value ? 2 : 1;  // k elements per packed vector
+
+constexpr int tiles_per_block(int m) { return m <= 4 ? 4 : m <= 12 ? 2 : 1; }
+
+// x for the inner loop: float32 [Kp][M] (k padded to the packing), or, for vdpbf16ps, bfloat16
+// pairs [Kp / 2][M] as 32-bit words.
+struct XT {
+  const float* f;
+  const uint32_t* pairs;
+};
+
+template <typename T, int M, int TB>
+inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
+  constexpr int64_t P = pair_of<T>;
+  const int64_t steps = (K + P - 1) / P;  // packed vectors per tile
+  vec acc[M][TB] = {}, total[M][TB] = {};
+  const T* wt[TB];
+  for (int b = 0; b < TB; ++b) wt[b] = packed + (tile0 + b) * steps * W * P;
+  for (int64_t s = 0; s < steps; ++s) {
+    // Partial sums of SPAN steps move to the totals: a float32 sum's rounding error grows with its
+    // length, and one running sum over K = 2048 erred 4x more than torch's blocked GEMM.
+    if (s % SPAN == 0 && s > 0) {
+      for (int m = 0; m < M; ++m)
+        for (int b = 0; b < TB; ++b) total[m][b] += acc[m][b], acc[m][b] = vec{};
+    }
+    if constexpr (P == 2 && kBf16Dot) {
+#if defined(__AVX512BF16__)
+      __m512bh w[TB];
+      for (int b = 0; b < TB; ++b) w[b] = (__m512bh)_mm512_loadu_si512(wt[b] + s * W * 2);
+      for (int m = 0; m < M; ++m) {
+        const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(x.pairs[s * M + m]));
+        for (int b = 0; b < TB; ++b) acc[m][b] = _mm512_dpbf16_ps(acc[m][b], w[b], xb);
+      }
+#endif
+    } else if constexpr (P == 2) {
+      vec even[TB], odd[TB];
+      for (int b = 0; b < TB; ++b) sarathi::vload2(wt[b] + s * W * 2, even[b], odd[b]);
+      for (int m = 0; m < M; ++m) {
+        const float xe = x.f[2 * s * M + m], xo = x.f[(2 * s + 1) * M + m];
+        for (int b = 0; b < TB; ++b) acc[m][b] += xe * even[b] + xo * odd[b];
+      }
+    } else {
+      vec w[TB];
+      for (int b = 0; b < TB; ++b) w[b] = vload(wt[b] + s * W);
+      for (int m = 0; m < M; ++m) {
+        const float xk = x.f[s * M + m];
+        for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];
+      }
+    }
+  }
+  for (int b = 0; b < TB; ++b) {
+    const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
+    vec bv = {};
+    if (bias)
+      for (int64_t c = 0; c < cols; ++c) bv[c] = load(bias[n0 + c]);
+    for (int m = 0; m < M; ++m) {
+      const vec y = total[m][b] + acc[m][b] + bv;
+      if (cols == W) {
+        sarathi::vstore(out + m * N + n0, y);
+      } else {
+        for (int64_t c = 0; c < cols; ++c) out[m * N + n0 + c] = sarathi::store<T>(y[c]);
+      }
+    }
+  }
+}
+
+template <typename T, int M>
+void linear_rows(const XT& x, const T* packed, const T* bias, T* out, int64_t N, int64_t K, int threads) {
+  constexpr int TB = tiles_per_block(M);
+  const int64_t tiles = (N + W - 1) / W, blocks = tiles / TB;
+  // Static ranges: each thread streams its own contiguous stretch of the packed weight.
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) block<T, M, TB>(x, packed, bias, out, b * TB, N, K);
+  for (int64_t t = blocks * TB; t < tiles; ++t) block<T, M, 1>(x, packed, bias, out, t, N, K);
+}
+
+template <typename T, std::size_t... I>
+constexpr auto table(std::index_sequence<I...>) {
+  return std::array<void (*)(const XT&, const T*, const T*, T*, int64_t, int64_t, int), sizeof...(I)>{
+      &linear_rows<T, static_cast<int>(I) + 1>...};
+}
+
+// x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; 1 <= rows <= MAX_ROWS.
+template <typename T>
+void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
+  static constexpr auto kernels = table<T>(std::make_index_sequence<MAX_ROWS>{});
+  constexpr int64_t P = pair_of<T>;
+  const int64_t kp = (K + P - 1) / P * P;
+  std::vector<float> xf;
+  std::vector<uint32_t> pairs;
+  if (P == 2 && kBf16Dot) {
+    pairs.assign(kp / 2 * rows, 0u);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        uint16_t bits;
+        std::memcpy(&bits, x + m * K + k, sizeof bits);
+        pairs[k / 2 * rows + m] |= static_cast<uint32_t>(bits) << (16 * (k % 2));
+      }
+  } else {
+    xf.assign(kp * rows, 0.f);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t k = 0; k < K; ++k) xf[k * rows + m] = load(x[m * K + k]);
+  }
+  kernels[rows - 1](XT{xf.data(), pairs.data()}, packed, bias, out, N, K, threads);
+}
+
+// w [N, K] row-major into the packed layout (zeros where N and K are padded).
+template <typename T>
+void pack(const T* w, T* packed, int64_t N, int64_t K) {
+  constexpr int64_t P = pair_of<T>;
+  const int64_t steps = (K + P - 1) / P, tiles = (N + W - 1) / W;
+  std::memset(static_cast<void*>(packed), 0, tiles * steps * W * P * sizeof(T));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) packed[((n / W * steps + k / P) * W + n % W) * P + k % P] = w[n * K + k];
+}
+
+}  // namespace
+
+#define SARATHI_LINEAR(SUFFIX, T)                                                                         \
+  extern "C" void linear_pack_##SUFFIX(const T* w, T* packed, int64_t n, int64_t k) { pack<T>(w, packed, n, k); } \
+  extern "C" void linear_##SUFFIX(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t n,    \
+                                  int64_t k, int threads) {                                              \
+    linear<T>(x, packed, bias, out, rows, n, k, threads);                                                \
+  }
+SARATHI_LINEAR(f32, float)
+SARATHI_LINEAR(bf16, bf16)

@@ -1,0 +1,70 @@
+"""The few-row CPU linear (sarathi_kernels.cpu_ops.linear over pack_linear's copy) against F.linear in
+float64, and the engine's linear layers sending decode batches to it."""
+from __future__ import annotations
+
+from unittest.mock import patch
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from sarathi_kernels import cpu_ops
+from torch import nn
+
+from sarathi_lab.model import cpu_linear
+from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available
+
+pytestmark = pytest.mark.skipif(not cpu_ops.supports(torch.zeros(1)), reason="the CPU kernels did not build here")
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, cpu_ops.LINEAR_MAX_ROWS), in_features=st.integers(1, 300),
+       out_features=st.integers(1, 300), bias=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+@example(rows=16, in_features=2048, out_features=768, bias=False, dtype=torch.bfloat16, seed=0)
+@example(rows=16, in_features=2048, out_features=768, bias=True, dtype=torch.float32, seed=0)
+@example(rows=3, in_features=33, out_features=17, bias=True, dtype=torch.bfloat16, seed=1)
+def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features, bias, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, in_features, generator=g).to(dtype)
+    w = torch.randn(out_features, in_features, generator=g).to(dtype)
+    b = torch.randn(out_features, generator=g).to(dtype) if bias else None
+    got = cpu_ops.linear(x, cpu_ops.pack_linear(w), out_features, b)
+    want = F.linear(x.double(), w.double(), None if b is None else b.double())
+    assert got.dtype == dtype and got.shape == (rows, out_features)
+    # float32: sums of up to 2048 products in blocks (csrc/linear_cpu.cpp), within what float32's own
+    # F.linear errs here; bfloat16: products are exact, sums float32, one rounding of the output.
+    magnitude = (x.double().abs() @ w.double().abs().t()).max().item() + 1
+    tol = {"rtol": 1e-5, "atol": 2e-7 * magnitude} if dtype == torch.float32 else {"rtol": 2**-8, "atol": 1e-6 * magnitude}
+    torch.testing.assert_close(got.double(), want, **tol)
+
+
+def test_wrong_calls_are_refused():
+    w = torch.randn(20, 8)
+    packed = cpu_ops.pack_linear(w)
+    for x in (torch.randn(0, 8), torch.randn(cpu_ops.LINEAR_MAX_ROWS + 1, 8), torch.randn(2, 9),
+              torch.randn(2, 8, dtype=torch.bfloat16), torch.randn(8, 2).t()):
+        with pytest.raises(ValueError, match="linear"):
+            cpu_ops.linear(x, packed, 20)
+    with pytest.raises(ValueError, match="linear"):
+        cpu_ops.linear(torch.randn(2, 8), packed, 20, torch.randn(19))
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_layers_send_few_rows_to_the_kernel_and_more_to_onednn(dtype):
+    layer = PackedLinear(nn.Linear(64, 48, dtype=dtype))
+    calls = []
+    real = cpu_ops.linear
+
+    def spy(x, *args):
+        calls.append(x.shape[0])
+        return real(x, *args)
+
+    with patch.object(cpu_ops, "linear", spy), torch.inference_mode():
+        for rows in (1, cpu_linear.SMALL_ROWS, cpu_linear.SMALL_ROWS + 1, 64):
+            x = torch.randn(rows, 64, dtype=dtype)
+            want = F.linear(x.double(), layer.weight.double(), layer.bias.double())
+            torch.testing.assert_close(layer(x).double(), want, rtol=2**-7, atol=1e-2)
+    assert calls == [1, cpu_linear.SMALL_ROWS]
