@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from sarathi_kernels import cpu_ops
+from torch import nn
 
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
