@@ -8,6 +8,10 @@ so two environments or two machines sharing a home directory never evict or rebu
 builds. A build is written beside its final name and renamed into place: concurrent processes and a
 kill mid-build never leave a broken file behind. Without a compiler (or if the build fails) one line
 says so and callers fall back to torch's ops.
+
+``SARATHI_KERNELS_MARCH`` (default ``native``) builds for another ``-march`` target, to run the
+kernels' tests on the code another machine kind would get: on an AVX-512 machine, ``x86-64-v3``
+builds the AVX2-only code, ``cascadelake`` the AVX-512 code without bfloat16 instructions.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ _SOURCES = sorted(_CSRC.glob("*.cpp"))
 # relies on it, and where it keeps infinities out). It is given to the compile step only: linking
 # with it adds crtfastmath.o, whose constructor sets flush-to-zero and denormals-are-zero for the
 # whole process the moment the library loads, silently changing every other float op in Python.
-_COMPILE = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c"]
+_COMPILE = ["-O3", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c"]
 _LINK = ["-shared", "-fopenmp"]
 
 
@@ -45,10 +49,14 @@ def _cpu_flags() -> str:
     return " ".join(sorted(flags.partition(":")[2].split())) or platform.processor()
 
 
+def _compile_flags() -> list[str]:
+    return [f"-march={os.environ.get('SARATHI_KERNELS_MARCH') or 'native'}", *_COMPILE]
+
+
 def _build_key(compiler: str) -> str:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     h = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(_COMPILE + _LINK).encode(), version.encode(),
+    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(_compile_flags() + _LINK).encode(), version.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         h.update(part)
         h.update(b"\0")
@@ -66,7 +74,7 @@ def _build(compiler: str) -> Path:
         built = Path(tmp) / target.name
         objects = [Path(tmp) / f"{src.stem}.o" for src in _SOURCES]
         for src, obj in zip(_SOURCES, objects):
-            _run([compiler, *_COMPILE, str(src), "-o", str(obj)])
+            _run([compiler, *_compile_flags(), str(src), "-o", str(obj)])
         _run([compiler, *_LINK, *map(str, objects), "-o", str(built)])
         os.replace(built, target)
     return target
