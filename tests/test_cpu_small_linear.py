@@ -44,7 +44,7 @@ def test_wrong_calls_are_refused():
     w = torch.randn(20, 8)
     packed = cpu_ops.pack_linear(w)
     for x in (torch.randn(0, 8), torch.randn(cpu_ops.LINEAR_MAX_ROWS + 1, 8), torch.randn(2, 9),
-              torch.randn(2, 8, dtype=torch.bfloat16), torch.randn(8, 2).t()):
+              torch.randn(2, 8, dtype=torch.bfloat16), torch.randn(8, 2).t(), torch.empty(2, 8, device="meta")):
         with pytest.raises(ValueError, match="linear"):
             cpu_ops.linear(x, packed, 20)
     with pytest.raises(ValueError, match="linear"):

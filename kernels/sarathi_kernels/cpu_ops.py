@@ -100,7 +100,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
     pack_linear(weight) of weight [out_features, in]; bias [out_features] or None; one dtype."""
     rows, k = x.shape
     n = out_features
-    _check(1 <= rows <= LINEAR_MAX_ROWS and x.is_contiguous() and packed.dtype == x.dtype and packed.is_cpu
+    _check(1 <= rows <= LINEAR_MAX_ROWS and x.is_contiguous() and x.is_cpu and packed.dtype == x.dtype and packed.is_cpu
            and packed.numel() == _packed_numel(n, k, x.dtype) and (bias is None or (
                bias.shape == (n,) and bias.dtype == x.dtype and bias.is_contiguous() and bias.is_cpu)),
            f"linear: contiguous x [1..{LINEAR_MAX_ROWS}, in], the packed weight of [out, in], bias [out], one dtype")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import torch
+from sarathi_kernels import cpu_ops
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError, EngineConfig
@@ -82,7 +83,7 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
     # cos and sin per position (and as much again while built).
     copies = 1
     if device.type == "cpu" and cfg.cpu_linear == "onednn":
-        copies = 3 if dtype in (torch.float32, torch.bfloat16) else 2
+        copies = 3 if dtype in cpu_ops.DTYPES else 2
     weights = weight_bytes(hf, dtype) * copies + 4 * context * head_dim_of(hf) * 4
     available = device_memory_bytes(device) if available is None else available
     room = available - weights

@@ -11,8 +11,8 @@
 // How: each thread takes a contiguous range of tiles and walks TB of them side by side; every
 // weight vector loaded feeds M multiply-adds against x broadcast from a transposed copy of x
 // ([K][M], so each broadcast is a fixed offset), the M x TB accumulators are registers (M is a
-// template parameter, TB = 16 / M rounded to 4, 2 or 1) and end as 16 finished outputs each: no
-// horizontal sums. bfloat16 with AVX512_BF16: one vdpbf16ps per vector and row (exact products,
+// template parameter; TB is 4 up to 4 rows, 2 up to 12, then 1, so that they fit the 32 AVX-512
+// registers beside the weight vectors) and end as 16 finished outputs each: no horizontal sums. bfloat16 with AVX512_BF16: one vdpbf16ps per vector and row (exact products,
 // float32 sums); without it, vload2's even/odd split and two FMAs, x in float32.
 #include <algorithm>
 #include <array>
