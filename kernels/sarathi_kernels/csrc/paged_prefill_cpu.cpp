@@ -7,26 +7,25 @@
 // it needs each context gathered out of the cache first (benchmarks/RESULTS.md).
 //
 // How: a work item is one chunk's tile of TILE query tokens against one kv head, with all the query
-// heads that share it (grouped-query attention reads each key once for the group). For each cache
-// block of 16 keys up to the tile's last visible key it transposes the block's keys to [d][16] so
-// that scores are broadcast-FMAs of one query element against 16 keys, keeps an online softmax per
-// row, and accumulates probabilities x values four rows at a time so that each value vector loaded
-// feeds four FMAs, in cpu_common.h's 16-float vectors. -ffast-math (cpu_build.py) lets the
-// exp of the softmax call libmvec's vector exp; masked scores never reach exp (a select writes 0),
-// the empty max is -FLT_MAX, and unwritten cache rows are never read, so nothing relies on inf/NaN.
+// heads that share it (grouped-query attention reads each key once for the group). Its rows (token x
+// query head) go sixteen to a vector: the queries are transposed once per item to [d][rows], so that
+// the scores of 16 rows against one key are multiply-adds of a query vector by the key's elements
+// broadcast from the cache, for 16 keys at a time. The online softmax then runs across rows, one
+// lane each (max, exp and sums are plain vector ops: no horizontal reductions, no transposed keys),
+// and probabilities x values accumulate four rows at a time so that each value vector loaded feeds
+// four multiply-adds. -ffast-math (cpu_build.py) lets exp call libmvec's vector exp; masked scores
+// never reach exp (a select writes 0), the empty max is -FLT_MAX, and unwritten cache rows are never
+// read, so nothing relies on inf/NaN.
 //
 // Storage is float32 or bfloat16 (cpu_common.h). The arithmetic is float32, except that bfloat16 on a
 // CPU with AVX512_BF16 takes both products through vdpbf16ps (exact bf16 x bf16 products summed in
-// float32): keys as pairs [d/2][16][2] so that one instruction adds two elements of q . k for 16 keys,
-// values as pairs of keys [8][d][2], and the probabilities rounded to bfloat16 before p x v, as
-// torch's CPU flash attention and the GPU kernels round them. Half the multiply-add instructions of
-// the float32 path, and keys widened by nobody.
+// float32): query and key elements in pairs, values as pairs of keys, and the probabilities rounded to
+// bfloat16 before p x v, as torch's CPU flash attention and the GPU kernels round them.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512BF16__)
@@ -42,7 +41,7 @@ using sarathi::load;
 using sarathi::vec;
 using sarathi::vload;
 using sarathi::vstore;
-using sarathi::W;  // floats per vector, and keys per softmax step
+using sarathi::W;  // floats per vector: rows per row group, and keys per softmax step
 
 constexpr int64_t TILE = 64;  // query tokens per work item (32: 0.9-0.97x at 288-1024 keys)
 
@@ -50,59 +49,50 @@ struct Item {
   int64_t seq, kv_head, tile;
 };
 
-// The float32 arithmetic, every machine: queries scaled into float32, each block's keys transposed
-// to [d][16] so that scores are broadcast-FMAs of one query element against 16 keys, values widened.
+// The float32 arithmetic, every machine.
 template <typename T>
 struct Float32Dot {
-  int64_t d, dp;
-  float scale;
-  std::vector<float> qf, kt, vf;
-  Float32Dot(int64_t rows_pad, int64_t d, int64_t dp, float scale)
-      : d(d), dp(dp), scale(scale), qf(rows_pad * d), kt(d * W), vf(W * dp, 0.f) {}
+  int64_t d, dp, rows_pad;
+  std::vector<float> qt, kf, vf, pt;  // queries [d][rows], keys [W][d], values [W][dp], probabilities [W][rows]
+  Float32Dot(int64_t rows_pad, int64_t d, int64_t dp)
+      : d(d), dp(dp), rows_pad(rows_pad), qt(d * rows_pad), kf(W * d), vf(W * dp, 0.f), pt(W * rows_pad, 0.f) {}
 
-  // Query row r (null: a padding row).
   void set_query(int64_t r, const T* src) {
-    float* dst = qf.data() + r * d;
-    for (int64_t j = 0; j < d; ++j) dst[j] = src ? load(src[j]) * scale : 0.f;
+    for (int64_t j = 0; j < d; ++j) qt[j * rows_pad + r] = load(src[j]);
   }
-  // Key t of the block (null: past the context).
-  void set_key(int64_t t, const T* k, const T* v) {
-    for (int64_t j = 0; j < d; ++j) {
-      kt[j * W + t] = k ? load(k[j]) : 0.f;
-      vf[t * dp + j] = v ? load(v[j]) : 0.f;
-    }
-  }
-  // Scores of four rows at a time into p [rows][W]: s_r += q[r][j] * keys^T[j], 16 keys per vector.
-  void scores(float* p, int64_t rows) {
-    for (int64_t r = 0; r < rows; r += 4) {
-      vec s0 = {}, s1 = {}, s2 = {}, s3 = {};
-      const float *a0 = qf.data() + r * d, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+  // The block's keys and values, key t at k[t] and v[t] (a zero row past the context).
+  void set_keys(const T* const* k, const T* const* v) {
+    for (int64_t t = 0; t < W; ++t)
       for (int64_t j = 0; j < d; ++j) {
-        const vec k = vload(kt.data() + j * W);
-        s0 += a0[j] * k;
-        s1 += a1[j] * k;
-        s2 += a2[j] * k;
-        s3 += a3[j] * k;
+        kf[t * d + j] = load(k[t][j]);
+        vf[t * dp + j] = load(v[t][j]);
       }
-      vstore(p + r * W, s0);
-      vstore(p + (r + 1) * W, s1);
-      vstore(p + (r + 2) * W, s2);
-      vstore(p + (r + 3) * W, s3);
+  }
+  // s [W keys][W rows] <- q . k of rows r0.. against the block's keys.
+  void scores(int64_t r0, float* s) const {
+    vec acc[W] = {};
+    for (int64_t j = 0; j < d; ++j) {
+      const vec q = vload(qt.data() + j * rows_pad + r0);
+      for (int64_t t = 0; t < W; ++t) acc[t] += kf[t * d + j] * q;
     }
+    for (int64_t t = 0; t < W; ++t) vstore(s + t * W, acc[t]);
+  }
+  void set_probs(int64_t r0, const float* s) {
+    for (int64_t t = 0; t < W; ++t) std::memcpy(pt.data() + t * rows_pad + r0, s + t * W, W * sizeof(float));
   }
   // acc_r += p_r[t] * values[t], four rows per loaded value vector.
-  void accumulate(float* acc, const float* p, int64_t rows, int64_t keys) {
+  void accumulate(float* acc, int64_t rows, int64_t keys) const {
     for (int64_t r = 0; r < rows; r += 4) {
-      const float *p0 = p + r * W, *p1 = p0 + W, *p2 = p1 + W, *p3 = p2 + W;
       for (int64_t c = 0; c < dp; c += W) {
         float* base = acc + r * dp + c;
         vec x0 = vload(base), x1 = vload(base + dp), x2 = vload(base + 2 * dp), x3 = vload(base + 3 * dp);
         for (int64_t t = 0; t < keys; ++t) {
           const vec v = vload(vf.data() + t * dp + c);
-          x0 += p0[t] * v;
-          x1 += p1[t] * v;
-          x2 += p2[t] * v;
-          x3 += p3[t] * v;
+          const float* p = pt.data() + t * rows_pad + r;
+          x0 += p[0] * v;
+          x1 += p[1] * v;
+          x2 += p[2] * v;
+          x3 += p[3] * v;
         }
         vstore(base, x0);
         vstore(base + dp, x1);
@@ -114,61 +104,67 @@ struct Float32Dot {
 };
 
 #if defined(__AVX512BF16__)
-// bfloat16 through vdpbf16ps (AVX512_BF16): the header says why and how.
+// bfloat16 through vdpbf16ps (AVX512_BF16): the header says why.
 struct Bf16Dot {
-  int64_t d, dp, half;  // half: element pairs per row, the last one zero-padded where d is odd
-  float scale;
-  std::vector<uint32_t> qp, kp, pp;  // query pairs [rows_pad][half], key pairs [half][W], p pairs [rows_pad][W/2]
-  std::vector<uint16_t> vrows;       // the block's values [W][dp], zero-padded, and W more for the last row's 32-wide loads
-  std::vector<uint16_t> vp;          // value pairs [W/2][dp][2]: keys 2u and 2u+1 side by side
-  Bf16Dot(int64_t rows_pad, int64_t d, int64_t dp, float scale)
-      : d(d), dp(dp), half((d + 1) / 2), scale(scale), qp(rows_pad * half), kp(half * W), pp(rows_pad * W / 2, 0u),
-        vrows(W * dp + W, 0), vp(W * dp) {}
+  int64_t d, dp, rows_pad, half;  // half: element pairs per row, the last one zero-padded where d is odd
+  std::vector<uint32_t> qp, pp;   // query pairs [half][rows], probability pairs [W/2][rows]
+  std::vector<uint16_t> vp;       // value pairs [W/2][dp][2]: keys 2u and 2u+1 side by side
+  const bf16* const* keys = nullptr;
+  Bf16Dot(int64_t rows_pad, int64_t d, int64_t dp)
+      : d(d), dp(dp), rows_pad(rows_pad), half((d + 1) / 2), qp(half * rows_pad), pp(W / 2 * rows_pad, 0u),
+        vp(W * dp, 0) {}
+
+  static uint32_t pair(const bf16* x, int64_t j, int64_t d) {
+    uint32_t p = 0;
+    std::memcpy(&p, x + 2 * j, (2 * j + 1 < d ? 2 : 1) * sizeof(bf16));
+    return p;
+  }
+  static __m512bh broadcast(uint32_t p) { return (__m512bh)_mm512_set1_epi32(static_cast<int>(p)); }
 
   void set_query(int64_t r, const bf16* src) {
-    uint32_t* dst = qp.data() + r * half;
-    std::fill(dst, dst + half, 0u);
-    if (src) std::memcpy(dst, src, d * sizeof(bf16));
+    for (int64_t j = 0; j < half; ++j) qp[j * rows_pad + r] = pair(src, j, d);
   }
-  void set_key(int64_t t, const bf16* k, const bf16* v) {
-    for (int64_t j = 0; j < half; ++j) {
-      uint32_t pair = 0;
-      if (k) std::memcpy(&pair, k + 2 * j, (2 * j + 1 < d ? 2 : 1) * sizeof(bf16));
-      kp[j * W + t] = pair;
-    }
-    uint16_t* dst = vrows.data() + t * dp;
-    if (v)
-      std::memcpy(dst, v, d * sizeof(uint16_t));
-    else
-      std::fill(dst, dst + d, uint16_t{0});
-    if (t % 2 == 1) {
-      // Keys t-1 and t side by side: element 2c of a pair vector is key t-1's column c.
-      const __m512i order = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
-                                             38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  void set_keys(const bf16* const* k, const bf16* const* v) {
+    keys = k;
+    // Element 2c of a pair vector is key 2u's column c, element 2c + 1 key 2u + 1's.
+    const __m512i order = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
+                                           6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    for (int64_t u = 0; u < W / 2; ++u)
       for (int64_t c = 0; c < dp; c += W) {
-        const __m512i a = _mm512_loadu_si512(dst - dp + c), b = _mm512_loadu_si512(dst + c);
-        _mm512_storeu_si512(vp.data() + (t / 2 * dp + c) * 2, _mm512_permutex2var_epi16(a, order, b));
+        const __mmask32 cols = static_cast<__mmask32>((1ull << std::min<int64_t>(32, d - c)) - 1);
+        const __m512i a = _mm512_maskz_loadu_epi16(cols, v[2 * u] + c), b = _mm512_maskz_loadu_epi16(cols, v[2 * u + 1] + c);
+        _mm512_storeu_si512(vp.data() + (u * dp + c) * 2, _mm512_permutex2var_epi16(a, order, b));
+      }
+  }
+  void scores(int64_t r0, float* s) const {
+    __m512 acc[W];
+    for (int64_t t = 0; t < W; ++t) acc[t] = _mm512_setzero_ps();
+    const int64_t whole = d / 2;  // pairs read as one 32-bit word from each key row
+    for (int64_t j = 0; j < whole; ++j) {
+      const __m512bh q = (__m512bh)_mm512_loadu_si512(qp.data() + j * rows_pad + r0);
+      for (int64_t t = 0; t < W; ++t) {
+        uint32_t k;
+        std::memcpy(&k, keys[t] + 2 * j, sizeof k);
+        acc[t] = _mm512_dpbf16_ps(acc[t], q, broadcast(k));
       }
     }
+    if (whole < half) {
+      const __m512bh q = (__m512bh)_mm512_loadu_si512(qp.data() + whole * rows_pad + r0);
+      for (int64_t t = 0; t < W; ++t) acc[t] = _mm512_dpbf16_ps(acc[t], q, broadcast(pair(keys[t], whole, d)));
+    }
+    for (int64_t t = 0; t < W; ++t) _mm512_storeu_ps(s + t * W, acc[t]);
   }
-  static __m512bh broadcast(uint32_t pair) { return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair)); }
-
-  // Eight rows at a time (eight independent sums hide vdpbf16ps's latency); rows_pad is a multiple of 8.
-  void scores(float* p, int64_t rows) {
-    for (int64_t r = 0; r < rows; r += 8) {
-      __m512 s[8];
-      for (int i = 0; i < 8; ++i) s[i] = _mm512_setzero_ps();
-      const uint32_t* q = qp.data() + r * half;
-      for (int64_t j = 0; j < half; ++j) {
-        const __m512bh k = (__m512bh)_mm512_loadu_si512(kp.data() + j * W);
-        for (int i = 0; i < 8; ++i) s[i] = _mm512_dpbf16_ps(s[i], k, broadcast(q[i * half + j]));
-      }
-      for (int i = 0; i < 8; ++i) _mm512_storeu_ps(p + (r + i) * W, _mm512_mul_ps(s[i], _mm512_set1_ps(scale)));
+  void set_probs(int64_t r0, const float* s) {
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                           6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t u = 0; u < W / 2; ++u) {
+      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + (2 * u + 1) * W), _mm512_loadu_ps(s + 2 * u * W));
+      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, _mm512_permutexvar_epi16(order, (__m512i)both));
     }
   }
 
   template <int NC>
-  void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t pairs) {
+  void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t pairs) const {
     __m512 x[4][NC];
     for (int i = 0; i < 4; ++i)
       for (int b = 0; b < NC; ++b) x[i][b] = _mm512_loadu_ps(acc + (r + i) * dp + c + b * W);
@@ -176,20 +172,17 @@ struct Bf16Dot {
       __m512bh v[NC];
       for (int b = 0; b < NC; ++b) v[b] = (__m512bh)_mm512_loadu_si512(vp.data() + (u * dp + c + b * W) * 2);
       for (int i = 0; i < 4; ++i) {
-        const __m512bh pr = broadcast(pp[(r + i) * (W / 2) + u]);
-        for (int b = 0; b < NC; ++b) x[i][b] = _mm512_dpbf16_ps(x[i][b], v[b], pr);
+        const __m512bh p = broadcast(pp[u * rows_pad + r + i]);
+        for (int b = 0; b < NC; ++b) x[i][b] = _mm512_dpbf16_ps(x[i][b], v[b], p);
       }
     }
     for (int i = 0; i < 4; ++i)
       for (int b = 0; b < NC; ++b) _mm512_storeu_ps(acc + (r + i) * dp + c + b * W, x[i][b]);
   }
   // Four rows by 32 columns per step: eight sums, each pair vector loaded feeds four rows.
-  void accumulate(float* acc, const float* p, int64_t rows, int64_t keys) {
-    const int64_t rows4 = (rows + 3) / 4 * 4, pairs = (keys + 1) / 2;
-    for (int64_t r = 0; r < rows4; ++r)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pp.data() + r * (W / 2)),
-                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p + r * W)));
-    for (int64_t r = 0; r < rows4; r += 4) {
+  void accumulate(float* acc, int64_t rows, int64_t keys) const {
+    const int64_t pairs = (keys + 1) / 2;
+    for (int64_t r = 0; r < rows; r += 4) {
       int64_t c = 0;
       for (; c + 2 * W <= dp; c += 2 * W) accumulate_columns<2>(acc, r, c, pairs);
       if (c < dp) accumulate_columns<1>(acc, r, c, pairs);
@@ -208,6 +201,60 @@ struct DotFor<bf16> {
   using type = Bf16Dot;
 };
 #endif
+
+typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
+
+// exp(x) for x <= 0 (larger x as 0: the callers discard those lanes), inline: a libmvec call per 16
+// lanes spills every live vector register around it, and was ~40% of a bfloat16 prefill. 2^n by the
+// exponent bits, exp(r) for |r| <= ln2 / 2 by its Taylor series to r^7 (error < 2e-7 relative).
+inline vec exp_nonpositive(vec x) {
+  x = x < 0.f ? x : vec{};
+  x = x > -87.f ? x : vec{} - 87.f;  // 2^n stays a normal float
+  const ivec n = __builtin_convertvector(x * 1.44269504f - 0.5f, ivec);  // round to nearest (x <= 0)
+  const vec nf = __builtin_convertvector(n, vec);
+  const vec r = x - nf * 0.693359375f + nf * 2.12194440e-4f;  // ln 2 in two parts, for the large n
+  vec p = 1.f / 5040 + r * 0.f;
+  p = p * r + 1.f / 720;
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const ivec bits = (n + 127) << 23;
+  vec two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n;
+}
+
+// Online softmax of one row group over one block of keys, a row per lane. s [W keys][W rows]: the
+// raw scores in, the probabilities out; row i may see key t when t <= last[i]. m, l: the rows'
+// running max and sum; rescale: what their accumulators must be multiplied by.
+inline void softmax_block(float* s, const int32_t* last_keys, float scale, float* m_rows, float* l_rows,
+                          float* rescale_rows) {
+  const vec lowest = vec{} - FLT_MAX, m = vload(m_rows);
+  ivec last;
+  std::memcpy(&last, last_keys, sizeof last);
+  vec top = m;
+  for (int32_t t = 0; t < W; ++t) {
+    const vec x = vload(s + t * W) * scale;
+    vstore(s + t * W, x);
+    const vec seen = t <= last ? x : lowest;
+    top = seen > top ? seen : top;
+  }
+  vec sum = {};
+  for (int32_t t = 0; t < W; ++t) {
+    const vec e = exp_nonpositive(vload(s + t * W) - top), p = t <= last ? e : vec{};
+    vstore(s + t * W, p);
+    sum += p;
+  }
+  // A row's first key: nothing to rescale.
+  const auto first = m == lowest;
+  const vec e = exp_nonpositive(m - top), rescale = first ? vec{} : e;
+  vstore(rescale_rows, rescale);
+  vstore(l_rows, vload(l_rows) * rescale + sum);
+  vstore(m_rows, top);
+}
 
 // q [tokens, heads, d] with token stride q_stride (elements; q may sit inside the fused qkv
 // output); out [tokens, heads, d] contiguous; caches [blocks, block_size, kv_heads, d] contiguous;
@@ -229,25 +276,27 @@ void paged_prefill(const T* q, int64_t q_stride, const T* kc, const T* vc, const
   const int64_t nitems = static_cast<int64_t>(items.size());
 #pragma omp parallel num_threads(threads) if (threads > 1 && nitems > 1)
   {
-    const int64_t rows_max = TILE * group;
-    // Rows padded to a multiple of 8 so that the 4- and 8-row loops need no remainder.
-    const int64_t rows_pad = (rows_max + 7) / 8 * 8;
-    Dot dot(rows_pad, d, dp, scale);
-    std::vector<float> acc(rows_pad * dp), p(rows_pad * W, 0.f), m(rows_pad), l(rows_pad);
-    std::vector<int64_t> limit(rows_pad);
+    // Rows padded to whole row groups; padding rows see no key and are never written out.
+    const int64_t rows_pad = (TILE * group + W - 1) / W * W;
+    Dot dot(rows_pad, d, dp);
+    const std::vector<T> zero_row(dp + 2);  // stands in for the keys and values past a context
+    std::vector<float> acc(rows_pad * dp), s(W * W), m(rows_pad), l(rows_pad), rescale(W);
+    std::vector<int32_t> limit(rows_pad), last(W);
+    const T* k[W];
+    const T* v[W];
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
       const int64_t q_len = starts[it.seq + 1] - starts[it.seq], ctx = lens[it.seq];
       const int64_t t0 = it.tile * TILE, t1 = std::min(q_len, t0 + TILE);
-      const int64_t rows = (t1 - t0) * group;
+      const int64_t rows = (t1 - t0) * group, groups = (rows + W - 1) / W;
       const int64_t h0 = it.kv_head * group;
       // Row r = (token t0 + r / group, query head h0 + r % group); its last visible key.
-      for (int64_t r = 0; r < rows_pad; ++r) {
+      for (int64_t r = 0; r < groups * W; ++r) {
         const bool real = r < rows;
-        const int64_t tok = t0 + (real ? r / group : 0);
-        limit[r] = real ? ctx - q_len + tok : -1;
-        dot.set_query(r, real ? q + (starts[it.seq] + tok) * q_stride + (h0 + r % group) * d : nullptr);
+        const int64_t tok = t0 + r / group;
+        limit[r] = real ? static_cast<int32_t>(ctx - q_len + tok) : -1;
+        dot.set_query(r, real ? q + (starts[it.seq] + tok) * q_stride + (h0 + r % group) * d : zero_row.data());
         m[r] = -FLT_MAX;
         l[r] = 0.f;
       }
@@ -257,42 +306,27 @@ void paged_prefill(const T* q, int64_t q_stride, const T* kc, const T* vc, const
         const int64_t keys = std::min(W, last_key + 1 - k0);
         // W keys may span two cache blocks (block sizes need not be multiples of 16).
         for (int64_t t = 0; t < W; ++t) {
-          if (t < keys) {
-            const int64_t pos = k0 + t;
-            const int64_t off = (static_cast<int64_t>(tables[it.seq * max_blocks + pos / block_size]) * block_size +
-                                 pos % block_size) * row + it.kv_head * d;
-            dot.set_key(t, kc + off, vc + off);
-          } else {
-            dot.set_key(t, nullptr, nullptr);
-          }
+          const int64_t pos = k0 + t;
+          const int64_t off = t < keys ? (static_cast<int64_t>(tables[it.seq * max_blocks + pos / block_size]) *
+                                              block_size + pos % block_size) * row + it.kv_head * d
+                                       : -1;
+          k[t] = off < 0 ? zero_row.data() : kc + off;
+          v[t] = off < 0 ? zero_row.data() : vc + off;
         }
-        dot.scores(p.data(), rows);
-        // Online softmax per row; keys past a row's limit get probability 0 without reaching exp.
-        for (int64_t r = 0; r < rows; ++r) {
-          float* s = p.data() + r * W;
-          const int64_t valid = std::min(keys, limit[r] - k0 + 1);
-          if (valid <= 0) {
-            std::fill(s, s + W, 0.f);
-            continue;
+        dot.set_keys(k, v);
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t r0 = g * W;
+          for (int64_t i = 0; i < W; ++i) last[i] = static_cast<int32_t>(limit[r0 + i] - k0);
+          dot.scores(r0, s.data());
+          softmax_block(s.data(), last.data(), scale, m.data() + r0, l.data() + r0, rescale.data());
+          for (int64_t i = 0; i < W && r0 + i < rows; ++i) {
+            if (rescale[i] == 1.f) continue;
+            float* a = acc.data() + (r0 + i) * dp;
+            for (int64_t j = 0; j < dp; ++j) a[j] *= rescale[i];
           }
-          float top = m[r];
-#pragma omp simd reduction(max : top)
-          for (int64_t t = 0; t < W; ++t) top = std::max(top, t < valid ? s[t] : -FLT_MAX);
-          float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t t = 0; t < W; ++t) {
-            s[t] = t < valid ? std::exp(s[t] - top) : 0.f;
-            sum += s[t];
-          }
-          const float rescale = m[r] == -FLT_MAX ? 0.f : std::exp(m[r] - top);  // no underflow path on the first step
-          l[r] = l[r] * rescale + sum;
-          m[r] = top;
-          if (rescale != 1.f) {
-            float* a = acc.data() + r * dp;
-            for (int64_t j = 0; j < dp; ++j) a[j] *= rescale;
-          }
+          dot.set_probs(r0, s.data());
         }
-        dot.accumulate(acc.data(), p.data(), rows, keys);
+        dot.accumulate(acc.data(), rows, keys);
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* dst = out + ((starts[it.seq] + t0 + r / group) * heads + h0 + r % group) * d;
