@@ -179,3 +179,41 @@ def test_build_key_covers_the_cpu_and_the_compiler(monkeypatch):
     assert avx2 != key
     monkeypatch.setattr(cpu_build, "_COMPILE", [*cpu_build._COMPILE, "-O2"])
     assert cpu_build._build_key("c++") != avx2
+
+
+@needs_kernel
+@settings(max_examples=30, deadline=None)
+@given(tokens=st.integers(1, 70), block_size=st.sampled_from([1, 8, 16]), kv_heads=st.sampled_from([1, 2, 4]),
+       head_dim=st.sampled_from([8, 64, 80]), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       seed=st.integers(0, 2**16))
+def test_write_kv_equals_index_copy(tokens, block_size, kv_heads, head_dim, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    blocks = -(-tokens // block_size) + 3
+    k_cache = torch.randn(blocks, block_size, kv_heads, head_dim, generator=g).to(dtype)
+    v_cache = torch.randn(k_cache.shape, generator=g).to(dtype)
+    # Strided rows, as k and v inside the fused qkv output.
+    qkv = torch.randn(tokens, 3 * kv_heads, head_dim, generator=g).to(dtype)
+    key, value = qkv[:, kv_heads : 2 * kv_heads], qkv[:, 2 * kv_heads :]
+    slots = torch.randperm(blocks * block_size, generator=g)[:tokens]
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    reference.write_kv(key, value, want_k, want_v, slots)
+    cpu_attention.write_kv(key, value, k_cache, v_cache, slots)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+
+
+@needs_kernel
+def test_write_kv_refuses_what_it_would_write_out_of_bounds():
+    k_cache, v_cache = torch.zeros(2, 4, 2, 8), torch.zeros(2, 4, 2, 8)
+    key = value = torch.ones(3, 2, 8)
+    with pytest.raises(IndexError, match=r"slot_mapping\[2\] = 8 is outside the cache's 8 slots"):
+        cpu_attention.write_kv(key, value, k_cache, v_cache, torch.tensor([0, 1, 8]))
+    assert not k_cache.any() and not v_cache.any()  # nothing written
+    with pytest.raises(IndexError, match=r"slot_mapping\[0\] = -1"):
+        cpu_attention.write_kv(key, value, k_cache, v_cache, torch.tensor([-1, 1, 2]))
+    with pytest.raises(ValueError, match="int64 CPU slot_mapping"):
+        cpu_attention.write_kv(key, value, k_cache, v_cache, torch.tensor([0, 1, 2], dtype=torch.int32))
+    with pytest.raises(ValueError, match="of their dtype"):
+        cpu_attention.write_kv(key.bfloat16(), value.bfloat16(), k_cache, v_cache, torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="contiguous heads"):
+        cpu_attention.write_kv(key.transpose(1, 2).contiguous().transpose(1, 2), value, k_cache, v_cache,
+                               torch.tensor([0, 1, 2]))

@@ -1,12 +1,14 @@
 """The CPU attention kernels over the paged KV cache, float32 or bfloat16 storage:
 ``paged_decode`` (csrc/paged_decode_cpu.cpp, one query per request) and ``paged_prefill``
-(csrc/paged_prefill_cpu.cpp, every prefill chunk of an iteration, causal from the bottom right).
+(csrc/paged_prefill_cpu.cpp, every prefill chunk of an iteration, causal from the bottom right);
+and ``write_kv`` (csrc/kv_write_cpu.cpp), this step's keys and values into their cache slots.
 
 Built with the other CPU kernels by ``cpu_build``; where they cannot be built, ``available()`` is
 False and the attention backend uses torch's ``scaled_dot_product_attention`` instead.
 Values (lengths, block ids, offsets) are trusted, as the engine built them; layouts, dtypes and
 shapes are checked, because a wrong one would read out of bounds rather than raise. The checks are
-cheap attribute reads: these run in every layer.
+cheap attribute reads: these run in every layer. ``write_kv`` also checks each slot (in C++) before
+writing anything: a wrong slot would write out of bounds.
 """
 from __future__ import annotations
 
@@ -28,6 +30,12 @@ _SIGNATURES = {
 @functools.cache
 def _kernel(name: str, suffix: str):
     return cpu_build.function(f"{name}_{suffix}", _SIGNATURES[name])
+
+
+@functools.cache
+def _kv_write():
+    return cpu_build.function("kv_write", [_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_int],
+                              _I64)
 
 
 def available() -> bool:
@@ -104,3 +112,30 @@ def paged_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         query_start_loc.data_ptr(), seq_lens.data_ptr(), out.data_ptr(), n, heads, d, k_cache.shape[1],
         k_cache.shape[2], block_tables.shape[1], scale, torch.get_num_threads())
     return out
+
+
+def write_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """attention/reference.write_kv's index_copy_ as one C++ call: key/value [T, kv_heads, d] (rows may
+    be strided, heads contiguous: views into the fused qkv output) into caches [blocks, block_size,
+    kv_heads, d] (contiguous, CPU, the keys' dtype) at int64 slot_mapping [T] (block * block_size +
+    offset, each checked against the cache's slots before anything is written)."""
+    tokens, kv_heads, d = key.shape
+    blocks, block_size = k_cache.shape[:2]
+    if not (value.shape == key.shape and k_cache.shape == v_cache.shape == (blocks, block_size, kv_heads, d)
+            and key.dtype == value.dtype == k_cache.dtype == v_cache.dtype and key.is_cpu and value.is_cpu
+            and k_cache.is_cpu and v_cache.is_cpu and k_cache.is_contiguous() and v_cache.is_contiguous()
+            and all(t.stride(2) == 1 and t.stride(1) == d for t in (key, value))
+            and slot_mapping.shape == (tokens,) and slot_mapping.dtype == torch.int64 and slot_mapping.is_cpu
+            and slot_mapping.is_contiguous()):
+        raise ValueError(f"write_kv: keys/values {tuple(key.shape)} {key.dtype} with contiguous heads, CPU caches "
+                         f"{tuple(k_cache.shape)} of their dtype and an int64 CPU slot_mapping [{tokens}] are needed; "
+                         f"got values {tuple(value.shape)}, caches {tuple(k_cache.shape)} {k_cache.dtype}, slot_mapping "
+                         f"{tuple(slot_mapping.shape)} {slot_mapping.dtype}")
+    size = key.element_size()
+    bad = _kv_write()(key.data_ptr(), key.stride(0) * size, value.data_ptr(), value.stride(0) * size,
+                      k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr(), tokens, kv_heads * d * size,
+                      blocks * block_size, torch.get_num_threads())
+    if bad >= 0:
+        raise IndexError(f"write_kv: slot_mapping[{bad}] = {int(slot_mapping[bad])} is outside the cache's "
+                         f"{blocks * block_size} slots")

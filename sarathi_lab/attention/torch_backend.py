@@ -44,7 +44,11 @@ class TorchAttention(AttentionBackend):
         self._workspace: torch.Tensor | None = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
-        write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
+        plan = meta.plan
+        if isinstance(plan, TorchPlan) and plan.kernel and plan.layout == _layout(k_cache):
+            cpu_attention.write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
+        else:
+            write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
 
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
         device, block_size = k_cache.device, k_cache.shape[1]
