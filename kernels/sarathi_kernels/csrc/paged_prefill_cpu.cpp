@@ -13,9 +13,9 @@
 // broadcast from the cache, for 16 keys at a time. The online softmax then runs across rows, one
 // lane each (max, exp and sums are plain vector ops: no horizontal reductions, no transposed keys),
 // and probabilities x values accumulate four rows at a time so that each value vector loaded feeds
-// four multiply-adds. -ffast-math (cpu_build.py) lets exp call libmvec's vector exp; masked scores
-// never reach exp (a select writes 0), the empty max is -FLT_MAX, and unwritten cache rows are never
-// read, so nothing relies on inf/NaN.
+// four multiply-adds. exp is inline (exp_nonpositive); masked lanes' exp is discarded by a select (a
+// conditional exp would not vectorise), the empty max is -FLT_MAX, and unwritten cache rows are
+// never read, so nothing relies on inf/NaN.
 //
 // Storage is float32 or bfloat16 (cpu_common.h). The arithmetic is float32, except that bfloat16 on a
 // CPU with AVX512_BF16 takes both products through vdpbf16ps (exact bf16 x bf16 products summed in
@@ -205,7 +205,7 @@ struct DotFor<bf16> {
 typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
 
 // exp(x) for x <= 0 (larger x as 0: the callers discard those lanes), inline: a libmvec call per 16
-// lanes spills every live vector register around it, and was ~40% of a bfloat16 prefill. 2^n by the
+// lanes spills every live vector register around it, ~40% of this kernel's bfloat16 time. 2^n by the
 // exponent bits, exp(r) for |r| <= ln2 / 2 by its Taylor series to r^7 (error < 2e-7 relative).
 inline vec exp_nonpositive(vec x) {
   x = x < 0.f ? x : vec{};
@@ -213,7 +213,7 @@ inline vec exp_nonpositive(vec x) {
   const ivec n = __builtin_convertvector(x * 1.44269504f - 0.5f, ivec);  // round to nearest (x <= 0)
   const vec nf = __builtin_convertvector(n, vec);
   const vec r = x - nf * 0.693359375f + nf * 2.12194440e-4f;  // ln 2 in two parts, for the large n
-  vec p = 1.f / 5040 + r * 0.f;
+  vec p = vec{} + 1.f / 5040;
   p = p * r + 1.f / 720;
   p = p * r + 1.f / 120;
   p = p * r + 1.f / 24;
