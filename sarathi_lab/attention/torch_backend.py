@@ -44,8 +44,7 @@ class TorchAttention(AttentionBackend):
         self._workspace: torch.Tensor | None = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
-        plan = meta.plan
-        if isinstance(plan, TorchPlan) and plan.kernel and plan.layout == _layout(k_cache):
+        if self._planned(meta, k_cache).kernel:
             cpu_attention.write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
         else:
             write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
@@ -61,11 +60,14 @@ class TorchAttention(AttentionBackend):
                  for q_len, ctx in zip(meta.query_lens_host[: meta.num_prefills], meta.seq_lens_host)]
         meta.plan = TorchPlan(_layout(k_cache), False, plan_decodes(meta, block_size, device), masks)
 
-    def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        # Callers outside the engine (benchmarks, tests) may attend without planning first.
+    def _planned(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> TorchPlan:
+        # Callers outside the engine (benchmarks, tests) may write or attend without planning first.
         if not isinstance(meta.plan, TorchPlan) or meta.plan.layout != _layout(k_cache):
             self.plan(meta, k_cache)
-        plan: TorchPlan = meta.plan
+        return meta.plan
+
+    def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        plan = self._planned(meta, k_cache)
         out = torch.empty_like(query)
         if plan.kernel:
             p, start = meta.num_prefills, meta.num_prefill_tokens
