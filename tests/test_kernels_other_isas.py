@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_TESTS = ["tests/test_cpu_small_linear.py", "tests/test_cpu_ops.py", "tests/test_cpu_attention.py"]
+KERNEL_TESTS = ["tests/test_cpu_small_linear.py", "tests/test_cpu_ops.py", "tests/test_cpu_attention.py",
+                "tests/test_sampler.py"]
 # The CPU flags each target's code needs.
 TARGETS = {
     "x86-64-v3": {"avx2", "fma", "bmi2", "movbe"},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from array import array
 
 import torch
 
@@ -115,6 +116,8 @@ def argmax(x: torch.Tensor) -> list[int]:
     its maximum (of its first NaN, if any)."""
     rows, cols = x.shape
     _check(x.is_contiguous() and cols > 0, "argmax: contiguous [rows, cols], cols > 0")
-    out = torch.empty(rows, dtype=torch.int64)
-    _fn("argmax", DTYPES[x.dtype])(x.data_ptr(), rows, cols, out.data_ptr(), torch.get_num_threads())
+    # Into an array, not a tensor: after a forward pass every torch op starts with its code out of
+    # the caches, and torch.empty plus tolist were a third of this call (measured cold, 69 -> 52 us).
+    out = array("q", bytes(8 * rows))
+    _fn("argmax", DTYPES[x.dtype])(x.data_ptr(), rows, cols, out.buffer_info()[0], torch.get_num_threads())
     return out.tolist()
