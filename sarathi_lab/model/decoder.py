@@ -82,11 +82,12 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata, logits_indices: torch.Tensor) -> torch.Tensor:
-        """Logits [len(logits_indices), vocab] of the chosen rows: only tokens that get sampled
-        pay for the vocabulary projection."""
+        """Logits [len(logits_indices), vocab] of the chosen rows, in the model's dtype: only tokens
+        that get sampled pay for the vocabulary projection, and greedy sampling reads them as they are
+        (the sampler widens them where it computes probabilities)."""
         hidden, residual = self.embed_tokens(input_ids), None
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
         # The norm is per token, so select the sampled rows first.
         last = (hidden + residual).index_select(0, logits_indices)
-        return self.lm_head(self.norm(last)).float()
+        return self.lm_head(self.norm(last))

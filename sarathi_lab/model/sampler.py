@@ -21,7 +21,7 @@ class Sampler:
             if cpu_ops.supports(logits) and logits.is_contiguous():
                 return cpu_ops.argmax(logits)
             return logits.argmax(dim=-1).tolist()
-        probs = torch.softmax(logits / self.params.temperature, dim=-1)
+        probs = torch.softmax(logits.float() / self.params.temperature, dim=-1)
         if self.params.top_p < 1.0:
             probs = _top_p(probs, self.params.top_p)
         return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()

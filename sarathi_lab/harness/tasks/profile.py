@@ -121,8 +121,8 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
     rows = []
     for n in sizes:
         hidden = torch.randn(n, model.config.hidden_size, device=llm.config.torch_device).to(llm.dtype)
-        logits = model.lm_head(model.norm(hidden)).float()
-        rows += [("lm_head", n, 0, n, median_time(lambda h=hidden: model.lm_head(model.norm(h)).float(), reps, clock)),
+        logits = model.lm_head(model.norm(hidden))
+        rows += [("lm_head", n, 0, n, median_time(lambda h=hidden: model.lm_head(model.norm(h)), reps, clock)),
                  ("sample", n, 0, n, median_time(lambda x=logits: sampler(x), reps, clock))]
     return rows
 
