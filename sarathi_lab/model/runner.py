@@ -61,16 +61,15 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) 
         if chunk.samples:
             logits_indices.append(len(ids) - 1)
     width = max(map(len, tables))
-    padded = array("i")
+    ints = array("i", starts + seq_lens)
     for table in tables:
-        padded.extend(table)
-        padded.extend([0] * (width - len(table)))
-    query_start_loc, seq_lens_t = _tensors(array("i", starts + seq_lens), torch.int32, [len(starts), len(seq_lens)],
-                                           device)
+        ints.extend(table)
+        ints.extend([0] * (width - len(table)))
+    query_start_loc, seq_lens_t, block_tables = _tensors(
+        ints, torch.int32, [len(starts), len(seq_lens), len(tables) * width], device)
     input_ids, positions_t, slot_mapping, logits_t = _tensors(
         array("q", ids + positions + slots + logits_indices), torch.int64,
         [len(ids), len(ids), len(ids), len(logits_indices)], device)
-    (block_tables,) = _tensors(padded, torch.int32, [len(padded)], device)
     meta = AttentionMetadata(
         num_prefills=len(batch.prefills), num_decodes=len(batch.decodes),
         num_prefill_tokens=batch.num_prefill_tokens,
