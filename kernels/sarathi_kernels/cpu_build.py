@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = sorted(_CSRC.glob("*.cpp"))
+SOURCES = sorted(_CSRC.glob("*.cpp"))
 # -ffast-math: vector exp from glibc's libmvec and vector-order sums (each source says where it
 # relies on it, and where it keeps infinities out). It is given to the compile step only: linking
 # with it adds crtfastmath.o, whose constructor sets flush-to-zero and denormals-are-zero for the
@@ -49,14 +49,15 @@ def _cpu_flags() -> str:
     return " ".join(sorted(flags.partition(":")[2].split())) or platform.processor()
 
 
-def _compile_flags() -> list[str]:
-    return [f"-march={os.environ.get('SARATHI_KERNELS_MARCH') or 'native'}", *_COMPILE]
+def compile_flags(march: str | None = None) -> list[str]:
+    """The flags each source is compiled with, for ``march`` (default: SARATHI_KERNELS_MARCH, else native)."""
+    return [f"-march={march or os.environ.get('SARATHI_KERNELS_MARCH') or 'native'}", *_COMPILE]
 
 
 def _build_key(compiler: str) -> str:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     h = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(_compile_flags() + _LINK).encode(), version.encode(),
+    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(compile_flags() + _LINK).encode(), version.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         h.update(part)
         h.update(b"\0")
@@ -72,9 +73,9 @@ def _build(compiler: str) -> Path:
     print(f"sarathi_lab: building the CPU kernels for this machine, once: {target}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         built = Path(tmp) / target.name
-        objects = [Path(tmp) / f"{src.stem}.o" for src in _SOURCES]
-        for src, obj in zip(_SOURCES, objects):
-            _run([compiler, *_compile_flags(), str(src), "-o", str(obj)])
+        objects = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
+        for src, obj in zip(SOURCES, objects):
+            _run([compiler, *compile_flags(), str(src), "-o", str(obj)])
         _run([compiler, *_LINK, *map(str, objects), "-o", str(built)])
         os.replace(built, target)
     return target

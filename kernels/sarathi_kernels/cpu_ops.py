@@ -91,9 +91,15 @@ def pack_linear(weight: torch.Tensor) -> torch.Tensor:
     return packed
 
 
+@functools.cache
+def _tile_columns() -> int:
+    """The packed weight's tile width: the library's vector width (16 floats with AVX-512, 8 with AVX2)."""
+    return cpu_build.function("linear_tile_columns", [], ctypes.c_int64)()
+
+
 def _packed_numel(n: int, k: int, dtype: torch.dtype) -> int:
-    pair = 2 if dtype == torch.bfloat16 else 1
-    return -(-n // 16) * 16 * -(-k // pair) * pair
+    pair, tile = (2 if dtype == torch.bfloat16 else 1), _tile_columns()
+    return -(-n // tile) * tile * -(-k // pair) * pair
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,7 +1,7 @@
 // What the CPU kernels share: float32 and bfloat16 storage behind one load/store, so that each
 // kernel is written once as a template and computes in float32 whatever it reads; and a vector of
-// 16 floats (GCC's vector extensions: one 512-bit register where the CPU has AVX-512, two 256-bit
-// ones on AVX2, from the same source).
+// floats as wide as the CPU's vector registers (GCC's vector extensions: 16 floats with AVX-512, 8
+// with AVX2, 4 below), so that each kernel is written once for every x86 machine kind.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -35,7 +35,20 @@ inline bf16 store<bf16>(float f) {
   return bf16{static_cast<uint16_t>(u >> 16)};
 }
 
-constexpr int64_t W = 16;  // floats per vector
+// Floats per vector, and vector registers, of the target the library is built for. Never wider
+// than a register: GCC lowers a 16-float vector on AVX2 piecewise through the stack, and the
+// AVX2-only build of these kernels ran 7-58x slower than the AVX-512 one on the same machine
+// (benchmarks/RESULTS.md; tests/test_kernels_build.py fails a build that lowers one piecewise).
+#if defined(__AVX512F__)
+constexpr int64_t W = 16;
+constexpr int kVectorRegisters = 32;
+#elif defined(__AVX__)
+constexpr int64_t W = 8;
+constexpr int kVectorRegisters = 16;
+#else
+constexpr int64_t W = 4;
+constexpr int kVectorRegisters = 16;
+#endif
 typedef float vec __attribute__((vector_size(W * sizeof(float))));
 
 inline vec vload(const float* p) {
@@ -44,7 +57,7 @@ inline vec vload(const float* p) {
   return v;
 }
 inline void vstore(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
-// 16 floats rounded to bfloat16 as store<bf16> rounds each.
+// W floats rounded to bfloat16 as store<bf16> rounds each.
 inline void vstore(bf16* p, vec v) {
   typedef uint16_t half_bits __attribute__((vector_size(W * sizeof(uint16_t))));
   typedef uint32_t bits __attribute__((vector_size(W * sizeof(uint32_t))));
@@ -55,7 +68,7 @@ inline void vstore(bf16* p, vec v) {
   std::memcpy(p, &h, sizeof h);
 }
 
-// 32 bfloat16 as two vectors, the even elements and the odd ones, from one load, a shift and a
+// 2W bfloat16 as two vectors, the even elements and the odd ones, from one load, a shift and a
 // mask: half the instructions of widening them in order (a shuffle per 8 elements); what they
 // meet must be in the same order (csrc/linear_cpu.cpp packs its weights so that it is).
 inline void vload2(const bf16* p, vec& a, vec& b) {

@@ -5,14 +5,15 @@
 // them at 18-19 GB/s on 2 Zen 4 cores at 1-8 rows (float32 and bfloat16) where a plain read of the
 // same tensors runs at 27-35 (benchmarks/RESULTS.md).
 //
-// Packed layout: tiles of 16 output columns (N padded with zero columns). float32 [N/16][K][16]:
-// one vector holds element k of 16 rows of W. bfloat16 [N/16][K/2][16][2] (K padded to even): one
-// vector holds elements 2p and 2p+1 of 16 rows, side by side, as vdpbf16ps reads them.
+// Packed layout: tiles of W output columns (W floats per vector: 16 with AVX-512, 8 with AVX2; N
+// padded with zero columns; linear_tile_columns() tells the caller). float32 [N/W][K][W]: one
+// vector holds element k of W rows of W. bfloat16 [N/W][K/2][W][2] (K padded to even): one vector
+// holds elements 2p and 2p+1 of W rows, side by side, as vdpbf16ps reads them.
 // How: each thread takes a contiguous range of tiles and walks TB of them side by side; every
 // weight vector loaded feeds M multiply-adds against x broadcast from a transposed copy of x
 // ([K][M], so each broadcast is a fixed offset), the M x TB accumulators are registers (M is a
-// template parameter; TB is 4 up to 4 rows, 2 up to 12, then 1, so that they fit the 32 AVX-512
-// registers beside the weight vectors) and end as 16 finished outputs each: no horizontal sums. bfloat16 with AVX512_BF16: one vdpbf16ps per vector and row (exact products,
+// template parameter; TB is chosen so that they fit the vector registers beside the weight
+// vectors) and end as W finished outputs each: no horizontal sums. bfloat16 with AVX512_BF16: one vdpbf16ps per vector and row (exact products,
 // float32 sums); without it, vload2's even/odd split and two FMAs, x in float32.
 #include <algorithm>
 #include <array>
@@ -48,7 +49,11 @@ constexpr bool kBf16Dot =
 template <typename T>
 constexpr int64_t pair_of = std::is_same<T, bf16>::value ? 2 : 1;  // k elements per packed vector
 
-constexpr int tiles_per_block(int m) { return m <= 4 ? 4 : m <= 12 ? 2 : 1; }
+// M x TB accumulators, TB weight vectors and a broadcast x in registers: with AVX-512's 32, TB is 4
+// up to 4 rows and 2 up to 12; with 16 (AVX2), 4 up to 2 rows and 2 up to 6. Beyond, TB = 1.
+constexpr int tiles_per_block(int m) {
+  return sarathi::kVectorRegisters >= 32 ? (m <= 4 ? 4 : m <= 12 ? 2 : 1) : (m <= 2 ? 4 : m <= 6 ? 2 : 1);
+}
 
 // x for the inner loop: float32 [Kp][M] (k padded to the packing), or, for vdpbf16ps, bfloat16
 // pairs [Kp / 2][M] as 32-bit words.
@@ -61,16 +66,15 @@ template <typename T, int M, int TB>
 inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
   constexpr int64_t P = pair_of<T>;
   const int64_t steps = (K + P - 1) / P;  // packed vectors per tile
-  vec acc[M][TB] = {}, total[M][TB] = {};
+  vec total[M][TB] = {};
   const T* wt[TB];
   for (int b = 0; b < TB; ++b) wt[b] = packed + (tile0 + b) * steps * W * P;
-  for (int64_t s = 0; s < steps; ++s) {
-    // Partial sums of SPAN steps move to the totals: a float32 sum's rounding error grows with its
-    // length, and one running sum over K = 2048 erred 4x more than torch's blocked GEMM.
-    if (s % SPAN == 0 && s > 0) {
-      for (int m = 0; m < M; ++m)
-        for (int b = 0; b < TB; ++b) total[m][b] += acc[m][b], acc[m][b] = vec{};
-    }
+  // Partial sums of SPAN steps join the totals: a float32 sum's rounding error grows with its
+  // length, and one running sum over K = 2048 erred 4x more than torch's blocked GEMM. The totals
+  // live outside the step loop, so that only the partial sums compete for registers in it.
+  for (int64_t s0 = 0; s0 < steps; s0 += SPAN) {
+   vec acc[M][TB] = {};
+   for (int64_t s = s0; s < std::min(steps, s0 + SPAN); ++s) {
     if constexpr (P == 2 && kBf16Dot) {
 #if defined(__AVX512BF16__)
       __m512bh w[TB];
@@ -95,6 +99,9 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
         for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];
       }
     }
+   }
+   for (int m = 0; m < M; ++m)
+     for (int b = 0; b < TB; ++b) total[m][b] += acc[m][b];
   }
   for (int b = 0; b < TB; ++b) {
     const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
@@ -102,7 +109,7 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
     if (bias)
       for (int64_t c = 0; c < cols; ++c) bv[c] = load(bias[n0 + c]);
     for (int m = 0; m < M; ++m) {
-      const vec y = total[m][b] + acc[m][b] + bv;
+      const vec y = total[m][b] + bv;
       if (cols == W) {
         sarathi::vstore(out + m * N + n0, y);
       } else {
@@ -163,6 +170,9 @@ void pack(const T* w, T* packed, int64_t N, int64_t K) {
 }
 
 }  // namespace
+
+// The packed layout's tile width: the caller sizes the packed copy with it.
+extern "C" int64_t linear_tile_columns() { return W; }
 
 #define SARATHI_LINEAR(SUFFIX, T)                                                                         \
   extern "C" void linear_pack_##SUFFIX(const T* w, T* packed, int64_t n, int64_t k) { pack<T>(w, packed, n, k); } \

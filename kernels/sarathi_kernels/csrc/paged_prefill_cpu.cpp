@@ -8,9 +8,9 @@
 //
 // How: a work item is one chunk's tile of TILE query tokens against one kv head, with all the query
 // heads that share it (grouped-query attention reads each key once for the group). Its rows (token x
-// query head) go sixteen to a vector: the queries are transposed once per item to [d][rows], so that
-// the scores of 16 rows against one key are multiply-adds of a query vector by the key's elements
-// broadcast from the cache, for 16 keys at a time. The online softmax then runs across rows, one
+// query head) go W to a vector (cpu_common.h: 16 with AVX-512, 8 with AVX2): the queries are
+// transposed once per item to [d][rows], so that the scores of W rows against one key are
+// multiply-adds of a query vector by the key's elements broadcast from the cache, for W keys at a time. The online softmax then runs across rows, one
 // lane each (max, exp and sums are plain vector ops: no horizontal reductions, no transposed keys),
 // and probabilities x values accumulate four rows at a time so that each value vector loaded feeds
 // four multiply-adds. exp is inline (exp_nonpositive); masked lanes' exp is discarded by a select (a
@@ -204,7 +204,7 @@ struct DotFor<bf16> {
 
 typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
 
-// exp(x) for x <= 0 (larger x as 0: the callers discard those lanes), inline: a libmvec call per 16
+// exp(x) for x <= 0 (larger x as 0: the callers discard those lanes), inline: a libmvec call per W
 // lanes spills every live vector register around it, ~40% of this kernel's bfloat16 time. 2^n by the
 // exponent bits, exp(r) for |r| <= ln2 / 2 by its Taylor series to r^7 (error < 2e-7 relative).
 inline vec exp_nonpositive(vec x) {
@@ -259,7 +259,7 @@ inline void softmax_block(float* s, const int32_t* last_keys, float scale, float
 // q [tokens, heads, d] with token stride q_stride (elements; q may sit inside the fused qkv
 // output); out [tokens, heads, d] contiguous; caches [blocks, block_size, kv_heads, d] contiguous;
 // starts [n + 1] (the chunks' first rows in q), lens [n] (context lengths, this chunk included),
-// tables [n, max_blocks]. Accumulators and values are padded to dp, d rounded up to 16 floats.
+// tables [n, max_blocks]. Accumulators and values are padded to dp, d rounded up to W floats.
 template <typename T>
 void paged_prefill(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,
                    const int32_t* starts, const int32_t* lens, T* out, int64_t n, int64_t heads, int64_t d,
@@ -304,7 +304,7 @@ void paged_prefill(const T* q, int64_t q_stride, const T* kc, const T* vc, const
       const int64_t last_key = ctx - q_len + t1 - 1;
       for (int64_t k0 = 0; k0 <= last_key; k0 += W) {
         const int64_t keys = std::min(W, last_key + 1 - k0);
-        // W keys may span two cache blocks (block sizes need not be multiples of 16).
+        // W keys may span two cache blocks (block sizes need not be multiples of W).
         for (int64_t t = 0; t < W; ++t) {
           const int64_t pos = k0 + t;
           const int64_t off = t < keys ? (static_cast<int64_t>(tables[it.seq * max_blocks + pos / block_size]) *
