@@ -1,6 +1,7 @@
 """``python -m sarathi_lab.bench NAME [args]``: run one benchmark; ``all`` runs every one in turn
 (``python -m sarathi_lab.bench all --smoke`` is what CI runs). Each also runs on its own as
-``python -m sarathi_lab.bench.NAME``; ``--help`` lists its options."""
+``python -m sarathi_lab.bench.NAME``; ``--help`` lists its options. ``python -m sarathi_lab.bench.as_isa
+KIND NAME [args]`` runs one as another x86 machine kind (AVX2 only; AVX-512 without bf16) would."""
 from __future__ import annotations
 
 import importlib

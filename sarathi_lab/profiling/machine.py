@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from sarathi_lab.config import cpu_has_bf16_units
+from sarathi_lab.profiling import isa
 
 # The ISA features that decide which CPU paths run fast: AVX2/FMA everywhere in use here,
 # AVX-512, and the bf16 matrix instructions the engine needs to run bfloat16 on a CPU.
@@ -37,9 +38,12 @@ def cpu_name() -> str:
 
 
 def cpu_flags() -> set[str]:
-    """Every feature flag the kernel reports for the first CPU (empty where /proc/cpuinfo is absent)."""
+    """Every feature flag the kernel reports for the first CPU (empty where /proc/cpuinfo is absent),
+    less those of the ISA the process is held below (profiling/isa.py)."""
     line = next((line for line in _cpuinfo() if line.startswith("flags")), "")
-    return set(line.split(":", 1)[1].split()) if line else set()
+    flags = set(line.split(":", 1)[1].split()) if line else set()
+    kind = isa.active()
+    return {f for f in flags if kind[1].has(f)} if kind else flags
 
 
 def cpu_isa() -> str:
@@ -86,13 +90,15 @@ def warn_if_loaded() -> float:
 
 
 def machine_record(device: torch.device | str = "cpu") -> dict:
+    kind = isa.active()
     return {"device": device_name(device), "cpu": cpu_name(), "cores": cores(), "isa": cpu_isa(),
-            "bf16_units": cpu_has_bf16_units(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "load1": round(load_average(), 2)}
+            "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "load1": round(load_average(), 2)}
 
 
 def describe_machine(device: torch.device | str | None = None) -> str:
     """One comment line for a benchmark's output."""
     r = machine_record(device or default_device())
-    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']} | torch {r['torch']}"
+    held = f" (held to the {r['isa_as']} kind: profiling/isa.py)" if r["isa_as"] else ""
+    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | torch {r['torch']}"
             f" | threads {r['threads']} | load1 {r['load1']:.2f}")

