@@ -73,35 +73,35 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
   // length, and one running sum over K = 2048 erred 4x more than torch's blocked GEMM. The totals
   // live outside the step loop, so that only the partial sums compete for registers in it.
   for (int64_t s0 = 0; s0 < steps; s0 += SPAN) {
-   vec acc[M][TB] = {};
-   for (int64_t s = s0; s < std::min(steps, s0 + SPAN); ++s) {
-    if constexpr (P == 2 && kBf16Dot) {
+    vec acc[M][TB] = {};
+    for (int64_t s = s0; s < std::min(steps, s0 + SPAN); ++s) {
+      if constexpr (P == 2 && kBf16Dot) {
 #if defined(__AVX512BF16__)
-      __m512bh w[TB];
-      for (int b = 0; b < TB; ++b) w[b] = (__m512bh)_mm512_loadu_si512(wt[b] + s * W * 2);
-      for (int m = 0; m < M; ++m) {
-        const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(x.pairs[s * M + m]));
-        for (int b = 0; b < TB; ++b) acc[m][b] = _mm512_dpbf16_ps(acc[m][b], w[b], xb);
-      }
+        __m512bh w[TB];
+        for (int b = 0; b < TB; ++b) w[b] = (__m512bh)_mm512_loadu_si512(wt[b] + s * W * 2);
+        for (int m = 0; m < M; ++m) {
+          const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(x.pairs[s * M + m]));
+          for (int b = 0; b < TB; ++b) acc[m][b] = _mm512_dpbf16_ps(acc[m][b], w[b], xb);
+        }
 #endif
-    } else if constexpr (P == 2) {
-      vec even[TB], odd[TB];
-      for (int b = 0; b < TB; ++b) sarathi::vload2(wt[b] + s * W * 2, even[b], odd[b]);
-      for (int m = 0; m < M; ++m) {
-        const float xe = x.f[2 * s * M + m], xo = x.f[(2 * s + 1) * M + m];
-        for (int b = 0; b < TB; ++b) acc[m][b] += xe * even[b] + xo * odd[b];
-      }
-    } else {
-      vec w[TB];
-      for (int b = 0; b < TB; ++b) w[b] = vload(wt[b] + s * W);
-      for (int m = 0; m < M; ++m) {
-        const float xk = x.f[s * M + m];
-        for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];
+      } else if constexpr (P == 2) {
+        vec even[TB], odd[TB];
+        for (int b = 0; b < TB; ++b) sarathi::vload2(wt[b] + s * W * 2, even[b], odd[b]);
+        for (int m = 0; m < M; ++m) {
+          const float xe = x.f[2 * s * M + m], xo = x.f[(2 * s + 1) * M + m];
+          for (int b = 0; b < TB; ++b) acc[m][b] += xe * even[b] + xo * odd[b];
+        }
+      } else {
+        vec w[TB];
+        for (int b = 0; b < TB; ++b) w[b] = vload(wt[b] + s * W);
+        for (int m = 0; m < M; ++m) {
+          const float xk = x.f[s * M + m];
+          for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];
+        }
       }
     }
-   }
-   for (int m = 0; m < M; ++m)
-     for (int b = 0; b < TB; ++b) total[m][b] += acc[m][b];
+    for (int m = 0; m < M; ++m)
+      for (int b = 0; b < TB; ++b) total[m][b] += acc[m][b];
   }
   for (int b = 0; b < TB; ++b) {
     const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
