@@ -57,6 +57,14 @@ inline vec vload(const float* p) {
   return v;
 }
 inline void vstore(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
+
+// Ask for the bytes [p, p + bytes) in L2 (prefetcht1), for a stream whose next address the hardware
+// prefetcher cannot guess, as a paged KV cache's next block. Addresses as integers: a range past the
+// end of an allocation is then no out-of-bounds pointer (a prefetch never faults).
+inline void prefetch_l2(const void* p, int64_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 2);
+}
 // W floats rounded to bfloat16 as store<bf16> rounds each.
 inline void vstore(bf16* p, vec v) {
   typedef uint16_t half_bits __attribute__((vector_size(W * sizeof(uint16_t))));

@@ -39,6 +39,14 @@ using sarathi::W;
 
 constexpr int MAX_ROWS = 16;
 constexpr int64_t SPAN = 64;  // packed vectors summed before joining an output's total
+// Each tile's weights are prefetched this far ahead where a cache line of them feeds more than 8
+// multiply-add instructions (rows x steps in a line x instructions per step and row): there the
+// multiply-adds outrun the hardware prefetcher, which falls behind (8 float32 rows with AVX2
+// streamed at 13-20 GB/s against a 30 GB/s copy; 0.71-0.76x the time at 8-16 rows, bfloat16 0.80-0.88x
+// at 4-12). At 8 or fewer the prefetches cost more load slots than they save (AVX-512: 1.3-1.7x the
+// time at 1-4 rows, 1.00-1.07x at 8 rows of bfloat16; benchmarks/RESULTS.md).
+constexpr int64_t kPrefetchBytes = 2048;
+constexpr int64_t kLineBytes = 64;
 constexpr bool kBf16Dot =
 #if defined(__AVX512BF16__)
     true;
@@ -65,6 +73,8 @@ struct XT {
 template <typename T, int M, int TB>
 inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
   constexpr int64_t P = pair_of<T>;
+  constexpr int64_t kStepBytes = W * P * sizeof(T), kStepsPerLine = std::max<int64_t>(1, kLineBytes / kStepBytes);
+  constexpr bool kPrefetch = M * kStepsPerLine * (P == 2 && !kBf16Dot ? 2 : 1) > 8;
   const int64_t steps = (K + P - 1) / P;  // packed vectors per tile
   vec total[M][TB] = {};
   const T* wt[TB];
@@ -75,6 +85,10 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
   for (int64_t s0 = 0; s0 < steps; s0 += SPAN) {
     vec acc[M][TB] = {};
     for (int64_t s = s0; s < std::min(steps, s0 + SPAN); ++s) {
+      if constexpr (kPrefetch)
+        if (s % kStepsPerLine == 0)
+          for (int b = 0; b < TB; ++b)  // addresses as integers: past the weights' end is no pointer
+            __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(wt[b] + s * W * P) + kPrefetchBytes));
       if constexpr (P == 2 && kBf16Dot) {
 #if defined(__AVX512BF16__)
         __m512bh w[TB];
