@@ -43,8 +43,8 @@ constexpr int64_t SPAN = 64;  // packed vectors summed before joining an output'
 // multiply-add instructions (rows x steps in a line x instructions per step and row): there the
 // multiply-adds outrun the hardware prefetcher, which falls behind (8 float32 rows with AVX2
 // streamed at 13-20 GB/s against a 30 GB/s copy; 0.71-0.76x the time at 8-16 rows, bfloat16 0.80-0.88x
-// at 4-12). At 8 or fewer the prefetches cost more load slots than they save (AVX-512: 1.3-1.7x the
-// time at 1-4 rows, 1.00-1.07x at 8 rows of bfloat16; benchmarks/RESULTS.md).
+// at 4-12). At 8 or fewer the prefetches cost more load slots than they save (AVX-512 float32:
+// 1.3-1.7x the time at 1-4 rows; bfloat16 1.00-1.07x at 8 rows; benchmarks/RESULTS.md).
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int64_t kLineBytes = 64;
 constexpr bool kBf16Dot =

@@ -17,10 +17,11 @@
 // stream jumps: at a block that does not follow the last one in the cache, and at every token when
 // a work item reads only some heads of each row (one request: 4 items of 3 heads on cpu-small). There
 // the next block's rows are asked for in L2 while this block's are read, one token's stretch per
-// token: 1 request x 512 tokens 0.37-0.65x the time, 8 requests over scattered blocks 0.64-0.91x.
+// token: 1 request x 512 tokens 0.37-0.65x the time, 8 requests over scattered blocks 0.64-0.97x.
 // bfloat16 rows gain even where the blocks follow each other (8 requests 0.76-0.92x), float32 rows
-// do not (1.03-1.07x: the hardware prefetcher already streams them at the copy rate), so only
-// bfloat16 asks for those. Into L1 instead: 1.2-1.4x, as it evicts the rows being read.
+// do not (0.96-1.09x: the hardware prefetcher already streams them at the copy rate), so only
+// bfloat16 asks for those. Into L1 instead: 1.06-1.41x at 8-16 requests, as it evicts the rows
+// being read.
 // (AVX-512, AVX2 and AVX-512-without-bf16 builds on Zen 4; benchmarks/RESULTS.md.)
 //
 // Storage is float32 or bfloat16 (cpu_common.h); the arithmetic is float32 either way.
