@@ -57,14 +57,6 @@ inline vec vload(const float* p) {
   return v;
 }
 inline void vstore(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
-
-// Ask for the bytes [p, p + bytes) in L2 (prefetcht1), for a stream whose next address the hardware
-// prefetcher cannot guess, as a paged KV cache's next block. Addresses as integers: a range past the
-// end of an allocation is then no out-of-bounds pointer (a prefetch never faults).
-inline void prefetch_l2(const void* p, int64_t bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + o), 0, 2);
-}
 // W floats rounded to bfloat16 as store<bf16> rounds each.
 inline void vstore(bf16* p, vec v) {
   typedef uint16_t half_bits __attribute__((vector_size(W * sizeof(uint16_t))));
@@ -86,6 +78,17 @@ inline void vload2(const bf16* p, vec& a, vec& b) {
   const bits even = u << 16, odd = u & 0xFFFF0000u;
   std::memcpy(&a, &even, sizeof a);
   std::memcpy(&b, &odd, sizeof b);
+}
+
+// Software prefetch, for streams the hardware prefetcher falls behind on or cannot guess. A prefetch
+// never faults; the address is computed as an integer, so that one past the end of an allocation is
+// no out-of-bounds pointer.
+inline const void* ahead(const void* p, int64_t bytes) {
+  return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + bytes);
+}
+// The bytes [p, p + bytes) into L2 (prefetcht1), as a paged KV cache's next block.
+inline void prefetch_l2(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(ahead(p, o), 0, 2);
 }
 
 }  // namespace sarathi

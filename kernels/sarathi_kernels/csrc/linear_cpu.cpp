@@ -87,8 +87,7 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
     for (int64_t s = s0; s < std::min(steps, s0 + SPAN); ++s) {
       if constexpr (kPrefetch)
         if (s % kStepsPerLine == 0)
-          for (int b = 0; b < TB; ++b)  // addresses as integers: past the weights' end is no pointer
-            __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(wt[b] + s * W * P) + kPrefetchBytes));
+          for (int b = 0; b < TB; ++b) __builtin_prefetch(sarathi::ahead(wt[b] + s * W * P, kPrefetchBytes));
       if constexpr (P == 2 && kBf16Dot) {
 #if defined(__AVX512BF16__)
         __m512bh w[TB];
