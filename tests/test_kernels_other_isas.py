@@ -3,7 +3,8 @@
 has that target's instructions. x86-64-v3 is an AVX2-only machine (the AMD EPYC kind without
 AVX-512); cascadelake is an Intel Xeon with AVX-512 and VNNI but no bfloat16 instructions, where
 the bfloat16 linear takes its float32 path instead of vdpbf16ps. Each runs in a fresh interpreter
-with its own build, as a user on that machine would."""
+with its own build, as a user on that machine would. The kinds and the CPU flags each needs are
+sarathi_lab/profiling/isa.py's, the ones `bench.as_isa` measures as."""
 from __future__ import annotations
 
 import os
@@ -13,28 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from sarathi_lab.profiling import isa
+from sarathi_lab.profiling.machine import cpu_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_TESTS = ["tests/test_cpu_small_linear.py", "tests/test_cpu_ops.py", "tests/test_cpu_attention.py",
                 "tests/test_sampler.py"]
-# The CPU flags each target's code needs.
-TARGETS = {
-    "x86-64-v3": {"avx2", "fma", "bmi2", "movbe"},
-    "cascadelake": {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"},
-}
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((line for line in f if line.startswith("flags")), "").partition(":")[2].split())
-    except OSError:
-        return set()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", sorted(TARGETS))
-def test_kernel_tests_pass_when_built_for_another_machine_kind(target, tmp_path):
-    if not TARGETS[target] <= _cpu_flags():
+@pytest.mark.parametrize("kind", sorted(isa.KINDS))
+def test_kernel_tests_pass_when_built_for_another_machine_kind(kind, tmp_path):
+    target = isa.KINDS[kind].march
+    if not isa.KINDS[kind].needs <= cpu_flags():
         pytest.skip(f"this CPU cannot run {target} code")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.update(SARATHI_KERNELS_MARCH=target, XDG_CACHE_HOME=str(tmp_path))

@@ -41,10 +41,10 @@ class IsaKind:
 
 KINDS = {
     "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "AVX2", "avx2", "AVX2",
-                    frozenset({"avx2", "fma", "bmi2"}), ("avx512", "amx")),
+                    frozenset({"avx2", "fma", "bmi2", "movbe"}), ("avx512", "amx")),
     "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)", "cascadelake",
                            "AVX512_CORE_VNNI", "avx512", "AVX512",
-                           frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}),
+                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}),
                            ("avx512_bf16", "amx")),
 }
 
