@@ -13,8 +13,9 @@
 // weight vector loaded feeds M multiply-adds against x broadcast from a transposed copy of x
 // ([K][M], so each broadcast is a fixed offset), the M x TB accumulators are registers (M is a
 // template parameter; TB is chosen so that they fit the vector registers beside the weight
-// vectors) and end as W finished outputs each: no horizontal sums. bfloat16 with AVX512_BF16: one vdpbf16ps per vector and row (exact products,
-// float32 sums); without it, vload2's even/odd split and two FMAs, x in float32.
+// vectors) and end as W finished outputs each: no horizontal sums. bfloat16 with AVX512_BF16: one
+// vdpbf16ps per vector and row (exact products, float32 sums); without it, vload2's even/odd split
+// and two FMAs, x in float32.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -42,8 +43,8 @@ constexpr int64_t SPAN = 64;  // packed vectors summed before joining an output'
 // Each tile's weights are prefetched this far ahead where a cache line of them feeds more than 8
 // multiply-add instructions (rows x steps in a line x instructions per step and row): there the
 // multiply-adds outrun the hardware prefetcher, which falls behind (8 float32 rows with AVX2
-// streamed at 13-20 GB/s against a 30 GB/s copy; 0.71-0.76x the time at 8-16 rows, bfloat16 0.80-0.88x
-// at 4-12). At 8 or fewer the prefetches cost more load slots than they save (AVX-512 float32:
+// streamed at 13-20 GB/s against a 30 GB/s copy; 0.71-0.76x the time at 8-16 rows, bfloat16
+// 0.80-0.88x at 4-12). At 8 or fewer the prefetches cost more load slots than they save (AVX-512 float32:
 // 1.3-1.7x the time at 1-4 rows; bfloat16 1.00-1.07x at 8 rows; benchmarks/RESULTS.md).
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int64_t kLineBytes = 64;

@@ -10,12 +10,13 @@
 // heads that share it (grouped-query attention reads each key once for the group). Its rows (token x
 // query head) go W to a vector (cpu_common.h: 16 with AVX-512, 8 with AVX2): the queries are
 // transposed once per item to [d][rows], so that the scores of W rows against one key are
-// multiply-adds of a query vector by the key's elements broadcast from the cache, for W keys at a time. The online softmax then runs across rows, one
-// lane each (max, exp and sums are plain vector ops: no horizontal reductions, no transposed keys),
-// and probabilities x values accumulate four rows at a time so that each value vector loaded feeds
-// four multiply-adds. exp is inline (exp_nonpositive); masked lanes' exp is discarded by a select (a
-// conditional exp would not vectorise), the empty max is -FLT_MAX, and unwritten cache rows are
-// never read, so nothing relies on inf/NaN.
+// multiply-adds of a query vector by the key's elements broadcast from the cache, for W keys at a
+// time. The online softmax then runs across rows, one lane each (max, exp and sums are plain vector
+// ops: no horizontal reductions, no transposed keys), and probabilities x values accumulate four
+// rows at a time so that each value vector loaded feeds four multiply-adds. exp is inline
+// (exp_nonpositive); masked lanes' exp is discarded by a select (a conditional exp would not
+// vectorise), the empty max is -FLT_MAX, and unwritten cache rows are never read, so nothing relies
+// on inf/NaN.
 //
 // Storage is float32 or bfloat16 (cpu_common.h). The arithmetic is float32, except that bfloat16 on a
 // CPU with AVX512_BF16 takes both products through vdpbf16ps (exact bf16 x bf16 products summed in
