@@ -9,8 +9,9 @@ shapes in isolation; in the engine, batch-8 decode iterations run 1.23x faster o
 
 Decode batches of up to ``SMALL_ROWS`` rows (float32, bfloat16) go to sarathi_kernels' own linear
 over a second packed copy (csrc/linear_cpu.cpp): streaming cpu-small's twelve layers' weights it
-reads them at 22-33 GB/s where oneDNN reads 14-22, 1.2-1.75x from 1 row to 12, and about even at 16
-(AMD EPYC Zen 4, 2 threads; benchmarks/RESULTS.md). Without that kernel (no compiler, float16) one
+reads them at 22-33 GB/s where oneDNN reads 14-22, 1.2-1.75x from 1 row to 12, and since its
+software prefetch 1.14-1.5x at 13-16 rows on every ISA kind measured (AMD EPYC Zen 4, 2 threads;
+benchmarks/RESULTS.md). Without that kernel (no compiler, float16) one
 row goes wherever a probe at load time finds it faster: oneDNN's packed path was 1.6x (float32) /
 1.8x (bfloat16) faster than MKL's GEMV with torch 2.13, while an earlier torch re-ordered the
 packed weight on every one-row call (100x slower). The packed copies triple the linear weights'
@@ -32,9 +33,10 @@ _PACK_ROWS_HINT = 8
 # How much faster the packed path must be on one row to take it (measured 1.6-1.8x where it wins,
 # 100x slower where it loses).
 _CLEAR_WIN = 1.2
-# The most rows that sarathi_kernels' linear takes here: measured 1.2-1.75x faster than oneDNN up
-# to 12 rows, 0.92-1.06x at 16 (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
-SMALL_ROWS = 12
+# The most rows that sarathi_kernels' linear takes here: all it can. Measured 1.2-1.75x faster than
+# oneDNN up to 12 rows and, once it prefetched its weights (session 10), 1.14-1.5x at 13-16 rows with
+# AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
+SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
 
 
 def onednn_available() -> bool:
