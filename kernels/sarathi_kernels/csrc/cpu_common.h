@@ -83,12 +83,13 @@ inline void vload2(const bf16* p, vec& a, vec& b) {
 // Software prefetch, for streams the hardware prefetcher falls behind on or cannot guess. A prefetch
 // never faults; the address is computed as an integer, so that one past the end of an allocation is
 // no out-of-bounds pointer.
+constexpr int64_t kLineBytes = 64;  // one prefetch brings one cache line
 inline const void* ahead(const void* p, int64_t bytes) {
   return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + bytes);
 }
 // The bytes [p, p + bytes) into L2 (prefetcht1), as a paged KV cache's next block.
 inline void prefetch_l2(const void* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(ahead(p, o), 0, 2);
+  for (int64_t o = 0; o < bytes; o += kLineBytes) __builtin_prefetch(ahead(p, o), 0, 2);
 }
 
 }  // namespace sarathi

@@ -47,7 +47,6 @@ constexpr int64_t SPAN = 64;  // packed vectors summed before joining an output'
 // 0.80-0.88x at 4-12). At 8 or fewer the prefetches cost more load slots than they save (AVX-512 float32:
 // 1.3-1.7x the time at 1-4 rows; bfloat16 1.00-1.07x at 8 rows; benchmarks/RESULTS.md).
 constexpr int64_t kPrefetchBytes = 2048;
-constexpr int64_t kLineBytes = 64;
 constexpr bool kBf16Dot =
 #if defined(__AVX512BF16__)
     true;
@@ -74,7 +73,8 @@ struct XT {
 template <typename T, int M, int TB>
 inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
   constexpr int64_t P = pair_of<T>;
-  constexpr int64_t kStepBytes = W * P * sizeof(T), kStepsPerLine = std::max<int64_t>(1, kLineBytes / kStepBytes);
+  constexpr int64_t kStepBytes = W * P * sizeof(T);
+  constexpr int64_t kStepsPerLine = std::max<int64_t>(1, sarathi::kLineBytes / kStepBytes);
   constexpr bool kPrefetch = M * kStepsPerLine * (P == 2 && !kBf16Dot ? 2 : 1) > 8;
   const int64_t steps = (K + P - 1) / P;  // packed vectors per tile
   vec total[M][TB] = {};
