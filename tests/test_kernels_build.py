@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sarathi_kernels import cpu_build
 
-# AVX-512 with bf16 (as Zen 4 and Sapphire Rapids; GCC 12 has no znver4), AVX-512 with VNNI and no
-# bf16 (Cascade Lake Xeon), AVX2 + FMA (EPYC before Zen 4), and the x86-64 baseline (SSE2).
-TARGETS = ["cooperlake", "cascadelake", "x86-64-v3", "x86-64"]
+# AVX-512 with bf16 and AMX (Sapphire Rapids Xeon), with bf16 only (as Zen 4; GCC 12 has no znver4),
+# with VNNI and no bf16 (Cascade Lake Xeon), AVX2 + FMA (EPYC before Zen 4), and the x86-64 baseline.
+TARGETS = ["sapphirerapids", "cooperlake", "cascadelake", "x86-64-v3", "x86-64"]
 COMPILER = "c++"
 
 

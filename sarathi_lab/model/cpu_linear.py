@@ -11,7 +11,7 @@ Decode batches of up to ``SMALL_ROWS`` rows (float32, bfloat16) go to sarathi_ke
 over a second packed copy (csrc/linear_cpu.cpp): streaming cpu-small's twelve layers' weights it
 reads them at 22-33 GB/s where oneDNN reads 14-22, 1.2-1.75x from 1 row to 12, and since its
 software prefetch 1.14-1.5x at 13-16 rows on every ISA kind measured (AMD EPYC Zen 4, 2 threads;
-benchmarks/RESULTS.md). Without that kernel (no compiler, float16) one row goes wherever a probe at
+benchmarks/RESULTS.md); on a Sapphire Rapids Xeon its bfloat16 AMX path 1.27-1.41x at 1-16 rows. Without that kernel (no compiler, float16) one row goes wherever a probe at
 load time finds it faster: oneDNN's packed path was 1.6x (float32) / 1.8x (bfloat16) faster than
 MKL's GEMV with torch 2.13, while an earlier torch re-ordered the packed weight on every one-row
 call (100x slower). The packed copies triple the linear weights'

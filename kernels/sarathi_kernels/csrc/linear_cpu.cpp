@@ -16,6 +16,11 @@
 // vectors) and end as W finished outputs each: no horizontal sums. bfloat16 with AVX512_BF16: one
 // vdpbf16ps per vector and row (exact products, float32 sums); without it, vload2's even/odd split
 // and two FMAs, x in float32.
+// bfloat16 with AMX (Intel Xeon Sapphire Rapids on): the bfloat16 layout is already AMX's
+// VNNI-packed B tile (16 pairs of k x 16 columns = 1 KB contiguous), so tile multiply-adds take
+// every row count at once. Why: there vdpbf16ps issues at ~0.5 per cycle, and at 8-16 rows the
+// vector loop became compute-bound (cpu-small's weights at 9-11 GB/s against 25 at 1 row), while a
+// tile multiply-add consumes 1 KB of weights per 16 cycles whatever the rows (benchmarks/RESULTS.md).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -24,8 +29,12 @@
 #include <utility>
 #include <vector>
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX512BF16__) || defined(__AMX_BF16__)
 #include <immintrin.h>
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "cpu_common.h"
@@ -149,9 +158,108 @@ constexpr auto table(std::index_sequence<I...>) {
       &linear_rows<T, static_cast<int>(I) + 1>...};
 }
 
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// Linux gives a process AMX's tile registers only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); without them (an older kernel, a seccomp filter) the vector loop runs.
+bool amx_permitted() {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return ok;
+}
+
+// The tile registers' shapes (palette 1): 0, 1 accumulate two tiles' outputs [M][16] float32;
+// 2 holds x [M][32] and 3, 4 two tiles' weights [16 pairs][16 columns]; 5-7 the same for the last
+// k block when K is not a multiple of 32.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig(int m, int64_t tail_pairs) {
+    for (int t : {0, 1, 2}) rows[t] = m, colsb[t] = 64;
+    for (int t : {3, 4}) rows[t] = 16, colsb[t] = 64;
+    if (tail_pairs) {
+      rows[5] = m, colsb[5] = tail_pairs * 4;
+      for (int t : {6, 7}) rows[t] = tail_pairs, colsb[t] = 64;
+    }
+  }
+};
+
+// Outputs of the tiles [tile0, tile0 + TB) (TB = 1 or 2) for x [m][ldx] (k padded to even).
+template <int TB>
+void amx_block(const bf16* x, int64_t ldx, const bf16* packed, const bf16* bias, bf16* out, int64_t tile0, int64_t m,
+               int64_t N, int64_t steps) {
+  constexpr int64_t kBlockPairs = 16, kTileBytes = kBlockPairs * W * 2 * sizeof(bf16);
+  const int64_t blocks = steps / kBlockPairs, tail = steps % kBlockPairs, x_stride = ldx * sizeof(bf16);
+  const char* w0 = reinterpret_cast<const char*>(packed + tile0 * steps * W * 2);
+  const char* w1 = w0 + steps * W * 2 * sizeof(bf16);
+  const bf16* xb = x;
+  _tile_zero(0);
+  if (TB == 2) _tile_zero(1);
+  for (int64_t b = 0; b < blocks; ++b, xb += 2 * kBlockPairs) {
+    _tile_loadd(2, xb, x_stride);
+    _tile_loadd(3, w0 + b * kTileBytes, 64);
+    _tile_dpbf16ps(0, 2, 3);
+    if (TB == 2) {
+      _tile_loadd(4, w1 + b * kTileBytes, 64);
+      _tile_dpbf16ps(1, 2, 4);
+    }
+  }
+  if (tail) {
+    _tile_loadd(5, xb, x_stride);
+    _tile_loadd(6, w0 + blocks * kTileBytes, 64);
+    _tile_dpbf16ps(0, 5, 6);
+    if (TB == 2) {
+      _tile_loadd(7, w1 + blocks * kTileBytes, 64);
+      _tile_dpbf16ps(1, 5, 7);
+    }
+  }
+  alignas(64) float sums[TB][MAX_ROWS][W];
+  _tile_stored(0, sums[0], W * sizeof(float));
+  if (TB == 2) _tile_stored(1, sums[TB - 1], W * sizeof(float));
+  for (int b = 0; b < TB; ++b) {
+    const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        out[r * N + n0 + c] = sarathi::store<bf16>(sums[b][r][c] + (bias ? load(bias[n0 + c]) : 0.f));
+  }
+}
+
+void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, int64_t m, int64_t N, int64_t K,
+                int threads) {
+  const int64_t steps = (K + 1) / 2, tiles = (N + W - 1) / W, pairs_of_tiles = tiles / 2;
+  // A tile reads x in whole pairs of k: an odd K needs a copy with a zero after each row.
+  std::vector<bf16> padded;
+  int64_t ldx = K;
+  if (K % 2) {
+    ldx = K + 1;
+    padded.assign(m * ldx, bf16{0});
+    for (int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * ldx, x + r * K, K * sizeof(bf16));
+    x = padded.data();
+  }
+  const TileConfig config(static_cast<int>(m), steps % 16);
+  // Tile shapes are per thread: each thread of the region loads them.
+#pragma omp parallel num_threads(threads) if (threads > 1 && pairs_of_tiles > 1)
+  {
+    _tile_loadconfig(&config);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < pairs_of_tiles; ++p) amx_block<2>(x, ldx, packed, bias, out, 2 * p, m, N, steps);
+    _tile_release();
+  }
+  if (tiles % 2) {
+    _tile_loadconfig(&config);
+    amx_block<1>(x, ldx, packed, bias, out, tiles - 1, m, N, steps);
+    _tile_release();
+  }
+}
+#endif
+
 // x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; 1 <= rows <= MAX_ROWS.
 template <typename T>
 void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if constexpr (std::is_same<T, bf16>::value)
+    if (amx_permitted()) return amx_linear(x, packed, bias, out, rows, N, K, threads);
+#endif
   static constexpr auto kernels = table<T>(std::make_index_sequence<MAX_ROWS>{});
   constexpr int64_t P = pair_of<T>;
   const int64_t kp = (K + P - 1) / P * P;
