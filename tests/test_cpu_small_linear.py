@@ -2,6 +2,7 @@
 float64, and the engine's linear layers sending decode batches to it."""
 from __future__ import annotations
 
+import os
 from unittest.mock import patch
 
 import pytest
@@ -38,6 +39,16 @@ def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features
     magnitude = (x.double().abs() @ w.double().abs().t()).max().item() + 1
     tol = {"rtol": 1e-5, "atol": 2e-7 * magnitude} if dtype == torch.float32 else {"rtol": 2**-8, "atol": 1e-6 * magnitude}
     torch.testing.assert_close(got.double(), want, **tol)
+
+
+def test_bfloat16_takes_amx_exactly_where_the_cpu_has_it():
+    # The test above then checks the AMX path on such a CPU; tests/test_kernels_other_isas.py the
+    # vector paths that other machines take.
+    # Built for another machine kind's -march (tests/test_kernels_other_isas.py), no kind with AMX.
+    from sarathi_lab.profiling.machine import cpu_flags
+
+    native = os.environ.get("SARATHI_KERNELS_MARCH", "native") == "native"
+    assert cpu_ops.bf16_uses_amx() == (native and {"amx_tile", "amx_bf16"} <= cpu_flags())
 
 
 def test_wrong_calls_are_refused():

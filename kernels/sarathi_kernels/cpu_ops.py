@@ -97,6 +97,13 @@ def _tile_columns() -> int:
     return cpu_build.function("linear_tile_columns", [], ctypes.c_int64)()
 
 
+@functools.cache
+def bf16_uses_amx() -> bool:
+    """Whether bfloat16 runs through AMX tile multiply-adds here (the few-row linear and the prefill
+    attention): the library was built for a CPU with AMX and the OS let this process use it."""
+    return bool(cpu_build.function("bf16_uses_amx", [], ctypes.c_int64)())
+
+
 def _packed_numel(n: int, k: int, dtype: torch.dtype) -> int:
     pair, tile = (2 if dtype == torch.bfloat16 else 1), _tile_columns()
     return -(-n // tile) * tile * -(-k // pair) * pair

@@ -6,6 +6,13 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define SARATHI_AMX 1
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace sarathi {
 
 // bfloat16 as torch stores it: the high half of a float32.
@@ -91,5 +98,26 @@ inline const void* ahead(const void* p, int64_t bytes) {
 inline void prefetch_l2(const void* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += kLineBytes) __builtin_prefetch(ahead(p, o), 0, 2);
 }
+
+#if defined(SARATHI_AMX)
+// Linux gives a process AMX's tile registers only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); without them (an older kernel, a seccomp filter) the vector code runs.
+inline bool amx_permitted() {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return ok;
+}
+
+// AMX's tile configuration (palette 1): rows and bytes per row of each tile register a kernel uses.
+// Tile shapes are per thread: every thread loads the configuration before its first tile op.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  void set(int tile, int64_t r, int64_t bytes) {
+    rows[tile] = static_cast<uint8_t>(r);
+    colsb[tile] = static_cast<uint16_t>(bytes);
+  }
+};
+#endif
 
 }  // namespace sarathi

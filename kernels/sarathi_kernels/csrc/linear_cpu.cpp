@@ -29,15 +29,10 @@
 #include <utility>
 #include <vector>
 
-#if defined(__AVX512BF16__) || defined(__AMX_BF16__)
+#include "cpu_common.h"
+#if defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
-#include "cpu_common.h"
 
 namespace {
 
@@ -159,30 +154,20 @@ constexpr auto table(std::index_sequence<I...>) {
 }
 
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-// Linux gives a process AMX's tile registers only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA); without them (an older kernel, a seccomp filter) the vector loop runs.
-bool amx_permitted() {
-  static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  return ok;
-}
-
-// The tile registers' shapes (palette 1): 0, 1 accumulate two tiles' outputs [M][16] float32;
-// 2 holds x [M][32] and 3, 4 two tiles' weights [16 pairs][16 columns]; 5-7 the same for the last
-// k block when K is not a multiple of 32.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-  TileConfig(int m, int64_t tail_pairs) {
-    for (int t : {0, 1, 2}) rows[t] = m, colsb[t] = 64;
-    for (int t : {3, 4}) rows[t] = 16, colsb[t] = 64;
-    if (tail_pairs) {
-      rows[5] = m, colsb[5] = tail_pairs * 4;
-      for (int t : {6, 7}) rows[t] = tail_pairs, colsb[t] = 64;
-    }
+#if defined(SARATHI_AMX)
+// The tile registers' shapes: 0, 1 accumulate two tiles' outputs [M][16] float32; 2 holds x [M][32]
+// and 3, 4 two tiles' weights [16 pairs][16 columns]; 5-7 the same for the last k block when K is
+// not a multiple of 32.
+sarathi::TileConfig linear_tiles(int64_t m, int64_t tail_pairs) {
+  sarathi::TileConfig c;
+  for (int t : {0, 1, 2}) c.set(t, m, 64);
+  for (int t : {3, 4}) c.set(t, 16, 64);
+  if (tail_pairs) {
+    c.set(5, m, tail_pairs * 4);
+    for (int t : {6, 7}) c.set(t, tail_pairs, 64);
   }
-};
+  return c;
+}
 
 // Outputs of the tiles [tile0, tile0 + TB) (TB = 1 or 2) for x [m][ldx] (k padded to even).
 template <int TB>
@@ -236,8 +221,7 @@ void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, 
     for (int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * ldx, x + r * K, K * sizeof(bf16));
     x = padded.data();
   }
-  const TileConfig config(static_cast<int>(m), steps % 16);
-  // Tile shapes are per thread: each thread of the region loads them.
+  const sarathi::TileConfig config = linear_tiles(m, steps % 16);
 #pragma omp parallel num_threads(threads) if (threads > 1 && pairs_of_tiles > 1)
   {
     _tile_loadconfig(&config);
@@ -256,9 +240,9 @@ void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, 
 // x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; 1 <= rows <= MAX_ROWS.
 template <typename T>
 void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(SARATHI_AMX)
   if constexpr (std::is_same<T, bf16>::value)
-    if (amx_permitted()) return amx_linear(x, packed, bias, out, rows, N, K, threads);
+    if (sarathi::amx_permitted()) return amx_linear(x, packed, bias, out, rows, N, K, threads);
 #endif
   static constexpr auto kernels = table<T>(std::make_index_sequence<MAX_ROWS>{});
   constexpr int64_t P = pair_of<T>;
@@ -295,6 +279,16 @@ void pack(const T* w, T* packed, int64_t N, int64_t K) {
 
 // The packed layout's tile width: the caller sizes the packed copy with it.
 extern "C" int64_t linear_tile_columns() { return W; }
+
+// Whether bfloat16 takes the AMX paths (this linear and the prefill attention): built for a CPU
+// with AMX, and the kernel let this process use it.
+extern "C" int64_t bf16_uses_amx() {
+#if defined(SARATHI_AMX)
+  return sarathi::amx_permitted();
+#else
+  return 0;
+#endif
+}
 
 #define SARATHI_LINEAR(SUFFIX, T)                                                                         \
   extern "C" void linear_pack_##SUFFIX(const T* w, T* packed, int64_t n, int64_t k) { pack<T>(w, packed, n, k); } \
