@@ -29,10 +29,11 @@
 #include <utility>
 #include <vector>
 
-#include "cpu_common.h"
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
+
+#include "cpu_common.h"
 
 namespace {
 
@@ -180,24 +181,23 @@ void amx_block(const bf16* x, int64_t ldx, const bf16* packed, const bf16* bias,
   const bf16* xb = x;
   _tile_zero(0);
   if (TB == 2) _tile_zero(1);
+  // One k block: x's tile X against the weights' tiles B0 (and B1). The intrinsics take tile
+  // numbers as literals, hence a macro for the full blocks' registers and the tail's.
+#define SARATHI_K_BLOCK(X, B0, B1, offset) \
+  _tile_loadd(X, xb, x_stride);            \
+  _tile_loadd(B0, w0 + (offset), 64);      \
+  _tile_dpbf16ps(0, X, B0);                \
+  if (TB == 2) {                           \
+    _tile_loadd(B1, w1 + (offset), 64);    \
+    _tile_dpbf16ps(1, X, B1);              \
+  }
   for (int64_t b = 0; b < blocks; ++b, xb += 2 * kBlockPairs) {
-    _tile_loadd(2, xb, x_stride);
-    _tile_loadd(3, w0 + b * kTileBytes, 64);
-    _tile_dpbf16ps(0, 2, 3);
-    if (TB == 2) {
-      _tile_loadd(4, w1 + b * kTileBytes, 64);
-      _tile_dpbf16ps(1, 2, 4);
-    }
+    SARATHI_K_BLOCK(2, 3, 4, b * kTileBytes)
   }
   if (tail) {
-    _tile_loadd(5, xb, x_stride);
-    _tile_loadd(6, w0 + blocks * kTileBytes, 64);
-    _tile_dpbf16ps(0, 5, 6);
-    if (TB == 2) {
-      _tile_loadd(7, w1 + blocks * kTileBytes, 64);
-      _tile_dpbf16ps(1, 5, 7);
-    }
+    SARATHI_K_BLOCK(5, 6, 7, blocks * kTileBytes)
   }
+#undef SARATHI_K_BLOCK
   alignas(64) float sums[TB][MAX_ROWS][W];
   _tile_stored(0, sums[0], W * sizeof(float));
   if (TB == 2) _tile_stored(1, sums[TB - 1], W * sizeof(float));
