@@ -41,6 +41,23 @@ def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features
     torch.testing.assert_close(got.double(), want, **tol)
 
 
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, cpu_ops.LINEAR_MAX_ROWS), in_features=st.integers(1, 300),
+       out_features=st.integers(1, 300), bias=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+@example(rows=16, in_features=2048, out_features=768, bias=True, dtype=torch.float32, seed=0)
+def test_wide_blocks_give_the_same_bits(rows, in_features, out_features, bias, dtype, seed):
+    # pack_linears picks the faster way by timing; that may differ between runs only if it cannot
+    # change a result.
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, in_features, generator=g).to(dtype)
+    w = torch.randn(out_features, in_features, generator=g).to(dtype)
+    b = torch.randn(out_features, generator=g).to(dtype) if bias else None
+    packed = cpu_ops.pack_linear(w)
+    assert torch.equal(cpu_ops.linear(x, packed, out_features, b, wide=True),
+                       cpu_ops.linear(x, packed, out_features, b, wide=False))
+
+
 def test_bfloat16_takes_amx_exactly_where_the_cpu_has_it():
     # The test above then checks the AMX path on such a CPU; tests/test_kernels_other_isas.py the
     # vector paths that other machines take.

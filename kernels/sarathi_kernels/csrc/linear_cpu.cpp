@@ -63,9 +63,15 @@ template <typename T>
 constexpr int64_t pair_of = std::is_same<T, bf16>::value ? 2 : 1;  // k elements per packed vector
 
 // M x TB accumulators, TB weight vectors and a broadcast x in registers: with AVX-512's 32, TB is 4
-// up to 4 rows and 2 up to 12; with 16 (AVX2), 4 up to 2 rows and 2 up to 6. Beyond, TB = 1.
-constexpr int tiles_per_block(int m) {
-  return sarathi::kVectorRegisters >= 32 ? (m <= 4 ? 4 : m <= 12 ? 2 : 1) : (m <= 2 ? 4 : m <= 6 ? 2 : 1);
+// up to 4 rows and 2 up to 12; with 16 (AVX2), 4 up to 2 rows and 2 up to 6. Beyond, TB = 1, unless
+// `wide`: with AVX-512, TB = 2 up to 16 rows, a few accumulators spilled. Where the vector units
+// outrun the load ports (2 float32 FMAs per cycle on Intel's AVX-512 cores), one broadcast per 2
+// multiply-adds instead of 1 wins over the spills: 13-16 rows 1.24-1.28x on a Xeon with AMX; where
+// they do not, the spills only cost. pack_linears (sarathi_lab/model/cpu_linear.py) times both.
+// Either way each output is the same sums in the same order: the results are equal bit for bit.
+constexpr int tiles_per_block(int m, bool wide) {
+  return sarathi::kVectorRegisters >= 32 ? (m <= 4 ? 4 : (m <= 12 || wide) ? 2 : 1)
+                                         : (m <= 2 ? 4 : m <= 6 ? 2 : 1);
 }
 
 // x for the inner loop: float32 [Kp][M] (k padded to the packing), or, for vdpbf16ps, bfloat16
@@ -138,9 +144,9 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
   }
 }
 
-template <typename T, int M>
+template <typename T, int M, bool Wide>
 void linear_rows(const XT& x, const T* packed, const T* bias, T* out, int64_t N, int64_t K, int threads) {
-  constexpr int TB = tiles_per_block(M);
+  constexpr int TB = tiles_per_block(M, Wide);
   const int64_t tiles = (N + W - 1) / W, blocks = tiles / TB;
   // Static ranges: each thread streams its own contiguous stretch of the packed weight.
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && blocks > 1)
@@ -148,10 +154,10 @@ void linear_rows(const XT& x, const T* packed, const T* bias, T* out, int64_t N,
   for (int64_t t = blocks * TB; t < tiles; ++t) block<T, M, 1>(x, packed, bias, out, t, N, K);
 }
 
-template <typename T, std::size_t... I>
+template <typename T, bool Wide, std::size_t... I>
 constexpr auto table(std::index_sequence<I...>) {
   return std::array<void (*)(const XT&, const T*, const T*, T*, int64_t, int64_t, int), sizeof...(I)>{
-      &linear_rows<T, static_cast<int>(I) + 1>...};
+      &linear_rows<T, static_cast<int>(I) + 1, Wide>...};
 }
 
 
@@ -239,12 +245,14 @@ void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, 
 
 // x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; 1 <= rows <= MAX_ROWS.
 template <typename T>
-void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
+void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads,
+            bool wide) {
 #if defined(SARATHI_AMX)
   if constexpr (std::is_same<T, bf16>::value)
     if (sarathi::amx_permitted()) return amx_linear(x, packed, bias, out, rows, N, K, threads);
 #endif
-  static constexpr auto kernels = table<T>(std::make_index_sequence<MAX_ROWS>{});
+  static constexpr auto kernels = table<T, false>(std::make_index_sequence<MAX_ROWS>{});
+  static constexpr auto wide_kernels = table<T, true>(std::make_index_sequence<MAX_ROWS>{});
   constexpr int64_t P = pair_of<T>;
   const int64_t kp = (K + P - 1) / P * P;
   std::vector<float> xf;
@@ -262,7 +270,7 @@ void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, in
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t k = 0; k < K; ++k) xf[k * rows + m] = load(x[m * K + k]);
   }
-  kernels[rows - 1](XT{xf.data(), pairs.data()}, packed, bias, out, N, K, threads);
+  (wide ? wide_kernels : kernels)[rows - 1](XT{xf.data(), pairs.data()}, packed, bias, out, N, K, threads);
 }
 
 // w [N, K] row-major into the packed layout (zeros where N and K are padded).
@@ -293,8 +301,8 @@ extern "C" int64_t bf16_uses_amx() {
 #define SARATHI_LINEAR(SUFFIX, T)                                                                         \
   extern "C" void linear_pack_##SUFFIX(const T* w, T* packed, int64_t n, int64_t k) { pack<T>(w, packed, n, k); } \
   extern "C" void linear_##SUFFIX(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t n,    \
-                                  int64_t k, int threads) {                                              \
-    linear<T>(x, packed, bias, out, rows, n, k, threads);                                                \
+                                  int64_t k, int threads, int wide) {                                    \
+    linear<T>(x, packed, bias, out, rows, n, k, threads, wide != 0);                                     \
   }
 SARATHI_LINEAR(f32, float)
 SARATHI_LINEAR(bf16, bf16)
