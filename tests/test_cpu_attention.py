@@ -106,6 +106,34 @@ def test_paged_prefill_equals_reference(chunks, block_size, kv_heads, group, hea
 
 
 @needs_kernel
+@settings(max_examples=20, deadline=None)
+@given(chunk=st.tuples(st.integers(1, 150), st.integers(0, 200)), climb=st.sampled_from([2.0, 12.0, 40.0]),
+       head_dim=st.sampled_from([64, 80]), group=st.sampled_from([1, 4]), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_paged_prefill_with_a_growing_max_equals_reference(chunk, climb, head_dim, group, seed, dtype):
+    """Keys whose scores climb by ``climb`` along the context, so that every row's max keeps growing:
+    the AMX kernel moves a row's max only when a block passes it by 8 ln 2, and then rescales
+    accumulators held in tile registers (64-wide heads) or in memory (80); a slow climb rarely does."""
+    query, k_cache, v_cache, meta = prefill_inputs([chunk], 16, 2, group, head_dim, seed)
+    direction = torch.randn(head_dim)
+    step = climb / sum(chunk)  # per position, in units of the scaled score (q . direction ~ sqrt(d))
+    block_order = torch.empty(len(k_cache))
+    block_order[meta.block_tables[0].long()] = torch.arange(meta.block_tables.shape[1], dtype=torch.float)
+    position = torch.arange(16.0)[None, :] + 16 * block_order[:, None]
+    k_cache = k_cache + step * position[:, :, None, None] * direction
+    query = (query + direction / head_dim**0.5).to(dtype)
+    k_cache, v_cache = k_cache.to(dtype), v_cache.to(dtype)
+    scale = head_dim**-0.5
+    got = cpu_attention.paged_prefill(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
+                                      meta.seq_lens, scale)
+    want = reference.attention(query.float().contiguous(), k_cache.float(), v_cache.float(), meta, scale)
+    # Scores reach ~50 here: float32's rounding of them moves probabilities by ~1e-5 relative. A
+    # missed or doubled rescale moves outputs by O(1).
+    tol = 1e-4 if dtype == torch.float32 else 8e-3
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+@needs_kernel
 def test_paged_prefill_refuses_what_it_would_misread():
     query, k_cache, v_cache, meta = prefill_inputs([(5, 3), (4, 0)], 4, 2, 2, 8, 0)
     args = (meta.block_tables, meta.query_start_loc, meta.seq_lens, 0.3)

@@ -22,7 +22,7 @@
 // CPU with AVX512_BF16 takes both products through vdpbf16ps (exact bf16 x bf16 products summed in
 // float32): query and key elements in pairs, values as pairs of keys, and the probabilities rounded to
 // bfloat16 before p x v, as torch's CPU flash attention and the GPU kernels round them.
-// With AMX (AmxDot) the same products run as tile multiply-adds.
+// With AMX, bfloat16 runs in paged_prefill_amx.cpp instead.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -36,6 +36,7 @@
 #endif
 
 #include "cpu_common.h"
+#include "prefill_common.h"
 
 namespace {
 
@@ -46,11 +47,8 @@ using sarathi::vload;
 using sarathi::vstore;
 using sarathi::W;  // floats per vector: rows per row group, and keys per softmax step
 
-constexpr int64_t TILE = 64;  // query tokens per work item (32: 0.9-0.97x at 288-1024 keys)
-
-struct Item {
-  int64_t seq, kv_head, tile;
-};
+using sarathi::Item;
+using sarathi::TILE;
 
 // The float32 arithmetic, every machine.
 template <typename T>
@@ -194,69 +192,6 @@ struct Bf16Dot {
 };
 #endif
 
-#if defined(SARATHI_AMX)
-// bfloat16 through AMX tile multiply-adds, where the CPU has them (Sapphire Rapids Xeon on). Why:
-// there vdpbf16ps issues at ~0.5 per cycle and Bf16Dot's products took most of its time (prefill
-// 512 at ~64 GFLOP/s, a quarter of Zen 4's rate). The same blocks, rounding and softmax as Bf16Dot;
-// the products as tiles: scores transposed, keys [16][32] x query pairs [16 pairs][16 rows] ->
-// [16 keys][16 rows], the layout the softmax takes; then probabilities [16 rows][16 keys] x value
-// pairs [8 key pairs][16 columns] added onto the accumulators [16 rows][16 columns] in place.
-struct AmxDot : Bf16Dot {
-  int64_t dk;            // d padded to whole k steps of 32 elements (zeros)
-  std::vector<bf16> kb;  // the block's keys [W][dk]
-  std::vector<bf16> pr;  // probabilities [rows_pad][W]
-  AmxDot(int64_t rows_pad, int64_t d, int64_t dp)
-      : Bf16Dot(rows_pad, d, dp), dk((d + 31) / 32 * 32), kb(W * dk, bf16{0}), pr(rows_pad * W) {
-    qp.resize(dk / 2 * rows_pad, 0u);
-    sarathi::TileConfig c;
-    // Tile registers (numbers, as the intrinsics take them): 0 scores, 1 keys, 2 query pairs,
-    // 3 probabilities, 4 value pairs, 5 accumulators.
-    for (int t : {0, 1, 2, 5}) c.set(t, 16, 64);
-    c.set(3, 16, W * sizeof(bf16));
-    c.set(4, W / 2, 64);
-    _tile_loadconfig(&c);
-  }
-  ~AmxDot() { _tile_release(); }
-  AmxDot(const AmxDot&) = delete;
-  AmxDot& operator=(const AmxDot&) = delete;
-
-  void set_keys(const bf16* const* k, const bf16* const* v) {
-    Bf16Dot::set_keys(k, v);
-    for (int64_t t = 0; t < W; ++t) std::memcpy(kb.data() + t * dk, k[t], d * sizeof(bf16));
-  }
-  void scores(int64_t r0, float* s) const {
-    _tile_zero(0);
-    for (int64_t j = 0; j < dk; j += 32) {
-      _tile_loadd(1, kb.data() + j, dk * sizeof(bf16));
-      _tile_loadd(2, qp.data() + j / 2 * rows_pad + r0, rows_pad * sizeof(uint32_t));
-      _tile_dpbf16ps(0, 1, 2);
-    }
-    _tile_stored(0, s, W * sizeof(float));
-  }
-  // s [W keys][W rows] -> pr [rows][keys], rounded to bfloat16 as Bf16Dot rounds them.
-  void set_probs(int64_t r0, const float* s) {
-    const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(W));
-    for (int64_t i = 0; i < W; ++i) {
-      const __m512 p = _mm512_i32gather_ps(_mm512_add_epi32(column, _mm512_set1_epi32(static_cast<int>(i))), s, 4);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr.data() + (r0 + i) * W), (__m256i)_mm512_cvtneps_pbh(p));
-    }
-  }
-  void accumulate(float* acc, int64_t rows, int64_t) const {
-    for (int64_t r0 = 0; r0 < rows; r0 += W) {
-      _tile_loadd(3, pr.data() + r0 * W, W * sizeof(bf16));
-      for (int64_t c = 0; c < dp; c += W) {
-        float* a = acc + r0 * dp + c;
-        _tile_loadd(5, a, dp * sizeof(float));
-        _tile_loadd(4, vp.data() + c * 2, dp * 2 * sizeof(uint16_t));
-        _tile_dpbf16ps(5, 3, 4);
-        _tile_stored(5, a, dp * sizeof(float));
-      }
-    }
-  }
-};
-#endif
-
 template <typename T>
 struct DotFor {
   using type = Float32Dot<T>;
@@ -268,30 +203,8 @@ struct DotFor<bf16> {
 };
 #endif
 
-typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
-
-// exp(x) for x <= 0 (larger x as 0: the callers discard those lanes), inline: a libmvec call per W
-// lanes spills every live vector register around it, ~40% of this kernel's bfloat16 time. 2^n by the
-// exponent bits, exp(r) for |r| <= ln2 / 2 by its Taylor series to r^7 (error < 2e-7 relative).
-inline vec exp_nonpositive(vec x) {
-  x = x < 0.f ? x : vec{};
-  x = x > -87.f ? x : vec{} - 87.f;  // 2^n stays a normal float
-  const ivec n = __builtin_convertvector(x * 1.44269504f - 0.5f, ivec);  // round to nearest (x <= 0)
-  const vec nf = __builtin_convertvector(n, vec);
-  const vec r = x - nf * 0.693359375f + nf * 2.12194440e-4f;  // ln 2 in two parts, for the large n
-  vec p = vec{} + 1.f / 5040;
-  p = p * r + 1.f / 720;
-  p = p * r + 1.f / 120;
-  p = p * r + 1.f / 24;
-  p = p * r + 1.f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  const ivec bits = (n + 127) << 23;
-  vec two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  return p * two_n;
-}
+using sarathi::exp_nonpositive;
+using sarathi::ivec;
 
 // Online softmax of one row group over one block of keys, a row per lane. s [W keys][W rows]: the
 // raw scores in, the probabilities out; row i may see key t when t <= last[i]. m, l: the rows'
@@ -331,13 +244,7 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
                         const int32_t* starts, const int32_t* lens, T* out, int64_t n, int64_t heads, int64_t d,
                         int64_t block_size, int64_t kv_heads, int64_t max_blocks, float scale, int threads) {
   const int64_t group = heads / kv_heads, row = kv_heads * d, dp = (d + W - 1) / W * W;
-  std::vector<Item> items;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t tiles = (starts[i + 1] - starts[i] + TILE - 1) / TILE;
-    // Last tiles first: they see the most keys, and dynamic scheduling balances best that way.
-    for (int64_t t = tiles - 1; t >= 0; --t)
-      for (int64_t g = 0; g < kv_heads; ++g) items.push_back({i, g, t});
-  }
+  const std::vector<Item> items = sarathi::work_items(starts, n, kv_heads);
   const int64_t nitems = static_cast<int64_t>(items.size());
 #pragma omp parallel num_threads(threads) if (threads > 1 && nitems > 1)
   {
@@ -409,8 +316,8 @@ void paged_prefill(const T* q, int64_t q_stride, const T* kc, const T* vc, const
 #if defined(SARATHI_AMX)
   if constexpr (std::is_same<T, bf16>::value)
     if (sarathi::amx_permitted())
-      return paged_prefill_with<T, AmxDot>(q, q_stride, kc, vc, tables, starts, lens, out, n, heads, d, block_size,
-                                           kv_heads, max_blocks, scale, threads);
+      return sarathi::paged_prefill_amx(q, q_stride, kc, vc, tables, starts, lens, out, n, heads, d, block_size,
+                                        kv_heads, max_blocks, scale, threads);
 #endif
   paged_prefill_with<T, typename DotFor<T>::type>(q, q_stride, kc, vc, tables, starts, lens, out, n, heads, d,
                                                   block_size, kv_heads, max_blocks, scale, threads);
