@@ -81,25 +81,29 @@ struct Float32Dot {
   void set_probs(int64_t r0, const float* s) {
     for (int64_t t = 0; t < W; ++t) std::memcpy(pt.data() + t * rows_pad + r0, s + t * W, W * sizeof(float));
   }
-  // acc_r += p_r[t] * values[t], four rows per loaded value vector.
+  // acc_r += p_r[t] * values[t] for four rows and NC vectors of columns: each sum is a chain of
+  // multiply-adds over the keys, so four of them (NC = 1) kept one FMA unit of two busy at their
+  // latency (perf: the kernel's hottest loop); eight (NC = 2) fill both.
+  template <int NC>
+  void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t keys) const {
+    vec x[4][NC];
+    for (int i = 0; i < 4; ++i)
+      for (int b = 0; b < NC; ++b) x[i][b] = vload(acc + (r + i) * dp + c + b * W);
+    for (int64_t t = 0; t < keys; ++t) {
+      vec v[NC];
+      for (int b = 0; b < NC; ++b) v[b] = vload(vf.data() + t * dp + c + b * W);
+      const float* p = pt.data() + t * rows_pad + r;
+      for (int i = 0; i < 4; ++i)
+        for (int b = 0; b < NC; ++b) x[i][b] += p[i] * v[b];
+    }
+    for (int i = 0; i < 4; ++i)
+      for (int b = 0; b < NC; ++b) vstore(acc + (r + i) * dp + c + b * W, x[i][b]);
+  }
   void accumulate(float* acc, int64_t rows, int64_t keys) const {
     for (int64_t r = 0; r < rows; r += 4) {
-      for (int64_t c = 0; c < dp; c += W) {
-        float* base = acc + r * dp + c;
-        vec x0 = vload(base), x1 = vload(base + dp), x2 = vload(base + 2 * dp), x3 = vload(base + 3 * dp);
-        for (int64_t t = 0; t < keys; ++t) {
-          const vec v = vload(vf.data() + t * dp + c);
-          const float* p = pt.data() + t * rows_pad + r;
-          x0 += p[0] * v;
-          x1 += p[1] * v;
-          x2 += p[2] * v;
-          x3 += p[3] * v;
-        }
-        vstore(base, x0);
-        vstore(base + dp, x1);
-        vstore(base + 2 * dp, x2);
-        vstore(base + 3 * dp, x3);
-      }
+      int64_t c = 0;
+      for (; c + 2 * W <= dp; c += 2 * W) accumulate_columns<2>(acc, r, c, keys);
+      if (c < dp) accumulate_columns<1>(acc, r, c, keys);
     }
   }
 };
