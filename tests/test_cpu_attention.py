@@ -134,6 +134,19 @@ def test_paged_prefill_with_a_growing_max_equals_reference(chunk, climb, head_di
 
 
 @needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_of_no_requests_is_empty(dtype):
+    # Called directly with nothing to do, the kernels return (they once divided by zero / sized
+    # buffers by the longest of no contexts).
+    k_cache, query = torch.zeros(4, 16, 2, 64, dtype=dtype), torch.zeros(0, 2, 64, dtype=dtype)
+    table, none = torch.zeros(0, 1, dtype=torch.int32), torch.zeros(0, dtype=torch.int32)
+    prefill = cpu_attention.paged_prefill(query, k_cache, k_cache.clone(), table, torch.zeros(1, dtype=torch.int32),
+                                          none, 0.1)
+    decode = cpu_attention.paged_decode(query, k_cache, k_cache.clone(), table, none, 0.1)
+    assert prefill.shape == decode.shape == (0, 2, 64)
+
+
+@needs_kernel
 def test_paged_prefill_refuses_what_it_would_misread():
     query, k_cache, v_cache, meta = prefill_inputs([(5, 3), (4, 0)], 4, 2, 2, 8, 0)
     args = (meta.block_tables, meta.query_start_loc, meta.seq_lens, 0.3)

@@ -49,6 +49,7 @@ template <typename T>
 void paged_decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables, const int32_t* lens, T* out,
                   int64_t n, int64_t heads, int64_t d, int64_t block_size, int64_t kv_heads, int64_t max_blocks,
                   float scale, int threads) {
+  if (n == 0) return;  // the split below divides by n
   const int64_t group = heads / kv_heads;
   const int64_t row = kv_heads * d;  // floats between consecutive tokens of one head
   // Enough items for every thread even with one request; whole requests when there are many.

@@ -118,6 +118,7 @@ inline bool softmax_block(float* s, const int32_t* last_keys, float scale, float
 void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, const int32_t* tables,
                        const int32_t* starts, const int32_t* lens, bf16* out, int64_t n, int64_t heads, int64_t d,
                        int64_t block_size, int64_t kv_heads, int64_t max_blocks, float scale, int threads) {
+  if (n == 0) return;  // the buffers below are sized by the longest context
   const int64_t group = heads / kv_heads, row = kv_heads * d;
   const int64_t dk = (d + 31) / 32 * 32, dp = (d + W - 1) / W * W, nacc = dp / W;
   const bool resident = nacc <= RESIDENT;
@@ -220,9 +221,11 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
             }
           }
           __m512i p[W];
-          for (int64_t u = 0; u < W; ++u)
-            p[u] = _mm512_permutexvar_epi16(probs, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s.data() + (2 * u + 1) * W),
-                                                                                _mm512_loadu_ps(s.data() + 2 * u * W)));
+          for (int64_t u = 0; u < W; ++u) {
+            const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s.data() + (2 * u + 1) * W),
+                                                      _mm512_loadu_ps(s.data() + 2 * u * W));
+            p[u] = _mm512_permutexvar_epi16(probs, (__m512i)pair);
+          }
           transpose16(p);
           for (int64_t i = 0; i < W; ++i) _mm512_storeu_si512(pa.data() + i * W, p[i]);
           _tile_loadd(2, pa.data(), W * sizeof(uint32_t));
