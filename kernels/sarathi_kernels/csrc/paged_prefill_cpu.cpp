@@ -50,6 +50,29 @@ using sarathi::W;  // floats per vector: rows per row group, and keys per softma
 using sarathi::Item;
 using sarathi::TILE;
 
+// Rows r..r+3 x NC vectors of columns from c of acc (row stride dp) in registers while step(u, x)
+// adds key (or key pair) u's terms, u < n: each vector loaded feeds four rows.
+template <int NC, typename Step>
+void accumulate_four_rows(float* acc, int64_t dp, int64_t r, int64_t c, int64_t n, Step step) {
+  vec x[4][NC];
+  for (int i = 0; i < 4; ++i)
+    for (int b = 0; b < NC; ++b) x[i][b] = vload(acc + (r + i) * dp + c + b * W);
+  for (int64_t u = 0; u < n; ++u) step(u, x);
+  for (int i = 0; i < 4; ++i)
+    for (int b = 0; b < NC; ++b) vstore(acc + (r + i) * dp + c + b * W, x[i][b]);
+}
+
+// acc [rows][dp] += probabilities x values, four rows at a time, the columns two vectors at a time
+// where they fit (Dot::accumulate_columns<NC>; n: the keys, or key pairs, it reads).
+template <typename Dot>
+void accumulate_blocks(const Dot& dot, float* acc, int64_t rows, int64_t dp, int64_t n) {
+  for (int64_t r = 0; r < rows; r += 4) {
+    int64_t c = 0;
+    for (; c + 2 * W <= dp; c += 2 * W) dot.template accumulate_columns<2>(acc, r, c, n);
+    if (c < dp) dot.template accumulate_columns<1>(acc, r, c, n);
+  }
+}
+
 // The float32 arithmetic, every machine.
 template <typename T>
 struct Float32Dot {
@@ -86,26 +109,15 @@ struct Float32Dot {
   // latency (perf: the kernel's hottest loop); eight (NC = 2) fill both.
   template <int NC>
   void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t keys) const {
-    vec x[4][NC];
-    for (int i = 0; i < 4; ++i)
-      for (int b = 0; b < NC; ++b) x[i][b] = vload(acc + (r + i) * dp + c + b * W);
-    for (int64_t t = 0; t < keys; ++t) {
+    accumulate_four_rows<NC>(acc, dp, r, c, keys, [&](int64_t t, vec (&x)[4][NC]) {
       vec v[NC];
       for (int b = 0; b < NC; ++b) v[b] = vload(vf.data() + t * dp + c + b * W);
       const float* p = pt.data() + t * rows_pad + r;
       for (int i = 0; i < 4; ++i)
         for (int b = 0; b < NC; ++b) x[i][b] += p[i] * v[b];
-    }
-    for (int i = 0; i < 4; ++i)
-      for (int b = 0; b < NC; ++b) vstore(acc + (r + i) * dp + c + b * W, x[i][b]);
+    });
   }
-  void accumulate(float* acc, int64_t rows, int64_t keys) const {
-    for (int64_t r = 0; r < rows; r += 4) {
-      int64_t c = 0;
-      for (; c + 2 * W <= dp; c += 2 * W) accumulate_columns<2>(acc, r, c, keys);
-      if (c < dp) accumulate_columns<1>(acc, r, c, keys);
-    }
-  }
+  void accumulate(float* acc, int64_t rows, int64_t keys) const { accumulate_blocks(*this, acc, rows, dp, keys); }
 };
 
 #if defined(__AVX512BF16__)
@@ -170,29 +182,17 @@ struct Bf16Dot {
 
   template <int NC>
   void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t pairs) const {
-    __m512 x[4][NC];
-    for (int i = 0; i < 4; ++i)
-      for (int b = 0; b < NC; ++b) x[i][b] = _mm512_loadu_ps(acc + (r + i) * dp + c + b * W);
-    for (int64_t u = 0; u < pairs; ++u) {
+    accumulate_four_rows<NC>(acc, dp, r, c, pairs, [&](int64_t u, vec (&x)[4][NC]) {
       __m512bh v[NC];
       for (int b = 0; b < NC; ++b) v[b] = (__m512bh)_mm512_loadu_si512(vp.data() + (u * dp + c + b * W) * 2);
       for (int i = 0; i < 4; ++i) {
         const __m512bh p = broadcast(pp[u * rows_pad + r + i]);
-        for (int b = 0; b < NC; ++b) x[i][b] = _mm512_dpbf16_ps(x[i][b], v[b], p);
+        for (int b = 0; b < NC; ++b) x[i][b] = (vec)_mm512_dpbf16_ps((__m512)x[i][b], v[b], p);
       }
-    }
-    for (int i = 0; i < 4; ++i)
-      for (int b = 0; b < NC; ++b) _mm512_storeu_ps(acc + (r + i) * dp + c + b * W, x[i][b]);
+    });
   }
   // Four rows by 32 columns per step: eight sums, each pair vector loaded feeds four rows.
-  void accumulate(float* acc, int64_t rows, int64_t keys) const {
-    const int64_t pairs = (keys + 1) / 2;
-    for (int64_t r = 0; r < rows; r += 4) {
-      int64_t c = 0;
-      for (; c + 2 * W <= dp; c += 2 * W) accumulate_columns<2>(acc, r, c, pairs);
-      if (c < dp) accumulate_columns<1>(acc, r, c, pairs);
-    }
-  }
+  void accumulate(float* acc, int64_t rows, int64_t keys) const { accumulate_blocks(*this, acc, rows, dp, (keys + 1) / 2); }
 };
 #endif
 
