@@ -139,11 +139,6 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
     std::vector<float> s(KEYS * W), acc(W * dp), m(W), l(W), rescale(W);
     std::vector<int32_t> limit(rows_pad), last(W);
     int64_t packed_seq = -1, packed_head = -1, packed_keys = 0;  // what kb and vp hold
-    const __m512i pairs_lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
-                                              6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i pairs_hi = _mm512_add_epi16(pairs_lo, _mm512_set1_epi16(16));
-    const __m512i probs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                           6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
@@ -156,13 +151,7 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
         const bool real = r < rows;
         const bf16* src = real ? q + (starts[it.seq] + t0 + r / group) * q_stride + (h0 + r % group) * d : nullptr;
         limit[r] = real ? static_cast<int32_t>(ctx - q_len + t0 + r / group) : -1;
-        int64_t j = 0;
-        for (; real && 2 * j + 1 < d; ++j) std::memcpy(&qp[j * rows_pad + r], src + 2 * j, sizeof(uint32_t));
-        if (real && 2 * j < d) {  // odd d: the last pair's second half zero
-          qp[j * rows_pad + r] = src[2 * j].bits;
-          ++j;
-        }
-        for (; j < dk / 2; ++j) qp[j * rows_pad + r] = 0u;
+        element_pairs(src, real ? d : 0, dk / 2, qp.data() + r, rows_pad);
       }
       const auto cached = [&](const bf16* cache, int64_t pos) {
         if (pos > last_key) return zero_row.data();
@@ -179,15 +168,8 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
         packed_keys = keys;
       }
       for (int64_t t = 0; repack && t < keys; ++t) std::memcpy(kb.data() + t * dk, cached(kc, t), d * sizeof(bf16));
-      for (int64_t u = 0; repack && u < keys / 2; ++u) {
-        const bf16 *a = cached(vc, 2 * u), *b = cached(vc, 2 * u + 1);
-        for (int64_t c = 0; c < dp; c += 32) {
-          const __mmask32 cols = static_cast<__mmask32>((1ull << std::min<int64_t>(32, d - c)) - 1);
-          const __m512i x = _mm512_maskz_loadu_epi16(cols, a + c), y = _mm512_maskz_loadu_epi16(cols, b + c);
-          _mm512_storeu_si512(vp.data() + u * dp + c, _mm512_permutex2var_epi16(x, pairs_lo, y));
-          if (c + W < dp) _mm512_storeu_si512(vp.data() + u * dp + c + W, _mm512_permutex2var_epi16(x, pairs_hi, y));
-        }
-      }
+      for (int64_t u = 0; repack && u < keys / 2; ++u)
+        value_pairs(cached(vc, 2 * u), cached(vc, 2 * u + 1), d, dp, vp.data() + u * dp);
       for (int64_t r0 = 0; r0 < rows; r0 += W) {
         const int64_t group_last = limit[std::min(rows, r0 + W) - 1];  // limits grow with r
         std::fill(m.begin(), m.end(), -FLT_MAX);
@@ -221,11 +203,7 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
             }
           }
           __m512i p[W];
-          for (int64_t u = 0; u < W; ++u) {
-            const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s.data() + (2 * u + 1) * W),
-                                                      _mm512_loadu_ps(s.data() + 2 * u * W));
-            p[u] = _mm512_permutexvar_epi16(probs, (__m512i)pair);
-          }
+          for (int64_t u = 0; u < W; ++u) p[u] = probability_pairs(s.data(), u);
           transpose16(p);
           for (int64_t i = 0; i < W; ++i) _mm512_storeu_si512(pa.data() + i * W, p[i]);
           _tile_loadd(2, pa.data(), W * sizeof(uint32_t));

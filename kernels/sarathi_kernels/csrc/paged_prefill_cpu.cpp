@@ -125,11 +125,11 @@ struct Float32Dot {
 struct Bf16Dot {
   int64_t d, dp, rows_pad, half;  // half: element pairs per row, the last one zero-padded where d is odd
   std::vector<uint32_t> qp, pp;   // query pairs [half][rows], probability pairs [W/2][rows]
-  std::vector<uint16_t> vp;       // value pairs [W/2][dp][2]: keys 2u and 2u+1 side by side
+  std::vector<uint32_t> vp;       // value pairs [W/2][dp]: keys 2u and 2u+1 side by side
   const bf16* const* keys = nullptr;
   Bf16Dot(int64_t rows_pad, int64_t d, int64_t dp)
       : d(d), dp(dp), rows_pad(rows_pad), half((d + 1) / 2), qp(half * rows_pad), pp(W / 2 * rows_pad, 0u),
-        vp(W * dp, 0) {}
+        vp(W / 2 * dp, 0u) {}
 
   static uint32_t pair(const bf16* x, int64_t j, int64_t d) {
     uint32_t p = 0;
@@ -138,20 +138,11 @@ struct Bf16Dot {
   }
   static __m512bh broadcast(uint32_t p) { return (__m512bh)_mm512_set1_epi32(static_cast<int>(p)); }
 
-  void set_query(int64_t r, const bf16* src) {
-    for (int64_t j = 0; j < half; ++j) qp[j * rows_pad + r] = pair(src, j, d);
-  }
+  void set_query(int64_t r, const bf16* src) { sarathi::element_pairs(src, d, half, qp.data() + r, rows_pad); }
   void set_keys(const bf16* const* k, const bf16* const* v) {
     keys = k;
-    // Element 2c of a pair vector is key 2u's column c, element 2c + 1 key 2u + 1's.
-    const __m512i order = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
-                                           6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     for (int64_t u = 0; u < W / 2; ++u)
-      for (int64_t c = 0; c < dp; c += W) {
-        const __mmask32 cols = static_cast<__mmask32>((1ull << std::min<int64_t>(32, d - c)) - 1);
-        const __m512i a = _mm512_maskz_loadu_epi16(cols, v[2 * u] + c), b = _mm512_maskz_loadu_epi16(cols, v[2 * u + 1] + c);
-        _mm512_storeu_si512(vp.data() + (u * dp + c) * 2, _mm512_permutex2var_epi16(a, order, b));
-      }
+      sarathi::value_pairs(v[2 * u], v[2 * u + 1], d, dp, vp.data() + u * dp);
   }
   void scores(int64_t r0, float* s) const {
     __m512 acc[W];
@@ -172,19 +163,15 @@ struct Bf16Dot {
     for (int64_t t = 0; t < W; ++t) _mm512_storeu_ps(s + t * W, acc[t]);
   }
   void set_probs(int64_t r0, const float* s) {
-    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                           6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    for (int64_t u = 0; u < W / 2; ++u) {
-      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + (2 * u + 1) * W), _mm512_loadu_ps(s + 2 * u * W));
-      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, _mm512_permutexvar_epi16(order, (__m512i)both));
-    }
+    for (int64_t u = 0; u < W / 2; ++u)
+      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, sarathi::probability_pairs(s, u));
   }
 
   template <int NC>
   void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t pairs) const {
     accumulate_four_rows<NC>(acc, dp, r, c, pairs, [&](int64_t u, vec (&x)[4][NC]) {
       __m512bh v[NC];
-      for (int b = 0; b < NC; ++b) v[b] = (__m512bh)_mm512_loadu_si512(vp.data() + (u * dp + c + b * W) * 2);
+      for (int b = 0; b < NC; ++b) v[b] = (__m512bh)_mm512_loadu_si512(vp.data() + u * dp + c + b * W);
       for (int i = 0; i < 4; ++i) {
         const __m512bh p = broadcast(pp[u * rows_pad + r + i]);
         for (int b = 0; b < NC; ++b) x[i][b] = (vec)_mm512_dpbf16_ps((__m512)x[i][b], v[b], p);
