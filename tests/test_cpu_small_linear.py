@@ -19,6 +19,15 @@ from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available
 pytestmark = pytest.mark.skipif(not cpu_ops.supports(torch.zeros(1)), reason="the CPU kernels did not build here")
 
 
+def _linear_inputs(rows, in_features, out_features, bias, dtype, seed):
+    """x [rows, in], weight [out, in] and bias [out] (or None), seeded, in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, in_features, generator=g).to(dtype)
+    w = torch.randn(out_features, in_features, generator=g).to(dtype)
+    b = torch.randn(out_features, generator=g).to(dtype) if bias else None
+    return x, w, b
+
+
 @settings(max_examples=60, deadline=None)
 @given(rows=st.integers(1, cpu_ops.LINEAR_MAX_ROWS), in_features=st.integers(1, 300),
        out_features=st.integers(1, 300), bias=st.booleans(),
@@ -27,10 +36,7 @@ pytestmark = pytest.mark.skipif(not cpu_ops.supports(torch.zeros(1)), reason="th
 @example(rows=16, in_features=2048, out_features=768, bias=True, dtype=torch.float32, seed=0)
 @example(rows=3, in_features=33, out_features=17, bias=True, dtype=torch.bfloat16, seed=1)
 def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features, bias, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, in_features, generator=g).to(dtype)
-    w = torch.randn(out_features, in_features, generator=g).to(dtype)
-    b = torch.randn(out_features, generator=g).to(dtype) if bias else None
+    x, w, b = _linear_inputs(rows, in_features, out_features, bias, dtype, seed)
     got = cpu_ops.linear(x, cpu_ops.pack_linear(w), out_features, b)
     want = F.linear(x.double(), w.double(), None if b is None else b.double())
     assert got.dtype == dtype and got.shape == (rows, out_features)
@@ -49,10 +55,7 @@ def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features
 def test_wide_blocks_give_the_same_bits(rows, in_features, out_features, bias, dtype, seed):
     # pack_linears picks the faster way by timing; that may differ between runs only if it cannot
     # change a result.
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, in_features, generator=g).to(dtype)
-    w = torch.randn(out_features, in_features, generator=g).to(dtype)
-    b = torch.randn(out_features, generator=g).to(dtype) if bias else None
+    x, w, b = _linear_inputs(rows, in_features, out_features, bias, dtype, seed)
     packed = cpu_ops.pack_linear(w)
     assert torch.equal(cpu_ops.linear(x, packed, out_features, b, wide=True),
                        cpu_ops.linear(x, packed, out_features, b, wide=False))
