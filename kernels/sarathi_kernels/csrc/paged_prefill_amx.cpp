@@ -1,24 +1,25 @@
 // bfloat16 prefill attention through AMX tile multiply-adds, where the CPU has them (Sapphire Rapids
-// Xeon on): paged_prefill_cpu.cpp's work items, masks and roundings (bfloat16 products summed in
-// float32, probabilities rounded to bfloat16 before p x v), in a loop of its own.
+// Xeon on): paged_prefill_cpu.cpp's work items and masks (bfloat16 products summed in float32,
+// probabilities rounded to bfloat16 before p x v), in a loop of its own.
 //
 // Why its own loop: the first AMX version (session 12) ran the vector kernels' loop with tiles in
-// place of vdpbf16ps. Per 16 keys and 16 rows it stored the scores for the softmax, rescaled the
-// accumulators in memory, gathered the probabilities into rows, and loaded, multiplied and stored
-// four accumulator tiles at half depth; perf put most of its time at those tile loads and stores
-// (prefill 512: 1.65-1.70 ms per layer, ~240 GFLOP/s where oneDNN's GEMMs reach 2.2 TFLOP/s).
+// place of vdpbf16ps; perf put most of its time at tile loads and stores around every 16-key block.
 // Here a row group keeps its accumulators in tile registers over all its keys (heads up to 64 wide:
 // four tiles; wider ones load and store them around each block), keys go 32 at a time (full-depth
 // tiles), and each row's running max moves only when a block's max passes it by more than 8 ln 2
 // (FlashAttention-4's conditional rescaling): probabilities then reach at most 256, and the
 // accumulators, which tiles cannot scale, leave their registers only when a max grows that much.
 //
-// Per row group (16 rows of token x query head, as in the vector kernels):
-//   scores [32 keys][16 rows] = keys [32][d] x query pairs [d/2][16 rows][2]   (two tiles)
+// Per row group (16 rows of token x query head, as in the vector kernels), per block of 32 keys:
+//   scores [32 keys][16 rows] = keys [32][d] x query pairs [d/2][16 rows][2]     (two tiles)
 //   the online softmax across rows, one lane each
-//   acc [16 rows][dp] += probabilities [16 rows][32 keys] x value pairs [16][dp][2]
-// The softmax leaves probabilities as [keys][rows]: pairs of keys rounded to bfloat16 side by side,
-// then a 16 x 16 transpose of those 32-bit pairs gives the A tile's rows.
+//   acc^T [d][16 rows] += values^T [d][32 keys] x probability pairs [16][16 rows][2]
+// The accumulators are held transposed (a tile per 16 dimensions, a column per row) so that the
+// probabilities, which the softmax leaves a row per lane, are the B operand as they stand: pairs of
+// keys rounded to bfloat16 side by side. Holding them the usual way ([rows][d]) made the
+// probabilities the A operand, a 16 x 16 transpose per block (64 shuffles, all on one port) and a
+// tile load of that transpose's stores: 12% of the kernel stalled there (perf, session 14). The
+// values are transposed instead, once per call, and the output once per row group.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -37,7 +38,6 @@ static_assert(W == 16, "AMX comes with AVX-512");
 constexpr int64_t KEYS = 32;     // keys per block: a bfloat16 tile's full depth
 constexpr int64_t RESIDENT = 4;  // accumulator tiles kept in registers (tile numbers 3-6)
 constexpr float TAU = 5.545177444f;  // 8 ln 2: how far a block's max may pass a row's running max
-constexpr float E_TAU = 256.f;       // exp(TAU)
 
 // 16 rows of 16 32-bit elements transposed in registers.
 inline void transpose16(__m512i r[16]) {
@@ -64,169 +64,280 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
-// One block of KEYS keys for 16 rows, a row per lane. s [KEYS][16]: raw scores in, probabilities
-// out; row i sees key t when t <= last[i]. m, l: the rows' running max and sum. Returns whether
-// some row's accumulators must be multiplied by its rescale (1 in the other lanes).
-inline bool softmax_block(float* s, const int32_t* last_keys, float scale, float* m_rows, float* l_rows,
-                          float* rescale_rows) {
-  const vec lowest = vec{} - FLT_MAX, m = vload(m_rows);
-  ivec last;
-  std::memcpy(&last, last_keys, sizeof last);
+// The first n (0..32) bfloat16 at p as 16 32-bit pairs, zero past n.
+inline __m512i pairs_of(const bf16* p, int64_t n) {
+  const __mmask32 mask = static_cast<__mmask32>((1ull << std::clamp<int64_t>(n, 0, 32)) - 1);
+  return _mm512_maskz_loadu_epi16(mask, p);
+}
+
+// exp(z) * 2^8 for z <= TAU-ish, z below -87 as -87 (a normal float, never a subnormal's slow path).
+// The probabilities are rounded to bfloat16 (8 bits) before p x v, so a degree-5 Taylor series on
+// |r| <= ln2 / 2 (relative error < 3e-6) does, where the float32 kernels' exp_nonpositive keeps
+// degree 7; 2^n by scalef, and the 2^8 folded into the coefficients (exact: a power of two).
+inline __m512 exp_times_256(__m512 z) {
+  z = _mm512_max_ps(z, _mm512_set1_ps(-87.f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), z);  // ln 2 in two parts, for the large n
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(256.f / 120);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f / 2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Lanes (rows) whose last visible key, relative to the block, is at least t.
+inline __mmask16 sees(__m512i last, int32_t t) { return _mm512_cmp_epi32_mask(_mm512_set1_epi32(t), last, _MM_CMPINT_LE); }
+
+// One block of KEYS keys for 16 rows, a row per lane. s [KEYS][16]: raw scores; row i sees key t
+// when t <= last[i] (every key of the block, for every row, unless ``diagonal``). m, l: the rows'
+// running max and sum. Writes the probability pairs [KEYS / 2][16] (B's rows: keys 2u, 2u + 1 of
+// each row side by side) and each row's rescale (1 where its max held); returns whether one moved.
+inline bool softmax_block(const float* s, bool diagonal, __m512i last, float scale, __m512& m, __m512& l,
+                          __m512& rescale, uint32_t* pairs) {
+  const __m512 lowest = _mm512_set1_ps(-FLT_MAX), scale_v = _mm512_set1_ps(scale);
   // Four running maxima: one max's latency per key in a single chain was most of this function's
   // time (a select on a compare per key: ~7 cycles x 32 keys).
-  __m512 tops[4] = {(__m512)m, (__m512)lowest, (__m512)lowest, (__m512)lowest};
+  __m512 tops[4] = {m, lowest, lowest, lowest};
   for (int32_t t = 0; t < KEYS; ++t) {
-    const vec x = vload(s + t * W) * scale;
-    vstore(s + t * W, x);
-    tops[t % 4] = _mm512_max_ps(tops[t % 4], (__m512)(t <= last ? x : lowest));
+    const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + t * W), scale_v);
+    tops[t % 4] = diagonal ? _mm512_mask_max_ps(tops[t % 4], sees(last, t), tops[t % 4], x)
+                           : _mm512_max_ps(tops[t % 4], x);
   }
-  const vec top = (vec)_mm512_max_ps(_mm512_max_ps(tops[0], tops[1]), _mm512_max_ps(tops[2], tops[3]));
-  const ivec first = m == lowest, grow = first | (top > m + TAU), scaled = grow & ~first;
-  const vec m_new = grow ? top : m;
-  vec sums[2] = {};
-  for (int32_t t = 0; t < KEYS; ++t) {
-    const vec e = exp_nonpositive(vload(s + t * W) - m_new - TAU) * E_TAU, p = t <= last ? e : vec{};
-    vstore(s + t * W, p);
-    sums[t % 2] += p;
+  const __m512 top = _mm512_max_ps(_mm512_max_ps(tops[0], tops[1]), _mm512_max_ps(tops[2], tops[3]));
+  const __mmask16 first = _mm512_cmp_ps_mask(m, lowest, _CMP_EQ_OQ);
+  const __mmask16 grow = first | _mm512_cmp_ps_mask(top, _mm512_add_ps(m, _mm512_set1_ps(TAU)), _CMP_GT_OQ);
+  const __mmask16 scaled = grow & ~first;
+  const __m512 m_new = _mm512_mask_mov_ps(m, grow, top), shift = _mm512_add_ps(m_new, _mm512_set1_ps(TAU));
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  __m512 sums[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int32_t u = 0; u < KEYS / 2; ++u) {
+    __m512 e0 = exp_times_256(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * u * W), scale_v, shift));
+    __m512 e1 = exp_times_256(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * u + 1) * W), scale_v, shift));
+    if (diagonal) {
+      e0 = _mm512_maskz_mov_ps(sees(last, 2 * u), e0);
+      e1 = _mm512_maskz_mov_ps(sees(last, 2 * u + 1), e1);
+    }
+    sums[0] = _mm512_add_ps(sums[0], e0);
+    sums[1] = _mm512_add_ps(sums[1], e1);
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
+    _mm512_storeu_si512(pairs + u * W, _mm512_permutexvar_epi16(order, both));
   }
-  const vec sum = sums[0] + sums[1];
-  const vec rescale = exp_nonpositive(scaled ? m - m_new : vec{});
-  vstore(rescale_rows, rescale);
-  vstore(l_rows, vload(l_rows) * rescale + sum);
-  vstore(m_rows, m_new);
-  return _mm512_test_epi32_mask((__m512i)scaled, (__m512i)scaled) != 0;
+  // exp(m - m_new) where the max moved; 1 elsewhere (the first block has no accumulators yet).
+  rescale = _mm512_mask_mul_ps(_mm512_set1_ps(1.f), scaled,
+                               exp_times_256(_mm512_sub_ps(_mm512_sub_ps(m, m_new), _mm512_set1_ps(TAU))),
+                               _mm512_set1_ps(1.f));
+  l = _mm512_fmadd_ps(l, rescale, _mm512_add_ps(sums[0], sums[1]));
+  m = m_new;
+  return scaled != 0;
+}
+
+// Query pairs [dk / 2][rows_pad] (32-bit words: elements 2j, 2j + 1 of row r at j * rows_pad + r, zero
+// past d and for padding rows) from rows' d elements: 16 x 16 blocks transposed in registers (a
+// 32-bit store per pair was 7% of the kernel).
+template <typename RowOf>
+inline void pack_queries(RowOf row_of, int64_t rows, int64_t rows_pad, int64_t d, int64_t dk, uint32_t* qp) {
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += W)
+    for (int64_t j0 = 0; j0 < dk / 2; j0 += W) {
+      __m512i v[W];
+      for (int64_t i = 0; i < W; ++i)
+        v[i] = r0 + i < rows ? pairs_of(row_of(r0 + i) + 2 * j0, d - 2 * j0) : _mm512_setzero_si512();
+      transpose16(v);
+      for (int64_t j = 0; j < W; ++j) _mm512_storeu_si512(qp + (j0 + j) * rows_pad + r0, v[j]);
+    }
+}
+
+// Values of keys [k0, k0 + 32) transposed: vt [dp][32] bfloat16 (dimension c's 32 values in key
+// order: the A operand of p x v), zero past d. value(t) gives key t's d elements.
+template <typename ValueOf>
+inline void pack_values(ValueOf value_of, int64_t k0, int64_t d, int64_t dp, bf16* vt) {
+  for (int64_t c0 = 0; c0 < dp; c0 += W) {
+    const __mmask16 cols = static_cast<__mmask16>((1u << std::clamp<int64_t>(d - c0, 0, 16)) - 1);
+    __m512i v[W];  // v[u]: dimensions c0.. of keys 2u (low halves) and 2u + 1 (high)
+    for (int64_t u = 0; u < W; ++u) {
+      const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, value_of(k0 + 2 * u) + c0));
+      const __m512i b = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, value_of(k0 + 2 * u + 1) + c0));
+      v[u] = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+    }
+    transpose16(v);
+    for (int64_t c = 0; c < W; ++c) _mm512_storeu_si512(vt + (c0 + c) * KEYS, v[c]);
+  }
 }
 
 }  // namespace
 
 // The tile intrinsics paste their tile number into the instruction: one statement per resident
-// accumulator tile, as (cb, tile): tiles 3-6 hold columns 16 cb.. of the row group's accumulators
-// acc [16][dp], nacc of them in use.
+// accumulator tile, as (cb, tile): tiles 3-6 hold dimensions 16 cb.. of the row group's
+// transposed accumulators acc [nacc][16][16], nacc of them in use.
 #define SARATHI_EACH_RESIDENT(STMT) STMT(0, 3) STMT(1, 4) STMT(2, 5) STMT(3, 6)
 #define SARATHI_ZERO(cb, tile) \
   if (cb < nacc) _tile_zero(tile);
 #define SARATHI_SPILL(cb, tile) \
-  if (cb < nacc) _tile_stored(tile, acc.data() + cb * W, dp * sizeof(float));
+  if (cb < nacc) _tile_stored(tile, acc.data() + cb * W * W, W * sizeof(float));
 #define SARATHI_FILL(cb, tile) \
-  if (cb < nacc) _tile_loadd(tile, acc.data() + cb * W, dp * sizeof(float));
-#define SARATHI_PV(cb, tile)                            \
-  if (cb < nacc) {                                      \
-    _tile_loadd(1, vb + cb * W, dp * sizeof(uint32_t)); \
-    _tile_dpbf16ps(tile, 2, 1);                         \
+  if (cb < nacc) _tile_loadd(tile, acc.data() + cb * W * W, W * sizeof(float));
+#define SARATHI_PV(cb, tile)                                    \
+  if (cb < nacc) {                                              \
+    _tile_loadd(1, vb + cb * W * KEYS, KEYS * sizeof(bf16));    \
+    _tile_dpbf16ps(tile, 1, 2);                                 \
   }
 
 void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf16* vc, const int32_t* tables,
                        const int32_t* starts, const int32_t* lens, bf16* out, int64_t n, int64_t heads, int64_t d,
                        int64_t block_size, int64_t kv_heads, int64_t max_blocks, float scale, int threads) {
-  if (n == 0) return;  // the buffers below are sized by the longest context
+  if (n == 0) return;
   const int64_t group = heads / kv_heads, row = kv_heads * d;
   const int64_t dk = (d + 31) / 32 * 32, dp = (d + W - 1) / W * W, nacc = dp / W;
   const bool resident = nacc <= RESIDENT;
-  const int64_t max_keys = (*std::max_element(lens, lens + n) + KEYS - 1) / KEYS * KEYS;
+  // Every chunk's keys and values, packed once per call for all its kv heads: [chunk][kv head][its keys
+  // rounded up to 32] x dk keys and x dp transposed values (pack_values' blocks), zero past its
+  // context. Packed per work item instead, each thread packed every kv head it touched, one kv head's
+  // rows at a time (128 bytes every 1.5 KB of a cache row): a third of the kernel at 256 + 256 tokens.
+  // Packing all heads of 32 keys at a time reads the cache's rows whole. Kept by the calling thread
+  // between calls: a new buffer's pages faulted in on every call.
+  std::vector<int64_t> first_key(n + 1, 0);  // chunk i's keys start at first_key[i] * kv_heads
+  std::vector<std::pair<int64_t, int64_t>> key_blocks;  // (chunk, k0)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t keys = (lens[i] + KEYS - 1) / KEYS * KEYS;
+    first_key[i + 1] = first_key[i] + keys;
+    for (int64_t k0 = 0; k0 < keys; k0 += KEYS) key_blocks.emplace_back(i, k0);
+  }
+  thread_local std::vector<bf16> packed_k, packed_v;
+  packed_k.resize(std::max<size_t>(packed_k.size(), first_key[n] * kv_heads * dk));
+  packed_v.resize(std::max<size_t>(packed_v.size(), first_key[n] * kv_heads * dp));
+  // Pointers, not the vectors: inside the parallel region each thread's thread_local is its own.
+  bf16 *const all_k = packed_k.data(), *const all_v = packed_v.data();
+  const auto packed = [&](bf16* buf, int64_t seq, int64_t head, int64_t width) {
+    return buf + (first_key[seq] * kv_heads + head * (first_key[seq + 1] - first_key[seq])) * width;
+  };
   const std::vector<Item> items = work_items(starts, n, kv_heads);
-  const int64_t nitems = static_cast<int64_t>(items.size());
+  const int64_t nitems = static_cast<int64_t>(items.size()), nblocks = static_cast<int64_t>(key_blocks.size());
 #pragma omp parallel num_threads(threads) if (threads > 1 && nitems > 1)
   {
+    const std::vector<bf16> zero_row(dp + 32);  // keys and values past a context
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const auto [seq, k0] = key_blocks[b];
+      const auto cached = [&](const bf16* cache, int64_t pos, int64_t head) {
+        if (pos >= lens[seq]) return zero_row.data();
+        const int64_t slot = static_cast<int64_t>(tables[seq * max_blocks + pos / block_size]) * block_size;
+        return cache + (slot + pos % block_size) * row + head * d;
+      };
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        bf16* kb = packed(all_k, seq, h, dk) + k0 * dk;
+        for (int64_t t = 0; t < KEYS; ++t) {
+          std::memcpy(kb + t * dk, cached(kc, k0 + t, h), d * sizeof(bf16));
+          std::fill(kb + t * dk + d, kb + (t + 1) * dk, bf16{0});
+        }
+        pack_values([&](int64_t t) { return cached(vc, t, h); }, k0, d, dp, packed(all_v, seq, h, dp) + k0 * dp);
+      }
+    }
     TileConfig config;
     for (int t = 0; t < 8; ++t) config.set(t, 16, 64);
     _tile_loadconfig(&config);
     const int64_t rows_pad = (TILE * group + W - 1) / W * W;
-    const std::vector<bf16> zero_row(dp + 32);       // keys and values past a context
-    std::vector<bf16> kb(max_keys * dk);              // keys [keys][dk], zero past d
-    std::vector<uint32_t> vp(max_keys / 2 * dp);      // value pairs [keys / 2][dp]: keys 2u, 2u + 1
-    std::vector<uint32_t> qp(dk / 2 * rows_pad);      // query pairs [dk / 2][rows]
-    std::vector<uint32_t> pa(W * W);                  // probabilities [16 rows][16 key pairs]
-    std::vector<float> s(KEYS * W), acc(W * dp), m(W), l(W), rescale(W);
-    std::vector<int32_t> limit(rows_pad), last(W);
-    int64_t packed_seq = -1, packed_head = -1, packed_keys = 0;  // what kb and vp hold
+    std::vector<uint32_t> qp(dk / 2 * rows_pad);  // query pairs [dk / 2][rows]
+    std::vector<uint32_t> pairs(KEYS / 2 * W);    // probability pairs [16][16 rows]
+    std::vector<float> s(2 * KEYS * W), acc(nacc * W * W);  // scores: two blocks' [KEYS][16]
+    std::vector<int32_t> limit(rows_pad);
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
       const int64_t q_len = starts[it.seq + 1] - starts[it.seq], ctx = lens[it.seq];
       const int64_t t0 = it.tile * TILE, t1 = std::min(q_len, t0 + TILE);
       const int64_t rows = (t1 - t0) * group, h0 = it.kv_head * group;
-      const int64_t last_key = ctx - q_len + t1 - 1, keys = (last_key + KEYS) / KEYS * KEYS;
-      // Row r = (token t0 + r / group, query head h0 + r % group); its last visible key.
-      for (int64_t r = 0; r < rows_pad; ++r) {
-        const bool real = r < rows;
-        const bf16* src = real ? q + (starts[it.seq] + t0 + r / group) * q_stride + (h0 + r % group) * d : nullptr;
-        limit[r] = real ? static_cast<int32_t>(ctx - q_len + t0 + r / group) : -1;
-        element_pairs(src, real ? d : 0, dk / 2, qp.data() + r, rows_pad);
-      }
-      const auto cached = [&](const bf16* cache, int64_t pos) {
-        if (pos > last_key) return zero_row.data();
-        const int64_t slot = static_cast<int64_t>(tables[it.seq * max_blocks + pos / block_size]) * block_size;
-        return cache + (slot + pos % block_size) * row + it.kv_head * d;
-      };
-      // Packed once for a run of items of one chunk and kv head (work_items hands them out in that
-      // order, largest first); a later, smaller tile reads the earlier one's keys past its own
-      // last key only under its masks.
-      const bool repack = it.seq != packed_seq || it.kv_head != packed_head || keys > packed_keys;
-      if (repack) {
-        packed_seq = it.seq;
-        packed_head = it.kv_head;
-        packed_keys = keys;
-      }
-      for (int64_t t = 0; repack && t < keys; ++t) std::memcpy(kb.data() + t * dk, cached(kc, t), d * sizeof(bf16));
-      for (int64_t u = 0; repack && u < keys / 2; ++u)
-        value_pairs(cached(vc, 2 * u), cached(vc, 2 * u + 1), d, dp, vp.data() + u * dp);
+      // Row r = (token t0 + r / group, query head h0 + r % group); its last visible key. Padding rows
+      // copy the last real row's, so that every lane sees key 0 and its softmax stays finite.
+      for (int64_t r = 0; r < rows_pad; ++r)
+        limit[r] = static_cast<int32_t>(ctx - q_len + t0 + std::min(r, rows - 1) / group);
+      pack_queries([&](int64_t r) { return q + (starts[it.seq] + t0 + r / group) * q_stride + (h0 + r % group) * d; },
+                   rows, rows_pad, d, dk, qp.data());
+      const bf16* kb = packed(all_k, it.seq, it.kv_head, dk);
+      const bf16* vt = packed(all_v, it.seq, it.kv_head, dp);
       for (int64_t r0 = 0; r0 < rows; r0 += W) {
         const int64_t group_last = limit[std::min(rows, r0 + W) - 1];  // limits grow with r
-        std::fill(m.begin(), m.end(), -FLT_MAX);
-        std::fill(l.begin(), l.end(), 0.f);
+        __m512 m = _mm512_set1_ps(-FLT_MAX), l = _mm512_setzero_ps(), rescale;
+        const __m512i last_rows = _mm512_loadu_si512(limit.data() + r0);
         if (resident) {
           SARATHI_EACH_RESIDENT(SARATHI_ZERO)
         } else {
           std::fill(acc.begin(), acc.end(), 0.f);
         }
-        for (int64_t k0 = 0; k0 <= group_last; k0 += KEYS) {
+        // The scores of the block at k0, into tiles 0 and 7, then stored to its half of s. Two blocks
+        // ahead: the tile unit computes a block's scores while the vector units run the softmax two
+        // blocks before, and the softmax reads scores stored a block earlier (a vector load of a
+        // tile store's bytes waits for them to reach the cache; perf put ~1/4 of the kernel there).
+        const auto issue_scores = [&](int64_t k0) {
           _tile_zero(0);
           _tile_zero(7);
           for (int64_t j = 0; j < dk; j += 32) {
             _tile_loadd(2, qp.data() + j / 2 * rows_pad + r0, rows_pad * sizeof(uint32_t));
-            _tile_loadd(1, kb.data() + k0 * dk + j, dk * sizeof(bf16));
+            _tile_loadd(1, kb + k0 * dk + j, dk * sizeof(bf16));
             _tile_dpbf16ps(0, 1, 2);
-            _tile_loadd(1, kb.data() + (k0 + W) * dk + j, dk * sizeof(bf16));
+            _tile_loadd(1, kb + (k0 + W) * dk + j, dk * sizeof(bf16));
             _tile_dpbf16ps(7, 1, 2);
           }
-          _tile_stored(0, s.data(), W * sizeof(float));
-          _tile_stored(7, s.data() + W * W, W * sizeof(float));
-          for (int64_t i = 0; i < W; ++i) last[i] = static_cast<int32_t>(limit[r0 + i] - k0);
-          if (softmax_block(s.data(), last.data(), scale, m.data(), l.data(), rescale.data())) {
+        };
+        const auto scores_of = [&](int64_t k0) { return s.data() + (k0 / KEYS % 2) * KEYS * W; };
+        const auto store_scores = [&](int64_t k0) {
+          _tile_stored(0, scores_of(k0), W * sizeof(float));
+          _tile_stored(7, scores_of(k0) + W * W, W * sizeof(float));
+        };
+        issue_scores(0);
+        store_scores(0);
+        if (KEYS <= group_last) issue_scores(KEYS);
+        for (int64_t k0 = 0; k0 <= group_last; k0 += KEYS) {
+          if (k0 + KEYS <= group_last) {
+            store_scores(k0 + KEYS);
+            if (k0 + 2 * KEYS <= group_last) issue_scores(k0 + 2 * KEYS);
+          }
+          // Masks only where some row's last key falls inside the block (the group's first row's
+          // is the smallest).
+          const bool diagonal = k0 + KEYS - 1 > limit[r0];
+          const __m512i last = _mm512_sub_epi32(last_rows, _mm512_set1_epi32(static_cast<int32_t>(k0)));
+          if (softmax_block(scores_of(k0), diagonal, last, scale, m, l, rescale, pairs.data())) {
             if (resident) {
               SARATHI_EACH_RESIDENT(SARATHI_SPILL)
             }
-            for (int64_t i = 0; i < W; ++i)
-              for (int64_t j = 0; j < dp; ++j) acc[i * dp + j] *= rescale[i];
+            for (int64_t j = 0; j < nacc * W; ++j)
+              _mm512_storeu_ps(acc.data() + j * W, _mm512_mul_ps(_mm512_loadu_ps(acc.data() + j * W), rescale));
             if (resident) {
               SARATHI_EACH_RESIDENT(SARATHI_FILL)
             }
           }
-          __m512i p[W];
-          for (int64_t u = 0; u < W; ++u) p[u] = probability_pairs(s.data(), u);
-          transpose16(p);
-          for (int64_t i = 0; i < W; ++i) _mm512_storeu_si512(pa.data() + i * W, p[i]);
-          _tile_loadd(2, pa.data(), W * sizeof(uint32_t));
-          const uint32_t* vb = vp.data() + k0 / 2 * dp;
+          _tile_loadd(2, pairs.data(), W * sizeof(uint32_t));
+          const bf16* vb = vt + k0 * dp;
           if (resident) {
             SARATHI_EACH_RESIDENT(SARATHI_PV)
           } else {
-            for (int64_t c = 0; c < dp; c += W) {
-              _tile_loadd(3, acc.data() + c, dp * sizeof(float));
-              _tile_loadd(1, vb + c, dp * sizeof(uint32_t));
-              _tile_dpbf16ps(3, 2, 1);
-              _tile_stored(3, acc.data() + c, dp * sizeof(float));
+            for (int64_t cb = 0; cb < nacc; ++cb) {
+              _tile_loadd(3, acc.data() + cb * W * W, W * sizeof(float));
+              _tile_loadd(1, vb + cb * W * KEYS, KEYS * sizeof(bf16));
+              _tile_dpbf16ps(3, 1, 2);
+              _tile_stored(3, acc.data() + cb * W * W, W * sizeof(float));
             }
           }
         }
         if (resident) {
           SARATHI_EACH_RESIDENT(SARATHI_SPILL)
         }
-        for (int64_t i = 0; i < W && r0 + i < rows; ++i) {
-          const int64_t r = r0 + i;
-          bf16* dst = out + ((starts[it.seq] + t0 + r / group) * heads + h0 + r % group) * d;
-          const float inv = 1.f / l[i];  // every row sees key 0, so l > 0
-          for (int64_t j = 0; j < d; ++j) dst[j] = store<bf16>(acc[i * dp + j] * inv);
+        // acc^T / l, transposed back to rows of 16 dimensions and rounded to bfloat16 as store<bf16>.
+        const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.f), l);  // every row sees key 0, so l > 0
+        for (int64_t cb = 0; cb < nacc; ++cb) {
+          __m512i v[W];
+          for (int64_t c = 0; c < W; ++c)
+            v[c] = (__m512i)_mm512_mul_ps(_mm512_loadu_ps(acc.data() + (cb * W + c) * W), inv);
+          transpose16(v);
+          const __mmask16 cols = static_cast<__mmask16>((1u << std::min<int64_t>(W, d - cb * W)) - 1);
+          for (int64_t i = 0; i < W && r0 + i < rows; ++i) {
+            const int64_t r = r0 + i;
+            bf16* dst = out + ((starts[it.seq] + t0 + r / group) * heads + h0 + r % group) * d + cb * W;
+            _mm256_mask_storeu_epi16(dst, cols, (__m256i)_mm512_cvtneps_pbh((__m512)v[i]));
+          }
         }
       }
     }
