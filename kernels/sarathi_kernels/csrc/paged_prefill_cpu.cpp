@@ -38,7 +38,17 @@
 #include "cpu_common.h"
 #include "prefill_common.h"
 
-namespace sarathi {
+namespace {
+
+using sarathi::bf16;
+using sarathi::load;
+using sarathi::vec;
+using sarathi::vload;
+using sarathi::vstore;
+using sarathi::W;  // floats per vector: rows per row group, and keys per softmax step
+
+using sarathi::Item;
+using sarathi::TILE;
 
 typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
 
@@ -104,20 +114,6 @@ inline __m512i probability_pairs(const float* s, int64_t u) {
   return _mm512_permutexvar_epi16(order, (__m512i)both);
 }
 #endif
-
-}  // namespace sarathi
-
-namespace {
-
-using sarathi::bf16;
-using sarathi::load;
-using sarathi::vec;
-using sarathi::vload;
-using sarathi::vstore;
-using sarathi::W;  // floats per vector: rows per row group, and keys per softmax step
-
-using sarathi::Item;
-using sarathi::TILE;
 
 // Rows r..r+3 x NC vectors of columns from c of acc (row stride dp) in registers while step(u, x)
 // adds key (or key pair) u's terms, u < n: each vector loaded feeds four rows.
@@ -207,11 +203,11 @@ struct Bf16Dot {
   }
   static __m512bh broadcast(uint32_t p) { return (__m512bh)_mm512_set1_epi32(static_cast<int>(p)); }
 
-  void set_query(int64_t r, const bf16* src) { sarathi::element_pairs(src, d, half, qp.data() + r, rows_pad); }
+  void set_query(int64_t r, const bf16* src) { element_pairs(src, d, half, qp.data() + r, rows_pad); }
   void set_keys(const bf16* const* k, const bf16* const* v) {
     keys = k;
     for (int64_t u = 0; u < W / 2; ++u)
-      sarathi::value_pairs(v[2 * u], v[2 * u + 1], d, dp, vp.data() + u * dp);
+      value_pairs(v[2 * u], v[2 * u + 1], d, dp, vp.data() + u * dp);
   }
   void scores(int64_t r0, float* s) const {
     __m512 acc[W];
@@ -233,7 +229,7 @@ struct Bf16Dot {
   }
   void set_probs(int64_t r0, const float* s) {
     for (int64_t u = 0; u < W / 2; ++u)
-      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, sarathi::probability_pairs(s, u));
+      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, probability_pairs(s, u));
   }
 
   template <int NC>
@@ -263,8 +259,6 @@ struct DotFor<bf16> {
 };
 #endif
 
-using sarathi::exp_nonpositive;
-using sarathi::ivec;
 
 // Online softmax of one row group over one block of keys, a row per lane. s [W keys][W rows]: the
 // raw scores in, the probabilities out; row i may see key t when t <= last[i]. m, l: the rows'
