@@ -95,7 +95,7 @@ inline __mmask16 sees(__m512i last, int32_t t) { return _mm512_cmp_epi32_mask(_m
 // One block of KEYS keys for 16 rows, a row per lane. s [KEYS][16]: raw scores; row i sees key t
 // when t <= last[i] (every key of the block, for every row, unless ``diagonal``). m, l: the rows'
 // running max and sum. Writes the probability pairs [KEYS / 2][16] (B's rows: keys 2u, 2u + 1 of
-// each row side by side) and each row's rescale (1 where its max held); returns whether one moved.
+// each row side by side); returns whether a max moved, and then each row's rescale (1 where it held).
 inline bool softmax_block(const float* s, bool diagonal, __m512i last, float scale, __m512& m, __m512& l,
                           __m512& rescale, uint32_t* pairs) {
   const __m512 lowest = _mm512_set1_ps(-FLT_MAX), scale_v = _mm512_set1_ps(scale);
@@ -127,13 +127,18 @@ inline bool softmax_block(const float* s, bool diagonal, __m512i last, float sca
     const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
     _mm512_storeu_si512(pairs + u * W, _mm512_permutexvar_epi16(order, both));
   }
-  // exp(m - m_new) where the max moved; 1 elsewhere (the first block has no accumulators yet).
-  rescale = _mm512_mask_mul_ps(_mm512_set1_ps(1.f), scaled,
-                               exp_times_256(_mm512_sub_ps(_mm512_sub_ps(m, m_new), _mm512_set1_ps(TAU))),
-                               _mm512_set1_ps(1.f));
-  l = _mm512_fmadd_ps(l, rescale, _mm512_add_ps(sums[0], sums[1]));
+  const __m512 sum = _mm512_add_ps(sums[0], sums[1]);
+  if (!scaled) {  // most blocks: no max moved (the first block's rows have no accumulators yet)
+    l = _mm512_add_ps(l, sum);
+    m = m_new;
+    return false;
+  }
+  // exp(m - m_new) where the max moved; 1 elsewhere.
+  rescale = _mm512_mask_mov_ps(_mm512_set1_ps(1.f), scaled,
+                               exp_times_256(_mm512_sub_ps(_mm512_sub_ps(m, m_new), _mm512_set1_ps(TAU))));
+  l = _mm512_fmadd_ps(l, rescale, sum);
   m = m_new;
-  return scaled != 0;
+  return true;
 }
 
 // Query pairs [dk / 2][rows_pad] (32-bit words: elements 2j, 2j + 1 of row r at j * rows_pad + r, zero
