@@ -112,8 +112,6 @@ inline bool softmax_block(const float* s, bool diagonal, __m512i last, float sca
   const __mmask16 grow = first | _mm512_cmp_ps_mask(top, _mm512_add_ps(m, _mm512_set1_ps(TAU)), _CMP_GT_OQ);
   const __mmask16 scaled = grow & ~first;
   const __m512 m_new = _mm512_mask_mov_ps(m, grow, top), shift = _mm512_add_ps(m_new, _mm512_set1_ps(TAU));
-  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   __m512 sums[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   for (int32_t u = 0; u < KEYS / 2; ++u) {
     __m512 e0 = exp_times_256(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * u * W), scale_v, shift));
@@ -124,8 +122,7 @@ inline bool softmax_block(const float* s, bool diagonal, __m512i last, float sca
     }
     sums[0] = _mm512_add_ps(sums[0], e0);
     sums[1] = _mm512_add_ps(sums[1], e1);
-    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
-    _mm512_storeu_si512(pairs + u * W, _mm512_permutexvar_epi16(order, both));
+    _mm512_storeu_si512(pairs + u * W, probability_pairs(e0, e1));
   }
   const __m512 sum = _mm512_add_ps(sums[0], sums[1]);
   if (!scaled) {  // most blocks: no max moved (the first block's rows have no accumulators yet)

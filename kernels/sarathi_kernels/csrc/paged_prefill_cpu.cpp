@@ -105,14 +105,6 @@ inline void value_pairs(const bf16* a, const bf16* b, int64_t d, int64_t dp, uin
   }
 }
 
-// Probabilities of keys 2u and 2u + 1 (s [keys][16 rows] float32), rounded to bfloat16 and paired per
-// row: lane r = (s[2u][r], s[2u + 1][r]).
-inline __m512i probability_pairs(const float* s, int64_t u) {
-  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + (2 * u + 1) * 16), _mm512_loadu_ps(s + 2 * u * 16));
-  return _mm512_permutexvar_epi16(order, (__m512i)both);
-}
 #endif
 
 // Rows r..r+3 x NC vectors of columns from c of acc (row stride dp) in registers while step(u, x)
@@ -228,8 +220,10 @@ struct Bf16Dot {
     for (int64_t t = 0; t < W; ++t) _mm512_storeu_ps(s + t * W, acc[t]);
   }
   void set_probs(int64_t r0, const float* s) {
-    for (int64_t u = 0; u < W / 2; ++u)
-      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, probability_pairs(s, u));
+    for (int64_t u = 0; u < W / 2; ++u) {
+      const __m512 a = _mm512_loadu_ps(s + 2 * u * W), b = _mm512_loadu_ps(s + (2 * u + 1) * W);
+      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, sarathi::probability_pairs(a, b));
+    }
   }
 
   template <int NC>
@@ -258,7 +252,6 @@ struct DotFor<bf16> {
   using type = Bf16Dot;
 };
 #endif
-
 
 // Online softmax of one row group over one block of keys, a row per lane. s [W keys][W rows]: the
 // raw scores in, the probabilities out; row i may see key t when t <= last[i]. m, l: the rows'

@@ -1,11 +1,15 @@
 // What the prefill attention kernels share (paged_prefill_cpu.cpp, paged_prefill_amx.cpp): the work
-// items, and the AMX loop's declaration.
+// items, the probabilities' bfloat16 pairing, and the AMX loop's declaration.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "cpu_common.h"
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 namespace sarathi {
 
@@ -27,6 +31,17 @@ inline std::vector<Item> work_items(const int32_t* starts, int64_t n, int64_t kv
   }
   return items;
 }
+
+#if defined(__AVX512BF16__)
+// Two keys' probabilities for 16 rows (a row per lane), rounded to bfloat16 and paired per row: lane r
+// = (a[r], b[r]), a in the low half. One row of the B operand of vdpbf16ps (broadcast per row) and of
+// a tile multiply-add.
+inline __m512i probability_pairs(__m512 a, __m512 b) {
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+#endif
 
 #if defined(SARATHI_AMX)
 // paged_prefill_cpu.cpp's bfloat16 attention through AMX tiles (paged_prefill_amx.cpp); same
