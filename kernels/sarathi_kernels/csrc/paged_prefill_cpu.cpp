@@ -1,6 +1,6 @@
 // Prefill attention over the paged KV cache on the CPU: every prefill chunk of an iteration in one
 // call, each chunk's queries against its whole context (earlier chunks' tokens and its own), causal
-// from the bottom right, keys and values read in place from their cache blocks (no gather).
+// from the bottom right, keys and values read from their cache blocks (no gather by the caller).
 //
 // Why a kernel: torch's CPU flash attention runs cpu-small's heads (d = 64) at 55-63 GFLOP/s in
 // float32 on 2 threads, a quarter of the machine's matmul rate, and slower still in bfloat16; and
@@ -8,15 +8,17 @@
 //
 // How: a work item is one chunk's tile of TILE query tokens against one kv head, with all the query
 // heads that share it (grouped-query attention reads each key once for the group). Its rows (token x
-// query head) go W to a vector (cpu_common.h: 16 with AVX-512, 8 with AVX2): the queries are
-// transposed once per item to [d][rows], so that the scores of W rows against one key are
-// multiply-adds of a query vector by the key's elements broadcast from the cache, for W keys at a
-// time. The online softmax then runs across rows, one lane each (max, exp and sums are plain vector
-// ops: no horizontal reductions, no transposed keys), and probabilities x values accumulate four
-// rows at a time so that each value vector loaded feeds four multiply-adds. exp is inline
-// (exp_nonpositive); masked lanes' exp is discarded by a select (a conditional exp would not
-// vectorise), the empty max is -FLT_MAX, and unwritten cache rows are never read, so nothing relies
-// on inf/NaN.
+// query head) go W to a vector, a row group (cpu_common.h: 16 with AVX-512, 8 with AVX2), and every
+// product keeps rows in lanes: the queries transposed once per item to [d][rows], the accumulators
+// held transposed, [d][rows] per row group. Scores are then multiply-adds of a query vector by one
+// key element broadcast from memory, and probabilities x values of a probability vector (one key,
+// W rows) by one value element: the same register block (register_block) for both, two row groups
+// by NB keys or columns. The online softmax runs across rows, one lane each (max, exp, sums and the
+// rescale are plain vector ops: no horizontal reductions, no transposes), once per block of KB keys.
+// A thread copies each (sequence, kv head)'s keys and values out of the cache once (Packed), for
+// the items of that head it takes. exp is inline (exp_nonpositive); masked lanes' exp is discarded
+// by a select (a conditional exp would not vectorise), only in the blocks that need a mask; the
+// empty max is -FLT_MAX, and unwritten cache rows are never read, so nothing relies on inf/NaN.
 //
 // Storage is float32 or bfloat16 (cpu_common.h). The arithmetic is float32, except that bfloat16 on a
 // CPU with AVX512_BF16 takes both products through vdpbf16ps (exact bf16 x bf16 products summed in
@@ -107,138 +109,198 @@ inline void value_pairs(const bf16* a, const bf16* b, int64_t d, int64_t dp, uin
 
 #endif
 
-// Rows r..r+3 x NC vectors of columns from c of acc (row stride dp) in registers while step(u, x)
-// adds key (or key pair) u's terms, u < n: each vector loaded feeds four rows.
-template <int NC, typename Step>
-void accumulate_four_rows(float* acc, int64_t dp, int64_t r, int64_t c, int64_t n, Step step) {
-  vec x[4][NC];
-  for (int i = 0; i < 4; ++i)
-    for (int b = 0; b < NC; ++b) x[i][b] = vload(acc + (r + i) * dp + c + b * W);
-  for (int64_t u = 0; u < n; ++u) step(u, x);
-  for (int i = 0; i < 4; ++i)
-    for (int b = 0; b < NC; ++b) vstore(acc + (r + i) * dp + c + b * W, x[i][b]);
-}
+// Register blocking of both products: RG row groups (vectors of W rows) by NB operands broadcast from
+// memory, RG x NB sums in registers. Each step loads RG vectors and NB scalars for RG x NB
+// multiply-adds: one row group against W keys loaded 17 times per 16 multiply-adds, more than the
+// load ports issue beside two FMA units (6.3 against 5.2 multiply-adds per ns in L1, this Xeon).
+constexpr int RG = 2;
+constexpr int NB = W >= 16 ? 8 : 4;  // 16 sums of 32 registers (AVX-512), 8 of 16 (AVX2)
+// Keys per block: the running max, the rescale and the accumulators' loads and stores once per KB keys.
+constexpr int64_t KB = 4 * W;
 
-// acc [rows][dp] += probabilities x values, four rows at a time, the columns two vectors at a time
-// where they fit (Dot::accumulate_columns<NC>; n: the keys, or key pairs, it reads).
-template <typename Dot>
-void accumulate_blocks(const Dot& dot, float* acc, int64_t rows, int64_t dp, int64_t n) {
-  for (int64_t r = 0; r < rows; r += 4) {
-    int64_t c = 0;
-    for (; c + 2 * W <= dp; c += 2 * W) dot.template accumulate_columns<2>(acc, r, c, n);
-    if (c < dp) dot.template accumulate_columns<1>(acc, r, c, n);
+// sums[g][i] += a(g, kk) (W rows of row group g) x b(i, kk) (one scalar broadcast), kk < depth.
+template <int G, typename A, typename B, typename Madd>
+inline void register_block(vec (&sums)[G][NB], int64_t depth, A a, B b, Madd madd) {
+  for (int64_t kk = 0; kk < depth; ++kk) {
+    decltype(a(0, kk)) av[G];
+    for (int g = 0; g < G; ++g) av[g] = a(g, kk);
+    for (int i = 0; i < NB; ++i) {
+      const auto bv = b(i, kk);
+      for (int g = 0; g < G; ++g) sums[g][i] = madd(sums[g][i], av[g], bv);
+    }
   }
 }
 
-// The float32 arithmetic, every machine.
+// Transposed accumulators acc [G][dp][W] (a column's W rows per vector) of G row groups:
+// acc = acc x rescale[g] + probabilities x values over n keys, NB columns at a time.
+template <int G, typename A, typename B, typename Madd>
+inline void accumulate_columns(float* acc, int64_t dp, const vec* rescale, int64_t n, A a, B b, Madd madd) {
+  for (int64_t c = 0; c < dp; c += NB) {
+    vec x[G][NB];
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < NB; ++i) x[g][i] = vload(acc + (g * dp + c + i) * W) * rescale[g];
+    register_block<G>(x, n, a, [&](int i, int64_t kk) { return b(c + i, kk); }, madd);
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < NB; ++i) vstore(acc + (g * dp + c + i) * W, x[g][i]);
+  }
+}
+
+inline vec fma_f32(vec x, vec a, float b) { return x + a * b; }
+
+// One sequence's keys and values of one kv head where they sit in the paged caches; past the
+// context (a block's padding keys) a zero row.
+template <typename T>
+struct ContextRows {
+  const T *kc, *vc, *zero;
+  const int32_t* table;
+  int64_t block_size, row, offset, len, seq, kv_head;
+  int64_t at(int64_t pos) const {
+    return (static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size) * row + offset;
+  }
+  const T* key(int64_t pos) const { return pos < len ? kc + at(pos) : zero; }
+  const T* value(int64_t pos) const { return pos < len ? vc + at(pos) : zero; }
+};
+
+// Which keys a thread's copies hold: [0, end) of one (sequence, kv head). A copy's rows cover the
+// whole context once it grows, so that a head's later blocks do not reallocate it.
+struct Packed {
+  int64_t seq = -1, kv_head = -1, end = 0;
+  // The first key still to copy for ctx (0 on a new head) and the rows a copy needs for keys up to upto.
+  template <typename T>
+  int64_t start(const ContextRows<T>& ctx) {
+    if (ctx.seq != seq || ctx.kv_head != kv_head) {
+      seq = ctx.seq;
+      kv_head = ctx.kv_head;
+      end = 0;
+    }
+    return end;
+  }
+  template <typename T>
+  static int64_t rows(const ContextRows<T>& ctx, int64_t upto) {
+    return std::max(upto, (ctx.len + KB - 1) / KB * KB);
+  }
+};
+
+template <typename V>
+void grow(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+}
+
+// The float32 arithmetic, every machine. Keys and values are copied out of their cache blocks into
+// rows of their own, once per thread for each (sequence, kv head): computing on them in place was
+// slower, as a head's rows lie a token's whole row apart (kv_heads x d) and fall on a few L1 sets;
+// and copying per work item was a fifth of the kernel (benchmarks/RESULTS.md). Work items of one
+// kv head follow each other, most keys first, so a thread mostly packs a head once.
 template <typename T>
 struct Float32Dot {
   int64_t d, dp, rows_pad;
-  std::vector<float> qt, kf, vf, pt;  // queries [d][rows], keys [W][d], values [W][dp], probabilities [W][rows]
-  Float32Dot(int64_t rows_pad, int64_t d, int64_t dp)
-      : d(d), dp(dp), rows_pad(rows_pad), qt(d * rows_pad), kf(W * d), vf(W * dp, 0.f), pt(W * rows_pad, 0.f) {}
+  std::vector<float> qt, kf, vf;  // queries [d][rows]; keys [pos][d] and values [pos][dp] of one head
+  Packed packed;
+  Float32Dot(int64_t rows_pad, int64_t d, int64_t dp) : d(d), dp(dp), rows_pad(rows_pad), qt(d * rows_pad) {}
 
   void set_query(int64_t r, const T* src) {
     for (int64_t j = 0; j < d; ++j) qt[j * rows_pad + r] = load(src[j]);
   }
-  // The block's keys and values, key t at k[t] and v[t] (a zero row past the context).
-  void set_keys(const T* const* k, const T* const* v) {
-    for (int64_t t = 0; t < W; ++t)
+  // Keys and values up to k0 + n into kf and vf.
+  void set_keys(const ContextRows<T>& ctx, int64_t k0, int64_t n) {
+    const int64_t from = packed.start(ctx), upto = k0 + n;
+    if (from >= upto) return;
+    const int64_t rows = Packed::rows(ctx, upto);
+    grow(kf, rows * d);
+    grow(vf, rows * dp);
+    for (int64_t pos = from; pos < upto; ++pos) {
+      const T *k = ctx.key(pos), *v = ctx.value(pos);
+      float *kd = kf.data() + pos * d, *vd = vf.data() + pos * dp;
       for (int64_t j = 0; j < d; ++j) {
-        kf[t * d + j] = load(k[t][j]);
-        vf[t * dp + j] = load(v[t][j]);
+        kd[j] = load(k[j]);
+        vd[j] = load(v[j]);
       }
-  }
-  // s [W keys][W rows] <- q . k of rows r0.. against the block's keys.
-  void scores(int64_t r0, float* s) const {
-    vec acc[W] = {};
-    for (int64_t j = 0; j < d; ++j) {
-      const vec q = vload(qt.data() + j * rows_pad + r0);
-      for (int64_t t = 0; t < W; ++t) acc[t] += kf[t * d + j] * q;
     }
-    for (int64_t t = 0; t < W; ++t) vstore(s + t * W, acc[t]);
+    packed.end = upto;
   }
-  void set_probs(int64_t r0, const float* s) {
-    for (int64_t t = 0; t < W; ++t) std::memcpy(pt.data() + t * rows_pad + r0, s + t * W, W * sizeof(float));
+  // s [G][KB][W] <- q . k of row groups g0.. against keys k0 + t, t < n (n a multiple of NB).
+  template <int G>
+  void scores(int64_t g0, int64_t k0, int64_t n, float* s) const {
+    const float* q = qt.data() + g0 * W;
+    for (int64_t t0 = 0; t0 < n; t0 += NB) {
+      const float* keys = kf.data() + (k0 + t0) * d;  // one base and offsets i x d: no pointer per key
+      vec x[G][NB] = {};
+      register_block<G>(x, d, [&](int g, int64_t j) { return vload(q + j * rows_pad + g * W); },
+                        [&](int i, int64_t j) { return keys[i * d + j]; }, fma_f32);
+      for (int g = 0; g < G; ++g)
+        for (int i = 0; i < NB; ++i) vstore(s + (g * KB + t0 + i) * W, x[g][i]);
+    }
   }
-  // acc_r += p_r[t] * values[t] for four rows and NC vectors of columns: each sum is a chain of
-  // multiply-adds over the keys, so four of them (NC = 1) kept one FMA unit of two busy at their
-  // latency (perf: the kernel's hottest loop); eight (NC = 2) fill both.
-  template <int NC>
-  void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t keys) const {
-    accumulate_four_rows<NC>(acc, dp, r, c, keys, [&](int64_t t, vec (&x)[4][NC]) {
-      vec v[NC];
-      for (int b = 0; b < NC; ++b) v[b] = vload(vf.data() + t * dp + c + b * W);
-      const float* p = pt.data() + t * rows_pad + r;
-      for (int i = 0; i < 4; ++i)
-        for (int b = 0; b < NC; ++b) x[i][b] += p[i] * v[b];
-    });
+  template <int G>
+  void set_probs(const float*, int64_t) {}
+  // acc [G][dp][W] = acc x rescale + the probabilities s [G][KB][W] x values k0 + t, t < n.
+  template <int G>
+  void accumulate(float* acc, const float* s, const vec* rescale, int64_t k0, int64_t n) const {
+    const float* vals = vf.data() + k0 * dp;
+    accumulate_columns<G>(acc, dp, rescale, n, [&](int g, int64_t t) { return vload(s + (g * KB + t) * W); },
+                          [&](int64_t c, int64_t t) { return vals[t * dp + c]; }, fma_f32);
   }
-  void accumulate(float* acc, int64_t rows, int64_t keys) const { accumulate_blocks(*this, acc, rows, dp, keys); }
 };
 
 #if defined(__AVX512BF16__)
-// bfloat16 through vdpbf16ps (AVX512_BF16): the header says why.
+inline vec dot_bf16(vec x, __m512bh a, uint32_t b) {
+  return (vec)_mm512_dpbf16_ps((__m512)x, a, (__m512bh)_mm512_set1_epi32(static_cast<int>(b)));
+}
+
+// bfloat16 through vdpbf16ps (AVX512_BF16): the header says why. Keys and values are paired into
+// copies of one head, as Float32Dot copies them.
 struct Bf16Dot {
   int64_t d, dp, rows_pad, half;  // half: element pairs per row, the last one zero-padded where d is odd
-  std::vector<uint32_t> qp, pp;   // query pairs [half][rows], probability pairs [W/2][rows]
-  std::vector<uint32_t> vp;       // value pairs [W/2][dp]: keys 2u and 2u+1 side by side
-  const bf16* const* keys = nullptr;
+  std::vector<uint32_t> qp, pp;   // query pairs [half][rows], probability pairs [G][KB/2][W]
+  std::vector<uint32_t> kp, vp;   // one head's key pairs [pos][half] and value pairs [pos / 2][dp] (keys 2u, 2u + 1)
+  Packed packed;
   Bf16Dot(int64_t rows_pad, int64_t d, int64_t dp)
-      : d(d), dp(dp), rows_pad(rows_pad), half((d + 1) / 2), qp(half * rows_pad), pp(W / 2 * rows_pad, 0u),
-        vp(W / 2 * dp, 0u) {}
-
-  static uint32_t pair(const bf16* x, int64_t j, int64_t d) {
-    uint32_t p = 0;
-    std::memcpy(&p, x + 2 * j, (2 * j + 1 < d ? 2 : 1) * sizeof(bf16));
-    return p;
-  }
-  static __m512bh broadcast(uint32_t p) { return (__m512bh)_mm512_set1_epi32(static_cast<int>(p)); }
+      : d(d), dp(dp), rows_pad(rows_pad), half((d + 1) / 2), qp(half * rows_pad), pp(RG * KB / 2 * W, 0u) {}
 
   void set_query(int64_t r, const bf16* src) { element_pairs(src, d, half, qp.data() + r, rows_pad); }
-  void set_keys(const bf16* const* k, const bf16* const* v) {
-    keys = k;
-    for (int64_t u = 0; u < W / 2; ++u)
-      value_pairs(v[2 * u], v[2 * u + 1], d, dp, vp.data() + u * dp);
+  // Keys and values up to k0 + n paired into kp and vp (blocks start and end on even keys).
+  void set_keys(const ContextRows<bf16>& ctx, int64_t k0, int64_t n) {
+    const int64_t from = packed.start(ctx), upto = k0 + n;
+    if (from >= upto) return;
+    const int64_t rows = Packed::rows(ctx, upto);
+    grow(kp, rows * half);
+    grow(vp, rows / 2 * dp);
+    for (int64_t pos = from; pos < upto; ++pos) element_pairs(ctx.key(pos), d, half, kp.data() + pos * half, 1);
+    for (int64_t u = from / 2; u < upto / 2; ++u)
+      value_pairs(ctx.value(2 * u), ctx.value(2 * u + 1), d, dp, vp.data() + u * dp);
+    packed.end = upto;
   }
-  void scores(int64_t r0, float* s) const {
-    __m512 acc[W];
-    for (int64_t t = 0; t < W; ++t) acc[t] = _mm512_setzero_ps();
-    const int64_t whole = d / 2;  // pairs read as one 32-bit word from each key row
-    for (int64_t j = 0; j < whole; ++j) {
-      const __m512bh q = (__m512bh)_mm512_loadu_si512(qp.data() + j * rows_pad + r0);
-      for (int64_t t = 0; t < W; ++t) {
-        uint32_t k;
-        std::memcpy(&k, keys[t] + 2 * j, sizeof k);
-        acc[t] = _mm512_dpbf16_ps(acc[t], q, broadcast(k));
+  template <int G>
+  void scores(int64_t g0, int64_t k0, int64_t n, float* s) const {
+    const uint32_t* q = qp.data() + g0 * W;
+    for (int64_t t0 = 0; t0 < n; t0 += NB) {
+      const uint32_t* keys = kp.data() + (k0 + t0) * half;
+      vec x[G][NB] = {};
+      register_block<G>(
+          x, half, [&](int g, int64_t j) { return (__m512bh)_mm512_loadu_si512(q + j * rows_pad + g * W); },
+          [&](int i, int64_t j) { return keys[i * half + j]; }, dot_bf16);
+      for (int g = 0; g < G; ++g)
+        for (int i = 0; i < NB; ++i) vstore(s + (g * KB + t0 + i) * W, x[g][i]);
+    }
+  }
+  // Probabilities s [G][KB][W] of keys t < n rounded and paired for vdpbf16ps.
+  template <int G>
+  void set_probs(const float* s, int64_t n) {
+    for (int g = 0; g < G; ++g)
+      for (int64_t u = 0; u < n / 2; ++u) {
+        const float* p = s + (g * KB + 2 * u) * W;
+        _mm512_storeu_si512(pp.data() + (g * KB / 2 + u) * W,
+                            sarathi::probability_pairs(_mm512_loadu_ps(p), _mm512_loadu_ps(p + W)));
       }
-    }
-    if (whole < half) {
-      const __m512bh q = (__m512bh)_mm512_loadu_si512(qp.data() + whole * rows_pad + r0);
-      for (int64_t t = 0; t < W; ++t) acc[t] = _mm512_dpbf16_ps(acc[t], q, broadcast(pair(keys[t], whole, d)));
-    }
-    for (int64_t t = 0; t < W; ++t) _mm512_storeu_ps(s + t * W, acc[t]);
   }
-  void set_probs(int64_t r0, const float* s) {
-    for (int64_t u = 0; u < W / 2; ++u) {
-      const __m512 a = _mm512_loadu_ps(s + 2 * u * W), b = _mm512_loadu_ps(s + (2 * u + 1) * W);
-      _mm512_storeu_si512(pp.data() + u * rows_pad + r0, sarathi::probability_pairs(a, b));
-    }
+  template <int G>
+  void accumulate(float* acc, const float*, const vec* rescale, int64_t k0, int64_t n) const {
+    const uint32_t* vals = vp.data() + k0 / 2 * dp;
+    accumulate_columns<G>(
+        acc, dp, rescale, n / 2,
+        [&](int g, int64_t u) { return (__m512bh)_mm512_loadu_si512(pp.data() + (g * KB / 2 + u) * W); },
+        [&](int64_t c, int64_t u) { return vals[u * dp + c]; }, dot_bf16);
   }
-
-  template <int NC>
-  void accumulate_columns(float* acc, int64_t r, int64_t c, int64_t pairs) const {
-    accumulate_four_rows<NC>(acc, dp, r, c, pairs, [&](int64_t u, vec (&x)[4][NC]) {
-      __m512bh v[NC];
-      for (int b = 0; b < NC; ++b) v[b] = (__m512bh)_mm512_loadu_si512(vp.data() + u * dp + c + b * W);
-      for (int i = 0; i < 4; ++i) {
-        const __m512bh p = broadcast(pp[u * rows_pad + r + i]);
-        for (int b = 0; b < NC; ++b) x[i][b] = (vec)_mm512_dpbf16_ps((__m512)x[i][b], v[b], p);
-      }
-    });
-  }
-  // Four rows by 32 columns per step: eight sums, each pair vector loaded feeds four rows.
-  void accumulate(float* acc, int64_t rows, int64_t keys) const { accumulate_blocks(*this, acc, rows, dp, (keys + 1) / 2); }
 };
 #endif
 
@@ -253,33 +315,59 @@ struct DotFor<bf16> {
 };
 #endif
 
-// Online softmax of one row group over one block of keys, a row per lane. s [W keys][W rows]: the
-// raw scores in, the probabilities out; row i may see key t when t <= last[i]. m, l: the rows'
-// running max and sum; rescale: what their accumulators must be multiplied by.
-inline void softmax_block(float* s, const int32_t* last_keys, float scale, float* m_rows, float* l_rows,
-                          float* rescale_rows) {
+// Online softmax of one row group over n keys, a row per lane. s [n keys][W rows]: the raw scores in,
+// the probabilities out; with Masked, row i may see key t only when t <= last[i] (a block with no
+// such key needs no mask). m, l: the rows' running max and sum. Returns what the rows' accumulators
+// must be multiplied by.
+template <bool Masked>
+inline vec softmax_keys(float* s, int64_t n, ivec last, float scale, float* m_rows, float* l_rows) {
   const vec lowest = vec{} - FLT_MAX, m = vload(m_rows);
-  ivec last;
-  std::memcpy(&last, last_keys, sizeof last);
   vec top = m;
-  for (int32_t t = 0; t < W; ++t) {
-    const vec x = vload(s + t * W) * scale;
+  for (int32_t t = 0; t < n; ++t) {
+    vec x = vload(s + t * W) * scale;
     vstore(s + t * W, x);
-    const vec seen = t <= last ? x : lowest;
-    top = seen > top ? seen : top;
+    if constexpr (Masked) x = t <= last ? x : lowest;
+    top = x > top ? x : top;
   }
   vec sum = {};
-  for (int32_t t = 0; t < W; ++t) {
-    const vec e = exp_nonpositive(vload(s + t * W) - top), p = t <= last ? e : vec{};
+  for (int32_t t = 0; t < n; ++t) {
+    vec p = exp_nonpositive(vload(s + t * W) - top);
+    if constexpr (Masked) p = t <= last ? p : vec{};
     vstore(s + t * W, p);
     sum += p;
   }
   // A row's first key: nothing to rescale.
   const auto first = m == lowest;
   const vec e = exp_nonpositive(m - top), rescale = first ? vec{} : e;
-  vstore(rescale_rows, rescale);
   vstore(l_rows, vload(l_rows) * rescale + sum);
   vstore(m_rows, top);
+  return rescale;
+}
+
+// Row groups g0 .. g0 + G - 1 of a work item against one block of keys (keys of them real, from
+// k0): scores, online softmax, probabilities x values into their accumulators acc [groups][dp][W].
+template <int G, typename Dot>
+void attend_block(Dot& dot, int64_t g0, int64_t rows, int64_t k0, int64_t keys, const int32_t* limit, float scale,
+                  float* s, float* m, float* l, float* acc, int64_t dp) {
+  // Limits grow with the row: the last real row sees the most, a group's first row the least.
+  const int64_t top = limit[std::min(rows, (g0 + G) * W) - 1] - k0;
+  if (top < 0) return;  // no row here sees a key of this block
+  const int64_t nk = (std::min(keys, top + 1) + NB - 1) / NB * NB;
+  dot.template scores<G>(g0, k0, nk, s);
+  vec rescale[G];
+  for (int g = 0; g < G; ++g) {
+    const int64_t r0 = (g0 + g) * W;
+    float *sg = s + g * KB * W, *mg = m + r0, *lg = l + r0;
+    if (k0 + nk - 1 > limit[r0] || r0 + W > rows) {  // some lane may not see some key (padding rows see none)
+      ivec last;
+      for (int64_t i = 0; i < W; ++i) last[i] = static_cast<int32_t>(limit[r0 + i] - k0);
+      rescale[g] = softmax_keys<true>(sg, nk, last, scale, mg, lg);
+    } else {
+      rescale[g] = softmax_keys<false>(sg, nk, ivec{}, scale, mg, lg);
+    }
+  }
+  dot.template set_probs<G>(s, nk);
+  dot.template accumulate<G>(acc + g0 * dp * W, s, rescale, k0, nk);
 }
 
 // q [tokens, heads, d] with token stride q_stride (elements; q may sit inside the fused qkv
@@ -290,6 +378,7 @@ template <typename T, typename Dot>
 void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,
                         const int32_t* starts, const int32_t* lens, T* out, int64_t n, int64_t heads, int64_t d,
                         int64_t block_size, int64_t kv_heads, int64_t max_blocks, float scale, int threads) {
+  static_assert(RG == 2, "a work item's last row group, when odd, runs alone");
   const int64_t group = heads / kv_heads, row = kv_heads * d, dp = (d + W - 1) / W * W;
   const std::vector<Item> items = sarathi::work_items(starts, n, kv_heads);
   const int64_t nitems = static_cast<int64_t>(items.size());
@@ -299,10 +388,8 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
     const int64_t rows_pad = (TILE * group + W - 1) / W * W;
     Dot dot(rows_pad, d, dp);
     const std::vector<T> zero_row(dp + 2);  // stands in for the keys and values past a context
-    std::vector<float> acc(rows_pad * dp), s(W * W), m(rows_pad), l(rows_pad), rescale(W);
-    std::vector<int32_t> limit(rows_pad), last(W);
-    const T* k[W];
-    const T* v[W];
+    std::vector<float> acc(rows_pad * dp), s(RG * KB * W), m(rows_pad), l(rows_pad);
+    std::vector<int32_t> limit(rows_pad);
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
@@ -319,38 +406,25 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
         m[r] = -FLT_MAX;
         l[r] = 0.f;
       }
-      std::fill(acc.begin(), acc.end(), 0.f);
+      std::fill(acc.begin(), acc.begin() + groups * dp * W, 0.f);
       const int64_t last_key = ctx - q_len + t1 - 1;
-      for (int64_t k0 = 0; k0 <= last_key; k0 += W) {
-        const int64_t keys = std::min(W, last_key + 1 - k0);
-        // W keys may span two cache blocks (block sizes need not be multiples of W).
-        for (int64_t t = 0; t < W; ++t) {
-          const int64_t pos = k0 + t;
-          const int64_t off = t < keys ? (static_cast<int64_t>(tables[it.seq * max_blocks + pos / block_size]) *
-                                              block_size + pos % block_size) * row + it.kv_head * d
-                                       : -1;
-          k[t] = off < 0 ? zero_row.data() : kc + off;
-          v[t] = off < 0 ? zero_row.data() : vc + off;
+      const ContextRows<T> context{kc, vc, zero_row.data(), tables + it.seq * max_blocks, block_size, row,
+                                   it.kv_head * d, ctx, it.seq, it.kv_head};
+      for (int64_t k0 = 0; k0 <= last_key; k0 += KB) {
+        const int64_t keys = std::min(KB, last_key + 1 - k0);
+        dot.set_keys(context, k0, (keys + NB - 1) / NB * NB);
+        for (int64_t g = 0; g < groups; g += RG) {
+          if (g + RG <= groups)
+            attend_block<RG>(dot, g, rows, k0, keys, limit.data(), scale, s.data(), m.data(), l.data(), acc.data(), dp);
+          else
+            attend_block<1>(dot, g, rows, k0, keys, limit.data(), scale, s.data(), m.data(), l.data(), acc.data(), dp);
         }
-        dot.set_keys(k, v);
-        for (int64_t g = 0; g < groups; ++g) {
-          const int64_t r0 = g * W;
-          for (int64_t i = 0; i < W; ++i) last[i] = static_cast<int32_t>(limit[r0 + i] - k0);
-          dot.scores(r0, s.data());
-          softmax_block(s.data(), last.data(), scale, m.data() + r0, l.data() + r0, rescale.data());
-          for (int64_t i = 0; i < W && r0 + i < rows; ++i) {
-            if (rescale[i] == 1.f) continue;
-            float* a = acc.data() + (r0 + i) * dp;
-            for (int64_t j = 0; j < dp; ++j) a[j] *= rescale[i];
-          }
-          dot.set_probs(r0, s.data());
-        }
-        dot.accumulate(acc.data(), rows, keys);
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* dst = out + ((starts[it.seq] + t0 + r / group) * heads + h0 + r % group) * d;
         const float inv = 1.f / l[r];  // every row sees key 0, so l > 0
-        for (int64_t j = 0; j < d; ++j) dst[j] = sarathi::store<T>(acc[r * dp + j] * inv);
+        const float* a = acc.data() + (r / W * dp) * W + r % W;
+        for (int64_t j = 0; j < d; ++j) dst[j] = sarathi::store<T>(a[j * W] * inv);
       }
     }
   }
