@@ -249,19 +249,18 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
-      const int64_t q_len = starts[it.seq + 1] - starts[it.seq], ctx = lens[it.seq];
-      const int64_t t0 = it.tile * TILE, t1 = std::min(q_len, t0 + TILE);
-      const int64_t rows = (t1 - t0) * group, h0 = it.kv_head * group;
+      const sarathi::Span sp(it, starts, lens, group);
       // Row r = (token t0 + r / group, query head h0 + r % group); its last visible key. Padding rows
       // copy the last real row's, so that every lane sees key 0 and its softmax stays finite.
       for (int64_t r = 0; r < rows_pad; ++r)
-        limit[r] = static_cast<int32_t>(ctx - q_len + t0 + std::min(r, rows - 1) / group);
-      pack_queries([&](int64_t r) { return q + (starts[it.seq] + t0 + r / group) * q_stride + (h0 + r % group) * d; },
-                   rows, rows_pad, d, dk, qp.data());
+        limit[r] = static_cast<int32_t>(sp.ctx - sp.q_len + sp.t0 + std::min(r, sp.rows - 1) / group);
+      pack_queries(
+          [&](int64_t r) { return q + (starts[it.seq] + sp.t0 + r / group) * q_stride + (sp.h0 + r % group) * d; },
+          sp.rows, rows_pad, d, dk, qp.data());
       const bf16* kb = packed(all_k, it.seq, it.kv_head, dk);
       const bf16* vt = packed(all_v, it.seq, it.kv_head, dp);
-      for (int64_t r0 = 0; r0 < rows; r0 += W) {
-        const int64_t group_last = limit[std::min(rows, r0 + W) - 1];  // limits grow with r
+      for (int64_t r0 = 0; r0 < sp.rows; r0 += W) {
+        const int64_t group_last = limit[std::min(sp.rows, r0 + W) - 1];  // limits grow with r
         __m512 m = _mm512_set1_ps(-FLT_MAX), l = _mm512_setzero_ps(), rescale;
         const __m512i last_rows = _mm512_loadu_si512(limit.data() + r0);
         if (resident) {
@@ -335,9 +334,9 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
             v[c] = (__m512i)_mm512_mul_ps(_mm512_loadu_ps(acc.data() + (cb * W + c) * W), inv);
           transpose16(v);
           const __mmask16 cols = static_cast<__mmask16>((1u << std::min<int64_t>(W, d - cb * W)) - 1);
-          for (int64_t i = 0; i < W && r0 + i < rows; ++i) {
+          for (int64_t i = 0; i < W && r0 + i < sp.rows; ++i) {
             const int64_t r = r0 + i;
-            bf16* dst = out + ((starts[it.seq] + t0 + r / group) * heads + h0 + r % group) * d + cb * W;
+            bf16* dst = out + ((starts[it.seq] + sp.t0 + r / group) * heads + sp.h0 + r % group) * d + cb * W;
             _mm256_mask_storeu_epi16(dst, cols, (__m256i)_mm512_cvtneps_pbh((__m512)v[i]));
           }
         }

@@ -393,35 +393,34 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
-      const int64_t q_len = starts[it.seq + 1] - starts[it.seq], ctx = lens[it.seq];
-      const int64_t t0 = it.tile * TILE, t1 = std::min(q_len, t0 + TILE);
-      const int64_t rows = (t1 - t0) * group, groups = (rows + W - 1) / W;
-      const int64_t h0 = it.kv_head * group;
+      const sarathi::Span sp(it, starts, lens, group);
+      const int64_t groups = (sp.rows + W - 1) / W;
       // Row r = (token t0 + r / group, query head h0 + r % group); its last visible key.
       for (int64_t r = 0; r < groups * W; ++r) {
-        const bool real = r < rows;
-        const int64_t tok = t0 + r / group;
-        limit[r] = real ? static_cast<int32_t>(ctx - q_len + tok) : -1;
-        dot.set_query(r, real ? q + (starts[it.seq] + tok) * q_stride + (h0 + r % group) * d : zero_row.data());
+        const bool real = r < sp.rows;
+        const int64_t tok = sp.t0 + r / group;
+        limit[r] = real ? static_cast<int32_t>(sp.ctx - sp.q_len + tok) : -1;
+        dot.set_query(r, real ? q + (starts[it.seq] + tok) * q_stride + (sp.h0 + r % group) * d : zero_row.data());
         m[r] = -FLT_MAX;
         l[r] = 0.f;
       }
       std::fill(acc.begin(), acc.begin() + groups * dp * W, 0.f);
-      const int64_t last_key = ctx - q_len + t1 - 1;
+      const int64_t last_key = sp.ctx - sp.q_len + sp.t1 - 1;
       const ContextRows<T> context{kc, vc, zero_row.data(), tables + it.seq * max_blocks, block_size, row,
-                                   it.kv_head * d, ctx, it.seq, it.kv_head};
+                                   it.kv_head * d, sp.ctx, it.seq, it.kv_head};
       for (int64_t k0 = 0; k0 <= last_key; k0 += KB) {
         const int64_t keys = std::min(KB, last_key + 1 - k0);
         dot.set_keys(context, k0, (keys + NB - 1) / NB * NB);
         for (int64_t g = 0; g < groups; g += RG) {
+          float *sb = s.data(), *mb = m.data(), *lb = l.data(), *ab = acc.data();
           if (g + RG <= groups)
-            attend_block<RG>(dot, g, rows, k0, keys, limit.data(), scale, s.data(), m.data(), l.data(), acc.data(), dp);
+            attend_block<RG>(dot, g, sp.rows, k0, keys, limit.data(), scale, sb, mb, lb, ab, dp);
           else
-            attend_block<1>(dot, g, rows, k0, keys, limit.data(), scale, s.data(), m.data(), l.data(), acc.data(), dp);
+            attend_block<1>(dot, g, sp.rows, k0, keys, limit.data(), scale, sb, mb, lb, ab, dp);
         }
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        T* dst = out + ((starts[it.seq] + t0 + r / group) * heads + h0 + r % group) * d;
+      for (int64_t r = 0; r < sp.rows; ++r) {
+        T* dst = out + ((starts[it.seq] + sp.t0 + r / group) * heads + sp.h0 + r % group) * d;
         const float inv = 1.f / l[r];  // every row sees key 0, so l > 0
         const float* a = acc.data() + (r / W * dp) * W + r % W;
         for (int64_t j = 0; j < d; ++j) dst[j] = sarathi::store<T>(a[j * W] * inv);

@@ -19,6 +19,15 @@ struct Item {
   int64_t seq, kv_head, tile;
 };
 
+// A work item's share of its chunk: query tokens [t0, t1) of the chunk's q_len, whose context holds
+// ctx keys (the chunk's own included), as rows (token x query head) of query heads h0 .. h0 + group.
+struct Span {
+  int64_t q_len, ctx, t0, t1, rows, h0;
+  Span(const Item& it, const int32_t* starts, const int32_t* lens, int64_t group)
+      : q_len(starts[it.seq + 1] - starts[it.seq]), ctx(lens[it.seq]), t0(it.tile * TILE),
+        t1(std::min(q_len, t0 + TILE)), rows((t1 - t0) * group), h0(it.kv_head * group) {}
+};
+
 // One item per chunk tile and kv head, a chunk's last tiles first: they see the most keys, and
 // dynamic scheduling balances best that way. A kv head's tiles follow each other, so that a thread
 // mostly takes several of them in a row and finds their keys in its caches.
