@@ -224,18 +224,15 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
 #pragma omp for schedule(dynamic, 4)
     for (int64_t b = 0; b < nblocks; ++b) {
       const auto [seq, k0] = key_blocks[b];
-      const auto cached = [&](const bf16* cache, int64_t pos, int64_t head) {
-        if (pos >= lens[seq]) return zero_row.data();
-        const int64_t slot = static_cast<int64_t>(tables[seq * max_blocks + pos / block_size]) * block_size;
-        return cache + (slot + pos % block_size) * row + head * d;
-      };
       for (int64_t h = 0; h < kv_heads; ++h) {
+        const ContextRows<bf16> ctx{kc, vc, zero_row.data(), tables + seq * max_blocks, block_size, row, h * d,
+                                    lens[seq], seq, h};
         bf16* kb = packed(all_k, seq, h, dk) + k0 * dk;
         for (int64_t t = 0; t < KEYS; ++t) {
-          std::memcpy(kb + t * dk, cached(kc, k0 + t, h), d * sizeof(bf16));
+          std::memcpy(kb + t * dk, ctx.key(k0 + t), d * sizeof(bf16));
           std::fill(kb + t * dk + d, kb + (t + 1) * dk, bf16{0});
         }
-        pack_values([&](int64_t t) { return cached(vc, t, h); }, k0, d, dp, packed(all_v, seq, h, dp) + k0 * dp);
+        pack_values([&](int64_t t) { return ctx.value(t); }, k0, d, dp, packed(all_v, seq, h, dp) + k0 * dp);
       }
     }
     TileConfig config;

@@ -47,7 +47,9 @@ using sarathi::load;
 using sarathi::vec;
 using sarathi::vload;
 using sarathi::vstore;
-using sarathi::W;  // floats per vector: rows per row group, and keys per softmax step
+using sarathi::W;  // floats per vector: rows per row group
+
+using sarathi::ContextRows;
 
 using sarathi::Item;
 using sarathi::TILE;
@@ -147,20 +149,6 @@ inline void accumulate_columns(float* acc, int64_t dp, const vec* rescale, int64
 
 inline vec fma_f32(vec x, vec a, float b) { return x + a * b; }
 
-// One sequence's keys and values of one kv head where they sit in the paged caches; past the
-// context (a block's padding keys) a zero row.
-template <typename T>
-struct ContextRows {
-  const T *kc, *vc, *zero;
-  const int32_t* table;
-  int64_t block_size, row, offset, len, seq, kv_head;
-  int64_t at(int64_t pos) const {
-    return (static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size) * row + offset;
-  }
-  const T* key(int64_t pos) const { return pos < len ? kc + at(pos) : zero; }
-  const T* value(int64_t pos) const { return pos < len ? vc + at(pos) : zero; }
-};
-
 // Which keys a thread's copies hold: [0, end) of one (sequence, kv head). A copy's rows cover the
 // whole context once it grows, so that a head's later blocks do not reallocate it.
 struct Packed {
@@ -190,7 +178,9 @@ void grow(V& v, int64_t n) {
 // rows of their own, once per thread for each (sequence, kv head): computing on them in place was
 // slower, as a head's rows lie a token's whole row apart (kv_heads x d) and fall on a few L1 sets;
 // and copying per work item was a fifth of the kernel (benchmarks/RESULTS.md). Work items of one
-// kv head follow each other, most keys first, so a thread mostly packs a head once.
+// kv head follow each other, most keys first, so a thread mostly packs a head once, a block at a time
+// just before it computes on it. The AMX kernel's copy of every head up front, in one pass before the
+// items, ran this kernel 0.74-0.92x (its copies no longer in cache when read).
 template <typename T>
 struct Float32Dot {
   int64_t d, dp, rows_pad;
@@ -390,6 +380,7 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
     const std::vector<T> zero_row(dp + 2);  // stands in for the keys and values past a context
     std::vector<float> acc(rows_pad * dp), s(RG * KB * W), m(rows_pad), l(rows_pad);
     std::vector<int32_t> limit(rows_pad);
+    float *const sb = s.data(), *const mb = m.data(), *const lb = l.data(), *const ab = acc.data();
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
@@ -412,7 +403,6 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
         const int64_t keys = std::min(KB, last_key + 1 - k0);
         dot.set_keys(context, k0, (keys + NB - 1) / NB * NB);
         for (int64_t g = 0; g < groups; g += RG) {
-          float *sb = s.data(), *mb = m.data(), *lb = l.data(), *ab = acc.data();
           if (g + RG <= groups)
             attend_block<RG>(dot, g, sp.rows, k0, keys, limit.data(), scale, sb, mb, lb, ab, dp);
           else

@@ -1,5 +1,6 @@
 // What the prefill attention kernels share (paged_prefill_cpu.cpp, paged_prefill_amx.cpp): the work
-// items, the probabilities' bfloat16 pairing, and the AMX loop's declaration.
+// items and their keys' places in the caches, the probabilities' bfloat16 pairing, and the AMX
+// loop's declaration.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -40,6 +41,20 @@ inline std::vector<Item> work_items(const int32_t* starts, int64_t n, int64_t kv
   }
   return items;
 }
+
+// One chunk's keys and values of one kv head where they sit in the paged caches; past the context (a
+// block's padding keys) a zero row.
+template <typename T>
+struct ContextRows {
+  const T *kc, *vc, *zero;
+  const int32_t* table;
+  int64_t block_size, row, offset, len, seq, kv_head;
+  int64_t at(int64_t pos) const {
+    return (static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size) * row + offset;
+  }
+  const T* key(int64_t pos) const { return pos < len ? kc + at(pos) : zero; }
+  const T* value(int64_t pos) const { return pos < len ? vc + at(pos) : zero; }
+};
 
 #if defined(__AVX512BF16__)
 // Two keys' probabilities for 16 rows (a row per lane), rounded to bfloat16 and paired per row: lane r
