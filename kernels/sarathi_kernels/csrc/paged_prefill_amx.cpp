@@ -39,31 +39,6 @@ constexpr int64_t KEYS = 32;     // keys per block: a bfloat16 tile's full depth
 constexpr int64_t RESIDENT = 4;  // accumulator tiles kept in registers (tile numbers 3-6)
 constexpr float TAU = 5.545177444f;  // 8 ln 2: how far a block's max may pass a row's running max
 
-// 16 rows of 16 32-bit elements transposed in registers.
-inline void transpose16(__m512i r[16]) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  // Now b[4i + k]'s 128-bit lane j holds rows 4i..4i+3 of column 4j + k.
-  for (int k = 0; k < 4; ++k) {
-    const __m512i c0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x44), c1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xEE);
-    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x44);
-    const __m512i c3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xEE);
-    r[k] = _mm512_shuffle_i32x4(c0, c2, 0x88);
-    r[4 + k] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
-    r[8 + k] = _mm512_shuffle_i32x4(c1, c3, 0x88);
-    r[12 + k] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
-  }
-}
-
 // The first n (0..32) bfloat16 at p as 16 32-bit pairs, zero past n.
 inline __m512i pairs_of(const bf16* p, int64_t n) {
   const __mmask32 mask = static_cast<__mmask32>((1ull << std::clamp<int64_t>(n, 0, 32)) - 1);
@@ -145,11 +120,11 @@ template <typename RowOf>
 inline void pack_queries(RowOf row_of, int64_t rows, int64_t rows_pad, int64_t d, int64_t dk, uint32_t* qp) {
   for (int64_t r0 = 0; r0 < rows_pad; r0 += W)
     for (int64_t j0 = 0; j0 < dk / 2; j0 += W) {
-      __m512i v[W];
+      vec v[W];  // 32-bit words moved as floats: the transpose only moves bits
       for (int64_t i = 0; i < W; ++i)
-        v[i] = r0 + i < rows ? pairs_of(row_of(r0 + i) + 2 * j0, d - 2 * j0) : _mm512_setzero_si512();
-      transpose16(v);
-      for (int64_t j = 0; j < W; ++j) _mm512_storeu_si512(qp + (j0 + j) * rows_pad + r0, v[j]);
+        v[i] = (vec)(r0 + i < rows ? pairs_of(row_of(r0 + i) + 2 * j0, d - 2 * j0) : _mm512_setzero_si512());
+      transpose(v);
+      for (int64_t j = 0; j < W; ++j) _mm512_storeu_si512(qp + (j0 + j) * rows_pad + r0, (__m512i)v[j]);
     }
 }
 
@@ -159,14 +134,14 @@ template <typename ValueOf>
 inline void pack_values(ValueOf value_of, int64_t k0, int64_t d, int64_t dp, bf16* vt) {
   for (int64_t c0 = 0; c0 < dp; c0 += W) {
     const __mmask16 cols = static_cast<__mmask16>((1u << std::clamp<int64_t>(d - c0, 0, 16)) - 1);
-    __m512i v[W];  // v[u]: dimensions c0.. of keys 2u (low halves) and 2u + 1 (high)
+    vec v[W];  // v[u]: dimensions c0.. of keys 2u (low halves) and 2u + 1 (high)
     for (int64_t u = 0; u < W; ++u) {
       const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, value_of(k0 + 2 * u) + c0));
       const __m512i b = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, value_of(k0 + 2 * u + 1) + c0));
-      v[u] = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+      v[u] = (vec)_mm512_or_si512(a, _mm512_slli_epi32(b, 16));
     }
-    transpose16(v);
-    for (int64_t c = 0; c < W; ++c) _mm512_storeu_si512(vt + (c0 + c) * KEYS, v[c]);
+    transpose(v);
+    for (int64_t c = 0; c < W; ++c) _mm512_storeu_si512(vt + (c0 + c) * KEYS, (__m512i)v[c]);
   }
 }
 
@@ -326,10 +301,9 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
         // acc^T / l, transposed back to rows of 16 dimensions and rounded to bfloat16 as store<bf16>.
         const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.f), l);  // every row sees key 0, so l > 0
         for (int64_t cb = 0; cb < nacc; ++cb) {
-          __m512i v[W];
-          for (int64_t c = 0; c < W; ++c)
-            v[c] = (__m512i)_mm512_mul_ps(_mm512_loadu_ps(acc.data() + (cb * W + c) * W), inv);
-          transpose16(v);
+          vec v[W];
+          for (int64_t c = 0; c < W; ++c) v[c] = (vec)_mm512_mul_ps(_mm512_loadu_ps(acc.data() + (cb * W + c) * W), inv);
+          transpose(v);
           const __mmask16 cols = static_cast<__mmask16>((1u << std::min<int64_t>(W, d - cb * W)) - 1);
           for (int64_t i = 0; i < W && r0 + i < sp.rows; ++i) {
             const int64_t r = r0 + i;

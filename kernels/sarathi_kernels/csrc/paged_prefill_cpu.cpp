@@ -149,6 +149,11 @@ inline void accumulate_columns(float* acc, int64_t dp, const vec* rescale, int64
 
 inline vec fma_f32(vec x, vec a, float b) { return x + a * b; }
 
+// 1 / x correctly rounded (divps), as a scalar division rounds it: under -ffast-math GCC turns a
+// vector division into a reciprocal estimate and a Newton step (1 ulp off), which would change the
+// last bits of the outputs from one build or ISA to another.
+__attribute__((optimize("no-unsafe-math-optimizations"))) vec reciprocal(vec x) { return 1.f / x; }
+
 // Which keys a thread's copies hold: [0, end) of one (sequence, kv head). A copy's rows cover the
 // whole context once it grows, so that a head's later blocks do not reallocate it.
 struct Packed {
@@ -169,6 +174,11 @@ struct Packed {
   }
 };
 
+template <typename T>
+inline void widen(const T* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = load(src[j]);
+}
+
 template <typename V>
 void grow(V& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
@@ -188,8 +198,19 @@ struct Float32Dot {
   Packed packed;
   Float32Dot(int64_t rows_pad, int64_t d, int64_t dp) : d(d), dp(dp), rows_pad(rows_pad), qt(d * rows_pad) {}
 
-  void set_query(int64_t r, const T* src) {
-    for (int64_t j = 0; j < d; ++j) qt[j * rows_pad + r] = load(src[j]);
+  // Row group g's queries (src[i]: row g W + i's d elements) into qt, W x W blocks transposed in
+  // registers (one scalar store per element was a tenth of the kernel at 256 tokens).
+  void set_queries(int64_t g, const T* const* src) {
+    float* q = qt.data() + g * W;
+    int64_t j = 0;
+    for (; j + W <= d; j += W) {
+      vec a[W];
+      for (int i = 0; i < W; ++i) a[i] = vload(src[i] + j);
+      sarathi::transpose(a);
+      for (int i = 0; i < W; ++i) vstore(q + (j + i) * rows_pad, a[i]);
+    }
+    for (; j < d; ++j)
+      for (int i = 0; i < W; ++i) q[j * rows_pad + i] = load(src[i][j]);
   }
   // Keys and values up to k0 + n into kf and vf.
   void set_keys(const ContextRows<T>& ctx, int64_t k0, int64_t n) {
@@ -198,14 +219,10 @@ struct Float32Dot {
     const int64_t rows = Packed::rows(ctx, upto);
     grow(kf, rows * d);
     grow(vf, rows * dp);
-    for (int64_t pos = from; pos < upto; ++pos) {
-      const T *k = ctx.key(pos), *v = ctx.value(pos);
-      float *kd = kf.data() + pos * d, *vd = vf.data() + pos * dp;
-      for (int64_t j = 0; j < d; ++j) {
-        kd[j] = load(k[j]);
-        vd[j] = load(v[j]);
-      }
-    }
+    ctx.each_row(from, upto, [&](int64_t pos, const T* k, const T* v) {
+      widen(k, kf.data() + pos * d, d);
+      widen(v, vf.data() + pos * dp, d);
+    });
     packed.end = upto;
   }
   // s [G][KB][W] <- q . k of row groups g0.. against keys k0 + t, t < n (n a multiple of NB).
@@ -247,7 +264,9 @@ struct Bf16Dot {
   Bf16Dot(int64_t rows_pad, int64_t d, int64_t dp)
       : d(d), dp(dp), rows_pad(rows_pad), half((d + 1) / 2), qp(half * rows_pad), pp(RG * KB / 2 * W, 0u) {}
 
-  void set_query(int64_t r, const bf16* src) { element_pairs(src, d, half, qp.data() + r, rows_pad); }
+  void set_queries(int64_t g, const bf16* const* src) {
+    for (int64_t i = 0; i < W; ++i) element_pairs(src[i], d, half, qp.data() + g * W + i, rows_pad);
+  }
   // Keys and values up to k0 + n paired into kp and vp (blocks start and end on even keys).
   void set_keys(const ContextRows<bf16>& ctx, int64_t k0, int64_t n) {
     const int64_t from = packed.start(ctx), upto = k0 + n;
@@ -255,7 +274,8 @@ struct Bf16Dot {
     const int64_t rows = Packed::rows(ctx, upto);
     grow(kp, rows * half);
     grow(vp, rows / 2 * dp);
-    for (int64_t pos = from; pos < upto; ++pos) element_pairs(ctx.key(pos), d, half, kp.data() + pos * half, 1);
+    ctx.each_row(from, upto,
+                 [&](int64_t pos, const bf16* k, const bf16*) { element_pairs(k, d, half, kp.data() + pos * half, 1); });
     for (int64_t u = from / 2; u < upto / 2; ++u)
       value_pairs(ctx.value(2 * u), ctx.value(2 * u + 1), d, dp, vp.data() + u * dp);
     packed.end = upto;
@@ -386,14 +406,24 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
       const Item it = items[w];
       const sarathi::Span sp(it, starts, lens, group);
       const int64_t groups = (sp.rows + W - 1) / W;
+      const auto row_out = [&](int64_t r) {
+        return out + ((starts[it.seq] + sp.t0 + r / group) * heads + sp.h0 + r % group) * d;
+      };
+      // The output rows, a token's whole row apart, fetched for writing while the item computes:
+      // written cold at the end, they cost a tenth of the kernel at 256 tokens.
+      for (int64_t r = 0; r < sp.rows; ++r) sarathi::prefetch_for_write(row_out(r), d * sizeof(T));
       // Row r = (token t0 + r / group, query head h0 + r % group); its last visible key.
-      for (int64_t r = 0; r < groups * W; ++r) {
-        const bool real = r < sp.rows;
-        const int64_t tok = sp.t0 + r / group;
-        limit[r] = real ? static_cast<int32_t>(sp.ctx - sp.q_len + tok) : -1;
-        dot.set_query(r, real ? q + (starts[it.seq] + tok) * q_stride + (sp.h0 + r % group) * d : zero_row.data());
-        m[r] = -FLT_MAX;
-        l[r] = 0.f;
+      for (int64_t g = 0; g < groups; ++g) {
+        const T* src[W];
+        for (int64_t i = 0; i < W; ++i) {
+          const int64_t r = g * W + i, tok = sp.t0 + r / group;
+          const bool real = r < sp.rows;
+          limit[r] = real ? static_cast<int32_t>(sp.ctx - sp.q_len + tok) : -1;
+          src[i] = real ? q + (starts[it.seq] + tok) * q_stride + (sp.h0 + r % group) * d : zero_row.data();
+          m[r] = -FLT_MAX;
+          l[r] = 0.f;
+        }
+        dot.set_queries(g, src);
       }
       std::fill(acc.begin(), acc.begin() + groups * dp * W, 0.f);
       const int64_t last_key = sp.ctx - sp.q_len + sp.t1 - 1;
@@ -409,11 +439,24 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
             attend_block<1>(dot, g, sp.rows, k0, keys, limit.data(), scale, sb, mb, lb, ab, dp);
         }
       }
-      for (int64_t r = 0; r < sp.rows; ++r) {
-        T* dst = out + ((starts[it.seq] + sp.t0 + r / group) * heads + sp.h0 + r % group) * d;
-        const float inv = 1.f / l[r];  // every row sees key 0, so l > 0
-        const float* a = acc.data() + (r / W * dp) * W + r % W;
-        for (int64_t j = 0; j < d; ++j) dst[j] = sarathi::store<T>(a[j * W] * inv);
+      for (int64_t g = 0; g < groups; ++g) {
+        T* dst[W];
+        for (int64_t i = 0; i < W; ++i) {
+          const int64_t r = g * W + i;
+          dst[i] = r < sp.rows ? row_out(r) : nullptr;
+        }
+        // Real rows see key 0, so l > 0; padding rows (l = 0, never written) divide by 1.
+        const vec sum = vload(lb + g * W), inv = reciprocal(sum > 0.f ? sum : vec{} + 1.f);
+        for (int64_t j = 0; j < dp; j += W) {
+          vec a[W];
+          for (int i = 0; i < W; ++i) a[i] = vload(ab + (g * dp + j + i) * W) * inv;
+          sarathi::transpose(a);  // a[i]: row g W + i's elements j..j + W (zero past d)
+          for (int i = 0; i < W; ++i) {
+            if (dst[i] != nullptr && j + W <= d) vstore(dst[i] + j, a[i]);
+            if (dst[i] != nullptr && j + W > d)
+              for (int64_t k = j; k < d; ++k) dst[i][k] = sarathi::store<T>(a[i][k - j]);
+          }
+        }
       }
     }
   }

@@ -54,6 +54,19 @@ struct ContextRows {
   }
   const T* key(int64_t pos) const { return pos < len ? kc + at(pos) : zero; }
   const T* value(int64_t pos) const { return pos < len ? vc + at(pos) : zero; }
+  // f(pos, key, value) for pos in [from, upto), a block's place looked up once (key() per position
+  // divides by the block size twice: that was most of the float32 kernel's copying).
+  template <typename F>
+  void each_row(int64_t from, int64_t upto, F f) const {
+    for (int64_t pos = from; pos < upto;) {
+      if (pos >= len) {
+        f(pos++, zero, zero);
+        continue;
+      }
+      const int64_t end = std::min({upto, len, (pos / block_size + 1) * block_size});
+      for (const T *k = kc + at(pos), *v = vc + at(pos); pos < end; ++pos, k += row, v += row) f(pos, k, v);
+    }
+  }
 };
 
 #if defined(__AVX512BF16__)
