@@ -33,7 +33,7 @@ def test_ceilings_smoke(capsys):
 def test_iteration_smoke(capsys, tmp_path):
     table = iteration.main([*SMOKE, "--out", str(tmp_path / "it.json")])
     assert set(table["case"]) == {"decode", "prefill", "hybrid"}
-    for col in ("iter_ms", "forward_ms", "floor_ms", "ratio", "GBps", "GFLOPs"):
+    for col in ("iter_ms", "forward_ms", "floor_ms", "ratio", "GBps", "GFLOPs", "ceil_GBps", "ceil_GFLOPs"):
         assert _positive_finite(table[col].tolist()), col
     # Iterations cannot beat the roofline by much (measurement noise aside).
     assert (table["ratio"] > 0.5).all()
