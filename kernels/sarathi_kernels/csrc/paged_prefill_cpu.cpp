@@ -440,20 +440,19 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
         }
       }
       for (int64_t g = 0; g < groups; ++g) {
+        const int64_t real = std::min(W, sp.rows - g * W);  // the rest are padding rows, never written
         T* dst[W];
-        for (int64_t i = 0; i < W; ++i) {
-          const int64_t r = g * W + i;
-          dst[i] = r < sp.rows ? row_out(r) : nullptr;
-        }
-        // Real rows see key 0, so l > 0; padding rows (l = 0, never written) divide by 1.
+        for (int64_t i = 0; i < real; ++i) dst[i] = row_out(g * W + i);
+        // Real rows see key 0, so l > 0; padding rows (l = 0) divide by 1.
         const vec sum = vload(lb + g * W), inv = reciprocal(sum > 0.f ? sum : vec{} + 1.f);
         for (int64_t j = 0; j < dp; j += W) {
           vec a[W];
           for (int i = 0; i < W; ++i) a[i] = vload(ab + (g * dp + j + i) * W) * inv;
           sarathi::transpose(a);  // a[i]: row g W + i's elements j..j + W (zero past d)
-          for (int i = 0; i < W; ++i) {
-            if (dst[i] != nullptr && j + W <= d) vstore(dst[i] + j, a[i]);
-            if (dst[i] != nullptr && j + W > d)
+          for (int64_t i = 0; i < real; ++i) {
+            if (j + W <= d)
+              vstore(dst[i] + j, a[i]);
+            else
               for (int64_t k = j; k < d; ++k) dst[i][k] = sarathi::store<T>(a[i][k - j]);
           }
         }
