@@ -24,7 +24,7 @@ _SIGNATURES = {
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "silu_mul": [_P, _P, _I64, _I64, _INT],
     "argmax": [_P, _I64, _I64, _P, _INT],
-    "linear": [_P, _P, _P, _P, _I64, _I64, _I64, _INT, _INT],
+    "linear": [_P, _P, _P, _P, _I64, _I64, _I64, _INT],
     "linear_pack": [_P, _P, _I64, _I64],
 }
 # The most rows ``linear`` takes (csrc/linear_cpu.cpp: one set of register accumulators per row).
@@ -109,12 +109,10 @@ def _packed_numel(n: int, k: int, dtype: torch.dtype) -> int:
     return -(-n // tile) * tile * -(-k // pair) * pair
 
 
-def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None,
-           wide: bool = False) -> torch.Tensor:
+def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias) for x [rows, in] with 1 <= rows <= LINEAR_MAX_ROWS, over ``packed`` =
-    pack_linear(weight) of weight [out_features, in]; bias [out_features] or None; one dtype. ``wide``:
-    13-16 rows two tiles at a time with some registers spilled, faster on some CPUs, the same results
-    bit for bit (csrc/linear_cpu.cpp says why)."""
+    pack_linear(weight) of weight [out_features, in]; bias [out_features] or None; one dtype. A row's
+    results are the same bits whatever the other rows (csrc/linear_cpu.cpp)."""
     rows, k = x.shape
     n = out_features
     _check(1 <= rows <= LINEAR_MAX_ROWS and x.is_contiguous() and x.is_cpu and packed.dtype == x.dtype and packed.is_cpu
@@ -123,7 +121,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
            f"linear: contiguous x [1..{LINEAR_MAX_ROWS}, in], the packed weight of [out, in], bias [out], one dtype")
     out = x.new_empty((rows, n))
     _fn("linear", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
-                                   out.data_ptr(), rows, n, k, torch.get_num_threads(), int(wide))
+                                   out.data_ptr(), rows, n, k, torch.get_num_threads())
     return out
 
 

@@ -33,17 +33,19 @@ _PACK_ROWS_HINT = 8
 # How much faster the packed path must be on one row to take it (measured 1.6-1.8x where it wins,
 # 100x slower where it loses).
 _CLEAR_WIN = 1.2
-# How much faster 16 rows must run two tiles at a time to take that way: a margin over noise only,
-# since both ways give equal results (measured 1.24-1.28x where it wins).
-_WIDE_WIN = 1.05
 # The most rows that sarathi_kernels' linear takes here: all it can. Measured 1.2-1.75x faster than
 # oneDNN up to 12 rows and, once it prefetched its weights (session 10), 1.14-1.5x at 13-16 rows with
 # AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
 
 
-def onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether oneDNN can pack and run ``dtype`` weights here: bfloat16 and float16 need AVX-512 (or
+    AVX-NE-CONVERT), and on an AVX2-only CPU oneDNN refuses to pack them."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    reduced = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
+    return dtype not in reduced or getattr(torch.ops.mkldnn, reduced[dtype])()
 
 
 class PackedLinear(nn.Module):
@@ -60,8 +62,7 @@ class PackedLinear(nn.Module):
         self.register_buffer("packed_weight", packed, persistent=False)
         small = cpu_ops.pack_linear(linear.weight.detach()) if cpu_ops.supports(linear.weight) else None
         self.register_buffer("small_rows_weight", small, persistent=False)
-        self.one_row_packed = False  # set by pack_linears' probes
-        self.wide_rows = False
+        self.one_row_packed = False  # set by pack_linears' probe
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
@@ -70,7 +71,7 @@ class PackedLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
     def _small(self, x: torch.Tensor) -> torch.Tensor:
-        return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias, self.wide_rows)
+        return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if 0 < x.shape[0] <= SMALL_ROWS and self.small_rows_weight is not None:
@@ -93,24 +94,10 @@ def _one_row_packed_wins(layer: PackedLinear, reps: int = 5) -> bool:
     return packed * _CLEAR_WIN < aten
 
 
-def _wide_rows_win(layer: PackedLinear, reps: int = 5) -> bool:
-    """Whether sarathi_kernels' linear runs 16 rows clearly faster two tiles at a time (``wide``) on
-    this CPU, timed here on ``layer``. The two give equal results, so noise cannot change outputs."""
-    x = torch.randn(SMALL_ROWS, layer.in_features, dtype=layer.weight.dtype)
-    clock = WallClock()
-    with torch.no_grad():
-        def run(wide):
-            return cpu_ops.linear(x, layer.small_rows_weight, layer.out_features, layer.bias, wide)
-
-        narrow = best_time(lambda: run(False), reps, clock)
-        wide = best_time(lambda: run(True), reps, clock)
-    return wide * _WIDE_WIN < narrow
-
-
 def pack_linears(module: nn.Module) -> None:
     """Replace every ``nn.Linear`` under ``module`` (inputs [tokens, features]) by a PackedLinear. Where
     sarathi_kernels' linear cannot take one row, it goes the way a probe on the largest layer finds
-    faster on this machine; where it can, a probe there decides how it takes 13-16 rows."""
+    faster on this machine."""
     packed = list(_replace(module))
     if not packed:
         return
@@ -119,10 +106,6 @@ def pack_linears(module: nn.Module) -> None:
         one_row = _one_row_packed_wins(largest)
         for layer in packed:
             layer.one_row_packed = one_row
-    if largest.small_rows_weight is not None:
-        wide = _wide_rows_win(largest)
-        for layer in packed:
-            layer.wide_rows = wide
 
 
 def _replace(module: nn.Module):

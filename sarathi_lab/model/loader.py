@@ -88,10 +88,11 @@ def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend,
         _load_safetensors(lm, Path(model))
     lm = lm.to(dtype).eval()
     if device.type == "cpu" and cpu_linear == "onednn":
-        if onednn_available():
+        if onednn_available(dtype):
             pack_linears(lm)
         else:
-            log.warning("cpu_linear='onednn' runs as 'aten': this torch build has no oneDNN")
+            log.warning("cpu_linear='onednn' runs as 'aten': this torch build's oneDNN cannot run %s on this CPU",
+                        dtype)
     return lm
 
 

@@ -52,7 +52,7 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
     out = torch.empty(n, n, device=device, dtype=dtype)
     clock_fn = make_clock(clock, device)
     t = best_time(lambda: torch.mm(a, b, out=out), reps, clock_fn)
-    if torch.device(device).type == "cpu" and onednn_available() and dtype in (torch.float32, torch.bfloat16):
+    if torch.device(device).type == "cpu" and onednn_available(dtype) and dtype in (torch.float32, torch.bfloat16):
         # The engine's CPU linear layers run oneDNN over packed weights, which beats torch.mm's MKL
         # GEMM by up to 1.3x on some CPUs; a ceiling below what the engine reaches gives floors
         # that the engine "beats".

@@ -62,17 +62,23 @@ constexpr bool kBf16Dot =
 template <typename T>
 constexpr int64_t pair_of = std::is_same<T, bf16>::value ? 2 : 1;  // k elements per packed vector
 
-// M x TB accumulators, TB weight vectors and a broadcast x in registers: with AVX-512's 32, TB is 4
-// up to 4 rows and 2 up to 12; with 16 (AVX2), 4 up to 2 rows and 2 up to 6. Beyond, TB = 1, unless
-// `wide`: with AVX-512, TB = 2 up to 16 rows, a few accumulators spilled. Where the vector units
-// outrun the load ports (2 float32 FMAs per cycle on Intel's AVX-512 cores), one broadcast per 2
-// multiply-adds instead of 1 wins over the spills: 13-16 rows 1.24-1.28x on a Xeon with AMX; where
-// they do not, the spills only cost. pack_linears (sarathi_lab/model/cpu_linear.py) times both.
-// Either way each output is the same sums in the same order: the results are equal bit for bit.
-constexpr int tiles_per_block(int m, bool wide) {
-  return sarathi::kVectorRegisters >= 32 ? (m <= 4 ? 4 : (m <= 12 || wide) ? 2 : 1)
-                                         : (m <= 2 ? 4 : m <= 6 ? 2 : 1);
+// Register blocking: R rows x TB tiles of accumulators, TB weight vectors and a broadcast x in the
+// vector registers. Up to a quarter of the registers' rows (4 with AVX-512's 32, 2 with AVX2's 16)
+// TB is 4, all rows at once. Beyond, TB is 3 and the rows go in chunks of at most a quarter of the
+// registers (8 with AVX-512, 4 with AVX2), one after another over each span of steps, whose weights
+// the first chunk brought into L1: one weight vector then feeds up to 3 x 8 (3 x 4) multiply-adds
+// per 8 (4) broadcasts, where one tile of up to 14 rows at once fed 1 per broadcast and 15-16 rows
+// with AVX2 spilled accumulators. Measured on a Xeon with AMX, cpu-small's weights streamed from
+// memory, 2 threads: AVX2 build 1.07-1.11x at 3-4 rows, 1.19-1.31x at 8-16; AVX-512 1.06-1.14x at
+// 6-8 rows, 1.25-1.30x at 16 (1.03x over the two-tile blocks with spilled accumulators it replaces).
+// Each output is the same sums in the same order whatever the rows and blocking: a row's results
+// are equal bit for bit whichever batch it comes in.
+constexpr int kSmallRows = sarathi::kVectorRegisters / 8;
+constexpr int tiles_per_block(int m) { return m <= kSmallRows ? 4 : 3; }
+constexpr int row_chunks(int m) {
+  return m <= kSmallRows ? 1 : (m + sarathi::kVectorRegisters / 4 - 1) / (sarathi::kVectorRegisters / 4);
 }
+constexpr int chunk_row(int m, int c) { return c * m / row_chunks(m); }
 
 // x for the inner loop: float32 [Kp][M] (k padded to the packing), or, for vdpbf16ps, bfloat16
 // pairs [Kp / 2][M] as 32-bit words.
@@ -81,12 +87,57 @@ struct XT {
   const uint32_t* pairs;
 };
 
-template <typename T, int M, int TB>
-inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
+// Rows [R0, R1) of M against TB tiles over packed steps [s0, s1): their partial sums into total.
+template <typename T, int M, int TB, int R0, int R1>
+inline void span_rows(const XT& x, const T* const* wt, int64_t s0, int64_t s1, vec (&total)[M][TB]) {
+  constexpr int R = R1 - R0;
   constexpr int64_t P = pair_of<T>;
   constexpr int64_t kStepBytes = W * P * sizeof(T);
   constexpr int64_t kStepsPerLine = std::max<int64_t>(1, sarathi::kLineBytes / kStepBytes);
-  constexpr bool kPrefetch = M * kStepsPerLine * (P == 2 && !kBf16Dot ? 2 : 1) > 8;
+  constexpr bool kPrefetch = R0 == 0 && M * kStepsPerLine * (P == 2 && !kBf16Dot ? 2 : 1) > 8;
+  vec acc[R][TB] = {};
+  for (int64_t s = s0; s < s1; ++s) {
+    if constexpr (kPrefetch)
+      if (s % kStepsPerLine == 0)
+        for (int b = 0; b < TB; ++b) __builtin_prefetch(sarathi::ahead(wt[b] + s * W * P, kPrefetchBytes));
+    if constexpr (P == 2 && kBf16Dot) {
+#if defined(__AVX512BF16__)
+      __m512bh w[TB];
+      for (int b = 0; b < TB; ++b) w[b] = (__m512bh)_mm512_loadu_si512(wt[b] + s * W * 2);
+      for (int m = 0; m < R; ++m) {
+        const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(x.pairs[s * M + R0 + m]));
+        for (int b = 0; b < TB; ++b) acc[m][b] = _mm512_dpbf16_ps(acc[m][b], w[b], xb);
+      }
+#endif
+    } else if constexpr (P == 2) {
+      vec even[TB], odd[TB];
+      for (int b = 0; b < TB; ++b) sarathi::vload2(wt[b] + s * W * 2, even[b], odd[b]);
+      for (int m = 0; m < R; ++m) {
+        const float xe = x.f[2 * s * M + R0 + m], xo = x.f[(2 * s + 1) * M + R0 + m];
+        for (int b = 0; b < TB; ++b) acc[m][b] += xe * even[b] + xo * odd[b];
+      }
+    } else {
+      vec w[TB];
+      for (int b = 0; b < TB; ++b) w[b] = vload(wt[b] + s * W);
+      for (int m = 0; m < R; ++m) {
+        const float xk = x.f[s * M + R0 + m];
+        for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];
+      }
+    }
+  }
+  for (int m = 0; m < R; ++m)
+    for (int b = 0; b < TB; ++b) total[R0 + m][b] += acc[m][b];
+}
+
+template <typename T, int M, int TB, std::size_t... C>
+inline void span_chunks(std::index_sequence<C...>, const XT& x, const T* const* wt, int64_t s0, int64_t s1,
+                        vec (&total)[M][TB]) {
+  (span_rows<T, M, TB, chunk_row(M, C), chunk_row(M, C + 1)>(x, wt, s0, s1, total), ...);
+}
+
+template <typename T, int M, int TB>
+inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
+  constexpr int64_t P = pair_of<T>;
   const int64_t steps = (K + P - 1) / P;  // packed vectors per tile
   vec total[M][TB] = {};
   const T* wt[TB];
@@ -94,40 +145,8 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
   // Partial sums of SPAN steps join the totals: a float32 sum's rounding error grows with its
   // length, and one running sum over K = 2048 erred 4x more than torch's blocked GEMM. The totals
   // live outside the step loop, so that only the partial sums compete for registers in it.
-  for (int64_t s0 = 0; s0 < steps; s0 += SPAN) {
-    vec acc[M][TB] = {};
-    for (int64_t s = s0; s < std::min(steps, s0 + SPAN); ++s) {
-      if constexpr (kPrefetch)
-        if (s % kStepsPerLine == 0)
-          for (int b = 0; b < TB; ++b) __builtin_prefetch(sarathi::ahead(wt[b] + s * W * P, kPrefetchBytes));
-      if constexpr (P == 2 && kBf16Dot) {
-#if defined(__AVX512BF16__)
-        __m512bh w[TB];
-        for (int b = 0; b < TB; ++b) w[b] = (__m512bh)_mm512_loadu_si512(wt[b] + s * W * 2);
-        for (int m = 0; m < M; ++m) {
-          const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(x.pairs[s * M + m]));
-          for (int b = 0; b < TB; ++b) acc[m][b] = _mm512_dpbf16_ps(acc[m][b], w[b], xb);
-        }
-#endif
-      } else if constexpr (P == 2) {
-        vec even[TB], odd[TB];
-        for (int b = 0; b < TB; ++b) sarathi::vload2(wt[b] + s * W * 2, even[b], odd[b]);
-        for (int m = 0; m < M; ++m) {
-          const float xe = x.f[2 * s * M + m], xo = x.f[(2 * s + 1) * M + m];
-          for (int b = 0; b < TB; ++b) acc[m][b] += xe * even[b] + xo * odd[b];
-        }
-      } else {
-        vec w[TB];
-        for (int b = 0; b < TB; ++b) w[b] = vload(wt[b] + s * W);
-        for (int m = 0; m < M; ++m) {
-          const float xk = x.f[s * M + m];
-          for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];
-        }
-      }
-    }
-    for (int m = 0; m < M; ++m)
-      for (int b = 0; b < TB; ++b) total[m][b] += acc[m][b];
-  }
+  for (int64_t s0 = 0; s0 < steps; s0 += SPAN)
+    span_chunks<T, M, TB>(std::make_index_sequence<row_chunks(M)>{}, x, wt, s0, std::min(steps, s0 + SPAN), total);
   for (int b = 0; b < TB; ++b) {
     const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
     vec bv = {};
@@ -144,9 +163,9 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
   }
 }
 
-template <typename T, int M, bool Wide>
+template <typename T, int M>
 void linear_rows(const XT& x, const T* packed, const T* bias, T* out, int64_t N, int64_t K, int threads) {
-  constexpr int TB = tiles_per_block(M, Wide);
+  constexpr int TB = tiles_per_block(M);
   const int64_t tiles = (N + W - 1) / W, blocks = tiles / TB;
   // Static ranges: each thread streams its own contiguous stretch of the packed weight.
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && blocks > 1)
@@ -154,10 +173,10 @@ void linear_rows(const XT& x, const T* packed, const T* bias, T* out, int64_t N,
   for (int64_t t = blocks * TB; t < tiles; ++t) block<T, M, 1>(x, packed, bias, out, t, N, K);
 }
 
-template <typename T, bool Wide, std::size_t... I>
+template <typename T, std::size_t... I>
 constexpr auto table(std::index_sequence<I...>) {
   return std::array<void (*)(const XT&, const T*, const T*, T*, int64_t, int64_t, int), sizeof...(I)>{
-      &linear_rows<T, static_cast<int>(I) + 1, Wide>...};
+      &linear_rows<T, static_cast<int>(I) + 1>...};
 }
 
 
@@ -245,14 +264,12 @@ void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, 
 
 // x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; 1 <= rows <= MAX_ROWS.
 template <typename T>
-void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads,
-            bool wide) {
+void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
 #if defined(SARATHI_AMX)
   if constexpr (std::is_same<T, bf16>::value)
     if (sarathi::amx_permitted()) return amx_linear(x, packed, bias, out, rows, N, K, threads);
 #endif
-  static constexpr auto kernels = table<T, false>(std::make_index_sequence<MAX_ROWS>{});
-  static constexpr auto wide_kernels = table<T, true>(std::make_index_sequence<MAX_ROWS>{});
+  static constexpr auto kernels = table<T>(std::make_index_sequence<MAX_ROWS>{});
   constexpr int64_t P = pair_of<T>;
   const int64_t kp = (K + P - 1) / P * P;
   std::vector<float> xf;
@@ -270,7 +287,7 @@ void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, in
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t k = 0; k < K; ++k) xf[k * rows + m] = load(x[m * K + k]);
   }
-  (wide ? wide_kernels : kernels)[rows - 1](XT{xf.data(), pairs.data()}, packed, bias, out, N, K, threads);
+  kernels[rows - 1](XT{xf.data(), pairs.data()}, packed, bias, out, N, K, threads);
 }
 
 // w [N, K] row-major into the packed layout (zeros where N and K are padded).
@@ -301,8 +318,8 @@ extern "C" int64_t bf16_uses_amx() {
 #define SARATHI_LINEAR(SUFFIX, T)                                                                         \
   extern "C" void linear_pack_##SUFFIX(const T* w, T* packed, int64_t n, int64_t k) { pack<T>(w, packed, n, k); } \
   extern "C" void linear_##SUFFIX(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t n,    \
-                                  int64_t k, int threads, int wide) {                                    \
-    linear<T>(x, packed, bias, out, rows, n, k, threads, wide != 0);                                     \
+                                  int64_t k, int threads) {                                              \
+    linear<T>(x, packed, bias, out, rows, n, k, threads);                                                \
   }
 SARATHI_LINEAR(f32, float)
 SARATHI_LINEAR(bf16, bf16)
