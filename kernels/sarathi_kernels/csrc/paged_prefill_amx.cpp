@@ -226,9 +226,7 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
       // copy the last real row's, so that every lane sees key 0 and its softmax stays finite.
       for (int64_t r = 0; r < rows_pad; ++r)
         limit[r] = static_cast<int32_t>(sp.ctx - sp.q_len + sp.t0 + std::min(r, sp.rows - 1) / group);
-      pack_queries(
-          [&](int64_t r) { return q + (starts[it.seq] + sp.t0 + r / group) * q_stride + (sp.h0 + r % group) * d; },
-          sp.rows, rows_pad, d, dk, qp.data());
+      pack_queries([&](int64_t r) { return q + sp.at(r, q_stride, d); }, sp.rows, rows_pad, d, dk, qp.data());
       const bf16* kb = packed(all_k, it.seq, it.kv_head, dk);
       const bf16* vt = packed(all_v, it.seq, it.kv_head, dp);
       for (int64_t r0 = 0; r0 < sp.rows; r0 += W) {
@@ -307,7 +305,7 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
           const __mmask16 cols = static_cast<__mmask16>((1u << std::min<int64_t>(W, d - cb * W)) - 1);
           for (int64_t i = 0; i < W && r0 + i < sp.rows; ++i) {
             const int64_t r = r0 + i;
-            bf16* dst = out + ((starts[it.seq] + sp.t0 + r / group) * heads + sp.h0 + r % group) * d + cb * W;
+            bf16* dst = out + sp.at(r, heads * d, d) + cb * W;
             _mm256_mask_storeu_epi16(dst, cols, (__m256i)_mm512_cvtneps_pbh((__m512)v[i]));
           }
         }

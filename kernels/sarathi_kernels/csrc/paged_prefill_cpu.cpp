@@ -406,9 +406,7 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
       const Item it = items[w];
       const sarathi::Span sp(it, starts, lens, group);
       const int64_t groups = (sp.rows + W - 1) / W;
-      const auto row_out = [&](int64_t r) {
-        return out + ((starts[it.seq] + sp.t0 + r / group) * heads + sp.h0 + r % group) * d;
-      };
+      const auto row_out = [&](int64_t r) { return out + sp.at(r, heads * d, d); };
       // The output rows, a token's whole row apart, fetched for writing while the item computes:
       // written cold at the end, they cost a tenth of the kernel at 256 tokens.
       for (int64_t r = 0; r < sp.rows; ++r) sarathi::prefetch_for_write(row_out(r), d * sizeof(T));
@@ -419,7 +417,7 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
           const int64_t r = g * W + i, tok = sp.t0 + r / group;
           const bool real = r < sp.rows;
           limit[r] = real ? static_cast<int32_t>(sp.ctx - sp.q_len + tok) : -1;
-          src[i] = real ? q + (starts[it.seq] + tok) * q_stride + (sp.h0 + r % group) * d : zero_row.data();
+          src[i] = real ? q + sp.at(r, q_stride, d) : zero_row.data();
           m[r] = -FLT_MAX;
           l[r] = 0.f;
         }

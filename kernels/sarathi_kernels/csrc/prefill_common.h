@@ -23,10 +23,15 @@ struct Item {
 // A work item's share of its chunk: query tokens [t0, t1) of the chunk's q_len, whose context holds
 // ctx keys (the chunk's own included), as rows (token x query head) of query heads h0 .. h0 + group.
 struct Span {
-  int64_t q_len, ctx, t0, t1, rows, h0;
+  int64_t first, q_len, ctx, t0, t1, group, rows, h0;
   Span(const Item& it, const int32_t* starts, const int32_t* lens, int64_t group)
-      : q_len(starts[it.seq + 1] - starts[it.seq]), ctx(lens[it.seq]), t0(it.tile * TILE),
-        t1(std::min(q_len, t0 + TILE)), rows((t1 - t0) * group), h0(it.kv_head * group) {}
+      : first(starts[it.seq]), q_len(starts[it.seq + 1] - first), ctx(lens[it.seq]), t0(it.tile * TILE),
+        t1(std::min(q_len, t0 + TILE)), group(group), rows((t1 - t0) * group), h0(it.kv_head * group) {}
+  // Row r = (token t0 + r / group, query head h0 + r % group): its place in a [tokens, heads, d]
+  // tensor whose tokens lie token_stride elements apart (q, inside the fused qkv output, or out).
+  int64_t at(int64_t r, int64_t token_stride, int64_t d) const {
+    return (first + t0 + r / group) * token_stride + (h0 + r % group) * d;
+  }
 };
 
 // One item per chunk tile and kv head, a chunk's last tiles first: they see the most keys, and
