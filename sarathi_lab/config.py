@@ -24,7 +24,7 @@ ATTENTIONS = ("auto", "torch", "triton")
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
 DEVICES = ("auto", "cpu", "cuda")
-CPU_LINEARS = ("onednn", "aten")
+CPU_LINEARS = ("auto", "onednn", "aten")
 EXECUTORS = ("model", "sim")
 SIM_COST_MODELS = ("roofline", "profile")
 # numpy's and torch's generators both take seeds in [0, 2**64).
@@ -73,10 +73,11 @@ class EngineConfig:
     # Forward passes run before a generate call's clock starts (kernel warm-up, allocator growth).
     warmup_iters: int = 2
     num_threads: int | None = None
-    # CPU linear layers: "onednn" packs each weight once for oneDNN's matmul and once for the few-row
-    # kernel of decode batches (faster at every row count, three times the weights' memory; see
-    # model/cpu_linear.py), "aten" keeps F.linear (MKL).
-    cpu_linear: str = "onednn"
+    # CPU linear layers: "auto" packs each weight once for the few-row kernel of decode batches and
+    # once for the GEMM of larger ones, MKL's packed SGEMM in float32 (where torch has MKL) and oneDNN's
+    # matmul otherwise; "onednn" takes oneDNN's for every dtype (faster than F.linear at every row
+    # count, three times the weights' memory; see model/cpu_linear.py); "aten" keeps F.linear (MKL).
+    cpu_linear: str = "auto"
     # What runs a scheduled batch: "model" (the real forward pass on `device`) or "sim" (no weights:
     # a cost model predicts each iteration's time on `sim_device` and a virtual clock advances by it).
     executor: str = "model"
@@ -105,7 +106,7 @@ class EngineConfig:
             return  # nothing runs on this machine's device
         if self.device == "cuda" and not _cuda_available():
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
-        if (self.dtype == "float16" and self.device_type == "cpu" and self.cpu_linear == "onednn"
+        if (self.dtype == "float16" and self.device_type == "cpu" and self.cpu_linear != "aten"
                 and not cpu_has_onednn_fp16()):
             raise ConfigError("dtype='float16' is invalid: this CPU's oneDNN has no float16 matmul (it needs "
                               "avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or float16 with "

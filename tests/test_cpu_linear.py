@@ -1,4 +1,4 @@
-"""oneDNN linear layers over packed weights compute what torch's F.linear computes."""
+"""Linear layers over packed weights (oneDNN's and MKL's GEMM) compute what torch's F.linear computes."""
 from __future__ import annotations
 
 import copy
@@ -13,22 +13,42 @@ from torch import nn
 from sarathi_lab import LLM
 from sarathi_lab.attention import make_backend
 from sarathi_lab.model import PRESETS, CausalLM
-from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available, pack_linears
+from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, gemm_available, onednn_available, pack_linears
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+GEMMS_HERE = [g for g in GEMMS if gemm_available(g, torch.float32)]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rows=st.integers(1, 70), in_features=st.integers(1, 300), out_features=st.integers(1, 300),
-       bias=st.booleans(), one_row_packed=st.booleans(), seed=st.integers(0, 2**16))
-def test_packed_linear_equals_f_linear(rows, in_features, out_features, bias, one_row_packed, seed):
+       bias=st.booleans(), one_row_packed=st.booleans(), gemm=st.sampled_from(GEMMS_HERE), seed=st.integers(0, 2**16))
+def test_packed_linear_equals_f_linear(rows, in_features, out_features, bias, one_row_packed, gemm, seed):
     torch.manual_seed(seed)
     linear = nn.Linear(in_features, out_features, bias=bias)
-    layer = PackedLinear(linear)
+    layer = PackedLinear(linear, gemm)
     layer.one_row_packed = one_row_packed  # either way the probe may choose
     x = torch.randn(rows, in_features)
     with torch.inference_mode():
         torch.testing.assert_close(layer(x), F.linear(x, linear.weight, linear.bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not gemm_available("mkl", torch.float32), reason="this torch build has no MKL")
+@pytest.mark.parametrize("bias", [False, True])
+def test_mkl_reads_its_packed_weight_at_every_row_count(bias):
+    # The packed copy holds another weight than the layer's own: a call that fell back to F.linear
+    # on the original (torch does where the rows differ from the batch size it is given) would
+    # return the original's product. MKL packs once, for whatever row count comes.
+    torch.manual_seed(0)
+    layer = PackedLinear(nn.Linear(160, 96, bias=bias), "mkl")
+    other = torch.randn_like(layer.weight) / 160**0.5  # outputs ~1, as nn.Linear's own weights give
+    with torch.no_grad():
+        layer.packed_weight = torch.ops.mkl._mkl_reorder_linear_weight(other, 3)
+    for rows in [*range(1, 70), 127, 128, 129, 255, 256, 257, 264, 300, 511, 512, 520, 600]:
+        x = torch.randn(rows, 160)
+        with torch.inference_mode():
+            want = F.linear(x.double(), other.double(), None if layer.bias is None else layer.bias.double())
+            torch.testing.assert_close(layer._packed(x).double(), want, rtol=1e-5, atol=1e-5,
+                                       msg=lambda m: f"{rows} rows: {m}")
 
 
 def test_packing_shares_the_parameters_so_tied_weights_and_state_dict_are_unchanged():
@@ -49,5 +69,5 @@ def test_packing_shares_the_parameters_so_tied_weights_and_state_dict_are_unchan
 def test_engine_gives_the_same_tokens_with_either_cpu_linear():
     prompts = [torch.randint(0, 4096, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 40, 90)]
     outs = [LLM("tiny", device="cpu", dtype="float32", cpu_linear=kind, chunk_size=32).generate(prompts, 12)
-            for kind in ("aten", "onednn")]
-    assert outs[0] == outs[1]
+            for kind in ("aten", "onednn", "auto")]
+    assert outs[0] == outs[1] == outs[2]

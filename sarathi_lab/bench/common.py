@@ -19,8 +19,9 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     if engine:
-        parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="onednn",
-                            help="the engine's CPU linear layers: oneDNN over packed weights, or F.linear (MKL)")
+        parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
+                            help="the engine's CPU linear layers over packed weights (auto: MKL's GEMM in "
+                                 "float32, oneDNN's otherwise; onednn: oneDNN's in every dtype), or F.linear (aten)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:

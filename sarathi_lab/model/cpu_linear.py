@@ -1,4 +1,4 @@
-"""Linear layers on the CPU through oneDNN, with each weight re-laid out once at load time.
+"""Linear layers on the CPU over weights re-laid out once at load time: oneDNN's or MKL's GEMM.
 
 Why: ``F.linear`` on the CPU calls MKL's GEMM, which at the row counts of decode batches runs far
 below the machine's rate (at 8 rows it reads cpu-small's weights at ~5 GB/s where a copy runs at
@@ -16,6 +16,12 @@ load time finds it faster: oneDNN's packed path was 1.6x (float32) / 1.8x (bfloa
 MKL's GEMV with torch 2.13, while an earlier torch re-ordered the packed weight on every one-row
 call (100x slower). The packed copies triple the linear weights'
 memory (double for float16); ``EngineConfig(cpu_linear="aten")`` opts out.
+
+In float32, where torch has MKL, ``cpu_linear="auto"`` gives the rows above ``SMALL_ROWS`` to MKL's
+packed SGEMM instead of oneDNN (what torch.compile's freezing pass and IPEX emit for a float32
+linear): on a Sapphire Rapids-class Xeon, prefill and hybrid iterations of cpu-small ran 1.10-1.14x
+faster and decode-32 1.05x, measured side by side in one process; held to AVX2 there, 1.00-1.07x
+(benchmarks/RESULTS.md, session 19). ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
 """
 from __future__ import annotations
 
@@ -30,6 +36,10 @@ from sarathi_lab.engine.timer import best_time
 # The row count oneDNN packs the weight for; measured on cpu-small, any hint from 2 to 512 gives
 # within 10% of the best layout at every row count from 2 to 512.
 _PACK_ROWS_HINT = 8
+# The row count MKL packs the weight for. Any packing serves every row count (tested), but its speed
+# depends on this: cpu-small's GEMMs at 17-512 rows ran fastest packed for 128-256 rows and up to 2x
+# slower packed for 8 (Xeon with AMX; held to AVX2, 256 within 2% of the best at 17-512 rows).
+_MKL_PACK_ROWS = 256
 # How much faster the packed path must be on one row to take it (measured 1.6-1.8x where it wins,
 # 100x slower where it loses).
 _CLEAR_WIN = 1.2
@@ -37,6 +47,9 @@ _CLEAR_WIN = 1.2
 # oneDNN up to 12 rows and, once it prefetched its weights (session 10), 1.14-1.5x at 13-16 rows with
 # AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
+
+
+GEMMS = ("mkl", "onednn")
 
 
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
@@ -48,23 +61,47 @@ def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
     return dtype not in reduced or getattr(torch.ops.mkldnn, reduced[dtype])()
 
 
+def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
+    """Whether ``gemm`` (one of GEMMS) can run packed ``dtype`` weights here; MKL's is float32 only."""
+    if gemm == "mkl":
+        return dtype == torch.float32 and torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+    return onednn_available(dtype)
+
+
+def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
+    """The GEMM that ``cpu_linear`` ("auto" or "onednn") gives the rows above SMALL_ROWS in ``dtype``,
+    or None where none can run it (the engine then keeps nn.Linear)."""
+    if cpu_linear == "auto" and gemm_available("mkl", dtype):
+        return "mkl"
+    return "onednn" if gemm_available("onednn", dtype) else None
+
+
 class PackedLinear(nn.Module):
     """The same parameters as the ``nn.Linear`` it replaces (shared, so tied embeddings and
-    ``state_dict`` are unchanged) plus packed copies of the weight: the one oneDNN reads, and
-    (float32, bfloat16, kernels built) the one sarathi_kernels' few-row linear reads."""
+    ``state_dict`` are unchanged) plus packed copies of the weight: the one ``gemm`` (oneDNN or MKL)
+    reads, and (float32, bfloat16, kernels built) the one sarathi_kernels' few-row linear reads."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, gemm: str = "onednn"):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
+        self.gemm = gemm
         with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _PACK_ROWS_HINT)
+            if gemm == "mkl":
+                packed = torch.ops.mkl._mkl_reorder_linear_weight(linear.weight.detach(), _MKL_PACK_ROWS)
+            else:
+                packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _PACK_ROWS_HINT)
         self.register_buffer("packed_weight", packed, persistent=False)
         small = cpu_ops.pack_linear(linear.weight.detach()) if cpu_ops.supports(linear.weight) else None
         self.register_buffer("small_rows_weight", small, persistent=False)
         self.one_row_packed = False  # set by pack_linears' probe
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gemm == "mkl":
+            # torch reads the packed weight only where the rows equal the batch size passed here (else
+            # it runs F.linear on the original), but MKL's packed weight serves any row count, so the
+            # rows themselves are passed (tests/test_cpu_linear.py checks every count from 1 to 600).
+            return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias, x.numel() // x.shape[-1])
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
     def _aten(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,11 +131,11 @@ def _one_row_packed_wins(layer: PackedLinear, reps: int = 5) -> bool:
     return packed * _CLEAR_WIN < aten
 
 
-def pack_linears(module: nn.Module) -> None:
-    """Replace every ``nn.Linear`` under ``module`` (inputs [tokens, features]) by a PackedLinear. Where
-    sarathi_kernels' linear cannot take one row, it goes the way a probe on the largest layer finds
-    faster on this machine."""
-    packed = list(_replace(module))
+def pack_linears(module: nn.Module, gemm: str = "onednn") -> None:
+    """Replace every ``nn.Linear`` under ``module`` (inputs [tokens, features]) by a PackedLinear over
+    ``gemm``. Where sarathi_kernels' linear cannot take one row, it goes the way a probe on the largest
+    layer finds faster on this machine."""
+    packed = list(_replace(module, gemm))
     if not packed:
         return
     largest = max(packed, key=lambda m: m.weight.numel())
@@ -108,10 +145,10 @@ def pack_linears(module: nn.Module) -> None:
             layer.one_row_packed = one_row
 
 
-def _replace(module: nn.Module):
+def _replace(module: nn.Module, gemm: str):
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, PackedLinear(child))
+            setattr(module, name, PackedLinear(child, gemm))
             yield getattr(module, name)
         else:
-            yield from _replace(child)
+            yield from _replace(child, gemm)

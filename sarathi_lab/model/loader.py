@@ -10,7 +10,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend
-from sarathi_lab.model.cpu_linear import onednn_available, pack_linears
+from sarathi_lab.model.cpu_linear import pack_linears, packed_gemm
 from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
 from sarathi_lab.model.presets import PRESETS
 
@@ -87,12 +87,13 @@ def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend,
     else:
         _load_safetensors(lm, Path(model))
     lm = lm.to(dtype).eval()
-    if device.type == "cpu" and cpu_linear == "onednn":
-        if onednn_available(dtype):
-            pack_linears(lm)
+    if device.type == "cpu" and cpu_linear != "aten":
+        gemm = packed_gemm(cpu_linear, dtype)
+        if gemm:
+            pack_linears(lm, gemm)
         else:
-            log.warning("cpu_linear='onednn' runs as 'aten': this torch build's oneDNN cannot run %s on this CPU",
-                        dtype)
+            log.warning("cpu_linear=%r runs as 'aten': this torch build's oneDNN cannot run %s on this CPU",
+                        cpu_linear, dtype)
     return lm
 
 

@@ -78,11 +78,11 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
     ``max_batch_size`` full-context requests (the paper's preallocation), capped by memory.
     Refuses (ConfigError) whatever would not fit beside the weights."""
     block_bytes = kv_bytes_per_token(hf, dtype) * cfg.block_size
-    # oneDNN keeps a packed copy of every linear weight beside the original, and in float32 and
+    # oneDNN or MKL keeps a packed copy of every linear weight beside the original, and in float32 and
     # bfloat16 the few-row kernel another (model/cpu_linear.py); the rotary tables hold a float32
     # cos and sin per position (and as much again while built).
     copies = 1
-    if device.type == "cpu" and cfg.cpu_linear == "onednn":
+    if device.type == "cpu" and cfg.cpu_linear != "aten":
         copies = 3 if dtype in cpu_ops.DTYPES else 2
     weights = weight_bytes(hf, dtype) * copies + 4 * context * head_dim_of(hf) * 4
     available = device_memory_bytes(device) if available is None else available

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from sarathi_lab.engine.timer import best_time, make_clock
-from sarathi_lab.model.cpu_linear import PackedLinear, onednn_available
+from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, gemm_available
 
 
 @dataclass
@@ -52,13 +52,14 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
     out = torch.empty(n, n, device=device, dtype=dtype)
     clock_fn = make_clock(clock, device)
     t = best_time(lambda: torch.mm(a, b, out=out), reps, clock_fn)
-    if torch.device(device).type == "cpu" and onednn_available(dtype) and dtype in (torch.float32, torch.bfloat16):
-        # The engine's CPU linear layers run oneDNN over packed weights, which beats torch.mm's MKL
-        # GEMM by up to 1.3x on some CPUs; a ceiling below what the engine reaches gives floors
+    if torch.device(device).type == "cpu" and dtype in (torch.float32, torch.bfloat16):
+        # The engine's CPU linear layers run oneDNN or MKL over packed weights, which beat torch.mm's
+        # MKL GEMM by up to 1.3x on some CPUs; a ceiling below what the engine reaches gives floors
         # that the engine "beats".
-        packed = PackedLinear(nn.Linear(n, n, bias=False, dtype=dtype))
-        with torch.no_grad():
-            t = min(t, best_time(lambda: packed(a), reps, clock_fn))
+        for gemm in (g for g in GEMMS if gemm_available(g, dtype)):
+            packed = PackedLinear(nn.Linear(n, n, bias=False, dtype=dtype), gemm)
+            with torch.no_grad():
+                t = min(t, best_time(lambda: packed(a), reps, clock_fn))
     return 2 * n**3 / t / 1e9
 
 
