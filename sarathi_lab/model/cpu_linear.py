@@ -19,9 +19,9 @@ memory (double for float16); ``EngineConfig(cpu_linear="aten")`` opts out.
 
 In float32, where torch has MKL, ``cpu_linear="auto"`` gives the rows above ``SMALL_ROWS`` to MKL's
 packed SGEMM instead of oneDNN (what torch.compile's freezing pass and IPEX emit for a float32
-linear): on a Sapphire Rapids-class Xeon, prefill and hybrid iterations of cpu-small ran 1.10-1.14x
-faster and decode-32 1.05x, measured side by side in one process; held to AVX2 there, 1.00-1.07x
-(benchmarks/RESULTS.md, session 19). ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
+linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill iterations ran 1.07-1.14x faster,
+hybrid 1.06-1.10x and decode-32 1.02-1.05x, measured side by side in one process; held to AVX2 there,
+1.00-1.07x (benchmarks/RESULTS.md, session 19). ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ class PackedLinear(nn.Module):
             # torch reads the packed weight only where the rows equal the batch size passed here (else
             # it runs F.linear on the original), but MKL's packed weight serves any row count, so the
             # rows themselves are passed (tests/test_cpu_linear.py checks every count from 1 to 600).
-            return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias, x.numel() // x.shape[-1])
+            return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias, x.shape[0])
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
     def _aten(self, x: torch.Tensor) -> torch.Tensor:
