@@ -24,7 +24,7 @@ ATTENTIONS = ("auto", "torch", "triton")
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
 DEVICES = ("auto", "cpu", "cuda")
-CPU_LINEARS = ("auto", "onednn", "aten")
+CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
 EXECUTORS = ("model", "sim")
 SIM_COST_MODELS = ("roofline", "profile")
 # numpy's and torch's generators both take seeds in [0, 2**64).
@@ -74,9 +74,10 @@ class EngineConfig:
     warmup_iters: int = 2
     num_threads: int | None = None
     # CPU linear layers: "auto" packs each weight once for the few-row kernel of decode batches and
-    # once for the GEMM of larger ones, MKL's packed SGEMM in float32 (where torch has MKL) and oneDNN's
-    # matmul otherwise; "onednn" takes oneDNN's for every dtype (faster than F.linear at every row
-    # count, three times the weights' memory; see model/cpu_linear.py); "aten" keeps F.linear (MKL).
+    # once for the GEMM of larger ones, MKL's packed SGEMM in float32 on an Intel CPU (where it was
+    # measured faster) and oneDNN's matmul otherwise; "mkl" takes MKL's in float32 on any CPU; "onednn"
+    # oneDNN's for every dtype (faster than F.linear at every row count, three times the weights'
+    # memory; see model/cpu_linear.py); "aten" keeps F.linear (MKL).
     cpu_linear: str = "auto"
     # What runs a scheduled batch: "model" (the real forward pass on `device`) or "sim" (no weights:
     # a cost model predicts each iteration's time on `sim_device` and a virtual clock advances by it).
@@ -153,6 +154,17 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor string ("GenuineIntel", "AuthenticAMD"; "" where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith("vendor_id")), "")
+    except OSError:
+        line = ""
+    return line.partition(":")[2].strip()
 
 
 @functools.cache

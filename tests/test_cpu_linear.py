@@ -12,7 +12,7 @@ from torch import nn
 
 from sarathi_lab import LLM
 from sarathi_lab.attention import make_backend
-from sarathi_lab.model import PRESETS, CausalLM
+from sarathi_lab.model import PRESETS, CausalLM, cpu_linear
 from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, gemm_available, onednn_available, pack_linears
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
@@ -69,5 +69,17 @@ def test_packing_shares_the_parameters_so_tied_weights_and_state_dict_are_unchan
 def test_engine_gives_the_same_tokens_with_either_cpu_linear():
     prompts = [torch.randint(0, 4096, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 40, 90)]
     outs = [LLM("tiny", device="cpu", dtype="float32", cpu_linear=kind, chunk_size=32).generate(prompts, 12)
-            for kind in ("aten", "onednn", "auto")]
-    assert outs[0] == outs[1] == outs[2]
+            for kind in ("aten", "onednn", "mkl", "auto")]
+    assert all(out == outs[0] for out in outs)
+
+
+@pytest.mark.parametrize("vendor, auto", [("GenuineIntel", "mkl"), ("AuthenticAMD", "onednn"), ("", "onednn")])
+@pytest.mark.skipif(not (gemm_available("mkl", torch.float32) and onednn_available()), reason="needs MKL and oneDNN")
+def test_auto_takes_mkl_only_on_an_intel_cpu(monkeypatch, vendor, auto):
+    # MKL picks its code path by vendor and was measured faster only on an Intel CPU.
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: vendor)
+    assert cpu_linear.packed_gemm("auto", torch.float32) == auto
+    assert cpu_linear.packed_gemm("mkl", torch.float32) == "mkl"
+    assert cpu_linear.packed_gemm("onednn", torch.float32) == "onednn"
+    if onednn_available(torch.bfloat16):
+        assert cpu_linear.packed_gemm("mkl", torch.bfloat16) == "onednn"  # MKL's packed GEMM is float32 only

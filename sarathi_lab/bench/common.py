@@ -21,7 +21,8 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
     if engine:
         parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
                             help="the engine's CPU linear layers over packed weights (auto: MKL's GEMM in "
-                                 "float32, oneDNN's otherwise; onednn: oneDNN's in every dtype), or F.linear (aten)")
+                                 "float32 on an Intel CPU, oneDNN's otherwise; mkl: MKL's in float32 on any "
+                                 "CPU; onednn: oneDNN's in every dtype), or F.linear (aten)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:

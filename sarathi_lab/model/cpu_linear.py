@@ -17,11 +17,15 @@ MKL's GEMV with torch 2.13, while an earlier torch re-ordered the packed weight 
 call (100x slower). The packed copies triple the linear weights'
 memory (double for float16); ``EngineConfig(cpu_linear="aten")`` opts out.
 
-In float32, where torch has MKL, ``cpu_linear="auto"`` gives the rows above ``SMALL_ROWS`` to MKL's
-packed SGEMM instead of oneDNN (what torch.compile's freezing pass and IPEX emit for a float32
-linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill iterations ran 1.07-1.14x faster,
-hybrid 1.06-1.10x and decode-32 1.02-1.05x, measured side by side in one process; held to AVX2 there,
-1.00-1.07x (benchmarks/RESULTS.md, session 19). ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
+In float32 on an Intel CPU, where torch has MKL, ``cpu_linear="auto"`` gives the rows above
+``SMALL_ROWS`` to MKL's packed SGEMM instead of oneDNN (what torch.compile's freezing pass and IPEX
+emit for a float32 linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill iterations ran
+1.07-1.14x faster, hybrid 1.06-1.10x and decode-32 1.02-1.05x, measured side by side in one process;
+held to AVX2 there, 1.00-1.07x (benchmarks/RESULTS.md, session 19). On other vendors' CPUs "auto"
+keeps oneDNN: MKL picks its code path by vendor, it has fallen back to SSE code for SGEMM on AMD CPUs
+before (pytorch/builder#504), and its packed GEMM has not been measured on one here, while oneDNN's
+was on an AMD EPYC Zen 4 (sessions 5-11). ``cpu_linear="mkl"`` takes MKL's in float32 on any CPU, to
+measure it there; ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import torch.nn.functional as F
 from sarathi_kernels import cpu_ops
 from torch import nn
 
+from sarathi_lab.config import cpu_vendor
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
 
@@ -69,9 +74,11 @@ def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
 
 
 def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
-    """The GEMM that ``cpu_linear`` ("auto" or "onednn") gives the rows above SMALL_ROWS in ``dtype``,
-    or None where none can run it (the engine then keeps nn.Linear)."""
-    if cpu_linear == "auto" and gemm_available("mkl", dtype):
+    """The GEMM that ``cpu_linear`` ("auto", "mkl" or "onednn") gives the rows above SMALL_ROWS in
+    ``dtype``, or None where none can run it (the engine then keeps nn.Linear). MKL's runs float32
+    only: other dtypes go to oneDNN's under "mkl" too."""
+    wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto" and cpu_vendor() == "GenuineIntel")
+    if wants_mkl and gemm_available("mkl", dtype):
         return "mkl"
     return "onednn" if gemm_available("onednn", dtype) else None
 
