@@ -157,17 +157,6 @@ def _cuda_available() -> bool:
 
 
 @functools.cache
-def cpu_vendor() -> str:
-    """The CPU's vendor string ("GenuineIntel", "AuthenticAMD"; "" where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next((line for line in f if line.startswith("vendor_id")), "")
-    except OSError:
-        line = ""
-    return line.partition(":")[2].strip()
-
-
-@functools.cache
 def cpu_has_bf16_units() -> bool:
     import torch
 

@@ -44,13 +44,18 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sarathi_lab" / "kernels"
 
 
-def _cpu_flags() -> str:
+def cpuinfo(field: str) -> str:
+    """The first CPU's ``field`` in /proc/cpuinfo ("flags", "vendor_id", ...); "" where it cannot be read."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
+            line = next((line for line in f if line.startswith(field)), "")
     except OSError:
-        flags = ""
-    return " ".join(sorted(flags.partition(":")[2].split())) or platform.processor()
+        line = ""
+    return line.partition(":")[2].strip()
+
+
+def _cpu_flags() -> str:
+    return " ".join(sorted(cpuinfo("flags").split())) or platform.processor()
 
 
 def compile_flags(march: str | None = None) -> list[str]:

@@ -32,9 +32,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from sarathi_kernels import cpu_ops
+from sarathi_kernels.cpu_build import cpuinfo
 from torch import nn
 
-from sarathi_lab.config import cpu_vendor
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
 
@@ -77,7 +77,7 @@ def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
     """The GEMM that ``cpu_linear`` ("auto", "mkl" or "onednn") gives the rows above SMALL_ROWS in
     ``dtype``, or None where none can run it (the engine then keeps nn.Linear). MKL's runs float32
     only: other dtypes go to oneDNN's under "mkl" too."""
-    wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto" and cpu_vendor() == "GenuineIntel")
+    wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto" and cpuinfo("vendor_id") == "GenuineIntel")
     if wants_mkl and gemm_available("mkl", dtype):
         return "mkl"
     return "onednn" if gemm_available("onednn", dtype) else None
