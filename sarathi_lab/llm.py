@@ -18,6 +18,7 @@ from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.model import build_model, load_config
 from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.model.executor import ModelExecutor
+from sarathi_lab.model.cpu_linear import linear_gemm
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
 from sarathi_lab.model.runner import ModelRunner
@@ -35,6 +36,7 @@ class LLM:
             from sarathi_lab.sim import build_simulation  # the simulator sits above the engine
 
             self.dtype = getattr(torch, cfg.dtype)  # the simulated device's dtype: no CPU fallback applies
+            self.cpu_gemm = None
             clock = VirtualClock()
             executor, self.num_kv_blocks = build_simulation(cfg, self.model_config, clock)
         else:
@@ -59,6 +61,7 @@ class LLM:
         backend = make_backend(cfg.attention, device)
         self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, dtype, device, cfg.seed,
                                  cfg.cpu_linear)
+        self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None
         self.kv_caches = self._allocate_kv_cache()
         clock = WallClock(torch.cuda.synchronize if device.type == "cuda" else None)
         return ModelExecutor(ModelRunner(self.model, self.kv_caches, cfg.block_size, device), clock), clock

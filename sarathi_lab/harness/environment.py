@@ -11,11 +11,15 @@ from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.profiling.machine import device_name
 
 
-def collect_environment(device: torch.device, dtype: torch.dtype, load: dict[str, Any]) -> dict[str, Any]:
+def collect_environment(device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
+                        load: dict[str, Any]) -> dict[str, Any]:
     return {
         "device": str(device),
         # The dtype that ran, which the engine may have changed (bfloat16 on a CPU without bf16 units).
         "dtype": str(dtype).removeprefix("torch."),
+        # The GEMM the CPU's linear layers ran on (model/cpu_linear.py), which cpu_linear=auto picks
+        # by the CPU's vendor; None off the CPU.
+        "cpu_gemm": cpu_gemm,
         "device_name": device_name(device),
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -152,6 +152,13 @@ def pack_linears(module: nn.Module, gemm: str = "onednn") -> None:
             layer.one_row_packed = one_row
 
 
+def linear_gemm(module: nn.Module) -> str:
+    """The GEMM that rows above SMALL_ROWS of ``module``'s linear layers run on: one of GEMMS, or
+    "aten" where they were not packed (``cpu_linear="auto"`` picks by the CPU's vendor, so a run
+    records which one ran)."""
+    return next((m.gemm for m in module.modules() if isinstance(m, PackedLinear)), "aten")
+
+
 def _replace(module: nn.Module, gemm: str):
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
