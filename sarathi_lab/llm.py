@@ -16,9 +16,9 @@ from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.model import build_model, load_config
+from sarathi_lab.model.cpu_linear import linear_gemm
 from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.model.executor import ModelExecutor
-from sarathi_lab.model.cpu_linear import linear_gemm
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
 from sarathi_lab.model.runner import ModelRunner

@@ -57,16 +57,18 @@ def run(args) -> pd.DataFrame:
             warnings.simplefilter("ignore")
             llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
                       device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
+        gemm = llm.cpu_gemm
         row = {"scheduler": name} | measure(llm, prompts, new_tokens)
         row["target"], row["met"] = TARGET, row["overhead_frac"] < TARGET
         rows.append(row)
         del llm
     print(describe_machine(args.device))
-    print(f"# model {args.model} | dtype {args.dtype} | {len(prompts)} requests, prompts {args.prompt_len},"
+    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm}) | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
     table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")
     if args.out:
-        write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear})
+        write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
+                                      "cpu_gemm": gemm})
     return table
 
 

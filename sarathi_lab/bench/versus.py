@@ -194,9 +194,11 @@ def run(args) -> pd.DataFrame:
                              "first_token_agree": first, "agree_prefix_frac": prefix,
                              "overhead_frac": overheads.get(name, float("nan"))})
     frame = pd.DataFrame(rows)
+    gemm = next((llm.cpu_gemm for llm in engines.values()), None)
     print(describe_machine("cpu"))
     print(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | threads {args.threads}"
-          f" | median of {args.reps} interleaved rounds after an untimed one | load1 at start {load:.2f}")
+          f" | cpu_linear {args.cpu_linear} ({gemm}) | median of {args.reps} interleaved rounds after an untimed one"
+          f" | load1 at start {load:.2f}")
     for wname, w in workloads.items():
         print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
               f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {w.token_budget}, batch {w.batch_size}")
@@ -204,7 +206,8 @@ def run(args) -> pd.DataFrame:
                             " transformers' time / this system's)", "{:.3f}")
     _print_targets(frame)
     if args.out:
-        write_table(frame, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear})
+        write_table(frame, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
+                                      "cpu_gemm": gemm})
     return frame
 
 
