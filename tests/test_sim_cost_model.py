@@ -42,6 +42,8 @@ def test_a_bad_device_value_fails_with_one_line():
         dataclasses.replace(load_device("h100"), bandwidth_efficiency=1.5)
     with pytest.raises(ConfigError, match=r"peak_flops=nan is invalid"):
         dataclasses.replace(load_device("h100"), peak_flops=float("nan"))
+    with pytest.raises(ConfigError, match=r"^sim.device.h100.kv_reread=1 is invalid: must be true or false$"):
+        dataclasses.replace(load_device("h100"), kv_reread=1)
     with pytest.raises(ConfigError, match=r"sim_device='tpu' is invalid: allowed values are a100, a6000"):
         CostModel.for_device("tpu")
 
@@ -82,6 +84,12 @@ def test_roofline_attention_by_hand():
     # Chunk of 3 tokens after 5 cached: rows see 6, 7, 8 keys = 21 pairs; queries padded 3 -> 4;
     # 4 flops per pair per head-dim element: 4 * 64 * 21 * 4 / 3 flops at 1 MFLOP/s (compute bound).
     assert cm.prefill_attention_s(3, 8) == pytest.approx(4 * 64 * 21 * 4 / 3 / 1e6)
+    # Memory bound: 2 * 32 * 2 bytes of K/V per context token and read, plus each query's q/o and new
+    # K/V (256 + 256). 9 queries are 3 blocks of 4, each reading the context; once without rereads.
+    slow = bare("a100", attention_tile=4, attention_bandwidth_efficiency=1.0, memory_bandwidth=1e9, peak_flops=1e18)
+    assert RooflineCostModel(slow, config).prefill_attention_s(9, 100) == pytest.approx((3 * 100 * 256 + 9 * 512) / 1e9)
+    once = RooflineCostModel(dataclasses.replace(slow, kv_reread=False), config)
+    assert once.prefill_attention_s(9, 100) == pytest.approx((100 * 256 + 9 * 512) / 1e9)
     # Decodes are memory bound: 2 * 64 * 2 bytes per cached token, plus q/o and the new K/V.
     fast = bare("a100", attention_bandwidth_efficiency=1.0, memory_bandwidth=1e9)
     expected = ((10 + 20) * 256 + 2 * (256 + 256)) / 1e9

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("sarathi_lab.engine.executor", reason="the engine's executor seam is not merged yet")
 
 from sarathi_lab import LLM
-from sarathi_lab.config import EngineConfig
+from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.model import PRESETS
 from sarathi_lab.sim import CostModel, simulated_kv_blocks
 
@@ -72,6 +72,16 @@ def test_kv_capacity_follows_the_simulated_device_memory():
     assert small.num_kv_blocks == simulated_kv_blocks(small.config, PRESETS["llama-13b"])
     assert 18 * 1024 <= small.kv_capacity_tokens < big.kv_capacity_tokens
     assert LLM("llama-13b", executor="sim", sim_device="a6000", num_kv_blocks=7).num_kv_blocks == 7
+
+
+@pytest.mark.parametrize("key, value, blocks, size", [("num_kv_blocks", 10**7, 10**7, "122070.3"),
+                                                       ("kv_cache_gb", 5000, 409600, "5000.0")])
+def test_an_explicit_kv_cache_larger_than_the_simulated_device_is_refused(key, value, blocks, size):
+    # As the real engine refuses one larger than its device (model/memory.py), before anything runs.
+    # LLaMA-13B: 16 tokens x 40 layers x 2 x 5120 x 2 bytes per block; 26 GB of weights on a 48 GB A6000.
+    with pytest.raises(ConfigError, match=rf"^{key}={value} is invalid: {blocks} blocks of 13107200 bytes take {size} "
+                                          r"GiB, more than the 23\.7 GiB left on sim_device='a6000' beside the weights$"):
+        LLM("llama-13b", executor="sim", sim_device="a6000", **{key: value})
 
 
 def test_simulated_requests_run_to_their_token_budget():

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from sarathi_lab import LLM
+from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import CostModel
 
 pytestmark = pytest.mark.e2e
@@ -54,6 +55,18 @@ def test_profile_cost_model_interpolates_the_measured_table(profiled):
     assert times == sorted(times)
     with pytest.warns(UserWarning, match="extrapolated"):
         assert cm.iteration_cost(decodes=[500] * 9).extrapolated
+
+
+def test_a_profile_measured_in_another_dtype_is_refused(profiled):
+    root, _, _ = profiled
+    path = root / "cpu" / "tiny.csv"
+    measured = json.loads(path.with_suffix(".json").read_text())["engine"]["torch_dtype"]
+    other = "float16" if measured == "float32" else "float32"
+    with pytest.raises(ConfigError, match=rf"^dtype='{other}' is invalid with the profile {path}: it was measured in "
+                                          rf"{measured} \(run task=profile in {other}, or simulate in {measured}\)$"):
+        CostModel.for_device("cpu", model="tiny", cost_model="profile", dtype=other, profile=path)
+    # bfloat16 is what the engine ran where it ran float32 (no bf16 units), so the profile serves it.
+    assert CostModel.for_device("cpu", model="tiny", cost_model="profile", dtype="bfloat16", profile=path)
 
 
 def test_a_simulated_run_on_the_measured_profile(profiled, monkeypatch):

@@ -8,26 +8,31 @@ from transformers import PretrainedConfig
 from sarathi_lab.config import DTYPE_BYTES, ConfigError, EngineConfig
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import load_device
-from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens
+from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens, weight_bytes
 
 if TYPE_CHECKING:
     from sarathi_lab.engine.clock import VirtualClock
 
 
 def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
-    """An explicit block count or memory budget wins, as in the real engine; otherwise the simulated
-    device's memory after the weights and the activations of the largest iteration a chunking
-    scheduler builds (its chunk or budget plus one token per running decode)."""
+    """An explicit block count or memory budget wins, as in the real engine, if it fits on the
+    simulated device beside the weights; otherwise the device's memory after the weights and the
+    activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
+    token per running decode)."""
     elem = DTYPE_BYTES[cfg.dtype]
     block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
-    if cfg.num_kv_blocks is not None:
-        return cfg.num_kv_blocks
-    if cfg.kv_cache_gb is not None:
-        blocks = int(cfg.kv_cache_gb * 2**30 // block_bytes)
+    device = load_device(cfg.sim_device, cfg.dtype)
+    if cfg.num_kv_blocks is not None or cfg.kv_cache_gb is not None:
+        key = "num_kv_blocks" if cfg.num_kv_blocks is not None else "kv_cache_gb"
+        blocks = cfg.num_kv_blocks if key == "num_kv_blocks" else int(cfg.kv_cache_gb * 2**30 // block_bytes)
         if blocks < 1:
             raise ConfigError(f"kv_cache_gb={cfg.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
+        room = device.memory_bytes - weight_bytes(config, elem)
+        if blocks * block_bytes > room:
+            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {blocks} blocks of {block_bytes} bytes take "
+                              f"{blocks * block_bytes / 2**30:.1f} GiB, more than the {max(room, 0) / 2**30:.1f} GiB "
+                              f"left on sim_device={cfg.sim_device!r} beside the weights")
         return blocks
-    device = load_device(cfg.sim_device, cfg.dtype)
     max_tokens = max(cfg.chunk_size, cfg.budget) + cfg.max_batch_size
     return kv_capacity_tokens(device, config, elem, max_tokens) // cfg.block_size
 

@@ -78,8 +78,9 @@ class CostModel(abc.ABC):
 
             return RooflineCostModel(load_device(device, dtype), config, dtype)
         if cost_model == "profile":
+            from sarathi_lab.sim.device import device_dtype
             from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
 
             path = Path(profile) if profile is not None else profile_path(device, model)
-            return ProfileCostModel.from_csv(path, config, dtype)
+            return ProfileCostModel.from_csv(path, config, device_dtype(device, dtype))
         raise ConfigError(f"sim_cost_model={cost_model!r} is invalid: allowed values are {', '.join(SIM_COST_MODELS)}")

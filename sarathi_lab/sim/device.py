@@ -31,7 +31,8 @@ class Device:
     memory_bandwidth: float
     memory_bytes: int
     # GEMMs pad the token dimension to a multiple of this; attention pads each chunk's queries to
-    # attention_tile and re-reads the chunk's keys/values once per padded query block.
+    # attention_tile and, where kv_reread, reads the chunk's keys/values from memory once per padded
+    # query block (each block of a GPU flash kernel streams them), else once per chunk.
     tile_tokens: int
     attention_tile: int
     # Shares of the ceilings that real kernels reach.
@@ -43,12 +44,15 @@ class Device:
     kernel_floor_s: float
     host_overhead_s: float
     host_per_token_s: float
+    kv_reread: bool = True
     sources: tuple[str, ...] = field(default=())
 
     def __post_init__(self):
+        if not isinstance(self.kv_reread, bool):
+            raise ConfigError(f"sim.device.{self.name}.kv_reread={self.kv_reread!r} is invalid: must be true or false")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("name", "sources"):
+            if f.name in ("name", "sources", "kv_reread"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be a finite number")
@@ -82,18 +86,28 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sarathi_lab"
 
 
+def device_dtype(device: str, dtype: str) -> str:
+    """The dtype ``device`` runs when asked for ``dtype``: a CPU without bf16 matrix instructions runs
+    bfloat16 as float32, as the engine does (EngineConfig.torch_dtype)."""
+    from sarathi_lab.config import cpu_has_bf16_units
+
+    return "float32" if device == "cpu" and dtype == "bfloat16" and not cpu_has_bf16_units() else dtype
+
+
 @functools.cache
 def cpu_device(dtype: str = "bfloat16") -> Device:
     """The running CPU in the devices' form. Its ceilings are what it measured, so the efficiencies
     are 1 and there are no tiles (oneDNN's micro-kernels block rows by 16 or fewer, far below the
-    token counts that matter); host overheads are left to the profile cost model."""
+    token counts that matter); host overheads are left to the profile cost model. A chunk's keys and
+    values come from memory about once: the prefill kernel copies each (request, kv head)'s context
+    out of the cache once per thread and its query tiles re-read that copy from cache
+    (csrc/paged_prefill_cpu.cpp), where counting a read per query token put the floor above measured
+    times (chunk 512 after 783 cached tokens: 3.55 s predicted against 0.61 s measured)."""
     import torch
 
-    from sarathi_lab.config import cpu_has_bf16_units
     from sarathi_lab.profiling.machine import cpu_name
 
-    if dtype == "bfloat16" and not cpu_has_bf16_units():
-        dtype = "float32"  # what the engine itself falls back to (EngineConfig.torch_dtype)
+    dtype = device_dtype("cpu", dtype)
     threads = torch.get_num_threads()
     key = f"{cpu_name()}|{threads}|{dtype}"
     path = _cache_dir() / "cpu_ceilings.json"
@@ -110,5 +124,5 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
                   memory_bandwidth=measured["copy_gbps"] * 1e9, memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
                   tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0, attention_flops_efficiency=1.0,
                   bandwidth_efficiency=1.0, attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0,
-                  host_overhead_s=0.0, host_per_token_s=0.0,
+                  host_overhead_s=0.0, host_per_token_s=0.0, kv_reread=False,
                   sources=(f"measured on {cpu_name()} with {threads} threads in {dtype}, cached in {path}",))

@@ -15,6 +15,7 @@ per chunk, the decodes' attention at their mean context, the LM head's extra row
 """
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 import pandas as pd
 from transformers import PretrainedConfig
 
+from sarathi_lab.config import ConfigError
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.interpolate import Curve, Surface
 
@@ -84,9 +86,17 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def from_csv(cls, path: str | Path, config: PretrainedConfig, dtype: str = "bfloat16") -> ProfileCostModel:
+        """The profile at ``path``, for a run in ``dtype``: refused if its description (the .json
+        task=profile writes beside it) says it was measured in another dtype, whose times differ."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and model first")
+        description = path.with_suffix(".json")
+        if description.is_file():
+            measured = json.loads(description.read_text()).get("engine", {}).get("torch_dtype")
+            if measured is not None and measured != dtype:
+                raise ConfigError(f"dtype={dtype!r} is invalid with the profile {path}: it was measured in {measured}"
+                                  f" (run task=profile in {dtype}, or simulate in {measured})")
         return cls(pd.read_csv(path), config, dtype, source=str(path))
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:

@@ -7,7 +7,8 @@ Per decoder layer (times the layer count):
   paper's 256 -> 257 token step), bytes (K * N + T * K + T * N) * elem;
 - prefill attention, one kernel per chunk of c tokens with context x: flops 4 * heads * head_dim *
   (causally visible pairs), queries padded to the attention tile; bytes: the chunk's keys/values
-  read once per query block (FlashAttention streams K/V once per block), q/o and the new K/V;
+  read once per query block (FlashAttention streams K/V once per block; once per chunk where the
+  device says kv_reread is false), q/o and the new K/V;
 - decode attention, one kernel over all decodes: bytes of every cached key/value read;
 - pointwise work (two residual RMSNorms, rotary, SiLU * up): bytes only.
 Then the embedding rows, the LM head over the sampled rows, and the host's work per iteration.
@@ -73,7 +74,8 @@ class RooflineCostModel(CostModel):
         tile = self.device.attention_tile
         padded = _ceil_to(chunk, tile)
         flops = self.attn_flops_per_pair * visible_pairs(chunk, context) * padded / chunk
-        nbytes = (padded // tile) * context * self.kv_bytes_per_token + chunk * (
+        reads = padded // tile if self.device.kv_reread else 1
+        nbytes = reads * context * self.kv_bytes_per_token + chunk * (
             self.qo_bytes_per_token + self.kv_bytes_per_token)
         return self._kernel(flops, nbytes, self.attn_rate, self.attn_bw)
 
