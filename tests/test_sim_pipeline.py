@@ -70,6 +70,17 @@ def test_tensor_parallel_shard_and_all_reduce_by_hand():
         shard_config(gpt3, Parallelism(tp=8, pp=7))
 
 
+@pytest.mark.parametrize("key, value, allowed", [
+    ("allreduce_bandwidth", float("nan"), "> 0"), ("p2p_bandwidth", -25e9, "> 0"), ("p2p_bandwidth", 0, "> 0"),
+    ("allreduce_latency_s", -1, ">= 0"), ("p2p_latency_s", float("inf"), ">= 0"), ("tp", True, None)])
+def test_bad_link_figures_fail_with_one_line(key, value, allowed):
+    # A NaN bandwidth made run() loop forever; a negative latency gave negative makespans.
+    message = (f"must be a finite number {allowed}" if allowed else "must be an integer >= 1")
+    with pytest.raises(ConfigError, match=rf"^sim\.parallel\.{key}={value!r} is invalid: {message}$"):
+        Parallelism(**{key: value})
+    assert Parallelism(allreduce_latency_s=0, p2p_latency_s=0).p2p_latency_s == 0
+
+
 def test_same_seed_gives_identical_runs_and_sarathi_has_fewer_bubbles():
     a, results = fig12(num_requests=60, seed=3, progress=lambda _: None)
     b, _ = fig12(num_requests=60, seed=3, progress=lambda _: None)

@@ -22,6 +22,7 @@ The host's per-iteration work is left out: a pipelined engine overlaps it with t
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 from transformers import PretrainedConfig
@@ -46,6 +47,13 @@ class Parallelism:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"sim.parallel.{key}={value!r} is invalid: must be an integer >= 1")
+        # A NaN bandwidth never lets the simulated clock pass a finite time: the run would not end.
+        for key in ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s"):
+            value, bandwidth = getattr(self, key), key.endswith("bandwidth")
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or value < 0 or (bandwidth and value == 0)):
+                raise ConfigError(f"sim.parallel.{key}={value!r} is invalid: must be a finite number "
+                                  f"{'> 0' if bandwidth else '>= 0'}")
 
 
 def shard_config(config: PretrainedConfig, par: Parallelism) -> PretrainedConfig:
