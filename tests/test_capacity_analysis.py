@@ -70,11 +70,13 @@ def test_the_compact_table_of_the_simulated_searches_is_the_committed_one(tmp_pa
 
 def test_chunked_prefill_overhead_against_a_linear_cost_with_a_fixed_part():
     class Linear:
-        def iteration_time_s(self, prefills=(), decodes=()):
-            return 1.0 + sum(chunk for chunk, _ in prefills)
+        def iteration_time_s(self, prefills=(), decodes=(), num_sampled=None):
+            sampled = len(prefills) + len(decodes) if num_sampled is None else num_sampled  # CostModel's default
+            return 1.0 + sum(chunk for chunk, _ in prefills) + 10.0 * sampled
 
-    # 4 chunks pay the fixed second 4 times instead of once: (4 + 2048) / (1 + 2048) - 1.
-    assert chunked_prefill_overhead(Linear(), 2048, 512) == pytest.approx(3 / 2049)
+    # 4 chunks pay the fixed second 4 times instead of once, and only the last samples a row (10 s):
+    # (4 + 2048 + 10) / (1 + 2048 + 10) - 1.
+    assert chunked_prefill_overhead(Linear(), 2048, 512) == pytest.approx(3 / 2059)
 
 
 def test_searches_load_from_their_capacity_json(tmp_path):
