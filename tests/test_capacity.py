@@ -1,6 +1,8 @@
 """Capacity search under SLOs, on engines over a virtual clock whose answer is known by construction."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from sarathi_lab.engine.batch import ScheduledBatch
@@ -13,6 +15,7 @@ from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.engine.slo_guard import over_needed
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
+from sarathi_lab.harness.tasks.capacity import _why
 
 SERVICE_S = 0.5  # every request takes exactly this long, alone
 N = 21
@@ -93,12 +96,27 @@ def test_an_overloaded_trial_stops_as_soon_as_its_verdict_is_certain():
 
 def test_every_rate_passing_is_reported_as_a_lower_bound():
     result = search_capacity(lambda q: Trial(q, True, None, False), start_qps=1.0, max_qps=100.0)
-    assert not result.bounded and result.capacity_qps == 64.0
+    assert not result.bounded and result.capacity_qps == 100.0  # the bound itself is tried, once
+    assert [t.qps for t in result.trials] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0]
 
 
 def test_even_the_lowest_rate_failing_gives_no_capacity():
     result = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), start_qps=1.0, min_qps=0.1)
     assert result.capacity_qps is None and result.binding == "tbt_p99_s"
+    assert [t.qps for t in result.trials] == [1.0, 0.5, 0.25, 0.125, 0.1]
+
+
+def _up_to(capacity: float):
+    return lambda q: Trial(q, q <= capacity, None if q <= capacity else "tbt_p99_s", False)
+
+
+def test_a_capacity_between_the_last_step_and_a_bound_is_found():
+    # Halving from 1 steps from 0.5 past min_qps = 0.3 to 0.25: 0.3 is tried, passes, and the search
+    # narrows in on 0.4. Doubling from 2 past max_qps = 3 to 4: 3 is tried and passes.
+    low = search_capacity(_up_to(0.4), start_qps=1.0, resolution=0.05, min_qps=0.3)
+    assert low.bounded and 0.4 / 1.05 <= low.capacity_qps <= 0.4
+    high = search_capacity(_up_to(3.5), start_qps=1.0, max_qps=3.0)
+    assert not high.bounded and high.capacity_qps == 3.0
 
 
 @pytest.mark.parametrize("total, p, needed", [(21, 50, 11), (20, 50, 11), (100, 99, 2), (1000, 99, 11), (1, 99, 1)])
@@ -111,3 +129,15 @@ def test_over_needed_is_the_fewest_values_that_decide_a_percentile(total, p, nee
     assert np.percentile(values, p) > limit  # however small the excess, the verdict is certain
     values[total - needed] = 0.0
     assert np.percentile(values, p) <= limit  # one fewer, and it is not
+
+
+@pytest.mark.parametrize("rates, passing, why", [
+    ([1.0, 0.5, 0.25], 0.0, "even the lowest rate, capacity.min_qps=0.25, failed"),
+    ([1.0, 2.0, 4.0], 9.0, "every rate up to capacity.max_qps=4.0 passed: capacity >= 4.0"),
+    ([1.0, 2.0], 9.0, "capacity.max_trials=2 ran out"),  # stopped doubling below max_qps: not the bound's doing
+    ([1.0, 0.5], 0.0, "capacity.max_trials=2 ran out"),
+])
+def test_a_search_that_stops_early_says_why(rates, passing, why):
+    found = search_capacity(_up_to(passing), start_qps=1.0, min_qps=0.25, max_qps=4.0, max_trials=len(rates))
+    assert [t.qps for t in found.trials] == rates
+    assert _why(found, SimpleNamespace(min_qps=0.25, max_qps=4.0, max_trials=len(rates))) == why

@@ -83,9 +83,11 @@ def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resol
     first = trial(qps)
     step = 2.0 if first.passed else 0.5
     while (worst is None or best is None) and len(trials) < max_trials:
-        qps *= step
-        if not min_qps <= qps <= max_qps:
+        # A step past a bound tries the bound itself, once: the capacity may lie between.
+        following = min(max(qps * step, min_qps), max_qps)
+        if following == qps:
             break
+        qps = following
         trial(qps)
     while best is not None and worst is not None and worst.qps > best.qps * (1 + resolution) \
             and len(trials) < max_trials:

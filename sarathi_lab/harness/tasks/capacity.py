@@ -83,8 +83,9 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
 
 
 def _why(found, search) -> str:
-    if found.capacity_qps is None:
-        return f"even the lowest rate tried failed (capacity.min_qps={search.min_qps})"
-    if not found.bounded:
+    tried = [t.qps for t in found.trials]
+    if found.capacity_qps is None and min(tried) <= search.min_qps:
+        return f"even the lowest rate, capacity.min_qps={search.min_qps}, failed"
+    if not found.bounded and max(tried) >= search.max_qps:
         return f"every rate up to capacity.max_qps={search.max_qps} passed: capacity >= {found.capacity_qps}"
     return f"capacity.max_trials={search.max_trials} ran out"
