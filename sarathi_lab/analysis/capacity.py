@@ -155,9 +155,10 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
     """Time of a prompt prefilled in chunks over its time in one iteration, minus 1 (no decodes).
     Only the last chunk samples a token, so only it pays for an LM-head row."""
     whole = cost_model.iteration_time_s(prefills=[(prompt_len, prompt_len)], num_sampled=1)
-    chunked = sum(cost_model.iteration_time_s(prefills=[(min(chunk, prompt_len - start), min(start + chunk, prompt_len))],
-                                              num_sampled=int(start + chunk >= prompt_len))
-                  for start in range(0, prompt_len, chunk))
+    chunked = 0.0
+    for start in range(0, prompt_len, chunk):
+        end = min(start + chunk, prompt_len)
+        chunked += cost_model.iteration_time_s(prefills=[(end - start, end)], num_sampled=int(end == prompt_len))
     return chunked / whole - 1
 
 

@@ -123,14 +123,14 @@ def run(args) -> pd.DataFrame:
     batches.close()
     table = pd.DataFrame(rows)
     print(describe_machine(args.device))
-    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm}) | decode context {args.decode_context}"
-          f" | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
+    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm})"
+          f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
           f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after) | load1 at start {load:.2f}")
     print_table(rows, None, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}")
     if args.out:
         write_table(table, args.out, {"ceilings": _ceiling_setup(before), "model": args.model, "dtype": args.dtype,
-                                      "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm, "decode_context": args.decode_context,
-                                      "layout": args.layout})
+                                      "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
+                                      "decode_context": args.decode_context, "layout": args.layout})
     table.attrs["ceilings"] = _ceiling_setup(before)
     return table
 

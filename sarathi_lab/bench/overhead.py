@@ -63,7 +63,8 @@ def run(args) -> pd.DataFrame:
         rows.append(row)
         del llm
     print(describe_machine(args.device))
-    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm}) | {len(prompts)} requests, prompts {args.prompt_len},"
+    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm})"
+          f" | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
     table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")
     if args.out:

@@ -96,8 +96,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         write_results(directory, tables, RunResult(
             summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
             resolved_config=resolved_config,
-            environment=collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine), partial=partial,
-            wall_time_s=time.perf_counter() - start))
+            environment=collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine),
+            partial=partial, wall_time_s=time.perf_counter() - start))
 
     def log_run(directory: Path, name: str, summary: dict[str, float], history: list[dict],
                 tables: dict[str, pd.DataFrame]) -> None:

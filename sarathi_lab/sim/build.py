@@ -30,8 +30,8 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
         room = device.memory_bytes - weight_bytes(config, elem)
         if blocks * block_bytes > room:
             raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {blocks} blocks of {block_bytes} bytes take "
-                              f"{blocks * block_bytes / 2**30:.1f} GiB, more than the {max(room, 0) / 2**30:.1f} GiB "
-                              f"left on sim_device={cfg.sim_device!r} beside the weights")
+                              f"{blocks * block_bytes / 2**30:.1f} GiB, more than the "
+                              f"{max(room, 0) / 2**30:.1f} GiB left on sim_device={cfg.sim_device!r} beside the weights")
         return blocks
     max_tokens = max(cfg.chunk_size, cfg.budget) + cfg.max_batch_size
     return kv_capacity_tokens(device, config, elem, max_tokens) // cfg.block_size

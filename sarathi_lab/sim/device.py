@@ -49,7 +49,8 @@ class Device:
 
     def __post_init__(self):
         if not isinstance(self.kv_reread, bool):
-            raise ConfigError(f"sim.device.{self.name}.kv_reread={self.kv_reread!r} is invalid: must be true or false")
+            raise ConfigError(f"sim.device.{self.name}.kv_reread={self.kv_reread!r} is invalid: "
+                              "must be true or false")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name in ("name", "sources", "kv_reread"):
