@@ -96,6 +96,19 @@ def test_saturation_flag_fires_on_an_overloaded_run_only():
     assert overloaded["sched_delay_p50_s"] > 10 * stable["sched_delay_p50_s"]
 
 
+def test_a_request_due_while_the_cap_is_reached_mid_step_arrives_when_it_is_sent():
+    # Cap 2. R0 (9 tokens, 1 new) runs alone from 0 to 14 ms and leaves. R1, due at 1 ms, joins one
+    # in the system: sent on time. R2, due at 2 ms, finds R0 and R1 there: sent when R0 leaves, 14 ms.
+    clock = VirtualClock()
+    scheduler = make_scheduler("sarathi_serve", SchedulerConfig(4, 64, 64), BlockManager(100, 4))
+    metrics = Metrics()
+    seqs = [Sequence(0, [1] * 9, 1, 0.0), Sequence(1, [2] * 3, 1, 0.001), Sequence(2, [3] * 3, 1, 0.002)]
+    LLMEngine(scheduler, FixedCostExecutor(clock), clock).run(seqs, metrics, SamplingParams(ignore_eos=True),
+                                                              max_concurrency=2)
+    arrivals = [r.arrival for r in sorted(metrics.requests, key=lambda r: r.request_id)]
+    assert arrivals == [0.0, 0.001, pytest.approx(0.014)]
+
+
 def test_all_at_once_is_never_called_saturated():
     records = [RequestRecord(i, 4, 0.0, queue_at_arrival=i) for i in range(50)]
     assert Metrics([], records).summary()["saturated"] == 0.0

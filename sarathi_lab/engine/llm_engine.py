@@ -92,20 +92,27 @@ class LLMEngine:
         scheduler = self.scheduler
         try:
             next_arrival = 0
-            # The cap was reached at the last check: requests due since then were held back by it
-            # (nothing leaves the system during a step), so they are sent, and arrive, now.
-            held = False
+            # Requests join only between steps, and none leaves during one, so a capped client's
+            # send times follow from the count at the last check: a request due by then was held
+            # back there, and one due during the step was sent on time only while the requests
+            # in the system, plus those sent on time before it, stayed under the cap; the others
+            # are sent, and arrive, now.
+            last_check, in_step = -math.inf, 0
             while next_arrival < len(pending) or scheduler.has_work():
                 now = self.elapsed()
+                on_time = 0
                 while next_arrival < len(pending) and pending[next_arrival].arrival <= now:
                     if max_concurrency is not None and len(scheduler.waiting) + len(scheduler.running) >= max_concurrency:
                         break
                     seq = pending[next_arrival]
-                    if held:
-                        seq.arrival = now
+                    if max_concurrency is not None:
+                        if seq.arrival <= last_check or in_step + on_time >= max_concurrency:
+                            seq.arrival = now
+                        else:
+                            on_time += 1
                     self.add_request(seq)
                     next_arrival += 1
-                held = max_concurrency is not None and len(scheduler.waiting) + len(scheduler.running) >= max_concurrency
+                last_check, in_step = now, len(scheduler.waiting) + len(scheduler.running)
                 record = self.step() if scheduler.has_work() else None
                 if record is None:
                     if next_arrival == len(pending):
