@@ -112,9 +112,9 @@ class LLM:
         if total > self.max_model_len:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) = {total}"
                              f" tokens exceeds the model's context of {self.max_model_len}")
-        if total > self.kv_capacity_tokens:
-            raise ValueError(f"prompts[{i}]: a request of {total} tokens cannot fit the KV cache of"
-                             f" {self.kv_capacity_tokens} tokens even alone; raise num_kv_blocks or kv_cache_gb")
+        if total - 1 > self.kv_capacity_tokens:  # its last token is never cached
+            raise ValueError(f"prompts[{i}]: a request of {total} tokens (its last never cached) cannot fit the KV"
+                             f" cache of {self.kv_capacity_tokens} tokens even alone; raise num_kv_blocks or kv_cache_gb")
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         hf, cfg = self.model_config, self.config

@@ -7,6 +7,9 @@ import pytest
 import torch
 
 from sarathi_lab import LLM, SamplingParams
+from sarathi_lab.config import SCHEDULERS
+from sarathi_lab.engine.metrics import Metrics
+from sarathi_lab.engine.sequence import Sequence
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,20 @@ def test_non_integer_prompts_are_a_type_error(llm, prompts, message):
 def test_request_larger_than_whole_cache_is_refused():
     llm = LLM("tiny", device="cpu", dtype="float32", warmup_iters=0, num_kv_blocks=2, block_size=16)
     with pytest.raises(ValueError, match="cannot fit the KV cache of 32 tokens"):
-        llm.generate([[1] * 30], max_new_tokens=5)
+        llm.generate([[1] * 30], max_new_tokens=4)  # 33 tokens, 32 of them cached
+    # The last token is sampled and never cached: 30 + 3 tokens fit 32.
+    assert len(llm.generate([[1] * 30], max_new_tokens=3)[0]) == 3
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_the_engine_refuses_a_request_larger_than_its_whole_cache(scheduler):
+    # Through the engine directly (LLM.generate checks first): sarathi_serve had preempted and
+    # rescheduled such a request forever.
+    engine = LLM("tiny", scheduler=scheduler, executor="sim", sim_device="a100", num_kv_blocks=5, block_size=4).engine
+    with pytest.raises(ValueError, match=r"^request 0 needs 21 tokens of KV cache, more than all 20 tokens it holds$"):
+        engine.run([Sequence(0, [1] * 20, 2)], Metrics(), SamplingParams())
+    assert not engine.scheduler.has_work()
+    engine.run([Sequence(1, [1] * 20, 1)], Metrics(), SamplingParams())  # 20 cached tokens: fits
 
 
 def test_any_integer_sequence_is_a_prompt(llm):

@@ -34,6 +34,12 @@ class Scheduler(ABC):
         self.running: list[Sequence] = []  # in arrival order too
 
     def add(self, seq: Sequence) -> None:
+        # Its last token is never cached. One that cannot fit even alone would be preempted and
+        # rescheduled forever (sarathi_serve) or stall the engine.
+        cached = seq.prompt_len + seq.max_new_tokens - 1
+        if -(-cached // self.blocks.block_size) > self.blocks.num_blocks:
+            raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than all "
+                             f"{self.blocks.num_blocks * self.blocks.block_size} tokens it holds")
         seq.status = Status.WAITING
         bisect.insort(self.waiting, seq, key=lambda s: s.seq_id)
 
