@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.engine.batch import ScheduledBatch
@@ -28,6 +28,7 @@ class CheckingExecutor(Executor):
         self.rng = random.Random(0)
         self.batches = []
         self.running_before: set[int] = set()
+        self.ran: set[int] = set()  # requests in a batch since they were last preempted
 
     def start(self, sampling):
         pass
@@ -57,6 +58,10 @@ class CheckingExecutor(Executor):
         for c in batch.chunks:
             # Exactly the blocks the cached tokens plus this chunk need: none spare.
             assert len(c.seq.block_table) == -(-(c.seq.num_computed + c.num_tokens) // BLOCK)
+        for seq in batch.preempted:
+            assert seq.seq_id in self.ran, f"{s.name} preempted request {seq.seq_id}, which had not run"
+            self.ran.discard(seq.seq_id)
+        self.ran |= {c.seq.seq_id for c in batch.chunks}
         held = [b for seq in s.running for b in seq.block_table]
         assert len(held) == len(set(held)), "a block shared by two requests"
         assert len(held) + blocks.num_free == blocks.num_blocks, "a block leaked"
@@ -92,6 +97,8 @@ workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scheduler_name=st.sampled_from(scheduler_names()), requests=workloads,
        spare_blocks=st.integers(0, 40), batch_size=st.integers(1, 6), chunk=st.integers(1, 48))
+# static once admitted three prompts into 5 blocks and recorded two "preemptions" of requests never run.
+@example(scheduler_name="static", requests=[(16, 2), (16, 2), (4, 2)], spare_blocks=0, batch_size=3, chunk=8)
 def test_every_request_finishes_once_within_limits(scheduler_name, requests, spare_blocks, batch_size, chunk):
     # The cache always fits the largest request alone, and sometimes little more: preemption territory.
     largest = max(p + n for p, n in requests)
