@@ -10,7 +10,7 @@ import types
 import pandas as pd
 import pytest
 
-from sarathi_lab.analysis import claims, derive
+from sarathi_lab.analysis import claims, derive, figures
 from sarathi_lab.analysis.runs import Results, download_wandb, newest_sweep
 from sarathi_lab.profiling import quantities
 
@@ -231,3 +231,28 @@ def test_claims_table_puts_the_same_check_on_simulated_runs_beside_the_measured_
     assert (speedup["simulated"], speedup["holds (sim)"], speedup["cost model"]) == ("not run", "n/a", "")
     alone = claims.claims_table(measured, checks=(claims.scheduler_latency,))
     assert alone.loc[0, "simulated"] == "not run" and alone.loc[0, "holds"] == "no"
+
+
+class _Measured(_Frames):
+    """Hand-made frames of runs measured on a CPU, enough for the figures."""
+
+    def executor(self, name):
+        return {"executor": "model"}
+
+    def source(self, name):
+        return "measured CPU"
+
+    def scale(self, name):
+        return "ci"
+
+
+def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
+    runs = [dict(scheduler=s, total_throughput=t, run_dir=f"{length}-{s}-{g}", **(KEYS | {"seq_len": length}),
+                 **{"workload.stagger": g})
+            for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 0, 100.0), ("orca", 4, 110.0),
+                                                     ("sarathi", 0, 120.0))
+            if (length, s) != (512, "static")]  # that job failed: no metrics.json, no row
+    summary = pd.DataFrame(runs).assign(model="cpu-small", **{"env.device_name": "Test CPU", "env.dtype": "float32"})
+    fig = figures.orca_compare(_Measured({("orca_compare", "summary"): summary}))
+    (ours, _paper) = fig.axes[:2]
+    assert ours.get_title() == "measured CPU" and len(ours.patches) > 0

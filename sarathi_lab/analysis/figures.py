@@ -186,7 +186,8 @@ def _orca_bars(runs) -> pd.DataFrame:
     gains = derive.orca_compare(summary)
     base = summary[(summary.scheduler == derive.BASELINE)
                    & (summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0) == 0)]
-    return pd.concat([gains, base[["seq_len"]].assign(variant="baseline", gain=1.0)])
+    # A fresh index: seaborn cannot draw a frame whose labels repeat (gains' and the summary's).
+    return pd.concat([gains, base[["seq_len"]].assign(variant="baseline", gain=1.0)], ignore_index=True)
 
 
 def orca_compare(results, simulated=None):
