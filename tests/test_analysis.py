@@ -256,3 +256,19 @@ def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
     fig = figures.orca_compare(_Measured({("orca_compare", "summary"): summary}))
     (ours, _paper) = fig.axes[:2]
     assert ours.get_title() == "measured CPU" and len(ours.patches) > 0
+
+
+def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
+    # vllm's run at 1.5 req/s failed: that load says nothing, and at 0.5 req/s sarathi_serve is lowest.
+    summary = _latency({0.5: {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3}, 1.5: {"sarathi_serve": 0.2, "orca": 0.6}})
+    (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
+    assert row["holds"] == "yes"
+    # SARATHI's run at length 512 failed; at 256 it beats Orca's best case.
+    runs = pd.DataFrame([dict(scheduler=s, total_throughput=t, run_dir=f"{length}-{s}-{g}",
+                              **(KEYS | {"seq_len": length}), **{"workload.stagger": g})
+                         for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 0, 100.0),
+                                                                  ("orca", 4, 110.0), ("sarathi", 0, 120.0))
+                         if (length, s) != (512, "sarathi")])
+    iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
+    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs, ("orca_compare", "iterations"): iterations}))
+    assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]

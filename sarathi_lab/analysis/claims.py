@@ -19,8 +19,13 @@ COLUMNS = MEASURED + SIMULATED
 
 
 def _verdict(flags) -> str:
-    flags = list(flags)
-    return "yes" if all(flags) else "partly" if any(flags) else "no"
+    """None: a point not judged, a run of it missing (a failed job); the verdict is on the others."""
+    flags = [f for f in flags if f is not None]
+    return "n/a" if not flags else "yes" if all(flags) else "partly" if any(flags) else "no"
+
+
+def _unless_missing(values: pd.Series, flag) -> bool | None:
+    return None if values.isna().any() else bool(flag)
 
 
 def _row(experiment: str, claim: str, paper_text: str, ours: str, holds: str) -> dict:
@@ -126,7 +131,8 @@ def orca_compare(results) -> list[dict]:
                  "; ".join(f"length {s:g}: SARATHI {r['SARATHI']:.2f}x, Orca best {r['Orca best']:.2f}x, "
                            f"worst {r['Orca worst']:.2f}x" for s, r in table.iterrows())
                  + f" (Orca best: {share:.0%} of prefill iterations carry decodes)",
-                 _verdict(table["SARATHI"] > table["Orca best"]))]
+                 _verdict(_unless_missing(r[["SARATHI", "Orca best"]], r["SARATHI"] > r["Orca best"])
+                          for _, r in table.iterrows()))]
 
 
 def scheduler_latency(results) -> list[dict]:
@@ -138,7 +144,8 @@ def scheduler_latency(results) -> list[dict]:
                  "(Sarathi-Serve)",
                  "; ".join(f"qps {q:g}: sarathi_serve {r['sarathi_serve'] * 1e3:.0f} ms, "
                            + ", ".join(f"{s} {r[s] * 1e3:.0f} ms" for s in rivals) for q, r in tbt.iterrows()),
-                 _verdict(r["sarathi_serve"] < min(r[s] for s in rivals) for _, r in tbt.iterrows()))]
+                 _verdict(_unless_missing(r[["sarathi_serve", *rivals]], r["sarathi_serve"] < r[rivals].min())
+                          for _, r in tbt.iterrows()))]
 
 
 CHECKS = (per_token_cost, tile_quantization, decode_speedup, pd_ratio, chunk_overhead, orca_compare,
