@@ -272,3 +272,12 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
     (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs, ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
+
+
+def test_per_token_cost_claim_reads_one_length_the_longest():
+    # At length 128 a decode costs 40x a prefill token at every batch size; at 512, 4x / B.
+    ops = pd.concat([_ops([("prefill", b, 1.0), ("decode", b, 40.0 if length == 128 else 4.0 / b)], seq_len=length)
+                     for length in (128, 512) for b in (1, 4, 16)])
+    sweep = pd.DataFrame({"op": "total", "tokens": [64, 128, 256], "ms": [64.0, 128.0, 256.0]})
+    cost, _ = claims.per_token_cost(_Frames({("per_token_cost", "ops"): ops, ("tile_quantization", "sweep"): sweep}))
+    assert cost["ours"] == "4.0x at batch 1, 0.2x at batch 16 (length 512)" and cost["holds"] == "no"
