@@ -281,3 +281,15 @@ def test_per_token_cost_claim_reads_one_length_the_longest():
     sweep = pd.DataFrame({"op": "total", "tokens": [64, 128, 256], "ms": [64.0, 128.0, 256.0]})
     cost, _ = claims.per_token_cost(_Frames({("per_token_cost", "ops"): ops, ("tile_quantization", "sweep"): sweep}))
     assert cost["ours"] == "4.0x at batch 1, 0.2x at batch 16 (length 512)" and cost["holds"] == "no"
+
+
+@pytest.mark.parametrize("tokens, fine_ms, holds", [([128, 512, 768, 1024], [2.0, 2.0, 2.0, 2.0], "yes"),
+                                                    ([128, 512, 768, 1024], [4.0, 4.0, 2.0, 2.0], "no"),
+                                                    ([768, 1024, 1536, 2048], [2.0, 2.0, 2.0, 2.0], "n/a")])
+def test_saturation_from_the_fewest_measured_tokens_past_512_is_decided_by_the_finer_sweep(tokens, fine_ms, holds):
+    # Batch x length starts at 1024 tokens, already flat there: it cannot say whether 512 were enough.
+    ops = _ops([("prefill", b, 1.0) for b in (1, 2, 4)] + [("decode", b, 50.0) for b in (1, 2, 4)], seq_len=1024)
+    sweep = pd.DataFrame({"op": "total", "tokens": tokens, "ms": [n / 1000 * ms for n, ms in zip(tokens, fine_ms)]})
+    _, saturation = claims.per_token_cost(_Frames({("per_token_cost", "ops"): ops,
+                                                   ("tile_quantization", "sweep"): sweep}))
+    assert "from 1024 tokens (the fewest measured)" in saturation["ours"] and saturation["holds"] == holds
