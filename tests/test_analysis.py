@@ -293,3 +293,13 @@ def test_saturation_from_the_fewest_measured_tokens_past_512_is_decided_by_the_f
     _, saturation = claims.per_token_cost(_Frames({("per_token_cost", "ops"): ops,
                                                    ("tile_quantization", "sweep"): sweep}))
     assert "from 1024 tokens (the fewest measured)" in saturation["ours"] and saturation["holds"] == holds
+
+
+def test_decode_speedup_claim_leaves_out_points_where_riding_decodes_measured_free():
+    # Batch 2: the hybrid iteration took less than the chunk alone, a riding cost of -5 ms: noise.
+    table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 95.0)])
+    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): table}))
+    assert row["ours"].startswith("4.0x-4.0x over batch sizes 2, 4") and "1 of 2 points unresolved" in row["ours"]
+    assert row["holds"] == "yes"
+    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): _piggyback(2, 30.0, 100.0, 100.0)}))
+    assert row["ours"].startswith("no point resolved") and row["holds"] == "n/a"
