@@ -303,3 +303,11 @@ def test_decode_speedup_claim_leaves_out_points_where_riding_decodes_measured_fr
     assert row["holds"] == "yes"
     (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): _piggyback(2, 30.0, 100.0, 100.0)}))
     assert row["ours"].startswith("no point resolved") and row["holds"] == "n/a"
+
+
+def test_pd_ratio_with_a_failed_static_run_reads_the_points_that_have_a_baseline():
+    # The static run of chunk 128 failed: its sarathi run has no baseline and no gain.
+    summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput": t, **KEYS}
+                            for s, c, t in (("static", 64, 90.0), ("sarathi", 64, 99.0), ("sarathi", 128, 121.0))])
+    (peak, gain) = claims.pd_ratio(_Frames({("pd_ratio", "summary"): summary}))
+    assert "C=128" not in peak["ours"] and gain["ours"] == "peak 1.10x; 1 of 1 points >= 1.1x; lowest 1.10x"

@@ -90,8 +90,9 @@ def largest_step(times: pd.Series) -> tuple[int, float]:
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
     """Each sarathi run's throughput over the static run of the same workload and chunk value:
     static ignores the chunk, but the sweep runs that static run right before the sarathi one, so
-    a shared machine's slow spells hit both alike."""
-    return normalised_throughput(summary, keys=(*WORKLOAD_KEYS, "chunk"))
+    a shared machine's slow spells hit both alike. A sarathi run whose static run failed has no gain
+    and is left out."""
+    return normalised_throughput(summary, keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
 
 
 def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
