@@ -135,6 +135,25 @@ class _Frames:
         return self.frames[name, "summary"]
 
 
+class _Measured(_Frames):
+    """Hand-made frames of runs measured on a CPU, enough for the figures and the claims table."""
+
+    describe = Results.describe
+
+    def executor(self, name):
+        return {"executor": "model"}
+
+    def source(self, name):
+        return "measured CPU"
+
+    def scale(self, name):
+        return "ci"
+
+
+def _on_cpu(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary.assign(model="cpu-small", **{"env.device_name": "Test CPU", "env.dtype": "float32"})
+
+
 def test_claims_say_partly_when_only_some_points_meet_the_paper():
     summary = pd.DataFrame([
         dict(scheduler=s, **{"workload.qps": q}, tbt_p99=t)
@@ -216,9 +235,10 @@ def _latency(times_by_qps) -> pd.DataFrame:
 
 
 def test_claims_table_puts_the_same_check_on_simulated_runs_beside_the_measured_one():
-    measured = _Frames({("scheduler_latency", "summary"): _latency({1: {"sarathi_serve": 0.5, "vllm": 0.4,
-                                                                         "orca": 0.6}}),
-                        ("decode_speedup", "piggyback"): _piggyback(4, 40.0, 100.0, 107.5)})
+    measured = _Measured({("scheduler_latency", "summary"): _on_cpu(_latency({1: {"sarathi_serve": 0.5, "vllm": 0.4,
+                                                                                   "orca": 0.6}})),
+                          ("decode_speedup", "piggyback"): _piggyback(4, 40.0, 100.0, 107.5),
+                          ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))})
     simulated = _Simulated({("scheduler_latency", "summary"): _latency({4: {"sarathi_serve": 0.04, "vllm": 0.2,
                                                                             "orca": 0.3}})})
     table = claims.claims_table(measured, simulated, checks=(claims.scheduler_latency, claims.decode_speedup))
@@ -227,23 +247,11 @@ def test_claims_table_puts_the_same_check_on_simulated_runs_beside_the_measured_
     assert latency["holds"] == "no" and latency["holds (sim)"] == "yes"
     assert "qps 4: sarathi_serve 40 ms, vllm 200 ms, orca 300 ms" in latency["simulated"]
     assert latency["cost model"] == "roofline (a6000, llama-13b)"
+    assert latency["measured on"] == speedup["measured on"] == "measured CPU: cpu-small, Test CPU, float32 (ci scale)"
     # An experiment with no simulated run says so instead of failing the table.
     assert (speedup["simulated"], speedup["holds (sim)"], speedup["cost model"]) == ("not run", "n/a", "")
     alone = claims.claims_table(measured, checks=(claims.scheduler_latency,))
     assert alone.loc[0, "simulated"] == "not run" and alone.loc[0, "holds"] == "no"
-
-
-class _Measured(_Frames):
-    """Hand-made frames of runs measured on a CPU, enough for the figures."""
-
-    def executor(self, name):
-        return {"executor": "model"}
-
-    def source(self, name):
-        return "measured CPU"
-
-    def scale(self, name):
-        return "ci"
 
 
 def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
@@ -252,7 +260,7 @@ def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
             for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 0, 100.0), ("orca", 4, 110.0),
                                                      ("sarathi", 0, 120.0))
             if (length, s) != (512, "static")]  # that job failed: no metrics.json, no row
-    summary = pd.DataFrame(runs).assign(model="cpu-small", **{"env.device_name": "Test CPU", "env.dtype": "float32"})
+    summary = _on_cpu(pd.DataFrame(runs))
     fig = figures.orca_compare(_Measured({("orca_compare", "summary"): summary}))
     (ours, _paper) = fig.axes[:2]
     assert ours.get_title() == "measured CPU" and len(ours.patches) > 0
@@ -311,3 +319,17 @@ def test_pd_ratio_with_a_failed_static_run_reads_the_points_that_have_a_baseline
                             for s, c, t in (("static", 64, 90.0), ("sarathi", 64, 99.0), ("sarathi", 128, 121.0))])
     (peak, gain) = claims.pd_ratio(_Frames({("pd_ratio", "summary"): summary}))
     assert "C=128" not in peak["ours"] and gain["ours"] == "peak 1.10x; 1 of 1 points >= 1.1x; lowest 1.10x"
+
+
+@pytest.mark.parametrize("device, name, source", [("cpu", "AMD EPYC", "measured CPU"),
+                                                  ("cuda:0", "NVIDIA H100 80GB HBM3", "measured GPU")])
+def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, source):
+    for job, (scheduler, tbt) in enumerate((("sarathi_serve", 0.1), ("vllm", 0.4), ("orca", 0.3))):
+        run = tmp_path / f"scheduler_latency/multiruns/2026-01-01/{job}"
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text(json.dumps({
+            "config": {"scheduler": scheduler, "model": "llama-13b"}, "overrides": ["workload.qps=1"],
+            "resolved_config": {"engine": {"executor": "model"}, "workload": {"qps": 1.0}}, "summary": {"tbt_p99": tbt},
+            "environment": {"device": device, "device_name": name, "dtype": "bfloat16"}}))
+    (row,) = claims.claims_table(Results(tmp_path), checks=(claims.scheduler_latency,)).to_dict("records")
+    assert row["holds"] == "yes" and row["measured on"] == f"{source}: llama-13b, {name}, bfloat16 (full scale)"

@@ -37,7 +37,8 @@ def test_claims_rows_put_measured_and_simulated_in_their_columns():
                              {"scheduler": "sarathi_serve", "chunk": 2048, "tbt_p99": 0.2},
                              {"scheduler": "orca", "chunk": 512, "tbt_p99": 1.0}]).assign(
         executor="sim", model="mistral-7b", scale="full")
-    cpu = _searches().assign(executor="model", model="cpu-small", capacity_qps=lambda d: d.capacity_qps / 10)
+    cpu = _searches().assign(executor="model", model="cpu-small", capacity_qps=lambda d: d.capacity_qps / 10,
+                             device_name="Test CPU", dtype="float32", torch_threads=2)
     claims = capacity_claims(Evidence(searches=cpu), Evidence(_searches(), tradeoff, {1024: 0.1, 4096: 0.3}),
                              "roofline (a100, mistral-7b)")
     assert list(claims.columns) == COLUMNS and len(claims) == 3 and set(claims.experiment) == {"capacity"}
@@ -45,7 +46,8 @@ def test_claims_rows_put_measured_and_simulated_in_their_columns():
     assert gain["holds"] == "yes" and "2.00x at P99 TBT <= 0.1 s" in gain["ours"] and "cpu-small" in gain["ours"]
     assert gain["holds (sim)"] == "yes" and "mistral-7b, scale full" in gain["simulated"]
     assert gain["cost model"] == "roofline (a100, mistral-7b)"
-    assert (hybrid["ours"], hybrid["holds"]) == ("not measured yet", "n/a")
+    assert gain["measured on"] == "measured on Test CPU: cpu-small, scale full, float32, 2 thread(s)"
+    assert (hybrid["ours"], hybrid["holds"], hybrid["measured on"]) == ("not measured yet", "n/a", "")
     assert hybrid["simulated"].startswith("20.0x") and hybrid["holds (sim)"] == "yes"
     assert overhead["holds (sim)"] == "no" and "+30.0% at 4096" in overhead["simulated"]
 
@@ -58,7 +60,8 @@ def test_claims_rows_without_evidence_say_so():
 
 def test_a_gain_of_unbounded_searches_is_no_verdict():
     # Both passed every rate tried: their ratio says nothing about which is larger.
-    (gain, *_) = capacity_claims(Evidence(searches=_searches().assign(bounded=False)), Evidence(), "").to_dict("records")
+    unbounded = _searches().assign(bounded=False, device_name="Test CPU", dtype="float32", torch_threads=2)
+    (gain, *_) = capacity_claims(Evidence(searches=unbounded), Evidence(), "").to_dict("records")
     assert gain["holds"] == "n/a" and "passed every rate" in gain["ours"]
 
 

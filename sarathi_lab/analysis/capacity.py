@@ -106,18 +106,22 @@ def scale_label(rows: pd.DataFrame) -> str:
     return f"{first.model}, scale {first.scale}"
 
 
+def measured_label(rows: pd.DataFrame) -> str:
+    """What measured searches ran on (the machine, the model, the precision and the threads)."""
+    first = rows.iloc[0]
+    return f"measured on {first.device_name}: {scale_label(rows)}, {first['dtype']}, {first.torch_threads:g} thread(s)"
+
+
 def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost_model: str):
     """Two panels: the capacities simulated by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")
     and the ones measured on a CPU, or a panel saying they are not measured yet."""
     fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
     plot_capacity(simulated, sim_ax, f"simulated, {cost_model}: scale {simulated.scale.iloc[0]}")
     if measured is not None and len(measured):
-        first = measured.iloc[0]
         caveats = [text for flag, text in ((measured.timing_unreliable.any(), "timings unreliable: shared cores"),
                                            (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
                    if flag]
-        plot_capacity(measured, cpu_ax, f"measured on {first.device_name}: {scale_label(measured)}, {first['dtype']}, "
-                                        f"{first.torch_threads:g} thread(s)" + "".join(f"\n({c})" for c in caveats))
+        plot_capacity(measured, cpu_ax, measured_label(measured) + "".join(f"\n({c})" for c in caveats))
     else:
         cpu_ax.text(0.5, 0.5, "CPU capacity: not measured yet\n(experiment=capacity; docs/capacity/README.md)",
                     ha="center", va="center", transform=cpu_ax.transAxes)
@@ -219,9 +223,12 @@ def capacity_claims(measured: Evidence, simulated: Evidence, cost_model: str) ->
     """The Sarathi-Serve rows of the claims table (analysis/claims.py's columns): each check on
     the measured evidence in ``ours`` / ``holds`` and on the simulated in ``simulated`` / ``holds
     (sim)``, predicted by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")."""
+    searches = measured.searches
+    where = measured_label(searches) if searches is not None and len(searches) else ""
     rows = []
     for claim, paper_text, check, unmeasured in CHECKS:
-        ours = check(measured) or (unmeasured, "n/a")
+        ours = check(measured)
+        ours = (*ours, where) if ours else (unmeasured, "n/a", "")
         sim = check(simulated)
         sim = (*sim, cost_model) if sim else ("not run", "n/a", "")
         rows.append(dict(zip(COLUMNS, ("capacity", claim, paper_text, *ours, *sim))))

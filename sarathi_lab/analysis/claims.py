@@ -1,5 +1,5 @@
-"""The table of claim / paper / ours / holds?, one or two rows per experiment, and the same check
-on the simulated runs beside it (``simulated``, ``holds (sim)``, ``cost model``).
+"""The table of claim / paper / ours / holds? / measured on, one or two rows per experiment, and the
+same check on the simulated runs beside it (``simulated``, ``holds (sim)``, ``cost model``).
 
 Each check states its criterion in its claim text, applies it to our runs as they are (never
 tuned), and says ``yes``, ``partly`` (some of the points), ``no``, or ``n/a`` (not in these runs).
@@ -13,7 +13,8 @@ import pandas as pd
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.profiling import quantities
 
-MEASURED = ["experiment", "claim", "paper", "ours", "holds"]
+# "measured on": what ours are (measured CPU or GPU, and on what), as "cost model" says of the simulated.
+MEASURED = ["experiment", "claim", "paper", "ours", "holds", "measured on"]
 SIMULATED = ["simulated", "holds (sim)", "cost model"]
 COLUMNS = MEASURED + SIMULATED
 
@@ -170,6 +171,11 @@ CHECKS = (per_token_cost, tile_quantization, decode_speedup, pd_ratio, chunk_ove
           scheduler_latency)
 
 
+def measured(check, results) -> list[dict]:
+    """The check's rows on ``results``, each saying where its numbers were measured."""
+    return [row | {"measured on": results.describe(check.__name__)} for row in check(results)]
+
+
 def cost_model_label(simulated, name: str) -> str:
     """Which prediction a simulated row is: the cost model, the device and the model simulated."""
     ex = simulated.executor(name)
@@ -195,6 +201,6 @@ def claims_table(results, simulated=None, checks=CHECKS) -> pd.DataFrame:
     ``Results`` of ``python -m sarathi_lab.produce --sim``), the same check on simulated runs."""
     rows = []
     for check in checks:
-        measured = check(results)
-        rows += [m | s for m, s in zip(measured, _simulated(check, simulated, len(measured)))]
+        ours = measured(check, results)
+        rows += [m | s for m, s in zip(ours, _simulated(check, simulated, len(ours)))]
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -34,17 +34,8 @@ def simulated_label(simulated, name: str) -> str | None:
     return simulated.source(name)
 
 
-def _describe(runs, name: str) -> str:
-    row = runs.summary(name).iloc[0]
-    if runs.executor(name)["executor"] == "sim":
-        where = "predicted by the cost model, not measured"
-    else:
-        where = row["env.device_name"]
-    return f"{runs.source(name)}: {row.model}, {where}, {row['env.dtype']} ({runs.scale(name)} scale)"
-
-
 def _title(fig, results, name: str, text: str, simulated=None) -> None:
-    lines = [text, _describe(results, name)] + ([_describe(simulated, name)] if simulated_label(simulated, name) else [])
+    lines = [text, results.describe(name)] + ([simulated.describe(name)] if simulated_label(simulated, name) else [])
     fig.suptitle("\n".join(lines), fontsize=11)
 
 

@@ -94,6 +94,14 @@ class Results:
             return "measured GPU" if device.startswith("cuda") else "measured CPU"
         return f"simulated {ex['sim_device'].upper()} ({ex['sim_cost_model']})"
 
+    def describe(self, name: str) -> str:
+        """Where and on what the experiment's numbers are, for figure titles and the claims table:
+        e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)'."""
+        row = self.summary(name).iloc[0]
+        where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
+                 else row["env.device_name"])
+        return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale)"
+
 
 def load_results(root: str | Path, wandb_project: str | None = None) -> Results:
     """The runs of every experiment under ``root``, or with ``wandb_project`` ("entity/project")
