@@ -84,6 +84,10 @@ class EngineConfig:
     executor: str = "model"
     sim_device: str = "h100"
     sim_cost_model: str = "roofline"
+    # An explicit KV cache (num_kv_blocks, kv_cache_gb) larger than sim_device's memory is refused,
+    # as the real engine refuses one larger than its device; True lets it run, for what-if batches
+    # the device could not hold (the papers' sweeps past an A6000's memory, experiments/sim/).
+    sim_kv_beyond_device: bool = False
 
     def __post_init__(self):
         check_fields(self)

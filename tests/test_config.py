@@ -14,6 +14,8 @@ from sarathi_lab.harness.cli_check import _group_options, bad_group_choice
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.model import load_config
+from sarathi_lab.sim import simulated_kv_blocks
 
 SMOKE = ["experiment=smoke", "logger=none"]
 
@@ -40,6 +42,15 @@ def test_every_group_option_composes():
                 continue  # refused here: test_cuda_without_a_gpu_is_refused
             extra = ["model.path=/some/dir"] if option == "hf" else []
             parse_config(compose_config([f"{group}={option}", *extra]))
+
+
+@pytest.mark.parametrize("option", sorted(o for o in _group_options(CONF_DIR / "experiment") if o.startswith("sim/")))
+def test_every_simulated_experiment_sizes_its_kv_cache_on_its_device(option):
+    # The simulator refuses a KV cache larger than its device unless asked for a what-if; the papers'
+    # sweeps past an A6000's memory must ask (they had failed every job once the check came in).
+    engine = parse_config(compose_config([f"experiment={option}"])).engine
+    assert engine.executor == "sim"
+    simulated_kv_blocks(engine, load_config(engine.model))
 
 
 def test_the_executor_group_sets_the_simulator_and_its_knobs():

@@ -80,8 +80,18 @@ def test_an_explicit_kv_cache_larger_than_the_simulated_device_is_refused(key, v
     # As the real engine refuses one larger than its device (model/memory.py), before anything runs.
     # LLaMA-13B: 16 tokens x 40 layers x 2 x 5120 x 2 bytes per block; 26 GB of weights on a 48 GB A6000.
     with pytest.raises(ConfigError, match=rf"^{key}={value} is invalid: {blocks} blocks of 13107200 bytes take {size} "
-                                          r"GiB, more than the 23\.7 GiB left on sim_device='a6000' beside the weights$"):
+                                          r"GiB, more than the 23\.7 GiB left on sim_device='a6000' beside the weights "
+                                          r"\(sim_kv_beyond_device=true runs it as a what-if\)$"):
         LLM("llama-13b", executor="sim", sim_device="a6000", **{key: value})
+
+
+def test_a_what_if_kv_cache_beyond_the_simulated_device_runs_when_asked(caplog):
+    # The papers' sweeps past an A6000's memory (experiments/sim/decode_speedup.yaml): 3500 blocks
+    # (42.7 GiB) beside LLaMA-13B's 26 GB of weights on a 48 GB card.
+    with caplog.at_level("WARNING", logger="sarathi_lab.sim.build"):
+        llm = LLM("llama-13b", executor="sim", sim_device="a6000", num_kv_blocks=3500, sim_kv_beyond_device=True)
+    assert llm.num_kv_blocks == 3500
+    assert "what-if KV cache" in caplog.text and "42.7 GiB" in caplog.text
 
 
 def test_simulated_requests_run_to_their_token_budget():

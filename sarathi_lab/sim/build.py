@@ -1,6 +1,7 @@
 """What ``LLM(executor="sim")`` asks the simulator for: an executor and the KV capacity in blocks."""
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from transformers import PretrainedConfig
@@ -13,10 +14,12 @@ from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens, weigh
 if TYPE_CHECKING:
     from sarathi_lab.engine.clock import VirtualClock
 
+log = logging.getLogger(__name__)
+
 
 def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
     """An explicit block count or memory budget wins, as in the real engine, if it fits on the
-    simulated device beside the weights; otherwise the device's memory after the weights and the
+    simulated device beside the weights (or, with ``sim_kv_beyond_device``, as a what-if); otherwise the device's memory after the weights and the
     activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
     token per running decode)."""
     elem = DTYPE_BYTES[cfg.dtype]
@@ -29,9 +32,12 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
             raise ConfigError(f"kv_cache_gb={cfg.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
         room = device.memory_bytes - weight_bytes(config, elem)
         if blocks * block_bytes > room:
-            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {blocks} blocks of {block_bytes} bytes take "
-                              f"{blocks * block_bytes / 2**30:.1f} GiB, more than the "
-                              f"{max(room, 0) / 2**30:.1f} GiB left on sim_device={cfg.sim_device!r} beside the weights")
+            excess = (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, more than "
+                      f"the {max(room, 0) / 2**30:.1f} GiB left on sim_device={cfg.sim_device!r} beside the weights")
+            if not cfg.sim_kv_beyond_device:
+                raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {excess} (sim_kv_beyond_device=true "
+                                  "runs it as a what-if)")
+            log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
     max_tokens = max(cfg.chunk_size, cfg.budget) + cfg.max_batch_size
     return kv_capacity_tokens(device, config, elem, max_tokens) // cfg.block_size
