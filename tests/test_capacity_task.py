@@ -77,6 +77,10 @@ def test_a_trial_serves_its_arrival_window_and_the_capacity_stays_the_same(tmp_p
         served = len(pd.read_parquet(tmp_path / t.run_dir / "requests.parquet"))
         # A trial stopped early records the requests that had arrived by then.
         assert served == t.requests if not t.stopped_early else 0 < served <= t.requests
+        # Its metrics.json says it stopped early, and counts every request it did not finish, arrived or not.
+        summary = json.loads((tmp_path / t.run_dir / "metrics.json").read_text())["summary"]
+        assert summary["stopped_early"] == float(t.stopped_early)
+        assert summary["num_unfinished"] == t.num_unfinished == t.requests - summary["num_requests"]
     found = json.loads((tmp_path / "capacity.json").read_text())
     capacity = 1 / _single_request_service_s()
     assert found["capacity_qps"] <= capacity * 1.01 <= min(t["qps"] for t in found["trials"] if not t["passed"]) * 1.02

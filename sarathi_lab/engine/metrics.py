@@ -127,13 +127,17 @@ def queue_growth(requests: list[RequestRecord]) -> float:
 class Metrics:
     iterations: list[IterationRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    # The requests handed to the run(s) recorded here. A request is recorded when it arrives, so a
+    # run stopped early (an SLO trial's verdict, a signal) has no record of those yet to arrive.
+    num_submitted: int = 0
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
         """Throughputs in tokens/s over the makespan (first arrival to last finish); latencies in s.
 
         ``saturated`` is 1.0 when the waiting queue grew through the arrival window (arrivals
         outpaced service): the latency percentiles of such a run describe how long this run was,
-        not a steady state."""
+        not a steady state. Latencies and ``num_requests`` are over the finished requests;
+        ``num_unfinished`` counts the submitted ones that did not finish, arrived or not."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
         makespan = max((r.finish for r in reqs), default=0.0) - min((r.arrival for r in reqs), default=0.0)
@@ -145,7 +149,7 @@ class Metrics:
         growth = queue_growth(self.requests)
         out = {
             "num_requests": len(reqs),
-            "num_unfinished": len(self.requests) - len(reqs),
+            "num_unfinished": max(self.num_submitted, len(self.requests)) - len(reqs),
             "num_iterations": len(its),
             "makespan_s": makespan,
             "busy_time_s": busy,

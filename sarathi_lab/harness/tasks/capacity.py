@@ -53,7 +53,9 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
                              slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
         name = trial_dir_name(k, qps)
-        summary = result.summary | {"qps": qps, "passed": float(result.passed)}
+        # A trial stopped early has latencies, goodput and attainment over its finished requests only.
+        summary = result.summary | {"qps": qps, "passed": float(result.passed),
+                                    "stopped_early": float(result.stopped_early)}
         context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
         rows.append({"trial": k, "qps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                      "stopped_early": result.stopped_early, "run_dir": name}
