@@ -16,6 +16,7 @@ from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
 
 SMOKE = ["experiment=smoke", "logger=none"]
+SIM = [*SMOKE, "executor=sim"]
 
 
 def _check(overrides):
@@ -107,6 +108,13 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["seq_len=8", "pd_ratio=0.01"], r"^seq_len=8 is invalid with pd_ratio=0.01: it gives 0 prompt and 8 decode"),
     ([*SMOKE, "seq_len=3000"], r"^seq_len=3000 is invalid: more than the model's context of 2048 tokens$"),
     (["workload=trace", "workload.path=nowhere.csv"], r"^workload.path='nowhere.csv' is invalid: no such file"),
+    # The simulator's device, cost model and KV cache, checked before a run deletes or builds anything.
+    ([*SIM, "engine.sim_device=tpu"], r"^engine.sim_device='tpu' is invalid: allowed values are a100, "),
+    ([*SIM, "model=llama-33b", "engine.sim_device=a6000"], r"^engine.sim_device='a6000' is invalid for this model"),
+    ([*SIM, "engine.num_kv_blocks=10000000000"], r"^engine.num_kv_blocks=10000000000 is invalid: 10000000000 blocks"),
+    ([*SIM, "engine.num_kv_blocks=2"], r"^engine.num_kv_blocks=2 is invalid: the KV cache holds 32 tokens, fewer"),
+    ([*SIM, "engine.sim_cost_model=profile", "engine.sim_device=a6000"],
+     r"^engine.sim_cost_model='profile' is invalid here: no profile at .*run task=profile"),
 ])
 def test_bad_values_give_one_line_naming_key_value_and_allowed(overrides, line):
     with pytest.raises(ConfigError, match=line) as err:
@@ -125,6 +133,13 @@ def test_a_kv_cache_too_small_for_one_request_is_refused_before_generating(tmp_p
                                           r"fewer than one request of 160$"):
         run_in_process([*SMOKE, "engine.num_kv_blocks=2"], tmp_path)
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_a_refused_simulation_leaves_an_interrupted_run_s_partial_records(tmp_path):
+    (tmp_path / "metrics.partial.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"^engine.sim_device='tpu' is invalid"):
+        run_in_process([*SIM, "engine.sim_device=tpu"], tmp_path)
+    assert (tmp_path / "metrics.partial.json").exists()
 
 
 @pytest.mark.parametrize("args,line", [
