@@ -88,6 +88,7 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["workload=trace", "workload.time_scale=nan"], r"^workload.time_scale=nan is invalid: must be a finite"),
     (["workload=trace", "workload.time_scale=-inf"], r"^workload.time_scale=-inf is invalid: must be a finite"),
     (["logger.init_timeout_s=nan"], r"^logger.init_timeout_s=nan is invalid: must be a finite number$"),
+    (["logger.init_timeout_s=-1"], r"^logger.init_timeout_s=-1.0 is invalid: must be > 0$"),
     (["seed=-1"], r"^seed=-1 is invalid: must be in \[0, 2\*\*64 - 1\]$"),
     (["seed=18446744073709551616"], r"^seed=18446744073709551616 is invalid: must be in \[0, 2\*\*64 - 1\]$"),
     (["device.num_threads=0"], r"^device.num_threads=0 is invalid: must be > 0$"),

@@ -99,6 +99,7 @@ class LoggerCfg:
 
     def __post_init__(self):
         check_fields(self)
+        check_positive("init_timeout_s", self.init_timeout_s)
 
 
 @dataclass(frozen=True)
