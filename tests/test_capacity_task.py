@@ -86,6 +86,32 @@ def test_a_trial_serves_its_arrival_window_and_the_capacity_stays_the_same(tmp_p
     assert found["capacity_qps"] <= capacity * 1.01 <= min(t["qps"] for t in found["trials"] if not t["passed"]) * 1.02
 
 
+def test_an_interrupted_search_saves_its_trials_and_the_interrupted_trial_as_partial_records(tmp_path, monkeypatch):
+    from sarathi_lab.engine.slo_guard import SLOGuard
+    from sarathi_lab.harness.compose import run_in_process
+    from sarathi_lab.harness.interrupts import Interrupted
+
+    calls, real_call = [], SLOGuard.__call__
+
+    def sigterm_in_the_second_trial(self, record):
+        calls.append(self)
+        if len({id(g) for g in calls}) == 2 and record.iteration == 5:
+            raise Interrupted(15)
+        real_call(self, record)
+    monkeypatch.setattr(SLOGuard, "__call__", sigterm_in_the_second_trial)
+    with pytest.raises(Interrupted):
+        run_in_process([*SIM, "task=capacity", "batch_size=1", "seq_len=40", "pd_ratio=4", "workload.num_requests=20",
+                        "workload.arrival=gamma", "workload.cv=0.001", "slo.sched_delay_p50_s=0.0001",
+                        "capacity.start_qps=10"], tmp_path)
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "capacity.json").exists()
+    assert json.loads((tmp_path / "metrics.partial.json").read_text())["summary"]["num_trials"] == 1
+    assert pd.read_parquet(tmp_path / "trials.partial.parquet").run_dir.tolist() == ["trial-0-qps10"]
+    assert (tmp_path / "trial-0-qps10" / "metrics.json").exists()
+    record = json.loads((tmp_path / "trial-1-qps20" / "metrics.partial.json").read_text())
+    assert record["partial"] and record["summary"]["num_iterations"] == 6 and record["config"]["trial"] == 1
+    assert len(pd.read_parquet(tmp_path / "trial-1-qps20" / "iterations.partial.parquet")) == 6
+
+
 @pytest.mark.e2e
 def test_a_serving_run_reports_goodput_its_auto_budget_and_that_it_never_drained(tmp_path):
     done = _cli(tmp_path, "scheduler=sarathi_serve", "token_budget=auto", "slo.tbt_p99_s=0.002", "slo.ttft_s=0.01",

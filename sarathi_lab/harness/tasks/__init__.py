@@ -34,12 +34,15 @@ def measurement(task: str) -> Measurement:
 @dataclass(frozen=True)
 class TaskContext:
     """What the runner gives a task that records runs of its own: its directory, the workload the
-    preflight built, and ``record_run(run_dir, name, summary, metrics, config)``, which writes a
-    serving run's results (harness/results.py; ``config`` joins metrics.json's key values) and logs
-    it to W&B in this run's group."""
+    preflight built, ``record_run(run_dir, name, summary, metrics, config, partial=False)``, which
+    writes a serving run's results (harness/results.py; ``config`` joins metrics.json's key values)
+    and logs it to W&B in this run's group (partial: its *.partial.* records, and no W&B), and
+    ``save_partial(summary, tables)``, which writes the task's own records so far as *.partial.*
+    when a signal interrupts it."""
     run_dir: Path
     workload: Any
     record_run: Callable[..., None]
+    save_partial: Callable[..., None]
     group: str
 
 
