@@ -200,6 +200,7 @@ class RunConfig:
         if self.task not in tasks:
             raise ConfigError(f"task={self.task!r} is invalid: allowed values are {', '.join(tasks)}")
         self._check_capacity()
+        self._check_measurement()
 
     def _check_capacity(self) -> None:
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
@@ -215,6 +216,15 @@ class RunConfig:
         if self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
+
+    def _check_measurement(self) -> None:
+        # What the measurement tasks need of the knobs, refused here rather than after the model is built.
+        if self.task == "piggyback" and self.batch_size < 2:
+            raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 decodes must ride "
+                              "the chunk, so it must be >= 2")
+        if self.task == "iteration_sweep" and self.measure.token_step > self.seq_len:
+            raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with task=iteration_sweep: "
+                              f"must be <= seq_len={self.seq_len}, the most tokens it times")
 
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
