@@ -100,6 +100,11 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     ([*SMOKE, "engine.max_model_len=4096"], r"^engine.max_model_len=4096 is invalid: the model allows at most 2048$"),
     ([*SMOKE, "seq_len=1000000000000"], r"^seq_len=1000000000000 is invalid: more than the model's context of"),
     ([*SMOKE, "engine.num_kv_blocks=100000000"], r"^engine.num_kv_blocks=100000000 is invalid: 100000000 blocks"),
+    # A measurement's batch of several requests, held at once: 4 x 10 blocks of decodes (+ 1 for the chunk).
+    ([*SMOKE, "task=op_breakdown", "batch_size=4", "engine.num_kv_blocks=39"],
+     r"^engine.num_kv_blocks=39 is invalid with task=op_breakdown: the KV cache holds 39 blocks, fewer than the 40"),
+    ([*SMOKE, "task=piggyback", "batch_size=4", "engine.num_kv_blocks=40"],
+     r"^engine.num_kv_blocks=40 is invalid with task=piggyback: the KV cache holds 40 blocks, fewer than the 44"),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.harness.schema import RunConfig, engine_key
+from sarathi_lab.harness.tasks import kv_requests
 from sarathi_lab.harness.workloads import Workload, build_workload
 from sarathi_lab.model import load_config
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
@@ -32,9 +33,15 @@ def preflight(cfg: RunConfig) -> Workload:
     except ConfigError as e:
         raise e.at(engine_key(e.key)) from None
     workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, hf.vocab_size, context)
-    fixed = engine.num_kv_blocks is not None or engine.kv_cache_gb is not None
-    if fixed and workload.max_request_len > blocks * engine.block_size:
-        key = "num_kv_blocks" if engine.num_kv_blocks is not None else "kv_cache_gb"
+    if engine.num_kv_blocks is None and engine.kv_cache_gb is None:
+        return workload
+    key = "num_kv_blocks" if engine.num_kv_blocks is not None else "kv_cache_gb"
+    if workload.max_request_len > blocks * engine.block_size:
         raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid: the KV cache holds "
                           f"{blocks * engine.block_size} tokens, fewer than one request of {workload.max_request_len}")
+    held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
+    need = sum(-(-n // engine.block_size) for n in held)
+    if need > blocks:
+        raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid with task={cfg.task}: the KV cache holds "
+                          f"{blocks} blocks, fewer than the {need} its batch of {len(held)} requests takes")
     return workload

@@ -4,7 +4,9 @@ One module per task: its ``run(cfg, llm)`` times one thing on the engine the har
 the run's config and returns ``(summary, tables)``: scalars for metrics.json and W&B's summary, and
 named DataFrames that land as ``<name>.parquet`` (``load_runs(dir, table=name)`` reads them back).
 A task that writes runs of its own (capacity: one per trial, under its directory) takes a third
-argument, ``run(cfg, llm, context: TaskContext)``. Adding a module adds the task: the names are the modules found here, listed without importing
+argument, ``run(cfg, llm, context: TaskContext)``. One that holds a batch of several requests in the
+KV cache says how long they are, ``kv_requests(cfg)``, so that the preflight refuses a cache too small
+for them. Adding a module adds the task: the names are the modules found here, listed without importing
 them, so that the config schema can name the tasks without importing the engine code they drive.
 """
 from __future__ import annotations
@@ -44,6 +46,13 @@ class TaskContext:
     record_run: Callable[..., None]
     save_partial: Callable[..., None]
     group: str
+
+
+def kv_requests(task: str, cfg) -> list[int]:
+    """The lengths of the requests ``task`` holds in the KV cache at once, where its module says
+    (``kv_requests(cfg)``: the tasks that time batches of several); else none beyond one request."""
+    module = importlib.import_module(f"{__name__}.{task}")
+    return module.kv_requests(cfg) if hasattr(module, "kv_requests") else []
 
 
 def takes_context(task: Measurement) -> bool:

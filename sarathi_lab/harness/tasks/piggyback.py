@@ -23,6 +23,11 @@ from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.quantities import decode_speedup
 
 
+def kv_requests(cfg) -> list[int]:
+    """The lengths of the requests it holds in the KV cache at once: the chunk's and the decodes'."""
+    return [cfg.chunk] + [cfg.seq_len] * cfg.batch_size
+
+
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     size, context = cfg.batch_size, cfg.seq_len  # at least 2 (RunConfig): B - 1 decodes ride the chunk
     batches = SyntheticBatches(llm, seed=cfg.seed)
