@@ -94,6 +94,16 @@ def test_an_overloaded_trial_stops_as_soon_as_its_verdict_is_certain():
     assert llm.engine.scheduler.blocks.num_free == 1024  # the engine gave everything back
 
 
+def test_a_trial_stopped_before_its_last_arrivals_counts_them_unfinished():
+    # 16 requests at 0 s, served one per 0.5 s: at 2.5 s requests 5-15 have waited over 2 s, the
+    # median delay can no longer pass, and the trial stops before the last 5 (due at 100 s) arrive.
+    arrivals = [0.0] * 16 + [100.0] * 5
+    llm = VirtualLLM()
+    trial = serve_trial(llm, [[1] * 8] * N, [1] * N, arrivals, SLO(sched_delay_p50_s=2.0), 1.0)
+    assert trial.stopped_early and len(llm.metrics.requests) == 16
+    assert trial.summary["num_requests"] == 5 and trial.summary["num_unfinished"] == N - 5
+
+
 def test_every_rate_passing_is_reported_as_a_lower_bound():
     result = search_capacity(lambda q: Trial(q, True, None, False), start_qps=1.0, max_qps=100.0)
     assert not result.bounded and result.capacity_qps == 100.0  # the bound itself is tried, once

@@ -77,9 +77,39 @@ def test_a_trial_serves_its_arrival_window_and_the_capacity_stays_the_same(tmp_p
         served = len(pd.read_parquet(tmp_path / t.run_dir / "requests.parquet"))
         # A trial stopped early records the requests that had arrived by then.
         assert served == t.requests if not t.stopped_early else 0 < served <= t.requests
+        # Its metrics.json says it stopped early, and counts every request it did not finish, arrived or not.
+        summary = json.loads((tmp_path / t.run_dir / "metrics.json").read_text())["summary"]
+        assert summary["stopped_early"] == float(t.stopped_early)
+        assert summary["num_unfinished"] == t.num_unfinished == t.requests - summary["num_requests"]
     found = json.loads((tmp_path / "capacity.json").read_text())
     capacity = 1 / _single_request_service_s()
     assert found["capacity_qps"] <= capacity * 1.01 <= min(t["qps"] for t in found["trials"] if not t["passed"]) * 1.02
+
+
+def test_an_interrupted_search_saves_its_trials_and_the_interrupted_trial_as_partial_records(tmp_path, monkeypatch):
+    from sarathi_lab.engine.slo_guard import SLOGuard
+    from sarathi_lab.harness.compose import run_in_process
+    from sarathi_lab.harness.interrupts import Interrupted
+
+    calls, real_call = [], SLOGuard.__call__
+
+    def sigterm_in_the_second_trial(self, record):
+        calls.append(self)
+        if len({id(g) for g in calls}) == 2 and record.iteration == 5:
+            raise Interrupted(15)
+        real_call(self, record)
+    monkeypatch.setattr(SLOGuard, "__call__", sigterm_in_the_second_trial)
+    with pytest.raises(Interrupted):
+        run_in_process([*SIM, "task=capacity", "batch_size=1", "seq_len=40", "pd_ratio=4", "workload.num_requests=20",
+                        "workload.arrival=gamma", "workload.cv=0.001", "slo.sched_delay_p50_s=0.0001",
+                        "capacity.start_qps=10"], tmp_path)
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "capacity.json").exists()
+    assert json.loads((tmp_path / "metrics.partial.json").read_text())["summary"]["num_trials"] == 1
+    assert pd.read_parquet(tmp_path / "trials.partial.parquet").run_dir.tolist() == ["trial-0-qps10"]
+    assert (tmp_path / "trial-0-qps10" / "metrics.json").exists()
+    record = json.loads((tmp_path / "trial-1-qps20" / "metrics.partial.json").read_text())
+    assert record["partial"] and record["summary"]["num_iterations"] == 6 and record["config"]["trial"] == 1
+    assert len(pd.read_parquet(tmp_path / "trial-1-qps20" / "iterations.partial.parquet")) == 6
 
 
 @pytest.mark.e2e

@@ -18,6 +18,7 @@ from sarathi_lab.model import load_config
 from sarathi_lab.sim import simulated_kv_blocks
 
 SMOKE = ["experiment=smoke", "logger=none"]
+SIM = [*SMOKE, "executor=sim"]
 
 
 def _check(overrides):
@@ -95,9 +96,13 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["workload=zipf", "workload.theta=nan"], r"^workload.theta=nan is invalid: must be a finite number$"),
     (["workload.arrival=poisson", "workload.qps=nan"], r"^workload.qps=nan is invalid: must be a finite number$"),
     (["workload.arrival=poisson", "workload.qps=inf"], r"^workload.qps=inf is invalid: must be a finite number$"),
+    (["workload.arrival=poisson", "workload.qps=5e-324"], r"^workload.qps=5e-324 is invalid: the poisson arrival"),
+    (["workload.arrival=gamma", "workload.cv=1e-160"], r"^workload.cv=1e-160 is invalid: the gamma arrival times"),
+    (["workload.arrival=gamma", "workload.cv=1e200"], r"^workload.cv=1e\+200 is invalid: the gamma arrival times"),
     (["workload=trace", "workload.time_scale=nan"], r"^workload.time_scale=nan is invalid: must be a finite"),
     (["workload=trace", "workload.time_scale=-inf"], r"^workload.time_scale=-inf is invalid: must be a finite"),
     (["logger.init_timeout_s=nan"], r"^logger.init_timeout_s=nan is invalid: must be a finite number$"),
+    (["logger.init_timeout_s=-1"], r"^logger.init_timeout_s=-1.0 is invalid: must be > 0$"),
     (["seed=-1"], r"^seed=-1 is invalid: must be in \[0, 2\*\*64 - 1\]$"),
     (["seed=18446744073709551616"], r"^seed=18446744073709551616 is invalid: must be in \[0, 2\*\*64 - 1\]$"),
     (["device.num_threads=0"], r"^device.num_threads=0 is invalid: must be > 0$"),
@@ -106,6 +111,11 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     ([*SMOKE, "engine.max_model_len=4096"], r"^engine.max_model_len=4096 is invalid: the model allows at most 2048$"),
     ([*SMOKE, "seq_len=1000000000000"], r"^seq_len=1000000000000 is invalid: more than the model's context of"),
     ([*SMOKE, "engine.num_kv_blocks=100000000"], r"^engine.num_kv_blocks=100000000 is invalid: 100000000 blocks"),
+    # A measurement's batch of several requests, held at once: 4 x 10 blocks of decodes (+ 1 for the chunk).
+    ([*SMOKE, "task=op_breakdown", "batch_size=4", "engine.num_kv_blocks=39"],
+     r"^engine.num_kv_blocks=39 is invalid with task=op_breakdown: the KV cache holds 39 blocks, fewer than the 40"),
+    ([*SMOKE, "task=piggyback", "batch_size=4", "engine.num_kv_blocks=40"],
+     r"^engine.num_kv_blocks=40 is invalid with task=piggyback: the KV cache holds 40 blocks, fewer than the 44"),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
@@ -113,11 +123,21 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["dtype=int8"], r"^dtype='int8' is invalid: allowed values are"),
     (["task=nope"], r"^task='nope' is invalid: allowed values are serve, .*piggyback, profile, reread"),
     (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),
+    (["task=piggyback", "batch_size=1"], r"^batch_size=1 is invalid with task=piggyback: B - 1 decodes must ride"),
+    (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
+     r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),
     (["on_existing=maybe"], r"^on_existing='maybe' is invalid: allowed values are refuse, skip, overwrite$"),
     (["seq_len=8", "pd_ratio=100"], r"^seq_len=8 is invalid with pd_ratio=100.0: it gives 8 prompt and 0 decode"),
     (["seq_len=8", "pd_ratio=0.01"], r"^seq_len=8 is invalid with pd_ratio=0.01: it gives 0 prompt and 8 decode"),
     ([*SMOKE, "seq_len=3000"], r"^seq_len=3000 is invalid: more than the model's context of 2048 tokens$"),
     (["workload=trace", "workload.path=nowhere.csv"], r"^workload.path='nowhere.csv' is invalid: no such file"),
+    # The simulator's device, cost model and KV cache, checked before a run deletes or builds anything.
+    ([*SIM, "engine.sim_device=tpu"], r"^engine.sim_device='tpu' is invalid: allowed values are a100, "),
+    ([*SIM, "model=llama-33b", "engine.sim_device=a6000"], r"^engine.sim_device='a6000' is invalid for this model"),
+    ([*SIM, "engine.num_kv_blocks=10000000000"], r"^engine.num_kv_blocks=10000000000 is invalid: 10000000000 blocks"),
+    ([*SIM, "engine.num_kv_blocks=2"], r"^engine.num_kv_blocks=2 is invalid: the KV cache holds 32 tokens, fewer"),
+    ([*SIM, "engine.sim_cost_model=profile", "engine.sim_device=a6000"],
+     r"^engine.sim_cost_model='profile' is invalid here: no profile at .*run task=profile"),
 ])
 def test_bad_values_give_one_line_naming_key_value_and_allowed(overrides, line):
     with pytest.raises(ConfigError, match=line) as err:
@@ -136,6 +156,13 @@ def test_a_kv_cache_too_small_for_one_request_is_refused_before_generating(tmp_p
                                           r"fewer than one request of 160$"):
         run_in_process([*SMOKE, "engine.num_kv_blocks=2"], tmp_path)
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_a_refused_simulation_leaves_an_interrupted_run_s_partial_records(tmp_path):
+    (tmp_path / "metrics.partial.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"^engine.sim_device='tpu' is invalid"):
+        run_in_process([*SIM, "engine.sim_device=tpu"], tmp_path)
+    assert (tmp_path / "metrics.partial.json").exists()
 
 
 @pytest.mark.parametrize("args,line", [

@@ -109,11 +109,6 @@ def test_piggyback_charges_riding_decodes_what_they_add_to_the_chunk(llm):
                                      "decode_speedup": baseline / piggybacked})
 
 
-def test_piggyback_refuses_a_batch_with_no_decode_to_ride(llm):
-    with pytest.raises(ValueError, match="batch_size=1"):
-        measurement("piggyback")(_cfg(batch_size=1), llm)
-
-
 def test_reread_counts_the_kv_chunks_re_read_and_what_chunking_costs(llm):
     layers = llm.model_config.num_hidden_layers
     seq_len, pd_ratio, chunk = 50, 4.0, 16

@@ -56,3 +56,40 @@ def test_engine_records_are_consistent():
         parts = (i.schedule_time, i.prepare_time, i.forward_time, i.sample_time)
         # The parts are disjoint stretches of the iteration, read off the same clock.
         assert all(p > 0 for p in parts) and sum(parts) <= i.duration + 1e-9
+
+
+def test_a_run_stopped_before_every_request_arrived_counts_the_others_unfinished():
+    # Arrivals 1 s apart, stopped at the third iteration: most requests never arrived, and so were
+    # never recorded, yet they were submitted to the run and did not finish.
+    llm = LLM("tiny", executor="sim", scheduler="sarathi", chunk_size=64, max_batch_size=4)
+    n, seen = 10, []
+
+    def stop(record):
+        seen.append(record)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate([[1] * 8] * n, max_new_tokens=2, arrival_times=[float(i) for i in range(n)], on_iteration=stop)
+    s = llm.metrics.summary()
+    assert len(llm.metrics.requests) < n
+    assert s["num_requests"] + s["num_unfinished"] == n and s["num_unfinished"] > 0
+
+
+def test_a_stopped_run_s_token_rates_are_over_the_window_it_measured():
+    # One short request finishes at once while seven long ones keep the engine busy until the stop:
+    # the rates count every token computed, so they run over the whole window, not to the one finish.
+    llm = LLM("tiny", executor="sim", scheduler="sarathi", chunk_size=64, max_batch_size=8)
+    seen = []
+
+    def stop(record):
+        seen.append(record)
+        if len(seen) == 100:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate([[1] * 8] + [[1] * 512] * 7, max_new_tokens=[2] + [300] * 7, on_iteration=stop)
+    s = llm.metrics.summary()
+    assert s["num_requests"] == 1
+    assert s["makespan_s"] == pytest.approx(seen[-1].start + seen[-1].duration)
+    assert s["total_throughput"] == pytest.approx((s["prefill_tokens"] + s["decode_tokens"]) / s["makespan_s"])

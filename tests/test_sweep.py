@@ -47,14 +47,16 @@ def test_submitit_sweep_runs_jobs_as_processes_and_isolates_a_failing_one(tmp_pa
 
 
 class SigkillJob(Callback):
-    """Test-only Hydra callback: SIGKILLs sweep job number `job` mid-run, as the OOM killer would."""
+    """Test-only Hydra callback: SIGKILLs sweep job number `job` mid-run, as the OOM killer would
+    (`beside`: a rerun into a finished job's dir, which runs in .<job>.next)."""
 
-    def __init__(self, job: int) -> None:
-        self.job = job
+    def __init__(self, job: int, beside: bool = False) -> None:
+        self.job, self.beside = job, beside
 
     def on_job_start(self, config, **kwargs) -> None:
         if config.hydra.job.num == self.job:
             out = Path(config.hydra.runtime.output_dir)
+            out = out.parent / f".{out.name}.next" if self.beside else out
             threading.Thread(target=self._kill_once_running, args=(out,), daemon=True).start()
 
     @staticmethod
@@ -82,6 +84,25 @@ def test_safe_submitit_sweep_collects_every_job_and_records_a_killed_one(tmp_pat
     summary = json.loads((sweep / "sweep_summary.json").read_text())
     assert summary == {"0": {"status": "killed", "error": killed["error"]}, "1": {"status": "ok", "error": None}}
     assert f"FAILED 0 (killed): {killed['error']}" in output
+
+
+@pytest.mark.e2e
+def test_a_killed_overwrite_is_recorded_beside_the_finished_run_it_leaves_as_it_was(tmp_path):
+    sweep = tmp_path / "sweep"
+    subprocess.run(_cli("-m", *TINY, "chunk=16", f"hydra.sweep.dir={sweep}"), capture_output=True, timeout=240,
+                   check=True)
+    before = {p.name: p.read_bytes() for p in (sweep / "0").iterdir() if p.is_file()}
+    proc = subprocess.run(_cli("-m", *TINY, "chunk=16", "on_existing=overwrite", "hydra/launcher=submitit_local_safe",
+                               "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}",
+                               f"+hydra.callbacks.kill._target_={__name__}.SigkillJob", "+hydra.callbacks.kill.job=0",
+                               "+hydra.callbacks.kill.beside=true"),
+                          capture_output=True, text=True, timeout=240, check=False,
+                          env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-2000:]
+    assert {p.name: p.read_bytes() for p in (sweep / "0").iterdir() if p.is_file()} == before
+    killed = json.loads((sweep / ".0.next" / "status.json").read_text())
+    assert killed["status"] == "killed" and "SIGKILL" in killed["error"]
+    assert json.loads((sweep / "sweep_summary.json").read_text())["0"] == {"status": "killed", "error": killed["error"]}
 
 
 def test_safe_launchers_are_the_plugins_configs_with_another_target():

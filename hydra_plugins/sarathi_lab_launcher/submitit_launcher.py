@@ -58,13 +58,17 @@ class _CollectEveryJob:
     def _collect(self, job: Any, num: int, overrides: Sequence[str], started: float) -> JobReturn:
         from submitit.core.utils import FailedJobError, UncompletedJobError
 
-        from sarathi_lab.harness.results import STATUS, read_status, write_status
+        from sarathi_lab.harness.results import METRICS, STATUS, is_finished, next_dir, read_status, write_status
 
         try:
             return job.results()[0]
         except UncompletedJobError as e:
             error = e
         job_dir = self._job_dir(num, overrides, job.job_id)
+        if is_finished(job_dir) and (job_dir / METRICS).stat().st_mtime < started - 1:
+            # A finished run of an earlier sweep, which the job's rerun had to leave as it was: the
+            # rerun recorded itself beside it (runner.claim_status_dir), and so is its death.
+            job_dir = next_dir(job_dir)
         status = read_status(job_dir)
         if status is None or status["time"] < started - 1 or status["status"] == "running":
             job_dir.mkdir(parents=True, exist_ok=True)  # it may have died before Hydra made it

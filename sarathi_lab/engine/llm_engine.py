@@ -88,6 +88,7 @@ class LLMEngine:
         connections would (vLLM's bench serve): a request due while the cap is reached is sent,
         and so arrives, when one finishes."""
         self.start(metrics, sampling)
+        metrics.num_submitted += len(seqs)
         pending = sorted(seqs, key=lambda s: (s.arrival, s.seq_id))
         scheduler = self.scheduler
         try:

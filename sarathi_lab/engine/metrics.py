@@ -127,16 +127,24 @@ def queue_growth(requests: list[RequestRecord]) -> float:
 class Metrics:
     iterations: list[IterationRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    # The requests handed to the run(s) recorded here. A request is recorded when it arrives, so a
+    # run stopped early (an SLO trial's verdict, a signal) has no record of those yet to arrive.
+    num_submitted: int = 0
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
-        """Throughputs in tokens/s over the makespan (first arrival to last finish); latencies in s.
+        """Throughputs in tokens/s over the makespan (first arrival to last finish, or to the end of
+        the last iteration for a run stopped before every request finished); latencies in s.
 
         ``saturated`` is 1.0 when the waiting queue grew through the arrival window (arrivals
         outpaced service): the latency percentiles of such a run describe how long this run was,
-        not a steady state."""
+        not a steady state. Latencies and ``num_requests`` are over the finished requests;
+        ``num_unfinished`` counts the submitted ones that did not finish, arrived or not."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
-        makespan = max((r.finish for r in reqs), default=0.0) - min((r.arrival for r in reqs), default=0.0)
+        # The token counts include the work on requests a stopped run never finished: its rates are
+        # over the whole window it measured, not up to its last finish.
+        end = max([r.finish for r in reqs] + [i.start + i.duration for i in its[-1:]], default=0.0)
+        makespan = end - min((r.arrival for r in self.requests), default=0.0)
         prefill = sum(i.num_prefill_tokens for i in its)
         decode = sum(i.num_decode_tokens for i in its)
         busy = sum(i.duration for i in its)
@@ -145,7 +153,7 @@ class Metrics:
         growth = queue_growth(self.requests)
         out = {
             "num_requests": len(reqs),
-            "num_unfinished": len(self.requests) - len(reqs),
+            "num_unfinished": max(self.num_submitted, len(self.requests)) - len(reqs),
             "num_iterations": len(its),
             "makespan_s": makespan,
             "busy_time_s": busy,

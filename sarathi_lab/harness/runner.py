@@ -109,18 +109,22 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
     def record_run(directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
-                   config: dict[str, Any]) -> None:
+                   config: dict[str, Any], partial: bool = False) -> None:
         tables = _engine_tables(metrics)
-        save_to(directory, summary, tables, partial=False, config=config)
-        log_run(directory, name, summary, metrics.iteration_rows(), tables)
+        save_to(directory, summary, tables, partial=partial, config=config)
+        if not partial:  # as for an interrupted serving run: W&B gets finished runs only
+            log_run(directory, name, summary, metrics.iteration_rows(), tables)
+
+    def save_partial(summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
+        save_to(run_dir, summary, tables, partial=True)
+        log.warning("interrupted: partial records saved in %s as *.partial.*", run_dir)
 
     if cfg.task == "serve":
         try:
             _serve(llm, workload)
         except KeyboardInterrupt:
             # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
-            save_to(run_dir, llm.metrics.summary(slo), _engine_tables(llm.metrics), partial=True)
-            log.warning("interrupted: partial records saved in %s as *.partial.*", run_dir)
+            save_partial(llm.metrics.summary(slo), _engine_tables(llm.metrics))
             raise
         summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
         if summary["saturated"]:
@@ -130,8 +134,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         headline = _headline(summary)
     else:
         task = measurement(cfg.task)
-        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, group)) if takes_context(task)
-                           else task(cfg, llm))
+        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group))
+                           if takes_context(task) else task(cfg, llm))
         history = []
         headline = ", ".join(f"{k}.parquet" for k in tables)
     save_to(run_dir, summary, tables, partial=False)

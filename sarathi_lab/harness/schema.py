@@ -3,7 +3,7 @@ config into it.
 
 The engine's part is `EngineConfig` itself: the YAML's `engine:` block holds its fields that no
 paper sweeps, and the top-level knobs and group choices (chunk, batch_size, model, ...) set the
-rest in one place, `_engine_knobs`. Every value is checked once, by the dataclass that holds it
+rest (`KNOB_KEYS`, `_engine_knobs`). Every value is checked once, by the dataclass that holds it
 (`check_fields` for types and finiteness, then its own ranges); a failure is one line naming the
 key as the user wrote it (`engine.kv_cache_gb=...`, `chunk=...`), raised as ConfigError.
 """
@@ -99,6 +99,7 @@ class LoggerCfg:
 
     def __post_init__(self):
         check_fields(self)
+        check_positive("init_timeout_s", self.init_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,7 @@ class RunConfig:
         if self.task not in tasks:
             raise ConfigError(f"task={self.task!r} is invalid: allowed values are {', '.join(tasks)}")
         self._check_capacity()
+        self._check_measurement()
 
     def _check_capacity(self) -> None:
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
@@ -215,6 +217,15 @@ class RunConfig:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
 
+    def _check_measurement(self) -> None:
+        # What the measurement tasks need of the knobs, refused here rather than after the model is built.
+        if self.task == "piggyback" and self.batch_size < 2:
+            raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 decodes must ride "
+                              "the chunk, so it must be >= 2")
+        if self.task == "iteration_sweep" and self.measure.token_step > self.seq_len:
+            raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with task=iteration_sweep: "
+                              f"must be <= seq_len={self.seq_len}, the most tokens it times")
+
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
         return {"experiment": self.name, "task": self.task, "scale": self.scale, "model": self.model.engine_model,
@@ -223,15 +234,27 @@ class RunConfig:
                 "dtype": self.dtype, "executor": self.engine.executor, "workload": self.workload.kind}
 
 
-def _engine_knobs(run: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """The one place the run's knobs and group choices map onto EngineConfig: {field: (the key a user
-    sets, its value)}. `chunk` is both sarathi's chunk and sarathi_serve's token budget, so that one
-    sweep handle compares them."""
-    return {"model": ("model", run["model"].engine_model), "scheduler": ("scheduler", run["scheduler"].name),
-            "chunk_size": ("chunk", run["chunk"]), "token_budget": ("chunk", run["chunk"]),
-            "max_batch_size": ("batch_size", run["batch_size"]), "device": ("device", run["device"].name),
-            "num_threads": ("device.num_threads", run["device"].num_threads), "dtype": ("dtype", run["dtype"]),
-            "seed": ("seed", run["seed"])}
+# EngineConfig's fields that the run's knobs and group choices set, and the key a user sets each by.
+# `chunk` is both sarathi's chunk and sarathi_serve's token budget, so that one sweep handle compares them.
+KNOB_KEYS = {"model": "model", "scheduler": "scheduler", "chunk_size": "chunk", "token_budget": "chunk",
+             "max_batch_size": "batch_size", "device": "device", "num_threads": "device.num_threads",
+             "dtype": "dtype", "seed": "seed"}
+
+
+def engine_key(key: str) -> str:
+    """The key the run's config sets EngineConfig's field ``key`` by (its knob, else engine.<key>),
+    for errors raised below the harness; any other key as it is."""
+    if key in KNOB_KEYS:
+        return KNOB_KEYS[key]
+    return f"engine.{key}" if key in {f.name for f in dataclasses.fields(EngineConfig)} else key
+
+
+def _engine_knobs(run: dict[str, Any]) -> dict[str, Any]:
+    """The one place the run's knobs and group choices map onto EngineConfig: {field: value}, the
+    fields of KNOB_KEYS."""
+    return {"model": run["model"].engine_model, "scheduler": run["scheduler"].name, "chunk_size": run["chunk"],
+            "token_budget": run["chunk"], "max_batch_size": run["batch_size"], "device": run["device"].name,
+            "num_threads": run["device"].num_threads, "dtype": run["dtype"], "seed": run["seed"]}
 
 
 def parse_config(cfg: DictConfig) -> RunConfig:
@@ -248,15 +271,14 @@ def parse_config(cfg: DictConfig) -> RunConfig:
 def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"engine={raw!r} is invalid: must be a mapping")
-    knobs = _engine_knobs(run)
     for key in raw:
-        if key in knobs:
-            raise ConfigError(f"engine.{key} is set by {knobs[key][0]}=; set that instead")
-    fields = _fields(EngineConfig, raw, prefix="engine.", later=set(knobs))
+        if key in KNOB_KEYS:
+            raise ConfigError(f"engine.{key} is set by {KNOB_KEYS[key]}=; set that instead")
+    fields = _fields(EngineConfig, raw, prefix="engine.", later=set(KNOB_KEYS))
     try:
-        return EngineConfig(**fields, **{name: value for name, (_, value) in knobs.items()})
+        return EngineConfig(**fields, **_engine_knobs(run))
     except ConfigError as e:
-        raise e.at(knobs[e.key][0] if e.key in knobs else f"engine.{e.key}") from None
+        raise e.at(engine_key(e.key)) from None
 
 
 def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> dict[str, Any]:

@@ -116,11 +116,19 @@ def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None
     gives the same draws at every rate, scaled by 1 / qps, so that a capacity search compares rates on
     one arrival pattern."""
     rng = np.random.default_rng([seed, _ARRIVALS])
-    if cfg.arrival == "poisson":
-        return poisson_arrivals(cfg.num_requests, qps, rng)
-    if cfg.arrival == "gamma":
-        return gamma_arrivals(cfg.num_requests, qps, cfg.cv, rng)
-    return None
+    if cfg.arrival == "all_at_once":
+        return None
+    try:
+        times = (poisson_arrivals(cfg.num_requests, qps, rng) if cfg.arrival == "poisson"
+                 else gamma_arrivals(cfg.num_requests, qps, cfg.cv, rng))
+    except (OverflowError, ZeroDivisionError):  # 1 / cv**2 past a float's range
+        times = [math.nan]
+    if not all(math.isfinite(t) for t in times):
+        # Finite settings at a float's extremes (qps=5e-324, cv=1e-160) give gaps of inf or NaN.
+        key, value = ("workload.cv", cfg.cv) if cfg.arrival == "gamma" else ("workload.qps", qps)
+        raise ConfigError(f"{key}={value!r} is invalid: the {cfg.arrival} arrival times it gives at {qps!r} req/s "
+                          "are not finite numbers")
+    return times
 
 
 def resolve_trace_path(path: str) -> Path:

@@ -134,7 +134,7 @@ class PipelineSimulator:
         arrivals = [0.0] * len(lengths) if arrivals is None else list(arrivals)
         seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
         pending = deque(sorted(seqs, key=lambda s: (s.arrival, s.seq_id)))
-        metrics = Metrics()
+        metrics = Metrics(num_submitted=len(seqs))
         records = {}
         bubbles = np.zeros(len(seqs))
         stage_free, busy = [0.0] * stages, [0.0] * stages

@@ -50,10 +50,18 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         k = len(rows)
         n = trial_requests(search, qps, len(workload.prompts))
         arrivals = arrival_times(cfg.workload, qps, cfg.seed)
-        result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
-                             slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
         name = trial_dir_name(k, qps)
-        summary = result.summary | {"qps": qps, "passed": float(result.passed)}
+        try:
+            result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
+                                 slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
+        except KeyboardInterrupt:
+            # What the trial had measured, as an interrupted serving run saves it.
+            context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"qps": qps}, llm.metrics,
+                               {"trial": k, "qps": qps}, partial=True)
+            raise
+        # A trial stopped early has latencies, goodput and attainment over its finished requests only.
+        summary = result.summary | {"qps": qps, "passed": float(result.passed),
+                                    "stopped_early": float(result.stopped_early)}
         context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
         rows.append({"trial": k, "qps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                      "stopped_early": result.stopped_early, "run_dir": name}
@@ -62,8 +70,12 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                  " (stopped early)" if result.stopped_early else "")
         return result
 
-    found = search_capacity(trial, search.start_qps, search.resolution, search.min_qps, search.max_qps,
-                            search.max_trials)
+    try:
+        found = search_capacity(trial, search.start_qps, search.resolution, search.min_qps, search.max_qps,
+                                search.max_trials)
+    except KeyboardInterrupt:
+        context.save_partial({"num_trials": len(rows)}, {"trials": pd.DataFrame(rows)})
+        raise
     record = found.as_dict() | {"slo": {"tbt_p99_s": slo.tbt_p99_s, "sched_delay_p50_s": slo.sched_delay_p50_s},
                                 "require_stable": search.require_stable}
     for entry, row in zip(record["trials"], rows):

@@ -12,6 +12,11 @@ from sarathi_lab.harness.tasks._timing import time_by_op
 from sarathi_lab.profiling.batches import SyntheticBatches
 
 
+def kv_requests(cfg) -> list[int]:
+    """The lengths of the requests its largest batch holds in the KV cache at once."""
+    return [cfg.seq_len] * cfg.batch_size
+
+
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     size, length = cfg.batch_size, cfg.seq_len
     batches = SyntheticBatches(llm, seed=cfg.seed)

@@ -23,10 +23,13 @@ from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.quantities import decode_speedup
 
 
+def kv_requests(cfg) -> list[int]:
+    """The lengths of the requests it holds in the KV cache at once: the chunk's and the decodes'."""
+    return [cfg.chunk] + [cfg.seq_len] * cfg.batch_size
+
+
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
-    size, context = cfg.batch_size, cfg.seq_len
-    if size < 2:
-        raise ValueError(f"batch_size={size} is invalid for task=piggyback: B - 1 decodes must ride the chunk")
+    size, context = cfg.batch_size, cfg.seq_len  # at least 2 (RunConfig): B - 1 decodes ride the chunk
     batches = SyntheticBatches(llm, seed=cfg.seed)
     # One chunk and B decodes serve all three iterations, so the cache holds them once.
     requests = batches.make(prefills=[(cfg.chunk, 0)], decodes=size, context=context)
