@@ -136,6 +136,9 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     ([*SIM, "model=llama-33b", "engine.sim_device=a6000"], r"^engine.sim_device='a6000' is invalid for this model"),
     ([*SIM, "engine.num_kv_blocks=10000000000"], r"^engine.num_kv_blocks=10000000000 is invalid: 10000000000 blocks"),
     ([*SIM, "engine.num_kv_blocks=2"], r"^engine.num_kv_blocks=2 is invalid: the KV cache holds 32 tokens, fewer"),
+    ([*SIM, "model=mistral-7b", "chunk=100000000"],
+     r"^chunk=100000000 is invalid on sim_device='h100': an iteration of this many tokens and a decode per running "
+     r"request \(100000004 in all\) leaves no room for a KV cache$"),
     ([*SIM, "engine.sim_cost_model=profile", "engine.sim_device=a6000"],
      r"^engine.sim_cost_model='profile' is invalid here: no profile at .*run task=profile"),
 ])

@@ -39,8 +39,17 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
                                   "runs it as a what-if)")
             log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
-    max_tokens = max(cfg.chunk_size, cfg.budget) + cfg.max_batch_size
-    return kv_capacity_tokens(device, config, elem, max_tokens) // cfg.block_size
+    key = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget"
+    max_tokens = getattr(cfg, key) + cfg.max_batch_size
+    try:
+        return kv_capacity_tokens(device, config, elem, max_tokens) // cfg.block_size
+    except ConfigError as e:
+        if e.key != "max_tokens":
+            raise
+        # Name the setting that made the iteration this large (the harness maps it to the user's key).
+        raise ConfigError(f"{key}={getattr(cfg, key)} is invalid on sim_device={cfg.sim_device!r}: an iteration of "
+                          f"this many tokens and a decode per running request ({max_tokens} in all) leaves no room "
+                          "for a KV cache") from None
 
 
 def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: VirtualClock):
