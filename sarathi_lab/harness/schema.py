@@ -3,13 +3,14 @@ config into it.
 
 The engine's part is `EngineConfig` itself: the YAML's `engine:` block holds its fields that no
 paper sweeps, and the top-level knobs and group choices (chunk, batch_size, model, ...) set the
-rest (`KNOB_KEYS`, `_engine_knobs`). Every value is checked once, by the dataclass that holds it
+rest (`_KNOBS`). Every value is checked once, by the dataclass that holds it
 (`check_fields` for types and finiteness, then its own ranges); a failure is one line naming the
 key as the user wrote it (`engine.kv_cache_gb=...`, `chunk=...`), raised as ConfigError.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_type_hints
 
@@ -234,11 +235,21 @@ class RunConfig:
                 "dtype": self.dtype, "executor": self.engine.executor, "workload": self.workload.kind}
 
 
-# EngineConfig's fields that the run's knobs and group choices set, and the key a user sets each by.
-# `chunk` is both sarathi's chunk and sarathi_serve's token budget, so that one sweep handle compares them.
-KNOB_KEYS = {"model": "model", "scheduler": "scheduler", "chunk_size": "chunk", "token_budget": "chunk",
-             "max_batch_size": "batch_size", "device": "device", "num_threads": "device.num_threads",
-             "dtype": "dtype", "seed": "seed"}
+# EngineConfig's fields that the run's knobs and group choices set: the key a user sets each by, and
+# how the run gives its value. `chunk` is both sarathi's chunk and sarathi_serve's token budget, so
+# that one sweep handle compares them.
+_KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
+    "model": ("model", lambda run: run["model"].engine_model),
+    "scheduler": ("scheduler", lambda run: run["scheduler"].name),
+    "chunk_size": ("chunk", lambda run: run["chunk"]),
+    "token_budget": ("chunk", lambda run: run["chunk"]),
+    "max_batch_size": ("batch_size", lambda run: run["batch_size"]),
+    "device": ("device", lambda run: run["device"].name),
+    "num_threads": ("device.num_threads", lambda run: run["device"].num_threads),
+    "dtype": ("dtype", lambda run: run["dtype"]),
+    "seed": ("seed", lambda run: run["seed"]),
+}
+KNOB_KEYS = {name: key for name, (key, _) in _KNOBS.items()}
 
 
 def engine_key(key: str) -> str:
@@ -250,11 +261,8 @@ def engine_key(key: str) -> str:
 
 
 def _engine_knobs(run: dict[str, Any]) -> dict[str, Any]:
-    """The one place the run's knobs and group choices map onto EngineConfig: {field: value}, the
-    fields of KNOB_KEYS."""
-    return {"model": run["model"].engine_model, "scheduler": run["scheduler"].name, "chunk_size": run["chunk"],
-            "token_budget": run["chunk"], "max_batch_size": run["batch_size"], "device": run["device"].name,
-            "num_threads": run["device"].num_threads, "dtype": run["dtype"], "seed": run["seed"]}
+    """The one place the run's knobs and group choices map onto EngineConfig: {field: value}."""
+    return {name: value(run) for name, (_, value) in _KNOBS.items()}
 
 
 def parse_config(cfg: DictConfig) -> RunConfig:

@@ -19,9 +19,9 @@ log = logging.getLogger(__name__)
 
 def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
     """An explicit block count or memory budget wins, as in the real engine, if it fits on the
-    simulated device beside the weights (or, with ``sim_kv_beyond_device``, as a what-if); otherwise the device's memory after the weights and the
-    activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
-    token per running decode)."""
+    simulated device beside the weights (or, with ``sim_kv_beyond_device``, as a what-if); otherwise
+    the device's memory after the weights and the activations of the largest iteration a chunking
+    scheduler builds (its chunk or budget plus one token per running decode)."""
     elem = DTYPE_BYTES[cfg.dtype]
     block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
