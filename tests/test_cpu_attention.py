@@ -108,12 +108,13 @@ def test_paged_prefill_equals_reference(chunks, block_size, kv_heads, group, hea
 @needs_kernel
 @settings(max_examples=20, deadline=None)
 @given(chunk=st.tuples(st.integers(1, 150), st.integers(0, 200)), climb=st.sampled_from([2.0, 12.0, 40.0]),
-       head_dim=st.sampled_from([64, 80]), group=st.sampled_from([1, 4]), seed=st.integers(0, 2**16),
+       head_dim=st.sampled_from([64, 80, 128]), group=st.sampled_from([1, 4]), seed=st.integers(0, 2**16),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]))
 def test_paged_prefill_with_a_growing_max_equals_reference(chunk, climb, head_dim, group, seed, dtype):
     """Scores that climb by ``climb`` along the context, so that every row's max keeps growing: the
     AMX kernel moves a row's max only when a block passes it by 8 ln 2, and then rescales
-    accumulators held in tile registers (64-wide heads) or in memory (80); a slow climb rarely does.
+    accumulators held in tile registers (64-wide heads) or in memory (80, 128; keys read in place from
+    the cache where d is a multiple of 32: 64, 128); a slow climb rarely does.
     The climb rides on the last element of every key, times a query element of 1 / scale, so that
     it adds exactly to the random scores without making their float32 rounding larger."""
     query, k_cache, v_cache, meta = prefill_inputs([chunk], 16, 2, group, head_dim, seed)

@@ -7,8 +7,9 @@
 // Here a row group keeps its accumulators in tile registers over all its keys (heads up to 64 wide:
 // four tiles; wider ones load and store them around each block), keys go 32 at a time (full-depth
 // tiles), and each row's running max moves only when a block's max passes it by more than 8 ln 2
-// (FlashAttention-4's conditional rescaling): probabilities then reach at most 256, and the
-// accumulators, which tiles cannot scale, leave their registers only when a max grows that much.
+// (FlashAttention-4's conditional rescaling; 8 in the softmax's base 2): probabilities then reach
+// at most 256, and the accumulators, which tiles cannot scale, leave their registers only when a
+// max grows that much.
 //
 // Per row group (16 rows of token x query head, as in the vector kernels), per block of 32 keys:
 //   scores [32 keys][16 rows] = keys [32][d] x query pairs [d/2][16 rows][2]     (two tiles)
@@ -37,7 +38,8 @@ namespace {
 static_assert(W == 16, "AMX comes with AVX-512");
 constexpr int64_t KEYS = 32;     // keys per block: a bfloat16 tile's full depth
 constexpr int64_t RESIDENT = 4;  // accumulator tiles kept in registers (tile numbers 3-6)
-constexpr float TAU = 5.545177444f;  // 8 ln 2: how far a block's max may pass a row's running max
+// The softmax works in base 2: scores times scale x log2(e), so that 2^t needs no reduction by ln 2.
+constexpr float TAU = 8.f;  // how far a block's max may pass a row's running max (log2 units)
 
 // The first n (0..32) bfloat16 at p as 16 32-bit pairs, zero past n.
 inline __m512i pairs_of(const bf16* p, int64_t n) {
@@ -45,22 +47,18 @@ inline __m512i pairs_of(const bf16* p, int64_t n) {
   return _mm512_maskz_loadu_epi16(mask, p);
 }
 
-// exp(z) * 2^8 for z <= TAU-ish, z below -87 as -87 (a normal float, never a subnormal's slow path).
-// The probabilities are rounded to bfloat16 (8 bits) before p x v, so a degree-5 Taylor series on
-// |r| <= ln2 / 2 (relative error < 3e-6) does, where the float32 kernels' exp_nonpositive keeps
-// degree 7; 2^n by scalef, and the 2^8 folded into the coefficients (exact: a power of two).
-inline __m512 exp_times_256(__m512 z) {
-  z = _mm512_max_ps(z, _mm512_set1_ps(-87.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), z);  // ln 2 in two parts, for the large n
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(256.f / 120);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f / 2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(256.f));
+// 2^t * 2^8 for t <= TAU-ish, t below -120 as -120 (a normal float, never a subnormal's slow path).
+// 2^f on |f| <= 1/2 by a degree-4 polynomial fitted for relative error (< 3e-6, as the degree-5
+// Taylor series in ln 2 units this replaced: the probabilities are rounded to bfloat16, 8 bits,
+// before p x v); 2^n by scalef, and the 2^8 folded into the coefficients (exact: a power of two).
+inline __m512 exp2_times_256(__m512 t) {
+  t = _mm512_max_ps(t, _mm512_set1_ps(-120.f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(256 * 0.00957007147f), f, _mm512_set1_ps(256 * 0.0559177734f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(256 * 0.240247443f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(256 * 0.693121850f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(256 * 0.999999285f));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -68,29 +66,32 @@ inline __m512 exp_times_256(__m512 z) {
 inline __mmask16 sees(__m512i last, int32_t t) { return _mm512_cmp_epi32_mask(_mm512_set1_epi32(t), last, _MM_CMPINT_LE); }
 
 // One block of KEYS keys for 16 rows, a row per lane. s [KEYS][16]: raw scores; row i sees key t
-// when t <= last[i] (every key of the block, for every row, unless ``diagonal``). m, l: the rows'
-// running max and sum. Writes the probability pairs [KEYS / 2][16] (B's rows: keys 2u, 2u + 1 of
-// each row side by side); returns whether a max moved, and then each row's rescale (1 where it held).
-inline bool softmax_block(const float* s, bool diagonal, __m512i last, float scale, __m512& m, __m512& l,
+// when t <= last[i] (every key of the block, for every row, unless ``diagonal``). c: the softmax
+// scale times log2(e), > 0. m, l: the rows' running max (of scores times c) and sum. Writes the
+// probability pairs [KEYS / 2][16] (B's rows: keys 2u, 2u + 1 of each row side by side); returns
+// whether a max moved, and then each row's rescale (1 where it held).
+inline bool softmax_block(const float* s, bool diagonal, __m512i last, float c, __m512& m, __m512& l,
                           __m512& rescale, uint32_t* pairs) {
-  const __m512 lowest = _mm512_set1_ps(-FLT_MAX), scale_v = _mm512_set1_ps(scale);
-  // Four running maxima: one max's latency per key in a single chain was most of this function's
-  // time (a select on a compare per key: ~7 cycles x 32 keys).
-  __m512 tops[4] = {m, lowest, lowest, lowest};
+  const __m512 lowest = _mm512_set1_ps(-FLT_MAX), c_v = _mm512_set1_ps(c);
+  // The raw scores' max, scaled once (c > 0 keeps their order). Four running maxima: one max's
+  // latency per key in a single chain was most of this function's time (a select on a compare per
+  // key: ~7 cycles x 32 keys).
+  __m512 tops[4] = {lowest, lowest, lowest, lowest};
   for (int32_t t = 0; t < KEYS; ++t) {
-    const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + t * W), scale_v);
+    const __m512 x = _mm512_loadu_ps(s + t * W);
     tops[t % 4] = diagonal ? _mm512_mask_max_ps(tops[t % 4], sees(last, t), tops[t % 4], x)
                            : _mm512_max_ps(tops[t % 4], x);
   }
-  const __m512 top = _mm512_max_ps(_mm512_max_ps(tops[0], tops[1]), _mm512_max_ps(tops[2], tops[3]));
+  const __m512 top_raw = _mm512_max_ps(_mm512_max_ps(tops[0], tops[1]), _mm512_max_ps(tops[2], tops[3]));
+  const __m512 top = _mm512_max_ps(m, _mm512_mul_ps(top_raw, c_v));
   const __mmask16 first = _mm512_cmp_ps_mask(m, lowest, _CMP_EQ_OQ);
   const __mmask16 grow = first | _mm512_cmp_ps_mask(top, _mm512_add_ps(m, _mm512_set1_ps(TAU)), _CMP_GT_OQ);
   const __mmask16 scaled = grow & ~first;
   const __m512 m_new = _mm512_mask_mov_ps(m, grow, top), shift = _mm512_add_ps(m_new, _mm512_set1_ps(TAU));
   __m512 sums[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   for (int32_t u = 0; u < KEYS / 2; ++u) {
-    __m512 e0 = exp_times_256(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * u * W), scale_v, shift));
-    __m512 e1 = exp_times_256(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * u + 1) * W), scale_v, shift));
+    __m512 e0 = exp2_times_256(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * u * W), c_v, shift));
+    __m512 e1 = exp2_times_256(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * u + 1) * W), c_v, shift));
     if (diagonal) {
       e0 = _mm512_maskz_mov_ps(sees(last, 2 * u), e0);
       e1 = _mm512_maskz_mov_ps(sees(last, 2 * u + 1), e1);
@@ -105,9 +106,9 @@ inline bool softmax_block(const float* s, bool diagonal, __m512i last, float sca
     m = m_new;
     return false;
   }
-  // exp(m - m_new) where the max moved; 1 elsewhere.
+  // 2^(m - m_new) where the max moved; 1 elsewhere.
   rescale = _mm512_mask_mov_ps(_mm512_set1_ps(1.f), scaled,
-                               exp_times_256(_mm512_sub_ps(_mm512_sub_ps(m, m_new), _mm512_set1_ps(TAU))));
+                               exp2_times_256(_mm512_sub_ps(_mm512_sub_ps(m, m_new), _mm512_set1_ps(TAU))));
   l = _mm512_fmadd_ps(l, rescale, sum);
   m = m_new;
   return true;
@@ -170,12 +171,17 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
   const int64_t group = heads / kv_heads, row = kv_heads * d;
   const int64_t dk = (d + 31) / 32 * 32, dp = (d + W - 1) / W * W, nacc = dp / W;
   const bool resident = nacc <= RESIDENT;
-  // Every chunk's keys and values, packed once per call for all its kv heads: [chunk][kv head][its keys
-  // rounded up to 32] x dk keys and x dp transposed values (pack_values' blocks), zero past its
-  // context. Packed per work item instead, each thread packed every kv head it touched, one kv head's
-  // rows at a time (128 bytes every 1.5 KB of a cache row): a third of the kernel at 256 + 256 tokens.
-  // Packing all heads of 32 keys at a time reads the cache's rows whole. Kept by the calling thread
-  // between calls: a new buffer's pages faulted in on every call.
+  const float log2e_scale = scale * 1.44269504f;
+  // Keys go into the tiles straight from the cache where 16 keys (a tile's rows) never straddle two
+  // cache blocks and a head's d elements are whole tile rows; copying them first was half of the
+  // packing below, itself a fifth of the kernel at 2K context.
+  const bool keys_in_place = block_size % W == 0 && d == dk;
+  // Every chunk's keys (where not read in place) and values, packed once per call for all its kv
+  // heads: [chunk][kv head][its keys rounded up to 32] x dk keys and x dp transposed values
+  // (pack_values' blocks), zero past its context. Packed per work item instead, each thread packed
+  // every kv head it touched, one kv head's rows at a time (128 bytes every 1.5 KB of a cache row): a
+  // third of the kernel at 256 + 256 tokens. Packing all heads of 32 keys at a time reads the cache's
+  // rows whole. Kept by the calling thread between calls: a new buffer's pages faulted in on every call.
   std::vector<int64_t> first_key(n + 1, 0);  // chunk i's keys start at first_key[i] * kv_heads
   std::vector<std::pair<int64_t, int64_t>> key_blocks;  // (chunk, k0)
   for (int64_t i = 0; i < n; ++i) {
@@ -183,8 +189,8 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
     first_key[i + 1] = first_key[i] + keys;
     for (int64_t k0 = 0; k0 < keys; k0 += KEYS) key_blocks.emplace_back(i, k0);
   }
-  thread_local std::vector<bf16> packed_k, packed_v;
-  packed_k.resize(std::max<size_t>(packed_k.size(), first_key[n] * kv_heads * dk));
+  thread_local line_vector<bf16> packed_k, packed_v;
+  if (!keys_in_place) packed_k.resize(std::max<size_t>(packed_k.size(), first_key[n] * kv_heads * dk));
   packed_v.resize(std::max<size_t>(packed_v.size(), first_key[n] * kv_heads * dp));
   // Pointers, not the vectors: inside the parallel region each thread's thread_local is its own.
   bf16 *const all_k = packed_k.data(), *const all_v = packed_v.data();
@@ -202,10 +208,12 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
       for (int64_t h = 0; h < kv_heads; ++h) {
         const ContextRows<bf16> ctx{kc, vc, zero_row.data(), tables + seq * max_blocks, block_size, row, h * d,
                                     lens[seq], seq, h};
-        bf16* kb = packed(all_k, seq, h, dk) + k0 * dk;
-        for (int64_t t = 0; t < KEYS; ++t) {
-          std::memcpy(kb + t * dk, ctx.key(k0 + t), d * sizeof(bf16));
-          std::fill(kb + t * dk + d, kb + (t + 1) * dk, bf16{0});
+        if (!keys_in_place) {
+          bf16* kb = packed(all_k, seq, h, dk) + k0 * dk;
+          for (int64_t t = 0; t < KEYS; ++t) {
+            std::memcpy(kb + t * dk, ctx.key(k0 + t), d * sizeof(bf16));
+            std::fill(kb + t * dk + d, kb + (t + 1) * dk, bf16{0});
+          }
         }
         pack_values([&](int64_t t) { return ctx.value(t); }, k0, d, dp, packed(all_v, seq, h, dp) + k0 * dp);
       }
@@ -214,10 +222,14 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
     for (int t = 0; t < 8; ++t) config.set(t, 16, 64);
     _tile_loadconfig(&config);
     const int64_t rows_pad = (TILE * group + W - 1) / W * W;
-    std::vector<uint32_t> qp(dk / 2 * rows_pad);  // query pairs [dk / 2][rows]
-    std::vector<uint32_t> pairs(KEYS / 2 * W);    // probability pairs [16][16 rows]
-    std::vector<float> s(2 * KEYS * W), acc(nacc * W * W);  // scores: two blocks' [KEYS][16]
+    line_vector<uint32_t> qp(dk / 2 * rows_pad);  // query pairs [dk / 2][rows]
+    line_vector<uint32_t> pairs(KEYS / 2 * W);    // probability pairs [16][16 rows]
+    line_vector<float> s(2 * KEYS * W), acc(nacc * W * W);  // scores: two blocks' [KEYS][16]
     std::vector<int32_t> limit(rows_pad);
+    // Each 16 keys' first row and the bytes between rows: in the cache (a block's rows are a token's
+    // whole kv row apart), in the packed copy, or, past a context, a zero row read 16 times. Keys
+    // past the context inside its last cache block are read as they are: their lanes are masked.
+    std::vector<std::pair<const bf16*, int64_t>> key_rows;
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t w = 0; w < nitems; ++w) {
       const Item it = items[w];
@@ -227,8 +239,18 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
       for (int64_t r = 0; r < rows_pad; ++r)
         limit[r] = static_cast<int32_t>(sp.ctx - sp.q_len + sp.t0 + std::min(r, sp.rows - 1) / group);
       pack_queries([&](int64_t r) { return q + sp.at(r, q_stride, d); }, sp.rows, rows_pad, d, dk, qp.data());
-      const bf16* kb = packed(all_k, it.seq, it.kv_head, dk);
       const bf16* vt = packed(all_v, it.seq, it.kv_head, dp);
+      key_rows.clear();
+      for (int64_t k = 0; k < first_key[it.seq + 1] - first_key[it.seq]; k += W) {
+        if (!keys_in_place)
+          key_rows.emplace_back(packed(all_k, it.seq, it.kv_head, dk) + k * dk, dk * sizeof(bf16));
+        else if (k < sp.ctx)
+          key_rows.emplace_back(kc + (static_cast<int64_t>(tables[it.seq * max_blocks + k / block_size]) * block_size +
+                                      k % block_size) * row + it.kv_head * d,
+                                row * sizeof(bf16));
+        else
+          key_rows.emplace_back(zero_row.data(), 0);
+      }
       for (int64_t r0 = 0; r0 < sp.rows; r0 += W) {
         const int64_t group_last = limit[std::min(sp.rows, r0 + W) - 1];  // limits grow with r
         __m512 m = _mm512_set1_ps(-FLT_MAX), l = _mm512_setzero_ps(), rescale;
@@ -245,11 +267,13 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
         const auto issue_scores = [&](int64_t k0) {
           _tile_zero(0);
           _tile_zero(7);
+          const auto [lo, lo_stride] = key_rows[k0 / W];
+          const auto [hi, hi_stride] = key_rows[k0 / W + 1];
           for (int64_t j = 0; j < dk; j += 32) {
             _tile_loadd(2, qp.data() + j / 2 * rows_pad + r0, rows_pad * sizeof(uint32_t));
-            _tile_loadd(1, kb + k0 * dk + j, dk * sizeof(bf16));
+            _tile_loadd(1, lo + (lo_stride ? j : 0), lo_stride);
             _tile_dpbf16ps(0, 1, 2);
-            _tile_loadd(1, kb + (k0 + W) * dk + j, dk * sizeof(bf16));
+            _tile_loadd(1, hi + (hi_stride ? j : 0), hi_stride);
             _tile_dpbf16ps(7, 1, 2);
           }
         };
@@ -270,7 +294,7 @@ void paged_prefill_amx(const bf16* q, int64_t q_stride, const bf16* kc, const bf
           // is the smallest).
           const bool diagonal = k0 + KEYS - 1 > limit[r0];
           const __m512i last = _mm512_sub_epi32(last_rows, _mm512_set1_epi32(static_cast<int32_t>(k0)));
-          if (softmax_block(scores_of(k0), diagonal, last, scale, m, l, rescale, pairs.data())) {
+          if (softmax_block(scores_of(k0), diagonal, last, log2e_scale, m, l, rescale, pairs.data())) {
             if (resident) {
               SARATHI_EACH_RESIDENT(SARATHI_SPILL)
             }
