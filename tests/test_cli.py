@@ -46,11 +46,18 @@ def test_the_bf16_fallback_is_one_line():
     assert err.stderr.strip() == "dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions"
 
 
+BARE_WORD = ("{} is invalid: an argument must be a key=value override (chunk=256; +key=value adds a key, ~key "
+             "deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
+
+
 @pytest.mark.parametrize("args, line", [
     (["chunck=256"], "chunck=256 is invalid: chunck is not a known key; nearest known keys: chunk"),
     (["engine.kv_cache=1"], ("engine.kv_cache=1 is invalid: engine.kv_cache is not a known key; nearest known keys: "
                              "engine.kv_cache_gb, engine.num_kv_blocks")),
     (["scheduler=fcfs"], "scheduler='fcfs' is invalid: allowed values are orca, sarathi, sarathi_serve, static, vllm"),
+    # Hydra's answer was a grammar error, a link and exit 1. `job` is --cfg's value, not a bare word.
+    (["foo"], BARE_WORD.format("foo")),
+    (["-m", "--cfg", "job", "chunk=8,16", "foo"], BARE_WORD.format("foo")),
 ])
 def test_an_unknown_key_or_choice_is_one_line_before_hydra_starts(tmp_path, args, line):
     proc = _run(*args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)

@@ -10,7 +10,7 @@ import torch
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import CONF_DIR
-from sarathi_lab.harness.cli_check import _group_options, bad_group_choice
+from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
@@ -182,6 +182,8 @@ def test_unknown_group_choices_are_caught_before_hydra_starts(args, line):
 def test_known_choices_flags_and_plugin_groups_pass():
     assert bad_group_choice(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2", "--cfg", "job",
                              "hydra/launcher=submitit_local", "scheduler=glob(*)"]) is None
+    assert bare_word(["-m", "chunk=1,2", "--cfg", "job", "-cn", "config", "~engine.num_kv_blocks", "--info", "plugins",
+                      "--unknown-flag"]) is None
 
 
 @pytest.mark.e2e
