@@ -127,6 +127,17 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_result(tmp_path, case, key
     assert not list(tmp_path.rglob("metrics*.json"))
 
 
+def test_the_what_if_kv_cache_warning_is_logged_once_per_job(tmp_path):
+    # 42.7 GiB of KV cache beside LLaMA-13B on a 48 GB A6000 (experiments/sim/decode_speedup.yaml); the
+    # preflight and the LLM both size it, and each had warned.
+    out = tmp_path / "run"
+    proc = _run(*SMOKE, "executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.num_kv_blocks=3500",
+                "engine.sim_kv_beyond_device=true", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for output in (proc.stdout + proc.stderr, (out / "run.log").read_text()):
+        assert output.count("what-if KV cache (sim_kv_beyond_device): 3500 blocks") == 1, output
+
+
 @pytest.mark.e2e
 def test_a_refused_rerun_changes_no_byte_of_the_finished_run(tmp_path):
     out = tmp_path / "run"

@@ -25,9 +25,10 @@ def preflight(cfg: RunConfig) -> Workload:
         if engine.executor == "model":
             blocks = plan_kv_blocks(engine, hf, context, engine.torch_dtype, engine.torch_device)
         else:
-            # The simulated device, its cost model and KV cache, as LLM builds them (no weights: cheap).
+            # The simulated device, its cost model and KV cache, as LLM builds them (no weights: cheap);
+            # the LLM warns of a what-if KV cache when it builds them for the run, once per job.
             try:
-                _, blocks = build_simulation(engine, hf, VirtualClock())
+                _, blocks = build_simulation(engine, hf, VirtualClock(), warn=False)
             except FileNotFoundError as e:  # a profile not measured yet
                 raise ConfigError(f"sim_cost_model={engine.sim_cost_model!r} is invalid here: {e}") from None
     except ConfigError as e:
