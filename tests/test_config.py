@@ -116,6 +116,13 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      r"^engine.num_kv_blocks=39 is invalid with task=op_breakdown: the KV cache holds 39 blocks, fewer than the 40"),
     ([*SMOKE, "task=piggyback", "batch_size=4", "engine.num_kv_blocks=40"],
      r"^engine.num_kv_blocks=40 is invalid with task=piggyback: the KV cache holds 40 blocks, fewer than the 44"),
+    # profile holds one batch at a time; its largest is batch_size decodes of seq_len (4 x 10 blocks).
+    ([*SMOKE, "task=profile", "engine.num_kv_blocks=39"],
+     r"^engine.num_kv_blocks=39 is invalid with task=profile: the KV cache holds 39 blocks, fewer than the 40 its "
+     r"batch of 4 requests takes$"),
+    # With one decode, a 64-token chunk after 159 tokens of context (14 blocks) is the largest.
+    ([*SMOKE, "task=profile", "batch_size=1", "engine.num_kv_blocks=13"],
+     r"^engine.num_kv_blocks=13 is invalid with task=profile: the KV cache holds 13 blocks, fewer than the 14 "),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),

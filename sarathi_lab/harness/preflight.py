@@ -8,7 +8,7 @@ from __future__ import annotations
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.harness.schema import RunConfig, engine_key
-from sarathi_lab.harness.tasks import kv_requests
+from sarathi_lab.harness.tasks import kv_blocks, kv_requests
 from sarathi_lab.harness.workloads import Workload, build_workload
 from sarathi_lab.model import load_config
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
@@ -41,7 +41,7 @@ def preflight(cfg: RunConfig) -> Workload:
         raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid: the KV cache holds "
                           f"{blocks * engine.block_size} tokens, fewer than one request of {workload.max_request_len}")
     held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
-    need = sum(-(-n // engine.block_size) for n in held)
+    need = kv_blocks(held, engine.block_size)
     if need > blocks:
         raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid with task={cfg.task}: the KV cache holds "
                           f"{blocks} blocks, fewer than the {need} its batch of {len(held)} requests takes")
