@@ -46,11 +46,18 @@ def test_the_bf16_fallback_is_one_line():
     assert err.stderr.strip() == "dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions"
 
 
+BARE_WORD = ("{} is invalid: an argument must be a key=value override (chunk=256; +key=value adds a key, ~key "
+             "deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
+
+
 @pytest.mark.parametrize("args, line", [
     (["chunck=256"], "chunck=256 is invalid: chunck is not a known key; nearest known keys: chunk"),
     (["engine.kv_cache=1"], ("engine.kv_cache=1 is invalid: engine.kv_cache is not a known key; nearest known keys: "
                              "engine.kv_cache_gb, engine.num_kv_blocks")),
     (["scheduler=fcfs"], "scheduler='fcfs' is invalid: allowed values are orca, sarathi, sarathi_serve, static, vllm"),
+    # Hydra's answer was a grammar error, a link and exit 1. `job` is --cfg's value, not a bare word.
+    (["foo"], BARE_WORD.format("foo")),
+    (["-m", "--cfg", "job", "chunk=8,16", "foo"], BARE_WORD.format("foo")),
 ])
 def test_an_unknown_key_or_choice_is_one_line_before_hydra_starts(tmp_path, args, line):
     proc = _run(*args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
@@ -118,6 +125,17 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_result(tmp_path, case, key
     errors = [line for line in output.splitlines() if "[ERROR]" in line]
     assert len(errors) == 1 and key in errors[0], output
     assert not list(tmp_path.rglob("metrics*.json"))
+
+
+def test_the_what_if_kv_cache_warning_is_logged_once_per_job(tmp_path):
+    # 42.7 GiB of KV cache beside LLaMA-13B on a 48 GB A6000 (experiments/sim/decode_speedup.yaml); the
+    # preflight and the LLM both size it, and each had warned.
+    out = tmp_path / "run"
+    proc = _run(*SMOKE, "executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.num_kv_blocks=3500",
+                "engine.sim_kv_beyond_device=true", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for output in (proc.stdout + proc.stderr, (out / "run.log").read_text()):
+        assert output.count("what-if KV cache (sim_kv_beyond_device): 3500 blocks") == 1, output
 
 
 @pytest.mark.e2e

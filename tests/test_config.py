@@ -10,7 +10,7 @@ import torch
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import CONF_DIR
-from sarathi_lab.harness.cli_check import _group_options, bad_group_choice
+from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
@@ -19,6 +19,7 @@ from sarathi_lab.sim import simulated_kv_blocks
 
 SMOKE = ["experiment=smoke", "logger=none"]
 SIM = [*SMOKE, "executor=sim"]
+AUTO_33B = [*SIM, "model=llama-33b", "scheduler=sarathi_serve", "token_budget=auto", "slo.tbt_p99_s=100"]
 
 
 def _check(overrides):
@@ -116,6 +117,13 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      r"^engine.num_kv_blocks=39 is invalid with task=op_breakdown: the KV cache holds 39 blocks, fewer than the 40"),
     ([*SMOKE, "task=piggyback", "batch_size=4", "engine.num_kv_blocks=40"],
      r"^engine.num_kv_blocks=40 is invalid with task=piggyback: the KV cache holds 40 blocks, fewer than the 44"),
+    # profile holds one batch at a time; its largest is batch_size decodes of seq_len (4 x 10 blocks).
+    ([*SMOKE, "task=profile", "engine.num_kv_blocks=39"],
+     (r"^engine.num_kv_blocks=39 is invalid with task=profile: the KV cache holds 39 blocks, fewer than the 40 its "
+      r"batch of 4 requests takes$")),
+    # With one decode, a 64-token chunk after 159 tokens of context (14 blocks) is the largest.
+    ([*SMOKE, "task=profile", "batch_size=1", "engine.num_kv_blocks=13"],
+     r"^engine.num_kv_blocks=13 is invalid with task=profile: the KV cache holds 13 blocks, fewer than the 14 "),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
@@ -141,6 +149,10 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      r"request \(100000004 in all\) leaves no room for a KV cache$"),
     ([*SIM, "engine.sim_cost_model=profile", "engine.sim_device=a6000"],
      r"^engine.sim_cost_model='profile' is invalid here: no profile at .*run task=profile"),
+    # chunk=64 leaves LLaMA-33B 465 blocks on an H100; the budget tuned for this lax SLO (65536) none.
+    (AUTO_33B, (r"^token_budget=auto \(65536 tokens for slo.tbt_p99_s=100\) is invalid on sim_device='h100': an "
+                r"iteration of this many tokens and a decode per running request \(65540 in all\) leaves no room "
+                r"for a KV cache; a lower slo.tbt_p99_s, or token_budget=null and a chunk that fits, leaves room$")),
 ])
 def test_bad_values_give_one_line_naming_key_value_and_allowed(overrides, line):
     with pytest.raises(ConfigError, match=line) as err:
@@ -161,10 +173,12 @@ def test_a_kv_cache_too_small_for_one_request_is_refused_before_generating(tmp_p
     assert not (tmp_path / "metrics.json").exists()
 
 
-def test_a_refused_simulation_leaves_an_interrupted_run_s_partial_records(tmp_path):
+@pytest.mark.parametrize("overrides,line", [([*SIM, "engine.sim_device=tpu"], r"^engine.sim_device='tpu' is invalid"),
+                                           (AUTO_33B, r"^token_budget=auto \(65536 tokens")])
+def test_a_refused_simulation_leaves_an_interrupted_run_s_partial_records(tmp_path, overrides, line):
     (tmp_path / "metrics.partial.json").write_text("{}")
-    with pytest.raises(ConfigError, match=r"^engine.sim_device='tpu' is invalid"):
-        run_in_process([*SIM, "engine.sim_device=tpu"], tmp_path)
+    with pytest.raises(ConfigError, match=line):
+        run_in_process(overrides, tmp_path)
     assert (tmp_path / "metrics.partial.json").exists()
 
 
@@ -182,6 +196,8 @@ def test_unknown_group_choices_are_caught_before_hydra_starts(args, line):
 def test_known_choices_flags_and_plugin_groups_pass():
     assert bad_group_choice(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2", "--cfg", "job",
                              "hydra/launcher=submitit_local", "scheduler=glob(*)"]) is None
+    assert bare_word(["-m", "chunk=1,2", "--cfg", "job", "-cn", "config", "~engine.num_kv_blocks", "--info", "plugins",
+                      "--unknown-flag"]) is None
 
 
 @pytest.mark.e2e

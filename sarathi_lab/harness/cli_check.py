@@ -1,17 +1,20 @@
-"""Check the command line before Hydra starts: group choices (scheduler=, model=, experiment=, ...)
-and plain keys (chunk=, engine.kv_cache_gb=, ...).
+"""Check the command line before Hydra starts: words that are no override (`foo` for `foo=...`),
+group choices (scheduler=, model=, experiment=, ...) and plain keys (chunk=, engine.kv_cache_gb=, ...).
 
-Hydra reports an unknown choice with the search path and a hint to set HYDRA_FULL_ERROR, and an
-unknown key in five lines suggesting `+key=`, which the run would then refuse; these give the
-verdict as one line, with the nearest known keys, and exit before any output directory exists.
+Hydra reports a bare word as a grammar error with a link and exit 1, an unknown choice with the
+search path and a hint to set HYDRA_FULL_ERROR, and an unknown key in five lines suggesting `+key=`,
+which the run would then refuse; these give the verdict as one line, with what is allowed or the
+nearest known keys, and exit before any output directory exists.
 Only hydra and omegaconf are imported here, so that the check costs a fraction of a second.
 """
 from __future__ import annotations
 
+import argparse
 import difflib
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override
 from hydra.errors import HydraException
@@ -21,8 +24,29 @@ from sarathi_lab.harness import CONF_DIR
 
 
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """The one-line error for the first bad group choice or unknown key in args, or None."""
-    return bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
+    """The one-line error for the first bare word, bad group choice or unknown key in args, or None."""
+    return bare_word(args) or bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
+
+
+def bare_word(args: list[str]) -> str | None:
+    """The one-line error for the first argument that is neither an override nor a flag or its value."""
+    # Hydra's own parser tells a flag's value (--cfg job, -cn name) from an override.
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        known, extra = parser.parse_known_args(args)
+    except argparse.ArgumentError:
+        return None  # a flag's bad value (--info nope): Hydra's to report
+    override_parser = OverridesParser.create()
+    for arg in [*known.overrides, *(a for a in extra if not a.startswith("-"))]:
+        if "=" in arg:
+            continue  # a malformed value is Hydra's to report, with the grammar's own pointer
+        try:
+            override_parser.parse_override(arg)  # ~key deletes a key: an override without `=`
+        except HydraException:
+            return (f"{arg} is invalid: an argument must be a key=value override (chunk=256; +key=value adds a "
+                    "key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
+    return None
 
 
 def _overrides(args: list[str]) -> list[tuple[str, Override]]:

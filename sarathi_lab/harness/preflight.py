@@ -1,47 +1,91 @@
 """Every check that can refuse a run, done before any result is deleted and before any model, table
-or prompt is allocated: the model's config and weight headers, the context, and the memory the
-model, its RoPE table, its KV cache (model/memory.py) and the prompts would take, by arithmetic
-against the machine's.
+or prompt is allocated: the model's config and weight headers, the context, the token budget
+(token_budget=auto), and the memory the model, its RoPE table, its KV cache (model/memory.py) and
+the prompts would take, by arithmetic against the machine's.
 """
 from __future__ import annotations
 
-from sarathi_lab.config import ConfigError
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig, engine_key
-from sarathi_lab.harness.tasks import kv_requests
+from sarathi_lab.harness.tasks import kv_blocks, kv_requests
 from sarathi_lab.harness.workloads import Workload, build_workload
 from sarathi_lab.model import load_config
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
 from sarathi_lab.sim import build_simulation
 
+log = logging.getLogger(__name__)
 
-def preflight(cfg: RunConfig) -> Workload:
-    """The run's requests, once everything the run needs is known to fit; else a one-line ConfigError
-    (or ModelLoadError) naming the key as the run's config spells it."""
-    engine = cfg.engine
-    hf = load_config(engine.model)
+
+@dataclass(frozen=True)
+class Checked:
+    """What a run that passed the preflight runs: its requests, its engine's config (token_budget=auto
+    resolved) and what metrics.json records of an auto budget."""
+    workload: Workload
+    engine: EngineConfig
+    budget: dict[str, Any]
+
+
+def preflight(cfg: RunConfig) -> Checked:
+    """The run's requests and engine, once everything the run needs is known to fit; else a one-line
+    ConfigError (or ModelLoadError) naming the key as the run's config spells it."""
+    hf = load_config(cfg.engine.model)
     try:
-        context = context_limit(engine, hf)
-        if engine.executor == "model":
-            blocks = plan_kv_blocks(engine, hf, context, engine.torch_dtype, engine.torch_device)
-        else:
-            # The simulated device, its cost model and KV cache, as LLM builds them (no weights: cheap).
-            try:
-                _, blocks = build_simulation(engine, hf, VirtualClock())
-            except FileNotFoundError as e:  # a profile not measured yet
-                raise ConfigError(f"sim_cost_model={engine.sim_cost_model!r} is invalid here: {e}") from None
+        context = context_limit(cfg.engine, hf)
     except ConfigError as e:
         raise e.at(engine_key(e.key)) from None
     workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, hf.vocab_size, context)
+    # Before the KV cache: a simulated device keeps the activations of the largest iteration, which
+    # the tuned budget sets, back from it.
+    engine, budget = _token_budget(cfg, workload)
+    try:
+        if engine.executor == "model":
+            blocks = plan_kv_blocks(engine, hf, context, engine.torch_dtype, engine.torch_device)
+        else:
+            # The simulated device, its cost model and KV cache, as LLM builds them (no weights: cheap);
+            # the LLM warns of a what-if KV cache when it builds them for the run, once per job.
+            try:
+                _, blocks = build_simulation(engine, hf, VirtualClock(), warn=False)
+            except FileNotFoundError as e:  # a profile not measured yet
+                raise ConfigError(f"sim_cost_model={engine.sim_cost_model!r} is invalid here: {e}") from None
+    except ConfigError as e:
+        raise _as_set(e, cfg, budget) from None
+    checked = Checked(workload, engine, budget)
     if engine.num_kv_blocks is None and engine.kv_cache_gb is None:
-        return workload
+        return checked
     key = "num_kv_blocks" if engine.num_kv_blocks is not None else "kv_cache_gb"
     if workload.max_request_len > blocks * engine.block_size:
         raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid: the KV cache holds "
                           f"{blocks * engine.block_size} tokens, fewer than one request of {workload.max_request_len}")
     held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
-    need = sum(-(-n // engine.block_size) for n in held)
+    need = kv_blocks(held, engine.block_size)
     if need > blocks:
         raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid with task={cfg.task}: the KV cache holds "
                           f"{blocks} blocks, fewer than the {need} its batch of {len(held)} requests takes")
-    return workload
+    return checked
+
+
+def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:
+    """The engine's config with token_budget=auto resolved, and what metrics.json records of it."""
+    if cfg.token_budget != "auto" or cfg.scheduler.name != "sarathi_serve":
+        return cfg.engine, {}
+    engine, budget = auto_budget(cfg.engine, cfg.slo.tbt_p99_s, workload.max_request_len)
+    log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "
+             "within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model, budget.predicted_s, cfg.slo.tbt_p99_s,
+             "; capped: the SLO does not bind" if budget.capped else "")
+    return engine, {"token_budget": budget.tokens, "token_budget_predicted_s": budget.predicted_s}
+
+
+def _as_set(e: ConfigError, cfg: RunConfig, budget: dict[str, Any]) -> ConfigError:
+    """e naming the key as the run's config sets it: a tuned budget by token_budget=auto and its SLO."""
+    if not budget or e.key != "token_budget":
+        return e.at(engine_key(e.key))
+    tokens = budget["token_budget"]
+    return ConfigError(f"token_budget=auto ({tokens} tokens for slo.tbt_p99_s={cfg.slo.tbt_p99_s})"
+                       f"{str(e).removeprefix(f'token_budget={tokens}')}; a lower slo.tbt_p99_s, or "
+                       "token_budget=null and a chunk that fits, leaves room")

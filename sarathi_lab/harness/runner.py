@@ -21,9 +21,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
-from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness import load
-from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.progress import Progress
@@ -63,8 +61,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     finished = claim_status_dir(ctx) != out
     if finished and _keep_finished_run(cfg, resolved_config, out):
         return "skipped"
-    workload = preflight(cfg)
-    engine, budget_record = _token_budget(cfg, workload)
+    checked = preflight(cfg)
+    workload, budget_record = checked.workload, checked.budget
     if finished:
         shutil.rmtree(ctx.status_dir, ignore_errors=True)  # what an earlier refused or failed rerun left
         ctx.status_dir.mkdir(parents=True)
@@ -77,7 +75,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             OmegaConf.save(node, run_dir / ".hydra" / name)
     write_status(run_dir, "running")
 
-    llm = LLM(**dataclasses.asdict(engine))
+    llm = LLM(**dataclasses.asdict(checked.engine))
     _warn_on_preemptions(llm, workload, cfg)
     before = load.snapshot()
     start = time.perf_counter()
@@ -196,18 +194,6 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
                               "use another hydra.sweep.dir, or on_existing=overwrite")
         log.info("%s already holds this finished run; skipped (on_existing=skip)", out)
     return cfg.on_existing == "skip"
-
-
-def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:
-    """The engine's config with token_budget=auto resolved (a check like preflight's: before any
-    work), and what metrics.json records of it."""
-    if cfg.token_budget != "auto" or cfg.scheduler.name != "sarathi_serve":
-        return cfg.engine, {}
-    engine, budget = auto_budget(cfg.engine, cfg.slo.tbt_p99_s, workload.max_request_len)
-    log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "
-             "within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model, budget.predicted_s, cfg.slo.tbt_p99_s,
-             "; capped: the SLO does not bind" if budget.capped else "")
-    return engine, {"token_budget": budget.tokens, "token_budget_predicted_s": budget.predicted_s}
 
 
 def _serve(llm: LLM, workload: Workload) -> None:

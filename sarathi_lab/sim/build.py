@@ -17,11 +17,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
+def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool = True) -> int:
     """An explicit block count or memory budget wins, as in the real engine, if it fits on the
-    simulated device beside the weights (or, with ``sim_kv_beyond_device``, as a what-if); otherwise
-    the device's memory after the weights and the activations of the largest iteration a chunking
-    scheduler builds (its chunk or budget plus one token per running decode)."""
+    simulated device beside the weights (or, with ``sim_kv_beyond_device``, as a what-if, with a
+    warning unless ``warn`` is False); otherwise the device's memory after the weights and the
+    activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
+    token per running decode)."""
     elem = DTYPE_BYTES[cfg.dtype]
     block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
@@ -37,7 +38,8 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
             if not cfg.sim_kv_beyond_device:
                 raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {excess} (sim_kv_beyond_device=true "
                                   "runs it as a what-if)")
-            log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
+            if warn:
+                log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
     key = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget"
     max_tokens = getattr(cfg, key) + cfg.max_batch_size
@@ -52,12 +54,13 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig) -> int:
                           "for a KV cache") from None
 
 
-def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: VirtualClock):
-    """(SimulatedExecutor, number of KV blocks) for ``cfg.sim_device`` and ``cfg.sim_cost_model``."""
+def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: VirtualClock, warn: bool = True):
+    """(SimulatedExecutor, number of KV blocks) for ``cfg.sim_device`` and ``cfg.sim_cost_model``;
+    ``warn``: whether a what-if KV cache is warned of (simulated_kv_blocks)."""
     from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
 
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     cost_model = CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype)
     eos = getattr(config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
-    return SimulatedExecutor(cost_model, clock, eos), simulated_kv_blocks(cfg, config)
+    return SimulatedExecutor(cost_model, clock, eos), simulated_kv_blocks(cfg, config, warn)

@@ -55,5 +55,10 @@ def kv_requests(task: str, cfg) -> list[int]:
     return module.kv_requests(cfg) if hasattr(module, "kv_requests") else []
 
 
+def kv_blocks(lengths: list[int], block_size: int) -> int:
+    """The KV cache blocks requests of these lengths take together."""
+    return sum(-(-n // block_size) for n in lengths)
+
+
 def takes_context(task: Measurement) -> bool:
     return len(inspect.signature(task).parameters) == 3

@@ -28,6 +28,7 @@ import torch
 
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import median_time
+from sarathi_lab.harness.tasks import kv_blocks
 from sarathi_lab.harness.tasks.iteration_sweep import token_groups
 from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
@@ -68,6 +69,15 @@ def grids(cfg) -> dict[str, list]:
     return {"tokens": tokens, "chunks": _powers_of_two(min(cfg.chunk, cfg.seq_len)),
             "befores": _steps(0, max(cfg.seq_len - 1, 0)), "batches": _powers_of_two(cfg.batch_size),
             "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
+
+
+def kv_requests(cfg) -> list[int]:
+    """The lengths of the requests of the batch that takes the most KV blocks (it holds one batch at a
+    time): the longest dense-op prefill, the largest chunk after the most context, or the most
+    decodes at the longest context."""
+    g = grids(cfg)
+    batches = [[max(g["tokens"])], [max(g["chunks"]) + max(g["befores"])], [max(g["contexts"])] * max(g["batches"])]
+    return max(batches, key=lambda lengths: kv_blocks(lengths, cfg.engine.block_size))
 
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
