@@ -20,8 +20,10 @@ from sarathi_lab.gpu.state import Metric, StepResult
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def suite(*args: str, out_env: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "kernels")]))
+def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
+          first_on_path: Path | None = None) -> subprocess.CompletedProcess:
+    path = [str(first_on_path)] * (first_on_path is not None) + [str(ROOT), str(ROOT / "kernels")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     env.pop("OUT", None)
     if out_env is not None:
         env["OUT"] = str(out_env)
@@ -62,6 +64,19 @@ def test_a_step_that_does_not_fit_the_budget_is_deferred(tmp_path):
     assert state.read_result(tmp_path, "paper.pd_ratio") is None
 
 
+def test_a_worker_that_dies_before_any_step_is_not_restarted_forever(tmp_path):
+    # A torch that fails to import (the driver never imports it, the worker does at once): the
+    # worker dies before recording a step, and the driver used to start worker after worker, each
+    # dying alike (40 in 40 s), until its budget ran out; in a dry run, which has none, forever.
+    broken = tmp_path / "broken"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('libcudart.so: cannot open shared object')\n")
+    run = suite("--dry-run", "--out", str(tmp_path / "out"), "--steps", "env", timeout=60, first_on_path=broken)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr.count("Traceback") == 1, run.stderr[-2000:]
+    assert "ended with 1 before it settled any step" in run.stdout
+
+
 def test_plan_prints_every_step_and_the_calls():
     run = suite("--plan")
     assert run.returncode == 0, run.stderr
@@ -70,11 +85,14 @@ def test_plan_prints_every_step_and_the_calls():
     assert "call 1:" in run.stdout and "total" in run.stdout
 
 
-def test_bad_arguments_fail_with_one_line():
+def test_bad_arguments_fail_with_one_line(tmp_path):
     run = suite("--steps", "env,nope", "--plan")
     assert run.returncode == 2 and "'nope' is no step" in run.stderr
     run = suite("--budget-min", "nan", "--plan")
     assert run.returncode == 2 and "--budget-min=nan is invalid" in run.stderr
+    (tmp_path / "a_file").write_text("")
+    run = suite("--dry-run", "--steps", "env", "--out", str(tmp_path / "a_file"), timeout=60)
+    assert run.returncode == 2 and f"--out={tmp_path / 'a_file'} is invalid: must be a directory" in run.stderr
 
 
 def test_select_by_group_keeps_suite_order():
