@@ -60,7 +60,8 @@ def test_dry_run_produces_every_step_and_resumes(tmp_path):
 def test_a_step_that_does_not_fit_the_budget_is_deferred(tmp_path):
     run = suite("--dry-run", "--out", str(tmp_path), "--steps", "paper.pd_ratio", "--budget-min", "0.05")
     assert run.returncode == 3, run.stdout + run.stderr
-    assert "deferred to the next call" in run.stdout
+    # Longer than the whole budget: a next call of the same budget would not start it either.
+    assert "paper.pd_ratio: not started at --budget-min=0.05 (3.5 min expected" in run.stdout
     assert state.read_result(tmp_path, "paper.pd_ratio") is None
 
 
@@ -105,6 +106,16 @@ def test_pack_fits_each_call_and_keeps_every_step():
     assert sorted(s.name for call in calls for s in call) == sorted(BY_NAME)
     assert all(sum(s.minutes for s in call) <= 9.0 for call in calls)
     assert "call 1:" in format_plan(list(STEPS), 9.0)
+
+
+def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
+    # The driver never starts a step longer than --budget-min; the plan used to give each its own
+    # call ("call 5: 3.5 min paper.pd_ratio" at --budget-min 3), one that would never run it.
+    calls = pack(list(STEPS), 3.0)
+    assert all(s.minutes <= 3.0 for call in calls for s in call)
+    plan = format_plan(list(STEPS), 3.0)
+    assert "not started at --budget-min=3: paper.pd_ratio (3.5 min), paper.scheduler_latency (3.5 min)" in plan
+    assert "not started" not in format_plan(list(STEPS), 9.0)
 
 
 def _result(out: Path, name: str, status: str, started: float | None = None) -> None:

@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
-                print(f"[gpu] {s.name}: deferred to the next call ({s.minutes:.1f} min expected, "
+                when = "deferred to the next call" if s.minutes <= budget else f"not started at --budget-min={budget:g}"
+                print(f"[gpu] {s.name}: {when} ({s.minutes:.1f} min expected, "
                       f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
             break
         worker_start = time.time()
