@@ -16,6 +16,7 @@ from sarathi_lab.gpu import state
 from sarathi_lab.gpu.__main__ import exit_code, pending, record_killed
 from sarathi_lab.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
 from sarathi_lab.gpu.state import Metric, StepResult
+from sarathi_lab.gpu.wheels import installs_there
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -249,3 +250,19 @@ def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
                        "docs/gpu/h100/steps/overhead/iterations.csv", "docs/gpu/h100/figures/overhead.png",
                        "profiles/h100/llama-13b.csv"}
     assert device_slug("NVIDIA H200") == "h200" and device_slug("cpu") == "cpu"
+
+
+@pytest.mark.parametrize("wheel, there", [
+    ("hydra_core-1.3.2-py3-none-any.whl", True),
+    ("antlr4_python3_runtime-4.9.3-py3-none-any.whl", True),  # built here from its sdist: pure Python
+    ("psutil-7.0.0-cp36-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+    ("pyyaml-6.0.2-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+    # What pip wheel builds here from a source archive with C code: this interpreter, this machine.
+    # The check let both through (any platform ending in x86_64 passed).
+    ("pkg-1.0-cp311-cp311-linux_x86_64.whl", False),
+    ("pkg-1.0-cp312-cp312-linux_x86_64.whl", False),
+    ("pkg-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", False),
+    ("pkg-1.0-cp312-cp312-musllinux_1_2_x86_64.whl", False),
+])
+def test_only_wheels_the_gpu_machine_installs_are_carried(wheel, there):
+    assert installs_there(wheel) == there
