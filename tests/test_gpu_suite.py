@@ -252,6 +252,28 @@ def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
     assert device_slug("NVIDIA H200") == "h200" and device_slug("cpu") == "cpu"
 
 
+def test_collect_refuses_an_archive_without_the_env_step_or_from_a_dry_run(tmp_path):
+    # Without env.json: a KeyError traceback ("filename 'steps/env/env.json' not found"). A dry
+    # run's archive was collected into docs/gpu/cpu/ and profiles/cpu/ as if measured on a GPU.
+    out, archive = tmp_path / "out", tmp_path / "suite.tar.gz"
+    _result(out, "kernels", "done")
+    state.archive(out, archive)
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.gpu.collect", str(archive)], capture_output=True,
+                         text=True, check=False, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.splitlines()[-1].endswith(f"{archive} is invalid: it has no steps/env/env.json (the env step "
+                                                "has not finished), so the device it measured is unknown")
+    from sarathi_lab.gpu.collect import collect
+
+    (out / "steps" / "env").mkdir(parents=True)
+    (out / "steps" / "env" / "env.json").write_text(json.dumps({"device": "cpu"}))
+    state.write_summary(out, ["env", "kernels"], {"dry_run": True})
+    state.archive(out, archive)
+    with pytest.raises(ValueError, match="is invalid: a dry run's"):
+        collect(archive, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
+
+
 @pytest.mark.parametrize("wheel, there", [
     ("hydra_core-1.3.2-py3-none-any.whl", True),
     ("antlr4_python3_runtime-4.9.3-py3-none-any.whl", True),  # built here from its sdist: pure Python
