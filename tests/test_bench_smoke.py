@@ -124,7 +124,8 @@ def test_entry_point_help(args):
 
 
 # Each was a traceback minutes in (min() of no times, a division by zero, range() step 0, an empty
-# randrange) or a wrong number (--copy-mib 0: a copy ceiling of 0.000 GB/s), never a refusal.
+# randrange) or a wrong number (--copy-mib 0: a copy ceiling of 0.000 GB/s), never a refusal; an
+# --out of another suffix got the table as CSV under that name.
 @pytest.mark.parametrize("bench, args, refused", [
     (ceilings, ["--reps", "0"], "argument --reps: '0' is invalid: must be an integer >= 1"),
     (ceilings, ["--copy-mib", "0"], "argument --copy-mib: '0' is invalid"),
@@ -140,6 +141,8 @@ def test_entry_point_help(args):
     (attention_reread, ["--chunks", "0"], "argument --chunks: '0' is invalid"),
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),
+    (ceilings, ["--out", "table.JSON"], "argument --out: 'table.JSON' is invalid: must end in .csv or .json"),
+    (attention_reread, ["--out", "table.parquet"], "argument --out: 'table.parquet' is invalid"),
 ])
 def test_bad_sizes_are_refused_in_one_line_before_any_work(bench, args, refused, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -5,6 +5,9 @@ benchmark's ``--help`` reads these."""
 from __future__ import annotations
 
 import argparse
+from pathlib import PurePath
+
+TABLE_SUFFIXES = (".csv", ".json")
 
 
 def positive_int(text: str) -> int:
@@ -36,3 +39,11 @@ def int_range(text: str) -> tuple[int, int]:
     if bounds[0] > bounds[1]:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be LO-HI (or N) with integers 1 <= LO <= HI")
     return bounds
+
+
+def table_path(text: str) -> str:
+    """A file for the table, by its suffix (``common.write_table``): anything else was written as
+    CSV under the name given (results.JSON, results.parquet)."""
+    if PurePath(text).suffix not in TABLE_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must end in {' or '.join(TABLE_SUFFIXES)}")
+    return text
