@@ -141,6 +141,8 @@ def test_entry_point_help(args):
     (attention_reread, ["--chunks", "0"], "argument --chunks: '0' is invalid"),
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),
+    # It served every scheduler before the typo, then raised ConfigError.
+    (overhead, ["--schedulers", "sarathi,sarathi-serve"], "argument --schedulers: 'sarathi,sarathi-serve' is invalid"),
     (ceilings, ["--out", "table.JSON"], "argument --out: 'table.JSON' is invalid: must end in .csv or .json"),
     (attention_reread, ["--out", "table.parquet"], "argument --out: 'table.parquet' is invalid"),
 ])

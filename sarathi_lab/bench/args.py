@@ -29,6 +29,17 @@ def positive_ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of integers >= 1") from None
 
 
+def names_of(allowed: tuple[str, ...]):
+    """A type for a comma list of names, each one of ``allowed`` (e.g. schedulers): a typo is
+    refused at parsing, not after the names before it have run."""
+    def names(text: str) -> list[str]:
+        wanted = text.split(",")
+        if not all(name in allowed for name in wanted):
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of {', '.join(allowed)}")
+        return wanted
+    return names
+
+
 def int_range(text: str) -> tuple[int, int]:
     """'16-48' -> (16, 48), '32' -> (32, 32): bounds of a uniform draw, 1 <= LO <= HI."""
     lo, _, hi = text.partition("-")
