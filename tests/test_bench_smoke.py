@@ -153,6 +153,14 @@ def test_bad_sizes_are_refused_in_one_line_before_any_work(bench, args, refused,
     assert exit_.value.code == 2 and refused in err.splitlines()[-1], err
 
 
+def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
+    # Chunks longer than every prompt are all skipped: the table was empty ("Empty DataFrame").
+    with pytest.raises(SystemExit):
+        attention_reread.main(["--seq-lens", "256", "--chunks", "512,1024"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "--chunks=512,1024 is invalid: no chunk is <= a prompt length of --seq-lens=256")
+
+
 def test_a_bad_size_is_refused_from_the_command_line():
     out = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", "ceilings", "--reps", "0"], capture_output=True,
                          text=True, check=False, timeout=120)

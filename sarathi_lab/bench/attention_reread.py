@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None):
     args = parser.parse_args(argv)
     if args.smoke:
         args.seq_lens, args.chunks, args.reps = [256, 512], [64, 128], 2
+    if not any(C <= L for L in args.seq_lens for C in args.chunks):
+        # A chunk longer than the prompt is skipped (it would be the whole prefill): with none left
+        # the table was empty, and --out an empty file.
+        parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
+                     f"--seq-lens={','.join(map(str, args.seq_lens))}")
     setup_threads(args.threads)
     device, dtype = torch.device(args.device), resolve_dtype(args)
     warn_if_loaded()
