@@ -136,6 +136,16 @@ def test_resume_skips_done_and_failed_but_reruns_the_rest(tmp_path):
     assert state.is_done(tmp_path, "env") and not state.is_done(tmp_path, "engine")
 
 
+def test_a_failed_step_named_in_steps_is_retried_whatever_the_spaces(tmp_path):
+    # "env, kernels" selects kernels (select strips the names) but the driver read " kernels" as
+    # the name given, so the failed step, named to retry it, was skipped as "failed before".
+    _result(tmp_path, "env", "done")
+    _result(tmp_path, "kernels", "failed")
+    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "env, kernels", "--budget-min", "0.01", timeout=60)
+    assert "1 of 2 steps already finished" in run.stdout, run.stdout + run.stderr
+    assert "kernels: not started at --budget-min=0.01" in run.stdout
+
+
 def test_a_rerun_of_a_done_step_clears_its_marker_until_it_finishes(tmp_path):
     _result(tmp_path, "env", "done")
     state.mark_started(tmp_path, "env")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from sarathi_lab.gpu import state
-from sarathi_lab.gpu.plan import Step, format_plan, select
+from sarathi_lab.gpu.plan import Step, format_plan, named, select
 from sarathi_lab.gpu.proc import wait_or_stop
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
-    todo = pending(out, steps, set((args.steps or "").split(",")), args.retry_failed)
+    todo = pending(out, steps, named(args.steps), args.retry_failed)
     stalled = False
     print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
     while todo:

@@ -72,11 +72,16 @@ BY_NAME = {s.name: s for s in STEPS}
 GROUPS = tuple(dict.fromkeys(s.group for s in STEPS))
 
 
+def named(spec: str | None) -> set[str]:
+    """The names and groups ``spec`` (``--steps``) gives, as written there."""
+    return {w.strip() for w in (spec or "").split(",") if w.strip()}
+
+
 def select(spec: str | None) -> list[Step]:
     """Steps named by ``spec`` (comma-separated names or groups such as ``paper``), in suite order."""
     if not spec:
         return list(STEPS)
-    wanted = {w.strip() for w in spec.split(",") if w.strip()}
+    wanted = named(spec)
     unknown = sorted(w for w in wanted if w not in BY_NAME and w not in GROUPS)
     if unknown:
         raise ValueError(f"--steps={spec!r} is invalid: {unknown[0]!r} is no step; allowed: "
