@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.bench import ceilings, iteration, overhead, versus
+from sarathi_lab.bench import attention_reread, ceilings, iteration, overhead, sim_speed, versus
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
 from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
@@ -121,3 +121,48 @@ def test_entry_point_help(args):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "iteration" in out.stdout
+
+
+# Each was a traceback minutes in (min() of no times, a division by zero, range() step 0, an empty
+# randrange) or a wrong number (--copy-mib 0: a copy ceiling of 0.000 GB/s), never a refusal; an
+# --out of another suffix got the table as CSV under that name.
+@pytest.mark.parametrize("bench, args, refused", [
+    (ceilings, ["--reps", "0"], "argument --reps: '0' is invalid: must be an integer >= 1"),
+    (ceilings, ["--copy-mib", "0"], "argument --copy-mib: '0' is invalid"),
+    (ceilings, ["--matmul-n", "-8"], "argument --matmul-n: '-8' is invalid"),
+    (ceilings, ["--threads", "-2"], "argument --threads: '-2' is invalid"),
+    (overhead, ["--requests", "0"], "argument --requests: '0' is invalid"),
+    (overhead, ["--prompt-len", "48-16"], "argument --prompt-len: '48-16' is invalid: must be LO-HI (or N) with"),
+    (overhead, ["--new-tokens", "0"], "argument --new-tokens: '0' is invalid"),
+    (overhead, ["--chunk-size", "nan"], "argument --chunk-size: 'nan' is invalid"),
+    (iteration, ["--decode-batches", "0,8"], "argument --decode-batches: '0,8' is invalid: must be a comma list of"),
+    (iteration, ["--hybrid", "256"], "argument --hybrid: '256' is invalid: must be a comma list of CHUNK+DECODES"),
+    (iteration, ["--decode-context", "0"], "argument --decode-context: '0' is invalid"),
+    (attention_reread, ["--chunks", "0"], "argument --chunks: '0' is invalid"),
+    (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
+    (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),
+    # It served every scheduler before the typo, then raised ConfigError.
+    (overhead, ["--schedulers", "sarathi,sarathi-serve"], "argument --schedulers: 'sarathi,sarathi-serve' is invalid"),
+    (ceilings, ["--out", "table.JSON"], "argument --out: 'table.JSON' is invalid: must end in .csv or .json"),
+    (attention_reread, ["--out", "table.parquet"], "argument --out: 'table.parquet' is invalid"),
+])
+def test_bad_sizes_are_refused_in_one_line_before_any_work(bench, args, refused, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and refused in err.splitlines()[-1], err
+
+
+def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
+    # Chunks longer than every prompt are all skipped: the table was empty ("Empty DataFrame").
+    with pytest.raises(SystemExit):
+        attention_reread.main(["--seq-lens", "256", "--chunks", "512,1024"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "--chunks=512,1024 is invalid: no chunk is <= a prompt length of --seq-lens=256")
+
+
+def test_a_bad_size_is_refused_from_the_command_line():
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", "ceilings", "--reps", "0"], capture_output=True,
+                         text=True, check=False, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.splitlines()[-1].endswith("error: argument --reps: '0' is invalid: must be an integer >= 1")

@@ -16,12 +16,15 @@ from sarathi_lab.gpu import state
 from sarathi_lab.gpu.__main__ import exit_code, pending, record_killed
 from sarathi_lab.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
 from sarathi_lab.gpu.state import Metric, StepResult
+from sarathi_lab.gpu.wheels import installs_there
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def suite(*args: str, out_env: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "kernels")]))
+def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
+          first_on_path: Path | None = None) -> subprocess.CompletedProcess:
+    path = [str(first_on_path)] * (first_on_path is not None) + [str(ROOT), str(ROOT / "kernels")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     env.pop("OUT", None)
     if out_env is not None:
         env["OUT"] = str(out_env)
@@ -58,8 +61,22 @@ def test_dry_run_produces_every_step_and_resumes(tmp_path):
 def test_a_step_that_does_not_fit_the_budget_is_deferred(tmp_path):
     run = suite("--dry-run", "--out", str(tmp_path), "--steps", "paper.pd_ratio", "--budget-min", "0.05")
     assert run.returncode == 3, run.stdout + run.stderr
-    assert "deferred to the next call" in run.stdout
+    # Longer than the whole budget: a next call of the same budget would not start it either.
+    assert "paper.pd_ratio: not started at --budget-min=0.05 (3.5 min expected" in run.stdout
     assert state.read_result(tmp_path, "paper.pd_ratio") is None
+
+
+def test_a_worker_that_dies_before_any_step_is_not_restarted_forever(tmp_path):
+    # A torch that fails to import (the driver never imports it, the worker does at once): the
+    # worker dies before recording a step, and the driver used to start worker after worker, each
+    # dying alike (40 in 40 s), until its budget ran out; in a dry run, which has none, forever.
+    broken = tmp_path / "broken"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('libcudart.so: cannot open shared object')\n")
+    run = suite("--dry-run", "--out", str(tmp_path / "out"), "--steps", "env", timeout=60, first_on_path=broken)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr.count("Traceback") == 1, run.stderr[-2000:]
+    assert "ended with 1 before it settled any step" in run.stdout
 
 
 def test_plan_prints_every_step_and_the_calls():
@@ -70,11 +87,14 @@ def test_plan_prints_every_step_and_the_calls():
     assert "call 1:" in run.stdout and "total" in run.stdout
 
 
-def test_bad_arguments_fail_with_one_line():
+def test_bad_arguments_fail_with_one_line(tmp_path):
     run = suite("--steps", "env,nope", "--plan")
     assert run.returncode == 2 and "'nope' is no step" in run.stderr
     run = suite("--budget-min", "nan", "--plan")
     assert run.returncode == 2 and "--budget-min=nan is invalid" in run.stderr
+    (tmp_path / "a_file").write_text("")
+    run = suite("--dry-run", "--steps", "env", "--out", str(tmp_path / "a_file"), timeout=60)
+    assert run.returncode == 2 and f"--out={tmp_path / 'a_file'} is invalid: must be a directory" in run.stderr
 
 
 def test_select_by_group_keeps_suite_order():
@@ -87,6 +107,16 @@ def test_pack_fits_each_call_and_keeps_every_step():
     assert sorted(s.name for call in calls for s in call) == sorted(BY_NAME)
     assert all(sum(s.minutes for s in call) <= 9.0 for call in calls)
     assert "call 1:" in format_plan(list(STEPS), 9.0)
+
+
+def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
+    # The driver never starts a step longer than --budget-min; the plan used to give each its own
+    # call ("call 5: 3.5 min paper.pd_ratio" at --budget-min 3), one that would never run it.
+    calls = pack(list(STEPS), 3.0)
+    assert all(s.minutes <= 3.0 for call in calls for s in call)
+    plan = format_plan(list(STEPS), 3.0)
+    assert "not started at --budget-min=3: paper.pd_ratio (3.5 min), paper.scheduler_latency (3.5 min)" in plan
+    assert "not started" not in format_plan(list(STEPS), 9.0)
 
 
 def _result(out: Path, name: str, status: str, started: float | None = None) -> None:
@@ -104,6 +134,16 @@ def test_resume_skips_done_and_failed_but_reruns_the_rest(tmp_path):
     assert "kernels" in [s.name for s in pending(tmp_path, steps, set(), retry_failed=True)]
     assert "kernels" in [s.name for s in pending(tmp_path, steps, {"kernels"}, retry_failed=False)]
     assert state.is_done(tmp_path, "env") and not state.is_done(tmp_path, "engine")
+
+
+def test_a_failed_step_named_in_steps_is_retried_whatever_the_spaces(tmp_path):
+    # "env, kernels" selects kernels (select strips the names) but the driver read " kernels" as
+    # the name given, so the failed step, named to retry it, was skipped as "failed before".
+    _result(tmp_path, "env", "done")
+    _result(tmp_path, "kernels", "failed")
+    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "env, kernels", "--budget-min", "0.01", timeout=60)
+    assert "1 of 2 steps already finished" in run.stdout, run.stdout + run.stderr
+    assert "kernels: not started at --budget-min=0.01" in run.stdout
 
 
 def test_a_rerun_of_a_done_step_clears_its_marker_until_it_finishes(tmp_path):
@@ -220,3 +260,41 @@ def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
                        "docs/gpu/h100/steps/overhead/iterations.csv", "docs/gpu/h100/figures/overhead.png",
                        "profiles/h100/llama-13b.csv"}
     assert device_slug("NVIDIA H200") == "h200" and device_slug("cpu") == "cpu"
+
+
+def test_collect_refuses_an_archive_without_the_env_step_or_from_a_dry_run(tmp_path):
+    # Without env.json: a KeyError traceback ("filename 'steps/env/env.json' not found"). A dry
+    # run's archive was collected into docs/gpu/cpu/ and profiles/cpu/ as if measured on a GPU.
+    out, archive = tmp_path / "out", tmp_path / "suite.tar.gz"
+    _result(out, "kernels", "done")
+    state.archive(out, archive)
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.gpu.collect", str(archive)], capture_output=True,
+                         text=True, check=False, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.splitlines()[-1].endswith(f"{archive} is invalid: it has no steps/env/env.json (the env step "
+                                                "has not finished), so the device it measured is unknown")
+    from sarathi_lab.gpu.collect import collect
+
+    (out / "steps" / "env").mkdir(parents=True)
+    (out / "steps" / "env" / "env.json").write_text(json.dumps({"device": "cpu"}))
+    state.write_summary(out, ["env", "kernels"], {"dry_run": True})
+    state.archive(out, archive)
+    with pytest.raises(ValueError, match="is invalid: a dry run's"):
+        collect(archive, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize("wheel, there", [
+    ("hydra_core-1.3.2-py3-none-any.whl", True),
+    ("antlr4_python3_runtime-4.9.3-py3-none-any.whl", True),  # built here from its sdist: pure Python
+    ("psutil-7.0.0-cp36-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+    ("pyyaml-6.0.2-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+    # What pip wheel builds here from a source archive with C code: this interpreter, this machine.
+    # The check let both through (any platform ending in x86_64 passed).
+    ("pkg-1.0-cp311-cp311-linux_x86_64.whl", False),
+    ("pkg-1.0-cp312-cp312-linux_x86_64.whl", False),
+    ("pkg-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", False),
+    ("pkg-1.0-cp312-cp312-musllinux_1_2_x86_64.whl", False),
+])
+def test_only_wheels_the_gpu_machine_installs_are_carried(wheel, there):
+    assert installs_there(wheel) == there

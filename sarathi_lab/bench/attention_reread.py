@@ -14,32 +14,34 @@ import argparse
 
 import torch
 
+from sarathi_lab.bench.args import positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--seq-lens", type=_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
-    parser.add_argument("--chunks", type=_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
+    parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
+    parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
                         help="auto: triton on CUDA, torch elsewhere")
-    parser.add_argument("--heads", type=int, default=LLAMA_HEADS)
-    parser.add_argument("--kv-heads", type=int, default=LLAMA_KV_HEADS)
-    parser.add_argument("--head-dim", type=int, default=LLAMA_HEAD_DIM)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--reps", type=int, default=5, help="timed repetitions (medians are reported)")
+    parser.add_argument("--heads", type=positive_int, default=LLAMA_HEADS)
+    parser.add_argument("--kv-heads", type=positive_int, default=LLAMA_KV_HEADS)
+    parser.add_argument("--head-dim", type=positive_int, default=LLAMA_HEAD_DIM)
+    parser.add_argument("--block-size", type=positive_int, default=16)
+    parser.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (medians are reported)")
     add_common_args(parser)
     args = parser.parse_args(argv)
     if args.smoke:
         args.seq_lens, args.chunks, args.reps = [256, 512], [64, 128], 2
+    if not any(C <= L for L in args.seq_lens for C in args.chunks):
+        # A chunk longer than the prompt is skipped (it would be the whole prefill): with none left
+        # the table was empty, and --out an empty file.
+        parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
+                     f"--seq-lens={','.join(map(str, args.seq_lens))}")
     setup_threads(args.threads)
     device, dtype = torch.device(args.device), resolve_dtype(args)
     warn_if_loaded()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from sarathi_lab.bench.args import positive_int
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.ceilings import SMOKE, Ceilings, measure_ceilings
 from sarathi_lab.profiling.machine import describe_machine
@@ -17,9 +18,9 @@ def main(argv: list[str] | None = None) -> Ceilings:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.ceilings", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_args(parser, clock=True)
-    parser.add_argument("--copy-mib", type=int, default=256, help="size of the copied buffer")
-    parser.add_argument("--matmul-n", type=int, default=2048, help="side of the square matmul")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--copy-mib", type=positive_int, default=256, help="size of the copied buffer")
+    parser.add_argument("--matmul-n", type=positive_int, default=2048, help="side of the square matmul")
+    parser.add_argument("--reps", type=positive_int, default=5)
     args = parser.parse_args(argv)
     setup_threads(args.threads)
     kw = SMOKE if args.smoke else {"copy_mib": args.copy_mib, "matmul_n": args.matmul_n, "reps": args.reps}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from sarathi_lab.bench.args import positive_int, table_path
 from sarathi_lab.config import CPU_LINEARS, DTYPES
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
@@ -23,13 +24,13 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
                             help="the engine's CPU linear layers over packed weights (auto: MKL's GEMM in "
                                  "float32 on an Intel CPU, oneDNN's otherwise; mkl: MKL's in float32 on any "
                                  "CPU; onednn: oneDNN's in every dtype), or F.linear (aten)")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:
         parser.add_argument("--clock", choices=CLOCKS, default="wall",
                             help="cpu: the process's CPU time, for a machine shared with other jobs (with --threads 1)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI)")
-    parser.add_argument("--out", help="also write the table to this file (.csv or .json)")
+    parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
 
 
 def resolve_dtype(args) -> torch.dtype:

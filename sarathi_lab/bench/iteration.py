@@ -24,6 +24,7 @@ import warnings
 import pandas as pd
 import torch
 
+from sarathi_lab.bench.args import positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
@@ -38,13 +39,15 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def _hybrids(text: str) -> list[tuple[int, int]]:
     """'256+8,512+8' -> [(256, 8), (512, 8)]: a prefill chunk of 256 tokens with 8 decodes."""
-    return [tuple(int(p) for p in item.split("+")) for item in text.split(",") if item]
+    try:
+        pairs = [tuple(positive_int(p) for p in item.split("+")) for item in text.split(",") if item]
+    except argparse.ArgumentTypeError:
+        pairs = [()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of CHUNK+DECODES, integers >= 1")
+    return pairs
 
 
 def cases(args) -> list[dict]:
@@ -150,14 +153,14 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
-    p.add_argument("--decode-batches", type=_ints, default=[1, 8, 32])
-    p.add_argument("--decode-context", type=int, default=512, help="context tokens of every decode")
-    p.add_argument("--prefill-chunks", type=_ints, default=[128, 256, 512])
+    p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])
+    p.add_argument("--decode-context", type=positive_int, default=512, help="context tokens of every decode")
+    p.add_argument("--prefill-chunks", type=positive_ints, default=[128, 256, 512])
     p.add_argument("--hybrid", type=_hybrids, default=[(256, 8), (512, 8)],
                    help="prefill chunk + decodes, e.g. 256+8 (the chunk is its prompt's second)")
     p.add_argument("--layout", choices=LAYOUTS[1:], default="served",
                    help="where the requests' KV blocks lie in the cache (see sarathi_lab.profiling.batches)")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions; medians are reported")
+    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions; medians are reported")
     p.add_argument("--seed", type=int, default=0)
     return p
 

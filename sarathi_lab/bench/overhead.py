@@ -16,8 +16,10 @@ import warnings
 
 import pandas as pd
 
+from sarathi_lab.bench.args import names_of, positive_int
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
+from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 TARGET = 0.05
@@ -84,10 +86,10 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
-    p.add_argument("--schedulers", type=lambda s: s.split(","), default=["sarathi", "vllm"])
-    p.add_argument("--chunk-size", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--kv-blocks", type=int, default=None, help="KV cache blocks (default: the engine's)")
+    p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=["sarathi", "vllm"])
+    p.add_argument("--chunk-size", type=positive_int, default=512)
+    p.add_argument("--batch-size", type=positive_int, default=8)
+    p.add_argument("--kv-blocks", type=positive_int, default=None, help="KV cache blocks (default: the engine's)")
     add_workload_args(p, requests=16, prompt_len=(128, 512), new_tokens=(32, 64))
     return p
 

@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from sarathi_lab.bench.args import positive_int
+
 
 def workload(n: int, seed: int = 0, qps: float = 4.0) -> tuple[list[list[int]], list[int], list[float]]:
     """Prompts of 128-2048 tokens, 16-256 decodes, Poisson arrivals: a serving load at which the
@@ -39,12 +41,12 @@ def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", default="a100")
     parser.add_argument("--scheduler", default="sarathi")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top 15 entries by own time")
-    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
     profiler = cProfile.Profile() if args.profile else None
     if profiler:

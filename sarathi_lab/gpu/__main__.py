@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from sarathi_lab.gpu import state
-from sarathi_lab.gpu.plan import Step, format_plan, select
+from sarathi_lab.gpu.plan import Step, format_plan, named, select
 from sarathi_lab.gpu.proc import wait_or_stop
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         print(format_plan(steps, budget or GPU_BUDGET_MIN))
         return 0
     out = (args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")).resolve()
+    try:  # here, not in the worker: the driver writes the summary even when no worker gets that far
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
     args.export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
     if args.restore:
         print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
@@ -111,29 +115,41 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
-    todo = pending(out, steps, set((args.steps or "").split(",")), args.retry_failed)
+    todo = pending(out, steps, named(args.steps), args.retry_failed)
+    stalled = False
     print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
-                print(f"[gpu] {s.name}: deferred to the next call ({s.minutes:.1f} min expected, "
+                when = "deferred to the next call" if s.minutes <= budget else f"not started at --budget-min={budget:g}"
+                print(f"[gpu] {s.name}: {when} ({s.minutes:.1f} min expected, "
                       f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
             break
         worker_start = time.time()
         code = run_worker(args, out, todo, names, deadline, suite)
+        out_of_time = bool(deadline) and time.time() >= deadline
         if code not in (0, RESTART):
             record_killed(out, todo, worker_start, f"worker ended with {code}" +
-                          (" at the end of the call's budget" if deadline and time.time() >= deadline else ""))
+                          (" at the end of the call's budget" if out_of_time else ""))
         # One attempt per step and call: what the worker started is settled for this call.
-        todo = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
+        left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
-        if code == 0 or (deadline and time.time() >= deadline):
+        if code not in (0, RESTART) and len(left) == len(todo) and not out_of_time:
+            # It died before a step began (unwritable --out, broken import): a fresh worker would
+            # die the same way, one interpreter start after another until the budget ran out.
+            print(f"[gpu] the worker ended with {code} before it settled any step; not restarted (its error is above)")
+            stalled = True
+            break
+        todo = left
+        if code == 0 or out_of_time:
             break
     state.write_summary(out, names, suite)
     for note in state.export(out, args.export):
         print(f"[gpu] {note}")
     print_table(out, names)
-    return exit_code(out, names)
+    code = exit_code(out, names)
+    # Not 3 ("more to run"): the same call again would stall the same way.
+    return 1 if stalled else code
 
 
 def exit_code(out: Path, names: list[str]) -> int:

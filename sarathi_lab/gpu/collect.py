@@ -16,6 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Kept: small text tables and figures; never the per-run folders of the paper sweeps.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
+ENV = "steps/env/env.json"  # names the device, hence where everything goes
 
 
 def device_slug(name: str) -> str:
@@ -25,10 +26,17 @@ def device_slug(name: str) -> str:
 
 
 def collect(archive: Path, root: Path = REPO_ROOT) -> list[Path]:
+    """The files kept, written under ``root``; a ValueError, before writing any, for an archive
+    that cannot say which device it measured or that a dry run made (tiny shapes on the CPU)."""
     written = []
     with tarfile.open(archive) as tar:
-        env = json.load(tar.extractfile("steps/env/env.json"))
-        device = device_slug(env["device"])
+        names = set(tar.getnames())
+        if ENV not in names:
+            raise ValueError(f"{archive} is invalid: it has no {ENV} (the env step has not finished), so the "
+                             "device it measured is unknown")
+        if "summary.json" in names and json.load(tar.extractfile("summary.json"))["suite"].get("dry_run"):
+            raise ValueError(f"{archive} is invalid: a dry run's (tiny shapes on the CPU), not a GPU's measurements")
+        device = device_slug(json.load(tar.extractfile(ENV))["device"])
         for member in tar.getmembers():
             if not member.isfile():
                 continue
@@ -48,7 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu.collect", description=__doc__.split("\n\n")[0])
     parser.add_argument("archive", type=Path, help="suite.tar.gz as a GPU call brought it back")
     args = parser.parse_args(argv)
-    for path in collect(args.archive):
+    try:
+        written = collect(args.archive)
+    except (OSError, tarfile.TarError, ValueError) as e:
+        parser.error(str(e))
+    for path in written:
         print(path.relative_to(REPO_ROOT))
 
 

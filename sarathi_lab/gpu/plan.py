@@ -72,11 +72,16 @@ BY_NAME = {s.name: s for s in STEPS}
 GROUPS = tuple(dict.fromkeys(s.group for s in STEPS))
 
 
+def named(spec: str | None) -> set[str]:
+    """The names and groups ``spec`` (``--steps``) gives, as written there."""
+    return {w.strip() for w in (spec or "").split(",") if w.strip()}
+
+
 def select(spec: str | None) -> list[Step]:
     """Steps named by ``spec`` (comma-separated names or groups such as ``paper``), in suite order."""
     if not spec:
         return list(STEPS)
-    wanted = {w.strip() for w in spec.split(",") if w.strip()}
+    wanted = named(spec)
     unknown = sorted(w for w in wanted if w not in BY_NAME and w not in GROUPS)
     if unknown:
         raise ValueError(f"--steps={spec!r} is invalid: {unknown[0]!r} is no step; allowed: "
@@ -86,12 +91,13 @@ def select(spec: str | None) -> list[Step]:
 
 def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
     """The calls that run ``steps``: each call starts every step, in order, whose expected minutes
-    still fit its budget (the suite's own rule), so a long step may wait for the next call."""
-    calls, left = [], list(steps)
+    still fit its budget (the suite's own rule), so a long step may wait for the next call. A step
+    longer than the whole budget is in none: no call of that budget starts it."""
+    calls, left = [], [s for s in steps if s.minutes <= budget_min]
     while left:
         call, room = [], budget_min
         for step in list(left):
-            if step.minutes <= room or not call and step.minutes > budget_min:
+            if step.minutes <= room:
                 call.append(step)
                 room -= step.minutes
                 left.remove(step)
@@ -107,4 +113,7 @@ def format_plan(steps: list[Step], budget_min: float) -> str:
     lines.append(f"\ncalls of {budget_min:g} min (the device tool runs a command for at most 10):")
     for i, call in enumerate(pack(steps, budget_min), 1):
         lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  {', '.join(s.name for s in call)}")
+    if too_long := [s for s in steps if s.minutes > budget_min]:
+        lines.append(f"  not started at --budget-min={budget_min:g}: "
+                     + ", ".join(f"{s.name} ({s.minutes:g} min)" for s in too_long))
     return "\n".join(lines)

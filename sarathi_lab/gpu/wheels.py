@@ -22,6 +22,7 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +34,9 @@ TARGET = default_environment() | {"python_version": "3.12", "python_full_version
                                   "implementation_name": "cpython", "platform_python_implementation": "CPython",
                                   "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
                                   "os_name": "posix", "extra": ""}
+# The tags pip installs there: CPython 3.12's own, abi3 and pure Python, on those platforms.
+TARGET_TAGS = frozenset(cpython_tags((3, 12), platforms=PLATFORMS)) | frozenset(
+    compatible_tags((3, 12), "cp312", platforms=PLATFORMS))
 
 
 def machine_packages() -> set[str]:
@@ -63,10 +67,15 @@ def fetch(spec: str, dest: Path) -> Path:
         _pip("wheel", "--no-deps", "-w", str(dest), spec)
     new = sorted(set(dest.glob("*.whl")) - before) or [_existing(spec, dest)]
     wheel = new[0]
-    _, _, _, tags = parse_wheel_filename(wheel.name)
-    if not any(t.abi == "none" and t.platform == "any" or t.platform.endswith("x86_64") for t in tags):
+    if not installs_there(wheel.name):
         raise SystemExit(f"{wheel.name}: built for this machine only, it would not install on the GPU machine")
     return wheel
+
+
+def installs_there(wheel_name: str) -> bool:
+    """Whether pip on the GPU machine (CPython 3.12, manylinux x86_64) takes this wheel: not one
+    built here for this interpreter and a plain linux_x86_64 platform."""
+    return not parse_wheel_filename(wheel_name)[3].isdisjoint(TARGET_TAGS)
 
 
 def _existing(spec: str, dest: Path) -> Path:

@@ -1,0 +1,60 @@
+"""The benchmarks' argument types: sizes, counts and ranges refused at parsing, in one line that
+argparse prefixes with the option (``argument --reps: '0' is invalid: must be an integer >= 1``),
+instead of a traceback (or a ceiling of 0 GB/s) minutes into a run. No heavy imports: every
+benchmark's ``--help`` reads these."""
+from __future__ import annotations
+
+import argparse
+from pathlib import PurePath
+
+TABLE_SUFFIXES = (".csv", ".json")
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1: a size, a count of repetitions, threads or requests."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an integer >= 1")
+    return value
+
+
+def positive_ints(text: str) -> list[int]:
+    """'1,8,32' -> [1, 8, 32]: a comma list of integers >= 1 (empty: none)."""
+    try:
+        return [positive_int(x) for x in text.split(",") if x]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of integers >= 1") from None
+
+
+def names_of(allowed: tuple[str, ...]):
+    """A type for a comma list of names, each one of ``allowed`` (e.g. schedulers): a typo is
+    refused at parsing, not after the names before it have run."""
+    def names(text: str) -> list[str]:
+        wanted = text.split(",")
+        if not all(name in allowed for name in wanted):
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of {', '.join(allowed)}")
+        return wanted
+    return names
+
+
+def int_range(text: str) -> tuple[int, int]:
+    """'16-48' -> (16, 48), '32' -> (32, 32): bounds of a uniform draw, 1 <= LO <= HI."""
+    lo, _, hi = text.partition("-")
+    try:
+        bounds = positive_int(lo), positive_int(hi or lo)
+    except argparse.ArgumentTypeError:
+        bounds = (1, 0)
+    if bounds[0] > bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be LO-HI (or N) with integers 1 <= LO <= HI")
+    return bounds
+
+
+def table_path(text: str) -> str:
+    """A file for the table, by its suffix (``common.write_table``): anything else was written as
+    CSV under the name given (results.JSON, results.parquet)."""
+    if PurePath(text).suffix not in TABLE_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must end in {' or '.join(TABLE_SUFFIXES)}")
+    return text
