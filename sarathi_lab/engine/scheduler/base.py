@@ -41,7 +41,7 @@ class Scheduler(ABC):
             raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than all "
                              f"{self.blocks.num_blocks * self.blocks.block_size} tokens it holds")
         seq.status = Status.WAITING
-        bisect.insort(self.waiting, seq, key=lambda s: s.seq_id)
+        bisect.insort(self.waiting, seq, key=lambda s: s.priority)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -82,7 +82,7 @@ class Scheduler(ABC):
     def _admit(self, seq: Sequence) -> None:
         self.waiting.remove(seq)
         seq.status = Status.RUNNING
-        bisect.insort(self.running, seq, key=lambda s: s.seq_id)
+        bisect.insort(self.running, seq, key=lambda s: s.priority)
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self.blocks.free(seq)
