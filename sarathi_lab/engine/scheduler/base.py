@@ -124,7 +124,11 @@ class Scheduler(ABC):
         Returns the tokens scheduled (0 if it did not fit)."""
         n = min(seq.num_uncomputed, budget)
         if seq.status is Status.WAITING:
-            if not self.blocks.can_fit(seq, n):
+            # Admitted only while the blocks of all its tokens are free, as Sarathi-Serve's
+            # can_allocate does, though it gets only its chunk's now: one admitted on its first
+            # chunk alone finds its next chunks' blocks taken by the decodes' growth, is preempted,
+            # is readmitted at once, and so on, recomputing the same tokens over and over.
+            if not self.blocks.can_fit(seq, seq.num_uncomputed):
                 return 0
             self._admit(seq)
             self.blocks.allocate(seq, n)
