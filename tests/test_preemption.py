@@ -37,7 +37,8 @@ def test_tiny_cache_gives_same_tokens_as_ample_cache(ample, scheduler, lens, spa
 
 
 def test_preemption_happens_under_pressure():
+    # Short prompts, each admitted into one block, whose decodes then grow to 5 blocks each.
     llm = LLM("tiny", scheduler="sarathi", chunk_size=16, max_batch_size=4, device="cpu", dtype="float32",
               warmup_iters=0, block_size=BLOCK, num_kv_blocks=5)
-    llm.generate([[1] * 40, [2] * 40, [3] * 40], max_new_tokens=30)
+    llm.generate([[1] * 8, [2] * 8, [3] * 8], max_new_tokens=60)
     assert llm.metrics.summary()["num_preemptions"] > 0

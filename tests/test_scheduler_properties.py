@@ -58,6 +58,16 @@ class CheckingExecutor(Executor):
         for c in batch.chunks:
             # Exactly the blocks the cached tokens plus this chunk need: none spare.
             assert len(c.seq.block_table) == -(-(c.seq.num_computed + c.num_tokens) // BLOCK)
+        # A request is admitted (first chunk, or first after a preemption) only when the blocks of
+        # all its tokens are free, as in Sarathi-Serve's can_allocate, not just its first chunk's.
+        # Admissions come last in a batch, so the blocks free at each one are those free now plus
+        # what it and the admissions after it took.
+        free_then = blocks.num_free
+        for c in reversed(batch.prefills):
+            if c.seq.num_computed > 0:
+                break
+            free_then += len(c.seq.block_table)
+            assert free_then >= -(-len(c.seq.tokens) // BLOCK), f"{s.name} admitted {c.seq.seq_id} on a chunk"
         for seq in batch.preempted:
             assert seq.seq_id in self.ran, f"{s.name} preempted request {seq.seq_id}, which had not run"
             self.ran.discard(seq.seq_id)
@@ -70,12 +80,13 @@ class CheckingExecutor(Executor):
         return StepOutput([self.rng.randrange(8) for _ in batch.sampled], 0.0, 1e-3 * batch.num_tokens, 0.0)
 
 
-def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk):
+def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None):
     config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk)
     scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK))
     clock = VirtualClock()
     executor = CheckingExecutor(scheduler, config, clock)
-    seqs = [Sequence(i, [1] * p, n) for i, (p, n) in enumerate(requests)]
+    arrivals = arrivals or [0.0] * len(requests)
+    seqs = [Sequence(i, [1] * p, n, a) for i, ((p, n), a) in enumerate(zip(requests, arrivals))]
     metrics = Metrics()
     finished = []
     original_update = scheduler.update
@@ -99,6 +110,8 @@ workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size
        spare_blocks=st.integers(0, 40), batch_size=st.integers(1, 6), chunk=st.integers(1, 48))
 # static once admitted three prompts into 5 blocks and recorded two "preemptions" of requests never run.
 @example(scheduler_name="static", requests=[(16, 2), (16, 2), (4, 2)], spare_blocks=0, batch_size=3, chunk=8)
+# sarathi admitted a 5-token prompt on its first 1-token chunk with one block free for its two.
+@example(scheduler_name="sarathi", requests=[(1, 2), (5, 1)], spare_blocks=0, batch_size=2, chunk=1)
 def test_every_request_finishes_once_within_limits(scheduler_name, requests, spare_blocks, batch_size, chunk):
     # The cache always fits the largest request alone, and sometimes little more: preemption territory.
     largest = max(p + n for p, n in requests)
@@ -112,3 +125,37 @@ def test_every_request_finishes_once_within_limits(scheduler_name, requests, spa
     assert scheduler.blocks.num_free == num_blocks
     assert all(r.finish is not None and len(r.token_times) == r.output_len for r in metrics.requests)
     assert sum(i.num_preempted for i in metrics.iterations) == sum(r.num_preemptions for r in metrics.requests)
+
+
+
+def test_a_chunked_prefill_is_not_preempted_and_readmitted_every_iteration():
+    # R0 (4 + 17 tokens) grows to 5 of the 6 blocks. R1's 12-token prompt (3 blocks) was admitted on
+    # a 3-token chunk, preempted when R0 took the block it needed next, readmitted in the same
+    # iteration, and so on while R0 decoded: 7 preemptions, 62 prefill tokens for 16 prompt tokens.
+    # Admitted only with its 3 blocks free, it is preempted once, after its prefill, and recomputed
+    # (12 tokens, its last as a decode) once R0 has finished.
+    _, _, metrics, executor, _ = run_workload("sarathi_serve", [(4, 17), (12, 2)], num_blocks=6, batch_size=2,
+                                              chunk=4)
+    assert sum(r.num_preemptions for r in metrics.requests) == 1
+    assert sum(i.num_prefill_tokens for i in metrics.iterations) == 4 + 12 + 12
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scheduler_name=st.sampled_from(scheduler_names()),
+       requests=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12), st.integers(0, 60)), min_size=2,
+                         max_size=10),
+       spare_blocks=st.integers(0, 20), batch_size=st.integers(1, 4), chunk=st.integers(5, 48))
+# Request 1, due at 20 ms, was admitted ahead of request 2, waiting since 1 ms: the queue kept id order.
+@example(scheduler_name="vllm", requests=[(30, 10, 0), (8, 2, 20), (8, 2, 1)], spare_blocks=20, batch_size=1,
+         chunk=8)
+def test_requests_are_admitted_in_arrival_order_whatever_their_ids(scheduler_name, requests, spare_blocks,
+                                                                   batch_size, chunk):
+    # Arrivals in ms on a clock that moves 1 ms per token: requests arrive while others run. Ids
+    # follow the input order, not arrival, as with an unsorted trace or caller's arrival_times.
+    num_blocks = -(-max(p + n for p, n, _ in requests) // BLOCK) + spare_blocks
+    _, _, metrics, _, _ = run_workload(scheduler_name, [(p, n) for p, n, _ in requests], num_blocks, batch_size,
+                                       chunk, [a * 1e-3 for _, _, a in requests])
+    # Every policy admits from the head of its queue only, so an earlier arrival is never passed.
+    for a in metrics.requests:
+        for b in metrics.requests:
+            if a.arrival < b.arrival:
+                assert a.first_scheduled <= b.first_scheduled, (a, b)

@@ -89,7 +89,7 @@ class LLMEngine:
         and so arrives, when one finishes."""
         self.start(metrics, sampling)
         metrics.num_submitted += len(seqs)
-        pending = sorted(seqs, key=lambda s: (s.arrival, s.seq_id))
+        pending = sorted(seqs, key=lambda s: s.priority)
         scheduler = self.scheduler
         try:
             next_arrival = 0

@@ -56,6 +56,12 @@ class Sequence:
         self.tokens = list(self.prompt)
 
     @property
+    def priority(self) -> tuple[float, int]:
+        """First come, first served: the earlier arrival runs first and is preempted last. Ids break
+        ties only; they need not follow arrival (a trace's rows, a caller's ``arrival_times``)."""
+        return self.arrival, self.seq_id
+
+    @property
     def prompt_len(self) -> int:
         return len(self.prompt)
 

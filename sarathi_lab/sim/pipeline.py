@@ -122,7 +122,7 @@ class PipelineSimulator:
         try:
             return sched.schedule()
         finally:
-            sched.running = list(heapq.merge(sched.running, hidden_seqs, key=lambda s: s.seq_id))
+            sched.running = list(heapq.merge(sched.running, hidden_seqs, key=lambda s: s.priority))
 
     def _times(self, batch: ScheduledBatch, sampled: list[Sequence]) -> StageTimes:
         prefills = [(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills]
@@ -133,7 +133,7 @@ class PipelineSimulator:
         stages = self.par.pp
         arrivals = [0.0] * len(lengths) if arrivals is None else list(arrivals)
         seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
-        pending = deque(sorted(seqs, key=lambda s: (s.arrival, s.seq_id)))
+        pending = deque(sorted(seqs, key=lambda s: s.priority))
         metrics = Metrics(num_submitted=len(seqs))
         records = {}
         bubbles = np.zeros(len(seqs))

@@ -41,7 +41,7 @@ class Scheduler(ABC):
             raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than all "
                              f"{self.blocks.num_blocks * self.blocks.block_size} tokens it holds")
         seq.status = Status.WAITING
-        bisect.insort(self.waiting, seq, key=lambda s: s.seq_id)
+        bisect.insort(self.waiting, seq, key=lambda s: s.priority)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -82,7 +82,7 @@ class Scheduler(ABC):
     def _admit(self, seq: Sequence) -> None:
         self.waiting.remove(seq)
         seq.status = Status.RUNNING
-        bisect.insort(self.running, seq, key=lambda s: s.seq_id)
+        bisect.insort(self.running, seq, key=lambda s: s.priority)
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self.blocks.free(seq)
@@ -124,7 +124,11 @@ class Scheduler(ABC):
         Returns the tokens scheduled (0 if it did not fit)."""
         n = min(seq.num_uncomputed, budget)
         if seq.status is Status.WAITING:
-            if not self.blocks.can_fit(seq, n):
+            # Admitted only while the blocks of all its tokens are free, as Sarathi-Serve's
+            # can_allocate does, though it gets only its chunk's now: one admitted on its first
+            # chunk alone finds its next chunks' blocks taken by the decodes' growth, is preempted,
+            # is readmitted at once, and so on, recomputing the same tokens over and over.
+            if not self.blocks.can_fit(seq, seq.num_uncomputed):
                 return 0
             self._admit(seq)
             self.blocks.allocate(seq, n)
