@@ -188,6 +188,30 @@ def test_restore_fills_gaps_and_never_overwrites(tmp_path):
     assert state.restore(tmp_path / "x", tmp_path / "missing.tar.gz") == 0
 
 
+def test_archive_leaves_out_the_largest_files_but_never_the_resume_state(tmp_path, monkeypatch):
+    # The device tool drops a file over its limit: an archive still too big without its
+    # per-iteration tables came back as nothing, every step's resume state with it.
+    monkeypatch.setattr(state, "MAX_FILE_BYTES", 2 << 20)
+    out, dest = tmp_path / "out", tmp_path / "suite.tar.gz"
+    _result(out, "env", "done")
+    _result(out, "paper.pd_ratio", "done")
+    runs = state.step_dir(out, "paper.pd_ratio")
+    (runs / "iterations.csv").write_bytes(os.urandom(1 << 20))   # random: gzip cannot shrink it
+    (runs / "trials.parquet").write_bytes(os.urandom(3 << 20))
+    (runs / "claims.csv").write_text("experiment,claim\n")
+    notes = state.archive(out, dest)
+    assert dest.stat().st_size <= 2 << 20
+    with tarfile.open(dest) as tar:
+        names = set(tar.getnames())
+    assert {"steps/env/DONE", "steps/env/result.json", "steps/paper.pd_ratio/DONE",
+            "steps/paper.pd_ratio/claims.csv"} <= names
+    assert not {"steps/paper.pd_ratio/iterations.csv", "steps/paper.pd_ratio/trials.parquet"} & names
+    assert any("trials.parquet (3.0 MiB) left out" in n for n in notes)
+    fresh = tmp_path / "fresh"
+    state.restore(fresh, dest)
+    assert state.is_done(fresh, "env") and state.is_done(fresh, "paper.pd_ratio")
+
+
 def test_export_holds_at_most_eight_files(tmp_path):
     out, dest = tmp_path / "out", tmp_path / "OUT"
     _result(out, "env", "done")

@@ -26,6 +26,8 @@ STATUSES = ("done", "failed", "incomplete", "unavailable")
 MAX_OUT_FILES = 8
 MAX_FILE_BYTES = 16 << 20
 ARCHIVE = "suite.tar.gz"
+# What resuming reads (step results and markers, the summaries): never left out of the archive.
+RESUME_FILES = ("result.json", "DONE", "STARTED", "summary.json", "summary.csv")
 # Figures copied into $OUT beside the archive (which holds all of them), most telling first.
 FIGURE_PRIORITY = ("kernels", "overhead", "per_token_cost", "decode_speedup", "pd_ratio")
 
@@ -144,20 +146,30 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 def archive(out: Path, dest: Path) -> list[str]:
     """The whole out directory as one tar.gz (resume state and everything worth committing);
-    if it would pass the tool's 16 MiB a file, per-iteration tables are left out. Returns notes."""
+    if it would pass the tool's 16 MiB a file, per-iteration tables are left out, then the largest
+    other files, one at a time: the tool drops a larger file, and with it every step's resume state,
+    so the next call would rerun them all. Step results and markers always stay. Returns notes."""
     tmp = dest.with_suffix(".tmp")
+    files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name != ARCHIVE]
 
-    def build(skip_iterations: bool) -> None:
+    def build(keep: list[Path]) -> int:
         with tarfile.open(tmp, "w:gz") as tar:
-            for path in sorted(out.rglob("*")):
-                if path.is_file() and path.name != ARCHIVE and not (skip_iterations and "iterations" in path.name):
-                    tar.add(path, arcname=str(path.relative_to(out)))
+            for path in keep:
+                tar.add(path, arcname=str(path.relative_to(out)))
+        return tmp.stat().st_size
 
-    build(False)
     notes = []
-    if tmp.stat().st_size > MAX_FILE_BYTES:
-        build(True)
+    if build(files) > MAX_FILE_BYTES:
+        files = [p for p in files if "iterations" not in p.name]
         notes.append(f"{ARCHIVE}: per-iteration tables left out to stay under 16 MiB")
+        droppable = sorted((p for p in files if p.name not in RESUME_FILES), key=lambda p: p.stat().st_size)
+        while build(files) > MAX_FILE_BYTES and droppable:
+            largest = droppable.pop()
+            files.remove(largest)
+            notes.append(f"{ARCHIVE}: {largest.relative_to(out)} ({largest.stat().st_size / 2**20:.1f} MiB) left out "
+                         "to stay under 16 MiB: not brought back")
+        if tmp.stat().st_size > MAX_FILE_BYTES:
+            notes.append(f"{ARCHIVE}: over 16 MiB with its resume files alone: the device tool will not bring it back")
     os.replace(tmp, dest)
     return notes
 
