@@ -141,6 +141,12 @@ def test_entry_point_help(args):
     (attention_reread, ["--chunks", "0"], "argument --chunks: '0' is invalid"),
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),
+    (sim_speed, ["--scheduler", "sarathi-serve"], "argument --scheduler: invalid choice: 'sarathi-serve'"),
+    (versus, ["--schedulers", "sarathi,foo"], "argument --schedulers: 'sarathi,foo' is invalid: must be a comma list of"),
+    (versus, ["--workloads", "mixed,bar"], "argument --workloads: 'mixed,bar' is invalid: must be a comma list of"),
+    # max() of no batch sizes, after the ceilings and the model had been built.
+    (iteration, ["--decode-batches", "", "--prefill-chunks", "", "--hybrid", ""],
+     "--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one case"),
     # It served every scheduler before the typo, then raised ConfigError.
     (overhead, ["--schedulers", "sarathi,sarathi-serve"], "argument --schedulers: 'sarathi,sarathi-serve' is invalid"),
     (ceilings, ["--out", "table.JSON"], "argument --out: 'table.JSON' is invalid: must end in .csv or .json"),

