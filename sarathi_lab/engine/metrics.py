@@ -134,6 +134,10 @@ class Metrics:
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
         """Throughputs in tokens/s over the makespan (first arrival to last finish, or to the end of
         the last iteration for a run stopped before every request finished); latencies in s.
+        They count the tokens the iterations computed, as SARATHI's throughputs do: a preempted
+        request's recomputed prefill counts again, and a request's first token, sampled by its last
+        prefill chunk, is no decode token (vLLM's output throughput is ``generated_tokens`` over the
+        makespan).
 
         ``saturated`` is 1.0 when the waiting queue grew through the arrival window (arrivals
         outpaced service): the latency percentiles of such a run describe how long this run was,
