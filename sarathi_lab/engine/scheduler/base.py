@@ -79,6 +79,13 @@ class Scheduler(ABC):
 
     # Shared steps the policies compose.
 
+    def _admits(self, seq: Sequence) -> bool:
+        """Whether a waiting request may start now: only while the blocks of all its tokens are
+        free, as Sarathi-Serve's can_allocate does, even when it gets them a chunk at a time. One
+        admitted on its first chunk alone finds its next chunks' blocks taken by the decodes' growth,
+        is preempted, is readmitted at once, and so on, recomputing the same tokens over and over."""
+        return self.blocks.can_fit(seq, seq.num_uncomputed)
+
     def _admit(self, seq: Sequence) -> None:
         self.waiting.remove(seq)
         seq.status = Status.RUNNING
@@ -113,7 +120,7 @@ class Scheduler(ABC):
         blocks last; never preempts for a new request."""
         while self.waiting and len(self.running) < self.config.max_batch_size:
             seq = self.waiting[0]
-            if not self.blocks.can_fit(seq, seq.num_uncomputed):
+            if not self._admits(seq):
                 break
             self._admit(seq)
             self.blocks.allocate(seq, seq.num_uncomputed)
@@ -124,11 +131,7 @@ class Scheduler(ABC):
         Returns the tokens scheduled (0 if it did not fit)."""
         n = min(seq.num_uncomputed, budget)
         if seq.status is Status.WAITING:
-            # Admitted only while the blocks of all its tokens are free, as Sarathi-Serve's
-            # can_allocate does, though it gets only its chunk's now: one admitted on its first
-            # chunk alone finds its next chunks' blocks taken by the decodes' growth, is preempted,
-            # is readmitted at once, and so on, recomputing the same tokens over and over.
-            if not self.blocks.can_fit(seq, seq.num_uncomputed):
+            if not self._admits(seq):
                 return 0
             self._admit(seq)
             self.blocks.allocate(seq, n)
