@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from sarathi_lab.bench import attention_reread, ceilings, iteration, overhead, sim_speed, versus
+from sarathi_lab.bench.common import apply_smoke
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
 from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
@@ -30,9 +31,23 @@ def test_ceilings_smoke(capsys):
     assert "copy_gbps" in capsys.readouterr().out
 
 
+def test_smoke_sizes_give_way_to_options_given():
+    p = iteration.parser()
+    # An abbreviation and --opt=value count as given; what is not given takes the smoke size.
+    argv = ["--smoke", "--rep=7", "--prefill-chunks", "48", "--hybrid=64+2"]
+    args = p.parse_args(argv)
+    apply_smoke(p, argv, args, model="tiny", reps=2, prefill_chunks=[32], hybrid=[(32, 4)], decode_context=64)
+    assert (args.reps, args.prefill_chunks, args.hybrid) == (7, [48], [(64, 2)])
+    assert (args.model, args.decode_context) == ("tiny", 64)
+    args = p.parse_args(argv[1:])
+    apply_smoke(p, argv[1:], args, model="tiny")
+    assert args.model == "cpu-small"  # no --smoke, no smoke sizes
+
+
 def test_iteration_smoke(capsys, tmp_path):
-    table = iteration.main([*SMOKE, "--out", str(tmp_path / "it.json")])
+    table = iteration.main([*SMOKE, "--prefill-chunks", "48", "--out", str(tmp_path / "it.json")])
     assert set(table["case"]) == {"decode", "prefill", "hybrid"}
+    assert list(table[table["case"] == "prefill"]["size"]) == [48]  # the option given, not the smoke size
     for col in ("iter_ms", "forward_ms", "floor_ms", "ratio", "GBps", "GFLOPs", "ceil_GBps", "ceil_GFLOPs"):
         assert _positive_finite(table[col].tolist()), col
     # Iterations cannot beat the roofline by much (measurement noise aside).

@@ -15,7 +15,7 @@ import argparse
 import torch
 
 from sarathi_lab.bench.args import positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads
+from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (medians are reported)")
     add_common_args(parser)
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.seq_lens, args.chunks, args.reps = [256, 512], [64, 128], 2
+    apply_smoke(parser, argv, args, seq_lens=[256, 512], chunks=[64, 128], reps=2)
     if not any(C <= L for L in args.seq_lens for C in args.chunks):
         # A chunk longer than the prompt is skipped (it would be the whole prefill): with none left
         # the table was empty, and --out an empty file.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from sarathi_lab.bench.args import positive_int
-from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads
+from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.ceilings import SMOKE, Ceilings, measure_ceilings
 from sarathi_lab.profiling.machine import describe_machine
 
@@ -22,9 +22,10 @@ def main(argv: list[str] | None = None) -> Ceilings:
     parser.add_argument("--matmul-n", type=positive_int, default=2048, help="side of the square matmul")
     parser.add_argument("--reps", type=positive_int, default=5)
     args = parser.parse_args(argv)
+    apply_smoke(parser, argv, args, **SMOKE)
     setup_threads(args.threads)
-    kw = SMOKE if args.smoke else {"copy_mib": args.copy_mib, "matmul_n": args.matmul_n, "reps": args.reps}
-    ceil = measure_ceilings(args.device, resolve_dtype(args), **kw, clock=args.clock)
+    ceil = measure_ceilings(args.device, resolve_dtype(args), copy_mib=args.copy_mib, matmul_n=args.matmul_n,
+                            reps=args.reps, clock=args.clock)
     print(describe_machine(args.device))
     print_table([ceil.as_dict()], args.out)
     return ceil

@@ -3,6 +3,7 @@ lives in ``sarathi_lab.profiling``."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 
@@ -29,8 +30,29 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
     if clock:
         parser.add_argument("--clock", choices=CLOCKS, default="wall",
                             help="cpu: the process's CPU time, for a machine shared with other jobs (with --threads 1)")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI); options given on the command line keep their value")
     parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
+
+
+def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
+                **sizes) -> None:
+    """With --smoke, these tiny sizes for every option the command line does not give itself: an
+    option given wins, as a Hydra debug config sits under the command line's overrides (before, --smoke
+    replaced ``--reps 5`` silently)."""
+    if args.smoke:
+        given = given_options(parser, argv)
+        for dest, value in sizes.items():
+            if dest not in given:
+                setattr(args, dest, value)
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The dests the command line sets itself, abbreviations and ``--opt=value`` included: the same
+    arguments parsed again with every default suppressed leave only those."""
+    probe = copy.deepcopy(parser)
+    for action in probe._actions:  # not set_defaults: that puts its values into the namespace
+        action.default = argparse.SUPPRESS
+    return set(vars(probe.parse_args(argv)))
 
 
 def resolve_dtype(args) -> torch.dtype:

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
@@ -168,12 +168,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
     args = p.parse_args(argv)
-    if not (args.decode_batches or args.prefill_chunks or args.hybrid or args.smoke):
+    apply_smoke(p, argv, args, model="tiny", reps=2, decode_batches=[1, 4], decode_context=64,
+                prefill_chunks=[32, 64], hybrid=[(32, 4)])
+    if not (args.decode_batches or args.prefill_chunks or args.hybrid):
         p.error("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one case")
-    if args.smoke:
-        args.model, args.reps = "tiny", 2
-        args.decode_batches, args.decode_context = [1, 4], 64
-        args.prefill_chunks, args.hybrid = [32, 64], [(32, 4)]
     return run(args)
 
 

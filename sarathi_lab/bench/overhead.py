@@ -17,7 +17,7 @@ import warnings
 import pandas as pd
 
 from sarathi_lab.bench.args import names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -95,10 +95,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    args = parser().parse_args(argv)
-    if args.smoke:
-        args.model, args.requests, args.prompt_len, args.new_tokens = "tiny", 4, (16, 48), (4, 8)
-        args.chunk_size, args.batch_size = 32, 4
+    p = parser()
+    args = p.parse_args(argv)
+    apply_smoke(p, argv, args, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8), chunk_size=32,
+                batch_size=4)
     return run(args)
 
 

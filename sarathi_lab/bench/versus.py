@@ -35,7 +35,7 @@ import torch
 
 from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.args import names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
 from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.timer import make_clock
@@ -246,11 +246,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     if args.device != "cpu":
         raise SystemExit("versus runs on the CPU (--device cpu)")
-    if args.smoke:
-        args.model, args.reps = "tiny", 1
+    apply_smoke(p, argv, args, model="tiny", reps=1)
     return run(args)
 
 
