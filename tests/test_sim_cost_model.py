@@ -233,3 +233,17 @@ def test_profile_model_flags_and_warns_once_when_it_extrapolates(profile_model):
 def test_profile_cost_model_from_a_missing_file_says_how_to_make_one(tmp_path):
     with pytest.raises(FileNotFoundError, match="run task=profile"):
         CostModel.for_device("cpu", model="tiny", cost_model="profile", profile=tmp_path / "none.csv")
+
+
+@pytest.mark.parametrize("column, value", [("seconds", float("nan")), ("seconds", float("inf")), ("seconds", -5.0),
+                                           ("tokens", float("nan")), ("context", -1)])
+def test_a_profile_row_that_is_no_measurement_fails_with_one_line(column, value):
+    # A NaN time reached the virtual clock only when a batch hit that point; inf ran the clock to
+    # infinity; a negative time was clipped to zero by the interpolation; a NaN token count dropped
+    # the row from the grid without a word.
+    table = synthetic_profile()
+    row = table.index[(table.op == "ffn") & (table.tokens == 64)][0]
+    table.loc[row, column] = value
+    with pytest.raises(ValueError, match=rf"^profile table: row {row} \(op 'ffn'\) {column}={value!r} is invalid: "
+                                         r"must be a finite number >= 0$"):
+        ProfileCostModel(table, PRESETS["tiny"])
