@@ -247,3 +247,17 @@ def test_a_profile_row_that_is_no_measurement_fails_with_one_line(column, value)
     with pytest.raises(ValueError, match=rf"^profile table: row {row} \(op 'ffn'\) {column}={value!r} is invalid: "
                                          r"must be a finite number >= 0$"):
         ProfileCostModel(table, PRESETS["tiny"])
+
+
+def test_memory_arithmetic_refuses_counts_that_are_no_batch():
+    # seq_len=-1 gave a batch of -84,069 requests and 0 a ZeroDivisionError; max_tokens=-100000
+    # gave the KV cache the memory of activations that cannot exist; a NaN share gave 0 bytes.
+    a100, config = load_device("a100"), PRESETS["llama2-7b"]
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ConfigError, match=rf"^seq_len={bad!r} is invalid: must be an integer >= 1$"):
+            max_batch(a100, config, bad)
+    with pytest.raises(ConfigError, match=r"^max_tokens=-100000 is invalid: must be an integer >= 0$"):
+        kv_capacity_tokens(a100, config, 2, -100000)
+    for share in (float("nan"), 0.0, 1.5):
+        with pytest.raises(ConfigError, match=rf"^utilisation={share!r} is invalid: must be a number in \(0, 1\]$"):
+            kv_capacity_tokens(a100, config, 2, 0, utilisation=share)
