@@ -261,3 +261,11 @@ def test_memory_arithmetic_refuses_counts_that_are_no_batch():
     for share in (float("nan"), 0.0, 1.5):
         with pytest.raises(ConfigError, match=rf"^utilisation={share!r} is invalid: must be a number in \(0, 1\]$"):
             kv_capacity_tokens(a100, config, 2, 0, utilisation=share)
+
+
+@pytest.mark.parametrize("key, value", [("tile_tokens", 0.5), ("attention_tile", 128.5), ("memory_bytes", 1e10 + 0.5)])
+def test_device_counts_are_integers(key, value):
+    # A tile of 0.5 tokens was taken and padded nothing (attention_tile=0.3 read the context 857
+    # times for a 257-token chunk); a fractional byte count is no memory size.
+    with pytest.raises(ConfigError, match=rf"^sim.device.a100.{key}={value!r} is invalid: must be an integer > 0$"):
+        dataclasses.replace(load_device("a100"), **{key: value})
