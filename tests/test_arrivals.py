@@ -47,3 +47,15 @@ def test_bad_rates_are_refused(kwargs, message):
 def test_same_seed_same_arrivals():
     a = gamma_arrivals(100, 3.0, 2.0, np.random.default_rng(7))
     assert a == gamma_arrivals(100, 3.0, 2.0, np.random.default_rng(7)) and a[0] == 0.0 and a == sorted(a)
+
+
+@pytest.mark.parametrize("draw", [lambda n, rng: poisson_arrivals(n, 1.0, rng),
+                                  lambda n, rng: gamma_arrivals(n, 1.0, 2.0, rng)])
+def test_request_counts_at_the_edge(draw):
+    # No requests, no arrivals (numpy refused a size of -1); a negative or fractional count is
+    # refused with one line naming it (numpy's message named neither).
+    assert draw(0, np.random.default_rng(0)) == []
+    assert draw(1, np.random.default_rng(0)) == [0.0]
+    for n in (-2, 2.5, True):
+        with pytest.raises(ValueError, match=rf"^n={n!r} is invalid: must be an integer >= 0$"):
+            draw(n, np.random.default_rng(0))

@@ -97,3 +97,19 @@ def test_searches_load_from_their_capacity_json(tmp_path):
     assert row["capacity_qps"] == 3.0 and row["tbt_slo_s"] == 0.1 and row["num_trials"] == 2
     assert row["scheduler"] == "vllm" and row["at_capacity_tbt_p99"] == 0.09
     assert row["device_name"] == "Test CPU" and row["torch_threads"] == 2
+
+
+def test_a_scheduler_whose_every_rate_failed_stays_in_the_table_and_loses_the_claim():
+    # vllm's search failed even its lowest rate (capacity None) while sarathi_serve's passed 4 req/s:
+    # sarathi_serve's capacity exceeds vllm's. The row used to vanish from the pivot, and the claim
+    # read "not run" (vllm failing at both SLOs) or "nanx" with no verdict (at one).
+    searches = _searches().assign(bounded=True)
+    searches.loc[searches.scheduler == "vllm", "capacity_qps"] = None
+    table = capacity_table(searches)
+    assert "vllm" in table.index and table.loc["vllm"].isna().all()
+    (gain, *_) = capacity_claims(Evidence(), Evidence(searches=searches), "sim").to_dict("records")
+    assert gain["holds (sim)"] == "yes" and "nan" not in gain["simulated"]
+    assert "vllm passed no rate tried at P99 TBT <= 0.1 s" in gain["simulated"]
+    strict_only = searches[~((searches.scheduler == "vllm") & (searches.tbt_slo_s == 0.5))]
+    (gain, *_) = capacity_claims(Evidence(), Evidence(searches=strict_only), "sim").to_dict("records")
+    assert gain["holds (sim)"] == "yes" and "0.5 s" not in gain["simulated"]  # vllm not searched there

@@ -233,3 +233,39 @@ def test_profile_model_flags_and_warns_once_when_it_extrapolates(profile_model):
 def test_profile_cost_model_from_a_missing_file_says_how_to_make_one(tmp_path):
     with pytest.raises(FileNotFoundError, match="run task=profile"):
         CostModel.for_device("cpu", model="tiny", cost_model="profile", profile=tmp_path / "none.csv")
+
+
+@pytest.mark.parametrize("column, value", [("seconds", float("nan")), ("seconds", float("inf")), ("seconds", -5.0),
+                                           ("tokens", float("nan")), ("context", -1)])
+def test_a_profile_row_that_is_no_measurement_fails_with_one_line(column, value):
+    # A NaN time reached the virtual clock only when a batch hit that point; inf ran the clock to
+    # infinity; a negative time was clipped to zero by the interpolation; a NaN token count dropped
+    # the row from the grid without a word.
+    table = synthetic_profile()
+    row = table.index[(table.op == "ffn") & (table.tokens == 64)][0]
+    table.loc[row, column] = value
+    with pytest.raises(ValueError, match=rf"^profile table: row {row} \(op 'ffn'\) {column}={value!r} is invalid: "
+                                         r"must be a finite number >= 0$"):
+        ProfileCostModel(table, PRESETS["tiny"])
+
+
+def test_memory_arithmetic_refuses_counts_that_are_no_batch():
+    # seq_len=-1 gave a batch of -84,069 requests and 0 a ZeroDivisionError; max_tokens=-100000
+    # gave the KV cache the memory of activations that cannot exist; a NaN share gave 0 bytes.
+    a100, config = load_device("a100"), PRESETS["llama2-7b"]
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ConfigError, match=rf"^seq_len={bad!r} is invalid: must be an integer >= 1$"):
+            max_batch(a100, config, bad)
+    with pytest.raises(ConfigError, match=r"^max_tokens=-100000 is invalid: must be an integer >= 0$"):
+        kv_capacity_tokens(a100, config, 2, -100000)
+    for share in (float("nan"), 0.0, 1.5):
+        with pytest.raises(ConfigError, match=rf"^utilisation={share!r} is invalid: must be a number in \(0, 1\]$"):
+            kv_capacity_tokens(a100, config, 2, 0, utilisation=share)
+
+
+@pytest.mark.parametrize("key, value", [("tile_tokens", 0.5), ("attention_tile", 128.5), ("memory_bytes", 1e10 + 0.5)])
+def test_device_counts_are_integers(key, value):
+    # A tile of 0.5 tokens was taken and padded nothing (attention_tile=0.3 read the context 857
+    # times for a 257-token chunk); a fractional byte count is no memory size.
+    with pytest.raises(ConfigError, match=rf"^sim.device.a100.{key}={value!r} is invalid: must be an integer > 0$"):
+        dataclasses.replace(load_device("a100"), **{key: value})

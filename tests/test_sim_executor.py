@@ -105,3 +105,19 @@ def test_a_model_too_large_for_the_device_fails_with_one_line():
     with pytest.raises(ConfigError, match="sim_device='a6000' is invalid for this model"):
         simulated_kv_blocks(EngineConfig(model="llama-33b", executor="sim", sim_device="a6000", dtype="float32"),
                             PRESETS["llama-33b"])
+
+
+def test_bfloat16_on_a_cpu_without_bf16_units_is_simulated_in_float32(monkeypatch):
+    # The engine runs bfloat16 as float32 there (EngineConfig.torch_dtype): its KV blocks and memory
+    # traffic are 4 bytes an element, so the simulation's must be; the profile cost model already was.
+    from sarathi_lab.sim import load_device
+
+    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    ceilings = dataclasses.replace(load_device("a100"), name="cpu")  # no measuring in a unit test
+    monkeypatch.setattr("sarathi_lab.sim.device.cpu_device", lambda dtype="bfloat16": ceilings)
+    cm = CostModel.for_device("cpu", "tiny", "roofline", "bfloat16")
+    assert (cm.dtype, cm.elem_bytes) == ("float32", 4)
+    cfg = EngineConfig(model="tiny", executor="sim", sim_device="cpu", dtype="bfloat16", kv_cache_gb=1.0)
+    # tiny: 4 layers x (K and V) x 2 kv heads x 64 head dim x 4 bytes x 16 tokens a block, as the real
+    # engine's plan_kv_blocks counts it in float32.
+    assert simulated_kv_blocks(cfg, PRESETS["tiny"]) == 2**30 // (4 * 2 * 2 * 64 * 4 * 16)

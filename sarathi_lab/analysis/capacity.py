@@ -68,7 +68,10 @@ def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
 
 def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
     """Capacity (req/s) per scheduler (rows) and TBT SLO (columns), with sarathi_serve / vllm."""
-    table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_qps", aggfunc="max")
+    # dropna=False: a scheduler whose searches all failed even their lowest rate (capacity None) is a
+    # result, not a missing run; pivot_table would drop its row.
+    table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_qps", aggfunc="max",
+                                 dropna=False)
     table = table.reindex([s for s in SCHEDULERS if s in table.index])
     if {"sarathi_serve", "vllm"} <= set(table.index):
         table.loc["sarathi_serve / vllm"] = table.loc["sarathi_serve"] / table.loc["vllm"]
@@ -178,16 +181,30 @@ class Evidence:
 
 def _gain(evidence: Evidence) -> tuple[str, str] | None:
     searches = evidence.searches
-    table = capacity_table(searches) if searches is not None and len(searches) else None
-    if table is None or "sarathi_serve / vllm" not in table.index:
+    if searches is None or not len(searches) or not {"sarathi_serve", "vllm"} <= set(searches.scheduler):
         return None
-    gains = table.loc["sarathi_serve / vllm"]
-    slo = gains.index.min()
-    ours = ", ".join(f"{g:.2f}x at P99 TBT <= {s:g} s" for s, g in gains.items())
+    texts, holds = [], {}
+    for slo, rows in searches.groupby("tbt_slo_s"):
+        serve = rows[rows.scheduler == "sarathi_serve"].capacity_qps.astype(float)
+        vllm = rows[rows.scheduler == "vllm"].capacity_qps.astype(float)
+        if not len(serve) or not len(vllm):
+            continue  # one of the two not searched at this SLO: no comparison
+        # A capacity of None (NaN) is a search that failed even its lowest rate: below any that passed.
+        s, v = serve.max(), vllm.max()
+        if np.isnan(s) or np.isnan(v):
+            text = ("neither passed a rate tried" if np.isnan(s) and np.isnan(v)
+                    else f"{'vllm' if np.isnan(v) else 'sarathi_serve'} passed no rate tried")
+            holds[slo] = "n/a" if np.isnan(s) and np.isnan(v) else "yes" if np.isnan(v) else "no"
+        else:
+            text, holds[slo] = f"{s / v:.2f}x", "yes" if s > v else "no"
+        texts.append(f"{text} at P99 TBT <= {slo:g} s")
+    if not holds:
+        return None
+    slo, ours = min(holds), ", ".join(texts)
     pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve", "vllm"])]
     if not _bounded(pair):
         return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a"
-    return f"{ours} ({scale_label(searches)})", "yes" if gains[slo] > 1 else "no" if np.isfinite(gains[slo]) else "n/a"
+    return f"{ours} ({scale_label(searches)})", holds[slo]
 
 
 def _hybrid_tbt(evidence: Evidence) -> tuple[str, str] | None:

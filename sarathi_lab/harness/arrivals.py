@@ -11,12 +11,20 @@ import math
 import numpy as np
 
 
-def gamma_arrivals(n: int, qps: float, cv: float, rng: np.random.Generator) -> list[float]:
-    """n arrival times starting at 0, gaps ~ Gamma(shape 1/cv^2, mean 1/qps)."""
+def _check(n: int, qps: float) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n={n!r} is invalid: must be an integer >= 0")
     if not (math.isfinite(qps) and qps > 0):
         raise ValueError(f"qps={qps!r} is invalid: must be a finite number > 0")
+
+
+def gamma_arrivals(n: int, qps: float, cv: float, rng: np.random.Generator) -> list[float]:
+    """n arrival times starting at 0, gaps ~ Gamma(shape 1/cv^2, mean 1/qps)."""
+    _check(n, qps)
     if not (math.isfinite(cv) and cv > 0):
         raise ValueError(f"cv={cv!r} is invalid: must be a finite number > 0")
+    if n == 0:
+        return []
     shape = 1.0 / cv**2
     gaps = rng.gamma(shape, 1.0 / (qps * shape), size=n - 1)
     return [0.0, *np.cumsum(gaps).tolist()]
@@ -24,6 +32,7 @@ def gamma_arrivals(n: int, qps: float, cv: float, rng: np.random.Generator) -> l
 
 def poisson_arrivals(n: int, qps: float, rng: np.random.Generator) -> list[float]:
     """Exponential gaps (a Poisson process) of mean 1 / qps."""
-    if not (math.isfinite(qps) and qps > 0):
-        raise ValueError(f"qps={qps!r} is invalid: must be a finite number > 0")
+    _check(n, qps)
+    if n == 0:
+        return []
     return [0.0, *np.cumsum(rng.exponential(1.0 / qps, size=n - 1)).tolist()]

@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import DTYPE_BYTES, ConfigError, EngineConfig
 from sarathi_lab.sim.cost_model import CostModel
-from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.device import device_dtype, load_device
 from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens, weight_bytes
 
 if TYPE_CHECKING:
@@ -23,7 +23,8 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
     warning unless ``warn`` is False); otherwise the device's memory after the weights and the
     activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
     token per running decode)."""
-    elem = DTYPE_BYTES[cfg.dtype]
+    # The engine's element size: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
+    elem = DTYPE_BYTES[device_dtype(cfg.sim_device, cfg.dtype)]
     block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
     if cfg.num_kv_blocks is not None or cfg.kv_cache_gb is not None:

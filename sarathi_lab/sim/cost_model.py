@@ -72,15 +72,19 @@ class CostModel(abc.ABC):
         config = load_config(model) if isinstance(model, str) else model
         if dtype not in DTYPES:
             raise ConfigError(f"dtype={dtype!r} is invalid: allowed values are {', '.join(DTYPES)}")
+        from sarathi_lab.sim.device import device_dtype
+
+        # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
+        # units): its element size is what every byte count must use.
+        dtype = device_dtype(device, dtype)
         if cost_model == "roofline":
             from sarathi_lab.sim.device import load_device
             from sarathi_lab.sim.roofline import RooflineCostModel
 
             return RooflineCostModel(load_device(device, dtype), config, dtype)
         if cost_model == "profile":
-            from sarathi_lab.sim.device import device_dtype
             from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
 
             path = Path(profile) if profile is not None else profile_path(device, model)
-            return ProfileCostModel.from_csv(path, config, device_dtype(device, dtype))
+            return ProfileCostModel.from_csv(path, config, dtype)
         raise ConfigError(f"sim_cost_model={cost_model!r} is invalid: allowed values are {', '.join(SIM_COST_MODELS)}")

@@ -23,6 +23,10 @@ GPU_DEVICES = tuple(sorted(p.stem for p in _DEVICES_DIR.glob("*.yaml")))
 DEVICES = (*GPU_DEVICES, "cpu")
 
 
+# Token and byte counts: a tile of 0.5 tokens would pad nothing and read a chunk's context twice per token.
+INTEGER_FIELDS = ("memory_bytes", "tile_tokens", "attention_tile")
+
+
 @dataclass(frozen=True)
 class Device:
     name: str
@@ -58,6 +62,8 @@ class Device:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be a finite number")
             positive = f.name not in ("kernel_floor_s", "host_overhead_s", "host_per_token_s")
+            if f.name in INTEGER_FIELDS and (not float(value).is_integer() or value < 1):
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be an integer > 0")
             if value < 0 or (positive and value == 0):
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
                                   f"{'> 0' if positive else '>= 0'}")
