@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from importlib.metadata import packages_distributions
+
+import pytest
 
 from sarathi_lab.harness import REPO_ROOT
 
@@ -35,6 +36,7 @@ def _imported_top_levels() -> dict[str, str]:
 
 
 def test_every_imported_distribution_is_declared():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     declared = {_name(r) for r in project["dependencies"]}
     declared |= {_name(r) for extra in project["optional-dependencies"].values() for r in extra}
