@@ -33,7 +33,9 @@ from sarathi_lab.harness import REPO_ROOT
 # The quick set (seconds per job): the tiny model, short requests, two points per swept axis, one
 # thread (the tiny model's iterations are too short to gain from two, and lose much when other
 # jobs share the cores). What each experiment measures is unchanged; its numbers are not the paper's.
-_CI_COMMON = ["model=tiny", "logger=none", "measure.reps=1", "device.num_threads=1"]
+# scale=ci (scale/ci.yaml, the same settings) so that each run's metrics.json says `scale: ci`, as
+# experiment=ci/NAME's do.
+_CI_COMMON = ["scale=ci", "model=tiny", "logger=none", "measure.reps=1", "device.num_threads=1"]
 CI_OVERRIDES = {
     "per_token_cost": ["seq_len=64", "batch_size=1,4"],
     "tile_quantization": ["seq_len=80", "measure.token_step=16", "measure.tile=32"],

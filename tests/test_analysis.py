@@ -188,6 +188,17 @@ def test_newest_sweep_is_the_one_with_the_newest_finished_run(tmp_path):
     assert "pd_ratio" not in results.missing() and "tile_quantization" in results.missing()
 
 
+def test_the_scale_is_the_runs_own_when_their_sweep_folder_does_not_say_it(tmp_path):
+    # `python -m sarathi_lab.run -m experiment=ci/pd_ratio` (README) sweeps into outputs/pd_ratio/multiruns/<time>/,
+    # with `scale: ci` in each metrics.json: the figures and claims must not call those runs full scale.
+    _finished_run(tmp_path / "pd_ratio/multiruns/2026-01-01_00-00-00/0", 1.0)
+    metrics = tmp_path / "pd_ratio/multiruns/2026-01-01_00-00-00/0/metrics.json"
+    record = json.loads(metrics.read_text())
+    record["config"]["scale"] = "ci"
+    metrics.write_text(json.dumps(record))
+    assert Results(tmp_path).scale("pd_ratio") == "ci"
+
+
 def test_wandb_runs_are_downloaded_into_the_local_layout(tmp_path, monkeypatch):
     source = tmp_path / "source"
     _finished_run(source, 3.0)

@@ -46,6 +46,13 @@ def test_every_group_option_composes():
             parse_config(compose_config([f"{group}={option}", *extra]))
 
 
+def test_every_model_preset_is_a_model_choice():
+    # README's CostModel example and bench.sim_speed use llama2-7b; `model=llama2-7b` must compose as the others do.
+    from sarathi_lab.model.presets import PRESETS
+
+    assert set(PRESETS) <= set(_group_options(CONF_DIR / "model"))
+
+
 @pytest.mark.parametrize("option", sorted(o for o in _group_options(CONF_DIR / "experiment") if o.startswith("sim/")))
 def test_every_simulated_experiment_sizes_its_kv_cache_on_its_device(option):
     # The simulator refuses a KV cache larger than its device unless asked for a what-if; the papers'
@@ -185,7 +192,7 @@ def test_a_refused_simulation_leaves_an_interrupted_run_s_partial_records(tmp_pa
 @pytest.mark.parametrize("args,line", [
     (["scheduler=fcfs"], "scheduler='fcfs' is invalid: allowed values are orca, sarathi, sarathi_serve, static, vllm"),
     (["-m", "model=tiny,llama-70b"], ("model='llama-70b' is invalid: allowed values are cpu-small, hf, "
-                                      "llama-13b, llama-33b, mistral-7b, tiny")),
+                                      "llama-13b, llama-33b, llama2-7b, mistral-7b, tiny")),
     (["experiment=nope"], "experiment='nope' is invalid: allowed values are "
                           + ", ".join(_group_options(CONF_DIR / "experiment"))),
 ])

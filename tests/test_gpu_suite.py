@@ -119,6 +119,15 @@ def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
     assert "not started" not in format_plan(list(STEPS), 9.0)
 
 
+def test_plan_says_the_context_each_profile_step_runs_at():
+    # --plan (and docs/gpu/README.md) said context<=4096 for llama-13b, whose step runs seq_len=3072.
+    from sarathi_lab.gpu.steps.profile import overrides
+
+    for step in (s for s in STEPS if s.module == "profile"):
+        (seq_len,) = [o.split("=")[1] for o in overrides(step.arg, dry_run=False) if o.startswith("seq_len=")]
+        assert f"context<={seq_len}," in step.what, step
+
+
 def _result(out: Path, name: str, status: str, started: float | None = None) -> None:
     state.write_result(out, StepResult(name, status, started or time.time(), 1.0, [Metric("x", 1)]))
 

@@ -8,6 +8,8 @@ import sys
 import pytest
 
 from sarathi_lab.analysis.runs import EXPERIMENTS, Results
+from sarathi_lab.harness.compose import compose_config
+from sarathi_lab.harness.schema import parse_config
 from sarathi_lab.produce import CI_OVERRIDES, SIM_CI_OVERRIDES, produce_missing, run_experiments, sweep_args
 
 pytestmark = pytest.mark.e2e
@@ -18,6 +20,11 @@ def test_every_experiment_has_a_ci_scale_and_its_sweep_goes_under_the_root(tmp_p
     args = sweep_args("pd_ratio", tmp_path, "ci", ["seed=3"])
     assert args[:2] == ["-m", "experiment=pd_ratio"] and args[-1] == "seed=3"
     assert args[2].startswith(f"hydra.sweep.dir={tmp_path.resolve()}/pd_ratio/multiruns/ci-")
+    # The quick set is the ci scale, as experiment=ci/NAME runs it: its metrics.json says scale: ci.
+    assert "scale=ci" in args
+    quick = [a for a in sweep_args("orca_compare", tmp_path, "ci", sim=True) if "," not in a][1:]
+    cfg = parse_config(compose_config([a for a in quick if not a.startswith("hydra.")]))
+    assert (cfg.scale, cfg.model.name, cfg.engine.executor) == ("ci", "llama-13b", "sim")
 
 
 def test_the_simulated_set_runs_the_sim_configs_at_full_scale_and_the_quick_set_on_the_simulator(tmp_path):

@@ -74,8 +74,11 @@ class Results:
         return self._tables[name, table]
 
     def scale(self, name: str) -> str:
-        """'ci' for the quick set, else 'full'."""
-        return "ci" if self.sweep(name).name.startswith("ci-") else "full"
+        """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json; ``experiment=ci/NAME``
+        sweeps into a folder named by time only), or a sweep folder named ``ci-*`` (``produce --scale ci``)."""
+        summary = self.summary(name)
+        recorded = set(summary["scale"].dropna()) if "scale" in summary else set()
+        return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
     def executor(self, name: str) -> dict[str, str]:
         """How the experiment's runs got their times: ``executor`` (model | sim) and, when simulated,

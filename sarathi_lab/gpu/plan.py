@@ -32,9 +32,15 @@ def _paper(name: str, minutes: float, overrides: str, what: str) -> Step:
     return Step(f"paper.{name}", "paper", minutes, what, name, tuple(overrides.split()))
 
 
+# task=profile's longest context per model (steps/profile.py runs seq_len at it): the longest request the
+# experiments serve, as far as batch 18 of them fits in an 80 GB card's KV cache beside the weights
+# (13B: 18 x 3072 tokens take 45 GB).
+PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
+
+
 def _profile(model: str, minutes: float) -> Step:
     return Step(f"profile.{model}", "profile", minutes,
-                f"task=profile for {model}, bf16, chunk<=512, batch<=18, context<=4096, token step 16 "
+                f"task=profile for {model}, bf16, chunk<=512, batch<=18, context<={PROFILE_SEQ_LEN[model]}, token step 16 "
                 f"(tile pairs at every 128) -> profiles/<device>/{model}.csv", model)
 
 

@@ -8,13 +8,12 @@ import os
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.gpu.context import Context, Unavailable
+from sarathi_lab.gpu.plan import PROFILE_SEQ_LEN
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.model.presets import PRESETS
 
 TASK_MODULE = "sarathi_lab.harness.tasks.profile"
-# Contexts reach the longest request the experiments serve, as far as batch 18 of them fits in
-# an 80 GB card's KV cache beside the weights (13B: 18 x 3072 tokens take 45 GB).
-SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
+SEQ_LEN = PROFILE_SEQ_LEN  # the plan's, so that --plan says what runs
 
 
 def overrides(model: str, dry_run: bool) -> list[str]:
