@@ -36,8 +36,12 @@ def served_decodes(kv_heads: int, heads: int = 4, d: int = 8, bs: int = 16):
         block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
         slot_mapping=torch.zeros(len(lens), dtype=torch.long), query_lens_host=[1] * len(lens), seq_lens_host=lens,
         max_query_len=1)
-    k_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
-    v_cache = torch.randn(num_blocks, bs, kv_heads, d, generator=gen)
+    # Unwritten slots (each request's last block past its length, unused blocks) hold NaN.
+    k_cache = torch.full((num_blocks, bs, kv_heads, d), float("nan"))
+    v_cache = torch.full_like(k_cache, float("nan"))
+    slots = context_slot_mapping(meta, bs)
+    k_cache.view(-1, kv_heads, d)[slots] = torch.randn(len(slots), kv_heads, d, generator=gen)
+    v_cache.view(-1, kv_heads, d)[slots] = torch.randn(len(slots), kv_heads, d, generator=gen)
     return torch.randn(len(lens), heads, d, generator=gen), k_cache, v_cache, meta
 
 
