@@ -82,3 +82,11 @@ def test_sampling_frequencies_follow_the_tempered_nucleus(temperature, top_p, dt
     freq = [got.count(i) / len(got) for i in range(len(logits))]
     assert all(f == 0 for f, p in zip(freq, want) if p == 0), (freq, want)
     assert max(abs(f - p) for f, p in zip(freq, want)) < 0.012, (freq, want)
+
+
+@pytest.mark.parametrize("temperature", [1e-38, 5e-324])
+def test_a_tiny_temperature_samples_the_maximum(temperature):
+    # SamplingParams accepts any finite temperature > 0; logits / T overflowed to inf and softmax to
+    # NaN, and multinomial raised mid-run. In the limit T -> 0 sampling is greedy.
+    logits = torch.tensor([[10.0, 3.0, -2.0], [1.0, 5.0, 2.0]])
+    assert Sampler(SamplingParams(temperature=temperature, seed=0), torch.device("cpu"))(logits) == [0, 1]
