@@ -1,6 +1,11 @@
 """Greedy generation of the engine equals transformers' own, for every architecture and scheduler."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -8,6 +13,7 @@ from sarathi_lab import LLM
 from sarathi_lab.engine.scheduler import scheduler_names
 from tests.hf_models import CONFIGS, hf_greedy, save_random_model
 
+ROOT = Path(__file__).resolve().parents[1]
 PROMPT_LENS = [37, 5, 16, 61, 1]
 NEW_TOKENS = 9
 
@@ -31,3 +37,39 @@ def test_greedy_matches_transformers(reference, scheduler, chunk_size):
     llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=chunk_size, max_batch_size=3,
               device="cpu", dtype="float32", warmup_iters=0)
     assert llm.generate(prompts, max_new_tokens=NEW_TOKENS) == expected
+
+
+# Three requests of 11-13 prompt tokens and 40 new ones need 3 blocks of 16 each; a cache of 5 blocks
+# holds one and a half, so every scheduler preempts and recomputes prompt + generated tokens.
+PREEMPTION = """
+import sys
+from sarathi_kernels import cpu_attention
+from sarathi_lab import LLM
+from sarathi_lab.engine.scheduler import scheduler_names
+from tests.hf_models import hf_greedy, save_random_model
+
+hf = save_random_model("llama", sys.argv[1])
+prompts = [[5 + i] * 3 + list(range(40 + i, 48 + 2 * i)) for i in range(3)]
+expected = [hf_greedy(hf, p, 40) for p in prompts]
+for name in scheduler_names():
+    llm = LLM(model=sys.argv[1], scheduler=name, chunk_size=7, max_batch_size=3, device="cpu", dtype="float32",
+              warmup_iters=0, block_size=16, num_kv_blocks=5)
+    assert llm.generate(prompts, max_new_tokens=40) == expected, name
+    assert llm.metrics.summary()["num_preemptions"] > 0, name
+print(cpu_attention.available())
+"""
+
+
+@pytest.mark.parametrize("compiler", [True, False], ids=["kernels", "no-compiler"])
+def test_preempted_requests_match_transformers_with_and_without_the_cpu_kernels(tmp_path, compiler):
+    # A fresh interpreter, as users start one: without a C++ compiler every CPU kernel (attention,
+    # fused elementwise ops, few-row linear, argmax) falls back to torch's code, which only this run
+    # holds to transformers end to end.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
+    if not compiler:
+        env.update(CXX=str(tmp_path / "no-such-compiler"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", PREEMPTION, str(tmp_path / "model")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [str(compiler)], done.stderr[-3000:]

@@ -33,6 +33,10 @@ class DecodeGroup:
     # [n, 1, 1, nblocks * block_size], True/0 where a key is attended (bool for F.sdpa, additive
     # float for the flash op); None if all contexts are equal.
     mask: torch.Tensor | None
+    # [n, 1, nblocks * block_size, 1], True at the padding keys the mask hides; None with no mask.
+    # The mask alone does not keep them out: a block's unwritten slots hold whatever its previous
+    # owner left (inf after a float16 overflow, NaN), and NaN or inf times a zero weight is NaN.
+    pad: torch.Tensor | None = None
 
 
 @dataclass
@@ -114,13 +118,14 @@ def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, dev
         else:
             table = torch.tensor([rest[i][0] + [0] * (nblocks - len(rest[i][0])) for i in members],
                                  dtype=torch.long, device=device).reshape(-1)
-        mask = None
+        mask = pad = None
         if any(length(i) != ctx for i in members):
             keys = torch.arange(nblocks * block_size, device=device)
             member_lens = torch.tensor([length(i) for i in members], device=device)
             mask = (keys[None, :] < member_lens[:, None])[:, None, None, :]
+            pad = ~mask.view(len(members), 1, -1, 1)
             if additive:
                 mask = torch.zeros(mask.shape, device=device).masked_fill_(~mask, float("-inf"))
-        groups.append(DecodeGroup(idx, table, len(members), nblocks, ctx, mask))
+        groups.append(DecodeGroup(idx, table, len(members), nblocks, ctx, mask, pad))
         group_members.append(members)
     return groups, group_members

@@ -107,7 +107,7 @@ class TorchAttention(AttentionBackend):
         if not plan.runs:
             for g in plan.groups:
                 q = query if g.rows is None else query.index_select(0, g.rows)
-                k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks)
+                k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks, g.pad)
                 if g.mask is None:
                     k, v = k[:, :, : g.ctx], v[:, :, : g.ctx]
                 o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=g.mask, scale=scale,
@@ -124,7 +124,7 @@ class TorchAttention(AttentionBackend):
         outs, lses = [], []
         for g in plan.groups:
             q = query if g.rows is None else query.index_select(0, g.rows)
-            k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks)
+            k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks, g.pad)
             if g.mask is None:
                 k, v = k[:, :, : g.ctx], v[:, :, : g.ctx]
             o, lse = _flash(q.reshape(g.n, kvh, heads // kvh, d), k, v, g.mask, scale)
@@ -149,9 +149,10 @@ class TorchAttention(AttentionBackend):
         den = torch.zeros((n, heads), dtype=w.dtype, device=w.device).index_add_(0, owners, w)
         out.copy_(num / den[..., None])
 
-    def _gather(self, k_cache, v_cache, blocks: torch.Tensor, n: int, nblocks: int):
+    def _gather(self, k_cache, v_cache, blocks: torch.Tensor, n: int, nblocks: int,
+                pad: torch.Tensor | None = None):
         """Keys and values of ``n`` requests' ``nblocks`` blocks each, as [n, kv_heads, nblocks * bs, d]
-        views of the workspace."""
+        views of the workspace; zero where ``pad`` ([n, 1, nblocks * bs, 1]) is True."""
         _, bs, kvh, d = k_cache.shape
         numel = n * nblocks * bs * kvh * d
         ws = self._workspace
@@ -161,7 +162,12 @@ class TorchAttention(AttentionBackend):
         blocks = blocks.reshape(-1)
         k = torch.index_select(k_cache, 0, blocks, out=ws[:numel].view(n * nblocks, bs, kvh, d))
         v = torch.index_select(v_cache, 0, blocks, out=ws[numel : 2 * numel].view(n * nblocks, bs, kvh, d))
-        return (k.view(n, nblocks * bs, kvh, d).transpose(1, 2), v.view(n, nblocks * bs, kvh, d).transpose(1, 2))
+        k, v = k.view(n, nblocks * bs, kvh, d).transpose(1, 2), v.view(n, nblocks * bs, kvh, d).transpose(1, 2)
+        if pad is not None:
+            # The copies, never the cache: padding keys score 0 (then masked) and add 0 x 0.
+            k.masked_fill_(pad, 0)
+            v.masked_fill_(pad, 0)
+        return k, v
 
 
 def _layout(k_cache: torch.Tensor) -> tuple:

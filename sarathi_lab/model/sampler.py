@@ -21,7 +21,13 @@ class Sampler:
             if cpu_ops.supports(logits) and logits.is_contiguous():
                 return cpu_ops.argmax(logits)
             return logits.argmax(dim=-1).tolist()
-        probs = torch.softmax(logits.float() / self.params.temperature, dim=-1)
+        logits = logits.float()
+        # Shifted to a maximum of 0 before dividing: logits / T overflows to inf (softmax: NaN) for a
+        # tiny T, where (logits - max) / T only reaches -inf, which softmax takes as probability 0.
+        # T is divided as a float32, where below float32's smallest normal it would round to 0 (0 / 0).
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        temperature = max(self.params.temperature, torch.finfo(torch.float32).tiny)
+        probs = torch.softmax(shifted / temperature, dim=-1)
         if self.params.top_p < 1.0:
             probs = _top_p(probs, self.params.top_p)
         return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()
