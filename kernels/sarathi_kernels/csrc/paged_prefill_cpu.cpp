@@ -16,9 +16,10 @@
 // by NB keys or columns. The online softmax runs across rows, one lane each (max, exp, sums and the
 // rescale are plain vector ops: no horizontal reductions, no transposes), once per block of KB keys.
 // A thread copies each (sequence, kv head)'s keys and values out of the cache once (Packed), for
-// the items of that head it takes. exp is inline (exp_nonpositive); masked lanes' exp is discarded
-// by a select (a conditional exp would not vectorise), only in the blocks that need a mask; the
-// empty max is -FLT_MAX, and unwritten cache rows are never read, so nothing relies on inf/NaN.
+// the items of that head it takes. exp is inline and in base 2 (exp2_nonpositive); masked lanes' exp
+// is discarded by a select (a conditional exp would not vectorise), only in the blocks that need a
+// mask; the empty max is -FLT_MAX, and unwritten cache rows are never read, so nothing relies on
+// inf/NaN.
 //
 // Storage is float32 or bfloat16 (cpu_common.h). The arithmetic is float32, except that bfloat16 on a
 // CPU with AVX512_BF16 takes both products through vdpbf16ps (exact bf16 x bf16 products summed in
@@ -56,23 +57,22 @@ using sarathi::TILE;
 
 typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
 
-// exp(x) for x <= 0 (larger x as 0: the callers discard those lanes), inline: a libmvec call per W
-// lanes spills every live vector register around it, ~40% of this kernel's bfloat16 time. 2^n by the
-// exponent bits, exp(r) for |r| <= ln2 / 2 by its Taylor series to r^7 (error < 2e-7 relative).
-inline vec exp_nonpositive(vec x) {
-  x = x < 0.f ? x : vec{};
-  x = x > -87.f ? x : vec{} - 87.f;  // 2^n stays a normal float
-  const ivec n = __builtin_convertvector(x * 1.44269504f - 0.5f, ivec);  // round to nearest (x <= 0)
-  const vec nf = __builtin_convertvector(n, vec);
-  const vec r = x - nf * 0.693359375f + nf * 2.12194440e-4f;  // ln 2 in two parts, for the large n
-  vec p = vec{} + 1.f / 5040;
-  p = p * r + 1.f / 720;
-  p = p * r + 1.f / 120;
-  p = p * r + 1.f / 24;
-  p = p * r + 1.f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
+// 2^t for t <= 0 (larger t as 2^0: the callers discard those lanes), inline: a libmvec call per W
+// lanes spills every live vector register around it, ~40% of this kernel's bfloat16 time. The
+// softmax works in base 2 (scores times scale x log2(e)), so no reduction by ln 2: 2^n by the exponent
+// bits, 2^f for |f| <= 1/2 by a degree-5 polynomial fitted for relative error (2.3e-7 in float32
+// arithmetic, as the degree-7 Taylor series of exp this replaced).
+inline vec exp2_nonpositive(vec t) {
+  t = t < 0.f ? t : vec{};
+  t = t > -126.f ? t : vec{} - 126.f;  // 2^n stays a normal float
+  const ivec n = __builtin_convertvector(t - 0.5f, ivec);  // round to nearest (t <= 0)
+  const vec f = t - __builtin_convertvector(n, vec);
+  vec p = vec{} + 1.32764445e-3f;
+  p = p * f + 9.67553724e-3f;
+  p = p * f + 5.55071346e-2f;
+  p = p * f + 2.40221202e-1f;
+  p = p * f + 6.93146944e-1f;
+  p = p * f + 1.00000012f;
   const ivec bits = (n + 127) << 23;
   vec two_n;
   std::memcpy(&two_n, &bits, sizeof two_n);
@@ -327,28 +327,29 @@ struct DotFor<bf16> {
 
 // Online softmax of one row group over n keys, a row per lane. s [n keys][W rows]: the raw scores in,
 // the probabilities out; with Masked, row i may see key t only when t <= last[i] (a block with no
-// such key needs no mask). m, l: the rows' running max and sum. Returns what the rows' accumulators
-// must be multiplied by.
+// such key needs no mask). c: the scale times log2(e), > 0, so the max is taken on raw scores and
+// scaled once. m, l: the rows' running max (of scores times c) and sum. Returns what the rows'
+// accumulators must be multiplied by.
 template <bool Masked>
-inline vec softmax_keys(float* s, int64_t n, ivec last, float scale, float* m_rows, float* l_rows) {
+inline vec softmax_keys(float* s, int64_t n, ivec last, float c, float* m_rows, float* l_rows) {
   const vec lowest = vec{} - FLT_MAX, m = vload(m_rows);
-  vec top = m;
+  vec raw = lowest;
   for (int32_t t = 0; t < n; ++t) {
-    vec x = vload(s + t * W) * scale;
-    vstore(s + t * W, x);
+    vec x = vload(s + t * W);
     if constexpr (Masked) x = t <= last ? x : lowest;
-    top = x > top ? x : top;
+    raw = x > raw ? x : raw;
   }
+  const vec scaled = raw * c, top = scaled > m ? scaled : m;
   vec sum = {};
   for (int32_t t = 0; t < n; ++t) {
-    vec p = exp_nonpositive(vload(s + t * W) - top);
+    vec p = exp2_nonpositive(vload(s + t * W) * c - top);
     if constexpr (Masked) p = t <= last ? p : vec{};
     vstore(s + t * W, p);
     sum += p;
   }
   // A row's first key: nothing to rescale.
   const auto first = m == lowest;
-  const vec e = exp_nonpositive(m - top), rescale = first ? vec{} : e;
+  const vec e = exp2_nonpositive(m - top), rescale = first ? vec{} : e;
   vstore(l_rows, vload(l_rows) * rescale + sum);
   vstore(m_rows, top);
   return rescale;
@@ -357,7 +358,7 @@ inline vec softmax_keys(float* s, int64_t n, ivec last, float scale, float* m_ro
 // Row groups g0 .. g0 + G - 1 of a work item against one block of keys (keys of them real, from
 // k0): scores, online softmax, probabilities x values into their accumulators acc [groups][dp][W].
 template <int G, typename Dot>
-void attend_block(Dot& dot, int64_t g0, int64_t rows, int64_t k0, int64_t keys, const int32_t* limit, float scale,
+void attend_block(Dot& dot, int64_t g0, int64_t rows, int64_t k0, int64_t keys, const int32_t* limit, float c,
                   float* s, float* m, float* l, float* acc, int64_t dp) {
   // Limits grow with the row: the last real row sees the most, a group's first row the least.
   const int64_t top = limit[std::min(rows, (g0 + G) * W) - 1] - k0;
@@ -371,9 +372,9 @@ void attend_block(Dot& dot, int64_t g0, int64_t rows, int64_t k0, int64_t keys, 
     if (k0 + nk - 1 > limit[r0] || r0 + W > rows) {  // some lane may not see some key (padding rows see none)
       ivec last;
       for (int64_t i = 0; i < W; ++i) last[i] = static_cast<int32_t>(limit[r0 + i] - k0);
-      rescale[g] = softmax_keys<true>(sg, nk, last, scale, mg, lg);
+      rescale[g] = softmax_keys<true>(sg, nk, last, c, mg, lg);
     } else {
-      rescale[g] = softmax_keys<false>(sg, nk, ivec{}, scale, mg, lg);
+      rescale[g] = softmax_keys<false>(sg, nk, ivec{}, c, mg, lg);
     }
   }
   dot.template set_probs<G>(s, nk);
@@ -390,6 +391,7 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
                         int64_t block_size, int64_t kv_heads, int64_t max_blocks, float scale, int threads) {
   static_assert(RG == 2, "a work item's last row group, when odd, runs alone");
   const int64_t group = heads / kv_heads, row = kv_heads * d, dp = (d + W - 1) / W * W;
+  const float c = scale * 1.44269504f;  // the softmax in base 2
   const std::vector<Item> items = sarathi::work_items(starts, n, kv_heads);
   const int64_t nitems = static_cast<int64_t>(items.size());
 #pragma omp parallel num_threads(threads) if (threads > 1 && nitems > 1)
@@ -432,9 +434,9 @@ void paged_prefill_with(const T* q, int64_t q_stride, const T* kc, const T* vc, 
         dot.set_keys(context, k0, (keys + NB - 1) / NB * NB);
         for (int64_t g = 0; g < groups; g += RG) {
           if (g + RG <= groups)
-            attend_block<RG>(dot, g, sp.rows, k0, keys, limit.data(), scale, sb, mb, lb, ab, dp);
+            attend_block<RG>(dot, g, sp.rows, k0, keys, limit.data(), c, sb, mb, lb, ab, dp);
           else
-            attend_block<1>(dot, g, sp.rows, k0, keys, limit.data(), scale, sb, mb, lb, ab, dp);
+            attend_block<1>(dot, g, sp.rows, k0, keys, limit.data(), c, sb, mb, lb, ab, dp);
         }
       }
       for (int64_t g = 0; g < groups; ++g) {
