@@ -10,10 +10,11 @@ import math
 
 import numpy as np
 
+from sarathi_lab.config import check_count
+
 
 def _check(n: int, qps: float) -> None:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n={n!r} is invalid: must be an integer >= 0")
+    check_count("n", n, 0)
     if not (math.isfinite(qps) and qps > 0):
         raise ValueError(f"qps={qps!r} is invalid: must be a finite number > 0")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.profiling.floors import Shape
 from sarathi_lab.sim.device import Device
 
@@ -41,11 +41,6 @@ def activation_bytes_per_token(config: PretrainedConfig, elem_bytes: int) -> int
     return (2 * s.hidden + q + 2 * kv + 3 * s.intermediate) * elem_bytes + 4 * s.vocab
 
 
-def _check_count(key: str, value, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(f"{key}={value!r} is invalid: must be an integer >= {least}")
-
-
 def _free_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, utilisation: float) -> int:
     # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
     if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
@@ -62,7 +57,7 @@ def kv_capacity_tokens(device: Device, config: PretrainedConfig, elem_bytes: int
                        utilisation: float = MEMORY_UTILISATION) -> int:
     """KV-cache tokens that fit on ``device`` beside the weights and the activations of an
     iteration of ``max_tokens`` tokens. Fails with one line when nothing fits."""
-    _check_count("max_tokens", max_tokens, 0)
+    check_count("max_tokens", max_tokens, 0)
     free = _free_bytes(device, config, elem_bytes, utilisation)
     free -= max_tokens * activation_bytes_per_token(config, elem_bytes)
     kv = kv_bytes_per_token(config, elem_bytes)
@@ -76,6 +71,6 @@ def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes
               utilisation: float = MEMORY_UTILISATION) -> int:
     """The paper's B: the most requests of ``seq_len`` tokens whose KV caches fit together with the
     activations of prefilling all of them in one iteration (the baseline's prefill batch)."""
-    _check_count("seq_len", seq_len, 1)
+    check_count("seq_len", seq_len, 1)
     per_request = seq_len * (kv_bytes_per_token(config, elem_bytes) + activation_bytes_per_token(config, elem_bytes))
     return _free_bytes(device, config, elem_bytes, utilisation) // per_request

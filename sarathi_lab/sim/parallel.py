@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.roofline import RooflineCostModel
@@ -44,9 +44,7 @@ class Parallelism:
 
     def __post_init__(self):
         for key in ("tp", "pp"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"sim.parallel.{key}={value!r} is invalid: must be an integer >= 1")
+            check_count(f"sim.parallel.{key}", getattr(self, key), 1)
         # A NaN bandwidth never lets the simulated clock pass a finite time: the run would not end.
         for key in ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s"):
             value, bandwidth = getattr(self, key), key.endswith("bandwidth")
