@@ -68,17 +68,15 @@ class CostModel(abc.ABC):
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``)."""
         from sarathi_lab.model import load_config
+        from sarathi_lab.sim.device import device_dtype, load_device
 
         config = load_config(model) if isinstance(model, str) else model
         if dtype not in DTYPES:
             raise ConfigError(f"dtype={dtype!r} is invalid: allowed values are {', '.join(DTYPES)}")
-        from sarathi_lab.sim.device import device_dtype
-
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
         if cost_model == "roofline":
-            from sarathi_lab.sim.device import load_device
             from sarathi_lab.sim.roofline import RooflineCostModel
 
             return RooflineCostModel(load_device(device, dtype), config, dtype)

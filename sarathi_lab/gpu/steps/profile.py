@@ -13,7 +13,6 @@ from sarathi_lab.gpu.state import Metric
 from sarathi_lab.model.presets import PRESETS
 
 TASK_MODULE = "sarathi_lab.harness.tasks.profile"
-SEQ_LEN = PROFILE_SEQ_LEN  # the plan's, so that --plan says what runs
 
 
 def overrides(model: str, dry_run: bool) -> list[str]:
@@ -22,7 +21,7 @@ def overrides(model: str, dry_run: bool) -> list[str]:
                 "seq_len=64", "measure.token_step=16", "measure.tile=32", "measure.reps=1", "logger=none",
                 "on_existing=overwrite"]
     return ["task=profile", f"model.name={model}", "device=cuda", "dtype=bfloat16", "chunk=512", "batch_size=18",
-            f"seq_len={SEQ_LEN[model]}", "measure.token_step=16", "measure.tile=128", "measure.reps=3",
+            f"seq_len={PROFILE_SEQ_LEN[model]}", "measure.token_step=16", "measure.tile=128", "measure.reps=3",
             "logger=none", "on_existing=overwrite"]
 
 
