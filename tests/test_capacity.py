@@ -151,3 +151,17 @@ def test_a_search_that_stops_early_says_why(rates, passing, why):
     found = search_capacity(_up_to(passing), start_qps=1.0, min_qps=0.25, max_qps=4.0, max_trials=len(rates))
     assert [t.qps for t in found.trials] == rates
     assert _why(found, SimpleNamespace(min_qps=0.25, max_qps=4.0, max_trials=len(rates))) == why
+
+
+def test_a_search_cut_short_states_the_resolution_it_reached_not_the_one_asked_for():
+    # Doubling brackets 3.3 between 2 and 4 on the third trial; one bisection (2.83) leaves a 41%
+    # bracket, far from the 5% asked for.
+    found = search_capacity(_up_to(3.3), start_qps=1.0, resolution=0.05, max_trials=4)
+    assert [t.qps for t in found.trials] == [1.0, 2.0, 4.0, pytest.approx(2 ** 1.5)]
+    assert found.resolution == pytest.approx(4.0 / 2 ** 1.5 - 1) and not found.resolved
+    record = found.as_dict()
+    assert record["resolution"] == pytest.approx(0.414, abs=1e-3) and record["requested_resolution"] == 0.05
+    assert record["resolved"] is False and record["lowest_failing_qps"] == 4.0
+    done = search_capacity(_up_to(3.3), start_qps=1.0, resolution=0.05)
+    assert done.resolved and done.resolution <= 0.05 + 1e-12
+    assert search_capacity(_up_to(9.0), start_qps=1.0, max_qps=4.0).resolution is None  # never bracketed

@@ -32,14 +32,35 @@ class Trial:
 @dataclass(frozen=True)
 class Capacity:
     capacity_qps: float | None   # the highest passing rate tried; None: even the lowest failed
-    resolution: float            # relative: the lowest failing rate is within (1 + resolution) of it
+    lowest_failing_qps: float | None  # None: every rate tried passed
+    requested_resolution: float  # relative: what the search was asked to reach
     binding: str | None          # what failed at the lowest failing rate
-    bounded: bool                # False: every rate up to max_qps passed, so capacity >= capacity_qps
     trials: list[Trial]
 
+    @property
+    def bounded(self) -> bool:
+        """False: every rate up to max_qps passed, so capacity >= capacity_qps."""
+        return self.lowest_failing_qps is not None
+
+    @property
+    def resolution(self) -> float | None:
+        """Relative, as reached: the lowest failing rate is within (1 + resolution) of the capacity.
+        None where no passing and failing rate bracket it. It can be wider than requested when the
+        trials ran out first, and a record must not claim the requested precision then."""
+        if self.capacity_qps is None or self.lowest_failing_qps is None:
+            return None
+        return self.lowest_failing_qps / self.capacity_qps - 1
+
+    @property
+    def resolved(self) -> bool:
+        """Bracketed within the requested resolution (the bisection's own stopping test)."""
+        return self.bounded and self.capacity_qps is not None and \
+            self.lowest_failing_qps <= self.capacity_qps * (1 + self.requested_resolution)
+
     def as_dict(self) -> dict[str, Any]:
-        return {"capacity_qps": self.capacity_qps, "resolution": self.resolution, "binding": self.binding,
-                "bounded": self.bounded,
+        return {"capacity_qps": self.capacity_qps, "resolution": self.resolution,
+                "requested_resolution": self.requested_resolution, "resolved": self.resolved,
+                "lowest_failing_qps": self.lowest_failing_qps, "binding": self.binding, "bounded": self.bounded,
                 "trials": [{"qps": t.qps, "passed": t.passed, "binding": t.binding, "stopped_early": t.stopped_early}
                            for t in self.trials]}
 
@@ -92,8 +113,8 @@ def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resol
     while best is not None and worst is not None and worst.qps > best.qps * (1 + resolution) \
             and len(trials) < max_trials:
         trial(math.sqrt(best.qps * worst.qps))  # geometric middle: the resolution is relative
-    return Capacity(capacity_qps=best.qps if best else None, resolution=resolution,
-                    binding=worst.binding if worst else None, bounded=worst is not None, trials=trials)
+    return Capacity(capacity_qps=best.qps if best else None, lowest_failing_qps=worst.qps if worst else None,
+                    requested_resolution=resolution, binding=worst.binding if worst else None, trials=trials)
 
 
 def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals: list[float], slo: SLO,

@@ -81,14 +81,14 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     for entry, row in zip(record["trials"], rows):
         entry["run_dir"] = row["run_dir"]
     write_json(context.run_dir / CAPACITY_JSON, record)
-    resolved = found.bounded and found.capacity_qps is not None and \
-        min(t.qps for t in found.trials if not t.passed) <= found.capacity_qps * (1 + found.resolution)
-    if not resolved:
+    if not found.resolved:
         log.warning("capacity search stopped before its resolution: %s", _why(found, search))
     log.info("capacity %s req/s (binding: %s) after %d trials", found.capacity_qps, found.binding, len(found.trials))
     best = next((r for r in rows if r["passed"] and r["qps"] == found.capacity_qps), {})
     summary = {"capacity_qps": found.capacity_qps if found.capacity_qps is not None else math.nan,
-               "resolution": found.resolution, "bounded": float(found.bounded), "resolved": float(resolved),
+               "resolution": found.resolution if found.resolution is not None else math.nan,
+               "requested_resolution": found.requested_resolution, "bounded": float(found.bounded),
+               "resolved": float(found.resolved),
                "binding": found.binding, "num_trials": len(found.trials)} \
         | {f"at_capacity_{c}": best.get(c, math.nan) for c in TRIAL_COLUMNS}
     return summary, {"trials": pd.DataFrame(rows)}
