@@ -94,7 +94,7 @@ class LLM:
             eos = eos[0]
         for i, (prompt, new) in enumerate(zip(token_lists, new_tokens)):
             self._check_request(i, prompt, new)
-        seqs = [Sequence(self._next_id + i, prompt, new, arrival, eos)
+        seqs = [Sequence(self._next_id + i, prompt, new, arrival, eos, sample_key=i)
                 for i, (prompt, new, arrival) in enumerate(zip(token_lists, new_tokens, arrivals))]
         self._next_id += n
         self.metrics = Metrics()

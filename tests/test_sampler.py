@@ -71,14 +71,17 @@ def _tempered_nucleus(logits: list[float], temperature: float, top_p: float) -> 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.5, 1.0), (2.0, 1.0), (1.0, 0.6), (0.7, 0.9)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sampling_frequencies_follow_the_tempered_nucleus(temperature, top_p, dtype):
+@pytest.mark.parametrize("along", ["requests", "positions"])
+def test_sampling_frequencies_follow_the_tempered_nucleus(temperature, top_p, dtype, along):
     # 40000 draws of one row: each frequency within ~0.0025 (one standard deviation) of its probability,
     # so a sampler that ignored the temperature (0.2 or more off) or cut the nucleus one token early or
-    # late fails by far. Seeded: the same draws every run, never flaky.
+    # late fails by far. The draws are keyed by 40000 requests at one position, or by one request's
+    # 40000 positions: both must be uniform. Seeded: the same draws every run, never flaky.
     logits = [3.0, 2.0, 1.5, 0.0, -1.0, -4.0]
     want = _tempered_nucleus(logits, temperature, top_p)
     rows = torch.tensor(logits, dtype=dtype).repeat(40000, 1)
-    got = Sampler(SamplingParams(temperature=temperature, top_p=top_p, seed=0), torch.device("cpu"))(rows)
+    keys = [(i, 0) if along == "requests" else (0, i) for i in range(len(rows))]
+    got = Sampler(SamplingParams(temperature=temperature, top_p=top_p, seed=0), torch.device("cpu"))(rows, keys)
     freq = [got.count(i) / len(got) for i in range(len(logits))]
     assert all(f == 0 for f, p in zip(freq, want) if p == 0), (freq, want)
     assert max(abs(f - p) for f, p in zip(freq, want)) < 0.012, (freq, want)
@@ -89,4 +92,37 @@ def test_a_tiny_temperature_samples_the_maximum(temperature):
     # SamplingParams accepts any finite temperature > 0; logits / T overflowed to inf and softmax to
     # NaN, and multinomial raised mid-run. In the limit T -> 0 sampling is greedy.
     logits = torch.tensor([[10.0, 3.0, -2.0], [1.0, 5.0, 2.0]])
-    assert Sampler(SamplingParams(temperature=temperature, seed=0), torch.device("cpu"))(logits) == [0, 1]
+    assert Sampler(SamplingParams(temperature=temperature, seed=0), torch.device("cpu"))(logits, [(0, 0), (1, 0)]) \
+        == [0, 1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 12), vocab=st.sampled_from([2, 7, 300, 32000]), seed=st.integers(0, 2**16),
+       top_p=st.sampled_from([1.0, 0.9, 0.3]))
+def test_a_rows_token_depends_on_its_own_logits_and_key_only(rows, vocab, seed, top_p):
+    # Rows shuffled, or sampled beside other rows or alone, draw the same token: what lets a request's
+    # tokens be the same under every scheduler (test_determinism).
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=g) * 3
+    keys = [(seed + 3 * r, r % 4) for r in range(rows)]
+    sampler = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed), torch.device("cpu"))
+    together = sampler(logits, keys)
+    order = torch.randperm(rows, generator=g).tolist()
+    assert sampler(logits[order], [keys[i] for i in order]) == [together[i] for i in order]
+    assert [sampler(logits[r:r + 1], keys[r:r + 1])[0] for r in range(rows)] == together
+
+
+@pytest.mark.parametrize("u, want", [(0.0, 1), (1 - 2**-24, 3)])
+@pytest.mark.parametrize("top_p", [1.0, 0.5])
+def test_zero_probability_tokens_are_never_drawn_at_the_uniforms_ends(monkeypatch, u, want, top_p):
+    # -inf logits sit before, between and after the live ones; u * mass may round up to the mass itself.
+    import sarathi_lab.model.sampler as sampler_module
+    monkeypatch.setattr(sampler_module, "uniform", lambda *key: u)
+    logits = torch.tensor([[float("-inf"), 1.0, float("-inf"), 1.5, float("-inf")]])
+    got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=1), torch.device("cpu"))(logits, [(0, 0)])
+    assert got == [3 if top_p == 0.5 else want]  # the nucleus of 0.5 holds token 3 alone
+
+
+def test_sampling_without_keys_is_refused():
+    with pytest.raises(ValueError, match="one .request, position. key per row: 2 rows, keys None"):
+        Sampler(SamplingParams(temperature=1.0), torch.device("cpu"))(torch.zeros(2, 5))

@@ -25,7 +25,7 @@ class StepOutput:
 class Executor(ABC):
     @abstractmethod
     def start(self, sampling: SamplingParams) -> None:
-        """A new generate call begins: sample with these parameters (a seeded sampler restarts)."""
+        """A new generate call begins: sample with these parameters."""
 
     @abstractmethod
     def execute(self, batch: ScheduledBatch) -> StepOutput:

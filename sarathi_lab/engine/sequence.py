@@ -13,7 +13,9 @@ class Status(enum.Enum):
 
 @dataclass
 class SamplingParams:
-    """Greedy when ``temperature`` is 0; otherwise temperature and nucleus (top-p) sampling, seeded."""
+    """Greedy when ``temperature`` is 0; otherwise temperature and nucleus (top-p) sampling, seeded:
+    a request's token at each position is a function of the seed, the request's index in its call
+    and its logits, whatever the scheduler or the batch. ``seed`` None is 0, so that runs repeat."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -51,6 +53,9 @@ class Sequence:
     num_computed: int = 0
     status: Status = Status.WAITING
     block_table: list[int] = field(default_factory=list)
+    # Keys its sampled tokens' random draws (model/sampler.py) beside the call's seed: its index in the
+    # generate call that submitted it, so that the same call repeats its tokens on any engine.
+    sample_key: int = 0
 
     def __post_init__(self):
         self.tokens = list(self.prompt)

@@ -39,6 +39,6 @@ class ModelExecutor(Executor):
             logits = self.runner.forward(prepared)
             t2 = clock.now()
             forward_s = t2 - t1
-        tokens = self.sampler(logits)
+        tokens = self.sampler(logits, [(s.sample_key, s.num_generated) for s in batch.sampled])
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=forward_s, sample_s=t3 - t2)
