@@ -71,6 +71,9 @@ class EngineConfig:
     kv_cache_gb: float | None = None
     attention: str = "auto"
     max_model_len: int | None = None
+    # vllm's cap on an iteration's prompt tokens (vLLM's max_num_batched_tokens). None: no cap, so a
+    # backlog of prompts is prefilled in one iteration; sarathi-serve's vLLM baseline sets max_model_len.
+    max_num_batched_tokens: int | None = None
     # Forward passes run before a generate call's clock starts (kernel warm-up, allocator growth).
     warmup_iters: int = 2
     num_threads: int | None = None
@@ -101,7 +104,8 @@ class EngineConfig:
         _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
         for key in ("chunk_size", "max_batch_size", "block_size"):
             check_positive(key, getattr(self, key))
-        for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):
+        for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "max_num_batched_tokens",
+                    "num_threads"):
             if getattr(self, key) is not None:
                 check_positive(key, getattr(self, key))
         if not 0 <= self.seed <= MAX_SEED:

@@ -42,7 +42,8 @@ class LLM:
         else:
             executor, clock = self._build_model_executor()
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size)
-        scheduler = make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget),
+        scheduler = make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget,
+                                                                   cfg.max_num_batched_tokens),
                                    self.block_manager)
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()

@@ -99,6 +99,8 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["engine.kv_cache_gb=inf"], r"^engine.kv_cache_gb=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=100000"], r"^engine.kv_cache_gb=100000 is invalid: \d+ blocks of \d+ bytes take"),
     (["engine.block_size=0"], r"^engine.block_size=0 is invalid: must be > 0$"),
+    (["engine.max_num_batched_tokens=0"], r"^engine.max_num_batched_tokens=0 is invalid: must be > 0$"),
+    (["engine.max_num_batched_tokens=nan"], r"^engine.max_num_batched_tokens=nan is invalid: must be of type int$"),
     (["engine.cpu_linear=blas"], r"^engine.cpu_linear='blas' is invalid: allowed values are auto, mkl, onednn, aten$"),
     (["+engine.chunk_size=8"], r"^engine.chunk_size is set by chunk=; set that instead$"),
     (["workload=zipf", "workload.theta=nan"], r"^workload.theta=nan is invalid: must be a finite number$"),

@@ -52,6 +52,9 @@ class CheckingExecutor(Executor):
             assert not (batch.prefills and batch.decodes), f"{s.name} mixes prefill and decode"
         if s.name in ("vllm", "orca", "static"):
             assert whole, f"{s.name} chunked a prompt"
+        cap = self.config.max_num_batched_tokens
+        if s.name == "vllm" and cap is not None:
+            assert prefill <= cap or len(batch.prefills) == 1, f"{prefill} prompt tokens over the cap of {cap}"
         if s.name == "static":
             admitted = {seq.seq_id for seq in s.running} - self.running_before
             assert not admitted or not self.running_before, "static admitted into an unfinished batch"
@@ -80,8 +83,9 @@ class CheckingExecutor(Executor):
         return StepOutput([self.rng.randrange(8) for _ in batch.sampled], 0.0, 1e-3 * batch.num_tokens, 0.0)
 
 
-def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None):
-    config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk)
+def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None, cap=None):
+    config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk,
+                             max_num_batched_tokens=cap)
     scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK))
     clock = VirtualClock()
     executor = CheckingExecutor(scheduler, config, clock)
@@ -107,19 +111,20 @@ workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scheduler_name=st.sampled_from(scheduler_names()), requests=workloads,
-       spare_blocks=st.integers(0, 40), batch_size=st.integers(1, 6), chunk=st.integers(1, 48))
+       spare_blocks=st.integers(0, 40), batch_size=st.integers(1, 6), chunk=st.integers(1, 48),
+       cap=st.none() | st.integers(1, 60))
 # static once admitted three prompts into 5 blocks and recorded two "preemptions" of requests never run.
-@example(scheduler_name="static", requests=[(16, 2), (16, 2), (4, 2)], spare_blocks=0, batch_size=3, chunk=8)
+@example(scheduler_name="static", requests=[(16, 2), (16, 2), (4, 2)], spare_blocks=0, batch_size=3, chunk=8, cap=None)
 # sarathi admitted a 5-token prompt on its first 1-token chunk with one block free for its two.
-@example(scheduler_name="sarathi", requests=[(1, 2), (5, 1)], spare_blocks=0, batch_size=2, chunk=1)
-def test_every_request_finishes_once_within_limits(scheduler_name, requests, spare_blocks, batch_size, chunk):
+@example(scheduler_name="sarathi", requests=[(1, 2), (5, 1)], spare_blocks=0, batch_size=2, chunk=1, cap=None)
+def test_every_request_finishes_once_within_limits(scheduler_name, requests, spare_blocks, batch_size, chunk, cap):
     # The cache always fits the largest request alone, and sometimes little more: preemption territory.
     largest = max(p + n for p, n in requests)
     num_blocks = -(-largest // BLOCK) + spare_blocks
     if scheduler_name == "sarathi_serve":
         chunk = max(chunk, batch_size + 1)  # a budget the decodes alone cannot fill
     seqs, finished, metrics, _, scheduler = run_workload(scheduler_name, requests, num_blocks,
-                                                              batch_size, chunk)
+                                                              batch_size, chunk, cap=cap)
     assert sorted(s.seq_id for s in finished) == list(range(len(requests))), "finished other than once each"
     assert [s.num_generated for s in seqs] == [n for _, n in requests]
     assert scheduler.blocks.num_free == num_blocks
@@ -159,3 +164,14 @@ def test_requests_are_admitted_in_arrival_order_whatever_their_ids(scheduler_nam
         for b in metrics.requests:
             if a.arrival < b.arrival:
                 assert a.first_scheduled <= b.first_scheduled, (a, b)
+
+
+def test_vllm_prefills_whole_prompts_up_to_its_token_cap_and_a_longer_one_alone():
+    # Prompts of 10, 10, 25 and 5 under a cap of 24: [10, 10], then 25 alone (over the cap, yet it must
+    # run), then 5; uncapped, all four in one iteration.
+    requests = [(10, 1), (10, 1), (25, 1), (5, 1)]
+    prefills = lambda ex: [[n for _, n in b] for b in ex.batches]
+    _, _, _, capped, _ = run_workload("vllm", requests, 64, 8, 16, cap=24)
+    assert prefills(capped) == [[10, 10], [25], [5]]
+    _, _, _, free, _ = run_workload("vllm", requests, 64, 8, 16)
+    assert prefills(free) == [[10, 10, 25, 5]]

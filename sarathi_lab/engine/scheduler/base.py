@@ -22,6 +22,8 @@ class SchedulerConfig:
     chunk_size: int
     # The per-iteration token budget of `sarathi_serve`, decodes included.
     token_budget: int
+    # The most prompt tokens in one of `vllm`'s prefill iterations (None: no cap).
+    max_num_batched_tokens: int | None = None
 
 
 class Scheduler(ABC):
@@ -115,13 +117,18 @@ class Scheduler(ABC):
             if seq.status is Status.RUNNING and self._reserve(seq, 1, batch):
                 batch.decodes.append(seq)
 
-    def _schedule_whole_prefills(self, batch: ScheduledBatch) -> None:
-        """Admit waiting requests with their whole prompt (no chunking) while batch slots and free
-        blocks last; never preempts for a new request."""
+    def _schedule_whole_prefills(self, batch: ScheduledBatch, max_tokens: int | None = None) -> None:
+        """Admit waiting requests with their whole prompt (no chunking) while batch slots, free blocks
+        and ``max_tokens`` of prompt last; never preempts for a new request."""
+        tokens = 0
         while self.waiting and len(self.running) < self.config.max_batch_size:
             seq = self.waiting[0]
             if not self._admits(seq):
                 break
+            # The first prompt always goes: one longer than the cap would otherwise wait forever.
+            if max_tokens is not None and tokens and tokens + seq.num_uncomputed > max_tokens:
+                break
+            tokens += seq.num_uncomputed
             self._admit(seq)
             self.blocks.allocate(seq, seq.num_uncomputed)
             batch.prefills.append(ScheduledChunk(seq, seq.num_uncomputed))
