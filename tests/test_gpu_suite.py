@@ -331,3 +331,18 @@ def test_collect_refuses_an_archive_without_the_env_step_or_from_a_dry_run(tmp_p
 ])
 def test_only_wheels_the_gpu_machine_installs_are_carried(wheel, there):
     assert installs_there(wheel) == there
+
+
+def test_cuda_memory_counts_what_earlier_engines_of_the_process_freed(monkeypatch):
+    # A paper sweep runs its jobs one after another in one process. The last job's freed weights
+    # and KV cache (0.9 of the card) stay reserved by torch's caching allocator, which
+    # mem_get_info counts as taken: every job after the first was refused ("its weights take
+    # 24.2 GiB, more than the 4.0 GiB available on cuda").
+    import torch
+
+    from sarathi_lab.model.memory import device_memory_bytes
+
+    total, cached = 80 << 30, [74 << 30]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - cached[0], total))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cached.__setitem__(0, 0))
+    assert device_memory_bytes(torch.device("cuda")) == total
