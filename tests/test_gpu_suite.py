@@ -346,3 +346,21 @@ def test_cuda_memory_counts_what_earlier_engines_of_the_process_freed(monkeypatc
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - cached[0], total))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cached.__setitem__(0, 0))
     assert device_memory_bytes(torch.device("cuda")) == total
+
+
+def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
+    # Each step's export copies the first figures into $OUT; when claims.csv (or a figure ranked
+    # higher) appears later in the call, fewer or other figures are chosen, and the ones copied
+    # before stayed: 9 files, over the device tool's 8.
+    out, dest = tmp_path / "out", tmp_path / "OUT"
+    _result(out, "env", "done")
+    state.write_summary(out, ["env"], {"dry_run": True})
+    (out / "figures").mkdir()
+    for i in range(6):
+        (out / "figures" / f"f{i}.png").write_bytes(b"png")
+    state.export(out, dest)
+    (out / "claims.csv").write_text("experiment,claim\n")
+    (out / "figures" / "kernels.png").write_bytes(b"png")
+    state.export(out, dest)
+    assert len(list(dest.iterdir())) == state.MAX_OUT_FILES
+    assert (dest / "kernels.png").is_file() and (dest / "claims.csv").is_file()
