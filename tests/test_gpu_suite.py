@@ -364,3 +364,21 @@ def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
     state.export(out, dest)
     assert len(list(dest.iterdir())) == state.MAX_OUT_FILES
     assert (dest / "kernels.png").is_file() and (dest / "claims.csv").is_file()
+
+
+def test_kernels_step_reports_a_check_gpu_crash_as_itself(tmp_path, monkeypatch):
+    # check_gpu.py dying before its first check (a kernel the compiler rejects, an import) was
+    # reported as "its output format changed", the one cause it was not.
+    from sarathi_lab.gpu.context import Context
+    from sarathi_lab.gpu.steps import kernels
+
+    crash = subprocess.CompletedProcess([], 1, "device: NVIDIA H100 80GB HBM3\nattention vs attention/reference.py\n",
+                                        "Traceback (most recent call last):\n  ...\n"
+                                        "triton.compiler.errors.CompilationError: at 12:4: unsupported\n")
+    monkeypatch.setattr(kernels.subprocess, "run", lambda *a, **k: crash)
+    ctx = Context(tmp_path, tmp_path / "kernels", False, "cuda", None)
+    ctx.dir.mkdir()
+    with pytest.raises(RuntimeError, match=r"^check_gpu.py exited 1 before any check: "
+                                           r"triton.compiler.errors.CompilationError: at 12:4: unsupported"):
+        kernels.run(ctx, BY_NAME["kernels"])
+    assert "CompilationError" in (ctx.dir / "check_gpu.log").read_text()
