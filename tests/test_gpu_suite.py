@@ -382,3 +382,17 @@ def test_kernels_step_reports_a_check_gpu_crash_as_itself(tmp_path, monkeypatch)
                                            r"triton.compiler.errors.CompilationError: at 12:4: unsupported"):
         kernels.run(ctx, BY_NAME["kernels"])
     assert "CompilationError" in (ctx.dir / "check_gpu.log").read_text()
+
+
+def test_each_step_records_the_commit_it_ran_at(tmp_path):
+    # The suite runs over several calls, and the README says to fix a failed step and rerun it:
+    # summary.json's one suite.commit, the last call's, was all that said which code measured
+    # the steps of the calls before.
+    from sarathi_lab.gpu.context import Context
+    from sarathi_lab.gpu.worker import run_step
+
+    ctx = Context(tmp_path, state.step_dir(tmp_path, "env"), True, "cpu", None)
+    run_step(BY_NAME["env"], ctx, "abc1234")
+    assert state.read_result(tmp_path, "env").commit == "abc1234"
+    state.write_summary(tmp_path, ["env"], {"commit": "def5678"})
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"][0]["commit"] == "abc1234"

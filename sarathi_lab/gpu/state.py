@@ -50,6 +50,7 @@ class StepResult:
     metrics: list[Metric] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
+    commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepResult:
