@@ -396,3 +396,16 @@ def test_each_step_records_the_commit_it_ran_at(tmp_path):
     assert state.read_result(tmp_path, "env").commit == "abc1234"
     state.write_summary(tmp_path, ["env"], {"commit": "def5678"})
     assert json.loads((tmp_path / "summary.json").read_text())["steps"][0]["commit"] == "abc1234"
+
+
+def test_a_failed_step_does_not_hide_the_steps_still_to_run(tmp_path):
+    # The README has the same call made again while it exits 3; a failed step made it exit 1
+    # even with steps never started, which the same call would run (it skips the failed one):
+    # a session that followed the README left them for no reason.
+    _result(tmp_path, "env", "done")
+    _result(tmp_path, "kernels", "failed")
+    assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 3
+    _result(tmp_path, "engine", "incomplete")
+    assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 3
+    _result(tmp_path, "engine", "done")
+    assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 1
