@@ -331,3 +331,81 @@ def test_collect_refuses_an_archive_without_the_env_step_or_from_a_dry_run(tmp_p
 ])
 def test_only_wheels_the_gpu_machine_installs_are_carried(wheel, there):
     assert installs_there(wheel) == there
+
+
+def test_cuda_memory_counts_what_earlier_engines_of_the_process_freed(monkeypatch):
+    # A paper sweep runs its jobs one after another in one process. The last job's freed weights
+    # and KV cache (0.9 of the card) stay reserved by torch's caching allocator, which
+    # mem_get_info counts as taken: every job after the first was refused ("its weights take
+    # 24.2 GiB, more than the 4.0 GiB available on cuda").
+    import torch
+
+    from sarathi_lab.model.memory import device_memory_bytes
+
+    total, cached = 80 << 30, [74 << 30]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - cached[0], total))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cached.__setitem__(0, 0))
+    assert device_memory_bytes(torch.device("cuda")) == total
+
+
+def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
+    # Each step's export copies the first figures into $OUT; when claims.csv (or a figure ranked
+    # higher) appears later in the call, fewer or other figures are chosen, and the ones copied
+    # before stayed: 9 files, over the device tool's 8.
+    out, dest = tmp_path / "out", tmp_path / "OUT"
+    _result(out, "env", "done")
+    state.write_summary(out, ["env"], {"dry_run": True})
+    (out / "figures").mkdir()
+    for i in range(6):
+        (out / "figures" / f"f{i}.png").write_bytes(b"png")
+    state.export(out, dest)
+    (out / "claims.csv").write_text("experiment,claim\n")
+    (out / "figures" / "kernels.png").write_bytes(b"png")
+    state.export(out, dest)
+    assert len(list(dest.iterdir())) == state.MAX_OUT_FILES
+    assert (dest / "kernels.png").is_file() and (dest / "claims.csv").is_file()
+
+
+def test_kernels_step_reports_a_check_gpu_crash_as_itself(tmp_path, monkeypatch):
+    # check_gpu.py dying before its first check (a kernel the compiler rejects, an import) was
+    # reported as "its output format changed", the one cause it was not.
+    from sarathi_lab.gpu.context import Context
+    from sarathi_lab.gpu.steps import kernels
+
+    crash = subprocess.CompletedProcess([], 1, "device: NVIDIA H100 80GB HBM3\nattention vs attention/reference.py\n",
+                                        "Traceback (most recent call last):\n  ...\n"
+                                        "triton.compiler.errors.CompilationError: at 12:4: unsupported\n")
+    monkeypatch.setattr(kernels.subprocess, "run", lambda *a, **k: crash)
+    ctx = Context(tmp_path, tmp_path / "kernels", False, "cuda", None)
+    ctx.dir.mkdir()
+    with pytest.raises(RuntimeError, match=r"^check_gpu.py exited 1 before any check: "
+                                           r"triton.compiler.errors.CompilationError: at 12:4: unsupported"):
+        kernels.run(ctx, BY_NAME["kernels"])
+    assert "CompilationError" in (ctx.dir / "check_gpu.log").read_text()
+
+
+def test_each_step_records_the_commit_it_ran_at(tmp_path):
+    # The suite runs over several calls, and the README says to fix a failed step and rerun it:
+    # summary.json's one suite.commit, the last call's, was all that said which code measured
+    # the steps of the calls before.
+    from sarathi_lab.gpu.context import Context
+    from sarathi_lab.gpu.worker import run_step
+
+    ctx = Context(tmp_path, state.step_dir(tmp_path, "env"), True, "cpu", None)
+    run_step(BY_NAME["env"], ctx, "abc1234")
+    assert state.read_result(tmp_path, "env").commit == "abc1234"
+    state.write_summary(tmp_path, ["env"], {"commit": "def5678"})
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"][0]["commit"] == "abc1234"
+
+
+def test_a_failed_step_does_not_hide_the_steps_still_to_run(tmp_path):
+    # The README has the same call made again while it exits 3; a failed step made it exit 1
+    # even with steps never started, which the same call would run (it skips the failed one):
+    # a session that followed the README left them for no reason.
+    _result(tmp_path, "env", "done")
+    _result(tmp_path, "kernels", "failed")
+    assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 3
+    _result(tmp_path, "engine", "incomplete")
+    assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 3
+    _result(tmp_path, "engine", "done")
+    assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 1

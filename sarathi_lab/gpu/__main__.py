@@ -64,8 +64,8 @@ def run_worker(args, out: Path, steps: list[Step], all_names: list[str], deadlin
     cmd += ["--dry-run"] * args.dry_run
     cmd += ["--deadline", str(deadline)] if deadline else []
     cmd += ["--export", str(args.export)] if args.export else []
-    # Weights are built in float32 and then cast: expandable segments let the freed float32 pages
-    # go back before the KV cache (one large tensor) is allocated.
+    # Random weights are drawn in float32 and cast one by one: expandable segments let the freed
+    # float32 pages go back before the KV cache (one large tensor) is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"} | dict(os.environ)
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True)
     code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
@@ -153,14 +153,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_code(out: Path, names: list[str]) -> int:
-    """0: every step done (or unavailable in this checkout); 1: one failed; 3: more to run."""
+    """0: every step done (or unavailable in this checkout); 3: more that the same call runs (steps
+    not started or incomplete), failed ones or not; 1: nothing more to run, and a step failed."""
     status = {n: (r.status if (r := state.read_result(out, n)) else "not started") for n in names}
     left = [n for n, s in status.items() if s not in ("done", "unavailable")]
     print(f"\n[gpu] {sum(s == 'done' for s in status.values())} of {len(names)} steps done" +
           (f"; not done: {', '.join(f'{n} ({status[n]})' for n in left)}" if left else ""))
-    if any(s == "failed" for s in status.values()):
-        return 1
-    return 3 if left else 0
+    if any(s != "failed" for s in map(status.get, left)):
+        return 3
+    return 1 if left else 0
 
 
 def _commit() -> str:

@@ -50,6 +50,7 @@ class StepResult:
     metrics: list[Metric] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
+    commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepResult:
@@ -185,7 +186,12 @@ def export(out: Path, dest: Path | None) -> list[str]:
     figures = sorted((out / "figures").glob("*.png"),
                      key=lambda p: (FIGURE_PRIORITY.index(p.stem) if p.stem in FIGURE_PRIORITY else 99, p.name))
     room = MAX_OUT_FILES - 1 - len(files)
-    for path in files + figures[:room]:
+    chosen = files + figures[:room]
+    # An earlier export of this call may have chosen other figures (fewer fit once claims.csv
+    # exists, or a higher-ranked one was drawn since): left there, they would pass the 8 files.
+    for stale in set(dest.glob("*.png")) - {dest / p.name for p in chosen}:
+        stale.unlink()
+    for path in chosen:
         shutil.copyfile(path, dest / path.name)
     if len(figures) > room:
         notes.append(f"$OUT holds {room} of {len(figures)} figures; all are in {ARCHIVE}")

@@ -22,7 +22,7 @@ from sarathi_lab.gpu.plan import BY_NAME, Step
 RESTART = 75
 
 
-def run_step(step: Step, ctx: Context) -> state.StepResult:
+def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
     started = time.time()
     state.mark_started(ctx.out, step.name)
     status, metrics, notes, error = "done", [], [], ""
@@ -35,7 +35,7 @@ def run_step(step: Step, ctx: Context) -> state.StepResult:
     except Exception as e:  # noqa: BLE001 (a step's failure is its result; the suite goes on)
         status, error = "failed", one_line(e)
         (ctx.dir / "traceback.txt").write_text(traceback.format_exc())
-    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error)
+    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error, commit)
     state.write_result(ctx.out, result)
     return result
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"[gpu] {name}: starting ({step.minutes:.1f} min expected)", flush=True)
         ctx = Context(args.out, state.step_dir(args.out, name), args.dry_run, device, args.deadline)
-        result = run_step(step, ctx)
+        result = run_step(step, ctx, suite.get("commit", ""))
         print(f"[gpu] {name}: {result.status} in {result.seconds:.0f} s {result.error}", flush=True)
         release_memory()
         state.write_summary(args.out, all_steps, suite)

@@ -6,6 +6,7 @@ deletes a finished run to make room for it), never with an allocator error halfw
 """
 from __future__ import annotations
 
+import gc
 import os
 
 import torch
@@ -61,6 +62,10 @@ def weight_bytes(hf: PretrainedConfig, dtype: torch.dtype) -> int:
 def device_memory_bytes(device: torch.device) -> int:
     """Memory the engine may still take on ``device``: free GPU memory, or available RAM."""
     if device.type == "cuda":
+        # What earlier engines of this process freed (a sweep's previous jobs) stays reserved by
+        # torch's caching allocator, which mem_get_info counts as taken: give it back first.
+        gc.collect()
+        torch.cuda.empty_cache()
         return torch.cuda.mem_get_info(device)[0]
     try:
         with open("/proc/meminfo") as f:

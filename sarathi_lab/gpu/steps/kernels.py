@@ -71,6 +71,9 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         log.write_text((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
         raise Incomplete("check_gpu.py ran past the call's budget") from e
     log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode and not any(_CASE.match(line) for line in proc.stdout.splitlines()):
+        last = (proc.stderr.strip().splitlines() or ["no error printed"])[-1]
+        raise RuntimeError(f"check_gpu.py exited {proc.returncode} before any check: {last} (see check_gpu.log)")
     record = ceilings(ctx.out)
     metrics = parse(proc.stdout, record["copy_gbps"] if record else None)
     metrics.append(Metric("check_gpu_exit", proc.returncode, "", "0", proc.returncode == 0))
