@@ -395,7 +395,9 @@ def test_each_step_records_the_commit_it_ran_at(tmp_path):
     run_step(BY_NAME["env"], ctx, "abc1234")
     assert state.read_result(tmp_path, "env").commit == "abc1234"
     state.write_summary(tmp_path, ["env"], {"commit": "def5678"})
-    assert json.loads((tmp_path / "summary.json").read_text())["steps"][0]["commit"] == "abc1234"
+    step = json.loads((tmp_path / "summary.json").read_text())["steps"][0]
+    # The device too: the driver's final summary is written with its own record, which has none.
+    assert step["commit"] == "abc1234" and step["device"] == "cpu"
 
 
 def test_a_failed_step_does_not_hide_the_steps_still_to_run(tmp_path):
@@ -409,3 +411,25 @@ def test_a_failed_step_does_not_hide_the_steps_still_to_run(tmp_path):
     assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 3
     _result(tmp_path, "engine", "done")
     assert exit_code(tmp_path, ["env", "kernels", "engine"]) == 1
+
+
+def test_an_archive_killed_mid_build_leaves_nothing_in_out_dir(tmp_path, monkeypatch):
+    # Its temporary file sat in $OUT beside the 8 files the device tool brings back.
+    out, dest = tmp_path / "out", tmp_path / "OUT"
+    out.mkdir(), dest.mkdir()
+    (out / "summary.json").write_text("{}")
+    real_open = state.tarfile.open
+
+    def killed(path, mode):
+        real_open(path, mode).close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(state.tarfile, "open", killed)
+    with pytest.raises(KeyboardInterrupt):
+        state.archive(out, dest / state.ARCHIVE)
+    assert list(dest.iterdir()) == []
+    monkeypatch.setattr(state.tarfile, "open", real_open)
+    state.archive(out, dest / state.ARCHIVE)  # a leftover temporary file is neither archived nor in the way
+    assert [p.name for p in dest.iterdir()] == [state.ARCHIVE]
+    with state.tarfile.open(dest / state.ARCHIVE) as tar:
+        assert tar.getnames() == ["summary.json"]

@@ -51,6 +51,7 @@ class StepResult:
     notes: list[str] = field(default_factory=list)
     error: str = ""
     commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
+    device: str = ""            # where: cuda, or cpu in a dry run (the suite's record keeps the driver's view)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepResult:
@@ -150,8 +151,9 @@ def archive(out: Path, dest: Path) -> list[str]:
     if it would pass the tool's 16 MiB a file, per-iteration tables are left out, then the largest
     other files, one at a time: the tool drops a larger file, and with it every step's resume state,
     so the next call would rerun them all. Step results and markers always stay. Returns notes."""
-    tmp = dest.with_suffix(".tmp")
-    files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name != ARCHIVE]
+    # Built in ``out``, not beside ``dest`` ($OUT): a call killed mid-build would leave a ninth file there.
+    tmp = out / f"{ARCHIVE}.tmp"
+    files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (ARCHIVE, tmp.name)]
 
     def build(keep: list[Path]) -> int:
         with tarfile.open(tmp, "w:gz") as tar:
@@ -171,7 +173,7 @@ def archive(out: Path, dest: Path) -> list[str]:
                          "to stay under 16 MiB: not brought back")
         if tmp.stat().st_size > MAX_FILE_BYTES:
             notes.append(f"{ARCHIVE}: over 16 MiB with its resume files alone: the device tool will not bring it back")
-    os.replace(tmp, dest)
+    shutil.move(tmp, dest)  # out and $OUT may be on two file systems
     return notes
 
 

@@ -35,7 +35,8 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
     except Exception as e:  # noqa: BLE001 (a step's failure is its result; the suite goes on)
         status, error = "failed", one_line(e)
         (ctx.dir / "traceback.txt").write_text(traceback.format_exc())
-    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error, commit)
+    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error, commit,
+                              ctx.device)
     state.write_result(ctx.out, result)
     return result
 
@@ -68,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     import torch  # after the parse: --help stays fast
-
-    import sarathi_lab  # noqa: F401  (sets TRITON_INTERPRET on a machine without CUDA)
 
     device = "cpu" if args.dry_run or not torch.cuda.is_available() else "cuda"
     all_steps = args.all_steps.split(",")
