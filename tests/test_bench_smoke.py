@@ -187,3 +187,30 @@ def test_a_bad_size_is_refused_from_the_command_line():
                          text=True, check=False, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.splitlines()[-1].endswith("error: argument --reps: '0' is invalid: must be an integer >= 1")
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_iteration_measures_its_ceilings_in_the_dtype_the_engine_runs(monkeypatch):
+    # --dtype bfloat16 on a CPU without bf16 units: the engine runs float32, and a bfloat16 matmul
+    # ceiling (emulated, several times slower) put the floor above the iteration (ratio 0.5).
+    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    measured = []
+
+    def ceilings(device, dtype, **_):
+        measured.append(dtype)
+        raise _Stop
+
+    monkeypatch.setattr(iteration, "measure_ceilings", ceilings)
+    with pytest.raises(_Stop):
+        iteration.main([*SMOKE, "--device", "cpu", "--dtype", "bfloat16"])
+    assert measured == [torch.float32]
+
+
+def test_overhead_labels_the_dtype_the_engine_runs(monkeypatch, capsys):
+    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    monkeypatch.setattr(overhead, "measure", lambda llm, prompts, new: {"overhead_frac": 0.01})
+    overhead.main([*SMOKE, "--device", "cpu", "--dtype", "bfloat16", "--schedulers", "sarathi"])
+    assert "| dtype float32 |" in capsys.readouterr().out

@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import positive_int, table_path
-from sarathi_lab.config import CPU_LINEARS, DTYPES
+from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
 
@@ -59,6 +59,16 @@ def resolve_dtype(args) -> torch.dtype:
     if args.dtype == "auto":
         args.dtype = fast_dtype(args.device)
     return getattr(torch, args.dtype)
+
+
+def engine_dtype(args) -> torch.dtype:
+    """The dtype the engine runs for ``--dtype`` (bfloat16 runs as float32 on a CPU without bf16
+    units), written back to ``args.dtype``: what a benchmark of the engine measures its ceilings in,
+    and labels its tables with."""
+    resolve_dtype(args)
+    dtype = EngineConfig(model=args.model, device=args.device, dtype=args.dtype).torch_dtype
+    args.dtype = str(dtype).removeprefix("torch.")
+    return dtype
 
 
 def setup_threads(threads: int | None) -> int:

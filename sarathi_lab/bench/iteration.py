@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
@@ -85,7 +85,7 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
-    dtype = resolve_dtype(args)
+    dtype = engine_dtype(args)  # the ceilings' dtype: the one the floor's iterations run in
     setup_threads(args.threads)
     load = warn_if_loaded()
     def ceilings():

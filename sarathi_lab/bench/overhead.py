@@ -17,7 +17,7 @@ import warnings
 import pandas as pd
 
 from sarathi_lab.bench.args import names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -49,7 +49,7 @@ def measure(llm, prompts, new_tokens) -> dict:
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
-    resolve_dtype(args)
+    engine_dtype(args)
     setup_threads(args.threads)
     load = warn_if_loaded()
     prompts, new_tokens = make_workload(**workload_from_args(args, _vocab(args.model)))
