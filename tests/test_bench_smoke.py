@@ -2,6 +2,7 @@
 machine is shared and noisy, only the shape and sanity of the numbers are checked)."""
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -214,3 +215,13 @@ def test_overhead_labels_the_dtype_the_engine_runs(monkeypatch, capsys):
     monkeypatch.setattr(overhead, "measure", lambda llm, prompts, new: {"overhead_frac": 0.01})
     overhead.main([*SMOKE, "--device", "cpu", "--dtype", "bfloat16", "--schedulers", "sarathi"])
     assert "| dtype float32 |" in capsys.readouterr().out
+
+
+def test_a_json_table_names_the_device_it_was_measured_on(monkeypatch, tmp_path):
+    # The record named the CPU for a run on --device cuda: machine_record() of its default device.
+    from sarathi_lab.bench.common import write_table
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    write_table(pd.DataFrame([{"x": 1}]), str(tmp_path / "t.json"), device="cuda")
+    record = json.loads((tmp_path / "t.json").read_text())
+    assert record["machine"]["device"] == "NVIDIA H100 80GB HBM3" and record["rows"] == [{"x": 1}]

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None):
         for row in rows:
             for kind in ("whole", "chunked"):
                 row[f"{kind}_frac_of_copy_bw"] = row[f"{kind}_GBps"] / copy_gbps
-    return print_table(rows, args.out)
+    return print_table(rows, args.out, device=args.device)
 
 
 if __name__ == "__main__":

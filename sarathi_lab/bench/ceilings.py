@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> Ceilings:
     ceil = measure_ceilings(args.device, resolve_dtype(args), copy_mib=args.copy_mib, matmul_n=args.matmul_n,
                             reps=args.reps, clock=args.clock)
     print(describe_machine(args.device))
-    print_table([ceil.as_dict()], args.out)
+    print_table([ceil.as_dict()], args.out, device=args.device)
     return ceil
 
 

@@ -78,22 +78,23 @@ def setup_threads(threads: int | None) -> int:
 
 
 def print_table(rows: list[dict], out: str | None = None, title: str | None = None,
-                float_format: str = "{:.3f}") -> pd.DataFrame:
+                float_format: str = "{:.3f}", device: str = "cpu") -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if title:
         print(f"\n## {title}")
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(table.to_string(index=False, float_format=lambda x: float_format.format(x)))
     if out:
-        write_table(table, out)
+        write_table(table, out, device=device)
     return table
 
 
-def write_table(table: pd.DataFrame, out: str, extra: dict | None = None) -> None:
+def write_table(table: pd.DataFrame, out: str, extra: dict | None = None, device: str = "cpu") -> None:
+    """``device``: the one the table was measured on, which the JSON's machine record names."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".json":
-        path.write_text(json.dumps({"machine": machine_record(), **(extra or {}),
+        path.write_text(json.dumps({"machine": machine_record(device), **(extra or {}),
                                     "rows": table.to_dict(orient="records")}, indent=1, default=str))
     else:
         table.to_csv(path, index=False)

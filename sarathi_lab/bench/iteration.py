@@ -133,7 +133,8 @@ def run(args) -> pd.DataFrame:
     if args.out:
         write_table(table, args.out, {"ceilings": _ceiling_setup(before), "model": args.model, "dtype": args.dtype,
                                       "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
-                                      "decode_context": args.decode_context, "layout": args.layout})
+                                      "decode_context": args.decode_context, "layout": args.layout},
+                    device=args.device)
     table.attrs["ceilings"] = _ceiling_setup(before)
     return table
 

@@ -71,7 +71,7 @@ def run(args) -> pd.DataFrame:
     table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")
     if args.out:
         write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                                      "cpu_gemm": gemm})
+                                      "cpu_gemm": gemm}, device=args.device)
     return table
 
 
