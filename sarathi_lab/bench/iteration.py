@@ -24,7 +24,7 @@ import warnings
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import positive_int, positive_ints
+from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
@@ -151,7 +151,7 @@ def _ceiling_setup(c) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])

@@ -16,7 +16,7 @@ import warnings
 
 import pandas as pd
 
-from sarathi_lab.bench.args import names_of, positive_int
+from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
 from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.config import SCHEDULERS
@@ -83,7 +83,7 @@ def _vocab(model: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=["sarathi", "vllm"])

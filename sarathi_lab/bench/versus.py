@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench import vllm_cpu
-from sarathi_lab.bench.args import names_of, positive_int
+from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
 from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.config import SCHEDULERS
@@ -230,7 +230,7 @@ def _print_targets(frame: pd.DataFrame) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
