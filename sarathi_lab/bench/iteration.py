@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
+from sarathi_lab.bench.common import add_common_args, apply_smoke, check_clock, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
@@ -169,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
     args = p.parse_args(argv)
+    check_clock(p, args)
     apply_smoke(p, argv, args, model="tiny", reps=2, decode_batches=[1, 4], decode_context=64,
                 prefill_chunks=[32, 64], hybrid=[(32, 4)])
     if not (args.decode_batches or args.prefill_chunks or args.hybrid):
