@@ -158,6 +158,7 @@ def test_entry_point_help(args):
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),
     (sim_speed, ["--scheduler", "sarathi-serve"], "argument --scheduler: invalid choice: 'sarathi-serve'"),
+    (sim_speed, ["--device", "b200"], "argument --device: invalid choice: 'b200'"),
     (versus, ["--schedulers", "sarathi,foo"], "argument --schedulers: 'sarathi,foo' is invalid: must be a comma list of"),
     (versus, ["--workloads", "mixed,bar"], "argument --workloads: 'mixed,bar' is invalid: must be a comma list of"),
     # max() of no batch sizes, after the ceilings and the model had been built.
