@@ -181,6 +181,20 @@ def test_bad_sizes_are_refused_in_one_line_before_any_work(bench, args, refused,
     assert exit_.value.code == 2 and refused in err.splitlines()[-1], err
 
 
+@pytest.mark.parametrize("args, refused", [
+    # The kernel's shape check, a traceback after the first case's tensors were built.
+    (["--heads", "6", "--kv-heads", "4"], "--heads=6 is invalid with --kv-heads=4: query heads must be a multiple of "
+                                          "the KV heads"),
+    # Triton on a CPU runs in its interpreter: minutes for the smoke sizes, and times that say nothing.
+    (["--attention", "triton", "--device", "cpu"], "--attention=triton is invalid with --device cpu: there Triton "
+                                                   "runs in its interpreter, whose times say nothing; use torch"),
+])
+def test_attention_reread_refuses_shapes_and_backends_it_cannot_time(args, refused, capsys):
+    with pytest.raises(SystemExit):
+        attention_reread.main(["--smoke", "--threads", "1", *args])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(refused)
+
+
 def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
     # Chunks longer than every prompt are all skipped: the table was empty ("Empty DataFrame").
     with pytest.raises(SystemExit):

@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None):
         # the table was empty, and --out an empty file.
         parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
                      f"--seq-lens={','.join(map(str, args.seq_lens))}")
+    if args.heads % args.kv_heads:
+        parser.error(f"--heads={args.heads} is invalid with --kv-heads={args.kv_heads}: query heads must be a multiple "
+                     "of the KV heads")
+    if args.attention == "triton" and args.device == "cpu":
+        parser.error("--attention=triton is invalid with --device cpu: there Triton runs in its interpreter, whose "
+                     "times say nothing; use torch")
     setup_threads(args.threads)
     device, dtype = torch.device(args.device), resolve_dtype(args)
     warn_if_loaded()
