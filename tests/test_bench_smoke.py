@@ -266,3 +266,9 @@ def test_cuda_is_refused_where_there_is_none_and_the_cpu_clock_on_it(monkeypatch
         ceilings.main(["--device", "cuda", "--clock", "cpu", "--threads", "1"])
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; use --clock wall")
+
+
+def test_versus_runs_on_the_cpu_by_default_on_a_gpu_host(monkeypatch):
+    # Its --device defaulted to cuda where there was one, and then it refused to run without --device cpu.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert versus.parser().parse_args([]).device == "cpu"

@@ -232,6 +232,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
+    p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
     p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=list(SCHEDULERS))
