@@ -183,11 +183,12 @@ def test_bad_sizes_are_refused_in_one_line_before_any_work(bench, args, refused,
 
 @pytest.mark.parametrize("args, refused", [
     # The kernel's shape check, a traceback after the first case's tensors were built.
-    (["--heads", "6", "--kv-heads", "4"], "--heads=6 is invalid with --kv-heads=4: query heads must be a multiple of "
-                                          "the KV heads"),
+    (["--heads", "6", "--kv-heads", "4"],
+     "--heads=6 is invalid with --kv-heads=4: query heads must be a multiple of the KV heads"),
     # Triton on a CPU runs in its interpreter: minutes for the smoke sizes, and times that say nothing.
-    (["--attention", "triton", "--device", "cpu"], "--attention=triton is invalid with --device cpu: there Triton "
-                                                   "runs in its interpreter, whose times say nothing; use torch"),
+    (["--attention", "triton", "--device", "cpu"],
+     ("--attention=triton is invalid with --device cpu: there Triton runs in its interpreter, whose times say "
+      "nothing; use torch")),
 ])
 def test_attention_reread_refuses_shapes_and_backends_it_cannot_time(args, refused, capsys):
     with pytest.raises(SystemExit):
