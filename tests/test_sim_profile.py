@@ -78,3 +78,23 @@ def test_a_simulated_run_on_the_measured_profile(profiled, monkeypatch):
     assert llm.metrics.summary()["num_requests"] == 2
     assert llm.engine.executor.extrapolated_iterations == 0
 
+
+
+def test_the_self_check_reads_the_table_in_the_dtype_it_was_measured_in(profiled, monkeypatch):
+    # The engine asked for bfloat16 runs float32 on a CPU without bf16 units: the table is float32's.
+    import torch
+
+    from sarathi_lab.model import PRESETS
+
+    task = importlib.import_module("sarathi_lab.harness.tasks.profile")
+    built = []
+
+    class Spy(task.ProfileCostModel):
+        def __init__(self, table, config, dtype, **kw):
+            built.append(dtype)
+            super().__init__(table, config, dtype, **kw)
+
+    monkeypatch.setattr(task, "ProfileCostModel", Spy)
+    llm = SimpleNamespace(model_config=PRESETS["tiny"], config=SimpleNamespace(dtype="bfloat16"), dtype=torch.float32)
+    assert set(task._self_check(profiled[2], llm)) == {"forward_median_rel_error", "forward_median_abs_rel_error"}
+    assert built == ["float32"]

@@ -75,3 +75,20 @@ def test_the_cpu_clock_counts_waiting_for_arrivals_but_not_sleeping():
     before = clock.now()
     time.sleep(0.05)                 # descheduled time (another job on the core) does not count
     assert clock.now() - before < 0.04
+
+
+def test_a_profile_timed_on_another_clock_is_refused(tmp_path, monkeypatch, capsys):
+    # --clock wall took the committed profile, timed on CPUClock, and compared wall-clock runs with it.
+    from sarathi_lab.bench import sim_validate
+
+    cpu = tmp_path / "profiles" / "cpu"
+    cpu.mkdir(parents=True)
+    tiny_profile().to_csv(cpu / "tiny.csv", index=False)
+    (cpu / "tiny.json").write_text('{"clock": "CPUClock"}')
+    monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path / "profiles"))
+    monkeypatch.setattr(sim_validate, "validate", lambda *a, **k: pytest.fail("validated against the other clock"))
+    with pytest.raises(SystemExit):
+        sim_validate.main(["--smoke", "--out", str(tmp_path), "--clock", "wall"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"--clock wall is invalid with the profile {cpu / 'tiny.csv'}: it was timed on CPUClock, not WallClock "
+        "(--reprofile measures it again on WallClock)")

@@ -10,6 +10,14 @@ from pathlib import PurePath
 TABLE_SUFFIXES = (".csv", ".json")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help, but a flag's: ``--no-vllm`` stores False into ``vllm``,
+    whose default True printed as "--no-vllm ... (default: True)"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.nargs == 0 else super()._get_help_string(action)
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1: a size, a count of repetitions, threads or requests."""
     try:

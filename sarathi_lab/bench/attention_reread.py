@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from sarathi_lab.bench.args import positive_int, positive_ints
+from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
@@ -23,7 +23,7 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
     parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None):
         # the table was empty, and --out an empty file.
         parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
                      f"--seq-lens={','.join(map(str, args.seq_lens))}")
+    if args.heads % args.kv_heads:
+        parser.error(f"--heads={args.heads} is invalid with --kv-heads={args.kv_heads}: query heads must be a multiple "
+                     "of the KV heads")
+    if args.attention == "triton" and args.device == "cpu":
+        parser.error("--attention=triton is invalid with --device cpu: there Triton runs in its interpreter, whose "
+                     "times say nothing; use torch")
     setup_threads(args.threads)
     device, dtype = torch.device(args.device), resolve_dtype(args)
     warn_if_loaded()
@@ -55,7 +61,7 @@ def main(argv: list[str] | None = None):
         for row in rows:
             for kind in ("whole", "chunked"):
                 row[f"{kind}_frac_of_copy_bw"] = row[f"{kind}_GBps"] / copy_gbps
-    return print_table(rows, args.out)
+    return print_table(rows, args.out, device=args.device)
 
 
 if __name__ == "__main__":

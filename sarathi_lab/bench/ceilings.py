@@ -8,26 +8,27 @@ from __future__ import annotations
 
 import argparse
 
-from sarathi_lab.bench.args import positive_int
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
+from sarathi_lab.bench.args import HelpFormatter, positive_int
+from sarathi_lab.bench.common import add_common_args, apply_smoke, check_clock, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.ceilings import SMOKE, Ceilings, measure_ceilings
 from sarathi_lab.profiling.machine import describe_machine
 
 
 def main(argv: list[str] | None = None) -> Ceilings:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.ceilings", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     add_common_args(parser, clock=True)
     parser.add_argument("--copy-mib", type=positive_int, default=256, help="size of the copied buffer")
     parser.add_argument("--matmul-n", type=positive_int, default=2048, help="side of the square matmul")
     parser.add_argument("--reps", type=positive_int, default=5)
     args = parser.parse_args(argv)
+    check_clock(parser, args)
     apply_smoke(parser, argv, args, **SMOKE)
     setup_threads(args.threads)
     ceil = measure_ceilings(args.device, resolve_dtype(args), copy_mib=args.copy_mib, matmul_n=args.matmul_n,
                             reps=args.reps, clock=args.clock)
     print(describe_machine(args.device))
-    print_table([ceil.as_dict()], args.out)
+    print_table([ceil.as_dict()], args.out, device=args.device)
     return ceil
 
 

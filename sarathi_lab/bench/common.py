@@ -11,13 +11,23 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import positive_int, table_path
-from sarathi_lab.config import CPU_LINEARS, DTYPES
+from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
 
 
+def device_arg(text: str) -> str:
+    """--device: cpu, or cuda where there is one (torch.device raised on 'gpu' or 'cuda:1', and a
+    machine without CUDA on 'cuda', after the work had started)."""
+    if text not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be cpu or cuda")
+    if text == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("'cuda' is invalid: no CUDA device is available here; allowed: cpu")
+    return text
+
+
 def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine: bool = False) -> None:
-    parser.add_argument("--device", default=default_device())
+    parser.add_argument("--device", type=device_arg, default=default_device())
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     if engine:
@@ -32,6 +42,21 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
                             help="cpu: the process's CPU time, for a machine shared with other jobs (with --threads 1)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI); options given on the command line keep their value")
     parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
+
+
+def check_clock(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--clock cpu times the work as a core of its own would only on the CPU with one thread: a GPU's
+    time is not this process's, and with more threads their seconds (spin-waits too) add up."""
+    if args.clock != "cpu":
+        return
+    if args.device == "cuda":
+        parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
+                     "use --clock wall")
+    threads = args.threads or cores()
+    if threads != 1:
+        given = "" if args.threads else " (the default: every core)"
+        parser.error(f"--clock cpu is invalid with --threads {threads}{given}: CPU time is one core's time only with "
+                     "one thread (the others' seconds, spin-waits too, add up); use --threads 1")
 
 
 def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
@@ -61,6 +86,16 @@ def resolve_dtype(args) -> torch.dtype:
     return getattr(torch, args.dtype)
 
 
+def engine_dtype(args) -> torch.dtype:
+    """The dtype the engine runs for ``--dtype`` (bfloat16 runs as float32 on a CPU without bf16
+    units), written back to ``args.dtype``: what a benchmark of the engine measures its ceilings in,
+    and labels its tables with."""
+    resolve_dtype(args)
+    dtype = EngineConfig(model=args.model, device=args.device, dtype=args.dtype).torch_dtype
+    args.dtype = str(dtype).removeprefix("torch.")
+    return dtype
+
+
 def setup_threads(threads: int | None) -> int:
     n = threads or cores()
     torch.set_num_threads(n)
@@ -68,22 +103,23 @@ def setup_threads(threads: int | None) -> int:
 
 
 def print_table(rows: list[dict], out: str | None = None, title: str | None = None,
-                float_format: str = "{:.3f}") -> pd.DataFrame:
+                float_format: str = "{:.3f}", device: str = "cpu") -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if title:
         print(f"\n## {title}")
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(table.to_string(index=False, float_format=lambda x: float_format.format(x)))
     if out:
-        write_table(table, out)
+        write_table(table, out, device=device)
     return table
 
 
-def write_table(table: pd.DataFrame, out: str, extra: dict | None = None) -> None:
+def write_table(table: pd.DataFrame, out: str, extra: dict | None = None, device: str = "cpu") -> None:
+    """``device``: the one the table was measured on, which the JSON's machine record names."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".json":
-        path.write_text(json.dumps({"machine": machine_record(), **(extra or {}),
+        path.write_text(json.dumps({"machine": machine_record(device), **(extra or {}),
                                     "rows": table.to_dict(orient="records")}, indent=1, default=str))
     else:
         table.to_csv(path, index=False)

@@ -24,8 +24,8 @@ import warnings
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
+from sarathi_lab.bench.common import add_common_args, apply_smoke, check_clock, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
@@ -85,7 +85,7 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
-    dtype = resolve_dtype(args)
+    dtype = engine_dtype(args)  # the ceilings' dtype: the one the floor's iterations run in
     setup_threads(args.threads)
     load = warn_if_loaded()
     def ceilings():
@@ -133,7 +133,8 @@ def run(args) -> pd.DataFrame:
     if args.out:
         write_table(table, args.out, {"ceilings": _ceiling_setup(before), "model": args.model, "dtype": args.dtype,
                                       "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
-                                      "decode_context": args.decode_context, "layout": args.layout})
+                                      "decode_context": args.decode_context, "layout": args.layout},
+                    device=args.device)
     table.attrs["ceilings"] = _ceiling_setup(before)
     return table
 
@@ -150,7 +151,7 @@ def _ceiling_setup(c) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])
@@ -168,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
     args = p.parse_args(argv)
+    check_clock(p, args)
     apply_smoke(p, argv, args, model="tiny", reps=2, decode_batches=[1, 4], decode_context=64,
                 prefill_chunks=[32, 64], hybrid=[(32, 4)])
     if not (args.decode_batches or args.prefill_chunks or args.hybrid):

@@ -16,8 +16,8 @@ import warnings
 
 import pandas as pd
 
-from sarathi_lab.bench.args import names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
+from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -49,7 +49,7 @@ def measure(llm, prompts, new_tokens) -> dict:
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
-    resolve_dtype(args)
+    engine_dtype(args)
     setup_threads(args.threads)
     load = warn_if_loaded()
     prompts, new_tokens = make_workload(**workload_from_args(args, _vocab(args.model)))
@@ -71,7 +71,7 @@ def run(args) -> pd.DataFrame:
     table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")
     if args.out:
         write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                                      "cpu_gemm": gemm})
+                                      "cpu_gemm": gemm}, device=args.device)
     return table
 
 
@@ -83,7 +83,7 @@ def _vocab(model: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=["sarathi", "vllm"])

@@ -16,6 +16,7 @@ import numpy as np
 
 from sarathi_lab.bench.args import positive_int
 from sarathi_lab.config import SCHEDULERS
+from sarathi_lab.sim.device import DEVICES
 
 
 def workload(n: int, seed: int = 0, qps: float = 4.0) -> tuple[list[list[int]], list[int], list[float]]:
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
-    parser.add_argument("--device", default="a100")
+    parser.add_argument("--device", choices=DEVICES, default="a100")
     parser.add_argument("--scheduler", choices=SCHEDULERS, default="sarathi")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top 15 entries by own time")
     parser.add_argument("--top", type=positive_int, default=15)

@@ -14,6 +14,7 @@ run-to-run spread next to the simulator's error.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.config import SCHEDULERS
-from sarathi_lab.engine.clock import Clock
+from sarathi_lab.engine.clock import Clock, WallClock
 from sarathi_lab.sim.profile_model import profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
@@ -238,6 +239,12 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def _timed_on(path: Path) -> str | None:
+    """The clock a profile was timed on, from the description task=profile writes beside it."""
+    description = path.with_suffix(".json")
+    return json.loads(description.read_text()).get("clock") if description.is_file() else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_validate", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
@@ -258,9 +265,14 @@ def main(argv: list[str] | None = None) -> None:
     model = "tiny" if args.smoke else "cpu-small"
     needs = ({"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1, "token_step": 16} if args.smoke
              else {"max_tokens": 2400, "chunk": 1024, "batch": 8, "seq_len": 784, "token_step": 300})
-    if args.reprofile or not profile_path("cpu", model).is_file():
-        print(f"profiling {model} into {profile_path('cpu', model)}")
+    path, clock = profile_path("cpu", model), (CPUClock if cpu_clock else WallClock).__name__
+    if args.reprofile or not path.is_file():
+        print(f"profiling {model} into {path}")
         profile(model, **needs, clock=CPUClock() if cpu_clock else None)
+    elif _timed_on(path) not in (None, clock):
+        # The real engine and the profile must read one clock: the comparison says nothing otherwise.
+        parser.error(f"--clock {args.clock} is invalid with the profile {path}: it was timed on {_timed_on(path)}, "
+                     f"not {clock} (--reprofile measures it again on {clock})")
     table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock, progress=lambda m: print(m, flush=True))
     table.to_csv(out / f"validation{suffix}.csv", index=False, float_format="%.4g")
     points.to_csv(out / f"validation_iterations{suffix}.csv", index=False, float_format="%.5g")

@@ -34,8 +34,8 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench import vllm_cpu
-from sarathi_lab.bench.args import names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads, write_table
+from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
+from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
 from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.timer import make_clock
@@ -149,13 +149,10 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[
 
 
 def run(args) -> pd.DataFrame:
-    from sarathi_lab import EngineConfig
     from sarathi_lab.model import PRESETS
 
-    resolve_dtype(args)
     # Like with like: every system runs the dtype the engine will run.
-    dtype = EngineConfig(model=args.model, device="cpu", dtype=args.dtype).torch_dtype
-    args.dtype = str(dtype).removeprefix("torch.")
+    dtype = engine_dtype(args)
     args.threads = setup_threads(args.threads)
     load = warn_if_loaded()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
@@ -233,8 +230,9 @@ def _print_targets(frame: pd.DataFrame) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
+    p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
     p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=list(SCHEDULERS))

@@ -140,7 +140,8 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
 def _self_check(table: pd.DataFrame, llm) -> dict[str, float]:
     """How far the interpolated op sums are from the bare forwards measured at the same points:
     the composition's error alone (prefill points: zero by construction up to medians)."""
-    model = ProfileCostModel(table, llm.model_config, llm.config.dtype)
+    # The dtype the engine ran (bfloat16 asked runs float32 on a CPU without bf16 units), as _write records it.
+    model = ProfileCostModel(table, llm.model_config, _torch_dtype(llm))
     errors = []
     for row in table[table.op == "total"].itertuples():
         if row.batch == 1 and row.tokens == row.context:
@@ -152,6 +153,10 @@ def _self_check(table: pd.DataFrame, llm) -> dict[str, float]:
             "forward_median_abs_rel_error": statistics.median(abs(e) for e in errors)}
 
 
+def _torch_dtype(llm) -> str:
+    return str(llm.dtype).removeprefix("torch.")
+
+
 def _write(cfg, llm, table: pd.DataFrame) -> Path:
     device = device_name(llm.config.torch_device)
     path = profiles_dir() / device / f"{profile_name(cfg.model.engine_model)}.csv"
@@ -161,7 +166,7 @@ def _write(cfg, llm, table: pd.DataFrame) -> Path:
     if llm.config.torch_device.type == "cuda":
         machine["gpu"] = torch.cuda.get_device_name(llm.config.torch_device)
     settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
-    description = {"machine": machine, "engine": settings | {"torch_dtype": str(llm.dtype).removeprefix("torch.")},
+    description = {"machine": machine, "engine": settings | {"torch_dtype": _torch_dtype(llm)},
                    "clock": type(llm.engine.clock).__name__,
                    "grids": grids(cfg), "reps": cfg.measure.reps, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.with_suffix(".json").write_text(json.dumps(description, indent=1, default=str))
