@@ -344,3 +344,14 @@ def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, 
             "environment": {"device": device, "device_name": name, "dtype": "bfloat16"}}))
     (row,) = claims.claims_table(Results(tmp_path), checks=(claims.scheduler_latency,)).to_dict("records")
     assert row["holds"] == "yes" and row["measured on"] == f"{source}: llama-13b, {name}, bfloat16 (full scale)"
+
+
+def test_decode_speedup_figure_leaves_out_points_where_riding_decodes_measured_free():
+    # Batch 2: the hybrid iteration took less than the chunk alone (-5 ms for the riding decode): its
+    # "speedup" of -3x is noise, not a bar below zero; the claims row leaves it out too.
+    table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 95.0)])
+    measured = _Measured({("decode_speedup", "piggyback"): table,
+                          ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))})
+    (ax,) = figures.decode_speedup(measured).axes
+    heights = [bar.get_height() for bars in ax.containers for bar in bars if bar.get_height() != 0]
+    assert heights == pytest.approx([4.0]) and "1 of 2 points unresolved" in ax.get_title()

@@ -82,9 +82,7 @@ def tile_quantization(results) -> list[dict]:
 def decode_speedup(results) -> list[dict]:
     gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
     low, high = paper.DECODE_SPEEDUP
-    # A hybrid iteration measured no slower than its chunk alone leaves the riding decodes' cost
-    # within the two iterations' noise: its "speedup" (negative or infinite) is no number.
-    resolved = gains[gains.piggybacked_ms_per_decode > 0]
+    resolved = derive.resolved_speedups(gains)
     unresolved = len(gains) - len(resolved)
     return [_row("decode_speedup", f"Piggybacking raises decode throughput {low:g}x-{high:g}x over the baseline",
                  f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to {paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",
