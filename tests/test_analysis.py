@@ -355,3 +355,18 @@ def test_decode_speedup_figure_leaves_out_points_where_riding_decodes_measured_f
     (ax,) = figures.decode_speedup(measured).axes
     heights = [bar.get_height() for bars in ax.containers for bar in bars if bar.get_height() != 0]
     assert heights == pytest.approx([4.0]) and "1 of 2 points unresolved" in ax.get_title()
+
+
+def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged():
+    # Every sarathi_serve run failed: no load can say whether its TBT is the lowest.
+    summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}, 1.5: {"vllm": 0.4, "orca": 0.6}})
+    (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
+    assert row["holds"] == "n/a"
+    # Every unstaggered orca run (Orca's worst case) failed; SARATHI against Orca's best is still judged.
+    runs = pd.DataFrame([dict(scheduler=s, total_throughput=t, run_dir=f"{length}-{s}-{g}",
+                              **(KEYS | {"seq_len": length}), **{"workload.stagger": g})
+                         for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 4, 110.0),
+                                                                  ("sarathi", 0, 120.0))])
+    iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
+    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs, ("orca_compare", "iterations"): iterations}))
+    assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
