@@ -83,6 +83,9 @@ def test_chunked_prefill_overhead_against_a_linear_cost_with_a_fixed_part():
 
 
 def test_searches_load_from_their_capacity_json(tmp_path):
+    # A search that died between its capacity.json and its metrics.json (written last) is unfinished.
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "capacity.json").write_text("{}")
     run = tmp_path / "0"
     run.mkdir()
     (run / "capacity.json").write_text(json.dumps({

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.analysis.claims import COLUMNS
-from sarathi_lab.harness.results import METRICS, load_runs
+from sarathi_lab.harness.results import METRICS, is_finished, load_runs
 
 CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
 
@@ -33,9 +33,11 @@ MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"
 
 
 def load_searches(root: str | Path) -> pd.DataFrame:
-    """One row per capacity search under root: its key config, SLO, token budget and result."""
+    """One row per finished capacity search under root: its key config, SLO, token budget and result."""
     rows = []
     for path in sorted(Path(root).rglob(CAPACITY_JSON)):
+        if not is_finished(path.parent):
+            continue  # the search wrote capacity.json but died before its metrics.json, written last
         found = json.loads(path.read_text())
         record = json.loads((path.parent / METRICS).read_text())
         summary = record["summary"]
