@@ -370,3 +370,27 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
     (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs, ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
+
+
+class _SimulatedRuns(_Simulated):
+    """Hand-made simulated runs, enough for a figure's simulated series."""
+
+    def missing(self):
+        return []
+
+    def source(self, name):
+        return "simulated A6000 (roofline)"
+
+    def describe(self, name):
+        return "simulated A6000 (roofline): llama-13b (ci scale)"
+
+
+def test_tile_figure_draws_simulated_times_relative_to_the_simulated_runs_tile():
+    # The quick set sweeps to 80 tokens at a 32-token tile: one tile is 32 tokens, not the paper's 128.
+    tokens = [16, 32, 33, 48, 64, 65, 80]
+    sweep = pd.DataFrame({"op": "total", "tokens": tokens, "ms": [1.0 + n / 32 for n in tokens]})
+    frames = {("tile_quantization", "sweep"): sweep,
+              ("tile_quantization", "summary"): _on_cpu(pd.DataFrame([{"tile": 32}]))}
+    fig = figures.tile_quantization(_Measured(frames), _SimulatedRuns(frames))
+    labels = [line.get_label() for line in fig.axes[1].get_lines()]
+    assert "simulated A6000 (roofline) (/ time at 32 tokens)" in labels

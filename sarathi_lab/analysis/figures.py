@@ -89,7 +89,8 @@ def tile_quantization(results, simulated=None):
     if label:
         sim_sweep = simulated.table("tile_quantization", "sweep")
         sim = sim_sweep[sim_sweep.op == "total"].groupby("tokens").ms.mean()
-        sim_ref = sim.index[abs(sim.index - paper.TILE).argmin()]
+        sim_tile = int(simulated.summary("tile_quantization").tile.iloc[0])
+        sim_ref = sim.index[abs(sim.index - sim_tile).argmin()]
         rel_ax.plot(sim.index, sim / sim[sim_ref], color=_sim_colors(1)[0], label=f"{label} (/ time at {sim_ref} tokens)",
                     **SIM_STYLE | {"marker": None})
     paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
