@@ -105,16 +105,18 @@ def tile_quantization(results, simulated=None):
 
 def decode_speedup(results, simulated=None):
     label = simulated_label(simulated, "decode_speedup")
-    panels = [(results, results.source("decode_speedup"), "crest")] + ([(simulated, label, "Reds")] if label else [])
+    # Simulated bars in _sim_colors' reds: a plain "Reds" palette starts near white, invisible on the background.
+    panels = ([(results, results.source("decode_speedup"), lambda n: sns.color_palette("crest", n))]
+              + ([(simulated, label, _sim_colors)] if label else []))
     fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 4.2), layout="constrained", squeeze=False)
     low, high = paper.DECODE_SPEEDUP
-    for ax, (runs, title, palette) in zip(axes[0], panels):
+    for ax, (runs, title, colors) in zip(axes[0], panels):
         gains = quantities.decode_speedup(runs.table("decode_speedup", "piggyback"))
         resolved = derive.resolved_speedups(gains)
         if len(resolved) < len(gains):
             title += (f" ({len(gains) - len(resolved)} of {len(gains)} points unresolved: hybrid iteration no "
                       "slower than the chunk alone)")
-        sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax, palette=palette)
+        sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax, palette=colors(resolved.seq_len.nunique()))
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1)
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline", title=title)
