@@ -149,6 +149,9 @@ class _Measured(_Frames):
     def scale(self, name):
         return "ci"
 
+    def failed(self, name):
+        return []
+
 
 def _on_cpu(summary: pd.DataFrame) -> pd.DataFrame:
     return summary.assign(model="cpu-small", **{"env.device_name": "Test CPU", "env.dtype": "float32"})
@@ -403,3 +406,20 @@ def test_decode_speedup_figure_draws_every_simulated_length_visibly():
     _, sim_ax = figures.decode_speedup(_Measured(frames), _SimulatedRuns(frames)).axes
     # No bar so pale it vanishes on the white background (a sequential palette starts near white).
     assert all(sum(bar.get_facecolor()[:3]) / 3 < 0.8 for bars in sim_ax.containers for bar in bars)
+
+
+def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_shown(tmp_path):
+    sweep = tmp_path / "scheduler_latency/multiruns/2026-01-01"
+    for job, scheduler in enumerate(("sarathi_serve", "vllm")):
+        (sweep / str(job)).mkdir(parents=True)
+        (sweep / str(job) / "metrics.json").write_text(json.dumps({
+            "config": {"scheduler": scheduler, "model": "cpu-small"}, "overrides": [],
+            "resolved_config": {"engine": {"executor": "model"}}, "summary": {"tbt_p99": 0.1},
+            "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32"}}))
+    (sweep / "sweep_summary.json").write_text(json.dumps({"0": {"status": "ok", "error": None},
+                                                          "1": {"status": "skipped", "error": None},
+                                                          "2": {"status": "failed", "error": "OOM"}}))
+    results = Results(tmp_path)
+    assert results.failed("scheduler_latency") == ["2"]
+    assert results.describe("scheduler_latency") == ("measured CPU: cpu-small, Test CPU, float32 "
+                                                     "(full scale; 1 of 3 jobs left no run: 2)")
