@@ -49,6 +49,8 @@ def test_claims_rows_put_measured_and_simulated_in_their_columns():
     assert gain["measured on"] == "measured on Test CPU: cpu-small, scale full, float32, 2 thread(s)"
     assert (hybrid["ours"], hybrid["holds"], hybrid["measured on"]) == ("not measured yet", "n/a", "")
     assert hybrid["simulated"].startswith("20.0x") and hybrid["holds (sim)"] == "yes"
+    # Each claim states the criterion its verdict applies ("many-fold" did not).
+    assert "2x or more" in hybrid["claim"]
     assert overhead["holds (sim)"] == "no" and "+30.0% at 4096" in overhead["simulated"]
 
 
