@@ -149,6 +149,9 @@ class _Measured(_Frames):
     def scale(self, name):
         return "ci"
 
+    def failed(self, name):
+        return []
+
 
 def _on_cpu(summary: pd.DataFrame) -> pd.DataFrame:
     return summary.assign(model="cpu-small", **{"env.device_name": "Test CPU", "env.dtype": "float32"})
@@ -344,3 +347,79 @@ def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, 
             "environment": {"device": device, "device_name": name, "dtype": "bfloat16"}}))
     (row,) = claims.claims_table(Results(tmp_path), checks=(claims.scheduler_latency,)).to_dict("records")
     assert row["holds"] == "yes" and row["measured on"] == f"{source}: llama-13b, {name}, bfloat16 (full scale)"
+
+
+def test_decode_speedup_figure_leaves_out_points_where_riding_decodes_measured_free():
+    # Batch 2: the hybrid iteration took less than the chunk alone (-5 ms for the riding decode): its
+    # "speedup" of -3x is noise, not a bar below zero; the claims row leaves it out too.
+    table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 95.0)])
+    measured = _Measured({("decode_speedup", "piggyback"): table,
+                          ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))})
+    (ax,) = figures.decode_speedup(measured).axes
+    heights = [bar.get_height() for bars in ax.containers for bar in bars if bar.get_height() != 0]
+    assert heights == pytest.approx([4.0]) and "1 of 2 points unresolved" in ax.get_title()
+
+
+def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged():
+    # Every sarathi_serve run failed: no load can say whether its TBT is the lowest.
+    summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}, 1.5: {"vllm": 0.4, "orca": 0.6}})
+    (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
+    assert row["holds"] == "n/a"
+    # Every unstaggered orca run (Orca's worst case) failed; SARATHI against Orca's best is still judged.
+    runs = pd.DataFrame([dict(scheduler=s, total_throughput=t, run_dir=f"{length}-{s}-{g}",
+                              **(KEYS | {"seq_len": length}), **{"workload.stagger": g})
+                         for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 4, 110.0),
+                                                                  ("sarathi", 0, 120.0))])
+    iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
+    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs, ("orca_compare", "iterations"): iterations}))
+    assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
+
+
+class _SimulatedRuns(_Simulated):
+    """Hand-made simulated runs, enough for a figure's simulated series."""
+
+    def missing(self):
+        return []
+
+    def source(self, name):
+        return "simulated A6000 (roofline)"
+
+    def describe(self, name):
+        return "simulated A6000 (roofline): llama-13b (ci scale)"
+
+
+def test_tile_figure_draws_simulated_times_relative_to_the_simulated_runs_tile():
+    # The quick set sweeps to 80 tokens at a 32-token tile: one tile is 32 tokens, not the paper's 128.
+    tokens = [16, 32, 33, 48, 64, 65, 80]
+    sweep = pd.DataFrame({"op": "total", "tokens": tokens, "ms": [1.0 + n / 32 for n in tokens]})
+    frames = {("tile_quantization", "sweep"): sweep,
+              ("tile_quantization", "summary"): _on_cpu(pd.DataFrame([{"tile": 32}]))}
+    fig = figures.tile_quantization(_Measured(frames), _SimulatedRuns(frames))
+    labels = [line.get_label() for line in fig.axes[1].get_lines()]
+    assert "simulated A6000 (roofline) (/ time at 32 tokens)" in labels
+
+
+def test_decode_speedup_figure_draws_every_simulated_length_visibly():
+    table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5).assign(seq_len=length) for length in (1024, 2048)])
+    frames = {("decode_speedup", "piggyback"): table,
+              ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))}
+    _, sim_ax = figures.decode_speedup(_Measured(frames), _SimulatedRuns(frames)).axes
+    # No bar so pale it vanishes on the white background (a sequential palette starts near white).
+    assert all(sum(bar.get_facecolor()[:3]) / 3 < 0.8 for bars in sim_ax.containers for bar in bars)
+
+
+def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_shown(tmp_path):
+    sweep = tmp_path / "scheduler_latency/multiruns/2026-01-01"
+    for job, scheduler in enumerate(("sarathi_serve", "vllm")):
+        (sweep / str(job)).mkdir(parents=True)
+        (sweep / str(job) / "metrics.json").write_text(json.dumps({
+            "config": {"scheduler": scheduler, "model": "cpu-small"}, "overrides": [],
+            "resolved_config": {"engine": {"executor": "model"}}, "summary": {"tbt_p99": 0.1},
+            "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32"}}))
+    (sweep / "sweep_summary.json").write_text(json.dumps({"0": {"status": "ok", "error": None},
+                                                          "1": {"status": "skipped", "error": None},
+                                                          "2": {"status": "failed", "error": "OOM"}}))
+    results = Results(tmp_path)
+    assert results.failed("scheduler_latency") == ["2"]
+    assert results.describe("scheduler_latency") == ("measured CPU: cpu-small, Test CPU, float32 "
+                                                     "(full scale; 1 of 3 jobs left no run: 2)")

@@ -49,6 +49,8 @@ def test_claims_rows_put_measured_and_simulated_in_their_columns():
     assert gain["measured on"] == "measured on Test CPU: cpu-small, scale full, float32, 2 thread(s)"
     assert (hybrid["ours"], hybrid["holds"], hybrid["measured on"]) == ("not measured yet", "n/a", "")
     assert hybrid["simulated"].startswith("20.0x") and hybrid["holds (sim)"] == "yes"
+    # Each claim states the criterion its verdict applies ("many-fold" did not).
+    assert "2x or more" in hybrid["claim"]
     assert overhead["holds (sim)"] == "no" and "+30.0% at 4096" in overhead["simulated"]
 
 
@@ -83,6 +85,9 @@ def test_chunked_prefill_overhead_against_a_linear_cost_with_a_fixed_part():
 
 
 def test_searches_load_from_their_capacity_json(tmp_path):
+    # A search that died between its capacity.json and its metrics.json (written last) is unfinished.
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "capacity.json").write_text("{}")
     run = tmp_path / "0"
     run.mkdir()
     (run / "capacity.json").write_text(json.dumps({

@@ -85,6 +85,15 @@ def largest_step(times: pd.Series) -> tuple[int, float]:
     return n, float(excess[n])
 
 
+# --- decode_speedup (Fig. 8) ---
+
+def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
+    """The points of ``quantities.decode_speedup`` whose riding decodes measured a cost: a hybrid
+    iteration no slower than its chunk alone leaves that cost within the two iterations' noise, and
+    its "speedup" (negative or infinite) is no number."""
+    return gains[gains.piggybacked_ms_per_decode > 0]
+
+
 # --- pd_ratio (Fig. 9, 11b) ---
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:

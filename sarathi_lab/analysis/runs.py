@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab.harness.results import METRICS, WANDB_DIR, load_runs
+from sarathi_lab.harness.results import METRICS, SWEEP_SUMMARY, WANDB_DIR, is_finished, load_runs
 
 # The paper's experiments, one config each under experiments/ and one figure each.
 EXPERIMENTS = ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio", "chunk_overhead",
@@ -62,6 +62,16 @@ class Results:
             raise FileNotFoundError(f"no finished run of {name} under {self.root}")
         return found
 
+    def jobs(self, name: str) -> list[str]:
+        """The jobs the experiment's sweep launched, as its sweep_summary.json lists them (none before
+        the sweep ends, nor for runs downloaded from W&B)."""
+        path = self.sweep(name) / SWEEP_SUMMARY
+        return list(json.loads(path.read_text())) if path.exists() else []
+
+    def failed(self, name: str) -> list[str]:
+        """The sweep's jobs that left no finished run: points its figures and claims lack."""
+        return [job for job in self.jobs(name) if not is_finished(self.sweep(name) / job)]
+
     def missing(self) -> list[str]:
         return [n for n in EXPERIMENTS if newest_sweep(self.root, n) is None]
 
@@ -99,11 +109,13 @@ class Results:
 
     def describe(self, name: str) -> str:
         """Where and on what the experiment's numbers are, for figure titles and the claims table:
-        e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)'."""
+        e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)', and which jobs left no run."""
         row = self.summary(name).iloc[0]
         where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
                  else row["env.device_name"])
-        return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale)"
+        failed = self.failed(name)
+        lacking = f"; {len(failed)} of {len(self.jobs(name))} jobs left no run: {', '.join(failed)}" if failed else ""
+        return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{lacking})"
 
 
 def load_results(root: str | Path, wandb_project: str | None = None) -> Results:

@@ -27,6 +27,7 @@ import pandas as pd
 METRICS = "metrics.json"
 WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
 STATUS = "status.json"
+SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written by harness/sweep.py
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
 

@@ -18,10 +18,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from sarathi_lab.harness.results import STATUS, next_dir, read_status
+from sarathi_lab.harness.results import STATUS, SWEEP_SUMMARY, next_dir, read_status
 
 log = logging.getLogger(__name__)
-SUMMARY = "sweep_summary.json"
 _SUCCESS = ("ok", "skipped")
 
 
@@ -35,7 +34,7 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = summarize_sweep(sweep_dir, since=self._start)
-        (sweep_dir / SUMMARY).write_text(json.dumps(jobs, indent=2))
+        (sweep_dir / SWEEP_SUMMARY).write_text(json.dumps(jobs, indent=2))
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
         for job_dir, job in failed.items():
