@@ -42,15 +42,14 @@ class Sampler:
         probs = torch.softmax(shifted / temperature, dim=-1)
         order = None
         if self.params.top_p < 1.0:
-            probs, order = probs.sort(dim=-1, descending=True)
-        cdf = probs.cumsum(dim=-1)
-        if order is None:
-            total = cdf[:, -1:]
-        else:
+            probs, order, cdf = _most_likely(probs, self.params.top_p)
             # The nucleus is a prefix of the sorted row: the most likely tokens until their mass
             # reaches top_p, the one that crosses it included (always the top one).
             kept = ((cdf - probs) < self.params.top_p).sum(dim=-1, keepdim=True)
             total = cdf.gather(-1, kept - 1)
+        else:
+            cdf = probs.cumsum(dim=-1)
+            total = cdf[:, -1:]
         u = torch.tensor([uniform(self.seed, request, position) for request, position in keys],
                          dtype=torch.float32).to(logits.device).unsqueeze(1)
         # Strictly below the nucleus' mass, so that the search lands inside it whatever u * total
@@ -60,6 +59,23 @@ class Sampler:
         if order is not None:
             chosen = order.gather(-1, chosen)
         return chosen.squeeze(1).tolist()
+
+
+def _most_likely(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows' most likely tokens, most likely first, at least until each row's mass reaches
+    top_p: their probabilities, ids and running mass. A full sort of a 32000-token row takes ~1.6 ms
+    on a CPU core; a trained model's nucleus is mostly a few dozen tokens, which topk finds in a
+    fraction of that. Rows as flat as a random model's fall through to the sort."""
+    vocab = probs.shape[-1]
+    for k in (64, 1024):
+        if k >= vocab // 4:
+            break
+        top, ids = probs.topk(k, dim=-1)
+        cdf = top.cumsum(dim=-1)
+        if bool((cdf[:, -1] >= top_p).all()):
+            return top, ids, cdf
+    top, ids = probs.sort(dim=-1, descending=True)
+    return top, ids, top.cumsum(dim=-1)
 
 
 def uniform(seed: int, request: int, position: int) -> float:
