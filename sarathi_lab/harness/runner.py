@@ -83,7 +83,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     group = ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else None)
 
     def save_to(directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
-                config: dict[str, Any] | None = None) -> None:
+                config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Writes the results; returns the environment they record."""
         machine = load.assess(before, load.snapshot())
         if cfg.engine.executor == "sim":
             # Virtual-clock times do not depend on the machine's load.
@@ -91,27 +92,29 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         directory.mkdir(parents=True, exist_ok=True)
+        environment = collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine)
         write_results(directory, tables, RunResult(
             summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
-            resolved_config=resolved_config,
-            environment=collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine),
+            resolved_config=resolved_config, environment=environment,
             partial=partial, wall_time_s=time.perf_counter() - start))
+        return environment
 
     def log_run(directory: Path, name: str, summary: dict[str, float], history: list[dict],
-                tables: dict[str, pd.DataFrame]) -> None:
+                tables: dict[str, pd.DataFrame], environment: dict[str, Any]) -> None:
         log_to_wandb(cfg.logger, WandbRun(
             run_dir=directory, name=name, group=group, job_type=cfg.name,
             tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name])),
-            config=resolved_config, summary=summary | budget_record, history=history,
+            # What ran beside what was asked for (device=auto; bfloat16 that ran as float32).
+            config=resolved_config | {"environment": environment}, summary=summary | budget_record, history=history,
             # Iterations are already the history.
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
     def record_run(directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
                    config: dict[str, Any], partial: bool = False) -> None:
         tables = _engine_tables(metrics)
-        save_to(directory, summary, tables, partial=partial, config=config)
+        environment = save_to(directory, summary, tables, partial=partial, config=config)
         if not partial:  # as for an interrupted serving run: W&B gets finished runs only
-            log_run(directory, name, summary, metrics.iteration_rows(), tables)
+            log_run(directory, name, summary, metrics.iteration_rows(), tables, environment)
 
     def save_partial(summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
         save_to(run_dir, summary, tables, partial=True)
@@ -136,12 +139,12 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                            if takes_context(task) else task(cfg, llm))
         history = []
         headline = ", ".join(f"{k}.parquet" for k in tables)
-    save_to(run_dir, summary, tables, partial=False)
+    environment = save_to(run_dir, summary, tables, partial=False)
     if finished:
         _swap_in(run_dir, out)
         ctx.status_dir = out
     log.info("results in %s: %s", out, headline)
-    log_run(out, ctx.run_name, summary, history, tables)
+    log_run(out, ctx.run_name, summary, history, tables, environment)
     return "ok"
 
 
