@@ -21,7 +21,6 @@ log = logging.getLogger("sarathi_lab.run")
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     import signal
-    import traceback
     from pathlib import Path
 
     from hydra.core.hydra_config import HydraConfig
@@ -30,7 +29,7 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
     from sarathi_lab.harness.results import write_status
-    from sarathi_lab.harness.runner import RunContext, claim_status_dir, run_experiment
+    from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure, run_experiment
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import ModelLoadError
 
@@ -50,16 +49,15 @@ def main(cfg: DictConfig) -> None:
             status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
         write_status(ctx.status_dir, status)
     except Interrupted as e:
-        write_status(ctx.status_dir or status_dir, "interrupted", error=f"interrupted by {e}")
+        record_failure(ctx.status_dir or status_dir, e)
         raise SystemExit(e.exit_code) from None
     except (ConfigError, ModelLoadError) as e:
-        write_status(ctx.status_dir or status_dir, "failed", error=str(e))
+        record_failure(ctx.status_dir or status_dir, e)
         log.error("%s", e)
         if not multirun:
             raise SystemExit(2) from None
     except Exception as e:
-        write_status(ctx.status_dir or status_dir, "failed", error=f"{type(e).__name__}: {e}",
-                     traceback=traceback.format_exc())
+        record_failure(ctx.status_dir or status_dir, e)
         log.exception("run failed; error recorded in %s", (ctx.status_dir or status_dir) / "status.json")
         if not multirun:
             raise SystemExit(1) from None

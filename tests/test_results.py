@@ -135,7 +135,22 @@ def test_overwrite_that_fails_midway_keeps_the_finished_run_and_records_the_fail
     with pytest.raises(RuntimeError):
         run_in_process([*TINY, "chunk=8", "on_existing=overwrite"], run_dir)
     assert _tree(run_dir) == before
-    assert json.loads((tmp_path / ".run.next" / "status.json").read_text())["status"] == "running"
+    failed = json.loads((tmp_path / ".run.next" / "status.json").read_text())
+    assert failed["status"] == "failed" and failed["error"] == "RuntimeError: out of memory"
+
+
+def test_an_in_process_run_records_how_it_ended_as_the_cli_does(tmp_path, monkeypatch):
+    assert run_in_process(TINY, tmp_path / "ok") == "ok"
+    assert json.loads((tmp_path / "ok" / "status.json").read_text())["status"] == "ok"
+    assert run_in_process([*TINY, "on_existing=skip"], tmp_path / "ok") == "skipped"
+    assert json.loads((tmp_path / ".ok.next" / "status.json").read_text())["status"] == "skipped"
+
+    def interrupt(*args, **kwargs):
+        raise Interrupted(2)
+    monkeypatch.setattr("sarathi_lab.harness.runner._serve", interrupt)
+    with pytest.raises(Interrupted):
+        run_in_process(TINY, tmp_path / "stopped")
+    assert json.loads((tmp_path / "stopped" / "status.json").read_text())["status"] == "interrupted"
 
 
 def test_overwrite_swaps_the_new_run_in_once_it_has_finished(tmp_path):

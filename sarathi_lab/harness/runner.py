@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
+from sarathi_lab.model import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +148,16 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     log.info("results in %s: %s", out, headline)
     log_run(out, ctx.run_name, summary, history, tables, environment)
     return "ok"
+
+
+def record_failure(status_dir: Path, e: BaseException) -> None:
+    """status.json of a run that raised e: interrupted, refused (its one-line error) or failed."""
+    if isinstance(e, KeyboardInterrupt):
+        write_status(status_dir, "interrupted", error=f"interrupted by {e}")
+    elif isinstance(e, (ConfigError, ModelLoadError)):
+        write_status(status_dir, "failed", error=str(e))
+    else:
+        write_status(status_dir, "failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
 
 
 def claim_status_dir(ctx: RunContext) -> Path:
