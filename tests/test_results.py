@@ -3,6 +3,7 @@ into the same directory, and load_runs."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pandas as pd
 import pytest
@@ -209,3 +210,14 @@ def test_clear_results_removes_complete_and_partial_files(tmp_path):
     assert len(result_files(tmp_path)) == 6
     clear_results(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_preemptions_are_expected_only_when_the_requests_there_at_once_overflow_the_kv_cache(tmp_path, caplog):
+    # Two requests of 48 tokens fill 6 blocks: a batch_size of 8 never holds more than those two.
+    with caplog.at_level(logging.WARNING):
+        assert run_in_process([*TINY, "batch_size=8", "engine.num_kv_blocks=6"], tmp_path / "fits") == "ok"
+    assert "expect preemptions" not in caplog.text
+    assert json.loads((tmp_path / "fits" / "metrics.json").read_text())["summary"]["num_preemptions"] == 0
+    with caplog.at_level(logging.WARNING):
+        run_in_process([*TINY, "batch_size=8", "engine.num_kv_blocks=4"], tmp_path / "overflows")
+    assert "cannot hold 2 requests of 48 tokens: expect preemptions" in caplog.text

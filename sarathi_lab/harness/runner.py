@@ -227,9 +227,11 @@ def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
 
 def _warn_on_preemptions(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
-    if cfg.batch_size * workload.max_request_len > capacity:
-        log.warning("the KV cache (%d tokens) cannot hold batch_size=%d requests of %d tokens: expect preemptions",
-                    capacity, cfg.batch_size, workload.max_request_len)
+    # Requests there at once at most: a batch_size larger than the workload never fills.
+    at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
+    if at_once * workload.max_request_len > capacity:
+        log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
+                    capacity, at_once, workload.max_request_len)
 
 
 def _headline(summary: dict[str, float]) -> str:
