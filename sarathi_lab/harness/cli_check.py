@@ -1,9 +1,10 @@
 """Check the command line before Hydra starts: words that are no override (`foo` for `foo=...`),
-group choices (scheduler=, model=, experiment=, ...) and plain keys (chunk=, engine.kv_cache_gb=, ...).
+sweeps without -m, group choices (scheduler=, model=, experiment=, ...) and plain keys (chunk=,
+engine.kv_cache_gb=, ...).
 
-Hydra reports a bare word as a grammar error with a link and exit 1, an unknown choice with the
-search path and a hint to set HYDRA_FULL_ERROR, and an unknown key in five lines suggesting `+key=`,
-which the run would then refuse; these give the verdict as one line, with what is allowed or the
+Hydra reports a bare word as a grammar error with a link and exit 1, a sweep without -m in six lines
+and exit 1, an unknown choice with the search path and a hint to set HYDRA_FULL_ERROR, and an
+unknown key in five lines suggesting `+key=`, which the run would then refuse; these give the verdict as one line, with what is allowed or the
 nearest known keys, and exit before any output directory exists.
 Only hydra and omegaconf are imported here, so that the check costs a fraction of a second.
 """
@@ -24,8 +25,10 @@ from sarathi_lab.harness import CONF_DIR
 
 
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """The one-line error for the first bare word, bad group choice or unknown key in args, or None."""
-    return bare_word(args) or bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
+    """The one-line error for the first bare word, sweep without -m, bad group choice or unknown key in
+    args, or None."""
+    return (bare_word(args) or sweep_without_multirun(args) or bad_group_choice(args, conf_dir)
+            or unknown_key(args, conf_dir))
 
 
 def bare_word(args: list[str]) -> str | None:
@@ -46,6 +49,23 @@ def bare_word(args: list[str]) -> str | None:
         except HydraException:
             return (f"{arg} is invalid: an argument must be a key=value override (chunk=256; +key=value adds a "
                     "key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
+    return None
+
+
+def sweep_without_multirun(args: list[str]) -> str | None:
+    """The one-line error for the first sweep (chunk=256,512) in args without -m, or None."""
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        known, _ = parser.parse_known_args(args)
+    except argparse.ArgumentError:
+        return None  # a flag's bad value (--info nope): Hydra's to report
+    if known.multirun:
+        return None
+    for arg, override in _overrides(args):
+        if override.is_sweep_override() and not override.key_or_group.startswith("hydra"):
+            return (f"{arg} is invalid without -m: a sweep runs one job per value with -m first (-m {arg}); "
+                    "a list is key=[a,b]")
     return None
 
 
