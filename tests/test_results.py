@@ -221,3 +221,10 @@ def test_preemptions_are_expected_only_when_the_requests_there_at_once_overflow_
     with caplog.at_level(logging.WARNING):
         run_in_process([*TINY, "batch_size=8", "engine.num_kv_blocks=4"], tmp_path / "overflows")
     assert "cannot hold 2 requests of 48 tokens: expect preemptions" in caplog.text
+
+
+def test_outside_a_clone_the_checkout_state_is_unknown_not_clean(monkeypatch):
+    from sarathi_lab.harness import environment
+    monkeypatch.setattr(environment, "_run_git", lambda *args: None)  # an installed copy, or no git
+    env = environment.collect_environment(torch.device("cpu"), torch.float32, None, {})
+    assert env["git_commit"] is None and env["git_dirty"] is None
