@@ -10,7 +10,7 @@ import torch
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import CONF_DIR
-from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word
+from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word, check_command_line
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
@@ -224,3 +224,14 @@ def test_the_config_names_what_the_engine_implements():
     from sarathi_lab.config import ATTENTIONS, SCHEDULERS
     from sarathi_lab.engine.scheduler import scheduler_names
     assert set(scheduler_names()) == set(SCHEDULERS) and set(ATTENTION_CHOICES) == set(ATTENTIONS)
+
+
+@pytest.mark.parametrize("flag", [["--config-dir", "{dir}"], ["-cd", "{dir}"], ["hydra.searchpath=[file://{dir}]"]])
+def test_configs_added_to_the_search_path_are_hydra_s_to_check(tmp_path, flag):
+    # A user's own experiment beside the package's (an installed package's conf/ is not theirs to edit).
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nname: mine\nmy_knob: 1\n")
+    args = [f.format(dir=tmp_path) for f in flag]
+    assert check_command_line([*args, "experiment=mine", "my_knob=2"]) is None
+    assert check_command_line([*args, "experiment=mine", "chunk=8,16"]).startswith("chunk=8,16 is invalid without -m")
+
