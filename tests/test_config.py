@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from hydra.errors import MissingConfigException
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import CONF_DIR
@@ -235,3 +236,9 @@ def test_configs_added_to_the_search_path_are_hydra_s_to_check(tmp_path, flag):
     assert check_command_line([*args, "experiment=mine", "my_knob=2"]) is None
     assert check_command_line([*args, "experiment=mine", "chunk=8,16"]).startswith("chunk=8,16 is invalid without -m")
 
+
+def test_an_experiment_that_does_not_exist_is_refused_not_ignored():
+    # Hydra drops an unknown choice of an optional group: the default config would run in its place
+    # wherever the CLI's own check does not stand in front (compose_config, run_in_process, -cd).
+    with pytest.raises(MissingConfigException, match="Could not find 'experiment/pd_ratoi'"):
+        compose_config(["experiment=pd_ratoi"])
