@@ -11,7 +11,7 @@ from hydra.errors import MissingConfigException
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import CONF_DIR
-from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word, check_command_line
+from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word, check_command_line, sweep_note
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
@@ -235,6 +235,7 @@ def test_configs_added_to_the_search_path_are_hydra_s_to_check(tmp_path, flag):
     args = [f.format(dir=tmp_path) for f in flag]
     assert check_command_line([*args, "experiment=mine", "my_knob=2"]) is None
     assert check_command_line([*args, "experiment=mine", "chunk=8,16"]).startswith("chunk=8,16 is invalid without -m")
+    assert sweep_note([*args, "experiment=mine", "--cfg", "job"]) is None
 
 
 def test_an_experiment_that_does_not_exist_is_refused_not_ignored():

@@ -154,7 +154,7 @@ def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """With --cfg, what the chosen experiment's sweep sets per job under -m, which the one composed
     config Hydra prints cannot show."""
     choices = [arg for arg, o in _overrides(args) if o.key_or_group == "experiment" and not o.is_sweep_override()]
-    if "--cfg" not in args and "-c" not in args or not choices:
+    if "--cfg" not in args and "-c" not in args or not choices or searches_other_configs(args):
         return None
     params = compose_config(choices, conf_dir, hydra=True).hydra.sweeper.params or {}
     if not params:
