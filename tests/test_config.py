@@ -78,6 +78,15 @@ def test_ci_experiments_are_the_full_ones_at_the_ci_scale():
     assert parse_config(compose_config(["experiment=ci/pd_ratio"])).key_values()["scale"] == "ci"
 
 
+def test_a_trace_run_is_not_labelled_with_the_synthetic_lengths_it_did_not_use():
+    keys = parse_config(compose_config(["workload=trace", "seq_len=512", "pd_ratio=8"])).key_values()
+    assert keys["workload"] == "trace" and keys["seq_len"] is None and keys["pd_ratio"] is None
+    keys = parse_config(compose_config(["workload=zipf", "seq_len=512", "pd_ratio=8"])).key_values()
+    assert keys["seq_len"] == 512 and keys["pd_ratio"] == 8
+    keys = parse_config(compose_config(["workload=trace", "seq_len=512", "task=op_breakdown"])).key_values()
+    assert keys["seq_len"] == 512
+
+
 def test_experiment_resolves_from_the_top_level_experiments_folder():
     cfg = parse_config(compose_config(["experiment=smoke"]))
     assert cfg.name == "smoke" and cfg.model.name == "tiny" and cfg.chunk == 64
