@@ -42,25 +42,33 @@ def main(cfg: DictConfig) -> None:
                      group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
                      hydra_record={"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hc}),
                                    "overrides.yaml": OmegaConf.create(list(hc.overrides.task))})
-    status_dir = claim_status_dir(ctx)
+    try:
+        claim_status_dir(ctx)
+    except ConfigError as e:  # the directory is another run's: nothing of this one is recorded there
+        log.error("%s", e)
+        if not multirun:
+            raise SystemExit(2) from None
+        return
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
             run_cfg = parse_config(cfg)
             status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
         write_status(ctx.status_dir, status)
     except Interrupted as e:
-        record_failure(ctx.status_dir or status_dir, e)
+        record_failure(ctx.status_dir, e)
         raise SystemExit(e.exit_code) from None
     except (ConfigError, ModelLoadError) as e:
-        record_failure(ctx.status_dir or status_dir, e)
+        record_failure(ctx.status_dir, e)
         log.error("%s", e)
         if not multirun:
             raise SystemExit(2) from None
     except Exception as e:
-        record_failure(ctx.status_dir or status_dir, e)
-        log.exception("run failed; error recorded in %s", (ctx.status_dir or status_dir) / "status.json")
+        record_failure(ctx.status_dir, e)
+        log.exception("run failed; error recorded in %s", ctx.status_dir / "status.json")
         if not multirun:
             raise SystemExit(1) from None
+    finally:
+        ctx.release()
 
 
 def cli() -> None:

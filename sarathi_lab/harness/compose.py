@@ -26,8 +26,11 @@ def run_in_process(overrides: list[str], output_dir: Path, group: str | None = N
                      group=group)
     try:
         status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
+        write_status(ctx.status_dir, status)
     except BaseException as e:
-        record_failure(ctx.status_dir or output_dir, e)
+        if ctx.status_dir is not None:  # else the directory is another run's
+            record_failure(ctx.status_dir, e)
         raise
-    write_status(ctx.status_dir, status)
+    finally:
+        ctx.release()
     return status

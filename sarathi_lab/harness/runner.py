@@ -9,6 +9,7 @@ Independent of Hydra's runtime (run.py supplies the RunContext), so tests can ca
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import logging
 import os
 import shutil
@@ -56,6 +57,13 @@ class RunContext:
     # Where this invocation's status.json goes (set by run_experiment): output_dir, or beside it while
     # that holds a finished run this invocation must leave as it is.
     status_dir: Path | None = None
+    # The output directory's lock (claim_status_dir), held until release().
+    lock: int | None = None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
 
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
@@ -164,11 +172,30 @@ def claim_status_dir(ctx: RunContext) -> Path:
     """Where this invocation records its status and log, decided before it writes anything: beside
     the output dir while that holds a finished run."""
     if ctx.status_dir is None:
+        ctx.lock = _lock(ctx.output_dir)
         finished = is_finished(ctx.output_dir)
         ctx.status_dir = next_dir(ctx.output_dir) if finished else ctx.output_dir
         if finished:
             _move_log_file(ctx.output_dir, ctx.status_dir)
     return ctx.status_dir
+
+
+def _lock(out: Path) -> int | None:
+    """An exclusive lock on the directory out, or a ConfigError while another run holds it: two runs
+    started in the same second share the default ${now:...} directory, and the later one would clear
+    and overwrite the other's records. None where the filesystem has no locks (unguarded)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"{out} is in use: another run is writing there now; give this run its own "
+                          "hydra.run.dir (hydra.sweep.dir with -m)") from None
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _swap_in(new: Path, out: Path) -> None:
