@@ -141,6 +141,13 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     # With one decode, a 64-token chunk after 159 tokens of context (14 blocks) is the largest.
     ([*SMOKE, "task=profile", "batch_size=1", "engine.num_kv_blocks=13"],
      r"^engine.num_kv_blocks=13 is invalid with task=profile: the KV cache holds 13 blocks, fewer than the 14 "),
+    # The default KV cache (batch_size requests of the context, capped by memory) can be too small too:
+    # piggyback's chunk beside batch_size decodes of the whole context, or a batch past the memory cap.
+    ([*SMOKE, "task=piggyback", "seq_len=2048"],
+     (r"^engine.num_kv_blocks=None is invalid with task=piggyback: the KV cache holds 512 blocks, fewer than the "
+      r"516 its batch of 5 requests takes \(its default size; engine.num_kv_blocks sets it\)$")),
+    ([*SMOKE, "task=op_breakdown", "batch_size=10000000", "seq_len=64"],
+     r"^engine.num_kv_blocks=None is invalid with task=op_breakdown: the KV cache holds \d+ blocks, fewer than the 40000000 "),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
