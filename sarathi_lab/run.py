@@ -21,7 +21,6 @@ log = logging.getLogger("sarathi_lab.run")
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     import signal
-    import traceback
     from pathlib import Path
 
     from hydra.core.hydra_config import HydraConfig
@@ -30,7 +29,7 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
     from sarathi_lab.harness.results import write_status
-    from sarathi_lab.harness.runner import RunContext, claim_status_dir, run_experiment
+    from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure, run_experiment
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import ModelLoadError
 
@@ -43,26 +42,33 @@ def main(cfg: DictConfig) -> None:
                      group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
                      hydra_record={"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hc}),
                                    "overrides.yaml": OmegaConf.create(list(hc.overrides.task))})
-    status_dir = claim_status_dir(ctx)
+    try:
+        claim_status_dir(ctx)
+    except ConfigError as e:  # the directory is another run's: nothing of this one is recorded there
+        log.error("%s", e)
+        if not multirun:
+            raise SystemExit(2) from None
+        return
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
             run_cfg = parse_config(cfg)
             status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
         write_status(ctx.status_dir, status)
     except Interrupted as e:
-        write_status(ctx.status_dir or status_dir, "interrupted", error=f"interrupted by {e}")
+        record_failure(ctx.status_dir, e)
         raise SystemExit(e.exit_code) from None
     except (ConfigError, ModelLoadError) as e:
-        write_status(ctx.status_dir or status_dir, "failed", error=str(e))
+        record_failure(ctx.status_dir, e)
         log.error("%s", e)
         if not multirun:
             raise SystemExit(2) from None
     except Exception as e:
-        write_status(ctx.status_dir or status_dir, "failed", error=f"{type(e).__name__}: {e}",
-                     traceback=traceback.format_exc())
-        log.exception("run failed; error recorded in %s", (ctx.status_dir or status_dir) / "status.json")
+        record_failure(ctx.status_dir, e)
+        log.exception("run failed; error recorded in %s", ctx.status_dir / "status.json")
         if not multirun:
             raise SystemExit(1) from None
+    finally:
+        ctx.release()
 
 
 def cli() -> None:

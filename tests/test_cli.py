@@ -58,6 +58,9 @@ BARE_WORD = ("{} is invalid: an argument must be a key=value override (chunk=256
     # Hydra's answer was a grammar error, a link and exit 1. `job` is --cfg's value, not a bare word.
     (["foo"], BARE_WORD.format("foo")),
     (["-m", "--cfg", "job", "chunk=8,16", "foo"], BARE_WORD.format("foo")),
+    # Hydra's answer was six lines and exit 1.
+    (["chunk=8,16"], ("chunk=8,16 is invalid without -m: a sweep runs one job per value with -m first "
+                      "(-m chunk=8,16); a list is key=[a,b]")),
 ])
 def test_an_unknown_key_or_choice_is_one_line_before_hydra_starts(tmp_path, args, line):
     proc = _run(*args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)

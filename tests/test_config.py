@@ -7,10 +7,11 @@ import sys
 
 import pytest
 import torch
+from hydra.errors import MissingConfigException
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import CONF_DIR
-from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word
+from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word, check_command_line, sweep_note
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
@@ -77,6 +78,15 @@ def test_ci_experiments_are_the_full_ones_at_the_ci_scale():
     assert parse_config(compose_config(["experiment=ci/pd_ratio"])).key_values()["scale"] == "ci"
 
 
+def test_a_trace_run_is_not_labelled_with_the_synthetic_lengths_it_did_not_use():
+    keys = parse_config(compose_config(["workload=trace", "seq_len=512", "pd_ratio=8"])).key_values()
+    assert keys["workload"] == "trace" and keys["seq_len"] is None and keys["pd_ratio"] is None
+    keys = parse_config(compose_config(["workload=zipf", "seq_len=512", "pd_ratio=8"])).key_values()
+    assert keys["seq_len"] == 512 and keys["pd_ratio"] == 8
+    keys = parse_config(compose_config(["workload=trace", "seq_len=512", "task=op_breakdown"])).key_values()
+    assert keys["seq_len"] == 512
+
+
 def test_experiment_resolves_from_the_top_level_experiments_folder():
     cfg = parse_config(compose_config(["experiment=smoke"]))
     assert cfg.name == "smoke" and cfg.model.name == "tiny" and cfg.chunk == 64
@@ -133,6 +143,13 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     # With one decode, a 64-token chunk after 159 tokens of context (14 blocks) is the largest.
     ([*SMOKE, "task=profile", "batch_size=1", "engine.num_kv_blocks=13"],
      r"^engine.num_kv_blocks=13 is invalid with task=profile: the KV cache holds 13 blocks, fewer than the 14 "),
+    # The default KV cache (batch_size requests of the context, capped by memory) can be too small too:
+    # piggyback's chunk beside batch_size decodes of the whole context, or a batch past the memory cap.
+    ([*SMOKE, "task=piggyback", "seq_len=2048"],
+     (r"^engine.num_kv_blocks=None is invalid with task=piggyback: the KV cache holds 512 blocks, fewer than the "
+      r"516 its batch of 5 requests takes \(its default size; engine.num_kv_blocks sets it\)$")),
+    ([*SMOKE, "task=op_breakdown", "batch_size=10000000", "seq_len=64"],
+     r"^engine.num_kv_blocks=None is invalid with task=op_breakdown: the KV cache holds \d+ blocks, fewer than the 40000000 "),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
@@ -226,3 +243,21 @@ def test_the_config_names_what_the_engine_implements():
     from sarathi_lab.config import ATTENTIONS, SCHEDULERS
     from sarathi_lab.engine.scheduler import scheduler_names
     assert set(scheduler_names()) == set(SCHEDULERS) and set(ATTENTION_CHOICES) == set(ATTENTIONS)
+
+
+@pytest.mark.parametrize("flag", [["--config-dir", "{dir}"], ["-cd", "{dir}"], ["hydra.searchpath=[file://{dir}]"]])
+def test_configs_added_to_the_search_path_are_hydra_s_to_check(tmp_path, flag):
+    # A user's own experiment beside the package's (an installed package's conf/ is not theirs to edit).
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nname: mine\nmy_knob: 1\n")
+    args = [f.format(dir=tmp_path) for f in flag]
+    assert check_command_line([*args, "experiment=mine", "my_knob=2"]) is None
+    assert check_command_line([*args, "experiment=mine", "chunk=8,16"]).startswith("chunk=8,16 is invalid without -m")
+    assert sweep_note([*args, "experiment=mine", "--cfg", "job"]) is None
+
+
+def test_an_experiment_that_does_not_exist_is_refused_not_ignored():
+    # Hydra drops an unknown choice of an optional group: the default config would run in its place
+    # wherever the CLI's own check does not stand in front (compose_config, run_in_process, -cd).
+    with pytest.raises(MissingConfigException, match="Could not find 'experiment/pd_ratoi'"):
+        compose_config(["experiment=pd_ratoi"])

@@ -3,6 +3,7 @@ into the same directory, and load_runs."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pandas as pd
 import pytest
@@ -135,7 +136,22 @@ def test_overwrite_that_fails_midway_keeps_the_finished_run_and_records_the_fail
     with pytest.raises(RuntimeError):
         run_in_process([*TINY, "chunk=8", "on_existing=overwrite"], run_dir)
     assert _tree(run_dir) == before
-    assert json.loads((tmp_path / ".run.next" / "status.json").read_text())["status"] == "running"
+    failed = json.loads((tmp_path / ".run.next" / "status.json").read_text())
+    assert failed["status"] == "failed" and failed["error"] == "RuntimeError: out of memory"
+
+
+def test_an_in_process_run_records_how_it_ended_as_the_cli_does(tmp_path, monkeypatch):
+    assert run_in_process(TINY, tmp_path / "ok") == "ok"
+    assert json.loads((tmp_path / "ok" / "status.json").read_text())["status"] == "ok"
+    assert run_in_process([*TINY, "on_existing=skip"], tmp_path / "ok") == "skipped"
+    assert json.loads((tmp_path / ".ok.next" / "status.json").read_text())["status"] == "skipped"
+
+    def interrupt(*args, **kwargs):
+        raise Interrupted(2)
+    monkeypatch.setattr("sarathi_lab.harness.runner._serve", interrupt)
+    with pytest.raises(Interrupted):
+        run_in_process(TINY, tmp_path / "stopped")
+    assert json.loads((tmp_path / "stopped" / "status.json").read_text())["status"] == "interrupted"
 
 
 def test_overwrite_swaps_the_new_run_in_once_it_has_finished(tmp_path):
@@ -194,3 +210,34 @@ def test_clear_results_removes_complete_and_partial_files(tmp_path):
     assert len(result_files(tmp_path)) == 6
     clear_results(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_preemptions_are_expected_only_when_the_requests_there_at_once_overflow_the_kv_cache(tmp_path, caplog):
+    # Two requests of 48 tokens fill 6 blocks: a batch_size of 8 never holds more than those two.
+    with caplog.at_level(logging.WARNING):
+        assert run_in_process([*TINY, "batch_size=8", "engine.num_kv_blocks=6"], tmp_path / "fits") == "ok"
+    assert "expect preemptions" not in caplog.text
+    assert json.loads((tmp_path / "fits" / "metrics.json").read_text())["summary"]["num_preemptions"] == 0
+    with caplog.at_level(logging.WARNING):
+        run_in_process([*TINY, "batch_size=8", "engine.num_kv_blocks=4"], tmp_path / "overflows")
+    assert "cannot hold 2 requests of 48 tokens: expect preemptions" in caplog.text
+
+
+def test_outside_a_clone_the_checkout_state_is_unknown_not_clean(monkeypatch):
+    from sarathi_lab.harness import environment
+    monkeypatch.setattr(environment, "_run_git", lambda *args: None)  # an installed copy, or no git
+    env = environment.collect_environment(torch.device("cpu"), torch.float32, None, {})
+    assert env["git_commit"] is None and env["git_dirty"] is None
+
+
+def test_a_run_into_a_directory_another_run_is_writing_is_refused(tmp_path):
+    # Two runs started in the same second share the default ${now:...} directory: the later one would
+    # clear and overwrite the other's records, and each would report them as its own.
+    from sarathi_lab.harness.runner import RunContext, claim_status_dir
+    first = RunContext(output_dir=tmp_path / "run", overrides=[], run_name="first", group=None)
+    claim_status_dir(first)
+    with pytest.raises(ConfigError, match=r"run is in use: another run is writing there now"):
+        run_in_process(TINY, tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [], "nothing of the refused run"
+    first.release()
+    assert run_in_process(TINY, tmp_path / "run") == "ok"

@@ -126,6 +126,9 @@ def test_summary_tells_killed_jobs_and_ignores_earlier_sweeps(tmp_path):
         if age_s:
             old = time.time() - age_s
             os.utime(tmp_path / name / ".hydra" / "config.yaml", (old, old))
+            if status:
+                record = json.loads((tmp_path / name / "status.json").read_text())
+                (tmp_path / name / "status.json").write_text(json.dumps(record | {"time": old}))
 
     since = time.time() - 5
     job("0", "ok"), job("1", "failed"), job("2", "running"), job("3", None), job("4", "ok", age_s=3600)
@@ -175,3 +178,15 @@ def _wait_for(condition, timeout_s: float, poll_s: float = 0.2) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(poll_s)
+
+
+def test_a_resumed_sweep_reports_a_job_refused_before_it_saved_its_config(tmp_path):
+    # An earlier sweep's interrupted job 0 left its .hydra/ (and no metrics.json); resumed into the
+    # same directory, job 0 is refused before it writes .hydra/ again: its status.json is this sweep's.
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "config.yaml").touch()
+    old = time.time() - 3600
+    os.utime(tmp_path / "0" / ".hydra" / "config.yaml", (old, old))
+    since = time.time() - 5
+    write_status(tmp_path / "0", "failed", error="engine.num_kv_blocks=1 is invalid")
+    assert summarize_sweep(tmp_path, since) == {"0": {"status": "failed", "error": "engine.num_kv_blocks=1 is invalid"}}

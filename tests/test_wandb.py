@@ -39,6 +39,9 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capf
     assert set(wb.run.tags) == {"paper", "smoke", "serve", "sarathi", "tiny"}
     assert wb.config["chunk"] == 16 and wb.config["workload"]["num_requests"] == 2
     assert wb.config["model"] == {"name": "tiny", "path": None}
+    # What ran, which the requested config cannot say (device=auto, a bfloat16 that fell back to float32).
+    for key in ("device", "dtype", "device_name", "git_commit"):
+        assert wb.config["environment"][key] == metrics["environment"][key]
 
     steps = [row["_step"] for row in wb.history if f"{HISTORY_PREFIX}duration" in row]
     assert steps == pd.read_parquet(out / "iterations.parquet").iteration.tolist()

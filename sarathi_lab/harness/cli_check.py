@@ -1,9 +1,10 @@
 """Check the command line before Hydra starts: words that are no override (`foo` for `foo=...`),
-group choices (scheduler=, model=, experiment=, ...) and plain keys (chunk=, engine.kv_cache_gb=, ...).
+sweeps without -m, group choices (scheduler=, model=, experiment=, ...) and plain keys (chunk=,
+engine.kv_cache_gb=, ...).
 
-Hydra reports a bare word as a grammar error with a link and exit 1, an unknown choice with the
-search path and a hint to set HYDRA_FULL_ERROR, and an unknown key in five lines suggesting `+key=`,
-which the run would then refuse; these give the verdict as one line, with what is allowed or the
+Hydra reports a bare word as a grammar error with a link and exit 1, a sweep without -m in six lines
+and exit 1, an unknown choice with the search path and a hint to set HYDRA_FULL_ERROR, and an
+unknown key in five lines suggesting `+key=`, which the run would then refuse; these give the verdict as one line, with what is allowed or the
 nearest known keys, and exit before any output directory exists.
 Only hydra and omegaconf are imported here, so that the check costs a fraction of a second.
 """
@@ -24,19 +25,31 @@ from sarathi_lab.harness import CONF_DIR
 
 
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """The one-line error for the first bare word, bad group choice or unknown key in args, or None."""
-    return bare_word(args) or bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
+    """The one-line error for the first bare word, sweep without -m, bad group choice or unknown key in
+    args, or None."""
+    error = bare_word(args) or sweep_without_multirun(args)
+    if error or searches_other_configs(args):
+        return error  # choices and keys of configs outside conf_dir are Hydra's to check
+    return bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
+
+
+def _flags(args: list[str]) -> tuple[argparse.Namespace, list[str]] | None:
+    """Hydra's own reading of args (it tells a flag's value, --cfg job or -cn name, from an override),
+    or None for a flag's bad value (--info nope), which is Hydra's to report."""
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        return parser.parse_known_args(args)
+    except argparse.ArgumentError:
+        return None
 
 
 def bare_word(args: list[str]) -> str | None:
     """The one-line error for the first argument that is neither an override nor a flag or its value."""
-    # Hydra's own parser tells a flag's value (--cfg job, -cn name) from an override.
-    parser = get_args_parser()
-    parser.exit_on_error = False
-    try:
-        known, extra = parser.parse_known_args(args)
-    except argparse.ArgumentError:
-        return None  # a flag's bad value (--info nope): Hydra's to report
+    flags = _flags(args)
+    if flags is None:
+        return None
+    known, extra = flags
     override_parser = OverridesParser.create()
     for arg in [*known.overrides, *(a for a in extra if not a.startswith("-"))]:
         if "=" in arg:
@@ -47,6 +60,27 @@ def bare_word(args: list[str]) -> str | None:
             return (f"{arg} is invalid: an argument must be a key=value override (chunk=256; +key=value adds a "
                     "key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
     return None
+
+
+def sweep_without_multirun(args: list[str]) -> str | None:
+    """The one-line error for the first sweep (chunk=256,512) in args without -m, or None."""
+    flags = _flags(args)
+    if flags is None or flags[0].multirun:
+        return None
+    for arg, override in _overrides(args):
+        if override.is_sweep_override() and not override.key_or_group.startswith("hydra"):
+            return (f"{arg} is invalid without -m: a sweep runs one job per value with -m first (-m {arg}); "
+                    "a list is key=[a,b]")
+    return None
+
+
+def searches_other_configs(args: list[str]) -> bool:
+    """Whether args point Hydra at configs beside or instead of conf_dir (--config-dir, a user's own
+    experiments; --config-path, --config-name; hydra.searchpath=...)."""
+    flags = _flags(args)
+    if flags is not None and (flags[0].config_dir or flags[0].config_path or flags[0].config_name):
+        return True
+    return any(o.key_or_group == "hydra.searchpath" for _, o in _overrides(args))
 
 
 def _overrides(args: list[str]) -> list[tuple[str, Override]]:
@@ -120,7 +154,7 @@ def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """With --cfg, what the chosen experiment's sweep sets per job under -m, which the one composed
     config Hydra prints cannot show."""
     choices = [arg for arg, o in _overrides(args) if o.key_or_group == "experiment" and not o.is_sweep_override()]
-    if "--cfg" not in args and "-c" not in args or not choices:
+    if "--cfg" not in args and "-c" not in args or not choices or searches_other_configs(args):
         return None
     params = compose_config(choices, conf_dir, hydra=True).hydra.sweeper.params or {}
     if not params:

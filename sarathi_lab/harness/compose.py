@@ -10,8 +10,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from sarathi_lab.harness.cli_check import compose_config
-from sarathi_lab.harness.results import Status
-from sarathi_lab.harness.runner import RunContext, run_experiment
+from sarathi_lab.harness.results import Status, write_status
+from sarathi_lab.harness.runner import RunContext, record_failure, run_experiment
 from sarathi_lab.harness.schema import parse_config
 
 __all__ = ["compose_config", "run_in_process"]
@@ -24,4 +24,13 @@ def run_in_process(overrides: list[str], output_dir: Path, group: str | None = N
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx = RunContext(output_dir=output_dir, overrides=list(overrides), run_name=",".join(overrides) or run_cfg.name,
                      group=group)
-    return run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
+    try:
+        status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
+        write_status(ctx.status_dir, status)
+    except BaseException as e:
+        if ctx.status_dir is not None:  # else the directory is another run's
+            record_failure(ctx.status_dir, e)
+        raise
+    finally:
+        ctx.release()
+    return status

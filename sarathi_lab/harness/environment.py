@@ -28,9 +28,14 @@ def collect_environment(device: torch.device, dtype: torch.dtype, cpu_gemm: str 
         # Other work on the machine slows a CPU run: harness/load.py.
         **load,
         "git_commit": _git("rev-parse", "HEAD"),
-        # Results from uncommitted code cannot be traced back to a commit alone.
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # Results from uncommitted code cannot be traced back to a commit alone; None: not known.
+        "git_dirty": _dirty(),
     }
+
+
+def _dirty() -> bool | None:
+    changes = _git("status", "--porcelain", "--untracked-files=no")
+    return None if changes is None else bool(changes)
 
 
 def _git(*args: str) -> str | None:

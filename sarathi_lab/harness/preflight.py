@@ -55,19 +55,20 @@ def preflight(cfg: RunConfig) -> Checked:
                 raise ConfigError(f"sim_cost_model={engine.sim_cost_model!r} is invalid here: {e}") from None
     except ConfigError as e:
         raise _as_set(e, cfg, budget) from None
-    checked = Checked(workload, engine, budget)
-    if engine.num_kv_blocks is None and engine.kv_cache_gb is None:
-        return checked
-    key = "num_kv_blocks" if engine.num_kv_blocks is not None else "kv_cache_gb"
+    key = "kv_cache_gb" if engine.num_kv_blocks is None and engine.kv_cache_gb is not None else "num_kv_blocks"
+    setting = f"engine.{key}={getattr(engine, key)}"
+    # With neither set, the cache is sized for batch_size requests of the context, capped by memory,
+    # which a measurement's batch (piggyback's chunk beside them) can exceed as well.
+    sized = " (its default size; engine.num_kv_blocks sets it)" if getattr(engine, key) is None else ""
     if workload.max_request_len > blocks * engine.block_size:
-        raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid: the KV cache holds "
-                          f"{blocks * engine.block_size} tokens, fewer than one request of {workload.max_request_len}")
+        raise ConfigError(f"{setting} is invalid: the KV cache holds {blocks * engine.block_size} tokens, fewer than "
+                          f"one request of {workload.max_request_len}{sized}")
     held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
     need = kv_blocks(held, engine.block_size)
     if need > blocks:
-        raise ConfigError(f"engine.{key}={getattr(engine, key)} is invalid with task={cfg.task}: the KV cache holds "
-                          f"{blocks} blocks, fewer than the {need} its batch of {len(held)} requests takes")
-    return checked
+        raise ConfigError(f"{setting} is invalid with task={cfg.task}: the KV cache holds {blocks} blocks, fewer than "
+                          f"the {need} its batch of {len(held)} requests takes{sized}")
+    return Checked(workload, engine, budget)
 
 
 def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:

@@ -9,10 +9,12 @@ Independent of Hydra's runtime (run.py supplies the RunContext), so tests can ca
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import logging
 import os
 import shutil
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
+from sarathi_lab.model import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,13 @@ class RunContext:
     # Where this invocation's status.json goes (set by run_experiment): output_dir, or beside it while
     # that holds a finished run this invocation must leave as it is.
     status_dir: Path | None = None
+    # The output directory's lock (claim_status_dir), held until release().
+    lock: int | None = None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
 
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
@@ -83,7 +93,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     group = ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else None)
 
     def save_to(directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
-                config: dict[str, Any] | None = None) -> None:
+                config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Writes the results; returns the environment they record."""
         machine = load.assess(before, load.snapshot())
         if cfg.engine.executor == "sim":
             # Virtual-clock times do not depend on the machine's load.
@@ -91,27 +102,29 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         directory.mkdir(parents=True, exist_ok=True)
+        environment = collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine)
         write_results(directory, tables, RunResult(
             summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
-            resolved_config=resolved_config,
-            environment=collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine),
+            resolved_config=resolved_config, environment=environment,
             partial=partial, wall_time_s=time.perf_counter() - start))
+        return environment
 
     def log_run(directory: Path, name: str, summary: dict[str, float], history: list[dict],
-                tables: dict[str, pd.DataFrame]) -> None:
+                tables: dict[str, pd.DataFrame], environment: dict[str, Any]) -> None:
         log_to_wandb(cfg.logger, WandbRun(
             run_dir=directory, name=name, group=group, job_type=cfg.name,
             tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name])),
-            config=resolved_config, summary=summary | budget_record, history=history,
+            # What ran beside what was asked for (device=auto; bfloat16 that ran as float32).
+            config=resolved_config | {"environment": environment}, summary=summary | budget_record, history=history,
             # Iterations are already the history.
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
     def record_run(directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
                    config: dict[str, Any], partial: bool = False) -> None:
         tables = _engine_tables(metrics)
-        save_to(directory, summary, tables, partial=partial, config=config)
+        environment = save_to(directory, summary, tables, partial=partial, config=config)
         if not partial:  # as for an interrupted serving run: W&B gets finished runs only
-            log_run(directory, name, summary, metrics.iteration_rows(), tables)
+            log_run(directory, name, summary, metrics.iteration_rows(), tables, environment)
 
     def save_partial(summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
         save_to(run_dir, summary, tables, partial=True)
@@ -136,24 +149,53 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                            if takes_context(task) else task(cfg, llm))
         history = []
         headline = ", ".join(f"{k}.parquet" for k in tables)
-    save_to(run_dir, summary, tables, partial=False)
+    environment = save_to(run_dir, summary, tables, partial=False)
     if finished:
         _swap_in(run_dir, out)
         ctx.status_dir = out
     log.info("results in %s: %s", out, headline)
-    log_run(out, ctx.run_name, summary, history, tables)
+    log_run(out, ctx.run_name, summary, history, tables, environment)
     return "ok"
+
+
+def record_failure(status_dir: Path, e: BaseException) -> None:
+    """status.json of a run that raised e: interrupted, refused (its one-line error) or failed."""
+    if isinstance(e, KeyboardInterrupt):
+        write_status(status_dir, "interrupted", error=f"interrupted by {e}")
+    elif isinstance(e, (ConfigError, ModelLoadError)):
+        write_status(status_dir, "failed", error=str(e))
+    else:
+        write_status(status_dir, "failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
 
 
 def claim_status_dir(ctx: RunContext) -> Path:
     """Where this invocation records its status and log, decided before it writes anything: beside
     the output dir while that holds a finished run."""
     if ctx.status_dir is None:
+        ctx.lock = _lock(ctx.output_dir)
         finished = is_finished(ctx.output_dir)
         ctx.status_dir = next_dir(ctx.output_dir) if finished else ctx.output_dir
         if finished:
             _move_log_file(ctx.output_dir, ctx.status_dir)
     return ctx.status_dir
+
+
+def _lock(out: Path) -> int | None:
+    """An exclusive lock on the directory out, or a ConfigError while another run holds it: two runs
+    started in the same second share the default ${now:...} directory, and the later one would clear
+    and overwrite the other's records. None where the filesystem has no locks (unguarded)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"{out} is in use: another run is writing there now; give this run its own "
+                          "hydra.run.dir (hydra.sweep.dir with -m)") from None
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _swap_in(new: Path, out: Path) -> None:
@@ -212,9 +254,11 @@ def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
 
 def _warn_on_preemptions(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
-    if cfg.batch_size * workload.max_request_len > capacity:
-        log.warning("the KV cache (%d tokens) cannot hold batch_size=%d requests of %d tokens: expect preemptions",
-                    capacity, cfg.batch_size, workload.max_request_len)
+    # Requests there at once at most: a batch_size larger than the workload never fills.
+    at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
+    if at_once * workload.max_request_len > capacity:
+        log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
+                    capacity, at_once, workload.max_request_len)
 
 
 def _headline(summary: dict[str, float]) -> str:

@@ -229,9 +229,13 @@ class RunConfig:
 
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
+        # A served trace's own lengths stand in for seq_len and pd_ratio (workload/trace.yaml); the
+        # measurement tasks make their batches from them whatever the workload.
+        trace = self.task == "serve" and self.workload.kind == "trace"
         return {"experiment": self.name, "task": self.task, "scale": self.scale, "model": self.model.engine_model,
                 "scheduler": self.scheduler.name, "chunk": self.chunk, "batch_size": self.batch_size,
-                "seq_len": self.seq_len, "pd_ratio": self.pd_ratio, "seed": self.seed, "device": self.device.name,
+                "seq_len": None if trace else self.seq_len, "pd_ratio": None if trace else self.pd_ratio,
+                "seed": self.seed, "device": self.device.name,
                 "dtype": self.dtype, "executor": self.engine.executor, "workload": self.workload.kind}
 
 

@@ -52,12 +52,12 @@ def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
     job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
     for job_dir in sorted(job_dirs, key=lambda d: [int(t) if t.isdigit() else t for t in d.parts]):
         config = job_dir / ".hydra" / "config.yaml"
-        earlier = config.exists() and config.stat().st_mtime < since - 1  # a job of an earlier sweep
-        own = None if earlier else read_status(job_dir)
-        statuses = [s for s in (own, read_status(next_dir(job_dir))) if s and s["time"] >= since - 1]
+        # A status written since the sweep began is this sweep's, even beside an earlier sweep's
+        # .hydra/ (a resumed job refused before it saves its own).
+        statuses = [s for s in (read_status(job_dir), read_status(next_dir(job_dir))) if s and s["time"] >= since - 1]
         status = max(statuses, key=lambda s: s["time"]) if statuses else None
         if status is None:
-            if earlier or not config.exists():
+            if not config.exists() or config.stat().st_mtime < since - 1:  # a job of an earlier sweep
                 continue
             status = {"status": "unknown", "error": "the job left no status: killed before it started?"}
         elif status["status"] == "running":
