@@ -221,13 +221,19 @@ def test_archive_leaves_out_the_largest_files_but_never_the_resume_state(tmp_pat
     assert state.is_done(fresh, "env") and state.is_done(fresh, "paper.pd_ratio")
 
 
-def test_export_holds_at_most_eight_files(tmp_path):
+def _with_figures(tmp_path, n: int):
+    """A finished env step and n figures in out; $OUT (dest) not yet made."""
     out, dest = tmp_path / "out", tmp_path / "OUT"
     _result(out, "env", "done")
     state.write_summary(out, ["env"], {"dry_run": True})
     (out / "figures").mkdir()
-    for i in range(10):
+    for i in range(n):
         (out / "figures" / f"f{i}.png").write_bytes(b"png")
+    return out, dest
+
+
+def test_export_holds_at_most_eight_files(tmp_path):
+    out, dest = _with_figures(tmp_path, 10)
     notes = state.export(out, dest)
     assert len(list(dest.iterdir())) == state.MAX_OUT_FILES
     assert any("figures" in n for n in notes)
@@ -352,12 +358,7 @@ def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
     # Each step's export copies the first figures into $OUT; when claims.csv (or a figure ranked
     # higher) appears later in the call, fewer or other figures are chosen, and the ones copied
     # before stayed: 9 files, over the device tool's 8.
-    out, dest = tmp_path / "out", tmp_path / "OUT"
-    _result(out, "env", "done")
-    state.write_summary(out, ["env"], {"dry_run": True})
-    (out / "figures").mkdir()
-    for i in range(6):
-        (out / "figures" / f"f{i}.png").write_bytes(b"png")
+    out, dest = _with_figures(tmp_path, 6)
     state.export(out, dest)
     (out / "claims.csv").write_text("experiment,claim\n")
     (out / "figures" / "kernels.png").write_bytes(b"png")
