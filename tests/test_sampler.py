@@ -18,7 +18,7 @@ def test_greedy_is_the_first_index_of_the_maximum(rows, vocab, levels, dtype, se
     # Few distinct values, so that most rows hold their maximum several times.
     g = torch.Generator().manual_seed(seed)
     logits = torch.randint(0, levels, (rows, vocab), generator=g).to(dtype)
-    got = Sampler(SamplingParams(temperature=0.0), torch.device("cpu"))(logits)
+    got = Sampler(SamplingParams(temperature=0.0))(logits)
     want = [next(i for i, v in enumerate(row) if v == max(row)) for row in logits.float().tolist()]
     assert got == want
 
@@ -30,7 +30,7 @@ def test_greedy_ties_at_vocab_size_take_the_first():
         for r in range(16):
             first = 1000 * r + 7
             logits[r, [first, first + 15, 31999 - r]] = 3.0
-        got = Sampler(SamplingParams(temperature=0.0), torch.device("cpu"))(logits)
+        got = Sampler(SamplingParams(temperature=0.0))(logits)
         assert got == [1000 * r + 7 for r in range(16)]
 
 
@@ -52,7 +52,7 @@ def test_greedy_equals_torch_argmax_with_infinities_and_nan(rows, vocab, seed, s
     if seed % 5 == 0:
         logits[0] = float("-inf")
     logits = logits.to(dtype)
-    got = Sampler(SamplingParams(temperature=0.0), torch.device("cpu"))(logits)
+    got = Sampler(SamplingParams(temperature=0.0))(logits)
     assert got == logits.argmax(dim=-1).tolist()
 
 
@@ -81,7 +81,7 @@ def test_sampling_frequencies_follow_the_tempered_nucleus(temperature, top_p, dt
     want = _tempered_nucleus(logits, temperature, top_p)
     rows = torch.tensor(logits, dtype=dtype).repeat(40000, 1)
     keys = [(i, 0) if along == "requests" else (0, i) for i in range(len(rows))]
-    got = Sampler(SamplingParams(temperature=temperature, top_p=top_p, seed=0), torch.device("cpu"))(rows, keys)
+    got = Sampler(SamplingParams(temperature=temperature, top_p=top_p, seed=0))(rows, keys)
     freq = [got.count(i) / len(got) for i in range(len(logits))]
     assert all(f == 0 for f, p in zip(freq, want) if p == 0), (freq, want)
     assert max(abs(f - p) for f, p in zip(freq, want)) < 0.012, (freq, want)
@@ -92,7 +92,7 @@ def test_a_tiny_temperature_samples_the_maximum(temperature):
     # SamplingParams accepts any finite temperature > 0; logits / T overflowed to inf and softmax to
     # NaN, and multinomial raised mid-run. In the limit T -> 0 sampling is greedy.
     logits = torch.tensor([[10.0, 3.0, -2.0], [1.0, 5.0, 2.0]])
-    assert Sampler(SamplingParams(temperature=temperature, seed=0), torch.device("cpu"))(logits, [(0, 0), (1, 0)]) \
+    assert Sampler(SamplingParams(temperature=temperature, seed=0))(logits, [(0, 0), (1, 0)]) \
         == [0, 1]
 
 
@@ -105,7 +105,7 @@ def test_a_rows_token_depends_on_its_own_logits_and_key_only(rows, vocab, seed, 
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(rows, vocab, generator=g) * 3
     keys = [(seed + 3 * r, r % 4) for r in range(rows)]
-    sampler = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed), torch.device("cpu"))
+    sampler = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed))
     together = sampler(logits, keys)
     order = torch.randperm(rows, generator=g).tolist()
     assert sampler(logits[order], [keys[i] for i in order]) == [together[i] for i in order]
@@ -119,18 +119,18 @@ def test_zero_probability_tokens_are_never_drawn_at_the_uniforms_ends(monkeypatc
     import sarathi_lab.model.sampler as sampler_module
     monkeypatch.setattr(sampler_module, "uniform", lambda *key: u)
     logits = torch.tensor([[float("-inf"), 1.0, float("-inf"), 1.5, float("-inf")]])
-    got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=1), torch.device("cpu"))(logits, [(0, 0)])
+    got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=1))(logits, [(0, 0)])
     assert got == [3 if top_p == 0.5 else want]  # the nucleus of 0.5 holds token 3 alone
 
 
 def test_sampling_without_keys_is_refused():
     with pytest.raises(ValueError, match="one .request, position. key per row: 2 rows, keys None"):
-        Sampler(SamplingParams(temperature=1.0), torch.device("cpu"))(torch.zeros(2, 5))
+        Sampler(SamplingParams(temperature=1.0))(torch.zeros(2, 5))
 
 
 @settings(max_examples=40, deadline=None)
-@given(rows=st.integers(1, 6), vocab=st.sampled_from([300, 5000, 32000]), scale=st.sampled_from([0.5, 4.0, 12.0]),
-       top_p=st.sampled_from([0.5, 0.9, 0.99]), seed=st.integers(0, 2**16))
+@given(rows=st.integers(1, 6), vocab=st.sampled_from([300, 5000, 32000]),
+       scale=st.sampled_from([0.5, 4.0, 12.0]), top_p=st.sampled_from([0.5, 0.9, 0.99]), seed=st.integers(0, 2**16))
 def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, seed):
     # Peaked rows (scale 12) find their nucleus among the top 64, flatter ones among 1024 or by a
     # full sort: each must draw what the row's own sorted inverse CDF, in plain Python, gives for
@@ -139,7 +139,7 @@ def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, 
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(rows, vocab, generator=g) * scale
     keys = [(r, seed) for r in range(rows)]
-    got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed), torch.device("cpu"))(logits, keys)
+    got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed))(logits, keys)
     probs = torch.softmax(logits.double(), dim=-1).tolist()
     for row, p, (request, position) in zip(got, probs, keys):
         order = sorted(range(vocab), key=lambda i: -p[i])

@@ -16,10 +16,10 @@ class ModelExecutor(Executor):
         self.runner = runner
         self.clock = clock
         self.cuda = runner.device.type == "cuda"
-        self.sampler = Sampler(SamplingParams(), runner.device)
+        self.sampler = Sampler(SamplingParams())
 
     def start(self, sampling: SamplingParams) -> None:
-        self.sampler = Sampler(sampling, self.runner.device)
+        self.sampler = Sampler(sampling)
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         clock = self.clock

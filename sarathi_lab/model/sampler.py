@@ -18,9 +18,8 @@ _MASK = 2**64 - 1
 
 
 class Sampler:
-    def __init__(self, params: SamplingParams, device: torch.device):
+    def __init__(self, params: SamplingParams):
         self.params = params
-        self.device = device
         self.seed = params.seed if params.seed is not None else 0
 
     def __call__(self, logits: torch.Tensor, keys: Sequence[tuple[int, int]] | None = None) -> list[int]:
@@ -81,7 +80,7 @@ def _most_likely(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch
 def uniform(seed: int, request: int, position: int) -> float:
     """A uniform in [0, 1) with 24 bits, exact in float32, from SplitMix64's finaliser (Steele, Lea
     and Flood, OOPSLA 2014) chained over the three integers: a counter-based draw, no state."""
-    z = _splitmix64(_splitmix64(_splitmix64(seed) ^ (request & _MASK)) ^ (position & _MASK))
+    z = _splitmix64(_splitmix64(_splitmix64(seed) ^ request) ^ position)
     return (z >> 40) / 2**24
 
 

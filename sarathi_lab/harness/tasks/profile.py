@@ -126,7 +126,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
 
 @torch.inference_mode()
 def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
-    model, sampler = llm.engine.executor.runner.model, Sampler(SamplingParams(), llm.config.torch_device)
+    model, sampler = llm.engine.executor.runner.model, Sampler(SamplingParams())
     clock = llm.engine.clock
     rows = []
     for n in sizes:
