@@ -12,6 +12,8 @@ says so and callers fall back to torch's ops.
 ``SARATHI_KERNELS_MARCH`` (default ``native``) builds for another ``-march`` target, to run the
 kernels' tests on the code another machine kind would get: on an AVX-512 machine, ``x86-64-v3``
 builds the AVX2-only code, ``cascadelake`` the AVX-512 code without bfloat16 instructions.
+``SARATHI_KERNELS_MTUNE`` adds an ``-mtune`` (``native`` tunes for this CPU already): ``znver3``
+with ``x86-64-v3`` is what an AMD EPYC Zen 3 builds natively.
 """
 from __future__ import annotations
 
@@ -37,6 +39,12 @@ SOURCES = sorted(_CSRC.glob("*.cpp"))
 # and 1.035x on a bfloat16 prefill-256 iteration (Xeon with AMX, session 13); float32 iterations
 # even. Targets without AVX-512 ignore it; the explicit vector kernels are as wide either way.
 _COMPILE = ["-O3", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c"]
+# GCC's tuning for AMD Zen 1-3 (-march=native there) splits a multiply-add whose sum feeds the next
+# one into a multiply and an add, in some loops and not others: the few-row linear's sums then
+# rounded differently by the batch's row count, so a decode token's logits depended on which
+# requests shared its iteration (found on a real EPYC Zen 3, where tests/test_cpu_small_linear.py
+# failed). Every multiply-add is fused, on every CPU, as the kernels' equal-bits guarantees assume.
+_GCC_COMPILE = ["--param=avoid-fma-max-bits=0"]
 _LINK = ["-shared", "-fopenmp"]
 
 
@@ -58,24 +66,37 @@ def _cpu_flags() -> str:
     return " ".join(sorted(cpuinfo("flags").split())) or platform.processor()
 
 
-def compile_flags(march: str | None = None) -> list[str]:
-    """The flags each source is compiled with, for ``march`` (default: SARATHI_KERNELS_MARCH, else native)."""
-    return [f"-march={march or os.environ.get('SARATHI_KERNELS_MARCH') or 'native'}", *_COMPILE]
+def compiler() -> str:
+    return os.environ.get("CXX") or "c++"
 
 
-def _build_key(compiler: str) -> str:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+@functools.cache
+def _version(cxx: str) -> str:
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
+
+
+def compile_flags(march: str | None = None, mtune: str | None = None, cxx: str | None = None) -> list[str]:
+    """The flags each source is compiled with by ``cxx`` (default: ``compiler()``), for ``march``
+    and ``mtune`` (defaults: SARATHI_KERNELS_MARCH, else native; SARATHI_KERNELS_MTUNE, else none)."""
+    march = march or os.environ.get("SARATHI_KERNELS_MARCH") or "native"
+    mtune = mtune or os.environ.get("SARATHI_KERNELS_MTUNE")
+    gcc = "clang" not in _version(cxx or compiler())
+    return [f"-march={march}", *([f"-mtune={mtune}"] if mtune else []), *_COMPILE, *(_GCC_COMPILE if gcc else [])]
+
+
+def _build_key(cxx: str) -> str:
+    version = _version(cxx)
     h = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(compile_flags() + _LINK).encode(), version.encode(),
+    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(compile_flags(cxx=cxx) + _LINK).encode(), version.encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
         h.update(part)
         h.update(b"\0")
     return h.hexdigest()[:20]
 
 
-def _build(compiler: str) -> Path:
+def _build(cxx: str) -> Path:
     """The shared library for these sources, compiler and CPU: from the cache, or built into it."""
-    target = cache_dir() / f"cpu_kernels-{_build_key(compiler)}.so"
+    target = cache_dir() / f"cpu_kernels-{_build_key(cxx)}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -84,8 +105,8 @@ def _build(compiler: str) -> Path:
         built = Path(tmp) / target.name
         objects = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
         for src, obj in zip(SOURCES, objects):
-            _run([compiler, *compile_flags(), str(src), "-o", str(obj)])
-        _run([compiler, *_LINK, *map(str, objects), "-o", str(built)])
+            _run([cxx, *compile_flags(cxx=cxx), str(src), "-o", str(obj)])
+        _run([cxx, *_LINK, *map(str, objects), "-o", str(built)])
         os.replace(built, target)
     return target
 
@@ -100,13 +121,13 @@ def _run(cmd: list[str]) -> None:
 @functools.cache
 def library() -> ctypes.PyDLL | None:
     """The loaded library, or None (said once, in one line) where it cannot be built."""
-    compiler = os.environ.get("CXX") or "c++"
+    cxx = compiler()
     try:
-        if shutil.which(compiler) is None:
-            raise RuntimeError(f"no C++ compiler ({compiler!r} is not on PATH)")
+        if shutil.which(cxx) is None:
+            raise RuntimeError(f"no C++ compiler ({cxx!r} is not on PATH)")
         # PyDLL keeps the GIL, as a torch op would: releasing and retaking it around every call
         # measured slower on a loaded 2-core machine, and nothing else in the engine runs meanwhile.
-        return ctypes.PyDLL(str(_build(compiler)))
+        return ctypes.PyDLL(str(_build(cxx)))
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         print(f"sarathi_lab: the CPU kernels are unavailable ({e}); decode attention and the fused "
               "elementwise ops fall back to torch's", file=sys.stderr)

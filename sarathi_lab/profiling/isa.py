@@ -26,6 +26,7 @@ ENV = "SARATHI_ISA_AS"
 class IsaKind:
     what: str
     march: str  # SARATHI_KERNELS_MARCH: the -march sarathi_kernels are built for
+    mtune: str  # SARATHI_KERNELS_MTUNE: the -mtune its own -march=native implies ("": the march's)
     onednn: str  # ONEDNN_MAX_CPU_ISA
     aten: str  # ATEN_CPU_CAPABILITY
     mkl: str  # MKL_ENABLE_INSTRUCTIONS
@@ -33,7 +34,8 @@ class IsaKind:
     hides: tuple[str, ...]  # flag prefixes this kind lacks (taken out of the machine's record)
 
     def environment(self, name: str) -> dict[str, str]:
-        return {ENV: name, "SARATHI_KERNELS_MARCH": self.march, "ONEDNN_MAX_CPU_ISA": self.onednn,
+        return {ENV: name, "SARATHI_KERNELS_MARCH": self.march, "SARATHI_KERNELS_MTUNE": self.mtune,
+                "ONEDNN_MAX_CPU_ISA": self.onednn,
                 "ATEN_CPU_CAPABILITY": self.aten, "MKL_ENABLE_INSTRUCTIONS": self.mkl}
 
     def has(self, flag: str) -> bool:
@@ -41,13 +43,15 @@ class IsaKind:
 
 
 KINDS = {
-    "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "AVX2", "avx2", "AVX2",
+    # Tuned as a Zen 3 tunes: GCC's Zen tuning changes which multiply-adds are fused (cpu_build.py).
+    "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "znver3", "AVX2", "avx2", "AVX2",
                     frozenset({"avx2", "fma", "bmi2", "movbe"}), ("avx512", "amx")),
-    "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)", "cascadelake",
+    "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)", "cascadelake", "",
                            "AVX512_CORE_VNNI", "avx512", "AVX512",
                            frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}),
                            ("avx512_bf16", "amx")),
-    "avx512-bf16": IsaKind("AVX-512 with VNNI and bf16 units, no AMX (AMD EPYC Zen 4)", "cooperlake",
+    # GCC 12 has no znver4 tuning to name.
+    "avx512-bf16": IsaKind("AVX-512 with VNNI and bf16 units, no AMX (AMD EPYC Zen 4)", "cooperlake", "",
                            "AVX512_CORE_BF16", "avx512", "AVX512",
                            frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
                                       "avx512_bf16"}), ("amx",)),
