@@ -13,7 +13,7 @@ from torch import nn
 from sarathi_lab import LLM
 from sarathi_lab.attention import make_backend
 from sarathi_lab.model import PRESETS, CausalLM, cpu_linear
-from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, gemm_available, onednn_available, pack_linears
+from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, describe, gemm_available, onednn_available, pack_linears
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
 GEMMS_HERE = [g for g in GEMMS if gemm_available(g, torch.float32)]
@@ -87,3 +87,31 @@ def test_auto_takes_mkl_only_on_an_intel_cpu(monkeypatch, vendor, auto):
     assert cpu_linear.packed_gemm("onednn", torch.float32) == "onednn"
     if onednn_available(torch.bfloat16):
         assert cpu_linear.packed_gemm("mkl", torch.bfloat16) == "onednn"  # MKL's packed GEMM is float32 only
+
+
+@pytest.mark.parametrize("vendor, flags, cpu_linear_kind, dtype, rows", [
+    ("AuthenticAMD", "fma avx2", "auto", torch.float32, cpu_linear.ATEN_ROWS),  # measured: EPYC Zen 3
+    ("AuthenticAMD", "fma avx2 avx512f", "auto", torch.float32, None),  # oneDNN's AVX-512 code: not measured against
+    ("AuthenticAMD", "fma avx2", "onednn", torch.float32, None),  # asked for by name
+    ("AuthenticAMD", "fma avx2", "auto", torch.bfloat16, None),
+    ("GenuineIntel", "fma avx2", "auto", torch.float32, None),  # MKL's packed GEMM already
+])
+@pytest.mark.skipif(not (gemm_available("mkl", torch.float32) and onednn_available()), reason="needs MKL and oneDNN")
+def test_auto_gives_large_row_counts_to_mkl_on_a_cpu_without_avx512(monkeypatch, vendor, flags, cpu_linear_kind,
+                                                                    dtype, rows):
+    monkeypatch.setattr(cpu_linear, "cpuinfo", lambda field: {"vendor_id": vendor, "flags": flags}[field])
+    gemm = cpu_linear.packed_gemm(cpu_linear_kind, dtype)
+    assert cpu_linear.aten_from_rows(cpu_linear_kind, dtype, gemm) == rows
+
+
+def test_rows_from_aten_rows_on_run_f_linear_over_the_weight_itself():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    layer = PackedLinear(linear, "onednn", aten_rows=40)
+    # A packed copy of another weight: only the layer's own weight gives F.linear's result.
+    layer.packed_weight = torch.ops.mkldnn._reorder_linear_weight(torch.randn_like(linear.weight), 8)
+    with torch.inference_mode():
+        for rows, own in ((39, False), (40, True), (100, True)):
+            x = torch.randn(rows, 64)
+            assert torch.equal(layer(x), F.linear(x, linear.weight, linear.bias)) == own, rows
+    assert describe("onednn", 40) == "onednn, aten from 40 rows" and describe("mkl", None) == "mkl"

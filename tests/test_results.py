@@ -15,7 +15,7 @@ from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.interrupts import Interrupted
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import RunResult, clear_results, load_runs, result_files, write_results
-from sarathi_lab.model.cpu_linear import packed_gemm
+from sarathi_lab.model.cpu_linear import aten_from_rows, describe, packed_gemm
 
 TINY = ["experiment=smoke", "logger=none", "workload.num_requests=2", "seq_len=48", "pd_ratio=5"]
 SUMMARY_KEYS = {"prefill_throughput", "decode_throughput", "total_throughput", "makespan_s", "num_iterations",
@@ -54,9 +54,10 @@ def test_a_finished_run_honours_the_contract(tmp_path):
     assert env["torch"] and env["device_name"] and env["device"] == "cpu" and "git_commit" in env
     assert isinstance(env["timing_unreliable"], bool) and env["cores"] >= 1 and "runqueue_wait_share" in env
     assert record["config"]["scale"] == "full" and record["config"]["executor"] == "model"
-    # The GEMM that ran, which cpu_linear=auto picks by the CPU's vendor.
-    ran = packed_gemm(record["resolved_config"]["engine"]["cpu_linear"], getattr(torch, env["dtype"])) or "aten"
-    assert env["cpu_gemm"] == ran
+    # The GEMMs that ran, which cpu_linear=auto picks by the CPU.
+    chosen, dtype = record["resolved_config"]["engine"]["cpu_linear"], getattr(torch, env["dtype"])
+    gemm = packed_gemm(chosen, dtype)
+    assert env["cpu_gemm"] == (describe(gemm, aten_from_rows(chosen, dtype, gemm)) if gemm else "aten")
     iterations = pd.read_parquet(tmp_path / "iterations.parquet")
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(iterations) == record["summary"]["num_iterations"] and len(requests) == 2

@@ -26,6 +26,12 @@ keeps oneDNN: MKL picks its code path by vendor, it has fallen back to SSE code 
 before (pytorch/builder#504), and its packed GEMM has not been measured on one here, while oneDNN's
 was on an AMD EPYC Zen 4 (sessions 5-11). ``cpu_linear="mkl"`` takes MKL's in float32 on any CPU, to
 measure it there; ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
+
+On a CPU without AVX-512 that "auto" gives to oneDNN (an AMD EPYC before Zen 4), float32 rows from
+``ATEN_ROWS`` on go to ``F.linear`` over the weight as it is, which is MKL's SGEMM: on an EPYC Zen 3,
+48 cpu-small GEMMs ran 1.03-1.04x faster than oneDNN's at 384-512 rows and 1.08-1.11x at 768-4,096
+(even at 320, 0.96-0.97x at 256; benchmarks/RESULTS.md, session 25). MKL's own packed copy ran
+another ~4-7% faster there, but would be a fourth copy of every weight.
 """
 from __future__ import annotations
 
@@ -52,6 +58,8 @@ _CLEAR_WIN = 1.2
 # oneDNN up to 12 rows and, once it prefetched its weights (session 10), 1.14-1.5x at 13-16 rows with
 # AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
+# The fewest rows that F.linear (MKL's SGEMM) takes from oneDNN on a CPU without AVX-512 (above).
+ATEN_ROWS = 384
 
 
 GEMMS = ("mkl", "onednn")
@@ -83,16 +91,33 @@ def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
     return "onednn" if gemm_available("onednn", dtype) else None
 
 
+def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int | None:
+    """The row count from which ``cpu_linear`` sends ``dtype`` rows to F.linear instead of ``gemm``
+    (what ``packed_gemm`` chose), or None: never."""
+    avx512 = "avx512f" in cpuinfo("flags").split()
+    if cpu_linear == "auto" and gemm == "onednn" and dtype == torch.float32 and not avx512 \
+            and torch.backends.mkl.is_available():
+        return ATEN_ROWS
+    return None
+
+
+def describe(gemm: str, aten_rows: int | None) -> str:
+    """How a model's linear rows above SMALL_ROWS run, as runs record it: "onednn", or
+    "onednn, aten from 384 rows"."""
+    return gemm if aten_rows is None else f"{gemm}, aten from {aten_rows} rows"
+
+
 class PackedLinear(nn.Module):
     """The same parameters as the ``nn.Linear`` it replaces (shared, so tied embeddings and
     ``state_dict`` are unchanged) plus packed copies of the weight: the one ``gemm`` (oneDNN or MKL)
-    reads, and (float32, bfloat16, kernels built) the one sarathi_kernels' few-row linear reads."""
+    reads, and (float32, bfloat16, kernels built) the one sarathi_kernels' few-row linear reads.
+    From ``aten_rows`` rows on (None: never) F.linear runs over the weight itself."""
 
-    def __init__(self, linear: nn.Linear, gemm: str = "onednn"):
+    def __init__(self, linear: nn.Linear, gemm: str = "onednn", aten_rows: int | None = None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        self.gemm = gemm
+        self.gemm, self.aten_rows = gemm, aten_rows
         with torch.no_grad():
             if gemm == "mkl":
                 packed = torch.ops.mkl._mkl_reorder_linear_weight(linear.weight.detach(), _MKL_PACK_ROWS)
@@ -120,7 +145,7 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if 0 < x.shape[0] <= SMALL_ROWS and self.small_rows_weight is not None:
             return self._small(x)
-        if x.shape[0] < 2 and not self.one_row_packed:
+        if (x.shape[0] < 2 and not self.one_row_packed) or (self.aten_rows and x.shape[0] >= self.aten_rows):
             return self._aten(x)
         return self._packed(x)
 
@@ -138,11 +163,11 @@ def _one_row_packed_wins(layer: PackedLinear, reps: int = 5) -> bool:
     return packed * _CLEAR_WIN < aten
 
 
-def pack_linears(module: nn.Module, gemm: str = "onednn") -> None:
+def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None = None) -> None:
     """Replace every ``nn.Linear`` under ``module`` (inputs [tokens, features]) by a PackedLinear over
-    ``gemm``. Where sarathi_kernels' linear cannot take one row, it goes the way a probe on the largest
-    layer finds faster on this machine."""
-    packed = list(_replace(module, gemm))
+    ``gemm`` (F.linear from ``aten_rows`` rows). Where sarathi_kernels' linear cannot take one row, it
+    goes the way a probe on the largest layer finds faster on this machine."""
+    packed = list(_replace(module, gemm, aten_rows))
     if not packed:
         return
     largest = max(packed, key=lambda m: m.weight.numel())
@@ -153,16 +178,15 @@ def pack_linears(module: nn.Module, gemm: str = "onednn") -> None:
 
 
 def linear_gemm(module: nn.Module) -> str:
-    """The GEMM that rows above SMALL_ROWS of ``module``'s linear layers run on: one of GEMMS, or
-    "aten" where they were not packed (``cpu_linear="auto"`` picks by the CPU's vendor, so a run
-    records which one ran)."""
-    return next((m.gemm for m in module.modules() if isinstance(m, PackedLinear)), "aten")
+    """How rows above SMALL_ROWS of ``module``'s linear layers run (``describe``), or "aten" where
+    they were not packed (``cpu_linear="auto"`` picks by the CPU, so a run records which one ran)."""
+    return next((describe(m.gemm, m.aten_rows) for m in module.modules() if isinstance(m, PackedLinear)), "aten")
 
 
-def _replace(module: nn.Module, gemm: str):
+def _replace(module: nn.Module, gemm: str, aten_rows: int | None):
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, PackedLinear(child, gemm))
+            setattr(module, name, PackedLinear(child, gemm, aten_rows))
             yield getattr(module, name)
         else:
-            yield from _replace(child, gemm)
+            yield from _replace(child, gemm, aten_rows)

@@ -10,7 +10,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend
-from sarathi_lab.model.cpu_linear import pack_linears, packed_gemm
+from sarathi_lab.model.cpu_linear import aten_from_rows, pack_linears, packed_gemm
 from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
 from sarathi_lab.model.presets import PRESETS
 
@@ -90,7 +90,7 @@ def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend,
     if device.type == "cpu" and cpu_linear != "aten":
         gemm = packed_gemm(cpu_linear, dtype)
         if gemm:
-            pack_linears(lm, gemm)
+            pack_linears(lm, gemm, aten_from_rows(cpu_linear, dtype, gemm))
         else:
             log.warning("cpu_linear=%r runs as 'aten': this torch build's oneDNN cannot run %s on this CPU",
                         cpu_linear, dtype)
