@@ -79,7 +79,8 @@ class EngineConfig:
     num_threads: int | None = None
     # CPU linear layers: "auto" packs each weight once for the few-row kernel of decode batches and
     # once for the GEMM of larger ones, MKL's packed SGEMM in float32 on an Intel CPU (where it was
-    # measured faster) and oneDNN's matmul otherwise; "mkl" takes MKL's in float32 on any CPU; "onednn"
+    # measured faster) and oneDNN's matmul otherwise (on a CPU without AVX-512, float32 batches of 768
+    # rows and more through F.linear, MKL's); "mkl" takes MKL's in float32 on any CPU; "onednn"
     # oneDNN's for every dtype (faster than F.linear at every row count, three times the weights'
     # memory; see model/cpu_linear.py); "aten" keeps F.linear (MKL).
     cpu_linear: str = "auto"

@@ -29,9 +29,10 @@ measure it there; ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
 
 On a CPU without AVX-512 that "auto" gives to oneDNN (an AMD EPYC before Zen 4), float32 rows from
 ``ATEN_ROWS`` on go to ``F.linear`` over the weight as it is, which is MKL's SGEMM: on an EPYC Zen 3,
-48 cpu-small GEMMs ran 1.03-1.04x faster than oneDNN's at 384-512 rows and 1.08-1.11x at 768-4,096
-(even at 320, 0.96-0.97x at 256; benchmarks/RESULTS.md, session 25). MKL's own packed copy ran
-another ~4-7% faster there, but would be a fourth copy of every weight.
+one engine's prefill iterations, the two paths alternating, ran 1.07x faster at 768 tokens and
+1.09-1.12x at 1,024-2,048, and a 16-prompt batch prefilled whole (4,940 rows) 1.10x; at 256-512 rows
+0.92-1.03x, no win (benchmarks/RESULTS.md, session 25). MKL's own packed copy ran a few percent
+faster still in isolation, but would be a fourth copy of every weight.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ _CLEAR_WIN = 1.2
 # AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
 # The fewest rows that F.linear (MKL's SGEMM) takes from oneDNN on a CPU without AVX-512 (above).
-ATEN_ROWS = 384
+ATEN_ROWS = 768
 
 
 GEMMS = ("mkl", "onednn")
