@@ -118,14 +118,7 @@ inline void span_rows(const XT& x, const T* const* wt, int64_t s0, int64_t s1, v
       }
     } else {
       vec w[TB];
-      for (int b = 0; b < TB; ++b) {
-        // Into a register, once per step: GCC otherwise folds the load into every row's multiply-add
-        // (AVX2: 12 weight loads and 4 broadcasts per 12 multiply-adds), and this loop ran at 40-43%
-        // of the FMA rate with its weights in L2, against 64-74% loaded once (EPYC Zen 3, one core).
-        vec wb = vload(wt[b] + s * W);
-        __asm__("" : "+x"(wb));
-        w[b] = wb;
-      }
+      for (int b = 0; b < TB; ++b) w[b] = sarathi::in_register(vload(wt[b] + s * W));
       for (int m = 0; m < R; ++m) {
         const float xk = x.f[s * M + R0 + m];
         for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];

@@ -125,7 +125,7 @@ template <int G, typename A, typename B, typename Madd>
 inline void register_block(vec (&sums)[G][NB], int64_t depth, A a, B b, Madd madd) {
   for (int64_t kk = 0; kk < depth; ++kk) {
     decltype(a(0, kk)) av[G];
-    for (int g = 0; g < G; ++g) av[g] = a(g, kk);
+    for (int g = 0; g < G; ++g) av[g] = sarathi::in_register(a(g, kk));
     for (int i = 0; i < NB; ++i) {
       const auto bv = b(i, kk);
       for (int g = 0; g < G; ++g) sums[g][i] = madd(sums[g][i], av[g], bv);
