@@ -23,9 +23,9 @@ emit for a float32 linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill
 1.07-1.14x faster, hybrid 1.06-1.10x and decode-32 1.02-1.05x, measured side by side in one process;
 held to AVX2 there, 1.00-1.07x (benchmarks/RESULTS.md, session 19). On other vendors' CPUs "auto"
 keeps oneDNN: MKL picks its code path by vendor, it has fallen back to SSE code for SGEMM on AMD CPUs
-before (pytorch/builder#504), and its packed GEMM has not been measured on one here, while oneDNN's
-was on an AMD EPYC Zen 4 (sessions 5-11). ``cpu_linear="mkl"`` takes MKL's in float32 on any CPU, to
-measure it there; ``cpu_linear="onednn"`` keeps oneDNN for every dtype.
+before (pytorch/builder#504), and on an AMD EPYC Zen 3 its packed GEMM ran 0.51-0.89x of oneDNN's at
+17-128 rows (session 25). ``cpu_linear="mkl"`` takes MKL's in float32 on any CPU, to measure it there;
+``cpu_linear="onednn"`` keeps oneDNN for every dtype.
 
 On a CPU without AVX-512 that "auto" gives to oneDNN (an AMD EPYC before Zen 4), float32 rows from
 ``ATEN_ROWS`` on go to ``F.linear`` over the weight as it is, which is MKL's SGEMM: on an EPYC Zen 3,
