@@ -107,11 +107,12 @@ def test_auto_gives_large_row_counts_to_mkl_on_a_cpu_without_avx512(monkeypatch,
 def test_rows_from_aten_rows_on_run_f_linear_over_the_weight_itself():
     torch.manual_seed(0)
     linear = nn.Linear(64, 48)
-    layer = PackedLinear(linear, "onednn", aten_rows=40)
+    aten = cpu_linear.FLOAT32_KERNEL_ROWS + 10  # rows below it that the kernel does not take go to oneDNN
+    layer = PackedLinear(linear, "onednn", aten_rows=aten)
     # A packed copy of another weight: only the layer's own weight gives F.linear's result.
     layer.packed_weight = torch.ops.mkldnn._reorder_linear_weight(torch.randn_like(linear.weight), 8)
     with torch.inference_mode():
-        for rows, own in ((39, False), (40, True), (100, True)):
+        for rows, own in ((aten - 1, False), (aten, True), (aten + 60, True)):
             x = torch.randn(rows, 64)
             assert torch.equal(layer(x), F.linear(x, linear.weight, linear.bias)) == own, rows
     assert describe("onednn", 40) == "onednn, aten from 40 rows" and describe("mkl", None) == "mkl"

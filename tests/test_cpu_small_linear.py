@@ -1,5 +1,5 @@
-"""The few-row CPU linear (sarathi_kernels.cpu_ops.linear over pack_linear's copy) against F.linear in
-float64, and the engine's linear layers sending decode batches to it."""
+"""The few-row CPU linear and its float32 GEMM (sarathi_kernels.cpu_ops.linear over pack_linear's copy)
+against F.linear in float64, and the engine's linear layers sending decode batches to it."""
 from __future__ import annotations
 
 import os
@@ -34,12 +34,16 @@ LINEAR_CASES = dict(rows=st.integers(1, cpu_ops.LINEAR_MAX_ROWS), in_features=st
                     dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
 
 
-@settings(max_examples=60, deadline=None)
-@given(**LINEAR_CASES)
+@settings(max_examples=80, deadline=None)
+@given(**LINEAR_CASES | {"rows": st.integers(1, 80)})
 @example(rows=16, in_features=2048, out_features=768, bias=False, dtype=torch.bfloat16, seed=0)
 @example(rows=16, in_features=2048, out_features=768, bias=True, dtype=torch.float32, seed=0)
 @example(rows=3, in_features=33, out_features=17, bias=True, dtype=torch.bfloat16, seed=1)
+@example(rows=48, in_features=2048, out_features=768, bias=True, dtype=torch.float32, seed=0)
+@example(rows=300, in_features=70, out_features=90, bias=True, dtype=torch.float32, seed=2)
 def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features, bias, dtype, seed):
+    # Float32 beyond LINEAR_MAX_ROWS rows takes the kernel's GEMM; bfloat16 has none.
+    rows = rows if dtype == torch.float32 else min(rows, cpu_ops.LINEAR_MAX_ROWS)
     x, w, b = _linear_inputs(rows, in_features, out_features, bias, dtype, seed)
     got = cpu_ops.linear(x, cpu_ops.pack_linear(w), out_features, b)
     want = F.linear(x.double(), w.double(), None if b is None else b.double())
@@ -66,6 +70,27 @@ def test_a_rows_results_are_the_same_bits_in_any_batch(rows, in_features, out_fe
     assert torch.equal(cpu_ops.linear(x[1:], packed, out_features, b), batch[1:])
 
 
+# Float32 batches beyond LINEAR_MAX_ROWS: the kernel's GEMM (panels of six rows, a last one of 1-5).
+GEMM_CASES = LINEAR_CASES | {"rows": st.integers(cpu_ops.LINEAR_MAX_ROWS + 1, 80), "dtype": st.just(torch.float32)}
+
+
+@settings(max_examples=25, deadline=None)
+@given(**GEMM_CASES)
+@example(rows=300, in_features=130, out_features=200, bias=True, dtype=torch.float32, seed=0)
+def test_a_float32_rows_results_are_the_same_bits_in_the_gemm_and_the_few_row_path(rows, in_features, out_features,
+                                                                                   bias, dtype, seed):
+    # A decode token's logits may not depend on whether 16 or 17 requests share its iteration: the
+    # GEMM must sum in the few-row path's order, whatever panel (or the last, shorter one) a row is in.
+    x, w, b = _linear_inputs(rows, in_features, out_features, bias, dtype, seed)
+    packed = cpu_ops.pack_linear(w)
+    batch = cpu_ops.linear(x, packed, out_features, b)
+    few = cpu_ops.LINEAR_MAX_ROWS
+    for r in sorted({0, 5, 6, rows // 2, rows - 1}):
+        assert torch.equal(cpu_ops.linear(x[r:r + 1], packed, out_features, b)[0], batch[r]), f"row {r}"
+    assert torch.equal(cpu_ops.linear(x[:few], packed, out_features, b), batch[:few])
+    assert torch.equal(cpu_ops.linear(x[1:], packed, out_features, b), batch[1:])
+
+
 def test_bfloat16_takes_amx_exactly_where_the_cpu_has_it():
     # The test above then checks the AMX path on such a CPU; tests/test_kernels_other_isas.py the
     # vector paths that other machines take.
@@ -79,12 +104,18 @@ def test_bfloat16_takes_amx_exactly_where_the_cpu_has_it():
 def test_wrong_calls_are_refused():
     w = torch.randn(20, 8)
     packed = cpu_ops.pack_linear(w)
-    for x in (torch.randn(0, 8), torch.randn(cpu_ops.LINEAR_MAX_ROWS + 1, 8), torch.randn(2, 9),
-              torch.randn(2, 8, dtype=torch.bfloat16), torch.randn(8, 2).t(), torch.empty(2, 8, device="meta")):
+    for x in (torch.randn(0, 8), torch.randn(2, 9), torch.randn(2, 8, dtype=torch.bfloat16), torch.randn(8, 2).t(),
+              torch.empty(2, 8, device="meta")):
         with pytest.raises(ValueError, match="linear"):
             cpu_ops.linear(x, packed, 20)
     with pytest.raises(ValueError, match="linear"):
         cpu_ops.linear(torch.randn(2, 8), packed, 20, torch.randn(19))
+    # bfloat16 has no GEMM of its own: beyond LINEAR_MAX_ROWS rows it is refused.
+    rows = cpu_ops.LINEAR_MAX_ROWS
+    packed16 = cpu_ops.pack_linear(w.bfloat16())
+    assert cpu_ops.linear(torch.randn(rows, 8, dtype=torch.bfloat16), packed16, 20).shape == (rows, 20)
+    with pytest.raises(ValueError, match="linear"):
+        cpu_ops.linear(torch.randn(rows + 1, 8, dtype=torch.bfloat16), packed16, 20)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -99,9 +130,11 @@ def test_linear_layers_send_few_rows_to_the_kernel_and_more_to_onednn(dtype):
         calls.append(x.shape[0])
         return real(x, *args)
 
+    most = cpu_linear.FLOAT32_KERNEL_ROWS if dtype == torch.float32 else cpu_linear.SMALL_ROWS
+    assert layer.kernel_rows == most
     with patch.object(cpu_ops, "linear", spy), torch.inference_mode():
-        for rows in (1, cpu_linear.SMALL_ROWS, cpu_linear.SMALL_ROWS + 1, 64):
+        for rows in (1, cpu_linear.SMALL_ROWS, most, most + 1, 100):
             x = torch.randn(rows, 64, dtype=dtype)
             want = F.linear(x.double(), layer.weight.double(), layer.bias.double())
             torch.testing.assert_close(layer(x).double(), want, rtol=2**-7, atol=1e-2)
-    assert calls == [1, cpu_linear.SMALL_ROWS]
+    assert calls == [1, cpu_linear.SMALL_ROWS, most]

@@ -17,10 +17,20 @@ MKL's GEMV with torch 2.13, while an earlier torch re-ordered the packed weight 
 call (100x slower). The packed copies triple the linear weights'
 memory (double for float16); ``EngineConfig(cpu_linear="aten")`` opts out.
 
+In float32 that kernel also takes the batches of up to ``FLOAT32_KERNEL_ROWS`` rows, through a GEMM
+over the same packed copy (six rows at a time against four tiles with AVX-512, two with AVX2, span
+by span): decode batches of 17-48 requests. Measured on cpu-small's 48 GEMMs, weights streamed from
+memory, 2 threads, against what "auto" took before on each kind (benchmarks/RESULTS.md, session 27):
+on the Xeon with AMX 1.43-1.47x MKL's packed SGEMM at 17 rows, 1.17x at 32, 1.04-1.05x at 48, 0.88-0.95x
+at 64; held to AVX2 there 1.59x oneDNN's at 17 rows, 1.26x at 32, 1.07x at 48, 1.04x at 64; held to
+AVX-512 with bf16 units (a Zen 4's code) 1.43x / 1.26x / 1.14x / 1.09x. From 64 rows on the libraries'
+blocked GEMMs run at up to 87% of the FMA rate where this one stays near 60%.
+
 In float32 on an Intel CPU, where torch has MKL, ``cpu_linear="auto"`` gives the rows above
-``SMALL_ROWS`` to MKL's packed SGEMM instead of oneDNN (what torch.compile's freezing pass and IPEX
-emit for a float32 linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill iterations ran
-1.07-1.14x faster, hybrid 1.06-1.10x and decode-32 1.02-1.05x, measured side by side in one process;
+``FLOAT32_KERNEL_ROWS`` to MKL's packed SGEMM instead of oneDNN (what torch.compile's freezing pass and
+IPEX emit for a float32 linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill iterations ran
+1.07-1.14x faster, hybrid 1.06-1.10x (and decode-32, before the kernel took it, 1.02-1.05x), measured
+side by side in one process;
 held to AVX2 there, 1.00-1.07x (benchmarks/RESULTS.md, session 19). On other vendors' CPUs "auto"
 keeps oneDNN: MKL picks its code path by vendor, it has fallen back to SSE code for SGEMM on AMD CPUs
 before (pytorch/builder#504), and on an AMD EPYC Zen 3 its packed GEMM ran 0.51-0.89x of oneDNN's at
@@ -59,6 +69,8 @@ _CLEAR_WIN = 1.2
 # oneDNN up to 12 rows and, once it prefetched its weights (session 10), 1.14-1.5x at 13-16 rows with
 # AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
+# The most float32 rows that sarathi_kernels' linear takes (its GEMM beyond SMALL_ROWS; above).
+FLOAT32_KERNEL_ROWS = 48
 # The fewest rows that F.linear (MKL's SGEMM) takes from oneDNN on a CPU without AVX-512 (above).
 ATEN_ROWS = 768
 
@@ -83,8 +95,9 @@ def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
 
 
 def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
-    """The GEMM that ``cpu_linear`` ("auto", "mkl" or "onednn") gives the rows above SMALL_ROWS in
-    ``dtype``, or None where none can run it (the engine then keeps nn.Linear). MKL's runs float32
+    """The GEMM that ``cpu_linear`` ("auto", "mkl" or "onednn") gives the rows that sarathi_kernels'
+    linear does not take (above SMALL_ROWS; FLOAT32_KERNEL_ROWS in float32) in ``dtype``, or None
+    where none can run it (the engine then keeps nn.Linear). MKL's runs float32
     only: other dtypes go to oneDNN's under "mkl" too."""
     wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto" and cpuinfo("vendor_id") == "GenuineIntel")
     if wants_mkl and gemm_available("mkl", dtype):
@@ -103,7 +116,7 @@ def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int
 
 
 def describe(gemm: str, aten_rows: int | None) -> str:
-    """How a model's linear rows above SMALL_ROWS run, as runs record it: "onednn", or
+    """How a model's linear rows beyond sarathi_kernels' linear run, as runs record it: "onednn", or
     "onednn, aten from 384 rows"."""
     return gemm if aten_rows is None else f"{gemm}, aten from {aten_rows} rows"
 
@@ -127,6 +140,7 @@ class PackedLinear(nn.Module):
         self.register_buffer("packed_weight", packed, persistent=False)
         small = cpu_ops.pack_linear(linear.weight.detach()) if cpu_ops.supports(linear.weight) else None
         self.register_buffer("small_rows_weight", small, persistent=False)
+        self.kernel_rows = FLOAT32_KERNEL_ROWS if linear.weight.dtype == torch.float32 else SMALL_ROWS
         self.one_row_packed = False  # set by pack_linears' probe
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
@@ -144,7 +158,7 @@ class PackedLinear(nn.Module):
         return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if 0 < x.shape[0] <= SMALL_ROWS and self.small_rows_weight is not None:
+        if 0 < x.shape[0] <= self.kernel_rows and self.small_rows_weight is not None:
             return self._small(x)
         if (x.shape[0] < 2 and not self.one_row_packed) or (self.aten_rows and x.shape[0] >= self.aten_rows):
             return self._aten(x)
@@ -179,7 +193,7 @@ def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None 
 
 
 def linear_gemm(module: nn.Module) -> str:
-    """How rows above SMALL_ROWS of ``module``'s linear layers run (``describe``), or "aten" where
+    """How rows beyond sarathi_kernels' linear in ``module``'s linear layers run (``describe``), or "aten" where
     they were not packed (``cpu_linear="auto"`` picks by the CPU, so a run records which one ran)."""
     return next((describe(m.gemm, m.aten_rows) for m in module.modules() if isinstance(m, PackedLinear)), "aten")
 

@@ -1,5 +1,5 @@
 // Linear layers of a few rows (decode batches) on the CPU: out = x W^T (+ bias), x [M, K] with
-// M <= 16, over a copy of W packed once at load time.
+// M <= 16 (float32: any M, beyond 16 a GEMM, below), over a copy of W packed once at load time.
 //
 // Why: a decode iteration streams every linear weight from memory once; oneDNN's matmul streams
 // them at 18-19 GB/s on 2 Zen 4 cores at 1-8 rows (float32 and bfloat16) where a plain read of the
@@ -135,6 +135,25 @@ inline void span_chunks(std::index_sequence<C...>, const XT& x, const T* const* 
   (span_rows<T, M, TB, chunk_row(M, C), chunk_row(M, C + 1)>(x, wt, s0, s1, total), ...);
 }
 
+// out [rows][N] in tiles [tile0, tile0 + TB) = total [rows][TB] + bias.
+template <typename T, int TB>
+inline void finish(const vec* total, int64_t rows, const T* bias, T* out, int64_t tile0, int64_t N) {
+  for (int b = 0; b < TB; ++b) {
+    const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
+    vec bv = {};
+    if (bias)
+      for (int64_t c = 0; c < cols; ++c) bv[c] = load(bias[n0 + c]);
+    for (int64_t m = 0; m < rows; ++m) {
+      const vec y = total[m * TB + b] + bv;
+      if (cols == W) {
+        sarathi::vstore(out + m * N + n0, y);
+      } else {
+        for (int64_t c = 0; c < cols; ++c) out[m * N + n0 + c] = sarathi::store<T>(y[c]);
+      }
+    }
+  }
+}
+
 template <typename T, int M, int TB>
 inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
   constexpr int64_t P = pair_of<T>;
@@ -147,20 +166,7 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
   // live outside the step loop, so that only the partial sums compete for registers in it.
   for (int64_t s0 = 0; s0 < steps; s0 += SPAN)
     span_chunks<T, M, TB>(std::make_index_sequence<row_chunks(M)>{}, x, wt, s0, std::min(steps, s0 + SPAN), total);
-  for (int b = 0; b < TB; ++b) {
-    const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
-    vec bv = {};
-    if (bias)
-      for (int64_t c = 0; c < cols; ++c) bv[c] = load(bias[n0 + c]);
-    for (int m = 0; m < M; ++m) {
-      const vec y = total[m][b] + bv;
-      if (cols == W) {
-        sarathi::vstore(out + m * N + n0, y);
-      } else {
-        for (int64_t c = 0; c < cols; ++c) out[m * N + n0 + c] = sarathi::store<T>(y[c]);
-      }
-    }
-  }
+  finish<T, TB>(&total[0][0], M, bias, out, tile0, N);
 }
 
 template <typename T, int M>
@@ -179,6 +185,108 @@ constexpr auto table(std::index_sequence<I...>) {
       &linear_rows<T, static_cast<int>(I) + 1>...};
 }
 
+
+// Float32 rows beyond MAX_ROWS (decode batches of 17-48 requests in the engine; any count here): a
+// GEMM over the same packed copy, x read in place. kGemmRows rows against kGemmTiles tiles at a time:
+// 6 x 4 accumulators, four weight vectors and a broadcast fill 29 of AVX-512's 32 registers (6 x 2 +
+// 3 = 15 of AVX2's 16), and six rows' addresses fit the general registers (fourteen rows against two
+// tiles spilled them: six stack reloads per 28 multiply-adds). Each thread takes a contiguous range
+// of tile groups; for each, span by span, every row runs past the span's weights (4 tiles x SPAN x W
+// floats = 16 KB with AVX-512) while they sit in L1, so that the weights come from memory once per
+// kGemmBlockRows rows. Why: oneDNN's and MKL's GEMMs run cpu-small's shapes at 17-48 rows well below
+// the FMA rate (on an EPYC Zen 3 oneDNN's at 35-55%); this one, streaming the weights, 1.43-1.47x
+// MKL's at 17 rows and 1.04-1.05x at 48 on the Xeon with AMX, 1.59x / 1.07x oneDNN's held to AVX2
+// there; from 64 rows the libraries' blocked GEMMs win (benchmarks/RESULTS.md, session 27). Each output
+// is the few-row path's sums in its order (products in k order, partial sums of SPAN steps), so a
+// row's results are the same bits in a batch of any size, one row to thousands.
+constexpr int kGemmTiles = sarathi::kVectorRegisters / 8;
+constexpr int kGemmRows = (sarathi::kVectorRegisters - kGemmTiles - 1) / kGemmTiles;
+constexpr int64_t kGemmBlockRows = 256;  // bounds the running totals: 64 KB with AVX-512
+
+// One span [0, steps) of M rows (x read in place, ld apart) against TB tiles (w) into their running
+// totals [M][TB]: the few-row path's sums (span_rows), in its order. PREFETCH: the first rows past
+// these weights also prefetch the tiles' next lines, kPrefetchBytes ahead: a span of a tile is 4 KB
+// with AVX-512 (2 KB with AVX2), a page, where the hardware prefetcher stops.
+template <int TB, int M, bool PREFETCH>
+inline void gemm_panel(const float* xp, int64_t ld, const float* const* w0, int64_t steps, vec* total) {
+  constexpr int64_t kStepsPerLine = std::max<int64_t>(1, sarathi::kLineBytes / (W * sizeof(float)));
+  vec acc[M][TB];
+  for (int m = 0; m < M; ++m)
+    for (int b = 0; b < TB; ++b) acc[m][b] = vec{};
+  for (int64_t s = 0; s < steps; ++s) {
+    if constexpr (PREFETCH)
+      if (s % kStepsPerLine == 0)
+        for (int b = 0; b < TB; ++b) __builtin_prefetch(sarathi::ahead(w0[b] + s * W, kPrefetchBytes));
+    vec w[TB];
+    for (int b = 0; b < TB; ++b) w[b] = sarathi::in_register(vload(w0[b] + s * W));
+    for (int m = 0; m < M; ++m) {
+      const float xk = xp[m * ld + s];
+      for (int b = 0; b < TB; ++b) acc[m][b] += xk * w[b];
+    }
+  }
+  for (int m = 0; m < M; ++m)
+    for (int b = 0; b < TB; ++b) total[m * TB + b] += acc[m][b];
+}
+
+// Steps [s0, s1) of `panels` panels of M rows (panel p at row p * M) into their totals
+// [panels * M][TB]. One call takes every panel, so that its fixed costs are paid once per span, not
+// once per panel (held to AVX2 on the Xeon: 135 GFLOP/s at 48-256 rows called per panel, 150-160 so).
+template <int TB, int M>
+void gemm_span(const float* x, int64_t ld, const float* const* wt, int64_t s0, int64_t s1, int64_t panels,
+               vec* total) {
+  const float* w0[TB];
+  for (int b = 0; b < TB; ++b) w0[b] = wt[b] + s0 * W;
+  for (int64_t p = 0; p < panels; ++p)
+    (p == 0 ? gemm_panel<TB, M, true> : gemm_panel<TB, M, false>)(x + p * M * ld + s0, ld, w0, s1 - s0,
+                                                                 total + p * M * TB);
+}
+
+template <int TB, std::size_t... I>
+constexpr auto gemm_spans(std::index_sequence<I...>) {
+  return std::array<void (*)(const float*, int64_t, const float* const*, int64_t, int64_t, int64_t, vec*),
+                    sizeof...(I)>{&gemm_span<TB, static_cast<int>(I) + 1>...};
+}
+
+// Rows [0, rows) of x against tiles [tile0, tile0 + TB): span by span, every row past the span's
+// weights (TB x SPAN x W floats: 16 KB with AVX-512, in L1) before the next span; total [rows][TB].
+template <int TB>
+void gemm_tiles(const float* x, const float* packed, const float* bias, float* out, int64_t rows, int64_t tile0,
+                int64_t N, int64_t K, vec* total) {
+  static constexpr auto tail = gemm_spans<TB>(std::make_index_sequence<kGemmRows>{});
+  const int64_t panels = rows / kGemmRows, rest = rows % kGemmRows;
+  const float* wt[TB];
+  for (int b = 0; b < TB; ++b) wt[b] = packed + (tile0 + b) * K * W;
+  std::fill(total, total + rows * TB, vec{});
+  for (int64_t s0 = 0; s0 < K; s0 += SPAN) {
+    const int64_t s1 = std::min(K, s0 + SPAN);
+    gemm_span<TB, kGemmRows>(x, K, wt, s0, s1, panels, total);
+    if (rest) tail[rest - 1](x + panels * kGemmRows * K, K, wt, s0, s1, 1, total + panels * kGemmRows * TB);
+  }
+  finish<float, TB>(total, rows, bias, out, tile0, N);
+}
+
+void gemm(const float* x, const float* packed, const float* bias, float* out, int64_t rows, int64_t N, int64_t K,
+          int threads) {
+  // Units of work: the groups of kGemmTiles tiles, then the tiles left over one by one.
+  const int64_t tiles = (N + W - 1) / W, groups = tiles / kGemmTiles, units = groups + tiles % kGemmTiles;
+#pragma omp parallel num_threads(threads) if (threads > 1 && units > 1)
+  {
+    std::vector<vec> total(std::min(kGemmBlockRows, rows) * kGemmTiles);
+    for (int64_t r0 = 0; r0 < rows; r0 += kGemmBlockRows) {
+      const int64_t block_rows = std::min(kGemmBlockRows, rows - r0);
+      const float* xb = x + r0 * K;
+      float* ob = out + r0 * N;
+      // static with the same bounds every time: each thread keeps its tiles from block to block.
+#pragma omp for schedule(static) nowait
+      for (int64_t u = 0; u < units; ++u) {
+        if (u < groups)
+          gemm_tiles<kGemmTiles>(xb, packed, bias, ob, block_rows, u * kGemmTiles, N, K, total.data());
+        else
+          gemm_tiles<1>(xb, packed, bias, ob, block_rows, groups * kGemmTiles + (u - groups), N, K, total.data());
+      }
+    }
+  }
+}
 
 #if defined(SARATHI_AMX)
 // The tile registers' shapes: 0, 1 accumulate two tiles' outputs [M][16] float32; 2 holds x [M][32]
@@ -262,9 +370,12 @@ void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, 
 }
 #endif
 
-// x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; 1 <= rows <= MAX_ROWS.
+// x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; rows >= 1,
+// at most MAX_ROWS in bfloat16.
 template <typename T>
 void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
+  if constexpr (std::is_same<T, float>::value)
+    if (rows > MAX_ROWS) return gemm(x, packed, bias, out, rows, N, K, threads);
 #if defined(SARATHI_AMX)
   if constexpr (std::is_same<T, bf16>::value)
     if (sarathi::amx_permitted()) return amx_linear(x, packed, bias, out, rows, N, K, threads);
