@@ -41,9 +41,10 @@ LINEAR_CASES = dict(rows=st.integers(1, cpu_ops.LINEAR_MAX_ROWS), in_features=st
 @example(rows=3, in_features=33, out_features=17, bias=True, dtype=torch.bfloat16, seed=1)
 @example(rows=48, in_features=2048, out_features=768, bias=True, dtype=torch.float32, seed=0)
 @example(rows=300, in_features=70, out_features=90, bias=True, dtype=torch.float32, seed=2)
+@example(rows=100, in_features=96, out_features=200, bias=True, dtype=torch.bfloat16, seed=2)
+@example(rows=33, in_features=64, out_features=40, bias=False, dtype=torch.bfloat16, seed=1)
 def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features, bias, dtype, seed):
-    # Float32 beyond LINEAR_MAX_ROWS rows takes the kernel's GEMM; bfloat16 has none.
-    rows = rows if dtype == torch.float32 else min(rows, cpu_ops.LINEAR_MAX_ROWS)
+    rows = rows if _has_gemm(dtype) else min(rows, cpu_ops.LINEAR_MAX_ROWS)
     x, w, b = _linear_inputs(rows, in_features, out_features, bias, dtype, seed)
     got = cpu_ops.linear(x, cpu_ops.pack_linear(w), out_features, b)
     want = F.linear(x.double(), w.double(), None if b is None else b.double())
@@ -70,15 +71,27 @@ def test_a_rows_results_are_the_same_bits_in_any_batch(rows, in_features, out_fe
     assert torch.equal(cpu_ops.linear(x[1:], packed, out_features, b), batch[1:])
 
 
-# Float32 batches beyond LINEAR_MAX_ROWS: the kernel's GEMM (panels of six rows, a last one of 1-5).
-GEMM_CASES = LINEAR_CASES | {"rows": st.integers(cpu_ops.LINEAR_MAX_ROWS + 1, 80), "dtype": st.just(torch.float32)}
+def _has_gemm(dtype):
+    """Whether ``dtype`` takes more than LINEAR_MAX_ROWS rows here: float32's GEMM (panels of six
+    rows, a last one of 1-5), bfloat16's on AMX (32-row groups, the last padded; K % 32 in slabs)."""
+    return cpu_ops.supports(torch.zeros(1)) and (dtype == torch.float32 or cpu_ops.bf16_uses_amx())
 
 
-@settings(max_examples=25, deadline=None)
+# Batches beyond LINEAR_MAX_ROWS: the kernel's GEMMs.
+GEMM_CASES = LINEAR_CASES | {"rows": st.integers(cpu_ops.LINEAR_MAX_ROWS + 1, 80),
+                             "dtype": st.sampled_from([d for d in (torch.float32, torch.bfloat16) if _has_gemm(d)])}
+
+
+@settings(max_examples=30, deadline=None)
 @given(**GEMM_CASES)
 @example(rows=300, in_features=130, out_features=200, bias=True, dtype=torch.float32, seed=0)
-def test_a_float32_rows_results_are_the_same_bits_in_the_gemm_and_the_few_row_path(rows, in_features, out_features,
-                                                                                   bias, dtype, seed):
+@example(rows=48, in_features=2048, out_features=768, bias=True, dtype=torch.bfloat16, seed=0)
+@example(rows=33, in_features=64, out_features=40, bias=False, dtype=torch.bfloat16, seed=1)
+@example(rows=100, in_features=96, out_features=200, bias=True, dtype=torch.bfloat16, seed=2)
+def test_a_rows_results_are_the_same_bits_in_the_gemm_and_the_few_row_path(rows, in_features, out_features, bias,
+                                                                           dtype, seed):
+    if not _has_gemm(dtype):
+        return  # the examples above name bfloat16, which has no GEMM without AMX
     # A decode token's logits may not depend on whether 16 or 17 requests share its iteration: the
     # GEMM must sum in the few-row path's order, whatever panel (or the last, shorter one) a row is in.
     x, w, b = _linear_inputs(rows, in_features, out_features, bias, dtype, seed)
@@ -110,12 +123,15 @@ def test_wrong_calls_are_refused():
             cpu_ops.linear(x, packed, 20)
     with pytest.raises(ValueError, match="linear"):
         cpu_ops.linear(torch.randn(2, 8), packed, 20, torch.randn(19))
-    # bfloat16 has no GEMM of its own: beyond LINEAR_MAX_ROWS rows it is refused.
+    # bfloat16 has a GEMM on AMX only: beyond LINEAR_MAX_ROWS rows it is refused elsewhere.
     rows = cpu_ops.LINEAR_MAX_ROWS
     packed16 = cpu_ops.pack_linear(w.bfloat16())
     assert cpu_ops.linear(torch.randn(rows, 8, dtype=torch.bfloat16), packed16, 20).shape == (rows, 20)
-    with pytest.raises(ValueError, match="linear"):
-        cpu_ops.linear(torch.randn(rows + 1, 8, dtype=torch.bfloat16), packed16, 20)
+    if cpu_ops.bf16_uses_amx():
+        assert cpu_ops.linear(torch.randn(rows + 1, 8, dtype=torch.bfloat16), packed16, 20).shape == (rows + 1, 20)
+    else:
+        with pytest.raises(ValueError, match="linear"):
+            cpu_ops.linear(torch.randn(rows + 1, 8, dtype=torch.bfloat16), packed16, 20)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -130,10 +146,11 @@ def test_linear_layers_send_few_rows_to_the_kernel_and_more_to_onednn(dtype):
         calls.append(x.shape[0])
         return real(x, *args)
 
-    most = cpu_linear.FLOAT32_KERNEL_ROWS if dtype == torch.float32 else cpu_linear.SMALL_ROWS
+    most = {torch.float32: cpu_linear.FLOAT32_KERNEL_ROWS,
+            torch.bfloat16: cpu_linear.AMX_KERNEL_ROWS if cpu_ops.bf16_uses_amx() else cpu_linear.SMALL_ROWS}[dtype]
     assert layer.kernel_rows == most
     with patch.object(cpu_ops, "linear", spy), torch.inference_mode():
-        for rows in (1, cpu_linear.SMALL_ROWS, most, most + 1, 100):
+        for rows in (1, cpu_linear.SMALL_ROWS, most, most + 1, 200):
             x = torch.randn(rows, 64, dtype=dtype)
             want = F.linear(x.double(), layer.weight.double(), layer.bias.double())
             torch.testing.assert_close(layer(x).double(), want, rtol=2**-7, atol=1e-2)

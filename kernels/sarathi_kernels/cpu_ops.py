@@ -27,8 +27,8 @@ _SIGNATURES = {
     "linear": [_P, _P, _P, _P, _I64, _I64, _I64, _INT],
     "linear_pack": [_P, _P, _I64, _I64],
 }
-# The most rows ``linear`` takes in bfloat16, and the most its few-row path takes in float32 (beyond,
-# a GEMM; csrc/linear_cpu.cpp: one set of register accumulators per row).
+# The most rows ``linear``'s few-row path takes (csrc/linear_cpu.cpp: one set of register accumulators
+# per row); beyond, a GEMM in float32, and in bfloat16 where it runs on AMX (bf16_uses_amx), else none.
 LINEAR_MAX_ROWS = 16
 
 
@@ -112,16 +112,17 @@ def _packed_numel(n: int, k: int, dtype: torch.dtype) -> int:
 
 def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias) for x [rows, in], over ``packed`` = pack_linear(weight) of weight
-    [out_features, in]; bias [out_features] or None; one dtype. Any rows >= 1 in float32 (beyond
-    LINEAR_MAX_ROWS a GEMM), 1 to LINEAR_MAX_ROWS in bfloat16. A row's results are the same bits
-    whatever the other rows and however many (csrc/linear_cpu.cpp)."""
+    [out_features, in]; bias [out_features] or None; one dtype. Any rows >= 1 in float32, and in
+    bfloat16 where it runs on AMX (beyond LINEAR_MAX_ROWS a GEMM); else 1 to LINEAR_MAX_ROWS. A row's
+    results are the same bits whatever the other rows and however many (csrc/linear_cpu.cpp)."""
     rows, k = x.shape
     n = out_features
-    max_rows = rows if x.dtype == torch.float32 else LINEAR_MAX_ROWS
+    gemm = x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and bf16_uses_amx())
+    max_rows = rows if gemm else LINEAR_MAX_ROWS
     _check(1 <= rows <= max_rows and x.is_contiguous() and x.is_cpu and packed.dtype == x.dtype and packed.is_cpu
            and packed.numel() == _packed_numel(n, k, x.dtype) and (bias is None or (
                bias.shape == (n,) and bias.dtype == x.dtype and bias.is_contiguous() and bias.is_cpu)),
-           f"linear: contiguous x [rows, in] (float32: rows >= 1; bfloat16: 1..{LINEAR_MAX_ROWS}), the packed"
+           f"linear: contiguous x [rows, in] (float32, bfloat16 on AMX: rows >= 1; else 1..{LINEAR_MAX_ROWS}), the packed"
            " weight of [out, in], bias [out], one dtype")
     out = x.new_empty((rows, n))
     _fn("linear", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),

@@ -26,6 +26,12 @@ at 64; held to AVX2 there 1.59x oneDNN's at 17 rows, 1.26x at 32, 1.07x at 48, 1
 AVX-512 with bf16 units (a Zen 4's code) 1.43x / 1.26x / 1.14x / 1.09x. From 64 rows on the libraries'
 blocked GEMMs run at up to 87% of the FMA rate where this one stays near 60%.
 
+In bfloat16 on a CPU with AMX the kernel takes up to ``AMX_KERNEL_ROWS`` rows: beyond 16, 32-row
+groups against two tiles of weights on the tile registers. cpu-small's 48 GEMMs, streamed, 2 threads,
+on the Xeon with AMX: 1.17-1.25x oneDNN's (AMX too) at 17-32 rows, 1.14-1.16x at 64-96, 1.09-1.11x
+at 128, 0.96x at 160 and 0.76-0.82x at 256, where its tile loads from L2 bound it (two per two
+multiply-adds) and oneDNN's blocking reaches 2 TFLOP/s (benchmarks/RESULTS.md, session 27).
+
 In float32 on an Intel CPU, where torch has MKL, ``cpu_linear="auto"`` gives the rows above
 ``FLOAT32_KERNEL_ROWS`` to MKL's packed SGEMM instead of oneDNN (what torch.compile's freezing pass and
 IPEX emit for a float32 linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill iterations ran
@@ -69,8 +75,17 @@ _CLEAR_WIN = 1.2
 # oneDNN up to 12 rows and, once it prefetched its weights (session 10), 1.14-1.5x at 13-16 rows with
 # AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
-# The most float32 rows that sarathi_kernels' linear takes (its GEMM beyond SMALL_ROWS; above).
+# The most float32 rows that sarathi_kernels' linear takes (its GEMM beyond SMALL_ROWS; above), and
+# the most bfloat16 rows where bfloat16 runs on AMX tiles (above).
 FLOAT32_KERNEL_ROWS = 48
+AMX_KERNEL_ROWS = 128
+
+
+def kernel_rows(dtype: torch.dtype) -> int:
+    """The most rows of ``dtype`` that the engine gives sarathi_kernels' linear here."""
+    if dtype == torch.float32:
+        return FLOAT32_KERNEL_ROWS
+    return AMX_KERNEL_ROWS if dtype == torch.bfloat16 and cpu_ops.bf16_uses_amx() else SMALL_ROWS
 # The fewest rows that F.linear (MKL's SGEMM) takes from oneDNN on a CPU without AVX-512 (above).
 ATEN_ROWS = 768
 
@@ -96,7 +111,7 @@ def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
 
 def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
     """The GEMM that ``cpu_linear`` ("auto", "mkl" or "onednn") gives the rows that sarathi_kernels'
-    linear does not take (above SMALL_ROWS; FLOAT32_KERNEL_ROWS in float32) in ``dtype``, or None
+    linear does not take (above ``kernel_rows(dtype)``) in ``dtype``, or None
     where none can run it (the engine then keeps nn.Linear). MKL's runs float32
     only: other dtypes go to oneDNN's under "mkl" too."""
     wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto" and cpuinfo("vendor_id") == "GenuineIntel")
@@ -140,7 +155,7 @@ class PackedLinear(nn.Module):
         self.register_buffer("packed_weight", packed, persistent=False)
         small = cpu_ops.pack_linear(linear.weight.detach()) if cpu_ops.supports(linear.weight) else None
         self.register_buffer("small_rows_weight", small, persistent=False)
-        self.kernel_rows = FLOAT32_KERNEL_ROWS if linear.weight.dtype == torch.float32 else SMALL_ROWS
+        self.kernel_rows = kernel_rows(linear.weight.dtype) if small is not None else 0
         self.one_row_packed = False  # set by pack_linears' probe
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
@@ -158,7 +173,7 @@ class PackedLinear(nn.Module):
         return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if 0 < x.shape[0] <= self.kernel_rows and self.small_rows_weight is not None:
+        if 0 < x.shape[0] <= self.kernel_rows:
             return self._small(x)
         if (x.shape[0] < 2 and not self.one_row_packed) or (self.aten_rows and x.shape[0] >= self.aten_rows):
             return self._aten(x)

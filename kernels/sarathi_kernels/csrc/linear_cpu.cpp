@@ -1,5 +1,6 @@
 // Linear layers of a few rows (decode batches) on the CPU: out = x W^T (+ bias), x [M, K] with
-// M <= 16 (float32: any M, beyond 16 a GEMM, below), over a copy of W packed once at load time.
+// M <= 16 (float32, and bfloat16 on AMX: any M, beyond 16 a GEMM, below), over a copy of W packed
+// once at load time.
 //
 // Why: a decode iteration streams every linear weight from memory once; oneDNN's matmul streams
 // them at 18-19 GB/s on 2 Zen 4 cores at 1-8 rows (float32 and bfloat16) where a plain read of the
@@ -331,15 +332,10 @@ void amx_block(const bf16* x, int64_t ldx, const bf16* packed, const bf16* bias,
     SARATHI_K_BLOCK(5, 6, 7, blocks * kTileBytes)
   }
 #undef SARATHI_K_BLOCK
-  alignas(64) float sums[TB][MAX_ROWS][W];
-  _tile_stored(0, sums[0], W * sizeof(float));
-  if (TB == 2) _tile_stored(1, sums[TB - 1], W * sizeof(float));
-  for (int b = 0; b < TB; ++b) {
-    const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        out[r * N + n0 + c] = sarathi::store<bf16>(sums[b][r][c] + (bias ? load(bias[n0 + c]) : 0.f));
-  }
+  vec sums[MAX_ROWS][TB];  // finish's layout: each tile's rows TB vectors apart
+  _tile_stored(0, &sums[0][0], TB * sizeof(vec));
+  if (TB == 2) _tile_stored(1, &sums[0][1], TB * sizeof(vec));
+  finish<bf16, TB>(&sums[0][0], m, bias, out, tile0, N);
 }
 
 void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, int64_t m, int64_t N, int64_t K,
@@ -368,6 +364,102 @@ void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, 
     _tile_release();
   }
 }
+
+// Rows beyond MAX_ROWS in bfloat16 on AMX, K a multiple of 32: 32 rows against two tiles per block,
+// four accumulator tiles (0-3), x's two 16-row tiles (4, 5) and two weight tiles (6, 7), so that
+// each tile loaded feeds two multiply-adds. Each thread takes a contiguous range of tile pairs and
+// runs every 32-row group past each pair, whose weights stay in L2 meanwhile. The last group's rows
+// come from a copy padded with zero rows (tail: its rows, 1-32; a second slab only past 16), so that
+// every tile has 16 rows and one configuration serves all: a last slab of other rows through
+// amx_linear read every weight from memory a second time (17 rows 0.99x oneDNN against 1.28x at 32).
+// Why: at 17-128 rows oneDNN's AMX GEMM streams cpu-small's weights at 10-17 GB/s where a copy runs at
+// 28; this one 1.17-1.25x faster at 17-32 rows, 1.09-1.16x at 64-128 (benchmarks/RESULTS.md, session
+// 27). From ~160 rows it loses (0.76-0.82x at 256): both its operands' tiles come from L2, 4 KB per 4
+// multiply-adds, about L2's rate, where oneDNN's blocking reaches 2 TFLOP/s.
+sarathi::TileConfig gemm_tile_config() {
+  sarathi::TileConfig c;
+  for (int t = 0; t < 8; ++t) c.set(t, 16, 64);
+  return c;
+}
+
+void amx_gemm_pair(const bf16* x, const bf16* tail_x, int64_t tail, int64_t K, const bf16* packed, const bf16* bias,
+                   bf16* out, int64_t tile0, int64_t groups, int64_t N) {
+  constexpr int64_t kBlockPairs = 16, kTileBytes = kBlockPairs * W * 2 * sizeof(bf16);
+  const int64_t steps = K / 2, blocks = steps / kBlockPairs, x_stride = K * sizeof(bf16);
+  const char* w0 = reinterpret_cast<const char*>(packed + tile0 * steps * W * 2);
+  const char* w1 = w0 + steps * W * 2 * sizeof(bf16);
+  vec sums[32][2];  // finish's layout: [row][tile]
+  for (int64_t g = 0; g < groups; ++g) {
+    const bool last = g == groups - 1;
+    const int64_t rows = last ? tail : 32;
+    const bool two = rows > 16;
+    const bf16* x0 = last ? tail_x : x + g * 32 * K;
+    const bf16* x1 = x0 + 16 * K;
+    _tile_zero(0);
+    _tile_zero(1);
+    if (two) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      _tile_loadd(6, w0 + b * kTileBytes, 64);
+      _tile_loadd(7, w1 + b * kTileBytes, 64);
+      _tile_loadd(4, x0 + b * 32, x_stride);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if (two) {
+        _tile_loadd(5, x1 + b * 32, x_stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, &sums[0][0], 2 * sizeof(vec));
+    _tile_stored(1, &sums[0][1], 2 * sizeof(vec));
+    if (two) {
+      _tile_stored(2, &sums[16][0], 2 * sizeof(vec));
+      _tile_stored(3, &sums[16][1], 2 * sizeof(vec));
+    }
+    finish<bf16, 2>(&sums[0][0], rows, bias, out + g * 32 * N, tile0, N);
+  }
+}
+
+// Any rows beyond MAX_ROWS; K not a multiple of 32 (and the odd last tile) in slabs of up to 16 rows.
+void amx_gemm(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, int64_t rows, int64_t N, int64_t K,
+              int threads) {
+  if (K % 32) {
+    for (int64_t r = 0; r < rows; r += MAX_ROWS)
+      amx_linear(x + r * K, packed, bias, out + r * N, std::min<int64_t>(MAX_ROWS, rows - r), N, K, threads);
+    return;
+  }
+  const int64_t groups = (rows + 31) / 32, tail = rows - (groups - 1) * 32, tiles = (N + W - 1) / W,
+                pairs = tiles / 2;
+  // Whole slabs are read in place; a slab of 1-15 rows is copied, padded with zero rows.
+  const bf16* last = x + (groups - 1) * 32 * K;
+  std::vector<bf16> padded;
+  if (tail % 16) {
+    padded.assign((tail + 15) / 16 * 16 * K, bf16{0});
+    std::memcpy(padded.data(), last, tail * K * sizeof(bf16));
+    last = padded.data();
+  }
+  const sarathi::TileConfig config = gemm_tile_config();
+#pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
+  {
+    _tile_loadconfig(&config);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < pairs; ++p)
+      amx_gemm_pair(x, last, tail, K, packed, bias, out, 2 * p, groups, N);
+    _tile_release();
+  }
+  if (tiles % 2) {
+    for (int64_t r = 0; r < rows; r += MAX_ROWS) {
+      const int64_t m = std::min<int64_t>(MAX_ROWS, rows - r);
+      const sarathi::TileConfig one = linear_tiles(m, 0);
+      _tile_loadconfig(&one);
+      amx_block<1>(x + r * K, K, packed, bias, out + r * N, tiles - 1, m, N, K / 2);
+      _tile_release();
+    }
+  }
+}
 #endif
 
 // x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; rows >= 1,
@@ -378,7 +470,9 @@ void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, in
     if (rows > MAX_ROWS) return gemm(x, packed, bias, out, rows, N, K, threads);
 #if defined(SARATHI_AMX)
   if constexpr (std::is_same<T, bf16>::value)
-    if (sarathi::amx_permitted()) return amx_linear(x, packed, bias, out, rows, N, K, threads);
+    if (sarathi::amx_permitted())
+      return rows > MAX_ROWS ? amx_gemm(x, packed, bias, out, rows, N, K, threads)
+                             : amx_linear(x, packed, bias, out, rows, N, K, threads);
 #endif
   static constexpr auto kernels = table<T>(std::make_index_sequence<MAX_ROWS>{});
   constexpr int64_t P = pair_of<T>;
