@@ -1,7 +1,8 @@
 """`python -m sarathi_lab.run [-m] key=value ...`: one engine run per composed config.
 
 Exit codes: 0 done; 1 a run (or, with -m, any job of the sweep) failed; 2 a bad command line or
-configuration, reported as one line before any work; 128+N interrupted by signal N, partial records saved.
+configuration, reported as one line before any work (with -m under the basic launcher, any job's,
+before the first job runs: harness/sweep_check.py); 128+N interrupted by signal N, partial records saved.
 Only Hydra is imported until a run starts, so that --help, --cfg and a refused command line answer
 in well under two seconds.
 """

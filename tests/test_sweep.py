@@ -1,5 +1,6 @@
 """Sweeps through a real process-based launcher, failure isolation (a job that raises, a job
-SIGKILLed) and the end-of-sweep summary, and a run stopped by SIGTERM."""
+SIGKILLed) and the end-of-sweep summary, every job checked before the first runs under the basic
+launcher, and a run stopped by SIGTERM."""
 from __future__ import annotations
 
 import json
@@ -44,6 +45,27 @@ def test_submitit_sweep_runs_jobs_as_processes_and_isolates_a_failing_one(tmp_pa
     assert summary == {"0": {"status": "failed", "error": "chunk=0 is invalid: must be > 0"},
                        "1": {"status": "ok", "error": None}}
     assert "FAILED 0 (failed): chunk=0 is invalid" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("sweep, refused", [
+    # The command line's sweeps: the last one varies fastest, so the bad value's first job is number 2.
+    (["chunk=16,0", "seed=1,2"], ("sweep job 2 of 4 (", "chunk=0 seed=1): chunk=0 is invalid: must be > 0")),
+    # An experiment's own sweep (hydra.sweeper.params) first, then the command line's, which wins.
+    (["experiment=pd_ratio", "model=tiny", "pd_ratio=4,nan"],
+     ("sweep job 2 of 8 (chunk=64 pd_ratio=nan scheduler=static", "): pd_ratio=nan is invalid")),
+])
+def test_a_sweep_with_a_bad_job_is_refused_before_any_job_runs(tmp_path, sweep, refused):
+    # The basic launcher runs jobs one after another: job 2 was refused only once jobs 0 and 1 had run.
+    base = [] if sweep[0].startswith("experiment=") else TINY
+    proc = subprocess.run(_cli("-m", *base, *sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-2000:]
+    assert "Traceback" not in output and "Launching" not in output
+    lines = [line for line in output.splitlines() if "sweep job" in line]
+    assert len(lines) == 1 and all(part in lines[0] for part in refused), output
+    assert lines[0].endswith("; no job was run"), output
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "outputs").exists()
 
 
 class SigkillJob(Callback):

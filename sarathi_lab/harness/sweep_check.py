@@ -1,0 +1,74 @@
+"""Every job of a sweep checked before the first one runs: under Hydra's basic launcher, which runs the
+jobs one after another on this machine, `-m chunk=256,512,0` used to run the first two jobs (minutes to
+hours each) before the third was refused. Each job's config is composed as the sweeper will compose it
+(the experiment's hydra.sweeper.params, then the command line, which wins), then read (schema) and
+preflighted (model, context, budget and memory by arithmetic) as the job itself will do; the first job
+refused stops the sweep with one line naming the job, its overrides and the key, and exit 2, before any
+sweep directory exists.
+
+Launchers that run jobs elsewhere (submitit on Slurm, Ray) are left to check each job where it runs: the
+memory and devices there are not this machine's. A job failing while it runs still leaves the others to
+run (SweepSummary reports it at the end).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+
+def _target(node: Any) -> str:
+    return str(node.get("_target_", "")) if node is not None else ""
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class SweepPreflight(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if _target(config.hydra.sweeper) != _qualname(BasicSweeper) or \
+                _target(config.hydra.launcher) != _qualname(BasicLauncher):
+            return
+        error = first_refused_job(config)
+        if error:
+            log.error("%s", error)
+            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
+            sys.exit(2)
+
+
+def job_overrides(config: DictConfig) -> list[list[str]]:
+    """Each job's overrides, in the basic sweeper's order: hydra.sweeper.params, then the command line."""
+    params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def first_refused_job(config: DictConfig) -> str | None:
+    """The one-line error of the first job whose config the run would refuse, or None."""
+    from sarathi_lab.config import ConfigError
+    from sarathi_lab.harness.preflight import preflight
+    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.model import ModelLoadError
+
+    loader = GlobalHydra.instance().config_loader()
+    jobs = job_overrides(config)
+    for num, overrides in enumerate(jobs):
+        job = loader.load_sweep_config(config, list(overrides))
+        with read_write(job), open_dict(job):
+            del job["hydra"]
+        try:
+            preflight(parse_config(job))
+        except (ConfigError, ModelLoadError) as e:
+            return f"sweep job {num} of {len(jobs)} ({' '.join(overrides)}): {e}; no job was run"
+    return None
