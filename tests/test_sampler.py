@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.engine.sequence import SamplingParams
@@ -130,14 +130,20 @@ def test_sampling_without_keys_is_refused():
 
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 6), vocab=st.sampled_from([300, 5000, 32000]),
-       scale=st.sampled_from([0.5, 4.0, 12.0]), top_p=st.sampled_from([0.5, 0.9, 0.99]), seed=st.integers(0, 2**16))
-def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, seed):
+       scale=st.sampled_from([0.5, 4.0, 12.0]), top_p=st.sampled_from([0.5, 0.9, 0.99]), seed=st.integers(0, 2**16),
+       tied=st.booleans())
+# Two of the 5000 random logits equal: topk and an unstable sort ordered them as they pleased.
+@example(rows=5, vocab=5000, scale=0.5, top_p=0.99, seed=751, tied=False)
+def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, seed, tied):
     # Peaked rows (scale 12) find their nucleus among the top 64, flatter ones among 1024 or by a
     # full sort: each must draw what the row's own sorted inverse CDF, in plain Python, gives for
-    # the same uniform.
+    # the same uniform, tokens of equal probability in id order (Python's sort is stable). Tied:
+    # logits on a grid of halves, so that ties straddle the nucleus' end and topk's k-th.
     import sarathi_lab.model.sampler as sampler_module
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(rows, vocab, generator=g) * scale
+    if tied:
+        logits = (logits * 2).round() / 2
     keys = [(r, seed) for r in range(rows)]
     got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed))(logits, keys)
     probs = torch.softmax(logits.double(), dim=-1).tolist()
