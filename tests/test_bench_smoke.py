@@ -147,6 +147,8 @@ def test_entry_point_help(args):
     (ceilings, ["--copy-mib", "0"], "argument --copy-mib: '0' is invalid"),
     (ceilings, ["--matmul-n", "-8"], "argument --matmul-n: '-8' is invalid"),
     (ceilings, ["--threads", "-2"], "argument --threads: '-2' is invalid"),
+    # Threads beyond the cores time their waits for a core: a benchmark's figures that measure nothing.
+    (ceilings, ["--threads", "100000"], "argument --threads: '100000' is invalid: this process may run on"),
     (overhead, ["--requests", "0"], "argument --requests: '0' is invalid"),
     (overhead, ["--prompt-len", "48-16"], "argument --prompt-len: '48-16' is invalid: must be LO-HI (or N) with"),
     (overhead, ["--new-tokens", "0"], "argument --new-tokens: '0' is invalid"),

@@ -5,6 +5,7 @@ benchmark's ``--help`` reads these."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import PurePath
 
 TABLE_SUFFIXES = (".csv", ".json")
@@ -26,6 +27,17 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an integer >= 1")
+    return value
+
+
+def thread_count(text: str) -> int:
+    """Threads: an integer from 1 to the cores this process may run on. More threads than cores time
+    their waits for a core (OpenMP's spinning threads slow to a crawl), not the work."""
+    value = positive_int(text)
+    cores = len(os.sched_getaffinity(0))
+    if value > cores:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: this process may run on {cores} cores, "
+                                         f"so at most {cores} threads")
     return value
 
 

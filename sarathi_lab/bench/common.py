@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import positive_int, table_path
+from sarathi_lab.bench.args import table_path, thread_count
 from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
@@ -35,7 +35,7 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
                             help="the engine's CPU linear layers over packed weights (auto: MKL's GEMM in "
                                  "float32 on an Intel CPU, oneDNN's otherwise; mkl: MKL's in float32 on any "
                                  "CPU; onednn: oneDNN's in every dtype), or F.linear (aten)")
-    parser.add_argument("--threads", type=positive_int, default=None,
+    parser.add_argument("--threads", type=thread_count, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:
         parser.add_argument("--clock", choices=CLOCKS, default="wall",
