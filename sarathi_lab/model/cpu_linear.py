@@ -23,7 +23,8 @@ by span): decode batches of 17-48 requests. Measured on cpu-small's 48 GEMMs, we
 memory, 2 threads, against what "auto" took before on each kind (benchmarks/RESULTS.md, session 27):
 on the Xeon with AMX 1.43-1.47x MKL's packed SGEMM at 17 rows, 1.17x at 32, 1.04-1.05x at 48, 0.88-0.95x
 at 64; held to AVX2 there 1.59x oneDNN's at 17 rows, 1.26x at 32, 1.07x at 48, 1.04x at 64; held to
-AVX-512 with bf16 units (a Zen 4's code) 1.43x / 1.26x / 1.14x / 1.09x. From 64 rows on the libraries'
+AVX-512 with bf16 units (a Zen 4's code) 1.43x / 1.26x / 1.14x / 1.09x, held to AVX-512 with VNNI (a
+Xeon without bf16 units) 1.45x MKL's / 1.20x / 1.09x / 0.99x. From 64 rows on the libraries'
 blocked GEMMs run at up to 87% of the FMA rate where this one stays near 60%.
 
 In bfloat16 on a CPU with AMX the kernel takes up to ``AMX_KERNEL_ROWS`` rows: beyond 16, 32-row
