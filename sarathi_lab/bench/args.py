@@ -34,7 +34,7 @@ def thread_count(text: str) -> int:
     """Threads: an integer from 1 to the cores this process may run on. More threads than cores time
     their waits for a core (OpenMP's spinning threads slow to a crawl), not the work."""
     value = positive_int(text)
-    cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0))  # profiling.machine.cores(), whose module imports torch
     if value > cores:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: this process may run on {cores} cores, "
                                          f"so at most {cores} threads")

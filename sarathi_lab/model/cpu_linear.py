@@ -80,6 +80,8 @@ SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
 # the most bfloat16 rows where bfloat16 runs on AMX tiles (above).
 FLOAT32_KERNEL_ROWS = 48
 AMX_KERNEL_ROWS = 128
+# The fewest rows that F.linear (MKL's SGEMM) takes from oneDNN on a CPU without AVX-512 (above).
+ATEN_ROWS = 768
 
 
 def kernel_rows(dtype: torch.dtype) -> int:
@@ -87,8 +89,6 @@ def kernel_rows(dtype: torch.dtype) -> int:
     if dtype == torch.float32:
         return FLOAT32_KERNEL_ROWS
     return AMX_KERNEL_ROWS if dtype == torch.bfloat16 and cpu_ops.bf16_uses_amx() else SMALL_ROWS
-# The fewest rows that F.linear (MKL's SGEMM) takes from oneDNN on a CPU without AVX-512 (above).
-ATEN_ROWS = 768
 
 
 GEMMS = ("mkl", "onednn")

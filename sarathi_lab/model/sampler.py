@@ -41,10 +41,7 @@ class Sampler:
         probs = torch.softmax(shifted / temperature, dim=-1)
         order = None
         if self.params.top_p < 1.0:
-            probs, order, cdf = _most_likely(probs, self.params.top_p)
-            # The nucleus is a prefix of the sorted row: the most likely tokens until their mass
-            # reaches top_p, the one that crosses it included (always the top one).
-            kept = ((cdf - probs) < self.params.top_p).sum(dim=-1, keepdim=True)
+            probs, order, cdf, kept = _most_likely(probs, self.params.top_p)
             total = cdf.gather(-1, kept - 1)
         else:
             cdf = probs.cumsum(dim=-1)
@@ -60,9 +57,12 @@ class Sampler:
         return chosen.squeeze(1).tolist()
 
 
-def _most_likely(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _most_likely(probs: torch.Tensor,
+                 top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rows' most likely tokens, most likely first, at least until each row's mass reaches
-    top_p: their probabilities, ids and running mass. A full sort of a 32000-token row takes ~1.6 ms
+    top_p: their probabilities, ids, running mass and the nucleus' size [rows, 1]. The nucleus is a
+    prefix of the sorted row: the most likely tokens until their mass reaches top_p, the one that
+    crosses it included (always the top one). A full sort of a 32000-token row takes ~1.6 ms
     on a CPU core; a trained model's nucleus is mostly a few dozen tokens, which topk finds in a
     fraction of that. Rows as flat as a random model's fall through to the sort. Tokens of equal
     probability are in id order (the sort is stable), so that the draw is the same whichever path
@@ -74,13 +74,14 @@ def _most_likely(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch
             break
         top, ids = probs.topk(k, dim=-1)
         cdf = top.cumsum(dim=-1)
+        kept = ((cdf - top) < top_p).sum(dim=-1, keepdim=True)
         # topk picks among tokens tied with its k-th at will: its answer stands where every row's
         # nucleus ends on a probability above the k-th, so that no token tied with one inside is left out.
-        last = top.gather(-1, ((cdf - top) < top_p).sum(dim=-1, keepdim=True) - 1)
-        if bool(((cdf[:, -1] >= top_p) & (last[:, 0] > top[:, -1])).all()):
-            return top, _ids_by_id_within_ties(top, ids), cdf
+        if bool(((cdf[:, -1] >= top_p) & (top.gather(-1, kept - 1)[:, 0] > top[:, -1])).all()):
+            return top, _ids_by_id_within_ties(top, ids), cdf, kept
     top, ids = probs.sort(dim=-1, descending=True, stable=True)
-    return top, ids, top.cumsum(dim=-1)
+    cdf = top.cumsum(dim=-1)
+    return top, ids, cdf, ((cdf - top) < top_p).sum(dim=-1, keepdim=True)
 
 
 def _ids_by_id_within_ties(top: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -463,7 +463,7 @@ void amx_gemm(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, in
 #endif
 
 // x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; rows >= 1,
-// at most MAX_ROWS in bfloat16.
+// at most MAX_ROWS in bfloat16 without AMX.
 template <typename T>
 void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
   if constexpr (std::is_same<T, float>::value)
