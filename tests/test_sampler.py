@@ -1,14 +1,26 @@
 """Greedy sampling picks the first index of each row's maximum, ties included, in every dtype; sampling
 follows softmax(logits / temperature) cut to the top-p nucleus."""
 import math
+from contextlib import nullcontext
+from unittest.mock import patch
 
 import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from sarathi_kernels import cpu_ops
 
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.model.sampler import Sampler
+
+# The CPU's sampling paths: the kernels' (csrc/nucleus_cpu.cpp for top-p) and torch's, which CUDA
+# and a machine without a compiler run.
+KERNELS = cpu_ops.supports(torch.zeros(1))
+PATHS = ["kernels", "torch"] if KERNELS else ["torch"]
+
+
+def _path(name: str):
+    return nullcontext() if name == "kernels" else patch.object(cpu_ops, "supports", lambda x: False)
 
 
 @settings(max_examples=60, deadline=None)
@@ -128,24 +140,26 @@ def test_sampling_without_keys_is_refused():
         Sampler(SamplingParams(temperature=1.0))(torch.zeros(2, 5))
 
 
-@settings(max_examples=40, deadline=None)
-@given(rows=st.integers(1, 6), vocab=st.sampled_from([300, 5000, 32000]),
-       scale=st.sampled_from([0.5, 4.0, 12.0]), top_p=st.sampled_from([0.5, 0.9, 0.99]), seed=st.integers(0, 2**16),
-       tied=st.booleans())
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 6), vocab=st.sampled_from([1, 2, 300, 5000, 32000]),
+       scale=st.sampled_from([0.5, 4.0, 12.0, 60.0]), top_p=st.sampled_from([0.5, 0.9, 0.99]),
+       seed=st.integers(0, 2**16), tied=st.booleans(), path=st.sampled_from(PATHS))
 # Two of the 5000 random logits equal: topk and an unstable sort ordered them as they pleased.
-@example(rows=5, vocab=5000, scale=0.5, top_p=0.99, seed=751, tied=False)
-def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, seed, tied):
-    # Peaked rows (scale 12) find their nucleus among the top 64, flatter ones among 1024 or by a
-    # full sort: each must draw what the row's own sorted inverse CDF, in plain Python, gives for
-    # the same uniform, tokens of equal probability in id order (Python's sort is stable). Tied:
-    # logits on a grid of halves, so that ties straddle the nucleus' end and topk's k-th.
+@example(rows=5, vocab=5000, scale=0.5, top_p=0.99, seed=751, tied=False, path="torch")
+def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, seed, tied, path):
+    # Peaked rows (scale 12) find their nucleus among the top 64 on torch's path, flatter ones among
+    # 1024 or by a full sort; the kernel selects by the probabilities' bits (scale 60: most of them
+    # underflow to 0 or to subnormals). Each must draw what the row's own sorted inverse CDF, in plain
+    # Python, gives for the same uniform, tokens of equal probability in id order (Python's sort is
+    # stable). Tied: logits on a grid of halves, so that ties straddle the nucleus' end and topk's k-th.
     import sarathi_lab.model.sampler as sampler_module
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(rows, vocab, generator=g) * scale
     if tied:
         logits = (logits * 2).round() / 2
     keys = [(r, seed) for r in range(rows)]
-    got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed))(logits, keys)
+    with _path(path):
+        got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed))(logits, keys)
     probs = torch.softmax(logits.double(), dim=-1).tolist()
     for row, p, (request, position) in zip(got, probs, keys):
         order = sorted(range(vocab), key=lambda i: -p[i])
@@ -162,3 +176,47 @@ def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, 
         # reference in float64 is no judge.
         if min(abs(m - x) for m in masses for x in (target, top_p)) > 1e-5:
             assert row == want
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("top_p", [0.5, 0.75, 1 - 2**-20])
+def test_a_flat_rows_nucleus_and_draw_are_exact(path, top_p, monkeypatch):
+    # 1024 equal logits: each probability is 2^-10 exactly, every running mass exact in float32 and
+    # float64, so the nucleus is the first ceil(1024 top_p) tokens in id order (ties) and a draw of u
+    # is token floor(u * that many): no rounding for either path to hide behind.
+    import sarathi_lab.model.sampler as sampler_module
+    size = math.ceil(1024 * top_p)
+    logits = torch.zeros(1, 1024)
+    for u in (0.0, 0.3, 0.5, 0.999, 1 - 2**-24):
+        monkeypatch.setattr(sampler_module, "uniform", lambda *key, u=u: u)
+        with _path(path):
+            got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=0))(logits, [(0, 0)])
+        assert got == [math.floor(u * size)], (u, size)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "all -inf"])
+def test_a_row_without_a_distribution_is_refused_in_one_line(path, top_p, bad):
+    # It used to fail inside torch (index -1 out of bounds), or return the vocabulary's size as a token.
+    logits = torch.randn(3, 50)
+    if bad == "all -inf":
+        logits[1] = float("-inf")
+    else:
+        logits[1, 7] = bad
+    with _path(path), pytest.raises(ValueError, match=r"^sampling: logits rows \[1\] hold NaN or \+inf, or only -inf"):
+        Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=0))(logits, [(0, 0), (1, 0), (2, 0)])
+
+
+@pytest.mark.skipif(not KERNELS, reason="the CPU kernels did not build here")
+def test_the_nucleus_kernel_leaves_rows_that_are_not_distributions_to_its_caller():
+    ok = torch.softmax(torch.randn(2, 40), dim=-1)
+    assert cpu_ops.nucleus_draw(ok, 0.9, [0.5, 0.5]) is not None
+    for bad in (float("nan"), float("inf"), -1e-3):
+        probs = ok.clone()
+        probs[1, 3] = bad
+        assert cpu_ops.nucleus_draw(probs, 0.9, [0.5, 0.5]) is None, bad
+    assert cpu_ops.nucleus_draw(torch.zeros(1, 40), 0.9, [0.5]) is None
+    # -0.0 is a probability of 0, never drawn.
+    probs = torch.tensor([[-0.0, 0.25, -0.0, 0.75, -0.0]])
+    assert [cpu_ops.nucleus_draw(probs, 1.0, [u])[0] for u in (0.0, 0.74, 0.76, 1 - 2**-24)] == [3, 3, 1, 1]
