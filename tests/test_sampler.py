@@ -140,32 +140,37 @@ def test_sampling_without_keys_is_refused():
         Sampler(SamplingParams(temperature=1.0))(torch.zeros(2, 5))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(rows=st.integers(1, 6), vocab=st.sampled_from([1, 2, 300, 5000, 32000]),
-       scale=st.sampled_from([0.5, 4.0, 12.0, 60.0]), top_p=st.sampled_from([0.5, 0.9, 0.99]),
+       scale=st.sampled_from([0.5, 4.0, 12.0, 60.0]), top_p=st.sampled_from([0.5, 0.9, 0.99, 1.0]),
+       temperature=st.sampled_from([0.6, 1.0, 1.5]), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
        seed=st.integers(0, 2**16), tied=st.booleans(), path=st.sampled_from(PATHS))
 # Two of the 5000 random logits equal: topk and an unstable sort ordered them as they pleased.
-@example(rows=5, vocab=5000, scale=0.5, top_p=0.99, seed=751, tied=False, path="torch")
-def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, seed, tied, path):
-    # Peaked rows (scale 12) find their nucleus among the top 64 on torch's path, flatter ones among
-    # 1024 or by a full sort; the kernel selects by the probabilities' bits (scale 60: most of them
-    # underflow to 0 or to subnormals). Each must draw what the row's own sorted inverse CDF, in plain
-    # Python, gives for the same uniform, tokens of equal probability in id order (Python's sort is
-    # stable). Tied: logits on a grid of halves, so that ties straddle the nucleus' end and topk's k-th.
+@example(rows=5, vocab=5000, scale=0.5, top_p=0.99, temperature=1.0, dtype=torch.float32, seed=751, tied=False,
+         path="torch")
+def test_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, temperature, dtype, seed, tied,
+                                                            path):
+    # Each row must draw what its own inverse CDF, in plain Python over float64, gives for the same
+    # uniform: over the tokens in id order at top_p 1, else over the nucleus in descending
+    # probability, tokens of equal probability in id order (Python's sort is stable). On torch's path
+    # peaked rows (scale 12) find their nucleus among the top 64, flatter ones among 1024 or by a
+    # full sort; the kernel selects by the weights' bits (scale 60: most of them underflow to 0 or to
+    # subnormals). Tied: logits on a grid of halves, so that ties straddle the nucleus' end and topk's k-th.
     import sarathi_lab.model.sampler as sampler_module
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(rows, vocab, generator=g) * scale
     if tied:
         logits = (logits * 2).round() / 2
+    logits = logits.to(dtype)
     keys = [(r, seed) for r in range(rows)]
     with _path(path):
-        got = Sampler(SamplingParams(temperature=1.0, top_p=top_p, seed=seed))(logits, keys)
-    probs = torch.softmax(logits.double(), dim=-1).tolist()
+        got = Sampler(SamplingParams(temperature=temperature, top_p=top_p, seed=seed))(logits, keys)
+    probs = torch.softmax(logits.double() / temperature, dim=-1).tolist()
     for row, p, (request, position) in zip(got, probs, keys):
-        order = sorted(range(vocab), key=lambda i: -p[i])
+        order = range(vocab) if top_p == 1 else sorted(range(vocab), key=lambda i: -p[i])
         nucleus, mass, masses = [], 0.0, []
         for i in order:
-            if mass >= top_p:
+            if top_p < 1 and mass >= top_p:
                 break
             nucleus.append(i)
             mass += p[i]
@@ -179,7 +184,7 @@ def test_nucleus_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, 
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("top_p", [0.5, 0.75, 1 - 2**-20])
+@pytest.mark.parametrize("top_p", [0.5, 0.75, 1 - 2**-20, 1.0])
 def test_a_flat_rows_nucleus_and_draw_are_exact(path, top_p, monkeypatch):
     # 1024 equal logits: each probability is 2^-10 exactly, every running mass exact in float32 and
     # float64, so the nucleus is the first ceil(1024 top_p) tokens in id order (ties) and a draw of u
@@ -209,14 +214,15 @@ def test_a_row_without_a_distribution_is_refused_in_one_line(path, top_p, bad):
 
 
 @pytest.mark.skipif(not KERNELS, reason="the CPU kernels did not build here")
-def test_the_nucleus_kernel_leaves_rows_that_are_not_distributions_to_its_caller():
-    ok = torch.softmax(torch.randn(2, 40), dim=-1)
-    assert cpu_ops.nucleus_draw(ok, 0.9, [0.5, 0.5]) is not None
-    for bad in (float("nan"), float("inf"), -1e-3):
-        probs = ok.clone()
-        probs[1, 3] = bad
-        assert cpu_ops.nucleus_draw(probs, 0.9, [0.5, 0.5]) is None, bad
-    assert cpu_ops.nucleus_draw(torch.zeros(1, 40), 0.9, [0.5]) is None
-    # -0.0 is a probability of 0, never drawn.
-    probs = torch.tensor([[-0.0, 0.25, -0.0, 0.75, -0.0]])
-    assert [cpu_ops.nucleus_draw(probs, 1.0, [u])[0] for u in (0.0, 0.74, 0.76, 1 - 2**-24)] == [3, 3, 1, 1]
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_sampling_kernel_leaves_rows_without_a_distribution_to_its_caller(dtype):
+    ok = torch.randn(2, 40, dtype=dtype)
+    for top_p in (1.0, 0.9):
+        assert cpu_ops.sample(ok, 1.0, top_p, [0.5, 0.5]) is not None
+        for bad in (float("nan"), float("inf")):
+            logits = ok.clone()
+            logits[1, 3] = bad
+            assert cpu_ops.sample(logits, 1.0, top_p, [0.5, 0.5]) is None, bad
+        logits = ok.clone()
+        logits[0] = float("-inf")
+        assert cpu_ops.sample(logits, 1.0, top_p, [0.5, 0.5]) is None

@@ -1,7 +1,7 @@
 """The decoder's fused elementwise steps on the CPU (csrc/elementwise_cpu.cpp): residual add + RMSNorm,
 rotary embedding in place, SiLU(gate) * up; linear layers of a few rows (csrc/linear_cpu.cpp);
-greedy sampling's row argmax (csrc/argmax_cpu.cpp), float32 or bfloat16; and nucleus sampling's draw
-(csrc/nucleus_cpu.cpp), float32.
+greedy sampling's row argmax (csrc/argmax_cpu.cpp) and temperature and nucleus sampling's draw
+(csrc/sample_cpu.cpp); float32 or bfloat16.
 
 ``supports(tensor)`` says whether a tensor can take this path (CPU, a dtype of ``DTYPES``, the
 library built); the model asks it and otherwise runs its torch code. Wrappers check only what a
@@ -25,7 +25,7 @@ _SIGNATURES = {
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "silu_mul": [_P, _P, _I64, _I64, _INT],
     "argmax": [_P, _I64, _I64, _P, _INT],
-    "nucleus_draw": [_P, _I64, _I64, ctypes.c_double, _P, _P, _INT],
+    "sample": [_P, _I64, _I64, _F, ctypes.c_double, _P, _P, _INT],
     "linear": [_P, _P, _P, _P, _I64, _I64, _I64, _INT],
     "linear_pack": [_P, _P, _I64, _I64],
 }
@@ -144,17 +144,19 @@ def argmax(x: torch.Tensor) -> list[int]:
     return out.tolist()
 
 
-def nucleus_draw(probs: torch.Tensor, top_p: float, u: list[float]) -> list[int] | None:
-    """Each row's draw by the inverse CDF over its tokens in descending probability (ties in id
-    order), within its nucleus: the most likely tokens until their mass reaches top_p, the one that
-    crosses it included. probs: contiguous float32 [rows, vocab], each row a distribution; u: one
-    uniform in [0, 1) per row. None if a row is not a distribution (a NaN, an infinity, a negative
-    value, or all zeros): the caller's own code decides what such rows give."""
-    rows, cols = probs.shape
-    _check(probs.is_contiguous() and probs.dtype == torch.float32 and len(u) == rows and 0 < top_p <= 1,
-           "nucleus_draw: contiguous float32 [rows, vocab], one uniform per row, 0 < top_p <= 1")
+
+def sample(logits: torch.Tensor, temperature: float, top_p: float, u: list[float]) -> list[int] | None:
+    """Each row's token drawn from softmax(logits / temperature) cut to its top-p nucleus, by the
+    inverse CDF at u (one uniform in [0, 1) per row): over the tokens in id order when top_p is 1,
+    else in descending probability, ties in id order, until the mass reaches top_p (the token that
+    crosses it included). logits: contiguous [rows, vocab], float32 or bfloat16. None if a row has no
+    distribution (a NaN or +inf logit, or only -inf): the caller's own code decides what such rows give."""
+    rows, cols = logits.shape
+    _check(logits.is_contiguous() and cols > 0 and len(u) == rows and 0 < top_p <= 1
+           and temperature >= torch.finfo(torch.float32).tiny,
+           "sample: contiguous [rows, vocab], one uniform per row, 0 < top_p <= 1, temperature >= float32's tiny")
     out, uniforms = array("q", bytes(8 * rows)), array("d", u)
-    _fn("nucleus_draw", "f32")(probs.data_ptr(), rows, cols, top_p, uniforms.buffer_info()[0], out.buffer_info()[0],
-                               torch.get_num_threads())
+    _fn("sample", DTYPES[logits.dtype])(logits.data_ptr(), rows, cols, temperature, top_p, uniforms.buffer_info()[0],
+                                        out.buffer_info()[0], torch.get_num_threads())
     tokens = out.tolist()
     return None if -1 in tokens else tokens

@@ -33,20 +33,20 @@ class Sampler:
         if keys is None or len(keys) != logits.shape[0]:
             raise ValueError(f"sampling needs one (request, position) key per row: {logits.shape[0]} rows, "
                              f"keys {None if keys is None else len(keys)}")
+        # T is divided as a float32, where below float32's smallest normal it would round to 0 (0 / 0).
+        temperature = max(self.params.temperature, torch.finfo(torch.float32).tiny)
+        uniforms = [uniform(self.seed, request, position) for request, position in keys]
+        if cpu_ops.supports(logits) and logits.is_contiguous():
+            # The draw below in one kernel (csrc/sample_cpu.cpp), the nucleus without sorting the rows:
+            # 16 flat rows of 32,000 took 19.5 ms here at top_p 0.95 (the sort), 0.8 ms at top_p 1.
+            tokens = cpu_ops.sample(logits, temperature, self.params.top_p, uniforms)
+            if tokens is not None:
+                return tokens
         logits = logits.float()
         # Shifted to a maximum of 0 before dividing: logits / T overflows to inf (softmax: NaN) for a
         # tiny T, where (logits - max) / T only reaches -inf, which softmax takes as probability 0.
-        # T is divided as a float32, where below float32's smallest normal it would round to 0 (0 / 0).
         shifted = logits - logits.amax(dim=-1, keepdim=True)
-        temperature = max(self.params.temperature, torch.finfo(torch.float32).tiny)
         probs = torch.softmax(shifted / temperature, dim=-1)
-        uniforms = [uniform(self.seed, request, position) for request, position in keys]
-        if self.params.top_p < 1.0 and cpu_ops.supports(probs) and probs.is_contiguous():
-            # The draw below without sorting the rows (csrc/nucleus_cpu.cpp): 16 flat rows' sort took
-            # 14 ms on 2 cores, this ~0.5 ms.
-            tokens = cpu_ops.nucleus_draw(probs, self.params.top_p, uniforms)
-            if tokens is not None:
-                return tokens
         # NaN or +inf logits, or a row of -inf only, leave NaN in the row: the searches below would
         # index outside it, or return the vocabulary's size as a token.
         if bool(torch.isnan(probs).any()):

@@ -75,6 +75,31 @@ inline V in_register(V v) {
   __asm__("" : "+v"(v));
   return v;
 }
+typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
+
+// 2^t for t <= 0 (larger t as 2^0: the callers discard those lanes), inline: a libmvec call per W
+// lanes spills every live vector register around it (~40% of the prefill attention's bfloat16
+// time), and its last bit differs between its vector and scalar versions, which ties must not see. The
+// softmax works in base 2 (scores times scale x log2(e)), so no reduction by ln 2: 2^n by the exponent
+// bits, 2^f for |f| <= 1/2 by a degree-5 polynomial fitted for relative error (2.3e-7 in float32
+// arithmetic, as the degree-7 Taylor series of exp this replaced).
+inline vec exp2_nonpositive(vec t) {
+  t = t < 0.f ? t : vec{};
+  t = t > -126.f ? t : vec{} - 126.f;  // 2^n stays a normal float
+  const ivec n = __builtin_convertvector(t - 0.5f, ivec);  // round to nearest (t <= 0)
+  const vec f = t - __builtin_convertvector(n, vec);
+  vec p = vec{} + 1.32764445e-3f;
+  p = p * f + 9.67553724e-3f;
+  p = p * f + 5.55071346e-2f;
+  p = p * f + 2.40221202e-1f;
+  p = p * f + 6.93146944e-1f;
+  p = p * f + 1.00000012f;
+  const ivec bits = (n + 127) << 23;
+  vec two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n;
+}
+
 // W bfloat16 widened to float32 (exact).
 inline vec vload(const bf16* p) {
   typedef uint16_t half_bits __attribute__((vector_size(W * sizeof(uint16_t))));
