@@ -16,10 +16,11 @@
 // 10 bits and the last 10, then along the tokens of that exact weight in id order. Two passes over
 // the row (the masses, then the tokens placed by bucket), then one bucket's tokens per target.
 //
-// Masses are summed in double, where torch's path sums probabilities in float32 steps: the two agree
-// on every draw but those within float32's rounding of a boundary (about one in 1,600 on flat rows).
-// Under -ffast-math (cpu_build.py) the compiler may assume no NaN or infinity: the logits' are found
-// on their bits, and the exponent is kept finite before exp.
+// Weights come from an inline exp2 (relative error 2.3e-7) and masses are summed in double, where
+// torch's path takes float32 probabilities from its own exp and sums them in float32 steps: the two
+// agree on every draw but those within float32's rounding of a boundary (1-3 draws in 1,600 on flat
+// rows of 32,000). Under -ffast-math (cpu_build.py) the compiler may assume no NaN or infinity: the
+// logits' are found on their bits, and exp2's argument is kept finite.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
