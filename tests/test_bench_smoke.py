@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.bench import attention_reread, ceilings, iteration, overhead, sim_speed, versus
+from sarathi_lab.bench import attention_reread, ceilings, iteration, overhead, sampling, sim_speed, versus
 from sarathi_lab.bench.common import apply_smoke
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
@@ -56,6 +56,18 @@ def test_iteration_smoke(capsys, tmp_path):
     assert set(table["bound"]) <= {"memory", "compute"}
     assert "ratio" in capsys.readouterr().out
     assert (tmp_path / "it.json").stat().st_size > 0
+
+
+def test_sampling_smoke(capsys):
+    from sarathi_kernels import cpu_ops
+    if not cpu_ops.supports(torch.zeros(1)):
+        pytest.skip("the CPU kernels did not build here")
+    table = sampling.main([*SMOKE, "--dtype", "float32"])
+    assert list(zip(table["scale"], table["top_p"])) == [(1, 1.0), (1, 0.95), (12, 1.0), (12, 0.95)]
+    assert _positive_finite([*table["kernel_ms"], *table["torch_ms"], *table["speedup"]])
+    # The paths differ only where float32 rounding decides a boundary: on 2 rows, never in practice.
+    assert (table["same_token"] == 1.0).all()
+    assert "speedup" in capsys.readouterr().out
 
 
 def test_overhead_smoke(capsys):
@@ -159,6 +171,11 @@ def test_entry_point_help(args):
     (attention_reread, ["--chunks", "0"], "argument --chunks: '0' is invalid"),
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),
+    (sampling, ["--top-p", "0.9,1.5"], "argument --top-p: '0.9,1.5' is invalid: must be a comma list of numbers in"),
+    (sampling, ["--top-p", "0"], "argument --top-p: '0' is invalid"),
+    (sampling, ["--temperature", "nan"], "--temperature=nan is invalid: must be a finite number > 0"),
+    (sampling, ["--temperature", "0"], "--temperature=0.0 is invalid: must be a finite number > 0"),
+    (sampling, ["--dtype", "float16"], "--dtype=float16 is invalid: the kernel takes float32 or bfloat16 logits"),
     (sim_speed, ["--scheduler", "sarathi-serve"], "argument --scheduler: invalid choice: 'sarathi-serve'"),
     (sim_speed, ["--device", "b200"], "argument --device: invalid choice: 'b200'"),
     (versus, ["--schedulers", "sarathi,foo"], "argument --schedulers: 'sarathi,foo' is invalid: must be a comma list of"),

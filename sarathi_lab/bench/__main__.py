@@ -13,11 +13,12 @@ BENCHMARKS = {
     "overhead": "share of iteration time outside the model's forward pass",
     "versus": "throughput vs transformers generate with static left-padded batches",
     "attention_reread": "attention time chunked prefill adds by re-reading the KV cache",
+    "sampling": "temperature and top-p sampling: the CPU kernel against its torch path",
     "sim_validate": "the simulator against the real engine on this machine: batches, iteration times, latencies",
     "sim_speed": "how fast the simulator serves 10,000 requests, and where its time goes (--profile)",
 }
 # `all` runs these; attention_reread is left to its own entry point.
-ALL = ("ceilings", "iteration", "overhead", "versus")
+ALL = ("ceilings", "iteration", "overhead", "versus", "sampling")
 
 
 def usage() -> str:

@@ -22,6 +22,8 @@ class Sampler:
         self.params = params
         self.seed = params.seed if params.seed is not None else 0
         self.greedy = params.temperature == 0
+        # T is divided as a float32, where below float32's smallest normal it would round to 0 (0 / 0).
+        self.temperature = max(params.temperature, torch.finfo(torch.float32).tiny)
 
     def __call__(self, logits: torch.Tensor, keys: Sequence[tuple[int, int]] | None = None) -> list[int]:
         """``keys[i]`` is row i's (request key, position of the token it samples); greedy needs none."""
@@ -33,20 +35,23 @@ class Sampler:
         if keys is None or len(keys) != logits.shape[0]:
             raise ValueError(f"sampling needs one (request, position) key per row: {logits.shape[0]} rows, "
                              f"keys {None if keys is None else len(keys)}")
-        # T is divided as a float32, where below float32's smallest normal it would round to 0 (0 / 0).
-        temperature = max(self.params.temperature, torch.finfo(torch.float32).tiny)
         uniforms = [uniform(self.seed, request, position) for request, position in keys]
         if cpu_ops.supports(logits) and logits.is_contiguous():
             # The draw below in one kernel (csrc/sample_cpu.cpp), the nucleus without sorting the rows:
             # 16 flat rows of 32,000 took 19.5 ms here at top_p 0.95 (the sort), 0.8 ms at top_p 1.
-            tokens = cpu_ops.sample(logits, temperature, self.params.top_p, uniforms)
+            tokens = cpu_ops.sample(logits, self.temperature, self.params.top_p, uniforms)
             if tokens is not None:
                 return tokens
+        return self.torch_draw(logits, uniforms)
+
+    def torch_draw(self, logits: torch.Tensor, uniforms: list[float]) -> list[int]:
+        """The draw in torch ops, row i's at uniforms[i]: CUDA's path, and the CPU's without the
+        kernels (or for rows the kernel leaves to it)."""
         logits = logits.float()
         # Shifted to a maximum of 0 before dividing: logits / T overflows to inf (softmax: NaN) for a
         # tiny T, where (logits - max) / T only reaches -inf, which softmax takes as probability 0.
         shifted = logits - logits.amax(dim=-1, keepdim=True)
-        probs = torch.softmax(shifted / temperature, dim=-1)
+        probs = torch.softmax(shifted / self.temperature, dim=-1)
         # NaN or +inf logits, or a row of -inf only, leave NaN in the row: the searches below would
         # index outside it, or return the vocabulary's size as a token.
         if bool(torch.isnan(probs).any()):
