@@ -235,9 +235,13 @@ int64_t draw(const T* x, int64_t n, float temperature, double top_p, double u, R
     const vec t = (sarathi::vload(from) - top) * c;
     // -inf logits reach exp2_nonpositive's floor: their weight is 0, as in torch's softmax.
     const vec w = t > kMinExponent ? sarathi::exp2_nonpositive(t) : vec{};
-    float out[W];
-    sarathi::vstore(out, w);
-    std::copy(out, out + m, e + i);
+    if (m == W) {
+      sarathi::vstore(e + i, w);
+    } else {
+      float out[W];
+      sarathi::vstore(out, w);
+      std::copy(out, out + m, e + i);  // a copy per vector was a `rep movs`: half this loop's time
+    }
   }
   for (int64_t b = 0; b * kBlock < n; ++b) {
     const int64_t lo = b * kBlock, hi = std::min(lo + kBlock, n);
