@@ -144,7 +144,6 @@ def argmax(x: torch.Tensor) -> list[int]:
     return out.tolist()
 
 
-
 def sample(logits: torch.Tensor, temperature: float, top_p: float, u: list[float]) -> list[int] | None:
     """Each row's token drawn from softmax(logits / temperature) cut to its top-p nucleus, by the
     inverse CDF at u (one uniform in [0, 1) per row): over the tokens in id order when top_p is 1,

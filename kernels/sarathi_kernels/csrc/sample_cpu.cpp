@@ -183,11 +183,18 @@ int64_t nucleus(Row& row, int64_t n, double top_p, double u) {
 
 // The first token in id order whose running mass exceeds u Z: whole blocks skipped by their masses,
 // then token by token, on past a block that rounding left short.
-int64_t by_id(const Row& row, int64_t n, double u) {
+int64_t by_id(Row& row, int64_t n, double u) {
   const float* e = row.e.data();
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   double z = 0;
-  for (int64_t b = 0; b < blocks; ++b) z += row.blocks[b];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = b * kBlock, hi = std::min(lo + kBlock, n);
+    double mass = 0;
+#pragma omp simd reduction(+ : mass)
+    for (int64_t i = lo; i < hi; ++i) mass += e[i];
+    row.blocks[b] = mass;
+    z += mass;
+  }
   const double x = u * z;
   double before = 0;  // at most x: a token of weight 0 never takes it above
   int64_t b = 0;
@@ -242,13 +249,6 @@ int64_t draw(const T* x, int64_t n, float temperature, double top_p, double u, R
       sarathi::vstore(out, w);
       std::copy(out, out + m, e + i);  // a copy per vector was a `rep movs`: half this loop's time
     }
-  }
-  for (int64_t b = 0; b * kBlock < n; ++b) {
-    const int64_t lo = b * kBlock, hi = std::min(lo + kBlock, n);
-    double mass = 0;
-#pragma omp simd reduction(+ : mass)
-    for (int64_t i = lo; i < hi; ++i) mass += e[i];
-    row.blocks[b] = mass;
   }
   return top_p < 1 ? nucleus(row, n, top_p, u) : by_id(row, n, u);
 }
