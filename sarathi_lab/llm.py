@@ -13,7 +13,7 @@ from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.model import build_model, load_config
 from sarathi_lab.model.cpu_linear import linear_gemm
@@ -39,29 +39,35 @@ class LLM:
             self.cpu_gemm = None
             clock = VirtualClock()
             executor, self.num_kv_blocks = build_simulation(cfg, self.model_config, clock)
+            scheduler = self._make_scheduler()
         else:
+            self.dtype = cfg.torch_dtype
+            # Sized, and checked against the scheduler's reservation, before the weights are allocated.
+            self.num_kv_blocks = plan_kv_blocks(cfg, self.model_config, self.max_model_len, self.dtype,
+                                                cfg.torch_device)
+            scheduler = self._make_scheduler()
             executor, clock = self._build_model_executor()
-        self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size)
-        scheduler = make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget,
-                                                                   cfg.max_num_batched_tokens),
-                                   self.block_manager)
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
         if cfg.warmup_iters and cfg.executor == "model":
             self._warm_up()
 
+    def _make_scheduler(self) -> Scheduler:
+        cfg = self.config
+        self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size)
+        return make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget,
+                                                             self.max_model_len, cfg.max_num_batched_tokens),
+                              self.block_manager)
+
     def _build_model_executor(self) -> tuple[ModelExecutor, WallClock]:
         cfg = self.config
         device = cfg.torch_device
-        self.dtype = dtype = cfg.torch_dtype
         if device.type == "cpu":
             reuse_freed_memory()  # activations' pages reused, not faulted in again by every layer
-        # Sized (and refused if too large) before the model's weights are allocated.
-        self.num_kv_blocks = plan_kv_blocks(cfg, self.model_config, self.max_model_len, dtype, device)
         backend = make_backend(cfg.attention, device)
-        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, dtype, device, cfg.seed,
-                                 cfg.cpu_linear)
+        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, self.dtype, device,
+                                 cfg.seed, cfg.cpu_linear)
         self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None
         self.kv_caches = self._allocate_kv_cache()
         clock = WallClock(torch.cuda.synchronize if device.type == "cuda" else None)

@@ -9,6 +9,7 @@ import torch
 from sarathi_lab import LLM, SamplingParams
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.metrics import Metrics
+from sarathi_lab.engine.scheduler import scheduler_class
 from sarathi_lab.engine.sequence import Sequence
 
 
@@ -56,12 +57,18 @@ def test_request_larger_than_whole_cache_is_refused():
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_the_engine_refuses_a_request_larger_than_its_whole_cache(scheduler):
     # Through the engine directly (LLM.generate checks first): sarathi_serve had preempted and
-    # rescheduled such a request forever.
-    engine = LLM("tiny", scheduler=scheduler, executor="sim", sim_device="a100", num_kv_blocks=5, block_size=4).engine
-    with pytest.raises(ValueError, match=r"^request 0 needs 21 tokens of KV cache, more than all 20 tokens it holds$"):
+    # rescheduled such a request forever. orca and static reserve max_model_len tokens for each
+    # request, which the cache must hold, so there the request is longer than max_model_len.
+    reserves = scheduler_class(scheduler).reserves_max_model_len
+    engine = LLM("tiny", scheduler=scheduler, executor="sim", sim_device="a100", num_kv_blocks=5, block_size=4,
+                 max_model_len=20 if reserves else None).engine
+    refusal = (r"^request 0 has 22 tokens, more than max_model_len=20$" if reserves else
+               r"^request 0 needs 21 tokens of KV cache, more than all 20 tokens it holds$")
+    with pytest.raises(ValueError, match=refusal):
         engine.run([Sequence(0, [1] * 20, 2)], Metrics(), SamplingParams())
     assert not engine.scheduler.has_work()
-    engine.run([Sequence(1, [1] * 20, 1)], Metrics(), SamplingParams())  # 20 cached tokens: fits
+    # The largest that fits: 20 cached tokens and a last one never cached; 20 tokens under orca and static.
+    engine.run([Sequence(1, [1] * (19 if reserves else 20), 1)], Metrics(), SamplingParams())
 
 
 def test_any_integer_sequence_is_a_prompt(llm):

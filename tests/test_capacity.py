@@ -40,7 +40,7 @@ class VirtualLLM:
 
     def __init__(self, decode_tokens: int = 1):
         clock = VirtualClock()
-        scheduler = make_scheduler("sarathi_serve", SchedulerConfig(1, 4096, 4096), BlockManager(1024, 16))
+        scheduler = make_scheduler("sarathi_serve", SchedulerConfig(1, 4096, 4096, 8192), BlockManager(1024, 16))
         self.engine = LLMEngine(scheduler, WholeRequestExecutor(clock), clock)
         self.metrics = Metrics()
         self.served = 0

@@ -150,6 +150,11 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
       r"516 its batch of 5 requests takes \(its default size; engine.num_kv_blocks sets it\)$")),
     ([*SMOKE, "task=op_breakdown", "batch_size=10000000", "seq_len=64"],
      r"^engine.num_kv_blocks=None is invalid with task=op_breakdown: the KV cache holds \d+ blocks, fewer than the 40000000 "),
+    # orca and static reserve the blocks of max_model_len tokens (here the model's 2048) for each request.
+    ([*SMOKE, "scheduler=orca", "engine.num_kv_blocks=100"],
+     (r"^engine.num_kv_blocks=100 is invalid with scheduler=orca: the KV cache holds 100 blocks, fewer than the 128 "
+      r"it reserves for each request \(max_model_len=2048 tokens; engine.max_model_len lowers it\)$")),
+    ([*SIM, "scheduler=static", "engine.num_kv_blocks=100"], r"^engine.num_kv_blocks=100 is invalid with scheduler=static"),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
@@ -190,6 +195,19 @@ def test_bad_values_give_one_line_naming_key_value_and_allowed(overrides, line):
 def test_cuda_without_a_gpu_is_refused():
     with pytest.raises(ConfigError, match=r"^device='cuda' is invalid: no CUDA device"):
         _check(["device=cuda"])
+
+
+def test_a_kv_cache_too_small_for_orca_s_reservation_is_refused_before_the_weights(monkeypatch):
+    import sarathi_lab.llm
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the model was built before the refusal")
+
+    monkeypatch.setattr(sarathi_lab.llm, "build_model", no_weights)
+    with pytest.raises(ConfigError, match=(r"^num_kv_blocks=100 is invalid with scheduler=orca: it reserves "
+                                           r"max_model_len=2048 tokens \(128 blocks\) for each request; allowed: "
+                                           r">= 128 blocks, or a smaller max_model_len$")):
+        sarathi_lab.llm.LLM("tiny", scheduler="orca", num_kv_blocks=100, device="cpu", dtype="float32")
 
 
 def test_a_kv_cache_too_small_for_one_request_is_refused_before_generating(tmp_path):

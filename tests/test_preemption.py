@@ -28,10 +28,12 @@ def test_tiny_cache_gives_same_tokens_as_ample_cache(ample, scheduler, lens, spa
     prompts = [torch.randint(0, 4096, (p,), generator=gen).tolist() for p, _ in lens]
     new_tokens = [n for _, n in lens]
     expected = ample[scheduler].generate(prompts, max_new_tokens=new_tokens)
-    # Room for the largest request alone plus at most three blocks: concurrency forces preemption.
-    blocks = -(-max(p + n for p, n in lens) // BLOCK) + spare_blocks
+    # Room for the largest request alone plus at most three blocks: concurrency forces preemption
+    # (orca and static, reserving max_model_len for each request, run fewer at once instead).
+    largest = max(p + n for p, n in lens)
+    blocks = -(-largest // BLOCK) + spare_blocks
     tight = LLM("tiny", scheduler=scheduler, chunk_size=24, max_batch_size=4, device="cpu", dtype="float32",
-                warmup_iters=0, block_size=BLOCK, num_kv_blocks=blocks)
+                warmup_iters=0, block_size=BLOCK, num_kv_blocks=blocks, max_model_len=largest)
     assert tight.generate(prompts, max_new_tokens=new_tokens) == expected
     assert all(r.finish is not None for r in tight.metrics.requests)
 

@@ -58,9 +58,14 @@ class CheckingExecutor(Executor):
         if s.name == "static":
             admitted = {seq.seq_id for seq in s.running} - self.running_before
             assert not admitted or not self.running_before, "static admitted into an unfinished batch"
+        # orca and static hold the blocks of max_model_len tokens from admission on, as
+        # sarathi-serve's Orca block manager reserves them; the paged schedulers exactly the blocks
+        # the cached tokens plus this chunk need: none spare.
+        reserved = -(-self.config.max_model_len // BLOCK) if s.name in ("orca", "static") else 0
         for c in batch.chunks:
-            # Exactly the blocks the cached tokens plus this chunk need: none spare.
-            assert len(c.seq.block_table) == -(-(c.seq.num_computed + c.num_tokens) // BLOCK)
+            assert len(c.seq.block_table) == (reserved or -(-(c.seq.num_computed + c.num_tokens) // BLOCK))
+        if reserved:
+            assert not batch.preempted, f"{s.name} preempted a request holding its reservation"
         # A request is admitted (first chunk, or first after a preemption) only when the blocks of
         # all its tokens are free, as in Sarathi-Serve's can_allocate, not just its first chunk's.
         # Admissions come last in a batch, so the blocks free at each one are those free now plus
@@ -70,7 +75,8 @@ class CheckingExecutor(Executor):
             if c.seq.num_computed > 0:
                 break
             free_then += len(c.seq.block_table)
-            assert free_then >= -(-len(c.seq.tokens) // BLOCK), f"{s.name} admitted {c.seq.seq_id} on a chunk"
+            need = reserved or -(-len(c.seq.tokens) // BLOCK)
+            assert free_then >= need, f"{s.name} admitted {c.seq.seq_id} on a chunk"
         for seq in batch.preempted:
             assert seq.seq_id in self.ran, f"{s.name} preempted request {seq.seq_id}, which had not run"
             self.ran.discard(seq.seq_id)
@@ -83,8 +89,10 @@ class CheckingExecutor(Executor):
         return StepOutput([self.rng.randrange(8) for _ in batch.sampled], 0.0, 1e-3 * batch.num_tokens, 0.0)
 
 
-def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None, cap=None):
+def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None, cap=None,
+                 max_model_len=None):
     config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk,
+                             max_model_len=max_model_len or max(p + n for p, n in requests),
                              max_num_batched_tokens=cap)
     scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK))
     clock = VirtualClock()
@@ -112,19 +120,24 @@ workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scheduler_name=st.sampled_from(scheduler_names()), requests=workloads,
        spare_blocks=st.integers(0, 40), batch_size=st.integers(1, 6), chunk=st.integers(1, 48),
-       cap=st.none() | st.integers(1, 60))
+       cap=st.none() | st.integers(1, 60), longer=st.integers(0, 200))
 # static once admitted three prompts into 5 blocks and recorded two "preemptions" of requests never run.
-@example(scheduler_name="static", requests=[(16, 2), (16, 2), (4, 2)], spare_blocks=0, batch_size=3, chunk=8, cap=None)
+@example(scheduler_name="static", requests=[(16, 2), (16, 2), (4, 2)], spare_blocks=0, batch_size=3, chunk=8, cap=None,
+         longer=0)
 # sarathi admitted a 5-token prompt on its first 1-token chunk with one block free for its two.
-@example(scheduler_name="sarathi", requests=[(1, 2), (5, 1)], spare_blocks=0, batch_size=2, chunk=1, cap=None)
-def test_every_request_finishes_once_within_limits(scheduler_name, requests, spare_blocks, batch_size, chunk, cap):
+@example(scheduler_name="sarathi", requests=[(1, 2), (5, 1)], spare_blocks=0, batch_size=2, chunk=1, cap=None,
+         longer=0)
+def test_every_request_finishes_once_within_limits(scheduler_name, requests, spare_blocks, batch_size, chunk, cap,
+                                                   longer):
     # The cache always fits the largest request alone, and sometimes little more: preemption territory.
+    # max_model_len is at least the largest request and at most the cache.
     largest = max(p + n for p, n in requests)
     num_blocks = -(-largest // BLOCK) + spare_blocks
+    max_model_len = min(largest + longer, num_blocks * BLOCK)
     if scheduler_name == "sarathi_serve":
         chunk = max(chunk, batch_size + 1)  # a budget the decodes alone cannot fill
     seqs, finished, metrics, _, scheduler = run_workload(scheduler_name, requests, num_blocks,
-                                                              batch_size, chunk, cap=cap)
+                                                              batch_size, chunk, cap=cap, max_model_len=max_model_len)
     assert sorted(s.seq_id for s in finished) == list(range(len(requests))), "finished other than once each"
     assert [s.num_generated for s in seqs] == [n for _, n in requests]
     assert scheduler.blocks.num_free == num_blocks
@@ -143,6 +156,16 @@ def test_a_chunked_prefill_is_not_preempted_and_readmitted_every_iteration():
                                               chunk=4)
     assert sum(r.num_preemptions for r in metrics.requests) == 1
     assert sum(i.num_prefill_tokens for i in metrics.iterations) == 4 + 12 + 12
+
+def test_orca_and_static_reserve_max_model_len_for_each_request_so_fewer_run_at_once():
+    # Four requests of 8 + 4 tokens (3 blocks of 4 each at most) under max_model_len 32 (8 blocks), in
+    # 16 blocks: the paged vllm holds all four at once; orca and static two reservations at a time,
+    # as sarathi-serve's Orca block manager and vidur's Orca and FasterTransformer schedulers do.
+    for name, at_once in (("vllm", 4), ("orca", 2), ("static", 2)):
+        _, _, metrics, executor, _ = run_workload(name, [(8, 4)] * 4, 16, 4, 8, max_model_len=32)
+        assert max(map(len, executor.batches)) == at_once, name
+        assert sum(r.num_preemptions for r in metrics.requests) == 0, name
+
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scheduler_name=st.sampled_from(scheduler_names()),

@@ -20,7 +20,7 @@ class OneSecondPerToken:
 
 def two_stages(scheduler: str = "orca") -> PipelineSimulator:
     return PipelineSimulator(scheduler, par=Parallelism(tp=1, pp=2), max_batch_size=1, chunk_size=4,
-                             num_kv_blocks=64, cost=OneSecondPerToken())
+                             num_kv_blocks=64, cost=OneSecondPerToken(), max_model_len=64)
 
 
 def test_a_short_micro_batch_before_a_long_one_leaves_the_second_stage_idle():

@@ -73,11 +73,15 @@ class Case:
         return f"{self.workload}/{self.scheduler}/c{self.chunk}"
 
     @property
+    def longest(self) -> int:
+        """The max_model_len of both engines: what orca and static reserve for each request."""
+        return max(p + d for p, d in self.lengths)
+
+    @property
     def kv_blocks(self) -> int:
         """Room for ``batch`` of the longest requests (the harness's default), the same on both
         engines so that admission and preemption decide alike."""
-        longest = max(p + d for p, d in self.lengths)
-        return self.batch * math.ceil(longest / 16)
+        return self.batch * math.ceil(self.longest / 16)
 
 
 def _split(total: int, pd_ratio: float) -> tuple[int, int]:
@@ -146,7 +150,8 @@ def run_case(case: Case, model: str, num_threads: int = 1, clock: Clock | None =
     from sarathi_lab.engine.sequence import SamplingParams
 
     llm = LLM(model, device="cpu", dtype="float32", scheduler=case.scheduler, chunk_size=case.chunk,
-              max_batch_size=case.batch, num_kv_blocks=case.kv_blocks, num_threads=num_threads, seed=0, **engine)
+              max_batch_size=case.batch, num_kv_blocks=case.kv_blocks, max_model_len=case.longest,
+              num_threads=num_threads, seed=0, **engine)
     _on_clock(llm, clock)
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, llm.model_config.vocab_size, size=p).tolist() for p, _ in case.lengths]

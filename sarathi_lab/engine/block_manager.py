@@ -1,5 +1,6 @@
 """Fixed-size KV-cache blocks handed out to requests on demand, and taken back when they finish
-or are preempted. A request holds exactly ceil(cached tokens / block_size) blocks, never more."""
+or are preempted. A request holds the blocks of the tokens it was given blocks for, in order: its
+cached tokens under the paged schedulers, max_model_len tokens from admission under orca and static."""
 from __future__ import annotations
 
 from sarathi_lab.engine.sequence import Sequence

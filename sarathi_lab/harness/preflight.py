@@ -11,6 +11,7 @@ from typing import Any
 
 from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.engine.scheduler import scheduler_class
 from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig, engine_key
 from sarathi_lab.harness.tasks import kv_blocks, kv_requests
@@ -63,6 +64,11 @@ def preflight(cfg: RunConfig) -> Checked:
     if workload.max_request_len > blocks * engine.block_size:
         raise ConfigError(f"{setting} is invalid: the KV cache holds {blocks * engine.block_size} tokens, fewer than "
                           f"one request of {workload.max_request_len}{sized}")
+    reserved = scheduler_class(engine.scheduler).reserved_blocks(context, engine.block_size)
+    if reserved > blocks:
+        raise ConfigError(f"{setting} is invalid with scheduler={engine.scheduler}: the KV cache holds {blocks} blocks, "
+                          f"fewer than the {reserved} it reserves for each request (max_model_len={context} tokens; "
+                          f"engine.max_model_len lowers it){sized}")
     held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
     need = kv_blocks(held, engine.block_size)
     if need > blocks:

@@ -86,7 +86,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     write_status(run_dir, "running")
 
     llm = LLM(**dataclasses.asdict(checked.engine))
-    _warn_on_preemptions(llm, workload, cfg)
+    _warn_on_kv_limits(llm, workload, cfg)
     before = load.snapshot()
     start = time.perf_counter()
     slo = cfg.slo.as_slo()
@@ -252,11 +252,17 @@ def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
     return {"iterations": pd.DataFrame(metrics.iteration_rows()), "requests": pd.DataFrame(metrics.request_rows())}
 
 
-def _warn_on_preemptions(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
+def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
     # Requests there at once at most: a batch_size larger than the workload never fills.
     at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
-    if at_once * workload.max_request_len > capacity:
+    reserved = llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size)
+    if reserved:
+        if llm.num_kv_blocks // reserved < at_once:
+            log.warning("scheduler=%s reserves max_model_len=%d tokens for each request: the KV cache (%d tokens) "
+                        "holds %d at once, fewer than the %d the run could batch", cfg.scheduler.name,
+                        llm.max_model_len, capacity, llm.num_kv_blocks // reserved, at_once)
+    elif at_once * workload.max_request_len > capacity:
         log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
                     capacity, at_once, workload.max_request_len)
 

@@ -57,7 +57,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) 
         starts.append(starts[-1] + n)
         query_lens.append(n)
         seq_lens.append(end)
-        tables.append(table)
+        tables.append(_cached_blocks(table, end, bs))
         if end == len(seq.tokens):
             logits_indices.append(len(ids) - 1)
     # Decodes, one token each, after the prefill chunks (batch.chunks' order): the same as above
@@ -72,7 +72,9 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) 
         starts.append(starts[-1] + 1)
         query_lens.append(1)
         seq_lens.append(start + 1)
-        tables.append(table)
+        # _cached_blocks inlined: as a call it added 1.4 us to a 16-decode batch's 28 (hot), inline 0.5.
+        cached = start // bs + 1
+        tables.append(table if len(table) == cached else table[:cached])
         if start + 1 == len(seq.tokens):
             logits_indices.append(len(ids) - 1)
     width = max(map(len, tables))
@@ -92,6 +94,14 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) 
         slot_mapping=slot_mapping, query_lens_host=query_lens, seq_lens_host=seq_lens,
         max_query_len=max(query_lens))
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
+
+
+def _cached_blocks(table: list[int], num_tokens: int, block_size: int) -> list[int]:
+    """The blocks of a request's first ``num_tokens`` tokens: all it holds under the paged
+    schedulers; under orca and static, which reserve max_model_len tokens' blocks from admission,
+    the prefix, so that the tables stay as wide as the longest context rather than max_model_len."""
+    n = -(-num_tokens // block_size)
+    return table if len(table) == n else table[:n]
 
 
 def _tensors(buf: array, dtype: torch.dtype, lengths: list[int], device: torch.device) -> list[torch.Tensor]:

@@ -93,15 +93,19 @@ class PipelineResult:
 class PipelineSimulator:
     def __init__(self, scheduler: str, model: str = GPT3, device: str = "a100", par: Parallelism | None = None,
                  max_batch_size: int = 32, chunk_size: int = 256, dtype: str = "float16",
-                 num_kv_blocks: int | None = None, cost: StageCostModel | None = None):
+                 num_kv_blocks: int | None = None, cost: StageCostModel | None = None,
+                 max_model_len: int | None = None):
         self.par = par or Parallelism(tp=8, pp=8)
+        if max_model_len is None:
+            max_model_len = _config(model).max_position_embeddings
         self.cost = cost or StageCostModel(load_device(device, dtype), _config(model), self.par, dtype)
         if num_kv_blocks is None:
             # Every GPU holds its layers' and heads' cache of every request in flight: the shard's
             # capacity is the pipeline's.
             num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard, self.cost.roofline.elem_bytes,
                                                chunk_size + max_batch_size) // BLOCK_SIZE
-        self.scheduler = make_scheduler(scheduler, SchedulerConfig(max_batch_size, chunk_size, chunk_size),
+        self.scheduler = make_scheduler(scheduler, SchedulerConfig(max_batch_size, chunk_size, chunk_size,
+                                                                   max_model_len),
                                         BlockManager(num_kv_blocks, BLOCK_SIZE))
         self._in_flight: set[int] = set()
 

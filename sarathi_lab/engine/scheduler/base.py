@@ -3,6 +3,12 @@
 A scheduler sees requests and blocks, never tensors. Requests have a priority, their arrival
 order: when the cache runs out, the newest running request is preempted (its blocks freed, its
 tokens recomputed later), as in vLLM, so the oldest request always makes progress.
+
+Two ways to hold KV blocks, as sarathi-serve's block space managers and vidur's replica schedulers
+build the baselines: the paged schedulers (vllm, sarathi, sarathi_serve) take a request's blocks as
+its tokens arrive; orca and static (FasterTransformer) reserve the blocks of ``max_model_len``
+tokens when they admit a request, so it never grows into another's blocks and is never preempted,
+and the cache holds fewer of them at once.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import bisect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.sequence import Sequence, Status
@@ -22,23 +29,43 @@ class SchedulerConfig:
     chunk_size: int
     # The per-iteration token budget of `sarathi_serve`, decodes included.
     token_budget: int
+    # The longest request (prompt + new tokens); what orca and static reserve for each one.
+    max_model_len: int
     # The most prompt tokens in one of `vllm`'s prefill iterations (None: no cap).
     max_num_batched_tokens: int | None = None
 
 
 class Scheduler(ABC):
     name: str
+    # Whether admission takes the blocks of max_model_len tokens (orca, static) rather than those of
+    # the request's uncomputed tokens.
+    reserves_max_model_len = False
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
         self.config = config
         self.blocks = block_manager
+        need = self.reserved_blocks(config.max_model_len, block_manager.block_size)
+        if need > block_manager.num_blocks:
+            raise ConfigError(f"num_kv_blocks={block_manager.num_blocks} is invalid with scheduler={self.name}: it "
+                              f"reserves max_model_len={config.max_model_len} tokens ({need} blocks) for each "
+                              f"request; allowed: >= {need} blocks, or a smaller max_model_len")
         self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
         self.running: list[Sequence] = []  # in arrival order too
 
+    @classmethod
+    def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
+        """The blocks reserved for each admitted request: those of max_model_len tokens for orca and
+        static; 0 for the paged schedulers, which take blocks as tokens arrive."""
+        return -(-max_model_len // block_size) if cls.reserves_max_model_len else 0
+
     def add(self, seq: Sequence) -> None:
+        total = seq.prompt_len + seq.max_new_tokens
+        if total > self.config.max_model_len:
+            raise ValueError(f"request {seq.seq_id} has {total} tokens, more than max_model_len="
+                             f"{self.config.max_model_len}")
         # Its last token is never cached. One that cannot fit even alone would be preempted and
         # rescheduled forever (sarathi_serve) or stall the engine.
-        cached = seq.prompt_len + seq.max_new_tokens - 1
+        cached = total - 1
         if -(-cached // self.blocks.block_size) > self.blocks.num_blocks:
             raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than all "
                              f"{self.blocks.num_blocks * self.blocks.block_size} tokens it holds")
@@ -86,7 +113,11 @@ class Scheduler(ABC):
         free, as Sarathi-Serve's can_allocate does, even when it gets them a chunk at a time. One
         admitted on its first chunk alone finds its next chunks' blocks taken by the decodes' growth,
         is preempted, is readmitted at once, and so on, recomputing the same tokens over and over."""
-        return self.blocks.can_fit(seq, seq.num_uncomputed)
+        return self.blocks.can_fit(seq, self._admission_tokens(seq))
+
+    def _admission_tokens(self, seq: Sequence) -> int:
+        """The tokens whose blocks a waiting request takes when admitted whole."""
+        return self.config.max_model_len if self.reserves_max_model_len else seq.num_uncomputed
 
     def _admit(self, seq: Sequence) -> None:
         self.waiting.remove(seq)
@@ -130,7 +161,7 @@ class Scheduler(ABC):
                 break
             tokens += seq.num_uncomputed
             self._admit(seq)
-            self.blocks.allocate(seq, seq.num_uncomputed)
+            self.blocks.allocate(seq, self._admission_tokens(seq))
             batch.prefills.append(ScheduledChunk(seq, seq.num_uncomputed))
 
     def _schedule_chunk(self, seq: Sequence, budget: int, batch: ScheduledBatch) -> int:
@@ -163,7 +194,11 @@ def scheduler_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def make_scheduler(name: str, config: SchedulerConfig, block_manager: BlockManager) -> Scheduler:
+def scheduler_class(name: str) -> type[Scheduler]:
     if name not in _REGISTRY:
         raise ValueError(f"scheduler={name!r} is unknown; allowed: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name](config, block_manager)
+    return _REGISTRY[name]
+
+
+def make_scheduler(name: str, config: SchedulerConfig, block_manager: BlockManager) -> Scheduler:
+    return scheduler_class(name)(config, block_manager)

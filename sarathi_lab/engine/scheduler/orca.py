@@ -5,7 +5,9 @@ from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
 @register_scheduler("orca")
 class OrcaScheduler(Scheduler):
     """Iteration-level hybrid batching: whole (unchunked) prompts ride in the same iteration as
-    every running decode."""
+    every running decode. Each request reserves the blocks of max_model_len tokens when admitted."""
+
+    reserves_max_model_len = True
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()

@@ -27,7 +27,8 @@ from sarathi_lab.profiling.attention import measure_reread
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:
     """The request served alone by an engine of its own: the sarathi scheduler with ``chunk``
     over the LLM's executor, clock and KV cache."""
-    scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk, token_budget=chunk),
+    scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk, token_budget=chunk,
+                                                           max_model_len=llm.max_model_len),
                                llm.block_manager)
     metrics = Metrics()
     LLMEngine(scheduler, llm.engine.executor, llm.engine.clock).run(
