@@ -78,6 +78,16 @@ def test_ci_experiments_are_the_full_ones_at_the_ci_scale():
     assert parse_config(compose_config(["experiment=ci/pd_ratio"])).key_values()["scale"] == "ci"
 
 
+@pytest.mark.parametrize("experiment", ["capacity", "ci/capacity", "pd_ratio"])
+def test_scale_ci_runs_what_it_says_whatever_model_the_experiment_picks(experiment):
+    # experiment=capacity had picked cpu-small over scale=ci's tiny model: cpu-small labelled `scale: ci`.
+    assert compose_config([f"experiment={experiment}"]).model.name == ("tiny" if "ci/" in experiment else "cpu-small")
+    ci = compose_config([f"experiment={experiment}", "scale=ci"], hydra=True)
+    assert (ci.scale, ci.model.name, ci.logger.kind, ci.measure.reps, ci.device.num_threads) == ("ci", "tiny", "none",
+                                                                                                 1, 1)
+    assert compose_config([f"experiment={experiment}", "scale=ci", "model=cpu-small"]).model.name == "cpu-small"
+
+
 def test_a_trace_run_is_not_labelled_with_the_synthetic_lengths_it_did_not_use():
     keys = parse_config(compose_config(["workload=trace", "seq_len=512", "pd_ratio=8"])).key_values()
     assert keys["workload"] == "trace" and keys["seq_len"] is None and keys["pd_ratio"] is None
