@@ -104,6 +104,37 @@ def test_a_rows_results_are_the_same_bits_in_the_gemm_and_the_few_row_path(rows,
     assert torch.equal(cpu_ops.linear(x[1:], packed, out_features, b), batch[1:])
 
 
+@settings(max_examples=60, deadline=None)
+@given(**LINEAR_CASES, ties=st.booleans(), special=st.sampled_from(["none", "zero", "nan", "-inf", "+inf"]),
+       threads=st.sampled_from([1, 2]))
+# cpu-small's LM head on a decode batch: 32,000 columns, ties among equal rounded logits likely.
+@example(rows=16, in_features=768, out_features=32000, bias=False, dtype=torch.bfloat16, seed=0, ties=False,
+         special="none", threads=2)
+@example(rows=5, in_features=40, out_features=33, bias=True, dtype=torch.float32, seed=3, ties=True, special="nan",
+         threads=2)
+def test_the_fused_argmax_is_torch_s_argmax_of_the_kernel_s_outputs(rows, in_features, out_features, bias, dtype,
+                                                                     seed, ties, special, threads):
+    # Reference: torch.argmax over the same kernel's outputs (its first maximum, or its first NaN).
+    # ties: every weight row repeated from the first third, so equal outputs sit at several columns;
+    # special: one row of x all zero (every output its bias), NaN, or huge (outputs +-inf, NaN where
+    # they meet), each of which the lanes' running maxima must resolve to the first index.
+    x, w, b = _linear_inputs(rows, in_features, out_features, bias, dtype, seed)
+    if ties:
+        w = w[torch.arange(out_features) % max(1, out_features // 3)]
+    if special != "none":
+        x[rows // 2] = {"zero": 0.0, "nan": float("nan"), "-inf": -1e38, "+inf": 1e38}[special]
+    if special in ("-inf", "+inf"):
+        w = w.abs()  # same-signed products: the row's outputs overflow to one infinity
+    packed = cpu_ops.pack_linear(w)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        want = cpu_ops.linear(x, packed, out_features, b).argmax(dim=-1).tolist()
+        assert cpu_ops.linear_argmax(x, packed, out_features, b) == want
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_bfloat16_takes_amx_exactly_where_the_cpu_has_it():
     # The test above then checks the AMX path on such a CPU; tests/test_kernels_other_isas.py the
     # vector paths that other machines take.
@@ -123,6 +154,8 @@ def test_wrong_calls_are_refused():
             cpu_ops.linear(x, packed, 20)
     with pytest.raises(ValueError, match="linear"):
         cpu_ops.linear(torch.randn(2, 8), packed, 20, torch.randn(19))
+    with pytest.raises(ValueError, match="linear_argmax"):  # few-row paths only, on every CPU
+        cpu_ops.linear_argmax(torch.randn(cpu_ops.LINEAR_MAX_ROWS + 1, 8), packed, 20)
     # bfloat16 has a GEMM on AMX only: beyond LINEAR_MAX_ROWS rows it is refused elsewhere.
     rows = cpu_ops.LINEAR_MAX_ROWS
     packed16 = cpu_ops.pack_linear(w.bfloat16())

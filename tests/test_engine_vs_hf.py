@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sarathi_kernels import cpu_ops
 
 from sarathi_lab import LLM
 from sarathi_lab.engine.scheduler import scheduler_names
@@ -37,6 +38,36 @@ def test_greedy_matches_transformers(reference, scheduler, chunk_size):
     llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=chunk_size, max_batch_size=3,
               device="cpu", dtype="float32", warmup_iters=0)
     assert llm.generate(prompts, max_new_tokens=NEW_TOKENS) == expected
+
+
+@pytest.mark.skipif(not cpu_ops.supports(torch.zeros(1)), reason="the CPU kernels did not build here")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_greedy_tokens_come_from_inside_the_lm_head_and_equal_the_logits_argmax(reference, dtype, monkeypatch):
+    # On the CPU every greedy token comes from the LM head's few-row kernel (cpu_ops.linear_argmax)
+    # wherever the linear layers run on the kernels (float32 always; bfloat16 not where oneDNN has no
+    # bfloat16 and they run as F.linear), and they are the tokens an argmax over its logits gives:
+    # transformers' in float32, and in bfloat16 the engine's own with the fused argmax turned off.
+    directory, prompts, expected = reference
+    llm = LLM(model=str(directory), scheduler="sarathi", chunk_size=16, max_batch_size=3, device="cpu", dtype=dtype,
+              warmup_iters=0)
+    fuses = llm.model.argmax_rows >= len(prompts)
+    assert fuses or dtype == "bfloat16"
+    runner = llm.engine.executor.runner
+    monkeypatch.setattr(runner, "fuses_argmax", lambda prepared: False)
+    unfused = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
+    monkeypatch.undo()
+    fused_tokens, real = [], cpu_ops.linear_argmax
+
+    def counted(*args):
+        tokens = real(*args)
+        fused_tokens.extend(tokens)
+        return tokens
+
+    monkeypatch.setattr(cpu_ops, "linear_argmax", counted)
+    assert llm.generate(prompts, max_new_tokens=NEW_TOKENS) == unfused
+    assert len(fused_tokens) == (len(prompts) * NEW_TOKENS if fuses else 0)
+    if dtype == "float32":
+        assert unfused == expected
 
 
 # Three requests of 11-13 prompt tokens and 40 new ones need 3 blocks of 16 each; a cache of 5 blocks

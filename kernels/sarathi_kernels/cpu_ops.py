@@ -27,6 +27,7 @@ _SIGNATURES = {
     "argmax": [_P, _I64, _I64, _P, _INT],
     "sample": [_P, _I64, _I64, _F, ctypes.c_double, _P, _P, _INT],
     "linear": [_P, _P, _P, _P, _I64, _I64, _I64, _INT],
+    "linear_argmax": [_P, _P, _P, _P, _I64, _I64, _I64, _INT, _P],
     "linear_pack": [_P, _P, _I64, _I64],
 }
 # The most rows ``linear``'s few-row path takes (csrc/linear_cpu.cpp: one set of register accumulators
@@ -117,19 +118,37 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
     [out_features, in]; bias [out_features] or None; one dtype. Any rows >= 1 in float32, and in
     bfloat16 where it runs on AMX (beyond LINEAR_MAX_ROWS a GEMM); else 1 to LINEAR_MAX_ROWS. A row's
     results are the same bits whatever the other rows and however many (csrc/linear_cpu.cpp)."""
-    rows, k = x.shape
-    n = out_features
     gemm = x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and bf16_uses_amx())
-    max_rows = rows if gemm else LINEAR_MAX_ROWS
-    _check(1 <= rows <= max_rows and x.is_contiguous() and x.is_cpu and packed.dtype == x.dtype and packed.is_cpu
+    out = _linear_out(x, packed, out_features, bias, gemm or x.shape[0] <= LINEAR_MAX_ROWS,
+                      f"linear: contiguous x [rows, in] (float32, bfloat16 on AMX: rows >= 1; else 1..{LINEAR_MAX_ROWS})")
+    _fn("linear", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
+                                   out.data_ptr(), *x.shape[:1], out_features, x.shape[1], torch.get_num_threads())
+    return out
+
+
+def linear_argmax(x: torch.Tensor, packed: torch.Tensor, out_features: int,
+                  bias: torch.Tensor | None = None) -> list[int]:
+    """argmax(linear(x, packed, out_features, bias)) for 1 to LINEAR_MAX_ROWS rows, taken inside the
+    kernel while each tile of outputs is in registers: each row's first index of its maximum (of its
+    first NaN, if any), as argmax gives over the same outputs."""
+    out = _linear_out(x, packed, out_features, bias, x.shape[0] <= LINEAR_MAX_ROWS,
+                      f"linear_argmax: contiguous x [rows, in] (1..{LINEAR_MAX_ROWS} rows)")
+    tokens = array("q", bytes(8 * x.shape[0]))
+    _fn("linear_argmax", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
+                                          out.data_ptr(), x.shape[0], out_features, x.shape[1],
+                                          torch.get_num_threads(), tokens.buffer_info()[0])
+    return tokens.tolist()
+
+
+def _linear_out(x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch.Tensor | None, rows_ok: bool,
+                what: str) -> torch.Tensor:
+    """The output tensor [rows, n] of checked arguments (``what``: the refusal's words on x)."""
+    rows, k = x.shape
+    _check(rows >= 1 and rows_ok and x.is_contiguous() and x.is_cpu and packed.dtype == x.dtype and packed.is_cpu
            and packed.numel() == _packed_numel(n, k, x.dtype) and (bias is None or (
                bias.shape == (n,) and bias.dtype == x.dtype and bias.is_contiguous() and bias.is_cpu)),
-           f"linear: contiguous x [rows, in] (float32, bfloat16 on AMX: rows >= 1; else 1..{LINEAR_MAX_ROWS}), the packed"
-           " weight of [out, in], bias [out], one dtype")
-    out = x.new_empty((rows, n))
-    _fn("linear", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
-                                   out.data_ptr(), rows, n, k, torch.get_num_threads())
-    return out
+           f"{what}, the packed weight of [out, in], bias [out], one dtype")
+    return x.new_empty((rows, n))
 
 
 def argmax(x: torch.Tensor) -> list[int]:

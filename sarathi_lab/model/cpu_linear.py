@@ -173,6 +173,16 @@ class PackedLinear(nn.Module):
     def _small(self, x: torch.Tensor) -> torch.Tensor:
         return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
 
+    @property
+    def argmax_rows(self) -> int:
+        """The most rows whose argmax ``argmax`` takes inside the few-row kernel (0: none)."""
+        return min(self.kernel_rows, cpu_ops.LINEAR_MAX_ROWS)
+
+    def argmax(self, x: torch.Tensor) -> list[int]:
+        """forward(x).argmax(-1).tolist() for 1 to argmax_rows rows, taken while the outputs are in
+        registers: an LM head's greedy tokens without reading its logits back."""
+        return cpu_ops.linear_argmax(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if 0 < x.shape[0] <= self.kernel_rows:
             return self._small(x)

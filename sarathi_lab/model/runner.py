@@ -40,6 +40,16 @@ class ModelRunner:
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
                           prepared.logits_indices)
 
+    def fuses_argmax(self, prepared: PreparedBatch) -> bool:
+        """Whether forward_argmax serves this batch (its sampled rows within the model's argmax_rows)."""
+        return 0 < len(prepared.logits_indices) <= self.model.argmax_rows
+
+    @torch.inference_mode()
+    def forward_argmax(self, prepared: PreparedBatch) -> list[int]:
+        """The greedy tokens of forward's logits, taken inside the LM head's kernel."""
+        return self.model.forward_argmax(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
+                                         prepared.logits_indices)
+
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) -> PreparedBatch:
     """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads

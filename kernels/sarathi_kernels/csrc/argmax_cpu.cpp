@@ -7,32 +7,22 @@
 // a search for the first element equal to it, a vector block at a time. Both are written on vectors
 // (cpu_common.h) rather than left to the auto-vectoriser: it vectorised the max across blocks, with
 // strided loads, and not the search at all (an early exit), 9 GB/s from L2 in all. NaN is detected
-// on the bits, in integer arithmetic, because -ffast-math (cpu_build.py) lets the compiler assume
-// float comparisons never see one.
+// on the bits (cpu_common.h's is_nan). linear_cpu.cpp's linear_argmax gives the same answers from
+// inside the LM head's kernel.
 #include <cstdint>
-#include <cstring>
 
 #include "cpu_common.h"
 
 namespace {
 
 using sarathi::bf16;
+using sarathi::is_nan;
 using sarathi::load;
 using sarathi::vec;
 using sarathi::W;
 
-typedef int32_t lanes __attribute__((vector_size(W * sizeof(int32_t))));  // -1 where true
+using lanes = sarathi::ivec;
 
-inline bool is_nan(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return (u & 0x7FFFFFFFu) > 0x7F800000u;
-}
-inline lanes is_nan(vec v) {
-  lanes u;
-  std::memcpy(&u, &v, sizeof u);
-  return (u & 0x7FFFFFFF) > 0x7F800000;
-}
 inline bool any(lanes m) {
   int32_t a = 0;
   for (int64_t l = 0; l < W; ++l) a |= m[l];

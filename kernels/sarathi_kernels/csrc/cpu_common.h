@@ -75,7 +75,20 @@ inline V in_register(V v) {
   __asm__("" : "+v"(v));
   return v;
 }
-typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));
+typedef int32_t ivec __attribute__((vector_size(W * sizeof(int32_t))));  // -1 where a test holds
+
+// NaN tested on the bits, in integer arithmetic: -ffast-math (cpu_build.py) lets the compiler assume
+// float comparisons never see one.
+inline bool is_nan(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return (u & 0x7FFFFFFFu) > 0x7F800000u;
+}
+inline ivec is_nan(vec v) {
+  ivec u;
+  std::memcpy(&u, &v, sizeof u);
+  return (u & 0x7FFFFFFF) > 0x7F800000;
+}
 
 // 2^t for t <= 0 (larger t as 2^0: the callers discard those lanes), inline: a libmvec call per W
 // lanes spills every live vector register around it (~40% of the prefill attention's bfloat16

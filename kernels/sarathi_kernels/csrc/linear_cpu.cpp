@@ -22,8 +22,11 @@
 // every row count at once. Why: there vdpbf16ps issues at ~0.5 per cycle, and at 8-16 rows the
 // vector loop became compute-bound (cpu-small's weights at 9-11 GB/s against 25 at 1 row), while a
 // tile multiply-add consumes 1 KB of weights per 16 cycles whatever the rows (benchmarks/RESULTS.md).
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -136,9 +139,81 @@ inline void span_chunks(std::index_sequence<C...>, const XT& x, const T* const* 
   (span_rows<T, M, TB, chunk_row(M, C), chunk_row(M, C + 1)>(x, wt, s0, s1, total), ...);
 }
 
-// out [rows][N] in tiles [tile0, tile0 + TB) = total [rows][TB] + bias.
+// Greedy sampling fused into the few-row paths (linear_argmax): each thread keeps, for each row, a
+// running maximum per lane of the outputs it writes, read back as stored (rounded to T), and the
+// answer is argmax_cpu.cpp's over the same outputs: each row's first index of its maximum, or of its
+// first NaN. Why: the argmax over an LM head's logits just written read them back from L3 after the
+// forward pass, 71.5 of a greedy bfloat16 decode iteration's 82 us of sampling (16 x 32,000, Xeon
+// with AMX); here they are in L1. Per lane the columns come in increasing order, and a lane's entry
+// changes only to a larger value or a first NaN, so it holds its earliest maximum (or first NaN).
+struct alignas(64) RowTops {
+  vec top[MAX_ROWS];
+  sarathi::ivec at[MAX_ROWS];
+  bool started[MAX_ROWS] = {};
+};
+
+template <std::size_t... I>
+constexpr sarathi::ivec lane_numbers(std::index_sequence<I...>) {
+  return sarathi::ivec{static_cast<int32_t>(I)...};
+}
+constexpr sarathi::ivec kLane = lane_numbers(std::make_index_sequence<W>{});
+
+// Row m's outputs [n0, n0 + cols) as stored at y (cols <= W) offered to t; lanes past cols repeat
+// column n0, an output offered anyway, so that they change no answer.
+template <typename T>
+inline void offer(RowTops& t, int64_t m, const T* y, int64_t n0, int64_t cols) {
+  vec v;
+  sarathi::ivec at;
+  if (cols == W) {
+    v = vload(y);
+    at = kLane + static_cast<int32_t>(n0);
+  } else {
+    for (int64_t c = 0; c < W; ++c) {
+      v[c] = load(y[c < cols ? c : 0]);
+      at[c] = static_cast<int32_t>(n0 + (c < cols ? c : 0));
+    }
+  }
+  if (!t.started[m]) {
+    t.top[m] = v;
+    t.at[m] = at;
+    t.started[m] = true;
+    return;
+  }
+  const sarathi::ivec take = ~sarathi::is_nan(t.top[m]) & ((v > t.top[m]) | sarathi::is_nan(v));
+  t.top[m] = take ? v : t.top[m];
+  t.at[m] = take ? at : t.at[m];
+}
+
+// Each row's token from every thread's lanes: the smallest index among lanes holding a NaN, else
+// the smallest among those holding the largest value.
+void answer(const std::vector<RowTops>& tops, int64_t rows, int64_t* tokens) {
+  for (int64_t m = 0; m < rows; ++m) {
+    int64_t best = -1, first_nan = INT64_MAX;
+    float top = 0.f;
+    for (const RowTops& t : tops) {
+      if (!t.started[m]) continue;
+      for (int64_t l = 0; l < W; ++l) {
+        const float v = t.top[m][l];
+        const int64_t at = t.at[m][l];
+        if (sarathi::is_nan(v)) {
+          first_nan = std::min(first_nan, at);
+        } else if (best < 0 || v > top || (v == top && at < best)) {
+          top = v;
+          best = at;
+        }
+      }
+    }
+    tokens[m] = first_nan != INT64_MAX ? first_nan : best;
+  }
+}
+
+// The calling thread's entry of tops (null: no argmax).
+inline RowTops* mine(RowTops* tops) { return tops ? tops + omp_get_thread_num() : nullptr; }
+
+// out [rows][N] in tiles [tile0, tile0 + TB) = total [rows][TB] + bias, offered to tops if given.
 template <typename T, int TB>
-inline void finish(const vec* total, int64_t rows, const T* bias, T* out, int64_t tile0, int64_t N) {
+inline void finish(const vec* total, int64_t rows, const T* bias, T* out, int64_t tile0, int64_t N,
+                   RowTops* tops = nullptr) {
   for (int b = 0; b < TB; ++b) {
     const int64_t n0 = (tile0 + b) * W, cols = std::min<int64_t>(W, N - n0);
     vec bv = {};
@@ -151,12 +226,14 @@ inline void finish(const vec* total, int64_t rows, const T* bias, T* out, int64_
       } else {
         for (int64_t c = 0; c < cols; ++c) out[m * N + n0 + c] = sarathi::store<T>(y[c]);
       }
+      if (tops) offer(*tops, m, out + m * N + n0, n0, cols);
     }
   }
 }
 
 template <typename T, int M, int TB>
-inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K) {
+inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t tile0, int64_t N, int64_t K,
+                  RowTops* tops) {
   constexpr int64_t P = pair_of<T>;
   const int64_t steps = (K + P - 1) / P;  // packed vectors per tile
   vec total[M][TB] = {};
@@ -167,22 +244,23 @@ inline void block(const XT& x, const T* packed, const T* bias, T* out, int64_t t
   // live outside the step loop, so that only the partial sums compete for registers in it.
   for (int64_t s0 = 0; s0 < steps; s0 += SPAN)
     span_chunks<T, M, TB>(std::make_index_sequence<row_chunks(M)>{}, x, wt, s0, std::min(steps, s0 + SPAN), total);
-  finish<T, TB>(&total[0][0], M, bias, out, tile0, N);
+  finish<T, TB>(&total[0][0], M, bias, out, tile0, N, mine(tops));
 }
 
 template <typename T, int M>
-void linear_rows(const XT& x, const T* packed, const T* bias, T* out, int64_t N, int64_t K, int threads) {
+void linear_rows(const XT& x, const T* packed, const T* bias, T* out, int64_t N, int64_t K, int threads,
+                 RowTops* tops) {
   constexpr int TB = tiles_per_block(M);
   const int64_t tiles = (N + W - 1) / W, blocks = tiles / TB;
   // Static ranges: each thread streams its own contiguous stretch of the packed weight.
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) block<T, M, TB>(x, packed, bias, out, b * TB, N, K);
-  for (int64_t t = blocks * TB; t < tiles; ++t) block<T, M, 1>(x, packed, bias, out, t, N, K);
+  for (int64_t b = 0; b < blocks; ++b) block<T, M, TB>(x, packed, bias, out, b * TB, N, K, tops);
+  for (int64_t t = blocks * TB; t < tiles; ++t) block<T, M, 1>(x, packed, bias, out, t, N, K, tops);
 }
 
 template <typename T, std::size_t... I>
 constexpr auto table(std::index_sequence<I...>) {
-  return std::array<void (*)(const XT&, const T*, const T*, T*, int64_t, int64_t, int), sizeof...(I)>{
+  return std::array<void (*)(const XT&, const T*, const T*, T*, int64_t, int64_t, int, RowTops*), sizeof...(I)>{
       &linear_rows<T, static_cast<int>(I) + 1>...};
 }
 
@@ -307,7 +385,7 @@ sarathi::TileConfig linear_tiles(int64_t m, int64_t tail_pairs) {
 // Outputs of the tiles [tile0, tile0 + TB) (TB = 1 or 2) for x [m][ldx] (k padded to even).
 template <int TB>
 void amx_block(const bf16* x, int64_t ldx, const bf16* packed, const bf16* bias, bf16* out, int64_t tile0, int64_t m,
-               int64_t N, int64_t steps) {
+               int64_t N, int64_t steps, RowTops* tops = nullptr) {
   constexpr int64_t kBlockPairs = 16, kTileBytes = kBlockPairs * W * 2 * sizeof(bf16);
   const int64_t blocks = steps / kBlockPairs, tail = steps % kBlockPairs, x_stride = ldx * sizeof(bf16);
   const char* w0 = reinterpret_cast<const char*>(packed + tile0 * steps * W * 2);
@@ -335,11 +413,11 @@ void amx_block(const bf16* x, int64_t ldx, const bf16* packed, const bf16* bias,
   vec sums[MAX_ROWS][TB];  // finish's layout: each tile's rows TB vectors apart
   _tile_stored(0, &sums[0][0], TB * sizeof(vec));
   if (TB == 2) _tile_stored(1, &sums[0][1], TB * sizeof(vec));
-  finish<bf16, TB>(&sums[0][0], m, bias, out, tile0, N);
+  finish<bf16, TB>(&sums[0][0], m, bias, out, tile0, N, mine(tops));
 }
 
 void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, int64_t m, int64_t N, int64_t K,
-                int threads) {
+                int threads, RowTops* tops = nullptr) {
   const int64_t steps = (K + 1) / 2, tiles = (N + W - 1) / W, pairs_of_tiles = tiles / 2;
   // A tile reads x in whole pairs of k: an odd K needs a copy with a zero after each row.
   std::vector<bf16> padded;
@@ -355,12 +433,12 @@ void amx_linear(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, 
   {
     _tile_loadconfig(&config);
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < pairs_of_tiles; ++p) amx_block<2>(x, ldx, packed, bias, out, 2 * p, m, N, steps);
+    for (int64_t p = 0; p < pairs_of_tiles; ++p) amx_block<2>(x, ldx, packed, bias, out, 2 * p, m, N, steps, tops);
     _tile_release();
   }
   if (tiles % 2) {
     _tile_loadconfig(&config);
-    amx_block<1>(x, ldx, packed, bias, out, tiles - 1, m, N, steps);
+    amx_block<1>(x, ldx, packed, bias, out, tiles - 1, m, N, steps, tops);
     _tile_release();
   }
 }
@@ -463,16 +541,18 @@ void amx_gemm(const bf16* x, const bf16* packed, const bf16* bias, bf16* out, in
 #endif
 
 // x [rows, K], bias [N] or null, out [rows, N], contiguous; packed as pack() wrote it; rows >= 1,
-// at most MAX_ROWS in bfloat16 without AMX.
+// at most MAX_ROWS in bfloat16 without AMX, and with tops (one per thread: the argmax's, rows the
+// few-row paths take).
 template <typename T>
-void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads) {
+void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t N, int64_t K, int threads,
+            RowTops* tops = nullptr) {
   if constexpr (std::is_same<T, float>::value)
     if (rows > MAX_ROWS) return gemm(x, packed, bias, out, rows, N, K, threads);
 #if defined(SARATHI_AMX)
   if constexpr (std::is_same<T, bf16>::value)
     if (sarathi::amx_permitted())
       return rows > MAX_ROWS ? amx_gemm(x, packed, bias, out, rows, N, K, threads)
-                             : amx_linear(x, packed, bias, out, rows, N, K, threads);
+                             : amx_linear(x, packed, bias, out, rows, N, K, threads, tops);
 #endif
   static constexpr auto kernels = table<T>(std::make_index_sequence<MAX_ROWS>{});
   constexpr int64_t P = pair_of<T>;
@@ -492,7 +572,7 @@ void linear(const T* x, const T* packed, const T* bias, T* out, int64_t rows, in
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t k = 0; k < K; ++k) xf[k * rows + m] = load(x[m * K + k]);
   }
-  kernels[rows - 1](XT{xf.data(), pairs.data()}, packed, bias, out, N, K, threads);
+  kernels[rows - 1](XT{xf.data(), pairs.data()}, packed, bias, out, N, K, threads, tops);
 }
 
 // w [N, K] row-major into the packed layout (zeros where N and K are padded).
@@ -525,6 +605,12 @@ extern "C" int64_t bf16_uses_amx() {
   extern "C" void linear_##SUFFIX(const T* x, const T* packed, const T* bias, T* out, int64_t rows, int64_t n,    \
                                   int64_t k, int threads) {                                              \
     linear<T>(x, packed, bias, out, rows, n, k, threads);                                                \
+  }                                                                                                      \
+  extern "C" void linear_argmax_##SUFFIX(const T* x, const T* packed, const T* bias, T* out, int64_t rows,       \
+                                         int64_t n, int64_t k, int threads, int64_t* tokens) {           \
+    std::vector<RowTops> tops(std::max(threads, 1));                                                     \
+    linear<T>(x, packed, bias, out, rows, n, k, threads, tops.data());                                   \
+    answer(tops, rows, tokens);                                                                          \
   }
 SARATHI_LINEAR(f32, float)
 SARATHI_LINEAR(bf16, bf16)
