@@ -81,28 +81,22 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
 
     def forward(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-                meta: AttentionMetadata, logits_indices: torch.Tensor) -> torch.Tensor:
+                meta: AttentionMetadata, logits_indices: torch.Tensor, argmax: bool = False) -> torch.Tensor | list[int]:
         """Logits [len(logits_indices), vocab] of the chosen rows, in the model's dtype: only tokens
         that get sampled pay for the vocabulary projection, and greedy sampling reads them as they are
-        (the sampler widens them where it computes probabilities)."""
-        return self.lm_head(self._sampled_hidden(input_ids, positions, kv_caches, meta, logits_indices))
-
-    @property
-    def argmax_rows(self) -> int:
-        """The most chosen rows whose greedy tokens ``forward_argmax`` takes inside the LM head's
-        kernel (the CPU's few-row linear); 0 where it cannot."""
-        return getattr(self.lm_head, "argmax_rows", 0)
-
-    def forward_argmax(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-                       meta: AttentionMetadata, logits_indices: torch.Tensor) -> list[int]:
-        """forward's argmax per row (its first maximum, as greedy sampling takes it), for 1 to
-        argmax_rows rows: the logits never leave the kernel's registers for a separate pass."""
-        return self.lm_head.argmax(self._sampled_hidden(input_ids, positions, kv_caches, meta, logits_indices))
-
-    def _sampled_hidden(self, input_ids, positions, kv_caches, meta, logits_indices) -> torch.Tensor:
+        (the sampler widens them where it computes probabilities). With ``argmax`` (1 to argmax_rows
+        rows), each row's argmax instead (its first maximum, as greedy sampling takes it), taken inside
+        the LM head's kernel: the logits never leave its registers for a separate pass. One method, so
+        that forward hooks on the model see both."""
         hidden, residual = self.embed_tokens(input_ids), None
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
         # The norm is per token, so select the sampled rows first.
-        last = (hidden + residual).index_select(0, logits_indices)
-        return self.norm(last)
+        last = self.norm((hidden + residual).index_select(0, logits_indices))
+        return self.lm_head.argmax(last) if argmax else self.lm_head(last)
+
+    @property
+    def argmax_rows(self) -> int:
+        """The most chosen rows whose greedy tokens ``forward(..., argmax=True)`` takes inside the LM
+        head's kernel (the CPU's few-row linear); 0 where it cannot."""
+        return getattr(self.lm_head, "argmax_rows", 0)

@@ -47,8 +47,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward_argmax(self, prepared: PreparedBatch) -> list[int]:
         """The greedy tokens of forward's logits, taken inside the LM head's kernel."""
-        return self.model.forward_argmax(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
-                                         prepared.logits_indices)
+        return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
+                          prepared.logits_indices, argmax=True)
 
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) -> PreparedBatch:
