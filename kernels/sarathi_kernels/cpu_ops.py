@@ -122,7 +122,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
     out = _linear_out(x, packed, out_features, bias, gemm or x.shape[0] <= LINEAR_MAX_ROWS,
                       f"linear: contiguous x [rows, in] (float32, bfloat16 on AMX: rows >= 1; else 1..{LINEAR_MAX_ROWS})")
     _fn("linear", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
-                                   out.data_ptr(), *x.shape[:1], out_features, x.shape[1], torch.get_num_threads())
+                                   out.data_ptr(), x.shape[0], out_features, x.shape[1], torch.get_num_threads())
     return out
 
 

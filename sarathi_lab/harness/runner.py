@@ -258,10 +258,11 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
     reserved = llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size)
     if reserved:
-        if llm.num_kv_blocks // reserved < at_once:
+        fits = llm.num_kv_blocks // reserved
+        if fits < at_once:
             log.warning("scheduler=%s reserves max_model_len=%d tokens for each request: the KV cache (%d tokens) "
                         "holds %d at once, fewer than the %d the run could batch", cfg.scheduler.name,
-                        llm.max_model_len, capacity, llm.num_kv_blocks // reserved, at_once)
+                        llm.max_model_len, capacity, fits, at_once)
     elif at_once * workload.max_request_len > capacity:
         log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
                     capacity, at_once, workload.max_request_len)

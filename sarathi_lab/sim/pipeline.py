@@ -96,9 +96,10 @@ class PipelineSimulator:
                  num_kv_blocks: int | None = None, cost: StageCostModel | None = None,
                  max_model_len: int | None = None):
         self.par = par or Parallelism(tp=8, pp=8)
+        config = _config(model)
         if max_model_len is None:
-            max_model_len = _config(model).max_position_embeddings
-        self.cost = cost or StageCostModel(load_device(device, dtype), _config(model), self.par, dtype)
+            max_model_len = config.max_position_embeddings
+        self.cost = cost or StageCostModel(load_device(device, dtype), config, self.par, dtype)
         if num_kv_blocks is None:
             # Every GPU holds its layers' and heads' cache of every request in flight: the shard's
             # capacity is the pipeline's.
