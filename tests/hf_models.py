@@ -6,9 +6,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
-_SHAPE = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-              eos_token_id=None, bos_token_id=None, pad_token_id=None)
+_SHAPE = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+          "eos_token_id": None, "bos_token_id": None, "pad_token_id": None}
 
 CONFIGS = {
     "llama": lambda: LlamaConfig(**_SHAPE),

@@ -96,11 +96,11 @@ def test_bad_arrival_times_are_refused_not_a_hang(llm, arrivals, message):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(temperature=float("nan")), "temperature=nan is invalid"),
-    (dict(temperature=float("inf")), "temperature=inf is invalid"),
-    (dict(top_p=float("nan")), "top_p=nan is invalid"),
-    (dict(seed=-1), "seed=-1 is invalid"),
-    (dict(seed=2**64), "seed=18446744073709551616 is invalid"),
+    ({"temperature": float("nan")}, "temperature=nan is invalid"),
+    ({"temperature": float("inf")}, "temperature=inf is invalid"),
+    ({"top_p": float("nan")}, "top_p=nan is invalid"),
+    ({"seed": -1}, "seed=-1 is invalid"),
+    ({"seed": 2**64}, "seed=18446744073709551616 is invalid"),
 ])
 def test_bad_sampling_params_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):

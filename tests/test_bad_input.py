@@ -17,15 +17,15 @@ def llm():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(scheduler="fifo"), "scheduler='fifo' is invalid: allowed values are"),
-    (dict(model="gpt-17"), "model='gpt-17' is neither a preset"),
-    (dict(device="tpu"), "device='tpu' is invalid"),
-    (dict(dtype="int8"), "dtype='int8' is invalid"),
-    (dict(chunk_size=0), "chunk_size=0 is invalid: must be > 0"),
-    (dict(chunk_size=2.5), "chunk_size=2.5 is invalid: must be of type int"),
-    (dict(max_batch_size=-1), "max_batch_size=-1 is invalid"),
-    (dict(attention="flash"), "attention='flash' is invalid"),
-    (dict(max_model_len=10**6), "max_model_len=1000000 is invalid: the model allows at most 2048"),
+    ({"scheduler": "fifo"}, "scheduler='fifo' is invalid: allowed values are"),
+    ({"model": "gpt-17"}, "model='gpt-17' is neither a preset"),
+    ({"device": "tpu"}, "device='tpu' is invalid"),
+    ({"dtype": "int8"}, "dtype='int8' is invalid"),
+    ({"chunk_size": 0}, "chunk_size=0 is invalid: must be > 0"),
+    ({"chunk_size": 2.5}, "chunk_size=2.5 is invalid: must be of type int"),
+    ({"max_batch_size": -1}, "max_batch_size=-1 is invalid"),
+    ({"attention": "flash"}, "attention='flash' is invalid"),
+    ({"max_model_len": 10**6}, "max_model_len=1000000 is invalid: the model allows at most 2048"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, message):
     with pytest.raises((ConfigError, ModelLoadError)) as err:

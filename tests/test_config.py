@@ -11,7 +11,13 @@ from hydra.errors import MissingConfigException
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import CONF_DIR
-from sarathi_lab.harness.cli_check import _group_options, bad_group_choice, bare_word, check_command_line, sweep_note
+from sarathi_lab.harness.cli_check import (
+    _group_options,
+    bad_group_choice,
+    bare_word,
+    check_command_line,
+    sweep_note,
+)
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
@@ -186,8 +192,8 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     ([*SIM, "engine.num_kv_blocks=10000000000"], r"^engine.num_kv_blocks=10000000000 is invalid: 10000000000 blocks"),
     ([*SIM, "engine.num_kv_blocks=2"], r"^engine.num_kv_blocks=2 is invalid: the KV cache holds 32 tokens, fewer"),
     ([*SIM, "model=mistral-7b", "chunk=100000000"],
-     r"^chunk=100000000 is invalid on sim_device='h100': an iteration of this many tokens and a decode per running "
-     r"request \(100000004 in all\) leaves no room for a KV cache$"),
+     (r"^chunk=100000000 is invalid on sim_device='h100': an iteration of this many tokens and a decode per running "
+      r"request \(100000004 in all\) leaves no room for a KV cache$")),
     ([*SIM, "engine.sim_cost_model=profile", "engine.sim_device=a6000"],
      r"^engine.sim_cost_model='profile' is invalid here: no profile at .*run task=profile"),
     # chunk=64 leaves LLaMA-33B 465 blocks on an H100; the budget tuned for this lax SLO (65536) none.

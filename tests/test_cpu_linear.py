@@ -13,7 +13,14 @@ from torch import nn
 from sarathi_lab import LLM
 from sarathi_lab.attention import make_backend
 from sarathi_lab.model import PRESETS, CausalLM, cpu_linear
-from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, describe, gemm_available, onednn_available, pack_linears
+from sarathi_lab.model.cpu_linear import (
+    GEMMS,
+    PackedLinear,
+    describe,
+    gemm_available,
+    onednn_available,
+    pack_linears,
+)
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
 GEMMS_HERE = [g for g in GEMMS if gemm_available(g, torch.float32)]
@@ -52,7 +59,7 @@ def test_mkl_reads_its_packed_weight_at_every_row_count(bias):
         with torch.inference_mode():
             want = F.linear(x.double(), other.double(), None if layer.bias is None else layer.bias.double())
             torch.testing.assert_close(layer._packed(x).double(), want, rtol=1e-5, atol=1e-5,
-                                       msg=lambda m: f"{rows} rows: {m}")
+                                       msg=lambda m, rows=rows: f"{rows} rows: {m}")
 
 
 def test_packing_shares_the_parameters_so_tied_weights_and_state_dict_are_unchanged():

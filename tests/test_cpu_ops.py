@@ -62,7 +62,7 @@ def test_rope_in_place_equals_torch(tokens, q_heads, kv_heads, head_dim, scaling
     # q and k inside a fused qkv row, as the decoder hands them over: strided rows.
     qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * head_dim).to(dtype)
     positions = torch.randint(0, 512, (tokens,))
-    view = lambda t: t[:, : (q_heads + kv_heads) * head_dim].view(tokens, -1, head_dim)  # noqa: E731
+    view = lambda t: t[:, : (q_heads + kv_heads) * head_dim].view(tokens, -1, head_dim)
     want = _torch_path(lambda: rotary(positions, view(qkv.clone())))
     fused = qkv.clone()
     got = rotary(positions, view(fused))

@@ -29,9 +29,9 @@ def _linear_inputs(rows, in_features, out_features, bias, dtype, seed):
 
 
 # _linear_inputs' arguments, any shape the kernel takes.
-LINEAR_CASES = dict(rows=st.integers(1, cpu_ops.LINEAR_MAX_ROWS), in_features=st.integers(1, 300),
-                    out_features=st.integers(1, 300), bias=st.booleans(),
-                    dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+LINEAR_CASES = {"rows": st.integers(1, cpu_ops.LINEAR_MAX_ROWS), "in_features": st.integers(1, 300),
+                "out_features": st.integers(1, 300), "bias": st.booleans(),
+                "dtype": st.sampled_from([torch.float32, torch.bfloat16]), "seed": st.integers(0, 2**16)}
 
 
 @settings(max_examples=80, deadline=None)

@@ -152,7 +152,7 @@ def test_a_chunked_prefill_is_not_preempted_and_readmitted_every_iteration():
     # iteration, and so on while R0 decoded: 7 preemptions, 62 prefill tokens for 16 prompt tokens.
     # Admitted only with its 3 blocks free, it is preempted once, after its prefill, and recomputed
     # (12 tokens, its last as a decode) once R0 has finished.
-    _, _, metrics, executor, _ = run_workload("sarathi_serve", [(4, 17), (12, 2)], num_blocks=6, batch_size=2,
+    _, _, metrics, _, _ = run_workload("sarathi_serve", [(4, 17), (12, 2)], num_blocks=6, batch_size=2,
                                               chunk=4)
     assert sum(r.num_preemptions for r in metrics.requests) == 1
     assert sum(i.num_prefill_tokens for i in metrics.iterations) == 4 + 12 + 12

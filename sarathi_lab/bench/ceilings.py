@@ -9,7 +9,14 @@ from __future__ import annotations
 import argparse
 
 from sarathi_lab.bench.args import HelpFormatter, positive_int
-from sarathi_lab.bench.common import add_common_args, apply_smoke, check_clock, print_table, resolve_dtype, setup_threads
+from sarathi_lab.bench.common import (
+    add_common_args,
+    apply_smoke,
+    check_clock,
+    print_table,
+    resolve_dtype,
+    setup_threads,
+)
 from sarathi_lab.profiling.ceilings import SMOKE, Ceilings, measure_ceilings
 from sarathi_lab.profiling.machine import describe_machine
 

@@ -25,7 +25,15 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, apply_smoke, check_clock, engine_dtype, print_table, setup_threads, write_table
+from sarathi_lab.bench.common import (
+    add_common_args,
+    apply_smoke,
+    check_clock,
+    engine_dtype,
+    print_table,
+    setup_threads,
+    write_table,
+)
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches

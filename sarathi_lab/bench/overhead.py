@@ -17,7 +17,14 @@ import warnings
 import pandas as pd
 
 from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
+from sarathi_lab.bench.common import (
+    add_common_args,
+    apply_smoke,
+    engine_dtype,
+    print_table,
+    setup_threads,
+    write_table,
+)
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded

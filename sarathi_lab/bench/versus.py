@@ -28,6 +28,7 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -35,7 +36,14 @@ import torch
 
 from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, apply_smoke, engine_dtype, print_table, setup_threads, write_table
+from sarathi_lab.bench.common import (
+    add_common_args,
+    apply_smoke,
+    engine_dtype,
+    print_table,
+    setup_threads,
+    write_table,
+)
 from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.timer import make_clock
@@ -123,6 +131,9 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
+    def generate(llm: LLM, prompts: list[list[int]], new_tokens: list[int]):
+        return llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
+
     budget = {w.token_budget for w in workloads.values()}
     batch = {w.batch_size for w in workloads.values()}
     if len(budget) > 1 or len(batch) > 1:
@@ -138,8 +149,7 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[
         if str(llm.dtype).removeprefix("torch.") != args.dtype:
             raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
         engines[f"sarathi_lab/{name}"] = llm
-        systems[f"sarathi_lab/{name}"] = (lambda llm: lambda p, n: llm.generate(
-            p, n, sampling=SamplingParams(ignore_eos=True)))(llm)
+        systems[f"sarathi_lab/{name}"] = partial(generate, llm)
     if args.vllm and vllm_cpu.available():
         systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget, max_len + 16)
     elif args.vllm:

@@ -165,7 +165,7 @@ def _load_safetensors(lm: CausalLM, path: Path) -> None:
     filled: dict[str, int] = {}
     for file in _weight_files(path):
         with _open_weights(path, file) as f:
-            for hf_name in f.keys():
+            for hf_name in f.keys():  # noqa: SIM118 (safetensors' handle is not iterable)
                 name, shard = _our_name(hf_name)
                 if name not in params:
                     if "rotary_emb" in name:

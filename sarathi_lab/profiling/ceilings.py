@@ -6,6 +6,7 @@ records these next to its numbers, and the simulator's CPU roofline reads the sa
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -59,7 +60,7 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
         for gemm in (g for g in GEMMS if gemm_available(g, dtype)):
             packed = PackedLinear(nn.Linear(n, n, bias=False, dtype=dtype), gemm)
             with torch.no_grad():
-                t = min(t, best_time(lambda: packed(a), reps, clock_fn))
+                t = min(t, best_time(partial(packed, a), reps, clock_fn))
     return 2 * n**3 / t / 1e9
 
 

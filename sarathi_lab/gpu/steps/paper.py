@@ -62,12 +62,12 @@ def job_overrides(step: Step) -> list[list[str]]:
 
 def check_gpu_jobs(step: Step) -> list[Metric]:
     """Each GPU job's overrides through the schema, and its KV cache against an 80 GB card."""
+    import torch
+
     from sarathi_lab.harness.compose import compose_config
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import load_config
     from sarathi_lab.model.memory import kv_bytes_per_token, weight_bytes
-
-    import torch
 
     worst = 0.0
     jobs = job_overrides(step)
