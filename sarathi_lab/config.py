@@ -30,6 +30,9 @@ EXECUTORS = ("model", "sim")
 SIM_COST_MODELS = ("roofline", "profile")
 # numpy's and torch's generators both take seeds in [0, 2**64).
 MAX_SEED = 2**64 - 1
+# The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and
+# sarathi-serve's block managers' default watermark (vidur's watermark_blocks_fraction).
+KV_WATERMARK = 0.01
 
 _KEY = re.compile(r"^[\w.\[\]]+(?==)")
 
@@ -69,6 +72,10 @@ class EngineConfig:
     # max_batch_size requests of max_model_len tokens (the paper's preallocation), capped by memory.
     num_kv_blocks: int | None = None
     kv_cache_gb: float | None = None
+    # Admission leaves this share of the blocks free (int(kv_watermark * blocks), as vLLM and
+    # sarathi-serve count it), so that running requests grow into it before one is preempted; the
+    # default cache is sized with it on top. 0: a request may take the last free block.
+    kv_watermark: float = KV_WATERMARK
     attention: str = "auto"
     max_model_len: int | None = None
     # vllm's cap on an iteration's prompt tokens (vLLM's max_num_batched_tokens). None: no cap, so a
@@ -111,6 +118,8 @@ class EngineConfig:
                 check_positive(key, getattr(self, key))
         if not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"seed={self.seed} is invalid: must be in [0, 2**64 - 1]")
+        if not 0 <= self.kv_watermark < 1:
+            raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, 1)")
         if self.warmup_iters < 0:
             raise ConfigError(f"warmup_iters={self.warmup_iters} is invalid: must be >= 0")
         if self.executor == "sim":

@@ -55,7 +55,7 @@ class LLM:
 
     def _make_scheduler(self) -> Scheduler:
         cfg = self.config
-        self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size)
+        self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
         return make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget,
                                                              self.max_model_len, cfg.max_num_batched_tokens),
                               self.block_manager)
@@ -119,9 +119,13 @@ class LLM:
         if total > self.max_model_len:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) = {total}"
                              f" tokens exceeds the model's context of {self.max_model_len}")
-        if total - 1 > self.kv_capacity_tokens:  # its last token is never cached
+        blocks = self.block_manager
+        room = blocks.admissible_blocks * blocks.block_size
+        if total - 1 > room:  # its last token is never cached
+            kept = f", {blocks.watermark_blocks} of its blocks kept free by kv_watermark" if blocks.watermark_blocks else ""
             raise ValueError(f"prompts[{i}]: a request of {total} tokens (its last never cached) cannot fit the KV"
-                             f" cache of {self.kv_capacity_tokens} tokens even alone; raise num_kv_blocks or kv_cache_gb")
+                             f" cache of {self.kv_capacity_tokens} tokens{kept} even alone; raise num_kv_blocks or"
+                             " kv_cache_gb")
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         hf, cfg = self.model_config, self.config

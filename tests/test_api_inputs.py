@@ -123,3 +123,16 @@ def test_interrupted_generate_leaves_the_engine_reusable(scheduler):
     assert llm.block_manager.num_free == llm.num_kv_blocks
     assert not llm.engine.scheduler.has_work()
     assert llm.generate(prompts, max_new_tokens=5) == expected
+
+
+@pytest.mark.parametrize("watermark", [0.0, 0.01, 0.3])
+@pytest.mark.parametrize("scheduler", ["static", "vllm", "orca", "sarathi", "sarathi_serve"])
+def test_the_default_cache_admits_max_batch_size_full_length_requests_beside_the_watermark(scheduler, watermark):
+    # The paper's preallocation (batch_size requests of max_model_len) with the watermark on top:
+    # all four are admitted together, whichever way the scheduler takes its blocks.
+    llm = LLM("tiny", scheduler=scheduler, chunk_size=64, max_batch_size=4, max_model_len=64, kv_watermark=watermark,
+              device="cpu", dtype="float32", warmup_iters=0)
+    llm.generate([[1] * 60] * 4, max_new_tokens=4)
+    assert max(i.num_prefill_requests + i.num_decode_requests for i in llm.metrics.iterations) == 4
+    assert llm.block_manager.watermark_blocks == int(watermark * llm.num_kv_blocks)
+    assert llm.num_kv_blocks - llm.block_manager.watermark_blocks == 4 * 4  # 64 tokens in blocks of 16

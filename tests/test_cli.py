@@ -53,7 +53,7 @@ BARE_WORD = ("{} is invalid: an argument must be a key=value override (chunk=256
 @pytest.mark.parametrize("args, line", [
     (["chunck=256"], "chunck=256 is invalid: chunck is not a known key; nearest known keys: chunk"),
     (["engine.kv_cache=1"], ("engine.kv_cache=1 is invalid: engine.kv_cache is not a known key; nearest known keys: "
-                             "engine.kv_cache_gb, engine.num_kv_blocks")),
+                             "engine.kv_cache_gb, engine.kv_watermark, engine.num_kv_blocks")),
     (["scheduler=fcfs"], "scheduler='fcfs' is invalid: allowed values are orca, sarathi, sarathi_serve, static, vllm"),
     # Hydra's answer was a grammar error, a link and exit 1. `job` is --cfg's value, not a bare word.
     (["foo"], BARE_WORD.format("foo")),

@@ -122,6 +122,10 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["pd_ratio=nan"], r"^pd_ratio=nan is invalid: must be a finite number$"),
     (["pd_ratio=inf"], r"^pd_ratio=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=nan"], r"^engine.kv_cache_gb=nan is invalid: must be a finite number$"),
+    (["engine.kv_watermark=1"], r"^engine.kv_watermark=1.0 is invalid: must be in \[0, 1\)$"),
+    (["engine.kv_watermark=-0.01"], r"^engine.kv_watermark=-0.01 is invalid: must be in \[0, 1\)$"),
+    (["engine.kv_watermark=nan"], r"^engine.kv_watermark=nan is invalid: must be a finite number$"),
+    (["engine.kv_watermark=inf"], r"^engine.kv_watermark=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=inf"], r"^engine.kv_cache_gb=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=100000"], r"^engine.kv_cache_gb=100000 is invalid: \d+ blocks of \d+ bytes take"),
     (["engine.block_size=0"], r"^engine.block_size=0 is invalid: must be > 0$"),
@@ -159,17 +163,19 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     # With one decode, a 64-token chunk after 159 tokens of context (14 blocks) is the largest.
     ([*SMOKE, "task=profile", "batch_size=1", "engine.num_kv_blocks=13"],
      r"^engine.num_kv_blocks=13 is invalid with task=profile: the KV cache holds 13 blocks, fewer than the 14 "),
-    # The default KV cache (batch_size requests of the context, capped by memory) can be too small too:
-    # piggyback's chunk beside batch_size decodes of the whole context, or a batch past the memory cap.
-    ([*SMOKE, "task=piggyback", "seq_len=2048"],
-     (r"^engine.num_kv_blocks=None is invalid with task=piggyback: the KV cache holds 512 blocks, fewer than the "
-      r"516 its batch of 5 requests takes \(its default size; engine.num_kv_blocks sets it\)$")),
+    # The default KV cache (batch_size requests of the context and the watermark, capped by memory) can be
+    # too small too: piggyback's chunk beside batch_size decodes of the whole context, or a batch past
+    # the memory cap.
+    ([*SMOKE, "task=piggyback", "seq_len=2048", "chunk=256"],
+     (r"^engine.num_kv_blocks=None is invalid with task=piggyback: the KV cache holds 517 blocks, fewer than the "
+      r"528 its batch of 5 requests takes \(its default size; engine.num_kv_blocks sets it\)$")),
     ([*SMOKE, "task=op_breakdown", "batch_size=10000000", "seq_len=64"],
      r"^engine.num_kv_blocks=None is invalid with task=op_breakdown: the KV cache holds \d+ blocks, fewer than the 40000000 "),
     # orca and static reserve the blocks of max_model_len tokens (here the model's 2048) for each request.
     ([*SMOKE, "scheduler=orca", "engine.num_kv_blocks=100"],
      (r"^engine.num_kv_blocks=100 is invalid with scheduler=orca: the KV cache holds 100 blocks, fewer than the 128 "
-      r"it reserves for each request \(max_model_len=2048 tokens; engine.max_model_len lowers it\)$")),
+      r"it reserves for each request beside the 1 block engine.kv_watermark=0.01 keeps free \(max_model_len=2048 "
+      r"tokens; engine.max_model_len lowers it\)$")),
     ([*SIM, "scheduler=static", "engine.num_kv_blocks=100"], r"^engine.num_kv_blocks=100 is invalid with scheduler=static"),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
@@ -221,8 +227,9 @@ def test_a_kv_cache_too_small_for_orca_s_reservation_is_refused_before_the_weigh
 
     monkeypatch.setattr(sarathi_lab.llm, "build_model", no_weights)
     with pytest.raises(ConfigError, match=(r"^num_kv_blocks=100 is invalid with scheduler=orca: it reserves "
-                                           r"max_model_len=2048 tokens \(128 blocks\) for each request; allowed: "
-                                           r">= 128 blocks, or a smaller max_model_len$")):
+                                           r"max_model_len=2048 tokens \(128 blocks\) for each request beside the 1 "
+                                           r"its kv_watermark keeps free; allowed: >= 129 blocks, or a smaller "
+                                           r"max_model_len$")):
         sarathi_lab.llm.LLM("tiny", scheduler="orca", num_kv_blocks=100, device="cpu", dtype="float32")
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.block_manager import BlockManager, blocks_beside_watermark, watermark_blocks
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
@@ -67,16 +67,16 @@ class CheckingExecutor(Executor):
         if reserved:
             assert not batch.preempted, f"{s.name} preempted a request holding its reservation"
         # A request is admitted (first chunk, or first after a preemption) only when the blocks of
-        # all its tokens are free, as in Sarathi-Serve's can_allocate, not just its first chunk's.
-        # Admissions come last in a batch, so the blocks free at each one are those free now plus
-        # what it and the admissions after it took.
+        # all its tokens are free, as in Sarathi-Serve's can_allocate, not just its first chunk's,
+        # and the watermark's blocks with them. Admissions come last in a batch, so the blocks free
+        # at each one are those free now plus what it and the admissions after it took.
         free_then = blocks.num_free
         for c in reversed(batch.prefills):
             if c.seq.num_computed > 0:
                 break
             free_then += len(c.seq.block_table)
             need = reserved or -(-len(c.seq.tokens) // BLOCK)
-            assert free_then >= need, f"{s.name} admitted {c.seq.seq_id} on a chunk"
+            assert free_then >= need + blocks.watermark_blocks, f"{s.name} admitted {c.seq.seq_id} on a chunk"
         for seq in batch.preempted:
             assert seq.seq_id in self.ran, f"{s.name} preempted request {seq.seq_id}, which had not run"
             self.ran.discard(seq.seq_id)
@@ -90,11 +90,11 @@ class CheckingExecutor(Executor):
 
 
 def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None, cap=None,
-                 max_model_len=None):
+                 max_model_len=None, watermark=0.0):
     config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk,
                              max_model_len=max_model_len or max(p + n for p, n in requests),
                              max_num_batched_tokens=cap)
-    scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK))
+    scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK, watermark))
     clock = VirtualClock()
     executor = CheckingExecutor(scheduler, config, clock)
     arrivals = arrivals or [0.0] * len(requests)
@@ -120,24 +120,26 @@ workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)), min_size
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scheduler_name=st.sampled_from(scheduler_names()), requests=workloads,
        spare_blocks=st.integers(0, 40), batch_size=st.integers(1, 6), chunk=st.integers(1, 48),
-       cap=st.none() | st.integers(1, 60), longer=st.integers(0, 200))
+       cap=st.none() | st.integers(1, 60), longer=st.integers(0, 200),
+       watermark=st.sampled_from([0.0, 0.01, 0.1, 0.3]))
 # static once admitted three prompts into 5 blocks and recorded two "preemptions" of requests never run.
 @example(scheduler_name="static", requests=[(16, 2), (16, 2), (4, 2)], spare_blocks=0, batch_size=3, chunk=8, cap=None,
-         longer=0)
+         longer=0, watermark=0.0)
 # sarathi admitted a 5-token prompt on its first 1-token chunk with one block free for its two.
 @example(scheduler_name="sarathi", requests=[(1, 2), (5, 1)], spare_blocks=0, batch_size=2, chunk=1, cap=None,
-         longer=0)
+         longer=0, watermark=0.0)
 def test_every_request_finishes_once_within_limits(scheduler_name, requests, spare_blocks, batch_size, chunk, cap,
-                                                   longer):
-    # The cache always fits the largest request alone, and sometimes little more: preemption territory.
-    # max_model_len is at least the largest request and at most the cache.
+                                                   longer, watermark):
+    # The cache always fits the largest request alone beside the watermark, and sometimes little more:
+    # preemption territory. max_model_len is at least the largest request and at most what one
+    # request can be admitted with.
     largest = max(p + n for p, n in requests)
-    num_blocks = -(-largest // BLOCK) + spare_blocks
-    max_model_len = min(largest + longer, num_blocks * BLOCK)
+    num_blocks = blocks_beside_watermark(-(-largest // BLOCK), watermark) + spare_blocks
+    max_model_len = min(largest + longer, (num_blocks - watermark_blocks(watermark, num_blocks)) * BLOCK)
     if scheduler_name == "sarathi_serve":
         chunk = max(chunk, batch_size + 1)  # a budget the decodes alone cannot fill
-    seqs, finished, metrics, _, scheduler = run_workload(scheduler_name, requests, num_blocks,
-                                                              batch_size, chunk, cap=cap, max_model_len=max_model_len)
+    seqs, finished, metrics, _, scheduler = run_workload(scheduler_name, requests, num_blocks, batch_size, chunk,
+                                                         cap=cap, max_model_len=max_model_len, watermark=watermark)
     assert sorted(s.seq_id for s in finished) == list(range(len(requests))), "finished other than once each"
     assert [s.num_generated for s in seqs] == [n for _, n in requests]
     assert scheduler.blocks.num_free == num_blocks
@@ -152,10 +154,20 @@ def test_a_chunked_prefill_is_not_preempted_and_readmitted_every_iteration():
     # iteration, and so on while R0 decoded: 7 preemptions, 62 prefill tokens for 16 prompt tokens.
     # Admitted only with its 3 blocks free, it is preempted once, after its prefill, and recomputed
     # (12 tokens, its last as a decode) once R0 has finished.
-    _, _, metrics, _, _ = run_workload("sarathi_serve", [(4, 17), (12, 2)], num_blocks=6, batch_size=2,
-                                              chunk=4)
+    _, _, metrics, _, _ = run_workload("sarathi_serve", [(4, 17), (12, 2)], num_blocks=6, batch_size=2, chunk=4)
     assert sum(r.num_preemptions for r in metrics.requests) == 1
     assert sum(i.num_prefill_tokens for i in metrics.iterations) == 4 + 12 + 12
+
+
+def test_admission_keeps_the_watermark_free():
+    # Two requests of 44 + 4 tokens (prompts of 11 blocks of 4; orca and static reserve 12) in 24
+    # blocks: without a watermark the second is admitted beside the first, with 1-2 blocks left;
+    # kv_watermark 0.125 keeps 3 free (int(0.125 * 24), as vLLM counts), so it waits for the first.
+    for name in scheduler_names():
+        for watermark, at_once in ((0.0, 2), (0.125, 1)):
+            _, _, _, executor, _ = run_workload(name, [(44, 4)] * 2, 24, 2, 48, watermark=watermark)
+            assert max(map(len, executor.batches)) == at_once, (name, watermark)
+
 
 def test_orca_and_static_reserve_max_model_len_for_each_request_so_fewer_run_at_once():
     # Four requests of 8 + 4 tokens (3 blocks of 4 each at most) under max_model_len 32 (8 blocks), in
@@ -198,3 +210,10 @@ def test_vllm_prefills_whole_prompts_up_to_its_token_cap_and_a_longer_one_alone(
     assert prefills(capped) == [[10, 10], [25], [5]]
     _, _, _, free, _ = run_workload("vllm", requests, 64, 8, 16)
     assert prefills(free) == [[10, 10, 25, 5]]
+
+
+@given(blocks=st.integers(0, 10**6), watermark=st.floats(0, 0.999))
+def test_the_blocks_beside_a_watermark_are_the_fewest_that_admit_them(blocks, watermark):
+    total = blocks_beside_watermark(blocks, watermark)
+    assert total - watermark_blocks(watermark, total) >= blocks
+    assert blocks == 0 or (total - 1) - watermark_blocks(watermark, total - 1) < blocks

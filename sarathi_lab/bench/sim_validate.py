@@ -24,7 +24,8 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from sarathi_lab.config import SCHEDULERS
+from sarathi_lab.config import KV_WATERMARK, SCHEDULERS
+from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.engine.clock import Clock, WallClock
 from sarathi_lab.sim.profile_model import profile_path
 
@@ -79,9 +80,9 @@ class Case:
 
     @property
     def kv_blocks(self) -> int:
-        """Room for ``batch`` of the longest requests (the harness's default), the same on both
-        engines so that admission and preemption decide alike."""
-        return self.batch * math.ceil(self.longest / 16)
+        """Room for ``batch`` of the longest requests beside the watermark (the harness's default),
+        the same on both engines so that admission and preemption decide alike."""
+        return blocks_beside_watermark(self.batch * math.ceil(self.longest / 16), KV_WATERMARK)
 
 
 def _split(total: int, pd_ratio: float) -> tuple[int, int]:

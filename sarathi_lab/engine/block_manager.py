@@ -1,15 +1,35 @@
 """Fixed-size KV-cache blocks handed out to requests on demand, and taken back when they finish
 or are preempted. A request holds the blocks of the tokens it was given blocks for, in order: its
-cached tokens under the paged schedulers, max_model_len tokens from admission under orca and static."""
+cached tokens under the paged schedulers, max_model_len tokens from admission under orca and static.
+
+A new request is admitted only while ``watermark_blocks`` stay free after its blocks, as vLLM's and
+sarathi-serve's can_allocate (and vidur's) decide, so that the running requests' growth does not
+preempt one of them at the next step; that growth itself may take the last block."""
 from __future__ import annotations
 
 from sarathi_lab.engine.sequence import Sequence
 
 
+def watermark_blocks(watermark: float, num_blocks: int) -> int:
+    """The blocks admission leaves free: int(watermark * num_blocks), as vLLM counts them."""
+    return int(watermark * num_blocks)
+
+
+def blocks_beside_watermark(blocks: int, watermark: float) -> int:
+    """The fewest blocks of a cache that admits requests taking ``blocks`` with its watermark left free."""
+    # total - int(watermark * total) < total * (1 - watermark) + 1: none below (blocks - 1) / (1 - watermark)
+    # serves (the 1 below it is for the division's rounding).
+    total = max(blocks, int((blocks - 1) / (1 - watermark)) - 1)
+    while total - watermark_blocks(watermark, total) < blocks:
+        total += 1
+    return total
+
+
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.0):
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.watermark_blocks = watermark_blocks(watermark, num_blocks)
         # Popped from the end: recently freed (cache-warm) blocks are reused first.
         self._free = list(range(num_blocks - 1, -1, -1))
 
@@ -21,8 +41,16 @@ class BlockManager:
         total = -(-(seq.num_computed + num_new_tokens) // self.block_size)
         return max(0, total - len(seq.block_table))
 
+    @property
+    def admissible_blocks(self) -> int:
+        """The most blocks one request can be admitted with, into an empty cache."""
+        return self.num_blocks - self.watermark_blocks
+
     def can_fit(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.blocks_needed(seq, num_new_tokens) <= len(self._free)
+
+    def can_admit(self, seq: Sequence, num_tokens: int) -> bool:
+        return self.blocks_needed(seq, num_tokens) + self.watermark_blocks <= len(self._free)
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         n = self.blocks_needed(seq, num_new_tokens)

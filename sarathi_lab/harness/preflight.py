@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.engine.block_manager import watermark_blocks
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.scheduler import scheduler_class
 from sarathi_lab.harness.budget import auto_budget
@@ -61,14 +62,18 @@ def preflight(cfg: RunConfig) -> Checked:
     # With neither set, the cache is sized for batch_size requests of the context, capped by memory,
     # which a measurement's batch (piggyback's chunk beside them) can exceed as well.
     sized = " (its default size; engine.num_kv_blocks sets it)" if getattr(engine, key) is None else ""
-    if workload.max_request_len > blocks * engine.block_size:
+    # A request is admitted only with the watermark's blocks left free beside its own.
+    kept = watermark_blocks(engine.kv_watermark, blocks)
+    beside = (f" beside the {kept} block{'s' * (kept != 1)} engine.kv_watermark={engine.kv_watermark} keeps free"
+              if kept else "")
+    if workload.max_request_len > (blocks - kept) * engine.block_size:
         raise ConfigError(f"{setting} is invalid: the KV cache holds {blocks * engine.block_size} tokens, fewer than "
-                          f"one request of {workload.max_request_len}{sized}")
+                          f"one request of {workload.max_request_len}{beside}{sized}")
     reserved = scheduler_class(engine.scheduler).reserved_blocks(context, engine.block_size)
-    if reserved > blocks:
+    if reserved > blocks - kept:
         raise ConfigError(f"{setting} is invalid with scheduler={engine.scheduler}: the KV cache holds {blocks} blocks, "
-                          f"fewer than the {reserved} it reserves for each request (max_model_len={context} tokens; "
-                          f"engine.max_model_len lowers it){sized}")
+                          f"fewer than the {reserved} it reserves for each request{beside} (max_model_len={context} "
+                          f"tokens; engine.max_model_len lowers it){sized}")
     held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
     need = kv_blocks(held, engine.block_size)
     if need > blocks:

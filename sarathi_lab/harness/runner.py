@@ -258,7 +258,7 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
     reserved = llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size)
     if reserved:
-        fits = llm.num_kv_blocks // reserved
+        fits = llm.block_manager.admissible_blocks // reserved
         if fits < at_once:
             log.warning("scheduler=%s reserves max_model_len=%d tokens for each request: the KV cache (%d tokens) "
                         "holds %d at once, fewer than the %d the run could batch", cfg.scheduler.name,

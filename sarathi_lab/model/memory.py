@@ -14,6 +14,7 @@ from sarathi_kernels import cpu_ops
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.model.decoder import head_dim_of
 
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
@@ -102,7 +103,7 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
     elif device.type == "cuda":
         key, blocks = None, int(room * CUDA_MEMORY_UTILISATION // block_bytes)
     else:
-        wanted = cfg.max_batch_size * -(-context // cfg.block_size)
+        wanted = blocks_beside_watermark(cfg.max_batch_size * -(-context // cfg.block_size), cfg.kv_watermark)
         key, blocks = None, min(wanted, int(available * CPU_KV_MEMORY_SHARE // block_bytes))
     if key is not None and blocks * block_bytes > room:
         raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {blocks} blocks of {block_bytes} bytes take "

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 from transformers import AutoConfig
 
+from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.metrics import Metrics, RequestRecord
@@ -94,7 +95,7 @@ class PipelineSimulator:
     def __init__(self, scheduler: str, model: str = GPT3, device: str = "a100", par: Parallelism | None = None,
                  max_batch_size: int = 32, chunk_size: int = 256, dtype: str = "float16",
                  num_kv_blocks: int | None = None, cost: StageCostModel | None = None,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, kv_watermark: float = KV_WATERMARK):
         self.par = par or Parallelism(tp=8, pp=8)
         config = _config(model)
         if max_model_len is None:
@@ -107,7 +108,7 @@ class PipelineSimulator:
                                                chunk_size + max_batch_size) // BLOCK_SIZE
         self.scheduler = make_scheduler(scheduler, SchedulerConfig(max_batch_size, chunk_size, chunk_size,
                                                                    max_model_len),
-                                        BlockManager(num_kv_blocks, BLOCK_SIZE))
+                                        BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark))
         self._in_flight: set[int] = set()
 
     def _schedule(self) -> ScheduledBatch:

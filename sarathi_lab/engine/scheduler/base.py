@@ -8,7 +8,8 @@ Two ways to hold KV blocks, as sarathi-serve's block space managers and vidur's 
 build the baselines: the paged schedulers (vllm, sarathi, sarathi_serve) take a request's blocks as
 its tokens arrive; orca and static (FasterTransformer) reserve the blocks of ``max_model_len``
 tokens when they admit a request, so it never grows into another's blocks and is never preempted,
-and the cache holds fewer of them at once.
+and the cache holds fewer of them at once. Either way a request is admitted only while the block
+manager's watermark stays free after its blocks.
 """
 from __future__ import annotations
 
@@ -45,10 +46,12 @@ class Scheduler(ABC):
         self.config = config
         self.blocks = block_manager
         need = self.reserved_blocks(config.max_model_len, block_manager.block_size)
-        if need > block_manager.num_blocks:
+        kept = block_manager.watermark_blocks
+        if need > block_manager.admissible_blocks:
+            beside = f" beside the {kept} its kv_watermark keeps free" if kept else ""
             raise ConfigError(f"num_kv_blocks={block_manager.num_blocks} is invalid with scheduler={self.name}: it "
                               f"reserves max_model_len={config.max_model_len} tokens ({need} blocks) for each "
-                              f"request; allowed: >= {need} blocks, or a smaller max_model_len")
+                              f"request{beside}; allowed: >= {need + kept} blocks, or a smaller max_model_len")
         self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
         self.running: list[Sequence] = []  # in arrival order too
 
@@ -64,11 +67,15 @@ class Scheduler(ABC):
             raise ValueError(f"request {seq.seq_id} has {total} tokens, more than max_model_len="
                              f"{self.config.max_model_len}")
         # Its last token is never cached. One that cannot fit even alone would be preempted and
-        # rescheduled forever (sarathi_serve) or stall the engine.
-        cached = total - 1
-        if -(-cached // self.blocks.block_size) > self.blocks.num_blocks:
-            raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than all "
-                             f"{self.blocks.num_blocks * self.blocks.block_size} tokens it holds")
+        # rescheduled forever (sarathi_serve) or stall the engine; preempted after its prefill, it
+        # is readmitted with all its cached tokens, beside the watermark.
+        cached, blocks = total - 1, self.blocks
+        if -(-cached // blocks.block_size) > blocks.admissible_blocks:
+            held = blocks.num_blocks * blocks.block_size
+            room = (f"the {blocks.admissible_blocks * blocks.block_size} of its {held} tokens one request is "
+                    f"admitted with (its kv_watermark keeps {blocks.watermark_blocks} blocks free)"
+                    if blocks.watermark_blocks else f"all {held} tokens it holds")
+            raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than {room}")
         seq.status = Status.WAITING
         bisect.insort(self.waiting, seq, key=lambda s: s.priority)
 
@@ -112,8 +119,9 @@ class Scheduler(ABC):
         """Whether a waiting request may start now: only while the blocks of all its tokens are
         free, as Sarathi-Serve's can_allocate does, even when it gets them a chunk at a time. One
         admitted on its first chunk alone finds its next chunks' blocks taken by the decodes' growth,
-        is preempted, is readmitted at once, and so on, recomputing the same tokens over and over."""
-        return self.blocks.can_fit(seq, self._admission_tokens(seq))
+        is preempted, is readmitted at once, and so on, recomputing the same tokens over and over.
+        The block manager's watermark stays free beside them."""
+        return self.blocks.can_admit(seq, self._admission_tokens(seq))
 
     def _admission_tokens(self, seq: Sequence) -> int:
         """The tokens whose blocks a waiting request takes when admitted whole."""
