@@ -136,8 +136,10 @@ class LLM:
 
     def _warm_up(self) -> None:
         """Run the real path on a throwaway request so that first-call costs stay out of the records."""
+        # As long as a request can be that is admitted alone beside the watermark.
+        room = self.block_manager.admissible_blocks * self.config.block_size
         length = max(1, min(self.config.chunk_size, self.max_model_len - self.config.warmup_iters, 256,
-                            self.kv_capacity_tokens - self.config.warmup_iters))
+                            room - self.config.warmup_iters))
         self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,
                       sampling=SamplingParams(ignore_eos=True))
         self.metrics = Metrics()

@@ -136,3 +136,11 @@ def test_the_default_cache_admits_max_batch_size_full_length_requests_beside_the
     assert max(i.num_prefill_requests + i.num_decode_requests for i in llm.metrics.iterations) == 4
     assert llm.block_manager.watermark_blocks == int(watermark * llm.num_kv_blocks)
     assert llm.num_kv_blocks - llm.block_manager.watermark_blocks == 4 * 4  # 64 tokens in blocks of 16
+
+
+def test_the_warm_up_request_fits_beside_the_watermark():
+    # 100 blocks of 2 tokens, 1 kept free: the warm-up request had been sized to all 200 tokens,
+    # which the engine refused to admit.
+    llm = LLM("tiny", num_kv_blocks=100, block_size=2, device="cpu", dtype="float32")
+    assert llm.block_manager.watermark_blocks == 1
+    assert llm.generate([[1] * 190], max_new_tokens=4)
