@@ -100,6 +100,10 @@ class EngineConfig:
     # as the real engine refuses one larger than its device; True lets it run, for what-if batches
     # the device could not hold (the papers' sweeps past an A6000's memory, experiments/sim/).
     sim_kv_beyond_device: bool = False
+    # Tensor-parallel GPUs of sim_device that serve as one (Megatron-style, as Sarathi-Serve runs
+    # Yi-34B on two A100s): each holds 1/sim_tp of every layer's heads and MLP columns and of the
+    # KV cache, and two all-reduces per layer join them (sim/parallel.py). The roofline only.
+    sim_tp: int = 1
 
     def __post_init__(self):
         check_fields(self)
@@ -110,7 +114,7 @@ class EngineConfig:
         _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
         _check_choice("executor", self.executor, EXECUTORS)
         _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
-        for key in ("chunk_size", "max_batch_size", "block_size"):
+        for key in ("chunk_size", "max_batch_size", "block_size", "sim_tp"):
             check_positive(key, getattr(self, key))
         for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "max_num_batched_tokens",
                     "num_threads"):
@@ -123,7 +127,13 @@ class EngineConfig:
         if self.warmup_iters < 0:
             raise ConfigError(f"warmup_iters={self.warmup_iters} is invalid: must be >= 0")
         if self.executor == "sim":
+            if self.sim_tp > 1 and self.sim_cost_model != "roofline":
+                raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model={self.sim_cost_model!r}: a "
+                                  "profile times one device; allowed: 1, or sim_cost_model=roofline")
             return  # nothing runs on this machine's device
+        if self.sim_tp != 1:
+            raise ConfigError(f"sim_tp={self.sim_tp} is invalid with executor={self.executor!r}: the engine runs on "
+                              "one device; allowed: 1, or executor=sim")
         if self.device == "cuda" and not _cuda_available():
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
         if (self.dtype == "float16" and self.device_type == "cpu" and self.cpu_linear != "aten"

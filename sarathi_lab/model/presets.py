@@ -27,6 +27,10 @@ PRESETS: dict[str, PretrainedConfig] = {
     "mistral-7b": MistralConfig(vocab_size=_LLAMA_VOCAB, hidden_size=4096, intermediate_size=14336,
                                 num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                                 max_position_embeddings=32768, sliding_window=None, rope_theta=1e6),
+    # Sarathi-Serve's second model (two A100s, tensor parallel): 01-ai/Yi-34B's config.json.
+    "yi-34b": LlamaConfig(vocab_size=64000, hidden_size=7168, intermediate_size=20480, num_hidden_layers=60,
+                          num_attention_heads=56, num_key_value_heads=8, max_position_embeddings=4096,
+                          rope_theta=5e6),
 }
 for _cfg in PRESETS.values():
     _cfg.architectures = [_cfg.__class__.__name__.replace("Config", "ForCausalLM")]

@@ -10,11 +10,22 @@ from sarathi_lab.config import DTYPE_BYTES, ConfigError, EngineConfig
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import device_dtype, load_device
 from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens, weight_bytes
+from sarathi_lab.sim.parallel import Parallelism, shard_config
 
 if TYPE_CHECKING:
     from sarathi_lab.engine.clock import VirtualClock
 
 log = logging.getLogger(__name__)
+
+
+def gpu_shard(config: PretrainedConfig, tp: int) -> PretrainedConfig:
+    """What one of ``tp`` tensor-parallel GPUs holds of ``config`` (``config`` itself for one)."""
+    if tp == 1:
+        return config
+    try:
+        return shard_config(config, Parallelism(tp=tp))
+    except ConfigError as e:
+        raise ConfigError(f"sim_tp={tp} is invalid for this model: {e}") from None
 
 
 def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool = True) -> int:
@@ -23,6 +34,8 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
     warning unless ``warn`` is False); otherwise the device's memory after the weights and the
     activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
     token per running decode)."""
+    # Each of sim_tp GPUs holds its shard's weights and its heads' part of every token's KV.
+    config = gpu_shard(config, cfg.sim_tp)
     # The engine's element size: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     elem = DTYPE_BYTES[device_dtype(cfg.sim_device, cfg.dtype)]
     block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
@@ -60,8 +73,9 @@ def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: Virtual
     ``warn``: whether a what-if KV cache is warned of (simulated_kv_blocks)."""
     from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
 
+    gpu_shard(config, cfg.sim_tp)  # the model splits evenly, or one line naming sim_tp
     model = cfg.model if cfg.sim_cost_model == "profile" else config
-    cost_model = CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype)
+    cost_model = CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
     eos = getattr(config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
     return SimulatedExecutor(cost_model, clock, eos), simulated_kv_blocks(cfg, config, warn)

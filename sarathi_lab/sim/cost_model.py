@@ -64,9 +64,10 @@ class CostModel(abc.ABC):
 
     @staticmethod
     def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
-                   dtype: str = "bfloat16", profile: str | Path | None = None) -> CostModel:
+                   dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
-        CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``)."""
+        CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``). ``tp``: GPUs of
+        ``device`` serving as one by tensor parallelism (roofline only)."""
         from sarathi_lab.model import load_config
         from sarathi_lab.sim.device import device_dtype, load_device
 
@@ -76,10 +77,16 @@ class CostModel(abc.ABC):
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
+        if cost_model == "roofline" and tp > 1:
+            from sarathi_lab.sim.parallel import TensorParallelCostModel
+
+            return TensorParallelCostModel(load_device(device, dtype), config, tp, dtype)
         if cost_model == "roofline":
             from sarathi_lab.sim.roofline import RooflineCostModel
 
             return RooflineCostModel(load_device(device, dtype), config, dtype)
+        if cost_model == "profile" and tp > 1:
+            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile': a profile times one device")
         if cost_model == "profile":
             from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
 

@@ -29,6 +29,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.decoder import head_dim_of
+from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.roofline import RooflineCostModel
 
@@ -109,3 +110,21 @@ class StageCostModel:
         p2p = p.p2p_latency_s + tokens * self.hidden_bytes / p.tp / p.p2p_bandwidth if p.pp > 1 else 0.0
         return StageTimes(stage_s=cost.forward_s - head + 2 * self.layers * self.allreduce_s(tokens),
                           last_extra_s=head, p2p_s=p2p)
+
+
+class TensorParallelCostModel(CostModel):
+    """An iteration on ``tp`` GPUs serving as one (one stage): the roofline of one GPU's shard, the
+    LM head's included, plus the two all-reduces of each layer; the host's work as the device's."""
+    name = "roofline"
+
+    def __init__(self, device: Device, config: PretrainedConfig, tp: int, dtype: str = "bfloat16"):
+        super().__init__(config, dtype)
+        self.stage = StageCostModel(device, config, Parallelism(tp=tp), dtype)
+        self.device = device
+
+    def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
+        cost = self.stage.roofline._cost(prefills, decodes, num_sampled)
+        tokens = sum(c for c, _ in prefills) + len(decodes)
+        allreduce = 2 * self.stage.layers * self.stage.allreduce_s(tokens)
+        return IterationCost(cost.prepare_s, cost.forward_s + allreduce, cost.sample_s,
+                             cost.ops | {"allreduce": allreduce}, cost.extrapolated)
