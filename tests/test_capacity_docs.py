@@ -40,7 +40,8 @@ def docs_copy(root, cpu_table: bool = False):
     docs = root / "docs"
     (docs / "capacity").mkdir(parents=True)
     (docs / "figures").mkdir()
-    for name in (f"capacity/{capacity_docs.SIM_CSV}", f"capacity/{capacity_docs.TRADEOFF_CSV}", "figures/claims.csv"):
+    for name in (f"capacity/{capacity_docs.SIM_CSV}", f"capacity/{capacity_docs.TRADEOFF_CSV}",
+                 f"capacity/{capacity_docs.TP_CSV}", "figures/claims.csv"):
         shutil.copy(REPO_ROOT / "docs" / name, docs / name)
     if cpu_table:
         capacity_docs.tabulate(_searches(root / "runs"), docs)
@@ -74,7 +75,13 @@ def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, d
     unmeasured = pd.read_csv(claims)
     assert claims.read_text().splitlines()[:len(others)] == others
     rows = unmeasured[unmeasured.experiment == "capacity"]
-    assert len(rows) == 3 and set(rows.ours) >= {"not measured yet"} and (rows["holds (sim)"] == "yes").all()
+    assert len(rows) == 4 and set(rows.ours) >= {"not measured yet"} and (rows["holds (sim)"] == "yes").all()
+    # The Yi-34B searches on two A100s: simulated only, their strict-SLO ratio computed from the table.
+    yi = pd.read_csv(docs / "capacity" / capacity_docs.TP_CSV)
+    strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_qps
+    tp_row = rows.iloc[-1]
+    assert tp_row.ours == "not measurable here: one CPU" and tp_row["cost model"] == "roofline (2 x a100, tensor parallel, yi-34b)"
+    assert tp_row.simulated.startswith(f"{strict.sarathi_serve / strict.vllm:.2f}x at P99 TBT <= 0.2 s")
     assert {p.name for p in (docs / "figures").glob("*.png")} == {"capacity.png", "capacity_tradeoff.png"}
 
     capacity_docs.tabulate(_searches(tmp_path / "runs"), docs)

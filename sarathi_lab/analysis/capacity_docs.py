@@ -20,8 +20,10 @@ from sarathi_lab.sim import CostModel
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"  # the repository's
 SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_capacity.csv"
-# experiment=capacity_sim's engine.sim_device: sim_capacity.csv has the model but not the device.
-SIM_DEVICE = "a100"
+TP_CSV = "sim_capacity_yi34b.csv"
+# experiment=capacity_sim's engine.sim_device (capacity_sim_yi34b's too, with engine.sim_tp=2): the
+# tables have the model but not the device.
+SIM_DEVICE, TP_GPUS = "a100", 2
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 
 
@@ -44,12 +46,19 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS) -> Path:
 
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     """The capacity rows of the claims table: the CPU table measured, the simulated tables and the
-    roofline's chunk overhead (the model of sim_capacity.csv on SIM_DEVICE) simulated."""
+    roofline's chunk overhead (the model of sim_capacity.csv on SIM_DEVICE) simulated, and the
+    tensor-parallel table's gain where it was searched."""
     sim, tradeoff, cpu = load(docs)
     cost = CostModel.for_device(SIM_DEVICE, sim.model.iloc[0])
     overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
-    return capacity.capacity_claims(capacity.Evidence(searches=cpu), capacity.Evidence(sim, tradeoff, overhead),
+    rows = capacity.capacity_claims(capacity.Evidence(searches=cpu), capacity.Evidence(sim, tradeoff, overhead),
                                     cost_model_label(sim))
+    tp = Path(docs) / "capacity" / TP_CSV
+    if not tp.exists():
+        return rows
+    searches = pd.read_csv(tp)
+    label = f"roofline ({TP_GPUS} x {SIM_DEVICE}, tensor parallel, {searches.model.iloc[0]})"
+    return pd.concat([rows, capacity.tensor_parallel_claim(searches, label)], ignore_index=True)
 
 
 def cost_model_label(sim: pd.DataFrame) -> str:
