@@ -120,8 +120,7 @@ class LLM:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) = {total}"
                              f" tokens exceeds the model's context of {self.max_model_len}")
         blocks = self.block_manager
-        room = blocks.admissible_blocks * blocks.block_size
-        if total - 1 > room:  # its last token is never cached
+        if total - 1 > blocks.admissible_tokens:  # its last token is never cached
             kept = f", {blocks.watermark_blocks} of its blocks kept free by kv_watermark" if blocks.watermark_blocks else ""
             raise ValueError(f"prompts[{i}]: a request of {total} tokens (its last never cached) cannot fit the KV"
                              f" cache of {self.kv_capacity_tokens} tokens{kept} even alone; raise num_kv_blocks or"
@@ -137,9 +136,8 @@ class LLM:
     def _warm_up(self) -> None:
         """Run the real path on a throwaway request so that first-call costs stay out of the records."""
         # As long as a request can be that is admitted alone beside the watermark.
-        room = self.block_manager.admissible_blocks * self.config.block_size
         length = max(1, min(self.config.chunk_size, self.max_model_len - self.config.warmup_iters, 256,
-                            room - self.config.warmup_iters))
+                            self.block_manager.admissible_tokens - self.config.warmup_iters))
         self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,
                       sampling=SamplingParams(ignore_eos=True))
         self.metrics = Metrics()

@@ -46,6 +46,11 @@ class BlockManager:
         """The most blocks one request can be admitted with, into an empty cache."""
         return self.num_blocks - self.watermark_blocks
 
+    @property
+    def admissible_tokens(self) -> int:
+        """The most tokens one request can be admitted with, into an empty cache."""
+        return self.admissible_blocks * self.block_size
+
     def can_fit(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.blocks_needed(seq, num_new_tokens) <= len(self._free)
 

@@ -73,9 +73,10 @@ def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: Virtual
     ``warn``: whether a what-if KV cache is warned of (simulated_kv_blocks)."""
     from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
 
-    gpu_shard(config, cfg.sim_tp)  # the model splits evenly, or one line naming sim_tp
+    # First: it refuses, naming sim_tp, a model that does not split across the GPUs.
+    blocks = simulated_kv_blocks(cfg, config, warn)
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     cost_model = CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
     eos = getattr(config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
-    return SimulatedExecutor(cost_model, clock, eos), simulated_kv_blocks(cfg, config, warn)
+    return SimulatedExecutor(cost_model, clock, eos), blocks

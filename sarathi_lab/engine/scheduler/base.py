@@ -70,9 +70,9 @@ class Scheduler(ABC):
         # rescheduled forever (sarathi_serve) or stall the engine; preempted after its prefill, it
         # is readmitted with all its cached tokens, beside the watermark.
         cached, blocks = total - 1, self.blocks
-        if -(-cached // blocks.block_size) > blocks.admissible_blocks:
+        if cached > blocks.admissible_tokens:
             held = blocks.num_blocks * blocks.block_size
-            room = (f"the {blocks.admissible_blocks * blocks.block_size} of its {held} tokens one request is "
+            room = (f"the {blocks.admissible_tokens} of its {held} tokens one request is "
                     f"admitted with (its kv_watermark keeps {blocks.watermark_blocks} blocks free)"
                     if blocks.watermark_blocks else f"all {held} tokens it holds")
             raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than {room}")
