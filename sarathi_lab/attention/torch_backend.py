@@ -44,8 +44,8 @@ class TorchAttention(AttentionBackend):
         self.cpu_kernel = cpu_kernel
         self._workspace: torch.Tensor | None = None
         # The kernels' plan depends on the cache alone, and the engine plans with the same cache every
-        # iteration: it is kept (with a weak reference to its cache) instead of rebuilt, ~20 us of host
-        # time per iteration with the host's code and data cold after a forward pass.
+        # iteration: it is kept (with a weak reference to its cache) instead of rebuilt on the host,
+        # whose code and data are cold after a forward pass.
         self._kernel_plan: tuple[weakref.ref, TorchPlan] | None = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:

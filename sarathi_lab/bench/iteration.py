@@ -6,12 +6,12 @@ chunks, and hybrid batches (a prefill chunk riding with decodes, the Sarathi lay
 requests hold their KV blocks as a served run leaves them (``--layout``): a prompt's blocks in one
 run, the blocks added while decoding scattered, so attention pays the gathers it pays there. The floor is max(bytes / copy bandwidth, flops /
 matmul rate) with the ceilings measured by this same run (``sarathi_lab.profiling.floors``), just
-before and just after each case, the higher of the two: on a shared VM the matmul rate moved by
-1.27x between runs a minute apart (341-434 GFLOP/s on one Xeon, benchmarks/RESULTS.md), so one
-reading at the start set a case's ratio as much as the case did; the higher of two adjacent readings
-keeps the floor at what the machine could do while the case ran.
+before and just after each case, the higher of the two: on a shared VM the matmul rate moves
+between runs a minute apart, so one reading at the start would set a case's ratio as much as the
+case does; the higher of two adjacent readings keeps the floor at what the machine could do while
+the case ran.
 
-    python -m sarathi_lab.bench.iteration                    # cpu-small, the issue's cases
+    python -m sarathi_lab.bench.iteration                    # cpu-small, the target cases
     python -m sarathi_lab.bench.iteration --smoke
     python -m sarathi_lab.bench.iteration --decode-batches 1,8,32 --decode-context 1024 --reps 9
 """
@@ -42,8 +42,8 @@ from sarathi_lab.profiling.ceilings import measure_ceilings
 from sarathi_lab.profiling.floors import Shape, floor
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
-# Issue 16's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256 and 512 within
-# 1.3x (issue 6 asked 1.5x).
+# The CPU path's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256 and 512
+# within 1.3x.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
 
 

@@ -6,7 +6,7 @@ The weights are a random model of the preset's shape, saved with ``save_pretrain
 every system from that directory. The dtype is the one the engine runs (``--dtype bfloat16`` runs
 float32 on a CPU without bf16 units, and then every system runs float32: like with like). Each
 workload is served once by every system untimed (compilation, first-touch allocation and warm-up
-out of the clock: what the issue asks about is steady speed; cold start is measured by
+out of the clock: what this measures is steady speed; cold start is measured by
 ``tests/test_cpu_attention.py`` and README), then ``--reps`` rounds in which every system serves it
 once, in an order rotated each round so that drifts of the host's speed fall on every system
 alike; each system's time is its median. Requests are greedy with EOS ignored, so every system
@@ -49,7 +49,7 @@ from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
-# The issue's targets: the best scheduler no slower than vLLM-CPU, at least 2x transformers.
+# The targets: the best scheduler no slower than vLLM-CPU, at least 2x transformers.
 TARGET_VS_VLLM, TARGET_VS_HF = 1.0, 2.0
 
 

