@@ -43,11 +43,11 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capf
     for key in ("device", "dtype", "device_name", "git_commit"):
         assert wb.config["environment"][key] == metrics["environment"][key]
 
-    steps = [row["_step"] for row in wb.history if f"{HISTORY_PREFIX}duration" in row]
+    steps = [row["_step"] for row in wb.history if f"{HISTORY_PREFIX}duration_s" in row]
     assert steps == pd.read_parquet(out / "iterations.parquet").iteration.tolist()
     prefill = sum(row.get(f"{HISTORY_PREFIX}num_prefill_tokens", 0) for row in wb.history)
     assert prefill == metrics["summary"]["prefill_tokens"]
-    for key in ("total_throughput", "decode_throughput", "ttft_p50", "tbt_p99", "kv_tokens_read"):
+    for key in ("total_throughput_tok_s", "decode_throughput_tok_s", "ttft_p50_s", "itl_p99_s", "kv_tokens_read"):
         assert wb.summary[key] == pytest.approx(metrics["summary"][key])
     assert wb.summary["requests.nrows"] == 2, "the requests table"
     saved = {p.name for p in (out / "wandb").glob("offline-run-*/files/*")}

@@ -269,6 +269,6 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
 
 
 def _headline(summary: dict[str, float]) -> str:
-    return (f"{summary['total_throughput']:,.0f} tok/s total, {summary['decode_throughput']:,.1f} decode tok/s, "
-            f"TTFT p50 {summary['ttft_p50']:.3f}s, TBT p99 {summary['tbt_p99']:.4f}s, "
+    return (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, {summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
+            f"TTFT p50 {summary['ttft_p50_s']:.3f}s, TBT p99 {summary['itl_p99_s']:.4f}s, "
             f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
