@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.interrupts import Interrupted
@@ -184,6 +184,41 @@ def test_load_is_judged_by_run_queue_waiting_not_by_idling():
     assert "\n" not in busy["timing_note"]
     no_schedstat = assess(LoadSnapshot(None, None, 64.0), LoadSnapshot(None, None, 64.0))
     assert no_schedstat["timing_unreliable"] is True
+
+
+def test_a_simulated_run_says_so_in_its_summary_line_and_environment(tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        assert run_in_process([*TINY, "executor=sim", "engine.sim_device=a100", "engine.sim_tp=2",
+                               "engine.num_kv_blocks=64"], tmp_path) == "ok"
+    env = json.loads((tmp_path / "metrics.json").read_text())["environment"]
+    assert env["simulated"] is True and env["executor"] == "sim" and env["device"] == "sim:a100"
+    assert (env["sim_device"], env["sim_cost_model"], env["sim_tp"]) == ("a100", "roofline", 2)
+    assert env["device_name"] == "simulated 2x A100 (roofline cost model)" and env["host_device"] == "cpu"
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("results in")]
+    assert "simulated 2x A100 (roofline cost model), " in line and "tok/s total" in line
+
+
+def test_a_measured_run_says_it_was_not_simulated_and_which_package_ran(tmp_path):
+    assert run_in_process(TINY, tmp_path) == "ok"
+    env = json.loads((tmp_path / "metrics.json").read_text())["environment"]
+    assert env["simulated"] is False and env["executor"] == "model" and "sim_device" not in env
+    assert "sarathi_lab_version" in env
+
+
+def test_an_installed_copy_records_its_version_and_the_commit_pip_installed_it_from(monkeypatch):
+    from importlib import metadata
+
+    from sarathi_lab.harness import environment
+
+    class Installed:  # what pip leaves for `pip install git+https://...@<commit>` (PEP 610)
+        def read_text(self, name):
+            return json.dumps({"url": "https://example.org/sarathi_lab.git",
+                               "vcs_info": {"vcs": "git", "commit_id": "abc123"}}) if name == "direct_url.json" else None
+    monkeypatch.setattr(environment, "_git", lambda *args: None)  # not a clone
+    monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
+    monkeypatch.setattr(metadata, "version", lambda name: "9.9.9")
+    env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
+    assert (env["sarathi_lab_version"], env["git_commit"], env["git_dirty"]) == ("9.9.9", "abc123", None)
 
 
 def test_load_runs_gives_one_row_per_finished_run_with_swept_keys(tmp_path):

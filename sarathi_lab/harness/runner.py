@@ -102,7 +102,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         directory.mkdir(parents=True, exist_ok=True)
-        environment = collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine)
+        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine)
         write_results(directory, tables, RunResult(
             summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
             resolved_config=resolved_config, environment=environment,
@@ -153,7 +153,9 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     if finished:
         _swap_in(run_dir, out)
         ctx.status_dir = out
-    log.info("results in %s: %s", out, headline)
+    # A prediction must not read as a measurement: a simulated run says so first.
+    where = f"{environment['device_name']}, " if environment["simulated"] else ""
+    log.info("results in %s: %s%s", out, where, headline)
     log_run(out, ctx.run_name, summary, history, tables, environment)
     return "ok"
 
@@ -269,6 +271,7 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
 
 
 def _headline(summary: dict[str, float]) -> str:
-    return (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, {summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
-            f"TTFT p50 {summary['ttft_p50_s']:.3f}s, TBT p99 {summary['itl_p99_s']:.4f}s, "
-            f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
+    return (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
+            f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, TTFT p50 {summary['ttft_p50_s']:.3f}s, "
+            f"ITL p99 {summary['itl_p99_s']:.4f}s, {summary['num_iterations']} iterations in "
+            f"{summary['makespan_s']:.1f}s")
