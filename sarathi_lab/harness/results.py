@@ -30,6 +30,7 @@ METRICS = "metrics.json"
 WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
 STATUS = "status.json"
 SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written by harness/sweep.py
+SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
 # Names that runs written before metric names carried their units used, and today's: load_runs reads
@@ -144,7 +145,7 @@ def load_runs(root: str | Path, table: str = "summary") -> pd.DataFrame:
     measurement task's), that table's rows from the runs that have it.
     """
     frames = []
-    for path in sorted(Path(root).rglob(METRICS), key=_natural):
+    for path in sorted(Path(root).rglob(METRICS), key=natural_order):
         if WANDB_DIR in path.relative_to(root).parts[:-1]:
             continue  # the copy each run uploads to W&B (wandb_logger), not a run of its own
         record = json.loads(path.read_text())
@@ -168,8 +169,8 @@ def _current_names(names: Any) -> Any:
     return {RENAMED.get(k, k): v for k, v in names.items()}
 
 
-def _natural(path: Path) -> list:
-    # Multirun job dirs are numbers: 2 before 10.
+def natural_order(path: Path) -> list:
+    """Sort key of paths whose numbers count: multirun job dirs start with theirs, 2_... before 10_...."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 
