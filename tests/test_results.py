@@ -295,7 +295,7 @@ def test_preemptions_are_expected_only_when_the_requests_there_at_once_overflow_
 def test_outside_a_clone_the_checkout_state_is_unknown_not_clean(monkeypatch):
     from sarathi_lab.harness import environment
     monkeypatch.setattr(environment, "_run_git", lambda *args: None)  # an installed copy, or no git
-    env = environment.collect_environment(torch.device("cpu"), torch.float32, None, {})
+    env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
     assert env["git_commit"] is None and env["git_dirty"] is None
 
 
@@ -303,7 +303,7 @@ def test_a_run_into_a_directory_another_run_is_writing_is_refused(tmp_path):
     # Two runs started in the same second share the default ${now:...} directory: the later one would
     # clear and overwrite the other's records, and each would report them as its own.
     from sarathi_lab.harness.runner import RunContext, claim_status_dir
-    first = RunContext(output_dir=tmp_path / "run", overrides=[], run_name="first", group=None)
+    first = RunContext(output_dir=tmp_path / "run", overrides=[], group=None)
     claim_status_dir(first)
     with pytest.raises(ConfigError, match=r"run is in use: another run is writing there now"):
         run_in_process(TINY, tmp_path / "run")
