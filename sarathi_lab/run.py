@@ -39,7 +39,6 @@ def main(cfg: DictConfig) -> None:
     multirun = hc.mode == RunMode.MULTIRUN
     name = cfg.get("name", "run")
     ctx = RunContext(output_dir=Path(hc.runtime.output_dir), overrides=list(hc.overrides.task),
-                     run_name=hc.job.override_dirname or name,
                      group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
                      hydra_record={"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hc}),
                                    "overrides.yaml": OmegaConf.create(list(hc.overrides.task))})

@@ -24,11 +24,11 @@ def _piggyback(batch_size: int, decode_only: float, chunk_alone: float, hybrid: 
 
 def test_normalised_throughput_averages_baseline_repeats_and_pairs_by_workload():
     summary = pd.DataFrame([
-        dict(scheduler="static", chunk=64, total_throughput=90.0, **KEYS),
-        dict(scheduler="static", chunk=128, total_throughput=110.0, **KEYS),  # the same baseline again
-        dict(scheduler="sarathi", chunk=64, total_throughput=120.0, **KEYS),
-        dict(scheduler="static", chunk=64, total_throughput=50.0, **(KEYS | {"pd_ratio": 2.0})),
-        dict(scheduler="sarathi", chunk=64, total_throughput=40.0, **(KEYS | {"pd_ratio": 2.0})),
+        dict(scheduler="static", chunk=64, total_throughput_tok_s=90.0, **KEYS),
+        dict(scheduler="static", chunk=128, total_throughput_tok_s=110.0, **KEYS),  # the same baseline again
+        dict(scheduler="sarathi", chunk=64, total_throughput_tok_s=120.0, **KEYS),
+        dict(scheduler="static", chunk=64, total_throughput_tok_s=50.0, **(KEYS | {"pd_ratio": 2.0})),
+        dict(scheduler="sarathi", chunk=64, total_throughput_tok_s=40.0, **(KEYS | {"pd_ratio": 2.0})),
     ])
     out = derive.normalised_throughput(summary).set_index("pd_ratio")
     assert out.gain[8.0] == pytest.approx(1.2) and out.baseline[8.0] == 100
@@ -75,7 +75,7 @@ def test_tile_jump_and_largest_step_find_a_step_past_a_tile_multiple():
 
 
 def test_pd_ratio_gains_pair_each_sarathi_run_with_the_static_run_of_its_chunk():
-    summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput": t, **KEYS}
+    summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput_tok_s": t, **KEYS}
                             for s, c, t in (("static", 64, 90.0), ("sarathi", 64, 99.0),
                                             ("static", 128, 110.0), ("sarathi", 128, 121.0))])
     assert derive.pd_ratio_gains(summary).gain.tolist() == pytest.approx([1.1, 1.1])
@@ -97,11 +97,11 @@ def test_pd_peaks_against_c_over_b_minus_1():
 
 def test_orca_cases_are_named_by_workload_and_normalised_to_the_unstaggered_baseline():
     summary = pd.DataFrame([
-        dict(scheduler="static", total_throughput=100.0, run_dir="a", **KEYS),
-        dict(scheduler="orca", total_throughput=100.0, run_dir="b", **KEYS),
-        dict(scheduler="orca", total_throughput=110.0, run_dir="c", **KEYS),
-        dict(scheduler="sarathi", total_throughput=125.0, run_dir="d", **KEYS),
-        dict(scheduler="static", total_throughput=98.0, run_dir="e", **KEYS),
+        dict(scheduler="static", total_throughput_tok_s=100.0, run_dir="a", **KEYS),
+        dict(scheduler="orca", total_throughput_tok_s=100.0, run_dir="b", **KEYS),
+        dict(scheduler="orca", total_throughput_tok_s=110.0, run_dir="c", **KEYS),
+        dict(scheduler="sarathi", total_throughput_tok_s=125.0, run_dir="d", **KEYS),
+        dict(scheduler="static", total_throughput_tok_s=98.0, run_dir="e", **KEYS),
     ]).assign(**{"workload.stagger": [0, 0, 4, 0, 4]})
     out = derive.orca_compare(summary).set_index("variant").gain
     assert out.to_dict() == pytest.approx({"Orca worst": 1.0, "Orca best": 1.1, "SARATHI": 1.25,
@@ -116,10 +116,10 @@ def test_prefill_overlap_counts_prefill_iterations_with_decodes():
 
 
 def test_latency_long_splits_metric_and_percentile():
-    summary = pd.DataFrame([dict(scheduler="vllm", ttft_p50=1.0, ttft_p99=2.0, tbt_p50=0.1, tbt_p99=0.5,
+    summary = pd.DataFrame([dict(scheduler="vllm", ttft_p50_s=1.0, ttft_p99_s=2.0, itl_p50_s=0.1, itl_p99_s=0.5,
                                  **{"workload.qps": 1.5})])
     long = derive.latency_long(summary).set_index(["metric", "percentile"]).seconds
-    assert long["tbt", "p99"] == 0.5 and set(derive.latency_long(summary).qps) == {1.5}
+    assert long["itl", "p99"] == 0.5 and set(derive.latency_long(summary).qps) == {1.5}
 
 
 class _Frames:
@@ -159,7 +159,7 @@ def _on_cpu(summary: pd.DataFrame) -> pd.DataFrame:
 
 def test_claims_say_partly_when_only_some_points_meet_the_paper():
     summary = pd.DataFrame([
-        dict(scheduler=s, **{"workload.qps": q}, tbt_p99=t)
+        dict(scheduler=s, **{"workload.qps": q}, itl_p99_s=t)
         for q, times in ((0.5, {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3}),
                          (1.5, {"sarathi_serve": 0.5, "vllm": 0.4, "orca": 0.6}))
         for s, t in times.items()])
@@ -177,7 +177,7 @@ def _finished_run(job_dir, throughput: float) -> None:
     job_dir.mkdir(parents=True)
     (job_dir / "metrics.json").write_text(json.dumps({
         "config": dict(experiment="pd_ratio", scheduler="static", **KEYS), "overrides": [], "resolved_config": {},
-        "summary": {"total_throughput": throughput}, "environment": {"device": "cpu"}}))
+        "summary": {"total_throughput_tok_s": throughput}, "environment": {"device": "cpu"}}))
 
 
 def test_newest_sweep_is_the_one_with_the_newest_finished_run(tmp_path):
@@ -187,7 +187,7 @@ def test_newest_sweep_is_the_one_with_the_newest_finished_run(tmp_path):
     os.utime(tmp_path / "pd_ratio/multiruns/ci-2024/0/metrics.json", (1, 1))
     assert newest_sweep(tmp_path, "pd_ratio").name == "2023-01-01"
     results = Results(tmp_path)
-    assert results.scale("pd_ratio") == "full" and results.summary("pd_ratio").total_throughput[0] == 2.0
+    assert results.scale("pd_ratio") == "full" and results.summary("pd_ratio").total_throughput_tok_s[0] == 2.0
     assert "pd_ratio" not in results.missing() and "tile_quantization" in results.missing()
 
 
@@ -225,7 +225,7 @@ def test_wandb_runs_are_downloaded_into_the_local_layout(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(Api=Api))
     download_wandb("me/sarathi", tmp_path / "cache")
     assert sorted(p.name for p in (tmp_path / "cache/pd_ratio/multiruns/pd_ratio-2").iterdir()) == ["new"]
-    assert Results(tmp_path / "cache").summary("pd_ratio").total_throughput[0] == 3.0
+    assert Results(tmp_path / "cache").summary("pd_ratio").total_throughput_tok_s[0] == 3.0
 
 
 class _Simulated(_Frames):
@@ -244,7 +244,7 @@ class _Simulated(_Frames):
 
 
 def _latency(times_by_qps) -> pd.DataFrame:
-    return pd.DataFrame([dict(scheduler=s, **{"workload.qps": q}, tbt_p99=t, model="llama-13b")
+    return pd.DataFrame([dict(scheduler=s, **{"workload.qps": q}, itl_p99_s=t, model="llama-13b")
                          for q, times in times_by_qps.items() for s, t in times.items()])
 
 
@@ -269,7 +269,7 @@ def test_claims_table_puts_the_same_check_on_simulated_runs_beside_the_measured_
 
 
 def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
-    runs = [dict(scheduler=s, total_throughput=t, run_dir=f"{length}-{s}-{g}", **(KEYS | {"seq_len": length}),
+    runs = [dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{s}-{g}", **(KEYS | {"seq_len": length}),
                  **{"workload.stagger": g})
             for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 0, 100.0), ("orca", 4, 110.0),
                                                      ("sarathi", 0, 120.0))
@@ -286,7 +286,7 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
     (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "yes"
     # SARATHI's run at length 512 failed; at 256 it beats Orca's best case.
-    runs = pd.DataFrame([dict(scheduler=s, total_throughput=t, run_dir=f"{length}-{s}-{g}",
+    runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{s}-{g}",
                               **(KEYS | {"seq_len": length}), **{"workload.stagger": g})
                          for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 0, 100.0),
                                                                   ("orca", 4, 110.0), ("sarathi", 0, 120.0))
@@ -329,7 +329,7 @@ def test_decode_speedup_claim_leaves_out_points_where_riding_decodes_measured_fr
 
 def test_pd_ratio_with_a_failed_static_run_reads_the_points_that_have_a_baseline():
     # The static run of chunk 128 failed: its sarathi run has no baseline and no gain.
-    summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput": t, **KEYS}
+    summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput_tok_s": t, **KEYS}
                             for s, c, t in (("static", 64, 90.0), ("sarathi", 64, 99.0), ("sarathi", 128, 121.0))])
     (peak, gain) = claims.pd_ratio(_Frames({("pd_ratio", "summary"): summary}))
     assert "C=128" not in peak["ours"] and gain["ours"] == "peak 1.10x; 1 of 1 points >= 1.1x; lowest 1.10x"
@@ -343,7 +343,7 @@ def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, 
         run.mkdir(parents=True)
         (run / "metrics.json").write_text(json.dumps({
             "config": {"scheduler": scheduler, "model": "llama-13b"}, "overrides": ["workload.qps=1"],
-            "resolved_config": {"engine": {"executor": "model"}, "workload": {"qps": 1.0}}, "summary": {"tbt_p99": tbt},
+            "resolved_config": {"engine": {"executor": "model"}, "workload": {"qps": 1.0}}, "summary": {"itl_p99_s": tbt},
             "environment": {"device": device, "device_name": name, "dtype": "bfloat16"}}))
     (row,) = claims.claims_table(Results(tmp_path), checks=(claims.scheduler_latency,)).to_dict("records")
     assert row["holds"] == "yes" and row["measured on"] == f"{source}: llama-13b, {name}, bfloat16 (full scale)"
@@ -366,7 +366,7 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
     (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "n/a"
     # Every unstaggered orca run (Orca's worst case) failed; SARATHI against Orca's best is still judged.
-    runs = pd.DataFrame([dict(scheduler=s, total_throughput=t, run_dir=f"{length}-{s}-{g}",
+    runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{s}-{g}",
                               **(KEYS | {"seq_len": length}), **{"workload.stagger": g})
                          for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 4, 110.0),
                                                                   ("sarathi", 0, 120.0))])
@@ -414,7 +414,7 @@ def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_sh
         (sweep / str(job)).mkdir(parents=True)
         (sweep / str(job) / "metrics.json").write_text(json.dumps({
             "config": {"scheduler": scheduler, "model": "cpu-small"}, "overrides": [],
-            "resolved_config": {"engine": {"executor": "model"}}, "summary": {"tbt_p99": 0.1},
+            "resolved_config": {"engine": {"executor": "model"}}, "summary": {"itl_p99_s": 0.1},
             "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32"}}))
     (sweep / "sweep_summary.json").write_text(json.dumps({"0": {"status": "ok", "error": None},
                                                           "1": {"status": "skipped", "error": None},

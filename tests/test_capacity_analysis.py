@@ -33,9 +33,9 @@ def test_capacity_table_gives_the_gain_over_vllm_per_slo():
 
 
 def test_claims_rows_put_measured_and_simulated_in_their_columns():
-    tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "tbt_p99": 0.05},
-                             {"scheduler": "sarathi_serve", "chunk": 2048, "tbt_p99": 0.2},
-                             {"scheduler": "orca", "chunk": 512, "tbt_p99": 1.0}]).assign(
+    tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "itl_p99_s": 0.05},
+                             {"scheduler": "sarathi_serve", "chunk": 2048, "itl_p99_s": 0.2},
+                             {"scheduler": "orca", "chunk": 512, "itl_p99_s": 1.0}]).assign(
         executor="sim", model="mistral-7b", scale="full")
     cpu = _searches().assign(executor="model", model="cpu-small", capacity_qps=lambda d: d.capacity_qps / 10,
                              device_name="Test CPU", dtype="float32", torch_threads=2)
@@ -96,11 +96,11 @@ def test_searches_load_from_their_capacity_json(tmp_path):
         "slo": {"tbt_p99_s": 0.1, "sched_delay_p50_s": 2.0}}))
     (run / "metrics.json").write_text(json.dumps({
         "config": {"scheduler": "vllm", "executor": "sim", "model": "mistral-7b", "scale": "full"},
-        "summary": {"capacity_qps": 3.0, "token_budget": None, "at_capacity_tbt_p99": 0.09},
+        "summary": {"capacity_qps": 3.0, "token_budget": None, "at_capacity_itl_p99_s": 0.09},
         "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
     (row,) = load_searches(tmp_path).to_dict("records")
     assert row["capacity_qps"] == 3.0 and row["tbt_slo_s"] == 0.1 and row["num_trials"] == 2
-    assert row["scheduler"] == "vllm" and row["at_capacity_tbt_p99"] == 0.09
+    assert row["scheduler"] == "vllm" and row["at_capacity_itl_p99_s"] == 0.09
     assert row["device_name"] == "Test CPU" and row["torch_threads"] == 2
 
 

@@ -25,17 +25,17 @@ def test_summary_from_hand_made_records():
     m = Metrics([_iteration(0, 4, 0), _iteration(1, 2, 1), _iteration(2, 0, 2), _iteration(3, 0, 1)], [a, b])
     s = m.summary()
     assert s["makespan_s"] == 5.0
-    assert s["ttft_p50"] == pytest.approx(1.5)  # TTFTs 1 and 2
-    assert s["tbt_p50"] == pytest.approx(2.0)  # gaps 1, 2, 2
-    assert s["e2e_p99"] == pytest.approx(4.0)
-    assert s["prefill_throughput"] == pytest.approx(6 / 5) and s["decode_throughput"] == pytest.approx(4 / 5)
+    assert s["ttft_p50_s"] == pytest.approx(1.5)  # TTFTs 1 and 2
+    assert s["itl_p50_s"] == pytest.approx(2.0)  # gaps 1, 2, 2
+    assert s["e2el_p99_s"] == pytest.approx(4.0)
+    assert s["prefill_throughput_tok_s"] == pytest.approx(6 / 5) and s["decode_throughput_tok_s"] == pytest.approx(4 / 5)
     assert s["overhead_fraction"] == pytest.approx(0.1)
     assert s["generated_tokens"] == 5
 
 
 def test_empty_summary_is_nan_not_error():
     s = Metrics().summary()
-    assert math.isnan(s["ttft_p50"]) and math.isnan(s["total_throughput"])
+    assert math.isnan(s["ttft_p50_s"]) and math.isnan(s["total_throughput_tok_s"])
 
 
 def test_engine_records_are_consistent():
@@ -92,4 +92,4 @@ def test_a_stopped_run_s_token_rates_are_over_the_window_it_measured():
     s = llm.metrics.summary()
     assert s["num_requests"] == 1
     assert s["makespan_s"] == pytest.approx(seen[-1].start + seen[-1].duration)
-    assert s["total_throughput"] == pytest.approx((s["prefill_tokens"] + s["decode_tokens"]) / s["makespan_s"])
+    assert s["total_throughput_tok_s"] == pytest.approx((s["prefill_tokens"] + s["decode_tokens"]) / s["makespan_s"])

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.interrupts import Interrupted
@@ -18,8 +18,17 @@ from sarathi_lab.harness.results import RunResult, clear_results, load_runs, res
 from sarathi_lab.model.cpu_linear import aten_from_rows, describe, packed_gemm
 
 TINY = ["experiment=smoke", "logger=none", "workload.num_requests=2", "seq_len=48", "pd_ratio=5"]
-SUMMARY_KEYS = {"prefill_throughput", "decode_throughput", "total_throughput", "makespan_s", "num_iterations",
-                "kv_tokens_read", *(f"{m}_p{p}" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))}
+SUMMARY_KEYS = {"prefill_throughput_tok_s", "decode_throughput_tok_s", "total_throughput_tok_s", "makespan_s",
+                "num_iterations", "kv_tokens_read",
+                *(f"{m}_p{p}_s" for m in ("ttft", "itl", "e2el", "tpot", "sched_delay") for p in (50, 90, 99))}
+# A key names its unit, or counts something its name says, or is a share or a flag.
+UNITS = ("_s", "_tok_s", "_rps", "_s_per_token", "_tokens", "_requests")
+UNITLESS = {"iteration", "request_id", "kv_tokens_read", "num_preempted", "num_preemptions", "queue_at_arrival", "saturated",
+            "slo_attainment", "overhead_fraction", "preemptions_per_request"}
+
+
+def _unitless(keys) -> list[str]:
+    return [k for k in keys if not (k.endswith(UNITS) or k.startswith("num_") or k in UNITLESS)]
 
 
 def _metrics() -> Metrics:
@@ -48,6 +57,8 @@ def test_a_finished_run_honours_the_contract(tmp_path):
     assert not [n for n in names if "partial" in n or ".tmp" in n]
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert SUMMARY_KEYS <= set(record["summary"]) and record["partial"] is False
+    tables = [pd.read_parquet(tmp_path / f"{t}.parquet").columns for t in ("iterations", "requests")]
+    assert _unitless([*record["summary"], *tables[0], *tables[1]]) == []
     assert record["config"]["chunk"] == 16 and record["config"]["scheduler"] == "sarathi"
     assert record["resolved_config"]["workload"]["num_requests"] == 2
     env = record["environment"]
@@ -175,6 +186,41 @@ def test_load_is_judged_by_run_queue_waiting_not_by_idling():
     assert no_schedstat["timing_unreliable"] is True
 
 
+def test_a_simulated_run_says_so_in_its_summary_line_and_environment(tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        assert run_in_process([*TINY, "executor=sim", "engine.sim_device=a100", "engine.sim_tp=2",
+                               "engine.num_kv_blocks=64"], tmp_path) == "ok"
+    env = json.loads((tmp_path / "metrics.json").read_text())["environment"]
+    assert env["simulated"] is True and env["executor"] == "sim" and env["device"] == "sim:a100"
+    assert (env["sim_device"], env["sim_cost_model"], env["sim_tp"]) == ("a100", "roofline", 2)
+    assert env["device_name"] == "simulated 2x A100 (roofline cost model)" and env["host_device"] == "cpu"
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("results in")]
+    assert "simulated 2x A100 (roofline cost model), " in line and "tok/s total" in line
+
+
+def test_a_measured_run_says_it_was_not_simulated_and_which_package_ran(tmp_path):
+    assert run_in_process(TINY, tmp_path) == "ok"
+    env = json.loads((tmp_path / "metrics.json").read_text())["environment"]
+    assert env["simulated"] is False and env["executor"] == "model" and "sim_device" not in env
+    assert "sarathi_lab_version" in env
+
+
+def test_an_installed_copy_records_its_version_and_the_commit_pip_installed_it_from(monkeypatch):
+    from importlib import metadata
+
+    from sarathi_lab.harness import environment
+
+    class Installed:  # what pip leaves for `pip install git+https://...@<commit>` (PEP 610)
+        def read_text(self, name):
+            return json.dumps({"url": "https://example.org/sarathi_lab.git",
+                               "vcs_info": {"vcs": "git", "commit_id": "abc123"}}) if name == "direct_url.json" else None
+    monkeypatch.setattr(environment, "_git", lambda *args: None)  # not a clone
+    monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
+    monkeypatch.setattr(metadata, "version", lambda name: "9.9.9")
+    env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
+    assert (env["sarathi_lab_version"], env["git_commit"], env["git_dirty"]) == ("9.9.9", "abc123", None)
+
+
 def test_load_runs_gives_one_row_per_finished_run_with_swept_keys(tmp_path):
     for job in (0, 1, 2, 9, 10):
         (tmp_path / str(job)).mkdir()
@@ -192,6 +238,28 @@ def test_load_runs_gives_one_row_per_finished_run_with_swept_keys(tmp_path):
     iterations = load_runs(tmp_path, table="iterations")
     assert len(iterations) == 3 and iterations.chunk.tolist() == [8, 16, 16]
     assert load_runs(tmp_path / "nothing").empty
+
+
+def test_load_runs_reads_a_run_written_before_names_carried_units(tmp_path):
+    # The names such a run wrote, spelled out here rather than taken from results.RENAMED.
+    old_summary = {"total_throughput": 100.0, "ttft_p50": 0.5, "tbt_p99": 0.05, "e2e_p90": 2.0, "makespan_s": 3.0}
+    (tmp_path / "a_old").mkdir()
+    (tmp_path / "b_new").mkdir()
+    write_results(tmp_path / "a_old", {"iterations": pd.DataFrame({"iteration": [0], "duration": [0.1],
+                                                                  "forward_time": [0.09]}),
+                                     "requests": pd.DataFrame({"request_id": [0], "ttft": [0.5], "e2e": [2.0]})},
+                  RunResult(summary=old_summary, config={"chunk": 8}, environment={}, overrides=[],
+                            resolved_config={}, partial=False, wall_time_s=1.0))
+    write_results(tmp_path / "b_new", _tables(), _result())
+    runs = load_runs(tmp_path)
+    assert runs.total_throughput_tok_s.tolist()[0] == 100.0 and runs.itl_p99_s.tolist()[0] == 0.05
+    assert runs.ttft_p50_s.tolist()[0] == 0.5 and runs.e2el_p90_s.tolist()[0] == 2.0
+    assert not {"total_throughput", "ttft_p50", "tbt_p99"} & set(runs.columns)
+    its = load_runs(tmp_path, table="iterations")
+    assert {"duration_s", "forward_s"} <= set(its.columns) and "duration" not in its.columns
+    assert its.duration_s.notna().all()
+    reqs = load_runs(tmp_path, table="requests")
+    assert {"ttft_s", "e2el_s"} <= set(reqs.columns) and reqs.ttft_s.notna().all()
 
 
 def test_a_measurement_task_lands_its_own_tables_behind_the_same_contract(tmp_path, monkeypatch):
@@ -227,7 +295,7 @@ def test_preemptions_are_expected_only_when_the_requests_there_at_once_overflow_
 def test_outside_a_clone_the_checkout_state_is_unknown_not_clean(monkeypatch):
     from sarathi_lab.harness import environment
     monkeypatch.setattr(environment, "_run_git", lambda *args: None)  # an installed copy, or no git
-    env = environment.collect_environment(torch.device("cpu"), torch.float32, None, {})
+    env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
     assert env["git_commit"] is None and env["git_dirty"] is None
 
 
@@ -235,7 +303,7 @@ def test_a_run_into_a_directory_another_run_is_writing_is_refused(tmp_path):
     # Two runs started in the same second share the default ${now:...} directory: the later one would
     # clear and overwrite the other's records, and each would report them as its own.
     from sarathi_lab.harness.runner import RunContext, claim_status_dir
-    first = RunContext(output_dir=tmp_path / "run", overrides=[], run_name="first", group=None)
+    first = RunContext(output_dir=tmp_path / "run", overrides=[], group=None)
     claim_status_dir(first)
     with pytest.raises(ConfigError, match=r"run is in use: another run is writing there now"):
         run_in_process(TINY, tmp_path / "run")

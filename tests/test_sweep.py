@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,16 +13,26 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.experimental.callback import Callback
+from hypothesis import given
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from sarathi_lab.harness import CONF_DIR, REPO_ROOT
+from sarathi_lab.harness.job_dirs import MAX_NAME_CHARS, job_dir_name
 from sarathi_lab.harness.results import load_runs, write_status
 from sarathi_lab.harness.sweep import summarize_sweep
 
 TINY = ["experiment=smoke", "logger=none", "workload.num_requests=2", "seq_len=48", "pd_ratio=5"]
+
+
+def _job(sweep: Path, num: int) -> Path:
+    """Job num's folder, named <num>_<its overrides> (harness/job_dirs.py)."""
+    (found,) = sweep.glob(f"{num}_*")
+    return found
 
 
 def _cli(*args: str) -> list[str]:
@@ -36,15 +47,18 @@ def test_submitit_sweep_runs_jobs_as_processes_and_isolates_a_failing_one(tmp_pa
                           capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert list(sweep.glob(".submitit/*/*_submitted.pkl")), "jobs did not go through submitit"
-    failed = json.loads((sweep / "0" / "status.json").read_text())
+    failed = json.loads((_job(sweep, 0) / "status.json").read_text())
     assert failed["status"] == "failed" and failed["error"] == "chunk=0 is invalid: must be > 0"
-    assert not (sweep / "0" / "metrics.json").exists()
-    assert json.loads((sweep / "1" / "status.json").read_text())["status"] == "ok"
+    assert not (_job(sweep, 0) / "metrics.json").exists()
+    assert json.loads((_job(sweep, 1) / "status.json").read_text())["status"] == "ok"
     assert load_runs(sweep).chunk.tolist() == [16]
     summary = json.loads((sweep / "sweep_summary.json").read_text())
-    assert summary == {"0": {"status": "failed", "error": "chunk=0 is invalid: must be > 0"},
-                       "1": {"status": "ok", "error": None}}
-    assert "FAILED 0 (failed): chunk=0 is invalid" in proc.stdout + proc.stderr
+    assert summary == {_job(sweep, 0).name: {"status": "failed", "error": "chunk=0 is invalid: must be > 0"},
+                       _job(sweep, 1).name: {"status": "ok", "error": None}}
+    assert f"FAILED {_job(sweep, 0).name} (failed): chunk=0 is invalid" in proc.stdout + proc.stderr
+    # The failed job, refused before it saved anything, in the table by the overrides its folder names.
+    table = pd.read_csv(sweep / "sweep_summary.csv")
+    assert table.status.tolist() == ["failed", "ok"] and table.chunk.tolist() == [0, 16]
 
 
 @pytest.mark.parametrize("sweep, refused", [
@@ -99,13 +113,14 @@ def test_safe_submitit_sweep_collects_every_job_and_records_a_killed_one(tmp_pat
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-2000:]
     assert "Traceback" not in output
-    killed = json.loads((sweep / "0" / "status.json").read_text())
+    killed = json.loads((_job(sweep, 0) / "status.json").read_text())
     assert killed["status"] == "killed" and "SIGKILL" in killed["error"]
-    assert not (sweep / "0" / "metrics.json").exists()
+    assert not (_job(sweep, 0) / "metrics.json").exists()
     assert load_runs(sweep).chunk.tolist() == [32]
     summary = json.loads((sweep / "sweep_summary.json").read_text())
-    assert summary == {"0": {"status": "killed", "error": killed["error"]}, "1": {"status": "ok", "error": None}}
-    assert f"FAILED 0 (killed): {killed['error']}" in output
+    assert summary == {_job(sweep, 0).name: {"status": "killed", "error": killed["error"]},
+                       _job(sweep, 1).name: {"status": "ok", "error": None}}
+    assert f"FAILED {_job(sweep, 0).name} (killed): {killed['error']}" in output
 
 
 @pytest.mark.e2e
@@ -113,7 +128,7 @@ def test_a_killed_overwrite_is_recorded_beside_the_finished_run_it_leaves_as_it_
     sweep = tmp_path / "sweep"
     subprocess.run(_cli("-m", *TINY, "chunk=16", f"hydra.sweep.dir={sweep}"), capture_output=True, timeout=240,
                    check=True)
-    before = {p.name: p.read_bytes() for p in (sweep / "0").iterdir() if p.is_file()}
+    before = {p.name: p.read_bytes() for p in (_job(sweep, 0)).iterdir() if p.is_file()}
     proc = subprocess.run(_cli("-m", *TINY, "chunk=16", "on_existing=overwrite", "hydra/launcher=submitit_local_safe",
                                "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}",
                                f"+hydra.callbacks.kill._target_={__name__}.SigkillJob", "+hydra.callbacks.kill.job=0",
@@ -121,10 +136,11 @@ def test_a_killed_overwrite_is_recorded_beside_the_finished_run_it_leaves_as_it_
                           capture_output=True, text=True, timeout=240, check=False,
                           env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-2000:]
-    assert {p.name: p.read_bytes() for p in (sweep / "0").iterdir() if p.is_file()} == before
-    killed = json.loads((sweep / ".0.next" / "status.json").read_text())
+    assert {p.name: p.read_bytes() for p in (_job(sweep, 0)).iterdir() if p.is_file()} == before
+    killed = json.loads((sweep / f".{_job(sweep, 0).name}.next" / "status.json").read_text())
     assert killed["status"] == "killed" and "SIGKILL" in killed["error"]
-    assert json.loads((sweep / "sweep_summary.json").read_text())["0"] == {"status": "killed", "error": killed["error"]}
+    assert json.loads((sweep / "sweep_summary.json").read_text())[_job(sweep, 0).name] == {"status": "killed",
+                                                                                          "error": killed["error"]}
 
 
 def test_safe_launchers_are_the_plugins_configs_with_another_target():
@@ -212,3 +228,50 @@ def test_a_resumed_sweep_reports_a_job_refused_before_it_saved_its_config(tmp_pa
     since = time.time() - 5
     write_status(tmp_path / "0", "failed", error="engine.num_kv_blocks=1 is invalid")
     assert summarize_sweep(tmp_path, since) == {"0": {"status": "failed", "error": "engine.num_kv_blocks=1 is invalid"}}
+
+
+@pytest.mark.e2e
+def test_a_sweep_ends_with_a_table_of_its_jobs_in_folders_named_by_their_overrides(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(_cli("-m", *TINY, "chunk=16,32", "scheduler=sarathi,vllm", f"hydra.sweep.dir={sweep}"),
+                          capture_output=True, text=True, timeout=240, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-2000:]
+    names = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert names == [f"{n}_chunk={c},pd_ratio=5,scheduler={s},seq_len=48,workload.num_requests=2"
+                     for n, (c, s) in enumerate([(16, "sarathi"), (16, "vllm"), (32, "sarathi"), (32, "vllm")])]
+    table = pd.read_csv(sweep / "sweep_summary.csv")
+    # The keys that differ between jobs, not those they share; metrics named with their units.
+    assert list(table.columns[:4]) == ["job", "status", "chunk", "scheduler"]
+    assert table.job.tolist() == names and table.status.eq("ok").all()
+    assert table.chunk.tolist() == [16, 16, 32, 32] and table.scheduler.tolist() == ["sarathi", "vllm"] * 2
+    runs = load_runs(sweep).set_index("run_dir")
+    for row in table.itertuples():
+        assert row.total_throughput_tok_s == pytest.approx(runs.loc[str(sweep / row.job), "total_throughput_tok_s"])
+    assert {"ttft_p50_s", "itl_p99_s", "request_throughput_rps"} <= set(table.columns)
+    printed = output[output.index("sweep_summary.csv:"):].splitlines()
+    assert printed[1].split()[:4] == ["job", "status", "chunk", "scheduler"] and printed[2].split()[:4] == [
+        "0", "ok", "16", "sarathi"]
+
+
+@given(st.integers(0, 10_000), st.text(max_size=400), st.text(max_size=400))
+def test_job_folder_names_are_safe_bounded_and_unique(num, overrides, other):
+    name = job_dir_name(num, overrides)
+    assert len(name) <= MAX_NAME_CHARS and re.fullmatch(r"[A-Za-z0-9._=,+-]+", name)
+    assert name.split("_", 1)[0] == str(num), "the job's number first: unique within a sweep, in launch order"
+    assert job_dir_name(num + 1, overrides) != name
+    if overrides != other:
+        # Cut names keep a hash of the whole: two jobs whose overrides differ only past the cut stay apart.
+        assert job_dir_name(num, other) != name or _same_once_sanitized(overrides, other)
+
+
+def _same_once_sanitized(a: str, b: str) -> bool:
+    # Different overrides that sanitize to the same text (e.g. "a/b" and "a:b") may share a name;
+    # within one sweep the job number keeps them apart.
+    return re.sub(r"[^A-Za-z0-9._=,+-]", "_", a) == re.sub(r"[^A-Za-z0-9._=,+-]", "_", b)
+
+
+def test_a_job_folder_name_says_what_the_job_ran():
+    assert job_dir_name(3, "chunk=256,scheduler=vllm") == "3_chunk=256,scheduler=vllm"
+    assert job_dir_name(0, "") == "0"
+    assert job_dir_name(1, "model.path=/data/../x y") == "1_model.path=_data_.._x_y"

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 import wandb
 
+from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import load_runs
 from sarathi_lab.harness.schema import LoggerCfg
-from sarathi_lab.harness.wandb_logger import HISTORY_PREFIX, resolve_mode
+from sarathi_lab.harness.wandb_logger import HISTORY_PREFIX, TIME_AXIS, resolve_mode
 from tests.wandb_records import read_offline_run
 
 RUN = ["experiment=smoke", "workload.num_requests=2", "seq_len=48", "pd_ratio=5", "chunk=16", "tags=[paper]"]
@@ -36,6 +40,8 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capf
     wb = read_offline_run(out / "wandb")
 
     assert wb.run.run_group == "smoke-sweep1" and wb.run.job_type == "smoke"
+    assert wb.run.display_name == "tiny sarathi chunk=16 batch_size=4 workload.num_requests=2 seq_len=48 pd_ratio=5 " \
+                                  "tags=[paper]"
     assert set(wb.run.tags) == {"paper", "smoke", "serve", "sarathi", "tiny"}
     assert wb.config["chunk"] == 16 and wb.config["workload"]["num_requests"] == 2
     assert wb.config["model"] == {"name": "tiny", "path": None}
@@ -43,13 +49,22 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capf
     for key in ("device", "dtype", "device_name", "git_commit"):
         assert wb.config["environment"][key] == metrics["environment"][key]
 
-    steps = [row["_step"] for row in wb.history if f"{HISTORY_PREFIX}duration" in row]
-    assert steps == pd.read_parquet(out / "iterations.parquet").iteration.tolist()
+    iterations = pd.read_parquet(out / "iterations.parquet")
+    rows = [row for row in wb.history if f"{HISTORY_PREFIX}duration_s" in row]
+    assert [row["_step"] for row in rows] == iterations.iteration.tolist()
+    # Each iteration at its own time on the engine's clock, not at W&B's _runtime of the logging.
+    assert [row[TIME_AXIS] for row in rows] == pytest.approx((iterations.start_s + iterations.duration_s).tolist())
+    assert all(b > a for a, b in zip([r[TIME_AXIS] for r in rows], [r[TIME_AXIS] for r in rows][1:]))
+    assert rows[-1][TIME_AXIS] == pytest.approx(metrics["summary"]["makespan_s"])  # all arrived at 0
+    axes = {m.name or m.glob_name: m.step_metric for m in wb.metrics}
+    assert axes.get(f"{HISTORY_PREFIX}*") == TIME_AXIS, "W&B plots the history over the engine's clock"
     prefill = sum(row.get(f"{HISTORY_PREFIX}num_prefill_tokens", 0) for row in wb.history)
     assert prefill == metrics["summary"]["prefill_tokens"]
-    for key in ("total_throughput", "decode_throughput", "ttft_p50", "tbt_p99", "kv_tokens_read"):
+    for key in ("total_throughput_tok_s", "decode_throughput_tok_s", "ttft_p50_s", "itl_p99_s", "kv_tokens_read"):
         assert wb.summary[key] == pytest.approx(metrics["summary"][key])
     assert wb.summary["requests.nrows"] == 2, "the requests table"
+    for key in ("timing_unreliable", "simulated", "git_commit", "sarathi_lab_version", "device_name"):
+        assert wb.summary[f"env/{key}"] == metrics["environment"][key], "provenance beside the numbers"
     saved = {p.name for p in (out / "wandb").glob("offline-run-*/files/*")}
     assert {"metrics.json", "iterations.parquet", "requests.parquet"} <= saved, "the run's files, for the W&B API"
     assert len(load_runs(out)) == 1, "W&B's copy of metrics.json is not a second run"
@@ -85,3 +100,33 @@ def test_mode_offline_unless_an_account_or_the_user_says_otherwise(monkeypatch, 
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert resolve_mode(LoggerCfg(kind="wandb", mode=mode)) == expected
+
+
+@pytest.mark.e2e
+def test_a_single_simulated_run_is_grouped_by_its_experiment_and_tagged_simulated(tmp_path):
+    out = tmp_path / "run"
+    assert run_in_process(["experiment=smoke", "executor=sim", "engine.num_kv_blocks=64", "workload.num_requests=2",
+                           "logger.mode=offline"], out) == "ok"
+    wb = read_offline_run(out / "wandb")
+    assert wb.run.run_group == "smoke" and "simulated" in wb.run.tags
+    assert wb.run.display_name == "tiny sarathi chunk=64 batch_size=4 executor=sim engine.num_kv_blocks=64 " \
+                                  "workload.num_requests=2"
+    assert wb.summary["env/simulated"] is True and wb.summary["env/device_name"].startswith("simulated H100")
+
+
+@pytest.mark.e2e
+def test_the_readme_compares_an_offline_sweep(tmp_path, monkeypatch):
+    # sarathi_lab/conf/experiment/README.md, "Comparing runs offline": its sweep, then its Python block.
+    readme = (CONF_DIR / "experiment" / "README.md").read_text()
+    block = readme[readme.index("<!-- compare-offline"):].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    proc = subprocess.run([sys.executable, "-m", "sarathi_lab.run", "-m", "experiment=smoke", "chunk=32,64",
+                           "workload.num_requests=2", "seq_len=48", "pd_ratio=5"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False, env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(list(tmp_path.glob("outputs/smoke/multiruns/*/*/wandb/offline-run-*"))) == 2, "what wandb sync uploads"
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(block, scope)  # noqa: S102 - the README's own example
+    assert sorted(scope["runs"].chunk) == [32, 64] and scope["runs"].total_throughput_tok_s.gt(0).all()
+    assert set(scope["iters"].chunk) == {32, 64} and "duration_s" in scope["iters"]

@@ -27,6 +27,7 @@ class OfflineRun:
     config: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
+    metrics: list = field(default_factory=list)  # define_metric's records (name, step_metric)
 
 
 def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
@@ -74,6 +75,8 @@ def read_offline_run(run_dir: Path, timeout_s: float = 30.0) -> OfflineRun:
             out.history.append(_items(record.history.item))
         elif kind == "summary":
             out.summary |= _items(record.summary.update)
+        elif kind == "metric":
+            out.metrics.append(record.metric)
     return out
 
 

@@ -28,7 +28,7 @@ PAPER_TP_GAIN_OVER_VLLM = 3.7  # Yi-34B on two A100s (tensor parallel), strict 0
 HYBRID_TBT_MIN_RATIO = 2
 SCHEDULERS = ("sarathi_serve", "vllm", "orca", "static")
 TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_qps", "resolution", "binding", "bounded",
-                 "num_trials", "token_budget", "at_capacity_tbt_p99", "at_capacity_ttft_p50",
+                 "num_trials", "token_budget", "at_capacity_itl_p99_s", "at_capacity_ttft_p50_s",
                  "at_capacity_sched_delay_p50_s", "executor", "model", "scale"]
 # What a measured capacity depends on besides the model: the machine, the precision, the threads,
 # and whether other work shared the cores while it ran (harness/runner's timing check).
@@ -49,8 +49,8 @@ def load_searches(root: str | Path) -> pd.DataFrame:
             "sched_delay_slo_s": found["slo"]["sched_delay_p50_s"], "capacity_qps": found["capacity_qps"],
             "resolution": found["resolution"], "binding": found["binding"], "bounded": found["bounded"],
             "num_trials": len(found["trials"]), "token_budget": summary.get("token_budget"),
-            "at_capacity_tbt_p99": summary.get("at_capacity_tbt_p99"),
-            "at_capacity_ttft_p50": summary.get("at_capacity_ttft_p50"),
+            "at_capacity_itl_p99_s": summary.get("at_capacity_itl_p99_s"),
+            "at_capacity_ttft_p50_s": summary.get("at_capacity_ttft_p50_s"),
             "at_capacity_sched_delay_p50_s": summary.get("at_capacity_sched_delay_p50_s")}
             | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable")})
     return pd.DataFrame(rows)
@@ -141,7 +141,7 @@ def load_tradeoff(root: str | Path) -> pd.DataFrame:
     """Serving runs of a budget sweep (and the other schedulers at the same load): TTFT p50 and
     P99 TBT per scheduler and token budget (chunk)."""
     runs = load_runs(root)
-    keep = ["scheduler", "chunk", "executor", "model", "scale", "ttft_p50", "tbt_p99", "sched_delay_p50_s",
+    keep = ["scheduler", "chunk", "executor", "model", "scale", "ttft_p50_s", "itl_p99_s", "sched_delay_p50_s",
             "request_throughput_rps", "saturated"]
     return runs[[c for c in keep if c in runs]].sort_values(["scheduler", "chunk"]).reset_index(drop=True)
 
@@ -149,12 +149,12 @@ def load_tradeoff(root: str | Path) -> pd.DataFrame:
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
     """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the other schedulers as points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
-    ax.plot(serve.tbt_p99, serve.ttft_p50, "o-", label="sarathi_serve (token budget)")
+    ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-", label="sarathi_serve (token budget)")
     for _, row in serve.iterrows():
-        ax.annotate(f"{row.chunk:g}", (row.tbt_p99, row.ttft_p50), fontsize=7, xytext=(3, 3),
+        ax.annotate(f"{row.chunk:g}", (row.itl_p99_s, row.ttft_p50_s), fontsize=7, xytext=(3, 3),
                     textcoords="offset points")
     for scheduler, rows in tradeoff[tradeoff.scheduler != "sarathi_serve"].groupby("scheduler"):
-        ax.plot(rows.tbt_p99, rows.ttft_p50, "s", label=scheduler)
+        ax.plot(rows.itl_p99_s, rows.ttft_p50_s, "s", label=scheduler)
     ax.set_xscale("log")
     ax.set_xlabel("P99 TBT (s)")
     ax.set_ylabel("median TTFT (s)")
@@ -216,10 +216,10 @@ def _hybrid_tbt(evidence: Evidence) -> tuple[str, str] | None:
     tradeoff = evidence.tradeoff
     if tradeoff is None or not {"orca", "sarathi_serve"} <= set(tradeoff.scheduler):
         return None
-    orca = tradeoff[tradeoff.scheduler == "orca"].tbt_p99.max()
+    orca = tradeoff[tradeoff.scheduler == "orca"].itl_p99_s.max()
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
-    at_512 = serve[serve.chunk == 512].tbt_p99
-    ratio = orca / (at_512.iloc[0] if len(at_512) else serve.tbt_p99.min())
+    at_512 = serve[serve.chunk == 512].itl_p99_s
+    ratio = orca / (at_512.iloc[0] if len(at_512) else serve.itl_p99_s.min())
     return f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no"
 
 

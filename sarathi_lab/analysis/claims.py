@@ -159,7 +159,7 @@ def scheduler_latency(results) -> list[dict]:
     rivals = ["vllm", "orca"]
     # Every scheduler the claim names a column: one whose every run failed is NaN at each load (not
     # judged), neither a KeyError nor a claim judged without it.
-    tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="tbt_p99").reindex(
+    tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s").reindex(
         columns=["sarathi_serve", *rivals])
     return [_row("scheduler_latency", "Stall-free batching keeps P99 TBT below vllm's and orca's at every load",
                  f"hybrid batching without a budget raises TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION}x "

@@ -28,7 +28,7 @@ def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseli
 
 def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
     """Each non-baseline run's throughput over the baseline's on the same workload (Fig. 9, 11)."""
-    return _versus_baseline(summary, "total_throughput", list(keys), summary.scheduler == BASELINE)
+    return _versus_baseline(summary, "total_throughput_tok_s", list(keys), summary.scheduler == BASELINE)
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
@@ -136,7 +136,7 @@ def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
     """Every run's throughput over the baseline (static, unstaggered) on the same lengths."""
     stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
     runs = summary.assign(variant=[orca_variant(s, g) for s, g in zip(summary.scheduler, stagger)])
-    return _versus_baseline(runs, "total_throughput", list(keys), runs.variant == "baseline")
+    return _versus_baseline(runs, "total_throughput_tok_s", list(keys), runs.variant == "baseline")
 
 
 def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
@@ -150,12 +150,12 @@ def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
 
 # --- scheduler_latency (Sarathi-Serve) ---
 
-LATENCIES = ("ttft_p50", "ttft_p99", "tbt_p50", "tbt_p99")
+LATENCIES = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 
 
 def latency_long(summary: pd.DataFrame, load: str = "workload.qps") -> pd.DataFrame:
     """One row per (scheduler, load, metric, percentile) with the latency in seconds."""
     long = summary.melt(id_vars=["scheduler", load], value_vars=list(LATENCIES), var_name="latency",
                         value_name="seconds")
-    long[["metric", "percentile"]] = long.latency.str.split("_", expand=True)
+    long[["metric", "percentile"]] = long.latency.str.removesuffix("_s").str.split("_", expand=True)
     return long.rename(columns={load: "qps"})

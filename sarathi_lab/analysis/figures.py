@@ -219,9 +219,9 @@ def scheduler_latency(results, simulated=None):
     fig, axes = plt.subplots(len(rows), 2, figsize=(14, 4.5 * len(rows)), layout="constrained", squeeze=False)
     for row_axes, (runs, source) in zip(axes, rows):
         long = derive.latency_long(runs.summary("scheduler_latency"))
-        for ax, metric in zip(row_axes, ("ttft", "tbt")):
+        for ax, metric in zip(row_axes, ("ttft", "itl")):
             sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
-                         markers=True, ax=ax, legend=metric == "tbt")
+                         markers=True, ax=ax, legend=metric == "itl")
             ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)", xlabel="load (requests / s)",
                    ylabel="s")
     _title(fig, results, "scheduler_latency", "Sarathi-Serve: latency of the five schedulers under Poisson load",

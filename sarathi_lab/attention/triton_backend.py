@@ -5,8 +5,14 @@ reads each request's context straight from its paged blocks.
 """
 from __future__ import annotations
 
-from sarathi_kernels.kv_cache import write_kv_cache
-from sarathi_kernels.paged_attention import paged_attention
+try:
+    from sarathi_kernels.kv_cache import write_kv_cache
+    from sarathi_kernels.paged_attention import paged_attention
+except ModuleNotFoundError as e:  # Triton is the gpu extra's: a CPU install has none
+    if e.name != "triton":
+        raise
+    raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e ".[gpu]" '
+                              "(or attention=torch)", name="triton") from None
 
 from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata

@@ -49,7 +49,7 @@ def measure(llm, prompts, new_tokens) -> dict:
         "rest_frac": (busy - forward - sum(parts.values())) / busy,
         "overhead_per_iter_ms": (busy - forward) / len(its) * 1e3,
         "iter_ms_mean": busy / len(its) * 1e3,
-        "tokens_per_s": s["total_throughput"],
+        "tokens_per_s": s["total_throughput_tok_s"],
     }
 
 

@@ -32,7 +32,7 @@ from sarathi_lab.sim.profile_model import profile_path
 # Fields of an iteration that say what was batched (not how long it took).
 COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests", "num_decode_requests",
                "kv_tokens_read", "num_preempted")
-SERVED = ("makespan_s", "ttft_p50", "ttft_p99", "tbt_p50", "tbt_p99")
+SERVED = ("makespan_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
 
 
@@ -176,15 +176,15 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
             and (real.iterations[list(COMPOSITION)].to_numpy() == sim.iterations[list(COMPOSITION)].to_numpy()).all())
     row["identical_batches"] = bool(same)
     if same:
-        err = sim.iterations.duration.to_numpy() / real.iterations.duration.to_numpy() - 1
+        err = sim.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
         row["iter_median_abs_rel_err"] = float(np.median(np.abs(err)))
         row["iter_median_rel_err"] = float(np.median(err))
-        row["busy_rel_err"] = _rel(sim.iterations.duration.sum(), real.iterations.duration.sum())
+        row["busy_rel_err"] = _rel(sim.iterations.duration_s.sum(), real.iterations.duration_s.sum())
     # A repeat under Poisson arrivals may batch differently (timing moves admissions): then there
     # is no iteration-by-iteration spread to give.
     row["real_iter_median_abs_rel_spread"] = float("nan")
     if again is not None and len(again.iterations) == len(real.iterations):
-        spread = again.iterations.duration.to_numpy() / real.iterations.duration.to_numpy() - 1
+        spread = again.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
         row["real_iter_median_abs_rel_spread"] = float(np.median(np.abs(spread)))
     for key in SERVED:
         row[f"{key}_real"] = real.summary[key]
@@ -209,8 +209,8 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, num_thre
         if row["identical_batches"]:
             points.append(pd.DataFrame({"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
                                         "num_tokens": real.iterations.num_tokens,
-                                        "measured_s": real.iterations.duration,
-                                        "predicted_s": sim.iterations.duration}))
+                                        "measured_s": real.iterations.duration_s,
+                                        "predicted_s": sim.iterations.duration_s}))
         progress(f"{case.name}: identical batches {row['identical_batches']}, iteration error "
                  f"{row.get('iter_median_abs_rel_err', float('nan')):.1%}, makespan {row['makespan_s_rel_err']:+.1%}")
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()

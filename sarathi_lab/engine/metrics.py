@@ -78,8 +78,8 @@ class RequestRecord:
 
     def meets(self, slo: SLO) -> bool:
         """Whether this finished request met every per-request target ``slo`` sets."""
-        tbt_p99 = float(np.percentile(self.tbts, 99)) if self.output_len > 1 else float("nan")
-        checks = [(slo.ttft_s, self.ttft), (slo.tpot_s, self.tpot), (slo.e2e_s, self.e2e), (slo.tbt_p99_s, tbt_p99)]
+        itl_p99_s = float(np.percentile(self.tbts, 99)) if self.output_len > 1 else float("nan")
+        checks = [(slo.ttft_s, self.ttft), (slo.tpot_s, self.tpot), (slo.e2e_s, self.e2e), (slo.tbt_p99_s, itl_p99_s)]
         # A one-token request has no TPOT or TBT, so it cannot miss those targets.
         return all(limit is None or math.isnan(value) or value <= limit for limit, value in checks)
 
@@ -97,7 +97,7 @@ class SLO:
     sched_delay_p50_s: float | None = None
 
 
-def _pcts(name: str, values, unit: str = "", pcts=(50, 90, 99)) -> dict[str, float]:
+def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, float]:
     values = [v for v in values if not math.isnan(v)]
     if len(values) == 0:
         return {f"{name}_p{p}{unit}": float("nan") for p in pcts}
@@ -168,18 +168,19 @@ class Metrics:
             "kv_tokens_read": sum(i.kv_tokens_read for i in its),
             "num_preemptions": sum(i.num_preempted for i in its),
             "preemptions_per_request": sum(r.num_preemptions for r in reqs) / len(reqs) if reqs else float("nan"),
-            "prefill_throughput": rate(prefill),
-            "decode_throughput": rate(decode),
-            "total_throughput": rate(prefill + decode),
+            "prefill_throughput_tok_s": rate(prefill),
+            "decode_throughput_tok_s": rate(decode),
+            "total_throughput_tok_s": rate(prefill + decode),
             "request_throughput_rps": rate(len(reqs)),
             "queue_growth_requests": growth,
             "saturated": float(growth >= max(SATURATION_MIN_GROWTH, SATURATION_MIN_SHARE * len(self.requests))),
         }
         out |= _pcts("ttft", [r.ttft for r in reqs])
-        out |= _pcts("tbt", [t for r in reqs for t in r.tbts])
-        out |= _pcts("e2e", [r.e2e for r in reqs])
-        out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None], unit="_s")
-        out |= _pcts("tpot", [r.tpot for r in reqs], unit="_s")
+        # vLLM's inter-token latency: the papers' time between tokens (TBT).
+        out |= _pcts("itl", [t for r in reqs for t in r.tbts])
+        out |= _pcts("e2el", [r.e2e for r in reqs])
+        out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None])
+        out |= _pcts("tpot", [r.tpot for r in reqs])
         out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs], unit="_s_per_token")
         if slo is not None:
             met = sum(r.meets(slo) for r in reqs)
@@ -187,15 +188,29 @@ class Metrics:
         return out
 
     def iteration_rows(self) -> list[dict]:
-        return [asdict(i) | {"num_tokens": i.num_tokens} for i in self.iterations]
+        """iterations.parquet and W&B's history: one row per iteration, columns named with units."""
+        return [_renamed(asdict(i), ITERATION_COLUMNS) | {"num_tokens": i.num_tokens} for i in self.iterations]
 
     def request_rows(self) -> list[dict]:
+        """requests.parquet: one row per request, columns named with units (vLLM's words)."""
         rows = []
         for r in self.requests:
-            row = asdict(r)
+            row = _renamed(asdict(r), REQUEST_COLUMNS)
             done = r.finish is not None
             row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
-                    "ttft": r.ttft if r.first_token is not None else None,
-                    "e2e": r.e2e if done else None, "tpot_s": r.tpot if done else None}
+                    "ttft_s": r.ttft if r.first_token is not None else None,
+                    "e2el_s": r.e2e if done else None, "tpot_s": r.tpot if done else None}
             rows.append(row)
         return rows
+
+
+# The records' fields as the tables name them: every time in seconds says so, every length in tokens.
+ITERATION_COLUMNS = {"start": "start_s", "duration": "duration_s", "schedule_time": "schedule_s",
+                     "prepare_time": "prepare_s", "forward_time": "forward_s", "sample_time": "sample_s"}
+REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens", "arrival": "arrival_s",
+                   "first_scheduled": "first_scheduled_s", "first_token": "first_token_s", "finish": "finish_s",
+                   "token_times": "token_times_s"}
+
+
+def _renamed(row: dict, columns: dict[str, str]) -> dict:
+    return {columns.get(k, k): v for k, v in row.items()}

@@ -71,7 +71,7 @@ def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> s
     percentiles may still pass, but no longer run would (sarathi-serve checks only the two SLOs)."""
     if slo.sched_delay_p50_s is not None and not summary["sched_delay_p50_s"] <= slo.sched_delay_p50_s:
         return "sched_delay_p50_s"
-    if slo.tbt_p99_s is not None and not summary["tbt_p99"] <= slo.tbt_p99_s:
+    if slo.tbt_p99_s is not None and not summary["itl_p99_s"] <= slo.tbt_p99_s:
         # NaN (no token gaps at all) fails too: a run that produced no second token met nothing.
         return "tbt_p99_s"
     if require_stable and summary.get("saturated"):

@@ -22,8 +22,7 @@ def run_in_process(overrides: list[str], output_dir: Path, group: str | None = N
     cfg = compose_config(overrides)
     run_cfg = parse_config(cfg)
     output_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(output_dir=output_dir, overrides=list(overrides), run_name=",".join(overrides) or run_cfg.name,
-                     group=group)
+    ctx = RunContext(output_dir=output_dir, overrides=list(overrides), group=group)
     try:
         status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
         write_status(ctx.status_dir, status)

@@ -1,36 +1,76 @@
 """Where a run ran, recorded next to its numbers so that runs from different machines stay comparable."""
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
+from importlib import metadata
 from typing import Any
 
 import torch
 
+from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.profiling.machine import device_name
 
+DISTRIBUTION = "sarathi-lab"
 
-def collect_environment(device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
+
+def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
                         load: dict[str, Any]) -> dict[str, Any]:
+    commit = _git("rev-parse", "HEAD")
     return {
-        "device": str(device),
+        # A simulated run's numbers are predictions for the simulated device, not measurements of this host.
+        **simulated_device(engine),
+        # Where it ran: the device measured, or the host that ran the simulation.
+        **({"host_device": str(device)} if engine.executor == "sim"
+           else {"device": str(device), "device_name": device_name(device)}),
         # The dtype that ran, which the engine may have changed (bfloat16 on a CPU without bf16 units).
         "dtype": str(dtype).removeprefix("torch."),
         # The GEMM the CPU's linear layers ran on (model/cpu_linear.py), which cpu_linear=auto picks
-        # by the CPU's vendor; None off the CPU.
+        # by the CPU's vendor; None off the CPU and in a simulation.
         "cpu_gemm": cpu_gemm,
-        "device_name": device_name(device),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "host": platform.node(),
         "torch_threads": torch.get_num_threads(),
         # Other work on the machine slows a CPU run: harness/load.py.
         **load,
-        "git_commit": _git("rev-parse", "HEAD"),
+        # The installed package's version (None: run from a clone that was never installed), and the
+        # commit: the clone's, else the one pip recorded installing from a git URL (PEP 610).
+        "sarathi_lab_version": _version(),
+        "git_commit": commit or _installed_commit(),
         # Results from uncommitted code cannot be traced back to a commit alone; None: not known.
-        "git_dirty": _dirty(),
+        "git_dirty": _dirty() if commit else None,
     }
+
+
+def simulated_device(engine: EngineConfig) -> dict[str, Any]:
+    """What a run's executor was: for a simulation, the device, cost model and GPU count it predicted."""
+    if engine.executor != "sim":
+        return {"executor": engine.executor, "simulated": False}
+    gpus = f"{engine.sim_tp}x " if engine.sim_tp > 1 else ""
+    return {"executor": "sim", "simulated": True, "device": f"sim:{engine.sim_device}",
+            "device_name": f"simulated {gpus}{engine.sim_device.upper()} ({engine.sim_cost_model} cost model)",
+            "sim_device": engine.sim_device, "sim_cost_model": engine.sim_cost_model, "sim_tp": engine.sim_tp}
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _installed_commit() -> str | None:
+    try:
+        direct_url = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        return json.loads(direct_url or "{}").get("vcs_info", {}).get("commit_id")
+    except ValueError:
+        return None
 
 
 def _dirty() -> bool | None:

@@ -24,11 +24,24 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from sarathi_lab.engine.metrics import ITERATION_COLUMNS, REQUEST_COLUMNS
+
 METRICS = "metrics.json"
 WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
 STATUS = "status.json"
 SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written by harness/sweep.py
+SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
+
+# Names that runs written before metric names carried their units used, and today's: load_runs reads
+# an old run's summary and tables through it, so that old and new runs share one table.
+RENAMED = {
+    **{f"{old}_throughput": f"{old}_throughput_tok_s" for old in ("prefill", "decode", "total")},
+    **{f"{old}_p{p}": f"{new}_p{p}_s" for old, new in (("ttft", "ttft"), ("tbt", "itl"), ("e2e", "e2el"))
+       for p in (50, 90, 99)},
+    # The tables once named their columns as the records name their fields.
+    **ITERATION_COLUMNS, **REQUEST_COLUMNS, "ttft": "ttft_s", "e2e": "e2el_s",
+}
 
 
 @dataclass
@@ -132,21 +145,32 @@ def load_runs(root: str | Path, table: str = "summary") -> pd.DataFrame:
     measurement task's), that table's rows from the runs that have it.
     """
     frames = []
-    for path in sorted(Path(root).rglob(METRICS), key=_natural):
+    for path in sorted(Path(root).rglob(METRICS), key=natural_order):
         if WANDB_DIR in path.relative_to(root).parts[:-1]:
             continue  # the copy each run uploads to W&B (wandb_logger), not a run of its own
         record = json.loads(path.read_text())
         keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)
         if table == "summary":
             env = {f"env.{k}": v for k, v in record["environment"].items()}
-            frames.append(pd.DataFrame([keys | record["summary"] | env]))
+            frames.append(pd.DataFrame([keys | _current_names(record["summary"]) | env]))
         elif (path.parent / f"{table}.parquet").exists():
-            frames.append(pd.read_parquet(path.parent / f"{table}.parquet").assign(**keys))
+            rows = pd.read_parquet(path.parent / f"{table}.parquet")
+            # Only the engine's own tables had the old names; a measurement task's "start" is its own.
+            if table in ("iterations", "requests"):
+                rows = rows.rename(columns=_current_names)
+            frames.append(rows.assign(**keys))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _natural(path: Path) -> list:
-    # Multirun job dirs are numbers: 2 before 10.
+def _current_names(names: Any) -> Any:
+    """A summary (dict) with today's key names, or one column's name (str)."""
+    if isinstance(names, str):
+        return RENAMED.get(names, names)
+    return {RENAMED.get(k, k): v for k, v in names.items()}
+
+
+def natural_order(path: Path) -> list:
+    """Sort key of paths whose numbers count: multirun job dirs start with theirs, 2_... before 10_...."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 

@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 class RunContext:
     output_dir: Path
     overrides: list[str]    # what this run changed from the defaults (Hydra's task overrides)
-    run_name: str
     group: str | None       # the sweep this run belongs to
     # Hydra's record of the composed config ({file name: config}), written to .hydra/ once the run is accepted.
     hydra_record: dict[str, Any] | None = None
@@ -90,7 +89,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     before = load.snapshot()
     start = time.perf_counter()
     slo = cfg.slo.as_slo()
-    group = ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else None)
+    # A sweep's jobs group by sweep, a capacity search's trials by search, a single run by experiment.
+    group = ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name)
 
     def save_to(directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
                 config: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -102,7 +102,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         directory.mkdir(parents=True, exist_ok=True)
-        environment = collect_environment(llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine)
+        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine)
         write_results(directory, tables, RunResult(
             summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
             resolved_config=resolved_config, environment=environment,
@@ -113,9 +113,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                 tables: dict[str, pd.DataFrame], environment: dict[str, Any]) -> None:
         log_to_wandb(cfg.logger, WandbRun(
             run_dir=directory, name=name, group=group, job_type=cfg.name,
-            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name])),
+            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
+                                     *(["simulated"] if environment["simulated"] else [])])),
             # What ran beside what was asked for (device=auto; bfloat16 that ran as float32).
-            config=resolved_config | {"environment": environment}, summary=summary | budget_record, history=history,
+            config=resolved_config, environment=environment, summary=summary | budget_record, history=history,
             # Iterations are already the history.
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
@@ -153,9 +154,22 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     if finished:
         _swap_in(run_dir, out)
         ctx.status_dir = out
-    log.info("results in %s: %s", out, headline)
-    log_run(out, ctx.run_name, summary, history, tables, environment)
+    # A prediction must not read as a measurement: a simulated run says so first.
+    where = f"{environment['device_name']}, " if environment["simulated"] else ""
+    log.info("results in %s: %s%s", out, where, headline)
+    log_run(out, run_name(cfg, ctx.overrides), summary, history, tables, environment)
     return "ok"
+
+
+# Overrides a run's name leaves out: what its key values already say, and what does not change the run.
+_UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger", "logger.mode", "on_existing"}
+
+
+def run_name(cfg: RunConfig, overrides: list[str]) -> str:
+    """The run's name in W&B: its key values, then any other override it ran with, e.g.
+    'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
+    other = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _UNNAMED and not o.startswith("hydra")]
+    return " ".join([cfg.model.name, cfg.scheduler.name, f"chunk={cfg.chunk}", f"batch_size={cfg.batch_size}", *other])
 
 
 def record_failure(status_dir: Path, e: BaseException) -> None:
@@ -269,6 +283,7 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
 
 
 def _headline(summary: dict[str, float]) -> str:
-    return (f"{summary['total_throughput']:,.0f} tok/s total, {summary['decode_throughput']:,.1f} decode tok/s, "
-            f"TTFT p50 {summary['ttft_p50']:.3f}s, TBT p99 {summary['tbt_p99']:.4f}s, "
-            f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
+    return (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
+            f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, TTFT p50 {summary['ttft_p50_s']:.3f}s, "
+            f"ITL p99 {summary['itl_p99_s']:.4f}s, {summary['num_iterations']} iterations in "
+            f"{summary['makespan_s']:.1f}s")

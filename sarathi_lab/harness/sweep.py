@@ -1,4 +1,6 @@
-"""End-of-sweep report: which jobs of this multirun finished, and which failed and why.
+"""End-of-sweep report: which jobs of this multirun finished, and which failed and why; and a table
+comparing them (the keys the sweep varied, the headline metrics), printed and saved as
+sweep_summary.csv beside sweep_summary.json.
 
 A Hydra callback, so it runs in the launching process whatever the launcher (basic, submitit,
 ray). Jobs record their own outcome in status.json. A job killed from outside (OOM killer,
@@ -15,13 +17,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from sarathi_lab.harness.results import STATUS, SWEEP_SUMMARY, next_dir, read_status
+from sarathi_lab.harness.results import (
+    METRICS,
+    STATUS,
+    SWEEP_SUMMARY,
+    SWEEP_TABLE,
+    natural_order,
+    next_dir,
+    read_status,
+)
 
 log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
+# The metrics a sweep's table shows, those its jobs have: a serving run's, a capacity search's.
+HEADLINE = ("request_throughput_rps", "total_throughput_tok_s", "ttft_p50_s", "itl_p99_s", "e2el_p50_s",
+            "goodput_rps", "capacity_qps")
 
 
 class SweepSummary(Callback):
@@ -35,6 +50,10 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = summarize_sweep(sweep_dir, since=self._start)
         (sweep_dir / SWEEP_SUMMARY).write_text(json.dumps(jobs, indent=2))
+        table = sweep_table(sweep_dir, jobs)
+        table.to_csv(sweep_dir / SWEEP_TABLE, index=False)
+        if len(table):
+            log.info("sweep %s:\n%s", sweep_dir / SWEEP_TABLE, format_table(table))
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
         for job_dir, job in failed.items():
@@ -50,7 +69,7 @@ def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
     # A job killed before it saved its config has only the status.json its launcher wrote; a rerun into
     # a finished job's dir records itself beside it, in .<job>.next/.
     job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
-    for job_dir in sorted(job_dirs, key=lambda d: [int(t) if t.isdigit() else t for t in d.parts]):
+    for job_dir in sorted(job_dirs, key=natural_order):
         config = job_dir / ".hydra" / "config.yaml"
         # A status written since the sweep began is this sweep's, even beside an earlier sweep's
         # .hydra/ (a resumed job refused before it saves its own).
@@ -72,3 +91,52 @@ def _job_dir(path: Path) -> Path:
     if path.name.startswith(".") and path.name.endswith(".next"):
         return path.with_name(path.name[1:-len(".next")])
     return path
+
+
+def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """One row per job: its directory, status, the values of the keys the sweep varied (those whose
+    override differs between jobs) and the HEADLINE metrics any job has."""
+    rows = []
+    for job, outcome in jobs.items():
+        record = _record(sweep_dir / job)
+        overrides = record["overrides"] if record else _saved_overrides(sweep_dir / job) or _named_overrides(job)
+        values = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
+        summary = (record or {}).get("summary", {})
+        rows.append({"job": job, "status": outcome["status"], **values,
+                     **{k: summary[k] for k in HEADLINE if summary.get(k) is not None}})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    keys = [c for c in table.columns if c not in ("job", "status", *HEADLINE)]
+    swept = [k for k in keys if table[k].nunique() > 1]
+    return table[["job", "status", *swept, *[k for k in HEADLINE if k in table]]]
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """The table for a terminal: jobs by number (their folders name their overrides, which the swept
+    columns show), four significant digits, enough to compare jobs."""
+    short = table.assign(job=table.job.str.split("_", n=1).str[0])
+    return short.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def _record(job_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((job_dir / METRICS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _named_overrides(job: str) -> list[str]:
+    # A job refused before it saved anything: the overrides its folder's name spells (job_dirs.py),
+    # as far as they survived sanitizing.
+    return job.split("_", 1)[1].split(",") if "_" in job else []
+
+
+def _saved_overrides(job_dir: Path) -> list[str]:
+    # A job that failed after its checks saved its overrides (runner.py); one refused before has none.
+    for where in (job_dir, next_dir(job_dir)):
+        try:
+            return list(yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text()) or [])
+        except (OSError, yaml.YAMLError):
+            continue
+    return []

@@ -23,6 +23,14 @@ log = logging.getLogger(__name__)
 # History keys get a prefix so that W&B's summary (which also keeps each key's last logged value)
 # never mixes a last-iteration value with a whole-run metric of the same name.
 HISTORY_PREFIX = "iter/"
+# The history's time axis: the end of each iteration on the engine's clock (a simulation's virtual
+# one), seconds since the run began. The history is logged once the run is over, so that W&B never
+# perturbs the timings: W&B's own _runtime would put every iteration at the same instant.
+TIME_AXIS = f"{HISTORY_PREFIX}t_s"
+# Where a run's numbers come from, in W&B's summary beside them (the whole environment is in its config).
+PROVENANCE = ("timing_unreliable", "simulated", "executor", "device_name", "sarathi_lab_version", "git_commit",
+              "git_dirty")
+ENV_PREFIX = "env/"
 
 
 @dataclass(frozen=True)
@@ -30,12 +38,13 @@ class WandbRun:
     """Everything W&B shows about one run."""
     run_dir: Path
     name: str
-    group: str | None       # the sweep, so that W&B groups its jobs
+    group: str | None       # the sweep, or the experiment of a single run, so that W&B groups them
     job_type: str           # the experiment name
     tags: list[str]
     config: dict[str, Any]  # the whole resolved config
+    environment: dict[str, Any]         # metrics.json's: into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
-    history: list[dict[str, Any]]       # per-iteration rows, logged with step = their "iteration"
+    history: list[dict[str, Any]]       # per-iteration rows (iterations.parquet), over TIME_AXIS
     tables: dict[str, pd.DataFrame]     # logged as W&B tables (requests, a measurement's own)
 
 
@@ -61,16 +70,18 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
 
     wb = wandb.init(
         project=cfg.project, entity=cfg.entity, dir=run.run_dir, mode=resolve_mode(cfg), name=run.name,
-        group=run.group, job_type=run.job_type, tags=run.tags, config=run.config,
+        group=run.group, job_type=run.job_type, tags=run.tags, config=run.config | {"environment": run.environment},
         settings=wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", x_disable_stats=True, silent=True),
     )
     exit_code = 1
     try:
+        wb.define_metric(TIME_AXIS, summary="max")
+        wb.define_metric(f"{HISTORY_PREFIX}*", step_metric=TIME_AXIS)
         for row in run.history:
-            wb.log({f"{HISTORY_PREFIX}{k}": v for k, v in row.items()}, step=row["iteration"])
+            wb.log(history_row(row), step=row["iteration"])
         last_step = run.history[-1]["iteration"] if run.history else 0
         wb.log({name: wandb.Table(dataframe=_scalar_columns(df)) for name, df in run.tables.items()}, step=last_step)
-        wb.summary.update(run.summary)
+        wb.summary.update(run.summary | {f"{ENV_PREFIX}{k}": run.environment.get(k) for k in PROVENANCE})
         # The run's own files too, so that the W&B API gives back what load_runs reads locally
         # (sarathi_lab/analysis/runs.py, download_wandb). Copied into the run's files folder, which
         # W&B uploads at the end, rather than wb.save(), which warns "Symlinked 1 file" for each.
@@ -79,6 +90,12 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         exit_code = 0
     finally:
         wb.finish(exit_code=exit_code)
+
+
+def history_row(iteration: dict[str, Any]) -> dict[str, Any]:
+    """An iterations.parquet row as W&B history: prefixed, with its time on TIME_AXIS."""
+    return {TIME_AXIS: iteration["start_s"] + iteration["duration_s"]} | {
+        f"{HISTORY_PREFIX}{k}": v for k, v in iteration.items()}
 
 
 def _scalar_columns(df: pd.DataFrame) -> pd.DataFrame:

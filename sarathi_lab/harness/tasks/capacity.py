@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 CAPACITY_JSON = "capacity.json"
 # What the trials table and the summary keep of each trial (and of the trial at capacity).
-TRIAL_COLUMNS = ("tbt_p99", "sched_delay_p50_s", "ttft_p50", "tpot_p50_s", "goodput_rps", "slo_attainment",
+TRIAL_COLUMNS = ("itl_p99_s", "sched_delay_p50_s", "ttft_p50_s", "tpot_p50_s", "goodput_rps", "slo_attainment",
                  "saturated", "num_unfinished", "makespan_s")
 
 

@@ -1,0 +1,31 @@
+"""The name of a sweep job's directory: its number, then the overrides it ran with.
+
+`0_chunk=256,scheduler=vllm` says what the job ran where `0` did not. Made safe for any filesystem:
+characters outside a portable set become `_`, and a name longer than MAX_NAME_CHARS is cut and
+given a hash of the whole, so that two long names that share a beginning stay apart. The number
+first keeps names unique within a sweep and sorts them in launch order. Used by
+`hydra.sweep.subdir` (conf/config.yaml) through the OmegaConf resolver registered here.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+from omegaconf import OmegaConf
+
+RESOLVER = "sarathi_job_dir"
+MAX_NAME_CHARS = 96
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
+
+
+def job_dir_name(num: int | str, overrides: str) -> str:
+    """``overrides``: Hydra's hydra.job.override_dirname (key=value pairs joined by commas)."""
+    name = f"{num}_{_UNSAFE.sub('_', overrides)}" if overrides else str(num)
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+    return f"{name[:MAX_NAME_CHARS - len(digest) - 1]}-{digest}"
+
+
+if not OmegaConf.has_resolver(RESOLVER):
+    OmegaConf.register_new_resolver(RESOLVER, job_dir_name)
