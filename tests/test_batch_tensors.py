@@ -141,8 +141,8 @@ def test_rows_double_when_every_request_still_holds_its_blocks():
 
 
 def test_staged_copies_build_the_same_tensors():
-    # The pinned staging path (CUDA) gathers into one buffer per dtype; on this machine the buffer is
-    # pageable and the copy a CPU-to-CPU one, but the layout is the same.
+    # The pinned staging path (CUDA) gathers every input into one buffer, int64s then int32s; on this
+    # machine the buffer is pageable and the copy goes to the meta device, but the layout is the same.
     seq = Sequence(0, list(range(10, 30)), 4, block_table=[3, 1, 2, 0, 4])
     dec = Sequence(1, [7, 8, 9], 4, num_computed=2, block_table=[6])
     batch = ScheduledBatch(prefills=[ScheduledChunk(seq, 12)], decodes=[dec])
@@ -151,5 +151,6 @@ def test_staged_copies_build_the_same_tensors():
     assert staged.input_ids.device.type == "meta" and staged.meta.block_tables.shape == (2, 3)
     ints = [*expected["query_start_loc"], *expected["seq_lens"], *itertools.chain(*expected["block_tables"])]
     longs = list(itertools.chain(*(expected[k] for k in ("input_ids", "positions", "slot_mapping", "logits_indices"))))
-    assert staging.buffer(torch.int32, len(ints)).tolist() == ints
-    assert staging.buffer(torch.int64, len(longs)).tolist() == longs
+    raw = staging.buffer(8 * len(longs) + 4 * len(ints))
+    assert raw[: 8 * len(longs)].view(torch.int64).tolist() == longs
+    assert raw[8 * len(longs) :].view(torch.int32).tolist() == ints

@@ -62,7 +62,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads
     only block tables and token positions: no model, no cache. ``tables``: the requests' block
     tables kept from earlier iterations (by default a fresh set, which reads every table whole);
-    ``staging``: pinned host buffers for a CUDA device (by default pageable ones, copied synchronously).
+    ``staging``: the pinned host buffer for a CUDA device (by default a pageable one, copied synchronously).
 
     Python visits each request a few times and never a token: positions, cache slots, the sampled
     rows and the padded block tables are numpy's work over the whole batch."""
@@ -101,12 +101,9 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     ends = np.array([len(s.tokens) for s in seqs], dtype=np.int64)
     logits_indices = query_start_loc[1:][seq_lens == ends] - 1
 
-    query_start_loc_t, seq_lens_t, block_tables_t = _on_device(
-        [query_start_loc, seq_lens, block_tables.reshape(-1)], torch.int32, device, staging)
-    input_ids, positions_t, slot_mapping, logits_t = _on_device(
-        [np.frombuffer(ids, dtype=np.int64), positions, slots, logits_indices], torch.int64, device, staging)
-    if staging is not None:
-        staging.copied()
+    (input_ids, positions_t, slot_mapping, logits_t), (query_start_loc_t, seq_lens_t, block_tables_t) = _on_device(
+        [np.frombuffer(ids, dtype=np.int64), positions, slots, logits_indices],
+        [query_start_loc, seq_lens, block_tables.reshape(-1)], device, staging)
     meta = AttentionMetadata(
         num_prefills=len(prefills), num_decodes=len(decodes), num_prefill_tokens=batch.num_prefill_tokens,
         query_start_loc=query_start_loc_t, seq_lens=seq_lens_t, block_tables=block_tables_t.view(block_tables.shape),
@@ -115,18 +112,23 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
 
 
-_NUMPY = {torch.int32: np.int32, torch.int64: np.int64}
-
-
-def _on_device(parts: list[np.ndarray], dtype: torch.dtype, device: torch.device,
-               staging: HostStaging | None) -> list[torch.Tensor]:
-    """The parts as consecutive views of one tensor of ``dtype`` on ``device``: on the CPU the
-    host array itself, elsewhere one copy of it, asynchronous from ``staging``'s pinned buffer."""
-    lengths = [len(p) for p in parts]
+def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.device,
+               staging: HostStaging | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The parts as int64 and int32 tensors on ``device``, consecutive views of one buffer: on the
+    CPU the host arrays themselves; elsewhere one host-to-device copy of one host buffer, int64s
+    first (so that both stay aligned), asynchronous from ``staging``'s pinned memory."""
+    long_lens, int_lens = [len(p) for p in longs], [len(p) for p in ints]
     if device.type == "cpu":
-        flat = torch.from_numpy(np.concatenate(parts, dtype=_NUMPY[dtype], casting="unsafe"))
+        flat64 = torch.from_numpy(np.concatenate(longs, dtype=np.int64, casting="unsafe"))
+        flat32 = torch.from_numpy(np.concatenate(ints, dtype=np.int32, casting="unsafe"))
     else:
-        host = staging.buffer(dtype, sum(lengths)) if staging is not None else torch.empty(sum(lengths), dtype=dtype)
-        np.concatenate(parts, out=host.numpy(), casting="unsafe")
+        n64, n32 = sum(long_lens) * 8, sum(int_lens) * 4
+        host = staging.buffer(n64 + n32) if staging is not None else torch.empty(n64 + n32, dtype=torch.uint8)
+        raw = host.numpy()
+        np.concatenate(longs, out=raw[:n64].view(np.int64), casting="unsafe")
+        np.concatenate(ints, out=raw[n64:].view(np.int32), casting="unsafe")
         flat = host.to(device, non_blocking=staging is not None)
-    return list(torch.split_with_sizes(flat, lengths))
+        if staging is not None:
+            staging.copied()
+        flat64, flat32 = flat[:n64].view(torch.int64), flat[n64:].view(torch.int32)
+    return list(torch.split_with_sizes(flat64, long_lens)), list(torch.split_with_sizes(flat32, int_lens))
