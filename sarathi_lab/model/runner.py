@@ -79,27 +79,31 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     ids.extend([s.tokens[s.num_computed] for s in decodes])
 
     start = np.array(starts, dtype=np.int64)
-    seq_lens = start + np.array(query_lens, dtype=np.int64)
-    query_start_loc = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum(query_lens, out=query_start_loc[1:])
     if prefills:
-        token_req = np.repeat(np.arange(len(seqs)), query_lens)
+        lens = np.array(query_lens, dtype=np.int64)
+        query_start_loc = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum(lens, out=query_start_loc[1:])
+        token_req = np.repeat(np.arange(len(seqs)), lens)
         positions = np.arange(len(ids)) + (start - query_start_loc[:-1])[token_req]
+        seq_lens = start + lens
     else:  # one token per request
-        token_req, positions = np.arange(len(seqs)), start
+        query_start_loc = np.arange(len(seqs) + 1)
+        token_req, positions, seq_lens = query_start_loc[:-1], start, start + 1
     # Each request's blocks up to its context (its whole table under the paged schedulers; under orca
     # and static, which reserve max_model_len tokens' blocks from admission, the prefix), zero after,
     # so that the tables stay as wide as the longest context rather than max_model_len.
     cached = (seq_lens + (bs - 1)) // bs
     block_tables = tables.table[rows, : int(cached.max())]
     slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
-    reserved = np.flatnonzero(np.array(held) > cached)
-    if len(reserved):
+    if sum(held) != int(cached.sum()):  # a request holds blocks past its context (held >= cached)
+        reserved = np.flatnonzero(np.array(held) > cached)
         past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
         block_tables[reserved] = np.where(past, 0, block_tables[reserved])
-    # Rows whose logits are needed: the last token of each request whose chunk reaches its end.
-    ends = np.array([len(s.tokens) for s in seqs], dtype=np.int64)
-    logits_indices = query_start_loc[1:][seq_lens == ends] - 1
+    # Rows whose logits are needed: the last token of each request whose chunk reaches its end. A
+    # decode always does: it is a request with exactly one token left to compute.
+    ends = query_start_loc[1:] - 1
+    logits_indices = ends if all(c.samples for c in prefills) else ends[[c.samples for c in prefills]
+                                                                         + [True] * len(decodes)]
 
     (input_ids, positions_t, slot_mapping, logits_t), (query_start_loc_t, seq_lens_t, block_tables_t) = _on_device(
         [np.frombuffer(ids, dtype=np.int64), positions, slots, logits_indices],
