@@ -104,7 +104,8 @@ def test_host_path_smoke(capsys, tmp_path):
     cm = CostModel.for_device("h100", "llama2-7b")
     low, high = (cm.iteration_cost([], [n] * 16, 16).forward_s * 1e6 for n in (256, 256 + 16))
     assert low <= table["h100_forward_us"][1] <= high
-    assert "host_frac" in capsys.readouterr().out and (tmp_path / "host.csv").stat().st_size > 0
+    out = capsys.readouterr().out
+    assert "host_frac" in out and "at every batch: " in out and (tmp_path / "host.csv").stat().st_size > 0
 
 
 def test_host_path_runs_the_real_runner_without_weights():
@@ -205,6 +206,9 @@ def test_entry_point_help(args):
     (iteration, ["--decode-batches", "0,8"], "argument --decode-batches: '0,8' is invalid: must be a comma list of"),
     (iteration, ["--hybrid", "256"], "argument --hybrid: '256' is invalid: must be a comma list of CHUNK+DECODES"),
     (iteration, ["--decode-context", "0"], "argument --decode-context: '0' is invalid"),
+    (host_path, ["--hybrid", "512"], "argument --hybrid: '512' is invalid: must be a comma list of CHUNK+DECODES"),
+    (host_path, ["--contexts", "1,1024"], "--contexts=1,1024 is invalid: a decode's context holds its prompt"),
+    (host_path, ["--decode-batches", "", "--hybrid", ""], "--decode-batches and --hybrid both are: give at least"),
     (attention_reread, ["--chunks", "0"], "argument --chunks: '0' is invalid"),
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),

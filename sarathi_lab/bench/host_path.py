@@ -219,6 +219,9 @@ def run(args) -> pd.DataFrame:
           f" | median of {args.reps} iterations after {args.warmup} | load1 at start {load:.2f}")
     table = print_table(rows, None, f"Host time per iteration vs the predicted {GPU} forward (target < {TARGET:.0%})",
                         "{:.3f}")
+    missed = table[~table["met"]]
+    print(f"target: host time < {TARGET:.0%} of the predicted {GPU} forward at every batch: "
+          + ("met" if missed.empty else f"missed at {len(missed)} of {len(table)}"))
     if args.out:
         write_table(table, args.out, {"model": MODEL, "gpu": GPU})
     return table
@@ -243,6 +246,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
     args = p.parse_args(argv)
     apply_smoke(p, argv, args, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3, warmup=1)
+    if not (args.contexts and (args.decode_batches or args.hybrid)):
+        p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one case")
+    if min(args.contexts) < 2:
+        p.error(f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context holds its prompt "
+                "and its new token, so each must be >= 2")
     return run(args)
 
 
