@@ -104,6 +104,7 @@ def test_host_path_smoke(capsys, tmp_path):
     cm = CostModel.for_device("h100", "llama2-7b")
     low, high = (cm.iteration_cost([], [n] * 16, 16).forward_s * 1e6 for n in (256, 256 + 16))
     assert low <= table["h100_forward_us"][1] <= high
+    assert table["kv_fits"].all()  # 16 requests of 256 tokens: 4,096 of the H100's ~100,000 KV tokens
     out = capsys.readouterr().out
     assert "host_frac" in out and "at every batch: " in out and (tmp_path / "host.csv").stat().st_size > 0
 

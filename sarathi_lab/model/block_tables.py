@@ -17,8 +17,9 @@ class BlockTables:
     def __init__(self, rows: int = 64, width: int = 64):
         # Past each request's blocks a row holds zeros: the padding the attention metadata promises.
         self.table = np.zeros((rows, width), dtype=np.int32)
-        # Per request: its row, the list its blocks were read from, how many of them the row holds.
-        self._rows: dict[Sequence, list] = {}
+        # By the request's id(): its row, the list its blocks were read from, how many of them the
+        # row holds, and the request itself (held, so that its id is not reused while the row is).
+        self._rows: dict[int, list] = {}
         self._free = list(range(rows - 1, -1, -1))
 
     def rows(self, seqs: list[Sequence]) -> tuple[list[int], list[int]]:
@@ -28,7 +29,7 @@ class BlockTables:
         entries = self._rows
         for seq in seqs:
             table = seq.block_table
-            entry = entries.get(seq)
+            entry = entries.get(id(seq))
             if entry is None or entry[1] is not table:
                 entry = self._assign(seq, entry)
             n = len(table)
@@ -45,16 +46,16 @@ class BlockTables:
             return entry
         if not self._free:
             self._reclaim()
-        entry = [self._free.pop(), seq.block_table, 0]
-        self._rows[seq] = entry
+        entry = [self._free.pop(), seq.block_table, 0, seq]
+        self._rows[id(seq)] = entry
         return entry
 
     def _reclaim(self) -> None:
         """Rows back from the requests whose blocks went back to the block manager (finished or
         preempted); twice the rows where every row's request still holds its blocks."""
-        stale = [seq for seq, (_, table, _) in self._rows.items() if seq.block_table is not table]
-        for seq in stale:
-            row, _, n = self._rows.pop(seq)
+        stale = [key for key, (_, table, _, seq) in self._rows.items() if seq.block_table is not table]
+        for key in stale:
+            row, _, n, _ = self._rows.pop(key)
             self.table[row, :n] = 0
             self._free.append(row)
         if not self._free:
@@ -63,7 +64,7 @@ class BlockTables:
             self._free = list(range(2 * rows - 1, rows - 1, -1))
 
     def _write(self, entry: list, n: int) -> None:
-        row, table, held = entry
+        row, table, held, _ = entry
         if n > self.table.shape[1]:
             width = max(n, 2 * self.table.shape[1])
             self.table = np.pad(self.table, ((0, 0), (0, width - self.table.shape[1])))
