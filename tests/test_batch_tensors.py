@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -154,3 +155,11 @@ def test_staged_copies_build_the_same_tensors():
     raw = staging.buffer(8 * len(longs) + 4 * len(ints))
     assert raw[: 8 * len(longs)].view(torch.int64).tolist() == longs
     assert raw[8 * len(longs) :].view(torch.int32).tolist() == ints
+
+
+def test_a_request_without_the_blocks_of_its_step_is_refused():
+    # Its table's missing rows read as block 0: its keys would overwrite another request's.
+    seq = Sequence(3, [1] * 9, 1, block_table=[5, 6])
+    batch = ScheduledBatch(prefills=[ScheduledChunk(seq, 9)])
+    with pytest.raises(ValueError, match="request 3 holds 2 KV blocks, fewer than the 3 its context needs"):
+        batch_tensors(batch, 4, CPU)

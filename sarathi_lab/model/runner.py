@@ -95,8 +95,13 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     cached = (seq_lens + (bs - 1)) // bs
     block_tables = tables.table[rows, : int(cached.max())]
     slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
-    if sum(held) != int(cached.sum()):  # a request holds blocks past its context (held >= cached)
-        reserved = np.flatnonzero(np.array(held) > cached)
+    spare = np.array(held) - cached  # blocks past each request's context
+    if spare.any():
+        if spare.min() < 0:  # the rows past its table are zeros: its slots would land in block 0
+            i = int(spare.argmin())
+            raise ValueError(f"request {seqs[i].seq_id} holds {held[i]} KV blocks, fewer than the {cached[i]} "
+                             "its context needs: the scheduler must allocate a step's blocks before it runs")
+        reserved = np.flatnonzero(spare)
         past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
         block_tables[reserved] = np.where(past, 0, block_tables[reserved])
     # Rows whose logits are needed: the last token of each request whose chunk reaches its end. A
