@@ -123,21 +123,19 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
 
 def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.device,
                staging: HostStaging | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The parts as int64 and int32 tensors on ``device``, consecutive views of one buffer: on the
-    CPU the host arrays themselves; elsewhere one host-to-device copy of one host buffer, int64s
+    """The parts as int64 and int32 tensors on ``device``: on the CPU the host arrays themselves
+    (the int32 ones converted); elsewhere views of one host-to-device copy of one host buffer, int64s
     first (so that both stay aligned), asynchronous from ``staging``'s pinned memory."""
-    long_lens, int_lens = [len(p) for p in longs], [len(p) for p in ints]
     if device.type == "cpu":
-        flat64 = torch.from_numpy(np.concatenate(longs, dtype=np.int64, casting="unsafe"))
-        flat32 = torch.from_numpy(np.concatenate(ints, dtype=np.int32, casting="unsafe"))
-    else:
-        n64, n32 = sum(long_lens) * 8, sum(int_lens) * 4
-        host = staging.buffer(n64 + n32) if staging is not None else torch.empty(n64 + n32, dtype=torch.uint8)
-        raw = host.numpy()
-        np.concatenate(longs, out=raw[:n64].view(np.int64), casting="unsafe")
-        np.concatenate(ints, out=raw[n64:].view(np.int32), casting="unsafe")
-        flat = host.to(device, non_blocking=staging is not None)
-        if staging is not None:
-            staging.copied()
-        flat64, flat32 = flat[:n64].view(torch.int64), flat[n64:].view(torch.int32)
-    return list(torch.split_with_sizes(flat64, long_lens)), list(torch.split_with_sizes(flat32, int_lens))
+        return ([torch.from_numpy(p) for p in longs], [torch.from_numpy(p.astype(np.int32, copy=False)) for p in ints])
+    long_lens, int_lens = [len(p) for p in longs], [len(p) for p in ints]
+    n64, n32 = sum(long_lens) * 8, sum(int_lens) * 4
+    host = staging.buffer(n64 + n32) if staging is not None else torch.empty(n64 + n32, dtype=torch.uint8)
+    raw = host.numpy()
+    np.concatenate(longs, out=raw[:n64].view(np.int64), casting="unsafe")
+    np.concatenate(ints, out=raw[n64:].view(np.int32), casting="unsafe")
+    flat = host.to(device, non_blocking=staging is not None)
+    if staging is not None:
+        staging.copied()
+    return (list(torch.split_with_sizes(flat[:n64].view(torch.int64), long_lens)),
+            list(torch.split_with_sizes(flat[n64:].view(torch.int32), int_lens)))
