@@ -11,7 +11,16 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.bench import attention_reread, ceilings, iteration, overhead, sampling, sim_speed, versus
+from sarathi_lab.bench import (
+    attention_reread,
+    ceilings,
+    host_path,
+    iteration,
+    overhead,
+    sampling,
+    sim_speed,
+    versus,
+)
 from sarathi_lab.bench.common import apply_smoke
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
@@ -78,6 +87,36 @@ def test_overhead_smoke(capsys):
     timed = table["schedule_frac"] + table["prepare_frac"] + table["sample_frac"]
     assert ((timed > 0) & (timed <= table["overhead_frac"]) & (table["overhead_frac"] < 1)).all()
     assert _positive_finite(table["iter_ms_mean"].tolist())
+
+
+def test_host_path_smoke(capsys, tmp_path):
+    from sarathi_lab.sim import CostModel
+
+    table = host_path.main(["--smoke", "--out", str(tmp_path / "host.csv")])
+    assert list(zip(table["case"], table["batch"], table["chunk"])) == [("decode", 1, 0), ("decode", 16, 0),
+                                                                        ("hybrid", 4, 64)]
+    for col in ("host_us", "schedule_us", "prepare_us", "h100_forward_us", "host_frac"):
+        assert _positive_finite(table[col].tolist()), col
+    # The host's parts fit in its time; the forward it is held against is the cost model's for
+    # those batches: 16 decodes of about 256 tokens, between the contexts they start and end at.
+    parts = table["schedule_us"] + table["prepare_us"] + table["sample_us"]
+    assert (parts <= table["host_us"] * 1.01).all()
+    cm = CostModel.for_device("h100", "llama2-7b")
+    low, high = (cm.iteration_cost([], [n] * 16, 16).forward_s * 1e6 for n in (256, 256 + 16))
+    assert low <= table["h100_forward_us"][1] <= high
+    assert table["kv_fits"].all()  # 16 requests of 256 tokens: 4,096 of the H100's ~100,000 KV tokens
+    out = capsys.readouterr().out
+    assert "host_frac" in out and "at every batch: " in out and (tmp_path / "host.csv").stat().st_size > 0
+
+
+def test_host_path_runs_the_real_runner_without_weights():
+    # The no-op forward hands back a token per sampled row; the batch's tensors are the runner's.
+    engine = host_path.build_engine(max_batch_size=2, token_budget=64, num_blocks=16, max_model_len=100)
+    for seq in host_path._requests(0, 2, 40, 3):
+        engine.add_request(seq)
+    steps = host_path._steps(engine, 3)
+    assert [shape for _, shape in steps] == [([(40, 40), (24, 24)], []), ([(16, 40)], [41]), ([], [42, 41])]
+    assert all(r.prepare_time > 0 for r, _ in steps)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -168,6 +207,9 @@ def test_entry_point_help(args):
     (iteration, ["--decode-batches", "0,8"], "argument --decode-batches: '0,8' is invalid: must be a comma list of"),
     (iteration, ["--hybrid", "256"], "argument --hybrid: '256' is invalid: must be a comma list of CHUNK+DECODES"),
     (iteration, ["--decode-context", "0"], "argument --decode-context: '0' is invalid"),
+    (host_path, ["--hybrid", "512"], "argument --hybrid: '512' is invalid: must be a comma list of CHUNK+DECODES"),
+    (host_path, ["--contexts", "1,1024"], "--contexts=1,1024 is invalid: a decode's context holds its prompt"),
+    (host_path, ["--decode-batches", "", "--hybrid", ""], "--decode-batches and --hybrid both are: give at least"),
     (attention_reread, ["--chunks", "0"], "argument --chunks: '0' is invalid"),
     (versus, ["--reps", "0"], "argument --reps: '0' is invalid"),
     (sim_speed, ["--requests", "0"], "argument --requests: '0' is invalid"),

@@ -11,6 +11,7 @@ BENCHMARKS = {
     "ceilings": "copy bandwidth and matmul rate of this machine",
     "iteration": "iteration time vs its roofline floor: decode, prefill and hybrid batches",
     "overhead": "share of iteration time outside the model's forward pass",
+    "host_path": "host time per iteration, Llama-2-7B shapes, against the predicted H100 forward pass",
     "versus": "throughput vs transformers generate with static left-padded batches",
     "attention_reread": "attention time chunked prefill adds by re-reading the KV cache",
     "sampling": "temperature and top-p sampling: the CPU kernel against its torch path",

@@ -49,6 +49,17 @@ def positive_ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of integers >= 1") from None
 
 
+def hybrid_pairs(text: str) -> list[tuple[int, int]]:
+    """'256+8,512+8' -> [(256, 8), (512, 8)]: a prefill chunk of 256 tokens with 8 decodes."""
+    try:
+        pairs = [tuple(positive_int(p) for p in item.split("+")) for item in text.split(",") if item]
+    except argparse.ArgumentTypeError:
+        pairs = [()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of CHUNK+DECODES, integers >= 1")
+    return pairs
+
+
 def names_of(allowed: tuple[str, ...]):
     """A type for a comma list of names, each one of ``allowed`` (e.g. schedulers): a typo is
     refused at parsing, not after the names before it have run."""

@@ -24,7 +24,7 @@ import warnings
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
+from sarathi_lab.bench.args import HelpFormatter, hybrid_pairs, positive_int, positive_ints
 from sarathi_lab.bench.common import (
     add_common_args,
     apply_smoke,
@@ -45,17 +45,6 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 # The CPU path's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256 and 512
 # within 1.3x.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
-
-
-def _hybrids(text: str) -> list[tuple[int, int]]:
-    """'256+8,512+8' -> [(256, 8), (512, 8)]: a prefill chunk of 256 tokens with 8 decodes."""
-    try:
-        pairs = [tuple(positive_int(p) for p in item.split("+")) for item in text.split(",") if item]
-    except argparse.ArgumentTypeError:
-        pairs = [()]
-    if any(len(pair) != 2 for pair in pairs):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of CHUNK+DECODES, integers >= 1")
-    return pairs
 
 
 def cases(args) -> list[dict]:
@@ -165,7 +154,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])
     p.add_argument("--decode-context", type=positive_int, default=512, help="context tokens of every decode")
     p.add_argument("--prefill-chunks", type=positive_ints, default=[128, 256, 512])
-    p.add_argument("--hybrid", type=_hybrids, default=[(256, 8), (512, 8)],
+    p.add_argument("--hybrid", type=hybrid_pairs, default=[(256, 8), (512, 8)],
                    help="prefill chunk + decodes, e.g. 256+8 (the chunk is its prompt's second)")
     p.add_argument("--layout", choices=LAYOUTS[1:], default="served",
                    help="where the requests' KV blocks lie in the cache (see sarathi_lab.profiling.batches)")

@@ -4,11 +4,14 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.model.block_tables import BlockTables
 from sarathi_lab.model.decoder import CausalLM
+from sarathi_lab.model.host_staging import HostStaging
 
 
 @dataclass
@@ -28,9 +31,12 @@ class ModelRunner:
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
+        # Kept across iterations: each request's block table, updated with its new blocks only.
+        self.tables = BlockTables()
+        self.staging = HostStaging() if device.type == "cuda" else None
 
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
-        prepared = batch_tensors(batch, self.block_size, self.device)
+        prepared = batch_tensors(batch, self.block_size, self.device, self.tables, self.staging)
         # The attention backend's per-iteration decisions, made once here rather than in every layer.
         self.model.backend.plan(prepared.meta, self.kv_caches[0][0])
         return prepared
@@ -51,82 +57,85 @@ class ModelRunner:
                           prepared.logits_indices, argmax=True)
 
 
-def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device) -> PreparedBatch:
+def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
+                  staging: HostStaging | None = None) -> PreparedBatch:
     """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads
-    only block tables and token positions: no model, no cache."""
+    only block tables and token positions: no model, no cache. ``tables``: the requests' block
+    tables kept from earlier iterations (by default a fresh set, which reads every table whole);
+    ``staging``: the pinned host buffer for a CUDA device (by default a pageable one, copied synchronously).
+
+    Python visits each request a few times and never a token: positions, cache slots, the sampled
+    rows and the padded block tables are numpy's work over the whole batch."""
     bs = block_size
-    ids, positions, slots, logits_indices = [], [], [], []
-    starts, query_lens, seq_lens, tables = [0], [], [], []
-    for chunk in batch.prefills:
-        seq, start, n = chunk.seq, chunk.seq.num_computed, chunk.num_tokens
-        end = start + n
-        ids += seq.tokens[start:end]
-        positions += range(start, end)
-        table = seq.block_table
-        slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
-        starts.append(starts[-1] + n)
-        query_lens.append(n)
-        seq_lens.append(end)
-        tables.append(_cached_blocks(table, end, bs))
-        if end == len(seq.tokens):
-            logits_indices.append(len(ids) - 1)
-    # Decodes, one token each, after the prefill chunks (batch.chunks' order): the same as above
-    # without a slice, a range and a comprehension per request, which after a forward pass has
-    # flushed the caches cost 12 us of a 16-decode batch's 123 (bf16, Xeon with AMX).
-    for seq in batch.decodes:
-        start = seq.num_computed
-        ids.append(seq.tokens[start])
-        positions.append(start)
-        table = seq.block_table
-        slots.append(table[start // bs] * bs + start % bs)
-        starts.append(starts[-1] + 1)
-        query_lens.append(1)
-        seq_lens.append(start + 1)
-        # _cached_blocks inlined: as a call it added 1.4 us to a 16-decode batch's 28 (hot), inline 0.5.
-        cached = start // bs + 1
-        tables.append(table if len(table) == cached else table[:cached])
-        if start + 1 == len(seq.tokens):
-            logits_indices.append(len(ids) - 1)
-    width = max(map(len, tables))
-    ints = array("i", starts + seq_lens)
-    for table in tables:
-        ints.extend(table)
-        ints.extend([0] * (width - len(table)))
-    query_start_loc, seq_lens_t, block_tables = _tensors(
-        ints, torch.int32, [len(starts), len(seq_lens), len(tables) * width], device)
-    input_ids, positions_t, slot_mapping, logits_t = _tensors(
-        array("q", ids + positions + slots + logits_indices), torch.int64,
-        [len(ids), len(ids), len(ids), len(logits_indices)], device)
+    prefills, decodes = batch.prefills, batch.decodes
+    seqs = [c.seq for c in prefills] + decodes
+    tables = tables if tables is not None else BlockTables()
+    rows, held = tables.rows(seqs)
+    starts = [s.num_computed for s in seqs]
+    query_lens = [c.num_tokens for c in prefills] + [1] * len(decodes)
+    ids = array("q")
+    for c, start in zip(prefills, starts):
+        ids.extend(c.seq.tokens[start : start + c.num_tokens])
+    ids.extend([s.tokens[s.num_computed] for s in decodes])
+
+    start = np.array(starts, dtype=np.int64)
+    if prefills:
+        lens = np.array(query_lens, dtype=np.int64)
+        query_start_loc = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum(lens, out=query_start_loc[1:])
+        token_req = np.repeat(np.arange(len(seqs)), lens)
+        positions = np.arange(len(ids)) + (start - query_start_loc[:-1])[token_req]
+        seq_lens = start + lens
+    else:  # one token per request
+        query_start_loc = np.arange(len(seqs) + 1)
+        token_req, positions, seq_lens = query_start_loc[:-1], start, start + 1
+    # Each request's blocks up to its context (its whole table under the paged schedulers; under orca
+    # and static, which reserve max_model_len tokens' blocks from admission, the prefix), zero after,
+    # so that the tables stay as wide as the longest context rather than max_model_len.
+    cached = (seq_lens + (bs - 1)) // bs
+    block_tables = tables.table[rows, : int(cached.max())]
+    slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
+    spare = np.array(held) - cached  # blocks past each request's context
+    if spare.any():
+        if spare.min() < 0:  # the rows past its table are zeros: its slots would land in block 0
+            i = int(spare.argmin())
+            raise ValueError(f"request {seqs[i].seq_id} holds {held[i]} KV blocks, fewer than the {cached[i]} "
+                             "its context needs: the scheduler must allocate a step's blocks before it runs")
+        reserved = np.flatnonzero(spare)
+        past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
+        block_tables[reserved] = np.where(past, 0, block_tables[reserved])
+    # Rows whose logits are needed: the last token of each request whose chunk reaches its end. A
+    # decode always does: it is a request with exactly one token left to compute.
+    ends = query_start_loc[1:] - 1
+    logits_indices = ends if all(c.samples for c in prefills) else ends[[c.samples for c in prefills]
+                                                                         + [True] * len(decodes)]
+
+    (input_ids, positions_t, slot_mapping, logits_t), (query_start_loc_t, seq_lens_t, block_tables_t) = _on_device(
+        [np.frombuffer(ids, dtype=np.int64), positions, slots, logits_indices],
+        [query_start_loc, seq_lens, block_tables.reshape(-1)], device, staging)
     meta = AttentionMetadata(
-        num_prefills=len(batch.prefills), num_decodes=len(batch.decodes),
-        num_prefill_tokens=batch.num_prefill_tokens,
-        query_start_loc=query_start_loc, seq_lens=seq_lens_t, block_tables=block_tables.view(len(tables), width),
-        slot_mapping=slot_mapping, query_lens_host=query_lens, seq_lens_host=seq_lens,
+        num_prefills=len(prefills), num_decodes=len(decodes), num_prefill_tokens=batch.num_prefill_tokens,
+        query_start_loc=query_start_loc_t, seq_lens=seq_lens_t, block_tables=block_tables_t.view(block_tables.shape),
+        slot_mapping=slot_mapping, query_lens_host=query_lens, seq_lens_host=seq_lens.tolist(),
         max_query_len=max(query_lens))
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
 
 
-def _cached_blocks(table: list[int], num_tokens: int, block_size: int) -> list[int]:
-    """The blocks of a request's first ``num_tokens`` tokens: all it holds under the paged
-    schedulers; under orca and static, which reserve max_model_len tokens' blocks from admission,
-    the prefix, so that the tables stay as wide as the longest context rather than max_model_len."""
-    n = -(-num_tokens // block_size)
-    return table if len(table) == n else table[:n]
-
-
-def _tensors(buf: array, dtype: torch.dtype, lengths: list[int], device: torch.device) -> list[torch.Tensor]:
-    """Consecutive parts of ``buf`` of these lengths, as tensors on ``device`` (on the CPU they share
-    the array's memory).
-
-    torch.frombuffer reads the array as it is, where torch.tensor over a list checks every element
-    (34 us for a 600-token prefill list, 4 us for a decode batch's few); one op repeated, not one
-    tensor sliced seven ways, because after a forward pass each distinct op first pays for its code
-    coming back into the caches. Measured: 1.7x hot and 1.3x cold on a 256-token prefill chunk, 1.4x
-    hot and even cold on a decode batch (benchmarks/RESULTS.md)."""
-    out, offset = [], 0
-    for n in lengths:
-        t = (torch.frombuffer(buf, dtype=dtype, count=n, offset=offset * buf.itemsize) if n
-             else torch.empty(0, dtype=dtype))
-        out.append(t if device.type == "cpu" else t.to(device))
-        offset += n
-    return out
+def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.device,
+               staging: HostStaging | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The parts as int64 and int32 tensors on ``device``: on the CPU the host arrays themselves
+    (the int32 ones converted); elsewhere views of one host-to-device copy of one host buffer, int64s
+    first (so that both stay aligned), asynchronous from ``staging``'s pinned memory."""
+    if device.type == "cpu":
+        return ([torch.from_numpy(p) for p in longs], [torch.from_numpy(p.astype(np.int32, copy=False)) for p in ints])
+    long_lens, int_lens = [len(p) for p in longs], [len(p) for p in ints]
+    n64, n32 = sum(long_lens) * 8, sum(int_lens) * 4
+    host = staging.buffer(n64 + n32) if staging is not None else torch.empty(n64 + n32, dtype=torch.uint8)
+    raw = host.numpy()
+    np.concatenate(longs, out=raw[:n64].view(np.int64), casting="unsafe")
+    np.concatenate(ints, out=raw[n64:].view(np.int32), casting="unsafe")
+    flat = host.to(device, non_blocking=staging is not None)
+    if staging is not None:
+        staging.copied()
+    return (list(torch.split_with_sizes(flat[:n64].view(torch.int64), long_lens)),
+            list(torch.split_with_sizes(flat[n64:].view(torch.int32), int_lens)))

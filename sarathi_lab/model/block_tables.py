@@ -1,0 +1,75 @@
+"""Every running request's block table as a row of one persistent array, as vLLM v1's BlockTable
+keeps them: an iteration writes only the blocks added since the request last ran, instead of
+converting every table from its list, which costs each step in proportion to the batch's context.
+
+A request's row is its own until the scheduler gives its blocks back (``BlockManager.free``
+replaces ``seq.block_table`` with a new list, on finishing or on preemption); the row is then
+reused, first zeroed, by another request.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sarathi_lab.engine.sequence import Sequence
+
+
+class BlockTables:
+    def __init__(self, rows: int = 64, width: int = 64):
+        # Past each request's blocks a row holds zeros: the padding the attention metadata promises.
+        self.table = np.zeros((rows, width), dtype=np.int32)
+        # By the request's id(): its row, the list its blocks were read from, how many of them the
+        # row holds, and the request itself (held, so that its id is not reused while the row is).
+        self._rows: dict[int, list] = {}
+        self._free = list(range(rows - 1, -1, -1))
+
+    def rows(self, seqs: list[Sequence]) -> tuple[list[int], list[int]]:
+        """The row of each request, its block table brought up to date, and how many blocks each
+        row holds (the request's whole table: orca and static reserve beyond its context)."""
+        rows, held = [], []
+        entries = self._rows
+        for seq in seqs:
+            table = seq.block_table
+            entry = entries.get(id(seq))
+            if entry is None or entry[1] is not table:
+                entry = self._assign(seq, entry)
+            n = len(table)
+            if n != entry[2]:
+                self._write(entry, n)
+            rows.append(entry[0])
+            held.append(n)
+        return rows, held
+
+    def _assign(self, seq: Sequence, entry: list | None) -> list:
+        if entry is not None:  # its blocks were given back and it holds new ones: start over
+            self.table[entry[0], : entry[2]] = 0
+            entry[1], entry[2] = seq.block_table, 0
+            return entry
+        if not self._free:
+            self._reclaim()
+        entry = [self._free.pop(), seq.block_table, 0, seq]
+        self._rows[id(seq)] = entry
+        return entry
+
+    def _reclaim(self) -> None:
+        """Rows back from the requests whose blocks went back to the block manager (finished or
+        preempted); twice the rows where every row's request still holds its blocks."""
+        stale = [key for key, (_, table, _, seq) in self._rows.items() if seq.block_table is not table]
+        for key in stale:
+            row, _, n, _ = self._rows.pop(key)
+            self.table[row, :n] = 0
+            self._free.append(row)
+        if not self._free:
+            rows = len(self.table)
+            self.table = np.concatenate([self.table, np.zeros_like(self.table)])
+            self._free = list(range(2 * rows - 1, rows - 1, -1))
+
+    def _write(self, entry: list, n: int) -> None:
+        row, table, held, _ = entry
+        if n > self.table.shape[1]:
+            width = max(n, 2 * self.table.shape[1])
+            self.table = np.pad(self.table, ((0, 0), (0, width - self.table.shape[1])))
+        if n < held:  # not the block manager's way (it only appends), but cheap to keep right
+            self.table[row, n:held] = 0
+            held = 0
+        self.table[row, held:n] = table[held:n]
+        entry[2] = n
