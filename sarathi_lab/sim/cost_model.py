@@ -33,6 +33,14 @@ class IterationCost:
         return self.prepare_s + self.forward_s + self.sample_s
 
 
+def _measured_only(model: str) -> bool:
+    """A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...)."""
+    from sarathi_lab.model import PRESETS
+    from sarathi_lab.sim.gpu_kernels import model_shapes
+
+    return model not in PRESETS and model in model_shapes().index
+
+
 class CostModel(abc.ABC):
     name: str
 
@@ -63,15 +71,38 @@ class CostModel(abc.ABC):
         return self.iteration_cost(prefills, decodes, num_sampled).total_s
 
     @staticmethod
+    def measured_kernels(device: str, config: PretrainedConfig, dtype: str = "bfloat16") -> CostModel:
+        """The GPU kernels measured on ``device`` for ``config``'s shape (gpu_kernels.py), the
+        roofline for what they lack."""
+        from sarathi_lab.sim import gpu_kernels
+        from sarathi_lab.sim.device import load_device
+        from sarathi_lab.sim.kernel_model import KernelCostModel
+        from sarathi_lab.sim.roofline import RooflineCostModel
+
+        roofline = RooflineCostModel(load_device(device, dtype), config, dtype)
+        name = gpu_kernels.model_of(config)
+        have = gpu_kernels.measured(device)
+        if name is None or name not in have:
+            raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device={device!r}: its GPU "
+                              f"kernels were not measured (measured: {', '.join(have) or 'none'}); use 'roofline'")
+        return KernelCostModel(gpu_kernels.kernels(device, name), roofline, config, dtype,
+                               source=f"{device}/{name} (vidur, MIT)")
+
+    @staticmethod
     def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
-        CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``). ``tp``: GPUs of
+        CSV of ``cost_model="profile"`` (default: on a GPU, the kernels measured there,
+        gpu_kernels.py; on the CPU, ``profiles/cpu/<model>.csv``). ``tp``: GPUs of
         ``device`` serving as one by tensor parallelism (roofline only)."""
         from sarathi_lab.model import load_config
         from sarathi_lab.sim.device import device_dtype, load_device
 
-        config = load_config(model) if isinstance(model, str) else model
+        config = load_config(model) if isinstance(model, str) and not _measured_only(model) else model
+        if isinstance(config, str):
+            from sarathi_lab.sim.gpu_kernels import config_of
+
+            config = config_of(model)
         if dtype not in DTYPES:
             raise ConfigError(f"dtype={dtype!r} is invalid: allowed values are {', '.join(DTYPES)}")
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
@@ -87,6 +118,8 @@ class CostModel(abc.ABC):
             return RooflineCostModel(load_device(device, dtype), config, dtype)
         if cost_model == "profile" and tp > 1:
             raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile': a profile times one device")
+        if cost_model == "profile" and profile is None and device != "cpu":
+            return CostModel.measured_kernels(device, config, dtype)
         if cost_model == "profile":
             from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
 

@@ -73,3 +73,35 @@ class Surface:
         z0, y_out = _lerp(self.ys, self.rows[i], y)
         z1, _ = _lerp(self.ys, self.rows[i + 1], y)
         return _lerp([self.xs[i], self.xs[i + 1]], [z0, z1], x)[0], x_out or y_out
+
+
+class RaggedSurface:
+    """z(x, y) measured along y at a few x, each x at its own y points (a measured grid with holes):
+    within a row, the Curve through its points; between rows, linear in x. ``None`` where (x, y)
+    lies outside the measured rows (x beyond the first or last row, or y beyond the range of
+    either row it lies between), so that the caller models it rather than extrapolating."""
+
+    def __init__(self, points: dict[tuple[float, float], float]):
+        if not points:
+            raise ValueError("a surface needs at least one measured point")
+        by_x: dict[float, dict[float, float]] = {}
+        for (x, y), z in points.items():
+            by_x.setdefault(x, {})[y] = z
+        self.xs = sorted(by_x)
+        self.rows = [Curve(by_x[x]) for x in self.xs]
+
+    def covers(self, x: float, y: float) -> bool:
+        if not self.xs[0] <= x <= self.xs[-1]:
+            return False
+        i = bisect.bisect_left(self.xs, x)
+        rows = [self.rows[i]] if self.xs[i] == x else [self.rows[i - 1], self.rows[i]]
+        return all(row.xs[0] <= y <= row.xs[-1] for row in rows)
+
+    def __call__(self, x: float, y: float) -> float | None:
+        if not self.covers(x, y):
+            return None
+        i = bisect.bisect_left(self.xs, x)
+        if self.xs[i] == x:
+            return self.rows[i](y)[0]
+        (z0, _), (z1, _) = self.rows[i - 1](y), self.rows[i](y)
+        return _lerp([self.xs[i - 1], self.xs[i]], [z0, z1], x)[0]
