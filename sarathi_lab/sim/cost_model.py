@@ -73,13 +73,19 @@ class CostModel(abc.ABC):
     @staticmethod
     def measured_kernels(device: str, config: PretrainedConfig, dtype: str = "bfloat16") -> CostModel:
         """The GPU kernels measured on ``device`` for ``config``'s shape (gpu_kernels.py), the
-        roofline for what they lack."""
+        calibrated roofline (the plain one where the device has no calibration) for what they lack."""
         from sarathi_lab.sim import gpu_kernels
         from sarathi_lab.sim.device import load_device
         from sarathi_lab.sim.kernel_model import KernelCostModel
         from sarathi_lab.sim.roofline import RooflineCostModel
 
-        roofline = RooflineCostModel(load_device(device, dtype), config, dtype)
+        dev = load_device(device, dtype)
+        if dev.calibration is not None:
+            from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
+
+            roofline = CalibratedRooflineCostModel(dev, config, dtype)
+        else:
+            roofline = RooflineCostModel(dev, config, dtype)
         name = gpu_kernels.model_of(config)
         have = gpu_kernels.measured(device)
         if name is None or name not in have:
@@ -116,8 +122,13 @@ class CostModel(abc.ABC):
             from sarathi_lab.sim.roofline import RooflineCostModel
 
             return RooflineCostModel(load_device(device, dtype), config, dtype)
-        if cost_model == "profile" and tp > 1:
-            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile': a profile times one device")
+        if cost_model == "calibrated" and tp == 1:
+            from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
+
+            return CalibratedRooflineCostModel(load_device(device, dtype), config, dtype)
+        if cost_model in ("profile", "calibrated") and tp > 1:
+            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model={cost_model!r}: its measurements time one "
+                              "device (use 'roofline')")
         if cost_model == "profile" and profile is None and device != "cpu":
             return CostModel.measured_kernels(device, config, dtype)
         if cost_model == "profile":
