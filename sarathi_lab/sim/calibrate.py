@@ -18,8 +18,9 @@ DEVICES_DIR = Path(__file__).with_name("devices")
 
 
 def stored_knots(tokens: int) -> bool:
-    """Every measured token count up to 512 (the tile steps), multiples of 64 beyond."""
-    return tokens <= 512 or tokens % 64 == 0
+    """Every measured token count up to 1024 (8 apart: a batch one past a tile shows its step),
+    multiples of 64 beyond."""
+    return tokens <= 1024 or tokens % 64 == 0
 
 
 def _round(value, digits: int = 4):

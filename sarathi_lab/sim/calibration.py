@@ -29,18 +29,19 @@ import pandas as pd
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import gpu_kernels
 
-# Bytes a pointwise kernel moves per token, in elements, from a model's shape (one layer):
-# a norm reads and writes the hidden state; rope reads and writes q and k; the gated activation
-# reads gate and up and writes one; the residual add reads two and writes one.
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
 KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act", "add": "add",
               "embedding": "embedding"}
 
 
 def pointwise_elems(kind: str, shape) -> int:
+    """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
+    state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
+    the residual add reads two and writes one; the embedding gathers a row and writes it."""
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     return {"norm": 2 * shape.hidden, "rope": 2 * (q + kv), "act": (3 if shape.gated else 2) * shape.intermediate,
-            "add": 3 * shape.hidden, "embedding": 2 * shape.hidden}[kind]
+            # phi-2's parallel block adds attention, MLP and residual in one kernel.
+            "add": (3 if shape.gated else 4) * shape.hidden, "embedding": 2 * shape.hidden}[kind]
 
 
 @dataclass(frozen=True)
@@ -243,17 +244,17 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: Calibration | N
             pre_launch, per_query, pre_eff = fit_prefill_attention(pre, shape, device.peak_flops,
                                                                   device.attention_tile)
             a, per_request, bw_eff = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
-            kw = dict(prefill_launch_s=pre_launch, prefill_per_query_s=per_query, prefill_efficiency=pre_eff,
-                      decode_launch_s=a, decode_per_request_s=per_request, decode_bandwidth_efficiency=bw_eff)
+            kw = {"prefill_launch_s": pre_launch, "prefill_per_query_s": per_query, "prefill_efficiency": pre_eff,
+                  "decode_launch_s": a, "decode_per_request_s": per_request, "decode_bandwidth_efficiency": bw_eff}
             break
     if not kw and attention_from is not None and attention_from.has_attention:
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
-        kw = dict(prefill_launch_s=attention_from.prefill_launch_s,
-                  prefill_per_query_s=attention_from.prefill_per_query_s / scale,
-                  prefill_efficiency=min(1.0, attention_from.prefill_efficiency * scale),
-                  decode_launch_s=attention_from.decode_launch_s,
-                  decode_per_request_s=attention_from.decode_per_request_s,
-                  decode_bandwidth_efficiency=attention_from.decode_bandwidth_efficiency)
+        kw = {"prefill_launch_s": attention_from.prefill_launch_s,
+              "prefill_per_query_s": attention_from.prefill_per_query_s / scale,
+              "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale),
+              "decode_launch_s": attention_from.decode_launch_s,
+              "decode_per_request_s": attention_from.decode_per_request_s,
+              "decode_bandwidth_efficiency": attention_from.decode_bandwidth_efficiency}
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))

@@ -51,7 +51,9 @@ def config_of(model: str) -> PretrainedConfig:
     s = model_shapes().loc[model]
     return LlamaConfig(vocab_size=int(s.vocab), hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
                        num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
-                       num_key_value_heads=int(s.kv_heads), max_position_embeddings=4096)
+                       num_key_value_heads=int(s.kv_heads), max_position_embeddings=4096,
+                       # phi-2's plain MLP (fc1, GELU, fc2): what KernelShape reads as not gated.
+                       hidden_act="silu" if s.gated else "gelu_new")
 
 
 def model_of(config: PretrainedConfig) -> str | None:
