@@ -69,7 +69,7 @@ def _measured(device="a100", model="llama2-7b") -> KernelCostModel:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cm = CostModel.for_device(device, model, "profile")
-    assert any("modelled by the roofline" in str(w.message) for w in caught)  # the run says what is modelled
+    assert any("modelled by sim_cost_model=" in str(w.message) for w in caught)  # the run says what is modelled
     return cm
 
 

@@ -46,7 +46,8 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         return self._pointwise("embedding", tokens)
 
     def prefill_attention_s(self, chunk: int, context: int) -> float:
-        c, tile = self.cal, self.device.attention_tile
+        c = self.cal
+        tile = c.prefill_tile
         padded = -(-chunk // tile) * tile
         flops = self.attn_flops_per_pair * visible_pairs(chunk, context) * padded / chunk
         return c.prefill_launch_s + padded * c.prefill_per_query_s + flops / (self.device.peak_flops

@@ -12,7 +12,7 @@ What is fitted, per device, from the kernels of every measured model (one layer,
   efficiency)`` per kind, each run as often as the model runs it (two norms a layer in LLaMA).
 - prefill attention (where measured): ``seconds = launch + padded_chunk * per_query + flops /
   (peak * efficiency)`` (flops of the causally visible query-key pairs, queries padded to the
-  attention tile): a cost per query block beside the pairs' work, so that the share of peak an
+  query tile that fits the measurements best): a cost per query block beside the pairs' work, so that the share of peak an
   attention reaches grows with its chunk and context as measured.
 - decode attention (where measured): ``seconds = launch + per_request * decodes + kv_bytes /
   (bandwidth * efficiency)``: a latency floor, a cost per request, and the KV stream.
@@ -114,6 +114,9 @@ class Calibration:
     prefill_launch_s: float = 0.0
     prefill_per_query_s: float = 0.0
     prefill_efficiency: float = 0.0
+    # The query block the measured prefill attention pads a chunk to (the fit picks the one that
+    # predicts the measurements best; the device file's attention_tile is the roofline's guess).
+    prefill_tile: int = 128
     decode_launch_s: float = 0.0
     decode_per_request_s: float = 0.0
     decode_bandwidth_efficiency: float = 0.0
@@ -208,14 +211,26 @@ def _attention_flops(shape: KernelShape, chunk: int, context: int, tile: int) ->
     return 4 * shape.heads * shape.head_dim * visible_pairs(chunk, context) * padded / chunk
 
 
-def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: float, tile: int):
-    """(launch seconds, seconds per padded query, share of peak on the pairs) from one model's
-    prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak * eff)``."""
-    padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
-    flops = np.array([_attention_flops(shape, c, x, tile) for c, x in zip(rows.tokens, rows.context)])
-    launch, per_query, per_flop = _relative_lstsq(np.column_stack([np.ones(len(rows)), padded, flops]),
-                                                  rows.seconds.to_numpy(float))
-    return float(launch), float(per_query), float(min(1.0, 1 / (peak_flops * per_flop))) if per_flop > 0 else 1.0
+PREFILL_TILES = (16, 32, 64, 128)
+
+
+def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: float, tiles=PREFILL_TILES):
+    """(launch seconds, seconds per padded query, share of peak on the pairs, query tile) from one
+    model's prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak *
+    eff)``, with the query tile of the least median relative error."""
+    best = None
+    t = rows.seconds.to_numpy(float)
+    for tile in tiles:
+        padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
+        flops = np.array([_attention_flops(shape, c, x, tile) for c, x in zip(rows.tokens, rows.context)])
+        features = np.column_stack([np.ones(len(rows)), padded, flops])
+        coef = _relative_lstsq(features, t)
+        err = float(np.median(np.abs(features @ coef / t - 1)))
+        if best is None or err < best[0]:
+            best = (err, coef, tile)
+    _, (launch, per_query, per_flop), tile = best
+    eff = float(min(1.0, 1 / (peak_flops * per_flop))) if per_flop > 0 else 1.0
+    return float(launch), float(per_query), eff, int(tile)
 
 
 def fit_decode_attention(rows: pd.DataFrame, shape: KernelShape, bandwidth: float, elem_bytes: int):
@@ -241,17 +256,18 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: Calibration | N
         shape = KernelShape.of_measured(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
-            pre_launch, per_query, pre_eff = fit_prefill_attention(pre, shape, device.peak_flops,
-                                                                  device.attention_tile)
+            pre_launch, per_query, pre_eff, tile = fit_prefill_attention(pre, shape, device.peak_flops)
             a, per_request, bw_eff = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
             kw = {"prefill_launch_s": pre_launch, "prefill_per_query_s": per_query, "prefill_efficiency": pre_eff,
-                  "decode_launch_s": a, "decode_per_request_s": per_request, "decode_bandwidth_efficiency": bw_eff}
+                  "prefill_tile": tile, "decode_launch_s": a, "decode_per_request_s": per_request,
+                  "decode_bandwidth_efficiency": bw_eff}
             break
     if not kw and attention_from is not None and attention_from.has_attention:
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
         kw = {"prefill_launch_s": attention_from.prefill_launch_s,
               "prefill_per_query_s": attention_from.prefill_per_query_s / scale,
               "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale),
+              "prefill_tile": attention_from.prefill_tile,
               "decode_launch_s": attention_from.decode_launch_s,
               "decode_per_request_s": attention_from.decode_per_request_s,
               "decode_bandwidth_efficiency": attention_from.decode_bandwidth_efficiency}

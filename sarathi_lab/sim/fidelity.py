@@ -131,7 +131,7 @@ def held_out_calibration(device: str, model: str, full: Calibration, borrowed: C
     """``device``'s calibration fitted without ``model``; attention kept from ``full`` (one model measured it)."""
     cal = fitter(load_device(device), exclude=(model,), attention_from=borrowed)
     keep = {f: getattr(full, f) for f in ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency",
-                                           "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")}
+                                           "prefill_tile", "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")}
     return dataclasses.replace(cal, **keep)
 
 
@@ -179,10 +179,9 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
     shape = KernelShape.of_measured(model)
     rows = []
     for chunk in sorted(pre.tokens.unique()):
-        launch, per_query, eff = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops,
-                                                       dev.attention_tile)
+        launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops)
         cal = dataclasses.replace(dev.calibration, prefill_launch_s=launch, prefill_per_query_s=per_query,
-                                  prefill_efficiency=eff)
+                                  prefill_efficiency=eff, prefill_tile=tile)
         cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), gpu_kernels.config_of(model))
         held = pre[pre.tokens == chunk]
         predicted = np.array([cm.prefill_attention_s(c, x) for c, x in zip(held.tokens, held.context)])

@@ -56,7 +56,7 @@ class KernelCostModel(CostModel):
         self.extrapolations = 0
         # Iterations with an attention the measurements did not cover, so the roofline's.
         self.modelled_attention_iterations = 0
-        warnings.warn(f"GPU kernels {source}: modelled by the {roofline.name} ({roofline.device.name}): "
+        warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
                       f"{'; '.join(self.modelled)}", stacklevel=2)
 
     def _layer_ops(self, tokens: int) -> dict[str, float]:
