@@ -3,6 +3,7 @@ predicts iterations from them."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -94,3 +95,14 @@ def test_measured_models_without_presets_and_refusals():
     assert _measured("h100", "llama2-70b").iteration_time_s(decodes=[100] * 4) > 0
     with pytest.raises(ConfigError, match="sim_cost_model='profile' is invalid"):
         CostModel.for_device("h200", "llama2-7b", "profile")
+
+
+def test_the_engines_own_gpu_profile_comes_before_other_engines_kernels(tmp_path, monkeypatch):
+    from sarathi_lab.sim.profile_model import ProfileCostModel
+
+    monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path))
+    (tmp_path / "a100").mkdir()
+    # Any engine profile stands in for one the lent GPU measured (the repository ships the CPU's).
+    source = Path(__file__).resolve().parents[1] / "profiles" / "cpu" / "cpu-small.csv"
+    (tmp_path / "a100" / "llama2-7b.csv").write_text(source.read_text())
+    assert isinstance(CostModel.for_device("a100", "llama2-7b", "profile"), ProfileCostModel)
