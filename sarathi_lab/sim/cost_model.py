@@ -41,6 +41,12 @@ def _measured_only(model: str) -> bool:
     return model not in PRESETS and model in model_shapes().index
 
 
+def _kernels_measured(device: str, config: PretrainedConfig) -> bool:
+    from sarathi_lab.sim import gpu_kernels
+
+    return device in gpu_kernels.measured_devices() and gpu_kernels.model_of(config) in gpu_kernels.measured(device)
+
+
 def _engine_profiled(device: str, model) -> bool:
     """Whether task=profile measured this engine on ``device`` (profiles/<device>/<model>.csv): the
     engine's own times, preferred to other engines' kernels."""
@@ -107,7 +113,7 @@ class CostModel(abc.ABC):
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
-        writes; on a GPU without one, the GPU kernels measured there, gpu_kernels.py). ``tp``: GPUs of
+        writes; on a GPU without one, the GPU kernels measured there for this model, gpu_kernels.py). ``tp``: GPUs of
         ``device`` serving as one by tensor parallelism (roofline only)."""
         from sarathi_lab.model import load_config
         from sarathi_lab.sim.device import device_dtype, load_device
@@ -137,7 +143,8 @@ class CostModel(abc.ABC):
         if cost_model in ("profile", "calibrated") and tp > 1:
             raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model={cost_model!r}: its measurements time one "
                               "device (use 'roofline')")
-        if cost_model == "profile" and profile is None and device != "cpu" and not _engine_profiled(device, model):
+        if cost_model == "profile" and profile is None and _kernels_measured(device, config) and not _engine_profiled(
+                device, model):
             return CostModel.measured_kernels(device, config, dtype)
         if cost_model == "profile":
             from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
