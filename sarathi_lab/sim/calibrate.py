@@ -33,13 +33,23 @@ def _round(value, digits: int = 4):
     return value
 
 
+# A device nobody measured -> the measured device of the same chip whose fitted shares of peak it
+# takes, applied to its own peaks.
+BORROWED = {"a6000": "a40"}
+
+
 def calibrations(exclude=()) -> dict[str, Calibration]:
     """Each GPU device with measured kernels, fitted without the models in ``exclude``; devices
-    without measured attention borrow the A100's (scaled, see calibration.fit)."""
+    without measured attention borrow the A100's (scaled, see calibration.fit); those in BORROWED
+    their sibling's calibration."""
     measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
     out = {}
     for name in sorted(measured, key=lambda d: d != "a100"):
-        out[name] = fit(load_device(name), exclude=exclude, attention_from=out.get("a100"))
+        borrowed = (out["a100"], load_device("a100").peak_flops) if "a100" in out else None
+        out[name] = fit(load_device(name), exclude=exclude, attention_from=borrowed)
+    for name, sibling in BORROWED.items():
+        if sibling in out:
+            out[name] = out[sibling]
     return out
 
 
@@ -50,8 +60,11 @@ def as_yaml(cal: Calibration, device: str) -> str:
                               gemm_launch_s=tuple(cal.gemm_launch_s[i] for i in keep))
     attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention measured here)"
                  if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
-    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of "
-            f"{', '.join(cal.fitted_from)};\n# {attention}. Efficiencies are shares of the peaks above.\n")
+    measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
+                   if device in BORROWED else "")
+    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
+            f"{', '.join(cal.fitted_from)}{measured_on};\n# {attention}. Efficiencies are shares of the "
+            "peaks above.\n")
     return head + yaml.safe_dump({"calibration": _round(cal.as_dict())}, default_flow_style=None, sort_keys=False,
                                  width=110)
 

@@ -241,10 +241,13 @@ def fit_decode_attention(rows: pd.DataFrame, shape: KernelShape, bandwidth: floa
     return float(a), float(per_request), float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
 
 
-def fit(device, exclude=(), elem_bytes: int = 2, attention_from: Calibration | None = None) -> Calibration:
+def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibration, float] | None = None
+        ) -> Calibration:
     """``device``'s calibration from its measured kernels, leaving out the models in ``exclude``.
-    Where it has no attention measured, ``attention_from`` (another device's calibration) lends
-    its attention curves, scaled by the two devices' GEMM efficiency at their largest batch."""
+    Where it has no attention measured, ``attention_from`` (another device's calibration and peak
+    FLOP/s) lends its attention: shares of peak scaled by the two devices' GEMM efficiency at their
+    largest batch, the per-query cost by their sustained GEMM rates, launches and the decode's
+    latency terms as they are."""
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
@@ -262,10 +265,11 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: Calibration | N
                   "prefill_tile": tile, "decode_launch_s": a, "decode_per_request_s": per_request,
                   "decode_bandwidth_efficiency": bw_eff}
             break
-    if not kw and attention_from is not None and attention_from.has_attention:
+    if not kw and attention_from is not None and attention_from[0].has_attention:
+        attention_from, from_peak = attention_from
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
         kw = {"prefill_launch_s": attention_from.prefill_launch_s,
-              "prefill_per_query_s": attention_from.prefill_per_query_s / scale,
+              "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
               "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale),
               "prefill_tile": attention_from.prefill_tile,
               "decode_launch_s": attention_from.decode_launch_s,

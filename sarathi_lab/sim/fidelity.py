@@ -126,7 +126,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def held_out_calibration(device: str, model: str, full: Calibration, borrowed: Calibration | None = None,
+def held_out_calibration(device: str, model: str, full: Calibration, borrowed=None,
                          fitter=fit) -> Calibration:
     """``device``'s calibration fitted without ``model``; attention kept from ``full`` (one model measured it)."""
     cal = fitter(load_device(device), exclude=(model,), attention_from=borrowed)
