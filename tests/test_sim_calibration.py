@@ -129,3 +129,15 @@ def test_fidelity_compares_like_with_like_on_a_measured_model():
     # The iteration is the layer's kernels times the layers, the embedding, and attention.
     assert (its.calibrated_s / its.measured_s).between(0.8, 1.2).all()
     assert KernelShape.of(PRESETS["llama2-7b"]).gemms() == KernelShape.of_measured("llama2-7b").gemms()
+
+
+def test_one_token_past_a_tile_costs_the_step_on_both_gpu_cost_models():
+    import warnings
+
+    for name in ("calibrated", "profile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cm = CostModel.for_device("a100", "llama2-7b", name)
+        at = {t: cm.iteration_cost(prefills=[(t, t)], num_sampled=0).ops["gate_up_proj"] for t in (256, 257, 264)}
+        # The measured grid has 256 and 264: 257 is past the tile, so it costs as 264.
+        assert at[257] == pytest.approx(at[264]) and at[257] > at[256], name

@@ -28,8 +28,11 @@ import pandas as pd
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import gpu_kernels
+from sarathi_lab.sim.interpolate import up_to_point
 
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
+# Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
+FINE_GRID = 8
 KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act", "add": "add",
               "embedding": "embedding"}
 
@@ -141,8 +144,9 @@ class Calibration:
         return self.prefill_efficiency > 0 and self.decode_bandwidth_efficiency > 0
 
     def gemm_s(self, tokens: int, k: int, n: int, peak_flops: float) -> float:
-        eff = _curve(self.gemm_tokens, self.gemm_efficiency, tokens)
-        return _curve(self.gemm_tokens, self.gemm_launch_s, tokens) + 2 * tokens * k * n / (peak_flops * eff)
+        at = up_to_point(self.gemm_tokens, tokens, FINE_GRID)
+        eff = _curve(self.gemm_tokens, self.gemm_efficiency, at)
+        return _curve(self.gemm_tokens, self.gemm_launch_s, at) + 2 * at * k * n / (peak_flops * eff)
 
     def pointwise_s(self, kind: str, tokens: int, nbytes_per_token: float, bandwidth: float) -> float:
         launch, eff = self.pointwise[kind]

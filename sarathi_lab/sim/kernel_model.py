@@ -16,9 +16,10 @@ import warnings
 import pandas as pd
 from transformers import PretrainedConfig
 
+from sarathi_lab.sim.calibration import FINE_GRID
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS
-from sarathi_lab.sim.interpolate import Curve, RaggedSurface
+from sarathi_lab.sim.interpolate import Curve, RaggedSurface, up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel
 
 
@@ -60,7 +61,7 @@ class KernelCostModel(CostModel):
                       f"{'; '.join(self.modelled)}", stacklevel=2)
 
     def _layer_ops(self, tokens: int) -> dict[str, float]:
-        return {op: curve(tokens)[0] for op, curve in self.layer_ops.items()}
+        return {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0] for op, curve in self.layer_ops.items()}
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = sum(c for c, _ in prefills) + len(decodes)
