@@ -27,7 +27,7 @@ DTYPES = tuple(DTYPE_BYTES)
 DEVICES = ("auto", "cpu", "cuda")
 CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
 EXECUTORS = ("model", "sim")
-SIM_COST_MODELS = ("roofline", "profile")
+SIM_COST_MODELS = ("roofline", "profile", "calibrated")
 # numpy's and torch's generators both take seeds in [0, 2**64).
 MAX_SEED = 2**64 - 1
 # The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and

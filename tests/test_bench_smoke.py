@@ -18,6 +18,7 @@ from sarathi_lab.bench import (
     iteration,
     overhead,
     sampling,
+    sim_fidelity,
     sim_speed,
     versus,
 )
@@ -334,3 +335,15 @@ def test_versus_runs_on_the_cpu_by_default_on_a_gpu_host(monkeypatch):
     # Its --device defaulted to cuda where there was one, and then it refused to run without --device cpu.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert versus.parser().parse_args([]).device == "cpu"
+
+
+def test_sim_fidelity_smoke(capsys, tmp_path):
+    out = sim_fidelity.main(["--smoke", "--out", str(tmp_path)])
+    its, errors = out["iterations"], out["errors"]
+    assert set(its.kind) == {"decode", "prefill", "hybrid"} and set(its.model) == {"llama2-7b", "phi-2"}
+    for col in ("measured_s", "roofline_s", "calibrated_s", "holdout_s"):
+        assert _positive_finite(its[col].tolist()), col
+    # The calibrated roofline, fitted without the model it predicts, still beats the assumed one.
+    assert errors.holdout_median_err.median() < errors.roofline_median_err.median()
+    assert "Error per iteration kind" in capsys.readouterr().out
+    assert (tmp_path / "fidelity.png").stat().st_size > 0 and (tmp_path / "fidelity_errors.csv").is_file()

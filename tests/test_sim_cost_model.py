@@ -29,7 +29,7 @@ def bare(name: str, **changes):
 
 
 def test_every_gpu_description_loads_and_names_its_sources():
-    assert set(GPU_DEVICES) == {"a6000", "a100", "h100", "h200"}
+    assert set(GPU_DEVICES) == {"a40", "a6000", "a100", "h100", "h200"}
     for name in GPU_DEVICES:
         device = load_device(name)
         assert device.sources and device.peak_flops > 1e14 and device.memory_bandwidth > 5e11
@@ -44,7 +44,7 @@ def test_a_bad_device_value_fails_with_one_line():
         dataclasses.replace(load_device("h100"), peak_flops=float("nan"))
     with pytest.raises(ConfigError, match=r"^sim.device.h100.kv_reread=1 is invalid: must be true or false$"):
         dataclasses.replace(load_device("h100"), kv_reread=1)
-    with pytest.raises(ConfigError, match=r"sim_device='tpu' is invalid: allowed values are a100, a6000"):
+    with pytest.raises(ConfigError, match=r"sim_device='tpu' is invalid: allowed values are a100, a40, a6000"):
         CostModel.for_device("tpu")
 
 

@@ -33,6 +33,28 @@ class IterationCost:
         return self.prepare_s + self.forward_s + self.sample_s
 
 
+def _measured_only(model: str) -> bool:
+    """A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...)."""
+    from sarathi_lab.model import PRESETS
+    from sarathi_lab.sim.gpu_kernels import model_shapes
+
+    return model not in PRESETS and model in model_shapes().index
+
+
+def _kernels_measured(device: str, config: PretrainedConfig) -> bool:
+    from sarathi_lab.sim import gpu_kernels
+
+    return device in gpu_kernels.measured_devices() and gpu_kernels.model_of(config) in gpu_kernels.measured(device)
+
+
+def _engine_profiled(device: str, model) -> bool:
+    """Whether task=profile measured this engine on ``device`` (profiles/<device>/<model>.csv): the
+    engine's own times, preferred to other engines' kernels."""
+    from sarathi_lab.sim.profile_model import profile_path
+
+    return isinstance(model, str) and profile_path(device, model).is_file()
+
+
 class CostModel(abc.ABC):
     name: str
 
@@ -63,15 +85,44 @@ class CostModel(abc.ABC):
         return self.iteration_cost(prefills, decodes, num_sampled).total_s
 
     @staticmethod
+    def measured_kernels(device: str, config: PretrainedConfig, dtype: str = "bfloat16") -> CostModel:
+        """The GPU kernels measured on ``device`` for ``config``'s shape (gpu_kernels.py), the
+        calibrated roofline (the plain one where the device has no calibration) for what they lack."""
+        from sarathi_lab.sim import gpu_kernels
+        from sarathi_lab.sim.device import load_device
+        from sarathi_lab.sim.kernel_model import KernelCostModel
+        from sarathi_lab.sim.roofline import RooflineCostModel
+
+        dev = load_device(device, dtype)
+        if dev.calibration is not None:
+            from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
+
+            roofline = CalibratedRooflineCostModel(dev, config, dtype)
+        else:
+            roofline = RooflineCostModel(dev, config, dtype)
+        name = gpu_kernels.model_of(config)
+        have = gpu_kernels.measured(device)
+        if name is None or name not in have:
+            raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device={device!r}: its GPU "
+                              f"kernels were not measured (measured: {', '.join(have) or 'none'}); use 'roofline'")
+        return KernelCostModel(gpu_kernels.kernels(device, name), roofline, config, dtype,
+                               source=f"{device}/{name} (vidur, MIT)")
+
+    @staticmethod
     def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
-        CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``). ``tp``: GPUs of
+        CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
+        writes; on a GPU without one, the GPU kernels measured there for this model, gpu_kernels.py). ``tp``: GPUs of
         ``device`` serving as one by tensor parallelism (roofline only)."""
         from sarathi_lab.model import load_config
         from sarathi_lab.sim.device import device_dtype, load_device
 
-        config = load_config(model) if isinstance(model, str) else model
+        config = load_config(model) if isinstance(model, str) and not _measured_only(model) else model
+        if isinstance(config, str):
+            from sarathi_lab.sim.gpu_kernels import config_of
+
+            config = config_of(model)
         if dtype not in DTYPES:
             raise ConfigError(f"dtype={dtype!r} is invalid: allowed values are {', '.join(DTYPES)}")
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
@@ -85,8 +136,16 @@ class CostModel(abc.ABC):
             from sarathi_lab.sim.roofline import RooflineCostModel
 
             return RooflineCostModel(load_device(device, dtype), config, dtype)
-        if cost_model == "profile" and tp > 1:
-            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile': a profile times one device")
+        if cost_model == "calibrated" and tp == 1:
+            from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
+
+            return CalibratedRooflineCostModel(load_device(device, dtype), config, dtype)
+        if cost_model in ("profile", "calibrated") and tp > 1:
+            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model={cost_model!r}: its measurements time one "
+                              "device (use 'roofline')")
+        if cost_model == "profile" and profile is None and _kernels_measured(device, config) and not _engine_profiled(
+                device, model):
+            return CostModel.measured_kernels(device, config, dtype)
         if cost_model == "profile":
             from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from sarathi_lab.config import ConfigError
+from sarathi_lab.sim.calibration import Calibration
 
 _DEVICES_DIR = Path(__file__).with_name("devices")
 GPU_DEVICES = tuple(sorted(p.stem for p in _DEVICES_DIR.glob("*.yaml")))
@@ -50,6 +51,9 @@ class Device:
     host_per_token_s: float
     kv_reread: bool = True
     sources: tuple[str, ...] = field(default=())
+    # Efficiencies fitted to measured kernels (calibration.py), where the device has any; read by
+    # sim_cost_model=calibrated in place of the assumed shares above.
+    calibration: Calibration | None = None
 
     def __post_init__(self):
         if not isinstance(self.kv_reread, bool):
@@ -57,7 +61,7 @@ class Device:
                               "must be true or false")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("name", "sources", "kv_reread"):
+            if f.name in ("name", "sources", "kv_reread", "calibration"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be a finite number")
@@ -82,6 +86,8 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
         raise ConfigError(f"sim_device={name!r} is invalid: allowed values are {', '.join(DEVICES)}")
     raw = yaml.safe_load((_DEVICES_DIR / f"{name}.yaml").read_text())
     raw["sources"] = tuple(raw.get("sources", ()))
+    if raw.get("calibration") is not None:
+        raw["calibration"] = Calibration.from_dict(raw["calibration"], f"sim.device.{name}.calibration")
     known = {f.name for f in dataclasses.fields(Device)}
     unknown = sorted(set(raw) - known)
     if unknown:

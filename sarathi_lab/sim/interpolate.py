@@ -38,6 +38,18 @@ def _lerp(xs: list[float], ys: list[float], x: float) -> tuple[float, bool]:
     return max(value, 0.0), outside
 
 
+def up_to_point(xs: list[float], x: float, within: float) -> float:
+    """``x`` moved up to the next point of ``xs`` where points lie at most ``within`` apart, else
+    ``x``: on a fine grid of token counts a batch costs as the next count measured, because a
+    GEMM's tile step sits just past a multiple of the tile (one token past 256 costs as 264, not
+    1/8 of the way from 256's time to 264's); on a coarse grid, where the steps are small next to
+    the batch, linear interpolation stays closer."""
+    j = bisect.bisect_left(xs, x)
+    if 0 < j < len(xs) and xs[j] != x and xs[j] - xs[j - 1] <= within:
+        return xs[j]
+    return x
+
+
 class Curve:
     """y(x) through measured points; ``(value, extrapolated) = curve(x)``."""
 
@@ -73,3 +85,35 @@ class Surface:
         z0, y_out = _lerp(self.ys, self.rows[i], y)
         z1, _ = _lerp(self.ys, self.rows[i + 1], y)
         return _lerp([self.xs[i], self.xs[i + 1]], [z0, z1], x)[0], x_out or y_out
+
+
+class RaggedSurface:
+    """z(x, y) measured along y at a few x, each x at its own y points (a measured grid with holes):
+    within a row, the Curve through its points; between rows, linear in x. ``None`` where (x, y)
+    lies outside the measured rows (x beyond the first or last row, or y beyond the range of
+    either row it lies between), so that the caller models it rather than extrapolating."""
+
+    def __init__(self, points: dict[tuple[float, float], float]):
+        if not points:
+            raise ValueError("a surface needs at least one measured point")
+        by_x: dict[float, dict[float, float]] = {}
+        for (x, y), z in points.items():
+            by_x.setdefault(x, {})[y] = z
+        self.xs = sorted(by_x)
+        self.rows = [Curve(by_x[x]) for x in self.xs]
+
+    def covers(self, x: float, y: float) -> bool:
+        if not self.xs[0] <= x <= self.xs[-1]:
+            return False
+        i = bisect.bisect_left(self.xs, x)
+        rows = [self.rows[i]] if self.xs[i] == x else [self.rows[i - 1], self.rows[i]]
+        return all(row.xs[0] <= y <= row.xs[-1] for row in rows)
+
+    def __call__(self, x: float, y: float) -> float | None:
+        if not self.covers(x, y):
+            return None
+        i = bisect.bisect_left(self.xs, x)
+        if self.xs[i] == x:
+            return self.rows[i](y)[0]
+        (z0, _), (z1, _) = self.rows[i - 1](y), self.rows[i](y)
+        return _lerp([self.xs[i - 1], self.xs[i]], [z0, z1], x)[0]

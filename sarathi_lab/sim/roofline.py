@@ -58,14 +58,20 @@ class RooflineCostModel(CostModel):
         flops = 2 * _ceil_to(tokens, self.device.tile_tokens) * k * n
         return self._kernel(flops, (k * n + tokens * (k + n)) * self.elem_bytes, self.gemm_rate, self.bw)
 
+    def pointwise_s(self, tokens: int) -> float:
+        """One layer's pointwise work (norms, rotary, activation, residuals), as one kernel."""
+        return self._kernel(0, tokens * self.pointwise_bytes_per_token, 1, self.bw)
+
+    def embedding_s(self, tokens: int) -> float:
+        return self._kernel(0, 2 * tokens * self.shape.hidden * self.elem_bytes, 1, self.bw)
+
     def _dense_ops(self, tokens: int, rows: int) -> dict[str, float]:
         key = (tokens, rows)
         if key not in self._dense:
-            s, e, layers = self.shape, self.elem_bytes, self.shape.layers
+            s, layers = self.shape, self.shape.layers
             ops = {name: layers * self.gemm_s(tokens, k, n) for name, (k, n) in self.gemms.items()}
-            ops["pointwise"] = layers * self._kernel(0, tokens * self.pointwise_bytes_per_token, 1, self.bw)
-            embed = self._kernel(0, 2 * tokens * s.hidden * e, 1, self.bw)
-            ops["lm_head"] = embed + (self.gemm_s(rows, s.hidden, s.vocab) if rows else 0.0)
+            ops["pointwise"] = layers * self.pointwise_s(tokens)
+            ops["lm_head"] = self.embedding_s(tokens) + (self.gemm_s(rows, s.hidden, s.vocab) if rows else 0.0)
             self._dense[key] = ops
         return self._dense[key]
 

@@ -1,0 +1,105 @@
+"""The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s (the
+vidur project's public profiles, sim/data/gpu_kernels/README.md): per device and model, each
+operator and each iteration kind (decode, prefill, hybrid) as measured and as predicted by the
+roofline (assumed efficiencies), the calibrated roofline, and the calibrated roofline fitted
+without the model it predicts (hold-out). Nothing runs on a GPU: it reruns anywhere.
+
+    python -m sarathi_lab.bench sim_fidelity [--smoke] [--devices a100 h100] [--models llama2-7b ...]
+        [--out DIR]   (default docs/sim: fidelity_*.csv and fidelity.png)
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from sarathi_lab.sim import fidelity
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
+SMOKE_OPS = (1, 128, 136, 1024)
+
+
+def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
+    """Left: predicted / measured per iteration, each cost model; right: hold-out error per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    devices = sorted(iterations.device.unique())
+    fig, axes = plt.subplots(len(devices), 2, figsize=(13, 3.6 * len(devices)), squeeze=False)
+    markers = {"roofline": "x", "calibrated": "o", "holdout": "s"}
+    for row, device in zip(axes, devices):
+        its = iterations[iterations.device == device].reset_index(drop=True)
+        for name, marker in markers.items():
+            row[0].scatter(range(len(its)), its[f"{name}_s"] / its.measured_s, marker=marker, s=14, label=name)
+        row[0].axhline(1.0, color="k", lw=0.8)
+        for band in (0.9, 1.1):
+            row[0].axhline(band, color="grey", lw=0.5, ls=":")
+        row[0].set_ylabel("predicted / measured")
+        row[0].set_title(f"{device}: every iteration of every model (decode, prefill, hybrid)", fontsize=9)
+        row[0].set_xticks([])
+        row[0].legend(fontsize=7)
+        err = errors[errors.device == device]
+        labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
+        x = range(len(err))
+        row[1].bar([i - 0.2 for i in x], err.roofline_median_err, width=0.4, label="roofline median")
+        row[1].bar([i + 0.2 for i in x], err.holdout_median_err, width=0.4, label="calibrated, held out: median")
+        row[1].scatter(list(x), err.holdout_worst_err, marker="_", color="k", s=60, label="held out: worst")
+        row[1].axhline(0.10, color="grey", lw=0.6, ls="--")
+        row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
+        row[1].set_xticks(list(x))
+        row[1].set_xticklabels(labels, rotation=90, fontsize=6)
+        row[1].set_ylabel("|predicted / measured - 1|")
+        row[1].legend(fontsize=7)
+    fig.suptitle("Simulated (cost models roofline / calibrated) against GPU kernels measured by vidur (MIT)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    from sarathi_lab.sim import gpu_kernels
+
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_fidelity",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="one device, two models, a few token counts")
+    parser.add_argument("--devices", nargs="+", choices=gpu_kernels.measured_devices())
+    parser.add_argument("--models", nargs="+", choices=gpu_kernels.model_shapes().index.tolist())
+    parser.add_argument("--out", type=Path, default=DOCS, help="directory of the CSVs and the figure")
+    args = parser.parse_args(argv)
+    devices, models, op_tokens = args.devices, args.models, fidelity.OP_TOKENS
+    if args.smoke:
+        devices, models, op_tokens = devices or ["a100"], models or ["llama2-7b", "phi-2"], SMOKE_OPS
+    ops, iterations = fidelity.run(devices, models, op_tokens)
+    errors = fidelity.errors(iterations)
+    attention = fidelity.attention_holdout() if "a100" in set(ops.device) else pd.DataFrame()
+    pd.set_option("display.width", 160)
+    ms = ops.assign(**{c.replace("_s", "_ms"): ops[c] * 1e3 for c in ops if c.endswith("_s")})
+    print("Per operator, one layer (ms):")
+    print(ms[["device", "model", "op", "tokens", "measured_ms", "roofline_ms", "calibrated_ms", "holdout_ms"]]
+          .round(4).to_string(index=False))
+    print("\nPer iteration (ms; attention included where measured):")
+    its = iterations.assign(**{c.replace("_s", "_ms"): iterations[c] * 1e3 for c in iterations if c.endswith("_s")})
+    print(its[["device", "model", "iteration", "attention", "measured_ms", "roofline_ms", "calibrated_ms",
+               "holdout_ms"]].round(3).to_string(index=False))
+    print("\nError per iteration kind (|predicted / measured - 1|):")
+    print(errors.round(3).to_string(index=False))
+    if len(attention):
+        print("\nPrefill attention, fitted without each chunk size and predicting it:")
+        print(attention.round(3).to_string(index=False))
+    args.out.mkdir(parents=True, exist_ok=True)
+    ops.to_csv(args.out / "fidelity_ops.csv", index=False, float_format="%.4g")
+    iterations.to_csv(args.out / "fidelity_iterations.csv", index=False, float_format="%.4g")
+    errors.to_csv(args.out / "fidelity_errors.csv", index=False, float_format="%.3f")
+    if len(attention):
+        attention.to_csv(args.out / "fidelity_attention_holdout.csv", index=False, float_format="%.3f")
+    draw(iterations, errors, args.out / "fidelity.png")
+    print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
+    return {"ops": ops, "iterations": iterations, "errors": errors, "attention": attention}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""The roofline with its efficiencies fitted to measured GPU kernels (the device file's
+``calibration``, calibration.py): sim_cost_model=calibrated, for shapes nobody measured.
+
+Each kernel as the roofline has it, but: a GEMM at T tokens runs at the share of peak measured at
+T (the tile steps with it) plus its launch; each pointwise kernel (two norms, rotary, activation,
+residual add, and the embedding) is its own launch plus its bytes at its measured share of
+bandwidth; prefill attention is a launch, a cost per padded query and the pairs' flops at the
+fitted share of peak; decode attention a latency floor, a cost per request and the KV stream at
+the fitted share of bandwidth. The LM head is a GEMM like any other.
+"""
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.profiling.floors import visible_pairs
+from sarathi_lab.sim.calibration import KernelShape, pointwise_elems
+from sarathi_lab.sim.device import Device
+from sarathi_lab.sim.roofline import RooflineCostModel
+
+
+class CalibratedRooflineCostModel(RooflineCostModel):
+    name = "calibrated"
+
+    def __init__(self, device: Device, config: PretrainedConfig, dtype: str = "bfloat16"):
+        if device.calibration is None:
+            raise ConfigError(f"sim_cost_model='calibrated' is invalid with sim_device={device.name!r}: its device "
+                              "file has no calibration (no GPU kernels measured there); use 'roofline'")
+        super().__init__(device, config, dtype)
+        self.cal = device.calibration
+        self.kernel_shape = KernelShape.of(config)
+        e = self.elem_bytes
+        self.pointwise_bytes = {kind: pointwise_elems(kind, self.kernel_shape) * e for kind in self.cal.pointwise}
+
+    def gemm_s(self, tokens: int, k: int, n: int) -> float:
+        return self.cal.gemm_s(tokens, k, n, self.device.peak_flops)
+
+    def _pointwise(self, kind: str, tokens: int) -> float:
+        return self.cal.pointwise_s(kind, tokens, self.pointwise_bytes[kind], self.device.memory_bandwidth)
+
+    def pointwise_s(self, tokens: int) -> float:
+        return (self.kernel_shape.norms * self._pointwise("norm", tokens) + self._pointwise("rope", tokens)
+                + self._pointwise("act", tokens) + self._pointwise("add", tokens))
+
+    def embedding_s(self, tokens: int) -> float:
+        return self._pointwise("embedding", tokens)
+
+    def prefill_attention_s(self, chunk: int, context: int) -> float:
+        c = self.cal
+        tile = c.prefill_tile
+        padded = -(-chunk // tile) * tile
+        flops = self.attn_flops_per_pair * visible_pairs(chunk, context) * padded / chunk
+        return c.prefill_launch_s + padded * c.prefill_per_query_s + flops / (self.device.peak_flops
+                                                                               * c.prefill_efficiency)
+
+    def decode_attention_s(self, contexts: list[int]) -> float:
+        c = self.cal
+        return (c.decode_launch_s + c.decode_per_request_s * len(contexts)
+                + sum(contexts) * self.kv_bytes_per_token / (self.device.memory_bandwidth
+                                                             * c.decode_bandwidth_efficiency))

@@ -1,0 +1,284 @@
+"""The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), for shapes
+nobody measured. Written into the device files by ``python -m sarathi_lab.sim.calibrate``.
+
+What is fitted, per device, from the kernels of every measured model (one layer, one GPU):
+- GEMMs: at each measured token count T, across models and the four projections,
+  ``seconds = launch(T) + weights * seconds_per_weight(T)`` (weights = K * N), least squares on
+  relative error. Both are made non-decreasing in T, so time never falls with more tokens, and
+  stored as ``efficiency(T) = 2 T / (peak * seconds_per_weight(T))``: a share of peak against rows
+  that carries the tile steps as measured (a batch one token past a tile runs at the next tile's
+  cost), memory-bound rows included (their efficiency is what their bytes allow).
+- pointwise kernels (norm, rope, act, add, embedding): ``seconds = launch + bytes / (bandwidth *
+  efficiency)`` per kind, each run as often as the model runs it (two norms a layer in LLaMA).
+- prefill attention (where measured): ``seconds = launch + padded_chunk * per_query + flops /
+  (peak * efficiency)`` (flops of the causally visible query-key pairs, queries padded to the
+  query tile that fits the measurements best): a cost per query block beside the pairs' work, so that the share of peak an
+  attention reaches grows with its chunk and context as measured.
+- decode attention (where measured): ``seconds = launch + per_request * decodes + kv_bytes /
+  (bandwidth * efficiency)``: a latency floor, a cost per request, and the KV stream.
+Curves are read by linear interpolation between their points and held flat beyond them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.sim import gpu_kernels
+from sarathi_lab.sim.interpolate import up_to_point
+
+POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
+# Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
+FINE_GRID = 8
+KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act", "add": "add",
+              "embedding": "embedding"}
+
+
+def pointwise_elems(kind: str, shape) -> int:
+    """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
+    state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
+    the residual add reads two and writes one; the embedding gathers a row and writes it."""
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    return {"norm": 2 * shape.hidden, "rope": 2 * (q + kv), "act": (3 if shape.gated else 2) * shape.intermediate,
+            # phi-2's parallel block adds attention, MLP and residual in one kernel.
+            "add": (3 if shape.gated else 4) * shape.hidden, "embedding": 2 * shape.hidden}[kind]
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    """What the fit needs of a model: gemm (K, N) per projection and the pointwise sizes."""
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    gated: bool = True
+
+    @classmethod
+    def of(cls, config) -> KernelShape:
+        from sarathi_lab.profiling.floors import Shape
+
+        s = Shape.of(config)
+        return cls(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, s.vocab,
+                   getattr(config, "hidden_act", "silu") != "gelu_new")
+
+    @classmethod
+    def of_measured(cls, model: str) -> KernelShape:
+        s = gpu_kernels.model_shapes().loc[model]
+        return cls(int(s.hidden), int(s.intermediate), int(s.heads), int(s.kv_heads), int(s.hidden // s.heads),
+                   int(s.vocab), bool(s.gated))
+
+    @property
+    def norms(self) -> int:
+        """Norm kernels a layer runs: two in LLaMA's sequential block; one in the parallel block of
+        the one measured model without a gated MLP (phi-2: attention and MLP read one norm)."""
+        return 2 if self.gated else 1
+
+    def gemms(self) -> dict[str, tuple[int, int]]:
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        up = 2 * self.intermediate if self.gated else self.intermediate
+        return {"qkv_proj": (self.hidden, q + 2 * kv), "o_proj": (q, self.hidden), "gate_up_proj": (self.hidden, up),
+                "down_proj": (self.intermediate, self.hidden)}
+
+
+def _curve(xs, ys, x):
+    return float(np.interp(x, xs, ys))
+
+
+def _isotonic(values) -> list[float]:
+    from sarathi_lab.sim.interpolate import isotonic
+
+    return isotonic([float(v) for v in values])
+
+
+def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Coefficients c >= 0 of t ~ features @ c, least squares on the relative error."""
+    a = features / t[:, None]
+    coef, *_ = np.linalg.lstsq(a, np.ones(len(t)), rcond=None)
+    if (coef < 0).any():  # refit without the negative terms
+        keep = coef >= 0
+        coef = np.zeros_like(coef)
+        coef[keep], *_ = np.linalg.lstsq(a[:, keep], np.ones(len(t)), rcond=None)
+    return np.clip(coef, 0.0, None)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A device's fitted curves; see the module docstring. Lists are the curves' points."""
+    gemm_tokens: tuple[int, ...]
+    gemm_efficiency: tuple[float, ...]
+    gemm_launch_s: tuple[float, ...]
+    # kind -> (launch seconds, share of bandwidth)
+    pointwise: dict[str, tuple[float, float]]
+    prefill_launch_s: float = 0.0
+    prefill_per_query_s: float = 0.0
+    prefill_efficiency: float = 0.0
+    # The query block the measured prefill attention pads a chunk to (the fit picks the one that
+    # predicts the measurements best; the device file's attention_tile is the roofline's guess).
+    prefill_tile: int = 128
+    decode_launch_s: float = 0.0
+    decode_per_request_s: float = 0.0
+    decode_bandwidth_efficiency: float = 0.0
+    fitted_from: tuple[str, ...] = field(default=())
+
+    def __post_init__(self):
+        if len(self.gemm_tokens) != len(self.gemm_efficiency) or len(self.gemm_tokens) != len(self.gemm_launch_s):
+            raise ConfigError(f"sim.device.calibration.gemm_tokens has {len(self.gemm_tokens)} points but "
+                              f"gemm_efficiency {len(self.gemm_efficiency)} and gemm_launch_s "
+                              f"{len(self.gemm_launch_s)}: they must match")
+        unknown = sorted(set(self.pointwise) - set(POINTWISE_KINDS))
+        if unknown:
+            raise ConfigError(f"sim.device.calibration.pointwise.{unknown[0]} is not a known kind; known: "
+                              f"{', '.join(POINTWISE_KINDS)}")
+        values = [*self.gemm_efficiency, *(e for _, e in self.pointwise.values())]
+        if any(not 0 < v <= 1.5 for v in values):
+            raise ConfigError(f"sim.device.calibration: an efficiency {min(values)}..{max(values)} is invalid: "
+                              "must lie in (0, 1.5]")
+
+    @property
+    def has_attention(self) -> bool:
+        return self.prefill_efficiency > 0 and self.decode_bandwidth_efficiency > 0
+
+    def gemm_s(self, tokens: int, k: int, n: int, peak_flops: float) -> float:
+        at = up_to_point(self.gemm_tokens, tokens, FINE_GRID)
+        eff = _curve(self.gemm_tokens, self.gemm_efficiency, at)
+        return _curve(self.gemm_tokens, self.gemm_launch_s, at) + 2 * at * k * n / (peak_flops * eff)
+
+    def pointwise_s(self, kind: str, tokens: int, nbytes_per_token: float, bandwidth: float) -> float:
+        launch, eff = self.pointwise[kind]
+        return launch + tokens * nbytes_per_token / (bandwidth * eff)
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["pointwise"] = {k: list(v) for k, v in self.pointwise.items()}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, raw: dict, where: str = "sim.device.calibration") -> Calibration:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+        raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+        raw["pointwise"] = {k: tuple(v) for k, v in raw.get("pointwise", {}).items()}
+        return cls(**raw)
+
+
+# ---- the fit ----------------------------------------------------------------------------------
+
+def measured_table(device: str, models=None) -> pd.DataFrame:
+    """Every measured kernel on ``device`` (of ``models``, default all), with a model column."""
+    names = gpu_kernels.measured(device) if models is None else models
+    return pd.concat([gpu_kernels.kernels(device, m).assign(model=m) for m in names], ignore_index=True)
+
+
+def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[int], list[float], list[float]]:
+    """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
+    rows = []
+    for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
+        gemms = KernelShape.of_measured(model).gemms()
+        rows.append(per_model.assign(weights=[gemms[op][0] * gemms[op][1] for op in per_model.op]))
+    rows = pd.concat(rows)
+    common = set.intersection(*(set(g.tokens) for _, g in rows.groupby("model")))
+    tokens = sorted(t for t in common if knots is None or t in knots)
+    launch, per_weight = [], []
+    for t in tokens:
+        at = rows[rows.tokens == t]
+        a, b = _relative_lstsq(np.column_stack([np.ones(len(at)), at.weights.to_numpy(float)]),
+                               at.seconds.to_numpy(float))
+        launch.append(a)
+        per_weight.append(b)
+    launch, per_weight = _isotonic(launch), _isotonic(per_weight)
+    eff = [2 * t / (peak_flops * b) for t, b in zip(tokens, per_weight)]
+    return tokens, eff, launch
+
+
+def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dict[str, tuple[float, float]]:
+    out = {}
+    rows = table[table.op.isin(list(KIND_OF_OP))].assign(kind=lambda r: r.op.map(KIND_OF_OP))
+    for kind, at in rows.groupby("kind"):
+        per_token = np.array([pointwise_elems(kind, KernelShape.of_measured(m)) * elem_bytes for m in at.model], float)
+        launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)), at.tokens.to_numpy(float) * per_token]),
+                                           at.seconds.to_numpy(float))
+        out[kind] = (float(launch), float(1 / (bandwidth * per_byte)) if per_byte > 0 else 1.0)
+    return out
+
+
+def _attention_flops(shape: KernelShape, chunk: int, context: int, tile: int) -> float:
+    from sarathi_lab.profiling.floors import visible_pairs
+
+    padded = -(-chunk // tile) * tile
+    return 4 * shape.heads * shape.head_dim * visible_pairs(chunk, context) * padded / chunk
+
+
+PREFILL_TILES = (16, 32, 64, 128)
+
+
+def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: float, tiles=PREFILL_TILES):
+    """(launch seconds, seconds per padded query, share of peak on the pairs, query tile) from one
+    model's prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak *
+    eff)``, with the query tile of the least median relative error."""
+    best = None
+    t = rows.seconds.to_numpy(float)
+    for tile in tiles:
+        padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
+        flops = np.array([_attention_flops(shape, c, x, tile) for c, x in zip(rows.tokens, rows.context)])
+        features = np.column_stack([np.ones(len(rows)), padded, flops])
+        coef = _relative_lstsq(features, t)
+        err = float(np.median(np.abs(features @ coef / t - 1)))
+        if best is None or err < best[0]:
+            best = (err, coef, tile)
+    _, (launch, per_query, per_flop), tile = best
+    eff = float(min(1.0, 1 / (peak_flops * per_flop))) if per_flop > 0 else 1.0
+    return float(launch), float(per_query), eff, int(tile)
+
+
+def fit_decode_attention(rows: pd.DataFrame, shape: KernelShape, bandwidth: float, elem_bytes: int):
+    """(launch seconds, seconds per request, share of bandwidth) from one model's decode rows."""
+    kv_bytes = 2 * shape.kv_heads * shape.head_dim * elem_bytes * rows.batch.to_numpy(float) * rows.context.to_numpy(float)
+    a, per_request, per_byte = _relative_lstsq(
+        np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]), rows.seconds.to_numpy(float))
+    return float(a), float(per_request), float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
+
+
+def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibration, float] | None = None
+        ) -> Calibration:
+    """``device``'s calibration from its measured kernels, leaving out the models in ``exclude``.
+    Where it has no attention measured, ``attention_from`` (another device's calibration and peak
+    FLOP/s) lends its attention: shares of peak scaled by the two devices' GEMM efficiency at their
+    largest batch, the per-query cost by their sustained GEMM rates, launches and the decode's
+    latency terms as they are."""
+    names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
+    if not names:
+        raise ValueError(f"no measured models left on {device.name} to fit")
+    table = measured_table(device.name, names)
+    tokens, eff, launch = fit_gemm(table, device.peak_flops)
+    kw = {}
+    for model in names:
+        rows = gpu_kernels.kernels(device.name, model)
+        shape = KernelShape.of_measured(model)
+        pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
+        if len(pre) and len(dec):
+            pre_launch, per_query, pre_eff, tile = fit_prefill_attention(pre, shape, device.peak_flops)
+            a, per_request, bw_eff = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
+            kw = {"prefill_launch_s": pre_launch, "prefill_per_query_s": per_query, "prefill_efficiency": pre_eff,
+                  "prefill_tile": tile, "decode_launch_s": a, "decode_per_request_s": per_request,
+                  "decode_bandwidth_efficiency": bw_eff}
+            break
+    if not kw and attention_from is not None and attention_from[0].has_attention:
+        attention_from, from_peak = attention_from
+        scale = eff[-1] / attention_from.gemm_efficiency[-1]
+        kw = {"prefill_launch_s": attention_from.prefill_launch_s,
+              "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
+              "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale),
+              "prefill_tile": attention_from.prefill_tile,
+              "decode_launch_s": attention_from.decode_launch_s,
+              "decode_per_request_s": attention_from.decode_per_request_s,
+              "decode_bandwidth_efficiency": attention_from.decode_bandwidth_efficiency}
+    return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
+                       pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
+                       fitted_from=tuple(names))

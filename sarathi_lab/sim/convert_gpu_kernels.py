@@ -1,0 +1,119 @@
+"""Converts the vidur project's measured GPU kernel profiles into the simulator's kernel tables,
+once: ``python -m sarathi_lab.sim.convert_gpu_kernels --vidur <vidur git dir> --attention <csv>``.
+
+vidur (github.com/microsoft/vidur, MIT licence) timed every operator of a decoder layer on real
+GPUs with CUDA events (vidur/profiling/mlp/mlp_impl.py): ``data/profiling/compute/<device>/<model>/
+mlp.csv`` holds, per model shape and token count, ``time_stats.<op>.{min,max,mean,median,std}`` in
+milliseconds of one layer's kernel on one GPU. Only the median of the tensor-parallel-1 rows is
+kept; the A100 Llama-2-7B attention rows come from a separate transcription of its attention.csv
+(see data/gpu_kernels/README.md).
+
+Output (``sarathi_lab/sim/data/gpu_kernels/``): ``<device>/<model>.csv`` in the profile table's
+columns (op, tokens, context, batch, seconds), seconds being one layer's kernel, and
+``models.csv`` with the shape of every model converted.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+from io import StringIO
+from pathlib import Path
+
+import pandas as pd
+
+from sarathi_lab.sim.gpu_kernels import DATA_DIR, KERNEL_COLUMNS
+
+# vidur's operator name -> the simulator's. ``emb`` runs once per forward, all others once a layer.
+VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
+             "mlp_down_proj": "down_proj", "mlp_act": "act", "attn_rope": "rope", "input_layernorm": "input_norm",
+             "post_attention_layernorm": "post_attention_norm", "add": "add", "emb": "embedding"}
+# The models converted: vidur's directory -> (name here, decoder layers, which mlp.csv does not hold:
+# each model's config.json on the Hugging Face hub).
+MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32), "meta-llama/Llama-2-70b-hf": ("llama2-70b", 80),
+          "codellama/CodeLlama-34b-Instruct-hf": ("codellama-34b", 48), "internlm/internlm-20b": ("internlm-20b", 60),
+          "Qwen/Qwen-72B": ("qwen-72b", 80), "microsoft/phi-2": ("phi-2", 32),
+          "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32), "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
+DEVICES = ("a100", "h100", "a40")
+SHAPE_COLUMNS = {"n_head": "heads", "n_kv_head": "kv_heads", "n_embd": "hidden", "n_expanded_embd": "intermediate",
+                 "vocab_size": "vocab", "use_gated_mlp": "gated"}
+
+
+def kept_tokens(tokens: int) -> bool:
+    """Every measured token count up to 1024 (where the tile steps are), multiples of 64 beyond:
+    keeps the tables small and the steps of a 64- or 128-token tile visible."""
+    return tokens <= 1024 or tokens % 64 == 0
+
+
+def convert_mlp(raw: pd.DataFrame) -> pd.DataFrame:
+    """vidur's mlp.csv rows of one model -> kernel rows (op, tokens, context, batch, seconds): the
+    median of the tensor-parallel-1 rows, milliseconds to seconds."""
+    rows = raw[raw.num_tensor_parallel_workers == 1].drop_duplicates()
+    out = []
+    for vidur_op, op in VIDUR_OPS.items():
+        column = f"time_stats.{vidur_op}.median"
+        if column not in rows.columns:
+            continue  # phi-2 has no post-attention norm: attention and MLP read the same input
+        times = rows.groupby("num_tokens")[column].median().dropna()
+        times = times[[kept_tokens(int(t)) for t in times.index]]
+        out.append(pd.DataFrame({"op": op, "tokens": times.index.astype(int), "context": 0, "batch": 0,
+                                 "seconds": times.to_numpy() / 1e3}))
+    return pd.concat(out, ignore_index=True)[list(KERNEL_COLUMNS)]
+
+
+def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
+    """The attention rows (kind, batch_size, prefill_chunk_size, kv_cache_size, median_ms) -> kernel
+    rows in the cost model's terms: a prefill chunk's tokens and its context once cached; decodes'
+    count and each one's context with the token it computes."""
+    pre = raw[raw.kind == "prefill"]
+    dec = raw[raw.kind == "decode"]
+    prefill = pd.DataFrame({"op": "prefill_attention", "tokens": pre.prefill_chunk_size,
+                            "context": pre.kv_cache_size + pre.prefill_chunk_size, "batch": 1,
+                            "seconds": pre.median_ms / 1e3})
+    decode = pd.DataFrame({"op": "decode_attention", "tokens": dec.batch_size, "context": dec.kv_cache_size + 1,
+                           "batch": dec.batch_size, "seconds": dec.median_ms / 1e3})
+    both = pd.concat([prefill, decode], ignore_index=True)
+    return both.groupby(["op", "tokens", "context", "batch"], as_index=False).seconds.median()[list(KERNEL_COLUMNS)]
+
+
+def model_shape(raw: pd.DataFrame, name: str, layers: int) -> dict:
+    first = raw.iloc[0]
+    shape = {"model": name, "layers": layers} | {ours: first[theirs] for theirs, ours in SHAPE_COLUMNS.items()}
+    shape["gated"] = bool(shape["gated"])
+    return shape
+
+
+def _git_show(git_dir: Path, path: str) -> str | None:
+    done = subprocess.run(["git", "-C", str(git_dir), "show", f"HEAD:{path}"], check=False,
+                          capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+def write(table: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.sort_values(["op", "tokens", "context", "batch"]).to_csv(path, index=False, float_format="%.4g")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vidur", type=Path, required=True, help="a clone (or bare git dir) of microsoft/vidur")
+    p.add_argument("--attention", type=Path, required=True, help="a100_llama2_7b_attention.csv")
+    p.add_argument("--out", type=Path, default=DATA_DIR)
+    args = p.parse_args(argv)
+    shapes = []
+    for device in DEVICES:
+        for vidur_name, (name, layers) in MODELS.items():
+            text = _git_show(args.vidur, f"data/profiling/compute/{device}/{vidur_name}/mlp.csv")
+            if text is None:
+                continue
+            raw = pd.read_csv(StringIO(text))
+            table = convert_mlp(raw)
+            if (device, name) == ("a100", "llama2-7b"):
+                table = pd.concat([table, convert_attention(pd.read_csv(args.attention))], ignore_index=True)
+            write(table, args.out / device / f"{name}.csv")
+            shapes.append(model_shape(raw, name, layers))
+            print(f"{device}/{name}: {len(table)} rows")
+    pd.DataFrame(shapes).drop_duplicates("model").to_csv(args.out / "models.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Predicted against measured GPU kernels: per operator and per iteration kind, for the roofline
+(assumed efficiencies), the calibrated roofline fitted to every model, and the calibrated roofline
+fitted WITHOUT the model it predicts (hold-out).
+
+A "measured iteration" is the sum of one iteration's measured kernels: the layer's GEMMs and
+pointwise kernels at its tokens times the layer count, the embedding, and, where the device
+measured it for that model (A100 Llama-2-7B), attention; the predictions sum the same parts. The
+LM head and host are measured by no one and left out of both. Attention is fitted to its one
+measured model, so its hold-out is by shape (``attention_holdout``), not by model.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.sim import gpu_kernels
+from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
+from sarathi_lab.sim.calibration import Calibration, KernelShape, fit
+from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.interpolate import Curve, RaggedSurface
+from sarathi_lab.sim.roofline import RooflineCostModel
+
+OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
+DECODE_CONTEXT = 1089  # a context where every measured batch size has a decode row
+# kind -> (prefill chunks as (chunk, context once cached), decodes): shapes the measurements hold.
+ITERATIONS = {
+    **{f"decode b={b}": ([], b) for b in (1, 4, 16, 32, 64, 128)},
+    **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512), (1024, 1024),
+                                                        (512, 2048), (1024, 3072))},
+    **{f"hybrid {c}@{x}+{b}": ([(c, x)], b) for c, x, b in ((512, 1536, 8), (512, 1536, 32), (112, 1136, 64))},
+}
+MODELS = ("roofline", "calibrated", "holdout")
+
+
+def kind_of(name: str) -> str:
+    return name.split(" ")[0]
+
+
+class Measured:
+    """One (device, model)'s measured kernels as functions of the shape."""
+
+    def __init__(self, device: str, model: str):
+        t = gpu_kernels.kernels(device, model)
+        self.ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in t.groupby("op")
+                    if op not in gpu_kernels.ATTENTION_OPS}
+        pre, dec = t[t.op == "prefill_attention"], t[t.op == "decode_attention"]
+        self.prefill = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) \
+            else None
+        self.decode = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
+
+    @property
+    def has_attention(self) -> bool:
+        return self.prefill is not None and self.decode is not None
+
+    def op_s(self, op: str, tokens: int) -> float:
+        return self.ops[op](tokens)[0] if op in self.ops else 0.0
+
+
+def _predicted_ops(cm: RooflineCostModel, shape: KernelShape, tokens: int) -> dict[str, float]:
+    """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
+    ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms().items()}
+    ops["pointwise"] = cm.pointwise_s(tokens)
+    ops["embedding"] = cm.embedding_s(tokens)
+    return ops
+
+
+def _measured_ops(m: Measured, tokens: int) -> dict[str, float]:
+    ops = {op: m.op_s(op, tokens) for op in gpu_kernels.GEMM_OPS}
+    ops["pointwise"] = sum(m.op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
+    ops["embedding"] = m.op_s("embedding", tokens)
+    return ops
+
+
+def _iteration(ops_at, attention, prefills, decodes: int, layers: int) -> float:
+    tokens = sum(c for c, _ in prefills) + decodes
+    ops = ops_at(tokens)
+    total = layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
+    return total + layers * attention(prefills, decodes) if attention else total
+
+
+def cost_models(device: str, model: str, cal: Calibration, held_out: Calibration) -> dict[str, RooflineCostModel]:
+    config = gpu_kernels.config_of(model)
+    dev = load_device(device)
+    return {"roofline": RooflineCostModel(dev, config),
+            "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
+            "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out), config)}
+
+
+def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
+            op_tokens=OP_TOKENS, iterations=ITERATIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction."""
+    m = Measured(device, model)
+    shape = KernelShape.of_measured(model)
+    layers = int(gpu_kernels.model_shapes().loc[model].layers)
+    cms = cost_models(device, model, cal, held_out)
+    max_tokens = max(c.xs[-1] for c in m.ops.values())
+    ops_rows = []
+    for t in (t for t in op_tokens if t <= max_tokens):
+        measured = _measured_ops(m, t)
+        predicted = {name: _predicted_ops(cm, shape, t) for name, cm in cms.items()}
+        for op, value in measured.items():
+            ops_rows.append({"device": device, "model": model, "op": op, "tokens": t, "measured_s": value}
+                            | {f"{name}_s": predicted[name][op] for name in cms})
+
+    def measured_attention(prefills, decodes):
+        pre = sum(m.prefill(c, x - c) for c, x in prefills)
+        return pre + (m.decode(decodes, DECODE_CONTEXT) if decodes else 0.0)
+
+    def predicted_attention(cm):
+        return lambda prefills, decodes: (sum(cm.prefill_attention_s(c, x) for c, x in prefills)
+                                          + (cm.decode_attention_s([DECODE_CONTEXT] * decodes) if decodes else 0.0))
+
+    it_rows = []
+    for name, (prefills, decodes) in iterations.items():
+        row = {"device": device, "model": model, "iteration": name, "kind": kind_of(name),
+               "attention": m.has_attention,
+               "measured_s": _iteration(lambda t: _measured_ops(m, t), measured_attention if m.has_attention else None,
+                                        prefills, decodes, layers)}
+        for cm_name, cm in cms.items():
+            row[f"{cm_name}_s"] = _iteration(lambda t, cm=cm: _predicted_ops(cm, shape, t),
+                                             predicted_attention(cm) if m.has_attention else None, prefills,
+                                             decodes, layers)
+        it_rows.append(row)
+    return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
+
+
+def held_out_calibration(device: str, model: str, full: Calibration, borrowed=None,
+                         fitter=fit) -> Calibration:
+    """``device``'s calibration fitted without ``model``; attention kept from ``full`` (one model measured it)."""
+    cal = fitter(load_device(device), exclude=(model,), attention_from=borrowed)
+    keep = {f: getattr(full, f) for f in ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency",
+                                           "prefill_tile", "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")}
+    return dataclasses.replace(cal, **keep)
+
+
+def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every device with a calibration and every model measured there (or those given)."""
+    ops, its = [], []
+    for device in devices or [d for d in gpu_kernels.measured_devices() if _calibration(d) is not None]:
+        full = _calibration(device)
+        for model in models or gpu_kernels.measured(device):
+            if model not in gpu_kernels.measured(device):
+                continue
+            held = held_out_calibration(device, model, full)
+            o, i = compare(device, model, full, held, op_tokens, iterations)
+            ops.append(o)
+            its.append(i)
+    return pd.concat(ops, ignore_index=True), pd.concat(its, ignore_index=True)
+
+
+def _calibration(device: str) -> Calibration | None:
+    from sarathi_lab.sim.device import GPU_DEVICES
+
+    return load_device(device).calibration if device in GPU_DEVICES else None
+
+
+def errors(iterations: pd.DataFrame) -> pd.DataFrame:
+    """Per device, model and iteration kind: median and worst |predicted / measured - 1| of each cost model."""
+    rows = []
+    for (device, model, kind), g in iterations.groupby(["device", "model", "kind"]):
+        row = {"device": device, "model": model, "kind": kind}
+        for name in MODELS:
+            err = (g[f"{name}_s"] / g.measured_s - 1).abs()
+            row[f"{name}_median_err"] = float(np.median(err))
+            row[f"{name}_worst_err"] = float(err.max())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
+    """Prefill attention fitted without one chunk size, predicting it: the attention's hold-out."""
+    from sarathi_lab.sim.calibration import fit_prefill_attention
+
+    dev = load_device(device)
+    t = gpu_kernels.kernels(device, model)
+    pre = t[t.op == "prefill_attention"]
+    shape = KernelShape.of_measured(model)
+    rows = []
+    for chunk in sorted(pre.tokens.unique()):
+        launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops)
+        cal = dataclasses.replace(dev.calibration, prefill_launch_s=launch, prefill_per_query_s=per_query,
+                                  prefill_efficiency=eff, prefill_tile=tile)
+        cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), gpu_kernels.config_of(model))
+        held = pre[pre.tokens == chunk]
+        predicted = np.array([cm.prefill_attention_s(c, x) for c, x in zip(held.tokens, held.context)])
+        err = np.abs(predicted / held.seconds.to_numpy() - 1)
+        rows.append({"device": device, "model": model, "chunk": int(chunk), "points": len(held),
+                     "median_err": float(np.median(err)), "worst_err": float(err.max())})
+    return pd.DataFrame(rows)

@@ -1,0 +1,68 @@
+"""Measured GPU kernel times shipped with the simulator (data/gpu_kernels/, converted once from the
+vidur project's public profiles by convert_gpu_kernels.py; sources and licence in its README).
+
+Each ``<device>/<model>.csv`` has the profile table's columns (op, tokens, context, batch, seconds),
+seconds being ONE layer's kernel on one GPU (tensor parallel 1), the median of vidur's repetitions:
+- per-layer ops against the batch's tokens: qkv_proj, o_proj, gate_up_proj, down_proj, act, rope,
+  input_norm, post_attention_norm, add; ``embedding`` (once a forward) against tokens;
+- where measured, ``prefill_attention`` (tokens = chunk, context once the chunk is cached) and
+  ``decode_attention`` (tokens = batch = decodes, context of each with its new token).
+``models.csv`` gives each model's shape (layers, heads, kv_heads, hidden, intermediate, vocab, gated).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+from transformers import LlamaConfig, PretrainedConfig
+
+DATA_DIR = Path(__file__).with_name("data") / "gpu_kernels"
+KERNEL_COLUMNS = ("op", "tokens", "context", "batch", "seconds")
+GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+POINTWISE_OPS = ("input_norm", "post_attention_norm", "rope", "act", "add")
+ATTENTION_OPS = ("prefill_attention", "decode_attention")
+
+
+@functools.cache
+def model_shapes() -> pd.DataFrame:
+    return pd.read_csv(DATA_DIR / "models.csv").set_index("model")
+
+
+def measured(device: str) -> list[str]:
+    """The models with measured kernels on ``device``."""
+    return sorted(p.stem for p in (DATA_DIR / device).glob("*.csv"))
+
+
+def measured_devices() -> list[str]:
+    return sorted(p.name for p in DATA_DIR.iterdir() if p.is_dir())
+
+
+@functools.cache
+def kernels(device: str, model: str) -> pd.DataFrame:
+    path = DATA_DIR / device / f"{model}.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"no measured GPU kernels for {model} on {device} (have: {', '.join(measured(device))})")
+    return pd.read_csv(path)
+
+
+def config_of(model: str) -> PretrainedConfig:
+    """A decoder config with a measured model's shape (weights never matter to the simulator)."""
+    s = model_shapes().loc[model]
+    return LlamaConfig(vocab_size=int(s.vocab), hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
+                       num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
+                       num_key_value_heads=int(s.kv_heads), max_position_embeddings=4096,
+                       # phi-2's plain MLP (fc1, GELU, fc2): what KernelShape reads as not gated.
+                       hidden_act="silu" if s.gated else "gelu_new")
+
+
+def model_of(config: PretrainedConfig) -> str | None:
+    """The measured model with ``config``'s layer shapes (the vocabulary aside, which only the
+    embedding and LM head see), or None."""
+    kv = config.num_key_value_heads or config.num_attention_heads
+    for name, s in model_shapes().iterrows():
+        if (s.hidden, s.intermediate, s.heads, s.kv_heads, s.layers) == (
+                config.hidden_size, config.intermediate_size, config.num_attention_heads, kv,
+                config.num_hidden_layers):
+            return str(name)
+    return None

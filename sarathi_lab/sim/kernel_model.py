@@ -1,0 +1,94 @@
+"""Iteration time from GPU kernels measured on the device (gpu_kernels.py), each part of the
+forward pass from its own measurement, and what nobody measured from a roofline, named in
+``.modelled``.
+
+Per decoder layer (times the layer count), at the batch's T tokens: the four GEMMs and the
+pointwise kernels (norms, rotary, activation, residual add) as measured at T; one prefill attention
+per chunk where its (chunk, context) lies among the measured ones; the decodes' attention at their
+mean context where (decodes, context) does. Once a forward: the embedding as measured. From the
+roofline: attention outside the measured ranges (every attention where none was measured), the LM
+head, and the host's work.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+from transformers import PretrainedConfig
+
+from sarathi_lab.sim.calibration import FINE_GRID
+from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS
+from sarathi_lab.sim.interpolate import Curve, RaggedSurface, up_to_point
+from sarathi_lab.sim.roofline import RooflineCostModel
+
+
+class KernelCostModel(CostModel):
+    name = "profile"
+
+    def __init__(self, table: pd.DataFrame, roofline: RooflineCostModel, config: PretrainedConfig,
+                 dtype: str = "bfloat16", source: str = "table"):
+        super().__init__(config, dtype)
+        self.roofline = roofline
+        self.source = source
+        by_op = {op: rows for op, rows in table.groupby("op")}
+        missing = [op for op in GEMM_OPS if op not in by_op]
+        if missing:
+            raise ValueError(f"GPU kernels {source}: no rows for op {missing[0]!r}")
+
+        def curve(op: str) -> Curve:
+            return Curve(by_op[op].groupby("tokens").seconds.median().to_dict())
+
+        # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs nothing.
+        self.layer_ops = {op: curve(op) for op in (*GEMM_OPS, *POINTWISE_OPS) if op in by_op}
+        self.embedding = curve("embedding") if "embedding" in by_op else None
+        self.prefill_attention = self.decode_attention = None
+        if "prefill_attention" in by_op:
+            pre = by_op["prefill_attention"]
+            self.prefill_attention = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds)))
+        if "decode_attention" in by_op:
+            dec = by_op["decode_attention"]
+            self.decode_attention = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds)))
+        attention = {"prefill_attention": self.prefill_attention, "decode_attention": self.decode_attention}
+        self.modelled = ["lm_head", "host (prepare, sample)"] + [
+            f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
+            for op, surface in attention.items()]
+        self.max_tokens = max(c.xs[-1] for c in self.layer_ops.values())
+        self.extrapolations = 0
+        # Iterations with an attention the measurements did not cover, so the roofline's.
+        self.modelled_attention_iterations = 0
+        warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
+                      f"{'; '.join(self.modelled)}", stacklevel=2)
+
+    def _layer_ops(self, tokens: int) -> dict[str, float]:
+        return {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0] for op, curve in self.layer_ops.items()}
+
+    def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
+        tokens = sum(c for c, _ in prefills) + len(decodes)
+        layers = self.roofline.shape.layers
+        per_layer = self._layer_ops(tokens)
+        ops = {op: layers * per_layer[op] for op in GEMM_OPS}
+        ops["pointwise"] = layers * sum(per_layer.get(op, 0.0) for op in POINTWISE_OPS)
+        ops["embedding"] = self.embedding(tokens)[0] if self.embedding else 0.0
+        s = self.roofline.shape
+        ops["lm_head"] = self.roofline.gemm_s(num_sampled, s.hidden, s.vocab) if num_sampled else 0.0
+        modelled = False
+        attn = 0.0
+        for chunk, context in prefills:
+            t = self.prefill_attention(chunk, context - chunk) if self.prefill_attention else None
+            if t is None:
+                t, modelled = self.roofline.prefill_attention_s(chunk, context), True
+            attn += t
+        ops["prefill_attention"] = layers * attn
+        ops["decode_attention"] = 0.0
+        if decodes:
+            t = self.decode_attention(len(decodes), sum(decodes) / len(decodes)) if self.decode_attention else None
+            if t is None:
+                t, modelled = self.roofline.decode_attention_s(decodes), True
+            ops["decode_attention"] = layers * t
+        self.modelled_attention_iterations += modelled
+        outside = tokens > self.max_tokens
+        self.extrapolations += outside
+        d = self.roofline.device
+        return IterationCost(prepare_s=d.host_overhead_s + d.host_per_token_s * tokens, forward_s=sum(ops.values()),
+                             sample_s=0.0, ops=ops, extrapolated=outside)
