@@ -33,6 +33,9 @@ MAX_SEED = 2**64 - 1
 # The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and
 # sarathi-serve's block managers' default watermark (vidur's watermark_blocks_fraction).
 KV_WATERMARK = 0.01
+# The share of a GPU's memory the engine's weights and KV cache may take (vLLM's
+# gpu_memory_utilization default); the simulator sizes a simulated GPU's cache with it too.
+GPU_MEMORY_UTILISATION = 0.9
 
 _KEY = re.compile(r"^[\w.\[\]]+(?==)")
 

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import DTYPE_BYTES, ConfigError, EngineConfig
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import device_dtype, load_device
-from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens, weight_bytes
+from sarathi_lab.sim.memory import kv_capacity_tokens
 from sarathi_lab.sim.parallel import Parallelism, shard_config
 
 if TYPE_CHECKING:
@@ -38,14 +39,15 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
     config = gpu_shard(config, cfg.sim_tp)
     # The engine's element size: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     elem = DTYPE_BYTES[device_dtype(cfg.sim_device, cfg.dtype)]
-    block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
+    shape = Shape.of(config)
+    block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
     if cfg.num_kv_blocks is not None or cfg.kv_cache_gb is not None:
         key = "num_kv_blocks" if cfg.num_kv_blocks is not None else "kv_cache_gb"
         blocks = cfg.num_kv_blocks if key == "num_kv_blocks" else int(cfg.kv_cache_gb * 2**30 // block_bytes)
         if blocks < 1:
             raise ConfigError(f"kv_cache_gb={cfg.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
-        room = device.memory_bytes - weight_bytes(config, elem)
+        room = device.memory_bytes - shape.weight_bytes(elem)
         if blocks * block_bytes > room:
             excess = (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, more than "
                       f"the {max(room, 0) / 2**30:.1f} GiB left on sim_device={cfg.sim_device!r} beside the weights")
