@@ -22,7 +22,7 @@ def llm():
     ([[]], 4, r"prompts\[0\] is empty"),
     ([[1, 99999]], 4, r"prompts\[0\] holds token 99999, outside the vocabulary"),
     ([[1], [1, -1]], 4, r"prompts\[1\] holds token -1, outside"),
-    ([[1] * 60], 10, "exceeds the model's context of 64"),
+    ([[1] * 60], 10, r"^prompts\[0\] \(60 tokens\) with max_new_tokens=10 has 70 tokens, more than max_model_len=64$"),
     ([[1]], 0, "max_new_tokens=0 is invalid"),
     ([[1], [2]], [3], "max_new_tokens has 1 values for 2 prompts"),
 ])
@@ -48,7 +48,7 @@ def test_non_integer_prompts_are_a_type_error(llm, prompts, message):
 
 def test_request_larger_than_whole_cache_is_refused():
     llm = LLM("tiny", device="cpu", dtype="float32", warmup_iters=0, num_kv_blocks=2, block_size=16)
-    with pytest.raises(ValueError, match="cannot fit the KV cache of 32 tokens"):
+    with pytest.raises(ValueError, match=r"needs 33 tokens of KV cache, more than all 32 tokens it holds$"):
         llm.generate([[1] * 30], max_new_tokens=4)  # 33 tokens, 32 of them cached
     # The last token is sampled and never cached: 30 + 3 tokens fit 32.
     assert len(llm.generate([[1] * 30], max_new_tokens=3)[0]) == 3

@@ -173,9 +173,9 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      r"^engine.num_kv_blocks=None is invalid with task=op_breakdown: the KV cache holds \d+ blocks, fewer than the 40000000 "),
     # orca and static reserve the blocks of max_model_len tokens (here the model's 2048) for each request.
     ([*SMOKE, "scheduler=orca", "engine.num_kv_blocks=100"],
-     (r"^engine.num_kv_blocks=100 is invalid with scheduler=orca: the KV cache holds 100 blocks, fewer than the 128 "
-      r"it reserves for each request beside the 1 block engine.kv_watermark=0.01 keeps free \(max_model_len=2048 "
-      r"tokens; engine.max_model_len lowers it\)$")),
+     (r"^engine.num_kv_blocks=100 is invalid with scheduler=orca: it reserves max_model_len=2048 tokens \(128 "
+      r"blocks\) for each request beside the 1 its kv_watermark keeps free; allowed: >= 129 blocks, or a smaller "
+      r"max_model_len$")),
     ([*SIM, "scheduler=static", "engine.num_kv_blocks=100"], r"^engine.num_kv_blocks=100 is invalid with scheduler=static"),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),

@@ -1,4 +1,5 @@
-"""What ``LLM(executor="sim")`` asks the simulator for: an executor and the KV capacity in blocks."""
+"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks and
+the cost model, each made once per run; and the executor that runs on them."""
 from __future__ import annotations
 
 import logging
@@ -70,15 +71,20 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
                           "for a KV cache") from None
 
 
-def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: VirtualClock, warn: bool = True):
-    """(SimulatedExecutor, number of KV blocks) for ``cfg.sim_device`` and ``cfg.sim_cost_model``;
-    ``warn``: whether a what-if KV cache is warned of (simulated_kv_blocks)."""
+def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostModel:
+    """The cost model of ``cfg.sim_device`` and ``cfg.sim_cost_model``; a profile not measured yet is
+    a ConfigError, refused before the run starts."""
+    model = cfg.model if cfg.sim_cost_model == "profile" else config
+    try:
+        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
+    except FileNotFoundError as e:
+        raise ConfigError(f"sim_cost_model={cfg.sim_cost_model!r} is invalid here: {e}") from None
+
+
+def simulated_executor(cost_model: CostModel, config: PretrainedConfig, clock: VirtualClock):
+    """The SimulatedExecutor that advances ``clock`` by ``cost_model``'s predictions."""
     from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
 
-    # First: it refuses, naming sim_tp, a model that does not split across the GPUs.
-    blocks = simulated_kv_blocks(cfg, config, warn)
-    model = cfg.model if cfg.sim_cost_model == "profile" else config
-    cost_model = CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
     eos = getattr(config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
-    return SimulatedExecutor(cost_model, clock, eos), blocks
+    return SimulatedExecutor(cost_model, clock, eos)

@@ -61,11 +61,12 @@ class Scheduler(ABC):
         static; 0 for the paged schedulers, which take blocks as tokens arrive."""
         return -(-max_model_len // block_size) if cls.reserves_max_model_len else 0
 
-    def add(self, seq: Sequence) -> None:
-        total = seq.prompt_len + seq.max_new_tokens
+    def refusal(self, total: int) -> str | None:
+        """Why a request of ``total`` tokens (prompt + new) can never run here; None if it can. The one
+        check that a request fits: ``add`` refuses by it, and LLM and the harness's preflight check
+        a call's or a workload's requests by it before any runs."""
         if total > self.config.max_model_len:
-            raise ValueError(f"request {seq.seq_id} has {total} tokens, more than max_model_len="
-                             f"{self.config.max_model_len}")
+            return f"has {total} tokens, more than max_model_len={self.config.max_model_len}"
         # Its last token is never cached. One that cannot fit even alone would be preempted and
         # rescheduled forever (sarathi_serve) or stall the engine; preempted after its prefill, it
         # is readmitted with all its cached tokens, beside the watermark.
@@ -75,7 +76,13 @@ class Scheduler(ABC):
             room = (f"the {blocks.admissible_tokens} of its {held} tokens one request is "
                     f"admitted with (its kv_watermark keeps {blocks.watermark_blocks} blocks free)"
                     if blocks.watermark_blocks else f"all {held} tokens it holds")
-            raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than {room}")
+            return f"needs {cached} tokens of KV cache, more than {room}"
+        return None
+
+    def add(self, seq: Sequence) -> None:
+        reason = self.refusal(seq.prompt_len + seq.max_new_tokens)
+        if reason is not None:
+            raise ValueError(f"request {seq.seq_id} {reason}")
         seq.status = Status.WAITING
         bisect.insort(self.waiting, seq, key=lambda s: s.priority)
 
