@@ -18,8 +18,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 log = logging.getLogger("sarathi_lab")
 
-# The choices the engine implements; tests hold the engine's registries to these names.
-SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
+# The choices the engine implements; tests hold the engine's registries to these names. Schedulers
+# are checked by their own registry (engine/scheduler), the one list of them, when one is built.
 ATTENTIONS = ("auto", "torch", "triton")
 # Bytes per element of each dtype the engine runs (the simulator sizes memory with it, torch-free).
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
@@ -110,7 +110,6 @@ class EngineConfig:
 
     def __post_init__(self):
         check_fields(self)
-        _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, DTYPES)
         _check_choice("attention", self.attention, ATTENTIONS)

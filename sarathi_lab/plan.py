@@ -8,6 +8,7 @@ disagree on the cache's size or on what fits in it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
-from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, make_scheduler
+from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
 from sarathi_lab.model import load_config
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
 from sarathi_lab.model.shape import Shape
@@ -82,5 +83,5 @@ def build_scheduler(plan: EnginePlan) -> Scheduler:
     the blocks the scheduler reserves for one request."""
     cfg = plan.config
     blocks = BlockManager(plan.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
-    return make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget,
-                                                         plan.max_model_len, cfg.max_num_batched_tokens), blocks)
+    settings = dataclasses.asdict(cfg) | {"token_budget": cfg.budget, "max_model_len": plan.max_model_len}
+    return make_scheduler(cfg.scheduler, blocks, **settings)

@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from sarathi_lab import LLM, SamplingParams
-from sarathi_lab.config import SCHEDULERS
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.scheduler import scheduler_class
+from sarathi_lab.engine.scheduler import scheduler_class, scheduler_names
 from sarathi_lab.engine.sequence import Sequence
 
 
@@ -54,7 +53,7 @@ def test_request_larger_than_whole_cache_is_refused():
     assert len(llm.generate([[1] * 30], max_new_tokens=3)[0]) == 3
 
 
-@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("scheduler", scheduler_names())
 def test_the_engine_refuses_a_request_larger_than_its_whole_cache(scheduler):
     # Through the engine directly (LLM.generate checks first): sarathi_serve had preempted and
     # rescheduled such a request forever. orca and static reserve max_model_len tokens for each

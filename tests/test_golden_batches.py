@@ -25,7 +25,7 @@ from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler, scheduler_names
+from sarathi_lab.engine.scheduler import make_scheduler, scheduler_names
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 
 GOLDEN = {
@@ -59,8 +59,8 @@ def test_every_scheduler_has_a_golden_trace():
 def test_batch_composition_matches_the_golden_trace(name):
     clock = VirtualClock()
     recorder = Recorder(clock)
-    scheduler = make_scheduler(name, SchedulerConfig(max_batch_size=2, chunk_size=8, token_budget=8, max_model_len=24),
-                               BlockManager(64, 4))
+    scheduler = make_scheduler(name, BlockManager(64, 4), max_batch_size=2, chunk_size=8, token_budget=8,
+                               max_model_len=24)
     requests = [Sequence(0, [1] * 20, 3), Sequence(1, [1] * 9, 4), Sequence(2, [1] * 5, 2)]
     LLMEngine(scheduler, recorder, clock).run(requests, Metrics(), SamplingParams(ignore_eos=True))
     assert " | ".join(recorder.batches) == GOLDEN[name]

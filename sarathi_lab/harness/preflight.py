@@ -55,7 +55,10 @@ def preflight(cfg: RunConfig) -> Checked:
     sized = " (its default size; engine.num_kv_blocks sets it)" if plan.kv_sized_by is None else ""
     try:
         scheduler = build_scheduler(plan)
-    except ConfigError as e:  # a cache smaller than the blocks it reserves for each request
+    except ConfigError as e:
+        if e.key != "num_kv_blocks":
+            raise _as_set(e, cfg, budget) from None
+        # A cache smaller than the blocks it reserves for each request: named by what sized it.
         raise ConfigError(f"{setting} is invalid{str(e).partition(' is invalid')[2]}{sized}") from None
     if scheduler.refusal(workload.max_request_len) is not None:
         kept = scheduler.blocks.watermark_blocks

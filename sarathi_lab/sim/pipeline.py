@@ -44,7 +44,7 @@ from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.metrics import Metrics, RequestRecord
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.memory import kv_capacity_tokens
@@ -106,9 +106,9 @@ class PipelineSimulator:
             # capacity is the pipeline's.
             num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard, self.cost.roofline.elem_bytes,
                                                chunk_size + max_batch_size) // BLOCK_SIZE
-        self.scheduler = make_scheduler(scheduler, SchedulerConfig(max_batch_size, chunk_size, chunk_size,
-                                                                   max_model_len),
-                                        BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark))
+        self.scheduler = make_scheduler(scheduler, BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark),
+                                        max_batch_size=max_batch_size, chunk_size=chunk_size, token_budget=chunk_size,
+                                        max_model_len=max_model_len)
         self._in_flight: set[int] = set()
 
     def _schedule(self) -> ScheduledBatch:

@@ -14,8 +14,10 @@ manager's watermark stays free after its blocks.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
@@ -23,21 +25,23 @@ from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.sequence import Sequence, Status
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
+    """What every scheduler is configured by. A scheduler with knobs of its own declares them in a
+    subclass, its ``Config``; it is built by keyword from the engine's settings (``of``)."""
     max_batch_size: int
-    # The chunk size of `sarathi`.
-    chunk_size: int
-    # The per-iteration token budget of `sarathi_serve`, decodes included.
-    token_budget: int
     # The longest request (prompt + new tokens); what orca and static reserve for each one.
     max_model_len: int
-    # The most prompt tokens in one of `vllm`'s prefill iterations (None: no cap).
-    max_num_batched_tokens: int | None = None
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
+        """This config from the engine's settings, a superset: each scheduler reads only its knobs."""
+        return cls(**{f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name in settings})
 
 
 class Scheduler(ABC):
     name: str
+    Config: type[SchedulerConfig] = SchedulerConfig
     # Whether admission takes the blocks of max_model_len tokens (orca, static) rather than those of
     # the request's uncomputed tokens.
     reserves_max_model_len = False
@@ -206,14 +210,18 @@ def register_scheduler(name: str):
 
 
 def scheduler_names() -> tuple[str, ...]:
+    """Every scheduler's name: the one list of them (the package imports every module that registers one)."""
     return tuple(_REGISTRY)
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
     if name not in _REGISTRY:
-        raise ValueError(f"scheduler={name!r} is unknown; allowed: {', '.join(_REGISTRY)}")
+        raise ConfigError(f"scheduler={name!r} is invalid: allowed values are {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
 
 
-def make_scheduler(name: str, config: SchedulerConfig, block_manager: BlockManager) -> Scheduler:
-    return scheduler_class(name)(config, block_manager)
+def make_scheduler(name: str, block_manager: BlockManager, **settings: Any) -> Scheduler:
+    """Scheduler ``name`` over ``block_manager``; ``settings``: the engine's (max_batch_size,
+    max_model_len, chunk_size, ...), of which it reads the knobs its Config declares."""
+    cls = scheduler_class(name)
+    return cls(cls.Config.of(settings), block_manager)

@@ -1,11 +1,22 @@
+from dataclasses import dataclass
+
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
+
+
+@dataclass(frozen=True, kw_only=True)
+class SarathiConfig(SchedulerConfig):
+    # The prefill chunk: tokens of one request's prompt per iteration.
+    chunk_size: int
 
 
 @register_scheduler("sarathi")
 class SarathiScheduler(Scheduler):
     """Chunked prefill with decode-maximal batching (SARATHI): every running decode plus one
     prefill chunk of ``chunk_size`` tokens, from one request at a time."""
+
+    Config = SarathiConfig
+    config: SarathiConfig
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()

@@ -1,12 +1,23 @@
+from dataclasses import dataclass
+
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
 from sarathi_lab.engine.sequence import Status
+
+
+@dataclass(frozen=True, kw_only=True)
+class SarathiServeConfig(SchedulerConfig):
+    # The per-iteration token budget, decodes included.
+    token_budget: int
 
 
 @register_scheduler("sarathi_serve")
 class SarathiServeScheduler(Scheduler):
     """Stall-free batching (Sarathi-Serve): running decodes first, never paused; then chunks of
     ongoing prefills, then of new requests, until the token budget (decodes included) is spent."""
+
+    Config = SarathiServeConfig
+    config: SarathiServeConfig
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
