@@ -48,8 +48,6 @@ class LLMEngine:
         scheduled = clock.now()
         if not batch:
             return None
-        kv_tokens_read = batch.kv_tokens_read
-        sampled = batch.sampled
         out = self.executor.execute(batch)
         finished = self.scheduler.update(batch, out.tokens)
         end = clock.now()
@@ -58,7 +56,7 @@ class LLMEngine:
         for chunk in batch.chunks:
             if records[chunk.seq.seq_id].first_scheduled is None:
                 records[chunk.seq.seq_id].first_scheduled = t_start
-        for seq in sampled:
+        for seq in batch.sampled:
             rec = records[seq.seq_id]
             rec.token_times.append(t_end)
             rec.output_len = seq.num_generated
@@ -72,7 +70,7 @@ class LLMEngine:
             iteration=len(self.metrics.iterations), start=t_start, duration=t_end - t_start,
             num_prefill_tokens=batch.num_prefill_tokens, num_decode_tokens=batch.num_decode_tokens,
             num_prefill_requests=len(batch.prefills), num_decode_requests=len(batch.decodes),
-            kv_tokens_read=kv_tokens_read, num_preempted=len(batch.preempted),
+            kv_tokens_read=batch.kv_tokens_read, num_preempted=len(batch.preempted),
             schedule_time=scheduled - start, prepare_time=out.prepare_s, forward_time=out.forward_s,
             sample_time=out.sample_s)
         self.metrics.iterations.append(record)

@@ -7,7 +7,8 @@ The model of the pipeline:
   leaves one.
 - One scheduler decides every micro-batch, as in the paper's simulator: whenever stage 0 is free
   it asks the engine's scheduler for a batch over the requests that are not in flight (a request
-  in a micro-batch cannot be in the next one: its next token or chunk needs this one's output).
+  in a micro-batch cannot be in the next one: its next token or chunk needs this one's output;
+  the scheduler's ``in_flight`` holds them out).
   At most ``pp`` micro-batches are in flight; each holds at most ``max_batch_size`` requests
   (the scheduler sees at most that many of the running ones, oldest first).
 - Stages serve micro-batches in order (FIFO), each on its own clock: a micro-batch starts on a
@@ -30,7 +31,6 @@ request in flight, so one block manager serves all).
 from __future__ import annotations
 
 import argparse
-import heapq
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -109,29 +109,9 @@ class PipelineSimulator:
         self.scheduler = make_scheduler(scheduler, BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark),
                                         max_batch_size=max_batch_size, chunk_size=chunk_size, token_budget=chunk_size,
                                         max_model_len=max_model_len)
-        self._in_flight: set[int] = set()
-
-    def _schedule(self) -> ScheduledBatch:
-        """The scheduler's next batch over the requests not in flight, at most ``max_batch_size``
-        of the running ones in arrival order: a scheduler bounds only what it admits, since on one
-        pipeline stage all its running requests fit one batch; here the micro-batches in flight
-        hold the others, and when several come back together they must not merge into one."""
-        sched, hidden = self.scheduler, self._in_flight
-        visible = [s for s in sched.running if s.seq_id not in hidden] if hidden else sched.running
-        cap = sched.config.max_batch_size
-        if len(visible) == len(sched.running) and len(visible) <= cap:
-            return sched.schedule()
-        shown = visible[:cap]
-        kept = {s.seq_id for s in shown}
-        hidden_seqs = [s for s in sched.running if s.seq_id not in kept]
-        sched.running = shown
-        try:
-            return sched.schedule()
-        finally:
-            sched.running = list(heapq.merge(sched.running, hidden_seqs, key=lambda s: s.priority))
 
     def _times(self, batch: ScheduledBatch, sampled: list[Sequence]) -> StageTimes:
-        prefills = [(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills]
+        prefills = [(c.num_tokens, c.context_len) for c in batch.prefills]
         return self.cost.times(prefills, [s.num_computed + 1 for s in batch.decodes], len(sampled))
 
     def run(self, lengths: list[tuple[int, int]], arrivals: list[float] | None = None) -> PipelineResult:
@@ -150,8 +130,7 @@ class PipelineSimulator:
         now, idle_since = 0.0, 0.0   # when stage 0 is next free; since when it has waited with work
 
         def retire(mb: MicroBatch) -> None:
-            for chunk in mb.batch.chunks:
-                self._in_flight.discard(chunk.seq.seq_id)
+            sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
             finished = sched.update(mb.batch, [0] * len(mb.sampled))
             for seq in mb.sampled:
                 rec = records[seq.seq_id]
@@ -170,7 +149,7 @@ class PipelineSimulator:
                 sched.add(seq)
             while in_flight and in_flight[0].exit <= now:
                 retire(in_flight.popleft())
-            batch = self._schedule() if len(in_flight) < stages else ScheduledBatch()
+            batch = sched.schedule() if len(in_flight) < stages else ScheduledBatch()
             if not batch:
                 if not (in_flight or pending or sched.has_work()):
                     break   # the last micro-batches just left
@@ -201,7 +180,7 @@ class PipelineSimulator:
             total_bubble = sum(bubble)
             for chunk in batch.chunks:
                 seq_id = chunk.seq.seq_id
-                self._in_flight.add(seq_id)
+                sched.in_flight.add(seq_id)
                 bubbles[seq_id] += total_bubble
                 if records[seq_id].first_scheduled is None:
                     records[seq_id].first_scheduled = start[0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,7 @@ class Scheduler(ABC):
                               f"request{beside}; allowed: >= {need + kept} blocks, or a smaller max_model_len")
         self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
         self.running: list[Sequence] = []  # in arrival order too
+        self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
 
     @classmethod
     def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
@@ -93,9 +95,33 @@ class Scheduler(ABC):
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    @abstractmethod
     def schedule(self) -> ScheduledBatch:
-        """The next iteration's batch; may be empty only when nothing has arrived to run."""
+        """The next iteration's batch, a snapshot (ScheduledBatch.freeze); may be empty only when
+        nothing has arrived to run, or every running request is ``in_flight``.
+
+        Requests in ``in_flight`` (ids) are held out: a pipeline's micro-batch still on its way, whose
+        requests' next tokens need its output. With any held out, or more running than
+        ``max_batch_size``, the policy sees the oldest ``max_batch_size`` of the others as the
+        running ones: on one device every running request fits one batch, but micro-batches in
+        flight hold the rest, and several that come back together must not merge into one."""
+        batch = ScheduledBatch()
+        everyone, cap = self.running, self.config.max_batch_size
+        if not self.in_flight and len(everyone) <= cap:
+            self.compose(batch)
+            return batch.freeze()
+        shown = [s for s in everyone if s.seq_id not in self.in_flight][:cap]
+        seen = {s.seq_id for s in shown}
+        held = [s for s in everyone if s.seq_id not in seen]
+        self.running = shown
+        try:
+            self.compose(batch)
+        finally:  # the policy admits to and preempts from the requests it saw
+            self.running = list(heapq.merge(self.running, held, key=lambda s: s.priority))
+        return batch.freeze()
+
+    @abstractmethod
+    def compose(self, batch: ScheduledBatch) -> None:
+        """The policy: fills ``batch`` with the next iteration's chunks and decodes."""
 
     def update(self, batch: ScheduledBatch, tokens: list[int]) -> list[Sequence]:
         """After the forward pass (vLLM's update_from_output): the scheduled tokens are now cached,

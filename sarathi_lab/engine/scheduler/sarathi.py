@@ -18,12 +18,10 @@ class SarathiScheduler(Scheduler):
     Config = SarathiConfig
     config: SarathiConfig
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
         ongoing = [s for s in self.running if s.is_prefill and s not in batch]
         if ongoing:
             self._schedule_chunk(ongoing[0], self.config.chunk_size, batch)
         elif self.waiting and len(self.running) < self.config.max_batch_size:
             self._schedule_chunk(self.waiting[0], self.config.chunk_size, batch)
-        return batch

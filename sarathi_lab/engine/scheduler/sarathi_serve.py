@@ -19,13 +19,12 @@ class SarathiServeScheduler(Scheduler):
     Config = SarathiServeConfig
     config: SarathiServeConfig
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
         budget = self.config.token_budget - batch.num_decode_tokens
         for seq in [s for s in self.running if s.is_prefill and s not in batch]:
             if budget <= 0:
-                return batch
+                return
             if seq.status is not Status.RUNNING:  # preempted while reserving for an earlier chunk
                 continue
             budget -= self._schedule_chunk(seq, budget, batch)
@@ -34,4 +33,3 @@ class SarathiServeScheduler(Scheduler):
             if not scheduled:
                 break
             budget -= scheduled
-        return batch

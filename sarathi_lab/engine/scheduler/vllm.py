@@ -19,9 +19,7 @@ class VLLMScheduler(Scheduler):
     Config = VLLMConfig
     config: VLLMConfig
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_whole_prefills(batch, self.config.max_num_batched_tokens)
         if not batch.prefills:
             self._schedule_decodes(batch)
-        return batch
