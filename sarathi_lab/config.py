@@ -145,6 +145,22 @@ class EngineConfig:
                               "cpu_linear=aten")
 
     @property
+    def kv_size_key(self) -> str | None:
+        """The setting that sizes the KV cache: num_kv_blocks wins over kv_cache_gb; None: neither."""
+        if self.num_kv_blocks is not None:
+            return "num_kv_blocks"
+        return "kv_cache_gb" if self.kv_cache_gb is not None else None
+
+    def explicit_kv_blocks(self, block_bytes: int) -> int | None:
+        """The blocks of a KV cache sized by ``kv_size_key``, None if none is; refuses a size holding no block."""
+        if self.kv_size_key != "kv_cache_gb":
+            return self.num_kv_blocks
+        blocks = int(self.kv_cache_gb * 2**30 // block_bytes)
+        if blocks < 1:
+            raise ConfigError(f"kv_cache_gb={self.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
+        return blocks
+
+    @property
     def budget(self) -> int:
         """sarathi_serve's per-iteration token budget."""
         return self.chunk_size if self.token_budget is None else self.token_budget

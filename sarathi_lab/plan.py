@@ -54,14 +54,6 @@ class EnginePlan:
     def kv_capacity_tokens(self) -> int:
         return self.num_kv_blocks * self.config.block_size
 
-    @property
-    def kv_sized_by(self) -> str | None:
-        """The setting that sized the KV cache; None: its default size."""
-        cfg = self.config
-        if cfg.num_kv_blocks is not None:
-            return "num_kv_blocks"
-        return "kv_cache_gb" if cfg.kv_cache_gb is not None else None
-
 
 def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
     """The plan of an engine of ``cfg``; ``limits``: the model's, when already read. Refuses with a

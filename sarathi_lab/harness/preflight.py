@@ -48,11 +48,11 @@ def preflight(cfg: RunConfig) -> Checked:
         plan = plan_engine(engine, limits)
     except ConfigError as e:
         raise _as_set(e, cfg, budget) from None
-    blocks, key = plan.num_kv_blocks, plan.kv_sized_by or "num_kv_blocks"
+    blocks, key = plan.num_kv_blocks, engine.kv_size_key or "num_kv_blocks"
     setting = f"engine.{key}={getattr(engine, key)}"
     # With neither set, the cache is sized for batch_size requests of the context, capped by memory,
     # which a measurement's batch (piggyback's chunk beside them) can exceed as well.
-    sized = " (its default size; engine.num_kv_blocks sets it)" if plan.kv_sized_by is None else ""
+    sized = " (its default size; engine.num_kv_blocks sets it)" if engine.kv_size_key is None else ""
     try:
         scheduler = build_scheduler(plan)
     except ConfigError as e:

@@ -73,20 +73,22 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
     if room <= 0:
         raise ConfigError(f"model={cfg.model!r} is invalid here: its weights take {weights / 2**30:.1f} GiB in "
                           f"{cfg.dtype}, more than the {available / 2**30:.1f} GiB available on {device}")
-    if cfg.num_kv_blocks is not None:
-        key, blocks = "num_kv_blocks", cfg.num_kv_blocks
-    elif cfg.kv_cache_gb is not None:
-        key, blocks = "kv_cache_gb", int(cfg.kv_cache_gb * 2**30 // block_bytes)
-    elif device.type == "cuda":
-        key, blocks = None, int(room * GPU_MEMORY_UTILISATION // block_bytes)
+    key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
+    if key is not None:
+        if blocks * block_bytes > room:
+            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {kv_excess(blocks, block_bytes, room, device)}")
+        return blocks
+    if device.type == "cuda":
+        blocks = int(room * GPU_MEMORY_UTILISATION // block_bytes)
     else:
         wanted = blocks_beside_watermark(cfg.max_batch_size * -(-context // cfg.block_size), cfg.kv_watermark)
-        key, blocks = None, min(wanted, int(available * CPU_KV_MEMORY_SHARE // block_bytes))
-    if key is not None and blocks * block_bytes > room:
-        raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {blocks} blocks of {block_bytes} bytes take "
-                          f"{blocks * block_bytes / 2**30:.1f} GiB, more than the {room / 2**30:.1f} GiB left on "
-                          f"{device} beside the weights")
+        blocks = min(wanted, int(available * CPU_KV_MEMORY_SHARE // block_bytes))
     if blocks < 1:
-        raise ConfigError(f"{key or 'kv_cache_gb'}={getattr(cfg, key or 'kv_cache_gb')} is invalid: the KV cache"
-                          f" holds no block of {block_bytes} bytes")
+        raise ConfigError(f"kv_cache_gb=None is invalid: the KV cache holds no block of {block_bytes} bytes")
     return blocks
+
+
+def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:
+    """Why an explicit KV cache does not fit ``room`` bytes left on ``where`` beside the weights."""
+    return (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, more than the "
+            f"{max(room, 0) / 2**30:.1f} GiB left on {where} beside the weights")

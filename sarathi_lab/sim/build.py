@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import DTYPE_BYTES, ConfigError, EngineConfig
+from sarathi_lab.model.memory import kv_excess
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import device_dtype, load_device
@@ -43,15 +44,11 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
     shape = Shape.of(config)
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
-    if cfg.num_kv_blocks is not None or cfg.kv_cache_gb is not None:
-        key = "num_kv_blocks" if cfg.num_kv_blocks is not None else "kv_cache_gb"
-        blocks = cfg.num_kv_blocks if key == "num_kv_blocks" else int(cfg.kv_cache_gb * 2**30 // block_bytes)
-        if blocks < 1:
-            raise ConfigError(f"kv_cache_gb={cfg.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
+    key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
+    if key is not None:
         room = device.memory_bytes - shape.weight_bytes(elem)
         if blocks * block_bytes > room:
-            excess = (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, more than "
-                      f"the {max(room, 0) / 2**30:.1f} GiB left on sim_device={cfg.sim_device!r} beside the weights")
+            excess = kv_excess(blocks, block_bytes, room, f"sim_device={cfg.sim_device!r}")
             if not cfg.sim_kv_beyond_device:
                 raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {excess} (sim_kv_beyond_device=true "
                                   "runs it as a what-if)")
