@@ -19,6 +19,7 @@ from sarathi_lab.model.executor import ModelExecutor
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
+from sarathi_lab.sim import simulated_executor
 
 
 class LLM:
@@ -43,8 +44,6 @@ class LLM:
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
         if cfg.executor == "sim":
-            from sarathi_lab.sim import simulated_executor  # the simulator sits above the engine
-
             self.cpu_gemm = None
             clock = VirtualClock()
             executor = simulated_executor(plan.cost_model, self.model_config, clock)

@@ -53,7 +53,7 @@ from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.executor import composition
 from sarathi_lab.sim.memory import kv_capacity_tokens
-from sarathi_lab.sim.parallel import Parallelism, StageCostModel, StageTimes
+from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
 
@@ -124,10 +124,6 @@ class PipelineSimulator:
                                         max_batch_size=max_batch_size, chunk_size=chunk_size, token_budget=chunk_size,
                                         max_model_len=max_model_len)
 
-    def _times(self, batch: ScheduledBatch) -> StageTimes:
-        prefills, decodes = composition(batch)
-        return self.cost.times(prefills, decodes, len(batch.sampled))
-
     def run(self, lengths: list[tuple[int, int]], arrivals: list[float] | None = None) -> PipelineResult:
         """Serve requests of (prompt, decode) tokens arriving at ``arrivals`` (default: all at 0)."""
         stages = self.par.pp
@@ -168,7 +164,7 @@ class PipelineSimulator:
                     idle_since = nexts[0]   # an empty system: waiting for an arrival is no bubble
                 now = max(now, min(nexts))
                 continue
-            times = self._times(batch)
+            times = self.cost.times(*composition(batch), len(batch.sampled))
             start, finish, bubble = [], [], []
             ready = now
             for s in range(stages):
