@@ -18,8 +18,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 log = logging.getLogger("sarathi_lab")
 
-# The choices the engine implements; tests hold the engine's registries to these names.
-SCHEDULERS = ("static", "vllm", "orca", "sarathi", "sarathi_serve")
+# The choices the engine implements; tests hold the engine's registries to these names. Schedulers
+# are checked by their own registry (engine/scheduler), the one list of them, when one is built.
 ATTENTIONS = ("auto", "torch", "triton")
 # Bytes per element of each dtype the engine runs (the simulator sizes memory with it, torch-free).
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
@@ -33,6 +33,9 @@ MAX_SEED = 2**64 - 1
 # The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and
 # sarathi-serve's block managers' default watermark (vidur's watermark_blocks_fraction).
 KV_WATERMARK = 0.01
+# The share of a GPU's memory the engine's weights and KV cache may take (vLLM's
+# gpu_memory_utilization default); the simulator sizes a simulated GPU's cache with it too.
+GPU_MEMORY_UTILISATION = 0.9
 
 _KEY = re.compile(r"^[\w.\[\]]+(?==)")
 
@@ -107,7 +110,6 @@ class EngineConfig:
 
     def __post_init__(self):
         check_fields(self)
-        _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, DTYPES)
         _check_choice("attention", self.attention, ATTENTIONS)
@@ -141,6 +143,22 @@ class EngineConfig:
             raise ConfigError("dtype='float16' is invalid: this CPU's oneDNN has no float16 matmul (it needs "
                               "avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or float16 with "
                               "cpu_linear=aten")
+
+    @property
+    def kv_size_key(self) -> str | None:
+        """The setting that sizes the KV cache: num_kv_blocks wins over kv_cache_gb; None: neither."""
+        if self.num_kv_blocks is not None:
+            return "num_kv_blocks"
+        return "kv_cache_gb" if self.kv_cache_gb is not None else None
+
+    def explicit_kv_blocks(self, block_bytes: int) -> int | None:
+        """The blocks of a KV cache sized by ``kv_size_key``, None if none is; refuses a size holding no block."""
+        if self.kv_size_key != "kv_cache_gb":
+            return self.num_kv_blocks
+        blocks = int(self.kv_cache_gb * 2**30 // block_bytes)
+        if blocks < 1:
+            raise ConfigError(f"kv_cache_gb={self.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
+        return blocks
 
     @property
     def budget(self) -> int:

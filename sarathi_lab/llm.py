@@ -9,56 +9,51 @@ import torch
 from sarathi_lab import inputs
 from sarathi_lab.attention import make_backend
 from sarathi_lab.config import EngineConfig
-from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
-from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
-from sarathi_lab.model import build_model, load_config
+from sarathi_lab.model import build_model
 from sarathi_lab.model.cpu_linear import linear_gemm
-from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.model.executor import ModelExecutor
 from sarathi_lab.model.host_allocator import reuse_freed_memory
-from sarathi_lab.model.memory import context_limit, plan_kv_blocks
 from sarathi_lab.model.runner import ModelRunner
+from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
+from sarathi_lab.sim import simulated_executor
 
 
 class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
-        self.config = EngineConfig(model=model, **kwargs)
-        cfg = self.config
+        self._build(plan_engine(EngineConfig(model=model, **kwargs)))
+
+    @classmethod
+    def from_plan(cls, plan: EnginePlan) -> LLM:
+        """The engine of a plan made already (the harness's preflight made it), decided no second time."""
+        llm = cls.__new__(cls)
+        llm._build(plan)
+        return llm
+
+    def _build(self, plan: EnginePlan) -> None:
+        self.plan = plan
+        self.config = cfg = plan.config
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)
-        self.model_config = load_config(cfg.model)
-        self.max_model_len = context_limit(cfg, self.model_config)
+        self.model_config, self.max_model_len, self.num_kv_blocks = plan.model_config, plan.max_model_len, plan.num_kv_blocks
+        self.dtype = plan.dtype
+        # Before the weights are allocated: it refuses a cache smaller than what it reserves per request.
+        scheduler = build_scheduler(plan)
+        self.block_manager = scheduler.blocks
         if cfg.executor == "sim":
-            from sarathi_lab.sim import build_simulation  # the simulator sits above the engine
-
-            self.dtype = getattr(torch, cfg.dtype)  # the simulated device's dtype: no CPU fallback applies
             self.cpu_gemm = None
             clock = VirtualClock()
-            executor, self.num_kv_blocks = build_simulation(cfg, self.model_config, clock)
-            scheduler = self._make_scheduler()
+            executor = simulated_executor(plan.cost_model, self.model_config, clock)
         else:
-            self.dtype = cfg.torch_dtype
-            # Sized, and checked against the scheduler's reservation, before the weights are allocated.
-            self.num_kv_blocks = plan_kv_blocks(cfg, self.model_config, self.max_model_len, self.dtype,
-                                                cfg.torch_device)
-            scheduler = self._make_scheduler()
             executor, clock = self._build_model_executor()
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
         if cfg.warmup_iters and cfg.executor == "model":
             self._warm_up()
-
-    def _make_scheduler(self) -> Scheduler:
-        cfg = self.config
-        self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
-        return make_scheduler(cfg.scheduler, SchedulerConfig(cfg.max_batch_size, cfg.chunk_size, cfg.budget,
-                                                             self.max_model_len, cfg.max_num_batched_tokens),
-                              self.block_manager)
 
     def _build_model_executor(self) -> tuple[ModelExecutor, WallClock]:
         cfg = self.config
@@ -75,7 +70,7 @@ class LLM:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        return self.num_kv_blocks * self.config.block_size
+        return self.plan.kv_capacity_tokens
 
     def generate(self, prompts: Sequence_[Sequence_[int]], max_new_tokens: int | Sequence_[int] = 16,
                  sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
@@ -115,22 +110,14 @@ class LLM:
         bad = next((t for t in prompt if not 0 <= t < vocab), None)
         if bad is not None:
             raise ValueError(f"prompts[{i}] holds token {bad}, outside the vocabulary [0, {vocab})")
-        total = len(prompt) + max_new_tokens
-        if total > self.max_model_len:
-            raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) = {total}"
-                             f" tokens exceeds the model's context of {self.max_model_len}")
-        blocks = self.block_manager
-        if total - 1 > blocks.admissible_tokens:  # its last token is never cached
-            kept = f", {blocks.watermark_blocks} of its blocks kept free by kv_watermark" if blocks.watermark_blocks else ""
-            raise ValueError(f"prompts[{i}]: a request of {total} tokens (its last never cached) cannot fit the KV"
-                             f" cache of {self.kv_capacity_tokens} tokens{kept} even alone; raise num_kv_blocks or"
-                             " kv_cache_gb")
+        reason = self.engine.scheduler.refusal(len(prompt) + max_new_tokens)
+        if reason is not None:
+            raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with max_new_tokens={max_new_tokens} {reason}")
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        hf, cfg = self.model_config, self.config
-        kv_heads = hf.num_key_value_heads or hf.num_attention_heads
-        cache = torch.zeros(hf.num_hidden_layers, 2, self.num_kv_blocks, cfg.block_size, kv_heads,
-                            head_dim_of(hf), dtype=self.dtype, device=cfg.torch_device)
+        shape, cfg = self.plan.shape, self.config
+        cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads, shape.head_dim,
+                            dtype=self.dtype, device=cfg.torch_device)
         return [(layer[0], layer[1]) for layer in cache]
 
     def _warm_up(self) -> None:

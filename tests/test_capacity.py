@@ -11,7 +11,7 @@ from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import SLO, Metrics
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.engine.slo_guard import over_needed
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
@@ -40,7 +40,8 @@ class VirtualLLM:
 
     def __init__(self, decode_tokens: int = 1):
         clock = VirtualClock()
-        scheduler = make_scheduler("sarathi_serve", SchedulerConfig(1, 4096, 4096, 8192), BlockManager(1024, 16))
+        scheduler = make_scheduler("sarathi_serve", BlockManager(1024, 16), max_batch_size=1, token_budget=4096,
+                                   max_model_len=8192)
         self.engine = LLMEngine(scheduler, WholeRequestExecutor(clock), clock)
         self.metrics = Metrics()
         self.served = 0

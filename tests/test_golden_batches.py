@@ -25,7 +25,7 @@ from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler, scheduler_names
+from sarathi_lab.engine.scheduler import make_scheduler, scheduler_names
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 
 GOLDEN = {
@@ -59,8 +59,29 @@ def test_every_scheduler_has_a_golden_trace():
 def test_batch_composition_matches_the_golden_trace(name):
     clock = VirtualClock()
     recorder = Recorder(clock)
-    scheduler = make_scheduler(name, SchedulerConfig(max_batch_size=2, chunk_size=8, token_budget=8, max_model_len=24),
-                               BlockManager(64, 4))
+    scheduler = make_scheduler(name, BlockManager(64, 4), max_batch_size=2, chunk_size=8, token_budget=8,
+                               max_model_len=24)
     requests = [Sequence(0, [1] * 20, 3), Sequence(1, [1] * 9, 4), Sequence(2, [1] * 5, 2)]
     LLMEngine(scheduler, recorder, clock).run(requests, Metrics(), SamplingParams(ignore_eos=True))
     assert " | ".join(recorder.batches) == GOLDEN[name]
+
+
+def test_a_batch_is_a_snapshot_of_what_was_scheduled():
+    scheduler = make_scheduler("sarathi", BlockManager(64, 4), max_batch_size=2, chunk_size=8, max_model_len=24)
+    seq = Sequence(0, [1] * 10, 3)
+    scheduler.add(seq)
+    scheduler.update(scheduler.schedule(), [])  # the first 8 prompt tokens
+    last_chunk = scheduler.schedule()
+    scheduler.update(last_chunk, [5])  # caches them, appends the sampled token
+    assert [(c.start, c.num_tokens, c.samples) for c in last_chunk.chunks] == [(8, 2, True)]
+    assert last_chunk.sampled == (seq,) and last_chunk.kv_tokens_read == 10
+
+
+def test_requests_in_flight_are_held_out_of_the_next_batch():
+    scheduler = make_scheduler("orca", BlockManager(64, 4), max_batch_size=4, max_model_len=24)
+    for i in range(2):
+        scheduler.add(Sequence(i, [1] * 4, 3))
+    scheduler.update(scheduler.schedule(), [7, 7])  # both prefilled
+    scheduler.in_flight.add(0)
+    assert [c.seq.seq_id for c in scheduler.schedule().chunks] == [1]
+    assert [s.seq_id for s in scheduler.running] == [0, 1]

@@ -15,15 +15,15 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sarathi_lab"
 
 # Lowest first. ``llm`` is the public API (sarathi_lab/__init__.py and llm.py, with ``inputs``, the
-# checks of what users pass it): it builds an engine with its model, or the simulator's executor,
-# so it sits above both and below the harness.
+# checks of what users pass it, and ``plan``, the engine's plan it builds from): it builds an engine
+# with its model, or the simulator's executor, so it sits above both and below the harness.
 LAYERS = (
     ("config",),
     ("engine",),
     ("model", "attention", "sarathi_kernels"),
     ("profiling",),
     ("sim",),
-    ("llm", "inputs"),
+    ("llm", "inputs", "plan"),
     ("harness",),
     ("analysis",),
     ("run", "bench", "gpu", "produce", "check_gpu"),

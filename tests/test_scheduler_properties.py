@@ -3,6 +3,7 @@ the model's forward replaced by random logits (the schedulers never look at valu
 from __future__ import annotations
 
 import random
+import types
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler, scheduler_names
+from sarathi_lab.engine.scheduler import make_scheduler, scheduler_names
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 
 BLOCK = 4
@@ -23,7 +24,7 @@ class CheckingExecutor(Executor):
     """Checks every batch against the scheduler's promises (its policy and the block manager's
     bookkeeping), then returns random tokens: the schedulers never look at values."""
 
-    def __init__(self, scheduler, config: SchedulerConfig, clock: VirtualClock):
+    def __init__(self, scheduler, config: types.SimpleNamespace, clock: VirtualClock):
         self.scheduler, self.config, self.clock = scheduler, config, clock
         self.rng = random.Random(0)
         self.batches = []
@@ -91,10 +92,10 @@ class CheckingExecutor(Executor):
 
 def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None, cap=None,
                  max_model_len=None, watermark=0.0):
-    config = SchedulerConfig(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk,
-                             max_model_len=max_model_len or max(p + n for p, n in requests),
-                             max_num_batched_tokens=cap)
-    scheduler = make_scheduler(scheduler_name, config, BlockManager(num_blocks, BLOCK, watermark))
+    config = types.SimpleNamespace(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk,
+                                   max_model_len=max_model_len or max(p + n for p, n in requests),
+                                   max_num_batched_tokens=cap)
+    scheduler = make_scheduler(scheduler_name, BlockManager(num_blocks, BLOCK, watermark), **vars(config))
     clock = VirtualClock()
     executor = CheckingExecutor(scheduler, config, clock)
     arrivals = arrivals or [0.0] * len(requests)

@@ -12,10 +12,10 @@ from transformers import LlamaConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model import PRESETS
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device, max_batch
 from sarathi_lab.sim.device import GPU_DEVICES
 from sarathi_lab.sim.interpolate import Curve, Surface
-from sarathi_lab.sim.memory import kv_bytes_per_token, weight_bytes
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.roofline import RooflineCostModel
 
@@ -130,11 +130,12 @@ def test_bad_batches_fail_with_one_line():
 
 def test_kv_capacity_gives_the_papers_batch_of_18_for_llama13b_at_1k_on_an_a6000():
     a6000, config = load_device("a6000"), PRESETS["llama-13b"]
-    assert weight_bytes(config, 2) == pytest.approx(26.03e9, rel=1e-3)
-    assert kv_bytes_per_token(config, 2) == 2 * 40 * 5120 * 2
+    assert Shape.of(config).weight_bytes(2) == pytest.approx(26.03e9, rel=1e-3)
+    assert Shape.of(config).kv_bytes_per_token(2) == 2 * 40 * 5120 * 2
     # The bare formula floor((M_gpu - M_weights) / (L m_kv)) gives 30 requests; the paper's 18
     # follows once the engine's 0.9 share and the B x 1K-token prefill's activations are kept back.
-    bare_formula = (a6000.memory_bytes - weight_bytes(config, 2)) // (1024 * kv_bytes_per_token(config, 2))
+    shape = Shape.of(config)
+    bare_formula = (a6000.memory_bytes - shape.weight_bytes(2)) // (1024 * shape.kv_bytes_per_token(2))
     assert bare_formula == 30
     assert max_batch(a6000, config, 1024) == 18
     assert max_batch(a6000, config, 2048) < max_batch(a6000, config, 1024)
@@ -143,7 +144,7 @@ def test_kv_capacity_gives_the_papers_batch_of_18_for_llama13b_at_1k_on_an_a6000
 def test_kv_capacity_formula():
     device = dataclasses.replace(load_device("a100"), memory_bytes=100 * 2**30)
     config = PRESETS["llama2-7b"]
-    free = int(100 * 2**30 * 0.9) - weight_bytes(config, 2)
+    free = int(100 * 2**30 * 0.9) - Shape.of(config).weight_bytes(2)
     assert kv_capacity_tokens(device, config) == free // (2 * 32 * 4096 * 2)
     with pytest.raises(ConfigError, match="leave no room for a KV cache"):
         kv_capacity_tokens(dataclasses.replace(device, memory_bytes=2**30), config)

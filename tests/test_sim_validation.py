@@ -11,7 +11,8 @@ import itertools
 import pandas as pd
 import pytest
 
-from sarathi_lab.bench.sim_validate import SCHEDULERS, SERVED, Case, CPUClock, validate
+from sarathi_lab.bench.sim_validate import SERVED, Case, CPUClock, validate
+from sarathi_lab.engine.scheduler import scheduler_names
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +32,7 @@ def tiny_profile() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["op", "tokens", "context", "batch", "seconds"])
 
 
-CASES = [Case("at_once", s, 16, 4, ((40, 3), (24, 2), (32, 4))) for s in SCHEDULERS] + [
+CASES = [Case("at_once", s, 16, 4, ((40, 3), (24, 2), (32, 4))) for s in scheduler_names()] + [
     Case("poisson", "sarathi", 16, 4, ((40, 3), (24, 2), (32, 4)), arrivals=(0.0, 0.01, 0.02), repeat_real=True)]
 
 
@@ -48,11 +49,11 @@ def table(tmp_path_factory):
 def test_all_at_once_the_simulation_makes_the_real_engines_batches(table):
     errors, points = table
     at_once = errors[errors.arrival == "all_at_once"]
-    assert sorted(at_once.scheduler) == sorted(SCHEDULERS)
+    assert sorted(at_once.scheduler) == sorted(scheduler_names())
     assert at_once.identical_batches.all()
     assert (at_once.iterations_real == at_once.iterations_sim).all()
     assert at_once.iter_median_abs_rel_err.notna().all()
-    assert set(points.scheduler) >= set(SCHEDULERS)
+    assert set(points.scheduler) >= set(scheduler_names())
     assert (points.predicted_s > 0).all() and (points.measured_s > 0).all()
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.analysis.claims import COLUMNS
+from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.results import METRICS, is_finished, load_runs
 
 CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
@@ -26,7 +27,8 @@ PAPER_CHUNK_512_OVERHEAD = 0.25
 PAPER_TP_GAIN_OVER_VLLM = 3.7  # Yi-34B on two A100s (tensor parallel), strict 0.2 s
 # The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free batching's.
 HYBRID_TBT_MIN_RATIO = 2
-SCHEDULERS = ("sarathi_serve", "vllm", "orca", "static")
+# The pair the capacity gain compares, first in tables; the other schedulers follow in the registry's order.
+COMPARED = ("sarathi_serve", "vllm")
 TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_qps", "resolution", "binding", "bounded",
                  "num_trials", "token_budget", "at_capacity_itl_p99_s", "at_capacity_ttft_p50_s",
                  "at_capacity_sched_delay_p50_s", "executor", "model", "scale"]
@@ -77,7 +79,8 @@ def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
     # result, not a missing run; pivot_table would drop its row.
     table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_qps", aggfunc="max",
                                  dropna=False)
-    table = table.reindex([s for s in SCHEDULERS if s in table.index])
+    order = [*COMPARED, *(s for s in scheduler_names() if s not in COMPARED)]
+    table = table.reindex([s for s in order if s in table.index])
     if {"sarathi_serve", "vllm"} <= set(table.index):
         table.loc["sarathi_serve / vllm"] = table.loc["sarathi_serve"] / table.loc["vllm"]
     return table

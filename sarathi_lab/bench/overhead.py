@@ -26,7 +26,7 @@ from sarathi_lab.bench.common import (
     write_table,
 )
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
-from sarathi_lab.config import SCHEDULERS
+from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 TARGET = 0.05
@@ -96,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
-    p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=["sarathi", "vllm"])
+    p.add_argument("--schedulers", type=names_of(scheduler_names()), default=["sarathi", "vllm"])
     p.add_argument("--chunk-size", type=positive_int, default=512)
     p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--kv-blocks", type=positive_int, default=None, help="KV cache blocks (default: the engine's)")

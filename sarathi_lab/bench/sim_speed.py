@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from sarathi_lab.bench.args import positive_int
-from sarathi_lab.config import SCHEDULERS
+from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.device import DEVICES
 
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", choices=DEVICES, default="a100")
-    parser.add_argument("--scheduler", choices=SCHEDULERS, default="sarathi")
+    parser.add_argument("--scheduler", choices=scheduler_names(), default="sarathi")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top 15 entries by own time")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)

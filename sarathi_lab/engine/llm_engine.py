@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
-from sarathi_lab.engine.executor import Executor
+from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.engine.scheduler import Scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
@@ -48,17 +49,21 @@ class LLMEngine:
         scheduled = clock.now()
         if not batch:
             return None
-        kv_tokens_read = batch.kv_tokens_read
-        sampled = batch.sampled
         out = self.executor.execute(batch)
+        return self.finish(batch, out, start - self._t0, scheduled - start)
+
+    def finish(self, batch: ScheduledBatch, out: StepOutput, t_start: float, schedule_s: float,
+               t_end: float | None = None) -> IterationRecord:
+        """A step's bookkeeping once its batch ran: the scheduler's update and the records of an
+        iteration from ``t_start`` to ``t_end`` (seconds since start(); None: now). The pipeline
+        simulator calls it when a micro-batch leaves the last stage."""
         finished = self.scheduler.update(batch, out.tokens)
-        end = clock.now()
-        t_start, t_end = start - self._t0, end - self._t0
+        t_end = self.elapsed() if t_end is None else t_end
         records = self._records
         for chunk in batch.chunks:
             if records[chunk.seq.seq_id].first_scheduled is None:
                 records[chunk.seq.seq_id].first_scheduled = t_start
-        for seq in sampled:
+        for seq in batch.sampled:
             rec = records[seq.seq_id]
             rec.token_times.append(t_end)
             rec.output_len = seq.num_generated
@@ -72,8 +77,8 @@ class LLMEngine:
             iteration=len(self.metrics.iterations), start=t_start, duration=t_end - t_start,
             num_prefill_tokens=batch.num_prefill_tokens, num_decode_tokens=batch.num_decode_tokens,
             num_prefill_requests=len(batch.prefills), num_decode_requests=len(batch.decodes),
-            kv_tokens_read=kv_tokens_read, num_preempted=len(batch.preempted),
-            schedule_time=scheduled - start, prepare_time=out.prepare_s, forward_time=out.forward_s,
+            kv_tokens_read=batch.kv_tokens_read, num_preempted=len(batch.preempted),
+            schedule_time=schedule_s, prepare_time=out.prepare_s, forward_time=out.forward_s,
             sample_time=out.sample_s)
         self.metrics.iterations.append(record)
         return record

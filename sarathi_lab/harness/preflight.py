@@ -10,76 +10,68 @@ from dataclasses import dataclass
 from typing import Any
 
 from sarathi_lab.config import ConfigError, EngineConfig
-from sarathi_lab.engine.block_manager import watermark_blocks
-from sarathi_lab.engine.clock import VirtualClock
-from sarathi_lab.engine.scheduler import scheduler_class
 from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig, engine_key
 from sarathi_lab.harness.tasks import kv_blocks, kv_requests
 from sarathi_lab.harness.workloads import Workload, build_workload
-from sarathi_lab.model import load_config
-from sarathi_lab.model.memory import context_limit, plan_kv_blocks
-from sarathi_lab.sim import build_simulation
+from sarathi_lab.plan import EnginePlan, ModelLimits, build_scheduler, plan_engine
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Checked:
-    """What a run that passed the preflight runs: its requests, its engine's config (token_budget=auto
-    resolved) and what metrics.json records of an auto budget."""
+    """What a run that passed the preflight runs: its requests, its engine's plan (token_budget=auto
+    resolved), which LLM.from_plan builds, and what metrics.json records of an auto budget."""
     workload: Workload
-    engine: EngineConfig
+    plan: EnginePlan
     budget: dict[str, Any]
+
+    @property
+    def engine(self) -> EngineConfig:
+        return self.plan.config
 
 
 def preflight(cfg: RunConfig) -> Checked:
     """The run's requests and engine, once everything the run needs is known to fit; else a one-line
     ConfigError (or ModelLoadError) naming the key as the run's config spells it."""
-    hf = load_config(cfg.engine.model)
     try:
-        context = context_limit(cfg.engine, hf)
+        limits = ModelLimits.of(cfg.engine)
     except ConfigError as e:
         raise e.at(engine_key(e.key)) from None
-    workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, hf.vocab_size, context)
+    workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, limits.config.vocab_size,
+                              limits.max_model_len)
     # Before the KV cache: a simulated device keeps the activations of the largest iteration, which
     # the tuned budget sets, back from it.
     engine, budget = _token_budget(cfg, workload)
     try:
-        if engine.executor == "model":
-            blocks = plan_kv_blocks(engine, hf, context, engine.torch_dtype, engine.torch_device)
-        else:
-            # The simulated device, its cost model and KV cache, as LLM builds them (no weights: cheap);
-            # the LLM warns of a what-if KV cache when it builds them for the run, once per job.
-            try:
-                _, blocks = build_simulation(engine, hf, VirtualClock(), warn=False)
-            except FileNotFoundError as e:  # a profile not measured yet
-                raise ConfigError(f"sim_cost_model={engine.sim_cost_model!r} is invalid here: {e}") from None
+        plan = plan_engine(engine, limits)
     except ConfigError as e:
         raise _as_set(e, cfg, budget) from None
-    key = "kv_cache_gb" if engine.num_kv_blocks is None and engine.kv_cache_gb is not None else "num_kv_blocks"
+    blocks, key = plan.num_kv_blocks, engine.kv_size_key or "num_kv_blocks"
     setting = f"engine.{key}={getattr(engine, key)}"
     # With neither set, the cache is sized for batch_size requests of the context, capped by memory,
     # which a measurement's batch (piggyback's chunk beside them) can exceed as well.
-    sized = " (its default size; engine.num_kv_blocks sets it)" if getattr(engine, key) is None else ""
-    # A request is admitted only with the watermark's blocks left free beside its own.
-    kept = watermark_blocks(engine.kv_watermark, blocks)
-    beside = (f" beside the {kept} block{'s' * (kept != 1)} engine.kv_watermark={engine.kv_watermark} keeps free"
-              if kept else "")
-    if workload.max_request_len > (blocks - kept) * engine.block_size:
-        raise ConfigError(f"{setting} is invalid: the KV cache holds {blocks * engine.block_size} tokens, fewer than "
+    sized = " (its default size; engine.num_kv_blocks sets it)" if engine.kv_size_key is None else ""
+    try:
+        scheduler = build_scheduler(plan)
+    except ConfigError as e:
+        if e.key != "num_kv_blocks":
+            raise _as_set(e, cfg, budget) from None
+        # A cache smaller than the blocks it reserves for each request: named by what sized it.
+        raise ConfigError(f"{setting} is invalid{str(e).partition(' is invalid')[2]}{sized}") from None
+    if scheduler.refusal(workload.max_request_len) is not None:
+        kept = scheduler.blocks.watermark_blocks
+        beside = (f" beside the {kept} block{'s' * (kept != 1)} engine.kv_watermark={engine.kv_watermark} keeps free"
+                  if kept else "")
+        raise ConfigError(f"{setting} is invalid: the KV cache holds {plan.kv_capacity_tokens} tokens, fewer than "
                           f"one request of {workload.max_request_len}{beside}{sized}")
-    reserved = scheduler_class(engine.scheduler).reserved_blocks(context, engine.block_size)
-    if reserved > blocks - kept:
-        raise ConfigError(f"{setting} is invalid with scheduler={engine.scheduler}: the KV cache holds {blocks} blocks, "
-                          f"fewer than the {reserved} it reserves for each request{beside} (max_model_len={context} "
-                          f"tokens; engine.max_model_len lowers it){sized}")
     held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
     need = kv_blocks(held, engine.block_size)
     if need > blocks:
         raise ConfigError(f"{setting} is invalid with task={cfg.task}: the KV cache holds {blocks} blocks, fewer than "
                           f"the {need} its batch of {len(held)} requests takes{sized}")
-    return Checked(workload, engine, budget)
+    return Checked(workload, plan, budget)
 
 
 def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:

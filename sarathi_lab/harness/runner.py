@@ -8,7 +8,6 @@ Independent of Hydra's runtime (run.py supplies the RunContext), so tests can ca
 """
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import logging
 import os
@@ -84,7 +83,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             OmegaConf.save(node, run_dir / ".hydra" / name)
     write_status(run_dir, "running")
 
-    llm = LLM(**dataclasses.asdict(checked.engine))
+    llm = LLM.from_plan(checked.plan)
     _warn_on_kv_limits(llm, workload, cfg)
     before = load.snapshot()
     start = time.perf_counter()

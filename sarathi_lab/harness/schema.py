@@ -44,7 +44,7 @@ class ModelCfg:
 
 @dataclass(frozen=True)
 class SchedulerCfg:
-    name: str  # checked against the engine's schedulers by EngineConfig
+    name: str  # checked against the engine's scheduler registry by the preflight
 
 
 @dataclass(frozen=True)

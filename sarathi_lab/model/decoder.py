@@ -11,13 +11,10 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
 from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding
+from sarathi_lab.model.shape import head_dim_of
 
 # Architectures this decoder implements, and whether their q/k/v projections carry a bias.
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": True}
-
-
-def head_dim_of(config: PretrainedConfig) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 class Attention(nn.Module):

@@ -13,17 +13,12 @@ import torch
 from sarathi_kernels import cpu_ops
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark
-from sarathi_lab.model.decoder import head_dim_of
+from sarathi_lab.model.shape import Shape
 
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
 CPU_KV_MEMORY_SHARE = 0.25
-CUDA_MEMORY_UTILISATION = 0.9
-
-
-def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
@@ -39,25 +34,6 @@ def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
     if cfg.warmup_iters >= limit:
         raise ConfigError(f"warmup_iters={cfg.warmup_iters} is invalid: must be < the context of {limit} tokens")
     return limit
-
-
-def kv_bytes_per_token(hf: PretrainedConfig, dtype: torch.dtype) -> int:
-    """Keys and values of one token in every layer."""
-    kv_heads = hf.num_key_value_heads or hf.num_attention_heads
-    return 2 * hf.num_hidden_layers * kv_heads * head_dim_of(hf) * element_size(dtype)
-
-
-def num_parameters(hf: PretrainedConfig) -> int:
-    h, layers, inter = hf.hidden_size, hf.num_hidden_layers, hf.intermediate_size
-    q = hf.num_attention_heads * head_dim_of(hf)
-    kv = (hf.num_key_value_heads or hf.num_attention_heads) * head_dim_of(hf)
-    per_layer = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h
-    embeddings = hf.vocab_size * h * (1 if hf.tie_word_embeddings else 2)
-    return layers * per_layer + embeddings + h
-
-
-def weight_bytes(hf: PretrainedConfig, dtype: torch.dtype) -> int:
-    return num_parameters(hf) * element_size(dtype)
 
 
 def device_memory_bytes(device: torch.device) -> int:
@@ -83,33 +59,36 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
     """KV cache blocks: an explicit count wins over a memory budget; with neither, enough for
     ``max_batch_size`` full-context requests (the paper's preallocation), capped by memory.
     Refuses (ConfigError) whatever would not fit beside the weights."""
-    block_bytes = kv_bytes_per_token(hf, dtype) * cfg.block_size
+    shape, elem = Shape.of(hf), dtype.itemsize
+    block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     # oneDNN or MKL keeps a packed copy of every linear weight beside the original, and in float32 and
     # bfloat16 the few-row kernel another (model/cpu_linear.py); the rotary tables hold a float32
     # cos and sin per position (and as much again while built).
     copies = 1
     if device.type == "cpu" and cfg.cpu_linear != "aten":
         copies = 3 if dtype in cpu_ops.DTYPES else 2
-    weights = weight_bytes(hf, dtype) * copies + 4 * context * head_dim_of(hf) * 4
+    weights = shape.weight_bytes(elem) * copies + 4 * context * shape.head_dim * 4
     available = device_memory_bytes(device) if available is None else available
     room = available - weights
     if room <= 0:
         raise ConfigError(f"model={cfg.model!r} is invalid here: its weights take {weights / 2**30:.1f} GiB in "
                           f"{cfg.dtype}, more than the {available / 2**30:.1f} GiB available on {device}")
-    if cfg.num_kv_blocks is not None:
-        key, blocks = "num_kv_blocks", cfg.num_kv_blocks
-    elif cfg.kv_cache_gb is not None:
-        key, blocks = "kv_cache_gb", int(cfg.kv_cache_gb * 2**30 // block_bytes)
-    elif device.type == "cuda":
-        key, blocks = None, int(room * CUDA_MEMORY_UTILISATION // block_bytes)
+    key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
+    if key is not None:
+        if blocks * block_bytes > room:
+            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {kv_excess(blocks, block_bytes, room, device)}")
+        return blocks
+    if device.type == "cuda":
+        blocks = int(room * GPU_MEMORY_UTILISATION // block_bytes)
     else:
         wanted = blocks_beside_watermark(cfg.max_batch_size * -(-context // cfg.block_size), cfg.kv_watermark)
-        key, blocks = None, min(wanted, int(available * CPU_KV_MEMORY_SHARE // block_bytes))
-    if key is not None and blocks * block_bytes > room:
-        raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {blocks} blocks of {block_bytes} bytes take "
-                          f"{blocks * block_bytes / 2**30:.1f} GiB, more than the {room / 2**30:.1f} GiB left on "
-                          f"{device} beside the weights")
+        blocks = min(wanted, int(available * CPU_KV_MEMORY_SHARE // block_bytes))
     if blocks < 1:
-        raise ConfigError(f"{key or 'kv_cache_gb'}={getattr(cfg, key or 'kv_cache_gb')} is invalid: the KV cache"
-                          f" holds no block of {block_bytes} bytes")
+        raise ConfigError(f"kv_cache_gb=None is invalid: the KV cache holds no block of {block_bytes} bytes")
     return blocks
+
+
+def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:
+    """Why an explicit KV cache does not fit ``room`` bytes left on ``where`` beside the weights."""
+    return (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, more than the "
+            f"{max(room, 0) / 2**30:.1f} GiB left on {where} beside the weights")

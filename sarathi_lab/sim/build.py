@@ -1,4 +1,5 @@
-"""What ``LLM(executor="sim")`` asks the simulator for: an executor and the KV capacity in blocks."""
+"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks and
+the cost model, each made once per run; and the executor that runs on them."""
 from __future__ import annotations
 
 import logging
@@ -7,9 +8,11 @@ from typing import TYPE_CHECKING
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import DTYPE_BYTES, ConfigError, EngineConfig
+from sarathi_lab.model.memory import kv_excess
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import device_dtype, load_device
-from sarathi_lab.sim.memory import kv_bytes_per_token, kv_capacity_tokens, weight_bytes
+from sarathi_lab.sim.memory import kv_capacity_tokens
 from sarathi_lab.sim.parallel import Parallelism, shard_config
 
 if TYPE_CHECKING:
@@ -38,17 +41,14 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
     config = gpu_shard(config, cfg.sim_tp)
     # The engine's element size: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     elem = DTYPE_BYTES[device_dtype(cfg.sim_device, cfg.dtype)]
-    block_bytes = kv_bytes_per_token(config, elem) * cfg.block_size
+    shape = Shape.of(config)
+    block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
-    if cfg.num_kv_blocks is not None or cfg.kv_cache_gb is not None:
-        key = "num_kv_blocks" if cfg.num_kv_blocks is not None else "kv_cache_gb"
-        blocks = cfg.num_kv_blocks if key == "num_kv_blocks" else int(cfg.kv_cache_gb * 2**30 // block_bytes)
-        if blocks < 1:
-            raise ConfigError(f"kv_cache_gb={cfg.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
-        room = device.memory_bytes - weight_bytes(config, elem)
+    key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
+    if key is not None:
+        room = device.memory_bytes - shape.weight_bytes(elem)
         if blocks * block_bytes > room:
-            excess = (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, more than "
-                      f"the {max(room, 0) / 2**30:.1f} GiB left on sim_device={cfg.sim_device!r} beside the weights")
+            excess = kv_excess(blocks, block_bytes, room, f"sim_device={cfg.sim_device!r}")
             if not cfg.sim_kv_beyond_device:
                 raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {excess} (sim_kv_beyond_device=true "
                                   "runs it as a what-if)")
@@ -68,15 +68,20 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
                           "for a KV cache") from None
 
 
-def build_simulation(cfg: EngineConfig, config: PretrainedConfig, clock: VirtualClock, warn: bool = True):
-    """(SimulatedExecutor, number of KV blocks) for ``cfg.sim_device`` and ``cfg.sim_cost_model``;
-    ``warn``: whether a what-if KV cache is warned of (simulated_kv_blocks)."""
+def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostModel:
+    """The cost model of ``cfg.sim_device`` and ``cfg.sim_cost_model``; a profile not measured yet is
+    a ConfigError, refused before the run starts."""
+    model = cfg.model if cfg.sim_cost_model == "profile" else config
+    try:
+        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
+    except FileNotFoundError as e:
+        raise ConfigError(f"sim_cost_model={cfg.sim_cost_model!r} is invalid here: {e}") from None
+
+
+def simulated_executor(cost_model: CostModel, config: PretrainedConfig, clock: VirtualClock):
+    """The SimulatedExecutor that advances ``clock`` by ``cost_model``'s predictions."""
     from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
 
-    # First: it refuses, naming sim_tp, a model that does not split across the GPUs.
-    blocks = simulated_kv_blocks(cfg, config, warn)
-    model = cfg.model if cfg.sim_cost_model == "profile" else config
-    cost_model = CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
     eos = getattr(config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
-    return SimulatedExecutor(cost_model, clock, eos), blocks
+    return SimulatedExecutor(cost_model, clock, eos)

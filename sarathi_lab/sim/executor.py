@@ -16,7 +16,7 @@ from sarathi_lab.sim.cost_model import CostModel
 def composition(batch: ScheduledBatch) -> tuple[list[tuple[int, int]], list[int]]:
     """The batch as a cost model takes it: (chunk tokens, context once the chunk is cached) per
     prefill chunk, and each decode's context with the token it computes now."""
-    return [(c.num_tokens, c.context_len) for c in batch.prefills], [s.num_computed + 1 for s in batch.decodes]
+    return [(c.num_tokens, c.context_len) for c in batch.prefills], [c.context_len for c in batch.chunks[len(batch.prefills):]]
 
 
 class SimulatedExecutor(Executor):
@@ -32,8 +32,7 @@ class SimulatedExecutor(Executor):
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         prefills, decodes = composition(batch)
-        # Every decode samples; a chunk samples when it ends its request's tokens.
-        num_sampled = len(decodes) + sum(context == len(c.seq.tokens) for c, (_, context) in zip(batch.prefills, prefills))
+        num_sampled = len(batch.sampled)
         cost = self.cost_model.iteration_cost(prefills, decodes, num_sampled)
         self.extrapolated_iterations += cost.extrapolated
         self.clock.advance(cost.total_s)

@@ -7,13 +7,15 @@ The model of the pipeline:
   leaves one.
 - One scheduler decides every micro-batch, as in the paper's simulator: whenever stage 0 is free
   it asks the engine's scheduler for a batch over the requests that are not in flight (a request
-  in a micro-batch cannot be in the next one: its next token or chunk needs this one's output).
+  in a micro-batch cannot be in the next one: its next token or chunk needs this one's output;
+  the scheduler's ``in_flight`` holds them out).
   At most ``pp`` micro-batches are in flight; each holds at most ``max_batch_size`` requests
   (the scheduler sees at most that many of the running ones, oldest first).
 - Stages serve micro-batches in order (FIFO), each on its own clock: a micro-batch starts on a
   stage when the stage is free and the micro-batch has arrived from the one before.
-- A micro-batch leaving the last stage is the engine's ``update``: its requests get their tokens
-  (fixed, non-EOS) and go back to the scheduler.
+- A micro-batch leaving the last stage finishes the engine's step (``LLMEngine.finish``: the
+  scheduler's update and the records): its requests get their tokens (fixed, non-EOS) and go back
+  to the scheduler.
 Bubble time: a stage idle while a micro-batch it will serve exists. For stage s >= 1 that is
 ``max(0, arrival at s - max(the stage's previous finish, the micro-batch's start on stage 0))``;
 for stage 0, the time it waits, with requests unfinished in the system, because every
@@ -30,7 +32,6 @@ request in flight, so one block manager serves all).
 from __future__ import annotations
 
 import argparse
-import heapq
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -43,12 +44,16 @@ from transformers import AutoConfig
 from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
-from sarathi_lab.engine.metrics import Metrics, RequestRecord
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
-from sarathi_lab.engine.sequence import Sequence
+from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.engine.executor import Executor, StepOutput
+from sarathi_lab.engine.llm_engine import LLMEngine
+from sarathi_lab.engine.metrics import Metrics
+from sarathi_lab.engine.scheduler import make_scheduler
+from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.executor import composition
 from sarathi_lab.sim.memory import kv_capacity_tokens
-from sarathi_lab.sim.parallel import Parallelism, StageCostModel, StageTimes
+from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
 
@@ -61,10 +66,19 @@ def _config(model: str):
 BLOCK_SIZE = 16
 
 
+class _Stages(Executor):
+    """The engine's executor seam, unused: the pipeline's stages run its micro-batches."""
+
+    def start(self, sampling: SamplingParams) -> None:
+        pass
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        raise NotImplementedError("the pipeline's stages run micro-batches, on their own clocks")
+
+
 @dataclass
 class MicroBatch:
     batch: ScheduledBatch
-    sampled: list[Sequence]
     start: list[float]
     finish: list[float]
     bubble: list[float]
@@ -106,33 +120,9 @@ class PipelineSimulator:
             # capacity is the pipeline's.
             num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard, self.cost.roofline.elem_bytes,
                                                chunk_size + max_batch_size) // BLOCK_SIZE
-        self.scheduler = make_scheduler(scheduler, SchedulerConfig(max_batch_size, chunk_size, chunk_size,
-                                                                   max_model_len),
-                                        BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark))
-        self._in_flight: set[int] = set()
-
-    def _schedule(self) -> ScheduledBatch:
-        """The scheduler's next batch over the requests not in flight, at most ``max_batch_size``
-        of the running ones in arrival order: a scheduler bounds only what it admits, since on one
-        pipeline stage all its running requests fit one batch; here the micro-batches in flight
-        hold the others, and when several come back together they must not merge into one."""
-        sched, hidden = self.scheduler, self._in_flight
-        visible = [s for s in sched.running if s.seq_id not in hidden] if hidden else sched.running
-        cap = sched.config.max_batch_size
-        if len(visible) == len(sched.running) and len(visible) <= cap:
-            return sched.schedule()
-        shown = visible[:cap]
-        kept = {s.seq_id for s in shown}
-        hidden_seqs = [s for s in sched.running if s.seq_id not in kept]
-        sched.running = shown
-        try:
-            return sched.schedule()
-        finally:
-            sched.running = list(heapq.merge(sched.running, hidden_seqs, key=lambda s: s.priority))
-
-    def _times(self, batch: ScheduledBatch, sampled: list[Sequence]) -> StageTimes:
-        prefills = [(c.num_tokens, c.seq.num_computed + c.num_tokens) for c in batch.prefills]
-        return self.cost.times(prefills, [s.num_computed + 1 for s in batch.decodes], len(sampled))
+        self.scheduler = make_scheduler(scheduler, BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark),
+                                        max_batch_size=max_batch_size, chunk_size=chunk_size, token_budget=chunk_size,
+                                        max_model_len=max_model_len)
 
     def run(self, lengths: list[tuple[int, int]], arrivals: list[float] | None = None) -> PipelineResult:
         """Serve requests of (prompt, decode) tokens arriving at ``arrivals`` (default: all at 0)."""
@@ -141,36 +131,28 @@ class PipelineSimulator:
         seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
         pending = deque(sorted(seqs, key=lambda s: s.priority))
         metrics = Metrics(num_submitted=len(seqs))
-        records = {}
+        sched = self.scheduler
+        # The engine's own step bookkeeping (update, request and iteration records) on the pipeline's
+        # times; the stages, not an executor, run its micro-batches.
+        engine = LLMEngine(sched, _Stages(), VirtualClock())
+        engine.start(metrics, SamplingParams())
         bubbles = np.zeros(len(seqs))
         stage_free, busy = [0.0] * stages, [0.0] * stages
         in_flight: deque[MicroBatch] = deque()
         rows = []
-        sched = self.scheduler
         now, idle_since = 0.0, 0.0   # when stage 0 is next free; since when it has waited with work
 
         def retire(mb: MicroBatch) -> None:
-            for chunk in mb.batch.chunks:
-                self._in_flight.discard(chunk.seq.seq_id)
-            finished = sched.update(mb.batch, [0] * len(mb.sampled))
-            for seq in mb.sampled:
-                rec = records[seq.seq_id]
-                rec.token_times.append(mb.exit)
-                rec.output_len = seq.num_generated
-                if rec.first_token is None:
-                    rec.first_token = mb.exit
-            for seq in finished:
-                records[seq.seq_id].finish = mb.exit
+            sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
+            engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start[0], 0.0),
+                          mb.start[0], 0.0, mb.exit)
 
         while pending or sched.has_work():
             while pending and pending[0].arrival <= now:
-                seq = pending.popleft()
-                records[seq.seq_id] = rec = RequestRecord(seq.seq_id, seq.prompt_len, seq.arrival)
-                metrics.requests.append(rec)
-                sched.add(seq)
+                engine.add_request(pending.popleft())
             while in_flight and in_flight[0].exit <= now:
                 retire(in_flight.popleft())
-            batch = self._schedule() if len(in_flight) < stages else ScheduledBatch()
+            batch = sched.schedule() if len(in_flight) < stages else ScheduledBatch()
             if not batch:
                 if not (in_flight or pending or sched.has_work()):
                     break   # the last micro-batches just left
@@ -182,8 +164,7 @@ class PipelineSimulator:
                     idle_since = nexts[0]   # an empty system: waiting for an arrival is no bubble
                 now = max(now, min(nexts))
                 continue
-            sampled = batch.sampled
-            times = self._times(batch, sampled)
+            times = self.cost.times(*composition(batch), len(batch.sampled))
             start, finish, bubble = [], [], []
             ready = now
             for s in range(stages):
@@ -196,17 +177,12 @@ class PipelineSimulator:
                 busy[s] += dt
                 stage_free[s] = begin + dt
                 ready = begin + dt + times.p2p_s
-            mb = MicroBatch(batch, sampled, start, finish, bubble)
+            mb = MicroBatch(batch, start, finish, bubble)
             in_flight.append(mb)
             total_bubble = sum(bubble)
             for chunk in batch.chunks:
-                seq_id = chunk.seq.seq_id
-                self._in_flight.add(seq_id)
-                bubbles[seq_id] += total_bubble
-                if records[seq_id].first_scheduled is None:
-                    records[seq_id].first_scheduled = start[0]
-            for seq in batch.preempted:
-                records[seq.seq_id].num_preemptions += 1
+                sched.in_flight.add(chunk.seq.seq_id)
+                bubbles[chunk.seq.seq_id] += total_bubble
             rows.append((start[0], mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s,
                          total_bubble))
             now = idle_since = stage_free[0]

@@ -1,5 +1,8 @@
-"""Schedulers register themselves by name on import."""
-from sarathi_lab.engine.scheduler import orca, sarathi, sarathi_serve, static, vllm  # noqa: F401
+"""Schedulers register themselves by name on import; every module of this package is imported here,
+so that a new scheduler is its own file and nothing else lists it."""
+import importlib
+import pkgutil
+
 from sarathi_lab.engine.scheduler.base import (
     Scheduler,
     SchedulerConfig,
@@ -8,6 +11,9 @@ from sarathi_lab.engine.scheduler.base import (
     scheduler_class,
     scheduler_names,
 )
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["Scheduler", "SchedulerConfig", "make_scheduler", "register_scheduler", "scheduler_class",
            "scheduler_names"]

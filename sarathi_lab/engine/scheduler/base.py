@@ -14,8 +14,11 @@ manager's watermark stays free after its blocks.
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import heapq
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
@@ -23,21 +26,23 @@ from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.sequence import Sequence, Status
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
+    """What every scheduler is configured by. A scheduler with knobs of its own declares them in a
+    subclass, its ``Config``; it is built by keyword from the engine's settings (``of``)."""
     max_batch_size: int
-    # The chunk size of `sarathi`.
-    chunk_size: int
-    # The per-iteration token budget of `sarathi_serve`, decodes included.
-    token_budget: int
     # The longest request (prompt + new tokens); what orca and static reserve for each one.
     max_model_len: int
-    # The most prompt tokens in one of `vllm`'s prefill iterations (None: no cap).
-    max_num_batched_tokens: int | None = None
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
+        """This config from the engine's settings, a superset: each scheduler reads only its knobs."""
+        return cls(**{f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name in settings})
 
 
 class Scheduler(ABC):
     name: str
+    Config: type[SchedulerConfig] = SchedulerConfig
     # Whether admission takes the blocks of max_model_len tokens (orca, static) rather than those of
     # the request's uncomputed tokens.
     reserves_max_model_len = False
@@ -54,6 +59,7 @@ class Scheduler(ABC):
                               f"request{beside}; allowed: >= {need + kept} blocks, or a smaller max_model_len")
         self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
         self.running: list[Sequence] = []  # in arrival order too
+        self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
 
     @classmethod
     def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
@@ -61,11 +67,12 @@ class Scheduler(ABC):
         static; 0 for the paged schedulers, which take blocks as tokens arrive."""
         return -(-max_model_len // block_size) if cls.reserves_max_model_len else 0
 
-    def add(self, seq: Sequence) -> None:
-        total = seq.prompt_len + seq.max_new_tokens
+    def refusal(self, total: int) -> str | None:
+        """Why a request of ``total`` tokens (prompt + new) can never run here; None if it can. The one
+        check that a request fits: ``add`` refuses by it, and LLM and the harness's preflight check
+        a call's or a workload's requests by it before any runs."""
         if total > self.config.max_model_len:
-            raise ValueError(f"request {seq.seq_id} has {total} tokens, more than max_model_len="
-                             f"{self.config.max_model_len}")
+            return f"has {total} tokens, more than max_model_len={self.config.max_model_len}"
         # Its last token is never cached. One that cannot fit even alone would be preempted and
         # rescheduled forever (sarathi_serve) or stall the engine; preempted after its prefill, it
         # is readmitted with all its cached tokens, beside the watermark.
@@ -75,16 +82,46 @@ class Scheduler(ABC):
             room = (f"the {blocks.admissible_tokens} of its {held} tokens one request is "
                     f"admitted with (its kv_watermark keeps {blocks.watermark_blocks} blocks free)"
                     if blocks.watermark_blocks else f"all {held} tokens it holds")
-            raise ValueError(f"request {seq.seq_id} needs {cached} tokens of KV cache, more than {room}")
+            return f"needs {cached} tokens of KV cache, more than {room}"
+        return None
+
+    def add(self, seq: Sequence) -> None:
+        reason = self.refusal(seq.prompt_len + seq.max_new_tokens)
+        if reason is not None:
+            raise ValueError(f"request {seq.seq_id} {reason}")
         seq.status = Status.WAITING
         bisect.insort(self.waiting, seq, key=lambda s: s.priority)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    @abstractmethod
     def schedule(self) -> ScheduledBatch:
-        """The next iteration's batch; may be empty only when nothing has arrived to run."""
+        """The next iteration's batch, a snapshot (ScheduledBatch.freeze); may be empty only when
+        nothing has arrived to run, or every running request is ``in_flight``.
+
+        Requests in ``in_flight`` (ids) are held out: a pipeline's micro-batch still on its way, whose
+        requests' next tokens need its output. With any held out, or more running than
+        ``max_batch_size``, the policy sees the oldest ``max_batch_size`` of the others as the
+        running ones: on one device every running request fits one batch, but micro-batches in
+        flight hold the rest, and several that come back together must not merge into one."""
+        batch = ScheduledBatch()
+        everyone, cap = self.running, self.config.max_batch_size
+        if not self.in_flight and len(everyone) <= cap:
+            self.compose(batch)
+            return batch.freeze()
+        shown = [s for s in everyone if s.seq_id not in self.in_flight][:cap]
+        seen = {s.seq_id for s in shown}
+        held = [s for s in everyone if s.seq_id not in seen]
+        self.running = shown
+        try:
+            self.compose(batch)
+        finally:  # the policy admits to and preempts from the requests it saw
+            self.running = list(heapq.merge(self.running, held, key=lambda s: s.priority))
+        return batch.freeze()
+
+    @abstractmethod
+    def compose(self, batch: ScheduledBatch) -> None:
+        """The policy: fills ``batch`` with the next iteration's chunks and decodes."""
 
     def update(self, batch: ScheduledBatch, tokens: list[int]) -> list[Sequence]:
         """After the forward pass (vLLM's update_from_output): the scheduled tokens are now cached,
@@ -199,14 +236,18 @@ def register_scheduler(name: str):
 
 
 def scheduler_names() -> tuple[str, ...]:
+    """Every scheduler's name: the one list of them (the package imports every module that registers one)."""
     return tuple(_REGISTRY)
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
     if name not in _REGISTRY:
-        raise ValueError(f"scheduler={name!r} is unknown; allowed: {', '.join(_REGISTRY)}")
+        raise ConfigError(f"scheduler={name!r} is invalid: allowed values are {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
 
 
-def make_scheduler(name: str, config: SchedulerConfig, block_manager: BlockManager) -> Scheduler:
-    return scheduler_class(name)(config, block_manager)
+def make_scheduler(name: str, block_manager: BlockManager, **settings: Any) -> Scheduler:
+    """Scheduler ``name`` over ``block_manager``; ``settings``: the engine's (max_batch_size,
+    max_model_len, chunk_size, ...), of which it reads the knobs its Config declares."""
+    cls = scheduler_class(name)
+    return cls(cls.Config.of(settings), block_manager)

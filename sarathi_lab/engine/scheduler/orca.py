@@ -9,8 +9,6 @@ class OrcaScheduler(Scheduler):
 
     reserves_max_model_len = True
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
         self._schedule_whole_prefills(batch)
-        return batch

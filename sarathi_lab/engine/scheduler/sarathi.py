@@ -1,5 +1,13 @@
+from dataclasses import dataclass
+
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
+
+
+@dataclass(frozen=True, kw_only=True)
+class SarathiConfig(SchedulerConfig):
+    # The prefill chunk: tokens of one request's prompt per iteration.
+    chunk_size: int
 
 
 @register_scheduler("sarathi")
@@ -7,12 +15,13 @@ class SarathiScheduler(Scheduler):
     """Chunked prefill with decode-maximal batching (SARATHI): every running decode plus one
     prefill chunk of ``chunk_size`` tokens, from one request at a time."""
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    Config = SarathiConfig
+    config: SarathiConfig
+
+    def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
         ongoing = [s for s in self.running if s.is_prefill and s not in batch]
         if ongoing:
             self._schedule_chunk(ongoing[0], self.config.chunk_size, batch)
         elif self.waiting and len(self.running) < self.config.max_batch_size:
             self._schedule_chunk(self.waiting[0], self.config.chunk_size, batch)
-        return batch

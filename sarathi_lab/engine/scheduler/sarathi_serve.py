@@ -1,6 +1,14 @@
+from dataclasses import dataclass
+
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
 from sarathi_lab.engine.sequence import Status
+
+
+@dataclass(frozen=True, kw_only=True)
+class SarathiServeConfig(SchedulerConfig):
+    # The per-iteration token budget, decodes included.
+    token_budget: int
 
 
 @register_scheduler("sarathi_serve")
@@ -8,13 +16,15 @@ class SarathiServeScheduler(Scheduler):
     """Stall-free batching (Sarathi-Serve): running decodes first, never paused; then chunks of
     ongoing prefills, then of new requests, until the token budget (decodes included) is spent."""
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    Config = SarathiServeConfig
+    config: SarathiServeConfig
+
+    def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
         budget = self.config.token_budget - batch.num_decode_tokens
         for seq in [s for s in self.running if s.is_prefill and s not in batch]:
             if budget <= 0:
-                return batch
+                return
             if seq.status is not Status.RUNNING:  # preempted while reserving for an earlier chunk
                 continue
             budget -= self._schedule_chunk(seq, budget, batch)
@@ -23,4 +33,3 @@ class SarathiServeScheduler(Scheduler):
             if not scheduled:
                 break
             budget -= scheduled
-        return batch

@@ -10,10 +10,8 @@ class StaticScheduler(Scheduler):
 
     reserves_max_model_len = True
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    def compose(self, batch: ScheduledBatch) -> None:
         if self.running:
             self._schedule_decodes(batch)
         else:
             self._schedule_whole_prefills(batch)
-        return batch

@@ -1,5 +1,13 @@
+from dataclasses import dataclass
+
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
+from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLLMConfig(SchedulerConfig):
+    # The most prompt tokens in one prefill iteration (vLLM's max_num_batched_tokens); None: no cap.
+    max_num_batched_tokens: int | None = None
 
 
 @register_scheduler("vllm")
@@ -8,9 +16,10 @@ class VLLMScheduler(Scheduler):
     iteration of whole prompts, at most ``max_num_batched_tokens`` of them; otherwise a decode-only
     iteration of every running request."""
 
-    def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+    Config = VLLMConfig
+    config: VLLMConfig
+
+    def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_whole_prefills(batch, self.config.max_num_batched_tokens)
         if not batch.prefills:
             self._schedule_decodes(batch)
-        return batch

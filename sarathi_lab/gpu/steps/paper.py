@@ -64,10 +64,11 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
     """Each GPU job's overrides through the schema, and its KV cache against an 80 GB card."""
     import torch
 
+    from sarathi_lab.config import GPU_MEMORY_UTILISATION
     from sarathi_lab.harness.compose import compose_config
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import load_config
-    from sarathi_lab.model.memory import kv_bytes_per_token, weight_bytes
+    from sarathi_lab.model.shape import Shape
 
     worst = 0.0
     jobs = job_overrides(step)
@@ -76,10 +77,10 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
         # the job's own dtype as the GPU runs it.
         cfg = parse_config(compose_config([o if not o.startswith("device=") else "device=cpu" for o in job]))
         engine = cfg.engine
-        dtype = getattr(torch, engine.dtype)
-        hf = load_config(engine.model)
-        need = cfg.batch_size * cfg.seq_len * kv_bytes_per_token(hf, dtype)
-        room = 0.9 * (H100_BYTES - weight_bytes(hf, dtype))
+        elem = getattr(torch, engine.dtype).itemsize
+        shape = Shape.of(load_config(engine.model))
+        need = cfg.batch_size * cfg.seq_len * shape.kv_bytes_per_token(elem)
+        room = GPU_MEMORY_UTILISATION * (H100_BYTES - shape.weight_bytes(elem))
         worst = max(worst, need / room)
     return [Metric("gpu_jobs_validated", len(jobs)),
             Metric("gpu_worst_kv_need_over_80GB_room", round(worst, 2), "x", "<= 1", worst <= 1)]

@@ -16,7 +16,7 @@ import pandas as pd
 
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.harness.tasks._timing import attention_reread, cost_model
 from sarathi_lab.harness.workloads import split_length
@@ -27,9 +27,8 @@ from sarathi_lab.profiling.attention import measure_reread
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:
     """The request served alone by an engine of its own: the sarathi scheduler with ``chunk``
     over the LLM's executor, clock and KV cache."""
-    scheduler = make_scheduler("sarathi", SchedulerConfig(max_batch_size=1, chunk_size=chunk, token_budget=chunk,
-                                                           max_model_len=llm.max_model_len),
-                               llm.block_manager)
+    scheduler = make_scheduler("sarathi", llm.block_manager, max_batch_size=1, chunk_size=chunk,
+                               max_model_len=llm.max_model_len)
     metrics = Metrics()
     LLMEngine(scheduler, llm.engine.executor, llm.engine.clock).run(
         [Sequence(0, prompt, decode_len)], metrics, SamplingParams(ignore_eos=True))

@@ -1,0 +1,86 @@
+"""A decoder's shape and the arithmetic on it: parameters, bytes of weights, of a token's KV and of
+its activations, and the flops and bytes of one iteration.
+
+The one home of this arithmetic: the engine's memory plan (model/memory.py), the simulator's
+(sim/memory.py, sim/roofline.py) and the roofline floors (profiling/floors.py) all read it here.
+Torch-free: sizes are in elements times ``elem_bytes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PretrainedConfig
+
+
+def head_dim_of(config: PretrainedConfig) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool = False
+
+    @classmethod
+    def of(cls, config: PretrainedConfig) -> Shape:
+        return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
+                   config.num_attention_heads, config.num_key_value_heads or config.num_attention_heads,
+                   head_dim_of(config), config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)))
+
+    @property
+    def layer_linear_params(self) -> int:
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * self.intermediate
+
+    @property
+    def kv_elems_per_token_layer(self) -> int:
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
+    def num_parameters(self) -> int:
+        per_layer = self.layer_linear_params + 2 * self.hidden  # two RMSNorm weights
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * per_layer + embeddings + self.hidden  # the final norm
+
+    def weight_bytes(self, elem_bytes: int) -> int:
+        return self.num_parameters * elem_bytes
+
+    def kv_bytes_per_token(self, elem_bytes: int) -> int:
+        """Keys and values of one token in every layer."""
+        return self.kv_elems_per_token_layer * self.layers * elem_bytes
+
+    def activation_bytes_per_token(self, elem_bytes: int) -> int:
+        """Peak live activations per token of one forward: the residual stream, the fused qkv output,
+        the gated MLP's two halves and their product, and float32 logits (an upper bound: the engine
+        computes logits only for the rows it samples)."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return (2 * self.hidden + q + 2 * kv + 3 * self.intermediate) * elem_bytes + 4 * self.vocab
+
+
+def visible_pairs(query_len: int, context_len: int) -> int:
+    """(query, key) pairs a causal chunk attends to: row r of the chunk sees context_len - query_len + r + 1 keys."""
+    before = context_len - query_len
+    return query_len * before + query_len * (query_len + 1) // 2
+
+
+def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
+                   elem_bytes: int) -> tuple[float, float]:
+    """(flops, bytes) of one iteration over requests with these query and context lengths (context
+    includes this step's tokens), sampling ``num_sampled`` rows: the least an iteration must do."""
+    tokens = sum(query_lens)
+    s = shape
+    linear_flops = 2 * tokens * s.layer_linear_params * s.layers
+    attn_flops = 4 * s.heads * s.head_dim * s.layers * sum(visible_pairs(q, c) for q, c in zip(query_lens, context_lens))
+    head_flops = 2 * num_sampled * s.hidden * s.vocab
+    weight_bytes = s.layer_linear_params * s.layers * elem_bytes
+    weight_bytes += (s.hidden * s.vocab * elem_bytes) if num_sampled else 0
+    weight_bytes += tokens * s.hidden * elem_bytes  # embedding rows
+    # Read every context, write this step's keys/values.
+    kv_bytes = s.kv_bytes_per_token(elem_bytes) * (sum(context_lens) + tokens)
+    return float(linear_flops + attn_flops + head_flops), float(weight_bytes + kv_bytes)

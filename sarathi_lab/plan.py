@@ -1,0 +1,79 @@
+"""One run's engine plan, made once: the model's config and shape, the longest request, the KV
+cache's blocks, the dtype, and the simulator's cost model where it is simulated.
+
+Everything downstream reads the plan instead of deciding again: LLM builds the engine from it, the
+harness's preflight checks a workload against it before any result is deleted, and both ask the
+scheduler it builds whether a request fits (``Scheduler.refusal``), so that the two can never
+disagree on the cache's size or on what fits in it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig
+
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
+from sarathi_lab.model import load_config
+from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+from sarathi_lab.model.shape import Shape
+from sarathi_lab.sim import simulated_cost_model, simulated_kv_blocks
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What the model allows, known before the engine's other settings are final (the harness tunes
+    the token budget for a workload that the context bounds)."""
+    config: PretrainedConfig
+    max_model_len: int
+
+    @classmethod
+    def of(cls, cfg: EngineConfig) -> ModelLimits:
+        config = load_config(cfg.model)
+        return cls(config, context_limit(cfg, config))
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    config: EngineConfig
+    model_config: PretrainedConfig
+    shape: Shape
+    max_model_len: int
+    num_kv_blocks: int
+    # What the engine computes in: bfloat16 runs as float32 on a CPU without bf16 units; a
+    # simulated device runs what was asked.
+    dtype: torch.dtype
+    # The simulator's (executor=sim), None for the real model.
+    cost_model: Any = None
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.num_kv_blocks * self.config.block_size
+
+
+def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
+    """The plan of an engine of ``cfg``; ``limits``: the model's, when already read. Refuses with a
+    one-line ConfigError whatever does not fit the device (the weights, the KV cache)."""
+    limits = limits or ModelLimits.of(cfg)
+    hf, context = limits.config, limits.max_model_len
+    if cfg.executor == "sim":
+        # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
+        blocks = simulated_kv_blocks(cfg, hf)
+        return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, getattr(torch, cfg.dtype),
+                          simulated_cost_model(cfg, hf))
+    dtype = cfg.torch_dtype
+    blocks = plan_kv_blocks(cfg, hf, context, dtype, cfg.torch_device)
+    return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype)
+
+
+def build_scheduler(plan: EnginePlan) -> Scheduler:
+    """The plan's scheduler over a fresh block manager; refuses (ConfigError) a cache that cannot hold
+    the blocks the scheduler reserves for one request."""
+    cfg = plan.config
+    blocks = BlockManager(plan.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
+    settings = dataclasses.asdict(cfg) | {"token_budget": cfg.budget, "max_model_len": plan.max_model_len}
+    return make_scheduler(cfg.scheduler, blocks, **settings)
