@@ -92,7 +92,7 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
     from sarathi_lab.engine.clock import WallClock
     from sarathi_lab.engine.llm_engine import LLMEngine
     from sarathi_lab.engine.metrics import Metrics
-    from sarathi_lab.engine.scheduler import SchedulerConfig, make_scheduler
+    from sarathi_lab.engine.scheduler import make_scheduler
     from sarathi_lab.engine.sequence import SamplingParams
     from sarathi_lab.model import load_config
     from sarathi_lab.model.executor import ModelExecutor
@@ -100,8 +100,8 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
 
     config = load_config(MODEL)
     blocks = BlockManager(num_blocks, BLOCK_SIZE)
-    scheduler = make_scheduler("sarathi_serve", SchedulerConfig(max_batch_size, token_budget, token_budget,
-                                                                max_model_len), blocks)
+    scheduler = make_scheduler("sarathi_serve", blocks, max_batch_size=max_batch_size, token_budget=token_budget,
+                               max_model_len=max_model_len)
     empty = torch.empty(0)
     runner = ModelRunner(NoopModel(config.vocab_size), [(empty, empty)] * config.num_hidden_layers, BLOCK_SIZE,
                          torch.device("cpu"))
