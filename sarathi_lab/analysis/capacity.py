@@ -6,7 +6,7 @@ claims rows (analysis/claims.py's columns: measured evidence in ``ours``, simula
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -176,43 +176,75 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What one column of the claims rows is computed from, measured or simulated; None: absent.
-    ``searches``: load_searches or a *_capacity.csv; ``tradeoff``: load_tradeoff (orca and
-    sarathi_serve at one load); ``overhead``: {prompt length: overhead of 512-token chunks}."""
+    """What one source's claims rows are computed from; None: absent. ``searches``: load_searches or
+    a *_capacity.csv; ``tradeoff``: load_tradeoff (orca and sarathi_serve at one load); ``overhead``:
+    {prompt length: overhead of 512-token chunks}; ``provenance``: the rows' claims.PROVENANCE
+    columns (where the numbers come from)."""
     searches: pd.DataFrame | None = None
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
+    provenance: dict[str, str] | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.provenance is not None and self.provenance["source"].startswith(("measured", "committed measured"))
 
 
-def _gain(evidence: Evidence) -> tuple[str, str] | None:
+def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
+    """The searches not flagged ``timing_unreliable``, and what was left out ("none" or 'N of M ...')."""
+    if searches is None or "timing_unreliable" not in searches:
+        return searches, "none"
+    flagged = searches.timing_unreliable.fillna(False).astype(bool)
+    left = f"{flagged.sum()} of {len(searches)} searches left out: timing unreliable" if flagged.any() else "none"
+    return searches[~flagged], left
+
+
+def _ratio_interval(s: pd.Series, v: pd.Series) -> tuple[float, float]:
+    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow: each
+    capacity lies between its highest passing rate and (1 + resolution) times it (no upper end for a
+    search that passed every rate)."""
+    def bracket(row):
+        res = row.get("resolution", 0.0)
+        return row.capacity_qps, row.capacity_qps * (1 + res) if pd.notna(res) else np.inf
+    (s_lo, s_hi), (v_lo, v_hi) = bracket(s), bracket(v)
+    return s_lo / v_hi, s_hi / v_lo
+
+
+def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
     searches = evidence.searches
     if searches is None or not len(searches) or not {"sarathi_serve", "vllm"} <= set(searches.scheduler):
         return None
-    texts, holds = [], {}
+    texts, holds, spreads = [], {}, {}
     for slo, rows in searches.groupby("tbt_slo_s"):
-        serve = rows[rows.scheduler == "sarathi_serve"].capacity_qps.astype(float)
-        vllm = rows[rows.scheduler == "vllm"].capacity_qps.astype(float)
+        serve = rows[rows.scheduler == "sarathi_serve"].sort_values("capacity_qps", na_position="first")
+        vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_qps", na_position="first")
         if not len(serve) or not len(vllm):
             continue  # one of the two not searched at this SLO: no comparison
         # A capacity of None (NaN) is a search that failed even its lowest rate: below any that passed.
-        s, v = serve.max(), vllm.max()
-        if np.isnan(s) or np.isnan(v):
-            text = ("neither passed a rate tried" if np.isnan(s) and np.isnan(v)
-                    else f"{'vllm' if np.isnan(v) else 'sarathi_serve'} passed no rate tried")
-            holds[slo] = "n/a" if np.isnan(s) and np.isnan(v) else "yes" if np.isnan(v) else "no"
+        s, v = serve.iloc[-1], vllm.iloc[-1]
+        if np.isnan(s.capacity_qps) or np.isnan(v.capacity_qps):
+            both = np.isnan(s.capacity_qps) and np.isnan(v.capacity_qps)
+            text = ("neither passed a rate tried" if both
+                    else f"{'vllm' if np.isnan(v.capacity_qps) else 'sarathi_serve'} passed no rate tried")
+            holds[slo] = "n/a" if both else "yes" if np.isnan(v.capacity_qps) else "no"
+            spreads[slo] = ""
         else:
-            text, holds[slo] = f"{s / v:.2f}x", "yes" if s > v else "no"
+            low, high = _ratio_interval(s, v)
+            # The verdict of the bracketed ratio: unclear where the brackets allow either order.
+            holds[slo] = "yes" if low > 1 else "no" if high <= 1 else "unclear"
+            text = f"{s.capacity_qps / v.capacity_qps:.2f}x"
+            spreads[slo] = f"{low:.2f}x to {high:.2f}x at P99 TBT <= {slo:g} s (search brackets)"
         texts.append(f"{text} at P99 TBT <= {slo:g} s")
     if not holds:
         return None
     slo, ours = min(holds), ", ".join(texts)
     pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve", "vllm"])]
     if not _bounded(pair):
-        return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a"
-    return f"{ours} ({scale_label(searches)})", holds[slo]
+        return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a", ""
+    return f"{ours} ({scale_label(searches)})", holds[slo], spreads[slo]
 
 
-def _hybrid_tbt(evidence: Evidence) -> tuple[str, str] | None:
+def _hybrid_tbt(evidence: Evidence) -> tuple[str, str, str] | None:
     tradeoff = evidence.tradeoff
     if tradeoff is None or not {"orca", "sarathi_serve"} <= set(tradeoff.scheduler):
         return None
@@ -220,17 +252,19 @@ def _hybrid_tbt(evidence: Evidence) -> tuple[str, str] | None:
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
     at_512 = serve[serve.chunk == 512].tbt_p99
     ratio = orca / (at_512.iloc[0] if len(at_512) else serve.tbt_p99.min())
-    return f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no"
+    return (f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no",
+            "one run per point: no spread")
 
 
-def _overhead(evidence: Evidence) -> tuple[str, str] | None:
+def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
     if not evidence.overhead:
         return None
     ours = ", ".join(f"{v:+.1%} at {n}" for n, v in sorted(evidence.overhead.items()))
-    return f"{ours} tokens", "yes" if max(evidence.overhead.values()) <= PAPER_CHUNK_512_OVERHEAD else "no"
+    return (f"{ours} tokens", "yes" if max(evidence.overhead.values()) <= PAPER_CHUNK_512_OVERHEAD else "no",
+            "computed from the cost model: no spread")
 
 
-# (claim, paper, check, what the measured column says without evidence)
+# (claim, paper, check, what a measured row says without evidence)
 CHECKS = (
     ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
      f"{PAPER_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
@@ -241,28 +275,33 @@ CHECKS = (
 )
 
 
-def capacity_claims(measured: Evidence, simulated: Evidence, cost_model: str) -> pd.DataFrame:
-    """The Sarathi-Serve rows of the claims table (analysis/claims.py's columns): each check on
-    the measured evidence in ``ours`` / ``holds`` and on the simulated in ``simulated`` / ``holds
-    (sim)``, predicted by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")."""
-    searches = measured.searches
-    where = measured_label(searches) if searches is not None and len(searches) else ""
+def _rows(evidence: Evidence, checks=CHECKS) -> list[dict]:
+    """Each check's row on one source's evidence; a simulated source without evidence has none."""
+    searches, left_out = reliable(evidence.searches)
+    usable = replace(evidence, searches=searches)
     rows = []
-    for claim, paper_text, check, unmeasured in CHECKS:
-        ours = check(measured)
-        ours = (*ours, where) if ours else (unmeasured, "n/a", "")
-        sim = check(simulated)
-        sim = (*sim, cost_model) if sim else ("not run", "n/a", "")
-        rows.append(dict(zip(COLUMNS, ("capacity", claim, paper_text, *ours, *sim))))
-    return pd.DataFrame(rows, columns=COLUMNS)
+    for claim, paper_text, check, unmeasured in checks:
+        found = check(usable)
+        if found is None and not evidence.measured:
+            continue
+        ours, holds, spread = found or (unmeasured, "n/a", "")
+        rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text, "ours": ours, "spread": spread,
+                     "holds": holds, "left out": left_out} | (evidence.provenance or {}))
+    return rows
 
 
-def tensor_parallel_claim(searches: pd.DataFrame, cost_model: str) -> pd.DataFrame:
+def capacity_claims(*sources: Evidence) -> pd.DataFrame:
+    """The Sarathi-Serve rows of the claims table (analysis/claims.py's columns), one per check and
+    source of evidence (e.g. the committed CPU table, then the simulated ones), each naming its
+    provenance; searches flagged ``timing_unreliable`` are left out and counted."""
+    return pd.DataFrame([row for evidence in sources for row in _rows(evidence)], columns=COLUMNS)
+
+
+TP_CLAIM = ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by tensor parallelism",
+            f"up to {PAPER_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)", _gain, "not measurable here: one CPU")
+
+
+def tensor_parallel_claim(evidence: Evidence) -> pd.DataFrame:
     """The claims row of the capacity searches on GPUs joined by tensor parallelism (Yi-34B on two
     A100s): simulated only, since one CPU cannot run it."""
-    sim = _gain(Evidence(searches))
-    sim = (*sim, cost_model) if sim else ("not run", "n/a", "")
-    claim = "sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by tensor parallelism"
-    row = ("capacity", claim, f"up to {PAPER_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)",
-           "not measurable here: one CPU", "n/a", "", *sim)
-    return pd.DataFrame([dict(zip(COLUMNS, row))], columns=COLUMNS)
+    return pd.DataFrame(_rows(evidence, (TP_CLAIM,)), columns=COLUMNS)
