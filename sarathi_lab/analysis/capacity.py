@@ -125,13 +125,15 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost
     and the ones measured on a CPU, or a panel saying they are not measured yet."""
     fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
     plot_capacity(simulated, sim_ax, f"simulated, {cost_model}: scale {simulated.scale.iloc[0]}")
+    measured, left_out = reliable(measured)
     if measured is not None and len(measured):
-        caveats = [text for flag, text in ((measured.timing_unreliable.any(), "timings unreliable: shared cores"),
+        caveats = [text for flag, text in ((left_out != "none", left_out),
                                            (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
                    if flag]
         plot_capacity(measured, cpu_ax, measured_label(measured) + "".join(f"\n({c})" for c in caveats))
     else:
-        cpu_ax.text(0.5, 0.5, "CPU capacity: not measured yet\n(experiment=capacity; docs/capacity/README.md)",
+        why = f"every search left out\n({left_out})" if left_out != "none" else "not measured yet"
+        cpu_ax.text(0.5, 0.5, f"CPU capacity: {why}\n(experiment=capacity; docs/capacity/README.md)",
                     ha="center", va="center", transform=cpu_ax.transAxes)
         cpu_ax.set_axis_off()
     return fig

@@ -105,7 +105,9 @@ def decode_speedup(results) -> list[dict]:
 
 
 def pd_ratio(results) -> list[dict]:
-    normalised = derive.pd_ratio_gains(results.summary("pd_ratio"))
+    gains = derive.pd_ratio_gains(results.summary("pd_ratio"))
+    # One gain per point, the mean of its repeats: the peak of single runs would favour the luckiest.
+    normalised = gains.groupby([*derive.WORKLOAD_KEYS, "chunk"], as_index=False).gain.mean()
     peaks = derive.pd_peaks(normalised)
     # A peak below 1 is the least loss, not a gain: it says nothing about where gains peak.
     near = [p.gain > 1 and p.predicted_pd_ratio / 2 <= p.pd_ratio <= 2 * p.predicted_pd_ratio
