@@ -184,10 +184,6 @@ def scheduler_latency(results) -> list[dict]:
                           for _, r in tbt.iterrows()))]
 
 
-CHECKS = (per_token_cost, tile_quantization, decode_speedup, pd_ratio, chunk_overhead, orca_compare,
-          scheduler_latency)
-
-
 def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
     """``rows`` with their spread over the experiment's seeds, and ``unclear`` where the seeds'
     verdicts differ (their interval straddles the threshold)."""
@@ -208,10 +204,11 @@ def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
     return out
 
 
-def rows_of(check, results) -> list[dict]:
-    """The check's rows on ``results`` with their spread, what they left out and where they come from.
-    An experiment whose every run is flagged unreliable has no verdict: its rows say so."""
-    name = check.__name__
+def rows_of(check, results, name: str | None = None) -> list[dict]:
+    """The check's rows on the runs of experiment ``name`` (by default the check's own name) in
+    ``results``, with their spread, what they left out and where they come from. An experiment
+    whose every run is flagged unreliable has no verdict: its rows say so."""
+    name = name or check.__name__
     provenance = results.provenance(name)
     left_out = results.unreliable_note(name) or "none"
     if results.summary(name).empty:
@@ -222,13 +219,18 @@ def rows_of(check, results) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out} for row in rows]
 
 
-def claims_table(results, simulated=None, checks=CHECKS) -> pd.DataFrame:
+def claims_table(results, simulated=None, checks=None) -> pd.DataFrame:
     """The rows of each check on our runs (``results``) and then, with ``simulated`` (the ``Results``
     of ``python -m sarathi_lab.produce --sim``), on the simulated runs, each row naming its source;
-    an experiment with no simulated run has no simulated row."""
+    an experiment with no simulated run has no simulated row. ``checks``: (experiment, check) pairs
+    or checks named as their experiment; by default every registered paper result's."""
+    if checks is None:
+        from sarathi_lab.analysis import registry  # its results' modules import this one's checks
+
+        checks = registry.checks()
     rows = []
-    for check in checks:
-        rows += rows_of(check, results)
-        if simulated is not None and check.__name__ not in simulated.missing():
-            rows += rows_of(check, simulated)
+    for name, check in (c if isinstance(c, tuple) else (c.__name__, c) for c in checks):
+        rows += rows_of(check, results, name)
+        if simulated is not None and name not in simulated.missing():
+            rows += rows_of(check, simulated, name)
     return pd.DataFrame(rows, columns=COLUMNS)

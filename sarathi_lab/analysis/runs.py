@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab.analysis import registry
 from sarathi_lab.harness.results import METRICS, SWEEP_SUMMARY, WANDB_DIR, is_finished, load_runs
 
-# The paper's experiments, one config each under experiments/ and one figure each.
-EXPERIMENTS = ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio", "chunk_overhead",
-               "orca_compare", "scheduler_latency")
+# The paper's experiments as registered at import (analysis/paper_results/, one module each).
+EXPERIMENTS = registry.names()
 
 
 def newest_sweep(root: str | Path, name: str) -> Path | None:
@@ -30,13 +30,13 @@ def newest_sweep(root: str | Path, name: str) -> Path | None:
     return Path(root) / name / "multiruns" / max(finished, key=finished.get)
 
 
-def download_wandb(project: str, root: str | Path, names=EXPERIMENTS) -> Path:
+def download_wandb(project: str, root: str | Path, names=None) -> Path:
     """Every result file of each experiment's newest W&B group (one sweep) into ``root``, laid out
     as local runs are: ``root/<name>/multiruns/<group>/<run id>/``."""
     import wandb
 
     api = wandb.Api()
-    for name in names:
+    for name in names or registry.names():
         runs = list(api.runs(project, filters={"jobType": name}, order="-created_at"))
         if not runs:
             continue
@@ -84,7 +84,7 @@ class Results:
         return [job for job in self.jobs(name) if not is_finished(self.sweep(name) / job)]
 
     def missing(self) -> list[str]:
-        return [n for n in EXPERIMENTS if newest_sweep(self.root, n) is None]
+        return [n for n in registry.names() if newest_sweep(self.root, n) is None]
 
     def summary(self, name: str) -> pd.DataFrame:
         return self.table(name, "summary")
