@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 
@@ -151,17 +152,25 @@ def load_tradeoff(root: str | Path) -> pd.DataFrame:
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
     """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the other schedulers as points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
-    ax.plot(serve.tbt_p99, serve.ttft_p50, "o-", label="sarathi_serve (token budget)")
-    for _, row in serve.iterrows():
-        ax.annotate(f"{row.chunk:g}", (row.tbt_p99, row.ttft_p50), fontsize=7, xytext=(3, 3),
-                    textcoords="offset points")
+    ax.plot(serve.tbt_p99, serve.ttft_p50, "o-", label="sarathi_serve, labelled by token budget")
+    # Budget labels alternate above and below the curve: neighbouring budgets' points lie close.
+    for i, (_, row) in enumerate(serve.iterrows()):
+        ax.annotate(f"{row.chunk:g}", (row.tbt_p99, row.ttft_p50), fontsize=7, ha="center",
+                    xytext=(0, 7 if i % 2 == 0 else -12), textcoords="offset points")
     for scheduler, rows in tradeoff[tradeoff.scheduler != "sarathi_serve"].groupby("scheduler"):
         ax.plot(rows.tbt_p99, rows.ttft_p50, "s", label=scheduler)
+    # Both axes logarithmic: static's TTFT is tens of times the others' and would flatten them.
     ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        # Plain numbers at 1, 2 and 5 of each decade: "2 x 10^-2" labels of every minor tick overprint.
+        axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[0] in "25"
+                                                       else ""))
     ax.set_xlabel("P99 TBT (s)")
     ax.set_ylabel("median TTFT (s)")
     ax.set_title(title or "TTFT vs TBT over sarathi_serve's token budget, same load")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     return ax
 
 

@@ -95,7 +95,7 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
     """docs/figures/capacity.png and capacity_tradeoff.png from the committed tables."""
     sim, tradeoff, cpu = load(docs)
     fig = capacity.capacity_figure(sim, cpu, cost_model_label(sim))
-    tradeoff_fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
     capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model_label(sim)}: TTFT vs TBT over token budgets, "
                                          "same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
