@@ -20,7 +20,6 @@ from sarathi_lab.profiling import quantities
 
 PROVENANCE = ["source", "scale", "dtype", "threads", "machine"]
 COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out", *PROVENANCE[1:]]
-VERDICTS = ("yes", "partly", "no", "unclear", "n/a")
 NO_REPEATS = "one run per point: no spread"
 
 

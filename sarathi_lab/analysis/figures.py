@@ -85,7 +85,8 @@ def per_token_cost(results, simulated=None):
             axes[2].plot(g.batch_size, g.ratio, color=color, label=f"{label}, {length:g}", **SIM_STYLE)
     axes[2].scatter(list(paper.DECODE_OVER_PREFILL), list(paper.DECODE_OVER_PREFILL.values()),
                     label="paper (13B/A6000, length 1024)", **PAPER_STYLE)
-    axes[2].set(yscale="log", title="decode / prefill time per token", xlabel="batch size", ylabel="ratio")
+    axes[2].set(yscale="log", title="decode / prefill time per token", xlabel="batch size",
+                ylabel="decode / prefill (x)")
     axes[2].legend(title="length", fontsize=8)
     _title(fig, results, "per_token_cost", "Fig. 3/4: a decode token costs far more than a prefill token", simulated)
     return fig
@@ -115,7 +116,8 @@ def tile_quantization(results, simulated=None):
     paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
     rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
                    **PAPER_STYLE)
-    rel_ax.set(title="relative to the time at one tile", xlabel="tokens in the iteration", ylabel="relative time")
+    rel_ax.set(title="relative to the time at one tile", xlabel="tokens in the iteration",
+               ylabel="time / time at one tile (x)")
     rel_ax.legend(fontsize=8)
     _title(fig, results, "tile_quantization",
            "Fig. 7: iteration time steps at multiples of the matmul tile on a GPU", simulated)
@@ -250,10 +252,10 @@ def orca_compare(results, simulated=None):
     for ax, (bars, title) in zip(axes, panels):
         sns.barplot(bars, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=ax, errorbar=None,
                     hue_order=[v for v in ORCA_ORDER if v in set(bars.variant)])
-        ax.set(title=title, xlabel="sequence length", ylabel="throughput over baseline")
+        ax.set(title=title, xlabel="sequence length (tokens)", ylabel="throughput over baseline (x)")
     sns.barplot(theirs, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=paper_ax, errorbar=None,
                 hue_order=[v for v in order if v in set(theirs.variant)], alpha=0.6)
-    paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length")
+    paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length (tokens)")
     for a in axes:
         a.axhline(1, color="black", lw=1)
         a.legend(fontsize=8)
