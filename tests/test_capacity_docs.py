@@ -82,7 +82,7 @@ def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, d
     yi = pd.read_csv(docs / "capacity" / capacity_docs.TP_CSV)
     strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_qps
     tp_row = rows.iloc[-1]
-    assert tp_row.source == "simulated roofline (2 x a100, tensor parallel, yi-34b) (committed docs/capacity/" \
+    assert tp_row.source == "simulated 2 x A100 (roofline, tensor parallel), yi-34b (committed docs/capacity/" \
                             "sim_capacity_yi34b.csv)"
     assert tp_row.ours.startswith(f"{strict.sarathi_serve / strict.vllm:.2f}x at P99 TBT <= 0.2 s")
     assert {p.name for p in (docs / "figures").glob("*.png")} == {"capacity.png", "capacity_tradeoff.png"}

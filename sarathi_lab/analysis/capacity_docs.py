@@ -51,10 +51,10 @@ def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, st
             "dtype": str(first["dtype"]), "threads": f"{first.torch_threads:g}", "machine": str(first.device_name)}
 
 
-def simulated_provenance(sim: pd.DataFrame, table: str, cost_model: str) -> dict[str, str]:
+def simulated_provenance(sim: pd.DataFrame, table: str, simulated_as: str) -> dict[str, str]:
     """claims.PROVENANCE of a committed table of simulated searches, or of the cost model alone."""
     where = f" (committed docs/capacity/{table})" if table else " (computed here)"
-    return {"source": f"simulated {cost_model}{where}", "scale": str(sim.scale.iloc[0]), "dtype": "",
+    return {"source": f"simulated {simulated_as}{where}", "scale": str(sim.scale.iloc[0]), "dtype": "",
             "threads": "n/a (simulated)", "machine": "none: predicted by the cost model"}
 
 
@@ -65,7 +65,8 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     sim, tradeoff, cpu = load(docs)
     cost = CostModel.for_device(SIM_DEVICE, sim.model.iloc[0])
     overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
-    label = cost_model_label(sim)
+    # Named as analysis/runs.py names simulated runs: "simulated A100 (roofline), mistral-7b".
+    label = f"{SIM_DEVICE.upper()} (roofline), {sim.model.iloc[0]}"
     measured = (capacity.Evidence(searches=cpu, provenance=measured_provenance(cpu)) if cpu is not None
                 else capacity.Evidence(provenance={"source": "measured CPU (not yet: experiment=capacity)"}))
     rows = capacity.capacity_claims(
@@ -75,7 +76,7 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     if not tp.exists():
         return rows
     searches = pd.read_csv(tp)
-    tp_label = f"roofline ({TP_GPUS} x {SIM_DEVICE}, tensor parallel, {searches.model.iloc[0]})"
+    tp_label = f"{TP_GPUS} x {SIM_DEVICE.upper()} (roofline, tensor parallel), {searches.model.iloc[0]}"
     tp_rows = capacity.tensor_parallel_claim(
         capacity.Evidence(searches, provenance=simulated_provenance(searches, TP_CSV, tp_label)))
     return pd.concat([rows, tp_rows], ignore_index=True)

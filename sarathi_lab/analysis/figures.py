@@ -143,7 +143,7 @@ def decode_speedup(results, simulated=None):
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)
         _legend_outside(ax, title="length", fontsize=8)
-        if runs is simulated and len(resolved):
+        if runs.executor("decode_speedup")["executor"] == "sim" and len(resolved):
             why.append(_decode_speedup_why(resolved, low, high))
     _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline", simulated)
     if any(why):
