@@ -74,4 +74,4 @@ def test_capacity_notebook_draws_with_and_without_the_cpu_table(cpu_table, monke
     measured = claims[claims.experiment == "capacity"].ours.iloc[0]
     assert ("cpu-small" in measured) == cpu_table and ("not measured yet" in measured) != cpu_table
     shown = json.dumps(notebook.cells[-1].outputs)
-    assert "roofline (a100, mistral-7b)" in shown
+    assert "simulated A100 (roofline), mistral-7b" in shown
