@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 import sarathi_lab
-from sarathi_lab.analysis.runs import EXPERIMENTS, Results
+from sarathi_lab.analysis import registry
+from sarathi_lab.analysis.runs import Results
 from sarathi_lab.harness import REPO_ROOT
 
 # The quick set (seconds per job): the tiny model, short requests, two points per swept axis, one
@@ -36,16 +37,6 @@ from sarathi_lab.harness import REPO_ROOT
 # scale=ci (scale/ci.yaml, the same settings) so that each run's metrics.json says `scale: ci`, as
 # experiment=ci/NAME's do.
 _CI_COMMON = ["scale=ci", "model=tiny", "logger=none", "measure.reps=1", "device.num_threads=1"]
-CI_OVERRIDES = {
-    "per_token_cost": ["seq_len=64", "batch_size=1,4"],
-    "tile_quantization": ["seq_len=80", "measure.token_step=16", "measure.tile=32"],
-    "decode_speedup": ["seq_len=64,96", "batch_size=2,4", "chunk=32"],
-    "pd_ratio": ["seq_len=96", "pd_ratio=4,16", "chunk=32", "batch_size=3"],
-    "chunk_overhead": ["seq_len=64,128", "chunk=32,64", "pd_ratio=8"],
-    "orca_compare": ["seq_len=64,96", "chunk=32", "pd_ratio=4", "workload.num_requests=8"],
-    "scheduler_latency": ["seq_len=96", "workload.min_tokens=32", "chunk=32", "workload.num_requests=6",
-                          "workload.qps=20,80"],
-}
 SCALES = ("full", "ci")
 # The quick set on the simulator: its shapes with the paper's model and device (no weights load).
 SIM_CI_OVERRIDES = ["executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.sim_cost_model=roofline"]
@@ -55,10 +46,14 @@ SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), sim: bool = False) -> list[str]:
     """The arguments of ``python -m sarathi_lab.run`` for one experiment's sweep."""
     sweep_dir = Path(root).resolve() / name / "multiruns" / f"{scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    overrides = _CI_COMMON + CI_OVERRIDES[name] if scale == "ci" else []
-    if sim:
-        overrides += SIM_CI_OVERRIDES if scale == "ci" else []
-    experiment = f"sim/{name}" if sim and scale == "full" else name
+    # Each result's own quick-set overrides (its module in analysis/paper_results/).
+    result = registry.by_name(name)
+    overrides = [*_CI_COMMON, *result.ci] if scale == "ci" else []
+    full_sim = result.sim
+    if sim and (scale == "ci" or full_sim is None):
+        # The quick set on the simulator, and so a result without a simulated config of its own.
+        overrides += SIM_CI_OVERRIDES
+    experiment = f"sim/{full_sim}" if sim and scale == "full" and full_sim else name
     return ["-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
 
 
@@ -91,7 +86,8 @@ def produce_missing(results: Results, scale: str = "ci", sim: bool = False) -> R
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sarathi_lab.produce", description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
+    known = registry.names()
+    parser.add_argument("names", nargs="*", help=f"experiments to run (default: all): {', '.join(known)}")
     parser.add_argument("--root", help="results root (default: outputs, or outputs/sim with --sim)")
     parser.add_argument("--scale", choices=SCALES, default="full")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
@@ -99,11 +95,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sim", action="store_true",
                         help="run on the simulator at the paper's shapes (experiment=sim/NAME; at --scale ci the quick set)")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.names) - set(EXPERIMENTS))
+    unknown = sorted(set(args.names) - set(known))
     if unknown:
-        parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(EXPERIMENTS)}")
+        parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(known)}")
     root = args.root or (SIM_ROOT if args.sim else REPO_ROOT / "outputs")
-    failed = run_experiments(args.names or EXPERIMENTS, root, args.scale, args.override, args.sim)
+    failed = run_experiments(args.names or known, root, args.scale, args.override, args.sim)
     if failed:
         raise SystemExit(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")
 

@@ -140,6 +140,22 @@ class _Measured(_Frames):
 
     describe = Results.describe
 
+    def _loaded(self, name, table):
+        return self.frames[name, table]
+
+    def unreliable_note(self, name):
+        return ""
+
+    def seeds(self, name):
+        return [0]
+
+    def missing(self):
+        return []
+
+    def provenance(self, name):
+        return {"source": "measured CPU, cpu-small", "scale": "ci", "dtype": "float32", "threads": "1",
+                "machine": "Test CPU"}
+
     def executor(self, name):
         return {"executor": "model"}
 
@@ -242,13 +258,26 @@ class _Simulated(_Frames):
     def executor(self, name):
         return {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "roofline"}
 
+    def missing(self):
+        return [name for name in ("scheduler_latency", "decode_speedup") if (name, "summary") not in self.frames]
+
+    def unreliable_note(self, name):
+        return ""
+
+    def seeds(self, name):
+        return [0]
+
+    def provenance(self, name):
+        return {"source": "simulated A6000 (roofline), llama-13b", "scale": "full", "dtype": "float16",
+                "threads": "n/a (simulated)", "machine": "none: predicted by the cost model"}
+
 
 def _latency(times_by_qps) -> pd.DataFrame:
     return pd.DataFrame([dict(scheduler=s, **{"workload.qps": q}, itl_p99_s=t, model="llama-13b")
                          for q, times in times_by_qps.items() for s, t in times.items()])
 
 
-def test_claims_table_puts_the_same_check_on_simulated_runs_beside_the_measured_one():
+def test_claims_table_gives_simulated_runs_rows_of_their_own_naming_their_source():
     measured = _Measured({("scheduler_latency", "summary"): _on_cpu(_latency({1: {"sarathi_serve": 0.5, "vllm": 0.4,
                                                                                    "orca": 0.6}})),
                           ("decode_speedup", "piggyback"): _piggyback(4, 40.0, 100.0, 107.5),
@@ -257,15 +286,71 @@ def test_claims_table_puts_the_same_check_on_simulated_runs_beside_the_measured_
                                                                             "orca": 0.3}})})
     table = claims.claims_table(measured, simulated, checks=(claims.scheduler_latency, claims.decode_speedup))
     assert list(table.columns) == claims.COLUMNS
-    latency, speedup = table.to_dict("records")
-    assert latency["holds"] == "no" and latency["holds (sim)"] == "yes"
-    assert "qps 4: sarathi_serve 40 ms, vllm 200 ms, orca 300 ms" in latency["simulated"]
-    assert latency["cost model"] == "roofline (a6000, llama-13b)"
-    assert latency["measured on"] == speedup["measured on"] == "measured CPU: cpu-small, Test CPU, float32 (ci scale)"
-    # An experiment with no simulated run says so instead of failing the table.
-    assert (speedup["simulated"], speedup["holds (sim)"], speedup["cost model"]) == ("not run", "n/a", "")
+    latency, sim_latency, speedup = table.to_dict("records")
+    assert latency["holds"] == "no" and sim_latency["holds"] == "yes"
+    assert "qps 4: sarathi_serve 40 ms, vllm 200 ms, orca 300 ms" in sim_latency["ours"]
+    assert (sim_latency["source"], sim_latency["machine"]) == ("simulated A6000 (roofline), llama-13b",
+                                                               "none: predicted by the cost model")
+    assert latency["source"] == speedup["source"] == "measured CPU, cpu-small"
+    assert (latency["scale"], latency["dtype"], latency["threads"]) == ("ci", "float32", "1")
+    assert latency["spread"] == claims.NO_REPEATS and latency["left out"] == "none"
+    # An experiment with no simulated run has no simulated row.
+    assert speedup["claim"].startswith("Piggybacking")
     alone = claims.claims_table(measured, checks=(claims.scheduler_latency,))
-    assert alone.loc[0, "simulated"] == "not run" and alone.loc[0, "holds"] == "no"
+    assert len(alone) == 1 and alone.loc[0, "holds"] == "no"
+
+
+def _run(root, job: int, seed: int, summary: dict, unreliable: bool = False, scheduler: str = "static",
+         **config) -> None:
+    run = root / str(job)
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({
+        "config": {"scheduler": scheduler, "model": "cpu-small", "seed": seed, "scale": "full"} | config,
+        "overrides": [], "resolved_config": {"engine": {"executor": "model"}}, "summary": summary,
+        "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32", "torch_threads": 2,
+                        "timing_unreliable": unreliable}}))
+
+
+def _pd_ratio_sweep(root, gains_by_seed: dict[int, float], unreliable=()) -> None:
+    """One workload, one chunk: per seed a static run (throughput 100) and a sarathi run."""
+    sweep, job = root / "pd_ratio/multiruns/2026-01-01", 0
+    for seed, gain in gains_by_seed.items():
+        for scheduler, throughput in (("static", 100.0), ("sarathi", 100.0 * gain)):
+            _run(sweep, job, seed, {"total_throughput": throughput}, seed in unreliable, scheduler, chunk=64,
+                 **KEYS)
+            job += 1
+
+
+def test_runs_flagged_unreliable_are_left_out_of_the_claims_and_counted(tmp_path):
+    # Seed 1's runs shared the machine: their 0.5x is left out, and the row says so.
+    _pd_ratio_sweep(tmp_path, {0: 1.2, 1: 0.5}, unreliable={1})
+    _, gain = claims.claims_table(Results(tmp_path), checks=(claims.pd_ratio,)).to_dict("records")
+    assert gain["ours"].startswith("peak 1.20x") and "lowest 1.20x" in gain["ours"] and gain["holds"] == "yes"
+    assert gain["left out"] == "2 of 4 runs left out: timing unreliable"
+    assert (gain["source"], gain["machine"], gain["threads"]) == ("measured CPU, cpu-small", "Test CPU", "2")
+    assert "2 of 4 runs left out" in Results(tmp_path).describe("pd_ratio")
+    # Opting in keeps them, marked.
+    _, kept = claims.claims_table(Results(tmp_path, include_unreliable=True), checks=(claims.pd_ratio,)).to_dict(
+        "records")
+    assert kept["ours"].startswith("peak 0.85x") and kept["left out"] == "2 of 4 runs timing unreliable, kept"
+
+
+def test_an_experiment_whose_every_run_is_unreliable_has_no_verdict(tmp_path):
+    # A loaded machine flagged every job: the claims table used to say "holds: yes" from them.
+    _pd_ratio_sweep(tmp_path, {0: 1.69}, unreliable={0})
+    rows = claims.claims_table(Results(tmp_path), checks=(claims.pd_ratio,)).to_dict("records")
+    assert [r["holds"] for r in rows] == ["n/a", "n/a"]
+    assert rows[1]["ours"].startswith("no reliable run (2 of 2 runs left out: timing unreliable")
+
+
+@pytest.mark.parametrize("gains, holds, spread", [({0: 1.3, 1: 1.2, 2: 1.25}, "yes", "1.2 to 1.3 over 3 seeds"),
+                                                  ({0: 1.3, 1: 1.0, 2: 1.15}, "unclear", "1 to 1.3 over 3 seeds"),
+                                                  ({0: 0.9, 1: 1.0}, "no", "0.9 to 1 over 2 seeds")])
+def test_a_claim_repeated_over_seeds_shows_its_spread_and_is_unclear_where_it_straddles(tmp_path, gains, holds,
+                                                                                        spread):
+    _pd_ratio_sweep(tmp_path, gains)
+    _, gain = claims.claims_table(Results(tmp_path), checks=(claims.pd_ratio,)).to_dict("records")
+    assert gain["holds"] == holds and gain["spread"].startswith(spread)
 
 
 def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
@@ -346,7 +431,8 @@ def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, 
             "resolved_config": {"engine": {"executor": "model"}, "workload": {"qps": 1.0}}, "summary": {"itl_p99_s": tbt},
             "environment": {"device": device, "device_name": name, "dtype": "bfloat16"}}))
     (row,) = claims.claims_table(Results(tmp_path), checks=(claims.scheduler_latency,)).to_dict("records")
-    assert row["holds"] == "yes" and row["measured on"] == f"{source}: llama-13b, {name}, bfloat16 (full scale)"
+    assert row["holds"] == "yes" and (row["source"], row["machine"], row["dtype"]) == (f"{source}, llama-13b", name,
+                                                                                      "bfloat16")
 
 
 def test_decode_speedup_figure_leaves_out_points_where_riding_decodes_measured_free():

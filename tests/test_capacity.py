@@ -111,6 +111,18 @@ def test_every_rate_passing_is_reported_as_a_lower_bound():
     assert [t.qps for t in result.trials] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0]
 
 
+def test_the_log_line_rounds_to_what_the_bracket_resolves_and_names_a_lower_bound():
+    # Bisecting 1.0 and 2.0 to 5% stops at a capacity like 1.2968395546510096: two or three digits say it.
+    bounded = search_capacity(_up_to(1.3), start_qps=1.0, resolution=0.05)
+    assert bounded.describe().startswith(f"capacity {bounded.capacity_qps:.3g} req/s (fails by ")
+    assert "binding: tbt_p99_s" in bounded.describe() and "1.2968" not in bounded.describe()
+    unbounded = search_capacity(lambda q: Trial(q, True, None, False), start_qps=20.0, max_trials=5)
+    assert unbounded.describe() == ("capacity >= 320 req/s: every rate tried passed, so this is a lower bound, "
+                                    "not a capacity after 5 trials")
+    none = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), start_qps=1.0, min_qps=0.25)
+    assert none.describe().startswith("capacity below 0.25 req/s: even the lowest rate tried failed")
+
+
 def test_even_the_lowest_rate_failing_gives_no_capacity():
     result = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), start_qps=1.0, min_qps=0.1)
     assert result.capacity_qps is None and result.binding == "tbt_p99_s"

@@ -32,38 +32,66 @@ def test_capacity_table_gives_the_gain_over_vllm_per_slo():
     assert table.loc["sarathi_serve / vllm"].tolist() == pytest.approx([2.0, 1.5])
 
 
-def test_claims_rows_put_measured_and_simulated_in_their_columns():
-    tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "itl_p99_s": 0.05},
-                             {"scheduler": "sarathi_serve", "chunk": 2048, "itl_p99_s": 0.2},
-                             {"scheduler": "orca", "chunk": 512, "itl_p99_s": 1.0}]).assign(
+CPU = {"source": "measured CPU, cpu-small (committed table)", "scale": "full", "dtype": "float32", "threads": "2",
+       "machine": "Test CPU"}
+SIM = {"source": "simulated roofline (a100, mistral-7b)", "scale": "full", "dtype": "", "threads": "n/a (simulated)",
+       "machine": "none: predicted by the cost model"}
+
+
+def _cpu_searches():
+    return _searches().assign(executor="model", model="cpu-small", capacity_qps=lambda d: d.capacity_qps / 10,
+                              device_name="Test CPU", dtype="float32", torch_threads=2, resolution=0.2)
+
+
+def test_claims_rows_give_each_source_its_own_row_and_provenance():
+    tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "tbt_p99": 0.05},
+                             {"scheduler": "sarathi_serve", "chunk": 2048, "tbt_p99": 0.2},
+                             {"scheduler": "orca", "chunk": 512, "tbt_p99": 1.0}]).assign(
         executor="sim", model="mistral-7b", scale="full")
-    cpu = _searches().assign(executor="model", model="cpu-small", capacity_qps=lambda d: d.capacity_qps / 10,
-                             device_name="Test CPU", dtype="float32", torch_threads=2)
-    claims = capacity_claims(Evidence(searches=cpu), Evidence(_searches(), tradeoff, {1024: 0.1, 4096: 0.3}),
-                             "roofline (a100, mistral-7b)")
-    assert list(claims.columns) == COLUMNS and len(claims) == 3 and set(claims.experiment) == {"capacity"}
-    gain, hybrid, overhead = claims.to_dict("records")
+    claims = capacity_claims(Evidence(searches=_cpu_searches(), provenance=CPU),
+                             Evidence(_searches(), tradeoff, {1024: 0.1, 4096: 0.3}, provenance=SIM))
+    assert list(claims.columns) == COLUMNS and set(claims.experiment) == {"capacity"}
+    gain, hybrid, _overhead, sim_gain, sim_hybrid, sim_overhead = claims.to_dict("records")
     assert gain["holds"] == "yes" and "2.00x at P99 TBT <= 0.1 s" in gain["ours"] and "cpu-small" in gain["ours"]
-    assert gain["holds (sim)"] == "yes" and "mistral-7b, scale full" in gain["simulated"]
-    assert gain["cost model"] == "roofline (a100, mistral-7b)"
-    assert gain["measured on"] == "measured on Test CPU: cpu-small, scale full, float32, 2 thread(s)"
-    assert (hybrid["ours"], hybrid["holds"], hybrid["measured on"]) == ("not measured yet", "n/a", "")
-    assert hybrid["simulated"].startswith("20.0x") and hybrid["holds (sim)"] == "yes"
+    # Each capacity lies in [capacity, capacity x (1 + resolution)]: the ratio in [2 / 1.2, 2 x 1.2].
+    assert gain["spread"] == "1.67x to 2.40x at P99 TBT <= 0.1 s (search brackets)"
+    assert {k: gain[k] for k in CPU} == CPU and gain["left out"] == "none"
+    assert (hybrid["ours"], hybrid["holds"], hybrid["source"]) == ("not measured yet", "n/a", CPU["source"])
+    assert sim_gain["holds"] == "yes" and "mistral-7b, scale full" in sim_gain["ours"]
+    assert {k: sim_gain[k] for k in SIM} == SIM
+    assert sim_hybrid["ours"].startswith("20.0x") and sim_hybrid["holds"] == "yes"
     # Each claim states the criterion its verdict applies ("many-fold" did not).
     assert "2x or more" in hybrid["claim"]
-    assert overhead["holds (sim)"] == "no" and "+30.0% at 4096" in overhead["simulated"]
+    assert sim_overhead["holds"] == "no" and "+30.0% at 4096" in sim_overhead["ours"]
 
 
-def test_claims_rows_without_evidence_say_so():
-    claims = capacity_claims(Evidence(), Evidence(), "roofline (a100, mistral-7b)")
-    assert set(claims.holds) == set(claims["holds (sim)"]) == {"n/a"}
-    assert set(claims.simulated) == {"not run"} and set(claims["cost model"]) == {""}
+def test_claims_rows_without_evidence_say_so_and_a_simulated_source_without_any_has_none():
+    claims = capacity_claims(Evidence(provenance=CPU), Evidence(provenance=SIM))
+    assert len(claims) == 3 and set(claims.holds) == {"n/a"} and set(claims.source) == {CPU["source"]}
+
+
+def test_searches_flagged_unreliable_are_left_out_and_counted():
+    # vllm's strict search ran while other work shared the cores: without it there is no strict ratio,
+    # and the relaxed one (6 / 4 over 10) is the one judged.
+    searches = _cpu_searches().assign(timing_unreliable=lambda d: (d.scheduler == "vllm") & (d.tbt_slo_s == 0.1))
+    (gain, *_) = capacity_claims(Evidence(searches=searches, provenance=CPU)).to_dict("records")
+    assert gain["left out"] == "1 of 6 searches left out: timing unreliable"
+    assert gain["ours"].startswith("1.50x at P99 TBT <= 0.5 s") and "0.1 s" not in gain["ours"]
+
+
+def test_a_ratio_whose_search_brackets_allow_either_order_is_unclear():
+    # 1.1x, but with 20% brackets sarathi_serve's capacity may be below vllm's.
+    searches = _cpu_searches()
+    searches.loc[(searches.scheduler == "sarathi_serve") & (searches.tbt_slo_s == 0.1), "capacity_qps"] = 0.22
+    (gain, *_) = capacity_claims(Evidence(searches=searches, provenance=CPU)).to_dict("records")
+    assert gain["ours"].startswith("1.10x at P99 TBT <= 0.1 s") and gain["holds"] == "unclear"
+    assert gain["spread"].startswith("0.92x to 1.32x")
 
 
 def test_a_gain_of_unbounded_searches_is_no_verdict():
     # Both passed every rate tried: their ratio says nothing about which is larger.
     unbounded = _searches().assign(bounded=False, device_name="Test CPU", dtype="float32", torch_threads=2)
-    (gain, *_) = capacity_claims(Evidence(searches=unbounded), Evidence(), "").to_dict("records")
+    (gain, *_) = capacity_claims(Evidence(searches=unbounded, provenance=CPU)).to_dict("records")
     assert gain["holds"] == "n/a" and "passed every rate" in gain["ours"]
 
 
@@ -112,9 +140,9 @@ def test_a_scheduler_whose_every_rate_failed_stays_in_the_table_and_loses_the_cl
     searches.loc[searches.scheduler == "vllm", "capacity_qps"] = None
     table = capacity_table(searches)
     assert "vllm" in table.index and table.loc["vllm"].isna().all()
-    (gain, *_) = capacity_claims(Evidence(), Evidence(searches=searches), "sim").to_dict("records")
-    assert gain["holds (sim)"] == "yes" and "nan" not in gain["simulated"]
-    assert "vllm passed no rate tried at P99 TBT <= 0.1 s" in gain["simulated"]
+    (gain, *_) = capacity_claims(Evidence(searches=searches, provenance=SIM)).to_dict("records")
+    assert gain["holds"] == "yes" and "nan" not in gain["ours"]
+    assert "vllm passed no rate tried at P99 TBT <= 0.1 s" in gain["ours"]
     strict_only = searches[~((searches.scheduler == "vllm") & (searches.tbt_slo_s == 0.5))]
-    (gain, *_) = capacity_claims(Evidence(), Evidence(searches=strict_only), "sim").to_dict("records")
-    assert gain["holds (sim)"] == "yes" and "0.5 s" not in gain["simulated"]  # vllm not searched there
+    (gain, *_) = capacity_claims(Evidence(searches=strict_only, provenance=SIM)).to_dict("records")
+    assert gain["holds"] == "yes" and "0.5 s" not in gain["ours"]  # vllm not searched there

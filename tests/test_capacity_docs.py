@@ -72,24 +72,28 @@ def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, d
     others = claims.read_text().splitlines()
     others = [line for line in others if not line.startswith("capacity,")]
     capacity_docs.refresh(docs)
-    unmeasured = pd.read_csv(claims)
+    unmeasured = pd.read_csv(claims, keep_default_na=False)
     assert claims.read_text().splitlines()[:len(others)] == others
     rows = unmeasured[unmeasured.experiment == "capacity"]
-    assert len(rows) == 4 and set(rows.ours) >= {"not measured yet"} and (rows["holds (sim)"] == "yes").all()
+    measured = rows[rows.source.str.startswith("measured")]
+    assert len(rows) == 7 and set(measured.ours) >= {"not measured yet"} and set(measured.holds) == {"n/a"}
+    assert (rows[~rows.source.str.startswith("measured")].holds == "yes").all()
     # The Yi-34B searches on two A100s: simulated only, their strict-SLO ratio computed from the table.
     yi = pd.read_csv(docs / "capacity" / capacity_docs.TP_CSV)
     strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_qps
     tp_row = rows.iloc[-1]
-    assert tp_row.ours == "not measurable here: one CPU" and tp_row["cost model"] == "roofline (2 x a100, tensor parallel, yi-34b)"
-    assert tp_row.simulated.startswith(f"{strict.sarathi_serve / strict.vllm:.2f}x at P99 TBT <= 0.2 s")
+    assert tp_row.source == "simulated 2 x A100 (roofline, tensor parallel), yi-34b (committed docs/capacity/" \
+                            "sim_capacity_yi34b.csv)"
+    assert tp_row.ours.startswith(f"{strict.sarathi_serve / strict.vllm:.2f}x at P99 TBT <= 0.2 s")
     assert {p.name for p in (docs / "figures").glob("*.png")} == {"capacity.png", "capacity_tradeoff.png"}
 
     capacity_docs.tabulate(_searches(tmp_path / "runs"), docs)
     capacity_docs.refresh(docs)
     capacity_docs.refresh(docs)  # idempotent: the rows are replaced, not appended again
-    measured = pd.read_csv(claims)
+    measured = pd.read_csv(claims, keep_default_na=False)
     gain = measured[measured.experiment == "capacity"].iloc[0]
     assert len(measured) == len(unmeasured) and gain.holds == "yes" and "2.00x at P99 TBT <= 0.45 s" in gain.ours
+    assert (gain.machine, gain["dtype"], gain.threads) == ("Test CPU", "bfloat16", "2")
 
 
 def test_the_command_tabulates_a_multirun_and_redraws(tmp_path, docs):

@@ -7,16 +7,17 @@ import sys
 
 import pytest
 
+from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import EXPERIMENTS, Results
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.schema import parse_config
-from sarathi_lab.produce import CI_OVERRIDES, SIM_CI_OVERRIDES, produce_missing, run_experiments, sweep_args
+from sarathi_lab.produce import SIM_CI_OVERRIDES, produce_missing, run_experiments, sweep_args
 
 pytestmark = pytest.mark.e2e
 
 
 def test_every_experiment_has_a_ci_scale_and_its_sweep_goes_under_the_root(tmp_path):
-    assert set(CI_OVERRIDES) == set(EXPERIMENTS)
+    assert all(registry.by_name(name).ci for name in EXPERIMENTS)
     args = sweep_args("pd_ratio", tmp_path, "ci", ["seed=3"])
     assert args[:2] == ["-m", "experiment=pd_ratio"] and args[-1] == "seed=3"
     assert args[2].startswith(f"hydra.sweep.dir={tmp_path.resolve()}/pd_ratio/multiruns/ci-")

@@ -6,10 +6,11 @@ claims rows (analysis/claims.py's columns: measured evidence in ``ours``, simula
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 
@@ -128,13 +129,15 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost
     and the ones measured on a CPU, or a panel saying they are not measured yet."""
     fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
     plot_capacity(simulated, sim_ax, f"simulated, {cost_model}: scale {simulated.scale.iloc[0]}")
+    measured, left_out = reliable(measured)
     if measured is not None and len(measured):
-        caveats = [text for flag, text in ((measured.timing_unreliable.any(), "timings unreliable: shared cores"),
+        caveats = [text for flag, text in ((left_out != "none", left_out),
                                            (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
                    if flag]
         plot_capacity(measured, cpu_ax, measured_label(measured) + "".join(f"\n({c})" for c in caveats))
     else:
-        cpu_ax.text(0.5, 0.5, "CPU capacity: not measured yet\n(experiment=capacity; docs/capacity/README.md)",
+        why = f"every search left out\n({left_out})" if left_out != "none" else "not measured yet"
+        cpu_ax.text(0.5, 0.5, f"CPU capacity: {why}\n(experiment=capacity; docs/capacity/README.md)",
                     ha="center", va="center", transform=cpu_ax.transAxes)
         cpu_ax.set_axis_off()
     return fig
@@ -152,17 +155,25 @@ def load_tradeoff(root: str | Path) -> pd.DataFrame:
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
     """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the other schedulers as points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
-    ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-", label="sarathi_serve (token budget)")
-    for _, row in serve.iterrows():
-        ax.annotate(f"{row.chunk:g}", (row.itl_p99_s, row.ttft_p50_s), fontsize=7, xytext=(3, 3),
-                    textcoords="offset points")
+    ax.plot(serve.tbt_p99, serve.ttft_p50, "o-", label="sarathi_serve, labelled by token budget")
+    # Budget labels alternate above and below the curve: neighbouring budgets' points lie close.
+    for i, (_, row) in enumerate(serve.iterrows()):
+        ax.annotate(f"{row.chunk:g}", (row.tbt_p99, row.ttft_p50), fontsize=7, ha="center",
+                    xytext=(0, 7 if i % 2 == 0 else -12), textcoords="offset points")
     for scheduler, rows in tradeoff[tradeoff.scheduler != "sarathi_serve"].groupby("scheduler"):
-        ax.plot(rows.itl_p99_s, rows.ttft_p50_s, "s", label=scheduler)
+        ax.plot(rows.tbt_p99, rows.ttft_p50, "s", label=scheduler)
+    # Both axes logarithmic: static's TTFT is tens of times the others' and would flatten them.
     ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        # Plain numbers at 1, 2 and 5 of each decade: "2 x 10^-2" labels of every minor tick overprint.
+        axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[0] in "25"
+                                                       else ""))
     ax.set_xlabel("P99 TBT (s)")
     ax.set_ylabel("median TTFT (s)")
     ax.set_title(title or "TTFT vs TBT over sarathi_serve's token budget, same load")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     return ax
 
 
@@ -179,61 +190,95 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What one column of the claims rows is computed from, measured or simulated; None: absent.
-    ``searches``: load_searches or a *_capacity.csv; ``tradeoff``: load_tradeoff (orca and
-    sarathi_serve at one load); ``overhead``: {prompt length: overhead of 512-token chunks}."""
+    """What one source's claims rows are computed from; None: absent. ``searches``: load_searches or
+    a *_capacity.csv; ``tradeoff``: load_tradeoff (orca and sarathi_serve at one load); ``overhead``:
+    {prompt length: overhead of 512-token chunks}; ``provenance``: the rows' claims.PROVENANCE
+    columns (where the numbers come from)."""
     searches: pd.DataFrame | None = None
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
+    provenance: dict[str, str] | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.provenance is not None and self.provenance["source"].startswith(("measured", "committed measured"))
 
 
-def _gain(evidence: Evidence) -> tuple[str, str] | None:
+def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
+    """The searches not flagged ``timing_unreliable``, and what was left out ("none" or 'N of M ...')."""
+    if searches is None or "timing_unreliable" not in searches:
+        return searches, "none"
+    flagged = searches.timing_unreliable.fillna(False).astype(bool)
+    left = f"{flagged.sum()} of {len(searches)} searches left out: timing unreliable" if flagged.any() else "none"
+    return searches[~flagged], left
+
+
+def _ratio_interval(s: pd.Series, v: pd.Series) -> tuple[float, float]:
+    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow: each
+    capacity lies between its highest passing rate and (1 + resolution) times it (no upper end for a
+    search that passed every rate)."""
+    def bracket(row):
+        res = row.get("resolution", 0.0)
+        return row.capacity_qps, row.capacity_qps * (1 + res) if pd.notna(res) else np.inf
+    (s_lo, s_hi), (v_lo, v_hi) = bracket(s), bracket(v)
+    return s_lo / v_hi, s_hi / v_lo
+
+
+def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
     searches = evidence.searches
     if searches is None or not len(searches) or not {"sarathi_serve", "vllm"} <= set(searches.scheduler):
         return None
-    texts, holds = [], {}
+    texts, holds, spreads = [], {}, {}
     for slo, rows in searches.groupby("tbt_slo_s"):
-        serve = rows[rows.scheduler == "sarathi_serve"].capacity_qps.astype(float)
-        vllm = rows[rows.scheduler == "vllm"].capacity_qps.astype(float)
+        serve = rows[rows.scheduler == "sarathi_serve"].sort_values("capacity_qps", na_position="first")
+        vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_qps", na_position="first")
         if not len(serve) or not len(vllm):
             continue  # one of the two not searched at this SLO: no comparison
         # A capacity of None (NaN) is a search that failed even its lowest rate: below any that passed.
-        s, v = serve.max(), vllm.max()
-        if np.isnan(s) or np.isnan(v):
-            text = ("neither passed a rate tried" if np.isnan(s) and np.isnan(v)
-                    else f"{'vllm' if np.isnan(v) else 'sarathi_serve'} passed no rate tried")
-            holds[slo] = "n/a" if np.isnan(s) and np.isnan(v) else "yes" if np.isnan(v) else "no"
+        s, v = serve.iloc[-1], vllm.iloc[-1]
+        if np.isnan(s.capacity_qps) or np.isnan(v.capacity_qps):
+            both = np.isnan(s.capacity_qps) and np.isnan(v.capacity_qps)
+            text = ("neither passed a rate tried" if both
+                    else f"{'vllm' if np.isnan(v.capacity_qps) else 'sarathi_serve'} passed no rate tried")
+            holds[slo] = "n/a" if both else "yes" if np.isnan(v.capacity_qps) else "no"
+            spreads[slo] = ""
         else:
-            text, holds[slo] = f"{s / v:.2f}x", "yes" if s > v else "no"
+            low, high = _ratio_interval(s, v)
+            # The verdict of the bracketed ratio: unclear where the brackets allow either order.
+            holds[slo] = "yes" if low > 1 else "no" if high <= 1 else "unclear"
+            text = f"{s.capacity_qps / v.capacity_qps:.2f}x"
+            spreads[slo] = f"{low:.2f}x to {high:.2f}x at P99 TBT <= {slo:g} s (search brackets)"
         texts.append(f"{text} at P99 TBT <= {slo:g} s")
     if not holds:
         return None
     slo, ours = min(holds), ", ".join(texts)
     pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve", "vllm"])]
     if not _bounded(pair):
-        return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a"
-    return f"{ours} ({scale_label(searches)})", holds[slo]
+        return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a", ""
+    return f"{ours} ({scale_label(searches)})", holds[slo], spreads[slo]
 
 
-def _hybrid_tbt(evidence: Evidence) -> tuple[str, str] | None:
+def _hybrid_tbt(evidence: Evidence) -> tuple[str, str, str] | None:
     tradeoff = evidence.tradeoff
     if tradeoff is None or not {"orca", "sarathi_serve"} <= set(tradeoff.scheduler):
         return None
     orca = tradeoff[tradeoff.scheduler == "orca"].itl_p99_s.max()
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
-    at_512 = serve[serve.chunk == 512].itl_p99_s
-    ratio = orca / (at_512.iloc[0] if len(at_512) else serve.itl_p99_s.min())
-    return f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no"
+    at_512 = serve[serve.chunk == 512].tbt_p99
+    ratio = orca / (at_512.iloc[0] if len(at_512) else serve.tbt_p99.min())
+    return (f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no",
+            "one run per point: no spread")
 
 
-def _overhead(evidence: Evidence) -> tuple[str, str] | None:
+def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
     if not evidence.overhead:
         return None
     ours = ", ".join(f"{v:+.1%} at {n}" for n, v in sorted(evidence.overhead.items()))
-    return f"{ours} tokens", "yes" if max(evidence.overhead.values()) <= PAPER_CHUNK_512_OVERHEAD else "no"
+    return (f"{ours} tokens", "yes" if max(evidence.overhead.values()) <= PAPER_CHUNK_512_OVERHEAD else "no",
+            "computed from the cost model: no spread")
 
 
-# (claim, paper, check, what the measured column says without evidence)
+# (claim, paper, check, what a measured row says without evidence)
 CHECKS = (
     ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
      f"{PAPER_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
@@ -244,28 +289,33 @@ CHECKS = (
 )
 
 
-def capacity_claims(measured: Evidence, simulated: Evidence, cost_model: str) -> pd.DataFrame:
-    """The Sarathi-Serve rows of the claims table (analysis/claims.py's columns): each check on
-    the measured evidence in ``ours`` / ``holds`` and on the simulated in ``simulated`` / ``holds
-    (sim)``, predicted by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")."""
-    searches = measured.searches
-    where = measured_label(searches) if searches is not None and len(searches) else ""
+def _rows(evidence: Evidence, checks=CHECKS) -> list[dict]:
+    """Each check's row on one source's evidence; a simulated source without evidence has none."""
+    searches, left_out = reliable(evidence.searches)
+    usable = replace(evidence, searches=searches)
     rows = []
-    for claim, paper_text, check, unmeasured in CHECKS:
-        ours = check(measured)
-        ours = (*ours, where) if ours else (unmeasured, "n/a", "")
-        sim = check(simulated)
-        sim = (*sim, cost_model) if sim else ("not run", "n/a", "")
-        rows.append(dict(zip(COLUMNS, ("capacity", claim, paper_text, *ours, *sim))))
-    return pd.DataFrame(rows, columns=COLUMNS)
+    for claim, paper_text, check, unmeasured in checks:
+        found = check(usable)
+        if found is None and not evidence.measured:
+            continue
+        ours, holds, spread = found or (unmeasured, "n/a", "")
+        rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text, "ours": ours, "spread": spread,
+                     "holds": holds, "left out": left_out} | (evidence.provenance or {}))
+    return rows
 
 
-def tensor_parallel_claim(searches: pd.DataFrame, cost_model: str) -> pd.DataFrame:
+def capacity_claims(*sources: Evidence) -> pd.DataFrame:
+    """The Sarathi-Serve rows of the claims table (analysis/claims.py's columns), one per check and
+    source of evidence (e.g. the committed CPU table, then the simulated ones), each naming its
+    provenance; searches flagged ``timing_unreliable`` are left out and counted."""
+    return pd.DataFrame([row for evidence in sources for row in _rows(evidence)], columns=COLUMNS)
+
+
+TP_CLAIM = ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by tensor parallelism",
+            f"up to {PAPER_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)", _gain, "not measurable here: one CPU")
+
+
+def tensor_parallel_claim(evidence: Evidence) -> pd.DataFrame:
     """The claims row of the capacity searches on GPUs joined by tensor parallelism (Yi-34B on two
     A100s): simulated only, since one CPU cannot run it."""
-    sim = _gain(Evidence(searches))
-    sim = (*sim, cost_model) if sim else ("not run", "n/a", "")
-    claim = "sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by tensor parallelism"
-    row = ("capacity", claim, f"up to {PAPER_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)",
-           "not measurable here: one CPU", "n/a", "", *sim)
-    return pd.DataFrame([dict(zip(COLUMNS, row))], columns=COLUMNS)
+    return pd.DataFrame(_rows(evidence, (TP_CLAIM,)), columns=COLUMNS)

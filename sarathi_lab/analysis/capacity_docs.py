@@ -44,6 +44,20 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS) -> Path:
     return capacity.write_csv(capacity.compact(searches), Path(docs) / "capacity" / CPU_CSV)
 
 
+def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, str]:
+    """claims.PROVENANCE of a committed table of searches measured on a CPU: what it ran on."""
+    first = cpu.iloc[0]
+    return {"source": f"measured CPU, {first.model} (committed docs/capacity/{table})", "scale": str(first.scale),
+            "dtype": str(first["dtype"]), "threads": f"{first.torch_threads:g}", "machine": str(first.device_name)}
+
+
+def simulated_provenance(sim: pd.DataFrame, table: str, simulated_as: str) -> dict[str, str]:
+    """claims.PROVENANCE of a committed table of simulated searches, or of the cost model alone."""
+    where = f" (committed docs/capacity/{table})" if table else " (computed here)"
+    return {"source": f"simulated {simulated_as}{where}", "scale": str(sim.scale.iloc[0]), "dtype": "",
+            "threads": "n/a (simulated)", "machine": "none: predicted by the cost model"}
+
+
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     """The capacity rows of the claims table: the CPU table measured, the simulated tables and the
     roofline's chunk overhead (the model of sim_capacity.csv on SIM_DEVICE) simulated, and the
@@ -51,14 +65,21 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     sim, tradeoff, cpu = load(docs)
     cost = CostModel.for_device(SIM_DEVICE, sim.model.iloc[0])
     overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
-    rows = capacity.capacity_claims(capacity.Evidence(searches=cpu), capacity.Evidence(sim, tradeoff, overhead),
-                                    cost_model_label(sim))
+    # Named as analysis/runs.py names simulated runs: "simulated A100 (roofline), mistral-7b".
+    label = f"{SIM_DEVICE.upper()} (roofline), {sim.model.iloc[0]}"
+    measured = (capacity.Evidence(searches=cpu, provenance=measured_provenance(cpu)) if cpu is not None
+                else capacity.Evidence(provenance={"source": "measured CPU (not yet: experiment=capacity)"}))
+    rows = capacity.capacity_claims(
+        measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV, label)),
+        capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "", label)))
     tp = Path(docs) / "capacity" / TP_CSV
     if not tp.exists():
         return rows
     searches = pd.read_csv(tp)
-    label = f"roofline ({TP_GPUS} x {SIM_DEVICE}, tensor parallel, {searches.model.iloc[0]})"
-    return pd.concat([rows, capacity.tensor_parallel_claim(searches, label)], ignore_index=True)
+    tp_label = f"{TP_GPUS} x {SIM_DEVICE.upper()} (roofline, tensor parallel), {searches.model.iloc[0]}"
+    tp_rows = capacity.tensor_parallel_claim(
+        capacity.Evidence(searches, provenance=simulated_provenance(searches, TP_CSV, tp_label)))
+    return pd.concat([rows, tp_rows], ignore_index=True)
 
 
 def cost_model_label(sim: pd.DataFrame) -> str:
@@ -75,7 +96,7 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
     """docs/figures/capacity.png and capacity_tradeoff.png from the committed tables."""
     sim, tradeoff, cpu = load(docs)
     fig = capacity.capacity_figure(sim, cpu, cost_model_label(sim))
-    tradeoff_fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
     capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model_label(sim)}: TTFT vs TBT over token budgets, "
                                          "same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]

@@ -1,10 +1,15 @@
-"""The table of claim / paper / ours / holds? / measured on, one or two rows per experiment, and the
-same check on the simulated runs beside it (``simulated``, ``holds (sim)``, ``cost model``).
+"""The claims table: one row per claim and per source of numbers, never two sources in one row.
 
-Each check states its criterion in its claim text, applies it to our runs as they are (never
+Columns: the claim and the paper's number; where ours come from (``source``: measured, and on what,
+or simulated, and by which cost model; ``scale``, ``dtype``, ``threads``, ``machine``); ``ours``;
+``spread``; ``holds``; and ``left out`` (runs flagged ``timing_unreliable``, which the checks do
+not read unless the ``Results`` keeps them).
+
+Each check states its criterion in its claim text, applies it to the runs as they are (never
 tuned), and says ``yes``, ``partly`` (some of the points), ``no``, or ``n/a`` (not in these runs).
-The simulated column applies the same check to runs of ``executor=sim`` (the paper's model and
-shapes on a simulated GPU): a prediction of the named cost model, not a measurement.
+Where the experiment was repeated (several seeds), the check runs again on each seed's runs alone:
+``spread`` gives the range of the row's headline number over them, and a verdict the seeds do not
+agree on (an interval straddling the paper's threshold) reads ``unclear``.
 """
 from __future__ import annotations
 
@@ -13,10 +18,9 @@ import pandas as pd
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.profiling import quantities
 
-# "measured on": what ours are (measured CPU or GPU, and on what), as "cost model" says of the simulated.
-MEASURED = ["experiment", "claim", "paper", "ours", "holds", "measured on"]
-SIMULATED = ["simulated", "holds (sim)", "cost model"]
-COLUMNS = MEASURED + SIMULATED
+PROVENANCE = ["source", "scale", "dtype", "threads", "machine"]
+COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out", *PROVENANCE[1:]]
+NO_REPEATS = "one run per point: no spread"
 
 
 def _verdict(flags) -> str:
@@ -37,8 +41,11 @@ def _saturated_by(sat: dict, tokens: int) -> bool | None:
     return None if sat["tokens"] == sat["fewest_measured"] else False
 
 
-def _row(experiment: str, claim: str, paper_text: str, ours: str, holds: str) -> dict:
-    return dict(zip(MEASURED, (experiment, claim, paper_text, ours, holds)))
+def _row(experiment: str, claim: str, paper_text: str, ours: str, holds: str, value: float | None = None) -> dict:
+    """``value``: the row's headline number, whose range over repeats is its spread (None: the
+    spread lists each repeat's verdict instead)."""
+    return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours, "holds": holds,
+            "value": value}
 
 
 def per_token_cost(results) -> list[dict]:
@@ -58,25 +65,27 @@ def per_token_cost(results) -> list[dict]:
         _row("per_token_cost", "At small batch a decode token costs 10x or more a prefill token",
              "200x at batch 1, 16.7x at batch 18 (length 1024)",
              f"{small.ratio:.1f}x at batch {small.batch_size:g}, {large.ratio:.1f}x at batch {large.batch_size:g} "
-             f"(length {small.seq_len:g})", _verdict([small.ratio >= 10])),
+             f"(length {small.seq_len:g})", _verdict([small.ratio >= 10]), small.ratio),
         _row("per_token_cost", "Prefill throughput saturates by batch x length = 512 tokens",
              f"~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms from {paper.PREFILL_SATURATION_TOKENS} tokens",
              f"{sat['tokens_per_ms']:.2f} tokens/ms; within 10% of it from {sat['tokens']} tokens{at_least}; "
              f"in tile_quantization's finer steps from {fine['tokens']} tokens",
-             _verdict([coarse if coarse is not None else _saturated_by(fine, paper.PREFILL_SATURATION_TOKENS)])),
+             _verdict([coarse if coarse is not None else _saturated_by(fine, paper.PREFILL_SATURATION_TOKENS)]),
+             sat["tokens"]),
     ]
 
 
 def tile_quantization(results) -> list[dict]:
-    summary = results.summary("tile_quantization").iloc[0]
+    summary = results.summary("tile_quantization")
+    tile, jump = summary.tile.iloc[0], summary.tile_jump.mean()  # the mean over repeats, if any
     sweep = results.table("tile_quantization", "sweep")
     total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
     step_at, step = derive.largest_step(total)
-    claim = f"One token past a multiple of the {summary.tile:g}-token tile costs 10%+ more"
+    claim = f"One token past a multiple of the {tile:g}-token tile costs 10%+ more"
     return [_row("tile_quantization", claim,
                  f"256 -> 257 tokens: +{paper.TILE_JUMP:.0%} (tile {paper.TILE})",
-                 f"{summary.tile_jump:+.1%} on average from m to m + 1 at multiples of {summary.tile:g}; "
-                 f"largest step anywhere: {step:+.1%} at {step_at} tokens", _verdict([summary.tile_jump >= 0.10]))]
+                 f"{jump:+.1%} on average from m to m + 1 at multiples of {tile:g}; "
+                 f"largest step anywhere: {step:+.1%} at {step_at} tokens", _verdict([jump >= 0.10]), jump)]
 
 
 def decode_speedup(results) -> list[dict]:
@@ -91,11 +100,13 @@ def decode_speedup(results) -> list[dict]:
                  f"{', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}"
                  + (f"; {unresolved} of {len(gains)} points unresolved (hybrid iteration no slower than the chunk "
                     "alone)" if unresolved else ""),
-                 _verdict(resolved.gain >= low))]
+                 _verdict(resolved.gain >= low), resolved.gain.min() if len(resolved) else None)]
 
 
 def pd_ratio(results) -> list[dict]:
-    normalised = derive.pd_ratio_gains(results.summary("pd_ratio"))
+    gains = derive.pd_ratio_gains(results.summary("pd_ratio"))
+    # One gain per point, the mean of its repeats: the peak of single runs would favour the luckiest.
+    normalised = gains.groupby([*derive.WORKLOAD_KEYS, "chunk"], as_index=False).gain.mean()
     peaks = derive.pd_peaks(normalised)
     # A peak below 1 is the least loss, not a gain: it says nothing about where gains peak.
     near = [p.gain > 1 and p.predicted_pd_ratio / 2 <= p.pd_ratio <= 2 * p.predicted_pd_ratio
@@ -111,13 +122,14 @@ def pd_ratio(results) -> list[dict]:
              "; ".join(f"{g:g}x at C={c} B={b} P:D={pd:g}" for c, b, pd, g in paper.PD_PEAKS)
              + f"; ~{paper.PD_WIDE_GAIN - 1:.0%} over a wide range",
              f"peak {best:.2f}x; {wide} of {len(normalised)} points >= {paper.PD_WIDE_GAIN:g}x; "
-             f"lowest {normalised.gain.min():.2f}x", _verdict([best >= paper.PD_WIDE_GAIN])),
+             f"lowest {normalised.gain.min():.2f}x", _verdict([best >= paper.PD_WIDE_GAIN]), best),
     ]
 
 
 def chunk_overhead(results) -> list[dict]:
     summary = results.summary("chunk_overhead")
-    longest = summary[summary.seq_len == summary.seq_len.max()].set_index("chunk")
+    # The mean of repeated runs of a chunk, if any: one number per chunk.
+    longest = summary[summary.seq_len == summary.seq_len.max()].groupby("chunk").mean(numeric_only=True)
     where = f"at length {summary.seq_len.max():g}"
     smallest = longest.index.min()
     rows = [_row("chunk_overhead", "Chunks of 64 cost 2x or more in attention",
@@ -126,7 +138,8 @@ def chunk_overhead(results) -> list[dict]:
                  f"chunk {smallest:g}: {longest.attention_slowdown[smallest]:.2f}x attention, "
                  f"{longest.prefill_slowdown[smallest]:.2f}x prefill, "
                  f"KV read {longest.kv_reread_ratio[smallest]:.1f}x "
-                 f"{where}", _verdict([longest.attention_slowdown[smallest] >= 2]) if smallest == 64 else "n/a")]
+                 f"{where}", _verdict([longest.attention_slowdown[smallest] >= 2]) if smallest == 64 else "n/a",
+                 longest.attention_slowdown[smallest])]
     bounds = {c: b for c, b in paper.PREFILL_SLOWDOWN_BOUND.items() if c in longest.index}
     rows.append(_row(
         "chunk_overhead", "Chunks of 256 / 512 keep the prefill within 20% / 10% of unchunked",
@@ -170,40 +183,53 @@ def scheduler_latency(results) -> list[dict]:
                           for _, r in tbt.iterrows()))]
 
 
-CHECKS = (per_token_cost, tile_quantization, decode_speedup, pd_ratio, chunk_overhead, orca_compare,
-          scheduler_latency)
+def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
+    """``rows`` with their spread over the experiment's seeds, and ``unclear`` where the seeds'
+    verdicts differ (their interval straddles the threshold)."""
+    seeds = results.seeds(name)
+    if len(seeds) < 2:
+        return [row | {"spread": NO_REPEATS} for row in rows]
+    repeats = [check(results.repeat(seed)) for seed in seeds]
+    out = []
+    for i, row in enumerate(rows):
+        each = [rows_of_seed[i] for rows_of_seed in repeats]
+        values = [r["value"] for r in each if r["value"] is not None]
+        if len(values) == len(each):
+            spread = f"{min(values):.3g} to {max(values):.3g} over {len(seeds)} seeds (min-max)"
+        else:
+            spread = f"per seed: {', '.join(r['holds'] for r in each)}"
+        judged = {r["holds"] for r in each} - {"n/a"}
+        out.append(row | {"spread": spread, "holds": "unclear" if len(judged) > 1 else row["holds"]})
+    return out
 
 
-def measured(check, results) -> list[dict]:
-    """The check's rows on ``results``, each saying where its numbers were measured."""
-    return [row | {"measured on": results.describe(check.__name__)} for row in check(results)]
+def rows_of(check, results, name: str | None = None) -> list[dict]:
+    """The check's rows on the runs of experiment ``name`` (by default the check's own name) in
+    ``results``, with their spread, what they left out and where they come from. An experiment
+    whose every run is flagged unreliable has no verdict: its rows say so."""
+    name = name or check.__name__
+    provenance = results.provenance(name)
+    left_out = results.unreliable_note(name) or "none"
+    if results.summary(name).empty:
+        rows = [row | {"ours": f"no reliable run ({left_out}; include_unreliable keeps them)", "holds": "n/a",
+                       "spread": ""} for row in check(results.with_unreliable())]
+    else:
+        rows = _spread(check, results, check(results), name)
+    return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out} for row in rows]
 
 
-def cost_model_label(simulated, name: str) -> str:
-    """Which prediction a simulated row is: the cost model, the device and the model simulated."""
-    ex = simulated.executor(name)
-    if ex["executor"] != "sim":
-        return f"none: {ex['executor']} runs"
-    return f"{ex['sim_cost_model']} ({ex['sim_device']}, {simulated.summary(name).model.iloc[0]})"
+def claims_table(results, simulated=None, checks=None) -> pd.DataFrame:
+    """The rows of each check on our runs (``results``) and then, with ``simulated`` (the ``Results``
+    of ``python -m sarathi_lab.produce --sim``), on the simulated runs, each row naming its source;
+    an experiment with no simulated run has no simulated row. ``checks``: (experiment, check) pairs
+    or checks named as their experiment; by default every registered paper result's."""
+    if checks is None:
+        from sarathi_lab.analysis import registry  # its results' modules import this one's checks
 
-
-def _simulated(check, simulated, count: int) -> list[dict]:
-    """The check's rows on the simulated runs, in the simulated columns; 'not run' without them."""
-    try:
-        rows = check(simulated) if simulated is not None else None
-        label = cost_model_label(simulated, check.__name__) if rows else ""
-    except FileNotFoundError:
-        rows = None
-    if not rows:
-        return [dict(zip(SIMULATED, ("not run", "n/a", "")))] * count
-    return [dict(zip(SIMULATED, (row["ours"], row["holds"], label))) for row in rows]
-
-
-def claims_table(results, simulated=None, checks=CHECKS) -> pd.DataFrame:
-    """One row per claim: the paper, our measured runs (``results``) and, with ``simulated`` (the
-    ``Results`` of ``python -m sarathi_lab.produce --sim``), the same check on simulated runs."""
+        checks = registry.checks()
     rows = []
-    for check in checks:
-        ours = measured(check, results)
-        rows += [m | s for m, s in zip(ours, _simulated(check, simulated, len(ours)))]
+    for name, check in (c if isinstance(c, tuple) else (c.__name__, c) for c in checks):
+        rows += rows_of(check, results, name)
+        if simulated is not None and name not in simulated.missing():
+            rows += rows_of(check, simulated, name)
     return pd.DataFrame(rows, columns=COLUMNS)

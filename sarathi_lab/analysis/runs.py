@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab.analysis import registry
 from sarathi_lab.harness.results import METRICS, SWEEP_SUMMARY, WANDB_DIR, is_finished, load_runs
 
-# The paper's experiments, one config each under experiments/ and one figure each.
-EXPERIMENTS = ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio", "chunk_overhead",
-               "orca_compare", "scheduler_latency")
+# The paper's experiments as registered at import (analysis/paper_results/, one module each).
+EXPERIMENTS = registry.names()
 
 
 def newest_sweep(root: str | Path, name: str) -> Path | None:
@@ -30,13 +30,13 @@ def newest_sweep(root: str | Path, name: str) -> Path | None:
     return Path(root) / name / "multiruns" / max(finished, key=finished.get)
 
 
-def download_wandb(project: str, root: str | Path, names=EXPERIMENTS) -> Path:
+def download_wandb(project: str, root: str | Path, names=None) -> Path:
     """Every result file of each experiment's newest W&B group (one sweep) into ``root``, laid out
     as local runs are: ``root/<name>/multiruns/<group>/<run id>/``."""
     import wandb
 
     api = wandb.Api()
-    for name in names:
+    for name in names or registry.names():
         runs = list(api.runs(project, filters={"jobType": name}, order="-created_at"))
         if not runs:
             continue
@@ -49,11 +49,22 @@ def download_wandb(project: str, root: str | Path, names=EXPERIMENTS) -> Path:
     return Path(root)
 
 
-class Results:
-    """Each experiment's runs under one results root, loaded on first use."""
+# metrics.json's flag for a run whose times other work on the machine distorted (harness/load.py).
+UNRELIABLE = "env.timing_unreliable"
 
-    def __init__(self, root: str | Path):
+
+class Results:
+    """Each experiment's runs under one results root, loaded on first use.
+
+    Runs flagged ``timing_unreliable`` are left out of every table, so that no figure or claim
+    reads them, unless ``include_unreliable``; ``left_out`` counts them either way, and
+    ``describe`` says so wherever the numbers are shown. ``seed`` restricts every table to the runs
+    of one seed: one repeat of the experiment, which is how the claims get their spread."""
+
+    def __init__(self, root: str | Path, include_unreliable: bool = False, seed: int | None = None):
         self.root = Path(root)
+        self.include_unreliable = include_unreliable
+        self.seed = seed
         self._tables: dict[tuple[str, str], pd.DataFrame] = {}
 
     def sweep(self, name: str) -> Path:
@@ -73,20 +84,73 @@ class Results:
         return [job for job in self.jobs(name) if not is_finished(self.sweep(name) / job)]
 
     def missing(self) -> list[str]:
-        return [n for n in EXPERIMENTS if newest_sweep(self.root, n) is None]
+        return [n for n in registry.names() if newest_sweep(self.root, n) is None]
 
     def summary(self, name: str) -> pd.DataFrame:
         return self.table(name, "summary")
 
-    def table(self, name: str, table: str) -> pd.DataFrame:
+    def _loaded(self, name: str, table: str) -> pd.DataFrame:
         if (name, table) not in self._tables:
             self._tables[name, table] = load_runs(self.sweep(name), table=table)
         return self._tables[name, table]
 
+    def _unreliable_runs(self, name: str) -> set[str]:
+        summary = self._loaded(name, "summary")
+        if UNRELIABLE not in summary:
+            return set()
+        return set(summary.run_dir[summary[UNRELIABLE].fillna(False).astype(bool)])
+
+    def _runs(self, name: str) -> set[str]:
+        """The run_dirs every table of ``name`` keeps: reliable (unless opted in), of ``seed`` if set."""
+        summary = self._loaded(name, "summary")
+        keep = set(summary.run_dir)
+        if not self.include_unreliable:
+            keep -= self._unreliable_runs(name)
+        if self.seed is not None and "seed" in summary:
+            keep &= set(summary.run_dir[summary.seed == self.seed])
+        return keep
+
+    def table(self, name: str, table: str) -> pd.DataFrame:
+        loaded = self._loaded(name, table)
+        if not len(loaded):
+            return loaded
+        return loaded[loaded.run_dir.isin(self._runs(name))].reset_index(drop=True)
+
+    def left_out(self, name: str) -> int:
+        """How many of the experiment's runs are flagged ``timing_unreliable`` (left out unless kept)."""
+        return len(self._unreliable_runs(name))
+
+    def seeds(self, name: str) -> list[int]:
+        """The seeds of the experiment's kept runs: each a repeat of the whole experiment."""
+        summary = self.summary(name)
+        return sorted(summary.seed.dropna().unique().tolist()) if "seed" in summary else []
+
+    def repeat(self, seed: int) -> Results:
+        """The same runs restricted to one seed (sharing what is already loaded)."""
+        view = Results(self.root, self.include_unreliable, seed)
+        view._tables = self._tables
+        return view
+
+    def with_unreliable(self) -> Results:
+        """The same runs with those flagged ``timing_unreliable`` kept."""
+        view = Results(self.root, True, self.seed)
+        view._tables = self._tables
+        return view
+
+    def provenance(self, name: str) -> dict[str, str]:
+        """Where the experiment's numbers come from, one claims row's columns: the source (measured
+        or simulated, and by what), the scale, the precision, the threads and the machine."""
+        row = self._loaded(name, "summary").iloc[0]
+        simulated = self.executor(name)["executor"] == "sim"
+        threads = row.get("env.torch_threads")
+        return {"source": f"{self.source(name)}, {row.model}", "scale": self.scale(name), "dtype": str(row.get("env.dtype", "")),
+                "threads": "n/a (simulated)" if simulated else "" if pd.isna(threads) else f"{threads:g}",
+                "machine": "none: predicted by the cost model" if simulated else str(row.get("env.device_name", ""))}
+
     def scale(self, name: str) -> str:
         """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json; ``experiment=ci/NAME``
         sweeps into a folder named by time only), or a sweep folder named ``ci-*`` (``produce --scale ci``)."""
-        summary = self.summary(name)
+        summary = self._loaded(name, "summary")
         recorded = set(summary["scale"].dropna()) if "scale" in summary else set()
         return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
@@ -103,24 +167,36 @@ class Results:
         (roofline)'."""
         ex = self.executor(name)
         if ex["executor"] != "sim":
-            device = str(self.summary(name)["env.device"].iloc[0])
+            device = str(self._loaded(name, "summary")["env.device"].iloc[0])
             return "measured GPU" if device.startswith("cuda") else "measured CPU"
         return f"simulated {ex['sim_device'].upper()} ({ex['sim_cost_model']})"
 
     def describe(self, name: str) -> str:
         """Where and on what the experiment's numbers are, for figure titles and the claims table:
         e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)', and which jobs left no run."""
-        row = self.summary(name).iloc[0]
+        row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
                  else row["env.device_name"])
         failed = self.failed(name)
         lacking = f"; {len(failed)} of {len(self.jobs(name))} jobs left no run: {', '.join(failed)}" if failed else ""
-        return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{lacking})"
+        flagged = self.unreliable_note(name)
+        return (f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{lacking}"
+                f"{'; ' + flagged if flagged else ''})")
+
+    def unreliable_note(self, name: str) -> str:
+        """'3 of 8 runs left out: timing unreliable' (or kept), '' when none is flagged."""
+        flagged = self.left_out(name)
+        if not flagged:
+            return ""
+        total = len(self._loaded(name, "summary"))
+        return (f"{flagged} of {total} runs timing unreliable, kept" if self.include_unreliable
+                else f"{flagged} of {total} runs left out: timing unreliable")
 
 
-def load_results(root: str | Path, wandb_project: str | None = None) -> Results:
+def load_results(root: str | Path, wandb_project: str | None = None, include_unreliable: bool = False) -> Results:
     """The runs of every experiment under ``root``, or with ``wandb_project`` ("entity/project")
-    downloaded into ``root/wandb/<project>`` first."""
+    downloaded into ``root/wandb/<project>`` first; ``include_unreliable`` keeps runs flagged
+    ``timing_unreliable``."""
     if wandb_project:
         root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
-    return Results(root)
+    return Results(root, include_unreliable)

@@ -2,12 +2,16 @@
 
 The minutes are estimates from arithmetic (LLaMA-13B in bf16: 26 GB of weights read per decode
 iteration at ~3 TB/s, ~27 TFLOP per 1K-token prefill at ~700 TFLOP/s, ~5 s to build the model,
-~10 s to start an interpreter), not measurements: no step has run on a GPU yet. The order puts the
+~10 s to start an interpreter), not measurements: no step has run on a GPU yet. The paper results'
+sweeps are the registered ones (analysis/paper_results/: each module's GpuRun), run as
+``experiment=NAME`` with PAPER_COMMON, the same experiments the CPU runs. The order puts the
 issue's targets first (kernels, greedy equality, overhead at batch 18, decode vs prefill cost,
 piggyback gain, P:D peak), so that a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from sarathi_lab.analysis import registry
 
 # What every paper sweep on the GPU shares: the paper's model and dtype, no W&B (the machine has
 # no network), and a rerun that skips the jobs an interrupted call already finished.
@@ -28,8 +32,10 @@ class Step:
         return self.name.split(".")[0]
 
 
-def _paper(name: str, minutes: float, overrides: str, what: str) -> Step:
-    return Step(f"paper.{name}", "paper", minutes, what, name, tuple(overrides.split()))
+def _paper(result) -> Step:
+    """A registered paper result's sweep on the GPU (its module's GpuRun)."""
+    gpu = result.gpu
+    return Step(f"paper.{result.name}", "paper", gpu.minutes, gpu.what, result.name, tuple(gpu.overrides.split()))
 
 
 # task=profile's longest context per model (steps/profile.py runs seq_len at it): the longest request the
@@ -44,7 +50,10 @@ def _profile(model: str, minutes: float) -> Step:
                 f"(tile pairs at every 128) -> profiles/<device>/{model}.csv", model)
 
 
-STEPS: tuple[Step, ...] = (
+# Each profile's place among the paper results (their GpuRun.order) and its minutes: the 13B
+# profile right after the issue's targets (the P:D peak), the others last.
+PROFILES = {"llama-13b": (35, 1.5), "llama2-7b": (90, 1.2), "mistral-7b": (91, 1.2)}
+HEAD: tuple[Step, ...] = (
     Step("env", "env", 0.5, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
          "(8192^3 torch.mm), CUDA events, median of 20"),
     Step("kernels", "kernels", 2.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
@@ -53,27 +62,18 @@ STEPS: tuple[Step, ...] = (
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", "overhead", 1.5, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "schedule+prepare+sample share of each decode-only and hybrid iteration (target < 5%)"),
-    _paper("per_token_cost", 2.5, "seq_len=1024 batch_size=1,2,4,8,12,18",
-           "Fig. 3/4 at the paper's shapes: length 1024, batch 1-18 (unscaled)"),
-    _paper("decode_speedup", 2.5, "chunk=256 seq_len=1024,2048,3072 batch_size=2,6,12,18",
-           "Fig. 8 at the paper's shapes: chunk 256, lengths 1K-3K, batch 2-18 (unscaled)"),
-    _paper("pd_ratio", 3.5, "seq_len=1024 batch_size=18 chunk=256,512 pd_ratio=5,14,28,50 workload.num_requests=54",
-           "Fig. 9/11b: length 1024, B=18, 54 requests; scaled from chunks 128-512 x 8 P:D to chunks 256,512 x "
-           "P:D 5,14,28,50 (both paper peaks, 14 and 28, and either side)"),
-    _profile("llama-13b", 1.5),
-    _paper("tile_quantization", 1.5, "seq_len=1024 measure.token_step=8",
-           "Fig. 7: 8-token steps up to 1024 tokens, tile pairs at every 128 (unscaled)"),
-    _paper("chunk_overhead", 2.0, "seq_len=1024,3072",
-           "Fig. 13: chunks 64-512; scaled from lengths 1K,2K,3K to 1K,3K"),
-    _paper("orca_compare", 3.0, "seq_len=1024,2048 batch_size=18 chunk=256 pd_ratio=15 workload.num_requests=54",
-           "Fig. 11a: B=18, chunk 256, 54 requests; scaled from lengths 1K-3K to 1K,2K"),
-    _paper("scheduler_latency", 3.5, "model=mistral-7b seq_len=4096 chunk=512 workload.num_requests=32 "
-           "workload.qps=1,2 scheduler=vllm,orca,sarathi_serve",
-           "Sarathi-Serve TBT: Mistral-7B, lengths <=4096, budget 512; scaled from 256 requests x qps 1,2,4 x 5 "
-           "schedulers to 32 requests x qps 1,2 x vllm/orca/sarathi_serve"),
-    _profile("llama2-7b", 1.2),
-    _profile("mistral-7b", 1.2),
 )
+
+
+def build_steps() -> tuple[Step, ...]:
+    """HEAD, then the registered results' sweeps and the profiles in their order."""
+    ordered = sorted([(r.gpu.order, _paper(r)) for r in registry.RESULTS if r.gpu is not None]
+                     + [(order, _profile(model, minutes)) for model, (order, minutes) in PROFILES.items()],
+                     key=lambda pair: pair[0])
+    return HEAD + tuple(step for _, step in ordered)
+
+
+STEPS: tuple[Step, ...] = build_steps()
 BY_NAME = {s.name: s for s in STEPS}
 GROUPS = tuple(dict.fromkeys(s.group for s in STEPS))
 

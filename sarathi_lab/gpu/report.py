@@ -62,20 +62,24 @@ def overhead_figure(out: Path) -> bool:
 
 def paper_report(out: Path) -> list[str]:
     """Each experiment's figure and the claims table (claims.csv) from the runs under <out>/paper."""
-    from sarathi_lab.analysis import claims, figures
+    from sarathi_lab.analysis import claims, registry
     from sarathi_lab.analysis.runs import Results
 
     root = out / "paper"
     if not root.is_dir():
         return []
     results, notes, rows = Results(root), [], []
-    for check in claims.CHECKS:
-        name = check.__name__
+    for result in registry.RESULTS:
+        name = result.name
         if not (root / name).is_dir():
             continue
         try:
-            rows += claims.measured(check, results)
-            _save(getattr(figures, name)(results), out, name)
+            rows += claims.rows_of(result.claims, results, name)
+            fig = registry.draw(result, results)
+            if fig is None:
+                notes.append(f"{name}: no figure: {results.unreliable_note(name)}")
+                continue
+            _save(fig, out, name)
         except Exception as e:  # noqa: BLE001 (a figure or claim the runs at hand cannot give)
             plt.close("all")
             notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200])

@@ -57,12 +57,31 @@ class Capacity:
         return self.bounded and self.capacity_qps is not None and \
             self.lowest_failing_qps <= self.capacity_qps * (1 + self.requested_resolution)
 
+    def describe(self) -> str:
+        """One line for the log: the capacity rounded to the digits its bracket resolves, and what it
+        is when unbracketed (a lower bound, or below every rate tried)."""
+        tried = f"after {len(self.trials)} trials"
+        if self.capacity_qps is None:
+            return (f"capacity below {_rounded(self.lowest_failing_qps, None)} req/s: even the lowest rate tried "
+                    f"failed (binding: {self.binding}) {tried}")
+        if not self.bounded:
+            return (f"capacity >= {_rounded(self.capacity_qps, None)} req/s: every rate tried passed, so this is a "
+                    f"lower bound, not a capacity {tried}")
+        low, high = _rounded(self.capacity_qps, self.resolution), _rounded(self.lowest_failing_qps, self.resolution)
+        return f"capacity {low} req/s (fails by {high} req/s; binding: {self.binding}) {tried}"
+
     def as_dict(self) -> dict[str, Any]:
         return {"capacity_qps": self.capacity_qps, "resolution": self.resolution,
                 "requested_resolution": self.requested_resolution, "resolved": self.resolved,
                 "lowest_failing_qps": self.lowest_failing_qps, "binding": self.binding, "bounded": self.bounded,
                 "trials": [{"qps": t.qps, "passed": t.passed, "binding": t.binding, "stopped_early": t.stopped_early}
                            for t in self.trials]}
+
+
+def _rounded(qps: float, resolution: float | None) -> str:
+    """``qps`` to the significant digits a relative ``resolution`` resolves (at least 2; 3 without one)."""
+    digits = 3 if resolution is None or resolution <= 0 else max(2, math.ceil(-math.log10(resolution)) + 1)
+    return f"{float(f'{qps:.{digits}g}'):g}"  # 113.1 -> 110, not 1.1e+02
 
 
 def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> str | None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sarathi_lab.analysis import registry
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.plan import PAPER_COMMON, Step
 from sarathi_lab.gpu.proc import wait_or_stop
@@ -26,19 +27,14 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 GRACE_S = 10
 H100_BYTES = 80 * 10**9
 SWEPT_IN_DRY_RUN = "per_token_cost"
-# One job per experiment at tiny shapes (a single point: no sweep in the dry run).
+# One job per experiment at tiny shapes (a single point: no sweep in the dry run): each result's
+# GpuRun.dry, in its module under analysis/paper_results/.
 DRY_COMMON = ("model=tiny", "device=cpu", "dtype=float32", "logger=none", "measure.reps=1", "on_existing=overwrite")
-DRY = {
-    "per_token_cost": "seq_len=32 batch_size=2",
-    "tile_quantization": "seq_len=48 measure.token_step=16 measure.tile=32",
-    "decode_speedup": "seq_len=48 batch_size=2 chunk=16",
-    "pd_ratio": "seq_len=48 pd_ratio=4 chunk=16 batch_size=2 workload.num_requests=2 scheduler=sarathi",
-    "chunk_overhead": "seq_len=64 chunk=32 pd_ratio=8",
-    "orca_compare": "seq_len=48 chunk=16 pd_ratio=4 batch_size=2 workload.num_requests=4 scheduler=orca "
-                    "workload.stagger=2",
-    "scheduler_latency": "seq_len=64 workload.min_tokens=32 chunk=32 workload.num_requests=3 workload.qps=50 "
-                         "scheduler=sarathi_serve",
-}
+
+
+def dry_job(step: Step) -> list[str]:
+    """The result's one tiny job of the dry run (its GpuRun.dry)."""
+    return registry.by_name(step.arg).gpu.dry.split()
 
 
 def sweep_dir(out: Path, name: str, dry_run: bool) -> Path:
@@ -47,7 +43,7 @@ def sweep_dir(out: Path, name: str, dry_run: bool) -> Path:
 
 
 def sweep_argv(step: Step, directory: Path, dry_run: bool = False) -> list[str]:
-    overrides = [*DRY_COMMON, *DRY[step.arg].split()] if dry_run else [*PAPER_COMMON, *step.overrides]
+    overrides = [*DRY_COMMON, *dry_job(step)] if dry_run else [*PAPER_COMMON, *step.overrides]
     return [sys.executable, "-m", "sarathi_lab.run", "-m", f"experiment={step.arg}", f"hydra.sweep.dir={directory}",
             *overrides]
 
@@ -90,7 +86,7 @@ def run_dry(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     from sarathi_lab.harness.compose import run_in_process
 
     metrics = check_gpu_jobs(step)
-    args = [f"experiment={step.arg}", *DRY_COMMON, *DRY[step.arg].split()]
+    args = [f"experiment={step.arg}", *DRY_COMMON, *dry_job(step)]
     status = run_in_process(args, sweep_dir(ctx.out, step.arg, True) / "0")
     return [*metrics, Metric("dry_job_status", status, "", "ok", status == "ok")], [" ".join(args)]
 

@@ -83,7 +83,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     write_json(context.run_dir / CAPACITY_JSON, record)
     if not found.resolved:
         log.warning("capacity search stopped before its resolution: %s", _why(found, search))
-    log.info("capacity %s req/s (binding: %s) after %d trials", found.capacity_qps, found.binding, len(found.trials))
+    log.info("%s", found.describe())
     best = next((r for r in rows if r["passed"] and r["qps"] == found.capacity_qps), {})
     summary = {"capacity_qps": found.capacity_qps if found.capacity_qps is not None else math.nan,
                "resolution": found.resolution if found.resolution is not None else math.nan,

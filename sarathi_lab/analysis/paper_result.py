@@ -1,0 +1,30 @@
+"""What a paper result declares (analysis/registry.py finds them): its experiment, the overrides of
+its quick set and of its GPU run, its claim check and its figure."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuRun:
+    """The result's sweep on one GPU (gpu/steps/paper.py): the paper's model in bf16 (gpu/plan.py's
+    PAPER_COMMON) with ``overrides``; ``dry``: the one tiny CPU job of the suite's dry run."""
+    minutes: float        # expected on an H100, interpreter and model builds included
+    overrides: str
+    what: str             # one line for the suite's --plan
+    dry: str
+    order: int            # where it runs in the suite (gpu/plan.py orders the profile steps by it too)
+
+
+@dataclass(frozen=True)
+class PaperResult:
+    name: str                                     # experiment=NAME, and the results root's folder
+    claims: Callable[[Any], list[dict]]           # Results -> claims rows (analysis/claims.py's _row)
+    figure: str | Callable[..., Any]              # (results, simulated=None) -> Figure; a str: figures.<str>
+    ci: tuple[str, ...]                           # produce --scale ci: overrides of experiment=NAME
+    order: int                                    # where it runs, is drawn and is tabled
+    reading: str = ""                             # markdown under the figure's heading: what to look for
+    sim: str | None = None                        # produce --sim at full scale: experiment=sim/<sim>
+    gpu: GpuRun | None = None

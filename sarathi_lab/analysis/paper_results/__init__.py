@@ -1,0 +1,1 @@
+"""One module per paper result, each defining ``RESULT`` (analysis/registry.py's PaperResult)."""

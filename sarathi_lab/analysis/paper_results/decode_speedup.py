@@ -1,0 +1,15 @@
+"""Fig. 8: decode throughput of piggybacked decodes over decode-only batches."""
+from sarathi_lab.analysis import claims
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
+
+RESULT = PaperResult(
+    name="decode_speedup", claims=claims.decode_speedup, figure="decode_speedup",
+    order=30, sim="decode_speedup",
+    reading=("**Fig. 8, decode speedup.** A decode riding a prefill chunk costs a fraction of one in a "
+             "decode-only iteration: 2.8x-10x decode throughput (shaded band)."),
+    ci=("seq_len=64,96", "batch_size=2,4", "chunk=32"),
+    gpu=GpuRun(minutes=2.5, order=20,
+               overrides="chunk=256 seq_len=1024,2048,3072 batch_size=2,6,12,18",
+               what="Fig. 8 at the paper's shapes: chunk 256, lengths 1K-3K, batch 2-18 (unscaled)",
+               dry="seq_len=48 batch_size=2 chunk=16"),
+)

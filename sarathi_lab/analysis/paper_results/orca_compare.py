@@ -1,0 +1,17 @@
+"""Fig. 11a: baseline, Orca's worst and best case, and SARATHI by sequence length."""
+from sarathi_lab.analysis import claims
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
+
+RESULT = PaperResult(
+    name="orca_compare", claims=claims.orca_compare, figure="orca_compare",
+    order=60, sim="orca_compare",
+    reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every later "
+             "whole prefill with B - 1 decodes), run by the `orca` scheduler on two workloads (see "
+             "`experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on the right."),
+    ci=("seq_len=64,96", "chunk=32", "pd_ratio=4", "workload.num_requests=8"),
+    gpu=GpuRun(minutes=3.0, order=60,
+               overrides="seq_len=1024,2048 batch_size=18 chunk=256 pd_ratio=15 workload.num_requests=54",
+               what="Fig. 11a: B=18, chunk 256, 54 requests; scaled from lengths 1K-3K to 1K,2K",
+               dry="seq_len=48 chunk=16 pd_ratio=4 batch_size=2 workload.num_requests=4 scheduler=orca "
+                   "workload.stagger=2"),
+)

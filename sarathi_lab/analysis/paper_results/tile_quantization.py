@@ -1,0 +1,16 @@
+"""Fig. 7: iteration time steps at multiples of the matmul tile."""
+from sarathi_lab.analysis import claims
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
+
+RESULT = PaperResult(
+    name="tile_quantization", claims=claims.tile_quantization, figure="tile_quantization",
+    order=20, sim="tile_quantization",
+    reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of the "
+             "matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the paper's "
+             "three points as stars."),
+    ci=("seq_len=80", "measure.token_step=16", "measure.tile=32"),
+    gpu=GpuRun(minutes=1.5, order=40,
+               overrides="seq_len=1024 measure.token_step=8",
+               what="Fig. 7: 8-token steps up to 1024 tokens, tile pairs at every 128 (unscaled)",
+               dry="seq_len=48 measure.token_step=16 measure.tile=32"),
+)

@@ -1,0 +1,64 @@
+"""The paper's results, each one unit: a module in ``analysis/paper_results/`` whose ``RESULT``
+declares its experiment (``conf/experiment/<name>.yaml``), the overrides of its quick set and its
+GPU run, its claim check and its figure. A result is registered by being there: ``produce``, the
+claims table, the figures, ``notebooks/figures.ipynb`` and the GPU suite (``gpu/plan.py``) iterate
+``RESULTS``, so that adding one touches its module, its YAML and its test.
+
+The figures are drawn through ``draw``, which imports matplotlib only when a figure is wanted:
+the GPU suite's plan and ``produce`` read the registry without it.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+
+from sarathi_lab.analysis import paper_results
+from sarathi_lab.analysis.paper_result import PaperResult
+
+
+def _discover() -> tuple[PaperResult, ...]:
+    found = []
+    for info in pkgutil.iter_modules(paper_results.__path__):
+        module = importlib.import_module(f"{paper_results.__name__}.{info.name}")
+        result = getattr(module, "RESULT", None)
+        if isinstance(result, PaperResult):
+            found.append(result)
+    names = [r.name for r in found]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"analysis/paper_results: {twice[0]!r} is registered twice; each result's name must be unique")
+    return tuple(sorted(found, key=lambda r: (r.order, r.name)))
+
+
+RESULTS: tuple[PaperResult, ...] = _discover()
+
+
+# The consumers read RESULTS when they run, not when they are imported, so that a result registered
+# later (a test's toy result) is theirs too.
+
+
+def names() -> tuple[str, ...]:
+    return tuple(r.name for r in RESULTS)
+
+
+def by_name(name: str) -> PaperResult:
+    for result in RESULTS:
+        if result.name == name:
+            return result
+    raise KeyError(f"{name!r} is no paper result; known: {', '.join(names())}")
+
+
+def checks() -> list[tuple[str, Callable]]:
+    """(experiment, check) for the claims table, in the results' order."""
+    return [(r.name, r.claims) for r in RESULTS]
+
+
+def draw(result: PaperResult, runs, simulated=None):
+    """The result's figure, or None when every run of it was left out (``runs.unreliable_note`` says why)."""
+    if runs.summary(result.name).empty:
+        return None
+    figure = result.figure
+    if isinstance(figure, str):
+        figure = getattr(importlib.import_module("sarathi_lab.analysis.figures"), figure)
+    return figure(runs, simulated)

@@ -1,0 +1,87 @@
+"""analysis/registry.py: every paper result is one module, and what iterates the results (produce,
+the claims table, the figures, the GPU suite's plan and dry run) picks up one registered in a test."""
+from __future__ import annotations
+
+import json
+
+import matplotlib.pyplot as plt
+import pytest
+
+from sarathi_lab.analysis import claims, registry
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
+from sarathi_lab.analysis.runs import Results
+from sarathi_lab.gpu.plan import STEPS, build_steps
+from sarathi_lab.gpu.steps.paper import sweep_argv
+from sarathi_lab.produce import sweep_args
+
+
+def _toy_claims(results) -> list[dict]:
+    mean = results.summary("toy").total_throughput.mean()
+    return [{"experiment": "toy", "claim": "Toy throughput is at least 1 token/s", "paper": ">= 1",
+             "ours": f"{mean:.1f} tokens/s", "holds": "yes" if mean >= 1 else "no", "value": mean}]
+
+
+def _toy_figure(results, simulated=None):
+    fig, ax = plt.subplots()
+    ax.bar(["toy"], [results.summary("toy").total_throughput.mean()])
+    return fig
+
+
+TOY = PaperResult(name="toy", claims=_toy_claims, figure=_toy_figure, ci=("seq_len=16",), order=5,
+                  gpu=GpuRun(minutes=0.5, overrides="seq_len=1024", what="toy", dry="seq_len=16", order=1))
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.setattr(registry, "RESULTS", (TOY, *registry.RESULTS))
+    return TOY
+
+
+def test_the_seven_results_are_found_in_their_modules_in_order():
+    assert registry.names() == ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio",
+                                "chunk_overhead", "orca_compare", "scheduler_latency")
+    assert all(r.reading and r.gpu and r.ci for r in registry.RESULTS)
+    # The GPU suite runs each registered result's experiment, as the CPU does, with its overrides.
+    assert [s.arg for s in STEPS if s.module == "paper"] == ["per_token_cost", "decode_speedup", "pd_ratio",
+                                                             "tile_quantization", "chunk_overhead", "orca_compare",
+                                                             "scheduler_latency"]
+
+
+def test_a_registered_result_is_produced_run_on_the_gpu_and_dry_run(toy, tmp_path):
+    args = sweep_args("toy", tmp_path, "ci")
+    assert args[1] == "experiment=toy" and args[-1] == "seq_len=16" and "scale=ci" in args
+    # No simulated config of its own: the simulated set runs its experiment on the simulator.
+    assert "executor=sim" in sweep_args("toy", tmp_path, "full", sim=True)
+    (step, *_) = [s for s in build_steps() if s.module == "paper"]
+    assert (step.name, step.overrides) == ("paper.toy", ("seq_len=1024",))
+    assert sweep_argv(step, tmp_path, dry_run=True)[-1] == "seq_len=16"
+    assert sweep_argv(step, tmp_path)[-1] == "seq_len=1024"
+
+
+def _toy_runs(root, throughputs, unreliable=()) -> Results:
+    for job, throughput in enumerate(throughputs):
+        run = root / "toy/multiruns/2026-01-01" / str(job)
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text(json.dumps({
+            "config": {"scheduler": "static", "model": "tiny", "seed": job, "scale": "ci"}, "overrides": [],
+            "resolved_config": {"engine": {"executor": "model"}}, "summary": {"total_throughput": throughput},
+            "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32", "torch_threads": 1,
+                            "timing_unreliable": job in unreliable}}))
+    return Results(root)
+
+
+def test_a_registered_result_has_claims_rows_and_a_figure(monkeypatch, tmp_path):
+    monkeypatch.setattr(registry, "RESULTS", (TOY,))  # the only result, so the only runs the table needs
+    results = _toy_runs(tmp_path, [2.0, 0.5, 3.0], unreliable={1})
+    assert results.missing() == []
+    (row,) = claims.claims_table(results).to_dict("records")
+    assert row["ours"] == "2.5 tokens/s" and row["spread"] == "2 to 3 over 2 seeds (min-max)"
+    assert row["left out"] == "1 of 3 runs left out: timing unreliable"
+    fig = registry.draw(TOY, results)
+    assert fig.axes[0].patches[0].get_height() == pytest.approx(2.5)
+
+
+def test_a_result_whose_every_run_is_unreliable_has_no_figure(toy, tmp_path):
+    results = _toy_runs(tmp_path, [2.0], unreliable={0})
+    assert registry.draw(toy, results) is None and results.unreliable_note("toy") == (
+        "1 of 1 runs left out: timing unreliable")
