@@ -316,7 +316,7 @@ def _pd_ratio_sweep(root, gains_by_seed: dict[int, float], unreliable=()) -> Non
     sweep, job = root / "pd_ratio/multiruns/2026-01-01", 0
     for seed, gain in gains_by_seed.items():
         for scheduler, throughput in (("static", 100.0), ("sarathi", 100.0 * gain)):
-            _run(sweep, job, seed, {"total_throughput": throughput}, seed in unreliable, scheduler, chunk=64,
+            _run(sweep, job, seed, {"total_throughput_tok_s": throughput}, seed in unreliable, scheduler, chunk=64,
                  **KEYS)
             job += 1
 

@@ -44,9 +44,9 @@ def _cpu_searches():
 
 
 def test_claims_rows_give_each_source_its_own_row_and_provenance():
-    tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "tbt_p99": 0.05},
-                             {"scheduler": "sarathi_serve", "chunk": 2048, "tbt_p99": 0.2},
-                             {"scheduler": "orca", "chunk": 512, "tbt_p99": 1.0}]).assign(
+    tradeoff = pd.DataFrame([{"scheduler": "sarathi_serve", "chunk": 512, "itl_p99_s": 0.05},
+                             {"scheduler": "sarathi_serve", "chunk": 2048, "itl_p99_s": 0.2},
+                             {"scheduler": "orca", "chunk": 512, "itl_p99_s": 1.0}]).assign(
         executor="sim", model="mistral-7b", scale="full")
     claims = capacity_claims(Evidence(searches=_cpu_searches(), provenance=CPU),
                              Evidence(_searches(), tradeoff, {1024: 0.1, 4096: 0.3}, provenance=SIM))

@@ -16,14 +16,14 @@ from sarathi_lab.produce import sweep_args
 
 
 def _toy_claims(results) -> list[dict]:
-    mean = results.summary("toy").total_throughput.mean()
+    mean = results.summary("toy").total_throughput_tok_s.mean()
     return [{"experiment": "toy", "claim": "Toy throughput is at least 1 token/s", "paper": ">= 1",
              "ours": f"{mean:.1f} tokens/s", "holds": "yes" if mean >= 1 else "no", "value": mean}]
 
 
 def _toy_figure(results, simulated=None):
     fig, ax = plt.subplots()
-    ax.bar(["toy"], [results.summary("toy").total_throughput.mean()])
+    ax.bar(["toy"], [results.summary("toy").total_throughput_tok_s.mean()])
     return fig
 
 
@@ -64,7 +64,7 @@ def _toy_runs(root, throughputs, unreliable=()) -> Results:
         run.mkdir(parents=True)
         (run / "metrics.json").write_text(json.dumps({
             "config": {"scheduler": "static", "model": "tiny", "seed": job, "scale": "ci"}, "overrides": [],
-            "resolved_config": {"engine": {"executor": "model"}}, "summary": {"total_throughput": throughput},
+            "resolved_config": {"engine": {"executor": "model"}}, "summary": {"total_throughput_tok_s": throughput},
             "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32", "torch_threads": 1,
                             "timing_unreliable": job in unreliable}}))
     return Results(root)

@@ -155,13 +155,13 @@ def load_tradeoff(root: str | Path) -> pd.DataFrame:
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
     """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the other schedulers as points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
-    ax.plot(serve.tbt_p99, serve.ttft_p50, "o-", label="sarathi_serve, labelled by token budget")
+    ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-", label="sarathi_serve, labelled by token budget")
     # Budget labels alternate above and below the curve: neighbouring budgets' points lie close.
     for i, (_, row) in enumerate(serve.iterrows()):
-        ax.annotate(f"{row.chunk:g}", (row.tbt_p99, row.ttft_p50), fontsize=7, ha="center",
+        ax.annotate(f"{row.chunk:g}", (row.itl_p99_s, row.ttft_p50_s), fontsize=7, ha="center",
                     xytext=(0, 7 if i % 2 == 0 else -12), textcoords="offset points")
     for scheduler, rows in tradeoff[tradeoff.scheduler != "sarathi_serve"].groupby("scheduler"):
-        ax.plot(rows.tbt_p99, rows.ttft_p50, "s", label=scheduler)
+        ax.plot(rows.itl_p99_s, rows.ttft_p50_s, "s", label=scheduler)
     # Both axes logarithmic: static's TTFT is tens of times the others' and would flatten them.
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -264,8 +264,8 @@ def _hybrid_tbt(evidence: Evidence) -> tuple[str, str, str] | None:
         return None
     orca = tradeoff[tradeoff.scheduler == "orca"].itl_p99_s.max()
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
-    at_512 = serve[serve.chunk == 512].tbt_p99
-    ratio = orca / (at_512.iloc[0] if len(at_512) else serve.tbt_p99.min())
+    at_512 = serve[serve.chunk == 512].itl_p99_s
+    ratio = orca / (at_512.iloc[0] if len(at_512) else serve.itl_p99_s.min())
     return (f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no",
             "one run per point: no spread")
 
