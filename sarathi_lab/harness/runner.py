@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
+from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
 from sarathi_lab.harness import load
@@ -83,6 +84,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         (run_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, run_dir / ".hydra" / name)
+    if checked.engine.executor == "model" and checked.engine.device_type == "cpu":
+        # Loaded (built, verified) before the run is marked running: a library that kills the
+        # process as it loads must not leave a run that looks alive.
+        cpu_build.library()
     write_status(run_dir, "running")
 
     llm = LLM(**dataclasses.asdict(checked.engine))
