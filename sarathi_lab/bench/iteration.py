@@ -24,6 +24,7 @@ import warnings
 import pandas as pd
 import torch
 
+from sarathi_lab import cli_args
 from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
 from sarathi_lab.bench.common import (
     add_common_args,
@@ -158,7 +159,7 @@ def _ceiling_setup(c) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
+    p = cli_args.Parser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
