@@ -28,6 +28,7 @@ def _files(tmp_path: Path) -> dict[str, Path]:
 
 CASES = {
     "run: unknown key": (["sarathi_lab.run", "chunkk=3"], "chunkk"),
+    "run: a name leaving outputs": (["sarathi_lab.run", "name=../../escaped"], "name='../../escaped'"),
     "produce: unknown experiment": (["sarathi_lab.produce", "nope"], "'nope'"),
     "produce: root is a file": (["sarathi_lab.produce", "--root", "{file}"], "a_file"),
     "produce: root under a file": (["sarathi_lab.produce", "--root", "{file}/below"], "a_file"),

@@ -27,7 +27,7 @@ from sarathi_lab.harness import CONF_DIR
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The one-line error for the first bare word, sweep without -m, bad group choice or unknown key in
     args, or None."""
-    error = bare_word(args) or sweep_without_multirun(args)
+    error = bare_word(args) or sweep_without_multirun(args) or escaping_name(args)
     if error or searches_other_configs(args):
         return error  # choices and keys of configs outside conf_dir are Hydra's to check
     return bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
@@ -71,6 +71,20 @@ def sweep_without_multirun(args: list[str]) -> str | None:
         if override.is_sweep_override() and not override.key_or_group.startswith("hydra"):
             return (f"{arg} is invalid without -m: a sweep runs one job per value with -m first (-m {arg}); "
                     "a list is key=[a,b]")
+    return None
+
+
+def escaping_name(args: list[str]) -> str | None:
+    """The one-line error for a ``name=`` that is no plain folder name: the run's directory is
+    outputs/<name>/..., and name=../../x wrote outside outputs/."""
+    for arg, override in _overrides(args):
+        if override.key_or_group != "name" or override.is_delete():
+            continue
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(override.value())]
+        for value in values:
+            if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
+                return (f"name={value!r} is invalid: it is the folder of the run under outputs/, so it must be one "
+                        "plain folder name (no '/', not '.' or '..')")
     return None
 
 
