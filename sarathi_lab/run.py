@@ -8,6 +8,7 @@ in well under two seconds.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from sarathi_lab.harness import CONF_DIR
 
 log = logging.getLogger("sarathi_lab.run")
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -63,17 +65,45 @@ def main(cfg: DictConfig) -> None:
         log.error("%s", e)
         if not multirun:
             raise SystemExit(2) from None
-    except Exception as e:
-        record_failure(ctx.status_dir, e)
-        log.exception("run failed; error recorded in %s", ctx.status_dir / "status.json")
+    except OSError as e:
+        if e.errno not in _ENVIRONMENT_ERRNOS:
+            _failed(ctx.status_dir, e, multirun)
+            return
+        # The machine's fault (full disk, file size limit, a filesystem gone read-only), said in one
+        # line naming the file; what was written goes to temporary names and is renamed, so no result
+        # is half-written.
+        _record_quietly(ctx.status_dir, e)
+        log.error("cannot write %s: %s; the run stopped (nothing half-written)", e.filename or ctx.status_dir,
+                  e.strerror or e)
         if not multirun:
             raise SystemExit(1) from None
+    except Exception as e:  # noqa: BLE001 - recorded and logged with its traceback (_failed)
+        _failed(ctx.status_dir, e, multirun)
     finally:
         ctx.release()
 
 
+def _failed(status_dir, e: Exception, multirun: bool) -> None:
+    from sarathi_lab.harness.runner import record_failure
+
+    record_failure(status_dir, e)
+    log.exception("run failed; error recorded in %s", status_dir / "status.json")
+    if not multirun:
+        raise SystemExit(1) from None
+
+
+def _record_quietly(status_dir, e: BaseException) -> None:
+    """status.json of a run stopped by e, where the disk still takes it."""
+    from sarathi_lab.harness.runner import record_failure
+
+    try:
+        record_failure(status_dir, e)
+    except OSError:
+        pass
+
+
 def cli() -> None:
-    from sarathi_lab.harness.cli_check import check_command_line, sweep_note
+    from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
 
     args = sys.argv[1:]
     if not {"--help", "-h", "--hydra-help"} & set(args):
@@ -81,6 +111,10 @@ def cli() -> None:
         if error:
             print(f"error: {error}", file=sys.stderr)
             raise SystemExit(2)
+        problem = output_dir_problem(args)
+        if problem:
+            print(f"error: {problem[0]}", file=sys.stderr)
+            raise SystemExit(problem[1])
         note = sweep_note(args)
         if note:
             print(note, file=sys.stderr)

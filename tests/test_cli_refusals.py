@@ -29,6 +29,9 @@ def _files(tmp_path: Path) -> dict[str, Path]:
 CASES = {
     "run: unknown key": (["sarathi_lab.run", "chunkk=3"], "chunkk"),
     "run: a name leaving outputs": (["sarathi_lab.run", "name=../../escaped"], "name='../../escaped'"),
+    "run: output dir is a file": (["sarathi_lab.run", "hydra.run.dir={file}"], "a_file is invalid: it is a file"),
+    "run: sweep dir under a file": (["sarathi_lab.run", "-m", "chunk=32,64", "hydra.sweep.dir={file}/s"],
+                                    "which is a file"),
     "produce: unknown experiment": (["sarathi_lab.produce", "nope"], "'nope'"),
     "produce: root is a file": (["sarathi_lab.produce", "--root", "{file}"], "a_file"),
     "produce: root under a file": (["sarathi_lab.produce", "--root", "{file}/below"], "a_file"),

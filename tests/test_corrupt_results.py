@@ -1,0 +1,89 @@
+"""Readers of results name a damaged file and go on without it (or stop in one line when strict):
+truncated, empty or corrupt metrics.json, one without resolved_config, a corrupt parquet table, a
+corrupt sweep_summary.json. Damaged by hand, as a full disk, a kill or an editor leaves them."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sarathi_lab.analysis.runs import Results
+from sarathi_lab.config import ConfigError
+from sarathi_lab.harness.results import (
+    METRICS,
+    SWEEP_SUMMARY,
+    RunResult,
+    UnreadableRun,
+    load_runs,
+    write_results,
+)
+from sarathi_lab.harness.runner import _keep_finished_run
+
+
+def _write_run(run_dir: Path, chunk: int) -> None:
+    run_dir.mkdir(parents=True)
+    table = pd.DataFrame({"iteration": [0, 1], "tokens": [chunk, 1]})
+    write_results(run_dir, {"iterations": table}, RunResult(
+        summary={"total_throughput": float(chunk)}, config={"chunk": chunk, "scheduler": "sarathi"},
+        environment={"device": "cpu", "dtype": "float32"}, overrides=[f"chunk={chunk}"],
+        resolved_config={"chunk": chunk, "engine": {"executor": "sim"}}, partial=False, wall_time_s=1.0))
+
+
+DAMAGE = {
+    "truncated": lambda p: p.write_text(p.read_text()[:40]),
+    "empty": lambda p: p.write_text(""),
+    "not json": lambda p: p.write_bytes(b"\x00\xff garbage"),
+    "no resolved_config": lambda p: p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items()
+                                                             if k != "resolved_config"})),
+}
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    root = tmp_path / "pd_ratio" / "multiruns" / "s1"
+    for job, chunk in enumerate((32, 64, 128)):
+        _write_run(root / str(job), chunk)
+    return root
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_load_runs_names_a_damaged_metrics_file_and_goes_on(sweep, damage, caplog):
+    bad = sweep / "1" / METRICS
+    DAMAGE[damage](bad)
+    with caplog.at_level(logging.WARNING):
+        runs = load_runs(sweep)
+    assert sorted(runs["chunk"]) == [32, 128]
+    assert [r.getMessage() for r in caplog.records if str(bad) in r.getMessage()], caplog.text
+    with pytest.raises(UnreadableRun, match=rf"^{bad} is unreadable \("):
+        load_runs(sweep, strict=True)
+
+
+def test_a_corrupt_table_is_named_and_left_out(sweep, caplog):
+    bad = sweep / "2" / "iterations.parquet"
+    bad.write_bytes(bad.read_bytes()[:50])
+    with caplog.at_level(logging.WARNING):
+        rows = load_runs(sweep, table="iterations")
+    assert sorted(set(rows["chunk"])) == [32, 64] and str(bad) in caplog.text
+
+
+def test_results_read_past_a_corrupt_sweep_summary_and_a_damaged_first_run(sweep, caplog):
+    (sweep / SWEEP_SUMMARY).write_text('{"0": "ok", "1"')
+    DAMAGE["empty"](sweep / "0" / METRICS)
+    results = Results(sweep.parents[2])
+    with caplog.at_level(logging.WARNING):
+        assert results.jobs("pd_ratio") == [] and results.failed("pd_ratio") == []
+        assert results.executor("pd_ratio")["executor"] == "sim"  # from the first run it could read
+        assert sorted(results.summary("pd_ratio")["chunk"]) == [64, 128]
+    assert str(sweep / SWEEP_SUMMARY) in caplog.text and str(sweep / "0" / METRICS) in caplog.text
+
+
+def test_on_existing_skip_over_a_damaged_run_is_refused_in_one_line(sweep):
+    class Cfg:
+        on_existing = "skip"
+    DAMAGE["truncated"](sweep / "0" / METRICS)
+    with pytest.raises(ConfigError, match=rf"^on_existing=skip: {sweep / '0' / METRICS} is unreadable .*"
+                                          "on_existing=overwrite replaces it$"):
+        _keep_finished_run(Cfg(), {"chunk": 32}, sweep / "0")
