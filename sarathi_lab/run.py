@@ -10,9 +10,23 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import signal
 import sys
 
-import hydra
+_INTERRUPTED = "interrupted (SIGINT) outside a run: no run was started or changed"
+
+
+def _interrupted_while_importing(signum, frame) -> None:
+    # Nothing is written while the modules load: leave at once, without the import's traceback.
+    print(_INTERRUPTED, file=sys.stderr)
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupted_while_importing)
+
+import hydra  # after the handler: importing Hydra is the first half second
 from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
@@ -103,6 +117,17 @@ def _record_quietly(status_dir, e: BaseException) -> None:
 
 
 def cli() -> None:
+    # Ctrl-C outside a run (checking the command line, composing, importing torch, between a sweep's
+    # jobs) ended in a 70-line KeyboardInterrupt traceback; a run itself records it (interrupts.py).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _cli()
+    except KeyboardInterrupt:
+        print(_INTERRUPTED, file=sys.stderr)
+        raise SystemExit(128 + 2) from None
+
+
+def _cli() -> None:
     from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
 
     args = sys.argv[1:]
