@@ -151,7 +151,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         headline = _headline(summary)
     else:
         task = measurement(cfg.task)
-        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group))
+        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group,
+                                                      resolved_config))
                            if takes_context(task) else task(cfg, llm))
         history = []
         headline = ", ".join(f"{k}.parquet" for k in tables)
