@@ -87,3 +87,39 @@ def test_on_existing_skip_over_a_damaged_run_is_refused_in_one_line(sweep):
     with pytest.raises(ConfigError, match=rf"^on_existing=skip: {sweep / '0' / METRICS} is unreadable .*"
                                           "on_existing=overwrite replaces it$"):
         _keep_finished_run(Cfg(), {"chunk": 32}, sweep / "0")
+
+
+PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "cpu" / "cpu-small.csv"
+PROFILE_DAMAGE = {
+    "empty": lambda text: "",
+    "bad header": lambda text: "a,b,c\n1,2,3\n",
+    "nan": lambda text: text.replace(text.splitlines()[1], text.splitlines()[1].rsplit(",", 1)[0] + ",nan", 1),
+    "latin-1": lambda text: text.splitlines()[0] + "\n\xe9\xe8,1,2\n",
+    "truncated": lambda text: text[: len(text) // 3].rsplit(",", 1)[0],
+}
+
+
+@pytest.mark.parametrize("damage", sorted(PROFILE_DAMAGE))
+def test_a_damaged_profile_is_refused_in_one_line_naming_it(damage, tmp_path):
+    from sarathi_lab.model import load_config
+    from sarathi_lab.sim.profile_model import ProfileCostModel
+
+    bad = tmp_path / "cpu-small.csv"
+    text = PROFILE_DAMAGE[damage](PROFILE.read_text())
+    bad.write_bytes(text.encode("latin-1" if damage == "latin-1" else "utf-8"))
+    with pytest.raises(ConfigError, match=rf"^sim_cost_model='profile' is invalid here: the profile {bad} is "
+                                          r"unreadable \(.*\); run task=profile again$"):
+        ProfileCostModel.from_csv(bad, load_config("tiny"), "float32")
+
+
+@pytest.mark.parametrize("content", ["", "{", "[1, 2]", '{"KEY": {"copy_gbps": "x", "matmul_gflops": 1}}'])
+def test_a_damaged_ceilings_cache_is_measured_again_with_one_warning(content, tmp_path, caplog):
+    from sarathi_lab.sim import device
+
+    path = tmp_path / "cpu_ceilings.json"
+    path.write_text(content)
+    with caplog.at_level(logging.WARNING):
+        assert device._read_cached_ceilings(path, "KEY") == {}
+    assert f"the cached CPU ceilings {path} are unreadable" in caplog.text
+    path.write_text('{"KEY": {"copy_gbps": 10.0, "matmul_gflops": 50.0}}')
+    assert device._read_cached_ceilings(path, "KEY") == {"KEY": {"copy_gbps": 10.0, "matmul_gflops": 50.0}}
