@@ -123,3 +123,18 @@ def test_a_damaged_ceilings_cache_is_measured_again_with_one_warning(content, tm
     assert f"the cached CPU ceilings {path} are unreadable" in caplog.text
     path.write_text('{"KEY": {"copy_gbps": 10.0, "matmul_gflops": 50.0}}')
     assert device._read_cached_ceilings(path, "KEY") == {"KEY": {"copy_gbps": 10.0, "matmul_gflops": 50.0}}
+
+
+def test_capacity_searches_name_a_damaged_capacity_json_and_go_on(tmp_path, caplog):
+    from sarathi_lab.analysis.capacity import CAPACITY_JSON, load_searches
+
+    good, bad = tmp_path / "a", tmp_path / "b"
+    for run in (good, bad):
+        _write_run(run, 32)
+    found = {"slo": {"tbt_p99_s": 0.2, "sched_delay_p50_s": 1.0}, "capacity_qps": 2.0, "resolution": 0.04,
+             "binding": "tbt_p99_s", "bounded": True, "trials": [{}, {}]}
+    (good / CAPACITY_JSON).write_text(json.dumps(found))
+    (bad / CAPACITY_JSON).write_text(json.dumps(found)[:30])
+    with caplog.at_level(logging.WARNING):
+        searches = load_searches(tmp_path)
+    assert searches.run_dir.tolist() == [str(good)] and f"{bad / CAPACITY_JSON} (or its metrics.json)" in caplog.text
