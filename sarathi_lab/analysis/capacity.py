@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.analysis.claims import COLUMNS
-from sarathi_lab.harness.results import METRICS, is_finished, load_runs, read_record
+from sarathi_lab.harness.results import METRICS, is_finished, load_runs
 
 log = logging.getLogger(__name__)
 CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
@@ -53,7 +53,7 @@ def load_searches(root: str | Path) -> pd.DataFrame:
 
 def _search_row(path: Path) -> dict:
     found = json.loads(path.read_text())
-    record = read_record(path.parent / METRICS)
+    record = json.loads((path.parent / METRICS).read_text())
     summary = record["summary"]
     return (record["config"] | {
             "run_dir": str(path.parent), "tbt_slo_s": found["slo"]["tbt_p99_s"],
