@@ -22,7 +22,7 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 def main(argv: list[str] | None = None):
     parser = cli_args.Parser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
+                             formatter_class=HelpFormatter)
     parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
     parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",

@@ -160,7 +160,7 @@ def _ceiling_setup(c) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     p = cli_args.Parser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+                        formatter_class=HelpFormatter)
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])

@@ -94,7 +94,7 @@ def _vocab(model: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = cli_args.Parser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+                        formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=["sarathi", "vllm"])

@@ -241,7 +241,7 @@ def _print_targets(frame: pd.DataFrame) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = cli_args.Parser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+                        formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
     p.add_argument("--model", default="cpu-small", help="a preset")

@@ -83,7 +83,7 @@ def print_table(out: Path, names: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
     parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
