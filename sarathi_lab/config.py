@@ -11,6 +11,7 @@ import functools
 import logging
 import math
 import numbers
+import os
 import re
 import types
 from dataclasses import dataclass
@@ -122,6 +123,12 @@ class EngineConfig:
                     "num_threads"):
             if getattr(self, key) is not None:
                 check_positive(key, getattr(self, key))
+        # More threads than cores time their waits for a core (OpenMP's spinning threads crawl), and
+        # past a few thousand the OpenMP runtime crashed the process (SIGSEGV) as it started them.
+        cores = len(os.sched_getaffinity(0))
+        if self.num_threads is not None and self.num_threads > cores:
+            raise ConfigError(f"num_threads={self.num_threads} is invalid: this process may run on {cores} cores, "
+                              f"so at most {cores}")
         if not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"seed={self.seed} is invalid: must be in [0, 2**64 - 1]")
         if not 0 <= self.kv_watermark < 1:

@@ -78,8 +78,15 @@ def per_request_ints(name: str, value: Any, n: int) -> list[int]:
     return values
 
 
+# The latest a request may arrive, in seconds after a run starts: a run waits for its arrivals, and
+# 1e9 s (or qps=1e-9) slept silently for decades. A day covers every serving benchmark; a longer
+# trace is compressed with workload.time_scale.
+ARRIVAL_HORIZON_S = 86_400.0
+
+
 def arrival_list(value: Any, n: int) -> list[float]:
-    """Arrival times, seconds after the call starts: finite and >= 0 (NaN would stall the engine)."""
+    """Arrival times, seconds after the call starts: finite, >= 0 (NaN would stall the engine) and at
+    most ARRIVAL_HORIZON_S."""
     items = _as_list(value, integer=False)
     if items is None:
         raise TypeError(f"arrival_times must be a sequence of numbers; got {_describe(value)}")
@@ -89,8 +96,9 @@ def arrival_list(value: Any, n: int) -> list[float]:
     for i, t in enumerate(items):
         if isinstance(t, bool) or not isinstance(t, numbers.Real):
             raise TypeError(f"arrival_times[{i}]={t!r} is invalid: must be a number")
-        if not (math.isfinite(t) and t >= 0):
-            raise ValueError(f"arrival_times[{i}]={t!r} is invalid: must be finite and >= 0")
+        if not (math.isfinite(t) and 0 <= t <= ARRIVAL_HORIZON_S):
+            raise ValueError(f"arrival_times[{i}]={t!r} is invalid: must be in [0, {ARRIVAL_HORIZON_S:g}] s "
+                             "(a run waits for its arrivals)")
         out.append(float(t))
     return out
 

@@ -1,6 +1,8 @@
 """The public entry point: ``LLM(model=..., scheduler=...).generate(prompts)``."""
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
 
@@ -20,6 +22,23 @@ from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim import simulated_executor
+
+
+def _one_call_at_a_time(method):
+    """``method`` refused in one line while another call of it runs on the same LLM (another thread,
+    or re-entered from a callback): the engine's queues and request ids are one caller's, and two
+    interleaved calls failed deep inside with a KeyError."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        lock = self.__dict__.setdefault("_call_lock", threading.Lock())  # atomic under the GIL
+        if not lock.acquire(blocking=False):
+            raise RuntimeError(f"LLM.{method.__name__} is already running on this LLM (another thread, or "
+                               "a callback of the running call): one call at a time; give each thread its own LLM")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            lock.release()
+    return guarded
 
 
 class LLM:
@@ -72,6 +91,7 @@ class LLM:
     def kv_capacity_tokens(self) -> int:
         return self.plan.kv_capacity_tokens
 
+    @_one_call_at_a_time
     def generate(self, prompts: Sequence_[Sequence_[int]], max_new_tokens: int | Sequence_[int] = 16,
                  sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,

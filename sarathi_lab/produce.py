@@ -19,7 +19,6 @@ A6000 instead. Every time in those runs is a prediction, not a measurement.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 import sarathi_lab
+from sarathi_lab import cli_args
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.harness import REPO_ROOT
@@ -85,7 +85,7 @@ def produce_missing(results: Results, scale: str = "ci", sim: bool = False) -> R
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.produce", description=__doc__.split("\n\n")[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.produce", description=__doc__.split("\n\n")[0])
     known = registry.names()
     parser.add_argument("names", nargs="*", help=f"experiments to run (default: all): {', '.join(known)}")
     parser.add_argument("--root", help="results root (default: outputs, or outputs/sim with --sim)")
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(args.names) - set(known))
     if unknown:
         parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(known)}")
-    root = args.root or (SIM_ROOT if args.sim else REPO_ROOT / "outputs")
+    root = Path(args.root) if args.root else (SIM_ROOT if args.sim else REPO_ROOT / "outputs")
+    if root.exists() and not root.is_dir() or any(p.exists() and not p.is_dir() for p in root.absolute().parents):
+        parser.error(f"--root={root} is invalid: it (or a folder above it) is a file, not a directory")
     failed = run_experiments(args.names or known, root, args.scale, args.override, args.sim)
     if failed:
         raise SystemExit(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")

@@ -8,15 +8,31 @@ in well under two seconds.
 """
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import signal
 import sys
 
-import hydra
+_INTERRUPTED = "interrupted (SIGINT) outside a run: no run was started or changed"
+
+
+def _interrupted_while_importing(signum, frame) -> None:
+    # Nothing is written while the modules load: leave at once, without the import's traceback.
+    print(_INTERRUPTED, file=sys.stderr)
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupted_while_importing)
+
+import hydra  # after the handler: importing Hydra is the first half second
 from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
 log = logging.getLogger("sarathi_lab.run")
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -62,17 +78,56 @@ def main(cfg: DictConfig) -> None:
         log.error("%s", e)
         if not multirun:
             raise SystemExit(2) from None
-    except Exception as e:
-        record_failure(ctx.status_dir, e)
-        log.exception("run failed; error recorded in %s", ctx.status_dir / "status.json")
+    except OSError as e:
+        if e.errno not in _ENVIRONMENT_ERRNOS:
+            _failed(ctx.status_dir, e, multirun)
+            return
+        # The machine's fault (full disk, file size limit, a filesystem gone read-only), said in one
+        # line naming the file; what was written goes to temporary names and is renamed, so no result
+        # is half-written.
+        _record_quietly(ctx.status_dir, e)
+        log.error("cannot write %s: %s; the run stopped (nothing half-written)", e.filename or ctx.status_dir,
+                  e.strerror or e)
         if not multirun:
             raise SystemExit(1) from None
+    except Exception as e:  # noqa: BLE001 - recorded and logged with its traceback (_failed)
+        _failed(ctx.status_dir, e, multirun)
     finally:
         ctx.release()
 
 
+def _failed(status_dir, e: Exception, multirun: bool) -> None:
+    from sarathi_lab.harness.runner import record_failure
+
+    record_failure(status_dir, e)
+    log.exception("run failed; error recorded in %s", status_dir / "status.json")
+    if not multirun:
+        raise SystemExit(1) from None
+
+
+def _record_quietly(status_dir, e: BaseException) -> None:
+    """status.json of a run stopped by e, where the disk still takes it."""
+    from sarathi_lab.harness.runner import record_failure
+
+    try:
+        record_failure(status_dir, e)
+    except OSError:
+        pass
+
+
 def cli() -> None:
-    from sarathi_lab.harness.cli_check import check_command_line, sweep_note
+    # Ctrl-C outside a run (checking the command line, composing, importing torch, between a sweep's
+    # jobs) ended in a 70-line KeyboardInterrupt traceback; a run itself records it (interrupts.py).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _cli()
+    except KeyboardInterrupt:
+        print(_INTERRUPTED, file=sys.stderr)
+        raise SystemExit(128 + 2) from None
+
+
+def _cli() -> None:
+    from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
 
     args = sys.argv[1:]
     if not {"--help", "-h", "--hydra-help"} & set(args):
@@ -80,6 +135,10 @@ def cli() -> None:
         if error:
             print(f"error: {error}", file=sys.stderr)
             raise SystemExit(2)
+        problem = output_dir_problem(args)
+        if problem:
+            print(f"error: {problem[0]}", file=sys.stderr)
+            raise SystemExit(problem[1])
         note = sweep_note(args)
         if note:
             print(note, file=sys.stderr)

@@ -85,7 +85,7 @@ def test_any_integer_sequence_is_a_prompt(llm):
 
 
 @pytest.mark.parametrize("arrivals, message", [
-    ([float("nan"), 0.0], r"arrival_times\[0\]=nan is invalid: must be finite and >= 0"),
+    ([float("nan"), 0.0], r"arrival_times\[0\]=nan is invalid: must be in \[0, 86400\] s"),
     ([0.0, float("inf")], r"arrival_times\[1\]=inf is invalid"),
     ([0.0, -1.0], r"arrival_times\[1\]=-1.0 is invalid"),
 ])

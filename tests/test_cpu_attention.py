@@ -173,8 +173,8 @@ def test_built_once_with_one_line_then_loaded(tmp_path):
     first = _fresh(_USE, tmp_path)
     assert first.stdout.split() == ["True"], first.stderr
     assert first.stderr.count("\n") == 1 and "building the CPU kernels" in first.stderr
-    builds = list((tmp_path / "sarathi_lab" / "kernels").iterdir())
-    assert len(builds) == 1 and builds[0].suffix == ".so"
+    builds = list((tmp_path / "sarathi_lab" / "kernels").glob("*.so"))
+    assert len(builds) == 1 and builds[0].with_name(builds[0].name + ".sha256").is_file()
     # A build killed before its rename leaves only a temporary directory beside the builds.
     (builds[0].parent / ".build-killed").mkdir()
     (builds[0].parent / ".build-killed" / builds[0].name).write_bytes(b"half a library")

@@ -148,6 +148,10 @@ def test_sampling_without_keys_is_refused():
 # Two of the 5000 random logits equal: topk and an unstable sort ordered them as they pleased.
 @example(rows=5, vocab=5000, scale=0.5, top_p=0.99, temperature=1.0, dtype=torch.float32, seed=751, tied=False,
          path="torch")
+# Two logits one float32 ulp apart (tokens 2357 and 1242 of row 3) whose weights the kernel rounded to
+# one value and ordered as a tie: the less likely token was drawn (found on a Xeon's avx512-vnni build).
+@example(rows=4, vocab=5000, scale=0.5, top_p=0.9, temperature=1.0, dtype=torch.float32, seed=457, tied=False,
+         path="kernels")
 def test_sampling_draws_the_token_a_plain_inverse_cdf_does(rows, vocab, scale, top_p, temperature, dtype, seed, tied,
                                                             path):
     # Each row must draw what its own inverse CDF, in plain Python over float64, gives for the same
@@ -226,3 +230,20 @@ def test_the_sampling_kernel_leaves_rows_without_a_distribution_to_its_caller(dt
         logits = ok.clone()
         logits[0] = float("-inf")
         assert cpu_ops.sample(logits, 1.0, top_p, [0.5, 0.5]) is None
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_nucleus_orders_logits_one_ulp_apart_as_the_logits_do(path, monkeypatch):
+    # 64 float32 logits one ulp apart, in ascending order: their weights round to a few values, but
+    # the exact probabilities are distinct, so the nucleus runs from the last token down and a draw of
+    # u is the token at floor(u * 64) places from the top (equal masses to float32's rounding).
+    import sarathi_lab.model.sampler as sampler_module
+    logits = torch.full((1, 64), 0.887)
+    for i in range(1, 64):
+        logits[0, i] = torch.nextafter(logits[0, i - 1:i], torch.tensor(1.0))
+    assert len(set(logits[0].tolist())) == 64
+    for u in (0.01, 0.3, 0.52, 0.97):
+        monkeypatch.setattr(sampler_module, "uniform", lambda *key, u=u: u)
+        with _path(path):
+            got = Sampler(SamplingParams(temperature=1.0, top_p=1 - 2**-20, seed=0))(logits, [(0, 0)])
+        assert got == [63 - math.floor(u * 64)], u

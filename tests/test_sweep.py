@@ -129,6 +129,7 @@ def test_a_killed_overwrite_is_recorded_beside_the_finished_run_it_leaves_as_it_
     subprocess.run(_cli("-m", *TINY, "chunk=16", f"hydra.sweep.dir={sweep}"), capture_output=True, timeout=240,
                    check=True)
     before = {p.name: p.read_bytes() for p in (_job(sweep, 0)).iterdir() if p.is_file()}
+    summary = (sweep / "sweep_summary.json").read_bytes()
     proc = subprocess.run(_cli("-m", *TINY, "chunk=16", "on_existing=overwrite", "hydra/launcher=submitit_local_safe",
                                "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}",
                                f"+hydra.callbacks.kill._target_={__name__}.SigkillJob", "+hydra.callbacks.kill.job=0",
@@ -139,8 +140,10 @@ def test_a_killed_overwrite_is_recorded_beside_the_finished_run_it_leaves_as_it_
     assert {p.name: p.read_bytes() for p in (_job(sweep, 0)).iterdir() if p.is_file()} == before
     killed = json.loads((sweep / f".{_job(sweep, 0).name}.next" / "status.json").read_text())
     assert killed["status"] == "killed" and "SIGKILL" in killed["error"]
-    assert json.loads((sweep / "sweep_summary.json").read_text())[_job(sweep, 0).name] == {"status": "killed",
-                                                                                          "error": killed["error"]}
+    # The finished sweep's report stays as it was too; the rerun's, which changed no job, goes beside it.
+    assert (sweep / "sweep_summary.json").read_bytes() == summary
+    assert json.loads((sweep / ".sweep_summary.next.json").read_text())[_job(sweep, 0).name] == \
+        {"status": "killed", "error": killed["error"]}
 
 
 def test_safe_launchers_are_the_plugins_configs_with_another_target():

@@ -6,13 +6,21 @@ jobs after it go uncollected and SweepSummary never runs. These launchers collec
 record the death of one in its status.json, which it could not write itself. Selected with
 hydra/launcher=submitit_local_safe or submitit_slurm_safe (conf/hydra/launcher/).
 
+SIGINT or SIGTERM to the launching process takes the jobs down with it: each unfinished job is
+sent SIGTERM (its run saves partial records and records `interrupted`), given GRACE_S, then
+killed; a job that could not record itself is recorded `interrupted`, the sweep's summary is
+written, and the launcher exits 128 + the signal. Left to themselves the jobs ran on unsupervised,
+`running`, with no sweep_summary.json.
+
 Hydra instantiates launchers only from the hydra_plugins package, and imports all of it at plugin
 discovery: hence this location, and the imports of submitit and sarathi_lab (torch) inside methods.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +33,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
+GRACE_S = 20.0
 
 
 class _CollectEveryJob:
@@ -51,14 +60,68 @@ class _CollectEveryJob:
         for num, overrides in zip(nums, job_overrides):
             log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         started = time.time()
-        jobs = executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums), nums,
-                                  [f"job_id_for_{n}" for n in nums], [Singleton.get_state()] * len(nums))
-        return [self._collect(job, num, overrides, started) for job, num, overrides in zip(jobs, nums, job_overrides)]
+        from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
+
+        jobs = []
+        try:
+            with signals_interrupt(signal.SIGINT, signal.SIGTERM):
+                jobs += executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums),
+                                           nums, [f"job_id_for_{n}" for n in nums],
+                                           [Singleton.get_state()] * len(nums))
+                return [self._collect(job, num, overrides, started)
+                        for job, num, overrides in zip(jobs, nums, job_overrides)]
+        except Interrupted as e:
+            self._take_down(jobs, nums, job_overrides, started, e)
+            raise SystemExit(e.exit_code) from None
+
+    def _take_down(self, jobs: list, nums: list[int], job_overrides: Sequence[Sequence[str]], started: float,
+                   e: BaseException) -> None:
+        """Stop every unfinished job (SIGTERM, then SIGKILL after GRACE_S), record those that could not
+        record themselves as interrupted, and write the sweep's summary."""
+        from sarathi_lab.harness.results import (
+            METRICS,
+            SWEEP_SUMMARY,
+            is_finished,
+            next_dir,
+            read_status,
+            write_json,
+            write_status,
+        )
+        from sarathi_lab.harness.sweep import summarize_sweep
+
+        log.error("interrupted by %s: stopping the sweep's %d jobs", e, len(jobs))
+        live = [job for job in jobs if not job.done()]
+        for job in live:
+            _signal_job(job, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S
+        while any(not job.done() for job in live) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for job in live:
+            if not job.done():
+                _signal_job(job, signal.SIGKILL)
+        for job, num, overrides in zip(jobs, nums, job_overrides):
+            job_dir = self._job_dir(num, overrides, job.job_id)
+            if is_finished(job_dir) and (job_dir / METRICS).stat().st_mtime < started - 1:
+                job_dir = next_dir(job_dir)
+            status = read_status(job_dir)
+            if status is None or status["time"] < started - 1 or status["status"] == "running":
+                job_dir.mkdir(parents=True, exist_ok=True)
+                write_status(job_dir, "interrupted", error=f"the sweep was interrupted by {e}")
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        write_json(sweep_dir / SWEEP_SUMMARY, summarize_sweep(sweep_dir, since=started))
+        log.error("sweep %s interrupted; its jobs stopped, summary in %s", sweep_dir, sweep_dir / SWEEP_SUMMARY)
 
     def _collect(self, job: Any, num: int, overrides: Sequence[str], started: float) -> JobReturn:
         from submitit.core.utils import FailedJobError, UncompletedJobError
 
-        from sarathi_lab.harness.results import METRICS, STATUS, is_finished, next_dir, read_status, write_status
+        from sarathi_lab.harness.results import (
+            METRICS,
+            STATUS,
+            is_finished,
+            next_dir,
+            read_status,
+            write_status,
+        )
 
         try:
             return job.results()[0]
@@ -91,6 +154,31 @@ class _CollectEveryJob:
         with open_dict(cfg.hydra.job):
             cfg.hydra.job.id, cfg.hydra.job.num = job_id, num
         return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+
+
+def _signal_job(job: Any, signum: int) -> None:
+    """signum to a local job's processes (its controller forwards SIGTERM to the run; SIGKILL goes
+    to the run too, which the controller's death would leave orphaned), or Slurm's cancel."""
+    process = getattr(job, "_process", None)
+    try:
+        if process is None:
+            job.cancel(check=False)
+            return
+        pids = [process.pid]
+        if signum == signal.SIGKILL:
+            pids = _children(process.pid) + pids
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+    except (OSError, RuntimeError) as err:
+        log.warning("could not stop job %s: %s", job.job_id, err)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def _last_traceback_line(message: str) -> str:

@@ -9,6 +9,14 @@ builds. A build is written beside its final name and renamed into place: concurr
 kill mid-build never leave a broken file behind. Without a compiler (or if the build fails) one line
 says so and callers fall back to torch's ops.
 
+Loading a shared library runs its code, so the cache only ever loads what this user built: the
+directory is private (0700, owned by this user; one that is not, and cannot be made so, is refused
+in one line), each build's SHA-256 is recorded beside it, and a cached file is loaded only through
+the descriptor that was checked (a regular file owned by this user, writable by no one else, whose
+bytes hash to the record). A file that fails (truncated by a full disk, planted at the hashed name,
+left by a build that died before its record) is rebuilt, said in one line: dlopen'ing a truncated
+file killed the process with SIGBUS, and a planted one ran its author's code.
+
 ``SARATHI_KERNELS_MARCH`` (default ``native``) builds for another ``-march`` target, to run the
 kernels' tests on the code another machine kind would get: on an AVX-512 machine, ``x86-64-v3``
 builds the AVX2-only code, ``cascadelake`` the AVX-512 code without bfloat16 instructions.
@@ -23,6 +31,7 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -94,21 +103,100 @@ def _build_key(cxx: str) -> str:
     return h.hexdigest()[:20]
 
 
-def _build(cxx: str) -> Path:
-    """The shared library for these sources, compiler and CPU: from the cache, or built into it."""
-    target = cache_dir() / f"cpu_kernels-{_build_key(cxx)}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"sarathi_lab: building the CPU kernels for this machine, once: {target}", file=sys.stderr)
+def _private_dir(path: Path) -> Path:
+    """``path``, created 0700 where missing; a RuntimeError naming it where another user owns it (or
+    it is not a directory): who can write there can choose the code this process loads."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except OSError as e:
+        raise RuntimeError(f"cannot create the kernel cache {path}: {e.strerror or e}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeError(f"the kernel cache {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise RuntimeError(f"the kernel cache {path} belongs to uid {st.st_uid}, not this user ({os.geteuid()}): "
+                           "not loading code from it (set XDG_CACHE_HOME to a directory of your own)")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def _sha256(fd: int) -> str:
+    h = hashlib.sha256()
+    with os.fdopen(os.dup(fd), "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _own_file(fd: int) -> bool:
+    st = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _open_verified(target: Path) -> tuple[int | None, str]:
+    """A descriptor of ``target`` whose bytes hash to its recorded SHA-256 and that only this user can
+    write, or None and why not ("" where it is simply not built yet)."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None, ""
+    except OSError as e:
+        return None, f"cannot be opened ({e.strerror or e})"
+    try:
+        if not _own_file(fd):
+            raise _Unverified("is not a regular file of this user's, writable by this user only")
+        try:
+            record = os.open(_record(target), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            raise _Unverified("has no recorded hash (a build that did not finish, or not this cache's)") from None
+        try:
+            want = os.read(record, 128).decode("ascii", "replace").strip() if _own_file(record) else ""
+        finally:
+            os.close(record)
+        if _sha256(fd) != want:
+            raise _Unverified("does not hash to its record (truncated, or replaced)")
+    except _Unverified as e:
+        os.close(fd)
+        return None, str(e)
+    return fd, ""
+
+
+class _Unverified(Exception):
+    pass
+
+
+def _record(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256")
+
+
+def _build(cxx: str) -> int:
+    """A descriptor of the shared library for these sources, compiler and CPU, verified: from the
+    cache, or built into it."""
+    target = _private_dir(cache_dir()) / f"cpu_kernels-{_build_key(cxx)}.so"
+    fd, why = _open_verified(target)
+    if fd is not None:
+        return fd
+    if why:
+        print(f"sarathi_lab: the cached CPU kernels {target} {why}: building them again", file=sys.stderr)
+    else:
+        print(f"sarathi_lab: building the CPU kernels for this machine, once: {target}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         built = Path(tmp) / target.name
         objects = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
         for src, obj in zip(SOURCES, objects):
             _run([cxx, *compile_flags(cxx=cxx), str(src), "-o", str(obj)])
         _run([cxx, *_LINK, *map(str, objects), "-o", str(built)])
+        os.chmod(built, 0o600)  # whatever the umask: the mode is checked at every load
+        fd = os.open(built, os.O_RDONLY | os.O_NOFOLLOW)
+        record = Path(tmp) / _record(target).name
+        record.write_text(_sha256(fd) + "\n")
+        os.chmod(record, 0o600)
+        # The library first, its record second: a kill between them leaves a library without a
+        # record, which is rebuilt, never a record that vouches for an older file.
         os.replace(built, target)
-    return target
+        os.replace(record, _record(target))
+    return fd
 
 
 def _run(cmd: list[str]) -> None:
@@ -125,9 +213,15 @@ def library() -> ctypes.PyDLL | None:
     try:
         if shutil.which(cxx) is None:
             raise RuntimeError(f"no C++ compiler ({cxx!r} is not on PATH)")
-        # PyDLL keeps the GIL, as a torch op would: releasing and retaking it around every call
-        # measured slower on a loaded 2-core machine, and nothing else in the engine runs meanwhile.
-        return ctypes.PyDLL(str(_build(cxx)))
+        fd = _build(cxx)
+        try:
+            # Through the checked descriptor, not the name: the file the name points at could be
+            # swapped between the check and the load.
+            # PyDLL keeps the GIL, as a torch op would: releasing and retaking it around every call
+            # measured slower on a loaded 2-core machine, and nothing else in the engine runs meanwhile.
+            return ctypes.PyDLL(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         print(f"sarathi_lab: the CPU kernels are unavailable ({e}); decode attention and the fused "
               "elementwise ops fall back to torch's", file=sys.stderr)

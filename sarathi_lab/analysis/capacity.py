@@ -6,6 +6,7 @@ claims rows (analysis/claims.py's columns: measured evidence in ``ours``, simula
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from sarathi_lab.analysis.claims import COLUMNS
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.results import METRICS, is_finished, load_runs
 
+log = logging.getLogger(__name__)
 CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
 
 # arXiv 2403.02310: capacity gain over vLLM (Mistral-7B, one A100, strict SLO), P99 TBT of hybrid
@@ -44,10 +46,19 @@ def load_searches(root: str | Path) -> pd.DataFrame:
     for path in sorted(Path(root).rglob(CAPACITY_JSON)):
         if not is_finished(path.parent):
             continue  # the search wrote capacity.json but died before its metrics.json, written last
-        found = json.loads(path.read_text())
-        record = json.loads((path.parent / METRICS).read_text())
-        summary = record["summary"]
-        rows.append(record["config"] | {
+        try:
+            rows.append(_search_row(path))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            what = f"lacks {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
+            log.warning("%s (or its metrics.json) is unreadable (%s); left out", path, what)
+    return pd.DataFrame(rows)
+
+
+def _search_row(path: Path) -> dict:
+    found = json.loads(path.read_text())
+    record = json.loads((path.parent / METRICS).read_text())
+    summary = record["summary"]
+    return (record["config"] | {
             "run_dir": str(path.parent), "tbt_slo_s": found["slo"]["tbt_p99_s"],
             "sched_delay_slo_s": found["slo"]["sched_delay_p50_s"], "capacity_qps": found["capacity_qps"],
             "resolution": found["resolution"], "binding": found["binding"], "bounded": found["bounded"],
@@ -56,7 +67,6 @@ def load_searches(root: str | Path) -> pd.DataFrame:
             "at_capacity_ttft_p50_s": summary.get("at_capacity_ttft_p50_s"),
             "at_capacity_sched_delay_p50_s": summary.get("at_capacity_sched_delay_p50_s")}
             | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable")})
-    return pd.DataFrame(rows)
 
 
 def compact(searches: pd.DataFrame) -> pd.DataFrame:

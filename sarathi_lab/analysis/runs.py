@@ -7,12 +7,23 @@ runs' files are downloaded first into the same layout, so both sources load the 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pandas as pd
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.harness.results import METRICS, SWEEP_SUMMARY, WANDB_DIR, is_finished, load_runs
+from sarathi_lab.harness.results import (
+    METRICS,
+    SWEEP_SUMMARY,
+    WANDB_DIR,
+    UnreadableRun,
+    is_finished,
+    load_runs,
+    read_record,
+)
+
+log = logging.getLogger(__name__)
 
 # The paper's experiments as registered at import (analysis/paper_results/, one module each).
 EXPERIMENTS = registry.names()
@@ -77,7 +88,13 @@ class Results:
         """The jobs the experiment's sweep launched, as its sweep_summary.json lists them (none before
         the sweep ends, nor for runs downloaded from W&B)."""
         path = self.sweep(name) / SWEEP_SUMMARY
-        return list(json.loads(path.read_text())) if path.exists() else []
+        if not path.exists():
+            return []
+        try:
+            return list(json.loads(path.read_text()))
+        except (OSError, ValueError) as e:
+            log.warning("%s is unreadable (%s): the sweep's job list is unknown, so its failed jobs are too", path, e)
+            return []
 
     def failed(self, name: str) -> list[str]:
         """The sweep's jobs that left no finished run: points its figures and claims lack."""
@@ -157,8 +174,15 @@ class Results:
     def executor(self, name: str) -> dict[str, str]:
         """How the experiment's runs got their times: ``executor`` (model | sim) and, when simulated,
         ``sim_device`` and ``sim_cost_model``, read from a run's resolved config (metrics.json)."""
-        metrics = next(p for p in sorted(self.sweep(name).glob(f"*/**/{METRICS}")) if WANDB_DIR not in p.parts)
-        engine = json.loads(metrics.read_text())["resolved_config"]["engine"]
+        engine = {}
+        for metrics in sorted(self.sweep(name).glob(f"*/**/{METRICS}")):
+            if WANDB_DIR in metrics.parts:
+                continue
+            try:
+                engine = read_record(metrics)["resolved_config"].get("engine", {})
+                break
+            except UnreadableRun as e:
+                log.warning("%s; left out", e)
         keys = ("executor", "sim_device", "sim_cost_model") if engine.get("executor") == "sim" else ("executor",)
         return {k: engine.get(k, "model") for k in keys}
 

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(f"sarathi_lab.bench.{each}").main(rest)
         return 0
     if name not in BENCHMARKS:
-        print(f"unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
+        print(f"error: benchmark {name!r} is invalid: allowed are {', '.join([*BENCHMARKS, 'all'])} "
+              "(python -m sarathi_lab.bench --help lists them)", file=sys.stderr)
         return 2
     importlib.import_module(f"sarathi_lab.bench.{name}").main(rest)
     return 0

@@ -10,10 +10,9 @@ for the chunked and the whole prefill and counts the KV bytes each reads, analyt
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
+from sarathi_lab import cli_args
 from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
@@ -22,8 +21,8 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 
 def main(argv: list[str] | None = None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
+    parser = cli_args.Parser(description=__doc__.split("\n\n")[0],
+                             formatter_class=HelpFormatter)
     parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
     parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",

@@ -16,6 +16,7 @@ import warnings
 
 import pandas as pd
 
+from sarathi_lab import cli_args
 from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
@@ -92,8 +93,8 @@ def _vocab(model: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = cli_args.Parser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
+                        formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=names_of(scheduler_names()), default=["sarathi", "vllm"])

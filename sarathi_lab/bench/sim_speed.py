@@ -6,7 +6,6 @@ in CPU seconds, and with ``--profile`` where that time goes (cProfile's top entr
 """
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import pstats
@@ -14,6 +13,7 @@ import time
 
 import numpy as np
 
+from sarathi_lab import cli_args
 from sarathi_lab.bench.args import positive_int
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.device import DEVICES
@@ -42,7 +42,7 @@ def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", choices=DEVICES, default="a100")

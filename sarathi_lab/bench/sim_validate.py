@@ -13,7 +13,6 @@ run-to-run spread next to the simulator's error.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -24,6 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
+from sarathi_lab import cli_args
 from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.engine.clock import Clock, WallClock
@@ -253,7 +253,7 @@ def _timed_on(path: Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_validate", description=__doc__.splitlines()[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.sim_validate", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
     parser.add_argument("--out", type=Path, default=None, help="where the table and figure go (default docs/sim)")
     parser.add_argument("--reprofile", action="store_true", help="measure the profile again even if one exists")

@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from sarathi_lab import cli_args
 from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
 from sarathi_lab.bench.common import (
@@ -241,8 +242,8 @@ def _print_targets(frame: pd.DataFrame) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = cli_args.Parser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
+                        formatter_class=HelpFormatter)
     add_common_args(p, engine=True)
     p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
     p.add_argument("--model", default="cpu-small", help="a preset")

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from sarathi_lab import cli_args
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.plan import Step, format_plan, named, select
 from sarathi_lab.gpu.proc import wait_or_stop
@@ -81,8 +82,8 @@ def print_table(out: Path, names: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
+                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
     parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
@@ -109,8 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
     args.export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
-    if args.restore:
-        print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
+    if args.restore and not args.restore.exists():
+        print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")
+    elif args.restore:
+        try:
+            print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
+        except ValueError as e:
+            parser.error(str(e))
     start = time.time()
     deadline = start + budget * 60 if budget else None
     names = [s.name for s in steps]

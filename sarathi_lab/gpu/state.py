@@ -10,12 +10,14 @@ of a compact copy into ``$OUT`` (what the device tool brings back: at most 8 fil
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import os
 import shutil
 import tarfile
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,20 +106,33 @@ def write_result(out: Path, result: StepResult) -> None:
 
 def restore(out: Path, archive: Path) -> int:
     """Files of an earlier call's archive that ``out`` lacks (a fresh machine), never overwriting
-    what is there (a warm one kept it); returns how many were restored."""
-    if not archive.is_file():
+    what is there (a warm one kept it); returns how many were restored, 0 where there is no archive
+    yet (the suite's first call runs the same command). A ValueError naming the archive where it is
+    no readable tar (truncated, or another file): each file is written beside its name and renamed,
+    so what was restored before the damage is whole and nothing is half-written."""
+    if not archive.exists():
         return 0
     out.mkdir(parents=True, exist_ok=True)
     restored = 0
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            target = (out / member.name).resolve()
-            if not member.isfile() or not target.is_relative_to(out.resolve()) or target.exists():
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tar.extractfile(member) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            restored += 1
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                target = (out / member.name).resolve()
+                if not member.isfile() or not target.is_relative_to(out.resolve()) or target.exists():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(f".{target.name}.restoring")
+                with tar.extractfile(member) as src, open(partial, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                os.replace(partial, target)
+                restored += 1
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
+        if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.filename != str(archive):
+            raise  # out could not be written: the environment's fault, not the archive's
+        for left in out.rglob(".*.restoring"):
+            left.unlink()
+        raise ValueError(f"--restore={archive} is invalid: not a readable tar archive ({e}); "
+                         f"{restored} files were restored before it") from None
     return restored
 
 

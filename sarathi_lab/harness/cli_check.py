@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -27,7 +28,7 @@ from sarathi_lab.harness import CONF_DIR
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The one-line error for the first bare word, sweep without -m, bad group choice or unknown key in
     args, or None."""
-    error = bare_word(args) or sweep_without_multirun(args)
+    error = bare_word(args) or sweep_without_multirun(args) or escaping_name(args)
     if error or searches_other_configs(args):
         return error  # choices and keys of configs outside conf_dir are Hydra's to check
     return bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
@@ -71,6 +72,52 @@ def sweep_without_multirun(args: list[str]) -> str | None:
         if override.is_sweep_override() and not override.key_or_group.startswith("hydra"):
             return (f"{arg} is invalid without -m: a sweep runs one job per value with -m first (-m {arg}); "
                     "a list is key=[a,b]")
+    return None
+
+
+def escaping_name(args: list[str]) -> str | None:
+    """The one-line error for a ``name=`` that is no plain folder name: the run's directory is
+    outputs/<name>/..., and name=../../x wrote outside outputs/."""
+    for arg, override in _overrides(args):
+        if override.key_or_group != "name" or override.is_delete():
+            continue
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(override.value())]
+        for value in values:
+            if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
+                return (f"name={value!r} is invalid: it is the folder of the run under outputs/, so it must be one "
+                        "plain folder name (no '/', not '.' or '..')")
+    return None
+
+
+def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
+    """The one-line error and exit code for an output directory this command could not write, or None:
+    Hydra creates it before the run starts, and a file in its place (exit 2, the command's fault) or a
+    read-only filesystem or directory (exit 1, the machine's) ended in its traceback."""
+    flags = _flags(args)
+    if flags is None or searches_other_configs(args):
+        return None
+    # Only what the directory is made of: the name and the experiment that sets it, and hydra's keys.
+    keep = [arg for arg, o in _overrides(args) if not o.is_sweep_override() and not o.is_delete()
+            and (o.key_or_group in ("name", "experiment") or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
+    try:
+        hydra = compose_config(keep, conf_dir, hydra=True).hydra
+        key = "hydra.sweep.dir" if flags[0].multirun else "hydra.run.dir"
+        target = Path(str(hydra.sweep.dir if flags[0].multirun else hydra.run.dir))
+    except Exception:  # noqa: BLE001 - a config Hydra will refuse itself, with its own message
+        return None
+    return writable_dir_problem(key, target.absolute())
+
+
+def writable_dir_problem(key: str, target: Path) -> tuple[str, int] | None:
+    """Why ``target`` could not be created or written as a directory (message, exit code), or None."""
+    existing = next(p for p in (target, *target.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        what = "is a file" if existing == target else f"lies under {existing}, which is a file"
+        return f"{key}={target} is invalid: it {what}, not a directory", 2
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "it" if existing == target else f"{existing}, where it would be created,"
+        why = "a read-only filesystem, or no permission"
+        return f"{key}={target} cannot be written: {where} is read-only ({why}); choose another directory", 1
     return None
 
 

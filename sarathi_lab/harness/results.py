@@ -12,6 +12,7 @@ or an overwrite still running or failed) keeps its status in `.<dir>.next/` besi
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -29,6 +30,7 @@ from sarathi_lab.engine.metrics import ITERATION_COLUMNS, REQUEST_COLUMNS
 METRICS = "metrics.json"
 WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
 STATUS = "status.json"
+log = logging.getLogger(__name__)
 SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written by harness/sweep.py
 SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
@@ -67,7 +69,7 @@ def next_dir(run_dir: Path) -> Path:
 
 def config_change(run_dir: Path, resolved_config: dict[str, Any]) -> str | None:
     """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new"."""
-    old = _flatten("", json.loads((run_dir / METRICS).read_text())["resolved_config"])
+    old = _flatten("", read_record(run_dir / METRICS)["resolved_config"])
     new = _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
         if key != "on_existing" and old.get(key) != new.get(key):
@@ -136,30 +138,62 @@ def _nan_to_none(value: Any) -> Any:
     return value
 
 
-def load_runs(root: str | Path, table: str = "summary") -> pd.DataFrame:
+class UnreadableRun(ValueError):
+    """A finished run's records that cannot be read (truncated, empty, corrupt, or missing a field)."""
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A metrics.json, or an UnreadableRun naming it and what is wrong."""
+    try:
+        record = json.loads(path.read_text())
+        for key in ("config", "summary", "environment", "overrides", "resolved_config"):
+            if not isinstance(record[key], list if key == "overrides" else dict):
+                raise TypeError(f"{key} is not a {'list' if key == 'overrides' else 'mapping'}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        what = f"lacks {e}" if isinstance(e, KeyError) else (str(e) or type(e).__name__)
+        raise UnreadableRun(f"{path} is unreadable ({what})") from None
+    return record
+
+
+def load_runs(root: str | Path, table: str = "summary", strict: bool = False) -> pd.DataFrame:
     """Every finished run under root (a multirun, a run, or a tree of them) as one DataFrame.
 
     Each row carries the run's key config values (chunk, batch_size, scheduler, ...), any other key
     its Hydra overrides set (e.g. ``workload.num_requests``), ``run_dir``, and with table="summary"
     the summary metrics and ``env.*``; with a table's name ("iterations", "requests", or a
     measurement task's), that table's rows from the runs that have it.
+
+    A run whose records cannot be read is left out with a warning naming the file and what is wrong
+    (``strict``: an UnreadableRun instead), so that one damaged run does not hide the others.
     """
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=natural_order):
         if WANDB_DIR in path.relative_to(root).parts[:-1]:
             continue  # the copy each run uploads to W&B (wandb_logger), not a run of its own
-        record = json.loads(path.read_text())
-        keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)
-        if table == "summary":
-            env = {f"env.{k}": v for k, v in record["environment"].items()}
-            frames.append(pd.DataFrame([keys | _current_names(record["summary"]) | env]))
-        elif (path.parent / f"{table}.parquet").exists():
-            rows = pd.read_parquet(path.parent / f"{table}.parquet")
-            # Only the engine's own tables had the old names; a measurement task's "start" is its own.
-            if table in ("iterations", "requests"):
-                rows = rows.rename(columns=_current_names)
-            frames.append(rows.assign(**keys))
+        try:
+            record = read_record(path)
+            keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)
+            if table == "summary":
+                env = {f"env.{k}": v for k, v in record["environment"].items()}
+                frames.append(pd.DataFrame([keys | _current_names(record["summary"]) | env]))
+            elif (path.parent / f"{table}.parquet").exists():
+                rows = _read_table(path.parent / f"{table}.parquet")
+                # Only the engine's own tables had the old names; a measurement task's "start" is its own.
+                if table in ("iterations", "requests"):
+                    rows = rows.rename(columns=_current_names)
+                frames.append(rows.assign(**keys))
+        except UnreadableRun as e:
+            if strict:
+                raise
+            log.warning("%s; left out", e)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
+        raise UnreadableRun(f"{path} is unreadable ({' '.join(str(e).split())[:200]})") from None
 
 
 def _current_names(names: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
+from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
 from sarathi_lab.harness import load
@@ -29,6 +30,7 @@ from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
     RunResult,
     Status,
+    UnreadableRun,
     clear_results,
     config_change,
     is_finished,
@@ -81,6 +83,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         (run_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, run_dir / ".hydra" / name)
+    if checked.engine.executor == "model" and checked.engine.device_type == "cpu":
+        # Loaded (built, verified) before the run is marked running: a library that kills the
+        # process as it loads must not leave a run that looks alive.
+        cpu_build.library()
     write_status(run_dir, "running")
 
     llm = LLM.from_plan(checked.plan)
@@ -145,7 +151,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         headline = _headline(summary)
     else:
         task = measurement(cfg.task)
-        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group))
+        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group,
+                                                      resolved_config))
                            if takes_context(task) else task(cfg, llm))
         history = []
         headline = ", ".join(f"{k}.parquet" for k in tables)
@@ -185,6 +192,11 @@ def claim_status_dir(ctx: RunContext) -> Path:
     """Where this invocation records its status and log, decided before it writes anything: beside
     the output dir while that holds a finished run."""
     if ctx.status_dir is None:
+        if ctx.output_dir.is_symlink():
+            # The run lives where the link points, its rerun and swap beside it there: swapped at the
+            # link's own name, the link became a plain directory and the old run's removal refused
+            # to follow it ("Cannot call rmtree on a symbolic link"), leaving the rerun `running`.
+            ctx.output_dir = ctx.output_dir.resolve()
         ctx.lock = _lock(ctx.output_dir)
         finished = is_finished(ctx.output_dir)
         ctx.status_dir = next_dir(ctx.output_dir) if finished else ctx.output_dir
@@ -224,7 +236,7 @@ def _swap_in(new: Path, out: Path) -> None:
 def _move_log_file(src: Path, dst: Path) -> None:
     """Point the job's log file (Hydra's, opened on its first line) from src into dst."""
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == Path(os.path.abspath(src)):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent.resolve() == src.resolve():
             handler.acquire()
             try:
                 if handler.stream is not None:
@@ -243,7 +255,11 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
                           "on_existing=overwrite replaces it")
     if cfg.on_existing == "skip":
         # Job dirs are numbered, so a different sweep into the same dir would skip the wrong runs.
-        change = config_change(out, resolved_config)
+        try:
+            change = config_change(out, resolved_config)
+        except UnreadableRun as e:
+            raise ConfigError(f"on_existing=skip: {e}, so whether it is this config's run is unknown; "
+                              "on_existing=overwrite replaces it") from None
         if change:
             raise ConfigError(f"on_existing=skip: {out} holds a finished run of another config ({change}); "
                               "use another hydra.sweep.dir, or on_existing=overwrite")

@@ -30,6 +30,7 @@ from sarathi_lab.harness.results import (
     natural_order,
     next_dir,
     read_status,
+    write_json,
 )
 
 log = logging.getLogger(__name__)
@@ -49,11 +50,19 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = summarize_sweep(sweep_dir, since=self._start)
-        (sweep_dir / SWEEP_SUMMARY).write_text(json.dumps(jobs, indent=2))
+        summary = sweep_dir / SWEEP_SUMMARY
+        if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
+            # A rerun refused (or failed) for every job changed none of the finished sweep's runs, so
+            # its report must not replace that sweep's ('0: ok' became '0: failed'): it goes beside.
+            summary = sweep_dir / f".{summary.stem}.next.json"
+            log.info("every job of the finished sweep was left as it was; this rerun's report is %s", summary)
+        write_json(summary, jobs)
+        # The table goes where the report went: beside the finished sweep's when the rerun changed nothing.
+        table_path = sweep_dir / (SWEEP_TABLE if summary.name == SWEEP_SUMMARY else f".{Path(SWEEP_TABLE).stem}.next.csv")
         table = sweep_table(sweep_dir, jobs)
-        table.to_csv(sweep_dir / SWEEP_TABLE, index=False)
+        table.to_csv(table_path, index=False)
         if len(table):
-            log.info("sweep %s:\n%s", sweep_dir / SWEEP_TABLE, format_table(table))
+            log.info("sweep %s:\n%s", table_path, format_table(table))
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
         for job_dir, job in failed.items():
@@ -84,6 +93,13 @@ def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
                                                    "(killed by a signal, the OOM killer or a time limit?)"}
         jobs[str(job_dir.relative_to(sweep_dir))] = {"status": status["status"], "error": status.get("error")}
     return jobs
+
+
+def _left_every_job_as_it_was(sweep_dir: Path, jobs: dict[str, dict[str, Any]], since: float) -> bool:
+    """Whether every job this sweep started recorded itself beside a finished run (in .<job>.next/)
+    and none replaced it."""
+    return all((s := read_status(next_dir(sweep_dir / job))) and s["time"] >= since - 1
+               and (read_status(sweep_dir / job) or {"time": 0})["time"] < s["time"] for job in jobs)
 
 
 def _job_dir(path: Path) -> Path:

@@ -9,11 +9,16 @@ sweep directory exists.
 Launchers that run jobs elsewhere (submitit on Slurm, Ray) are left to check each job where it runs: the
 memory and devices there are not this machine's. A job failing while it runs still leaves the others to
 run (SweepSummary reports it at the end).
+
+Under every launcher, what needs only arithmetic is refused first: a sweep of more than MAX_SWEEP_JOBS
+jobs (5,000 started none in ten minutes, silently checking), and two jobs of the same overrides
+(`chunk=256,256` ran it twice). Checking many jobs says how far it got every few seconds.
 """
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
@@ -34,12 +39,20 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# The most jobs one sweep may have: each is a run with its own directory and records; more is a
+# search better split into sweeps (or a capacity task).
+MAX_SWEEP_JOBS = 1000
+PROGRESS_EVERY_S = 5.0
+
+
 class SweepPreflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if _target(config.hydra.sweeper) != _qualname(BasicSweeper) or \
-                _target(config.hydra.launcher) != _qualname(BasicLauncher):
+        if _target(config.hydra.sweeper) != _qualname(BasicSweeper):
             return
-        error = first_refused_job(config)
+        jobs = job_overrides(config)
+        error = too_many_or_repeated(jobs)
+        if error is None and _target(config.hydra.launcher) == _qualname(BasicLauncher):
+            error = first_refused_job(config, jobs)
         if error:
             log.error("%s", error)
             # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
@@ -54,7 +67,22 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
-def first_refused_job(config: DictConfig) -> str | None:
+def too_many_or_repeated(jobs: list[list[str]]) -> str | None:
+    """The one-line error for a sweep of more than MAX_SWEEP_JOBS jobs or with two equal jobs, or None."""
+    if len(jobs) > MAX_SWEEP_JOBS:
+        return (f"the sweep has {len(jobs)} jobs, more than the {MAX_SWEEP_JOBS} one sweep may run; split it "
+                "into several sweeps (or search a rate with task=capacity); no job was run")
+    seen: dict[tuple[str, ...], int] = {}
+    for num, overrides in enumerate(jobs):
+        key = tuple(sorted(overrides))
+        if key in seen:
+            return (f"sweep jobs {seen[key]} and {num} are the same ({' '.join(overrides)}): a value is repeated "
+                    "in a sweep; each job must differ; no job was run")
+        seen[key] = num
+    return None
+
+
+def first_refused_job(config: DictConfig, jobs: list[list[str]] | None = None) -> str | None:
     """The one-line error of the first job whose config the run would refuse, or None."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.preflight import preflight
@@ -62,8 +90,12 @@ def first_refused_job(config: DictConfig) -> str | None:
     from sarathi_lab.model import ModelLoadError
 
     loader = GlobalHydra.instance().config_loader()
-    jobs = job_overrides(config)
+    jobs = job_overrides(config) if jobs is None else jobs
+    said = time.monotonic()
     for num, overrides in enumerate(jobs):
+        if time.monotonic() - said > PROGRESS_EVERY_S:
+            log.info("checked %d of %d sweep jobs before running any", num, len(jobs))
+            said = time.monotonic()
         job = loader.load_sweep_config(config, list(overrides))
         with read_write(job), open_dict(job):
             del job["hydra"]

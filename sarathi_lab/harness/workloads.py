@@ -14,6 +14,7 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.harness.arrivals import gamma_arrivals, poisson_arrivals
 from sarathi_lab.harness.schema import WorkloadCfg
+from sarathi_lab.inputs import ARRIVAL_HORIZON_S
 from sarathi_lab.model.memory import device_memory_bytes
 
 TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
@@ -74,6 +75,11 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
         _check_memory(cfg, cfg.num_requests * seq_len)  # every request's length is at most seq_len
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
         arrivals = arrival_times(cfg, cfg.qps, seed)
+        # The run's own rate (a capacity search's trials serve a window of these at theirs).
+        if arrivals and arrivals[-1] > ARRIVAL_HORIZON_S:
+            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: {cfg.num_requests} requests at that rate arrive "
+                              f"over {arrivals[-1]:.3g} s, past the {ARRIVAL_HORIZON_S:g} s a run may span; raise "
+                              "workload.qps or lower workload.num_requests")
     tokens = rng(_TOKENS)
     prompts = [tokens.integers(0, vocab_size, size=p).tolist() for p, _ in lengths]
     return Workload(prompts, [d for _, d in lengths], arrivals, cfg.max_concurrency)
@@ -147,6 +153,8 @@ def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple
     path = resolve_trace_path(cfg.path)
     try:
         return _read_trace(cfg, path, context)
+    except csv.Error as e:  # a field past the csv module's limit (128 KiB), a NUL byte
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: not a readable CSV ({e})") from None
     except UnicodeDecodeError:
         # The reader's offset counts from its buffer; the whole file's names the line.
         raw = path.read_bytes()
@@ -189,6 +197,10 @@ def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None) -> tuple[list
     if not all(math.isfinite(t) for t in times):
         raise ConfigError(f"workload.time_scale={cfg.time_scale!r} is invalid: it scales the trace's arrival times "
                           "past the largest float")
+    if max(times) > ARRIVAL_HORIZON_S:
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: its arrivals span {max(times):.3g} s at "
+                          f"workload.time_scale={cfg.time_scale!r}, past the {ARRIVAL_HORIZON_S:g} s a run may span; "
+                          "lower workload.time_scale or workload.max_requests")
     return lengths, times
 
 

@@ -60,7 +60,7 @@ class Sampler:
                              "hold NaN or +inf, or only -inf: no distribution to sample from")
         order = None
         if self.params.top_p < 1.0:
-            probs, order, cdf, kept = _most_likely(probs, self.params.top_p)
+            probs, order, cdf, kept = _most_likely(probs, logits, self.params.top_p)
             total = cdf.gather(-1, kept - 1)
         else:
             cdf = probs.cumsum(dim=-1)
@@ -75,10 +75,13 @@ class Sampler:
         return chosen.squeeze(1).tolist()
 
 
-def _most_likely(probs: torch.Tensor,
+def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
                  top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rows' most likely tokens, most likely first, at least until each row's mass reaches
-    top_p: their probabilities, ids, running mass and the nucleus' size [rows, 1]. The nucleus is a
+    top_p: their probabilities, ids, running mass and the nucleus' size [rows, 1]. Likelier means a
+    higher logit: float32 probabilities of two logits one ulp apart can round equal (or reversed),
+    and a tie taken in id order put the less likely token first, another draw than the exact
+    inverse CDF's (the CPU kernel orders by the logits for the same reason). The nucleus is a
     prefix of the sorted row: the most likely tokens until their mass reaches top_p, the one that
     crosses it included (always the top one). A full sort of a 32000-token row takes ~1.6 ms
     on a CPU core; a trained model's nucleus is mostly a few dozen tokens, which topk finds in a
@@ -90,21 +93,23 @@ def _most_likely(probs: torch.Tensor,
     for k in (64, 1024):
         if k >= vocab // 4:
             break
-        top, ids = probs.topk(k, dim=-1)
+        highest, ids = logits.topk(k, dim=-1)
+        top = probs.gather(-1, ids)
         cdf = top.cumsum(dim=-1)
         kept = ((cdf - top) < top_p).sum(dim=-1, keepdim=True)
         # topk picks among tokens tied with its k-th at will: its answer stands where every row's
-        # nucleus ends on a probability above the k-th, so that no token tied with one inside is left out.
-        if bool(((cdf[:, -1] >= top_p) & (top.gather(-1, kept - 1)[:, 0] > top[:, -1])).all()):
-            return top, _ids_by_id_within_ties(top, ids), cdf, kept
-    top, ids = probs.sort(dim=-1, descending=True, stable=True)
+        # nucleus ends on a logit above the k-th, so that no token tied with one inside is left out.
+        if bool(((cdf[:, -1] >= top_p) & (highest.gather(-1, kept - 1)[:, 0] > highest[:, -1])).all()):
+            return top, _ids_by_id_within_ties(highest, ids), cdf, kept
+    ids = logits.sort(dim=-1, descending=True, stable=True).indices
+    top = probs.gather(-1, ids)
     cdf = top.cumsum(dim=-1)
     return top, ids, cdf, ((cdf - top) < top_p).sum(dim=-1, keepdim=True)
 
 
 def _ids_by_id_within_ties(top: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """topk's ids with tokens of equal probability in id order, as the stable sort leaves them (topk
-    orders ties as it pleases); ``top``, already in descending order, stays as it is."""
+    """topk's ids with tokens of equal logit (``top``, in descending order) in id order, as the stable
+    sort leaves them (topk orders ties as it pleases); their probabilities are equal too."""
     if not bool((top[:, 1:] == top[:, :-1]).any()):
         return ids  # no ties: two sorts spared (a fifth of a peaked batch's sampling time)
     ids, by_id = ids.sort(dim=-1)

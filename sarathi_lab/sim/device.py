@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ import yaml
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim.calibration import Calibration
+
+log = logging.getLogger(__name__)
 
 _DEVICES_DIR = Path(__file__).with_name("devices")
 GPU_DEVICES = tuple(sorted(p.stem for p in _DEVICES_DIR.glob("*.yaml")))
@@ -107,6 +110,23 @@ def device_dtype(device: str, dtype: str) -> str:
     return "float32" if device == "cpu" and dtype == "bfloat16" and not cpu_has_bf16_units() else dtype
 
 
+def _read_cached_ceilings(path: Path, key: str) -> dict:
+    """The cached ceilings at ``path``, or {} (said in one line) where the file is damaged: they
+    are measured again."""
+    if not path.is_file():
+        return {}
+    try:
+        cached = json.loads(path.read_text())
+        entry = cached.get(key, {"copy_gbps": 1.0, "matmul_gflops": 1.0})
+        if not all(isinstance(entry.get(k), (int, float)) and math.isfinite(entry[k]) and entry[k] > 0
+                   for k in ("copy_gbps", "matmul_gflops")):
+            raise ValueError(f"its entry {key!r} is not two positive numbers")
+        return cached
+    except (OSError, ValueError, AttributeError) as e:
+        log.warning("the cached CPU ceilings %s are unreadable (%s): measuring them again", path, e)
+        return {}
+
+
 @functools.cache
 def cpu_device(dtype: str = "bfloat16") -> Device:
     """The running CPU in the devices' form. Its ceilings are what it measured, so the efficiencies
@@ -124,14 +144,20 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     threads = torch.get_num_threads()
     key = f"{cpu_name()}|{threads}|{dtype}"
     path = _cache_dir() / "cpu_ceilings.json"
-    cached = json.loads(path.read_text()) if path.is_file() else {}
+    cached = _read_cached_ceilings(path, key)
     if key not in cached:
         from sarathi_lab.profiling.ceilings import measure_ceilings
 
         ceil = measure_ceilings("cpu", getattr(torch, dtype), copy_mib=128, matmul_n=1024, reps=3)
         cached[key] = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cached, indent=1))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(cached, indent=1))
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("cannot cache the CPU's ceilings in %s (%s): they are measured again next time", path,
+                        e.strerror or e)
     measured = cached[key]
     return Device(name="cpu", peak_flops=measured["matmul_gflops"] * 1e9,
                   memory_bandwidth=measured["copy_gbps"] * 1e9, memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),

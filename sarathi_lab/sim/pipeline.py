@@ -31,7 +31,6 @@ request in flight, so one block manager serves all).
 """
 from __future__ import annotations
 
-import argparse
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import numpy as np
 import pandas as pd
 from transformers import AutoConfig
 
+from sarathi_lab import cli_args
 from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
@@ -260,13 +260,18 @@ def _write(summary: pd.DataFrame, results: dict[str, PipelineResult], out: Path)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.sim.pipeline", description=__doc__.splitlines()[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.sim.pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="300 requests instead of 10,000")
     parser.add_argument("--out", type=Path, default=None, help="default docs/sim (smoke: ./sim_pipeline_smoke)")
     parser.add_argument("--requests", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.requests is not None and args.requests < 1:
+        parser.error(f"--requests={args.requests} is invalid: must be an integer >= 1")
     out = args.out or (Path("sim_pipeline_smoke") if args.smoke else Path(__file__).resolve().parents[2] / "docs" / "sim")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
     summary, results = fig12(args.requests or (300 if args.smoke else 10_000))
     _write(summary, results, out)
     orca, sarathi = summary.set_index("scheduler").loc["orca"], summary.set_index("scheduler").loc["sarathi"]

@@ -112,7 +112,17 @@ class ProfileCostModel(CostModel):
             if measured is not None and measured != dtype:
                 raise ConfigError(f"dtype={dtype!r} is invalid with the profile {path}: it was measured in {measured}"
                                   f" (run task=profile in {dtype}, or simulate in {measured})")
-        return cls(pd.read_csv(path), config, dtype, source=str(path))
+        try:
+            table = pd.read_csv(path)
+            if table.empty or table.isna().to_numpy().any():
+                raise ValueError("empty, or a value missing or NaN")
+            return cls(table, config, dtype, source=str(path))
+        except ConfigError:
+            raise
+        except (ValueError, KeyError, IndexError, TypeError) as e:  # pandas' parser errors are ValueErrors
+            what = f"no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
+            raise ConfigError(f"sim_cost_model='profile' is invalid here: the profile {path} is unreadable "
+                              f"({what}); run task=profile again") from None
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:
         if tokens not in self._dense_cache:

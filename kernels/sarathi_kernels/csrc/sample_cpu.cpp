@@ -3,18 +3,24 @@
 //
 // For each row, the weights e_i = exp((x_i - max) / T) (softmax's numerators) and their sum Z. With
 // top_p = 1 the draw is the first token, in id order, whose running mass exceeds u Z: the inverse CDF
-// of torch's path. Below 1 it runs over the order of descending weight with ties in id order: the
+// of torch's path. Below 1 it runs over the order of descending logit with ties in id order: the
 // nucleus ends at the first token whose running mass reaches top_p Z (the whole row if none does),
 // and the draw is the first token whose running mass exceeds u times the nucleus' mass.
+//
+// The order is the logits', never the float32 weights': two logits one ulp apart can round to one
+// weight (or, through exp2's error, to reversed ones), and ordered as a tie in id order the less
+// likely token took the other's place in the running mass: another token than the exact inverse
+// CDF's, by a whole token's probability rather than by rounding.
 //
 // Why: torch's path sorts every row for its nucleus. A stable sort of 16 flat rows of 32,000 tokens
 // (a random model's, which every sarathi_lab model is) took 14 ms on 2 Xeon cores, about one decode
 // iteration's forward pass, and the five ops before it (to float32, max, shift, divide, softmax)
-// another 0.5 ms, each writing its own 2 MB. Here the nucleus is a radix select: non-negative floats
-// order as their bit patterns, so the weights summed by the top 10 bits of each locate the bucket
-// where the running mass crosses its target, and the same within that bucket's tokens over the next
-// 10 bits and the last 10, then along the tokens of that exact weight in id order. Two passes over
-// the row (the masses, then the tokens placed by bucket), then one bucket's tokens per target.
+// another 0.5 ms, each writing its own 2 MB. Here the nucleus is a radix select: floats order as
+// their bit patterns once negative ones are flipped (``key``), so the weights summed by the top 12
+// bits of each logit's key locate the bucket where the running mass crosses its target, and the same
+// within that bucket's tokens over the next 10 bits and the last 10, then along the tokens of that
+// exact logit in id order. Two passes over the row (the masses, then the tokens placed by bucket),
+// then one bucket's tokens per target.
 //
 // Weights come from an inline exp2 (relative error 2.3e-7) and masses are summed in double, where
 // torch's path takes float32 probabilities from its own exp and sums them in float32 steps: the two
@@ -35,7 +41,7 @@ using sarathi::load;
 using sarathi::vec;
 using sarathi::W;
 
-constexpr int kTopBits = 10;  // weights are at most 1 (below 2): sign and the exponent's top bit are 0
+constexpr int kTopBits = 12;  // of a logit's 32-bit key: sign, exponent and 3 bits of the mantissa
 constexpr int kLowBits = 10;  // each of the two levels below
 constexpr int kTop = 1 << kTopBits, kLow = 1 << kLowBits;
 constexpr int64_t kBlock = 256;  // the id-order draw's blocks
@@ -50,6 +56,13 @@ inline uint32_t bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
   return u;
+}
+
+// An unsigned key that orders as the (non-NaN) float does: negative floats' bits flipped, positive
+// ones' sign set, and -0 taken as +0 (equal logits, a tie in id order).
+inline uint32_t key(float x) {
+  const uint32_t u = bits(x) == 0x80000000u ? 0u : bits(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
 // double(f) without cvtss2sd's merge into its destination's old value. Written plainly, GCC converts
@@ -87,6 +100,7 @@ struct Crossing {
 // zero-filled each time for a vocabulary of 32,000.
 struct Row {
   std::vector<float> e;         // the row's weights
+  std::vector<uint32_t> k;      // the row's logits' keys: the nucleus' order
   std::vector<double> blocks;   // each kBlock's mass, for the id-order draw
   std::vector<int32_t> placed;  // the row's tokens by first-level bucket, each bucket's in id order
   std::vector<int32_t> ids;     // scratch: the tokens of the bucket being narrowed down
@@ -95,6 +109,7 @@ struct Row {
   void fit(int64_t n) {
     if (static_cast<int64_t>(e.size()) >= n) return;
     e.resize(n);
+    k.resize(n);
     blocks.resize((n + kBlock - 1) / kBlock);
     placed.resize(n);
     ids.resize(std::max<int64_t>(n, kTop));
@@ -126,6 +141,7 @@ int walk(const double* mass, int buckets, double& before, Reached reached) {
 Crossing find(Row& row, double target, bool inclusive) {
   auto reached = [&](double s) { return inclusive ? s >= target : s > target; };
   const float* e = row.e.data();
+  const uint32_t* k = row.k.data();
   double before = 0;
   const int bucket = walk(row.mass, kTop, before, reached);
   int32_t* ids = row.ids.data();
@@ -133,17 +149,17 @@ Crossing find(Row& row, double target, bool inclusive) {
   std::memcpy(ids, row.placed.data() + row.start[bucket], count * sizeof *ids);
   for (int shift = kLowBits; shift >= 0; shift -= kLowBits) {
     double mass[kLow] = {};
-    for (int64_t j = 0; j < count; ++j) mass[(bits(e[ids[j]]) >> shift) & (kLow - 1)] += widen(e[ids[j]]);
+    for (int64_t j = 0; j < count; ++j) mass[(k[ids[j]] >> shift) & (kLow - 1)] += widen(e[ids[j]]);
     const uint32_t sub = static_cast<uint32_t>(walk(mass, kLow, before, reached));
     // Kept without a branch: a mispredicted one per token cost more than the loads.
     int64_t kept = 0;
     for (int64_t j = 0; j < count; ++j) {
       ids[kept] = ids[j];
-      kept += ((bits(e[ids[j]]) >> shift) & (kLow - 1)) == sub;
+      kept += ((k[ids[j]] >> shift) & (kLow - 1)) == sub;
     }
     count = kept;
   }
-  // ids: the tokens of one positive weight, in id order.
+  // ids: the tokens of one logit (so of one positive weight), in id order.
   for (int64_t j = 0; j < count - 1; ++j) {
     if (reached(before + e[ids[j]])) return {ids[j], before};
     before += e[ids[j]];
@@ -151,18 +167,21 @@ Crossing find(Row& row, double target, bool inclusive) {
   return {ids[count - 1], before};
 }
 
-// Whether token a comes after token b in the order of descending weight.
-inline bool after(const float* e, int32_t a, int32_t b) {
-  const uint32_t ka = bits(e[a]), kb = bits(e[b]);
-  return ka < kb || (ka == kb && a > b);
+// Whether token a comes after token b in the order of descending logit.
+inline bool after(const uint32_t* k, int32_t a, int32_t b) {
+  return k[a] < k[b] || (k[a] == k[b] && a > b);
 }
 
-int64_t nucleus(Row& row, int64_t n, double top_p, double u) {
+template <typename T>
+int64_t nucleus(const T* x, Row& row, int64_t n, double top_p, double u) {
   const float* e = row.e.data();
+  uint32_t* k = row.k.data();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) k[i] = key(load(x[i]));
   std::memset(row.mass, 0, sizeof row.mass);
   std::memset(row.start, 0, sizeof row.start);
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t b = bits(e[i]) >> (2 * kLowBits);
+    const uint32_t b = k[i] >> (2 * kLowBits);
     row.mass[b] += widen(e[i]);
     ++row.start[b + 1];
   }
@@ -173,12 +192,12 @@ int64_t nucleus(Row& row, int64_t n, double top_p, double u) {
   }
   int32_t* next = row.ids.data();  // each bucket's next free place, for the moment
   std::memcpy(next, row.start, kTop * sizeof *next);
-  for (int64_t i = 0; i < n; ++i) row.placed[next[bits(e[i]) >> (2 * kLowBits)]++] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < n; ++i) row.placed[next[k[i] >> (2 * kLowBits)]++] = static_cast<int32_t>(i);
   const Crossing end = find(row, top_p * z, true);
   const double mass = end.before + e[end.token];
   // u < 1 by at least 2^-24, so u * mass stays below the nucleus' mass in double.
   const Crossing pick = find(row, u * mass, false);
-  return after(e, pick.token, end.token) ? end.token : pick.token;
+  return after(k, pick.token, end.token) ? end.token : pick.token;
 }
 
 // The first token in id order whose running mass exceeds u Z: whole blocks skipped by their masses,
@@ -250,7 +269,7 @@ int64_t draw(const T* x, int64_t n, float temperature, double top_p, double u, R
       std::copy(out, out + m, e + i);  // a copy per vector was a `rep movs`: half this loop's time
     }
   }
-  return top_p < 1 ? nucleus(row, n, top_p, u) : by_id(row, n, u);
+  return top_p < 1 ? nucleus(x, row, n, top_p, u) : by_id(row, n, u);
 }
 
 template <typename T>

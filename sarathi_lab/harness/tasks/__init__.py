@@ -15,7 +15,7 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,14 @@ class TaskContext:
     writes a serving run's results (harness/results.py; ``config`` joins metrics.json's key values)
     and logs it to W&B in this run's group (partial: its *.partial.* records, and no W&B), and
     ``save_partial(summary, tables)``, which writes the task's own records so far as *.partial.*
-    when a signal interrupts it."""
+    when a signal interrupts it. ``resolved_config``: the run's, which its records carry (a task
+    resuming an interrupted run reuses only records of the same config)."""
     run_dir: Path
     workload: Any
     record_run: Callable[..., None]
     save_partial: Callable[..., None]
     group: str
+    resolved_config: dict[str, Any] = field(default_factory=dict)
 
 
 def kv_requests(task: str, cfg) -> list[int]:

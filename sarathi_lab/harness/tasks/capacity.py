@@ -7,9 +7,15 @@ rate (with ``capacity.trial_s``, the pattern's first ``trial_s`` seconds: a pref
 trial is a run of its own, ``trial-<k>-qps<rate>/`` under the search's directory (the results
 contract, logged to W&B in the search's group); the search writes ``capacity.json`` and a
 ``trials`` table, and its summary is the capacity.
+
+A search rerun after an interruption resumes: the search is deterministic given its trials'
+verdicts, so trial k of the rerun asks for the rate trial k asked for before, and a finished trial
+of the same config at that rate is reused (said in one line) instead of measured again. Trials the
+finished search did not use are removed at its end.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -17,7 +23,7 @@ import shutil
 import pandas as pd
 
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
-from sarathi_lab.harness.results import write_json
+from sarathi_lab.harness.results import METRICS, UnreadableRun, read_record, write_json
 from sarathi_lab.harness.tasks import TaskContext
 from sarathi_lab.harness.workloads import arrival_times
 
@@ -42,8 +48,6 @@ def trial_dir_name(k: int, qps: float) -> str:
 
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     slo, workload, search = cfg.slo.as_slo(), context.workload, cfg.capacity
-    for stale in context.run_dir.glob("trial-*"):
-        shutil.rmtree(stale)  # an interrupted earlier search's trials
     rows: list[dict] = []
 
     def trial(qps: float) -> Trial:
@@ -51,6 +55,15 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         n = trial_requests(search, qps, len(workload.prompts))
         arrivals = arrival_times(cfg.workload, qps, cfg.seed)
         name = trial_dir_name(k, qps)
+        earlier = _finished_trial(context, name, k, qps)
+        if earlier is not None:
+            result = earlier
+            log.info("trial %d at %.4g req/s: %s, reused from %s (finished before an interruption)", k, qps,
+                     "passed" if result.passed else f"missed {result.binding}", name)
+            rows.append({"trial": k, "qps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
+                         "stopped_early": result.stopped_early, "run_dir": name}
+                        | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
+            return result
         try:
             result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
                                  slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
@@ -61,7 +74,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
             raise
         # A trial stopped early has latencies, goodput and attainment over its finished requests only.
         summary = result.summary | {"qps": qps, "passed": float(result.passed),
-                                    "stopped_early": float(result.stopped_early)}
+                                    "stopped_early": float(result.stopped_early), "binding": result.binding}
         context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
         rows.append({"trial": k, "qps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                      "stopped_early": result.stopped_early, "run_dir": name}
@@ -81,6 +94,10 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     for entry, row in zip(record["trials"], rows):
         entry["run_dir"] = row["run_dir"]
     write_json(context.run_dir / CAPACITY_JSON, record)
+    used = {row["run_dir"] for row in rows}
+    for stale in context.run_dir.glob("trial-*"):
+        if stale.name not in used:
+            shutil.rmtree(stale)  # an earlier search's trial this one did not reach
     if not found.resolved:
         log.warning("capacity search stopped before its resolution: %s", _why(found, search))
     log.info("%s", found.describe())
@@ -92,6 +109,26 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                "binding": found.binding, "num_trials": len(found.trials)} \
         | {f"at_capacity_{c}": best.get(c, math.nan) for c in TRIAL_COLUMNS}
     return summary, {"trials": pd.DataFrame(rows)}
+
+
+def _finished_trial(context: TaskContext, name: str, k: int, qps: float) -> Trial | None:
+    """Trial k at qps as an interrupted earlier run of this config finished it, or None."""
+    path = context.run_dir / name / METRICS
+    if not path.is_file():
+        return None
+    try:
+        record = read_record(path)
+    except UnreadableRun as e:
+        log.warning("%s; trial %d is measured again", e, k)
+        return None
+    summary = record["summary"]
+    # As metrics.json holds it (JSON: tuples as lists).
+    config = json.loads(json.dumps(context.resolved_config, default=str))
+    if record.get("partial", True) or record["resolved_config"] != config or \
+            record["config"].get("trial") != k or record["config"].get("qps") != qps or "binding" not in summary:
+        return None
+    return Trial(qps, passed=bool(summary["passed"]), binding=summary["binding"],
+                 stopped_early=bool(summary["stopped_early"]), summary=summary)
 
 
 def _why(found, search) -> str:

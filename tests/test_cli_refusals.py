@@ -1,0 +1,86 @@
+"""Every command of the project refuses a bad command line the same way: one line starting with
+``error:``, naming what was wrong, and exit 2, before any work (argparse printed its usage block
+above the message, 4-15 lines). Each case starts the command in a fresh interpreter, as a user does."""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sarathi_lab.gpu import state
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _files(tmp_path: Path) -> dict[str, Path]:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory\n")
+    not_tar = tmp_path / "suite.tar.gz"
+    not_tar.write_text("hello\n")
+    return {"file": a_file, "not_tar": not_tar}
+
+
+CASES = {
+    "run: unknown key": (["sarathi_lab.run", "chunkk=3"], "chunkk"),
+    "run: a name leaving outputs": (["sarathi_lab.run", "name=../../escaped"], "name='../../escaped'"),
+    "run: output dir is a file": (["sarathi_lab.run", "hydra.run.dir={file}"], "a_file is invalid: it is a file"),
+    "run: sweep dir under a file": (["sarathi_lab.run", "-m", "chunk=32,64", "hydra.sweep.dir={file}/s"],
+                                    "which is a file"),
+    "produce: unknown experiment": (["sarathi_lab.produce", "nope"], "'nope'"),
+    "produce: root is a file": (["sarathi_lab.produce", "--root", "{file}"], "a_file"),
+    "produce: root under a file": (["sarathi_lab.produce", "--root", "{file}/below"], "a_file"),
+    "bench: unknown benchmark": (["sarathi_lab.bench", "nope"], "'nope'"),
+    "bench: bad value": (["sarathi_lab.bench", "sampling", "--reps", "0"], "--reps"),
+    "bench: unknown option": (["sarathi_lab.bench.ceilings", "--bogus"], "--bogus"),
+    "gpu: bad budget": (["sarathi_lab.gpu", "--budget-min", "-1"], "--budget-min"),
+    "gpu: unknown step": (["sarathi_lab.gpu", "--steps", "nope"], "nope"),
+    "gpu: restore from a non-tar": (["sarathi_lab.gpu", "--dry-run", "--out", "{tmp}/gpu", "--restore", "{not_tar}"],
+                                    "suite.tar.gz is invalid"),
+    "sim.pipeline: bad count": (["sarathi_lab.sim.pipeline", "--requests", "0"], "--requests"),
+    "sim.pipeline: out under a file": (["sarathi_lab.sim.pipeline", "--smoke", "--out", "{file}/x"], "a_file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_refused_command_line_is_one_line_and_exit_2(case, tmp_path):
+    args, named = CASES[case]
+    paths = {k: str(v) for k, v in _files(tmp_path).items()} | {"tmp": str(tmp_path)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", *(a.format(**paths) for a in args)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stdout[-1000:] + done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], done.stderr
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "gpu" / "summary.json").exists()
+
+
+def _archive(files: dict[str, bytes]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not gzip", "a directory"])
+def test_restore_from_a_damaged_archive_is_refused_naming_it_and_writes_no_half_file(damage, tmp_path):
+    archive = tmp_path / "suite.tar.gz"
+    files = {"a/result.json": b"{}" * 10, "b/result.json": os.urandom(200_000)}
+    whole = _archive(files)
+    if damage == "a directory":
+        archive.mkdir()
+    else:
+        archive.write_bytes(whole[: len(whole) * 2 // 3] if damage == "truncated" else gzip.decompress(whole)[:700])
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=f"--restore={archive} is invalid: not a readable tar"):
+        state.restore(out, archive)
+    written = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert all(files.get(name) == data for name, data in written.items()), sorted(written)
