@@ -41,6 +41,12 @@ def test_sigint_during_start_up_is_one_line_and_no_traceback(delay_s, tmp_path):
         assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def _jobs(sweep: Path) -> list[Path]:
+    """The sweep's two job folders (<num>_<its overrides>), once Hydra has made both."""
+    jobs = sorted(sweep.glob("[01]_*"))
+    return jobs if len(jobs) == 2 else [sweep / "0", sweep / "1"]
+
+
 def _processes_mentioning(text: str) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
@@ -66,8 +72,8 @@ def test_a_signal_to_a_submitit_sweep_takes_its_jobs_down_and_records_them(signu
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not all(
-            (sweep / j / "status.json").exists() and '"running"' in (sweep / j / "status.json").read_text()
-            for j in ("0", "1")):
+            (job / "status.json").exists() and '"running"' in (job / "status.json").read_text()
+            for job in _jobs(sweep)):
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         time.sleep(0.2)
     proc.send_signal(signum)
@@ -76,8 +82,9 @@ def test_a_signal_to_a_submitit_sweep_takes_its_jobs_down_and_records_them(signu
     assert "Traceback" not in out, out[-3000:]
     time.sleep(1)
     assert _processes_mentioning(str(sweep)) == [], "the sweep's job processes outlived it"
-    for job in ("0", "1"):
-        status = json.loads((sweep / job / "status.json").read_text())
+    jobs = _jobs(sweep)
+    for job in jobs:
+        status = json.loads((job / "status.json").read_text())
         assert status["status"] == "interrupted", status
     summary = json.loads((sweep / "sweep_summary.json").read_text())
-    assert {j: s["status"] for j, s in summary.items()} == {"0": "interrupted", "1": "interrupted"}
+    assert {j: s["status"] for j, s in summary.items()} == {job.name: "interrupted" for job in jobs}

@@ -24,7 +24,7 @@ def _digests(sweep_dir: Path) -> dict[str, str]:
     return {str(p.relative_to(sweep_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(sweep_dir.rglob("*")) if p.is_file() and p.name != "multirun.yaml"
             and not any(part.startswith(".") and part.endswith(".next") for part in p.relative_to(sweep_dir).parts)
-            and p.name != ".sweep_summary.next.json"}
+            and p.name not in (".sweep_summary.next.json", ".sweep_summary.next.csv")}
 
 
 def test_a_refused_rerun_changes_no_byte_of_the_finished_sweep(tmp_path):
@@ -32,11 +32,13 @@ def test_a_refused_rerun_changes_no_byte_of_the_finished_sweep(tmp_path):
     first = _sweep(sweep_dir, tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     before = _digests(sweep_dir)
-    assert json.loads((sweep_dir / "sweep_summary.json").read_text()) == {
-        "0": {"status": "ok", "error": None}, "1": {"status": "ok", "error": None}}
+    jobs = json.loads((sweep_dir / "sweep_summary.json").read_text())
+    assert [job.split("_")[0] for job in jobs] == ["0", "1"]
+    assert list(jobs.values()) == [{"status": "ok", "error": None}] * 2
     again = _sweep(sweep_dir, tmp_path)
     assert again.returncode == 1, again.stderr[-2000:]
     assert _digests(sweep_dir) == before
     report = json.loads((sweep_dir / ".sweep_summary.next.json").read_text())
-    assert {job: r["status"] for job, r in report.items()} == {"0": "failed", "1": "failed"}
-    assert "on_existing=refuse" in report["0"]["error"]
+    assert (sweep_dir / ".sweep_summary.next.csv").is_file()  # the rerun's table went beside the finished one too
+    assert {job: r["status"] for job, r in report.items()} == {job: "failed" for job in jobs}
+    assert "on_existing=refuse" in next(iter(report.values()))["error"]
