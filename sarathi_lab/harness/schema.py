@@ -21,6 +21,7 @@ from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_po
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
+from sarathi_lab.profiling.quantities import aligned_chunk
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,18 @@ class MeasureCfg:
     reps: int = 3
     token_step: int = 8
     tile: int = 128
+    # task=piggyback's chunk: "none" uses `chunk` as it is; "tile" shrinks it so that the chunk and
+    # its B - 1 riding decodes fill whole tiles, as SARATHI sizes its chunks.
+    chunk_align: Literal["none", "tile"] = "none"
 
     def __post_init__(self):
         check_fields(self)
         for key in ("reps", "token_step", "tile"):
             check_positive(key, getattr(self, key))
+
+    def piggyback_chunk(self, chunk: int, batch_size: int) -> int:
+        """The chunk task=piggyback runs for ``chunk`` with ``batch_size`` - 1 riding decodes."""
+        return aligned_chunk(chunk, batch_size, self.tile) if self.chunk_align == "tile" else chunk
 
 
 @dataclass(frozen=True)
@@ -223,6 +231,12 @@ class RunConfig:
         if self.task == "piggyback" and self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 decodes must ride "
                               "the chunk, so it must be >= 2")
+        if self.task == "piggyback":
+            try:
+                self.measure.piggyback_chunk(self.chunk, self.batch_size)
+            except ValueError as e:
+                raise ConfigError(f"measure.chunk_align={self.measure.chunk_align} is invalid with chunk={self.chunk}, "
+                                  f"batch_size={self.batch_size}: {e}; allowed: none, or a larger chunk") from None
         if self.task == "iteration_sweep" and self.measure.token_step > self.seq_len:
             raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with task=iteration_sweep: "
                               f"must be <= seq_len={self.seq_len}, the most tokens it times")
