@@ -114,6 +114,13 @@ def test_a_trace_run_is_not_labelled_with_the_synthetic_lengths_it_did_not_use()
     assert keys["seq_len"] == 512
 
 
+def test_the_arxiv_capacity_search_runs_on_the_trace_lengths_with_drawn_arrivals():
+    run = parse_config(compose_config(["experiment=capacity_sim_arxiv"]))
+    assert (run.task, run.workload.kind, run.workload.arrival) == ("capacity", "trace_lengths", "poisson")
+    assert run.workload.path.endswith("arxiv_summarization.csv") and run.engine.sim_cost_model == "calibrated"
+    assert run.key_values()["seq_len"] is None
+
+
 def test_experiment_resolves_from_the_top_level_experiments_folder():
     cfg = parse_config(compose_config(["experiment=smoke"]))
     assert cfg.name == "smoke" and cfg.model.name == "tiny" and cfg.chunk == 64

@@ -56,7 +56,8 @@ class DeviceCfg:
 
 @dataclass(frozen=True)
 class WorkloadCfg:
-    kind: Literal["synthetic", "uniform", "zipf", "trace"]
+    # trace: a CSV's lengths and arrival times; trace_lengths: its lengths, arrivals by `arrival` at `qps`.
+    kind: Literal["synthetic", "uniform", "zipf", "trace", "trace_lengths"]
     num_requests: int = 4
     arrival: Literal["all_at_once", "poisson", "gamma"] = "all_at_once"
     qps: float = 1.0
@@ -69,7 +70,7 @@ class WorkloadCfg:
     theta: float = 0.6
     # synthetic: the first `stagger` requests get 0, 1, ..., stagger - 1 fewer decode tokens.
     stagger: int = 0
-    # trace
+    # trace, trace_lengths
     path: str | None = None
     time_scale: float = 1.0
     # Multiplies the trace's prompt and decode lengths (each stays at least 1 token).
@@ -87,8 +88,8 @@ class WorkloadCfg:
             raise ConfigError(f"time_scale={self.time_scale!r} is invalid: must be >= 0")
         if self.stagger < 0:
             raise ConfigError(f"stagger={self.stagger!r} is invalid: must be >= 0")
-        if self.kind == "trace" and not self.path:
-            raise ConfigError("path=None is invalid: workload=trace needs a CSV path")
+        if self.kind in ("trace", "trace_lengths") and not self.path:
+            raise ConfigError(f"path=None is invalid: workload={self.kind} needs a CSV path")
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class RunConfig:
             key, value = (("workload", "trace") if self.workload.kind == "trace"
                           else ("workload.arrival", "all_at_once"))
             raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "
-                              "needs arrival=poisson or gamma on a synthetic, uniform or zipf workload")
+                              "needs arrival=poisson or gamma on a synthetic, uniform, zipf or trace_lengths workload")
         if self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
@@ -245,7 +246,7 @@ class RunConfig:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
         # A served trace's own lengths stand in for seq_len and pd_ratio (workload/trace.yaml); the
         # measurement tasks make their batches from them whatever the workload.
-        trace = self.task == "serve" and self.workload.kind == "trace"
+        trace = self.task in ("serve", "capacity") and self.workload.kind in ("trace", "trace_lengths")
         return {"experiment": self.name, "task": self.task, "scale": self.scale, "model": self.model.engine_model,
                 "scheduler": self.scheduler.name, "chunk": self.chunk, "batch_size": self.batch_size,
                 "seq_len": None if trace else self.seq_len, "pd_ratio": None if trace else self.pd_ratio,
