@@ -536,3 +536,13 @@ def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_sh
     assert results.failed("scheduler_latency") == ["2"]
     assert results.describe("scheduler_latency") == ("measured CPU: cpu-small, Test CPU, float32 "
                                                      "(full scale; 1 of 3 jobs left no run: 2)")
+
+
+def test_simulated_rows_say_where_the_cost_models_verdicts_differ_and_why():
+    rows = [{"experiment": "x", "claim": "c", "holds": "no"},
+            {"experiment": "x", "claim": "c", "holds": "partly"}, {"experiment": "x", "claim": "c", "holds": "yes"},
+            {"experiment": "x", "claim": "d", "holds": "yes"}, {"experiment": "x", "claim": "d", "holds": "yes"}]
+    out = claims.mark_cost_model_differences(rows, [None, "roofline", "calibrated", "roofline", "calibrated"],
+                                             {"c": "the reason"})
+    assert [r.get(claims.DIFFERS) for r in out] == [None, *["roofline: partly; calibrated: yes (the reason)"] * 2,
+                                                    None, None]
