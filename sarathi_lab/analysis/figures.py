@@ -173,7 +173,7 @@ def _decode_speedup_why(gains: pd.DataFrame, low: float, high: float) -> str:
     crossover = derive.compute_bound_tokens(paper.A6000_TFLOPS * 1e3, paper.A6000_GBPS, 2)
     if gains.gain.max() > high and chunk < crossover:
         return (f"Simulated speedups above the paper's {low:g}x-{high:g}x: the chunk of {chunk:g} tokens is far below "
-                f"the ~{crossover:.0f} tokens from which the A6000's GEMMs turn compute-bound, so the roofline "
+                f"the ~{crossover:.0f} tokens from which the A6000's GEMMs turn compute-bound, so the cost model "
                 "charges the riding decodes only their KV reads (the weights are read once either way); the paper's "
                 "chunk of 256 tokens is compute-bound, so each riding decode costs its own flops.")
     aligned = "chunk_align" in gains and gains.chunk_align.eq("tile").all()
@@ -228,7 +228,7 @@ def _pd_ratio_why(simulated) -> str:
     chunk, size = gains.chunk.min(), gains.batch_size.max()
     padded = -(-(chunk + size - 1) // paper.TILE) * paper.TILE
     return (f"Simulated gains below the paper's: each hybrid iteration's chunk and its B - 1 = {size - 1:g} decodes "
-            f"cross a multiple of the {paper.TILE}-token GEMM tile, which the roofline charges in full (chunk "
+            f"cross a multiple of the {paper.TILE}-token GEMM tile, which the cost model charges in full (chunk "
             f"{chunk:g}: {chunk + size - 1:g} tokens computed as {padded:g}), so the smaller the chunk the larger the "
             "loss; the paper keeps chunk + decodes a multiple of the tile, these runs do not.")
 
