@@ -180,7 +180,8 @@ def _decode_speedup_why(gains: pd.DataFrame, low: float, high: float) -> str:
     if gains.gain.min() < low and chunk % paper.TILE == 0 and not aligned:
         return (f"Simulated speedups below the paper's {low:g}x-{high:g}x: a chunk of {chunk:g} tokens fills whole "
                 f"{paper.TILE}-token GEMM tiles and its B - 1 riding decodes start a new one, which the cost model "
-                "charges in full (Fig. 7's step); the paper keeps chunk + decodes a multiple of the tile, these runs do not.")
+                "charges in full (Fig. 7's step); the paper keeps chunk + decodes a multiple of the tile "
+                "(measure.chunk_align=tile), a fixed chunk does not.")
     return (f"Simulated speedups outside the paper's {low:g}x-{high:g}x: the cost model prices a riding decode by its "
             "flops and bytes at assumed or fitted efficiencies, not by kernels measured on the paper's GPU.")
 
