@@ -13,8 +13,9 @@ others; the command fails at the end naming them.
 
 ``--sim`` runs ``experiment=sim/NAME``: the paper's models and shapes (LLaMA-13B on an A6000, lengths
 1K-3K, B = 18, chunks 128-512; Mistral-7B on an A100 for Sarathi-Serve) with ``executor=sim`` and the
-roofline cost model, into a root of its own (default ``outputs/sim``), so that the analysis reads the
-simulated runs beside the measured ones. At CI scale it runs the quick set's shapes on the simulated
+calibrated cost model (``-o engine.sim_cost_model=roofline`` for the assumed efficiencies), into a
+root of its own (default ``outputs/sim``), so that the analysis reads the simulated runs beside the
+measured ones. At CI scale it runs the quick set's shapes on the simulated
 A6000 instead. Every time in those runs is a prediction, not a measurement.
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ from sarathi_lab.harness import REPO_ROOT
 _CI_COMMON = ["scale=ci", "model=tiny", "logger=none", "measure.reps=1", "device.num_threads=1"]
 SCALES = ("full", "ci")
 # The quick set on the simulator: its shapes with the paper's model and device (no weights load).
-SIM_CI_OVERRIDES = ["executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.sim_cost_model=roofline"]
+SIM_CI_OVERRIDES = ["executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.sim_cost_model=calibrated"]
 SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 
 

@@ -494,6 +494,33 @@ def test_decode_speedup_figure_draws_every_simulated_length_visibly():
     assert all(sum(bar.get_facecolor()[:3]) / 3 < 0.8 for bars in sim_ax.containers for bar in bars)
 
 
+def _aligned_and_fixed() -> pd.DataFrame:
+    # Fixed chunk: riding decodes add 7.5 ms over 3 (2.5 ms each, 4x); aligned: 1 ms each (10x).
+    return pd.concat([_piggyback(4, 40.0, 100.0, 107.5).assign(chunk_align="none"),
+                      _piggyback(4, 40.0, 100.0, 103.0).assign(chunk_align="tile")])
+
+
+def test_decode_speedup_claim_judges_the_tile_aligned_chunks_and_shows_both():
+    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): _aligned_and_fixed()}))
+    assert row["ours"].startswith("tile-aligned chunks (chunk + B - 1 a multiple of 128): 10.0x-10.0x; "
+                                  "fixed chunk: 4.0x-4.0x over batch sizes 4")
+    assert row["holds"] == "yes"
+    fixed = _aligned_and_fixed().query("chunk_align == 'none'")
+    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): fixed}))
+    assert row["ours"].startswith("4.0x-4.0x over") and row["holds"] == "yes"
+
+
+def test_decode_speedup_figure_draws_a_panel_per_chunk_alignment():
+    frames = {("decode_speedup", "piggyback"): _aligned_and_fixed(),
+              ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))}
+    axes = figures.decode_speedup(_Measured(frames), _SimulatedRuns(frames)).axes
+    assert len(axes) == 4
+    titles = [ax.get_title() for ax in axes]
+    assert sum("tile-aligned" in t for t in titles) == 2 and sum("fixed chunk" in t for t in titles) == 2
+    heights = [max(bar.get_height() for bars in ax.containers for bar in bars) for ax in axes]
+    assert heights == pytest.approx([4.0, 10.0, 4.0, 10.0])
+
+
 def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_shown(tmp_path):
     sweep = tmp_path / "scheduler_latency/multiruns/2026-01-01"
     for job, scheduler in enumerate(("sarathi_serve", "vllm")):
@@ -509,3 +536,13 @@ def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_sh
     assert results.failed("scheduler_latency") == ["2"]
     assert results.describe("scheduler_latency") == ("measured CPU: cpu-small, Test CPU, float32 "
                                                      "(full scale; 1 of 3 jobs left no run: 2)")
+
+
+def test_simulated_rows_say_where_the_cost_models_verdicts_differ_and_why():
+    rows = [{"experiment": "x", "claim": "c", "holds": "no"},
+            {"experiment": "x", "claim": "c", "holds": "partly"}, {"experiment": "x", "claim": "c", "holds": "yes"},
+            {"experiment": "x", "claim": "d", "holds": "yes"}, {"experiment": "x", "claim": "d", "holds": "yes"}]
+    out = claims.mark_cost_model_differences(rows, [None, "roofline", "calibrated", "roofline", "calibrated"],
+                                             {"c": "the reason"})
+    assert [r.get(claims.DIFFERS) for r in out] == [None, *["roofline: partly; calibrated: yes (the reason)"] * 2,
+                                                    None, None]

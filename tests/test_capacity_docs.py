@@ -41,7 +41,8 @@ def docs_copy(root, cpu_table: bool = False):
     (docs / "capacity").mkdir(parents=True)
     (docs / "figures").mkdir()
     for name in (f"capacity/{capacity_docs.SIM_CSV}", f"capacity/{capacity_docs.TRADEOFF_CSV}",
-                 f"capacity/{capacity_docs.TP_CSV}", "figures/claims.csv"):
+                 f"capacity/{capacity_docs.TP_CSV}", f"capacity/{capacity_docs.TRACE_CSV}",
+                 "figures/claims.csv"):
         shutil.copy(REPO_ROOT / "docs" / name, docs / name)
     if cpu_table:
         capacity_docs.tabulate(_searches(root / "runs"), docs)
@@ -76,15 +77,20 @@ def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, d
     assert claims.read_text().splitlines()[:len(others)] == others
     rows = unmeasured[unmeasured.experiment == "capacity"]
     measured = rows[rows.source.str.startswith("measured")]
-    assert len(rows) == 7 and set(measured.ours) >= {"not measured yet"} and set(measured.holds) == {"n/a"}
+    assert len(rows) == 8 and set(measured.ours) >= {"not measured yet"} and set(measured.holds) == {"n/a"}
     assert (rows[~rows.source.str.startswith("measured")].holds == "yes").all()
     # The Yi-34B searches on two A100s: simulated only, their strict-SLO ratio computed from the table.
     yi = pd.read_csv(docs / "capacity" / capacity_docs.TP_CSV)
-    strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_qps
-    tp_row = rows.iloc[-1]
+    yi_strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_qps
+    tp_row, trace_row = rows.iloc[-2], rows.iloc[-1]
+    # The arxiv_summarization searches: the calibrated cost model and the trace named in the source.
+    arxiv = pd.read_csv(docs / "capacity" / capacity_docs.TRACE_CSV)
+    strict = arxiv[arxiv.tbt_slo_s == 0.1].set_index("scheduler").capacity_qps
+    assert trace_row.source.startswith("simulated A100 (calibrated), mistral-7b, arxiv_summarization lengths")
+    assert trace_row.ours.startswith(f"{strict.sarathi_serve / strict.vllm:.2f}x at P99 TBT <= 0.1 s")
     assert tp_row.source == "simulated 2 x A100 (roofline, tensor parallel), yi-34b (committed docs/capacity/" \
                             "sim_capacity_yi34b.csv)"
-    assert tp_row.ours.startswith(f"{strict.sarathi_serve / strict.vllm:.2f}x at P99 TBT <= 0.2 s")
+    assert tp_row.ours.startswith(f"{yi_strict.sarathi_serve / yi_strict.vllm:.2f}x at P99 TBT <= 0.2 s")
     assert {p.name for p in (docs / "figures").glob("*.png")} == {"capacity.png", "capacity_tradeoff.png"}
 
     capacity_docs.tabulate(_searches(tmp_path / "runs"), docs)

@@ -71,6 +71,15 @@ def test_every_simulated_experiment_sizes_its_kv_cache_on_its_device(option):
     simulated_kv_blocks(engine, load_config(engine.model))
 
 
+def test_the_simulated_decode_speedup_sweeps_fixed_and_tile_aligned_chunks():
+    sweep = OmegaConf.load(CONF_DIR / "experiment" / "sim" / "decode_speedup.yaml").hydra.sweeper.params
+    assert str(sweep["measure.chunk_align"]) == "none,tile"
+    for align, chunk in (("none", 256), ("tile", 256 - 17)):
+        run = parse_config(compose_config(["experiment=sim/decode_speedup", "batch_size=18", "seq_len=3072",
+                                           f"measure.chunk_align={align}"]))
+        assert run.measure.piggyback_chunk(run.chunk, run.batch_size) == chunk
+
+
 def test_the_executor_group_sets_the_simulator_and_its_knobs():
     cfg = parse_config(compose_config(["executor=sim", "engine.sim_device=a100"]))
     assert (cfg.engine.executor, cfg.engine.sim_device, cfg.engine.sim_cost_model) == ("sim", "a100", "roofline")
@@ -103,6 +112,13 @@ def test_a_trace_run_is_not_labelled_with_the_synthetic_lengths_it_did_not_use()
     assert keys["seq_len"] == 512 and keys["pd_ratio"] == 8
     keys = parse_config(compose_config(["workload=trace", "seq_len=512", "task=op_breakdown"])).key_values()
     assert keys["seq_len"] == 512
+
+
+def test_the_arxiv_capacity_search_runs_on_the_trace_lengths_with_drawn_arrivals():
+    run = parse_config(compose_config(["experiment=capacity_sim_arxiv"]))
+    assert (run.task, run.workload.kind, run.workload.arrival) == ("capacity", "trace_lengths", "poisson")
+    assert run.workload.path.endswith("arxiv_summarization.csv") and run.engine.sim_cost_model == "calibrated"
+    assert run.key_values()["seq_len"] is None
 
 
 def test_experiment_resolves_from_the_top_level_experiments_folder():
@@ -187,6 +203,11 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["task=nope"], r"^task='nope' is invalid: allowed values are serve, .*piggyback, profile, reread"),
     (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),
     (["task=piggyback", "batch_size=1"], r"^batch_size=1 is invalid with task=piggyback: B - 1 decodes must ride"),
+    (["task=piggyback", "chunk=100", "batch_size=4", "measure.chunk_align=tile"],
+     (r"^measure.chunk_align=tile is invalid with chunk=100, batch_size=4: chunk \+ batch_size - 1 = 103 tokens "
+      r"rounded down to whole 128-token tiles leaves no room for a chunk beside 3 decodes; allowed: none, or a "
+      r"larger chunk$")),
+    (["measure.chunk_align=yes"], r"^measure.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
      r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),
     (["on_existing=maybe"], r"^on_existing='maybe' is invalid: allowed values are refuse, skip, overwrite$"),

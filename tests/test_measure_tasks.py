@@ -13,6 +13,7 @@ import pytest
 
 from sarathi_lab import LLM
 from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.harness.tasks import TASKS, measurement
 from sarathi_lab.harness.workloads import split_length
 
@@ -66,7 +67,7 @@ def gives_back_its_blocks(request):
 
 
 def _cfg(**kw) -> types.SimpleNamespace:
-    measure = types.SimpleNamespace(**{"reps": 2, "token_step": 8, "tile": TILE} | kw.pop("measure", {}))
+    measure = MeasureCfg(**{"reps": 2, "token_step": 8, "tile": TILE} | kw.pop("measure", {}))
     return types.SimpleNamespace(**{"seed": 0, "batch_size": 2, "seq_len": 24, "chunk": 16, "pd_ratio": 4.0} | kw,
                                  measure=measure)
 

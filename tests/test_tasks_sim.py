@@ -8,6 +8,7 @@ import types
 import pytest
 
 from sarathi_lab import LLM
+from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.harness.tasks import TASKS, measurement
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.profiling.ops import OPS
@@ -25,7 +26,7 @@ def llm():
 
 
 def _cfg(**kw) -> types.SimpleNamespace:
-    measure = types.SimpleNamespace(**{"reps": 2, "token_step": 8, "tile": 16} | kw.pop("measure", {}))
+    measure = MeasureCfg(**{"reps": 2, "token_step": 8, "tile": 16} | kw.pop("measure", {}))
     return types.SimpleNamespace(**{"seed": 0, "batch_size": 3, "seq_len": 24, "chunk": 16, "pd_ratio": 4.0} | kw,
                                  measure=measure)
 
@@ -63,6 +64,18 @@ def test_piggyback_derives_the_speedup_from_three_predicted_iterations(llm):
     decode_only = _forward_ms(llm, decodes=[40] * 3)
     alone, hybrid = _forward_ms(llm, prefills=[(16, 16)]), _forward_ms(llm, prefills=[(16, 16)], decodes=[40] * 2)
     assert summary["baseline_ms_per_decode"] == pytest.approx(decode_only / 3)
+    assert summary["piggybacked_ms_per_decode"] == pytest.approx((hybrid - alone) / 2)
+
+
+def test_piggyback_with_tile_aligned_chunks_fills_whole_tiles(llm):
+    # chunk 16 with 2 riding decodes overflows the 16-token tile; aligned, the chunk is 14 and the
+    # hybrid iteration exactly one tile.
+    summary, tables = measurement("piggyback")(_cfg(batch_size=3, seq_len=40, chunk=16,
+                                                    measure={"chunk_align": "tile"}), llm)
+    table = tables["piggyback"].set_index("iteration")
+    assert table.tokens.to_dict() == {"decode_only": 3, "chunk_alone": 14, "hybrid": 16}
+    assert set(table.chunk_align) == {"tile"}
+    alone, hybrid = _forward_ms(llm, prefills=[(14, 14)]), _forward_ms(llm, prefills=[(14, 14)], decodes=[40] * 2)
     assert summary["piggybacked_ms_per_decode"] == pytest.approx((hybrid - alone) / 2)
 
 

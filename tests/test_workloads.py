@@ -8,7 +8,13 @@ import pytest
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness.schema import WorkloadCfg
-from sarathi_lab.harness.workloads import build_workload, read_trace, split_length
+from sarathi_lab.harness.workloads import (
+    build_workload,
+    read_trace,
+    read_trace_lengths,
+    resolve_trace_path,
+    split_length,
+)
 
 VOCAB = 4096
 
@@ -99,6 +105,30 @@ def test_a_malformed_trace_row_names_its_line(tmp_path, row, message):
     path = tmp_path / "t.csv"
     path.write_text(f"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\n{row}\n")
     with pytest.raises(ConfigError, match=message):
+        read_trace(WorkloadCfg(kind="trace", path=str(path)))
+
+
+def test_trace_lengths_draw_the_trace_s_lengths_and_arrivals_at_the_rate():
+    cfg = WorkloadCfg(kind="trace_lengths", path="sim/data/traces/arxiv_summarization.csv", num_requests=400,
+                      arrival="poisson", qps=4.0)
+    w = build_workload(cfg, seq_len=1, pd_ratio=1, seed=0, vocab_size=VOCAB, context=4096)
+    rows = {tuple(r) for r in np.loadtxt(resolve_trace_path(cfg.path), delimiter=",", skiprows=1, dtype=int).tolist()}
+    pairs = [(len(p), d) for p, d in zip(w.prompts, w.decode_lens)]
+    assert w.num_requests == 400 and set(pairs) <= rows and len(set(pairs)) > 300
+    # Sarathi-Serve's arxiv_summarization: prompt median 2730, decode median 167 (traces/README.md).
+    assert 2300 < np.median([p for p, _ in pairs]) < 3100 and 120 < np.median([d for _, d in pairs]) < 220
+    assert w.arrival_times == pytest.approx(build_workload(replace(cfg, kind="uniform"), 640, 9, 0, VOCAB).arrival_times)
+    assert 3.0 < 400 / w.arrival_times[-1] < 5.0
+
+
+def test_trace_lengths_need_only_the_length_columns_and_repeat_rows_when_asked_for_more(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens\n5,6\n7,8\n")
+    cfg = WorkloadCfg(kind="trace_lengths", path=str(path), num_requests=5)
+    lengths = read_trace_lengths(cfg, None, np.random.default_rng(0))
+    assert len(lengths) == 5 and set(lengths) == {(5, 6), (7, 8)}
+    assert sorted(read_trace_lengths(replace(cfg, num_requests=2), None, np.random.default_rng(0))) == [(5, 6), (7, 8)]
+    with pytest.raises(ConfigError, match=r"line 1 lacks column arrived_at"):
         read_trace(WorkloadCfg(kind="trace", path=str(path)))
 
 

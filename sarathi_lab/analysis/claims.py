@@ -2,8 +2,9 @@
 
 Columns: the claim and the paper's number; where ours come from (``source``: measured, and on what,
 or simulated, and by which cost model; ``scale``, ``dtype``, ``threads``, ``machine``); ``ours``;
-``spread``; ``holds``; and ``left out`` (runs flagged ``timing_unreliable``, which the checks do
-not read unless the ``Results`` keeps them).
+``spread``; ``holds``; ``left out`` (runs flagged ``timing_unreliable``, which the checks do
+not read unless the ``Results`` keeps them); and, on simulated rows whose verdict differs between
+the simulator's cost models, ``differs by cost model``: each model's verdict and why.
 
 Each check states its criterion in its claim text, applies it to the runs as they are (never
 tuned), and says ``yes``, ``partly`` (some of the points), ``no``, or ``n/a`` (not in these runs).
@@ -19,7 +20,8 @@ from sarathi_lab.analysis import derive, paper
 from sarathi_lab.profiling import quantities
 
 PROVENANCE = ["source", "scale", "dtype", "threads", "machine"]
-COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out", *PROVENANCE[1:]]
+DIFFERS = "differs by cost model"
+COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out", *PROVENANCE[1:], DIFFERS]
 NO_REPEATS = "one run per point: no spread"
 
 
@@ -88,19 +90,34 @@ def tile_quantization(results) -> list[dict]:
                  f"largest step anywhere: {step:+.1%} at {step_at} tokens", _verdict([jump >= 0.10]), jump)]
 
 
+def _speedup_range(gains: pd.DataFrame) -> tuple[str, str]:
+    """The range of the resolved speedups, and what is left unresolved ('' if nothing)."""
+    resolved = derive.resolved_speedups(gains)
+    unresolved = len(gains) - len(resolved)
+    return ((f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved) else "no point resolved"),
+            f"{unresolved} of {len(gains)} points unresolved (hybrid iteration no slower than the chunk alone)"
+            if unresolved else "")
+
+
 def decode_speedup(results) -> list[dict]:
     gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
     low, high = paper.DECODE_SPEEDUP
-    resolved = derive.resolved_speedups(gains)
-    unresolved = len(gains) - len(resolved)
+    over = (f" over batch sizes {', '.join(f'{b:g}' for b in sorted(gains.batch_size.unique()))} and lengths "
+            f"{', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}")
+    aligned = gains.chunk_align.eq("tile") if "chunk_align" in gains else pd.Series(False, index=gains.index)
+    # The paper sized its chunks to the tile: where the runs have aligned chunks, they are the verdict's.
+    judged = gains[aligned] if aligned.any() else gains
+    resolved = derive.resolved_speedups(judged)
+    both = aligned.any() and (~aligned).any()
+    parts = ([("tile-aligned chunks (chunk + B - 1 a multiple of 128): ", gains[aligned]),
+              ("fixed chunk: ", gains[~aligned])] if both else [("", gains)])
+    ranges = [(label, *_speedup_range(g)) for label, g in parts]
+    unresolved = "; ".join(label + note for label, _, note in ranges if note)
+    ours = ("; ".join(label + text for label, text, _ in ranges) + over
+            + (f"; {unresolved}" if unresolved else ""))
     return [_row("decode_speedup", f"Piggybacking raises decode throughput {low:g}x-{high:g}x over the baseline",
                  f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to {paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",
-                 (f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved) else "no point resolved")
-                 + f" over batch sizes {', '.join(f'{b:g}' for b in sorted(gains.batch_size.unique()))} and lengths "
-                 f"{', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}"
-                 + (f"; {unresolved} of {len(gains)} points unresolved (hybrid iteration no slower than the chunk "
-                    "alone)" if unresolved else ""),
-                 _verdict(resolved.gain >= low), resolved.gain.min() if len(resolved) else None)]
+                 ours, _verdict(resolved.gain >= low), resolved.gain.min() if len(resolved) else None)]
 
 
 def pd_ratio(results) -> list[dict]:
@@ -218,18 +235,44 @@ def rows_of(check, results, name: str | None = None) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out} for row in rows]
 
 
+def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None], why: dict[str, str]) -> list[dict]:
+    """``rows`` with ``DIFFERS`` set on the simulated rows of each claim whose judged verdicts differ
+    between cost models (``cost_models``: each row's, None for a measured one): every model's
+    verdict, and ``why[claim]`` where it says why."""
+    verdicts: dict[tuple[str, str], dict[str, str]] = {}
+    for row, model in zip(rows, cost_models):
+        if model is not None:
+            verdicts.setdefault((row["experiment"], row["claim"]), {})[model] = row["holds"]
+    out = []
+    for row, model in zip(rows, cost_models):
+        each = verdicts.get((row["experiment"], row["claim"]), {}) if model is not None else {}
+        if len(set(each.values()) - {"n/a"}) > 1:
+            note = "; ".join(f"{m}: {v}" for m, v in each.items())
+            row = row | {DIFFERS: note + (f" ({why[row['claim']]})" if row["claim"] in why else "")}
+        out.append(row)
+    return out
+
+
 def claims_table(results, simulated=None, checks=None) -> pd.DataFrame:
     """The rows of each check on our runs (``results``) and then, with ``simulated`` (the ``Results``
-    of ``python -m sarathi_lab.produce --sim``), on the simulated runs, each row naming its source;
-    an experiment with no simulated run has no simulated row. ``checks``: (experiment, check) pairs
-    or checks named as their experiment; by default every registered paper result's."""
-    if checks is None:
-        from sarathi_lab.analysis import registry  # its results' modules import this one's checks
+    of ``python -m sarathi_lab.produce --sim``, or a list of them: one per cost model), on the
+    simulated runs, each row naming its source; an experiment with no simulated run has no simulated
+    row. Where the cost models' verdicts on a claim differ, its simulated rows say so
+    (``mark_cost_model_differences``, with the registered result's reason). ``checks``: (experiment,
+    check) pairs or checks named as their experiment; by default every registered paper result's."""
+    from sarathi_lab.analysis import registry  # its results' modules import this one's checks
 
+    if checks is None:
         checks = registry.checks()
-    rows = []
+    sims = [] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple)) else [simulated]
+    rows, models, why = [], [], {}
     for name, check in (c if isinstance(c, tuple) else (c.__name__, c) for c in checks):
-        rows += rows_of(check, results, name)
-        if simulated is not None and name not in simulated.missing():
-            rows += rows_of(check, simulated, name)
-    return pd.DataFrame(rows, columns=COLUMNS)
+        measured = rows_of(check, results, name)
+        rows, models = rows + measured, models + [None] * len(measured)
+        for sim in sims:
+            if name not in sim.missing():
+                made = rows_of(check, sim, name)
+                rows, models = rows + made, models + [sim.executor(name).get("sim_cost_model")] * len(made)
+        if name in registry.names():
+            why |= registry.by_name(name).cost_models_differ
+    return pd.DataFrame(mark_cost_model_differences(rows, models, why), columns=COLUMNS)

@@ -3,7 +3,7 @@ its quick set and of its GPU run, its claim check and its figure."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -27,4 +27,7 @@ class PaperResult:
     order: int                                    # where it runs, is drawn and is tabled
     reading: str = ""                             # markdown under the figure's heading: what to look for
     sim: str | None = None                        # produce --sim at full scale: experiment=sim/<sim>
+    # Why a claim's verdict differs between the simulator's cost models where it does: the claims
+    # table's note on those rows (claims.mark_cost_model_differences), by claim text.
+    cost_models_differ: dict[str, str] = field(default_factory=dict)
     gpu: GpuRun | None = None

@@ -21,6 +21,7 @@ from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_po
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
+from sarathi_lab.profiling.quantities import aligned_chunk
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class DeviceCfg:
 
 @dataclass(frozen=True)
 class WorkloadCfg:
-    kind: Literal["synthetic", "uniform", "zipf", "trace"]
+    # trace: a CSV's lengths and arrival times; trace_lengths: its lengths, arrivals by `arrival` at `qps`.
+    kind: Literal["synthetic", "uniform", "zipf", "trace", "trace_lengths"]
     num_requests: int = 4
     arrival: Literal["all_at_once", "poisson", "gamma"] = "all_at_once"
     qps: float = 1.0
@@ -68,7 +70,7 @@ class WorkloadCfg:
     theta: float = 0.6
     # synthetic: the first `stagger` requests get 0, 1, ..., stagger - 1 fewer decode tokens.
     stagger: int = 0
-    # trace
+    # trace, trace_lengths
     path: str | None = None
     time_scale: float = 1.0
     # Multiplies the trace's prompt and decode lengths (each stays at least 1 token).
@@ -86,8 +88,8 @@ class WorkloadCfg:
             raise ConfigError(f"time_scale={self.time_scale!r} is invalid: must be >= 0")
         if self.stagger < 0:
             raise ConfigError(f"stagger={self.stagger!r} is invalid: must be >= 0")
-        if self.kind == "trace" and not self.path:
-            raise ConfigError("path=None is invalid: workload=trace needs a CSV path")
+        if self.kind in ("trace", "trace_lengths") and not self.path:
+            raise ConfigError(f"path=None is invalid: workload={self.kind} needs a CSV path")
 
 
 @dataclass(frozen=True)
@@ -109,11 +111,18 @@ class MeasureCfg:
     reps: int = 3
     token_step: int = 8
     tile: int = 128
+    # task=piggyback's chunk: "none" uses `chunk` as it is; "tile" shrinks it so that the chunk and
+    # its B - 1 riding decodes fill whole tiles, as SARATHI sizes its chunks.
+    chunk_align: Literal["none", "tile"] = "none"
 
     def __post_init__(self):
         check_fields(self)
         for key in ("reps", "token_step", "tile"):
             check_positive(key, getattr(self, key))
+
+    def piggyback_chunk(self, chunk: int, batch_size: int) -> int:
+        """The chunk task=piggyback runs for ``chunk`` with ``batch_size`` - 1 riding decodes."""
+        return aligned_chunk(chunk, batch_size, self.tile) if self.chunk_align == "tile" else chunk
 
 
 @dataclass(frozen=True)
@@ -213,7 +222,7 @@ class RunConfig:
             key, value = (("workload", "trace") if self.workload.kind == "trace"
                           else ("workload.arrival", "all_at_once"))
             raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "
-                              "needs arrival=poisson or gamma on a synthetic, uniform or zipf workload")
+                              "needs arrival=poisson or gamma on a synthetic, uniform, zipf or trace_lengths workload")
         if self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
@@ -223,6 +232,12 @@ class RunConfig:
         if self.task == "piggyback" and self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 decodes must ride "
                               "the chunk, so it must be >= 2")
+        if self.task == "piggyback":
+            try:
+                self.measure.piggyback_chunk(self.chunk, self.batch_size)
+            except ValueError as e:
+                raise ConfigError(f"measure.chunk_align={self.measure.chunk_align} is invalid with chunk={self.chunk}, "
+                                  f"batch_size={self.batch_size}: {e}; allowed: none, or a larger chunk") from None
         if self.task == "iteration_sweep" and self.measure.token_step > self.seq_len:
             raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with task=iteration_sweep: "
                               f"must be <= seq_len={self.seq_len}, the most tokens it times")
@@ -231,7 +246,7 @@ class RunConfig:
         """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
         # A served trace's own lengths stand in for seq_len and pd_ratio (workload/trace.yaml); the
         # measurement tasks make their batches from them whatever the workload.
-        trace = self.task == "serve" and self.workload.kind == "trace"
+        trace = self.task in ("serve", "capacity") and self.workload.kind in ("trace", "trace_lengths")
         return {"experiment": self.name, "task": self.task, "scale": self.scale, "model": self.model.engine_model,
                 "scheduler": self.scheduler.name, "chunk": self.chunk, "batch_size": self.batch_size,
                 "seq_len": None if trace else self.seq_len, "pd_ratio": None if trace else self.pd_ratio,

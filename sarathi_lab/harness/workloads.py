@@ -1,5 +1,6 @@
 """Request sets the runs feed the engine: the papers' fixed-shape synthetic one, uniform or zipf
-length distributions (as vidur generates them), and replayed CSV traces (sarathi-serve layout)."""
+length distributions (as vidur generates them), replayed CSV traces (sarathi-serve layout), and a
+trace's lengths alone with arrivals drawn at the rate under test (trace_lengths)."""
 from __future__ import annotations
 
 import csv
@@ -17,7 +18,8 @@ from sarathi_lab.harness.schema import WorkloadCfg
 from sarathi_lab.inputs import ARRIVAL_HORIZON_S
 from sarathi_lab.model.memory import device_memory_bytes
 
-TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
+TRACE_COLUMNS = ("arrived_at", *LENGTH_COLUMNS)
 
 # A prompt token as the engine holds it: a Python int (28 bytes) behind a list slot (8 bytes).
 _BYTES_PER_PROMPT_TOKEN = 36
@@ -66,11 +68,15 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
     def rng(stream: int) -> np.random.Generator:
         return np.random.default_rng([seed, stream])
 
-    if context is not None and cfg.kind != "trace" and seq_len > context:
+    if context is not None and cfg.kind not in ("trace", "trace_lengths") and seq_len > context:
         raise ConfigError(f"seq_len={seq_len} is invalid: more than the model's context of {context} tokens")
     if cfg.kind == "trace":
         lengths, arrivals = read_trace(cfg, context)
         _check_memory(cfg, sum(p for p, _ in lengths))
+    elif cfg.kind == "trace_lengths":
+        lengths = read_trace_lengths(cfg, context, rng(_LENGTHS))
+        _check_memory(cfg, sum(p for p, _ in lengths))
+        arrivals = arrival_times(cfg, cfg.qps, seed)
     else:
         _check_memory(cfg, cfg.num_requests * seq_len)  # every request's length is at most seq_len
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
@@ -89,7 +95,7 @@ def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
     need = prompt_tokens * _BYTES_PER_PROMPT_TOKEN
     have = device_memory_bytes(torch.device("cpu"))
     if need > have:
-        key, value = ("workload.path", cfg.path) if cfg.kind == "trace" else ("workload.num_requests", cfg.num_requests)
+        key, value = ("workload.path", cfg.path) if cfg.kind in ("trace", "trace_lengths") else ("workload.num_requests", cfg.num_requests)
         raise ConfigError(f"{key}={value!r} is invalid: its prompts need up to {need / 2**30:.1f} GiB as token "
                           f"lists, more than the {have / 2**30:.1f} GiB available")
 
@@ -150,9 +156,33 @@ def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple
     """(prompt, decode) lengths and arrival times (from the first row, times time_scale) of a trace CSV
     (UTF-8, with or without the byte-order mark spreadsheets write); a request longer than `context`
     is refused at its line."""
+    lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS)
+    start = min(arrivals)
+    times = [(a - start) * cfg.time_scale for a in arrivals]
+    if not all(math.isfinite(t) for t in times):
+        raise ConfigError(f"workload.time_scale={cfg.time_scale!r} is invalid: it scales the trace's arrival times "
+                          "past the largest float")
+    if max(times) > ARRIVAL_HORIZON_S:
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: its arrivals span {max(times):.3g} s at "
+                          f"workload.time_scale={cfg.time_scale!r}, past the {ARRIVAL_HORIZON_S:g} s a run may span; "
+                          "lower workload.time_scale or workload.max_requests")
+    return lengths, times
+
+
+def read_trace_lengths(cfg: WorkloadCfg, context: int | None, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """workload.num_requests (prompt, decode) lengths drawn at random from a CSV's length columns (its
+    first max_requests rows), without replacement unless it has fewer rows: the trace's length
+    distribution, in an order that makes any first N requests a sample of it too (a capacity trial
+    serves a prefix)."""
+    lengths, _ = _read_csv(cfg, context, LENGTH_COLUMNS)
+    picks = rng.choice(len(lengths), size=cfg.num_requests, replace=cfg.num_requests > len(lengths))
+    return [lengths[i] for i in picks]
+
+
+def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[float]]:
     path = resolve_trace_path(cfg.path)
     try:
-        return _read_trace(cfg, path, context)
+        return _read_trace(cfg, path, context, columns)
     except csv.Error as e:  # a field past the csv module's limit (128 KiB), a NUL byte
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: not a readable CSV ({e})") from None
     except UnicodeDecodeError:
@@ -172,36 +202,30 @@ def _first_undecodable(raw: bytes) -> int:
     return 0  # unreachable for bytes the reader could not decode
 
 
-def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None) -> tuple[list[tuple[int, int]], list[float]]:
+def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None,
+                columns: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[float]]:
+    """The rows' lengths, and their arrival times where ``columns`` has arrived_at."""
     lengths, arrivals = [], []
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in TRACE_COLUMNS if c not in (reader.fieldnames or [])]
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column {missing[0]}; "
-                              f"needed: {', '.join(TRACE_COLUMNS)}")
+                              f"needed: {', '.join(columns)}")
         for row in reader:
             if cfg.max_requests is not None and len(lengths) == cfg.max_requests:
                 break
             where = f"workload.path={cfg.path!r} line {reader.line_num}"
-            arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
+            if "arrived_at" in columns:
+                arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
             lengths.append(tuple(_scaled(cfg, _trace_field(where, row, column, int, minimum=1))
-                                 for column in ("num_prefill_tokens", "num_decode_tokens")))
+                                 for column in LENGTH_COLUMNS))
             if context is not None and sum(lengths[-1]) > context:
                 raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more than the "
                                   f"model's context of {context} tokens")
     if not lengths:
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
-    start = min(arrivals)
-    times = [(a - start) * cfg.time_scale for a in arrivals]
-    if not all(math.isfinite(t) for t in times):
-        raise ConfigError(f"workload.time_scale={cfg.time_scale!r} is invalid: it scales the trace's arrival times "
-                          "past the largest float")
-    if max(times) > ARRIVAL_HORIZON_S:
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: its arrivals span {max(times):.3g} s at "
-                          f"workload.time_scale={cfg.time_scale!r}, past the {ARRIVAL_HORIZON_S:g} s a run may span; "
-                          "lower workload.time_scale or workload.max_requests")
-    return lengths, times
+    return lengths, arrivals
 
 
 def _scaled(cfg: WorkloadCfg, tokens: int) -> int:

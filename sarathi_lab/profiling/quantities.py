@@ -6,6 +6,18 @@ import numpy as np
 import pandas as pd
 
 
+def aligned_chunk(chunk: int, batch_size: int, tile: int) -> int:
+    """The largest chunk whose tokens with the B - 1 decodes riding it fill whole ``tile``-token
+    tiles and do not exceed ``chunk + B - 1``: SARATHI keeps chunk + decodes a multiple of the tile,
+    since one token past it costs a whole tile of GEMM work (Fig. 7). ValueError when no multiple
+    of the tile within ``chunk + B - 1`` leaves room for a chunk."""
+    total = (chunk + batch_size - 1) // tile * tile
+    if total - (batch_size - 1) < 1:
+        raise ValueError(f"chunk + batch_size - 1 = {chunk + batch_size - 1} tokens rounded down to whole "
+                         f"{tile}-token tiles leaves no room for a chunk beside {batch_size - 1} decodes")
+    return total - (batch_size - 1)
+
+
 def tile_jump(times: pd.Series, tile: int) -> float:
     """Mean relative increase of the time from m to m + 1 tokens over the multiples m of ``tile``
     measured; ``times`` is indexed by token count."""
@@ -20,7 +32,9 @@ def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
     ``task=piggyback``: a baseline decode token costs decode_only / B, a piggybacked one
     (hybrid - chunk_alone) / (B - 1), what B - 1 decodes add to the chunk (the paper's Table 2
     reading); ``gain`` is the decode throughput speedup, the first over the second."""
-    ms = piggyback.pivot_table(index=["seq_len", "batch_size", "chunk"], columns="iteration", values="ms")
+    # chunk_align (none | tile), where the runs record it: an aligned and a fixed chunk are two points.
+    keys = ["seq_len", "batch_size", "chunk", *(["chunk_align"] if "chunk_align" in piggyback else [])]
+    ms = piggyback.pivot_table(index=keys, columns="iteration", values="ms")
     out = ms.reset_index()
     out["baseline_ms_per_decode"] = ms.decode_only.to_numpy() / out.batch_size
     out["piggybacked_ms_per_decode"] = (ms.hybrid - ms.chunk_alone).to_numpy() / (out.batch_size - 1)

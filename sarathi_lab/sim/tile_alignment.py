@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab.profiling import quantities
 from sarathi_lab.profiling.quantities import decode_speedup
 from sarathi_lab.sim.cost_model import CostModel
 
@@ -32,12 +33,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
 
 
 def aligned_chunk(chunk: int, batch_size: int, tile: int = TILE) -> int:
-    """The largest chunk whose tokens with the B - 1 riding decodes fill whole tiles and do not
-    exceed ``chunk + B - 1``."""
-    total = (chunk + batch_size - 1) // tile * tile
-    if total - (batch_size - 1) < 1:
-        raise ValueError(f"batch_size={batch_size} leaves no room for a chunk in {total} tokens")
-    return total - (batch_size - 1)
+    return quantities.aligned_chunk(chunk, batch_size, tile)
 
 
 def piggyback_ms(cm: CostModel, chunk: int, batch_size: int, seq_len: int) -> pd.DataFrame:

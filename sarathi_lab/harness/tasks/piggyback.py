@@ -2,8 +2,10 @@
 
 Three iterations at one batch size B: B decodes alone (the baseline's decode-only iteration), a
 prefill chunk of ``chunk`` tokens alone, and the same chunk with B - 1 decodes (SARATHI's
-decode-maximal batch); every decode has ``seq_len`` tokens of context. A baseline decode token
-costs the first / B; a piggybacked one costs (third - second) / (B - 1), what the decodes add.
+decode-maximal batch); every decode has ``seq_len`` tokens of context. With
+``measure.chunk_align=tile`` the chunk shrinks so that chunk + B - 1 fills whole tiles, as the paper
+sizes it (MeasureCfg.piggyback_chunk). A baseline decode token costs the first / B; a piggybacked
+one costs (third - second) / (B - 1), what the decodes add.
 
 Served runs give the same quantities, but as the difference of two iterations of half a second
 that other work on a shared CPU easily blurs; here each of the three is timed ``measure.reps``
@@ -25,14 +27,15 @@ from sarathi_lab.profiling.quantities import decode_speedup
 
 def kv_requests(cfg) -> list[int]:
     """The lengths of the requests it holds in the KV cache at once: the chunk's and the decodes'."""
-    return [cfg.chunk] + [cfg.seq_len] * cfg.batch_size
+    return [cfg.measure.piggyback_chunk(cfg.chunk, cfg.batch_size)] + [cfg.seq_len] * cfg.batch_size
 
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     size, context = cfg.batch_size, cfg.seq_len  # at least 2 (RunConfig): B - 1 decodes ride the chunk
+    tokens = cfg.measure.piggyback_chunk(cfg.chunk, size)
     batches = SyntheticBatches(llm, seed=cfg.seed)
     # One chunk and B decodes serve all three iterations, so the cache holds them once.
-    requests = batches.make(prefills=[(cfg.chunk, 0)], decodes=size, context=context)
+    requests = batches.make(prefills=[(tokens, 0)], decodes=size, context=context)
     chunk, decodes = requests.prefills, requests.decodes
     made = {"decode_only": ScheduledBatch(decodes=decodes), "chunk_alone": ScheduledBatch(prefills=chunk),
             "hybrid": ScheduledBatch(prefills=chunk, decodes=decodes[1:])}
@@ -47,7 +50,8 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
         batches.free(requests)
     table = pd.DataFrame([{"iteration": kind, "ms": statistics.median(s) * 1e3, "tokens": made[kind].num_tokens}
                           for kind, s in seconds.items()])
-    keyed = table.assign(seq_len=context, batch_size=size, chunk=cfg.chunk)
+    table = table.assign(chunk_align=cfg.measure.chunk_align)
+    keyed = table.assign(seq_len=context, batch_size=size, chunk=tokens)
     row = decode_speedup(keyed).iloc[0]
     summary = {k: float(row[k]) for k in ("baseline_ms_per_decode", "piggybacked_ms_per_decode")}
     return summary | {"decode_speedup": float(row.gain)}, {"piggyback": table}
