@@ -27,7 +27,7 @@ def _write_run(run_dir: Path, chunk: int) -> None:
     run_dir.mkdir(parents=True)
     table = pd.DataFrame({"iteration": [0, 1], "tokens": [chunk, 1]})
     write_results(run_dir, {"iterations": table}, RunResult(
-        summary={"total_throughput": float(chunk)}, config={"chunk": chunk, "scheduler": "sarathi"},
+        summary={"total_throughput_tok_s": float(chunk)}, config={"chunk": chunk, "scheduler": "sarathi"},
         environment={"device": "cpu", "dtype": "float32"}, overrides=[f"chunk={chunk}"],
         resolved_config={"chunk": chunk, "engine": {"executor": "sim"}}, partial=False, wall_time_s=1.0))
 
