@@ -44,9 +44,8 @@ SOURCES = sorted(_CSRC.glob("*.cpp"))
 # with it adds crtfastmath.o, whose constructor sets flush-to-zero and denormals-are-zero for the
 # whole process the moment the library loads, silently changing every other float op in Python.
 # -mprefer-vector-width=512: GCC auto-vectorises the elementwise loops 256 bits wide on AVX-512
-# targets unless told otherwise; 512 measured 1.2-1.4x on bfloat16 SiLU x up, RoPE and RMSNorm alone
-# and 1.035x on a bfloat16 prefill-256 iteration (Xeon with AMX, session 13); float32 iterations
-# even. Targets without AVX-512 ignore it; the explicit vector kernels are as wide either way.
+# targets unless told otherwise; 512 measured faster on the bfloat16 elementwise kernels (SiLU x up,
+# RoPE, RMSNorm) and no slower in float32 (benchmarks/RESULTS.md). Targets without AVX-512 ignore it; the explicit vector kernels are as wide either way.
 _COMPILE = ["-O3", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c"]
 # GCC's tuning for AMD Zen 1-3 (-march=native there) splits a multiply-add whose sum feeds the next
 # one into a multiply and an add, in some loops and not others: the few-row linear's sums then

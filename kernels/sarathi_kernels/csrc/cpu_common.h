@@ -68,8 +68,8 @@ inline vec vload(const float* p) {
 inline void vstore(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 // v held in a register from here: a vector that several multiply-adds read is otherwise folded by
 // GCC into each of them as a memory operand, one load per multiply-add. On AVX2 (loads of 32 bytes,
-// two a cycle on Zen 3) that made the load ports the bound: the few-row linear ran at 40-43% of the
-// FMA rate with its weights in L2, 64-74% with each weight vector loaded once (EPYC Zen 3, session 25).
+// two a cycle on Zen 3) that made the load ports the bound of the few-row linear with its weights in
+// L2; loaded once into a register, each weight vector feeds every multiply-add that reads it.
 template <typename V>
 inline V in_register(V v) {
   __asm__("" : "+v"(v));
@@ -175,9 +175,8 @@ inline void vload2(const bf16* p, vec& a, vec& b) {
 constexpr int64_t kLineBytes = 64;  // one prefetch brings one cache line
 
 // Buffers whose 64-byte rows tile loads read start on a cache line: malloc aligns to 16 bytes only, a
-// row straddling two lines costs two loads, and the AMX prefill kernel's speed moved by up to 20%
-// with where malloc put its buffers (aligned: 1.06-1.25x, session 22). The vector kernels measured
-// even (0.99-1.05x) and keep std::vector.
+// row straddling two lines costs two loads, and the AMX prefill kernel's speed moved with where
+// malloc put its buffers. The vector kernels measured even and keep std::vector.
 template <typename T>
 struct CacheLineAllocator {
   using value_type = T;

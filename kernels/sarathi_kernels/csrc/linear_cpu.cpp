@@ -272,9 +272,8 @@ constexpr auto table(std::index_sequence<I...>) {
 // of tile groups; for each, span by span, every row runs past the span's weights (4 tiles x SPAN x W
 // floats = 16 KB with AVX-512) while they sit in L1, so that the weights come from memory once per
 // kGemmBlockRows rows. Why: oneDNN's and MKL's GEMMs run cpu-small's shapes at 17-48 rows well below
-// the FMA rate (on an EPYC Zen 3 oneDNN's at 35-55%); this one, streaming the weights, 1.43-1.47x
-// MKL's at 17 rows and 1.04-1.05x at 48 on the Xeon with AMX, 1.59x / 1.07x oneDNN's held to AVX2
-// there; from 64 rows the libraries' blocked GEMMs win (benchmarks/RESULTS.md, session 27). Each output
+// the FMA rate; this one, streaming the weights, beats them up to 48 rows on every ISA build measured,
+// and from 64 rows the libraries' blocked GEMMs win (benchmarks/RESULTS.md). Each output
 // is the few-row path's sums in its order (products in k order, partial sums of SPAN steps), so a
 // row's results are the same bits in a batch of any size, one row to thousands.
 constexpr int kGemmTiles = sarathi::kVectorRegisters / 8;

@@ -2,7 +2,7 @@
 // Xeon on): paged_prefill_cpu.cpp's work items and masks (bfloat16 products summed in float32,
 // probabilities rounded to bfloat16 before p x v), in a loop of its own.
 //
-// Why its own loop: the first AMX version (session 12) ran the vector kernels' loop with tiles in
+// Why its own loop: a first AMX version ran the vector kernels' loop with tiles in
 // place of vdpbf16ps; perf put most of its time at tile loads and stores around every 16-key block.
 // Here a row group keeps its accumulators in tile registers over all its keys (heads up to 64 wide:
 // four tiles; wider ones load and store them around each block), keys go 32 at a time (full-depth
@@ -19,7 +19,7 @@
 // probabilities, which the softmax leaves a row per lane, are the B operand as they stand: pairs of
 // keys rounded to bfloat16 side by side. Holding them the usual way ([rows][d]) made the
 // probabilities the A operand, a 16 x 16 transpose per block (64 shuffles, all on one port) and a
-// tile load of that transpose's stores: 12% of the kernel stalled there (perf, session 14). The
+// tile load of that transpose's stores, where perf found a large share of the kernel stalled. The
 // values are transposed instead, once per call, and the output once per row group.
 #include <algorithm>
 #include <cfloat>

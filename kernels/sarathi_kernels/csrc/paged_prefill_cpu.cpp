@@ -63,7 +63,7 @@ using sarathi::ivec;
 
 // x's elements (x has d) in pairs (2j, 2j + 1) as 32-bit words (2j in the low half), n of them
 // written to out[j * stride], zero past d. Whole pairs as one copy each: a copy of a length known
-// only at run time was a byte loop (perf, session 13).
+// only at run time compiled to a byte loop (seen in perf).
 inline void element_pairs(const bf16* x, int64_t d, int64_t n, uint32_t* out, int64_t stride) {
   int64_t j = 0;
   for (; 2 * j + 1 < d; ++j) std::memcpy(out + j * stride, x + 2 * j, sizeof(uint32_t));
