@@ -189,9 +189,14 @@ class Scheduler(ABC):
         return True
 
     def _schedule_decodes(self, batch: ScheduledBatch) -> None:
+        # A decode's token needs a new block only when it starts one (vLLM's append_slots): the
+        # others already hold their slot, and skip the block manager.
+        block_size, decodes = self.blocks.block_size, batch.decodes
         for seq in [s for s in self.running if not s.is_prefill]:
-            if seq.status is Status.RUNNING and self._reserve(seq, 1, batch):
-                batch.decodes.append(seq)
+            if seq.status is not Status.RUNNING:  # preempted by an earlier decode's reservation
+                continue
+            if seq.num_computed < len(seq.block_table) * block_size or self._reserve(seq, 1, batch):
+                decodes.append(seq)
 
     def _schedule_whole_prefills(self, batch: ScheduledBatch, max_tokens: int | None = None) -> None:
         """Admit waiting requests with their whole prompt (no chunking) while batch slots, free blocks
