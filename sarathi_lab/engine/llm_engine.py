@@ -60,9 +60,12 @@ class LLMEngine:
         finished = self.scheduler.update(batch, out.tokens)
         t_end = self.elapsed() if t_end is None else t_end
         records = self._records
-        for chunk in batch.chunks:
-            if records[chunk.seq.seq_id].first_scheduled is None:
-                records[chunk.seq.seq_id].first_scheduled = t_start
+        # A request is first scheduled with a prefill chunk: a decode's prefill ran in an earlier
+        # batch, which set it.
+        for chunk in batch.prefills:
+            rec = records[chunk.seq.seq_id]
+            if rec.first_scheduled is None:
+                rec.first_scheduled = t_start
         for seq in batch.sampled:
             rec = records[seq.seq_id]
             rec.token_times.append(t_end)

@@ -130,11 +130,15 @@ class Scheduler(ABC):
         sampled = batch.sampled
         if len(tokens) != len(sampled):
             raise ValueError(f"{len(tokens)} tokens for {len(sampled)} sampled requests")
-        for chunk in batch.chunks:
+        for chunk in batch.prefills:
             chunk.seq.num_computed += chunk.num_tokens
+        for seq in batch.decodes:
+            seq.num_computed += 1
+        finished = []
         for seq, token in zip(sampled, tokens):
             seq.append(token)
-        finished = [s for s in sampled if s.is_done]
+            if seq.is_done:
+                finished.append(seq)
         for seq in finished:
             self.blocks.free(seq)
             seq.status = Status.FINISHED
