@@ -91,7 +91,7 @@ class Sequence:
 
     @property
     def is_done(self) -> bool:
-        generated = self.num_generated
+        generated = len(self.tokens) - len(self.prompt)  # num_generated, without a second property call
         if generated >= self.max_new_tokens:
             return True
         return self.eos_token_id is not None and generated > 0 and self.tokens[-1] == self.eos_token_id
