@@ -50,6 +50,10 @@ class ScheduledBatch:
     prefills: list[ScheduledChunk] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    # The snapshot (freeze); None until taken.
+    _sampled: tuple[Sequence, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _decode_contexts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    _decode_samples: tuple[bool, ...] = field(default=(), init=False, repr=False, compare=False)
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -65,37 +69,37 @@ class ScheduledBatch:
 
     def freeze(self) -> ScheduledBatch:
         """The snapshot, taken when the scheduler returns the batch (a batch built by hand: when
-        first read); returns the batch."""
-        _ = self._decodes_fixed
-        return self
+        first read); returns the batch.
 
-    @functools.cached_property
-    def _decodes_fixed(self) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-        """Each decode's context with the token it computes now, and whether that token is its
-        last (so that it samples; always, as the schedulers make decodes): the decodes' part of
-        the snapshot, as plain values rather than a ScheduledChunk each, since a batch holds many
-        decodes and one is made every iteration (vLLM v1's scheduler output is flat per-request
-        lists too). ``chunks`` builds the decodes' chunks from them when asked."""
-        contexts = [s.num_computed + 1 for s in self.decodes]
-        samples = [x == len(s.tokens) for s, x in zip(self.decodes, contexts)]
-        return tuple(contexts), tuple(samples)
+        Decodes are fixed as plain values (each one's context with the token it computes now, and
+        whether that token is its last, so that it samples: always, as the schedulers make decodes)
+        rather than a ScheduledChunk each, since a batch holds many decodes and one is made every
+        iteration (vLLM v1's scheduler output is flat per-request lists too); ``chunks`` builds
+        the decodes' chunks from them when asked. Plain attributes, not cached properties: every
+        iteration reads them several times."""
+        if self._sampled is None:
+            contexts = [s.num_computed + 1 for s in self.decodes]
+            samples = [x == len(s.tokens) for s, x in zip(self.decodes, contexts)]
+            self._decode_contexts, self._decode_samples = tuple(contexts), tuple(samples)
+            self._sampled = (*(c.seq for c in self.prefills if c.samples), *itertools.compress(self.decodes, samples))
+        return self
 
     @property
     def decode_contexts(self) -> tuple[int, ...]:
         """Each decode's context once its token is cached, in batch order."""
-        return self._decodes_fixed[0]
+        return self.freeze()._decode_contexts
+
+    @property
+    def sampled(self) -> tuple[Sequence, ...]:
+        """Requests that get a new token from this iteration, in batch order."""
+        return self.freeze()._sampled
 
     @functools.cached_property
     def chunks(self) -> tuple[ScheduledChunk, ...]:
         """Prefill chunks, then one token of each decode: the order of the forward pass's rows."""
-        contexts, samples = self._decodes_fixed
+        contexts, samples = self.decode_contexts, self._decode_samples
         return (*self.prefills, *map(ScheduledChunk.fixed, self.decodes, [x - 1 for x in contexts],
                                      [1] * len(contexts), samples))
-
-    @functools.cached_property
-    def sampled(self) -> tuple[Sequence, ...]:
-        """Requests that get a new token from this iteration, in batch order."""
-        return (*(c.seq for c in self.prefills if c.samples), *itertools.compress(self.decodes, self._decodes_fixed[1]))
 
     @property
     def kv_tokens_read(self) -> int:
