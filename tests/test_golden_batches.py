@@ -77,6 +77,23 @@ def test_a_batch_is_a_snapshot_of_what_was_scheduled():
     assert last_chunk.sampled == (seq,) and last_chunk.kv_tokens_read == 10
 
 
+def test_a_batch_of_decodes_is_a_snapshot_too():
+    """Decodes are kept as plain contexts, not chunks: read after update (chunks first built then),
+    the batch still says what ran."""
+    scheduler = make_scheduler("orca", BlockManager(64, 4), max_batch_size=2, max_model_len=24)
+    first, second = Sequence(0, [1] * 4, 3), Sequence(1, [1] * 7, 3)
+    for seq in (first, second):
+        scheduler.add(seq)
+    scheduler.update(scheduler.schedule(), [5, 5])  # both prompts; each samples its first token
+    decodes = scheduler.schedule()
+    scheduler.update(decodes, [6, 6])
+    assert decodes.decode_contexts == (5, 8) and decodes.kv_tokens_read == 13
+    assert [(c.seq, c.start, c.num_tokens, c.samples) for c in decodes.chunks] == [(first, 4, 1, True),
+                                                                                   (second, 7, 1, True)]
+    assert decodes.sampled == (first, second)
+    assert (first.num_computed, second.num_computed) == (5, 8)
+
+
 def test_requests_in_flight_are_held_out_of_the_next_batch():
     scheduler = make_scheduler("orca", BlockManager(64, 4), max_batch_size=4, max_model_len=24)
     for i in range(2):

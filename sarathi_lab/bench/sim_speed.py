@@ -1,8 +1,11 @@
 """How fast the simulator itself runs: ``n`` requests through ``LLM(executor="sim")`` on one core,
-in CPU seconds, and with ``--profile`` where that time goes (cProfile's top entries).
+in CPU seconds, requests/s and iterations/s, and with ``--profile`` where that time goes
+(cProfile's top entries). The default trace is the one the simulator is held to: Llama-2-7B on an
+A100, sarathi_serve with a 512-token budget, Poisson arrivals at 4 requests/s, 1,024 prompt and 256
+decode tokens each.
 
     python -m sarathi_lab.bench.sim_speed [--requests 10000] [--model llama2-7b] [--device a100]
-        [--scheduler sarathi] [--profile]
+        [--scheduler sarathi_serve] [--chunk 512] [--prompt-tokens 1024] [--decode-tokens 256] [--profile]
 """
 from __future__ import annotations
 
@@ -10,54 +13,84 @@ import cProfile
 import io
 import pstats
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from sarathi_lab import cli_args
-from sarathi_lab.bench.args import positive_int
+from sarathi_lab.bench.args import HelpFormatter, int_range, positive_int
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.device import DEVICES
 
+# A serving load at which the simulated A100 keeps up, so that queues and batches stay realistic.
+ARRIVAL_RATE_RPS = 4.0
 
-def workload(n: int, seed: int = 0, qps: float = 4.0) -> tuple[list[list[int]], list[int], list[float]]:
-    """Prompts of 128-2048 tokens, 16-256 decodes, Poisson arrivals: a serving load at which the
-    simulated A100 keeps up, so that queues and batches stay realistic."""
+
+def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024), decode_tokens: tuple[int, int] = (256, 256),
+             seed: int = 0) -> tuple[list[list[int]], list[int], list[float]]:
+    """Prompts and decodes of lengths uniform in the given (LO, HI) bounds, Poisson arrivals."""
     rng = np.random.default_rng(seed)
-    prompts = [[1] * int(p) for p in rng.integers(128, 2049, size=n)]
-    decodes = rng.integers(16, 257, size=n).tolist()
-    arrivals = np.cumsum(rng.exponential(1 / qps, size=n)).tolist()
+    prompts = [[1] * int(p) for p in rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)]
+    decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()
+    arrivals = np.cumsum(rng.exponential(1 / ARRIVAL_RATE_RPS, size=n)).tolist()
     return prompts, decodes, arrivals
 
 
-def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: str = "sarathi",
-             chunk: int = 512, batch: int = 64) -> tuple[float, dict]:
-    """(CPU seconds of generate, the run's summary)."""
+@dataclass(frozen=True)
+class Speed:
+    num_requests: int
+    num_iterations: int
+    simulated_s: float
+    cpu_s: float
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.num_requests / self.cpu_s if self.cpu_s > 0 else float("inf")
+
+    @property
+    def iterations_per_s(self) -> float:
+        return self.num_iterations / self.cpu_s if self.cpu_s > 0 else float("inf")
+
+
+def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: str = "sarathi_serve",
+             chunk: int = 512, batch: int = 64, prompt_tokens: tuple[int, int] = (1024, 1024),
+             decode_tokens: tuple[int, int] = (256, 256)) -> Speed:
+    """The CPU seconds of one generate call over the trace (the engine built before the clock starts)."""
     from sarathi_lab import LLM
 
     llm = LLM(model, executor="sim", sim_device=device, scheduler=scheduler, chunk_size=chunk, max_batch_size=batch)
-    prompts, decodes, arrivals = workload(n)
+    prompts, decodes, arrivals = workload(n, prompt_tokens, decode_tokens)
     started = time.process_time()
     llm.generate(prompts, decodes, arrival_times=arrivals)
-    return time.process_time() - started, llm.metrics.summary()
+    cpu_s = time.process_time() - started
+    summary = llm.metrics.summary()
+    return Speed(int(summary["num_requests"]), int(summary["num_iterations"]), summary["makespan_s"], cpu_s)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0],
+                             formatter_class=HelpFormatter)
     parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", choices=DEVICES, default="a100")
-    parser.add_argument("--scheduler", choices=scheduler_names(), default="sarathi")
-    parser.add_argument("--profile", action="store_true", help="print cProfile's top 15 entries by own time")
+    parser.add_argument("--scheduler", choices=scheduler_names(), default="sarathi_serve")
+    parser.add_argument("--chunk", type=positive_int, default=512, help="chunk size (sarathi) or token budget")
+    parser.add_argument("--batch", type=positive_int, default=64, help="max_batch_size")
+    parser.add_argument("--prompt-tokens", type=int_range, default=(1024, 1024), help="N, or LO-HI drawn uniformly")
+    parser.add_argument("--decode-tokens", type=int_range, default=(256, 256), help="N, or LO-HI drawn uniformly")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top entries by own time")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
-    seconds, summary = simulate(args.requests, args.model, args.device, args.scheduler)
+    speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk, args.batch,
+                     args.prompt_tokens, args.decode_tokens)
     if profiler:
         profiler.disable()
-    print(f"{args.requests} requests ({summary['num_iterations']} iterations, {summary['makespan_s']:.0f} s simulated) "
-          f"in {seconds:.1f} s CPU")
+    print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, {speed.simulated_s:.0f} s simulated) "
+          f"in {speed.cpu_s:.2f} s CPU: {speed.requests_per_s:,.0f} requests/s, "
+          f"{speed.iterations_per_s:,.0f} iterations/s")
     if profiler:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)

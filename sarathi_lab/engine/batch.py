@@ -6,6 +6,7 @@ Prefill chunks come first, then one token for each decode, the Sarathi layout.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass, field
 
 from sarathi_lab.engine.sequence import Sequence
@@ -26,6 +27,16 @@ class ScheduledChunk:
         object.__setattr__(self, "start", self.seq.num_computed)
         object.__setattr__(self, "samples", self.start + self.num_tokens == len(self.seq.tokens))
 
+    @classmethod
+    def fixed(cls, seq: Sequence, start: int, num_tokens: int, samples: bool) -> ScheduledChunk:
+        """The chunk as it was when its batch was frozen (the request may have moved on since)."""
+        chunk = object.__new__(cls)
+        object.__setattr__(chunk, "seq", seq)
+        object.__setattr__(chunk, "num_tokens", num_tokens)
+        object.__setattr__(chunk, "start", start)
+        object.__setattr__(chunk, "samples", samples)
+        return chunk
+
     @property
     def context_len(self) -> int:
         """Tokens of the request that attention reads once this chunk's keys are cached."""
@@ -39,6 +50,10 @@ class ScheduledBatch:
     prefills: list[ScheduledChunk] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    # The snapshot (freeze); None until taken.
+    _sampled: tuple[Sequence, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _decode_contexts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    _decode_samples: tuple[bool, ...] = field(default=(), init=False, repr=False, compare=False)
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -54,24 +69,42 @@ class ScheduledBatch:
 
     def freeze(self) -> ScheduledBatch:
         """The snapshot, taken when the scheduler returns the batch (a batch built by hand: when
-        first read); returns the batch."""
-        _ = self.chunks
+        first read); returns the batch.
+
+        Decodes are fixed as plain values (each one's context with the token it computes now, and
+        whether that token is its last, so that it samples: always, as the schedulers make decodes)
+        rather than a ScheduledChunk each, since a batch holds many decodes and one is made every
+        iteration (vLLM v1's scheduler output is flat per-request lists too); ``chunks`` builds
+        the decodes' chunks from them when asked. Plain attributes, not cached properties: every
+        iteration reads them several times."""
+        if self._sampled is None:
+            contexts = [s.num_computed + 1 for s in self.decodes]
+            samples = [x == len(s.tokens) for s, x in zip(self.decodes, contexts)]
+            self._decode_contexts, self._decode_samples = tuple(contexts), tuple(samples)
+            self._sampled = (*(c.seq for c in self.prefills if c.samples), *itertools.compress(self.decodes, samples))
         return self
+
+    @property
+    def decode_contexts(self) -> tuple[int, ...]:
+        """Each decode's context once its token is cached, in batch order."""
+        return self.freeze()._decode_contexts
+
+    @property
+    def sampled(self) -> tuple[Sequence, ...]:
+        """Requests that get a new token from this iteration, in batch order."""
+        return self.freeze()._sampled
 
     @functools.cached_property
     def chunks(self) -> tuple[ScheduledChunk, ...]:
         """Prefill chunks, then one token of each decode: the order of the forward pass's rows."""
-        return (*self.prefills, *(ScheduledChunk(s, 1) for s in self.decodes))
-
-    @functools.cached_property
-    def sampled(self) -> tuple[Sequence, ...]:
-        """Requests that get a new token from this iteration, in batch order."""
-        return tuple(c.seq for c in self.chunks if c.samples)
+        contexts, samples = self.decode_contexts, self._decode_samples
+        return (*self.prefills, *map(ScheduledChunk.fixed, self.decodes, [x - 1 for x in contexts],
+                                     [1] * len(contexts), samples))
 
     @property
     def kv_tokens_read(self) -> int:
         """Cached keys/values attention reads per layer: every request reads its whole context."""
-        return sum(c.context_len for c in self.chunks)
+        return sum(c.context_len for c in self.prefills) + sum(self.decode_contexts)
 
     def __contains__(self, seq: Sequence) -> bool:
         return seq in self.decodes or any(c.seq is seq for c in self.prefills)

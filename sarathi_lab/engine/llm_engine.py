@@ -5,6 +5,7 @@ each at its arrival time on the engine's clock (wall or virtual) and stepping un
 """
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable
 
@@ -60,9 +61,12 @@ class LLMEngine:
         finished = self.scheduler.update(batch, out.tokens)
         t_end = self.elapsed() if t_end is None else t_end
         records = self._records
-        for chunk in batch.chunks:
-            if records[chunk.seq.seq_id].first_scheduled is None:
-                records[chunk.seq.seq_id].first_scheduled = t_start
+        # A request is first scheduled with a prefill chunk: a decode's prefill ran in an earlier
+        # batch, which set it.
+        for chunk in batch.prefills:
+            rec = records[chunk.seq.seq_id]
+            if rec.first_scheduled is None:
+                rec.first_scheduled = t_start
         for seq in batch.sampled:
             rec = records[seq.seq_id]
             rec.token_times.append(t_end)
@@ -96,6 +100,10 @@ class LLMEngine:
         metrics.num_submitted += len(seqs)
         pending = sorted(seqs, key=lambda s: s.priority)
         scheduler = self.scheduler
+        # What exists now (the model, the requests and their tokens) outlives the run: the cyclic
+        # collector need not walk it again at every full collection while the loop allocates (vLLM
+        # freezes its startup heap for the same reason). Thawed after, so nothing stays exempt.
+        gc.freeze()
         try:
             next_arrival = 0
             # Requests join only between steps, and none leaves during one, so a capped client's
@@ -134,3 +142,5 @@ class LLMEngine:
         except BaseException:
             scheduler.abort_all()
             raise
+        finally:
+            gc.unfreeze()

@@ -6,7 +6,7 @@ virtual clock), relative to the start of the ``generate`` call that produced the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -189,13 +189,14 @@ class Metrics:
 
     def iteration_rows(self) -> list[dict]:
         """iterations.parquet and W&B's history: one row per iteration, columns named with units."""
-        return [_renamed(asdict(i), ITERATION_COLUMNS) | {"num_tokens": i.num_tokens} for i in self.iterations]
+        return [_row(i, ITERATION_COLUMNS) | {"num_tokens": i.num_tokens} for i in self.iterations]
 
     def request_rows(self) -> list[dict]:
         """requests.parquet: one row per request, columns named with units (vLLM's words)."""
         rows = []
         for r in self.requests:
-            row = _renamed(asdict(r), REQUEST_COLUMNS)
+            row = _row(r, REQUEST_COLUMNS)
+            row["token_times_s"] = list(r.token_times)  # the row's own, as the record's may grow
             done = r.finish is not None
             row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
                     "ttft_s": r.ttft if r.first_token is not None else None,
@@ -212,5 +213,7 @@ REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens",
                    "token_times": "token_times_s"}
 
 
-def _renamed(row: dict, columns: dict[str, str]) -> dict:
-    return {columns.get(k, k): v for k, v in row.items()}
+def _row(record, columns: dict[str, str]) -> dict:
+    """A record's fields, renamed as the tables name them: its own attributes, not
+    dataclasses.asdict, which deep-copies field by field, for each of a long run's many rows."""
+    return {columns.get(k, k): v for k, v in vars(record).items()}

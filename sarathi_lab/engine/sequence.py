@@ -81,13 +81,17 @@ class Sequence:
     @property
     def is_prefill(self) -> bool:
         """True while more than the one newest token waits to be computed (prompt or recompute)."""
-        return self.num_uncomputed > 1 or self.num_generated == 0
+        # num_uncomputed > 1 or num_generated == 0, inline: the schedulers ask it of every
+        # running request every iteration.
+        n = len(self.tokens)
+        return n - self.num_computed > 1 or n == len(self.prompt)
 
     def append(self, token: int) -> None:
         self.tokens.append(token)
 
     @property
     def is_done(self) -> bool:
-        if self.num_generated >= self.max_new_tokens:
+        generated = len(self.tokens) - len(self.prompt)  # num_generated, without a second property call
+        if generated >= self.max_new_tokens:
             return True
-        return self.eos_token_id is not None and self.num_generated > 0 and self.tokens[-1] == self.eos_token_id
+        return self.eos_token_id is not None and generated > 0 and self.tokens[-1] == self.eos_token_id

@@ -39,32 +39,59 @@ class SLOGuard:
     def __init__(self, slo: SLO, engine: LLMEngine, num_requests: int, total_gaps: int):
         self.slo, self.engine = slo, engine
         self.num_requests, self.total_gaps = num_requests, total_gaps
+        # Each check visits only the requests whose verdict can still change, never all of them:
+        # a request over a limit stays over it, so it is counted once and dropped, and so is one
+        # scheduled within the delay limit or finished with its gaps counted.
+        self._seen = 0  # records of the run's requests taken in so far
+        self._late = 0
+        self._unscheduled: list = []  # records not yet scheduled, nor waited past the limit
         self._gaps_over = 0
-        self._counted: dict[int, int] = {}  # request -> its token gaps already counted
+        self._active: list = []  # records not finished, or finished with gaps still to count
+        self._counted: dict[int, int] = {}  # request -> its token times whose gaps are counted
 
     def __call__(self, _record) -> None:
         now, slo, requests = self.engine.elapsed(), self.slo, self.engine.metrics.requests
+        new = requests[self._seen:]
+        self._seen = len(requests)
         if slo.sched_delay_p50_s is not None:
-            late = sum(1 for r in requests
-                       if (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival
-                       > slo.sched_delay_p50_s)
+            late = self._count_late(new, now, slo.sched_delay_p50_s)
             if late >= over_needed(self.num_requests, 50):
                 raise SLOViolated("sched_delay_p50_s", f"{late} of {self.num_requests} requests waited longer than "
                                   f"{slo.sched_delay_p50_s} s to be scheduled: the median cannot come back under it")
         if slo.tbt_p99_s is not None and self.total_gaps > 0:
-            self._count_gaps(requests, slo.tbt_p99_s)
-            ongoing = sum(1 for r in requests if r.token_times and r.finish is None
-                          and now - r.token_times[-1] > slo.tbt_p99_s)
+            ongoing = self._count_gaps(new, now, slo.tbt_p99_s)
             over = self._gaps_over + ongoing
             if over >= over_needed(self.total_gaps, 99):
                 raise SLOViolated("tbt_p99_s", f"{over} of {self.total_gaps} token gaps exceed {slo.tbt_p99_s} s: "
                                   "the P99 cannot come back under it")
 
-    def _count_gaps(self, requests, limit: float) -> None:
-        for r in requests:
-            seen = self._counted.get(r.request_id, 1)
+    def _count_late(self, new: list, now: float, limit: float) -> int:
+        """Requests whose scheduling delay exceeds ``limit``, or will: a waiting one's delay is at
+        least how long it has waited."""
+        undecided = []
+        for r in self._unscheduled + new:
+            delay = (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival
+            if delay > limit:
+                self._late += 1
+            elif r.first_scheduled is None:
+                undecided.append(r)
+        self._unscheduled = undecided
+        return self._late
+
+    def _count_gaps(self, new: list, now: float, limit: float) -> int:
+        """Adds the new gaps over ``limit`` to the count; returns the running requests whose current
+        gap (since their last token) is already over it."""
+        ongoing, still = 0, []
+        counted = self._counted
+        for r in self._active + new:
             times = r.token_times
+            seen = counted.get(r.request_id, 1)
             for k in range(seen, len(times)):
                 self._gaps_over += times[k] - times[k - 1] > limit
             if len(times) > seen:
-                self._counted[r.request_id] = len(times)
+                counted[r.request_id] = len(times)
+            if r.finish is None:
+                still.append(r)
+                ongoing += bool(times) and now - times[-1] > limit
+        self._active = still
+        return ongoing

@@ -16,7 +16,7 @@ from sarathi_lab.sim.cost_model import CostModel
 def composition(batch: ScheduledBatch) -> tuple[list[tuple[int, int]], list[int]]:
     """The batch as a cost model takes it: (chunk tokens, context once the chunk is cached) per
     prefill chunk, and each decode's context with the token it computes now."""
-    return [(c.num_tokens, c.context_len) for c in batch.prefills], [c.context_len for c in batch.chunks[len(batch.prefills):]]
+    return [(c.num_tokens, c.context_len) for c in batch.prefills], list(batch.decode_contexts)
 
 
 class SimulatedExecutor(Executor):

@@ -130,11 +130,15 @@ class Scheduler(ABC):
         sampled = batch.sampled
         if len(tokens) != len(sampled):
             raise ValueError(f"{len(tokens)} tokens for {len(sampled)} sampled requests")
-        for chunk in batch.chunks:
+        for chunk in batch.prefills:
             chunk.seq.num_computed += chunk.num_tokens
+        for seq in batch.decodes:
+            seq.num_computed += 1
+        finished = []
         for seq, token in zip(sampled, tokens):
             seq.append(token)
-        finished = [s for s in sampled if s.is_done]
+            if seq.is_done:
+                finished.append(seq)
         for seq in finished:
             self.blocks.free(seq)
             seq.status = Status.FINISHED
@@ -189,9 +193,14 @@ class Scheduler(ABC):
         return True
 
     def _schedule_decodes(self, batch: ScheduledBatch) -> None:
+        # A decode's token needs a new block only when it starts one (vLLM's append_slots): the
+        # others already hold their slot, and skip the block manager.
+        block_size, decodes = self.blocks.block_size, batch.decodes
         for seq in [s for s in self.running if not s.is_prefill]:
-            if seq.status is Status.RUNNING and self._reserve(seq, 1, batch):
-                batch.decodes.append(seq)
+            if seq.status is not Status.RUNNING:  # preempted by an earlier decode's reservation
+                continue
+            if seq.num_computed < len(seq.block_table) * block_size or self._reserve(seq, 1, batch):
+                decodes.append(seq)
 
     def _schedule_whole_prefills(self, batch: ScheduledBatch, max_tokens: int | None = None) -> None:
         """Admit waiting requests with their whole prompt (no chunking) while batch slots, free blocks
