@@ -34,7 +34,9 @@ def test_sigint_during_start_up_is_one_line_and_no_traceback(delay_s, tmp_path):
     assert "Traceback" not in out + err, err[-3000:]
     if proc.returncode == 0:
         return  # on an idle machine the run can be over before the signal lands
-    assert proc.returncode == 130, err[-2000:]
+    # 128 + SIGINT, or ended by SIGINT itself (Python's own exit for a KeyboardInterrupt it did not
+    # catch), which a shell reports as the same 130: either way one line and no traceback.
+    assert proc.returncode in (128 + signal.SIGINT, -signal.SIGINT), err[-2000:]
     said = [line for line in err.splitlines() if "interrupted" in line.lower()]
     assert len(said) == 1, err[-2000:]
     if "outside a run" in said[0]:
