@@ -74,20 +74,16 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     rows = capacity.capacity_claims(
         measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV, label)),
         capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "", label)))
-    tp = Path(docs) / "capacity" / TP_CSV
-    if tp.exists():
-        searches = pd.read_csv(tp)
-        tp_label = f"{TP_GPUS} x {SIM_DEVICE.upper()} (roofline, tensor parallel), {searches.model.iloc[0]}"
-        rows = pd.concat([rows, capacity.tensor_parallel_claim(
-            capacity.Evidence(searches, provenance=simulated_provenance(searches, TP_CSV, tp_label)))],
-            ignore_index=True)
-    trace = Path(docs) / "capacity" / TRACE_CSV
-    if trace.exists():
-        searches = pd.read_csv(trace)
-        label = f"{SIM_DEVICE.upper()} ({TRACE_LABEL}), {searches.model.iloc[0]}, arxiv_summarization lengths"
-        rows = pd.concat([rows, capacity.trace_claim(
-            capacity.Evidence(searches, provenance=simulated_provenance(searches, TRACE_CSV, label)))],
-            ignore_index=True)
+    # The committed tables of other shapes, each its own claim where it exists.
+    for csv, claim, label in (
+            (TP_CSV, capacity.tensor_parallel_claim, "{n} x {dev} (roofline, tensor parallel), {model}"),
+            (TRACE_CSV, capacity.trace_claim, "{dev} ({trace}), {model}, arxiv_summarization lengths")):
+        path = Path(docs) / "capacity" / csv
+        if path.exists():
+            searches = pd.read_csv(path)
+            name = label.format(n=TP_GPUS, dev=SIM_DEVICE.upper(), trace=TRACE_LABEL, model=searches.model.iloc[0])
+            rows = pd.concat([rows, claim(capacity.Evidence(searches, provenance=simulated_provenance(
+                searches, csv, name)))], ignore_index=True)
     return rows
 
 
