@@ -127,10 +127,11 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
 
     def record_run(directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
                    config: dict[str, Any], partial: bool = False) -> None:
-        tables = _engine_tables(metrics)
+        rows = metrics.iteration_rows()
+        tables = _engine_tables(metrics, rows)
         environment = save_to(directory, summary, tables, partial=partial, config=config)
         if not partial:  # as for an interrupted serving run: W&B gets finished runs only
-            log_run(directory, name, summary, metrics.iteration_rows(), tables, environment)
+            log_run(directory, name, summary, rows, tables, environment)
 
     def save_partial(summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
         save_to(run_dir, summary, tables, partial=True)
@@ -143,11 +144,11 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
             save_partial(llm.metrics.summary(slo), _engine_tables(llm.metrics))
             raise
-        summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
+        history = llm.metrics.iteration_rows()
+        summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics, history)
         if summary["saturated"]:
             log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
                         "percentiles describe how long this run was, not a steady state", summary["queue_growth_requests"])
-        history = llm.metrics.iteration_rows()
         headline = _headline(summary)
     else:
         task = measurement(cfg.task)
@@ -277,8 +278,10 @@ def _serve(llm: LLM, workload: Workload) -> None:
         progress.close()
 
 
-def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
-    return {"iterations": pd.DataFrame(metrics.iteration_rows()), "requests": pd.DataFrame(metrics.request_rows())}
+def _engine_tables(metrics: Metrics, iteration_rows: list[dict] | None = None) -> dict[str, pd.DataFrame]:
+    """The results contract's tables; ``iteration_rows``: the rows already built for W&B's history."""
+    rows = metrics.iteration_rows() if iteration_rows is None else iteration_rows
+    return {"iterations": pd.DataFrame(rows), "requests": pd.DataFrame(metrics.request_rows())}
 
 
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
