@@ -92,3 +92,24 @@ def test_capacity_notebook_draws_with_and_without_the_cpu_table(cpu_table, tmp_p
     assert ("cpu-small" in measured) == cpu_table and ("not measured yet" in measured) != cpu_table
     shown = json.dumps(notebook.cells[-1].outputs)
     assert "simulated A100 (roofline), mistral-7b" in shown
+
+
+def test_publish_redraws_every_figure_and_the_claims_table_from_result_roots(results_root, tmp_path):
+    docs = docs_copy(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.publish", "--measured", str(results_root),
+                          "--sim", str(results_root / "sim"), "--docs", str(docs)],
+                         check=False, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    drawn = {p.stem for p in (docs / "figures").glob("*.png")}
+    assert {*EXPERIMENTS, *(f"{n}_sim" for n in EXPERIMENTS), "capacity", "capacity_tradeoff"} <= drawn
+    claims = pd.read_csv(docs / "figures" / "claims.csv")
+    sources = set(claims.source)
+    assert any(s.startswith("measured CPU") for s in sources)
+    assert "simulated A6000 (calibrated), llama-13b" in sources
+    assert (claims.experiment == "capacity").sum() == 8
+
+
+def test_publish_refuses_a_missing_root_in_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.publish", "--measured", str(tmp_path / "nope")],
+                         check=False, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "nope" in run.stderr, run.stderr
