@@ -22,6 +22,9 @@ ORCA_ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "baseline (stagg
 ORCA_COLORS = dict(zip(ORCA_ORDER, sns.color_palette("deep", len(ORCA_ORDER))))
 # Simulated series: dashed, square markers, in reds.
 SIM_STYLE = {"ls": "--", "marker": "s", "markersize": 5}
+# Repeats of an experiment (seeds) drawn as their full range, as the claims table reports them:
+# seaborn's default, a bootstrapped 95% interval, is no interval at all over two or three seeds.
+SPREAD = ("pi", 100)
 
 
 def _sim_colors(n: int) -> list:
@@ -36,7 +39,10 @@ def simulated_label(simulated, name: str) -> str | None:
 
 
 def _title(fig, results, name: str, text: str, simulated=None) -> None:
-    lines = [text, results.describe(name)] + ([simulated.describe(name)] if simulated_label(simulated, name) else [])
+    seeds = len(results.seeds(name))
+    spread = f"; mean of {seeds} seeds, bands and whiskers (where drawn): min-max" if seeds > 1 else ""
+    lines = [text, results.describe(name) + spread]
+    lines += [simulated.describe(name)] if simulated_label(simulated, name) else []
     fig.suptitle("\n".join(lines), fontsize=11)
 
 
@@ -77,7 +83,7 @@ def per_token_cost(results, simulated=None):
         ax.set(title=f"{phase}: time per token by operation", xlabel="batch size", ylabel="ms / token")
     ratio = derive.decode_over_prefill(ops)
     sns.lineplot(ratio.assign(seq_len=ratio.seq_len.map(lambda s: f"{results.source('per_token_cost')}, {s:g}")),
-                 x="batch_size", y="ratio", hue="seq_len", marker="o", ax=axes[2], palette="crest")
+                 x="batch_size", y="ratio", hue="seq_len", marker="o", ax=axes[2], palette="crest", errorbar=SPREAD)
     label = simulated_label(simulated, "per_token_cost")
     if label:
         sim = derive.decode_over_prefill(simulated.table("per_token_cost", "ops"))
@@ -97,7 +103,7 @@ def tile_quantization(results, simulated=None):
     tile = int(results.summary("tile_quantization").tile.iloc[0])
     fig, (ax, rel_ax) = plt.subplots(1, 2, figsize=(14, 4.2), layout="constrained")
     shown = sweep[sweep.op.isin(["total", "qkv_proj", "o_proj", "ffn"])]
-    sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5)
+    sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5, errorbar=SPREAD)
     for m in range(tile, int(sweep.tokens.max()) + 1, tile):
         ax.axvline(m, ls=":", color="grey")
     ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
@@ -148,7 +154,8 @@ def decode_speedup(results, simulated=None):
         if len(resolved) < len(gains):
             title += (f"\n{len(gains) - len(resolved)} of {len(gains)} points unresolved: hybrid iteration no "
                       "slower than the chunk alone")
-        sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax, palette=colors(resolved.seq_len.nunique()))
+        sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax, palette=colors(resolved.seq_len.nunique()),
+                    errorbar=SPREAD)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)
@@ -192,7 +199,7 @@ def pd_ratio(results, simulated=None):
     palette = dict(zip(chunks, sns.color_palette("tab10", len(chunks))))
     fig, ax = plt.subplots(figsize=(11, 4.5), layout="constrained")
     sns.lineplot(norm, x="pd_ratio", y="gain", hue="chunk", style="batch_size", markers=True, palette=palette,
-                 ax=ax)
+                 ax=ax, errorbar=SPREAD)
     for p in derive.pd_peaks(norm).itertuples():
         ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)
     label = simulated_label(simulated, "pd_ratio")
@@ -243,7 +250,7 @@ def chunk_overhead(results, simulated=None):
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2), layout="constrained")
     for ax, (column, label, refs) in zip(axes, panels):
         sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="crest", ax=ax,
-                     legend=column == "kv_reread_ratio")
+                     legend=column == "kv_reread_ratio", errorbar=SPREAD)
         if sim_label:
             sim = simulated.summary("chunk_overhead")
             for color, (chunk, g) in zip(_sim_colors(sim.chunk.nunique()), sim.groupby("chunk")):
@@ -283,7 +290,7 @@ def orca_compare(results, simulated=None):
     paper_ax = axes[-1]
     order = [v for v in ORCA_ORDER if v in set(ours.variant)]
     for ax, (bars, title) in zip(axes, panels):
-        sns.barplot(bars, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=ax, errorbar=None,
+        sns.barplot(bars, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=ax, errorbar=SPREAD,
                     hue_order=[v for v in ORCA_ORDER if v in set(bars.variant)])
         ax.set(title=title, xlabel="sequence length (tokens)", ylabel="throughput over baseline (x)")
     sns.barplot(theirs, x="seq_len", y="gain", hue="variant", palette=ORCA_COLORS, ax=paper_ax, errorbar=None,
@@ -291,7 +298,10 @@ def orca_compare(results, simulated=None):
     paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length (tokens)")
     for a in axes:
         a.axhline(1, color="black", lw=1)
-        a.legend(fontsize=8)
+        # Above the bars (gains stay well under 1.5x), where the legend covers none of them.
+        a.legend(fontsize=8, loc="upper center", ncol=3)
+    top = max(1.6, 1.3 * max(p.get_height() for a in axes for p in a.patches))
+    paper_ax.set_ylim(0, top)
     _title(fig, results, "orca_compare", "Fig. 11a: baseline, Orca worst and best case, SARATHI", simulated)
     return fig
 
@@ -305,7 +315,8 @@ def scheduler_latency(results, simulated=None):
         long = derive.latency_long(runs.summary("scheduler_latency"))
         for ax, metric in zip(row_axes, ("ttft", "itl")):
             sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
-                         markers=True, ax=ax, legend=metric == "itl")
+                         markers=True, ax=ax, legend=metric == "itl", errorbar=SPREAD,
+                         err_kws={"alpha": 0.1})  # ten series: fainter bands keep the lines readable
             ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)", xlabel="load (requests / s)",
                    ylabel=f"{metric.upper()} (s)")
             _plain_log_ticks(ax.yaxis)
