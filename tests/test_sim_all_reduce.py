@@ -110,3 +110,16 @@ def test_profile_tensor_parallel_reads_the_shards_measured_kernels():
     with pytest.raises(ConfigError, match=r"^sim_cost_model='profile' is invalid for this model on "
                                           r"sim_device='a100' at sim_tp=2: its GPU kernels were not measured"):
         CostModel.for_device("a100", "phi-2", "profile", tp=2)
+
+
+def test_an_engine_profile_refuses_tensor_parallelism(tmp_path, monkeypatch):
+    """task=profile timed one device running the whole model: no shard can be read from it."""
+    from pathlib import Path
+
+    monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path))
+    (tmp_path / "a100").mkdir()
+    source = Path(__file__).resolve().parents[1] / "profiles" / "cpu" / "cpu-small.csv"
+    (tmp_path / "a100" / "llama2-7b.csv").write_text(source.read_text())
+    with pytest.raises(ConfigError, match=r"^sim_tp=2 is invalid with sim_cost_model='profile' and a profile measured "
+                                          r"by task=profile: it times one device running the whole model"):
+        CostModel.for_device("a100", "llama2-7b", "profile", tp=2)
