@@ -106,7 +106,8 @@ class EngineConfig:
     sim_kv_beyond_device: bool = False
     # Tensor-parallel GPUs of sim_device that serve as one (Megatron-style, as Sarathi-Serve runs
     # Yi-34B on two A100s): each holds 1/sim_tp of every layer's heads and MLP columns and of the
-    # KV cache, and two all-reduces per layer join them (sim/parallel.py). The roofline only.
+    # KV cache, and two all-reduces per layer join them (sim/parallel.py); calibrated and profile read
+    # the all-reduce from NCCL times measured on A100/H100 nodes (sim/all_reduce.py).
     sim_tp: int = 1
 
     def __post_init__(self):
@@ -136,9 +137,9 @@ class EngineConfig:
         if self.warmup_iters < 0:
             raise ConfigError(f"warmup_iters={self.warmup_iters} is invalid: must be >= 0")
         if self.executor == "sim":
-            if self.sim_tp > 1 and self.sim_cost_model != "roofline":
-                raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model={self.sim_cost_model!r}: a "
-                                  "profile times one device; allowed: 1, or sim_cost_model=roofline")
+            if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
+                raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "
+                                  "a profile times one device; allowed: 1, or sim_cost_model=roofline")
             return  # nothing runs on this machine's device
         if self.sim_tp != 1:
             raise ConfigError(f"sim_tp={self.sim_tp} is invalid with executor={self.executor!r}: the engine runs on "

@@ -347,3 +347,6 @@ def test_sim_fidelity_smoke(capsys, tmp_path):
     assert errors.holdout_median_err.median() < errors.roofline_median_err.median()
     assert "Error per iteration kind" in capsys.readouterr().out
     assert (tmp_path / "fidelity.png").stat().st_size > 0 and (tmp_path / "fidelity_errors.csv").is_file()
+    # The all-reduce: the measured table (as the cost models read it) closer to the measurements than the ring roofline.
+    reduce = out["all_reduce"]
+    assert set(reduce.tp) == {2} and (reduce.calibrated_median_err < reduce.roofline_median_err).all()

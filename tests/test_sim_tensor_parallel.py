@@ -37,13 +37,19 @@ def test_each_gpu_holds_half_the_weights_and_half_of_every_token_s_kv():
     ({"model": "mistral-7b", "sim_tp": 3}, (r"^sim_tp=3 is invalid for this model: model.num_attention_heads=32 is "
                                            r"invalid with tp=3, pp=1: it must split evenly into 3$")),
     ({"model": "tiny", "sim_tp": 2, "sim_cost_model": "profile"},
-     (r"^sim_tp=2 is invalid with sim_cost_model='profile': a profile times one device; allowed: 1, or "
-      r"sim_cost_model=roofline$")),
+     (r"^sim_cost_model='profile' is invalid for this model on sim_device='a100' at sim_tp=2: its GPU kernels were "
+      r"not measured \(measured: codellama-34b, .*\); use calibrated$")),
     ({"model": "tiny", "sim_tp": 0}, r"^sim_tp=0 is invalid: must be > 0$"),
 ])
 def test_a_bad_tensor_parallel_degree_is_one_line(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         LLM(executor="sim", sim_device="a100", **kwargs)
+
+
+def test_a_cpu_profile_refuses_tensor_parallelism():
+    with pytest.raises(ConfigError, match=r"^sim_tp=2 is invalid with sim_cost_model='profile' on sim_device='cpu': "
+                                          r"a profile times one device; allowed: 1, or sim_cost_model=roofline$"):
+        LLM("tiny", executor="sim", sim_device="cpu", sim_cost_model="profile", sim_tp=2)
 
 
 def test_the_real_engine_refuses_tensor_parallelism():

@@ -2,7 +2,9 @@
 vidur project's public profiles, sim/data/gpu_kernels/README.md): per device and model, each
 operator and each iteration kind (decode, prefill, hybrid) as measured and as predicted by the
 roofline (assumed efficiencies), the calibrated roofline, and the calibrated roofline fitted
-without the model it predicts (hold-out). Nothing runs on a GPU: it reruns anywhere.
+without the model it predicts (hold-out); one GPU's shard at tensor parallelism 2 and 4 (kernels no
+fit saw); and the tensor-parallel all-reduce, measured against the ring roofline and the measured
+table. Nothing runs on a GPU: it reruns anywhere.
 
     python -m sarathi_lab.bench sim_fidelity [--smoke] [--devices a100 h100] [--models llama2-7b ...]
         [--out DIR]   (default docs/sim: fidelity_*.csv and fidelity.png)
@@ -90,15 +92,31 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     if len(attention):
         print("\nPrefill attention, fitted without each chunk size and predicting it:")
         print(attention.round(3).to_string(index=False))
+    shard_errors = []
+    for tp in (2,) if args.smoke else (2, 4):
+        _, shard_its = fidelity.run(devices, models, op_tokens, tp=tp)
+        if len(shard_its):
+            shard_errors.append(fidelity.errors(shard_its))
+    shard_errors = pd.concat(shard_errors, ignore_index=True) if shard_errors else pd.DataFrame()
+    print("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit saw; no attention):")
+    print(shard_errors.round(3).to_string(index=False))
+    reduces = fidelity.all_reduce(devices, tps=(2,) if args.smoke else None)
+    reduce_errors = fidelity.all_reduce_errors(reduces)
+    print("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as the cost models "
+          "read it; holdout = without the size it predicts):")
+    print(reduce_errors.round(3).to_string(index=False))
     args.out.mkdir(parents=True, exist_ok=True)
     ops.to_csv(args.out / "fidelity_ops.csv", index=False, float_format="%.4g")
     iterations.to_csv(args.out / "fidelity_iterations.csv", index=False, float_format="%.4g")
     errors.to_csv(args.out / "fidelity_errors.csv", index=False, float_format="%.3f")
     if len(attention):
         attention.to_csv(args.out / "fidelity_attention_holdout.csv", index=False, float_format="%.3f")
+    reduce_errors.to_csv(args.out / "fidelity_all_reduce.csv", index=False, float_format="%.3f")
+    shard_errors.to_csv(args.out / "fidelity_tp_errors.csv", index=False, float_format="%.3f")
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
-    return {"ops": ops, "iterations": iterations, "errors": errors, "attention": attention}
+    return {"ops": ops, "iterations": iterations, "errors": errors, "attention": attention,
+            "all_reduce": reduce_errors, "shards": shard_errors}
 
 
 if __name__ == "__main__":

@@ -4,13 +4,20 @@ once: ``python -m sarathi_lab.sim.convert_gpu_kernels --vidur <vidur git dir> --
 vidur (github.com/microsoft/vidur, MIT licence) timed every operator of a decoder layer on real
 GPUs with CUDA events (vidur/profiling/mlp/mlp_impl.py): ``data/profiling/compute/<device>/<model>/
 mlp.csv`` holds, per model shape and token count, ``time_stats.<op>.{min,max,mean,median,std}`` in
-milliseconds of one layer's kernel on one GPU. Only the median of the tensor-parallel-1 rows is
-kept; the A100 Llama-2-7B attention rows come from a separate transcription of its attention.csv
-(see data/gpu_kernels/README.md).
+milliseconds of one layer's kernel on one GPU. Only the median is kept, of the tensor-parallel-1
+rows (and, in tables of their own, of the shards of 2 and 4 GPUs); the A100 Llama-2-7B attention
+rows come from a separate transcription of its attention.csv (see data/gpu_kernels/README.md).
+
+``data/profiling/network/<device>_dgx/all_reduce.csv`` holds NCCL all-reduce kernel times (ms,
+the median over launches of a fp16 buffer of ``size`` bytes) among ``num_workers`` GPUs of one node
+(vidur/profiling/collectives): kept are the rows within one node (num_workers == devices_per_node,
+tensor parallelism's case), the median over repeated sizes, milliseconds to seconds.
 
 Output (``sarathi_lab/sim/data/gpu_kernels/``): ``<device>/<model>.csv`` in the profile table's
-columns (op, tokens, context, batch, seconds), seconds being one layer's kernel, and
-``models.csv`` with the shape of every model converted.
+columns (op, tokens, context, batch, seconds), seconds being one layer's kernel;
+``<device>/tp<n>/<model>.csv`` the same of one GPU's shard out of n tensor-parallel ones;
+``models.csv`` with the shape of every model converted; ``all_reduce.csv`` (device, tp, bytes,
+seconds).
 """
 from __future__ import annotations
 
@@ -34,6 +41,14 @@ MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32), "meta-llama/Llama-2-70b
           "Qwen/Qwen-72B": ("qwen-72b", 80), "microsoft/phi-2": ("phi-2", 32),
           "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32), "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
 DEVICES = ("a100", "h100", "a40")
+# The node whose all-reduce rows are kept, per device: a DGX (NVSwitch: every pair of its 8 GPUs on
+# NVLink), the node the roofline's link figures describe; vidur's pairwise-NVLink nodes join GPUs in
+# pairs, so beyond two GPUs their rings cross PCIe.
+ALL_REDUCE_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
+ALL_REDUCE_COLUMNS = ("device", "tp", "bytes", "seconds")
+# Tensor-parallel degrees whose per-GPU kernels are kept (tp<n>/): those the papers serve with
+# (Sarathi-Serve's Yi-34B on two GPUs, its 70B-class models on four).
+SHARD_TPS = (2, 4)
 SHAPE_COLUMNS = {"n_head": "heads", "n_kv_head": "kv_heads", "n_embd": "hidden", "n_expanded_embd": "intermediate",
                  "vocab_size": "vocab", "use_gated_mlp": "gated"}
 
@@ -44,10 +59,27 @@ def kept_tokens(tokens: int) -> bool:
     return tokens <= 1024 or tokens % 64 == 0
 
 
-def convert_mlp(raw: pd.DataFrame) -> pd.DataFrame:
+def kept_bytes(size: int) -> bool:
+    """Every measured size up to 1 MiB (where the latency floor gives way to bandwidth), every 256 KiB
+    up to 16 MiB, every MiB beyond: a few hundred points a curve instead of a thousand."""
+    mib = 1 << 20
+    return size <= mib or (size <= 16 * mib and size % (mib // 4) == 0) or size % mib == 0
+
+
+def convert_all_reduce(raw: pd.DataFrame, device: str) -> pd.DataFrame:
+    """vidur's all_reduce.csv rows of one node -> (device, tp, bytes, seconds): the all-reduces
+    among GPUs of one node, the median over repeated sizes, milliseconds to seconds."""
+    rows = raw[(raw.collective == "all_reduce") & (raw.num_workers == raw.devices_per_node)].drop_duplicates()
+    times = rows.groupby(["num_workers", "size"])["time_stats.all_reduce.median"].median().dropna().reset_index()
+    times = times[[kept_bytes(int(b)) for b in times["size"]]]
+    return pd.DataFrame({"device": device, "tp": times.num_workers.astype(int), "bytes": times["size"].astype(int),
+                         "seconds": times["time_stats.all_reduce.median"].to_numpy() / 1e3})[list(ALL_REDUCE_COLUMNS)]
+
+
+def convert_mlp(raw: pd.DataFrame, tp: int = 1) -> pd.DataFrame:
     """vidur's mlp.csv rows of one model -> kernel rows (op, tokens, context, batch, seconds): the
-    median of the tensor-parallel-1 rows, milliseconds to seconds."""
-    rows = raw[raw.num_tensor_parallel_workers == 1].drop_duplicates()
+    median of the rows of one GPU out of ``tp`` tensor-parallel ones, milliseconds to seconds."""
+    rows = raw[raw.num_tensor_parallel_workers == tp].drop_duplicates()
     out = []
     for vidur_op, op in VIDUR_OPS.items():
         column = f"time_stats.{vidur_op}.median"
@@ -112,7 +144,19 @@ def main(argv: list[str] | None = None) -> None:
             write(table, args.out / device / f"{name}.csv")
             shapes.append(model_shape(raw, name, layers))
             print(f"{device}/{name}: {len(table)} rows")
+            for tp in SHARD_TPS:
+                if (raw.num_tensor_parallel_workers == tp).any():
+                    write(convert_mlp(raw, tp), args.out / device / f"tp{tp}" / f"{name}.csv")
     pd.DataFrame(shapes).drop_duplicates("model").to_csv(args.out / "models.csv", index=False)
+    reduces = []
+    for device, node in ALL_REDUCE_NODES.items():
+        text = _git_show(args.vidur, f"data/profiling/network/{node}/all_reduce.csv")
+        if text is not None:
+            reduces.append(convert_all_reduce(pd.read_csv(StringIO(text)), device))
+    if reduces:
+        table = pd.concat(reduces, ignore_index=True).sort_values(list(ALL_REDUCE_COLUMNS[:3]))
+        table.to_csv(args.out / "all_reduce.csv", index=False, float_format="%.4g")
+        print(f"all_reduce: {len(table)} rows")
 
 
 if __name__ == "__main__":

@@ -85,28 +85,36 @@ class CostModel(abc.ABC):
         return self.iteration_cost(prefills, decodes, num_sampled).total_s
 
     @staticmethod
-    def measured_kernels(device: str, config: PretrainedConfig, dtype: str = "bfloat16") -> CostModel:
+    def measured_kernels(device: str, config: PretrainedConfig, dtype: str = "bfloat16", tp: int = 1) -> CostModel:
         """The GPU kernels measured on ``device`` for ``config``'s shape (gpu_kernels.py), the
-        calibrated roofline (the plain one where the device has no calibration) for what they lack."""
+        calibrated roofline (the plain one where the device has no calibration) for what they lack.
+        ``tp`` > 1: one GPU's shard, from the kernels measured at that tensor-parallel degree."""
         from sarathi_lab.sim import gpu_kernels
         from sarathi_lab.sim.device import load_device
         from sarathi_lab.sim.kernel_model import KernelCostModel
         from sarathi_lab.sim.roofline import RooflineCostModel
 
         dev = load_device(device, dtype)
+        name = gpu_kernels.model_of(config)
+        have = gpu_kernels.measured(device, tp)
+        if name is None or name not in have:
+            at = f" at sim_tp={tp}" if tp > 1 else ""
+            raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device={device!r}{at}: its "
+                              f"GPU kernels were not measured (measured: {', '.join(have) or 'none'}); use "
+                              f"{'calibrated' if dev.calibration else 'roofline'}")
+        shard = config
+        if tp > 1:
+            from sarathi_lab.sim.parallel import Parallelism, shard_config
+
+            shard = shard_config(config, Parallelism(tp=tp))
         if dev.calibration is not None:
             from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
 
-            roofline = CalibratedRooflineCostModel(dev, config, dtype)
+            roofline = CalibratedRooflineCostModel(dev, shard, dtype)
         else:
-            roofline = RooflineCostModel(dev, config, dtype)
-        name = gpu_kernels.model_of(config)
-        have = gpu_kernels.measured(device)
-        if name is None or name not in have:
-            raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device={device!r}: its GPU "
-                              f"kernels were not measured (measured: {', '.join(have) or 'none'}); use 'roofline'")
-        return KernelCostModel(gpu_kernels.kernels(device, name), roofline, config, dtype,
-                               source=f"{device}/{name} (vidur, MIT)")
+            roofline = RooflineCostModel(dev, shard, dtype)
+        return KernelCostModel(gpu_kernels.kernels(device, name, tp), roofline, shard, dtype,
+                               source=f"{device}/{name}{f' tp{tp}' if tp > 1 else ''} (vidur, MIT)")
 
     @staticmethod
     def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
@@ -114,7 +122,7 @@ class CostModel(abc.ABC):
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
         writes; on a GPU without one, the GPU kernels measured there for this model, gpu_kernels.py). ``tp``: GPUs of
-        ``device`` serving as one by tensor parallelism (roofline only)."""
+        ``device`` serving as one by tensor parallelism (parallel.py)."""
         from sarathi_lab.model import load_config
         from sarathi_lab.sim.device import device_dtype, load_device
 
@@ -128,21 +136,22 @@ class CostModel(abc.ABC):
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
-        if cost_model == "roofline" and tp > 1:
-            from sarathi_lab.sim.parallel import TensorParallelCostModel
+        if tp > 1:
+            if cost_model == "profile" and (profile is not None or _engine_profiled(device, model)):
+                raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile' and a profile measured by "
+                                  "task=profile: it times one device running the whole model; allowed: sim_tp=1, or "
+                                  "sim_cost_model=calibrated or roofline")
+            from sarathi_lab.sim.parallel import tensor_parallel_cost_model
 
-            return TensorParallelCostModel(load_device(device, dtype), config, tp, dtype)
+            return tensor_parallel_cost_model(device, config, cost_model, tp, dtype)
         if cost_model == "roofline":
             from sarathi_lab.sim.roofline import RooflineCostModel
 
             return RooflineCostModel(load_device(device, dtype), config, dtype)
-        if cost_model == "calibrated" and tp == 1:
+        if cost_model == "calibrated":
             from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
 
             return CalibratedRooflineCostModel(load_device(device, dtype), config, dtype)
-        if cost_model in ("profile", "calibrated") and tp > 1:
-            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model={cost_model!r}: its measurements time one "
-                              "device (use 'roofline')")
         if cost_model == "profile" and profile is None and _kernels_measured(device, config) and not _engine_profiled(
                 device, model):
             return CostModel.measured_kernels(device, config, dtype)

@@ -39,10 +39,10 @@ def kind_of(name: str) -> str:
 
 
 class Measured:
-    """One (device, model)'s measured kernels as functions of the shape."""
+    """One (device, model)'s measured kernels as functions of the shape (one GPU's shard of ``tp``)."""
 
-    def __init__(self, device: str, model: str):
-        t = gpu_kernels.kernels(device, model)
+    def __init__(self, device: str, model: str, tp: int = 1):
+        t = gpu_kernels.kernels(device, model, tp)
         self.ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in t.groupby("op")
                     if op not in gpu_kernels.ATTENTION_OPS}
         pre, dec = t[t.op == "prefill_attention"], t[t.op == "decode_attention"]
@@ -80,8 +80,19 @@ def _iteration(ops_at, attention, prefills, decodes: int, layers: int) -> float:
     return total + layers * attention(prefills, decodes) if attention else total
 
 
-def cost_models(device: str, model: str, cal: Calibration, held_out: Calibration) -> dict[str, RooflineCostModel]:
+def shard_of(model: str, tp: int = 1):
+    """A measured model's config, or its shard on one GPU of ``tp``."""
     config = gpu_kernels.config_of(model)
+    if tp == 1:
+        return config
+    from sarathi_lab.sim.parallel import Parallelism, shard_config
+
+    return shard_config(config, Parallelism(tp=tp))
+
+
+def cost_models(device: str, model: str, cal: Calibration, held_out: Calibration,
+                tp: int = 1) -> dict[str, RooflineCostModel]:
+    config = shard_of(model, tp)
     dev = load_device(device)
     return {"roofline": RooflineCostModel(dev, config),
             "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
@@ -89,19 +100,20 @@ def cost_models(device: str, model: str, cal: Calibration, held_out: Calibration
 
 
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
-            op_tokens=OP_TOKENS, iterations=ITERATIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction."""
-    m = Measured(device, model)
-    shape = KernelShape.of_measured(model)
+            op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction; ``tp`` > 1:
+    one GPU's shard of ``tp`` (kernels the calibration never saw)."""
+    m = Measured(device, model, tp)
+    shape = KernelShape.of(shard_of(model, tp))
     layers = int(gpu_kernels.model_shapes().loc[model].layers)
-    cms = cost_models(device, model, cal, held_out)
+    cms = cost_models(device, model, cal, held_out, tp)
     max_tokens = max(c.xs[-1] for c in m.ops.values())
     ops_rows = []
     for t in (t for t in op_tokens if t <= max_tokens):
         measured = _measured_ops(m, t)
         predicted = {name: _predicted_ops(cm, shape, t) for name, cm in cms.items()}
         for op, value in measured.items():
-            ops_rows.append({"device": device, "model": model, "op": op, "tokens": t, "measured_s": value}
+            ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t, "measured_s": value}
                             | {f"{name}_s": predicted[name][op] for name in cms})
 
     def measured_attention(prefills, decodes):
@@ -114,7 +126,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
 
     it_rows = []
     for name, (prefills, decodes) in iterations.items():
-        row = {"device": device, "model": model, "iteration": name, "kind": kind_of(name),
+        row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": kind_of(name),
                "attention": m.has_attention,
                "measured_s": _iteration(lambda t: _measured_ops(m, t), measured_attention if m.has_attention else None,
                                         prefills, decodes, layers)}
@@ -135,18 +147,22 @@ def held_out_calibration(device: str, model: str, full: Calibration, borrowed=No
     return dataclasses.replace(cal, **keep)
 
 
-def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every device with a calibration and every model measured there (or those given)."""
+def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1
+        ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
+    each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     ops, its = [], []
     for device in devices or [d for d in gpu_kernels.measured_devices() if _calibration(d) is not None]:
         full = _calibration(device)
-        for model in models or gpu_kernels.measured(device):
-            if model not in gpu_kernels.measured(device):
+        for model in models or gpu_kernels.measured(device, tp):
+            if model not in gpu_kernels.measured(device, tp):
                 continue
             held = held_out_calibration(device, model, full)
-            o, i = compare(device, model, full, held, op_tokens, iterations)
+            o, i = compare(device, model, full, held, op_tokens, iterations, tp)
             ops.append(o)
             its.append(i)
+    if not its:  # no model measured at this tensor-parallel degree
+        return pd.DataFrame(), pd.DataFrame()
     return pd.concat(ops, ignore_index=True), pd.concat(its, ignore_index=True)
 
 
@@ -160,7 +176,7 @@ def errors(iterations: pd.DataFrame) -> pd.DataFrame:
     """Per device, model and iteration kind: median and worst |predicted / measured - 1| of each cost model."""
     rows = []
     for (device, model, kind), g in iterations.groupby(["device", "model", "kind"]):
-        row = {"device": device, "model": model, "kind": kind}
+        row = {"device": device, "model": model, "kind": kind} | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {})
         for name in MODELS:
             err = (g[f"{name}_s"] / g.measured_s - 1).abs()
             row[f"{name}_median_err"] = float(np.median(err))
@@ -189,3 +205,40 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
         rows.append({"device": device, "model": model, "chunk": int(chunk), "points": len(held),
                      "median_err": float(np.median(err)), "worst_err": float(err.max())})
     return pd.DataFrame(rows)
+
+
+def all_reduce(devices=None, tps=None) -> pd.DataFrame:
+    """Every measured all-reduce (device, tp, bytes) beside the ring roofline (parallel.Parallelism's
+    link figures), the measured table as the calibrated and profile cost models read it, and that
+    table without the size it predicts (its hold-out: interpolated from the neighbouring sizes)."""
+    from sarathi_lab.sim.all_reduce import AllReduce, measured_table
+    from sarathi_lab.sim.parallel import Parallelism
+
+    par = Parallelism()
+    t = measured_table()
+    rows = []
+    for (device, tp), g in t.groupby(["device", "tp"]):
+        if (devices and device not in devices) or (tps and tp not in tps):
+            continue
+        points = tuple(zip(g["bytes"].astype(int), g.seconds.astype(float)))
+        table = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points)
+        for i, (nbytes, seconds) in enumerate(points):
+            held = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points[:i] + points[i + 1:])
+            rows.append({"device": device, "tp": int(tp), "bytes": nbytes, "measured_s": seconds,
+                         "roofline_s": table.roofline_s(nbytes), "calibrated_s": table(nbytes),
+                         "holdout_s": held(nbytes)})
+    return pd.DataFrame(rows)
+
+
+def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per device, tp and message size band: median and worst |predicted / measured - 1|."""
+    band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
+    out = []
+    for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"]):
+        row = {"device": device, "tp": tp, "band": b, "sizes": len(g)}
+        for name in MODELS:
+            err = (g[f"{name}_s"] / g.measured_s - 1).abs()
+            row[f"{name}_median_err"] = float(err.median())
+            row[f"{name}_worst_err"] = float(err.max())
+        out.append(row)
+    return pd.DataFrame(out)

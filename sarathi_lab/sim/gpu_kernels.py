@@ -29,9 +29,14 @@ def model_shapes() -> pd.DataFrame:
     return pd.read_csv(DATA_DIR / "models.csv").set_index("model")
 
 
-def measured(device: str) -> list[str]:
-    """The models with measured kernels on ``device``."""
-    return sorted(p.stem for p in (DATA_DIR / device).glob("*.csv"))
+def _tables(device: str, tp: int) -> Path:
+    """Where the kernels of one GPU out of ``tp`` tensor-parallel ones lie (``tp<n>/``; 1: the device's own)."""
+    return DATA_DIR / device / (f"tp{tp}" if tp > 1 else "")
+
+
+def measured(device: str, tp: int = 1) -> list[str]:
+    """The models with measured kernels on ``device`` (each GPU's shard of ``tp``)."""
+    return sorted(p.stem for p in _tables(device, tp).glob("*.csv"))
 
 
 def measured_devices() -> list[str]:
@@ -39,10 +44,11 @@ def measured_devices() -> list[str]:
 
 
 @functools.cache
-def kernels(device: str, model: str) -> pd.DataFrame:
-    path = DATA_DIR / device / f"{model}.csv"
+def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
+    path = _tables(device, tp) / f"{model}.csv"
     if not path.is_file():
-        raise FileNotFoundError(f"no measured GPU kernels for {model} on {device} (have: {', '.join(measured(device))})")
+        raise FileNotFoundError(f"no measured GPU kernels for {model} on {device}{f' at tp {tp}' if tp > 1 else ''} "
+                                f"(have: {', '.join(measured(device, tp))})")
     return pd.read_csv(path)
 
 

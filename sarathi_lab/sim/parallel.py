@@ -2,10 +2,13 @@
 
 Tensor parallelism (Megatron-LM) is a cost scaling: each of the ``tp`` GPUs of a stage holds
 1/tp of every layer's heads and MLP columns (and of the LM head's vocabulary), so it runs the
-roofline of that shard, plus two all-reduces of the hidden states per layer (after the attention
-output projection and after the MLP), each by ring all-reduce:
+cost model of that shard, plus two all-reduces of the hidden states per layer (after the attention
+output projection and after the MLP). By the roofline each is a ring all-reduce,
 
     allreduce_s = latency + 2 (tp - 1) / tp * tokens * hidden * elem_bytes / allreduce_bandwidth
+
+and the calibrated and profile cost models read it from NCCL times measured where vidur measured
+that device and GPU count (all_reduce.py), the roofline elsewhere, saying so in a warning.
 
 Pipeline parallelism splits the layers into ``pp`` stages; a micro-batch's hidden states go from
 one stage to the next over the inter-node link, each TP rank sending its 1/tp slice (Megatron's
@@ -23,14 +26,16 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.decoder import head_dim_of
+from sarathi_lab.sim.all_reduce import AllReduce, ring_s
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
-from sarathi_lab.sim.device import Device
+from sarathi_lab.sim.device import Device, load_device
 from sarathi_lab.sim.roofline import RooflineCostModel
 
 
@@ -98,9 +103,7 @@ class StageCostModel:
 
     def allreduce_s(self, tokens: int) -> float:
         p = self.par
-        if p.tp == 1:
-            return 0.0
-        return p.allreduce_latency_s + 2 * (p.tp - 1) / p.tp * tokens * self.hidden_bytes / p.allreduce_bandwidth
+        return ring_s(tokens * self.hidden_bytes, p.tp, p.allreduce_latency_s, p.allreduce_bandwidth)
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.roofline.iteration_cost(prefills, decodes, num_sampled)
@@ -113,18 +116,54 @@ class StageCostModel:
 
 
 class TensorParallelCostModel(CostModel):
-    """An iteration on ``tp`` GPUs serving as one (one stage): the roofline of one GPU's shard, the
-    LM head's included, plus the two all-reduces of each layer; the host's work as the device's."""
-    name = "roofline"
+    """An iteration on ``tp`` GPUs serving as one (one stage): ``shard``, the cost model of one
+    GPU's shard (its LM head included), plus the two all-reduces of each layer; the host's work
+    as the shard's (one host drives them all)."""
 
-    def __init__(self, device: Device, config: PretrainedConfig, tp: int, dtype: str = "bfloat16"):
+    def __init__(self, shard: CostModel, config: PretrainedConfig, all_reduce: AllReduce, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
-        self.stage = StageCostModel(device, config, Parallelism(tp=tp), dtype)
-        self.device = device
+        self.shard = shard
+        self.name = shard.name
+        self.all_reduce = all_reduce
+        self.layers = shard.config.num_hidden_layers
+        self.hidden_bytes = config.hidden_size * self.elem_bytes
+
+    @property
+    def device(self) -> Device:
+        shard = self.shard
+        return shard.device if hasattr(shard, "device") else shard.roofline.device  # the kernel model's roofline
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
-        cost = self.stage.roofline._cost(prefills, decodes, num_sampled)
+        cost = self.shard._cost(prefills, decodes, num_sampled)
         tokens = sum(c for c, _ in prefills) + len(decodes)
-        allreduce = 2 * self.stage.layers * self.stage.allreduce_s(tokens)
+        allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
         return IterationCost(cost.prepare_s, cost.forward_s + allreduce, cost.sample_s,
                              cost.ops | {"allreduce": allreduce}, cost.extrapolated)
+
+
+def tensor_parallel_cost_model(device: str, config: PretrainedConfig, cost_model: str, tp: int,
+                               dtype: str = "bfloat16") -> TensorParallelCostModel:
+    """``tp`` GPUs of ``device`` serving ``config`` as one, by ``cost_model``: the roofline with
+    the ring all-reduce; ``calibrated`` the calibrated roofline of the shard; ``profile`` the shard's
+    kernels where vidur measured them at this tensor-parallel degree (refused otherwise). Both
+    of the latter take the all-reduce measured where it was, and warn where it was not."""
+    from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
+
+    par = Parallelism(tp=tp)
+    dev = load_device(device, dtype)
+    shard = shard_config(config, par)
+    if cost_model == "roofline":
+        shard_model: CostModel = RooflineCostModel(dev, shard, dtype)
+    elif cost_model == "calibrated":
+        shard_model = CalibratedRooflineCostModel(dev, shard, dtype)
+    elif cost_model == "profile":
+        shard_model = CostModel.measured_kernels(device, config, dtype, tp=tp)
+    else:
+        raise ConfigError(f"sim_cost_model={cost_model!r} is invalid with sim_tp={tp}: allowed values are "
+                          "roofline, calibrated, profile")
+    all_reduce = AllReduce.of(device, tp, par.allreduce_latency_s, par.allreduce_bandwidth,
+                              measured=cost_model != "roofline")
+    if cost_model != "roofline":
+        warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={cost_model!r}): the {all_reduce.describe()}",
+                      stacklevel=2)
+    return TensorParallelCostModel(shard_model, config, all_reduce, dtype)
