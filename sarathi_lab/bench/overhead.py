@@ -4,7 +4,7 @@ Serves a real workload through ``LLM.generate`` and splits every iteration's tim
 (``IterationRecord.duration``) into the parts the engine records for each iteration: the forward
 pass, scheduling, batch preparation (tensors and attention metadata), sampling, and the rest (the
 engine's bookkeeping and metrics). Target: overhead under 5% of iteration time. The GPU suite's
-``overhead`` step measures with ``serve`` too, per iteration kind.
+``overhead`` step measures with the same ``profiling.overhead.serve``, per iteration kind.
 
     python -m sarathi_lab.bench.overhead                   # cpu-small, 16 requests, sarathi and vllm
     python -m sarathi_lab.bench.overhead --smoke
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import warnings
 
-import numpy as np
 import pandas as pd
 
 from sarathi_lab import cli_args
@@ -31,26 +30,7 @@ from sarathi_lab.bench.common import (
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
-
-TARGET = 0.05
-# The host's parts of an iteration, each timed on its own (IterationRecord): with the forward pass
-# they leave only the engine loop's bookkeeping untimed.
-HOST_PARTS = ("schedule", "prepare", "sample")
-
-
-def serve(llm, prompts, new_tokens) -> pd.DataFrame:
-    """Serves the prompts (greedy, every new token) and returns one row per iteration: the engine's
-    iteration record (iterations.parquet's columns), its kind (prefill, decode or hybrid), and the
-    shares of its time on the host (schedule + prepare + sample) and outside the forward pass."""
-    from sarathi_lab.engine.sequence import SamplingParams
-
-    llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
-    table = pd.DataFrame(llm.metrics.iteration_rows())
-    table["kind"] = np.select([table.num_prefill_tokens == 0, table.num_decode_tokens == 0], ["decode", "prefill"],
-                              "hybrid")
-    table["host_share"] = table[[f"{part}_s" for part in HOST_PARTS]].sum(axis=1) / table.duration_s
-    table["outside_forward_share"] = 1 - table.forward_s / table.duration_s
-    return table
+from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
 
 
 def measure(llm, prompts, new_tokens) -> dict:

@@ -1,7 +1,7 @@
 """The engine's host overhead on the device: per iteration, schedule + prepare + sample time as
 a share of the iteration, for decode-only and hybrid (chunk + decodes) iterations of LLaMA-13B at
-batch 18, measured by ``bench.overhead.serve`` (the same split as ``python -m sarathi_lab.bench
-overhead``). Target: under 5% at batch 18."""
+batch 18, measured by ``profiling.overhead.serve``, as ``python -m sarathi_lab.bench overhead``
+measures it. Target: under 5% at batch 18."""
 from __future__ import annotations
 
 import statistics
@@ -9,9 +9,9 @@ import statistics
 import torch
 
 from sarathi_lab import LLM
-from sarathi_lab.bench.overhead import TARGET, serve
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
+from sarathi_lab.profiling.overhead import TARGET, serve
 
 # model, dtype, requests, prompt tokens, new tokens, chunk: on the GPU the paper's batch of 18,
 # each prompt 4 chunks, so hybrids carry 1-17 decodes and ~60 decode-only iterations have all 18.
