@@ -48,8 +48,8 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), s
     if sim and scale == "full" and full_sim:
         experiment = f"sim/{full_sim}"
     elif scale == "ci":
-        # The quick set, as a user runs it: experiment=ci/NAME (scale=ci and fewer sweep points), or a
-        # result without one at scale=ci (scale/ci.yaml: the tiny model, one rep, one thread).
+        # The quick set, as a user runs it: experiment=ci/NAME (scale/ci.yaml and fewer sweep points), or
+        # a result without one at scale=ci (the tiny model and one thread; its experiment's own reps).
         if (CONF_DIR / "experiment" / "ci" / f"{name}.yaml").is_file():
             experiment = f"ci/{name}"
         else:
