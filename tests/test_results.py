@@ -214,7 +214,7 @@ def test_an_installed_copy_records_its_version_and_the_commit_pip_installed_it_f
         def read_text(self, name):
             return json.dumps({"url": "https://example.org/sarathi_lab.git",
                                "vcs_info": {"vcs": "git", "commit_id": "abc123"}}) if name == "direct_url.json" else None
-    monkeypatch.setattr(environment, "git", lambda *args: None)  # not a clone
+    monkeypatch.setattr(environment, "_git", lambda *args: None)  # not a clone
     monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
     monkeypatch.setattr(metadata, "version", lambda name: "9.9.9")
     env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})

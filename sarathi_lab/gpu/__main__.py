@@ -173,9 +173,13 @@ def exit_code(out: Path, names: list[str]) -> int:
 def _commit() -> str:
     """The commit the suite runs at: SARATHI_GPU_COMMIT (set by the caller, since the device
     machine's copy of the tree may have no .git), else git's."""
-    from sarathi_lab.harness.environment import git
-
-    return os.environ.get("SARATHI_GPU_COMMIT") or git("rev-parse", "--short", "HEAD") or "?"
+    if os.environ.get("SARATHI_GPU_COMMIT"):
+        return os.environ["SARATHI_GPU_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10, check=False).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 if __name__ == "__main__":

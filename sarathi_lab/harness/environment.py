@@ -18,7 +18,7 @@ DISTRIBUTION = "sarathi-lab"
 
 def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
                         load: dict[str, Any]) -> dict[str, Any]:
-    commit = git("rev-parse", "HEAD")
+    commit = _git("rev-parse", "HEAD")
     return {
         # A simulated run's numbers are predictions for the simulated device, not measurements of this host.
         **simulated_device(engine),
@@ -74,13 +74,12 @@ def _installed_commit() -> str | None:
 
 
 def _dirty() -> bool | None:
-    changes = git("status", "--porcelain", "--untracked-files=no")
+    changes = _git("status", "--porcelain", "--untracked-files=no")
     return None if changes is None else bool(changes)
 
 
-def git(*args: str) -> str | None:
-    """git's output in the package's own clone; None elsewhere: an installed copy (even in a venv
-    inside some clone) has no commit."""
+def _git(*args: str) -> str | None:
+    # The package's own clone only: an installed copy (even in a venv inside some clone) has no commit.
     if _run_git("rev-parse", "--show-toplevel") != str(PACKAGE_DIR.parent):
         return None
     return _run_git(*args)
