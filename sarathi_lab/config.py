@@ -14,7 +14,7 @@ import numbers
 import os
 import re
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 log = logging.getLogger("sarathi_lab")
@@ -82,9 +82,10 @@ class EngineConfig:
     kv_watermark: float = KV_WATERMARK
     attention: str = "auto"
     max_model_len: int | None = None
-    # vllm's cap on an iteration's prompt tokens (vLLM's max_num_batched_tokens). None: no cap, so a
-    # backlog of prompts is prefilled in one iteration; sarathi-serve's vLLM baseline sets max_model_len.
-    max_num_batched_tokens: int | None = None
+    # The scheduler's own knobs that are no field here ({knob: value}; vllm's max_num_batched_tokens),
+    # set by its YAML's `scheduler:` block or by LLM's other keyword arguments, and checked against
+    # its Config when it is built (engine/scheduler/base.py): a new knob needs no field here.
+    scheduler_knobs: dict[str, Any] = field(default_factory=dict)
     # Forward passes run before a generate call's clock starts (kernel warm-up, allocator growth).
     warmup_iters: int = 2
     num_threads: int | None = None
@@ -120,8 +121,7 @@ class EngineConfig:
         _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
         for key in ("chunk_size", "max_batch_size", "block_size", "sim_tp"):
             check_positive(key, getattr(self, key))
-        for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "max_num_batched_tokens",
-                    "num_threads"):
+        for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):
             if getattr(self, key) is not None:
                 check_positive(key, getattr(self, key))
         # More threads than cores time their waits for a core (OpenMP's spinning threads crawl), and
@@ -234,7 +234,7 @@ def cpu_has_onednn_fp16() -> bool:
 
 def check_fields(obj: Any) -> None:
     """Each field of a config dataclass against its annotation: int, float (finite), str, bool,
-    X | None, Literal[...], list[X]. bool is never an int here: `chunk=true` is never meant."""
+    X | None, Literal[...], list[X], dict. bool is never an int here: `chunk=true` is never meant."""
     hints = get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         if not dataclasses.is_dataclass(hints[f.name]):
@@ -250,6 +250,9 @@ def _check_type(key: str, value: Any, tp: Any) -> None:
         _check_type(key, value, inner)
     elif origin is Literal:
         _check_choice(key, value, args)
+    elif origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r} is invalid: must be a mapping")
     elif origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{key}={value!r} is invalid: must be a list")

@@ -1,6 +1,7 @@
 """The public entry point: ``LLM(model=..., scheduler=...).generate(prompts)``."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim import simulated_executor
 
+_ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
+
 
 def _one_call_at_a_time(method):
     """``method`` refused in one line while another call of it runs on the same LLM (another thread,
@@ -43,7 +46,11 @@ def _one_call_at_a_time(method):
 
 class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
-        self._build(plan_engine(EngineConfig(model=model, **kwargs)))
+        """``kwargs``: EngineConfig's fields; any other is a scheduler's knob (vllm's
+        max_num_batched_tokens), which the scheduler checks when it is built."""
+        engine = {key: kwargs.pop(key) for key in list(kwargs) if key in _ENGINE_FIELDS}
+        engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
+        self._build(plan_engine(EngineConfig(model=model, **engine)))
 
     @classmethod
     def from_plan(cls, plan: EnginePlan) -> LLM:

@@ -71,9 +71,9 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
 
 
 def build_scheduler(plan: EnginePlan) -> Scheduler:
-    """The plan's scheduler over a fresh block manager; refuses (ConfigError) a cache that cannot hold
-    the blocks the scheduler reserves for one request."""
+    """The plan's scheduler over a fresh block manager; refuses (ConfigError) a knob it does not take or
+    a bad value of one, and a cache that cannot hold the blocks the scheduler reserves for one request."""
     cfg = plan.config
     blocks = BlockManager(plan.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
     settings = dataclasses.asdict(cfg) | {"token_budget": cfg.budget, "max_model_len": plan.max_model_len}
-    return make_scheduler(cfg.scheduler, blocks, **settings)
+    return make_scheduler(cfg.scheduler, blocks, cfg.scheduler_knobs, **settings)

@@ -30,14 +30,8 @@ import sarathi_lab
 from sarathi_lab import cli_args
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import Results
-from sarathi_lab.harness import REPO_ROOT
+from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 
-# The quick set (seconds per job): the tiny model, short requests, two points per swept axis, one
-# thread (the tiny model's iterations are too short to gain from two, and lose much when other
-# jobs share the cores). What each experiment measures is unchanged; its numbers are not the paper's.
-# scale=ci (scale/ci.yaml, the same settings) so that each run's metrics.json says `scale: ci`, as
-# experiment=ci/NAME's do.
-_CI_COMMON = ["scale=ci", "model=tiny", "logger=none", "measure.reps=1", "device.num_threads=1"]
 SCALES = ("full", "ci")
 # The quick set on the simulator: its shapes with the paper's model and device (no weights load).
 SIM_CI_OVERRIDES = ["executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.sim_cost_model=calibrated"]
@@ -47,14 +41,21 @@ SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), sim: bool = False) -> list[str]:
     """The arguments of ``python -m sarathi_lab.run`` for one experiment's sweep."""
     sweep_dir = Path(root).resolve() / name / "multiruns" / f"{scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    # Each result's own quick-set overrides (its module in analysis/paper_results/).
-    result = registry.by_name(name)
-    overrides = [*_CI_COMMON, *result.ci] if scale == "ci" else []
-    full_sim = result.sim
+    full_sim, overrides = registry.by_name(name).sim, []
     if sim and (scale == "ci" or full_sim is None):
         # The quick set on the simulator, and so a result without a simulated config of its own.
         overrides += SIM_CI_OVERRIDES
-    experiment = f"sim/{full_sim}" if sim and scale == "full" and full_sim else name
+    if sim and scale == "full" and full_sim:
+        experiment = f"sim/{full_sim}"
+    elif scale == "ci":
+        # The quick set, as a user runs it: experiment=ci/NAME (scale/ci.yaml and fewer sweep points), or
+        # a result without one at scale=ci (the tiny model and one thread; its experiment's own reps).
+        if (CONF_DIR / "experiment" / "ci" / f"{name}.yaml").is_file():
+            experiment = f"ci/{name}"
+        else:
+            experiment, overrides = name, ["scale=ci", *overrides]
+    else:
+        experiment = name
     return ["-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
 
 

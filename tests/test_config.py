@@ -2,6 +2,7 @@
 naming the key, the value and what is allowed."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -10,8 +11,9 @@ import torch
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
+from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError
-from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.engine.scheduler import scheduler_class, scheduler_names
 from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.harness.cli_check import (
     _group_options,
@@ -24,6 +26,7 @@ from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
 from sarathi_lab.model import load_config
+from sarathi_lab.plan import build_scheduler, plan_engine
 from sarathi_lab.sim import simulated_kv_blocks
 
 SMOKE = ["experiment=smoke", "logger=none"]
@@ -147,8 +150,16 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["engine.kv_cache_gb=inf"], r"^engine.kv_cache_gb=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=100000"], r"^engine.kv_cache_gb=100000 is invalid: \d+ blocks of \d+ bytes take"),
     (["engine.block_size=0"], r"^engine.block_size=0 is invalid: must be > 0$"),
-    (["engine.max_num_batched_tokens=0"], r"^engine.max_num_batched_tokens=0 is invalid: must be > 0$"),
-    (["engine.max_num_batched_tokens=nan"], r"^engine.max_num_batched_tokens=nan is invalid: must be of type int$"),
+    # A scheduler's own knobs: the other keys of its YAML, checked against its Config.
+    (["scheduler=vllm", "scheduler.max_num_batched_tokens=0"],
+     r"^scheduler.max_num_batched_tokens=0 is invalid: must be > 0$"),
+    (["scheduler=vllm", "scheduler.max_num_batched_tokens=nan"],
+     r"^scheduler.max_num_batched_tokens=nan is invalid: must be of type int$"),
+    (["+scheduler.max_num_batched_tokenz=8"],
+     r"^scheduler.max_num_batched_tokenz=8 is invalid: no scheduler has this knob; allowed: max_num_batched_tokens$"),
+    (["+scheduler.chunk_size=8"], r"^scheduler.chunk_size is set by chunk=; set that instead$"),
+    (["+scheduler.block_size=8"], r"^scheduler.block_size is set by engine.block_size=; set that instead$"),
+    (["+engine.max_num_batched_tokens=8"], r"^engine.max_num_batched_tokens is set by scheduler.max_num_batched_tokens="),
     (["engine.cpu_linear=blas"], r"^engine.cpu_linear='blas' is invalid: allowed values are auto, mkl, onednn, aten$"),
     (["+engine.chunk_size=8"], r"^engine.chunk_size is set by chunk=; set that instead$"),
     (["workload=zipf", "workload.theta=nan"], r"^workload.theta=nan is invalid: must be a finite number$"),
@@ -311,6 +322,34 @@ def test_the_config_names_what_the_engine_implements():
 def test_every_registered_scheduler_and_only_those_have_a_yaml():
     yamls = {p.stem: OmegaConf.load(p).name for p in (CONF_DIR / "scheduler").glob("*.yaml")}
     assert set(yamls) == set(scheduler_names()) and all(stem == name for stem, name in yamls.items())
+
+
+@pytest.mark.parametrize("name", scheduler_names())
+def test_a_scheduler_s_yaml_holds_its_knobs_at_their_defaults(name):
+    # Every knob of its Config that no engine setting gives, so that scheduler.KNOB= sets it by name.
+    yaml = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "scheduler" / f"{name}.yaml"))
+    config = scheduler_class(name).Config
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    assert {k: v for k, v in yaml.items() if k != "name"} == {k: defaults[k] for k in config.knobs()}
+
+
+def test_a_scheduler_s_knob_flows_from_its_yaml_and_from_the_api_to_the_scheduler():
+    engine = parse_config(compose_config([*SIM, "scheduler=vllm", "scheduler.max_num_batched_tokens=96"])).engine
+    assert engine.scheduler_knobs == {"max_num_batched_tokens": 96}
+    assert build_scheduler(plan_engine(engine)).config.max_num_batched_tokens == 96
+    llm = LLM("tiny", scheduler="vllm", max_num_batched_tokens=96, executor="sim", chunk_size=32)
+    assert llm.engine.scheduler.config.max_num_batched_tokens == 96 and llm.config.chunk_size == 32
+    with pytest.raises(ConfigError, match=r"^chunk_sise=32 is invalid: no scheduler has this knob"):
+        LLM("tiny", chunk_sise=32, executor="sim")
+
+
+def test_one_scheduler_s_knob_is_ignored_by_the_others_of_a_sweep():
+    # capacity_sim sets vllm's prompt cap for a sweep over four schedulers.
+    for name in scheduler_names():
+        cfg = parse_config(compose_config(["experiment=capacity_sim", f"scheduler={name}"]))
+        assert cfg.scheduler.knobs["max_num_batched_tokens"] == 4096
+        scheduler = build_scheduler(plan_engine(cfg.engine))
+        assert getattr(scheduler.config, "max_num_batched_tokens", 4096) == 4096
 
 
 @pytest.mark.parametrize("flag", [["--config-dir", "{dir}"], ["-cd", "{dir}"], ["hydra.searchpath=[file://{dir}]"]])

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import EXPERIMENTS, Results
+from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.schema import parse_config
 from sarathi_lab.produce import SIM_CI_OVERRIDES, produce_missing, run_experiments, sweep_args
@@ -17,21 +17,21 @@ pytestmark = pytest.mark.e2e
 
 
 def test_every_experiment_has_a_ci_scale_and_its_sweep_goes_under_the_root(tmp_path):
-    assert all(registry.by_name(name).ci for name in EXPERIMENTS)
+    # The quick set is experiment=ci/NAME, the one home of its overrides: its metrics.json says scale: ci.
+    assert all((CONF_DIR / "experiment" / "ci" / f"{name}.yaml").is_file() for name in EXPERIMENTS)
     args = sweep_args("pd_ratio", tmp_path, "ci", ["seed=3"])
-    assert args[:2] == ["-m", "experiment=pd_ratio"] and args[-1] == "seed=3"
+    assert args[:2] == ["-m", "experiment=ci/pd_ratio"] and args[-1] == "seed=3"
     assert args[2].startswith(f"hydra.sweep.dir={tmp_path.resolve()}/pd_ratio/multiruns/ci-")
-    # The quick set is the ci scale, as experiment=ci/NAME runs it: its metrics.json says scale: ci.
-    assert "scale=ci" in args
-    quick = [a for a in sweep_args("orca_compare", tmp_path, "ci", sim=True) if "," not in a][1:]
-    cfg = parse_config(compose_config([a for a in quick if not a.startswith("hydra.")]))
-    assert (cfg.scale, cfg.model.name, cfg.engine.executor) == ("ci", "llama-13b", "sim")
+    for sim, (model, executor) in ((False, ("tiny", "model")), (True, ("llama-13b", "sim"))):
+        quick = [a for a in sweep_args("orca_compare", tmp_path, "ci", sim=sim) if not a.startswith("hydra.")]
+        cfg = parse_config(compose_config(quick[1:]))
+        assert (cfg.scale, cfg.model.name, cfg.engine.executor, cfg.chunk) == ("ci", model, executor, 32)
 
 
 def test_the_simulated_set_runs_the_sim_configs_at_full_scale_and_the_quick_set_on_the_simulator(tmp_path):
     assert sweep_args("orca_compare", tmp_path, "full", sim=True)[:2] == ["-m", "experiment=sim/orca_compare"]
     quick = sweep_args("orca_compare", tmp_path, "ci", sim=True)
-    assert quick[1] == "experiment=orca_compare" and quick[-len(SIM_CI_OVERRIDES):] == SIM_CI_OVERRIDES
+    assert quick[1] == "experiment=ci/orca_compare" and quick[-len(SIM_CI_OVERRIDES):] == SIM_CI_OVERRIDES
 
 
 def test_the_simulated_quick_set_of_a_measurement_and_a_serving_experiment_runs_with_no_model(tmp_path):

@@ -1,5 +1,6 @@
 """What a paper result declares (analysis/registry.py finds them): its experiment, the overrides of
-its quick set and of its GPU run, its claim check and its figure."""
+its GPU run, its claim check and its figure. Its quick set, where it has one, is
+conf/experiment/ci/NAME.yaml (produce.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,7 +24,6 @@ class PaperResult:
     name: str                                     # experiment=NAME, and the results root's folder
     claims: Callable[[Any], list[dict]]           # Results -> claims rows (analysis/claims.py's _row)
     figure: str | Callable[..., Any]              # (results, simulated=None) -> Figure; a str: figures.<str>
-    ci: tuple[str, ...]                           # produce --scale ci: overrides of experiment=NAME
     order: int                                    # where it runs, is drawn and is tabled
     reading: str = ""                             # markdown under the figure's heading: what to look for
     sim: str | None = None                        # produce --sim at full scale: experiment=sim/<sim>

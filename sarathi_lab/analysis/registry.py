@@ -1,8 +1,9 @@
 """The paper's results, each one unit: a module in ``analysis/paper_results/`` whose ``RESULT``
-declares its experiment (``conf/experiment/<name>.yaml``), the overrides of its quick set and its
-GPU run, its claim check and its figure. A result is registered by being there: ``produce``, the
-claims table, the figures, ``notebooks/figures.ipynb`` and the GPU suite (``gpu/plan.py``) iterate
-``RESULTS``, so that adding one touches its module, its YAML and its test.
+declares its experiment (``conf/experiment/<name>.yaml``), the overrides of its GPU run, its claim
+check and its figure. A result is registered by being there: ``produce``, the claims table, the
+figures, ``notebooks/figures.ipynb`` and the GPU suite (``gpu/plan.py``) iterate ``RESULTS``, so that
+adding one touches its module, its YAML and its test. Its quick set is ``experiment=ci/<name>``
+where that YAML exists (fewer sweep points), else its experiment at ``scale=ci`` (produce.py).
 
 The figures are drawn through ``draw``, which imports matplotlib only when a figure is wanted:
 the GPU suite's plan and ``produce`` read the registry without it.

@@ -3,7 +3,8 @@
 Serves a real workload through ``LLM.generate`` and splits every iteration's time
 (``IterationRecord.duration``) into the parts the engine records for each iteration: the forward
 pass, scheduling, batch preparation (tensors and attention metadata), sampling, and the rest (the
-engine's bookkeeping and metrics). Target: overhead under 5% of iteration time.
+engine's bookkeeping and metrics). Target: overhead under 5% of iteration time. The GPU suite's
+``overhead`` step measures with the same ``profiling.overhead.serve``, per iteration kind.
 
     python -m sarathi_lab.bench.overhead                   # cpu-small, 16 requests, sarathi and vllm
     python -m sarathi_lab.bench.overhead --smoke
@@ -29,28 +30,24 @@ from sarathi_lab.bench.common import (
 from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
-
-TARGET = 0.05
+from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
 
 
 def measure(llm, prompts, new_tokens) -> dict:
-    from sarathi_lab.engine.sequence import SamplingParams
-
-    llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
-    its = llm.metrics.iterations
-    busy = sum(i.duration for i in its)
-    forward = sum(i.forward_time for i in its)
-    parts = {part: sum(getattr(i, f"{part}_time") for i in its) for part in ("schedule", "prepare", "sample")}
-    s = llm.metrics.summary()
+    """The whole run's split: each part's share of the iterations' time, summed."""
+    table = serve(llm, prompts, new_tokens)
+    summary = llm.metrics.summary()
+    busy, forward = summary["busy_time_s"], table.forward_s.sum()
+    parts = {part: table[f"{part}_s"].sum() for part in HOST_PARTS}
     return {
-        "iterations": len(its), "busy_s": busy, "forward_s": forward,
-        "overhead_frac": (busy - forward) / busy,
+        "iterations": len(table), "busy_s": busy, "forward_s": forward,
+        "overhead_frac": summary["overhead_fraction"],
         **{f"{part}_frac": seconds / busy for part, seconds in parts.items()},
         # Between the timed parts: recording the iteration, the engine loop itself.
         "rest_frac": (busy - forward - sum(parts.values())) / busy,
-        "overhead_per_iter_ms": (busy - forward) / len(its) * 1e3,
-        "iter_ms_mean": busy / len(its) * 1e3,
-        "tokens_per_s": s["total_throughput_tok_s"],
+        "overhead_per_iter_ms": (busy - forward) / len(table) * 1e3,
+        "iter_ms_mean": busy / len(table) * 1e3,
+        "tokens_per_s": summary["total_throughput_tok_s"],
     }
 
 

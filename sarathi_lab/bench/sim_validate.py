@@ -26,7 +26,7 @@ import pandas as pd
 from sarathi_lab import cli_args
 from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.block_manager import blocks_beside_watermark
-from sarathi_lab.engine.clock import Clock, WallClock
+from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.profile_model import profile_path
 
@@ -35,22 +35,6 @@ COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests"
                "kv_tokens_read", "num_preempted")
 SERVED = ("makespan_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
-
-
-class CPUClock(Clock):
-    """This process's CPU seconds plus the time spent waiting for arrivals: the engine's time as if
-    it had its core to itself. On a machine whose cores other jobs share, wall time counts the
-    time the engine was descheduled, which no profile taken at another moment predicts; with one
-    compute thread, CPU time does not (what contention still changes: caches, memory bandwidth)."""
-
-    def __init__(self) -> None:
-        self._waited = 0.0
-
-    def now(self) -> float:
-        return time.process_time() + self._waited
-
-    def sleep_until(self, t: float) -> None:
-        self._waited += max(0.0, t - self.now())
 
 
 def _on_clock(llm, clock: Clock | None):

@@ -11,31 +11,20 @@ numbers on a machine that other jobs share.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
-from typing import Protocol
 
 import torch
 
-from sarathi_lab.engine.clock import WallClock
+from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 
 CLOCKS = ("wall", "cpu")
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-
-class CpuTime:
-    def now(self) -> float:
-        return time.process_time()
 
 
 def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
     if kind not in CLOCKS:
         raise ValueError(f"clock={kind!r} is invalid: allowed values are {', '.join(CLOCKS)}")
     if kind == "cpu":
-        return CpuTime()
+        return CPUClock()
     return WallClock(torch.cuda.synchronize if torch.device(device).type == "cuda" else None)
 
 

@@ -86,7 +86,10 @@ def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dic
 
 
 def _as_set(e: ConfigError, cfg: RunConfig, budget: dict[str, Any]) -> ConfigError:
-    """e naming the key as the run's config sets it: a tuned budget by token_budget=auto and its SLO."""
+    """e naming the key as the run's config sets it: a scheduler's knob by its block, a tuned budget by
+    token_budget=auto and its SLO."""
+    if e.key in cfg.scheduler.knobs:
+        return e.at(f"scheduler.{e.key}")
     if not budget or e.key != "token_budget":
         return e.at(engine_key(e.key))
     tokens = budget["token_budget"]

@@ -19,6 +19,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_positive
 from sarathi_lab.engine.metrics import SLO
+from sarathi_lab.engine.scheduler import knob_names
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.profiling.quantities import aligned_chunk
@@ -45,7 +46,21 @@ class ModelCfg:
 
 @dataclass(frozen=True)
 class SchedulerCfg:
-    name: str  # checked against the engine's scheduler registry by the preflight
+    """The `scheduler:` block (conf/scheduler/NAME.yaml): the name, checked against the engine's
+    registry, and its other keys, the scheduler's own knobs (vllm's max_num_batched_tokens), checked
+    against its Config; both when the preflight builds the scheduler."""
+    name: str
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: Any) -> SchedulerCfg:
+        if not isinstance(raw, dict) or "name" not in raw:
+            raise ConfigError(f"scheduler={raw!r} is invalid: must be a mapping with a name")
+        knobs = {key: value for key, value in raw.items() if key != "name"}
+        for key in knobs:
+            if key in ENGINE_FIELDS:  # the run's knobs, or engine.KEY, set those for every scheduler
+                raise ConfigError(f"scheduler.{key} is set by {engine_key(key)}=; set that instead")
+        return cls(raw["name"], knobs)
 
 
 @dataclass(frozen=True)
@@ -267,8 +282,10 @@ _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "num_threads": ("device.num_threads", lambda run: run["device"].num_threads),
     "dtype": ("dtype", lambda run: run["dtype"]),
     "seed": ("seed", lambda run: run["seed"]),
+    "scheduler_knobs": ("scheduler", lambda run: run["scheduler"].knobs),
 }
 KNOB_KEYS = {name: key for name, (key, _) in _KNOBS.items()}
+ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 
 def engine_key(key: str) -> str:
@@ -276,7 +293,7 @@ def engine_key(key: str) -> str:
     for errors raised below the harness; any other key as it is."""
     if key in KNOB_KEYS:
         return KNOB_KEYS[key]
-    return f"engine.{key}" if key in {f.name for f in dataclasses.fields(EngineConfig)} else key
+    return f"engine.{key}" if key in ENGINE_FIELDS else key
 
 
 def _engine_knobs(run: dict[str, Any]) -> dict[str, Any]:
@@ -290,7 +307,8 @@ def parse_config(cfg: DictConfig) -> RunConfig:
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as e:
         raise ConfigError(f"{e.full_key}=??? is invalid: a value is required") from None
-    run = _fields(RunConfig, raw, prefix="", later={"engine"})
+    run = _fields(RunConfig, raw, prefix="", later={"engine", "scheduler"})
+    run["scheduler"] = SchedulerCfg.of(raw.get("scheduler"))
     run["engine"] = _engine_config(run, raw.get("engine", {}))
     return _construct(RunConfig, run, prefix="")
 
@@ -299,8 +317,9 @@ def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"engine={raw!r} is invalid: must be a mapping")
     for key in raw:
-        if key in KNOB_KEYS:
-            raise ConfigError(f"engine.{key} is set by {KNOB_KEYS[key]}=; set that instead")
+        if key in KNOB_KEYS or key in knob_names():
+            by = KNOB_KEYS.get(key, f"scheduler.{key}")
+            raise ConfigError(f"engine.{key} is set by {by}=; set that instead")
     fields = _fields(EngineConfig, raw, prefix="engine.", later=set(KNOB_KEYS))
     try:
         return EngineConfig(**fields, **_engine_knobs(run))

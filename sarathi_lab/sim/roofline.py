@@ -21,8 +21,6 @@ from sarathi_lab.profiling.floors import Shape, visible_pairs
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 
-LAYER_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-
 
 def _ceil_to(n: int, m: int) -> int:
     return -(-n // m) * m

@@ -8,7 +8,6 @@ RESULT = PaperResult(
     reading=("**Fig. 13, chunking overhead.** Small chunks re-read the KV cache and run small matmuls: "
              "chunk 64 costs ~3x in attention; 256 / 512 keep the prefill within 20% / 10% (dotted: "
              "the paper's values)."),
-    ci=("seq_len=64,128", "chunk=32,64", "pd_ratio=8"),
     gpu=GpuRun(minutes=2.0, order=50,
                overrides="seq_len=1024,3072",
                what="Fig. 13: chunks 64-512; scaled from lengths 1K,2K,3K to 1K,3K",

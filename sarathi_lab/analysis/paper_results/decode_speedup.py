@@ -10,7 +10,6 @@ RESULT = PaperResult(
              "chunk + riding decodes fill whole 128-token tiles; the simulated runs sweep that "
              "tile-aligned chunk beside the fixed chunk of 256, one panel each, and the claim is judged on the "
              "aligned one."),
-    ci=("seq_len=64,96", "batch_size=2,4", "chunk=32"),
     gpu=GpuRun(minutes=2.5, order=20,
                overrides="chunk=256 seq_len=1024,2048,3072 batch_size=2,6,12,18",
                what="Fig. 8 at the paper's shapes: chunk 256, lengths 1K-3K, batch 2-18 (unscaled)",

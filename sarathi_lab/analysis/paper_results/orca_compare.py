@@ -8,7 +8,6 @@ RESULT = PaperResult(
     reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every later "
              "whole prefill with B - 1 decodes), run by the `orca` scheduler on two workloads (see "
              "`experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on the right."),
-    ci=("seq_len=64,96", "chunk=32", "pd_ratio=4", "workload.num_requests=8"),
     gpu=GpuRun(minutes=3.0, order=60,
                overrides="seq_len=1024,2048 batch_size=18 chunk=256 pd_ratio=15 workload.num_requests=54",
                what="Fig. 11a: B=18, chunk 256, 54 requests; scaled from lengths 1K-3K to 1K,2K",

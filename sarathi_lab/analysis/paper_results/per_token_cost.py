@@ -9,7 +9,6 @@ RESULT = PaperResult(
              "magnitude more than a prefill token (200x at batch 1 on LLaMA-13B/A6000), and prefill "
              "throughput saturates early. Left: time per token by operation; right: the decode/prefill "
              "ratio, the paper's values as stars."),
-    ci=("seq_len=64", "batch_size=1,4"),
     gpu=GpuRun(minutes=2.5, order=10,
                overrides="seq_len=1024 batch_size=1,2,4,8,12,18",
                what="Fig. 3/4 at the paper's shapes: length 1024, batch 1-18 (unscaled)",

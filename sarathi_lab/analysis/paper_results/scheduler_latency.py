@@ -14,7 +14,6 @@ RESULT = PaperResult(
             "iterations leave the stalls just outside the slowest 1% of token gaps (a decode-only gap of 12 ms), "
             "the calibrated model's slower ones just inside (103 ms); at 2-4 req/s both see the stalls"),
     },
-    ci=("seq_len=96", "workload.min_tokens=32", "chunk=32", "workload.num_requests=6", "workload.qps=20,80"),
     gpu=GpuRun(minutes=3.5, order=70,
                overrides="model=mistral-7b seq_len=4096 chunk=512 workload.num_requests=32 workload.qps=1,2 "
                          "scheduler=vllm,orca,sarathi_serve",

@@ -8,7 +8,6 @@ RESULT = PaperResult(
     reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of the "
              "matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the paper's "
              "three points as stars."),
-    ci=("seq_len=80", "measure.token_step=16", "measure.tile=32"),
     gpu=GpuRun(minutes=1.5, order=40,
                overrides="seq_len=1024 measure.token_step=8",
                what="Fig. 7: 8-token steps up to 1024 tokens, tile pairs at every 128 (unscaled)",

@@ -6,6 +6,7 @@ import pkgutil
 from sarathi_lab.engine.scheduler.base import (
     Scheduler,
     SchedulerConfig,
+    knob_names,
     make_scheduler,
     register_scheduler,
     scheduler_class,
@@ -15,5 +16,5 @@ from sarathi_lab.engine.scheduler.base import (
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["Scheduler", "SchedulerConfig", "make_scheduler", "register_scheduler", "scheduler_class",
+__all__ = ["Scheduler", "SchedulerConfig", "knob_names", "make_scheduler", "register_scheduler", "scheduler_class",
            "scheduler_names"]

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_positive
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.sequence import Sequence, Status
@@ -29,15 +29,30 @@ from sarathi_lab.engine.sequence import Sequence, Status
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """What every scheduler is configured by. A scheduler with knobs of its own declares them in a
-    subclass, its ``Config``; it is built by keyword from the engine's settings (``of``)."""
+    subclass, its ``Config``, built by keyword from the engine's settings (``of``). Each value is
+    checked against its annotation, and a count (an int) must be > 0; a knob with other bounds checks
+    them in the subclass's ``__post_init__``. The knobs that are no field of EngineConfig (``knobs``)
+    are set from the scheduler's YAML (conf/scheduler/NAME.yaml) or LLM's keyword arguments."""
     max_batch_size: int
     # The longest request (prompt + new tokens); what orca and static reserve for each one.
     max_model_len: int
+
+    def __post_init__(self):
+        check_fields(self)
+        for key, value in vars(self).items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                check_positive(key, value)
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
         """This config from the engine's settings, a superset: each scheduler reads only its knobs."""
         return cls(**{f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name in settings})
+
+    @classmethod
+    def knobs(cls) -> tuple[str, ...]:
+        """The fields that EngineConfig does not hold: set through its ``scheduler_knobs``."""
+        engine = {f.name for f in dataclasses.fields(EngineConfig)}
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in engine)
 
 
 class Scheduler(ABC):
@@ -255,8 +270,20 @@ def scheduler_class(name: str) -> type[Scheduler]:
     return _REGISTRY[name]
 
 
-def make_scheduler(name: str, block_manager: BlockManager, **settings: Any) -> Scheduler:
+def knob_names() -> set[str]:
+    """Every scheduler's knobs beyond EngineConfig's fields."""
+    return {knob for cls in _REGISTRY.values() for knob in cls.Config.knobs()}
+
+
+def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any] | None = None,
+                   **settings: Any) -> Scheduler:
     """Scheduler ``name`` over ``block_manager``; ``settings``: the engine's (max_batch_size,
-    max_model_len, chunk_size, ...), of which it reads the knobs its Config declares."""
-    cls = scheduler_class(name)
-    return cls(cls.Config.of(settings), block_manager)
+    max_model_len, chunk_size, ...), of which it reads the knobs its Config declares; ``knobs``:
+    EngineConfig.scheduler_knobs. A knob of no scheduler is refused; another scheduler's is ignored,
+    as the engine's settings are, so that one config serves a sweep over schedulers."""
+    cls, knobs = scheduler_class(name), knobs or {}
+    for key, value in knobs.items():
+        if key not in knob_names():
+            raise ConfigError(f"{key}={value!r} is invalid: no scheduler has this knob; allowed: "
+                              f"{', '.join(sorted(knob_names())) or 'none'}")
+    return cls(cls.Config.of(settings | knobs), block_manager)

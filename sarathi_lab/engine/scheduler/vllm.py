@@ -6,7 +6,8 @@ from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, regist
 
 @dataclass(frozen=True, kw_only=True)
 class VLLMConfig(SchedulerConfig):
-    # The most prompt tokens in one prefill iteration (vLLM's max_num_batched_tokens); None: no cap.
+    # The most prompt tokens in one prefill iteration (vLLM's max_num_batched_tokens). None: no cap, so
+    # a backlog of prompts is prefilled in one iteration; sarathi-serve's vLLM baseline sets max_model_len.
     max_num_batched_tokens: int | None = None
 
 

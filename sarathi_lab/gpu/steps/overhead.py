@@ -1,34 +1,21 @@
 """The engine's host overhead on the device: per iteration, schedule + prepare + sample time as
-a share of the iteration (IterationRecord), for decode-only and hybrid (chunk + decodes)
-iterations of LLaMA-13B at batch 18. Target: under 5% at batch 18."""
+a share of the iteration, for decode-only and hybrid (chunk + decodes) iterations of LLaMA-13B at
+batch 18, measured by ``profiling.overhead.serve``, as ``python -m sarathi_lab.bench overhead``
+measures it. Target: under 5% at batch 18."""
 from __future__ import annotations
 
 import statistics
 
-import pandas as pd
 import torch
 
-from sarathi_lab import LLM, SamplingParams
+from sarathi_lab import LLM
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
+from sarathi_lab.profiling.overhead import TARGET, serve
 
-TARGET = 0.05
 # model, dtype, requests, prompt tokens, new tokens, chunk: on the GPU the paper's batch of 18,
 # each prompt 4 chunks, so hybrids carry 1-17 decodes and ~60 decode-only iterations have all 18.
 SHAPES = {"cuda": ("llama-13b", "bfloat16", 18, 1024, 128, 256), "cpu": ("tiny", "float32", 4, 64, 16, 32)}
-
-
-def iteration_table(records) -> pd.DataFrame:
-    rows = []
-    for r in records:
-        kind = "decode" if r.num_prefill_tokens == 0 else "prefill" if r.num_decode_tokens == 0 else "hybrid"
-        host = r.schedule_time + r.prepare_time + r.sample_time
-        rows.append({"iteration": r.iteration, "kind": kind, "decodes": r.num_decode_requests,
-                     "tokens": r.num_tokens, "ms": r.duration * 1e3, "forward_ms": r.forward_time * 1e3,
-                     "schedule_ms": r.schedule_time * 1e3, "prepare_ms": r.prepare_time * 1e3,
-                     "sample_ms": r.sample_time * 1e3, "host_share": host / r.duration,
-                     "outside_forward_share": 1 - r.forward_time / r.duration})
-    return pd.DataFrame(rows)
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
@@ -37,12 +24,11 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
               max_model_len=prompt_len + new, seed=0)
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, llm.model_config.vocab_size, (n, prompt_len), generator=gen).tolist()
-    llm.generate(prompts, max_new_tokens=new, sampling=SamplingParams(ignore_eos=True))
-    table = iteration_table(llm.metrics.iterations)
+    table = serve(llm, prompts, new)
     table.to_csv(ctx.dir / "iterations.csv", index=False)
     metrics = []
     for kind, label in (("decode", f"decode-only at batch {n}"), ("hybrid", "hybrid")):
-        rows = table[(table.kind == kind) & ((table.decodes == n) if kind == "decode" else True)]
+        rows = table[(table.kind == kind) & ((table.num_decode_requests == n) if kind == "decode" else True)]
         if rows.empty:
             continue
         share = statistics.median(rows.host_share)
@@ -50,7 +36,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                            share < TARGET if kind == "decode" else None),
                     Metric(f"host_share_p90[{kind}]", round(rows.host_share.quantile(0.9), 4)),
                     Metric(f"outside_forward_share_median[{kind}]", round(statistics.median(rows.outside_forward_share), 4)),
-                    Metric(f"iteration_ms_median[{kind}]", round(statistics.median(rows.ms), 3), "ms"),
+                    Metric(f"iteration_ms_median[{kind}]", round(statistics.median(rows.duration_s) * 1e3, 3), "ms"),
                     Metric(f"iterations[{kind}]", len(rows))]
     notes = [f"{model} {dtype} on {ctx.device}: {n} requests of {prompt_len} + {new} tokens, sarathi chunk {chunk}"]
     return metrics, notes

@@ -1,0 +1,27 @@
+"""The engine's overhead, measured one way for ``python -m sarathi_lab.bench overhead`` and the GPU
+suite's ``overhead`` step: a workload served through ``LLM.generate``, each iteration's time split
+into the parts the engine records (IterationRecord)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.engine.sequence import SamplingParams
+
+TARGET = 0.05
+# The host's parts of an iteration, each timed on its own: with the forward pass they leave only the
+# engine loop's bookkeeping untimed.
+HOST_PARTS = ("schedule", "prepare", "sample")
+
+
+def serve(llm, prompts, new_tokens) -> pd.DataFrame:
+    """Serves the prompts (greedy, every new token) and returns one row per iteration: the engine's
+    iteration record (iterations.parquet's columns), its kind (prefill, decode or hybrid), and the
+    shares of its time on the host (schedule + prepare + sample) and outside the forward pass."""
+    llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
+    table = pd.DataFrame(llm.metrics.iteration_rows())
+    table["kind"] = np.select([table.num_prefill_tokens == 0, table.num_decode_tokens == 0], ["decode", "prefill"],
+                              "hybrid")
+    table["host_share"] = table[[f"{part}_s" for part in HOST_PARTS]].sum(axis=1) / table.duration_s
+    table["outside_forward_share"] = 1 - table.forward_s / table.duration_s
+    return table
