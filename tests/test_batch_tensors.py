@@ -125,13 +125,14 @@ def test_batch_tensors_match_the_per_token_reference_across_iterations(seed, req
                 pool.give_back(seq)  # finished
 
 
-@pytest.mark.parametrize("list_entries", [0, runner.LIST_TABLE_ENTRIES], ids=["kept_rows", "lists"])
+@pytest.mark.parametrize(("decode_lists", "list_entries"), [(False, 0), (True, 0), (True, runner.LIST_TABLE_ENTRIES)],
+                         ids=["numpy", "kept_rows", "lists"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), requests=st.integers(1, 20), bs=st.sampled_from([1, 2, 4, 16]),
        steps=st.integers(1, 12), reserve=st.booleans())
-def test_decode_only_batches_match_the_per_token_reference(list_entries, seed, requests, bs, steps, reserve):
-    """Decode-only batches, which the CPU builds on a path of their own, their block tables from
-    the kept rows or from the requests' lists: contexts of every length, tables that grow a block
+def test_decode_only_batches_match_the_per_token_reference(decode_lists, list_entries, seed, requests, bs, steps, reserve):
+    """Decode-only batches, which the CPU builds on a path of their own (its block tables from the
+    kept rows or from the requests' lists), and the numpy path a GPU takes: contexts of every length, tables that grow a block
     at a time, reservations past the context, requests finishing and others taking their rows."""
     rng = random.Random(seed)
     pool = Pool(rng)
@@ -151,19 +152,20 @@ def test_decode_only_batches_match_the_per_token_reference(list_entries, seed, r
             batch.decodes.append(seq)
         expected = reference(batch, bs)
         with mock.patch.object(runner, "LIST_TABLE_ENTRIES", list_entries):
-            assert built(batch_tensors(batch, bs, CPU, tables)) == expected
-        assert built(batch_tensors(batch, bs, CPU)) == expected
+            assert built(batch_tensors(batch, bs, CPU, tables, decode_lists=decode_lists)) == expected
+        assert built(batch_tensors(batch, bs, CPU, decode_lists=decode_lists)) == expected
         _after(batch, rng)
         for seq in seqs:
             if seq.num_generated >= seq.max_new_tokens and seq.block_table:
                 pool.give_back(seq)
 
 
-def test_a_decode_short_of_its_blocks_is_refused_in_one_line():
+@pytest.mark.parametrize("decode_lists", [True, False])
+def test_a_decode_short_of_its_blocks_is_refused_in_one_line(decode_lists):
     seq = Sequence(0, [1] * 9, 1, block_table=[3, 4])
     seq.num_computed = 8  # its ninth token needs a third block of 4
-    with pytest.raises(ValueError, match="request 0 holds 2 KV blocks, fewer than the 3"):
-        batch_tensors(ScheduledBatch(decodes=[seq]), 4, CPU)
+    with pytest.raises(ValueError, match="request 0 holds 2 KV blocks, fewer than the 3 its context needs"):
+        batch_tensors(ScheduledBatch(decodes=[seq]), 4, CPU, decode_lists=decode_lists)
 
 
 def test_a_request_row_is_zeroed_before_another_request_takes_it():

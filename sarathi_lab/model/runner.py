@@ -34,9 +34,13 @@ class ModelRunner:
         # Kept across iterations: each request's block table, updated with its new blocks only.
         self.tables = BlockTables()
         self.staging = HostStaging() if device.type == "cuda" else None
+        # On the CPU, decode-only batches from Python arrays (_cpu_decode_tensors): there the forward
+        # pass flushes the host's caches. bench.host_path turns it off to time the path a GPU takes.
+        self.decode_lists = True
 
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
-        prepared = batch_tensors(batch, self.block_size, self.device, self.tables, self.staging)
+        prepared = batch_tensors(batch, self.block_size, self.device, self.tables, self.staging,
+                                 self.decode_lists)
         # The attention backend's per-iteration decisions, made once here rather than in every layer.
         self.model.backend.plan(prepared.meta, self.kv_caches[0][0])
         return prepared
@@ -58,18 +62,18 @@ class ModelRunner:
 
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
-                  staging: HostStaging | None = None) -> PreparedBatch:
+                  staging: HostStaging | None = None, decode_lists: bool = True) -> PreparedBatch:
     """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads
     only block tables and token positions: no model, no cache. ``tables``: the requests' block
     tables kept from earlier iterations (by default a fresh set, which reads every table whole);
     ``staging``: the pinned host buffer for a CUDA device (by default a pageable one, copied synchronously).
 
     Python visits each request a few times and never a token: positions, cache slots, the sampled
-    rows and the padded block tables are numpy's work over the whole batch. A decode-only batch on
-    the CPU takes _cpu_decode_tensors instead."""
+    rows and the padded block tables are numpy's work over the whole batch. A decode-only batch
+    on the CPU takes _cpu_decode_tensors instead, unless ``decode_lists`` is False."""
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
-    if not prefills and device.type == "cpu":
+    if not prefills and decode_lists and device.type == "cpu":
         return _cpu_decode_tensors(decodes, bs, tables)
     seqs = [c.seq for c in prefills] + decodes
     tables = tables if tables is not None else BlockTables()
