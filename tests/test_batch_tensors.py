@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from unittest import mock
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.sequence import Sequence
+from sarathi_lab.model import runner
 from sarathi_lab.model.block_tables import BlockTables
 from sarathi_lab.model.host_staging import HostStaging
 from sarathi_lab.model.runner import batch_tensors
@@ -121,6 +123,49 @@ def test_batch_tensors_match_the_per_token_reference_across_iterations(seed, req
         for seq in seqs:
             if seq.num_generated >= seq.max_new_tokens and seq.block_table:
                 pool.give_back(seq)  # finished
+
+
+@pytest.mark.parametrize(("decode_lists", "list_entries"), [(False, 0), (True, 0), (True, runner.LIST_TABLE_ENTRIES)],
+                         ids=["numpy", "kept_rows", "lists"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), requests=st.integers(1, 20), bs=st.sampled_from([1, 2, 4, 16]),
+       steps=st.integers(1, 12), reserve=st.booleans())
+def test_decode_only_batches_match_the_per_token_reference(decode_lists, list_entries, seed, requests, bs, steps, reserve):
+    """Decode-only batches, which the CPU builds on a path of their own (its block tables from the
+    kept rows or from the requests' lists), and the numpy path a GPU takes: contexts of every length, tables that grow a block
+    at a time, reservations past the context, requests finishing and others taking their rows."""
+    rng = random.Random(seed)
+    pool = Pool(rng)
+    seqs = [Sequence(i, [rng.randrange(32000) for _ in range(rng.randint(1, 60))], rng.randint(1, 12))
+            for i in range(requests)]
+    for seq in seqs:  # prompts computed but for their last token: every request decodes from here
+        seq.num_computed = len(seq.tokens) - 1
+    tables = BlockTables(rows=2, width=2)
+    for _ in range(steps):
+        live = [s for s in seqs if s.num_generated < s.max_new_tokens]
+        if not live:
+            break
+        batch = ScheduledBatch()
+        for seq in rng.sample(live, rng.randint(1, len(live))):
+            need = len(seq.tokens) + 8 if reserve else len(seq.tokens)
+            pool.take(seq, max(0, -(-need // bs) - len(seq.block_table)))
+            batch.decodes.append(seq)
+        expected = reference(batch, bs)
+        with mock.patch.object(runner, "LIST_TABLE_ENTRIES", list_entries):
+            assert built(batch_tensors(batch, bs, CPU, tables, decode_lists=decode_lists)) == expected
+        assert built(batch_tensors(batch, bs, CPU, decode_lists=decode_lists)) == expected
+        _after(batch, rng)
+        for seq in seqs:
+            if seq.num_generated >= seq.max_new_tokens and seq.block_table:
+                pool.give_back(seq)
+
+
+@pytest.mark.parametrize("decode_lists", [True, False])
+def test_a_decode_short_of_its_blocks_is_refused_in_one_line(decode_lists):
+    seq = Sequence(0, [1] * 9, 1, block_table=[3, 4])
+    seq.num_computed = 8  # its ninth token needs a third block of 4
+    with pytest.raises(ValueError, match="request 0 holds 2 KV blocks, fewer than the 3 its context needs"):
+        batch_tensors(ScheduledBatch(decodes=[seq]), 4, CPU, decode_lists=decode_lists)
 
 
 def test_a_request_row_is_zeroed_before_another_request_takes_it():

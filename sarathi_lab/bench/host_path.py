@@ -105,6 +105,8 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
     empty = torch.empty(0)
     runner = ModelRunner(NoopModel(config.vocab_size), [(empty, empty)] * config.num_hidden_layers, BLOCK_SIZE,
                          torch.device("cpu"))
+    # The numpy path a CUDA device takes, not the CPU's own for small decode-only batches.
+    runner.decode_lists = False
     clock = WallClock()
     engine = LLMEngine(scheduler, _Recording(ModelExecutor(runner, clock)), clock)
     engine.start(Metrics(), SamplingParams(ignore_eos=True))

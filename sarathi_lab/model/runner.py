@@ -34,9 +34,13 @@ class ModelRunner:
         # Kept across iterations: each request's block table, updated with its new blocks only.
         self.tables = BlockTables()
         self.staging = HostStaging() if device.type == "cuda" else None
+        # On the CPU, decode-only batches from Python arrays (_cpu_decode_tensors): there the forward
+        # pass flushes the host's caches. bench.host_path turns it off to time the path a GPU takes.
+        self.decode_lists = True
 
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
-        prepared = batch_tensors(batch, self.block_size, self.device, self.tables, self.staging)
+        prepared = batch_tensors(batch, self.block_size, self.device, self.tables, self.staging,
+                                 self.decode_lists)
         # The attention backend's per-iteration decisions, made once here rather than in every layer.
         self.model.backend.plan(prepared.meta, self.kv_caches[0][0])
         return prepared
@@ -58,16 +62,19 @@ class ModelRunner:
 
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
-                  staging: HostStaging | None = None) -> PreparedBatch:
+                  staging: HostStaging | None = None, decode_lists: bool = True) -> PreparedBatch:
     """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads
     only block tables and token positions: no model, no cache. ``tables``: the requests' block
     tables kept from earlier iterations (by default a fresh set, which reads every table whole);
     ``staging``: the pinned host buffer for a CUDA device (by default a pageable one, copied synchronously).
 
     Python visits each request a few times and never a token: positions, cache slots, the sampled
-    rows and the padded block tables are numpy's work over the whole batch."""
+    rows and the padded block tables are numpy's work over the whole batch. A decode-only batch
+    on the CPU takes _cpu_decode_tensors instead, unless ``decode_lists`` is False."""
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
+    if not prefills and decode_lists and device.type == "cpu":
+        return _cpu_decode_tensors(decodes, bs, tables)
     seqs = [c.seq for c in prefills] + decodes
     tables = tables if tables is not None else BlockTables()
     rows, held = tables.rows(seqs)
@@ -99,8 +106,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     if spare.any():
         if spare.min() < 0:  # the rows past its table are zeros: its slots would land in block 0
             i = int(spare.argmin())
-            raise ValueError(f"request {seqs[i].seq_id} holds {held[i]} KV blocks, fewer than the {cached[i]} "
-                             "its context needs: the scheduler must allocate a step's blocks before it runs")
+            raise _too_few_blocks(seqs[i], held[i], int(cached[i]))
         reserved = np.flatnonzero(spare)
         past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
         block_tables[reserved] = np.where(past, 0, block_tables[reserved])
@@ -119,6 +125,71 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
         slot_mapping=slot_mapping, query_lens_host=query_lens, seq_lens_host=seq_lens.tolist(),
         max_query_len=max(query_lens))
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
+
+
+# Block-table entries up to which a decode-only CPU batch copies its tables from the requests'
+# lists (a few microseconds per thousand entries) rather than gathering the kept rows, whose fixed
+# cost after a forward pass (the rows' update and numpy's fancy indexing, both cold) is several
+# tens of microseconds.
+LIST_TABLE_ENTRIES = 4096
+
+
+def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> PreparedBatch:
+    """A decode-only batch's tensors on the CPU, each over its own Python array.
+
+    The numpy path's fixed cost is a dozen and a half distinct numpy and torch calls; in the engine
+    every one of them runs just after a forward pass has flushed their code from the caches, and so
+    costs several times its hot time, while a request's few scalars cost little more than one visit.
+    Here Python visits each decode once, and the arrays become tensors by one call repeated
+    (torch.frombuffer). Block tables come from the requests' lists while the batch's tables are
+    small, else from the kept rows in one gather (skipping the kept rows some iterations is safe:
+    they catch up from each request's list when next read)."""
+    n = len(decodes)
+    ids, positions, slots, seq_lens = array("q"), array("q"), array("q"), array("i")
+    width, reserved = 0, False
+    for seq in decodes:
+        start, table = seq.num_computed, seq.block_table
+        cached = start // bs + 1
+        if len(table) != cached:
+            if len(table) < cached:
+                raise _too_few_blocks(seq, len(table), cached)
+            reserved = True  # orca and static hold blocks past the context
+        width = max(width, cached)
+        ids.append(seq.tokens[start])
+        positions.append(start)
+        slots.append(table[start // bs] * bs + start % bs)
+        seq_lens.append(start + 1)
+    if n * width <= LIST_TABLE_ENTRIES or tables is None:
+        flat = array("i")
+        for seq, context in zip(decodes, seq_lens):
+            cached = (context - 1) // bs + 1
+            flat.extend(seq.block_table[:cached] if reserved else seq.block_table)
+            if cached < width:  # zeros past its blocks
+                flat.frombytes(bytes(4 * (width - cached)))
+        block_tables = torch.frombuffer(flat, dtype=torch.int32).view(n, width)
+    else:
+        rows, _ = tables.rows(decodes)
+        kept = tables.table[rows, :width]
+        if reserved:
+            for i, context in enumerate(seq_lens):
+                kept[i, (context - 1) // bs + 1 :] = 0
+        block_tables = torch.from_numpy(kept)
+    frombuffer = torch.frombuffer
+    meta = AttentionMetadata(
+        num_prefills=0, num_decodes=n, num_prefill_tokens=0,
+        query_start_loc=frombuffer(array("i", range(n + 1)), dtype=torch.int32),
+        seq_lens=frombuffer(seq_lens, dtype=torch.int32), block_tables=block_tables,
+        slot_mapping=frombuffer(slots, dtype=torch.int64), query_lens_host=[1] * n,
+        seq_lens_host=seq_lens.tolist(), max_query_len=1)
+    # A decode always samples, and its row is its own (one token each).
+    return PreparedBatch(frombuffer(ids, dtype=torch.int64), frombuffer(positions, dtype=torch.int64), meta,
+                         frombuffer(array("q", range(n)), dtype=torch.int64))
+
+
+def _too_few_blocks(seq, held: int, cached: int) -> ValueError:
+    """Refused where the kept table's zero padding would send the request's keys to block 0."""
+    return ValueError(f"request {seq.seq_id} holds {held} KV blocks, fewer than the {cached} "
+                      "its context needs: the scheduler must allocate a step's blocks before it runs")
 
 
 def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.device,
