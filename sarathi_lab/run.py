@@ -57,7 +57,8 @@ def main(cfg: DictConfig) -> None:
     ctx = RunContext(output_dir=Path(hc.runtime.output_dir), overrides=list(hc.overrides.task),
                      group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
                      hydra_record={"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hc}),
-                                   "overrides.yaml": OmegaConf.create(list(hc.overrides.task))})
+                                   "overrides.yaml": OmegaConf.create(list(hc.overrides.task))},
+                     sweep_job=multirun)
     try:
         claim_status_dir(ctx)
     except ConfigError as e:  # the directory is another run's: nothing of this one is recorded there
