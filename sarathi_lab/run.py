@@ -14,17 +14,26 @@ import os
 import signal
 import sys
 
-_INTERRUPTED = "interrupted (SIGINT) outside a run: no run was started or changed"
+_INTERRUPTED = "interrupted ({}) outside a run: no run was started or changed"
 
 
-def _interrupted_while_importing(signum, frame) -> None:
-    # Nothing is written while the modules load: leave at once, without the import's traceback.
-    print(_INTERRUPTED, file=sys.stderr)
+def _interrupted_outside_a_run(signum, frame) -> None:
+    # Until a run takes the signal over (harness/interrupts.py, to save what it measured), nothing of
+    # a run is half-written: leave at once, without a traceback. Raising KeyboardInterrupt here
+    # instead lost the signal now and then: raised inside a weakref callback (importlib's module
+    # locks run one as each import ends) or a finalizer, it is printed as ignored, and start-up went
+    # on as if never signalled.
+    print(_INTERRUPTED.format(signal.Signals(signum).name), file=sys.stderr)
     os._exit(128 + signum)
 
 
+def _leave_on_signals() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupted_outside_a_run)
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, _interrupted_while_importing)
+    _leave_on_signals()
 
 import hydra  # after the handler: importing Hydra is the first half second
 from omegaconf import DictConfig, OmegaConf
@@ -57,7 +66,8 @@ def main(cfg: DictConfig) -> None:
     ctx = RunContext(output_dir=Path(hc.runtime.output_dir), overrides=list(hc.overrides.task),
                      group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
                      hydra_record={"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hc}),
-                                   "overrides.yaml": OmegaConf.create(list(hc.overrides.task))})
+                                   "overrides.yaml": OmegaConf.create(list(hc.overrides.task))},
+                     sweep_job=multirun)
     try:
         claim_status_dir(ctx)
     except ConfigError as e:  # the directory is another run's: nothing of this one is recorded there
@@ -69,9 +79,13 @@ def main(cfg: DictConfig) -> None:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
             run_cfg = parse_config(cfg)
             status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
-        write_status(ctx.status_dir, status)
+            # Inside: a signal once the handler is back to leaving at once would leave `running`.
+            write_status(ctx.status_dir, status)
     except Interrupted as e:
         record_failure(ctx.status_dir, e)
+        if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
+            log.error("interrupted by %s before the run measured anything; %s says so", e,
+                      ctx.status_dir / "status.json")
         raise SystemExit(e.exit_code) from None
     except (ConfigError, ModelLoadError) as e:
         record_failure(ctx.status_dir, e)
@@ -117,13 +131,14 @@ def _record_quietly(status_dir, e: BaseException) -> None:
 
 def cli() -> None:
     # Ctrl-C outside a run (checking the command line, composing, importing torch, between a sweep's
-    # jobs) ended in a 70-line KeyboardInterrupt traceback; a run itself records it (interrupts.py).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # jobs) ended in a 70-line KeyboardInterrupt traceback; it leaves at once with one line, and a run
+    # itself records it (interrupts.py). Installed here too for a caller that imports this module.
+    _leave_on_signals()
     try:
         _cli()
-    except KeyboardInterrupt:
-        print(_INTERRUPTED, file=sys.stderr)
-        raise SystemExit(128 + 2) from None
+    except KeyboardInterrupt:  # raised by code of its own, not by our handlers
+        print(_INTERRUPTED.format("SIGINT"), file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
 
 
 def _cli() -> None:

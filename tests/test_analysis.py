@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import types
 
 import pandas as pd
@@ -133,6 +134,9 @@ class _Frames:
 
     def summary(self, name):
         return self.frames[name, "summary"]
+
+    def sweep_note(self, name):
+        return ""  # a complete sweep, nothing passed over
 
 
 class _Measured(_Frames):
@@ -532,10 +536,57 @@ def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_sh
     (sweep / "sweep_summary.json").write_text(json.dumps({"0": {"status": "ok", "error": None},
                                                           "1": {"status": "skipped", "error": None},
                                                           "2": {"status": "failed", "error": "OOM"}}))
-    results = Results(tmp_path)
+    results = Results(tmp_path, include_incomplete=False)
     assert results.failed("scheduler_latency") == ["2"]
     assert results.describe("scheduler_latency") == ("measured CPU: cpu-small, Test CPU, float32 "
-                                                     "(full scale; 1 of 3 jobs left no run: 2)")
+                                                     "(full scale; incomplete: 2 of 3 jobs finished; left no run: 2)")
+
+
+def _status_sweep(sweep, statuses: dict[str, str], summary: bool, throughput: float = 100.0) -> None:
+    """A sweep's job folders as its jobs leave them: a finished run for "ok", else only status.json."""
+    for job, status in statuses.items():
+        if status == "ok":
+            _run(sweep, int(job), 0, {"total_throughput_tok_s": throughput}, chunk=64, **KEYS)
+        (sweep / job).mkdir(parents=True, exist_ok=True)
+        (sweep / job / "status.json").write_text(json.dumps({"status": status, "time": 0.0}))
+    if summary == "launched":
+        (sweep / ".sweep.lock").write_text(json.dumps({"pid": 1, "host": "h", "started": time.time() - 60,
+                                                       "jobs": 3}))
+    elif summary:
+        (sweep / "sweep_summary.json").write_text(json.dumps({j: {"status": s, "error": None}
+                                                              for j, s in statuses.items()}))
+
+
+@pytest.mark.parametrize("statuses, summary, note", [
+    ({"0": "ok", "1": "ok", "2": "interrupted", "3": "interrupted"}, True, "2 of 4 jobs finished; left no run: 2, 3"),
+    ({"0": "ok", "1": "failed"}, True, "1 of 2 jobs finished; left no run: 1"),
+    # Still running, or its launcher killed: no summary since its launch (its lock says when, and how
+    # many jobs it launched).
+    ({"0": "ok", "1": "running"}, "launched", "1 of 3 jobs finished; the sweep did not end"),
+    # Neither summary nor lock (made in-process, or by a version before the lock): its folders.
+    ({"0": "ok", "1": "interrupted"}, False, "1 of 2 jobs finished; left no run: 1"),
+])
+def test_a_newer_incomplete_sweep_never_stands_in_for_a_complete_one(tmp_path, monkeypatch, statuses, summary, note):
+    monkeypatch.delenv("SARATHI_INCLUDE_INCOMPLETE", raising=False)
+    older, newer = tmp_path / "pd_ratio/multiruns/a", tmp_path / "pd_ratio/multiruns/b"
+    _status_sweep(older, {"0": "ok"}, summary=True)
+    os.utime(older / "0" / "metrics.json", (1, 1))
+    _status_sweep(newer, statuses, summary, throughput=50.0)
+    results = Results(tmp_path)
+    assert results.sweep("pd_ratio") == older and results.summary("pd_ratio").total_throughput_tok_s.tolist() == [100]
+    assert results.sweep_note("pd_ratio").startswith(f"newer incomplete sweep b skipped ({note}")
+    assert f"newer incomplete sweep b skipped ({note}" in results.describe("pd_ratio")
+    kept = Results(tmp_path, include_incomplete=True)
+    assert kept.sweep("pd_ratio") == newer and kept.sweep_note("pd_ratio").startswith(f"incomplete: {note}")
+    monkeypatch.setenv("SARATHI_INCLUDE_INCOMPLETE", "1")
+    assert Results(tmp_path).sweep("pd_ratio") == newer
+
+
+def test_a_sweep_that_left_no_record_of_itself_is_judged_by_its_folders(tmp_path):
+    # Runs downloaded from W&B or copied by hand (no status), or run in-process (the GPU suite's dry run).
+    _status_sweep(tmp_path / "pd_ratio/multiruns/w", {"0": "ok", "1": "ok"}, summary=False)
+    (tmp_path / "pd_ratio/multiruns/w/0/status.json").unlink()
+    assert Results(tmp_path, include_incomplete=False).sweep_note("pd_ratio") == ""
 
 
 def test_simulated_rows_say_where_the_cost_models_verdicts_differ_and_why():

@@ -1,5 +1,6 @@
 """Real signals to real commands: SIGINT at any moment of a run's start-up ends it within seconds in
-one line (it was a 70-line KeyboardInterrupt traceback), exit 130, and leaves no run changed."""
+one line (it was a 70-line KeyboardInterrupt traceback, and now and then a signal start-up swallowed
+and ran on from), exit 130, and leaves no run changed."""
 from __future__ import annotations
 
 import json
@@ -9,8 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
+from sarathi_lab.harness.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +42,67 @@ def test_sigint_during_start_up_is_one_line_and_no_traceback(delay_s, tmp_path):
     # 128 + SIGINT, or ended by SIGINT itself (Python's own exit for a KeyboardInterrupt it did not
     # catch), which a shell reports as the same 130: either way one line and no traceback.
     assert proc.returncode in (128 + signal.SIGINT, -signal.SIGINT), err[-2000:]
-    said = [line for line in err.splitlines() if "interrupted" in line.lower()]
-    assert len(said) == 1, err[-2000:]
+    said = [line for line in (out + err).splitlines() if "interrupted" in line.lower()]  # a log line or stderr's
+    assert len(said) == 1, (out + err)[-2000:]
     if "outside a run" in said[0]:
         assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+# Moments of a real engine run's start-up on the tiny model: Python and Hydra starting, the command
+# line checked, torch imported, the kernels loaded, the model built ("running": once the run has
+# marked itself running), the first iterations.
+@pytest.mark.parametrize("delay_s", [0.3, 0.6, 0.9, 1.2, 1.8, 2.7, "running"])
+def test_sigint_at_any_moment_of_a_real_runs_start_up_ends_it_in_one_line(delay_s, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.run", "experiment=smoke", "model=tiny", "logger=none",
+                             f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if delay_s == "running":
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and '"running"' not in _read(tmp_path / "run"):
+            time.sleep(0.01)
+    else:
+        time.sleep(delay_s)
+    if proc.poll() is not None:
+        proc.communicate()
+        pytest.skip(f"the run was over within {delay_s} s, before the signal")
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    # A signal that start-up swallowed let the run go on to the end (exit 0): it must end it, at once.
+    assert proc.returncode in (128 + signal.SIGINT, -signal.SIGINT), err[-2000:]
+    assert time.monotonic() - sent < 10
+    assert "Traceback" not in out + err, err[-3000:]
+    said = [line for line in (out + err).splitlines() if "interrupted" in line.lower()]  # a log line or stderr's
+    assert len(said) == 1, (out + err)[-2000:]
+    status = tmp_path / "run" / "status.json"
+    assert not status.exists() or json.loads(status.read_text())["status"] == "interrupted"
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def _read(run_dir: Path) -> str:
+    try:
+        return (run_dir / "status.json").read_text()
+    except OSError:
+        return ""
+
+
+def test_a_signal_whose_exception_a_finalizer_swallowed_ends_the_run_at_its_next_iteration(monkeypatch):
+    # A signal's exception raised inside a finalizer is printed as ignored and lost: the run went on.
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(unraisable.exc_type))
+
+    class Finalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here, and its exception goes to sys.unraisablehook
+
+    progress = Progress(10, 1, lambda: None, interactive=False)
+    with pytest.raises(Interrupted), signals_interrupt(signal.SIGINT):
+        obj = Finalized()
+        del obj
+        assert swallowed == [Interrupted]
+        progress(SimpleNamespace(num_tokens=1))
+    progress(SimpleNamespace(num_tokens=1))  # the block over, nothing is left to raise
 
 
 def _jobs(sweep: Path) -> list[Path]:

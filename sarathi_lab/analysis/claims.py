@@ -2,8 +2,9 @@
 
 Columns: the claim and the paper's number; where ours come from (``source``: measured, and on what,
 or simulated, and by which cost model; ``scale``, ``dtype``, ``threads``, ``machine``); ``ours``;
-``spread``; ``holds``; ``left out`` (runs flagged ``timing_unreliable``, which the checks do
-not read unless the ``Results`` keeps them); and, on simulated rows whose verdict differs between
+``spread``; ``holds``; ``left out`` (what the verdict did not read: jobs of an incomplete sweep,
+or a newer incomplete sweep passed over for a complete one, and runs flagged ``timing_unreliable``,
+unless the ``Results`` keeps them); and, on simulated rows whose verdict differs between
 the simulator's cost models, ``differs by cost model``: each model's verdict and why.
 
 Each check states its criterion in its claim text, applies it to the runs as they are (never
@@ -222,13 +223,15 @@ def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
 
 def rows_of(check, results, name: str | None = None) -> list[dict]:
     """The check's rows on the runs of experiment ``name`` (by default the check's own name) in
-    ``results``, with their spread, what they left out and where they come from. An experiment
-    whose every run is flagged unreliable has no verdict: its rows say so."""
+    ``results``, with their spread, what they left out (an incomplete sweep's missing jobs, a newer
+    incomplete sweep passed over, unreliable runs) and where they come from. An experiment whose
+    every run is flagged unreliable has no verdict: its rows say so."""
     name = name or check.__name__
     provenance = results.provenance(name)
-    left_out = results.unreliable_note(name) or "none"
+    unreliable = results.unreliable_note(name)
+    left_out = "; ".join(note for note in (results.sweep_note(name), unreliable) if note) or "none"
     if results.summary(name).empty:
-        rows = [row | {"ours": f"no reliable run ({left_out}; include_unreliable keeps them)", "holds": "n/a",
+        rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)", "holds": "n/a",
                        "spread": ""} for row in check(results.with_unreliable())]
     else:
         rows = _spread(check, results, check(results), name)

@@ -1,13 +1,17 @@
 """Where each experiment's runs are. Reading only: ``python -m sarathi_lab.produce`` makes them.
 
 A results root holds ``<experiment>/multiruns/<sweep>/<job>/`` as ``python -m sarathi_lab.run -m``
-leaves it; an experiment's runs are its newest sweep with a finished run. With a W&B project the
-runs' files are downloaded first into the same layout, so both sources load the same way.
+leaves it; an experiment's runs are its newest complete sweep (every job it launched finished,
+harness/sweep_state.py), or, where none is, its newest sweep with a finished run, said to be
+incomplete wherever its numbers are shown. A newer sweep that was interrupted, failed in part or is
+still running never stands in silently for the experiment. With a W&B project the runs' files are
+downloaded first into the same layout, so both sources load the same way.
 """
 from __future__ import annotations
 
-import json
 import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -15,13 +19,12 @@ import pandas as pd
 from sarathi_lab.analysis import registry
 from sarathi_lab.harness.results import (
     METRICS,
-    SWEEP_SUMMARY,
     WANDB_DIR,
     UnreadableRun,
-    is_finished,
     load_runs,
     read_record,
 )
+from sarathi_lab.harness.sweep_state import SweepState, sweep_state
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +32,60 @@ log = logging.getLogger(__name__)
 EXPERIMENTS = registry.names()
 
 
-def newest_sweep(root: str | Path, name: str) -> Path | None:
-    """The sweep directory under ``root/<name>/multiruns`` whose latest finished run is newest."""
+def sweeps(root: str | Path, name: str) -> list[Path]:
+    """The sweep directories under ``root/<name>/multiruns`` that hold a finished run, newest first
+    (by their latest finished run)."""
     finished = {}
     for metrics in (Path(root) / name / "multiruns").glob(f"*/**/{METRICS}"):
         parts = metrics.relative_to(Path(root) / name / "multiruns").parts
         if WANDB_DIR not in parts:  # W&B's copy of a run's file is not a run
             finished[parts[0]] = max(finished.get(parts[0], 0.0), metrics.stat().st_mtime)
-    if not finished:
+    return [Path(root) / name / "multiruns" / s for s in sorted(finished, key=finished.get, reverse=True)]
+
+
+def newest_sweep(root: str | Path, name: str) -> Path | None:
+    """The sweep directory under ``root/<name>/multiruns`` whose latest finished run is newest."""
+    found = sweeps(root, name)
+    return found[0] if found else None
+
+
+# Set to 1, every Results (the notebooks', produce's) reads incomplete sweeps as include_incomplete does.
+INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which sweep stands for an experiment: ``sweep`` and its ``state``, and the newer incomplete
+    sweeps passed over for it (``skipped``: (directory, state) pairs, newest first)."""
+    sweep: Path
+    state: SweepState
+    skipped: list[tuple[Path, SweepState]]
+
+    def note(self, kept: bool) -> str:
+        """'' for a complete sweep chosen over none; else what the numbers lack or passed over."""
+        if not self.state.complete:
+            return f"incomplete: {self.state.describe()}" + (" (include_incomplete)" if kept else "")
+        if not self.skipped:
+            return ""
+        newest, state = self.skipped[0]
+        more = f" and {len(self.skipped) - 1} older" if len(self.skipped) > 1 else ""
+        return (f"newer incomplete sweep {newest.name}{more} skipped ({state.describe()}; "
+                "include_incomplete judges it)")
+
+
+def choose_sweep(root: str | Path, name: str, include_incomplete: bool = False) -> Choice | None:
+    """The sweep that stands for experiment ``name`` (module docstring): the newest complete one, and
+    the newer incomplete ones passed over; the newest of all with ``include_incomplete`` or where
+    none is complete. None: no sweep of it has a finished run."""
+    found = sweeps(root, name)
+    if not found:
         return None
-    return Path(root) / name / "multiruns" / max(finished, key=finished.get)
+    states = []
+    for sweep in found:
+        states.append((sweep, sweep_state(sweep)))
+        if include_incomplete or states[-1][1].complete:
+            return Choice(*states[-1], states[:-1])
+    return Choice(*states[0], [])
 
 
 def download_wandb(project: str, root: str | Path, names=None) -> Path:
@@ -67,38 +114,54 @@ UNRELIABLE = "env.timing_unreliable"
 class Results:
     """Each experiment's runs under one results root, loaded on first use.
 
+    An experiment's runs are its newest complete sweep's (``choose_sweep``), unless
+    ``include_incomplete`` (by default ``SARATHI_INCLUDE_INCOMPLETE=1``): then its newest sweep's,
+    complete or not. ``sweep_note`` says what was passed over, or that the sweep read is incomplete.
     Runs flagged ``timing_unreliable`` are left out of every table, so that no figure or claim
     reads them, unless ``include_unreliable``; ``left_out`` counts them either way, and
-    ``describe`` says so wherever the numbers are shown. ``seed`` restricts every table to the runs
+    ``describe`` says both wherever the numbers are shown. ``seed`` restricts every table to the runs
     of one seed: one repeat of the experiment, which is how the claims get their spread."""
 
-    def __init__(self, root: str | Path, include_unreliable: bool = False, seed: int | None = None):
+    def __init__(self, root: str | Path, include_unreliable: bool = False, seed: int | None = None,
+                 include_incomplete: bool | None = None):
         self.root = Path(root)
         self.include_unreliable = include_unreliable
+        self.include_incomplete = (os.environ.get(INCLUDE_INCOMPLETE_ENV) == "1" if include_incomplete is None
+                                   else include_incomplete)
         self.seed = seed
         self._tables: dict[tuple[str, str], pd.DataFrame] = {}
+        self._choices: dict[str, Choice] = {}
+
+    def _view(self, include_unreliable: bool, seed: int | None) -> Results:
+        """The same runs seen otherwise, sharing what is already loaded."""
+        view = Results(self.root, include_unreliable, seed, self.include_incomplete)
+        view._tables, view._choices = self._tables, self._choices
+        return view
+
+    def choice(self, name: str) -> Choice:
+        if name not in self._choices:
+            found = choose_sweep(self.root, name, self.include_incomplete)
+            if found is None:
+                raise FileNotFoundError(f"no finished run of {name} under {self.root}")
+            self._choices[name] = found
+        return self._choices[name]
 
     def sweep(self, name: str) -> Path:
-        found = newest_sweep(self.root, name)
-        if found is None:
-            raise FileNotFoundError(f"no finished run of {name} under {self.root}")
-        return found
+        return self.choice(name).sweep
+
+    def sweep_note(self, name: str) -> str:
+        """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed over, or ''."""
+        return self.choice(name).note(self.include_incomplete)
 
     def jobs(self, name: str) -> list[str]:
-        """The jobs the experiment's sweep launched, as its sweep_summary.json lists them (none before
-        the sweep ends, nor for runs downloaded from W&B)."""
-        path = self.sweep(name) / SWEEP_SUMMARY
-        if not path.exists():
-            return []
-        try:
-            return list(json.loads(path.read_text()))
-        except (OSError, ValueError) as e:
-            log.warning("%s is unreadable (%s): the sweep's job list is unknown, so its failed jobs are too", path, e)
-            return []
+        """The jobs the experiment's sweep launched, as far as known (harness/sweep_state.py): those its
+        sweep_summary.json lists, or before it ends its job folders."""
+        return list(self.choice(name).state.jobs)
 
     def failed(self, name: str) -> list[str]:
         """The sweep's jobs that left no finished run: points its figures and claims lack."""
-        return [job for job in self.jobs(name) if not is_finished(self.sweep(name) / job)]
+        state = self.choice(name).state
+        return [job for job in state.jobs if job not in state.finished]
 
     def missing(self) -> list[str]:
         return [n for n in registry.names() if newest_sweep(self.root, n) is None]
@@ -144,15 +207,11 @@ class Results:
 
     def repeat(self, seed: int) -> Results:
         """The same runs restricted to one seed (sharing what is already loaded)."""
-        view = Results(self.root, self.include_unreliable, seed)
-        view._tables = self._tables
-        return view
+        return self._view(self.include_unreliable, seed)
 
     def with_unreliable(self) -> Results:
         """The same runs with those flagged ``timing_unreliable`` kept."""
-        view = Results(self.root, True, self.seed)
-        view._tables = self._tables
-        return view
+        return self._view(True, self.seed)
 
     def provenance(self, name: str) -> dict[str, str]:
         """Where the experiment's numbers come from, one claims row's columns: the source (measured
@@ -201,11 +260,8 @@ class Results:
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
                  else row["env.device_name"])
-        failed = self.failed(name)
-        lacking = f"; {len(failed)} of {len(self.jobs(name))} jobs left no run: {', '.join(failed)}" if failed else ""
-        flagged = self.unreliable_note(name)
-        return (f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{lacking}"
-                f"{'; ' + flagged if flagged else ''})")
+        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name)) if note)
+        return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{notes})"
 
     def unreliable_note(self, name: str) -> str:
         """'3 of 8 runs left out: timing unreliable' (or kept), '' when none is flagged."""
@@ -217,10 +273,12 @@ class Results:
                 else f"{flagged} of {total} runs left out: timing unreliable")
 
 
-def load_results(root: str | Path, wandb_project: str | None = None, include_unreliable: bool = False) -> Results:
+def load_results(root: str | Path, wandb_project: str | None = None, include_unreliable: bool = False,
+                 include_incomplete: bool | None = None) -> Results:
     """The runs of every experiment under ``root``, or with ``wandb_project`` ("entity/project")
     downloaded into ``root/wandb/<project>`` first; ``include_unreliable`` keeps runs flagged
-    ``timing_unreliable``."""
+    ``timing_unreliable``, ``include_incomplete`` reads an experiment's newest sweep even where it
+    is incomplete (None: ``SARATHI_INCLUDE_INCOMPLETE=1``)."""
     if wandb_project:
         root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
-    return Results(root, include_unreliable)
+    return Results(root, include_unreliable, include_incomplete=include_incomplete)

@@ -1,5 +1,11 @@
 """SIGINT and SIGTERM (what Slurm, submitit and `kill` send) as one exception, so a run saves its
-partial records the same way whichever signal stopped it."""
+partial records the same way whichever signal stopped it.
+
+The exception is raised wherever the main thread happens to be when the signal lands, and a few
+places swallow it: a finalizer (its exceptions are printed as ignored), a C extension's callback
+into Python that clears errors. So the handler also notes the signal, and the engine's per-iteration
+hook (harness/progress.py) raises it again if the run is still going: a swallowed signal costs an
+iteration, not the run."""
 from __future__ import annotations
 
 import signal
@@ -17,9 +23,14 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum  # the shell's convention for death by signal
 
 
+# The signals the active signals_interrupt block has received (cleared as it ends).
+_received: list[int] = []
+
+
 @contextmanager
 def signals_interrupt(*signums: int) -> Iterator[None]:
     def handler(signum, frame):
+        _received.append(signum)
         raise Interrupted(signum)
 
     previous = {s: signal.signal(s, handler) for s in signums}
@@ -28,3 +39,11 @@ def signals_interrupt(*signums: int) -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        _received.clear()
+
+
+def raise_if_interrupted() -> None:
+    """Raise Interrupted again for a signal received in this signals_interrupt block: reached only
+    when the first one was swallowed, since it otherwise ends the block."""
+    if _received:
+        raise Interrupted(_received[0])

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from tqdm import tqdm
 
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
+from sarathi_lab.harness.interrupts import raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class Progress:
         self._tokens = 0
 
     def __call__(self, record: IterationRecord) -> None:
+        raise_if_interrupted()  # a signal whose exception something swallowed (harness/interrupts.py)
         self._iterations += 1
         self._tokens += record.num_tokens
         if self._bar is not None:

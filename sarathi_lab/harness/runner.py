@@ -59,6 +59,9 @@ class RunContext:
     status_dir: Path | None = None
     # The output directory's lock (claim_status_dir), held until release().
     lock: int | None = None
+    # A job of a sweep (-m): rerun into its sweep's directory, it keeps a finished run of its own
+    # config under on_existing=refuse too, so that an interrupted sweep resumes (_keep_finished_run).
+    sweep_job: bool = False
 
     def release(self) -> None:
         if self.lock is not None:
@@ -69,7 +72,7 @@ class RunContext:
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
     out = ctx.output_dir
     finished = claim_status_dir(ctx) != out
-    if finished and _keep_finished_run(cfg, resolved_config, out):
+    if finished and _keep_finished_run(cfg, resolved_config, out, ctx.sweep_job):
         return "skipped"
     checked = preflight(cfg)
     workload, budget_record = checked.workload, checked.budget
@@ -249,23 +252,29 @@ def _move_log_file(src: Path, dst: Path) -> None:
                 handler.release()
 
 
-def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path) -> bool:
-    """Whether to keep the finished run in out (skip); False: overwrite it; refusals raise."""
-    if cfg.on_existing == "refuse":
+def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path, sweep_job: bool = False) -> bool:
+    """Whether to keep the finished run in out (skip); False: overwrite it; refusals raise.
+
+    A sweep's job keeps a finished run of its own config under ``refuse`` as under ``skip``: rerunning
+    an interrupted sweep into its directory is how it resumes, and a rerun that keeps every job
+    changes nothing. A single run is refused: run again into one directory, it is asked to measure."""
+    if cfg.on_existing == "refuse" and not sweep_job:
         raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; on_existing=skip keeps it, "
                           "on_existing=overwrite replaces it")
-    if cfg.on_existing == "skip":
+    if cfg.on_existing in ("skip", "refuse"):
         # Job dirs are numbered, so a different sweep into the same dir would skip the wrong runs.
         try:
             change = config_change(out, resolved_config)
         except UnreadableRun as e:
-            raise ConfigError(f"on_existing=skip: {e}, so whether it is this config's run is unknown; "
+            raise ConfigError(f"on_existing={cfg.on_existing}: {e}, so whether it is this config's run is unknown; "
                               "on_existing=overwrite replaces it") from None
         if change:
-            raise ConfigError(f"on_existing=skip: {out} holds a finished run of another config ({change}); "
-                              "use another hydra.sweep.dir, or on_existing=overwrite")
-        log.info("%s already holds this finished run; skipped (on_existing=skip)", out)
-    return cfg.on_existing == "skip"
+            raise ConfigError(f"on_existing={cfg.on_existing}: {out} holds a finished run of another config "
+                              f"({change}); use another hydra.sweep.dir, or on_existing=overwrite")
+        log.info("%s already holds this finished run; kept (on_existing=%s%s)", out, cfg.on_existing,
+                 ": the sweep resumes" if cfg.on_existing == "refuse" else "")
+        return True
+    return False
 
 
 def _serve(llm: LLM, workload: Workload) -> None:

@@ -7,11 +7,16 @@ ray). Jobs record their own outcome in status.json. A job killed from outside (O
 scheduler, SIGKILL) never gets to: the submitit_*_safe launchers (hydra_plugins/sarathi_lab_launcher)
 record it for the job; under the others it shows as still running. Any failure makes the sweep
 exit non-zero once every job has had its chance.
+
+From its start to its end the sweep holds its directory (harness/sweep_state.py): a second sweep into
+it is refused in one line, exit 2, before it runs anything, rather than overwrite this one's report
+and take its running jobs for killed.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +27,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from sarathi_lab.harness import sweep_state
 from sarathi_lab.harness.results import (
     METRICS,
     STATUS,
@@ -32,6 +38,7 @@ from sarathi_lab.harness.results import (
     read_status,
     write_json,
 )
+from sarathi_lab.harness.sweep_check import planned_jobs
 
 log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
@@ -43,18 +50,32 @@ HEADLINE = ("request_throughput_rps", "total_throughput_tok_s", "ttft_p50_s", "i
 class SweepSummary(Callback):
     def __init__(self) -> None:
         self._start = time.time()
+        self._lock: int | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time()
+        try:
+            self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), planned_jobs(config))
+        except sweep_state.SweepDirInUse as e:
+            log.error("%s", e)
+            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
+            sys.exit(2)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
+        try:
+            self._report(Path(config.hydra.sweep.dir))
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
+
+    def _report(self, sweep_dir: Path) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
         summary = sweep_dir / SWEEP_SUMMARY
         if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
             # A rerun refused (or failed) for every job changed none of the finished sweep's runs, so
             # its report must not replace that sweep's ('0: ok' became '0: failed'): it goes beside.
-            summary = sweep_dir / f".{summary.stem}.next.json"
+            summary = sweep_dir / sweep_state.NEXT_SUMMARY
             log.info("every job of the finished sweep was left as it was; this rerun's report is %s", summary)
         write_json(summary, jobs)
         # The table goes where the report went: beside the finished sweep's when the rerun changed nothing.

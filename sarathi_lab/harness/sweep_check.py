@@ -67,6 +67,14 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the sweep launches, or None under a sweeper other than the basic one (whose jobs
+    this module can count)."""
+    if _target(config.hydra.sweeper) != _qualname(BasicSweeper):
+        return None
+    return len(job_overrides(config))
+
+
 def too_many_or_repeated(jobs: list[list[str]]) -> str | None:
     """The one-line error for a sweep of more than MAX_SWEEP_JOBS jobs or with two equal jobs, or None."""
     if len(jobs) > MAX_SWEEP_JOBS:

@@ -1,0 +1,138 @@
+"""What a sweep directory says about its jobs (which it launched, which finished, whether the sweep
+ended), and the lock with which a live sweep holds its directory.
+
+A sweep holds SWEEP_LOCK in its directory from its start to its end (harness/sweep.py's
+SweepSummary, in the launching process, whatever the launcher): an exclusive flock, which the kernel
+drops when the holder dies, however it dies, so a killed sweep leaves no lock that blocks; the file
+says who holds it (pid, host, start) and how many jobs that sweep launches. A second sweep into a
+held directory is refused: two sweeps there overwrote each other's sweep_summary.json, and each took
+the other's running jobs for killed.
+
+A sweep's jobs are those its sweep_summary.json lists once the sweep that last launched there ended
+(its summary, or the one a rerun that changed nothing wrote beside it, is newer than that launch);
+before that (still running, or its launcher was interrupted or killed) they are the job folders
+there, out of the number its launch planned. In a directory with no record of a sweep (runs
+downloaded from W&B, copied or made by hand or in-process) the job folders are the jobs: complete
+when each holds a finished run.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sarathi_lab.harness.results import (
+    STATUS,
+    SWEEP_SUMMARY,
+    WANDB_DIR,
+    is_finished,
+    natural_order,
+)
+
+log = logging.getLogger(__name__)
+SWEEP_LOCK = ".sweep.lock"
+# Where a rerun that left every job as it was puts its report (harness/sweep.py).
+NEXT_SUMMARY = f".{Path(SWEEP_SUMMARY).stem}.next.json"
+
+
+class SweepDirInUse(Exception):
+    """Another live sweep holds the directory."""
+
+
+def hold(sweep_dir: Path, jobs: int | None) -> int | None:
+    """The sweep directory's lock for this process (a file descriptor; close it to release), recording
+    who holds it and ``jobs``, the number of jobs this sweep launches; SweepDirInUse while another
+    live sweep holds it; None where the filesystem has no locks (unguarded)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(sweep_dir / SWEEP_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(_read_json(sweep_dir / SWEEP_LOCK))
+        os.close(fd)
+        raise SweepDirInUse(f"hydra.sweep.dir={sweep_dir} is in use by another sweep ({holder}): two sweeps "
+                            "into one directory overwrite each other's reports; give this one its own "
+                            "hydra.sweep.dir, or rerun it there once the other has ended") from None
+    except OSError:
+        os.close(fd)
+        return None
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "jobs": jobs}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+    return fd
+
+
+def _holder(record: dict[str, Any] | None) -> str:
+    if not record or "pid" not in record:
+        return "its record is not written yet"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("started", 0)))
+    return f"pid {record['pid']} on {record.get('host', '?')}, since {since}"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.warning("%s is unreadable (%s); left out", path, e)
+        return None
+
+
+@dataclass(frozen=True)
+class SweepState:
+    jobs: tuple[str, ...]       # the sweep's job folders as far as known, relative to its directory
+    finished: tuple[str, ...]   # those holding a finished run
+    planned: int                # how many jobs the sweep launched (at least len(jobs))
+    ended: bool                 # its launcher saw it to the end and wrote its summary
+
+    @property
+    def complete(self) -> bool:
+        return self.ended and len(self.finished) >= self.planned
+
+    def describe(self) -> str:
+        """'2 of 4 jobs finished', then which left no run (or that the sweep did not end)."""
+        text = f"{len(self.finished)} of {self.planned} jobs finished"
+        if not self.ended:
+            return text + "; the sweep did not end (still running, or its launcher was stopped)"
+        lacking = [job for job in self.jobs if job not in self.finished]
+        if lacking:
+            text += "; left no run: " + ", ".join(lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5
+                                                                  else "")
+        return text
+
+
+def sweep_state(sweep_dir: Path) -> SweepState:
+    """What ``sweep_dir`` says about its sweep's jobs (module docstring)."""
+    launch = _read_json(sweep_dir / SWEEP_LOCK) if (sweep_dir / SWEEP_LOCK).exists() else None
+    launch = launch if isinstance(launch, dict) else None
+    summary = _read_json(sweep_dir / SWEEP_SUMMARY)
+    folders = _job_folders(sweep_dir)
+    reported = [p for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY) if p.exists()]
+    if launch is None and not reported:
+        # No record of a sweep (W&B's runs, runs copied or made by hand or in-process, a sweep older
+        # than its lock): its job folders are all there is to judge it by.
+        ended = True
+    else:
+        # A launch newer than every report is one that has not ended: its summary is still to come.
+        started = (launch or {}).get("started") or 0.0
+        ended = bool(reported) and max(p.stat().st_mtime for p in reported) >= started - 1
+    jobs = list(summary) if ended and isinstance(summary, dict) else folders
+    planned = max(len(jobs), (launch or {}).get("jobs") or 0) if not ended else len(jobs)
+    finished = tuple(job for job in jobs if is_finished(sweep_dir / job))
+    return SweepState(tuple(jobs), finished, planned, ended)
+
+
+def _job_folders(sweep_dir: Path) -> list[str]:
+    """The folders directly under sweep_dir that a job of it wrote into (status or results)."""
+    if not sweep_dir.is_dir():
+        return []
+    return [p.name for p in sorted(sweep_dir.iterdir(), key=natural_order)
+            if p.is_dir() and not p.name.startswith(".") and p.name != WANDB_DIR
+            and ((p / STATUS).exists() or is_finished(p))]
