@@ -69,9 +69,9 @@ def test_capacity_is_found_within_its_resolution():
     slo = SLO(sched_delay_p50_s=2.0)
     result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=False), start_qps=1.0, resolution=0.02)
     assert result.bounded and result.binding == "sched_delay_p50_s"
-    assert known / 1.02 <= result.capacity_qps <= known
-    failing = min(t.qps for t in result.trials if not t.passed)
-    assert known < failing <= result.capacity_qps * 1.02
+    assert known / 1.02 <= result.capacity_rps <= known
+    failing = min(t.rate_rps for t in result.trials if not t.passed)
+    assert known < failing <= result.capacity_rps * 1.02
     assert len(result.trials) <= 10
 
 
@@ -81,7 +81,7 @@ def test_requiring_stability_stops_below_the_percentile_bound():
     slo = SLO(sched_delay_p50_s=2.0)
     result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=True), start_qps=1.0, resolution=0.02)
     assert result.binding == "saturated"
-    assert 1 / SERVICE_S <= result.capacity_qps < 1 / (SERVICE_S - 0.2)
+    assert 1 / SERVICE_S <= result.capacity_rps < 1 / (SERVICE_S - 0.2)
 
 
 def test_an_overloaded_trial_stops_as_soon_as_its_verdict_is_certain():
@@ -107,14 +107,14 @@ def test_a_trial_stopped_before_its_last_arrivals_counts_them_unfinished():
 
 def test_every_rate_passing_is_reported_as_a_lower_bound():
     result = search_capacity(lambda q: Trial(q, True, None, False), start_qps=1.0, max_qps=100.0)
-    assert not result.bounded and result.capacity_qps == 100.0  # the bound itself is tried, once
-    assert [t.qps for t in result.trials] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0]
+    assert not result.bounded and result.capacity_rps == 100.0  # the bound itself is tried, once
+    assert [t.rate_rps for t in result.trials] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0]
 
 
 def test_the_log_line_rounds_to_what_the_bracket_resolves_and_names_a_lower_bound():
     # Bisecting 1.0 and 2.0 to 5% stops at a capacity like 1.2968395546510096: two or three digits say it.
     bounded = search_capacity(_up_to(1.3), start_qps=1.0, resolution=0.05)
-    assert bounded.describe().startswith(f"capacity {bounded.capacity_qps:.3g} req/s (fails by ")
+    assert bounded.describe().startswith(f"capacity {bounded.capacity_rps:.3g} req/s (fails by ")
     assert "binding: tbt_p99_s" in bounded.describe() and "1.2968" not in bounded.describe()
     unbounded = search_capacity(lambda q: Trial(q, True, None, False), start_qps=20.0, max_trials=5)
     assert unbounded.describe() == ("capacity >= 320 req/s: every rate tried passed, so this is a lower bound, "
@@ -125,8 +125,8 @@ def test_the_log_line_rounds_to_what_the_bracket_resolves_and_names_a_lower_boun
 
 def test_even_the_lowest_rate_failing_gives_no_capacity():
     result = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), start_qps=1.0, min_qps=0.1)
-    assert result.capacity_qps is None and result.binding == "tbt_p99_s"
-    assert [t.qps for t in result.trials] == [1.0, 0.5, 0.25, 0.125, 0.1]
+    assert result.capacity_rps is None and result.binding == "tbt_p99_s"
+    assert [t.rate_rps for t in result.trials] == [1.0, 0.5, 0.25, 0.125, 0.1]
 
 
 def _up_to(capacity: float):
@@ -137,9 +137,9 @@ def test_a_capacity_between_the_last_step_and_a_bound_is_found():
     # Halving from 1 steps from 0.5 past min_qps = 0.3 to 0.25: 0.3 is tried, passes, and the search
     # narrows in on 0.4. Doubling from 2 past max_qps = 3 to 4: 3 is tried and passes.
     low = search_capacity(_up_to(0.4), start_qps=1.0, resolution=0.05, min_qps=0.3)
-    assert low.bounded and 0.4 / 1.05 <= low.capacity_qps <= 0.4
+    assert low.bounded and 0.4 / 1.05 <= low.capacity_rps <= 0.4
     high = search_capacity(_up_to(3.5), start_qps=1.0, max_qps=3.0)
-    assert not high.bounded and high.capacity_qps == 3.0
+    assert not high.bounded and high.capacity_rps == 3.0
 
 
 @pytest.mark.parametrize("total, p, needed", [(21, 50, 11), (20, 50, 11), (100, 99, 2), (1000, 99, 11), (1, 99, 1)])
@@ -162,7 +162,7 @@ def test_over_needed_is_the_fewest_values_that_decide_a_percentile(total, p, nee
 ])
 def test_a_search_that_stops_early_says_why(rates, passing, why):
     found = search_capacity(_up_to(passing), start_qps=1.0, min_qps=0.25, max_qps=4.0, max_trials=len(rates))
-    assert [t.qps for t in found.trials] == rates
+    assert [t.rate_rps for t in found.trials] == rates
     assert _why(found, SimpleNamespace(min_qps=0.25, max_qps=4.0, max_trials=len(rates))) == why
 
 
@@ -170,11 +170,11 @@ def test_a_search_cut_short_states_the_resolution_it_reached_not_the_one_asked_f
     # Doubling brackets 3.3 between 2 and 4 on the third trial; one bisection (2.83) leaves a 41%
     # bracket, far from the 5% asked for.
     found = search_capacity(_up_to(3.3), start_qps=1.0, resolution=0.05, max_trials=4)
-    assert [t.qps for t in found.trials] == [1.0, 2.0, 4.0, pytest.approx(2 ** 1.5)]
+    assert [t.rate_rps for t in found.trials] == [1.0, 2.0, 4.0, pytest.approx(2 ** 1.5)]
     assert found.resolution == pytest.approx(4.0 / 2 ** 1.5 - 1) and not found.resolved
     record = found.as_dict()
     assert record["resolution"] == pytest.approx(0.414, abs=1e-3) and record["requested_resolution"] == 0.05
-    assert record["resolved"] is False and record["lowest_failing_qps"] == 4.0
+    assert record["resolved"] is False and record["lowest_failing_rps"] == 4.0
     done = search_capacity(_up_to(3.3), start_qps=1.0, resolution=0.05)
     assert done.resolved and done.resolution <= 0.05 + 1e-12
     assert search_capacity(_up_to(9.0), start_qps=1.0, max_qps=4.0).resolution is None  # never bracketed

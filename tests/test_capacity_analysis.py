@@ -22,7 +22,7 @@ from sarathi_lab.harness import REPO_ROOT
 def _searches():
     rows = [("sarathi_serve", 0.1, 4.0), ("vllm", 0.1, 2.0), ("orca", 0.1, 1.0),
             ("sarathi_serve", 0.5, 6.0), ("vllm", 0.5, 4.0), ("orca", 0.5, 3.0)]
-    return pd.DataFrame([{"scheduler": s, "tbt_slo_s": slo, "capacity_qps": c, "executor": "sim",
+    return pd.DataFrame([{"scheduler": s, "tbt_slo_s": slo, "capacity_rps": c, "executor": "sim",
                           "model": "mistral-7b", "scale": "full"} for s, slo, c in rows])
 
 
@@ -39,7 +39,7 @@ SIM = {"source": "simulated roofline (a100, mistral-7b)", "scale": "full", "dtyp
 
 
 def _cpu_searches():
-    return _searches().assign(executor="model", model="cpu-small", capacity_qps=lambda d: d.capacity_qps / 10,
+    return _searches().assign(executor="model", model="cpu-small", capacity_rps=lambda d: d.capacity_rps / 10,
                               device_name="Test CPU", dtype="float32", torch_threads=2, resolution=0.2)
 
 
@@ -82,7 +82,7 @@ def test_searches_flagged_unreliable_are_left_out_and_counted():
 def test_a_ratio_whose_search_brackets_allow_either_order_is_unclear():
     # 1.1x, but with 20% brackets sarathi_serve's capacity may be below vllm's.
     searches = _cpu_searches()
-    searches.loc[(searches.scheduler == "sarathi_serve") & (searches.tbt_slo_s == 0.1), "capacity_qps"] = 0.22
+    searches.loc[(searches.scheduler == "sarathi_serve") & (searches.tbt_slo_s == 0.1), "capacity_rps"] = 0.22
     (gain, *_) = capacity_claims(Evidence(searches=searches, provenance=CPU)).to_dict("records")
     assert gain["ours"].startswith("1.10x at P99 TBT <= 0.1 s") and gain["holds"] == "unclear"
     assert gain["spread"].startswith("0.92x to 1.32x")
@@ -119,17 +119,44 @@ def test_searches_load_from_their_capacity_json(tmp_path):
     run = tmp_path / "0"
     run.mkdir()
     (run / "capacity.json").write_text(json.dumps({
-        "capacity_qps": 3.0, "resolution": 0.05, "binding": "tbt_p99_s", "bounded": True,
-        "trials": [{"qps": 3.0, "passed": True}, {"qps": 3.1, "passed": False}],
+        "capacity_rps": 3.0, "resolution": 0.05, "binding": "tbt_p99_s", "bounded": True,
+        "trials": [{"rate_rps": 3.0, "passed": True}, {"rate_rps": 3.1, "passed": False}],
         "slo": {"tbt_p99_s": 0.1, "sched_delay_p50_s": 2.0}}))
     (run / "metrics.json").write_text(json.dumps({
         "config": {"scheduler": "vllm", "executor": "sim", "model": "mistral-7b", "scale": "full"},
-        "summary": {"capacity_qps": 3.0, "token_budget": None, "at_capacity_itl_p99_s": 0.09},
+        "summary": {"capacity_rps": 3.0, "token_budget": None, "at_capacity_itl_p99_s": 0.09},
         "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
     (row,) = load_searches(tmp_path).to_dict("records")
-    assert row["capacity_qps"] == 3.0 and row["tbt_slo_s"] == 0.1 and row["num_trials"] == 2
+    assert row["capacity_rps"] == 3.0 and row["tbt_slo_s"] == 0.1 and row["num_trials"] == 2
     assert row["scheduler"] == "vllm" and row["at_capacity_itl_p99_s"] == 0.09
     assert row["device_name"] == "Test CPU" and row["torch_threads"] == 2
+
+
+def test_a_search_written_before_its_rates_said_their_unit_reads_under_todays_names(tmp_path):
+    """capacity.json, metrics.json and a trial's summary once named capacity_qps, lowest_failing_qps
+    and qps; they read back as capacity_rps, lowest_failing_rps and rate_rps (results.RENAMED)."""
+    from sarathi_lab.analysis.capacity_docs import read_table
+    from sarathi_lab.harness.results import load_runs
+
+    run = tmp_path / "0"
+    (run / "trial-0-qps2").mkdir(parents=True)
+    (run / "capacity.json").write_text(json.dumps({
+        "capacity_qps": 2.0, "lowest_failing_qps": 2.1, "resolution": 0.05, "binding": "tbt_p99_s",
+        "bounded": True, "trials": [{"qps": 2.0, "passed": True}], "slo": {"tbt_p99_s": 0.1, "sched_delay_p50_s": 2.0}}))
+    record = {"config": {"scheduler": "vllm", "executor": "sim", "model": "mistral-7b", "scale": "full"},
+              "summary": {"capacity_qps": 2.0, "token_budget": None}, "overrides": [], "resolved_config": {},
+              "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}
+    (run / "metrics.json").write_text(json.dumps(record))
+    (run / "trial-0-qps2" / "metrics.json").write_text(json.dumps(
+        record | {"config": {"trial": 0, "qps": 2.0}, "summary": {"qps": 2.0, "passed": 1.0}}))
+    (row,) = load_searches(tmp_path).to_dict("records")
+    assert row["capacity_rps"] == 2.0 and "capacity_qps" not in row
+    runs = load_runs(run)
+    assert runs.capacity_rps.dropna().tolist() == [2.0] and runs.rate_rps.dropna().tolist() == [2.0]
+    assert "capacity_qps" not in runs
+    old = tmp_path / "old.csv"
+    old.write_text("scheduler,tbt_slo_s,capacity_qps\nvllm,0.1,2.0\n")
+    assert read_table(old).capacity_rps.tolist() == [2.0]
 
 
 def test_a_scheduler_whose_every_rate_failed_stays_in_the_table_and_loses_the_claim():
@@ -137,7 +164,7 @@ def test_a_scheduler_whose_every_rate_failed_stays_in_the_table_and_loses_the_cl
     # sarathi_serve's capacity exceeds vllm's. The row used to vanish from the pivot, and the claim
     # read "not run" (vllm failing at both SLOs) or "nanx" with no verdict (at one).
     searches = _searches().assign(bounded=True)
-    searches.loc[searches.scheduler == "vllm", "capacity_qps"] = None
+    searches.loc[searches.scheduler == "vllm", "capacity_rps"] = None
     table = capacity_table(searches)
     assert "vllm" in table.index and table.loc["vllm"].isna().all()
     (gain, *_) = capacity_claims(Evidence(searches=searches, provenance=SIM)).to_dict("records")

@@ -23,13 +23,13 @@ def _searches(root, executor="model"):
         run = root / str(i)
         run.mkdir(parents=True)
         (run / "capacity.json").write_text(json.dumps({
-            "capacity_qps": qps, "resolution": 0.2, "binding": "tbt_p99_s", "bounded": True,
-            "trials": [{"qps": qps, "passed": True}, {"qps": qps * 1.2, "passed": False}],
+            "capacity_rps": qps, "resolution": 0.2, "binding": "tbt_p99_s", "bounded": True,
+            "trials": [{"rate_rps": qps, "passed": True}, {"rate_rps": qps * 1.2, "passed": False}],
             "slo": {"tbt_p99_s": slo, "sched_delay_p50_s": 2.0}}))
         (run / "metrics.json").write_text(json.dumps({
             "config": {"scheduler": scheduler, "executor": executor, "model": "cpu-small", "scale": "full",
                        "dtype": "bfloat16"},
-            "summary": {"capacity_qps": qps, "token_budget": 256 if scheduler == "sarathi_serve" else None},
+            "summary": {"capacity_rps": qps, "token_budget": 256 if scheduler == "sarathi_serve" else None},
             "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
     return root
 
@@ -81,11 +81,11 @@ def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, d
     assert (rows[~rows.source.str.startswith("measured")].holds == "yes").all()
     # The Yi-34B searches on two A100s: simulated only, their strict-SLO ratio computed from the table.
     yi = pd.read_csv(docs / "capacity" / capacity_docs.TP_CSV)
-    yi_strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_qps
+    yi_strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_rps
     tp_row, trace_row = rows.iloc[-2], rows.iloc[-1]
     # The arxiv_summarization searches: the calibrated cost model and the trace named in the source.
     arxiv = pd.read_csv(docs / "capacity" / capacity_docs.TRACE_CSV)
-    strict = arxiv[arxiv.tbt_slo_s == 0.1].set_index("scheduler").capacity_qps
+    strict = arxiv[arxiv.tbt_slo_s == 0.1].set_index("scheduler").capacity_rps
     assert trace_row.source.startswith("simulated A100 (calibrated), mistral-7b, arxiv_summarization lengths")
     assert trace_row.ours.startswith(f"{strict.sarathi_serve / strict.vllm:.2f}x at P99 TBT <= 0.1 s")
     assert tp_row.source == "simulated 2 x A100 (roofline, tensor parallel), yi-34b (committed docs/capacity/" \

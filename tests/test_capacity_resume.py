@@ -46,9 +46,9 @@ def test_a_rerun_reuses_the_finished_trials_and_ends_as_an_uninterrupted_search(
     with caplog.at_level(logging.INFO):
         run_in_process(SEARCH, resumed)
     got = json.loads((resumed / "capacity.json").read_text())
-    assert got["capacity_qps"] == want["capacity_qps"]
-    assert [(t["qps"], t["passed"], t["binding"]) for t in got["trials"]] == \
-        [(t["qps"], t["passed"], t["binding"]) for t in want["trials"]]
+    assert got["capacity_rps"] == want["capacity_rps"]
+    assert [(t["rate_rps"], t["passed"], t["binding"]) for t in got["trials"]] == \
+        [(t["rate_rps"], t["passed"], t["binding"]) for t in want["trials"]]
     assert (resumed / "trial-0-qps10" / "metrics.json").read_bytes() == first
     assert len(served) == len(want["trials"]) - 1, "the finished trial was measured again"
     assert "trial 0 at 10 req/s: " in caplog.text and "reused from trial-0-qps10" in caplog.text

@@ -44,20 +44,20 @@ def test_capacity_search_finds_the_capacity_known_by_construction(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     expected = 1 / _single_request_service_s()
     found = json.loads((tmp_path / "capacity.json").read_text())
-    failing = min(t["qps"] for t in found["trials"] if not t["passed"])
+    failing = min(t["rate_rps"] for t in found["trials"] if not t["passed"])
     assert found["bounded"] and found["binding"] == "sched_delay_p50_s"
-    assert found["capacity_qps"] <= expected * 1.01 and failing >= expected * 0.99
-    assert failing <= found["capacity_qps"] * (1 + resolution)
+    assert found["capacity_rps"] <= expected * 1.01 and failing >= expected * 0.99
+    assert failing <= found["capacity_rps"] * (1 + resolution)
     # The contract: every trial a finished run under the search's directory; the search's own metrics.json.
     for k, trial in enumerate(found["trials"]):
         run = tmp_path / trial["run_dir"]
         assert trial["run_dir"].startswith(f"trial-{k}-qps")
         assert {"metrics.json", "iterations.parquet", "requests.parquet"} <= {p.name for p in run.iterdir()}
         record = json.loads((run / "metrics.json").read_text())
-        assert record["config"]["trial"] == k and record["config"]["qps"] == trial["qps"]
+        assert record["config"]["trial"] == k and record["config"]["qps"] == trial["rate_rps"]
         assert record["summary"]["passed"] == float(trial["passed"]) and "goodput_rps" in record["summary"]
     summary = json.loads((tmp_path / "metrics.json").read_text())["summary"]
-    assert summary["capacity_qps"] == found["capacity_qps"] and summary["num_trials"] == len(found["trials"])
+    assert summary["capacity_rps"] == found["capacity_rps"] and summary["num_trials"] == len(found["trials"])
     assert len(pd.read_parquet(tmp_path / "trials.parquet")) == len(found["trials"])
 
 
@@ -71,7 +71,7 @@ def test_a_trial_serves_its_arrival_window_and_the_capacity_stays_the_same(tmp_p
                 "capacity.min_requests=15")
     assert done.returncode == 0, done.stderr[-2000:]
     trials = pd.read_parquet(tmp_path / "trials.parquet")
-    expected = [min(60, max(15, -(-q * 0.1 // 1))) for q in trials.qps]
+    expected = [min(60, max(15, -(-q * 0.1 // 1))) for q in trials.rate_rps]
     assert trials.requests.tolist() == expected and len(set(expected)) > 1
     for _, t in trials.iterrows():
         served = len(pd.read_parquet(tmp_path / t.run_dir / "requests.parquet"))
@@ -83,7 +83,7 @@ def test_a_trial_serves_its_arrival_window_and_the_capacity_stays_the_same(tmp_p
         assert summary["num_unfinished"] == t.num_unfinished == t.requests - summary["num_requests"]
     found = json.loads((tmp_path / "capacity.json").read_text())
     capacity = 1 / _single_request_service_s()
-    assert found["capacity_qps"] <= capacity * 1.01 <= min(t["qps"] for t in found["trials"] if not t["passed"]) * 1.02
+    assert found["capacity_rps"] <= capacity * 1.01 <= min(t["rate_rps"] for t in found["trials"] if not t["passed"]) * 1.02
 
 
 def test_an_interrupted_search_saves_its_trials_and_the_interrupted_trial_as_partial_records(tmp_path, monkeypatch):

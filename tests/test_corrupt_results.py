@@ -132,7 +132,7 @@ def test_capacity_searches_name_a_damaged_capacity_json_and_go_on(tmp_path, capl
     good, bad = tmp_path / "a", tmp_path / "b"
     for run in (good, bad):
         _write_run(run, 32)
-    found = {"slo": {"tbt_p99_s": 0.2, "sched_delay_p50_s": 1.0}, "capacity_qps": 2.0, "resolution": 0.04,
+    found = {"slo": {"tbt_p99_s": 0.2, "sched_delay_p50_s": 1.0}, "capacity_rps": 2.0, "resolution": 0.04,
              "binding": "tbt_p99_s", "bounded": True, "trials": [{}, {}]}
     (good / CAPACITY_JSON).write_text(json.dumps(found))
     (bad / CAPACITY_JSON).write_text(json.dumps(found)[:30])

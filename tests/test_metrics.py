@@ -93,3 +93,14 @@ def test_a_stopped_run_s_token_rates_are_over_the_window_it_measured():
     assert s["num_requests"] == 1
     assert s["makespan_s"] == pytest.approx(seen[-1].start + seen[-1].duration)
     assert s["total_throughput_tok_s"] == pytest.approx((s["prefill_tokens"] + s["decode_tokens"]) / s["makespan_s"])
+
+
+def test_the_iteration_columns_are_the_rows_by_column():
+    """iterations.parquet is built from columns; they hold what the rows hold, in the same order."""
+    import pandas as pd
+
+    m = Metrics([_iteration(0, 4, 0), _iteration(1, 2, 1, duration=0.5), _iteration(2, 0, 2, forward=0.25)])
+    by_rows, by_columns = pd.DataFrame(m.iteration_rows()), pd.DataFrame(m.iteration_columns())
+    pd.testing.assert_frame_equal(by_columns, by_rows)
+    assert list(by_columns.columns) == list(m.iteration_rows()[0]) and by_columns.num_tokens.tolist() == [4, 3, 2]
+    pd.testing.assert_frame_equal(pd.DataFrame(Metrics().iteration_columns()), pd.DataFrame(Metrics().iteration_rows()))

@@ -270,3 +270,22 @@ def test_device_counts_are_integers(key, value):
     # times for a 257-token chunk); a fractional byte count is no memory size.
     with pytest.raises(ConfigError, match=rf"^sim.device.a100.{key}={value!r} is invalid: must be an integer > 0$"):
         dataclasses.replace(load_device("a100"), **{key: value})
+
+
+@pytest.mark.parametrize("kind", ["roofline", "calibrated"])
+def test_remembered_small_decode_iterations_are_the_predictions(kind, monkeypatch):
+    """The roofline's memo of small decode-only iterations hands out what a fresh prediction gives,
+    for each composition apart (the same total context split otherwise is its own entry), and
+    starts again when full."""
+    from sarathi_lab.sim import roofline
+
+    monkeypatch.setattr(roofline, "MEMO_SIZE", 3)
+    cm = CostModel.for_device("a100", "mistral-7b", cost_model=kind)
+    for decodes, sampled in [([300], 1), ([100, 200], 2), ([150, 150], 2), ([100, 200], 1), ([300], 1),
+                             ([5, 6, 7, 8], 4), ([1] * 5, 5)]:
+        got = cm.iteration_cost(decodes=decodes, num_sampled=sampled)
+        want = cm._predict([], list(decodes), sampled)
+        assert (got.prepare_s, got.forward_s, got.sample_s, got.ops) == \
+            (want.prepare_s, want.forward_s, want.sample_s, want.ops)
+        assert len(cm._small_decodes) <= 3
+    assert cm.iteration_cost(decodes=[300], num_sampled=1) is cm.iteration_cost(decodes=[300], num_sampled=1)

@@ -42,3 +42,12 @@ def test_speed_command_reports_cpu_time_and_where_it_goes():
     assert done.returncode == 0, done.stderr[-2000:]
     assert LINE.search(done.stdout) and LINE.search(done.stdout)[1] == "50"
     assert "tottime" in done.stdout
+
+
+def test_rate_sets_the_arrivals_and_the_digest_names_the_records():
+    _, _, arrivals = sim_speed.workload(500, rate_rps=0.5)
+    assert 500 / arrivals[-1] == pytest.approx(0.5, rel=0.15)
+    runs = [sim_speed.simulate(8, scheduler="static", prompt_tokens=(100, 300), decode_tokens=(4, 8), rate_rps=rate,
+                               with_digest=True) for rate in (0.5, 0.5, 50.0)]
+    assert runs[0].digest == runs[1].digest and len(runs[0].digest) == 16
+    assert runs[2].digest != runs[0].digest  # requests that overlap: other batches, other records

@@ -17,7 +17,7 @@ import pandas as pd
 
 from sarathi_lab.analysis.claims import COLUMNS
 from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.harness.results import METRICS, is_finished, load_runs
+from sarathi_lab.harness.results import METRICS, current_names, is_finished, load_runs
 
 log = logging.getLogger(__name__)
 CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
@@ -32,7 +32,7 @@ PAPER_TP_GAIN_OVER_VLLM = 3.7  # Yi-34B on two A100s (tensor parallel), strict 0
 HYBRID_TBT_MIN_RATIO = 2
 # The pair the capacity gain compares, first in tables; the other schedulers follow in the registry's order.
 COMPARED = ("sarathi_serve", "vllm")
-TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_qps", "resolution", "binding", "bounded",
+TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", "resolution", "binding", "bounded",
                  "num_trials", "token_budget", "at_capacity_itl_p99_s", "at_capacity_ttft_p50_s",
                  "at_capacity_sched_delay_p50_s", "executor", "model", "scale"]
 # What a measured capacity depends on besides the model: the machine, the precision, the threads,
@@ -55,12 +55,13 @@ def load_searches(root: str | Path) -> pd.DataFrame:
 
 
 def _search_row(path: Path) -> dict:
-    found = json.loads(path.read_text())
+    # A search written before its rates' names carried their unit reads as one of today's.
+    found = current_names(json.loads(path.read_text()))
     record = json.loads((path.parent / METRICS).read_text())
-    summary = record["summary"]
+    summary = current_names(record["summary"])
     return (record["config"] | {
             "run_dir": str(path.parent), "tbt_slo_s": found["slo"]["tbt_p99_s"],
-            "sched_delay_slo_s": found["slo"]["sched_delay_p50_s"], "capacity_qps": found["capacity_qps"],
+            "sched_delay_slo_s": found["slo"]["sched_delay_p50_s"], "capacity_rps": found["capacity_rps"],
             "resolution": found["resolution"], "binding": found["binding"], "bounded": found["bounded"],
             "num_trials": len(found["trials"]), "token_budget": summary.get("token_budget"),
             "at_capacity_itl_p99_s": summary.get("at_capacity_itl_p99_s"),
@@ -88,7 +89,7 @@ def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
     """Capacity (req/s) per scheduler (rows) and TBT SLO (columns), with sarathi_serve / vllm."""
     # dropna=False: a scheduler whose searches all failed even their lowest rate (capacity None) is a
     # result, not a missing run; pivot_table would drop its row.
-    table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_qps", aggfunc="max",
+    table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_rps", aggfunc="max",
                                  dropna=False)
     order = [*COMPARED, *(s for s in scheduler_names() if s not in COMPARED)]
     table = table.reindex([s for s in order if s in table.index])
@@ -229,7 +230,7 @@ def _ratio_interval(s: pd.Series, v: pd.Series) -> tuple[float, float]:
     search that passed every rate)."""
     def bracket(row):
         res = row.get("resolution", 0.0)
-        return row.capacity_qps, row.capacity_qps * (1 + res) if pd.notna(res) else np.inf
+        return row.capacity_rps, row.capacity_rps * (1 + res) if pd.notna(res) else np.inf
     (s_lo, s_hi), (v_lo, v_hi) = bracket(s), bracket(v)
     return s_lo / v_hi, s_hi / v_lo
 
@@ -240,23 +241,23 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
         return None
     texts, holds, spreads = [], {}, {}
     for slo, rows in searches.groupby("tbt_slo_s"):
-        serve = rows[rows.scheduler == "sarathi_serve"].sort_values("capacity_qps", na_position="first")
-        vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_qps", na_position="first")
+        serve = rows[rows.scheduler == "sarathi_serve"].sort_values("capacity_rps", na_position="first")
+        vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_rps", na_position="first")
         if not len(serve) or not len(vllm):
             continue  # one of the two not searched at this SLO: no comparison
         # A capacity of None (NaN) is a search that failed even its lowest rate: below any that passed.
         s, v = serve.iloc[-1], vllm.iloc[-1]
-        if np.isnan(s.capacity_qps) or np.isnan(v.capacity_qps):
-            both = np.isnan(s.capacity_qps) and np.isnan(v.capacity_qps)
+        if np.isnan(s.capacity_rps) or np.isnan(v.capacity_rps):
+            both = np.isnan(s.capacity_rps) and np.isnan(v.capacity_rps)
             text = ("neither passed a rate tried" if both
-                    else f"{'vllm' if np.isnan(v.capacity_qps) else 'sarathi_serve'} passed no rate tried")
-            holds[slo] = "n/a" if both else "yes" if np.isnan(v.capacity_qps) else "no"
+                    else f"{'vllm' if np.isnan(v.capacity_rps) else 'sarathi_serve'} passed no rate tried")
+            holds[slo] = "n/a" if both else "yes" if np.isnan(v.capacity_rps) else "no"
             spreads[slo] = ""
         else:
             low, high = _ratio_interval(s, v)
             # The verdict of the bracketed ratio: unclear where the brackets allow either order.
             holds[slo] = "yes" if low > 1 else "no" if high <= 1 else "unclear"
-            text = f"{s.capacity_qps / v.capacity_qps:.2f}x"
+            text = f"{s.capacity_rps / v.capacity_rps:.2f}x"
             spreads[slo] = f"{low:.2f}x to {high:.2f}x at P99 TBT <= {slo:g} s (search brackets)"
         texts.append(f"{text} at P99 TBT <= {slo:g} s")
     if not holds:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis.figures import save
+from sarathi_lab.harness.results import current_names
 from sarathi_lab.sim import CostModel
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"  # the repository's
@@ -29,12 +30,18 @@ SIM_DEVICE, TP_GPUS = "a100", 2
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 
 
+def read_table(path: Path) -> pd.DataFrame:
+    """A committed table, its columns under today's names (one written before capacity_rps said its
+    unit has capacity_qps)."""
+    return pd.read_csv(path).rename(columns=current_names)
+
+
 def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
     """The simulated capacities, the simulated trade-off and the CPU capacities (None: not measured)."""
     folder = Path(docs) / "capacity"
     cpu = folder / CPU_CSV
-    return (pd.read_csv(folder / SIM_CSV), pd.read_csv(folder / TRADEOFF_CSV),
-            pd.read_csv(cpu) if cpu.exists() else None)
+    return (read_table(folder / SIM_CSV), read_table(folder / TRADEOFF_CSV),
+            read_table(cpu) if cpu.exists() else None)
 
 
 def tabulate(multirun: str | Path, docs: str | Path = DOCS) -> Path:
@@ -80,7 +87,7 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
             (TRACE_CSV, capacity.trace_claim, "{dev} ({trace}), {model}, arxiv_summarization lengths")):
         path = Path(docs) / "capacity" / csv
         if path.exists():
-            searches = pd.read_csv(path)
+            searches = read_table(path)
             name = label.format(n=TP_GPUS, dev=SIM_DEVICE.upper(), trace=TRACE_LABEL, model=searches.model.iloc[0])
             rows = pd.concat([rows, claim(capacity.Evidence(searches, provenance=simulated_provenance(
                 searches, csv, name)))], ignore_index=True)

@@ -30,6 +30,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number > 0: a rate."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number > 0")
+    return value
+
+
 def thread_count(text: str) -> int:
     """Threads: an integer from 1 to the cores this process may run on. More threads than cores time
     their waits for a core (OpenMP's spinning threads slow to a crawl), not the work."""

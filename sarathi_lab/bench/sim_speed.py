@@ -2,15 +2,21 @@
 in CPU seconds, requests/s and iterations/s, and with ``--profile`` where that time goes
 (cProfile's top entries). The default trace is the one the simulator is held to: Llama-2-7B on an
 A100, sarathi_serve with a 512-token budget, Poisson arrivals at 4 requests/s, 1,024 prompt and 256
-decode tokens each.
+decode tokens each. ``--rate`` changes the arrival rate: at 0.2 req/s under static, most iterations
+hold one request, as a capacity search's passing trials of static do. ``--digest`` prints a hash of
+the run's records (every iteration and request row and the summary): a change that only makes the
+simulator faster leaves it as it was.
 
     python -m sarathi_lab.bench.sim_speed [--requests 10000] [--model llama2-7b] [--device a100]
-        [--scheduler sarathi_serve] [--chunk 512] [--prompt-tokens 1024] [--decode-tokens 256] [--profile]
+        [--scheduler sarathi_serve] [--chunk 512] [--prompt-tokens 1024] [--decode-tokens 256]
+        [--rate 4] [--profile] [--digest]
 """
 from __future__ import annotations
 
 import cProfile
+import hashlib
 import io
+import json
 import pstats
 import time
 from dataclasses import dataclass
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, int_range, positive_int
+from sarathi_lab.bench.args import HelpFormatter, int_range, positive_float, positive_int
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.device import DEVICES
 
@@ -27,12 +33,12 @@ ARRIVAL_RATE_RPS = 4.0
 
 
 def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024), decode_tokens: tuple[int, int] = (256, 256),
-             seed: int = 0) -> tuple[list[list[int]], list[int], list[float]]:
+             seed: int = 0, rate_rps: float = ARRIVAL_RATE_RPS) -> tuple[list[list[int]], list[int], list[float]]:
     """Prompts and decodes of lengths uniform in the given (LO, HI) bounds, Poisson arrivals."""
     rng = np.random.default_rng(seed)
     prompts = [[1] * int(p) for p in rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)]
     decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()
-    arrivals = np.cumsum(rng.exponential(1 / ARRIVAL_RATE_RPS, size=n)).tolist()
+    arrivals = np.cumsum(rng.exponential(1 / rate_rps, size=n)).tolist()
     return prompts, decodes, arrivals
 
 
@@ -42,6 +48,7 @@ class Speed:
     num_iterations: int
     simulated_s: float
     cpu_s: float
+    digest: str = ""  # of the run's records (digest)
 
     @property
     def requests_per_s(self) -> float:
@@ -54,17 +61,26 @@ class Speed:
 
 def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: str = "sarathi_serve",
              chunk: int = 512, batch: int = 64, prompt_tokens: tuple[int, int] = (1024, 1024),
-             decode_tokens: tuple[int, int] = (256, 256)) -> Speed:
+             decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS,
+             with_digest: bool = False) -> Speed:
     """The CPU seconds of one generate call over the trace (the engine built before the clock starts)."""
     from sarathi_lab import LLM
 
     llm = LLM(model, executor="sim", sim_device=device, scheduler=scheduler, chunk_size=chunk, max_batch_size=batch)
-    prompts, decodes, arrivals = workload(n, prompt_tokens, decode_tokens)
+    prompts, decodes, arrivals = workload(n, prompt_tokens, decode_tokens, rate_rps=rate_rps)
     started = time.process_time()
     llm.generate(prompts, decodes, arrival_times=arrivals)
     cpu_s = time.process_time() - started
     summary = llm.metrics.summary()
-    return Speed(int(summary["num_requests"]), int(summary["num_iterations"]), summary["makespan_s"], cpu_s)
+    return Speed(int(summary["num_requests"]), int(summary["num_iterations"]), summary["makespan_s"], cpu_s,
+                 digest(llm.metrics) if with_digest else "")
+
+
+def digest(metrics) -> str:
+    """SHA-256 (first 16 hex digits) of a run's iteration rows, request rows and summary: what a
+    change to the simulator's speed alone must leave as it was."""
+    records = [metrics.iteration_rows(), metrics.request_rows(), metrics.summary()]
+    return hashlib.sha256(json.dumps(records, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,19 +94,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=positive_int, default=64, help="max_batch_size")
     parser.add_argument("--prompt-tokens", type=int_range, default=(1024, 1024), help="N, or LO-HI drawn uniformly")
     parser.add_argument("--decode-tokens", type=int_range, default=(256, 256), help="N, or LO-HI drawn uniformly")
+    parser.add_argument("--rate", type=positive_float, default=ARRIVAL_RATE_RPS, help="Poisson arrivals, requests/s")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries by own time")
+    parser.add_argument("--digest", action="store_true", help="print a hash of the run's records")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
     speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk, args.batch,
-                     args.prompt_tokens, args.decode_tokens)
+                     args.prompt_tokens, args.decode_tokens, args.rate, args.digest)
     if profiler:
         profiler.disable()
     print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, {speed.simulated_s:.0f} s simulated) "
           f"in {speed.cpu_s:.2f} s CPU: {speed.requests_per_s:,.0f} requests/s, "
           f"{speed.iterations_per_s:,.0f} iterations/s")
+    if args.digest:
+        print(f"digest {speed.digest}")
     if profiler:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)

@@ -57,7 +57,8 @@ class ScheduledBatch:
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.prefills)
+        # A list, not a generator, and none for a decode-only batch: read every iteration.
+        return sum([c.num_tokens for c in self.prefills]) if self.prefills else 0
 
     @property
     def num_decode_tokens(self) -> int:
@@ -87,12 +88,15 @@ class ScheduledBatch:
     @property
     def decode_contexts(self) -> tuple[int, ...]:
         """Each decode's context once its token is cached, in batch order."""
-        return self.freeze()._decode_contexts
+        if self._sampled is None:  # read several times an iteration: freeze is called only once
+            self.freeze()
+        return self._decode_contexts
 
     @property
     def sampled(self) -> tuple[Sequence, ...]:
         """Requests that get a new token from this iteration, in batch order."""
-        return self.freeze()._sampled
+        sampled = self._sampled
+        return sampled if sampled is not None else self.freeze()._sampled
 
     @functools.cached_property
     def chunks(self) -> tuple[ScheduledChunk, ...]:
@@ -104,7 +108,8 @@ class ScheduledBatch:
     @property
     def kv_tokens_read(self) -> int:
         """Cached keys/values attention reads per layer: every request reads its whole context."""
-        return sum(c.context_len for c in self.prefills) + sum(self.decode_contexts)
+        prefills = sum([c.start + c.num_tokens for c in self.prefills]) if self.prefills else 0
+        return prefills + sum(self.decode_contexts)
 
     def __contains__(self, seq: Sequence) -> bool:
         return seq in self.decodes or any(c.seq is seq for c in self.prefills)

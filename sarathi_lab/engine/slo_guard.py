@@ -39,6 +39,8 @@ class SLOGuard:
     def __init__(self, slo: SLO, engine: LLMEngine, num_requests: int, total_gaps: int):
         self.slo, self.engine = slo, engine
         self.num_requests, self.total_gaps = num_requests, total_gaps
+        # The counts that decide each percentile, fixed for the run: checked at every iteration.
+        self._late_needed, self._gaps_needed = over_needed(num_requests, 50), over_needed(total_gaps, 99)
         # Each check visits only the requests whose verdict can still change, never all of them:
         # a request over a limit stays over it, so it is counted once and dropped, and so is one
         # scheduled within the delay limit or finished with its gaps counted.
@@ -51,23 +53,26 @@ class SLOGuard:
 
     def __call__(self, _record) -> None:
         now, slo, requests = self.engine.elapsed(), self.slo, self.engine.metrics.requests
-        new = requests[self._seen:]
+        seen = self._seen
+        new = requests[seen:] if len(requests) > seen else []
         self._seen = len(requests)
         if slo.sched_delay_p50_s is not None:
             late = self._count_late(new, now, slo.sched_delay_p50_s)
-            if late >= over_needed(self.num_requests, 50):
+            if late >= self._late_needed:
                 raise SLOViolated("sched_delay_p50_s", f"{late} of {self.num_requests} requests waited longer than "
                                   f"{slo.sched_delay_p50_s} s to be scheduled: the median cannot come back under it")
         if slo.tbt_p99_s is not None and self.total_gaps > 0:
             ongoing = self._count_gaps(new, now, slo.tbt_p99_s)
             over = self._gaps_over + ongoing
-            if over >= over_needed(self.total_gaps, 99):
+            if over >= self._gaps_needed:
                 raise SLOViolated("tbt_p99_s", f"{over} of {self.total_gaps} token gaps exceed {slo.tbt_p99_s} s: "
                                   "the P99 cannot come back under it")
 
     def _count_late(self, new: list, now: float, limit: float) -> int:
         """Requests whose scheduling delay exceeds ``limit``, or will: a waiting one's delay is at
         least how long it has waited."""
+        if not self._unscheduled and not new:
+            return self._late
         undecided = []
         for r in self._unscheduled + new:
             delay = (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival
@@ -83,7 +88,7 @@ class SLOGuard:
         gap (since their last token) is already over it."""
         ongoing, still = 0, []
         counted = self._counted
-        for r in self._active + new:
+        for r in self._active + new if new else self._active:
             times = r.token_times
             seen = counted.get(r.request_id, 1)
             for k in range(seen, len(times)):

@@ -22,7 +22,7 @@ CONSTRAINTS = ("sched_delay_p50_s", "tbt_p99_s", "saturated")
 
 @dataclass(frozen=True)
 class Trial:
-    qps: float
+    rate_rps: float               # requests/s the trial's arrivals were scaled to
     passed: bool
     binding: str | None          # the constraint it missed (None if it passed)
     stopped_early: bool          # its verdict was certain before every request finished
@@ -31,50 +31,50 @@ class Trial:
 
 @dataclass(frozen=True)
 class Capacity:
-    capacity_qps: float | None   # the highest passing rate tried; None: even the lowest failed
-    lowest_failing_qps: float | None  # None: every rate tried passed
+    capacity_rps: float | None   # the highest passing rate tried; None: even the lowest failed
+    lowest_failing_rps: float | None  # None: every rate tried passed
     requested_resolution: float  # relative: what the search was asked to reach
     binding: str | None          # what failed at the lowest failing rate
     trials: list[Trial]
 
     @property
     def bounded(self) -> bool:
-        """False: every rate up to max_qps passed, so capacity >= capacity_qps."""
-        return self.lowest_failing_qps is not None
+        """False: every rate up to max_qps passed, so capacity >= capacity_rps."""
+        return self.lowest_failing_rps is not None
 
     @property
     def resolution(self) -> float | None:
         """Relative, as reached: the lowest failing rate is within (1 + resolution) of the capacity.
         None where no passing and failing rate bracket it. It can be wider than requested when the
         trials ran out first, and a record must not claim the requested precision then."""
-        if self.capacity_qps is None or self.lowest_failing_qps is None:
+        if self.capacity_rps is None or self.lowest_failing_rps is None:
             return None
-        return self.lowest_failing_qps / self.capacity_qps - 1
+        return self.lowest_failing_rps / self.capacity_rps - 1
 
     @property
     def resolved(self) -> bool:
         """Bracketed within the requested resolution (the bisection's own stopping test)."""
-        return self.bounded and self.capacity_qps is not None and \
-            self.lowest_failing_qps <= self.capacity_qps * (1 + self.requested_resolution)
+        return self.bounded and self.capacity_rps is not None and \
+            self.lowest_failing_rps <= self.capacity_rps * (1 + self.requested_resolution)
 
     def describe(self) -> str:
         """One line for the log: the capacity rounded to the digits its bracket resolves, and what it
         is when unbracketed (a lower bound, or below every rate tried)."""
         tried = f"after {len(self.trials)} trials"
-        if self.capacity_qps is None:
-            return (f"capacity below {_rounded(self.lowest_failing_qps, None)} req/s: even the lowest rate tried "
+        if self.capacity_rps is None:
+            return (f"capacity below {_rounded(self.lowest_failing_rps, None)} req/s: even the lowest rate tried "
                     f"failed (binding: {self.binding}) {tried}")
         if not self.bounded:
-            return (f"capacity >= {_rounded(self.capacity_qps, None)} req/s: every rate tried passed, so this is a "
+            return (f"capacity >= {_rounded(self.capacity_rps, None)} req/s: every rate tried passed, so this is a "
                     f"lower bound, not a capacity {tried}")
-        low, high = _rounded(self.capacity_qps, self.resolution), _rounded(self.lowest_failing_qps, self.resolution)
+        low, high = _rounded(self.capacity_rps, self.resolution), _rounded(self.lowest_failing_rps, self.resolution)
         return f"capacity {low} req/s (fails by {high} req/s; binding: {self.binding}) {tried}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"capacity_qps": self.capacity_qps, "resolution": self.resolution,
+        return {"capacity_rps": self.capacity_rps, "resolution": self.resolution,
                 "requested_resolution": self.requested_resolution, "resolved": self.resolved,
-                "lowest_failing_qps": self.lowest_failing_qps, "binding": self.binding, "bounded": self.bounded,
-                "trials": [{"qps": t.qps, "passed": t.passed, "binding": t.binding, "stopped_early": t.stopped_early}
+                "lowest_failing_rps": self.lowest_failing_rps, "binding": self.binding, "bounded": self.bounded,
+                "trials": [{"rate_rps": t.rate_rps, "passed": t.passed, "binding": t.binding, "stopped_early": t.stopped_early}
                            for t in self.trials]}
 
 
@@ -113,9 +113,9 @@ def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resol
         nonlocal best, worst
         t = run_trial(qps)
         trials.append(t)
-        if t.passed and (best is None or qps > best.qps):
+        if t.passed and (best is None or qps > best.rate_rps):
             best = t
-        if not t.passed and (worst is None or qps < worst.qps):
+        if not t.passed and (worst is None or qps < worst.rate_rps):
             worst = t
         return t
 
@@ -129,10 +129,10 @@ def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resol
             break
         qps = following
         trial(qps)
-    while best is not None and worst is not None and worst.qps > best.qps * (1 + resolution) \
+    while best is not None and worst is not None and worst.rate_rps > best.rate_rps * (1 + resolution) \
             and len(trials) < max_trials:
-        trial(math.sqrt(best.qps * worst.qps))  # geometric middle: the resolution is relative
-    return Capacity(capacity_qps=best.qps if best else None, lowest_failing_qps=worst.qps if worst else None,
+        trial(math.sqrt(best.rate_rps * worst.rate_rps))  # geometric middle: the resolution is relative
+    return Capacity(capacity_rps=best.rate_rps if best else None, lowest_failing_rps=worst.rate_rps if worst else None,
                     requested_resolution=resolution, binding=worst.binding if worst else None, trials=trials)
 
 

@@ -43,6 +43,8 @@ RENAMED = {
        for p in (50, 90, 99)},
     # The tables once named their columns as the records name their fields.
     **ITERATION_COLUMNS, **REQUEST_COLUMNS, "ttft": "ttft_s", "e2e": "e2el_s",
+    # A capacity search's rates (its summary, capacity.json, the trials table, the docs' tables).
+    "capacity_qps": "capacity_rps", "lowest_failing_qps": "lowest_failing_rps", "qps": "rate_rps",
 }
 
 
@@ -175,12 +177,13 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
             keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)
             if table == "summary":
                 env = {f"env.{k}": v for k, v in record["environment"].items()}
-                frames.append(pd.DataFrame([keys | _current_names(record["summary"]) | env]))
+                frames.append(pd.DataFrame([keys | current_names(record["summary"]) | env]))
             elif (path.parent / f"{table}.parquet").exists():
                 rows = _read_table(path.parent / f"{table}.parquet")
-                # Only the engine's own tables had the old names; a measurement task's "start" is its own.
-                if table in ("iterations", "requests"):
-                    rows = rows.rename(columns=_current_names)
+                # Only the engine's own tables and a capacity search's trials had the old names; a
+                # measurement task's "start" is its own.
+                if table in ("iterations", "requests", "trials"):
+                    rows = rows.rename(columns=current_names)
                 frames.append(rows.assign(**keys))
         except UnreadableRun as e:
             if strict:
@@ -196,7 +199,7 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise UnreadableRun(f"{path} is unreadable ({' '.join(str(e).split())[:200]})") from None
 
 
-def _current_names(names: Any) -> Any:
+def current_names(names: Any) -> Any:
     """A summary (dict) with today's key names, or one column's name (str)."""
     if isinstance(names, str):
         return RENAMED.get(names, names)

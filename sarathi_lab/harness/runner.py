@@ -117,24 +117,24 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             partial=partial, wall_time_s=time.perf_counter() - start))
         return environment
 
-    def log_run(directory: Path, name: str, summary: dict[str, float], history: list[dict],
-                tables: dict[str, pd.DataFrame], environment: dict[str, Any]) -> None:
+    def log_run(directory: Path, name: str, summary: dict[str, float], tables: dict[str, pd.DataFrame],
+                environment: dict[str, Any]) -> None:
         log_to_wandb(cfg.logger, WandbRun(
             run_dir=directory, name=name, group=group, job_type=cfg.name,
             tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
                                      *(["simulated"] if environment["simulated"] else [])])),
             # What ran beside what was asked for (device=auto; bfloat16 that ran as float32).
-            config=resolved_config, environment=environment, summary=summary | budget_record, history=history,
-            # Iterations are already the history.
+            config=resolved_config, environment=environment, summary=summary | budget_record,
+            # Iterations are the history.
+            history=tables.get("iterations", pd.DataFrame()),
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
     def record_run(directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
                    config: dict[str, Any], partial: bool = False) -> None:
-        rows = metrics.iteration_rows()
-        tables = _engine_tables(metrics, rows)
+        tables = _engine_tables(metrics)
         environment = save_to(directory, summary, tables, partial=partial, config=config)
         if not partial:  # as for an interrupted serving run: W&B gets finished runs only
-            log_run(directory, name, summary, rows, tables, environment)
+            log_run(directory, name, summary, tables, environment)
 
     def save_partial(summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
         save_to(run_dir, summary, tables, partial=True)
@@ -147,8 +147,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
             save_partial(llm.metrics.summary(slo), _engine_tables(llm.metrics))
             raise
-        history = llm.metrics.iteration_rows()
-        summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics, history)
+        summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
         if summary["saturated"]:
             log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
                         "percentiles describe how long this run was, not a steady state", summary["queue_growth_requests"])
@@ -158,7 +157,6 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group,
                                                       resolved_config))
                            if takes_context(task) else task(cfg, llm))
-        history = []
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = save_to(run_dir, summary, tables, partial=False)
     if finished:
@@ -167,7 +165,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     # A prediction must not read as a measurement: a simulated run says so first.
     where = f"{environment['device_name']}, " if environment["simulated"] else ""
     log.info("results in %s: %s%s", out, where, headline)
-    log_run(out, run_name(cfg, ctx.overrides), summary, history, tables, environment)
+    log_run(out, run_name(cfg, ctx.overrides), summary, tables, environment)
     return "ok"
 
 
@@ -287,10 +285,9 @@ def _serve(llm: LLM, workload: Workload) -> None:
         progress.close()
 
 
-def _engine_tables(metrics: Metrics, iteration_rows: list[dict] | None = None) -> dict[str, pd.DataFrame]:
-    """The results contract's tables; ``iteration_rows``: the rows already built for W&B's history."""
-    rows = metrics.iteration_rows() if iteration_rows is None else iteration_rows
-    return {"iterations": pd.DataFrame(rows), "requests": pd.DataFrame(metrics.request_rows())}
+def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
+    """The results contract's tables (the iterations also W&B's history)."""
+    return {"iterations": pd.DataFrame(metrics.iteration_columns()), "requests": pd.DataFrame(metrics.request_rows())}
 
 
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:

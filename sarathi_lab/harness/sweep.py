@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
 # The metrics a sweep's table shows, those its jobs have: a serving run's, a capacity search's.
 HEADLINE = ("request_throughput_rps", "total_throughput_tok_s", "ttft_p50_s", "itl_p99_s", "e2el_p50_s",
-            "goodput_rps", "capacity_qps")
+            "goodput_rps", "capacity_rps")
 
 
 class SweepSummary(Callback):

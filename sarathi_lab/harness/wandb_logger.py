@@ -44,7 +44,9 @@ class WandbRun:
     config: dict[str, Any]  # the whole resolved config
     environment: dict[str, Any]         # metrics.json's: into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
-    history: list[dict[str, Any]]       # per-iteration rows (iterations.parquet), over TIME_AXIS
+    # iterations.parquet, over TIME_AXIS: made rows only here, where W&B logs it (a run that does not
+    # log builds no dict per iteration).
+    history: pd.DataFrame
     tables: dict[str, pd.DataFrame]     # logged as W&B tables (requests, a measurement's own)
 
 
@@ -77,9 +79,10 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
     try:
         wb.define_metric(TIME_AXIS, summary="max")
         wb.define_metric(f"{HISTORY_PREFIX}*", step_metric=TIME_AXIS)
-        for row in run.history:
+        history = run.history.to_dict("records")
+        for row in history:
             wb.log(history_row(row), step=row["iteration"])
-        last_step = run.history[-1]["iteration"] if run.history else 0
+        last_step = history[-1]["iteration"] if history else 0
         wb.log({name: wandb.Table(dataframe=_scalar_columns(df)) for name, df in run.tables.items()}, step=last_step)
         wb.summary.update(run.summary | {f"{ENV_PREFIX}{k}": run.environment.get(k) for k in PROVENANCE})
         # The run's own files too, so that the W&B API gives back what load_runs reads locally

@@ -21,7 +21,8 @@ from sarathi_lab.config import DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError
 @dataclass
 class IterationCost:
     """Predicted seconds of one iteration, split as the engine records it; ``ops`` splits the
-    forward pass. ``extrapolated``: some part lies outside what the prediction was built from."""
+    forward pass. ``extrapolated``: some part lies outside what the prediction was built from.
+    Read-only: a cost model may hand out the same one for every iteration of the same composition."""
     prepare_s: float
     forward_s: float
     sample_s: float

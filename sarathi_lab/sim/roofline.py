@@ -21,6 +21,13 @@ from sarathi_lab.profiling.floors import Shape, visible_pairs
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 
+# Decode-only iterations of at most this many requests are remembered by their contexts: the same few
+# recur throughout a run of small batches (static or vllm at low load, where a capacity search spends
+# most of its iterations), and a key of a few contexts costs less to hash than the cost to predict.
+SMALL_DECODE_BATCH = 4
+# Remembered iterations at most; the memo starts again when full.
+MEMO_SIZE = 1 << 16
+
 
 def _ceil_to(n: int, m: int) -> int:
     return -(-n // m) * m
@@ -48,6 +55,9 @@ class RooflineCostModel(CostModel):
         self.attn_bw = d.memory_bandwidth * d.attention_bandwidth_efficiency
         # Everything that depends only on the token and sampled-row counts, per (T, rows).
         self._dense: dict[tuple[int, int], dict[str, float]] = {}
+        # Small decode-only iterations' costs by (contexts..., sampled rows): exact for any subclass,
+        # since the cost is a function of the batch's composition alone.
+        self._small_decodes: dict[tuple[int, ...], IterationCost] = {}
 
     def _kernel(self, flops: float, nbytes: float, rate: float, bw: float) -> float:
         return max(flops / rate, nbytes / bw, self.device.kernel_floor_s)
@@ -91,6 +101,17 @@ class RooflineCostModel(CostModel):
         return self._kernel(self.attn_flops_per_pair * kv_tokens, nbytes, self.attn_rate, self.attn_bw)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
+        if prefills or len(decodes) > SMALL_DECODE_BATCH:
+            return self._predict(prefills, decodes, num_sampled)
+        key = (*decodes, num_sampled)
+        cost = self._small_decodes.get(key)
+        if cost is None:
+            if len(self._small_decodes) >= MEMO_SIZE:
+                self._small_decodes.clear()
+            cost = self._small_decodes[key] = self._predict(prefills, decodes, num_sampled)
+        return cost
+
+    def _predict(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = sum(c for c, _ in prefills) + len(decodes)
         layers = self.shape.layers
         ops = dict(self._dense_ops(tokens, num_sampled))

@@ -60,7 +60,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
             result = earlier
             log.info("trial %d at %.4g req/s: %s, reused from %s (finished before an interruption)", k, qps,
                      "passed" if result.passed else f"missed {result.binding}", name)
-            rows.append({"trial": k, "qps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
+            rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                          "stopped_early": result.stopped_early, "run_dir": name}
                         | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
             return result
@@ -69,14 +69,14 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                                  slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
         except KeyboardInterrupt:
             # What the trial had measured, as an interrupted serving run saves it.
-            context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"qps": qps}, llm.metrics,
+            context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"rate_rps": qps}, llm.metrics,
                                {"trial": k, "qps": qps}, partial=True)
             raise
         # A trial stopped early has latencies, goodput and attainment over its finished requests only.
-        summary = result.summary | {"qps": qps, "passed": float(result.passed),
+        summary = result.summary | {"rate_rps": qps, "passed": float(result.passed),
                                     "stopped_early": float(result.stopped_early), "binding": result.binding}
         context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
-        rows.append({"trial": k, "qps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
+        rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                      "stopped_early": result.stopped_early, "run_dir": name}
                     | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
         log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}",
@@ -101,8 +101,8 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     if not found.resolved:
         log.warning("capacity search stopped before its resolution: %s", _why(found, search))
     log.info("%s", found.describe())
-    best = next((r for r in rows if r["passed"] and r["qps"] == found.capacity_qps), {})
-    summary = {"capacity_qps": found.capacity_qps if found.capacity_qps is not None else math.nan,
+    best = next((r for r in rows if r["passed"] and r["rate_rps"] == found.capacity_rps), {})
+    summary = {"capacity_rps": found.capacity_rps if found.capacity_rps is not None else math.nan,
                "resolution": found.resolution if found.resolution is not None else math.nan,
                "requested_resolution": found.requested_resolution, "bounded": float(found.bounded),
                "resolved": float(found.resolved),
@@ -132,9 +132,9 @@ def _finished_trial(context: TaskContext, name: str, k: int, qps: float) -> Tria
 
 
 def _why(found, search) -> str:
-    tried = [t.qps for t in found.trials]
-    if found.capacity_qps is None and min(tried) <= search.min_qps:
+    tried = [t.rate_rps for t in found.trials]
+    if found.capacity_rps is None and min(tried) <= search.min_qps:
         return f"even the lowest rate, capacity.min_qps={search.min_qps}, failed"
     if not found.bounded and max(tried) >= search.max_qps:
-        return f"every rate up to capacity.max_qps={search.max_qps} passed: capacity >= {found.capacity_qps}"
+        return f"every rate up to capacity.max_qps={search.max_qps} passed: capacity >= {found.capacity_rps}"
     return f"capacity.max_trials={search.max_trials} ran out"
