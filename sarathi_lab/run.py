@@ -142,14 +142,14 @@ def cli() -> None:
 
 
 def _cli() -> None:
+    from sarathi_lab import cli_args
     from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
 
     args = sys.argv[1:]
     if not {"--help", "-h", "--hydra-help"} & set(args):
         error = check_command_line(args)
         if error:
-            print(f"error: {error}", file=sys.stderr)
-            raise SystemExit(2)
+            cli_args.refuse(error)
         problem = output_dir_problem(args)
         if problem:
             print(f"error: {problem[0]}", file=sys.stderr)

@@ -5,10 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
-from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import SLO, Metrics
 from sarathi_lab.engine.scheduler import make_scheduler
@@ -16,23 +14,15 @@ from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.engine.slo_guard import over_needed
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
 from sarathi_lab.harness.tasks.capacity import _why
+from tests.clocked import ClockedExecutor
 
 SERVICE_S = 0.5  # every request takes exactly this long, alone
 N = 21
 
 
-class WholeRequestExecutor(Executor):
+def _whole_requests(batch) -> float:
     """A request is one prefill-only iteration of SERVICE_S seconds (one new token, so one step)."""
-
-    def __init__(self, clock):
-        self.clock = clock
-
-    def start(self, sampling):
-        pass
-
-    def execute(self, batch: ScheduledBatch) -> StepOutput:
-        self.clock.advance(SERVICE_S * len(batch.prefills) + 1e-3 * len(batch.decodes))
-        return StepOutput([0] * len(batch.sampled), 0.0, 0.0, 0.0)
+    return SERVICE_S * len(batch.prefills) + 1e-3 * len(batch.decodes)
 
 
 class VirtualLLM:
@@ -42,7 +32,7 @@ class VirtualLLM:
         clock = VirtualClock()
         scheduler = make_scheduler("sarathi_serve", BlockManager(1024, 16), max_batch_size=1, token_budget=4096,
                                    max_model_len=8192)
-        self.engine = LLMEngine(scheduler, WholeRequestExecutor(clock), clock)
+        self.engine = LLMEngine(scheduler, ClockedExecutor(clock, _whole_requests), clock)
         self.metrics = Metrics()
         self.served = 0
 

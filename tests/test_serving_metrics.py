@@ -7,14 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
-from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import SLO, Metrics, RequestRecord
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
+from tests.clocked import ClockedExecutor
 
 
 def _request(i, arrival, scheduled, times):
@@ -61,25 +60,15 @@ def test_goodput_counts_the_requests_that_met_every_target(slo, met):
     assert s["goodput_rps"] == pytest.approx(len(met) / 4.2)
 
 
-class FixedCostExecutor(Executor):
+def _fixed_cost(batch) -> float:
     """Each iteration takes 1 ms per token plus 5 ms, on the virtual clock."""
-
-    def __init__(self, clock: VirtualClock):
-        self.clock = clock
-
-    def start(self, sampling):
-        pass
-
-    def execute(self, batch: ScheduledBatch) -> StepOutput:
-        seconds = 5e-3 + 1e-3 * batch.num_tokens
-        self.clock.advance(seconds)
-        return StepOutput([1] * len(batch.sampled), 0.0, seconds, 0.0)
+    return 5e-3 + 1e-3 * batch.num_tokens
 
 
 def _serve(qps: float, n: int = 200, seed: int = 0) -> Metrics:
     clock = VirtualClock()
     scheduler = make_scheduler("sarathi_serve", BlockManager(4096, 16), max_batch_size=8, token_budget=64, max_model_len=64)
-    engine = LLMEngine(scheduler, FixedCostExecutor(clock), clock)
+    engine = LLMEngine(scheduler, ClockedExecutor(clock, _fixed_cost, token=1), clock)
     gaps = np.random.default_rng(seed).exponential(1 / qps, n)
     arrivals = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
     seqs = [Sequence(i, [1] * 48, 16, float(t)) for i, t in enumerate(arrivals)]
@@ -103,7 +92,7 @@ def test_a_request_due_while_the_cap_is_reached_mid_step_arrives_when_it_is_sent
     scheduler = make_scheduler("sarathi_serve", BlockManager(100, 4), max_batch_size=4, token_budget=64, max_model_len=64)
     metrics = Metrics()
     seqs = [Sequence(0, [1] * 9, 1, 0.0), Sequence(1, [2] * 3, 1, 0.001), Sequence(2, [3] * 3, 1, 0.002)]
-    LLMEngine(scheduler, FixedCostExecutor(clock), clock).run(seqs, metrics, SamplingParams(ignore_eos=True),
+    LLMEngine(scheduler, ClockedExecutor(clock, _fixed_cost, token=1), clock).run(seqs, metrics, SamplingParams(ignore_eos=True),
                                                               max_concurrency=2)
     arrivals = [r.arrival for r in sorted(metrics.requests, key=lambda r: r.request_id)]
     assert arrivals == [0.0, 0.001, pytest.approx(0.014)]
@@ -117,7 +106,7 @@ def test_all_at_once_is_never_called_saturated():
 def test_max_concurrency_caps_requests_in_the_system():
     clock = VirtualClock()
     scheduler = make_scheduler("sarathi_serve", BlockManager(4096, 16), max_batch_size=8, token_budget=64, max_model_len=64)
-    engine = LLMEngine(scheduler, FixedCostExecutor(clock), clock)
+    engine = LLMEngine(scheduler, ClockedExecutor(clock, _fixed_cost, token=1), clock)
     in_system = []
     seqs = [Sequence(i, [1] * 20, 6, 0.0) for i in range(12)]
     metrics = Metrics()

@@ -7,27 +7,18 @@ import random
 
 import pytest
 
-from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
-from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import SLO, Metrics
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.engine.slo_guard import SLOGuard
+from tests.clocked import ClockedExecutor
 
 
-class TokenTimedExecutor(Executor):
-    def __init__(self, clock):
-        self.clock = clock
-
-    def start(self, sampling):
-        pass
-
-    def execute(self, batch: ScheduledBatch) -> StepOutput:
-        self.clock.advance(0.01 + 1e-4 * batch.num_tokens)
-        return StepOutput([0] * len(batch.sampled), 0.0, 0.0, 0.0)
+def _token_timed(batch) -> float:
+    return 0.01 + 1e-4 * batch.num_tokens
 
 
 @pytest.mark.parametrize("scheduler", ["sarathi_serve", "vllm", "static"])
@@ -38,7 +29,7 @@ def test_the_guard_counts_what_its_definition_counts(scheduler, seed):
     n, delay_limit, gap_limit = 60, 0.5, 0.0102
     clock = VirtualClock()
     engine = LLMEngine(make_scheduler(scheduler, BlockManager(96, 16), max_batch_size=8, token_budget=256,
-                                      max_model_len=448), TokenTimedExecutor(clock), clock)
+                                      max_model_len=448), ClockedExecutor(clock, _token_timed), clock)
     seqs = [Sequence(i, [1] * rng.randint(8, 400), rng.randint(1, 40), arrival=rng.uniform(0, 3)) for i in range(n)]
     # Limits that decide nothing: the counts are compared at every iteration, to the end.
     guard = SLOGuard(SLO(sched_delay_p50_s=delay_limit, tbt_p99_s=gap_limit), engine, 10**9, 10**9)

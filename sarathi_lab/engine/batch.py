@@ -108,7 +108,7 @@ class ScheduledBatch:
     @property
     def kv_tokens_read(self) -> int:
         """Cached keys/values attention reads per layer: every request reads its whole context."""
-        prefills = sum([c.start + c.num_tokens for c in self.prefills]) if self.prefills else 0
+        prefills = sum([c.context_len for c in self.prefills]) if self.prefills else 0
         return prefills + sum(self.decode_contexts)
 
     def __contains__(self, seq: Sequence) -> bool:

@@ -188,21 +188,20 @@ class Metrics:
             out |= {"goodput_rps": rate(met), "slo_attainment": met / len(reqs) if reqs else float("nan")}
         return out
 
-    def iteration_rows(self) -> list[dict]:
-        """One row per iteration, columns named with units: iterations.parquet's rows."""
-        return [_row(i, ITERATION_COLUMNS) | {"num_tokens": i.num_tokens} for i in self.iterations]
-
     def iteration_columns(self) -> dict[str, list]:
-        """iterations.parquet by column: the rows' names, order and values ({} without iterations, as
-        a table of no rows has no columns). A table is built from columns without a dict per row,
-        which for a capacity search's hundreds of thousands of iterations cost more than serving them."""
+        """iterations.parquet by column, named with units ({} without iterations, as a table of no
+        rows has no columns). A table is built from columns without a dict per row, which for a
+        capacity search's hundreds of thousands of iterations cost more than serving them."""
         its = self.iterations
         if not its:
             return {}
-        columns = {ITERATION_COLUMNS.get(name, name): list(map(operator.attrgetter(name), its))
-                   for name in vars(its[0])}
-        columns["num_tokens"] = [i.num_prefill_tokens + i.num_decode_tokens for i in its]
-        return columns
+        return {ITERATION_COLUMNS.get(name, name): list(map(operator.attrgetter(name), its))
+                for name in (*vars(its[0]), "num_tokens")}
+
+    def iteration_rows(self) -> list[dict]:
+        """The same table one row per iteration."""
+        columns = self.iteration_columns()
+        return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
     def request_rows(self) -> list[dict]:
         """requests.parquet: one row per request, columns named with units (vLLM's words)."""

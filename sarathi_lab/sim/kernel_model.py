@@ -18,6 +18,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.sim.calibration import FINE_GRID
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS
 from sarathi_lab.sim.interpolate import Curve, RaggedSurface, up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel
@@ -59,6 +60,11 @@ class KernelCostModel(CostModel):
         self.modelled_attention_iterations = 0
         warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
                       f"{'; '.join(self.modelled)}", stacklevel=2)
+
+    @property
+    def device(self) -> Device:
+        """The GPU the kernels were measured on, as the roofline that fills their gaps describes it."""
+        return self.roofline.device
 
     def _layer_ops(self, tokens: int) -> dict[str, float]:
         return {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0] for op, curve in self.layer_ops.items()}

@@ -130,8 +130,7 @@ class TensorParallelCostModel(CostModel):
 
     @property
     def device(self) -> Device:
-        shard = self.shard
-        return shard.device if hasattr(shard, "device") else shard.roofline.device  # the kernel model's roofline
+        return self.shard.device
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         cost = self.shard._cost(prefills, decodes, num_sampled)

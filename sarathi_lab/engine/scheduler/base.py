@@ -281,9 +281,9 @@ def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any]
     max_model_len, chunk_size, ...), of which it reads the knobs its Config declares; ``knobs``:
     EngineConfig.scheduler_knobs. A knob of no scheduler is refused; another scheduler's is ignored,
     as the engine's settings are, so that one config serves a sweep over schedulers."""
-    cls, knobs = scheduler_class(name), knobs or {}
+    cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
     for key, value in knobs.items():
-        if key not in knob_names():
+        if key not in known:
             raise ConfigError(f"{key}={value!r} is invalid: no scheduler has this knob; allowed: "
-                              f"{', '.join(sorted(knob_names())) or 'none'}")
+                              f"{', '.join(sorted(known)) or 'none'}")
     return cls(cls.Config.of(settings | knobs), block_manager)
