@@ -134,8 +134,8 @@ class LLM:
         vocab = self.model_config.vocab_size
         if not prompt:
             raise ValueError(f"prompts[{i}] is empty: every prompt needs at least one token")
-        bad = next((t for t in prompt if not 0 <= t < vocab), None)
-        if bad is not None:
+        if min(prompt) < 0 or max(prompt) >= vocab:  # min and max in C; the scan only names the token
+            bad = next(t for t in prompt if not 0 <= t < vocab)
             raise ValueError(f"prompts[{i}] holds token {bad}, outside the vocabulary [0, {vocab})")
         reason = self.engine.scheduler.refusal(len(prompt) + max_new_tokens)
         if reason is not None:

@@ -6,7 +6,6 @@ Prefill chunks come first, then one token for each decode, the Sarathi layout.
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import dataclass, field
 
 from sarathi_lab.engine.sequence import Sequence
@@ -53,7 +52,6 @@ class ScheduledBatch:
     # The snapshot (freeze); None until taken.
     _sampled: tuple[Sequence, ...] | None = field(default=None, init=False, repr=False, compare=False)
     _decode_contexts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
-    _decode_samples: tuple[bool, ...] = field(default=(), init=False, repr=False, compare=False)
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -72,17 +70,16 @@ class ScheduledBatch:
         """The snapshot, taken when the scheduler returns the batch (a batch built by hand: when
         first read); returns the batch.
 
-        Decodes are fixed as plain values (each one's context with the token it computes now, and
-        whether that token is its last, so that it samples: always, as the schedulers make decodes)
-        rather than a ScheduledChunk each, since a batch holds many decodes and one is made every
-        iteration (vLLM v1's scheduler output is flat per-request lists too); ``chunks`` builds
-        the decodes' chunks from them when asked. Plain attributes, not cached properties: every
-        iteration reads them several times."""
+        A decode is a request with one token left to compute, its newest (``Sequence.is_prefill``
+        is False), so it samples. Decodes are fixed as plain values (each one's context with the
+        token it computes now) rather than a ScheduledChunk each, since a batch holds many decodes
+        and one is made every iteration (vLLM v1's scheduler output is flat per-request lists too);
+        ``chunks`` builds the decodes' chunks from them when asked. Plain attributes, not cached
+        properties: every iteration reads them several times."""
         if self._sampled is None:
-            contexts = [s.num_computed + 1 for s in self.decodes]
-            samples = [x == len(s.tokens) for s, x in zip(self.decodes, contexts)]
-            self._decode_contexts, self._decode_samples = tuple(contexts), tuple(samples)
-            self._sampled = (*(c.seq for c in self.prefills if c.samples), *itertools.compress(self.decodes, samples))
+            self._decode_contexts = tuple([s.num_computed + 1 for s in self.decodes])
+            self._sampled = ((*(c.seq for c in self.prefills if c.samples), *self.decodes) if self.prefills
+                             else tuple(self.decodes))
         return self
 
     @property
@@ -101,9 +98,10 @@ class ScheduledBatch:
     @functools.cached_property
     def chunks(self) -> tuple[ScheduledChunk, ...]:
         """Prefill chunks, then one token of each decode: the order of the forward pass's rows."""
-        contexts, samples = self.decode_contexts, self._decode_samples
-        return (*self.prefills, *map(ScheduledChunk.fixed, self.decodes, [x - 1 for x in contexts],
-                                     [1] * len(contexts), samples))
+        contexts = self.decode_contexts
+        n = len(contexts)
+        return (*self.prefills, *map(ScheduledChunk.fixed, self.decodes, [x - 1 for x in contexts], [1] * n,
+                                     [True] * n))
 
     @property
     def kv_tokens_read(self) -> int:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 
-@dataclass
+@dataclass(slots=True)
 class IterationRecord:
     iteration: int
     start: float
@@ -41,7 +41,7 @@ class IterationRecord:
         return self.num_prefill_requests + self.num_decode_requests
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestRecord:
     request_id: int
     prompt_len: int
@@ -150,10 +150,10 @@ class Metrics:
         # over the whole window it measured, not up to its last finish.
         end = max([r.finish for r in reqs] + [i.start + i.duration for i in its[-1:]], default=0.0)
         makespan = end - min((r.arrival for r in self.requests), default=0.0)
-        prefill = sum(i.num_prefill_tokens for i in its)
-        decode = sum(i.num_decode_tokens for i in its)
-        busy = sum(i.duration for i in its)
-        forward = sum(i.forward_time for i in its)
+        # map over attrgetter, not a generator: a run can have hundreds of thousands of iterations.
+        total = (lambda name: sum(map(operator.attrgetter(name), its)))
+        prefill, decode = total("num_prefill_tokens"), total("num_decode_tokens")
+        busy, forward = total("duration"), total("forward_time")
         rate = (lambda n: n / makespan) if makespan > 0 else (lambda n: float("nan"))
         growth = queue_growth(self.requests)
         out = {
@@ -166,8 +166,8 @@ class Metrics:
             "prefill_tokens": prefill,
             "decode_tokens": decode,
             "generated_tokens": sum(r.output_len for r in reqs),
-            "kv_tokens_read": sum(i.kv_tokens_read for i in its),
-            "num_preemptions": sum(i.num_preempted for i in its),
+            "kv_tokens_read": total("kv_tokens_read"),
+            "num_preemptions": total("num_preempted"),
             "preemptions_per_request": sum(r.num_preemptions for r in reqs) / len(reqs) if reqs else float("nan"),
             "prefill_throughput_tok_s": rate(prefill),
             "decode_throughput_tok_s": rate(decode),
@@ -196,7 +196,7 @@ class Metrics:
         if not its:
             return {}
         return {ITERATION_COLUMNS.get(name, name): list(map(operator.attrgetter(name), its))
-                for name in (*vars(its[0]), "num_tokens")}
+                for name in (*ITERATION_FIELDS, "num_tokens")}
 
     def iteration_rows(self) -> list[dict]:
         """The same table one row per iteration."""
@@ -224,8 +224,12 @@ REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens",
                    "first_scheduled": "first_scheduled_s", "first_token": "first_token_s", "finish": "finish_s",
                    "token_times": "token_times_s"}
 
+# Field names in order (the records have slots, no __dict__: a long run holds many of them).
+_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (IterationRecord, RequestRecord)}
+ITERATION_FIELDS = _FIELDS[IterationRecord]
+
 
 def _row(record, columns: dict[str, str]) -> dict:
     """A record's fields, renamed as the tables name them: its own attributes, not
     dataclasses.asdict, which deep-copies field by field, for each of a long run's many rows."""
-    return {columns.get(k, k): v for k, v in vars(record).items()}
+    return {columns.get(k, k): getattr(record, k) for k in _FIELDS[type(record)]}

@@ -34,7 +34,7 @@ class SamplingParams:
             raise ValueError(f"seed={self.seed!r} is invalid: must be an int in [0, 2**64)")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sequence:
     """Tokens are prompt + generated; the first ``num_computed`` of them have keys/values in the cache.
 

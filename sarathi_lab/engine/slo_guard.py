@@ -43,38 +43,50 @@ class SLOGuard:
         self._late_needed, self._gaps_needed = over_needed(num_requests, 50), over_needed(total_gaps, 99)
         # Each check visits only the requests whose verdict can still change, never all of them:
         # a request over a limit stays over it, so it is counted once and dropped, and so is one
-        # scheduled within the delay limit or finished with its gaps counted.
+        # scheduled within the delay limit or finished with its gaps counted. And a check visits
+        # them only when the counts could reach a verdict: every count's increase is bounded by
+        # what is cheap to know (each undecided request may turn late, each request an iteration
+        # ran may add one gap, each active one may be in a long gap now), and what a visit would
+        # count is still there to count later, so visiting less often stops at the same iteration.
         self._seen = 0  # records of the run's requests taken in so far
+        self._iterations_seen = 0  # iteration records whose requests' gaps may be uncounted
         self._late = 0
         self._unscheduled: list = []  # records not yet scheduled, nor waited past the limit
         self._gaps_over = 0
+        self._uncounted_gaps = 0  # at most this many gaps came since the last visit
         self._active: list = []  # records not finished, or finished with gaps still to count
         self._counted: dict[int, int] = {}  # request -> its token times whose gaps are counted
 
     def __call__(self, _record) -> None:
-        now, slo, requests = self.engine.elapsed(), self.slo, self.engine.metrics.requests
-        seen = self._seen
-        new = requests[seen:] if len(requests) > seen else []
-        self._seen = len(requests)
-        if slo.sched_delay_p50_s is not None:
-            late = self._count_late(new, now, slo.sched_delay_p50_s)
+        engine, slo = self.engine, self.slo
+        metrics = engine.metrics
+        requests, iterations = metrics.requests, metrics.iterations
+        if len(requests) > self._seen:
+            new = requests[self._seen:]
+            self._seen = len(requests)
+            self._unscheduled += new
+            self._active += new
+        for record in iterations[self._iterations_seen:]:
+            self._uncounted_gaps += record.num_prefill_requests + record.num_decode_requests
+        self._iterations_seen = len(iterations)
+        if slo.sched_delay_p50_s is not None and self._late + len(self._unscheduled) >= self._late_needed:
+            late = self._count_late(engine.elapsed(), slo.sched_delay_p50_s)
             if late >= self._late_needed:
                 raise SLOViolated("sched_delay_p50_s", f"{late} of {self.num_requests} requests waited longer than "
                                   f"{slo.sched_delay_p50_s} s to be scheduled: the median cannot come back under it")
-        if slo.tbt_p99_s is not None and self.total_gaps > 0:
-            ongoing = self._count_gaps(new, now, slo.tbt_p99_s)
+        if slo.tbt_p99_s is not None and self.total_gaps > 0 \
+                and self._gaps_over + self._uncounted_gaps + len(self._active) >= self._gaps_needed:
+            ongoing = self._count_gaps(engine.elapsed(), slo.tbt_p99_s)
             over = self._gaps_over + ongoing
             if over >= self._gaps_needed:
                 raise SLOViolated("tbt_p99_s", f"{over} of {self.total_gaps} token gaps exceed {slo.tbt_p99_s} s: "
                                   "the P99 cannot come back under it")
 
-    def _count_late(self, new: list, now: float, limit: float) -> int:
+    def _count_late(self, now: float, limit: float) -> int:
         """Requests whose scheduling delay exceeds ``limit``, or will: a waiting one's delay is at
         least how long it has waited."""
-        if not self._unscheduled and not new:
-            return self._late
         undecided = []
-        for r in self._unscheduled + new:
+        for r in self._unscheduled:
             delay = (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival
             if delay > limit:
                 self._late += 1
@@ -83,12 +95,13 @@ class SLOGuard:
         self._unscheduled = undecided
         return self._late
 
-    def _count_gaps(self, new: list, now: float, limit: float) -> int:
+    def _count_gaps(self, now: float, limit: float) -> int:
         """Adds the new gaps over ``limit`` to the count; returns the running requests whose current
         gap (since their last token) is already over it."""
         ongoing, still = 0, []
         counted = self._counted
-        for r in self._active + new if new else self._active:
+        self._uncounted_gaps = 0
+        for r in self._active:
             times = r.token_times
             seen = counted.get(r.request_id, 1)
             for k in range(seen, len(times)):
