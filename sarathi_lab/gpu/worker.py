@@ -1,9 +1,5 @@
-"""Runs the suite's steps in one process, each recorded as it ends; started by the driver
-(``python -m sarathi_lab.gpu``), which restarts it for the remaining steps when it dies.
-
-After a step fails on a GPU the worker exits with RESTART: a CUDA error can leave the process's
-context unusable, so the steps after it get a fresh one.
-"""
+"""Runs the suite's steps in one process, each recorded as it ends. After a step fails on a GPU it
+exits with RESTART (a CUDA error can leave the context unusable): the driver starts a fresh one."""
 from __future__ import annotations
 
 import argparse

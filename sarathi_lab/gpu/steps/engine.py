@@ -1,11 +1,6 @@
-"""The engine on the device against transformers on the same device: greedy tokens equal in
-float32 for Llama, Mistral and Qwen2 under every scheduler (and, on CUDA, both attention
-backends: the Triton kernels and the torch path); in bfloat16, the first generated token agrees.
-
-The models are the test suite's (tests/hf_models.py: small random models saved with
-save_pretrained, weights spread so that greedy choices are far from ties), so the suite runs
-from the repository's root, as tests do.
-"""
+"""The engine against transformers on the device: greedy tokens equal in float32 for Llama, Mistral
+and Qwen2 under every scheduler and attention backend; in bfloat16, the first tokens agree. The
+models are the tests' (tests/hf_models.py), so the suite runs from the repository's root."""
 from __future__ import annotations
 
 import torch
@@ -23,7 +18,7 @@ CHUNK = 16       # divides the block size and splits the longer prompts
 
 @torch.no_grad()
 def hf_greedy(model, prompts: list[list[int]], device: str) -> list[list[int]]:
-    """transformers' own greedy generation, one prompt at a time (no padding to get wrong)."""
+    """One prompt at a time: no padding to get wrong."""
     out = []
     for prompt in prompts:
         ids = torch.tensor([prompt], device=device)
@@ -77,7 +72,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 
 def summarise(metrics: list[Metric], prefix: str, what: str) -> list[Metric]:
-    """One line with a target for the printed table: how many of the runs passed."""
+    """How many of the runs passed, one line with a target for the printed table."""
     cases = [m for m in metrics if m.metric.startswith(prefix)]
     passed = sum(m.value in (True, 1.0) for m in cases)
     return [Metric(f"{prefix}_all", f"{passed}/{len(cases)}", what, "all", passed == len(cases))]
