@@ -1,8 +1,5 @@
-"""One figure per experiment, in the paper's axes, with the paper's reported values drawn beside
-ours where it gives them. Each function takes a ``Results`` (the measured runs) and, optionally, the
-``Results`` of the simulated runs (``python -m sarathi_lab.produce --sim``), drawn beside them in
-red and labelled with the simulated device and cost model (e.g. "simulated A6000 (roofline)"), and
-returns the figure."""
+"""One figure per experiment in the paper's axes, the paper's values beside ours: each function takes
+the measured ``Results`` and, optionally, the simulated ones (drawn in red) and returns the figure."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,11 +49,10 @@ def caption(fig, text: str) -> None:
 
 
 def _legend_outside(ax, **kwargs) -> None:
-    """The legend right of the axes, where it covers no data."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, **kwargs)
 
 
-def _plain_log_ticks(axis) -> None:
+def plain_log_ticks(axis) -> None:
     """A log axis labelled in plain numbers at 1, 2 and 5 of each decade ("6 x 10^-2" at every minor
     tick crowds and overprints)."""
     axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
@@ -218,7 +214,7 @@ def pd_ratio(results, simulated=None):
     ax.plot([], [], color="grey", ls="--", lw=1, label="predicted peak C / (B - 1)")
     ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="throughput over baseline (x)",
            title="dashed: C / (B - 1) for each chunk")
-    _plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.xaxis)
     _legend_outside(ax, fontsize=7)
     _title(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)", simulated)
     why = [_pd_ratio_why(runs) for runs in (results, simulated if label else None)
@@ -319,7 +315,7 @@ def scheduler_latency(results, simulated=None):
                          err_kws={"alpha": 0.1})  # ten series: fainter bands keep the lines readable
             ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)", xlabel="load (requests / s)",
                    ylabel=f"{metric.upper()} (s)")
-            _plain_log_ticks(ax.yaxis)
+            plain_log_ticks(ax.yaxis)
         summary = runs.summary("scheduler_latency")
         text, ratio = _hybrid_tbt(summary)
         row_axes[1].set_title(f"{source}: TBT (p50, p99)\n{text}", fontsize=9)
