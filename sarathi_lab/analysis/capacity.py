@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import COLUMNS
 from sarathi_lab.analysis.figures import plain_log_ticks
 from sarathi_lab.engine.scheduler import scheduler_names
@@ -19,12 +20,6 @@ from sarathi_lab.harness.tasks.capacity import CAPACITY_JSON
 
 log = logging.getLogger(__name__)
 
-# arXiv 2403.02310: capacity gain over vLLM (Mistral-7B, one A100, strict SLO), P99 TBT of hybrid
-# batching without a budget over stall-free batching, and the prefill overhead of 512-token chunks.
-PAPER_GAIN_OVER_VLLM = 2.6
-PAPER_HYBRID_TBT_RATIO = 28.3
-PAPER_CHUNK_512_OVERHEAD = 0.25
-PAPER_TP_GAIN_OVER_VLLM = 3.7  # Yi-34B on two A100s (tensor parallel), strict 0.2 s
 # The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free batching's.
 HYBRID_TBT_MIN_RATIO = 2
 # The pair the capacity gain compares, first in tables; the other schedulers follow in the registry's order.
@@ -106,7 +101,8 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str = ""):
     labels = []
     for slo in slos:
         ours = f"{gains[slo]:.2f}x" if gains is not None and np.isfinite(gains[slo]) else "n/a"
-        labels.append(f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {ours}, paper {PAPER_GAIN_OVER_VLLM}x (strict)")
+        labels.append(f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {ours}, "
+                      f"paper {paper.CAPACITY_GAIN_OVER_VLLM}x (strict)")
     ax.set_xticks(x + width * (len(table.index) - 1) / 2, labels, fontsize=8)
     ax.set(ylabel="capacity (requests/s)",
            title=title or "capacity under a P99 TBT SLO and median scheduling delay <= 2 s")
@@ -264,18 +260,21 @@ def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
     if not evidence.overhead:
         return None
     ours = ", ".join(f"{v:+.1%} at {n}" for n, v in sorted(evidence.overhead.items()))
-    return (f"{ours} tokens", "yes" if max(evidence.overhead.values()) <= PAPER_CHUNK_512_OVERHEAD else "no",
+    holds = max(evidence.overhead.values()) <= paper.CHUNK512_PREFILL_OVERHEAD
+    return (f"{ours} tokens", "yes" if holds else "no",
             "computed from the cost model: no spread")
 
 
 # (claim, paper, check, what a measured row says without evidence)
 CHECKS = (
     ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
-     f"{PAPER_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
+     f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
     ((f"Hybrid batching without a budget (orca) raises P99 TBT {HYBRID_TBT_MIN_RATIO}x or more over stall-free "
-      "batching at the same load"), f"up to {PAPER_HYBRID_TBT_RATIO}x", _hybrid_tbt, "not measured yet"),
+      "batching at the same load"), f"up to {paper.NAIVE_HYBRID_TBT_INFLATION}x", _hybrid_tbt,
+     "not measured yet"),
     ("Prefilling in 512-token chunks costs at most ~25% more than whole prompts",
-     f"at most ~{PAPER_CHUNK_512_OVERHEAD:.0%}", _overhead, "not measured here: see the chunk_overhead rows"),
+     f"at most ~{paper.CHUNK512_PREFILL_OVERHEAD:.0%}", _overhead,
+     "not measured here: see the chunk_overhead rows"),
 )
 
 
@@ -298,8 +297,9 @@ def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
 
 
 TP_CLAIM = ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by tensor parallelism",
-            f"up to {PAPER_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)", _gain, "not measurable here: one CPU")
+            f"up to {paper.CAPACITY_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)", _gain,
+            "not measurable here: one CPU")
 TRACE_CLAIM = (("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on the arxiv_summarization "
                "trace's lengths"),
-               (f"{PAPER_GAIN_OVER_VLLM}x on openchat_sharegpt4 (Mistral-7B, A100, strict 0.1 s); not tabulated for "
-               "arxiv_summarization"), _gain, "not measured here")
+               (f"{paper.CAPACITY_GAIN_OVER_VLLM}x on openchat_sharegpt4 (Mistral-7B, A100, strict 0.1 s); "
+                "not tabulated for arxiv_summarization"), _gain, "not measured here")

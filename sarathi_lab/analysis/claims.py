@@ -48,8 +48,7 @@ def per_token_cost(results) -> list[dict]:
     small, large = ratio.iloc[0], ratio.iloc[-1]
     sat = derive.prefill_saturation(ops)
     at_least = " (the fewest measured)" if sat["tokens"] == sat["fewest_measured"] else ""
-    sweep = results.table("tile_quantization", "sweep")
-    total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
+    total = derive.iteration_ms(results)
     fine = derive.saturation(total.index / total)
     # Batch x length points that start past 512 tokens cannot tell; the finer sweep then decides.
     coarse = _saturated_by(sat, paper.PREFILL_SATURATION_TOKENS)
@@ -70,9 +69,7 @@ def per_token_cost(results) -> list[dict]:
 def tile_quantization(results) -> list[dict]:
     summary = results.summary("tile_quantization")
     tile, jump = summary.tile.iloc[0], summary.tile_jump.mean()  # the mean over repeats, if any
-    sweep = results.table("tile_quantization", "sweep")
-    total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
-    step_at, step = derive.largest_step(total)
+    step_at, step = derive.largest_step(derive.iteration_ms(results))
     claim = f"One token past a multiple of the {tile:g}-token tile costs 10%+ more"
     return [_row("tile_quantization", claim,
                  f"256 -> 257 tokens: +{paper.TILE_JUMP:.0%} (tile {paper.TILE})",

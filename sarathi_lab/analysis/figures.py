@@ -103,18 +103,14 @@ def tile_quantization(results, simulated=None):
     for m in range(tile, int(sweep.tokens.max()) + 1, tile):
         ax.axvline(m, ls=":", color="grey")
     ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
-    total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
-    reference = total.index[abs(total.index - tile).argmin()]
-    rel_ax.plot(total.index, total / total[reference], marker=".",
-                label=f"{results.source('tile_quantization')} (/ time at {reference} tokens)")
     label = simulated_label(simulated, "tile_quantization")
-    if label:
-        sim_sweep = simulated.table("tile_quantization", "sweep")
-        sim = sim_sweep[sim_sweep.op == "total"].groupby("tokens").ms.mean()
-        sim_tile = int(simulated.summary("tile_quantization").tile.iloc[0])
-        sim_ref = sim.index[abs(sim.index - sim_tile).argmin()]
-        rel_ax.plot(sim.index, sim / sim[sim_ref], color=_sim_colors(1)[0], label=f"{label} (/ time at {sim_ref} tokens)",
-                    **SIM_STYLE | {"marker": None})
+    for runs, source, style in [(results, results.source("tile_quantization"), {"marker": "."})] + (
+            [(simulated, label, SIM_STYLE | {"marker": None, "color": _sim_colors(1)[0]})] if label else []):
+        total = derive.iteration_ms(runs)
+        run_tile = int(runs.summary("tile_quantization").tile.iloc[0])
+        reference = total.index[abs(total.index - run_tile).argmin()]
+        rel_ax.plot(total.index, total / total[reference], label=f"{source} (/ time at {reference} tokens)",
+                    **style)
     paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
     rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
                    **PAPER_STYLE)

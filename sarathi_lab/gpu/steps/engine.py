@@ -16,18 +16,6 @@ NEW_TOKENS = 9
 CHUNK = 16       # divides the block size and splits the longer prompts
 
 
-@torch.no_grad()
-def hf_greedy(model, prompts: list[list[int]], device: str) -> list[list[int]]:
-    """One prompt at a time: no padding to get wrong."""
-    out = []
-    for prompt in prompts:
-        ids = torch.tensor([prompt], device=device)
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS,
-                             min_new_tokens=NEW_TOKENS, pad_token_id=0)
-        out.append(gen[0, len(prompt):].tolist())
-    return out
-
-
 def first_difference(got: list[list[int]], want: list[list[int]]) -> str:
     for i, (g, w) in enumerate(zip(got, want)):
         j = next((k for k, (a, b) in enumerate(zip(g, w)) if a != b), None)
@@ -37,7 +25,7 @@ def first_difference(got: list[list[int]], want: list[list[int]]) -> str:
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    from tests.hf_models import save_random_model
+    from tests.hf_models import hf_greedy, save_random_model
 
     backends = ("triton", "torch") if ctx.device == "cuda" else ("torch",)
     # The dry run checks this step's code, not the engine (tests/test_engine_vs_hf.py does): one
@@ -51,7 +39,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         model = save_random_model(arch, directory).to(ctx.device)
         gen = torch.Generator().manual_seed(1)
         prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENS]
-        want = hf_greedy(model, prompts, ctx.device)
+        want = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
         for backend in backends:
             for scheduler in scheduler_names():
                 llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=CHUNK, max_batch_size=3,
@@ -60,7 +48,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                 metrics.append(Metric(f"greedy_equal_fp32[{arch},{backend},{scheduler}]", got == want))
                 if got != want:
                     notes.append(f"{arch} {backend} {scheduler}: {first_difference(got, want)}")
-        want16 = hf_greedy(model.to(torch.bfloat16), prompts, ctx.device)
+        model = model.to(torch.bfloat16)
+        want16 = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
         for backend in backends:
             llm = LLM(model=str(directory), scheduler="sarathi", chunk_size=CHUNK, max_batch_size=3,
                       device=ctx.device, dtype="bfloat16", attention=backend, warmup_iters=0)
