@@ -16,9 +16,9 @@ from sarathi_lab.analysis.claims import COLUMNS
 from sarathi_lab.analysis.figures import plain_log_ticks
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.results import METRICS, current_names, is_finished
-from sarathi_lab.harness.tasks.capacity import CAPACITY_JSON
 
 log = logging.getLogger(__name__)
+CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
 
 # The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free batching's.
 HYBRID_TBT_MIN_RATIO = 2
