@@ -12,7 +12,6 @@ class GpuRun:
     one tiny CPU job of the suite's dry run."""
     minutes: float        # expected on an H100, interpreter and model builds included
     overrides: str
-    what: str             # one line for the suite's --plan
     dry: str
     order: int            # where it runs in the suite (gpu/plan.py orders the profile steps by it too)
 

@@ -49,7 +49,8 @@ HEAD: tuple[Step, ...] = (
 
 def build_steps() -> tuple[Step, ...]:
     """HEAD, then the registered results' sweeps and the profiles in their order."""
-    papers = [(r.gpu.order, Step(f"paper.{r.name}", "paper", r.gpu.minutes, r.gpu.what, r.name,
+    papers = [(r.gpu.order, Step(f"paper.{r.name}", "paper", r.gpu.minutes,
+                                 f"experiment={r.name} {r.gpu.overrides}", r.name,
                                  tuple(r.gpu.overrides.split())))
               for r in registry.RESULTS if r.gpu is not None]
     profiles = [(order, Step(f"profile.{model}", "profile", minutes,
