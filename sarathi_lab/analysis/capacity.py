@@ -120,12 +120,6 @@ def scale_label(rows: pd.DataFrame) -> str:
     return f"{first.model}, scale {first.scale}"
 
 
-def measured_label(rows: pd.DataFrame) -> str:
-    """What measured searches ran on (the machine, the model, the precision and the threads)."""
-    first = rows.iloc[0]
-    return f"measured on {first.device_name}: {scale_label(rows)}, {first['dtype']}, {first.torch_threads:g} thread(s)"
-
-
 def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost_model: str):
     """Two panels: the capacities simulated by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")
     and the ones measured on a CPU, or a panel saying they are not measured yet."""
@@ -136,7 +130,10 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost
         caveats = [text for flag, text in ((left_out != "none", left_out),
                                            (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
                    if flag]
-        plot_capacity(measured, cpu_ax, measured_label(measured) + "".join(f"\n({c})" for c in caveats))
+        first = measured.iloc[0]
+        label = (f"measured on {first.device_name}: {scale_label(measured)}, {first['dtype']}, "
+                 f"{first.torch_threads:g} thread(s)")
+        plot_capacity(measured, cpu_ax, label + "".join(f"\n({c})" for c in caveats))
     else:
         why = f"every search left out\n({left_out})" if left_out != "none" else "not measured yet"
         cpu_ax.text(0.5, 0.5, f"CPU capacity: {why}\n(experiment=capacity; docs/capacity/README.md)",
