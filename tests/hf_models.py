@@ -37,7 +37,7 @@ def save_random_model(name: str, directory: Path, seed: int = 0):
 
 @torch.no_grad()
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                          max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=0)
     return out[0, len(prompt):].tolist()

@@ -28,7 +28,7 @@ def _toy_figure(results, simulated=None):
 
 
 TOY = PaperResult(name="toy", claims=_toy_claims, figure=_toy_figure, order=5,
-                  gpu=GpuRun(minutes=0.5, overrides="seq_len=1024", what="toy", dry="seq_len=16", order=1))
+                  gpu=GpuRun(minutes=0.5, overrides="seq_len=1024", dry="seq_len=16", order=1))
 
 
 @pytest.fixture

@@ -1,8 +1,5 @@
 """Sarathi-Serve's capacity results: searches (task=capacity) as a table, capacity bars per
-scheduler and SLO beside the paper's ratio, the TTFT-vs-TBT trade-off over token budgets, and the
-claims rows (analysis/claims.py's columns: measured evidence in ``ours``, simulated in
-``simulated``). analysis/capacity_docs.py applies them to the committed tables in docs/capacity/.
-"""
+scheduler and SLO beside the paper's ratio, the TTFT-vs-TBT trade-off, and their claims rows."""
 from __future__ import annotations
 
 import json
@@ -11,23 +8,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import COLUMNS
+from sarathi_lab.analysis.figures import plain_log_ticks
 from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.harness.results import METRICS, current_names, is_finished, load_runs
+from sarathi_lab.harness.results import METRICS, current_names, is_finished
 
 log = logging.getLogger(__name__)
 CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
 
-# arXiv 2403.02310: capacity gain over vLLM (Mistral-7B, one A100, strict SLO), P99 TBT of hybrid
-# batching without a budget over stall-free batching, and the prefill overhead of 512-token chunks.
-PAPER_GAIN_OVER_VLLM = 2.6
-PAPER_HYBRID_TBT_RATIO = 28.3
-PAPER_CHUNK_512_OVERHEAD = 0.25
-PAPER_TP_GAIN_OVER_VLLM = 3.7  # Yi-34B on two A100s (tensor parallel), strict 0.2 s
 # The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free batching's.
 HYBRID_TBT_MIN_RATIO = 2
 # The pair the capacity gain compares, first in tables; the other schedulers follow in the registry's order.
@@ -59,14 +51,12 @@ def _search_row(path: Path) -> dict:
     found = current_names(json.loads(path.read_text()))
     record = json.loads((path.parent / METRICS).read_text())
     summary = current_names(record["summary"])
-    return (record["config"] | {
-            "run_dir": str(path.parent), "tbt_slo_s": found["slo"]["tbt_p99_s"],
-            "sched_delay_slo_s": found["slo"]["sched_delay_p50_s"], "capacity_rps": found["capacity_rps"],
-            "resolution": found["resolution"], "binding": found["binding"], "bounded": found["bounded"],
-            "num_trials": len(found["trials"]), "token_budget": summary.get("token_budget"),
-            "at_capacity_itl_p99_s": summary.get("at_capacity_itl_p99_s"),
-            "at_capacity_ttft_p50_s": summary.get("at_capacity_ttft_p50_s"),
-            "at_capacity_sched_delay_p50_s": summary.get("at_capacity_sched_delay_p50_s")}
+    return (record["config"] | {"run_dir": str(path.parent), "tbt_slo_s": found["slo"]["tbt_p99_s"],
+                                "sched_delay_slo_s": found["slo"]["sched_delay_p50_s"]}
+            | {key: found[key] for key in ("capacity_rps", "resolution", "binding", "bounded")}
+            | {"num_trials": len(found["trials"])}
+            | {key: summary.get(key) for key in ("token_budget", "at_capacity_itl_p99_s",
+                                                 "at_capacity_ttft_p50_s", "at_capacity_sched_delay_p50_s")}
             | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable")})
 
 
@@ -111,10 +101,11 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str = ""):
     labels = []
     for slo in slos:
         ours = f"{gains[slo]:.2f}x" if gains is not None and np.isfinite(gains[slo]) else "n/a"
-        labels.append(f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {ours}, paper {PAPER_GAIN_OVER_VLLM}x (strict)")
+        labels.append(f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {ours}, "
+                      f"paper {paper.CAPACITY_GAIN_OVER_VLLM}x (strict)")
     ax.set_xticks(x + width * (len(table.index) - 1) / 2, labels, fontsize=8)
-    ax.set_ylabel("capacity (requests/s)")
-    ax.set_title(title or "capacity under a P99 TBT SLO and median scheduling delay <= 2 s")
+    ax.set(ylabel="capacity (requests/s)",
+           title=title or "capacity under a P99 TBT SLO and median scheduling delay <= 2 s")
     ax.legend(fontsize=8)
     return ax
 
@@ -129,12 +120,6 @@ def scale_label(rows: pd.DataFrame) -> str:
     return f"{first.model}, scale {first.scale}"
 
 
-def measured_label(rows: pd.DataFrame) -> str:
-    """What measured searches ran on (the machine, the model, the precision and the threads)."""
-    first = rows.iloc[0]
-    return f"measured on {first.device_name}: {scale_label(rows)}, {first['dtype']}, {first.torch_threads:g} thread(s)"
-
-
 def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost_model: str):
     """Two panels: the capacities simulated by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")
     and the ones measured on a CPU, or a panel saying they are not measured yet."""
@@ -145,22 +130,16 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost
         caveats = [text for flag, text in ((left_out != "none", left_out),
                                            (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
                    if flag]
-        plot_capacity(measured, cpu_ax, measured_label(measured) + "".join(f"\n({c})" for c in caveats))
+        first = measured.iloc[0]
+        label = (f"measured on {first.device_name}: {scale_label(measured)}, {first['dtype']}, "
+                 f"{first.torch_threads:g} thread(s)")
+        plot_capacity(measured, cpu_ax, label + "".join(f"\n({c})" for c in caveats))
     else:
         why = f"every search left out\n({left_out})" if left_out != "none" else "not measured yet"
         cpu_ax.text(0.5, 0.5, f"CPU capacity: {why}\n(experiment=capacity; docs/capacity/README.md)",
                     ha="center", va="center", transform=cpu_ax.transAxes)
         cpu_ax.set_axis_off()
     return fig
-
-
-def load_tradeoff(root: str | Path) -> pd.DataFrame:
-    """Serving runs of a budget sweep (and the other schedulers at the same load): TTFT p50 and
-    P99 TBT per scheduler and token budget (chunk)."""
-    runs = load_runs(root)
-    keep = ["scheduler", "chunk", "executor", "model", "scale", "ttft_p50_s", "itl_p99_s", "sched_delay_p50_s",
-            "request_throughput_rps", "saturated"]
-    return runs[[c for c in keep if c in runs]].sort_values(["scheduler", "chunk"]).reset_index(drop=True)
 
 
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
@@ -174,16 +153,10 @@ def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
     for scheduler, rows in tradeoff[tradeoff.scheduler != "sarathi_serve"].groupby("scheduler"):
         ax.plot(rows.itl_p99_s, rows.ttft_p50_s, "s", label=scheduler)
     # Both axes logarithmic: static's TTFT is tens of times the others' and would flatten them.
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):
-        # Plain numbers at 1, 2 and 5 of each decade: "2 x 10^-2" labels of every minor tick overprint.
-        axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[0] in "25"
-                                                       else ""))
-    ax.set_xlabel("P99 TBT (s)")
-    ax.set_ylabel("median TTFT (s)")
-    ax.set_title(title or "TTFT vs TBT over sarathi_serve's token budget, same load")
+    ax.set(xscale="log", yscale="log", xlabel="P99 TBT (s)", ylabel="median TTFT (s)",
+           title=title or "TTFT vs TBT over sarathi_serve's token budget, same load")
+    plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     return ax
 
@@ -202,9 +175,8 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
 @dataclass(frozen=True)
 class Evidence:
     """What one source's claims rows are computed from; None: absent. ``searches``: load_searches or
-    a *_capacity.csv; ``tradeoff``: load_tradeoff (orca and sarathi_serve at one load); ``overhead``:
-    {prompt length: overhead of 512-token chunks}; ``provenance``: the rows' claims.PROVENANCE
-    columns (where the numbers come from)."""
+    a *_capacity.csv; ``tradeoff``: serving runs of orca and sarathi_serve at one load;
+    ``overhead``: {prompt length: overhead of 512-token chunks}; ``provenance``: claims.PROVENANCE."""
     searches: pd.DataFrame | None = None
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
@@ -285,59 +257,46 @@ def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
     if not evidence.overhead:
         return None
     ours = ", ".join(f"{v:+.1%} at {n}" for n, v in sorted(evidence.overhead.items()))
-    return (f"{ours} tokens", "yes" if max(evidence.overhead.values()) <= PAPER_CHUNK_512_OVERHEAD else "no",
+    holds = max(evidence.overhead.values()) <= paper.CHUNK512_PREFILL_OVERHEAD
+    return (f"{ours} tokens", "yes" if holds else "no",
             "computed from the cost model: no spread")
 
 
 # (claim, paper, check, what a measured row says without evidence)
 CHECKS = (
     ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
-     f"{PAPER_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
+     f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
     ((f"Hybrid batching without a budget (orca) raises P99 TBT {HYBRID_TBT_MIN_RATIO}x or more over stall-free "
-      "batching at the same load"), f"up to {PAPER_HYBRID_TBT_RATIO}x", _hybrid_tbt, "not measured yet"),
+      "batching at the same load"), f"up to {paper.NAIVE_HYBRID_TBT_INFLATION}x", _hybrid_tbt,
+     "not measured yet"),
     ("Prefilling in 512-token chunks costs at most ~25% more than whole prompts",
-     f"at most ~{PAPER_CHUNK_512_OVERHEAD:.0%}", _overhead, "not measured here: see the chunk_overhead rows"),
+     f"at most ~{paper.CHUNK512_PREFILL_OVERHEAD:.0%}", _overhead,
+     "not measured here: see the chunk_overhead rows"),
 )
 
 
-def _rows(evidence: Evidence, checks=CHECKS) -> list[dict]:
-    """Each check's row on one source's evidence; a simulated source without evidence has none."""
-    searches, left_out = reliable(evidence.searches)
-    usable = replace(evidence, searches=searches)
+def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
+    """Each check's row on each source's evidence (a simulated source without evidence has none),
+    naming its provenance; searches flagged ``timing_unreliable`` are left out and counted."""
     rows = []
-    for claim, paper_text, check, unmeasured in checks:
-        found = check(usable)
-        if found is None and not evidence.measured:
-            continue
-        ours, holds, spread = found or (unmeasured, "n/a", "")
-        rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text, "ours": ours, "spread": spread,
-                     "holds": holds, "left out": left_out} | (evidence.provenance or {}))
-    return rows
-
-
-def capacity_claims(*sources: Evidence) -> pd.DataFrame:
-    """The Sarathi-Serve rows of the claims table (analysis/claims.py's columns), one per check and
-    source of evidence (e.g. the committed CPU table, then the simulated ones), each naming its
-    provenance; searches flagged ``timing_unreliable`` are left out and counted."""
-    return pd.DataFrame([row for evidence in sources for row in _rows(evidence)], columns=COLUMNS)
+    for evidence in sources:
+        searches, left_out = reliable(evidence.searches)
+        usable = replace(evidence, searches=searches)
+        for claim, paper_text, check, unmeasured in checks:
+            found = check(usable)
+            if found is None and not evidence.measured:
+                continue
+            ours, holds, spread = found or (unmeasured, "n/a", "")
+            rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text, "ours": ours,
+                         "spread": spread, "holds": holds, "left out": left_out}
+                        | (evidence.provenance or {}))
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 TP_CLAIM = ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by tensor parallelism",
-            f"up to {PAPER_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)", _gain, "not measurable here: one CPU")
-
-
+            f"up to {paper.CAPACITY_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)", _gain,
+            "not measurable here: one CPU")
 TRACE_CLAIM = (("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on the arxiv_summarization "
                "trace's lengths"),
-               (f"{PAPER_GAIN_OVER_VLLM}x on openchat_sharegpt4 (Mistral-7B, A100, strict 0.1 s); not tabulated for "
-               "arxiv_summarization"), _gain, "not measured here")
-
-
-def trace_claim(evidence: Evidence) -> pd.DataFrame:
-    """The claims row of the capacity searches on a real trace's lengths (arxiv_summarization)."""
-    return pd.DataFrame(_rows(evidence, (TRACE_CLAIM,)), columns=COLUMNS)
-
-
-def tensor_parallel_claim(evidence: Evidence) -> pd.DataFrame:
-    """The claims row of the capacity searches on GPUs joined by tensor parallelism (Yi-34B on two
-    A100s): simulated only, since one CPU cannot run it."""
-    return pd.DataFrame(_rows(evidence, (TP_CLAIM,)), columns=COLUMNS)
+               (f"{paper.CAPACITY_GAIN_OVER_VLLM}x on openchat_sharegpt4 (Mistral-7B, A100, strict 0.1 s); "
+                "not tabulated for arxiv_summarization"), _gain, "not measured here")

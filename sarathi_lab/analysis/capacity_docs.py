@@ -1,7 +1,5 @@
-"""The committed capacity results (docs/capacity/*.csv) and what is drawn from them: the CPU table
-from a multirun folder, the figures docs/figures/capacity.png and capacity_tradeoff.png, and the
-capacity rows of the claims table (docs/figures/claims.csv). notebooks/capacity.ipynb and
-notebooks/figures.ipynb call these, and so does, after a CPU capacity run:
+"""The committed capacity tables (docs/capacity/*.csv) and what is drawn from them: the figures
+capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/claims.csv.
 
     python -m sarathi_lab.analysis.capacity_docs MULTIRUN   # e.g. /tmp/cap/cpu: writes cpu_capacity.csv
     python -m sarathi_lab.analysis.capacity_docs            # redraws from the committed tables only
@@ -31,8 +29,7 @@ OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A committed table, its columns under today's names (one written before capacity_rps said its
-    unit has capacity_qps)."""
+    """A committed table, its columns under today's names."""
     return pd.read_csv(path).rename(columns=current_names)
 
 
@@ -68,9 +65,8 @@ def simulated_provenance(sim: pd.DataFrame, table: str, simulated_as: str) -> di
 
 
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:
-    """The capacity rows of the claims table: the CPU table measured, the simulated tables and the
-    roofline's chunk overhead (the model of sim_capacity.csv on SIM_DEVICE) simulated, and the
-    tensor-parallel table's gain where it was searched."""
+    """The capacity rows of the claims table: the CPU table's, the simulated tables', and the
+    roofline's chunk overhead (sim_capacity.csv's model on SIM_DEVICE)."""
     sim, tradeoff, cpu = load(docs)
     cost = CostModel.for_device(SIM_DEVICE, sim.model.iloc[0])
     overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
@@ -81,16 +77,16 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     rows = capacity.capacity_claims(
         measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV, label)),
         capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "", label)))
-    # The committed tables of other shapes, each its own claim where it exists.
+    # The tables of other shapes, each its own claim where it exists.
     for csv, claim, label in (
-            (TP_CSV, capacity.tensor_parallel_claim, "{n} x {dev} (roofline, tensor parallel), {model}"),
-            (TRACE_CSV, capacity.trace_claim, "{dev} ({trace}), {model}, arxiv_summarization lengths")):
+            (TP_CSV, capacity.TP_CLAIM, "{n} x {dev} (roofline, tensor parallel), {model}"),
+            (TRACE_CSV, capacity.TRACE_CLAIM, "{dev} ({trace}), {model}, arxiv_summarization lengths")):
         path = Path(docs) / "capacity" / csv
         if path.exists():
             searches = read_table(path)
             name = label.format(n=TP_GPUS, dev=SIM_DEVICE.upper(), trace=TRACE_LABEL, model=searches.model.iloc[0])
-            rows = pd.concat([rows, claim(capacity.Evidence(searches, provenance=simulated_provenance(
-                searches, csv, name)))], ignore_index=True)
+            evidence = capacity.Evidence(searches, provenance=simulated_provenance(searches, csv, name))
+            rows = pd.concat([rows, capacity.capacity_claims(evidence, checks=(claim,))], ignore_index=True)
     return rows
 
 

@@ -1,18 +1,7 @@
-"""The claims table: one row per claim and per source of numbers, never two sources in one row.
-
-Columns: the claim and the paper's number; where ours come from (``source``: measured, and on what,
-or simulated, and by which cost model; ``scale``, ``dtype``, ``threads``, ``machine``); ``ours``;
-``spread``; ``holds``; ``left out`` (what the verdict did not read: jobs of an incomplete sweep,
-or a newer incomplete sweep passed over for a complete one, and runs flagged ``timing_unreliable``,
-unless the ``Results`` keeps them); and, on simulated rows whose verdict differs between
-the simulator's cost models, ``differs by cost model``: each model's verdict and why.
-
-Each check states its criterion in its claim text, applies it to the runs as they are (never
-tuned), and says ``yes``, ``partly`` (some of the points), ``no``, or ``n/a`` (not in these runs).
-Where the experiment was repeated (several seeds), the check runs again on each seed's runs alone:
-``spread`` gives the range of the row's headline number over them, and a verdict the seeds do not
-agree on (an interval straddling the paper's threshold) reads ``unclear``.
-"""
+"""The claims table: one row per claim and per source of numbers (measured, or simulated by one
+cost model), never two sources in one row. Each check states its criterion in its claim text and
+says ``yes``, ``partly`` (some of the points), ``no`` or ``n/a``; over repeated seeds ``spread`` is
+the range of the row's headline number, and seeds that disagree make it ``unclear``."""
 from __future__ import annotations
 
 import pandas as pd
@@ -59,8 +48,7 @@ def per_token_cost(results) -> list[dict]:
     small, large = ratio.iloc[0], ratio.iloc[-1]
     sat = derive.prefill_saturation(ops)
     at_least = " (the fewest measured)" if sat["tokens"] == sat["fewest_measured"] else ""
-    sweep = results.table("tile_quantization", "sweep")
-    total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
+    total = derive.iteration_ms(results)
     fine = derive.saturation(total.index / total)
     # Batch x length points that start past 512 tokens cannot tell; the finer sweep then decides.
     coarse = _saturated_by(sat, paper.PREFILL_SATURATION_TOKENS)
@@ -81,9 +69,7 @@ def per_token_cost(results) -> list[dict]:
 def tile_quantization(results) -> list[dict]:
     summary = results.summary("tile_quantization")
     tile, jump = summary.tile.iloc[0], summary.tile_jump.mean()  # the mean over repeats, if any
-    sweep = results.table("tile_quantization", "sweep")
-    total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
-    step_at, step = derive.largest_step(total)
+    step_at, step = derive.largest_step(derive.iteration_ms(results))
     claim = f"One token past a multiple of the {tile:g}-token tile costs 10%+ more"
     return [_row("tile_quantization", claim,
                  f"256 -> 257 tokens: +{paper.TILE_JUMP:.0%} (tile {paper.TILE})",
@@ -266,7 +252,7 @@ def claims_table(results, simulated=None, checks=None) -> pd.DataFrame:
     from sarathi_lab.analysis import registry  # its results' modules import this one's checks
 
     if checks is None:
-        checks = registry.checks()
+        checks = [(r.name, r.claims) for r in registry.RESULTS]
     sims = [] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple)) else [simulated]
     rows, models, why = [], [], {}
     for name, check in (c if isinstance(c, tuple) else (c.__name__, c) for c in checks):

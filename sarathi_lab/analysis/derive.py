@@ -1,9 +1,5 @@
-"""The quantities the paper plots, derived from what the runs leave (``load_runs`` frames: the
-summaries, the engine's ``iterations`` and the measurements' own tables).
-
-Pure pandas on the results contract, so that they are testable on hand-made frames and the
-notebook draws exactly what these return.
-"""
+"""The quantities the paper plots, derived from ``load_runs`` frames: pure pandas on the results
+contract, testable on hand-made frames."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,15 +28,13 @@ def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataF
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
-    """Tokens per iteration from which a linear layer is compute-bound, not memory-bound: each
-    weight (``bytes_per_param`` bytes, read once) does 2 flops per token, so at the machine's
-    flops-per-byte balance the crossover is balance * bytes_per_param / 2 tokens."""
+    """Tokens per iteration from which a linear layer is compute-bound: each weight (read once) does
+    2 flops per token."""
     return gflops / gbps * bytes_per_param / 2
 
 
 def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float) -> pd.DataFrame:
-    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, and the tokens
-    per iteration from which linear layers stop being memory-bound."""
+    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound tokens."""
     machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_TFLOPS * 1e3, paper.A6000_GBPS, 2),
                 (name, gflops, gbps, bytes_per_param)]
     return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b, "flops per byte": f / b,
@@ -85,22 +79,26 @@ def largest_step(times: pd.Series) -> tuple[int, float]:
     return n, float(excess[n])
 
 
+def iteration_ms(results) -> pd.Series:
+    """tile_quantization's mean iteration time (ms) by tokens in the iteration."""
+    sweep = results.table("tile_quantization", "sweep")
+    return sweep[sweep.op == "total"].groupby("tokens").ms.mean()
+
+
 # --- decode_speedup (Fig. 8) ---
 
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
-    """The points of ``quantities.decode_speedup`` whose riding decodes measured a cost: a hybrid
-    iteration no slower than its chunk alone leaves that cost within the two iterations' noise, and
-    its "speedup" (negative or infinite) is no number."""
+    """The points whose riding decodes measured a cost: a hybrid iteration no slower than its chunk
+    alone leaves that cost within the noise, and its "speedup" is no number."""
     return gains[gains.piggybacked_ms_per_decode > 0]
 
 
 # --- pd_ratio (Fig. 9, 11b) ---
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
-    """Each sarathi run's throughput over the static run of the same workload and chunk value:
-    static ignores the chunk, but the sweep runs that static run right before the sarathi one, so
-    a shared machine's slow spells hit both alike. A sarathi run whose static run failed has no gain
-    and is left out."""
+    """Each sarathi run's throughput over the static run of the same workload and chunk value (static
+    ignores the chunk, but runs right before it, so a shared machine's slow spells hit both alike);
+    one whose static run failed is left out."""
     return normalised_throughput(summary, keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
 
 

@@ -1,8 +1,5 @@
-"""One figure per experiment, in the paper's axes, with the paper's reported values drawn beside
-ours where it gives them. Each function takes a ``Results`` (the measured runs) and, optionally, the
-``Results`` of the simulated runs (``python -m sarathi_lab.produce --sim``), drawn beside them in
-red and labelled with the simulated device and cost model (e.g. "simulated A6000 (roofline)"), and
-returns the figure."""
+"""One figure per experiment in the paper's axes, the paper's values beside ours: each function takes
+the measured ``Results`` and, optionally, the simulated ones (drawn in red) and returns the figure."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,11 +49,10 @@ def caption(fig, text: str) -> None:
 
 
 def _legend_outside(ax, **kwargs) -> None:
-    """The legend right of the axes, where it covers no data."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, **kwargs)
 
 
-def _plain_log_ticks(axis) -> None:
+def plain_log_ticks(axis) -> None:
     """A log axis labelled in plain numbers at 1, 2 and 5 of each decade ("6 x 10^-2" at every minor
     tick crowds and overprints)."""
     axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
@@ -107,18 +103,14 @@ def tile_quantization(results, simulated=None):
     for m in range(tile, int(sweep.tokens.max()) + 1, tile):
         ax.axvline(m, ls=":", color="grey")
     ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
-    total = sweep[sweep.op == "total"].groupby("tokens").ms.mean()
-    reference = total.index[abs(total.index - tile).argmin()]
-    rel_ax.plot(total.index, total / total[reference], marker=".",
-                label=f"{results.source('tile_quantization')} (/ time at {reference} tokens)")
     label = simulated_label(simulated, "tile_quantization")
-    if label:
-        sim_sweep = simulated.table("tile_quantization", "sweep")
-        sim = sim_sweep[sim_sweep.op == "total"].groupby("tokens").ms.mean()
-        sim_tile = int(simulated.summary("tile_quantization").tile.iloc[0])
-        sim_ref = sim.index[abs(sim.index - sim_tile).argmin()]
-        rel_ax.plot(sim.index, sim / sim[sim_ref], color=_sim_colors(1)[0], label=f"{label} (/ time at {sim_ref} tokens)",
-                    **SIM_STYLE | {"marker": None})
+    for runs, source, style in [(results, results.source("tile_quantization"), {"marker": "."})] + (
+            [(simulated, label, SIM_STYLE | {"marker": None, "color": _sim_colors(1)[0]})] if label else []):
+        total = derive.iteration_ms(runs)
+        run_tile = int(runs.summary("tile_quantization").tile.iloc[0])
+        reference = total.index[abs(total.index - run_tile).argmin()]
+        rel_ax.plot(total.index, total / total[reference], label=f"{source} (/ time at {reference} tokens)",
+                    **style)
     paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
     rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
                    **PAPER_STYLE)
@@ -218,7 +210,7 @@ def pd_ratio(results, simulated=None):
     ax.plot([], [], color="grey", ls="--", lw=1, label="predicted peak C / (B - 1)")
     ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="throughput over baseline (x)",
            title="dashed: C / (B - 1) for each chunk")
-    _plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.xaxis)
     _legend_outside(ax, fontsize=7)
     _title(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)", simulated)
     why = [_pd_ratio_why(runs) for runs in (results, simulated if label else None)
@@ -319,7 +311,7 @@ def scheduler_latency(results, simulated=None):
                          err_kws={"alpha": 0.1})  # ten series: fainter bands keep the lines readable
             ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)", xlabel="load (requests / s)",
                    ylabel=f"{metric.upper()} (s)")
-            _plain_log_ticks(ax.yaxis)
+            plain_log_ticks(ax.yaxis)
         summary = runs.summary("scheduler_latency")
         text, ratio = _hybrid_tbt(summary)
         row_axes[1].set_title(f"{source}: TBT (p50, p99)\n{text}", fontsize=9)

@@ -34,8 +34,13 @@ ORCA_FIG11A = {
     "SARATHI": {1024: 1.27, 2048: 1.25, 3072: 1.23},
 }
 
-# Sarathi-Serve: hybrid batching without a token budget raises P99 TBT up to 28.3x.
+# Sarathi-Serve: hybrid batching without a token budget raises P99 TBT up to 28.3x; capacity over
+# vLLM under the strict SLO (Mistral-7B on one A100; Yi-34B on two, tensor parallel); the prefill
+# overhead of 512-token chunks.
 NAIVE_HYBRID_TBT_INFLATION = 28.3
+CAPACITY_GAIN_OVER_VLLM = 2.6
+CAPACITY_TP_GAIN_OVER_VLLM = 3.7
+CHUNK512_PREFILL_OVERHEAD = 0.25
 
 # The paper's GPU (NVIDIA RTX A6000 datasheet): dense FP16 tensor rate with FP32 accumulate, and
 # memory bandwidth. Their ratio is how many flops a byte read must feed before compute, not

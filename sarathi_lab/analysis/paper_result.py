@@ -1,6 +1,4 @@
-"""What a paper result declares (analysis/registry.py finds them): its experiment, the overrides of
-its GPU run, its claim check and its figure. Its quick set, where it has one, is
-conf/experiment/ci/NAME.yaml (produce.py)."""
+"""What a paper result declares: its experiment, its claim check, its figure and its GPU run."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -10,11 +8,10 @@ from typing import Any
 
 @dataclass(frozen=True)
 class GpuRun:
-    """The result's sweep on one GPU (gpu/steps/paper.py): the paper's model in bf16 (gpu/plan.py's
-    PAPER_COMMON) with ``overrides``; ``dry``: the one tiny CPU job of the suite's dry run."""
+    """The result's sweep on one GPU: gpu/plan.py's PAPER_COMMON with ``overrides``; ``dry``: the
+    one tiny CPU job of the suite's dry run."""
     minutes: float        # expected on an H100, interpreter and model builds included
     overrides: str
-    what: str             # one line for the suite's --plan
     dry: str
     order: int            # where it runs in the suite (gpu/plan.py orders the profile steps by it too)
 

@@ -2,12 +2,9 @@
 
     python -m sarathi_lab.analysis.publish --measured outputs --sim outputs/sim --sim outputs/sim-roofline
 
-``--measured``: a root of ``python -m sarathi_lab.produce`` (the CPU runs): each paper result's
-``<name>.png``. ``--sim`` (repeatable, one root per cost model; the first is the one drawn):
-``produce --sim`` roots, each paper result's ``<name>_sim.png``. The claims table gets one row per
-claim and source (the measured root's, each simulated root's), then the capacity rows from the
-committed tables in docs/capacity/, which are redrawn too. A figure or row whose runs are missing
-from the roots given is left as it is, so that measured and simulated figures can be redrawn apart.
+Each paper result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first
+simulated one; the claims table from all of them, then the capacity rows and figures from
+docs/capacity/. A figure whose runs the roots lack is left as it is.
 """
 from __future__ import annotations
 
@@ -21,7 +18,6 @@ from sarathi_lab.analysis.runs import load_results
 
 
 def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
-    """Each registered result's figure from ``results`` as ``docs/figures/<name><suffix>.png``."""
     written = []
     for result in registry.RESULTS:
         if result.name in results.missing():

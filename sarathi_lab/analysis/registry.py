@@ -1,18 +1,10 @@
 """The paper's results, each one unit: a module in ``analysis/paper_results/`` whose ``RESULT``
-declares its experiment (``conf/experiment/<name>.yaml``), the overrides of its GPU run, its claim
-check and its figure. A result is registered by being there: ``produce``, the claims table, the
-figures, ``notebooks/figures.ipynb`` and the GPU suite (``gpu/plan.py``) iterate ``RESULTS``, so that
-adding one touches its module, its YAML and its test. Its quick set is ``experiment=ci/<name>``
-where that YAML exists (fewer sweep points), else its experiment at ``scale=ci`` (produce.py).
-
-The figures are drawn through ``draw``, which imports matplotlib only when a figure is wanted:
-the GPU suite's plan and ``produce`` read the registry without it.
-"""
+(a PaperResult) registers it. produce, the claims table, the figures, the notebooks and the GPU
+suite iterate ``RESULTS``. ``draw`` imports matplotlib only when a figure is wanted."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
 
 from sarathi_lab.analysis import paper_results
 from sarathi_lab.analysis.paper_result import PaperResult
@@ -32,11 +24,8 @@ def _discover() -> tuple[PaperResult, ...]:
     return tuple(sorted(found, key=lambda r: (r.order, r.name)))
 
 
+# Read when used, not copied at import, so that a result registered later (a test's toy) is seen too.
 RESULTS: tuple[PaperResult, ...] = _discover()
-
-
-# The consumers read RESULTS when they run, not when they are imported, so that a result registered
-# later (a test's toy result) is theirs too.
 
 
 def names() -> tuple[str, ...]:
@@ -48,11 +37,6 @@ def by_name(name: str) -> PaperResult:
         if result.name == name:
             return result
     raise KeyError(f"{name!r} is no paper result; known: {', '.join(names())}")
-
-
-def checks() -> list[tuple[str, Callable]]:
-    """(experiment, check) for the claims table, in the results' order."""
-    return [(r.name, r.claims) for r in RESULTS]
 
 
 def draw(result: PaperResult, runs, simulated=None):

@@ -1,12 +1,6 @@
-"""Where each experiment's runs are. Reading only: ``python -m sarathi_lab.produce`` makes them.
-
-A results root holds ``<experiment>/multiruns/<sweep>/<job>/`` as ``python -m sarathi_lab.run -m``
-leaves it; an experiment's runs are its newest complete sweep (every job it launched finished,
-harness/sweep_state.py), or, where none is, its newest sweep with a finished run, said to be
-incomplete wherever its numbers are shown. A newer sweep that was interrupted, failed in part or is
-still running never stands in silently for the experiment. With a W&B project the runs' files are
-downloaded first into the same layout, so both sources load the same way.
-"""
+"""Where each experiment's runs are under a results root (``<experiment>/multiruns/<sweep>/<job>/``):
+its newest complete sweep (harness/sweep_state.py), or, where none is, its newest sweep with a
+finished run, said to be incomplete wherever its numbers are shown."""
 from __future__ import annotations
 
 import logging
@@ -28,7 +22,6 @@ from sarathi_lab.harness.sweep_state import SweepState, sweep_state
 
 log = logging.getLogger(__name__)
 
-# The paper's experiments as registered at import (analysis/paper_results/, one module each).
 EXPERIMENTS = registry.names()
 
 
@@ -44,7 +37,6 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
 
 
 def newest_sweep(root: str | Path, name: str) -> Path | None:
-    """The sweep directory under ``root/<name>/multiruns`` whose latest finished run is newest."""
     found = sweeps(root, name)
     return found[0] if found else None
 
@@ -55,8 +47,8 @@ INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
 
 @dataclass(frozen=True)
 class Choice:
-    """Which sweep stands for an experiment: ``sweep`` and its ``state``, and the newer incomplete
-    sweeps passed over for it (``skipped``: (directory, state) pairs, newest first)."""
+    """The sweep that stands for an experiment, its state, and the newer incomplete sweeps passed
+    over for it (``skipped``, newest first)."""
     sweep: Path
     state: SweepState
     skipped: list[tuple[Path, SweepState]]
@@ -74,9 +66,8 @@ class Choice:
 
 
 def choose_sweep(root: str | Path, name: str, include_incomplete: bool = False) -> Choice | None:
-    """The sweep that stands for experiment ``name`` (module docstring): the newest complete one, and
-    the newer incomplete ones passed over; the newest of all with ``include_incomplete`` or where
-    none is complete. None: no sweep of it has a finished run."""
+    """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or where
+    none is complete; None where no sweep of it has a finished run."""
     found = sweeps(root, name)
     if not found:
         return None
@@ -112,15 +103,9 @@ UNRELIABLE = "env.timing_unreliable"
 
 
 class Results:
-    """Each experiment's runs under one results root, loaded on first use.
-
-    An experiment's runs are its newest complete sweep's (``choose_sweep``), unless
-    ``include_incomplete`` (by default ``SARATHI_INCLUDE_INCOMPLETE=1``): then its newest sweep's,
-    complete or not. ``sweep_note`` says what was passed over, or that the sweep read is incomplete.
-    Runs flagged ``timing_unreliable`` are left out of every table, so that no figure or claim
-    reads them, unless ``include_unreliable``; ``left_out`` counts them either way, and
-    ``describe`` says both wherever the numbers are shown. ``seed`` restricts every table to the runs
-    of one seed: one repeat of the experiment, which is how the claims get their spread."""
+    """Each experiment's runs under one results root (``choose_sweep``), loaded on first use. Runs
+    flagged ``timing_unreliable`` are left out of every table unless ``include_unreliable``;
+    ``seed`` keeps one repeat of the experiment (how the claims get their spread)."""
 
     def __init__(self, root: str | Path, include_unreliable: bool = False, seed: int | None = None,
                  include_incomplete: bool | None = None):
@@ -154,8 +139,7 @@ class Results:
         return self.choice(name).note(self.include_incomplete)
 
     def jobs(self, name: str) -> list[str]:
-        """The jobs the experiment's sweep launched, as far as known (harness/sweep_state.py): those its
-        sweep_summary.json lists, or before it ends its job folders."""
+        """The jobs the experiment's sweep launched, as far as known (harness/sweep_state.py)."""
         return list(self.choice(name).state.jobs)
 
     def failed(self, name: str) -> list[str]:
@@ -196,10 +180,6 @@ class Results:
             return loaded
         return loaded[loaded.run_dir.isin(self._runs(name))].reset_index(drop=True)
 
-    def left_out(self, name: str) -> int:
-        """How many of the experiment's runs are flagged ``timing_unreliable`` (left out unless kept)."""
-        return len(self._unreliable_runs(name))
-
     def seeds(self, name: str) -> list[int]:
         """The seeds of the experiment's kept runs: each a repeat of the whole experiment."""
         summary = self.summary(name)
@@ -214,8 +194,7 @@ class Results:
         return self._view(True, self.seed)
 
     def provenance(self, name: str) -> dict[str, str]:
-        """Where the experiment's numbers come from, one claims row's columns: the source (measured
-        or simulated, and by what), the scale, the precision, the threads and the machine."""
+        """Where the experiment's numbers come from: a claims row's claims.PROVENANCE columns."""
         row = self._loaded(name, "summary").iloc[0]
         simulated = self.executor(name)["executor"] == "sim"
         threads = row.get("env.torch_threads")
@@ -231,8 +210,8 @@ class Results:
         return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
     def executor(self, name: str) -> dict[str, str]:
-        """How the experiment's runs got their times: ``executor`` (model | sim) and, when simulated,
-        ``sim_device`` and ``sim_cost_model``, read from a run's resolved config (metrics.json)."""
+        """``executor`` (model | sim) and, when simulated, ``sim_device`` and ``sim_cost_model``, from
+        a run's resolved config."""
         engine = {}
         for metrics in sorted(self.sweep(name).glob(f"*/**/{METRICS}")):
             if WANDB_DIR in metrics.parts:
@@ -246,8 +225,7 @@ class Results:
         return {k: engine.get(k, "model") for k in keys}
 
     def source(self, name: str) -> str:
-        """What the experiment's numbers are, for labels: 'measured CPU' or e.g. 'simulated A6000
-        (roofline)'."""
+        """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""
         ex = self.executor(name)
         if ex["executor"] != "sim":
             device = str(self._loaded(name, "summary")["env.device"].iloc[0])
@@ -255,8 +233,7 @@ class Results:
         return f"simulated {ex['sim_device'].upper()} ({ex['sim_cost_model']})"
 
     def describe(self, name: str) -> str:
-        """Where and on what the experiment's numbers are, for figure titles and the claims table:
-        e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)', and which jobs left no run."""
+        """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and notes."""
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
                  else row["env.device_name"])
@@ -265,7 +242,7 @@ class Results:
 
     def unreliable_note(self, name: str) -> str:
         """'3 of 8 runs left out: timing unreliable' (or kept), '' when none is flagged."""
-        flagged = self.left_out(name)
+        flagged = len(self._unreliable_runs(name))
         if not flagged:
             return ""
         total = len(self._loaded(name, "summary"))
@@ -276,9 +253,7 @@ class Results:
 def load_results(root: str | Path, wandb_project: str | None = None, include_unreliable: bool = False,
                  include_incomplete: bool | None = None) -> Results:
     """The runs of every experiment under ``root``, or with ``wandb_project`` ("entity/project")
-    downloaded into ``root/wandb/<project>`` first; ``include_unreliable`` keeps runs flagged
-    ``timing_unreliable``, ``include_incomplete`` reads an experiment's newest sweep even where it
-    is incomplete (None: ``SARATHI_INCLUDE_INCOMPLETE=1``)."""
+    downloaded into ``root/wandb/<project>`` first."""
     if wandb_project:
         root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
     return Results(root, include_unreliable, include_incomplete=include_incomplete)

@@ -4,14 +4,8 @@
     python -m sarathi_lab.gpu --dry-run                    # every step on the CPU at tiny shapes
     python -m sarathi_lab.gpu --out outputs/gpu --restore .gpu/suite.tar.gz   # on the GPU machine
 
-Each step writes its result and a done-marker under --out; a rerun skips finished steps (and, unless
---retry-failed or named in --steps, failed ones), so the same command, repeated, goes on where the
-last call stopped. A step is started only if its expected minutes fit what is left of --budget-min;
-one still running at the end of it is stopped and recorded as incomplete. With $OUT set, a summary,
-the claims, an archive of --out and the first figures land there after every step (at most 8 files).
-
-This driver does no device work: it starts a worker process for the steps, and a fresh one after
-a worker dies, so a crash or a broken CUDA context costs one step, not the call.
+The driver does no device work: a worker process runs the steps, and a fresh one follows a worker
+that dies, so a crash or a broken CUDA context costs one step, not the call.
 """
 from __future__ import annotations
 
@@ -26,27 +20,23 @@ from pathlib import Path
 
 from sarathi_lab import cli_args
 from sarathi_lab.gpu import state
+from sarathi_lab.gpu.context import wait_or_stop
 from sarathi_lab.gpu.plan import Step, format_plan, named, select
-from sarathi_lab.gpu.proc import wait_or_stop
+from sarathi_lab.gpu.worker import RESTART
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-RESTART = 75
 # What a worker gets after SIGTERM to save its partial results before it is killed.
 GRACE_S = 15
 GPU_BUDGET_MIN = 9.0
 
 
 def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -> list[Step]:
-    """Steps still to run: not done, and not failed before unless asked to retry them."""
-    todo = []
-    for step in steps:
-        if state.is_done(out, step.name):
-            continue
+    """Steps not done, and not failed before unless asked to retry them."""
+    def failed_before(step: Step) -> bool:
         last = state.read_result(out, step.name)
-        if last and last.status == "failed" and not (retry_failed or step.name in named):
-            continue
-        todo.append(step)
-    return todo
+        return last is not None and last.status == "failed" and not (retry_failed or step.name in named)
+
+    return [s for s in steps if not state.is_done(out, s.name) and not failed_before(s)]
 
 
 def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
@@ -171,8 +161,7 @@ def exit_code(out: Path, names: list[str]) -> int:
 
 
 def _commit() -> str:
-    """The commit the suite runs at: SARATHI_GPU_COMMIT (set by the caller, since the device
-    machine's copy of the tree may have no .git), else git's."""
+    """SARATHI_GPU_COMMIT (the device machine's copy of the tree may have no .git), else git's."""
     if os.environ.get("SARATHI_GPU_COMMIT"):
         return os.environ["SARATHI_GPU_COMMIT"]
     try:

@@ -1,6 +1,5 @@
-"""Unpack a GPU call's archive into what the repository keeps: the summary, claims, step results
-and figures under docs/gpu/<device>/, the profiles under profiles/<device>/ (where the simulator
-reads them). Raw run folders (parquet, Hydra configs) stay out of git.
+"""Unpack a GPU call's archive into what the repository keeps: docs/gpu/<device>/ (summary,
+claims, step results, figures) and profiles/<device>/; never the raw run folders.
 
     python -m sarathi_lab.gpu.collect .gpu/suite.tar.gz
 """

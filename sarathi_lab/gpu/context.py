@@ -1,6 +1,9 @@
-"""What a step gets to run with, and how it says it could not finish."""
+"""What a step gets to run with, how it says it could not finish, and how it waits for a child."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,3 +27,18 @@ class Context:
 
     def seconds_left(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.time())
+
+
+def wait_or_stop(proc: subprocess.Popen, timeout: float | None, grace: float) -> int | None:
+    """The exit status, or None when it outran ``timeout``: then its group (start_new_session) gets
+    SIGTERM, so runs save what they measured, and SIGKILL ``grace`` seconds later."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return None

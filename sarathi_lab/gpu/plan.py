@@ -1,12 +1,6 @@
-"""The suite's steps, in the order they run, with the minutes each is expected to take on an H100.
-
-The minutes are estimates from arithmetic (LLaMA-13B in bf16: 26 GB of weights read per decode
-iteration at ~3 TB/s, ~27 TFLOP per 1K-token prefill at ~700 TFLOP/s, ~5 s to build the model,
-~10 s to start an interpreter), not measurements: no step has run on a GPU yet. The paper results'
-sweeps are the registered ones (analysis/paper_results/: each module's GpuRun), run as
-``experiment=NAME`` with PAPER_COMMON, the same experiments the CPU runs. The order puts the
-issue's targets first (kernels, greedy equality, overhead at batch 18, decode vs prefill cost,
-piggyback gain, P:D peak), so that a lease cut short still answers them."""
+"""The suite's steps in the order they run, with the minutes each is expected to take on an H100
+(estimates from arithmetic: docs/gpu/README.md). The paper sweeps are the registered results'
+experiments (each module's GpuRun); the targets come first, so a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +15,7 @@ PAPER_COMMON = ("model=llama-13b", "device=cuda", "dtype=bfloat16", "logger=none
 @dataclass(frozen=True)
 class Step:
     name: str
-    module: str           # sarathi_lab.gpu.steps.<module>: its run(ctx, arg) does the work
+    module: str           # sarathi_lab.gpu.steps.<module>: its run(ctx, step) does the work
     minutes: float        # expected on an H100, interpreter and model builds included
     what: str             # one line for --plan: what runs, at which shapes, and how it is scaled
     arg: str = ""
@@ -32,22 +26,10 @@ class Step:
         return self.name.split(".")[0]
 
 
-def _paper(result) -> Step:
-    """A registered paper result's sweep on the GPU (its module's GpuRun)."""
-    gpu = result.gpu
-    return Step(f"paper.{result.name}", "paper", gpu.minutes, gpu.what, result.name, tuple(gpu.overrides.split()))
-
-
 # task=profile's longest context per model (steps/profile.py runs seq_len at it): the longest request the
 # experiments serve, as far as batch 18 of them fits in an 80 GB card's KV cache beside the weights
 # (13B: 18 x 3072 tokens take 45 GB).
 PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
-
-
-def _profile(model: str, minutes: float) -> Step:
-    return Step(f"profile.{model}", "profile", minutes,
-                f"task=profile for {model}, bf16, chunk<=512, batch<=18, context<={PROFILE_SEQ_LEN[model]}, token step 16 "
-                f"(tile pairs at every 128) -> profiles/<device>/{model}.csv", model)
 
 
 # Each profile's place among the paper results (their GpuRun.order) and its minutes: the 13B
@@ -55,7 +37,7 @@ def _profile(model: str, minutes: float) -> Step:
 PROFILES = {"llama-13b": (35, 1.5), "llama2-7b": (90, 1.2), "mistral-7b": (91, 1.2)}
 HEAD: tuple[Step, ...] = (
     Step("env", "env", 0.5, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
-         "(8192^3 torch.mm), CUDA events, median of 20"),
+         "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
     Step("kernels", "kernels", 2.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
          "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
     Step("engine", "engine", 1.5, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
@@ -67,9 +49,16 @@ HEAD: tuple[Step, ...] = (
 
 def build_steps() -> tuple[Step, ...]:
     """HEAD, then the registered results' sweeps and the profiles in their order."""
-    ordered = sorted([(r.gpu.order, _paper(r)) for r in registry.RESULTS if r.gpu is not None]
-                     + [(order, _profile(model, minutes)) for model, (order, minutes) in PROFILES.items()],
-                     key=lambda pair: pair[0])
+    papers = [(r.gpu.order, Step(f"paper.{r.name}", "paper", r.gpu.minutes,
+                                 f"experiment={r.name} {r.gpu.overrides}", r.name,
+                                 tuple(r.gpu.overrides.split())))
+              for r in registry.RESULTS if r.gpu is not None]
+    profiles = [(order, Step(f"profile.{model}", "profile", minutes,
+                             f"task=profile for {model}, bf16, chunk<=512, batch<=18, "
+                             f"context<={PROFILE_SEQ_LEN[model]}, token step 16 (tile pairs at every 128) "
+                             f"-> profiles/<device>/{model}.csv", model))
+                for model, (order, minutes) in PROFILES.items()]
+    ordered = sorted(papers + profiles, key=lambda pair: pair[0])
     return HEAD + tuple(step for _, step in ordered)
 
 

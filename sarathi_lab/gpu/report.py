@@ -1,10 +1,6 @@
-"""The suite's figures and the paper's claims table, from whatever steps have finished.
-
-The paper's figures and claims are the analysis layer's own (analysis.figures, analysis.claims,
-read through analysis.runs.Results from <out>/paper); the suite adds two of its own: decode KV
-bandwidth against the copy ceiling, and the host share of each iteration. A figure that cannot be
-drawn from the runs at hand (a step not run yet, a dry run's single point) is a note, not an error.
-"""
+"""The suite's figures and claims from whatever steps have finished: the paper's are the analysis
+layer's own (read from <out>/paper), plus decode KV bandwidth and host overhead. A figure the runs
+at hand cannot give (a step not run yet, a dry run's single point) is a note, not an error."""
 from __future__ import annotations
 
 from pathlib import Path

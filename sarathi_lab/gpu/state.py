@@ -1,17 +1,9 @@
-"""The suite's out directory: one folder per step with its result and done-marker, and the export
-of a compact copy into ``$OUT`` (what the device tool brings back: at most 8 files).
-
-    <out>/steps/<step>/result.json   status, seconds, metrics, notes, the one-line error
-    <out>/steps/<step>/DONE          written last: a step with it is never run again
-    <out>/steps/<step>/...           the step's own tables and logs
-    <out>/profiles/<device>/         task=profile's tables (SARATHI_PROFILES_DIR)
-    <out>/paper/<experiment>/multiruns/<sweep>/<job>/   the paper sweeps, as analysis.Results reads them
-    <out>/figures/*.png"""
+"""The suite's out directory (steps/<step>/ holds result.json, DONE once finished, and the step's
+own files; profiles/, paper/ and figures/ beside them) and its export into ``$OUT``."""
 from __future__ import annotations
 
 import csv
 import gzip
-import io
 import json
 import os
 import shutil
@@ -105,11 +97,9 @@ def write_result(out: Path, result: StepResult) -> None:
 
 
 def restore(out: Path, archive: Path) -> int:
-    """Files of an earlier call's archive that ``out`` lacks (a fresh machine), never overwriting
-    what is there (a warm one kept it); returns how many were restored, 0 where there is no archive
-    yet (the suite's first call runs the same command). A ValueError naming the archive where it is
-    no readable tar (truncated, or another file): each file is written beside its name and renamed,
-    so what was restored before the damage is whole and nothing is half-written."""
+    """Files of an earlier call's archive that ``out`` lacks, never overwriting what is there; returns
+    how many (0 without an archive). A ValueError where it is no readable tar: each file is written
+    beside its name and renamed, so nothing is left half-written."""
     if not archive.exists():
         return 0
     out.mkdir(parents=True, exist_ok=True)
@@ -140,32 +130,23 @@ def results(out: Path, names: list[str]) -> list[StepResult]:
     return [r for r in (read_result(out, n) for n in names) if r is not None]
 
 
-def summary_rows(found: list[StepResult]) -> list[dict[str, Any]]:
-    rows = []
-    for r in found:
-        rows.append({"step": r.step, "metric": "status", "value": r.status, "unit": "", "target": "",
-                     "holds": "", "note": r.error})
-        rows += [{"step": r.step, **asdict(m), "note": ""} for m in r.metrics]
-    return rows
-
-
 def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
     """``summary.json`` (everything) and ``summary.csv`` (one row per metric) into ``out``."""
     found = results(out, names)
     (out / "summary.json").write_text(json.dumps({"suite": suite, "steps": [asdict(r) for r in found]},
                                                  indent=1, default=str))
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, ["step", "metric", "value", "unit", "target", "holds", "note"])
-    writer.writeheader()
-    writer.writerows(summary_rows(found))
-    (out / "summary.csv").write_text(buf.getvalue())
+    with open(out / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, ["step", "metric", "value", "unit", "target", "holds", "note"])
+        writer.writeheader()
+        for r in found:
+            writer.writerow({"step": r.step, "metric": "status", "value": r.status, "note": r.error})
+            writer.writerows({"step": r.step, **asdict(m), "note": ""} for m in r.metrics)
 
 
 def archive(out: Path, dest: Path) -> list[str]:
-    """The whole out directory as one tar.gz (resume state and everything worth committing);
-    if it would pass the tool's 16 MiB a file, per-iteration tables are left out, then the largest
-    other files, one at a time: the tool drops a larger file, and with it every step's resume state,
-    so the next call would rerun them all. Step results and markers always stay. Returns notes."""
+    """The whole out directory as one tar.gz; over the device tool's 16 MiB a file (it would drop
+    the archive, and every step's resume state with it), per-iteration tables are left out, then
+    the largest other files, never RESUME_FILES. Returns notes."""
     # Built in ``out``, not beside ``dest`` ($OUT): a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
     files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (ARCHIVE, tmp.name)]
@@ -193,8 +174,7 @@ def archive(out: Path, dest: Path) -> list[str]:
 
 
 def export(out: Path, dest: Path | None) -> list[str]:
-    """summary.json, summary.csv, the claims table, the archive and the first figures, at most
-    MAX_OUT_FILES files directly in ``dest`` ($OUT); returns what was left out, as notes."""
+    """The summaries, claims, archive and first figures: at most MAX_OUT_FILES files in ``dest``."""
     if dest is None:
         return []
     dest.mkdir(parents=True, exist_ok=True)

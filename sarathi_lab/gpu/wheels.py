@@ -1,14 +1,9 @@
-"""Download the wheels the lent GPU machine lacks, to carry with each device call (it reaches no
-package registry). Run here, in the repository's root, before the first GPU call:
+"""Download the wheels the lent GPU machine lacks (it reaches no registry), at the versions
+installed here, for CPython 3.12 manylinux x86_64, with what they need that its image lacks
+(machine_packages.txt). A package with only a source archive is built here, and kept only if pure.
 
     python -m sarathi_lab.gpu.wheels            # hydra-core, omegaconf, antlr4 into .whl/
-    python -m sarathi_lab.gpu.wheels --wandb    # also wandb and what it needs (tens of MiB more)
-
-Each package gets the version installed here (what CI tests), for CPython 3.12 manylinux x86_64;
-their requirements are followed recursively, skipping what the machine's image already holds
-(machine_packages.txt). A package published only as a source archive (antlr4-python3-runtime 4.9)
-is built into a wheel here, which works there only because it is pure Python (checked).
-The suite itself runs with ``logger=none``, so it never needs wandb.
+    python -m sarathi_lab.gpu.wheels --wandb    # also wandb and what it needs
 """
 from __future__ import annotations
 

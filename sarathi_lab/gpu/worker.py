@@ -1,9 +1,5 @@
-"""Runs the suite's steps in one process, each recorded as it ends; started by the driver
-(``python -m sarathi_lab.gpu``), which restarts it for the remaining steps when it dies.
-
-After a step fails on a GPU the worker exits with RESTART: a CUDA error can leave the process's
-context unusable, so the steps after it get a fresh one.
-"""
+"""Runs the suite's steps in one process, each recorded as it ends. After a step fails on a GPU it
+exits with RESTART (a CUDA error can leave the context unusable): the driver starts a fresh one."""
 from __future__ import annotations
 
 import argparse
@@ -33,25 +29,13 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
     except Incomplete as e:
         status, error = "incomplete", str(e)
     except Exception as e:  # noqa: BLE001 (a step's failure is its result; the suite goes on)
-        status, error = "failed", one_line(e)
+        text = str(e).strip().splitlines()
+        status, error = "failed", f"{type(e).__name__}: {text[0] if text else ''}"[:500]
         (ctx.dir / "traceback.txt").write_text(traceback.format_exc())
     result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error, commit,
                               ctx.device)
     state.write_result(ctx.out, result)
     return result
-
-
-def one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:500]
-
-
-def release_memory() -> None:
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Context(args.out, state.step_dir(args.out, name), args.dry_run, device, args.deadline)
         result = run_step(step, ctx, suite.get("commit", ""))
         print(f"[gpu] {name}: {result.status} in {result.seconds:.0f} s {result.error}", flush=True)
-        release_memory()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         state.write_summary(args.out, all_steps, suite)
         state.export(args.out, args.export)
         if result.status == "failed" and device == "cuda":

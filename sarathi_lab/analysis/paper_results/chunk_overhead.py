@@ -10,6 +10,5 @@ RESULT = PaperResult(
              "the paper's values)."),
     gpu=GpuRun(minutes=2.0, order=50,
                overrides="seq_len=1024,3072",
-               what="Fig. 13: chunks 64-512; scaled from lengths 1K,2K,3K to 1K,3K",
                dry="seq_len=64 chunk=32 pd_ratio=8"),
 )

@@ -12,6 +12,5 @@ RESULT = PaperResult(
              "aligned one."),
     gpu=GpuRun(minutes=2.5, order=20,
                overrides="chunk=256 seq_len=1024,2048,3072 batch_size=2,6,12,18",
-               what="Fig. 8 at the paper's shapes: chunk 256, lengths 1K-3K, batch 2-18 (unscaled)",
                dry="seq_len=48 batch_size=2 chunk=16"),
 )

@@ -10,7 +10,6 @@ RESULT = PaperResult(
              "`experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on the right."),
     gpu=GpuRun(minutes=3.0, order=60,
                overrides="seq_len=1024,2048 batch_size=18 chunk=256 pd_ratio=15 workload.num_requests=54",
-               what="Fig. 11a: B=18, chunk 256, 54 requests; scaled from lengths 1K-3K to 1K,2K",
                dry="seq_len=48 chunk=16 pd_ratio=4 batch_size=2 workload.num_requests=4 scheduler=orca "
                    "workload.stagger=2"),
 )

@@ -11,7 +11,5 @@ RESULT = PaperResult(
     gpu=GpuRun(minutes=3.5, order=30,
                overrides="seq_len=1024 batch_size=18 chunk=256,512 pd_ratio=5,14,28,50 "
                          "workload.num_requests=54",
-               what="Fig. 9/11b: length 1024, B=18, 54 requests; scaled from chunks 128-512 x 8 P:D to "
-                    "chunks 256,512 x P:D 5,14,28,50 (both paper peaks, 14 and 28, and either side)",
                dry="seq_len=48 pd_ratio=4 chunk=16 batch_size=2 workload.num_requests=2 scheduler=sarathi"),
 )

@@ -17,8 +17,6 @@ RESULT = PaperResult(
     gpu=GpuRun(minutes=3.5, order=70,
                overrides="model=mistral-7b seq_len=4096 chunk=512 workload.num_requests=32 workload.qps=1,2 "
                          "scheduler=vllm,orca,sarathi_serve",
-               what="Sarathi-Serve TBT: Mistral-7B, lengths <=4096, budget 512; scaled from 256 requests x "
-                    "qps 1,2,4 x 5 schedulers to 32 requests x qps 1,2 x vllm/orca/sarathi_serve",
                dry="seq_len=64 workload.min_tokens=32 chunk=32 workload.num_requests=3 workload.qps=50 "
                    "scheduler=sarathi_serve"),
 )

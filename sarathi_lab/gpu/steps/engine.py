@@ -1,11 +1,6 @@
-"""The engine on the device against transformers on the same device: greedy tokens equal in
-float32 for Llama, Mistral and Qwen2 under every scheduler (and, on CUDA, both attention
-backends: the Triton kernels and the torch path); in bfloat16, the first generated token agrees.
-
-The models are the test suite's (tests/hf_models.py: small random models saved with
-save_pretrained, weights spread so that greedy choices are far from ties), so the suite runs
-from the repository's root, as tests do.
-"""
+"""The engine against transformers on the device: greedy tokens equal in float32 for Llama, Mistral
+and Qwen2 under every scheduler and attention backend; in bfloat16, the first tokens agree. The
+models are the tests' (tests/hf_models.py), so the suite runs from the repository's root."""
 from __future__ import annotations
 
 import torch
@@ -21,18 +16,6 @@ NEW_TOKENS = 9
 CHUNK = 16       # divides the block size and splits the longer prompts
 
 
-@torch.no_grad()
-def hf_greedy(model, prompts: list[list[int]], device: str) -> list[list[int]]:
-    """transformers' own greedy generation, one prompt at a time (no padding to get wrong)."""
-    out = []
-    for prompt in prompts:
-        ids = torch.tensor([prompt], device=device)
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS,
-                             min_new_tokens=NEW_TOKENS, pad_token_id=0)
-        out.append(gen[0, len(prompt):].tolist())
-    return out
-
-
 def first_difference(got: list[list[int]], want: list[list[int]]) -> str:
     for i, (g, w) in enumerate(zip(got, want)):
         j = next((k for k, (a, b) in enumerate(zip(g, w)) if a != b), None)
@@ -42,7 +25,7 @@ def first_difference(got: list[list[int]], want: list[list[int]]) -> str:
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    from tests.hf_models import save_random_model
+    from tests.hf_models import hf_greedy, save_random_model
 
     backends = ("triton", "torch") if ctx.device == "cuda" else ("torch",)
     # The dry run checks this step's code, not the engine (tests/test_engine_vs_hf.py does): one
@@ -56,7 +39,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         model = save_random_model(arch, directory).to(ctx.device)
         gen = torch.Generator().manual_seed(1)
         prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENS]
-        want = hf_greedy(model, prompts, ctx.device)
+        want = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
         for backend in backends:
             for scheduler in scheduler_names():
                 llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=CHUNK, max_batch_size=3,
@@ -65,7 +48,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                 metrics.append(Metric(f"greedy_equal_fp32[{arch},{backend},{scheduler}]", got == want))
                 if got != want:
                     notes.append(f"{arch} {backend} {scheduler}: {first_difference(got, want)}")
-        want16 = hf_greedy(model.to(torch.bfloat16), prompts, ctx.device)
+        model = model.to(torch.bfloat16)
+        want16 = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
         for backend in backends:
             llm = LLM(model=str(directory), scheduler="sarathi", chunk_size=CHUNK, max_batch_size=3,
                       device=ctx.device, dtype="bfloat16", attention=backend, warmup_iters=0)
@@ -77,7 +61,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 
 def summarise(metrics: list[Metric], prefix: str, what: str) -> list[Metric]:
-    """One line with a target for the printed table: how many of the runs passed."""
+    """How many of the runs passed, one line with a target for the printed table."""
     cases = [m for m in metrics if m.metric.startswith(prefix)]
     passed = sum(m.value in (True, 1.0) for m in cases)
     return [Metric(f"{prefix}_all", f"{passed}/{len(cases)}", what, "all", passed == len(cases))]

@@ -1,5 +1,4 @@
-"""The machine and its two ceilings: device-to-device copy bandwidth (bytes read + written) and
-the bf16 matmul rate, on random data (zeros run faster than real data on these chips)."""
+"""The machine and its two ceilings (profiling/ceilings.py): copy bandwidth and the bf16 matmul rate."""
 from __future__ import annotations
 
 import json
@@ -11,26 +10,11 @@ import torch
 
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.gpu.timing import median_seconds
+from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops
 
 # GPU: a buffer far past the 50-60 MB L2 and the paper's matmul; dry run: seconds on two cores.
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 MATMUL_N = {"cuda": 8192, "cpu": 256}
-
-
-def copy_gbps(device: str) -> float:
-    src = torch.randn(COPY_BYTES[device] // 4, device=device)
-    dst = torch.empty_like(src)
-    seconds = median_seconds(lambda: dst.copy_(src), device)
-    return 2 * src.numel() * src.element_size() / seconds / 1e9
-
-
-def matmul_tflops(device: str, dtype: torch.dtype) -> float:
-    n = MATMUL_N[device]
-    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    seconds = median_seconds(lambda: torch.mm(a, b, out=out), device)
-    return 2 * n**3 / seconds / 1e12
 
 
 def _version(module: str) -> str:
@@ -40,33 +24,30 @@ def _version(module: str) -> str:
         return "absent"
 
 
-def _nvidia_smi() -> str:
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "nvidia-smi not available"
-
-
 def describe(device: str) -> dict:
     record = {"python": platform.python_version(), "torch": torch.__version__, "triton": _version("triton"),
               "transformers": _version("transformers"), "hydra": _version("hydra"),
               "torch_cuda": torch.version.cuda, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-              "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+              "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "device": "cpu"}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        record |= {"device": props.name, "nvidia_smi": _nvidia_smi(), "sms": props.multi_processor_count,
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                                  "--format=csv,noheader"], capture_output=True, text=True, timeout=30,
+                                 check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            smi = "nvidia-smi not available"
+        record |= {"device": props.name, "nvidia_smi": smi, "sms": props.multi_processor_count,
                    "memory_gib": round(props.total_memory / 2**30, 1), "capability": f"{props.major}.{props.minor}",
                    "l2_mb": round(getattr(props, "L2_cache_size", 0) / 1e6, 1)}
-    else:
-        record |= {"device": "cpu"}
     return record
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     record = describe(ctx.device)
     dtype = torch.bfloat16 if ctx.device == "cuda" else torch.float32
-    record |= {"copy_gbps": copy_gbps(ctx.device), "matmul_tflops": matmul_tflops(ctx.device, dtype),
+    record |= {"copy_gbps": copy_bandwidth_gbps(ctx.device, COPY_BYTES[ctx.device], reps=20),
+               "matmul_tflops": matmul_gflops(ctx.device, dtype, MATMUL_N[ctx.device], reps=20) / 1e3,
                "matmul_dtype": str(dtype).removeprefix("torch."), "matmul_n": MATMUL_N[ctx.device],
                "copy_bytes": COPY_BYTES[ctx.device]}
     (ctx.dir / "env.json").write_text(json.dumps(record, indent=1))

@@ -1,10 +1,6 @@
-"""The compiled Triton kernels on the GPU: kernels/check_gpu.py (the kernels' own GPU check)
-run whole, its printed lines read into metrics. It runs as a script, in its own process, since
-it refuses an interpreter-mode Triton and the CLIs do not import each other.
-
-Decode bandwidth: check_gpu times decode-only batches and prints the KV bytes they read per
-second; the floor is those bytes at the copy ceiling the env step measured, target within 1.5x.
-"""
+"""The compiled Triton kernels: kernels/check_gpu.py run as a script (it refuses an interpreter-mode
+Triton), its printed lines read into metrics; decode KV bandwidth against the env step's copy
+ceiling, target within 1.5x of that floor."""
 from __future__ import annotations
 
 import os
@@ -27,8 +23,8 @@ _COPY = re.compile(r"copy bandwidth ([\d.]+) GB/s")
 
 
 def parse(text: str, copy_gbps: float | None) -> list[Metric]:
-    """Metrics from check_gpu's printed lines: the worst error per dtype against its tolerance
-    (the script's own verdicts), the KV writes, and each decode case's bandwidth against the floor."""
+    """The worst error per dtype (check_gpu's own verdicts), the KV writes, and each decode case's
+    bandwidth against the floor."""
     errors, verdicts = defaultdict(list), defaultdict(list)
     metrics = []
     for line in text.splitlines():

@@ -1,7 +1,5 @@
-"""The engine's host overhead on the device: per iteration, schedule + prepare + sample time as
-a share of the iteration, for decode-only and hybrid (chunk + decodes) iterations of LLaMA-13B at
-batch 18, measured by ``profiling.overhead.serve``, as ``python -m sarathi_lab.bench overhead``
-measures it. Target: under 5% at batch 18."""
+"""The engine's host share of each decode-only and hybrid iteration of LLaMA-13B at batch 18,
+measured by ``profiling.overhead.serve`` as ``bench overhead`` measures it."""
 from __future__ import annotations
 
 import statistics

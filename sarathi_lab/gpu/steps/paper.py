@@ -1,13 +1,9 @@
-"""One of the paper's experiments as a Hydra sweep: on the GPU, ``python -m sarathi_lab.run -m
-experiment=NAME`` with the plan's overrides (the experiment YAML's "GPU:" line, scaled as the plan
-says) into <out>/paper/NAME/multiruns/gpu/, where analysis.Results finds it. ``on_existing=skip``
-makes a rerun after an interrupted call skip the jobs already finished.
+"""A paper result's experiment as a Hydra sweep (``python -m sarathi_lab.run -m experiment=NAME``
+with its GpuRun overrides) into <out>/paper/NAME/multiruns/, where analysis.Results finds it.
 
-The dry run cannot run the GPU shapes, so it checks them instead: every swept value composed and
-validated by the harness's schema, and the KV cache each job needs against an 80 GB card by
-arithmetic; then it runs one job at tiny shapes in-process, through the same harness, so the
-experiment's task code and the analysis that reads it run too. One experiment (SWEPT_IN_DRY_RUN)
-runs its dry job as the GPU does, a sweep in a child process, so that path is exercised as well.
+The dry run cannot run the GPU shapes, so it validates every GPU job through the schema and sizes
+its KV cache against an 80 GB card, then runs one tiny job in-process; SWEPT_IN_DRY_RUN's tiny job
+runs as a sweep in a child process, as on the GPU, so that path runs too.
 """
 from __future__ import annotations
 
@@ -18,22 +14,19 @@ import sys
 from pathlib import Path
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.gpu.context import Context, Incomplete
+from sarathi_lab.gpu.context import Context, Incomplete, wait_or_stop
 from sarathi_lab.gpu.plan import PAPER_COMMON, Step
-from sarathi_lab.gpu.proc import wait_or_stop
 from sarathi_lab.gpu.state import Metric
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 GRACE_S = 10
 H100_BYTES = 80 * 10**9
 SWEPT_IN_DRY_RUN = "per_token_cost"
-# One job per experiment at tiny shapes (a single point: no sweep in the dry run): each result's
-# GpuRun.dry, in its module under analysis/paper_results/.
+# What every result's one tiny job (its GpuRun.dry) shares.
 DRY_COMMON = ("model=tiny", "device=cpu", "dtype=float32", "logger=none", "measure.reps=1", "on_existing=overwrite")
 
 
 def dry_job(step: Step) -> list[str]:
-    """The result's one tiny job of the dry run (its GpuRun.dry)."""
     return registry.by_name(step.arg).gpu.dry.split()
 
 
