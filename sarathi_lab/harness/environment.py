@@ -20,21 +20,18 @@ def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch
                         load: dict[str, Any]) -> dict[str, Any]:
     commit = _git("rev-parse", "HEAD")
     return {
-        # A simulated run's numbers are predictions for the simulated device, not measurements of this host.
         **simulated_device(engine),
         # Where it ran: the device measured, or the host that ran the simulation.
         **({"host_device": str(device)} if engine.executor == "sim"
            else {"device": str(device), "device_name": device_name(device)}),
         # The dtype that ran, which the engine may have changed (bfloat16 on a CPU without bf16 units).
         "dtype": str(dtype).removeprefix("torch."),
-        # The GEMM the CPU's linear layers ran on (model/cpu_linear.py), which cpu_linear=auto picks
-        # by the CPU's vendor; None off the CPU and in a simulation.
+        # The GEMM the CPU's linear layers ran on (model/cpu_linear.py); None off the CPU and in a simulation.
         "cpu_gemm": cpu_gemm,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "host": platform.node(),
         "torch_threads": torch.get_num_threads(),
-        # Other work on the machine slows a CPU run: harness/load.py.
         **load,
         # The installed package's version (None: run from a clone that was never installed), and the
         # commit: the clone's, else the one pip recorded installing from a git URL (PEP 610).

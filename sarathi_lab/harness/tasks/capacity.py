@@ -1,17 +1,10 @@
 """task=capacity: the highest request rate meeting ``slo.tbt_p99_s`` and ``slo.sched_delay_p50_s``
-(Sarathi-Serve's capacity), by the bracketing search of harness/capacity.py on one engine.
+(Sarathi-Serve's capacity), by the search of harness/capacity.py on one engine (docs/capacity/).
 
-The engine (real or simulated) is built once by the runner and serves every trial: each trial is
-the same requests on the same arrival pattern scaled to its rate, so trials differ only in the
-rate (with ``capacity.trial_s``, the pattern's first ``trial_s`` seconds: a prefix of it). Each
-trial is a run of its own, ``trial-<k>-qps<rate>/`` under the search's directory (the results
-contract, logged to W&B in the search's group); the search writes ``capacity.json`` and a
-``trials`` table, and its summary is the capacity.
-
-A search rerun after an interruption resumes: the search is deterministic given its trials'
-verdicts, so trial k of the rerun asks for the rate trial k asked for before, and a finished trial
-of the same config at that rate is reused (said in one line) instead of measured again. Trials the
-finished search did not use are removed at its end.
+Every trial serves the same requests on the same arrival pattern scaled to its rate, as a run of its
+own, ``trial-<k>-qps<rate>/``; the search writes ``capacity.json`` and a ``trials`` table. A rerun
+after an interruption resumes: the search is deterministic given its verdicts, so a finished trial
+of the same config at the rate asked for is reused instead of measured again.
 """
 from __future__ import annotations
 
@@ -46,6 +39,12 @@ def trial_dir_name(k: int, qps: float) -> str:
     return f"trial-{k}-qps{qps:.4g}"
 
 
+def _row(k: int, qps: float, n: int, result: Trial, name: str) -> dict:
+    return ({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
+             "stopped_early": result.stopped_early, "run_dir": name}
+            | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
+
+
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     slo, workload, search = cfg.slo.as_slo(), context.workload, cfg.capacity
     rows: list[dict] = []
@@ -60,15 +59,12 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
             result = earlier
             log.info("trial %d at %.4g req/s: %s, reused from %s (finished before an interruption)", k, qps,
                      "passed" if result.passed else f"missed {result.binding}", name)
-            rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
-                         "stopped_early": result.stopped_early, "run_dir": name}
-                        | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
+            rows.append(_row(k, qps, n, result, name))
             return result
         try:
             result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
                                  slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
         except KeyboardInterrupt:
-            # What the trial had measured, as an interrupted serving run saves it.
             context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"rate_rps": qps}, llm.metrics,
                                {"trial": k, "qps": qps}, partial=True)
             raise
@@ -76,9 +72,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         summary = result.summary | {"rate_rps": qps, "passed": float(result.passed),
                                     "stopped_early": float(result.stopped_early), "binding": result.binding}
         context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
-        rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
-                     "stopped_early": result.stopped_early, "run_dir": name}
-                    | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
+        rows.append(_row(k, qps, n, result, name))
         log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}",
                  " (stopped early)" if result.stopped_early else "")
         return result
