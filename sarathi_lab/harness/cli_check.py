@@ -82,8 +82,8 @@ def escaping_name(args: list[str]) -> str | None:
 
 
 def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
-    """The one-line error and exit code for an output directory this command could not write (Hydra
-    creates it before the run starts, ending in a traceback), or None."""
+    """The one-line error and exit code (2 the command's fault, 1 the machine's) for an output directory
+    this command could not write (Hydra creates it before the run starts, ending in a traceback), or None."""
     flags = _flags(args)
     if flags is None or searches_other_configs(args):
         return None
@@ -92,15 +92,9 @@ def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str,
     try:
         hydra = compose_config(keep, conf_dir, hydra=True).hydra
         key = "hydra.sweep.dir" if flags[0].multirun else "hydra.run.dir"
-        target = Path(str(hydra.sweep.dir if flags[0].multirun else hydra.run.dir))
+        target = Path(str(hydra.sweep.dir if flags[0].multirun else hydra.run.dir)).absolute()
     except Exception:  # noqa: BLE001 - a config Hydra will refuse itself, with its own message
         return None
-    return writable_dir_problem(key, target.absolute())
-
-
-def writable_dir_problem(key: str, target: Path) -> tuple[str, int] | None:
-    """Why ``target`` could not be created or written as a directory (message, exit code: 2 the
-    command's fault, 1 the machine's), or None."""
     existing = next(p for p in (target, *target.parents) if p.exists() or p.is_symlink())
     if not existing.is_dir():
         what = "is a file" if existing == target else f"lies under {existing}, which is a file"

@@ -157,8 +157,11 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
             if table == "summary":
                 env = {f"env.{k}": v for k, v in record["environment"].items()}
                 frames.append(pd.DataFrame([keys | current_names(record["summary"]) | env]))
-            elif (path.parent / f"{table}.parquet").exists():
-                rows = _read_table(path.parent / f"{table}.parquet")
+            elif (file := path.parent / f"{table}.parquet").exists():
+                try:
+                    rows = pd.read_parquet(file)
+                except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                    raise UnreadableRun(f"{file} is unreadable ({' '.join(str(e).split())[:200]})") from None
                 # Only these had the old names; a measurement task's "start" is its own.
                 if table in ("iterations", "requests", "trials"):
                     rows = rows.rename(columns=current_names)
@@ -168,13 +171,6 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
                 raise
             log.warning("%s; left out", e)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def _read_table(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
-        raise UnreadableRun(f"{path} is unreadable ({' '.join(str(e).split())[:200]})") from None
 
 
 def current_names(names: Any) -> Any:

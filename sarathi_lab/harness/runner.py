@@ -147,8 +147,13 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                            if takes_context(task) else task(cfg, llm))
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = save_to(run_dir, summary, tables, partial=False)
-    if finished:
-        _swap_in(run_dir, out)
+    if finished:  # swap the finished rerun in for the old run
+        old = out.parent / f".{out.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(out, old)
+        os.rename(run_dir, out)
+        _move_log_file(run_dir, out)
+        shutil.rmtree(old)
         ctx.status_dir = out
     # A prediction must not read as a measurement: a simulated run says so first.
     where = f"{environment['device_name']}, " if environment["simulated"] else ""
@@ -206,16 +211,6 @@ def _lock(out: Path) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def _swap_in(new: Path, out: Path) -> None:
-    """Replace the finished run in out by the one just finished in new."""
-    old = out.parent / f".{out.name}.old"
-    shutil.rmtree(old, ignore_errors=True)
-    os.rename(out, old)
-    os.rename(new, out)
-    _move_log_file(new, out)
-    shutil.rmtree(old)
 
 
 def _move_log_file(src: Path, dst: Path) -> None:

@@ -193,7 +193,7 @@ class RunConfig:
     scale: Literal["full", "ci"] = "full"
     tags: list[str] = field(default_factory=list)
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
-    task: str = "serve"
+    task: Literal[("serve", *TASKS)] = "serve"
     measure: MeasureCfg = field(default_factory=MeasureCfg)
     slo: SLOCfg = field(default_factory=SLOCfg)
     capacity: CapacityCfg = field(default_factory=CapacityCfg)
@@ -202,28 +202,17 @@ class RunConfig:
 
     def __post_init__(self):
         _check(self, "seq_len", "pd_ratio")
-        tasks = ("serve", *TASKS)
-        if self.task not in tasks:
-            raise ConfigError(f"task={self.task!r} is invalid: allowed values are {', '.join(tasks)}")
-        self._check_capacity()
-        self._check_measurement()
-
-    def _check_capacity(self) -> None:
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
         if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
             raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
-        if self.task != "capacity":
-            return
-        if self.workload.kind == "trace" or self.workload.arrival == "all_at_once":
+        if self.task == "capacity" and (self.workload.kind == "trace" or self.workload.arrival == "all_at_once"):
             key, value = (("workload", "trace") if self.workload.kind == "trace"
                           else ("workload.arrival", "all_at_once"))
             raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "
                               "needs arrival=poisson or gamma on a synthetic, uniform, zipf or trace_lengths workload")
-        if self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
+        if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
-
-    def _check_measurement(self) -> None:
         if self.task == "piggyback" and self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 decodes must ride "
                               "the chunk, so it must be >= 2")

@@ -123,7 +123,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
     rows = []
     for job, outcome in jobs.items():
         record = _record(sweep_dir / job)
-        overrides = record["overrides"] if record else _saved_overrides(sweep_dir / job) or _named_overrides(job)
+        overrides = record["overrides"] if record else _unfinished_overrides(sweep_dir, job)
         values = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
         summary = (record or {}).get("summary", {})
         rows.append({"job": job, "status": outcome["status"], **values,
@@ -149,15 +149,13 @@ def _record(job_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def _named_overrides(job: str) -> list[str]:
-    # A job refused before it saved anything: the overrides its folder's name spells, as far as they survived.
-    return job.split("_", 1)[1].split(",") if "_" in job else []
-
-
-def _saved_overrides(job_dir: Path) -> list[str]:
-    for where in (job_dir, next_dir(job_dir)):
+def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
+    """The overrides a job without metrics.json saved once its checks passed, else (refused before) those
+    its folder's name spells, as far as they survived."""
+    named = job.split("_", 1)[1].split(",") if "_" in job else []
+    for where in (sweep_dir / job, next_dir(sweep_dir / job)):
         try:
-            return list(yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text()) or [])
+            return list(yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text()) or []) or named
         except (OSError, yaml.YAMLError):
             continue
-    return []
+    return named

@@ -17,13 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sarathi_lab.harness.results import (
-    STATUS,
-    SWEEP_SUMMARY,
-    WANDB_DIR,
-    is_finished,
-    natural_order,
-)
+from sarathi_lab.harness.results import STATUS, SWEEP_SUMMARY, WANDB_DIR, is_finished, natural_order
 
 log = logging.getLogger(__name__)
 SWEEP_LOCK = ".sweep.lock"

@@ -35,46 +35,34 @@ def trial_requests(search, qps: float, available: int) -> int:
     return min(available, max(search.min_requests, math.ceil(qps * search.trial_s)))
 
 
-def trial_dir_name(k: int, qps: float) -> str:
-    return f"trial-{k}-qps{qps:.4g}"
-
-
-def _row(k: int, qps: float, n: int, result: Trial, name: str) -> dict:
-    return ({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
-             "stopped_early": result.stopped_early, "run_dir": name}
-            | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
-
-
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     slo, workload, search = cfg.slo.as_slo(), context.workload, cfg.capacity
     rows: list[dict] = []
 
     def trial(qps: float) -> Trial:
-        k = len(rows)
+        k, name = len(rows), f"trial-{len(rows)}-qps{qps:.4g}"
         n = trial_requests(search, qps, len(workload.prompts))
-        arrivals = arrival_times(cfg.workload, qps, cfg.seed)
-        name = trial_dir_name(k, qps)
-        earlier = _finished_trial(context, name, k, qps)
-        if earlier is not None:
-            result = earlier
-            log.info("trial %d at %.4g req/s: %s, reused from %s (finished before an interruption)", k, qps,
-                     "passed" if result.passed else f"missed {result.binding}", name)
-            rows.append(_row(k, qps, n, result, name))
-            return result
-        try:
-            result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
-                                 slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
-        except KeyboardInterrupt:
-            context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"rate_rps": qps}, llm.metrics,
-                               {"trial": k, "qps": qps}, partial=True)
-            raise
-        # A trial stopped early has latencies, goodput and attainment over its finished requests only.
-        summary = result.summary | {"rate_rps": qps, "passed": float(result.passed),
-                                    "stopped_early": float(result.stopped_early), "binding": result.binding}
-        context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
-        rows.append(_row(k, qps, n, result, name))
-        log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}",
-                 " (stopped early)" if result.stopped_early else "")
+        result = _finished_trial(context, name, k, qps)
+        if result is None:
+            arrivals = arrival_times(cfg.workload, qps, cfg.seed)
+            try:
+                result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
+                                     slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
+            except KeyboardInterrupt:
+                context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"rate_rps": qps},
+                                   llm.metrics, {"trial": k, "qps": qps}, partial=True)
+                raise
+            # A trial stopped early has latencies, goodput and attainment over its finished requests only.
+            summary = result.summary | {"rate_rps": qps, "passed": float(result.passed),
+                                        "stopped_early": float(result.stopped_early), "binding": result.binding}
+            context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
+            how = " (stopped early)" if result.stopped_early else ""
+        else:
+            how = f", reused from {name} (finished before an interruption)"
+        rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
+                     "stopped_early": result.stopped_early, "run_dir": name}
+                    | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
+        log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}", how)
         return result
 
     try:
