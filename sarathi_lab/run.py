@@ -93,8 +93,8 @@ def main(cfg: DictConfig) -> None:
             # results are written to temporary names and renamed, so none is half-written.
             with contextlib.suppress(OSError):  # where the disk still takes it
                 record_failure(ctx.status_dir, e)
-            log.error("cannot write %s: %s; the run stopped (nothing half-written)", e.filename or ctx.status_dir,
-                      e.strerror or e)
+            log.error("cannot write %s: %s; the run stopped (nothing half-written)",
+                      e.filename or ctx.status_dir, e.strerror or e)
         else:
             record_failure(ctx.status_dir, e)
             log.exception("run failed; error recorded in %s", ctx.status_dir / "status.json")

@@ -52,7 +52,7 @@ class Capacity:
             self.lowest_failing_rps <= self.capacity_rps * (1 + self.requested_resolution)
 
     def describe(self) -> str:
-        """One line for the log: the capacity to the digits its bracket resolves, or what it is unbracketed."""
+        """One line for the log: the capacity to the digits its bracket resolves, or what it is if not."""
         tried = f"after {len(self.trials)} trials"
         if self.capacity_rps is None:
             return (f"capacity below {_rounded(self.lowest_failing_rps, None)} req/s: even the lowest rate tried "

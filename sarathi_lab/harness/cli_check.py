@@ -69,7 +69,7 @@ def sweep_without_multirun(args: list[str]) -> str | None:
 
 
 def escaping_name(args: list[str]) -> str | None:
-    """The one-line error for a ``name=`` that is no plain folder name (name=../../x wrote outside outputs/)."""
+    """The one-line error for a ``name=`` that is no plain folder name (../../x wrote outside outputs/)."""
     for arg, override in _overrides(args):
         if override.key_or_group != "name" or override.is_delete():
             continue

@@ -29,7 +29,7 @@ SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written
 SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
-# Old metric names (before they carried units) to today's, so that load_runs puts old and new runs in one table.
+# Old metric names (before they carried units) to today's: load_runs puts old and new runs in one table.
 RENAMED = {
     **{f"{old}_throughput": f"{old}_throughput_tok_s" for old in ("prefill", "decode", "total")},
     **{f"{old}_p{p}": f"{new}_p{p}_s" for old, new in (("ttft", "ttft"), ("tbt", "itl"), ("e2e", "e2el"))
@@ -90,7 +90,8 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame], result: RunRes
 
 def write_status(run_dir: Path, status: Status, error: str | None = None, traceback: str | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / STATUS, {"status": status, "time": time.time(), "error": error, "traceback": traceback})
+    write_json(run_dir / STATUS,
+               {"status": status, "time": time.time(), "error": error, "traceback": traceback})
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:

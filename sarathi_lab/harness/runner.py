@@ -6,6 +6,7 @@ finished, so that a refused, skipped or failed rerun leaves the old run whole.
 from __future__ import annotations
 
 import fcntl
+import inspect
 import logging
 import os
 import shutil
@@ -36,7 +37,7 @@ from sarathi_lab.harness.results import (
     write_status,
 )
 from sarathi_lab.harness.schema import RunConfig
-from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
+from sarathi_lab.harness.tasks import TaskContext, measurement
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
@@ -79,7 +80,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, run_dir / ".hydra" / name)
     if checked.plan.config.executor == "model" and checked.plan.config.device_type == "cpu":
-        # Before `running`: a library that kills the process as it loads must not leave a run that looks alive.
+        # Before `running`: a library that kills the process as it loads must not leave a live-looking run.
         cpu_build.library()
     write_status(run_dir, "running")
 
@@ -144,7 +145,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         task = measurement(cfg.task)
         summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group,
                                                       resolved_config))
-                           if takes_context(task) else task(cfg, llm))
+                           if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = save_to(run_dir, summary, tables, partial=False)
     if finished:  # swap the finished rerun in for the old run
@@ -183,7 +184,7 @@ def record_failure(status_dir: Path, e: BaseException) -> None:
 
 
 def claim_status_dir(ctx: RunContext) -> Path:
-    """Where this invocation records its status and log: beside the output dir while that holds a finished run."""
+    """Where this invocation records its status and log: beside the output dir if it holds a finished run."""
     if ctx.status_dir is None:
         if ctx.output_dir.is_symlink():
             # The rerun and swap go beside the run where the link points: rmtree refuses a link.

@@ -205,7 +205,8 @@ class RunConfig:
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
         if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
             raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
-        if self.task == "capacity" and (self.workload.kind == "trace" or self.workload.arrival == "all_at_once"):
+        if self.task == "capacity" and (self.workload.kind == "trace"
+                                        or self.workload.arrival == "all_at_once"):
             key, value = (("workload", "trace") if self.workload.kind == "trace"
                           else ("workload.arrival", "all_at_once"))
             raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "

@@ -192,8 +192,8 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...]) -
                 lengths.append(tuple(_scaled(cfg, _trace_field(where, row, column, int, minimum=1))
                                      for column in LENGTH_COLUMNS))
                 if context is not None and sum(lengths[-1]) > context:
-                    raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more than "
-                                      f"the model's context of {context} tokens")
+                    raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more "
+                                      f"than the model's context of {context} tokens")
     except csv.Error as e:  # a field past the csv module's limit (128 KiB), a NUL byte
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: not a readable CSV ({e})") from None
     except UnicodeDecodeError:

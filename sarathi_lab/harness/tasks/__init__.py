@@ -8,7 +8,6 @@ says how long they are, ``kv_requests(cfg)``, so that the preflight refuses a ca
 from __future__ import annotations
 
 import importlib
-import inspect
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +51,3 @@ def kv_requests(task: str, cfg) -> list[int]:
 def kv_blocks(lengths: list[int], block_size: int) -> int:
     """The KV cache blocks requests of these lengths take together."""
     return sum(-(-n // block_size) for n in lengths)
-
-
-def takes_context(task: Measurement) -> bool:
-    return len(inspect.signature(task).parameters) == 3

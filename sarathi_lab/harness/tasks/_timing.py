@@ -32,7 +32,7 @@ def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
 
 
 def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
-    """Seconds of one forward of ``batch``, ``total`` and by op: measured (median of ``reps``) or predicted."""
+    """Seconds of one forward of ``batch``, ``total`` and by op: measured (median of reps) or predicted."""
     model = cost_model(llm)
     return measured.time_by_op(llm, batch, reps) if model is None else predicted_ops(model, batch)
 

@@ -46,15 +46,17 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         if result is None:
             arrivals = arrival_times(cfg.workload, qps, cfg.seed)
             try:
-                result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
-                                     slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
+                result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n],
+                                     arrivals and arrivals[:n], slo, qps, search.require_stable,
+                                     max_concurrency=workload.max_concurrency)
             except KeyboardInterrupt:
                 context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"rate_rps": qps},
                                    llm.metrics, {"trial": k, "qps": qps}, partial=True)
                 raise
             # A trial stopped early has latencies, goodput and attainment over its finished requests only.
             summary = result.summary | {"rate_rps": qps, "passed": float(result.passed),
-                                        "stopped_early": float(result.stopped_early), "binding": result.binding}
+                                        "stopped_early": float(result.stopped_early),
+                                        "binding": result.binding}
             context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
             how = " (stopped early)" if result.stopped_early else ""
         else:
@@ -62,7 +64,8 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                      "stopped_early": result.stopped_early, "run_dir": name}
                     | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
-        log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}", how)
+        log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}",
+                 how)
         return result
 
     try:

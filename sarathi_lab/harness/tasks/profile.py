@@ -51,7 +51,7 @@ def grids(cfg) -> dict[str, list]:
     m = cfg.measure
     # Schedulers that batch whole prompts build iterations far larger than a chunk: measure.max_tokens.
     max_tokens = max(cfg.chunk + cfg.batch_size, getattr(m, "max_tokens", None) or 0)
-    # Powers of two too: a straight line from 4 tokens to the first step overestimates the weight-reading floor.
+    # Powers of two too: a line from 4 tokens to the first step overestimates the weight-reading floor.
     tokens = sorted({max_tokens} | set(_powers_of_two(max_tokens))
                     | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
     # A chunk is at most a prompt (< seq_len) and may come after up to seq_len - 1 cached tokens.
