@@ -1,22 +1,12 @@
 """Run the paper's experiments into a results root, at full (CPU default) or CI scale.
 
-    python -m sarathi_lab.produce                     # all seven, CPU defaults (~30 min)
-    python -m sarathi_lab.produce --scale ci          # the quick set (about a minute)
-    python -m sarathi_lab.produce pd_ratio --root outputs
-    python -m sarathi_lab.produce -o device.num_threads=1   # extra overrides for every sweep
+    python -m sarathi_lab.produce                     # all of them, CPU defaults (~30 min)
+    python -m sarathi_lab.produce pd_ratio --scale ci -o device.num_threads=1
     python -m sarathi_lab.produce --sim               # the paper's shapes, simulated (outputs/sim)
-    python -m sarathi_lab.produce --sim --scale ci    # the quick set on the simulator (seconds)
 
-Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME``, run as a user runs it,
-into ``<root>/<name>/multiruns/<scale>-<time>/``. A sweep with a failed job does not stop the
-others; the command fails at the end naming them.
-
-``--sim`` runs ``experiment=sim/NAME``: the paper's models and shapes (LLaMA-13B on an A6000, lengths
-1K-3K, B = 18, chunks 128-512; Mistral-7B on an A100 for Sarathi-Serve) with ``executor=sim`` and the
-calibrated cost model (``-o engine.sim_cost_model=roofline`` for the assumed efficiencies), into a
-root of its own (default ``outputs/sim``), so that the analysis reads the simulated runs beside the
-measured ones. At CI scale it runs the quick set's shapes on the simulated
-A6000 instead. Every time in those runs is a prediction, not a measurement.
+Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME`` (``--sim``:
+``experiment=sim/NAME``, predictions of the calibrated cost model, not measurements), into
+``<root>/<name>/multiruns/<scale>-<time>/``; a failed sweep does not stop the others.
 """
 from __future__ import annotations
 
@@ -48,8 +38,7 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), s
     if sim and scale == "full" and full_sim:
         experiment = f"sim/{full_sim}"
     elif scale == "ci":
-        # The quick set, as a user runs it: experiment=ci/NAME (scale/ci.yaml and fewer sweep points), or
-        # a result without one at scale=ci (the tiny model and one thread; its experiment's own reps).
+        # experiment=ci/NAME (fewer sweep points), or a result without one at scale=ci.
         if (CONF_DIR / "experiment" / "ci" / f"{name}.yaml").is_file():
             experiment = f"ci/{name}"
         else:

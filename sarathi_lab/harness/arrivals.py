@@ -1,8 +1,5 @@
-"""Arrival times of a serving run: Poisson, or gamma-distributed gaps with a burstiness knob.
-
-Gamma gaps with shape k = 1 / cv^2 and mean 1 / qps have coefficient of variation cv: cv = 1 is
-exactly the Poisson process (exponential gaps), cv > 1 is burstier (requests come in clumps with
-long quiet spells between), cv < 1 is more regular. The mean rate is qps whatever cv is.
+"""Arrival times of a serving run: Poisson, or gamma-distributed gaps of shape 1 / cv^2 and mean
+1 / qps, whose coefficient of variation is cv (1: Poisson, > 1: burstier, < 1: more regular).
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""sarathi_serve's token budget from a TBT SLO (``token_budget=auto``), as Sarathi-Serve sets it.
-
-Every iteration of stall-free batching holds the running decodes plus prefill chunks up to the
-budget, and each decode's next token waits for the whole iteration: the iteration time is the
-time between tokens. So the budget is the largest one whose fullest iteration (``batch_size``
-decodes and one chunk of ``budget - batch_size`` prompt tokens, every request at the workload's
-longest context) is predicted to finish within ``slo.tbt_p99_s``.
+"""sarathi_serve's token budget from a TBT SLO (``token_budget=auto``), as Sarathi-Serve sets it: the
+largest budget whose fullest iteration (``batch_size`` decodes and one chunk of ``budget - batch_size``
+prompt tokens, all at the workload's longest context) is predicted to finish within ``slo.tbt_p99_s``,
+since every decode waits for the whole iteration.
 """
 from __future__ import annotations
 
@@ -26,8 +23,8 @@ class Budget:
 
 
 def largest_budget(iteration_s: Callable[[int], float], limit_s: float, batch_size: int) -> int | None:
-    """The largest budget in (batch_size, MAX_BUDGET] with iteration_s(budget) <= limit_s (iteration
-    time grows with the budget), or None when even one prompt token beside the decodes is too slow."""
+    """The largest budget in (batch_size, MAX_BUDGET] with iteration_s(budget) <= limit_s, or None when
+    even one prompt token beside the decodes is too slow."""
     lo, hi = batch_size + 1, MAX_BUDGET
     if iteration_s(lo) > limit_s:
         return None
@@ -46,9 +43,8 @@ def fullest_iteration_s(cost_model, budget: int, batch_size: int, context: int) 
 
 
 def budget_cost_model(engine: EngineConfig):
-    """(cost model, its description) that predicts this engine's iterations: the simulator's own; on
-    the real engine the CPU's profile (task=profile) if there is one, else the roofline of the CPU's
-    measured ceilings."""
+    """(cost model, its description) that predicts this engine's iterations: the simulator's own, or
+    the CPU's profile (task=profile) if there is one, else its roofline."""
     from sarathi_lab.sim import CostModel
     from sarathi_lab.sim.profile_model import profile_path
 

@@ -1,11 +1,9 @@
 """Capacity under latency SLOs (Sarathi-Serve): the highest request rate at which P99 TBT stays
 within ``slo.tbt_p99_s`` and the median scheduling delay within ``slo.sched_delay_p50_s``.
 
-A bracketing search on the rate: double (or halve) from a start rate until one trial passes and
-one fails, then bisect until the two are within the stated relative resolution. Every trial is a
-serving run; a trial stops as soon as its verdict is certain (engine/slo_guard.py), which is what
-makes an overloaded trial cheap. The search assumes what the papers assume: latency grows with
-load, so passing is monotone in the rate.
+A bracketing search: double (or halve) the rate until one trial passes and one fails, then bisect to
+the relative resolution; it assumes, as the papers do, that passing is monotone in the rate. A trial
+stops as soon as its verdict is certain (engine/slo_guard.py), which makes an overloaded one cheap.
 """
 from __future__ import annotations
 
@@ -16,13 +14,10 @@ from typing import Any
 
 from sarathi_lab.engine.metrics import SLO
 
-# Binding constraints, in the order they are checked.
-CONSTRAINTS = ("sched_delay_p50_s", "tbt_p99_s", "saturated")
-
 
 @dataclass(frozen=True)
 class Trial:
-    rate_rps: float               # requests/s the trial's arrivals were scaled to
+    rate_rps: float
     passed: bool
     binding: str | None          # the constraint it missed (None if it passed)
     stopped_early: bool          # its verdict was certain before every request finished
@@ -44,22 +39,20 @@ class Capacity:
 
     @property
     def resolution(self) -> float | None:
-        """Relative, as reached: the lowest failing rate is within (1 + resolution) of the capacity.
-        None where no passing and failing rate bracket it. It can be wider than requested when the
-        trials ran out first, and a record must not claim the requested precision then."""
+        """Relative, as reached (wider than requested when the trials ran out first): the lowest failing
+        rate is within (1 + resolution) of the capacity; None where no two rates bracket it."""
         if self.capacity_rps is None or self.lowest_failing_rps is None:
             return None
         return self.lowest_failing_rps / self.capacity_rps - 1
 
     @property
     def resolved(self) -> bool:
-        """Bracketed within the requested resolution (the bisection's own stopping test)."""
+        """Bracketed within the requested resolution."""
         return self.bounded and self.capacity_rps is not None and \
             self.lowest_failing_rps <= self.capacity_rps * (1 + self.requested_resolution)
 
     def describe(self) -> str:
-        """One line for the log: the capacity rounded to the digits its bracket resolves, and what it
-        is when unbracketed (a lower bound, or below every rate tried)."""
+        """One line for the log: the capacity to the digits its bracket resolves, or what it is if not."""
         tried = f"after {len(self.trials)} trials"
         if self.capacity_rps is None:
             return (f"capacity below {_rounded(self.lowest_failing_rps, None)} req/s: even the lowest rate tried "
@@ -85,9 +78,8 @@ def _rounded(qps: float, resolution: float | None) -> str:
 
 
 def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> str | None:
-    """The first SLO constraint a finished run's summary misses, or None. With ``require_stable``
-    a run whose waiting queue grew through its arrival window fails too: within a finite trial its
-    percentiles may still pass, but no longer run would (sarathi-serve checks only the two SLOs)."""
+    """The first SLO constraint a finished run's summary misses, or None. With ``require_stable`` a run
+    whose waiting queue grew through its arrival window fails too: no longer run would pass."""
     if slo.sched_delay_p50_s is not None and not summary["sched_delay_p50_s"] <= slo.sched_delay_p50_s:
         return "sched_delay_p50_s"
     if slo.tbt_p99_s is not None and not summary["itl_p99_s"] <= slo.tbt_p99_s:
@@ -101,10 +93,6 @@ def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> s
 def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resolution: float = 0.05,
                     min_qps: float = 1e-3, max_qps: float = 1e4, max_trials: int = 30) -> Capacity:
     """The capacity within ``resolution`` (relative), from trials ``run_trial(qps)``."""
-    if not (math.isfinite(start_qps) and min_qps <= start_qps <= max_qps):
-        raise ValueError(f"start_qps={start_qps!r} is invalid: must be within [{min_qps}, {max_qps}]")
-    if not (math.isfinite(resolution) and resolution > 0):
-        raise ValueError(f"resolution={resolution!r} is invalid: must be a finite number > 0")
     trials: list[Trial] = []
     best: Trial | None = None    # highest passing
     worst: Trial | None = None   # lowest failing

@@ -1,12 +1,6 @@
-"""Check the command line before Hydra starts: words that are no override (`foo` for `foo=...`),
-sweeps without -m, group choices (scheduler=, model=, experiment=, ...) and plain keys (chunk=,
-engine.kv_cache_gb=, ...).
-
-Hydra reports a bare word as a grammar error with a link and exit 1, a sweep without -m in six lines
-and exit 1, an unknown choice with the search path and a hint to set HYDRA_FULL_ERROR, and an
-unknown key in five lines suggesting `+key=`, which the run would then refuse; these give the verdict as one line, with what is allowed or the
-nearest known keys, and exit before any output directory exists.
-Only hydra and omegaconf are imported here, so that the check costs a fraction of a second.
+"""Check the command line before Hydra starts: bare words, sweeps without -m, group choices and
+plain keys, each refused in one line naming what is allowed (Hydra's own reports are several lines
+and exit 1), before any output directory exists. Only hydra and omegaconf are imported, to stay fast.
 """
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ from sarathi_lab.harness import CONF_DIR
 
 
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """The one-line error for the first bare word, sweep without -m, bad group choice or unknown key in
-    args, or None."""
+    """The one-line error for the first bad argument, or None."""
     error = bare_word(args) or sweep_without_multirun(args) or escaping_name(args)
     if error or searches_other_configs(args):
         return error  # choices and keys of configs outside conf_dir are Hydra's to check
@@ -76,8 +69,7 @@ def sweep_without_multirun(args: list[str]) -> str | None:
 
 
 def escaping_name(args: list[str]) -> str | None:
-    """The one-line error for a ``name=`` that is no plain folder name: the run's directory is
-    outputs/<name>/..., and name=../../x wrote outside outputs/."""
+    """The one-line error for a ``name=`` that is no plain folder name (../../x wrote outside outputs/)."""
     for arg, override in _overrides(args):
         if override.key_or_group != "name" or override.is_delete():
             continue
@@ -90,26 +82,19 @@ def escaping_name(args: list[str]) -> str | None:
 
 
 def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
-    """The one-line error and exit code for an output directory this command could not write, or None:
-    Hydra creates it before the run starts, and a file in its place (exit 2, the command's fault) or a
-    read-only filesystem or directory (exit 1, the machine's) ended in its traceback."""
+    """The one-line error and exit code (2 the command's fault, 1 the machine's) for an output directory
+    this command could not write (Hydra creates it before the run starts, ending in a traceback), or None."""
     flags = _flags(args)
     if flags is None or searches_other_configs(args):
         return None
-    # Only what the directory is made of: the name and the experiment that sets it, and hydra's keys.
     keep = [arg for arg, o in _overrides(args) if not o.is_sweep_override() and not o.is_delete()
             and (o.key_or_group in ("name", "experiment") or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
     try:
         hydra = compose_config(keep, conf_dir, hydra=True).hydra
         key = "hydra.sweep.dir" if flags[0].multirun else "hydra.run.dir"
-        target = Path(str(hydra.sweep.dir if flags[0].multirun else hydra.run.dir))
+        target = Path(str(hydra.sweep.dir if flags[0].multirun else hydra.run.dir)).absolute()
     except Exception:  # noqa: BLE001 - a config Hydra will refuse itself, with its own message
         return None
-    return writable_dir_problem(key, target.absolute())
-
-
-def writable_dir_problem(key: str, target: Path) -> tuple[str, int] | None:
-    """Why ``target`` could not be created or written as a directory (message, exit code), or None."""
     existing = next(p for p in (target, *target.parents) if p.exists() or p.is_symlink())
     if not existing.is_dir():
         what = "is a file" if existing == target else f"lies under {existing}, which is a file"
@@ -122,8 +107,8 @@ def writable_dir_problem(key: str, target: Path) -> tuple[str, int] | None:
 
 
 def searches_other_configs(args: list[str]) -> bool:
-    """Whether args point Hydra at configs beside or instead of conf_dir (--config-dir, a user's own
-    experiments; --config-path, --config-name; hydra.searchpath=...)."""
+    """Whether args point Hydra at configs beside or instead of conf_dir (--config-dir, --config-path,
+    --config-name, hydra.searchpath=...)."""
     flags = _flags(args)
     if flags is not None and (flags[0].config_dir or flags[0].config_path or flags[0].config_name):
         return True
@@ -141,6 +126,15 @@ def _overrides(args: list[str]) -> list[tuple[str, Override]]:
     return parsed
 
 
+def _group_values(override: Override) -> list[str] | None:
+    """The options a group override chooses ([] for `experiment=null`), or None for a glob or range
+    of options, which are Hydra's to expand and check."""
+    value = override.value()
+    if override.is_sweep_override():
+        return list(override.sweep_string_iterator()) if isinstance(value, ChoiceSweep) else None
+    return [] if value is None else [str(value)]
+
+
 def _group_options(group_dir: Path) -> list[str]:
     # Options in subfolders too: experiment=ci/pd_ratio.
     return sorted(p.relative_to(group_dir).with_suffix("").as_posix() for p in group_dir.rglob("*.yaml"))
@@ -150,17 +144,11 @@ def bad_group_choice(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The one-line error for the first unknown group choice among the overrides in args, or None."""
     for _, override in _overrides(args):
         group_dir = conf_dir / override.key_or_group
-        # Plugin-provided groups (hydra/launcher=...) and glob/range sweeps are Hydra's to check.
+        # Plugin-provided groups (hydra/launcher=...) are Hydra's to check.
         if override.is_delete() or override.key_or_group.startswith("hydra") or not group_dir.is_dir():
             continue
-        value = override.value()
-        if value is None:  # `experiment=null`: no choice at all
-            continue
-        if override.is_sweep_override() and not isinstance(value, ChoiceSweep):
-            continue
-        choices = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(value)]
         allowed = _group_options(group_dir)
-        for choice in choices:
+        for choice in _group_values(override) or []:
             if choice not in allowed:
                 return f"{override.key_or_group}={choice!r} is invalid: allowed values are {', '.join(allowed)}"
     return None
@@ -179,13 +167,11 @@ def unknown_key(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
         return None
     choices = []
     for override in groups:
-        value = override.value()
-        if override.is_sweep_override():
-            if not isinstance(value, ChoiceSweep):
-                return None  # a glob or range of options: Hydra's to expand and check
-            value = next(iter(override.sweep_string_iterator()))
-        if value is not None and not override.is_delete():
-            choices.append(f"{override.key_or_group}={value}")
+        values = _group_values(override)
+        if values is None:
+            return None
+        if values and not override.is_delete():
+            choices.append(f"{override.key_or_group}={values[0]}")
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
     known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
     for arg, key in keys:

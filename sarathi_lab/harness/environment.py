@@ -19,29 +19,27 @@ DISTRIBUTION = "sarathi-lab"
 def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
                         load: dict[str, Any]) -> dict[str, Any]:
     commit = _git("rev-parse", "HEAD")
+    changes = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    version, installed_commit = _installed()
     return {
-        # A simulated run's numbers are predictions for the simulated device, not measurements of this host.
         **simulated_device(engine),
         # Where it ran: the device measured, or the host that ran the simulation.
         **({"host_device": str(device)} if engine.executor == "sim"
            else {"device": str(device), "device_name": device_name(device)}),
         # The dtype that ran, which the engine may have changed (bfloat16 on a CPU without bf16 units).
         "dtype": str(dtype).removeprefix("torch."),
-        # The GEMM the CPU's linear layers ran on (model/cpu_linear.py), which cpu_linear=auto picks
-        # by the CPU's vendor; None off the CPU and in a simulation.
+        # The GEMM the CPU's linear layers ran on (model/cpu_linear.py); None off the CPU and in a simulation.
         "cpu_gemm": cpu_gemm,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "host": platform.node(),
         "torch_threads": torch.get_num_threads(),
-        # Other work on the machine slows a CPU run: harness/load.py.
         **load,
-        # The installed package's version (None: run from a clone that was never installed), and the
-        # commit: the clone's, else the one pip recorded installing from a git URL (PEP 610).
-        "sarathi_lab_version": _version(),
-        "git_commit": commit or _installed_commit(),
-        # Results from uncommitted code cannot be traced back to a commit alone; None: not known.
-        "git_dirty": _dirty() if commit else None,
+        # The installed package's version (None: a clone never installed), and the clone's commit, else
+        # the one pip recorded installing from a git URL.
+        "sarathi_lab_version": version,
+        "git_commit": commit or installed_commit,
+        "git_dirty": None if changes is None else bool(changes),  # None: not known
     }
 
 
@@ -55,27 +53,17 @@ def simulated_device(engine: EngineConfig) -> dict[str, Any]:
             "sim_device": engine.sim_device, "sim_cost_model": engine.sim_cost_model, "sim_tp": engine.sim_tp}
 
 
-def _version() -> str | None:
+def _installed() -> tuple[str | None, str | None]:
+    """The installed package's version, and the commit of the git URL pip installed it from (PEP 610)."""
     try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _installed_commit() -> str | None:
-    try:
+        version = metadata.version(DISTRIBUTION)
         direct_url = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
     except metadata.PackageNotFoundError:
-        return None
+        return None, None
     try:
-        return json.loads(direct_url or "{}").get("vcs_info", {}).get("commit_id")
+        return version, json.loads(direct_url or "{}").get("vcs_info", {}).get("commit_id")
     except ValueError:
-        return None
-
-
-def _dirty() -> bool | None:
-    changes = _git("status", "--porcelain", "--untracked-files=no")
-    return None if changes is None else bool(changes)
+        return version, None
 
 
 def _git(*args: str) -> str | None:

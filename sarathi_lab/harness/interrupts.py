@@ -1,11 +1,7 @@
 """SIGINT and SIGTERM (what Slurm, submitit and `kill` send) as one exception, so a run saves its
-partial records the same way whichever signal stopped it.
-
-The exception is raised wherever the main thread happens to be when the signal lands, and a few
-places swallow it: a finalizer (its exceptions are printed as ignored), a C extension's callback
-into Python that clears errors. So the handler also notes the signal, and the engine's per-iteration
-hook (harness/progress.py) raises it again if the run is still going: a swallowed signal costs an
-iteration, not the run."""
+partial records the same way whichever signal stopped it. A finalizer or a C extension's callback can
+swallow the exception, so the handler also notes the signal and the engine's per-iteration hook
+raises it again (raise_if_interrupted): a swallowed signal costs an iteration, not the run."""
 from __future__ import annotations
 
 import signal
@@ -43,7 +39,6 @@ def signals_interrupt(*signums: int) -> Iterator[None]:
 
 
 def raise_if_interrupted() -> None:
-    """Raise Interrupted again for a signal received in this signals_interrupt block: reached only
-    when the first one was swallowed, since it otherwise ends the block."""
+    """Raise Interrupted again for a signal this signals_interrupt block received and something swallowed."""
     if _received:
         raise Interrupted(_received[0])

@@ -1,10 +1,6 @@
-"""The name of a sweep job's directory: its number, then the overrides it ran with.
-
-`0_chunk=256,scheduler=vllm` says what the job ran where `0` did not. Made safe for any filesystem:
-characters outside a portable set become `_`, and a name longer than MAX_NAME_CHARS is cut and
-given a hash of the whole, so that two long names that share a beginning stay apart. The number
-first keeps names unique within a sweep and sorts them in launch order. Used by
-`hydra.sweep.subdir` (conf/config.yaml) through the OmegaConf resolver registered here.
+"""The name of a sweep job's directory (conf/config.yaml's hydra.sweep.subdir): its number, then its
+overrides, `0_chunk=256,scheduler=vllm`. Characters outside a portable set become `_`, and a name
+longer than MAX_NAME_CHARS is cut and given a hash of the whole, so that long names stay apart.
 """
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""Whether other work on the machine stretched a run's timings, so that a run says so (one warning
-line, and `environment.timing_unreliable` in metrics.json) instead of storing slow numbers silently.
+"""Whether other work on the machine stretched a run's timings (`environment.timing_unreliable`).
 
 The measure is the share of the time the run's threads were ready to run but waited for a CPU
-(Linux's per-thread run-queue delay, /proc/self/task/*/schedstat), over the timed part of the run.
-It counts exactly the contention that inflates wall-clock timings, whatever causes it (other
-processes, too many threads), and stays 0 while the run idles by choice (Poisson arrivals), which a
-load average or a CPU-time / wall-time ratio cannot tell apart. Where schedstat is missing, the
-1-minute load average at the start, against the cores the process may use, stands in.
+(/proc/self/task/*/schedstat): exactly the contention that inflates wall-clock timings, and 0 while
+a run idles by choice, which a load average cannot tell apart. Without schedstat, the load average.
 """
 from __future__ import annotations
 

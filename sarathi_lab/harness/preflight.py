@@ -1,7 +1,5 @@
-"""Every check that can refuse a run, done before any result is deleted and before any model, table
-or prompt is allocated: the model's config and weight headers, the context, the token budget
-(token_budget=auto), and the memory the model, its RoPE table, its KV cache (model/memory.py) and
-the prompts would take, by arithmetic against the machine's.
+"""Every check that can refuse a run, done by arithmetic before any result is deleted and before any
+model, table or prompt is allocated: the model's config, the context, the token budget, and memory.
 """
 from __future__ import annotations
 
@@ -22,14 +20,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Checked:
     """What a run that passed the preflight runs: its requests, its engine's plan (token_budget=auto
-    resolved), which LLM.from_plan builds, and what metrics.json records of an auto budget."""
+    resolved), and what metrics.json records of an auto budget."""
     workload: Workload
     plan: EnginePlan
     budget: dict[str, Any]
-
-    @property
-    def engine(self) -> EngineConfig:
-        return self.plan.config
 
 
 def preflight(cfg: RunConfig) -> Checked:
@@ -41,8 +35,7 @@ def preflight(cfg: RunConfig) -> Checked:
         raise e.at(engine_key(e.key)) from None
     workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, limits.config.vocab_size,
                               limits.max_model_len)
-    # Before the KV cache: a simulated device keeps the activations of the largest iteration, which
-    # the tuned budget sets, back from it.
+    # Before the KV cache, which a simulated device sizes around the largest iteration the budget sets.
     engine, budget = _token_budget(cfg, workload)
     try:
         plan = plan_engine(engine, limits)
@@ -50,15 +43,12 @@ def preflight(cfg: RunConfig) -> Checked:
         raise _as_set(e, cfg, budget) from None
     blocks, key = plan.num_kv_blocks, engine.kv_size_key or "num_kv_blocks"
     setting = f"engine.{key}={getattr(engine, key)}"
-    # With neither set, the cache is sized for batch_size requests of the context, capped by memory,
-    # which a measurement's batch (piggyback's chunk beside them) can exceed as well.
     sized = " (its default size; engine.num_kv_blocks sets it)" if engine.kv_size_key is None else ""
     try:
         scheduler = build_scheduler(plan)
     except ConfigError as e:
         if e.key != "num_kv_blocks":
             raise _as_set(e, cfg, budget) from None
-        # A cache smaller than the blocks it reserves for each request: named by what sized it.
         raise ConfigError(f"{setting} is invalid{str(e).partition(' is invalid')[2]}{sized}") from None
     if scheduler.refusal(workload.max_request_len) is not None:
         kept = scheduler.blocks.watermark_blocks
@@ -75,7 +65,6 @@ def preflight(cfg: RunConfig) -> Checked:
 
 
 def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:
-    """The engine's config with token_budget=auto resolved, and what metrics.json records of it."""
     if cfg.token_budget != "auto" or cfg.scheduler.name != "sarathi_serve":
         return cfg.engine, {}
     engine, budget = auto_budget(cfg.engine, cfg.slo.tbt_p99_s, workload.max_request_len)
@@ -86,8 +75,7 @@ def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dic
 
 
 def _as_set(e: ConfigError, cfg: RunConfig, budget: dict[str, Any]) -> ConfigError:
-    """e naming the key as the run's config sets it: a scheduler's knob by its block, a tuned budget by
-    token_budget=auto and its SLO."""
+    """e naming the key as the run's config sets it (a tuned budget by token_budget=auto and its SLO)."""
     if e.key in cfg.scheduler.knobs:
         return e.at(f"scheduler.{e.key}")
     if not budget or e.key != "token_budget":

@@ -1,8 +1,5 @@
 """Progress of a run, fed by the engine's on_iteration hook: a tqdm bar on a terminal, a periodic
-log line otherwise (Slurm and submitit logs are files, where a redrawn bar is noise).
-
-The hook runs inside the engine loop, so per-iteration work is one counter update; the text is
-rebuilt only when it is due.
+log line otherwise; per-iteration work is one counter update.
 """
 from __future__ import annotations
 

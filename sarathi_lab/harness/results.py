@@ -1,13 +1,7 @@
-"""The on-disk contract of one run directory, and the loader notebooks use.
+"""The on-disk contract of one run directory (experiments/README.md), and the loader notebooks use.
 
-A finished run is a directory with metrics.json and its tables as <name>.parquet (a serving run:
-iterations and requests; a measurement task: its own). Everything is written to a temporary name and
-renamed into place, and metrics.json is renamed last, so a run that dies at any point leaves no
-metrics.json and nothing that looks complete. An interrupted run saves what it measured under
-*.partial.* names instead. status.json says what the last invocation did (running, ok, skipped,
-failed with its traceback, interrupted, or killed: written by the launcher for a job that could not)
-so that a sweep can report on its jobs; a rerun that leaves a finished run as it is (refused, skipped,
-or an overwrite still running or failed) keeps its status in `.<dir>.next/` beside it.
+Every file is written to a temporary name and renamed into place, metrics.json last, so a run that
+dies at any point leaves nothing that looks complete.
 """
 from __future__ import annotations
 
@@ -35,15 +29,12 @@ SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written
 SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
-# Names that runs written before metric names carried their units used, and today's: load_runs reads
-# an old run's summary and tables through it, so that old and new runs share one table.
+# Old metric names (before they carried units) to today's: load_runs puts old and new runs in one table.
 RENAMED = {
     **{f"{old}_throughput": f"{old}_throughput_tok_s" for old in ("prefill", "decode", "total")},
     **{f"{old}_p{p}": f"{new}_p{p}_s" for old, new in (("ttft", "ttft"), ("tbt", "itl"), ("e2e", "e2el"))
        for p in (50, 90, 99)},
-    # The tables once named their columns as the records name their fields.
     **ITERATION_COLUMNS, **REQUEST_COLUMNS, "ttft": "ttft_s", "e2e": "e2el_s",
-    # A capacity search's rates (its summary, capacity.json, the trials table, the docs' tables).
     "capacity_qps": "capacity_rps", "lowest_failing_qps": "lowest_failing_rps", "qps": "rate_rps",
 }
 
@@ -54,7 +45,7 @@ class RunResult:
     summary: dict[str, float]
     config: dict[str, Any]          # RunConfig.key_values()
     environment: dict[str, Any]
-    overrides: list[str]            # Hydra's task overrides: what this run changed from the defaults
+    overrides: list[str]            # Hydra's task overrides
     resolved_config: dict[str, Any]
     partial: bool
     wall_time_s: float
@@ -94,12 +85,13 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame], result: RunRes
     suffix = ".partial" if result.partial else ""
     for name, df in tables.items():
         _atomic(run_dir / f"{name}{suffix}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
-    _atomic_json(run_dir / f"metrics{suffix}.json", asdict(result))
+    write_json(run_dir / f"metrics{suffix}.json", asdict(result))
 
 
 def write_status(run_dir: Path, status: Status, error: str | None = None, traceback: str | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_json(run_dir / STATUS, {"status": status, "time": time.time(), "error": error, "traceback": traceback})
+    write_json(run_dir / STATUS,
+               {"status": status, "time": time.time(), "error": error, "traceback": traceback})
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
@@ -120,11 +112,6 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """A JSON record beside metrics.json (e.g. capacity.json), written the same all-or-nothing way."""
-    _atomic_json(path, payload)
-
-
-def _atomic_json(path: Path, payload: dict) -> None:
     # NaN is not JSON; null keeps every reader (pandas, jq, browsers) happy.
     text = json.dumps(_nan_to_none(payload), indent=2, default=str)
     _atomic(path, lambda tmp: tmp.write_text(text))
@@ -158,16 +145,9 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def load_runs(root: str | Path, table: str = "summary", strict: bool = False) -> pd.DataFrame:
-    """Every finished run under root (a multirun, a run, or a tree of them) as one DataFrame.
-
-    Each row carries the run's key config values (chunk, batch_size, scheduler, ...), any other key
-    its Hydra overrides set (e.g. ``workload.num_requests``), ``run_dir``, and with table="summary"
-    the summary metrics and ``env.*``; with a table's name ("iterations", "requests", or a
-    measurement task's), that table's rows from the runs that have it.
-
-    A run whose records cannot be read is left out with a warning naming the file and what is wrong
-    (``strict``: an UnreadableRun instead), so that one damaged run does not hide the others.
-    """
+    """Every finished run under root as one DataFrame: each row its key config values, the keys its
+    overrides set, ``run_dir``, and the summary and ``env.*`` (table="summary") or that table's rows.
+    An unreadable run is left out with a warning (``strict``: UnreadableRun)."""
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=natural_order):
         if WANDB_DIR in path.relative_to(root).parts[:-1]:
@@ -178,10 +158,12 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
             if table == "summary":
                 env = {f"env.{k}": v for k, v in record["environment"].items()}
                 frames.append(pd.DataFrame([keys | current_names(record["summary"]) | env]))
-            elif (path.parent / f"{table}.parquet").exists():
-                rows = _read_table(path.parent / f"{table}.parquet")
-                # Only the engine's own tables and a capacity search's trials had the old names; a
-                # measurement task's "start" is its own.
+            elif (file := path.parent / f"{table}.parquet").exists():
+                try:
+                    rows = pd.read_parquet(file)
+                except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                    raise UnreadableRun(f"{file} is unreadable ({' '.join(str(e).split())[:200]})") from None
+                # Only these had the old names; a measurement task's "start" is its own.
                 if table in ("iterations", "requests", "trials"):
                     rows = rows.rename(columns=current_names)
                 frames.append(rows.assign(**keys))
@@ -190,13 +172,6 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
                 raise
             log.warning("%s; left out", e)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def _read_table(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
-        raise UnreadableRun(f"{path} is unreadable ({' '.join(str(e).split())[:200]})") from None
 
 
 def current_names(names: Any) -> Any:

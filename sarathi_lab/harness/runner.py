@@ -1,14 +1,12 @@
-"""One experiment run: check everything (preflight), build the engine, serve the workload through it
-(or run a measurement task on it), save the results, log to W&B.
+"""One experiment run: preflight, build the engine, serve the workload (or run a task), save, log.
 
-A finished run in the output directory is never touched by a run that does not replace it: a
-refused or skipped rerun records its status (and log) beside it, in `.<dir>.next/`; an overwrite
-runs there too and swaps it in only once it has finished, so that a failure leaves the old run whole.
-Independent of Hydra's runtime (run.py supplies the RunContext), so tests can call it directly.
+A rerun into a finished run's directory works in `.<dir>.next/` and swaps in only once it has
+finished, so that a refused, skipped or failed rerun leaves the old run whole.
 """
 from __future__ import annotations
 
 import fcntl
+import inspect
 import logging
 import os
 import shutil
@@ -40,7 +38,7 @@ from sarathi_lab.harness.results import (
     write_status,
 )
 from sarathi_lab.harness.schema import RunConfig
-from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
+from sarathi_lab.harness.tasks import TaskContext, measurement
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
@@ -51,18 +49,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunContext:
     output_dir: Path
-    overrides: list[str]    # what this run changed from the defaults (Hydra's task overrides)
+    overrides: list[str]    # Hydra's task overrides
     group: str | None       # the sweep this run belongs to
     # Hydra's record of the composed config ({file name: config}), written to .hydra/ once the run is accepted.
     hydra_record: dict[str, Any] | None = None
-    # Where this invocation's status.json goes (set by run_experiment): output_dir, or beside it while
-    # that holds a finished run this invocation must leave as it is.
-    status_dir: Path | None = None
-    # The output directory's lock (claim_status_dir), held until release().
-    lock: int | None = None
-    # A job of a sweep (-m): rerun into its sweep's directory, it keeps a finished run of its own
-    # config under on_existing=refuse too, so that an interrupted sweep resumes (_keep_finished_run).
-    sweep_job: bool = False
+    status_dir: Path | None = None  # set by claim_status_dir: output_dir, or beside it (a finished run there)
+    lock: int | None = None         # the output directory's lock, held until release()
+    sweep_job: bool = False         # keeps a finished run of its config under on_existing=refuse too
 
     def release(self) -> None:
         if self.lock is not None:
@@ -87,9 +80,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         (run_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, run_dir / ".hydra" / name)
-    if checked.engine.executor == "model" and checked.engine.device_type == "cpu":
-        # Loaded (built, verified) before the run is marked running: a library that kills the
-        # process as it loads must not leave a run that looks alive.
+    if checked.plan.config.executor == "model" and checked.plan.config.device_type == "cpu":
+        # Before `running`: a library that kills the process as it loads must not leave a live-looking run.
         cpu_build.library()
     write_status(run_dir, "running")
 
@@ -103,7 +95,6 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
 
     def save_to(directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
                 config: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Writes the results; returns the environment they record."""
         machine = load.assess(before, load.snapshot())
         if cfg.engine.executor == "sim":
             # Virtual-clock times do not depend on the machine's load.
@@ -124,9 +115,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             run_dir=directory, name=name, group=group, job_type=cfg.name,
             tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
                                      *(["simulated"] if environment["simulated"] else [])])),
-            # What ran beside what was asked for (device=auto; bfloat16 that ran as float32).
             config=resolved_config, environment=environment, summary=summary | budget_record,
-            # Iterations are the history.
             history=tables.get("iterations", pd.DataFrame()),
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
@@ -134,7 +123,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                    config: dict[str, Any], partial: bool = False) -> None:
         tables = _engine_tables(metrics)
         environment = save_to(directory, summary, tables, partial=partial, config=config)
-        if not partial:  # as for an interrupted serving run: W&B gets finished runs only
+        if not partial:  # W&B gets finished runs only
             log_run(directory, name, summary, tables, environment)
 
     def save_partial(summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
@@ -157,11 +146,16 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         task = measurement(cfg.task)
         summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group,
                                                       resolved_config))
-                           if takes_context(task) else task(cfg, llm))
+                           if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = save_to(run_dir, summary, tables, partial=False)
-    if finished:
-        _swap_in(run_dir, out)
+    if finished:  # swap the finished rerun in for the old run
+        old = out.parent / f".{out.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(out, old)
+        os.rename(run_dir, out)
+        _move_log_file(run_dir, out)
+        shutil.rmtree(old)
         ctx.status_dir = out
     # A prediction must not read as a measurement: a simulated run says so first.
     where = f"{environment['device_name']}, " if environment["simulated"] else ""
@@ -175,8 +169,7 @@ _UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger",
 
 
 def run_name(cfg: RunConfig, overrides: list[str]) -> str:
-    """The run's name in W&B: its key values, then any other override it ran with, e.g.
-    'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
+    """The run's name in W&B, e.g. 'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
     other = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _UNNAMED and not o.startswith("hydra")]
     return " ".join([cfg.model.name, cfg.scheduler.name, f"chunk={cfg.chunk}", f"batch_size={cfg.batch_size}", *other])
 
@@ -192,13 +185,10 @@ def record_failure(status_dir: Path, e: BaseException) -> None:
 
 
 def claim_status_dir(ctx: RunContext) -> Path:
-    """Where this invocation records its status and log, decided before it writes anything: beside
-    the output dir while that holds a finished run."""
+    """Where this invocation records its status and log: beside the output dir if it holds a finished run."""
     if ctx.status_dir is None:
         if ctx.output_dir.is_symlink():
-            # The run lives where the link points, its rerun and swap beside it there: swapped at the
-            # link's own name, the link became a plain directory and the old run's removal refused
-            # to follow it ("Cannot call rmtree on a symbolic link"), leaving the rerun `running`.
+            # The rerun and swap go beside the run where the link points: rmtree refuses a link.
             ctx.output_dir = ctx.output_dir.resolve()
         ctx.lock = _lock(ctx.output_dir)
         finished = is_finished(ctx.output_dir)
@@ -209,9 +199,8 @@ def claim_status_dir(ctx: RunContext) -> Path:
 
 
 def _lock(out: Path) -> int | None:
-    """An exclusive lock on the directory out, or a ConfigError while another run holds it: two runs
-    started in the same second share the default ${now:...} directory, and the later one would clear
-    and overwrite the other's records. None where the filesystem has no locks (unguarded)."""
+    """An exclusive lock on out (two runs started in the same second share its ${now:...} name), or a
+    ConfigError while another run holds it; None where the filesystem has no locks."""
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
     try:
@@ -224,16 +213,6 @@ def _lock(out: Path) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def _swap_in(new: Path, out: Path) -> None:
-    """Replace the finished run in out by the one just finished in new."""
-    old = out.parent / f".{out.name}.old"
-    shutil.rmtree(old, ignore_errors=True)
-    os.rename(out, old)
-    os.rename(new, out)
-    _move_log_file(new, out)
-    shutil.rmtree(old)
 
 
 def _move_log_file(src: Path, dst: Path) -> None:
@@ -252,11 +231,8 @@ def _move_log_file(src: Path, dst: Path) -> None:
 
 
 def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path, sweep_job: bool = False) -> bool:
-    """Whether to keep the finished run in out (skip); False: overwrite it; refusals raise.
-
-    A sweep's job keeps a finished run of its own config under ``refuse`` as under ``skip``: rerunning
-    an interrupted sweep into its directory is how it resumes, and a rerun that keeps every job
-    changes nothing. A single run is refused: run again into one directory, it is asked to measure."""
+    """Whether to keep the finished run in out (skip); False: overwrite it; refusals raise. A sweep's
+    job keeps its own config's run under ``refuse`` too: rerunning a sweep is how it resumes."""
     if cfg.on_existing == "refuse" and not sweep_job:
         raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; on_existing=skip keeps it, "
                           "on_existing=overwrite replaces it")
@@ -295,7 +271,6 @@ def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
 
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
-    # Requests there at once at most: a batch_size larger than the workload never fills.
     at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
     reserved = llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size)
     if reserved:

@@ -1,11 +1,7 @@
-"""The typed shape of a run's config (sarathi_lab/conf/), and the check that turns a composed Hydra
-config into it.
+"""The typed shape of a run's config (sarathi_lab/conf/) and its parsing from a composed Hydra config.
 
-The engine's part is `EngineConfig` itself: the YAML's `engine:` block holds its fields that no
-paper sweeps, and the top-level knobs and group choices (chunk, batch_size, model, ...) set the
-rest (`_KNOBS`). Every value is checked once, by the dataclass that holds it
-(`check_fields` for types and finiteness, then its own ranges); a failure is one line naming the
-key as the user wrote it (`engine.kv_cache_gb=...`, `chunk=...`), raised as ConfigError.
+The engine's part is `EngineConfig`: the `engine:` block sets its fields that no paper sweeps, the
+top-level knobs set the rest (`_KNOBS`). Each value is checked once, by the dataclass that holds it.
 """
 from __future__ import annotations
 
@@ -23,6 +19,14 @@ from sarathi_lab.engine.scheduler import knob_names
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.profiling.quantities import aligned_chunk
+
+
+def _check(cfg: Any, *positive: str) -> None:
+    """The fields' types (check_fields), then each of ``positive`` that is set must be > 0."""
+    check_fields(cfg)
+    for key in positive:
+        if getattr(cfg, key) is not None:
+            check_positive(key, getattr(cfg, key))
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,8 @@ class ModelCfg:
 
 @dataclass(frozen=True)
 class SchedulerCfg:
-    """The `scheduler:` block (conf/scheduler/NAME.yaml): the name, checked against the engine's
-    registry, and its other keys, the scheduler's own knobs (vllm's max_num_batched_tokens), checked
-    against its Config; both when the preflight builds the scheduler."""
+    """conf/scheduler/NAME.yaml: the name and the scheduler's own knobs (vllm's
+    max_num_batched_tokens), both checked by the engine when the preflight builds the scheduler."""
     name: str
     knobs: dict[str, Any] = field(default_factory=dict)
 
@@ -93,12 +96,8 @@ class WorkloadCfg:
     max_requests: int | None = None
 
     def __post_init__(self):
-        check_fields(self)
-        for key in ("num_requests", "qps", "min_tokens", "theta", "cv", "length_scale"):
-            check_positive(key, getattr(self, key))
-        for key in ("max_requests", "max_concurrency"):
-            if getattr(self, key) is not None:
-                check_positive(key, getattr(self, key))
+        _check(self, "num_requests", "qps", "min_tokens", "theta", "cv", "length_scale", "max_requests",
+               "max_concurrency")
         if self.time_scale < 0:
             raise ConfigError(f"time_scale={self.time_scale!r} is invalid: must be >= 0")
         if self.stagger < 0:
@@ -116,13 +115,12 @@ class LoggerCfg:
     init_timeout_s: float = 30.0
 
     def __post_init__(self):
-        check_fields(self)
-        check_positive("init_timeout_s", self.init_timeout_s)
+        _check(self, "init_timeout_s")
 
 
 @dataclass(frozen=True)
 class MeasureCfg:
-    """Settings of the tasks other than serve (sarathi_lab.harness.tasks)."""
+    """Settings of the tasks other than serve."""
     reps: int = 3
     token_step: int = 8
     tile: int = 128
@@ -131,9 +129,7 @@ class MeasureCfg:
     chunk_align: Literal["none", "tile"] = "none"
 
     def __post_init__(self):
-        check_fields(self)
-        for key in ("reps", "token_step", "tile"):
-            check_positive(key, getattr(self, key))
+        _check(self, "reps", "token_step", "tile")
 
     def piggyback_chunk(self, chunk: int, batch_size: int) -> int:
         """The chunk task=piggyback runs for ``chunk`` with ``batch_size`` - 1 riding decodes."""
@@ -142,9 +138,7 @@ class MeasureCfg:
 
 @dataclass(frozen=True)
 class SLOCfg:
-    """Latency targets in seconds (None: not set), engine.metrics.SLO's fields. Serving runs report
-    goodput and attainment against them; task=capacity searches for the highest rate that keeps P99
-    TBT within tbt_p99_s and the median scheduling delay within sched_delay_p50_s (Sarathi-Serve)."""
+    """Latency targets in seconds (None: not set), engine.metrics.SLO's fields."""
     tbt_p99_s: float | None = None
     sched_delay_p50_s: float | None = 2.0
     ttft_s: float | None = None
@@ -152,10 +146,7 @@ class SLOCfg:
     e2e_s: float | None = None
 
     def __post_init__(self):
-        check_fields(self)
-        for f in dataclasses.fields(self):
-            if getattr(self, f.name) is not None:
-                check_positive(f.name, getattr(self, f.name))
+        _check(self, *(f.name for f in dataclasses.fields(self)))
 
     def as_slo(self) -> SLO:
         return SLO(**dataclasses.asdict(self))
@@ -163,7 +154,7 @@ class SLOCfg:
 
 @dataclass(frozen=True)
 class CapacityCfg:
-    """task=capacity: the bracketing search of harness/capacity.py."""
+    """task=capacity's search (harness/capacity.py)."""
     start_qps: float = 1.0
     resolution: float = 0.05    # relative: the lowest failing rate is within (1 + resolution) of the capacity
     max_trials: int = 12
@@ -172,18 +163,12 @@ class CapacityCfg:
     min_qps: float = 1e-3
     max_qps: float = 1e4
     # Each trial's arrival window, seconds: a trial serves the first max(min_requests, qps * trial_s)
-    # requests of the workload (at most workload.num_requests). None: every trial serves them all.
-    # A window of fixed length, not a fixed count, is what makes a trial near capacity long enough
-    # for its queue to show whether it drains, and a trial at a low rate no longer than it needs.
+    # requests (None: all). A fixed window, not count, lets a queue near capacity show whether it drains.
     trial_s: float | None = None
     min_requests: int = 12
 
     def __post_init__(self):
-        check_fields(self)
-        for key in ("start_qps", "resolution", "max_trials", "min_qps", "max_qps", "min_requests"):
-            check_positive(key, getattr(self, key))
-        if self.trial_s is not None:
-            check_positive("trial_s", self.trial_s)
+        _check(self, "start_qps", "resolution", "max_trials", "min_qps", "max_qps", "min_requests", "trial_s")
         if not self.min_qps <= self.start_qps <= self.max_qps:
             raise ConfigError(f"start_qps={self.start_qps!r} is invalid: must be within [min_qps={self.min_qps}, "
                               f"max_qps={self.max_qps}]")
@@ -204,46 +189,31 @@ class RunConfig:
     device: DeviceCfg
     logger: LoggerCfg
     engine: EngineConfig
-    # The size the run was made at: "full" (this machine's default) or "ci" (the quick set); analysis
-    # marks claims and figures with it.
+    # "full" (this machine's default) or "ci" (the quick set); analysis marks claims and figures with it.
     scale: Literal["full", "ci"] = "full"
     tags: list[str] = field(default_factory=list)
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
-    task: str = "serve"
+    task: Literal[("serve", *TASKS)] = "serve"
     measure: MeasureCfg = field(default_factory=MeasureCfg)
     slo: SLOCfg = field(default_factory=SLOCfg)
     capacity: CapacityCfg = field(default_factory=CapacityCfg)
-    # sarathi_serve's token budget: None follows `chunk`; "auto": the largest budget whose predicted
-    # iteration time stays within slo.tbt_p99_s (harness/budget.py), as Sarathi-Serve sets it.
+    # sarathi_serve's token budget: None follows `chunk`; "auto": set from slo.tbt_p99_s (harness/budget.py).
     token_budget: Literal["auto"] | None = None
 
     def __post_init__(self):
-        check_fields(self)
-        for key in ("seq_len", "pd_ratio"):
-            check_positive(key, getattr(self, key))
-        tasks = ("serve", *TASKS)
-        if self.task not in tasks:
-            raise ConfigError(f"task={self.task!r} is invalid: allowed values are {', '.join(tasks)}")
-        self._check_capacity()
-        self._check_measurement()
-
-    def _check_capacity(self) -> None:
+        _check(self, "seq_len", "pd_ratio")
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
         if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
             raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
-        if self.task != "capacity":
-            return
-        if self.workload.kind == "trace" or self.workload.arrival == "all_at_once":
+        if self.task == "capacity" and (self.workload.kind == "trace"
+                                        or self.workload.arrival == "all_at_once"):
             key, value = (("workload", "trace") if self.workload.kind == "trace"
                           else ("workload.arrival", "all_at_once"))
             raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "
                               "needs arrival=poisson or gamma on a synthetic, uniform, zipf or trace_lengths workload")
-        if self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
+        if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
-
-    def _check_measurement(self) -> None:
-        # What the measurement tasks need of the knobs, refused here rather than after the model is built.
         if self.task == "piggyback" and self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 decodes must ride "
                               "the chunk, so it must be >= 2")
@@ -258,9 +228,8 @@ class RunConfig:
                               f"must be <= seq_len={self.seq_len}, the most tokens it times")
 
     def key_values(self) -> dict[str, Any]:
-        """The values a results table is indexed by (metrics.json "config", load_runs columns)."""
-        # A served trace's own lengths stand in for seq_len and pd_ratio (workload/trace.yaml); the
-        # measurement tasks make their batches from them whatever the workload.
+        """The values a results table is indexed by (metrics.json "config", load_runs columns); a
+        served trace's own lengths stand in for seq_len and pd_ratio."""
         trace = self.task in ("serve", "capacity") and self.workload.kind in ("trace", "trace_lengths")
         return {"experiment": self.name, "task": self.task, "scale": self.scale, "model": self.model.engine_model,
                 "scheduler": self.scheduler.name, "chunk": self.chunk, "batch_size": self.batch_size,
@@ -269,9 +238,8 @@ class RunConfig:
                 "dtype": self.dtype, "executor": self.engine.executor, "workload": self.workload.kind}
 
 
-# EngineConfig's fields that the run's knobs and group choices set: the key a user sets each by, and
-# how the run gives its value. `chunk` is both sarathi's chunk and sarathi_serve's token budget, so
-# that one sweep handle compares them.
+# EngineConfig's fields that the run's knobs set: {field: (the key a user sets it by, its value)}.
+# `chunk` is both sarathi's chunk and sarathi_serve's budget, so that one sweep handle compares them.
 _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "model": ("model", lambda run: run["model"].engine_model),
     "scheduler": ("scheduler", lambda run: run["scheduler"].name),
@@ -289,16 +257,10 @@ ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 
 def engine_key(key: str) -> str:
-    """The key the run's config sets EngineConfig's field ``key`` by (its knob, else engine.<key>),
-    for errors raised below the harness; any other key as it is."""
+    """The key the run's config sets EngineConfig's field ``key`` by (its knob, else engine.<key>)."""
     if key in KNOB_KEYS:
         return KNOB_KEYS[key]
     return f"engine.{key}" if key in ENGINE_FIELDS else key
-
-
-def _engine_knobs(run: dict[str, Any]) -> dict[str, Any]:
-    """The one place the run's knobs and group choices map onto EngineConfig: {field: value}."""
-    return {name: value(run) for name, (_, value) in _KNOBS.items()}
 
 
 def parse_config(cfg: DictConfig) -> RunConfig:
@@ -322,7 +284,7 @@ def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
             raise ConfigError(f"engine.{key} is set by {by}=; set that instead")
     fields = _fields(EngineConfig, raw, prefix="engine.", later=set(KNOB_KEYS))
     try:
-        return EngineConfig(**fields, **_engine_knobs(run))
+        return EngineConfig(**fields, **{name: value(run) for name, (_, value) in _KNOBS.items()})
     except ConfigError as e:
         raise e.at(engine_key(e.key)) from None
 

@@ -1,16 +1,7 @@
-"""End-of-sweep report: which jobs of this multirun finished, and which failed and why; and a table
-comparing them (the keys the sweep varied, the headline metrics), printed and saved as
-sweep_summary.csv beside sweep_summary.json.
-
-A Hydra callback, so it runs in the launching process whatever the launcher (basic, submitit,
-ray). Jobs record their own outcome in status.json. A job killed from outside (OOM killer,
-scheduler, SIGKILL) never gets to: the submitit_*_safe launchers (hydra_plugins/sarathi_lab_launcher)
-record it for the job; under the others it shows as still running. Any failure makes the sweep
-exit non-zero once every job has had its chance.
-
-From its start to its end the sweep holds its directory (harness/sweep_state.py): a second sweep into
-it is refused in one line, exit 2, before it runs anything, rather than overwrite this one's report
-and take its running jobs for killed.
+"""End-of-sweep report (experiments/README.md): each job's status and error, and a table of the keys
+the sweep varied and the headline metrics (sweep_summary.json and .csv). A Hydra callback, so it runs
+in the launching process whatever the launcher; it holds the sweep directory from the sweep's start
+to its end (sweep_state.hold). Any failed job makes the sweep exit 1 once every job has had its chance.
 """
 from __future__ import annotations
 
@@ -73,12 +64,10 @@ class SweepSummary(Callback):
         jobs = summarize_sweep(sweep_dir, since=self._start)
         summary = sweep_dir / SWEEP_SUMMARY
         if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
-            # A rerun refused (or failed) for every job changed none of the finished sweep's runs, so
-            # its report must not replace that sweep's ('0: ok' became '0: failed'): it goes beside.
+            # A rerun that changed none of the finished sweep's runs must not replace its report.
             summary = sweep_dir / sweep_state.NEXT_SUMMARY
             log.info("every job of the finished sweep was left as it was; this rerun's report is %s", summary)
         write_json(summary, jobs)
-        # The table goes where the report went: beside the finished sweep's when the rerun changed nothing.
         table_path = sweep_dir / (SWEEP_TABLE if summary.name == SWEEP_SUMMARY else f".{Path(SWEEP_TABLE).stem}.next.csv")
         table = sweep_table(sweep_dir, jobs)
         table.to_csv(table_path, index=False)
@@ -96,13 +85,11 @@ class SweepSummary(Callback):
 def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
     """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
     jobs = {}
-    # A job killed before it saved its config has only the status.json its launcher wrote; a rerun into
-    # a finished job's dir records itself beside it, in .<job>.next/.
+    # A job killed before it saved its config has only the status.json its launcher wrote.
     job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
     for job_dir in sorted(job_dirs, key=natural_order):
         config = job_dir / ".hydra" / "config.yaml"
-        # A status written since the sweep began is this sweep's, even beside an earlier sweep's
-        # .hydra/ (a resumed job refused before it saves its own).
+        # A status written since the sweep began is this sweep's, even beside an earlier sweep's .hydra/.
         statuses = [s for s in (read_status(job_dir), read_status(next_dir(job_dir))) if s and s["time"] >= since - 1]
         status = max(statuses, key=lambda s: s["time"]) if statuses else None
         if status is None:
@@ -136,7 +123,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
     rows = []
     for job, outcome in jobs.items():
         record = _record(sweep_dir / job)
-        overrides = record["overrides"] if record else _saved_overrides(sweep_dir / job) or _named_overrides(job)
+        overrides = record["overrides"] if record else _unfinished_overrides(sweep_dir, job)
         values = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
         summary = (record or {}).get("summary", {})
         rows.append({"job": job, "status": outcome["status"], **values,
@@ -150,8 +137,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
 
 
 def format_table(table: pd.DataFrame) -> str:
-    """The table for a terminal: jobs by number (their folders name their overrides, which the swept
-    columns show), four significant digits, enough to compare jobs."""
+    """The table for a terminal: jobs by number (the swept columns show their overrides), 4 digits."""
     short = table.assign(job=table.job.str.split("_", n=1).str[0])
     return short.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
@@ -163,17 +149,13 @@ def _record(job_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def _named_overrides(job: str) -> list[str]:
-    # A job refused before it saved anything: the overrides its folder's name spells (job_dirs.py),
-    # as far as they survived sanitizing.
-    return job.split("_", 1)[1].split(",") if "_" in job else []
-
-
-def _saved_overrides(job_dir: Path) -> list[str]:
-    # A job that failed after its checks saved its overrides (runner.py); one refused before has none.
-    for where in (job_dir, next_dir(job_dir)):
+def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
+    """The overrides a job without metrics.json saved once its checks passed, else (refused before) those
+    its folder's name spells, as far as they survived."""
+    named = job.split("_", 1)[1].split(",") if "_" in job else []
+    for where in (sweep_dir / job, next_dir(sweep_dir / job)):
         try:
-            return list(yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text()) or [])
+            return list(yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text()) or []) or named
         except (OSError, yaml.YAMLError):
             continue
-    return []
+    return named

@@ -1,18 +1,7 @@
-"""Every job of a sweep checked before the first one runs: under Hydra's basic launcher, which runs the
-jobs one after another on this machine, `-m chunk=256,512,0` used to run the first two jobs (minutes to
-hours each) before the third was refused. Each job's config is composed as the sweeper will compose it
-(the experiment's hydra.sweeper.params, then the command line, which wins), then read (schema) and
-preflighted (model, context, budget and memory by arithmetic) as the job itself will do; the first job
-refused stops the sweep with one line naming the job, its overrides and the key, and exit 2, before any
-sweep directory exists.
-
-Launchers that run jobs elsewhere (submitit on Slurm, Ray) are left to check each job where it runs: the
-memory and devices there are not this machine's. A job failing while it runs still leaves the others to
-run (SweepSummary reports it at the end).
-
-Under every launcher, what needs only arithmetic is refused first: a sweep of more than MAX_SWEEP_JOBS
-jobs (5,000 started none in ten minutes, silently checking), and two jobs of the same overrides
-(`chunk=256,256` ran it twice). Checking many jobs says how far it got every few seconds.
+"""Every job of a sweep checked before the first one runs (experiments/README.md): too many jobs or
+repeated ones under any launcher; under the basic launcher, which runs the jobs here one after another,
+each job's config composed, parsed and preflighted as the job will do it. The first refusal stops the
+sweep with one line naming the job, and exit 2, before any sweep directory exists.
 """
 from __future__ import annotations
 
@@ -31,27 +20,23 @@ from omegaconf import DictConfig, open_dict, read_write
 log = logging.getLogger(__name__)
 
 
-def _target(node: Any) -> str:
-    return str(node.get("_target_", "")) if node is not None else ""
+def _is(node: Any, cls: type) -> bool:
+    """Whether the hydra.sweeper / hydra.launcher node ``node`` instantiates ``cls``."""
+    return node is not None and str(node.get("_target_", "")) == f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _qualname(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-# The most jobs one sweep may have: each is a run with its own directory and records; more is a
-# search better split into sweeps (or a capacity task).
+# The most jobs one sweep may have: more is a search better split into sweeps (or a capacity task).
 MAX_SWEEP_JOBS = 1000
 PROGRESS_EVERY_S = 5.0
 
 
 class SweepPreflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if _target(config.hydra.sweeper) != _qualname(BasicSweeper):
+        if not _is(config.hydra.sweeper, BasicSweeper):
             return
         jobs = job_overrides(config)
         error = too_many_or_repeated(jobs)
-        if error is None and _target(config.hydra.launcher) == _qualname(BasicLauncher):
+        if error is None and _is(config.hydra.launcher, BasicLauncher):
             error = first_refused_job(config, jobs)
         if error:
             log.error("%s", error)
@@ -68,11 +53,8 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
 
 
 def planned_jobs(config: DictConfig) -> int | None:
-    """How many jobs the sweep launches, or None under a sweeper other than the basic one (whose jobs
-    this module can count)."""
-    if _target(config.hydra.sweeper) != _qualname(BasicSweeper):
-        return None
-    return len(job_overrides(config))
+    """How many jobs the sweep launches, or None under a sweeper other than the basic one."""
+    return len(job_overrides(config)) if _is(config.hydra.sweeper, BasicSweeper) else None
 
 
 def too_many_or_repeated(jobs: list[list[str]]) -> str | None:
@@ -90,7 +72,7 @@ def too_many_or_repeated(jobs: list[list[str]]) -> str | None:
     return None
 
 
-def first_refused_job(config: DictConfig, jobs: list[list[str]] | None = None) -> str | None:
+def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
     """The one-line error of the first job whose config the run would refuse, or None."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.preflight import preflight
@@ -98,7 +80,6 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]] | None = None) -
     from sarathi_lab.model import ModelLoadError
 
     loader = GlobalHydra.instance().config_loader()
-    jobs = job_overrides(config) if jobs is None else jobs
     said = time.monotonic()
     for num, overrides in enumerate(jobs):
         if time.monotonic() - said > PROGRESS_EVERY_S:

@@ -1,19 +1,9 @@
 """What a sweep directory says about its jobs (which it launched, which finished, whether the sweep
-ended), and the lock with which a live sweep holds its directory.
+ended), and the lock with which a live sweep holds its directory (experiments/README.md).
 
-A sweep holds SWEEP_LOCK in its directory from its start to its end (harness/sweep.py's
-SweepSummary, in the launching process, whatever the launcher): an exclusive flock, which the kernel
-drops when the holder dies, however it dies, so a killed sweep leaves no lock that blocks; the file
-says who holds it (pid, host, start) and how many jobs that sweep launches. A second sweep into a
-held directory is refused: two sweeps there overwrote each other's sweep_summary.json, and each took
-the other's running jobs for killed.
-
-A sweep's jobs are those its sweep_summary.json lists once the sweep that last launched there ended
-(its summary, or the one a rerun that changed nothing wrote beside it, is newer than that launch);
-before that (still running, or its launcher was interrupted or killed) they are the job folders
-there, out of the number its launch planned. In a directory with no record of a sweep (runs
-downloaded from W&B, copied or made by hand or in-process) the job folders are the jobs: complete
-when each holds a finished run.
+The lock is an flock on SWEEP_LOCK, which the kernel drops however its holder dies; the file says
+who holds it and how many jobs that sweep launches. A directory with no record of a sweep (runs
+copied, downloaded from W&B or made in-process) is judged by its job folders alone.
 """
 from __future__ import annotations
 
@@ -27,17 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sarathi_lab.harness.results import (
-    STATUS,
-    SWEEP_SUMMARY,
-    WANDB_DIR,
-    is_finished,
-    natural_order,
-)
+from sarathi_lab.harness.results import STATUS, SWEEP_SUMMARY, WANDB_DIR, is_finished, natural_order
 
 log = logging.getLogger(__name__)
 SWEEP_LOCK = ".sweep.lock"
-# Where a rerun that left every job as it was puts its report (harness/sweep.py).
+# Where a rerun that left every job as it was puts its report.
 NEXT_SUMMARY = f".{Path(SWEEP_SUMMARY).stem}.next.json"
 
 
@@ -46,9 +30,9 @@ class SweepDirInUse(Exception):
 
 
 def hold(sweep_dir: Path, jobs: int | None) -> int | None:
-    """The sweep directory's lock for this process (a file descriptor; close it to release), recording
-    who holds it and ``jobs``, the number of jobs this sweep launches; SweepDirInUse while another
-    live sweep holds it; None where the filesystem has no locks (unguarded)."""
+    """The sweep directory's lock (a file descriptor; close it to release), recording who holds it and
+    how many ``jobs`` it launches; SweepDirInUse while another live sweep holds it; None where the
+    filesystem has no locks."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(sweep_dir / SWEEP_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -109,16 +93,15 @@ class SweepState:
 
 
 def sweep_state(sweep_dir: Path) -> SweepState:
-    """What ``sweep_dir`` says about its sweep's jobs (module docstring)."""
+    """What ``sweep_dir`` says about its sweep's jobs: those its summary lists once the sweep that last
+    launched there ended, else the job folders there, out of the number its launch planned."""
     launch = _read_json(sweep_dir / SWEEP_LOCK) if (sweep_dir / SWEEP_LOCK).exists() else None
     launch = launch if isinstance(launch, dict) else None
     summary = _read_json(sweep_dir / SWEEP_SUMMARY)
     folders = _job_folders(sweep_dir)
     reported = [p for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY) if p.exists()]
     if launch is None and not reported:
-        # No record of a sweep (W&B's runs, runs copied or made by hand or in-process, a sweep older
-        # than its lock): its job folders are all there is to judge it by.
-        ended = True
+        ended = True  # no record of a sweep: its job folders are all there is
     else:
         # A launch newer than every report is one that has not ended: its summary is still to come.
         started = (launch or {}).get("started") or 0.0

@@ -1,8 +1,5 @@
-"""Send a finished run to Weights & Biases.
-
-Called once the engine run is over and its results are on disk, so W&B never perturbs the
-timings and can never lose them: any W&B error (no network, bad entity, unwritable directory)
-becomes one warning line and the run still succeeds.
+"""Send a finished run to Weights & Biases, once its results are on disk: W&B never perturbs the
+timings, and any W&B error is one warning line, never a failed run.
 """
 from __future__ import annotations
 
@@ -20,12 +17,10 @@ from sarathi_lab.harness.schema import LoggerCfg
 
 log = logging.getLogger(__name__)
 
-# History keys get a prefix so that W&B's summary (which also keeps each key's last logged value)
-# never mixes a last-iteration value with a whole-run metric of the same name.
+# Prefixed so that W&B's summary never mixes a last-iteration value with a whole-run metric of the same name.
 HISTORY_PREFIX = "iter/"
-# The history's time axis: the end of each iteration on the engine's clock (a simulation's virtual
-# one), seconds since the run began. The history is logged once the run is over, so that W&B never
-# perturbs the timings: W&B's own _runtime would put every iteration at the same instant.
+# The end of each iteration on the engine's clock: logged after the run, W&B's _runtime would put
+# every iteration at the same instant.
 TIME_AXIS = f"{HISTORY_PREFIX}t_s"
 # Where a run's numbers come from, in W&B's summary beside them (the whole environment is in its config).
 PROVENANCE = ("timing_unreliable", "simulated", "executor", "device_name", "sarathi_lab_version", "git_commit",
@@ -44,9 +39,7 @@ class WandbRun:
     config: dict[str, Any]  # the whole resolved config
     environment: dict[str, Any]         # metrics.json's: into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
-    # iterations.parquet, over TIME_AXIS: made rows only here, where W&B logs it (a run that does not
-    # log builds no dict per iteration).
-    history: pd.DataFrame
+    history: pd.DataFrame               # iterations.parquet, over TIME_AXIS
     tables: dict[str, pd.DataFrame]     # logged as W&B tables (requests, a measurement's own)
 
 
@@ -85,9 +78,7 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         last_step = history[-1]["iteration"] if history else 0
         wb.log({name: wandb.Table(dataframe=_scalar_columns(df)) for name, df in run.tables.items()}, step=last_step)
         wb.summary.update(run.summary | {f"{ENV_PREFIX}{k}": run.environment.get(k) for k in PROVENANCE})
-        # The run's own files too, so that the W&B API gives back what load_runs reads locally
-        # (sarathi_lab/analysis/runs.py, download_wandb). Copied into the run's files folder, which
-        # W&B uploads at the end, rather than wb.save(), which warns "Symlinked 1 file" for each.
+        # The run's own files too, for load_runs on W&B's copy; copied, as wb.save() warns for each.
         for path in result_files(run.run_dir):
             shutil.copy2(path, Path(wb.dir) / path.name)
         exit_code = 0

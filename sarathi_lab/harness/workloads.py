@@ -1,6 +1,5 @@
 """Request sets the runs feed the engine: the papers' fixed-shape synthetic one, uniform or zipf
-length distributions (as vidur generates them), replayed CSV traces (sarathi-serve layout), and a
-trace's lengths alone with arrivals drawn at the rate under test (trace_lengths)."""
+lengths (as vidur generates them), CSV traces (sarathi-serve layout), and a trace's lengths alone."""
 from __future__ import annotations
 
 import csv
@@ -63,8 +62,7 @@ def split_length(total: int, pd_ratio: float, key: str = "seq_len") -> tuple[int
 
 def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, vocab_size: int,
                    context: int | None = None) -> Workload:
-    """The requests; lengths are checked against the model's context (when given) and the prompts'
-    memory against the machine's, before any prompt is generated."""
+    """The requests, their lengths checked against ``context`` and their memory before any is made."""
     def rng(stream: int) -> np.random.Generator:
         return np.random.default_rng([seed, stream])
 
@@ -81,7 +79,6 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
         _check_memory(cfg, cfg.num_requests * seq_len)  # every request's length is at most seq_len
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
         arrivals = arrival_times(cfg, cfg.qps, seed)
-        # The run's own rate (a capacity search's trials serve a window of these at theirs).
         if arrivals and arrivals[-1] > ARRIVAL_HORIZON_S:
             raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: {cfg.num_requests} requests at that rate arrive "
                               f"over {arrivals[-1]:.3g} s, past the {ARRIVAL_HORIZON_S:g} s a run may span; raise "
@@ -124,9 +121,8 @@ def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
 
 
 def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None:
-    """The synthetic workloads' arrival times at mean rate ``qps`` (None: all at once). The same seed
-    gives the same draws at every rate, scaled by 1 / qps, so that a capacity search compares rates on
-    one arrival pattern."""
+    """Arrival times at mean rate ``qps`` (None: all at once): the same seed gives the same draws at
+    every rate, scaled by 1 / qps, so that a capacity search compares rates on one arrival pattern."""
     rng = np.random.default_rng([seed, _ARRIVALS])
     if cfg.arrival == "all_at_once":
         return None
@@ -153,9 +149,7 @@ def resolve_trace_path(path: str) -> Path:
 
 
 def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
-    """(prompt, decode) lengths and arrival times (from the first row, times time_scale) of a trace CSV
-    (UTF-8, with or without the byte-order mark spreadsheets write); a request longer than `context`
-    is refused at its line."""
+    """(prompt, decode) lengths and arrival times (from the first row, times time_scale) of a trace CSV."""
     lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS)
     start = min(arrivals)
     times = [(a - start) * cfg.time_scale for a in arrivals]
@@ -170,19 +164,36 @@ def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple
 
 
 def read_trace_lengths(cfg: WorkloadCfg, context: int | None, rng: np.random.Generator) -> list[tuple[int, int]]:
-    """workload.num_requests (prompt, decode) lengths drawn at random from a CSV's length columns (its
-    first max_requests rows), without replacement unless it has fewer rows: the trace's length
-    distribution, in an order that makes any first N requests a sample of it too (a capacity trial
-    serves a prefix)."""
+    """workload.num_requests lengths drawn from a CSV's rows (without replacement unless it has fewer),
+    in an order that makes any first N of them a sample too (a capacity trial serves a prefix)."""
     lengths, _ = _read_csv(cfg, context, LENGTH_COLUMNS)
     picks = rng.choice(len(lengths), size=cfg.num_requests, replace=cfg.num_requests > len(lengths))
     return [lengths[i] for i in picks]
 
 
 def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[float]]:
+    """The rows' lengths, and their arrival times where ``columns`` has arrived_at; a request longer
+    than ``context`` is refused at its line."""
     path = resolve_trace_path(cfg.path)
+    lengths, arrivals = [], []
     try:
-        return _read_trace(cfg, path, context, columns)
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column {missing[0]}; "
+                                  f"needed: {', '.join(columns)}")
+            for row in reader:
+                if cfg.max_requests is not None and len(lengths) == cfg.max_requests:
+                    break
+                where = f"workload.path={cfg.path!r} line {reader.line_num}"
+                if "arrived_at" in columns:
+                    arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
+                lengths.append(tuple(_scaled(cfg, _trace_field(where, row, column, int, minimum=1))
+                                     for column in LENGTH_COLUMNS))
+                if context is not None and sum(lengths[-1]) > context:
+                    raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more "
+                                      f"than the model's context of {context} tokens")
     except csv.Error as e:  # a field past the csv module's limit (128 KiB), a NUL byte
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: not a readable CSV ({e})") from None
     except UnicodeDecodeError:
@@ -192,6 +203,9 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...]) -
         line = raw.count(b"\n", 0, at) + 1
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text "
                           f"(byte 0x{raw[at]:02x})") from None
+    if not lengths:
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
+    return lengths, arrivals
 
 
 def _first_undecodable(raw: bytes) -> int:
@@ -200,32 +214,6 @@ def _first_undecodable(raw: bytes) -> int:
     except UnicodeDecodeError as e:
         return e.start
     return 0  # unreachable for bytes the reader could not decode
-
-
-def _read_trace(cfg: WorkloadCfg, path: Path, context: int | None,
-                columns: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[float]]:
-    """The rows' lengths, and their arrival times where ``columns`` has arrived_at."""
-    lengths, arrivals = [], []
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in columns if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column {missing[0]}; "
-                              f"needed: {', '.join(columns)}")
-        for row in reader:
-            if cfg.max_requests is not None and len(lengths) == cfg.max_requests:
-                break
-            where = f"workload.path={cfg.path!r} line {reader.line_num}"
-            if "arrived_at" in columns:
-                arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
-            lengths.append(tuple(_scaled(cfg, _trace_field(where, row, column, int, minimum=1))
-                                 for column in LENGTH_COLUMNS))
-            if context is not None and sum(lengths[-1]) > context:
-                raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more than the "
-                                  f"model's context of {context} tokens")
-    if not lengths:
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
-    return lengths, arrivals
 
 
 def _scaled(cfg: WorkloadCfg, tokens: int) -> int:

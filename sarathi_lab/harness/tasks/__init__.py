@@ -1,18 +1,13 @@
 """Measurements that are not serving runs, behind the harness's results contract.
 
-One module per task: its ``run(cfg, llm)`` times one thing on the engine the harness built from
-the run's config and returns ``(summary, tables)``: scalars for metrics.json and W&B's summary, and
-named DataFrames that land as ``<name>.parquet`` (``load_runs(dir, table=name)`` reads them back).
-A task that writes runs of its own (capacity: one per trial, under its directory) takes a third
-argument, ``run(cfg, llm, context: TaskContext)``. One that holds a batch of several requests in the
-KV cache says how long they are, ``kv_requests(cfg)``, so that the preflight refuses a cache too small
-for them. Adding a module adds the task: the names are the modules found here, listed without importing
-them, so that the config schema can name the tasks without importing the engine code they drive.
+One module per task (adding one adds the task): ``run(cfg, llm)`` returns ``(summary, tables)``,
+scalars for metrics.json and DataFrames saved as ``<name>.parquet``; a task that records runs of its
+own takes a third argument, a TaskContext. One that holds several requests in the KV cache at once
+says how long they are, ``kv_requests(cfg)``, so that the preflight refuses a cache too small.
 """
 from __future__ import annotations
 
 import importlib
-import inspect
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,13 +30,9 @@ def measurement(task: str) -> Measurement:
 
 @dataclass(frozen=True)
 class TaskContext:
-    """What the runner gives a task that records runs of its own: its directory, the workload the
-    preflight built, ``record_run(run_dir, name, summary, metrics, config, partial=False)``, which
-    writes a serving run's results (harness/results.py; ``config`` joins metrics.json's key values)
-    and logs it to W&B in this run's group (partial: its *.partial.* records, and no W&B), and
-    ``save_partial(summary, tables)``, which writes the task's own records so far as *.partial.*
-    when a signal interrupts it. ``resolved_config``: the run's, which its records carry (a task
-    resuming an interrupted run reuses only records of the same config)."""
+    """What the runner gives a task that records runs of its own. ``record_run(run_dir, name, summary,
+    metrics, config, partial=False)`` writes a serving run's results and logs it to W&B in this run's
+    group; ``save_partial(summary, tables)`` writes the task's records so far as *.partial.*."""
     run_dir: Path
     workload: Any
     record_run: Callable[..., None]
@@ -51,8 +42,8 @@ class TaskContext:
 
 
 def kv_requests(task: str, cfg) -> list[int]:
-    """The lengths of the requests ``task`` holds in the KV cache at once, where its module says
-    (``kv_requests(cfg)``: the tasks that time batches of several); else none beyond one request."""
+    """The lengths of the requests ``task`` holds in the KV cache at once (its module's
+    ``kv_requests(cfg)``); else none beyond one request."""
     module = importlib.import_module(f"{__name__}.{task}")
     return module.kv_requests(cfg) if hasattr(module, "kv_requests") else []
 
@@ -60,7 +51,3 @@ def kv_requests(task: str, cfg) -> list[int]:
 def kv_blocks(lengths: list[int], block_size: int) -> int:
     """The KV cache blocks requests of these lengths take together."""
     return sum(-(-n // block_size) for n in lengths)
-
-
-def takes_context(task: Measurement) -> bool:
-    return len(inspect.signature(task).parameters) == 3

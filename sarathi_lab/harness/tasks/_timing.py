@@ -1,8 +1,6 @@
 """What a measurement task times, on whichever executor the run built: the real forward on
-``executor=model``, the cost model's prediction for the same batch on ``executor=sim`` (no model
-exists there: a simulated run of llama-13b loads no weights). The tasks call these instead of
-``sarathi_lab.profiling.ops`` so that every experiment runs under both executors and reports the
-same quantities; on sim they are predictions of the cost model the run names, not measurements.
+``executor=model``, the cost model's prediction for the same batch on ``executor=sim`` (which loads no
+weights), so that every experiment runs under both and reports the same quantities.
 """
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ def cost_model(llm):
 
 def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
     """Predicted forward seconds of ``batch``, split into ``profiling.ops.OPS`` as the real
-    forward's hooks split it, plus ``total``. Every prefill chunk here ends its prompt, so every
-    request passes a row through the LM head, as in the measured batches."""
+    forward's hooks split it, plus ``total``."""
     prefills, decodes = composition(batch)
     cost = model.iteration_cost(prefills, decodes)
     parts = cost.ops
@@ -35,8 +32,7 @@ def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
 
 
 def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
-    """Seconds of one forward of ``batch``, ``total`` and by op: measured (median of ``reps``) or
-    predicted (exact: repeating a prediction changes nothing)."""
+    """Seconds of one forward of ``batch``, ``total`` and by op: measured (median of reps) or predicted."""
     model = cost_model(llm)
     return measured.time_by_op(llm, batch, reps) if model is None else predicted_ops(model, batch)
 

@@ -1,17 +1,10 @@
 """task=capacity: the highest request rate meeting ``slo.tbt_p99_s`` and ``slo.sched_delay_p50_s``
-(Sarathi-Serve's capacity), by the bracketing search of harness/capacity.py on one engine.
+(Sarathi-Serve's capacity), by the search of harness/capacity.py on one engine (docs/capacity/).
 
-The engine (real or simulated) is built once by the runner and serves every trial: each trial is
-the same requests on the same arrival pattern scaled to its rate, so trials differ only in the
-rate (with ``capacity.trial_s``, the pattern's first ``trial_s`` seconds: a prefix of it). Each
-trial is a run of its own, ``trial-<k>-qps<rate>/`` under the search's directory (the results
-contract, logged to W&B in the search's group); the search writes ``capacity.json`` and a
-``trials`` table, and its summary is the capacity.
-
-A search rerun after an interruption resumes: the search is deterministic given its trials'
-verdicts, so trial k of the rerun asks for the rate trial k asked for before, and a finished trial
-of the same config at that rate is reused (said in one line) instead of measured again. Trials the
-finished search did not use are removed at its end.
+Every trial serves the same requests on the same arrival pattern scaled to its rate, as a run of its
+own, ``trial-<k>-qps<rate>/``; the search writes ``capacity.json`` and a ``trials`` table. A rerun
+after an interruption resumes: the search is deterministic given its verdicts, so a finished trial
+of the same config at the rate asked for is reused instead of measured again.
 """
 from __future__ import annotations
 
@@ -42,45 +35,37 @@ def trial_requests(search, qps: float, available: int) -> int:
     return min(available, max(search.min_requests, math.ceil(qps * search.trial_s)))
 
 
-def trial_dir_name(k: int, qps: float) -> str:
-    return f"trial-{k}-qps{qps:.4g}"
-
-
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     slo, workload, search = cfg.slo.as_slo(), context.workload, cfg.capacity
     rows: list[dict] = []
 
     def trial(qps: float) -> Trial:
-        k = len(rows)
+        k, name = len(rows), f"trial-{len(rows)}-qps{qps:.4g}"
         n = trial_requests(search, qps, len(workload.prompts))
-        arrivals = arrival_times(cfg.workload, qps, cfg.seed)
-        name = trial_dir_name(k, qps)
-        earlier = _finished_trial(context, name, k, qps)
-        if earlier is not None:
-            result = earlier
-            log.info("trial %d at %.4g req/s: %s, reused from %s (finished before an interruption)", k, qps,
-                     "passed" if result.passed else f"missed {result.binding}", name)
-            rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
-                         "stopped_early": result.stopped_early, "run_dir": name}
-                        | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
-            return result
-        try:
-            result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n], arrivals and arrivals[:n],
-                                 slo, qps, search.require_stable, max_concurrency=workload.max_concurrency)
-        except KeyboardInterrupt:
-            # What the trial had measured, as an interrupted serving run saves it.
-            context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"rate_rps": qps}, llm.metrics,
-                               {"trial": k, "qps": qps}, partial=True)
-            raise
-        # A trial stopped early has latencies, goodput and attainment over its finished requests only.
-        summary = result.summary | {"rate_rps": qps, "passed": float(result.passed),
-                                    "stopped_early": float(result.stopped_early), "binding": result.binding}
-        context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
+        result = _finished_trial(context, name, k, qps)
+        if result is None:
+            arrivals = arrival_times(cfg.workload, qps, cfg.seed)
+            try:
+                result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n],
+                                     arrivals and arrivals[:n], slo, qps, search.require_stable,
+                                     max_concurrency=workload.max_concurrency)
+            except KeyboardInterrupt:
+                context.record_run(context.run_dir / name, name, llm.metrics.summary(slo) | {"rate_rps": qps},
+                                   llm.metrics, {"trial": k, "qps": qps}, partial=True)
+                raise
+            # A trial stopped early has latencies, goodput and attainment over its finished requests only.
+            summary = result.summary | {"rate_rps": qps, "passed": float(result.passed),
+                                        "stopped_early": float(result.stopped_early),
+                                        "binding": result.binding}
+            context.record_run(context.run_dir / name, name, summary, llm.metrics, {"trial": k, "qps": qps})
+            how = " (stopped early)" if result.stopped_early else ""
+        else:
+            how = f", reused from {name} (finished before an interruption)"
         rows.append({"trial": k, "rate_rps": qps, "requests": n, "passed": result.passed, "binding": result.binding,
                      "stopped_early": result.stopped_early, "run_dir": name}
                     | {c: result.summary.get(c, math.nan) for c in TRIAL_COLUMNS})
         log.info("trial %d at %.4g req/s: %s%s", k, qps, "passed" if result.passed else f"missed {result.binding}",
-                 " (stopped early)" if result.stopped_early else "")
+                 how)
         return result
 
     try:

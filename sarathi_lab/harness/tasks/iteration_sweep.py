@@ -1,13 +1,10 @@
 """Iteration time against the number of tokens in the batch, in fine steps (paper Fig. 7).
 
-Each point is one prefill-only iteration of a single prompt of n tokens, n from
-``measure.token_step`` to ``seq_len`` in steps of ``measure.token_step``, plus n = m + 1 for every
-multiple m of ``measure.tile``: on a GPU, one token past a tile multiple costs a whole extra tile
-(the paper: 256 -> 257 tokens, +32%).
-
-The points are visited in a new random order each of ``measure.reps`` rounds, m and m + 1 back
-to back, and each keeps its median: a slow spell of the machine (other work on a shared CPU) then
-blurs random points instead of drawing a step into a run of neighbouring ones.
+Each point is a prefill of one prompt of n tokens, n in steps of ``measure.token_step`` up to
+``seq_len``, plus m + 1 for every multiple m of ``measure.tile`` (one token past a tile costs a
+whole tile on a GPU). The points are visited in a new random order each round, m and m + 1 back to
+back, and keep their medians, so that a slow spell of a shared machine blurs random points instead
+of drawing a step.
 """
 from __future__ import annotations
 

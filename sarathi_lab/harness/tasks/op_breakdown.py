@@ -1,8 +1,5 @@
-"""Per-token time of prefill and of decode at one batch size, split by operation (paper Fig. 3/4).
-
-Prefill: one iteration of ``batch_size`` prompts of ``seq_len`` tokens. Decode: one iteration of
-``batch_size`` requests with ``seq_len`` tokens of context each, one new token each. Sweeping
-``batch_size`` gives the figure; the ratio of the two per-token times is the paper's claim.
+"""Per-token time of prefill and of decode at one batch size, split by operation (paper Fig. 3/4):
+``batch_size`` prompts of ``seq_len`` tokens, and ``batch_size`` decodes at ``seq_len`` of context.
 """
 from __future__ import annotations
 

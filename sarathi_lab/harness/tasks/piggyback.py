@@ -1,16 +1,10 @@
 """What a decode costs alone and riding a prefill chunk (paper Table 2 and Fig. 8).
 
-Three iterations at one batch size B: B decodes alone (the baseline's decode-only iteration), a
-prefill chunk of ``chunk`` tokens alone, and the same chunk with B - 1 decodes (SARATHI's
-decode-maximal batch); every decode has ``seq_len`` tokens of context. With
-``measure.chunk_align=tile`` the chunk shrinks so that chunk + B - 1 fills whole tiles, as the paper
-sizes it (MeasureCfg.piggyback_chunk). A baseline decode token costs the first / B; a piggybacked
-one costs (third - second) / (B - 1), what the decodes add.
-
-Served runs give the same quantities, but as the difference of two iterations of half a second
-that other work on a shared CPU easily blurs; here each of the three is timed ``measure.reps``
-times, in a new random order each round, and keeps its median. The costs and the speedup are
-``sarathi_lab.profiling.quantities.decode_speedup``.
+Three iterations at batch size B, every decode at ``seq_len`` tokens of context: B decodes alone, a
+chunk alone, and the chunk with B - 1 decodes (SARATHI's decode-maximal batch); the costs and the
+speedup are ``profiling.quantities.decode_speedup``. Each is timed ``measure.reps`` times in a new
+random order each round and keeps its median, which a shared CPU's slow spells blur less than the
+difference of two served iterations.
 """
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
 """``task=profile``: the table the simulator's ``profile`` cost model interpolates, measured on the
-engine the run built (its model, dtype, attention backend and device).
+engine the run built, written to ``$SARATHI_PROFILES_DIR/<device>/<model>.csv`` and ``.json``.
 
-Grids, from the run's settings (the largest iteration is ``chunk + batch_size`` tokens, contexts
-reach ``seq_len``):
-- dense ops against tokens (up to ``measure.max_tokens`` when it is larger): powers of two, every
-  ``measure.token_step`` tokens and the largest, plus m and m + 1
-  at every multiple m of ``measure.tile`` (one token past a GEMM tile costs a whole tile); each a
-  prefill of one fresh prompt, split by op with the engine's own hooks;
-- prefill attention on (chunk, context before it): chunks in powers of two up to ``chunk`` (or
-  ``seq_len``), contexts before in five even steps up to ``seq_len - 1``;
-- decode attention on (decodes, context): batches in powers of two up to ``batch_size``, contexts
-  in five even steps up to ``seq_len``;
-- the LM head and the sampler against rows, and the host's ``prepare`` of every batch above.
-Writes ``profiles/<device>/<model>.csv`` and ``.json`` (the machine, the engine settings) under
-``$SARATHI_PROFILES_DIR`` (default: the repository's ``profiles/``), and returns the table.
+Grids (``grids``): dense ops against tokens up to ``chunk + batch_size`` (powers of two, every
+``measure.token_step``, and m, m + 1 at each multiple m of ``measure.tile``); prefill attention on
+(chunk, context before it) and decode attention on (decodes, context) up to ``seq_len``; the LM
+head and the sampler against rows; the host's ``prepare`` of every batch.
 """
 from __future__ import annotations
 
@@ -58,11 +49,9 @@ def _steps(low: int, high: int, n: int = 5) -> list[int]:
 
 def grids(cfg) -> dict[str, list]:
     m = cfg.measure
-    # Schedulers that batch whole prompts (static, vllm, orca) build iterations far larger than a
-    # chunk: ``measure.max_tokens`` stretches the dense-op grid to them.
+    # Schedulers that batch whole prompts build iterations far larger than a chunk: measure.max_tokens.
     max_tokens = max(cfg.chunk + cfg.batch_size, getattr(m, "max_tokens", None) or 0)
-    # Powers of two as well as the even steps: decode-only iterations of a few tokens sit on the
-    # weight-reading floor, which a straight line from 4 to the first step would overestimate.
+    # Powers of two too: a line from 4 tokens to the first step overestimates the weight-reading floor.
     tokens = sorted({max_tokens} | set(_powers_of_two(max_tokens))
                     | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
     # A chunk is at most a prompt (< seq_len) and may come after up to seq_len - 1 cached tokens.
@@ -72,18 +61,15 @@ def grids(cfg) -> dict[str, list]:
 
 
 def kv_requests(cfg) -> list[int]:
-    """The lengths of the requests of the batch that takes the most KV blocks (it holds one batch at a
-    time): the longest dense-op prefill, the largest chunk after the most context, or the most
-    decodes at the longest context."""
+    """The lengths of the requests of the batch that takes the most KV blocks (it holds one at a time)."""
     g = grids(cfg)
     batches = [[max(g["tokens"])], [max(g["chunks"]) + max(g["befores"])], [max(g["contexts"])] * max(g["batches"])]
     return max(batches, key=lambda lengths: kv_blocks(lengths, cfg.engine.block_size))
 
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
-    """Seconds by op of one forward of the batch ``spec`` describes, and of preparing it. The hooks
-    that split a forward cost time of their own (most of a tiny model's ops), so the split is
-    scaled to add up to the bare forward's time."""
+    """Seconds by op of one forward of the batch ``spec`` describes, and of preparing it; the split is
+    scaled to add up to the bare forward's time (the hooks that split it cost time of their own)."""
     batch = batches.make(**spec)
     try:
         ops = time_by_op(llm, batch, reps)
@@ -138,9 +124,8 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
 
 
 def _self_check(table: pd.DataFrame, llm) -> dict[str, float]:
-    """How far the interpolated op sums are from the bare forwards measured at the same points:
-    the composition's error alone (prefill points: zero by construction up to medians)."""
-    # The dtype the engine ran (bfloat16 asked runs float32 on a CPU without bf16 units), as _write records it.
+    """How far the interpolated op sums are from the bare forwards measured at the same points: the
+    composition's error alone."""
     model = ProfileCostModel(table, llm.model_config, _torch_dtype(llm))
     errors = []
     for row in table[table.op == "total"].itertuples():

@@ -1,12 +1,7 @@
 """What chunking one prompt costs (paper Fig. 13): attention alone, the whole prefill, and the
-request end to end, with the prompt prefilled in ``chunk``-token pieces against all at once, and
-the KV tokens attention reads in each case (chunk k re-reads the k - 1 chunks before it).
-
-The prompt and decode lengths are ``seq_len`` split by ``pd_ratio``, as in serving runs.
-Attention is timed on one layer's shapes by ``sarathi_lab.profiling.attention`` (predicted by
-the cost model on executor=sim); prefill and end to end serve the request through an engine loop of
-its own with the ``sarathi`` scheduler (over the run's executor and cache), once with ``chunk`` and
-once with the whole prompt as the chunk, alternating, ``measure.reps`` times.
+request end to end, prefilled in ``chunk``-token pieces against all at once, and the KV tokens
+attention reads in each case (chunk k re-reads the k - 1 before it). Prefill and end to end serve
+the request alone with the ``sarathi`` scheduler, the two ways alternating, ``measure.reps`` times.
 """
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ from sarathi_lab.profiling.attention import measure_reread
 
 
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:
-    """The request served alone by an engine of its own: the sarathi scheduler with ``chunk``
-    over the LLM's executor, clock and KV cache."""
+    """The request served alone by a sarathi scheduler with ``chunk`` over the LLM's executor and cache."""
     scheduler = make_scheduler("sarathi", llm.block_manager, max_batch_size=1, chunk_size=chunk,
                                max_model_len=llm.max_model_len)
     metrics = Metrics()
