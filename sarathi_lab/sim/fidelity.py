@@ -19,7 +19,7 @@ from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
 from sarathi_lab.sim.calibration import Calibration, KernelShape, fit
 from sarathi_lab.sim.device import load_device
-from sarathi_lab.sim.interpolate import Curve, RaggedSurface
+from sarathi_lab.sim.parallel import shard
 from sarathi_lab.sim.roofline import RooflineCostModel
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
@@ -42,13 +42,7 @@ class Measured:
     """One (device, model)'s measured kernels as functions of the shape (one GPU's shard of ``tp``)."""
 
     def __init__(self, device: str, model: str, tp: int = 1):
-        t = gpu_kernels.kernels(device, model, tp)
-        self.ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in t.groupby("op")
-                    if op not in gpu_kernels.ATTENTION_OPS}
-        pre, dec = t[t.op == "prefill_attention"], t[t.op == "decode_attention"]
-        self.prefill = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) \
-            else None
-        self.decode = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
+        self.ops, self.prefill, self.decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
 
     @property
     def has_attention(self) -> bool:
@@ -80,19 +74,9 @@ def _iteration(ops_at, attention, prefills, decodes: int, layers: int) -> float:
     return total + layers * attention(prefills, decodes) if attention else total
 
 
-def shard_of(model: str, tp: int = 1):
-    """A measured model's config, or its shard on one GPU of ``tp``."""
-    config = gpu_kernels.config_of(model)
-    if tp == 1:
-        return config
-    from sarathi_lab.sim.parallel import Parallelism, shard_config
-
-    return shard_config(config, Parallelism(tp=tp))
-
-
 def cost_models(device: str, model: str, cal: Calibration, held_out: Calibration,
                 tp: int = 1) -> dict[str, RooflineCostModel]:
-    config = shard_of(model, tp)
+    config = shard(gpu_kernels.config_of(model), tp)
     dev = load_device(device)
     return {"roofline": RooflineCostModel(dev, config),
             "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
@@ -104,7 +88,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction; ``tp`` > 1:
     one GPU's shard of ``tp`` (kernels the calibration never saw)."""
     m = Measured(device, model, tp)
-    shape = KernelShape.of(shard_of(model, tp))
+    shape = KernelShape.of(shard(gpu_kernels.config_of(model), tp))
     layers = int(gpu_kernels.model_shapes().loc[model].layers)
     cms = cost_models(device, model, cal, held_out, tp)
     max_tokens = max(c.xs[-1] for c in m.ops.values())
