@@ -28,7 +28,8 @@ import pandas as pd
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.interpolate import up_to_point
+from sarathi_lab.model.shape import Shape, visible_pairs
+from sarathi_lab.sim.interpolate import isotonic, up_to_point
 
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
 # Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
@@ -60,8 +61,6 @@ class KernelShape:
 
     @classmethod
     def of(cls, config) -> KernelShape:
-        from sarathi_lab.profiling.floors import Shape
-
         s = Shape.of(config)
         return cls(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, s.vocab,
                    getattr(config, "hidden_act", "silu") != "gelu_new")
@@ -87,12 +86,6 @@ class KernelShape:
 
 def _curve(xs, ys, x):
     return float(np.interp(x, xs, ys))
-
-
-def _isotonic(values) -> list[float]:
-    from sarathi_lab.sim.interpolate import isotonic
-
-    return isotonic([float(v) for v in values])
 
 
 def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -192,7 +185,7 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[i
                                at.seconds.to_numpy(float))
         launch.append(a)
         per_weight.append(b)
-    launch, per_weight = _isotonic(launch), _isotonic(per_weight)
+    launch, per_weight = isotonic([float(v) for v in launch]), isotonic([float(v) for v in per_weight])
     eff = [2 * t / (peak_flops * b) for t, b in zip(tokens, per_weight)]
     return tokens, eff, launch
 
@@ -208,11 +201,9 @@ def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dic
     return out
 
 
-def _attention_flops(shape: KernelShape, chunk: int, context: int, tile: int) -> float:
-    from sarathi_lab.profiling.floors import visible_pairs
-
-    padded = -(-chunk // tile) * tile
-    return 4 * shape.heads * shape.head_dim * visible_pairs(chunk, context) * padded / chunk
+def attention_flops(per_pair: int, chunk: int, context: int, tile: int) -> float:
+    """Flops of a chunk's causally visible query-key pairs, its queries padded to ``tile``."""
+    return per_pair * visible_pairs(chunk, context) * (-(-chunk // tile) * tile) / chunk
 
 
 PREFILL_TILES = (16, 32, 64, 128)
@@ -226,7 +217,7 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: fl
     t = rows.seconds.to_numpy(float)
     for tile in tiles:
         padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
-        flops = np.array([_attention_flops(shape, c, x, tile) for c, x in zip(rows.tokens, rows.context)])
+        flops = np.array([attention_flops(4 * shape.heads * shape.head_dim, c, x, tile) for c, x in zip(rows.tokens, rows.context)])
         features = np.column_stack([np.ones(len(rows)), padded, flops])
         coef = _relative_lstsq(features, t)
         err = float(np.median(np.abs(features @ coef / t - 1)))

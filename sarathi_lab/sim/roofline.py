@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.profiling.floors import Shape, visible_pairs
+from sarathi_lab.profiling.floors import Shape
+from sarathi_lab.sim.calibration import attention_flops
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 
@@ -87,7 +88,7 @@ class RooflineCostModel(CostModel):
         """One layer's attention of a chunk of ``chunk`` tokens whose request then holds ``context``."""
         tile = self.device.attention_tile
         padded = _ceil_to(chunk, tile)
-        flops = self.attn_flops_per_pair * visible_pairs(chunk, context) * padded / chunk
+        flops = attention_flops(self.attn_flops_per_pair, chunk, context, tile)
         reads = padded // tile if self.device.kv_reread else 1
         nbytes = reads * context * self.kv_bytes_per_token + chunk * (
             self.qo_bytes_per_token + self.kv_bytes_per_token)
