@@ -1,13 +1,7 @@
-"""The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s (the
-vidur project's public profiles, sim/data/gpu_kernels/README.md): per device and model, each
-operator and each iteration kind (decode, prefill, hybrid) as measured and as predicted by the
-roofline (assumed efficiencies), the calibrated roofline, and the calibrated roofline fitted
-without the model it predicts (hold-out); one GPU's shard at tensor parallelism 2 and 4 (kernels no
-fit saw); and the tensor-parallel all-reduce, measured against the ring roofline and the measured
-table. Nothing runs on a GPU: it reruns anywhere.
+"""The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s
+(docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere.
 
-    python -m sarathi_lab.bench sim_fidelity [--smoke] [--devices a100 h100] [--models llama2-7b ...]
-        [--out DIR]   (default docs/sim: fidelity_*.csv and fidelity.png)
+    python -m sarathi_lab.bench sim_fidelity [--smoke] [--devices a100 h100] [--models llama2-7b ...] [--out DIR]
 """
 from __future__ import annotations
 

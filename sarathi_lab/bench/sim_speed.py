@@ -1,15 +1,7 @@
 """How fast the simulator itself runs: ``n`` requests through ``LLM(executor="sim")`` on one core,
-in CPU seconds, requests/s and iterations/s, and with ``--profile`` where that time goes
-(cProfile's top entries). The default trace is the one the simulator is held to: Llama-2-7B on an
-A100, sarathi_serve with a 512-token budget, Poisson arrivals at 4 requests/s, 1,024 prompt and 256
-decode tokens each. ``--rate`` changes the arrival rate: at 0.2 req/s under static, most iterations
-hold one request, as a capacity search's passing trials of static do. ``--digest`` prints a hash of
-the run's records (every iteration and request row and the summary): a change that only makes the
-simulator faster leaves it as it was.
-
-    python -m sarathi_lab.bench.sim_speed [--requests 10000] [--model llama2-7b] [--device a100]
-        [--scheduler sarathi_serve] [--chunk 512] [--prompt-tokens 1024] [--decode-tokens 256]
-        [--rate 4] [--profile] [--digest]
+in CPU seconds, requests/s and iterations/s; ``--profile`` says where that time goes, ``--digest``
+prints a hash of the run's records, which a change that only makes the simulator faster leaves as
+it was (docs/sim/README.md, section 3).
 """
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """The simulator checked against the real engine on this machine: the same requests through
-``LLM(executor="model")`` and ``LLM(executor="sim", sim_cost_model="profile")``.
-
-With every request there at once both engines' schedulers see the same state before every
-iteration, so they build the same batches (checked: it is what shows the simulator runs the
-engine's own scheduler) and the iterations compare one to one: the error is the median absolute
-relative error of the iteration times. With Poisson arrivals the batches depend on when
-iterations end, so only the served metrics compare: makespan, TTFT and TBT p50/p99. The real
-engine is timed on a shared machine, so a few cases run it twice and the table gives its
-run-to-run spread next to the simulator's error.
+``LLM(executor="model")`` and ``LLM(executor="sim", sim_cost_model="profile")`` (docs/sim/README.md,
+section 1).
 
     python -m sarathi_lab.bench.sim_validate [--smoke] [--out DIR] [--reprofile] [--clock cpu|wall]
 """

@@ -1,13 +1,6 @@
-"""The tensor-parallel all-reduce: what joining ``tp`` GPUs' partial sums of the hidden states costs.
-
-Two ways to know it:
-- measured: NCCL all-reduce kernel times among the GPUs of one DGX node, timed by the vidur project
-  (``data/gpu_kernels/all_reduce.csv``: device, tp, bytes, seconds; convert_gpu_kernels.py), read
-  by linear interpolation in the message size after isotonic smoothing (a larger message never
-  takes less time: a measured dip is noise). Beyond the largest size measured, the last measured
-  time plus the roofline's extra bytes at its bandwidth; below the smallest, the smallest's time
-  (a message can not be cheaper than the collective's latency).
-- roofline: ring all-reduce, ``latency + 2 (tp - 1) / tp * bytes / bandwidth``.
+"""The tensor-parallel all-reduce of the hidden states: NCCL times measured in one DGX node
+(``data/gpu_kernels/all_reduce.csv``), interpolated in the message size, or a ring's roofline,
+``latency + 2 (tp - 1) / tp * bytes / bandwidth``.
 """
 from __future__ import annotations
 

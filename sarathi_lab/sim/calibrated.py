@@ -1,12 +1,5 @@
 """The roofline with its efficiencies fitted to measured GPU kernels (the device file's
-``calibration``, calibration.py): sim_cost_model=calibrated, for shapes nobody measured.
-
-Each kernel as the roofline has it, but: a GEMM at T tokens runs at the share of peak measured at
-T (the tile steps with it) plus its launch; each pointwise kernel (two norms, rotary, activation,
-residual add, and the embedding) is its own launch plus its bytes at its measured share of
-bandwidth; prefill attention is a launch, a cost per padded query and the pairs' flops at the
-fitted share of peak; decode attention a latency floor, a cost per request and the KV stream at
-the fitted share of bandwidth. The LM head is a GEMM like any other.
+``calibration``): sim_cost_model=calibrated, for shapes nobody measured (docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 

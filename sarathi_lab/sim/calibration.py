@@ -1,22 +1,6 @@
-"""The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), for shapes
-nobody measured. Written into the device files by ``python -m sarathi_lab.sim.calibrate``.
-
-What is fitted, per device, from the kernels of every measured model (one layer, one GPU):
-- GEMMs: at each measured token count T, across models and the four projections,
-  ``seconds = launch(T) + weights * seconds_per_weight(T)`` (weights = K * N), least squares on
-  relative error. Both are made non-decreasing in T, so time never falls with more tokens, and
-  stored as ``efficiency(T) = 2 T / (peak * seconds_per_weight(T))``: a share of peak against rows
-  that carries the tile steps as measured (a batch one token past a tile runs at the next tile's
-  cost), memory-bound rows included (their efficiency is what their bytes allow).
-- pointwise kernels (norm, rope, act, add, embedding): ``seconds = launch + bytes / (bandwidth *
-  efficiency)`` per kind, each run as often as the model runs it (two norms a layer in LLaMA).
-- prefill attention (where measured): ``seconds = launch + padded_chunk * per_query + flops /
-  (peak * efficiency)`` (flops of the causally visible query-key pairs, queries padded to the
-  query tile that fits the measurements best): a cost per query block beside the pairs' work, so that the share of peak an
-  attention reaches grows with its chunk and context as measured.
-- decode attention (where measured): ``seconds = launch + per_request * decodes + kv_bytes /
-  (bandwidth * efficiency)``: a latency floor, a cost per request, and the KV stream.
-Curves are read by linear interpolation between their points and held flat beyond them.
+"""The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), and the
+fit, written into the device files by ``python -m sarathi_lab.sim.calibrate``; what is fitted to
+what: docs/sim/README.md, section 8.
 """
 from __future__ import annotations
 
@@ -27,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.model.shape import Shape, visible_pairs
+from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.interpolate import isotonic, up_to_point
 
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")

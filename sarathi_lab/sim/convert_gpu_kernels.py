@@ -1,23 +1,6 @@
 """Converts the vidur project's measured GPU kernel profiles into the simulator's kernel tables,
-once: ``python -m sarathi_lab.sim.convert_gpu_kernels --vidur <vidur git dir> --attention <csv>``.
-
-vidur (github.com/microsoft/vidur, MIT licence) timed every operator of a decoder layer on real
-GPUs with CUDA events (vidur/profiling/mlp/mlp_impl.py): ``data/profiling/compute/<device>/<model>/
-mlp.csv`` holds, per model shape and token count, ``time_stats.<op>.{min,max,mean,median,std}`` in
-milliseconds of one layer's kernel on one GPU. Only the median is kept, of the tensor-parallel-1
-rows (and, in tables of their own, of the shards of 2 and 4 GPUs); the A100 Llama-2-7B attention
-rows come from a separate transcription of its attention.csv (see data/gpu_kernels/README.md).
-
-``data/profiling/network/<device>_dgx/all_reduce.csv`` holds NCCL all-reduce kernel times (ms,
-the median over launches of a fp16 buffer of ``size`` bytes) among ``num_workers`` GPUs of one node
-(vidur/profiling/collectives): kept are the rows within one node (num_workers == devices_per_node,
-tensor parallelism's case), the median over repeated sizes, milliseconds to seconds.
-
-Output (``sarathi_lab/sim/data/gpu_kernels/``): ``<device>/<model>.csv`` in the profile table's
-columns (op, tokens, context, batch, seconds), seconds being one layer's kernel;
-``<device>/tp<n>/<model>.csv`` the same of one GPU's shard out of n tensor-parallel ones;
-``models.csv`` with the shape of every model converted; ``all_reduce.csv`` (device, tp, bytes,
-seconds).
+once: ``python -m sarathi_lab.sim.convert_gpu_kernels --vidur <vidur git dir> --attention <csv>``
+(what is kept and why: data/gpu_kernels/README.md).
 """
 from __future__ import annotations
 

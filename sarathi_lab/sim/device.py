@@ -1,8 +1,6 @@
 """What the simulator knows about a device: its ceilings and how close real kernels get to them.
-
-The GPUs are described by the YAML files next to this module, each naming its sources; ``cpu``
-is built in the same form from the running machine's measured ceilings (copy bandwidth and the
-matmul rate in the engine's dtype), measured once and cached per CPU, thread count and dtype.
+The GPUs are the YAML files beside this module, each naming its sources; ``cpu`` is this machine's
+measured ceilings, cached per CPU, thread count and dtype.
 """
 from __future__ import annotations
 

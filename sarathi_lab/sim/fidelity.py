@@ -1,12 +1,6 @@
-"""Predicted against measured GPU kernels: per operator and per iteration kind, for the roofline
-(assumed efficiencies), the calibrated roofline fitted to every model, and the calibrated roofline
-fitted WITHOUT the model it predicts (hold-out).
-
-A "measured iteration" is the sum of one iteration's measured kernels: the layer's GEMMs and
-pointwise kernels at its tokens times the layer count, the embedding, and, where the device
-measured it for that model (A100 Llama-2-7B), attention; the predictions sum the same parts. The
-LM head and host are measured by no one and left out of both. Attention is fitted to its one
-measured model, so its hold-out is by shape (``attention_holdout``), not by model.
+"""Predicted against measured GPU kernels, per operator and per iteration kind, for the roofline,
+the calibrated roofline and the calibrated roofline fitted without the model it predicts
+(hold-out); what a "measured iteration" sums: docs/sim/README.md, section 5.
 """
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Measured GPU kernel times shipped with the simulator (data/gpu_kernels/, converted once from the
-vidur project's public profiles by convert_gpu_kernels.py; sources and licence in its README).
-
-Each ``<device>/<model>.csv`` has the profile table's columns (op, tokens, context, batch, seconds),
-seconds being ONE layer's kernel on one GPU (tensor parallel 1), the median of vidur's repetitions:
-- per-layer ops against the batch's tokens: qkv_proj, o_proj, gate_up_proj, down_proj, act, rope,
-  input_norm, post_attention_norm, add; ``embedding`` (once a forward) against tokens;
-- where measured, ``prefill_attention`` (tokens = chunk, context once the chunk is cached) and
-  ``decode_attention`` (tokens = batch = decodes, context of each with its new token).
-``models.csv`` gives each model's shape (layers, heads, kv_heads, hidden, intermediate, vocab, gated).
+"""Measured GPU kernel times shipped with the simulator: one layer's kernel on one GPU per row of
+``data/gpu_kernels/<device>/[tp<n>/]<model>.csv``, model shapes in ``models.csv``
+(data/gpu_kernels/README.md: sources, licence, columns).
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation.
-
-Measured times are made non-decreasing along every axis first, by isotonic (least-squares
-monotone) regression: a batch with more tokens or more context never takes less time, and a
-measured dip is the machine's noise, which a running maximum would turn into a bias upwards. On
-monotone data the interpolant passes exactly through every measured point. Outside the grid the
-end segment's slope carries on, and the caller is told.
+"""Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation:
+measured times are made non-decreasing first by isotonic regression (a measured dip is noise, which
+a running maximum would bias upwards); outside the grid the end segment's slope carries on, and
+the caller is told.
 """
 from __future__ import annotations
 

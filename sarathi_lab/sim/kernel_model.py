@@ -1,13 +1,6 @@
 """Iteration time from GPU kernels measured on the device (gpu_kernels.py), each part of the
-forward pass from its own measurement, and what nobody measured from a roofline, named in
-``.modelled``.
-
-Per decoder layer (times the layer count), at the batch's T tokens: the four GEMMs and the
-pointwise kernels (norms, rotary, activation, residual add) as measured at T; one prefill attention
-per chunk where its (chunk, context) lies among the measured ones; the decodes' attention at their
-mean context where (decodes, context) does. Once a forward: the embedding as measured. From the
-roofline: attention outside the measured ranges (every attention where none was measured), the LM
-head, and the host's work.
+forward pass from its own measurement; what nobody measured (the LM head, the host, attention
+outside the measured shapes) from a roofline, named in ``.modelled``.
 """
 from __future__ import annotations
 

@@ -1,31 +1,6 @@
 """Pipeline-parallel serving on virtual clocks, one per stage, driven by the engine's own scheduler
-(SARATHI's Fig. 12: pipeline bubbles of hybrid batching against chunked prefills).
-
-The model of the pipeline:
-- ``pp`` stages of equal layer counts, each a TP group costed by ``StageCostModel`` (the last
-  stage adds the LM head); a micro-batch's hidden states reach the next stage ``p2p_s`` after it
-  leaves one.
-- One scheduler decides every micro-batch, as in the paper's simulator: whenever stage 0 is free
-  it asks the engine's scheduler for a batch over the requests that are not in flight (a request
-  in a micro-batch cannot be in the next one: its next token or chunk needs this one's output;
-  the scheduler's ``in_flight`` holds them out).
-  At most ``pp`` micro-batches are in flight; each holds at most ``max_batch_size`` requests
-  (the scheduler sees at most that many of the running ones, oldest first).
-- Stages serve micro-batches in order (FIFO), each on its own clock: a micro-batch starts on a
-  stage when the stage is free and the micro-batch has arrived from the one before.
-- A micro-batch leaving the last stage finishes the engine's step (``LLMEngine.finish``: the
-  scheduler's update and the records): its requests get their tokens (fixed, non-EOS) and go back
-  to the scheduler.
-Bubble time: a stage idle while a micro-batch it will serve exists. For stage s >= 1 that is
-``max(0, arrival at s - max(the stage's previous finish, the micro-batch's start on stage 0))``;
-for stage 0, the time it waits, with requests unfinished in the system, because every
-schedulable request is in flight or ``pp`` micro-batches are. A micro-batch's bubble is the sum
-over its stages; a request's bubble time, the sum over the micro-batches it rode in.
-Limits: one chunk of a prompt must leave the pipeline before the next enters (a real engine could
-start chunk k + 1 on stage 0 as soon as chunk k left it); no host overhead (overlapped); stage
-times from the roofline model, not a profile; no failure of a micro-batch to fit memory beyond
-the scheduler's own KV accounting of one stage (every stage holds its layers' cache of every
-request in flight, so one block manager serves all).
+(SARATHI's Fig. 12: pipeline bubbles of hybrid batching against chunked prefills). The model of the
+pipeline, its bubble time and its limits: docs/sim/README.md, section 2.
 
     python -m sarathi_lab.sim.pipeline [--smoke] [--out DIR]
 """

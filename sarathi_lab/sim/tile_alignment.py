@@ -1,13 +1,6 @@
 """SARATHI's decode speedup (Fig. 8, Table 2) with the chunk sized so that chunk + decodes fill
-whole 128-token tiles, beside the fixed chunk that overflows them, as predicted by each GPU cost
-model. The paper keeps chunk + decodes a multiple of the tile (PAPER_NOTES.md, Fig. 7); task=
-piggyback's fixed chunk (C tokens with B - 1 decodes: C + B - 1 tokens) puts its hybrid iteration
-one tile past the chunk alone, so what the decodes seem to add includes a whole tile of GEMM work.
-
-The three iterations are task=piggyback's, their forward times predicted, and the speedup is its
-own quantity (profiling.quantities.decode_speedup):
-- unaligned: chunk C, hybrid C + B - 1 tokens;
-- aligned: chunk C - (B - 1), hybrid exactly C tokens.
+whole 128-token tiles, beside the fixed chunk that overflows them, as each GPU cost model predicts
+task=piggyback's three iterations (docs/sim/README.md, section 6).
 
     python -m sarathi_lab.sim.tile_alignment [--out docs/sim/tile_alignment.csv]
 """
