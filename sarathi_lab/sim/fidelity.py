@@ -28,90 +28,63 @@ ITERATIONS = {
 MODELS = ("roofline", "calibrated", "holdout")
 
 
-def kind_of(name: str) -> str:
-    return name.split(" ")[0]
-
-
-class Measured:
-    """One (device, model)'s measured kernels as functions of the shape (one GPU's shard of ``tp``)."""
-
-    def __init__(self, device: str, model: str, tp: int = 1):
-        self.ops, self.prefill, self.decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
-
-    @property
-    def has_attention(self) -> bool:
-        return self.prefill is not None and self.decode is not None
-
-    def op_s(self, op: str, tokens: int) -> float:
-        return self.ops[op](tokens)[0] if op in self.ops else 0.0
-
-
-def _predicted_ops(cm: RooflineCostModel, shape: KernelShape, tokens: int) -> dict[str, float]:
-    """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
-    ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms().items()}
-    ops["pointwise"] = cm.pointwise_s(tokens)
-    ops["embedding"] = cm.embedding_s(tokens)
-    return ops
-
-
-def _measured_ops(m: Measured, tokens: int) -> dict[str, float]:
-    ops = {op: m.op_s(op, tokens) for op in gpu_kernels.GEMM_OPS}
-    ops["pointwise"] = sum(m.op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
-    ops["embedding"] = m.op_s("embedding", tokens)
-    return ops
-
-
-def _iteration(ops_at, attention, prefills, decodes: int, layers: int) -> float:
-    tokens = sum(c for c, _ in prefills) + decodes
-    ops = ops_at(tokens)
-    total = layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
-    return total + layers * attention(prefills, decodes) if attention else total
-
-
-def cost_models(device: str, model: str, cal: Calibration, held_out: Calibration,
-                tp: int = 1) -> dict[str, RooflineCostModel]:
-    config = shard(gpu_kernels.config_of(model), tp)
-    dev = load_device(device)
-    return {"roofline": RooflineCostModel(dev, config),
-            "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
-            "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out), config)}
-
-
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
             op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction; ``tp`` > 1:
     one GPU's shard of ``tp`` (kernels the calibration never saw)."""
-    m = Measured(device, model, tp)
-    shape = KernelShape.of(shard(gpu_kernels.config_of(model), tp))
+    curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
+    has_attention = prefill is not None and decode is not None
+    config = shard(gpu_kernels.config_of(model), tp)
+    shape = KernelShape.of(config)
     layers = int(gpu_kernels.model_shapes().loc[model].layers)
-    cms = cost_models(device, model, cal, held_out, tp)
-    max_tokens = max(c.xs[-1] for c in m.ops.values())
-    ops_rows = []
-    for t in (t for t in op_tokens if t <= max_tokens):
-        measured = _measured_ops(m, t)
-        predicted = {name: _predicted_ops(cm, shape, t) for name, cm in cms.items()}
-        for op, value in measured.items():
-            ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t, "measured_s": value}
-                            | {f"{name}_s": predicted[name][op] for name in cms})
+    dev = load_device(device)
+    cms = {"roofline": RooflineCostModel(dev, config),
+           "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
+           "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out), config)}
+
+    def op_s(op: str, tokens: int) -> float:
+        return curves[op](tokens)[0] if op in curves else 0.0
+
+    def measured_ops(tokens: int) -> dict[str, float]:
+        ops = {op: op_s(op, tokens) for op in gpu_kernels.GEMM_OPS}
+        ops["pointwise"] = sum(op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
+        ops["embedding"] = op_s("embedding", tokens)
+        return ops
+
+    def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
+        """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
+        ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms().items()}
+        ops["pointwise"] = cm.pointwise_s(tokens)
+        ops["embedding"] = cm.embedding_s(tokens)
+        return ops
 
     def measured_attention(prefills, decodes):
-        pre = sum(m.prefill(c, x - c) for c, x in prefills)
-        return pre + (m.decode(decodes, DECODE_CONTEXT) if decodes else 0.0)
+        pre = sum(prefill(c, x - c) for c, x in prefills)
+        return pre + (decode(decodes, DECODE_CONTEXT) if decodes else 0.0)
 
     def predicted_attention(cm):
         return lambda prefills, decodes: (sum(cm.prefill_attention_s(c, x) for c, x in prefills)
                                           + (cm.decode_attention_s([DECODE_CONTEXT] * decodes) if decodes else 0.0))
 
+    def iteration(ops_at, attention, prefills, decodes: int) -> float:
+        ops = ops_at(sum(c for c, _ in prefills) + decodes)
+        total = layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
+        return total + layers * attention(prefills, decodes) if has_attention else total
+
+    max_tokens = max(c.xs[-1] for c in curves.values())
+    ops_rows = []
+    for t in (t for t in op_tokens if t <= max_tokens):
+        predicted = {name: predicted_ops(cm, t) for name, cm in cms.items()}
+        for op, value in measured_ops(t).items():
+            ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t, "measured_s": value}
+                            | {f"{name}_s": predicted[name][op] for name in cms})
     it_rows = []
     for name, (prefills, decodes) in iterations.items():
-        row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": kind_of(name),
-               "attention": m.has_attention,
-               "measured_s": _iteration(lambda t: _measured_ops(m, t), measured_attention if m.has_attention else None,
-                                        prefills, decodes, layers)}
+        row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
+               "attention": has_attention, "measured_s": iteration(measured_ops, measured_attention, prefills, decodes)}
         for cm_name, cm in cms.items():
-            row[f"{cm_name}_s"] = _iteration(lambda t, cm=cm: _predicted_ops(cm, shape, t),
-                                             predicted_attention(cm) if m.has_attention else None, prefills,
-                                             decodes, layers)
+            row[f"{cm_name}_s"] = iteration(lambda t, cm=cm: predicted_ops(cm, t), predicted_attention(cm), prefills,
+                                            decodes)
         it_rows.append(row)
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
@@ -150,17 +123,20 @@ def _calibration(device: str) -> Calibration | None:
     return load_device(device).calibration if device in GPU_DEVICES else None
 
 
+def _errors(g: pd.DataFrame) -> dict[str, float]:
+    """Median and worst |predicted / measured - 1| of each cost model over ``g``'s rows."""
+    out = {}
+    for name in MODELS:
+        err = (g[f"{name}_s"] / g.measured_s - 1).abs()
+        out[f"{name}_median_err"], out[f"{name}_worst_err"] = float(np.median(err)), float(err.max())
+    return out
+
+
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per device, model and iteration kind: median and worst |predicted / measured - 1| of each cost model."""
-    rows = []
-    for (device, model, kind), g in iterations.groupby(["device", "model", "kind"]):
-        row = {"device": device, "model": model, "kind": kind} | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {})
-        for name in MODELS:
-            err = (g[f"{name}_s"] / g.measured_s - 1).abs()
-            row[f"{name}_median_err"] = float(np.median(err))
-            row[f"{name}_worst_err"] = float(err.max())
-        rows.append(row)
-    return pd.DataFrame(rows)
+    """Per device, model and iteration kind: each cost model's ``_errors``."""
+    return pd.DataFrame([{"device": device, "model": model, "kind": kind}
+                         | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {}) | _errors(g)
+                         for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
 
 
 def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
@@ -209,14 +185,7 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
 
 
 def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per device, tp and message size band: median and worst |predicted / measured - 1|."""
+    """Per device, tp and message size band: each cost model's ``_errors``."""
     band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
-    out = []
-    for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"]):
-        row = {"device": device, "tp": tp, "band": b, "sizes": len(g)}
-        for name in MODELS:
-            err = (g[f"{name}_s"] / g.measured_s - 1).abs()
-            row[f"{name}_median_err"] = float(err.median())
-            row[f"{name}_worst_err"] = float(err.max())
-        out.append(row)
-    return pd.DataFrame(out)
+    return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | _errors(g)
+                         for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"])])
