@@ -10,6 +10,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -33,12 +34,14 @@ from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
 
 
+BLOCK_SIZE = 16
+
+
 def _config(model: str):
     """A preset, or a config-only directory such as GPT3 (no weights: nothing is built)."""
     from sarathi_lab.model.presets import PRESETS
 
     return PRESETS[model] if model in PRESETS else AutoConfig.from_pretrained(model)
-BLOCK_SIZE = 16
 
 
 class _Stages(Executor):
@@ -51,16 +54,10 @@ class _Stages(Executor):
         raise NotImplementedError("the pipeline's stages run micro-batches, on their own clocks")
 
 
-@dataclass
-class MicroBatch:
+class MicroBatch(NamedTuple):
     batch: ScheduledBatch
-    start: list[float]
-    finish: list[float]
-    bubble: list[float]
-
-    @property
-    def exit(self) -> float:
-        return self.finish[-1]
+    start: float   # on stage 0
+    exit: float    # from the last stage
 
 
 @dataclass
@@ -119,8 +116,8 @@ class PipelineSimulator:
 
         def retire(mb: MicroBatch) -> None:
             sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
-            engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start[0], 0.0),
-                          mb.start[0], 0.0, mb.exit)
+            engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
+                          mb.start, 0.0, mb.exit)
 
         while pending or sched.has_work():
             while pending and pending[0].arrival <= now:
@@ -140,25 +137,22 @@ class PipelineSimulator:
                 now = max(now, min(nexts))
                 continue
             times = self.cost.times(*composition(batch), len(batch.sampled))
-            start, finish, bubble = [], [], []
-            ready = now
+            ready = start = now
+            total_bubble = 0
             for s in range(stages):
                 begin = max(stage_free[s], ready)
-                idle = begin - idle_since if s == 0 else max(0.0, ready - max(stage_free[s], start[0]))
-                start.append(begin)
-                bubble.append(idle)
+                total_bubble += begin - idle_since if s == 0 else max(0.0, ready - max(stage_free[s], start))
+                start = begin if s == 0 else start
                 dt = times.on(s, stages)
-                finish.append(begin + dt)
                 busy[s] += dt
                 stage_free[s] = begin + dt
                 ready = begin + dt + times.p2p_s
-            mb = MicroBatch(batch, start, finish, bubble)
+            mb = MicroBatch(batch, start, stage_free[-1])
             in_flight.append(mb)
-            total_bubble = sum(bubble)
             for chunk in batch.chunks:
                 sched.in_flight.add(chunk.seq.seq_id)
                 bubbles[chunk.seq.seq_id] += total_bubble
-            rows.append((start[0], mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s,
+            rows.append((start, mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s,
                          total_bubble))
             now = idle_since = stage_free[0]
         frame = pd.DataFrame(rows, columns=["start", "exit", "prefill_tokens", "decode_tokens", "stage_s", "bubble_s"])
