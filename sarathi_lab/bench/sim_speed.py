@@ -42,13 +42,8 @@ class Speed:
     cpu_s: float
     digest: str = ""  # of the run's records (digest)
 
-    @property
-    def requests_per_s(self) -> float:
-        return self.num_requests / self.cpu_s if self.cpu_s > 0 else float("inf")
-
-    @property
-    def iterations_per_s(self) -> float:
-        return self.num_iterations / self.cpu_s if self.cpu_s > 0 else float("inf")
+    def per_cpu_s(self, n: int) -> float:
+        return n / self.cpu_s if self.cpu_s > 0 else float("inf")
 
 
 def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: str = "sarathi_serve",
@@ -99,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     if profiler:
         profiler.disable()
     print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, {speed.simulated_s:.0f} s simulated) "
-          f"in {speed.cpu_s:.2f} s CPU: {speed.requests_per_s:,.0f} requests/s, "
-          f"{speed.iterations_per_s:,.0f} iterations/s")
+          f"in {speed.cpu_s:.2f} s CPU: {speed.per_cpu_s(speed.num_requests):,.0f} requests/s, "
+          f"{speed.per_cpu_s(speed.num_iterations):,.0f} iterations/s")
     if args.digest:
         print(f"digest {speed.digest}")
     if profiler:

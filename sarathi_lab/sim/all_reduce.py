@@ -35,7 +35,7 @@ def ring_s(nbytes: float, tp: int, latency_s: float, bandwidth: float) -> float:
 @dataclass(frozen=True)
 class AllReduce:
     """Seconds of one all-reduce of ``nbytes`` among ``tp`` GPUs: measured where ``points`` are
-    given (empty: the roofline everywhere). ``describe()`` says which."""
+    given (beyond them, the ring's extra bytes), else the ring's roofline; ``describe()`` says which."""
     tp: int
     latency_s: float
     bandwidth: float
@@ -48,10 +48,6 @@ class AllReduce:
 
     def roofline_s(self, nbytes: float) -> float:
         return ring_s(nbytes, self.tp, self.latency_s, self.bandwidth)
-
-    @property
-    def max_measured_bytes(self) -> int:
-        return self.curve.xs[-1] if self.curve else 0
 
     def __call__(self, nbytes: float) -> float:
         if self.tp == 1:
@@ -67,7 +63,7 @@ class AllReduce:
         if self.curve is None:
             return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us + "
                     f"{self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
-        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.max_measured_bytes / 2**20:g} MiB "
+        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} MiB "
                 "a message, the ring roofline's extra bytes beyond")
 
     @classmethod

@@ -26,7 +26,7 @@ class SimulatedExecutor(Executor):
         self.extrapolated_iterations = 0
 
     def start(self, sampling: SamplingParams) -> None:
-        """Sampling parameters change nothing: the tokens are fixed."""
+        pass  # the tokens are fixed: sampling changes nothing
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         prefills, decodes = composition(batch)

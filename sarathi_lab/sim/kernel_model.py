@@ -45,7 +45,6 @@ class KernelCostModel(CostModel):
 
     @property
     def device(self) -> Device:
-        """The GPU the kernels were measured on, as the roofline that fills their gaps describes it."""
         return self.roofline.device
 
     def _layer_ops(self, tokens: int) -> dict[str, float]:

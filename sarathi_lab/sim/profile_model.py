@@ -45,9 +45,8 @@ def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
 
 
 def _check_values(table: pd.DataFrame, source: str) -> None:
-    """Every axis and time a finite number >= 0. Otherwise a NaN time reaches the virtual clock only
-    when a batch lands near it, inf runs the clock to infinity, a negative time is silently clipped
-    by the interpolation and a NaN axis drops its row from the grid."""
+    """Every axis and time a finite number >= 0: a NaN or infinite time would reach the virtual
+    clock only when a batch lands near it, a negative one be clipped silently."""
     for column in COLUMNS[1:]:
         values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
         bad = ~(np.isfinite(values) & (values >= 0))

@@ -7,6 +7,7 @@ task=piggyback's three iterations (docs/sim/README.md, section 6).
 from __future__ import annotations
 
 import argparse
+import functools
 import warnings
 from pathlib import Path
 
@@ -17,16 +18,13 @@ from sarathi_lab.profiling.quantities import decode_speedup
 from sarathi_lab.sim.cost_model import CostModel
 
 TILE = 128
+aligned_chunk = functools.partial(quantities.aligned_chunk, tile=TILE)
 # (model, device, cost models): the paper's LLaMA-33B on an A100 (nobody measured its kernels, so
 # roofline and calibrated), and Llama-2-7B on an A100, whose kernels were measured (profile).
 CASES = (("llama-33b", "a100", ("roofline", "calibrated")), ("llama2-7b", "a100", ("roofline", "calibrated", "profile")))
 SEQ_LENS = (1024, 2048, 3072)
 BATCH_SIZES = (2, 6, 12, 18)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
-
-
-def aligned_chunk(chunk: int, batch_size: int, tile: int = TILE) -> int:
-    return quantities.aligned_chunk(chunk, batch_size, tile)
 
 
 def piggyback_ms(cm: CostModel, chunk: int, batch_size: int, seq_len: int) -> pd.DataFrame:
