@@ -63,8 +63,8 @@ class AllReduce:
         if self.curve is None:
             return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us + "
                     f"{self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
-        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} MiB "
-                "a message, the ring roofline's extra bytes beyond")
+        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} "
+                "MiB a message, the ring roofline's extra bytes beyond")
 
     @classmethod
     def of(cls, device: str, tp: int, latency_s: float, bandwidth: float, measured: bool) -> AllReduce:

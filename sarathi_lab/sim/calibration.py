@@ -201,7 +201,8 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: fl
     t = rows.seconds.to_numpy(float)
     for tile in tiles:
         padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
-        flops = np.array([attention_flops(4 * shape.heads * shape.head_dim, c, x, tile) for c, x in zip(rows.tokens, rows.context)])
+        flops = np.array([attention_flops(4 * shape.heads * shape.head_dim, c, x, tile)
+                          for c, x in zip(rows.tokens, rows.context)])
         features = np.column_stack([np.ones(len(rows)), padded, flops])
         coef = _relative_lstsq(features, t)
         err = float(np.median(np.abs(features @ coef / t - 1)))

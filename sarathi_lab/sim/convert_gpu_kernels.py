@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab.sim.gpu_kernels import DATA_DIR, KERNEL_COLUMNS
+from sarathi_lab.sim.gpu_kernels import DATA_DIR
+from sarathi_lab.sim.profile_model import COLUMNS
 
 # vidur's operator name -> the simulator's. ``emb`` runs once per forward, all others once a layer.
 VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
@@ -72,7 +73,7 @@ def convert_mlp(raw: pd.DataFrame, tp: int = 1) -> pd.DataFrame:
         times = times[[kept_tokens(int(t)) for t in times.index]]
         out.append(pd.DataFrame({"op": op, "tokens": times.index.astype(int), "context": 0, "batch": 0,
                                  "seconds": times.to_numpy() / 1e3}))
-    return pd.concat(out, ignore_index=True)[list(KERNEL_COLUMNS)]
+    return pd.concat(out, ignore_index=True)[list(COLUMNS)]
 
 
 def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
@@ -87,7 +88,7 @@ def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
     decode = pd.DataFrame({"op": "decode_attention", "tokens": dec.batch_size, "context": dec.kv_cache_size + 1,
                            "batch": dec.batch_size, "seconds": dec.median_ms / 1e3})
     both = pd.concat([prefill, decode], ignore_index=True)
-    return both.groupby(["op", "tokens", "context", "batch"], as_index=False).seconds.median()[list(KERNEL_COLUMNS)]
+    return both.groupby(list(COLUMNS[:4]), as_index=False).seconds.median()[list(COLUMNS)]
 
 
 def model_shape(raw: pd.DataFrame, name: str, layers: int) -> dict:
@@ -105,7 +106,7 @@ def _git_show(git_dir: Path, path: str) -> str | None:
 
 def write(table: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.sort_values(["op", "tokens", "context", "batch"]).to_csv(path, index=False, float_format="%.4g")
+    table.sort_values(list(COLUMNS[:4])).to_csv(path, index=False, float_format="%.4g")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -105,13 +105,14 @@ class CostModel(abc.ABC):
         # task=profile's table holds the engine's own times, preferred to other engines' kernels.
         engine_profiled = isinstance(model, str) and profile_path(device, model).is_file()
         if tp > 1 and cost_model == "profile" and (profile is not None or engine_profiled):
-            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile' and a profile measured by "
-                              "task=profile: it times one device running the whole model; allowed: sim_tp=1, or "
-                              "sim_cost_model=calibrated or roofline")
+            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile' and a profile "
+                              "measured by task=profile: it times one device running the whole model; "
+                              "allowed: sim_tp=1, or sim_cost_model=calibrated or roofline")
         part = shard(config, tp)
         if cost_model in ("roofline", "calibrated"):
             one = _roofline(cost_model == "calibrated")(load_device(device, dtype), part, dtype)
-        elif cost_model == "profile" and (tp > 1 or (profile is None and not engine_profiled and _kernels_measured(device, config))):
+        elif cost_model == "profile" and (tp > 1 or (profile is None and not engine_profiled
+                                                     and _kernels_measured(device, config))):
             one = CostModel.measured_kernels(device, config, dtype, tp)
         elif cost_model == "profile":
             path = Path(profile) if profile is not None else profile_path(device, model)
@@ -132,4 +133,5 @@ def _roofline(calibrated: bool) -> type[CostModel]:
 def _kernels_measured(device: str, config: PretrainedConfig) -> bool:
     from sarathi_lab.sim import gpu_kernels
 
-    return device in gpu_kernels.measured_devices() and gpu_kernels.model_of(config) in gpu_kernels.measured(device)
+    return (device in gpu_kernels.measured_devices()
+            and gpu_kernels.model_of(config) in gpu_kernels.measured(device))

@@ -128,7 +128,8 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     dtype = device_dtype("cpu", dtype)
     threads = torch.get_num_threads()
     key = f"{cpu_name()}|{threads}|{dtype}"
-    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sarathi_lab" / "cpu_ceilings.json"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = cache / "sarathi_lab" / "cpu_ceilings.json"
     cached = _read_cached_ceilings(path, key)
     if key not in cached:
         from sarathi_lab.profiling.ceilings import measure_ceilings

@@ -76,15 +76,16 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     for t in (t for t in op_tokens if t <= max_tokens):
         predicted = {name: predicted_ops(cm, t) for name, cm in cms.items()}
         for op, value in measured_ops(t).items():
-            ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t, "measured_s": value}
-                            | {f"{name}_s": predicted[name][op] for name in cms})
+            ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t,
+                             "measured_s": value} | {f"{name}_s": predicted[name][op] for name in cms})
     it_rows = []
     for name, (prefills, decodes) in iterations.items():
         row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
-               "attention": has_attention, "measured_s": iteration(measured_ops, measured_attention, prefills, decodes)}
+               "attention": has_attention,
+               "measured_s": iteration(measured_ops, measured_attention, prefills, decodes)}
         for cm_name, cm in cms.items():
-            row[f"{cm_name}_s"] = iteration(lambda t, cm=cm: predicted_ops(cm, t), predicted_attention(cm), prefills,
-                                            decodes)
+            row[f"{cm_name}_s"] = iteration(lambda t, cm=cm: predicted_ops(cm, t), predicted_attention(cm),
+                                            prefills, decodes)
         it_rows.append(row)
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 

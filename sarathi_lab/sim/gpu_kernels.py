@@ -13,7 +13,6 @@ from transformers import LlamaConfig, PretrainedConfig
 from sarathi_lab.sim.interpolate import Curve, RaggedSurface
 
 DATA_DIR = Path(__file__).with_name("data") / "gpu_kernels"
-KERNEL_COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 POINTWISE_OPS = ("input_norm", "post_attention_norm", "rope", "act", "add")
 ATTENTION_OPS = ("prefill_attention", "decode_attention")
@@ -54,7 +53,8 @@ def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], RaggedSurface | None,
     ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in table.groupby("op")
            if op not in ATTENTION_OPS}
     pre, dec = table[table.op == "prefill_attention"], table[table.op == "decode_attention"]
-    prefill = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) else None
+    prefill = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) \
+        else None
     decode = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
     return ops, prefill, decode
 
