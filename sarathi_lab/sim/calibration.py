@@ -191,6 +191,9 @@ def attention_flops(per_pair: int, chunk: int, context: int, tile: int) -> float
 
 
 PREFILL_TILES = (16, 32, 64, 128)
+# Calibration's attention terms, as fit_prefill_attention and fit_decode_attention return them.
+ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency", "prefill_tile",
+                    "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")
 
 
 def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: float, tiles=PREFILL_TILES):
@@ -239,22 +242,15 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
         shape = KernelShape.of_measured(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
-            pre_launch, per_query, pre_eff, tile = fit_prefill_attention(pre, shape, device.peak_flops)
-            a, per_request, bw_eff = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
-            kw = {"prefill_launch_s": pre_launch, "prefill_per_query_s": per_query, "prefill_efficiency": pre_eff,
-                  "prefill_tile": tile, "decode_launch_s": a, "decode_per_request_s": per_request,
-                  "decode_bandwidth_efficiency": bw_eff}
+            kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),
+                                             *fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes))))
             break
     if not kw and attention_from is not None and attention_from[0].has_attention:
         attention_from, from_peak = attention_from
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
-        kw = {"prefill_launch_s": attention_from.prefill_launch_s,
-              "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
-              "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale),
-              "prefill_tile": attention_from.prefill_tile,
-              "decode_launch_s": attention_from.decode_launch_s,
-              "decode_per_request_s": attention_from.decode_per_request_s,
-              "decode_bandwidth_efficiency": attention_from.decode_bandwidth_efficiency}
+        kw = {f: getattr(attention_from, f) for f in ATTENTION_FIELDS} | {
+            "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
+            "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale)}
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))

@@ -11,8 +11,8 @@ import pandas as pd
 
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-from sarathi_lab.sim.calibration import Calibration, KernelShape, fit
-from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, KernelShape, fit
+from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.parallel import shard
 from sarathi_lab.sim.roofline import RooflineCostModel
 
@@ -90,13 +90,10 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def held_out_calibration(device: str, model: str, full: Calibration, borrowed=None,
-                         fitter=fit) -> Calibration:
+def held_out_calibration(device: str, model: str, full: Calibration) -> Calibration:
     """``device``'s calibration fitted without ``model``; attention kept from ``full`` (one model measured it)."""
-    cal = fitter(load_device(device), exclude=(model,), attention_from=borrowed)
-    keep = {f: getattr(full, f) for f in ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency",
-                                           "prefill_tile", "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")}
-    return dataclasses.replace(cal, **keep)
+    cal = fit(load_device(device), exclude=(model,))
+    return dataclasses.replace(cal, **{f: getattr(full, f) for f in ATTENTION_FIELDS})
 
 
 def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1
@@ -104,8 +101,9 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, t
     """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
     each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     ops, its = [], []
-    for device in devices or [d for d in gpu_kernels.measured_devices() if _calibration(d) is not None]:
-        full = _calibration(device)
+    calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices() if d in GPU_DEVICES}
+    for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
+        full = calibrations.get(device)
         for model in models or gpu_kernels.measured(device, tp):
             if model not in gpu_kernels.measured(device, tp):
                 continue
@@ -116,12 +114,6 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, t
     if not its:  # no model measured at this tensor-parallel degree
         return pd.DataFrame(), pd.DataFrame()
     return pd.concat(ops, ignore_index=True), pd.concat(its, ignore_index=True)
-
-
-def _calibration(device: str) -> Calibration | None:
-    from sarathi_lab.sim.device import GPU_DEVICES
-
-    return load_device(device).calibration if device in GPU_DEVICES else None
 
 
 def _errors(g: pd.DataFrame) -> dict[str, float]:
