@@ -34,9 +34,8 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
         row[0].axhline(1.0, color="k", lw=0.8)
         for band in (0.9, 1.1):
             row[0].axhline(band, color="grey", lw=0.5, ls=":")
-        row[0].set_ylabel("predicted / measured")
+        row[0].set(ylabel="predicted / measured", xticks=[])
         row[0].set_title(f"{device}: every iteration of every model (decode, prefill, hybrid)", fontsize=9)
-        row[0].set_xticks([])
         row[0].legend(fontsize=7)
         err = errors[errors.device == device]
         labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
@@ -46,8 +45,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
         row[1].scatter(list(x), err.holdout_worst_err, marker="_", color="k", s=60, label="held out: worst")
         row[1].axhline(0.10, color="grey", lw=0.6, ls="--")
         row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
-        row[1].set_xticks(list(x))
-        row[1].set_xticklabels(labels, rotation=90, fontsize=6)
+        row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
         row[1].set_ylabel("|predicted / measured - 1|")
         row[1].legend(fontsize=7)
     fig.suptitle("Simulated (cost models roofline / calibrated) against GPU kernels measured by vidur (MIT)",

@@ -25,9 +25,8 @@ MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32), "meta-llama/Llama-2-70b
           "Qwen/Qwen-72B": ("qwen-72b", 80), "microsoft/phi-2": ("phi-2", 32),
           "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32), "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
 DEVICES = ("a100", "h100", "a40")
-# The node whose all-reduce rows are kept, per device: a DGX (NVSwitch: every pair of its 8 GPUs on
-# NVLink), the node the roofline's link figures describe; vidur's pairwise-NVLink nodes join GPUs in
-# pairs, so beyond two GPUs their rings cross PCIe.
+# The node whose all-reduce rows are kept, per device: a DGX, whose every GPU pair is on NVLink
+# (data/gpu_kernels/README.md: why not the pairwise-NVLink nodes).
 ALL_REDUCE_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
 ALL_REDUCE_COLUMNS = ("device", "tp", "bytes", "seconds")
 # Tensor-parallel degrees whose per-GPU kernels are kept (tp<n>/): those the papers serve with
