@@ -22,6 +22,14 @@ KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope
               "embedding": "embedding"}
 
 
+def check_keys(cls, raw: dict, where: str) -> None:
+    """Refuse a key of ``raw`` that is no field of the dataclass ``cls``."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+
+
 def pointwise_elems(kind: str, shape) -> int:
     """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
     state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
@@ -136,10 +144,7 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = "sim.device.calibration") -> Calibration:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+        check_keys(cls, raw, where)
         raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
         raw["pointwise"] = {k: tuple(v) for k, v in raw.get("pointwise", {}).items()}
         return cls(**raw)

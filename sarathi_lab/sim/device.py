@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.sim.calibration import Calibration
+from sarathi_lab.sim.calibration import Calibration, check_keys
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,7 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:
         raw["calibration"] = Calibration.from_dict(raw["calibration"], f"sim.device.{name}.calibration")
-    known = {f.name for f in dataclasses.fields(Device)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"sim.device.{name}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+    check_keys(Device, raw, f"sim.device.{name}")
     return Device(**raw)
 
 
