@@ -1,13 +1,8 @@
-"""The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s (the
-vidur project's public profiles, sim/data/gpu_kernels/README.md): per device and model, each
-operator and each iteration kind (decode, prefill, hybrid) as measured and as predicted by the
-roofline (assumed efficiencies), the calibrated roofline, and the calibrated roofline fitted
-without the model it predicts (hold-out); one GPU's shard at tensor parallelism 2 and 4 (kernels no
-fit saw); and the tensor-parallel all-reduce, measured against the ring roofline and the measured
-table. Nothing runs on a GPU: it reruns anywhere.
+"""The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s
+(docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere.
 
     python -m sarathi_lab.bench sim_fidelity [--smoke] [--devices a100 h100] [--models llama2-7b ...]
-        [--out DIR]   (default docs/sim: fidelity_*.csv and fidelity.png)
+        [--out DIR]
 """
 from __future__ import annotations
 
@@ -39,9 +34,8 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
         row[0].axhline(1.0, color="k", lw=0.8)
         for band in (0.9, 1.1):
             row[0].axhline(band, color="grey", lw=0.5, ls=":")
-        row[0].set_ylabel("predicted / measured")
+        row[0].set(ylabel="predicted / measured", xticks=[])
         row[0].set_title(f"{device}: every iteration of every model (decode, prefill, hybrid)", fontsize=9)
-        row[0].set_xticks([])
         row[0].legend(fontsize=7)
         err = errors[errors.device == device]
         labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
@@ -51,8 +45,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
         row[1].scatter(list(x), err.holdout_worst_err, marker="_", color="k", s=60, label="held out: worst")
         row[1].axhline(0.10, color="grey", lw=0.6, ls="--")
         row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
-        row[1].set_xticks(list(x))
-        row[1].set_xticklabels(labels, rotation=90, fontsize=6)
+        row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
         row[1].set_ylabel("|predicted / measured - 1|")
         row[1].legend(fontsize=7)
     fig.suptitle("Simulated (cost models roofline / calibrated) against GPU kernels measured by vidur (MIT)",
@@ -79,32 +72,30 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     errors = fidelity.errors(iterations)
     attention = fidelity.attention_holdout() if "a100" in set(ops.device) else pd.DataFrame()
     pd.set_option("display.width", 160)
-    ms = ops.assign(**{c.replace("_s", "_ms"): ops[c] * 1e3 for c in ops if c.endswith("_s")})
-    print("Per operator, one layer (ms):")
-    print(ms[["device", "model", "op", "tokens", "measured_ms", "roofline_ms", "calibrated_ms", "holdout_ms"]]
-          .round(4).to_string(index=False))
-    print("\nPer iteration (ms; attention included where measured):")
-    its = iterations.assign(**{c.replace("_s", "_ms"): iterations[c] * 1e3 for c in iterations if c.endswith("_s")})
-    print(its[["device", "model", "iteration", "attention", "measured_ms", "roofline_ms", "calibrated_ms",
-               "holdout_ms"]].round(3).to_string(index=False))
-    print("\nError per iteration kind (|predicted / measured - 1|):")
-    print(errors.round(3).to_string(index=False))
+
+    def show(title: str, table: pd.DataFrame, columns=None, digits: int = 3) -> None:
+        ms = table.assign(**{c.replace("_s", "_ms"): table[c] * 1e3 for c in table if c.endswith("_s")})
+        print(f"{title}:")
+        print((ms if columns is None else ms[columns]).round(digits).to_string(index=False))
+
+    times = ["measured_ms", "roofline_ms", "calibrated_ms", "holdout_ms"]
+    show("Per operator, one layer (ms)", ops, ["device", "model", "op", "tokens", *times], 4)
+    show("\nPer iteration (ms; attention included where measured)", iterations,
+         ["device", "model", "iteration", "attention", *times])
+    show("\nError per iteration kind (|predicted / measured - 1|)", errors)
     if len(attention):
-        print("\nPrefill attention, fitted without each chunk size and predicting it:")
-        print(attention.round(3).to_string(index=False))
+        show("\nPrefill attention, fitted without each chunk size and predicting it", attention)
     shard_errors = []
     for tp in (2,) if args.smoke else (2, 4):
         _, shard_its = fidelity.run(devices, models, op_tokens, tp=tp)
         if len(shard_its):
             shard_errors.append(fidelity.errors(shard_its))
     shard_errors = pd.concat(shard_errors, ignore_index=True) if shard_errors else pd.DataFrame()
-    print("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit saw; no attention):")
-    print(shard_errors.round(3).to_string(index=False))
-    reduces = fidelity.all_reduce(devices, tps=(2,) if args.smoke else None)
-    reduce_errors = fidelity.all_reduce_errors(reduces)
-    print("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as the cost models "
-          "read it; holdout = without the size it predicts):")
-    print(reduce_errors.round(3).to_string(index=False))
+    show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit saw; no attention)",
+         shard_errors)
+    reduce_errors = fidelity.all_reduce_errors(fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
+    show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as the cost models "
+         "read it; holdout = without the size it predicts)", reduce_errors)
     args.out.mkdir(parents=True, exist_ok=True)
     ops.to_csv(args.out / "fidelity_ops.csv", index=False, float_format="%.4g")
     iterations.to_csv(args.out / "fidelity_iterations.csv", index=False, float_format="%.4g")

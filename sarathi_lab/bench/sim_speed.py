@@ -1,15 +1,7 @@
 """How fast the simulator itself runs: ``n`` requests through ``LLM(executor="sim")`` on one core,
-in CPU seconds, requests/s and iterations/s, and with ``--profile`` where that time goes
-(cProfile's top entries). The default trace is the one the simulator is held to: Llama-2-7B on an
-A100, sarathi_serve with a 512-token budget, Poisson arrivals at 4 requests/s, 1,024 prompt and 256
-decode tokens each. ``--rate`` changes the arrival rate: at 0.2 req/s under static, most iterations
-hold one request, as a capacity search's passing trials of static do. ``--digest`` prints a hash of
-the run's records (every iteration and request row and the summary): a change that only makes the
-simulator faster leaves it as it was.
-
-    python -m sarathi_lab.bench.sim_speed [--requests 10000] [--model llama2-7b] [--device a100]
-        [--scheduler sarathi_serve] [--chunk 512] [--prompt-tokens 1024] [--decode-tokens 256]
-        [--rate 4] [--profile] [--digest]
+in CPU seconds, requests/s and iterations/s; ``--profile`` says where that time goes, ``--digest``
+prints a hash of the run's records, which a change that only makes the simulator faster leaves as
+it was (docs/sim/README.md, section 3).
 """
 from __future__ import annotations
 
@@ -50,13 +42,8 @@ class Speed:
     cpu_s: float
     digest: str = ""  # of the run's records (digest)
 
-    @property
-    def requests_per_s(self) -> float:
-        return self.num_requests / self.cpu_s if self.cpu_s > 0 else float("inf")
-
-    @property
-    def iterations_per_s(self) -> float:
-        return self.num_iterations / self.cpu_s if self.cpu_s > 0 else float("inf")
+    def per_cpu_s(self, n: int) -> float:
+        return n / self.cpu_s if self.cpu_s > 0 else float("inf")
 
 
 def simulate(n: int, model: str = "llama2-7b", device: str = "a100", scheduler: str = "sarathi_serve",
@@ -107,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     if profiler:
         profiler.disable()
     print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, {speed.simulated_s:.0f} s simulated) "
-          f"in {speed.cpu_s:.2f} s CPU: {speed.requests_per_s:,.0f} requests/s, "
-          f"{speed.iterations_per_s:,.0f} iterations/s")
+          f"in {speed.cpu_s:.2f} s CPU: {speed.per_cpu_s(speed.num_requests):,.0f} requests/s, "
+          f"{speed.per_cpu_s(speed.num_iterations):,.0f} iterations/s")
     if args.digest:
         print(f"digest {speed.digest}")
     if profiler:

@@ -1,13 +1,6 @@
 """The simulator checked against the real engine on this machine: the same requests through
-``LLM(executor="model")`` and ``LLM(executor="sim", sim_cost_model="profile")``.
-
-With every request there at once both engines' schedulers see the same state before every
-iteration, so they build the same batches (checked: it is what shows the simulator runs the
-engine's own scheduler) and the iterations compare one to one: the error is the median absolute
-relative error of the iteration times. With Poisson arrivals the batches depend on when
-iterations end, so only the served metrics compare: makespan, TTFT and TBT p50/p99. The real
-engine is timed on a shared machine, so a few cases run it twice and the table gives its
-run-to-run spread next to the simulator's error.
+``LLM(executor="model")`` and ``LLM(executor="sim", sim_cost_model="profile")`` (docs/sim/README.md,
+section 1).
 
     python -m sarathi_lab.bench.sim_validate [--smoke] [--out DIR] [--reprofile] [--clock cpu|wall]
 """
@@ -16,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,6 +21,7 @@ from sarathi_lab.config import KV_WATERMARK
 from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.sim.profile_model import profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
@@ -65,38 +59,28 @@ class Case:
 
     @property
     def kv_blocks(self) -> int:
-        """Room for ``batch`` of the longest requests beside the watermark (the harness's default),
-        the same on both engines so that admission and preemption decide alike."""
+        """Room for ``batch`` of the longest requests beside the watermark, the same on both
+        engines so that admission and preemption decide alike."""
         return blocks_beside_watermark(self.batch * math.ceil(self.longest / 16), KV_WATERMARK)
-
-
-def _split(total: int, pd_ratio: float) -> tuple[int, int]:
-    decode = max(1, round(total / (1 + pd_ratio)))
-    return total - decode, decode
 
 
 def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
     """The default sweep, ``scheduler_latency`` and ``pd_ratio`` for all five schedulers, scaled
-    to this machine (see docs/sim/README.md); ``smoke``: the same shapes at CI size."""
+    to this machine (docs/sim/README.md, section 1); ``smoke``: the same shapes at CI size."""
     rng = np.random.default_rng(seed)
     out: list[Case] = []
-    # Default sweep (conf/config.yaml): 3 x (768 + 16), batch 4, chunk 256/512/1024; only the
-    # chunking schedulers read the chunk, so the others run once.
+    # Only the chunking schedulers read the chunk, so the others run once.
     sweep = ((48, 2),) * 2 if smoke else ((768, 16),) * 3
     chunks = (16, 32) if smoke else (256, 512, 1024)
     for s in scheduler_names():
         for c in (chunks if s.startswith("sarathi") else chunks[1:2]):
             out.append(Case("default_sweep", s, c, 4, sweep, repeat_real=(s == "sarathi" and c == chunks[1])))
-    # pd_ratio (experiments/pd_ratio.yaml): 8 requests of 256 tokens at once, batch 4, chunk 64;
-    # P:D 4 and 32 of its 4..64.
     n, total, chunk = (4, 48, 16) if smoke else (8, 256, 64)
     for ratio in (4, 32):
         for s in scheduler_names():
-            out.append(Case(f"pd_ratio_{ratio}", s, chunk, 4, (_split(total, ratio),) * n))
-    # scheduler_latency (experiments/scheduler_latency.yaml): uniform 128..512 tokens, P:D 4,
-    # Poisson at 1 request/s (the middle of its 0.5/1/1.5), batch 8, chunk 64, 8 requests.
+            out.append(Case(f"pd_ratio_{ratio}", s, chunk, 4, (split_length(total, ratio),) * n))
     n, lo, hi, chunk, qps = (4, 16, 48, 16, 50.0) if smoke else (8, 128, 512, 64, 1.0)
-    lengths = tuple(_split(int(t), 4) for t in rng.integers(lo, hi + 1, size=n))
+    lengths = tuple(split_length(int(t), 4) for t in rng.integers(lo, hi + 1, size=n))
     arrivals = tuple(np.concatenate([[0.0], np.cumsum(rng.exponential(1 / qps, size=n - 1))]).tolist())
     for s in scheduler_names():
         out.append(Case("scheduler_latency", s, chunk, 8, lengths, arrivals, repeat_real=(s == "sarathi")))
@@ -108,7 +92,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
     """Measure ``model``'s cost table on this CPU with ``task=profile``'s own code, into
     ``profiles/cpu/<model>.csv`` (under ``$SARATHI_PROFILES_DIR`` when set)."""
     from sarathi_lab import LLM
-    from sarathi_lab.harness.tasks import profile as task  # the measurement the harness runs as task=profile
+    from sarathi_lab.harness.tasks import profile as task
 
     # The tile pairs measure GEMM tile steps; the CPU's oneDNN kernels have none worth a point.
     cfg = SimpleNamespace(chunk=chunk, batch_size=batch, seq_len=seq_len, seed=0,
@@ -126,7 +110,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
 class Run:
     iterations: pd.DataFrame
     summary: dict[str, float]
-    wall_s: float = field(default=0.0)
+    cpu_s: float
 
 
 def run_case(case: Case, model: str, num_threads: int = 1, clock: Clock | None = None, **engine) -> Run:
@@ -189,7 +173,7 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, num_thre
         real = run_case(case, model, num_threads, CPUClock() if cpu_clock else None)
         again = run_case(case, model, num_threads, CPUClock() if cpu_clock else None) if case.repeat_real else None
         sim = run_case(case, model, num_threads, executor="sim", sim_device="cpu", sim_cost_model="profile")
-        row = compare(case, real, sim, again) | {"sim_cpu_s": sim.wall_s}
+        row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s}
         rows.append(row)
         if row["identical_batches"]:
             points.append(pd.DataFrame({"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,

@@ -1,13 +1,6 @@
-"""The tensor-parallel all-reduce: what joining ``tp`` GPUs' partial sums of the hidden states costs.
-
-Two ways to know it:
-- measured: NCCL all-reduce kernel times among the GPUs of one DGX node, timed by the vidur project
-  (``data/gpu_kernels/all_reduce.csv``: device, tp, bytes, seconds; convert_gpu_kernels.py), read
-  by linear interpolation in the message size after isotonic smoothing (a larger message never
-  takes less time: a measured dip is noise). Beyond the largest size measured, the last measured
-  time plus the roofline's extra bytes at its bandwidth; below the smallest, the smallest's time
-  (a message can not be cheaper than the collective's latency).
-- roofline: ring all-reduce, ``latency + 2 (tp - 1) / tp * bytes / bandwidth``.
+"""The tensor-parallel all-reduce of the hidden states: NCCL times measured in one DGX node
+(``data/gpu_kernels/all_reduce.csv``), interpolated in the message size, or a ring's roofline,
+``latency + 2 (tp - 1) / tp * bytes / bandwidth``.
 """
 from __future__ import annotations
 
@@ -42,7 +35,7 @@ def ring_s(nbytes: float, tp: int, latency_s: float, bandwidth: float) -> float:
 @dataclass(frozen=True)
 class AllReduce:
     """Seconds of one all-reduce of ``nbytes`` among ``tp`` GPUs: measured where ``points`` are
-    given (empty: the roofline everywhere). ``describe()`` says which."""
+    given (beyond them, the ring's extra bytes), else the ring's roofline; ``describe()`` says which."""
     tp: int
     latency_s: float
     bandwidth: float
@@ -55,10 +48,6 @@ class AllReduce:
 
     def roofline_s(self, nbytes: float) -> float:
         return ring_s(nbytes, self.tp, self.latency_s, self.bandwidth)
-
-    @property
-    def max_measured_bytes(self) -> int:
-        return self.curve.xs[-1] if self.curve else 0
 
     def __call__(self, nbytes: float) -> float:
         if self.tp == 1:
@@ -74,8 +63,8 @@ class AllReduce:
         if self.curve is None:
             return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us + "
                     f"{self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
-        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.max_measured_bytes / 2**20:g} MiB "
-                "a message, the ring roofline's extra bytes beyond")
+        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} "
+                "MiB a message, the ring roofline's extra bytes beyond")
 
     @classmethod
     def of(cls, device: str, tp: int, latency_s: float, bandwidth: float, measured: bool) -> AllReduce:

@@ -13,22 +13,12 @@ from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import device_dtype, load_device
 from sarathi_lab.sim.memory import kv_capacity_tokens
-from sarathi_lab.sim.parallel import Parallelism, shard_config
+from sarathi_lab.sim.parallel import shard
 
 if TYPE_CHECKING:
     from sarathi_lab.engine.clock import VirtualClock
 
 log = logging.getLogger(__name__)
-
-
-def gpu_shard(config: PretrainedConfig, tp: int) -> PretrainedConfig:
-    """What one of ``tp`` tensor-parallel GPUs holds of ``config`` (``config`` itself for one)."""
-    if tp == 1:
-        return config
-    try:
-        return shard_config(config, Parallelism(tp=tp))
-    except ConfigError as e:
-        raise ConfigError(f"sim_tp={tp} is invalid for this model: {e}") from None
 
 
 def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool = True) -> int:
@@ -38,7 +28,10 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
     activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
     token per running decode)."""
     # Each of sim_tp GPUs holds its shard's weights and its heads' part of every token's KV.
-    config = gpu_shard(config, cfg.sim_tp)
+    try:
+        config = shard(config, cfg.sim_tp)
+    except ConfigError as e:
+        raise ConfigError(f"sim_tp={cfg.sim_tp} is invalid for this model: {e}") from None
     # The engine's element size: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     elem = DTYPE_BYTES[device_dtype(cfg.sim_device, cfg.dtype)]
     shape = Shape.of(config)

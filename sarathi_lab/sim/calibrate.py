@@ -11,16 +11,11 @@ import yaml
 
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import Calibration, fit
+from sarathi_lab.sim.convert_gpu_kernels import kept_tokens
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 
 MARKER = "# ---- calibration: written by python -m sarathi_lab.sim.calibrate"
 DEVICES_DIR = Path(__file__).with_name("devices")
-
-
-def stored_knots(tokens: int) -> bool:
-    """Every measured token count up to 1024 (8 apart: a batch one past a tile shows its step),
-    multiples of 64 beyond."""
-    return tokens <= 1024 or tokens % 64 == 0
 
 
 def _round(value, digits: int = 4):
@@ -54,7 +49,7 @@ def calibrations(exclude=()) -> dict[str, Calibration]:
 
 
 def as_yaml(cal: Calibration, device: str) -> str:
-    keep = [i for i, t in enumerate(cal.gemm_tokens) if stored_knots(t)]
+    keep = [i for i, t in enumerate(cal.gemm_tokens) if kept_tokens(t)]
     cal = dataclasses.replace(cal, gemm_tokens=tuple(cal.gemm_tokens[i] for i in keep),
                               gemm_efficiency=tuple(cal.gemm_efficiency[i] for i in keep),
                               gemm_launch_s=tuple(cal.gemm_launch_s[i] for i in keep))

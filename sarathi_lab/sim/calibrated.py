@@ -1,20 +1,12 @@
 """The roofline with its efficiencies fitted to measured GPU kernels (the device file's
-``calibration``, calibration.py): sim_cost_model=calibrated, for shapes nobody measured.
-
-Each kernel as the roofline has it, but: a GEMM at T tokens runs at the share of peak measured at
-T (the tile steps with it) plus its launch; each pointwise kernel (two norms, rotary, activation,
-residual add, and the embedding) is its own launch plus its bytes at its measured share of
-bandwidth; prefill attention is a launch, a cost per padded query and the pairs' flops at the
-fitted share of peak; decode attention a latency floor, a cost per request and the KV stream at
-the fitted share of bandwidth. The LM head is a GEMM like any other.
+``calibration``): sim_cost_model=calibrated, for shapes nobody measured (docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.profiling.floors import visible_pairs
-from sarathi_lab.sim.calibration import KernelShape, pointwise_elems
+from sarathi_lab.sim.calibration import KernelShape, attention_flops, pointwise_elems
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.roofline import RooflineCostModel
 
@@ -47,11 +39,9 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         c = self.cal
-        tile = c.prefill_tile
-        padded = -(-chunk // tile) * tile
-        flops = self.attn_flops_per_pair * visible_pairs(chunk, context) * padded / chunk
-        return c.prefill_launch_s + padded * c.prefill_per_query_s + flops / (self.device.peak_flops
-                                                                               * c.prefill_efficiency)
+        flops = attention_flops(self.attn_flops_per_pair, chunk, context, c.prefill_tile)
+        return (c.prefill_launch_s + -(-chunk // c.prefill_tile) * c.prefill_tile * c.prefill_per_query_s
+                + flops / (self.device.peak_flops * c.prefill_efficiency))
 
     def decode_attention_s(self, contexts: list[int]) -> float:
         c = self.cal

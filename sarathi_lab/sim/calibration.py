@@ -1,22 +1,6 @@
-"""The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), for shapes
-nobody measured. Written into the device files by ``python -m sarathi_lab.sim.calibrate``.
-
-What is fitted, per device, from the kernels of every measured model (one layer, one GPU):
-- GEMMs: at each measured token count T, across models and the four projections,
-  ``seconds = launch(T) + weights * seconds_per_weight(T)`` (weights = K * N), least squares on
-  relative error. Both are made non-decreasing in T, so time never falls with more tokens, and
-  stored as ``efficiency(T) = 2 T / (peak * seconds_per_weight(T))``: a share of peak against rows
-  that carries the tile steps as measured (a batch one token past a tile runs at the next tile's
-  cost), memory-bound rows included (their efficiency is what their bytes allow).
-- pointwise kernels (norm, rope, act, add, embedding): ``seconds = launch + bytes / (bandwidth *
-  efficiency)`` per kind, each run as often as the model runs it (two norms a layer in LLaMA).
-- prefill attention (where measured): ``seconds = launch + padded_chunk * per_query + flops /
-  (peak * efficiency)`` (flops of the causally visible query-key pairs, queries padded to the
-  query tile that fits the measurements best): a cost per query block beside the pairs' work, so that the share of peak an
-  attention reaches grows with its chunk and context as measured.
-- decode attention (where measured): ``seconds = launch + per_request * decodes + kv_bytes /
-  (bandwidth * efficiency)``: a latency floor, a cost per request, and the KV stream.
-Curves are read by linear interpolation between their points and held flat beyond them.
+"""The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), and the
+fit, written into the device files by ``python -m sarathi_lab.sim.calibrate``; what is fitted to
+what: docs/sim/README.md, section 8.
 """
 from __future__ import annotations
 
@@ -27,14 +11,23 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.config import ConfigError
+from sarathi_lab.model.shape import Shape, visible_pairs
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.interpolate import up_to_point
+from sarathi_lab.sim.interpolate import isotonic, up_to_point
 
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
 # Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
 FINE_GRID = 8
 KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act", "add": "add",
               "embedding": "embedding"}
+
+
+def check_keys(cls, raw: dict, where: str) -> None:
+    """Refuse a key of ``raw`` that is no field of the dataclass ``cls``."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
 
 
 def pointwise_elems(kind: str, shape) -> int:
@@ -60,8 +53,6 @@ class KernelShape:
 
     @classmethod
     def of(cls, config) -> KernelShape:
-        from sarathi_lab.profiling.floors import Shape
-
         s = Shape.of(config)
         return cls(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, s.vocab,
                    getattr(config, "hidden_act", "silu") != "gelu_new")
@@ -87,12 +78,6 @@ class KernelShape:
 
 def _curve(xs, ys, x):
     return float(np.interp(x, xs, ys))
-
-
-def _isotonic(values) -> list[float]:
-    from sarathi_lab.sim.interpolate import isotonic
-
-    return isotonic([float(v) for v in values])
 
 
 def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -159,10 +144,7 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = "sim.device.calibration") -> Calibration:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+        check_keys(cls, raw, where)
         raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
         raw["pointwise"] = {k: tuple(v) for k, v in raw.get("pointwise", {}).items()}
         return cls(**raw)
@@ -192,7 +174,7 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[i
                                at.seconds.to_numpy(float))
         launch.append(a)
         per_weight.append(b)
-    launch, per_weight = _isotonic(launch), _isotonic(per_weight)
+    launch, per_weight = isotonic([float(v) for v in launch]), isotonic([float(v) for v in per_weight])
     eff = [2 * t / (peak_flops * b) for t, b in zip(tokens, per_weight)]
     return tokens, eff, launch
 
@@ -208,14 +190,15 @@ def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dic
     return out
 
 
-def _attention_flops(shape: KernelShape, chunk: int, context: int, tile: int) -> float:
-    from sarathi_lab.profiling.floors import visible_pairs
-
-    padded = -(-chunk // tile) * tile
-    return 4 * shape.heads * shape.head_dim * visible_pairs(chunk, context) * padded / chunk
+def attention_flops(per_pair: int, chunk: int, context: int, tile: int) -> float:
+    """Flops of a chunk's causally visible query-key pairs, its queries padded to ``tile``."""
+    return per_pair * visible_pairs(chunk, context) * (-(-chunk // tile) * tile) / chunk
 
 
 PREFILL_TILES = (16, 32, 64, 128)
+# Calibration's attention terms, as fit_prefill_attention and fit_decode_attention return them.
+ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency", "prefill_tile",
+                    "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")
 
 
 def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: float, tiles=PREFILL_TILES):
@@ -226,7 +209,8 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: fl
     t = rows.seconds.to_numpy(float)
     for tile in tiles:
         padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
-        flops = np.array([_attention_flops(shape, c, x, tile) for c, x in zip(rows.tokens, rows.context)])
+        flops = np.array([attention_flops(4 * shape.heads * shape.head_dim, c, x, tile)
+                          for c, x in zip(rows.tokens, rows.context)])
         features = np.column_stack([np.ones(len(rows)), padded, flops])
         coef = _relative_lstsq(features, t)
         err = float(np.median(np.abs(features @ coef / t - 1)))
@@ -263,22 +247,15 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
         shape = KernelShape.of_measured(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
-            pre_launch, per_query, pre_eff, tile = fit_prefill_attention(pre, shape, device.peak_flops)
-            a, per_request, bw_eff = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
-            kw = {"prefill_launch_s": pre_launch, "prefill_per_query_s": per_query, "prefill_efficiency": pre_eff,
-                  "prefill_tile": tile, "decode_launch_s": a, "decode_per_request_s": per_request,
-                  "decode_bandwidth_efficiency": bw_eff}
+            kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),
+                                             *fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes))))
             break
     if not kw and attention_from is not None and attention_from[0].has_attention:
         attention_from, from_peak = attention_from
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
-        kw = {"prefill_launch_s": attention_from.prefill_launch_s,
-              "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
-              "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale),
-              "prefill_tile": attention_from.prefill_tile,
-              "decode_launch_s": attention_from.decode_launch_s,
-              "decode_per_request_s": attention_from.decode_per_request_s,
-              "decode_bandwidth_efficiency": attention_from.decode_bandwidth_efficiency}
+        kw = {f: getattr(attention_from, f) for f in ATTENTION_FIELDS} | {
+            "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
+            "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale)}
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))

@@ -1,23 +1,6 @@
 """Converts the vidur project's measured GPU kernel profiles into the simulator's kernel tables,
-once: ``python -m sarathi_lab.sim.convert_gpu_kernels --vidur <vidur git dir> --attention <csv>``.
-
-vidur (github.com/microsoft/vidur, MIT licence) timed every operator of a decoder layer on real
-GPUs with CUDA events (vidur/profiling/mlp/mlp_impl.py): ``data/profiling/compute/<device>/<model>/
-mlp.csv`` holds, per model shape and token count, ``time_stats.<op>.{min,max,mean,median,std}`` in
-milliseconds of one layer's kernel on one GPU. Only the median is kept, of the tensor-parallel-1
-rows (and, in tables of their own, of the shards of 2 and 4 GPUs); the A100 Llama-2-7B attention
-rows come from a separate transcription of its attention.csv (see data/gpu_kernels/README.md).
-
-``data/profiling/network/<device>_dgx/all_reduce.csv`` holds NCCL all-reduce kernel times (ms,
-the median over launches of a fp16 buffer of ``size`` bytes) among ``num_workers`` GPUs of one node
-(vidur/profiling/collectives): kept are the rows within one node (num_workers == devices_per_node,
-tensor parallelism's case), the median over repeated sizes, milliseconds to seconds.
-
-Output (``sarathi_lab/sim/data/gpu_kernels/``): ``<device>/<model>.csv`` in the profile table's
-columns (op, tokens, context, batch, seconds), seconds being one layer's kernel;
-``<device>/tp<n>/<model>.csv`` the same of one GPU's shard out of n tensor-parallel ones;
-``models.csv`` with the shape of every model converted; ``all_reduce.csv`` (device, tp, bytes,
-seconds).
+once: ``python -m sarathi_lab.sim.convert_gpu_kernels --vidur <vidur git dir> --attention <csv>``
+(what is kept and why: data/gpu_kernels/README.md).
 """
 from __future__ import annotations
 
@@ -28,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab.sim.gpu_kernels import DATA_DIR, KERNEL_COLUMNS
+from sarathi_lab.sim.gpu_kernels import DATA_DIR
+from sarathi_lab.sim.profile_model import COLUMNS
 
 # vidur's operator name -> the simulator's. ``emb`` runs once per forward, all others once a layer.
 VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
@@ -41,9 +25,8 @@ MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32), "meta-llama/Llama-2-70b
           "Qwen/Qwen-72B": ("qwen-72b", 80), "microsoft/phi-2": ("phi-2", 32),
           "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32), "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
 DEVICES = ("a100", "h100", "a40")
-# The node whose all-reduce rows are kept, per device: a DGX (NVSwitch: every pair of its 8 GPUs on
-# NVLink), the node the roofline's link figures describe; vidur's pairwise-NVLink nodes join GPUs in
-# pairs, so beyond two GPUs their rings cross PCIe.
+# The node whose all-reduce rows are kept, per device: a DGX, whose every GPU pair is on NVLink
+# (data/gpu_kernels/README.md: why not the pairwise-NVLink nodes).
 ALL_REDUCE_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
 ALL_REDUCE_COLUMNS = ("device", "tp", "bytes", "seconds")
 # Tensor-parallel degrees whose per-GPU kernels are kept (tp<n>/): those the papers serve with
@@ -89,7 +72,7 @@ def convert_mlp(raw: pd.DataFrame, tp: int = 1) -> pd.DataFrame:
         times = times[[kept_tokens(int(t)) for t in times.index]]
         out.append(pd.DataFrame({"op": op, "tokens": times.index.astype(int), "context": 0, "batch": 0,
                                  "seconds": times.to_numpy() / 1e3}))
-    return pd.concat(out, ignore_index=True)[list(KERNEL_COLUMNS)]
+    return pd.concat(out, ignore_index=True)[list(COLUMNS)]
 
 
 def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
@@ -104,7 +87,7 @@ def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
     decode = pd.DataFrame({"op": "decode_attention", "tokens": dec.batch_size, "context": dec.kv_cache_size + 1,
                            "batch": dec.batch_size, "seconds": dec.median_ms / 1e3})
     both = pd.concat([prefill, decode], ignore_index=True)
-    return both.groupby(["op", "tokens", "context", "batch"], as_index=False).seconds.median()[list(KERNEL_COLUMNS)]
+    return both.groupby(list(COLUMNS[:4]), as_index=False).seconds.median()[list(COLUMNS)]
 
 
 def model_shape(raw: pd.DataFrame, name: str, layers: int) -> dict:
@@ -122,7 +105,7 @@ def _git_show(git_dir: Path, path: str) -> str | None:
 
 def write(table: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.sort_values(["op", "tokens", "context", "batch"]).to_csv(path, index=False, float_format="%.4g")
+    table.sort_values(list(COLUMNS[:4])).to_csv(path, index=False, float_format="%.4g")
 
 
 def main(argv: list[str] | None = None) -> None:

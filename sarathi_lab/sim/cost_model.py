@@ -1,12 +1,6 @@
-"""One interface for what an iteration costs on a device, whatever predicts it.
-
-    from sarathi_lab.sim import CostModel
-    cm = CostModel.for_device("h100", model="llama2-7b")
-    cm.iteration_time_s(prefills=[(chunk_tokens, context_after_chunk), ...], decodes=[context_len, ...])
-
-An iteration is described the way the engine batches it: each prefill chunk's tokens and the
-request's context once the chunk is cached, and each decode's context (its new token included).
-"""
+"""One interface for what an iteration costs on a device, whatever predicts it: each prefill chunk
+as (chunk tokens, the request's context once the chunk is cached), each decode as its context
+(its new token included)."""
 from __future__ import annotations
 
 import abc
@@ -32,28 +26,6 @@ class IterationCost:
     @property
     def total_s(self) -> float:
         return self.prepare_s + self.forward_s + self.sample_s
-
-
-def _measured_only(model: str) -> bool:
-    """A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...)."""
-    from sarathi_lab.model import PRESETS
-    from sarathi_lab.sim.gpu_kernels import model_shapes
-
-    return model not in PRESETS and model in model_shapes().index
-
-
-def _kernels_measured(device: str, config: PretrainedConfig) -> bool:
-    from sarathi_lab.sim import gpu_kernels
-
-    return device in gpu_kernels.measured_devices() and gpu_kernels.model_of(config) in gpu_kernels.measured(device)
-
-
-def _engine_profiled(device: str, model) -> bool:
-    """Whether task=profile measured this engine on ``device`` (profiles/<device>/<model>.csv): the
-    engine's own times, preferred to other engines' kernels."""
-    from sarathi_lab.sim.profile_model import profile_path
-
-    return isinstance(model, str) and profile_path(device, model).is_file()
 
 
 class CostModel(abc.ABC):
@@ -87,13 +59,12 @@ class CostModel(abc.ABC):
 
     @staticmethod
     def measured_kernels(device: str, config: PretrainedConfig, dtype: str = "bfloat16", tp: int = 1) -> CostModel:
-        """The GPU kernels measured on ``device`` for ``config``'s shape (gpu_kernels.py), the
-        calibrated roofline (the plain one where the device has no calibration) for what they lack.
-        ``tp`` > 1: one GPU's shard, from the kernels measured at that tensor-parallel degree."""
+        """The GPU kernels measured on ``device`` for ``config``'s shape (one GPU's shard of ``tp``),
+        the calibrated roofline (the plain one where the device has no calibration) for what they lack."""
         from sarathi_lab.sim import gpu_kernels
         from sarathi_lab.sim.device import load_device
         from sarathi_lab.sim.kernel_model import KernelCostModel
-        from sarathi_lab.sim.roofline import RooflineCostModel
+        from sarathi_lab.sim.parallel import shard
 
         dev = load_device(device, dtype)
         name = gpu_kernels.model_of(config)
@@ -103,18 +74,9 @@ class CostModel(abc.ABC):
             raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device={device!r}{at}: its "
                               f"GPU kernels were not measured (measured: {', '.join(have) or 'none'}); use "
                               f"{'calibrated' if dev.calibration else 'roofline'}")
-        shard = config
-        if tp > 1:
-            from sarathi_lab.sim.parallel import Parallelism, shard_config
-
-            shard = shard_config(config, Parallelism(tp=tp))
-        if dev.calibration is not None:
-            from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-
-            roofline = CalibratedRooflineCostModel(dev, shard, dtype)
-        else:
-            roofline = RooflineCostModel(dev, shard, dtype)
-        return KernelCostModel(gpu_kernels.kernels(device, name, tp), roofline, shard, dtype,
+        part = shard(config, tp)
+        roofline = _roofline(dev.calibration is not None)(dev, part, dtype)
+        return KernelCostModel(gpu_kernels.kernels(device, name, tp), roofline, part, dtype,
                                source=f"{device}/{name}{f' tp{tp}' if tp > 1 else ''} (vidur, MIT)")
 
     @staticmethod
@@ -122,43 +84,54 @@ class CostModel(abc.ABC):
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
-        writes; on a GPU without one, the GPU kernels measured there for this model, gpu_kernels.py). ``tp``: GPUs of
+        writes; on a GPU without one, the GPU kernels measured there for this model). ``tp``: GPUs of
         ``device`` serving as one by tensor parallelism (parallel.py)."""
-        from sarathi_lab.model import load_config
+        from sarathi_lab.model import PRESETS, load_config
+        from sarathi_lab.sim import gpu_kernels
         from sarathi_lab.sim.device import device_dtype, load_device
+        from sarathi_lab.sim.parallel import TensorParallelCostModel, shard
+        from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
 
-        config = load_config(model) if isinstance(model, str) and not _measured_only(model) else model
-        if isinstance(config, str):
-            from sarathi_lab.sim.gpu_kernels import config_of
-
-            config = config_of(model)
+        config = model
+        if isinstance(model, str):
+            # A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...).
+            measured_only = model not in PRESETS and model in gpu_kernels.model_shapes().index
+            config = gpu_kernels.config_of(model) if measured_only else load_config(model)
         if dtype not in DTYPES:
             raise ConfigError(f"dtype={dtype!r} is invalid: allowed values are {', '.join(DTYPES)}")
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
-        if tp > 1:
-            if cost_model == "profile" and (profile is not None or _engine_profiled(device, model)):
-                raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile' and a profile measured by "
-                                  "task=profile: it times one device running the whole model; allowed: sim_tp=1, or "
-                                  "sim_cost_model=calibrated or roofline")
-            from sarathi_lab.sim.parallel import tensor_parallel_cost_model
-
-            return tensor_parallel_cost_model(device, config, cost_model, tp, dtype)
-        if cost_model == "roofline":
-            from sarathi_lab.sim.roofline import RooflineCostModel
-
-            return RooflineCostModel(load_device(device, dtype), config, dtype)
-        if cost_model == "calibrated":
-            from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-
-            return CalibratedRooflineCostModel(load_device(device, dtype), config, dtype)
-        if cost_model == "profile" and profile is None and _kernels_measured(device, config) and not _engine_profiled(
-                device, model):
-            return CostModel.measured_kernels(device, config, dtype)
-        if cost_model == "profile":
-            from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
-
+        # task=profile's table holds the engine's own times, preferred to other engines' kernels.
+        engine_profiled = isinstance(model, str) and profile_path(device, model).is_file()
+        if tp > 1 and cost_model == "profile" and (profile is not None or engine_profiled):
+            raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile' and a profile "
+                              "measured by task=profile: it times one device running the whole model; "
+                              "allowed: sim_tp=1, or sim_cost_model=calibrated or roofline")
+        part = shard(config, tp)
+        if cost_model in ("roofline", "calibrated"):
+            one = _roofline(cost_model == "calibrated")(load_device(device, dtype), part, dtype)
+        elif cost_model == "profile" and (tp > 1 or (profile is None and not engine_profiled
+                                                     and _kernels_measured(device, config))):
+            one = CostModel.measured_kernels(device, config, dtype, tp)
+        elif cost_model == "profile":
             path = Path(profile) if profile is not None else profile_path(device, model)
             return ProfileCostModel.from_csv(path, config, dtype)
-        raise ConfigError(f"sim_cost_model={cost_model!r} is invalid: allowed values are {', '.join(SIM_COST_MODELS)}")
+        else:
+            raise ConfigError(f"sim_cost_model={cost_model!r} is invalid: allowed values are "
+                              f"{', '.join(SIM_COST_MODELS)}")
+        return one if tp == 1 else TensorParallelCostModel(one, config, tp, dtype)
+
+
+def _roofline(calibrated: bool) -> type[CostModel]:
+    from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
+    from sarathi_lab.sim.roofline import RooflineCostModel
+
+    return CalibratedRooflineCostModel if calibrated else RooflineCostModel
+
+
+def _kernels_measured(device: str, config: PretrainedConfig) -> bool:
+    from sarathi_lab.sim import gpu_kernels
+
+    return (device in gpu_kernels.measured_devices()
+            and gpu_kernels.model_of(config) in gpu_kernels.measured(device))

@@ -1,8 +1,6 @@
 """What the simulator knows about a device: its ceilings and how close real kernels get to them.
-
-The GPUs are described by the YAML files next to this module, each naming its sources; ``cpu``
-is built in the same form from the running machine's measured ceilings (copy bandwidth and the
-matmul rate in the engine's dtype), measured once and cached per CPU, thread count and dtype.
+The GPUs are the YAML files beside this module, each naming its sources; ``cpu`` is this machine's
+measured ceilings, cached per CPU, thread count and dtype.
 """
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.sim.calibration import Calibration
+from sarathi_lab.sim.calibration import Calibration, check_keys
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +75,8 @@ class Device:
             if f.name.endswith("_efficiency") and value > 1:
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an efficiency is at most 1")
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def load_device(name: str, dtype: str = "bfloat16") -> Device:
-    """A GPU from its YAML file, or ``cpu`` from this machine's measured ceilings in ``dtype``."""
     if name == "cpu":
         return cpu_device(dtype)
     if name not in GPU_DEVICES:
@@ -91,15 +85,8 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:
         raw["calibration"] = Calibration.from_dict(raw["calibration"], f"sim.device.{name}.calibration")
-    known = {f.name for f in dataclasses.fields(Device)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"sim.device.{name}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+    check_keys(Device, raw, f"sim.device.{name}")
     return Device(**raw)
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sarathi_lab"
 
 
 def device_dtype(device: str, dtype: str) -> str:
@@ -111,8 +98,7 @@ def device_dtype(device: str, dtype: str) -> str:
 
 
 def _read_cached_ceilings(path: Path, key: str) -> dict:
-    """The cached ceilings at ``path``, or {} (said in one line) where the file is damaged: they
-    are measured again."""
+    """The cached ceilings at ``path``, or {} (said in one line) where the file is damaged."""
     if not path.is_file():
         return {}
     try:
@@ -129,13 +115,9 @@ def _read_cached_ceilings(path: Path, key: str) -> dict:
 
 @functools.cache
 def cpu_device(dtype: str = "bfloat16") -> Device:
-    """The running CPU in the devices' form. Its ceilings are what it measured, so the efficiencies
-    are 1 and there are no tiles (oneDNN's micro-kernels block rows by 16 or fewer, far below the
-    token counts that matter); host overheads are left to the profile cost model. A chunk's keys and
-    values come from memory about once: the prefill kernel copies each (request, kv head)'s context
-    out of the cache once per thread and its query tiles re-read that copy from cache
-    (csrc/paged_prefill_cpu.cpp), where counting a read per query token put the floor above measured
-    times (chunk 512 after 783 cached tokens: 3.55 s predicted against 0.61 s measured)."""
+    """The running CPU in the devices' form: its ceilings are what it measured, so the efficiencies
+    are 1 and there are no tiles; host overheads are left to the profile cost model. A chunk's keys
+    and values come from memory once, as the CPU kernel copies them (docs/sim/README.md, section 4)."""
     import torch
 
     from sarathi_lab.profiling.machine import cpu_name
@@ -143,7 +125,8 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     dtype = device_dtype("cpu", dtype)
     threads = torch.get_num_threads()
     key = f"{cpu_name()}|{threads}|{dtype}"
-    path = _cache_dir() / "cpu_ceilings.json"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = cache / "sarathi_lab" / "cpu_ceilings.json"
     cached = _read_cached_ceilings(path, key)
     if key not in cached:
         from sarathi_lab.profiling.ceilings import measure_ceilings

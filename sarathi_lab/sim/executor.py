@@ -1,8 +1,6 @@
-"""The simulated executor: no weights, no tensors; each iteration's time is what the cost model
-predicts for the batch's composition, and the engine's virtual clock advances by exactly that.
-
-Every sampled request gets the same fixed token, chosen to differ from the model's end-of-sequence
-token: a simulation cannot predict when a model would stop, so requests run to max_new_tokens.
+"""The simulated executor: each iteration takes what the cost model predicts for the batch's
+composition on the engine's virtual clock. Every sampled token is one fixed token other than EOS:
+a simulation cannot predict when a model would stop, so requests run to max_new_tokens.
 """
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ class SimulatedExecutor(Executor):
         self.extrapolated_iterations = 0
 
     def start(self, sampling: SamplingParams) -> None:
-        """Sampling parameters change nothing: the tokens are fixed."""
+        pass  # the tokens are fixed: sampling changes nothing
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         prefills, decodes = composition(batch)

@@ -1,12 +1,6 @@
-"""Predicted against measured GPU kernels: per operator and per iteration kind, for the roofline
-(assumed efficiencies), the calibrated roofline fitted to every model, and the calibrated roofline
-fitted WITHOUT the model it predicts (hold-out).
-
-A "measured iteration" is the sum of one iteration's measured kernels: the layer's GEMMs and
-pointwise kernels at its tokens times the layer count, the embedding, and, where the device
-measured it for that model (A100 Llama-2-7B), attention; the predictions sum the same parts. The
-LM head and host are measured by no one and left out of both. Attention is fitted to its one
-measured model, so its hold-out is by shape (``attention_holdout``), not by model.
+"""Predicted against measured GPU kernels, per operator and per iteration kind, for the roofline,
+the calibrated roofline and the calibrated roofline fitted without the model it predicts
+(hold-out); what a "measured iteration" sums: docs/sim/README.md, section 5.
 """
 from __future__ import annotations
 
@@ -17,9 +11,9 @@ import pandas as pd
 
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-from sarathi_lab.sim.calibration import Calibration, KernelShape, fit
-from sarathi_lab.sim.device import load_device
-from sarathi_lab.sim.interpolate import Curve, RaggedSurface
+from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, KernelShape, fit
+from sarathi_lab.sim.device import GPU_DEVICES, load_device
+from sarathi_lab.sim.parallel import shard
 from sarathi_lab.sim.roofline import RooflineCostModel
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
@@ -34,117 +28,72 @@ ITERATIONS = {
 MODELS = ("roofline", "calibrated", "holdout")
 
 
-def kind_of(name: str) -> str:
-    return name.split(" ")[0]
-
-
-class Measured:
-    """One (device, model)'s measured kernels as functions of the shape (one GPU's shard of ``tp``)."""
-
-    def __init__(self, device: str, model: str, tp: int = 1):
-        t = gpu_kernels.kernels(device, model, tp)
-        self.ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in t.groupby("op")
-                    if op not in gpu_kernels.ATTENTION_OPS}
-        pre, dec = t[t.op == "prefill_attention"], t[t.op == "decode_attention"]
-        self.prefill = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) \
-            else None
-        self.decode = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
-
-    @property
-    def has_attention(self) -> bool:
-        return self.prefill is not None and self.decode is not None
-
-    def op_s(self, op: str, tokens: int) -> float:
-        return self.ops[op](tokens)[0] if op in self.ops else 0.0
-
-
-def _predicted_ops(cm: RooflineCostModel, shape: KernelShape, tokens: int) -> dict[str, float]:
-    """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
-    ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms().items()}
-    ops["pointwise"] = cm.pointwise_s(tokens)
-    ops["embedding"] = cm.embedding_s(tokens)
-    return ops
-
-
-def _measured_ops(m: Measured, tokens: int) -> dict[str, float]:
-    ops = {op: m.op_s(op, tokens) for op in gpu_kernels.GEMM_OPS}
-    ops["pointwise"] = sum(m.op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
-    ops["embedding"] = m.op_s("embedding", tokens)
-    return ops
-
-
-def _iteration(ops_at, attention, prefills, decodes: int, layers: int) -> float:
-    tokens = sum(c for c, _ in prefills) + decodes
-    ops = ops_at(tokens)
-    total = layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
-    return total + layers * attention(prefills, decodes) if attention else total
-
-
-def shard_of(model: str, tp: int = 1):
-    """A measured model's config, or its shard on one GPU of ``tp``."""
-    config = gpu_kernels.config_of(model)
-    if tp == 1:
-        return config
-    from sarathi_lab.sim.parallel import Parallelism, shard_config
-
-    return shard_config(config, Parallelism(tp=tp))
-
-
-def cost_models(device: str, model: str, cal: Calibration, held_out: Calibration,
-                tp: int = 1) -> dict[str, RooflineCostModel]:
-    config = shard_of(model, tp)
-    dev = load_device(device)
-    return {"roofline": RooflineCostModel(dev, config),
-            "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
-            "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out), config)}
-
-
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
             op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction; ``tp`` > 1:
     one GPU's shard of ``tp`` (kernels the calibration never saw)."""
-    m = Measured(device, model, tp)
-    shape = KernelShape.of(shard_of(model, tp))
+    curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
+    has_attention = prefill is not None and decode is not None
+    config = shard(gpu_kernels.config_of(model), tp)
+    shape = KernelShape.of(config)
     layers = int(gpu_kernels.model_shapes().loc[model].layers)
-    cms = cost_models(device, model, cal, held_out, tp)
-    max_tokens = max(c.xs[-1] for c in m.ops.values())
-    ops_rows = []
-    for t in (t for t in op_tokens if t <= max_tokens):
-        measured = _measured_ops(m, t)
-        predicted = {name: _predicted_ops(cm, shape, t) for name, cm in cms.items()}
-        for op, value in measured.items():
-            ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t, "measured_s": value}
-                            | {f"{name}_s": predicted[name][op] for name in cms})
+    dev = load_device(device)
+    cms = {"roofline": RooflineCostModel(dev, config),
+           "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
+           "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out), config)}
+
+    def op_s(op: str, tokens: int) -> float:
+        return curves[op](tokens)[0] if op in curves else 0.0
+
+    def measured_ops(tokens: int) -> dict[str, float]:
+        ops = {op: op_s(op, tokens) for op in gpu_kernels.GEMM_OPS}
+        ops["pointwise"] = sum(op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
+        ops["embedding"] = op_s("embedding", tokens)
+        return ops
+
+    def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
+        """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
+        ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms().items()}
+        ops["pointwise"] = cm.pointwise_s(tokens)
+        ops["embedding"] = cm.embedding_s(tokens)
+        return ops
 
     def measured_attention(prefills, decodes):
-        pre = sum(m.prefill(c, x - c) for c, x in prefills)
-        return pre + (m.decode(decodes, DECODE_CONTEXT) if decodes else 0.0)
+        pre = sum(prefill(c, x - c) for c, x in prefills)
+        return pre + (decode(decodes, DECODE_CONTEXT) if decodes else 0.0)
 
     def predicted_attention(cm):
         return lambda prefills, decodes: (sum(cm.prefill_attention_s(c, x) for c, x in prefills)
                                           + (cm.decode_attention_s([DECODE_CONTEXT] * decodes) if decodes else 0.0))
 
+    def iteration(ops_at, attention, prefills, decodes: int) -> float:
+        ops = ops_at(sum(c for c, _ in prefills) + decodes)
+        total = layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
+        return total + layers * attention(prefills, decodes) if has_attention else total
+
+    max_tokens = max(c.xs[-1] for c in curves.values())
+    ops_rows = []
+    for t in (t for t in op_tokens if t <= max_tokens):
+        predicted = {name: predicted_ops(cm, t) for name, cm in cms.items()}
+        for op, value in measured_ops(t).items():
+            ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t,
+                             "measured_s": value} | {f"{name}_s": predicted[name][op] for name in cms})
     it_rows = []
     for name, (prefills, decodes) in iterations.items():
-        row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": kind_of(name),
-               "attention": m.has_attention,
-               "measured_s": _iteration(lambda t: _measured_ops(m, t), measured_attention if m.has_attention else None,
-                                        prefills, decodes, layers)}
+        row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
+               "attention": has_attention,
+               "measured_s": iteration(measured_ops, measured_attention, prefills, decodes)}
         for cm_name, cm in cms.items():
-            row[f"{cm_name}_s"] = _iteration(lambda t, cm=cm: _predicted_ops(cm, shape, t),
-                                             predicted_attention(cm) if m.has_attention else None, prefills,
-                                             decodes, layers)
+            row[f"{cm_name}_s"] = iteration(lambda t, cm=cm: predicted_ops(cm, t), predicted_attention(cm),
+                                            prefills, decodes)
         it_rows.append(row)
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def held_out_calibration(device: str, model: str, full: Calibration, borrowed=None,
-                         fitter=fit) -> Calibration:
+def held_out_calibration(device: str, model: str, full: Calibration) -> Calibration:
     """``device``'s calibration fitted without ``model``; attention kept from ``full`` (one model measured it)."""
-    cal = fitter(load_device(device), exclude=(model,), attention_from=borrowed)
-    keep = {f: getattr(full, f) for f in ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency",
-                                           "prefill_tile", "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")}
-    return dataclasses.replace(cal, **keep)
+    cal = fit(load_device(device), exclude=(model,))
+    return dataclasses.replace(cal, **{f: getattr(full, f) for f in ATTENTION_FIELDS})
 
 
 def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1
@@ -152,8 +101,9 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, t
     """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
     each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     ops, its = [], []
-    for device in devices or [d for d in gpu_kernels.measured_devices() if _calibration(d) is not None]:
-        full = _calibration(device)
+    calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices() if d in GPU_DEVICES}
+    for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
+        full = calibrations.get(device)
         for model in models or gpu_kernels.measured(device, tp):
             if model not in gpu_kernels.measured(device, tp):
                 continue
@@ -166,23 +116,20 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, t
     return pd.concat(ops, ignore_index=True), pd.concat(its, ignore_index=True)
 
 
-def _calibration(device: str) -> Calibration | None:
-    from sarathi_lab.sim.device import GPU_DEVICES
-
-    return load_device(device).calibration if device in GPU_DEVICES else None
+def _errors(g: pd.DataFrame) -> dict[str, float]:
+    """Median and worst |predicted / measured - 1| of each cost model over ``g``'s rows."""
+    out = {}
+    for name in MODELS:
+        err = (g[f"{name}_s"] / g.measured_s - 1).abs()
+        out[f"{name}_median_err"], out[f"{name}_worst_err"] = float(np.median(err)), float(err.max())
+    return out
 
 
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per device, model and iteration kind: median and worst |predicted / measured - 1| of each cost model."""
-    rows = []
-    for (device, model, kind), g in iterations.groupby(["device", "model", "kind"]):
-        row = {"device": device, "model": model, "kind": kind} | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {})
-        for name in MODELS:
-            err = (g[f"{name}_s"] / g.measured_s - 1).abs()
-            row[f"{name}_median_err"] = float(np.median(err))
-            row[f"{name}_worst_err"] = float(err.max())
-        rows.append(row)
-    return pd.DataFrame(rows)
+    """Per device, model and iteration kind: each cost model's ``_errors``."""
+    return pd.DataFrame([{"device": device, "model": model, "kind": kind}
+                         | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {}) | _errors(g)
+                         for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
 
 
 def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
@@ -231,14 +178,7 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
 
 
 def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per device, tp and message size band: median and worst |predicted / measured - 1|."""
+    """Per device, tp and message size band: each cost model's ``_errors``."""
     band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
-    out = []
-    for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"]):
-        row = {"device": device, "tp": tp, "band": b, "sizes": len(g)}
-        for name in MODELS:
-            err = (g[f"{name}_s"] / g.measured_s - 1).abs()
-            row[f"{name}_median_err"] = float(err.median())
-            row[f"{name}_worst_err"] = float(err.max())
-        out.append(row)
-    return pd.DataFrame(out)
+    return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | _errors(g)
+                         for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"])])

@@ -1,13 +1,6 @@
-"""Measured GPU kernel times shipped with the simulator (data/gpu_kernels/, converted once from the
-vidur project's public profiles by convert_gpu_kernels.py; sources and licence in its README).
-
-Each ``<device>/<model>.csv`` has the profile table's columns (op, tokens, context, batch, seconds),
-seconds being ONE layer's kernel on one GPU (tensor parallel 1), the median of vidur's repetitions:
-- per-layer ops against the batch's tokens: qkv_proj, o_proj, gate_up_proj, down_proj, act, rope,
-  input_norm, post_attention_norm, add; ``embedding`` (once a forward) against tokens;
-- where measured, ``prefill_attention`` (tokens = chunk, context once the chunk is cached) and
-  ``decode_attention`` (tokens = batch = decodes, context of each with its new token).
-``models.csv`` gives each model's shape (layers, heads, kv_heads, hidden, intermediate, vocab, gated).
+"""Measured GPU kernel times shipped with the simulator: one layer's kernel on one GPU per row of
+``data/gpu_kernels/<device>/[tp<n>/]<model>.csv``, model shapes in ``models.csv``
+(data/gpu_kernels/README.md: sources, licence, columns).
 """
 from __future__ import annotations
 
@@ -17,8 +10,9 @@ from pathlib import Path
 import pandas as pd
 from transformers import LlamaConfig, PretrainedConfig
 
+from sarathi_lab.sim.interpolate import Curve, RaggedSurface
+
 DATA_DIR = Path(__file__).with_name("data") / "gpu_kernels"
-KERNEL_COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 POINTWISE_OPS = ("input_norm", "post_attention_norm", "rope", "act", "add")
 ATTENTION_OPS = ("prefill_attention", "decode_attention")
@@ -50,6 +44,19 @@ def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
         raise FileNotFoundError(f"no measured GPU kernels for {model} on {device}{f' at tp {tp}' if tp > 1 else ''} "
                                 f"(have: {', '.join(measured(device, tp))})")
     return pd.read_csv(path)
+
+
+def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], RaggedSurface | None, RaggedSurface | None]:
+    """A kernel table as functions of the shape: (each op but attention against tokens, the median of
+    repeats; prefill attention against (chunk, context before it); decode attention against
+    (decodes, context)), an attention None where not measured."""
+    ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in table.groupby("op")
+           if op not in ATTENTION_OPS}
+    pre, dec = table[table.op == "prefill_attention"], table[table.op == "decode_attention"]
+    prefill = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) \
+        else None
+    decode = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
+    return ops, prefill, decode
 
 
 def config_of(model: str) -> PretrainedConfig:

@@ -1,10 +1,7 @@
-"""Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation.
-
-Measured times are made non-decreasing along every axis first, by isotonic (least-squares
-monotone) regression: a batch with more tokens or more context never takes less time, and a
-measured dip is the machine's noise, which a running maximum would turn into a bias upwards. On
-monotone data the interpolant passes exactly through every measured point. Outside the grid the
-end segment's slope carries on, and the caller is told.
+"""Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation:
+measured times are made non-decreasing first by isotonic regression (a measured dip is noise, which
+a running maximum would bias upwards); outside the grid the end segment's slope carries on, and
+the caller is told.
 """
 from __future__ import annotations
 
@@ -102,18 +99,14 @@ class RaggedSurface:
         self.xs = sorted(by_x)
         self.rows = [Curve(by_x[x]) for x in self.xs]
 
-    def covers(self, x: float, y: float) -> bool:
-        if not self.xs[0] <= x <= self.xs[-1]:
-            return False
-        i = bisect.bisect_left(self.xs, x)
-        rows = [self.rows[i]] if self.xs[i] == x else [self.rows[i - 1], self.rows[i]]
-        return all(row.xs[0] <= y <= row.xs[-1] for row in rows)
-
     def __call__(self, x: float, y: float) -> float | None:
-        if not self.covers(x, y):
+        if not self.xs[0] <= x <= self.xs[-1]:
             return None
         i = bisect.bisect_left(self.xs, x)
-        if self.xs[i] == x:
-            return self.rows[i](y)[0]
-        (z0, _), (z1, _) = self.rows[i - 1](y), self.rows[i](y)
+        rows = [self.rows[i]] if self.xs[i] == x else [self.rows[i - 1], self.rows[i]]
+        if not all(row.xs[0] <= y <= row.xs[-1] for row in rows):
+            return None
+        if len(rows) == 1:
+            return rows[0](y)[0]
+        (z0, _), (z1, _) = rows[0](y), rows[1](y)
         return _lerp([self.xs[i - 1], self.xs[i]], [z0, z1], x)[0]

@@ -1,13 +1,6 @@
 """Iteration time from GPU kernels measured on the device (gpu_kernels.py), each part of the
-forward pass from its own measurement, and what nobody measured from a roofline, named in
-``.modelled``.
-
-Per decoder layer (times the layer count), at the batch's T tokens: the four GEMMs and the
-pointwise kernels (norms, rotary, activation, residual add) as measured at T; one prefill attention
-per chunk where its (chunk, context) lies among the measured ones; the decodes' attention at their
-mean context where (decodes, context) does. Once a forward: the embedding as measured. From the
-roofline: attention outside the measured ranges (every attention where none was measured), the LM
-head, and the host's work.
+forward pass from its own measurement; what nobody measured (the LM head, the host, attention
+outside the measured shapes) from a roofline, named in ``.modelled``.
 """
 from __future__ import annotations
 
@@ -19,8 +12,8 @@ from transformers import PretrainedConfig
 from sarathi_lab.sim.calibration import FINE_GRID
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
-from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS
-from sarathi_lab.sim.interpolate import Curve, RaggedSurface, up_to_point
+from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
+from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel
 
 
@@ -32,24 +25,13 @@ class KernelCostModel(CostModel):
         super().__init__(config, dtype)
         self.roofline = roofline
         self.source = source
-        by_op = {op: rows for op, rows in table.groupby("op")}
-        missing = [op for op in GEMM_OPS if op not in by_op]
+        ops, self.prefill_attention, self.decode_attention = curves(table)
+        missing = [op for op in GEMM_OPS if op not in ops]
         if missing:
             raise ValueError(f"GPU kernels {source}: no rows for op {missing[0]!r}")
-
-        def curve(op: str) -> Curve:
-            return Curve(by_op[op].groupby("tokens").seconds.median().to_dict())
-
         # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs nothing.
-        self.layer_ops = {op: curve(op) for op in (*GEMM_OPS, *POINTWISE_OPS) if op in by_op}
-        self.embedding = curve("embedding") if "embedding" in by_op else None
-        self.prefill_attention = self.decode_attention = None
-        if "prefill_attention" in by_op:
-            pre = by_op["prefill_attention"]
-            self.prefill_attention = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds)))
-        if "decode_attention" in by_op:
-            dec = by_op["decode_attention"]
-            self.decode_attention = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds)))
+        self.layer_ops = {op: ops[op] for op in (*GEMM_OPS, *POINTWISE_OPS) if op in ops}
+        self.embedding = ops.get("embedding")
         attention = {"prefill_attention": self.prefill_attention, "decode_attention": self.decode_attention}
         self.modelled = ["lm_head", "host (prepare, sample)"] + [
             f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
@@ -63,7 +45,6 @@ class KernelCostModel(CostModel):
 
     @property
     def device(self) -> Device:
-        """The GPU the kernels were measured on, as the roofline that fills their gaps describes it."""
         return self.roofline.device
 
     def _layer_ops(self, tokens: int) -> dict[str, float]:

@@ -1,12 +1,6 @@
-"""Simulated device memory: how many tokens of KV cache fit beside the weights.
-
-    capacity_tokens = floor((M_device * utilisation - M_weights - activation_reserve) / kv_bytes_per_token)
-
-the paper's B = floor((M_gpu - M_weights) / (L * m_kv)) in tokens instead of requests, with the
-share of memory a serving engine gives its pools (config.GPU_MEMORY_UTILISATION, vLLM's) and the
-activations of the largest iteration kept back. For LLaMA-13B on an A6000 at 1K the bare formula
-gives 30 requests; keeping 0.9 and the activations of the baseline's B x 1K-token prefill gives
-the paper's 18 (``max_batch``).
+"""Simulated device memory: KV-cache tokens that fit beside the weights, the share of memory a
+serving engine gives its pools (config.GPU_MEMORY_UTILISATION, vLLM's) and the activations of the
+largest iteration (the paper's B in tokens; docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 

@@ -1,27 +1,7 @@
-"""Tensor and pipeline parallelism as the simulator costs them.
-
-Tensor parallelism (Megatron-LM) is a cost scaling: each of the ``tp`` GPUs of a stage holds
-1/tp of every layer's heads and MLP columns (and of the LM head's vocabulary), so it runs the
-cost model of that shard, plus two all-reduces of the hidden states per layer (after the attention
-output projection and after the MLP). By the roofline each is a ring all-reduce,
-
-    allreduce_s = latency + 2 (tp - 1) / tp * tokens * hidden * elem_bytes / allreduce_bandwidth
-
-and the calibrated and profile cost models read it from NCCL times measured where vidur measured
-that device and GPU count (all_reduce.py), the roofline elsewhere, saying so in a warning.
-
-Pipeline parallelism splits the layers into ``pp`` stages; a micro-batch's hidden states go from
-one stage to the next over the inter-node link, each TP rank sending its 1/tp slice (Megatron's
-scatter/gather), ``p2p_s = latency + tokens * hidden * elem_bytes / tp / p2p_bandwidth``.
-
-Link figures, for the SARATHI paper's 64-A100 setting (8 DGX A100 nodes, TP within a node):
-- NVLink 3 on A100: 12 links x 25 GB/s = 300 GB/s per direction (NVIDIA A100 datasheet, "600 GB/s"
-  bidirectional); ring all-reduce reaches about 80% of it (nccl-tests report about 230-240 GB/s
-  bus bandwidth on a DGX A100): 240 GB/s, 10 us per collective launch (assumed).
-- InfiniBand HDR, one 200 Gb/s ConnectX-6 per GPU in a DGX A100 (DGX A100 user guide): 25 GB/s,
-  5 us (assumed).
-The host's per-iteration work is left out: a pipelined engine overlaps it with the stages.
-"""
+"""Tensor and pipeline parallelism as the simulator costs them (Megatron-LM): each of ``tp`` GPUs
+runs its shard of every layer plus two all-reduces of the hidden states per layer; ``pp`` stages
+split the layers and send a micro-batch's hidden states on. The link figures and their sources:
+docs/sim/README.md."""
 from __future__ import annotations
 
 import copy
@@ -35,12 +15,14 @@ from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.sim.all_reduce import AllReduce, ring_s
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
-from sarathi_lab.sim.device import Device, load_device
+from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.roofline import RooflineCostModel
 
 
 @dataclass(frozen=True)
 class Parallelism:
+    # A DGX A100's links (docs/sim/README.md, section 2): NVLink's ring all-reduce, InfiniBand HDR
+    # between nodes.
     tp: int = 1
     pp: int = 1
     allreduce_bandwidth: float = 240e9
@@ -77,6 +59,11 @@ def shard_config(config: PretrainedConfig, par: Parallelism) -> PretrainedConfig
     shard.vocab_size = -(-config.vocab_size // par.tp)
     shard.num_hidden_layers //= par.pp
     return shard
+
+
+def shard(config: PretrainedConfig, tp: int) -> PretrainedConfig:
+    """What one of ``tp`` tensor-parallel GPUs holds of ``config`` (``config`` itself for one)."""
+    return config if tp == 1 else shard_config(config, Parallelism(tp=tp))
 
 
 @dataclass(frozen=True)
@@ -117,14 +104,21 @@ class StageCostModel:
 
 class TensorParallelCostModel(CostModel):
     """An iteration on ``tp`` GPUs serving as one (one stage): ``shard``, the cost model of one
-    GPU's shard (its LM head included), plus the two all-reduces of each layer; the host's work
-    as the shard's (one host drives them all)."""
+    GPU's shard (its LM head included), plus the two all-reduces of each layer, measured where vidur
+    measured them unless ``shard`` is the roofline (said in a warning); the host's work as the
+    shard's (one host drives them all)."""
 
-    def __init__(self, shard: CostModel, config: PretrainedConfig, all_reduce: AllReduce, dtype: str = "bfloat16"):
+    def __init__(self, shard: CostModel, config: PretrainedConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.shard = shard
         self.name = shard.name
-        self.all_reduce = all_reduce
+        par = Parallelism(tp=tp)
+        device = shard.device.name
+        self.all_reduce = AllReduce.of(device, tp, par.allreduce_latency_s, par.allreduce_bandwidth,
+                                       measured=self.name != "roofline")
+        if self.name != "roofline":
+            warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={self.name!r}): the "
+                          f"{self.all_reduce.describe()}", stacklevel=3)
         self.layers = shard.config.num_hidden_layers
         self.hidden_bytes = config.hidden_size * self.elem_bytes
 
@@ -138,31 +132,3 @@ class TensorParallelCostModel(CostModel):
         allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
         return IterationCost(cost.prepare_s, cost.forward_s + allreduce, cost.sample_s,
                              cost.ops | {"allreduce": allreduce}, cost.extrapolated)
-
-
-def tensor_parallel_cost_model(device: str, config: PretrainedConfig, cost_model: str, tp: int,
-                               dtype: str = "bfloat16") -> TensorParallelCostModel:
-    """``tp`` GPUs of ``device`` serving ``config`` as one, by ``cost_model``: the roofline with
-    the ring all-reduce; ``calibrated`` the calibrated roofline of the shard; ``profile`` the shard's
-    kernels where vidur measured them at this tensor-parallel degree (refused otherwise). Both
-    of the latter take the all-reduce measured where it was, and warn where it was not."""
-    from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-
-    par = Parallelism(tp=tp)
-    dev = load_device(device, dtype)
-    shard = shard_config(config, par)
-    if cost_model == "roofline":
-        shard_model: CostModel = RooflineCostModel(dev, shard, dtype)
-    elif cost_model == "calibrated":
-        shard_model = CalibratedRooflineCostModel(dev, shard, dtype)
-    elif cost_model == "profile":
-        shard_model = CostModel.measured_kernels(device, config, dtype, tp=tp)
-    else:
-        raise ConfigError(f"sim_cost_model={cost_model!r} is invalid with sim_tp={tp}: allowed values are "
-                          "roofline, calibrated, profile")
-    all_reduce = AllReduce.of(device, tp, par.allreduce_latency_s, par.allreduce_bandwidth,
-                              measured=cost_model != "roofline")
-    if cost_model != "roofline":
-        warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={cost_model!r}): the {all_reduce.describe()}",
-                      stacklevel=2)
-    return TensorParallelCostModel(shard_model, config, all_reduce, dtype)

@@ -1,31 +1,6 @@
 """Pipeline-parallel serving on virtual clocks, one per stage, driven by the engine's own scheduler
-(SARATHI's Fig. 12: pipeline bubbles of hybrid batching against chunked prefills).
-
-The model of the pipeline:
-- ``pp`` stages of equal layer counts, each a TP group costed by ``StageCostModel`` (the last
-  stage adds the LM head); a micro-batch's hidden states reach the next stage ``p2p_s`` after it
-  leaves one.
-- One scheduler decides every micro-batch, as in the paper's simulator: whenever stage 0 is free
-  it asks the engine's scheduler for a batch over the requests that are not in flight (a request
-  in a micro-batch cannot be in the next one: its next token or chunk needs this one's output;
-  the scheduler's ``in_flight`` holds them out).
-  At most ``pp`` micro-batches are in flight; each holds at most ``max_batch_size`` requests
-  (the scheduler sees at most that many of the running ones, oldest first).
-- Stages serve micro-batches in order (FIFO), each on its own clock: a micro-batch starts on a
-  stage when the stage is free and the micro-batch has arrived from the one before.
-- A micro-batch leaving the last stage finishes the engine's step (``LLMEngine.finish``: the
-  scheduler's update and the records): its requests get their tokens (fixed, non-EOS) and go back
-  to the scheduler.
-Bubble time: a stage idle while a micro-batch it will serve exists. For stage s >= 1 that is
-``max(0, arrival at s - max(the stage's previous finish, the micro-batch's start on stage 0))``;
-for stage 0, the time it waits, with requests unfinished in the system, because every
-schedulable request is in flight or ``pp`` micro-batches are. A micro-batch's bubble is the sum
-over its stages; a request's bubble time, the sum over the micro-batches it rode in.
-Limits: one chunk of a prompt must leave the pipeline before the next enters (a real engine could
-start chunk k + 1 on stage 0 as soon as chunk k left it); no host overhead (overlapped); stage
-times from the roofline model, not a profile; no failure of a micro-batch to fit memory beyond
-the scheduler's own KV accounting of one stage (every stage holds its layers' cache of every
-request in flight, so one block manager serves all).
+(SARATHI's Fig. 12: pipeline bubbles of hybrid batching against chunked prefills). The model of the
+pipeline, its bubble time and its limits: docs/sim/README.md, section 2.
 
     python -m sarathi_lab.sim.pipeline [--smoke] [--out DIR]
 """
@@ -35,6 +10,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -58,12 +34,14 @@ from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
 
 
+BLOCK_SIZE = 16
+
+
 def _config(model: str):
     """A preset, or a config-only directory such as GPT3 (no weights: nothing is built)."""
     from sarathi_lab.model.presets import PRESETS
 
     return PRESETS[model] if model in PRESETS else AutoConfig.from_pretrained(model)
-BLOCK_SIZE = 16
 
 
 class _Stages(Executor):
@@ -76,16 +54,10 @@ class _Stages(Executor):
         raise NotImplementedError("the pipeline's stages run micro-batches, on their own clocks")
 
 
-@dataclass
-class MicroBatch:
+class MicroBatch(NamedTuple):
     batch: ScheduledBatch
-    start: list[float]
-    finish: list[float]
-    bubble: list[float]
-
-    @property
-    def exit(self) -> float:
-        return self.finish[-1]
+    start: float   # on stage 0
+    exit: float    # from the last stage
 
 
 @dataclass
@@ -144,8 +116,8 @@ class PipelineSimulator:
 
         def retire(mb: MicroBatch) -> None:
             sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
-            engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start[0], 0.0),
-                          mb.start[0], 0.0, mb.exit)
+            engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
+                          mb.start, 0.0, mb.exit)
 
         while pending or sched.has_work():
             while pending and pending[0].arrival <= now:
@@ -165,25 +137,22 @@ class PipelineSimulator:
                 now = max(now, min(nexts))
                 continue
             times = self.cost.times(*composition(batch), len(batch.sampled))
-            start, finish, bubble = [], [], []
-            ready = now
+            ready = start = now
+            total_bubble = 0
             for s in range(stages):
                 begin = max(stage_free[s], ready)
-                idle = begin - idle_since if s == 0 else max(0.0, ready - max(stage_free[s], start[0]))
-                start.append(begin)
-                bubble.append(idle)
+                total_bubble += begin - idle_since if s == 0 else max(0.0, ready - max(stage_free[s], start))
+                start = begin if s == 0 else start
                 dt = times.on(s, stages)
-                finish.append(begin + dt)
                 busy[s] += dt
                 stage_free[s] = begin + dt
                 ready = begin + dt + times.p2p_s
-            mb = MicroBatch(batch, start, finish, bubble)
+            mb = MicroBatch(batch, start, stage_free[-1])
             in_flight.append(mb)
-            total_bubble = sum(bubble)
             for chunk in batch.chunks:
                 sched.in_flight.add(chunk.seq.seq_id)
                 bubbles[chunk.seq.seq_id] += total_bubble
-            rows.append((start[0], mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s,
+            rows.append((start, mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s,
                          total_bubble))
             now = idle_since = stage_free[0]
         frame = pd.DataFrame(rows, columns=["start", "exit", "prefill_tokens", "decode_tokens", "stage_s", "bubble_s"])

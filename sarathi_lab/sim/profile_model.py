@@ -1,17 +1,6 @@
-"""Iteration time interpolated from a table the engine measured on the device (``task=profile``).
-
-The table (``profiles/<device>/<model>.csv``, columns op, tokens, context, batch, seconds; times
-summed over the model's layers) holds:
-- ``qkv_proj``, ``o_proj``, ``ffn``, ``others`` against the batch's tokens, in fine steps so that
-  tile effects show (``others``: embedding, norms, residuals and the LM head of one sampled row);
-- ``prefill_attention`` against (chunk tokens, context after the chunk), on a grid rectangular in
-  (chunk, context before the chunk);
-- ``decode_attention`` against (decodes in the batch, context of each);
-- ``lm_head`` against the rows sampled; ``prepare`` (host: batch to tensors) against tokens and
-  requests; ``sample`` against rows;
-- ``total``: bare forwards at some of the points, kept to check predictions against.
-An iteration is the sum of its parts: the dense ops at its token count, one prefill attention
-per chunk, the decodes' attention at their mean context, the LM head's extra rows, the host.
+"""Iteration time interpolated from a table the engine measured on the device (``task=profile``,
+``profiles/<device>/<model>.csv``; its ops and how an iteration sums them: docs/sim/README.md,
+section 8).
 """
 from __future__ import annotations
 
@@ -56,9 +45,8 @@ def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
 
 
 def _check_values(table: pd.DataFrame, source: str) -> None:
-    """Every axis and time a finite number >= 0. Otherwise a NaN time reaches the virtual clock only
-    when a batch lands near it, inf runs the clock to infinity, a negative time is silently clipped
-    by the interpolation and a NaN axis drops its row from the grid."""
+    """Every axis and time a finite number >= 0: a NaN or infinite time would reach the virtual
+    clock only when a batch lands near it, a negative one be clipped silently."""
     for column in COLUMNS[1:]:
         values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
         bad = ~(np.isfinite(values) & (values >= 0))

@@ -1,23 +1,13 @@
 """Iteration time from a device's ceilings: every kernel takes as long as the slower of its flops
-and its bytes, at the share of peak real kernels reach, and never less than a kernel's floor.
-
-Per decoder layer (times the layer count):
-- GEMMs qkv_proj, o_proj, gate_up_proj, down_proj over all T tokens of the batch:
-  flops 2 * ceil(T / tile) * tile * K * N (the token dimension padded to the GEMM tile: the
-  paper's 256 -> 257 token step), bytes (K * N + T * K + T * N) * elem;
-- prefill attention, one kernel per chunk of c tokens with context x: flops 4 * heads * head_dim *
-  (causally visible pairs), queries padded to the attention tile; bytes: the chunk's keys/values
-  read once per query block (FlashAttention streams K/V once per block; once per chunk where the
-  device says kv_reread is false), q/o and the new K/V;
-- decode attention, one kernel over all decodes: bytes of every cached key/value read;
-- pointwise work (two residual RMSNorms, rotary, SiLU * up): bytes only.
-Then the embedding rows, the LM head over the sampled rows, and the host's work per iteration.
+and its bytes at the share of peak real kernels reach, never less than a kernel's floor
+(the kernels and their padding: docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.profiling.floors import Shape, visible_pairs
+from sarathi_lab.profiling.floors import Shape
+from sarathi_lab.sim.calibration import attention_flops
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 
@@ -87,7 +77,7 @@ class RooflineCostModel(CostModel):
         """One layer's attention of a chunk of ``chunk`` tokens whose request then holds ``context``."""
         tile = self.device.attention_tile
         padded = _ceil_to(chunk, tile)
-        flops = self.attn_flops_per_pair * visible_pairs(chunk, context) * padded / chunk
+        flops = attention_flops(self.attn_flops_per_pair, chunk, context, tile)
         reads = padded // tile if self.device.kv_reread else 1
         nbytes = reads * context * self.kv_bytes_per_token + chunk * (
             self.qo_bytes_per_token + self.kv_bytes_per_token)

@@ -1,19 +1,13 @@
 """SARATHI's decode speedup (Fig. 8, Table 2) with the chunk sized so that chunk + decodes fill
-whole 128-token tiles, beside the fixed chunk that overflows them, as predicted by each GPU cost
-model. The paper keeps chunk + decodes a multiple of the tile (PAPER_NOTES.md, Fig. 7); task=
-piggyback's fixed chunk (C tokens with B - 1 decodes: C + B - 1 tokens) puts its hybrid iteration
-one tile past the chunk alone, so what the decodes seem to add includes a whole tile of GEMM work.
-
-The three iterations are task=piggyback's, their forward times predicted, and the speedup is its
-own quantity (profiling.quantities.decode_speedup):
-- unaligned: chunk C, hybrid C + B - 1 tokens;
-- aligned: chunk C - (B - 1), hybrid exactly C tokens.
+whole 128-token tiles, beside the fixed chunk that overflows them, as each GPU cost model predicts
+task=piggyback's three iterations (docs/sim/README.md, section 6).
 
     python -m sarathi_lab.sim.tile_alignment [--out docs/sim/tile_alignment.csv]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import warnings
 from pathlib import Path
 
@@ -24,16 +18,13 @@ from sarathi_lab.profiling.quantities import decode_speedup
 from sarathi_lab.sim.cost_model import CostModel
 
 TILE = 128
+aligned_chunk = functools.partial(quantities.aligned_chunk, tile=TILE)
 # (model, device, cost models): the paper's LLaMA-33B on an A100 (nobody measured its kernels, so
 # roofline and calibrated), and Llama-2-7B on an A100, whose kernels were measured (profile).
 CASES = (("llama-33b", "a100", ("roofline", "calibrated")), ("llama2-7b", "a100", ("roofline", "calibrated", "profile")))
 SEQ_LENS = (1024, 2048, 3072)
 BATCH_SIZES = (2, 6, 12, 18)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
-
-
-def aligned_chunk(chunk: int, batch_size: int, tile: int = TILE) -> int:
-    return quantities.aligned_chunk(chunk, batch_size, tile)
 
 
 def piggyback_ms(cm: CostModel, chunk: int, batch_size: int, seq_len: int) -> pd.DataFrame:
