@@ -28,9 +28,8 @@ _ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 
 def _one_call_at_a_time(method):
-    """``method`` refused in one line while another call of it runs on the same LLM (another thread,
-    or re-entered from a callback): the engine's queues and request ids are one caller's, and two
-    interleaved calls failed deep inside with a KeyError."""
+    """``method`` refused while another call of it runs on the same LLM (another thread, or a callback):
+    the engine's queues and request ids are one caller's."""
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
         lock = self.__dict__.setdefault("_call_lock", threading.Lock())  # atomic under the GIL
@@ -103,12 +102,10 @@ class LLM:
                  sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """Generated token ids of each prompt, in input order. Greedy unless ``sampling`` says
-        otherwise. A prompt is any sequence of token ids (list, tuple, numpy or torch integers).
-        ``max_concurrency`` caps the requests in the system at once, as a client with that many
-        connections would. Per-iteration and per-request records of this call land in
-        ``self.metrics``. Whatever happens inside (an exception in ``on_iteration``, Ctrl-C), the
-        engine stays reusable."""
+        """Generated token ids of each prompt (any sequence of integer ids), in input order; greedy unless
+        ``sampling`` says otherwise. ``max_concurrency`` caps the requests in the system at once, as a
+        client with that many connections would. This call's records land in ``self.metrics``; the
+        engine stays reusable whatever happens inside (an exception in ``on_iteration``, Ctrl-C)."""
         sampling = sampling or SamplingParams()
         if not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
@@ -149,7 +146,7 @@ class LLM:
 
     def _warm_up(self) -> None:
         """Run the real path on a throwaway request so that first-call costs stay out of the records."""
-        # As long as a request can be that is admitted alone beside the watermark.
+        # No longer than a request admitted alone beside the watermark.
         length = max(1, min(self.config.chunk_size, self.max_model_len - self.config.warmup_iters, 256,
                             self.block_manager.admissible_tokens - self.config.warmup_iters))
         self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,

@@ -1,12 +1,12 @@
-"""The interface every attention backend implements, and the registry that picks one by name."""
+"""The interface every attention backend implements, and the one place that picks one by name."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 
 import torch
 
 from sarathi_lab.attention.metadata import AttentionMetadata
+from sarathi_lab.config import ATTENTIONS
 
 # The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
 # the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
@@ -36,28 +36,16 @@ class AttentionBackend(ABC):
         """
 
 
-_BACKENDS: dict[str, Callable[[], AttentionBackend]] = {}
-
-
-def register_backend(name: str):
-    def wrap(cls):
-        cls.name = name
-        _BACKENDS[name] = cls
-        return cls
-    return wrap
-
-
-ATTENTION_CHOICES = ("auto", "torch", "triton")
-
-
 def make_backend(name: str, device: torch.device) -> AttentionBackend:
     """``auto`` takes the Triton kernels on CUDA and the PyTorch path elsewhere."""
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
     if name == "triton":
-        import sarathi_lab.attention.triton_backend
-    else:
-        import sarathi_lab.attention.torch_backend  # noqa: F401
-    if name not in _BACKENDS:
-        raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTION_CHOICES)}")
-    return _BACKENDS[name]()
+        from sarathi_lab.attention.triton_backend import TritonAttention
+
+        return TritonAttention()
+    if name == "torch":
+        from sarathi_lab.attention.torch_backend import TorchAttention
+
+        return TorchAttention()
+    raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTIONS)}")

@@ -1,18 +1,6 @@
-"""Paged attention in PyTorch: the CPU path (optimised; attention/reference.py is the plain version).
-
-On the CPU in float32 or bfloat16 an iteration's attention is two calls of the C++ kernels
-(``sarathi_kernels.cpu_attention``), both reading keys and values in place from their cache blocks:
-one for every prefill chunk (few, long, compute-bound), one for every decode (many, one query each,
-memory-bound). Elsewhere, or when those kernels cannot be built, prefill chunks run one request at a
-time through ``scaled_dot_product_attention`` over the request's context gathered from its cache
-blocks, and decodes through it too, as ``decode_plan`` lays them out.
-
-Everything the layers of one iteration share (kernels or sdpa, the decode plan, the prefill masks)
-is built once by ``plan`` onto the metadata. The only thing kept between calls is a scratch
-workspace for gathered context, reused by every layer and iteration: a fresh allocation per layer
-cost more than the copy itself (tens of MB freshly mapped, page faulted on first touch; measured on
-cpu-small, benchmarks/RESULTS.md).
-"""
+"""Paged attention in PyTorch: the CPU path (attention/reference.py is the plain version). On the CPU
+the C++ kernels read keys and values in place; elsewhere sdpa over gathered contexts, decodes laid out
+by ``decode_plan`` (docs/cpu_engine.md). What an iteration's layers share is built once by ``plan``."""
 from __future__ import annotations
 
 import weakref
@@ -22,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from sarathi_kernels import cpu_attention
 
-from sarathi_lab.attention.backend import AttentionBackend, register_backend
+from sarathi_lab.attention.backend import AttentionBackend
 from sarathi_lab.attention.decode_plan import DecodePlan, plan_decodes
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.attention.reference import causal_lower_right, write_kv
@@ -37,15 +25,15 @@ class TorchPlan:
     prefill_masks: list[torch.Tensor | None]
 
 
-@register_backend("torch")
 class TorchAttention(AttentionBackend):
+    name = "torch"
+
     def __init__(self, cpu_kernel: bool = True):
         # False: always the sdpa paths (tests hold the two against each other).
         self.cpu_kernel = cpu_kernel
         self._workspace: torch.Tensor | None = None
-        # The kernels' plan depends on the cache alone, and the engine plans with the same cache every
-        # iteration: it is kept (with a weak reference to its cache) instead of rebuilt on the host,
-        # whose code and data are cold after a forward pass.
+        # The kernels' plan depends on the cache alone: kept (weakly keyed by it) rather than rebuilt
+        # on a host whose caches a forward pass has just flushed.
         self._kernel_plan: tuple[weakref.ref, TorchPlan] | None = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:

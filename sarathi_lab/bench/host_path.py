@@ -1,16 +1,10 @@
 """The engine's host time per iteration against the GPU forward pass it would feed.
 
-Runs the real engine loop (scheduler, the real ``ModelRunner`` building the batch's tensors,
-sampling bookkeeping, the scheduler's update, the iteration's records) for Llama-2-7B's shapes,
-with the forward pass replaced by a no-op at the model seam: it allocates no weights and no KV
-cache (the block tables are the real ones, of the real sizes) and hands back one greedy token per
-sampled row. Each iteration's host time (its duration less the no-op forward) stands beside the
-forward time the simulator's cost model predicts on an H100 for the same batch. Target: host
-time under 5% of that forward at every batch.
-
-The attention backend is the no-op planner the Triton backend is (what the engine runs on CUDA);
-the tensors stay on the CPU, so the host-to-device copies and the kernel launches of a GPU's
-forward are not counted here.
+Runs the real engine loop for Llama-2-7B's shapes with the forward pass a no-op at the model seam (no
+weights, no KV cache; real block tables; one greedy token per sampled row). Each iteration's host time
+stands beside the forward the simulator's cost model predicts on an H100 for the same batch. Target:
+host time under 5% of that forward at every batch. Host-to-device copies and kernel launches are not
+counted (the tensors stay on the CPU).
 
     python -m sarathi_lab.bench.host_path                  # decode 1-256 at 1K and 4K, hybrid chunk 512
     python -m sarathi_lab.bench.host_path --smoke
@@ -26,7 +20,7 @@ import torch
 
 from sarathi_lab.attention import AttentionBackend
 from sarathi_lab.bench.args import HelpFormatter, hybrid_pairs, positive_int, positive_ints, table_path
-from sarathi_lab.bench.common import apply_smoke, print_table, write_table
+from sarathi_lab.bench.common import apply_smoke, print_table
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
@@ -52,11 +46,9 @@ class _NoAttention(AttentionBackend):
 
 
 class NoopModel:
-    """The model seam without a model: greedy tokens (or empty logits) of the shape the runner
-    expects, computed from nothing."""
+    """The model seam without a model: greedy tokens (or empty logits) of the shape the runner expects."""
 
-    # Every sampled row's token comes from forward(argmax=True), as a GPU's greedy path would hand
-    # back one token per row; the logits of a GPU-sized batch would cost the CPU more than the host.
+    # Every sampled row's token from forward(argmax=True), as a GPU's greedy path hands back.
     argmax_rows = 1 << 30
 
     def __init__(self, vocab_size: int, token: int = 1):
@@ -70,8 +62,7 @@ class NoopModel:
 
 
 class _Recording:
-    """The executor seam, noting the batch it ran (one attribute set inside the timed step): its
-    shape as the cost model reads it is taken after the step, outside the time measured."""
+    """The executor seam, noting the batch it ran; its shape is read after the step, outside the time."""
 
     def __init__(self, executor):
         self.executor = executor
@@ -231,16 +222,14 @@ def run(args) -> pd.DataFrame:
     print(describe_machine("cpu"))
     print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one {GPU}"
           f" | median of {args.reps} iterations after {args.warmup} | load1 at start {load:.2f}")
-    table = print_table(rows, None, f"Host time per iteration vs the predicted {GPU} forward (target < {TARGET:.0%})",
-                        "{:.3f}")
+    table = print_table(rows, args.out, f"Host time per iteration vs the predicted {GPU} forward "
+                        f"(target < {TARGET:.0%})", extra={"model": MODEL, "gpu": GPU})
     if not table["kv_fits"].all():
         print(f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; its forward is"
               " the cost model's what-if")
     missed = table[~table["met"]]
     print(f"target: host time < {TARGET:.0%} of the predicted {GPU} forward at every batch: "
           + ("met" if missed.empty else f"missed at {len(missed)} of {len(table)}"))
-    if args.out:
-        write_table(table, args.out, {"model": MODEL, "gpu": GPU})
     return table
 
 

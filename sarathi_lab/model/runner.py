@@ -34,8 +34,8 @@ class ModelRunner:
         # Kept across iterations: each request's block table, updated with its new blocks only.
         self.tables = BlockTables()
         self.staging = HostStaging() if device.type == "cuda" else None
-        # On the CPU, decode-only batches from Python arrays (_cpu_decode_tensors): there the forward
-        # pass flushes the host's caches. bench.host_path turns it off to time the path a GPU takes.
+        # On the CPU, decode-only batches from Python arrays (_cpu_decode_tensors); bench.host_path
+        # turns it off to time the path a GPU takes.
         self.decode_lists = True
 
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
@@ -63,14 +63,11 @@ class ModelRunner:
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
                   staging: HostStaging | None = None, decode_lists: bool = True) -> PreparedBatch:
-    """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads
-    only block tables and token positions: no model, no cache. ``tables``: the requests' block
-    tables kept from earlier iterations (by default a fresh set, which reads every table whole);
-    ``staging``: the pinned host buffer for a CUDA device (by default a pageable one, copied synchronously).
-
-    Python visits each request a few times and never a token: positions, cache slots, the sampled
-    rows and the padded block tables are numpy's work over the whole batch. A decode-only batch
-    on the CPU takes _cpu_decode_tensors instead, unless ``decode_lists`` is False."""
+    """The batch as the forward pass reads it: token ids, positions, attention metadata, from block
+    tables and token positions alone. ``tables``: the block tables kept from earlier iterations
+    (default: a fresh set); ``staging``: the pinned host buffer for a CUDA device (default: pageable).
+    Per-token work is numpy's over the whole batch; a decode-only CPU batch takes _cpu_decode_tensors
+    unless ``decode_lists`` is False."""
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
     if not prefills and decode_lists and device.type == "cpu":
@@ -127,23 +124,16 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
 
 
-# Block-table entries up to which a decode-only CPU batch copies its tables from the requests'
-# lists (a few microseconds per thousand entries) rather than gathering the kept rows, whose fixed
-# cost after a forward pass (the rows' update and numpy's fancy indexing, both cold) is several
-# tens of microseconds.
+# Block-table entries up to which a decode-only CPU batch copies its tables from the requests' lists
+# rather than gathering the kept rows, whose fixed cost is higher while the host's caches are cold.
 LIST_TABLE_ENTRIES = 4096
 
 
 def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> PreparedBatch:
-    """A decode-only batch's tensors on the CPU, each over its own Python array.
-
-    The numpy path's fixed cost is a dozen and a half distinct numpy and torch calls; in the engine
-    every one of them runs just after a forward pass has flushed their code from the caches, and so
-    costs several times its hot time, while a request's few scalars cost little more than one visit.
-    Here Python visits each decode once, and the arrays become tensors by one call repeated
-    (torch.frombuffer). Block tables come from the requests' lists while the batch's tables are
-    small, else from the kept rows in one gather (skipping the kept rows some iterations is safe:
-    they catch up from each request's list when next read)."""
+    """A decode-only batch's tensors on the CPU, each over its own Python array (torch.frombuffer),
+    visiting each decode once: cheaper than the numpy path's many calls after a forward pass has
+    flushed the host's caches (docs/cpu_engine.md). Block tables come from the requests' lists while
+    small, else from the kept rows (which catch up from each request's list when next read)."""
     n = len(decodes)
     ids, positions, slots, seq_lens = array("q"), array("q"), array("q"), array("i")
     width, reserved = 0, False

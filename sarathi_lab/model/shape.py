@@ -1,10 +1,6 @@
-"""A decoder's shape and the arithmetic on it: parameters, bytes of weights, of a token's KV and of
-its activations, and the flops and bytes of one iteration.
-
-The one home of this arithmetic: the engine's memory plan (model/memory.py), the simulator's
-(sim/memory.py, sim/roofline.py) and the roofline floors (profiling/floors.py) all read it here.
-Torch-free: sizes are in elements times ``elem_bytes``.
-"""
+"""A decoder's shape and the arithmetic on it: parameters, bytes of weights, of a token's KV and of its
+activations, and the flops and bytes of one iteration. The one home of this arithmetic for the engine's
+memory plan, the simulator and the roofline floors; torch-free (sizes are elements times ``elem_bytes``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,6 +1,5 @@
-"""Attention timed on its own, outside a model: the metadata of a paged batch, built the one way
-the engine builds it (``ModelRunner.prepare`` over requests with block tables), and one layer's
-attention for a prompt prefilled whole against in chunks (the KV re-read of chunked prefill)."""
+"""Attention timed on its own: a paged batch's metadata built the engine's way (``batch_tensors``), and
+one layer's attention for a prompt prefilled whole against in chunks (chunked prefill's KV re-read)."""
 from __future__ import annotations
 
 import torch

@@ -1,8 +1,5 @@
-"""The machine's ceilings, measured on the running machine: copy bandwidth and matmul rate.
-
-A time is only meaningful as a ratio to what the hardware can do (``floors``): every benchmark
-records these next to its numbers, and the simulator's CPU roofline reads the same two.
-"""
+"""The machine's ceilings, measured on the running machine: copy bandwidth and matmul rate, which the
+floors (``floors``) and the simulator's CPU roofline read."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -1,11 +1,7 @@
-"""One iteration's forward time, whole and split by operation as the paper's Fig. 3 and 7 split it.
-
-The split comes from forward hooks on every decoder layer's modules: ``qkv_proj`` (the paper's
-preproj), ``attention`` (rotary, KV write and attention proper: self_attn minus its two
-projections), ``o_proj`` (postproj), ``ffn`` (the gated MLP) and ``others`` (embedding, norms,
-residual adds, LM head). The hooks synchronise the device, which a GPU pays for, so the whole
-forward is also timed bare and that figure is the one to read as the iteration's time.
-"""
+"""One iteration's forward time, whole and split by operation as the paper's Fig. 3 and 7 split it:
+``qkv_proj`` (preproj), ``attention`` (self_attn less its projections), ``o_proj`` (postproj), ``ffn``
+and ``others``, from forward hooks. The hooks synchronise the device, so the whole forward is also
+timed bare, and that is the iteration's time."""
 from __future__ import annotations
 
 import statistics
