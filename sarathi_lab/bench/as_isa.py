@@ -5,9 +5,8 @@ kind's ISA and what is not emulated). The tables' machine line says which kind i
     python -m sarathi_lab.bench.as_isa avx2 iteration --dtype float32
     python -m sarathi_lab.bench.as_isa avx512-vnni versus --dtype float32 --reps 2
 
-KIND is one of ``isa.KINDS``; the host must have that kind's instructions (an AVX-512 CPU can run
-as ``avx2``, not the other way round). The environment is set, then this module starts again in a
-fresh interpreter, because the libraries read their ISA settings when they load.
+KIND is one of ``isa.KINDS``, whose instructions the host must have. The environment is set, then
+this module starts again in a fresh interpreter: the libraries read their ISA settings when they load.
 """
 from __future__ import annotations
 

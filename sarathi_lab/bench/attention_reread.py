@@ -1,9 +1,8 @@
 """How much attention time chunked prefill adds by re-reading the KV cache.
 
-A prompt of L tokens prefilled in chunks of C makes chunk k attend over all k * C tokens before it,
-so the cache is read about (L / C + 1) / 2 times instead of once. This times one layer's attention
-for the chunked and the whole prefill and counts the KV bytes each reads, analytically
-(``sarathi_lab.profiling.attention.measure_reread``).
+Chunk k of a prompt prefilled in chunks of C attends over the k * C tokens before it, so the cache is
+read about (L / C + 1) / 2 times instead of once. This times one layer's attention chunked and whole
+and counts the KV bytes each reads (``profiling.attention.measure_reread``).
 
     python -m sarathi_lab.bench.attention_reread --smoke
     python -m sarathi_lab.bench.attention_reread --seq-lens 2048,4096 --chunks 256,512 --out reread.csv
@@ -36,8 +35,7 @@ def main(argv: list[str] | None = None):
     args = parser.parse_args(argv)
     apply_smoke(parser, argv, args, seq_lens=[256, 512], chunks=[64, 128], reps=2)
     if not any(C <= L for L in args.seq_lens for C in args.chunks):
-        # A chunk longer than the prompt is skipped (it would be the whole prefill): with none left
-        # the table was empty, and --out an empty file.
+        # A chunk longer than the prompt is skipped (it would be the whole prefill).
         parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
                      f"--seq-lens={','.join(map(str, args.seq_lens))}")
     if args.heads % args.kv_heads:

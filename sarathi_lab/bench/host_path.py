@@ -136,41 +136,30 @@ def _decoding(engine) -> None:
         pass
 
 
-def measure_decode(batch: int, context: int, reps: int, warmup: int) -> list[tuple]:
-    """``reps`` decode iterations of ``batch`` requests at about ``context`` tokens each."""
-    # Their prompts are prefilled first by the same engine loop, under a larger budget (the decode
-    # iterations timed do not reach it); the first ones decode meanwhile, a token an iteration.
-    budget = PREFILL_BUDGET + batch
-    new = _prefill_iterations(batch, context, PREFILL_BUDGET) + warmup + reps + 2
-    engine = build_engine(batch, budget, batch * -(-(context + new) // BLOCK_SIZE), context + new)
-    for seq in _requests(0, batch, context - 1, new):
-        engine.add_request(seq)
-    _decoding(engine)
-    steps = _steps(engine, warmup + reps)[warmup:]
-    if not all(r.num_decode_requests == batch and not r.num_prefill_tokens for r, _ in steps):
-        raise RuntimeError(f"decode {batch} at context {context}: the scheduler ran other batches")
-    return steps
-
-
-def measure_hybrid(chunk: int, decodes: int, context: int, reps: int, warmup: int) -> list[tuple]:
-    """``reps`` iterations of one ``chunk``-token prefill chunk beside ``decodes`` decodes at about
-    ``context`` tokens: a long prompt arrives once the decodes run, under a budget of chunk + decodes."""
-    runs = warmup + reps
-    prompt, new = chunk * (runs + 1), _prefill_iterations(decodes, context, chunk) + runs + 2
+def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
+    """``reps`` iterations of ``decodes`` decodes at about ``context`` tokens each, beside one
+    ``chunk``-token prefill chunk of a long prompt that arrives once they decode (0: none)."""
+    # The decodes' prompts are prefilled first by the same engine loop, under a budget the timed
+    # iterations do not reach (the chunk's, or PREFILL_BUDGET); the first ones decode meanwhile.
+    runs, prefill = warmup + reps, chunk or PREFILL_BUDGET
+    new = _prefill_iterations(decodes, context, prefill) + runs + 2
+    prompt = chunk * (runs + 1)
     max_len = max(context + new, prompt + 1)
-    engine = build_engine(decodes + 1, chunk + decodes, decodes * -(-(context + new) // BLOCK_SIZE)
-                          + -(-max_len // BLOCK_SIZE), max_len)
+    blocks = decodes * -(-(context + new) // BLOCK_SIZE) + (-(-max_len // BLOCK_SIZE) if chunk else 0)
+    engine = build_engine(decodes + bool(chunk), prefill + decodes, blocks, max_len)
     for seq in _requests(0, decodes, context - 1, new):
         engine.add_request(seq)
     _decoding(engine)
-    engine.add_request(_requests(decodes, 1, prompt, 1)[0])
+    if chunk:
+        engine.add_request(_requests(decodes, 1, prompt, 1)[0])
     steps = _steps(engine, runs)[warmup:]
     if not all(r.num_decode_requests == decodes and r.num_prefill_tokens == chunk for r, _ in steps):
-        raise RuntimeError(f"hybrid {chunk}+{decodes} at context {context}: the scheduler ran other batches")
+        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: the scheduler "
+                           "ran other batches")
     return steps
 
 
-def summarize(case: str, batch: int, context: int, chunk: int, steps: list[tuple], cost_model, kv_fits) -> dict:
+def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model, kv_fits) -> dict:
     """``kv_fits(tokens, kv_tokens)``: whether an iteration of so many tokens, reading so many
     cached ones, fits on the GPU."""
     records = [r for r, _ in steps]
@@ -184,7 +173,7 @@ def summarize(case: str, batch: int, context: int, chunk: int, steps: list[tuple
     # Each iteration's host time against its own batch's forward, then the median of those.
     frac = statistics.median(h / f for h, f in zip(host, forward))
     return {
-        "case": case, "batch": batch, "context": context, "chunk": chunk,
+        "case": "hybrid" if chunk else "decode", "batch": batch, "context": context, "chunk": chunk,
         "host_us": median_us(host),
         "schedule_us": median_us([r.schedule_time for r in records]),
         "prepare_us": median_us([r.prepare_time for r in records]),
@@ -213,12 +202,9 @@ def run(args) -> pd.DataFrame:
 
     rows = []
     for context in args.contexts:
-        for batch in args.decode_batches:
-            rows.append(summarize("decode", batch, context, 0, measure_decode(batch, context, args.reps, args.warmup),
-                                  cost_model, kv_fits))
-        for chunk, decodes in args.hybrid:
-            rows.append(summarize("hybrid", decodes, context, chunk,
-                                  measure_hybrid(chunk, decodes, context, args.reps, args.warmup), cost_model, kv_fits))
+        for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid:
+            steps = measure(decodes, context, chunk, args.reps, args.warmup)
+            rows.append(summarize(decodes, context, chunk, steps, cost_model, kv_fits))
     print(describe_machine("cpu"))
     print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one {GPU}"
           f" | median of {args.reps} iterations after {args.warmup} | load1 at start {load:.2f}")

@@ -1,9 +1,7 @@
 """Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms.
 
-Rows of logits as a decode iteration samples them: flat (scale 1: a random model's, which every
-sarathi_lab model is) and peaked (scale 12: closer to a trained model's), at each top_p. The two paths
-are timed alternately, medians reported, with the share of rows where they drew the same token (they
-differ only where float32 rounding decides a boundary: model/sampler.py, csrc/sample_cpu.cpp).
+Rows of logits flat (scale 1, a random model's) and peaked (scale 12, closer to a trained model's), at
+each top_p; the paths timed alternately, medians reported, with the share of rows drawing the same token.
 
     python -m sarathi_lab.bench.sampling                       # 16 rows x 32000, top_p 1 and 0.95
     python -m sarathi_lab.bench.sampling --smoke

@@ -120,7 +120,7 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
 
 
 def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[dict[str, Serve], dict]:
-    """Every system as a function serving (prompts, new_tokens) for the workload in ``args.current``."""
+    """Every system as a function serving (prompts, new_tokens), and the engines by system name."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
