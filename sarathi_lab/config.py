@@ -21,9 +21,7 @@ ATTENTIONS = ("auto", "torch", "triton")
 # Bytes per element of each dtype the engine runs, for torch-free sizing.
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
-DEVICES = ("auto", "cpu", "cuda")
 CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
-EXECUTORS = ("model", "sim")
 SIM_COST_MODELS = ("roofline", "profile", "calibrated")
 # numpy's and torch's generators both take seeds in [0, 2**64).
 MAX_SEED = 2**64 - 1
@@ -61,7 +59,7 @@ class EngineConfig:
     # Per-iteration token budget of `sarathi_serve`, decodes included; None: the same as chunk_size.
     token_budget: int | None = None
     max_batch_size: int = 8
-    device: str = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: str = "bfloat16"
     seed: int = 0
     block_size: int = 16
@@ -84,7 +82,7 @@ class EngineConfig:
     # that GEMM, "aten" keeps F.linear (docs/cpu_engine.md).
     cpu_linear: str = "auto"
     # "model": the real forward pass on `device`; "sim": a cost model's time on `sim_device`, a virtual clock.
-    executor: str = "model"
+    executor: Literal["model", "sim"] = "model"
     sim_device: str = "h100"
     sim_cost_model: str = "roofline"
     # True lets an explicit KV cache larger than sim_device's memory run, for what-if batches the
@@ -95,11 +93,9 @@ class EngineConfig:
 
     def __post_init__(self):
         check_fields(self)
-        _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, DTYPES)
         _check_choice("attention", self.attention, ATTENTIONS)
         _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
-        _check_choice("executor", self.executor, EXECUTORS)
         _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
         for key in ("chunk_size", "max_batch_size", "block_size", "sim_tp"):
             check_positive(key, getattr(self, key))

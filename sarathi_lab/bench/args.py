@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import PurePath
 
+from sarathi_lab import cli_args
+
 TABLE_SUFFIXES = (".csv", ".json")
 
 
@@ -14,6 +16,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         return action.help if action.nargs == 0 else super()._get_help_string(action)
+
+
+def bench_parser(spec, doc: str) -> cli_args.Parser:
+    """A benchmark's parser, named by its module's ``__spec__``, described by its docstring's top."""
+    return cli_args.Parser(prog=f"python -m {spec.name}", description=doc.split("\n\n")[0],
+                           formatter_class=HelpFormatter)
 
 
 def positive_int(text: str) -> int:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
+from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
@@ -20,8 +19,7 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 
 def main(argv: list[str] | None = None):
-    parser = cli_args.Parser(description=__doc__.split("\n\n")[0],
-                             formatter_class=HelpFormatter)
+    parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
     parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from sarathi_lab.attention import AttentionBackend
-from sarathi_lab.bench.args import HelpFormatter, hybrid_pairs, positive_int, positive_ints, table_path
+from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints, table_path
 from sarathi_lab.bench.common import apply_smoke, print_table
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -220,8 +220,7 @@ def run(args) -> pd.DataFrame:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.host_path", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32, 64, 128, 256],
                    help="decode batch sizes (requests)")
     p.add_argument("--contexts", type=positive_ints, default=[1024, 4096], help="each decode's context (tokens)")

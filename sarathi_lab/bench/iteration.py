@@ -18,8 +18,7 @@ import warnings
 import pandas as pd
 import torch
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, hybrid_pairs, positive_int, positive_ints
+from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints
 from sarathi_lab.bench.common import (
     add_common_args,
     apply_smoke,
@@ -139,8 +138,7 @@ def _ceiling_setup(c) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli_args.Parser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
-                        formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])

@@ -15,8 +15,7 @@ import warnings
 
 import pandas as pd
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
+from sarathi_lab.bench.args import bench_parser, names_of, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
     add_workload_args,
@@ -82,8 +81,7 @@ def run(args) -> pd.DataFrame:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli_args.Parser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
-                        formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=names_of(scheduler_names()), default=["sarathi", "vllm"])

@@ -15,8 +15,7 @@ import statistics
 import torch
 from sarathi_kernels import cpu_ops
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
+from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import make_clock
@@ -54,7 +53,7 @@ def measure(logits: torch.Tensor, params: SamplingParams, reps: int) -> dict:
 
 
 def main(argv: list[str] | None = None):
-    parser = cli_args.Parser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--rows", type=positive_int, default=16, help="rows sampled together (a decode batch)")
     parser.add_argument("--vocab", type=positive_int, default=32000)
     parser.add_argument("--top-p", type=_probabilities, default=[1.0, 0.95], help="comma list, each in (0, 1]")

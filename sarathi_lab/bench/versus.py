@@ -28,9 +28,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab import cli_args
 from sarathi_lab.bench import vllm_cpu
-from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
+from sarathi_lab.bench.args import bench_parser, names_of, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
     apply_smoke,
@@ -229,8 +228,7 @@ def _print_targets(frame: pd.DataFrame) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli_args.Parser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
-                        formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     add_common_args(p, engine=True)
     p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
     p.add_argument("--model", default="cpu-small", help="a preset")
