@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import types
 
 import pandas as pd
 import torch
 
-from sarathi_lab.attention import AttentionBackend
 from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints, table_path
 from sarathi_lab.bench.common import apply_smoke, print_table
 from sarathi_lab.config import DTYPE_BYTES
@@ -33,47 +33,24 @@ BLOCK_SIZE = 16
 PREFILL_BUDGET = 2048
 
 
-class _NoAttention(AttentionBackend):
-    """Plans nothing per iteration, as the Triton backend; never attends (the forward is a no-op)."""
-
-    name = "none"
-
-    def write_kv(self, *args) -> None:
-        raise NotImplementedError
-
-    def attend(self, *args):
-        raise NotImplementedError
-
-
 class NoopModel:
-    """The model seam without a model: greedy tokens (or empty logits) of the shape the runner expects."""
+    """The model seam without a model: greedy tokens (or empty logits) of the shape the runner expects,
+    and the batch's metadata noted (its shape is read after the step, outside the time)."""
 
     # Every sampled row's token from forward(argmax=True), as a GPU's greedy path hands back.
     argmax_rows = 1 << 30
+    # Plans nothing per iteration, as the Triton backend the engine runs on CUDA.
+    backend = types.SimpleNamespace(plan=lambda meta, k_cache: None)
 
     def __init__(self, vocab_size: int, token: int = 1):
-        self.backend = _NoAttention()
         self.vocab_size = vocab_size
         self.token = token
+        self.meta = None
 
     def __call__(self, input_ids, positions, kv_caches, meta, logits_indices, argmax: bool = False):
+        self.meta = meta
         n = len(logits_indices)
         return [self.token] * n if argmax else torch.empty(n, self.vocab_size)
-
-
-class _Recording:
-    """The executor seam, noting the batch it ran; its shape is read after the step, outside the time."""
-
-    def __init__(self, executor):
-        self.executor = executor
-        self.batch = None
-
-    def start(self, sampling) -> None:
-        self.executor.start(sampling)
-
-    def execute(self, batch):
-        self.batch = batch
-        return self.executor.execute(batch)
 
 
 def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_model_len: int):
@@ -99,7 +76,7 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
     # The numpy path a CUDA device takes, not the CPU's own for small decode-only batches.
     runner.decode_lists = False
     clock = WallClock()
-    engine = LLMEngine(scheduler, _Recording(ModelExecutor(runner, clock)), clock)
+    engine = LLMEngine(scheduler, ModelExecutor(runner, clock), clock)
     engine.start(Metrics(), SamplingParams(ignore_eos=True))
     return engine
 
@@ -117,10 +94,9 @@ def _steps(engine, n: int) -> list[tuple]:
     out = []
     for _ in range(n):
         record = engine.step()
-        batch = engine.executor.batch
-        # After the step each request's num_computed includes this step's tokens.
-        shape = ([(c.num_tokens, c.seq.num_computed) for c in batch.prefills], [s.num_computed for s in batch.decodes])
-        out.append((record, shape))
+        meta = engine.executor.runner.model.meta
+        p, contexts = meta.num_prefills, meta.seq_lens_host
+        out.append((record, (list(zip(meta.query_lens_host[:p], contexts[:p])), contexts[p:])))
     return out
 
 
