@@ -1,8 +1,5 @@
-"""Attention through the Triton kernels: one launch per layer for the whole hybrid batch.
-
-Unlike the torch backend there is no per-prefill Python loop and no padded decode batch: the kernel
-reads each request's context straight from its paged blocks.
-"""
+"""Attention through the Triton kernels: one launch per layer for the whole hybrid batch, reading each
+request's context straight from its paged blocks."""
 from __future__ import annotations
 
 try:

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from sarathi_lab.bench.args import bench_parser, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> Ceilings:
     ceil = measure_ceilings(args.device, resolve_dtype(args), copy_mib=args.copy_mib, matmul_n=args.matmul_n,
                             reps=args.reps, clock=args.clock)
     print(describe_machine(args.device))
-    print_table([ceil.as_dict()], args.out, device=args.device)
+    print_table([asdict(ceil)], args.out, device=args.device)
     return ceil
 
 

@@ -19,8 +19,7 @@ class PreparedBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    # Rows whose logits are needed: the last token of every request that reaches its end this step
-    # (batch.sampled, in the same order).
+    # Rows whose logits are needed, in batch.sampled's order.
     logits_indices: torch.Tensor
 
 
@@ -93,9 +92,8 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     else:  # one token per request
         query_start_loc = np.arange(len(seqs) + 1)
         token_req, positions, seq_lens = query_start_loc[:-1], start, start + 1
-    # Each request's blocks up to its context (its whole table under the paged schedulers; under orca
-    # and static, which reserve max_model_len tokens' blocks from admission, the prefix), zero after,
-    # so that the tables stay as wide as the longest context rather than max_model_len.
+    # Each request's blocks up to its context, zero after (orca and static reserve blocks beyond it):
+    # the tables stay as wide as the longest context rather than max_model_len.
     cached = (seq_lens + (bs - 1)) // bs
     block_tables = tables.table[rows, : int(cached.max())]
     slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
@@ -107,8 +105,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
         reserved = np.flatnonzero(spare)
         past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
         block_tables[reserved] = np.where(past, 0, block_tables[reserved])
-    # Rows whose logits are needed: the last token of each request whose chunk reaches its end. A
-    # decode always does: it is a request with exactly one token left to compute.
+    # The last token of each request whose chunk reaches its end (a decode always does).
     ends = query_start_loc[1:] - 1
     logits_indices = ends if all(c.samples for c in prefills) else ends[[c.samples for c in prefills]
                                                                          + [True] * len(decodes)]

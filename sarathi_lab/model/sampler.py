@@ -47,8 +47,7 @@ class Sampler:
         # tiny T, where (logits - max) / T only reaches -inf, which softmax takes as probability 0.
         shifted = logits - logits.amax(dim=-1, keepdim=True)
         probs = torch.softmax(shifted / self.temperature, dim=-1)
-        # NaN or +inf logits, or a row of -inf only, leave NaN in the row: the searches below would
-        # index outside it, or return the vocabulary's size as a token.
+        # NaN or +inf logits, or a row of -inf only, leave NaN: the search would land outside the row.
         if bool(torch.isnan(probs).any()):
             raise ValueError(f"sampling: logits rows {torch.isnan(probs).any(dim=-1).nonzero().flatten().tolist()} "
                              "hold NaN or +inf, or only -inf: no distribution to sample from")
