@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
@@ -27,22 +26,6 @@ from sarathi_lab.sim import simulated_executor
 _ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 
-def _one_call_at_a_time(method):
-    """``method`` refused while another call of it runs on the same LLM (another thread, or a callback):
-    the engine's queues and request ids are one caller's."""
-    @functools.wraps(method)
-    def guarded(self, *args, **kwargs):
-        lock = self.__dict__.setdefault("_call_lock", threading.Lock())  # atomic under the GIL
-        if not lock.acquire(blocking=False):
-            raise RuntimeError(f"LLM.{method.__name__} is already running on this LLM (another thread, or "
-                               "a callback of the running call): one call at a time; give each thread its own LLM")
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            lock.release()
-    return guarded
-
-
 class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
         """``kwargs``: EngineConfig's fields; any other is a scheduler's knob (vllm's
@@ -63,8 +46,8 @@ class LLM:
         self.config = cfg = plan.config
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)
-        self.model_config, self.max_model_len, self.num_kv_blocks = plan.model_config, plan.max_model_len, plan.num_kv_blocks
-        self.dtype = plan.dtype
+        self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
+        self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
         # Before the weights are allocated: it refuses a cache smaller than what it reserves per request.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
@@ -77,6 +60,8 @@ class LLM:
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
+        # One generate call at a time (another thread's, a callback's): the engine's queues are one caller's.
+        self._call_lock = threading.Lock()
         if cfg.warmup_iters and cfg.executor == "model":
             self._warm_up()
 
@@ -89,7 +74,10 @@ class LLM:
         self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, self.dtype, device,
                                  cfg.seed, cfg.cpu_linear)
         self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None
-        self.kv_caches = self._allocate_kv_cache()
+        shape = self.plan.shape
+        cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads,
+                            shape.head_dim, dtype=self.dtype, device=device)
+        self.kv_caches = [(layer[0], layer[1]) for layer in cache]
         clock = WallClock(torch.cuda.synchronize if device.type == "cuda" else None)
         return ModelExecutor(ModelRunner(self.model, self.kv_caches, cfg.block_size, device), clock), clock
 
@@ -97,7 +85,6 @@ class LLM:
     def kv_capacity_tokens(self) -> int:
         return self.plan.kv_capacity_tokens
 
-    @_one_call_at_a_time
     def generate(self, prompts: Sequence_[Sequence_[int]], max_new_tokens: int | Sequence_[int] = 16,
                  sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
@@ -106,6 +93,16 @@ class LLM:
         ``sampling`` says otherwise. ``max_concurrency`` caps the requests in the system at once, as a
         client with that many connections would. This call's records land in ``self.metrics``; the
         engine stays reusable whatever happens inside (an exception in ``on_iteration``, Ctrl-C)."""
+        if not self._call_lock.acquire(blocking=False):
+            raise RuntimeError("LLM.generate is already running on this LLM (another thread, or a callback "
+                               "of the running call): one call at a time; give each thread its own LLM")
+        try:
+            return self._generate(prompts, max_new_tokens, sampling, arrival_times, on_iteration,
+                                  max_concurrency)
+        finally:
+            self._call_lock.release()
+
+    def _generate(self, prompts, max_new_tokens, sampling, arrival_times, on_iteration, max_concurrency):
         sampling = sampling or SamplingParams()
         if not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
@@ -137,12 +134,6 @@ class LLM:
         reason = self.engine.scheduler.refusal(len(prompt) + max_new_tokens)
         if reason is not None:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with max_new_tokens={max_new_tokens} {reason}")
-
-    def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        shape, cfg = self.plan.shape, self.config
-        cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads, shape.head_dim,
-                            dtype=self.dtype, device=cfg.torch_device)
-        return [(layer[0], layer[1]) for layer in cache]
 
     def _warm_up(self) -> None:
         """Run the real path on a throwaway request so that first-call costs stay out of the records."""
