@@ -92,21 +92,8 @@ class TorchAttention(AttentionBackend):
         return out
 
     def _decode(self, plan: DecodePlan, query, out, k_cache, v_cache, scale: float) -> None:
-        if not plan.runs:
-            for g in plan.groups:
-                q = query if g.rows is None else query.index_select(0, g.rows)
-                k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks, g.pad)
-                if g.mask is None:
-                    k, v = k[:, :, : g.ctx], v[:, :, : g.ctx]
-                o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=g.mask, scale=scale,
-                                                   enable_gqa=True).squeeze(2)
-                if g.rows is None:
-                    out.copy_(o)
-                else:
-                    out.index_copy_(0, g.rows, o)
-            return
-        # Parts with their log-sum-exp, merged below. Grouped-query heads ride as query rows:
-        # [n, kv_heads, heads / kv_heads, d] against [n, kv_heads, keys, d].
+        # With runs in place, parts with their log-sum-exp, merged below. Grouped-query heads ride as
+        # query rows: [n, kv_heads, heads / kv_heads, d] against [n, kv_heads, keys, d].
         n, heads, d = query.shape
         _, bs, kvh, _ = k_cache.shape
         outs, lses = [], []
@@ -115,9 +102,19 @@ class TorchAttention(AttentionBackend):
             k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks, g.pad)
             if g.mask is None:
                 k, v = k[:, :, : g.ctx], v[:, :, : g.ctx]
-            o, lse = _flash(q.reshape(g.n, kvh, heads // kvh, d), k, v, g.mask, scale)
-            outs.append(o.reshape(g.n, heads, d))
-            lses.append(lse.reshape(g.n, heads))
+            if plan.runs:
+                o, lse = _flash(q.reshape(g.n, kvh, heads // kvh, d), k, v, g.mask, scale)
+                outs.append(o.reshape(g.n, heads, d))
+                lses.append(lse.reshape(g.n, heads))
+                continue
+            o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=g.mask, scale=scale,
+                                               enable_gqa=True).squeeze(2)
+            if g.rows is None:
+                out.copy_(o)
+            else:
+                out.index_copy_(0, g.rows, o)
+        if not plan.runs:
+            return
         for i, b0, tokens in plan.runs:
             nblk = -(-tokens // bs)
             k = k_cache[b0 : b0 + nblk].view(1, nblk * bs, kvh, d)[:, :tokens].transpose(1, 2)

@@ -2,7 +2,6 @@
 (``sarathi_lab.profiling.ceilings``).
 
     python -m sarathi_lab.bench.ceilings             # 256 MiB copy, 2048^3 matmul, float32
-    python -m sarathi_lab.bench.ceilings --smoke
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ host time under 5% of that forward at every batch. Host-to-device copies and ker
 counted (the tensors stay on the CPU).
 
     python -m sarathi_lab.bench.host_path                  # decode 1-256 at 1K and 4K, hybrid chunk 512
-    python -m sarathi_lab.bench.host_path --smoke
     python -m sarathi_lab.bench.host_path --decode-batches 32,64 --contexts 2048 --reps 50
 """
 from __future__ import annotations

@@ -6,7 +6,6 @@ through the engine's real path, its KV blocks laid out as ``--layout`` says. The
 of the two: on a shared VM the machine's rates move within a minute.
 
     python -m sarathi_lab.bench.iteration                    # cpu-small, the target cases
-    python -m sarathi_lab.bench.iteration --smoke
     python -m sarathi_lab.bench.iteration --decode-batches 1,8,32 --decode-context 1024 --reps 9
 """
 from __future__ import annotations

@@ -5,7 +5,6 @@ engine records (``profiling.overhead.serve``): forward, schedule, prepare, sampl
 Target: overhead under 5% of iteration time.
 
     python -m sarathi_lab.bench.overhead                   # cpu-small, 16 requests, sarathi and vllm
-    python -m sarathi_lab.bench.overhead --smoke
     python -m sarathi_lab.bench.overhead --schedulers sarathi_serve --requests 32
 """
 from __future__ import annotations

@@ -4,7 +4,6 @@ Rows of logits flat (scale 1, a random model's) and peaked (scale 12, closer to 
 each top_p; the paths timed alternately, medians reported, with the share of rows drawing the same token.
 
     python -m sarathi_lab.bench.sampling                       # 16 rows x 32000, top_p 1 and 0.95
-    python -m sarathi_lab.bench.sampling --smoke
     python -m sarathi_lab.bench.sampling --rows 64 --top-p 0.9 --dtype float32
 """
 from __future__ import annotations

@@ -10,7 +10,6 @@ left-padded batches in arrival order, each request credited with its own tokens 
 
     python -m sarathi_lab.bench.versus                       # both workloads, every system, 3 rounds
     python -m sarathi_lab.bench.versus --workloads mixed --schedulers sarathi_serve --reps 5
-    python -m sarathi_lab.bench.versus --smoke
 """
 from __future__ import annotations
 
