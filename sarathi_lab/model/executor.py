@@ -32,7 +32,6 @@ class ModelExecutor(Executor):
         # Greedy tokens straight from the LM head's kernel where it can take them (the CPU's few-row
         # linear), from logits still in registers; the argmax's time counts as forward time.
         fused = self.sampler.greedy and self.runner.fuses_argmax(prepared)
-        run = self.runner.forward_argmax if fused else self.runner.forward
         if self.cuda:
             # perf_counter, as WallClock reads it, but without the clock's device synchronization,
             # which would wait for the inputs' asynchronous copy the launches are meant to overlap.
@@ -40,14 +39,14 @@ class ModelExecutor(Executor):
             # Device time of the forward alone, without the host's launch gaps before it.
             start, end = self._events
             start.record()
-            output = run(prepared)
+            output = self.runner.forward(prepared, fused)
             end.record()
             end.synchronize()
             forward_s = start.elapsed_time(end) / 1e3
             t2 = clock.now()
         else:
             t1 = clock.now()
-            output = run(prepared)
+            output = self.runner.forward(prepared, fused)
             t2 = clock.now()
             forward_s = t2 - t1
         if fused:

@@ -45,19 +45,14 @@ class ModelRunner:
         return prepared
 
     @torch.inference_mode()
-    def forward(self, prepared: PreparedBatch) -> torch.Tensor:
+    def forward(self, prepared: PreparedBatch, argmax: bool = False) -> torch.Tensor | list[int]:
+        """The sampled rows' logits; with ``argmax``, their greedy tokens from inside the LM head's kernel."""
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
-                          prepared.logits_indices)
+                          prepared.logits_indices, argmax=argmax)
 
     def fuses_argmax(self, prepared: PreparedBatch) -> bool:
-        """Whether forward_argmax serves this batch (its sampled rows within the model's argmax_rows)."""
+        """Whether forward(argmax=True) serves this batch (its sampled rows within argmax_rows)."""
         return 0 < len(prepared.logits_indices) <= self.model.argmax_rows
-
-    @torch.inference_mode()
-    def forward_argmax(self, prepared: PreparedBatch) -> list[int]:
-        """The greedy tokens of forward's logits, taken inside the LM head's kernel."""
-        return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
-                          prepared.logits_indices, argmax=True)
 
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
