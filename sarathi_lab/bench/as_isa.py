@@ -19,15 +19,11 @@ from sarathi_lab.profiling import isa
 from sarathi_lab.profiling.machine import cpu_flags
 
 
-def usage() -> str:
-    kinds = "\n".join(f"  {name:12s} {kind.what}" for name, kind in isa.KINDS.items())
-    return f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(BENCHMARKS)}"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or argv[0] in ("-h", "--help"):
-        print(usage())
+        kinds = "\n".join(f"  {name:12s} {kind.what}" for name, kind in isa.KINDS.items())
+        print(f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(BENCHMARKS)}")
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     name, bench, rest = argv[0], argv[1], argv[2:]
     if name not in isa.KINDS:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import warnings
 from dataclasses import asdict
 
 import pandas as pd
@@ -82,10 +81,8 @@ def run(args) -> pd.DataFrame:
     before = ceilings()
     config_kwargs = {"device": args.device, "dtype": args.dtype, "warmup_iters": 0, "cpu_linear": args.cpu_linear,
                          "max_batch_size": max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1])}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the bf16 fallback warning: the table says the dtype
-        num_blocks = blocks_needed(args, EngineConfig(model=args.model, **config_kwargs).block_size)
-        llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
+    num_blocks = blocks_needed(args, EngineConfig(model=args.model, **config_kwargs).block_size)
+    llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
     shape = Shape.of(llm.model_config)
     elem = llm.dtype.itemsize
     batches = SyntheticBatches(llm, seed=args.seed, layout=args.layout)

@@ -10,7 +10,6 @@ Target: overhead under 5% of iteration time.
 from __future__ import annotations
 
 import argparse
-import warnings
 
 import pandas as pd
 
@@ -60,11 +59,9 @@ def run(args) -> pd.DataFrame:
     max_len = max(len(p) + n for p, n in zip(prompts, new_tokens))
     rows = []
     for name in args.schedulers:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
-                      max_model_len=max_len, device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks,
-                      cpu_linear=args.cpu_linear)
+        llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
+                  max_model_len=max_len, device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks,
+                  cpu_linear=args.cpu_linear)
         gemm = llm.cpu_gemm
         row = {"scheduler": name} | measure(llm, prompts, new_tokens)
         row["target"], row["met"] = TARGET, row["overhead_frac"] < TARGET

@@ -18,7 +18,6 @@ import copy
 import math
 import statistics
 import tempfile
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -133,10 +132,8 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[
     max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch, max_model_len=max_len,
-                      device="cpu", dtype=args.dtype, num_threads=args.threads, cpu_linear=args.cpu_linear)
+        llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch, max_model_len=max_len,
+                  device="cpu", dtype=args.dtype, num_threads=args.threads, cpu_linear=args.cpu_linear)
         if str(llm.dtype).removeprefix("torch.") != args.dtype:
             raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
         engines[f"sarathi_lab/{name}"] = llm
