@@ -1,12 +1,9 @@
-"""``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]``: run one benchmark as another x86
-machine kind would run it, on this CPU (``sarathi_lab.profiling.isa`` says what is held to the
-kind's ISA and what is not emulated). The tables' machine line says which kind it was.
+"""``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]``: run one benchmark as another x86 machine
+kind would run it, on this CPU (docs/benchmarks.md); the tables' machine line says which kind it was.
+The environment is set, then this module starts again in a fresh interpreter: the libraries read their
+ISA settings when they load.
 
     python -m sarathi_lab.bench.as_isa avx2 iteration --dtype float32
-    python -m sarathi_lab.bench.as_isa avx512-vnni versus --dtype float32 --reps 2
-
-KIND is one of ``isa.KINDS``, whose instructions the host must have. The environment is set, then
-this module starts again in a fresh interpreter: the libraries read their ISA settings when they load.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""How much attention time chunked prefill adds by re-reading the KV cache.
+"""How much attention time chunked prefill adds by re-reading the KV cache: one layer's attention for
+a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md).
 
-Chunk k of a prompt prefilled in chunks of C attends over the k * C tokens before it, so the cache is
-read about (L / C + 1) / 2 times instead of once. This times one layer's attention chunked and whole
-and counts the KV bytes each reads (``profiling.attention.measure_reread``).
-
-    python -m sarathi_lab.bench.attention_reread --smoke
     python -m sarathi_lab.bench.attention_reread --seq-lens 2048,4096 --chunks 256,512 --out reread.csv
 """
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The engine's host time per iteration against the GPU forward pass it would feed.
+"""The engine's host time per iteration against the GPU forward pass it would feed: the real engine
+loop for Llama-2-7B's shapes with a no-op forward, beside the H100 forward the simulator predicts for
+each batch (method: docs/benchmarks.md). Target: host time under 5% of that forward at every batch.
 
-Runs the real engine loop for Llama-2-7B's shapes with the forward pass a no-op at the model seam (no
-weights, no KV cache; real block tables; one greedy token per sampled row). Each iteration's host time
-stands beside the forward the simulator's cost model predicts on an H100 for the same batch. Target:
-host time under 5% of that forward at every batch. Host-to-device copies and kernel launches are not
-counted (the tensors stay on the CPU).
-
-    python -m sarathi_lab.bench.host_path                  # decode 1-256 at 1K and 4K, hybrid chunk 512
     python -m sarathi_lab.bench.host_path --decode-batches 32,64 --contexts 2048 --reps 50
 """
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor.
+"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for decode,
+prefill and hybrid batches (method: docs/benchmarks.md).
 
-Each case (decode-only, one prefill chunk, or a chunk with decodes) is one synthetic batch driven
-through the engine's real path, its KV blocks laid out as ``--layout`` says. The floor
-(``profiling.floors``) uses the ceilings measured just before and just after each case, the higher
-of the two: on a shared VM the machine's rates move within a minute.
-
-    python -m sarathi_lab.bench.iteration                    # cpu-small, the target cases
     python -m sarathi_lab.bench.iteration --decode-batches 1,8,32 --decode-context 1024 --reps 9
 """
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Engine overhead: the share of each iteration spent outside the model's forward pass.
+"""Engine overhead: the share of each iteration spent outside the model's forward pass, split into the
+parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time.
 
-Serves a workload through ``LLM.generate`` and splits every iteration's time into the parts the
-engine records (``profiling.overhead.serve``): forward, schedule, prepare, sample, and the rest.
-Target: overhead under 5% of iteration time.
-
-    python -m sarathi_lab.bench.overhead                   # cpu-small, 16 requests, sarathi and vllm
     python -m sarathi_lab.bench.overhead --schedulers sarathi_serve --requests 32
 """
 from __future__ import annotations

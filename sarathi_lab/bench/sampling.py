@@ -1,9 +1,6 @@
-"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms.
+"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms, flat and
+peaked, at each top_p (docs/benchmarks.md).
 
-Rows of logits flat (scale 1, a random model's) and peaked (scale 12, closer to a trained model's), at
-each top_p; the paths timed alternately, medians reported, with the share of rows drawing the same token.
-
-    python -m sarathi_lab.bench.sampling                       # 16 rows x 32000, top_p 1 and 0.95
     python -m sarathi_lab.bench.sampling --rows 64 --top-p 0.9 --dtype float32
 """
 from __future__ import annotations

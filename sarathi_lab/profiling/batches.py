@@ -1,9 +1,8 @@
 """Hand-built iterations on a live engine: requests placed in its KV cache through its own block
 manager, so that a timed forward reads and writes the cache as a served iteration would. ``layout``:
 allocated (as the block manager hands blocks out), served (a prompt's blocks one run, decode blocks
-scattered; a decode's prompt is 3/4 of its context), scattered (the worst case) or contiguous (the
-best). The last three claim every free block at construction (``close()`` gives them back): runs
-come from the cache's lower half, scattered blocks from its upper half."""
+scattered), scattered (the worst case) or contiguous (the best); the last three claim every free
+block at construction (``close()`` gives them back)."""
 from __future__ import annotations
 
 import random
