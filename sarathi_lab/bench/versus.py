@@ -44,18 +44,18 @@ class Workload:
     requests: int
     prompt_len: tuple[int, int]
     new_tokens: tuple[int, int]
-    token_budget: int  # sarathi_lab's chunk / token budget and vLLM's max_num_batched_tokens
-    batch_size: int    # the most requests running at once; transformers' static batch
 
 
 WORKLOADS = {
     # Prefill-heavy serving: 16 requests of 64-512 prompt tokens, 32 new tokens each.
-    "mixed": Workload(16, (64, 512), (32, 32), token_budget=256, batch_size=16),
+    "mixed": Workload(16, (64, 512), (32, 32)),
     # Decode-heavy: short prompts, 256 new tokens each.
-    "decode": Workload(16, (16, 64), (256, 256), token_budget=256, batch_size=16),
+    "decode": Workload(16, (16, 64), (256, 256)),
 }
-SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8), token_budget=64, batch_size=2),
-                   "decode": Workload(3, (8, 16), (24, 24), token_budget=64, batch_size=2)}
+SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)), "decode": Workload(3, (8, 16), (24, 24))}
+# Every workload's token budget (sarathi_lab's chunk and vLLM's max_num_batched_tokens) and batch (the
+# most requests running at once; transformers' static batch), at full and at smoke sizes.
+BUDGET_BATCH, SMOKE_BUDGET_BATCH = (256, 16), (64, 2)
 
 Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
 
@@ -109,7 +109,8 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     return first, prefix / sum(len(x) for x in a)
 
 
-def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[dict[str, Serve], dict]:
+def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: int,
+             batch: int) -> tuple[dict[str, Serve], dict]:
     """Every system as a function serving (prompts, new_tokens), and the engines by system name."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
@@ -117,11 +118,6 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[
     def generate(llm: LLM, prompts: list[list[int]], new_tokens: list[int]):
         return llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
 
-    budget = {w.token_budget for w in workloads.values()}
-    batch = {w.batch_size for w in workloads.values()}
-    if len(budget) > 1 or len(batch) > 1:
-        raise ValueError("the workloads of one run must share their token budget and batch size")
-    budget, batch = budget.pop(), batch.pop()
     max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
@@ -148,13 +144,14 @@ def run(args) -> pd.DataFrame:
     load = warn_if_loaded()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
     workloads = {name: table[name] for name in args.workloads}
+    budget, batch = SMOKE_BUDGET_BATCH if args.smoke else BUDGET_BATCH
     vocab = PRESETS[args.model].vocab_size
     wall, cpu = make_clock("wall"), make_clock("cpu")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.save_model or tmp
         hf = save_random_model(args.model, Path(model_dir), dtype, args.seed)
-        systems, engines = _systems(args, model_dir, hf, workloads)
+        systems, engines = _systems(args, model_dir, hf, workloads, budget, batch)
         names = list(systems)
         for wname, w in workloads.items():
             prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, vocab, args.seed)
@@ -190,7 +187,7 @@ def run(args) -> pd.DataFrame:
           f" | load1 at start {load:.2f}")
     for wname, w in workloads.items():
         print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
-              f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {w.token_budget}, batch {w.batch_size}")
+              f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {budget}, batch {batch}")
     print_table(frame, args.out, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
                 " transformers' time / this system's)", "{:.3f}",
                 extra={"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
