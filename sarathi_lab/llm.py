@@ -28,8 +28,7 @@ _ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
-        """``kwargs``: EngineConfig's fields; any other is a scheduler's knob (vllm's
-        max_num_batched_tokens), which the scheduler checks when it is built."""
+        """``kwargs``: EngineConfig's fields; any other is a scheduler's knob, checked when it is built."""
         engine = {key: kwargs.pop(key) for key in list(kwargs) if key in _ENGINE_FIELDS}
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
         self._build(plan_engine(EngineConfig(model=model, **engine)))

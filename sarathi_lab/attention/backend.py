@@ -19,8 +19,7 @@ class AttentionBackend(ABC):
     name: str
 
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
-        """Called once per iteration, before the forward pass, with one layer's key cache (every
-        layer's has the same layout); may set ``meta.plan``."""
+        """Called once per iteration before the forward, with one layer's key cache; may set ``meta.plan``."""
 
     @abstractmethod
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,

@@ -82,8 +82,7 @@ def resolve_dtype(args) -> torch.dtype:
 
 
 def engine_dtype(args) -> torch.dtype:
-    """The dtype the engine runs for ``--dtype`` (EngineConfig.torch_dtype), written back to
-    ``args.dtype``, which the tables are labelled with."""
+    """The dtype the engine runs for ``--dtype``, written back to ``args.dtype`` (the tables' label)."""
     resolve_dtype(args)
     dtype = EngineConfig(model=args.model, device=args.device, dtype=args.dtype).torch_dtype
     args.dtype = str(dtype).removeprefix("torch.")

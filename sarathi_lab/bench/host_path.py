@@ -48,8 +48,7 @@ class NoopModel:
 
 
 def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_model_len: int):
-    """The engine as LLM builds it for the model executor under sarathi_serve, with the no-op model
-    and no KV cache."""
+    """The engine as LLM builds it under sarathi_serve, over the no-op model and no KV cache."""
     from sarathi_lab.engine.block_manager import BlockManager
     from sarathi_lab.engine.clock import WallClock
     from sarathi_lab.engine.llm_engine import LLMEngine
@@ -130,8 +129,7 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
 
 
 def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model, kv_fits) -> dict:
-    """``kv_fits(tokens, kv_tokens)``: whether an iteration of so many tokens, reading so many
-    cached ones, fits on the GPU."""
+    """``kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
     records = [r for r, _ in steps]
 
     def median_us(values) -> float:

@@ -36,8 +36,7 @@ GEMMS = ("mkl", "onednn")
 
 
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether oneDNN can pack and run ``dtype`` weights here: bfloat16 and float16 need AVX-512 (or
-    AVX-NE-CONVERT), and on an AVX2-only CPU oneDNN refuses to pack them."""
+    """Whether oneDNN can pack and run ``dtype`` weights here (bfloat16 and float16 need AVX-512)."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         return False
     reduced = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}

@@ -52,8 +52,7 @@ def device_memory_bytes(device: torch.device) -> int:
 
 def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype: torch.dtype,
                    device: torch.device, available: int | None = None) -> int:
-    """KV cache blocks as EngineConfig's num_kv_blocks comment says; refuses (ConfigError) whatever would
-    not fit beside the weights."""
+    """KV cache blocks as EngineConfig's comment says; refuses what would not fit beside the weights."""
     shape, elem = Shape.of(hf), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     # cpu_linear's packed copies of the weights (two, or one where the few-row kernel takes no dtype),

@@ -49,8 +49,7 @@ class _Hooks:
 
 
 def forward_timer(llm, batch: ScheduledBatch):
-    """A function that runs one forward of ``batch`` and returns its seconds on the engine's clock,
-    after one untimed forward so that first-call costs stay out."""
+    """A function timing one forward of ``batch`` on the engine's clock, after one untimed forward."""
     runner, clock = llm.engine.executor.runner, llm.engine.clock
     prepared = runner.prepare(batch)
 
@@ -64,8 +63,7 @@ def forward_timer(llm, batch: ScheduledBatch):
 
 
 def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
-    """Median seconds of one forward of ``batch``: ``total`` (timed bare) and each of OPS (timed
-    with hooks)."""
+    """Median seconds of one forward of ``batch``: ``total`` (timed bare) and each of OPS (hooked)."""
     forward = forward_timer(llm, batch)
     totals = [forward() for _ in range(reps)]
     hooks = _Hooks(llm.engine.executor.runner.model, llm.engine.clock)
