@@ -29,10 +29,8 @@ class AttentionBackend(ABC):
     @abstractmethod
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Causal attention of ``query`` ([T, heads, head_dim]) over each request's cached context.
-
-        Runs after ``write_kv``, so the cache already holds this step's keys. Returns [T, heads, head_dim].
-        """
+        """Causal attention of ``query`` ([T, heads, head_dim]) over each request's cached context, which
+        holds this step's keys already (``write_kv`` ran); returns [T, heads, head_dim]."""
 
 
 def make_backend(name: str, device: torch.device) -> AttentionBackend:

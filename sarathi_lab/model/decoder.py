@@ -1,8 +1,5 @@
-"""A LLaMA-family decoder (Llama, Mistral, Qwen2) over a flat hybrid token batch and a paged KV cache.
-
-Every linear layer runs once over all the batch's tokens, prefill chunks and decodes alike; only
-attention looks at request boundaries, through the AttentionMetadata.
-"""
+"""A LLaMA-family decoder (Llama, Mistral, Qwen2) over a flat hybrid token batch and a paged KV cache:
+every linear layer runs once over all the batch's tokens; only attention sees request boundaries."""
 from __future__ import annotations
 
 import torch
