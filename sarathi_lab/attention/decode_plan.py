@@ -2,6 +2,7 @@
 place, the rest gathered in groups of similar length (docs/cpu_engine.md). Decided once per iteration."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -68,13 +69,9 @@ def plan_decodes(meta: AttentionMetadata, block_size: int, device: torch.device)
 
 def _block_runs(table: list[int]):
     """(first, last) table positions of each run of consecutive block ids."""
-    j = 0
-    while j < len(table):
-        k = j
-        while k + 1 < len(table) and table[k + 1] == table[k] + 1:
-            k += 1
-        yield j, k
-        j = k + 1
+    for _, run in itertools.groupby(range(len(table)), key=lambda j: table[j] - j):
+        run = list(run)
+        yield run[0], run[-1]
 
 
 def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, device,
