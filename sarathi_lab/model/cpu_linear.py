@@ -68,6 +68,11 @@ def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int
     return None
 
 
+def describe(gemm: str, aten_rows: int | None) -> str:
+    """As runs record it: "onednn", or "onednn, aten from 768 rows"."""
+    return gemm if aten_rows is None else f"{gemm}, aten from {aten_rows} rows"
+
+
 class PackedLinear(nn.Module):
     """The ``nn.Linear``'s own parameters (shared: tied embeddings and ``state_dict`` unchanged) plus
     packed copies of the weight for ``gemm`` and for sarathi_kernels' few-row linear."""
@@ -138,12 +143,9 @@ def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None 
 
 
 def linear_gemm(module: nn.Module) -> str:
-    """How ``module``'s linear rows beyond the kernels' run, as a run records it ("auto" picks by the CPU):
-    "onednn", "onednn, aten from 768 rows", or "aten" where unpacked."""
-    m = next((m for m in module.modules() if isinstance(m, PackedLinear)), None)
-    if m is None:
-        return "aten"
-    return m.gemm if m.aten_rows is None else f"{m.gemm}, aten from {m.aten_rows} rows"
+    """How ``module``'s linear rows beyond the kernels' run (``describe``), or "aten" where unpacked: a run
+    records it, since "auto" picks by the CPU."""
+    return next((describe(m.gemm, m.aten_rows) for m in module.modules() if isinstance(m, PackedLinear)), "aten")
 
 
 def _replace(module: nn.Module, gemm: str, aten_rows: int | None):
