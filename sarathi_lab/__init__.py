@@ -1,8 +1,5 @@
-"""sarathi_lab: measure chunked prefill (SARATHI, Sarathi-Serve) on a real paged-KV engine.
-
-The public names are imported on first use, so that ``import sarathi_lab`` (and every CLI's
-``--help``) does not pay for torch and transformers before it needs them.
-"""
+"""sarathi_lab: measure chunked prefill (SARATHI, Sarathi-Serve) on a real paged-KV engine. The public
+names are imported on first use: ``import sarathi_lab`` (and every ``--help``) pays for no torch."""
 from __future__ import annotations
 
 import importlib

@@ -1,9 +1,6 @@
-"""The engine's configuration: one typed dataclass, checked once at the edge.
-
-A bad value fails before any work with one line naming the key, the value and what is allowed.
-This module is the bottom layer: it imports nothing of sarathi_lab, and torch only inside the
-checks that need the machine (so that the CLI's --help and config composition stay fast).
-"""
+"""The engine's configuration: one typed dataclass, checked once at the edge; a bad value fails with
+one line naming the key, the value and what is allowed. The bottom layer: it imports nothing of
+sarathi_lab, and torch only inside the checks that need the machine (--help stays fast)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,23 +16,19 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 log = logging.getLogger("sarathi_lab")
 
-# The choices the engine implements; tests hold the engine's registries to these names. Schedulers
-# are checked by their own registry (engine/scheduler), the one list of them, when one is built.
+# The choices the engine implements (schedulers are checked by their own registry when one is built).
 ATTENTIONS = ("auto", "torch", "triton")
-# Bytes per element of each dtype the engine runs (the simulator sizes memory with it, torch-free).
+# Bytes per element of each dtype the engine runs, for torch-free sizing.
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
-DEVICES = ("auto", "cpu", "cuda")
 CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
-EXECUTORS = ("model", "sim")
 SIM_COST_MODELS = ("roofline", "profile", "calibrated")
 # numpy's and torch's generators both take seeds in [0, 2**64).
 MAX_SEED = 2**64 - 1
 # The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and
-# sarathi-serve's block managers' default watermark (vidur's watermark_blocks_fraction).
+# sarathi-serve's default watermark.
 KV_WATERMARK = 0.01
-# The share of a GPU's memory the engine's weights and KV cache may take (vLLM's
-# gpu_memory_utilization default); the simulator sizes a simulated GPU's cache with it too.
+# The share of a GPU's memory the weights and KV cache may take (vLLM's gpu_memory_utilization default).
 GPU_MEMORY_UTILISATION = 0.9
 
 _KEY = re.compile(r"^[\w.\[\]]+(?==)")
@@ -43,9 +36,7 @@ _KEY = re.compile(r"^[\w.\[\]]+(?==)")
 
 class ConfigError(ValueError):
     """A configuration value that is not allowed; the message is one line: key, value, allowed.
-
-    ``key`` is the key the message starts with ("chunk_size=0 is invalid: ..."), so that a caller
-    that knows where the value came from can name it as the user wrote it (``at``)."""
+    ``key``: the key it starts with, which ``at`` renames to the key as the user wrote it."""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -68,7 +59,7 @@ class EngineConfig:
     # Per-iteration token budget of `sarathi_serve`, decodes included; None: the same as chunk_size.
     token_budget: int | None = None
     max_batch_size: int = 8
-    device: str = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: str = "bfloat16"
     seed: int = 0
     block_size: int = 16
@@ -76,56 +67,42 @@ class EngineConfig:
     # max_batch_size requests of max_model_len tokens (the paper's preallocation), capped by memory.
     num_kv_blocks: int | None = None
     kv_cache_gb: float | None = None
-    # Admission leaves this share of the blocks free (int(kv_watermark * blocks), as vLLM and
-    # sarathi-serve count it), so that running requests grow into it before one is preempted; the
-    # default cache is sized with it on top. 0: a request may take the last free block.
+    # Admission leaves int(kv_watermark * blocks) free for running requests to grow into before one is
+    # preempted; the default cache is sized with it on top.
     kv_watermark: float = KV_WATERMARK
     attention: str = "auto"
     max_model_len: int | None = None
-    # The scheduler's own knobs that are no field here ({knob: value}; vllm's max_num_batched_tokens),
-    # set by its YAML's `scheduler:` block or by LLM's other keyword arguments, and checked against
-    # its Config when it is built (engine/scheduler/base.py): a new knob needs no field here.
+    # The scheduler's own knobs ({knob: value}; vllm's max_num_batched_tokens), from its YAML or LLM's
+    # other keyword arguments, checked against its Config when it is built.
     scheduler_knobs: dict[str, Any] = field(default_factory=dict)
     # Forward passes run before a generate call's clock starts (kernel warm-up, allocator growth).
     warmup_iters: int = 2
     num_threads: int | None = None
-    # CPU linear layers: "auto" packs each weight once for the few-row kernel of decode batches and
-    # once for the GEMM of larger ones, MKL's packed SGEMM in float32 on an Intel CPU (where it was
-    # measured faster) and oneDNN's matmul otherwise (on a CPU without AVX-512, float32 batches of 768
-    # rows and more through F.linear, MKL's); "mkl" takes MKL's in float32 on any CPU; "onednn"
-    # oneDNN's for every dtype (faster than F.linear at every row count, three times the weights'
-    # memory; see model/cpu_linear.py); "aten" keeps F.linear (MKL).
+    # CPU linear layers over packed weights: "auto" picks by CPU and rows, "mkl" and "onednn" force
+    # that GEMM, "aten" keeps F.linear (docs/cpu_engine.md).
     cpu_linear: str = "auto"
-    # What runs a scheduled batch: "model" (the real forward pass on `device`) or "sim" (no weights:
-    # a cost model predicts each iteration's time on `sim_device` and a virtual clock advances by it).
-    executor: str = "model"
+    # "model": the real forward pass on `device`; "sim": a cost model's time on `sim_device`, a virtual clock.
+    executor: Literal["model", "sim"] = "model"
     sim_device: str = "h100"
     sim_cost_model: str = "roofline"
-    # An explicit KV cache (num_kv_blocks, kv_cache_gb) larger than sim_device's memory is refused,
-    # as the real engine refuses one larger than its device; True lets it run, for what-if batches
-    # the device could not hold (the papers' sweeps past an A6000's memory, experiments/sim/).
+    # True lets an explicit KV cache larger than sim_device's memory run, for what-if batches the
+    # device could not hold (the papers' sweeps past an A6000's memory).
     sim_kv_beyond_device: bool = False
-    # Tensor-parallel GPUs of sim_device that serve as one (Megatron-style, as Sarathi-Serve runs
-    # Yi-34B on two A100s): each holds 1/sim_tp of every layer's heads and MLP columns and of the
-    # KV cache, and two all-reduces per layer join them (sim/parallel.py); calibrated and profile read
-    # the all-reduce from NCCL times measured on A100/H100 nodes (sim/all_reduce.py).
+    # Tensor-parallel GPUs of sim_device serving as one, Megatron-style (sim/parallel.py).
     sim_tp: int = 1
 
     def __post_init__(self):
         check_fields(self)
-        _check_choice("device", self.device, DEVICES)
         _check_choice("dtype", self.dtype, DTYPES)
         _check_choice("attention", self.attention, ATTENTIONS)
         _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
-        _check_choice("executor", self.executor, EXECUTORS)
         _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
         for key in ("chunk_size", "max_batch_size", "block_size", "sim_tp"):
             check_positive(key, getattr(self, key))
         for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):
             if getattr(self, key) is not None:
                 check_positive(key, getattr(self, key))
-        # More threads than cores time their waits for a core (OpenMP's spinning threads crawl), and
-        # past a few thousand the OpenMP runtime crashed the process (SIGSEGV) as it started them.
+        # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
         cores = len(os.sched_getaffinity(0))
         if self.num_threads is not None and self.num_threads > cores:
             raise ConfigError(f"num_threads={self.num_threads} is invalid: this process may run on {cores} cores, "
@@ -187,9 +164,8 @@ class EngineConfig:
 
     @property
     def torch_dtype(self):
-        """The dtype the engine runs in. bfloat16 on a CPU without bf16 matrix instructions
-        (AVX512-BF16 or AMX) falls back to float32 with a one-line warning: there bf16 matmuls run
-        about 10x slower than float32, which would distort every prefill/decode cost ratio."""
+        """The dtype the engine runs in: bfloat16 on a CPU without bf16 matrix units runs as float32
+        (with one warning), since there its matmuls are far slower and would distort every cost ratio."""
         import torch
 
         if self.dtype == "bfloat16" and self.device_type == "cpu" and not cpu_has_bf16_units():
@@ -220,8 +196,7 @@ def cpu_has_bf16_units() -> bool:
 
 @functools.cache
 def cpu_has_onednn_fp16() -> bool:
-    """Whether oneDNN runs the float16 packed linear (model/cpu_linear.py) on this CPU: tried once on
-    a tiny weight, since torch exposes no flag for it (oneDNN wants avx_ne_convert or avx512_fp16)."""
+    """Whether oneDNN runs the float16 packed linear on this CPU: tried once, as torch has no flag for it."""
     import torch
 
     try:
@@ -233,8 +208,8 @@ def cpu_has_onednn_fp16() -> bool:
 
 
 def check_fields(obj: Any) -> None:
-    """Each field of a config dataclass against its annotation: int, float (finite), str, bool,
-    X | None, Literal[...], list[X], dict. bool is never an int here: `chunk=true` is never meant."""
+    """Each field of a config dataclass against its annotation (int, finite float, str, bool, X | None,
+    Literal, list[X], dict); a bool is never an int here."""
     hints = get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         if not dataclasses.is_dataclass(hints[f.name]):

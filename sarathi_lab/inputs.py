@@ -1,9 +1,6 @@
-"""What ``LLM.generate`` accepts, turned into plain Python values, or a TypeError/ValueError that
-names the argument, the position and what was given.
-
-Researchers hand over prompts from wherever they come: lists, tuples, numpy arrays, torch tensors,
-numpy integers. Anything integer-valued is a token id; bools, floats and strings are not.
-"""
+"""What ``LLM.generate`` accepts (lists, tuples, numpy arrays, torch tensors; any integer is a token id,
+bools, floats and strings are not), as plain Python values, or a TypeError/ValueError naming the
+argument, the position and what was given."""
 from __future__ import annotations
 
 import math
@@ -78,15 +75,13 @@ def per_request_ints(name: str, value: Any, n: int) -> list[int]:
     return values
 
 
-# The latest a request may arrive, in seconds after a run starts: a run waits for its arrivals, and
-# 1e9 s (or qps=1e-9) slept silently for decades. A day covers every serving benchmark; a longer
-# trace is compressed with workload.time_scale.
+# The latest a request may arrive, in seconds after a run starts (a run waits for its arrivals): a day
+# covers every serving benchmark; a longer trace is compressed with workload.time_scale.
 ARRIVAL_HORIZON_S = 86_400.0
 
 
 def arrival_list(value: Any, n: int) -> list[float]:
-    """Arrival times, seconds after the call starts: finite, >= 0 (NaN would stall the engine) and at
-    most ARRIVAL_HORIZON_S."""
+    """Arrival times, seconds after the call starts, each in [0, ARRIVAL_HORIZON_S]."""
     items = _as_list(value, integer=False)
     if items is None:
         raise TypeError(f"arrival_times must be a sequence of numbers; got {_describe(value)}")

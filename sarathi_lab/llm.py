@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
@@ -27,27 +26,9 @@ from sarathi_lab.sim import simulated_executor
 _ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 
-def _one_call_at_a_time(method):
-    """``method`` refused in one line while another call of it runs on the same LLM (another thread,
-    or re-entered from a callback): the engine's queues and request ids are one caller's, and two
-    interleaved calls failed deep inside with a KeyError."""
-    @functools.wraps(method)
-    def guarded(self, *args, **kwargs):
-        lock = self.__dict__.setdefault("_call_lock", threading.Lock())  # atomic under the GIL
-        if not lock.acquire(blocking=False):
-            raise RuntimeError(f"LLM.{method.__name__} is already running on this LLM (another thread, or "
-                               "a callback of the running call): one call at a time; give each thread its own LLM")
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            lock.release()
-    return guarded
-
-
 class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
-        """``kwargs``: EngineConfig's fields; any other is a scheduler's knob (vllm's
-        max_num_batched_tokens), which the scheduler checks when it is built."""
+        """``kwargs``: EngineConfig's fields; any other is a scheduler's knob, checked when it is built."""
         engine = {key: kwargs.pop(key) for key in list(kwargs) if key in _ENGINE_FIELDS}
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
         self._build(plan_engine(EngineConfig(model=model, **engine)))
@@ -64,8 +45,8 @@ class LLM:
         self.config = cfg = plan.config
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)
-        self.model_config, self.max_model_len, self.num_kv_blocks = plan.model_config, plan.max_model_len, plan.num_kv_blocks
-        self.dtype = plan.dtype
+        self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
+        self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
         # Before the weights are allocated: it refuses a cache smaller than what it reserves per request.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
@@ -78,6 +59,8 @@ class LLM:
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
+        # One generate call at a time (another thread's, a callback's): the engine's queues are one caller's.
+        self._call_lock = threading.Lock()
         if cfg.warmup_iters and cfg.executor == "model":
             self._warm_up()
 
@@ -90,7 +73,10 @@ class LLM:
         self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, self.dtype, device,
                                  cfg.seed, cfg.cpu_linear)
         self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None
-        self.kv_caches = self._allocate_kv_cache()
+        shape = self.plan.shape
+        cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads,
+                            shape.head_dim, dtype=self.dtype, device=device)
+        self.kv_caches = [(layer[0], layer[1]) for layer in cache]
         clock = WallClock(torch.cuda.synchronize if device.type == "cuda" else None)
         return ModelExecutor(ModelRunner(self.model, self.kv_caches, cfg.block_size, device), clock), clock
 
@@ -98,17 +84,24 @@ class LLM:
     def kv_capacity_tokens(self) -> int:
         return self.plan.kv_capacity_tokens
 
-    @_one_call_at_a_time
     def generate(self, prompts: Sequence_[Sequence_[int]], max_new_tokens: int | Sequence_[int] = 16,
                  sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """Generated token ids of each prompt, in input order. Greedy unless ``sampling`` says
-        otherwise. A prompt is any sequence of token ids (list, tuple, numpy or torch integers).
-        ``max_concurrency`` caps the requests in the system at once, as a client with that many
-        connections would. Per-iteration and per-request records of this call land in
-        ``self.metrics``. Whatever happens inside (an exception in ``on_iteration``, Ctrl-C), the
-        engine stays reusable."""
+        """Generated token ids of each prompt (any sequence of integer ids), in input order; greedy unless
+        ``sampling`` says otherwise. ``max_concurrency`` caps the requests in the system at once, as a
+        client with that many connections would. This call's records land in ``self.metrics``; the
+        engine stays reusable whatever happens inside (an exception in ``on_iteration``, Ctrl-C)."""
+        if not self._call_lock.acquire(blocking=False):
+            raise RuntimeError("LLM.generate is already running on this LLM (another thread, or a callback "
+                               "of the running call): one call at a time; give each thread its own LLM")
+        try:
+            return self._generate(prompts, max_new_tokens, sampling, arrival_times, on_iteration,
+                                  max_concurrency)
+        finally:
+            self._call_lock.release()
+
+    def _generate(self, prompts, max_new_tokens, sampling, arrival_times, on_iteration, max_concurrency):
         sampling = sampling or SamplingParams()
         if not isinstance(sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
@@ -141,15 +134,9 @@ class LLM:
         if reason is not None:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with max_new_tokens={max_new_tokens} {reason}")
 
-    def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        shape, cfg = self.plan.shape, self.config
-        cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads, shape.head_dim,
-                            dtype=self.dtype, device=cfg.torch_device)
-        return [(layer[0], layer[1]) for layer in cache]
-
     def _warm_up(self) -> None:
         """Run the real path on a throwaway request so that first-call costs stay out of the records."""
-        # As long as a request can be that is admitted alone beside the watermark.
+        # No longer than a request admitted alone beside the watermark.
         length = max(1, min(self.config.chunk_size, self.max_model_len - self.config.warmup_iters, 256,
                             self.block_manager.admissible_tokens - self.config.warmup_iters))
         self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,

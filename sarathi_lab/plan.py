@@ -1,11 +1,6 @@
 """One run's engine plan, made once: the model's config and shape, the longest request, the KV
-cache's blocks, the dtype, and the simulator's cost model where it is simulated.
-
-Everything downstream reads the plan instead of deciding again: LLM builds the engine from it, the
-harness's preflight checks a workload against it before any result is deleted, and both ask the
-scheduler it builds whether a request fits (``Scheduler.refusal``), so that the two can never
-disagree on the cache's size or on what fits in it.
-"""
+cache's blocks, the dtype, and the simulator's cost model. LLM and the harness's preflight both read
+it, and ask the scheduler it builds whether a request fits, so they never disagree on what fits."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +21,7 @@ from sarathi_lab.sim import simulated_cost_model, simulated_kv_blocks
 
 @dataclass(frozen=True)
 class ModelLimits:
-    """What the model allows, known before the engine's other settings are final (the harness tunes
-    the token budget for a workload that the context bounds)."""
+    """What the model allows, known before the engine's other settings are final."""
     config: PretrainedConfig
     max_model_len: int
 
@@ -44,8 +38,7 @@ class EnginePlan:
     shape: Shape
     max_model_len: int
     num_kv_blocks: int
-    # What the engine computes in: bfloat16 runs as float32 on a CPU without bf16 units; a
-    # simulated device runs what was asked.
+    # What the engine computes in (EngineConfig.torch_dtype; a simulated device runs what was asked).
     dtype: torch.dtype
     # The simulator's (executor=sim), None for the real model.
     cost_model: Any = None

@@ -54,7 +54,7 @@ class FakeRunner:
     def fuses_argmax(self, prepared) -> bool:
         return True
 
-    def forward_argmax(self, prepared):
+    def forward(self, prepared, argmax=False):
         self.log.append("forward")
         return [7] * len(prepared.decodes)
 

@@ -1,12 +1,12 @@
-"""The interface every attention backend implements, and the registry that picks one by name."""
+"""The interface every attention backend implements, and the one place that picks one by name."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 
 import torch
 
 from sarathi_lab.attention.metadata import AttentionMetadata
+from sarathi_lab.config import ATTENTIONS
 
 # The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
 # the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
@@ -19,8 +19,7 @@ class AttentionBackend(ABC):
     name: str
 
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
-        """Called once per iteration, before the forward pass, with one layer's key cache (every
-        layer's has the same layout); may set ``meta.plan``."""
+        """Called once per iteration before the forward, with one layer's key cache; may set ``meta.plan``."""
 
     @abstractmethod
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -30,24 +29,8 @@ class AttentionBackend(ABC):
     @abstractmethod
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Causal attention of ``query`` ([T, heads, head_dim]) over each request's cached context.
-
-        Runs after ``write_kv``, so the cache already holds this step's keys. Returns [T, heads, head_dim].
-        """
-
-
-_BACKENDS: dict[str, Callable[[], AttentionBackend]] = {}
-
-
-def register_backend(name: str):
-    def wrap(cls):
-        cls.name = name
-        _BACKENDS[name] = cls
-        return cls
-    return wrap
-
-
-ATTENTION_CHOICES = ("auto", "torch", "triton")
+        """Causal attention of ``query`` ([T, heads, head_dim]) over each request's cached context, which
+        holds this step's keys already (``write_kv`` ran); returns [T, heads, head_dim]."""
 
 
 def make_backend(name: str, device: torch.device) -> AttentionBackend:
@@ -55,9 +38,11 @@ def make_backend(name: str, device: torch.device) -> AttentionBackend:
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
     if name == "triton":
-        import sarathi_lab.attention.triton_backend
-    else:
-        import sarathi_lab.attention.torch_backend  # noqa: F401
-    if name not in _BACKENDS:
-        raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTION_CHOICES)}")
-    return _BACKENDS[name]()
+        from sarathi_lab.attention.triton_backend import TritonAttention
+
+        return TritonAttention()
+    if name == "torch":
+        from sarathi_lab.attention.torch_backend import TorchAttention
+
+        return TorchAttention()
+    raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTIONS)}")

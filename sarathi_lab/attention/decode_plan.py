@@ -1,14 +1,8 @@
-"""How the torch backend's sdpa path reads an iteration's decodes, decided once per iteration.
-
-Each decode's context is split into runs of consecutive cache blocks long enough to attend in
-place, as views of the cache (a prompt's blocks are allocated together, so its prefix is usually
-one run), and the rest (blocks added one at a time while decoding), which is gathered. Gathered
-parts are padded only within groups of similar length, so a short request does not copy and attend
-over the padding of the longest one. Runs in place need the CPU flash kernel's log-sum-exp to merge
-the parts; elsewhere everything is gathered.
-"""
+"""How the torch backend's sdpa path reads an iteration's decodes: runs of consecutive blocks in
+place, the rest gathered in groups of similar length (docs/cpu_engine.md). Decided once per iteration."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -33,9 +27,8 @@ class DecodeGroup:
     # [n, 1, 1, nblocks * block_size], True/0 where a key is attended (bool for F.sdpa, additive
     # float for the flash op); None if all contexts are equal.
     mask: torch.Tensor | None
-    # [n, 1, nblocks * block_size, 1], True at the padding keys the mask hides; None with no mask.
-    # The mask alone does not keep them out: a block's unwritten slots hold whatever its previous
-    # owner left (inf after a float16 overflow, NaN), and NaN or inf times a zero weight is NaN.
+    # [n, 1, nblocks * block_size, 1], True at the padding keys the mask hides (zeroed: a block's
+    # unwritten slots may hold a previous owner's NaN or inf, and NaN times a zero weight is NaN).
     pad: torch.Tensor | None = None
 
 
@@ -76,13 +69,9 @@ def plan_decodes(meta: AttentionMetadata, block_size: int, device: torch.device)
 
 def _block_runs(table: list[int]):
     """(first, last) table positions of each run of consecutive block ids."""
-    j = 0
-    while j < len(table):
-        k = j
-        while k + 1 < len(table) and table[k + 1] == table[k] + 1:
-            k += 1
-        yield j, k
-        j = k + 1
+    for _, run in itertools.groupby(range(len(table)), key=lambda j: table[j] - j):
+        run = list(run)
+        yield run[0], run[-1]
 
 
 def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, device,

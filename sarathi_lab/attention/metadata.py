@@ -1,10 +1,7 @@
-"""What one forward pass needs to know about its hybrid batch, as tensors.
-
-The Sarathi layout: the flat token batch holds the prefill chunks of ``num_prefills`` requests
-first, then one token for each of ``num_decodes`` requests. Request ``i`` owns query rows
-``query_start_loc[i]:query_start_loc[i+1]`` and, after this step's keys are written, its first
-``seq_lens[i]`` cache slots: the tokens already cached plus the rows of this chunk.
-"""
+"""What one forward pass needs to know about its hybrid batch, as tensors: the prefill chunks of
+``num_prefills`` requests first, then one token for each of ``num_decodes``. Request ``i`` owns query
+rows ``query_start_loc[i]:query_start_loc[i+1]`` and, once this step's keys are written, its first
+``seq_lens[i]`` cache slots."""
 from __future__ import annotations
 
 from dataclasses import dataclass

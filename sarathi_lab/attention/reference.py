@@ -1,10 +1,6 @@
-"""The attention every backend and kernel is held to: each request's context gathered from its
-cache blocks, then PyTorch's ``scaled_dot_product_attention``, causal and aligned bottom-right.
-
-Plain and slow on purpose (one request at a time, a fresh gather per call, nothing planned or
-reused): the oracle of the Triton kernels, the CPU decode kernel, the torch backend and
-kernels/check_gpu.py. Unwritten cache slots (even NaN) are never read.
-"""
+"""The attention every backend and kernel is held to: each request's context gathered from its cache
+blocks, then PyTorch's causal ``scaled_dot_product_attention``, aligned bottom-right. Plain and slow on
+purpose (one request at a time, nothing planned or reused); unwritten cache slots are never read."""
 from __future__ import annotations
 
 import torch

@@ -1,18 +1,6 @@
-"""Paged attention in PyTorch: the CPU path (optimised; attention/reference.py is the plain version).
-
-On the CPU in float32 or bfloat16 an iteration's attention is two calls of the C++ kernels
-(``sarathi_kernels.cpu_attention``), both reading keys and values in place from their cache blocks:
-one for every prefill chunk (few, long, compute-bound), one for every decode (many, one query each,
-memory-bound). Elsewhere, or when those kernels cannot be built, prefill chunks run one request at a
-time through ``scaled_dot_product_attention`` over the request's context gathered from its cache
-blocks, and decodes through it too, as ``decode_plan`` lays them out.
-
-Everything the layers of one iteration share (kernels or sdpa, the decode plan, the prefill masks)
-is built once by ``plan`` onto the metadata. The only thing kept between calls is a scratch
-workspace for gathered context, reused by every layer and iteration: a fresh allocation per layer
-cost more than the copy itself (tens of MB freshly mapped, page faulted on first touch; measured on
-cpu-small, benchmarks/RESULTS.md).
-"""
+"""Paged attention in PyTorch: the CPU path (attention/reference.py is the plain version). On the CPU
+the C++ kernels read keys and values in place; elsewhere sdpa over gathered contexts, decodes laid out
+by ``decode_plan`` (docs/cpu_engine.md). What an iteration's layers share is built once by ``plan``."""
 from __future__ import annotations
 
 import weakref
@@ -22,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from sarathi_kernels import cpu_attention
 
-from sarathi_lab.attention.backend import AttentionBackend, register_backend
+from sarathi_lab.attention.backend import AttentionBackend
 from sarathi_lab.attention.decode_plan import DecodePlan, plan_decodes
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.attention.reference import causal_lower_right, write_kv
@@ -37,15 +25,15 @@ class TorchPlan:
     prefill_masks: list[torch.Tensor | None]
 
 
-@register_backend("torch")
 class TorchAttention(AttentionBackend):
+    name = "torch"
+
     def __init__(self, cpu_kernel: bool = True):
         # False: always the sdpa paths (tests hold the two against each other).
         self.cpu_kernel = cpu_kernel
         self._workspace: torch.Tensor | None = None
-        # The kernels' plan depends on the cache alone, and the engine plans with the same cache every
-        # iteration: it is kept (with a weak reference to its cache) instead of rebuilt on the host,
-        # whose code and data are cold after a forward pass.
+        # The kernels' plan depends on the cache alone: kept (weakly keyed by it) rather than rebuilt
+        # on a host whose caches a forward pass has just flushed.
         self._kernel_plan: tuple[weakref.ref, TorchPlan] | None = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
@@ -104,21 +92,8 @@ class TorchAttention(AttentionBackend):
         return out
 
     def _decode(self, plan: DecodePlan, query, out, k_cache, v_cache, scale: float) -> None:
-        if not plan.runs:
-            for g in plan.groups:
-                q = query if g.rows is None else query.index_select(0, g.rows)
-                k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks, g.pad)
-                if g.mask is None:
-                    k, v = k[:, :, : g.ctx], v[:, :, : g.ctx]
-                o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=g.mask, scale=scale,
-                                                   enable_gqa=True).squeeze(2)
-                if g.rows is None:
-                    out.copy_(o)
-                else:
-                    out.index_copy_(0, g.rows, o)
-            return
-        # Parts with their log-sum-exp, merged below. Grouped-query heads ride as query rows:
-        # [n, kv_heads, heads / kv_heads, d] against [n, kv_heads, keys, d].
+        # With runs in place, parts with their log-sum-exp, merged below. Grouped-query heads ride as
+        # query rows: [n, kv_heads, heads / kv_heads, d] against [n, kv_heads, keys, d].
         n, heads, d = query.shape
         _, bs, kvh, _ = k_cache.shape
         outs, lses = [], []
@@ -127,9 +102,19 @@ class TorchAttention(AttentionBackend):
             k, v = self._gather(k_cache, v_cache, g.blocks, g.n, g.nblocks, g.pad)
             if g.mask is None:
                 k, v = k[:, :, : g.ctx], v[:, :, : g.ctx]
-            o, lse = _flash(q.reshape(g.n, kvh, heads // kvh, d), k, v, g.mask, scale)
-            outs.append(o.reshape(g.n, heads, d))
-            lses.append(lse.reshape(g.n, heads))
+            if plan.runs:
+                o, lse = _flash(q.reshape(g.n, kvh, heads // kvh, d), k, v, g.mask, scale)
+                outs.append(o.reshape(g.n, heads, d))
+                lses.append(lse.reshape(g.n, heads))
+                continue
+            o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=g.mask, scale=scale,
+                                               enable_gqa=True).squeeze(2)
+            if g.rows is None:
+                out.copy_(o)
+            else:
+                out.index_copy_(0, g.rows, o)
+        if not plan.runs:
+            return
         for i, b0, tokens in plan.runs:
             nblk = -(-tokens // bs)
             k = k_cache[b0 : b0 + nblk].view(1, nblk * bs, kvh, d)[:, :tokens].transpose(1, 2)

@@ -1,8 +1,5 @@
-"""Attention through the Triton kernels: one launch per layer for the whole hybrid batch.
-
-Unlike the torch backend there is no per-prefill Python loop and no padded decode batch: the kernel
-reads each request's context straight from its paged blocks.
-"""
+"""Attention through the Triton kernels: one launch per layer for the whole hybrid batch, reading each
+request's context straight from its paged blocks."""
 from __future__ import annotations
 
 try:
@@ -14,12 +11,13 @@ except ModuleNotFoundError as e:  # Triton is the gpu extra's: a CPU install has
     raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e ".[gpu]" '
                               "(or attention=torch)", name="triton") from None
 
-from sarathi_lab.attention.backend import AttentionBackend, register_backend
+from sarathi_lab.attention.backend import AttentionBackend
 from sarathi_lab.attention.metadata import AttentionMetadata
 
 
-@register_backend("triton")
 class TritonAttention(AttentionBackend):
+    name = "triton"
+
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
 

@@ -23,28 +23,21 @@ BENCHMARKS = {
 ALL = ("ceilings", "iteration", "overhead", "versus", "sampling")
 
 
-def usage() -> str:
-    lines = [__doc__, "", "benchmarks:"] + [f"  {name:18s} {what}" for name, what in BENCHMARKS.items()]
-    lines.append(f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage())
+        print("\n".join([__doc__, "", "benchmarks:", *(f"  {n:18s} {what}" for n, what in BENCHMARKS.items()),
+                         f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"]))
         return 0
     name, rest = argv[0], argv[1:]
-    if name == "all":
-        for each in ALL:
-            print(f"\n===== {each} =====", flush=True)
-            importlib.import_module(f"sarathi_lab.bench.{each}").main(rest)
-        return 0
-    if name not in BENCHMARKS:
+    if name not in (*BENCHMARKS, "all"):
         print(f"error: benchmark {name!r} is invalid: allowed are {', '.join([*BENCHMARKS, 'all'])} "
               "(python -m sarathi_lab.bench --help lists them)", file=sys.stderr)
         return 2
-    importlib.import_module(f"sarathi_lab.bench.{name}").main(rest)
+    for each in ALL if name == "all" else (name,):
+        if name == "all":
+            print(f"\n===== {each} =====", flush=True)
+        importlib.import_module(f"sarathi_lab.bench.{each}").main(rest)
     return 0
 
 

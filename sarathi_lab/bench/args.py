@@ -1,26 +1,30 @@
-"""The benchmarks' argument types: sizes, counts and ranges refused at parsing, in one line that
-argparse prefixes with the option (``argument --reps: '0' is invalid: must be an integer >= 1``),
-instead of a traceback (or a ceiling of 0 GB/s) minutes into a run. No heavy imports: every
-benchmark's ``--help`` reads these."""
+"""The benchmarks' argument types: a bad size, count or range is refused at parsing, in one line that
+argparse prefixes with the option. No heavy imports: every benchmark's ``--help`` reads these."""
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import PurePath
 
+from sarathi_lab import cli_args
+
 TABLE_SUFFIXES = (".csv", ".json")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in --help, but a flag's: ``--no-vllm`` stores False into ``vllm``,
-    whose default True printed as "--no-vllm ... (default: True)"."""
+    """Every option's default in --help, but a flag's (``--no-vllm ... (default: True)`` misleads)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         return action.help if action.nargs == 0 else super()._get_help_string(action)
 
 
+def bench_parser(spec, doc: str) -> cli_args.Parser:
+    """A benchmark's parser, named by its module's ``__spec__``, described by its docstring's top."""
+    return cli_args.Parser(prog=f"python -m {spec.name}", description=doc.split("\n\n")[0],
+                           formatter_class=HelpFormatter)
+
+
 def positive_int(text: str) -> int:
-    """An integer >= 1: a size, a count of repetitions, threads or requests."""
     try:
         value = int(text)
     except ValueError:
@@ -31,7 +35,6 @@ def positive_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    """A finite number > 0: a rate."""
     try:
         value = float(text)
     except ValueError:
@@ -42,8 +45,7 @@ def positive_float(text: str) -> float:
 
 
 def thread_count(text: str) -> int:
-    """Threads: an integer from 1 to the cores this process may run on. More threads than cores time
-    their waits for a core (OpenMP's spinning threads slow to a crawl), not the work."""
+    """Threads, at most the cores this process may run on (more would time their waits for a core)."""
     value = positive_int(text)
     cores = len(os.sched_getaffinity(0))  # profiling.machine.cores(), whose module imports torch
     if value > cores:
@@ -72,8 +74,7 @@ def hybrid_pairs(text: str) -> list[tuple[int, int]]:
 
 
 def names_of(allowed: tuple[str, ...]):
-    """A type for a comma list of names, each one of ``allowed`` (e.g. schedulers): a typo is
-    refused at parsing, not after the names before it have run."""
+    """A type for a comma list of names, each one of ``allowed``."""
     def names(text: str) -> list[str]:
         wanted = text.split(",")
         if not all(name in allowed for name in wanted):
@@ -95,8 +96,7 @@ def int_range(text: str) -> tuple[int, int]:
 
 
 def table_path(text: str) -> str:
-    """A file for the table, by its suffix (``common.write_table``): anything else was written as
-    CSV under the name given (results.JSON, results.parquet)."""
+    """A file for the table, whose suffix says its format (``common.write_table``)."""
     if PurePath(text).suffix not in TABLE_SUFFIXES:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must end in {' or '.join(TABLE_SUFFIXES)}")
     return text

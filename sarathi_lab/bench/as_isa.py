@@ -1,13 +1,9 @@
-"""``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]``: run one benchmark as another x86
-machine kind would run it, on this CPU (``sarathi_lab.profiling.isa`` says what is held to the
-kind's ISA and what is not emulated). The tables' machine line says which kind it was.
+"""``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]``: run one benchmark as another x86 machine
+kind would run it, on this CPU (docs/benchmarks.md); the tables' machine line says which kind it was.
+The environment is set, then this module starts again in a fresh interpreter: the libraries read their
+ISA settings when they load.
 
     python -m sarathi_lab.bench.as_isa avx2 iteration --dtype float32
-    python -m sarathi_lab.bench.as_isa avx512-vnni versus --dtype float32 --reps 2
-
-KIND is one of ``isa.KINDS``; the host must have that kind's instructions (an AVX-512 CPU can run
-as ``avx2``, not the other way round). The environment is set, then this module starts again in a
-fresh interpreter, because the libraries read their ISA settings when they load.
 """
 from __future__ import annotations
 
@@ -20,15 +16,11 @@ from sarathi_lab.profiling import isa
 from sarathi_lab.profiling.machine import cpu_flags
 
 
-def usage() -> str:
-    kinds = "\n".join(f"  {name:12s} {kind.what}" for name, kind in isa.KINDS.items())
-    return f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(BENCHMARKS)}"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or argv[0] in ("-h", "--help"):
-        print(usage())
+        kinds = "\n".join(f"  {name:12s} {kind.what}" for name, kind in isa.KINDS.items())
+        print(f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(BENCHMARKS)}")
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     name, bench, rest = argv[0], argv[1], argv[2:]
     if name not in isa.KINDS:

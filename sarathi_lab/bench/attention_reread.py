@@ -1,19 +1,13 @@
-"""How much attention time chunked prefill adds by re-reading the KV cache.
+"""How much attention time chunked prefill adds by re-reading the KV cache: one layer's attention for
+a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md).
 
-A prompt of L tokens prefilled in chunks of C makes chunk k attend over all k * C tokens before it,
-so the cache is read about (L / C + 1) / 2 times instead of once. This times one layer's attention
-for the chunked and the whole prefill and counts the KV bytes each reads, analytically
-(``sarathi_lab.profiling.attention.measure_reread``).
-
-    python -m sarathi_lab.bench.attention_reread --smoke
     python -m sarathi_lab.bench.attention_reread --seq-lens 2048,4096 --chunks 256,512 --out reread.csv
 """
 from __future__ import annotations
 
 import torch
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
+from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
@@ -21,8 +15,7 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 
 def main(argv: list[str] | None = None):
-    parser = cli_args.Parser(description=__doc__.split("\n\n")[0],
-                             formatter_class=HelpFormatter)
+    parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
     parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
@@ -36,8 +29,7 @@ def main(argv: list[str] | None = None):
     args = parser.parse_args(argv)
     apply_smoke(parser, argv, args, seq_lens=[256, 512], chunks=[64, 128], reps=2)
     if not any(C <= L for L in args.seq_lens for C in args.chunks):
-        # A chunk longer than the prompt is skipped (it would be the whole prefill): with none left
-        # the table was empty, and --out an empty file.
+        # A chunk longer than the prompt is skipped (it would be the whole prefill).
         parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
                      f"--seq-lens={','.join(map(str, args.seq_lens))}")
     if args.heads % args.kv_heads:

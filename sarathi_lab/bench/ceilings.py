@@ -2,12 +2,12 @@
 (``sarathi_lab.profiling.ceilings``).
 
     python -m sarathi_lab.bench.ceilings             # 256 MiB copy, 2048^3 matmul, float32
-    python -m sarathi_lab.bench.ceilings --smoke
 """
 from __future__ import annotations
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, positive_int
+from dataclasses import asdict
+
+from sarathi_lab.bench.args import bench_parser, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
     apply_smoke,
@@ -21,8 +21,7 @@ from sarathi_lab.profiling.machine import describe_machine
 
 
 def main(argv: list[str] | None = None) -> Ceilings:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.ceilings", description=__doc__.split("\n\n")[0],
-                             formatter_class=HelpFormatter)
+    parser = bench_parser(__spec__, __doc__)
     add_common_args(parser, clock=True)
     parser.add_argument("--copy-mib", type=positive_int, default=256, help="size of the copied buffer")
     parser.add_argument("--matmul-n", type=positive_int, default=2048, help="side of the square matmul")
@@ -34,7 +33,7 @@ def main(argv: list[str] | None = None) -> Ceilings:
     ceil = measure_ceilings(args.device, resolve_dtype(args), copy_mib=args.copy_mib, matmul_n=args.matmul_n,
                             reps=args.reps, clock=args.clock)
     print(describe_machine(args.device))
-    print_table([ceil.as_dict()], args.out, device=args.device)
+    print_table([asdict(ceil)], args.out, device=args.device)
     return ceil
 
 

@@ -1,24 +1,24 @@
-"""What the benchmarks' command lines share: arguments, threads, tables. What they measure with
-lives in ``sarathi_lab.profiling``."""
+"""What the benchmarks' command lines share: arguments, threads, the request mix, tables. What they
+measure with lives in ``sarathi_lab.profiling``."""
 from __future__ import annotations
 
 import argparse
 import copy
 import json
+import random
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import table_path, thread_count
+from sarathi_lab.bench.args import int_range, positive_int, table_path, thread_count
 from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
 
 
 def device_arg(text: str) -> str:
-    """--device: cpu, or cuda where there is one (torch.device raised on 'gpu' or 'cuda:1', and a
-    machine without CUDA on 'cuda', after the work had started)."""
+    """--device: cpu, or cuda where there is one, refused at parsing rather than after work started."""
     if text not in ("cpu", "cuda"):
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be cpu or cuda")
     if text == "cuda" and not torch.cuda.is_available():
@@ -61,23 +61,18 @@ def check_clock(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 
 def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
                 **sizes) -> None:
-    """With --smoke, these tiny sizes for every option the command line does not give itself: an
-    option given wins, as a Hydra debug config sits under the command line's overrides (before, --smoke
-    replaced ``--reps 5`` silently)."""
-    if args.smoke:
-        given = given_options(parser, argv)
-        for dest, value in sizes.items():
-            if dest not in given:
-                setattr(args, dest, value)
-
-
-def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
-    """The dests the command line sets itself, abbreviations and ``--opt=value`` included: the same
-    arguments parsed again with every default suppressed leave only those."""
+    """With --smoke, these tiny sizes for every option the command line does not give itself (an option
+    given wins, as the command line's overrides sit over a Hydra debug config)."""
+    if not args.smoke:
+        return
+    # The dests the command line sets (abbreviations, --opt=value): parsed again, defaults suppressed.
     probe = copy.deepcopy(parser)
     for action in probe._actions:  # not set_defaults: that puts its values into the namespace
         action.default = argparse.SUPPRESS
-    return set(vars(probe.parse_args(argv)))
+    given = vars(probe.parse_args(argv))
+    for dest, value in sizes.items():
+        if dest not in given:
+            setattr(args, dest, value)
 
 
 def resolve_dtype(args) -> torch.dtype:
@@ -87,9 +82,7 @@ def resolve_dtype(args) -> torch.dtype:
 
 
 def engine_dtype(args) -> torch.dtype:
-    """The dtype the engine runs for ``--dtype`` (bfloat16 runs as float32 on a CPU without bf16
-    units), written back to ``args.dtype``: what a benchmark of the engine measures its ceilings in,
-    and labels its tables with."""
+    """The dtype the engine runs for ``--dtype``, written back to ``args.dtype`` (the tables' label)."""
     resolve_dtype(args)
     dtype = EngineConfig(model=args.model, device=args.device, dtype=args.dtype).torch_dtype
     args.dtype = str(dtype).removeprefix("torch.")
@@ -102,15 +95,35 @@ def setup_threads(threads: int | None) -> int:
     return n
 
 
-def print_table(rows: list[dict], out: str | None = None, title: str | None = None,
-                float_format: str = "{:.3f}", device: str = "cpu") -> pd.DataFrame:
+def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,
+                  seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """Seeded random prompts and decode lengths, uniform in the given ranges."""
+    rng = random.Random(seed)
+    lens = [rng.randint(*prompt_len) for _ in range(requests)]
+    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lens]
+    return prompts, [rng.randint(*new_tokens) for _ in range(requests)]
+
+
+def add_workload_args(parser: argparse.ArgumentParser, *, requests: int, prompt_len: tuple[int, int],
+                      new_tokens: tuple[int, int]) -> None:
+    parser.add_argument("--requests", type=positive_int, default=requests)
+    parser.add_argument("--prompt-len", type=int_range, default=prompt_len, metavar="LO-HI",
+                        help="prompt lengths, uniform in [LO, HI]")
+    parser.add_argument("--new-tokens", type=int_range, default=new_tokens, metavar="LO-HI",
+                        help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: str | None = None,
+                float_format: str = "{:.3f}", device: str = "cpu", extra: dict | None = None) -> pd.DataFrame:
+    """Prints the table; with ``out``, also writes it there (``extra``: the JSON's other keys)."""
     table = pd.DataFrame(rows)
     if title:
         print(f"\n## {title}")
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(table.to_string(index=False, float_format=lambda x: float_format.format(x)))
     if out:
-        write_table(table, out, device=device)
+        write_table(table, out, extra, device)
     return table
 
 

@@ -1,32 +1,20 @@
-"""The engine's host time per iteration against the GPU forward pass it would feed.
+"""The engine's host time per iteration against the GPU forward pass it would feed: the real engine
+loop for Llama-2-7B's shapes with a no-op forward, beside the H100 forward the simulator predicts for
+each batch (method: docs/benchmarks.md). Target: host time under 5% of that forward at every batch.
 
-Runs the real engine loop (scheduler, the real ``ModelRunner`` building the batch's tensors,
-sampling bookkeeping, the scheduler's update, the iteration's records) for Llama-2-7B's shapes,
-with the forward pass replaced by a no-op at the model seam: it allocates no weights and no KV
-cache (the block tables are the real ones, of the real sizes) and hands back one greedy token per
-sampled row. Each iteration's host time (its duration less the no-op forward) stands beside the
-forward time the simulator's cost model predicts on an H100 for the same batch. Target: host
-time under 5% of that forward at every batch.
-
-The attention backend is the no-op planner the Triton backend is (what the engine runs on CUDA);
-the tensors stay on the CPU, so the host-to-device copies and the kernel launches of a GPU's
-forward are not counted here.
-
-    python -m sarathi_lab.bench.host_path                  # decode 1-256 at 1K and 4K, hybrid chunk 512
-    python -m sarathi_lab.bench.host_path --smoke
     python -m sarathi_lab.bench.host_path --decode-batches 32,64 --contexts 2048 --reps 50
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import types
 
 import pandas as pd
 import torch
 
-from sarathi_lab.attention import AttentionBackend
-from sarathi_lab.bench.args import HelpFormatter, hybrid_pairs, positive_int, positive_ints, table_path
-from sarathi_lab.bench.common import apply_smoke, print_table, write_table
+from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints, table_path
+from sarathi_lab.bench.common import apply_smoke, print_table
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
@@ -39,55 +27,28 @@ BLOCK_SIZE = 16
 PREFILL_BUDGET = 2048
 
 
-class _NoAttention(AttentionBackend):
-    """Plans nothing per iteration, as the Triton backend; never attends (the forward is a no-op)."""
-
-    name = "none"
-
-    def write_kv(self, *args) -> None:
-        raise NotImplementedError
-
-    def attend(self, *args):
-        raise NotImplementedError
-
-
 class NoopModel:
-    """The model seam without a model: greedy tokens (or empty logits) of the shape the runner
-    expects, computed from nothing."""
+    """The model seam without a model: greedy tokens (or empty logits) of the shape the runner expects,
+    and the batch's metadata noted (its shape is read after the step, outside the time)."""
 
-    # Every sampled row's token comes from forward(argmax=True), as a GPU's greedy path would hand
-    # back one token per row; the logits of a GPU-sized batch would cost the CPU more than the host.
+    # Every sampled row's token from forward(argmax=True), as a GPU's greedy path hands back.
     argmax_rows = 1 << 30
+    # Plans nothing per iteration, as the Triton backend the engine runs on CUDA.
+    backend = types.SimpleNamespace(plan=lambda meta, k_cache: None)
 
     def __init__(self, vocab_size: int, token: int = 1):
-        self.backend = _NoAttention()
         self.vocab_size = vocab_size
         self.token = token
+        self.meta = None
 
     def __call__(self, input_ids, positions, kv_caches, meta, logits_indices, argmax: bool = False):
+        self.meta = meta
         n = len(logits_indices)
         return [self.token] * n if argmax else torch.empty(n, self.vocab_size)
 
 
-class _Recording:
-    """The executor seam, noting the batch it ran (one attribute set inside the timed step): its
-    shape as the cost model reads it is taken after the step, outside the time measured."""
-
-    def __init__(self, executor):
-        self.executor = executor
-        self.batch = None
-
-    def start(self, sampling) -> None:
-        self.executor.start(sampling)
-
-    def execute(self, batch):
-        self.batch = batch
-        return self.executor.execute(batch)
-
-
 def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_model_len: int):
-    """The engine as LLM builds it for the model executor under sarathi_serve, with the no-op model
-    and no KV cache."""
+    """The engine as LLM builds it under sarathi_serve, over the no-op model and no KV cache."""
     from sarathi_lab.engine.block_manager import BlockManager
     from sarathi_lab.engine.clock import WallClock
     from sarathi_lab.engine.llm_engine import LLMEngine
@@ -108,7 +69,7 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
     # The numpy path a CUDA device takes, not the CPU's own for small decode-only batches.
     runner.decode_lists = False
     clock = WallClock()
-    engine = LLMEngine(scheduler, _Recording(ModelExecutor(runner, clock)), clock)
+    engine = LLMEngine(scheduler, ModelExecutor(runner, clock), clock)
     engine.start(Metrics(), SamplingParams(ignore_eos=True))
     return engine
 
@@ -126,10 +87,9 @@ def _steps(engine, n: int) -> list[tuple]:
     out = []
     for _ in range(n):
         record = engine.step()
-        batch = engine.executor.batch
-        # After the step each request's num_computed includes this step's tokens.
-        shape = ([(c.num_tokens, c.seq.num_computed) for c in batch.prefills], [s.num_computed for s in batch.decodes])
-        out.append((record, shape))
+        meta = engine.executor.runner.model.meta
+        p, contexts = meta.num_prefills, meta.seq_lens_host
+        out.append((record, (list(zip(meta.query_lens_host[:p], contexts[:p])), contexts[p:])))
     return out
 
 
@@ -145,43 +105,31 @@ def _decoding(engine) -> None:
         pass
 
 
-def measure_decode(batch: int, context: int, reps: int, warmup: int) -> list[tuple]:
-    """``reps`` decode iterations of ``batch`` requests at about ``context`` tokens each."""
-    # Their prompts are prefilled first by the same engine loop, under a larger budget (the decode
-    # iterations timed do not reach it); the first ones decode meanwhile, a token an iteration.
-    budget = PREFILL_BUDGET + batch
-    new = _prefill_iterations(batch, context, PREFILL_BUDGET) + warmup + reps + 2
-    engine = build_engine(batch, budget, batch * -(-(context + new) // BLOCK_SIZE), context + new)
-    for seq in _requests(0, batch, context - 1, new):
-        engine.add_request(seq)
-    _decoding(engine)
-    steps = _steps(engine, warmup + reps)[warmup:]
-    if not all(r.num_decode_requests == batch and not r.num_prefill_tokens for r, _ in steps):
-        raise RuntimeError(f"decode {batch} at context {context}: the scheduler ran other batches")
-    return steps
-
-
-def measure_hybrid(chunk: int, decodes: int, context: int, reps: int, warmup: int) -> list[tuple]:
-    """``reps`` iterations of one ``chunk``-token prefill chunk beside ``decodes`` decodes at about
-    ``context`` tokens: a long prompt arrives once the decodes run, under a budget of chunk + decodes."""
-    runs = warmup + reps
-    prompt, new = chunk * (runs + 1), _prefill_iterations(decodes, context, chunk) + runs + 2
+def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
+    """``reps`` iterations of ``decodes`` decodes at about ``context`` tokens each, beside one
+    ``chunk``-token prefill chunk of a long prompt that arrives once they decode (0: none)."""
+    # The decodes' prompts are prefilled first by the same engine loop, under a budget the timed
+    # iterations do not reach (the chunk's, or PREFILL_BUDGET); the first ones decode meanwhile.
+    runs, prefill = warmup + reps, chunk or PREFILL_BUDGET
+    new = _prefill_iterations(decodes, context, prefill) + runs + 2
+    prompt = chunk * (runs + 1)
     max_len = max(context + new, prompt + 1)
-    engine = build_engine(decodes + 1, chunk + decodes, decodes * -(-(context + new) // BLOCK_SIZE)
-                          + -(-max_len // BLOCK_SIZE), max_len)
+    blocks = decodes * -(-(context + new) // BLOCK_SIZE) + (-(-max_len // BLOCK_SIZE) if chunk else 0)
+    engine = build_engine(decodes + bool(chunk), prefill + decodes, blocks, max_len)
     for seq in _requests(0, decodes, context - 1, new):
         engine.add_request(seq)
     _decoding(engine)
-    engine.add_request(_requests(decodes, 1, prompt, 1)[0])
+    if chunk:
+        engine.add_request(_requests(decodes, 1, prompt, 1)[0])
     steps = _steps(engine, runs)[warmup:]
     if not all(r.num_decode_requests == decodes and r.num_prefill_tokens == chunk for r, _ in steps):
-        raise RuntimeError(f"hybrid {chunk}+{decodes} at context {context}: the scheduler ran other batches")
+        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: the scheduler "
+                           "ran other batches")
     return steps
 
 
-def summarize(case: str, batch: int, context: int, chunk: int, steps: list[tuple], cost_model, kv_fits) -> dict:
-    """``kv_fits(tokens, kv_tokens)``: whether an iteration of so many tokens, reading so many
-    cached ones, fits on the GPU."""
+def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model, kv_fits) -> dict:
+    """``kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
     records = [r for r, _ in steps]
 
     def median_us(values) -> float:
@@ -193,7 +141,7 @@ def summarize(case: str, batch: int, context: int, chunk: int, steps: list[tuple
     # Each iteration's host time against its own batch's forward, then the median of those.
     frac = statistics.median(h / f for h, f in zip(host, forward))
     return {
-        "case": case, "batch": batch, "context": context, "chunk": chunk,
+        "case": "hybrid" if chunk else "decode", "batch": batch, "context": context, "chunk": chunk,
         "host_us": median_us(host),
         "schedule_us": median_us([r.schedule_time for r in records]),
         "prepare_us": median_us([r.prepare_time for r in records]),
@@ -222,31 +170,25 @@ def run(args) -> pd.DataFrame:
 
     rows = []
     for context in args.contexts:
-        for batch in args.decode_batches:
-            rows.append(summarize("decode", batch, context, 0, measure_decode(batch, context, args.reps, args.warmup),
-                                  cost_model, kv_fits))
-        for chunk, decodes in args.hybrid:
-            rows.append(summarize("hybrid", decodes, context, chunk,
-                                  measure_hybrid(chunk, decodes, context, args.reps, args.warmup), cost_model, kv_fits))
+        for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid:
+            steps = measure(decodes, context, chunk, args.reps, args.warmup)
+            rows.append(summarize(decodes, context, chunk, steps, cost_model, kv_fits))
     print(describe_machine("cpu"))
     print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one {GPU}"
           f" | median of {args.reps} iterations after {args.warmup} | load1 at start {load:.2f}")
-    table = print_table(rows, None, f"Host time per iteration vs the predicted {GPU} forward (target < {TARGET:.0%})",
-                        "{:.3f}")
+    table = print_table(rows, args.out, f"Host time per iteration vs the predicted {GPU} forward "
+                        f"(target < {TARGET:.0%})", extra={"model": MODEL, "gpu": GPU})
     if not table["kv_fits"].all():
         print(f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; its forward is"
               " the cost model's what-if")
     missed = table[~table["met"]]
     print(f"target: host time < {TARGET:.0%} of the predicted {GPU} forward at every batch: "
           + ("met" if missed.empty else f"missed at {len(missed)} of {len(table)}"))
-    if args.out:
-        write_table(table, args.out, {"model": MODEL, "gpu": GPU})
     return table
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.host_path", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32, 64, 128, 256],
                    help="decode batch sizes (requests)")
     p.add_argument("--contexts", type=positive_ints, default=[1024, 4096], help="each decode's context (tokens)")

@@ -1,31 +1,17 @@
-"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor.
+"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for decode,
+prefill and hybrid batches (method: docs/benchmarks.md).
 
-Each case is one synthetic batch driven through the engine's real path (``ModelRunner.prepare``,
-the model's forward over the paged KV cache, greedy sampling): decode-only batches, single prefill
-chunks, and hybrid batches (a prefill chunk riding with decodes, the Sarathi layout). The batch's
-requests hold their KV blocks as a served run leaves them (``--layout``): a prompt's blocks in one
-run, the blocks added while decoding scattered, so attention pays the gathers it pays there. The floor is max(bytes / copy bandwidth, flops /
-matmul rate) with the ceilings measured by this same run (``sarathi_lab.profiling.floors``), just
-before and just after each case, the higher of the two: on a shared VM the matmul rate moves
-between runs a minute apart, so one reading at the start would set a case's ratio as much as the
-case does; the higher of two adjacent readings keeps the floor at what the machine could do while
-the case ran.
-
-    python -m sarathi_lab.bench.iteration                    # cpu-small, the target cases
-    python -m sarathi_lab.bench.iteration --smoke
     python -m sarathi_lab.bench.iteration --decode-batches 1,8,32 --decode-context 1024 --reps 9
 """
 from __future__ import annotations
 
 import argparse
 import math
-import warnings
+from dataclasses import asdict
 
 import pandas as pd
-import torch
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, hybrid_pairs, positive_int, positive_ints
+from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints
 from sarathi_lab.bench.common import (
     add_common_args,
     apply_smoke,
@@ -33,7 +19,6 @@ from sarathi_lab.bench.common import (
     engine_dtype,
     print_table,
     setup_threads,
-    write_table,
 )
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
@@ -43,8 +28,7 @@ from sarathi_lab.profiling.ceilings import measure_ceilings
 from sarathi_lab.profiling.floors import Shape, floor
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
-# The CPU path's targets: decode at batch 8 within 2x of its floor, prefill chunks of 256 and 512
-# within 1.3x.
+# The CPU path's targets: (case, size) -> the most its time may be as a multiple of its floor.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
 
 
@@ -92,12 +76,10 @@ def run(args) -> pd.DataFrame:
     before = ceilings()
     config_kwargs = {"device": args.device, "dtype": args.dtype, "warmup_iters": 0, "cpu_linear": args.cpu_linear,
                          "max_batch_size": max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1])}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the bf16 fallback warning: the table says the dtype
-        num_blocks = blocks_needed(args, EngineConfig(model=args.model, **config_kwargs).block_size)
-        llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
+    num_blocks = blocks_needed(args, EngineConfig(model=args.model, **config_kwargs).block_size)
+    llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
     shape = Shape.of(llm.model_config)
-    elem = torch.tensor([], dtype=llm.dtype).element_size()
+    elem = llm.dtype.itemsize
     batches = SyntheticBatches(llm, seed=args.seed, layout=args.layout)
     rows = []
     for case in cases(args):
@@ -127,13 +109,12 @@ def run(args) -> pd.DataFrame:
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm})"
           f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
           f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after) | load1 at start {load:.2f}")
-    print_table(rows, None, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}")
-    if args.out:
-        write_table(table, args.out, {"ceilings": _ceiling_setup(before), "model": args.model, "dtype": args.dtype,
-                                      "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
-                                      "decode_context": args.decode_context, "layout": args.layout},
-                    device=args.device)
-    table.attrs["ceilings"] = _ceiling_setup(before)
+    setup = _ceiling_setup(before)
+    print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}",
+                args.device, {"ceilings": setup, "model": args.model, "dtype": args.dtype,
+                              "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
+                              "decode_context": args.decode_context, "layout": args.layout})
+    table.attrs["ceilings"] = setup
     return table
 
 
@@ -144,12 +125,11 @@ def _span(values: pd.Series) -> str:
 
 def _ceiling_setup(c) -> dict:
     """How the ceilings were measured; their values are the table's ceil_* columns, per case."""
-    return {k: v for k, v in c.as_dict().items() if k not in ("copy_gbps", "matmul_gflops")}
+    return {k: v for k, v in asdict(c).items() if k not in ("copy_gbps", "matmul_gflops")}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli_args.Parser(prog="python -m sarathi_lab.bench.iteration", description=__doc__.split("\n\n")[0],
-                        formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])

@@ -1,33 +1,24 @@
-"""Engine overhead: the share of each iteration spent outside the model's forward pass.
+"""Engine overhead: the share of each iteration spent outside the model's forward pass, split into the
+parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time.
 
-Serves a real workload through ``LLM.generate`` and splits every iteration's time
-(``IterationRecord.duration``) into the parts the engine records for each iteration: the forward
-pass, scheduling, batch preparation (tensors and attention metadata), sampling, and the rest (the
-engine's bookkeeping and metrics). Target: overhead under 5% of iteration time. The GPU suite's
-``overhead`` step measures with the same ``profiling.overhead.serve``, per iteration kind.
-
-    python -m sarathi_lab.bench.overhead                   # cpu-small, 16 requests, sarathi and vllm
-    python -m sarathi_lab.bench.overhead --smoke
     python -m sarathi_lab.bench.overhead --schedulers sarathi_serve --requests 32
 """
 from __future__ import annotations
 
 import argparse
-import warnings
 
 import pandas as pd
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
+from sarathi_lab.bench.args import bench_parser, names_of, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
+    add_workload_args,
     apply_smoke,
     engine_dtype,
+    make_workload,
     print_table,
     setup_threads,
-    write_table,
 )
-from sarathi_lab.bench.workload import add_workload_args, make_workload, workload_from_args
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
@@ -53,20 +44,20 @@ def measure(llm, prompts, new_tokens) -> dict:
 
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
+    from sarathi_lab.model import load_config
 
     engine_dtype(args)
     setup_threads(args.threads)
     load = warn_if_loaded()
-    prompts, new_tokens = make_workload(**workload_from_args(args, _vocab(args.model)))
+    prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
+                                        load_config(args.model).vocab_size, args.seed)
     # What orca and static reserve for each request: the workload's longest, not the model's context.
     max_len = max(len(p) + n for p, n in zip(prompts, new_tokens))
     rows = []
     for name in args.schedulers:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
-                      max_model_len=max_len, device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks,
-                      cpu_linear=args.cpu_linear)
+        llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
+                  max_model_len=max_len, device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks,
+                  cpu_linear=args.cpu_linear)
         gemm = llm.cpu_gemm
         row = {"scheduler": name} | measure(llm, prompts, new_tokens)
         row["target"], row["met"] = TARGET, row["overhead_frac"] < TARGET
@@ -76,22 +67,13 @@ def run(args) -> pd.DataFrame:
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm})"
           f" | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
-    table = print_table(rows, None, "Share of iteration time outside the forward pass", "{:.4f}")
-    if args.out:
-        write_table(table, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                                      "cpu_gemm": gemm}, device=args.device)
-    return table
-
-
-def _vocab(model: str) -> int:
-    from sarathi_lab.model import load_config
-
-    return load_config(model).vocab_size
+    extra = {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear, "cpu_gemm": gemm}
+    title = "Share of iteration time outside the forward pass"
+    return print_table(rows, args.out, title, "{:.4f}", args.device, extra)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli_args.Parser(prog="python -m sarathi_lab.bench.overhead", description=__doc__.split("\n\n")[0],
-                        formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=names_of(scheduler_names()), default=["sarathi", "vllm"])

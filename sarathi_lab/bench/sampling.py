@@ -1,12 +1,6 @@
-"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms.
+"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms, flat and
+peaked, at each top_p (docs/benchmarks.md).
 
-Rows of logits as a decode iteration samples them: flat (scale 1: a random model's, which every
-sarathi_lab model is) and peaked (scale 12: closer to a trained model's), at each top_p. The two paths
-are timed alternately, medians reported, with the share of rows where they drew the same token (they
-differ only where float32 rounding decides a boundary: model/sampler.py, csrc/sample_cpu.cpp).
-
-    python -m sarathi_lab.bench.sampling                       # 16 rows x 32000, top_p 1 and 0.95
-    python -m sarathi_lab.bench.sampling --smoke
     python -m sarathi_lab.bench.sampling --rows 64 --top-p 0.9 --dtype float32
 """
 from __future__ import annotations
@@ -17,8 +11,7 @@ import statistics
 import torch
 from sarathi_kernels import cpu_ops
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, positive_int, positive_ints
+from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import make_clock
@@ -56,7 +49,7 @@ def measure(logits: torch.Tensor, params: SamplingParams, reps: int) -> dict:
 
 
 def main(argv: list[str] | None = None):
-    parser = cli_args.Parser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--rows", type=positive_int, default=16, help="rows sampled together (a decode batch)")
     parser.add_argument("--vocab", type=positive_int, default=32000)
     parser.add_argument("--top-p", type=_probabilities, default=[1.0, 0.95], help="comma list, each in (0, 1]")

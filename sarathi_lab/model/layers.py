@@ -1,9 +1,6 @@
-"""Building blocks of a LLaMA-family decoder that work on a flat token batch [T, hidden].
-
-On the CPU in float32 or bfloat16 each block's elementwise work runs as one fused C++ pass
-(``sarathi_kernels.cpu_ops``, rounding where these torch expressions round); elsewhere, or where
-those kernels cannot be built, the torch code below runs.
-"""
+"""Building blocks of a LLaMA-family decoder over a flat token batch [T, hidden]. On the CPU in float32
+or bfloat16 each block's elementwise work is one fused C++ pass (``sarathi_kernels.cpu_ops``, rounding
+as the torch code below does, which runs elsewhere)."""
 from __future__ import annotations
 
 import torch
@@ -59,9 +56,8 @@ class RotaryEmbedding(nn.Module):
             inv_freq, scaling = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, torch.device("cpu"))
         freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        # Float32 whatever the model's dtype (as transformers keeps its inv_freq), so not buffers,
-        # which a model-wide .to(dtype) would cast; they follow the positions' device on first use.
-        # Either way the torch path rounds each angle to the model's dtype once, when it reads it.
+        # Float32 whatever the model's dtype, as transformers keeps them: not buffers, which .to(dtype)
+        # would cast; they follow the positions' device on first use.
         self.cos, self.sin = emb.cos() * scaling, emb.sin() * scaling
 
     def forward(self, positions: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:

@@ -14,11 +14,8 @@ from sarathi_lab.model.cpu_linear import aten_from_rows, pack_linears, packed_ge
 from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
 from sarathi_lab.model.presets import PRESETS
 
-# Our fused parameter <- (Hugging Face parameter, shard index) in the order the shards are stacked.
-_FUSED = {
-    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
-    "gate_up_proj": ("gate_proj", "up_proj"),
-}
+# Our fused parameter <- the Hugging Face parameters stacked into it, in order.
+_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 log = logging.getLogger("sarathi_lab")
 
 
@@ -53,18 +50,13 @@ def load_config(model: str) -> PretrainedConfig:
         value = getattr(config, key, None)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ModelLoadError(f"model={model!r}: config.json's {key}={value!r} is invalid: must be an int >= 1")
-    check_checkpoint(path)
-    return config
-
-
-def check_checkpoint(path: Path) -> None:
-    """Every weight file's header readable and every shard an index names present, before any weight
-    is allocated; the tensors themselves are checked as they load (_load_safetensors)."""
+    # Every weight file's header readable before any weight is allocated (tensors are checked as they load).
     for file in _weight_files(path):
         if not file.is_file():
             raise ModelLoadError(f"model={str(path)!r}: the index names {file.name}, which is missing")
         with _open_weights(path, file):
             pass
+    return config
 
 
 def _first_line(e: BaseException) -> str:
@@ -73,8 +65,8 @@ def _first_line(e: BaseException) -> str:
 
 def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
                 dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str) -> CausalLM:
-    # Parameters are created in their final dtype: a 13B model built in float32 and then cast would
-    # take twice its memory at the peak (52 GB on a GPU), and the freed pages could block the cache.
+    # Parameters are created in their final dtype: built in float32 and cast, a model would take twice
+    # its memory at the peak.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -128,23 +120,14 @@ def _weight_files(path: Path) -> list[Path]:
     return files
 
 
-def _fused_kind(name: str) -> str | None:
-    return next((k for k in _FUSED if f".{k}." in name), None)
-
-
-def _num_shards(name: str) -> int:
-    kind = _fused_kind(name)
-    return len(_FUSED[kind]) if kind else 1
-
-
-def _our_name(hf_name: str) -> tuple[str, int | None]:
-    """model.layers.0.self_attn.k_proj.weight -> (layers.0.self_attn.qkv_proj.weight, 1)."""
+def _our_name(hf_name: str) -> tuple[str, str | None, int]:
+    """model.layers.0.self_attn.k_proj.weight -> (layers.0.self_attn.qkv_proj.weight, "qkv_proj", 1)."""
     name = hf_name.removeprefix("model.")
     for fused, parts in _FUSED.items():
         for i, part in enumerate(parts):
             if f".{part}." in name:
-                return name.replace(f".{part}.", f".{fused}."), i
-    return name, None
+                return name.replace(f".{part}.", f".{fused}."), fused, i
+    return name, None, 0
 
 
 def _open_weights(path: Path, file: Path):
@@ -166,16 +149,14 @@ def _load_safetensors(lm: CausalLM, path: Path) -> None:
     for file in _weight_files(path):
         with _open_weights(path, file) as f:
             for hf_name in f.keys():  # noqa: SIM118 (safetensors' handle is not iterable)
-                name, shard = _our_name(hf_name)
+                name, fused, shard = _our_name(hf_name)
                 if name not in params:
                     if "rotary_emb" in name:
                         continue
                     raise ModelLoadError(f"model={str(path)!r}: unexpected weight {hf_name}")
                 target = params[name]
-                if shard is not None:
-                    fused = _fused_kind(name)
-                    lo, hi = offsets[fused][shard], offsets[fused][shard + 1]
-                    target = target[lo:hi]
+                if fused:
+                    target = target[offsets[fused][shard] : offsets[fused][shard + 1]]
                 try:
                     tensor = f.get_tensor(hf_name)
                 except Exception as e:  # noqa: BLE001 - safetensors' own error types
@@ -189,7 +170,7 @@ def _load_safetensors(lm: CausalLM, path: Path) -> None:
     # A tied lm_head shares the embedding's storage, so it is filled when the embedding is.
     tied = lm.config.tie_word_embeddings
     missing = [n for n in params if not (tied and n == "lm_head.weight")
-               and filled.get(n, 0) < _num_shards(n)]
+               and filled.get(n, 0) < len(_FUSED.get(n.split(".")[-2], "?"))]
     if missing:
         raise ModelLoadError(f"model={str(path)!r}: weights missing from the checkpoint: {', '.join(missing[:5])}"
                              + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))

@@ -1,9 +1,5 @@
-"""How much a model and its KV cache take, computed from shapes before anything is allocated.
-
-Every size the engine will allocate is checked here by arithmetic against the memory the device
-has, so that a config that cannot fit fails with one line before any work (and before a harness
-deletes a finished run to make room for it), never with an allocator error halfway through.
-"""
+"""How much a model and its KV cache take, computed from shapes before anything is allocated, so that a
+config that cannot fit fails with one line before any work, never with an allocator error halfway."""
 from __future__ import annotations
 
 import gc
@@ -56,14 +52,11 @@ def device_memory_bytes(device: torch.device) -> int:
 
 def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype: torch.dtype,
                    device: torch.device, available: int | None = None) -> int:
-    """KV cache blocks: an explicit count wins over a memory budget; with neither, enough for
-    ``max_batch_size`` full-context requests (the paper's preallocation), capped by memory.
-    Refuses (ConfigError) whatever would not fit beside the weights."""
+    """KV cache blocks as EngineConfig's comment says; refuses what would not fit beside the weights."""
     shape, elem = Shape.of(hf), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
-    # oneDNN or MKL keeps a packed copy of every linear weight beside the original, and in float32 and
-    # bfloat16 the few-row kernel another (model/cpu_linear.py); the rotary tables hold a float32
-    # cos and sin per position (and as much again while built).
+    # cpu_linear's packed copies of the weights (two, or one where the few-row kernel takes no dtype),
+    # and the rotary tables' float32 cos and sin per position (as much again while built).
     copies = 1
     if device.type == "cpu" and cfg.cpu_linear != "aten":
         copies = 3 if dtype in cpu_ops.DTYPES else 2

@@ -9,8 +9,8 @@ PRESETS: dict[str, PretrainedConfig] = {
     # A few M parameters: unit and end-to-end tests.
     "tiny": LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048),
-    # ~110M parameters: big enough that on a CPU a decode token costs several times a prefill token,
-    # as on a GPU. Multi-head attention like LLaMA-13B, the paper's main model.
+    # ~110M parameters: on a CPU a decode token costs several times a prefill token, as on a GPU;
+    # multi-head attention like LLaMA-13B, the paper's main model.
     "cpu-small": LlamaConfig(vocab_size=_LLAMA_VOCAB, hidden_size=768, intermediate_size=2048,
                              num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
                              max_position_embeddings=4096, tie_word_embeddings=True),

@@ -19,8 +19,7 @@ class PreparedBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    # Rows whose logits are needed: the last token of every request that reaches its end this step
-    # (batch.sampled, in the same order).
+    # Rows whose logits are needed, in batch.sampled's order.
     logits_indices: torch.Tensor
 
 
@@ -34,8 +33,8 @@ class ModelRunner:
         # Kept across iterations: each request's block table, updated with its new blocks only.
         self.tables = BlockTables()
         self.staging = HostStaging() if device.type == "cuda" else None
-        # On the CPU, decode-only batches from Python arrays (_cpu_decode_tensors): there the forward
-        # pass flushes the host's caches. bench.host_path turns it off to time the path a GPU takes.
+        # On the CPU, decode-only batches from Python arrays (_cpu_decode_tensors); bench.host_path
+        # turns it off to time the path a GPU takes.
         self.decode_lists = True
 
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
@@ -46,31 +45,23 @@ class ModelRunner:
         return prepared
 
     @torch.inference_mode()
-    def forward(self, prepared: PreparedBatch) -> torch.Tensor:
+    def forward(self, prepared: PreparedBatch, argmax: bool = False) -> torch.Tensor | list[int]:
+        """The sampled rows' logits; with ``argmax``, their greedy tokens from inside the LM head's kernel."""
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
-                          prepared.logits_indices)
+                          prepared.logits_indices, argmax=argmax)
 
     def fuses_argmax(self, prepared: PreparedBatch) -> bool:
-        """Whether forward_argmax serves this batch (its sampled rows within the model's argmax_rows)."""
+        """Whether forward(argmax=True) serves this batch (its sampled rows within argmax_rows)."""
         return 0 < len(prepared.logits_indices) <= self.model.argmax_rows
-
-    @torch.inference_mode()
-    def forward_argmax(self, prepared: PreparedBatch) -> list[int]:
-        """The greedy tokens of forward's logits, taken inside the LM head's kernel."""
-        return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
-                          prepared.logits_indices, argmax=True)
 
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
                   staging: HostStaging | None = None, decode_lists: bool = True) -> PreparedBatch:
-    """The batch as the forward pass reads it: token ids, positions, attention metadata. Reads
-    only block tables and token positions: no model, no cache. ``tables``: the requests' block
-    tables kept from earlier iterations (by default a fresh set, which reads every table whole);
-    ``staging``: the pinned host buffer for a CUDA device (by default a pageable one, copied synchronously).
-
-    Python visits each request a few times and never a token: positions, cache slots, the sampled
-    rows and the padded block tables are numpy's work over the whole batch. A decode-only batch
-    on the CPU takes _cpu_decode_tensors instead, unless ``decode_lists`` is False."""
+    """The batch as the forward pass reads it: token ids, positions, attention metadata, from block
+    tables and token positions alone. ``tables``: the block tables kept from earlier iterations
+    (default: a fresh set); ``staging``: the pinned host buffer for a CUDA device (default: pageable).
+    Per-token work is numpy's over the whole batch; a decode-only CPU batch takes _cpu_decode_tensors
+    unless ``decode_lists`` is False."""
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
     if not prefills and decode_lists and device.type == "cpu":
@@ -96,9 +87,8 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     else:  # one token per request
         query_start_loc = np.arange(len(seqs) + 1)
         token_req, positions, seq_lens = query_start_loc[:-1], start, start + 1
-    # Each request's blocks up to its context (its whole table under the paged schedulers; under orca
-    # and static, which reserve max_model_len tokens' blocks from admission, the prefix), zero after,
-    # so that the tables stay as wide as the longest context rather than max_model_len.
+    # Each request's blocks up to its context, zero after (orca and static reserve blocks beyond it):
+    # the tables stay as wide as the longest context rather than max_model_len.
     cached = (seq_lens + (bs - 1)) // bs
     block_tables = tables.table[rows, : int(cached.max())]
     slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
@@ -110,8 +100,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
         reserved = np.flatnonzero(spare)
         past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
         block_tables[reserved] = np.where(past, 0, block_tables[reserved])
-    # Rows whose logits are needed: the last token of each request whose chunk reaches its end. A
-    # decode always does: it is a request with exactly one token left to compute.
+    # The last token of each request whose chunk reaches its end (a decode always does).
     ends = query_start_loc[1:] - 1
     logits_indices = ends if all(c.samples for c in prefills) else ends[[c.samples for c in prefills]
                                                                          + [True] * len(decodes)]
@@ -127,23 +116,16 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
 
 
-# Block-table entries up to which a decode-only CPU batch copies its tables from the requests'
-# lists (a few microseconds per thousand entries) rather than gathering the kept rows, whose fixed
-# cost after a forward pass (the rows' update and numpy's fancy indexing, both cold) is several
-# tens of microseconds.
+# Block-table entries up to which a decode-only CPU batch copies its tables from the requests' lists
+# rather than gathering the kept rows, whose fixed cost is higher while the host's caches are cold.
 LIST_TABLE_ENTRIES = 4096
 
 
 def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> PreparedBatch:
-    """A decode-only batch's tensors on the CPU, each over its own Python array.
-
-    The numpy path's fixed cost is a dozen and a half distinct numpy and torch calls; in the engine
-    every one of them runs just after a forward pass has flushed their code from the caches, and so
-    costs several times its hot time, while a request's few scalars cost little more than one visit.
-    Here Python visits each decode once, and the arrays become tensors by one call repeated
-    (torch.frombuffer). Block tables come from the requests' lists while the batch's tables are
-    small, else from the kept rows in one gather (skipping the kept rows some iterations is safe:
-    they catch up from each request's list when next read)."""
+    """A decode-only batch's tensors on the CPU, each over its own Python array (torch.frombuffer),
+    visiting each decode once: cheaper than the numpy path's many calls after a forward pass has
+    flushed the host's caches (docs/cpu_engine.md). Block tables come from the requests' lists while
+    small, else from the kept rows (which catch up from each request's list when next read)."""
     n = len(decodes)
     ids, positions, slots, seq_lens = array("q"), array("q"), array("q"), array("i")
     width, reserved = 0, False

@@ -1,10 +1,6 @@
-"""Next-token choice from the logits of the requests that reached the end of their tokens.
-
-Sampling draws one uniform per row, keyed by (seed, request, position) and turned into a token by
-the row's inverse CDF. A request's tokens therefore depend on its own logits only, never on which
-scheduler batched it, beside whom, or whether it was preempted and recomputed; a stateful generator
-shared by the batch would hand each row whichever draw its place in the batch came to.
-"""
+"""Next-token choice from the logits of the requests that reached the end of their tokens. Each row's
+draw is keyed by (seed, request, position), so a request's tokens never depend on its batch
+(docs/cpu_engine.md)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,7 +24,7 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, keys: Sequence[tuple[int, int]] | None = None) -> list[int]:
         """``keys[i]`` is row i's (request key, position of the token it samples); greedy needs none."""
         if self.greedy:
-            # torch's CPU argmax is scalar code: 0.4 ms of a decode iteration's host work at 16 x 32000.
+            # torch's CPU argmax is scalar code.
             if cpu_ops.supports(logits) and logits.is_contiguous():
                 return cpu_ops.argmax(logits)
             return logits.argmax(dim=-1).tolist()
@@ -37,9 +33,7 @@ class Sampler:
                              f"keys {None if keys is None else len(keys)}")
         uniforms = [uniform(self.seed, request, position) for request, position in keys]
         if cpu_ops.supports(logits) and logits.is_contiguous():
-            # torch_draw's draw in one kernel (csrc/sample_cpu.cpp), the nucleus without sorting the
-            # rows: 16 flat rows of 32,000 at top_p 0.95 19.6 -> 0.74 ms, at top_p 1 0.94 -> 0.13 ms
-            # (2 Xeon cores; python -m sarathi_lab.bench.sampling).
+            # torch_draw's draw in one kernel (csrc/sample_cpu.cpp), the nucleus found without a sort.
             tokens = cpu_ops.sample(logits, self.temperature, self.params.top_p, uniforms)
             if tokens is not None:
                 return tokens
@@ -53,8 +47,7 @@ class Sampler:
         # tiny T, where (logits - max) / T only reaches -inf, which softmax takes as probability 0.
         shifted = logits - logits.amax(dim=-1, keepdim=True)
         probs = torch.softmax(shifted / self.temperature, dim=-1)
-        # NaN or +inf logits, or a row of -inf only, leave NaN in the row: the searches below would
-        # index outside it, or return the vocabulary's size as a token.
+        # NaN or +inf logits, or a row of -inf only, leave NaN: the search would land outside the row.
         if bool(torch.isnan(probs).any()):
             raise ValueError(f"sampling: logits rows {torch.isnan(probs).any(dim=-1).nonzero().flatten().tolist()} "
                              "hold NaN or +inf, or only -inf: no distribution to sample from")
@@ -77,18 +70,10 @@ class Sampler:
 
 def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
                  top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The rows' most likely tokens, most likely first, at least until each row's mass reaches
-    top_p: their probabilities, ids, running mass and the nucleus' size [rows, 1]. Likelier means a
-    higher logit: float32 probabilities of two logits one ulp apart can round equal (or reversed),
-    and a tie taken in id order put the less likely token first, another draw than the exact
-    inverse CDF's (the CPU kernel orders by the logits for the same reason). The nucleus is a
-    prefix of the sorted row: the most likely tokens until their mass reaches top_p, the one that
-    crosses it included (always the top one). A full sort of a 32000-token row takes ~1.6 ms
-    on a CPU core; a trained model's nucleus is mostly a few dozen tokens, which topk finds in a
-    fraction of that. Rows as flat as a random model's fall through to the sort. Tokens of equal
-    probability are in id order (the sort is stable), so that the draw is the same whichever path
-    found the nucleus and whatever the CPU: two tied tokens of a random row, ordered as topk or an
-    unstable sort pleased, gave another token than the inverse CDF's (tests/test_sampler.py)."""
+    """The rows' tokens by descending logit (ties in id order), at least until each row's mass reaches
+    top_p: their probabilities, ids, running mass and the nucleus' size [rows, 1] (the tokens until
+    the mass reaches top_p, the one crossing it included). topk for peaked rows, a stable sort for
+    flat ones: the same order either way (docs/cpu_engine.md)."""
     vocab = probs.shape[-1]
     for k in (64, 1024):
         if k >= vocab // 4:
@@ -111,7 +96,7 @@ def _ids_by_id_within_ties(top: torch.Tensor, ids: torch.Tensor) -> torch.Tensor
     """topk's ids with tokens of equal logit (``top``, in descending order) in id order, as the stable
     sort leaves them (topk orders ties as it pleases); their probabilities are equal too."""
     if not bool((top[:, 1:] == top[:, :-1]).any()):
-        return ids  # no ties: two sorts spared (a fifth of a peaked batch's sampling time)
+        return ids  # no ties: two sorts spared
     ids, by_id = ids.sort(dim=-1)
     return ids.gather(-1, top.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices)
 

@@ -1,10 +1,6 @@
-"""A decoder's shape and the arithmetic on it: parameters, bytes of weights, of a token's KV and of
-its activations, and the flops and bytes of one iteration.
-
-The one home of this arithmetic: the engine's memory plan (model/memory.py), the simulator's
-(sim/memory.py, sim/roofline.py) and the roofline floors (profiling/floors.py) all read it here.
-Torch-free: sizes are in elements times ``elem_bytes``.
-"""
+"""A decoder's shape and the arithmetic on it: parameters, bytes of weights, of a token's KV and of its
+activations, and the flops and bytes of one iteration. The one home of this arithmetic for the engine's
+memory plan, the simulator and the roofline floors; torch-free (sizes are elements times ``elem_bytes``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,10 +35,6 @@ class Shape:
         return self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * self.intermediate
 
     @property
-    def kv_elems_per_token_layer(self) -> int:
-        return 2 * self.kv_heads * self.head_dim
-
-    @property
     def num_parameters(self) -> int:
         per_layer = self.layer_linear_params + 2 * self.hidden  # two RMSNorm weights
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
@@ -53,7 +45,7 @@ class Shape:
 
     def kv_bytes_per_token(self, elem_bytes: int) -> int:
         """Keys and values of one token in every layer."""
-        return self.kv_elems_per_token_layer * self.layers * elem_bytes
+        return 2 * self.kv_heads * self.head_dim * self.layers * elem_bytes
 
     def activation_bytes_per_token(self, elem_bytes: int) -> int:
         """Peak live activations per token of one forward: the residual stream, the fused qkv output,

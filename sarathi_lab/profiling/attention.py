@@ -1,6 +1,5 @@
-"""Attention timed on its own, outside a model: the metadata of a paged batch, built the one way
-the engine builds it (``ModelRunner.prepare`` over requests with block tables), and one layer's
-attention for a prompt prefilled whole against in chunks (the KV re-read of chunked prefill)."""
+"""Attention timed on its own: a paged batch's metadata built the engine's way (``batch_tensors``), and
+one layer's attention for a prompt prefilled whole against in chunks (chunked prefill's KV re-read)."""
 from __future__ import annotations
 
 import torch
@@ -18,12 +17,9 @@ LLAMA_HEADS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM = 32, 8, 128
 def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int, block_size: int,
                 device: str | torch.device = "cpu", block_tables: torch.Tensor | None = None,
                 ) -> tuple[AttentionMetadata, int]:
-    """Metadata for a hybrid batch (the first ``num_prefills`` requests are prefill chunks, the rest
-    decodes of one token), and the number of cache blocks it needs.
-
-    Without ``block_tables`` each request gets randomly scattered blocks (torch's generator), and
-    one block is left unreferenced so a kernel reading outside its tables can be caught.
-    """
+    """Metadata for a hybrid batch (``num_prefills`` prefill chunks, then decodes), and the cache blocks
+    it needs. Without ``block_tables`` the blocks are scattered at random, one left unreferenced so
+    that a kernel reading outside its tables is caught."""
     if any(q != 1 for q in query_lens[num_prefills:]):
         raise ValueError(f"query_lens={query_lens}: a decode (after the first {num_prefills}) computes one token")
     need = [-(-s // block_size) for s in seq_lens]
@@ -55,10 +51,9 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
                    head_dim: int = LLAMA_HEAD_DIM, dtype: torch.dtype = torch.float32,
                    device: str | torch.device = "cpu", attention: str = "auto", block_size: int = 16,
                    reps: int = 5) -> dict:
-    """One layer's attention for an L-token prompt: whole prefill vs chunks of ``chunk`` tokens,
-    median milliseconds of each, and the KV bytes each reads (every attention call reads its
-    request's whole context once: ``AttentionMetadata.kv_tokens_read``). On CUDA the L2 cache is
-    flushed before every call, as the other layers of a real model would between two chunks."""
+    """One layer's attention for an L-token prompt, whole vs in chunks of ``chunk``: median ms of each
+    and the KV bytes each reads. On CUDA the L2 cache is flushed before every call, as the other
+    layers of a real model would."""
     device = torch.device(device)
     backend = make_backend(attention, device)
     blocks = -(-seq_len // block_size)
@@ -81,7 +76,6 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
     whole_meta, whole_fn = step(0, seq_len)
     chunks = [step(s, min(s + chunk, seq_len)) for s in range(0, seq_len, chunk)]
     whole_ms = time_ms(whole_fn)
-    # Each chunk is timed on its own and the medians summed.
     chunked_ms = sum(time_ms(fn) for _, fn in chunks)
     bytes_per_token = 2 * num_kv_heads * head_dim * k_cache.element_size()
     whole_bytes = whole_meta.kv_tokens_read * bytes_per_token

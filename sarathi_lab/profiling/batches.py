@@ -1,19 +1,8 @@
 """Hand-built iterations on a live engine: requests placed in its KV cache through its own block
-manager, so that a timed forward reads and writes the cache as a served iteration would.
-
-``layout`` says where each request's blocks lie:
-
-- allocated: as the block manager hands them out, request by request (the measurement tasks);
-- served: as a served run leaves them: a prompt's blocks are one run of consecutive blocks
-  (allocated together), the blocks a decode adds one at a time are scattered; a decode's context
-  is a prompt of 3/4 of it and generated tokens for the rest;
-- scattered: every block anywhere (attention gathers everything: the worst case);
-- contiguous: every request one run of blocks (the best case).
-
-For the last three the batches claim every free block of the cache at construction (``close()``
-gives them back) and lay each batch out afresh: runs from the lower half of the cache, scattered
-blocks from the upper half.
-"""
+manager, so that a timed forward reads and writes the cache as a served iteration would. ``layout``:
+allocated (as the block manager hands blocks out), served (a prompt's blocks one run, decode blocks
+scattered), scattered (the worst case) or contiguous (the best); the last three claim every free
+block at construction (``close()`` gives them back)."""
 from __future__ import annotations
 
 import random

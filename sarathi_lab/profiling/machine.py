@@ -1,49 +1,31 @@
-"""The machine a measurement ran on: CPU model, ISA features, cores, device, torch, load.
-
-One description for the run records (harness), the benchmarks' tables and the figures, so that
-numbers from different machines stay comparable. Features are read from the running machine,
-never assumed.
-"""
+"""The machine a measurement ran on (CPU model, ISA features, cores, device, torch, load): one
+description for the run records, the benchmarks' tables and the figures."""
 from __future__ import annotations
 
 import os
 import platform
 import warnings
-from pathlib import Path
 
 import torch
+from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.profiling import isa
 
-# The ISA features that decide which CPU paths run fast: AVX2/FMA everywhere in use here,
-# AVX-512, and the bf16 matrix instructions the engine needs to run bfloat16 on a CPU.
+# The ISA features that decide which CPU paths run fast (bfloat16 on a CPU needs the bf16 ones).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 # Above this 1-minute load average on the measured cores the numbers are taken under contention.
 QUIET_LOAD = 1.2
 
 
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
-
-
 def cpu_name() -> str:
-    for line in _cpuinfo():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> set[str]:
-    """Every feature flag the kernel reports for the first CPU (empty where /proc/cpuinfo is absent),
-    less those of the ISA the process is held below (profiling/isa.py)."""
-    line = next((line for line in _cpuinfo() if line.startswith("flags")), "")
-    flags = set(line.split(":", 1)[1].split()) if line else set()
+    """The first CPU's feature flags, less those of the ISA kind the process is held to (profiling/isa.py)."""
     kind = isa.active()
-    return {f for f in flags if kind[1].has(f)} if kind else flags
+    return {f for f in cpuinfo("flags").split() if kind is None or kind[1].has(f)}
 
 
 def cpu_isa() -> str:
@@ -76,13 +58,9 @@ def fast_dtype(device: str) -> str:
     return "bfloat16" if cpu_has_bf16_units() else "float32"
 
 
-def load_average() -> float:
-    return os.getloadavg()[0]
-
-
 def warn_if_loaded() -> float:
     """The 1-minute load average, with a one-line warning when other work shares the machine."""
-    load = load_average()
+    load = os.getloadavg()[0]
     if load > QUIET_LOAD:
         warnings.warn(f"1-min load average is {load:.2f} (> {QUIET_LOAD}): timings are taken under contention",
                       stacklevel=2)
@@ -93,7 +71,7 @@ def machine_record(device: torch.device | str = "cpu") -> dict:
     kind = isa.active()
     return {"device": device_name(device), "cpu": cpu_name(), "cores": cores(), "isa": cpu_isa(),
             "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "load1": round(load_average(), 2)}
+            "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
 
 
 def describe_machine(device: torch.device | str | None = None) -> str:

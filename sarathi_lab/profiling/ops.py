@@ -1,11 +1,7 @@
-"""One iteration's forward time, whole and split by operation as the paper's Fig. 3 and 7 split it.
-
-The split comes from forward hooks on every decoder layer's modules: ``qkv_proj`` (the paper's
-preproj), ``attention`` (rotary, KV write and attention proper: self_attn minus its two
-projections), ``o_proj`` (postproj), ``ffn`` (the gated MLP) and ``others`` (embedding, norms,
-residual adds, LM head). The hooks synchronise the device, which a GPU pays for, so the whole
-forward is also timed bare and that figure is the one to read as the iteration's time.
-"""
+"""One iteration's forward time, whole and split by operation as the paper's Fig. 3 and 7 split it:
+``qkv_proj`` (preproj), ``attention`` (self_attn less its projections), ``o_proj`` (postproj), ``ffn``
+and ``others``, from forward hooks. The hooks synchronise the device, so the whole forward is also
+timed bare, and that is the iteration's time."""
 from __future__ import annotations
 
 import statistics
@@ -53,8 +49,7 @@ class _Hooks:
 
 
 def forward_timer(llm, batch: ScheduledBatch):
-    """A function that runs one forward of ``batch`` and returns its seconds on the engine's clock,
-    after one untimed forward so that first-call costs stay out."""
+    """A function timing one forward of ``batch`` on the engine's clock, after one untimed forward."""
     runner, clock = llm.engine.executor.runner, llm.engine.clock
     prepared = runner.prepare(batch)
 
@@ -68,8 +63,7 @@ def forward_timer(llm, batch: ScheduledBatch):
 
 
 def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
-    """Median seconds of one forward of ``batch``: ``total`` (timed bare) and each of OPS (timed
-    with hooks)."""
+    """Median seconds of one forward of ``batch``: ``total`` (timed bare) and each of OPS (hooked)."""
     forward = forward_timer(llm, batch)
     totals = [forward() for _ in range(reps)]
     hooks = _Hooks(llm.engine.executor.runner.model, llm.engine.clock)

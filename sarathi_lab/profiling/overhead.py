@@ -1,6 +1,5 @@
-"""The engine's overhead, measured one way for ``python -m sarathi_lab.bench overhead`` and the GPU
-suite's ``overhead`` step: a workload served through ``LLM.generate``, each iteration's time split
-into the parts the engine records (IterationRecord)."""
+"""The engine's overhead, measured one way for ``bench overhead`` and the GPU suite: a workload served
+through ``LLM.generate``, each iteration's time split into the parts IterationRecord holds."""
 from __future__ import annotations
 
 import numpy as np

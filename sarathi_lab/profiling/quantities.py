@@ -28,13 +28,11 @@ def tile_jump(times: pd.Series, tile: int) -> float:
 
 
 def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
-    """Per (seq_len, batch_size, chunk; and seed, where there are several), from the medians of the
-    three iterations of ``task=piggyback``: a baseline decode token costs decode_only / B, a piggybacked one
-    (hybrid - chunk_alone) / (B - 1), what B - 1 decodes add to the chunk (the paper's Table 2
-    reading); ``gain`` is the decode throughput speedup, the first over the second."""
-    # chunk_align (none | tile), where the runs record it: an aligned and a fixed chunk are two points.
-    # Repeats (seeds) stay apart: the piggybacked cost is a difference of two times, and averaging a
-    # repeat where it vanished into noise with one where it did not makes a speedup neither measured.
+    """Per (seq_len, batch_size, chunk; chunk_align and seed where recorded), from the medians of
+    ``task=piggyback``'s three iterations: a baseline decode token costs decode_only / B, a piggybacked
+    one (hybrid - chunk_alone) / (B - 1) (the paper's Table 2 reading); ``gain`` is the first over the
+    second. Seeds stay apart: averaging a difference of two times that vanished into noise with one
+    that did not makes a speedup neither measured."""
     keys = ["seq_len", "batch_size", "chunk", *(["chunk_align"] if "chunk_align" in piggyback else []),
             *(["seed"] if "seed" in piggyback and piggyback.seed.nunique() > 1 else [])]
     ms = piggyback.pivot_table(index=keys, columns="iteration", values="ms")
