@@ -25,7 +25,8 @@ from sarathi_lab.bench import (
 from sarathi_lab.bench.common import apply_smoke
 from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
-from sarathi_lab.profiling.floors import Shape, floor, visible_pairs
+from sarathi_lab.model.shape import Shape, visible_pairs
+from sarathi_lab.profiling.floors import floor
 
 # One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
 SMOKE = ["--smoke", "--threads", "1"]

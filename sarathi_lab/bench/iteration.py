@@ -22,10 +22,11 @@ from sarathi_lab.bench.common import (
 )
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
 from sarathi_lab.profiling.ceilings import SMOKE as CEILING_SMOKE
 from sarathi_lab.profiling.ceilings import measure_ceilings
-from sarathi_lab.profiling.floors import Shape, floor
+from sarathi_lab.profiling.floors import floor
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 # The CPU path's targets: (case, size) -> the most its time may be as a multiple of its floor.

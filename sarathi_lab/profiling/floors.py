@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sarathi_lab.model.shape import Shape, iteration_cost, visible_pairs
-
-__all__ = ["Floor", "Shape", "floor", "iteration_cost", "visible_pairs"]
+from sarathi_lab.model.shape import Shape, iteration_cost
 
 
 @dataclass

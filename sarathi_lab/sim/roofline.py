@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.profiling.floors import Shape
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
