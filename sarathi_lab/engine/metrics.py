@@ -69,17 +69,13 @@ class RequestRecord:
         return self.finish - self.arrival
 
     @property
-    def tbts(self) -> list[float]:
-        return list(np.diff(self.token_times))
-
-    @property
     def tpot(self) -> float:
         """Time per output token after the first: (e2e - TTFT) / (output - 1); NaN for one token."""
         return (self.finish - self.first_token) / (self.output_len - 1) if self.output_len > 1 else float("nan")
 
     def meets(self, slo: SLO) -> bool:
         """Whether this finished request met every per-request target ``slo`` sets."""
-        itl_p99_s = float(np.percentile(self.tbts, 99)) if self.output_len > 1 else float("nan")
+        itl_p99_s = float(np.percentile(np.diff(self.token_times), 99)) if self.output_len > 1 else float("nan")
         checks = [(slo.ttft_s, self.ttft), (slo.tpot_s, self.tpot), (slo.e2e_s, self.e2e), (slo.tbt_p99_s, itl_p99_s)]
         # A one-token request has no TPOT or TBT, so it cannot miss those targets.
         return all(limit is None or math.isnan(value) or value <= limit for limit, value in checks)
@@ -99,10 +95,11 @@ class SLO:
 
 
 def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, float]:
-    values = [v for v in values if not math.isnan(v)]
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
     if len(values) == 0:
         return {f"{name}_p{p}{unit}": float("nan") for p in pcts}
-    arr = np.percentile(np.asarray(values, dtype=float), pcts)
+    arr = np.percentile(values, pcts)
     return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, arr)}
 
 
@@ -178,7 +175,7 @@ class Metrics:
         }
         out |= _pcts("ttft", [r.ttft for r in reqs])
         # vLLM's inter-token latency: the papers' time between tokens (TBT).
-        out |= _pcts("itl", [t for r in reqs for t in r.tbts])
+        out |= _pcts("itl", np.concatenate([np.diff(r.token_times) for r in reqs]) if reqs else [])
         out |= _pcts("e2el", [r.e2e for r in reqs])
         out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None])
         out |= _pcts("tpot", [r.tpot for r in reqs])
@@ -188,20 +185,18 @@ class Metrics:
             out |= {"goodput_rps": rate(met), "slo_attainment": met / len(reqs) if reqs else float("nan")}
         return out
 
-    def iteration_columns(self) -> dict[str, list]:
+    def iteration_columns(self) -> dict[str, np.ndarray]:
         """iterations.parquet by column, named with units ({} without iterations, as a table of no
-        rows has no columns). A table is built from columns without a dict per row, which for a
-        capacity search's hundreds of thousands of iterations cost more than serving them."""
+        rows has no columns): arrays of each field's type, filled straight from the records, since a
+        capacity search's trial has hundreds of thousands of them."""
         its = self.iterations
-        if not its:
-            return {}
-        return {ITERATION_COLUMNS.get(name, name): list(map(operator.attrgetter(name), its))
-                for name in (*ITERATION_FIELDS, "num_tokens")}
+        return {ITERATION_COLUMNS.get(name, name): np.fromiter(map(operator.attrgetter(name), its), dtype, len(its))
+                for name, dtype in _ITERATION_DTYPES.items()} if its else {}
 
     def iteration_rows(self) -> list[dict]:
-        """The same table one row per iteration."""
+        """The same table one row per iteration, of Python numbers."""
         columns = self.iteration_columns()
-        return [dict(zip(columns, values)) for values in zip(*columns.values())]
+        return [dict(zip(columns, values)) for values in zip(*(c.tolist() for c in columns.values()))]
 
     def request_rows(self) -> list[dict]:
         """requests.parquet: one row per request, columns named with units (vLLM's words)."""
@@ -226,7 +221,8 @@ REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens",
 
 # Field names in order (the records have slots, no __dict__: a long run holds many of them).
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (IterationRecord, RequestRecord)}
-ITERATION_FIELDS = _FIELDS[IterationRecord]
+_ITERATION_DTYPES = {f.name: np.int64 if f.type == "int" else np.float64 for f in fields(IterationRecord)} | {
+    "num_tokens": np.int64}
 
 
 def _row(record, columns: dict[str, str]) -> dict:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
@@ -263,10 +262,8 @@ def _serve(llm: LLM, workload: Workload) -> None:
 
 
 def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
-    """The results contract's tables (the iterations also W&B's history). The iterations' columns go
-    in as arrays: pandas infers a column's type from a list an element at a time."""
-    iterations = {name: np.asarray(values) for name, values in metrics.iteration_columns().items()}
-    return {"iterations": pd.DataFrame(iterations), "requests": pd.DataFrame(metrics.request_rows())}
+    """The results contract's tables (the iterations also W&B's history)."""
+    return {"iterations": pd.DataFrame(metrics.iteration_columns()), "requests": pd.DataFrame(metrics.request_rows())}
 
 
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:

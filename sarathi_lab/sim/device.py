@@ -75,13 +75,17 @@ class Device:
             if f.name.endswith("_efficiency") and value > 1:
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an efficiency is at most 1")
 
+# safe_load's rules, parsed by libyaml where PyYAML has it: a run loads device files several times
+# (its plan, its cost model, a sweep's preflight of every job) and the pure-Python parser is slow.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def load_device(name: str, dtype: str = "bfloat16") -> Device:
     if name == "cpu":
         return cpu_device(dtype)
     if name not in GPU_DEVICES:
         raise ConfigError(f"sim_device={name!r} is invalid: allowed values are {', '.join(DEVICES)}")
-    raw = yaml.safe_load((_DEVICES_DIR / f"{name}.yaml").read_text())
+    raw = yaml.load((_DEVICES_DIR / f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:
         raw["calibration"] = Calibration.from_dict(raw["calibration"], f"sim.device.{name}.calibration")
