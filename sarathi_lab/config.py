@@ -174,6 +174,10 @@ class EngineConfig:
         return getattr(torch, self.dtype)
 
 
+# Its keys: any other a caller hands over is a scheduler's knob (LLM, the Hydra schema, the schedulers).
+ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(EngineConfig))
+
+
 @functools.cache
 def _warn_bf16_fallback() -> None:
     # A log record, not warnings.warn: one line, once per process, without a source line.

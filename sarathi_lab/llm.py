@@ -1,7 +1,6 @@
 """The public entry point: ``LLM(model=..., scheduler=...).generate(prompts)``."""
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
@@ -10,7 +9,7 @@ import torch
 
 from sarathi_lab import inputs
 from sarathi_lab.attention import make_backend
-from sarathi_lab.config import EngineConfig
+from sarathi_lab.config import ENGINE_FIELDS, EngineConfig
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
@@ -23,13 +22,11 @@ from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim import simulated_executor
 
-_ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
-
 
 class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
         """``kwargs``: EngineConfig's fields; any other is a scheduler's knob, checked when it is built."""
-        engine = {key: kwargs.pop(key) for key in list(kwargs) if key in _ENGINE_FIELDS}
+        engine = {key: kwargs.pop(key) for key in list(kwargs) if key in ENGINE_FIELDS}
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
         self._build(plan_engine(EngineConfig(model=model, **engine)))
 

@@ -202,7 +202,7 @@ class Metrics:
         """requests.parquet: one row per request, columns named with units (vLLM's words)."""
         rows = []
         for r in self.requests:
-            row = _row(r, REQUEST_COLUMNS)
+            row = {REQUEST_COLUMNS.get(k, k): getattr(r, k) for k in _REQUEST_FIELDS}
             row["token_times_s"] = list(r.token_times)  # the row's own, as the record's may grow
             done = r.finish is not None
             row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
@@ -219,13 +219,8 @@ REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens",
                    "first_scheduled": "first_scheduled_s", "first_token": "first_token_s", "finish": "finish_s",
                    "token_times": "token_times_s"}
 
-# Field names in order (the records have slots, no __dict__: a long run holds many of them).
-_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (IterationRecord, RequestRecord)}
+# Field names in order: the records have slots, no __dict__ (a long run holds many of them).
+_REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
 _ITERATION_DTYPES = {f.name: np.int64 if f.type == "int" else np.float64 for f in fields(IterationRecord)} | {
     "num_tokens": np.int64}
 
-
-def _row(record, columns: dict[str, str]) -> dict:
-    """A record's fields, renamed as the tables name them: its own attributes, not
-    dataclasses.asdict, which deep-copies field by field, for each of a long run's many rows."""
-    return {columns.get(k, k): getattr(record, k) for k in _FIELDS[type(record)]}

@@ -13,7 +13,7 @@ from typing import Any, Literal, get_type_hints
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_positive
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_fields, check_positive
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import knob_names
 from sarathi_lab.harness.tasks import TASKS
@@ -253,7 +253,6 @@ _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "scheduler_knobs": ("scheduler", lambda run: run["scheduler"].knobs),
 }
 KNOB_KEYS = {name: key for name, (key, _) in _KNOBS.items()}
-ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
 
 def engine_key(key: str) -> str:

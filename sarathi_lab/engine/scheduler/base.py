@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from sarathi_lab.config import ConfigError, EngineConfig, check_fields, check_positive
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_fields, check_positive
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.sequence import Sequence, Status
@@ -51,8 +51,7 @@ class SchedulerConfig:
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
         """The fields that EngineConfig does not hold: set through its ``scheduler_knobs``."""
-        engine = {f.name for f in dataclasses.fields(EngineConfig)}
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in engine)
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ENGINE_FIELDS)
 
 
 class Scheduler(ABC):
