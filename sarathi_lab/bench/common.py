@@ -6,13 +6,16 @@ import argparse
 import copy
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import int_range, positive_int, table_path, thread_count
 from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
+from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
 
@@ -44,19 +47,31 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
     parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
 
 
-def check_clock(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--clock cpu times the work as a core of its own would only on the CPU with one thread: a GPU's
-    time is not this process's, and with more threads their seconds (spin-waits too) add up."""
-    if args.clock != "cpu":
-        return
-    if args.device == "cuda":
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> argparse.Namespace:
+    """The command line's arguments, --clock checked where there is one, ``smoke``'s sizes applied,
+    torch's threads set to --threads and --dtype resolved (both written back: the tables' labels)."""
+    args = parser.parse_args(argv)
+    # --clock cpu times the work as a core of its own would only on the CPU with one thread: a GPU's
+    # time is not this process's, and with more threads their seconds (spin-waits too) add up.
+    if "clock" in args and args.clock == "cpu" and args.device == "cuda":
         parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
                      "use --clock wall")
-    threads = args.threads or cores()
-    if threads != 1:
-        given = "" if args.threads else " (the default: every core)"
-        parser.error(f"--clock cpu is invalid with --threads {threads}{given}: CPU time is one core's time only with "
-                     "one thread (the others' seconds, spin-waits too, add up); use --threads 1")
+    if "clock" in args and args.clock == "cpu" and (args.threads or cores()) != 1:
+        given = f"{args.threads or cores()}" + ("" if args.threads else " (the default: every core)")
+        parser.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
+                     "core's time only with one thread (the others' seconds, spin-waits too, add up); "
+                     "use --threads 1")
+    apply_smoke(parser, argv, args, **smoke)
+    if "threads" in args:
+        args.threads = args.threads or cores()
+        torch.set_num_threads(args.threads)
+    if "dtype" in args:
+        dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype
+        if "model" in args:  # the dtype the engine runs (bfloat16 without bf16 units runs float32)
+            dtype = str(EngineConfig(model=args.model, device=args.device, dtype=dtype).torch_dtype)
+        args.dtype = dtype.removeprefix("torch.")
+        args.torch_dtype = getattr(torch, args.dtype)
+    return args
 
 
 def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
@@ -73,26 +88,6 @@ def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: a
     for dest, value in sizes.items():
         if dest not in given:
             setattr(args, dest, value)
-
-
-def resolve_dtype(args) -> torch.dtype:
-    if args.dtype == "auto":
-        args.dtype = fast_dtype(args.device)
-    return getattr(torch, args.dtype)
-
-
-def engine_dtype(args) -> torch.dtype:
-    """The dtype the engine runs for ``--dtype``, written back to ``args.dtype`` (the tables' label)."""
-    resolve_dtype(args)
-    dtype = EngineConfig(model=args.model, device=args.device, dtype=args.dtype).torch_dtype
-    args.dtype = str(dtype).removeprefix("torch.")
-    return dtype
-
-
-def setup_threads(threads: int | None) -> int:
-    n = threads or cores()
-    torch.set_num_threads(n)
-    return n
 
 
 def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,
@@ -112,6 +107,18 @@ def add_workload_args(parser: argparse.ArgumentParser, *, requests: int, prompt_
     parser.add_argument("--new-tokens", type=int_range, default=new_tokens, metavar="LO-HI",
                         help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def interleaved(calls: dict[str, Callable[[], object]], reps: int, *clocks: Clock) -> dict[str, np.ndarray]:
+    """Each call's seconds on each clock, [reps, len(clocks)], over ``reps`` rounds of every call once,
+    each round starting one call later, so that drifts of the host's speed fall on every call alike."""
+    names, times = list(calls), {name: [] for name in calls}
+    for r in range(reps):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            start = [clock.now() for clock in clocks]
+            calls[name]()
+            times[name].append([clock.now() - t for clock, t in zip(clocks, start)])
+    return {name: np.array(t) for name, t in times.items()}
 
 
 def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: str | None = None,

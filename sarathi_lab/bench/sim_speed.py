@@ -5,9 +5,9 @@ it was (docs/sim/README.md, section 3).
 """
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import hashlib
-import io
 import json
 import pstats
 import time
@@ -86,23 +86,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--digest", action="store_true", help="print a hash of the run's records")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
-    profiler = cProfile.Profile() if args.profile else None
-    if profiler:
-        profiler.enable()
-    speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk, args.batch,
-                     args.prompt_tokens, args.decode_tokens, args.rate, args.digest)
-    if profiler:
-        profiler.disable()
+    profiler = cProfile.Profile()
+    with profiler if args.profile else contextlib.nullcontext():
+        speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk, args.batch,
+                         args.prompt_tokens, args.decode_tokens, args.rate, args.digest)
     print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, {speed.simulated_s:.0f} s simulated) "
           f"in {speed.cpu_s:.2f} s CPU: {speed.per_cpu_s(speed.num_requests):,.0f} requests/s, "
           f"{speed.per_cpu_s(speed.num_iterations):,.0f} iterations/s")
     if args.digest:
         print(f"digest {speed.digest}")
-    if profiler:
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
-        print(out.getvalue())
-
+    if args.profile:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
 
 if __name__ == "__main__":
     main()

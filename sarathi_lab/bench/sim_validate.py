@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -106,8 +108,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
     return profile_path("cpu", model)
 
 
-@dataclass
-class Run:
+class Run(NamedTuple):
     iterations: pd.DataFrame
     summary: dict[str, float]
     cpu_s: float
@@ -233,8 +234,6 @@ def main(argv: list[str] | None = None) -> None:
     suffix = "" if cpu_clock else "_wall"
     out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
     out.mkdir(parents=True, exist_ok=True)
-    import os
-
     if args.smoke:  # never overwrite the committed profile with a CI one
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
     model = "tiny" if args.smoke else "cpu-small"

@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -23,11 +23,10 @@ from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.args import bench_parser, names_of, positive_int
 from sarathi_lab.bench.common import (
     add_common_args,
-    apply_smoke,
-    engine_dtype,
+    interleaved,
     make_workload,
+    parse,
     print_table,
-    setup_threads,
 )
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import make_clock
@@ -130,17 +129,19 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: i
     if args.vllm and vllm_cpu.available():
         systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget, max_len + 16)
     elif args.vllm:
-        print("# vLLM-CPU: not installed in this environment, skipped (setup: sarathi_lab/bench/vllm_cpu.py)")
+        print("# vLLM-CPU: not installed in this environment, skipped (setup: docs/benchmarks.md)")
     systems["transformers/generate"] = lambda p, n: hf_static_generate(hf, p, n, batch)
     return systems, engines
+
+
+def _on_threads(threads: int, system: Serve, prompts: list[list[int]], new_tokens: list[int]):
+    torch.set_num_threads(threads)  # whatever the system before it set
+    return system(prompts, new_tokens)
 
 
 def run(args) -> pd.DataFrame:
     from sarathi_lab.model import PRESETS
 
-    # Like with like: every system runs the dtype the engine will run.
-    dtype = engine_dtype(args)
-    args.threads = setup_threads(args.threads)
     load = warn_if_loaded()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
     workloads = {name: table[name] for name in args.workloads}
@@ -150,35 +151,28 @@ def run(args) -> pd.DataFrame:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.save_model or tmp
-        hf = save_random_model(args.model, Path(model_dir), dtype, args.seed)
+        hf = save_random_model(args.model, Path(model_dir), args.torch_dtype, args.seed)
         systems, engines = _systems(args, model_dir, hf, workloads, budget, batch)
-        names = list(systems)
         for wname, w in workloads.items():
             prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, vocab, args.seed)
-            outputs, times, cpus, overheads = {}, {n: [] for n in names}, {n: [] for n in names}, {}
-            for name in names:  # the untimed pass
-                torch.set_num_threads(args.threads)
-                outputs[name] = systems[name](prompts, new)
-            for r in range(args.reps):
-                for name in names[r % len(names):] + names[: r % len(names)]:
-                    torch.set_num_threads(args.threads)
-                    t0, c0 = wall.now(), cpu.now()
-                    systems[name](prompts, new)
-                    times[name].append(wall.now() - t0)
-                    cpus[name].append(cpu.now() - c0)
-                    if name in engines:
-                        overheads[name] = engines[name].metrics.summary()["overhead_fraction"]
-            hf_time = statistics.median(times["transformers/generate"])
-            vllm_time = statistics.median(times["vllm-cpu"]) if "vllm-cpu" in times else float("nan")
-            for name in names:
-                t = statistics.median(times[name])
+
+            calls = {name: partial(_on_threads, args.threads, system, prompts, new)
+                     for name, system in systems.items()}
+            outputs = {name: call() for name, call in calls.items()}  # the untimed pass
+            times = interleaved(calls, args.reps, wall, cpu)
+            median = {name: np.median(t, axis=0) for name, t in times.items()}  # (wall, cpu) seconds
+            hf_time = median["transformers/generate"][0]
+            vllm_time = median["vllm-cpu"][0] if "vllm-cpu" in times else float("nan")
+            for name, (t, cpu_s) in median.items():
                 first, prefix = agreement(outputs[name], outputs["transformers/generate"])
+                llm = engines.get(name)
+                overhead = llm.metrics.summary()["overhead_fraction"] if llm else float("nan")
                 rows.append({"workload": wname, "system": name, "dtype": args.dtype, "threads": args.threads,
-                             "time_s": t, "time_min_s": min(times[name]), "cpu_s": statistics.median(cpus[name]),
+                             "time_s": t, "time_min_s": times[name][:, 0].min(), "cpu_s": cpu_s,
                              "tok_per_s": (sum(map(len, prompts)) + sum(new)) / t,
                              "time_vs_vllm": t / vllm_time, "speedup_vs_hf": hf_time / t,
                              "first_token_agree": first, "agree_prefix_frac": prefix,
-                             "overhead_frac": overheads.get(name, float("nan"))})
+                             "overhead_frac": overhead})
     frame = pd.DataFrame(rows)
     gemm = next((llm.cpu_gemm for llm in engines.values()), None)
     print(describe_machine("cpu"))
@@ -229,10 +223,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
-    args = p.parse_args(argv)
+    args = parse(p, argv, model="tiny", reps=1)
     if args.device != "cpu":
         raise SystemExit("versus runs on the CPU (--device cpu)")
-    apply_smoke(p, argv, args, model="tiny", reps=1)
     return run(args)
 
 
