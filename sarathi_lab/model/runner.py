@@ -11,7 +11,6 @@ from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.model.block_tables import BlockTables
 from sarathi_lab.model.decoder import CausalLM
-from sarathi_lab.model.host_staging import HostStaging
 
 
 @dataclass
@@ -21,6 +20,36 @@ class PreparedBatch:
     meta: AttentionMetadata
     # Rows whose logits are needed, in batch.sampled's order.
     logits_indices: torch.Tensor
+
+
+class HostStaging:
+    """The pinned host buffer an iteration's inputs pass through to a CUDA device, so that the copy
+    runs asynchronously while the host launches the forward: one buffer for the int64 and int32 inputs
+    (one copy), grown as needed and reused, as vLLM's and nano-vllm's runners do."""
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+        # The last copy out of the buffer, which must finish before it is written again (a caller
+        # that prepares twice in a row would otherwise overwrite inputs still being copied).
+        self._copied: torch.cuda.Event | None = None
+
+    def buffer(self, nbytes: int) -> torch.Tensor:
+        """The first ``nbytes`` bytes of the buffer (uint8), free to write."""
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
+        buf = self._buffer
+        if buf is None or buf.numel() < nbytes:
+            size = max(nbytes, 2 * (0 if buf is None else buf.numel()), 1 << 16)
+            # Pinned only where CUDA is: pinning needs its driver.
+            buf = self._buffer = torch.empty(size, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+        return buf[:nbytes]
+
+    def copied(self) -> None:
+        """The copy out of the buffer is queued: writes must wait for it."""
+        if torch.cuda.is_available():
+            self._copied = torch.cuda.Event()
+            self._copied.record()
 
 
 class ModelRunner:
