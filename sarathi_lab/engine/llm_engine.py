@@ -1,8 +1,4 @@
-"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics.
-
-``step()`` is one iteration and returns its record; ``run()`` serves a set of requests, admitting
-each at its arrival time on the engine's clock (wall or virtual) and stepping until all finish.
-"""
+"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics."""
 from __future__ import annotations
 
 import gc

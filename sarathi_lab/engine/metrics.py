@@ -1,8 +1,5 @@
-"""What the engine records about itself, and the latency/throughput figures derived from it.
-
-Times are seconds on the engine's clock (the wall clock after a device sync, or a simulation's
-virtual clock), relative to the start of the ``generate`` call that produced them.
-"""
+"""What the engine records about itself, and the latency/throughput figures derived from it. Times
+are seconds on the engine's clock since the start of the ``generate`` call that produced them."""
 from __future__ import annotations
 
 import math
@@ -24,9 +21,7 @@ class IterationRecord:
     # Cached key/value tokens attention read, per layer (each request reads its whole context).
     kv_tokens_read: int
     num_preempted: int
-    # Where the iteration's duration went, in seconds on the engine's clock: the scheduler's
-    # decision, building the batch's tensors, the forward pass (device time), sampling. The
-    # forward is the device's work; the rest is the engine's overhead.
+    # Where the duration went: the forward pass (device time) is the device's work, the rest overhead.
     schedule_time: float
     prepare_time: float
     forward_time: float
@@ -113,12 +108,9 @@ def queue_growth(requests: list[RequestRecord]) -> float:
     """Least-squares growth of the waiting queue (requests) over the arrival window; 0 when all
     arrive at once. A stable system's queue comes and goes; an overloaded one's grows linearly."""
     t = np.array([r.arrival for r in requests], dtype=float)
-    q = np.array([r.queue_at_arrival for r in requests], dtype=float)
-    span = float(t.max() - t.min()) if len(t) else 0.0
-    if len(t) < 3 or span <= 0:
+    if len(t) < 3 or t.max() <= t.min():
         return 0.0
-    slope = np.polyfit(t, q, 1)[0]
-    return float(slope * span)
+    return float(np.polyfit(t, [r.queue_at_arrival for r in requests], 1)[0] * (t.max() - t.min()))
 
 
 @dataclass
@@ -130,17 +122,13 @@ class Metrics:
     num_submitted: int = 0
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
-        """Throughputs in tokens/s over the makespan (first arrival to last finish, or to the end of
-        the last iteration for a run stopped before every request finished); latencies in s.
-        They count the tokens the iterations computed, as SARATHI's throughputs do: a preempted
-        request's recomputed prefill counts again, and a request's first token, sampled by its last
+        """Throughputs over the makespan (first arrival to last finish, or to the end of the last
+        iteration for a run stopped early) count the tokens the iterations computed, as SARATHI's do:
+        a preempted request's recomputed prefill counts again, and a first token, sampled by the last
         prefill chunk, is no decode token (vLLM's output throughput is ``generated_tokens`` over the
-        makespan).
-
-        ``saturated`` is 1.0 when the waiting queue grew through the arrival window (arrivals
-        outpaced service): the latency percentiles of such a run describe how long this run was,
-        not a steady state. Latencies and ``num_requests`` are over the finished requests;
-        ``num_unfinished`` counts the submitted ones that did not finish, arrived or not."""
+        makespan). ``saturated``: the waiting queue grew through the arrival window, so the latency
+        percentiles describe how long this run was, not a steady state. Latencies and
+        ``num_requests`` are over the finished requests."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
         # The token counts include the work on requests a stopped run never finished: its rates are

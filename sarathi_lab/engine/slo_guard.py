@@ -1,13 +1,8 @@
-"""Stop a serving run as soon as its SLO verdict is certain, whatever the rest of it would do.
-
-Sarathi-Serve's capacity is the highest load at which P99 TBT stays within its SLO and the median
-scheduling delay within 2 s. Both are percentiles over a number of values known in advance (one
-scheduling delay per request; output_len - 1 gaps per request), and every value already seen to
-exceed its limit stays above it: a waiting request's delay is at least how long it has waited, and
-a running request's current gap at least how long ago its last token came. Once enough values are
-over the limit, no future value can bring the percentile back under it, so the trial is decided
-and the rest of it (the slowest part of an overloaded run) need not be served.
-"""
+"""Stop a serving run as soon as its SLO verdict is certain. P99 TBT and the median scheduling delay
+are percentiles over a count of values known in advance, and a value seen over its limit stays over
+it (a waiting request's delay is at least its wait so far, a running one's gap at least the time
+since its last token): once enough are over, the trial is decided and the rest of it, the slowest
+part of an overloaded run, need not be served."""
 from __future__ import annotations
 
 import math

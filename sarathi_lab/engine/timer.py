@@ -1,13 +1,6 @@
-"""The one timer of every measurement: calls of a function timed on a clock with ``now()``.
-
-It sits in the engine layer, beside the clock it reads, so that the model's load-time probes
-(``model/cpu_linear.py``) time with it too; the measurement layer above is ``profiling``.
-
-The wall clock is the engine's own (``sarathi_lab.engine.clock``: on CUDA ``now()`` synchronises
-the device first, so a timed call includes the work it queued). ``cpu`` counts this process's CPU
-time instead: with one thread, the time the work takes on a core of its own, the way to compare
-numbers on a machine that other jobs share.
-"""
+"""The one timer of every measurement, beside the clock it reads so that the model's load-time probes
+use it too. ``cpu`` counts this process's CPU time: with one thread, the time the work takes on a
+core of its own, the way to compare numbers on a machine that other jobs share."""
 from __future__ import annotations
 
 import statistics
