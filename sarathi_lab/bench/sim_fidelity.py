@@ -85,29 +85,24 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     show("\nError per iteration kind (|predicted / measured - 1|)", errors)
     if len(attention):
         show("\nPrefill attention, fitted without each chunk size and predicting it", attention)
-    shard_errors = []
-    for tp in (2,) if args.smoke else (2, 4):
-        _, shard_its = fidelity.run(devices, models, op_tokens, tp=tp)
-        if len(shard_its):
-            shard_errors.append(fidelity.errors(shard_its))
-    shard_errors = pd.concat(shard_errors, ignore_index=True) if shard_errors else pd.DataFrame()
+    shards = [fidelity.run(devices, models, op_tokens, tp=tp)[1] for tp in ((2,) if args.smoke else (2, 4))]
+    shard_errors = pd.concat([fidelity.errors(its) for its in shards if len(its)] or [pd.DataFrame()],
+                             ignore_index=True)
     show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit saw; no attention)",
          shard_errors)
     reduce_errors = fidelity.all_reduce_errors(fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
     show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as the cost models "
          "read it; holdout = without the size it predicts)", reduce_errors)
     args.out.mkdir(parents=True, exist_ok=True)
-    ops.to_csv(args.out / "fidelity_ops.csv", index=False, float_format="%.4g")
-    iterations.to_csv(args.out / "fidelity_iterations.csv", index=False, float_format="%.4g")
-    errors.to_csv(args.out / "fidelity_errors.csv", index=False, float_format="%.3f")
-    if len(attention):
-        attention.to_csv(args.out / "fidelity_attention_holdout.csv", index=False, float_format="%.3f")
-    reduce_errors.to_csv(args.out / "fidelity_all_reduce.csv", index=False, float_format="%.3f")
-    shard_errors.to_csv(args.out / "fidelity_tp_errors.csv", index=False, float_format="%.3f")
+    tables = {"ops": ops, "iterations": iterations, "errors": errors, "attention_holdout": attention,
+              "all_reduce": reduce_errors, "tp_errors": shard_errors}
+    for name, table in tables.items():
+        if len(table) or name != "attention_holdout":  # times to 4 digits, errors to 3 decimals
+            table.to_csv(args.out / f"fidelity_{name}.csv", index=False,
+                         float_format="%.4g" if name in ("ops", "iterations") else "%.3f")
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
-    return {"ops": ops, "iterations": iterations, "errors": errors, "attention": attention,
-            "all_reduce": reduce_errors, "shards": shard_errors}
+    return tables
 
 
 if __name__ == "__main__":

