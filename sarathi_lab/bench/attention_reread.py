@@ -1,8 +1,5 @@
 """How much attention time chunked prefill adds by re-reading the KV cache: one layer's attention for
-a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md).
-
-    python -m sarathi_lab.bench.attention_reread --seq-lens 2048,4096 --chunks 256,512 --out reread.csv
-"""
+a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import torch

@@ -1,8 +1,5 @@
 """The machine's ceilings: copy bandwidth and matmul rate, measured on the running machine
-(``sarathi_lab.profiling.ceilings``).
-
-    python -m sarathi_lab.bench.ceilings             # 256 MiB copy, 2048^3 matmul, float32
-"""
+(``sarathi_lab.profiling.ceilings``)."""
 from __future__ import annotations
 
 from dataclasses import asdict

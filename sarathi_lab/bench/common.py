@@ -35,9 +35,8 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     if engine:
         parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
-                            help="the engine's CPU linear layers over packed weights (auto: MKL's GEMM in "
-                                 "float32 on an Intel CPU, oneDNN's otherwise; mkl: MKL's in float32 on any "
-                                 "CPU; onednn: oneDNN's in every dtype), or F.linear (aten)")
+                            help="the engine's CPU linear layers over packed weights, or F.linear (aten); "
+                                 "docs/cpu_engine.md")
     parser.add_argument("--threads", type=thread_count, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:

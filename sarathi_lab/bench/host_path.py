@@ -1,9 +1,6 @@
 """The engine's host time per iteration against the GPU forward pass it would feed: the real engine
 loop for Llama-2-7B's shapes with a no-op forward, beside the H100 forward the simulator predicts for
-each batch (method: docs/benchmarks.md). Target: host time under 5% of that forward at every batch.
-
-    python -m sarathi_lab.bench.host_path --decode-batches 32,64 --contexts 2048 --reps 50
-"""
+each batch (method: docs/benchmarks.md). Target: host time under 5% of that forward at every batch."""
 from __future__ import annotations
 
 import argparse

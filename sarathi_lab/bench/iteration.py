@@ -1,8 +1,5 @@
 """Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for decode,
-prefill and hybrid batches (method: docs/benchmarks.md).
-
-    python -m sarathi_lab.bench.iteration --decode-batches 1,8,32 --decode-context 1024 --reps 9
-"""
+prefill and hybrid batches (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,5 @@
 """The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s
-(docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere.
-
-    python -m sarathi_lab.bench sim_fidelity [--smoke] [--devices a100 h100] [--models llama2-7b ...]
-        [--out DIR]
-"""
+(docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,6 @@
 """The simulator checked against the real engine on this machine: the same requests through
 ``LLM(executor="model")`` and ``LLM(executor="sim", sim_cost_model="profile")`` (docs/sim/README.md,
-section 1).
-
-    python -m sarathi_lab.bench.sim_validate [--smoke] [--out DIR] [--reprofile] [--clock cpu|wall]
-"""
+section 1)."""
 from __future__ import annotations
 
 import json
@@ -49,10 +46,6 @@ class Case:
     lengths: tuple[tuple[int, int], ...]            # (prompt, decode) per request
     arrivals: tuple[float, ...] | None = None       # None: all at once
     repeat_real: bool = False                       # run the real engine twice: its own spread
-
-    @property
-    def name(self) -> str:
-        return f"{self.workload}/{self.scheduler}/c{self.chunk}"
 
     @property
     def longest(self) -> int:
@@ -181,8 +174,9 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, num_thre
                                         "num_tokens": real.iterations.num_tokens,
                                         "measured_s": real.iterations.duration_s,
                                         "predicted_s": sim.iterations.duration_s}))
-        progress(f"{case.name}: identical batches {row['identical_batches']}, iteration error "
-                 f"{row.get('iter_median_abs_rel_err', float('nan')):.1%}, makespan {row['makespan_s_rel_err']:+.1%}")
+        progress(f"{case.workload}/{case.scheduler}/c{case.chunk}: "
+                 f"identical batches {row['identical_batches']}, iteration error {row.get('iter_median_abs_rel_err', float('nan')):.1%}, "
+                 f"makespan {row['makespan_s_rel_err']:+.1%}")
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
 
 

@@ -1,9 +1,6 @@
 """sarathi_lab side by side with what a user would run instead: every scheduler, vLLM's CPU build
 (optional) and transformers' batched ``generate``, on the same weights, prompts, dtype and threads, in
-interleaved timed rounds (method: docs/benchmarks.md).
-
-    python -m sarathi_lab.bench.versus --workloads mixed --schedulers sarathi_serve --reps 5
-"""
+interleaved timed rounds (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse

@@ -92,10 +92,8 @@ class SLO:
 def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, float]:
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
-    if len(values) == 0:
-        return {f"{name}_p{p}{unit}": float("nan") for p in pcts}
-    arr = np.percentile(values, pcts)
-    return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, arr)}
+    found = np.percentile(values, pcts) if len(values) else [float("nan")] * len(pcts)
+    return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, found)}
 
 
 # The least-squares growth of the waiting queue over the arrival window that marks a run whose

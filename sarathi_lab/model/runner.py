@@ -86,11 +86,9 @@ class ModelRunner:
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
                   staging: HostStaging | None = None, decode_lists: bool = True) -> PreparedBatch:
-    """The batch as the forward pass reads it: token ids, positions, attention metadata, from block
-    tables and token positions alone. ``tables``: the block tables kept from earlier iterations
-    (default: a fresh set); ``staging``: the pinned host buffer for a CUDA device (default: pageable).
-    Per-token work is numpy's over the whole batch; a decode-only CPU batch takes _cpu_decode_tensors
-    unless ``decode_lists`` is False."""
+    """The batch as the forward pass reads it. ``tables``: the block tables kept from earlier
+    iterations (default: a fresh set); ``staging``: the pinned host buffer for a CUDA device (default:
+    pageable). Per-token work is numpy's over the whole batch, but for a decode-only CPU batch."""
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
     if not prefills and decode_lists and device.type == "cpu":
@@ -151,10 +149,8 @@ LIST_TABLE_ENTRIES = 4096
 
 
 def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> PreparedBatch:
-    """A decode-only batch's tensors on the CPU, each over its own Python array (torch.frombuffer),
-    visiting each decode once: cheaper than the numpy path's many calls after a forward pass has
-    flushed the host's caches (docs/cpu_engine.md). Block tables come from the requests' lists while
-    small, else from the kept rows (which catch up from each request's list when next read)."""
+    """A decode-only batch's tensors on the CPU over Python arrays, visiting each decode once
+    (docs/cpu_engine.md); block tables from the requests' lists while small, else the kept rows."""
     n = len(decodes)
     ids, positions, slots, seq_lens = array("q"), array("q"), array("q"), array("i")
     width, reserved = 0, False
