@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import types
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pandas as pd
 import torch
@@ -23,24 +25,21 @@ BLOCK_SIZE = 16
 PREFILL_BUDGET = 2048
 
 
+@dataclass
 class NoopModel:
     """The model seam without a model: greedy tokens (or empty logits) of the shape the runner expects,
     and the batch's metadata noted (its shape is read after the step, outside the time)."""
-
+    vocab_size: int
+    meta: object = None
     # Every sampled row's token from forward(argmax=True), as a GPU's greedy path hands back.
-    argmax_rows = 1 << 30
+    argmax_rows: ClassVar[int] = 1 << 30
     # Plans nothing per iteration, as the Triton backend the engine runs on CUDA.
-    backend = types.SimpleNamespace(plan=lambda meta, k_cache: None)
-
-    def __init__(self, vocab_size: int, token: int = 1):
-        self.vocab_size = vocab_size
-        self.token = token
-        self.meta = None
+    backend: ClassVar = types.SimpleNamespace(plan=lambda meta, k_cache: None)
 
     def __call__(self, input_ids, positions, kv_caches, meta, logits_indices, argmax: bool = False):
         self.meta = meta
         n = len(logits_indices)
-        return [self.token] * n if argmax else torch.empty(n, self.vocab_size)
+        return [1] * n if argmax else torch.empty(n, self.vocab_size)
 
 
 def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_model_len: int):

@@ -15,13 +15,11 @@ SMOKE_OPS = (1, 128, 136, 1024)
 
 def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
     """Left: predicted / measured per iteration, each cost model; right: hold-out error per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
     devices = sorted(iterations.device.unique())
-    fig, axes = plt.subplots(len(devices), 2, figsize=(13, 3.6 * len(devices)), squeeze=False)
+    fig = Figure(figsize=(13, 3.6 * len(devices)))
+    axes = fig.subplots(len(devices), 2, squeeze=False)
     markers = {"roofline": "x", "calibrated": "o", "holdout": "s"}
     for row, device in zip(axes, devices):
         its = iterations[iterations.device == device].reset_index(drop=True)
@@ -48,7 +46,6 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:

@@ -43,12 +43,8 @@ class Workload:
     new_tokens: tuple[int, int]
 
 
-WORKLOADS = {
-    # Prefill-heavy serving: 16 requests of 64-512 prompt tokens, 32 new tokens each.
-    "mixed": Workload(16, (64, 512), (32, 32)),
-    # Decode-heavy: short prompts, 256 new tokens each.
-    "decode": Workload(16, (16, 64), (256, 256)),
-}
+WORKLOADS = {"mixed": Workload(16, (64, 512), (32, 32)),  # prefill-heavy serving
+             "decode": Workload(16, (16, 64), (256, 256))}  # decode-heavy: short prompts
 SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)), "decode": Workload(3, (8, 16), (24, 24))}
 # Every workload's token budget (sarathi_lab's chunk and vLLM's max_num_batched_tokens) and batch (the
 # most requests running at once; transformers' static batch), at full and at smoke sizes.

@@ -1,8 +1,5 @@
-"""What a scheduler decides for one iteration: which requests run and how many tokens each.
-
-No tensors here: an executor turns this into tensors (or, simulated, into a predicted time).
-Prefill chunks come first, then one token for each decode, the Sarathi layout.
-"""
+"""What a scheduler decides for one iteration: which requests run and how many tokens each, no
+tensors. Prefill chunks come first, then one token for each decode, the Sarathi layout."""
 from __future__ import annotations
 
 import functools

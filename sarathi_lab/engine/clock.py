@@ -33,10 +33,8 @@ class WallClock(Clock):
 
 
 class CPUClock(Clock):
-    """This process's CPU seconds plus the time spent waiting for arrivals: the engine's time as if
-    it had its core to itself. On a machine whose cores other jobs share, wall time counts the
-    time the engine was descheduled; with one compute thread, CPU time does not (what contention
-    still changes: caches, memory bandwidth)."""
+    """This process's CPU seconds plus the waits for arrivals: with one compute thread, the engine's
+    time as if it had its core to itself, on a machine whose cores other jobs share."""
 
     def __init__(self) -> None:
         self._waited = 0.0

@@ -78,10 +78,9 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class SLO:
-    """Latency targets (seconds; None: not set). Per request: TTFT, TPOT, end-to-end, and its own
-    P99 time between tokens; a request that meets all that are set counts towards goodput. For the
-    system (Sarathi-Serve's capacity): P99 of all TBTs within ``tbt_p99_s`` and median scheduling
-    delay within ``sched_delay_p50_s``."""
+    """Latency targets (seconds; None: not set). A request that meets every per-request one (TTFT,
+    TPOT, end-to-end, its own P99 TBT) counts towards goodput; Sarathi-Serve's capacity also holds
+    the system's P99 TBT and median scheduling delay (``sched_delay_p50_s``) to theirs."""
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None

@@ -36,13 +36,11 @@ class SLOGuard:
         self.num_requests, self.total_gaps = num_requests, total_gaps
         # The counts that decide each percentile, fixed for the run: checked at every iteration.
         self._late_needed, self._gaps_needed = over_needed(num_requests, 50), over_needed(total_gaps, 99)
-        # Each check visits only the requests whose verdict can still change, never all of them:
-        # a request over a limit stays over it, so it is counted once and dropped, and so is one
-        # scheduled within the delay limit or finished with its gaps counted. And a check visits
-        # them only when the counts could reach a verdict: every count's increase is bounded by
-        # what is cheap to know (each undecided request may turn late, each request an iteration
-        # ran may add one gap, each active one may be in a long gap now), and what a visit would
-        # count is still there to count later, so visiting less often stops at the same iteration.
+        # A check visits only the requests whose verdict can still change (one over a limit is counted
+        # once and dropped, as is one scheduled in time or finished with its gaps counted), and only
+        # when a cheap upper bound on the counts (each undecided request may turn late, each request
+        # an iteration ran may add a gap, each active one may be in a long gap now) could reach a
+        # verdict: what a visit would count is still there later, so it stops at the same iteration.
         self._seen = 0  # records of the run's requests taken in so far
         self._iterations_seen = 0  # iteration records whose requests' gaps may be uncounted
         self._late = 0
