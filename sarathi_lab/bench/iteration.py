@@ -32,10 +32,10 @@ def cases(args) -> list[dict]:
 
 
 def blocks_needed(args, block_size: int) -> int:
-    """Twice the largest batch's blocks: runs and scattered blocks come from separate halves."""
-    per = max([d * -(-args.decode_context // block_size) for d in args.decode_batches]
-              + [-(-2 * c // block_size) + d * -(-args.decode_context // block_size) for c, d in args.hybrid]
-              + [-(-c // block_size) for c in args.prefill_chunks])
+    """Twice the largest case's blocks: runs and scattered blocks come from separate halves."""
+    context = -(-args.decode_context // block_size)
+    per = max(-(-sum(case["prefill"] or ()) // block_size) + case["decodes"] * context
+              for case in cases(args))
     return 2 * (per + 8)
 
 

@@ -7,13 +7,7 @@ import argparse
 import pandas as pd
 
 from sarathi_lab.bench.args import bench_parser, names_of, positive_int
-from sarathi_lab.bench.common import (
-    add_common_args,
-    add_workload_args,
-    make_workload,
-    parse,
-    print_table,
-)
+from sarathi_lab.bench.common import add_common_args, add_workload_args, make_workload, parse, print_table
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve

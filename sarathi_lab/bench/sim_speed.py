@@ -1,8 +1,5 @@
-"""How fast the simulator itself runs: ``n`` requests through ``LLM(executor="sim")`` on one core,
-in CPU seconds, requests/s and iterations/s; ``--profile`` says where that time goes, ``--digest``
-prints a hash of the run's records, which a change that only makes the simulator faster leaves as
-it was (docs/sim/README.md, section 3).
-"""
+"""How fast the simulator itself runs: requests through ``LLM(executor="sim")`` on one core, in CPU
+seconds, requests/s and iterations/s, and where that time goes (docs/sim/README.md, section 3)."""
 from __future__ import annotations
 
 import contextlib
@@ -83,7 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decode-tokens", type=int_range, default=(256, 256), help="N, or LO-HI drawn uniformly")
     parser.add_argument("--rate", type=positive_float, default=ARRIVAL_RATE_RPS, help="Poisson arrivals, requests/s")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries by own time")
-    parser.add_argument("--digest", action="store_true", help="print a hash of the run's records")
+    parser.add_argument("--digest", action="store_true",
+                        help="print a hash of the run's records (a change to its speed alone keeps it)")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
     profiler = cProfile.Profile()

@@ -119,13 +119,11 @@ class Metrics:
     num_submitted: int = 0
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
-        """Throughputs over the makespan (first arrival to last finish, or to the end of the last
-        iteration for a run stopped early) count the tokens the iterations computed, as SARATHI's do:
-        a preempted request's recomputed prefill counts again, and a first token, sampled by the last
-        prefill chunk, is no decode token (vLLM's output throughput is ``generated_tokens`` over the
-        makespan). ``saturated``: the waiting queue grew through the arrival window, so the latency
-        percentiles describe how long this run was, not a steady state. Latencies and
-        ``num_requests`` are over the finished requests."""
+        """Throughputs over the makespan (first arrival to last finish, or end of the last iteration if
+        stopped early) count the tokens the iterations computed, as SARATHI's do: a recomputed prefill
+        counts again, a first token is no decode token (vLLM's output throughput is ``generated_tokens``
+        over the makespan). ``saturated``: the queue grew through the arrival window, so latencies
+        (over the finished requests) describe how long this run was, not a steady state."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
         # The token counts include the work on requests a stopped run never finished: its rates are
