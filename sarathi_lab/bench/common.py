@@ -6,16 +6,13 @@ import argparse
 import copy
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import int_range, positive_int, table_path, thread_count
 from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
-from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
 
@@ -106,18 +103,6 @@ def add_workload_args(parser: argparse.ArgumentParser, *, requests: int, prompt_
     parser.add_argument("--new-tokens", type=int_range, default=new_tokens, metavar="LO-HI",
                         help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def interleaved(calls: dict[str, Callable[[], object]], reps: int, *clocks: Clock) -> dict[str, np.ndarray]:
-    """Each call's seconds on each clock, [reps, len(clocks)], over ``reps`` rounds of every call once,
-    each round starting one call later, so that drifts of the host's speed fall on every call alike."""
-    names, times = list(calls), {name: [] for name in calls}
-    for r in range(reps):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            start = [clock.now() for clock in clocks]
-            calls[name]()
-            times[name].append([clock.now() - t for clock, t in zip(clocks, start)])
-    return {name: np.array(t) for name, t in times.items()}
 
 
 def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: str | None = None,

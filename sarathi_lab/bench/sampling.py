@@ -7,9 +7,9 @@ import torch
 from sarathi_kernels import cpu_ops
 
 from sarathi_lab.bench.args import bench_parser, comma_list, positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, interleaved, parse, print_table
+from sarathi_lab.bench.common import add_common_args, parse, print_table
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.engine.timer import make_clock
+from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.sampler import Sampler, uniform
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded

@@ -19,9 +19,9 @@ from torch.nn.utils.rnn import pad_sequence
 
 from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.args import bench_parser, names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, interleaved, make_workload, parse, print_table
+from sarathi_lab.bench.common import add_common_args, make_workload, parse, print_table
 from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.engine.timer import make_clock
+from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 SCHEDULERS = scheduler_names()

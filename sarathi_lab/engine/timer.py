@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
@@ -45,6 +46,18 @@ def median_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int =
 def best_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1) -> float:
     """The fastest call: for ceilings, what the hardware can do."""
     return min(time_calls(fn, reps, clock, warmup))
+
+
+def interleaved(calls: dict[str, Callable[[], object]], reps: int, *clocks: Clock) -> dict[str, np.ndarray]:
+    """Each call's seconds on each clock, [reps, len(clocks)], over ``reps`` rounds of every call once,
+    each round starting one call later, so that drifts of the host's speed fall on every call alike."""
+    names, times = list(calls), {name: [] for name in calls}
+    for r in range(reps):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            start = [clock.now() for clock in clocks]
+            calls[name]()
+            times[name].append([clock.now() - t for clock, t in zip(clocks, start)])
+    return {name: np.array(t) for name, t in times.items()}
 
 
 def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
