@@ -16,8 +16,7 @@ from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.model import runner
 from sarathi_lab.model.block_tables import BlockTables
-from sarathi_lab.model.host_staging import HostStaging
-from sarathi_lab.model.runner import batch_tensors
+from sarathi_lab.model.runner import HostStaging, batch_tensors
 
 CPU = torch.device("cpu")
 

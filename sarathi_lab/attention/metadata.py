@@ -1,7 +1,6 @@
-"""What one forward pass needs to know about its hybrid batch, as tensors: the prefill chunks of
-``num_prefills`` requests first, then one token for each of ``num_decodes``. Request ``i`` owns query
-rows ``query_start_loc[i]:query_start_loc[i+1]`` and, once this step's keys are written, its first
-``seq_lens[i]`` cache slots."""
+"""What one forward pass needs to know about its hybrid batch, as tensors: prefill chunks first, then
+one token per decode. Request ``i`` owns query rows ``query_start_loc[i]:query_start_loc[i+1]`` and,
+once this step's keys are written, its first ``seq_lens[i]`` cache slots."""
 from __future__ import annotations
 
 from dataclasses import dataclass

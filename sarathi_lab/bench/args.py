@@ -24,24 +24,43 @@ def bench_parser(spec, doc: str) -> cli_args.Parser:
                            formatter_class=HelpFormatter)
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an integer >= 1")
-    return value
+def _positive(convert, allowed: str):
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be {allowed}")
+        return value
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not (0 < value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a finite number > 0")
-    return value
+positive_int = _positive(int, "an integer >= 1")
+positive_float = _positive(float, "a finite number > 0")
+
+
+def comma_list(item, allowed: str, empty: bool = True):
+    """A type for a comma list of ``item``s (``empty``: '' is none); one bad item refuses the list."""
+    def parse(text: str) -> list:
+        try:
+            values = [item(x) for x in text.split(",") if x]
+        except (argparse.ArgumentTypeError, ValueError):
+            values = None
+        if values is None or not (values or empty):
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of {allowed}")
+        return values
+    return parse
+
+
+def _pair(text: str) -> tuple[int, int]:
+    chunk, decodes = map(positive_int, text.split("+"))  # a ValueError unless two parts
+    return chunk, decodes
+
+
+positive_ints = comma_list(positive_int, "integers >= 1")
+# '256+8,512+8' -> [(256, 8), (512, 8)]: a prefill chunk of 256 tokens with 8 decodes.
+hybrid_pairs = comma_list(_pair, "CHUNK+DECODES, integers >= 1")
 
 
 def thread_count(text: str) -> int:
@@ -54,33 +73,9 @@ def thread_count(text: str) -> int:
     return value
 
 
-def positive_ints(text: str) -> list[int]:
-    """'1,8,32' -> [1, 8, 32]: a comma list of integers >= 1 (empty: none)."""
-    try:
-        return [positive_int(x) for x in text.split(",") if x]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of integers >= 1") from None
-
-
-def hybrid_pairs(text: str) -> list[tuple[int, int]]:
-    """'256+8,512+8' -> [(256, 8), (512, 8)]: a prefill chunk of 256 tokens with 8 decodes."""
-    try:
-        pairs = [tuple(positive_int(p) for p in item.split("+")) for item in text.split(",") if item]
-    except argparse.ArgumentTypeError:
-        pairs = [()]
-    if any(len(pair) != 2 for pair in pairs):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of CHUNK+DECODES, integers >= 1")
-    return pairs
-
-
 def names_of(allowed: tuple[str, ...]):
-    """A type for a comma list of names, each one of ``allowed``."""
-    def names(text: str) -> list[str]:
-        wanted = text.split(",")
-        if not all(name in allowed for name in wanted):
-            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of {', '.join(allowed)}")
-        return wanted
-    return names
+    """A type for a comma list of names, each one of ``allowed`` (``index`` refuses another)."""
+    return comma_list(lambda name: allowed[allowed.index(name)], ", ".join(allowed), empty=False)
 
 
 def int_range(text: str) -> tuple[int, int]:

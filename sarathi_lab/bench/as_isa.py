@@ -23,12 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(BENCHMARKS)}")
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     name, bench, rest = argv[0], argv[1], argv[2:]
-    if name not in isa.KINDS:
-        print(f"as_isa: KIND={name!r} is not one of {sorted(isa.KINDS)}", file=sys.stderr)
-        return 2
-    if bench not in BENCHMARKS:
-        print(f"as_isa: BENCHMARK={bench!r} is not one of {sorted(BENCHMARKS)}", file=sys.stderr)
-        return 2
+    for key, value, allowed in (("KIND", name, isa.KINDS), ("BENCHMARK", bench, BENCHMARKS)):
+        if value not in allowed:
+            print(f"as_isa: {key}={value!r} is not one of {sorted(allowed)}", file=sys.stderr)
+            return 2
     kind = isa.KINDS[name]
     if os.environ.get(isa.ENV) != name:
         missing = sorted(kind.needs - cpu_flags())

@@ -1,14 +1,11 @@
 """How much attention time chunked prefill adds by re-reading the KV cache: one layer's attention for
-a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md).
-
-    python -m sarathi_lab.bench.attention_reread --seq-lens 2048,4096 --chunks 256,512 --out reread.csv
-"""
+a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import torch
 
 from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
+from sarathi_lab.bench.common import add_common_args, parse, print_table
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
@@ -26,8 +23,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--block-size", type=positive_int, default=16)
     parser.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (medians are reported)")
     add_common_args(parser)
-    args = parser.parse_args(argv)
-    apply_smoke(parser, argv, args, seq_lens=[256, 512], chunks=[64, 128], reps=2)
+    args = parse(parser, argv, seq_lens=[256, 512], chunks=[64, 128], reps=2)
     if not any(C <= L for L in args.seq_lens for C in args.chunks):
         # A chunk longer than the prompt is skipped (it would be the whole prefill).
         parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
@@ -38,8 +34,7 @@ def main(argv: list[str] | None = None):
     if args.attention == "triton" and args.device == "cpu":
         parser.error("--attention=triton is invalid with --device cpu: there Triton runs in its interpreter, whose "
                      "times say nothing; use torch")
-    setup_threads(args.threads)
-    device, dtype = torch.device(args.device), resolve_dtype(args)
+    device, dtype = torch.device(args.device), args.torch_dtype
     warn_if_loaded()
     rows = [measure_reread(L, C, num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
                            dtype=dtype, device=device, attention=args.attention, block_size=args.block_size,

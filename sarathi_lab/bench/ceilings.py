@@ -1,21 +1,11 @@
 """The machine's ceilings: copy bandwidth and matmul rate, measured on the running machine
-(``sarathi_lab.profiling.ceilings``).
-
-    python -m sarathi_lab.bench.ceilings             # 256 MiB copy, 2048^3 matmul, float32
-"""
+(``sarathi_lab.profiling.ceilings``)."""
 from __future__ import annotations
 
 from dataclasses import asdict
 
 from sarathi_lab.bench.args import bench_parser, positive_int
-from sarathi_lab.bench.common import (
-    add_common_args,
-    apply_smoke,
-    check_clock,
-    print_table,
-    resolve_dtype,
-    setup_threads,
-)
+from sarathi_lab.bench.common import add_common_args, parse, print_table
 from sarathi_lab.profiling.ceilings import SMOKE, Ceilings, measure_ceilings
 from sarathi_lab.profiling.machine import describe_machine
 
@@ -26,11 +16,8 @@ def main(argv: list[str] | None = None) -> Ceilings:
     parser.add_argument("--copy-mib", type=positive_int, default=256, help="size of the copied buffer")
     parser.add_argument("--matmul-n", type=positive_int, default=2048, help="side of the square matmul")
     parser.add_argument("--reps", type=positive_int, default=5)
-    args = parser.parse_args(argv)
-    check_clock(parser, args)
-    apply_smoke(parser, argv, args, **SMOKE)
-    setup_threads(args.threads)
-    ceil = measure_ceilings(args.device, resolve_dtype(args), copy_mib=args.copy_mib, matmul_n=args.matmul_n,
+    args = parse(parser, argv, **SMOKE)
+    ceil = measure_ceilings(args.device, args.torch_dtype, copy_mib=args.copy_mib, matmul_n=args.matmul_n,
                             reps=args.reps, clock=args.clock)
     print(describe_machine(args.device))
     print_table([asdict(ceil)], args.out, device=args.device)

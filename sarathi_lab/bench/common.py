@@ -32,9 +32,8 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     if engine:
         parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
-                            help="the engine's CPU linear layers over packed weights (auto: MKL's GEMM in "
-                                 "float32 on an Intel CPU, oneDNN's otherwise; mkl: MKL's in float32 on any "
-                                 "CPU; onednn: oneDNN's in every dtype), or F.linear (aten)")
+                            help="the engine's CPU linear layers over packed weights, or F.linear (aten); "
+                                 "docs/cpu_engine.md")
     parser.add_argument("--threads", type=thread_count, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:
@@ -44,19 +43,31 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
     parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
 
 
-def check_clock(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--clock cpu times the work as a core of its own would only on the CPU with one thread: a GPU's
-    time is not this process's, and with more threads their seconds (spin-waits too) add up."""
-    if args.clock != "cpu":
-        return
-    if args.device == "cuda":
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> argparse.Namespace:
+    """The command line's arguments, --clock checked where there is one, ``smoke``'s sizes applied,
+    torch's threads set to --threads and --dtype resolved (both written back: the tables' labels)."""
+    args = parser.parse_args(argv)
+    # --clock cpu times the work as a core of its own would only on the CPU with one thread: a GPU's
+    # time is not this process's, and with more threads their seconds (spin-waits too) add up.
+    if "clock" in args and args.clock == "cpu" and args.device == "cuda":
         parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
                      "use --clock wall")
-    threads = args.threads or cores()
-    if threads != 1:
-        given = "" if args.threads else " (the default: every core)"
-        parser.error(f"--clock cpu is invalid with --threads {threads}{given}: CPU time is one core's time only with "
-                     "one thread (the others' seconds, spin-waits too, add up); use --threads 1")
+    if "clock" in args and args.clock == "cpu" and (args.threads or cores()) != 1:
+        given = f"{args.threads or cores()}" + ("" if args.threads else " (the default: every core)")
+        parser.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
+                     "core's time only with one thread (the others' seconds, spin-waits too, add up); "
+                     "use --threads 1")
+    apply_smoke(parser, argv, args, **smoke)
+    if "threads" in args:
+        args.threads = args.threads or cores()
+        torch.set_num_threads(args.threads)
+    if "dtype" in args:
+        dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype
+        if "model" in args:  # the dtype the engine runs (bfloat16 without bf16 units runs float32)
+            dtype = str(EngineConfig(model=args.model, device=args.device, dtype=dtype).torch_dtype)
+        args.dtype = dtype.removeprefix("torch.")
+        args.torch_dtype = getattr(torch, args.dtype)
+    return args
 
 
 def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
@@ -73,26 +84,6 @@ def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: a
     for dest, value in sizes.items():
         if dest not in given:
             setattr(args, dest, value)
-
-
-def resolve_dtype(args) -> torch.dtype:
-    if args.dtype == "auto":
-        args.dtype = fast_dtype(args.device)
-    return getattr(torch, args.dtype)
-
-
-def engine_dtype(args) -> torch.dtype:
-    """The dtype the engine runs for ``--dtype``, written back to ``args.dtype`` (the tables' label)."""
-    resolve_dtype(args)
-    dtype = EngineConfig(model=args.model, device=args.device, dtype=args.dtype).torch_dtype
-    args.dtype = str(dtype).removeprefix("torch.")
-    return dtype
-
-
-def setup_threads(threads: int | None) -> int:
-    n = threads or cores()
-    torch.set_num_threads(n)
-    return n
 
 
 def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,

@@ -1,20 +1,18 @@
 """The engine's host time per iteration against the GPU forward pass it would feed: the real engine
 loop for Llama-2-7B's shapes with a no-op forward, beside the H100 forward the simulator predicts for
-each batch (method: docs/benchmarks.md). Target: host time under 5% of that forward at every batch.
-
-    python -m sarathi_lab.bench.host_path --decode-batches 32,64 --contexts 2048 --reps 50
-"""
+each batch (method: docs/benchmarks.md). Target: host time under 5% of that forward at every batch."""
 from __future__ import annotations
 
 import argparse
-import statistics
 import types
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints, table_path
-from sarathi_lab.bench.common import apply_smoke, print_table
+from sarathi_lab.bench.common import parse, print_table
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
@@ -27,24 +25,21 @@ BLOCK_SIZE = 16
 PREFILL_BUDGET = 2048
 
 
+@dataclass
 class NoopModel:
     """The model seam without a model: greedy tokens (or empty logits) of the shape the runner expects,
     and the batch's metadata noted (its shape is read after the step, outside the time)."""
-
+    vocab_size: int
+    meta: object = None
     # Every sampled row's token from forward(argmax=True), as a GPU's greedy path hands back.
-    argmax_rows = 1 << 30
+    argmax_rows: ClassVar[int] = 1 << 30
     # Plans nothing per iteration, as the Triton backend the engine runs on CUDA.
-    backend = types.SimpleNamespace(plan=lambda meta, k_cache: None)
-
-    def __init__(self, vocab_size: int, token: int = 1):
-        self.vocab_size = vocab_size
-        self.token = token
-        self.meta = None
+    backend: ClassVar = types.SimpleNamespace(plan=lambda meta, k_cache: None)
 
     def __call__(self, input_ids, positions, kv_caches, meta, logits_indices, argmax: bool = False):
         self.meta = meta
         n = len(logits_indices)
-        return [self.token] * n if argmax else torch.empty(n, self.vocab_size)
+        return [1] * n if argmax else torch.empty(n, self.vocab_size)
 
 
 def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_model_len: int):
@@ -93,32 +88,22 @@ def _steps(engine, n: int) -> list[tuple]:
     return out
 
 
-def _prefill_iterations(requests: int, context: int, prefill_tokens: int) -> int:
-    """At most how many iterations prefill ``requests`` prompts of ``context`` tokens, at least
-    ``prefill_tokens`` of them an iteration (besides a decode for each request already prefilled)."""
-    return -(-requests * context // prefill_tokens) + 1
-
-
-def _decoding(engine) -> None:
-    """Steps until no prompt is left to prefill: the requests added so far all decode."""
-    while engine.step().num_prefill_tokens:
-        pass
-
-
 def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
     """``reps`` iterations of ``decodes`` decodes at about ``context`` tokens each, beside one
     ``chunk``-token prefill chunk of a long prompt that arrives once they decode (0: none)."""
     # The decodes' prompts are prefilled first by the same engine loop, under a budget the timed
     # iterations do not reach (the chunk's, or PREFILL_BUDGET); the first ones decode meanwhile.
     runs, prefill = warmup + reps, chunk or PREFILL_BUDGET
-    new = _prefill_iterations(decodes, context, prefill) + runs + 2
+    # Tokens to decode through the iterations that prefill their prompts (at most), then the timed ones.
+    new = -(-decodes * context // prefill) + runs + 3
     prompt = chunk * (runs + 1)
     max_len = max(context + new, prompt + 1)
     blocks = decodes * -(-(context + new) // BLOCK_SIZE) + (-(-max_len // BLOCK_SIZE) if chunk else 0)
     engine = build_engine(decodes + bool(chunk), prefill + decodes, blocks, max_len)
     for seq in _requests(0, decodes, context - 1, new):
         engine.add_request(seq)
-    _decoding(engine)
+    while engine.step().num_prefill_tokens:  # until every request added so far decodes
+        pass
     if chunk:
         engine.add_request(_requests(decodes, 1, prompt, 1)[0])
     steps = _steps(engine, runs)[warmup:]
@@ -130,28 +115,18 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
 
 def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model, kv_fits) -> dict:
     """``kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
-    records = [r for r, _ in steps]
-
-    def median_us(values) -> float:
-        return statistics.median(values) * 1e6
-
-    host = [r.duration - r.forward_time for r in records]
-    forward = [cost_model.iteration_cost(prefills, decodes, num_sampled=r.num_decode_requests).forward_s
-               for r, (prefills, decodes) in steps]
+    times = pd.DataFrame([{
+        "host": r.duration - r.forward_time, "schedule": r.schedule_time, "prepare": r.prepare_time,
+        "sample": r.sample_time,
+        # update(), the records, the loop: what the step times outside its named parts.
+        "rest": r.duration - r.schedule_time - r.prepare_time - r.forward_time - r.sample_time,
+        f"{GPU}_forward": cost_model.iteration_cost(prefills, decodes, r.num_decode_requests).forward_s,
+    } for r, (prefills, decodes) in steps])
     # Each iteration's host time against its own batch's forward, then the median of those.
-    frac = statistics.median(h / f for h, f in zip(host, forward))
+    frac = (times["host"] / times[f"{GPU}_forward"]).median()
     return {
         "case": "hybrid" if chunk else "decode", "batch": batch, "context": context, "chunk": chunk,
-        "host_us": median_us(host),
-        "schedule_us": median_us([r.schedule_time for r in records]),
-        "prepare_us": median_us([r.prepare_time for r in records]),
-        "sample_us": median_us([r.sample_time for r in records]),
-        # update(), the records, the loop: what the step times outside its named parts.
-        "rest_us": median_us([r.duration - r.schedule_time - r.prepare_time - r.forward_time - r.sample_time
-                              for r in records]),
-        f"{GPU}_forward_us": median_us(forward),
-        "host_frac": frac,
-        "met": frac < TARGET,
+        **(times.median() * 1e6).add_suffix("_us").to_dict(), "host_frac": frac, "met": frac < TARGET,
         "kv_fits": all(kv_fits(r.num_tokens, sum(c for _, c in prefills) + sum(decodes))
                        for r, (prefills, decodes) in steps),
     }
@@ -203,8 +178,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
-    args = p.parse_args(argv)
-    apply_smoke(p, argv, args, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3, warmup=1)
+    args = parse(p, argv, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3, warmup=1)
     if not (args.contexts and (args.decode_batches or args.hybrid)):
         p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one case")
     if min(args.contexts) < 2:

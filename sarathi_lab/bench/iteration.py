@@ -1,25 +1,16 @@
 """Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for decode,
-prefill and hybrid batches (method: docs/benchmarks.md).
-
-    python -m sarathi_lab.bench.iteration --decode-batches 1,8,32 --decode-context 1024 --reps 9
-"""
+prefill and hybrid batches (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse
 import math
 from dataclasses import asdict
+from functools import partial
 
 import pandas as pd
 
 from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints
-from sarathi_lab.bench.common import (
-    add_common_args,
-    apply_smoke,
-    check_clock,
-    engine_dtype,
-    print_table,
-    setup_threads,
-)
+from sarathi_lab.bench.common import add_common_args, parse, print_table
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.model.shape import Shape
@@ -41,10 +32,10 @@ def cases(args) -> list[dict]:
 
 
 def blocks_needed(args, block_size: int) -> int:
-    """Twice the largest batch's blocks: runs and scattered blocks come from separate halves."""
-    per = max([d * -(-args.decode_context // block_size) for d in args.decode_batches]
-              + [-(-2 * c // block_size) + d * -(-args.decode_context // block_size) for c, d in args.hybrid]
-              + [-(-c // block_size) for c in args.prefill_chunks])
+    """Twice the largest case's blocks: runs and scattered blocks come from separate halves."""
+    context = -(-args.decode_context // block_size)
+    per = max(-(-sum(case["prefill"] or ()) // block_size) + case["decodes"] * context
+              for case in cases(args))
     return 2 * (per + 8)
 
 
@@ -68,11 +59,9 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
-    dtype = engine_dtype(args)  # the ceilings' dtype: the one the floor's iterations run in
-    setup_threads(args.threads)
     load = warn_if_loaded()
-    def ceilings():
-        return measure_ceilings(args.device, dtype, **(CEILING_SMOKE if args.smoke else {}), clock=args.clock)
+    ceilings = partial(measure_ceilings, args.device, args.torch_dtype, **(CEILING_SMOKE if args.smoke else {}),
+                       clock=args.clock)
 
     before = ceilings()
     config_kwargs = {"device": args.device, "dtype": args.dtype, "warmup_iters": 0, "cpu_linear": args.cpu_linear,
@@ -110,7 +99,8 @@ def run(args) -> pd.DataFrame:
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm})"
           f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
           f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after) | load1 at start {load:.2f}")
-    setup = _ceiling_setup(before)
+    # How the ceilings were measured; their values are the table's ceil_* columns, per case.
+    setup = {k: v for k, v in asdict(before).items() if k not in ("copy_gbps", "matmul_gflops")}
     print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}",
                 args.device, {"ceilings": setup, "model": args.model, "dtype": args.dtype,
                               "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
@@ -122,11 +112,6 @@ def run(args) -> pd.DataFrame:
 def _span(values: pd.Series) -> str:
     low, high = values.min(), values.max()
     return f"{low:.1f}" if math.isclose(low, high, rel_tol=5e-4) else f"{low:.1f}-{high:.1f}"
-
-
-def _ceiling_setup(c) -> dict:
-    """How the ceilings were measured; their values are the table's ceil_* columns, per case."""
-    return {k: v for k, v in asdict(c).items() if k not in ("copy_gbps", "matmul_gflops")}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -147,9 +132,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
-    args = p.parse_args(argv)
-    check_clock(p, args)
-    apply_smoke(p, argv, args, model="tiny", reps=2, decode_batches=[1, 4], decode_context=64,
+    args = parse(p, argv, model="tiny", reps=2, decode_batches=[1, 4], decode_context=64,
                 prefill_chunks=[32, 64], hybrid=[(32, 4)])
     if not (args.decode_batches or args.prefill_chunks or args.hybrid):
         p.error("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one case")

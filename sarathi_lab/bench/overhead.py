@@ -1,8 +1,5 @@
 """Engine overhead: the share of each iteration spent outside the model's forward pass, split into the
-parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time.
-
-    python -m sarathi_lab.bench.overhead --schedulers sarathi_serve --requests 32
-"""
+parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time."""
 from __future__ import annotations
 
 import argparse
@@ -10,15 +7,7 @@ import argparse
 import pandas as pd
 
 from sarathi_lab.bench.args import bench_parser, names_of, positive_int
-from sarathi_lab.bench.common import (
-    add_common_args,
-    add_workload_args,
-    apply_smoke,
-    engine_dtype,
-    make_workload,
-    print_table,
-    setup_threads,
-)
+from sarathi_lab.bench.common import add_common_args, add_workload_args, make_workload, parse, print_table
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
@@ -46,8 +35,6 @@ def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
     from sarathi_lab.model import load_config
 
-    engine_dtype(args)
-    setup_threads(args.threads)
     load = warn_if_loaded()
     prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
                                         load_config(args.model).vocab_size, args.seed)
@@ -86,8 +73,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
-    args = p.parse_args(argv)
-    apply_smoke(p, argv, args, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8), chunk_size=32,
+    args = parse(p, argv, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8), chunk_size=32,
                 batch_size=4)
     return run(args)
 

@@ -1,34 +1,24 @@
 """Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms, flat and
-peaked, at each top_p (docs/benchmarks.md).
-
-    python -m sarathi_lab.bench.sampling --rows 64 --top-p 0.9 --dtype float32
-"""
+peaked, at each top_p (docs/benchmarks.md)."""
 from __future__ import annotations
 
-import argparse
-import statistics
-
+import numpy as np
 import torch
 from sarathi_kernels import cpu_ops
 
-from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
-from sarathi_lab.bench.common import add_common_args, apply_smoke, print_table, resolve_dtype, setup_threads
+from sarathi_lab.bench.args import bench_parser, comma_list, positive_int, positive_ints
+from sarathi_lab.bench.common import add_common_args, parse, print_table
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.engine.timer import make_clock
+from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.sampler import Sampler, uniform
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 
-def _probabilities(text: str) -> list[float]:
-    """'1,0.95' -> [1.0, 0.95]: top_p values, each in (0, 1]."""
-    try:
-        values = [float(v) for v in text.split(",") if v]
-    except ValueError:
-        values = []
-    if not values or not all(0 < v <= 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of numbers in (0, 1]")
-    return values
+def _probability(text: str) -> float:
+    if not 0 < float(text) <= 1:
+        raise ValueError(text)
+    return float(text)
 
 
 def measure(logits: torch.Tensor, params: SamplingParams, reps: int) -> dict:
@@ -36,14 +26,8 @@ def measure(logits: torch.Tensor, params: SamplingParams, reps: int) -> dict:
     uniforms = [uniform(params.seed, r, 0) for r in range(logits.shape[0])]
     paths = {"kernel": lambda: cpu_ops.sample(logits, sampler.temperature, params.top_p, uniforms),
              "torch": lambda: sampler.torch_draw(logits, uniforms)}
-    clock = make_clock("wall")
-    times = {name: [] for name in paths}
-    for r in range(reps):
-        for name in (list(paths) if r % 2 else list(paths)[::-1]):
-            t0 = clock.now()
-            paths[name]()
-            times[name].append(clock.now() - t0)
-    kernel, torch_path = (statistics.median(times[name]) for name in paths)
+    times = interleaved(paths, reps, make_clock("wall"))
+    kernel, torch_path = (float(np.median(times[name])) for name in paths)
     same = sum(a == b for a, b in zip(paths["kernel"](), paths["torch"]())) / logits.shape[0]
     return {"kernel_ms": kernel * 1e3, "torch_ms": torch_path * 1e3, "speedup": torch_path / kernel, "same_token": same}
 
@@ -52,24 +36,23 @@ def main(argv: list[str] | None = None):
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--rows", type=positive_int, default=16, help="rows sampled together (a decode batch)")
     parser.add_argument("--vocab", type=positive_int, default=32000)
-    parser.add_argument("--top-p", type=_probabilities, default=[1.0, 0.95], help="comma list, each in (0, 1]")
+    parser.add_argument("--top-p", type=comma_list(_probability, "numbers in (0, 1]", empty=False),
+                        default=[1.0, 0.95], help="comma list, each in (0, 1]")
     parser.add_argument("--scales", type=positive_ints, default=[1, 12],
                         help="logits' standard deviations, comma list: 1 flat, 12 peaked")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--reps", type=positive_int, default=21, help="timed calls of each path (medians)")
     add_common_args(parser)
-    args = parser.parse_args(argv)
-    apply_smoke(parser, argv, args, rows=2, vocab=2000, reps=3)
+    args = parse(parser, argv, rows=2, vocab=2000, reps=3)
     if not 0 < args.temperature < float("inf"):
         parser.error(f"--temperature={args.temperature} is invalid: must be a finite number > 0")
     if args.device != "cpu":
         parser.error(f"--device={args.device} is invalid: the sampling kernel is the CPU's (CUDA runs the torch path)")
-    dtype = resolve_dtype(args)
+    dtype = args.torch_dtype
     if dtype not in cpu_ops.DTYPES:
         parser.error(f"--dtype={args.dtype} is invalid: the kernel takes float32 or bfloat16 logits")
     if not cpu_ops.supports(torch.zeros(1, dtype=dtype)):
         parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): nothing to compare")
-    setup_threads(args.threads)
     reuse_freed_memory()  # the engine's allocator: torch's ops would otherwise pay fresh pages each call
     warn_if_loaded()
     g = torch.Generator().manual_seed(0)

@@ -1,9 +1,5 @@
 """The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s
-(docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere.
-
-    python -m sarathi_lab.bench sim_fidelity [--smoke] [--devices a100 h100] [--models llama2-7b ...]
-        [--out DIR]
-"""
+(docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere."""
 from __future__ import annotations
 
 import argparse
@@ -19,13 +15,11 @@ SMOKE_OPS = (1, 128, 136, 1024)
 
 def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
     """Left: predicted / measured per iteration, each cost model; right: hold-out error per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
     devices = sorted(iterations.device.unique())
-    fig, axes = plt.subplots(len(devices), 2, figsize=(13, 3.6 * len(devices)), squeeze=False)
+    fig = Figure(figsize=(13, 3.6 * len(devices)))
+    axes = fig.subplots(len(devices), 2, squeeze=False)
     markers = {"roofline": "x", "calibrated": "o", "holdout": "s"}
     for row, device in zip(axes, devices):
         its = iterations[iterations.device == device].reset_index(drop=True)
@@ -52,7 +46,6 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
@@ -85,29 +78,24 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     show("\nError per iteration kind (|predicted / measured - 1|)", errors)
     if len(attention):
         show("\nPrefill attention, fitted without each chunk size and predicting it", attention)
-    shard_errors = []
-    for tp in (2,) if args.smoke else (2, 4):
-        _, shard_its = fidelity.run(devices, models, op_tokens, tp=tp)
-        if len(shard_its):
-            shard_errors.append(fidelity.errors(shard_its))
-    shard_errors = pd.concat(shard_errors, ignore_index=True) if shard_errors else pd.DataFrame()
+    shards = [fidelity.run(devices, models, op_tokens, tp=tp)[1] for tp in ((2,) if args.smoke else (2, 4))]
+    shard_errors = pd.concat([fidelity.errors(its) for its in shards if len(its)] or [pd.DataFrame()],
+                             ignore_index=True)
     show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit saw; no attention)",
          shard_errors)
     reduce_errors = fidelity.all_reduce_errors(fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
     show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as the cost models "
          "read it; holdout = without the size it predicts)", reduce_errors)
     args.out.mkdir(parents=True, exist_ok=True)
-    ops.to_csv(args.out / "fidelity_ops.csv", index=False, float_format="%.4g")
-    iterations.to_csv(args.out / "fidelity_iterations.csv", index=False, float_format="%.4g")
-    errors.to_csv(args.out / "fidelity_errors.csv", index=False, float_format="%.3f")
-    if len(attention):
-        attention.to_csv(args.out / "fidelity_attention_holdout.csv", index=False, float_format="%.3f")
-    reduce_errors.to_csv(args.out / "fidelity_all_reduce.csv", index=False, float_format="%.3f")
-    shard_errors.to_csv(args.out / "fidelity_tp_errors.csv", index=False, float_format="%.3f")
+    tables = {"ops": ops, "iterations": iterations, "errors": errors, "attention_holdout": attention,
+              "all_reduce": reduce_errors, "tp_errors": shard_errors}
+    for name, table in tables.items():
+        if len(table) or name != "attention_holdout":  # times to 4 digits, errors to 3 decimals
+            table.to_csv(args.out / f"fidelity_{name}.csv", index=False,
+                         float_format="%.4g" if name in ("ops", "iterations") else "%.3f")
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
-    return {"ops": ops, "iterations": iterations, "errors": errors, "attention": attention,
-            "all_reduce": reduce_errors, "shards": shard_errors}
+    return tables
 
 
 if __name__ == "__main__":

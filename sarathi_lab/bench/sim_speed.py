@@ -1,13 +1,10 @@
-"""How fast the simulator itself runs: ``n`` requests through ``LLM(executor="sim")`` on one core,
-in CPU seconds, requests/s and iterations/s; ``--profile`` says where that time goes, ``--digest``
-prints a hash of the run's records, which a change that only makes the simulator faster leaves as
-it was (docs/sim/README.md, section 3).
-"""
+"""How fast the simulator itself runs: requests through ``LLM(executor="sim")`` on one core, in CPU
+seconds, requests/s and iterations/s, and where that time goes (docs/sim/README.md, section 3)."""
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import hashlib
-import io
 import json
 import pstats
 import time
@@ -83,26 +80,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decode-tokens", type=int_range, default=(256, 256), help="N, or LO-HI drawn uniformly")
     parser.add_argument("--rate", type=positive_float, default=ARRIVAL_RATE_RPS, help="Poisson arrivals, requests/s")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries by own time")
-    parser.add_argument("--digest", action="store_true", help="print a hash of the run's records")
+    parser.add_argument("--digest", action="store_true",
+                        help="print a hash of the run's records (a change to its speed alone keeps it)")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
-    profiler = cProfile.Profile() if args.profile else None
-    if profiler:
-        profiler.enable()
-    speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk, args.batch,
-                     args.prompt_tokens, args.decode_tokens, args.rate, args.digest)
-    if profiler:
-        profiler.disable()
+    profiler = cProfile.Profile()
+    with profiler if args.profile else contextlib.nullcontext():
+        speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk, args.batch,
+                         args.prompt_tokens, args.decode_tokens, args.rate, args.digest)
     print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, {speed.simulated_s:.0f} s simulated) "
           f"in {speed.cpu_s:.2f} s CPU: {speed.per_cpu_s(speed.num_requests):,.0f} requests/s, "
           f"{speed.per_cpu_s(speed.num_iterations):,.0f} iterations/s")
     if args.digest:
         print(f"digest {speed.digest}")
-    if profiler:
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
-        print(out.getvalue())
-
+    if args.profile:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
 
 if __name__ == "__main__":
     main()

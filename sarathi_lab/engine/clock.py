@@ -1,10 +1,6 @@
-"""The engine's clock: every time the engine records is a difference of two ``now()`` readings.
-
-A served run reads the wall clock (after a device synchronise, so that queued GPU work is counted
-where it ran). A simulated run reads a virtual clock that moves only when the simulated executor
-says an iteration took so long, or when the engine waits for the next arrival: no wall-clock time
-passes in it, so a simulated run is exact and repeatable.
-"""
+"""The engine's clock: every time the engine records is a difference of two ``now()`` readings. A
+simulated run's virtual clock moves only by the executor's predicted times and the waits for
+arrivals, so a simulated run is exact and repeatable."""
 from __future__ import annotations
 
 import time
@@ -24,7 +20,7 @@ class Clock(ABC):
 
 class WallClock(Clock):
     def __init__(self, synchronize: Callable[[], None] | None = None):
-        # On CUDA: torch.cuda.synchronize, so that a reading comes after the work queued before it.
+        # On CUDA torch.cuda.synchronize: queued GPU work counts where it ran.
         self._synchronize = synchronize
 
     def now(self) -> float:
@@ -37,10 +33,8 @@ class WallClock(Clock):
 
 
 class CPUClock(Clock):
-    """This process's CPU seconds plus the time spent waiting for arrivals: the engine's time as if
-    it had its core to itself. On a machine whose cores other jobs share, wall time counts the
-    time the engine was descheduled; with one compute thread, CPU time does not (what contention
-    still changes: caches, memory bandwidth)."""
+    """This process's CPU seconds plus the waits for arrivals: with one compute thread, the engine's
+    time as if it had its core to itself, on a machine whose cores other jobs share."""
 
     def __init__(self) -> None:
         self._waited = 0.0

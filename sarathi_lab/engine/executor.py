@@ -1,9 +1,5 @@
-"""The seam between the engine loop and what runs a batch: the real model, or a simulator.
-
-The engine hands an executor one scheduled batch and gets back a new token for each request that
-reached the end of its tokens (``batch.sampled``), with where the iteration's time went. Nothing
-outside an executor may assume a real model exists.
-"""
+"""The seam between the engine loop and what runs a batch: the real model, or a simulator. Nothing
+outside an executor may assume a real model exists."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -1,8 +1,4 @@
-"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics.
-
-``step()`` is one iteration and returns its record; ``run()`` serves a set of requests, admitting
-each at its arrival time on the engine's clock (wall or virtual) and stepping until all finish.
-"""
+"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics."""
 from __future__ import annotations
 
 import gc
@@ -89,13 +85,10 @@ class LLMEngine:
 
     def run(self, seqs: list[Sequence], metrics: Metrics, sampling: SamplingParams,
             on_iteration: Callable[[IterationRecord], None] | None = None, max_concurrency: int | None = None) -> None:
-        """Serve ``seqs`` to completion; each becomes visible to the scheduler at its arrival time
-        (seconds after the call starts). Records go into ``metrics`` as they happen, so an
-        interrupted run leaves what it had done; whatever stops it, no request stays behind.
-
-        ``max_concurrency`` caps the requests in the system, as a benchmark client with that many
-        connections would (vLLM's bench serve): a request due while the cap is reached is sent,
-        and so arrives, when one finishes."""
+        """Serve ``seqs`` to completion, each from its arrival time (seconds after the call starts);
+        records go into ``metrics`` as they happen, and whatever stops the run, no request stays behind.
+        ``max_concurrency`` caps the requests in the system, as a client with that many connections
+        would (vLLM's bench serve): a request due at the cap is sent, and arrives, when one finishes."""
         self.start(metrics, sampling)
         metrics.num_submitted += len(seqs)
         pending = sorted(seqs, key=lambda s: s.priority)

@@ -1,8 +1,5 @@
-"""What the engine records about itself, and the latency/throughput figures derived from it.
-
-Times are seconds on the engine's clock (the wall clock after a device sync, or a simulation's
-virtual clock), relative to the start of the ``generate`` call that produced them.
-"""
+"""What the engine records about itself, and the latency/throughput figures derived from it. Times
+are seconds on the engine's clock since the start of the ``generate`` call that produced them."""
 from __future__ import annotations
 
 import math
@@ -24,9 +21,7 @@ class IterationRecord:
     # Cached key/value tokens attention read, per layer (each request reads its whole context).
     kv_tokens_read: int
     num_preempted: int
-    # Where the iteration's duration went, in seconds on the engine's clock: the scheduler's
-    # decision, building the batch's tensors, the forward pass (device time), sampling. The
-    # forward is the device's work; the rest is the engine's overhead.
+    # Where the duration went: the forward pass (device time) is the device's work, the rest overhead.
     schedule_time: float
     prepare_time: float
     forward_time: float
@@ -83,10 +78,9 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class SLO:
-    """Latency targets (seconds; None: not set). Per request: TTFT, TPOT, end-to-end, and its own
-    P99 time between tokens; a request that meets all that are set counts towards goodput. For the
-    system (Sarathi-Serve's capacity): P99 of all TBTs within ``tbt_p99_s`` and median scheduling
-    delay within ``sched_delay_p50_s``."""
+    """Latency targets (seconds; None: not set). A request that meets every per-request one (TTFT,
+    TPOT, end-to-end, its own P99 TBT) counts towards goodput; Sarathi-Serve's capacity also holds
+    the system's P99 TBT and median scheduling delay (``sched_delay_p50_s``) to theirs."""
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
@@ -97,10 +91,8 @@ class SLO:
 def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, float]:
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
-    if len(values) == 0:
-        return {f"{name}_p{p}{unit}": float("nan") for p in pcts}
-    arr = np.percentile(values, pcts)
-    return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, arr)}
+    found = np.percentile(values, pcts) if len(values) else [float("nan")] * len(pcts)
+    return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, found)}
 
 
 # The least-squares growth of the waiting queue over the arrival window that marks a run whose
@@ -113,12 +105,9 @@ def queue_growth(requests: list[RequestRecord]) -> float:
     """Least-squares growth of the waiting queue (requests) over the arrival window; 0 when all
     arrive at once. A stable system's queue comes and goes; an overloaded one's grows linearly."""
     t = np.array([r.arrival for r in requests], dtype=float)
-    q = np.array([r.queue_at_arrival for r in requests], dtype=float)
-    span = float(t.max() - t.min()) if len(t) else 0.0
-    if len(t) < 3 or span <= 0:
+    if len(t) < 3 or t.max() <= t.min():
         return 0.0
-    slope = np.polyfit(t, q, 1)[0]
-    return float(slope * span)
+    return float(np.polyfit(t, [r.queue_at_arrival for r in requests], 1)[0] * (t.max() - t.min()))
 
 
 @dataclass
@@ -130,17 +119,11 @@ class Metrics:
     num_submitted: int = 0
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
-        """Throughputs in tokens/s over the makespan (first arrival to last finish, or to the end of
-        the last iteration for a run stopped before every request finished); latencies in s.
-        They count the tokens the iterations computed, as SARATHI's throughputs do: a preempted
-        request's recomputed prefill counts again, and a request's first token, sampled by its last
-        prefill chunk, is no decode token (vLLM's output throughput is ``generated_tokens`` over the
-        makespan).
-
-        ``saturated`` is 1.0 when the waiting queue grew through the arrival window (arrivals
-        outpaced service): the latency percentiles of such a run describe how long this run was,
-        not a steady state. Latencies and ``num_requests`` are over the finished requests;
-        ``num_unfinished`` counts the submitted ones that did not finish, arrived or not."""
+        """Throughputs over the makespan (first arrival to last finish, or end of the last iteration if
+        stopped early) count the tokens the iterations computed, as SARATHI's do: a recomputed prefill
+        counts again, a first token is no decode token (vLLM's output throughput is ``generated_tokens``
+        over the makespan). ``saturated``: the queue grew through the arrival window, so latencies
+        (over the finished requests) describe how long this run was, not a steady state."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
         # The token counts include the work on requests a stopped run never finished: its rates are

@@ -37,12 +37,9 @@ class SamplingParams:
 @dataclass(eq=False, slots=True)
 class Sequence:
     """Tokens are prompt + generated; the first ``num_computed`` of them have keys/values in the cache.
-
-    Prefill and decode are one mechanism: a step computes some of the uncomputed tokens, and when
-    it reaches the last one the sampler appends a new token. A decode is the case of exactly one
-    uncomputed token. Preemption frees the cache and sets ``num_computed`` back to 0, so the
-    prompt and everything generated so far are recomputed as one longer prefill.
-    """
+    Prefill and decode are one mechanism: a step computes some uncomputed tokens, and one that reaches
+    the last samples a new token (a decode: exactly one uncomputed). Preemption sets ``num_computed``
+    back to 0: prompt and output so far are recomputed as one longer prefill."""
 
     seq_id: int
     prompt: list[int]

@@ -1,13 +1,8 @@
-"""Stop a serving run as soon as its SLO verdict is certain, whatever the rest of it would do.
-
-Sarathi-Serve's capacity is the highest load at which P99 TBT stays within its SLO and the median
-scheduling delay within 2 s. Both are percentiles over a number of values known in advance (one
-scheduling delay per request; output_len - 1 gaps per request), and every value already seen to
-exceed its limit stays above it: a waiting request's delay is at least how long it has waited, and
-a running request's current gap at least how long ago its last token came. Once enough values are
-over the limit, no future value can bring the percentile back under it, so the trial is decided
-and the rest of it (the slowest part of an overloaded run) need not be served.
-"""
+"""Stop a serving run as soon as its SLO verdict is certain. P99 TBT and the median scheduling delay
+are percentiles over a count of values known in advance, and a value seen over its limit stays over
+it (a waiting request's delay is at least its wait so far, a running one's gap at least the time
+since its last token): once enough are over, the trial is decided and the rest of it, the slowest
+part of an overloaded run, need not be served."""
 from __future__ import annotations
 
 import math
@@ -41,13 +36,11 @@ class SLOGuard:
         self.num_requests, self.total_gaps = num_requests, total_gaps
         # The counts that decide each percentile, fixed for the run: checked at every iteration.
         self._late_needed, self._gaps_needed = over_needed(num_requests, 50), over_needed(total_gaps, 99)
-        # Each check visits only the requests whose verdict can still change, never all of them:
-        # a request over a limit stays over it, so it is counted once and dropped, and so is one
-        # scheduled within the delay limit or finished with its gaps counted. And a check visits
-        # them only when the counts could reach a verdict: every count's increase is bounded by
-        # what is cheap to know (each undecided request may turn late, each request an iteration
-        # ran may add one gap, each active one may be in a long gap now), and what a visit would
-        # count is still there to count later, so visiting less often stops at the same iteration.
+        # A check visits only the requests whose verdict can still change (one over a limit is counted
+        # once and dropped, as is one scheduled in time or finished with its gaps counted), and only
+        # when a cheap upper bound on the counts (each undecided request may turn late, each request
+        # an iteration ran may add a gap, each active one may be in a long gap now) could reach a
+        # verdict: what a visit would count is still there later, so it stops at the same iteration.
         self._seen = 0  # records of the run's requests taken in so far
         self._iterations_seen = 0  # iteration records whose requests' gaps may be uncounted
         self._late = 0

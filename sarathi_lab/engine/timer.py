@@ -1,18 +1,12 @@
-"""The one timer of every measurement: calls of a function timed on a clock with ``now()``.
-
-It sits in the engine layer, beside the clock it reads, so that the model's load-time probes
-(``model/cpu_linear.py``) time with it too; the measurement layer above is ``profiling``.
-
-The wall clock is the engine's own (``sarathi_lab.engine.clock``: on CUDA ``now()`` synchronises
-the device first, so a timed call includes the work it queued). ``cpu`` counts this process's CPU
-time instead: with one thread, the time the work takes on a core of its own, the way to compare
-numbers on a machine that other jobs share.
-"""
+"""The one timer of every measurement, beside the clock it reads so that the model's load-time probes
+use it too. ``cpu`` counts this process's CPU time: with one thread, the time the work takes on a
+core of its own, the way to compare numbers on a machine that other jobs share."""
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
@@ -52,6 +46,18 @@ def median_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int =
 def best_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1) -> float:
     """The fastest call: for ceilings, what the hardware can do."""
     return min(time_calls(fn, reps, clock, warmup))
+
+
+def interleaved(calls: dict[str, Callable[[], object]], reps: int, *clocks: Clock) -> dict[str, np.ndarray]:
+    """Each call's seconds on each clock, [reps, len(clocks)], over ``reps`` rounds of every call once,
+    each round starting one call later, so that drifts of the host's speed fall on every call alike."""
+    names, times = list(calls), {name: [] for name in calls}
+    for r in range(reps):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            start = [clock.now() for clock in clocks]
+            calls[name]()
+            times[name].append([clock.now() - t for clock, t in zip(clocks, start)])
+    return {name: np.array(t) for name, t in times.items()}
 
 
 def l2_flush(device: torch.device | str) -> Callable[[], object] | None:

@@ -119,27 +119,19 @@ class PackedLinear(nn.Module):
         return self._packed(x)
 
 
-def _one_row_packed_wins(layer: PackedLinear, reps: int = 5) -> bool:
-    """Whether oneDNN's packed path beats MKL's GEMV on one row of ``layer`` by ``_CLEAR_WIN``, timed here."""
-    x = torch.randn(1, layer.in_features, dtype=layer.weight.dtype)
-    clock = WallClock()
-    with torch.no_grad():
-        packed = best_time(lambda: layer._packed(x), reps, clock)
-        aten = best_time(lambda: F.linear(x, layer.weight, layer.bias), reps, clock)
-    return packed * _CLEAR_WIN < aten
-
-
 def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None = None) -> None:
     """Replace every ``nn.Linear`` under ``module`` by a PackedLinear; where the kernels cannot take one
-    row, it goes the way a probe on the largest layer finds faster."""
+    row, it goes packed only where that beats MKL's GEMV by ``_CLEAR_WIN`` on the largest layer."""
     packed = list(_replace(module, gemm, aten_rows))
-    if not packed:
+    if not any(layer.small_rows_weight is None for layer in packed):
         return
     largest = max(packed, key=lambda m: m.weight.numel())
-    if any(layer.small_rows_weight is None for layer in packed):
-        one_row = _one_row_packed_wins(largest)
-        for layer in packed:
-            layer.one_row_packed = one_row
+    x, clock = torch.randn(1, largest.in_features, dtype=largest.weight.dtype), WallClock()
+    with torch.no_grad():
+        one_row = (best_time(lambda: largest._packed(x), 5, clock) * _CLEAR_WIN
+                   < best_time(lambda: F.linear(x, largest.weight, largest.bias), 5, clock))
+    for layer in packed:
+        layer.one_row_packed = one_row
 
 
 def linear_gemm(module: nn.Module) -> str:

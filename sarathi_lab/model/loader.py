@@ -141,10 +141,9 @@ def _open_weights(path: Path, file: Path):
 @torch.no_grad()
 def _load_safetensors(lm: CausalLM, path: Path) -> None:
     params = dict(lm.named_parameters())
-    # Where each shard of a fused parameter starts along dim 0.
+    # The sizes of a fused parameter's shards along dim 0.
     attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
-    offsets = {"qkv_proj": [0, attn.q_size, attn.q_size + attn.kv_size, attn.q_size + 2 * attn.kv_size],
-               "gate_up_proj": [0, mlp.intermediate, 2 * mlp.intermediate]}
+    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size], "gate_up_proj": [mlp.intermediate] * 2}
     filled: dict[str, int] = {}
     for file in _weight_files(path):
         with _open_weights(path, file) as f:
@@ -154,9 +153,7 @@ def _load_safetensors(lm: CausalLM, path: Path) -> None:
                     if "rotary_emb" in name:
                         continue
                     raise ModelLoadError(f"model={str(path)!r}: unexpected weight {hf_name}")
-                target = params[name]
-                if fused:
-                    target = target[offsets[fused][shard] : offsets[fused][shard + 1]]
+                target = params[name].split(sizes[fused])[shard] if fused else params[name]
                 try:
                     tensor = f.get_tensor(hf_name)
                 except Exception as e:  # noqa: BLE001 - safetensors' own error types

@@ -11,7 +11,6 @@ from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.model.block_tables import BlockTables
 from sarathi_lab.model.decoder import CausalLM
-from sarathi_lab.model.host_staging import HostStaging
 
 
 @dataclass
@@ -21,6 +20,36 @@ class PreparedBatch:
     meta: AttentionMetadata
     # Rows whose logits are needed, in batch.sampled's order.
     logits_indices: torch.Tensor
+
+
+class HostStaging:
+    """The pinned host buffer an iteration's inputs pass through to a CUDA device, so that the copy
+    runs asynchronously while the host launches the forward: one buffer for the int64 and int32 inputs
+    (one copy), grown as needed and reused, as vLLM's and nano-vllm's runners do."""
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+        # The last copy out of the buffer, which must finish before it is written again (a caller
+        # that prepares twice in a row would otherwise overwrite inputs still being copied).
+        self._copied: torch.cuda.Event | None = None
+
+    def buffer(self, nbytes: int) -> torch.Tensor:
+        """The first ``nbytes`` bytes of the buffer (uint8), free to write."""
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
+        buf = self._buffer
+        if buf is None or buf.numel() < nbytes:
+            size = max(nbytes, 2 * (0 if buf is None else buf.numel()), 1 << 16)
+            # Pinned only where CUDA is: pinning needs its driver.
+            buf = self._buffer = torch.empty(size, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+        return buf[:nbytes]
+
+    def copied(self) -> None:
+        """The copy out of the buffer is queued: writes must wait for it."""
+        if torch.cuda.is_available():
+            self._copied = torch.cuda.Event()
+            self._copied.record()
 
 
 class ModelRunner:
@@ -57,11 +86,9 @@ class ModelRunner:
 
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
                   staging: HostStaging | None = None, decode_lists: bool = True) -> PreparedBatch:
-    """The batch as the forward pass reads it: token ids, positions, attention metadata, from block
-    tables and token positions alone. ``tables``: the block tables kept from earlier iterations
-    (default: a fresh set); ``staging``: the pinned host buffer for a CUDA device (default: pageable).
-    Per-token work is numpy's over the whole batch; a decode-only CPU batch takes _cpu_decode_tensors
-    unless ``decode_lists`` is False."""
+    """The batch as the forward pass reads it. ``tables``: the block tables kept from earlier
+    iterations (default: a fresh set); ``staging``: the pinned host buffer for a CUDA device (default:
+    pageable). Per-token work is numpy's over the whole batch, but for a decode-only CPU batch."""
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
     if not prefills and decode_lists and device.type == "cpu":
@@ -122,10 +149,8 @@ LIST_TABLE_ENTRIES = 4096
 
 
 def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> PreparedBatch:
-    """A decode-only batch's tensors on the CPU, each over its own Python array (torch.frombuffer),
-    visiting each decode once: cheaper than the numpy path's many calls after a forward pass has
-    flushed the host's caches (docs/cpu_engine.md). Block tables come from the requests' lists while
-    small, else from the kept rows (which catch up from each request's list when next read)."""
+    """A decode-only batch's tensors on the CPU over Python arrays, visiting each decode once
+    (docs/cpu_engine.md); block tables from the requests' lists while small, else the kept rows."""
     n = len(decodes)
     ids, positions, slots, seq_lens = array("q"), array("q"), array("q"), array("i")
     width, reserved = 0, False

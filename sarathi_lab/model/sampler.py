@@ -70,10 +70,9 @@ class Sampler:
 
 def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
                  top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The rows' tokens by descending logit (ties in id order), at least until each row's mass reaches
-    top_p: their probabilities, ids, running mass and the nucleus' size [rows, 1] (the tokens until
-    the mass reaches top_p, the one crossing it included). topk for peaked rows, a stable sort for
-    flat ones: the same order either way (docs/cpu_engine.md)."""
+    """The rows' tokens by descending logit (ties in id order) until each row's mass reaches top_p, the
+    one crossing it included: probabilities, ids, running mass and the nucleus' size [rows, 1]. topk
+    for peaked rows, a stable sort for flat ones: the same order either way (docs/cpu_engine.md)."""
     vocab = probs.shape[-1]
     for k in (64, 1024):
         if k >= vocab // 4:

@@ -1,16 +1,9 @@
-"""The interface every scheduler implements, the bookkeeping they share, and the name registry.
-
-A scheduler sees requests and blocks, never tensors. Requests have a priority, their arrival
-order: when the cache runs out, the newest running request is preempted (its blocks freed, its
-tokens recomputed later), as in vLLM, so the oldest request always makes progress.
-
-Two ways to hold KV blocks, as sarathi-serve's block space managers and vidur's replica schedulers
-build the baselines: the paged schedulers (vllm, sarathi, sarathi_serve) take a request's blocks as
-its tokens arrive; orca and static (FasterTransformer) reserve the blocks of ``max_model_len``
-tokens when they admit a request, so it never grows into another's blocks and is never preempted,
-and the cache holds fewer of them at once. Either way a request is admitted only while the block
-manager's watermark stays free after its blocks.
-"""
+"""The interface every scheduler implements, the bookkeeping they share, and the name registry. A
+scheduler sees requests and blocks, never tensors. When the cache runs out the newest running request
+is preempted (its tokens recomputed later), as in vLLM, so the oldest always makes progress. As in
+sarathi-serve's and vidur's baselines, the paged schedulers take a request's blocks as its tokens
+arrive; orca and static (FasterTransformer) reserve ``max_model_len`` tokens' blocks on admission, so
+a request is never preempted but the cache holds fewer at once."""
 from __future__ import annotations
 
 import bisect
@@ -110,14 +103,11 @@ class Scheduler(ABC):
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
-        """The next iteration's batch, a snapshot (ScheduledBatch.freeze); may be empty only when
-        nothing has arrived to run, or every running request is ``in_flight``.
-
-        Requests in ``in_flight`` (ids) are held out: a pipeline's micro-batch still on its way, whose
-        requests' next tokens need its output. With any held out, or more running than
-        ``max_batch_size``, the policy sees the oldest ``max_batch_size`` of the others as the
-        running ones: on one device every running request fits one batch, but micro-batches in
-        flight hold the rest, and several that come back together must not merge into one."""
+        """The next iteration's batch, a snapshot; empty only when nothing has arrived to run, or every
+        running request is ``in_flight`` (ids held out: a pipeline's micro-batch on its way, whose
+        output their next tokens need). With any held out, or more running than ``max_batch_size``,
+        the policy sees the oldest ``max_batch_size`` of the others as the running ones: micro-batches
+        that come back together must not merge into one."""
         batch = ScheduledBatch()
         everyone, cap = self.running, self.config.max_batch_size
         if not self.in_flight and len(everyone) <= cap:
