@@ -249,7 +249,7 @@ def claims_table(results, simulated=None, checks=None) -> pd.DataFrame:
     row. Where the cost models' verdicts on a claim differ, its simulated rows say so
     (``mark_cost_model_differences``, with the registered result's reason). ``checks``: (experiment,
     check) pairs or checks named as their experiment; by default every registered paper result's."""
-    from sarathi_lab.analysis import registry  # its results' modules import this one's checks
+    from sarathi_lab.analysis import registry  # its results take their default checks from this module
 
     if checks is None:
         checks = [(r.name, r.claims) for r in registry.RESULTS]
