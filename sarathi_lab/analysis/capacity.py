@@ -182,10 +182,6 @@ class Evidence:
     overhead: dict[int, float] | None = None
     provenance: dict[str, str] | None = None
 
-    @property
-    def measured(self) -> bool:
-        return self.provenance is not None and self.provenance["source"].startswith(("measured", "committed measured"))
-
 
 def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
     """The searches not flagged ``timing_unreliable``, and what was left out ("none" or 'N of M ...')."""
@@ -284,7 +280,7 @@ def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
         usable = replace(evidence, searches=searches)
         for claim, paper_text, check, unmeasured in checks:
             found = check(usable)
-            if found is None and not evidence.measured:
+            if found is None and not (evidence.provenance or {}).get("source", "").startswith("measured"):
                 continue
             ours, holds, spread = found or (unmeasured, "n/a", "")
             rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text, "ours": ours,
