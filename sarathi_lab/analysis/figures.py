@@ -135,8 +135,9 @@ def decode_speedup(results, simulated=None):
     for (runs, title), colors in zip(_sources(results, simulated, "decode_speedup"), palettes):
         gains = quantities.decode_speedup(runs.table("decode_speedup", "piggyback"))
         swept = "chunk_align" in gains and gains.chunk_align.nunique() > 1
-        panels += [(runs, f"{title}\n{_CHUNK_ALIGN_TITLES.get(align, align)}" if swept else title, colors, part)
-                   for align, part in (gains.groupby("chunk_align") if swept else [(None, gains)])]
+        for align, part in gains.groupby("chunk_align") if swept else [(None, gains)]:
+            heading = f"{title}\n{_CHUNK_ALIGN_TITLES.get(align, align)}" if swept else title
+            panels.append((runs, heading, colors, part))
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.4), layout="constrained", squeeze=False)
     low, high = paper.DECODE_SPEEDUP
     why = []
@@ -153,7 +154,8 @@ def decode_speedup(results, simulated=None):
         _legend_outside(ax, title="length", fontsize=8)
         if runs.executor("decode_speedup")["executor"] == "sim" and len(resolved):
             why.append(_decode_speedup_why(resolved, low, high))
-    _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline", simulated, why)
+    _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline", simulated,
+           why)
     return fig
 
 
