@@ -65,20 +65,6 @@ class Choice:
                 "include_incomplete judges it)")
 
 
-def choose_sweep(root: str | Path, name: str, include_incomplete: bool = False) -> Choice | None:
-    """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or where
-    none is complete; None where no sweep of it has a finished run."""
-    found = sweeps(root, name)
-    if not found:
-        return None
-    states = []
-    for sweep in found:
-        states.append((sweep, sweep_state(sweep)))
-        if include_incomplete or states[-1][1].complete:
-            return Choice(*states[-1], states[:-1])
-    return Choice(*states[0], [])
-
-
 def download_wandb(project: str, root: str | Path, names=None) -> Path:
     """Every result file of each experiment's newest W&B group (one sweep) into ``root``, laid out
     as local runs are: ``root/<name>/multiruns/<group>/<run id>/``."""
@@ -104,7 +90,7 @@ UNRELIABLE = "env.timing_unreliable"
 
 @dataclass(eq=False)
 class Results:
-    """Each experiment's runs under one results root (``choose_sweep``), loaded on first use. Runs
+    """Each experiment's runs under one results root (``choice``), loaded on first use. Runs
     flagged ``timing_unreliable`` are left out of every table unless ``include_unreliable``;
     ``seed`` keeps one repeat of the experiment (how the claims get their spread);
     ``include_incomplete`` None: as INCLUDE_INCOMPLETE_ENV says. Its views (``repeat``,
@@ -122,11 +108,20 @@ class Results:
             self.include_incomplete = os.environ.get(INCLUDE_INCOMPLETE_ENV) == "1"
 
     def choice(self, name: str) -> Choice:
+        """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or
+        where none is complete."""
         if name not in self._choices:
-            found = choose_sweep(self.root, name, self.include_incomplete)
-            if found is None:
+            found = sweeps(self.root, name)
+            if not found:
                 raise FileNotFoundError(f"no finished run of {name} under {self.root}")
-            self._choices[name] = found
+            states = []
+            for sweep in found:  # their states read newest first, only as far as needed
+                states.append((sweep, sweep_state(sweep)))
+                if self.include_incomplete or states[-1][1].complete:
+                    self._choices[name] = Choice(*states[-1], states[:-1])
+                    break
+            else:
+                self._choices[name] = Choice(*states[0], [])
         return self._choices[name]
 
     def sweep(self, name: str) -> Path:
