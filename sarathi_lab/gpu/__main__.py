@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
         except ValueError as e:
             parser.error(str(e))
-    start = time.time()
-    deadline = start + budget * 60 if budget else None
+    deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
     job = {"out": str(out), "all_steps": names, "deadline": deadline, "export": export and str(export),
