@@ -123,7 +123,7 @@ def test_plan_says_the_context_each_profile_step_runs_at():
     # --plan (and docs/gpu/README.md) said context<=4096 for llama-13b, whose step runs seq_len=3072.
     from sarathi_lab.gpu.steps.profile import overrides
 
-    for step in (s for s in STEPS if s.module == "profile"):
+    for step in (s for s in STEPS if s.group == "profile"):
         (seq_len,) = [o.split("=")[1] for o in overrides(step.arg, dry_run=False) if o.startswith("seq_len=")]
         assert f"context<={seq_len}," in step.what, step
 

@@ -42,7 +42,7 @@ def test_the_seven_results_are_found_in_their_modules_in_order():
                                 "chunk_overhead", "orca_compare", "scheduler_latency")
     assert all(r.reading and r.gpu for r in registry.RESULTS)
     # The GPU suite runs each registered result's experiment, as the CPU does, with its overrides.
-    assert [s.arg for s in STEPS if s.module == "paper"] == ["per_token_cost", "decode_speedup", "pd_ratio",
+    assert [s.arg for s in STEPS if s.group == "paper"] == ["per_token_cost", "decode_speedup", "pd_ratio",
                                                              "tile_quantization", "chunk_overhead", "orca_compare",
                                                              "scheduler_latency"]
 
@@ -53,7 +53,7 @@ def test_a_registered_result_is_produced_run_on_the_gpu_and_dry_run(toy, tmp_pat
     assert args[1] == "experiment=toy" and args[-1] == "scale=ci"
     # No simulated config of its own: the simulated set runs its experiment on the simulator.
     assert "executor=sim" in sweep_args("toy", tmp_path, "full", sim=True)
-    (step, *_) = [s for s in build_steps() if s.module == "paper"]
+    (step, *_) = [s for s in build_steps() if s.group == "paper"]
     assert (step.name, step.overrides) == ("paper.toy", ("seq_len=1024",))
     assert sweep_argv(step, tmp_path, dry_run=True)[-1] == "seq_len=16"
     assert sweep_argv(step, tmp_path)[-1] == "seq_len=1024"

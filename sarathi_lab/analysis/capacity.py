@@ -63,8 +63,7 @@ def _search_row(path: Path) -> dict:
 def compact(searches: pd.DataFrame) -> pd.DataFrame:
     """The committed table of a set of searches (docs/capacity/*_capacity.csv), one row per search.
     A measured one adds what it ran on, which a simulated one does not depend on."""
-    measured = (searches.executor != "sim").any()
-    columns = TABLE_COLUMNS + MEASURED_COLUMNS * bool(measured)
+    columns = TABLE_COLUMNS + MEASURED_COLUMNS * bool((searches.executor != "sim").any())
     return searches[columns].sort_values(["tbt_slo_s", "scheduler", "token_budget"]).reset_index(drop=True)
 
 
@@ -88,7 +87,7 @@ def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def plot_capacity(searches: pd.DataFrame, ax, title: str = ""):
+def plot_capacity(searches: pd.DataFrame, ax, title: str):
     """Bars: capacity per scheduler, one group per SLO; the paper's gain over vLLM beside ours."""
     table = capacity_table(searches)
     gains = table.loc["sarathi_serve / vllm"] if "sarathi_serve / vllm" in table.index else None
@@ -98,14 +97,11 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str = ""):
     x = np.arange(len(slos))
     for i, scheduler in enumerate(table.index):
         ax.bar(x + i * width, table.loc[scheduler].to_numpy(float), width, label=scheduler)
-    labels = []
-    for slo in slos:
-        ours = f"{gains[slo]:.2f}x" if gains is not None and np.isfinite(gains[slo]) else "n/a"
-        labels.append(f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {ours}, "
-                      f"paper {paper.CAPACITY_GAIN_OVER_VLLM}x (strict)")
+    ours = [f"{gains[slo]:.2f}x" if gains is not None and np.isfinite(gains[slo]) else "n/a" for slo in slos]
+    labels = [f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {o}, paper {paper.CAPACITY_GAIN_OVER_VLLM}x "
+              "(strict)" for slo, o in zip(slos, ours)]
     ax.set_xticks(x + width * (len(table.index) - 1) / 2, labels, fontsize=8)
-    ax.set(ylabel="capacity (requests/s)",
-           title=title or "capacity under a P99 TBT SLO and median scheduling delay <= 2 s")
+    ax.set(ylabel="capacity (requests/s)", title=title)
     ax.legend(fontsize=8)
     return ax
 
@@ -142,7 +138,7 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost
     return fig
 
 
-def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
+def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
     """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the other schedulers as points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
     ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-", label="sarathi_serve, labelled by token budget")
@@ -153,8 +149,7 @@ def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str = ""):
     for scheduler, rows in tradeoff[tradeoff.scheduler != "sarathi_serve"].groupby("scheduler"):
         ax.plot(rows.itl_p99_s, rows.ttft_p50_s, "s", label=scheduler)
     # Both axes logarithmic: static's TTFT is tens of times the others' and would flatten them.
-    ax.set(xscale="log", yscale="log", xlabel="P99 TBT (s)", ylabel="median TTFT (s)",
-           title=title or "TTFT vs TBT over sarathi_serve's token budget, same load")
+    ax.set(xscale="log", yscale="log", xlabel="P99 TBT (s)", ylabel="median TTFT (s)", title=title)
     plain_log_ticks(ax.xaxis)
     plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
@@ -181,10 +176,6 @@ class Evidence:
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
     provenance: dict[str, str] | None = None
-
-    @property
-    def measured(self) -> bool:
-        return self.provenance is not None and self.provenance["source"].startswith(("measured", "committed measured"))
 
 
 def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
@@ -284,7 +275,7 @@ def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
         usable = replace(evidence, searches=searches)
         for claim, paper_text, check, unmeasured in checks:
             found = check(usable)
-            if found is None and not evidence.measured:
+            if found is None and not (evidence.provenance or {}).get("source", "").startswith("measured"):
                 continue
             ours, holds, spread = found or (unmeasured, "n/a", "")
             rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text, "ours": ours,

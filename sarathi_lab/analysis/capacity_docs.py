@@ -90,10 +90,6 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     return rows
 
 
-def cost_model_label(sim: pd.DataFrame) -> str:
-    return f"roofline ({SIM_DEVICE}, {sim.model.iloc[0]})"
-
-
 def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.DataFrame:
     """The claims table with its capacity rows replaced by the current ones (appended if absent)."""
     kept = table[table.experiment != "capacity"]
@@ -103,25 +99,22 @@ def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.Dat
 def draw(docs: str | Path = DOCS) -> list[Path]:
     """docs/figures/capacity.png and capacity_tradeoff.png from the committed tables."""
     sim, tradeoff, cpu = load(docs)
-    fig = capacity.capacity_figure(sim, cpu, cost_model_label(sim))
+    cost_model = f"roofline ({SIM_DEVICE}, {sim.model.iloc[0]})"
+    fig = capacity.capacity_figure(sim, cpu, cost_model)
     tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
-    capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model_label(sim)}: TTFT vs TBT over token budgets, "
+    capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model}: TTFT vs TBT over token budgets, "
                                          "same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 
-def refresh_claims(docs: str | Path = DOCS) -> Path | None:
-    """Replace the capacity rows of docs/figures/claims.csv in place (figures.ipynb writes the rest)."""
-    path = Path(docs) / "figures" / "claims.csv"
-    if not path.exists():
-        return None
-    with_capacity_claims(pd.read_csv(path, keep_default_na=False), docs).to_csv(path, index=False)
-    return path
-
-
 def refresh(docs: str | Path = DOCS) -> list[Path]:
-    """Everything drawn from the committed tables: the two figures and the claims rows."""
-    return draw(docs) + [p for p in [refresh_claims(docs)] if p]
+    """Everything drawn from the committed tables: the two figures and, where docs/figures/claims.csv
+    exists (figures.ipynb writes the rest of it), its capacity rows replaced in place."""
+    written, path = draw(docs), Path(docs) / "figures" / "claims.csv"
+    if path.exists():
+        with_capacity_claims(pd.read_csv(path, keep_default_na=False), docs).to_csv(path, index=False)
+        written.append(path)
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -195,8 +195,7 @@ def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
         return [row | {"spread": NO_REPEATS} for row in rows]
     repeats = [check(results.repeat(seed)) for seed in seeds]
     out = []
-    for i, row in enumerate(rows):
-        each = [rows_of_seed[i] for rows_of_seed in repeats]
+    for row, *each in zip(rows, *repeats):
         values = [r["value"] for r in each if r["value"] is not None]
         if len(values) == len(each):
             spread = f"{min(values):.3g} to {max(values):.3g} over {len(seeds)} seeds (min-max)"
@@ -207,12 +206,11 @@ def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
     return out
 
 
-def rows_of(check, results, name: str | None = None) -> list[dict]:
-    """The check's rows on the runs of experiment ``name`` (by default the check's own name) in
-    ``results``, with their spread, what they left out (an incomplete sweep's missing jobs, a newer
-    incomplete sweep passed over, unreliable runs) and where they come from. An experiment whose
-    every run is flagged unreliable has no verdict: its rows say so."""
-    name = name or check.__name__
+def rows_of(check, results, name: str) -> list[dict]:
+    """The check's rows on the runs of experiment ``name`` in ``results``, with their spread, what
+    they left out (an incomplete sweep's missing jobs, a newer incomplete sweep passed over,
+    unreliable runs) and where they come from. An experiment whose every run is flagged unreliable
+    has no verdict: its rows say so."""
     provenance = results.provenance(name)
     unreliable = results.unreliable_note(name)
     left_out = "; ".join(note for note in (results.sweep_note(name), unreliable) if note) or "none"
@@ -247,21 +245,18 @@ def claims_table(results, simulated=None, checks=None) -> pd.DataFrame:
     of ``python -m sarathi_lab.produce --sim``, or a list of them: one per cost model), on the
     simulated runs, each row naming its source; an experiment with no simulated run has no simulated
     row. Where the cost models' verdicts on a claim differ, its simulated rows say so
-    (``mark_cost_model_differences``, with the registered result's reason). ``checks``: (experiment,
-    check) pairs or checks named as their experiment; by default every registered paper result's."""
-    from sarathi_lab.analysis import registry  # its results' modules import this one's checks
+    (``mark_cost_model_differences``, with the registered result's reason). ``checks``: checks named
+    as their experiment; by default every registered paper result's."""
+    from sarathi_lab.analysis import registry  # its results take their default checks from this module
 
-    if checks is None:
-        checks = [(r.name, r.claims) for r in registry.RESULTS]
+    checks = ([(c.__name__, c) for c in checks] if checks is not None
+              else [(r.name, r.claims) for r in registry.RESULTS])
     sims = [] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple)) else [simulated]
-    rows, models, why = [], [], {}
-    for name, check in (c if isinstance(c, tuple) else (c.__name__, c) for c in checks):
-        measured = rows_of(check, results, name)
-        rows, models = rows + measured, models + [None] * len(measured)
-        for sim in sims:
-            if name not in sim.missing():
-                made = rows_of(check, sim, name)
-                rows, models = rows + made, models + [sim.executor(name).get("sim_cost_model")] * len(made)
-        if name in registry.names():
-            why |= registry.by_name(name).cost_models_differ
+    rows, models = [], []
+    for name, check in checks:
+        for runs, model in [(results, None), *((s, s.executor(name).get("sim_cost_model"))
+                                                for s in sims if name not in s.missing())]:
+            made = rows_of(check, runs, name)
+            rows, models = rows + made, models + [model] * len(made)
+    why = {claim: text for r in registry.RESULTS for claim, text in r.cost_models_differ.items()}
     return pd.DataFrame(mark_cost_model_differences(rows, models, why), columns=COLUMNS)

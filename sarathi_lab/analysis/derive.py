@@ -42,8 +42,6 @@ def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float)
                          for m, f, b, p in machines])
 
 
-# --- per_token_cost (Fig. 3/4) ---
-
 def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
     """Per (seq_len, batch_size): the per-token time of a decode over that of a prefill token."""
     total = ops[ops.op == "total"].pivot_table(index=["seq_len", "batch_size"], columns="phase",
@@ -66,8 +64,6 @@ def prefill_saturation(ops: pd.DataFrame, within: float = 0.9) -> dict[str, floa
     return saturation(1 / prefill.groupby("tokens").ms_per_token.mean(), within)
 
 
-# --- tile_quantization (Fig. 7) ---
-
 def largest_step(times: pd.Series) -> tuple[int, float]:
     """Where the time per token added jumps most: the token count n and the relative increase of
     the time from the previous count to n, beyond what the added tokens cost at the mean slope."""
@@ -85,15 +81,11 @@ def iteration_ms(results) -> pd.Series:
     return sweep[sweep.op == "total"].groupby("tokens").ms.mean()
 
 
-# --- decode_speedup (Fig. 8) ---
-
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
     """The points whose riding decodes measured a cost: a hybrid iteration no slower than its chunk
     alone leaves that cost within the noise, and its "speedup" is no number."""
     return gains[gains.piggybacked_ms_per_decode > 0]
 
-
-# --- pd_ratio (Fig. 9, 11b) ---
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
     """Each sarathi run's throughput over the static run of the same workload and chunk value (static
@@ -115,8 +107,6 @@ def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
     peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b) for c, b in zip(peaks.chunk, peaks.batch_size)]
     return peaks.reset_index(drop=True)
 
-
-# --- orca_compare (Fig. 11a) ---
 
 def orca_variant(scheduler: str, stagger: int) -> str:
     """Which bar of Fig. 11a a run is. Orca's two cases differ only in the workload: with equal
@@ -145,8 +135,6 @@ def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"hybrid_share": grouped.num_decode_tokens.apply(lambda d: (d > 0).mean()),
                          "decodes_per_prefill_iteration": grouped.num_decode_tokens.mean()}).reset_index()
 
-
-# --- scheduler_latency (Sarathi-Serve) ---
 
 LATENCIES = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 

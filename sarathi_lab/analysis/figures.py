@@ -35,17 +35,23 @@ def simulated_label(simulated, name: str) -> str | None:
     return simulated.source(name)
 
 
-def _title(fig, results, name: str, text: str, simulated=None) -> None:
+def _title(fig, results, name: str, text: str, simulated=None, why=()) -> None:
+    """Above the figure: ``text`` and the runs drawn; under it, ``why``'s sentences (those not
+    empty): why what it shows departs from the paper."""
     seeds = len(results.seeds(name))
     spread = f"; mean of {seeds} seeds, bands and whiskers (where drawn): min-max" if seeds > 1 else ""
     lines = [text, results.describe(name) + spread]
     lines += [simulated.describe(name)] if simulated_label(simulated, name) else []
     fig.suptitle("\n".join(lines), fontsize=11)
+    if any(why):
+        fig.text(0.5, -0.02, " ".join(filter(None, why)), ha="center", va="top", fontsize=9, wrap=True,
+                 style="italic")
 
 
-def caption(fig, text: str) -> None:
-    """A sentence under the figure: why what it shows departs from the paper."""
-    fig.text(0.5, -0.02, text, ha="center", va="top", fontsize=9, wrap=True, style="italic")
+def _sources(results, simulated, name: str) -> list[tuple]:
+    """(runs, source) of the measured runs and, where they have ``name``, the simulated ones."""
+    label = simulated_label(simulated, name)
+    return [(results, results.source(name))] + ([(simulated, label)] if label else [])
 
 
 def _legend_outside(ax, **kwargs) -> None:
@@ -103,9 +109,8 @@ def tile_quantization(results, simulated=None):
     for m in range(tile, int(sweep.tokens.max()) + 1, tile):
         ax.axvline(m, ls=":", color="grey")
     ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
-    label = simulated_label(simulated, "tile_quantization")
-    for runs, source, style in [(results, results.source("tile_quantization"), {"marker": "."})] + (
-            [(simulated, label, SIM_STYLE | {"marker": None, "color": _sim_colors(1)[0]})] if label else []):
+    styles = [{"marker": "."}, SIM_STYLE | {"marker": None, "color": _sim_colors(1)[0]}]
+    for (runs, source), style in zip(_sources(results, simulated, "tile_quantization"), styles):
         total = derive.iteration_ms(runs)
         run_tile = int(runs.summary("tile_quantization").tile.iloc[0])
         reference = total.index[abs(total.index - run_tile).argmin()]
@@ -123,21 +128,16 @@ def tile_quantization(results, simulated=None):
 
 
 def decode_speedup(results, simulated=None):
-    label = simulated_label(simulated, "decode_speedup")
     # Simulated bars in _sim_colors' reds: a plain "Reds" palette starts near white, invisible on the background.
-    sources = ([(results, results.source("decode_speedup"), lambda n: sns.color_palette("crest", n))]
-               + ([(simulated, label, _sim_colors)] if label else []))
+    palettes = [lambda n: sns.color_palette("crest", n), _sim_colors]
     # One panel per source and chunk alignment (measure.chunk_align), where the runs swept it.
     panels = []
-    for runs, title, colors in sources:
+    for (runs, title), colors in zip(_sources(results, simulated, "decode_speedup"), palettes):
         gains = quantities.decode_speedup(runs.table("decode_speedup", "piggyback"))
-        aligns = sorted(gains.chunk_align.dropna().unique()) if "chunk_align" in gains else []
-        if len(aligns) < 2:
-            panels.append((runs, title, colors, gains))
-            continue
-        for align in aligns:
-            panels.append((runs, f"{title}\n{_CHUNK_ALIGN_TITLES.get(align, align)}", colors,
-                           gains[gains.chunk_align == align]))
+        swept = "chunk_align" in gains and gains.chunk_align.nunique() > 1
+        for align, part in gains.groupby("chunk_align") if swept else [(None, gains)]:
+            heading = f"{title}\n{_CHUNK_ALIGN_TITLES.get(align, align)}" if swept else title
+            panels.append((runs, heading, colors, part))
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.4), layout="constrained", squeeze=False)
     low, high = paper.DECODE_SPEEDUP
     why = []
@@ -154,9 +154,8 @@ def decode_speedup(results, simulated=None):
         _legend_outside(ax, title="length", fontsize=8)
         if runs.executor("decode_speedup")["executor"] == "sim" and len(resolved):
             why.append(_decode_speedup_why(resolved, low, high))
-    _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline", simulated)
-    if any(why):
-        caption(fig, " ".join(w for w in why if w))
+    _title(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline", simulated,
+           why)
     return fig
 
 
@@ -212,11 +211,9 @@ def pd_ratio(results, simulated=None):
            title="dashed: C / (B - 1) for each chunk")
     plain_log_ticks(ax.xaxis)
     _legend_outside(ax, fontsize=7)
-    _title(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)", simulated)
-    why = [_pd_ratio_why(runs) for runs in (results, simulated if label else None)
-           if runs is not None and runs.executor("pd_ratio")["executor"] == "sim"]
-    if any(why):
-        caption(fig, " ".join(w for w in why if w))
+    why = [_pd_ratio_why(runs) for runs, _ in _sources(results, simulated, "pd_ratio")
+           if runs.executor("pd_ratio")["executor"] == "sim"]
+    _title(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)", simulated, why)
     return fig
 
 
@@ -271,12 +268,11 @@ def _orca_bars(runs) -> pd.DataFrame:
 
 
 def orca_compare(results, simulated=None):
-    ours = _orca_bars(results)
+    panels = [(_orca_bars(runs), source) for runs, source in _sources(results, simulated, "orca_compare")]
+    ours = panels[0][0]
     theirs = pd.DataFrame([{"seq_len": s, "variant": v, "gain": g}
                            for v, by_len in paper.ORCA_FIG11A.items() for s, g in by_len.items()]
                           + [{"seq_len": s, "variant": "baseline", "gain": 1.0} for s in (1024, 2048, 3072)])
-    label = simulated_label(simulated, "orca_compare")
-    panels = [(ours, results.source("orca_compare"))] + ([(_orca_bars(simulated), label)] if label else [])
     fig, axes = plt.subplots(1, len(panels) + 1, figsize=(8 * len(panels) + 6, 4.5), layout="constrained",
                              sharey=True, width_ratios=[3] * len(panels) + [2])
     paper_ax = axes[-1]
@@ -299,8 +295,7 @@ def orca_compare(results, simulated=None):
 
 
 def scheduler_latency(results, simulated=None):
-    label = simulated_label(simulated, "scheduler_latency")
-    rows = [(results, results.source("scheduler_latency"))] + ([(simulated, label)] if label else [])
+    rows = _sources(results, simulated, "scheduler_latency")
     fig, axes = plt.subplots(len(rows), 2, figsize=(16, 4.5 * len(rows)), layout="constrained", squeeze=False)
     why = []
     for row_axes, (runs, source) in zip(axes, rows):
@@ -322,9 +317,7 @@ def scheduler_latency(results, simulated=None):
                        "tokens) costs few decode iterations to prefill whole, so a prefill stalls the decodes beside "
                        "it only briefly; the paper's prompts of up to 4K tokens on Mistral-7B stall them for long.")
     _title(fig, results, "scheduler_latency", "Sarathi-Serve: latency of the five schedulers under Poisson load",
-           simulated)
-    if why:
-        caption(fig, " ".join(why))
+           simulated, why)
     return fig
 
 

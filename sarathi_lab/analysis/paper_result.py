@@ -5,6 +5,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sarathi_lab.analysis import claims as claim_checks
+
 
 @dataclass(frozen=True)
 class GpuRun:
@@ -19,8 +21,6 @@ class GpuRun:
 @dataclass(frozen=True)
 class PaperResult:
     name: str                                     # experiment=NAME, and the results root's folder
-    claims: Callable[[Any], list[dict]]           # Results -> claims rows (analysis/claims.py's _row)
-    figure: str | Callable[..., Any]              # (results, simulated=None) -> Figure; a str: figures.<str>
     order: int                                    # where it runs, is drawn and is tabled
     reading: str = ""                             # markdown under the figure's heading: what to look for
     sim: str | None = None                        # produce --sim at full scale: experiment=sim/<sim>
@@ -28,3 +28,10 @@ class PaperResult:
     # table's note on those rows (claims.mark_cost_model_differences), by claim text.
     cost_models_differ: dict[str, str] = field(default_factory=dict)
     gpu: GpuRun | None = None
+    claims: Callable[[Any], list[dict]] | None = None   # Results -> claims rows; by default claims.<name>
+    # (results, simulated=None) -> Figure; by default figures.<name> (registry.draw imports matplotlib then).
+    figure: Callable[..., Any] | None = None
+
+    def __post_init__(self):
+        if self.claims is None:
+            object.__setattr__(self, "claims", getattr(claim_checks, self.name))

@@ -34,20 +34,15 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
 
 def publish(measured: str | Path | None, simulated: list[str | Path], docs: str | Path = capacity_docs.DOCS,
             include_unreliable: bool = False) -> list[Path]:
-    docs = Path(docs)
-    sims = [load_results(root) for root in simulated]
-    written = []
+    docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
     if measured is not None:
         runs = load_results(measured, include_unreliable=include_unreliable)
         written += draw_all(runs, docs)
+        path = docs / "figures" / "claims.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        claims.claims_table(runs, sims).to_csv(path, index=False)  # its capacity rows: refresh's, below
     if sims:
         written += draw_all(sims[0], docs, "_sim")
-    path = docs / "figures" / "claims.csv"
-    if measured is not None:
-        table = claims.claims_table(runs, sims)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        capacity_docs.with_capacity_claims(table, docs).to_csv(path, index=False)
-        written.append(path)
     return written + capacity_docs.refresh(docs)
 
 

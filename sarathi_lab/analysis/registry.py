@@ -43,7 +43,5 @@ def draw(result: PaperResult, runs, simulated=None):
     """The result's figure, or None when every run of it was left out (``runs.unreliable_note`` says why)."""
     if runs.summary(result.name).empty:
         return None
-    figure = result.figure
-    if isinstance(figure, str):
-        figure = getattr(importlib.import_module("sarathi_lab.analysis.figures"), figure)
+    figure = result.figure or getattr(importlib.import_module("sarathi_lab.analysis.figures"), result.name)
     return figure(runs, simulated)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -65,20 +65,6 @@ class Choice:
                 "include_incomplete judges it)")
 
 
-def choose_sweep(root: str | Path, name: str, include_incomplete: bool = False) -> Choice | None:
-    """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or where
-    none is complete; None where no sweep of it has a finished run."""
-    found = sweeps(root, name)
-    if not found:
-        return None
-    states = []
-    for sweep in found:
-        states.append((sweep, sweep_state(sweep)))
-        if include_incomplete or states[-1][1].complete:
-            return Choice(*states[-1], states[:-1])
-    return Choice(*states[0], [])
-
-
 def download_wandb(project: str, root: str | Path, names=None) -> Path:
     """Every result file of each experiment's newest W&B group (one sweep) into ``root``, laid out
     as local runs are: ``root/<name>/multiruns/<group>/<run id>/``."""
@@ -102,33 +88,40 @@ def download_wandb(project: str, root: str | Path, names=None) -> Path:
 UNRELIABLE = "env.timing_unreliable"
 
 
+@dataclass(eq=False)
 class Results:
-    """Each experiment's runs under one results root (``choose_sweep``), loaded on first use. Runs
+    """Each experiment's runs under one results root (``choice``), loaded on first use. Runs
     flagged ``timing_unreliable`` are left out of every table unless ``include_unreliable``;
-    ``seed`` keeps one repeat of the experiment (how the claims get their spread)."""
+    ``seed`` keeps one repeat of the experiment (how the claims get their spread);
+    ``include_incomplete`` None: as INCLUDE_INCOMPLETE_ENV says. Its views (``repeat``,
+    ``with_unreliable``) share what is already loaded."""
+    root: Path
+    include_unreliable: bool = False
+    seed: int | None = None
+    include_incomplete: bool | None = None
+    _tables: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict, repr=False)
+    _choices: dict[str, Choice] = field(default_factory=dict, repr=False)
 
-    def __init__(self, root: str | Path, include_unreliable: bool = False, seed: int | None = None,
-                 include_incomplete: bool | None = None):
-        self.root = Path(root)
-        self.include_unreliable = include_unreliable
-        self.include_incomplete = (os.environ.get(INCLUDE_INCOMPLETE_ENV) == "1" if include_incomplete is None
-                                   else include_incomplete)
-        self.seed = seed
-        self._tables: dict[tuple[str, str], pd.DataFrame] = {}
-        self._choices: dict[str, Choice] = {}
-
-    def _view(self, include_unreliable: bool, seed: int | None) -> Results:
-        """The same runs seen otherwise, sharing what is already loaded."""
-        view = Results(self.root, include_unreliable, seed, self.include_incomplete)
-        view._tables, view._choices = self._tables, self._choices
-        return view
+    def __post_init__(self):
+        self.root = Path(self.root)
+        if self.include_incomplete is None:
+            self.include_incomplete = os.environ.get(INCLUDE_INCOMPLETE_ENV) == "1"
 
     def choice(self, name: str) -> Choice:
+        """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or
+        where none is complete."""
         if name not in self._choices:
-            found = choose_sweep(self.root, name, self.include_incomplete)
-            if found is None:
+            found = sweeps(self.root, name)
+            if not found:
                 raise FileNotFoundError(f"no finished run of {name} under {self.root}")
-            self._choices[name] = found
+            states = []
+            for sweep in found:  # their states read newest first, only as far as needed
+                states.append((sweep, sweep_state(sweep)))
+                if self.include_incomplete or states[-1][1].complete:
+                    self._choices[name] = Choice(*states[-1], states[:-1])
+                    break
+            else:
+                self._choices[name] = Choice(*states[0], [])
         return self._choices[name]
 
     def sweep(self, name: str) -> Path:
@@ -186,12 +179,10 @@ class Results:
         return sorted(summary.seed.dropna().unique().tolist()) if "seed" in summary else []
 
     def repeat(self, seed: int) -> Results:
-        """The same runs restricted to one seed (sharing what is already loaded)."""
-        return self._view(self.include_unreliable, seed)
+        return replace(self, seed=seed)
 
     def with_unreliable(self) -> Results:
-        """The same runs with those flagged ``timing_unreliable`` kept."""
-        return self._view(True, self.seed)
+        return replace(self, include_unreliable=True)
 
     def provenance(self, name: str) -> dict[str, str]:
         """Where the experiment's numbers come from: a claims row's claims.PROVENANCE columns."""

@@ -48,17 +48,14 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
             state.write_result(out, state.StepResult(step.name, "incomplete", began, time.time() - began, error=why))
 
 
-def run_worker(args, out: Path, steps: list[Step], all_names: list[str], deadline: float | None,
-               suite: dict) -> int:
-    cmd = [sys.executable, "-m", "sarathi_lab.gpu.worker", "--out", str(out), "--steps",
-           ",".join(s.name for s in steps), "--all-steps", ",".join(all_names), "--suite", json.dumps(suite)]
-    cmd += ["--dry-run"] * args.dry_run
-    cmd += ["--deadline", str(deadline)] if deadline else []
-    cmd += ["--export", str(args.export)] if args.export else []
+def run_worker(job: dict) -> int:
+    """worker.main's JSON ``job``; its exit status, -SIGTERM where it outran the job's deadline."""
     # Random weights are drawn in float32 and cast one by one: expandable segments let the freed
     # float32 pages go back before the KV cache (one large tensor) is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"} | dict(os.environ)
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.gpu.worker", json.dumps(job)], cwd=REPO_ROOT,
+                            env=env, start_new_session=True)
+    deadline = job["deadline"]
     code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
     return -signal.SIGTERM if code is None else code
 
@@ -99,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
-    args.export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
+    export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
     if args.restore and not args.restore.exists():
         print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")
     elif args.restore:
@@ -107,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
         except ValueError as e:
             parser.error(str(e))
-    start = time.time()
-    deadline = start + budget * 60 if budget else None
+    deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
+    job = {"out": str(out), "all_steps": names, "deadline": deadline, "export": export and str(export),
+           "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
     stalled = False
     print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
@@ -122,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
             break
         worker_start = time.time()
-        code = run_worker(args, out, todo, names, deadline, suite)
+        code = run_worker(job | {"steps": [s.name for s in todo]})
         out_of_time = bool(deadline) and time.time() >= deadline
         if code not in (0, RESTART):
             record_killed(out, todo, worker_start, f"worker ended with {code}" +
@@ -140,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if code == 0 or out_of_time:
             break
     state.write_summary(out, names, suite)
-    for note in state.export(out, args.export):
+    for note in state.export(out, export):
         print(f"[gpu] {note}")
     print_table(out, names)
     code = exit_code(out, names)

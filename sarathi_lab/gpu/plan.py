@@ -14,8 +14,7 @@ PAPER_COMMON = ("model=llama-13b", "device=cuda", "dtype=bfloat16", "logger=none
 
 @dataclass(frozen=True)
 class Step:
-    name: str
-    module: str           # sarathi_lab.gpu.steps.<module>: its run(ctx, step) does the work
+    name: str             # <group>[.<arg>]: sarathi_lab.gpu.steps.<group>.run(ctx, step) does the work
     minutes: float        # expected on an H100, interpreter and model builds included
     what: str             # one line for --plan: what runs, at which shapes, and how it is scaled
     arg: str = ""
@@ -36,24 +35,24 @@ PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 # profile right after the issue's targets (the P:D peak), the others last.
 PROFILES = {"llama-13b": (35, 1.5), "llama2-7b": (90, 1.2), "mistral-7b": (91, 1.2)}
 HEAD: tuple[Step, ...] = (
-    Step("env", "env", 0.5, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
+    Step("env", 0.5, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
          "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
-    Step("kernels", "kernels", 2.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
+    Step("kernels", 2.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
          "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
-    Step("engine", "engine", 1.5, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
+    Step("engine", 1.5, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
-    Step("overhead", "overhead", 1.5, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
+    Step("overhead", 1.5, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "schedule+prepare+sample share of each decode-only and hybrid iteration (target < 5%)"),
 )
 
 
 def build_steps() -> tuple[Step, ...]:
     """HEAD, then the registered results' sweeps and the profiles in their order."""
-    papers = [(r.gpu.order, Step(f"paper.{r.name}", "paper", r.gpu.minutes,
+    papers = [(r.gpu.order, Step(f"paper.{r.name}", r.gpu.minutes,
                                  f"experiment={r.name} {r.gpu.overrides}", r.name,
                                  tuple(r.gpu.overrides.split())))
               for r in registry.RESULTS if r.gpu is not None]
-    profiles = [(order, Step(f"profile.{model}", "profile", minutes,
+    profiles = [(order, Step(f"profile.{model}", minutes,
                              f"task=profile for {model}, bf16, chunk<=512, batch<=18, "
                              f"context<={PROFILE_SEQ_LEN[model]}, token step 16 (tile pairs at every 128) "
                              f"-> profiles/<device>/{model}.csv", model))

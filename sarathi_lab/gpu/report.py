@@ -14,13 +14,11 @@ import pandas as pd
 
 from sarathi_lab.gpu import state
 
-DPI = 90
-
 
 def _save(fig, out: Path, name: str) -> None:
     path = out / "figures" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    fig.savefig(path, dpi=90, bbox_inches="tight")  # as analysis.figures.save, without its seaborn theme
     plt.close(fig)
 
 

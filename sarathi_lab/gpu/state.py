@@ -47,10 +47,6 @@ class StepResult:
     commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
     device: str = ""            # where: cuda, or cpu in a dry run (the suite's record keeps the driver's view)
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StepResult:
-        return cls(**{**data, "metrics": [Metric(**m) for m in data.get("metrics", [])]})
-
 
 def step_dir(out: Path, name: str) -> Path:
     return out / "steps" / name
@@ -61,9 +57,9 @@ def is_done(out: Path, name: str) -> bool:
 
 
 def read_result(out: Path, name: str) -> StepResult | None:
-    path = step_dir(out, name) / "result.json"
     try:
-        return StepResult.from_json(json.loads(path.read_text()))
+        data = json.loads((step_dir(out, name) / "result.json").read_text())
+        return StepResult(**data | {"metrics": [Metric(**m) for m in data.get("metrics", [])]})
     except (OSError, ValueError):
         return None
 

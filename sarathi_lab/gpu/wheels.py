@@ -53,15 +53,20 @@ def _pip(*args: str) -> None:
 
 def fetch(spec: str, dest: Path) -> Path:
     """One wheel of ``spec`` for the GPU machine into ``dest`` (built here if only a source exists)."""
-    before = set(dest.glob("*.whl"))
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     try:
         _pip("download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
              *platforms, "-d", str(dest), spec)
     except subprocess.CalledProcessError:
         _pip("wheel", "--no-deps", "-w", str(dest), spec)
-    new = sorted(set(dest.glob("*.whl")) - before) or [_existing(spec, dest)]
-    wheel = new[0]
+    # Found by name and version, not as the new file: pip downloads nothing when the wheel is there.
+    req = Requirement(spec)
+    for wheel in sorted(dest.glob("*.whl")):
+        name, version, *_ = parse_wheel_filename(wheel.name)
+        if name == canonicalize_name(req.name) and req.specifier.contains(version, prereleases=True):
+            break
+    else:
+        raise SystemExit(f"pip produced no wheel for {spec}")
     if not installs_there(wheel.name):
         raise SystemExit(f"{wheel.name}: built for this machine only, it would not install on the GPU machine")
     return wheel
@@ -71,15 +76,6 @@ def installs_there(wheel_name: str) -> bool:
     """Whether pip on the GPU machine (CPython 3.12, manylinux x86_64) takes this wheel: not one
     built here for this interpreter and a plain linux_x86_64 platform."""
     return not parse_wheel_filename(wheel_name)[3].isdisjoint(TARGET_TAGS)
-
-
-def _existing(spec: str, dest: Path) -> Path:
-    """The wheel already in ``dest`` for ``spec`` (pip downloads nothing when it is there)."""
-    name = canonicalize_name(Requirement(spec).name)
-    for wheel in dest.glob("*.whl"):
-        if canonicalize_name(parse_wheel_filename(wheel.name)[0]) == name:
-            return wheel
-    raise SystemExit(f"pip produced no wheel for {spec}")
 
 
 def requirements(wheel: Path) -> list[Requirement]:

@@ -2,9 +2,9 @@
 exits with RESTART (a CUDA error can leave the context unusable): the driver starts a fresh one."""
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
+import json
 import logging
 import sys
 import time
@@ -23,7 +23,7 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
     state.mark_started(ctx.out, step.name)
     status, metrics, notes, error = "done", [], [], ""
     try:
-        metrics, notes = importlib.import_module(f"sarathi_lab.gpu.steps.{step.module}").run(ctx, step)
+        metrics, notes = importlib.import_module(f"sarathi_lab.gpu.steps.{step.group}").run(ctx, step)
     except Unavailable as e:
         status, error = "unavailable", str(e)
     except Incomplete as e:
@@ -39,49 +39,42 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu.worker")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--steps", required=True)
-    parser.add_argument("--all-steps", required=True, help="every step of this invocation, for the summary")
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--deadline", type=float, default=None)
-    parser.add_argument("--export", type=Path, default=None)
-    parser.add_argument("--suite", default="{}", help="the suite's record (JSON) for the summary")
-    args = parser.parse_args(argv)
+    """``argv``: one JSON object from the driver (__main__.run_worker): out, steps, all_steps,
+    deadline, export and the suite's record (dry_run among it)."""
+    job = json.loads((argv or sys.argv[1:])[0])
+    out, deadline, suite = Path(job["out"]), job["deadline"], job["suite"]
+    export = job["export"] and Path(job["export"])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    import json
+    import torch  # here, not at the top: the driver imports RESTART from this module without torch
 
-    import torch  # after the parse: --help stays fast
-
-    device = "cpu" if args.dry_run or not torch.cuda.is_available() else "cuda"
-    all_steps = args.all_steps.split(",")
-    suite = json.loads(args.suite) | {"device": device}
+    device = "cpu" if suite["dry_run"] or not torch.cuda.is_available() else "cuda"
+    suite |= {"device": device}
     code = 0
-    for name in args.steps.split(","):
+    for name in job["steps"]:
         step = BY_NAME[name]
-        if args.deadline is not None and time.time() + step.minutes * 60 > args.deadline:
+        if deadline is not None and time.time() + step.minutes * 60 > deadline:
             print(f"[gpu] {name}: deferred to the next call ({step.minutes:.1f} min expected, "
-                  f"{(args.deadline - time.time()) / 60:.1f} left)", flush=True)
+                  f"{(deadline - time.time()) / 60:.1f} left)", flush=True)
             continue
         print(f"[gpu] {name}: starting ({step.minutes:.1f} min expected)", flush=True)
-        ctx = Context(args.out, state.step_dir(args.out, name), args.dry_run, device, args.deadline)
+        ctx = Context(out, state.step_dir(out, name), suite["dry_run"], device, deadline)
         result = run_step(step, ctx, suite.get("commit", ""))
         print(f"[gpu] {name}: {result.status} in {result.seconds:.0f} s {result.error}", flush=True)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        state.write_summary(args.out, all_steps, suite)
-        state.export(args.out, args.export)
+        state.write_summary(out, job["all_steps"], suite)
+        state.export(out, export)
         if result.status == "failed" and device == "cuda":
             code = RESTART
             break
     from sarathi_lab.gpu.report import write_report
 
-    for note in write_report(args.out):
+    for note in write_report(out):
         print(f"[gpu] report: {note}", flush=True)
-    state.write_summary(args.out, all_steps, suite)
-    state.export(args.out, args.export)
+    state.write_summary(out, job["all_steps"], suite)
+    state.export(out, export)
     return code
 
 

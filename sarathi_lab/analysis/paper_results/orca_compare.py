@@ -1,10 +1,8 @@
 """Fig. 11a: baseline, Orca's worst and best case, and SARATHI by sequence length."""
-from sarathi_lab.analysis import claims
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 
 RESULT = PaperResult(
-    name="orca_compare", claims=claims.orca_compare, figure="orca_compare",
-    order=60, sim="orca_compare",
+    name="orca_compare", order=60, sim="orca_compare",
     reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every later "
              "whole prefill with B - 1 decodes), run by the `orca` scheduler on two workloads (see "
              "`experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on the right."),

@@ -1,10 +1,8 @@
 """Fig. 9/11b: SARATHI's throughput over the baseline by P:D, peaking at C / (B - 1)."""
-from sarathi_lab.analysis import claims
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 
 RESULT = PaperResult(
-    name="pd_ratio", claims=claims.pd_ratio, figure="pd_ratio",
-    order=40, sim="pd_ratio",
+    name="pd_ratio", order=40, sim="pd_ratio",
     reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk and B "
              "- 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's peaks as "
              "stars."),

@@ -1,10 +1,8 @@
 """Sarathi-Serve: TTFT and TBT of the schedulers under Poisson load."""
-from sarathi_lab.analysis import claims
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 
 RESULT = PaperResult(
-    name="scheduler_latency", claims=claims.scheduler_latency, figure="scheduler_latency",
-    order=70, sim="scheduler_latency",
+    name="scheduler_latency", order=70, sim="scheduler_latency",
     reading=("**Sarathi-Serve, latency.** TTFT and TBT (p50 solid, p99 dashed) of the five schedulers "
              "under Poisson load: stall-free batching keeps P99 TBT low."),
     cost_models_differ={

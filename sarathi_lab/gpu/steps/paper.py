@@ -75,18 +75,14 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
             Metric("gpu_worst_kv_need_over_80GB_room", round(worst, 2), "x", "<= 1", worst <= 1)]
 
 
-def run_dry(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
-    from sarathi_lab.harness.compose import run_in_process
-
-    metrics = check_gpu_jobs(step)
-    args = [f"experiment={step.arg}", *DRY_COMMON, *dry_job(step)]
-    status = run_in_process(args, sweep_dir(ctx.out, step.arg, True) / "0")
-    return [*metrics, Metric("dry_job_status", status, "", "ok", status == "ok")], [" ".join(args)]
-
-
 def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
+    checked = check_gpu_jobs(step) if ctx.dry_run else []
     if ctx.dry_run and step.arg != SWEPT_IN_DRY_RUN:
-        return run_dry(ctx, step)
+        from sarathi_lab.harness.compose import run_in_process
+
+        args = [f"experiment={step.arg}", *DRY_COMMON, *dry_job(step)]
+        status = run_in_process(args, sweep_dir(ctx.out, step.arg, True) / "0")
+        return [*checked, Metric("dry_job_status", status, "", "ok", status == "ok")], [" ".join(args)]
     directory = sweep_dir(ctx.out, step.arg, ctx.dry_run)
     directory.mkdir(parents=True, exist_ok=True)
     argv = sweep_argv(step, directory, ctx.dry_run)
@@ -101,10 +97,7 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     jobs = json.loads(summary.read_text()) if summary.is_file() else {}
     ok = sum(j["status"] in ("ok", "skipped") for j in jobs.values())
     errors = sorted({j["error"].splitlines()[0] for j in jobs.values() if j.get("error")})
-    metrics = [Metric("jobs_ok", f"{ok}/{len(jobs)}", "", "all", bool(jobs) and ok == len(jobs)),
-               Metric("sweep_exit", code, "", "0", code == 0)]
     if code != 0 and not jobs:
         raise RuntimeError(f"sarathi_lab.run exited {code} before any job (see {ctx.dir.name}/sweep.log)")
-    if ctx.dry_run:
-        metrics = [*check_gpu_jobs(step), *metrics]
-    return metrics, [" ".join(argv[2:]), *errors[:5]]
+    return [*checked, Metric("jobs_ok", f"{ok}/{len(jobs)}", "", "all", bool(jobs) and ok == len(jobs)),
+            Metric("sweep_exit", code, "", "0", code == 0)], [" ".join(argv[2:]), *errors[:5]]
