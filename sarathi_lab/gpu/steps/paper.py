@@ -1,8 +1,8 @@
 """A paper result's experiment as a Hydra sweep (``python -m sarathi_lab.run -m experiment=NAME``
 with its GpuRun overrides) into <out>/paper/NAME/multiruns/, where analysis.Results finds it.
 
-The dry run cannot run the GPU shapes, so it validates every GPU job through the schema and sizes
-its KV cache against an 80 GB card, then runs one tiny job in-process; SWEPT_IN_DRY_RUN's tiny job
+The dry run cannot run the GPU shapes, so it validates every GPU job through the schema and plans
+its KV cache on an 80 GB card, then runs one tiny job in-process; SWEPT_IN_DRY_RUN's tiny job
 runs as a sweep in a child process, as on the GPU, so that path runs too.
 """
 from __future__ import annotations
@@ -50,27 +50,25 @@ def job_overrides(step: Step) -> list[list[str]]:
 
 
 def check_gpu_jobs(step: Step) -> list[Metric]:
-    """Each GPU job's overrides through the schema, and its KV cache against an 80 GB card."""
+    """Each GPU job's overrides through the schema, and its batch's KV blocks against those the engine
+    plans on an 80 GB card (model.memory.plan_kv_blocks, which refuses what does not fit beside the weights)."""
     import torch
 
-    from sarathi_lab.config import GPU_MEMORY_UTILISATION
     from sarathi_lab.harness.compose import compose_config
     from sarathi_lab.harness.schema import parse_config
-    from sarathi_lab.model import load_config
-    from sarathi_lab.model.shape import Shape
+    from sarathi_lab.model.memory import plan_kv_blocks
+    from sarathi_lab.plan import ModelLimits
 
     worst = 0.0
     jobs = job_overrides(step)
     for job in jobs:
-        # Checked as a CPU job (EngineConfig refuses device=cuda where there is none), sized in
-        # the job's own dtype as the GPU runs it.
+        # Checked as a CPU job (EngineConfig refuses device=cuda where there is none), planned in
+        # the job's own dtype on a CUDA device, as the GPU runs it.
         cfg = parse_config(compose_config([o if not o.startswith("device=") else "device=cpu" for o in job]))
-        engine = cfg.engine
-        elem = getattr(torch, engine.dtype).itemsize
-        shape = Shape.of(load_config(engine.model))
-        need = cfg.batch_size * cfg.seq_len * shape.kv_bytes_per_token(elem)
-        room = GPU_MEMORY_UTILISATION * (H100_BYTES - shape.weight_bytes(elem))
-        worst = max(worst, need / room)
+        engine, limits = cfg.engine, ModelLimits.of(cfg.engine)
+        blocks = plan_kv_blocks(engine, limits.config, limits.max_model_len, getattr(torch, engine.dtype),
+                                torch.device("cuda"), available=H100_BYTES)
+        worst = max(worst, cfg.batch_size * -(-cfg.seq_len // engine.block_size) / blocks)
     return [Metric("gpu_jobs_validated", len(jobs)),
             Metric("gpu_worst_kv_need_over_80GB_room", round(worst, 2), "x", "<= 1", worst <= 1)]
 
