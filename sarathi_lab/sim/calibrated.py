@@ -6,7 +6,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.sim.calibration import KernelShape, attention_flops, pointwise_elems
+from sarathi_lab.sim.calibration import attention_flops, is_gated, pointwise_elems
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.roofline import RooflineCostModel
 
@@ -20,9 +20,11 @@ class CalibratedRooflineCostModel(RooflineCostModel):
                               "file has no calibration (no GPU kernels measured there); use 'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
-        self.kernel_shape = KernelShape.of(config)
-        e = self.elem_bytes
-        self.pointwise_bytes = {kind: pointwise_elems(kind, self.kernel_shape) * e for kind in self.cal.pointwise}
+        gated = is_gated(config)
+        # Norm kernels a layer runs: one in phi-2's parallel block, whose attention and MLP read one norm.
+        self.norms = 2 if gated else 1
+        self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape, gated) * self.elem_bytes
+                                for kind in self.cal.pointwise}
 
     def gemm_s(self, tokens: int, k: int, n: int) -> float:
         return self.cal.gemm_s(tokens, k, n, self.device.peak_flops)
@@ -31,7 +33,7 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         return self.cal.pointwise_s(kind, tokens, self.pointwise_bytes[kind], self.device.memory_bandwidth)
 
     def pointwise_s(self, tokens: int) -> float:
-        return (self.kernel_shape.norms * self._pointwise("norm", tokens) + self._pointwise("rope", tokens)
+        return (self.norms * self._pointwise("norm", tokens) + self._pointwise("rope", tokens)
                 + self._pointwise("act", tokens) + self._pointwise("add", tokens))
 
     def embedding_s(self, tokens: int) -> float:

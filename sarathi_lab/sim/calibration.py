@@ -30,50 +30,32 @@ def check_keys(cls, raw: dict, where: str) -> None:
         raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
 
 
-def pointwise_elems(kind: str, shape) -> int:
+def is_gated(config) -> bool:
+    """LLaMA's gated MLP; phi-2's plain one (fc1, GELU, fc2, in a parallel block) is the exception."""
+    return getattr(config, "hidden_act", "silu") != "gelu_new"
+
+
+def measured_shape(model: str) -> tuple[Shape, bool]:
+    """A measured model's shape and whether its MLP is gated."""
+    config = gpu_kernels.config_of(model)
+    return Shape.of(config), is_gated(config)
+
+
+def gemms(s: Shape, gated: bool = True) -> dict[str, tuple[int, int]]:
+    """(K, N) of each of a layer's projections."""
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    return {"qkv_proj": (s.hidden, q + 2 * kv), "o_proj": (q, s.hidden),
+            "gate_up_proj": (s.hidden, (2 if gated else 1) * s.intermediate), "down_proj": (s.intermediate, s.hidden)}
+
+
+def pointwise_elems(kind: str, s: Shape, gated: bool = True) -> int:
     """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
     state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
     the residual add reads two and writes one; the embedding gathers a row and writes it."""
-    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    return {"norm": 2 * shape.hidden, "rope": 2 * (q + kv), "act": (3 if shape.gated else 2) * shape.intermediate,
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv), "act": (3 if gated else 2) * s.intermediate,
             # phi-2's parallel block adds attention, MLP and residual in one kernel.
-            "add": (3 if shape.gated else 4) * shape.hidden, "embedding": 2 * shape.hidden}[kind]
-
-
-@dataclass(frozen=True)
-class KernelShape:
-    """What the fit needs of a model: gemm (K, N) per projection and the pointwise sizes."""
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    gated: bool = True
-
-    @classmethod
-    def of(cls, config) -> KernelShape:
-        s = Shape.of(config)
-        return cls(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, s.vocab,
-                   getattr(config, "hidden_act", "silu") != "gelu_new")
-
-    @classmethod
-    def of_measured(cls, model: str) -> KernelShape:
-        s = gpu_kernels.model_shapes().loc[model]
-        return cls(int(s.hidden), int(s.intermediate), int(s.heads), int(s.kv_heads), int(s.hidden // s.heads),
-                   int(s.vocab), bool(s.gated))
-
-    @property
-    def norms(self) -> int:
-        """Norm kernels a layer runs: two in LLaMA's sequential block; one in the parallel block of
-        the one measured model without a gated MLP (phi-2: attention and MLP read one norm)."""
-        return 2 if self.gated else 1
-
-    def gemms(self) -> dict[str, tuple[int, int]]:
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        up = 2 * self.intermediate if self.gated else self.intermediate
-        return {"qkv_proj": (self.hidden, q + 2 * kv), "o_proj": (q, self.hidden), "gate_up_proj": (self.hidden, up),
-                "down_proj": (self.intermediate, self.hidden)}
+            "add": (3 if gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
 
 
 def _curve(xs, ys, x):
@@ -162,8 +144,8 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[i
     """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
     rows = []
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
-        gemms = KernelShape.of_measured(model).gemms()
-        rows.append(per_model.assign(weights=[gemms[op][0] * gemms[op][1] for op in per_model.op]))
+        kn = gemms(*measured_shape(model))
+        rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
     rows = pd.concat(rows)
     common = set.intersection(*(set(g.tokens) for _, g in rows.groupby("model")))
     tokens = sorted(t for t in common if knots is None or t in knots)
@@ -183,7 +165,8 @@ def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dic
     out = {}
     rows = table[table.op.isin(list(KIND_OF_OP))].assign(kind=lambda r: r.op.map(KIND_OF_OP))
     for kind, at in rows.groupby("kind"):
-        per_token = np.array([pointwise_elems(kind, KernelShape.of_measured(m)) * elem_bytes for m in at.model], float)
+        per_model = {m: pointwise_elems(kind, *measured_shape(m)) * elem_bytes for m in set(at.model)}
+        per_token = at.model.map(per_model).to_numpy(float)
         launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)), at.tokens.to_numpy(float) * per_token]),
                                            at.seconds.to_numpy(float))
         out[kind] = (float(launch), float(1 / (bandwidth * per_byte)) if per_byte > 0 else 1.0)
@@ -201,7 +184,7 @@ ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficien
                     "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")
 
 
-def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: float, tiles=PREFILL_TILES):
+def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float, tiles=PREFILL_TILES):
     """(launch seconds, seconds per padded query, share of peak on the pairs, query tile) from one
     model's prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak *
     eff)``, with the query tile of the least median relative error."""
@@ -221,7 +204,7 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: fl
     return float(launch), float(per_query), eff, int(tile)
 
 
-def fit_decode_attention(rows: pd.DataFrame, shape: KernelShape, bandwidth: float, elem_bytes: int):
+def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, elem_bytes: int):
     """(launch seconds, seconds per request, share of bandwidth) from one model's decode rows."""
     kv_bytes = 2 * shape.kv_heads * shape.head_dim * elem_bytes * rows.batch.to_numpy(float) * rows.context.to_numpy(float)
     a, per_request, per_byte = _relative_lstsq(
@@ -244,7 +227,7 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
     kw = {}
     for model in names:
         rows = gpu_kernels.kernels(device.name, model)
-        shape = KernelShape.of_measured(model)
+        shape, _ = measured_shape(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
             kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),

@@ -9,9 +9,10 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, KernelShape, fit
+from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, gemms, is_gated, measured_shape
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.parallel import shard
 from sarathi_lab.sim.roofline import RooflineCostModel
@@ -35,7 +36,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
     has_attention = prefill is not None and decode is not None
     config = shard(gpu_kernels.config_of(model), tp)
-    shape = KernelShape.of(config)
+    layer_gemms = gemms(Shape.of(config), is_gated(config))
     layers = int(gpu_kernels.model_shapes().loc[model].layers)
     dev = load_device(device)
     cms = {"roofline": RooflineCostModel(dev, config),
@@ -53,7 +54,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
 
     def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
         """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
-        ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms().items()}
+        ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in layer_gemms.items()}
         ops["pointwise"] = cm.pointwise_s(tokens)
         ops["embedding"] = cm.embedding_s(tokens)
         return ops
@@ -139,7 +140,7 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
     dev = load_device(device)
     t = gpu_kernels.kernels(device, model)
     pre = t[t.op == "prefill_attention"]
-    shape = KernelShape.of_measured(model)
+    shape, _ = measured_shape(model)
     rows = []
     for chunk in sorted(pre.tokens.unique()):
         launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops)

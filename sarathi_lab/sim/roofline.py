@@ -7,7 +7,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.sim.calibration import attention_flops
+from sarathi_lab.sim.calibration import attention_flops, gemms
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 
@@ -31,8 +31,7 @@ class RooflineCostModel(CostModel):
         self.device = device
         s = self.shape = Shape.of(config)
         q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-        self.gemms = {"qkv_proj": (s.hidden, q + 2 * kv), "o_proj": (q, s.hidden),
-                      "gate_up_proj": (s.hidden, 2 * s.intermediate), "down_proj": (s.intermediate, s.hidden)}
+        self.gemms = gemms(s)
         e = self.elem_bytes
         self.pointwise_bytes_per_token = e * (8 * s.hidden + 2 * (q + kv) + 3 * s.intermediate)
         self.kv_bytes_per_token = 2 * kv * e           # one layer's key + value of one token
