@@ -26,9 +26,9 @@ from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
+from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.executor import composition
-from sarathi_lab.sim.memory import kv_capacity_tokens
 from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
