@@ -113,9 +113,9 @@ def test_decode_attention_has_a_latency_floor():
 
 def test_calibration_reads_back_and_refuses_with_one_line():
     cal = load_device("a100").calibration
-    assert Calibration.from_dict(cal.as_dict()) == cal
+    assert Calibration.from_dict(dataclasses.asdict(cal)) == cal
     with pytest.raises(ConfigError, match=r"^sim.device.calibration.gemm_speed is not a known key"):
-        Calibration.from_dict(cal.as_dict() | {"gemm_speed": 1})
+        Calibration.from_dict(dataclasses.asdict(cal) | {"gemm_speed": 1})
     with pytest.raises(ConfigError, match=r"^sim.device.calibration.gemm_tokens has 2 points"):
         dataclasses.replace(cal, gemm_tokens=(1, 2))
     with pytest.raises(ConfigError, match=r"^sim_cost_model='calibrated' is invalid with sim_device='h200'"):

@@ -60,7 +60,7 @@ def as_yaml(cal: Calibration, device: str) -> str:
     head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
             f"{', '.join(cal.fitted_from)}{measured_on};\n# {attention}. Efficiencies are shares of the "
             "peaks above.\n")
-    return head + yaml.safe_dump({"calibration": _round(cal.as_dict())}, default_flow_style=None, sort_keys=False,
+    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None, sort_keys=False,
                                  width=110)
 
 

@@ -58,10 +58,6 @@ def pointwise_elems(kind: str, s: Shape, gated: bool = True) -> int:
             "add": (3 if gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
 
 
-def _curve(xs, ys, x):
-    return float(np.interp(x, xs, ys))
-
-
 def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Coefficients c >= 0 of t ~ features @ c, least squares on the relative error."""
     a = features / t[:, None]
@@ -112,17 +108,12 @@ class Calibration:
 
     def gemm_s(self, tokens: int, k: int, n: int, peak_flops: float) -> float:
         at = up_to_point(self.gemm_tokens, tokens, FINE_GRID)
-        eff = _curve(self.gemm_tokens, self.gemm_efficiency, at)
-        return _curve(self.gemm_tokens, self.gemm_launch_s, at) + 2 * at * k * n / (peak_flops * eff)
+        eff = float(np.interp(at, self.gemm_tokens, self.gemm_efficiency))
+        return float(np.interp(at, self.gemm_tokens, self.gemm_launch_s)) + 2 * at * k * n / (peak_flops * eff)
 
     def pointwise_s(self, kind: str, tokens: int, nbytes_per_token: float, bandwidth: float) -> float:
         launch, eff = self.pointwise[kind]
         return launch + tokens * nbytes_per_token / (bandwidth * eff)
-
-    def as_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["pointwise"] = {k: list(v) for k, v in self.pointwise.items()}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = "sim.device.calibration") -> Calibration:
@@ -133,12 +124,6 @@ class Calibration:
 
 
 # ---- the fit ----------------------------------------------------------------------------------
-
-def measured_table(device: str, models=None) -> pd.DataFrame:
-    """Every measured kernel on ``device`` (of ``models``, default all), with a model column."""
-    names = gpu_kernels.measured(device) if models is None else models
-    return pd.concat([gpu_kernels.kernels(device, m).assign(model=m) for m in names], ignore_index=True)
-
 
 def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[int], list[float], list[float]]:
     """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
@@ -222,7 +207,7 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
-    table = measured_table(device.name, names)
+    table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names], ignore_index=True)
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
     for model in names:
