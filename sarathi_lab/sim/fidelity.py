@@ -159,8 +159,7 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
     """Every measured all-reduce (device, tp, bytes) beside the ring roofline (parallel.Parallelism's
     link figures), the measured table as the calibrated and profile cost models read it, and that
     table without the size it predicts (its hold-out: interpolated from the neighbouring sizes)."""
-    from sarathi_lab.sim.all_reduce import AllReduce, measured_table
-    from sarathi_lab.sim.parallel import Parallelism
+    from sarathi_lab.sim.parallel import AllReduce, Parallelism, measured_table
 
     par = Parallelism()
     t = measured_table()
