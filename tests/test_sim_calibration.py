@@ -15,7 +15,6 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, fidelity
-from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
 from sarathi_lab.sim.calibration import (
     Calibration,
     fit,
@@ -26,6 +25,7 @@ from sarathi_lab.sim.calibration import (
     pointwise_elems,
 )
 from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.roofline import CalibratedRooflineCostModel
 
 PEAK = 312e12
 TOKENS = [1, 8, 64, 120, 128, 136, 256, 264, 512]

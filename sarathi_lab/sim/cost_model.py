@@ -67,12 +67,11 @@ class CostModel(abc.ABC):
         as one by tensor parallelism (parallel.py), each costed as its shard."""
         from sarathi_lab.model import PRESETS, load_config
         from sarathi_lab.sim import gpu_kernels
-        from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
         from sarathi_lab.sim.device import device_dtype, load_device
         from sarathi_lab.sim.kernel_model import KernelCostModel
         from sarathi_lab.sim.parallel import TensorParallelCostModel, shard
         from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
-        from sarathi_lab.sim.roofline import RooflineCostModel
+        from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
         config = model
         if isinstance(model, str):
