@@ -58,4 +58,4 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
     finally:
         for handle in handles:
             handle.remove()
-    return {"total": statistics.median(totals)} | {op: statistics.median(split[op] for split in splits) for op in OPS}
+    return {"total": statistics.median(totals)} | {op: statistics.median(x[op] for x in splits) for op in OPS}

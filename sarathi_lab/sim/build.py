@@ -30,8 +30,8 @@ def _free_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, utili
     s = Shape.of(config)
     weights = s.weight_bytes(elem_bytes)
     if usable - weights < s.kv_bytes_per_token(elem_bytes):
-        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: {weights / 2**30:.1f} GiB of weights"
-                          f" leave no room for a KV cache in {usable / 2**30:.1f} GiB")
+        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: {weights / 2**30:.1f} GiB "
+                          f"of weights leave no room for a KV cache in {usable / 2**30:.1f} GiB")
     return usable - weights
 
 
@@ -45,8 +45,8 @@ def kv_capacity_tokens(device: Device, config: PretrainedConfig, elem_bytes: int
     free -= max_tokens * s.activation_bytes_per_token(elem_bytes)
     kv = s.kv_bytes_per_token(elem_bytes)
     if free < kv:
-        raise ConfigError(f"max_tokens={max_tokens} is invalid on sim_device={device.name!r}: the activations of an"
-                          " iteration this large leave no room for a KV cache")
+        raise ConfigError(f"max_tokens={max_tokens} is invalid on sim_device={device.name!r}: the "
+                          "activations of an iteration this large leave no room for a KV cache")
     return free // kv
 
 

@@ -48,7 +48,8 @@ def gemms(s: Shape, gated: bool = True) -> dict[str, tuple[int, int]]:
     """(K, N) of each of a layer's projections."""
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     return {"qkv_proj": (s.hidden, q + 2 * kv), "o_proj": (q, s.hidden),
-            "gate_up_proj": (s.hidden, (2 if gated else 1) * s.intermediate), "down_proj": (s.intermediate, s.hidden)}
+            "gate_up_proj": (s.hidden, (2 if gated else 1) * s.intermediate),
+            "down_proj": (s.intermediate, s.hidden)}
 
 
 def pointwise_elems(kind: str, s: Shape, gated: bool = True) -> int:
@@ -112,7 +113,8 @@ class Calibration:
     def gemm_s(self, tokens: int, k: int, n: int, peak_flops: float) -> float:
         at = up_to_point(self.gemm_tokens, tokens, FINE_GRID)
         eff = float(np.interp(at, self.gemm_tokens, self.gemm_efficiency))
-        return float(np.interp(at, self.gemm_tokens, self.gemm_launch_s)) + 2 * at * k * n / (peak_flops * eff)
+        launch = float(np.interp(at, self.gemm_tokens, self.gemm_launch_s))
+        return launch + 2 * at * k * n / (peak_flops * eff)
 
     def pointwise_s(self, kind: str, tokens: int, nbytes_per_token: float, bandwidth: float) -> float:
         launch, eff = self.pointwise[kind]
@@ -231,9 +233,6 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))
 
-
-# ---- writing it into the device files ----------------------------------------------------------
-
 MARKER = "# ---- calibration: written by python -m sarathi_lab.sim.calibration"
 DEVICES_DIR = Path(__file__).with_name("devices")
 
@@ -274,9 +273,8 @@ def as_yaml(cal: Calibration, device: str) -> str:
     from sarathi_lab.sim.convert_gpu_kernels import kept_tokens
 
     keep = [i for i, t in enumerate(cal.gemm_tokens) if kept_tokens(t)]
-    cal = dataclasses.replace(cal, gemm_tokens=tuple(cal.gemm_tokens[i] for i in keep),
-                              gemm_efficiency=tuple(cal.gemm_efficiency[i] for i in keep),
-                              gemm_launch_s=tuple(cal.gemm_launch_s[i] for i in keep))
+    cal = dataclasses.replace(cal, **{f: tuple(getattr(cal, f)[i] for i in keep)
+                                      for f in ("gemm_tokens", "gemm_efficiency", "gemm_launch_s")})
     attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention measured here)"
                  if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
     measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
@@ -284,22 +282,16 @@ def as_yaml(cal: Calibration, device: str) -> str:
     head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
             f"{', '.join(cal.fitted_from)}{measured_on};\n# {attention}. Efficiencies are shares of the "
             "peaks above.\n")
-    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None, sort_keys=False,
-                                 width=110)
-
-
-def write(device: str, cal: Calibration) -> Path:
-    path = DEVICES_DIR / f"{device}.yaml"
-    text = path.read_text()
-    kept = text.split(MARKER)[0].rstrip("\n") + "\n"
-    path.write_text(kept + as_yaml(cal, device))
-    return path
+    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None,
+                                 sort_keys=False, width=110)
 
 
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__).parse_args(argv)
     for device, cal in calibrations().items():
-        print(f"wrote {write(device, cal)}")
+        path = DEVICES_DIR / f"{device}.yaml"
+        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n" + as_yaml(cal, device))
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

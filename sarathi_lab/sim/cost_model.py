@@ -106,9 +106,10 @@ class CostModel(abc.ABC):
             have = gpu_kernels.measured(device, tp)
             if name not in have:
                 at = f" at sim_tp={tp}" if tp > 1 else ""
-                raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device={device!r}{at}: "
-                                  f"its GPU kernels were not measured (measured: {', '.join(have) or 'none'}); use "
-                                  f"{'calibrated' if dev.calibration else 'roofline'}")
+                use = "calibrated" if dev.calibration else "roofline"
+                raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
+                                  f"{device!r}{at}: its GPU kernels were not measured (measured: "
+                                  f"{', '.join(have) or 'none'}); use {use}")
             one = KernelCostModel(gpu_kernels.kernels(device, name, tp), one, part, dtype,
                                   source=f"{device}/{name}{f' tp{tp}' if tp > 1 else ''} (vidur, MIT)")
         return one if tp == 1 else TensorParallelCostModel(one, config, tp, dtype)

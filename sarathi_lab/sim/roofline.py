@@ -118,8 +118,9 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
     def __init__(self, device: Device, config: PretrainedConfig, dtype: str = "bfloat16"):
         if device.calibration is None:
-            raise ConfigError(f"sim_cost_model='calibrated' is invalid with sim_device={device.name!r}: its device "
-                              "file has no calibration (no GPU kernels measured there); use 'roofline'")
+            raise ConfigError(f"sim_cost_model='calibrated' is invalid with sim_device={device.name!r}: its "
+                              "device file has no calibration (no GPU kernels measured there); use "
+                              "'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
         gated = is_gated(config)
