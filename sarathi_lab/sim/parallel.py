@@ -176,8 +176,7 @@ class TensorParallelCostModel(CostModel):
 
     def __init__(self, shard: CostModel, config: PretrainedConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
-        self.shard = shard
-        self.name = shard.name
+        self.shard, self.name, self.device = shard, shard.name, shard.device
         par = Parallelism(tp=tp)
         device = shard.device.name
         self.all_reduce = AllReduce.of(device, tp, par.allreduce_latency_s, par.allreduce_bandwidth,
@@ -187,10 +186,6 @@ class TensorParallelCostModel(CostModel):
                           f"{self.all_reduce.describe()}", stacklevel=3)
         self.layers = shard.config.num_hidden_layers
         self.hidden_bytes = config.hidden_size * self.elem_bytes
-
-    @property
-    def device(self) -> Device:
-        return self.shard.device
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         cost = self.shard._cost(prefills, decodes, num_sampled)

@@ -32,8 +32,6 @@ from sarathi_lab.sim.executor import composition
 from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
-
-
 BLOCK_SIZE = 16
 
 
@@ -113,17 +111,14 @@ class PipelineSimulator:
         in_flight: deque[MicroBatch] = deque()
         rows = []
         now, idle_since = 0.0, 0.0   # when stage 0 is next free; since when it has waited with work
-
-        def retire(mb: MicroBatch) -> None:
-            sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
-            engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
-                          mb.start, 0.0, mb.exit)
-
         while pending or sched.has_work():
             while pending and pending[0].arrival <= now:
                 engine.add_request(pending.popleft())
             while in_flight and in_flight[0].exit <= now:
-                retire(in_flight.popleft())
+                mb = in_flight.popleft()
+                sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
+                engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
+                              mb.start, 0.0, mb.exit)
             batch = sched.schedule() if len(in_flight) < stages else ScheduledBatch()
             if not batch:
                 if not (in_flight or pending or sched.has_work()):
@@ -166,11 +161,8 @@ def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float, see
     choices = np.arange(low, high + 1)
     weights = 1.0 / np.arange(1, len(choices) + 1) ** theta
     totals = rng.choice(choices, size=n, p=weights / weights.sum())
-    out = []
-    for t in totals.tolist():
-        decode = max(1, round(t / (1 + pd_ratio)))
-        out.append((t - decode, decode))
-    return out
+    decodes = [max(1, round(t / (1 + pd_ratio))) for t in totals.tolist()]
+    return [(t - d, d) for t, d in zip(totals.tolist(), decodes)]
 
 
 PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91}
@@ -243,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
     summary, results = fig12(args.requests or (300 if args.smoke else 10_000))
     _write(summary, results, out)
-    orca, sarathi = summary.set_index("scheduler").loc["orca"], summary.set_index("scheduler").loc["sarathi"]
+    orca, sarathi = (summary.set_index("scheduler").loc[name] for name in ("orca", "sarathi"))
     print(f"median bubble per request: orca / sarathi = {orca.median_bubble_s / sarathi.median_bubble_s:.2f}x "
           f"(paper {PAPER['median_bubble_ratio']}x); time to complete all: "
           f"{orca.makespan_s / sarathi.makespan_s:.2f}x (paper {PAPER['end_to_end_ratio']}x); wrote {out}")
