@@ -90,30 +90,22 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def held_out_calibration(device: str, model: str, full: Calibration) -> Calibration:
-    """``device``'s calibration fitted without ``model``; attention kept from ``full`` (one model measured it)."""
-    cal = fit(load_device(device), exclude=(model,))
-    return dataclasses.replace(cal, **{f: getattr(full, f) for f in ATTENTION_FIELDS})
-
-
 def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1
         ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
     each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
-    ops, its = [], []
+    pairs = []
     calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices() if d in GPU_DEVICES}
     for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
-        full = calibrations.get(device)
-        for model in models or gpu_kernels.measured(device, tp):
-            if model not in gpu_kernels.measured(device, tp):
-                continue
-            held = held_out_calibration(device, model, full)
-            o, i = compare(device, model, full, held, op_tokens, iterations, tp)
-            ops.append(o)
-            its.append(i)
-    if not its:  # no model measured at this tensor-parallel degree
+        full, measured = calibrations.get(device), gpu_kernels.measured(device, tp)
+        for model in [m for m in models or measured if m in measured]:
+            # Fitted without the model it predicts; attention kept from the full fit (one model measured it).
+            held = dataclasses.replace(fit(load_device(device), exclude=(model,)),
+                                       **{f: getattr(full, f) for f in ATTENTION_FIELDS})
+            pairs.append(compare(device, model, full, held, op_tokens, iterations, tp))
+    if not pairs:  # no model measured at this tensor-parallel degree
         return pd.DataFrame(), pd.DataFrame()
-    return pd.concat(ops, ignore_index=True), pd.concat(its, ignore_index=True)
+    return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
 
 
 def _errors(g: pd.DataFrame) -> dict[str, float]:
