@@ -46,21 +46,18 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         return curves[op](tokens)[0] if op in curves else 0.0
 
     def measured_ops(tokens: int) -> dict[str, float]:
-        ops = {op: op_s(op, tokens) for op in gpu_kernels.GEMM_OPS}
-        ops["pointwise"] = sum(op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
-        ops["embedding"] = op_s("embedding", tokens)
-        return ops
+        pointwise = sum(op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
+        return {op: op_s(op, tokens) for op in gpu_kernels.GEMM_OPS} | {
+            "pointwise": pointwise, "embedding": op_s("embedding", tokens)}
 
     def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
         """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
-        ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in layer_gemms.items()}
-        ops["pointwise"] = cm.pointwise_s(tokens)
-        ops["embedding"] = cm.embedding_s(tokens)
-        return ops
+        return {op: cm.gemm_s(tokens, k, n) for op, (k, n) in layer_gemms.items()} | {
+            "pointwise": cm.pointwise_s(tokens), "embedding": cm.embedding_s(tokens)}
 
     def measured_attention(prefills, decodes):
-        pre = sum(prefill(c, x - c) for c, x in prefills)
-        return pre + (decode(decodes, DECODE_CONTEXT) if decodes else 0.0)
+        return (sum(prefill(c, x - c) for c, x in prefills)
+                + (decode(decodes, DECODE_CONTEXT) if decodes else 0.0))
 
     def predicted_attention(cm):
         return lambda prefills, decodes: (sum(cm.prefill_attention_s(c, x) for c, x in prefills)
