@@ -128,8 +128,6 @@ class Calibration:
         return cls(**raw)
 
 
-# ---- the fit ----------------------------------------------------------------------------------
-
 def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[int], list[float], list[float]]:
     """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
     rows = []

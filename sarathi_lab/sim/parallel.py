@@ -43,7 +43,8 @@ def ring_s(nbytes: float, tp: int, latency_s: float, bandwidth: float) -> float:
 @dataclass(frozen=True)
 class AllReduce:
     """Seconds of one all-reduce of ``nbytes`` among ``tp`` GPUs: measured where ``points`` are
-    given (beyond them, the ring's extra bytes), else the ring's roofline; ``describe()`` says which."""
+    given (beyond them, the ring's extra bytes), else the ring's roofline; ``describe()`` says which
+    (``source``: where the points come from, or why there are none)."""
     tp: int
     latency_s: float
     bandwidth: float
@@ -73,16 +74,6 @@ class AllReduce:
                     f"{self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
         return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} "
                 "MiB a message, the ring roofline's extra bytes beyond")
-
-    @classmethod
-    def of(cls, device: str, tp: int, latency_s: float, bandwidth: float, measured: bool) -> AllReduce:
-        """Measured where ``measured`` and vidur timed ``tp`` GPUs of ``device``, else the roofline."""
-        points = measured_points(device, tp) if measured and tp > 1 else {}
-        if points:
-            return cls(tp, latency_s, bandwidth, tuple(sorted(points.items())),
-                       f"vidur, {device.upper()} DGX node, NCCL")
-        why = f"no all-reduce measured for {tp} x {device}" if measured and tp > 1 else ""
-        return cls(tp, latency_s, bandwidth, (), why)
 
 
 @dataclass(frozen=True)
@@ -177,10 +168,11 @@ class TensorParallelCostModel(CostModel):
     def __init__(self, shard: CostModel, config: PretrainedConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.shard, self.name, self.device = shard, shard.name, shard.device
-        par = Parallelism(tp=tp)
-        device = shard.device.name
-        self.all_reduce = AllReduce.of(device, tp, par.allreduce_latency_s, par.allreduce_bandwidth,
-                                       measured=self.name != "roofline")
+        par, device, measured = Parallelism(tp=tp), shard.device.name, self.name != "roofline" and tp > 1
+        points = tuple(sorted(measured_points(device, tp).items())) if measured else ()
+        source = (f"vidur, {device.upper()} DGX node, NCCL" if points
+                  else f"no all-reduce measured for {tp} x {device}" if measured else "")
+        self.all_reduce = AllReduce(tp, par.allreduce_latency_s, par.allreduce_bandwidth, points, source)
         if self.name != "roofline":
             warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={self.name!r}): the "
                           f"{self.all_reduce.describe()}", stacklevel=3)
