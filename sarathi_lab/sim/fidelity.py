@@ -13,7 +13,7 @@ from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, gemms, is_gated, measured_shape
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
-from sarathi_lab.sim.parallel import shard
+from sarathi_lab.sim.parallel import AllReduce, Parallelism, measured_table, shard
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
@@ -147,8 +147,6 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
     """Every measured all-reduce (device, tp, bytes) beside the ring roofline (parallel.Parallelism's
     link figures), the measured table as the calibrated and profile cost models read it, and that
     table without the size it predicts (its hold-out: interpolated from the neighbouring sizes)."""
-    from sarathi_lab.sim.parallel import AllReduce, Parallelism, measured_table
-
     par = Parallelism()
     t = measured_table()
     rows = []
