@@ -111,7 +111,6 @@ def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostMod
 
 
 def simulated_executor(cost_model: CostModel, config: PretrainedConfig, clock: VirtualClock):
-    """The SimulatedExecutor that advances ``clock`` by ``cost_model``'s predictions."""
     from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
 
     eos = getattr(config, "eos_token_id", None)
