@@ -14,6 +14,7 @@ from sarathi_lab.model.memory import kv_excess
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import Device, device_dtype, load_device
+from sarathi_lab.sim.executor import SimulatedExecutor
 from sarathi_lab.sim.parallel import shard
 
 if TYPE_CHECKING:
@@ -111,8 +112,6 @@ def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostMod
 
 
 def simulated_executor(cost_model: CostModel, config: PretrainedConfig, clock: VirtualClock):
-    from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
-
     eos = getattr(config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
     return SimulatedExecutor(cost_model, clock, eos)
