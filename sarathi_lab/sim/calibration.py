@@ -116,10 +116,6 @@ class Calibration:
         launch = float(np.interp(at, self.gemm_tokens, self.gemm_launch_s))
         return launch + 2 * at * k * n / (peak_flops * eff)
 
-    def pointwise_s(self, kind: str, tokens: int, nbytes_per_token: float, bandwidth: float) -> float:
-        launch, eff = self.pointwise[kind]
-        return launch + tokens * nbytes_per_token / (bandwidth * eff)
-
     @classmethod
     def from_dict(cls, raw: dict, where: str = "sim.device.calibration") -> Calibration:
         check_keys(cls, raw, where)

@@ -41,13 +41,11 @@ class KernelCostModel(CostModel):
         warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
                       f"{'; '.join(self.modelled)}", stacklevel=2)
 
-    def _layer_ops(self, tokens: int) -> dict[str, float]:
-        return {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0] for op, curve in self.layer_ops.items()}
-
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = sum(c for c, _ in prefills) + len(decodes)
         layers = self.roofline.shape.layers
-        per_layer = self._layer_ops(tokens)
+        per_layer = {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0]
+                     for op, curve in self.layer_ops.items()}
         ops = {op: layers * per_layer[op] for op in GEMM_OPS}
         ops["pointwise"] = layers * sum(per_layer.get(op, 0.0) for op in POINTWISE_OPS)
         ops["embedding"] = self.embedding(tokens)[0] if self.embedding else 0.0

@@ -133,7 +133,8 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         return self.cal.gemm_s(tokens, k, n, self.device.peak_flops)
 
     def _pointwise(self, kind: str, tokens: int) -> float:
-        return self.cal.pointwise_s(kind, tokens, self.pointwise_bytes[kind], self.device.memory_bandwidth)
+        launch, eff = self.cal.pointwise[kind]
+        return launch + tokens * self.pointwise_bytes[kind] / (self.device.memory_bandwidth * eff)
 
     def pointwise_s(self, tokens: int) -> float:
         return (self.norms * self._pointwise("norm", tokens) + self._pointwise("rope", tokens)
