@@ -133,14 +133,12 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[i
     rows = pd.concat(rows)
     common = set.intersection(*(set(g.tokens) for _, g in rows.groupby("model")))
     tokens = sorted(t for t in common if knots is None or t in knots)
-    launch, per_weight = [], []
+    fits = []
     for t in tokens:
         at = rows[rows.tokens == t]
-        a, b = _relative_lstsq(np.column_stack([np.ones(len(at)), at.weights.to_numpy(float)]),
-                               at.seconds.to_numpy(float))
-        launch.append(a)
-        per_weight.append(b)
-    launch, per_weight = isotonic([float(v) for v in launch]), isotonic([float(v) for v in per_weight])
+        fits.append(_relative_lstsq(np.column_stack([np.ones(len(at)), at.weights.to_numpy(float)]),
+                                    at.seconds.to_numpy(float)))
+    launch, per_weight = (isotonic([float(f[i]) for f in fits]) for i in (0, 1))
     eff = [2 * t / (peak_flops * b) for t, b in zip(tokens, per_weight)]
     return tokens, eff, launch
 
