@@ -13,17 +13,19 @@ from hypothesis import strategies as st
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model import PRESETS
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, fidelity
-from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
 from sarathi_lab.sim.calibration import (
     Calibration,
-    KernelShape,
     fit,
     fit_gemm,
     fit_pointwise,
+    gemms,
+    measured_shape,
     pointwise_elems,
 )
 from sarathi_lab.sim.device import load_device
+from sarathi_lab.sim.roofline import CalibratedRooflineCostModel
 
 PEAK = 312e12
 TOKENS = [1, 8, 64, 120, 128, 136, 256, 264, 512]
@@ -39,7 +41,7 @@ def _gemm_fixture(noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for model in FIXTURE_MODELS:
-        for op, (k, n) in KernelShape.of_measured(model).gemms().items():
+        for op, (k, n) in gemms(*measured_shape(model)).items():
             for t in TOKENS:
                 seconds = 4e-6 + k * n * _per_weight(t)
                 rows.append({"model": model, "op": op, "tokens": t, "context": 0, "batch": 0,
@@ -66,7 +68,7 @@ def test_the_hold_out_fits_without_the_model_it_predicts():
     held = "internlm-20b"
     tokens, eff, launch = fit_gemm(table[table.model != held], PEAK)
     cal = _cal(tokens, eff, launch)
-    k, n = KernelShape.of_measured(held).gemms()["gate_up_proj"]
+    k, n = gemms(*measured_shape(held))["gate_up_proj"]
     # The fixture's cost is the same function of K * N for every model: a held-out model is predicted.
     assert cal.gemm_s(256, k, n, PEAK) == pytest.approx(4e-6 + k * n * _per_weight(256), rel=1e-6)
     # And on real data the fit without a model lists every model but that one.
@@ -85,7 +87,7 @@ def test_fitted_gemm_time_never_falls_with_more_tokens(noise, seed):
 def test_pointwise_fit_recovers_launch_and_bandwidth_share():
     rows = []
     for model in FIXTURE_MODELS:
-        elems = pointwise_elems("norm", KernelShape.of_measured(model))
+        elems = pointwise_elems("norm", *measured_shape(model))
         rows += [{"model": model, "op": "input_norm", "tokens": t, "seconds": 3e-6 + t * elems * 2 / (2e12 * 0.5)}
                  for t in TOKENS]
     launch, eff = fit_pointwise(pd.DataFrame(rows), 2e12, 2)["norm"]
@@ -111,9 +113,9 @@ def test_decode_attention_has_a_latency_floor():
 
 def test_calibration_reads_back_and_refuses_with_one_line():
     cal = load_device("a100").calibration
-    assert Calibration.from_dict(cal.as_dict()) == cal
+    assert Calibration.from_dict(dataclasses.asdict(cal)) == cal
     with pytest.raises(ConfigError, match=r"^sim.device.calibration.gemm_speed is not a known key"):
-        Calibration.from_dict(cal.as_dict() | {"gemm_speed": 1})
+        Calibration.from_dict(dataclasses.asdict(cal) | {"gemm_speed": 1})
     with pytest.raises(ConfigError, match=r"^sim.device.calibration.gemm_tokens has 2 points"):
         dataclasses.replace(cal, gemm_tokens=(1, 2))
     with pytest.raises(ConfigError, match=r"^sim_cost_model='calibrated' is invalid with sim_device='h200'"):
@@ -128,7 +130,7 @@ def test_fidelity_compares_like_with_like_on_a_measured_model():
     assert (its.attention).all() and (its.measured_s > 0).all()
     # The iteration is the layer's kernels times the layers, the embedding, and attention.
     assert (its.calibrated_s / its.measured_s).between(0.8, 1.2).all()
-    assert KernelShape.of(PRESETS["llama2-7b"]).gemms() == KernelShape.of_measured("llama2-7b").gemms()
+    assert gemms(Shape.of(PRESETS["llama2-7b"])) == gemms(*measured_shape("llama2-7b"))
 
 
 def test_one_token_past_a_tile_costs_the_step_on_both_gpu_cost_models():

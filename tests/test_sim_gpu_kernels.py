@@ -94,7 +94,7 @@ def test_profile_on_a_gpu_predicts_from_the_measured_kernels():
 def test_measured_models_without_presets_and_refusals():
     assert _measured("h100", "llama2-70b").iteration_time_s(decodes=[100] * 4) > 0
     with pytest.raises(ConfigError, match="sim_cost_model='profile' is invalid"):
-        CostModel.measured_kernels("h200", PRESETS["llama2-7b"])
+        CostModel.for_device("h200", PRESETS["llama2-7b"], "profile", tp=2)
     # Neither measured kernels nor an engine profile: the profile's own refusal.
     with pytest.raises(FileNotFoundError, match="run task=profile"):
         CostModel.for_device("h200", "llama2-7b", "profile")

@@ -1,9 +1,14 @@
 """The simulator: the engine's own scheduler, block manager and metrics on a virtual clock, with
 each iteration's device time predicted by a cost model instead of measured."""
-from sarathi_lab.sim.build import simulated_cost_model, simulated_executor, simulated_kv_blocks
+from sarathi_lab.sim.build import (
+    kv_capacity_tokens,
+    max_batch,
+    simulated_cost_model,
+    simulated_executor,
+    simulated_kv_blocks,
+)
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import DEVICES, Device, load_device
-from sarathi_lab.sim.memory import kv_capacity_tokens, max_batch
 
 __all__ = ["DEVICES", "CostModel", "Device", "IterationCost", "kv_capacity_tokens", "load_device", "max_batch",
            "simulated_cost_model", "simulated_executor", "simulated_kv_blocks"]

@@ -1,5 +1,7 @@
-"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks and
-the cost model, each made once per run; and the executor that runs on them."""
+"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks (what
+fits on the simulated device beside the weights and the activations of the largest iteration, in the
+share of memory a serving engine gives its pools, config.GPU_MEMORY_UTILISATION, vLLM's) and the cost
+model, each made once per run; and the executor that runs on them (docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import logging
@@ -7,18 +9,56 @@ from typing import TYPE_CHECKING
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import DTYPE_BYTES, ConfigError, EngineConfig
+from sarathi_lab.config import DTYPE_BYTES, GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
 from sarathi_lab.model.memory import kv_excess
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
-from sarathi_lab.sim.device import device_dtype, load_device
-from sarathi_lab.sim.memory import kv_capacity_tokens
+from sarathi_lab.sim.device import Device, device_dtype, load_device
+from sarathi_lab.sim.executor import SimulatedExecutor
 from sarathi_lab.sim.parallel import shard
 
 if TYPE_CHECKING:
     from sarathi_lab.engine.clock import VirtualClock
 
 log = logging.getLogger(__name__)
+
+
+def _free_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, utilisation: float) -> int:
+    # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
+    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
+        raise ConfigError(f"utilisation={utilisation!r} is invalid: must be a number in (0, 1]")
+    usable = int(device.memory_bytes * utilisation)
+    s = Shape.of(config)
+    weights = s.weight_bytes(elem_bytes)
+    if usable - weights < s.kv_bytes_per_token(elem_bytes):
+        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: {weights / 2**30:.1f} GiB "
+                          f"of weights leave no room for a KV cache in {usable / 2**30:.1f} GiB")
+    return usable - weights
+
+
+def kv_capacity_tokens(device: Device, config: PretrainedConfig, elem_bytes: int = 2, max_tokens: int = 0,
+                       utilisation: float = GPU_MEMORY_UTILISATION) -> int:
+    """KV-cache tokens that fit on ``device`` beside the weights and the activations of an
+    iteration of ``max_tokens`` tokens. Fails with one line when nothing fits."""
+    check_count("max_tokens", max_tokens, 0)
+    free = _free_bytes(device, config, elem_bytes, utilisation)
+    s = Shape.of(config)
+    free -= max_tokens * s.activation_bytes_per_token(elem_bytes)
+    kv = s.kv_bytes_per_token(elem_bytes)
+    if free < kv:
+        raise ConfigError(f"max_tokens={max_tokens} is invalid on sim_device={device.name!r}: the "
+                          "activations of an iteration this large leave no room for a KV cache")
+    return free // kv
+
+
+def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes: int = 2,
+              utilisation: float = GPU_MEMORY_UTILISATION) -> int:
+    """The paper's B: the most requests of ``seq_len`` tokens whose KV caches fit together with the
+    activations of prefilling all of them in one iteration (the baseline's prefill batch)."""
+    check_count("seq_len", seq_len, 1)
+    s = Shape.of(config)
+    per_request = seq_len * (s.kv_bytes_per_token(elem_bytes) + s.activation_bytes_per_token(elem_bytes))
+    return _free_bytes(device, config, elem_bytes, utilisation) // per_request
 
 
 def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool = True) -> int:
@@ -72,9 +112,6 @@ def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostMod
 
 
 def simulated_executor(cost_model: CostModel, config: PretrainedConfig, clock: VirtualClock):
-    """The SimulatedExecutor that advances ``clock`` by ``cost_model``'s predictions."""
-    from sarathi_lab.sim.executor import SimulatedExecutor  # needs the engine's executor seam
-
     eos = getattr(config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) else eos
     return SimulatedExecutor(cost_model, clock, eos)

@@ -1,14 +1,17 @@
 """The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), and the
-fit, written into the device files by ``python -m sarathi_lab.sim.calibrate``; what is fitted to
-what: docs/sim/README.md, section 8.
+fit; ``python -m sarathi_lab.sim.calibration`` writes it into the device files, keeping everything
+above the marker line of each as written (what is fitted to what: docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape, visible_pairs
@@ -30,54 +33,33 @@ def check_keys(cls, raw: dict, where: str) -> None:
         raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
 
 
-def pointwise_elems(kind: str, shape) -> int:
+def is_gated(config) -> bool:
+    """LLaMA's gated MLP; phi-2's plain one (fc1, GELU, fc2, in a parallel block) is the exception."""
+    return getattr(config, "hidden_act", "silu") != "gelu_new"
+
+
+def measured_shape(model: str) -> tuple[Shape, bool]:
+    """A measured model's shape and whether its MLP is gated."""
+    config = gpu_kernels.config_of(model)
+    return Shape.of(config), is_gated(config)
+
+
+def gemms(s: Shape, gated: bool = True) -> dict[str, tuple[int, int]]:
+    """(K, N) of each of a layer's projections."""
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    return {"qkv_proj": (s.hidden, q + 2 * kv), "o_proj": (q, s.hidden),
+            "gate_up_proj": (s.hidden, (2 if gated else 1) * s.intermediate),
+            "down_proj": (s.intermediate, s.hidden)}
+
+
+def pointwise_elems(kind: str, s: Shape, gated: bool = True) -> int:
     """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
     state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
     the residual add reads two and writes one; the embedding gathers a row and writes it."""
-    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    return {"norm": 2 * shape.hidden, "rope": 2 * (q + kv), "act": (3 if shape.gated else 2) * shape.intermediate,
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv), "act": (3 if gated else 2) * s.intermediate,
             # phi-2's parallel block adds attention, MLP and residual in one kernel.
-            "add": (3 if shape.gated else 4) * shape.hidden, "embedding": 2 * shape.hidden}[kind]
-
-
-@dataclass(frozen=True)
-class KernelShape:
-    """What the fit needs of a model: gemm (K, N) per projection and the pointwise sizes."""
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    gated: bool = True
-
-    @classmethod
-    def of(cls, config) -> KernelShape:
-        s = Shape.of(config)
-        return cls(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, s.vocab,
-                   getattr(config, "hidden_act", "silu") != "gelu_new")
-
-    @classmethod
-    def of_measured(cls, model: str) -> KernelShape:
-        s = gpu_kernels.model_shapes().loc[model]
-        return cls(int(s.hidden), int(s.intermediate), int(s.heads), int(s.kv_heads), int(s.hidden // s.heads),
-                   int(s.vocab), bool(s.gated))
-
-    @property
-    def norms(self) -> int:
-        """Norm kernels a layer runs: two in LLaMA's sequential block; one in the parallel block of
-        the one measured model without a gated MLP (phi-2: attention and MLP read one norm)."""
-        return 2 if self.gated else 1
-
-    def gemms(self) -> dict[str, tuple[int, int]]:
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        up = 2 * self.intermediate if self.gated else self.intermediate
-        return {"qkv_proj": (self.hidden, q + 2 * kv), "o_proj": (q, self.hidden), "gate_up_proj": (self.hidden, up),
-                "down_proj": (self.intermediate, self.hidden)}
-
-
-def _curve(xs, ys, x):
-    return float(np.interp(x, xs, ys))
+            "add": (3 if gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
 
 
 def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -130,17 +112,9 @@ class Calibration:
 
     def gemm_s(self, tokens: int, k: int, n: int, peak_flops: float) -> float:
         at = up_to_point(self.gemm_tokens, tokens, FINE_GRID)
-        eff = _curve(self.gemm_tokens, self.gemm_efficiency, at)
-        return _curve(self.gemm_tokens, self.gemm_launch_s, at) + 2 * at * k * n / (peak_flops * eff)
-
-    def pointwise_s(self, kind: str, tokens: int, nbytes_per_token: float, bandwidth: float) -> float:
-        launch, eff = self.pointwise[kind]
-        return launch + tokens * nbytes_per_token / (bandwidth * eff)
-
-    def as_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["pointwise"] = {k: list(v) for k, v in self.pointwise.items()}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        eff = float(np.interp(at, self.gemm_tokens, self.gemm_efficiency))
+        launch = float(np.interp(at, self.gemm_tokens, self.gemm_launch_s))
+        return launch + 2 * at * k * n / (peak_flops * eff)
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = "sim.device.calibration") -> Calibration:
@@ -150,31 +124,21 @@ class Calibration:
         return cls(**raw)
 
 
-# ---- the fit ----------------------------------------------------------------------------------
-
-def measured_table(device: str, models=None) -> pd.DataFrame:
-    """Every measured kernel on ``device`` (of ``models``, default all), with a model column."""
-    names = gpu_kernels.measured(device) if models is None else models
-    return pd.concat([gpu_kernels.kernels(device, m).assign(model=m) for m in names], ignore_index=True)
-
-
 def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[int], list[float], list[float]]:
     """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
     rows = []
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
-        gemms = KernelShape.of_measured(model).gemms()
-        rows.append(per_model.assign(weights=[gemms[op][0] * gemms[op][1] for op in per_model.op]))
+        kn = gemms(*measured_shape(model))
+        rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
     rows = pd.concat(rows)
     common = set.intersection(*(set(g.tokens) for _, g in rows.groupby("model")))
     tokens = sorted(t for t in common if knots is None or t in knots)
-    launch, per_weight = [], []
+    fits = []
     for t in tokens:
         at = rows[rows.tokens == t]
-        a, b = _relative_lstsq(np.column_stack([np.ones(len(at)), at.weights.to_numpy(float)]),
-                               at.seconds.to_numpy(float))
-        launch.append(a)
-        per_weight.append(b)
-    launch, per_weight = isotonic([float(v) for v in launch]), isotonic([float(v) for v in per_weight])
+        fits.append(_relative_lstsq(np.column_stack([np.ones(len(at)), at.weights.to_numpy(float)]),
+                                    at.seconds.to_numpy(float)))
+    launch, per_weight = (isotonic([float(f[i]) for f in fits]) for i in (0, 1))
     eff = [2 * t / (peak_flops * b) for t, b in zip(tokens, per_weight)]
     return tokens, eff, launch
 
@@ -183,7 +147,8 @@ def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dic
     out = {}
     rows = table[table.op.isin(list(KIND_OF_OP))].assign(kind=lambda r: r.op.map(KIND_OF_OP))
     for kind, at in rows.groupby("kind"):
-        per_token = np.array([pointwise_elems(kind, KernelShape.of_measured(m)) * elem_bytes for m in at.model], float)
+        per_model = {m: pointwise_elems(kind, *measured_shape(m)) * elem_bytes for m in set(at.model)}
+        per_token = at.model.map(per_model).to_numpy(float)
         launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)), at.tokens.to_numpy(float) * per_token]),
                                            at.seconds.to_numpy(float))
         out[kind] = (float(launch), float(1 / (bandwidth * per_byte)) if per_byte > 0 else 1.0)
@@ -201,7 +166,7 @@ ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficien
                     "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")
 
 
-def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: float, tiles=PREFILL_TILES):
+def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float, tiles=PREFILL_TILES):
     """(launch seconds, seconds per padded query, share of peak on the pairs, query tile) from one
     model's prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak *
     eff)``, with the query tile of the least median relative error."""
@@ -221,7 +186,7 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: KernelShape, peak_flops: fl
     return float(launch), float(per_query), eff, int(tile)
 
 
-def fit_decode_attention(rows: pd.DataFrame, shape: KernelShape, bandwidth: float, elem_bytes: int):
+def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, elem_bytes: int):
     """(launch seconds, seconds per request, share of bandwidth) from one model's decode rows."""
     kv_bytes = 2 * shape.kv_heads * shape.head_dim * elem_bytes * rows.batch.to_numpy(float) * rows.context.to_numpy(float)
     a, per_request, per_byte = _relative_lstsq(
@@ -239,12 +204,12 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
-    table = measured_table(device.name, names)
+    table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names], ignore_index=True)
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
     for model in names:
         rows = gpu_kernels.kernels(device.name, model)
-        shape = KernelShape.of_measured(model)
+        shape, _ = measured_shape(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
             kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),
@@ -259,3 +224,67 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))
+
+MARKER = "# ---- calibration: written by python -m sarathi_lab.sim.calibration"
+DEVICES_DIR = Path(__file__).with_name("devices")
+
+
+def _round(value, digits: int = 4):
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, (list, tuple)):
+        return [_round(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: _round(v, digits) for k, v in value.items()}
+    return value
+
+
+# A device nobody measured -> the measured device of the same chip whose fitted shares of peak it
+# takes, applied to its own peaks.
+BORROWED = {"a6000": "a40"}
+
+
+def calibrations(exclude=()) -> dict[str, Calibration]:
+    """Each GPU device with measured kernels, fitted without the models in ``exclude``; devices
+    without measured attention borrow the A100's (scaled, see calibration.fit); those in BORROWED
+    their sibling's calibration."""
+    from sarathi_lab.sim.device import GPU_DEVICES, load_device
+
+    measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
+    out = {}
+    for name in sorted(measured, key=lambda d: d != "a100"):
+        borrowed = (out["a100"], load_device("a100").peak_flops) if "a100" in out else None
+        out[name] = fit(load_device(name), exclude=exclude, attention_from=borrowed)
+    for name, sibling in BORROWED.items():
+        if sibling in out:
+            out[name] = out[sibling]
+    return out
+
+
+def as_yaml(cal: Calibration, device: str) -> str:
+    from sarathi_lab.sim.convert_gpu_kernels import kept_tokens
+
+    keep = [i for i, t in enumerate(cal.gemm_tokens) if kept_tokens(t)]
+    cal = dataclasses.replace(cal, **{f: tuple(getattr(cal, f)[i] for i in keep)
+                                      for f in ("gemm_tokens", "gemm_efficiency", "gemm_launch_s")})
+    attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention measured here)"
+                 if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
+    measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
+                   if device in BORROWED else "")
+    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
+            f"{', '.join(cal.fitted_from)}{measured_on};\n# {attention}. Efficiencies are shares of the "
+            "peaks above.\n")
+    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None,
+                                 sort_keys=False, width=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__).parse_args(argv)
+    for device, cal in calibrations().items():
+        path = DEVICES_DIR / f"{device}.yaml"
+        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n" + as_yaml(cal, device))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -90,17 +90,10 @@ def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
     return both.groupby(list(COLUMNS[:4]), as_index=False).seconds.median()[list(COLUMNS)]
 
 
-def model_shape(raw: pd.DataFrame, name: str, layers: int) -> dict:
-    first = raw.iloc[0]
-    shape = {"model": name, "layers": layers} | {ours: first[theirs] for theirs, ours in SHAPE_COLUMNS.items()}
-    shape["gated"] = bool(shape["gated"])
-    return shape
-
-
-def _git_show(git_dir: Path, path: str) -> str | None:
+def _git_csv(git_dir: Path, path: str) -> pd.DataFrame | None:
     done = subprocess.run(["git", "-C", str(git_dir), "show", f"HEAD:{path}"], check=False,
                           capture_output=True, text=True)
-    return done.stdout if done.returncode == 0 else None
+    return pd.read_csv(StringIO(done.stdout)) if done.returncode == 0 else None
 
 
 def write(table: pd.DataFrame, path: Path) -> None:
@@ -117,25 +110,24 @@ def main(argv: list[str] | None = None) -> None:
     shapes = []
     for device in DEVICES:
         for vidur_name, (name, layers) in MODELS.items():
-            text = _git_show(args.vidur, f"data/profiling/compute/{device}/{vidur_name}/mlp.csv")
-            if text is None:
+            raw = _git_csv(args.vidur, f"data/profiling/compute/{device}/{vidur_name}/mlp.csv")
+            if raw is None:
                 continue
-            raw = pd.read_csv(StringIO(text))
             table = convert_mlp(raw)
             if (device, name) == ("a100", "llama2-7b"):
                 table = pd.concat([table, convert_attention(pd.read_csv(args.attention))], ignore_index=True)
             write(table, args.out / device / f"{name}.csv")
-            shapes.append(model_shape(raw, name, layers))
+            shapes.append({"model": name, "layers": layers} | {ours: raw.iloc[0][theirs]
+                                                                for theirs, ours in SHAPE_COLUMNS.items()})
             print(f"{device}/{name}: {len(table)} rows")
             for tp in SHARD_TPS:
                 if (raw.num_tensor_parallel_workers == tp).any():
                     write(convert_mlp(raw, tp), args.out / device / f"tp{tp}" / f"{name}.csv")
-    pd.DataFrame(shapes).drop_duplicates("model").to_csv(args.out / "models.csv", index=False)
-    reduces = []
-    for device, node in ALL_REDUCE_NODES.items():
-        text = _git_show(args.vidur, f"data/profiling/network/{node}/all_reduce.csv")
-        if text is not None:
-            reduces.append(convert_all_reduce(pd.read_csv(StringIO(text)), device))
+    shapes = pd.DataFrame(shapes).astype({"gated": bool})
+    shapes.drop_duplicates("model").to_csv(args.out / "models.csv", index=False)
+    raws = {device: _git_csv(args.vidur, f"data/profiling/network/{node}/all_reduce.csv")
+            for device, node in ALL_REDUCE_NODES.items()}
+    reduces = [convert_all_reduce(raw, device) for device, raw in raws.items() if raw is not None]
     if reduces:
         table = pd.concat(reduces, ignore_index=True).sort_values(list(ALL_REDUCE_COLUMNS[:3]))
         table.to_csv(args.out / "all_reduce.csv", index=False, float_format="%.4g")

@@ -58,39 +58,20 @@ class CostModel(abc.ABC):
         return self.iteration_cost(prefills, decodes, num_sampled).total_s
 
     @staticmethod
-    def measured_kernels(device: str, config: PretrainedConfig, dtype: str = "bfloat16", tp: int = 1) -> CostModel:
-        """The GPU kernels measured on ``device`` for ``config``'s shape (one GPU's shard of ``tp``),
-        the calibrated roofline (the plain one where the device has no calibration) for what they lack."""
-        from sarathi_lab.sim import gpu_kernels
-        from sarathi_lab.sim.device import load_device
-        from sarathi_lab.sim.kernel_model import KernelCostModel
-        from sarathi_lab.sim.parallel import shard
-
-        dev = load_device(device, dtype)
-        name = gpu_kernels.model_of(config)
-        have = gpu_kernels.measured(device, tp)
-        if name is None or name not in have:
-            at = f" at sim_tp={tp}" if tp > 1 else ""
-            raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device={device!r}{at}: its "
-                              f"GPU kernels were not measured (measured: {', '.join(have) or 'none'}); use "
-                              f"{'calibrated' if dev.calibration else 'roofline'}")
-        part = shard(config, tp)
-        roofline = _roofline(dev.calibration is not None)(dev, part, dtype)
-        return KernelCostModel(gpu_kernels.kernels(device, name, tp), roofline, part, dtype,
-                               source=f"{device}/{name}{f' tp{tp}' if tp > 1 else ''} (vidur, MIT)")
-
-    @staticmethod
     def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
-        writes; on a GPU without one, the GPU kernels measured there for this model). ``tp``: GPUs of
-        ``device`` serving as one by tensor parallelism (parallel.py)."""
+        writes; on a GPU without one, the GPU kernels measured there for this model's shape, with the
+        calibrated roofline, or the plain one, for what they lack). ``tp``: GPUs of ``device`` serving
+        as one by tensor parallelism (parallel.py), each costed as its shard."""
         from sarathi_lab.model import PRESETS, load_config
         from sarathi_lab.sim import gpu_kernels
         from sarathi_lab.sim.device import device_dtype, load_device
+        from sarathi_lab.sim.kernel_model import KernelCostModel
         from sarathi_lab.sim.parallel import TensorParallelCostModel, shard
         from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
+        from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
         config = model
         if isinstance(model, str):
@@ -109,29 +90,26 @@ class CostModel(abc.ABC):
                               "measured by task=profile: it times one device running the whole model; "
                               "allowed: sim_tp=1, or sim_cost_model=calibrated or roofline")
         part = shard(config, tp)
-        if cost_model in ("roofline", "calibrated"):
-            one = _roofline(cost_model == "calibrated")(load_device(device, dtype), part, dtype)
-        elif cost_model == "profile" and (tp > 1 or (profile is None and not engine_profiled
-                                                     and _kernels_measured(device, config))):
-            one = CostModel.measured_kernels(device, config, dtype, tp)
-        elif cost_model == "profile":
-            path = Path(profile) if profile is not None else profile_path(device, model)
-            return ProfileCostModel.from_csv(path, config, dtype)
-        else:
+        if cost_model not in SIM_COST_MODELS:
             raise ConfigError(f"sim_cost_model={cost_model!r} is invalid: allowed values are "
                               f"{', '.join(SIM_COST_MODELS)}")
+        measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
+        name = gpu_kernels.model_of(config) if measured else None
+        if cost_model == "profile" and tp == 1 and (profile is not None or engine_profiled
+                                                    or name not in gpu_kernels.measured(device)):
+            path = Path(profile) if profile is not None else profile_path(device, model)
+            return ProfileCostModel.from_csv(path, config, dtype)
+        dev = load_device(device, dtype)
+        calibrated = cost_model == "calibrated" or (cost_model == "profile" and dev.calibration is not None)
+        one = (CalibratedRooflineCostModel if calibrated else RooflineCostModel)(dev, part, dtype)
+        if cost_model == "profile":
+            have = gpu_kernels.measured(device, tp)
+            if name not in have:
+                at = f" at sim_tp={tp}" if tp > 1 else ""
+                use = "calibrated" if dev.calibration else "roofline"
+                raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
+                                  f"{device!r}{at}: its GPU kernels were not measured (measured: "
+                                  f"{', '.join(have) or 'none'}); use {use}")
+            one = KernelCostModel(gpu_kernels.kernels(device, name, tp), one, part, dtype,
+                                  source=f"{device}/{name}{f' tp{tp}' if tp > 1 else ''} (vidur, MIT)")
         return one if tp == 1 else TensorParallelCostModel(one, config, tp, dtype)
-
-
-def _roofline(calibrated: bool) -> type[CostModel]:
-    from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-    from sarathi_lab.sim.roofline import RooflineCostModel
-
-    return CalibratedRooflineCostModel if calibrated else RooflineCostModel
-
-
-def _kernels_measured(device: str, config: PretrainedConfig) -> bool:
-    from sarathi_lab.sim import gpu_kernels
-
-    return (device in gpu_kernels.measured_devices()
-            and gpu_kernels.model_of(config) in gpu_kernels.measured(device))

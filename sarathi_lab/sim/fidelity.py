@@ -9,12 +9,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.calibrated import CalibratedRooflineCostModel
-from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, KernelShape, fit
+from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, gemms, is_gated, measured_shape
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
-from sarathi_lab.sim.parallel import shard
-from sarathi_lab.sim.roofline import RooflineCostModel
+from sarathi_lab.sim.parallel import AllReduce, Parallelism, measured_table, shard
+from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
 DECODE_CONTEXT = 1089  # a context where every measured batch size has a decode row
@@ -35,7 +35,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
     has_attention = prefill is not None and decode is not None
     config = shard(gpu_kernels.config_of(model), tp)
-    shape = KernelShape.of(config)
+    layer_gemms = gemms(Shape.of(config), is_gated(config))
     layers = int(gpu_kernels.model_shapes().loc[model].layers)
     dev = load_device(device)
     cms = {"roofline": RooflineCostModel(dev, config),
@@ -46,21 +46,18 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         return curves[op](tokens)[0] if op in curves else 0.0
 
     def measured_ops(tokens: int) -> dict[str, float]:
-        ops = {op: op_s(op, tokens) for op in gpu_kernels.GEMM_OPS}
-        ops["pointwise"] = sum(op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
-        ops["embedding"] = op_s("embedding", tokens)
-        return ops
+        pointwise = sum(op_s(op, tokens) for op in gpu_kernels.POINTWISE_OPS)
+        return {op: op_s(op, tokens) for op in gpu_kernels.GEMM_OPS} | {
+            "pointwise": pointwise, "embedding": op_s("embedding", tokens)}
 
     def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
         """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
-        ops = {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms().items()}
-        ops["pointwise"] = cm.pointwise_s(tokens)
-        ops["embedding"] = cm.embedding_s(tokens)
-        return ops
+        return {op: cm.gemm_s(tokens, k, n) for op, (k, n) in layer_gemms.items()} | {
+            "pointwise": cm.pointwise_s(tokens), "embedding": cm.embedding_s(tokens)}
 
     def measured_attention(prefills, decodes):
-        pre = sum(prefill(c, x - c) for c, x in prefills)
-        return pre + (decode(decodes, DECODE_CONTEXT) if decodes else 0.0)
+        return (sum(prefill(c, x - c) for c, x in prefills)
+                + (decode(decodes, DECODE_CONTEXT) if decodes else 0.0))
 
     def predicted_attention(cm):
         return lambda prefills, decodes: (sum(cm.prefill_attention_s(c, x) for c, x in prefills)
@@ -90,30 +87,22 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def held_out_calibration(device: str, model: str, full: Calibration) -> Calibration:
-    """``device``'s calibration fitted without ``model``; attention kept from ``full`` (one model measured it)."""
-    cal = fit(load_device(device), exclude=(model,))
-    return dataclasses.replace(cal, **{f: getattr(full, f) for f in ATTENTION_FIELDS})
-
-
 def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1
         ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
     each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
-    ops, its = [], []
+    pairs = []
     calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices() if d in GPU_DEVICES}
     for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
-        full = calibrations.get(device)
-        for model in models or gpu_kernels.measured(device, tp):
-            if model not in gpu_kernels.measured(device, tp):
-                continue
-            held = held_out_calibration(device, model, full)
-            o, i = compare(device, model, full, held, op_tokens, iterations, tp)
-            ops.append(o)
-            its.append(i)
-    if not its:  # no model measured at this tensor-parallel degree
+        full, measured = calibrations.get(device), gpu_kernels.measured(device, tp)
+        for model in [m for m in models or measured if m in measured]:
+            # Fitted without the model it predicts; attention kept from the full fit (one model measured it).
+            held = dataclasses.replace(fit(load_device(device), exclude=(model,)),
+                                       **{f: getattr(full, f) for f in ATTENTION_FIELDS})
+            pairs.append(compare(device, model, full, held, op_tokens, iterations, tp))
+    if not pairs:  # no model measured at this tensor-parallel degree
         return pd.DataFrame(), pd.DataFrame()
-    return pd.concat(ops, ignore_index=True), pd.concat(its, ignore_index=True)
+    return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
 
 
 def _errors(g: pd.DataFrame) -> dict[str, float]:
@@ -139,7 +128,7 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
     dev = load_device(device)
     t = gpu_kernels.kernels(device, model)
     pre = t[t.op == "prefill_attention"]
-    shape = KernelShape.of_measured(model)
+    shape, _ = measured_shape(model)
     rows = []
     for chunk in sorted(pre.tokens.unique()):
         launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops)
@@ -158,9 +147,6 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
     """Every measured all-reduce (device, tp, bytes) beside the ring roofline (parallel.Parallelism's
     link figures), the measured table as the calibrated and profile cost models read it, and that
     table without the size it predicts (its hold-out: interpolated from the neighbouring sizes)."""
-    from sarathi_lab.sim.all_reduce import AllReduce, measured_table
-    from sarathi_lab.sim.parallel import Parallelism
-
     par = Parallelism()
     t = measured_table()
     rows = []

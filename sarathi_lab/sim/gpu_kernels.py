@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 from transformers import LlamaConfig, PretrainedConfig
 
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.interpolate import Curve, RaggedSurface
 
 DATA_DIR = Path(__file__).with_name("data") / "gpu_kernels"
@@ -65,17 +66,14 @@ def config_of(model: str) -> PretrainedConfig:
     return LlamaConfig(vocab_size=int(s.vocab), hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
                        num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
                        num_key_value_heads=int(s.kv_heads), max_position_embeddings=4096,
-                       # phi-2's plain MLP (fc1, GELU, fc2): what KernelShape reads as not gated.
+                       # phi-2's plain MLP (fc1, GELU, fc2): what calibration.is_gated reads as not gated.
                        hidden_act="silu" if s.gated else "gelu_new")
 
 
 def model_of(config: PretrainedConfig) -> str | None:
     """The measured model with ``config``'s layer shapes (the vocabulary aside, which only the
     embedding and LM head see), or None."""
-    kv = config.num_key_value_heads or config.num_attention_heads
-    for name, s in model_shapes().iterrows():
-        if (s.hidden, s.intermediate, s.heads, s.kv_heads, s.layers) == (
-                config.hidden_size, config.intermediate_size, config.num_attention_heads, kv,
-                config.num_hidden_layers):
-            return str(name)
-    return None
+    s = Shape.of(config)
+    shape = (s.hidden, s.intermediate, s.heads, s.kv_heads, s.layers)
+    return next((str(name) for name, m in model_shapes().iterrows()
+                 if (m.hidden, m.intermediate, m.heads, m.kv_heads, m.layers) == shape), None)

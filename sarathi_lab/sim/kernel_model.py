@@ -11,7 +11,6 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.sim.calibration import FINE_GRID
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
-from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel
@@ -23,8 +22,7 @@ class KernelCostModel(CostModel):
     def __init__(self, table: pd.DataFrame, roofline: RooflineCostModel, config: PretrainedConfig,
                  dtype: str = "bfloat16", source: str = "table"):
         super().__init__(config, dtype)
-        self.roofline = roofline
-        self.source = source
+        self.roofline, self.device, self.source = roofline, roofline.device, source
         ops, self.prefill_attention, self.decode_attention = curves(table)
         missing = [op for op in GEMM_OPS if op not in ops]
         if missing:
@@ -43,17 +41,11 @@ class KernelCostModel(CostModel):
         warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
                       f"{'; '.join(self.modelled)}", stacklevel=2)
 
-    @property
-    def device(self) -> Device:
-        return self.roofline.device
-
-    def _layer_ops(self, tokens: int) -> dict[str, float]:
-        return {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0] for op, curve in self.layer_ops.items()}
-
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = sum(c for c, _ in prefills) + len(decodes)
         layers = self.roofline.shape.layers
-        per_layer = self._layer_ops(tokens)
+        per_layer = {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0]
+                     for op, curve in self.layer_ops.items()}
         ops = {op: layers * per_layer[op] for op in GEMM_OPS}
         ops["pointwise"] = layers * sum(per_layer.get(op, 0.0) for op in POINTWISE_OPS)
         ops["embedding"] = self.embedding(tokens)[0] if self.embedding else 0.0
@@ -76,6 +68,6 @@ class KernelCostModel(CostModel):
         self.modelled_attention_iterations += modelled
         outside = tokens > self.max_tokens
         self.extrapolations += outside
-        d = self.roofline.device
+        d = self.device
         return IterationCost(prepare_s=d.host_overhead_s + d.host_per_token_s * tokens, forward_s=sum(ops.values()),
                              sample_s=0.0, ops=ops, extrapolated=outside)

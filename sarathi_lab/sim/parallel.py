@@ -1,22 +1,79 @@
 """Tensor and pipeline parallelism as the simulator costs them (Megatron-LM): each of ``tp`` GPUs
-runs its shard of every layer plus two all-reduces of the hidden states per layer; ``pp`` stages
-split the layers and send a micro-batch's hidden states on. The link figures and their sources:
-docs/sim/README.md."""
+runs its shard of every layer plus two all-reduces of the hidden states per layer, each one the NCCL
+time measured in one DGX node (``data/gpu_kernels/all_reduce.csv``, interpolated in the message size)
+or a ring's roofline, ``latency + 2 (tp - 1) / tp * bytes / bandwidth``; ``pp`` stages split the
+layers and send a micro-batch's hidden states on. The link figures and their sources: docs/sim/README.md."""
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from dataclasses import dataclass
 
+import pandas as pd
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.decoder import head_dim_of
-from sarathi_lab.sim.all_reduce import AllReduce, ring_s
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
+from sarathi_lab.sim.gpu_kernels import DATA_DIR
+from sarathi_lab.sim.interpolate import Curve
 from sarathi_lab.sim.roofline import RooflineCostModel
+
+
+@functools.cache
+def measured_table() -> pd.DataFrame:
+    return pd.read_csv(DATA_DIR / "all_reduce.csv")
+
+
+def measured_points(device: str, tp: int) -> dict[int, float]:
+    """{message bytes: seconds} measured for ``tp`` GPUs of ``device`` in one node ({} if none)."""
+    t = measured_table()
+    rows = t[(t.device == device) & (t.tp == tp)]
+    return dict(zip(rows["bytes"].astype(int), rows.seconds.astype(float)))
+
+
+def ring_s(nbytes: float, tp: int, latency_s: float, bandwidth: float) -> float:
+    """The roofline of a ring all-reduce of ``nbytes`` among ``tp`` GPUs."""
+    return latency_s + 2 * (tp - 1) / tp * nbytes / bandwidth if tp > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """Seconds of one all-reduce of ``nbytes`` among ``tp`` GPUs: measured where ``points`` are
+    given (beyond them, the ring's extra bytes), else the ring's roofline; ``describe()`` says which
+    (``source``: where the points come from, or why there are none)."""
+    tp: int
+    latency_s: float
+    bandwidth: float
+    points: tuple[tuple[int, float], ...] = ()
+    source: str = ""
+
+    @functools.cached_property
+    def curve(self) -> Curve | None:
+        return Curve(dict(self.points)) if self.points else None
+
+    def roofline_s(self, nbytes: float) -> float:
+        return ring_s(nbytes, self.tp, self.latency_s, self.bandwidth)
+
+    def __call__(self, nbytes: float) -> float:
+        if self.tp == 1:
+            return 0.0
+        c = self.curve
+        if c is None:
+            return self.roofline_s(nbytes)
+        if nbytes > c.xs[-1]:
+            return c.ys[-1] + self.roofline_s(nbytes) - self.roofline_s(c.xs[-1])
+        return c(max(nbytes, c.xs[0]))[0]
+
+    def describe(self) -> str:
+        if self.curve is None:
+            return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us + "
+                    f"{self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
+        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} "
+                "MiB a message, the ring roofline's extra bytes beyond")
 
 
 @dataclass(frozen=True)
@@ -110,21 +167,17 @@ class TensorParallelCostModel(CostModel):
 
     def __init__(self, shard: CostModel, config: PretrainedConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
-        self.shard = shard
-        self.name = shard.name
-        par = Parallelism(tp=tp)
-        device = shard.device.name
-        self.all_reduce = AllReduce.of(device, tp, par.allreduce_latency_s, par.allreduce_bandwidth,
-                                       measured=self.name != "roofline")
+        self.shard, self.name, self.device = shard, shard.name, shard.device
+        par, device, measured = Parallelism(tp=tp), shard.device.name, self.name != "roofline" and tp > 1
+        points = tuple(sorted(measured_points(device, tp).items())) if measured else ()
+        source = (f"vidur, {device.upper()} DGX node, NCCL" if points
+                  else f"no all-reduce measured for {tp} x {device}" if measured else "")
+        self.all_reduce = AllReduce(tp, par.allreduce_latency_s, par.allreduce_bandwidth, points, source)
         if self.name != "roofline":
             warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={self.name!r}): the "
                           f"{self.all_reduce.describe()}", stacklevel=3)
         self.layers = shard.config.num_hidden_layers
         self.hidden_bytes = config.hidden_size * self.elem_bytes
-
-    @property
-    def device(self) -> Device:
-        return self.shard.device
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         cost = self.shard._cost(prefills, decodes, num_sampled)

@@ -26,14 +26,12 @@ from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
+from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.executor import composition
-from sarathi_lab.sim.memory import kv_capacity_tokens
 from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
-
-
 BLOCK_SIZE = 16
 
 
@@ -70,11 +68,6 @@ class PipelineResult:
     @property
     def makespan_s(self) -> float:
         return self.metrics.summary()["makespan_s"]
-
-    def time_to_complete(self, n: int) -> float:
-        """Seconds from the first arrival until ``n`` requests have finished."""
-        finishes = np.sort([r.finish for r in self.metrics.requests])
-        return float(finishes[n - 1] - min(r.arrival for r in self.metrics.requests))
 
 
 class PipelineSimulator:
@@ -113,17 +106,14 @@ class PipelineSimulator:
         in_flight: deque[MicroBatch] = deque()
         rows = []
         now, idle_since = 0.0, 0.0   # when stage 0 is next free; since when it has waited with work
-
-        def retire(mb: MicroBatch) -> None:
-            sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
-            engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
-                          mb.start, 0.0, mb.exit)
-
         while pending or sched.has_work():
             while pending and pending[0].arrival <= now:
                 engine.add_request(pending.popleft())
             while in_flight and in_flight[0].exit <= now:
-                retire(in_flight.popleft())
+                mb = in_flight.popleft()
+                sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
+                engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
+                              mb.start, 0.0, mb.exit)
             batch = sched.schedule() if len(in_flight) < stages else ScheduledBatch()
             if not batch:
                 if not (in_flight or pending or sched.has_work()):
@@ -166,11 +156,8 @@ def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float, see
     choices = np.arange(low, high + 1)
     weights = 1.0 / np.arange(1, len(choices) + 1) ** theta
     totals = rng.choice(choices, size=n, p=weights / weights.sum())
-    out = []
-    for t in totals.tolist():
-        decode = max(1, round(t / (1 + pd_ratio)))
-        out.append((t - decode, decode))
-    return out
+    decodes = [max(1, round(t / (1 + pd_ratio))) for t in totals.tolist()]
+    return [(t - d, d) for t, d in zip(totals.tolist(), decodes)]
 
 
 PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91}
@@ -206,23 +193,24 @@ def _write(summary: pd.DataFrame, results: dict[str, PipelineResult], out: Path)
     marks = sorted({max(1, round(n * f)) for f in (0.1, 0.25, 0.5, 0.75, 1.0)})
     quantiles = np.linspace(0, 1, 21)
     table = []
-    for name, res in results.items():
-        table += [{"scheduler": name, "kind": "bubble_quantile", "x": q, "value": float(v)}
-                  for q, v in zip(quantiles, np.quantile(res.request_bubble_s, quantiles))]
-        table += [{"scheduler": name, "kind": "time_to_complete_s", "x": m, "value": res.time_to_complete(m)}
-                  for m in marks]
-    pd.DataFrame(table).to_csv(out / "pipeline_bubbles.csv", index=False, float_format="%.5g")
-    summary.to_csv(out / "pipeline_summary.csv", index=False, float_format="%.5g")
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
     for name, res in results.items():
+        # Seconds from the first arrival until m requests have finished, at each mark.
+        done = np.sort([r.finish for r in res.metrics.requests])
+        first = min(r.arrival for r in res.metrics.requests)
+        table += [{"scheduler": name, "kind": "bubble_quantile", "x": q, "value": float(v)}
+                  for q, v in zip(quantiles, np.quantile(res.request_bubble_s, quantiles))]
+        table += [{"scheduler": name, "kind": "time_to_complete_s", "x": m,
+                   "value": float(done[m - 1] - first)} for m in marks]
         b = np.sort(res.request_bubble_s)
         left.plot(b, np.arange(1, len(b) + 1) / len(b), label=name)
-        done = np.sort([r.finish for r in res.metrics.requests])
         right.plot(done, np.arange(1, len(done) + 1), label=name)
+    pd.DataFrame(table).to_csv(out / "pipeline_bubbles.csv", index=False, float_format="%.5g")
+    summary.to_csv(out / "pipeline_summary.csv", index=False, float_format="%.5g")
     left.set(xlabel="pipeline bubble time per request (s)", ylabel="CDF", title="GPT-3, TP8 x PP8 A100 (sim)")
     right.set(xlabel="time (s)", ylabel="requests completed", title=f"{n} requests, P:D 10, chunk 256")
-    left.legend()
-    right.legend()
+    for ax in (left, right):
+        ax.legend()
     fig.tight_layout()
     fig.savefig(out / "pipeline_bubbles.png", dpi=90)
     plt.close(fig)
@@ -243,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
     summary, results = fig12(args.requests or (300 if args.smoke else 10_000))
     _write(summary, results, out)
-    orca, sarathi = summary.set_index("scheduler").loc["orca"], summary.set_index("scheduler").loc["sarathi"]
+    orca, sarathi = (summary.set_index("scheduler").loc[name] for name in ("orca", "sarathi"))
     print(f"median bubble per request: orca / sarathi = {orca.median_bubble_s / sarathi.median_bubble_s:.2f}x "
           f"(paper {PAPER['median_bubble_ratio']}x); time to complete all: "
           f"{orca.makespan_s / sarathi.makespan_s:.2f}x (paper {PAPER['end_to_end_ratio']}x); wrote {out}")

@@ -44,19 +44,6 @@ def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
     return np.clip(coef, 0.0, None)
 
 
-def _check_values(table: pd.DataFrame, source: str) -> None:
-    """Every axis and time a finite number >= 0: a NaN or infinite time would reach the virtual
-    clock only when a batch lands near it, a negative one be clipped silently."""
-    for column in COLUMNS[1:]:
-        values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
-        bad = ~(np.isfinite(values) & (values >= 0))
-        if bad.any():
-            i = int(bad.argmax())
-            value = table[column].tolist()[i]
-            raise ValueError(f"profile {source}: row {table.index[i]} (op {table.op.iloc[i]!r}) {column}={value!r} is "
-                             "invalid: must be a finite number >= 0")
-
-
 class ProfileCostModel(CostModel):
     name = "profile"
 
@@ -66,7 +53,15 @@ class ProfileCostModel(CostModel):
         if missing:
             raise ValueError(f"profile {source}: no column {missing[0]!r}; expected {', '.join(COLUMNS)}")
         self.source = source
-        _check_values(table, source)
+        # Every axis and time a finite number >= 0: a NaN or infinite time would reach the virtual
+        # clock only when a batch lands near it, a negative one be clipped silently.
+        for column in COLUMNS[1:]:
+            values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
+            bad = ~(np.isfinite(values) & (values >= 0))
+            if bad.any():
+                i = int(bad.argmax())
+                raise ValueError(f"profile {source}: row {table.index[i]} (op {table.op.iloc[i]!r}) {column}="
+                                 f"{table[column].tolist()[i]!r} is invalid: must be a finite number >= 0")
         by_op = {op: rows for op, rows in table.groupby("op")}
         needed = (*DENSE_OPS, "prefill_attention", "decode_attention", "lm_head", "prepare", "sample")
         absent = [op for op in needed if op not in by_op]

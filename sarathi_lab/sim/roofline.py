@@ -1,13 +1,15 @@
 """Iteration time from a device's ceilings: every kernel takes as long as the slower of its flops
-and its bytes at the share of peak real kernels reach, never less than a kernel's floor
-(the kernels and their padding: docs/sim/README.md, section 8).
+and its bytes at the share of peak real kernels reach, never less than a kernel's floor; calibrated,
+with those shares fitted to measured GPU kernels (the device file's ``calibration``), for shapes
+nobody measured (the kernels and their padding: docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.sim.calibration import attention_flops
+from sarathi_lab.sim.calibration import attention_flops, gemms, is_gated, pointwise_elems
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import Device
 
@@ -31,8 +33,7 @@ class RooflineCostModel(CostModel):
         self.device = device
         s = self.shape = Shape.of(config)
         q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-        self.gemms = {"qkv_proj": (s.hidden, q + 2 * kv), "o_proj": (q, s.hidden),
-                      "gate_up_proj": (s.hidden, 2 * s.intermediate), "down_proj": (s.intermediate, s.hidden)}
+        self.gemms = gemms(s)
         e = self.elem_bytes
         self.pointwise_bytes_per_token = e * (8 * s.hidden + 2 * (q + kv) + 3 * s.intermediate)
         self.kv_bytes_per_token = 2 * kv * e           # one layer's key + value of one token
@@ -110,3 +111,46 @@ class RooflineCostModel(CostModel):
         d = self.device
         return IterationCost(prepare_s=d.host_overhead_s + d.host_per_token_s * tokens, forward_s=sum(ops.values()),
                              sample_s=0.0, ops=ops)
+
+
+class CalibratedRooflineCostModel(RooflineCostModel):
+    name = "calibrated"
+
+    def __init__(self, device: Device, config: PretrainedConfig, dtype: str = "bfloat16"):
+        if device.calibration is None:
+            raise ConfigError(f"sim_cost_model='calibrated' is invalid with sim_device={device.name!r}: its "
+                              "device file has no calibration (no GPU kernels measured there); use "
+                              "'roofline'")
+        super().__init__(device, config, dtype)
+        self.cal = device.calibration
+        gated = is_gated(config)
+        # Norm kernels a layer runs: one in phi-2's parallel block, whose attention and MLP read one norm.
+        self.norms = 2 if gated else 1
+        self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape, gated) * self.elem_bytes
+                                for kind in self.cal.pointwise}
+
+    def gemm_s(self, tokens: int, k: int, n: int) -> float:
+        return self.cal.gemm_s(tokens, k, n, self.device.peak_flops)
+
+    def _pointwise(self, kind: str, tokens: int) -> float:
+        launch, eff = self.cal.pointwise[kind]
+        return launch + tokens * self.pointwise_bytes[kind] / (self.device.memory_bandwidth * eff)
+
+    def pointwise_s(self, tokens: int) -> float:
+        return (self.norms * self._pointwise("norm", tokens) + self._pointwise("rope", tokens)
+                + self._pointwise("act", tokens) + self._pointwise("add", tokens))
+
+    def embedding_s(self, tokens: int) -> float:
+        return self._pointwise("embedding", tokens)
+
+    def prefill_attention_s(self, chunk: int, context: int) -> float:
+        c = self.cal
+        flops = attention_flops(self.attn_flops_per_pair, chunk, context, c.prefill_tile)
+        return (c.prefill_launch_s + -(-chunk // c.prefill_tile) * c.prefill_tile * c.prefill_per_query_s
+                + flops / (self.device.peak_flops * c.prefill_efficiency))
+
+    def decode_attention_s(self, contexts: list[int]) -> float:
+        c = self.cal
+        return (c.decode_launch_s + c.decode_per_request_s * len(contexts)
+                + sum(contexts) * self.kv_bytes_per_token / (self.device.memory_bandwidth
+                                                             * c.decode_bandwidth_efficiency))
