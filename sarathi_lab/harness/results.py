@@ -5,6 +5,7 @@ dies at any point leaves nothing that looks complete.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
@@ -95,10 +96,33 @@ def write_status(run_dir: Path, status: Status, error: str | None = None, traceb
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
+    return read_json(run_dir / STATUS)
+
+
+def read_json(path: Path, warn: bool = False) -> Any:
+    """path's JSON, or None where it is missing or (with a warning if ``warn``) unreadable."""
     try:
-        return json.loads((run_dir / STATUS).read_text())
-    except (OSError, ValueError):
+        return json.loads(path.read_text())
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as e:
+        if warn:
+            log.warning("%s is unreadable (%s); left out", path, e)
+        return None
+
+
+def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
+    """An exclusive flock on path (a file descriptor: close it to release), which the kernel drops however
+    its holder dies; BlockingIOError while another process holds it; None where the filesystem has no locks."""
+    fd = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if isinstance(e, BlockingIOError):
+            raise
+        return None
+    return fd
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:

@@ -5,7 +5,6 @@ finished, so that a refused, skipped or failed rerun leaves the old run whole.
 """
 from __future__ import annotations
 
-import fcntl
 import inspect
 import logging
 import os
@@ -32,6 +31,7 @@ from sarathi_lab.harness.results import (
     clear_results,
     config_change,
     is_finished,
+    lock,
     next_dir,
     write_results,
     write_status,
@@ -201,17 +201,11 @@ def _lock(out: Path) -> int | None:
     """An exclusive lock on out (two runs started in the same second share its ${now:...} name), or a
     ConfigError while another run holds it; None where the filesystem has no locks."""
     out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock(out)
     except BlockingIOError:
-        os.close(fd)
         raise ConfigError(f"{out} is in use: another run is writing there now; give this run its own "
                           "hydra.run.dir (hydra.sweep.dir with -m)") from None
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _move_log_file(src: Path, dst: Path) -> None:
