@@ -54,8 +54,8 @@ def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None
     # grammar's own pointer.
     for word in words:
         if "=" not in word and word not in parsed:
-            return (f"{word} is invalid: an argument must be a key=value override (chunk=256; +key=value adds a "
-                    "key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
+            return (f"{word} is invalid: an argument must be a key=value override (chunk=256; +key=value "
+                    "adds a key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
     for arg, override in overrides:
         if flags is not None and not flags.multirun and override.is_sweep_override() \
                 and not override.key_or_group.startswith("hydra"):

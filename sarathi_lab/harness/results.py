@@ -112,8 +112,8 @@ def read_json(path: Path, warn: bool = False) -> Any:
 
 
 def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
-    """An exclusive flock on path (a file descriptor: close it to release), which the kernel drops however
-    its holder dies; BlockingIOError while another process holds it; None where the filesystem has no locks."""
+    """An exclusive flock on path (a file descriptor: close it to release), which the kernel drops
+    however its holder dies; BlockingIOError while another holds it; None on a filesystem without locks."""
     fd = os.open(path, flags, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
