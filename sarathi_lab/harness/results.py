@@ -217,16 +217,11 @@ def _override_columns(record: dict) -> dict[str, Any]:
         key = override.split("=", 1)[0].lstrip("+~")
         if key.startswith("hydra") or key in record["config"]:
             continue
-        columns |= _flatten(key, _select(record["resolved_config"], key))
+        value = record["resolved_config"]
+        for part in key.replace("/", ".").split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        columns |= _flatten(key, value)
     return columns
-
-
-def _select(tree: dict, dotted: str) -> Any:
-    for part in dotted.replace("/", ".").split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return None
-        tree = tree[part]
-    return tree
 
 
 def _flatten(key: str, value: Any) -> dict[str, Any]:
