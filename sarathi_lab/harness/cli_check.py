@@ -72,7 +72,7 @@ def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None
                         "plain folder name (no '/', not '.' or '..')")
     if _other_configs(flags, overrides):
         return None  # choices and keys of configs outside conf_dir are Hydra's to check
-    return _bad_group_choice(overrides, conf_dir) or _unknown_key(overrides, conf_dir)
+    return _bad_choice_or_key(overrides, conf_dir)
 
 
 def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
@@ -114,37 +114,29 @@ def _group_options(group_dir: Path) -> list[str]:
     return sorted(p.relative_to(group_dir).with_suffix("").as_posix() for p in group_dir.rglob("*.yaml"))
 
 
-def _bad_group_choice(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
-    for _, override in overrides:
-        group_dir = conf_dir / override.key_or_group
-        # Plugin-provided groups (hydra/launcher=...) are Hydra's to check.
-        if override.is_delete() or override.key_or_group.startswith("hydra") or not group_dir.is_dir():
-            continue
-        allowed = _group_options(group_dir)
-        for choice in _group_values(override) or []:
-            if choice not in allowed:
-                return f"{override.key_or_group}={choice!r} is invalid: allowed values are {', '.join(allowed)}"
-    return None
-
-
-def _unknown_key(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
-    """The error for the first plain key that the config composed of the overrides' choices lacks."""
-    groups, keys = [], []
+def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
+    """The error for the first unknown group choice, else for the first plain key that the config
+    composed of the overrides' choices lacks (unless a choice is a glob or range: Hydra's to expand)."""
+    choices, keys, globbed = [], [], False
     for arg, override in overrides:
         key = override.key_or_group
-        if (conf_dir / key).is_dir():
-            groups.append(override)
-        elif not (key.startswith("hydra") or override.is_add() or override.is_force_add() or override.is_delete()):
-            keys.append((arg, key))
-    if not keys:
-        return None
-    choices = []
-    for override in groups:
+        if not (conf_dir / key).is_dir():
+            if not (key.startswith("hydra") or override.is_add() or override.is_force_add()
+                    or override.is_delete()):
+                keys.append((arg, key))
+            continue
         values = _group_values(override)
-        if values is None:
-            return None
-        if values and not override.is_delete():
-            choices.append(f"{override.key_or_group}={values[0]}")
+        globbed |= values is None
+        if override.is_delete() or not values:
+            continue
+        allowed = _group_options(conf_dir / key)
+        # Plugin-provided options (hydra/launcher=submitit_local) are Hydra's to check.
+        bad = next((c for c in values if c not in allowed and not key.startswith("hydra")), None)
+        if bad is not None:
+            return f"{key}={bad!r} is invalid: allowed values are {', '.join(allowed)}"
+        choices.append(f"{key}={values[0]}")
+    if not keys or globbed:
+        return None
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
     known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
     for arg, key in keys:
