@@ -60,7 +60,7 @@ class EngineConfig:
     token_budget: int | None = None
     max_batch_size: int = 8
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: str = "bfloat16"
+    dtype: Literal[DTYPES] = "bfloat16"
     seed: int = 0
     block_size: int = 16
     # KV capacity: an explicit block count wins over a memory budget; with neither, enough for
@@ -70,7 +70,7 @@ class EngineConfig:
     # Admission leaves int(kv_watermark * blocks) free for running requests to grow into before one is
     # preempted; the default cache is sized with it on top.
     kv_watermark: float = KV_WATERMARK
-    attention: str = "auto"
+    attention: Literal[ATTENTIONS] = "auto"
     max_model_len: int | None = None
     # The scheduler's own knobs ({knob: value}; vllm's max_num_batched_tokens), from its YAML or LLM's
     # other keyword arguments, checked against its Config when it is built.
@@ -80,11 +80,11 @@ class EngineConfig:
     num_threads: int | None = None
     # CPU linear layers over packed weights: "auto" picks by CPU and rows, "mkl" and "onednn" force
     # that GEMM, "aten" keeps F.linear (docs/cpu_engine.md).
-    cpu_linear: str = "auto"
+    cpu_linear: Literal[CPU_LINEARS] = "auto"
     # "model": the real forward pass on `device`; "sim": a cost model's time on `sim_device`, a virtual clock.
     executor: Literal["model", "sim"] = "model"
     sim_device: str = "h100"
-    sim_cost_model: str = "roofline"
+    sim_cost_model: Literal[SIM_COST_MODELS] = "roofline"
     # True lets an explicit KV cache larger than sim_device's memory run, for what-if batches the
     # device could not hold (the papers' sweeps past an A6000's memory).
     sim_kv_beyond_device: bool = False
@@ -93,10 +93,6 @@ class EngineConfig:
 
     def __post_init__(self):
         check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"))
-        _check_choice("dtype", self.dtype, DTYPES)
-        _check_choice("attention", self.attention, ATTENTIONS)
-        _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
-        _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
         # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
         cores = len(os.sched_getaffinity(0))
         if self.num_threads is not None and self.num_threads > cores:
