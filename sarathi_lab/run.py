@@ -81,7 +81,7 @@ def main(cfg: DictConfig) -> None:
         if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
             log.error("interrupted by %s before the run measured anything; %s says so", e,
                       ctx.status_dir / "status.json")
-        raise SystemExit(128 + e.signum) from None  # the shell's convention for death by signal
+        raise SystemExit(e.exit_code) from None
     except (ConfigError, ModelLoadError) as e:
         record_failure(ctx.status_dir, e)
         log.error("%s", e)

@@ -14,6 +14,10 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention for death by signal
+
 
 # The signals the active signals_interrupt block has received (cleared as it ends).
 _received: list[int] = []
