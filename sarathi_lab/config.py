@@ -60,7 +60,7 @@ class EngineConfig:
     token_budget: int | None = None
     max_batch_size: int = 8
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: str = "bfloat16"
+    dtype: Literal[DTYPES] = "bfloat16"
     seed: int = 0
     block_size: int = 16
     # KV capacity: an explicit block count wins over a memory budget; with neither, enough for
@@ -70,7 +70,7 @@ class EngineConfig:
     # Admission leaves int(kv_watermark * blocks) free for running requests to grow into before one is
     # preempted; the default cache is sized with it on top.
     kv_watermark: float = KV_WATERMARK
-    attention: str = "auto"
+    attention: Literal[ATTENTIONS] = "auto"
     max_model_len: int | None = None
     # The scheduler's own knobs ({knob: value}; vllm's max_num_batched_tokens), from its YAML or LLM's
     # other keyword arguments, checked against its Config when it is built.
@@ -80,11 +80,11 @@ class EngineConfig:
     num_threads: int | None = None
     # CPU linear layers over packed weights: "auto" picks by CPU and rows, "mkl" and "onednn" force
     # that GEMM, "aten" keeps F.linear (docs/cpu_engine.md).
-    cpu_linear: str = "auto"
+    cpu_linear: Literal[CPU_LINEARS] = "auto"
     # "model": the real forward pass on `device`; "sim": a cost model's time on `sim_device`, a virtual clock.
     executor: Literal["model", "sim"] = "model"
     sim_device: str = "h100"
-    sim_cost_model: str = "roofline"
+    sim_cost_model: Literal[SIM_COST_MODELS] = "roofline"
     # True lets an explicit KV cache larger than sim_device's memory run, for what-if batches the
     # device could not hold (the papers' sweeps past an A6000's memory).
     sim_kv_beyond_device: bool = False
@@ -92,16 +92,7 @@ class EngineConfig:
     sim_tp: int = 1
 
     def __post_init__(self):
-        check_fields(self)
-        _check_choice("dtype", self.dtype, DTYPES)
-        _check_choice("attention", self.attention, ATTENTIONS)
-        _check_choice("cpu_linear", self.cpu_linear, CPU_LINEARS)
-        _check_choice("sim_cost_model", self.sim_cost_model, SIM_COST_MODELS)
-        for key in ("chunk_size", "max_batch_size", "block_size", "sim_tp"):
-            check_positive(key, getattr(self, key))
-        for key in ("token_budget", "num_kv_blocks", "kv_cache_gb", "max_model_len", "num_threads"):
-            if getattr(self, key) is not None:
-                check_positive(key, getattr(self, key))
+        check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"))
         # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
         cores = len(os.sched_getaffinity(0))
         if self.num_threads is not None and self.num_threads > cores:
@@ -111,8 +102,6 @@ class EngineConfig:
             raise ConfigError(f"seed={self.seed} is invalid: must be in [0, 2**64 - 1]")
         if not 0 <= self.kv_watermark < 1:
             raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, 1)")
-        if self.warmup_iters < 0:
-            raise ConfigError(f"warmup_iters={self.warmup_iters} is invalid: must be >= 0")
         if self.executor == "sim":
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
                 raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "
@@ -211,13 +200,20 @@ def cpu_has_onednn_fp16() -> bool:
     return True
 
 
-def check_fields(obj: Any) -> None:
+def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
+                 skip: tuple[str, ...] = ()) -> None:
     """Each field of a config dataclass against its annotation (int, finite float, str, bool, X | None,
-    Literal, list[X], dict); a bool is never an int here."""
+    Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
+    must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller."""
     hints = get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        if not dataclasses.is_dataclass(hints[f.name]):
-            _check_type(f.name, getattr(obj, f.name), hints[f.name])
+    fields = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+              if not dataclasses.is_dataclass(hints[f.name])]
+    for key, value in fields:
+        _check_type(key, value, hints[key])
+    for key, value in fields if positive else ():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in skip \
+                and (value < 0 or value == 0 and key not in zero_ok):
+            raise ConfigError(f"{key}={value!r} is invalid: must be {'>=' if key in zero_ok else '>'} 0")
 
 
 def _check_type(key: str, value: Any, tp: Any) -> None:

@@ -93,32 +93,28 @@ class LLM:
             raise RuntimeError("LLM.generate is already running on this LLM (another thread, or a callback "
                                "of the running call): one call at a time; give each thread its own LLM")
         try:
-            return self._generate(prompts, max_new_tokens, sampling, arrival_times, on_iteration,
-                                  max_concurrency)
+            sampling = sampling or SamplingParams()
+            if not isinstance(sampling, SamplingParams):
+                raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
+            token_lists = inputs.prompts_as_lists(prompts)
+            n = len(token_lists)
+            new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
+            arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
+            if max_concurrency is not None:
+                inputs.per_request_ints("max_concurrency", max_concurrency, 1)
+            eos = None if sampling.ignore_eos else getattr(self.model_config, "eos_token_id", None)
+            if isinstance(eos, list):
+                eos = eos[0]
+            for i, (prompt, new) in enumerate(zip(token_lists, new_tokens)):
+                self._check_request(i, prompt, new)
+            seqs = [Sequence(self._next_id + i, prompt, new, arrival, eos, sample_key=i)
+                    for i, (prompt, new, arrival) in enumerate(zip(token_lists, new_tokens, arrivals))]
+            self._next_id += n
+            self.metrics = Metrics()
+            self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
+            return [s.tokens[s.prompt_len:] for s in seqs]
         finally:
             self._call_lock.release()
-
-    def _generate(self, prompts, max_new_tokens, sampling, arrival_times, on_iteration, max_concurrency):
-        sampling = sampling or SamplingParams()
-        if not isinstance(sampling, SamplingParams):
-            raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
-        token_lists = inputs.prompts_as_lists(prompts)
-        n = len(token_lists)
-        new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
-        arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
-        if max_concurrency is not None:
-            inputs.per_request_ints("max_concurrency", max_concurrency, 1)
-        eos = None if sampling.ignore_eos else getattr(self.model_config, "eos_token_id", None)
-        if isinstance(eos, list):
-            eos = eos[0]
-        for i, (prompt, new) in enumerate(zip(token_lists, new_tokens)):
-            self._check_request(i, prompt, new)
-        seqs = [Sequence(self._next_id + i, prompt, new, arrival, eos, sample_key=i)
-                for i, (prompt, new, arrival) in enumerate(zip(token_lists, new_tokens, arrivals))]
-        self._next_id += n
-        self.metrics = Metrics()
-        self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
-        return [s.tokens[s.prompt_len:] for s in seqs]
 
     def _check_request(self, i: int, prompt: list[int], max_new_tokens: int) -> None:
         vocab = self.model_config.vocab_size

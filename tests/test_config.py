@@ -15,13 +15,7 @@ from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.scheduler import knob_names, scheduler_class, scheduler_names
 from sarathi_lab.harness import CONF_DIR
-from sarathi_lab.harness.cli_check import (
-    _group_options,
-    bad_group_choice,
-    bare_word,
-    check_command_line,
-    sweep_note,
-)
+from sarathi_lab.harness.cli_check import _group_options, check_command_line, sweep_note
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
@@ -293,14 +287,14 @@ def test_a_refused_simulation_leaves_an_interrupted_run_s_partial_records(tmp_pa
                           + ", ".join(_group_options(CONF_DIR / "experiment"))),
 ])
 def test_unknown_group_choices_are_caught_before_hydra_starts(args, line):
-    assert bad_group_choice(args) == line
+    assert check_command_line(args) == line
 
 
 def test_known_choices_flags_and_plugin_groups_pass():
-    assert bad_group_choice(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2", "--cfg", "job",
-                             "hydra/launcher=submitit_local", "scheduler=glob(*)"]) is None
-    assert bare_word(["-m", "chunk=1,2", "--cfg", "job", "-cn", "config", "~engine.num_kv_blocks", "--info", "plugins",
-                      "--unknown-flag"]) is None
+    assert check_command_line(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2", "--cfg", "job",
+                               "hydra/launcher=submitit_local", "scheduler=glob(*)"]) is None
+    assert check_command_line(["-m", "chunk=1,2", "--cfg", "job", "-cn", "config", "~engine.num_kv_blocks",
+                               "--info", "plugins", "--unknown-flag"]) is None
 
 
 @pytest.mark.e2e

@@ -5,6 +5,7 @@ since every decode waits for the whole iteration.
 """
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -24,17 +25,10 @@ class Budget:
 
 def largest_budget(iteration_s: Callable[[int], float], limit_s: float, batch_size: int) -> int | None:
     """The largest budget in (batch_size, MAX_BUDGET] with iteration_s(budget) <= limit_s, or None when
-    even one prompt token beside the decodes is too slow."""
-    lo, hi = batch_size + 1, MAX_BUDGET
-    if iteration_s(lo) > limit_s:
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if iteration_s(mid) <= limit_s:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    even one prompt token beside the decodes is too slow; iteration_s must not decrease with the budget."""
+    budgets = range(batch_size + 1, MAX_BUDGET + 1)
+    fits = bisect.bisect_right(budgets, limit_s, key=iteration_s)
+    return budgets[fits - 1] if fits else None
 
 
 def fullest_iteration_s(cost_model, budget: int, batch_size: int, context: int) -> float:

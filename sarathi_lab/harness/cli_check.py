@@ -19,58 +19,50 @@ from omegaconf import DictConfig, OmegaConf
 from sarathi_lab.harness import CONF_DIR
 
 
+def _parse(args: list[str]) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
+    """Hydra's own reading of args' flags (it tells a flag's value, --cfg job or -cn name, from an
+    override; None for a flag's bad value, --info nope, which is Hydra's to report), the words that are
+    no flag nor a flag's value, and each arg that parses as an override."""
+    parser, overrides = OverridesParser.create(), []
+    for arg in args:
+        try:
+            overrides.append((arg, parser.parse_override(arg)))
+        except HydraException:
+            continue  # flags (-m, --cfg job) and their values; Hydra parses those itself
+    flag_parser = get_args_parser()
+    flag_parser.exit_on_error = False
+    try:
+        flags, extra = flag_parser.parse_known_args(args)
+    except argparse.ArgumentError:
+        return None, [], overrides
+    return flags, [*flags.overrides, *(a for a in extra if not a.startswith("-"))], overrides
+
+
+def _other_configs(flags: argparse.Namespace | None, overrides: list[tuple[str, Override]]) -> bool:
+    """Whether args point Hydra at configs beside or instead of conf_dir (--config-dir, --config-path,
+    --config-name, hydra.searchpath=...)."""
+    if flags is not None and (flags.config_dir or flags.config_path or flags.config_name):
+        return True
+    return any(o.key_or_group == "hydra.searchpath" for _, o in overrides)
+
+
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The one-line error for the first bad argument, or None."""
-    error = bare_word(args) or sweep_without_multirun(args) or escaping_name(args)
-    if error or searches_other_configs(args):
-        return error  # choices and keys of configs outside conf_dir are Hydra's to check
-    return bad_group_choice(args, conf_dir) or unknown_key(args, conf_dir)
-
-
-def _flags(args: list[str]) -> tuple[argparse.Namespace, list[str]] | None:
-    """Hydra's own reading of args (it tells a flag's value, --cfg job or -cn name, from an override),
-    or None for a flag's bad value (--info nope), which is Hydra's to report."""
-    parser = get_args_parser()
-    parser.exit_on_error = False
-    try:
-        return parser.parse_known_args(args)
-    except argparse.ArgumentError:
-        return None
-
-
-def bare_word(args: list[str]) -> str | None:
-    """The one-line error for the first argument that is neither an override nor a flag or its value."""
-    flags = _flags(args)
-    if flags is None:
-        return None
-    known, extra = flags
-    override_parser = OverridesParser.create()
-    for arg in [*known.overrides, *(a for a in extra if not a.startswith("-"))]:
-        if "=" in arg:
-            continue  # a malformed value is Hydra's to report, with the grammar's own pointer
-        try:
-            override_parser.parse_override(arg)  # ~key deletes a key: an override without `=`
-        except HydraException:
-            return (f"{arg} is invalid: an argument must be a key=value override (chunk=256; +key=value adds a "
-                    "key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
-    return None
-
-
-def sweep_without_multirun(args: list[str]) -> str | None:
-    """The one-line error for the first sweep (chunk=256,512) in args without -m, or None."""
-    flags = _flags(args)
-    if flags is None or flags[0].multirun:
-        return None
-    for arg, override in _overrides(args):
-        if override.is_sweep_override() and not override.key_or_group.startswith("hydra"):
+    flags, words, overrides = _parse(args)
+    parsed = {arg for arg, _ in overrides}
+    # ~key deletes a key: an override without `=`; a malformed value is Hydra's to report, with the
+    # grammar's own pointer.
+    for word in words:
+        if "=" not in word and word not in parsed:
+            return (f"{word} is invalid: an argument must be a key=value override (chunk=256; +key=value "
+                    "adds a key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
+    for arg, override in overrides:
+        if flags is not None and not flags.multirun and override.is_sweep_override() \
+                and not override.key_or_group.startswith("hydra"):
             return (f"{arg} is invalid without -m: a sweep runs one job per value with -m first (-m {arg}); "
                     "a list is key=[a,b]")
-    return None
-
-
-def escaping_name(args: list[str]) -> str | None:
-    """The one-line error for a ``name=`` that is no plain folder name (../../x wrote outside outputs/)."""
-    for arg, override in _overrides(args):
+    for _, override in overrides:
+        # name= is the folder of the run: ../../x would write outside outputs/.
         if override.key_or_group != "name" or override.is_delete():
             continue
         values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(override.value())]
@@ -78,21 +70,23 @@ def escaping_name(args: list[str]) -> str | None:
             if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
                 return (f"name={value!r} is invalid: it is the folder of the run under outputs/, so it must be one "
                         "plain folder name (no '/', not '.' or '..')")
-    return None
+    if _other_configs(flags, overrides):
+        return None  # choices and keys of configs outside conf_dir are Hydra's to check
+    return _bad_choice_or_key(overrides, conf_dir)
 
 
 def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
     """The one-line error and exit code (2 the command's fault, 1 the machine's) for an output directory
     this command could not write (Hydra creates it before the run starts, ending in a traceback), or None."""
-    flags = _flags(args)
-    if flags is None or searches_other_configs(args):
+    flags, _, overrides = _parse(args)
+    if flags is None or _other_configs(flags, overrides):
         return None
-    keep = [arg for arg, o in _overrides(args) if not o.is_sweep_override() and not o.is_delete()
+    keep = [arg for arg, o in overrides if not o.is_sweep_override() and not o.is_delete()
             and (o.key_or_group in ("name", "experiment") or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
     try:
         hydra = compose_config(keep, conf_dir, hydra=True).hydra
-        key = "hydra.sweep.dir" if flags[0].multirun else "hydra.run.dir"
-        target = Path(str(hydra.sweep.dir if flags[0].multirun else hydra.run.dir)).absolute()
+        key = "hydra.sweep.dir" if flags.multirun else "hydra.run.dir"
+        target = Path(str(hydra.sweep.dir if flags.multirun else hydra.run.dir)).absolute()
     except Exception:  # noqa: BLE001 - a config Hydra will refuse itself, with its own message
         return None
     existing = next(p for p in (target, *target.parents) if p.exists() or p.is_symlink())
@@ -104,26 +98,6 @@ def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str,
         why = "a read-only filesystem, or no permission"
         return f"{key}={target} cannot be written: {where} is read-only ({why}); choose another directory", 1
     return None
-
-
-def searches_other_configs(args: list[str]) -> bool:
-    """Whether args point Hydra at configs beside or instead of conf_dir (--config-dir, --config-path,
-    --config-name, hydra.searchpath=...)."""
-    flags = _flags(args)
-    if flags is not None and (flags[0].config_dir or flags[0].config_path or flags[0].config_name):
-        return True
-    return any(o.key_or_group == "hydra.searchpath" for _, o in _overrides(args))
-
-
-def _overrides(args: list[str]) -> list[tuple[str, Override]]:
-    parser = OverridesParser.create()
-    parsed = []
-    for arg in args:
-        try:
-            parsed.append((arg, parser.parse_override(arg)))
-        except HydraException:
-            continue  # flags (-m, --cfg job) and their values; Hydra parses those itself
-    return parsed
 
 
 def _group_values(override: Override) -> list[str] | None:
@@ -140,38 +114,29 @@ def _group_options(group_dir: Path) -> list[str]:
     return sorted(p.relative_to(group_dir).with_suffix("").as_posix() for p in group_dir.rglob("*.yaml"))
 
 
-def bad_group_choice(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """The one-line error for the first unknown group choice among the overrides in args, or None."""
-    for _, override in _overrides(args):
-        group_dir = conf_dir / override.key_or_group
-        # Plugin-provided groups (hydra/launcher=...) are Hydra's to check.
-        if override.is_delete() or override.key_or_group.startswith("hydra") or not group_dir.is_dir():
-            continue
-        allowed = _group_options(group_dir)
-        for choice in _group_values(override) or []:
-            if choice not in allowed:
-                return f"{override.key_or_group}={choice!r} is invalid: allowed values are {', '.join(allowed)}"
-    return None
-
-
-def unknown_key(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """The one-line error for the first plain key in args that the composed config lacks, or None."""
-    groups, keys = [], []
-    for arg, override in _overrides(args):
+def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
+    """The error for the first unknown group choice, else for the first plain key that the config
+    composed of the overrides' choices lacks (unless a choice is a glob or range: Hydra's to expand)."""
+    choices, keys, globbed = [], [], False
+    for arg, override in overrides:
         key = override.key_or_group
-        if (conf_dir / key).is_dir():
-            groups.append(override)
-        elif not (key.startswith("hydra") or override.is_add() or override.is_force_add() or override.is_delete()):
-            keys.append((arg, key))
-    if not keys:
-        return None
-    choices = []
-    for override in groups:
+        if not (conf_dir / key).is_dir():
+            if not (key.startswith("hydra") or override.is_add() or override.is_force_add()
+                    or override.is_delete()):
+                keys.append((arg, key))
+            continue
         values = _group_values(override)
-        if values is None:
-            return None
-        if values and not override.is_delete():
-            choices.append(f"{override.key_or_group}={values[0]}")
+        globbed |= values is None
+        if override.is_delete() or not values:
+            continue
+        allowed = _group_options(conf_dir / key)
+        # Plugin-provided options (hydra/launcher=submitit_local) are Hydra's to check.
+        bad = next((c for c in values if c not in allowed and not key.startswith("hydra")), None)
+        if bad is not None:
+            return f"{key}={bad!r} is invalid: allowed values are {', '.join(allowed)}"
+        choices.append(f"{key}={values[0]}")
+    if not keys or globbed:
+        return None
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
     known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
     for arg, key in keys:
@@ -186,8 +151,9 @@ def unknown_key(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
 def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """With --cfg, what the chosen experiment's sweep sets per job under -m, which the one composed
     config Hydra prints cannot show."""
-    choices = [arg for arg, o in _overrides(args) if o.key_or_group == "experiment" and not o.is_sweep_override()]
-    if "--cfg" not in args and "-c" not in args or not choices or searches_other_configs(args):
+    flags, _, overrides = _parse(args)
+    choices = [arg for arg, o in overrides if o.key_or_group == "experiment" and not o.is_sweep_override()]
+    if "--cfg" not in args and "-c" not in args or not choices or _other_configs(flags, overrides):
         return None
     params = compose_config(choices, conf_dir, hydra=True).hydra.sweeper.params or {}
     if not params:

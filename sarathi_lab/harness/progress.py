@@ -36,11 +36,9 @@ class Progress:
         if self._bar is not None:
             self._bar.update(record.num_tokens)
         now = time.monotonic()
-        if now - self._last >= self._interval_s:
-            self._last = now
-            self._report(now)
-
-    def _report(self, now: float) -> None:
+        if now - self._last < self._interval_s:
+            return
+        self._last = now
         done = sum(r.finish is not None for r in self._live_metrics().requests)
         text = f"iter {self._iterations} | {done}/{self._num_requests} requests done"
         if self._bar is not None:

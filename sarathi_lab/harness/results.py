@@ -5,6 +5,7 @@ dies at any point leaves nothing that looks complete.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
@@ -95,10 +96,33 @@ def write_status(run_dir: Path, status: Status, error: str | None = None, traceb
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
+    return read_json(run_dir / STATUS)
+
+
+def read_json(path: Path, warn: bool = False) -> Any:
+    """path's JSON, or None where it is missing or (with a warning if ``warn``) unreadable."""
     try:
-        return json.loads((run_dir / STATUS).read_text())
-    except (OSError, ValueError):
+        return json.loads(path.read_text())
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as e:
+        if warn:
+            log.warning("%s is unreadable (%s); left out", path, e)
+        return None
+
+
+def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
+    """An exclusive flock on path (a file descriptor: close it to release), which the kernel drops
+    however its holder dies; BlockingIOError while another holds it; None on a filesystem without locks."""
+    fd = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if isinstance(e, BlockingIOError):
+            raise
+        return None
+    return fd
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -193,16 +217,11 @@ def _override_columns(record: dict) -> dict[str, Any]:
         key = override.split("=", 1)[0].lstrip("+~")
         if key.startswith("hydra") or key in record["config"]:
             continue
-        columns |= _flatten(key, _select(record["resolved_config"], key))
+        value = record["resolved_config"]
+        for part in key.replace("/", ".").split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        columns |= _flatten(key, value)
     return columns
-
-
-def _select(tree: dict, dotted: str) -> Any:
-    for part in dotted.replace("/", ".").split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return None
-        tree = tree[part]
-    return tree
 
 
 def _flatten(key: str, value: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ finished, so that a refused, skipped or failed rerun leaves the old run whole.
 """
 from __future__ import annotations
 
-import fcntl
 import inspect
 import logging
 import os
@@ -32,6 +31,7 @@ from sarathi_lab.harness.results import (
     clear_results,
     config_change,
     is_finished,
+    lock,
     next_dir,
     write_results,
     write_status,
@@ -140,7 +140,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         if summary["saturated"]:
             log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
                         "percentiles describe how long this run was, not a steady state", summary["queue_growth_requests"])
-        headline = _headline(summary)
+        headline = (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
+                    f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
+                    f"TTFT p50 {summary['ttft_p50_s']:.3f}s, ITL p99 {summary['itl_p99_s']:.4f}s, "
+                    f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
     else:
         task = measurement(cfg.task)
         summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group,
@@ -201,17 +204,11 @@ def _lock(out: Path) -> int | None:
     """An exclusive lock on out (two runs started in the same second share its ${now:...} name), or a
     ConfigError while another run holds it; None where the filesystem has no locks."""
     out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock(out)
     except BlockingIOError:
-        os.close(fd)
         raise ConfigError(f"{out} is in use: another run is writing there now; give this run its own "
                           "hydra.run.dir (hydra.sweep.dir with -m)") from None
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _move_log_file(src: Path, dst: Path) -> None:
@@ -279,10 +276,3 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     elif at_once * workload.max_request_len > capacity:
         log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
                     capacity, at_once, workload.max_request_len)
-
-
-def _headline(summary: dict[str, float]) -> str:
-    return (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
-            f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, TTFT p50 {summary['ttft_p50_s']:.3f}s, "
-            f"ITL p99 {summary['itl_p99_s']:.4f}s, {summary['num_iterations']} iterations in "
-            f"{summary['makespan_s']:.1f}s")

@@ -13,20 +13,12 @@ from typing import Any, Literal, get_type_hints
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_fields, check_positive
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_fields
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import knob_names
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.profiling.quantities import aligned_chunk
-
-
-def _check(cfg: Any, *positive: str) -> None:
-    """The fields' types (check_fields), then each of ``positive`` that is set must be > 0."""
-    check_fields(cfg)
-    for key in positive:
-        if getattr(cfg, key) is not None:
-            check_positive(key, getattr(cfg, key))
 
 
 @dataclass(frozen=True)
@@ -96,12 +88,7 @@ class WorkloadCfg:
     max_requests: int | None = None
 
     def __post_init__(self):
-        _check(self, "num_requests", "qps", "min_tokens", "theta", "cv", "length_scale", "max_requests",
-               "max_concurrency")
-        if self.time_scale < 0:
-            raise ConfigError(f"time_scale={self.time_scale!r} is invalid: must be >= 0")
-        if self.stagger < 0:
-            raise ConfigError(f"stagger={self.stagger!r} is invalid: must be >= 0")
+        check_fields(self, positive=True, zero_ok=("time_scale", "stagger"))
         if self.kind in ("trace", "trace_lengths") and not self.path:
             raise ConfigError(f"path=None is invalid: workload={self.kind} needs a CSV path")
 
@@ -115,7 +102,7 @@ class LoggerCfg:
     init_timeout_s: float = 30.0
 
     def __post_init__(self):
-        _check(self, "init_timeout_s")
+        check_fields(self, positive=True)
 
 
 @dataclass(frozen=True)
@@ -129,7 +116,7 @@ class MeasureCfg:
     chunk_align: Literal["none", "tile"] = "none"
 
     def __post_init__(self):
-        _check(self, "reps", "token_step", "tile")
+        check_fields(self, positive=True)
 
     def piggyback_chunk(self, chunk: int, batch_size: int) -> int:
         """The chunk task=piggyback runs for ``chunk`` with ``batch_size`` - 1 riding decodes."""
@@ -146,7 +133,7 @@ class SLOCfg:
     e2e_s: float | None = None
 
     def __post_init__(self):
-        _check(self, *(f.name for f in dataclasses.fields(self)))
+        check_fields(self, positive=True)
 
     def as_slo(self) -> SLO:
         return SLO(**dataclasses.asdict(self))
@@ -168,7 +155,7 @@ class CapacityCfg:
     min_requests: int = 12
 
     def __post_init__(self):
-        _check(self, "start_qps", "resolution", "max_trials", "min_qps", "max_qps", "min_requests", "trial_s")
+        check_fields(self, positive=True)
         if not self.min_qps <= self.start_qps <= self.max_qps:
             raise ConfigError(f"start_qps={self.start_qps!r} is invalid: must be within [min_qps={self.min_qps}, "
                               f"max_qps={self.max_qps}]")
@@ -201,23 +188,22 @@ class RunConfig:
     token_budget: Literal["auto"] | None = None
 
     def __post_init__(self):
-        _check(self, "seq_len", "pd_ratio")
+        check_fields(self, positive=True, skip=("seed",))  # chunk, batch_size: as EngineConfig checks them
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
         if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
             raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
-        if self.task == "capacity" and (self.workload.kind == "trace"
-                                        or self.workload.arrival == "all_at_once"):
-            key, value = (("workload", "trace") if self.workload.kind == "trace"
-                          else ("workload.arrival", "all_at_once"))
-            raise ConfigError(f"{key}={value} is invalid with task=capacity: the search sets the rate, so it "
+        fixed_rate = ("workload=trace" if self.workload.kind == "trace" else
+                      "workload.arrival=all_at_once" if self.workload.arrival == "all_at_once" else None)
+        if self.task == "capacity" and fixed_rate:
+            raise ConfigError(f"{fixed_rate} is invalid with task=capacity: the search sets the rate, so it "
                               "needs arrival=poisson or gamma on a synthetic, uniform, zipf or trace_lengths workload")
         if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
-        if self.task == "piggyback" and self.batch_size < 2:
-            raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 decodes must ride "
-                              "the chunk, so it must be >= 2")
         if self.task == "piggyback":
+            if self.batch_size < 2:
+                raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
+                                  "decodes must ride the chunk, so it must be >= 2")
             try:
                 self.measure.piggyback_chunk(self.chunk, self.batch_size)
             except ValueError as e:
@@ -271,7 +257,7 @@ def parse_config(cfg: DictConfig) -> RunConfig:
     run = _fields(RunConfig, raw, prefix="", later={"engine", "scheduler"})
     run["scheduler"] = SchedulerCfg.of(raw.get("scheduler"))
     run["engine"] = _engine_config(run, raw.get("engine", {}))
-    return _construct(RunConfig, run, prefix="")
+    return RunConfig(**run)
 
 
 def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
@@ -306,15 +292,12 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
 
 def _typed(key: str, value: Any, tp: Any) -> Any:
     if dataclasses.is_dataclass(tp):
-        return _construct(tp, _fields(tp, value, prefix=f"{key}."), prefix=f"{key}.")
+        fields = _fields(tp, value, prefix=f"{key}.")
+        try:
+            return tp(**fields)
+        except ConfigError as e:
+            raise e.at(f"{key}.{e.key}") from None
     # YAML writes 48 for 48.0; the dataclass checks everything else.
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
-
-
-def _construct(cls: type, fields: dict[str, Any], prefix: str) -> Any:
-    try:
-        return cls(**fields)
-    except ConfigError as e:
-        raise e.at(f"{prefix}{e.key}") if prefix else e from None

@@ -5,7 +5,6 @@ to its end (sweep_state.hold). Any failed job makes the sweep exit 1 once every 
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -26,6 +25,7 @@ from sarathi_lab.harness.results import (
     SWEEP_TABLE,
     natural_order,
     next_dir,
+    read_json,
     read_status,
     write_json,
 )
@@ -122,7 +122,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
     override differs between jobs) and the HEADLINE metrics any job has."""
     rows = []
     for job, outcome in jobs.items():
-        record = _record(sweep_dir / job)
+        record = read_json(sweep_dir / job / METRICS)
         overrides = record["overrides"] if record else _unfinished_overrides(sweep_dir, job)
         values = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
         summary = (record or {}).get("summary", {})
@@ -140,13 +140,6 @@ def format_table(table: pd.DataFrame) -> str:
     """The table for a terminal: jobs by number (the swept columns show their overrides), 4 digits."""
     short = table.assign(job=table.job.str.split("_", n=1).str[0])
     return short.to_string(index=False, float_format=lambda v: f"{v:.4g}")
-
-
-def _record(job_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((job_dir / METRICS).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:

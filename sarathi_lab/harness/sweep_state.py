@@ -1,15 +1,11 @@
 """What a sweep directory says about its jobs (which it launched, which finished, whether the sweep
-ended), and the lock with which a live sweep holds its directory (experiments/README.md).
-
-The lock is an flock on SWEEP_LOCK, which the kernel drops however its holder dies; the file says
-who holds it and how many jobs that sweep launches. A directory with no record of a sweep (runs
-copied, downloaded from W&B or made in-process) is judged by its job folders alone.
+ended), and the lock with which a live sweep holds its directory (experiments/README.md): a flock on
+SWEEP_LOCK, the file saying who holds it and how many jobs that sweep launches. A directory with no
+record of a sweep (runs copied, downloaded from W&B or made in-process) is judged by its job folders alone.
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import logging
 import os
 import socket
 import time
@@ -17,9 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sarathi_lab.harness.results import STATUS, SWEEP_SUMMARY, WANDB_DIR, is_finished, natural_order
+from sarathi_lab.harness.results import (
+    STATUS,
+    SWEEP_SUMMARY,
+    WANDB_DIR,
+    is_finished,
+    lock,
+    natural_order,
+    read_json,
+)
 
-log = logging.getLogger(__name__)
 SWEEP_LOCK = ".sweep.lock"
 # Where a rerun that left every job as it was puts its report.
 NEXT_SUMMARY = f".{Path(SWEEP_SUMMARY).stem}.next.json"
@@ -34,17 +37,14 @@ def hold(sweep_dir: Path, jobs: int | None) -> int | None:
     how many ``jobs`` it launches; SweepDirInUse while another live sweep holds it; None where the
     filesystem has no locks."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(sweep_dir / SWEEP_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = lock(sweep_dir / SWEEP_LOCK, os.O_RDWR | os.O_CREAT)
     except BlockingIOError:
-        holder = _holder(_read_json(sweep_dir / SWEEP_LOCK))
-        os.close(fd)
+        holder = _holder(read_json(sweep_dir / SWEEP_LOCK, warn=True))
         raise SweepDirInUse(f"hydra.sweep.dir={sweep_dir} is in use by another sweep ({holder}): two sweeps "
                             "into one directory overwrite each other's reports; give this one its own "
                             "hydra.sweep.dir, or rerun it there once the other has ended") from None
-    except OSError:
-        os.close(fd)
+    if fd is None:
         return None
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "jobs": jobs}
     os.ftruncate(fd, 0)
@@ -57,16 +57,6 @@ def _holder(record: dict[str, Any] | None) -> str:
         return "its record is not written yet"
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("started", 0)))
     return f"pid {record['pid']} on {record.get('host', '?')}, since {since}"
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        log.warning("%s is unreadable (%s); left out", path, e)
-        return None
 
 
 @dataclass(frozen=True)
@@ -95,9 +85,9 @@ class SweepState:
 def sweep_state(sweep_dir: Path) -> SweepState:
     """What ``sweep_dir`` says about its sweep's jobs: those its summary lists once the sweep that last
     launched there ended, else the job folders there, out of the number its launch planned."""
-    launch = _read_json(sweep_dir / SWEEP_LOCK) if (sweep_dir / SWEEP_LOCK).exists() else None
+    launch = read_json(sweep_dir / SWEEP_LOCK, warn=True)
     launch = launch if isinstance(launch, dict) else None
-    summary = _read_json(sweep_dir / SWEEP_SUMMARY)
+    summary = read_json(sweep_dir / SWEEP_SUMMARY, warn=True)
     folders = _job_folders(sweep_dir)
     reported = [p for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY) if p.exists()]
     if launch is None and not reported:

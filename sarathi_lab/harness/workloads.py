@@ -199,21 +199,16 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...]) -
     except UnicodeDecodeError:
         # The reader's offset counts from its buffer; the whole file's names the line.
         raw = path.read_bytes()
-        at = _first_undecodable(raw)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            at = e.start
         line = raw.count(b"\n", 0, at) + 1
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text "
                           f"(byte 0x{raw[at]:02x})") from None
     if not lengths:
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
     return lengths, arrivals
-
-
-def _first_undecodable(raw: bytes) -> int:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return e.start
-    return 0  # unreachable for bytes the reader could not decode
 
 
 def _scaled(cfg: WorkloadCfg, tokens: int) -> int:

@@ -10,7 +10,6 @@ from sarathi_lab.profiling.batches import SyntheticBatches
 
 
 def kv_requests(cfg) -> list[int]:
-    """The lengths of the requests its largest batch holds in the KV cache at once."""
     return [cfg.seq_len] * cfg.batch_size
 
 

@@ -1,10 +1,5 @@
 """``task=profile``: the table the simulator's ``profile`` cost model interpolates, measured on the
-engine the run built, written to ``$SARATHI_PROFILES_DIR/<device>/<model>.csv`` and ``.json``.
-
-Grids (``grids``): dense ops against tokens up to ``chunk + batch_size`` (powers of two, every
-``measure.token_step``, and m, m + 1 at each multiple m of ``measure.tile``); prefill attention on
-(chunk, context before it) and decode attention on (decodes, context) up to ``seq_len``; the LM
-head and the sampler against rows; the host's ``prepare`` of every batch.
+engine the run built over ``grids``, written to ``$SARATHI_PROFILES_DIR/<device>/<model>.csv`` and ``.json``.
 """
 from __future__ import annotations
 
