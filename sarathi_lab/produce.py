@@ -48,7 +48,8 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), s
     return ["-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
 
 
-def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = (), sim: bool = False) -> list[str]:
+def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = (),
+                    sim: bool = False) -> list[str]:
     """Each experiment's sweep, one ``python -m sarathi_lab.run`` each (``sim``: on the simulator);
     returns the names of those with a failed job."""
     # The runs import the same sarathi_lab as this process, wherever it was imported from.
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override added to every sweep (repeatable)")
     parser.add_argument("--sim", action="store_true",
-                        help="run on the simulator at the paper's shapes (experiment=sim/NAME; at --scale ci the quick set)")
+                        help="run on the simulator at the paper's shapes "
+                             "(experiment=sim/NAME; at --scale ci the quick set)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.names) - set(known))
     if unknown:

@@ -19,7 +19,8 @@ KEYS = {"seq_len": 256, "batch_size": 4, "pd_ratio": 8.0}
 
 
 def _piggyback(batch_size: int, decode_only: float, chunk_alone: float, hybrid: float) -> pd.DataFrame:
-    return pd.DataFrame({"iteration": ["decode_only", "chunk_alone", "hybrid"], "ms": [decode_only, chunk_alone, hybrid],
+    return pd.DataFrame({"iteration": ["decode_only", "chunk_alone", "hybrid"],
+                         "ms": [decode_only, chunk_alone, hybrid],
                          "seq_len": 256, "batch_size": batch_size, "chunk": 128})
 
 
@@ -40,7 +41,8 @@ def test_decode_speedup_compares_decode_only_cost_with_what_riding_decodes_add()
     # Baseline: 40 ms for 4 decodes -> 10 ms each; 3 riding decodes add 7.5 ms -> 2.5 ms each.
     out = quantities.decode_speedup(pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 110.0)]))
     rows = out.set_index("batch_size")
-    assert rows.baseline_ms_per_decode[4] == pytest.approx(10) and rows.piggybacked_ms_per_decode[4] == pytest.approx(2.5)
+    assert (rows.baseline_ms_per_decode[4] == pytest.approx(10)
+            and rows.piggybacked_ms_per_decode[4] == pytest.approx(2.5))
     assert rows.gain.to_dict() == pytest.approx({4: 4.0, 2: 1.5})
 
 
@@ -371,7 +373,8 @@ def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
 
 def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
     # vllm's run at 1.5 req/s failed: that load says nothing, and at 0.5 req/s sarathi_serve is lowest.
-    summary = _latency({0.5: {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3}, 1.5: {"sarathi_serve": 0.2, "orca": 0.6}})
+    summary = _latency({0.5: {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3},
+                        1.5: {"sarathi_serve": 0.2, "orca": 0.6}})
     (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "yes"
     # SARATHI's run at length 512 failed; at 256 it beats Orca's best case.
@@ -381,7 +384,8 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
                                                                   ("orca", 4, 110.0), ("sarathi", 0, 120.0))
                          if (length, s) != (512, "sarathi")])
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs, ("orca_compare", "iterations"): iterations}))
+    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs,
+                                          ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
 
 
@@ -432,7 +436,8 @@ def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, 
         run.mkdir(parents=True)
         (run / "metrics.json").write_text(json.dumps({
             "config": {"scheduler": scheduler, "model": "llama-13b"}, "overrides": ["workload.qps=1"],
-            "resolved_config": {"engine": {"executor": "model"}, "workload": {"qps": 1.0}}, "summary": {"itl_p99_s": tbt},
+            "resolved_config": {"engine": {"executor": "model"}, "workload": {"qps": 1.0}},
+            "summary": {"itl_p99_s": tbt},
             "environment": {"device": device, "device_name": name, "dtype": "bfloat16"}}))
     (row,) = claims.claims_table(Results(tmp_path), checks=(claims.scheduler_latency,)).to_dict("records")
     assert row["holds"] == "yes" and (row["source"], row["machine"], row["dtype"]) == (f"{source}, llama-13b", name,
@@ -461,7 +466,8 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
                          for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 4, 110.0),
                                                                   ("sarathi", 0, 120.0))])
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs, ("orca_compare", "iterations"): iterations}))
+    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs,
+                                          ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
 
 

@@ -129,10 +129,12 @@ def test_batch_tensors_match_the_per_token_reference_across_iterations(seed, req
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), requests=st.integers(1, 20), bs=st.sampled_from([1, 2, 4, 16]),
        steps=st.integers(1, 12), reserve=st.booleans())
-def test_decode_only_batches_match_the_per_token_reference(decode_lists, list_entries, seed, requests, bs, steps, reserve):
+def test_decode_only_batches_match_the_per_token_reference(decode_lists, list_entries, seed, requests, bs, steps,
+                                                           reserve):
     """Decode-only batches, which the CPU builds on a path of their own (its block tables from the
-    kept rows or from the requests' lists), and the numpy path a GPU takes: contexts of every length, tables that grow a block
-    at a time, reservations past the context, requests finishing and others taking their rows."""
+    kept rows or from the requests' lists), and the numpy path a GPU takes: contexts of every length,
+    tables that grow a block at a time, reservations past the context, requests finishing and others
+    taking their rows."""
     rng = random.Random(seed)
     pool = Pool(rng)
     seqs = [Sequence(i, [rng.randrange(32000) for _ in range(rng.randint(1, 60))], rng.randint(1, 12))

@@ -186,8 +186,8 @@ def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
 
 @pytest.mark.parametrize("args", [["--help"], ["iteration", "--help"]])
 def test_entry_point_help(args):
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", *args], capture_output=True, text=True, check=False,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", *args], capture_output=True, text=True,
+                         check=False, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "iteration" in out.stdout
 
@@ -222,7 +222,8 @@ def test_entry_point_help(args):
     (sampling, ["--dtype", "float16"], "--dtype=float16 is invalid: the kernel takes float32 or bfloat16 logits"),
     (sim_speed, ["--scheduler", "sarathi-serve"], "argument --scheduler: invalid choice: 'sarathi-serve'"),
     (sim_speed, ["--device", "b200"], "argument --device: invalid choice: 'b200'"),
-    (versus, ["--schedulers", "sarathi,foo"], "argument --schedulers: 'sarathi,foo' is invalid: must be a comma list of"),
+    (versus, ["--schedulers", "sarathi,foo"],
+     "argument --schedulers: 'sarathi,foo' is invalid: must be a comma list of"),
     (versus, ["--workloads", "mixed,bar"], "argument --workloads: 'mixed,bar' is invalid: must be a comma list of"),
     # max() of no batch sizes, after the ceilings and the model had been built.
     (iteration, ["--decode-batches", "", "--prefill-chunks", "", "--hybrid", ""],

@@ -142,7 +142,8 @@ def test_a_search_written_before_its_rates_said_their_unit_reads_under_todays_na
     (run / "trial-0-qps2").mkdir(parents=True)
     (run / "capacity.json").write_text(json.dumps({
         "capacity_qps": 2.0, "lowest_failing_qps": 2.1, "resolution": 0.05, "binding": "tbt_p99_s",
-        "bounded": True, "trials": [{"qps": 2.0, "passed": True}], "slo": {"tbt_p99_s": 0.1, "sched_delay_p50_s": 2.0}}))
+        "bounded": True, "trials": [{"qps": 2.0, "passed": True}],
+        "slo": {"tbt_p99_s": 0.1, "sched_delay_p50_s": 2.0}}))
     record = {"config": {"scheduler": "vllm", "executor": "sim", "model": "mistral-7b", "scale": "full"},
               "summary": {"capacity_qps": 2.0, "token_budget": None}, "overrides": [], "resolved_config": {},
               "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}

@@ -83,7 +83,8 @@ def test_a_trial_serves_its_arrival_window_and_the_capacity_stays_the_same(tmp_p
         assert summary["num_unfinished"] == t.num_unfinished == t.requests - summary["num_requests"]
     found = json.loads((tmp_path / "capacity.json").read_text())
     capacity = 1 / _single_request_service_s()
-    assert found["capacity_rps"] <= capacity * 1.01 <= min(t["rate_rps"] for t in found["trials"] if not t["passed"]) * 1.02
+    assert (found["capacity_rps"] <= capacity * 1.01
+            <= min(t["rate_rps"] for t in found["trials"] if not t["passed"]) * 1.02)
 
 
 def test_an_interrupted_search_saves_its_trials_and_the_interrupted_trial_as_partial_records(tmp_path, monkeypatch):

@@ -31,11 +31,13 @@ def _python(code: str) -> str:
 def test_help_and_import_load_no_engine():
     # Time is not asserted (shared machines); what made --help take 6 s was importing torch.
     loaded = _python("import runpy, sys\nsys.argv = ['sarathi_lab.run', '--help']\n"
-                     "try:\n    runpy.run_module('sarathi_lab.run', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+                     "try:\n    runpy.run_module('sarathi_lab.run', run_name='__main__')\n"
+                     "except SystemExit:\n    pass\n"
                      "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'wandb') if m in sys.modules))")
     assert loaded.splitlines()[-1] == "[]"
     assert _python("import sarathi_lab, sys; print('torch' in sys.modules)") == "False"
-    assert _python("from sarathi_lab import LLM, EngineConfig; print(LLM.__name__, EngineConfig().chunk_size)") == "LLM 512"
+    assert _python("from sarathi_lab import LLM, EngineConfig; "
+                   "print(LLM.__name__, EngineConfig().chunk_size)") == "LLM 512"
 
 
 def test_the_bf16_fallback_is_one_line():
@@ -173,7 +175,8 @@ def test_an_installed_wheel_runs_outside_the_repository(tmp_path):
     inside the package, and relative trace paths still resolve from the working directory first."""
     # Built from a copy: setuptools writes build/ into the tree it builds.
     repo = shutil.copytree(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "src",
-                           ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "build", "*.egg-info", "__pycache__"))
+                           ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "build", "*.egg-info",
+                                                         "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path / "dist"), str(repo)], check=True, timeout=600, capture_output=True)
     (wheel,) = (tmp_path / "dist").glob("*.whl")
@@ -201,5 +204,5 @@ def test_an_installed_wheel_runs_outside_the_repository(tmp_path):
 
 
 def _python_at(env, cwd) -> str:
-    return subprocess.run([sys.executable, "-c", "import sarathi_lab; print(sarathi_lab.__file__)"], capture_output=True,
-                          text=True, timeout=60, check=True, env=env, cwd=cwd).stdout
+    return subprocess.run([sys.executable, "-c", "import sarathi_lab; print(sarathi_lab.__file__)"],
+                          capture_output=True, text=True, timeout=60, check=True, env=env, cwd=cwd).stdout

@@ -155,7 +155,8 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
       rf"{', '.join(sorted(knob_names()))}$")),
     (["+scheduler.chunk_size=8"], r"^scheduler.chunk_size is set by chunk=; set that instead$"),
     (["+scheduler.block_size=8"], r"^scheduler.block_size is set by engine.block_size=; set that instead$"),
-    (["+engine.max_num_batched_tokens=8"], r"^engine.max_num_batched_tokens is set by scheduler.max_num_batched_tokens="),
+    (["+engine.max_num_batched_tokens=8"],
+     r"^engine.max_num_batched_tokens is set by scheduler.max_num_batched_tokens="),
     (["engine.cpu_linear=blas"], r"^engine.cpu_linear='blas' is invalid: allowed values are auto, mkl, onednn, aten$"),
     (["+engine.chunk_size=8"], r"^engine.chunk_size is set by chunk=; set that instead$"),
     (["workload=zipf", "workload.theta=nan"], r"^workload.theta=nan is invalid: must be a finite number$"),
@@ -195,17 +196,20 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      (r"^engine.num_kv_blocks=None is invalid with task=piggyback: the KV cache holds 517 blocks, fewer than the "
       r"528 its batch of 5 requests takes \(its default size; engine.num_kv_blocks sets it\)$")),
     ([*SMOKE, "task=op_breakdown", "batch_size=10000000", "seq_len=64"],
-     r"^engine.num_kv_blocks=None is invalid with task=op_breakdown: the KV cache holds \d+ blocks, fewer than the 40000000 "),
+     (r"^engine.num_kv_blocks=None is invalid with task=op_breakdown: the KV cache holds \d+ blocks, "
+      r"fewer than the 40000000 ")),
     # orca and static reserve the blocks of max_model_len tokens (here the model's 2048) for each request.
     ([*SMOKE, "scheduler=orca", "engine.num_kv_blocks=100"],
      (r"^engine.num_kv_blocks=100 is invalid with scheduler=orca: it reserves max_model_len=2048 tokens \(128 "
       r"blocks\) for each request beside the 1 its kv_watermark keeps free; allowed: >= 129 blocks, or a smaller "
       r"max_model_len$")),
-    ([*SIM, "scheduler=static", "engine.num_kv_blocks=100"], r"^engine.num_kv_blocks=100 is invalid with scheduler=static"),
+    ([*SIM, "scheduler=static", "engine.num_kv_blocks=100"],
+     r"^engine.num_kv_blocks=100 is invalid with scheduler=static"),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),
     ([*SMOKE, "workload.num_requests=1000000000"], r"^workload.num_requests=1000000000 is invalid: its prompts need"),
     (["model=hf"], r"^model.path=\?\?\? is invalid: a value is required$"),
-    (["workload.arrival=bursty"], r"^workload.arrival='bursty' is invalid: allowed values are all_at_once, poisson, gamma$"),
+    (["workload.arrival=bursty"],
+     r"^workload.arrival='bursty' is invalid: allowed values are all_at_once, poisson, gamma$"),
     (["dtype=int8"], r"^dtype='int8' is invalid: allowed values are"),
     (["task=nope"], r"^task='nope' is invalid: allowed values are serve, .*piggyback, profile, reread"),
     (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),

@@ -1,6 +1,6 @@
-"""The CPU paged-attention kernels (decode and prefill) against attention/reference.py (PyTorch's scaled_dot_product_attention
-over the gathered context), and how the CPU kernels are built: once, content-addressed, atomically,
-one line."""
+"""The CPU paged-attention kernels (decode and prefill) against attention/reference.py (PyTorch's
+scaled_dot_product_attention over the gathered context), and how the CPU kernels are built: once,
+content-addressed, atomically, one line."""
 from __future__ import annotations
 
 import os

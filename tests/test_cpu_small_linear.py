@@ -52,7 +52,8 @@ def test_small_linear_equals_f_linear_in_float64(rows, in_features, out_features
     # float32: sums of up to 2048 products in blocks (csrc/linear_cpu.cpp), within what float32's own
     # F.linear errs here; bfloat16: products are exact, sums float32, one rounding of the output.
     magnitude = (x.double().abs() @ w.double().abs().t()).max().item() + 1
-    tol = {"rtol": 1e-5, "atol": 2e-7 * magnitude} if dtype == torch.float32 else {"rtol": 2**-8, "atol": 1e-6 * magnitude}
+    tol = ({"rtol": 1e-5, "atol": 2e-7 * magnitude} if dtype == torch.float32
+           else {"rtol": 2**-8, "atol": 1e-6 * magnitude})
     torch.testing.assert_close(got.double(), want, **tol)
 
 

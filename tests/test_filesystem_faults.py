@@ -25,7 +25,8 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def _mount(where: Path, options: str) -> None:
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, check=False)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True,
+                          check=False)
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}): no real read-only or full filesystem")
 

@@ -56,8 +56,8 @@ def test_any_import_order_runs_both_attention_backends(first, tmp_path):
         code = TRANSFORMERS_FIRST + RUN + CHECK_HF
     else:
         # The model is made in another process, so this one imports only what ``first`` says first.
-        made = _fresh("import sys; from tests.hf_models import save_random_model; save_random_model('llama', sys.argv[1])",
-                      str(model))
+        made = _fresh("import sys; from tests.hf_models import save_random_model; "
+                      "save_random_model('llama', sys.argv[1])", str(model))
         assert made.returncode == 0, made.stderr[-3000:]
         code = f"import {first}\n" + RUN
     done = _fresh(code, str(model))

@@ -119,7 +119,8 @@ def test_reread_counts_the_kv_chunks_re_read_and_what_chunking_costs(llm):
     pieces = [min(chunk, prompt - start) for start in range(0, prompt, chunk)]
     # Chunk k attends over everything cached before it and itself.
     kv_chunked = sum(min(start + chunk, prompt) for start in range(0, prompt, chunk))
-    assert summary["num_chunks"] == len(pieces) == 3 and (summary["prompt_len"], summary["decode_len"]) == (prompt, decode)
+    assert (summary["num_chunks"] == len(pieces) == 3
+            and (summary["prompt_len"], summary["decode_len"]) == (prompt, decode))
     assert (summary["kv_tokens_read_whole"], summary["kv_tokens_read_chunked"]) == (prompt, kv_chunked)
     prefill_whole, prefill_chunked = cost(prompt, layers), sum(cost(n, layers) for n in pieces)
     decodes = (decode - 1) * cost(1, layers)  # the last prefill iteration samples the first token

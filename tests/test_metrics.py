@@ -28,7 +28,8 @@ def test_summary_from_hand_made_records():
     assert s["ttft_p50_s"] == pytest.approx(1.5)  # TTFTs 1 and 2
     assert s["itl_p50_s"] == pytest.approx(2.0)  # gaps 1, 2, 2
     assert s["e2el_p99_s"] == pytest.approx(4.0)
-    assert s["prefill_throughput_tok_s"] == pytest.approx(6 / 5) and s["decode_throughput_tok_s"] == pytest.approx(4 / 5)
+    assert (s["prefill_throughput_tok_s"] == pytest.approx(6 / 5)
+            and s["decode_throughput_tok_s"] == pytest.approx(4 / 5))
     assert s["overhead_fraction"] == pytest.approx(0.1)
     assert s["generated_tokens"] == 5
 

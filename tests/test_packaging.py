@@ -90,7 +90,8 @@ _NO_TRITON = "import sys; sys.modules['triton'] = None\n"
 
 def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                          check=False, env=os.environ | {"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'kernels'}"})
+                          check=False,
+                          env=os.environ | {"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'kernels'}"})
 
 
 @pytest.mark.slow
@@ -103,7 +104,8 @@ def test_the_cpu_path_runs_without_triton_and_attention_triton_names_the_extra()
         "assert 'triton' not in {m.split('.')[0] for m, v in sys.modules.items() if v is not None}\n")
     run = _python(serve)
     assert run.returncode == 0, run.stderr[-2000:]
-    triton = _NO_TRITON + "from sarathi_lab import LLM\nLLM('tiny', device='cpu', attention='triton', num_kv_blocks=16)\n"
+    triton = _NO_TRITON + ("from sarathi_lab import LLM\n"
+                           "LLM('tiny', device='cpu', attention='triton', num_kv_blocks=16)\n")
     run = _python(triton)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == ("ModuleNotFoundError: attention=triton needs Triton, which is not "

@@ -23,8 +23,8 @@ SUMMARY_KEYS = {"prefill_throughput_tok_s", "decode_throughput_tok_s", "total_th
                 *(f"{m}_p{p}_s" for m in ("ttft", "itl", "e2el", "tpot", "sched_delay") for p in (50, 90, 99))}
 # A key names its unit, or counts something its name says, or is a share or a flag.
 UNITS = ("_s", "_tok_s", "_rps", "_s_per_token", "_tokens", "_requests")
-UNITLESS = {"iteration", "request_id", "kv_tokens_read", "num_preempted", "num_preemptions", "queue_at_arrival", "saturated",
-            "slo_attainment", "overhead_fraction", "preemptions_per_request"}
+UNITLESS = {"iteration", "request_id", "kv_tokens_read", "num_preempted", "num_preemptions", "queue_at_arrival",
+            "saturated", "slo_attainment", "overhead_fraction", "preemptions_per_request"}
 
 
 def _unitless(keys) -> list[str]:
@@ -212,8 +212,9 @@ def test_an_installed_copy_records_its_version_and_the_commit_pip_installed_it_f
 
     class Installed:  # what pip leaves for `pip install git+https://...@<commit>` (PEP 610)
         def read_text(self, name):
-            return json.dumps({"url": "https://example.org/sarathi_lab.git",
-                               "vcs_info": {"vcs": "git", "commit_id": "abc123"}}) if name == "direct_url.json" else None
+            return (json.dumps({"url": "https://example.org/sarathi_lab.git",
+                                "vcs_info": {"vcs": "git", "commit_id": "abc123"}})
+                    if name == "direct_url.json" else None)
     monkeypatch.setattr(environment, "_git", lambda *args: None)  # not a clone
     monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
     monkeypatch.setattr(metadata, "version", lambda name: "9.9.9")

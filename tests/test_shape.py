@@ -29,4 +29,5 @@ def test_iteration_cost_counts_one_decode_of_one_token():
     flops, nbytes = iteration_cost(s, [1], [1], 1, 2)
     linear = 2 * s.layer_linear_params * s.layers
     assert flops == linear + 4 * s.heads * s.head_dim * s.layers + 2 * s.hidden * s.vocab
-    assert nbytes == (s.layer_linear_params * s.layers + s.hidden * s.vocab + s.hidden) * 2 + 2 * s.kv_bytes_per_token(2)
+    assert nbytes == ((s.layer_linear_params * s.layers + s.hidden * s.vocab + s.hidden) * 2
+                      + 2 * s.kv_bytes_per_token(2))

@@ -37,7 +37,8 @@ def simulate(scheduler: str = "sarathi", n: int = 40, seed: int = 0, **kwargs) -
 @pytest.mark.parametrize("scheduler", ["sarathi", "sarathi_serve", "vllm", "orca", "static"])
 def test_same_seed_and_config_give_identical_runs(scheduler):
     a, b = simulate(scheduler), simulate(scheduler)
-    assert [dataclasses.asdict(r) for r in a.metrics.iterations] == [dataclasses.asdict(r) for r in b.metrics.iterations]
+    assert ([dataclasses.asdict(r) for r in a.metrics.iterations]
+            == [dataclasses.asdict(r) for r in b.metrics.iterations])
     assert [dataclasses.asdict(r) for r in a.metrics.requests] == [dataclasses.asdict(r) for r in b.metrics.requests]
     assert a.metrics.summary()["num_requests"] == 40
 

@@ -57,7 +57,8 @@ def test_tensor_parallel_shard_and_all_reduce_by_hand():
     gpt3 = _config(GPT3)
     par = Parallelism(tp=8, pp=8)
     shard = shard_config(gpt3, par)
-    assert (shard.num_attention_heads, shard.head_dim, shard.intermediate_size, shard.num_hidden_layers) == (12, 128, 4096, 12)
+    assert ((shard.num_attention_heads, shard.head_dim, shard.intermediate_size, shard.num_hidden_layers)
+            == (12, 128, 4096, 12))
     cost = StageCostModel(load_device("a100", "float16"), gpt3, par)
     tokens = 256
     one = 10e-6 + 2 * 7 / 8 * tokens * 12288 * 2 / 240e9
@@ -107,4 +108,5 @@ def test_the_pipeline_command_writes_its_table_and_figure(tmp_path):
                            "--out", str(tmp_path)], check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "paper 6.29x" in done.stdout
-    assert {p.name for p in tmp_path.iterdir()} >= {"pipeline_summary.csv", "pipeline_bubbles.csv", "pipeline_bubbles.png"}
+    assert {p.name for p in tmp_path.iterdir()} >= {"pipeline_summary.csv", "pipeline_bubbles.csv",
+                                                    "pipeline_bubbles.png"}

@@ -46,7 +46,8 @@ def test_synthetic_requests_have_the_papers_shape():
 def test_stagger_shortens_the_first_requests_decodes_one_token_apart():
     w = _build(num_requests=5, stagger=3)
     assert w.decode_lens == [64, 63, 62, 64, 64] and [len(p) for p in w.prompts] == [576] * 5
-    with pytest.raises(ConfigError, match=r"^workload.stagger=65 is invalid: seq_len=640 and pd_ratio=9 give 64 decode"):
+    with pytest.raises(ConfigError,
+                       match=r"^workload.stagger=65 is invalid: seq_len=640 and pd_ratio=9 give 64 decode"):
         _build(stagger=65)
 
 
@@ -117,7 +118,8 @@ def test_trace_lengths_draw_the_trace_s_lengths_and_arrivals_at_the_rate():
     assert w.num_requests == 400 and set(pairs) <= rows and len(set(pairs)) > 300
     # Sarathi-Serve's arxiv_summarization: prompt median 2730, decode median 167 (traces/README.md).
     assert 2300 < np.median([p for p, _ in pairs]) < 3100 and 120 < np.median([d for _, d in pairs]) < 220
-    assert w.arrival_times == pytest.approx(build_workload(replace(cfg, kind="uniform"), 640, 9, 0, VOCAB).arrival_times)
+    assert w.arrival_times == pytest.approx(
+        build_workload(replace(cfg, kind="uniform"), 640, 9, 0, VOCAB).arrival_times)
     assert 3.0 < 400 / w.arrival_times[-1] < 5.0
 
 
@@ -153,7 +155,8 @@ def test_a_trace_saved_with_a_byte_order_mark_loads(tmp_path):
 def test_a_trace_that_is_not_utf8_is_one_line(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(b"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\xff\n")
-    with pytest.raises(ConfigError, match=r"^workload.path='.*t.csv' is invalid: line 2 is not UTF-8 text \(byte 0xff\)$"):
+    with pytest.raises(ConfigError,
+                       match=r"^workload.path='.*t.csv' is invalid: line 2 is not UTF-8 text \(byte 0xff\)$"):
         read_trace(WorkloadCfg(kind="trace", path=str(path)))
 
 

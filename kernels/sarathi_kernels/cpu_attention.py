@@ -130,7 +130,8 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_ca
             and slot_mapping.is_contiguous()):
         raise ValueError(f"write_kv: keys/values {tuple(key.shape)} {key.dtype} with contiguous heads, CPU caches "
                          f"{tuple(k_cache.shape)} of their dtype and an int64 CPU slot_mapping [{tokens}] are needed; "
-                         f"got values {tuple(value.shape)}, caches {tuple(k_cache.shape)} {k_cache.dtype}, slot_mapping "
+                         f"got values {tuple(value.shape)}, caches {tuple(k_cache.shape)} {k_cache.dtype}, "
+                         "slot_mapping "
                          f"{tuple(slot_mapping.shape)} {slot_mapping.dtype}")
     size = key.element_size()
     bad = _kv_write()(key.data_ptr(), key.stride(0) * size, value.data_ptr(), value.stride(0) * size,

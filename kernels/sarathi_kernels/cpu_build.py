@@ -45,7 +45,8 @@ SOURCES = sorted(_CSRC.glob("*.cpp"))
 # whole process the moment the library loads, silently changing every other float op in Python.
 # -mprefer-vector-width=512: GCC auto-vectorises the elementwise loops 256 bits wide on AVX-512
 # targets unless told otherwise; 512 measured faster on the bfloat16 elementwise kernels (SiLU x up,
-# RoPE, RMSNorm) and no slower in float32 (benchmarks/RESULTS.md). Targets without AVX-512 ignore it; the explicit vector kernels are as wide either way.
+# RoPE, RMSNorm) and no slower in float32 (benchmarks/RESULTS.md). Targets without AVX-512 ignore it;
+# the explicit vector kernels are as wide either way.
 _COMPILE = ["-O3", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c"]
 # GCC's tuning for AMD Zen 1-3 (-march=native there) splits a multiply-add whose sum feeds the next
 # one into a multiply and an add, in some loops and not others: the few-row linear's sums then
@@ -95,8 +96,8 @@ def compile_flags(march: str | None = None, mtune: str | None = None, cxx: str |
 def _build_key(cxx: str) -> str:
     version = _version(cxx)
     h = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(compile_flags(cxx=cxx) + _LINK).encode(), version.encode(),
-                 platform.machine().encode(), _cpu_flags().encode()):
+    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(compile_flags(cxx=cxx) + _LINK).encode(),
+                 version.encode(), platform.machine().encode(), _cpu_flags().encode()):
         h.update(part)
         h.update(b"\0")
     return h.hexdigest()[:20]

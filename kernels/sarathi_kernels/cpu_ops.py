@@ -55,7 +55,8 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
     rows, hidden = x.shape
     _check(x.is_contiguous() and weight.is_contiguous() and weight.shape == (hidden,) and weight.dtype == x.dtype
            and (residual is None or (residual.shape == x.shape and residual.dtype == x.dtype
-                                     and residual.is_contiguous())), "add_rms_norm: contiguous [rows, hidden] of one dtype")
+                                     and residual.is_contiguous())),
+           "add_rms_norm: contiguous [rows, hidden] of one dtype")
     out = torch.empty_like(x)
     _fn("add_rms_norm", DTYPES[x.dtype])(x.data_ptr(), None if residual is None else residual.data_ptr(),
                                          weight.data_ptr(), out.data_ptr(), rows, hidden, eps,
@@ -120,7 +121,8 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch
     results are the same bits whatever the other rows and however many (csrc/linear_cpu.cpp)."""
     gemm = x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and bf16_uses_amx())
     out = _linear_out(x, packed, out_features, bias, gemm or x.shape[0] <= LINEAR_MAX_ROWS,
-                      f"linear: contiguous x [rows, in] (float32, bfloat16 on AMX: rows >= 1; else 1..{LINEAR_MAX_ROWS})")
+                      "linear: contiguous x [rows, in] (float32, bfloat16 on AMX: rows >= 1; "
+                      f"else 1..{LINEAR_MAX_ROWS})")
     _fn("linear", DTYPES[x.dtype])(x.data_ptr(), packed.data_ptr(), None if bias is None else bias.data_ptr(),
                                    out.data_ptr(), x.shape[0], out_features, x.shape[1], torch.get_num_threads())
     return out

@@ -171,8 +171,8 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     query [T, heads, head_dim]; k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim];
     query_start_loc int32 [R + 1]; seq_lens int32 [R] (context including this step's tokens, whose
     keys must already be in the cache); block_tables int32 [R, max_blocks]. ``max_query_len`` is
-    only a tiling hint (1 selects decode tiles); ``block_m``/``block_n`` override the tiling. Values (lengths, block ids) are trusted: checking
-    them would cost a device sync per call.
+    only a tiling hint (1 selects decode tiles); ``block_m``/``block_n`` override the tiling. Values
+    (lengths, block ids) are trusted: checking them would cost a device sync per call.
     """
     require_dim("query", query, 3, "[tokens, heads, head_dim]")
     require_dim("k_cache", k_cache, 4, "[num_blocks, block_size, kv_heads, head_dim]")

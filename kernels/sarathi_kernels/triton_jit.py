@@ -7,8 +7,9 @@ when Triton was first imported, usually by torch or transformers long before any
 ``attention=triton``. So no variable set by us can arrive in time. Instead, without CUDA, our
 kernels are wrapped in the interpreter's function type explicitly, and triton.language's helpers
 decorated for the compiler are replaced, once, by interpreted ones, and Triton's interpret knob is
-set: the state Triton would be in had ``TRITON_INTERPRET=1`` been set before its import. ``TRITON_INTERPRET`` set explicitly (1 or 0)
-still decides, so that the compiled kernels can be built for a GPU target on a machine without one.
+set: the state Triton would be in had ``TRITON_INTERPRET=1`` been set before its import.
+``TRITON_INTERPRET`` set explicitly (1 or 0) still decides, so that the compiled kernels can be built
+for a GPU target on a machine without one.
 """
 from __future__ import annotations
 

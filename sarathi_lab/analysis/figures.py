@@ -146,8 +146,8 @@ def decode_speedup(results, simulated=None):
         if len(resolved) < len(gains):
             title += (f"\n{len(gains) - len(resolved)} of {len(gains)} points unresolved: hybrid iteration no "
                       "slower than the chunk alone")
-        sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax, palette=colors(resolved.seq_len.nunique()),
-                    errorbar=SPREAD)
+        sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax,
+                    palette=colors(resolved.seq_len.nunique()), errorbar=SPREAD)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)

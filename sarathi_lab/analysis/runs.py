@@ -189,7 +189,8 @@ class Results:
         row = self._loaded(name, "summary").iloc[0]
         simulated = self.executor(name)["executor"] == "sim"
         threads = row.get("env.torch_threads")
-        return {"source": f"{self.source(name)}, {row.model}", "scale": self.scale(name), "dtype": str(row.get("env.dtype", "")),
+        return {"source": f"{self.source(name)}, {row.model}", "scale": self.scale(name),
+                "dtype": str(row.get("env.dtype", "")),
                 "threads": "n/a (simulated)" if simulated else "" if pd.isna(threads) else f"{threads:g}",
                 "machine": "none: predicted by the cost model" if simulated else str(row.get("env.device_name", ""))}
 

@@ -13,7 +13,8 @@ from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 def main(argv: list[str] | None = None):
     parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096], help="prompt lengths L, comma list")
+    parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096],
+                        help="prompt lengths L, comma list")
     parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
                         help="auto: triton on CUDA, torch elsewhere")

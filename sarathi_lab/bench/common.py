@@ -39,7 +39,9 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
     if clock:
         parser.add_argument("--clock", choices=CLOCKS, default="wall",
                             help="cpu: the process's CPU time, for a machine shared with other jobs (with --threads 1)")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI); options given on the command line keep their value")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes that finish in seconds (CI); "
+                             "options given on the command line keep their value")
     parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
 
 

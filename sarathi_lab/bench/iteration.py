@@ -97,8 +97,10 @@ def run(args) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     print(describe_machine(args.device))
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm})"
-          f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
-          f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after) | load1 at start {load:.2f}")
+          f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock}"
+          f" | copy {_span(table['ceil_GBps'])} GB/s"
+          f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after)"
+          f" | load1 at start {load:.2f}")
     # How the ceilings were measured; their values are the table's ceil_* columns, per case.
     setup = {k: v for k, v in asdict(before).items() if k not in ("copy_gbps", "matmul_gflops")}
     print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}",

@@ -53,7 +53,8 @@ def run(args) -> pd.DataFrame:
     print(describe_machine(args.device))
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm})"
           f" | {len(prompts)} requests, prompts {args.prompt_len},"
-          f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size} | load1 at start {load:.2f}")
+          f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size}"
+          f" | load1 at start {load:.2f}")
     extra = {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear, "cpu_gemm": gemm}
     title = "Share of iteration time outside the forward pass"
     return print_table(rows, args.out, title, "{:.4f}", args.device, extra)

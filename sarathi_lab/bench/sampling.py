@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None):
             rows.append({"dtype": str(dtype).removeprefix("torch."), "rows": args.rows, "vocab": args.vocab,
                          "scale": scale, "top_p": top_p} | measure(logits, params, args.reps))
     print(describe_machine("cpu"))
-    return print_table(rows, args.out, f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / kernel)",
-                       device="cpu")
+    return print_table(rows, args.out,
+                       f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / kernel)", device="cpu")
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
     # The tile pairs measure GEMM tile steps; the CPU's oneDNN kernels have none worth a point.
     cfg = SimpleNamespace(chunk=chunk, batch_size=batch, seq_len=seq_len, seed=0,
                           model=SimpleNamespace(engine_model=model),
-                          measure=SimpleNamespace(reps=reps, token_step=token_step, tile=1 << 20, max_tokens=max_tokens))
+                          measure=SimpleNamespace(reps=reps, token_step=token_step, tile=1 << 20,
+                                                  max_tokens=max_tokens))
     top = max(max_tokens, chunk + seq_len)
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=num_threads,
               max_model_len=top, num_kv_blocks=math.ceil(top / 16) + batch * math.ceil(seq_len / 16) + 8,
@@ -171,7 +172,8 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, num_thre
                                         "measured_s": real.iterations.duration_s,
                                         "predicted_s": sim.iterations.duration_s}))
         progress(f"{case.workload}/{case.scheduler}/c{case.chunk}: "
-                 f"identical batches {row['identical_batches']}, iteration error {row.get('iter_median_abs_rel_err', float('nan')):.1%}, "
+                 f"identical batches {row['identical_batches']}, "
+                 f"iteration error {row.get('iter_median_abs_rel_err', float('nan')):.1%}, "
                  f"makespan {row['makespan_s_rel_err']:+.1%}")
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
 
@@ -183,7 +185,8 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     left, right = fig.subplots(1, 2)
     for workload, group in points.groupby("workload"):
         left.scatter(group.measured_s * 1e3, group.predicted_s * 1e3, s=6, alpha=0.6, label=workload)
-    low, high = points[["measured_s", "predicted_s"]].min().min() * 1e3, points[["measured_s", "predicted_s"]].max().max() * 1e3
+    low, high = (points[["measured_s", "predicted_s"]].min().min() * 1e3,
+                 points[["measured_s", "predicted_s"]].max().max() * 1e3)
     left.plot([low, high], [low, high], "k-", lw=0.8)
     left.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
              title="identical batches: iteration by iteration")

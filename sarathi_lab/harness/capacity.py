@@ -67,8 +67,8 @@ class Capacity:
         return {"capacity_rps": self.capacity_rps, "resolution": self.resolution,
                 "requested_resolution": self.requested_resolution, "resolved": self.resolved,
                 "lowest_failing_rps": self.lowest_failing_rps, "binding": self.binding, "bounded": self.bounded,
-                "trials": [{"rate_rps": t.rate_rps, "passed": t.passed, "binding": t.binding, "stopped_early": t.stopped_early}
-                           for t in self.trials]}
+                "trials": [{"rate_rps": t.rate_rps, "passed": t.passed, "binding": t.binding,
+                            "stopped_early": t.stopped_early} for t in self.trials]}
 
 
 def _rounded(qps: float, resolution: float | None) -> str:

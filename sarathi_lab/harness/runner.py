@@ -139,7 +139,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
         if summary["saturated"]:
             log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
-                        "percentiles describe how long this run was, not a steady state", summary["queue_growth_requests"])
+                        "percentiles describe how long this run was, not a steady state",
+                        summary["queue_growth_requests"])
         headline = (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
                     f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
                     f"TTFT p50 {summary['ttft_p50_s']:.3f}s, ITL p99 {summary['itl_p99_s']:.4f}s, "

@@ -68,7 +68,8 @@ class SweepSummary(Callback):
             summary = sweep_dir / sweep_state.NEXT_SUMMARY
             log.info("every job of the finished sweep was left as it was; this rerun's report is %s", summary)
         write_json(summary, jobs)
-        table_path = sweep_dir / (SWEEP_TABLE if summary.name == SWEEP_SUMMARY else f".{Path(SWEEP_TABLE).stem}.next.csv")
+        table_path = sweep_dir / (SWEEP_TABLE if summary.name == SWEEP_SUMMARY
+                                  else f".{Path(SWEEP_TABLE).stem}.next.csv")
         table = sweep_table(sweep_dir, jobs)
         table.to_csv(table_path, index=False)
         if len(table):

@@ -92,7 +92,8 @@ def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
     need = prompt_tokens * _BYTES_PER_PROMPT_TOKEN
     have = device_memory_bytes(torch.device("cpu"))
     if need > have:
-        key, value = ("workload.path", cfg.path) if cfg.kind in ("trace", "trace_lengths") else ("workload.num_requests", cfg.num_requests)
+        key, value = (("workload.path", cfg.path) if cfg.kind in ("trace", "trace_lengths")
+                      else ("workload.num_requests", cfg.num_requests))
         raise ConfigError(f"{key}={value!r} is invalid: its prompts need up to {need / 2**30:.1f} GiB as token "
                           f"lists, more than the {have / 2**30:.1f} GiB available")
 
@@ -171,7 +172,8 @@ def read_trace_lengths(cfg: WorkloadCfg, context: int | None, rng: np.random.Gen
     return [lengths[i] for i in picks]
 
 
-def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[float]]:
+def _read_csv(cfg: WorkloadCfg, context: int | None,
+              columns: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[float]]:
     """The rows' lengths, and their arrival times where ``columns`` has arrived_at; a request longer
     than ``context`` is refused at its line."""
     path = resolve_trace_path(cfg.path)

@@ -75,7 +75,8 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
 
     def forward(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-                meta: AttentionMetadata, logits_indices: torch.Tensor, argmax: bool = False) -> torch.Tensor | list[int]:
+                meta: AttentionMetadata, logits_indices: torch.Tensor,
+                argmax: bool = False) -> torch.Tensor | list[int]:
         """Logits [len(logits_indices), vocab] of the chosen rows, in the model's dtype; with ``argmax``
         (1 to argmax_rows rows), each row's first maximum instead, taken inside the LM head's kernel.
         One method, so that forward hooks on the model see both."""

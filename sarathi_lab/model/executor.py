@@ -19,7 +19,8 @@ class ModelExecutor(Executor):
         self.clock = clock
         self.cuda = runner.device.type == "cuda"
         # Reused every iteration: the forward's device time, between two marks on its stream.
-        self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.cuda else None
+        self._events = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.cuda
+                        else None)
         self.sampler = Sampler(SamplingParams())
 
     def start(self, sampling: SamplingParams) -> None:

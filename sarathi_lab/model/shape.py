@@ -68,7 +68,8 @@ def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int],
     tokens = sum(query_lens)
     s = shape
     linear_flops = 2 * tokens * s.layer_linear_params * s.layers
-    attn_flops = 4 * s.heads * s.head_dim * s.layers * sum(visible_pairs(q, c) for q, c in zip(query_lens, context_lens))
+    attn_flops = 4 * s.heads * s.head_dim * s.layers * sum(visible_pairs(q, c)
+                                                          for q, c in zip(query_lens, context_lens))
     head_flops = 2 * num_sampled * s.hidden * s.vocab
     weight_bytes = s.layer_linear_params * s.layers * elem_bytes
     weight_bytes += (s.hidden * s.vocab * elem_bytes) if num_sampled else 0

@@ -188,7 +188,8 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float, t
 
 def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, elem_bytes: int):
     """(launch seconds, seconds per request, share of bandwidth) from one model's decode rows."""
-    kv_bytes = 2 * shape.kv_heads * shape.head_dim * elem_bytes * rows.batch.to_numpy(float) * rows.context.to_numpy(float)
+    kv_bytes = (2 * shape.kv_heads * shape.head_dim * elem_bytes * rows.batch.to_numpy(float)
+                * rows.context.to_numpy(float))
     a, per_request, per_byte = _relative_lstsq(
         np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]), rows.seconds.to_numpy(float))
     return float(a), float(per_request), float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0

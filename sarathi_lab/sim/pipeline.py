@@ -83,8 +83,8 @@ class PipelineSimulator:
         if num_kv_blocks is None:
             # Every GPU holds its layers' and heads' cache of every request in flight: the shard's
             # capacity is the pipeline's.
-            num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard, self.cost.roofline.elem_bytes,
-                                               chunk_size + max_batch_size) // BLOCK_SIZE
+            num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard,
+                                               self.cost.roofline.elem_bytes, chunk_size + max_batch_size) // BLOCK_SIZE
         self.scheduler = make_scheduler(scheduler, BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark),
                                         max_batch_size=max_batch_size, chunk_size=chunk_size, token_budget=chunk_size,
                                         max_model_len=max_model_len)
@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.requests is not None and args.requests < 1:
         parser.error(f"--requests={args.requests} is invalid: must be an integer >= 1")
-    out = args.out or (Path("sim_pipeline_smoke") if args.smoke else Path(__file__).resolve().parents[2] / "docs" / "sim")
+    out = args.out or (Path("sim_pipeline_smoke") if args.smoke
+                       else Path(__file__).resolve().parents[2] / "docs" / "sim")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -21,7 +21,8 @@ TILE = 128
 aligned_chunk = functools.partial(quantities.aligned_chunk, tile=TILE)
 # (model, device, cost models): the paper's LLaMA-33B on an A100 (nobody measured its kernels, so
 # roofline and calibrated), and Llama-2-7B on an A100, whose kernels were measured (profile).
-CASES = (("llama-33b", "a100", ("roofline", "calibrated")), ("llama2-7b", "a100", ("roofline", "calibrated", "profile")))
+CASES = (("llama-33b", "a100", ("roofline", "calibrated")),
+         ("llama2-7b", "a100", ("roofline", "calibrated", "profile")))
 SEQ_LENS = (1024, 2048, 3072)
 BATCH_SIZES = (2, 6, 12, 18)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"

@@ -33,7 +33,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         metrics += [Metric(f"host_share_median[{kind}]", round(share, 4), "", f"< {TARGET} ({label})",
                            share < TARGET if kind == "decode" else None),
                     Metric(f"host_share_p90[{kind}]", round(rows.host_share.quantile(0.9), 4)),
-                    Metric(f"outside_forward_share_median[{kind}]", round(statistics.median(rows.outside_forward_share), 4)),
+                    Metric(f"outside_forward_share_median[{kind}]",
+                           round(statistics.median(rows.outside_forward_share), 4)),
                     Metric(f"iteration_ms_median[{kind}]", round(statistics.median(rows.duration_s) * 1e3, 3), "ms"),
                     Metric(f"iterations[{kind}]", len(rows))]
     notes = [f"{model} {dtype} on {ctx.device}: {n} requests of {prompt_len} + {new} tokens, sarathi chunk {chunk}"]
