@@ -434,3 +434,13 @@ def test_an_archive_killed_mid_build_leaves_nothing_in_out_dir(tmp_path, monkeyp
     assert [p.name for p in dest.iterdir()] == [state.ARCHIVE]
     with state.tarfile.open(dest / state.ARCHIVE) as tar:
         assert tar.getnames() == ["summary.json"]
+
+
+def test_the_summary_holds_the_steps_of_earlier_calls(tmp_path):
+    # A call that names --steps wrote a summary of its own steps alone, so the archive a lease's
+    # last call brought back said nothing of what the calls before it had measured.
+    _result(tmp_path, "kernels", "done")
+    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "env", timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]] == ["env", "kernels"]

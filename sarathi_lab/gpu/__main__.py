@@ -21,7 +21,7 @@ from pathlib import Path
 from sarathi_lab import cli_args
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.context import wait_or_stop
-from sarathi_lab.gpu.plan import Step, format_plan, named, select
+from sarathi_lab.gpu.plan import BY_NAME, Step, format_plan, named, select
 from sarathi_lab.gpu.worker import RESTART
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
-    job = {"out": str(out), "all_steps": names, "deadline": deadline, "export": export and str(export),
+    job = {"out": str(out), "deadline": deadline, "export": export and str(export),
            "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
     stalled = False
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         todo = left
         if code == 0 or out_of_time:
             break
-    state.write_summary(out, names, suite)
+    # Every step with a result, this call's or an earlier one's: the summary is the suite's, not the call's.
+    state.write_summary(out, list(BY_NAME), suite)
     for note in state.export(out, export):
         print(f"[gpu] {note}")
     print_table(out, names)

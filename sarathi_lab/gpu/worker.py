@@ -39,7 +39,7 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``argv``: one JSON object from the driver (__main__.run_worker): out, steps, all_steps,
+    """``argv``: one JSON object from the driver (__main__.run_worker): out, steps,
     deadline, export and the suite's record (dry_run among it)."""
     job = json.loads((argv or sys.argv[1:])[0])
     out, deadline, suite = Path(job["out"]), job["deadline"], job["suite"]
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        state.write_summary(out, job["all_steps"], suite)
+        state.write_summary(out, list(BY_NAME), suite)
         state.export(out, export)
         if result.status == "failed" and device == "cuda":
             code = RESTART
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for note in write_report(out):
         print(f"[gpu] report: {note}", flush=True)
-    state.write_summary(out, job["all_steps"], suite)
+    state.write_summary(out, list(BY_NAME), suite)
     state.export(out, export)
     return code
 
