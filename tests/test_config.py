@@ -186,9 +186,6 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     ([*SMOKE, "task=profile", "engine.num_kv_blocks=39"],
      (r"^engine.num_kv_blocks=39 is invalid with task=profile: the KV cache holds 39 blocks, fewer than the 40 its "
       r"batch of 4 requests takes$")),
-    # With one decode, a 64-token chunk after 159 tokens of context (14 blocks) is the largest.
-    ([*SMOKE, "task=profile", "batch_size=1", "engine.num_kv_blocks=13"],
-     r"^engine.num_kv_blocks=13 is invalid with task=profile: the KV cache holds 13 blocks, fewer than the 14 "),
     # The default KV cache (batch_size requests of the context and the watermark, capped by memory) can be
     # too small too: piggyback's chunk beside batch_size decodes of the whole context, or a batch past
     # the memory cap.

@@ -25,8 +25,10 @@ def profiled(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SARATHI_PROFILES_DIR", str(root))
         task = importlib.import_module("sarathi_lab.harness.tasks.profile")
+        # The model's positions end at seq_len, as the preset's do where a profile measures its whole
+        # context: a chunk placed past them raised on a GPU (an index out of bounds in the rotary table).
         llm = LLM("tiny", max_batch_size=CFG.batch_size, chunk_size=CFG.chunk, device="cpu", warmup_iters=1,
-                  num_threads=1)
+                  num_threads=1, max_model_len=CFG.seq_len)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             summary, tables = task.run(CFG, llm)
@@ -98,3 +100,11 @@ def test_the_self_check_reads_the_table_in_the_dtype_it_was_measured_in(profiled
     llm = SimpleNamespace(model_config=PRESETS["tiny"], config=SimpleNamespace(dtype="bfloat16"), dtype=torch.float32)
     assert set(task._self_check(profiled[2], llm)) == {"forward_median_rel_error", "forward_median_abs_rel_error"}
     assert built == ["float32"]
+
+
+@pytest.mark.parametrize("chunk,seq_len", [(512, 4096), (512, 3072), (32, 64), (64, 64), (1, 1), (256, 100)])
+def test_no_profiled_chunk_ends_past_seq_len(chunk, seq_len):
+    cfg = SimpleNamespace(chunk=chunk, batch_size=18, seq_len=seq_len, measure=CFG.measure)
+    g = importlib.import_module("sarathi_lab.harness.tasks.profile").grids(cfg)
+    assert max(g["chunks"]) + max(g["befores"]) == seq_len
+    assert max(g["contexts"]) == seq_len

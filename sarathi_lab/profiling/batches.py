@@ -20,6 +20,7 @@ class SyntheticBatches:
         self.blocks = llm.block_manager
         self.block_size = self.blocks.block_size
         self.vocab = llm.model_config.vocab_size
+        self.max_len = llm.max_model_len
         self.layout = layout
         self.rng = random.Random(seed)
         self.next_id = 0
@@ -48,6 +49,11 @@ class SyntheticBatches:
         del self._runs[:run]
 
     def _request(self, total: int, computed: int, prompt: int) -> Sequence:
+        # These requests bypass the scheduler, which refuses served ones this long: a position past the
+        # model's rotary table reads out of bounds (a device-side assert on a GPU, silent on the CPU path).
+        if total > self.max_len:
+            raise ValueError(f"a request of {total} tokens is invalid: the model allows at most {self.max_len} "
+                             "(max_model_len)")
         seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)], max_new_tokens=1)
         self.next_id += 1
         self._place(seq, total, prompt)

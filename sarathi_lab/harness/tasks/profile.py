@@ -49,9 +49,11 @@ def grids(cfg) -> dict[str, list]:
     # Powers of two too: a line from 4 tokens to the first step overestimates the weight-reading floor.
     tokens = sorted({max_tokens} | set(_powers_of_two(max_tokens))
                     | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
-    # A chunk is at most a prompt (< seq_len) and may come after up to seq_len - 1 cached tokens.
-    return {"tokens": tokens, "chunks": _powers_of_two(min(cfg.chunk, cfg.seq_len)),
-            "befores": _steps(0, max(cfg.seq_len - 1, 0)), "batches": _powers_of_two(cfg.batch_size),
+    # A chunk ends a prompt of at most seq_len tokens, so at most seq_len - chunk are cached before it;
+    # the grid is rectangular, so the largest chunk bounds it (a model may have no position past seq_len).
+    chunks = _powers_of_two(min(cfg.chunk, cfg.seq_len))
+    return {"tokens": tokens, "chunks": chunks, "befores": _steps(0, cfg.seq_len - max(chunks)),
+            "batches": _powers_of_two(cfg.batch_size),
             "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
 
 
