@@ -140,3 +140,28 @@ def test_tasks_are_the_modules_of_the_package_listed_without_importing_them():
     assert {"op_breakdown", "iteration_sweep", "piggyback", "reread"} <= set(TASKS)
     with pytest.raises(ValueError, match="task='serve' is not a measurement"):
         measurement("serve")
+
+
+def test_the_op_split_adds_up_to_the_bare_forward_whatever_the_hooks_cost(llm, monkeypatch):
+    # Every clock read costs time here, as a device sync at each hook does on a GPU: the hooked ops
+    # then sum to more than the bare forward, and a stacked split drawn from them overstated it.
+    from sarathi_lab.profiling.batches import SyntheticBatches
+    from sarathi_lab.profiling.ops import OPS, time_by_op
+
+    clock, read = llm.engine.clock, llm.engine.clock.now
+
+    def costly_read() -> float:
+        clock.advance(1e-4)
+        return read()
+
+    monkeypatch.setattr(clock, "now", costly_read)
+    batches = SyntheticBatches(llm)
+    batch = batches.make(prefills=[(16, 0)])
+    try:
+        ops = time_by_op(llm, batch, reps=2)
+    finally:
+        batches.free(batch)
+    layers = llm.model_config.num_hidden_layers
+    assert ops["total"] == pytest.approx(cost(16, layers) + 1e-4)
+    assert sum(ops[op] for op in OPS) == pytest.approx(ops["total"])
+    assert all(ops[op] > 0 for op in OPS)

@@ -19,7 +19,7 @@ from sarathi_lab.harness.tasks.iteration_sweep import token_groups
 from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.machine import machine_record
-from sarathi_lab.profiling.ops import OPS, time_by_op
+from sarathi_lab.profiling.ops import time_by_op
 from sarathi_lab.sim.profile_model import COLUMNS, DENSE_OPS, ProfileCostModel, profile_name, profiles_dir
 
 _GPU_NAMES = {"A6000": "a6000", "A100": "a100", "H100": "h100", "H200": "h200"}
@@ -65,13 +65,10 @@ def kv_requests(cfg) -> list[int]:
 
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
-    """Seconds by op of one forward of the batch ``spec`` describes, and of preparing it; the split is
-    scaled to add up to the bare forward's time (the hooks that split it cost time of their own)."""
+    """Seconds by op of one forward of the batch ``spec`` describes (``time_by_op``), and of preparing it."""
     batch = batches.make(**spec)
     try:
         ops = time_by_op(llm, batch, reps)
-        scale = ops["total"] / sum(ops[op] for op in OPS)
-        ops = {op: ops[op] * scale for op in OPS} | {"total": ops["total"]}
         runner = llm.engine.executor.runner
         prepare = median_time(lambda: runner.prepare(batch), reps, llm.engine.clock)
     finally:
