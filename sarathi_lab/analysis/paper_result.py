@@ -12,7 +12,7 @@ from sarathi_lab.analysis import claims as claim_checks
 class GpuRun:
     """The result's sweep on one GPU: gpu/plan.py's PAPER_COMMON with ``overrides``; ``dry``: the
     one tiny CPU job of the suite's dry run."""
-    minutes: float        # expected on an H100, interpreter and model builds included
+    minutes: float        # expected, interpreter and model builds included (gpu/plan.py says from what)
     overrides: str
     dry: str
     order: int            # where it runs in the suite (gpu/plan.py orders the profile steps by it too)

@@ -8,7 +8,7 @@ RESULT = PaperResult(
              "chunk + riding decodes fill whole 128-token tiles; the simulated runs sweep that "
              "tile-aligned chunk beside the fixed chunk of 256, one panel each, and the claim is judged on the "
              "aligned one."),
-    gpu=GpuRun(minutes=2.5, order=20,
+    gpu=GpuRun(minutes=0.9, order=20,
                overrides="chunk=256 seq_len=1024,2048,3072 batch_size=2,6,12,18",
                dry="seq_len=48 batch_size=2 chunk=16"),
 )
