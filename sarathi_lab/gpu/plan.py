@@ -1,6 +1,7 @@
 """The suite's steps in the order they run, with the minutes each is expected to take: 1.3 times what
-it took on an H200 (docs/gpu/h200/), an estimate from arithmetic where it has not run there. The paper sweeps are the registered results'
-experiments (each module's GpuRun); the targets come first, so a lease cut short still answers them."""
+it took on an H200 (docs/gpu/h200/), an estimate from arithmetic where it has not run there. The
+paper sweeps are the registered results' experiments (each module's GpuRun); the targets come
+first, so a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ HEAD: tuple[Step, ...] = (
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.4, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "schedule+prepare+sample share of each decode-only and hybrid iteration (target < 5%)"),
+    Step("launch", 0.7, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024: one forward eager and "
+         "replayed from a CUDA graph, beside the weights + KV read floor (how launch-bound the forward is)"),
 )
 
 
