@@ -20,8 +20,11 @@ import torch
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("TRITON_INTERPRET=1 is set: unset it, this script checks the compiled kernels")
 
+from sarathi_kernels import pointwise
 from sarathi_kernels.kv_cache import write_kv_cache
 from sarathi_kernels.paged_attention import paged_attention
+from transformers.activations import ACT2FN
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 from triton.testing import do_bench
 
 from sarathi_lab.attention import reference
@@ -72,6 +75,35 @@ def check_write(dtype, block_size) -> bool:
     return all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in ((k_cache, k_ref), (v_cache, v_ref)))
 
 
+def check_pointwise(dtype) -> dict[str, bool]:
+    """Each elementwise kernel against transformers' own code at torch's tolerance for ``dtype``, at
+    LLaMA-13B's widths (hidden 5120, 40 heads of 128, MLP 13824)."""
+    def close(a, b) -> bool:
+        try:
+            torch.testing.assert_close(a, b)
+        except AssertionError:
+            return False
+        return True
+
+    x, res = (torch.randn(37, 5120, device=DEV).to(dtype) for _ in range(2))
+    norm = LlamaRMSNorm(5120, 1e-5).to(DEV, dtype)
+    with torch.no_grad():
+        norm.weight.normal_()
+        kept = res.clone()
+        out = pointwise.add_rms_norm(x, kept, norm.weight, 1e-5)
+        ok = {"add_rms_norm": close(out, norm(x + res)) and close(kept, x + res)}
+    qk = torch.randn(37, 80, 128, device=DEV).to(dtype)
+    positions = torch.randint(0, 4096, (37,), device=DEV)
+    freqs = torch.arange(4096, device=DEV).float()[:, None] / 10000 ** (torch.arange(0, 128, 2, device=DEV) / 128)
+    cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
+    q, k = apply_rotary_pos_emb(qk[:, :40], qk[:, 40:], cos[positions].to(dtype), sin[positions].to(dtype), 1)
+    pointwise.rope_(qk, positions, cos, sin)
+    ok["rope"] = close(qk[:, :40], q) and close(qk[:, 40:], k)
+    gate_up = torch.randn(37, 2 * 13824, device=DEV).to(dtype)
+    ok["silu_mul"] = close(pointwise.silu_mul(gate_up), ACT2FN["silu"](gate_up[:, :13824]) * gate_up[:, 13824:])
+    return ok
+
+
 def run_checks(quick: bool) -> bool:
     ok = True
     dtypes = (torch.bfloat16, torch.float16, torch.float32)
@@ -90,6 +122,10 @@ def run_checks(quick: bool) -> bool:
         passed = check_write(dtype, block_size)
         ok &= passed
         print(f"  kv write {dtype!s:15} block={block_size}: {'ok' if passed else 'FAIL'}")
+    for dtype in dtypes:
+        for op, passed in check_pointwise(dtype).items():
+            ok &= passed
+            print(f"  pointwise {dtype!s:15} {op}: {'ok' if passed else 'FAIL'}")
     return ok
 
 

@@ -246,6 +246,9 @@ attention vs torch backend (max |err| / max |ref|)
   torch.float32   d=128 heads=32/4  block=16: 2.00e-07 ok
   kv write torch.bfloat16  block=16: ok
   kv write torch.float32   block=32: FAIL
+  pointwise torch.bfloat16  add_rms_norm: ok
+  pointwise torch.bfloat16  rope: FAIL
+  pointwise torch.float32   silu_mul: ok
 timings, torch.bfloat16, Llama-3-8B attention (32/8 heads, d=128), block 16; copy bandwidth 3000 GB/s
   64 decodes x 2048 ctx              triton    0.200 ms  torch    0.900 ms  x 4.50  KV    2400 GB/s =  80% of copy
   256 decodes x 512 ctx              triton    0.300 ms  torch    1.000 ms  x 3.33  KV    1500 GB/s =  50% of copy
@@ -261,6 +264,9 @@ def test_kernels_step_reads_check_gpu_output():
     assert metrics["attention_max_rel_err_bfloat16"].holds is False
     assert metrics["attention_max_rel_err_float32"].holds is True
     assert metrics["kv_write_float32_cases_ok"].holds is False
+    assert metrics["pointwise_bfloat16_cases_ok"].value == "1/2"
+    assert metrics["pointwise_bfloat16_cases_ok"].holds is False
+    assert metrics["pointwise_float32_cases_ok"].holds is True
     assert metrics["decode_time_over_floor[64_decodes_x_2048_ctx]"].value == pytest.approx(1.25)
     assert metrics["decode_time_over_floor[64_decodes_x_2048_ctx]"].holds is True
     assert metrics["decode_time_over_floor[256_decodes_x_512_ctx]"].holds is False

@@ -1,13 +1,35 @@
-"""Building blocks of a LLaMA-family decoder over a flat token batch [T, hidden]. On the CPU in float32
-or bfloat16 each block's elementwise work is one fused C++ pass (``sarathi_kernels.cpu_ops``, rounding
-as the torch code below does, which runs elsewhere)."""
+"""Building blocks of a LLaMA-family decoder over a flat token batch [T, hidden]. Each block's
+elementwise work is one fused pass, rounding as the torch code below does: C++ on the CPU in float32
+or bfloat16 (``sarathi_kernels.cpu_ops``), Triton on CUDA (``sarathi_kernels.pointwise``); the torch
+code runs elsewhere (float16 on the CPU, a CUDA install without Triton)."""
 from __future__ import annotations
+
+import functools
 
 import torch
 from sarathi_kernels import cpu_ops
 from torch import nn
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+
+def fused_ops(x: torch.Tensor):
+    """The module of fused elementwise kernels that serves ``x`` (cpu_ops or pointwise), or None."""
+    if cpu_ops.supports(x):
+        return cpu_ops
+    return _pointwise() if x.is_cuda and x.dtype in (torch.float32, torch.float16, torch.bfloat16) else None
+
+
+@functools.cache
+def _pointwise():
+    # Imported on a CUDA tensor's first pass only: the CPU path never imports Triton.
+    try:
+        from sarathi_kernels import pointwise
+    except ModuleNotFoundError as e:  # Triton is the gpu extra's
+        if e.name != "triton":
+            raise
+        return None
+    return pointwise
 
 
 class RMSNorm(nn.Module):
@@ -19,8 +41,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        if cpu_ops.supports(x):
-            out = cpu_ops.add_rms_norm(x, residual, self.weight, self.eps)
+        if (ops := fused_ops(x)) is not None:
+            out = ops.add_rms_norm(x, residual, self.weight, self.eps)
             return out if residual is None else (out, residual)
         if residual is not None:
             x = x + residual
@@ -64,8 +86,8 @@ class RotaryEmbedding(nn.Module):
         """qk [tokens, q heads + k heads, d], rotated: in place on the CPU path, else a new tensor."""
         if self.cos.device != positions.device:
             self.cos, self.sin = self.cos.to(positions.device), self.sin.to(positions.device)
-        if cpu_ops.supports(qk):
-            cpu_ops.rope_(qk, positions, self.cos, self.sin)
+        if (ops := fused_ops(qk)) is not None:
+            ops.rope_(qk, positions, self.cos, self.sin)
             return qk
         cos = self.cos[positions].to(qk.dtype).unsqueeze(1)
         sin = self.sin[positions].to(qk.dtype).unsqueeze(1)
@@ -89,7 +111,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        if cpu_ops.supports(gate_up):
-            return self.down_proj(cpu_ops.silu_mul(gate_up))
+        if (ops := fused_ops(gate_up)) is not None:
+            return self.down_proj(ops.silu_mul(gate_up))
         gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(nn.functional.silu(gate) * up)

@@ -18,6 +18,7 @@ CHECK_GPU = Path(__file__).resolve().parents[3] / "kernels" / "check_gpu.py"
 FLOOR_TARGET = 1.5
 _CASE = re.compile(r"^\s*torch\.(\w+)\s+d=\s*(\d+)\s+heads=(\d+)/(\d+)\s+block=(\d+):\s+(\S+)\s+(ok|FAIL)")
 _WRITE = re.compile(r"^\s*kv write torch\.(\w+)\s+block=(\d+):\s+(ok|FAIL)")
+_POINTWISE = re.compile(r"^\s*pointwise torch\.(\w+)\s+(\w+):\s+(ok|FAIL)")
 _TIMING = re.compile(r"^\s*(\d+ decodes x \d+ ctx)\s+triton\s+([\d.]+) ms.*?KV\s+([\d.]+) GB/s")
 _COPY = re.compile(r"copy bandwidth ([\d.]+) GB/s")
 
@@ -33,13 +34,15 @@ def parse(text: str, copy_gbps: float | None) -> list[Metric]:
             verdicts[m[1]].append(m[7] == "ok")
         elif m := _WRITE.match(line):
             verdicts[f"kv_write_{m[1]}"].append(m[3] == "ok")
+        elif m := _POINTWISE.match(line):
+            verdicts[f"pointwise_{m[1]}"].append(m[3] == "ok")
         elif (m := _COPY.search(line)) and copy_gbps is None:
             copy_gbps = float(m[1])
     for dtype, errs in errors.items():
         metrics.append(Metric(f"attention_max_rel_err_{dtype}", max(errs), "", "kernels/README tolerance",
                               all(verdicts[dtype])))
     metrics += [Metric(f"{k}_cases_ok", f"{sum(v)}/{len(v)}", "", "all", all(v))
-                for k, v in verdicts.items() if k.startswith("kv_write")]
+                for k, v in verdicts.items() if k.startswith(("kv_write", "pointwise"))]
     for line in text.splitlines():
         if (m := _TIMING.match(line)) and copy_gbps:
             name = m[1].replace(" ", "_")

@@ -1,0 +1,119 @@
+"""The Triton elementwise kernels (sarathi_kernels.pointwise) against transformers' own LlamaRMSNorm,
+apply_rotary_pos_emb and SiLU, run by Triton's interpreter on a machine without CUDA; and the
+engine's greedy tokens through them against transformers' generate."""
+from __future__ import annotations
+
+import pytest
+import torch
+from sarathi_kernels import pointwise
+from transformers.activations import ACT2FN
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
+from sarathi_lab import LLM
+from sarathi_lab.model import layers
+from tests.hf_models import hf_greedy, save_random_model
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def assert_close(actual, expected):
+    # The interpreter truncates float32 to bfloat16 where a GPU rounds to nearest, so interpreted bf16
+    # results may differ by a unit in the last place per rounding (more where a sum cancels):
+    # kernels/check_gpu.py holds the compiled kernels to torch's own bf16 tolerance.
+    if actual.dtype == torch.bfloat16:
+        torch.testing.assert_close(actual, expected, rtol=2**-6, atol=0.05)
+    else:
+        torch.testing.assert_close(actual, expected)
+
+
+@pytest.fixture(autouse=True)
+def fixed_seed():
+    torch.manual_seed(0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_add_rms_norm_matches_transformers(dtype, with_residual):
+    rows, hidden, eps = 5, 96, 1e-5  # hidden not a power of two: the kernel's masked lanes
+    x, residual = torch.randn(rows, hidden).to(dtype), torch.randn(rows, hidden).to(dtype)
+    norm = LlamaRMSNorm(hidden, eps).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(hidden))
+        summed = x + residual if with_residual else x
+        expected = norm(summed)
+    kept = residual.clone() if with_residual else None
+    out = pointwise.add_rms_norm(x, kept, norm.weight.detach(), eps)
+    assert_close(out, expected)
+    if with_residual:
+        assert_close(kept, summed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_rotates_q_and_k_in_place_as_transformers_does(dtype):
+    tokens, heads, kv_heads, d, max_pos = 7, 4, 2, 16, 64
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * d).to(dtype)
+    before = qkv.clone()
+    positions = torch.randint(0, max_pos, (tokens,))
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    freqs = torch.arange(max_pos).float()[:, None] * inv_freq[None, :]
+    cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
+    # q and k as the decoder hands them over: a strided view of the fused qkv output.
+    qk = qkv[:, : (heads + kv_heads) * d].view(tokens, heads + kv_heads, d)
+    q, k = before[:, : heads * d].view(tokens, heads, d), before[:, heads * d: (heads + kv_heads) * d]
+    expected_q, expected_k = apply_rotary_pos_emb(q, k.view(tokens, kv_heads, d), cos[positions].to(dtype),
+                                                  sin[positions].to(dtype), unsqueeze_dim=1)
+    pointwise.rope_(qk, positions, cos, sin)
+    assert_close(qk[:, :heads], expected_q)
+    assert_close(qk[:, heads:], expected_k)
+    assert torch.equal(qkv[:, (heads + kv_heads) * d:], before[:, (heads + kv_heads) * d:]), "v was touched"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_matches_transformers(dtype):
+    inter = 100
+    gate_up = torch.randn(3, 2 * inter).to(dtype)
+    expected = ACT2FN["silu"](gate_up[:, :inter]) * gate_up[:, inter:]
+    assert_close(pointwise.silu_mul(gate_up, block=64), expected)
+
+
+def test_bad_shapes_fail_in_one_line():
+    with pytest.raises(ValueError, match="^silu_mul: contiguous"):
+        pointwise.silu_mul(torch.randn(3, 5))
+    with pytest.raises(ValueError, match="^add_rms_norm: contiguous"):
+        pointwise.add_rms_norm(torch.randn(3, 8), None, torch.randn(7), 1e-5)
+
+
+@pytest.mark.e2e
+def test_greedy_tokens_through_the_triton_elementwise_kernels_match_transformers(tmp_path, monkeypatch):
+    # What a CUDA device runs, here by Triton's interpreter: every norm, rotation and SiLU of the
+    # forward through sarathi_kernels.pointwise, attention through the torch backend.
+    model = save_random_model("llama", tmp_path)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist() for n in (11, 3)]
+    expected = [hf_greedy(model, p, 4) for p in prompts]
+    used = []
+
+    def triton_everywhere(x):
+        used.append(x.shape)
+        return pointwise
+
+    monkeypatch.setattr(layers, "fused_ops", triton_everywhere)
+    llm = LLM(model=str(tmp_path), scheduler="sarathi", chunk_size=8, max_batch_size=2, device="cpu",
+              dtype="float32", warmup_iters=0, attention="torch")
+    assert llm.generate(prompts, max_new_tokens=4) == expected
+    assert used
+
+
+def test_check_gpu_s_pointwise_check_runs_here_through_the_interpreter(monkeypatch):
+    # kernels/check_gpu.py runs only on a lent GPU: a typo in it would cost a lease's step.
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "kernels" / "check_gpu.py"
+    # triton_jit set TRITON_INTERPRET=1 here (no CUDA), which the script refuses; here it is what runs.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    spec = importlib.util.spec_from_file_location("check_gpu", path)
+    check_gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_gpu)
+    monkeypatch.setattr(check_gpu, "DEV", torch.device("cpu"))
+    assert check_gpu.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True}
