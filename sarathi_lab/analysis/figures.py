@@ -144,7 +144,7 @@ def decode_speedup(results, simulated=None):
     for ax, (runs, title, colors, gains) in zip(axes[0], panels):
         resolved = derive.resolved_speedups(gains)
         if len(resolved) < len(gains):
-            title += (f"\n{len(gains) - len(resolved)} of {len(gains)} points unresolved: hybrid iteration no "
+            title += (f"\n{len(gains) - len(resolved)} of {len(gains)} points unresolved:\nhybrid iteration no "
                       "slower than the chunk alone")
         sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax,
                     palette=colors(resolved.seq_len.nunique()), errorbar=SPREAD)
