@@ -247,11 +247,6 @@ def _check_choice(key: str, value: Any, allowed: tuple) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(map(str, allowed))}")
 
 
-def check_positive(key: str, value: float) -> None:
-    if value <= 0:
-        raise ConfigError(f"{key}={value!r} is invalid: must be > 0")
-
-
 def check_count(key: str, value: Any, least: int) -> None:
     """An integer (numpy's too; never a bool) of at least ``least``: a count of tokens, requests or devices."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_fields, check_positive
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_fields
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.sequence import Sequence, Status
@@ -31,10 +31,7 @@ class SchedulerConfig:
     max_model_len: int
 
     def __post_init__(self):
-        check_fields(self)
-        for key, value in vars(self).items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                check_positive(key, value)
+        check_fields(self, positive=True)
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
