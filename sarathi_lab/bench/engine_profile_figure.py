@@ -8,7 +8,7 @@ import pandas as pd
 
 from sarathi_lab.sim.engine_fidelity import models_in
 
-MARKERS = {"roofline": "x", "calibrated": "o"}
+MARKERS = {"roofline": "x", "calibrated": "o", "profile": "+"}
 
 
 def _marker(name: str) -> str:
@@ -17,6 +17,8 @@ def _marker(name: str) -> str:
 
 def _label(name: str, device: str) -> str:
     """A borrowed calibration says whose it is and on which peaks."""
+    if name == "profile":
+        return "profile cost model (this table, composed)"
     other = name.removesuffix("_calibration")
     return f"{other.upper()}'s calibration on {device.upper()} peaks" if other != name else name
 
@@ -45,6 +47,7 @@ def draw(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path
         row[1].set(xlabel="KV tokens read (decodes x context)", ylabel="forward pass (ms)")
         row[1].set_title(f"{device} {model}: decode-only iterations, batch 1-{dec.batch.max()}", fontsize=9)
         err = errors[(errors.device == device) & (errors.model == model) & (errors.level == "op")]
+        names = models_in(ops[(ops.device == device) & (ops.model == model)])
         width = 0.8 / max(len(names), 1)
         for i, name in enumerate(names):
             row[2].bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(err))],

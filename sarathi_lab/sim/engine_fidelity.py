@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
 
 from sarathi_lab.sim import fidelity
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
-from sarathi_lab.sim.profile_model import DENSE_OPS, measured_iterations, profiles_dir
+from sarathi_lab.sim.profile_model import DENSE_OPS, ProfileCostModel, measured_iterations, profiles_dir
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
 # A device with no calibration of its own is also held against the calibration of the device whose
@@ -74,7 +75,8 @@ def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
 def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16"
             ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-op rows, per-iteration rows) of one profile: measured_s beside each cost model's
-    prediction, whole-model seconds (every layer) as the profile holds them."""
+    prediction, whole-model seconds (every layer) as the profile holds them; per iteration also
+    ``profile_s``, the profile cost model on this same table (not a prediction from elsewhere)."""
     from sarathi_lab.model import load_config
 
     cms = cost_models(device, load_config(model), dtype)
@@ -87,6 +89,16 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
             cost = cm.iteration_cost(prefills, decodes)
             out[f"{cm_name}_s"] = as_engine_times(cm, cost.ops, tokens)[name]
         ops.append(out)
+    # The profile cost model reads this very table: beside the others it shows what composing the
+    # table's ops costs (an iteration outside its grid warns there; here every one is reported anyway).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        composed = ProfileCostModel(table, cms["roofline"].config, dtype, source=f"{device}/{model}")
+        its = _iteration_rows(device, model, table, cms | {"profile": composed})
+    return pd.DataFrame(ops), pd.DataFrame(its)
+
+
+def _iteration_rows(device: str, model: str, table: pd.DataFrame, cms: dict) -> list[dict]:
     its = []
     for kind, prefills, decodes, seconds in measured_iterations(table):
         tokens, context = (prefills[0] if prefills else (len(decodes), decodes[0]))
@@ -94,7 +106,7 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
         its.append({"device": device, "model": model, "iteration": label, "kind": kind, "tokens": tokens,
                     "context": context, "batch": 1 if prefills else len(decodes), "measured_s": seconds}
                    | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
-    return pd.DataFrame(ops), pd.DataFrame(its)
+    return its
 
 
 def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -35,8 +35,8 @@ class RooflineCostModel(CostModel):
         q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
         self.gemms = gemms(s)
         e = self.elem_bytes
-        # Elements one layer's pointwise work moves per token, by kind: two norms and two residual adds
-        # reading and writing the hidden state, rotary over q and k, the gated activation's three rows.
+        # Elements one layer's pointwise work moves per token, by kind: two norms reading and writing the
+        # hidden state, the residual adds as much again, rotary over q and k, the gated activation's three rows.
         self.pointwise_elems = {"norm": 4 * s.hidden, "add": 4 * s.hidden, "rope": 2 * (q + kv),
                                 "act": 3 * s.intermediate}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
