@@ -79,7 +79,8 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
     ``profile_s``, the profile cost model on this same table (not a prediction from elsewhere)."""
     from sarathi_lab.model import load_config
 
-    cms = cost_models(device, load_config(model), dtype)
+    config = load_config(model)
+    cms = cost_models(device, config, dtype)
     ops = []
     for name, prefills, decodes, row in _op_rows(table):
         tokens = sum(c for c, _ in prefills) + len(decodes)
@@ -90,15 +91,17 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
             out[f"{cm_name}_s"] = as_engine_times(cm, cost.ops, tokens)[name]
         ops.append(out)
     # The profile cost model reads this very table: beside the others it shows what composing the
-    # table's ops costs (an iteration outside its grid warns there; here every one is reported anyway).
+    # table's ops costs. Its warning about a prefill past the largest measured chunk is silenced:
+    # every iteration is reported here anyway.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        composed = ProfileCostModel(table, cms["roofline"].config, dtype, source=f"{device}/{model}")
+        composed = ProfileCostModel(table, config, dtype, source=f"{device}/{model}")
         its = _iteration_rows(device, model, table, cms | {"profile": composed})
     return pd.DataFrame(ops), pd.DataFrame(its)
 
 
 def _iteration_rows(device: str, model: str, table: pd.DataFrame, cms: dict) -> list[dict]:
+    """Each bare forward of the table beside each cost model's forward pass for that iteration."""
     its = []
     for kind, prefills, decodes, seconds in measured_iterations(table):
         tokens, context = (prefills[0] if prefills else (len(decodes), decodes[0]))
