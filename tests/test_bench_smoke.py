@@ -352,3 +352,7 @@ def test_sim_fidelity_smoke(capsys, tmp_path):
     # The all-reduce: the measured table (as the cost models read it) closer to the measurements than the ring roofline.
     reduce = out["all_reduce"]
     assert set(reduce.tp) == {2} and (reduce.calibrated_median_err < reduce.roofline_median_err).all()
+    # This engine's committed GPU profiles join the comparison, with their own figure.
+    engine = out["engine_profile_iterations"]
+    assert set(engine.kind) == {"decode", "prefill"} and _positive_finite(engine.roofline_s.tolist())
+    assert (tmp_path / "fidelity_engine_profile.png").stat().st_size > 0

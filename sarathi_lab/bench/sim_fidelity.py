@@ -1,5 +1,6 @@
 """The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s
-(docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere."""
+(vidur), and against this engine's own operator tables measured on a GPU (``task=profile``, every
+``profiles/<gpu>/<model>.csv``) (docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab.sim import fidelity
+from sarathi_lab.sim.profile_model import profiles_dir
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
 SMOKE_OPS = (1, 128, 136, 1024)
@@ -95,6 +97,28 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
                          float_format="%.4g" if name in ("ops", "iterations") else "%.3f")
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
+    return tables | engine_profiles(args.out, show)
+
+
+def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
+    """This engine's own tables measured on a GPU (task=profile), every one committed, against the
+    cost models that exist for that GPU."""
+    from sarathi_lab.bench.engine_profile_figure import draw as draw_engine
+    from sarathi_lab.sim import engine_fidelity
+
+    ops, iterations = engine_fidelity.run()
+    if not len(iterations):
+        print(f"\nno engine profile of a simulated GPU under {profiles_dir()}: its comparison is skipped")
+        return {}
+    errors = engine_fidelity.errors(ops, iterations)
+    show("\nThis engine's forward measured on the GPU (task=profile; whole model), per iteration kind and per "
+         "operator: |predicted / measured - 1| and predicted / measured", errors)
+    tables = {"engine_profile_ops": ops, "engine_profile_iterations": iterations, "engine_profile_errors": errors}
+    for name, table in tables.items():
+        digits = "%.3f" if name.endswith("errors") else "%.4g"  # errors to 3 decimals, times to 4 digits
+        table.to_csv(out / f"fidelity_{name}.csv", index=False, float_format=digits)
+    draw_engine(ops, iterations, errors, out / "fidelity_engine_profile.png")
+    print(f"wrote {out}/fidelity_engine_profile_*.csv and fidelity_engine_profile.png")
     return tables
 
 

@@ -105,19 +105,19 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, t
     return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
 
 
-def _errors(g: pd.DataFrame) -> dict[str, float]:
+def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
     """Median and worst |predicted / measured - 1| of each cost model over ``g``'s rows."""
     out = {}
-    for name in MODELS:
+    for name in models:
         err = (g[f"{name}_s"] / g.measured_s - 1).abs()
         out[f"{name}_median_err"], out[f"{name}_worst_err"] = float(np.median(err)), float(err.max())
     return out
 
 
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per device, model and iteration kind: each cost model's ``_errors``."""
+    """Per device, model and iteration kind: each cost model's ``error_stats``."""
     return pd.DataFrame([{"device": device, "model": model, "kind": kind}
-                         | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {}) | _errors(g)
+                         | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {}) | error_stats(g)
                          for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
 
 
@@ -164,7 +164,7 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
 
 
 def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per device, tp and message size band: each cost model's ``_errors``."""
+    """Per device, tp and message size band: each cost model's ``error_stats``."""
     band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
-    return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | _errors(g)
+    return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | error_stats(g)
                          for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"])])

@@ -37,6 +37,19 @@ def profile_path(device: str, model: str | PretrainedConfig) -> Path:
     return profiles_dir() / device / f"{profile_name(model)}.csv"
 
 
+def measured_iterations(table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
+    """Each bare forward of a profile (its ``total`` rows) as (kind, prefills, decodes, seconds), in
+    the cost models' terms: a batch of one whose tokens are its context is one prompt prefilled
+    whole; any other row is ``batch`` decodes of ``context`` tokens each."""
+    rows = []
+    for row in table[table.op == "total"].itertuples():
+        if row.batch == 1 and row.tokens == row.context:
+            rows.append(("prefill", [(int(row.tokens), int(row.tokens))], [], float(row.seconds)))
+        else:
+            rows.append(("decode", [], [int(row.context)] * int(row.batch), float(row.seconds)))
+    return rows
+
+
 def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
     """Least-squares a + b . features, coefficients clipped at 0 (host time never shrinks with work)."""
     x = np.column_stack([np.ones(len(rows))] + [rows[f].to_numpy(float) for f in features])

@@ -35,7 +35,11 @@ class RooflineCostModel(CostModel):
         q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
         self.gemms = gemms(s)
         e = self.elem_bytes
-        self.pointwise_bytes_per_token = e * (8 * s.hidden + 2 * (q + kv) + 3 * s.intermediate)
+        # Elements one layer's pointwise work moves per token, by kind: two norms reading and writing the
+        # hidden state, the residual adds as much again, rotary over q and k, the gated activation's three rows.
+        self.pointwise_elems = {"norm": 4 * s.hidden, "add": 4 * s.hidden, "rope": 2 * (q + kv),
+                                "act": 3 * s.intermediate}
+        self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
         self.kv_bytes_per_token = 2 * kv * e           # one layer's key + value of one token
         self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
         self.attn_flops_per_pair = 4 * s.heads * s.head_dim
@@ -60,6 +64,12 @@ class RooflineCostModel(CostModel):
     def pointwise_s(self, tokens: int) -> float:
         """One layer's pointwise work (norms, rotary, activation, residuals), as one kernel."""
         return self._kernel(0, tokens * self.pointwise_bytes_per_token, 1, self.bw)
+
+    def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
+        """``pointwise_s`` by kind (norm, add, rope, act), for holding it against an engine that times
+        them inside other operators; one kernel here, so each kind takes its share of the bytes."""
+        whole, elems = self.pointwise_s(tokens), sum(self.pointwise_elems.values())
+        return {kind: whole * n / elems for kind, n in self.pointwise_elems.items()}
 
     def embedding_s(self, tokens: int) -> float:
         return self._kernel(0, 2 * tokens * self.shape.hidden * self.elem_bytes, 1, self.bw)
@@ -136,9 +146,13 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         launch, eff = self.cal.pointwise[kind]
         return launch + tokens * self.pointwise_bytes[kind] / (self.device.memory_bandwidth * eff)
 
+    def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
+        # In the order pointwise_s adds them: the same sum to the last bit.
+        return {"norm": self.norms * self._pointwise("norm", tokens), "rope": self._pointwise("rope", tokens),
+                "act": self._pointwise("act", tokens), "add": self._pointwise("add", tokens)}
+
     def pointwise_s(self, tokens: int) -> float:
-        return (self.norms * self._pointwise("norm", tokens) + self._pointwise("rope", tokens)
-                + self._pointwise("act", tokens) + self._pointwise("add", tokens))
+        return sum(self.pointwise_parts_s(tokens).values())
 
     def embedding_s(self, tokens: int) -> float:
         return self._pointwise("embedding", tokens)

@@ -20,7 +20,14 @@ from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.profiling.ops import time_by_op
-from sarathi_lab.sim.profile_model import COLUMNS, DENSE_OPS, ProfileCostModel, profile_name, profiles_dir
+from sarathi_lab.sim.profile_model import (
+    COLUMNS,
+    DENSE_OPS,
+    ProfileCostModel,
+    measured_iterations,
+    profile_name,
+    profiles_dir,
+)
 
 _GPU_NAMES = {"A6000": "a6000", "A100": "a100", "H100": "h100", "H200": "h200"}
 
@@ -121,13 +128,8 @@ def _self_check(table: pd.DataFrame, llm) -> dict[str, float]:
     """How far the interpolated op sums are from the bare forwards measured at the same points: the
     composition's error alone."""
     model = ProfileCostModel(table, llm.model_config, _torch_dtype(llm))
-    errors = []
-    for row in table[table.op == "total"].itertuples():
-        if row.batch == 1 and row.tokens == row.context:
-            cost = model.iteration_cost(prefills=[(row.tokens, row.tokens)])
-        else:
-            cost = model.iteration_cost(decodes=[row.context] * row.batch)
-        errors.append(cost.forward_s / row.seconds - 1)
+    errors = [model.iteration_cost(prefills, decodes).forward_s / seconds - 1
+              for _, prefills, decodes, seconds in measured_iterations(table)]
     return {"forward_median_rel_error": statistics.median(errors),
             "forward_median_abs_rel_error": statistics.median(abs(e) for e in errors)}
 

@@ -1,0 +1,149 @@
+"""The GPU cost models held against this engine's own operator table, measured on a GPU by
+``task=profile`` (``profiles/<gpu>/<model>.csv``): a measured source beside vidur's kernels, per
+operator and per iteration kind (docs/sim/README.md, section 5c). These tables time this engine,
+host launches included, not the hardware's tight kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.sim import fidelity
+from sarathi_lab.sim.device import GPU_DEVICES, load_device
+from sarathi_lab.sim.profile_model import DENSE_OPS, ProfileCostModel, measured_iterations, profiles_dir
+from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
+
+# A device with no calibration of its own is also held against the calibration of the device whose
+# compute it shares, on its own datasheet peaks: a labelled variant, not a fit to anything measured there.
+BORROWED_CALIBRATION = {"h200": "h100"}
+# Prefills this long are where the forward's arithmetic, not its launches, should set the time.
+LARGE_PREFILL = 256
+
+
+def profiled(devices=None) -> list[tuple[str, str]]:
+    """(device, model) of every committed engine profile on a simulated GPU whose model is a preset."""
+    from sarathi_lab.model import PRESETS
+
+    return [(p.parent.name, p.stem) for p in sorted(profiles_dir().glob("*/*.csv"))
+            if p.parent.name in GPU_DEVICES and p.stem in PRESETS and (devices is None or p.parent.name in devices)]
+
+
+def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]:
+    """Every cost model that exists for ``device`` by name (the column prefix it gets)."""
+    dev = load_device(device, dtype)
+    cms = {"roofline": RooflineCostModel(dev, config, dtype)}
+    if dev.calibration is not None:
+        cms["calibrated"] = CalibratedRooflineCostModel(dev, config, dtype)
+    elif device in BORROWED_CALIBRATION:
+        other = BORROWED_CALIBRATION[device]
+        borrowed = dataclasses.replace(dev, calibration=load_device(other, dtype).calibration)
+        cms[f"{other}_calibration"] = CalibratedRooflineCostModel(borrowed, config, dtype)
+    return cms
+
+
+def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -> dict[str, float]:
+    """A cost model's iteration ``ops`` (IterationCost.ops) regrouped as the engine times them
+    (profiling/ops.py): its ``ffn`` is the MLP module, activation included; its attention is the
+    attention module less its projections, so rotary and the KV write with it; its ``others`` is
+    the rest of the forward: norms, residual adds, the embedding and the LM head."""
+    part = {kind: cm.shape.layers * s for kind, s in cm.pointwise_parts_s(tokens).items()}
+    return {"qkv_proj": ops["qkv_proj"], "o_proj": ops["o_proj"],
+            "ffn": ops["gate_up_proj"] + part["act"] + ops["down_proj"],
+            "others": ops["pointwise"] - part["act"] - part["rope"] + ops["lm_head"],
+            "attention": ops["prefill_attention"] + ops["decode_attention"] + part["rope"]}
+
+
+def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
+    """Each measured operator row with the iteration it was measured in: a dense op's in a prompt of
+    ``tokens`` prefilled whole; a prefill attention's in its chunk; a decode attention's in its batch."""
+    rows = []
+    for _, row in table.iterrows():
+        t, x, b = int(row.tokens), int(row.context), int(row.batch)
+        if row.op in DENSE_OPS:
+            rows.append((row.op, [(t, t)], [], row))
+        elif row.op == "prefill_attention":
+            rows.append(("attention", [(t, x)], [], row))
+        elif row.op == "decode_attention":
+            rows.append(("attention", [], [x] * b, row))
+    return rows
+
+
+def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16"
+            ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-op rows, per-iteration rows) of one profile: measured_s beside each cost model's
+    prediction, whole-model seconds (every layer) as the profile holds them; per iteration also
+    ``profile_s``, the profile cost model on this same table (not a prediction from elsewhere)."""
+    from sarathi_lab.model import load_config
+
+    config = load_config(model)
+    cms = cost_models(device, config, dtype)
+    ops = []
+    for name, prefills, decodes, row in _op_rows(table):
+        tokens = sum(c for c, _ in prefills) + len(decodes)
+        out = {"device": device, "model": model, "op": row.op, "tokens": int(row.tokens), "context": int(row.context),
+               "batch": int(row.batch), "measured_s": float(row.seconds)}
+        for cm_name, cm in cms.items():
+            cost = cm.iteration_cost(prefills, decodes)
+            out[f"{cm_name}_s"] = as_engine_times(cm, cost.ops, tokens)[name]
+        ops.append(out)
+    # The profile cost model reads this very table: beside the others it shows what composing the
+    # table's ops costs. Its warning about a prefill past the largest measured chunk is silenced:
+    # every iteration is reported here anyway.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        composed = ProfileCostModel(table, config, dtype, source=f"{device}/{model}")
+        its = _iteration_rows(device, model, table, cms | {"profile": composed})
+    return pd.DataFrame(ops), pd.DataFrame(its)
+
+
+def _iteration_rows(device: str, model: str, table: pd.DataFrame, cms: dict) -> list[dict]:
+    """Each bare forward of the table beside each cost model's forward pass for that iteration."""
+    its = []
+    for kind, prefills, decodes, seconds in measured_iterations(table):
+        tokens, context = (prefills[0] if prefills else (len(decodes), decodes[0]))
+        label = f"prefill {tokens}" if prefills else f"decode b={tokens} @{context}"
+        its.append({"device": device, "model": model, "iteration": label, "kind": kind, "tokens": tokens,
+                    "context": context, "batch": 1 if prefills else len(decodes), "measured_s": seconds}
+                   | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
+    return its
+
+
+def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every committed engine profile on a simulated GPU (of ``devices``, if given); empty frames if none."""
+    pairs = []
+    for device, model in profiled(devices):
+        path = profiles_dir() / device / f"{model}.csv"
+        description = path.with_suffix(".json")
+        engine = json.loads(description.read_text()).get("engine", {}) if description.is_file() else {}
+        pairs.append(compare(device, model, pd.read_csv(path), engine.get("torch_dtype", "bfloat16")))
+    if not pairs:
+        return pd.DataFrame(), pd.DataFrame()
+    return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
+
+
+def models_in(rows: pd.DataFrame) -> list[str]:
+    """The cost models with a prediction in every one of ``rows``."""
+    return [c.removesuffix("_s") for c in rows if c.endswith("_s") and c != "measured_s" and rows[c].notna().all()]
+
+
+def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
+    """Per device and model: each cost model's median and worst |predicted / measured - 1| and
+    median predicted / measured, per iteration kind (and over large prefills alone) and per op."""
+    groups = []
+    for (device, model), its in iterations.groupby(["device", "model"], sort=True):
+        groups += [("iteration", kind, g) for kind, g in its.groupby("kind")]
+        groups.append(("iteration", f"prefill >= {LARGE_PREFILL} tokens",
+                       its[(its.kind == "prefill") & (its.tokens >= LARGE_PREFILL)]))
+        op_rows = ops[(ops.device == device) & (ops.model == model)]
+        groups += [("op", op, g) for op, g in op_rows.groupby("op", sort=False)]
+    rows = []
+    for level, kind, g in (group for group in groups if len(group[2])):
+        names = models_in(g)
+        ratio = {f"{n}_median_ratio": float(np.median(g[f"{n}_s"] / g.measured_s)) for n in names}
+        rows.append({"device": g.device.iloc[0], "model": g.model.iloc[0], "level": level, "kind": kind,
+                     "points": len(g)} | fidelity.error_stats(g, names) | ratio)
+    return pd.DataFrame(rows)
