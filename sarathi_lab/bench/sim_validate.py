@@ -126,20 +126,36 @@ def _rel(pred: float, ref: float) -> float:
     return pred / ref - 1 if ref > 0 else float("nan")
 
 
+def batch_errors(real: Run, sim: Run) -> dict:
+    """Whether the simulation made the real run's batches, iteration by iteration (``COMPOSITION``),
+    and where it did, its signed relative errors sim/real - 1 per iteration and in busy time."""
+    same = (len(real.iterations) == len(sim.iterations)
+            and (real.iterations[list(COMPOSITION)].to_numpy() == sim.iterations[list(COMPOSITION)].to_numpy()).all())
+    row = {"identical_batches": bool(same)}
+    if same:
+        err = sim.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
+        row["iter_median_abs_rel_err"] = float(np.median(np.abs(err)))
+        row["iter_median_rel_err"] = float(np.median(err))
+        row["busy_rel_err"] = _rel(sim.iterations.duration_s.sum(), real.iterations.duration_s.sum())
+    return row
+
+
+def served_errors(real: Run, sim: Run, keys=SERVED) -> dict:
+    """Each summary metric of ``keys``: the real run's value and the signed relative error sim/real - 1."""
+    row = {}
+    for key in keys:
+        row[f"{key}_real"] = real.summary[key]
+        row[f"{key}_rel_err"] = _rel(sim.summary[key], real.summary[key])
+    return row
+
+
 def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
     """One row of the error table: signed relative errors sim/real - 1 (and again/real - 1 for the
     real engine's own spread)."""
     row = {"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk, "batch": case.batch,
            "requests": len(case.lengths), "arrival": "all_at_once" if case.arrivals is None else "poisson",
            "iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
-    same = (len(real.iterations) == len(sim.iterations)
-            and (real.iterations[list(COMPOSITION)].to_numpy() == sim.iterations[list(COMPOSITION)].to_numpy()).all())
-    row["identical_batches"] = bool(same)
-    if same:
-        err = sim.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
-        row["iter_median_abs_rel_err"] = float(np.median(np.abs(err)))
-        row["iter_median_rel_err"] = float(np.median(err))
-        row["busy_rel_err"] = _rel(sim.iterations.duration_s.sum(), real.iterations.duration_s.sum())
+    row |= batch_errors(real, sim)
     # A repeat under Poisson arrivals may batch differently (timing moves admissions): then there
     # is no iteration-by-iteration spread to give.
     row["real_iter_median_abs_rel_spread"] = float("nan")
@@ -147,8 +163,7 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
         spread = again.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
         row["real_iter_median_abs_rel_spread"] = float(np.median(np.abs(spread)))
     for key in SERVED:
-        row[f"{key}_real"] = real.summary[key]
-        row[f"{key}_rel_err"] = _rel(sim.summary[key], real.summary[key])
+        row |= served_errors(real, sim, (key,))
         if again is not None:
             row[f"{key}_real_spread"] = _rel(again.summary[key], real.summary[key])
     return row
