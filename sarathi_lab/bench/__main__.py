@@ -17,7 +17,8 @@ BENCHMARKS = {
     "sampling": "temperature and top-p sampling: the CPU kernel against its torch path",
     "sim_validate": "the simulator against the real engine on this machine: batches, iteration times, latencies",
     "sim_speed": "how fast the simulator serves 10,000 requests, and where its time goes (--profile)",
-    "sim_fidelity": "the simulator's GPU cost models against GPU kernels measured on A100s and H100s (vidur)",
+    "sim_fidelity": "the simulator's GPU cost models against GPU kernels measured on A100s and H100s (vidur) "
+                    "and this engine's task=profile tables measured on a GPU",
     "sim_vs_gpu": "the simulator against the real engine's serving runs on a GPU (--runs ROOT): batches, times, gains",
 }
 # `all` runs these; attention_reread is left to its own entry point.
