@@ -212,14 +212,38 @@ def test_profile_model_is_exact_at_measured_points(profile_model):
 @settings(max_examples=60, deadline=None)
 @given(chunk=st.integers(1, 64), before=st.integers(0, 128), decodes=st.lists(st.integers(16, 256), max_size=8),
        more=st.integers(1, 40))
-def test_profile_model_is_monotone_in_tokens_and_context(chunk, before, decodes, more):
+@pytest.mark.parametrize("shared", [0.0, 2e-4])
+def test_profile_model_is_monotone_in_tokens_and_context(chunk, before, decodes, more, shared):
+    table = synthetic_profile()
+    # With hybrid rows too, whose shared cost exceeds the smallest parts: adding work never saves time.
+    hybrids = pd.DataFrame([("hybrid_attention", c, 128, n, 1e-6 * c * c + 1e-6 * n * 128 - shared)
+                            for c in (32, 64) for n in (1, 8)], columns=table.columns)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cm = ProfileCostModel(synthetic_profile(), PRESETS["tiny"])
+        cm = ProfileCostModel(pd.concat([table, hybrids]) if shared else table, PRESETS["tiny"])
         base = cm.iteration_time_s(prefills=[(chunk, chunk + before)], decodes=decodes)
         assert cm.iteration_time_s(prefills=[(chunk + more, chunk + more + before)], decodes=decodes) >= base
         assert cm.iteration_time_s(prefills=[(chunk, chunk + before + more)], decodes=decodes) >= base
         assert cm.iteration_time_s(prefills=[(chunk, chunk + before)], decodes=[d + more for d in decodes]) >= base
+        assert cm.iteration_time_s(prefills=[(chunk, chunk + before)], decodes=[*decodes, 16]) >= base
+
+
+def test_a_hybrid_pays_the_attention_cost_its_measured_hybrids_share_once():
+    # Hybrid rows measured 30 us below their parts' sum: a launch-bound attention layer's fixed cost,
+    # which the prefill-only and the decode-only rows each carry, paid once by a hybrid.
+    shared, table = 3e-5, synthetic_profile()
+    hybrids = pd.DataFrame([("hybrid_attention", c, 128, n, 1e-6 * c * c + 1e-6 * n * 128 - shared)
+                            for c in (32, 64) for n in (1, 8)], columns=table.columns)
+    plain, with_hybrids = (ProfileCostModel(t, PRESETS["tiny"]) for t in (table, pd.concat([table, hybrids])))
+    assert plain.attention_shared_s == 0 and with_hybrids.attention_shared_s == pytest.approx(shared)
+    batch = {"prefills": [(32, 96)], "decodes": [128] * 4}
+    assert with_hybrids.iteration_time_s(**batch) == pytest.approx(plain.iteration_time_s(**batch) - shared)
+    two_chunks = {"prefills": [(32, 96), (8, 8)], "decodes": [128] * 4}
+    assert with_hybrids.iteration_time_s(**two_chunks) == pytest.approx(plain.iteration_time_s(**two_chunks)
+                                                                         - 2 * shared)
+    # A lone part pays its whole measured time.
+    for alone in ({"prefills": [(32, 96)]}, {"decodes": [128] * 4}):
+        assert with_hybrids.iteration_time_s(**alone) == pytest.approx(plain.iteration_time_s(**alone))
 
 
 def test_profile_model_flags_and_warns_once_when_it_extrapolates(profile_model):

@@ -48,6 +48,16 @@ def test_profile_writes_the_table_and_the_machine_description(profiled):
     assert {1, 8, 16, 17, 24, 32, 33, 36} <= tokens
 
 
+def test_profile_measures_hybrids_for_the_attention_they_pay_once(profiled):
+    root, _, table = profiled
+    hybrids = table[table.op == "hybrid_attention"]
+    # The middle and the largest chunk, each beside one decode and a full batch, at the middle context.
+    assert sorted(zip(hybrids.tokens, hybrids.batch)) == [(8, 1), (8, 4), (32, 1), (32, 4)]
+    assert set(hybrids.context) == {40}
+    cm = CostModel.for_device("cpu", model="tiny", cost_model="profile", profile=root / "cpu" / "tiny.csv")
+    assert 0 <= cm.attention_shared_s < table[table.op == "decode_attention"].seconds.max()
+
+
 def test_profile_cost_model_interpolates_the_measured_table(profiled):
     root, _, _ = profiled
     cm = CostModel.for_device("cpu", model="tiny", cost_model="profile", profile=root / "cpu" / "tiny.csv")

@@ -92,8 +92,23 @@ class ProfileCostModel(CostModel):
                                         .to_dict())
         self.prepare_coef = _fit(by_op["prepare"], ["tokens", "batch"])
         self.sample_coef = _fit(by_op["sample"], ["batch"])
+        self.attention_shared_s = self._shared_attention(by_op.get("hybrid_attention"))
         self.extrapolations = 0
         self._dense_cache: dict[int, tuple[float, bool]] = {}
+
+    def _shared_attention(self, hybrids: pd.DataFrame | None) -> float:
+        """The attention time a hybrid pays once for all its parts (a launch-bound layer's fixed
+        cost, which the prefill-only and decode-only rows each carry): the median of what a measured
+        hybrid's parts add up to beyond it, at most the smaller part. Without hybrid rows (tables
+        from before they were measured): 0, every part charged whole."""
+        if hybrids is None:
+            return 0.0
+        excess = []
+        for row in hybrids.itertuples():  # a chunk of ``tokens`` with nothing before it, ``batch`` decodes
+            pre, _ = self.prefill_attention(row.tokens, 0)
+            dec, _ = self.decode_attention(row.batch, row.context)
+            excess.append(min(max(pre + dec - row.seconds, 0.0), pre, dec))
+        return float(np.median(excess))
 
     @classmethod
     def from_csv(cls, path: str | Path, config: PretrainedConfig, dtype: str = "bfloat16") -> ProfileCostModel:
@@ -134,15 +149,21 @@ class ProfileCostModel(CostModel):
         head, head_out = self.lm_head(num_sampled) if num_sampled else (0.0, False)
         one_row, _ = self.lm_head(1)
         ops = {"dense": dense, "lm_head_extra": head - one_row}
-        attn = 0.0
+        parts = []
         for chunk, context in prefills:
             t, out = self.prefill_attention(chunk, context - chunk)
-            attn, outside = attn + t, outside or out
-        ops["prefill_attention"] = attn
+            parts, outside = parts + [t], outside or out
+        ops["prefill_attention"] = sum(parts)
         ops["decode_attention"] = 0.0
         if decodes:
             t, out = self.decode_attention(len(decodes), sum(decodes) / len(decodes))
-            ops["decode_attention"], outside = t, outside or out
+            ops["decode_attention"], outside, parts = t, outside or out, parts + [t]
+        if len(parts) > 1 and self.attention_shared_s:
+            # One attention pass per layer serves the whole batch: its fixed cost is paid once, and
+            # the batch never costs less than its largest part alone.
+            cut = min(self.attention_shared_s * (len(parts) - 1), sum(parts) - max(parts))
+            key = "decode_attention" if decodes else "prefill_attention"
+            ops[key] -= min(cut, ops[key])
         outside = outside or head_out
         if outside:
             self.extrapolations += 1

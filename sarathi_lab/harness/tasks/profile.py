@@ -59,15 +59,19 @@ def grids(cfg) -> dict[str, list]:
     # A chunk ends a prompt of at most seq_len tokens, so at most seq_len - chunk are cached before it;
     # the grid is rectangular, so the largest chunk bounds it (a model may have no position past seq_len).
     chunks = _powers_of_two(min(cfg.chunk, cfg.seq_len))
+    batches, contexts = _powers_of_two(cfg.batch_size), _steps(min(16, cfg.seq_len), cfg.seq_len)
+    # Hybrids (chunk, decodes, their context): what a batch's attention parts pay once.
+    hybrids = [(c, b, contexts[len(contexts) // 2]) for c in sorted({chunks[len(chunks) // 2], chunks[-1]})
+               for b in sorted({1, batches[-1]})]
     return {"tokens": tokens, "chunks": chunks, "befores": _steps(0, cfg.seq_len - max(chunks)),
-            "batches": _powers_of_two(cfg.batch_size),
-            "contexts": _steps(min(16, cfg.seq_len), cfg.seq_len)}
+            "batches": batches, "contexts": contexts, "hybrids": hybrids}
 
 
 def kv_requests(cfg) -> list[int]:
     """The lengths of the requests of the batch that takes the most KV blocks (it holds one at a time)."""
     g = grids(cfg)
-    batches = [[max(g["tokens"])], [max(g["chunks"]) + max(g["befores"])], [max(g["contexts"])] * max(g["batches"])]
+    batches = [[max(g["tokens"])], [max(g["chunks"]) + max(g["befores"])], [max(g["contexts"])] * max(g["batches"]),
+               *([c] + [x] * b for c, b, x in g["hybrids"])]
     return max(batches, key=lambda lengths: kv_blocks(lengths, cfg.engine.block_size))
 
 
@@ -101,6 +105,9 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
             ops, prepare = _measure_batch(llm, batches, reps, decodes=size, context=context)
             rows += [("decode_attention", size, context, size, ops["attention"]),
                      ("total", size, context, size, ops["total"]), ("prepare", size, size * context, size, prepare)]
+    for chunk, size, context in g["hybrids"]:
+        ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, 0)], decodes=size, context=context)
+        rows.append(("hybrid_attention", chunk, context, size, ops["attention"]))
     rows += _head_and_sampler(llm, g["batches"], reps)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     path = _write(cfg, llm, table)
