@@ -44,19 +44,42 @@ def supports(x: torch.Tensor) -> bool:
     return x.is_cpu and x.dtype in DTYPES and cpu_build.library() is not None
 
 
-def _check(ok: bool, what: str) -> None:
+_WHERE = "sarathi_kernels.cpu_ops: "
+
+
+def _check(ok: bool, what: str, where: str = _WHERE) -> None:
     if not ok:
-        raise ValueError(f"sarathi_kernels.cpu_ops: {what}")
+        raise ValueError(f"{where}{what}")
+
+
+# The elementwise ops' contracts, here and in sarathi_kernels.pointwise (the same ops on CUDA), whose
+# messages name no module: ``where`` prefixes the message.
+def check_add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+                       where: str = _WHERE) -> None:
+    _check(x.is_contiguous() and weight.is_contiguous() and weight.shape == (x.shape[1],) and weight.dtype == x.dtype
+           and (residual is None or (residual.shape == x.shape and residual.dtype == x.dtype
+                                     and residual.is_contiguous())),
+           "add_rms_norm: contiguous [rows, hidden] of one dtype", where)
+
+
+def check_rope(qk: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               where: str = _WHERE) -> None:
+    tokens, _, d = qk.shape
+    _check(qk.stride(2) == 1 and qk.stride(1) == d and positions.dtype == torch.int64 and positions.is_contiguous()
+           and positions.shape == (tokens,) and cos.dtype == sin.dtype == torch.float32 and cos.is_contiguous()
+           and sin.is_contiguous() and cos.shape[1] == d and d % 2 == 0, "rope_: [tokens, heads, d] rows of "
+           "contiguous heads, int64 positions, float32 contiguous tables", where)
+
+
+def check_silu_mul(gate_up: torch.Tensor, where: str = _WHERE) -> None:
+    _check(gate_up.is_contiguous() and gate_up.shape[1] % 2 == 0, "silu_mul: contiguous [rows, 2 * inter]", where)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * rmsnorm(x + residual), with ``residual`` updated in place to x + residual (or
     weight * rmsnorm(x) without one). x, residual [rows, hidden] contiguous, weight [hidden]."""
     rows, hidden = x.shape
-    _check(x.is_contiguous() and weight.is_contiguous() and weight.shape == (hidden,) and weight.dtype == x.dtype
-           and (residual is None or (residual.shape == x.shape and residual.dtype == x.dtype
-                                     and residual.is_contiguous())),
-           "add_rms_norm: contiguous [rows, hidden] of one dtype")
+    check_add_rms_norm(x, residual, weight)
     out = torch.empty_like(x)
     _fn("add_rms_norm", DTYPES[x.dtype])(x.data_ptr(), None if residual is None else residual.data_ptr(),
                                          weight.data_ptr(), out.data_ptr(), rows, hidden, eps,
@@ -69,10 +92,7 @@ def rope_(qk: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: tor
     the fused qkv output) in place by the angles of ``positions`` (int64 [tokens]) in the float32
     tables cos, sin [max_positions, d]."""
     tokens, heads, d = qk.shape
-    _check(qk.stride(2) == 1 and qk.stride(1) == d and positions.dtype == torch.int64 and positions.is_contiguous()
-           and positions.shape == (tokens,) and cos.dtype == sin.dtype == torch.float32 and cos.is_contiguous()
-           and sin.is_contiguous() and cos.shape[1] == d and d % 2 == 0, "rope_: [tokens, heads, d] rows of "
-           "contiguous heads, int64 positions, float32 contiguous tables")
+    check_rope(qk, positions, cos, sin)
     _fn("rope", DTYPES[qk.dtype])(qk.data_ptr(), positions.data_ptr(), cos.data_ptr(), sin.data_ptr(), tokens, heads,
                                   d, qk.stride(0), torch.get_num_threads())
 
@@ -80,7 +100,7 @@ def rope_(qk: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: tor
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up of gate_up [rows, 2 * inter] (gate first), contiguous."""
     rows, width = gate_up.shape
-    _check(gate_up.is_contiguous() and width % 2 == 0, "silu_mul: contiguous [rows, 2 * inter]")
+    check_silu_mul(gate_up)
     out = gate_up.new_empty((rows, width // 2))
     _fn("silu_mul", DTYPES[gate_up.dtype])(gate_up.data_ptr(), out.data_ptr(), rows, width // 2,
                                            torch.get_num_threads())

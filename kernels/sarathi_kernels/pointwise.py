@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sarathi_kernels._checks import require
+from sarathi_kernels.cpu_ops import check_add_rms_norm, check_rope, check_silu_mul
 from sarathi_kernels.triton_jit import jit
 
 
@@ -36,10 +36,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
     """weight * rmsnorm(x + residual), with ``residual`` updated in place to x + residual (or
     weight * rmsnorm(x) without one). x, residual [rows, hidden] contiguous, weight [hidden]."""
     rows, hidden = x.shape
-    require(x.is_contiguous() and weight.is_contiguous() and weight.shape == (hidden,) and weight.dtype == x.dtype
-            and (residual is None or (residual.shape == x.shape and residual.dtype == x.dtype
-                                      and residual.is_contiguous())),
-            "add_rms_norm: contiguous [rows, hidden] of one dtype")
+    check_add_rms_norm(x, residual, weight, where="")
     out = torch.empty_like(x)
     if rows:
         _add_rms_norm_kernel[(rows,)](x, x if residual is None else residual, weight, out, hidden, eps,
@@ -76,10 +73,7 @@ def rope_(qk: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: tor
     the fused qkv output) in place by the angles of ``positions`` (int64 [tokens]) in the float32
     tables cos, sin [max_positions, d], each row's halves equal (transformers' layout)."""
     tokens, heads, d = qk.shape
-    require(qk.stride(2) == 1 and qk.stride(1) == d and positions.dtype == torch.int64 and positions.is_contiguous()
-            and positions.shape == (tokens,) and cos.dtype == sin.dtype == torch.float32 and cos.is_contiguous()
-            and sin.is_contiguous() and cos.shape[1] == d and d % 2 == 0, "rope_: [tokens, heads, d] rows of "
-            "contiguous heads, int64 positions, float32 contiguous tables")
+    check_rope(qk, positions, cos, sin, where="")
     if tokens:
         _rope_kernel[(tokens,)](qk, positions, cos, sin, heads, qk.stride(0), HALF=d // 2,
                                 BLOCK_H=triton.next_power_of_2(heads), BLOCK_D=triton.next_power_of_2(d // 2))
@@ -100,7 +94,7 @@ def _silu_mul_kernel(in_ptr, out_ptr, inter, BLOCK: tl.constexpr):
 def silu_mul(gate_up: torch.Tensor, *, block: int = 1024) -> torch.Tensor:
     """silu(gate) * up of gate_up [rows, 2 * inter] (gate first), contiguous."""
     rows, width = gate_up.shape
-    require(gate_up.is_contiguous() and width % 2 == 0, "silu_mul: contiguous [rows, 2 * inter]")
+    check_silu_mul(gate_up, where="")
     out = gate_up.new_empty((rows, width // 2))
     if rows:
         _silu_mul_kernel[(rows, triton.cdiv(width // 2, block))](gate_up, out, width // 2, BLOCK=block)
