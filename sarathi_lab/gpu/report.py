@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from sarathi_lab.gpu import state
+from sarathi_lab.gpu.steps.env import ceilings
 
 
 def _save(fig, out: Path, name: str) -> None:
@@ -23,17 +24,16 @@ def _save(fig, out: Path, name: str) -> None:
 
 
 def _device(out: Path) -> str:
-    env = state.read_result(out, "env")
-    return next((str(m.value) for m in (env.metrics if env else []) if m.metric == "device"), "unknown device")
+    return (ceilings(out) or {}).get("device", "unknown device")
 
 
 def kernels_figure(out: Path) -> bool:
-    result, env = state.read_result(out, "kernels"), state.read_result(out, "env")
+    result, env = state.read_result(out, "kernels"), ceilings(out)
     rates = {m.metric.split("[")[1].rstrip("]"): m.value for m in (result.metrics if result else [])
              if m.metric.startswith("decode_kv_gbps[")}
-    copy = next((m.value for m in (env.metrics if env else []) if m.metric == "copy_gbps"), None)
-    if not rates or not copy:
+    if not rates or not env:
         return False
+    copy = env["copy_gbps"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.barh(list(rates), list(rates.values()), color="tab:blue", label="paged attention, decode")
     ax.axvline(copy, color="black", ls="--", label=f"copy ceiling {copy:.0f} GB/s")

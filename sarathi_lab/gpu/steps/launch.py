@@ -60,7 +60,7 @@ def measure(llm: LLM, batch_size: int, context: int, reps: int, graphs: bool) ->
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     model, dtype, sizes, context, reps = SHAPES[ctx.device]
     llm = LLM(model=model, dtype=dtype, device=ctx.device, max_batch_size=max(sizes), max_model_len=context, seed=0)
-    shape, elem = Shape.of(llm.model_config), torch.tensor([], dtype=llm.dtype).element_size()
+    shape, elem = Shape.of(llm.model_config), llm.dtype.itemsize
     env = ceilings(ctx.out)
     graphs = ctx.device == "cuda"
     metrics = []
