@@ -92,11 +92,11 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progre
                  **{k: record["config"].get(k) for k in _KEYS},
                  "measured_on": record["environment"].get("device_name"),
                  "measured_timing_unreliable": bool(record["environment"].get("timing_unreliable"))}
+        stalled = stalls(real.iterations)
         for model in cost_models:
             sim = load(simulate(run_dir, runs, work, device, model))
             row = ident | {"cost_model": model, "iterations_real": len(real.iterations),
                            "iterations_sim": len(sim.iterations)} | batch_errors(real, sim)
-            stalled = stalls(real.iterations)
             row |= {"real_stall_iterations": int(stalled.sum()),
                     "real_stall_s": float(real.iterations.duration_s[stalled].sum())}
             row |= served_errors(real, sim, LATENCIES)
@@ -106,7 +106,7 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progre
                 it = real.iterations
                 points.append(pd.DataFrame({"job": run_dir.name, "scheduler": ident["scheduler"], "cost_model": model,
                                             "kind": _kind(it), "num_tokens": it.num_tokens,
-                                            "stall": stalls(it).to_numpy(),
+                                            "stall": stalled.to_numpy(),
                                             "num_decode_tokens": it.num_decode_tokens, "measured_s": it.duration_s,
                                             "simulated_s": sim.iterations.duration_s.to_numpy()}))
             progress(f"{ident['experiment']}/{run_dir.name.split('_')[0]} {ident['scheduler']} chunk {ident['chunk']} "
