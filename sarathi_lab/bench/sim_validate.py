@@ -3,7 +3,6 @@
 section 1)."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -21,7 +20,7 @@ from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.workloads import split_length
-from sarathi_lab.sim.profile_model import profile_path
+from sarathi_lab.sim.profile_model import profile_description, profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
 COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests", "num_decode_requests",
@@ -220,12 +219,6 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
-def _timed_on(path: Path) -> str | None:
-    """The clock a profile was timed on, from the description task=profile writes beside it."""
-    description = path.with_suffix(".json")
-    return json.loads(description.read_text()).get("clock") if description.is_file() else None
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog="python -m sarathi_lab.bench.sim_validate", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
@@ -248,9 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.reprofile or not path.is_file():
         print(f"profiling {model} into {path}")
         profile(model, **needs, clock=CPUClock() if cpu_clock else None)
-    elif _timed_on(path) not in (None, clock):
+    elif (timed_on := profile_description(path).get("clock")) not in (None, clock):
         # The real engine and the profile must read one clock: the comparison says nothing otherwise.
-        parser.error(f"--clock {args.clock} is invalid with the profile {path}: it was timed on {_timed_on(path)}, "
+        parser.error(f"--clock {args.clock} is invalid with the profile {path}: it was timed on {timed_on}, "
                      f"not {clock} (--reprofile measures it again on {clock})")
     table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock, progress=lambda m: print(m, flush=True))
     table.to_csv(out / f"validation{suffix}.csv", index=False, float_format="%.4g")

@@ -6,7 +6,6 @@ host launches included, not the hardware's tight kernels.
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 
 import numpy as np
@@ -14,7 +13,13 @@ import pandas as pd
 
 from sarathi_lab.sim import fidelity
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
-from sarathi_lab.sim.profile_model import DENSE_OPS, ProfileCostModel, measured_iterations, profiles_dir
+from sarathi_lab.sim.profile_model import (
+    DENSE_OPS,
+    ProfileCostModel,
+    measured_iterations,
+    profile_description,
+    profiles_dir,
+)
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
 # A device with no calibration of its own is also held against the calibration of the device whose
@@ -117,9 +122,8 @@ def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     pairs = []
     for device, model in profiled(devices):
         path = profiles_dir() / device / f"{model}.csv"
-        description = path.with_suffix(".json")
-        engine = json.loads(description.read_text()).get("engine", {}) if description.is_file() else {}
-        pairs.append(compare(device, model, pd.read_csv(path), engine.get("torch_dtype", "bfloat16")))
+        dtype = profile_description(path).get("engine", {}).get("torch_dtype", "bfloat16")
+        pairs.append(compare(device, model, pd.read_csv(path), dtype))
     if not pairs:
         return pd.DataFrame(), pd.DataFrame()
     return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))

@@ -37,6 +37,13 @@ def profile_path(device: str, model: str | PretrainedConfig) -> Path:
     return profiles_dir() / device / f"{profile_name(model)}.csv"
 
 
+def profile_description(path: str | Path) -> dict:
+    """What task=profile wrote beside the table at ``path`` (machine, engine, clock, grids); {} where
+    nothing was."""
+    description = Path(path).with_suffix(".json")
+    return json.loads(description.read_text()) if description.is_file() else {}
+
+
 def measured_iterations(table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
     """Each bare forward of a profile (its ``total`` rows) as (kind, prefills, decodes, seconds), in
     the cost models' terms: a batch of one whose tokens are its context is one prompt prefilled
@@ -117,12 +124,10 @@ class ProfileCostModel(CostModel):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and model first")
-        description = path.with_suffix(".json")
-        if description.is_file():
-            measured = json.loads(description.read_text()).get("engine", {}).get("torch_dtype")
-            if measured is not None and measured != dtype:
-                raise ConfigError(f"dtype={dtype!r} is invalid with the profile {path}: it was measured in {measured}"
-                                  f" (run task=profile in {dtype}, or simulate in {measured})")
+        measured = profile_description(path).get("engine", {}).get("torch_dtype")
+        if measured is not None and measured != dtype:
+            raise ConfigError(f"dtype={dtype!r} is invalid with the profile {path}: it was measured in {measured}"
+                              f" (run task=profile in {dtype}, or simulate in {measured})")
         try:
             table = pd.read_csv(path)
             if table.empty or table.isna().to_numpy().any():
