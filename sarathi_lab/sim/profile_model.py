@@ -163,12 +163,17 @@ class ProfileCostModel(CostModel):
         if decodes:
             t, out = self.decode_attention(len(decodes), sum(decodes) / len(decodes))
             ops["decode_attention"], outside, parts = t, outside or out, parts + [t]
+        forward = sum(ops.values())
         if len(parts) > 1 and self.attention_shared_s:
             # One attention pass per layer serves the whole batch: its fixed cost is paid once, and
-            # the batch never costs less than its largest part alone.
-            cut = min(self.attention_shared_s * (len(parts) - 1), sum(parts) - max(parts))
-            key = "decode_attention" if decodes else "prefill_attention"
-            ops[key] -= min(cut, ops[key])
+            # the batch never costs less than its largest part alone. The forward adds the attention
+            # whole, so that more work never rounds to less time.
+            attention = max(sum(parts) - self.attention_shared_s * (len(parts) - 1), max(parts))
+            cut = sum(parts) - attention
+            taken = min(cut, ops["decode_attention"])
+            ops["decode_attention"], ops["prefill_attention"] = (ops["decode_attention"] - taken,
+                                                                 ops["prefill_attention"] - (cut - taken))
+            forward = ops["dense"] + ops["lm_head_extra"] + attention
         outside = outside or head_out
         if outside:
             self.extrapolations += 1
@@ -179,5 +184,5 @@ class ProfileCostModel(CostModel):
         a, per_token, per_request = self.prepare_coef
         sa, per_row = self.sample_coef
         return IterationCost(prepare_s=a + per_token * tokens + per_request * (len(prefills) + len(decodes)),
-                             forward_s=sum(ops.values()), sample_s=sa + per_row * num_sampled, ops=ops,
+                             forward_s=forward, sample_s=sa + per_row * num_sampled, ops=ops,
                              extrapolated=outside)
