@@ -169,6 +169,7 @@ def _fresh(code: str, cache: os.PathLike, **env) -> subprocess.CompletedProcess:
 _USE = "from sarathi_kernels import cpu_attention; print(cpu_attention.available())"
 
 
+@pytest.mark.kernel_build
 def test_built_once_with_one_line_then_loaded(tmp_path):
     first = _fresh(_USE, tmp_path)
     assert first.stdout.split() == ["True"], first.stderr
@@ -182,6 +183,7 @@ def test_built_once_with_one_line_then_loaded(tmp_path):
     assert again.stdout.split() == ["True"] and again.stderr == ""
 
 
+@pytest.mark.kernel_build
 def test_loading_the_kernels_keeps_subnormals_for_the_rest_of_the_process(tmp_path):
     # A library linked with -ffast-math turns on flush-to-zero/denormals-are-zero process-wide when
     # it loads; hypothesis then refuses to draw floats in every later test of the session.
@@ -195,6 +197,7 @@ print(5e-324 * 1.0 > 0, 2.2250738585072014e-308 / 4 > 0, bool((x * 1.0 > 0).all(
         assert done.stdout.split() == ["True", "True", "True", "True"], done.stderr
 
 
+@pytest.mark.kernel_build
 def test_no_compiler_falls_back_in_one_line(tmp_path):
     code = _USE + """
 import torch
