@@ -1,7 +1,7 @@
 """The CPU kernels (csrc/*.cpp: paged-decode attention, fused elementwise ops), built once per machine.
 
 The sources are plain C functions over raw pointers: the system C++ compiler builds them into one
-shared library in a couple of seconds (no torch headers, no ninja) and ctypes loads it. Builds are
+shared library (no torch headers, no ninja; a source a CPU at once) and ctypes loads it. Builds are
 content-addressed, named by a hash of the sources, the compiler command and version, and the CPU's
 ISA flags (``-march=native`` code built on an AVX-512 machine must never load on an AVX2-only one),
 so two environments or two machines sharing a home directory never evict or rebuild each other's
