@@ -28,6 +28,11 @@ class IterationCost:
         return self.prepare_s + self.forward_s + self.sample_s
 
 
+def batch_tokens(prefills: list[tuple[int, int]], decodes: list[int]) -> int:
+    """The tokens one forward pass runs: each chunk's, and one a decode."""
+    return sum(chunk for chunk, _ in prefills) + len(decodes)
+
+
 class CostModel(abc.ABC):
     name: str
 

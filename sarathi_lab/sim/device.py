@@ -75,6 +75,10 @@ class Device:
             if f.name.endswith("_efficiency") and value > 1:
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an efficiency is at most 1")
 
+    def prepare_s(self, tokens: int) -> float:
+        """The host's work for an iteration of ``tokens`` tokens, before its forward pass."""
+        return self.host_overhead_s + self.host_per_token_s * tokens
+
 # safe_load's rules, parsed by libyaml where PyYAML has it: a run loads device files several times
 # (its plan, its cost model, a sweep's preflight of every job) and the pure-Python parser is slow.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

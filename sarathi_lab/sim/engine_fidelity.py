@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.sim import fidelity
+from sarathi_lab.sim.cost_model import batch_tokens
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.profile_model import (
     DENSE_OPS,
@@ -88,7 +89,7 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
     cms = cost_models(device, config, dtype)
     ops = []
     for name, prefills, decodes, row in _op_rows(table):
-        tokens = sum(c for c, _ in prefills) + len(decodes)
+        tokens = batch_tokens(prefills, decodes)
         out = {"device": device, "model": model, "op": row.op, "tokens": int(row.tokens), "context": int(row.context),
                "batch": int(row.batch), "measured_s": float(row.seconds)}
         for cm_name, cm in cms.items():

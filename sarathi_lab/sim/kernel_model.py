@@ -10,7 +10,7 @@ import pandas as pd
 from transformers import PretrainedConfig
 
 from sarathi_lab.sim.calibration import FINE_GRID
-from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel
@@ -42,7 +42,7 @@ class KernelCostModel(CostModel):
                       f"{'; '.join(self.modelled)}", stacklevel=2)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
-        tokens = sum(c for c, _ in prefills) + len(decodes)
+        tokens = batch_tokens(prefills, decodes)
         layers = self.roofline.shape.layers
         per_layer = {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0]
                      for op, curve in self.layer_ops.items()}
@@ -68,6 +68,5 @@ class KernelCostModel(CostModel):
         self.modelled_attention_iterations += modelled
         outside = tokens > self.max_tokens
         self.extrapolations += outside
-        d = self.device
-        return IterationCost(prepare_s=d.host_overhead_s + d.host_per_token_s * tokens, forward_s=sum(ops.values()),
+        return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()),
                              sample_s=0.0, ops=ops, extrapolated=outside)

@@ -16,7 +16,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.decoder import head_dim_of
-from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.interpolate import Curve
@@ -151,7 +151,7 @@ class StageCostModel:
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.roofline.iteration_cost(prefills, decodes, num_sampled)
-        tokens = sum(c for c, _ in prefills) + len(decodes)
+        tokens = batch_tokens(prefills, decodes)
         head = cost.ops["lm_head"]
         p = self.par
         p2p = p.p2p_latency_s + tokens * self.hidden_bytes / p.tp / p.p2p_bandwidth if p.pp > 1 else 0.0
@@ -181,7 +181,7 @@ class TensorParallelCostModel(CostModel):
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         cost = self.shard._cost(prefills, decodes, num_sampled)
-        tokens = sum(c for c, _ in prefills) + len(decodes)
+        tokens = batch_tokens(prefills, decodes)
         allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
         return IterationCost(cost.prepare_s, cost.forward_s + allreduce, cost.sample_s,
                              cost.ops | {"allreduce": allreduce}, cost.extrapolated)

@@ -14,7 +14,7 @@ import pandas as pd
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.interpolate import Curve, Surface
 
 DENSE_OPS = ("qkv_proj", "o_proj", "ffn", "others")
@@ -147,7 +147,7 @@ class ProfileCostModel(CostModel):
         return self._dense_cache[tokens]
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
-        tokens = sum(c for c, _ in prefills) + len(decodes)
+        tokens = batch_tokens(prefills, decodes)
         dense, outside = self._dense_s(tokens)
         # ``others`` was measured with one sampled row: add the LM head's other rows (or take the
         # one away when a chunk samples nothing).

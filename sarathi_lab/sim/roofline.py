@@ -10,7 +10,7 @@ from transformers import PretrainedConfig
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, gemms, is_gated, pointwise_elems
-from sarathi_lab.sim.cost_model import CostModel, IterationCost
+from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.device import Device
 
 # Decode-only iterations of at most this many requests are remembered by their contexts: the same few
@@ -113,14 +113,13 @@ class RooflineCostModel(CostModel):
         return cost
 
     def _predict(self, prefills, decodes, num_sampled) -> IterationCost:
-        tokens = sum(c for c, _ in prefills) + len(decodes)
+        tokens = batch_tokens(prefills, decodes)
         layers = self.shape.layers
         ops = dict(self._dense_ops(tokens, num_sampled))
         ops["prefill_attention"] = layers * sum(self.prefill_attention_s(c, x) for c, x in prefills)
         ops["decode_attention"] = layers * self.decode_attention_s(decodes) if decodes else 0.0
-        d = self.device
-        return IterationCost(prepare_s=d.host_overhead_s + d.host_per_token_s * tokens, forward_s=sum(ops.values()),
-                             sample_s=0.0, ops=ops)
+        return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()), sample_s=0.0,
+                             ops=ops)
 
 
 class CalibratedRooflineCostModel(RooflineCostModel):

@@ -22,8 +22,7 @@ def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
     parts = cost.ops
     attention = parts.get("prefill_attention", 0.0) + parts.get("decode_attention", 0.0)
     if "dense" in parts:  # the profile cost model keeps its measured dense ops apart per token count
-        tokens = sum(c for c, _ in prefills) + len(decodes)
-        dense = {op: model.dense[op](tokens)[0] for op in ("qkv_proj", "o_proj", "ffn")}
+        dense = {op: model.dense[op](batch.num_tokens)[0] for op in ("qkv_proj", "o_proj", "ffn")}
     else:
         dense = {"qkv_proj": parts["qkv_proj"], "o_proj": parts["o_proj"],
                  "ffn": parts["gate_up_proj"] + parts["down_proj"]}
