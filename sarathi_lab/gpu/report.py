@@ -39,7 +39,7 @@ def kernels_figure(out: Path) -> bool:
     ax.axvline(copy, color="black", ls="--", label=f"copy ceiling {copy:.0f} GB/s")
     ax.axvline(copy / 1.5, color="grey", ls=":", label="target: 1.5x of the floor")
     ax.set(xlabel="KV bytes read / s (GB/s)",
-           title=f"Decode attention bandwidth, measured GPU: {_device(out)}\n"
+           title=f"Decode attention bandwidth, measured GPU: {env.get('device', 'unknown device')}\n"
                  "Triton paged attention, Llama-3-8B heads (32/8, d=128), bfloat16")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
     _save(fig, out, "kernels")
