@@ -19,6 +19,7 @@ from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.bench.args import bench_parser
 from sarathi_lab.bench.sim_validate import DOCS, SERVED, Run, batch_errors, profile, served_errors
+from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import METRICS, natural_order, read_record
 
@@ -68,16 +69,11 @@ def load(run_dir: Path) -> Run:
     return Run(pd.read_parquet(run_dir / "iterations.parquet"), read_record(run_dir / METRICS)["summary"], math.nan)
 
 
-def _kind(iterations: pd.DataFrame) -> np.ndarray:
-    prefill, decode = iterations.num_prefill_tokens > 0, iterations.num_decode_tokens > 0
-    return np.select([prefill & decode, prefill], ["hybrid", "prefill-only"], "decode-only")
-
-
 def stalls(iterations: pd.DataFrame) -> pd.Series:
     """The iterations that took more than ``STALL`` times the median of their kind in the run: a
     pause of the real engine (a kernel compiled for a new shape, the host descheduled), which no
     cost model predicts and which a makespan or a gain carries whole."""
-    kind = pd.Series(_kind(iterations), index=iterations.index)
+    kind = iteration_kinds(iterations.num_prefill_tokens, iterations.num_decode_tokens)
     return iterations.duration_s > STALL * iterations.duration_s.groupby(kind).transform("median")
 
 
@@ -105,8 +101,8 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progre
             if row["identical_batches"]:
                 it = real.iterations
                 points.append(pd.DataFrame({"job": run_dir.name, "scheduler": ident["scheduler"], "cost_model": model,
-                                            "kind": _kind(it), "num_tokens": it.num_tokens,
-                                            "stall": stalled.to_numpy(),
+                                            "kind": iteration_kinds(it.num_prefill_tokens, it.num_decode_tokens),
+                                            "num_tokens": it.num_tokens, "stall": stalled.to_numpy(),
                                             "num_decode_tokens": it.num_decode_tokens, "measured_s": it.duration_s,
                                             "simulated_s": sim.iterations.duration_s.to_numpy()}))
             progress(f"{ident['experiment']}/{run_dir.name.split('_')[0]} {ident['scheduler']} chunk {ident['chunk']} "
@@ -130,7 +126,7 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def by_kind(points: pd.DataFrame) -> pd.DataFrame:
-    """The iterations by cost model, kind (decode-only, prefill-only, hybrid) and size (up to a
+    """The iterations by cost model, kind (decode, prefill, hybrid) and size (up to a
     chunk or whole prompts): medians of the measured and simulated times and of the error."""
     err = points.simulated_s / points.measured_s - 1
     size = np.where(points.num_tokens > 512, "513+ tokens", "1-512 tokens")

@@ -36,6 +36,13 @@ class IterationRecord:
         return self.num_prefill_requests + self.num_decode_requests
 
 
+def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
+    """Each iteration's kind from its token counts (arrays or columns of iteration rows): "prefill"
+    (prefill chunks only), "decode" (decodes only) or "hybrid" (a chunk with decodes riding on it)."""
+    prefill, decode = np.asarray(num_prefill_tokens) > 0, np.asarray(num_decode_tokens) > 0
+    return np.select([prefill & decode, prefill], ["hybrid", "prefill"], "decode")
+
+
 @dataclass(slots=True)
 class RequestRecord:
     request_id: int

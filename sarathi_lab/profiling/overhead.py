@@ -2,9 +2,9 @@
 through ``LLM.generate``, each iteration's time split into the parts IterationRecord holds."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
+from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.engine.sequence import SamplingParams
 
 TARGET = 0.05
@@ -19,8 +19,7 @@ def serve(llm, prompts, new_tokens) -> pd.DataFrame:
     shares of its time on the host (schedule + prepare + sample) and outside the forward pass."""
     llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
     table = pd.DataFrame(llm.metrics.iteration_rows())
-    table["kind"] = np.select([table.num_prefill_tokens == 0, table.num_decode_tokens == 0], ["decode", "prefill"],
-                              "hybrid")
+    table["kind"] = iteration_kinds(table.num_prefill_tokens, table.num_decode_tokens)
     table["host_share"] = table[[f"{part}_s" for part in HOST_PARTS]].sum(axis=1) / table.duration_s
     table["outside_forward_share"] = 1 - table.forward_s / table.duration_s
     return table
