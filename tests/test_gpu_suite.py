@@ -278,6 +278,25 @@ def test_kernels_step_reads_check_gpu_output():
         parse("no CUDA device", None)
 
 
+def test_the_kernels_figure_names_the_case_check_gpu_timed():
+    # check_gpu's own header, not a copy of it, so a change of the timed shape reaches the figure.
+    import importlib.util
+
+    import torch
+
+    from sarathi_lab.gpu.steps.kernels import CHECK_GPU, parse
+
+    spec = importlib.util.spec_from_file_location("check_gpu", CHECK_GPU)
+    check_gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_gpu)
+    header = check_gpu.timings_header(torch.bfloat16, 3000.0)
+    body = "\n".join(header if line.startswith("timings,") else line for line in CHECK_GPU_OUTPUT.splitlines())
+    case = {m.metric: m.value for m in parse(body, None)}["decode_timed_case"]
+    heads, kv_heads = check_gpu.TIMED_HEADS
+    assert case.startswith("Triton paged attention") and f"{heads}/{kv_heads} heads" in case
+    assert case.endswith("bfloat16") and "copy bandwidth" not in case
+
+
 def test_paper_sweeps_expand_to_the_plans_jobs():
     from sarathi_lab.gpu.steps.paper import job_overrides, sweep_argv
 

@@ -29,8 +29,10 @@ def _device(out: Path) -> str:
 
 def kernels_figure(out: Path) -> bool:
     result, env = state.read_result(out, "kernels"), ceilings(out)
-    rates = {m.metric.split("[")[1].rstrip("]"): m.value for m in (result.metrics if result else [])
+    metrics = result.metrics if result else []
+    rates = {m.metric.split("[")[1].rstrip("]").replace("_", " "): m.value for m in metrics
              if m.metric.startswith("decode_kv_gbps[")}
+    case = next((m.value for m in metrics if m.metric == "decode_timed_case"), "Triton paged attention")
     if not rates or not env:
         return False
     copy = env["copy_gbps"]
@@ -39,8 +41,7 @@ def kernels_figure(out: Path) -> bool:
     ax.axvline(copy, color="black", ls="--", label=f"copy ceiling {copy:.0f} GB/s")
     ax.axvline(copy / 1.5, color="grey", ls=":", label="target: 1.5x of the floor")
     ax.set(xlabel="KV bytes read / s (GB/s)",
-           title=f"Decode attention bandwidth, measured GPU: {env.get('device', 'unknown device')}\n"
-                 "Triton paged attention, Llama-3-8B heads (32/8, d=128), bfloat16")
+           title=f"Decode attention bandwidth, measured GPU: {env.get('device', 'unknown device')}\n{case}")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
     _save(fig, out, "kernels")
     return True

@@ -21,6 +21,7 @@ _WRITE = re.compile(r"^\s*kv write torch\.(\w+)\s+block=(\d+):\s+(ok|FAIL)")
 _POINTWISE = re.compile(r"^\s*pointwise torch\.(\w+)\s+(\w+):\s+(ok|FAIL)")
 _TIMING = re.compile(r"^\s*(\d+ decodes x \d+ ctx)\s+triton\s+([\d.]+) ms.*?KV\s+([\d.]+) GB/s")
 _COPY = re.compile(r"copy bandwidth ([\d.]+) GB/s")
+_TIMED = re.compile(r"^timings, torch\.(\w+), (.+); copy bandwidth")
 
 
 def parse(text: str, copy_gbps: float | None) -> list[Metric]:
@@ -44,7 +45,9 @@ def parse(text: str, copy_gbps: float | None) -> list[Metric]:
     metrics += [Metric(f"{k}_cases_ok", f"{sum(v)}/{len(v)}", "", "all", all(v))
                 for k, v in verdicts.items() if k.startswith(("kv_write", "pointwise"))]
     for line in text.splitlines():
-        if (m := _TIMING.match(line)) and copy_gbps:
+        if m := _TIMED.match(line):  # what the decode cases time, as check_gpu names it
+            metrics.append(Metric("decode_timed_case", f"Triton paged attention, {m[2]}, {m[1]}"))
+        elif (m := _TIMING.match(line)) and copy_gbps:
             name = m[1].replace(" ", "_")
             metrics.append(Metric(f"decode_kv_gbps[{name}]", float(m[3]), "GB/s"))
             ratio = copy_gbps / float(m[3])
