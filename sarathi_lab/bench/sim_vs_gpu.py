@@ -86,6 +86,7 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progre
         real = load(run_dir)
         ident = {"experiment": record["config"].get("experiment"), "job": run_dir.name,
                  **{k: record["config"].get(k) for k in _KEYS},
+                 "model": record["config"].get("model"), "dtype": record["config"].get("dtype"),
                  "measured_on": record["environment"].get("device_name"),
                  "measured_timing_unreliable": bool(record["environment"].get("timing_unreliable"))}
         stalled = stalls(real.iterations)
@@ -155,6 +156,7 @@ def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame
 
 def figure(points: pd.DataFrame, table: pd.DataFrame, gain: pd.DataFrame | None, title: str, path: Path) -> None:
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
+    from matplotlib.ticker import ScalarFormatter
 
     panels = 3 if gain is not None and len(gain) else 2
     fig = Figure(figsize=(5 * panels, 4.6))
@@ -173,6 +175,9 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, gain: pd.DataFrame | None,
     left.plot([low, high], [low, high], "k-", lw=0.8, label="simulated = measured")
     left.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
              title="every iteration (identical batches)")
+    for axis in (left.xaxis, left.yaxis):  # plain milliseconds, not 2 x 10^0
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(ScalarFormatter())
     left.legend(fontsize=8, markerscale=2)
     middle, keys = axes[1], ["makespan_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "itl_p50_s", "itl_p99_s"]
     for i, model in enumerate(m for m in COST_MODELS if m in set(table.cost_model)):
@@ -250,10 +255,9 @@ def main(argv: list[str] | None = None) -> None:
         claim_rows.to_csv(out / f"{stem}_claims.csv", index=False)
     if not points.empty:
         by_kind(points).to_csv(out / f"{stem}_iterations.csv", index=False, float_format="%.4g")
-        first = read_record(serving_runs(runs)[0] / METRICS)
+        first = table.iloc[0]
         title = (f"Simulator ({' and '.join(COST_MODELS)} cost models, sim_device={device}) against this engine "
-                 f"measured on {first['environment'].get('device_name')}: {first['config'].get('model')}, "
-                 f"{first['config'].get('dtype')}"
+                 f"measured on {first['measured_on']}: {first['model']}, {first['dtype']}"
                  + ("\nmeasured side: this engine, launch-bound (no CUDA graphs), not the hardware's limit"
                     if device != "cpu" else ""))
         figure(points, table, gain, title, out / f"{stem}.png")
