@@ -122,3 +122,17 @@ def test_bfloat16_on_a_cpu_without_bf16_units_is_simulated_in_float32(monkeypatc
     # tiny: 4 layers x (K and V) x 2 kv heads x 64 head dim x 4 bytes x 16 tokens a block, as the real
     # engine's plan_kv_blocks counts it in float32.
     assert simulated_kv_blocks(cfg, PRESETS["tiny"]) == 2**30 // (4 * 2 * 2 * 64 * 4 * 16)
+
+
+@pytest.mark.parametrize(("reported", "slug"), [
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100"),
+    ("NVIDIA A40", "a40"), ("NVIDIA RTX A6000", "a6000"),
+    # Not an H200 (H100 compute beside more memory): its own folder, never borrowed figures.
+    ("NVIDIA GH200 480GB", "nvidia-gh200-480gb"), ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090")])
+def test_a_gpus_reported_name_maps_to_one_device_name(reported, slug):
+    # The profile task (profiles/<device>/) and the GPU suite's collect (docs/gpu/<device>/) both
+    # name a GPU by this; every simulated GPU is reachable from the name its driver reports.
+    from sarathi_lab.sim.device import GPU_DEVICES, device_slug
+
+    assert device_slug(reported) == slug
+    assert {device_slug(f"NVIDIA {d.upper()}") for d in GPU_DEVICES} == set(GPU_DEVICES)

@@ -11,17 +11,13 @@ import re
 import tarfile
 from pathlib import Path
 
+from sarathi_lab.sim.device import device_slug
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Kept: small text tables and figures; never the per-run folders of the paper sweeps.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
 ENV = "steps/env/env.json"  # names the device, hence where everything goes
-
-
-def device_slug(name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'h100': the chip, as the simulator's device names go."""
-    chip = re.search(r"\b([AHBL]\d{2,3}|A6000)\b", name)
-    return chip[1].lower() if chip else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def collect(archive: Path, root: Path = REPO_ROOT) -> list[Path]:

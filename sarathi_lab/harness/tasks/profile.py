@@ -4,7 +4,6 @@ engine the run built over ``grids``, written to ``$SARATHI_PROFILES_DIR/<device>
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.profiling.ops import time_by_op
+from sarathi_lab.sim.device import device_slug
 from sarathi_lab.sim.profile_model import (
     COLUMNS,
     DENSE_OPS,
@@ -29,16 +29,10 @@ from sarathi_lab.sim.profile_model import (
     profiles_dir,
 )
 
-_GPU_NAMES = {"A6000": "a6000", "A100": "a100", "H100": "h100", "H200": "h200"}
-
 
 def device_name(device: torch.device) -> str:
     """The simulator's name for the device the engine runs on (``sim_device``)."""
-    if device.type != "cuda":
-        return "cpu"
-    full = torch.cuda.get_device_name(device)
-    return next((short for key, short in _GPU_NAMES.items() if key in full),
-                re.sub(r"[^a-z0-9]+", "-", full.lower()).strip("-"))
+    return device_slug(torch.cuda.get_device_name(device)) if device.type == "cuda" else "cpu"
 
 
 def _powers_of_two(top: int) -> list[int]:
