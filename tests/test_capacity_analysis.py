@@ -125,6 +125,7 @@ def test_searches_load_from_their_capacity_json(tmp_path):
     (run / "metrics.json").write_text(json.dumps({
         "config": {"scheduler": "vllm", "executor": "sim", "model": "mistral-7b", "scale": "full"},
         "summary": {"capacity_rps": 3.0, "token_budget": None, "at_capacity_itl_p99_s": 0.09},
+        "overrides": [], "resolved_config": {},
         "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
     (row,) = load_searches(tmp_path).to_dict("records")
     assert row["capacity_rps"] == 3.0 and row["tbt_slo_s"] == 0.1 and row["num_trials"] == 2

@@ -30,6 +30,7 @@ def _searches(root, executor="model"):
             "config": {"scheduler": scheduler, "executor": executor, "model": "cpu-small", "scale": "full",
                        "dtype": "bfloat16"},
             "summary": {"capacity_rps": qps, "token_budget": 256 if scheduler == "sarathi_serve" else None},
+            "overrides": [], "resolved_config": {},
             "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
     return root
 

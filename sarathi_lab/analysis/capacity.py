@@ -15,10 +15,9 @@ from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import COLUMNS
 from sarathi_lab.analysis.figures import plain_log_ticks
 from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.harness.results import METRICS, current_names, is_finished
+from sarathi_lab.harness.results import CAPACITY_JSON, METRICS, current_names, is_finished, read_record
 
 log = logging.getLogger(__name__)
-CAPACITY_JSON = "capacity.json"  # harness/tasks/capacity.py writes it beside the search's metrics.json
 
 # The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free batching's.
 HYBRID_TBT_MIN_RATIO = 2
@@ -49,7 +48,7 @@ def load_searches(root: str | Path) -> pd.DataFrame:
 def _search_row(path: Path) -> dict:
     # A search written before its rates' names carried their unit reads as one of today's.
     found = current_names(json.loads(path.read_text()))
-    record = json.loads((path.parent / METRICS).read_text())
+    record = read_record(path.parent / METRICS)
     summary = current_names(record["summary"])
     return (record["config"] | {"run_dir": str(path.parent), "tbt_slo_s": found["slo"]["tbt_p99_s"],
                                 "sched_delay_slo_s": found["slo"]["sched_delay_p50_s"]}

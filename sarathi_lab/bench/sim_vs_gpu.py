@@ -21,7 +21,7 @@ from sarathi_lab.bench.args import bench_parser
 from sarathi_lab.bench.sim_validate import DOCS, SERVED, Run, batch_errors, profile, served_errors
 from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.harness.compose import run_in_process
-from sarathi_lab.harness.results import METRICS, natural_order, read_record
+from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
 
 COST_MODELS = ("roofline", "profile")
 # An iteration this many times its kind's median in the same run is a stall, not a cost (``stalls``).
@@ -53,7 +53,7 @@ def overrides_of(run_dir: Path) -> list[str]:
     hydra = run_dir / ".hydra" / "overrides.yaml"
     given = (OmegaConf.to_container(OmegaConf.load(hydra)) if hydra.is_file()
              else read_record(run_dir / METRICS)["overrides"])
-    return [o for o in given if o.split("=", 1)[0].lstrip("+~") not in _NOT_CARRIED and not o.startswith("hydra")]
+    return [o for o in given if override_key(o) not in _NOT_CARRIED and not o.startswith("hydra")]
 
 
 def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str) -> Path:

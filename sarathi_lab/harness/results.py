@@ -28,6 +28,7 @@ STATUS = "status.json"
 log = logging.getLogger(__name__)
 SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written by harness/sweep.py
 SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
+CAPACITY_JSON = "capacity.json"       # a capacity search's trials and result, beside its metrics.json
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
 # Old metric names (before they carried units) to today's: load_runs puts old and new runs in one table.
@@ -210,11 +211,16 @@ def natural_order(path: Path) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 
+def override_key(override: str) -> str:
+    """The key a command-line override sets: 'chunk' of 'chunk=256', '+workload.cv=2' and '~logger'."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def _override_columns(record: dict) -> dict[str, Any]:
     """Values of overridden keys the key config does not already hold, as dotted columns."""
     columns = {}
     for override in record["overrides"]:
-        key = override.split("=", 1)[0].lstrip("+~")
+        key = override_key(override)
         if key.startswith("hydra") or key in record["config"]:
             continue
         value = record["resolved_config"]

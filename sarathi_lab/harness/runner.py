@@ -33,6 +33,7 @@ from sarathi_lab.harness.results import (
     is_finished,
     lock,
     next_dir,
+    override_key,
     write_results,
     write_status,
 )
@@ -173,7 +174,7 @@ _UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger",
 
 def run_name(cfg: RunConfig, overrides: list[str]) -> str:
     """The run's name in W&B, e.g. 'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
-    other = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _UNNAMED and not o.startswith("hydra")]
+    other = [o for o in overrides if override_key(o) not in _UNNAMED and not o.startswith("hydra")]
     return " ".join([cfg.model.name, cfg.scheduler.name, f"chunk={cfg.chunk}", f"batch_size={cfg.batch_size}", *other])
 
 

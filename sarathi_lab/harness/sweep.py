@@ -25,6 +25,7 @@ from sarathi_lab.harness.results import (
     SWEEP_TABLE,
     natural_order,
     next_dir,
+    override_key,
     read_json,
     read_status,
     write_json,
@@ -125,7 +126,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
     for job, outcome in jobs.items():
         record = read_json(sweep_dir / job / METRICS)
         overrides = record["overrides"] if record else _unfinished_overrides(sweep_dir, job)
-        values = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
+        values = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
         summary = (record or {}).get("summary", {})
         rows.append({"job": job, "status": outcome["status"], **values,
                      **{k: summary[k] for k in HEADLINE if summary.get(k) is not None}})

@@ -16,13 +16,12 @@ import shutil
 import pandas as pd
 
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
-from sarathi_lab.harness.results import METRICS, UnreadableRun, read_record, write_json
+from sarathi_lab.harness.results import CAPACITY_JSON, METRICS, UnreadableRun, read_record, write_json
 from sarathi_lab.harness.tasks import TaskContext
 from sarathi_lab.harness.workloads import arrival_times
 
 log = logging.getLogger(__name__)
 
-CAPACITY_JSON = "capacity.json"
 # What the trials table and the summary keep of each trial (and of the trial at capacity).
 TRIAL_COLUMNS = ("itl_p99_s", "sched_delay_p50_s", "ttft_p50_s", "tpot_p50_s", "goodput_rps", "slo_attainment",
                  "saturated", "num_unfinished", "makespan_s")
