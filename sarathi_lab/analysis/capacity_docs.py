@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from sarathi_lab.analysis import capacity
+from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
 from sarathi_lab.harness.results import current_names
 from sarathi_lab.sim import CostModel
@@ -60,8 +61,7 @@ def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, st
 def simulated_provenance(sim: pd.DataFrame, table: str, simulated_as: str) -> dict[str, str]:
     """claims.PROVENANCE of a committed table of simulated searches, or of the cost model alone."""
     where = f" (committed docs/capacity/{table})" if table else " (computed here)"
-    return {"source": f"simulated {simulated_as}{where}", "scale": str(sim.scale.iloc[0]), "dtype": "",
-            "threads": "n/a (simulated)", "machine": "none: predicted by the cost model"}
+    return claim_checks.simulated_provenance(f"simulated {simulated_as}{where}", str(sim.scale.iloc[0]))
 
 
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:

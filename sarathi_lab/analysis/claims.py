@@ -15,6 +15,12 @@ COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", 
 NO_REPEATS = "one run per point: no spread"
 
 
+def simulated_provenance(source: str, scale: str, dtype: str = "") -> dict[str, str]:
+    """PROVENANCE of numbers a cost model predicted: no threads ran and no machine was measured."""
+    return {"source": source, "scale": scale, "dtype": dtype, "threads": "n/a (simulated)",
+            "machine": "none: predicted by the cost model"}
+
+
 def _verdict(flags) -> str:
     """None: a point not judged, a run of it missing (a failed job); the verdict is on the others."""
     flags = [f for f in flags if f is not None]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab.analysis import registry
+from sarathi_lab.analysis.claims import simulated_provenance
 from sarathi_lab.harness.results import (
     METRICS,
     WANDB_DIR,
@@ -187,12 +188,12 @@ class Results:
     def provenance(self, name: str) -> dict[str, str]:
         """Where the experiment's numbers come from: a claims row's claims.PROVENANCE columns."""
         row = self._loaded(name, "summary").iloc[0]
-        simulated = self.executor(name)["executor"] == "sim"
+        source, scale, dtype = f"{self.source(name)}, {row.model}", self.scale(name), str(row.get("env.dtype", ""))
+        if self.executor(name)["executor"] == "sim":
+            return simulated_provenance(source, scale, dtype)
         threads = row.get("env.torch_threads")
-        return {"source": f"{self.source(name)}, {row.model}", "scale": self.scale(name),
-                "dtype": str(row.get("env.dtype", "")),
-                "threads": "n/a (simulated)" if simulated else "" if pd.isna(threads) else f"{threads:g}",
-                "machine": "none: predicted by the cost model" if simulated else str(row.get("env.device_name", ""))}
+        return {"source": source, "scale": scale, "dtype": dtype,
+                "threads": "" if pd.isna(threads) else f"{threads:g}", "machine": str(row.get("env.device_name", ""))}
 
     def scale(self, name: str) -> str:
         """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json; ``experiment=ci/NAME``
