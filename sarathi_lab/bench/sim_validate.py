@@ -15,16 +15,20 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab import cli_args
-from sarathi_lab.config import KV_WATERMARK
+from sarathi_lab.config import KV_WATERMARK, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.harness.arrivals import poisson_arrivals
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.sim.profile_model import profile_description, profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
 COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests", "num_decode_requests",
                "kv_tokens_read", "num_preempted")
+BLOCK_SIZE = EngineConfig.block_size  # both engines keep the default
+# The tiny model's profile for the smoke runs (``profile``'s keywords): every shape they batch.
+SMOKE_PROFILE = {"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1, "token_step": 16}
 SERVED = ("makespan_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
 
@@ -55,7 +59,7 @@ class Case:
     def kv_blocks(self) -> int:
         """Room for ``batch`` of the longest requests beside the watermark, the same on both
         engines so that admission and preemption decide alike."""
-        return blocks_beside_watermark(self.batch * math.ceil(self.longest / 16), KV_WATERMARK)
+        return blocks_beside_watermark(self.batch * math.ceil(self.longest / BLOCK_SIZE), KV_WATERMARK)
 
 
 def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
@@ -72,7 +76,7 @@ def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
             for ratio in (4, 32) for s in names]
     n, lo, hi, chunk, qps = (4, 16, 48, 16, 50.0) if smoke else (8, 128, 512, 64, 1.0)
     lengths = tuple(split_length(int(t), 4) for t in rng.integers(lo, hi + 1, size=n))
-    arrivals = tuple(np.concatenate([[0.0], np.cumsum(rng.exponential(1 / qps, size=n - 1))]).tolist())
+    arrivals = tuple(poisson_arrivals(n, qps, rng))
     return out + [Case("scheduler_latency", s, chunk, 8, lengths, arrivals, repeat_real=(s == "sarathi"))
                   for s in names]
 
@@ -90,9 +94,9 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
                           measure=SimpleNamespace(reps=reps, token_step=token_step, tile=1 << 20,
                                                   max_tokens=max_tokens))
     top = max(max_tokens, chunk + seq_len)
+    blocks = math.ceil(top / BLOCK_SIZE) + batch * math.ceil(seq_len / BLOCK_SIZE) + 8
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=num_threads,
-              max_model_len=top, num_kv_blocks=math.ceil(top / 16) + batch * math.ceil(seq_len / 16) + 8,
-              warmup_iters=1)
+              max_model_len=top, num_kv_blocks=blocks, warmup_iters=1)
     task.run(cfg, _on_clock(llm, clock))
     return profile_path("cpu", model)
 
@@ -235,8 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:  # never overwrite the committed profile with a CI one
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
     model = "tiny" if args.smoke else "cpu-small"
-    needs = ({"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1, "token_step": 16} if args.smoke
-             else {"max_tokens": 2400, "chunk": 1024, "batch": 8, "seq_len": 784, "token_step": 300})
+    needs = SMOKE_PROFILE if args.smoke else {"max_tokens": 2400, "chunk": 1024, "batch": 8, "seq_len": 784,
+                                              "token_step": 300}
     path, clock = profile_path("cpu", model), (CPUClock if cpu_clock else WallClock).__name__
     if args.reprofile or not path.is_file():
         print(f"profiling {model} into {path}")

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.bench.args import bench_parser
-from sarathi_lab.bench.sim_validate import DOCS, SERVED, Run, batch_errors, profile, served_errors
+from sarathi_lab.bench.sim_validate import DOCS, SERVED, SMOKE_PROFILE, Run, batch_errors, profile, served_errors
 from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:  # never the committed profiles: the tiny one is measured into OUT
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
-        profile("tiny", max_tokens=160, chunk=32, batch=8, seq_len=64, reps=1, token_step=16)
+        profile("tiny", **SMOKE_PROFILE)
         _smoke_runs(runs)
     table, points = compare(runs, work, device, progress=lambda m: print(m, flush=True))
     stem = f"validation_{device}"
