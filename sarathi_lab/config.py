@@ -12,9 +12,15 @@ import os
 import re
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 log = logging.getLogger("sarathi_lab")
+
+# The package (its data ships with it: conf/, the simulator's devices and kernels) and the clone
+# around it (docs/, profiles/, kernels/, outputs/): meaningful only when running from a clone.
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
 
 # The choices the engine implements (schedulers are checked by their own registry when one is built).
 ATTENTIONS = ("auto", "torch", "triton")

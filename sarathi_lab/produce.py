@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import sarathi_lab
 from sarathi_lab import cli_args
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import Results
@@ -53,7 +52,7 @@ def run_experiments(names, root: str | Path, scale: str = "full", extra: list[st
     """Each experiment's sweep, one ``python -m sarathi_lab.run`` each (``sim``: on the simulator);
     returns the names of those with a failed job."""
     # The runs import the same sarathi_lab as this process, wherever it was imported from.
-    package_root = str(Path(sarathi_lab.__file__).resolve().parents[1])
+    package_root = str(REPO_ROOT)
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     failed = []
     for name in names:

@@ -15,10 +15,11 @@ import pandas as pd
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness.results import current_names
 from sarathi_lab.sim import CostModel
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"  # the repository's
+DOCS = REPO_ROOT / "docs"
 SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_capacity.csv"
 TP_CSV = "sim_capacity_yi34b.csv"
 # experiment=capacity_sim_arxiv: its lengths and cost model, which the table does not record.

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.sim import fidelity
 from sarathi_lab.sim.profile_model import profiles_dir
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
+DOCS = REPO_ROOT / "docs" / "sim"
 SMOKE_OPS = (1, 128, 136, 1024)
 
 

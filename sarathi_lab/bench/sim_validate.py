@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab import cli_args
-from sarathi_lab.config import KV_WATERMARK, EngineConfig
+from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 from sarathi_lab.engine.scheduler import scheduler_names
@@ -30,7 +30,7 @@ BLOCK_SIZE = EngineConfig.block_size  # both engines keep the default
 # The tiny model's profile for the smoke runs (``profile``'s keywords): every shape they batch.
 SMOKE_PROFILE = {"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1, "token_step": 16}
 SERVED = ("makespan_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
+DOCS = REPO_ROOT / "docs" / "sim"
 
 
 def _on_clock(llm, clock: Clock | None):

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 from sarathi_lab import cli_args
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.context import wait_or_stop
 from sarathi_lab.gpu.plan import BY_NAME, Step, format_plan, named, select
 from sarathi_lab.gpu.worker import RESTART
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # What a worker gets after SIGTERM to save its partial results before it is killed.
 GRACE_S = 15
 GPU_BUDGET_MIN = 9.0

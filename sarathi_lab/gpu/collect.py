@@ -11,9 +11,9 @@ import re
 import tarfile
 from pathlib import Path
 
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.sim.device import device_slug
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # Kept: small text tables and figures; never the per-run folders of the paper sweeps.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")

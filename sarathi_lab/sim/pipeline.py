@@ -17,7 +17,7 @@ import pandas as pd
 from transformers import AutoConfig
 
 from sarathi_lab import cli_args
-from sarathi_lab.config import KV_WATERMARK
+from sarathi_lab.config import KV_WATERMARK, REPO_ROOT
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
@@ -224,8 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.requests is not None and args.requests < 1:
         parser.error(f"--requests={args.requests} is invalid: must be an integer >= 1")
-    out = args.out or (Path("sim_pipeline_smoke") if args.smoke
-                       else Path(__file__).resolve().parents[2] / "docs" / "sim")
+    out = args.out or (Path("sim_pipeline_smoke") if args.smoke else REPO_ROOT / "docs" / "sim")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -13,17 +13,16 @@ import numpy as np
 import pandas as pd
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import REPO_ROOT, ConfigError
 from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.interpolate import Curve, Surface
 
 DENSE_OPS = ("qkv_proj", "o_proj", "ffn", "others")
 COLUMNS = ("op", "tokens", "context", "batch", "seconds")
-_REPO = Path(__file__).resolve().parents[2]
 
 
 def profiles_dir() -> Path:
-    return Path(os.environ.get("SARATHI_PROFILES_DIR") or _REPO / "profiles")
+    return Path(os.environ.get("SARATHI_PROFILES_DIR") or REPO_ROOT / "profiles")
 
 
 def profile_name(model: str) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.profiling import quantities
 from sarathi_lab.profiling.quantities import decode_speedup
 from sarathi_lab.sim.cost_model import CostModel
@@ -25,7 +26,7 @@ CASES = (("llama-33b", "a100", ("roofline", "calibrated")),
          ("llama2-7b", "a100", ("roofline", "calibrated", "profile")))
 SEQ_LENS = (1024, 2048, 3072)
 BATCH_SIZES = (2, 6, 12, 18)
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "sim"
+DOCS = REPO_ROOT / "docs" / "sim"
 
 
 def piggyback_ms(cm: CostModel, chunk: int, batch_size: int, seq_len: int) -> pd.DataFrame:

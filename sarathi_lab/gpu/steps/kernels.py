@@ -8,13 +8,13 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.gpu.context import Context, Incomplete, Unavailable
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings
 
-CHECK_GPU = Path(__file__).resolve().parents[3] / "kernels" / "check_gpu.py"
+CHECK_GPU = REPO_ROOT / "kernels" / "check_gpu.py"
 FLOOR_TARGET = 1.5
 _CASE = re.compile(r"^\s*torch\.(\w+)\s+d=\s*(\d+)\s+heads=(\d+)/(\d+)\s+block=(\d+):\s+(\S+)\s+(ok|FAIL)")
 _WRITE = re.compile(r"^\s*kv write torch\.(\w+)\s+block=(\d+):\s+(ok|FAIL)")
@@ -67,7 +67,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     log = ctx.dir / "check_gpu.log"
     try:
-        proc = subprocess.run([sys.executable, str(CHECK_GPU)], cwd=CHECK_GPU.parents[1], env=env,
+        proc = subprocess.run([sys.executable, str(CHECK_GPU)], cwd=REPO_ROOT, env=env,
                               capture_output=True, text=True, timeout=ctx.seconds_left(), check=False)
     except subprocess.TimeoutExpired as e:
         log.write_text((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))

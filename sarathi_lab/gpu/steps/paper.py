@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from sarathi_lab.analysis import registry
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.gpu.context import Context, Incomplete, wait_or_stop
 from sarathi_lab.gpu.plan import PAPER_COMMON, Step
 from sarathi_lab.gpu.state import Metric
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 GRACE_S = 10
 H100_BYTES = 80 * 10**9
 SWEPT_IN_DRY_RUN = "per_token_cost"
