@@ -1,7 +1,6 @@
 """The machine and its two ceilings (profiling/ceilings.py): copy bandwidth and the bf16 matmul rate."""
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -10,6 +9,7 @@ import torch
 
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
+from sarathi_lab.harness.results import read_json, write_json
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops
 
 # GPU: a buffer far past the 50-60 MB L2 and the paper's matmul; dry run: seconds on two cores.
@@ -50,7 +50,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                "matmul_tflops": matmul_gflops(ctx.device, dtype, MATMUL_N[ctx.device], reps=20) / 1e3,
                "matmul_dtype": str(dtype).removeprefix("torch."), "matmul_n": MATMUL_N[ctx.device],
                "copy_bytes": COPY_BYTES[ctx.device]}
-    (ctx.dir / "env.json").write_text(json.dumps(record, indent=1))
+    write_json(ctx.dir / "env.json", record)
     metrics = [Metric(k, v) for k, v in record.items() if k not in ("copy_gbps", "matmul_tflops")]
     metrics += [Metric("copy_gbps", float(f"{record['copy_gbps']:.4g}"), "GB/s"),
                 Metric("matmul_tflops", float(f"{record['matmul_tflops']:.4g}"), "TFLOP/s")]
@@ -59,7 +59,4 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 def ceilings(out) -> dict | None:
     """The env step's record, for the steps that compare against its ceilings (None before it ran)."""
-    try:
-        return json.loads((out / "steps" / "env" / "env.json").read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json(out / "steps" / "env" / "env.json")

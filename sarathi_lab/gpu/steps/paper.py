@@ -8,7 +8,6 @@ runs as a sweep in a child process, as on the GPU, so that path runs too.
 from __future__ import annotations
 
 import itertools
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.gpu.context import Context, Incomplete, wait_or_stop
 from sarathi_lab.gpu.plan import PAPER_COMMON, Step
 from sarathi_lab.gpu.state import Metric
+from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 
 GRACE_S = 10
 H100_BYTES = 80 * 10**9
@@ -91,8 +91,7 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     if code is None:
         raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on (finished "
                          f"jobs are skipped)")
-    summary = directory / "sweep_summary.json"
-    jobs = json.loads(summary.read_text()) if summary.is_file() else {}
+    jobs = read_json(directory / SWEEP_SUMMARY) or {}
     ok = sum(j["status"] in ("ok", "skipped") for j in jobs.values())
     errors = sorted({j["error"].splitlines()[0] for j in jobs.values() if j.get("error")})
     if code != 0 and not jobs:
