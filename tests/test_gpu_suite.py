@@ -278,8 +278,11 @@ def test_kernels_step_reads_check_gpu_output():
         parse("no CUDA device", None)
 
 
-def test_the_kernels_figure_names_the_case_check_gpu_timed():
+def test_the_kernels_figure_names_the_case_check_gpu_timed(monkeypatch):
     # check_gpu's own header, not a copy of it, so a change of the timed shape reaches the figure.
+    # Importing sarathi_kernels without CUDA (an earlier test, same worker) sets TRITON_INTERPRET=1,
+    # which check_gpu refuses at import.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     import importlib.util
 
     import torch
