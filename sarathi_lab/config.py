@@ -69,8 +69,10 @@ class EngineConfig:
     dtype: Literal[DTYPES] = "bfloat16"
     seed: int = 0
     block_size: int = 16
-    # KV capacity: an explicit block count wins over a memory budget; with neither, enough for
-    # max_batch_size requests of max_model_len tokens (the paper's preallocation), capped by memory.
+    # KV capacity: an explicit block count wins over a memory budget; with neither, on a GPU (real or
+    # simulated) vLLM's rule: GPU_MEMORY_UTILISATION of its memory less the weights and the activations
+    # of the largest iteration; on a CPU enough for max_batch_size requests of max_model_len tokens
+    # (the paper's preallocation), capped by a share of memory (model/memory.py decides both).
     num_kv_blocks: int | None = None
     kv_cache_gb: float | None = None
     # Admission leaves int(kv_watermark * blocks) free for running requests to grow into before one is
@@ -144,6 +146,12 @@ class EngineConfig:
     def budget(self) -> int:
         """sarathi_serve's per-iteration token budget."""
         return self.chunk_size if self.token_budget is None else self.token_budget
+
+    @property
+    def max_iteration_tokens(self) -> int:
+        """The most tokens an iteration of a chunking scheduler holds, which its activations are sized
+        for: its chunk or budget, and a decode per running request."""
+        return max(self.chunk_size, self.budget) + self.max_batch_size
 
     @property
     def device_type(self) -> str:

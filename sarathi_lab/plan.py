@@ -55,7 +55,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     hf, context = limits.config, limits.max_model_len
     if cfg.executor == "sim":
         # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
-        blocks = simulated_kv_blocks(cfg, hf)
+        blocks = simulated_kv_blocks(cfg, hf, context)
         return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, getattr(torch, cfg.dtype),
                           simulated_cost_model(cfg, hf))
     dtype = cfg.torch_dtype

@@ -7,11 +7,10 @@ import time
 
 import pytest
 
-pytest.importorskip("sarathi_lab.engine.executor", reason="the engine's executor seam is not merged yet")
-
 from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.model import PRESETS
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, simulated_kv_blocks
 
 
@@ -136,3 +135,41 @@ def test_a_gpus_reported_name_maps_to_one_device_name(reported, slug):
 
     assert device_slug(reported) == slug
     assert {device_slug(f"NVIDIA {d.upper()}") for d in GPU_DEVICES} == set(GPU_DEVICES)
+
+
+@pytest.mark.parametrize(("sim_device", "chunk", "budget"), [("a6000", 512, None), ("h100", 256, 1024)])
+def test_the_engine_and_the_simulator_plan_one_kv_cache_on_one_gpus_memory(sim_device, chunk, budget):
+    # One rule for both (model.memory), so that a simulated run admits and preempts as the real engine
+    # would on that GPU: vLLM's share of memory less the weights and the largest iteration's activations.
+    import torch
+
+    from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+    from sarathi_lab.sim import load_device
+
+    gpu, hf = load_device(sim_device), PRESETS["llama-13b"]
+    real = EngineConfig(model="llama-13b", device="cpu", dtype="float16", scheduler="sarathi_serve", chunk_size=chunk,
+                        token_budget=budget, max_batch_size=18)
+    context = context_limit(real, hf)
+    on_gpu = plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+    sim = dataclasses.replace(real, executor="sim", sim_device=sim_device)
+    assert on_gpu == simulated_kv_blocks(sim, hf, context)
+    kv_bytes = 2 * 40 * 5120 * 2
+    assert on_gpu * 16 * kv_bytes <= 0.9 * gpu.memory_bytes - Shape.of(hf).weight_bytes(2)
+
+
+@pytest.mark.parametrize("memory_mib", [1024, 4096])
+def test_the_engine_and_the_simulator_plan_one_kv_cache_on_one_cpus_memory(monkeypatch, memory_mib):
+    # A CPU preallocates max_batch_size requests of the context, capped by a share of memory: 1 GiB
+    # hits the cap, 4 GiB does not.
+    import torch
+
+    from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+    from sarathi_lab.sim import load_device
+
+    ceilings = dataclasses.replace(load_device("a100"), name="cpu", memory_bytes=memory_mib * 2**20)
+    monkeypatch.setattr("sarathi_lab.sim.device.cpu_device", lambda dtype="bfloat16": ceilings)
+    real = EngineConfig(model="tiny", device="cpu", dtype="float32", max_batch_size=64)
+    context, hf = context_limit(real, PRESETS["tiny"]), PRESETS["tiny"]
+    on_cpu = plan_kv_blocks(real, hf, context, torch.float32, torch.device("cpu"), available=ceilings.memory_bytes)
+    assert on_cpu == simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="cpu"), hf, context)
+    assert (on_cpu < 64 * context // 16) == (memory_mib == 1024)

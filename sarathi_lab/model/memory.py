@@ -50,17 +50,45 @@ def device_memory_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def resident_weight_bytes(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,
+                          device_type: str) -> int:
+    """What the engine's weights take on a device of ``device_type``: on a CPU, cpu_linear's packed
+    copies (two, or one where the few-row kernel takes no dtype); everywhere, the rotary tables'
+    float32 cos and sin per position (as much again while built)."""
+    copies = 1
+    if device_type == "cpu" and cfg.cpu_linear != "aten":
+        copies = 3 if dtype in cpu_ops.DTYPES else 2
+    return shape.weight_bytes(dtype.itemsize) * copies + 4 * context * shape.head_dim * 4
+
+
+def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes: int, max_tokens: int,
+                 utilisation: float = GPU_MEMORY_UTILISATION) -> int:
+    """What a GPU's KV cache may take, vLLM's rule: ``utilisation`` of its memory less the weights and
+    the activations of an iteration of ``max_tokens`` tokens (below one token's KV: nothing fits)."""
+    return int(memory_bytes * utilisation) - weight_bytes - max_tokens * shape.activation_bytes_per_token(elem_bytes)
+
+
+def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, device_type: str,
+                      memory_bytes: int, weight_bytes: int) -> int:
+    """The KV cache's blocks with no size given, as EngineConfig's comment says, for the real engine
+    and the simulator alike (``memory_bytes``: what the device has for the engine)."""
+    block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
+    if device_type == "cuda":
+        blocks = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, cfg.max_iteration_tokens) // block_bytes
+    else:
+        wanted = blocks_beside_watermark(cfg.max_batch_size * -(-context // cfg.block_size), cfg.kv_watermark)
+        blocks = min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes))
+    if blocks < 1:
+        raise ConfigError(f"kv_cache_gb=None is invalid: the KV cache holds no block of {block_bytes} bytes")
+    return blocks
+
+
 def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype: torch.dtype,
                    device: torch.device, available: int | None = None) -> int:
     """KV cache blocks as EngineConfig's comment says; refuses what would not fit beside the weights."""
     shape, elem = Shape.of(hf), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
-    # cpu_linear's packed copies of the weights (two, or one where the few-row kernel takes no dtype),
-    # and the rotary tables' float32 cos and sin per position (as much again while built).
-    copies = 1
-    if device.type == "cpu" and cfg.cpu_linear != "aten":
-        copies = 3 if dtype in cpu_ops.DTYPES else 2
-    weights = shape.weight_bytes(elem) * copies + 4 * context * shape.head_dim * 4
+    weights = resident_weight_bytes(cfg, shape, context, dtype, device.type)
     available = device_memory_bytes(device) if available is None else available
     room = available - weights
     if room <= 0:
@@ -71,14 +99,7 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
         if blocks * block_bytes > room:
             raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {kv_excess(blocks, block_bytes, room, device)}")
         return blocks
-    if device.type == "cuda":
-        blocks = int(room * GPU_MEMORY_UTILISATION // block_bytes)
-    else:
-        wanted = blocks_beside_watermark(cfg.max_batch_size * -(-context // cfg.block_size), cfg.kv_watermark)
-        blocks = min(wanted, int(available * CPU_KV_MEMORY_SHARE // block_bytes))
-    if blocks < 1:
-        raise ConfigError(f"kv_cache_gb=None is invalid: the KV cache holds no block of {block_bytes} bytes")
-    return blocks
+    return default_kv_blocks(cfg, shape, context, elem, device.type, available, weights)
 
 
 def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:

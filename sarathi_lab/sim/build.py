@@ -1,16 +1,18 @@
-"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks (what
-fits on the simulated device beside the weights and the activations of the largest iteration, in the
-share of memory a serving engine gives its pools, config.GPU_MEMORY_UTILISATION, vLLM's) and the cost
-model, each made once per run; and the executor that runs on them (docs/sim/README.md, section 8)."""
+"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks (the
+real engine's rule, model.memory, on the simulated device: on a GPU what fits beside the weights and
+the activations of the largest iteration, in the share of memory a serving engine gives its pools,
+config.GPU_MEMORY_UTILISATION, vLLM's) and the cost model, each made once per run; and the executor
+that runs on them (docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
+import torch
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import DTYPE_BYTES, GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
-from sarathi_lab.model.memory import kv_excess
+from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
+from sarathi_lab.model.memory import context_limit, default_kv_blocks, gpu_kv_bytes, kv_excess, resident_weight_bytes
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import Device, device_dtype, load_device
@@ -23,28 +25,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _free_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, utilisation: float) -> int:
+def _kv_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, max_tokens: int, utilisation: float,
+              weight_bytes: int | None) -> int:
+    """model.memory.gpu_kv_bytes on ``device``, refusing (one line) weights that leave no room."""
     # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
     if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
         raise ConfigError(f"utilisation={utilisation!r} is invalid: must be a number in (0, 1]")
-    usable = int(device.memory_bytes * utilisation)
     s = Shape.of(config)
-    weights = s.weight_bytes(elem_bytes)
-    if usable - weights < s.kv_bytes_per_token(elem_bytes):
+    weights = s.weight_bytes(elem_bytes) if weight_bytes is None else weight_bytes
+    if gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation) < s.kv_bytes_per_token(elem_bytes):
+        usable = int(device.memory_bytes * utilisation)
         raise ConfigError(f"sim_device={device.name!r} is invalid for this model: {weights / 2**30:.1f} GiB "
                           f"of weights leave no room for a KV cache in {usable / 2**30:.1f} GiB")
-    return usable - weights
+    return gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, max_tokens, utilisation)
 
 
 def kv_capacity_tokens(device: Device, config: PretrainedConfig, elem_bytes: int = 2, max_tokens: int = 0,
-                       utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """KV-cache tokens that fit on ``device`` beside the weights and the activations of an
-    iteration of ``max_tokens`` tokens. Fails with one line when nothing fits."""
+                       utilisation: float = GPU_MEMORY_UTILISATION, weight_bytes: int | None = None) -> int:
+    """KV-cache tokens that fit on ``device`` beside the weights (``weight_bytes``, default the
+    parameters alone) and the activations of an iteration of ``max_tokens`` tokens. Fails with one
+    line when nothing fits."""
     check_count("max_tokens", max_tokens, 0)
-    free = _free_bytes(device, config, elem_bytes, utilisation)
-    s = Shape.of(config)
-    free -= max_tokens * s.activation_bytes_per_token(elem_bytes)
-    kv = s.kv_bytes_per_token(elem_bytes)
+    free = _kv_bytes(device, config, elem_bytes, max_tokens, utilisation, weight_bytes)
+    kv = Shape.of(config).kv_bytes_per_token(elem_bytes)
     if free < kv:
         raise ConfigError(f"max_tokens={max_tokens} is invalid on sim_device={device.name!r}: the "
                           "activations of an iteration this large leave no room for a KV cache")
@@ -58,28 +61,30 @@ def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes
     check_count("seq_len", seq_len, 1)
     s = Shape.of(config)
     per_request = seq_len * (s.kv_bytes_per_token(elem_bytes) + s.activation_bytes_per_token(elem_bytes))
-    return _free_bytes(device, config, elem_bytes, utilisation) // per_request
+    return _kv_bytes(device, config, elem_bytes, 0, utilisation, None) // per_request
 
 
-def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool = True) -> int:
-    """An explicit block count or memory budget wins, as in the real engine, if it fits on the
-    simulated device beside the weights (or, with ``sim_kv_beyond_device``, as a what-if, with a
-    warning unless ``warn`` is False); otherwise the device's memory after the weights and the
-    activations of the largest iteration a chunking scheduler builds (its chunk or budget plus one
-    token per running decode)."""
+def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: int | None = None,
+                        warn: bool = True) -> int:
+    """The KV blocks the real engine would plan on the simulated device (model.memory decides both):
+    an explicit block count or memory budget if it fits beside the weights (or, with
+    ``sim_kv_beyond_device``, as a what-if, with a warning unless ``warn`` is False); otherwise its
+    default for the device's kind. ``context``: the longest request (default the model's limit)."""
+    context = context_limit(cfg, config) if context is None else context
     # Each of sim_tp GPUs holds its shard's weights and its heads' part of every token's KV.
     try:
         config = shard(config, cfg.sim_tp)
     except ConfigError as e:
         raise ConfigError(f"sim_tp={cfg.sim_tp} is invalid for this model: {e}") from None
-    # The engine's element size: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
-    elem = DTYPE_BYTES[device_dtype(cfg.sim_device, cfg.dtype)]
-    shape = Shape.of(config)
+    # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
+    dtype = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype))
+    shape, elem, kind = Shape.of(config), dtype.itemsize, "cpu" if cfg.sim_device == "cpu" else "cuda"
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
+    weights = resident_weight_bytes(cfg, shape, context, dtype, kind)
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
     if key is not None:
-        room = device.memory_bytes - shape.weight_bytes(elem)
+        room = device.memory_bytes - weights
         if blocks * block_bytes > room:
             excess = kv_excess(blocks, block_bytes, room, f"sim_device={cfg.sim_device!r}")
             if not cfg.sim_kv_beyond_device:
@@ -88,10 +93,11 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, warn: bool 
             if warn:
                 log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
-    key = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget"
-    max_tokens = getattr(cfg, key) + cfg.max_batch_size
-    try:
-        return kv_capacity_tokens(device, config, elem, max_tokens) // cfg.block_size
+    if kind == "cpu":
+        return default_kv_blocks(cfg, shape, context, elem, kind, device.memory_bytes, weights)
+    key, max_tokens = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget", cfg.max_iteration_tokens
+    try:  # default_kv_blocks' rule for a GPU, with the simulator's own refusals
+        return kv_capacity_tokens(device, config, elem, max_tokens, weight_bytes=weights) // cfg.block_size
     except ConfigError as e:
         if e.key != "max_tokens":
             raise
