@@ -171,10 +171,16 @@ class EngineConfig:
         (with one warning), since there its matmuls are far slower and would distort every cost ratio."""
         import torch
 
-        if self.dtype == "bfloat16" and self.device_type == "cpu" and not cpu_has_bf16_units():
+        runs = run_dtype(self.dtype, self.device_type)
+        if runs != self.dtype:
             _warn_bf16_fallback()
-            return torch.float32
-        return getattr(torch, self.dtype)
+        return getattr(torch, runs)
+
+
+def run_dtype(dtype: str, device_type: str) -> str:
+    """The dtype a device of ``device_type`` (real or simulated) runs when asked for ``dtype``: a CPU
+    without bf16 matrix units runs bfloat16 as float32."""
+    return "float32" if dtype == "bfloat16" and device_type == "cpu" and not cpu_has_bf16_units() else dtype
 
 
 # Its keys: any other a caller hands over is a scheduler's knob (LLM, the Hydra schema, the schedulers).

@@ -17,6 +17,7 @@ from sarathi_lab.model import load_config
 from sarathi_lab.model.memory import context_limit, plan_kv_blocks
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import simulated_cost_model, simulated_kv_blocks
+from sarathi_lab.sim.device import device_dtype
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class EnginePlan:
     shape: Shape
     max_model_len: int
     num_kv_blocks: int
-    # What the engine computes in (EngineConfig.torch_dtype; a simulated device runs what was asked).
+    # What the engine computes in: EngineConfig.torch_dtype, or what the simulated device would run.
     dtype: torch.dtype
     # The simulator's (executor=sim), None for the real model.
     cost_model: Any = None
@@ -56,8 +57,8 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     if cfg.executor == "sim":
         # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
         blocks = simulated_kv_blocks(cfg, hf, context)
-        return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, getattr(torch, cfg.dtype),
-                          simulated_cost_model(cfg, hf))
+        dtype = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype))
+        return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype, simulated_cost_model(cfg, hf))
     dtype = cfg.torch_dtype
     blocks = plan_kv_blocks(cfg, hf, context, dtype, cfg.torch_device)
     return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype)

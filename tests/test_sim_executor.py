@@ -108,6 +108,8 @@ def test_a_model_too_large_for_the_device_fails_with_one_line():
 
 
 def test_bfloat16_on_a_cpu_without_bf16_units_is_simulated_in_float32(monkeypatch):
+    import torch
+
     # The engine runs bfloat16 as float32 there (EngineConfig.torch_dtype): its KV blocks and memory
     # traffic are 4 bytes an element, so the simulation's must be; the profile cost model already was.
     from sarathi_lab.sim import load_device
@@ -121,6 +123,11 @@ def test_bfloat16_on_a_cpu_without_bf16_units_is_simulated_in_float32(monkeypatc
     # tiny: 4 layers x (K and V) x 2 kv heads x 64 head dim x 4 bytes x 16 tokens a block, as the real
     # engine's plan_kv_blocks counts it in float32.
     assert simulated_kv_blocks(cfg, PRESETS["tiny"]) == 2**30 // (4 * 2 * 2 * 64 * 4 * 16)
+    # ... and the plan says so, which the run's record reports as the dtype that ran.
+    from sarathi_lab.plan import plan_engine
+
+    assert plan_engine(cfg).dtype == torch.float32
+    assert plan_engine(dataclasses.replace(cfg, sim_device="a100")).dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize(("reported", "slug"), [

@@ -108,9 +108,9 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
 def device_dtype(device: str, dtype: str) -> str:
     """The dtype ``device`` runs when asked for ``dtype``: a CPU without bf16 matrix instructions runs
     bfloat16 as float32, as the engine does (EngineConfig.torch_dtype)."""
-    from sarathi_lab.config import cpu_has_bf16_units
+    from sarathi_lab.config import run_dtype
 
-    return "float32" if device == "cpu" and dtype == "bfloat16" and not cpu_has_bf16_units() else dtype
+    return run_dtype(dtype, "cpu" if device == "cpu" else "cuda")
 
 
 def _read_cached_ceilings(path: Path, key: str) -> dict:
