@@ -31,3 +31,22 @@ def test_iteration_cost_counts_one_decode_of_one_token():
     assert flops == linear + 4 * s.heads * s.head_dim * s.layers + 2 * s.hidden * s.vocab
     assert nbytes == ((s.layer_linear_params * s.layers + s.hidden * s.vocab + s.hidden) * 2
                       + 2 * s.kv_bytes_per_token(2))
+
+
+def test_a_plain_mlp_counts_one_up_projection_as_transformers_builds_phi():
+    # phi-2's MLP (fc1, GELU, fc2) has no gate: its layer holds 2 x hidden x intermediate MLP weights,
+    # and the simulator's roofline costs the projections that layer has, not a gated layer's.
+    from transformers import PhiConfig, PhiForCausalLM
+
+    from sarathi_lab.sim.device import load_device
+    from sarathi_lab.sim.roofline import RooflineCostModel
+
+    config = PhiConfig(vocab_size=512, hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
+                       num_attention_heads=8)
+    with torch.device("meta"):
+        model = PhiForCausalLM(config)
+    linear = sum(m.weight.numel() for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear))
+    shape = Shape.of(config)
+    assert not shape.gated and shape.layer_linear_params == linear
+    assert shape.gemms["gate_up_proj"] == (256, 1024)
+    assert RooflineCostModel(load_device("a100"), config).gemms == shape.gemms

@@ -20,7 +20,6 @@ from sarathi_lab.sim.calibration import (
     fit,
     fit_gemm,
     fit_pointwise,
-    gemms,
     measured_shape,
     pointwise_elems,
 )
@@ -41,7 +40,7 @@ def _gemm_fixture(noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for model in FIXTURE_MODELS:
-        for op, (k, n) in gemms(*measured_shape(model)).items():
+        for op, (k, n) in measured_shape(model).gemms.items():
             for t in TOKENS:
                 seconds = 4e-6 + k * n * _per_weight(t)
                 rows.append({"model": model, "op": op, "tokens": t, "context": 0, "batch": 0,
@@ -68,7 +67,7 @@ def test_the_hold_out_fits_without_the_model_it_predicts():
     held = "internlm-20b"
     tokens, eff, launch = fit_gemm(table[table.model != held], PEAK)
     cal = _cal(tokens, eff, launch)
-    k, n = gemms(*measured_shape(held))["gate_up_proj"]
+    k, n = measured_shape(held).gemms["gate_up_proj"]
     # The fixture's cost is the same function of K * N for every model: a held-out model is predicted.
     assert cal.gemm_s(256, k, n, PEAK) == pytest.approx(4e-6 + k * n * _per_weight(256), rel=1e-6)
     # And on real data the fit without a model lists every model but that one.
@@ -87,7 +86,7 @@ def test_fitted_gemm_time_never_falls_with_more_tokens(noise, seed):
 def test_pointwise_fit_recovers_launch_and_bandwidth_share():
     rows = []
     for model in FIXTURE_MODELS:
-        elems = pointwise_elems("norm", *measured_shape(model))
+        elems = pointwise_elems("norm", measured_shape(model))
         rows += [{"model": model, "op": "input_norm", "tokens": t, "seconds": 3e-6 + t * elems * 2 / (2e12 * 0.5)}
                  for t in TOKENS]
     launch, eff = fit_pointwise(pd.DataFrame(rows), 2e12, 2)["norm"]
@@ -130,7 +129,7 @@ def test_fidelity_compares_like_with_like_on_a_measured_model():
     assert (its.attention).all() and (its.measured_s > 0).all()
     # The iteration is the layer's kernels times the layers, the embedding, and attention.
     assert (its.calibrated_s / its.measured_s).between(0.8, 1.2).all()
-    assert gemms(Shape.of(PRESETS["llama2-7b"])) == gemms(*measured_shape("llama2-7b"))
+    assert Shape.of(PRESETS["llama2-7b"]).gemms == measured_shape("llama2-7b").gemms
 
 
 def test_one_token_past_a_tile_costs_the_step_on_both_gpu_cost_models():

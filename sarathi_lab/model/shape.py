@@ -12,6 +12,11 @@ def head_dim_of(config: PretrainedConfig) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def is_gated(config: PretrainedConfig) -> bool:
+    """LLaMA's gated MLP; phi-2's plain one (fc1, GELU, fc2, in a parallel block) is the exception."""
+    return getattr(config, "hidden_act", "silu") != "gelu_new"
+
+
 @dataclass(frozen=True)
 class Shape:
     hidden: int
@@ -22,17 +27,27 @@ class Shape:
     head_dim: int
     vocab: int
     tied_embeddings: bool = False
+    # A gated MLP (gate and up projections, LLaMA's) or a plain one (one up projection, phi-2's).
+    gated: bool = True
 
     @classmethod
     def of(cls, config: PretrainedConfig) -> Shape:
         return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
                    config.num_attention_heads, config.num_key_value_heads or config.num_attention_heads,
-                   head_dim_of(config), config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)))
+                   head_dim_of(config), config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)),
+                   is_gated(config))
+
+    @property
+    def gemms(self) -> dict[str, tuple[int, int]]:
+        """(K, N) of each of a layer's projections."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {"qkv_proj": (self.hidden, q + 2 * kv), "o_proj": (q, self.hidden),
+                "gate_up_proj": (self.hidden, (2 if self.gated else 1) * self.intermediate),
+                "down_proj": (self.intermediate, self.hidden)}
 
     @property
     def layer_linear_params(self) -> int:
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * self.intermediate
+        return sum(k * n for k, n in self.gemms.values())
 
     @property
     def num_parameters(self) -> int:
@@ -49,10 +64,11 @@ class Shape:
 
     def activation_bytes_per_token(self, elem_bytes: int) -> int:
         """Peak live activations per token of one forward: the residual stream, the fused qkv output,
-        the gated MLP's two halves and their product, and float32 logits (an upper bound: the engine
-        computes logits only for the rows it samples)."""
+        the gated MLP's two halves and their product (a plain one's output and its activation), and
+        float32 logits (an upper bound: the engine computes logits only for the rows it samples)."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return (2 * self.hidden + q + 2 * kv + 3 * self.intermediate) * elem_bytes + 4 * self.vocab
+        mlp = (3 if self.gated else 2) * self.intermediate
+        return (2 * self.hidden + q + 2 * kv + mlp) * elem_bytes + 4 * self.vocab
 
 
 def visible_pairs(query_len: int, context_len: int) -> int:

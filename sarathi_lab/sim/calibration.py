@@ -33,33 +33,19 @@ def check_keys(cls, raw: dict, where: str) -> None:
         raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
 
 
-def is_gated(config) -> bool:
-    """LLaMA's gated MLP; phi-2's plain one (fc1, GELU, fc2, in a parallel block) is the exception."""
-    return getattr(config, "hidden_act", "silu") != "gelu_new"
+def measured_shape(model: str) -> Shape:
+    """A measured model's shape (whether its MLP is gated included)."""
+    return Shape.of(gpu_kernels.config_of(model))
 
 
-def measured_shape(model: str) -> tuple[Shape, bool]:
-    """A measured model's shape and whether its MLP is gated."""
-    config = gpu_kernels.config_of(model)
-    return Shape.of(config), is_gated(config)
-
-
-def gemms(s: Shape, gated: bool = True) -> dict[str, tuple[int, int]]:
-    """(K, N) of each of a layer's projections."""
-    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    return {"qkv_proj": (s.hidden, q + 2 * kv), "o_proj": (q, s.hidden),
-            "gate_up_proj": (s.hidden, (2 if gated else 1) * s.intermediate),
-            "down_proj": (s.intermediate, s.hidden)}
-
-
-def pointwise_elems(kind: str, s: Shape, gated: bool = True) -> int:
+def pointwise_elems(kind: str, s: Shape) -> int:
     """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
     state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
     the residual add reads two and writes one; the embedding gathers a row and writes it."""
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv), "act": (3 if gated else 2) * s.intermediate,
+    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv), "act": (3 if s.gated else 2) * s.intermediate,
             # phi-2's parallel block adds attention, MLP and residual in one kernel.
-            "add": (3 if gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
+            "add": (3 if s.gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
 
 
 def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -128,7 +114,7 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[i
     """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
     rows = []
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
-        kn = gemms(*measured_shape(model))
+        kn = measured_shape(model).gemms
         rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
     rows = pd.concat(rows)
     common = set.intersection(*(set(g.tokens) for _, g in rows.groupby("model")))
@@ -147,7 +133,7 @@ def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dic
     out = {}
     rows = table[table.op.isin(list(KIND_OF_OP))].assign(kind=lambda r: r.op.map(KIND_OF_OP))
     for kind, at in rows.groupby("kind"):
-        per_model = {m: pointwise_elems(kind, *measured_shape(m)) * elem_bytes for m in set(at.model)}
+        per_model = {m: pointwise_elems(kind, measured_shape(m)) * elem_bytes for m in set(at.model)}
         per_token = at.model.map(per_model).to_numpy(float)
         launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)), at.tokens.to_numpy(float) * per_token]),
                                            at.seconds.to_numpy(float))
@@ -210,7 +196,7 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
     kw = {}
     for model in names:
         rows = gpu_kernels.kernels(device.name, model)
-        shape, _ = measured_shape(model)
+        shape = measured_shape(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
             kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),

@@ -11,7 +11,7 @@ import pandas as pd
 
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, gemms, is_gated, measured_shape
+from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, measured_shape
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.parallel import AllReduce, Parallelism, measured_table, shard
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
@@ -35,7 +35,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
     has_attention = prefill is not None and decode is not None
     config = shard(gpu_kernels.config_of(model), tp)
-    layer_gemms = gemms(Shape.of(config), is_gated(config))
+    layer_gemms = Shape.of(config).gemms
     layers = int(gpu_kernels.model_shapes().loc[model].layers)
     dev = load_device(device)
     cms = {"roofline": RooflineCostModel(dev, config),
@@ -128,7 +128,7 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
     dev = load_device(device)
     t = gpu_kernels.kernels(device, model)
     pre = t[t.op == "prefill_attention"]
-    shape, _ = measured_shape(model)
+    shape = measured_shape(model)
     rows = []
     for chunk in sorted(pre.tokens.unique()):
         launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops)

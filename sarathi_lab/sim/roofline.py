@@ -9,7 +9,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.sim.calibration import attention_flops, gemms, is_gated, pointwise_elems
+from sarathi_lab.sim.calibration import attention_flops, pointwise_elems
 from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.device import Device
 
@@ -33,12 +33,12 @@ class RooflineCostModel(CostModel):
         self.device = device
         s = self.shape = Shape.of(config)
         q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-        self.gemms = gemms(s)
+        self.gemms = s.gemms
         e = self.elem_bytes
         # Elements one layer's pointwise work moves per token, by kind: two norms reading and writing the
-        # hidden state, the residual adds as much again, rotary over q and k, the gated activation's three rows.
+        # hidden state, the residual adds as much again, rotary over q and k, the activation's rows.
         self.pointwise_elems = {"norm": 4 * s.hidden, "add": 4 * s.hidden, "rope": 2 * (q + kv),
-                                "act": 3 * s.intermediate}
+                                "act": pointwise_elems("act", s)}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
         self.kv_bytes_per_token = 2 * kv * e           # one layer's key + value of one token
         self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
@@ -132,10 +132,9 @@ class CalibratedRooflineCostModel(RooflineCostModel):
                               "'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
-        gated = is_gated(config)
         # Norm kernels a layer runs: one in phi-2's parallel block, whose attention and MLP read one norm.
-        self.norms = 2 if gated else 1
-        self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape, gated) * self.elem_bytes
+        self.norms = 2 if self.shape.gated else 1
+        self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape) * self.elem_bytes
                                 for kind in self.cal.pointwise}
 
     def gemm_s(self, tokens: int, k: int, n: int) -> float:
