@@ -58,9 +58,14 @@ class Shape:
     def weight_bytes(self, elem_bytes: int) -> int:
         return self.num_parameters * elem_bytes
 
-    def kv_bytes_per_token(self, elem_bytes: int) -> int:
-        """Keys and values of one token in every layer."""
-        return 2 * self.kv_heads * self.head_dim * self.layers * elem_bytes
+    def kv_bytes_per_token(self, elem_bytes: int, layers: int | None = None) -> int:
+        """Keys and values of one token in every layer (or in ``layers`` of them)."""
+        return 2 * self.kv_heads * self.head_dim * (self.layers if layers is None else layers) * elem_bytes
+
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """One layer's flops per (query, key) pair: QK^T and PV, two multiply-adds per head element."""
+        return 4 * self.heads * self.head_dim
 
     def activation_bytes_per_token(self, elem_bytes: int) -> int:
         """Peak live activations per token of one forward: the residual stream, the fused qkv output,
@@ -84,7 +89,7 @@ def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int],
     tokens = sum(query_lens)
     s = shape
     linear_flops = 2 * tokens * s.layer_linear_params * s.layers
-    attn_flops = 4 * s.heads * s.head_dim * s.layers * sum(visible_pairs(q, c)
+    attn_flops = s.attention_flops_per_pair * s.layers * sum(visible_pairs(q, c)
                                                           for q, c in zip(query_lens, context_lens))
     head_flops = 2 * num_sampled * s.hidden * s.vocab
     weight_bytes = s.layer_linear_params * s.layers * elem_bytes

@@ -160,7 +160,7 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float, t
     t = rows.seconds.to_numpy(float)
     for tile in tiles:
         padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
-        flops = np.array([attention_flops(4 * shape.heads * shape.head_dim, c, x, tile)
+        flops = np.array([attention_flops(shape.attention_flops_per_pair, c, x, tile)
                           for c, x in zip(rows.tokens, rows.context)])
         features = np.column_stack([np.ones(len(rows)), padded, flops])
         coef = _relative_lstsq(features, t)
@@ -174,7 +174,7 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float, t
 
 def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, elem_bytes: int):
     """(launch seconds, seconds per request, share of bandwidth) from one model's decode rows."""
-    kv_bytes = (2 * shape.kv_heads * shape.head_dim * elem_bytes * rows.batch.to_numpy(float)
+    kv_bytes = (shape.kv_bytes_per_token(elem_bytes, layers=1) * rows.batch.to_numpy(float)
                 * rows.context.to_numpy(float))
     a, per_request, per_byte = _relative_lstsq(
         np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]), rows.seconds.to_numpy(float))

@@ -40,9 +40,9 @@ class RooflineCostModel(CostModel):
         self.pointwise_elems = {"norm": 4 * s.hidden, "add": 4 * s.hidden, "rope": 2 * (q + kv),
                                 "act": pointwise_elems("act", s)}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
-        self.kv_bytes_per_token = 2 * kv * e           # one layer's key + value of one token
+        self.kv_bytes_per_token = s.kv_bytes_per_token(e, layers=1)
         self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
-        self.attn_flops_per_pair = 4 * s.heads * s.head_dim
+        self.attn_flops_per_pair = s.attention_flops_per_pair
         d = device
         self.gemm_rate = d.peak_flops * d.gemm_flops_efficiency
         self.attn_rate = d.peak_flops * d.attention_flops_efficiency
