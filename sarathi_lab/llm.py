@@ -14,6 +14,7 @@ from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
+from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.model import build_model
 from sarathi_lab.model.cpu_linear import linear_gemm
 from sarathi_lab.model.executor import ModelExecutor
@@ -74,7 +75,7 @@ class LLM:
         cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads,
                             shape.head_dim, dtype=self.dtype, device=device)
         self.kv_caches = [(layer[0], layer[1]) for layer in cache]
-        clock = WallClock(torch.cuda.synchronize if device.type == "cuda" else None)
+        clock = make_clock("wall", device)
         return ModelExecutor(ModelRunner(self.model, self.kv_caches, cfg.block_size, device), clock), clock
 
     @property

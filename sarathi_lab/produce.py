@@ -20,6 +20,7 @@ from sarathi_lab import cli_args
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.harness import CONF_DIR, REPO_ROOT
+from sarathi_lab.harness.results import SWEEP_SUMMARY
 
 SCALES = ("full", "ci")
 # The quick set on the simulator: its shapes with the paper's model and device (no weights load).
@@ -71,7 +72,7 @@ def produce_missing(results: Results, scale: str = "ci", sim: bool = False) -> R
               + (" on the simulator" if sim else ""), flush=True)
         failed = run_experiments(missing, results.root, scale, sim=sim)
         if failed:
-            raise RuntimeError(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")
+            raise RuntimeError(f"failed jobs in: {', '.join(failed)} (see {SWEEP_SUMMARY} of each)")
     return results
 
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--root={root} is invalid: it (or a folder above it) is a file, not a directory")
     failed = run_experiments(args.names or known, root, args.scale, args.override, args.sim)
     if failed:
-        raise SystemExit(f"failed jobs in: {', '.join(failed)} (see sweep_summary.json of each)")
+        raise SystemExit(f"failed jobs in: {', '.join(failed)} (see {SWEEP_SUMMARY} of each)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from sarathi_lab.config import MAX_SEED
+
 
 class Status(enum.Enum):
     WAITING = "waiting"
@@ -30,7 +32,7 @@ class SamplingParams:
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p={self.top_p!r} is invalid: must be in (0, 1]")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
-                                      or not 0 <= self.seed < 2**64):
+                                      or not 0 <= self.seed <= MAX_SEED):
             raise ValueError(f"seed={self.seed!r} is invalid: must be an int in [0, 2**64)")
 
 

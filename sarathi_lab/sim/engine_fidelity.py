@@ -19,6 +19,7 @@ from sarathi_lab.sim.profile_model import (
     ProfileCostModel,
     measured_iterations,
     profile_description,
+    profile_path,
     profiles_dir,
 )
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
@@ -122,7 +123,7 @@ def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every committed engine profile on a simulated GPU (of ``devices``, if given); empty frames if none."""
     pairs = []
     for device, model in profiled(devices):
-        path = profiles_dir() / device / f"{model}.csv"
+        path = profile_path(device, model)
         dtype = profile_description(path).get("engine", {}).get("torch_dtype", "bfloat16")
         pairs.append(compare(device, model, pd.read_csv(path), dtype))
     if not pairs:

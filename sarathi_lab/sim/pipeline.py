@@ -17,7 +17,7 @@ import pandas as pd
 from transformers import AutoConfig
 
 from sarathi_lab import cli_args
-from sarathi_lab.config import KV_WATERMARK, REPO_ROOT
+from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
@@ -32,7 +32,7 @@ from sarathi_lab.sim.executor import composition
 from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
-BLOCK_SIZE = 16
+BLOCK_SIZE = EngineConfig.block_size
 
 
 def _config(model: str):
