@@ -19,6 +19,7 @@ from sarathi_lab.model import build_model
 from sarathi_lab.model.cpu_linear import linear_gemm
 from sarathi_lab.model.executor import ModelExecutor
 from sarathi_lab.model.host_allocator import reuse_freed_memory
+from sarathi_lab.model.loader import eos_token_of
 from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim import simulated_executor
@@ -103,9 +104,7 @@ class LLM:
             arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
             if max_concurrency is not None:
                 inputs.per_request_ints("max_concurrency", max_concurrency, 1)
-            eos = None if sampling.ignore_eos else getattr(self.model_config, "eos_token_id", None)
-            if isinstance(eos, list):
-                eos = eos[0]
+            eos = None if sampling.ignore_eos else eos_token_of(self.model_config)
             for i, (prompt, new) in enumerate(zip(token_lists, new_tokens)):
                 self._check_request(i, prompt, new)
             seqs = [Sequence(self._next_id + i, prompt, new, arrival, eos, sample_key=i)

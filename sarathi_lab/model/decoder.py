@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
 from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding
-from sarathi_lab.model.shape import head_dim_of
+from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 # Architectures this decoder implements, and whether their q/k/v projections carry a bias.
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": True}
@@ -18,7 +18,7 @@ class Attention(nn.Module):
     def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding, backend: AttentionBackend):
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads or config.num_attention_heads
+        self.num_kv_heads = kv_heads_of(config)
         self.head_dim = head_dim_of(config)
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim

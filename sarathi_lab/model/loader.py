@@ -23,6 +23,12 @@ class ModelLoadError(ValueError):
     pass
 
 
+def eos_token_of(config: PretrainedConfig) -> int | None:
+    """The token that ends a request (the first, where a config lists several)."""
+    eos = getattr(config, "eos_token_id", None)
+    return eos[0] if isinstance(eos, list) else eos
+
+
 def load_config(model: str) -> PretrainedConfig:
     """A preset's config, or the config of a local Hugging Face directory (never remote code), with
     its shapes checked: what the model would be built from is known to be buildable."""

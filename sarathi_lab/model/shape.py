@@ -12,6 +12,11 @@ def head_dim_of(config: PretrainedConfig) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def kv_heads_of(config: PretrainedConfig) -> int:
+    """Key/value heads: a config without num_key_value_heads (or with None) has multi-head attention."""
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+
+
 def is_gated(config: PretrainedConfig) -> bool:
     """LLaMA's gated MLP; phi-2's plain one (fc1, GELU, fc2, in a parallel block) is the exception."""
     return getattr(config, "hidden_act", "silu") != "gelu_new"
@@ -33,7 +38,7 @@ class Shape:
     @classmethod
     def of(cls, config: PretrainedConfig) -> Shape:
         return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
-                   config.num_attention_heads, config.num_key_value_heads or config.num_attention_heads,
+                   config.num_attention_heads, kv_heads_of(config),
                    head_dim_of(config), config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)),
                    is_gated(config))
 

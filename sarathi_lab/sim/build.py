@@ -12,6 +12,7 @@ import torch
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
+from sarathi_lab.model.loader import eos_token_of
 from sarathi_lab.model.memory import context_limit, default_kv_blocks, gpu_kv_bytes, kv_excess, resident_weight_bytes
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
@@ -118,6 +119,4 @@ def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostMod
 
 
 def simulated_executor(cost_model: CostModel, config: PretrainedConfig, clock: VirtualClock):
-    eos = getattr(config, "eos_token_id", None)
-    eos = eos[0] if isinstance(eos, list) else eos
-    return SimulatedExecutor(cost_model, clock, eos)
+    return SimulatedExecutor(cost_model, clock, eos_token_of(config))

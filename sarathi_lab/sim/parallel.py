@@ -15,7 +15,7 @@ import pandas as pd
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError, check_count
-from sarathi_lab.model.decoder import head_dim_of
+from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
@@ -102,7 +102,7 @@ class Parallelism:
 def shard_config(config: PretrainedConfig, par: Parallelism) -> PretrainedConfig:
     """The part of ``config`` one GPU runs: 1/tp of the heads, MLP and vocabulary, 1/pp of the
     layers. Fails with one line when the model does not split evenly."""
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads or config.num_attention_heads
+    heads, kv_heads = config.num_attention_heads, kv_heads_of(config)
     for key, value, parts in (("num_attention_heads", heads, par.tp), ("num_key_value_heads", kv_heads, par.tp),
                               ("intermediate_size", config.intermediate_size, par.tp),
                               ("num_hidden_layers", config.num_hidden_layers, par.pp)):

@@ -15,7 +15,6 @@ from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.harness.tasks._timing import attention_reread, cost_model
 from sarathi_lab.harness.workloads import split_length
-from sarathi_lab.model.decoder import head_dim_of
 from sarathi_lab.profiling.attention import measure_reread
 
 
@@ -44,9 +43,9 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
         attention = attention_reread(model, prompt_len, cfg.chunk)
     else:
         # One layer's attention takes milliseconds: ten times the repetitions cost little and steady it.
-        attention = measure_reread(prompt_len, cfg.chunk, num_heads=hf.num_attention_heads,
-                                   num_kv_heads=hf.num_key_value_heads or hf.num_attention_heads,
-                                   head_dim=head_dim_of(hf), dtype=llm.dtype, device=llm.config.torch_device,
+        shape = llm.plan.shape
+        attention = measure_reread(prompt_len, cfg.chunk, num_heads=shape.heads, num_kv_heads=shape.kv_heads,
+                                   head_dim=shape.head_dim, dtype=llm.dtype, device=llm.config.torch_device,
                                    attention=llm.config.attention, block_size=llm.config.block_size,
                                    reps=10 * reps)
     prompt = [i % hf.vocab_size for i in range(prompt_len)]
