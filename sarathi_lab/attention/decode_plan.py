@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from sarathi_lab.attention.metadata import AttentionMetadata
+from sarathi_lab.engine.block_manager import blocks_for
 
 # A decode joins the current group while its context needs at least this share of the group's
 # longest context: at most 1 - share of a group's gathered rows are padding.
@@ -50,7 +51,7 @@ def plan_decodes(meta: AttentionMetadata, block_size: int, device: torch.device)
     if device.type == "cpu":
         for i, (table, ctx) in enumerate(zip(meta.block_tables[p:].tolist(), meta.seq_lens_host[p:])):
             blocks, tokens = [], 0
-            for first, last in _block_runs(table[: -(-ctx // block_size)]):
+            for first, last in _block_runs(table[: blocks_for(ctx, block_size)]):
                 run_tokens = min(ctx, (last + 1) * block_size) - first * block_size
                 if last + 1 - first >= MIN_RUN:
                     runs.append((i, table[first], run_tokens))
@@ -98,7 +99,7 @@ def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, dev
         if whole:
             members = rows
         ctx = max(length(i) for i in members)
-        nblocks = -(-ctx // block_size)
+        nblocks = blocks_for(ctx, block_size)
         idx = None if whole else torch.tensor(members, dtype=torch.long, device=device)
         if rest is None:
             tables = meta.block_tables[p:]

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from sarathi_lab.attention.metadata import AttentionMetadata
+from sarathi_lab.engine.block_manager import blocks_for
 
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -30,7 +31,7 @@ def attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     block_size = k_cache.shape[1]
     start = 0
     for q_len, ctx, table in zip(meta.query_lens_host, meta.seq_lens_host, meta.block_tables):
-        blocks = table[: -(-ctx // block_size)].long()
+        blocks = table[: blocks_for(ctx, block_size)].long()
         k = k_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)  # [kv_heads, ctx, head_dim]
         v = v_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1)
         q = query[start : start + q_len].transpose(0, 1)  # [heads, q_len, head_dim]

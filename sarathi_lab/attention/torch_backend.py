@@ -14,6 +14,7 @@ from sarathi_lab.attention.backend import AttentionBackend
 from sarathi_lab.attention.decode_plan import DecodePlan, plan_decodes
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.attention.reference import causal_lower_right, write_kv
+from sarathi_lab.engine.block_manager import blocks_for
 
 
 @dataclass
@@ -79,7 +80,7 @@ class TorchAttention(AttentionBackend):
         start = 0
         for i, mask in enumerate(plan.prefill_masks):
             q_len, ctx = meta.query_lens_host[i], meta.seq_lens_host[i]
-            nblocks = -(-ctx // block_size)
+            nblocks = blocks_for(ctx, block_size)
             k, v = self._gather(k_cache, v_cache, meta.block_tables[i, :nblocks], 1, nblocks)
             k, v = k[:, :, :ctx], v[:, :, :ctx]
             q = query[start : start + q_len].transpose(0, 1).unsqueeze(0)
@@ -116,7 +117,7 @@ class TorchAttention(AttentionBackend):
         if not plan.runs:
             return
         for i, b0, tokens in plan.runs:
-            nblk = -(-tokens // bs)
+            nblk = blocks_for(tokens, bs)
             k = k_cache[b0 : b0 + nblk].view(1, nblk * bs, kvh, d)[:, :tokens].transpose(1, 2)
             v = v_cache[b0 : b0 + nblk].view(1, nblk * bs, kvh, d)[:, :tokens].transpose(1, 2)
             o, lse = _flash(query[i].reshape(1, kvh, heads // kvh, d), k, v, None, scale)

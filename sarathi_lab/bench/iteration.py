@@ -12,6 +12,7 @@ import pandas as pd
 from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, parse, print_table
 from sarathi_lab.config import EngineConfig
+from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
@@ -33,8 +34,8 @@ def cases(args) -> list[dict]:
 
 def blocks_needed(args, block_size: int) -> int:
     """Twice the largest case's blocks: runs and scattered blocks come from separate halves."""
-    context = -(-args.decode_context // block_size)
-    per = max(-(-sum(case["prefill"] or ()) // block_size) + case["decodes"] * context
+    context = blocks_for(args.decode_context, block_size)
+    per = max(blocks_for(sum(case["prefill"] or ()), block_size) + case["decodes"] * context
               for case in cases(args))
     return 2 * (per + 8)
 

@@ -7,6 +7,11 @@ from __future__ import annotations
 from sarathi_lab.engine.sequence import Sequence
 
 
+def blocks_for(tokens: int, block_size: int) -> int:
+    """The blocks ``tokens`` keys and values take: the last one partly filled."""
+    return -(-tokens // block_size)
+
+
 def watermark_blocks(watermark: float, num_blocks: int) -> int:
     """The blocks admission leaves free: int(watermark * num_blocks), as vLLM counts them."""
     return int(watermark * num_blocks)
@@ -38,7 +43,7 @@ class BlockManager:
         return len(self._freed) + self.num_blocks - self._fresh
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
-        total = -(-(seq.num_computed + num_new_tokens) // self.block_size)
+        total = blocks_for(seq.num_computed + num_new_tokens, self.block_size)
         return max(0, total - len(seq.block_table))
 
     @property

@@ -10,7 +10,7 @@ from sarathi_kernels import cpu_ops
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
-from sarathi_lab.engine.block_manager import blocks_beside_watermark
+from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.model.shape import Shape
 
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
@@ -76,7 +76,7 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes:
     if device_type == "cuda":
         blocks = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, cfg.max_iteration_tokens) // block_bytes
     else:
-        wanted = blocks_beside_watermark(cfg.max_batch_size * -(-context // cfg.block_size), cfg.kv_watermark)
+        wanted = blocks_beside_watermark(cfg.max_batch_size * blocks_for(context, cfg.block_size), cfg.kv_watermark)
         blocks = min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes))
     if blocks < 1:
         raise ConfigError(f"kv_cache_gb=None is invalid: the KV cache holds no block of {block_bytes} bytes")

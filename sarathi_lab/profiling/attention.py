@@ -6,6 +6,7 @@ import torch
 
 from sarathi_lab.attention import AttentionMetadata, make_backend
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
+from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.engine.timer import l2_flush, make_clock, median_time
 from sarathi_lab.model.runner import batch_tensors
@@ -22,7 +23,7 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
     that a kernel reading outside its tables is caught."""
     if any(q != 1 for q in query_lens[num_prefills:]):
         raise ValueError(f"query_lens={query_lens}: a decode (after the first {num_prefills}) computes one token")
-    need = [-(-s // block_size) for s in seq_lens]
+    need = [blocks_for(s, block_size) for s in seq_lens]
     if block_tables is None:
         num_blocks = sum(need) + 1
         tables = [t.tolist() for t in torch.randperm(num_blocks)[: sum(need)].split(need)]
@@ -56,7 +57,7 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
     layers of a real model would."""
     device = torch.device(device)
     backend = make_backend(attention, device)
-    blocks = -(-seq_len // block_size)
+    blocks = blocks_for(seq_len, block_size)
     table = torch.arange(blocks, dtype=torch.int32)[None]
     k_cache = torch.randn(blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device)
     v_cache = torch.randn_like(k_cache)

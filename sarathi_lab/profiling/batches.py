@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
+from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.sequence import Sequence
 
 LAYOUTS = ("allocated", "served", "scattered", "contiguous")
@@ -40,7 +41,7 @@ class SyntheticBatches:
         if self._pool is None:
             self.blocks.allocate(seq, total)
             return
-        need = -(-total // self.block_size)
+        need = blocks_for(total, self.block_size)
         run = {"served": prompt // self.block_size, "scattered": 0, "contiguous": need}[self.layout]
         if run > len(self._runs) or need - run > len(self._scattered):
             raise RuntimeError(f"the KV cache ({len(self._pool.block_table)} blocks) is too small for this batch "

@@ -15,7 +15,7 @@ from typing import Any
 
 from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_fields
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
-from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.sequence import Sequence, Status
 
 
@@ -69,7 +69,7 @@ class Scheduler(ABC):
     def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
         """The blocks reserved for each admitted request: those of max_model_len tokens for orca and
         static; 0 for the paged schedulers, which take blocks as tokens arrive."""
-        return -(-max_model_len // block_size) if cls.reserves_max_model_len else 0
+        return blocks_for(max_model_len, block_size) if cls.reserves_max_model_len else 0
 
     def refusal(self, total: int) -> str | None:
         """Why a request of ``total`` tokens (prompt + new) can never run here; None if it can. The one

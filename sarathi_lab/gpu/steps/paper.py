@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sarathi_lab.analysis import registry
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.gpu.context import Context, Incomplete, wait_or_stop
 from sarathi_lab.gpu.plan import PAPER_COMMON, Step
 from sarathi_lab.gpu.state import Metric
@@ -68,7 +69,7 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
         engine, limits = cfg.engine, ModelLimits.of(cfg.engine)
         blocks = plan_kv_blocks(engine, limits.config, limits.max_model_len, getattr(torch, engine.dtype),
                                 torch.device("cuda"), available=H100_BYTES)
-        worst = max(worst, cfg.batch_size * -(-cfg.seq_len // engine.block_size) / blocks)
+        worst = max(worst, cfg.batch_size * blocks_for(cfg.seq_len, engine.block_size) / blocks)
     return [Metric("gpu_jobs_validated", len(jobs)),
             Metric("gpu_worst_kv_need_over_80GB_room", round(worst, 2), "x", "<= 1", worst <= 1)]
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from sarathi_lab.engine.block_manager import blocks_for
+
 # The `task` values besides serve.
 TASKS = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
@@ -50,4 +52,4 @@ def kv_requests(task: str, cfg) -> list[int]:
 
 def kv_blocks(lengths: list[int], block_size: int) -> int:
     """The KV cache blocks requests of these lengths take together."""
-    return sum(-(-n // block_size) for n in lengths)
+    return sum(blocks_for(n, block_size) for n in lengths)
