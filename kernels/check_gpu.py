@@ -29,7 +29,14 @@ from triton.testing import do_bench
 
 from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
-from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.config import DTYPES, EngineConfig
+from sarathi_lab.profiling.attention import (
+    LLAMA_HEAD_DIM,
+    LLAMA_HEADS,
+    LLAMA_KV_HEADS,
+    context_slot_mapping,
+    paged_batch,
+)
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 
 # bf16 keeps 3 fewer mantissa bits than fp16, and compiled code rounds the softmax weights to bf16
@@ -129,9 +136,9 @@ def run_checks(quick: bool) -> bool:
     return ok
 
 
-# The timed attention: Llama-3-8B's heads (query/KV) and head size, in 16-token blocks; printed in the
-# timings' header, which the GPU suite reads to label its figure.
-TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK = (32, 8), 128, 16
+# The timed attention: Llama-3-8B's heads (query/KV) and head size, in the engine's blocks; printed in
+# the timings' header, which the GPU suite reads to label its figure.
+TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM, EngineConfig.block_size
 
 
 def time_case(name, prefills, decodes, dtype, copy_gbps):
@@ -164,9 +171,10 @@ def run_timings(dtype):
     time_case("prefill 2048 whole", [(2048, 2048)], [], dtype, copy_gbps)
     time_case("chunk 512 after 1536", [(512, 2048)], [], dtype, copy_gbps)
     time_case("chunk 512 after 1536 + 32 decodes", [(512, 2048)], [(1, 2048)] * 32, dtype, copy_gbps)
-    key = torch.randn(4096, 8, 128, device=DEV, dtype=dtype)
-    meta, num_blocks = paged_batch([4096], [4096], num_prefills=1, block_size=16, device=DEV)
-    k_cache = torch.empty(num_blocks, 16, 8, 128, device=DEV, dtype=dtype)
+    kv_heads, head_dim, block = TIMED_HEADS[1], TIMED_HEAD_DIM, TIMED_BLOCK
+    key = torch.randn(4096, kv_heads, head_dim, device=DEV, dtype=dtype)
+    meta, num_blocks = paged_batch([4096], [4096], num_prefills=1, block_size=block, device=DEV)
+    k_cache = torch.empty(num_blocks, block, kv_heads, head_dim, device=DEV, dtype=dtype)
     v_cache = torch.empty_like(k_cache)
     ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping), return_mode="median")
     # Read once and written once, for keys and values.
@@ -177,7 +185,7 @@ def run_timings(dtype):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one correctness case per dtype")
-    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
+    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16",
                         help="dtype of the timings")
     args = parser.parse_args()
     if not torch.cuda.is_available():
