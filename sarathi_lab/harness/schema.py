@@ -18,7 +18,7 @@ from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import knob_names
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
-from sarathi_lab.profiling.quantities import aligned_chunk
+from sarathi_lab.profiling.quantities import GEMM_TILE, aligned_chunk
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class MeasureCfg:
     """Settings of the tasks other than serve."""
     reps: int = 3
     token_step: int = 8
-    tile: int = 128
+    tile: int = GEMM_TILE
     # task=piggyback's chunk: "none" uses `chunk` as it is; "tile" shrinks it so that the chunk and
     # its B - 1 riding decodes fill whole tiles, as SARATHI sizes its chunks.
     chunk_align: Literal["none", "tile"] = "none"

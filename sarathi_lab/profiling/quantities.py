@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# The GEMM tile, in tokens, of the GPUs the papers ran on: SARATHI sizes its chunks by it (Fig. 7).
+GEMM_TILE = 128
+
 
 def aligned_chunk(chunk: int, batch_size: int, tile: int) -> int:
     """The largest chunk whose tokens with the B - 1 decodes riding it fill whole ``tile``-token

@@ -18,7 +18,7 @@ from sarathi_lab.profiling import quantities
 from sarathi_lab.profiling.quantities import decode_speedup
 from sarathi_lab.sim.cost_model import CostModel
 
-TILE = 128
+TILE = quantities.GEMM_TILE
 aligned_chunk = functools.partial(quantities.aligned_chunk, tile=TILE)
 # (model, device, cost models): the paper's LLaMA-33B on an A100 (nobody measured its kernels, so
 # roofline and calibrated), and Llama-2-7B on an A100, whose kernels were measured (profile).

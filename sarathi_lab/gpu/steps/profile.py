@@ -7,13 +7,14 @@ import os
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.plan import PROFILE_SEQ_LEN
 from sarathi_lab.gpu.state import Metric
+from sarathi_lab.profiling.quantities import GEMM_TILE
 
 
 def overrides(model: str, dry_run: bool) -> list[str]:
     shape = (["model.name=tiny", "device=cpu", "dtype=float32", "chunk=32", "batch_size=2", "seq_len=64",
               "measure.tile=32", "measure.reps=1"] if dry_run else
              [f"model.name={model}", "device=cuda", "dtype=bfloat16", "chunk=512", "batch_size=18",
-              f"seq_len={PROFILE_SEQ_LEN[model]}", "measure.tile=128", "measure.reps=3"])
+              f"seq_len={PROFILE_SEQ_LEN[model]}", f"measure.tile={GEMM_TILE}", "measure.reps=3"])
     return ["task=profile", *shape, "measure.token_step=16", "logger=none", "on_existing=overwrite"]
 
 
