@@ -18,8 +18,8 @@ import functools
 import torch
 
 from sarathi_kernels import cpu_build
+from sarathi_kernels.cpu_ops import DTYPES  # one library, one suffix per dtype
 
-DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
     "paged_decode": [_PTR, _I64] + [_PTR] * 5 + [_I64] * 6 + [ctypes.c_float, ctypes.c_int],
