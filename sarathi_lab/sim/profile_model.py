@@ -14,10 +14,12 @@ import pandas as pd
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import REPO_ROOT, ConfigError
+from sarathi_lab.profiling.ops import OPS
 from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.interpolate import Curve, Surface
 
-DENSE_OPS = ("qkv_proj", "o_proj", "ffn", "others")
+# task=profile's operators whose time depends on the token count alone (attention also on the contexts).
+DENSE_OPS = tuple(op for op in OPS if op != "attention")
 COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 
 
