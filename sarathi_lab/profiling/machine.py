@@ -9,7 +9,7 @@ import warnings
 import torch
 from sarathi_kernels.cpu_build import cpuinfo
 
-from sarathi_lab.config import cpu_has_bf16_units
+from sarathi_lab.config import cpu_has_bf16_units, run_dtype
 from sarathi_lab.profiling import isa
 
 # The ISA features that decide which CPU paths run fast (bfloat16 on a CPU needs the bf16 ones).
@@ -53,9 +53,7 @@ def default_device() -> str:
 def fast_dtype(device: str) -> str:
     """bfloat16 where it has hardware (CUDA, or a CPU with AVX512-BF16/AMX), else float32: the
     dtype the engine itself runs when asked for bfloat16."""
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        return "bfloat16"
-    return "bfloat16" if cpu_has_bf16_units() else "float32"
+    return run_dtype("bfloat16", default_device() if device == "auto" else device)
 
 
 def warn_if_loaded() -> float:
