@@ -69,10 +69,12 @@ class EngineConfig:
     dtype: Literal[DTYPES] = "bfloat16"
     seed: int = 0
     block_size: int = 16
-    # KV capacity: an explicit block count wins over a memory budget; with neither, on a GPU (real or
-    # simulated) vLLM's rule: GPU_MEMORY_UTILISATION of its memory less the weights and the activations
-    # of the largest iteration; on a CPU enough for max_batch_size requests of max_model_len tokens
-    # (the paper's preallocation), capped by a share of memory (model/memory.py decides both).
+    # KV capacity: an explicit block count wins over a memory budget; with neither, on a GPU vLLM's
+    # rule: GPU_MEMORY_UTILISATION of its memory (a real one's free memory, a simulated one's all of it)
+    # less the weights and the activations of a chunking scheduler's largest iteration (a whole-prompt
+    # scheduler's prefill can be larger: it has the rest of memory); on a CPU enough for
+    # max_batch_size requests of max_model_len tokens (the paper's preallocation), capped by a share of
+    # memory and by what the weights leave. model/memory.py decides it for the engine and the simulator.
     num_kv_blocks: int | None = None
     kv_cache_gb: float | None = None
     # Admission leaves int(kv_watermark * blocks) free for running requests to grow into before one is

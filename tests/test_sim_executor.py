@@ -180,3 +180,49 @@ def test_the_engine_and_the_simulator_plan_one_kv_cache_on_one_cpus_memory(monke
     on_cpu = plan_kv_blocks(real, hf, context, torch.float32, torch.device("cpu"), available=ceilings.memory_bytes)
     assert on_cpu == simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="cpu"), hf, context)
     assert (on_cpu < 64 * context // 16) == (memory_mib == 1024)
+
+
+def test_weights_that_leave_a_cpu_no_block_are_refused_by_the_engine_and_the_simulator(monkeypatch):
+    # The CPU's cap (a share of memory) never counted the weights: a model larger than a simulated
+    # CPU ran, and the real engine's cache could take a quarter of memory beside weights at nine tenths.
+    import torch
+
+    from sarathi_lab.model.memory import context_limit, plan_kv_blocks, resident_weight_bytes
+    from sarathi_lab.sim import load_device
+
+    real = EngineConfig(model="tiny", device="cpu", dtype="float32", max_batch_size=64)
+    hf = PRESETS["tiny"]
+    context = context_limit(real, hf)
+    weights = resident_weight_bytes(real, Shape.of(hf), context, torch.float32, "cpu")
+    block = Shape.of(hf).kv_bytes_per_token(4) * 16
+    # Room for three blocks beside the weights: the cap is the room, not a quarter of memory.
+    memory = weights + 3 * block
+    assert plan_kv_blocks(real, hf, context, torch.float32, torch.device("cpu"), available=memory) == 3
+    ceilings = dataclasses.replace(load_device("a100"), name="cpu", memory_bytes=weights // 2)
+    monkeypatch.setattr("sarathi_lab.sim.device.cpu_device", lambda dtype="bfloat16": ceilings)
+    with pytest.raises(ConfigError, match=r"^sim_device='cpu' is invalid for this model: its weights take"):
+        simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="cpu"), hf, context)
+
+
+def test_an_iteration_that_leaves_a_gpu_less_than_a_block_is_refused_alike():
+    # Room for one token's KV but not a block's gave the simulator 0 blocks and no error.
+    import torch
+
+    from sarathi_lab.model.memory import context_limit, plan_kv_blocks, resident_weight_bytes
+    from sarathi_lab.sim import load_device
+
+    hf = PRESETS["llama2-7b"]
+    real = EngineConfig(model="llama2-7b", device="cpu", dtype="float16", chunk_size=512, max_batch_size=8)
+    shape, context = Shape.of(hf), context_limit(real, hf)
+    weights = resident_weight_bytes(real, shape, context, torch.float16, "cuda")
+    used = weights + real.max_iteration_tokens * shape.activation_bytes_per_token(2)
+    memory = int((used + shape.kv_bytes_per_token(2) * 8) / 0.9) + 1  # half a block of room
+    gpu = dataclasses.replace(load_device("h100"), memory_bytes=memory)
+    line = r"^chunk_size=512 is invalid on .*: an iteration of this many tokens and a decode per running request"
+    with pytest.raises(ConfigError, match=line):
+        plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=memory)
+    from unittest import mock
+
+    with mock.patch("sarathi_lab.sim.build.load_device", lambda name, dtype=None: gpu), \
+            pytest.raises(ConfigError, match=line):
+        simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="h100"), hf, context)

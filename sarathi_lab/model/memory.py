@@ -69,18 +69,27 @@ def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes:
 
 
 def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, device_type: str,
-                      memory_bytes: int, weight_bytes: int) -> int:
+                      memory_bytes: int, weight_bytes: int, where: str) -> int:
     """The KV cache's blocks with no size given, as EngineConfig's comment says, for the real engine
-    and the simulator alike (``memory_bytes``: what the device has for the engine)."""
+    and the simulator alike (``memory_bytes``: what the device has for the engine; ``where``: the
+    device as a refusal names it). Refuses, in one line, weights or an iteration that leave no block."""
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
+    room = (gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, 0) if device_type == "cuda"
+            else memory_bytes - weight_bytes)
+    if room < block_bytes:
+        raise ConfigError(f"model={cfg.model!r} is invalid on {where}: its weights take {weight_bytes / 2**30:.1f} "
+                          f"GiB in {cfg.dtype}, which leaves no room for a KV cache in {memory_bytes / 2**30:.1f} GiB")
     if device_type == "cuda":
-        blocks = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, cfg.max_iteration_tokens) // block_bytes
-    else:
-        wanted = blocks_beside_watermark(cfg.max_batch_size * blocks_for(context, cfg.block_size), cfg.kv_watermark)
-        blocks = min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes))
-    if blocks < 1:
-        raise ConfigError(f"kv_cache_gb=None is invalid: the KV cache holds no block of {block_bytes} bytes")
-    return blocks
+        room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, cfg.max_iteration_tokens)
+        if room < block_bytes:
+            # Name the setting that made the iteration this large (the harness maps it to the user's key).
+            key = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget"
+            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid on {where}: an iteration of this many tokens "
+                              f"and a decode per running request ({cfg.max_iteration_tokens} in all) leaves no room "
+                              "for a KV cache")
+        return room // block_bytes
+    wanted = blocks_beside_watermark(cfg.max_batch_size * blocks_for(context, cfg.block_size), cfg.kv_watermark)
+    return min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes), room // block_bytes)
 
 
 def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype: torch.dtype,
@@ -99,7 +108,7 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
         if blocks * block_bytes > room:
             raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {kv_excess(blocks, block_bytes, room, device)}")
         return blocks
-    return default_kv_blocks(cfg, shape, context, elem, device.type, available, weights)
+    return default_kv_blocks(cfg, shape, context, elem, device.type, available, weights, str(device))
 
 
 def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:

@@ -26,14 +26,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _kv_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, max_tokens: int, utilisation: float,
-              weight_bytes: int | None) -> int:
+def _kv_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, max_tokens: int, utilisation: float) -> int:
     """model.memory.gpu_kv_bytes on ``device``, refusing (one line) weights that leave no room."""
     # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
     if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
         raise ConfigError(f"utilisation={utilisation!r} is invalid: must be a number in (0, 1]")
     s = Shape.of(config)
-    weights = s.weight_bytes(elem_bytes) if weight_bytes is None else weight_bytes
+    weights = s.weight_bytes(elem_bytes)
     if gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation) < s.kv_bytes_per_token(elem_bytes):
         usable = int(device.memory_bytes * utilisation)
         raise ConfigError(f"sim_device={device.name!r} is invalid for this model: {weights / 2**30:.1f} GiB "
@@ -42,12 +41,12 @@ def _kv_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, max_tok
 
 
 def kv_capacity_tokens(device: Device, config: PretrainedConfig, elem_bytes: int = 2, max_tokens: int = 0,
-                       utilisation: float = GPU_MEMORY_UTILISATION, weight_bytes: int | None = None) -> int:
-    """KV-cache tokens that fit on ``device`` beside the weights (``weight_bytes``, default the
-    parameters alone) and the activations of an iteration of ``max_tokens`` tokens. Fails with one
-    line when nothing fits."""
+                       utilisation: float = GPU_MEMORY_UTILISATION) -> int:
+    """KV-cache tokens that fit on ``device`` beside the weights and the activations of an iteration
+    of ``max_tokens`` tokens (the paper's arithmetic, in shapes alone). Fails with one line when
+    nothing fits."""
     check_count("max_tokens", max_tokens, 0)
-    free = _kv_bytes(device, config, elem_bytes, max_tokens, utilisation, weight_bytes)
+    free = _kv_bytes(device, config, elem_bytes, max_tokens, utilisation)
     kv = Shape.of(config).kv_bytes_per_token(elem_bytes)
     if free < kv:
         raise ConfigError(f"max_tokens={max_tokens} is invalid on sim_device={device.name!r}: the "
@@ -62,15 +61,14 @@ def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes
     check_count("seq_len", seq_len, 1)
     s = Shape.of(config)
     per_request = seq_len * (s.kv_bytes_per_token(elem_bytes) + s.activation_bytes_per_token(elem_bytes))
-    return _kv_bytes(device, config, elem_bytes, 0, utilisation, None) // per_request
+    return _kv_bytes(device, config, elem_bytes, 0, utilisation) // per_request
 
 
-def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: int | None = None,
-                        warn: bool = True) -> int:
+def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: int | None = None) -> int:
     """The KV blocks the real engine would plan on the simulated device (model.memory decides both):
     an explicit block count or memory budget if it fits beside the weights (or, with
-    ``sim_kv_beyond_device``, as a what-if, with a warning unless ``warn`` is False); otherwise its
-    default for the device's kind. ``context``: the longest request (default the model's limit)."""
+    ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
+    kind. ``context``: the longest request (default the model's limit)."""
     context = context_limit(cfg, config) if context is None else context
     # Each of sim_tp GPUs holds its shard's weights and its heads' part of every token's KV.
     try:
@@ -91,21 +89,16 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: in
             if not cfg.sim_kv_beyond_device:
                 raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {excess} (sim_kv_beyond_device=true "
                                   "runs it as a what-if)")
-            if warn:
-                log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
+            log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
-    if kind == "cpu":
-        return default_kv_blocks(cfg, shape, context, elem, kind, device.memory_bytes, weights)
-    key, max_tokens = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget", cfg.max_iteration_tokens
-    try:  # default_kv_blocks' rule for a GPU, with the simulator's own refusals
-        return kv_capacity_tokens(device, config, elem, max_tokens, weight_bytes=weights) // cfg.block_size
+    where = f"sim_device={cfg.sim_device!r}"
+    try:
+        return default_kv_blocks(cfg, shape, context, elem, kind, device.memory_bytes, weights, where)
     except ConfigError as e:
-        if e.key != "max_tokens":
+        if e.key != "model":
             raise
-        # Name the setting that made the iteration this large (the harness maps it to the user's key).
-        raise ConfigError(f"{key}={getattr(cfg, key)} is invalid on sim_device={cfg.sim_device!r}: an iteration of "
-                          f"this many tokens and a decode per running request ({max_tokens} in all) leaves no room "
-                          "for a KV cache") from None
+        # Here the device is the setting to change: the model is what is being studied.
+        raise ConfigError(f"{where} is invalid for this model: {str(e).split(': ', 1)[1]}") from None
 
 
 def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostModel:
