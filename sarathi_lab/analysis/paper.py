@@ -1,5 +1,6 @@
 """The numbers the papers report, drawn beside ours (SARATHI arXiv 2308.16369, LLaMA-13B on an
 A6000 unless noted; Sarathi-Serve arXiv 2403.02310). Gathered in PAPER_NOTES.md of the project."""
+from sarathi_lab.profiling.quantities import GEMM_TILE
 
 # Fig. 3/4 at sequence length 1024: decode over prefill per-token time, by batch size.
 DECODE_OVER_PREFILL = {1: 200.0, 2: 100.0, 18: 16.7}
@@ -8,7 +9,7 @@ PREFILL_SATURATION_TOKENS = 512
 PREFILL_TOKENS_PER_MS = 180.0
 
 # Fig. 7: iteration time (ms) by tokens in the batch; the GPU's matmul tile is 128 tokens.
-TILE = 128
+TILE = GEMM_TILE
 TILE_TIMES_MS = {128: 55.0, 256: 69.8, 257: 92.33}
 TILE_JUMP = TILE_TIMES_MS[257] / TILE_TIMES_MS[256] - 1
 

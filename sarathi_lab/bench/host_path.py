@@ -13,14 +13,15 @@ import torch
 
 from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints, table_path
 from sarathi_lab.bench.common import parse, print_table
-from sarathi_lab.config import DTYPE_BYTES
+from sarathi_lab.config import DTYPE_BYTES, EngineConfig
+from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 
 TARGET = 0.05
 MODEL = "llama2-7b"
 GPU = "h100"
 DTYPE = "bfloat16"
-BLOCK_SIZE = 16
+BLOCK_SIZE = EngineConfig.block_size
 # Prompt tokens an iteration while the decode cases' prompts are prefilled.
 PREFILL_BUDGET = 2048
 
@@ -98,7 +99,7 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
     new = -(-decodes * context // prefill) + runs + 3
     prompt = chunk * (runs + 1)
     max_len = max(context + new, prompt + 1)
-    blocks = decodes * -(-(context + new) // BLOCK_SIZE) + (-(-max_len // BLOCK_SIZE) if chunk else 0)
+    blocks = decodes * blocks_for(context + new, BLOCK_SIZE) + (blocks_for(max_len, BLOCK_SIZE) if chunk else 0)
     engine = build_engine(decodes + bool(chunk), prefill + decodes, blocks, max_len)
     for seq in _requests(0, decodes, context - 1, new):
         engine.add_request(seq)

@@ -3,7 +3,6 @@
 section 1)."""
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import pandas as pd
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
-from sarathi_lab.engine.block_manager import blocks_beside_watermark
+from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.arrivals import poisson_arrivals
@@ -59,7 +58,7 @@ class Case:
     def kv_blocks(self) -> int:
         """Room for ``batch`` of the longest requests beside the watermark, the same on both
         engines so that admission and preemption decide alike."""
-        return blocks_beside_watermark(self.batch * math.ceil(self.longest / BLOCK_SIZE), KV_WATERMARK)
+        return blocks_beside_watermark(self.batch * blocks_for(self.longest, BLOCK_SIZE), KV_WATERMARK)
 
 
 def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
@@ -94,7 +93,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
                           measure=SimpleNamespace(reps=reps, token_step=token_step, tile=1 << 20,
                                                   max_tokens=max_tokens))
     top = max(max_tokens, chunk + seq_len)
-    blocks = math.ceil(top / BLOCK_SIZE) + batch * math.ceil(seq_len / BLOCK_SIZE) + 8
+    blocks = blocks_for(top, BLOCK_SIZE) + batch * blocks_for(seq_len, BLOCK_SIZE) + 8
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=num_threads,
               max_model_len=top, num_kv_blocks=blocks, warmup_iters=1)
     task.run(cfg, _on_clock(llm, clock))
