@@ -32,13 +32,16 @@ class RooflineCostModel(CostModel):
         super().__init__(config, dtype)
         self.device = device
         s = self.shape = Shape.of(config)
-        q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+        q = s.heads * s.head_dim
         self.gemms = s.gemms
         e = self.elem_bytes
-        # Elements one layer's pointwise work moves per token, by kind: two norms reading and writing the
-        # hidden state, the residual adds as much again, rotary over q and k, the activation's rows.
-        self.pointwise_elems = {"norm": 4 * s.hidden, "add": 4 * s.hidden, "rope": 2 * (q + kv),
-                                "act": pointwise_elems("act", s)}
+        # Norm kernels a layer runs: one in phi-2's parallel block, whose attention and MLP read one norm.
+        self.norms = 2 if s.gated else 1
+        # Elements one layer's pointwise work moves per token, by kind: the norms reading and writing the
+        # hidden state, the residual adds as much again as two norms (the engine fuses each add into a
+        # norm), rotary over q and k, the activation's rows.
+        self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s), "add": 4 * s.hidden,
+                                "rope": pointwise_elems("rope", s), "act": pointwise_elems("act", s)}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
         self.kv_bytes_per_token = s.kv_bytes_per_token(e, layers=1)
         self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
@@ -132,8 +135,6 @@ class CalibratedRooflineCostModel(RooflineCostModel):
                               "'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
-        # Norm kernels a layer runs: one in phi-2's parallel block, whose attention and MLP read one norm.
-        self.norms = 2 if self.shape.gated else 1
         self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape) * self.elem_bytes
                                 for kind in self.cal.pointwise}
 
