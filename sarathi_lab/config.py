@@ -179,6 +179,13 @@ class EngineConfig:
         return getattr(torch, runs)
 
 
+def device_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100': a GPU's reported name as the simulator's device names go
+    (and the folders of profiles/ and docs/gpu/); a chip it cannot find is the whole name, slugged."""
+    chip = re.search(r"\b([AHBL]\d{2,3}|A6000)\b", name)
+    return chip[1].lower() if chip else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 def run_dtype(dtype: str, device_type: str) -> str:
     """The dtype a device of ``device_type`` (real or simulated) runs when asked for ``dtype``: a CPU
     without bf16 matrix units runs bfloat16 as float32."""

@@ -138,7 +138,8 @@ def test_bfloat16_on_a_cpu_without_bf16_units_is_simulated_in_float32(monkeypatc
 def test_a_gpus_reported_name_maps_to_one_device_name(reported, slug):
     # The profile task (profiles/<device>/) and the GPU suite's collect (docs/gpu/<device>/) both
     # name a GPU by this; every simulated GPU is reachable from the name its driver reports.
-    from sarathi_lab.sim.device import GPU_DEVICES, device_slug
+    from sarathi_lab.config import device_slug
+    from sarathi_lab.sim.device import GPU_DEVICES
 
     assert device_slug(reported) == slug
     assert {device_slug(f"NVIDIA {d.upper()}") for d in GPU_DEVICES} == set(GPU_DEVICES)

@@ -11,8 +11,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from sarathi_lab.config import REPO_ROOT
-from sarathi_lab.sim.device import device_slug
+from sarathi_lab.config import REPO_ROOT, device_slug
 
 # Kept: small text tables and figures; never the per-run folders of the paper sweeps.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")

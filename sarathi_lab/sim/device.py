@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,13 +23,6 @@ log = logging.getLogger(__name__)
 _DEVICES_DIR = Path(__file__).with_name("devices")
 GPU_DEVICES = tuple(sorted(p.stem for p in _DEVICES_DIR.glob("*.yaml")))
 DEVICES = (*GPU_DEVICES, "cpu")
-
-
-def device_slug(name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'h100': a GPU's reported name as the simulator's device names go
-    (and the folders of profiles/ and docs/gpu/); a chip it cannot find is the whole name, slugged."""
-    chip = re.search(r"\b([AHBL]\d{2,3}|A6000)\b", name)
-    return chip[1].lower() if chip else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 # Token and byte counts: a tile of 0.5 tokens would pad nothing and read a chunk's context twice per token.

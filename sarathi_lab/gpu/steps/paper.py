@@ -92,7 +92,7 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     if code is None:
         raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on (finished "
                          f"jobs are skipped)")
-    jobs = read_json(directory / SWEEP_SUMMARY) or {}
+    jobs = read_json(directory / SWEEP_SUMMARY, warn=True) or {}
     ok = sum(j["status"] in ("ok", "skipped") for j in jobs.values())
     errors = sorted({j["error"].splitlines()[0] for j in jobs.values() if j.get("error")})
     if code != 0 and not jobs:

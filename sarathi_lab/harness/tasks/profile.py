@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from sarathi_lab.config import device_slug
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import median_time
 from sarathi_lab.harness.tasks import kv_blocks
@@ -19,7 +20,6 @@ from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.profiling.ops import time_by_op
-from sarathi_lab.sim.device import device_slug
 from sarathi_lab.sim.profile_model import (
     COLUMNS,
     DENSE_OPS,
