@@ -50,3 +50,12 @@ def test_a_plain_mlp_counts_one_up_projection_as_transformers_builds_phi():
     assert not shape.gated and shape.layer_linear_params == linear
     assert shape.gemms["gate_up_proj"] == (256, 1024)
     assert RooflineCostModel(load_device("a100"), config).gemms == shape.gemms
+
+
+def test_whether_an_mlp_is_gated_follows_the_model_type_not_only_the_activation():
+    # GPT-NeoX's plain MLP uses "gelu", Gemma's gated one a GELU too: the activation alone misleads.
+    from transformers import GemmaConfig, GPTNeoXConfig
+
+    from sarathi_lab.model.shape import is_gated
+
+    assert not is_gated(GPTNeoXConfig()) and is_gated(GemmaConfig()) and is_gated(PRESETS["llama2-7b"])

@@ -17,9 +17,16 @@ def kv_heads_of(config: PretrainedConfig) -> int:
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
+# Hugging Face model types whose MLP is plain (up, activation, down): no gate projection.
+PLAIN_MLP_TYPES = frozenset({"phi", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "mpt",
+                             "starcoder2"})
+
+
 def is_gated(config: PretrainedConfig) -> bool:
-    """LLaMA's gated MLP; phi-2's plain one (fc1, GELU, fc2, in a parallel block) is the exception."""
-    return getattr(config, "hidden_act", "silu") != "gelu_new"
+    """LLaMA's gated MLP, unless the model type has a plain one (phi-2's fc1, GELU, fc2); a config
+    of vidur's measured shapes says plain by its activation, gelu_new, as phi-2's."""
+    return (getattr(config, "model_type", None) not in PLAIN_MLP_TYPES
+            and getattr(config, "hidden_act", "silu") != "gelu_new")
 
 
 @dataclass(frozen=True)
