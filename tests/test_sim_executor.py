@@ -227,3 +227,26 @@ def test_an_iteration_that_leaves_a_gpu_less_than_a_block_is_refused_alike():
     with mock.patch("sarathi_lab.sim.build.load_device", lambda name, dtype=None: gpu), \
             pytest.raises(ConfigError, match=line):
         simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="h100"), hf, context)
+
+
+@pytest.mark.parametrize("kv_cache_gb", [4.0, 60.0])
+def test_an_explicit_kv_cache_is_kept_or_refused_alike_by_the_engine_and_the_simulator(kv_cache_gb):
+    # 4 GB fits an H100 beside LLaMA-13B's 26 GB of weights; 60 GB does not.
+    import torch
+
+    from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+    from sarathi_lab.sim import load_device
+
+    gpu, hf = load_device("h100"), PRESETS["llama-13b"]
+    real = EngineConfig(model="llama-13b", device="cpu", dtype="float16", kv_cache_gb=kv_cache_gb)
+    sim = dataclasses.replace(real, executor="sim", sim_device="h100")
+    context = context_limit(real, hf)
+    if kv_cache_gb == 4.0:
+        blocks = plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+        assert blocks == simulated_kv_blocks(sim, hf, context) == (4 * 2**30 // (2 * 40 * 5120 * 2 * 16))
+        return
+    line = rf"^kv_cache_gb={kv_cache_gb} is invalid: \d+ blocks of \d+ bytes take [\d.]+ GiB, more than the"
+    with pytest.raises(ConfigError, match=line):
+        plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+    with pytest.raises(ConfigError, match=line):
+        simulated_kv_blocks(sim, hf, context)
