@@ -78,14 +78,13 @@ def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: a
     given wins, as the command line's overrides sit over a Hydra debug config)."""
     if not args.smoke:
         return
-    # The dests the command line sets (abbreviations, --opt=value): parsed again, defaults suppressed.
+    # Parsed again with the sizes as defaults (abbreviations, --opt=value: argparse's own reading), on
+    # a copy, so that the caller's parser keeps its defaults.
     probe = copy.deepcopy(parser)
-    for action in probe._actions:  # not set_defaults: that puts its values into the namespace
-        action.default = argparse.SUPPRESS
-    given = vars(probe.parse_args(argv))
-    for dest, value in sizes.items():
-        if dest not in given:
-            setattr(args, dest, value)
+    probe.set_defaults(**sizes)
+    again = probe.parse_args(argv)
+    for dest in sizes:
+        setattr(args, dest, getattr(again, dest))
 
 
 def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,
