@@ -195,6 +195,19 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, num_thre
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
 
 
+def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str, label: str | None = None) -> None:
+    """The panel both validations draw of every iteration: simulated against measured, the diagonal
+    where they agree, log axes in plain milliseconds."""
+    from sarathi_lab.analysis.figures import plain_log_ticks
+
+    low, high = min(measured_s.min(), simulated_s.min()) * 1e3, max(measured_s.max(), simulated_s.max()) * 1e3
+    ax.plot([low, high], [low, high], "k-", lw=0.8, label=label)
+    ax.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
+           title=title)
+    plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.yaxis)
+
+
 def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
@@ -202,11 +215,7 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     left, right = fig.subplots(1, 2)
     for workload, group in points.groupby("workload"):
         left.scatter(group.measured_s * 1e3, group.predicted_s * 1e3, s=6, alpha=0.6, label=workload)
-    low, high = (points[["measured_s", "predicted_s"]].min().min() * 1e3,
-                 points[["measured_s", "predicted_s"]].max().max() * 1e3)
-    left.plot([low, high], [low, high], "k-", lw=0.8)
-    left.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
-             title="identical batches: iteration by iteration")
+    parity(left, points.measured_s, points.predicted_s, "identical batches: iteration by iteration")
     left.legend(fontsize=7)
     poisson = table[table.arrival == "poisson"]
     keys = list(SERVED)

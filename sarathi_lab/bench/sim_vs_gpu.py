@@ -18,7 +18,16 @@ from omegaconf import OmegaConf
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.bench.args import bench_parser
-from sarathi_lab.bench.sim_validate import DOCS, SERVED, SMOKE_PROFILE, Run, batch_errors, profile, served_errors
+from sarathi_lab.bench.sim_validate import (
+    DOCS,
+    SERVED,
+    SMOKE_PROFILE,
+    Run,
+    batch_errors,
+    parity,
+    profile,
+    served_errors,
+)
 from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
@@ -156,7 +165,6 @@ def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame
 
 def figure(points: pd.DataFrame, table: pd.DataFrame, gain: pd.DataFrame | None, title: str, path: Path) -> None:
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
-    from matplotlib.ticker import ScalarFormatter
 
     panels = 3 if gain is not None and len(gain) else 2
     fig = Figure(figsize=(5 * panels, 4.6))
@@ -170,14 +178,7 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, gain: pd.DataFrame | None,
         left.scatter(stalled.measured_s * 1e3, stalled.simulated_s * 1e3, s=30, marker="x", color=colours.get(model))
     if points.stall.any():
         left.scatter([], [], s=15, marker="x", color="k", label=f"measured stall (> {STALL:g}x its kind's median)")
-    low, high = (points[["measured_s", "simulated_s"]].min().min() * 1e3,
-                 points[["measured_s", "simulated_s"]].max().max() * 1e3)
-    left.plot([low, high], [low, high], "k-", lw=0.8, label="simulated = measured")
-    left.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
-             title="every iteration (identical batches)")
-    for axis in (left.xaxis, left.yaxis):  # plain milliseconds, not 2 x 10^0
-        axis.set_major_formatter(ScalarFormatter())
-        axis.set_minor_formatter(ScalarFormatter())
+    parity(left, points.measured_s, points.simulated_s, "every iteration (identical batches)", "simulated = measured")
     left.legend(fontsize=8, markerscale=2)
     middle, keys = axes[1], ["makespan_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "itl_p50_s", "itl_p99_s"]
     for i, model in enumerate(m for m in COST_MODELS if m in set(table.cost_model)):
