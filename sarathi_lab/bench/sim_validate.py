@@ -3,6 +3,7 @@
 section 1)."""
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -188,11 +189,15 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, num_thre
                                         "num_tokens": real.iterations.num_tokens,
                                         "measured_s": real.iterations.duration_s,
                                         "predicted_s": sim.iterations.duration_s}))
-        progress(f"{case.workload}/{case.scheduler}/c{case.chunk}: "
-                 f"identical batches {row['identical_batches']}, "
-                 f"iteration error {row.get('iter_median_abs_rel_err', float('nan')):.1%}, "
-                 f"makespan {row['makespan_s_rel_err']:+.1%}")
+        progress(f"{case.workload}/{case.scheduler}/c{case.chunk}: {verdict(row)}")
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
+
+
+def verdict(row: dict) -> str:
+    """A compared run's progress line: whether it batched alike, its iteration and makespan errors."""
+    return (f"identical batches {row['identical_batches']}, "
+            f"iteration error {row.get('iter_median_abs_rel_err', math.nan):.1%}, "
+            f"makespan {row['makespan_s_rel_err']:+.1%}")
 
 
 def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str, label: str | None = None) -> None:

@@ -27,6 +27,7 @@ from sarathi_lab.bench.sim_validate import (
     parity,
     profile,
     served_errors,
+    verdict,
 )
 from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.harness.compose import run_in_process
@@ -116,9 +117,7 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progre
                                             "num_decode_tokens": it.num_decode_tokens, "measured_s": it.duration_s,
                                             "simulated_s": sim.iterations.duration_s.to_numpy()}))
             progress(f"{ident['experiment']}/{run_dir.name.split('_')[0]} {ident['scheduler']} chunk {ident['chunk']} "
-                     f"P:D {ident['pd_ratio']}, {model}: identical batches {row['identical_batches']}, "
-                     f"iteration error {row.get('iter_median_abs_rel_err', math.nan):.1%}, "
-                     f"makespan {row['makespan_s_rel_err']:+.1%}")
+                     f"P:D {ident['pd_ratio']}, {model}: {verdict(row)}")
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
 
 
