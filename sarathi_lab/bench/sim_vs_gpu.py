@@ -43,7 +43,7 @@ _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logge
 _KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio")
 # The smoke's runs: pd_ratio at CI size on the tiny model, static then sarathi at two P:D ratios.
 _SMOKE = ["experiment=pd_ratio", "model=tiny", "device=cpu", "dtype=float32", "seq_len=48", "batch_size=2",
-          "chunk=16", "workload.num_requests=4", "logger=none"]
+          "chunk=16", "workload.num_requests=4", "logger=none", "on_existing=overwrite"]
 
 
 def serving_runs(root: Path) -> list[Path]:
