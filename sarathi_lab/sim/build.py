@@ -16,7 +16,7 @@ from sarathi_lab.model.loader import eos_token_of
 from sarathi_lab.model.memory import context_limit, default_kv_blocks, gpu_kv_bytes, kv_excess, resident_weight_bytes
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
-from sarathi_lab.sim.device import Device, device_dtype, load_device
+from sarathi_lab.sim.device import Device, device_dtype, device_type, load_device
 from sarathi_lab.sim.executor import SimulatedExecutor
 from sarathi_lab.sim.parallel import shard
 
@@ -76,8 +76,8 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: in
     except ConfigError as e:
         raise ConfigError(f"sim_tp={cfg.sim_tp} is invalid for this model: {e}") from None
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
-    dtype = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype))
-    shape, elem, kind = Shape.of(config), dtype.itemsize, "cpu" if cfg.sim_device == "cpu" else "cuda"
+    dtype, kind = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype)), device_type(cfg.sim_device)
+    shape, elem = Shape.of(config), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
     weights = resident_weight_bytes(cfg, shape, context, dtype, kind)

@@ -97,12 +97,17 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
     return Device(**raw)
 
 
+def device_type(device: str) -> str:
+    """What a simulated device is to the engine's plans: "cpu", or a GPU ("cuda")."""
+    return "cpu" if device == "cpu" else "cuda"
+
+
 def device_dtype(device: str, dtype: str) -> str:
     """The dtype ``device`` runs when asked for ``dtype``: a CPU without bf16 matrix instructions runs
     bfloat16 as float32, as the engine does (EngineConfig.torch_dtype)."""
     from sarathi_lab.config import run_dtype
 
-    return run_dtype(dtype, "cpu" if device == "cpu" else "cuda")
+    return run_dtype(dtype, device_type(device))
 
 
 def _read_cached_ceilings(path: Path, key: str) -> dict:
