@@ -11,11 +11,14 @@ import types
 import pandas as pd
 import pytest
 
-from sarathi_lab.analysis import claims, derive, figures
+from sarathi_lab.analysis import claims, derive, registry
 from sarathi_lab.analysis.runs import Results, download_wandb, newest_sweep
 from sarathi_lab.profiling import quantities
 
 KEYS = {"seq_len": 256, "batch_size": 4, "pd_ratio": 8.0}
+# Each paper result's claim check and figure, by name, from its module in analysis/paper_results/.
+CHECK = {r.name: r.claims for r in registry.RESULTS}
+DRAW = {r.name: r.figure for r in registry.RESULTS}
 
 
 def _piggyback(batch_size: int, decode_only: float, chunk_alone: float, hybrid: float) -> pd.DataFrame:
@@ -185,13 +188,13 @@ def test_claims_say_partly_when_only_some_points_meet_the_paper():
         for q, times in ((0.5, {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3}),
                          (1.5, {"sarathi_serve": 0.5, "vllm": 0.4, "orca": 0.6}))
         for s, t in times.items()])
-    (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
+    (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "partly" and "qps 0.5: sarathi_serve 50 ms, vllm 400 ms, orca 300 ms" in row["ours"]
 
 
 def test_decode_speedup_claim_is_partly_when_only_some_points_reach_the_paper_range():
     table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 110.0)])
-    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): table}))
+    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): table}))
     assert row["holds"] == "partly" and row["ours"].startswith("1.5x-4.0x")
 
 
@@ -290,9 +293,9 @@ def test_claims_table_gives_simulated_runs_rows_of_their_own_naming_their_source
                           ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))})
     simulated = _Simulated({("scheduler_latency", "summary"): _latency({4: {"sarathi_serve": 0.04, "vllm": 0.2,
                                                                             "orca": 0.3}})})
-    table = claims.claims_table(measured, simulated, checks=(claims.scheduler_latency, claims.decode_speedup))
+    table = claims.claims_table(measured, simulated, only=("scheduler_latency", "decode_speedup"))
     assert list(table.columns) == claims.COLUMNS
-    latency, sim_latency, speedup = table.to_dict("records")
+    speedup, latency, sim_latency = table.to_dict("records")  # in the registry's order
     assert latency["holds"] == "no" and sim_latency["holds"] == "yes"
     assert "qps 4: sarathi_serve 40 ms, vllm 200 ms, orca 300 ms" in sim_latency["ours"]
     assert (sim_latency["source"], sim_latency["machine"]) == ("simulated A6000 (roofline), llama-13b",
@@ -302,7 +305,7 @@ def test_claims_table_gives_simulated_runs_rows_of_their_own_naming_their_source
     assert latency["spread"] == claims.NO_REPEATS and latency["left out"] == "none"
     # An experiment with no simulated run has no simulated row.
     assert speedup["claim"].startswith("Piggybacking")
-    alone = claims.claims_table(measured, checks=(claims.scheduler_latency,))
+    alone = claims.claims_table(measured, only=("scheduler_latency",))
     assert len(alone) == 1 and alone.loc[0, "holds"] == "no"
 
 
@@ -330,13 +333,13 @@ def _pd_ratio_sweep(root, gains_by_seed: dict[int, float], unreliable=()) -> Non
 def test_runs_flagged_unreliable_are_left_out_of_the_claims_and_counted(tmp_path):
     # Seed 1's runs shared the machine: their 0.5x is left out, and the row says so.
     _pd_ratio_sweep(tmp_path, {0: 1.2, 1: 0.5}, unreliable={1})
-    _, gain = claims.claims_table(Results(tmp_path), checks=(claims.pd_ratio,)).to_dict("records")
+    _, gain = claims.claims_table(Results(tmp_path), only=("pd_ratio",)).to_dict("records")
     assert gain["ours"].startswith("peak 1.20x") and "lowest 1.20x" in gain["ours"] and gain["holds"] == "yes"
     assert gain["left out"] == "2 of 4 runs left out: timing unreliable"
     assert (gain["source"], gain["machine"], gain["threads"]) == ("measured CPU, cpu-small", "Test CPU", "2")
     assert "2 of 4 runs left out" in Results(tmp_path).describe("pd_ratio")
     # Opting in keeps them, marked.
-    _, kept = claims.claims_table(Results(tmp_path, include_unreliable=True), checks=(claims.pd_ratio,)).to_dict(
+    _, kept = claims.claims_table(Results(tmp_path, include_unreliable=True), only=("pd_ratio",)).to_dict(
         "records")
     assert kept["ours"].startswith("peak 0.85x") and kept["left out"] == "2 of 4 runs timing unreliable, kept"
 
@@ -344,7 +347,7 @@ def test_runs_flagged_unreliable_are_left_out_of_the_claims_and_counted(tmp_path
 def test_an_experiment_whose_every_run_is_unreliable_has_no_verdict(tmp_path):
     # A loaded machine flagged every job: the claims table used to say "holds: yes" from them.
     _pd_ratio_sweep(tmp_path, {0: 1.69}, unreliable={0})
-    rows = claims.claims_table(Results(tmp_path), checks=(claims.pd_ratio,)).to_dict("records")
+    rows = claims.claims_table(Results(tmp_path), only=("pd_ratio",)).to_dict("records")
     assert [r["holds"] for r in rows] == ["n/a", "n/a"]
     assert rows[1]["ours"].startswith("no reliable run (2 of 2 runs left out: timing unreliable")
 
@@ -355,7 +358,7 @@ def test_an_experiment_whose_every_run_is_unreliable_has_no_verdict(tmp_path):
 def test_a_claim_repeated_over_seeds_shows_its_spread_and_is_unclear_where_it_straddles(tmp_path, gains, holds,
                                                                                         spread):
     _pd_ratio_sweep(tmp_path, gains)
-    _, gain = claims.claims_table(Results(tmp_path), checks=(claims.pd_ratio,)).to_dict("records")
+    _, gain = claims.claims_table(Results(tmp_path), only=("pd_ratio",)).to_dict("records")
     assert gain["holds"] == holds and gain["spread"].startswith(spread)
 
 
@@ -366,7 +369,7 @@ def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
                                                      ("sarathi", 0, 120.0))
             if (length, s) != (512, "static")]  # that job failed: no metrics.json, no row
     summary = _on_cpu(pd.DataFrame(runs))
-    fig = figures.orca_compare(_Measured({("orca_compare", "summary"): summary}))
+    fig = DRAW["orca_compare"](_Measured({("orca_compare", "summary"): summary}))
     (ours, _paper) = fig.axes[:2]
     assert ours.get_title() == "measured CPU" and len(ours.patches) > 0
 
@@ -375,7 +378,7 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
     # vllm's run at 1.5 req/s failed: that load says nothing, and at 0.5 req/s sarathi_serve is lowest.
     summary = _latency({0.5: {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3},
                         1.5: {"sarathi_serve": 0.2, "orca": 0.6}})
-    (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
+    (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "yes"
     # SARATHI's run at length 512 failed; at 256 it beats Orca's best case.
     runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{s}-{g}",
@@ -384,7 +387,7 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
                                                                   ("orca", 4, 110.0), ("sarathi", 0, 120.0))
                          if (length, s) != (512, "sarathi")])
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs,
+    (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
                                           ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
 
@@ -394,7 +397,7 @@ def test_per_token_cost_claim_reads_one_length_the_longest():
     ops = pd.concat([_ops([("prefill", b, 1.0), ("decode", b, 40.0 if length == 128 else 4.0 / b)], seq_len=length)
                      for length in (128, 512) for b in (1, 4, 16)])
     sweep = pd.DataFrame({"op": "total", "tokens": [64, 128, 256], "ms": [64.0, 128.0, 256.0]})
-    cost, _ = claims.per_token_cost(_Frames({("per_token_cost", "ops"): ops, ("tile_quantization", "sweep"): sweep}))
+    cost, _ = CHECK["per_token_cost"](_Frames({("per_token_cost", "ops"): ops, ("tile_quantization", "sweep"): sweep}))
     assert cost["ours"] == "4.0x at batch 1, 0.2x at batch 16 (length 512)" and cost["holds"] == "no"
 
 
@@ -405,7 +408,7 @@ def test_saturation_from_the_fewest_measured_tokens_past_512_is_decided_by_the_f
     # Batch x length starts at 1024 tokens, already flat there: it cannot say whether 512 were enough.
     ops = _ops([("prefill", b, 1.0) for b in (1, 2, 4)] + [("decode", b, 50.0) for b in (1, 2, 4)], seq_len=1024)
     sweep = pd.DataFrame({"op": "total", "tokens": tokens, "ms": [n / 1000 * ms for n, ms in zip(tokens, fine_ms)]})
-    _, saturation = claims.per_token_cost(_Frames({("per_token_cost", "ops"): ops,
+    _, saturation = CHECK["per_token_cost"](_Frames({("per_token_cost", "ops"): ops,
                                                    ("tile_quantization", "sweep"): sweep}))
     assert "from 1024 tokens (the fewest measured)" in saturation["ours"] and saturation["holds"] == holds
 
@@ -413,10 +416,10 @@ def test_saturation_from_the_fewest_measured_tokens_past_512_is_decided_by_the_f
 def test_decode_speedup_claim_leaves_out_points_where_riding_decodes_measured_free():
     # Batch 2: the hybrid iteration took less than the chunk alone, a riding cost of -5 ms: noise.
     table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 95.0)])
-    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): table}))
+    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): table}))
     assert row["ours"].startswith("4.0x-4.0x over batch sizes 2, 4") and "1 of 2 points unresolved" in row["ours"]
     assert row["holds"] == "yes"
-    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): _piggyback(2, 30.0, 100.0, 100.0)}))
+    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): _piggyback(2, 30.0, 100.0, 100.0)}))
     assert row["ours"].startswith("no point resolved") and row["holds"] == "n/a"
 
 
@@ -424,7 +427,7 @@ def test_pd_ratio_with_a_failed_static_run_reads_the_points_that_have_a_baseline
     # The static run of chunk 128 failed: its sarathi run has no baseline and no gain.
     summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput_tok_s": t, **KEYS}
                             for s, c, t in (("static", 64, 90.0), ("sarathi", 64, 99.0), ("sarathi", 128, 121.0))])
-    (peak, gain) = claims.pd_ratio(_Frames({("pd_ratio", "summary"): summary}))
+    (peak, gain) = CHECK["pd_ratio"](_Frames({("pd_ratio", "summary"): summary}))
     assert "C=128" not in peak["ours"] and gain["ours"] == "peak 1.10x; 1 of 1 points >= 1.1x; lowest 1.10x"
 
 
@@ -439,7 +442,7 @@ def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, 
             "resolved_config": {"engine": {"executor": "model"}, "workload": {"qps": 1.0}},
             "summary": {"itl_p99_s": tbt},
             "environment": {"device": device, "device_name": name, "dtype": "bfloat16"}}))
-    (row,) = claims.claims_table(Results(tmp_path), checks=(claims.scheduler_latency,)).to_dict("records")
+    (row,) = claims.claims_table(Results(tmp_path), only=("scheduler_latency",)).to_dict("records")
     assert row["holds"] == "yes" and (row["source"], row["machine"], row["dtype"]) == (f"{source}, llama-13b", name,
                                                                                       "bfloat16")
 
@@ -450,7 +453,7 @@ def test_decode_speedup_figure_leaves_out_points_where_riding_decodes_measured_f
     table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 95.0)])
     measured = _Measured({("decode_speedup", "piggyback"): table,
                           ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))})
-    (ax,) = figures.decode_speedup(measured).axes
+    (ax,) = DRAW["decode_speedup"](measured).axes
     heights = [bar.get_height() for bars in ax.containers for bar in bars if bar.get_height() != 0]
     assert heights == pytest.approx([4.0]) and "1 of 2 points unresolved" in ax.get_title()
 
@@ -458,7 +461,7 @@ def test_decode_speedup_figure_leaves_out_points_where_riding_decodes_measured_f
 def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged():
     # Every sarathi_serve run failed: no load can say whether its TBT is the lowest.
     summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}, 1.5: {"vllm": 0.4, "orca": 0.6}})
-    (row,) = claims.scheduler_latency(_Frames({("scheduler_latency", "summary"): summary}))
+    (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "n/a"
     # Every unstaggered orca run (Orca's worst case) failed; SARATHI against Orca's best is still judged.
     runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{s}-{g}",
@@ -466,7 +469,7 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
                          for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 4, 110.0),
                                                                   ("sarathi", 0, 120.0))])
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    (row,) = claims.orca_compare(_Frames({("orca_compare", "summary"): runs,
+    (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
                                           ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
 
@@ -490,7 +493,7 @@ def test_tile_figure_draws_simulated_times_relative_to_the_simulated_runs_tile()
     sweep = pd.DataFrame({"op": "total", "tokens": tokens, "ms": [1.0 + n / 32 for n in tokens]})
     frames = {("tile_quantization", "sweep"): sweep,
               ("tile_quantization", "summary"): _on_cpu(pd.DataFrame([{"tile": 32}]))}
-    fig = figures.tile_quantization(_Measured(frames), _SimulatedRuns(frames))
+    fig = DRAW["tile_quantization"](_Measured(frames), _SimulatedRuns(frames))
     labels = [line.get_label() for line in fig.axes[1].get_lines()]
     assert "simulated A6000 (roofline) (/ time at 32 tokens)" in labels
 
@@ -499,7 +502,7 @@ def test_decode_speedup_figure_draws_every_simulated_length_visibly():
     table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5).assign(seq_len=length) for length in (1024, 2048)])
     frames = {("decode_speedup", "piggyback"): table,
               ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))}
-    _, sim_ax = figures.decode_speedup(_Measured(frames), _SimulatedRuns(frames)).axes
+    _, sim_ax = DRAW["decode_speedup"](_Measured(frames), _SimulatedRuns(frames)).axes
     # No bar so pale it vanishes on the white background (a sequential palette starts near white).
     assert all(sum(bar.get_facecolor()[:3]) / 3 < 0.8 for bars in sim_ax.containers for bar in bars)
 
@@ -511,19 +514,19 @@ def _aligned_and_fixed() -> pd.DataFrame:
 
 
 def test_decode_speedup_claim_judges_the_tile_aligned_chunks_and_shows_both():
-    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): _aligned_and_fixed()}))
+    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): _aligned_and_fixed()}))
     assert row["ours"].startswith("tile-aligned chunks (chunk + B - 1 a multiple of 128): 10.0x-10.0x; "
                                   "fixed chunk: 4.0x-4.0x over batch sizes 4")
     assert row["holds"] == "yes"
     fixed = _aligned_and_fixed().query("chunk_align == 'none'")
-    (row,) = claims.decode_speedup(_Frames({("decode_speedup", "piggyback"): fixed}))
+    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): fixed}))
     assert row["ours"].startswith("4.0x-4.0x over") and row["holds"] == "yes"
 
 
 def test_decode_speedup_figure_draws_a_panel_per_chunk_alignment():
     frames = {("decode_speedup", "piggyback"): _aligned_and_fixed(),
               ("decode_speedup", "summary"): _on_cpu(pd.DataFrame([{"batch_size": 4}]))}
-    axes = figures.decode_speedup(_Measured(frames), _SimulatedRuns(frames)).axes
+    axes = DRAW["decode_speedup"](_Measured(frames), _SimulatedRuns(frames)).axes
     assert len(axes) == 4
     titles = [ax.get_title() for ax in axes]
     assert sum("tile-aligned" in t for t in titles) == 2 and sum("fixed chunk" in t for t in titles) == 2

@@ -53,7 +53,7 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _left_out(results: Results) -> str:
-    rows = claims.claims_table(results, checks=(claims.pd_ratio,)).to_dict("records")
+    rows = claims.claims_table(results, only=("pd_ratio",)).to_dict("records")
     assert len({row["left out"] for row in rows}) == 1
     return rows[0]["left out"]
 

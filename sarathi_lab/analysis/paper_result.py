@@ -1,11 +1,10 @@
-"""What a paper result declares: its experiment, its claim check, its figure and its GPU run."""
+"""What a paper result declares: its experiment, its claim check, its figure and its GPU run (each
+result's module in ``analysis/paper_results/`` holds all four)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from sarathi_lab.analysis import claims as claim_checks
 
 
 @dataclass(frozen=True)
@@ -22,16 +21,12 @@ class GpuRun:
 class PaperResult:
     name: str                                     # experiment=NAME, and the results root's folder
     order: int                                    # where it runs, is drawn and is tabled
+    claims: Callable[[Any], list[dict]]           # Results -> its claims rows (claims.claim_row)
+    # (results, simulated=None) -> Figure; it imports matplotlib itself, so that the registry does not.
+    figure: Callable[..., Any]
     reading: str = ""                             # markdown under the figure's heading: what to look for
     sim: str | None = None                        # produce --sim at full scale: experiment=sim/<sim>
     # Why a claim's verdict differs between the simulator's cost models where it does: the claims
     # table's note on those rows (claims.mark_cost_model_differences), by claim text.
     cost_models_differ: dict[str, str] = field(default_factory=dict)
     gpu: GpuRun | None = None
-    claims: Callable[[Any], list[dict]] | None = None   # Results -> claims rows; by default claims.<name>
-    # (results, simulated=None) -> Figure; by default figures.<name> (registry.draw imports matplotlib then).
-    figure: Callable[..., Any] | None = None
-
-    def __post_init__(self):
-        if self.claims is None:
-            object.__setattr__(self, "claims", getattr(claim_checks, self.name))

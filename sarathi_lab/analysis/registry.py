@@ -1,6 +1,6 @@
 """The paper's results, each one unit: a module in ``analysis/paper_results/`` whose ``RESULT``
 (a PaperResult) registers it. produce, the claims table, the figures, the notebooks and the GPU
-suite iterate ``RESULTS``. ``draw`` imports matplotlib only when a figure is wanted."""
+suite iterate ``RESULTS``. A result's figure imports matplotlib only when it is drawn."""
 from __future__ import annotations
 
 import importlib
@@ -43,5 +43,4 @@ def draw(result: PaperResult, runs, simulated=None):
     """The result's figure, or None when every run of it was left out (``runs.unreliable_note`` says why)."""
     if runs.summary(result.name).empty:
         return None
-    figure = result.figure or getattr(importlib.import_module("sarathi_lab.analysis.figures"), result.name)
-    return figure(runs, simulated)
+    return result.figure(runs, simulated)

@@ -159,7 +159,7 @@ def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame
     for model, results in zip(cost_models, simulated):
         each = derive.pd_ratio_gains(results.summary("pd_ratio"))[[*keys, "gain"]].rename(columns={"gain": model})
         table = table.merge(each, on=keys, how="left")
-    return table, claims.claims_table(measured, simulated, checks=[claims.pd_ratio])
+    return table, claims.claims_table(measured, simulated, only=["pd_ratio"])
 
 
 def figure(points: pd.DataFrame, table: pd.DataFrame, gain: pd.DataFrame | None, title: str, path: Path) -> None:

@@ -1,1 +1,2 @@
-"""One module per paper result, each defining ``RESULT`` (analysis/registry.py's PaperResult)."""
+"""One module per paper result: its claim check (``claims``), its figure (``figure``) and its
+``RESULT`` (analysis/registry.py's PaperResult) that registers both with its experiment and GPU run."""

@@ -1,8 +1,57 @@
 """Fig. 7: iteration time steps at multiples of the matmul tile."""
+from __future__ import annotations
+
+from sarathi_lab.analysis import derive, paper
+from sarathi_lab.analysis.claims import claim_row, verdict
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 
+
+def claims(results) -> list[dict]:
+    summary = results.summary("tile_quantization")
+    tile, jump = summary.tile.iloc[0], summary.tile_jump.mean()  # the mean over repeats, if any
+    step_at, step = derive.largest_step(derive.iteration_ms(results))
+    claim = f"One token past a multiple of the {tile:g}-token tile costs 10%+ more"
+    return [claim_row("tile_quantization", claim,
+                      f"256 -> 257 tokens: +{paper.TILE_JUMP:.0%} (tile {paper.TILE})",
+                      f"{jump:+.1%} on average from m to m + 1 at multiples of {tile:g}; "
+                      f"largest step anywhere: {step:+.1%} at {step_at} tokens", verdict([jump >= 0.10]), jump)]
+
+
+def figure(results, simulated=None):
+    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from sarathi_lab.analysis import figures
+
+    sweep = results.table("tile_quantization", "sweep")
+    tile = int(results.summary("tile_quantization").tile.iloc[0])
+    fig, (ax, rel_ax) = plt.subplots(1, 2, figsize=(14, 4.2), layout="constrained")
+    shown = sweep[sweep.op.isin(["total", "qkv_proj", "o_proj", "ffn"])]
+    sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5, errorbar=figures.SPREAD)
+    for m in range(tile, int(sweep.tokens.max()) + 1, tile):
+        ax.axvline(m, ls=":", color="grey")
+    ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
+    styles = [{"marker": "."}, figures.SIM_STYLE | {"marker": None, "color": figures.sim_colors(1)[0]}]
+    for (runs, source), style in zip(figures.sources_of(results, simulated, "tile_quantization"), styles):
+        total = derive.iteration_ms(runs)
+        run_tile = int(runs.summary("tile_quantization").tile.iloc[0])
+        reference = total.index[abs(total.index - run_tile).argmin()]
+        rel_ax.plot(total.index, total / total[reference], label=f"{source} (/ time at {reference} tokens)",
+                    **style)
+    paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
+    rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
+                   **figures.PAPER_STYLE)
+    rel_ax.set(title="relative to the time at one tile", xlabel="tokens in the iteration",
+               ylabel="time / time at one tile (x)")
+    rel_ax.legend(fontsize=8)
+    figures.headline(fig, results, "tile_quantization",
+                     "Fig. 7: iteration time steps at multiples of the matmul tile on a GPU", simulated)
+    return fig
+
+
 RESULT = PaperResult(
-    name="tile_quantization", order=20, sim="tile_quantization",
+    name="tile_quantization", order=20, sim="tile_quantization", claims=claims, figure=figure,
     reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of the "
              "matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the paper's "
              "three points as stars."),
