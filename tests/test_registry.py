@@ -37,14 +37,20 @@ def toy(monkeypatch):
     return TOY
 
 
+PAPER = ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio", "chunk_overhead", "orca_compare",
+         "scheduler_latency")
+
+
 def test_the_seven_results_are_found_in_their_modules_in_order():
-    assert registry.names() == ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio",
-                                "chunk_overhead", "orca_compare", "scheduler_latency")
-    assert all(r.reading and r.gpu for r in registry.RESULTS)
+    # In order among whatever else is registered: a new result is its own module, not an edit here.
+    assert tuple(n for n in registry.names() if n in PAPER) == PAPER
+    assert all(r.reading and r.gpu for r in registry.RESULTS if r.name in PAPER)
     # The GPU suite runs each registered result's experiment, as the CPU does, with its overrides.
-    assert [s.arg for s in STEPS if s.group == "paper"] == ["per_token_cost", "decode_speedup", "pd_ratio",
-                                                             "tile_quantization", "chunk_overhead", "orca_compare",
-                                                             "scheduler_latency"]
+    paper_steps = [s.arg for s in STEPS if s.group == "paper"]
+    assert set(paper_steps) == {r.name for r in registry.RESULTS if r.gpu}
+    assert [a for a in paper_steps if a in PAPER] == ["per_token_cost", "decode_speedup", "pd_ratio",
+                                                      "tile_quantization", "chunk_overhead", "orca_compare",
+                                                      "scheduler_latency"]
 
 
 def test_a_registered_result_is_produced_run_on_the_gpu_and_dry_run(toy, tmp_path):

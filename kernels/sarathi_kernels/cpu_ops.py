@@ -179,7 +179,7 @@ def argmax(x: torch.Tensor) -> list[int]:
     rows, cols = x.shape
     _check(x.is_contiguous() and cols > 0, "argmax: contiguous [rows, cols], cols > 0")
     # Into an array, not a tensor: after a forward pass every torch op starts with its code out of
-    # the caches, and torch.empty plus tolist were a third of this call (measured cold, 69 -> 52 us).
+    # the caches, and torch.empty plus tolist were a third of this call when cold.
     out = array("q", bytes(8 * rows))
     _fn("argmax", DTYPES[x.dtype])(x.data_ptr(), rows, cols, out.buffer_info()[0], torch.get_num_threads())
     return out.tolist()

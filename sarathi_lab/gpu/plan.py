@@ -33,7 +33,7 @@ PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 
 
 # Each profile's place among the paper results (their GpuRun.order) and its minutes: the 13B
-# profile right after the targets (the P:D peak), the others last.
+# profile right after the suite's targets (the P:D peak), the others last.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
 HEAD: tuple[Step, ...] = (
     Step("env", 0.2, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
