@@ -172,7 +172,7 @@ def test_measured_dips_are_treated_as_noise():
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=12), st.lists(st.floats(0, 1), min_size=1, max_size=12))
 def test_surfaces_are_monotone_whatever_was_measured(xs_noise, ys_noise):
     points = {(i, j): a + b for i, a in enumerate(xs_noise) for j, b in enumerate(ys_noise[::-1])}
-    rows = Surface(points).rows
+    rows = [row.ys for row in Surface(points).rows]
     assert all(r[j] <= r[j + 1] for r in rows for j in range(len(r) - 1))
     assert all(rows[i][j] <= rows[i + 1][j] for i in range(len(rows) - 1) for j in range(len(rows[0])))
 

@@ -13,7 +13,7 @@ from sarathi_lab.model import PRESETS
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim import gpu_kernels as gk
 from sarathi_lab.sim.convert_gpu_kernels import convert_attention, convert_mlp, kept_tokens
-from sarathi_lab.sim.interpolate import RaggedSurface
+from sarathi_lab.sim.interpolate import Surface
 from sarathi_lab.sim.kernel_model import KernelCostModel
 
 
@@ -58,12 +58,13 @@ def test_shipped_tables_hold_vidurs_medians():
     assert {"a100", "h100", "a40"} <= set(gk.measured_devices())
 
 
-def test_ragged_surface_interpolates_inside_and_refuses_outside():
-    s = RaggedSurface({(1, 10): 1.0, (1, 20): 2.0, (3, 10): 3.0, (3, 30): 5.0})
-    assert s(1, 15) == pytest.approx(1.5)
-    assert s(2, 10) == pytest.approx(2.0)
-    assert s(2, 25) is None  # row 1 stops at 20
-    assert s(4, 10) is None and s(0, 10) is None
+def test_a_ragged_surface_interpolates_inside_and_says_where_it_extrapolates():
+    s = Surface({(1, 10): 1.0, (1, 20): 2.0, (3, 10): 3.0, (3, 30): 5.0})
+    assert s(1, 15) == pytest.approx((1.5, False))
+    assert s(2, 10) == pytest.approx((2.0, False))
+    assert s(3, 25) == pytest.approx((4.5, False))  # on row 3, inside its points, though row 1 stops at 20
+    assert s(2, 25)[1]  # between rows, and row 1 stops at 20: carried on along its last segment
+    assert s(4, 10)[1] and s(0, 10)[1]
 
 
 def _measured(device="a100", model="llama2-7b") -> KernelCostModel:

@@ -116,5 +116,7 @@ def test_the_self_check_reads_the_table_in_the_dtype_it_was_measured_in(profiled
 def test_no_profiled_chunk_ends_past_seq_len(chunk, seq_len):
     cfg = SimpleNamespace(chunk=chunk, batch_size=18, seq_len=seq_len, measure=CFG.measure)
     g = importlib.import_module("sarathi_lab.harness.tasks.profile").grids(cfg)
-    assert max(g["chunks"]) + max(g["befores"]) == seq_len
+    assert max(c + before for c, before in g["prefills"]) == seq_len
+    # Every chunk after prefixes up to the longest that fits beside it, not only the largest chunk's.
+    assert all(max(b for c2, b in g["prefills"] if c2 == c) == seq_len - c for c in g["chunks"])
     assert max(g["contexts"]) == seq_len

@@ -56,8 +56,8 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
             "pointwise": cm.pointwise_s(tokens), "embedding": cm.embedding_s(tokens)}
 
     def measured_attention(prefills, decodes):
-        return (sum(prefill(c, x - c) for c, x in prefills)
-                + (decode(decodes, DECODE_CONTEXT) if decodes else 0.0))
+        return (sum(prefill(c, x - c)[0] for c, x in prefills)
+                + (decode(decodes, DECODE_CONTEXT)[0] if decodes else 0.0))
 
     def predicted_attention(cm):
         return lambda prefills, decodes: (sum(cm.prefill_attention_s(c, x) for c, x in prefills)

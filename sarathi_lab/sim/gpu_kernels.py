@@ -11,7 +11,7 @@ import pandas as pd
 from transformers import LlamaConfig, PretrainedConfig
 
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.sim.interpolate import Curve, RaggedSurface
+from sarathi_lab.sim.interpolate import Curve, Surface
 
 DATA_DIR = Path(__file__).with_name("data") / "gpu_kernels"
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -47,16 +47,15 @@ def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], RaggedSurface | None, RaggedSurface | None]:
+def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surface | None]:
     """A kernel table as functions of the shape: (each op but attention against tokens, the median of
     repeats; prefill attention against (chunk, context before it); decode attention against
     (decodes, context)), an attention None where not measured."""
     ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in table.groupby("op")
            if op not in ATTENTION_OPS}
     pre, dec = table[table.op == "prefill_attention"], table[table.op == "decode_attention"]
-    prefill = RaggedSurface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) \
-        else None
-    decode = RaggedSurface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
+    prefill = Surface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) else None
+    decode = Surface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
     return ops, prefill, decode
 
 

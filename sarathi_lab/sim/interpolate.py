@@ -61,34 +61,12 @@ class Curve:
 
 
 class Surface:
-    """z(x, y) on a rectangular grid of measured points (every x with every y)."""
-
-    def __init__(self, points: dict[tuple[float, float], float]):
-        self.xs = sorted({x for x, _ in points})
-        self.ys = sorted({y for _, y in points})
-        missing = [(x, y) for x in self.xs for y in self.ys if (x, y) not in points]
-        if missing:
-            raise ValueError(f"the grid is not rectangular: no point at {missing[0]}")
-        # Monotone along y in every row, then along x in every column (each pass keeps the other's
-        # order: averaging non-decreasing columns element-wise keeps the rows non-decreasing).
-        rows = [isotonic([points[x, y] for y in self.ys]) for x in self.xs]
-        columns = [isotonic([row[j] for row in rows]) for j in range(len(self.ys))]
-        self.rows = [[columns[j][i] for j in range(len(self.ys))] for i in range(len(self.xs))]
-
-    def __call__(self, x: float, y: float) -> tuple[float, bool]:
-        if len(self.xs) == 1:
-            return _lerp(self.ys, self.rows[0], y)[0], x != self.xs[0] or not self.ys[0] <= y <= self.ys[-1]
-        i, x_out = _segment(self.xs, x)
-        z0, y_out = _lerp(self.ys, self.rows[i], y)
-        z1, _ = _lerp(self.ys, self.rows[i + 1], y)
-        return _lerp([self.xs[i], self.xs[i + 1]], [z0, z1], x)[0], x_out or y_out
-
-
-class RaggedSurface:
-    """z(x, y) measured along y at a few x, each x at its own y points (a measured grid with holes):
-    within a row, the Curve through its points; between rows, linear in x. ``None`` where (x, y)
-    lies outside the measured rows (x beyond the first or last row, or y beyond the range of
-    either row it lies between), so that the caller models it rather than extrapolating."""
+    """z(x, y) through measured rows: each x measured along y at its own points (each chunk after the
+    prefixes that fit beside it), or every x at the same ones (a rectangular grid). On a measured row,
+    the Curve through its points; between two rows, linear in x. ``(value, extrapolated)``:
+    extrapolated where x lies beyond the first or last row, or y beyond a row read from (where the
+    row's end slope carries on). Monotone along y in every row and, on a rectangular grid, along x in
+    every column too."""
 
     def __init__(self, points: dict[tuple[float, float], float]):
         if not points:
@@ -97,16 +75,21 @@ class RaggedSurface:
         for (x, y), z in points.items():
             by_x.setdefault(x, {})[y] = z
         self.xs = sorted(by_x)
-        self.rows = [Curve(by_x[x]) for x in self.xs]
+        ys = [sorted(by_x[x]) for x in self.xs]
+        rows = [isotonic([by_x[x][y] for y in row_ys]) for x, row_ys in zip(self.xs, ys)]
+        if all(row_ys == ys[0] for row_ys in ys):
+            # Each pass keeps the other's order: averaging non-decreasing columns element-wise keeps
+            # the rows non-decreasing.
+            columns = [isotonic([row[j] for row in rows]) for j in range(len(ys[0]))]
+            rows = [[column[i] for column in columns] for i in range(len(self.xs))]
+        self.rows = [Curve(dict(zip(row_ys, row))) for row_ys, row in zip(ys, rows)]
 
-    def __call__(self, x: float, y: float) -> float | None:
-        if not self.xs[0] <= x <= self.xs[-1]:
-            return None
+    def __call__(self, x: float, y: float) -> tuple[float, bool]:
         i = bisect.bisect_left(self.xs, x)
-        rows = [self.rows[i]] if self.xs[i] == x else [self.rows[i - 1], self.rows[i]]
-        if not all(row.xs[0] <= y <= row.xs[-1] for row in rows):
-            return None
-        if len(rows) == 1:
-            return rows[0](y)[0]
-        (z0, _), (z1, _) = rows[0](y), rows[1](y)
-        return _lerp([self.xs[i - 1], self.xs[i]], [z0, z1], x)[0]
+        if i < len(self.xs) and self.xs[i] == x:
+            return self.rows[i](y)
+        if len(self.xs) == 1:
+            return self.rows[0](y)[0], True
+        i, x_out = _segment(self.xs, x)
+        (z0, out0), (z1, out1) = self.rows[i](y), self.rows[i + 1](y)
+        return _lerp([self.xs[i], self.xs[i + 1]], [z0, z1], x)[0], x_out or out0 or out1

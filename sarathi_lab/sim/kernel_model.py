@@ -54,15 +54,16 @@ class KernelCostModel(CostModel):
         modelled = False
         attn = 0.0
         for chunk, context in prefills:
-            t = self.prefill_attention(chunk, context - chunk) if self.prefill_attention else None
-            if t is None:
+            t, beyond = self.prefill_attention(chunk, context - chunk) if self.prefill_attention else (0.0, True)
+            if beyond:  # the roofline's, not a measured curve carried past its points
                 t, modelled = self.roofline.prefill_attention_s(chunk, context), True
             attn += t
         ops["prefill_attention"] = layers * attn
         ops["decode_attention"] = 0.0
         if decodes:
-            t = self.decode_attention(len(decodes), sum(decodes) / len(decodes)) if self.decode_attention else None
-            if t is None:
+            t, beyond = (self.decode_attention(len(decodes), sum(decodes) / len(decodes)) if self.decode_attention
+                          else (0.0, True))
+            if beyond:
                 t, modelled = self.roofline.decode_attention_s(decodes), True
             ops["decode_attention"] = layers * t
         self.modelled_attention_iterations += modelled

@@ -50,21 +50,23 @@ def grids(cfg) -> dict[str, list]:
     # Powers of two too: a line from 4 tokens to the first step overestimates the weight-reading floor.
     tokens = sorted({max_tokens} | set(_powers_of_two(max_tokens))
                     | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
-    # A chunk ends a prompt of at most seq_len tokens, so at most seq_len - chunk are cached before it;
-    # the grid is rectangular, so the largest chunk bounds it (a model may have no position past seq_len).
+    # A chunk ends a prompt of at most seq_len tokens (a model may have no position past it), so at
+    # most seq_len - chunk are cached before it: each chunk is measured after the prefixes that fit.
     chunks = _powers_of_two(min(cfg.chunk, cfg.seq_len))
+    prefills = [(c, before) for c in chunks for before in _steps(0, cfg.seq_len - c)]
     batches, contexts = _powers_of_two(cfg.batch_size), _steps(min(16, cfg.seq_len), cfg.seq_len)
     # Hybrids (chunk, decodes, their context): what a batch's attention parts pay once.
     hybrids = [(c, b, contexts[len(contexts) // 2]) for c in sorted({chunks[len(chunks) // 2], chunks[-1]})
                for b in sorted({1, batches[-1]})]
-    return {"tokens": tokens, "chunks": chunks, "befores": _steps(0, cfg.seq_len - max(chunks)),
-            "batches": batches, "contexts": contexts, "hybrids": hybrids}
+    return {"tokens": tokens, "chunks": chunks, "prefills": prefills, "batches": batches, "contexts": contexts,
+            "hybrids": hybrids}
 
 
 def kv_requests(cfg) -> list[int]:
     """The lengths of the requests of the batch that takes the most KV blocks (it holds one at a time)."""
     g = grids(cfg)
-    batches = [[max(g["tokens"])], [max(g["chunks"]) + max(g["befores"])], [max(g["contexts"])] * max(g["batches"]),
+    batches = [[max(g["tokens"])], [max(c + before for c, before in g["prefills"])],
+               [max(g["contexts"])] * max(g["batches"]),
                *([c] + [x] * b for c, b, x in g["hybrids"])]
     return max(batches, key=lambda lengths: kv_blocks(lengths, cfg.engine.block_size))
 
@@ -90,10 +92,9 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
         ops, prepare = _measure_batch(llm, batches, reps, prefills=[(n, 0)])
         rows += [(op, n, n, 1, ops[op]) for op in (*DENSE_OPS, "total")]
         rows.append(("prepare", n, n, 1, prepare))
-    for chunk in g["chunks"]:
-        for before in g["befores"]:
-            ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, before)])
-            rows.append(("prefill_attention", chunk, chunk + before, 1, ops["attention"]))
+    for chunk, before in g["prefills"]:
+        ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, before)])
+        rows.append(("prefill_attention", chunk, chunk + before, 1, ops["attention"]))
     for size in g["batches"]:
         for context in g["contexts"]:
             ops, prepare = _measure_batch(llm, batches, reps, decodes=size, context=context)
