@@ -177,6 +177,17 @@ def test_surfaces_are_monotone_whatever_was_measured(xs_noise, ys_noise):
     assert all(rows[i][j] <= rows[i + 1][j] for i in range(len(rows) - 1) for j in range(len(rows[0])))
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.floats(0, 1), min_size=1, max_size=8), min_size=1, max_size=6))
+def test_a_ragged_surface_is_monotone_along_each_row_and_exact_inside_it(rows_noise):
+    # Row x measured at its own points, as task=profile measures each chunk after the prefixes that fit.
+    points = {(x, 10 * j): z for x, noise in enumerate(rows_noise) for j, z in enumerate(noise)}
+    surface = Surface(points)
+    assert all(r.ys[j] <= r.ys[j + 1] for r in surface.rows for j in range(len(r.ys) - 1))
+    for x, noise in enumerate(rows_noise):
+        assert not surface(x, 10 * (len(noise) - 1))[1] and surface(x, 10 * len(noise))[1]
+
+
 def synthetic_profile(tokens=(1, 8, 16, 32, 64), chunks=(8, 32, 64), befores=(0, 64, 128), batches=(1, 4, 8),
                       contexts=(16, 128, 256)) -> pd.DataFrame:
     """A profile whose every op is a known increasing function of its axes."""
