@@ -100,17 +100,19 @@ class ProfileCostModel(CostModel):
                                         .to_dict())
         self.prepare_coef = _fit(by_op["prepare"], ["tokens", "batch"])
         self.sample_coef = _fit(by_op["sample"], ["batch"])
-        self.attention_shared_s = self._shared_attention(by_op.get("hybrid_attention"))
+        floor = min(by_op["prefill_attention"].seconds.min(), by_op["decode_attention"].seconds.min())
+        self.attention_shared_s = self._shared_attention(by_op.get("hybrid_attention"), floor)
         self.extrapolations = 0
         self._dense_cache: dict[int, tuple[float, bool]] = {}
 
-    def _shared_attention(self, hybrids: pd.DataFrame | None) -> float:
+    def _shared_attention(self, hybrids: pd.DataFrame | None, floor: float) -> float:
         """The attention time a hybrid pays once for all its parts (a launch-bound layer's fixed
         cost, which the prefill-only and decode-only rows each carry): the median of what a measured
         hybrid's parts add up to beyond it, at most the smaller part. Without hybrid rows (tables
-        from before they were measured): 0, every part charged whole."""
+        from before they were measured): ``floor``, the cheapest attention measured, which every
+        part's row carries and one pass over the batch pays once."""
         if hybrids is None:
-            return 0.0
+            return floor
         excess = []
         for row in hybrids.itertuples():  # a chunk of ``tokens`` with nothing before it, ``batch`` decodes
             pre, _ = self.prefill_attention(row.tokens, 0)
