@@ -259,6 +259,21 @@ def test_a_hybrid_pays_the_attention_cost_its_measured_hybrids_share_once():
         assert with_hybrids.iteration_time_s(**alone) == pytest.approx(plain.iteration_time_s(**alone))
 
 
+def test_past_the_profiled_tokens_the_devices_roofline_prices_the_increment():
+    class Line:  # a device whose dense work costs 1 ms a token
+        def dense_s(self, tokens: int) -> float:
+            return 1e-3 * tokens
+
+    plain = ProfileCostModel(synthetic_profile(), PRESETS["tiny"])
+    priced = ProfileCostModel(synthetic_profile(), PRESETS["tiny"], beyond=Line())
+    dense = lambda model, tokens: model.iteration_cost(prefills=[(tokens, tokens)]).ops["dense"]
+    assert dense(priced, 32) == dense(plain, 32) and dense(priced, 64) == dense(plain, 64)  # inside: as measured
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # past the grid: flagged and warned, as any extrapolation
+        assert dense(priced, 256) == pytest.approx(dense(plain, 64) + 1e-3 * (256 - 64))
+        assert priced.iteration_cost(prefills=[(256, 256)]).extrapolated
+
+
 def test_profile_model_flags_and_warns_once_when_it_extrapolates(profile_model):
     with pytest.warns(UserWarning, match="outside the measured grid"):
         assert profile_model.iteration_cost(decodes=[1000]).extrapolated

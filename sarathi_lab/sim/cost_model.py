@@ -72,7 +72,7 @@ class CostModel(abc.ABC):
         as one by tensor parallelism (parallel.py), each costed as its shard."""
         from sarathi_lab.model import PRESETS, load_config
         from sarathi_lab.sim import gpu_kernels
-        from sarathi_lab.sim.device import device_dtype, load_device
+        from sarathi_lab.sim.device import DEVICES, device_dtype, load_device
         from sarathi_lab.sim.kernel_model import KernelCostModel
         from sarathi_lab.sim.parallel import TensorParallelCostModel, shard
         from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
@@ -100,18 +100,24 @@ class CostModel(abc.ABC):
                               f"{', '.join(SIM_COST_MODELS)}")
         measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
         name = gpu_kernels.model_of(config) if measured else None
+        def roofline() -> RooflineCostModel:
+            dev = load_device(device, dtype)
+            calibrated = cost_model == "calibrated" or (cost_model == "profile" and dev.calibration is not None)
+            return (CalibratedRooflineCostModel if calibrated else RooflineCostModel)(dev, part, dtype)
+
         if cost_model == "profile" and tp == 1 and (profile is not None or engine_profiled
                                                     or name not in gpu_kernels.measured(device)):
             path = Path(profile) if profile is not None else profile_path(device, model)
-            return ProfileCostModel.from_csv(path, config, dtype)
-        dev = load_device(device, dtype)
-        calibrated = cost_model == "calibrated" or (cost_model == "profile" and dev.calibration is not None)
-        one = (CalibratedRooflineCostModel if calibrated else RooflineCostModel)(dev, part, dtype)
+            # Past the profiled token counts the device's roofline prices the increment, where the
+            # simulator describes the device (a profile of another one carries its end slope on).
+            beyond = roofline() if device in DEVICES else None
+            return ProfileCostModel.from_csv(path, config, dtype, beyond=beyond)
+        one = roofline()
         if cost_model == "profile":
             have = gpu_kernels.measured(device, tp)
             if name not in have:
                 at = f" at sim_tp={tp}" if tp > 1 else ""
-                use = "calibrated" if dev.calibration else "roofline"
+                use = "calibrated" if load_device(device, dtype).calibration else "roofline"
                 raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
                                   f"{device!r}{at}: its GPU kernels were not measured (measured: "
                                   f"{', '.join(have) or 'none'}); use {use}")

@@ -68,8 +68,13 @@ def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
 class ProfileCostModel(CostModel):
     name = "profile"
 
-    def __init__(self, table: pd.DataFrame, config: PretrainedConfig, dtype: str = "bfloat16", source: str = "table"):
+    def __init__(self, table: pd.DataFrame, config: PretrainedConfig, dtype: str = "bfloat16", source: str = "table",
+                 beyond: CostModel | None = None):
+        """``beyond``: a roofline of the device, whose increment prices the dense ops past the largest
+        token count measured (a baseline's whole-batch prefill can lie far past the profiled chunks,
+        where a launch-bound end segment's slope says nothing); None: that slope carries on."""
         super().__init__(config, dtype)
+        self.beyond = beyond
         missing = [c for c in COLUMNS if c not in table.columns]
         if missing:
             raise ValueError(f"profile {source}: no column {missing[0]!r}; expected {', '.join(COLUMNS)}")
@@ -121,7 +126,8 @@ class ProfileCostModel(CostModel):
         return float(np.median(excess))
 
     @classmethod
-    def from_csv(cls, path: str | Path, config: PretrainedConfig, dtype: str = "bfloat16") -> ProfileCostModel:
+    def from_csv(cls, path: str | Path, config: PretrainedConfig, dtype: str = "bfloat16",
+                 beyond: CostModel | None = None) -> ProfileCostModel:
         """The profile at ``path``, for a run in ``dtype``: refused if its description (the .json
         task=profile writes beside it) says it was measured in another dtype, whose times differ."""
         path = Path(path)
@@ -135,7 +141,7 @@ class ProfileCostModel(CostModel):
             table = pd.read_csv(path)
             if table.empty or table.isna().to_numpy().any():
                 raise ValueError("empty, or a value missing or NaN")
-            return cls(table, config, dtype, source=str(path))
+            return cls(table, config, dtype, source=str(path), beyond=beyond)
         except ConfigError:
             raise
         except (ValueError, KeyError, IndexError, TypeError) as e:  # pandas' parser errors are ValueErrors
@@ -145,8 +151,14 @@ class ProfileCostModel(CostModel):
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:
         if tokens not in self._dense_cache:
-            parts = [self.dense[op](tokens) for op in DENSE_OPS]
-            self._dense_cache[tokens] = (sum(v for v, _ in parts), any(out for _, out in parts))
+            top = min(self.dense[op].xs[-1] for op in DENSE_OPS)
+            if self.beyond is not None and tokens > top:
+                at_top, _ = self._dense_s(top)
+                value = at_top + self.beyond.dense_s(tokens) - self.beyond.dense_s(top)
+                self._dense_cache[tokens] = (value, True)
+            else:
+                parts = [self.dense[op](tokens) for op in DENSE_OPS]
+                self._dense_cache[tokens] = (sum(v for v, _ in parts), any(out for _, out in parts))
         return self._dense_cache[tokens]
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:

@@ -87,6 +87,10 @@ class RooflineCostModel(CostModel):
             self._dense[key] = ops
         return self._dense[key]
 
+    def dense_s(self, tokens: int) -> float:
+        """A forward's work outside attention at ``tokens`` tokens, one row sampled."""
+        return sum(self._dense_ops(tokens, 1).values())
+
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         """One layer's attention of a chunk of ``chunk`` tokens whose request then holds ``context``."""
         tile = self.device.attention_tile
