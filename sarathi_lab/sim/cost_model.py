@@ -117,7 +117,7 @@ class CostModel(abc.ABC):
             have = gpu_kernels.measured(device, tp)
             if name not in have:
                 at = f" at sim_tp={tp}" if tp > 1 else ""
-                use = "calibrated" if load_device(device, dtype).calibration else "roofline"
+                use = "calibrated" if one.device.calibration else "roofline"
                 raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
                                   f"{device!r}{at}: its GPU kernels were not measured (measured: "
                                   f"{', '.join(have) or 'none'}); use {use}")

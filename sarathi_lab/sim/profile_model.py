@@ -8,6 +8,7 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,9 @@ from sarathi_lab.config import REPO_ROOT, ConfigError
 from sarathi_lab.profiling.ops import OPS
 from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.interpolate import Curve, Surface
+
+if TYPE_CHECKING:
+    from sarathi_lab.sim.roofline import RooflineCostModel
 
 # task=profile's operators whose time depends on the token count alone (attention also on the contexts).
 DENSE_OPS = tuple(op for op in OPS if op != "attention")
@@ -69,7 +73,7 @@ class ProfileCostModel(CostModel):
     name = "profile"
 
     def __init__(self, table: pd.DataFrame, config: PretrainedConfig, dtype: str = "bfloat16", source: str = "table",
-                 beyond: CostModel | None = None):
+                 beyond: RooflineCostModel | None = None):
         """``beyond``: a roofline of the device, whose increment prices the dense ops past the largest
         token count measured (a baseline's whole-batch prefill can lie far past the profiled chunks,
         where a launch-bound end segment's slope says nothing); None: that slope carries on."""
@@ -98,6 +102,7 @@ class ProfileCostModel(CostModel):
             return Curve(by_op[op].groupby(x).seconds.median().to_dict())
 
         self.dense = {op: curve(op, "tokens") for op in DENSE_OPS}
+        self._dense_top = min(c.xs[-1] for c in self.dense.values())  # the most tokens every dense op measured
         self.lm_head = curve("lm_head", "batch")
         pre = by_op["prefill_attention"].assign(before=lambda r: r.context - r.tokens)
         self.prefill_attention = Surface(pre.groupby(["tokens", "before"]).seconds.median().to_dict())
@@ -127,7 +132,7 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def from_csv(cls, path: str | Path, config: PretrainedConfig, dtype: str = "bfloat16",
-                 beyond: CostModel | None = None) -> ProfileCostModel:
+                 beyond: RooflineCostModel | None = None) -> ProfileCostModel:
         """The profile at ``path``, for a run in ``dtype``: refused if its description (the .json
         task=profile writes beside it) says it was measured in another dtype, whose times differ."""
         path = Path(path)
@@ -151,7 +156,7 @@ class ProfileCostModel(CostModel):
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:
         if tokens not in self._dense_cache:
-            top = min(self.dense[op].xs[-1] for op in DENSE_OPS)
+            top = self._dense_top
             if self.beyond is not None and tokens > top:
                 at_top, _ = self._dense_s(top)
                 value = at_top + self.beyond.dense_s(tokens) - self.beyond.dense_s(top)
