@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 
 import pandas as pd
@@ -15,7 +16,7 @@ from sarathi_lab.model import PRESETS
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device, max_batch
 from sarathi_lab.sim.device import GPU_DEVICES
-from sarathi_lab.sim.interpolate import Curve, Surface
+from sarathi_lab.sim.interpolate import Curve, Surface, isotonic, isotonic_median
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.roofline import RooflineCostModel
 
@@ -165,7 +166,30 @@ def test_curve_and_surface_are_exact_at_measured_points_and_linear_between():
 
 def test_measured_dips_are_treated_as_noise():
     curve = Curve({1: 1.0, 2: 0.5, 3: 2.0})
-    assert [curve(x)[0] for x in (1, 2, 3)] == [0.75, 0.75, 2.0]    # least-squares monotone fit
+    assert [curve(x)[0] for x in (1, 2, 3)] == [0.75, 0.75, 2.0]    # the pooled pair's median
+
+
+def test_one_slow_point_does_not_lift_the_points_after_it():
+    # A stall at x=2: a least-squares fit would raise x=2..5 to their mean, 2.15.
+    curve = Curve({1: 1.0, 2: 5.0, 3: 1.1, 4: 1.2, 5: 1.3})
+    assert [curve(x)[0] for x in (1, 2, 3, 4, 5)] == [1.0, 1.2, 1.2, 1.2, 1.3]
+    assert isotonic([1.0, 5.0, 1.1, 1.2, 1.3]) == pytest.approx([1.0, 2.15, 2.15, 2.15, 2.15])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=10))
+def test_median_isotonic_is_the_closest_monotone_fit_in_absolute_error(ys):
+    fit = isotonic_median(ys)
+    assert all(a <= b for a, b in itertools.pairwise(fit))
+    # The best non-decreasing fit in absolute error can be taken from the data's own values:
+    # against every non-decreasing sequence of them, ours is no worse.
+    cost = sum(abs(f - y) for f, y in zip(fit, ys))
+    values = sorted(set(ys))
+    best = [0.0] * len(values)  # best[k]: least cost of the prefix so far, its last value values[k]
+    for y in ys:
+        below = list(itertools.accumulate(best, min))  # the prefix may end at any value up to values[k]
+        best = [below[k] + abs(v - y) for k, v in enumerate(values)]
+    assert cost <= min(best) + 1e-6 * (1 + sum(abs(y) for y in ys))
 
 
 @settings(max_examples=100, deadline=None)

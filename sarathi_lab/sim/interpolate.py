@@ -1,22 +1,34 @@
 """Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation:
 measured times are made non-decreasing first by isotonic regression (a measured dip is noise, which
-a running maximum would bias upwards); outside the grid the end segment's slope carries on, and
-the caller is told.
+a running maximum would bias upwards), pooled by the median (a slow outlier, a stall or a device's
+launch jitter, would lift every later point of a least-squares fit); outside the grid the end
+segment's slope carries on, and the caller is told.
 """
 from __future__ import annotations
 
 import bisect
+import statistics
 
 
 def isotonic(ys: list[float]) -> list[float]:
     """The non-decreasing sequence closest to ``ys`` in least squares (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, count]
+    return _pool_adjacent_violators(ys, statistics.fmean)
+
+
+def isotonic_median(ys: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``ys`` in absolute error: each pooled block at its
+    median, so that one outlier moves a block by a rank, not by its size."""
+    return _pool_adjacent_violators(ys, statistics.median)
+
+
+def _pool_adjacent_violators(ys: list[float], centre) -> list[float]:
+    blocks: list[tuple[float, list[float]]] = []  # (centre, members)
     for y in ys:
-        blocks.append([y, 1])
+        blocks.append((y, [y]))
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m1, n1), (m2, n2) = blocks.pop(-2), blocks.pop()
-            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    return [m for m, n in blocks for _ in range(n)]
+            (_, a), (_, b) = blocks.pop(-2), blocks.pop()
+            blocks.append((centre(a + b), a + b))
+    return [c for c, members in blocks for _ in members]
 
 
 def _segment(xs: list[float], x: float) -> tuple[int, bool]:
@@ -54,7 +66,7 @@ class Curve:
         if not points:
             raise ValueError("a curve needs at least one measured point")
         self.xs = sorted(points)
-        self.ys = isotonic([points[x] for x in self.xs])
+        self.ys = isotonic_median([points[x] for x in self.xs])
 
     def __call__(self, x: float) -> tuple[float, bool]:
         return _lerp(self.xs, self.ys, x)
@@ -76,11 +88,11 @@ class Surface:
             by_x.setdefault(x, {})[y] = z
         self.xs = sorted(by_x)
         ys = [sorted(by_x[x]) for x in self.xs]
-        rows = [isotonic([by_x[x][y] for y in row_ys]) for x, row_ys in zip(self.xs, ys)]
+        rows = [isotonic_median([by_x[x][y] for y in row_ys]) for x, row_ys in zip(self.xs, ys)]
         if all(row_ys == ys[0] for row_ys in ys):
-            # Each pass keeps the other's order: averaging non-decreasing columns element-wise keeps
-            # the rows non-decreasing.
-            columns = [isotonic([row[j] for row in rows]) for j in range(len(ys[0]))]
+            # Each pass keeps the other's order: pooling columns that are element-wise non-decreasing
+            # from one to the next keeps them so, hence the rows non-decreasing.
+            columns = [isotonic_median([row[j] for row in rows]) for j in range(len(ys[0]))]
             rows = [[column[i] for column in columns] for i in range(len(self.xs))]
         self.rows = [Curve(dict(zip(row_ys, row))) for row_ys, row in zip(ys, rows)]
 
