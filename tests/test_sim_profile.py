@@ -12,6 +12,7 @@ import pytest
 from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import CostModel
+from sarathi_lab.sim.profile_model import measured_iterations
 
 pytestmark = pytest.mark.e2e
 
@@ -56,6 +57,13 @@ def test_profile_measures_hybrids_for_the_attention_they_pay_once(profiled):
     assert set(hybrids.context) == {40}
     cm = CostModel.for_device("cpu", model="tiny", cost_model="profile", profile=root / "cpu" / "tiny.csv")
     assert 0 <= cm.attention_shared_s < table[table.op == "decode_attention"].seconds.max()
+    # Each hybrid's bare forward is kept too, so that the self-check holds the composition of a
+    # chunk and decodes to a measured iteration, not only prefill-only and decode-only ones.
+    totals = table[table.op == "hybrid_total"]
+    assert sorted(zip(totals.tokens, totals.batch)) == sorted(zip(hybrids.tokens, hybrids.batch))
+    assert (totals.seconds.to_numpy() > hybrids.seconds.to_numpy()).all()
+    measured = [(prefills, decodes) for kind, prefills, decodes, _ in measured_iterations(table) if kind == "hybrid"]
+    assert sorted(measured) == sorted(([(c, c)], [40] * b) for c, b in zip(hybrids.tokens, hybrids.batch))
 
 
 def test_profile_cost_model_interpolates_the_measured_table(profiled):

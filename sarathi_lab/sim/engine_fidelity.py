@@ -111,10 +111,13 @@ def _iteration_rows(device: str, model: str, table: pd.DataFrame, cms: dict) -> 
     """Each bare forward of the table beside each cost model's forward pass for that iteration."""
     its = []
     for kind, prefills, decodes, seconds in measured_iterations(table):
-        tokens, context = (prefills[0] if prefills else (len(decodes), decodes[0]))
-        label = f"prefill {tokens}" if prefills else f"decode b={tokens} @{context}"
-        its.append({"device": device, "model": model, "iteration": label, "kind": kind, "tokens": tokens,
-                    "context": context, "batch": 1 if prefills else len(decodes), "measured_s": seconds}
+        chunk = prefills[0][0] if prefills else 0
+        context = decodes[0] if decodes else chunk
+        label = {"prefill": f"prefill {chunk}", "decode": f"decode b={len(decodes)} @{context}",
+                 "hybrid": f"hybrid {chunk} + b={len(decodes)} @{context}"}[kind]
+        its.append({"device": device, "model": model, "iteration": label, "kind": kind,
+                    "tokens": chunk + len(decodes), "context": context, "batch": len(prefills) + len(decodes),
+                    "measured_s": seconds}
                    | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
     return its
 

@@ -50,15 +50,20 @@ def profile_description(path: str | Path) -> dict:
 
 
 def measured_iterations(table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
-    """Each bare forward of a profile (its ``total`` rows) as (kind, prefills, decodes, seconds), in
-    the cost models' terms: a batch of one whose tokens are its context is one prompt prefilled
-    whole; any other row is ``batch`` decodes of ``context`` tokens each."""
+    """Each bare forward of a profile as (kind, prefills, decodes, seconds), in the cost models'
+    terms. A ``total`` row of a batch of one whose tokens are its context is one prompt prefilled
+    whole; any other ``total`` row is ``batch`` decodes of ``context`` tokens each; a
+    ``hybrid_total`` row is a chunk of ``tokens`` with nothing before it beside ``batch`` decodes
+    of ``context`` tokens each."""
     rows = []
-    for row in table[table.op == "total"].itertuples():
-        if row.batch == 1 and row.tokens == row.context:
-            rows.append(("prefill", [(int(row.tokens), int(row.tokens))], [], float(row.seconds)))
+    for row in table[table.op.isin(("total", "hybrid_total"))].itertuples():
+        tokens, context, batch, seconds = int(row.tokens), int(row.context), int(row.batch), float(row.seconds)
+        if row.op == "hybrid_total":
+            rows.append(("hybrid", [(tokens, tokens)], [context] * batch, seconds))
+        elif batch == 1 and tokens == context:
+            rows.append(("prefill", [(tokens, tokens)], [], seconds))
         else:
-            rows.append(("decode", [], [int(row.context)] * int(row.batch), float(row.seconds)))
+            rows.append(("decode", [], [context] * batch, seconds))
     return rows
 
 

@@ -102,7 +102,8 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
                      ("total", size, context, size, ops["total"]), ("prepare", size, size * context, size, prepare)]
     for chunk, size, context in g["hybrids"]:
         ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, 0)], decodes=size, context=context)
-        rows.append(("hybrid_attention", chunk, context, size, ops["attention"]))
+        rows += [("hybrid_attention", chunk, context, size, ops["attention"]),
+                 ("hybrid_total", chunk, context, size, ops["total"])]
     rows += _head_and_sampler(llm, g["batches"], reps)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     path = _write(cfg, llm, table)
