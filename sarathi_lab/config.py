@@ -71,8 +71,8 @@ class EngineConfig:
     block_size: int = 16
     # KV capacity: an explicit block count wins over a memory budget; with neither, on a GPU vLLM's
     # rule: GPU_MEMORY_UTILISATION of its memory (a real one's free memory, a simulated one's all of it)
-    # less the weights and the activations of a chunking scheduler's largest iteration (a whole-prompt
-    # scheduler's prefill can be larger: it has the rest of memory); on a CPU enough for
+    # less the weights and the activations of the scheduler's largest iteration (a whole-prompt
+    # scheduler's can hold every token the cache does: both are sized together); on a CPU enough for
     # max_batch_size requests of max_model_len tokens (the paper's preallocation), capped by a share of
     # memory and by what the weights leave. model/memory.py decides it for the engine and the simulator.
     num_kv_blocks: int | None = None
@@ -154,6 +154,12 @@ class EngineConfig:
         """The most tokens an iteration of a chunking scheduler holds, which its activations are sized
         for: its chunk or budget, and a decode per running request."""
         return max(self.chunk_size, self.budget) + self.max_batch_size
+
+    def scheduler_settings(self, max_model_len: int) -> dict[str, Any]:
+        """What a scheduler's config is built from (``SchedulerConfig.of``): these settings, the
+        effective token budget, the longest request and the scheduler's knobs."""
+        return (dataclasses.asdict(self) | {"token_budget": self.budget, "max_model_len": max_model_len}
+                | self.scheduler_knobs)
 
     @property
     def device_type(self) -> str:

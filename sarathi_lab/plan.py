@@ -3,7 +3,6 @@ cache's blocks, the dtype, and the simulator's cost model. LLM and the harness's
 it, and ask the scheduler it builds whether a request fits, so they never disagree on what fits."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,5 +68,4 @@ def build_scheduler(plan: EnginePlan) -> Scheduler:
     a bad value of one, and a cache that cannot hold the blocks the scheduler reserves for one request."""
     cfg = plan.config
     blocks = BlockManager(plan.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
-    settings = dataclasses.asdict(cfg) | {"token_budget": cfg.budget, "max_model_len": plan.max_model_len}
-    return make_scheduler(cfg.scheduler, blocks, cfg.scheduler_knobs, **settings)
+    return make_scheduler(cfg.scheduler, blocks, cfg.scheduler_knobs, **cfg.scheduler_settings(plan.max_model_len))

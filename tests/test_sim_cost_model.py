@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import LlamaConfig
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device, max_batch
+from sarathi_lab.sim.build import simulated_kv_blocks
 from sarathi_lab.sim.device import GPU_DEVICES
 from sarathi_lab.sim.interpolate import Curve, Surface, isotonic, isotonic_median
 from sarathi_lab.sim.profile_model import ProfileCostModel
@@ -140,6 +141,43 @@ def test_kv_capacity_gives_the_papers_batch_of_18_for_llama13b_at_1k_on_an_a6000
     assert bare_formula == 30
     assert max_batch(a6000, config, 1024) == 18
     assert max_batch(a6000, config, 2048) < max_batch(a6000, config, 1024)
+
+
+def _sim_engine(scheduler: str, model: str = "llama-13b", device: str = "a6000", context: int = 1024,
+                batch: int = 32, **knobs) -> EngineConfig:
+    return EngineConfig(model=model, executor="sim", sim_device=device, scheduler=scheduler, max_batch_size=batch,
+                        chunk_size=256, max_model_len=context, scheduler_knobs=knobs)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "orca", "static"])
+def test_the_engines_kv_rule_gives_whole_prompt_schedulers_the_papers_batch_of_18(scheduler):
+    # A scheduler that prefills whole prompts can put every request the cache holds into one
+    # iteration: the rule keeps their activations back with them, as the paper's B does.
+    config = PRESETS["llama-13b"]
+    tokens = simulated_kv_blocks(_sim_engine(scheduler), config, 1024) * 16
+    assert tokens // 1024 == max_batch(load_device("a6000"), config, 1024) == 18
+    # A chunking scheduler keeps back one chunk's: more requests fit.
+    assert simulated_kv_blocks(_sim_engine("sarathi"), config, 1024) * 16 // 1024 == 24
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["vllm", "orca", "static"]), st.sampled_from([("mistral-7b", "a100"), ("llama-13b", "a6000"),
+                                                                     ("yi-34b", "h100")]),
+       st.sampled_from([512, 1024, 4096]), st.integers(1, 256), st.one_of(st.none(), st.integers(1, 20000)))
+def test_no_iteration_a_whole_prompt_scheduler_can_build_overflows_the_gpu(scheduler, where, context, batch, cap):
+    model, device = where
+    knobs = {"max_num_batched_tokens": cap} if scheduler == "vllm" and cap is not None else {}
+    config, dev = PRESETS[model], load_device(device)
+    shape = Shape.of(config)
+    kv_tokens = simulated_kv_blocks(_sim_engine(scheduler, model, device, context, batch, **knobs), config,
+                                    context) * 16
+    # Its largest iteration: max_batch_size prompts, no more tokens than the cache holds, and with a
+    # cap, prompts up to the cap or one longer prompt alone.
+    largest = min(batch * context, kv_tokens)
+    if knobs:
+        largest = min(largest, max(cap, context))
+    cache, activations = kv_tokens * shape.kv_bytes_per_token(2), largest * shape.activation_bytes_per_token(2)
+    assert shape.weight_bytes(2) + cache + activations <= int(dev.memory_bytes * 0.9)
 
 
 def test_kv_capacity_formula():

@@ -11,6 +11,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
+from sarathi_lab.engine.scheduler import scheduler_class
 from sarathi_lab.model.shape import Shape
 
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
@@ -68,6 +69,31 @@ def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes:
     return int(memory_bytes * utilisation) - weight_bytes - max_tokens * shape.activation_bytes_per_token(elem_bytes)
 
 
+def tokens_with_activations(shape: Shape, elem_bytes: int, free_bytes: int) -> int:
+    """The most tokens whose KV and activations fit together in ``free_bytes``: what one iteration
+    can hold at most, since every token it runs is cached (the SARATHI paper's B is this / seq_len)."""
+    return max(free_bytes, 0) // (shape.kv_bytes_per_token(elem_bytes) + shape.activation_bytes_per_token(elem_bytes))
+
+
+def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, free_bytes: int) -> int:
+    """The KV blocks of a scheduler that prefills prompts whole, beside the activations of its largest
+    iteration in ``free_bytes``. That iteration holds as many prompts as its batch does (max_batch_size
+    requests of ``context`` tokens), no more than the prompt-token cap lets through (one longer prompt
+    still goes alone) and no more tokens than the cache holds, so cache and iteration are sized
+    together: the most blocks for which both fit."""
+    cls = scheduler_class(cfg.scheduler)
+    bound = cfg.max_batch_size * context
+    cap = cls.prompt_tokens_cap(cls.Config.of(cfg.scheduler_settings(context)))
+    if cap is not None:
+        bound = min(bound, max(cap, context))
+    block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
+    blocks = (free_bytes - bound * shape.activation_bytes_per_token(elem_bytes)) // block_bytes
+    if blocks * cfg.block_size < bound:
+        # The cache binds before the batch or the cap: the largest iteration runs every token it holds.
+        blocks = tokens_with_activations(shape, elem_bytes, free_bytes) // cfg.block_size
+    return max(blocks, 0)
+
+
 def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, device_type: str,
                       memory_bytes: int, weight_bytes: int, where: str) -> int:
     """The KV cache's blocks with no size given, as EngineConfig's comment says, for the real engine
@@ -80,6 +106,13 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes:
         raise ConfigError(f"model={cfg.model!r} is invalid on {where}: its weights take {weight_bytes / 2**30:.1f} "
                           f"GiB in {cfg.dtype}, which leaves no room for a KV cache in {memory_bytes / 2**30:.1f} GiB")
     if device_type == "cuda":
+        if scheduler_class(cfg.scheduler).prefills_whole_prompts:
+            blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room)
+            if blocks < 1:
+                raise ConfigError(f"model={cfg.model!r} is invalid on {where}: beside its weights no block of KV "
+                                  f"cache fits with the activations of prefilling its tokens whole "
+                                  f"(scheduler={cfg.scheduler})")
+            return blocks
         room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, cfg.max_iteration_tokens)
         if room < block_bytes:
             # Name the setting that made the iteration this large (the harness maps it to the user's key).

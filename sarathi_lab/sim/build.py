@@ -13,7 +13,14 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
 from sarathi_lab.model.loader import eos_token_of
-from sarathi_lab.model.memory import context_limit, default_kv_blocks, gpu_kv_bytes, kv_excess, resident_weight_bytes
+from sarathi_lab.model.memory import (
+    context_limit,
+    default_kv_blocks,
+    gpu_kv_bytes,
+    kv_excess,
+    resident_weight_bytes,
+    tokens_with_activations,
+)
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import Device, device_dtype, device_type, load_device
@@ -59,9 +66,8 @@ def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes
     """The paper's B: the most requests of ``seq_len`` tokens whose KV caches fit together with the
     activations of prefilling all of them in one iteration (the baseline's prefill batch)."""
     check_count("seq_len", seq_len, 1)
-    s = Shape.of(config)
-    per_request = seq_len * (s.kv_bytes_per_token(elem_bytes) + s.activation_bytes_per_token(elem_bytes))
-    return _kv_bytes(device, config, elem_bytes, 0, utilisation) // per_request
+    return tokens_with_activations(Shape.of(config), elem_bytes, _kv_bytes(device, config, elem_bytes, 0,
+                                                                          utilisation)) // seq_len
 
 
 def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: int | None = None) -> int:

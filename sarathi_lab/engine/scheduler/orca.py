@@ -8,6 +8,7 @@ class OrcaScheduler(Scheduler):
     every running decode. Each request reserves the blocks of max_model_len tokens when admitted."""
 
     reserves_max_model_len = True
+    prefills_whole_prompts = True
 
     def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)

@@ -9,6 +9,7 @@ class StaticScheduler(Scheduler):
     max_model_len tokens when admitted."""
 
     reserves_max_model_len = True
+    prefills_whole_prompts = True
 
     def compose(self, batch: ScheduledBatch) -> None:
         if self.running:

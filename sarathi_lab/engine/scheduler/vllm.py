@@ -19,6 +19,11 @@ class VLLMScheduler(Scheduler):
 
     Config = VLLMConfig
     config: VLLMConfig
+    prefills_whole_prompts = True
+
+    @classmethod
+    def prompt_tokens_cap(cls, config: VLLMConfig) -> int | None:
+        return config.max_num_batched_tokens
 
     def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_whole_prefills(batch, self.config.max_num_batched_tokens)
