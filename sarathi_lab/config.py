@@ -149,12 +149,6 @@ class EngineConfig:
         """sarathi_serve's per-iteration token budget."""
         return self.chunk_size if self.token_budget is None else self.token_budget
 
-    @property
-    def max_iteration_tokens(self) -> int:
-        """The most tokens an iteration of a chunking scheduler holds, which its activations are sized
-        for: its chunk or budget, and a decode per running request."""
-        return max(self.chunk_size, self.budget) + self.max_batch_size
-
     def scheduler_settings(self, max_model_len: int) -> dict[str, Any]:
         """What a scheduler's config is built from (``SchedulerConfig.of``): these settings, the
         effective token budget, the longest request and the scheduler's knobs."""

@@ -75,21 +75,17 @@ def tokens_with_activations(shape: Shape, elem_bytes: int, free_bytes: int) -> i
     return max(free_bytes, 0) // (shape.kv_bytes_per_token(elem_bytes) + shape.activation_bytes_per_token(elem_bytes))
 
 
-def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, free_bytes: int) -> int:
+def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, free_bytes: int,
+                           largest: int | None) -> int:
     """The KV blocks of a scheduler that prefills prompts whole, beside the activations of its largest
-    iteration in ``free_bytes``. That iteration holds as many prompts as its batch does (max_batch_size
-    requests of ``context`` tokens), no more than the prompt-token cap lets through (one longer prompt
-    still goes alone) and no more tokens than the cache holds, so cache and iteration are sized
-    together: the most blocks for which both fit."""
-    cls = scheduler_class(cfg.scheduler)
-    bound = cfg.max_batch_size * context
-    cap = cls.prompt_tokens_cap(cls.Config.of(cfg.scheduler_settings(context)))
-    if cap is not None:
-        bound = min(bound, max(cap, context))
+    iteration in ``free_bytes``. That iteration holds at most max_batch_size prompts of ``context``
+    tokens, at most ``largest`` tokens (the scheduler's own bound, if it has one) and no more tokens
+    than the cache holds, so cache and iteration are sized together: the most blocks for which both fit."""
+    bound = cfg.max_batch_size * context if largest is None else min(cfg.max_batch_size * context, largest)
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
     blocks = (free_bytes - bound * shape.activation_bytes_per_token(elem_bytes)) // block_bytes
     if blocks * cfg.block_size < bound:
-        # The cache binds before the batch or the cap: the largest iteration runs every token it holds.
+        # The cache binds before the batch or the bound: the largest iteration runs every token it holds.
         blocks = tokens_with_activations(shape, elem_bytes, free_bytes) // cfg.block_size
     return max(blocks, 0)
 
@@ -106,19 +102,21 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes:
         raise ConfigError(f"model={cfg.model!r} is invalid on {where}: its weights take {weight_bytes / 2**30:.1f} "
                           f"GiB in {cfg.dtype}, which leaves no room for a KV cache in {memory_bytes / 2**30:.1f} GiB")
     if device_type == "cuda":
-        if scheduler_class(cfg.scheduler).prefills_whole_prompts:
-            blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room)
+        scheduler = scheduler_class(cfg.scheduler)
+        tokens = scheduler.largest_iteration_tokens(scheduler.Config.of(cfg.scheduler_settings(context)))
+        if scheduler.prefills_whole_prompts or tokens is None:
+            blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room, tokens)
             if blocks < 1:
                 raise ConfigError(f"model={cfg.model!r} is invalid on {where}: beside its weights no block of KV "
                                   f"cache fits with the activations of prefilling its tokens whole "
                                   f"(scheduler={cfg.scheduler})")
             return blocks
-        room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, cfg.max_iteration_tokens)
+        room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, tokens)
         if room < block_bytes:
             # Name the setting that made the iteration this large (the harness maps it to the user's key).
             key = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget"
             raise ConfigError(f"{key}={getattr(cfg, key)} is invalid on {where}: an iteration of this many tokens "
-                              f"and a decode per running request ({cfg.max_iteration_tokens} in all) leaves no room "
+                              f"and a decode per running request ({tokens} in all) leaves no room "
                               "for a KV cache")
         return room // block_bytes
     wanted = blocks_beside_watermark(cfg.max_batch_size * blocks_for(context, cfg.block_size), cfg.kv_watermark)

@@ -50,14 +50,14 @@ class Scheduler(ABC):
     # Whether admission takes the blocks of max_model_len tokens (orca, static) rather than those of
     # the request's uncomputed tokens.
     reserves_max_model_len = False
-    # Whether it prefills prompts whole (vllm, orca, static): then one iteration holds as many as its
-    # batch and the KV cache do (``prompt_tokens_cap`` aside), which a GPU keeps activations for.
+    # Whether it prefills prompts whole (vllm, orca, static): one iteration then holds as many as its
+    # batch and the KV cache do, so a GPU's cache and that iteration's activations are sized together.
     prefills_whole_prompts = False
 
     @classmethod
-    def prompt_tokens_cap(cls, config: SchedulerConfig) -> int | None:
-        """The most prompt tokens one iteration of whole prompts takes (a single longer prompt still
-        goes alone); None: no cap."""
+    def largest_iteration_tokens(cls, config: SchedulerConfig) -> int | None:
+        """The most tokens one of its iterations holds, which a GPU keeps activations for; None: only
+        its batch (max_batch_size prompts of max_model_len tokens) and the KV cache bound it."""
         return None
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager):

@@ -18,6 +18,10 @@ class SarathiScheduler(Scheduler):
     Config = SarathiConfig
     config: SarathiConfig
 
+    @classmethod
+    def largest_iteration_tokens(cls, config: SarathiConfig) -> int:
+        return config.chunk_size + config.max_batch_size  # one chunk beside a decode per running request
+
     def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
         ongoing = [s for s in self.running if s.is_prefill and s not in batch]

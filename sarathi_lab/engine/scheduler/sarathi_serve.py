@@ -19,6 +19,11 @@ class SarathiServeScheduler(Scheduler):
     Config = SarathiServeConfig
     config: SarathiServeConfig
 
+    @classmethod
+    def largest_iteration_tokens(cls, config: SarathiServeConfig) -> int:
+        # The budget, and the running decodes, which are never paused even past it.
+        return config.token_budget + config.max_batch_size
+
     def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
         budget = self.config.token_budget - batch.num_decode_tokens

@@ -22,8 +22,10 @@ class VLLMScheduler(Scheduler):
     prefills_whole_prompts = True
 
     @classmethod
-    def prompt_tokens_cap(cls, config: VLLMConfig) -> int | None:
-        return config.max_num_batched_tokens
+    def largest_iteration_tokens(cls, config: VLLMConfig) -> int | None:
+        # Prompts up to the cap, or one longer prompt alone; a decode-only iteration, one per request.
+        cap = config.max_num_batched_tokens
+        return None if cap is None else max(cap, config.max_model_len, config.max_batch_size)
 
     def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_whole_prefills(batch, self.config.max_num_batched_tokens)
