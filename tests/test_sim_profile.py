@@ -44,6 +44,12 @@ def test_profile_writes_the_table_and_the_machine_description(profiled):
     assert (on_disk.seconds > 0).all()
     description = json.loads((root / "cpu" / "tiny.json").read_text())
     assert description["machine"]["device"] == "cpu" and description["engine"]["model"] == "tiny"
+    # The same full decode batch timed first and last, so a reader sees whether the machine moved.
+    drift = description["drift"]
+    assert drift["reference"] == {"decodes": CFG.batch_size, "context": 40}
+    assert drift["first_s"] > 0 and drift["last_s"] > 0
+    assert drift["rel_change"] == pytest.approx(drift["last_s"] / drift["first_s"] - 1)
+    assert summary["reference_forward_rel_change"] == drift["rel_change"]
     # The token grid steps finely and pairs every tile multiple with the token after it.
     tokens = set(on_disk[on_disk.op == "qkv_proj"].tokens)
     assert {1, 8, 16, 17, 24, 32, 33, 36} <= tokens

@@ -4,6 +4,7 @@ engine the run built over ``grids``, written to ``$SARATHI_PROFILES_DIR/<device>
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +29,11 @@ from sarathi_lab.sim.profile_model import (
     profile_name,
     profiles_dir,
 )
+
+log = logging.getLogger(__name__)
+# A reference forward that moved more than this between the profile's start and end is worth a
+# warning: more than a quiet machine's run-to-run spread.
+DRIFT_WARNING = 0.05
 
 
 def device_name(device: torch.device) -> str:
@@ -88,6 +94,10 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
     started = time.perf_counter()
+    # The same forward timed first and last: how far the machine's speed moved while the table was
+    # measured, which no interpolation can take out of it.
+    reference = {"decodes": g["batches"][-1], "context": g["contexts"][len(g["contexts"]) // 2]}
+    first = _measure_batch(llm, batches, reps, **reference)[0]["total"]
     for n in g["tokens"]:
         ops, prepare = _measure_batch(llm, batches, reps, prefills=[(n, 0)])
         rows += [(op, n, n, 1, ops[op]) for op in (*DENSE_OPS, "total")]
@@ -105,9 +115,16 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
         rows += [("hybrid_attention", chunk, context, size, ops["attention"]),
                  ("hybrid_total", chunk, context, size, ops["total"])]
     rows += _head_and_sampler(llm, g["batches"], reps)
+    last = _measure_batch(llm, batches, reps, **reference)[0]["total"]
+    drift = {"reference": reference, "first_s": first, "last_s": last, "rel_change": last / first - 1}
+    if abs(drift["rel_change"]) > DRIFT_WARNING:
+        log.warning("the reference forward's time changed by %+.1f%% from the profile's start to its end: the "
+                    "machine's speed moved while it was measured; profile again on a quieter machine",
+                    100 * drift["rel_change"])
     table = pd.DataFrame(rows, columns=list(COLUMNS))
-    path = _write(cfg, llm, table)
-    summary = {"profile_rows": len(table), "profile_seconds": time.perf_counter() - started,
+    path = _write(cfg, llm, table, drift)
+    summary = {"profile_rows": len(table), "profile_wall_s": time.perf_counter() - started,
+               "reference_forward_rel_change": drift["rel_change"],
                "max_tokens": max(g["tokens"]), "max_context": cfg.seq_len, "max_decodes": cfg.batch_size}
     summary |= _self_check(table, llm)
     print(f"profile written to {path}")
@@ -141,7 +158,7 @@ def _torch_dtype(llm) -> str:
     return str(llm.dtype).removeprefix("torch.")
 
 
-def _write(cfg, llm, table: pd.DataFrame) -> Path:
+def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
     device = device_name(llm.config.torch_device)
     path = profiles_dir() / device / f"{profile_name(cfg.model.engine_model)}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,6 +169,7 @@ def _write(cfg, llm, table: pd.DataFrame) -> Path:
     settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
     description = {"machine": machine, "engine": settings | {"torch_dtype": _torch_dtype(llm)},
                    "clock": type(llm.engine.clock).__name__,
-                   "grids": grids(cfg), "reps": cfg.measure.reps, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                   "grids": grids(cfg), "reps": cfg.measure.reps, "drift": drift,
+                   "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.with_suffix(".json").write_text(json.dumps(description, indent=1, default=str))
     return path
