@@ -150,10 +150,9 @@ class EngineConfig:
         return self.chunk_size if self.token_budget is None else self.token_budget
 
     def scheduler_settings(self, max_model_len: int) -> dict[str, Any]:
-        """What a scheduler's config is built from (``SchedulerConfig.of``): these settings, the
-        effective token budget, the longest request and the scheduler's knobs."""
-        return (dataclasses.asdict(self) | {"token_budget": self.budget, "max_model_len": max_model_len}
-                | self.scheduler_knobs)
+        """The settings a scheduler's config is built from (beside its knobs): these, the effective
+        token budget and the longest request."""
+        return dataclasses.asdict(self) | {"token_budget": self.budget, "max_model_len": max_model_len}
 
     @property
     def device_type(self) -> str:

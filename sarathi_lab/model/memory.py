@@ -11,7 +11,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
-from sarathi_lab.engine.scheduler import scheduler_class
+from sarathi_lab.engine.scheduler import scheduler_class, scheduler_config
 from sarathi_lab.model.shape import Shape
 
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
@@ -103,7 +103,8 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes:
                           f"GiB in {cfg.dtype}, which leaves no room for a KV cache in {memory_bytes / 2**30:.1f} GiB")
     if device_type == "cuda":
         scheduler = scheduler_class(cfg.scheduler)
-        tokens = scheduler.largest_iteration_tokens(scheduler.Config.of(cfg.scheduler_settings(context)))
+        config = scheduler_config(cfg.scheduler, cfg.scheduler_knobs, **cfg.scheduler_settings(context))
+        tokens = scheduler.largest_iteration_tokens(config)
         if scheduler.prefills_whole_prompts or tokens is None:
             blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room, tokens)
             if blocks < 1:

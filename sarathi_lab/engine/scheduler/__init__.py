@@ -10,6 +10,7 @@ from sarathi_lab.engine.scheduler.base import (
     make_scheduler,
     register_scheduler,
     scheduler_class,
+    scheduler_config,
     scheduler_names,
 )
 
@@ -17,4 +18,4 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["Scheduler", "SchedulerConfig", "knob_names", "make_scheduler", "register_scheduler", "scheduler_class",
-           "scheduler_names"]
+           "scheduler_config", "scheduler_names"]

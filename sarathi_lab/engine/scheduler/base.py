@@ -270,10 +270,9 @@ def knob_names() -> set[str]:
     return {knob for cls in _REGISTRY.values() for knob in cls.Config.knobs()}
 
 
-def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any] | None = None,
-                   **settings: Any) -> Scheduler:
-    """Scheduler ``name`` over ``block_manager``; ``settings``: the engine's (max_batch_size,
-    max_model_len, chunk_size, ...), of which it reads the knobs its Config declares; ``knobs``:
+def scheduler_config(name: str, knobs: dict[str, Any] | None = None, **settings: Any) -> SchedulerConfig:
+    """Scheduler ``name``'s config; ``settings``: the engine's (max_batch_size, max_model_len,
+    chunk_size, ...), of which it reads the knobs its Config declares; ``knobs``:
     EngineConfig.scheduler_knobs. A knob of no scheduler is refused; another scheduler's is ignored,
     as the engine's settings are, so that one config serves a sweep over schedulers."""
     cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
@@ -281,4 +280,10 @@ def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any]
         if key not in known:
             raise ConfigError(f"{key}={value!r} is invalid: no scheduler has this knob; allowed: "
                               f"{', '.join(sorted(known)) or 'none'}")
-    return cls(cls.Config.of(settings | knobs), block_manager)
+    return cls.Config.of(settings | knobs)
+
+
+def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any] | None = None,
+                   **settings: Any) -> Scheduler:
+    """Scheduler ``name`` over ``block_manager``, configured as ``scheduler_config`` says."""
+    return scheduler_class(name)(scheduler_config(name, knobs, **settings), block_manager)
