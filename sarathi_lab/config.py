@@ -252,7 +252,7 @@ def _check_type(key: str, value: Any, tp: Any) -> None:
         (inner,) = [a for a in args if a is not type(None)]
         _check_type(key, value, inner)
     elif origin is Literal:
-        _check_choice(key, value, args)
+        check_choice(key, value, args)
     elif origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}={value!r} is invalid: must be a mapping")
@@ -270,7 +270,8 @@ def _check_type(key: str, value: Any, tp: Any) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: must be of type {tp.__name__}")
 
 
-def _check_choice(key: str, value: Any, allowed: tuple) -> None:
+def check_choice(key: str, value: Any, allowed: tuple) -> None:
+    """``value`` is one of ``allowed``: the one wording of every refused choice."""
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(map(str, allowed))}")
 

@@ -9,14 +9,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from sarathi_lab.config import check_choice
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 
 CLOCKS = ("wall", "cpu")
 
 
 def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
-    if kind not in CLOCKS:
-        raise ValueError(f"clock={kind!r} is invalid: allowed values are {', '.join(CLOCKS)}")
+    check_choice("clock", kind, CLOCKS)
     if kind == "cpu":
         return CPUClock()
     return WallClock(torch.cuda.synchronize if torch.device(device).type == "cuda" else None)

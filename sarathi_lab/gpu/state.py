@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sarathi_lab.config import check_choice
+
 # done: finished (DONE written); failed: raised (its one-line error recorded); incomplete: killed
 # or out of time (rerun continues it); unavailable: what it needs is not in this checkout yet.
 STATUSES = ("done", "failed", "incomplete", "unavailable")
@@ -80,8 +82,7 @@ def started_at(out: Path, name: str) -> float | None:
 
 def write_result(out: Path, result: StepResult) -> None:
     """The result, atomically; then, only for a finished step, its done-marker."""
-    if result.status not in STATUSES:
-        raise ValueError(f"status={result.status!r} is invalid: allowed values are {', '.join(STATUSES)}")
+    check_choice("status", result.status, STATUSES)
     d = step_dir(out, result.step)
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "result.json.tmp"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+from sarathi_lab.config import check_choice
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.sequence import Sequence
@@ -16,8 +17,7 @@ LAYOUTS = ("allocated", "served", "scattered", "contiguous")
 
 class SyntheticBatches:
     def __init__(self, llm, *, seed: int = 0, layout: str = "allocated"):
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout={layout!r} is invalid: allowed values are {', '.join(LAYOUTS)}")
+        check_choice("layout", layout, LAYOUTS)
         self.blocks = llm.block_manager
         self.block_size = self.blocks.block_size
         self.vocab = llm.model_config.vocab_size

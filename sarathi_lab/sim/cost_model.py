@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError
+from sarathi_lab.config import DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError, check_choice
 
 
 @dataclass
@@ -83,8 +83,7 @@ class CostModel(abc.ABC):
             # A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...).
             measured_only = model not in PRESETS and model in gpu_kernels.model_shapes().index
             config = gpu_kernels.config_of(model) if measured_only else load_config(model)
-        if dtype not in DTYPES:
-            raise ConfigError(f"dtype={dtype!r} is invalid: allowed values are {', '.join(DTYPES)}")
+        check_choice("dtype", dtype, DTYPES)
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
@@ -95,9 +94,7 @@ class CostModel(abc.ABC):
                               "measured by task=profile: it times one device running the whole model; "
                               "allowed: sim_tp=1, or sim_cost_model=calibrated or roofline")
         part = shard(config, tp)
-        if cost_model not in SIM_COST_MODELS:
-            raise ConfigError(f"sim_cost_model={cost_model!r} is invalid: allowed values are "
-                              f"{', '.join(SIM_COST_MODELS)}")
+        check_choice("sim_cost_model", cost_model, SIM_COST_MODELS)
         measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
         name = gpu_kernels.model_of(config) if measured else None
         def roofline() -> RooflineCostModel:

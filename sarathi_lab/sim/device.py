@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, check_choice
 from sarathi_lab.sim.calibration import Calibration, check_keys
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,7 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def load_device(name: str, dtype: str = "bfloat16") -> Device:
     if name == "cpu":
         return cpu_device(dtype)
-    if name not in GPU_DEVICES:
-        raise ConfigError(f"sim_device={name!r} is invalid: allowed values are {', '.join(DEVICES)}")
+    check_choice("sim_device", name, DEVICES)
     raw = yaml.load((_DEVICES_DIR / f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:

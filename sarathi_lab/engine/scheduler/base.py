@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_fields
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_choice, check_fields
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.sequence import Sequence, Status
@@ -260,8 +260,7 @@ def scheduler_names() -> tuple[str, ...]:
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
-    if name not in _REGISTRY:
-        raise ConfigError(f"scheduler={name!r} is invalid: allowed values are {', '.join(_REGISTRY)}")
+    check_choice("scheduler", name, tuple(_REGISTRY))
     return _REGISTRY[name]
 
 
