@@ -22,7 +22,7 @@ from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.loader import eos_token_of
 from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
-from sarathi_lab.sim import simulated_executor
+from sarathi_lab.sim.executor import SimulatedExecutor
 
 
 class LLM:
@@ -52,7 +52,7 @@ class LLM:
         if cfg.executor == "sim":
             self.cpu_gemm = None
             clock = VirtualClock()
-            executor = simulated_executor(plan.cost_model, self.model_config, clock)
+            executor = SimulatedExecutor(plan.cost_model, clock, eos_token_of(self.model_config))
         else:
             executor, clock = self._build_model_executor()
         self.engine = LLMEngine(scheduler, executor, clock)

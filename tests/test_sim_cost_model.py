@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 import warnings
 
 import pandas as pd
@@ -17,7 +18,7 @@ from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device, max_batch
 from sarathi_lab.sim.build import simulated_kv_blocks
 from sarathi_lab.sim.device import GPU_DEVICES
-from sarathi_lab.sim.interpolate import Curve, Surface, isotonic, isotonic_median
+from sarathi_lab.sim.interpolate import Curve, Surface, isotonic
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.roofline import RooflineCostModel
 
@@ -217,7 +218,7 @@ def test_one_slow_point_does_not_lift_the_points_after_it():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=10))
 def test_median_isotonic_is_the_closest_monotone_fit_in_absolute_error(ys):
-    fit = isotonic_median(ys)
+    fit = isotonic(ys, statistics.median)
     assert all(a <= b for a, b in itertools.pairwise(fit))
     # The best non-decreasing fit in absolute error can be taken from the data's own values:
     # against every non-decreasing sequence of them, ours is no worse.

@@ -62,7 +62,7 @@ def test_tensor_parallel_shard_and_all_reduce_by_hand():
     cost = StageCostModel(load_device("a100", "float16"), gpt3, par)
     tokens = 256
     one = 10e-6 + 2 * 7 / 8 * tokens * 12288 * 2 / 240e9
-    assert cost.allreduce_s(tokens) == pytest.approx(one, rel=1e-12)
+    assert cost.all_reduce(tokens * 12288 * 2) == pytest.approx(one, rel=1e-12)
     t = cost.times([(tokens, tokens)], [], 0)
     bare = cost.roofline.iteration_cost([(tokens, tokens)], [], 0)
     assert t.stage_s == pytest.approx(bare.forward_s - bare.ops["lm_head"] + 2 * 12 * one, rel=1e-12)

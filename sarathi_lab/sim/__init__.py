@@ -4,11 +4,10 @@ from sarathi_lab.sim.build import (
     kv_capacity_tokens,
     max_batch,
     simulated_cost_model,
-    simulated_executor,
     simulated_kv_blocks,
 )
 from sarathi_lab.sim.cost_model import CostModel, IterationCost
 from sarathi_lab.sim.device import DEVICES, Device, load_device
 
 __all__ = ["DEVICES", "CostModel", "Device", "IterationCost", "kv_capacity_tokens", "load_device", "max_batch",
-           "simulated_cost_model", "simulated_executor", "simulated_kv_blocks"]
+           "simulated_cost_model", "simulated_kv_blocks"]

@@ -1,18 +1,16 @@
 """What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks (the
 real engine's rule, model.memory, on the simulated device: on a GPU what fits beside the weights and
 the activations of the largest iteration, in the share of memory a serving engine gives its pools,
-config.GPU_MEMORY_UTILISATION, vLLM's) and the cost model, each made once per run; and the executor
-that runs on them (docs/sim/README.md, section 8)."""
+config.GPU_MEMORY_UTILISATION, vLLM's) and the cost model, each made once per run (docs/sim/README.md,
+section 8)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
-from sarathi_lab.model.loader import eos_token_of
 from sarathi_lab.model.memory import (
     context_limit,
     default_kv_blocks,
@@ -24,11 +22,7 @@ from sarathi_lab.model.memory import (
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import Device, device_dtype, device_type, load_device
-from sarathi_lab.sim.executor import SimulatedExecutor
 from sarathi_lab.sim.parallel import shard
-
-if TYPE_CHECKING:
-    from sarathi_lab.engine.clock import VirtualClock
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +109,3 @@ def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostMod
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
     except FileNotFoundError as e:
         raise ConfigError(f"sim_cost_model={cfg.sim_cost_model!r} is invalid here: {e}") from None
-
-
-def simulated_executor(cost_model: CostModel, config: PretrainedConfig, clock: VirtualClock):
-    return SimulatedExecutor(cost_model, clock, eos_token_of(config))

@@ -110,15 +110,14 @@ class Calibration:
         return cls(**raw)
 
 
-def fit_gemm(table: pd.DataFrame, peak_flops: float, knots=None) -> tuple[list[int], list[float], list[float]]:
+def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[float], list[float]]:
     """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
     rows = []
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
         kn = measured_shape(model).gemms
         rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
     rows = pd.concat(rows)
-    common = set.intersection(*(set(g.tokens) for _, g in rows.groupby("model")))
-    tokens = sorted(t for t in common if knots is None or t in knots)
+    tokens = sorted(set.intersection(*(set(g.tokens) for _, g in rows.groupby("model"))))
     fits = []
     for t in tokens:
         at = rows[rows.tokens == t]
@@ -181,8 +180,7 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
     return float(a), float(per_request), float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
 
 
-def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibration, float] | None = None
-        ) -> Calibration:
+def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
     """``device``'s calibration from its measured kernels, leaving out the models in ``exclude``.
     Where it has no attention measured, ``attention_from`` (another device's calibration and peak
     FLOP/s) lends its attention: shares of peak scaled by the two devices' GEMM efficiency at their
@@ -192,6 +190,7 @@ def fit(device, exclude=(), elem_bytes: int = 2, attention_from: tuple[Calibrati
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
     table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names], ignore_index=True)
+    elem_bytes = 2  # the measured kernels' element size (16-bit weights and activations)
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
     for model in names:

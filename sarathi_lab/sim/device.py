@@ -16,12 +16,11 @@ from pathlib import Path
 import yaml
 
 from sarathi_lab.config import ConfigError, check_choice
-from sarathi_lab.sim.calibration import Calibration, check_keys
+from sarathi_lab.sim.calibration import DEVICES_DIR, Calibration, check_keys
 
 log = logging.getLogger(__name__)
 
-_DEVICES_DIR = Path(__file__).with_name("devices")
-GPU_DEVICES = tuple(sorted(p.stem for p in _DEVICES_DIR.glob("*.yaml")))
+GPU_DEVICES = tuple(sorted(p.stem for p in DEVICES_DIR.glob("*.yaml")))
 DEVICES = (*GPU_DEVICES, "cpu")
 
 
@@ -88,7 +87,7 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
     if name == "cpu":
         return cpu_device(dtype)
     check_choice("sim_device", name, DEVICES)
-    raw = yaml.load((_DEVICES_DIR / f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
+    raw = yaml.load((DEVICES_DIR / f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:
         raw["calibration"] = Calibration.from_dict(raw["calibration"], f"sim.device.{name}.calibration")

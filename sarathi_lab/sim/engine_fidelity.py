@@ -100,26 +100,20 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
     # The profile cost model reads this very table: beside the others it shows what composing the
     # table's ops costs. Its warning about a prefill past the largest measured chunk is silenced:
     # every iteration is reported here anyway.
+    its = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        composed = ProfileCostModel(table, config, dtype, source=f"{device}/{model}")
-        its = _iteration_rows(device, model, table, cms | {"profile": composed})
+        cms["profile"] = ProfileCostModel(table, config, dtype, source=f"{device}/{model}")
+        for kind, prefills, decodes, seconds in measured_iterations(table):
+            chunk = prefills[0][0] if prefills else 0
+            context = decodes[0] if decodes else chunk
+            label = {"prefill": f"prefill {chunk}", "decode": f"decode b={len(decodes)} @{context}",
+                     "hybrid": f"hybrid {chunk} + b={len(decodes)} @{context}"}[kind]
+            its.append({"device": device, "model": model, "iteration": label, "kind": kind,
+                        "tokens": chunk + len(decodes), "context": context, "batch": len(prefills) + len(decodes),
+                        "measured_s": seconds}
+                       | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
     return pd.DataFrame(ops), pd.DataFrame(its)
-
-
-def _iteration_rows(device: str, model: str, table: pd.DataFrame, cms: dict) -> list[dict]:
-    """Each bare forward of the table beside each cost model's forward pass for that iteration."""
-    its = []
-    for kind, prefills, decodes, seconds in measured_iterations(table):
-        chunk = prefills[0][0] if prefills else 0
-        context = decodes[0] if decodes else chunk
-        label = {"prefill": f"prefill {chunk}", "decode": f"decode b={len(decodes)} @{context}",
-                 "hybrid": f"hybrid {chunk} + b={len(decodes)} @{context}"}[kind]
-        its.append({"device": device, "model": model, "iteration": label, "kind": kind,
-                    "tokens": chunk + len(decodes), "context": context, "batch": len(prefills) + len(decodes),
-                    "measured_s": seconds}
-                   | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
-    return its
 
 
 def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:

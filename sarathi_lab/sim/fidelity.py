@@ -11,7 +11,7 @@ import pandas as pd
 
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, measured_shape
+from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, fit_prefill_attention, measured_shape
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.parallel import AllReduce, Parallelism, measured_table, shard
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
@@ -59,14 +59,15 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         return (sum(prefill(c, x - c)[0] for c, x in prefills)
                 + (decode(decodes, DECODE_CONTEXT)[0] if decodes else 0.0))
 
-    def predicted_attention(cm):
-        return lambda prefills, decodes: (sum(cm.prefill_attention_s(c, x) for c, x in prefills)
-                                          + (cm.decode_attention_s([DECODE_CONTEXT] * decodes) if decodes else 0.0))
-
-    def iteration(ops_at, attention, prefills, decodes: int) -> float:
-        ops = ops_at(sum(c for c, _ in prefills) + decodes)
+    def measured_iteration(prefills, decodes: int) -> float:
+        ops = measured_ops(sum(c for c, _ in prefills) + decodes)
         total = layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
-        return total + layers * attention(prefills, decodes) if has_attention else total
+        return total + layers * measured_attention(prefills, decodes) if has_attention else total
+
+    def predicted_iteration(cm: RooflineCostModel, prefills, decodes: int) -> float:
+        # No row sampled: the measured kernels hold no LM head.
+        ops = cm.iteration_cost(prefills, [DECODE_CONTEXT] * decodes, 0).ops
+        return sum(v for k, v in ops.items() if has_attention or k not in gpu_kernels.ATTENTION_OPS)
 
     max_tokens = max(c.xs[-1] for c in curves.values())
     ops_rows = []
@@ -79,16 +80,14 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     for name, (prefills, decodes) in iterations.items():
         row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
                "attention": has_attention,
-               "measured_s": iteration(measured_ops, measured_attention, prefills, decodes)}
+               "measured_s": measured_iteration(prefills, decodes)}
         for cm_name, cm in cms.items():
-            row[f"{cm_name}_s"] = iteration(lambda t, cm=cm: predicted_ops(cm, t), predicted_attention(cm),
-                                            prefills, decodes)
+            row[f"{cm_name}_s"] = predicted_iteration(cm, prefills, decodes)
         it_rows.append(row)
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1
-        ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run(devices=None, models=None, op_tokens=OP_TOKENS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
     each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     pairs = []
@@ -99,7 +98,7 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS, iterations=ITERATIONS, t
             # Fitted without the model it predicts; attention kept from the full fit (one model measured it).
             held = dataclasses.replace(fit(load_device(device), exclude=(model,)),
                                        **{f: getattr(full, f) for f in ATTENTION_FIELDS})
-            pairs.append(compare(device, model, full, held, op_tokens, iterations, tp))
+            pairs.append(compare(device, model, full, held, op_tokens, tp=tp))
     if not pairs:  # no model measured at this tensor-parallel degree
         return pd.DataFrame(), pd.DataFrame()
     return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
@@ -116,15 +115,12 @@ def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
 
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
     """Per device, model and iteration kind: each cost model's ``error_stats``."""
-    return pd.DataFrame([{"device": device, "model": model, "kind": kind}
-                         | ({"tp": int(g.tp.iloc[0])} if "tp" in g else {}) | error_stats(g)
+    return pd.DataFrame([{"device": device, "model": model, "kind": kind, "tp": int(g.tp.iloc[0])} | error_stats(g)
                          for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
 
 
 def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
     """Prefill attention fitted without one chunk size, predicting it: the attention's hold-out."""
-    from sarathi_lab.sim.calibration import fit_prefill_attention
-
     dev = load_device(device)
     t = gpu_kernels.kernels(device, model)
     pre = t[t.op == "prefill_attention"]

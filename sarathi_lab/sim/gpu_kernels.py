@@ -48,14 +48,16 @@ def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
 
 
 def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surface | None]:
-    """A kernel table as functions of the shape: (each op but attention against tokens, the median of
-    repeats; prefill attention against (chunk, context before it); decode attention against
-    (decodes, context)), an attention None where not measured."""
+    """A table of op times (these kernels, or a task=profile table) as functions of the shape, each
+    point the median of its repeats: (each op but attention against tokens; prefill attention against
+    (chunk, context before it); decode attention against (decodes, context)), an attention None where
+    not measured."""
     ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in table.groupby("op")
            if op not in ATTENTION_OPS}
-    pre, dec = table[table.op == "prefill_attention"], table[table.op == "decode_attention"]
-    prefill = Surface(dict(zip(zip(pre.tokens, pre.context - pre.tokens), pre.seconds))) if len(pre) else None
-    decode = Surface(dict(zip(zip(dec.batch, dec.context), dec.seconds))) if len(dec) else None
+    pre = table[table.op == "prefill_attention"].assign(before=lambda r: r.context - r.tokens)
+    dec = table[table.op == "decode_attention"]
+    prefill = Surface(pre.groupby(["tokens", "before"]).seconds.median().to_dict()) if len(pre) else None
+    decode = Surface(dec.groupby(["batch", "context"]).seconds.median().to_dict()) if len(dec) else None
     return ops, prefill, decode
 
 

@@ -10,18 +10,10 @@ import bisect
 import statistics
 
 
-def isotonic(ys: list[float]) -> list[float]:
-    """The non-decreasing sequence closest to ``ys`` in least squares (pool adjacent violators)."""
-    return _pool_adjacent_violators(ys, statistics.fmean)
-
-
-def isotonic_median(ys: list[float]) -> list[float]:
-    """The non-decreasing sequence closest to ``ys`` in absolute error: each pooled block at its
-    median, so that one outlier moves a block by a rank, not by its size."""
-    return _pool_adjacent_violators(ys, statistics.median)
-
-
-def _pool_adjacent_violators(ys: list[float], centre) -> list[float]:
+def isotonic(ys: list[float], centre=statistics.fmean) -> list[float]:
+    """The non-decreasing sequence closest to ``ys`` (pool adjacent violators): in least squares with
+    the mean as ``centre``; in absolute error with statistics.median, each pooled block at its median,
+    so that one outlier moves a block by a rank, not by its size."""
     blocks: list[tuple[float, list[float]]] = []  # (centre, members)
     for y in ys:
         blocks.append((y, [y]))
@@ -66,7 +58,7 @@ class Curve:
         if not points:
             raise ValueError("a curve needs at least one measured point")
         self.xs = sorted(points)
-        self.ys = isotonic_median([points[x] for x in self.xs])
+        self.ys = isotonic([points[x] for x in self.xs], statistics.median)
 
     def __call__(self, x: float) -> tuple[float, bool]:
         return _lerp(self.xs, self.ys, x)
@@ -88,11 +80,11 @@ class Surface:
             by_x.setdefault(x, {})[y] = z
         self.xs = sorted(by_x)
         ys = [sorted(by_x[x]) for x in self.xs]
-        rows = [isotonic_median([by_x[x][y] for y in row_ys]) for x, row_ys in zip(self.xs, ys)]
+        rows = [isotonic([by_x[x][y] for y in row_ys], statistics.median) for x, row_ys in zip(self.xs, ys)]
         if all(row_ys == ys[0] for row_ys in ys):
             # Each pass keeps the other's order: pooling columns that are element-wise non-decreasing
             # from one to the next keeps them so, hence the rows non-decreasing.
-            columns = [isotonic_median([row[j] for row in rows]) for j in range(len(ys[0]))]
+            columns = [isotonic([row[j] for row in rows], statistics.median) for j in range(len(ys[0]))]
             rows = [[column[i] for column in columns] for i in range(len(self.xs))]
         self.rows = [Curve(dict(zip(row_ys, row))) for row_ys, row in zip(ys, rows)]
 

@@ -22,7 +22,7 @@ class KernelCostModel(CostModel):
     def __init__(self, table: pd.DataFrame, roofline: RooflineCostModel, config: PretrainedConfig,
                  dtype: str = "bfloat16", source: str = "table"):
         super().__init__(config, dtype)
-        self.roofline, self.device, self.source = roofline, roofline.device, source
+        self.roofline, self.device = roofline, roofline.device
         ops, self.prefill_attention, self.decode_attention = curves(table)
         missing = [op for op in GEMM_OPS if op not in ops]
         if missing:
@@ -35,7 +35,6 @@ class KernelCostModel(CostModel):
             f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
             for op, surface in attention.items()]
         self.max_tokens = max(c.xs[-1] for c in self.layer_ops.values())
-        self.extrapolations = 0
         # Iterations with an attention the measurements did not cover, so the roofline's.
         self.modelled_attention_iterations = 0
         warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
@@ -67,7 +66,5 @@ class KernelCostModel(CostModel):
                 t, modelled = self.roofline.decode_attention_s(decodes), True
             ops["decode_attention"] = layers * t
         self.modelled_attention_iterations += modelled
-        outside = tokens > self.max_tokens
-        self.extrapolations += outside
         return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()),
-                             sample_s=0.0, ops=ops, extrapolated=outside)
+                             sample_s=0.0, ops=ops, extrapolated=tokens > self.max_tokens)

@@ -144,10 +144,7 @@ class StageCostModel:
         self.roofline = RooflineCostModel(device, self.shard, dtype)
         self.hidden_bytes = config.hidden_size * self.roofline.elem_bytes
         self.layers = self.shard.num_hidden_layers
-
-    def allreduce_s(self, tokens: int) -> float:
-        p = self.par
-        return ring_s(tokens * self.hidden_bytes, p.tp, p.allreduce_latency_s, p.allreduce_bandwidth)
+        self.all_reduce = AllReduce(par.tp, par.allreduce_latency_s, par.allreduce_bandwidth)
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.roofline.iteration_cost(prefills, decodes, num_sampled)
@@ -155,8 +152,8 @@ class StageCostModel:
         head = cost.ops["lm_head"]
         p = self.par
         p2p = p.p2p_latency_s + tokens * self.hidden_bytes / p.tp / p.p2p_bandwidth if p.pp > 1 else 0.0
-        return StageTimes(stage_s=cost.forward_s - head + 2 * self.layers * self.allreduce_s(tokens),
-                          last_extra_s=head, p2p_s=p2p)
+        allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
+        return StageTimes(stage_s=cost.forward_s - head + allreduce, last_extra_s=head, p2p_s=p2p)
 
 
 class TensorParallelCostModel(CostModel):

@@ -71,21 +71,18 @@ class PipelineResult:
 
 
 class PipelineSimulator:
-    def __init__(self, scheduler: str, model: str = GPT3, device: str = "a100", par: Parallelism | None = None,
-                 max_batch_size: int = 32, chunk_size: int = 256, dtype: str = "float16",
-                 num_kv_blocks: int | None = None, cost: StageCostModel | None = None,
-                 max_model_len: int | None = None, kv_watermark: float = KV_WATERMARK):
-        self.par = par or Parallelism(tp=8, pp=8)
-        config = _config(model)
+    def __init__(self, scheduler: str, cost: StageCostModel, par: Parallelism | None = None,
+                 max_batch_size: int = 32, chunk_size: int = 256, num_kv_blocks: int | None = None,
+                 max_model_len: int | None = None):
+        self.par, self.cost = par or Parallelism(tp=8, pp=8), cost
         if max_model_len is None:
-            max_model_len = config.max_position_embeddings
-        self.cost = cost or StageCostModel(load_device(device, dtype), config, self.par, dtype)
+            max_model_len = cost.shard.max_position_embeddings
         if num_kv_blocks is None:
             # Every GPU holds its layers' and heads' cache of every request in flight: the shard's
             # capacity is the pipeline's.
             num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard,
                                                self.cost.roofline.elem_bytes, chunk_size + max_batch_size) // BLOCK_SIZE
-        self.scheduler = make_scheduler(scheduler, BlockManager(num_kv_blocks, BLOCK_SIZE, kv_watermark),
+        self.scheduler = make_scheduler(scheduler, BlockManager(num_kv_blocks, BLOCK_SIZE, KV_WATERMARK),
                                         max_batch_size=max_batch_size, chunk_size=chunk_size, token_budget=chunk_size,
                                         max_model_len=max_model_len)
 

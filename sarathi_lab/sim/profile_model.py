@@ -17,7 +17,8 @@ from transformers import PretrainedConfig
 from sarathi_lab.config import REPO_ROOT, ConfigError
 from sarathi_lab.profiling.ops import OPS
 from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
-from sarathi_lab.sim.interpolate import Curve, Surface
+from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, curves
+from sarathi_lab.sim.interpolate import Curve
 
 if TYPE_CHECKING:
     from sarathi_lab.sim.roofline import RooflineCostModel
@@ -102,17 +103,11 @@ class ProfileCostModel(CostModel):
         absent = [op for op in needed if op not in by_op]
         if absent:
             raise ValueError(f"profile {source}: no rows for op {absent[0]!r}")
-
-        def curve(op: str, x: str) -> Curve:
-            return Curve(by_op[op].groupby(x).seconds.median().to_dict())
-
-        self.dense = {op: curve(op, "tokens") for op in DENSE_OPS}
+        self.dense, self.prefill_attention, self.decode_attention = curves(
+            table[table.op.isin((*DENSE_OPS, *ATTENTION_OPS))])
         self._dense_top = min(c.xs[-1] for c in self.dense.values())  # the most tokens every dense op measured
-        self.lm_head = curve("lm_head", "batch")
-        pre = by_op["prefill_attention"].assign(before=lambda r: r.context - r.tokens)
-        self.prefill_attention = Surface(pre.groupby(["tokens", "before"]).seconds.median().to_dict())
-        self.decode_attention = Surface(by_op["decode_attention"].groupby(["batch", "context"]).seconds.median()
-                                        .to_dict())
+        # Against the rows sampled, not the tokens: the LM head sees only the sampled rows.
+        self.lm_head = Curve(by_op["lm_head"].groupby("batch").seconds.median().to_dict())
         self.prepare_coef = _fit(by_op["prepare"], ["tokens", "batch"])
         self.sample_coef = _fit(by_op["sample"], ["batch"])
         floor = min(by_op["prefill_attention"].seconds.min(), by_op["decode_attention"].seconds.min())
