@@ -9,6 +9,7 @@ from sarathi_kernels import cpu_ops
 from sarathi_kernels.cpu_build import cpuinfo
 from torch import nn
 
+from sarathi_lab.config import cpu_has_onednn_fp16
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
 
@@ -36,11 +37,13 @@ GEMMS = ("mkl", "onednn")
 
 
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether oneDNN can pack and run ``dtype`` weights here (bfloat16 and float16 need AVX-512)."""
+    """Whether oneDNN can pack and run ``dtype`` weights here (bfloat16 needs AVX-512; float16 is tried)."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         return False
-    reduced = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
-    return dtype not in reduced or getattr(torch.ops.mkldnn, reduced[dtype])()
+    if dtype == torch.float16:
+        # The check by which config accepts dtype=float16 (it tries the op): what it accepts, oneDNN runs.
+        return cpu_has_onednn_fp16()
+    return dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
