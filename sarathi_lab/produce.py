@@ -31,12 +31,11 @@ SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), sim: bool = False) -> list[str]:
     """The arguments of ``python -m sarathi_lab.run`` for one experiment's sweep."""
     sweep_dir = Path(root).resolve() / name / "multiruns" / f"{scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    full_sim, overrides = registry.by_name(name).sim, []
-    if sim and (scale == "ci" or full_sim is None):
-        # The quick set on the simulator, and so a result without a simulated config of its own.
-        overrides += SIM_CI_OVERRIDES
-    if sim and scale == "full" and full_sim:
-        experiment = f"sim/{full_sim}"
+    full_sim = sim and scale == "full" and (CONF_DIR / "experiment" / "sim" / f"{name}.yaml").is_file()
+    # The quick set on the simulator, and so a result without a simulated config of its own.
+    overrides = list(SIM_CI_OVERRIDES) if sim and not full_sim else []
+    if full_sim:
+        experiment = f"sim/{name}"
     elif scale == "ci":
         # experiment=ci/NAME (fewer sweep points), or a result without one at scale=ci.
         if (CONF_DIR / "experiment" / "ci" / f"{name}.yaml").is_file():

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.analysis import claims, derive, registry
-from sarathi_lab.analysis.runs import Results, download_wandb, newest_sweep
+from sarathi_lab.analysis.runs import Results, download_wandb, sweeps
 from sarathi_lab.profiling import quantities
 
 KEYS = {"seq_len": 256, "batch_size": 4, "pd_ratio": 8.0}
@@ -210,7 +210,7 @@ def test_newest_sweep_is_the_one_with_the_newest_finished_run(tmp_path):
     _finished_run(tmp_path / "pd_ratio/multiruns/2023-01-01/0", 2.0)
     (tmp_path / "pd_ratio/multiruns/2025-unfinished/0").mkdir(parents=True)
     os.utime(tmp_path / "pd_ratio/multiruns/ci-2024/0/metrics.json", (1, 1))
-    assert newest_sweep(tmp_path, "pd_ratio").name == "2023-01-01"
+    assert [s.name for s in sweeps(tmp_path, "pd_ratio")] == ["2023-01-01", "ci-2024"]
     results = Results(tmp_path)
     assert results.scale("pd_ratio") == "full" and results.summary("pd_ratio").total_throughput_tok_s[0] == 2.0
     assert "pd_ratio" not in results.missing() and "tile_quantization" in results.missing()
@@ -546,7 +546,8 @@ def test_what_a_sweep_lacks_for_its_failed_jobs_is_said_where_its_numbers_are_sh
                                                           "1": {"status": "skipped", "error": None},
                                                           "2": {"status": "failed", "error": "OOM"}}))
     results = Results(tmp_path, include_incomplete=False)
-    assert results.failed("scheduler_latency") == ["2"]
+    state = results.choice("scheduler_latency").state
+    assert (state.jobs, state.finished) == (("0", "1", "2"), ("0", "1"))
     assert results.describe("scheduler_latency") == ("measured CPU: cpu-small, Test CPU, float32 "
                                                      "(full scale; incomplete: 2 of 3 jobs finished; left no run: 2)")
 

@@ -75,7 +75,8 @@ def test_results_read_past_a_corrupt_sweep_summary_and_a_damaged_first_run(sweep
     results = Results(sweep.parents[2])
     with caplog.at_level(logging.WARNING):
         # The jobs it lists unknown, those its folders hold stand, all finished: complete.
-        assert results.jobs("pd_ratio") == ["0", "1", "2"] and results.failed("pd_ratio") == []
+        state = results.choice("pd_ratio").state
+        assert state.jobs == state.finished == ("0", "1", "2")
         assert results.executor("pd_ratio")["executor"] == "sim"  # from the first run it could read
         assert sorted(results.summary("pd_ratio")["chunk"]) == [64, 128]
     assert str(sweep / SWEEP_SUMMARY) in caplog.text and str(sweep / "0" / METRICS) in caplog.text

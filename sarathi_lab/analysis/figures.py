@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import seaborn as sns
 
@@ -65,3 +66,8 @@ def save(fig, root: str | Path, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, bbox_inches="tight")
     return path
+
+
+def subplots(*args, **kwargs):
+    """plt.subplots with constrained layout, which makes room for the headline and the legends drawn outside."""
+    return plt.subplots(*args, layout="constrained", **kwargs)

@@ -25,7 +25,6 @@ class PaperResult:
     # (results, simulated=None) -> Figure; it imports matplotlib itself, so that the registry does not.
     figure: Callable[..., Any]
     reading: str = ""                             # markdown under the figure's heading: what to look for
-    sim: str | None = None                        # produce --sim at full scale: experiment=sim/<sim>
     # Why a claim's verdict differs between the simulator's cost models where it does: the claims
     # table's note on those rows (claims.mark_cost_model_differences), by claim text.
     cost_models_differ: dict[str, str] = field(default_factory=dict)

@@ -37,11 +37,6 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
     return [Path(root) / name / "multiruns" / s for s in sorted(finished, key=finished.get, reverse=True)]
 
 
-def newest_sweep(root: str | Path, name: str) -> Path | None:
-    found = sweeps(root, name)
-    return found[0] if found else None
-
-
 # Set to 1, every Results (the notebooks', produce's) reads incomplete sweeps as include_incomplete does.
 INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
 
@@ -132,17 +127,8 @@ class Results:
         """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed over, or ''."""
         return self.choice(name).note(self.include_incomplete)
 
-    def jobs(self, name: str) -> list[str]:
-        """The jobs the experiment's sweep launched, as far as known (harness/sweep_state.py)."""
-        return list(self.choice(name).state.jobs)
-
-    def failed(self, name: str) -> list[str]:
-        """The sweep's jobs that left no finished run: points its figures and claims lack."""
-        state = self.choice(name).state
-        return [job for job in state.jobs if job not in state.finished]
-
     def missing(self) -> list[str]:
-        return [n for n in registry.names() if newest_sweep(self.root, n) is None]
+        return [n for n in registry.names() if not sweeps(self.root, n)]
 
     def summary(self, name: str) -> pd.DataFrame:
         return self.table(name, "summary")

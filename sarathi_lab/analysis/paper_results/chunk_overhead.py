@@ -31,21 +31,17 @@ def claims(results) -> list[dict]:
 
 
 def figure(results, simulated=None):
-    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
 
     summary = results.summary("chunk_overhead")
     panels = [("attention_slowdown", "attention", {64: paper.CHUNK64_ATTENTION_SLOWDOWN}),
               ("prefill_slowdown", "prefill", {64: paper.CHUNK64_PREFILL_SLOWDOWN} | paper.PREFILL_SLOWDOWN_BOUND),
               ("end_to_end_slowdown", "end to end", {}), ("kv_reread_ratio", "KV tokens read", {})]
     sim_label = figures.simulated_label(simulated, "chunk_overhead")
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2), layout="constrained")
+    fig, axes = figures.subplots(1, 4, figsize=(18, 4.2))
     for ax, (column, label, refs) in zip(axes, panels):
-        sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="crest", ax=ax,
-                     legend=column == "kv_reread_ratio", errorbar=figures.SPREAD)
+        figures.sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="crest", ax=ax,
+                             legend=column == "kv_reread_ratio", errorbar=figures.SPREAD)
         if sim_label:
             sim = simulated.summary("chunk_overhead")
             for color, (chunk, g) in zip(figures.sim_colors(sim.chunk.nunique()), sim.groupby("chunk")):
@@ -65,7 +61,7 @@ def figure(results, simulated=None):
 
 
 RESULT = PaperResult(
-    name="chunk_overhead", order=50, sim="chunk_overhead", claims=claims, figure=figure,
+    name="chunk_overhead", order=50, claims=claims, figure=figure,
     reading=("**Fig. 13, chunking overhead.** Small chunks re-read the KV cache and run small matmuls: "
              "chunk 64 costs ~3x in attention; 256 / 512 keep the prefill within 20% / 10% (dotted: "
              "the paper's values)."),

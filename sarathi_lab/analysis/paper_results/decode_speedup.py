@@ -64,14 +64,10 @@ def _why(gains: pd.DataFrame, low: float, high: float) -> str:
 
 
 def figure(results, simulated=None):
-    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
 
     # Simulated bars in figures.sim_colors' reds: a plain "Reds" palette starts near white, invisible on the background.
-    palettes = [lambda n: sns.color_palette("crest", n), figures.sim_colors]
+    palettes = [lambda n: figures.sns.color_palette("crest", n), figures.sim_colors]
     # One panel per source and chunk alignment (measure.chunk_align), where the runs swept it.
     panels = []
     for (runs, title), colors in zip(figures.sources_of(results, simulated, "decode_speedup"), palettes):
@@ -80,7 +76,7 @@ def figure(results, simulated=None):
         for align, part in gains.groupby("chunk_align") if swept else [(None, gains)]:
             heading = f"{title}\n{_CHUNK_ALIGN_TITLES.get(align, align)}" if swept else title
             panels.append((runs, heading, colors, part))
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.4), layout="constrained", squeeze=False)
+    fig, axes = figures.subplots(1, len(panels), figsize=(7 * len(panels), 4.4), squeeze=False)
     low, high = paper.DECODE_SPEEDUP
     why = []
     for ax, (runs, title, colors, gains) in zip(axes[0], panels):
@@ -88,8 +84,8 @@ def figure(results, simulated=None):
         if len(resolved) < len(gains):
             title += (f"\n{len(gains) - len(resolved)} of {len(gains)} points unresolved:\nhybrid iteration no "
                       "slower than the chunk alone")
-        sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax,
-                    palette=colors(resolved.seq_len.nunique()), errorbar=figures.SPREAD)
+        figures.sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax,
+                            palette=colors(resolved.seq_len.nunique()), errorbar=figures.SPREAD)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)
@@ -102,7 +98,7 @@ def figure(results, simulated=None):
 
 
 RESULT = PaperResult(
-    name="decode_speedup", order=30, sim="decode_speedup", claims=claims, figure=figure,
+    name="decode_speedup", order=30, claims=claims, figure=figure,
     reading=("**Fig. 8, decode speedup.** A decode riding a prefill chunk costs a fraction of one in a "
              "decode-only iteration: 2.8x-10x decode throughput (shaded band). The paper sizes the chunk so that "
              "chunk + riding decodes fill whole 128-token tiles; the simulated runs sweep that "

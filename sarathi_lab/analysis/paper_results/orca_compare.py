@@ -37,28 +37,24 @@ def _bars(runs) -> pd.DataFrame:
 
 
 def figure(results, simulated=None):
-    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
 
-    from sarathi_lab.analysis import figures
-
-    colors = dict(zip(ORDER, sns.color_palette("deep", len(ORDER))))
+    colors = dict(zip(ORDER, figures.sns.color_palette("deep", len(ORDER))))
     panels = [(_bars(runs), source) for runs, source in figures.sources_of(results, simulated, "orca_compare")]
     ours = panels[0][0]
     theirs = pd.DataFrame([{"seq_len": s, "variant": v, "gain": g}
                            for v, by_len in paper.ORCA_FIG11A.items() for s, g in by_len.items()]
                           + [{"seq_len": s, "variant": "baseline", "gain": 1.0} for s in (1024, 2048, 3072)])
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(8 * len(panels) + 6, 4.5), layout="constrained",
-                             sharey=True, width_ratios=[3] * len(panels) + [2])
+    fig, axes = figures.subplots(1, len(panels) + 1, figsize=(8 * len(panels) + 6, 4.5),
+                                 sharey=True, width_ratios=[3] * len(panels) + [2])
     paper_ax = axes[-1]
     order = [v for v in ORDER if v in set(ours.variant)]
     for ax, (bars, title) in zip(axes, panels):
-        sns.barplot(bars, x="seq_len", y="gain", hue="variant", palette=colors, ax=ax, errorbar=figures.SPREAD,
-                    hue_order=[v for v in ORDER if v in set(bars.variant)])
+        figures.sns.barplot(bars, x="seq_len", y="gain", hue="variant", palette=colors, ax=ax, errorbar=figures.SPREAD,
+                            hue_order=[v for v in ORDER if v in set(bars.variant)])
         ax.set(title=title, xlabel="sequence length (tokens)", ylabel="throughput over baseline (x)")
-    sns.barplot(theirs, x="seq_len", y="gain", hue="variant", palette=colors, ax=paper_ax, errorbar=None,
-                hue_order=[v for v in order if v in set(theirs.variant)], alpha=0.6)
+    figures.sns.barplot(theirs, x="seq_len", y="gain", hue="variant", palette=colors, ax=paper_ax, errorbar=None,
+                        hue_order=[v for v in order if v in set(theirs.variant)], alpha=0.6)
     paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length (tokens)")
     for a in axes:
         a.axhline(1, color="black", lw=1)
@@ -71,7 +67,7 @@ def figure(results, simulated=None):
 
 
 RESULT = PaperResult(
-    name="orca_compare", order=60, sim="orca_compare", claims=claims, figure=figure,
+    name="orca_compare", order=60, claims=claims, figure=figure,
     reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every later "
              "whole prefill with B - 1 decodes), run by the `orca` scheduler on two workloads (see "
              "`experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on the right."),

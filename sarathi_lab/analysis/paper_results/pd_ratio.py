@@ -43,18 +43,14 @@ def _why(simulated) -> str:
 
 
 def figure(results, simulated=None):
-    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
 
     norm = derive.pd_ratio_gains(results.summary("pd_ratio"))
     chunks = sorted(norm.chunk.unique())
-    palette = dict(zip(chunks, sns.color_palette("tab10", len(chunks))))
-    fig, ax = plt.subplots(figsize=(11, 4.5), layout="constrained")
-    sns.lineplot(norm, x="pd_ratio", y="gain", hue="chunk", style="batch_size", markers=True, palette=palette,
-                 ax=ax, errorbar=figures.SPREAD)
+    palette = dict(zip(chunks, figures.sns.color_palette("tab10", len(chunks))))
+    fig, ax = figures.subplots(figsize=(11, 4.5))
+    figures.sns.lineplot(norm, x="pd_ratio", y="gain", hue="chunk", style="batch_size", markers=True, palette=palette,
+                         ax=ax, errorbar=figures.SPREAD)
     for p in derive.pd_peaks(norm).itertuples():
         ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)
     label = figures.simulated_label(simulated, "pd_ratio")
@@ -82,7 +78,7 @@ def figure(results, simulated=None):
 
 
 RESULT = PaperResult(
-    name="pd_ratio", order=40, sim="pd_ratio", claims=claims, figure=figure,
+    name="pd_ratio", order=40, claims=claims, figure=figure,
     reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk and B "
              "- 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's peaks as "
              "stars."),

@@ -33,25 +33,21 @@ def claims(results) -> list[dict]:
 
 
 def figure(results, simulated=None):
-    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
     from sarathi_lab.profiling.ops import OPS
 
     ops = results.table("per_token_cost", "ops")
     longest = ops[ops.seq_len == ops.seq_len.max()]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
+    fig, axes = figures.subplots(1, 3, figsize=(15, 4.2))
     for ax, phase in zip(axes, ("prefill", "decode")):
         parts = longest[(longest.phase == phase) & (longest.op != "total")]
         wide = parts.pivot_table(index="batch_size", columns="op", values="ms_per_token")[list(OPS)]
         wide.plot.bar(stacked=True, ax=ax, rot=0, colormap="tab10", legend=phase == "decode")
         ax.set(title=f"{phase}: time per token by operation", xlabel="batch size", ylabel="ms / token")
     ratio = derive.decode_over_prefill(ops)
-    sns.lineplot(ratio.assign(seq_len=ratio.seq_len.map(lambda s: f"{results.source('per_token_cost')}, {s:g}")),
-                 x="batch_size", y="ratio", hue="seq_len", marker="o", ax=axes[2], palette="crest",
-                 errorbar=figures.SPREAD)
+    source = results.source("per_token_cost")
+    figures.sns.lineplot(ratio.assign(seq_len=ratio.seq_len.map(lambda s: f"{source}, {s:g}")), x="batch_size",
+                         y="ratio", hue="seq_len", marker="o", ax=axes[2], palette="crest", errorbar=figures.SPREAD)
     label = figures.simulated_label(simulated, "per_token_cost")
     if label:
         sim = derive.decode_over_prefill(simulated.table("per_token_cost", "ops"))
@@ -68,7 +64,7 @@ def figure(results, simulated=None):
 
 
 RESULT = PaperResult(
-    name="per_token_cost", order=10, sim="per_token_cost", claims=claims, figure=figure,
+    name="per_token_cost", order=10, claims=claims, figure=figure,
     reading=("**Fig. 3/4, per-token cost.** At small batch a decode token costs one to two orders of "
              "magnitude more than a prefill token (200x at batch 1 on LLaMA-13B/A6000), and prefill "
              "throughput saturates early. Left: time per token by operation; right: the decode/prefill "

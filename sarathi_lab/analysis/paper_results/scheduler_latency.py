@@ -38,21 +38,17 @@ def _hybrid_tbt(summary: pd.DataFrame) -> tuple[str, float | None]:
 
 
 def figure(results, simulated=None):
-    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
 
     rows = figures.sources_of(results, simulated, "scheduler_latency")
-    fig, axes = plt.subplots(len(rows), 2, figsize=(16, 4.5 * len(rows)), layout="constrained", squeeze=False)
+    fig, axes = figures.subplots(len(rows), 2, figsize=(16, 4.5 * len(rows)), squeeze=False)
     why = []
     for row_axes, (runs, source) in zip(axes, rows):
         long = derive.latency_long(runs.summary("scheduler_latency"))
         for ax, metric in zip(row_axes, ("ttft", "itl")):
-            sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
-                         markers=True, ax=ax, legend=metric == "itl", errorbar=figures.SPREAD,
-                         err_kws={"alpha": 0.1})  # ten series: fainter bands keep the lines readable
+            figures.sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
+                                 markers=True, ax=ax, legend=metric == "itl", errorbar=figures.SPREAD,
+                                 err_kws={"alpha": 0.1})  # ten series: fainter bands keep the lines readable
             ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)", xlabel="load (requests / s)",
                    ylabel=f"{metric.upper()} (s)")
             figures.plain_log_ticks(ax.yaxis)
@@ -71,7 +67,7 @@ def figure(results, simulated=None):
 
 
 RESULT = PaperResult(
-    name="scheduler_latency", order=70, sim="scheduler_latency", claims=claims, figure=figure,
+    name="scheduler_latency", order=70, claims=claims, figure=figure,
     reading=("**Sarathi-Serve, latency.** TTFT and TBT (p50 solid, p99 dashed) of the five schedulers "
              "under Poisson load: stall-free batching keeps P99 TBT low."),
     cost_models_differ={CLAIM: (

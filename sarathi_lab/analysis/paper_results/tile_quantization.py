@@ -18,17 +18,13 @@ def claims(results) -> list[dict]:
 
 
 def figure(results, simulated=None):
-    # Here, not at the top: the registry, produce and the claims table need no matplotlib.
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
 
     sweep = results.table("tile_quantization", "sweep")
     tile = int(results.summary("tile_quantization").tile.iloc[0])
-    fig, (ax, rel_ax) = plt.subplots(1, 2, figsize=(14, 4.2), layout="constrained")
+    fig, (ax, rel_ax) = figures.subplots(1, 2, figsize=(14, 4.2))
     shown = sweep[sweep.op.isin(["total", "qkv_proj", "o_proj", "ffn"])]
-    sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5, errorbar=figures.SPREAD)
+    figures.sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5, errorbar=figures.SPREAD)
     for m in range(tile, int(sweep.tokens.max()) + 1, tile):
         ax.axvline(m, ls=":", color="grey")
     ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
@@ -51,7 +47,7 @@ def figure(results, simulated=None):
 
 
 RESULT = PaperResult(
-    name="tile_quantization", order=20, sim="tile_quantization", claims=claims, figure=figure,
+    name="tile_quantization", order=20, claims=claims, figure=figure,
     reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of the "
              "matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the paper's "
              "three points as stars."),
