@@ -125,22 +125,15 @@ def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resol
 
 
 def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals: list[float], slo: SLO,
-                qps: float, require_stable: bool = True, on_iteration: Callable | None = None,
-                max_concurrency: int | None = None) -> Trial:
+                qps: float, require_stable: bool = True, max_concurrency: int | None = None) -> Trial:
     """Serve one trial's requests on ``llm`` (real or simulated), stopping once its verdict is certain."""
     from sarathi_lab.engine.sequence import SamplingParams
     from sarathi_lab.engine.slo_guard import SLOGuard, SLOViolated
 
     guard = SLOGuard(slo, llm.engine, len(prompts), sum(d - 1 for d in decode_lens))
-
-    def hook(record):
-        guard(record)
-        if on_iteration is not None:
-            on_iteration(record)
-
     try:
         llm.generate(prompts, max_new_tokens=decode_lens, arrival_times=arrivals,
-                     sampling=SamplingParams(ignore_eos=True), on_iteration=hook, max_concurrency=max_concurrency)
+                     sampling=SamplingParams(ignore_eos=True), on_iteration=guard, max_concurrency=max_concurrency)
     except SLOViolated as stop:
         return Trial(qps, passed=False, binding=stop.constraint, stopped_early=True,
                      summary=llm.metrics.summary(slo) | {"stopped_early_because": str(stop)})

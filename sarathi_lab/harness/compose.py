@@ -21,7 +21,6 @@ def run_in_process(overrides: list[str], output_dir: Path, group: str | None = N
     """One run as `python -m sarathi_lab.run *overrides` would do it, into output_dir."""
     cfg = compose_config(overrides)
     run_cfg = parse_config(cfg)
-    output_dir.mkdir(parents=True, exist_ok=True)
     ctx = RunContext(output_dir=output_dir, overrides=list(overrides), group=group)
     try:
         status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)

@@ -148,8 +148,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                     f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
     else:
         task = measurement(cfg.task)
-        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, group,
-                                                      resolved_config))
+        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, resolved_config))
                            if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = save_to(run_dir, summary, tables, partial=False)

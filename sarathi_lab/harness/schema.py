@@ -23,14 +23,11 @@ from sarathi_lab.profiling.quantities import GEMM_TILE, aligned_chunk
 
 @dataclass(frozen=True)
 class ModelCfg:
-    name: str
+    name: Literal[(*PRESETS, "hf")]
     path: str | None = None
 
     def __post_init__(self):
         check_fields(self)
-        allowed = (*PRESETS, "hf")
-        if self.name not in allowed:
-            raise ConfigError(f"name={self.name!r} is invalid: allowed values are {', '.join(allowed)}")
         if self.name == "hf" and not self.path:
             raise ConfigError("path=None is invalid: model=hf needs model.path=/a/local/hf/dir")
 

@@ -74,7 +74,9 @@ class SweepSummary(Callback):
         table = sweep_table(sweep_dir, jobs)
         table.to_csv(table_path, index=False)
         if len(table):
-            log.info("sweep %s:\n%s", table_path, format_table(table))
+            # For a terminal: jobs by number (the swept columns show their overrides), 4 digits.
+            short = table.assign(job=table.job.str.split("_", n=1).str[0])
+            log.info("sweep %s:\n%s", table_path, short.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
         for job_dir, job in failed.items():
@@ -136,12 +138,6 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
     keys = [c for c in table.columns if c not in ("job", "status", *HEADLINE)]
     swept = [k for k in keys if table[k].nunique() > 1]
     return table[["job", "status", *swept, *[k for k in HEADLINE if k in table]]]
-
-
-def format_table(table: pd.DataFrame) -> str:
-    """The table for a terminal: jobs by number (the swept columns show their overrides), 4 digits."""
-    short = table.assign(job=table.job.str.split("_", n=1).str[0])
-    return short.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:

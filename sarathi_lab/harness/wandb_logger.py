@@ -74,7 +74,9 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         wb.define_metric(f"{HISTORY_PREFIX}*", step_metric=TIME_AXIS)
         history = run.history.to_dict("records")
         for row in history:
-            wb.log(history_row(row), step=row["iteration"])
+            # An iterations.parquet row as W&B history: prefixed, with its time on TIME_AXIS.
+            at = {TIME_AXIS: row["start_s"] + row["duration_s"]}
+            wb.log(at | {f"{HISTORY_PREFIX}{k}": v for k, v in row.items()}, step=row["iteration"])
         last_step = history[-1]["iteration"] if history else 0
         wb.log({name: wandb.Table(dataframe=_scalar_columns(df)) for name, df in run.tables.items()}, step=last_step)
         wb.summary.update(run.summary | {f"{ENV_PREFIX}{k}": run.environment.get(k) for k in PROVENANCE})
@@ -84,12 +86,6 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         exit_code = 0
     finally:
         wb.finish(exit_code=exit_code)
-
-
-def history_row(iteration: dict[str, Any]) -> dict[str, Any]:
-    """An iterations.parquet row as W&B history: prefixed, with its time on TIME_AXIS."""
-    return {TIME_AXIS: iteration["start_s"] + iteration["duration_s"]} | {
-        f"{HISTORY_PREFIX}{k}": v for k, v in iteration.items()}
 
 
 def _scalar_columns(df: pd.DataFrame) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,7 @@ class TaskContext:
     workload: Any
     record_run: Callable[..., None]
     save_partial: Callable[..., None]
-    group: str
-    resolved_config: dict[str, Any] = field(default_factory=dict)
+    resolved_config: dict[str, Any]
 
 
 def kv_requests(task: str, cfg) -> list[int]:

@@ -26,19 +26,13 @@ from sarathi_lab.sim.profile_model import (
     DENSE_OPS,
     ProfileCostModel,
     measured_iterations,
-    profile_name,
-    profiles_dir,
+    profile_path,
 )
 
 log = logging.getLogger(__name__)
 # A reference forward that moved more than this between the profile's start and end is worth a
 # warning: more than a quiet machine's run-to-run spread.
 DRIFT_WARNING = 0.05
-
-
-def device_name(device: torch.device) -> str:
-    """The simulator's name for the device the engine runs on (``sim_device``)."""
-    return device_slug(torch.cuda.get_device_name(device)) if device.type == "cuda" else "cpu"
 
 
 def _powers_of_two(top: int) -> list[int]:
@@ -159,13 +153,16 @@ def _torch_dtype(llm) -> str:
 
 
 def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
-    device = device_name(llm.config.torch_device)
-    path = profiles_dir() / device / f"{profile_name(cfg.model.engine_model)}.csv"
+    torch_device = llm.config.torch_device
+    gpu = torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else None
+    # The simulator's name for the device (``sim_device``): where a profile for it is looked up.
+    device = "cpu" if gpu is None else device_slug(gpu)
+    path = profile_path(device, cfg.model.engine_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
-    machine = machine_record() | {"device": device, "torch_device": str(llm.config.torch_device)}
-    if llm.config.torch_device.type == "cuda":
-        machine["gpu"] = torch.cuda.get_device_name(llm.config.torch_device)
+    machine = machine_record() | {"device": device, "torch_device": str(torch_device)}
+    if gpu is not None:
+        machine["gpu"] = gpu
     settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
     description = {"machine": machine, "engine": settings | {"torch_dtype": _torch_dtype(llm)},
                    "clock": type(llm.engine.clock).__name__,
