@@ -12,10 +12,12 @@ TABLE_SUFFIXES = (".csv", ".json")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in --help, but a flag's (``--no-vllm ... (default: True)`` misleads)."""
+    """Every option's default in --help, but a flag's (``--no-vllm ... (default: True)`` misleads) and a None,
+    which stands for a default the option's help names itself."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        return action.help if action.nargs == 0 else super()._get_help_string(action)
+        plain = action.nargs == 0 or action.default is None
+        return action.help if plain else super()._get_help_string(action)
 
 
 def bench_parser(spec, doc: str) -> cli_args.Parser:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import int_range, positive_int, table_path, thread_count
+from sarathi_lab.bench.args import table_path, thread_count
 from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
@@ -94,16 +94,6 @@ def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[
     lens = [rng.randint(*prompt_len) for _ in range(requests)]
     prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lens]
     return prompts, [rng.randint(*new_tokens) for _ in range(requests)]
-
-
-def add_workload_args(parser: argparse.ArgumentParser, *, requests: int, prompt_len: tuple[int, int],
-                      new_tokens: tuple[int, int]) -> None:
-    parser.add_argument("--requests", type=positive_int, default=requests)
-    parser.add_argument("--prompt-len", type=int_range, default=prompt_len, metavar="LO-HI",
-                        help="prompt lengths, uniform in [LO, HI]")
-    parser.add_argument("--new-tokens", type=int_range, default=new_tokens, metavar="LO-HI",
-                        help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: str | None = None,

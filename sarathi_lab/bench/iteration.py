@@ -67,7 +67,7 @@ def run(args) -> pd.DataFrame:
     before = ceilings()
     config_kwargs = {"device": args.device, "dtype": args.dtype, "warmup_iters": 0, "cpu_linear": args.cpu_linear,
                          "max_batch_size": max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1])}
-    num_blocks = blocks_needed(args, EngineConfig(model=args.model, **config_kwargs).block_size)
+    num_blocks = blocks_needed(args, EngineConfig.block_size)  # the LLM below keeps the default
     llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
     shape = Shape.of(llm.model_config)
     elem = llm.dtype.itemsize

@@ -6,8 +6,8 @@ import argparse
 
 import pandas as pd
 
-from sarathi_lab.bench.args import bench_parser, names_of, positive_int
-from sarathi_lab.bench.common import add_common_args, add_workload_args, make_workload, parse, print_table
+from sarathi_lab.bench.args import bench_parser, int_range, names_of, positive_int
+from sarathi_lab.bench.common import add_common_args, make_workload, parse, print_table
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
 from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
@@ -68,7 +68,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=positive_int, default=512)
     p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--kv-blocks", type=positive_int, default=None, help="KV cache blocks (default: the engine's)")
-    add_workload_args(p, requests=16, prompt_len=(128, 512), new_tokens=(32, 64))
+    p.add_argument("--requests", type=positive_int, default=16)
+    p.add_argument("--prompt-len", type=int_range, default=(128, 512), metavar="LO-HI",
+                   help="prompt lengths, uniform in [LO, HI]")
+    p.add_argument("--new-tokens", type=int_range, default=(32, 64), metavar="LO-HI",
+                   help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
+    p.add_argument("--seed", type=int, default=0)
     return p
 
 

@@ -3,11 +3,11 @@
 ``profiles/<gpu>/<model>.csv``) (docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab.bench.args import bench_parser
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.sim import fidelity
 from sarathi_lab.sim.profile_model import profiles_dir
@@ -54,8 +54,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     from sarathi_lab.sim import gpu_kernels
 
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.bench.sim_fidelity",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--smoke", action="store_true", help="one device, two models, a few token counts")
     parser.add_argument("--devices", nargs="+", choices=gpu_kernels.measured_devices())
     parser.add_argument("--models", nargs="+", choices=gpu_kernels.model_shapes().index.tolist())
@@ -92,10 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     args.out.mkdir(parents=True, exist_ok=True)
     tables = {"ops": ops, "iterations": iterations, "errors": errors, "attention_holdout": attention,
               "all_reduce": reduce_errors, "tp_errors": shard_errors}
-    for name, table in tables.items():
-        if len(table) or name != "attention_holdout":  # times to 4 digits, errors to 3 decimals
-            table.to_csv(args.out / f"fidelity_{name}.csv", index=False,
-                         float_format="%.4g" if name in ("ops", "iterations") else "%.3f")
+    _write_csvs(args.out, tables)
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
     return tables | engine_profiles(args.out, show)
@@ -104,7 +100,6 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
 def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
     """This engine's own tables measured on a GPU (task=profile), every one committed, against the
     cost models that exist for that GPU."""
-    from sarathi_lab.bench.engine_profile_figure import draw as draw_engine
     from sarathi_lab.sim import engine_fidelity
 
     ops, iterations = engine_fidelity.run()
@@ -115,12 +110,85 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
     show("\nThis engine's forward measured on the GPU (task=profile; whole model), per iteration kind and per "
          "operator: |predicted / measured - 1| and predicted / measured", errors)
     tables = {"engine_profile_ops": ops, "engine_profile_iterations": iterations, "engine_profile_errors": errors}
-    for name, table in tables.items():
-        digits = "%.3f" if name.endswith("errors") else "%.4g"  # errors to 3 decimals, times to 4 digits
-        table.to_csv(out / f"fidelity_{name}.csv", index=False, float_format=digits)
+    _write_csvs(out, tables)
     draw_engine(ops, iterations, errors, out / "fidelity_engine_profile.png")
     print(f"wrote {out}/fidelity_engine_profile_*.csv and fidelity_engine_profile.png")
     return tables
+
+
+def _write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Each table as ``fidelity_<name>.csv``: times to 4 digits, errors and ratios to 3 decimals. A
+    run without vidur's attention kernels has no attention hold-out: no file rather than an empty one."""
+    for name, table in tables.items():
+        if len(table) or name != "attention_holdout":
+            table.to_csv(out / f"fidelity_{name}.csv", index=False,
+                         float_format="%.4g" if name.endswith(("ops", "iterations")) else "%.3f")
+
+
+# The engine-profile figure's marker per cost model; a borrowed calibration gets "^".
+ENGINE_MARKERS = {"roofline": "x", "calibrated": "o", "profile": "+"}
+
+
+def _engine_label(name: str, device: str) -> str:
+    """A borrowed calibration says whose it is and on which peaks."""
+    if name == "profile":
+        return "profile cost model (this table, composed)"
+    other = name.removesuffix("_calibration")
+    return f"{other.upper()}'s calibration on {device.upper()} peaks" if other != name else name
+
+
+def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
+    """This engine's forward as task=profile measured it on a GPU, against each cost model that exists
+    for that GPU, per (device, model): prefill and decode forwards, measured and predicted; each op's
+    median predicted / measured."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
+
+    from sarathi_lab.sim.engine_fidelity import models_in
+
+    def marker(name: str) -> str:
+        return ENGINE_MARKERS.get(name, "^")
+
+    pairs = list(iterations.groupby(["device", "model"], sort=True).groups)
+    fig = Figure(figsize=(15, 4.2 * len(pairs)))
+    axes = fig.subplots(len(pairs), 3, squeeze=False)
+    for row, (device, model) in zip(axes, pairs):
+        its = iterations[(iterations.device == device) & (iterations.model == model)]
+        names = models_in(its)
+        pre, dec = its[its.kind == "prefill"], its[its.kind == "decode"]
+        kv = dec.batch * dec.context
+        row[0].plot(pre.tokens, pre.measured_s * 1e3, "k.-", label="measured (engine profile)")
+        row[1].scatter(kv, dec.measured_s * 1e3, color="k", s=14, label="measured (engine profile)")
+        for name in names:
+            row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker(name), ms=4, lw=0.8,
+                        label=_engine_label(name, device))
+            row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker(name), s=14, label=_engine_label(name, device))
+        row[0].set(xlabel="prompt tokens (one prompt, prefilled whole)", ylabel="forward pass (ms)")
+        row[0].set_title(f"{device} {model}: prefill-only iterations", fontsize=9)
+        row[1].set(xlabel="KV tokens read (decodes x context)", ylabel="forward pass (ms)")
+        row[1].set_title(f"{device} {model}: decode-only iterations, batch 1-{dec.batch.max()}", fontsize=9)
+        err = errors[(errors.device == device) & (errors.model == model) & (errors.level == "op")]
+        names = models_in(ops[(ops.device == device) & (ops.model == model)])
+        width = 0.8 / max(len(names), 1)
+        for i, name in enumerate(names):
+            row[2].bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(err))],
+                       err[f"{name}_median_ratio"], width=width, label=_engine_label(name, device))
+        row[2].axhline(1.0, color="k", lw=0.8)
+        row[2].set_yscale("log")
+        # Headroom above the tallest bar for the legend.
+        row[2].set_ylim(top=4 * max([1.0, *(err[f"{n}_median_ratio"].max() for n in names)]))
+        row[2].set_xticks(range(len(err)), [k.replace("_", "\n") for k in err.kind], fontsize=7)
+        row[2].set(ylabel="predicted / measured (median over the op's rows)")
+        row[2].set_title(f"{device} {model}: each operator (whole model, every layer)", fontsize=9)
+        for ax, rows in zip(row[:2], (pre, dec)):
+            # Headroom above the slowest measured forward for the legend.
+            ax.set_ylim(0, 1.5 * rows.measured_s.max() * 1e3)
+            ax.legend(fontsize=7, loc="upper right")
+        row[2].legend(fontsize=7, loc="upper right")
+    gpus = ", ".join(d.upper() for d in sorted(set(iterations.device)))
+    fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its launches count), "
+                 "against the cost models that exist there", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sarathi_lab import cli_args
-from sarathi_lab.bench.args import HelpFormatter, int_range, positive_float, positive_int
+from sarathi_lab.bench.args import bench_parser, int_range, positive_float, positive_int
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.device import DEVICES
 
@@ -22,9 +21,10 @@ ARRIVAL_RATE_RPS = 4.0
 
 
 def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024), decode_tokens: tuple[int, int] = (256, 256),
-             seed: int = 0, rate_rps: float = ARRIVAL_RATE_RPS) -> tuple[list[list[int]], list[int], list[float]]:
-    """Prompts and decodes of lengths uniform in the given (LO, HI) bounds, Poisson arrivals."""
-    rng = np.random.default_rng(seed)
+             rate_rps: float = ARRIVAL_RATE_RPS) -> tuple[list[list[int]], list[int], list[float]]:
+    """Prompts and decodes of lengths uniform in the given (LO, HI) bounds, Poisson arrivals; the
+    same trace on every call (seed 0), so that its speed and digest compare across changes."""
+    rng = np.random.default_rng(0)
     prompts = [[1] * int(p) for p in rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)]
     decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()
     arrivals = np.cumsum(rng.exponential(1 / rate_rps, size=n)).tolist()
@@ -68,8 +68,7 @@ def digest(metrics) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.sim_speed", description=__doc__.splitlines()[0],
-                             formatter_class=HelpFormatter)
+    parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", choices=DEVICES, default="a100")

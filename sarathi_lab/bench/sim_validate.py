@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from sarathi_lab import cli_args
+from sarathi_lab.bench.args import bench_parser
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
@@ -63,10 +63,10 @@ class Case:
         return blocks_beside_watermark(self.batch * blocks_for(self.longest, BLOCK_SIZE), KV_WATERMARK)
 
 
-def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
+def cases(smoke: bool = False) -> list[Case]:
     """The default sweep, ``scheduler_latency`` and ``pd_ratio`` for all five schedulers, scaled
     to this machine (docs/sim/README.md, section 1); ``smoke``: the same shapes at CI size."""
-    rng, names = np.random.default_rng(seed), scheduler_names()
+    rng, names = np.random.default_rng(0), scheduler_names()
     # Only the chunking schedulers read the chunk, so the others run once.
     sweep = ((48, 2),) * 2 if smoke else ((768, 16),) * 3
     chunks = (16, 32) if smoke else (256, 512, 1024)
@@ -83,7 +83,7 @@ def cases(smoke: bool = False, seed: int = 0) -> list[Case]:
 
 
 def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, reps: int = 2,
-            token_step: int = 160, num_threads: int = 1, clock: Clock | None = None) -> Path:
+            token_step: int = 160, clock: Clock | None = None) -> Path:
     """Measure ``model``'s cost table on this CPU with ``task=profile``'s own code, into
     ``profiles/cpu/<model>.csv`` (under ``$SARATHI_PROFILES_DIR`` when set)."""
     from sarathi_lab import LLM
@@ -96,7 +96,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
                                                   max_tokens=max_tokens))
     top = max(max_tokens, chunk + seq_len)
     blocks = blocks_for(top, BLOCK_SIZE) + batch * blocks_for(seq_len, BLOCK_SIZE) + 8
-    llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=num_threads,
+    llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=1,
               max_model_len=top, num_kv_blocks=blocks, warmup_iters=1)
     task.run(cfg, _on_clock(llm, clock))
     return profile_path("cpu", model)
@@ -108,15 +108,15 @@ class Run(NamedTuple):
     cpu_s: float
 
 
-def run_case(case: Case, model: str, num_threads: int = 1, clock: Clock | None = None, **engine) -> Run:
+def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Run:
     """One case on one engine (``engine``: the executor's keywords, nothing for the real one;
-    ``clock``: the real engine's clock instead of the wall clock)."""
+    ``clock``: the real engine's clock instead of the wall clock), on one thread as its profile was."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
     llm = LLM(model, device="cpu", dtype="float32", scheduler=case.scheduler, chunk_size=case.chunk,
               max_batch_size=case.batch, num_kv_blocks=case.kv_blocks, max_model_len=case.longest,
-              num_threads=num_threads, seed=0, **engine)
+              num_threads=1, seed=0, **engine)
     _on_clock(llm, clock)
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, llm.model_config.vocab_size, size=p).tolist() for p, _ in case.lengths]
@@ -173,16 +173,16 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
     return row
 
 
-def validate(model: str = "cpu-small", which: list[Case] | None = None, num_threads: int = 1,
-             cpu_clock: bool = False, progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
+def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_clock: bool = False,
+             progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(error table, per-iteration predicted and measured seconds) over ``which`` (default
     ``cases()``). The profile ``profiles/cpu/<model>.csv`` must exist (``profile()``) and have
     been measured on the same clock (``cpu_clock``: CPUClock, else the wall clock)."""
     rows, points = [], []
     for case in which or cases():
-        real = run_case(case, model, num_threads, CPUClock() if cpu_clock else None)
-        again = run_case(case, model, num_threads, CPUClock() if cpu_clock else None) if case.repeat_real else None
-        sim = run_case(case, model, num_threads, executor="sim", sim_device="cpu", sim_cost_model="profile")
+        real = run_case(case, model, CPUClock() if cpu_clock else None)
+        again = run_case(case, model, CPUClock() if cpu_clock else None) if case.repeat_real else None
+        sim = run_case(case, model, executor="sim", sim_device="cpu", sim_cost_model="profile")
         row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s}
         rows.append(row)
         if row["identical_batches"]:
@@ -245,7 +245,7 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.sim_validate", description=__doc__.splitlines()[0])
+    parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
     parser.add_argument("--out", type=Path, default=None, help="where the table and figure go (default docs/sim)")
     parser.add_argument("--reprofile", action="store_true", help="measure the profile again even if one exists")

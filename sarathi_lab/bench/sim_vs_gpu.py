@@ -40,7 +40,7 @@ LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
 # Keys of the measured run's command line its simulated rebuild sets itself (or must not inherit).
 _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
 # A measured run's keys that name it in the tables.
-_KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio")
+_KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dtype")
 # The smoke's runs: pd_ratio at CI size on the tiny model, static then sarathi at two P:D ratios.
 _SMOKE = ["experiment=pd_ratio", "model=tiny", "device=cpu", "dtype=float32", "seq_len=48", "batch_size=2",
           "chunk=16", "workload.num_requests=4", "logger=none", "on_existing=overwrite"]
@@ -96,7 +96,6 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progre
         real = load(run_dir)
         ident = {"experiment": record["config"].get("experiment"), "job": run_dir.name,
                  **{k: record["config"].get(k) for k in _KEYS},
-                 "model": record["config"].get("model"), "dtype": record["config"].get("dtype"),
                  "measured_on": record["environment"].get("device_name"),
                  "measured_timing_unreliable": bool(record["environment"].get("timing_unreliable"))}
         stalled = stalls(real.iterations)

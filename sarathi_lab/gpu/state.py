@@ -95,10 +95,9 @@ def write_result(out: Path, result: StepResult) -> None:
 
 def restore(out: Path, archive: Path) -> int:
     """Files of an earlier call's archive that ``out`` lacks, never overwriting what is there; returns
-    how many (0 without an archive). A ValueError where it is no readable tar: each file is written
-    beside its name and renamed, so nothing is left half-written."""
-    if not archive.exists():
-        return 0
+    how many. A ValueError where it is no readable tar (a missing one too: the driver says "no archive
+    yet" before it gets here): each file is written beside its name and renamed, so nothing is left
+    half-written."""
     out.mkdir(parents=True, exist_ok=True)
     restored = 0
     try:
