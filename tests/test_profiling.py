@@ -50,6 +50,21 @@ def test_machine_flags_agree_with_what_torch_detects():
     assert machine.fast_dtype("cpu") == ("bfloat16" if cpu_has_bf16_units() else "float32")
 
 
+def test_last_level_cache_is_the_highest_level_sysfs_lists(tmp_path):
+    for index, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "491520K"), (1, "64K")]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{index}" / "size").write_text(f"{size}\n")
+    assert machine.llc_mib(tmp_path) == 480
+    (tmp_path / "index2" / "size").write_text("32M\n")
+    (tmp_path / "index4").mkdir()  # a level whose size cannot be read is passed over
+    (tmp_path / "index4" / "level").write_text("4\n")
+    (tmp_path / "index4" / "size").write_text("garbled\n")
+    assert machine.llc_mib(tmp_path) == 32
+    assert machine.llc_mib(tmp_path / "absent") is None
+    assert machine.machine_record()["llc_mib"] == machine.llc_mib()
+
+
 def test_paged_batch_writes_each_token_at_its_context_slot():
     torch.manual_seed(0)
     query_lens, seq_lens = [5, 16, 1, 1], [5, 40, 17, 33]

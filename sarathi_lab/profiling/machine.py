@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import warnings
+from pathlib import Path
 
 import torch
 from sarathi_kernels.cpu_build import cpuinfo
@@ -34,6 +35,21 @@ def cpu_isa() -> str:
     if not have:
         return "?"
     return ",".join(f for f in ISA_FLAGS if f in have) or "none"
+
+
+def llc_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """The first CPU's last-level cache in MiB (None where sysfs does not say): CPUs sold under one
+    name ("Intel(R) Xeon(R) Processor") differ in it, and a model whose weights fit in it decodes
+    from cache when timed back to back (docs/sim/README.md, section 1)."""
+    units, sizes = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}, {}
+    for index in cache_dir.glob("index*"):
+        try:
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if size[:-1].isdigit() and size[-1] in units:
+            sizes[level] = int(size[:-1]) * units[size[-1]]
+    return sizes[max(sizes)] >> 20 if sizes else None
 
 
 def cores() -> int:
@@ -68,13 +84,14 @@ def warn_if_loaded() -> float:
 def machine_record(device: torch.device | str = "cpu") -> dict:
     kind = isa.active()
     return {"device": device_name(device), "cpu": cpu_name(), "cores": cores(), "isa": cpu_isa(),
-            "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
+            "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "llc_mib": llc_mib(),
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
 
 
 def describe_machine(device: torch.device | str | None = None) -> str:
     """One comment line for a benchmark's output."""
     r = machine_record(device or default_device())
     held = f" (held to the {r['isa_as']} kind: profiling/isa.py)" if r["isa_as"] else ""
-    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | torch {r['torch']}"
+    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | last-level cache "
+            f"{r['llc_mib']} MiB | torch {r['torch']}"
             f" | threads {r['threads']} | load1 {r['load1']:.2f}")
