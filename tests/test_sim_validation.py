@@ -7,11 +7,13 @@ under test here; docs/sim/ holds the measured validation)."""
 from __future__ import annotations
 
 import itertools
+import json
+import math
 
 import pandas as pd
 import pytest
 
-from sarathi_lab.bench.sim_validate import SERVED, Case, CPUClock, validate
+from sarathi_lab.bench.sim_validate import SERVED, Case, CPUClock, host_probe, validate
 from sarathi_lab.engine.scheduler import scheduler_names
 
 pytestmark = pytest.mark.e2e
@@ -93,3 +95,17 @@ def test_a_profile_timed_on_another_clock_is_refused(tmp_path, monkeypatch, caps
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         f"--clock wall is invalid with the profile {cpu / 'tiny.csv'}: it was timed on CPUClock, not WallClock "
         "(--reprofile measures it again on WallClock)")
+
+
+def test_the_host_probe_times_the_profiles_reference_against_the_profile(tmp_path):
+    csv = tmp_path / "tiny.csv"
+    tiny_profile().to_csv(csv, index=False)
+    assert math.isnan(host_probe("tiny", csv, CPUClock())())  # no description, no reference
+
+    def probe_against(profiled_s: float) -> float:
+        drift = {"reference": {"decodes": 4, "context": 32}, "first_s": profiled_s, "last_s": profiled_s}
+        (tmp_path / "tiny.json").write_text(json.dumps({"drift": drift}))
+        return host_probe("tiny", csv, CPUClock())()
+
+    # A tiny model's forward takes more than a nanosecond and less than a minute.
+    assert probe_against(1e-9) > 1 and 0 < probe_against(60.0) < 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import textwrap
 import time
 from dataclasses import dataclass
@@ -126,6 +127,27 @@ def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Ru
     return Run(pd.DataFrame(llm.metrics.iteration_rows()), llm.metrics.summary(), time.process_time() - started)
 
 
+def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5):
+    """A function timing, now, the batch the profile at ``path`` timed first and last (its drift
+    reference), over the mean of those two times: how much slower than while it was profiled the host
+    runs (1.1: 10% slower). The simulator cannot know that the host moved; this says by how much. NaN
+    for a profile that kept no reference."""
+    drift = profile_description(path).get("drift")
+    if not drift:
+        return lambda: math.nan
+    from sarathi_lab import LLM
+    from sarathi_lab.profiling.batches import SyntheticBatches
+    from sarathi_lab.profiling.ops import forward_timer
+
+    ref = drift["reference"]
+    longest = ref["context"] + BLOCK_SIZE
+    llm = LLM(model, device="cpu", dtype="float32", max_batch_size=ref["decodes"], num_threads=1,
+              max_model_len=longest, num_kv_blocks=ref["decodes"] * blocks_for(longest, BLOCK_SIZE) + 8)
+    forward = forward_timer(_on_clock(llm, clock), SyntheticBatches(llm).make(**ref))
+    profiled_s = (drift["first_s"] + drift["last_s"]) / 2
+    return lambda: statistics.median(forward() for _ in range(reps)) / profiled_s
+
+
 def _rel(pred: float, ref: float) -> float:
     return pred / ref - 1 if ref > 0 else float("nan")
 
@@ -179,11 +201,13 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
     ``cases()``). The profile ``profiles/cpu/<model>.csv`` must exist (``profile()``) and have
     been measured on the same clock (``cpu_clock``: CPUClock, else the wall clock)."""
     rows, points = [], []
+    probe = host_probe(model, profile_path("cpu", model), CPUClock() if cpu_clock else None)
     for case in which or cases():
+        slowdown = probe()
         real = run_case(case, model, CPUClock() if cpu_clock else None)
         again = run_case(case, model, CPUClock() if cpu_clock else None) if case.repeat_real else None
         sim = run_case(case, model, executor="sim", sim_device="cpu", sim_cost_model="profile")
-        row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s}
+        row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s, "host_slowdown_vs_profile": slowdown}
         rows.append(row)
         if row["identical_batches"]:
             points.append(pd.DataFrame({"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
@@ -196,9 +220,11 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
 
 def verdict(row: dict) -> str:
     """A compared run's progress line: whether it batched alike, its iteration and makespan errors."""
+    slowdown = row.get("host_slowdown_vs_profile", math.nan)
     return (f"identical batches {row['identical_batches']}, "
             f"iteration error {row.get('iter_median_abs_rel_err', math.nan):.1%}, "
-            f"makespan {row['makespan_s_rel_err']:+.1%}")
+            f"makespan {row['makespan_s_rel_err']:+.1%}"
+            + ("" if math.isnan(slowdown) else f", host at {slowdown:.2f}x the profile's reference time"))
 
 
 def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str, label: str | None = None) -> None:
@@ -276,7 +302,8 @@ def main(argv: list[str] | None = None) -> None:
     if not points.empty:
         machine = profile_description(path).get("machine", {})
         title = (f"Simulator (profile cost model, {path.parent.name}/{path.name}) against this engine measured on "
-                 f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores (isa {machine.get('isa', '?')}): "
+                 f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, last-level cache "
+                 f"{machine.get('llc_mib', '?')} MiB (isa {machine.get('isa', '?')}): "
                  f"{model}, float32, one thread, both timed on {clock}")
         figure(points, table, out / f"validation{suffix}.png", "\n".join(textwrap.wrap(title, 120)))
     print(f"wrote {out / f'validation{suffix}.csv'} ({len(table)} cases)")
