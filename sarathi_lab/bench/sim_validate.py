@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import textwrap
 import time
 from dataclasses import dataclass
@@ -136,16 +135,16 @@ def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5
     if not drift:
         return lambda: math.nan
     from sarathi_lab import LLM
+    from sarathi_lab.harness.tasks.profile import reference_forward_s
     from sarathi_lab.profiling.batches import SyntheticBatches
-    from sarathi_lab.profiling.ops import forward_timer
 
     ref = drift["reference"]
     longest = ref["context"] + BLOCK_SIZE
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=ref["decodes"], num_threads=1,
               max_model_len=longest, num_kv_blocks=ref["decodes"] * blocks_for(longest, BLOCK_SIZE) + 8)
-    forward = forward_timer(_on_clock(llm, clock), SyntheticBatches(llm).make(**ref))
+    batches = SyntheticBatches(_on_clock(llm, clock))
     profiled_s = (drift["first_s"] + drift["last_s"]) / 2
-    return lambda: statistics.median(forward() for _ in range(reps)) / profiled_s
+    return lambda: reference_forward_s(llm, batches, ref, reps) / profiled_s
 
 
 def _rel(pred: float, ref: float) -> float:

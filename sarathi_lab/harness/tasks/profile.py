@@ -20,7 +20,7 @@ from sarathi_lab.harness.tasks.iteration_sweep import token_groups
 from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.machine import machine_record
-from sarathi_lab.profiling.ops import time_by_op
+from sarathi_lab.profiling.ops import forward_timer, time_by_op
 from sarathi_lab.sim.profile_model import (
     COLUMNS,
     DENSE_OPS,
@@ -83,6 +83,17 @@ def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[d
     return ops, prepare
 
 
+def reference_forward_s(llm, batches: SyntheticBatches, reference: dict[str, int], reps: int) -> float:
+    """Median seconds of a bare forward of the drift reference batch (``decodes`` at ``context``), as
+    the profile times it first and last and sim_validate times it again on the host it validates."""
+    batch = batches.make(**reference)
+    try:
+        forward = forward_timer(llm, batch)
+        return statistics.median(forward() for _ in range(reps))
+    finally:
+        batches.free(batch)
+
+
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     g, reps = grids(cfg), cfg.measure.reps
     batches = SyntheticBatches(llm, seed=cfg.seed)
@@ -91,7 +102,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     # The same forward timed first and last: how far the machine's speed moved while the table was
     # measured, which no interpolation can take out of it.
     reference = {"decodes": g["batches"][-1], "context": g["contexts"][len(g["contexts"]) // 2]}
-    first = _measure_batch(llm, batches, reps, **reference)[0]["total"]
+    first = reference_forward_s(llm, batches, reference, reps)
     for n in g["tokens"]:
         ops, prepare = _measure_batch(llm, batches, reps, prefills=[(n, 0)])
         rows += [(op, n, n, 1, ops[op]) for op in (*DENSE_OPS, "total")]
@@ -109,7 +120,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
         rows += [("hybrid_attention", chunk, context, size, ops["attention"]),
                  ("hybrid_total", chunk, context, size, ops["total"])]
     rows += _head_and_sampler(llm, g["batches"], reps)
-    last = _measure_batch(llm, batches, reps, **reference)[0]["total"]
+    last = reference_forward_s(llm, batches, reference, reps)
     drift = {"reference": reference, "first_s": first, "last_s": last, "rel_change": last / first - 1}
     if abs(drift["rel_change"]) > DRIFT_WARNING:
         log.warning("the reference forward's time changed by %+.1f%% from the profile's start to its end: the "
