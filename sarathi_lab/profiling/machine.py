@@ -93,5 +93,5 @@ def describe_machine(device: torch.device | str | None = None) -> str:
     r = machine_record(device or default_device())
     held = f" (held to the {r['isa_as']} kind: profiling/isa.py)" if r["isa_as"] else ""
     return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | last-level cache "
-            f"{r['llc_mib']} MiB | torch {r['torch']}"
+            f"{r['llc_mib'] or '?'} MiB | torch {r['torch']}"
             f" | threads {r['threads']} | load1 {r['load1']:.2f}")
