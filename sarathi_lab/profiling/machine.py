@@ -69,7 +69,7 @@ def default_device() -> str:
 def fast_dtype(device: str) -> str:
     """bfloat16 where it has hardware (CUDA, or a CPU with AVX512-BF16/AMX), else float32: the
     dtype the engine itself runs when asked for bfloat16."""
-    return run_dtype("bfloat16", default_device() if device == "auto" else device)
+    return run_dtype("bfloat16", device)
 
 
 def warn_if_loaded() -> float:
@@ -88,9 +88,9 @@ def machine_record(device: torch.device | str = "cpu") -> dict:
             "torch": torch.__version__, "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
 
 
-def describe_machine(device: torch.device | str | None = None) -> str:
+def describe_machine(device: torch.device | str) -> str:
     """One comment line for a benchmark's output."""
-    r = machine_record(device or default_device())
+    r = machine_record(device)
     held = f" (held to the {r['isa_as']} kind: profiling/isa.py)" if r["isa_as"] else ""
     return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | last-level cache "
             f"{r['llc_mib'] or '?'} MiB | torch {r['torch']}"
