@@ -103,7 +103,7 @@ def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: 
     if title:
         print(f"\n## {title}")
     with pd.option_context("display.width", 200, "display.max_columns", 50):
-        print(table.to_string(index=False, float_format=lambda x: float_format.format(x)))
+        print(table.to_string(index=False, float_format=float_format.format))
     if out:
         write_table(table, out, extra, device)
     return table

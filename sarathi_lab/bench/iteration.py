@@ -65,10 +65,9 @@ def run(args) -> pd.DataFrame:
                        clock=args.clock)
 
     before = ceilings()
-    config_kwargs = {"device": args.device, "dtype": args.dtype, "warmup_iters": 0, "cpu_linear": args.cpu_linear,
-                         "max_batch_size": max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1])}
     num_blocks = blocks_needed(args, EngineConfig.block_size)  # the LLM below keeps the default
-    llm = LLM(args.model, num_kv_blocks=num_blocks, **config_kwargs)
+    llm = LLM(args.model, num_kv_blocks=num_blocks, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear,
+              warmup_iters=0, max_batch_size=max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1]))
     shape = Shape.of(llm.model_config)
     elem = llm.dtype.itemsize
     batches = SyntheticBatches(llm, seed=args.seed, layout=args.layout)

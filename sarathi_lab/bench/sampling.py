@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None):
         logits = (torch.randn(args.rows, args.vocab, generator=g) * scale).to(dtype)
         for top_p in args.top_p:
             params = SamplingParams(temperature=args.temperature, top_p=top_p, seed=0)
-            rows.append({"dtype": str(dtype).removeprefix("torch."), "rows": args.rows, "vocab": args.vocab,
+            rows.append({"dtype": args.dtype, "rows": args.rows, "vocab": args.vocab,
                          "scale": scale, "top_p": top_p} | measure(logits, params, args.reps))
     print(describe_machine("cpu"))
     return print_table(rows, args.out,

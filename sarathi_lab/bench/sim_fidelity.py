@@ -145,9 +145,6 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
 
     from sarathi_lab.sim.engine_fidelity import models_in
 
-    def marker(name: str) -> str:
-        return ENGINE_MARKERS.get(name, "^")
-
     pairs = list(iterations.groupby(["device", "model"], sort=True).groups)
     fig = Figure(figsize=(15, 4.2 * len(pairs)))
     axes = fig.subplots(len(pairs), 3, squeeze=False)
@@ -159,9 +156,9 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         row[0].plot(pre.tokens, pre.measured_s * 1e3, "k.-", label="measured (engine profile)")
         row[1].scatter(kv, dec.measured_s * 1e3, color="k", s=14, label="measured (engine profile)")
         for name in names:
-            row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker(name), ms=4, lw=0.8,
-                        label=_engine_label(name, device))
-            row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker(name), s=14, label=_engine_label(name, device))
+            marker, label = ENGINE_MARKERS.get(name, "^"), _engine_label(name, device)
+            row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker, ms=4, lw=0.8, label=label)
+            row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker, s=14, label=label)
         row[0].set(xlabel="prompt tokens (one prompt, prefilled whole)", ylabel="forward pass (ms)")
         row[0].set_title(f"{device} {model}: prefill-only iterations", fontsize=9)
         row[1].set(xlabel="KV tokens read (decodes x context)", ylabel="forward pass (ms)")
