@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.analysis import paper
-from sarathi_lab.analysis.claims import COLUMNS
-from sarathi_lab.analysis.figures import plain_log_ticks
+from sarathi_lab.analysis.claims import COLUMNS, NO_REPEATS
+from sarathi_lab.analysis.figures import legend_outside, plain_log_ticks
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.results import CAPACITY_JSON, METRICS, current_names, is_finished, read_record
 
@@ -102,7 +102,6 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str):
     ax.set_xticks(x + width * (len(table.index) - 1) / 2, labels, fontsize=8)
     ax.set(ylabel="capacity (requests/s)", title=title)
     ax.legend(fontsize=8)
-    return ax
 
 
 def _bounded(searches: pd.DataFrame) -> bool:
@@ -151,8 +150,7 @@ def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
     ax.set(xscale="log", yscale="log", xlabel="P99 TBT (s)", ylabel="median TTFT (s)", title=title)
     plain_log_ticks(ax.xaxis)
     plain_log_ticks(ax.yaxis)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
-    return ax
+    legend_outside(ax, fontsize=8)
 
 
 def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
@@ -239,8 +237,7 @@ def _hybrid_tbt(evidence: Evidence) -> tuple[str, str, str] | None:
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
     at_512 = serve[serve.chunk == 512].itl_p99_s
     ratio = orca / (at_512.iloc[0] if len(at_512) else serve.itl_p99_s.min())
-    return (f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no",
-            "one run per point: no spread")
+    return f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no", NO_REPEATS
 
 
 def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
@@ -248,8 +245,7 @@ def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
         return None
     ours = ", ".join(f"{v:+.1%} at {n}" for n, v in sorted(evidence.overhead.items()))
     holds = max(evidence.overhead.values()) <= paper.CHUNK512_PREFILL_OVERHEAD
-    return (f"{ours} tokens", "yes" if holds else "no",
-            "computed from the cost model: no spread")
+    return f"{ours} tokens", "yes" if holds else "no", "computed from the cost model: no spread"
 
 
 # (claim, paper, check, what a measured row says without evidence)

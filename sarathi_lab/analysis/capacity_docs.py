@@ -103,8 +103,7 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
     cost_model = f"roofline ({SIM_DEVICE}, {sim.model.iloc[0]})"
     fig = capacity.capacity_figure(sim, cpu, cost_model)
     tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
-    capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model}: TTFT vs TBT over token budgets, "
-                                         "same load")
+    capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model}: TTFT vs TBT over token budgets, same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 

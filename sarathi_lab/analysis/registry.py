@@ -18,8 +18,7 @@ def _discover() -> tuple[PaperResult, ...]:
         if isinstance(result, PaperResult):
             found.append(result)
     names = [r.name for r in found]
-    if len(set(names)) < len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
+    if twice := sorted({n for n in names if names.count(n) > 1}):
         raise ValueError(f"analysis/paper_results: {twice[0]!r} is registered twice; each result's name must be unique")
     return tuple(sorted(found, key=lambda r: (r.order, r.name)))
 
