@@ -107,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
-    job = {"out": str(out), "deadline": deadline, "export": export and str(export),
-           "suite": suite}
+    job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
     stalled = False
     print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")

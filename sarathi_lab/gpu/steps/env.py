@@ -8,7 +8,7 @@ import subprocess
 import torch
 
 from sarathi_lab.gpu.context import Context
-from sarathi_lab.gpu.state import Metric
+from sarathi_lab.gpu.state import Metric, step_dir
 from sarathi_lab.harness.results import read_json, write_json
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops
 
@@ -59,4 +59,4 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 def ceilings(out) -> dict | None:
     """The env step's record, for the steps that compare against its ceilings (None before it ran)."""
-    return read_json(out / "steps" / "env" / "env.json")
+    return read_json(step_dir(out, "env") / "env.json")
