@@ -11,12 +11,9 @@ from sarathi_lab.analysis.paper_result import PaperResult
 
 
 def _discover() -> tuple[PaperResult, ...]:
-    found = []
-    for info in pkgutil.iter_modules(paper_results.__path__):
-        module = importlib.import_module(f"{paper_results.__name__}.{info.name}")
-        result = getattr(module, "RESULT", None)
-        if isinstance(result, PaperResult):
-            found.append(result)
+    modules = [importlib.import_module(f"{paper_results.__name__}.{info.name}")
+               for info in pkgutil.iter_modules(paper_results.__path__)]
+    found = [m.RESULT for m in modules if isinstance(getattr(m, "RESULT", None), PaperResult)]
     names = [r.name for r in found]
     if twice := sorted({n for n in names if names.count(n) > 1}):
         raise ValueError(f"analysis/paper_results: {twice[0]!r} is registered twice; each result's name must be unique")

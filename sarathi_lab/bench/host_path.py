@@ -3,7 +3,6 @@ loop for Llama-2-7B's shapes with a no-op forward, beside the H100 forward the s
 each batch (method: docs/benchmarks.md). Target: host time under 5% of that forward at every batch."""
 from __future__ import annotations
 
-import argparse
 import types
 from dataclasses import dataclass
 from typing import ClassVar
@@ -163,7 +162,7 @@ def run(args) -> pd.DataFrame:
     return table
 
 
-def parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = bench_parser(__spec__, __doc__)
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32, 64, 128, 256],
                    help="decode batch sizes (requests)")
@@ -174,11 +173,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=positive_int, default=5, help="iterations run first, untimed")
     p.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI)")
     p.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = parser()
     args = parse(p, argv, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3, warmup=1)
     if not (args.contexts and (args.decode_batches or args.hybrid)):
         p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one case")

@@ -2,8 +2,6 @@
 parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time."""
 from __future__ import annotations
 
-import argparse
-
 import pandas as pd
 
 from sarathi_lab.bench.args import bench_parser, int_range, names_of, positive_int
@@ -60,7 +58,7 @@ def run(args) -> pd.DataFrame:
     return print_table(rows, args.out, title, "{:.4f}", args.device, extra)
 
 
-def parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = bench_parser(__spec__, __doc__)
     add_common_args(p, engine=True)
     p.add_argument("--model", default="cpu-small")
@@ -74,11 +72,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--new-tokens", type=int_range, default=(32, 64), metavar="LO-HI",
                    help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
     p.add_argument("--seed", type=int, default=0)
-    return p
-
-
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = parser()
     args = parse(p, argv, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8), chunk_size=32,
                 batch_size=4)
     return run(args)
