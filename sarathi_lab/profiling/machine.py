@@ -32,9 +32,7 @@ def cpu_flags() -> set[str]:
 def cpu_isa() -> str:
     """Which of ISA_FLAGS this CPU has, comma-separated ("?" where the flags cannot be read)."""
     have = cpu_flags()
-    if not have:
-        return "?"
-    return ",".join(f for f in ISA_FLAGS if f in have) or "none"
+    return (",".join(f for f in ISA_FLAGS if f in have) or "none") if have else "?"
 
 
 def llc_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
