@@ -253,6 +253,20 @@ def test_wandb_runs_are_downloaded_into_the_local_layout(tmp_path, monkeypatch):
     assert Results(tmp_path / "cache").summary("pd_ratio").total_throughput_tok_s[0] == 3.0
 
 
+def test_a_simulated_run_downloaded_from_wandb_is_read_as_simulated(tmp_path):
+    # load_results(wandb_project=...) downloads into ROOT/wandb/<project>/: a "wandb" folder above the
+    # results root is where the runs are, not W&B's copy of a run's files beside it.
+    root = tmp_path / "wandb" / "me__sarathi"
+    _finished_run(root / "pd_ratio/multiruns/pd_ratio-1/abc", 1.0)
+    metrics = root / "pd_ratio/multiruns/pd_ratio-1/abc/metrics.json"
+    record = json.loads(metrics.read_text())
+    record["resolved_config"] = {"engine": {"executor": "sim", "sim_device": "a100", "sim_cost_model": "roofline"}}
+    metrics.write_text(json.dumps(record))
+    results = Results(root)
+    assert results.executor("pd_ratio") == {"executor": "sim", "sim_device": "a100", "sim_cost_model": "roofline"}
+    assert results.source("pd_ratio") == "simulated A100 (roofline)"
+
+
 class _Simulated(_Frames):
     """Hand-made frames of simulated runs: the executor each experiment's runs name."""
 

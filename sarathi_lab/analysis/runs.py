@@ -192,8 +192,9 @@ class Results:
         """``executor`` (model | sim) and, when simulated, ``sim_device`` and ``sim_cost_model``, from
         a run's resolved config."""
         engine = {}
-        for metrics in sorted(self.sweep(name).glob(f"*/**/{METRICS}")):
-            if WANDB_DIR in metrics.parts:
+        sweep = self.sweep(name)
+        for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
+            if WANDB_DIR in metrics.relative_to(sweep).parts:  # W&B's copy of a run's file, not a run
                 continue
             try:
                 engine = read_record(metrics)["resolved_config"].get("engine", {})
