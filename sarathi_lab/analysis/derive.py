@@ -120,10 +120,15 @@ def orca_variant(scheduler: str, stagger: int) -> str:
     return f"{name} (staggered)" if stagger else name
 
 
+def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:
+    """Every run with its bar of Fig. 11a (``orca_variant``) as ``variant``."""
+    stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
+    return summary.assign(variant=[orca_variant(s, g) for s, g in zip(summary.scheduler, stagger)])
+
+
 def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
     """Every run's throughput over the baseline (static, unstaggered) on the same lengths."""
-    stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
-    runs = summary.assign(variant=[orca_variant(s, g) for s, g in zip(summary.scheduler, stagger)])
+    runs = orca_variants(summary)
     return _versus_baseline(runs, "total_throughput_tok_s", list(keys), runs.variant == "baseline")
 
 

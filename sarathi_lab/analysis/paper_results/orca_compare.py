@@ -29,9 +29,8 @@ def claims(results) -> list[dict]:
 
 def _bars(runs) -> pd.DataFrame:
     summary = runs.summary("orca_compare")
-    gains = derive.orca_compare(summary)
-    base = summary[(summary.scheduler == derive.BASELINE)
-                   & (summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0) == 0)]
+    gains, variants = derive.orca_compare(summary), derive.orca_variants(summary)
+    base = variants[variants.variant == "baseline"]
     # A fresh index: seaborn cannot draw a frame whose labels repeat (gains' and the summary's).
     return pd.concat([gains, base[["seq_len"]].assign(variant="baseline", gain=1.0)], ignore_index=True)
 
