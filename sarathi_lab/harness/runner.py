@@ -233,20 +233,20 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
     if cfg.on_existing == "refuse" and not sweep_job:
         raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; on_existing=skip keeps it, "
                           "on_existing=overwrite replaces it")
-    if cfg.on_existing in ("skip", "refuse"):
-        # Job dirs are numbered, so a different sweep into the same dir would skip the wrong runs.
-        try:
-            change = config_change(out, resolved_config)
-        except UnreadableRun as e:
-            raise ConfigError(f"on_existing={cfg.on_existing}: {e}, so whether it is this config's run is unknown; "
-                              "on_existing=overwrite replaces it") from None
-        if change:
-            raise ConfigError(f"on_existing={cfg.on_existing}: {out} holds a finished run of another config "
-                              f"({change}); use another hydra.sweep.dir, or on_existing=overwrite")
-        log.info("%s already holds this finished run; kept (on_existing=%s%s)", out, cfg.on_existing,
-                 ": the sweep resumes" if cfg.on_existing == "refuse" else "")
-        return True
-    return False
+    if cfg.on_existing == "overwrite":
+        return False
+    # Job dirs are numbered, so a different sweep into the same dir would skip the wrong runs.
+    try:
+        change = config_change(out, resolved_config)
+    except UnreadableRun as e:
+        raise ConfigError(f"on_existing={cfg.on_existing}: {e}, so whether it is this config's run is unknown; "
+                          "on_existing=overwrite replaces it") from None
+    if change:
+        raise ConfigError(f"on_existing={cfg.on_existing}: {out} holds a finished run of another config "
+                          f"({change}); use another hydra.sweep.dir, or on_existing=overwrite")
+    log.info("%s already holds this finished run; kept (on_existing=%s%s)", out, cfg.on_existing,
+             ": the sweep resumes" if cfg.on_existing == "refuse" else "")
+    return True
 
 
 def _serve(llm: LLM, workload: Workload) -> None:
