@@ -63,14 +63,13 @@ class SweepSummary(Callback):
 
     def _report(self, sweep_dir: Path) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
-        summary = sweep_dir / SWEEP_SUMMARY
+        summary, table_path = sweep_dir / SWEEP_SUMMARY, sweep_dir / SWEEP_TABLE
         if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
             # A rerun that changed none of the finished sweep's runs must not replace its report.
             summary = sweep_dir / sweep_state.NEXT_SUMMARY
+            table_path = sweep_dir / f".{Path(SWEEP_TABLE).stem}.next.csv"
             log.info("every job of the finished sweep was left as it was; this rerun's report is %s", summary)
         write_json(summary, jobs)
-        table_path = sweep_dir / (SWEEP_TABLE if summary.name == SWEEP_SUMMARY
-                                  else f".{Path(SWEEP_TABLE).stem}.next.csv")
         table = sweep_table(sweep_dir, jobs)
         table.to_csv(table_path, index=False)
         if len(table):
