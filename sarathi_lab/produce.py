@@ -52,8 +52,7 @@ def run_experiments(names, root: str | Path, scale: str = "full", extra: list[st
     """Each experiment's sweep, one ``python -m sarathi_lab.run`` each (``sim``: on the simulator);
     returns the names of those with a failed job."""
     # The runs import the same sarathi_lab as this process, wherever it was imported from.
-    package_root = str(REPO_ROOT)
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     failed = []
     for name in names:
         done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *sweep_args(name, root, scale, extra, sim)],
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(known)}")
     root = Path(args.root) if args.root else (SIM_ROOT if args.sim else REPO_ROOT / "outputs")
-    if root.exists() and not root.is_dir() or any(p.exists() and not p.is_dir() for p in root.absolute().parents):
+    if any(p.exists() and not p.is_dir() for p in (root, *root.absolute().parents)):
         parser.error(f"--root={root} is invalid: it (or a folder above it) is a file, not a directory")
     failed = run_experiments(args.names or known, root, args.scale, args.override, args.sim)
     if failed:
