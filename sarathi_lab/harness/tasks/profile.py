@@ -36,7 +36,7 @@ DRIFT_WARNING = 0.05
 
 
 def _powers_of_two(top: int) -> list[int]:
-    return sorted({1 << i for i in range(top.bit_length()) if 1 << i <= top} | {top})
+    return sorted({1 << i for i in range(top.bit_length())} | {top})
 
 
 def _steps(low: int, high: int, n: int = 5) -> list[int]:
@@ -48,8 +48,8 @@ def grids(cfg) -> dict[str, list]:
     # Schedulers that batch whole prompts build iterations far larger than a chunk: measure.max_tokens.
     max_tokens = max(cfg.chunk + cfg.batch_size, getattr(m, "max_tokens", None) or 0)
     # Powers of two too: a line from 4 tokens to the first step overestimates the weight-reading floor.
-    tokens = sorted({max_tokens} | set(_powers_of_two(max_tokens))
-                    | {n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group})
+    tokens = sorted({*_powers_of_two(max_tokens),
+                     *(n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group)})
     # A chunk ends a prompt of at most seq_len tokens (a model may have no position past it), so at
     # most seq_len - chunk are cached before it: each chunk is measured after the prefixes that fit.
     chunks = _powers_of_two(min(cfg.chunk, cfg.seq_len))
