@@ -96,5 +96,3 @@ def arrival_list(value: Any, n: int) -> list[float]:
                              "(a run waits for its arrivals)")
         out.append(float(t))
     return out
-
-
