@@ -76,10 +76,8 @@ class SweepState:
         if not self.ended:
             return text + "; the sweep did not end (still running, or its launcher was stopped)"
         lacking = [job for job in self.jobs if job not in self.finished]
-        if lacking:
-            text += "; left no run: " + ", ".join(lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5
-                                                                  else "")
-        return text
+        more = f" and {len(lacking) - 5} more" if len(lacking) > 5 else ""
+        return text + ("; left no run: " + ", ".join(lacking[:5]) + more if lacking else "")
 
 
 def sweep_state(sweep_dir: Path) -> SweepState:
