@@ -37,7 +37,6 @@ def _prefill(metrics: Metrics) -> tuple[float, int]:
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     prompt_len, decode_len = split_length(cfg.seq_len, cfg.pd_ratio)
     reps = cfg.measure.reps
-    hf = llm.model_config
     model = cost_model(llm)
     if model is not None:
         attention = attention_reread(model, prompt_len, cfg.chunk)
@@ -48,7 +47,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
                                    head_dim=shape.head_dim, dtype=llm.dtype, device=llm.config.torch_device,
                                    attention=llm.config.attention, block_size=llm.config.block_size,
                                    reps=10 * reps)
-    prompt = [i % hf.vocab_size for i in range(prompt_len)]
+    prompt = [i % llm.model_config.vocab_size for i in range(prompt_len)]
     runs: dict[str, list[tuple[float, float, int]]] = {"whole": [], "chunked": []}
     for _ in range(reps):
         for mode, chunk in (("whole", prompt_len), ("chunked", cfg.chunk)):
