@@ -114,15 +114,12 @@ def cli() -> None:
         from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
 
         if not {"--help", "-h", "--hydra-help"} & set(args):
-            error = check_command_line(args)
-            if error:
+            if error := check_command_line(args):
                 cli_args.refuse(error)
-            problem = output_dir_problem(args)
-            if problem:
+            if problem := output_dir_problem(args):
                 print(f"error: {problem[0]}", file=sys.stderr)
                 raise SystemExit(problem[1])
-            note = sweep_note(args)
-            if note:
+            if note := sweep_note(args):
                 print(note, file=sys.stderr)
         main()
     except KeyboardInterrupt:  # raised by code of its own, not by our handlers
