@@ -40,7 +40,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
 
     def trial(qps: float) -> Trial:
         k, name = len(rows), f"trial-{len(rows)}-qps{qps:.4g}"
-        n = trial_requests(search, qps, len(workload.prompts))
+        n = trial_requests(search, qps, workload.num_requests)
         result = _finished_trial(context, name, k, qps)
         if result is None:
             arrivals = arrival_times(cfg.workload, qps, cfg.seed)
