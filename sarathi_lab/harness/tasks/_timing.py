@@ -9,11 +9,6 @@ from sarathi_lab.profiling import ops as measured
 from sarathi_lab.sim.executor import composition
 
 
-def cost_model(llm):
-    """The simulated executor's cost model, or None on a real engine."""
-    return getattr(llm.engine.executor, "cost_model", None)
-
-
 def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
     """Predicted forward seconds of ``batch``, split into ``profiling.ops.OPS`` as the real
     forward's hooks split it, plus ``total``."""
@@ -32,13 +27,13 @@ def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
 
 def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
     """Seconds of one forward of ``batch``, ``total`` and by op: measured (median of reps) or predicted."""
-    model = cost_model(llm)
+    model = llm.plan.cost_model
     return measured.time_by_op(llm, batch, reps) if model is None else predicted_ops(model, batch)
 
 
 def forward_timer(llm, batch: ScheduledBatch):
     """A function returning one forward's seconds of ``batch``: timed, or predicted."""
-    model = cost_model(llm)
+    model = llm.plan.cost_model
     if model is None:
         return measured.forward_timer(llm, batch)
     seconds = predicted_ops(model, batch)["total"]

@@ -13,7 +13,7 @@ from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
-from sarathi_lab.harness.tasks._timing import attention_reread, cost_model
+from sarathi_lab.harness.tasks._timing import attention_reread
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.profiling.attention import measure_reread
 
@@ -37,7 +37,7 @@ def _prefill(metrics: Metrics) -> tuple[float, int]:
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     prompt_len, decode_len = split_length(cfg.seq_len, cfg.pd_ratio)
     reps = cfg.measure.reps
-    model = cost_model(llm)
+    model = llm.plan.cost_model
     if model is not None:
         attention = attention_reread(model, prompt_len, cfg.chunk)
     else:
