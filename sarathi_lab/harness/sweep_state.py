@@ -6,6 +6,7 @@ record of a sweep (runs copied, downloaded from W&B or made in-process) is judge
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -86,16 +87,13 @@ def sweep_state(sweep_dir: Path) -> SweepState:
     launch = read_json(sweep_dir / SWEEP_LOCK, warn=True)
     launch = launch if isinstance(launch, dict) else None
     summary = read_json(sweep_dir / SWEEP_SUMMARY, warn=True)
-    folders = _job_folders(sweep_dir)
-    reported = [p for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY) if p.exists()]
-    if launch is None and not reported:
-        ended = True  # no record of a sweep: its job folders are all there is
-    else:
-        # A launch newer than every report is one that has not ended: its summary is still to come.
-        started = (launch or {}).get("started") or 0.0
-        ended = bool(reported) and max(p.stat().st_mtime for p in reported) >= started - 1
-    jobs = list(summary) if ended and isinstance(summary, dict) else folders
-    planned = max(len(jobs), (launch or {}).get("jobs") or 0) if not ended else len(jobs)
+    reported_at = [p.stat().st_mtime for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY) if p.exists()]
+    # No record of a sweep: its job folders are all there is. A launch newer than every report is one
+    # that has not ended: its summary is still to come.
+    started = (launch or {}).get("started") or 0.0
+    ended = launch is None and not reported_at or max(reported_at, default=-math.inf) >= started - 1
+    jobs = list(summary) if ended and isinstance(summary, dict) else _job_folders(sweep_dir)
+    planned = len(jobs) if ended else max(len(jobs), (launch or {}).get("jobs") or 0)
     finished = tuple(job for job in jobs if is_finished(sweep_dir / job))
     return SweepState(tuple(jobs), finished, planned, ended)
 
