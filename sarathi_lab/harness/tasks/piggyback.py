@@ -43,9 +43,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     finally:
         batches.free(requests)
     table = pd.DataFrame([{"iteration": kind, "ms": statistics.median(s) * 1e3, "tokens": made[kind].num_tokens}
-                          for kind, s in seconds.items()])
-    table = table.assign(chunk_align=cfg.measure.chunk_align)
-    keyed = table.assign(seq_len=context, batch_size=size, chunk=tokens)
-    row = decode_speedup(keyed).iloc[0]
+                          for kind, s in seconds.items()]).assign(chunk_align=cfg.measure.chunk_align)
+    row = decode_speedup(table.assign(seq_len=context, batch_size=size, chunk=tokens)).iloc[0]
     summary = {k: float(row[k]) for k in ("baseline_ms_per_decode", "piggybacked_ms_per_decode")}
     return summary | {"decode_speedup": float(row.gain)}, {"piggyback": table}
