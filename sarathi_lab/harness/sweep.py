@@ -134,8 +134,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    keys = [c for c in table.columns if c not in ("job", "status", *HEADLINE)]
-    swept = [k for k in keys if table[k].nunique() > 1]
+    swept = [k for k in table.columns if k not in ("job", "status", *HEADLINE) and table[k].nunique() > 1]
     return table[["job", "status", *swept, *[k for k in HEADLINE if k in table]]]
 
 
