@@ -72,8 +72,7 @@ def main(cfg: DictConfig) -> None:
         return
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
-            run_cfg = parse_config(cfg)
-            status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
+            status = run_experiment(parse_config(cfg), OmegaConf.to_container(cfg, resolve=True), ctx)
             # Inside: a signal once the handler is back to leaving at once would leave `running`.
             write_status(ctx.status_dir, status)
     except Interrupted as e:
