@@ -91,7 +91,7 @@ def sweep_state(sweep_dir: Path) -> SweepState:
     # No record of a sweep: its job folders are all there is. A launch newer than every report is one
     # that has not ended: its summary is still to come.
     started = (launch or {}).get("started") or 0.0
-    ended = launch is None and not reported_at or max(reported_at, default=-math.inf) >= started - 1
+    ended = (launch is None and not reported_at) or max(reported_at, default=-math.inf) >= started - 1
     jobs = list(summary) if ended and isinstance(summary, dict) else _job_folders(sweep_dir)
     planned = len(jobs) if ended else max(len(jobs), (launch or {}).get("jobs") or 0)
     finished = tuple(job for job in jobs if is_finished(sweep_dir / job))
