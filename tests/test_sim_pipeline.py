@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from transformers import AutoConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.parallel import Parallelism, StageCostModel, StageTimes, shard_config
-from sarathi_lab.sim.pipeline import GPT3, PipelineSimulator, _config, fig12, zipf_lengths
+from sarathi_lab.sim.pipeline import GPT3, PipelineSimulator, fig12, zipf_lengths
 
 
 class OneSecondPerToken:
@@ -54,7 +55,7 @@ def test_waiting_for_an_arrival_is_no_bubble():
 
 
 def test_tensor_parallel_shard_and_all_reduce_by_hand():
-    gpt3 = _config(GPT3)
+    gpt3 = AutoConfig.from_pretrained(GPT3)
     par = Parallelism(tp=8, pp=8)
     shard = shard_config(gpt3, par)
     assert ((shard.num_attention_heads, shard.head_dim, shard.intermediate_size, shard.num_hidden_layers)

@@ -31,15 +31,9 @@ from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.executor import composition
 from sarathi_lab.sim.parallel import Parallelism, StageCostModel
 
+# GPT-3's shape in a config-only directory: no weights, which load_config would refuse.
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")
 BLOCK_SIZE = EngineConfig.block_size
-
-
-def _config(model: str):
-    """A preset, or a config-only directory such as GPT3 (no weights: nothing is built)."""
-    from sarathi_lab.model.presets import PRESETS
-
-    return PRESETS[model] if model in PRESETS else AutoConfig.from_pretrained(model)
 
 
 class _Stages(Executor):
@@ -115,8 +109,7 @@ class PipelineSimulator:
             if not batch:
                 if not (in_flight or pending or sched.has_work()):
                     break   # the last micro-batches just left
-                nexts = [t for t in ((in_flight[0].exit if in_flight else None),
-                                     (pending[0].arrival if pending else None)) if t is not None]
+                nexts = ([in_flight[0].exit] if in_flight else []) + ([pending[0].arrival] if pending else [])
                 if not nexts:
                     raise RuntimeError("the scheduler made an empty batch with requests left and none in flight")
                 if not in_flight and not sched.has_work():
@@ -164,7 +157,7 @@ def fig12(num_requests: int = 10_000, seed: int = 0, max_batch_size: int = 32, c
           progress=print) -> tuple[pd.DataFrame, dict[str, PipelineResult]]:
     """Orca-style hybrid batching against SARATHI on GPT-3, TP8 x PP8 A100s: (summary, results)."""
     lengths = zipf_lengths(num_requests, 1024, 4096, 0.4, 10.0, seed)
-    cost = StageCostModel(load_device("a100", "float16"), _config(GPT3), Parallelism(tp=8, pp=8), "float16")
+    cost = StageCostModel(load_device("a100", "float16"), AutoConfig.from_pretrained(GPT3), Parallelism(tp=8, pp=8))
     results, rows = {}, []
     for scheduler in ("orca", "sarathi"):
         started = time.process_time()
