@@ -32,15 +32,13 @@ def profiles_dir() -> Path:
     return Path(os.environ.get("SARATHI_PROFILES_DIR") or REPO_ROOT / "profiles")
 
 
-def profile_name(model: str) -> str:
-    """A preset's name, or a Hugging Face directory's own name."""
-    return Path(model).name if os.sep in model or Path(model).is_dir() else model
-
-
 def profile_path(device: str, model: str | PretrainedConfig) -> Path:
+    """Where task=profile writes ``model``'s table on ``device``: named by the preset, or by a Hugging Face
+    directory's own name."""
     if not isinstance(model, str):
         raise TypeError("cost_model='profile' with a model config needs profile=<path to the CSV>")
-    return profiles_dir() / device / f"{profile_name(model)}.csv"
+    name = Path(model).name if os.sep in model or Path(model).is_dir() else model
+    return profiles_dir() / device / f"{name}.csv"
 
 
 def profile_description(path: str | Path) -> dict:
