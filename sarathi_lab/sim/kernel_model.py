@@ -42,13 +42,12 @@ class KernelCostModel(CostModel):
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = batch_tokens(prefills, decodes)
-        layers = self.roofline.shape.layers
+        s = self.roofline.shape
         per_layer = {op: curve(up_to_point(curve.xs, tokens, FINE_GRID))[0]
                      for op, curve in self.layer_ops.items()}
-        ops = {op: layers * per_layer[op] for op in GEMM_OPS}
-        ops["pointwise"] = layers * sum(per_layer.get(op, 0.0) for op in POINTWISE_OPS)
+        ops = {op: s.layers * per_layer[op] for op in GEMM_OPS}
+        ops["pointwise"] = s.layers * sum(per_layer.get(op, 0.0) for op in POINTWISE_OPS)
         ops["embedding"] = self.embedding(tokens)[0] if self.embedding else 0.0
-        s = self.roofline.shape
         ops["lm_head"] = self.roofline.gemm_s(num_sampled, s.hidden, s.vocab) if num_sampled else 0.0
         modelled = False
         attn = 0.0
@@ -57,14 +56,14 @@ class KernelCostModel(CostModel):
             if beyond:  # the roofline's, not a measured curve carried past its points
                 t, modelled = self.roofline.prefill_attention_s(chunk, context), True
             attn += t
-        ops["prefill_attention"] = layers * attn
+        ops["prefill_attention"] = s.layers * attn
         ops["decode_attention"] = 0.0
         if decodes:
             t, beyond = (self.decode_attention(len(decodes), sum(decodes) / len(decodes)) if self.decode_attention
                           else (0.0, True))
             if beyond:
                 t, modelled = self.roofline.decode_attention_s(decodes), True
-            ops["decode_attention"] = layers * t
+            ops["decode_attention"] = s.layers * t
         self.modelled_attention_iterations += modelled
         return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()),
                              sample_s=0.0, ops=ops, extrapolated=tokens > self.max_tokens)
