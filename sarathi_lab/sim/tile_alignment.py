@@ -15,11 +15,9 @@ import pandas as pd
 
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.profiling import quantities
-from sarathi_lab.profiling.quantities import decode_speedup
-from sarathi_lab.sim.cost_model import CostModel
+from sarathi_lab.sim.cost_model import CostModel, batch_tokens
 
-TILE = quantities.GEMM_TILE
-aligned_chunk = functools.partial(quantities.aligned_chunk, tile=TILE)
+aligned_chunk = functools.partial(quantities.aligned_chunk, tile=quantities.GEMM_TILE)
 # (model, device, cost models): the paper's LLaMA-33B on an A100 (nobody measured its kernels, so
 # roofline and calibrated), and Llama-2-7B on an A100, whose kernels were measured (profile).
 CASES = (("llama-33b", "a100", ("roofline", "calibrated")),
@@ -34,7 +32,7 @@ def piggyback_ms(cm: CostModel, chunk: int, batch_size: int, seq_len: int) -> pd
     made = {"decode_only": ([], [seq_len] * batch_size), "chunk_alone": ([(chunk, chunk)], []),
             "hybrid": ([(chunk, chunk)], [seq_len] * (batch_size - 1))}
     return pd.DataFrame([{"iteration": kind, "ms": cm.iteration_cost(p, d).forward_s * 1e3,
-                          "tokens": sum(c for c, _ in p) + len(d)} for kind, (p, d) in made.items()])
+                          "tokens": batch_tokens(p, d)} for kind, (p, d) in made.items()])
 
 
 def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS, batch_sizes=BATCH_SIZES) -> pd.DataFrame:
@@ -48,7 +46,7 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS, batch_sizes=BATCH_SI
                 for b in batch_sizes:
                     for alignment, c in (("unaligned", chunk), ("aligned", aligned_chunk(chunk, b))):
                         table = piggyback_ms(cm, c, b, seq_len).assign(seq_len=seq_len, batch_size=b, chunk=c)
-                        row = decode_speedup(table).iloc[0]
+                        row = quantities.decode_speedup(table).iloc[0]
                         rows.append({"model": model, "device": device, "cost_model": cost_model,
                                      "alignment": alignment, "seq_len": seq_len, "batch_size": b, "chunk": c,
                                      "hybrid_tokens": c + b - 1, "gain": float(row.gain)})
