@@ -82,16 +82,16 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: in
     device = load_device(cfg.sim_device, cfg.dtype)
     weights = resident_weight_bytes(cfg, shape, context, dtype, kind)
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
+    where = f"sim_device={cfg.sim_device!r}"
     if key is not None:
         room = device.memory_bytes - weights
         if blocks * block_bytes > room:
-            excess = kv_excess(blocks, block_bytes, room, f"sim_device={cfg.sim_device!r}")
+            excess = kv_excess(blocks, block_bytes, room, where)
             if not cfg.sim_kv_beyond_device:
                 raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {excess} (sim_kv_beyond_device=true "
                                   "runs it as a what-if)")
             log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
-    where = f"sim_device={cfg.sim_device!r}"
     try:
         return default_kv_blocks(cfg, shape, context, elem, kind, device.memory_bytes, weights, where)
     except ConfigError as e:
