@@ -76,14 +76,10 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         for op, value in measured_ops(t).items():
             ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t,
                              "measured_s": value} | {f"{name}_s": predicted[name][op] for name in cms})
-    it_rows = []
-    for name, (prefills, decodes) in iterations.items():
-        row = {"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
-               "attention": has_attention,
-               "measured_s": measured_iteration(prefills, decodes)}
-        for cm_name, cm in cms.items():
-            row[f"{cm_name}_s"] = predicted_iteration(cm, prefills, decodes)
-        it_rows.append(row)
+    it_rows = [{"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
+                "attention": has_attention, "measured_s": measured_iteration(prefills, decodes)}
+               | {f"{cm_name}_s": predicted_iteration(cm, prefills, decodes) for cm_name, cm in cms.items()}
+               for name, (prefills, decodes) in iterations.items()]
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
