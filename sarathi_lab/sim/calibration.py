@@ -140,9 +140,13 @@ def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dic
     return out
 
 
+def ceil_to(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
 def attention_flops(per_pair: int, chunk: int, context: int, tile: int) -> float:
     """Flops of a chunk's causally visible query-key pairs, its queries padded to ``tile``."""
-    return per_pair * visible_pairs(chunk, context) * (-(-chunk // tile) * tile) / chunk
+    return per_pair * visible_pairs(chunk, context) * ceil_to(chunk, tile) / chunk
 
 
 PREFILL_TILES = (16, 32, 64, 128)
@@ -158,7 +162,7 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float, t
     best = None
     t = rows.seconds.to_numpy(float)
     for tile in tiles:
-        padded = np.array([-(-c // tile) * tile for c in rows.tokens], float)
+        padded = np.array([ceil_to(c, tile) for c in rows.tokens], float)
         flops = np.array([attention_flops(shape.attention_flops_per_pair, c, x, tile)
                           for c, x in zip(rows.tokens, rows.context)])
         features = np.column_stack([np.ones(len(rows)), padded, flops])

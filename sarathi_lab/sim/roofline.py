@@ -9,7 +9,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.sim.calibration import attention_flops, pointwise_elems
+from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
 from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
 from sarathi_lab.sim.device import Device
 
@@ -19,10 +19,6 @@ from sarathi_lab.sim.device import Device
 SMALL_DECODE_BATCH = 4
 # Remembered iterations at most; the memo starts again when full.
 MEMO_SIZE = 1 << 16
-
-
-def _ceil_to(n: int, m: int) -> int:
-    return -(-n // m) * m
 
 
 class RooflineCostModel(CostModel):
@@ -61,7 +57,7 @@ class RooflineCostModel(CostModel):
         return max(flops / rate, nbytes / bw, self.device.kernel_floor_s)
 
     def gemm_s(self, tokens: int, k: int, n: int) -> float:
-        flops = 2 * _ceil_to(tokens, self.device.tile_tokens) * k * n
+        flops = 2 * ceil_to(tokens, self.device.tile_tokens) * k * n
         return self._kernel(flops, (k * n + tokens * (k + n)) * self.elem_bytes, self.gemm_rate, self.bw)
 
     def pointwise_s(self, tokens: int) -> float:
@@ -94,7 +90,7 @@ class RooflineCostModel(CostModel):
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         """One layer's attention of a chunk of ``chunk`` tokens whose request then holds ``context``."""
         tile = self.device.attention_tile
-        padded = _ceil_to(chunk, tile)
+        padded = ceil_to(chunk, tile)
         flops = attention_flops(self.attn_flops_per_pair, chunk, context, tile)
         reads = padded // tile if self.device.kv_reread else 1
         nbytes = reads * context * self.kv_bytes_per_token + chunk * (
@@ -163,7 +159,7 @@ class CalibratedRooflineCostModel(RooflineCostModel):
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         c = self.cal
         flops = attention_flops(self.attn_flops_per_pair, chunk, context, c.prefill_tile)
-        return (c.prefill_launch_s + -(-chunk // c.prefill_tile) * c.prefill_tile * c.prefill_per_query_s
+        return (c.prefill_launch_s + ceil_to(chunk, c.prefill_tile) * c.prefill_per_query_s
                 + flops / (self.device.peak_flops * c.prefill_efficiency))
 
     def decode_attention_s(self, contexts: list[int]) -> float:
