@@ -88,8 +88,8 @@ class CostModel(abc.ABC):
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
         # task=profile's table holds the engine's own times, preferred to other engines' kernels.
-        engine_profiled = isinstance(model, str) and profile_path(device, model).is_file()
-        if tp > 1 and cost_model == "profile" and (profile is not None or engine_profiled):
+        own_table = profile is not None or (isinstance(model, str) and profile_path(device, model).is_file())
+        if tp > 1 and cost_model == "profile" and own_table:
             raise ConfigError(f"sim_tp={tp} is invalid with sim_cost_model='profile' and a profile "
                               "measured by task=profile: it times one device running the whole model; "
                               "allowed: sim_tp=1, or sim_cost_model=calibrated or roofline")
@@ -102,8 +102,7 @@ class CostModel(abc.ABC):
             calibrated = cost_model == "calibrated" or (cost_model == "profile" and dev.calibration is not None)
             return (CalibratedRooflineCostModel if calibrated else RooflineCostModel)(dev, part, dtype)
 
-        if cost_model == "profile" and tp == 1 and (profile is not None or engine_profiled
-                                                    or name not in gpu_kernels.measured(device)):
+        if cost_model == "profile" and tp == 1 and (own_table or name not in gpu_kernels.measured(device)):
             path = Path(profile) if profile is not None else profile_path(device, model)
             # Past the profiled token counts the device's roofline prices the increment, where the
             # simulator describes the device (a profile of another one carries its end slope on).
