@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from sarathi_lab.config import ConfigError, check_choice
+from sarathi_lab.config import ConfigError, check_choice, run_dtype
 from sarathi_lab.sim.calibration import DEVICES_DIR, Calibration, check_keys
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,6 @@ def device_type(device: str) -> str:
 def device_dtype(device: str, dtype: str) -> str:
     """The dtype ``device`` runs when asked for ``dtype``: a CPU without bf16 matrix instructions runs
     bfloat16 as float32, as the engine does (EngineConfig.torch_dtype)."""
-    from sarathi_lab.config import run_dtype
-
     return run_dtype(dtype, device_type(device))
 
 

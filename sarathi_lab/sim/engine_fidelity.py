@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim import fidelity
 from sarathi_lab.sim.cost_model import batch_tokens
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
@@ -33,8 +34,6 @@ LARGE_PREFILL = 256
 
 def profiled(devices=None) -> list[tuple[str, str]]:
     """(device, model) of every committed engine profile on a simulated GPU whose model is a preset."""
-    from sarathi_lab.model import PRESETS
-
     return [(p.parent.name, p.stem) for p in sorted(profiles_dir().glob("*/*.csv"))
             if p.parent.name in GPU_DEVICES and p.stem in PRESETS and (devices is None or p.parent.name in devices)]
 
@@ -84,8 +83,6 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
     """(per-op rows, per-iteration rows) of one profile: measured_s beside each cost model's
     prediction, whole-model seconds (every layer) as the profile holds them; per iteration also
     ``profile_s``, the profile cost model on this same table (not a prediction from elsewhere)."""
-    from sarathi_lab.model import load_config
-
     config = load_config(model)
     cms = cost_models(device, config, dtype)
     ops = []
