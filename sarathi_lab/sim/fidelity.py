@@ -35,8 +35,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
     has_attention = prefill is not None and decode is not None
     config = shard(gpu_kernels.config_of(model), tp)
-    layer_gemms = Shape.of(config).gemms
-    layers = int(gpu_kernels.model_shapes().loc[model].layers)
+    shape = Shape.of(config)
     dev = load_device(device)
     cms = {"roofline": RooflineCostModel(dev, config),
            "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
@@ -52,7 +51,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
 
     def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
         """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
-        return {op: cm.gemm_s(tokens, k, n) for op, (k, n) in layer_gemms.items()} | {
+        return {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms.items()} | {
             "pointwise": cm.pointwise_s(tokens), "embedding": cm.embedding_s(tokens)}
 
     def measured_attention(prefills, decodes):
@@ -61,8 +60,8 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
 
     def measured_iteration(prefills, decodes: int) -> float:
         ops = measured_ops(sum(c for c, _ in prefills) + decodes)
-        total = layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
-        return total + layers * measured_attention(prefills, decodes) if has_attention else total
+        total = shape.layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
+        return total + shape.layers * measured_attention(prefills, decodes) if has_attention else total
 
     def predicted_iteration(cm: RooflineCostModel, prefills, decodes: int) -> float:
         # No row sampled: the measured kernels hold no LM head.
