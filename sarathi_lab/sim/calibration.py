@@ -155,13 +155,13 @@ ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficien
                     "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")
 
 
-def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float, tiles=PREFILL_TILES):
+def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
     """(launch seconds, seconds per padded query, share of peak on the pairs, query tile) from one
     model's prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak *
     eff)``, with the query tile of the least median relative error."""
     best = None
     t = rows.seconds.to_numpy(float)
-    for tile in tiles:
+    for tile in PREFILL_TILES:
         padded = np.array([ceil_to(c, tile) for c in rows.tokens], float)
         flops = np.array([attention_flops(shape.attention_flops_per_pair, c, x, tile)
                           for c, x in zip(rows.tokens, rows.context)])
@@ -234,17 +234,17 @@ def _round(value, digits: int = 4):
 BORROWED = {"a6000": "a40"}
 
 
-def calibrations(exclude=()) -> dict[str, Calibration]:
-    """Each GPU device with measured kernels, fitted without the models in ``exclude``; devices
-    without measured attention borrow the A100's (scaled, see calibration.fit); those in BORROWED
-    their sibling's calibration."""
+def calibrations() -> dict[str, Calibration]:
+    """Each GPU device with measured kernels, fitted to every model measured there; devices without
+    measured attention borrow the A100's (scaled, see calibration.fit); those in BORROWED their
+    sibling's calibration."""
     from sarathi_lab.sim.device import GPU_DEVICES, load_device
 
     measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
     out = {}
     for name in sorted(measured, key=lambda d: d != "a100"):
         borrowed = (out["a100"], load_device("a100").peak_flops) if "a100" in out else None
-        out[name] = fit(load_device(name), exclude=exclude, attention_from=borrowed)
+        out[name] = fit(load_device(name), attention_from=borrowed)
     for name, sibling in BORROWED.items():
         if sibling in out:
             out[name] = out[sibling]
