@@ -88,12 +88,10 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
     ops = []
     for name, prefills, decodes, row in _op_rows(table):
         tokens = batch_tokens(prefills, decodes)
-        out = {"device": device, "model": model, "op": row.op, "tokens": int(row.tokens), "context": int(row.context),
-               "batch": int(row.batch), "measured_s": float(row.seconds)}
-        for cm_name, cm in cms.items():
-            cost = cm.iteration_cost(prefills, decodes)
-            out[f"{cm_name}_s"] = as_engine_times(cm, cost.ops, tokens)[name]
-        ops.append(out)
+        ops.append({"device": device, "model": model, "op": row.op, "tokens": int(row.tokens),
+                    "context": int(row.context), "batch": int(row.batch), "measured_s": float(row.seconds)}
+                   | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops, tokens)[name]
+                      for n, cm in cms.items()})
     # The profile cost model reads this very table: beside the others it shows what composing the
     # table's ops costs. Its warning about a prefill past the largest measured chunk is silenced:
     # every iteration is reported here anyway.
