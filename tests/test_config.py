@@ -77,6 +77,15 @@ def test_the_simulated_decode_speedup_sweeps_fixed_and_tile_aligned_chunks():
         assert run.measure.piggyback_chunk(run.chunk, run.batch_size) == chunk
 
 
+def test_a_profile_times_iterations_up_to_measure_max_tokens():
+    # Schedulers that batch whole prompts (vllm, orca, static) build iterations far past chunk + batch_size.
+    from sarathi_lab.harness.tasks.profile import grids
+
+    for given, largest in (([], 32 + 4), (["measure.max_tokens=300"], 300)):
+        run = parse_config(compose_config(["task=profile", "chunk=32", "batch_size=4", "seq_len=64", *given]))
+        assert max(grids(run)["tokens"]) == largest
+
+
 def test_the_executor_group_sets_the_simulator_and_its_knobs():
     cfg = parse_config(compose_config(["executor=sim", "engine.sim_device=a100"]))
     assert (cfg.engine.executor, cfg.engine.sim_device, cfg.engine.sim_cost_model) == ("sim", "a100", "roofline")
@@ -210,6 +219,7 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["dtype=int8"], r"^dtype='int8' is invalid: allowed values are"),
     (["task=nope"], r"^task='nope' is invalid: allowed values are serve, .*piggyback, profile, reread"),
     (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),
+    (["task=profile", "measure.max_tokens=0"], r"^measure.max_tokens=0 is invalid: must be > 0$"),
     (["task=piggyback", "batch_size=1"], r"^batch_size=1 is invalid with task=piggyback: B - 1 decodes must ride"),
     (["task=piggyback", "chunk=100", "batch_size=4", "measure.chunk_align=tile"],
      (r"^measure.chunk_align=tile is invalid with chunk=100, batch_size=4: chunk \+ batch_size - 1 = 103 tokens "

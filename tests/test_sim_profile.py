@@ -11,13 +11,14 @@ import pytest
 
 from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError
+from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim.profile_model import measured_iterations
 
 pytestmark = pytest.mark.e2e
 
 CFG = SimpleNamespace(chunk=32, batch_size=4, seq_len=64, seed=0, model=SimpleNamespace(engine_model="tiny"),
-                      measure=SimpleNamespace(reps=1, token_step=8, tile=16))
+                      measure=MeasureCfg(reps=1, token_step=8, tile=16))
 
 
 @pytest.fixture(scope="module")

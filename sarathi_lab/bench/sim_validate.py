@@ -21,6 +21,7 @@ from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.arrivals import poisson_arrivals
+from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.sim.profile_model import profile_description, profile_path
 
@@ -92,8 +93,7 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
     # The tile pairs measure GEMM tile steps; the CPU's oneDNN kernels have none worth a point.
     cfg = SimpleNamespace(chunk=chunk, batch_size=batch, seq_len=seq_len, seed=0,
                           model=SimpleNamespace(engine_model=model),
-                          measure=SimpleNamespace(reps=reps, token_step=token_step, tile=1 << 20,
-                                                  max_tokens=max_tokens))
+                          measure=MeasureCfg(reps=reps, token_step=token_step, tile=1 << 20, max_tokens=max_tokens))
     top = max(max_tokens, chunk + seq_len)
     blocks = blocks_for(top, BLOCK_SIZE) + batch * blocks_for(seq_len, BLOCK_SIZE) + 8
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=1,

@@ -111,6 +111,9 @@ class MeasureCfg:
     # task=piggyback's chunk: "none" uses `chunk` as it is; "tile" shrinks it so that the chunk and
     # its B - 1 riding decodes fill whole tiles, as SARATHI sizes its chunks.
     chunk_align: Literal["none", "tile"] = "none"
+    # task=profile's largest iteration, tokens (None: chunk + batch_size, a chunk and its decodes).
+    # Schedulers that batch whole prompts (static, vllm, orca) build larger ones; a profile for them needs it.
+    max_tokens: int | None = None
 
     def __post_init__(self):
         check_fields(self, positive=True)

@@ -46,7 +46,7 @@ def _steps(low: int, high: int, n: int = 5) -> list[int]:
 def grids(cfg) -> dict[str, list]:
     m = cfg.measure
     # Schedulers that batch whole prompts build iterations far larger than a chunk: measure.max_tokens.
-    max_tokens = max(cfg.chunk + cfg.batch_size, getattr(m, "max_tokens", None) or 0)
+    max_tokens = max(cfg.chunk + cfg.batch_size, m.max_tokens or 0)
     # Powers of two too: a line from 4 tokens to the first step overestimates the weight-reading floor.
     tokens = sorted({*_powers_of_two(max_tokens),
                      *(n for group in token_groups(max_tokens, m.token_step, m.tile) for n in group)})
