@@ -6,9 +6,6 @@ until a run starts, so that --help, --cfg and a refused command line answer fast
 """
 from __future__ import annotations
 
-import contextlib
-import errno
-import logging
 import os
 import signal
 import sys
@@ -31,7 +28,11 @@ def _leave_on_signals() -> None:
 if __name__ == "__main__":
     _leave_on_signals()
 
-import hydra  # after the handler: importing Hydra is the first half second
+import contextlib  # after the handler: a signal while a module loads would print a traceback
+import errno
+import logging
+
+import hydra  # importing Hydra is the first half second
 from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
