@@ -104,7 +104,7 @@ class EngineConfig:
     def __post_init__(self):
         check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"))
         # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
-        cores = len(os.sched_getaffinity(0))
+        cores = usable_cores()
         if self.num_threads is not None and self.num_threads > cores:
             raise ConfigError(f"num_threads={self.num_threads} is invalid: this process may run on {cores} cores, "
                               f"so at most {cores}")
@@ -176,6 +176,11 @@ class EngineConfig:
         if runs != self.dtype:
             _warn_bf16_fallback()
         return getattr(torch, runs)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
 
 
 def device_slug(name: str) -> str:

@@ -3,10 +3,10 @@ argparse prefixes with the option. No heavy imports: every benchmark's ``--help`
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import PurePath
 
 from sarathi_lab import cli_args
+from sarathi_lab.config import usable_cores
 
 TABLE_SUFFIXES = (".csv", ".json")
 
@@ -68,7 +68,7 @@ hybrid_pairs = comma_list(_pair, "CHUNK+DECODES, integers >= 1")
 def thread_count(text: str) -> int:
     """Threads, at most the cores this process may run on (more would time their waits for a core)."""
     value = positive_int(text)
-    cores = len(os.sched_getaffinity(0))  # profiling.machine.cores(), whose module imports torch
+    cores = usable_cores()
     if value > cores:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: this process may run on {cores} cores, "
                                          f"so at most {cores} threads")

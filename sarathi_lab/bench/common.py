@@ -12,9 +12,9 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import table_path, thread_count
-from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
+from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig, usable_cores
 from sarathi_lab.engine.timer import CLOCKS
-from sarathi_lab.profiling.machine import cores, default_device, fast_dtype, machine_record
+from sarathi_lab.profiling.machine import default_device, fast_dtype, machine_record
 
 
 def device_arg(text: str) -> str:
@@ -54,14 +54,14 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> a
     if "clock" in args and args.clock == "cpu" and args.device == "cuda":
         parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
                      "use --clock wall")
-    if "clock" in args and args.clock == "cpu" and (args.threads or cores()) != 1:
-        given = f"{args.threads or cores()}" + ("" if args.threads else " (the default: every core)")
+    if "clock" in args and args.clock == "cpu" and (args.threads or usable_cores()) != 1:
+        given = f"{args.threads or usable_cores()}" + ("" if args.threads else " (the default: every core)")
         parser.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
                      "core's time only with one thread (the others' seconds, spin-waits too, add up); "
                      "use --threads 1")
     apply_smoke(parser, argv, args, **smoke)
     if "threads" in args:
-        args.threads = args.threads or cores()
+        args.threads = args.threads or usable_cores()
         torch.set_num_threads(args.threads)
     if "dtype" in args:
         dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sarathi_lab.config import usable_cores
+
 # Above this share of waiting, wall-clock timings are stretched by about wait / (1 - wait): 10% ~ +11%,
 # beyond the run-to-run spread the experiments resolve.
 UNRELIABLE_WAIT_SHARE = 0.10
@@ -38,7 +40,7 @@ def snapshot() -> LoadSnapshot:
 
 def assess(start: LoadSnapshot, end: LoadSnapshot) -> dict:
     """The record metrics.json keeps under environment; `timing_note` is the warning, or None."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     record = {"cores": cores, "load1_start": start.load1, "load1_end": end.load1, "runqueue_wait_share": None}
     if start.cpu_ns is not None and end.cpu_ns is not None:
         cpu, wait = end.cpu_ns - start.cpu_ns, end.wait_ns - start.wait_ns

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from sarathi_kernels.cpu_build import cpuinfo
 
-from sarathi_lab.config import cpu_has_bf16_units, run_dtype
+from sarathi_lab.config import cpu_has_bf16_units, run_dtype, usable_cores
 from sarathi_lab.profiling import isa
 
 # The ISA features that decide which CPU paths run fast (bfloat16 on a CPU needs the bf16 ones).
@@ -50,11 +50,6 @@ def llc_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int
     return sizes[max(sizes)] >> 20 if sizes else None
 
 
-def cores() -> int:
-    """Cores this process may run on (its affinity, not the machine's count)."""
-    return len(os.sched_getaffinity(0))
-
-
 def device_name(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
@@ -81,7 +76,7 @@ def warn_if_loaded() -> float:
 
 def machine_record(device: torch.device | str = "cpu") -> dict:
     kind = isa.active()
-    return {"device": device_name(device), "cpu": cpu_name(), "cores": cores(), "isa": cpu_isa(),
+    return {"device": device_name(device), "cpu": cpu_name(), "cores": usable_cores(), "isa": cpu_isa(),
             "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "llc_mib": llc_mib(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
 
