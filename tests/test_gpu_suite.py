@@ -49,6 +49,9 @@ def test_dry_run_produces_every_step_and_resumes(tmp_path):
     assert [s["step"] for s in summary["steps"]] == [s.name for s in STEPS]
     with tarfile.open(exported / state.ARCHIVE) as tar:
         assert "steps/env/DONE" in tar.getnames()
+    # The dry run's tiny paper jobs say in their own records that they are the quick set.
+    scales = {json.loads(p.read_text())["config"]["scale"] for p in out.glob("paper/*/multiruns/*/*/metrics.json")}
+    assert scales == {"ci"}
 
     # The same command again starts no worker: every step is finished or unavailable.
     done_mtime = (state.step_dir(out, "env") / "DONE").stat().st_mtime

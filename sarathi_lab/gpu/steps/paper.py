@@ -21,10 +21,14 @@ from sarathi_lab.gpu.state import Metric
 from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 
 GRACE_S = 10
+# What the dry run plans each paper job's KV cache beside: the "80 GB" of the card's name, below the
+# 85.5e9 bytes it totals (sim/devices/h100.yaml), for what a CUDA context and the allocator keep.
 H100_BYTES = 80 * 10**9
 SWEPT_IN_DRY_RUN = "per_token_cost"
-# What every result's one tiny job (its GpuRun.dry) shares.
-DRY_COMMON = ("model=tiny", "device=cpu", "dtype=float32", "logger=none", "measure.reps=1", "on_existing=overwrite")
+# What every result's one tiny job (its GpuRun.dry) shares; scale=ci labels its runs the quick set
+# in their own records, not only by their folder's name.
+DRY_COMMON = ("scale=ci", "model=tiny", "device=cpu", "dtype=float32", "logger=none", "measure.reps=1",
+              "on_existing=overwrite")
 
 
 def dry_job(step: Step) -> list[str]:
