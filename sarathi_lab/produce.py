@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from sarathi_lab import cli_args
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import Results
@@ -23,8 +25,17 @@ from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 from sarathi_lab.harness.results import SWEEP_SUMMARY
 
 SCALES = ("full", "ci")
-# The quick set on the simulator: its shapes with the paper's model and device (no weights load).
-SIM_CI_OVERRIDES = ["executor=sim", "model=llama-13b", "engine.sim_device=a6000", "engine.sim_cost_model=calibrated"]
+
+
+def _simulated_set_choices() -> list[str]:
+    """What every experiment=sim/NAME shares (its model, device, cost model), as overrides."""
+    shared = OmegaConf.load(CONF_DIR / "experiment" / "sim" / "_a6000_13b.yaml")
+    groups = [f"{key.removeprefix('override /')}={value}" for entry in shared.defaults for key, value in entry.items()]
+    return groups + [f"engine.{key}={value}" for key, value in shared.engine.items()]
+
+
+# The quick set on the simulator: its shapes with the simulated set's model, device and cost model.
+SIM_CI_OVERRIDES = _simulated_set_choices()
 SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 
 
