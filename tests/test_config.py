@@ -12,13 +12,13 @@ from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
 from sarathi_lab import LLM
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.scheduler import knob_names, scheduler_class, scheduler_names
 from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.harness.cli_check import _group_options, check_command_line, sweep_note
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
-from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.harness.schema import CapacityCfg, DeviceCfg, LoggerCfg, MeasureCfg, SLOCfg, WorkloadCfg, parse_config
 from sarathi_lab.model import load_config
 from sarathi_lab.plan import build_scheduler, plan_engine
 from sarathi_lab.sim import simulated_kv_blocks
@@ -333,6 +333,24 @@ def test_the_config_names_what_the_engine_implements():
             assert e.name == "triton"
             built.add(name)
     assert built | {"auto"} == set(ATTENTIONS)
+
+
+def test_conf_repeats_the_dataclasses_defaults():
+    # A default lives in its dataclass; conf/ repeats it so that --cfg job shows every key. They must
+    # agree, or a run from the command line and one built in Python (LLM(), the tests) differ silently.
+    run = parse_config(compose_config([]))
+    assert (run.measure, run.capacity, run.slo) == (MeasureCfg(), CapacityCfg(), SLOCfg())
+    assert run.logger == LoggerCfg(kind="wandb") and run.device == DeviceCfg(name=run.device.name)
+    engine = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    for path in (CONF_DIR / "config.yaml", *(CONF_DIR / "executor").glob("*.yaml")):
+        given = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path).engine).items() if k != "executor"}
+        assert given == {k: engine[k] for k in given}, path
+    # What a workload is for (its request count, how they arrive) is its own, not a repeated default.
+    own = {"kind", "path", "num_requests", "arrival"}
+    workload = {f.name: f.default for f in dataclasses.fields(WorkloadCfg)}
+    for path in (CONF_DIR / "workload").glob("*.yaml"):
+        given = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k not in own}
+        assert given == {k: workload[k] for k in given}, path
 
 
 def test_every_registered_scheduler_and_only_those_have_a_yaml():
