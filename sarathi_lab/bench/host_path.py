@@ -15,8 +15,8 @@ from sarathi_lab.bench.common import parse, print_table
 from sarathi_lab.config import DTYPE_BYTES, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling.overhead import TARGET
 
-TARGET = 0.05
 MODEL = "llama2-7b"
 GPU = "h100"
 DTYPE = "bfloat16"
