@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> None:
 
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
-    from sarathi_lab.harness.results import write_status
+    from sarathi_lab.harness.results import STATUS, write_status
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure, run_experiment
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import ModelLoadError
@@ -80,7 +80,7 @@ def main(cfg: DictConfig) -> None:
         record_failure(ctx.status_dir, e)
         if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
             log.error("interrupted by %s before the run measured anything; %s says so", e,
-                      ctx.status_dir / "status.json")
+                      ctx.status_dir / STATUS)
         raise SystemExit(e.exit_code) from None
     except (ConfigError, ModelLoadError) as e:
         record_failure(ctx.status_dir, e)
@@ -97,7 +97,7 @@ def main(cfg: DictConfig) -> None:
                       e.filename or ctx.status_dir, e.strerror or e)
         else:
             record_failure(ctx.status_dir, e)
-            log.exception("run failed; error recorded in %s", ctx.status_dir / "status.json")
+            log.exception("run failed; error recorded in %s", ctx.status_dir / STATUS)
         if not multirun:
             raise SystemExit(1) from None
     finally:

@@ -69,15 +69,12 @@ def test_a_stall_is_an_iteration_far_slower_than_its_kind():
 
 def test_the_rebuild_keeps_the_runs_keys_and_sets_its_own(tmp_path):
     run = tmp_path / "job"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "overrides.yaml").write_text(
-        "- chunk=256\n- executor=model\n- logger=wandb\n- on_existing=skip\n- engine.sim_cost_model=profile\n"
-        "- hydra.sweep.dir=x\n- device=cuda\n")
-    assert sim_vs_gpu.overrides_of(run) == ["chunk=256", "device=cuda"]
-    (run / ".hydra" / "overrides.yaml").unlink()
+    run.mkdir()
+    given = ["chunk=256", "executor=model", "logger=wandb", "on_existing=skip", "engine.sim_cost_model=profile",
+             "hydra.sweep.dir=x", "device=cuda", "+seed=3", "~logger"]
     (run / "metrics.json").write_text(json.dumps({"summary": {}, "config": {}, "environment": {}, "resolved_config": {},
-                                                  "overrides": ["+seed=3", "~logger"]}))
-    assert sim_vs_gpu.overrides_of(run) == ["+seed=3"]
+                                                  "overrides": given}))
+    assert sim_vs_gpu.overrides_of(run) == ["chunk=256", "device=cuda", "+seed=3"]
 
 
 def test_no_runs_root_or_one_without_serving_runs_is_refused(tmp_path, capsys):

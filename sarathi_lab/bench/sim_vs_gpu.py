@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
@@ -58,11 +57,9 @@ def serving_runs(root: Path) -> list[Path]:
 
 
 def overrides_of(run_dir: Path) -> list[str]:
-    """The run's command line (Hydra's record, else metrics.json's copy of it), less what a
-    simulated rebuild sets itself."""
-    hydra = run_dir / ".hydra" / "overrides.yaml"
-    given = (OmegaConf.to_container(OmegaConf.load(hydra)) if hydra.is_file()
-             else read_record(run_dir / METRICS)["overrides"])
+    """The run's command line (metrics.json's copy of Hydra's, which every finished run holds), less
+    what a simulated rebuild sets itself."""
+    given = read_record(run_dir / METRICS)["overrides"]
     return [o for o in given if override_key(o) not in _NOT_CARRIED and not o.startswith("hydra")]
 
 
