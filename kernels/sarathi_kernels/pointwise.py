@@ -15,6 +15,10 @@ import triton.language as tl
 from sarathi_kernels.cpu_ops import check_add_rms_norm, check_rope, check_silu_mul
 from sarathi_kernels.triton_jit import jit
 
+# The rotation rounds each product to the dtype before the sum, as torch does; Triton's default
+# lets the compiler fuse them into one fma (one rounding fewer), which changes the last bit.
+ROPE_OPTIONS = {"enable_fp_fusion": False}
+
 
 @jit
 def _add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, hidden, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
@@ -76,7 +80,8 @@ def rope_(qk: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: tor
     check_rope(qk, positions, cos, sin, where="")
     if tokens:
         _rope_kernel[(tokens,)](qk, positions, cos, sin, heads, qk.stride(0), HALF=d // 2,
-                                BLOCK_H=triton.next_power_of_2(heads), BLOCK_D=triton.next_power_of_2(d // 2))
+                                BLOCK_H=triton.next_power_of_2(heads), BLOCK_D=triton.next_power_of_2(d // 2),
+                                **ROPE_OPTIONS)
 
 
 @jit
