@@ -3,6 +3,7 @@
 ``profiles/<gpu>/<model>.csv``) (docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ from sarathi_lab.sim import fidelity
 from sarathi_lab.sim.profile_model import profiles_dir
 
 DOCS = REPO_ROOT / "docs" / "sim"
+GPU_DOCS = REPO_ROOT / "docs" / "gpu"
 SMOKE_OPS = (1, 128, 136, 1024)
 
 
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     _write_csvs(args.out, tables)
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
-    return tables | engine_profiles(args.out, show)
+    return tables | engine_profiles(args.out, show) | graph_replays(args.out, show)
 
 
 def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
@@ -116,6 +118,43 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
+    """The GPU suite's launch step on each GPU that ran it (docs/gpu/<gpu>/steps/launch/): one decode
+    forward timed eagerly and replayed from a CUDA graph, against each cost model's forward for that
+    batch. The replay is this engine's forward without the host's launches: its GPU work alone."""
+    from sarathi_lab.gpu.steps.launch import SHAPES
+    from sarathi_lab.model import load_config
+    from sarathi_lab.sim.cost_model import CostModel
+    from sarathi_lab.sim.device import GPU_DEVICES
+    from sarathi_lab.sim.engine_fidelity import cost_models
+    from sarathi_lab.sim.profile_model import profile_path
+
+    model, dtype, sizes, context, _ = SHAPES["cuda"]
+    rows = []
+    for path in sorted(GPU_DOCS.glob("*/steps/launch/result.json")):
+        device = path.parents[2].name
+        measured = {m["metric"]: m["value"] for m in json.loads(path.read_text())["metrics"]}
+        if device not in GPU_DEVICES:
+            continue
+        cms = cost_models(device, load_config(model), dtype)
+        if profile_path(device, model).is_file():
+            cms["profile"] = CostModel.for_device(device, model, "profile", dtype)
+        for b in sizes:
+            if f"graph_ms[b={b}]" not in measured:
+                continue
+            row = {"device": device, "model": model, "batch": b, "context": context}
+            row |= {f"{k}_ms": measured.get(f"{k}_ms[b={b}]") for k in ("eager", "graph", "floor")}
+            row |= {f"{n}_ms": cm.iteration_cost([], [context] * b).forward_s * 1e3 for n, cm in cms.items()}
+            rows.append(row | {f"{n}_over_graph": row[f"{n}_ms"] / row["graph_ms"] for n in cms})
+    if not rows:
+        return {}
+    table = pd.DataFrame(rows)
+    show("\nThe launch step's decode forward, eager and replayed from a CUDA graph (ms), against each cost "
+         "model's forward", table)
+    _write_csvs(out, {"graph_replay": table})
+    return {"graph_replay": table}
+
+
 def _write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> None:
     """Each table as ``fidelity_<name>.csv``: times to 4 digits, errors and ratios to 3 decimals. A
     run without vidur's attention kernels has no attention hold-out: no file rather than an empty one."""
@@ -125,8 +164,9 @@ def _write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> None:
                          float_format="%.4g" if name.endswith(("ops", "iterations")) else "%.3f")
 
 
-# The engine-profile figure's marker per cost model; a borrowed calibration gets "^".
-ENGINE_MARKERS = {"roofline": "x", "calibrated": "o", "profile": "+"}
+# The engine-profile figure's marker and colour per cost model, the same in every row; a borrowed
+# calibration gets the last.
+ENGINE_STYLES = {"roofline": ("x", "C0"), "calibrated": ("o", "C1"), "profile": ("+", "C2"), "borrowed": ("^", "C4")}
 
 
 def _engine_label(name: str, device: str) -> str:
@@ -156,9 +196,9 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         row[0].plot(pre.tokens, pre.measured_s * 1e3, "k.-", label="measured (engine profile)")
         row[1].scatter(kv, dec.measured_s * 1e3, color="k", s=14, label="measured (engine profile)")
         for name in names:
-            marker, label = ENGINE_MARKERS.get(name, "^"), _engine_label(name, device)
-            row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker, ms=4, lw=0.8, label=label)
-            row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker, s=14, label=label)
+            (marker, color), label = ENGINE_STYLES.get(name, ENGINE_STYLES["borrowed"]), _engine_label(name, device)
+            row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker, color=color, ms=4, lw=0.8, label=label)
+            row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker, color=color, s=14, label=label)
         row[0].set(xlabel="prompt tokens (one prompt, prefilled whole)", ylabel="forward pass (ms)")
         row[0].set_title(f"{device} {model}: prefill-only iterations", fontsize=9)
         row[1].set(xlabel="KV tokens read (decodes x context)", ylabel="forward pass (ms)")
@@ -168,7 +208,8 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         width = 0.8 / max(len(names), 1)
         for i, name in enumerate(names):
             row[2].bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(err))],
-                       err[f"{name}_median_ratio"], width=width, label=_engine_label(name, device))
+                       err[f"{name}_median_ratio"], width=width, label=_engine_label(name, device),
+                       color=ENGINE_STYLES.get(name, ENGINE_STYLES["borrowed"])[1])
         row[2].axhline(1.0, color="k", lw=0.8)
         row[2].set_yscale("log")
         # Headroom above the tallest bar for the legend.
@@ -184,7 +225,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
     gpus = ", ".join(d.upper() for d in sorted(set(iterations.device)))
     fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its launches count), "
                  "against the cost models that exist there", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title above the top row
     fig.savefig(path, dpi=90)
 
 
