@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     if not points.empty:
         by_kind(points).to_csv(out / f"{stem}_iterations.csv", index=False, float_format="%.4g")
         first = table.iloc[0]
-        title = (f"Simulator ({' and '.join(COST_MODELS)} cost models, sim_device={device}) against this engine "
+        title = (f"Simulator ({' and '.join(COST_MODELS)} cost models, sim_device={device})\nagainst this engine "
                  f"measured on {first['measured_on']}: {first['model']}, {first['dtype']}"
                  + ("\nmeasured side: this engine, launch-bound (no CUDA graphs), not the hardware's limit"
                     if device != "cpu" else ""))
