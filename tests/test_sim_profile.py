@@ -96,6 +96,24 @@ def test_a_profile_measured_in_another_dtype_is_refused(profiled):
     assert CostModel.for_device("cpu", model="tiny", cost_model="profile", dtype="bfloat16", profile=path)
 
 
+
+def test_reading_a_profile_whose_machine_drifted_warns_how_unsure_it_is(profiled, tmp_path):
+    root, _, _ = profiled
+    measured = root / "cpu" / "tiny.csv"
+    description = json.loads(measured.with_suffix(".json").read_text())
+    for rel_change, warns in ((0.29, True), (-0.44, True), (0.01, False)):
+        path = tmp_path / "tiny.csv"
+        path.write_bytes(measured.read_bytes())
+        description["drift"] = description["drift"] | {"rel_change": rel_change}
+        path.with_suffix(".json").write_text(json.dumps(description))
+        dtype = description["engine"]["torch_dtype"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            CostModel.for_device("cpu", model="tiny", cost_model="profile", dtype=dtype, profile=path)
+        moved = [str(w.message) for w in caught if "reference forward moved" in str(w.message)]
+        assert moved == ([f"profile {path}: its reference forward moved {100 * rel_change:+.0f}% between the start "
+                          "and the end of its measurement; its times are about that unsure"] if warns else []), moved
+
 def test_a_simulated_run_on_the_measured_profile(profiled, monkeypatch):
     pytest.importorskip("sarathi_lab.engine.executor", reason="the engine's executor seam is not merged yet")
     root, _, _ = profiled

@@ -28,6 +28,10 @@ DENSE_OPS = tuple(op for op in OPS if op != "attention")
 COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 
 
+# A reference forward that moved more than this between a profile's start and end is worth a
+# warning where the profile is measured and where it is read: more than a quiet machine's spread.
+DRIFT_WARNING = 0.05
+
 def profiles_dir() -> Path:
     return Path(os.environ.get("SARATHI_PROFILES_DIR") or REPO_ROOT / "profiles")
 
@@ -136,10 +140,15 @@ class ProfileCostModel(CostModel):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and model first")
-        measured = profile_description(path).get("engine", {}).get("torch_dtype")
+        description = profile_description(path)
+        measured = description.get("engine", {}).get("torch_dtype")
         if measured is not None and measured != dtype:
             raise ConfigError(f"dtype={dtype!r} is invalid with the profile {path}: it was measured in {measured}"
                               f" (run task=profile in {dtype}, or simulate in {measured})")
+        drift = description.get("drift", {}).get("rel_change")
+        if drift is not None and abs(drift) > DRIFT_WARNING:
+            warnings.warn(f"profile {path}: its reference forward moved {100 * drift:+.0f}% between the start and "
+                          "the end of its measurement; its times are about that unsure", stacklevel=2)
         try:
             table = pd.read_csv(path)
             if table.empty or table.isna().to_numpy().any():

@@ -24,15 +24,13 @@ from sarathi_lab.profiling.ops import forward_timer, time_by_op
 from sarathi_lab.sim.profile_model import (
     COLUMNS,
     DENSE_OPS,
+    DRIFT_WARNING,
     ProfileCostModel,
     measured_iterations,
     profile_path,
 )
 
 log = logging.getLogger(__name__)
-# A reference forward that moved more than this between the profile's start and end is worth a
-# warning: more than a quiet machine's run-to-run spread.
-DRIFT_WARNING = 0.05
 
 
 def _powers_of_two(top: int) -> list[int]:
