@@ -482,7 +482,7 @@ def test_a_forward_that_cannot_be_captured_is_a_finding_not_a_failed_step():
     # On the CPU no CUDA graph can be captured: the step records why beside the eager time, as it
     # would a GPU forward that syncs the host mid-capture, and goes on.
     from sarathi_lab import LLM
-    from sarathi_lab.gpu.steps.launch import measure
+    from sarathi_lab.profiling.launch import measure
 
     llm = LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32, num_threads=1)
     free = llm.block_manager.num_free

@@ -111,8 +111,9 @@ def test_reading_a_profile_whose_machine_drifted_warns_how_unsure_it_is(profiled
             warnings.simplefilter("always")
             CostModel.for_device("cpu", model="tiny", cost_model="profile", dtype=dtype, profile=path)
         moved = [str(w.message) for w in caught if "reference forward moved" in str(w.message)]
-        assert moved == ([f"profile {path}: its reference forward moved {100 * rel_change:+.0f}% between the start "
-                          "and the end of its measurement; its times are about that unsure"] if warns else []), moved
+        expected = (f"profile {path}: its reference forward moved {100 * rel_change:+.0f}% between the start "
+                    "and the end of its measurement; its times are about that unsure")
+        assert moved == ([expected] if warns else []), moved
 
 def test_a_simulated_run_on_the_measured_profile(profiled, monkeypatch):
     pytest.importorskip("sarathi_lab.engine.executor", reason="the engine's executor seam is not merged yet")

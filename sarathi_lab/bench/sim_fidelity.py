@@ -122,8 +122,8 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     """The GPU suite's launch step on each GPU that ran it (docs/gpu/<gpu>/steps/launch/): one decode
     forward timed eagerly and replayed from a CUDA graph, against each cost model's forward for that
     batch. The replay is this engine's forward without the host's launches: its GPU work alone."""
-    from sarathi_lab.gpu.steps.launch import SHAPES
     from sarathi_lab.model import load_config
+    from sarathi_lab.profiling.launch import SHAPES
     from sarathi_lab.sim.cost_model import CostModel
     from sarathi_lab.sim.device import GPU_DEVICES
     from sarathi_lab.sim.engine_fidelity import cost_models
