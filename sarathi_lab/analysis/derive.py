@@ -35,7 +35,7 @@ def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> 
 
 def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float) -> pd.DataFrame:
     """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound tokens."""
-    machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_TFLOPS * 1e3, paper.A6000_GBPS, 2),
+    machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_GFLOPS, paper.A6000_GBPS, 2),
                 (name, gflops, gbps, bytes_per_param)]
     return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b, "flops per byte": f / b,
                           "compute-bound from (tokens)": compute_bound_tokens(f, b, p)}

@@ -1,5 +1,9 @@
 """The numbers the papers report, drawn beside ours (SARATHI arXiv 2308.16369, LLaMA-13B on an
 A6000 unless noted; Sarathi-Serve arXiv 2403.02310). Gathered in PAPER_NOTES.md of the project."""
+from pathlib import Path
+
+import yaml
+
 from sarathi_lab.profiling.quantities import GEMM_TILE
 
 # Fig. 3/4 at sequence length 1024: decode over prefill per-token time, by batch size.
@@ -43,8 +47,9 @@ CAPACITY_GAIN_OVER_VLLM = 2.6
 CAPACITY_TP_GAIN_OVER_VLLM = 3.7
 CHUNK512_PREFILL_OVERHEAD = 0.25
 
-# The paper's GPU (NVIDIA RTX A6000 datasheet): dense FP16 tensor rate with FP32 accumulate, and
-# memory bandwidth. Their ratio is how many flops a byte read must feed before compute, not
-# memory, bounds a kernel.
-A6000_TFLOPS = 154.8
-A6000_GBPS = 768.0
+# The paper's GPU, an RTX A6000: its dense fp16 tensor rate (fp32 accumulate) and memory bandwidth
+# as the simulator's device file states them, read as data so that analysis imports no torch. Their
+# ratio is how many flops a byte read must feed before compute, not memory, bounds a kernel.
+_A6000 = yaml.safe_load((Path(__file__).parents[1] / "sim" / "devices" / "a6000.yaml").read_text())
+A6000_GFLOPS = _A6000["peak_flops"] / 1e9
+A6000_GBPS = _A6000["memory_bandwidth"] / 1e9

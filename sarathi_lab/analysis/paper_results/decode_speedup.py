@@ -47,7 +47,7 @@ def _why(gains: pd.DataFrame, low: float, high: float) -> str:
     if gains.gain.min() >= low and gains.gain.max() <= high:
         return ""
     chunk = gains.chunk.iloc[0]
-    crossover = derive.compute_bound_tokens(paper.A6000_TFLOPS * 1e3, paper.A6000_GBPS, 2)
+    crossover = derive.compute_bound_tokens(paper.A6000_GFLOPS, paper.A6000_GBPS, 2)
     if gains.gain.max() > high and chunk < crossover:
         return (f"Simulated speedups above the paper's {low:g}x-{high:g}x: the chunk of {chunk:g} tokens is far below "
                 f"the ~{crossover:.0f} tokens from which the A6000's GEMMs turn compute-bound, so the cost model "
