@@ -13,6 +13,7 @@ from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.engine.slo_guard import over_needed
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
+from sarathi_lab.harness.schema import CapacityCfg
 from sarathi_lab.harness.tasks.capacity import _why
 from tests.clocked import ClockedExecutor
 
@@ -57,7 +58,8 @@ def test_capacity_is_found_within_its_resolution():
     # q <= 1 / (SERVICE_S - 0.2).
     known = 1 / (SERVICE_S - 2.0 / 10)
     slo = SLO(sched_delay_p50_s=2.0)
-    result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=False), start_qps=1.0, resolution=0.02)
+    result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=False),
+                             CapacityCfg(start_qps=1.0, resolution=0.02))
     assert result.bounded and result.binding == "sched_delay_p50_s"
     assert known / 1.02 <= result.capacity_rps <= known
     failing = min(t.rate_rps for t in result.trials if not t.passed)
@@ -69,7 +71,8 @@ def test_requiring_stability_stops_below_the_percentile_bound():
     # The queue grows from 1/SERVICE_S = 2 requests/s on: a finite trial's median can still pass,
     # but no longer trial would. Required stable, the capacity lies between the two.
     slo = SLO(sched_delay_p50_s=2.0)
-    result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=True), start_qps=1.0, resolution=0.02)
+    result = search_capacity(trial_at(VirtualLLM(), slo, require_stable=True),
+                             CapacityCfg(start_qps=1.0, resolution=0.02))
     assert result.binding == "saturated"
     assert 1 / SERVICE_S <= result.capacity_rps < 1 / (SERVICE_S - 0.2)
 
@@ -96,25 +99,25 @@ def test_a_trial_stopped_before_its_last_arrivals_counts_them_unfinished():
 
 
 def test_every_rate_passing_is_reported_as_a_lower_bound():
-    result = search_capacity(lambda q: Trial(q, True, None, False), start_qps=1.0, max_qps=100.0)
+    result = search_capacity(lambda q: Trial(q, True, None, False), CapacityCfg(start_qps=1.0, max_qps=100.0))
     assert not result.bounded and result.capacity_rps == 100.0  # the bound itself is tried, once
     assert [t.rate_rps for t in result.trials] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0]
 
 
 def test_the_log_line_rounds_to_what_the_bracket_resolves_and_names_a_lower_bound():
     # Bisecting 1.0 and 2.0 to 5% stops at a capacity like 1.2968395546510096: two or three digits say it.
-    bounded = search_capacity(_up_to(1.3), start_qps=1.0, resolution=0.05)
+    bounded = search_capacity(_up_to(1.3), CapacityCfg(start_qps=1.0, resolution=0.05))
     assert bounded.describe().startswith(f"capacity {bounded.capacity_rps:.3g} req/s (fails by ")
     assert "binding: tbt_p99_s" in bounded.describe() and "1.2968" not in bounded.describe()
-    unbounded = search_capacity(lambda q: Trial(q, True, None, False), start_qps=20.0, max_trials=5)
+    unbounded = search_capacity(lambda q: Trial(q, True, None, False), CapacityCfg(start_qps=20.0, max_trials=5))
     assert unbounded.describe() == ("capacity >= 320 req/s: every rate tried passed, so this is a lower bound, "
                                     "not a capacity after 5 trials")
-    none = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), start_qps=1.0, min_qps=0.25)
+    none = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), CapacityCfg(start_qps=1.0, min_qps=0.25))
     assert none.describe().startswith("capacity below 0.25 req/s: even the lowest rate tried failed")
 
 
 def test_even_the_lowest_rate_failing_gives_no_capacity():
-    result = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), start_qps=1.0, min_qps=0.1)
+    result = search_capacity(lambda q: Trial(q, False, "tbt_p99_s", False), CapacityCfg(start_qps=1.0, min_qps=0.1))
     assert result.capacity_rps is None and result.binding == "tbt_p99_s"
     assert [t.rate_rps for t in result.trials] == [1.0, 0.5, 0.25, 0.125, 0.1]
 
@@ -126,9 +129,9 @@ def _up_to(capacity: float):
 def test_a_capacity_between_the_last_step_and_a_bound_is_found():
     # Halving from 1 steps from 0.5 past min_qps = 0.3 to 0.25: 0.3 is tried, passes, and the search
     # narrows in on 0.4. Doubling from 2 past max_qps = 3 to 4: 3 is tried and passes.
-    low = search_capacity(_up_to(0.4), start_qps=1.0, resolution=0.05, min_qps=0.3)
+    low = search_capacity(_up_to(0.4), CapacityCfg(start_qps=1.0, resolution=0.05, min_qps=0.3))
     assert low.bounded and 0.4 / 1.05 <= low.capacity_rps <= 0.4
-    high = search_capacity(_up_to(3.5), start_qps=1.0, max_qps=3.0)
+    high = search_capacity(_up_to(3.5), CapacityCfg(start_qps=1.0, max_qps=3.0))
     assert not high.bounded and high.capacity_rps == 3.0
 
 
@@ -151,7 +154,8 @@ def test_over_needed_is_the_fewest_values_that_decide_a_percentile(total, p, nee
     ([1.0, 0.5], 0.0, "capacity.max_trials=2 ran out"),
 ])
 def test_a_search_that_stops_early_says_why(rates, passing, why):
-    found = search_capacity(_up_to(passing), start_qps=1.0, min_qps=0.25, max_qps=4.0, max_trials=len(rates))
+    found = search_capacity(_up_to(passing),
+                            CapacityCfg(start_qps=1.0, min_qps=0.25, max_qps=4.0, max_trials=len(rates)))
     assert [t.rate_rps for t in found.trials] == rates
     assert _why(found, SimpleNamespace(min_qps=0.25, max_qps=4.0, max_trials=len(rates))) == why
 
@@ -159,12 +163,12 @@ def test_a_search_that_stops_early_says_why(rates, passing, why):
 def test_a_search_cut_short_states_the_resolution_it_reached_not_the_one_asked_for():
     # Doubling brackets 3.3 between 2 and 4 on the third trial; one bisection (2.83) leaves a 41%
     # bracket, far from the 5% asked for.
-    found = search_capacity(_up_to(3.3), start_qps=1.0, resolution=0.05, max_trials=4)
+    found = search_capacity(_up_to(3.3), CapacityCfg(start_qps=1.0, resolution=0.05, max_trials=4))
     assert [t.rate_rps for t in found.trials] == [1.0, 2.0, 4.0, pytest.approx(2 ** 1.5)]
     assert found.resolution == pytest.approx(4.0 / 2 ** 1.5 - 1) and not found.resolved
     record = found.as_dict()
     assert record["resolution"] == pytest.approx(0.414, abs=1e-3) and record["requested_resolution"] == 0.05
     assert record["resolved"] is False and record["lowest_failing_rps"] == 4.0
-    done = search_capacity(_up_to(3.3), start_qps=1.0, resolution=0.05)
+    done = search_capacity(_up_to(3.3), CapacityCfg(start_qps=1.0, resolution=0.05))
     assert done.resolved and done.resolution <= 0.05 + 1e-12
-    assert search_capacity(_up_to(9.0), start_qps=1.0, max_qps=4.0).resolution is None  # never bracketed
+    assert search_capacity(_up_to(9.0), CapacityCfg(start_qps=1.0, max_qps=4.0)).resolution is None  # never bracketed

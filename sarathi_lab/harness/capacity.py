@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sarathi_lab.engine.metrics import SLO
+from sarathi_lab.harness.schema import CapacityCfg
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,11 @@ def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> s
     return None
 
 
-def search_capacity(run_trial: Callable[[float], Trial], start_qps: float, resolution: float = 0.05,
-                    min_qps: float = 1e-3, max_qps: float = 1e4, max_trials: int = 30) -> Capacity:
-    """The capacity within ``resolution`` (relative), from trials ``run_trial(qps)``."""
+def search_capacity(run_trial: Callable[[float], Trial], search: CapacityCfg) -> Capacity:
+    """The capacity within ``search.resolution`` (relative), from trials ``run_trial(qps)`` between
+    ``search.min_qps`` and ``search.max_qps``, at most ``search.max_trials`` of them."""
+    start_qps, resolution, max_trials = search.start_qps, search.resolution, search.max_trials
+    min_qps, max_qps = search.min_qps, search.max_qps
     trials: list[Trial] = []
     best: Trial | None = None    # highest passing
     worst: Trial | None = None   # lowest failing

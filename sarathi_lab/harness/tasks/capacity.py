@@ -68,8 +68,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         return result
 
     try:
-        found = search_capacity(trial, search.start_qps, search.resolution, search.min_qps, search.max_qps,
-                                search.max_trials)
+        found = search_capacity(trial, search)
     except KeyboardInterrupt:
         context.save_partial({"num_trials": len(rows)}, {"trials": pd.DataFrame(rows)})
         raise
