@@ -1,5 +1,6 @@
-"""The suite's steps in the order they run, with the minutes each is expected to take: 1.3 times what
-it took on an H200 (docs/gpu/h200/), an estimate from arithmetic where it has not run there. The
+"""The suite's steps in the order they run, with the minutes each is expected to take: 1.3 times the
+longer of what it took on an H200 and an H100 (docs/gpu/h200/, docs/gpu/h100/), an estimate from
+arithmetic where it has run on neither. The
 paper sweeps are the registered results' experiments (each module's GpuRun); the targets come
 first, so a lease cut short still answers them."""
 from __future__ import annotations
@@ -36,15 +37,15 @@ PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 # profile right after the suite's targets (the P:D peak), the others last.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
 HEAD: tuple[Step, ...] = (
-    Step("env", 0.2, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
+    Step("env", 0.3, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
          "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
-    Step("kernels", 1.9, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
+    Step("kernels", 3.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
          "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
-    Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
+    Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
-    Step("overhead", 0.4, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
+    Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "schedule+prepare+sample share of each decode-only and hybrid iteration (target < 5%)"),
-    Step("launch", 0.7, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024: one forward eager and "
+    Step("launch", 0.2, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024: one forward eager and "
          "replayed from a CUDA graph, beside the weights + KV read floor (how launch-bound the forward is)"),
 )
 
@@ -106,7 +107,7 @@ def format_plan(steps: list[Step], budget_min: float) -> str:
     lines = [f"{'step':28} {'min':>5}  what"]
     lines += [f"{s.name:28} {s.minutes:5.1f}  {s.what}" for s in steps]
     total = sum(s.minutes for s in steps)
-    lines.append(f"{'total':28} {total:5.1f}  expected (1.3 x the H200's minutes; estimates where it has not run)")
+    lines.append(f"{'total':28} {total:5.1f}  expected (1.3 x the longer of the H200's and H100's; else estimates)")
     lines.append(f"\ncalls of {budget_min:g} min (the device tool runs a command for at most 10):")
     for i, call in enumerate(pack(steps, budget_min), 1):
         lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  {', '.join(s.name for s in call)}")
