@@ -80,7 +80,7 @@ def download_wandb(project: str, root: str | Path, names=None) -> Path:
     return Path(root)
 
 
-# metrics.json's flag for a run whose times other work on the machine distorted (harness/load.py).
+# metrics.json's flag for a run whose times other work on the machine distorted (profiling/load.py).
 UNRELIABLE = "env.timing_unreliable"
 
 

@@ -6,9 +6,10 @@ import torch
 
 from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, parse, print_table
+from sarathi_lab.profiling import load
 from sarathi_lab.profiling.attention import LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS, measure_reread
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
-from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling.machine import describe_machine
 
 
 def main(argv: list[str] | None = None):
@@ -36,12 +37,12 @@ def main(argv: list[str] | None = None):
         parser.error("--attention=triton is invalid with --device cpu: there Triton runs in its interpreter, whose "
                      "times say nothing; use torch")
     device, dtype = torch.device(args.device), args.torch_dtype
-    warn_if_loaded()
+    start = load.snapshot()
     rows = [measure_reread(L, C, num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
                            dtype=dtype, device=device, attention=args.attention, block_size=args.block_size,
                            reps=args.reps)
             for L in args.seq_lens for C in args.chunks if C <= L]
-    print(describe_machine(device))
+    print(describe_machine(device) + f"\n# {load.contention(start)}")
     if device.type == "cuda":
         copy_gbps = copy_bandwidth_gbps(device)
         print(f"# device copy bandwidth: {copy_gbps:.0f} GB/s")

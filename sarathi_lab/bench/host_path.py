@@ -14,7 +14,8 @@ from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, pos
 from sarathi_lab.bench.common import parse, print_table
 from sarathi_lab.config import DTYPE_BYTES, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
-from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling import load
+from sarathi_lab.profiling.machine import describe_machine
 from sarathi_lab.profiling.overhead import TARGET
 
 MODEL = "llama2-7b"
@@ -136,7 +137,7 @@ def run(args) -> pd.DataFrame:
     from sarathi_lab.model import load_config
     from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device
 
-    load = warn_if_loaded()
+    start = load.snapshot()
     cost_model = CostModel.for_device(GPU, MODEL, dtype=DTYPE)
     gpu, config = load_device(GPU, DTYPE), load_config(MODEL)
 
@@ -150,7 +151,7 @@ def run(args) -> pd.DataFrame:
             rows.append(summarize(decodes, context, chunk, steps, cost_model, kv_fits))
     print(describe_machine("cpu"))
     print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one {GPU}"
-          f" | median of {args.reps} iterations after {args.warmup} | load1 at start {load:.2f}")
+          f" | median of {args.reps} iterations after {args.warmup} | {load.contention(start)}")
     table = print_table(rows, args.out, f"Host time per iteration vs the predicted {GPU} forward "
                         f"(target < {TARGET:.0%})", extra={"model": MODEL, "gpu": GPU})
     if not table["kv_fits"].all():

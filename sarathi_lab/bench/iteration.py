@@ -15,11 +15,12 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.timer import make_clock, median_time
 from sarathi_lab.model.shape import Shape
+from sarathi_lab.profiling import load
 from sarathi_lab.profiling.batches import LAYOUTS, SyntheticBatches
 from sarathi_lab.profiling.ceilings import SMOKE as CEILING_SMOKE
 from sarathi_lab.profiling.ceilings import measure_ceilings
 from sarathi_lab.profiling.floors import floor
-from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling.machine import describe_machine
 
 # The CPU path's targets: (case, size) -> the most its time may be as a multiple of its floor.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
@@ -60,7 +61,7 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
-    load = warn_if_loaded()
+    start = load.snapshot()
     ceilings = partial(measure_ceilings, args.device, args.torch_dtype, **(CEILING_SMOKE if args.smoke else {}),
                        clock=args.clock)
 
@@ -100,7 +101,7 @@ def run(args) -> pd.DataFrame:
           f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock}"
           f" | copy {_span(table['ceil_GBps'])} GB/s"
           f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after)"
-          f" | load1 at start {load:.2f}")
+          f" | {load.contention(start)}")
     # How the ceilings were measured; their values are the table's ceil_* columns, per case.
     setup = {k: v for k, v in asdict(before).items() if k not in ("copy_gbps", "matmul_gflops")}
     print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}",

@@ -7,7 +7,8 @@ import pandas as pd
 from sarathi_lab.bench.args import bench_parser, int_range, names_of, positive_int
 from sarathi_lab.bench.common import add_common_args, make_workload, parse, print_table
 from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling import load
+from sarathi_lab.profiling.machine import describe_machine
 from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
 
 
@@ -33,7 +34,7 @@ def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
     from sarathi_lab.model import load_config
 
-    load = warn_if_loaded()
+    start = load.snapshot()
     prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
                                         load_config(args.model).vocab_size, args.seed)
     # What orca and static reserve for each request: the workload's longest, not the model's context.
@@ -52,7 +53,7 @@ def run(args) -> pd.DataFrame:
     print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm})"
           f" | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size}"
-          f" | load1 at start {load:.2f}")
+          f" | {load.contention(start)}")
     extra = {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear, "cpu_gemm": gemm}
     title = "Share of iteration time outside the forward pass"
     return print_table(rows, args.out, title, "{:.4f}", args.device, extra)

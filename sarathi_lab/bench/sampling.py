@@ -12,7 +12,8 @@ from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.sampler import Sampler, uniform
-from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling import load
+from sarathi_lab.profiling.machine import describe_machine
 
 
 def _probability(text: str) -> float:
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None):
     if not cpu_ops.supports(torch.zeros(1, dtype=dtype)):
         parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): nothing to compare")
     reuse_freed_memory()  # the engine's allocator: torch's ops would otherwise pay fresh pages each call
-    warn_if_loaded()
+    start = load.snapshot()
     g = torch.Generator().manual_seed(0)
     rows = []
     for scale in args.scales:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None):
             params = SamplingParams(temperature=args.temperature, top_p=top_p, seed=0)
             rows.append({"dtype": args.dtype, "rows": args.rows, "vocab": args.vocab,
                          "scale": scale, "top_p": top_p} | measure(logits, params, args.reps))
-    print(describe_machine("cpu"))
+    print(describe_machine("cpu") + f"\n# {load.contention(start)}")
     return print_table(rows, args.out,
                        f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / kernel)", device="cpu")
 

@@ -22,7 +22,8 @@ from sarathi_lab.bench.args import bench_parser, names_of, positive_int
 from sarathi_lab.bench.common import add_common_args, make_workload, parse, print_table
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import interleaved, make_clock
-from sarathi_lab.profiling.machine import describe_machine, warn_if_loaded
+from sarathi_lab.profiling import load
+from sarathi_lab.profiling.machine import describe_machine
 
 SCHEDULERS = scheduler_names()
 
@@ -123,7 +124,7 @@ def _on_threads(threads: int, system: Serve, prompts: list[list[int]], new_token
 def run(args) -> pd.DataFrame:
     from sarathi_lab.model import PRESETS
 
-    load = warn_if_loaded()
+    start = load.snapshot()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
     workloads = {name: table[name] for name in args.workloads}
     budget, batch = SMOKE_BUDGET_BATCH if args.smoke else BUDGET_BATCH
@@ -159,7 +160,7 @@ def run(args) -> pd.DataFrame:
     print(describe_machine("cpu"))
     print(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | threads {args.threads}"
           f" | cpu_linear {args.cpu_linear} ({gemm}) | median of {args.reps} interleaved rounds after an untimed one"
-          f" | load1 at start {load:.2f}")
+          f" | {load.contention(start)}")
     for wname, w in workloads.items():
         print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
               f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {budget}, batch {batch}")

@@ -20,7 +20,6 @@ from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
-from sarathi_lab.harness import load
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.progress import Progress
@@ -42,6 +41,7 @@ from sarathi_lab.harness.tasks import TaskContext, measurement
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
+from sarathi_lab.profiling import load
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import warnings
 from pathlib import Path
 
 import torch
@@ -15,8 +14,6 @@ from sarathi_lab.profiling import isa
 
 # The ISA features that decide which CPU paths run fast (bfloat16 on a CPU needs the bf16 ones).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-# Above this 1-minute load average on the measured cores the numbers are taken under contention.
-QUIET_LOAD = 1.2
 
 
 def cpu_name() -> str:
@@ -63,15 +60,6 @@ def fast_dtype(device: str) -> str:
     """bfloat16 where it has hardware (CUDA, or a CPU with AVX512-BF16/AMX), else float32: the
     dtype the engine itself runs when asked for bfloat16."""
     return run_dtype("bfloat16", device)
-
-
-def warn_if_loaded() -> float:
-    """The 1-minute load average, with a one-line warning when other work shares the machine."""
-    load = os.getloadavg()[0]
-    if load > QUIET_LOAD:
-        warnings.warn(f"1-min load average is {load:.2f} (> {QUIET_LOAD}): timings are taken under contention",
-                      stacklevel=2)
-    return load
 
 
 def machine_record(device: torch.device | str = "cpu") -> dict:

@@ -1,4 +1,5 @@
-"""Whether other work on the machine stretched a run's timings (`environment.timing_unreliable`).
+"""Whether other work on the machine stretched a run's or a benchmark's timings (a run's
+`environment.timing_unreliable`; a benchmark's header line and warning).
 
 The measure is the share of the time the run's threads were ready to run but waited for a CPU
 (/proc/self/task/*/schedstat): exactly the contention that inflates wall-clock timings, and 0 while
@@ -7,6 +8,7 @@ a run idles by choice, which a load average cannot tell apart. Without schedstat
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,3 +56,13 @@ def assess(start: LoadSnapshot, end: LoadSnapshot) -> dict:
         note = (f"timings unreliable: the load average was {start.load1:.1f} on {cores} cores when the run "
                 "started; rerun on a quiet machine")
     return record | {"timing_unreliable": unreliable, "timing_note": note if unreliable else None}
+
+
+def contention(start: LoadSnapshot) -> str:
+    """A benchmark's word on its own timings since ``start``, judged as a run's are: how long its
+    threads waited for a CPU, with a warning where that makes them unreliable."""
+    verdict = assess(start, snapshot())
+    if verdict["timing_unreliable"]:
+        warnings.warn(verdict["timing_note"], stacklevel=2)
+    share = verdict["runqueue_wait_share"]
+    return f"waited for a CPU {share:.1%}" if share is not None else f"load1 at start {verdict['load1_start']:.2f}"
