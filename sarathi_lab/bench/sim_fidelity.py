@@ -133,9 +133,9 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     rows = []
     for path in sorted(GPU_DOCS.glob("*/steps/launch/result.json")):
         device = path.parents[2].name
-        measured = {m["metric"]: m["value"] for m in json.loads(path.read_text())["metrics"]}
         if device not in GPU_DEVICES:
             continue
+        measured = {m["metric"]: m["value"] for m in json.loads(path.read_text())["metrics"]}
         cms = cost_models(device, load_config(model), dtype)
         if profile_path(device, model).is_file():
             cms["profile"] = CostModel.for_device(device, model, "profile", dtype)

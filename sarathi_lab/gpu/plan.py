@@ -1,8 +1,7 @@
 """The suite's steps in the order they run, with the minutes each is expected to take: 1.3 times the
 longer of what it took on an H200 and an H100 (docs/gpu/h200/, docs/gpu/h100/), an estimate from
-arithmetic where it has run on neither. The
-paper sweeps are the registered results' experiments (each module's GpuRun); the targets come
-first, so a lease cut short still answers them."""
+arithmetic where it has run on neither. The paper sweeps are the registered results' experiments
+(each module's GpuRun); the targets come first, so a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
