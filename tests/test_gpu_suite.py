@@ -487,6 +487,6 @@ def test_a_forward_that_cannot_be_captured_is_a_finding_not_a_failed_step():
 
     llm = LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32, num_threads=1)
     free = llm.block_manager.num_free
-    row = measure(llm, 2, 32, reps=1, graphs=True)
+    row = measure(llm, 0, 2, 32, reps=1, graphs=True)
     assert row["eager_ms"] > 0 and row["graph_error"] and "graph_ms" not in row
     assert llm.block_manager.num_free == free

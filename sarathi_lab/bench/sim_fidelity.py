@@ -119,17 +119,18 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 
 
 def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
-    """The GPU suite's launch step on each GPU that ran it (docs/gpu/<gpu>/steps/launch/): one decode
-    forward timed eagerly and replayed from a CUDA graph, against each cost model's forward for that
-    batch. The replay is this engine's forward without the host's launches: its GPU work alone."""
+    """The GPU suite's launch step on each GPU that ran it (docs/gpu/<gpu>/steps/launch/): forwards
+    (decode-only, and a chunk beside decodes) timed eagerly and replayed from a CUDA graph, against each
+    cost model's forward for that batch. A replay is this engine's forward without the host's
+    launches: its GPU work alone."""
     from sarathi_lab.model import load_config
-    from sarathi_lab.profiling.launch import SHAPES
+    from sarathi_lab.profiling.launch import SHAPES, label
     from sarathi_lab.sim.cost_model import CostModel
     from sarathi_lab.sim.device import GPU_DEVICES
     from sarathi_lab.sim.engine_fidelity import cost_models
     from sarathi_lab.sim.profile_model import profile_path
 
-    model, dtype, sizes, context, _ = SHAPES["cuda"]
+    model, dtype, context, _, cases = SHAPES["cuda"]
     rows = []
     for path in sorted(GPU_DOCS.glob("*/steps/launch/result.json")):
         device = path.parents[2].name
@@ -139,12 +140,14 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
         cms = cost_models(device, load_config(model), dtype)
         if profile_path(device, model).is_file():
             cms["profile"] = CostModel.for_device(device, model, "profile", dtype)
-        for b in sizes:
-            if f"graph_ms[b={b}]" not in measured:
+        for chunk, decodes in cases:
+            key = label(chunk, decodes)
+            if f"graph_ms[{key}]" not in measured:
                 continue
-            row = {"device": device, "model": model, "batch": b, "context": context}
-            row |= {f"{k}_ms": measured.get(f"{k}_ms[b={b}]") for k in ("eager", "graph", "floor")}
-            row |= {f"{n}_ms": cm.iteration_cost([], [context] * b).forward_s * 1e3 for n, cm in cms.items()}
+            row = {"device": device, "model": model, "chunk": chunk, "batch": decodes, "context": context}
+            row |= {f"{k}_ms": measured.get(f"{k}_ms[{key}]") for k in ("eager", "graph", "floor")}
+            prefills, contexts = [(chunk, chunk)] if chunk else [], [context] * decodes
+            row |= {f"{n}_ms": cm.iteration_cost(prefills, contexts).forward_s * 1e3 for n, cm in cms.items()}
             rows.append(row | {f"{n}_over_graph": row[f"{n}_ms"] / row["graph_ms"] for n in cms})
     if not rows:
         return {}

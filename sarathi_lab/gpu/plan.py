@@ -44,8 +44,8 @@ HEAD: tuple[Step, ...] = (
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "schedule+prepare+sample share of each decode-only and hybrid iteration (target < 5%)"),
-    Step("launch", 0.2, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024: one forward eager and "
-         "replayed from a CUDA graph, beside the weights + KV read floor (how launch-bound the forward is)"),
+    Step("launch", 0.2, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024 and a 256-token chunk beside "
+         "17 of them: one forward eager and replayed from a CUDA graph, beside its floor (how launch-bound)"),
 )
 
 

@@ -9,8 +9,16 @@ import torch
 from sarathi_lab.engine.timer import median_time
 from sarathi_lab.profiling.batches import SyntheticBatches
 
-# model, dtype, decode batch sizes, context per request (the paper's length), timed repeats.
-SHAPES = {"cuda": ("llama-13b", "bfloat16", (1, 18), 1024, 20), "cpu": ("tiny", "float32", (1, 2), 32, 3)}
+# model, dtype, context per decode (the paper's length), timed repeats, and the iterations timed as
+# (chunk tokens, decodes), the chunk a whole prompt: decode-only batches of 1 and 18, and SARATHI's
+# hybrid, a 256-token chunk beside 17 decodes.
+SHAPES = {"cuda": ("llama-13b", "bfloat16", 1024, 20, ((0, 1), (0, 18), (256, 17))),
+          "cpu": ("tiny", "float32", 32, 3, ((0, 1), (0, 2), (16, 1)))}
+
+
+def label(chunk: int, decodes: int) -> str:
+    """How an iteration is named in the step's metrics: ``b=18``, or ``c=256+b=17`` with a chunk."""
+    return f"c={chunk}+b={decodes}" if chunk else f"b={decodes}"
 
 
 def _graphed(runner, prepared) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
@@ -28,12 +36,13 @@ def _graphed(runner, prepared) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     return graph, out
 
 
-def measure(llm, batch_size: int, context: int, reps: int, graphs: bool) -> dict[str, float | str]:
-    """Milliseconds of one eager forward of a decode batch of ``llm`` (an LLM) and, with ``graphs``, of
-    its graph's replay, with the largest relative difference between the two outputs."""
+def measure(llm, chunk: int, decodes: int, context: int, reps: int, graphs: bool) -> dict[str, float | str]:
+    """Milliseconds of one eager forward of ``llm`` (an LLM) over a prompt of ``chunk`` tokens (none
+    if 0) beside ``decodes`` decodes of ``context`` tokens and, with ``graphs``, of its graph's
+    replay, with the largest relative difference between the two outputs."""
     runner, clock = llm.engine.executor.runner, llm.engine.clock
     batches = SyntheticBatches(llm, seed=0)
-    batch = batches.make(decodes=batch_size, context=context)
+    batch = batches.make(prefills=[(chunk, 0)] if chunk else [], decodes=decodes, context=context)
     try:
         prepared = runner.prepare(batch)
         eager = runner.forward(prepared).float()
