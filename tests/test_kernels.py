@@ -6,10 +6,7 @@ tl.dot is wrong on bfloat16 operands, so bfloat16 covers loads, stores and the k
 """
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,6 +16,7 @@ from sarathi_kernels.paged_attention import paged_attention
 from sarathi_lab.attention import make_backend, reference
 from sarathi_lab.attention.triton_backend import TritonAttention
 from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from tests.triton_compile import compile_for_gpu
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
@@ -196,20 +194,11 @@ def test_write_kv_rejects_bad_arguments():
         write_kv_cache(key[:, :1], key[:, :1], k, k, torch.zeros(4, dtype=torch.long))
 
 
-# Compiles (through ptxas, no GPU needed) what the interpreter never compiles: a kernel can run
-# interpreted and still be rejected by the compiler.
+# Compiled (through ptxas, no GPU needed): a kernel can run interpreted and still be rejected by the compiler.
 _COMPILE_FOR_SM80 = """
-import triton, triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import triton.language as tl
 from sarathi_kernels.kv_cache import _write_kv_kernel
 from sarathi_kernels.paged_attention import _paged_attention_kernel
-
-def compile(kernel, types, constexprs):
-    sig = {n: "constexpr" if n.isupper() else types.get(n, "*i32" if n.endswith("_ptr") else "i32")
-           for n in kernel.arg_names}
-    src = ASTSource(kernel, sig, {(kernel.arg_names.index(k),): v for k, v in constexprs.items()})
-    triton.compile(src, target=GPUTarget("cuda", 80, 32))
 
 bf16 = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*bf16", scale_log2="fp32")
 compile(_paged_attention_kernel, bf16, dict(BLOCK_SIZE=16, GROUP=4, GROUP_PAD=4, HEAD_DIM_PAD=128, BLOCK_M=64,
@@ -220,9 +209,7 @@ compile(_write_kv_kernel, dict(key_ptr="*bf16", value_ptr="*bf16", k_cache_ptr="
 
 
 def test_kernels_compile_for_a_gpu():
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM80], env=env, capture_output=True, text=True,
-                          check=False)
+    done = compile_for_gpu(_COMPILE_FOR_SM80)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -3,10 +3,6 @@ apply_rotary_pos_emb and SiLU, run by Triton's interpreter on a machine without 
 engine's greedy tokens through them against transformers' generate."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from sarathi_kernels import pointwise
@@ -16,6 +12,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 from sarathi_lab import LLM
 from sarathi_lab.model import layers
 from tests.hf_models import hf_greedy, save_random_model
+from tests.triton_compile import compile_for_gpu
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -127,24 +124,16 @@ def test_check_gpu_s_pointwise_check_runs_here_through_the_interpreter(monkeypat
 # compiler's own output shows whether the rotation rounds each product before the sum.
 _ROPE_PTX = """
 import sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from sarathi_kernels.pointwise import ROPE_OPTIONS, _rope_kernel
 
-sig = dict(qk_ptr="*" + sys.argv[1], pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32", heads="i32", stride_t="i32",
-           HALF="constexpr", BLOCK_H="constexpr", BLOCK_D="constexpr")
-constexprs = {(_rope_kernel.arg_names.index(k),): v for k, v in dict(HALF=64, BLOCK_H=64, BLOCK_D=64).items()}
-print(triton.compile(ASTSource(_rope_kernel, sig, constexprs), target=GPUTarget("cuda", 90, 32),
-                     options=ROPE_OPTIONS).asm["ptx"])
+print(compile(_rope_kernel, dict(qk_ptr="*" + sys.argv[1], pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32"),
+              dict(HALF=64, BLOCK_H=64, BLOCK_D=64), arch=90, **ROPE_OPTIONS).asm["ptx"])
 """
 
 
 @pytest.mark.parametrize("dtype, ptx_type", [("fp16", "f16"), ("bf16", "bf16")])
 def test_compiled_rope_rounds_each_product_before_the_sum(dtype, ptx_type):
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    done = subprocess.run([sys.executable, "-c", _ROPE_PTX, dtype], env=env, capture_output=True, text=True,
-                          check=False)
+    done = compile_for_gpu(_ROPE_PTX, dtype)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"mul.rn.{ptx_type}" in done.stdout, "no product rounded to the dtype"
     assert "fma.rn" not in done.stdout, "the compiler fused a product into its sum"
