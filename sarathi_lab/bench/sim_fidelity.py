@@ -169,9 +169,9 @@ def _write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> None:
                          float_format="%.4g" if name.endswith(("ops", "iterations")) else "%.3f")
 
 
-# The engine-profile figure's marker and colour per cost model, the same in every row; a borrowed
-# calibration gets the last.
-ENGINE_STYLES = {"roofline": ("x", "C0"), "calibrated": ("o", "C1"), "profile": ("+", "C2"), "borrowed": ("^", "C4")}
+# The engine-profile figure's marker and colour per cost model, the same in every row.
+ENGINE_STYLES = {"roofline": ("x", "C0"), "calibrated": ("o", "C1"), "profile": ("+", "C2")}
+BORROWED_STYLE = ("^", "C4")  # a calibration borrowed from another device
 
 
 def _engine_label(name: str, device: str) -> str:
@@ -201,7 +201,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         row[0].plot(pre.tokens, pre.measured_s * 1e3, "k.-", label="measured (engine profile)")
         row[1].scatter(kv, dec.measured_s * 1e3, color="k", s=14, label="measured (engine profile)")
         for name in names:
-            (marker, color), label = ENGINE_STYLES.get(name, ENGINE_STYLES["borrowed"]), _engine_label(name, device)
+            (marker, color), label = ENGINE_STYLES.get(name, BORROWED_STYLE), _engine_label(name, device)
             row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker, color=color, ms=4, lw=0.8, label=label)
             row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker, color=color, s=14, label=label)
         row[0].set(xlabel="prompt tokens (one prompt, prefilled whole)", ylabel="forward pass (ms)")
@@ -214,7 +214,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         for i, name in enumerate(names):
             row[2].bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(err))],
                        err[f"{name}_median_ratio"], width=width, label=_engine_label(name, device),
-                       color=ENGINE_STYLES.get(name, ENGINE_STYLES["borrowed"])[1])
+                       color=ENGINE_STYLES.get(name, BORROWED_STYLE)[1])
         row[2].axhline(1.0, color="k", lw=0.8)
         row[2].set_yscale("log")
         # Headroom above the tallest bar for the legend.
