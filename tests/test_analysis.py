@@ -260,10 +260,12 @@ def test_a_simulated_run_downloaded_from_wandb_is_read_as_simulated(tmp_path):
     _finished_run(root / "pd_ratio/multiruns/pd_ratio-1/abc", 1.0)
     metrics = root / "pd_ratio/multiruns/pd_ratio-1/abc/metrics.json"
     record = json.loads(metrics.read_text())
+    # No sim_tp (a record from before the field existed): one GPU.
     record["resolved_config"] = {"engine": {"executor": "sim", "sim_device": "a100", "sim_cost_model": "roofline"}}
     metrics.write_text(json.dumps(record))
     results = Results(root)
-    assert results.executor("pd_ratio") == {"executor": "sim", "sim_device": "a100", "sim_cost_model": "roofline"}
+    assert results.executor("pd_ratio") == {"executor": "sim", "sim_device": "a100", "sim_cost_model": "roofline",
+                                           "sim_tp": 1}
     assert results.source("pd_ratio") == "simulated A100 (roofline)"
 
 
@@ -279,7 +281,7 @@ class _Simulated(_Frames):
         return self.table(name, "summary")
 
     def executor(self, name):
-        return {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "roofline"}
+        return {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "roofline", "sim_tp": 1}
 
     def missing(self):
         return [name for name in ("scheduler_latency", "decode_speedup") if (name, "summary") not in self.frames]

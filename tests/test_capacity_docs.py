@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.analysis import capacity_docs
-from sarathi_lab.analysis.capacity import MEASURED_COLUMNS, TABLE_COLUMNS
+from sarathi_lab.analysis.capacity import MEASURED_COLUMNS, SIMULATED_COLUMNS, TABLE_COLUMNS, compact, load_searches
 from sarathi_lab.harness import REPO_ROOT
 
 CAPACITIES = {("sarathi_serve", 0.45): 0.6, ("vllm", 0.45): 0.3, ("sarathi_serve", 2.25): 0.8, ("vllm", 2.25): 0.5}
@@ -31,7 +31,8 @@ def _searches(root, executor="model"):
                        "dtype": "bfloat16"},
             "summary": {"capacity_rps": qps, "token_budget": 256 if scheduler == "sarathi_serve" else None},
             "overrides": [], "resolved_config": {},
-            "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}}))
+            "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}
+            | ({"sim_device": "h100", "sim_cost_model": "calibrated", "sim_tp": 1} if executor == "sim" else {})}))
     return root
 
 
@@ -67,6 +68,22 @@ def test_tabulating_simulated_searches_as_the_cpu_table_is_refused(tmp_path, doc
     with pytest.raises(SystemExit, match="expected capacity searches of executor=model"):
         capacity_docs.tabulate(_searches(tmp_path / "runs", executor="sim"), docs)
     assert not (docs / "capacity" / capacity_docs.CPU_CSV).exists()
+
+
+def test_a_simulated_table_says_what_predicted_it_and_its_claims_name_that(tmp_path, docs):
+    table = compact(load_searches(_searches(tmp_path / "runs", executor="sim")))
+    assert list(table.columns) == TABLE_COLUMNS + SIMULATED_COLUMNS
+    assert set(zip(table.sim_device, table.sim_cost_model, table.sim_tp)) == {("h100", "calibrated", 1)}
+    # The committed table re-predicted on another device: its claims and figure say so, from the table alone.
+    path = docs / "capacity" / capacity_docs.SIM_CSV
+    pd.read_csv(path).assign(sim_device="h100", sim_cost_model="calibrated").to_csv(path, index=False)
+    sources = set(capacity_docs.claims(docs).source)
+    assert "simulated H100 (calibrated), mistral-7b (committed docs/capacity/sim_capacity.csv)" in sources
+    assert not any(source.startswith("simulated A100 (roofline), mistral-7b") for source in sources)
+    # One table, one cost model: a table that mixes two is refused, naming both.
+    pd.read_csv(path).assign(sim_cost_model=lambda t: ["roofline"] + ["calibrated"] * (len(t) - 1)).to_csv(path)
+    with pytest.raises(ValueError, match="one device, cost model and GPU count.*'roofline', 'calibrated'"):
+        capacity_docs.claims(docs)
 
 
 def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, docs):

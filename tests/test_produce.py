@@ -39,7 +39,8 @@ def test_the_simulated_quick_set_of_a_measurement_and_a_serving_experiment_runs_
     assert run_experiments(names, tmp_path, "ci", sim=True) == []
     results = Results(tmp_path)
     for name in names:
-        assert results.executor(name) == {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "calibrated"}
+        assert results.executor(name) == {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "calibrated",
+                                         "sim_tp": 1}
         assert results.source(name) == "simulated A6000 (calibrated)"
         assert set(results.summary(name).model) == {"llama-13b"}
 

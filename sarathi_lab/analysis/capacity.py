@@ -29,6 +29,8 @@ TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", 
 # What a measured capacity depends on besides the model: the machine, the precision, the threads,
 # and whether other work shared the cores while it ran (harness/runner's timing check).
 MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"]
+# What a simulated capacity depends on besides the model: the device, its cost model, how many GPUs.
+SIMULATED_COLUMNS = ["sim_device", "sim_cost_model", "sim_tp"]
 
 
 def load_searches(root: str | Path) -> pd.DataFrame:
@@ -56,13 +58,15 @@ def _search_row(path: Path) -> dict:
             | {"num_trials": len(found["trials"])}
             | {key: summary.get(key) for key in ("token_budget", "at_capacity_itl_p99_s",
                                                  "at_capacity_ttft_p50_s", "at_capacity_sched_delay_p50_s")}
-            | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable")})
+            | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable",
+                                                               *SIMULATED_COLUMNS)})
 
 
 def compact(searches: pd.DataFrame) -> pd.DataFrame:
-    """The committed table of a set of searches (docs/capacity/*_capacity.csv), one row per search.
-    A measured one adds what it ran on, which a simulated one does not depend on."""
-    columns = TABLE_COLUMNS + MEASURED_COLUMNS * bool((searches.executor != "sim").any())
+    """The committed table of a set of searches (docs/capacity/*_capacity.csv), one row per search,
+    with what it ran on (measured) or what predicted it (simulated)."""
+    simulated = searches.executor == "sim"
+    columns = TABLE_COLUMNS + MEASURED_COLUMNS * bool((~simulated).any()) + SIMULATED_COLUMNS * bool(simulated.any())
     return searches[columns].sort_values(["tbt_slo_s", "scheduler", "token_budget"]).reset_index(drop=True)
 
 
@@ -114,11 +118,11 @@ def scale_label(rows: pd.DataFrame) -> str:
     return f"{first.model}, scale {first.scale}"
 
 
-def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, cost_model: str):
-    """Two panels: the capacities simulated by ``cost_model`` (e.g. "roofline (a100, mistral-7b)")
-    and the ones measured on a CPU, or a panel saying they are not measured yet."""
+def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, source: str):
+    """Two panels: the capacities simulated as ``source`` says (e.g. "simulated A100 (roofline),
+    mistral-7b") and the ones measured on a CPU, or a panel saying they are not measured yet."""
     fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
-    plot_capacity(simulated, sim_ax, f"simulated, {cost_model}: scale {simulated.scale.iloc[0]}")
+    plot_capacity(simulated, sim_ax, f"{source}: scale {simulated.scale.iloc[0]}")
     measured, left_out = reliable(measured)
     if measured is not None and len(measured):
         caveats = [text for flag, text in ((left_out != "none", left_out),

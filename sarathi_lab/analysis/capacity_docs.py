@@ -14,6 +14,7 @@ import pandas as pd
 
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
+from sarathi_lab.analysis.claims import simulated_source
 from sarathi_lab.analysis.figures import save
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness.results import current_names
@@ -21,12 +22,9 @@ from sarathi_lab.sim import CostModel
 
 DOCS = REPO_ROOT / "docs"
 SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_capacity.csv"
-TP_CSV = "sim_capacity_yi34b.csv"
-# experiment=capacity_sim_arxiv: its lengths and cost model, which the table does not record.
-TRACE_CSV, TRACE_LABEL = "sim_capacity_arxiv.csv", "calibrated"
-# experiment=capacity_sim's engine.sim_device (capacity_sim_yi34b's too, with engine.sim_tp=2): the
-# tables have the model but not the device.
-SIM_DEVICE, TP_GPUS = "a100", 2
+TP_CSV, TRACE_CSV = "sim_capacity_yi34b.csv", "sim_capacity_arxiv.csv"
+# The trace's lengths, which the table does not record (its workload column says trace_lengths).
+TRACE_LENGTHS = ", arxiv_summarization lengths"
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 
 
@@ -59,34 +57,47 @@ def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, st
             "dtype": str(first["dtype"]), "threads": f"{first.torch_threads:g}", "machine": str(first.device_name)}
 
 
-def simulated_provenance(sim: pd.DataFrame, table: str, simulated_as: str) -> dict[str, str]:
-    """claims.PROVENANCE of a committed table of simulated searches, or of the cost model alone."""
+def predicted_by(sim: pd.DataFrame) -> dict:
+    """The device, cost model and GPU count a committed simulated table's searches were predicted by,
+    read from its columns (one of each per table)."""
+    found = {key: sim[key].unique() for key in capacity.SIMULATED_COLUMNS}
+    if any(len(values) != 1 for values in found.values()):
+        raise ValueError(f"a simulated capacity table holds one device, cost model and GPU count; found "
+                         f"{ {key: list(values) for key, values in found.items()} }")
+    return {"device": str(found["sim_device"][0]), "cost_model": str(found["sim_cost_model"][0]),
+            "tp": int(found["sim_tp"][0])}
+
+
+def simulated_provenance(sim: pd.DataFrame, table: str, suffix: str = "") -> dict[str, str]:
+    """claims.PROVENANCE of a committed table of simulated searches (``table``), or of its cost model
+    alone (``table`` empty)."""
     where = f" (committed docs/capacity/{table})" if table else " (computed here)"
-    return claim_checks.simulated_provenance(f"simulated {simulated_as}{where}", str(sim.scale.iloc[0]))
+    return claim_checks.simulated_provenance(f"{source(sim)}{suffix}{where}", str(sim.scale.iloc[0]))
+
+
+def source(sim: pd.DataFrame) -> str:
+    """e.g. 'simulated A100 (roofline), mistral-7b': what the claims rows and figure titles call a table."""
+    return f"{simulated_source(**predicted_by(sim))}, {sim.model.iloc[0]}"
 
 
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:
-    """The capacity rows of the claims table: the CPU table's, the simulated tables', and the
-    roofline's chunk overhead (sim_capacity.csv's model on SIM_DEVICE)."""
+    """The capacity rows of the claims table: the CPU table's, the simulated tables', and the chunk
+    overhead that sim_capacity.csv's cost model predicts for its model."""
     sim, tradeoff, cpu = load(docs)
-    cost = CostModel.for_device(SIM_DEVICE, sim.model.iloc[0])
+    by = predicted_by(sim)
+    cost = CostModel.for_device(by["device"], sim.model.iloc[0], by["cost_model"], tp=by["tp"])
     overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
-    # Named as analysis/runs.py names simulated runs: "simulated A100 (roofline), mistral-7b".
-    label = f"{SIM_DEVICE.upper()} (roofline), {sim.model.iloc[0]}"
     measured = (capacity.Evidence(searches=cpu, provenance=measured_provenance(cpu)) if cpu is not None
                 else capacity.Evidence(provenance={"source": "measured CPU (not yet: experiment=capacity)"}))
     rows = capacity.capacity_claims(
-        measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV, label)),
-        capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "", label)))
+        measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV)),
+        capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "")))
     # The tables of other shapes, each its own claim where it exists.
-    for csv, claim, label in (
-            (TP_CSV, capacity.TP_CLAIM, "{n} x {dev} (roofline, tensor parallel), {model}"),
-            (TRACE_CSV, capacity.TRACE_CLAIM, "{dev} ({trace}), {model}, arxiv_summarization lengths")):
+    for csv, claim, suffix in ((TP_CSV, capacity.TP_CLAIM, ""), (TRACE_CSV, capacity.TRACE_CLAIM, TRACE_LENGTHS)):
         path = Path(docs) / "capacity" / csv
         if path.exists():
             searches = read_table(path)
-            name = label.format(n=TP_GPUS, dev=SIM_DEVICE.upper(), trace=TRACE_LABEL, model=searches.model.iloc[0])
-            evidence = capacity.Evidence(searches, provenance=simulated_provenance(searches, csv, name))
+            evidence = capacity.Evidence(searches, provenance=simulated_provenance(searches, csv, suffix))
             rows = pd.concat([rows, capacity.capacity_claims(evidence, checks=(claim,))], ignore_index=True)
     return rows
 
@@ -100,10 +111,9 @@ def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.Dat
 def draw(docs: str | Path = DOCS) -> list[Path]:
     """docs/figures/capacity.png and capacity_tradeoff.png from the committed tables."""
     sim, tradeoff, cpu = load(docs)
-    cost_model = f"roofline ({SIM_DEVICE}, {sim.model.iloc[0]})"
-    fig = capacity.capacity_figure(sim, cpu, cost_model)
+    fig = capacity.capacity_figure(sim, cpu, source(sim))
     tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
-    capacity.plot_tradeoff(tradeoff, ax, f"simulated, {cost_model}: TTFT vs TBT over token budgets, same load")
+    capacity.plot_tradeoff(tradeoff, ax, f"{source(tradeoff)}: TTFT vs TBT over token budgets, same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 

@@ -14,6 +14,13 @@ COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", 
 NO_REPEATS = "one run per point: no spread"
 
 
+def simulated_source(device: str, cost_model: str, tp: int = 1) -> str:
+    """How a claim or figure names numbers a cost model predicted: 'simulated A100 (roofline)', or
+    'simulated 2 x A100 (roofline, tensor parallel)'."""
+    return (f"simulated {device.upper()} ({cost_model})" if int(tp) == 1
+            else f"simulated {int(tp)} x {device.upper()} ({cost_model}, tensor parallel)")
+
+
 def simulated_provenance(source: str, scale: str, dtype: str = "") -> dict[str, str]:
     """PROVENANCE of numbers a cost model predicted: no threads ran and no machine was measured."""
     return {"source": source, "scale": scale, "dtype": dtype, "threads": "n/a (simulated)",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.analysis.claims import simulated_provenance
+from sarathi_lab.analysis.claims import simulated_provenance, simulated_source
 from sarathi_lab.harness.results import (
     METRICS,
     WANDB_DIR,
@@ -189,8 +189,8 @@ class Results:
         return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
     def executor(self, name: str) -> dict[str, str]:
-        """``executor`` (model | sim) and, when simulated, ``sim_device`` and ``sim_cost_model``, from
-        a run's resolved config."""
+        """``executor`` (model | sim) and, when simulated, ``sim_device``, ``sim_cost_model`` and
+        ``sim_tp``, from a run's resolved config."""
         engine = {}
         sweep = self.sweep(name)
         for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
@@ -201,8 +201,10 @@ class Results:
                 break
             except UnreadableRun as e:
                 log.warning("%s; left out", e)
-        keys = ("executor", "sim_device", "sim_cost_model") if engine.get("executor") == "sim" else ("executor",)
-        return {k: engine.get(k, "model") for k in keys}
+        if engine.get("executor") != "sim":
+            return {"executor": engine.get("executor", "model")}
+        return {"executor": "sim", "sim_device": engine["sim_device"], "sim_cost_model": engine["sim_cost_model"],
+                "sim_tp": engine.get("sim_tp", 1)}
 
     def source(self, name: str) -> str:
         """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""
@@ -210,7 +212,7 @@ class Results:
         if ex["executor"] != "sim":
             device = str(self._loaded(name, "summary")["env.device"].iloc[0])
             return "measured GPU" if device.startswith("cuda") else "measured CPU"
-        return f"simulated {ex['sim_device'].upper()} ({ex['sim_cost_model']})"
+        return simulated_source(ex["sim_device"], ex["sim_cost_model"], ex["sim_tp"])
 
     def describe(self, name: str) -> str:
         """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and notes."""
