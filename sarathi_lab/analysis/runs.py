@@ -203,8 +203,8 @@ class Results:
                 log.warning("%s; left out", e)
         if engine.get("executor") != "sim":
             return {"executor": engine.get("executor", "model")}
-        return {"executor": "sim", "sim_device": engine["sim_device"], "sim_cost_model": engine["sim_cost_model"],
-                "sim_tp": engine.get("sim_tp", 1)}
+        return {"executor": "sim", "sim_device": engine.get("sim_device", "unrecorded"),
+                "sim_cost_model": engine.get("sim_cost_model", "unrecorded"), "sim_tp": engine.get("sim_tp", 1)}
 
     def source(self, name: str) -> str:
         """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""
