@@ -26,12 +26,14 @@ class Ceilings:
     clock: str = "wall"
 
 
+# The sizes every ceiling is measured at: far past the caches and large enough for a GEMM's peak.
+FULL = {"copy_mib": 256, "matmul_n": 2048, "reps": 5}
 # Sizes that finish in a fraction of a second (CI, --smoke).
 SMOKE = {"copy_mib": 16, "matmul_n": 512, "reps": 2}
 
 
-def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = 256 << 20, reps: int = 5,
-                        clock: str = "wall") -> float:
+def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["copy_mib"] << 20,
+                        reps: int = FULL["reps"], clock: str = "wall") -> float:
     """(bytes read + bytes written) / time of ``dst.copy_(src)`` on a buffer far larger than the caches."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     dst = torch.zeros_like(src)  # touched: page faults stay out of the timing
@@ -39,8 +41,8 @@ def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = 256 <<
     return 2 * src.numel() * 4 / t / 1e9
 
 
-def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, n: int = 2048,
-                  reps: int = 5, clock: str = "wall") -> float:
+def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, n: int = FULL["matmul_n"],
+                  reps: int = FULL["reps"], clock: str = "wall") -> float:
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
@@ -56,7 +58,8 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
 
 
 def measure_ceilings(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *,
-                     copy_mib: int = 256, matmul_n: int = 2048, reps: int = 5, clock: str = "wall") -> Ceilings:
+                     copy_mib: int = FULL["copy_mib"], matmul_n: int = FULL["matmul_n"], reps: int = FULL["reps"],
+                     clock: str = "wall") -> Ceilings:
     device = torch.device(device)
     return Ceilings(copy_gbps=copy_bandwidth_gbps(device, copy_mib << 20, reps, clock),
                     matmul_gflops=matmul_gflops(device, dtype, matmul_n, reps, clock),

@@ -129,18 +129,18 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     and values come from memory once, as the CPU kernel copies them (docs/sim/README.md, section 4)."""
     import torch
 
+    from sarathi_lab.profiling.ceilings import FULL, measure_ceilings
     from sarathi_lab.profiling.machine import cpu_name
 
     dtype = device_dtype("cpu", dtype)
     threads = torch.get_num_threads()
-    key = f"{cpu_name()}|{threads}|{dtype}"
+    # The sizes are in the key: ceilings cached at other sizes are measured again at the benchmarks'.
+    key = f"{cpu_name()}|{threads}|{dtype}|{FULL['copy_mib']}MiB|n{FULL['matmul_n']}"
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     path = cache / "sarathi_lab" / "cpu_ceilings.json"
     cached = _read_cached_ceilings(path, key)
     if key not in cached:
-        from sarathi_lab.profiling.ceilings import measure_ceilings
-
-        ceil = measure_ceilings("cpu", getattr(torch, dtype), copy_mib=128, matmul_n=1024, reps=3)
+        ceil = measure_ceilings("cpu", getattr(torch, dtype), **FULL)
         cached[key] = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
