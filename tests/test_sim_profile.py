@@ -45,12 +45,17 @@ def test_profile_writes_the_table_and_the_machine_description(profiled):
     assert (on_disk.seconds > 0).all()
     description = json.loads((root / "cpu" / "tiny.json").read_text())
     assert description["machine"]["device"] == "cpu" and description["engine"]["model"] == "tiny"
-    # The same full decode batch timed first and last, so a reader sees whether the machine moved.
+    # The same full decode batch timed first, after each part of the grid and last, so a reader sees
+    # whether and how the machine moved.
     drift = description["drift"]
     assert drift["reference"] == {"decodes": CFG.batch_size, "context": 40}
-    assert drift["first_s"] > 0 and drift["last_s"] > 0
+    series = drift["series_s"]
+    assert len(series) == 5 and min(series) > 0 and (series[0], series[-1]) == (drift["first_s"], drift["last_s"])
     assert drift["rel_change"] == pytest.approx(drift["last_s"] / drift["first_s"] - 1)
+    assert drift["spread"] == pytest.approx(max(series) / min(series) - 1)
+    assert drift["spread"] >= abs(drift["rel_change"]) - 1e-12
     assert summary["reference_forward_rel_change"] == drift["rel_change"]
+    assert summary["reference_forward_spread"] == drift["spread"]
     # The token grid steps finely and pairs every tile multiple with the token after it.
     tokens = set(on_disk[on_disk.op == "qkv_proj"].tokens)
     assert {1, 8, 16, 17, 24, 32, 33, 36} <= tokens
@@ -101,19 +106,23 @@ def test_reading_a_profile_whose_machine_drifted_warns_how_unsure_it_is(profiled
     root, _, _ = profiled
     measured = root / "cpu" / "tiny.csv"
     description = json.loads(measured.with_suffix(".json").read_text())
-    for rel_change, warns in ((0.29, True), (-0.44, True), (0.01, False)):
+    # A profile's own spread over its series; one measured before the series, its first-to-last change.
+    old = {k: v for k, v in description["drift"].items() if k not in ("series_s", "spread")}
+    for drift, warns in (({"spread": 0.29}, 29), ({"spread": 0.01, "rel_change": -0.3}, None),
+                         (old | {"rel_change": -0.44}, 44), (old | {"rel_change": 0.01}, None)):
         path = tmp_path / "tiny.csv"
         path.write_bytes(measured.read_bytes())
-        description["drift"] = description["drift"] | {"rel_change": rel_change}
+        description["drift"] = drift
         path.with_suffix(".json").write_text(json.dumps(description))
         dtype = description["engine"]["torch_dtype"]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             CostModel.for_device("cpu", model="tiny", cost_model="profile", dtype=dtype, profile=path)
         moved = [str(w.message) for w in caught if "reference forward moved" in str(w.message)]
-        expected = (f"profile {path}: its reference forward moved {100 * rel_change:+.0f}% between the start "
-                    "and the end of its measurement; its times are about that unsure")
+        expected = (f"profile {path}: its reference forward moved by up to {warns}% while it was measured; its "
+                    "times are about that unsure")
         assert moved == ([expected] if warns else []), moved
+
 
 def test_a_simulated_run_on_the_measured_profile(profiled, monkeypatch):
     pytest.importorskip("sarathi_lab.engine.executor", reason="the engine's executor seam is not merged yet")

@@ -32,6 +32,15 @@ COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 # warning where the profile is measured and where it is read: more than a quiet machine's spread.
 DRIFT_WARNING = 0.05
 
+
+def drift_spread(description: dict) -> float | None:
+    """How far a profile's reference forward moved while it was measured: its slowest time over its
+    fastest, minus one (a profile that timed it only first and last: their change). None: not timed."""
+    drift = description.get("drift") or {}
+    if "spread" in drift:
+        return drift["spread"]
+    return abs(drift["rel_change"]) if "rel_change" in drift else None
+
 def profiles_dir() -> Path:
     return Path(os.environ.get("SARATHI_PROFILES_DIR") or REPO_ROOT / "profiles")
 
@@ -145,10 +154,10 @@ class ProfileCostModel(CostModel):
         if measured is not None and measured != dtype:
             raise ConfigError(f"dtype={dtype!r} is invalid with the profile {path}: it was measured in {measured}"
                               f" (run task=profile in {dtype}, or simulate in {measured})")
-        drift = description.get("drift", {}).get("rel_change")
-        if drift is not None and abs(drift) > DRIFT_WARNING:
-            warnings.warn(f"profile {path}: its reference forward moved {100 * drift:+.0f}% between the start and "
-                          "the end of its measurement; its times are about that unsure", stacklevel=2)
+        spread = drift_spread(description)
+        if spread is not None and spread > DRIFT_WARNING:
+            warnings.warn(f"profile {path}: its reference forward moved by up to {100 * spread:.0f}% while it was "
+                          "measured; its times are about that unsure", stacklevel=2)
         try:
             table = pd.read_csv(path)
             if table.empty or table.isna().to_numpy().any():

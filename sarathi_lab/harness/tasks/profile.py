@@ -97,37 +97,42 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
     started = time.perf_counter()
-    # The same forward timed first and last: how far the machine's speed moved while the table was
-    # measured, which no interpolation can take out of it.
+    # The same forward timed first, after each part of the grid and last: how far the machine's speed
+    # moved while the table was measured, which no interpolation can take out of it. The points between
+    # tell a slow start (warm-up) from a trend or from noise.
     reference = {"decodes": g["batches"][-1], "context": g["contexts"][len(g["contexts"]) // 2]}
-    first = reference_forward_s(llm, batches, reference, reps)
+    series = [reference_forward_s(llm, batches, reference, reps)]
     for n in g["tokens"]:
         ops, prepare = _measure_batch(llm, batches, reps, prefills=[(n, 0)])
         rows += [(op, n, n, 1, ops[op]) for op in (*DENSE_OPS, "total")]
         rows.append(("prepare", n, n, 1, prepare))
+    series.append(reference_forward_s(llm, batches, reference, reps))
     for chunk, before in g["prefills"]:
         ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, before)])
         rows.append(("prefill_attention", chunk, chunk + before, 1, ops["attention"]))
+    series.append(reference_forward_s(llm, batches, reference, reps))
     for size in g["batches"]:
         for context in g["contexts"]:
             ops, prepare = _measure_batch(llm, batches, reps, decodes=size, context=context)
             rows += [("decode_attention", size, context, size, ops["attention"]),
                      ("total", size, context, size, ops["total"]), ("prepare", size, size * context, size, prepare)]
+    series.append(reference_forward_s(llm, batches, reference, reps))
     for chunk, size, context in g["hybrids"]:
         ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, 0)], decodes=size, context=context)
         rows += [("hybrid_attention", chunk, context, size, ops["attention"]),
                  ("hybrid_total", chunk, context, size, ops["total"])]
     rows += _head_and_sampler(llm, g["batches"], reps)
-    last = reference_forward_s(llm, batches, reference, reps)
-    drift = {"reference": reference, "first_s": first, "last_s": last, "rel_change": last / first - 1}
-    if abs(drift["rel_change"]) > DRIFT_WARNING:
-        log.warning("the reference forward's time changed by %+.1f%% from the profile's start to its end: the "
-                    "machine's speed moved while it was measured; profile again on a quieter machine",
-                    100 * drift["rel_change"])
+    series.append(reference_forward_s(llm, batches, reference, reps))
+    drift = {"reference": reference, "first_s": series[0], "last_s": series[-1],
+             "rel_change": series[-1] / series[0] - 1, "series_s": series, "spread": max(series) / min(series) - 1}
+    if drift["spread"] > DRIFT_WARNING:
+        log.warning("the reference forward's time moved by up to %.1f%% while the profile was measured (%s ms): "
+                    "the machine's speed moved; profile again on a quieter machine", 100 * drift["spread"],
+                    ", ".join(f"{1e3 * t:.3g}" for t in series))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     path = _write(cfg, llm, table, drift)
     summary = {"profile_rows": len(table), "profile_wall_s": time.perf_counter() - started,
-               "reference_forward_rel_change": drift["rel_change"],
+               "reference_forward_rel_change": drift["rel_change"], "reference_forward_spread": drift["spread"],
                "max_tokens": max(g["tokens"]), "max_context": cfg.seq_len, "max_decodes": cfg.batch_size}
     summary |= _self_check(table, llm)
     print(f"profile written to {path}")
