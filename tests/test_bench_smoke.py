@@ -87,7 +87,7 @@ def test_overhead_smoke(capsys):
     # Scheduling, preparing and sampling are timed on their own, inside each iteration but outside
     # its forward pass: together they fit in the overhead, which fits in the iteration.
     timed = table["schedule_frac"] + table["prepare_frac"] + table["sample_frac"]
-    assert ((timed > 0) & (timed <= table["overhead_frac"]) & (table["overhead_frac"] < 1)).all()
+    assert ((timed > 0) & (timed <= table["overhead_fraction"]) & (table["overhead_fraction"] < 1)).all()
     assert _positive_finite(table["iter_ms_mean"].tolist())
 
 
@@ -97,7 +97,7 @@ def test_host_path_smoke(capsys, tmp_path):
     table = host_path.main(["--smoke", "--out", str(tmp_path / "host.csv")])
     assert list(zip(table["case"], table["batch"], table["chunk"])) == [("decode", 1, 0), ("decode", 16, 0),
                                                                         ("hybrid", 4, 64)]
-    for col in ("host_us", "schedule_us", "prepare_us", "h100_forward_us", "host_frac"):
+    for col in ("host_us", "schedule_us", "prepare_us", "h100_forward_us", "overhead_fraction"):
         assert _positive_finite(table[col].tolist()), col
     # The host's parts fit in its time; the forward it is held against is the cost model's for
     # those batches: 16 decodes of about 256 tokens, between the contexts they start and end at.
@@ -108,7 +108,7 @@ def test_host_path_smoke(capsys, tmp_path):
     assert low <= table["h100_forward_us"][1] <= high
     assert table["kv_fits"].all()  # 16 requests of 256 tokens: 4,096 of the H100's ~100,000 KV tokens
     out = capsys.readouterr().out
-    assert "host_frac" in out and "at every batch: " in out and (tmp_path / "host.csv").stat().st_size > 0
+    assert "overhead_fraction" in out and "at every batch: " in out and (tmp_path / "host.csv").stat().st_size > 0
 
 
 def test_host_path_runs_the_real_runner_without_weights():
@@ -297,7 +297,7 @@ def test_iteration_measures_its_ceilings_in_the_dtype_the_engine_runs(monkeypatc
 
 def test_overhead_labels_the_dtype_the_engine_runs(monkeypatch, capsys):
     monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
-    monkeypatch.setattr(overhead, "measure", lambda llm, prompts, new: {"overhead_frac": 0.01})
+    monkeypatch.setattr(overhead, "measure", lambda llm, prompts, new: {"overhead_fraction": 0.01})
     overhead.main([*SMOKE, "--device", "cpu", "--dtype", "bfloat16", "--schedulers", "sarathi"])
     assert "| dtype float32 |" in capsys.readouterr().out
 

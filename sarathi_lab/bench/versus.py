@@ -154,7 +154,7 @@ def run(args) -> pd.DataFrame:
                              "tok_per_s": (sum(map(len, prompts)) + sum(new)) / t,
                              "time_vs_vllm": t / vllm_time, "speedup_vs_hf": hf_time / t,
                              "first_token_agree": first, "agree_prefix_frac": prefix,
-                             "overhead_frac": overhead})
+                             "overhead_fraction": overhead})
     frame = pd.DataFrame(rows)
     gemm = next((llm.cpu_gemm for llm in engines.values()), None)
     print(describe_machine("cpu"))
