@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import textwrap
 import time
 from dataclasses import dataclass
@@ -127,9 +128,9 @@ def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Ru
 
 
 def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5):
-    """A function timing, now, the batch the profile at ``path`` timed first and last (its drift
-    reference), over the mean of those two times: how much slower than while it was profiled the host
-    runs (1.1: 10% slower). The simulator cannot know that the host moved; this says by how much. NaN
+    """A function timing, now, the batch the profile at ``path`` timed while it was measured (its drift
+    reference), over the median of the profile's times of it: how much slower than while it was
+    profiled the host runs (1.1: 10% slower). The simulator cannot know that the host moved; this says by how much. NaN
     for a profile that kept no reference."""
     drift = profile_description(path).get("drift")
     if not drift:
@@ -143,7 +144,7 @@ def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=ref["decodes"], num_threads=1,
               max_model_len=longest, num_kv_blocks=ref["decodes"] * blocks_for(longest, BLOCK_SIZE) + 8)
     batches = SyntheticBatches(_on_clock(llm, clock))
-    profiled_s = (drift["first_s"] + drift["last_s"]) / 2
+    profiled_s = statistics.median(drift.get("series_s") or (drift["first_s"], drift["last_s"]))
     return lambda: reference_forward_s(llm, batches, ref, reps) / profiled_s
 
 
