@@ -188,19 +188,37 @@ def test_rows_double_when_every_request_still_holds_its_blocks():
 
 
 def test_staged_copies_build_the_same_tensors():
-    # The pinned staging path (CUDA) gathers every input into one buffer, int64s then int32s; on this
-    # machine the buffer is pageable and the copy goes to the meta device, but the layout is the same.
+    # The pinned staging path (CUDA) gathers every input into one buffer, int64s then int32s, each
+    # part on a 16-byte boundary; on this machine the buffer is pageable and the copy goes to the
+    # meta device, but the layout is the same.
     seq = Sequence(0, list(range(10, 30)), 4, block_table=[3, 1, 2, 0, 4])
     dec = Sequence(1, [7, 8, 9], 4, num_computed=2, block_table=[6])
     batch = ScheduledBatch(prefills=[ScheduledChunk(seq, 12)], decodes=[dec])
     staging, expected = HostStaging(), reference(batch, 4)
     staged = batch_tensors(batch, 4, torch.device("meta"), staging=staging)
     assert staged.input_ids.device.type == "meta" and staged.meta.block_tables.shape == (2, 3)
-    ints = [*expected["query_start_loc"], *expected["seq_lens"], *itertools.chain(*expected["block_tables"])]
-    longs = list(itertools.chain(*(expected[k] for k in ("input_ids", "positions", "slot_mapping", "logits_indices"))))
-    raw = staging.buffer(8 * len(longs) + 4 * len(ints))
-    assert raw[: 8 * len(longs)].view(torch.int64).tolist() == longs
-    assert raw[8 * len(longs) :].view(torch.int32).tolist() == ints
+    parts = [(expected[k], torch.int64) for k in ("input_ids", "positions", "slot_mapping", "logits_indices")]
+    parts += [(expected["query_start_loc"], torch.int32), (expected["seq_lens"], torch.int32),
+              (list(itertools.chain(*expected["block_tables"])), torch.int32)]
+    raw, offset = staging.buffer(1024), 0
+    for values, dtype in parts:
+        size = len(values) * dtype.itemsize
+        assert raw[offset : offset + size].view(dtype).tolist() == values
+        offset = -(-(offset + size) // 16) * 16
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=5), st.lists(st.integers(0, 40), min_size=1, max_size=4))
+def test_packed_parts_come_back_whole_each_on_a_16_byte_boundary(long_lens, int_lens):
+    # Triton compiles a kernel again for each new alignment of its pointers: no part may sit at an
+    # offset that moves with the lengths before it.
+    longs = [torch.arange(n, dtype=torch.int64).numpy() * 3 for n in long_lens]
+    ints = [torch.arange(n, dtype=torch.int64).numpy() - 7 for n in int_lens]
+    host, spans = runner.packed(longs, ints, lambda n: torch.empty(n, dtype=torch.uint8))
+    views = runner.unpacked(host, spans)
+    assert [v.tolist() for v in views] == [p.tolist() for p in longs + ints]
+    assert [v.dtype for v in views] == [torch.int64] * len(longs) + [torch.int32] * len(ints)
+    assert all(v.data_ptr() % runner.PART_ALIGN == 0 for v in views) and runner.PART_ALIGN == 16
 
 
 def test_a_request_without_the_blocks_of_its_step_is_refused():

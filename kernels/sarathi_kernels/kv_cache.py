@@ -22,7 +22,7 @@ from sarathi_kernels._checks import (
 from sarathi_kernels.triton_jit import jit
 
 
-@jit
+@jit(do_not_specialize=("num_tokens",))
 def _write_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, num_tokens, head_dim,
                      stride_kt, stride_kh, stride_vt, stride_vh,
                      stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,

@@ -82,7 +82,7 @@ def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
     return acc, m_new, l_i
 
 
-@jit
+@jit(do_not_specialize=("num_requests", "stride_bt"))
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,

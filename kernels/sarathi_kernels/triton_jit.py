@@ -66,6 +66,12 @@ if INTERPRETED:
     triton.knobs.runtime.interpret = True
 
 
-def jit(fn):
-    """``triton.jit`` with the mode chosen above."""
-    return InterpretedFunction(fn) if INTERPRETED else triton.jit(fn)
+def jit(fn=None, *, do_not_specialize: tuple[str, ...] = ()):
+    """``triton.jit`` with the mode chosen above. ``do_not_specialize``: integer arguments that change
+    from call to call (counts, a table's width): Triton otherwise compiles a version of the kernel for
+    each of their classes (1, a multiple of 16, any other), so a new batch shape would stall mid-run."""
+    if fn is None:
+        return lambda f: jit(f, do_not_specialize=do_not_specialize)
+    if INTERPRETED:
+        return InterpretedFunction(fn)
+    return triton.jit(fn, do_not_specialize=list(do_not_specialize) or None)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.steps.env import ceilings
+from sarathi_lab.harness.results import current_names
 from sarathi_lab.profiling.overhead import TARGET
 
 
@@ -48,7 +49,7 @@ def overhead_figure(out: Path) -> bool:
     path = state.step_dir(out, "overhead") / "iterations.csv"
     if not path.is_file():
         return False
-    table = pd.read_csv(path)
+    table = pd.read_csv(path).rename(columns=current_names)  # a suite's older files under today's names
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for kind, rows in table.groupby("kind"):
         ax.scatter(rows.iteration, 100 * rows.overhead_fraction, s=8, label=kind)

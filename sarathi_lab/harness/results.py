@@ -38,7 +38,7 @@ RENAMED = {
        for p in (50, 90, 99)},
     **ITERATION_COLUMNS, **REQUEST_COLUMNS, "ttft": "ttft_s", "e2e": "e2el_s",
     "capacity_qps": "capacity_rps", "lowest_failing_qps": "lowest_failing_rps", "qps": "rate_rps",
-    "profile_seconds": "profile_wall_s",
+    "profile_seconds": "profile_wall_s", "outside_forward_share": "overhead_fraction",
 }
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,18 +203,45 @@ def _too_few_blocks(seq, held: int, cached: int) -> ValueError:
 def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.device,
                staging: HostStaging | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The parts as int64 and int32 tensors on ``device``: on the CPU the host arrays themselves
-    (the int32 ones converted); elsewhere views of one host-to-device copy of one host buffer, int64s
-    first (so that both stay aligned), asynchronous from ``staging``'s pinned memory."""
+    (the int32 ones converted); elsewhere views of one host-to-device copy of one host buffer
+    (``packed``), asynchronous from ``staging``'s pinned memory."""
     if device.type == "cpu":
         return ([torch.from_numpy(p) for p in longs], [torch.from_numpy(p.astype(np.int32, copy=False)) for p in ints])
-    long_lens, int_lens = [len(p) for p in longs], [len(p) for p in ints]
-    n64, n32 = sum(long_lens) * 8, sum(int_lens) * 4
-    host = staging.buffer(n64 + n32) if staging is not None else torch.empty(n64 + n32, dtype=torch.uint8)
-    raw = host.numpy()
-    np.concatenate(longs, out=raw[:n64].view(np.int64), casting="unsafe")
-    np.concatenate(ints, out=raw[n64:].view(np.int32), casting="unsafe")
+    host, spans = packed(longs, ints, staging.buffer if staging is not None else _pageable)
     flat = host.to(device, non_blocking=staging is not None)
     if staging is not None:
         staging.copied()
-    return (list(torch.split_with_sizes(flat[:n64].view(torch.int64), long_lens)),
-            list(torch.split_with_sizes(flat[n64:].view(torch.int32), int_lens)))
+    views = unpacked(flat, spans)
+    return views[: len(longs)], views[len(longs):]
+
+
+# Where each part starts in the packed buffer: Triton compiles a kernel again (and keeps each
+# version) for every new combination of its pointer arguments' 16-byte alignment, so parts at
+# offsets that move with the batch's sizes would make new batch shapes compile kernels mid-run.
+PART_ALIGN = 16
+
+
+def packed(longs: list[np.ndarray], ints: list[np.ndarray],
+           alloc: Callable[[int], torch.Tensor]) -> tuple[torch.Tensor, list[tuple[int, int, torch.dtype]]]:
+    """The parts (int64s, then int32s) written into one uint8 host buffer from ``alloc(nbytes)``,
+    each starting on a PART_ALIGN-byte boundary, and where each lies: (byte offset, count, dtype)."""
+    parts = [(p, torch.int64) for p in longs] + [(p, torch.int32) for p in ints]
+    spans, end = [], 0
+    for part, dtype in parts:
+        spans.append((end, len(part), dtype))
+        end += -(-len(part) * dtype.itemsize // PART_ALIGN) * PART_ALIGN
+    host = alloc(end)
+    raw = host.numpy()
+    for (offset, n, dtype), (part, _) in zip(spans, parts):
+        np_dtype = np.int64 if dtype == torch.int64 else np.int32
+        np.copyto(raw[offset : offset + n * dtype.itemsize].view(np_dtype), part, casting="unsafe")
+    return host, spans
+
+
+def unpacked(flat: torch.Tensor, spans: list[tuple[int, int, torch.dtype]]) -> list[torch.Tensor]:
+    """The parts ``packed`` wrote, as views of ``flat`` (that buffer, or its copy on a device)."""
+    return [flat[offset : offset + n * dtype.itemsize].view(dtype) for offset, n, dtype in spans]
+
+
+def _pageable(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8)

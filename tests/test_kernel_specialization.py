@@ -1,0 +1,72 @@
+"""A batch's shape never makes the CUDA kernels compile again mid-run. Triton keys each compiled
+version of a kernel by its arguments' classes (an integer 1, a multiple of 16 or another; a pointer
+16-byte aligned or not), so every argument that moves with the batch must stay out of that key: the
+integers by ``do_not_specialize``, the runner's packed inputs by their alignment. Checked with
+Triton's own binder for an sm90 target on batches the runner packs, on the CPU (no GPU launches)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.triton_compile import compile_for_gpu
+
+_SCRIPT = '''
+import json, sys
+import numpy as np, torch
+try:
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+except ImportError:
+    print(json.dumps("no binder")); sys.exit()
+from sarathi_kernels import kv_cache, paged_attention as pa
+from sarathi_lab.model.runner import packed, unpacked
+
+backend = make_backend(GPUTarget("cuda", 90, 32))
+
+def keys_of(module, name, call):
+    """The specialisation key of each launch ``call()`` makes of ``module.name``."""
+    kernel, keys = getattr(module, name), []
+    bind = create_function_from_signature(kernel.signature, kernel.params, backend)
+
+    class Capture:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: keys.append(str(bind(*args, **kwargs)[1]))
+
+    setattr(module, name, Capture())
+    try:
+        call()
+    finally:
+        setattr(module, name, kernel)
+    return keys
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 8, 2, 64, 16
+cache = torch.zeros(64, BLOCK, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
+attention, writes = set(), set()
+for requests in (1, 2, 15, 16, 17, 32):
+    for width in (1, 2, 16, 17, 64, 65):
+        # One decode per request, as batch_tensors packs them: ids, positions, slots, logits rows
+        # (int64), then query_start_loc, seq_lens, block tables (int32).
+        longs = [np.zeros(requests, np.int64)] * 4
+        ints = [np.arange(requests + 1), np.full(requests, BLOCK * width), np.zeros(requests * width)]
+        host, spans = packed(longs, ints, lambda n: torch.empty(n, dtype=torch.uint8))
+        _, _, slots, _, starts, lens, tables = unpacked(host, spans)
+        qkv = torch.zeros(requests, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=torch.bfloat16)
+        q = qkv[:, : HEADS * HEAD_DIM].view(requests, HEADS, HEAD_DIM)
+        k = qkv[:, HEADS * HEAD_DIM : (HEADS + KV_HEADS) * HEAD_DIM].view(requests, KV_HEADS, HEAD_DIM)
+        attention.update(keys_of(pa, "_paged_attention_kernel", lambda: pa.paged_attention(
+            q, cache, cache, starts, lens, tables.view(requests, width), max_query_len=1)))
+        writes.update(keys_of(kv_cache, "_write_kv_kernel", lambda: kv_cache.write_kv_cache(
+            k, k, cache, cache, slots)))
+print(json.dumps({"attention": len(attention), "write_kv": len(writes)}))
+'''
+
+
+def test_decode_batches_of_every_shape_share_one_compiled_kernel():
+    done = compile_for_gpu("from triton.backends.compiler import GPUTarget\n" + _SCRIPT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if found == "no binder":
+        pytest.skip("this Triton has no create_function_from_signature to ask for a launch's key")
+    # 36 batch shapes (requests 1 to 32, tables 1 to 65 blocks wide, their parts at moving offsets).
+    assert found == {"attention": 1, "write_kv": 1}
