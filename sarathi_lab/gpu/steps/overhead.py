@@ -33,7 +33,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         rows = table[(table.kind == kind) & ((table.num_decode_requests == n) if kind == "decode" else True)]
         if rows.empty:
             continue
-        # A kernel compiled mid-run (a new specialisation) stalls its iteration for a second or more.
+        # A kernel compiled mid-run (a new specialisation) stalls its iteration for the whole compile.
         forwards = table[table.kind == kind].forward_s
         stalled = int((forwards > STALL * forwards.median()).sum())
         share = statistics.median(rows.overhead_fraction)
