@@ -15,9 +15,10 @@ from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, pos
 from sarathi_lab.bench.common import parse, print_table
 from sarathi_lab.config import DTYPE_BYTES, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
+from sarathi_lab.engine.metrics import overhead_fraction
 from sarathi_lab.profiling import load
 from sarathi_lab.profiling.machine import describe_machine
-from sarathi_lab.profiling.overhead import TARGET, overhead_fraction
+from sarathi_lab.profiling.overhead import TARGET
 
 MODEL = "llama2-7b"
 GPU = "h100"

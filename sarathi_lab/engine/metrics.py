@@ -36,6 +36,12 @@ class IterationRecord:
         return self.num_prefill_requests + self.num_decode_requests
 
 
+def overhead_fraction(outside_s, forward_s):
+    """The share of an iteration's (or a run's) time outside the model's forward pass, scalars or
+    columns alike: what the overhead target (profiling.overhead.TARGET) judges."""
+    return outside_s / (outside_s + forward_s)
+
+
 def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
     """Each iteration's kind from its token counts (arrays or columns of iteration rows): "prefill"
     (prefill chunks only), "decode" (decodes only) or "hybrid" (a chunk with decodes riding on it)."""
@@ -149,7 +155,7 @@ class Metrics:
             "num_iterations": len(its),
             "makespan_s": makespan,
             "busy_time_s": busy,
-            "overhead_fraction": (busy - forward) / busy if busy > 0 else float("nan"),
+            "overhead_fraction": overhead_fraction(busy - forward, forward) if busy > 0 else float("nan"),
             "prefill_tokens": prefill,
             "decode_tokens": decode,
             "generated_tokens": sum(r.output_len for r in reqs),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sarathi_lab.engine.metrics import iteration_kinds
+from sarathi_lab.engine.metrics import iteration_kinds, overhead_fraction
 from sarathi_lab.engine.sequence import SamplingParams
 
 # The target for an iteration's overhead_fraction, the one definition every benchmark and the GPU
@@ -26,8 +26,3 @@ def serve(llm, prompts, new_tokens) -> pd.DataFrame:
     table["host_share"] = table[[f"{part}_s" for part in HOST_PARTS]].sum(axis=1) / table.duration_s
     table["overhead_fraction"] = overhead_fraction(table.duration_s - table.forward_s, table.forward_s)
     return table
-
-
-def overhead_fraction(outside_s, forward_s):
-    """The share of an iteration's time outside the model's forward pass (scalars or columns alike)."""
-    return outside_s / (outside_s + forward_s)
