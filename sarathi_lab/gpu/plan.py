@@ -43,7 +43,7 @@ HEAD: tuple[Step, ...] = (
     Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
-         "schedule+prepare+sample share of each decode-only and hybrid iteration (target < 5%)"),
+         "each decode-only and hybrid iteration's time outside the forward pass (target < 5%), and its stalls"),
     Step("launch", 0.2, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024 and a 256-token chunk beside "
          "17 of them: one forward eager and replayed from a CUDA graph, beside its floor (how launch-bound)"),
 )

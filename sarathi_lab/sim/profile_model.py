@@ -28,7 +28,7 @@ DENSE_OPS = tuple(op for op in OPS if op != "attention")
 COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 
 
-# A reference forward that moved more than this between a profile's start and end is worth a
+# A reference forward whose times spread more than this while a profile was measured is worth a
 # warning where the profile is measured and where it is read: more than a quiet machine's spread.
 DRIFT_WARNING = 0.05
 

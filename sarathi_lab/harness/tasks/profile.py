@@ -101,28 +101,33 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     # moved while the table was measured, which no interpolation can take out of it. The points between
     # tell a slow start (warm-up) from a trend or from noise.
     reference = {"decodes": g["batches"][-1], "context": g["contexts"][len(g["contexts"]) // 2]}
-    series = [reference_forward_s(llm, batches, reference, reps)]
+    series: list[float] = []
+
+    def time_reference() -> None:
+        series.append(reference_forward_s(llm, batches, reference, reps))
+
+    time_reference()
     for n in g["tokens"]:
         ops, prepare = _measure_batch(llm, batches, reps, prefills=[(n, 0)])
         rows += [(op, n, n, 1, ops[op]) for op in (*DENSE_OPS, "total")]
         rows.append(("prepare", n, n, 1, prepare))
-    series.append(reference_forward_s(llm, batches, reference, reps))
+    time_reference()
     for chunk, before in g["prefills"]:
         ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, before)])
         rows.append(("prefill_attention", chunk, chunk + before, 1, ops["attention"]))
-    series.append(reference_forward_s(llm, batches, reference, reps))
+    time_reference()
     for size in g["batches"]:
         for context in g["contexts"]:
             ops, prepare = _measure_batch(llm, batches, reps, decodes=size, context=context)
             rows += [("decode_attention", size, context, size, ops["attention"]),
                      ("total", size, context, size, ops["total"]), ("prepare", size, size * context, size, prepare)]
-    series.append(reference_forward_s(llm, batches, reference, reps))
+    time_reference()
     for chunk, size, context in g["hybrids"]:
         ops, _ = _measure_batch(llm, batches, reps, prefills=[(chunk, 0)], decodes=size, context=context)
         rows += [("hybrid_attention", chunk, context, size, ops["attention"]),
                  ("hybrid_total", chunk, context, size, ops["total"])]
     rows += _head_and_sampler(llm, g["batches"], reps)
-    series.append(reference_forward_s(llm, batches, reference, reps))
+    time_reference()
     drift = {"reference": reference, "first_s": series[0], "last_s": series[-1],
              "rel_change": series[-1] / series[0] - 1, "series_s": series, "spread": max(series) / min(series) - 1}
     if drift["spread"] > DRIFT_WARNING:
