@@ -17,7 +17,7 @@ from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import load_runs
 from sarathi_lab.harness.schema import LoggerCfg
 from sarathi_lab.harness.wandb_logger import HISTORY_PREFIX, TIME_AXIS, resolve_mode
-from tests.wandb_records import read_offline_run
+from tests.wandb_records import parse_records, read_offline_run
 
 RUN = ["experiment=smoke", "workload.num_requests=2", "seq_len=48", "pd_ratio=5", "chunk=16", "tags=[paper]"]
 
@@ -68,6 +68,17 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capf
     saved = {p.name for p in (out / "wandb").glob("offline-run-*/files/*")}
     assert {"metrics.json", "iterations.parquet", "requests.parquet"} <= saved, "the run's files, for the W&B API"
     assert len(load_runs(out)) == 1, "W&B's copy of metrics.json is not a second run"
+    assert_a_torn_read_yields_the_records_written_so_far(next((out / "wandb").rglob("run-*.wandb")))
+
+
+def assert_a_torn_read_yields_the_records_written_so_far(path):
+    # W&B's service is still writing while the reader reads, so the file can end at any byte.
+    data = path.read_bytes()
+    whole = parse_records(data)
+    for cut in [*range(0, len(data), 61), *range(len(data) - 64, len(data))]:
+        got = parse_records(data[:cut])
+        assert got == whole[:len(got)], f"a read cut at byte {cut} of {len(data)}"
+    assert parse_records(data[:-1]) == whole[:-1]
 
 
 @pytest.mark.parametrize("failure", [OSError("[Errno 13] Permission denied: '/results/wandb'"),

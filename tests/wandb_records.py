@@ -4,12 +4,17 @@ summary only there, and ships no public reader).
 The file is a 7-byte header (":W&B", magic 0xBEE1, version) followed by a LevelDB-style log:
 32 KiB blocks of chunks, each with a 7-byte header (crc32 4, length 2, type 1) that a record
 spans as FULL, or FIRST, MIDDLE..., LAST; a block tail too short for a chunk header is zero padding.
+The crc is zlib's crc32 of the type byte and the chunk.
+
+W&B's service writes the file while the run's process reads it, so a read can end inside a chunk:
+the records before it are whole and returned, the torn tail is left for the next read.
 """
 from __future__ import annotations
 
 import json
 import struct
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,19 +36,29 @@ class OfflineRun:
 
 
 def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
-    data = Path(path).read_bytes()
+    return parse_records(Path(path).read_bytes(), str(path))
+
+
+def parse_records(data: bytes, name: str = "W&B file") -> list[wandb_internal_pb2.Record]:
+    """The whole records in data, which may end anywhere in the file W&B is still writing."""
+    if len(data) < _FILE_HEADER.size:
+        return []
     ident, magic, _ = _FILE_HEADER.unpack_from(data)
-    assert (ident, magic) == (b":W&B", 0xBEE1), f"{path} is not a W&B record log"
+    assert (ident, magic) == (b":W&B", 0xBEE1), f"{name} is not a W&B record log"
     records, pending, pos = [], b"", _FILE_HEADER.size
     while pos + _CHUNK_HEADER.size <= len(data):
         if _BLOCK - pos % _BLOCK < _CHUNK_HEADER.size:
             pos += _BLOCK - pos % _BLOCK
             continue
-        _, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
-        pos += _CHUNK_HEADER.size
-        chunk, pos = data[pos:pos + length], pos + length
+        crc, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
         if kind == 0:  # zero padding at the end of a block
+            pos += _CHUNK_HEADER.size + length
             continue
+        start, pos = pos + _CHUNK_HEADER.size, pos + _CHUNK_HEADER.size + length
+        if pos > len(data):
+            break  # the writer has not finished this chunk yet
+        chunk = data[start:pos]
+        assert zlib.crc32(bytes([kind]) + chunk) == crc, f"{name}: chunk at byte {start} fails its crc"
         pending = chunk if kind in (_FULL, _FIRST) else pending + chunk
         if kind in (_FULL, _LAST):
             record = wandb_internal_pb2.Record()
@@ -57,12 +72,15 @@ def read_offline_run(run_dir: Path, timeout_s: float = 30.0) -> OfflineRun:
 
     W&B's service process writes the file asynchronously and has been seen to return from
     finish() before its records reached the disk, so wait (boundedly) for the exit record."""
-    (path,) = Path(run_dir).rglob("run-*.wandb")
     deadline = time.monotonic() + timeout_s
-    records = read_records(path)
-    while not any(r.WhichOneof("record_type") == "exit" for r in records) and time.monotonic() < deadline:
+    while True:
+        paths = list(Path(run_dir).rglob("run-*.wandb"))
+        assert len(paths) <= 1, f"more than one W&B run under {run_dir}: {paths}"
+        records = read_records(paths[0]) if paths else []
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() >= deadline:
+            break
         time.sleep(0.5)
-        records = read_records(path)
+    assert paths, f"no run-*.wandb under {run_dir} after {timeout_s} s"
     out = OfflineRun()
     for record in records:
         kind = record.WhichOneof("record_type")
