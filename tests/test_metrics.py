@@ -4,9 +4,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sarathi_lab import LLM
-from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
+from sarathi_lab.engine.metrics import STALL, IterationRecord, Metrics, RequestRecord, stalled
 
 
 def _iteration(i, prefill, decode, duration=1.0, forward=0.9):
@@ -105,3 +107,19 @@ def test_the_iteration_columns_are_the_rows_by_column():
     pd.testing.assert_frame_equal(by_columns, by_rows)
     assert list(by_columns.columns) == list(m.iteration_rows()[0]) and by_columns.num_tokens.tolist() == [4, 3, 2]
     pd.testing.assert_frame_equal(pd.DataFrame(Metrics().iteration_columns()), pd.DataFrame(Metrics().iteration_rows()))
+
+
+def test_a_stall_is_judged_against_its_own_kind():
+    # A prefill many times a decode is its work; a decode many times the other decodes is a pause.
+    seconds = [0.03, 0.031, 0.029, 0.03, 1.2, 0.5, 0.45, 0.03 * (STALL - 0.5)]
+    kinds = ["decode"] * 5 + ["prefill", "prefill", "decode"]
+    assert stalled(seconds, kinds).tolist() == [False, False, False, False, True, False, False, False]
+
+
+@given(st.floats(1e-4, 1.0), st.lists(st.floats(1.0, STALL * 0.99), min_size=2, max_size=40),
+       st.floats(STALL * 1.01, 100.0))
+def test_one_pause_among_iterations_of_like_cost_is_the_only_stall(base, spreads, factor):
+    # Iterations within STALL of each other are never stalls; one past STALL times the slowest always is.
+    times = [base * s for s in spreads]
+    mask = stalled([*times, max(times) * factor], ["hybrid"] * (len(times) + 1))
+    assert mask.tolist() == [False] * len(times) + [True]

@@ -28,13 +28,11 @@ from sarathi_lab.bench.sim_validate import (
     served_errors,
     verdict,
 )
-from sarathi_lab.engine.metrics import iteration_kinds
+from sarathi_lab.engine.metrics import STALL, iteration_kinds, stalled
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
 
 COST_MODELS = ("roofline", "profile")
-# An iteration this many times its kind's median in the same run is a stall, not a cost (``stalls``).
-STALL = 5.0
 LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
 # Keys of the measured run's command line its simulated rebuild sets itself (or must not inherit).
 _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
@@ -77,11 +75,10 @@ def load(run_dir: Path) -> Run:
 
 
 def stalls(iterations: pd.DataFrame) -> pd.Series:
-    """The iterations that took more than ``STALL`` times the median of their kind in the run: a
-    pause of the real engine (a kernel compiled for a new shape, the host descheduled), which no
+    """The run's stalled iterations (``engine.metrics.stalled``): pauses of the real engine, which no
     cost model predicts and which a makespan or a gain carries whole."""
-    kind = iteration_kinds(iterations.num_prefill_tokens, iterations.num_decode_tokens)
-    return iterations.duration_s > STALL * iterations.duration_s.groupby(kind).transform("median")
+    kinds = iteration_kinds(iterations.num_prefill_tokens, iterations.num_decode_tokens)
+    return pd.Series(stalled(iterations.duration_s, kinds), index=iterations.index)
 
 
 def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progress=print):

@@ -49,6 +49,19 @@ def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
     return np.select([prefill & decode, prefill], ["hybrid", "prefill"], "decode")
 
 
+# An iteration this many times the median of its kind in the same run is a stall (a kernel compiled
+# for a new shape, the host descheduled), not the cost of its work: a run's iterations of one kind
+# differ by a few times at most.
+STALL = 5.0
+
+
+def stalled(seconds, kinds) -> np.ndarray:
+    """Which iterations (columns of their times and kinds) took over ``STALL`` times their kind's median."""
+    seconds, kinds = np.asarray(seconds, dtype=float), np.asarray(kinds)
+    medians = {kind: np.median(seconds[kinds == kind]) for kind in np.unique(kinds)}
+    return seconds > STALL * np.array([medians[k] for k in kinds], dtype=float).reshape(seconds.shape)
+
+
 @dataclass(slots=True)
 class RequestRecord:
     request_id: int

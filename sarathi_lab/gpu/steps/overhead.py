@@ -8,15 +8,13 @@ import statistics
 import torch
 
 from sarathi_lab import LLM
+from sarathi_lab.engine.metrics import STALL, stalled
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.profiling.overhead import TARGET, serve
 
 # model, dtype, requests, prompt tokens, new tokens, chunk: on the GPU the paper's batch of 18,
 # each prompt 4 chunks, so hybrids carry 1-17 decodes and ~60 decode-only iterations have all 18.
-# A forward this many times the median of its iteration kind's is a stall, not noise: the batches of
-# a kind here differ by a few decodes at most.
-STALL = 10
 SHAPES = {"cuda": ("llama-13b", "bfloat16", 18, 1024, 128, 256), "cpu": ("tiny", "float32", 4, 64, 16, 32)}
 
 
@@ -35,15 +33,15 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
             continue
         # A kernel compiled mid-run (a new specialisation) stalls its iteration for the whole compile.
         forwards = table[table.kind == kind].forward_s
-        stalled = int((forwards > STALL * forwards.median()).sum())
+        stalls = int(stalled(forwards, [kind] * len(forwards)).sum())
         share = statistics.median(rows.overhead_fraction)
         metrics += [Metric(f"overhead_fraction_median[{kind}]", round(share, 4), "", f"< {TARGET} ({label})",
                            share < TARGET if kind == "decode" else None),
                     Metric(f"overhead_fraction_p90[{kind}]", round(rows.overhead_fraction.quantile(0.9), 4)),
                     Metric(f"host_share_median[{kind}]", round(statistics.median(rows.host_share), 4)),
                     Metric(f"iteration_ms_median[{kind}]", round(statistics.median(rows.duration_s) * 1e3, 3), "ms"),
-                    Metric(f"stalled_iterations[{kind}]", stalled, "", f"0 (none over {STALL}x the median forward)",
-                           stalled == 0 if ctx.device == "cuda" else None),
+                    Metric(f"stalled_iterations[{kind}]", stalls, "", f"0 (none over {STALL:g}x the median forward)",
+                           stalls == 0 if ctx.device == "cuda" else None),
                     Metric(f"iterations[{kind}]", len(rows))]
     notes = [f"{model} {dtype} on {ctx.device}: {n} requests of {prompt_len} + {new} tokens, sarathi chunk {chunk}"]
     return metrics, notes
