@@ -92,6 +92,26 @@ def test_write_kv_matches_reference(dtype, block_size):
         torch.testing.assert_close(cache, ref, rtol=0, atol=0, equal_nan=True)
 
 
+def test_write_kv_skips_negative_slots():
+    # A CUDA graph's padded rows carry slot -1: their keys must land nowhere, the others as usual.
+    kv_heads, head_dim, block_size = 2, 64, 16
+    _, k_cache, v_cache, meta = make_inputs([], MIXED_DECODES, heads=kv_heads, kv_heads=kv_heads,
+                                            head_dim=head_dim, block_size=block_size, dtype=torch.float32)
+    # Each cache sits between two guard blocks, where a negative slot's store would land.
+    k_whole, v_whole = (torch.full((len(c) + 2, *c.shape[1:]), float("nan")) for c in (k_cache, v_cache))
+    k_cache, v_cache = k_whole[1:-1], v_whole[1:-1]
+    slots = torch.cat([meta.slot_mapping, torch.full((20,), -1, dtype=torch.int64)])
+    key = torch.randn(len(slots), kv_heads, head_dim)
+    value = torch.randn_like(key)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    reference.write_kv(key[: len(meta.slot_mapping)], value[: len(meta.slot_mapping)], k_ref, v_ref,
+                       meta.slot_mapping)
+    write_kv_cache(key, value, k_cache, v_cache, slots)
+    for whole, ref in ((k_whole, k_ref), (v_whole, v_ref)):
+        torch.testing.assert_close(whole[1:-1], ref, rtol=0, atol=0, equal_nan=True)
+        assert whole[[0, -1]].isnan().all(), "a padded token's key was stored outside the cache"
+
+
 @pytest.mark.parametrize("dtype,block_size,heads,kv_heads,head_dim", [
     (torch.float32, 16, 4, 4, 64),
     (torch.float16, 32, 8, 2, 64),

@@ -30,7 +30,9 @@ def _write_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, num
     head = tl.program_id(1)
     tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     tok_ok = tok < num_tokens
-    slot = tl.load(slot_ptr + tok, mask=tok_ok, other=0)
+    slot = tl.load(slot_ptr + tok, mask=tok_ok, other=-1)
+    # A negative slot is a padded token (a CUDA graph's batch larger than the real one): not stored.
+    tok_ok = tok_ok & (slot >= 0)
     block = slot // BLOCK_SIZE
     within = slot % BLOCK_SIZE
     offs_d = tl.arange(0, HEAD_DIM_PAD)
@@ -48,7 +50,8 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
                    slot_mapping: torch.Tensor, *, block_t: int = 16) -> None:
     """key/value [T, kv_heads, head_dim] -> cache slots ``slot_mapping`` (int64 [T]), in place.
 
-    Slots are trusted (no device sync to check them); each must lie inside the cache.
+    Slots are trusted (no device sync to check them); each must lie inside the cache, or be negative:
+    that token is skipped (a padded one).
     """
     require_dim("key", key, 3, "[tokens, kv_heads, head_dim]")
     require(value.shape == key.shape, f"value shape {tuple(value.shape)} differs from key shape {tuple(key.shape)}")
