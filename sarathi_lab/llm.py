@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
 
@@ -17,6 +18,7 @@ from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.model import build_model
 from sarathi_lab.model.cpu_linear import linear_gemm
+from sarathi_lab.model.cuda_graphs import DecodeGraphs
 from sarathi_lab.model.executor import ModelExecutor
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.loader import eos_token_of
@@ -49,6 +51,8 @@ class LLM:
         # Before the weights are allocated: it refuses a cache smaller than what it reserves per request.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
+        # The decode batch sizes replayed from CUDA graphs; None: none captured.
+        self.cuda_graphs: list[int] | None = None
         if cfg.executor == "sim":
             self.cpu_gemm = None
             clock = VirtualClock()
@@ -77,7 +81,22 @@ class LLM:
                             shape.head_dim, dtype=self.dtype, device=device)
         self.kv_caches = [(layer[0], layer[1]) for layer in cache]
         clock = make_clock("wall", device)
-        return ModelExecutor(ModelRunner(self.model, self.kv_caches, cfg.block_size, device), clock), clock
+        runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device)
+        replayable = cfg.cuda_graphs and backend.name == "triton" and device.type == "cuda"
+        graphs = self._capture_graphs(runner) if replayable else None
+        return ModelExecutor(runner, clock, graphs), clock
+
+    def _capture_graphs(self, runner: ModelRunner) -> DecodeGraphs | None:
+        """The decode forwards' CUDA graphs; a capture that fails leaves the engine eager, with one warning."""
+        cfg = self.config
+        try:
+            graphs = DecodeGraphs(runner, cfg.max_batch_size, -(-self.max_model_len // cfg.block_size))
+        except Exception as e:  # noqa: BLE001 - the run goes on eagerly, and its environment says so
+            warnings.warn(f"engine.cuda_graphs=true: capture failed, so every forward runs eagerly "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})", stacklevel=3)
+            return None
+        self.cuda_graphs = graphs.sizes
+        return graphs
 
     @property
     def kv_capacity_tokens(self) -> int:

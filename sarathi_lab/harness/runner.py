@@ -102,7 +102,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         directory.mkdir(parents=True, exist_ok=True)
-        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine)
+        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine,
+                                          llm.cuda_graphs)
         write_results(directory, tables, RunResult(
             summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
             resolved_config=resolved_config, environment=environment,

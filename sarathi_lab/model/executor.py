@@ -9,14 +9,17 @@ from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.model.runner import ModelRunner
+from sarathi_lab.model.cuda_graphs import DecodeGraphs
+from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 from sarathi_lab.model.sampler import Sampler
 
 
 class ModelExecutor(Executor):
-    def __init__(self, runner: ModelRunner, clock: Clock):
+    def __init__(self, runner: ModelRunner, clock: Clock, graphs: DecodeGraphs | None = None):
         self.runner = runner
         self.clock = clock
+        # Decode-only batches replay these where one holds them (None: every forward is eager).
+        self.graphs = graphs
         self.cuda = runner.device.type == "cuda"
         # Reused every iteration: the forward's device time, between two marks on its stream.
         self._events = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.cuda
@@ -40,14 +43,14 @@ class ModelExecutor(Executor):
             # Device time of the forward alone, without the host's launch gaps before it.
             start, end = self._events
             start.record()
-            output = self.runner.forward(prepared, fused)
+            output = self.forward(prepared, fused)
             end.record()
             end.synchronize()
             forward_s = start.elapsed_time(end) / 1e3
             t2 = clock.now()
         else:
             t1 = clock.now()
-            output = self.runner.forward(prepared, fused)
+            output = self.forward(prepared, fused)
             t2 = clock.now()
             forward_s = t2 - t1
         if fused:
@@ -58,3 +61,8 @@ class ModelExecutor(Executor):
             tokens = self.sampler(output, keys)
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=forward_s, sample_s=t3 - t2)
+
+    def forward(self, prepared: PreparedBatch, fused: bool = False):
+        """The runner's forward of ``prepared``, or the replay of a CUDA graph that holds it."""
+        size = None if self.graphs is None or fused else self.graphs.size_for(prepared)
+        return self.runner.forward(prepared, fused) if size is None else self.graphs.replay(prepared, size)

@@ -1,12 +1,12 @@
 """How much of a decode forward is the host launching kernels one by one: the same prepared decode
 batch timed eagerly and replayed from a CUDA graph of that forward (what vLLM and nano-vllm do for
-decode). The engine itself is unchanged; this measures what graphs would win. The GPU suite's
+decode). It captures the batch as it is, a hybrid too, beside the engine's own decode graphs (which
+its LLM leaves out: cuda_graphs=False); this measures what graphs win. The GPU suite's
 ``launch`` step runs it; the simulator's fidelity check reads what it found."""
 from __future__ import annotations
 
-import torch
-
 from sarathi_lab.engine.timer import median_time
+from sarathi_lab.model.cuda_graphs import capture_cuda_graph
 from sarathi_lab.profiling.batches import SyntheticBatches
 
 # model, dtype, context per decode (the paper's length), timed repeats, and the iterations timed as
@@ -19,21 +19,6 @@ SHAPES = {"cuda": ("llama-13b", "bfloat16", 1024, 20, ((0, 1), (0, 18), (256, 17
 def label(chunk: int, decodes: int) -> str:
     """How an iteration is named in the step's metrics: ``b=18``, or ``c=256+b=17`` with a chunk."""
     return f"c={chunk}+b={decodes}" if chunk else f"b={decodes}"
-
-
-def _graphed(runner, prepared) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-    """A CUDA graph of one forward of ``prepared`` and its output tensor, captured as PyTorch's
-    documentation says: warm-up forwards on a side stream first."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            runner.forward(prepared)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = runner.forward(prepared)
-    return graph, out
 
 
 def measure(llm, chunk: int, decodes: int, context: int, reps: int, graphs: bool) -> dict[str, float | str]:
@@ -49,11 +34,11 @@ def measure(llm, chunk: int, decodes: int, context: int, reps: int, graphs: bool
         row = {"eager_ms": median_time(lambda: runner.forward(prepared), reps, clock) * 1e3}
         if graphs:
             try:
-                graph, out = _graphed(runner, prepared)
+                replay, out, _ = capture_cuda_graph(lambda: runner.forward(prepared))
             except Exception as e:  # noqa: BLE001 - a forward that cannot be captured is the finding
                 return row | {"graph_error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-            graph.replay()
-            row["graph_ms"] = median_time(graph.replay, reps, clock) * 1e3
+            replay()
+            row["graph_ms"] = median_time(replay, reps, clock) * 1e3
             row["graph_rel_diff"] = float((out.float() - eager).abs().max() / eager.abs().max().clamp_min(1e-30))
     finally:
         batches.free(batch)

@@ -1,7 +1,8 @@
 """One iteration's forward time, whole and split by operation as the paper's Fig. 3 and 7 split it:
 ``qkv_proj`` (preproj), ``attention`` (self_attn less its projections), ``o_proj`` (postproj), ``ffn``
 and ``others``, from forward hooks. The hooks synchronise the device, so the whole forward is also
-timed bare, and that is the iteration's time; the split is scaled to add up to it."""
+timed bare, as the engine runs it, and that is the iteration's time; the split (eager: hooks see no
+graph's replay) is scaled to add up to it."""
 from __future__ import annotations
 
 import statistics
@@ -13,13 +14,14 @@ OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 
 
 def forward_timer(llm, batch: ScheduledBatch):
-    """A function timing one forward of ``batch`` on the engine's clock, after one untimed forward."""
-    runner, clock = llm.engine.executor.runner, llm.engine.clock
-    prepared = runner.prepare(batch)
+    """A function timing one forward of ``batch`` on the engine's clock, after one untimed forward: the
+    forward the engine runs (a CUDA graph's replay where one holds the batch)."""
+    executor, clock = llm.engine.executor, llm.engine.clock
+    prepared = executor.runner.prepare(batch)
 
     def forward() -> float:
         start = clock.now()
-        runner.forward(prepared)
+        executor.forward(prepared)
         return clock.now() - start
 
     forward()

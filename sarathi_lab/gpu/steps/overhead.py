@@ -43,5 +43,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                     Metric(f"stalled_iterations[{kind}]", stalls, "", f"0 (none over {STALL:g}x the median forward)",
                            stalls == 0 if ctx.device == "cuda" else None),
                     Metric(f"iterations[{kind}]", len(rows))]
+    captured = llm.cuda_graphs or []
+    metrics.append(Metric("cuda_graphs_captured", len(captured), "", "> 0 (decode forwards replay graphs)",
+                          bool(captured) if ctx.device == "cuda" else None))
     notes = [f"{model} {dtype} on {ctx.device}: {n} requests of {prompt_len} + {new} tokens, sarathi chunk {chunk}"]
     return metrics, notes
