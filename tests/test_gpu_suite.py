@@ -42,6 +42,9 @@ def test_dry_run_produces_every_step_and_resumes(tmp_path):
         assert result is not None, f"{step.name} wrote no result"
         assert result.status in ("done", "unavailable"), (step.name, result.error)
         assert state.is_done(out, step.name) == (result.status == "done")
+    overhead = {m.metric: m.value for m in state.read_result(out, "overhead").metrics}
+    assert {"prepare_us_after_forward[decode]", "host_arrays_us_hot[decode]", "stalled_iterations[decode]",
+            "cuda_graphs_captured"} <= set(overhead) and overhead["cuda_graphs_captured"] == 0  # a CPU
     files = sorted(p.name for p in exported.iterdir())
     assert len(files) <= state.MAX_OUT_FILES and all(p.is_file() for p in exported.iterdir())
     assert {"summary.json", "summary.csv", state.ARCHIVE} <= set(files)

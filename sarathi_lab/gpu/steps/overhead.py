@@ -11,7 +11,7 @@ from sarathi_lab import LLM
 from sarathi_lab.engine.metrics import STALL, stalled
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.profiling.overhead import TARGET, serve
+from sarathi_lab.profiling.overhead import TARGET, prepare_split, serve
 
 # model, dtype, requests, prompt tokens, new tokens, chunk: on the GPU the paper's batch of 18,
 # each prompt 4 chunks, so hybrids carry 1-17 decodes and ~60 decode-only iterations have all 18.
@@ -43,6 +43,10 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                     Metric(f"stalled_iterations[{kind}]", stalls, "", f"0 (none over {STALL:g}x the median forward)",
                            stalls == 0 if ctx.device == "cuda" else None),
                     Metric(f"iterations[{kind}]", len(rows))]
+    # Where a decode iteration's prepare time goes: building its host arrays or copying them over, hot or
+    # right after a forward.
+    split = prepare_split(llm, n, prompt_len, reps=20)
+    metrics += [Metric(f"{key}[decode]", round(value, 1), "us") for key, value in split.items()]
     captured = llm.cuda_graphs or []
     metrics.append(Metric("cuda_graphs_captured", len(captured), "", "> 0 (decode forwards replay graphs)",
                           bool(captured) if ctx.device == "cuda" else None))
