@@ -49,7 +49,7 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
     timer = make_clock(clock, llm.config.torch_device)
     prepared = executor.runner.prepare(batch)
     prep_s = median_time(lambda: executor.runner.prepare(batch), reps, timer)
-    fwd_s = median_time(lambda: executor.runner.forward(prepared), reps, timer)
+    fwd_s = median_time(lambda: executor.forward(prepared), reps, timer)  # a graph replay where the engine has one
     # The whole iteration as the engine runs it: prepare, forward, greedy sampling.
     iter_s = median_time(lambda: executor.execute(batch), reps, timer)
     meta, num_sampled = prepared.meta, len(batch.sampled)
