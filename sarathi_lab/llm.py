@@ -11,6 +11,7 @@ import torch
 from sarathi_lab import inputs
 from sarathi_lab.attention import make_backend
 from sarathi_lab.config import ENGINE_FIELDS, EngineConfig
+from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
@@ -90,7 +91,7 @@ class LLM:
         """The decode forwards' CUDA graphs; a capture that fails leaves the engine eager, with one warning."""
         cfg = self.config
         try:
-            graphs = DecodeGraphs(runner, cfg.max_batch_size, -(-self.max_model_len // cfg.block_size))
+            graphs = DecodeGraphs(runner, cfg.max_batch_size, blocks_for(self.max_model_len, cfg.block_size))
         except Exception as e:  # noqa: BLE001 - the run goes on eagerly, and its environment says so
             warnings.warn(f"engine.cuda_graphs=true: capture failed, so every forward runs eagerly "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]})", stacklevel=3)
