@@ -1,6 +1,7 @@
 """A decoder's shape and the arithmetic on it: parameters, bytes of weights, of a token's KV and of its
-activations, and the flops and bytes of one iteration. The one home of this arithmetic for the engine's
-memory plan, the simulator and the roofline floors; torch-free (sizes are elements times ``elem_bytes``)."""
+activations, and the flops and bytes of one iteration and of one layer's attention alone. The one home
+of this arithmetic for the engine's memory plan, the simulator and the roofline floors; torch-free
+(sizes are elements times ``elem_bytes``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,12 +73,11 @@ class Shape:
 
     def kv_bytes_per_token(self, elem_bytes: int, layers: int | None = None) -> int:
         """Keys and values of one token in every layer (or in ``layers`` of them)."""
-        return 2 * self.kv_heads * self.head_dim * (self.layers if layers is None else layers) * elem_bytes
+        return kv_token_bytes(self.kv_heads, self.head_dim, elem_bytes) * (self.layers if layers is None else layers)
 
     @property
     def attention_flops_per_pair(self) -> int:
-        """One layer's flops per (query, key) pair: QK^T and PV, two multiply-adds per head element."""
-        return 4 * self.heads * self.head_dim
+        return attention_flops_per_pair(self.heads, self.head_dim)
 
     def activation_bytes_per_token(self, elem_bytes: int) -> int:
         """Peak live activations per token of one forward: the residual stream, the fused qkv output,
@@ -88,10 +88,32 @@ class Shape:
         return (2 * self.hidden + q + 2 * kv + mlp) * elem_bytes + 4 * self.vocab
 
 
+def kv_token_bytes(kv_heads: int, head_dim: int, elem_bytes: int) -> int:
+    """Keys and values of one token in one layer."""
+    return 2 * kv_heads * head_dim * elem_bytes
+
+
+def attention_flops_per_pair(heads: int, head_dim: int) -> int:
+    """One layer's flops per (query, key) pair: QK^T and PV, two multiply-adds per head element."""
+    return 4 * heads * head_dim
+
+
 def visible_pairs(query_len: int, context_len: int) -> int:
     """(query, key) pairs a causal chunk attends to: row r of the chunk sees context_len - query_len + r + 1 keys."""
     before = context_len - query_len
     return query_len * before + query_len * (query_len + 1) // 2
+
+
+def attention_cost(heads: int, kv_heads: int, head_dim: int, query_lens: list[int], context_lens: list[int],
+                   elem_bytes: int) -> tuple[float, float]:
+    """(flops, bytes) of one layer's attention alone over requests with these query and context lengths
+    (context includes this step's tokens): QK^T and PV over the causally visible pairs, and the least a
+    kernel moves: each request's keys and values read once, its queries read and its outputs written."""
+    pairs = sum(visible_pairs(q, c) for q, c in zip(query_lens, context_lens))
+    flops = attention_flops_per_pair(heads, head_dim) * pairs
+    kv = kv_token_bytes(kv_heads, head_dim, elem_bytes) * sum(context_lens)
+    query_and_output = 2 * heads * head_dim * elem_bytes * sum(query_lens)
+    return float(flops), float(kv + query_and_output)
 
 
 def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
@@ -101,8 +123,7 @@ def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int],
     tokens = sum(query_lens)
     s = shape
     linear_flops = 2 * tokens * s.layer_linear_params * s.layers
-    attn_flops = s.attention_flops_per_pair * s.layers * sum(visible_pairs(q, c)
-                                                          for q, c in zip(query_lens, context_lens))
+    attn_flops = s.layers * attention_cost(s.heads, s.kv_heads, s.head_dim, query_lens, context_lens, elem_bytes)[0]
     head_flops = 2 * num_sampled * s.hidden * s.vocab
     weight_bytes = s.layer_linear_params * s.layers * elem_bytes
     weight_bytes += (s.hidden * s.vocab * elem_bytes) if num_sampled else 0
