@@ -1,0 +1,215 @@
+"""The engine's attention kernel timed beside two well-kept peers on the same query, key and value
+values, and beside its floor: ``sarathi_kernels.paged_attention`` over a paged cache laid out as
+``profiling.attention.paged_batch`` lays one out (blocks scattered), PyTorch's
+``scaled_dot_product_attention`` on its flash backend and FlexAttention with a block mask, both over
+contiguous keys and values. Every contender is first held to ``attention/reference.py`` in float32;
+one that disagrees is not timed. The timed calls run interleaved, each round every contender once
+(each round starting one later), each call after an L2 flush and timed by CUDA events, so that
+drifts of the clock and the cache's state fall on every contender alike."""
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from sarathi_lab.attention import reference
+from sarathi_lab.engine.timer import l2_flush
+from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.profiling.attention_grid import ENGINE, FLEX, SDPA, Case
+from sarathi_lab.profiling.floors import attention_floor
+
+# The largest relative difference (max |out - ref| / max |ref|) from the float32 reference that still
+# counts as the same attention: kernels/README's tolerances, which check_gpu holds the kernel to.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+# The GPU sleeps this many cycles (about half a millisecond) ahead of each round, so that the host
+# enqueues the round's calls before the GPU reaches them: the events then time the kernels, not the
+# host's launches (a decode's kernel takes microseconds, a Python launch tens of them).
+ROUND_SLEEP_CYCLES = 1_000_000
+
+
+@dataclass
+class Inputs:
+    query: torch.Tensor          # [tokens, heads, head_dim]: the engine's layout, requests one after another
+    k_cache: torch.Tensor        # [blocks, block_size, kv_heads, head_dim]
+    v_cache: torch.Tensor
+    meta: object                 # AttentionMetadata of the batch
+    q: torch.Tensor              # [batch, heads, query_len, head_dim]: the peers' layout, contiguous
+    k: torch.Tensor              # [batch, kv_heads, context, head_dim]
+    v: torch.Tensor
+    scale: float
+
+
+def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size: int, seed: int = 0) -> Inputs:
+    """One batch's values twice: in the engine's paged cache (unused slots NaN, so that a kernel reading
+    outside its tables shows) and as the contiguous tensors the peers take."""
+    gen = torch.Generator(device).manual_seed(seed)
+    b, h, kvh, d, n, ctx = case.batch, case.heads, case.kv_heads, case.head_dim, case.query_len, case.context
+    q = torch.randn(b, n, h, d, generator=gen, device=device).to(dtype)
+    k, v = (torch.randn(b, ctx, kvh, d, generator=gen, device=device).to(dtype) for _ in range(2))
+    meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=0 if case.kind == "decode" else b,
+                                   block_size=block_size, device=device)
+    slots = context_slot_mapping(meta, block_size)
+    k_cache = torch.full((num_blocks, block_size, kvh, d), float("nan"), dtype=dtype, device=device)
+    v_cache = k_cache.clone()
+    k_cache.view(-1, kvh, d)[slots] = k.flatten(0, 1)
+    v_cache.view(-1, kvh, d)[slots] = v.flatten(0, 1)
+    return Inputs(q.flatten(0, 1), k_cache, v_cache, meta, q.transpose(1, 2).contiguous(),
+                  k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous(), d ** -0.5)
+
+
+def as_engine_rows(out: torch.Tensor) -> torch.Tensor:
+    """A peer's [batch, heads, query_len, head_dim] as the engine's [tokens, heads, head_dim]."""
+    return out.transpose(1, 2).flatten(0, 1)
+
+
+def engine_call(x: Inputs) -> Callable[[], torch.Tensor]:
+    from sarathi_kernels.paged_attention import paged_attention  # Triton: the gpu extra's (the interpreter on a CPU)
+
+    out = torch.empty_like(x.query)
+    m = x.meta
+    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
+                                   x.scale, max_query_len=m.max_query_len, out=out)
+
+
+def sdpa_call(case: Case, x: Inputs, flash: bool) -> Callable[[], torch.Tensor]:
+    """Causal for a whole prefill (and a chunk at prefix 0), bottom-right causal for a chunk over a
+    prefix (``causal_lower_right``: flash's own alignment), unmasked for decodes."""
+    gqa = case.heads != case.kv_heads
+    mask = causal_lower_right(case.query_len, case.context) if case.kind == "chunk" and case.prefix else None
+    causal = case.kind != "decode" and mask is None
+
+    def call() -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION) if flash else nullcontext():
+            return F.scaled_dot_product_attention(x.q, x.k, x.v, attn_mask=mask, is_causal=causal, scale=x.scale,
+                                                  enable_gqa=gqa)
+    return call
+
+
+class Flex:
+    """FlexAttention compiled once per process (one kernel per shape, so that it runs its fastest), or
+    eager where there is no Triton target (the CPU: it materialises the scores)."""
+
+    def __init__(self, compiled: bool):
+        self.compiled = compiled
+        self.error: str | None = None   # its first failure: a compile that failed once fails at every shape
+        self.fn = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+
+    def call(self, case: Case, x: Inputs) -> Callable[[], torch.Tensor]:
+        prefix = case.prefix
+
+        def bottom_right_causal(b, h, q_idx, kv_idx):
+            return q_idx + prefix >= kv_idx
+
+        mask = create_block_mask(bottom_right_causal, None, None, case.query_len, case.context, device=x.q.device)
+        gqa = case.heads != case.kv_heads
+
+        def call() -> torch.Tensor:
+            return self.fn(x.q, x.k, x.v, block_mask=mask, scale=x.scale, enable_gqa=gqa)
+
+        def eager() -> torch.Tensor:
+            with warnings.catch_warnings():
+                # Eager FlexAttention warns on every call that it is not compiled: the CPU's is on purpose.
+                warnings.simplefilter("ignore", UserWarning)
+                return call()
+        return call if self.compiled else eager
+
+
+def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+def time_interleaved(calls: dict[str, Callable[[], object]], reps: int, device: torch.device,
+                     warmup: int) -> dict[str, list[float]]:
+    """Milliseconds of each call in each of ``reps`` rounds, each round every call once (starting one
+    call later each round), each after an L2 flush; CUDA events on a GPU, the wall clock on a CPU."""
+    names, cuda = list(calls), device.type == "cuda"
+    flush = l2_flush(device)
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    pending: dict[str, list] = {name: [] for name in names}
+    for r in range(reps):
+        if cuda:
+            torch.cuda._sleep(ROUND_SLEEP_CYCLES)
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            if flush is not None:
+                flush()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                calls[name]()
+                end.record()
+                pending[name].append((start, end))
+            else:
+                t = time.perf_counter()
+                calls[name]()
+                pending[name].append((time.perf_counter() - t) * 1e3)
+    if cuda:
+        torch.cuda.synchronize()
+        return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in pending.items()}
+    return pending
+
+
+def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int, warmup: int,
+            flex: Flex | None, copy_gbps: float, matmul_gflops: float, seed: int = 0) -> dict:
+    """One shape's row: each contender's median ms (None where it failed or disagreed with the
+    reference, its error in ``<name>_error``), its relative difference from the float32 reference,
+    the floor, and the engine over the faster peer and over the floor."""
+    x = make_inputs(case, dtype, device, block_size, seed)
+    flash = device.type == "cuda"
+    builders = {ENGINE: lambda: engine_call(x), SDPA: lambda: sdpa_call(case, x, flash)}
+    if flex is not None and flex.error is None:
+        builders[FLEX] = lambda: flex.call(case, x)
+    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta, x.scale)
+    row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads, "kv_heads": case.kv_heads,
+                 "head_dim": case.head_dim, "batch": case.batch, "query_len": case.query_len, "context": case.context,
+                 "dtype": str(dtype).removeprefix("torch."), "device": device.type,
+                 "sdpa_backend": "flash" if flash else "default (no flash backend off CUDA)",
+                 "flex_compiled": flex is not None and flex.compiled}
+    calls = {}
+    for name in (ENGINE, *case.peers):
+        if name not in builders:
+            row[f"{name}_error"] = f"not run: {flex.error}" if flex is not None and flex.error else "not available"
+            continue
+        try:
+            fn = builders[name]()
+            started = time.perf_counter()
+            out = fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            row[f"{name}_first_call_s"] = time.perf_counter() - started   # FlexAttention: its compile
+            out = out if name == ENGINE else as_engine_rows(out)
+        except Exception as e:  # noqa: BLE001 - a peer that cannot run this shape is a finding
+            first = (str(e).strip().splitlines() or [""])[0]
+            row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]
+            if name == FLEX:
+                flex.error = row[f"{name}_error"]
+            continue
+        row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
+        if not diff <= TOLERANCE[dtype]:  # NaN too
+            row[f"{name}_error"] = f"differs from the reference by {diff:.2e} (tolerance {TOLERANCE[dtype]:.0e})"
+            continue
+        calls[name] = fn
+    del ref
+    times = time_interleaved(calls, reps, device, warmup) if calls else {}
+    for name in (ENGINE, *case.peers):
+        row[f"{name}_ms"] = statistics.median(times[name]) if name in times else None
+    least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens, case.context_lens,
+                            dtype.itemsize, copy_gbps, matmul_gflops)
+    row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops, "bytes": least.bytes}
+    peers = [row[f"{p}_ms"] for p in case.peers if row[f"{p}_ms"] is not None]
+    engine = row[f"{ENGINE}_ms"]
+    row["best_peer_ms"] = min(peers) if peers else None
+    row["over_best_peer"] = engine / min(peers) if engine is not None and peers else None
+    row["over_floor"] = engine / row["floor_ms"] if engine is not None else None
+    row["max_rel_diff"] = max((row[k] for k in row if k.endswith("_rel_diff")), default=None)
+    return row
