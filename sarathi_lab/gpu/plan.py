@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sarathi_lab.analysis import registry
+from sarathi_lab.profiling.attention_grid import GRIDS
 
 # What every paper sweep on the GPU shares: the paper's model and dtype, no W&B (the machine has
 # no network), and a rerun that skips the jobs an interrupted call already finished.
@@ -40,6 +41,11 @@ HEAD: tuple[Step, ...] = (
          "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
     Step("kernels", 3.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
          "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
+    Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
+         "the engine's paged attention vs SDPA's flash kernel and compiled FlexAttention on the same q/k/v, "
+         "interleaved, and vs its floor: LLaMA-13B (40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills "
+         "512-4096, chunks 64-512 at prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (profiling/attention_peers.py; "
+         f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)"),
     Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "

@@ -45,6 +45,40 @@ def kernels_figure(out: Path) -> bool:
     return True
 
 
+def attention_figure(out: Path) -> bool:
+    """Each shape's engine, peers and floor (ms, log scale), one panel a kind of shape."""
+    from sarathi_lab.gpu.steps.attention import ROWS
+    from sarathi_lab.profiling.attention_grid import CONTENDERS, KINDS
+
+    path = state.step_dir(out, "attention") / ROWS
+    if not path.is_file():
+        return False
+    table = pd.read_csv(path)
+    kinds = [k for k in KINDS if (table.kind == k).any()]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4 + 0.28 * len(table), 4.5), sharey=True, squeeze=False,
+                             gridspec_kw={"width_ratios": [max(2, (table.kind == k).sum()) for k in kinds]})
+    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"), "flex": ("^", "tab:green")}
+    for ax, kind in zip(axes[0], kinds):
+        rows = table[table.kind == kind].reset_index(drop=True)
+        for name in CONTENDERS:
+            if f"{name}_ms" in rows:
+                marker, color = styles[name]
+                ax.scatter(rows.index, rows[f"{name}_ms"], marker=marker, color=color, s=22, label=name, zorder=3)
+        ax.scatter(rows.index, rows.floor_ms, marker="_", color="black", s=160, label="floor", zorder=2)
+        ax.set_xticks(rows.index, rows["shape"], rotation=90, fontsize=7)
+        ax.set(yscale="log", title=kind)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("one layer's attention (ms)")
+    device = (ceilings(out) or {}).get("device", table.device.iloc[0])
+    fig.suptitle(f"One layer's attention: the engine vs its peers on the same q/k/v, and the floor\n"
+                 f"measured: {device}, {table.dtype.iloc[0]} (sdpa_flash: {table.sdpa_backend.iloc[0]})", y=1.1)
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.collections}
+    fig.legend(list(handles.values()), list(handles), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.93),
+               ncol=len(handles))
+    _save(fig, out, "attention")
+    return True
+
+
 def overhead_figure(out: Path) -> bool:
     path = state.step_dir(out, "overhead") / "iterations.csv"
     if not path.is_file():
@@ -94,5 +128,6 @@ def paper_report(out: Path) -> list[str]:
 
 def write_report(out: Path) -> list[str]:
     notes = [f"{name}: nothing to draw yet" for name, drawn in
-             (("kernels", kernels_figure(out)), ("overhead", overhead_figure(out))) if not drawn]
+             (("kernels", kernels_figure(out)), ("attention", attention_figure(out)),
+              ("overhead", overhead_figure(out))) if not drawn]
     return notes + paper_report(out)

@@ -25,7 +25,7 @@ ARCHIVE = "suite.tar.gz"
 # What resuming reads (step results and markers, the summaries): never left out of the archive.
 RESUME_FILES = ("result.json", "DONE", "STARTED", "summary.json", "summary.csv")
 # Figures copied into $OUT beside the archive (which holds all of them), most telling first.
-FIGURE_PRIORITY = ("kernels", "overhead", "per_token_cost", "decode_speedup", "pd_ratio")
+FIGURE_PRIORITY = ("kernels", "attention", "overhead", "per_token_cost", "decode_speedup", "pd_ratio")
 
 
 @dataclass

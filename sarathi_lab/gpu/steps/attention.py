@@ -1,0 +1,118 @@
+"""The engine's attention against its peers and its floor (``profiling.attention_peers``) at every shape
+of ``profiling.attention_grid``: one row a shape in attention.csv, written as each shape ends so that a
+rerun continues where a call ran out of time; per shape the metrics ``attention_over_best_peer[<shape>]``,
+``attention_over_floor[<shape>]`` and each contender's ms."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import torch
+
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.gpu.context import Context, Incomplete
+from sarathi_lab.gpu.state import Metric
+from sarathi_lab.gpu.steps.env import COPY_BYTES, MATMUL_N, ceilings
+from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET
+from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops
+
+ROWS = "attention.csv"
+# A shape is not started with less than this left of the call: the largest, with its compile, fits it.
+SHAPE_GUARD_S = 30
+
+
+def _value(x):
+    """A CSV cell as a metric's value: None for an empty one."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
+    """One shape's metrics, named by its label; targets hold only on a GPU (a CPU's times are the
+    interpreter's), the agreement with the reference everywhere."""
+    shape, kind = row["shape"], row["kind"]
+    over_peer, over_floor = _value(row.get("over_best_peer")), _value(row.get("over_floor"))
+    peer_target = f"<= {PEER_TARGET}" if kind != "decode" else ""
+    floor_target = f"<= {FLOOR_TARGET[kind]}" if kind in FLOOR_TARGET else ""
+
+    def verdict(value, target: str, limit: float):
+        return (value is not None and value <= limit) if target and on_gpu else None
+
+    metrics = [Metric(f"attention_over_best_peer[{shape}]", over_peer and round(over_peer, 3), "x", peer_target,
+                      verdict(over_peer, peer_target, PEER_TARGET)),
+               Metric(f"attention_over_floor[{shape}]", over_floor and round(over_floor, 3), "x", floor_target,
+                      verdict(over_floor, floor_target, FLOOR_TARGET.get(kind, 0.0)))]
+    for name in (*CONTENDERS, "floor"):
+        if f"{name}_ms" in row and _value(row[f"{name}_ms"]) is not None:
+            metrics.append(Metric(f"attention_{name}_ms[{shape}]", float(f"{row[f'{name}_ms']:.4g}"), "ms"))
+    diff = _value(row.get("max_rel_diff"))
+    errors = [f"{name}: {row[f'{name}_error']}" for name in CONTENDERS if _value(row.get(f"{name}_error"))]
+    metrics.append(Metric(f"attention_max_rel_diff[{shape}]", diff and float(f"{diff:.3g}"), "",
+                          "every contender agrees with attention/reference.py", not errors))
+    return metrics
+
+
+def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
+    """How many shapes meet each target, first in the step's metrics (what the suite's table shows)."""
+    def count(name: str, kinds: tuple[str, ...], column: str, limit) -> Metric:
+        chosen = [r for r in rows if r["kind"] in kinds]
+        met = sum(_value(r.get(column)) is not None and r[column] <= limit(r) for r in chosen)
+        return Metric(name, f"{met}/{len(chosen)}", "", "all", met == len(chosen) if on_gpu else None)
+
+    return [count("attention_shapes_within_peer_target", ("prefill", "chunk"), "over_best_peer", lambda r: PEER_TARGET),
+            count("attention_chunks_within_floor_target", ("chunk",), "over_floor", lambda r: FLOOR_TARGET["chunk"]),
+            count("attention_decodes_within_floor_target", ("decode",), "over_floor", lambda r: FLOOR_TARGET["decode"])]
+
+
+def _ceilings(ctx: Context, dtype: torch.dtype) -> tuple[float, float, list[str]]:
+    """(copy GB/s, matmul GFLOP/s): the env step's, else measured here as it measures them."""
+    env = ceilings(ctx.out)
+    if env:
+        return env["copy_gbps"], env["matmul_tflops"] * 1e3, []
+    return (copy_bandwidth_gbps(ctx.device, COPY_BYTES[ctx.device], reps=20),
+            matmul_gflops(ctx.device, dtype, MATMUL_N[ctx.device], reps=20),
+            ["ceilings measured by this step (the env step has not run)"])
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    from sarathi_lab.profiling.attention_peers import Flex, measure
+
+    grid, device = GRIDS[ctx.device], torch.device(ctx.device)
+    dtype = getattr(torch, grid.dtype)
+    copy_gbps, matmul, notes = _ceilings(ctx, dtype)
+    path = ctx.dir / ROWS
+    rows = pd.read_csv(path).to_dict("records") if path.is_file() else []
+    done = {r["shape"] for r in rows}
+    cases = [c for c in grid.cases() if c.label not in done]
+    flex = Flex(compiled=ctx.device == "cuda")
+    # One compile per shape FlexAttention runs: Dynamo would give up past its default 8 and run it eagerly.
+    with torch._dynamo.config.patch(recompile_limit=grid.flex_compiles + 8):
+        for case in cases:
+            left = ctx.seconds_left()
+            if left is not None and left < SHAPE_GUARD_S:
+                raise Incomplete(f"{len(rows)} of {len(grid.cases())} shapes measured; a rerun continues")
+            row = measure(case, dtype=dtype, device=device, block_size=EngineConfig.block_size, reps=grid.reps,
+                          warmup=grid.warmup, flex=flex, copy_gbps=copy_gbps, matmul_gflops=matmul)
+            rows.append(row)
+            pd.DataFrame(rows).to_csv(path, index=False)
+    on_gpu = ctx.device == "cuda"
+    order = {c.label: i for i, c in enumerate(grid.cases())}
+    rows.sort(key=lambda r: order.get(r["shape"], len(order)))
+    metrics = summary_metrics(rows, on_gpu)
+    # A compiled FlexAttention's first call at a shape is its compile (what the plan's estimate counts).
+    compile_s = [r[f"{FLEX}_first_call_s"] for r in rows
+                 if flex.compiled and _value(r.get(f"{FLEX}_first_call_s")) is not None]
+    metrics += [Metric("sdpa_backend", rows[0]["sdpa_backend"] if rows else ""),
+                Metric("flex_compiled", flex.compiled),
+                Metric("flex_compiles", len(compile_s), "",
+                       f"{grid.flex_compiles} (one a FlexAttention shape)" if flex.compiled else ""),
+                Metric("flex_compile_s", round(sum(compile_s), 1), "s")]
+    for row in rows:
+        metrics += shape_metrics(row, on_gpu)
+    notes.append(f"{grid.dtype} on {ctx.device}: {len(rows)} shapes, median of {grid.reps} interleaved rounds"
+                 + (", each call after an L2 flush, CUDA events" if on_gpu else
+                    "; the engine in Triton's interpreter, SDPA on its default backend (no flash off CUDA), "
+                    "FlexAttention eager: times say nothing"))
+    notes.append(f"the engine over cache blocks of {EngineConfig.block_size} scattered at random, the peers over "
+                 "contiguous K/V" + (f"; FlexAttention not run: {flex.error}" if flex.error else ""))
+    return metrics, notes
+
