@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from sarathi_lab.attention import reference
+from sarathi_lab.attention import AttentionMetadata, reference
 from sarathi_lab.engine.timer import l2_flush
 from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
 from sarathi_lab.profiling.attention_grid import ENGINE, FLEX, SDPA, Case
@@ -41,7 +41,7 @@ class Inputs:
     query: torch.Tensor          # [tokens, heads, head_dim]: the engine's layout, requests one after another
     k_cache: torch.Tensor        # [blocks, block_size, kv_heads, head_dim]
     v_cache: torch.Tensor
-    meta: object                 # AttentionMetadata of the batch
+    meta: AttentionMetadata
     q: torch.Tensor              # [batch, heads, query_len, head_dim]: the peers' layout, contiguous
     k: torch.Tensor              # [batch, kv_heads, context, head_dim]
     v: torch.Tensor

@@ -53,14 +53,14 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
 
 def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
     """How many shapes meet each target, first in the step's metrics (what the suite's table shows)."""
-    def count(name: str, kinds: tuple[str, ...], column: str, limit) -> Metric:
+    def count(name: str, kinds: tuple[str, ...], column: str, limit: float) -> Metric:
         chosen = [r for r in rows if r["kind"] in kinds]
-        met = sum(_value(r.get(column)) is not None and r[column] <= limit(r) for r in chosen)
+        met = sum(_value(r.get(column)) is not None and r[column] <= limit for r in chosen)
         return Metric(name, f"{met}/{len(chosen)}", "", "all", met == len(chosen) if on_gpu else None)
 
-    return [count("attention_shapes_within_peer_target", ("prefill", "chunk"), "over_best_peer", lambda r: PEER_TARGET),
-            count("attention_chunks_within_floor_target", ("chunk",), "over_floor", lambda r: FLOOR_TARGET["chunk"]),
-            count("attention_decodes_within_floor_target", ("decode",), "over_floor", lambda r: FLOOR_TARGET["decode"])]
+    return [count("attention_shapes_within_peer_target", ("prefill", "chunk"), "over_best_peer", PEER_TARGET),
+            count("attention_chunks_within_floor_target", ("chunk",), "over_floor", FLOOR_TARGET["chunk"]),
+            count("attention_decodes_within_floor_target", ("decode",), "over_floor", FLOOR_TARGET["decode"])]
 
 
 def _ceilings(ctx: Context, dtype: torch.dtype) -> tuple[float, float, list[str]]:
