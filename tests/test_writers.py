@@ -343,3 +343,18 @@ def test_the_committed_docs_sim_tables_are_what_their_writers_would_write_now():
     assert provenance.recorded(docs / "pipeline_summary.csv").key() == Provenance(
         "simulated A100 (pipeline)", "10000 requests").key()
     assert provenance.recorded(docs / "tile_alignment.csv").scale == ""
+
+
+def test_capacity_docs_refuses_to_replace_the_cpu_capacity_table_unless_forced(tmp_path):
+    from tests.test_capacity_docs import _searches
+
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs" / "capacity", docs / "capacity")
+    runs = _searches(tmp_path / "runs")
+    committed = (docs / "capacity" / "cpu_capacity.csv").read_bytes()
+    line = _refused(_run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs)))
+    assert f"{docs}/capacity/cpu_capacity.csv (unknown provenance" in line and "new: measured CPU" in line
+    assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() == committed
+    done = _run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs), "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() != committed
