@@ -326,15 +326,17 @@ def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
     files = {"steps/env/env.json": json.dumps({"device": "NVIDIA H100 80GB HBM3"}), "summary.csv": "a\n",
              "steps/overhead/iterations.csv": "x\n", "figures/overhead.png": "png",
              "profiles/h100/llama-13b.csv": "op\n", "paper/pd_ratio/multiruns/gpu/0/metrics.json": "{}",
-             "steps/engine/llama/config.json": "{}"}
+             "steps/engine/llama/config.json": "{}",
+             "summary.json": json.dumps({"steps": [{"step": "env", "started_at": 1795716475.6, "commit": "27958ff"}]})}
     for name, text in files.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)
     state.archive(out, tmp_path / "suite.tar.gz")
     written = {str(p.relative_to(tmp_path / "repo")) for p in collect(tmp_path / "suite.tar.gz", tmp_path / "repo")}
-    assert written == {"docs/gpu/h100/steps/env/env.json", "docs/gpu/h100/summary.csv",
-                       "docs/gpu/h100/steps/overhead/iterations.csv", "docs/gpu/h100/figures/overhead.png",
-                       "profiles/h100/llama-13b.csv"}
+    lease = "docs/gpu/h100/2026-11-26_27958ff"  # each lease its own folder (tests/test_writers.py)
+    assert written == {f"{lease}/steps/env/env.json", f"{lease}/summary.csv", f"{lease}/summary.json",
+                       f"{lease}/steps/overhead/iterations.csv", f"{lease}/figures/overhead.png",
+                       f"{lease}/lease.json", "docs/gpu/leases.md", "profiles/h100/2026-11-26_27958ff/llama-13b.csv"}
 
 
 def test_collect_refuses_an_archive_without_the_env_step_or_from_a_dry_run(tmp_path):

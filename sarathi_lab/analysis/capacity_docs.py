@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.claims import simulated_source
@@ -41,13 +42,22 @@ def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
             read_table(cpu) if cpu.exists() else None)
 
 
-def tabulate(multirun: str | Path, docs: str | Path = DOCS) -> Path:
-    """docs/capacity/cpu_capacity.csv from a folder of capacity searches on the real engine."""
+def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
+    """docs/capacity/cpu_capacity.csv from a folder of capacity searches on the real engine. A
+    provenance.ReplaceRefused, before writing, where a table is there already and not ``force``: the
+    searches record no commit, so nothing tells them from the ones it holds."""
     searches = capacity.load_searches(multirun)
     if searches.empty or (searches.executor == "sim").any():
         raise SystemExit(f"{multirun}: expected capacity searches of executor=model (capacity.json), found "
                          f"{len(searches)} search(es) with executors {sorted(set(searches.get('executor', [])))}")
-    return capacity.write_csv(capacity.compact(searches), Path(docs) / "capacity" / CPU_CSV)
+    path = Path(docs) / "capacity" / CPU_CSV
+    prov = provenance.Provenance("measured CPU", "+".join(sorted(set(map(str, searches.scale)))),
+                                 "+".join(sorted(set(map(str, searches.device_name)))), commit=provenance.UNRECORDED,
+                                 writer="python -m sarathi_lab.analysis.capacity_docs")
+    provenance.check({path: prov}, force, "--force replaces it; --docs DIR writes into another folder")
+    written = capacity.write_csv(capacity.compact(searches), path)
+    provenance.record({path: prov})
+    return written
 
 
 def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, str]:
@@ -128,12 +138,16 @@ def refresh(docs: str | Path = DOCS) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.analysis.capacity_docs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.capacity_docs", description=__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("multirun", nargs="?", help="capacity searches on this CPU (experiment=capacity)")
     parser.add_argument("--docs", default=DOCS, type=Path, help="the docs folder (default: the repository's)")
+    parser.add_argument("--force", action="store_true", help="replace the CPU capacity table already there")
     args = parser.parse_args(argv)
-    written = [tabulate(args.multirun, args.docs)] if args.multirun else []
+    try:
+        written = [tabulate(args.multirun, args.docs, args.force)] if args.multirun else []
+    except provenance.ReplaceRefused as e:
+        parser.error(str(e))
     written += refresh(args.docs)
     print("\n".join(map(str, written)))
 

@@ -27,6 +27,17 @@ def simulated_provenance(source: str, scale: str, dtype: str = "") -> dict[str, 
             "machine": "none: predicted by the cost model"}
 
 
+def no_run(root) -> str:
+    """What stands for an experiment a results root holds no finished run of, in claims and on the terminal."""
+    return f"no finished run under {root}"
+
+
+def missing_row(name: str, root) -> dict:
+    """The claims row of an experiment ``root`` has no finished run of: named, not judged."""
+    return {"experiment": name, "claim": "(every claim of it)", "paper": "", "ours": no_run(root), "holds": "n/a",
+            "spread": "", "left out": f"every run: {no_run(root)}"} | dict.fromkeys(PROVENANCE, "")
+
+
 def verdict(flags) -> str:
     """None: a point not judged, a run of it missing (a failed job); the verdict is on the others."""
     flags = [f for f in flags if f is not None]
@@ -111,16 +122,21 @@ def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
     per cost model), on the simulated runs, each row naming its source; an experiment with no
     simulated run has no simulated row. Where the cost models' verdicts on a claim differ, its
     simulated rows say so (``mark_cost_model_differences``, with the result's reason). ``only``: the
-    names of the results to check; by default every registered one."""
+    names of the results to check; by default every registered one. An experiment ``results`` holds no
+    finished run of has one row that says so (``missing_row``), not a verdict."""
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]
     sims = [] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple)) else [simulated]
     rows, models = [], []
+    missing = set(results.missing())
     for result in chosen:
         name = result.name
-        for runs, model in [(results, None), *((s, s.executor(name).get("sim_cost_model"))
-                                                for s in sims if name not in s.missing())]:
+        if name in missing:
+            rows, models = [*rows, missing_row(name, results.root)], [*models, None]
+        measured = [] if name in missing else [(results, None)]
+        for runs, model in [*measured, *((s, s.executor(name).get("sim_cost_model"))
+                                         for s in sims if name not in s.missing())]:
             made = rows_of(result.claims, runs, name)
             rows, models = rows + made, models + [model] * len(made)
     why = {claim: text for r in chosen for claim, text in r.cost_models_differ.items()}

@@ -4,7 +4,9 @@
 
 Each paper result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first
 simulated one; the claims table from all of them, then the capacity rows and figures from
-docs/capacity/. A figure whose runs the roots lack is left as it is.
+docs/capacity/. A figure whose runs the roots lack is left as it is, and named. A file of another
+source, scale, machine or commit than the one replacing it (docs/figures/provenance.json) is
+replaced only with --force: nothing is written otherwise.
 """
 from __future__ import annotations
 
@@ -12,15 +14,52 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from sarathi_lab import cli_args
+from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import capacity_docs, claims, figures, registry
-from sarathi_lab.analysis.runs import load_results
+from sarathi_lab.analysis.runs import Results, load_results
+from sarathi_lab.provenance import Provenance
+
+WRITER = "python -m sarathi_lab.analysis.publish"
+
+
+def _joined(values) -> str:
+    return "+".join(sorted({str(v) for v in values if str(v) not in ("", "nan")}))
+
+
+def runs_provenance(results: Results, name: str) -> Provenance:
+    """Where experiment ``name``'s numbers under ``results`` come from: its source and scale (as its
+    claims rows say), the machines that measured it and the commits its runs ran at."""
+    summary = results.with_unreliable().summary(name)
+    simulated = results.executor(name)["executor"] == "sim"
+    machine = "" if simulated else _joined(summary.get("env.device_name", []))
+    return Provenance(results.source(name), results.scale(name), machine,
+                      commit=provenance.commits(summary.get("env.git_commit", [None])), writer=WRITER)
+
+
+def merged(each: list[Provenance]) -> Provenance:
+    """One provenance for a file drawn from several experiments (the claims table)."""
+    return Provenance(*(_joined(getattr(p, key) for p in each) for key in ("source", "scale", "machine", "lease",
+                                                                           "commit")), writer=WRITER)
+
+
+def plan(measured: Results | None, sims: list[Results], docs: Path) -> dict[Path, Provenance]:
+    """Each file publish would write from these roots, with its provenance (the figures of the results
+    each root has runs of; the claims table with a measured root)."""
+    planned, each = {}, []
+    for results, suffix in ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims else []):
+        for name in (n for n in registry.names() if n not in results.missing()):
+            planned[docs / "figures" / f"{name}{suffix}.png"] = runs_provenance(results, name)
+    if measured is not None:
+        each = [runs_provenance(r, n) for r in (measured, *sims) for n in registry.names() if n not in r.missing()]
+        planned[docs / "figures" / "claims.csv"] = merged(each)
+    return planned
 
 
 def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
     written = []
     for result in registry.RESULTS:
         if result.name in results.missing():
+            print(f"{result.name}: {claims.no_run(results.root)}")
             continue
         fig = registry.draw(result, results)
         if fig is None:  # every run of it left out as unreliable: say so, keep the committed one
@@ -33,16 +72,22 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
 
 
 def publish(measured: str | Path | None, simulated: list[str | Path], docs: str | Path = capacity_docs.DOCS,
-            include_unreliable: bool = False) -> list[Path]:
+            include_unreliable: bool = False, force: bool = False) -> list[Path]:
+    """The files written. A provenance.ReplaceRefused, before writing any, where one would replace a
+    file of another source, scale, machine or commit (unless ``force``)."""
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
-    if measured is not None:
-        runs = load_results(measured, include_unreliable=include_unreliable)
+    runs = None if measured is None else load_results(measured, include_unreliable=include_unreliable)
+    planned = plan(runs, sims, docs)
+    provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
+    if runs is not None:
         written += draw_all(runs, docs)
         path = docs / "figures" / "claims.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         claims.claims_table(runs, sims).to_csv(path, index=False)  # its capacity rows: refresh's, below
+        written.append(path)
     if sims:
         written += draw_all(sims[0], docs, "_sim")
+    provenance.record({path: prov for path, prov in planned.items() if path in written})
     return written + capacity_docs.refresh(docs)
 
 
@@ -52,13 +97,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sim", action="append", default=[], help="a produce --sim root (repeatable)")
     parser.add_argument("--docs", default=capacity_docs.DOCS, type=Path, help="the docs folder")
     parser.add_argument("--include-unreliable", action="store_true", help="keep runs flagged timing_unreliable")
+    parser.add_argument("--force", action="store_true",
+                        help="replace figures and claims of another source, scale, machine or commit")
     args = parser.parse_args(argv)
     for root in filter(None, [args.measured, *args.sim]):
         if not Path(root).is_dir():
             parser.error(f"root {root!r} is invalid: no such directory")
     if args.measured is None and not args.sim:
         parser.error("nothing to publish: give --measured ROOT and/or --sim ROOT")
-    print("\n".join(map(str, publish(args.measured, args.sim, args.docs, args.include_unreliable))))
+    try:
+        written = publish(args.measured, args.sim, args.docs, args.include_unreliable, args.force)
+    except provenance.ReplaceRefused as e:
+        parser.error(str(e))
+    print("\n".join(map(str, dict.fromkeys(written))))
 
 
 if __name__ == "__main__":

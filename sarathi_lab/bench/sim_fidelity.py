@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab import provenance
 from sarathi_lab.bench.args import bench_parser
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.sim import fidelity
@@ -16,6 +17,23 @@ from sarathi_lab.sim.profile_model import profiles_dir
 DOCS = REPO_ROOT / "docs" / "sim"
 GPU_DOCS = REPO_ROOT / "docs" / "gpu"
 SMOKE_OPS = (1, 128, 136, 1024)
+# Every file main writes into --out.
+OUTPUTS = (*(f"fidelity_{name}.csv" for name in ("ops", "iterations", "errors", "attention_holdout", "all_reduce",
+                                                   "tp_errors", "engine_profile_ops", "engine_profile_iterations",
+                                                   "engine_profile_errors", "graph_replay")),
+           "fidelity.png", "fidelity_engine_profile.png")
+
+
+def leases_read() -> str:
+    """The GPU leases whose engine profiles and launch steps the comparison reads ('+'-joined)."""
+    from sarathi_lab.sim.engine_fidelity import profiled
+    from sarathi_lab.sim.profile_model import profile_path
+
+    paths = [profile_path(device, model) for device, model in profiled()]
+    # A lease's table is profiles/<device>/<lease>/<model>.csv; one measured here, profiles/<device>/<model>.csv.
+    leases = {path.parent.name for path in paths if path.parents[1] != profiles_dir()}
+    leases |= {path.parents[2].name for path in GPU_DOCS.glob("*/*/steps/launch/result.json")}
+    return "+".join(sorted(leases))
 
 
 def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
@@ -61,7 +79,15 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     parser.add_argument("--devices", nargs="+", choices=gpu_kernels.measured_devices())
     parser.add_argument("--models", nargs="+", choices=gpu_kernels.model_shapes().index.tolist())
     parser.add_argument("--out", type=Path, default=DOCS, help="directory of the CSVs and the figure")
+    parser.add_argument("--force", action="store_true",
+                        help="replace tables of another scale or of other GPU leases' profiles in OUT")
     args = parser.parse_args(argv)
+    scale = "ci" if args.smoke else "full" if not (args.devices or args.models) else (
+        f"devices {args.devices or 'all'}, models {args.models or 'all'}")
+    prov = provenance.Provenance("computed: cost models against measured kernels and engine profiles", scale,
+                                 lease=leases_read(), writer="python -m sarathi_lab.bench sim_fidelity")
+    planned = {args.out / name: prov for name in OUTPUTS}
+    provenance.check_or_refuse(parser, planned, args.force, "--force replaces them; --out DIR writes elsewhere")
     devices, models, op_tokens = args.devices, args.models, fidelity.OP_TOKENS
     if args.smoke:
         devices, models, op_tokens = devices or ["a100"], models or ["llama2-7b", "phi-2"], SMOKE_OPS
@@ -96,7 +122,9 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     _write_csvs(args.out, tables)
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
-    return tables | engine_profiles(args.out, show) | graph_replays(args.out, show)
+    tables |= engine_profiles(args.out, show) | graph_replays(args.out, show)
+    provenance.record({path: p for path, p in planned.items() if path.is_file()})
+    return tables
 
 
 def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
@@ -119,7 +147,7 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 
 
 def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
-    """The GPU suite's launch step on each GPU that ran it (docs/gpu/<gpu>/steps/launch/): forwards
+    """The GPU suite's launch step in each lease that ran it (docs/gpu/<gpu>/<lease>/steps/launch/): forwards
     (decode-only, and a chunk beside decodes) timed eagerly and replayed from a CUDA graph, against each
     cost model's forward for that batch. A replay is this engine's forward without the host's
     launches: its GPU work alone."""
@@ -132,8 +160,8 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
 
     model, dtype, context, _, cases = SHAPES["cuda"]
     rows = []
-    for path in sorted(GPU_DOCS.glob("*/steps/launch/result.json")):
-        device = path.parents[2].name
+    for path in sorted(GPU_DOCS.glob("*/*/steps/launch/result.json")):
+        device, lease = path.parents[3].name, path.parents[2].name
         if device not in GPU_DEVICES:
             continue
         measured = {m["metric"]: m["value"] for m in json.loads(path.read_text())["metrics"]}
@@ -144,7 +172,8 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
             key = label(chunk, decodes)
             if f"graph_ms[{key}]" not in measured:
                 continue
-            row = {"device": device, "model": model, "chunk": chunk, "batch": decodes, "context": context}
+            row = {"device": device, "lease": lease, "model": model, "chunk": chunk, "batch": decodes,
+                   "context": context}
             row |= {f"{k}_ms": measured.get(f"{k}_ms[{key}]") for k in ("eager", "graph", "floor")}
             prefills, contexts = [(chunk, chunk)] if chunk else [], [context] * decodes
             row |= {f"{n}_ms": cm.iteration_cost(prefills, contexts).forward_s * 1e3 for n, cm in cms.items()}

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from sarathi_lab import provenance
 from sarathi_lab.bench.args import bench_parser
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
@@ -24,6 +25,7 @@ from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.arrivals import poisson_arrivals
 from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.harness.workloads import split_length
+from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.sim.profile_model import profile_description, profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
@@ -270,6 +272,16 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
     fig.savefig(path, dpi=90)
 
 
+def validation_provenance(smoke: bool) -> provenance.Provenance:
+    """This machine's CPU, measured now at this checkout's commit."""
+    from sarathi_lab.harness.environment import source_commit
+
+    return provenance.Provenance("measured CPU against simulated CPU (profile)", "ci" if smoke else "full",
+                                 machine=machine_record().get("cpu", ""),
+                                 commit=provenance.commits([source_commit()[0]]),
+                                 writer="python -m sarathi_lab.bench sim_validate")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
@@ -278,10 +290,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="what the real engine and the profile are timed on: CPUClock (default; this machine's "
                              "cores are shared) or the wall clock (files get a _wall suffix)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a validation of another scale, machine or commit in OUT")
     args = parser.parse_args(argv)
     cpu_clock = args.clock == "cpu"
     suffix = "" if cpu_clock else "_wall"
     out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
+    planned = dict.fromkeys((out / f"validation{suffix}.csv", out / f"validation_iterations{suffix}.csv",
+                             out / f"validation{suffix}.png"), validation_provenance(args.smoke))
+    provenance.check_or_refuse(parser, planned, args.force, "--force replaces them; --out DIR writes elsewhere")
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:  # never overwrite the committed profile with a CI one
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
@@ -306,6 +323,7 @@ def main(argv: list[str] | None = None) -> None:
                  f"{machine.get('llc_mib', '?')} MiB (isa {machine.get('isa', '?')}): "
                  f"{model}, float32, one thread, both timed on {clock}")
         figure(points, table, out / f"validation{suffix}.png", "\n".join(textwrap.wrap(title, 120)))
+    provenance.record({path: p for path, p in planned.items() if path.is_file()})
     print(f"wrote {out / f'validation{suffix}.csv'} ({len(table)} cases)")
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sarathi_lab import provenance
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.bench.args import bench_parser
@@ -30,6 +32,7 @@ from sarathi_lab.bench.sim_validate import (
 )
 from sarathi_lab.engine.metrics import STALL, iteration_kinds, stalled
 from sarathi_lab.harness.compose import run_in_process
+from sarathi_lab.harness.environment import engine_kind
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
 
 COST_MODELS = ("roofline", "profile")
@@ -43,15 +46,32 @@ _SMOKE = ["experiment=pd_ratio", "model=tiny", "device=cpu", "dtype=float32", "s
           "chunk=16", "workload.num_requests=4", "logger=none", "on_existing=overwrite"]
 
 
-def serving_runs(root: Path) -> list[Path]:
-    """The finished, measured (not simulated) serving runs under ``root``, in sweep order."""
-    found = []
+def finished_runs(root: Path) -> tuple[list[Path], Counter]:
+    """The finished, measured (not simulated) serving runs under ``root``, in sweep order, and how many
+    of the other finished runs there were left out, by why (their experiment and task, or partial)."""
+    found, left_out = [], Counter()
     for metrics in sorted(root.glob(f"*/multiruns/*/*/{METRICS}"), key=natural_order):
         record = read_record(metrics)
-        if (record["config"].get("task") == "serve" and record["environment"].get("executor") == "model"
-                and not record.get("partial")):
+        task, executor = record["config"].get("task"), record["environment"].get("executor")
+        if record.get("partial"):
+            left_out["partial (interrupted)"] += 1
+        elif executor != "model":
+            left_out[f"executor={executor}"] += 1
+        elif task != "serve":
+            left_out[f"{metrics.relative_to(root).parts[0]} (task={task}, not serving)"] += 1
+        else:
             found.append(metrics.parent)
-    return found
+    return found, left_out
+
+
+def serving_runs(root: Path) -> list[Path]:
+    """The finished, measured (not simulated) serving runs under ``root``, in sweep order."""
+    return finished_runs(root)[0]
+
+
+def measured_engine(runs: list[Path]) -> str:
+    """What the measured runs' engine was (eager / decode CUDA graphs), from their environment records."""
+    return engine_kind([read_record(run / METRICS)["environment"] for run in runs]) or "no run"
 
 
 def overrides_of(run_dir: Path) -> list[str]:
@@ -212,6 +232,23 @@ def _smoke_runs(root: Path) -> None:
                        root / "pd_ratio" / "multiruns" / "smoke" / f"{i}_pd_ratio={ratio},scheduler={scheduler}")
 
 
+def outputs(out: Path, stem: str) -> list[Path]:
+    """Every file main writes for ``stem``."""
+    return [out / f"{stem}{part}" for part in (".csv", "_summary.csv", "_gains.csv", "_claims.csv",
+                                                "_iterations.csv", ".png")]
+
+
+def comparison_provenance(runs: list[Path], device: str) -> provenance.Provenance:
+    """The comparison's: the simulated device and cost models, the machines that measured the runs, what
+    their engine was and the commits the runs ran at."""
+    envs = [read_record(run / METRICS)["environment"] for run in runs]
+    return provenance.Provenance(f"simulated {device} ({'+'.join(COST_MODELS)}) against measured runs "
+                                 f"({engine_kind(envs)})",
+                                 machine="+".join(sorted({str(e.get("device_name")) for e in envs})),
+                                 commit=provenance.commits(e.get("git_commit") for e in envs),
+                                 writer="python -m sarathi_lab.bench sim_vs_gpu")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--runs", type=Path, default=None, help="the measured runs' results root (required "
@@ -223,6 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="h200", help="the simulated device: the one the runs were measured on")
     parser.add_argument("--smoke", action="store_true", help="measure tiny runs and a profile on this CPU first "
                         "and compare against them (device cpu)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a comparison of other runs (another machine or commit) in OUT")
     args = parser.parse_args(argv)
     out = args.out or (Path("sim_vs_gpu_smoke") if args.smoke else DOCS)
     work = args.work or (out / "work" if args.smoke else Path("outputs") / "sim_vs_gpu")
@@ -232,13 +271,23 @@ def main(argv: list[str] | None = None) -> None:
     if not args.smoke and not serving_runs(runs):
         parser.error(f"--runs {runs} is invalid: it holds no finished measured serving run "
                      "(<experiment>/multiruns/<sweep>/<job>/metrics.json with task serve)")
+    stem = f"validation_{device}"
+    if not args.smoke:
+        try:
+            provenance.check(dict.fromkeys(outputs(out, stem), comparison_provenance(serving_runs(runs), device)),
+                             args.force, "--force replaces them; --out DIR writes elsewhere")
+        except provenance.ReplaceRefused as e:
+            parser.error(str(e))
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:  # never the committed profiles: the tiny one is measured into OUT
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
         profile("tiny", **SMOKE_PROFILE)
         _smoke_runs(runs)
+    compared, left_out = finished_runs(runs)
+    total = len(compared) + sum(left_out.values())
+    print(f"comparing {len(compared)} of {total} finished runs under {runs}"
+          + ("; left out: " + ", ".join(f"{n} {why}" for why, n in left_out.items()) if left_out else ""), flush=True)
     table, points = compare(runs, work, device, progress=lambda m: print(m, flush=True))
-    stem = f"validation_{device}"
     table.to_csv(out / f"{stem}.csv", index=False, float_format="%.4g")
     summarize(table).to_csv(out / f"{stem}_summary.csv", index=False, float_format="%.4g")
     gain = None
@@ -249,11 +298,12 @@ def main(argv: list[str] | None = None) -> None:
     if not points.empty:
         by_kind(points).to_csv(out / f"{stem}_iterations.csv", index=False, float_format="%.4g")
         first = table.iloc[0]
+        engine = measured_engine(compared)
         title = (f"Simulator ({' and '.join(COST_MODELS)} cost models, sim_device={device})\nagainst this engine "
-                 f"measured on {first['measured_on']}: {first['model']}, {first['dtype']}"
-                 + ("\nmeasured side: this engine, launch-bound (no CUDA graphs), not the hardware's limit"
-                    if device != "cpu" else ""))
+                 f"measured on {first['measured_on']}: {first['model']}, {first['dtype']}, {engine}"
+                 + (f"\nmeasured side: this engine ({engine}), not the hardware's limit" if device != "cpu" else ""))
         figure(points, table, gain, title, out / f"{stem}.png")
+    provenance.record({path: comparison_provenance(compared, device) for path in outputs(out, stem) if path.is_file()})
     print(f"wrote {out / f'{stem}.csv'} ({table.job.nunique()} runs x {len(COST_MODELS)} cost models)")
 
 

@@ -159,15 +159,12 @@ def exit_code(out: Path, names: list[str]) -> int:
 
 
 def _commit() -> str:
-    """SARATHI_GPU_COMMIT (the device machine's copy of the tree may have no .git), else git's."""
-    if os.environ.get("SARATHI_GPU_COMMIT"):
-        return os.environ["SARATHI_GPU_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10, check=False).stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
+    """The commit the suite runs at, short: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device
+    machine's copy of the tree has no .git), as every run's environment record reads it."""
+    from sarathi_lab.harness.environment import source_commit
 
+    commit = source_commit()[0]
+    return commit[:7] if commit else "?"
 
 if __name__ == "__main__":
     sys.exit(main())

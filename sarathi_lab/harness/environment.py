@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -14,13 +15,16 @@ from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.profiling.machine import device_name
 
 DISTRIBUTION = "sarathi-lab"
+# Where a copy without .git (the GPU suite's copy on a lent machine, a tarball) is told its commit, read
+# in this order; SARATHI_GPU_COMMIT is the name the GPU suite's device command has always set.
+COMMIT_ENV = ("SARATHI_COMMIT", "SARATHI_GPU_COMMIT")
 
 
 def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
                         load: dict[str, Any], cuda_graphs: list[int] | None = None) -> dict[str, Any]:
-    commit = _git("rev-parse", "HEAD")
-    changes = _git("status", "--porcelain", "--untracked-files=no") if commit else None
-    version, installed_commit = _installed()
+    commit, commit_source = source_commit()
+    changes = _git("status", "--porcelain", "--untracked-files=no") if commit_source == "git" else None
+    version = _installed()[0]
     return {
         **simulated_device(engine),
         # Where it ran: the device measured, or the host that ran the simulation.
@@ -37,12 +41,39 @@ def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch
         "host": platform.node(),
         "torch_threads": torch.get_num_threads(),
         **load,
-        # The installed package's version (None: a clone never installed), and the clone's commit, else
-        # the one pip recorded installing from a git URL.
+        # The installed package's version (None: a clone never installed), the commit of the code that
+        # ran and where that was read (source_commit).
         "sarathi_lab_version": version,
-        "git_commit": commit or installed_commit,
+        "git_commit": commit,
+        "git_commit_source": commit_source,
         "git_dirty": None if changes is None else bool(changes),  # None: not known
     }
+
+
+def source_commit() -> tuple[str | None, str | None]:
+    """(the commit of the code that runs, where it was read): the clone's HEAD ('git'), else the
+    first of COMMIT_ENV set (its name: the copy has no .git, and whoever started it said), else the
+    commit pip recorded installing from a git URL ('pip'); (None, None) where none says."""
+    if commit := _git("rev-parse", "HEAD"):
+        return commit, "git"
+    for name in COMMIT_ENV:
+        if value := os.environ.get(name, "").strip():
+            return value, name
+    if installed := _installed()[1]:
+        return installed, "pip"
+    return None, None
+
+
+EAGER, GRAPHS = "eager", "decode CUDA graphs"
+
+
+def engine_kind(environments: list[dict]) -> str | None:
+    """What the engine of a set of measured runs was, from their environment records: 'eager' (every
+    forward launched op by op, ``cuda_graphs`` None, or a run from before the record had the key),
+    'decode CUDA graphs' (decode-only forwards replayed from graphs), both joined where runs differ;
+    None for no run."""
+    kinds = {GRAPHS if env.get("cuda_graphs") else EAGER for env in environments}
+    return " and ".join(sorted(kinds)) + (" (runs differ)" if len(kinds) > 1 else "") if kinds else None
 
 
 def simulated_device(engine: EngineConfig) -> dict[str, Any]:

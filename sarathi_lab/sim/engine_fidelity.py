@@ -21,7 +21,7 @@ from sarathi_lab.sim.profile_model import (
     measured_iterations,
     profile_description,
     profile_path,
-    profiles_dir,
+    profiled_devices,
 )
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
@@ -33,9 +33,10 @@ LARGE_PREFILL = 256
 
 
 def profiled(devices=None) -> list[tuple[str, str]]:
-    """(device, model) of every committed engine profile on a simulated GPU whose model is a preset."""
-    return [(p.parent.name, p.stem) for p in sorted(profiles_dir().glob("*/*.csv"))
-            if p.parent.name in GPU_DEVICES and p.stem in PRESETS and (devices is None or p.parent.name in devices)]
+    """(device, model) of every committed engine profile on a simulated GPU whose model is a preset (its
+    table: ``profile_path``'s, the newest lease's unless one is named)."""
+    return [(device, model) for device, model in profiled_devices()
+            if device in GPU_DEVICES and model in PRESETS and (devices is None or device in devices)]
 
 
 def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from transformers import AutoConfig
 
-from sarathi_lab import cli_args
+from sarathi_lab import cli_args, provenance
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
@@ -209,16 +209,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="300 requests instead of 10,000")
     parser.add_argument("--out", type=Path, default=None, help="default docs/sim (smoke: ./sim_pipeline_smoke)")
     parser.add_argument("--requests", type=int, default=None)
+    parser.add_argument("--force", action="store_true", help="replace tables of another request count in OUT")
     args = parser.parse_args(argv)
     if args.requests is not None and args.requests < 1:
         parser.error(f"--requests={args.requests} is invalid: must be an integer >= 1")
     out = args.out or (Path("sim_pipeline_smoke") if args.smoke else REPO_ROOT / "docs" / "sim")
+    requests = args.requests or (300 if args.smoke else 10_000)
+    planned = dict.fromkeys((out / name for name in ("pipeline_bubbles.csv", "pipeline_summary.csv",
+                                                     "pipeline_bubbles.png")),
+                            provenance.Provenance("simulated A100 (pipeline)", f"{requests} requests",
+                                                  writer="python -m sarathi_lab.sim.pipeline"))
+    provenance.check_or_refuse(parser, planned, args.force, "--force replaces them; --out DIR writes elsewhere")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
-    summary, results = fig12(args.requests or (300 if args.smoke else 10_000))
+    summary, results = fig12(requests)
     _write(summary, results, out)
+    provenance.record(planned)
     orca, sarathi = (summary.set_index("scheduler").loc[name] for name in ("orca", "sarathi"))
     print(f"median bubble per request: orca / sarathi = {orca.median_bubble_s / sarathi.median_bubble_s:.2f}x "
           f"(paper {PAPER['median_bubble_ratio']}x); time to complete all: "

@@ -41,17 +41,44 @@ def drift_spread(description: dict) -> float | None:
         return drift["spread"]
     return abs(drift["rel_change"]) if "rel_change" in drift else None
 
+# Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
+LEASE_ENV = "SARATHI_PROFILE_LEASE"
+
+
 def profiles_dir() -> Path:
     return Path(os.environ.get("SARATHI_PROFILES_DIR") or REPO_ROOT / "profiles")
 
 
-def profile_path(device: str, model: str | PretrainedConfig) -> Path:
-    """Where task=profile writes ``model``'s table on ``device``: named by the preset, or by a Hugging Face
-    directory's own name."""
+def _name(model: str | PretrainedConfig) -> str:
     if not isinstance(model, str):
         raise TypeError("cost_model='profile' with a model config needs profile=<path to the CSV>")
-    name = Path(model).name if os.sep in model or Path(model).is_dir() else model
-    return profiles_dir() / device / f"{name}.csv"
+    return Path(model).name if os.sep in model or Path(model).is_dir() else model
+
+
+def own_profile_path(device: str, model: str | PretrainedConfig) -> Path:
+    """Where task=profile writes ``model``'s table on ``device``: ``profiles/<device>/<name>.csv``, named by
+    the preset, or by a Hugging Face directory's own name."""
+    return profiles_dir() / device / f"{_name(model)}.csv"
+
+
+def profile_path(device: str, model: str | PretrainedConfig) -> Path:
+    """The table of ``model`` on ``device`` every reader takes: the lease LEASE_ENV names
+    (``profiles/<device>/<lease>/``, whether or not it holds one), else the one task=profile measured
+    here (``own_profile_path``), else the newest GPU lease's that holds one (gpu/collect.py keeps each
+    lease's in its own folder, ``<date>_<commit>``: newest sorts last). Where none is, the own path."""
+    own = own_profile_path(device, model)
+    if lease := os.environ.get(LEASE_ENV):
+        return own.parent / lease / own.name
+    if own.is_file():
+        return own
+    leased = sorted(own.parent.glob(f"*/{own.name}"))
+    return leased[-1] if leased else own
+
+
+def profiled_devices() -> list[tuple[str, str]]:
+    """(device, model) of every profile under profiles_dir(), measured here or in a lease."""
+    tables = [*profiles_dir().glob("*/*.csv"), *profiles_dir().glob("*/*/*.csv")]
+    return sorted({(p.relative_to(profiles_dir()).parts[0], p.stem) for p in tables})
 
 
 def profile_description(path: str | Path) -> dict:

@@ -6,13 +6,13 @@ task=piggyback's three iterations (docs/sim/README.md, section 6).
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import warnings
 from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab import cli_args, provenance
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.profiling import quantities
 from sarathi_lab.sim.cost_model import CostModel, batch_tokens
@@ -54,9 +54,13 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS, batch_sizes=BATCH_SI
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.Parser(prog="python -m sarathi_lab.sim.tile_alignment", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DOCS / "tile_alignment.csv")
+    p.add_argument("--force", action="store_true", help="replace a table another command wrote")
     args = p.parse_args(argv)
+    prov = provenance.Provenance("computed: simulated decode speedup by chunk alignment",
+                                 writer="python -m sarathi_lab.sim.tile_alignment")
+    provenance.check_or_refuse(p, {args.out: prov}, args.force, "--force replaces it; --out FILE writes elsewhere")
     table = sweep()
     wide = table.pivot_table(index=["model", "cost_model", "seq_len", "batch_size"], columns="alignment",
                              values="gain").reset_index()
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     print(wide.round(2).to_string(index=False))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False, float_format="%.4g")
+    provenance.record({args.out: prov})
     return table
 
 

@@ -27,7 +27,7 @@ from sarathi_lab.sim.profile_model import (
     DRIFT_WARNING,
     ProfileCostModel,
     measured_iterations,
-    profile_path,
+    own_profile_path,
 )
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
     gpu = torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else None
     # The simulator's name for the device (``sim_device``): where a profile for it is looked up.
     device = "cpu" if gpu is None else device_slug(gpu)
-    path = profile_path(device, cfg.model.engine_model)
+    path = own_profile_path(device, cfg.model.engine_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
     machine = machine_record() | {"device": device, "torch_device": str(torch_device)}

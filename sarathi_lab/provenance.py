@@ -1,0 +1,147 @@
+"""What a kept result file came from, and the one check every writer into docs/ and profiles/ makes
+before replacing one: a file of another source, scale, machine, GPU lease or commit is replaced only
+when the user says so (``--force``), never silently.
+
+The record is a sidecar, ``provenance.json``, in the folder the writer writes: file name (relative
+to that folder) -> its Provenance, or ``"*"`` for every file under the folder (a GPU lease's folder
+is one lease throughout). A file's record is its nearest sidecar's; a file under a sidecar that does
+not name it, or under none, has an unknown provenance, which no new result matches.
+Standard library only: writers of every layer import it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+SIDECAR = "provenance.json"
+EVERYTHING = "*"  # a sidecar's key for every file under its folder
+UNRECORDED = "unrecorded"  # a run that recorded no commit
+SHOWN = 3  # replaced files a refusal names before it counts the rest
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a file's numbers come from. Every field but ``writer`` must match for a writer to replace
+    the file unasked; '' where a field does not apply (no lease off a GPU suite, no scale off a paper sweep)."""
+    source: str  # 'measured CPU', 'measured GPU', 'simulated H200 (profile)', 'computed' ...
+    scale: str = ""  # a paper sweep's scale ('full' or 'ci'), or the size a benchmark ran at
+    machine: str = ""  # the CPU or GPU measured
+    lease: str = ""  # a GPU lease, '<date>_<commit>' (gpu/collect.py)
+    commit: str = ""  # the commit(s) the measured runs ran at, '+'-joined; UNRECORDED where a run had none
+    writer: str = ""  # the command that wrote it: said, not compared
+
+    def key(self) -> tuple[str, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "writer")
+
+    def describe(self) -> str:
+        parts = [self.source, self.scale and f"{self.scale} scale", self.machine, self.lease and f"lease {self.lease}",
+                 self.commit and f"commit {self.commit}"]
+        return ", ".join(p for p in parts if p)
+
+
+def commits(values: Iterable[str | None]) -> str:
+    """The commits of a set of runs, one field: short (git's 7 hex digits), sorted, distinct, '+'-joined;
+    a run without one counts as UNRECORDED (e.g. 'unrecorded' or '6218397+unrecorded')."""
+    found = {UNRECORDED if v is None or str(v) in ("", "nan", "None") else str(v)[:7] for v in values}
+    return "+".join(sorted(found))
+
+
+def _read(sidecar: Path) -> dict[str, Provenance]:
+    try:
+        entries = json.loads(sidecar.read_text())
+        known = {f.name for f in fields(Provenance)}
+        return {name: Provenance(**{k: str(v) for k, v in entry.items() if k in known})
+                for name, entry in entries.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}  # unreadable: every file under it unknown, so nothing is replaced unasked
+
+
+def recorded(path: Path) -> Provenance | None:
+    """The provenance the nearest sidecar records for ``path``; None: unknown."""
+    path = Path(path).absolute()
+    for folder in path.parents:
+        sidecar = folder / SIDECAR
+        if sidecar.is_file():
+            entries = _read(sidecar)
+            return entries.get(path.relative_to(folder).as_posix(), entries.get(EVERYTHING))
+    return None
+
+
+@dataclass(frozen=True)
+class Conflict:
+    path: Path
+    old: Provenance | None
+    new: Provenance
+
+    def describe(self, base: Path | None = None) -> str:
+        name = self.path
+        if base is not None and self.path.is_relative_to(base):
+            name = self.path.relative_to(base)
+        old = "unknown provenance (no provenance.json names it)" if self.old is None else self.old.describe()
+        return f"{name} ({old}; new: {self.new.describe()})"
+
+
+def conflicts(planned: Mapping[Path, Provenance]) -> list[Conflict]:
+    """The existing files among ``planned`` whose recorded provenance is not the new one, or not known to
+    be: a record whose runs had no commit (UNRECORDED) matches nothing."""
+    found = []
+    for path, new in planned.items():
+        if Path(path).is_file() and ((old := recorded(path)) is None or old.key() != new.key()
+                                     or UNRECORDED in old.commit.split("+")):
+            found.append(Conflict(Path(path), old, new))
+    return found
+
+
+class ReplaceRefused(ValueError):
+    """A writer would replace files of another provenance and was not told to."""
+
+
+def refusal(found: list[Conflict], how: str, base: Path | None = None) -> str:
+    """One line: how many files, the first few with their old and new provenance, and the way out."""
+    shown = "; ".join(c.describe(base) for c in found[:SHOWN])
+    more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return (f"would replace {len(found)} file(s) of another source, scale, machine, lease or commit: "
+            f"{shown}{more}. {how}")
+
+
+def check(planned: Mapping[Path, Provenance], force: bool, how: str, base: Path | None = None) -> None:
+    """Raise ReplaceRefused (before anything is written) unless ``force`` or no planned file conflicts.
+    ``how``: the writer's way out ('--force replaces them; --out DIR writes elsewhere')."""
+    if not force and (found := conflicts(planned)):
+        raise ReplaceRefused(refusal(found, how, base))
+
+
+def record(written: Mapping[Path, Provenance]) -> None:
+    """Each written file's provenance into the sidecar of its own folder."""
+    by_folder: dict[Path, dict[str, Provenance]] = {}
+    for path, prov in written.items():
+        path = Path(path)
+        by_folder.setdefault(path.parent, {})[path.name] = prov
+    for folder, entries in by_folder.items():
+        record_folder(folder, entries)
+
+
+def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
+    """``entries`` (names relative to ``folder``, or EVERYTHING) merged into ``folder``'s sidecar."""
+    sidecar = Path(folder) / SIDECAR
+    merged = {name: asdict(p) for name, p in _read(sidecar).items()} if sidecar.is_file() else {}
+    merged |= {name: asdict(p) for name, p in entries.items()}
+    sidecar.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=sidecar.parent, prefix=f".{SIDECAR}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(dict(sorted(merged.items())), f, indent=1)
+        f.write("\n")
+    os.replace(tmp, sidecar)
+    return sidecar
+
+
+def check_or_refuse(parser, planned: Mapping[Path, Provenance], force: bool, how: str) -> None:
+    """``check`` for a command line: a refusal is its parser's one ``error:`` line, exit 2."""
+    try:
+        check(planned, force, how)
+    except ReplaceRefused as e:
+        parser.error(str(e))

@@ -1,0 +1,360 @@
+"""No command replaces kept results of another source, scale, machine, GPU lease or commit unasked:
+each writer into docs/ and profiles/ refuses in one ``error:`` line naming what it would replace,
+exit 2, before writing anything, unless ``--force``; GPU leases keep a folder each; readers of a
+partial results root draw what they can and name what is missing. Every command runs as a user
+starts it, on temporary roots, never on the repository's docs/."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from sarathi_lab import provenance
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.provenance import Provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "kernels")]), MPLBACKEND="Agg")
+
+
+def _run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=False,
+                          timeout=timeout, env=ENV, cwd=ROOT)
+
+
+def _refused(run: subprocess.CompletedProcess) -> str:
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("error: would replace ")
+    return line
+
+
+# The sidecar and its check.
+
+def test_a_file_is_known_by_its_nearest_sidecar_and_a_folder_entry_covers_everything_under_it(tmp_path):
+    lease = Provenance("measured GPU", machine="NVIDIA H200", lease="2026-01-01_abc1234", commit="abc1234")
+    provenance.record_folder(tmp_path / "lease", {provenance.EVERYTHING: lease})
+    (tmp_path / "lease" / "steps" / "env").mkdir(parents=True)
+    assert provenance.recorded(tmp_path / "lease" / "steps" / "env" / "env.json") == lease
+    figure = Provenance("measured CPU", "full", "Test CPU", commit="abc1234")
+    provenance.record({tmp_path / "figures" / "a.png": figure})
+    assert provenance.recorded(tmp_path / "figures" / "a.png") == figure
+    assert provenance.recorded(tmp_path / "figures" / "b.png") is None  # the sidecar does not name it
+    assert provenance.recorded(tmp_path / "elsewhere.png") is None
+
+
+def test_a_file_of_other_or_unknown_provenance_conflicts_and_nothing_else_does(tmp_path):
+    full = Provenance("measured CPU", "full", "Test CPU", commit="abc1234", writer="a")
+    for name in ("same.csv", "other.csv", "unknown.csv", "unrecorded.csv"):
+        (tmp_path / name).write_text("x\n")
+    provenance.record({tmp_path / "same.csv": full, tmp_path / "other.csv": full,
+                       tmp_path / "unrecorded.csv": Provenance("measured CPU", commit=provenance.UNRECORDED)})
+    ci = Provenance("measured CPU", "ci", "Test CPU", commit="abc1234")
+    planned = {tmp_path / "same.csv": Provenance("measured CPU", "full", "Test CPU", commit="abc1234", writer="b"),
+               tmp_path / "other.csv": ci, tmp_path / "unknown.csv": ci, tmp_path / "new.csv": ci,
+               tmp_path / "unrecorded.csv": Provenance("measured CPU", commit=provenance.UNRECORDED)}
+    # A run that recorded no commit cannot be told from another: its file is not replaced unasked.
+    assert {c.path.name for c in provenance.conflicts(planned)} == {"other.csv", "unknown.csv", "unrecorded.csv"}
+    with pytest.raises(provenance.ReplaceRefused, match=r"would replace 3 file\(s\).*full scale.*new: measured CPU, "
+                                                        r"ci scale.*--force"):
+        provenance.check(planned, False, "--force replaces them")
+    provenance.check(planned, True, "")  # told
+
+
+def test_commits_are_short_distinct_and_name_a_run_without_one():
+    assert provenance.commits(["9e2ae41aaaaaaa", "9e2ae41", None, float("nan")]) == "9e2ae41+unrecorded"
+    assert provenance.commits([]) == ""
+
+
+# Every run records its commit, even where the code has no .git.
+
+@pytest.mark.parametrize("name", ["SARATHI_COMMIT", "SARATHI_GPU_COMMIT"])
+def test_a_copy_without_git_records_the_commit_it_was_told_and_where_from(monkeypatch, name):
+    from sarathi_lab.harness import environment
+
+    monkeypatch.setattr(environment, "_run_git", lambda *args: None)  # the GPU suite's copy: no .git
+    for each in environment.COMMIT_ENV:
+        monkeypatch.delenv(each, raising=False)
+    monkeypatch.setenv(name, "9e2ae41")
+    env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
+    assert (env["git_commit"], env["git_commit_source"], env["git_dirty"]) == ("9e2ae41", name, None)
+    monkeypatch.delenv(name)
+    env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
+    assert env["git_commit"] is None and env["git_commit_source"] in (None, "pip")
+
+
+def test_a_clone_records_git_s_commit_over_the_variable(monkeypatch):
+    from sarathi_lab.harness import environment
+
+    monkeypatch.setattr(environment, "_git", lambda *args: "f" * 40 if args[0] == "rev-parse" else "")
+    monkeypatch.setenv("SARATHI_COMMIT", "0000000")
+    assert environment.source_commit() == ("f" * 40, "git")
+
+
+def test_the_engine_a_set_of_runs_ran_is_read_from_their_records():
+    from sarathi_lab.harness.environment import engine_kind
+
+    assert engine_kind([{"cuda_graphs": [1, 2]}, {"cuda_graphs": [1]}]) == "decode CUDA graphs"
+    assert engine_kind([{"cuda_graphs": None}, {}]) == "eager"  # {}: a run from before the key
+    assert engine_kind([{"cuda_graphs": None}, {"cuda_graphs": [4]}]) == "decode CUDA graphs and eager (runs differ)"
+    assert engine_kind([]) is None
+
+
+# GPU leases: a folder each, an index, profiles read from the newest or a named one.
+
+def _archive(tmp_path: Path, commit: str = "abc1234", started: float = 1795744987.0, graphs=(1, 2)) -> Path:
+    out = tmp_path / f"out_{commit}"
+    files = {"steps/env/env.json": json.dumps({"device": "NVIDIA H200"}),
+             "summary.json": json.dumps({"suite": {"dry_run": False, "commit": commit}, "steps": [
+                 {"step": "env", "status": "done", "started_at": started, "commit": commit},
+                 {"step": "paper.pd_ratio", "status": "incomplete", "started_at": started + 60, "commit": commit}]}),
+             "summary.csv": "step,metric\n", "figures/overhead.png": "png", "profiles/h200/llama-13b.csv": "op\n",
+             "paper/pd_ratio/multiruns/gpu/0_x/metrics.json": json.dumps(
+                 {"environment": {"cuda_graphs": list(graphs) or None}}),
+             "steps/engine/llama/config.json": "{}"}
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    archive = tmp_path / f"suite_{commit}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in files:
+            tar.add(out / name, arcname=name)
+    return archive
+
+
+def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
+    repo = tmp_path / "repo"
+    first = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    assert first.returncode == 0, first.stderr
+    second = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "def5678", 1795831387.0)), "--root", str(repo))
+    assert second.returncode == 0, second.stderr
+    old, new = repo / "docs/gpu/h200/2026-11-27_abc1234", repo / "docs/gpu/h200/2026-11-28_def5678"
+    assert {p.relative_to(old).as_posix() for p in old.rglob("*") if p.is_file()} == {
+        "steps/env/env.json", "summary.json", "summary.csv", "figures/overhead.png", "lease.json", "provenance.json"}
+    assert (new / "summary.json").is_file() and not (repo / "docs/gpu/h200/summary.json").exists()
+    assert (repo / "profiles/h200/2026-11-27_abc1234/llama-13b.csv").is_file()
+    assert (repo / "profiles/h200/2026-11-28_def5678/llama-13b.csv").is_file()
+    index = (repo / "docs/gpu/leases.md").read_text()
+    rows = [line for line in index.splitlines() if line.startswith("| h200 ")]
+    assert len(rows) == 2 and "| `abc1234` | eager |" in rows[0] and "| `def5678` | decode CUDA graphs |" in rows[1]
+    assert "not done: paper.pd_ratio (incomplete)" in rows[0]
+    # The same lease again (a later call's archive of it): its own files, replaced without asking.
+    again = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    assert again.returncode == 0, again.stderr
+
+
+def test_collect_refuses_to_replace_another_lease_s_files_unless_forced(tmp_path):
+    repo = tmp_path / "repo"
+    lease = repo / "docs/gpu/h200/2026-11-27_abc1234"
+    (lease / "figures").mkdir(parents=True)
+    (lease / "figures" / "overhead.png").write_text("another lease's")
+    provenance.record_folder(lease, {provenance.EVERYTHING: Provenance("measured GPU", lease="2026-11-27_0000000")})
+    archive = _archive(tmp_path)
+    line = _refused(_run("sarathi_lab.gpu.collect", str(archive), "--root", str(repo)))
+    assert "docs/gpu/h200/2026-11-27_abc1234/figures/overhead.png (measured GPU, lease 2026-11-27_0000000" in line
+    assert "--force" in line and (lease / "figures" / "overhead.png").read_text() == "another lease's"
+    assert not (lease / "summary.json").exists()
+    assert _run("sarathi_lab.gpu.collect", str(archive), "--root", str(repo), "--force").returncode == 0
+    assert (lease / "figures" / "overhead.png").read_text() == "png"
+
+
+def test_collect_refuses_an_archive_whose_lease_is_unknown(tmp_path):
+    out = tmp_path / "out"
+    (out / "steps/env").mkdir(parents=True)
+    (out / "steps/env/env.json").write_text(json.dumps({"device": "NVIDIA H200"}))
+    archive = tmp_path / "suite.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(out / "steps/env/env.json", arcname="steps/env/env.json")
+    run = _run("sarathi_lab.gpu.collect", str(archive), "--root", str(tmp_path / "repo"))
+    assert run.returncode == 2 and run.stderr.strip() == (
+        f"error: {archive} is invalid: it has no readable summary.json, so its lease (the date and commit its "
+        "steps ran at) is unknown")
+    assert not (tmp_path / "repo").exists()
+
+
+def test_profiles_are_read_from_the_newest_lease_the_one_measured_here_or_a_named_one(tmp_path, monkeypatch):
+    from sarathi_lab.sim.profile_model import LEASE_ENV, own_profile_path, profile_path, profiled_devices
+
+    monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path))
+    monkeypatch.delenv(LEASE_ENV, raising=False)
+    for lease in ("2026-11-26_6218397", "2026-11-27_9e2ae41"):
+        (tmp_path / "h200" / lease).mkdir(parents=True)
+        (tmp_path / "h200" / lease / "llama-13b.csv").write_text("op\n")
+    (tmp_path / "h200" / "2026-11-26_6218397" / "mistral-7b.csv").write_text("op\n")
+    assert profile_path("h200", "llama-13b") == tmp_path / "h200/2026-11-27_9e2ae41/llama-13b.csv"
+    # The newest lease that has one: the later lease did not profile Mistral-7B.
+    assert profile_path("h200", "mistral-7b") == tmp_path / "h200/2026-11-26_6218397/mistral-7b.csv"
+    assert profiled_devices() == [("h200", "llama-13b"), ("h200", "mistral-7b")]
+    monkeypatch.setenv(LEASE_ENV, "2026-11-26_6218397")
+    assert profile_path("h200", "llama-13b") == tmp_path / "h200/2026-11-26_6218397/llama-13b.csv"
+    monkeypatch.delenv(LEASE_ENV)
+    # task=profile's own table, measured here, is read before any lease's, and is where it writes.
+    own_profile_path("h200", "llama-13b").write_text("op\n")
+    assert profile_path("h200", "llama-13b") == own_profile_path("h200", "llama-13b") == tmp_path / "h200/llama-13b.csv"
+
+
+def test_the_committed_leases_are_indexed_and_each_profile_lease_is_readable():
+    from sarathi_lab.gpu.collect import leases
+
+    found = {(lease["device"], lease["lease"]): lease for lease in leases(ROOT)}
+    kept = {("h200", "2026-11-26_6218397"), ("h100", "2026-11-26_27958ff"), ("h200", "2026-11-27_9e2ae41")}
+    assert kept <= set(found)
+    assert found["h200", "2026-11-26_6218397"]["engine"] == "eager"
+    index = (ROOT / "docs/gpu/leases.md").read_text()
+    for (device, lease), record in found.items():
+        assert f"[{lease}]({device}/{lease}/" in index
+        for model in record["profiles"]:
+            assert (ROOT / "profiles" / device / lease / f"{model}.csv").is_file()
+
+
+# publish and claims_table: refusals and partial roots.
+
+def _pd_ratio_root(root: Path, scale: str = "ci") -> Path:
+    sweep = root / "pd_ratio/multiruns/2026-01-01"
+    for job, (scheduler, throughput) in enumerate((("static", 100.0), ("sarathi", 120.0))):
+        run = sweep / str(job)
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text(json.dumps({
+            "config": {"scheduler": scheduler, "model": "cpu-small", "seed": 0, "scale": scale, "chunk": 64,
+                       "seq_len": 256, "batch_size": 4, "pd_ratio": 8.0},
+            "overrides": [], "resolved_config": {"engine": {"executor": "model"}},
+            "summary": {"total_throughput_tok_s": throughput},
+            "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32", "torch_threads": 2,
+                            "timing_unreliable": False, "git_commit": "abc1234" + "0" * 33}}))
+    return root
+
+
+def _docs(tmp_path: Path) -> Path:
+    """A copy of the committed claims table, capacity tables and figures' provenance."""
+    docs = tmp_path / "docs"
+    for name in ("figures/claims.csv", "figures/provenance.json", "figures/pd_ratio.png", "capacity"):
+        source, dest = ROOT / "docs" / name, docs / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, dest)
+    return docs
+
+
+def test_publish_refuses_to_replace_full_scale_results_with_ci_ones_and_writes_nothing(tmp_path):
+    root, docs = _pd_ratio_root(tmp_path / "runs"), _docs(tmp_path)
+    before = {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()}
+    line = _refused(_run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs)))
+    assert "would replace 2 file(s)" in line
+    assert f"{docs}/figures/pd_ratio.png (measured CPU, full scale" in line and "new: measured CPU, ci scale" in line
+    assert f"{docs}/figures/claims.csv (" in line and "--force replaces them" in line
+    assert {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()} == before
+    # Told: written, and recorded as what it now is; a second publish of the same runs is not refused.
+    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs), "--force")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert provenance.recorded(docs / "figures" / "pd_ratio.png").scale == "ci"
+    again = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
+def test_publish_draws_what_a_partial_root_has_and_names_what_it_lacks(tmp_path):
+    root, docs = _pd_ratio_root(tmp_path / "runs"), tmp_path / "new_docs"
+    shutil.copytree(ROOT / "docs" / "capacity", docs / "capacity")
+    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"per_token_cost: no finished run under {root}" in run.stdout
+    assert (docs / "figures" / "pd_ratio.png").is_file() and not (docs / "figures" / "per_token_cost.png").exists()
+    table = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False)
+    lacking = table[table.experiment == "per_token_cost"]
+    assert len(lacking) == 1 and lacking.ours.iloc[0] == f"no finished run under {root}"
+    assert lacking.holds.iloc[0] == "n/a" and (table.experiment == "pd_ratio").sum() == 2
+
+
+def test_claims_table_of_a_root_without_pd_ratio_names_it(tmp_path):
+    from sarathi_lab.analysis import claims
+    from sarathi_lab.analysis.runs import Results
+
+    _pd_ratio_root(tmp_path / "runs")
+    shutil.move(tmp_path / "runs" / "pd_ratio", tmp_path / "runs" / "elsewhere")
+    sim = _pd_ratio_root(tmp_path / "sim")
+    rows = claims.claims_table(Results(tmp_path / "runs"), [Results(sim)], only=("pd_ratio",)).to_dict("records")
+    assert rows[0]["ours"] == f"no finished run under {tmp_path / 'runs'}" and rows[0]["holds"] == "n/a"
+    assert len(rows) == 3  # the simulated root's two rows still judged
+
+
+# sim_vs_gpu, sim_fidelity, sim_validate, pipeline, tile_alignment: refusals.
+
+def _serving_root(root: Path, graphs) -> Path:
+    run = root / "orca_compare/multiruns/gpu/0_x"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({
+        "config": {"task": "serve"}, "summary": {}, "overrides": [], "resolved_config": {}, "partial": False,
+        "environment": {"executor": "model", "device_name": "NVIDIA H200", "cuda_graphs": graphs,
+                        "git_commit": None}}))
+    tile = root / "tile_quantization/multiruns/gpu/0_y"
+    tile.mkdir(parents=True)
+    (tile / "metrics.json").write_text(json.dumps({
+        "config": {"task": "iteration_sweep"}, "summary": {}, "overrides": [], "resolved_config": {},
+        "partial": False, "environment": {"executor": "model"}}))
+    return root
+
+
+def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tmp_path):
+    from sarathi_lab.bench import sim_vs_gpu
+
+    runs, out = _serving_root(tmp_path / "runs", [1, 2]), tmp_path / "sim"
+    out.mkdir()
+    for name in ("validation_h200.csv", "validation_h200.png", "provenance.json"):
+        shutil.copy(ROOT / "docs" / "sim" / name, out / name)
+    line = _refused(_run("sarathi_lab.bench", "sim_vs_gpu", "--runs", str(runs), "--out", str(out)))
+    assert "would replace 2 file(s)" in line and "(eager), NVIDIA H200, commit unrecorded" in line
+    assert "against measured runs (decode CUDA graphs), NVIDIA H200, commit unrecorded" in line
+    assert (out / "validation_h200.csv").read_bytes() == (ROOT / "docs/sim/validation_h200.csv").read_bytes()
+    # What it compares and what it leaves out, said; the engine the runs ran, from their records.
+    compared, left_out = sim_vs_gpu.finished_runs(runs)
+    assert len(compared) == 1 and dict(left_out) == {"tile_quantization (task=iteration_sweep, not serving)": 1}
+    assert sim_vs_gpu.measured_engine(compared) == "decode CUDA graphs"
+    assert sim_vs_gpu.measured_engine(sim_vs_gpu.serving_runs(_serving_root(tmp_path / "eager", None))) == "eager"
+
+
+@pytest.mark.parametrize("command, existing", [
+    (["sarathi_lab.bench", "sim_fidelity", "--smoke"], "fidelity_errors.csv"),
+    (["sarathi_lab.bench", "sim_validate", "--smoke"], "validation.csv"),
+    (["sarathi_lab.sim.pipeline", "--smoke"], "pipeline_summary.csv"),
+])
+def test_docs_sim_writers_refuse_a_file_another_run_wrote(tmp_path, command, existing):
+    (tmp_path / existing).write_text("another run's\n")  # no provenance.json names it: unknown
+    line = _refused(_run(*command, "--out", str(tmp_path)))
+    assert f"{tmp_path / existing} (unknown provenance" in line and "--force" in line
+    assert (tmp_path / existing).read_text() == "another run's\n"
+
+
+def test_tile_alignment_refuses_a_table_another_command_wrote(tmp_path):
+    out = tmp_path / "tile_alignment.csv"
+    out.write_text("x\n")
+    _refused(_run("sarathi_lab.sim.tile_alignment", "--out", str(out)))
+    assert out.read_text() == "x\n"
+
+
+def test_the_committed_docs_sim_tables_are_what_their_writers_would_write_now():
+    # Rerunning pipeline or tile_alignment into docs/sim replaces its own tables unasked: same provenance.
+    docs = ROOT / "docs" / "sim"
+    assert provenance.recorded(docs / "pipeline_summary.csv").key() == Provenance(
+        "simulated A100 (pipeline)", "10000 requests").key()
+    assert provenance.recorded(docs / "tile_alignment.csv").scale == ""
+
+
+def test_capacity_docs_refuses_to_replace_the_cpu_capacity_table_unless_forced(tmp_path):
+    from tests.test_capacity_docs import _searches
+
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs" / "capacity", docs / "capacity")
+    runs = _searches(tmp_path / "runs")
+    committed = (docs / "capacity" / "cpu_capacity.csv").read_bytes()
+    line = _refused(_run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs)))
+    assert f"{docs}/capacity/cpu_capacity.csv (unknown provenance" in line and "new: measured CPU" in line
+    assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() == committed
+    done = _run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs), "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() != committed
