@@ -46,11 +46,29 @@ def test_the_seven_results_are_found_in_their_modules_in_order():
     assert tuple(n for n in registry.names() if n in PAPER) == PAPER
     assert all(r.reading and r.gpu for r in registry.RESULTS if r.name in PAPER)
     # The GPU suite runs each registered result's experiment, as the CPU does, with its overrides.
-    paper_steps = [s.arg for s in STEPS if s.group == "paper"]
+    paper_steps = list(dict.fromkeys(s.arg for s in STEPS if s.group == "paper"))  # a result split in parts once
     assert set(paper_steps) == {r.name for r in registry.RESULTS if r.gpu}
     assert [a for a in paper_steps if a in PAPER] == ["per_token_cost", "decode_speedup", "pd_ratio",
                                                       "tile_quantization", "chunk_overhead", "orca_compare",
                                                       "scheduler_latency"]
+
+
+def test_a_result_split_in_parts_is_one_step_a_part_named_together(toy, monkeypatch):
+    from dataclasses import replace
+
+    from sarathi_lab.analysis.paper_result import GpuPart
+    from sarathi_lab.gpu import plan
+
+    parts = (GpuPart("a", "seed=0", 1.0), GpuPart("b", "seed=1", 2.0))
+    monkeypatch.setattr(registry, "RESULTS", (replace(toy, gpu=replace(toy.gpu, parts=parts)),))
+    monkeypatch.setattr(plan, "STEPS", plan.build_steps())
+    monkeypatch.setattr(plan, "BY_NAME", {s.name: s for s in plan.STEPS})
+    steps = [s for s in plan.STEPS if s.group == "paper"]
+    assert [(s.name, s.arg, s.minutes, s.overrides) for s in steps] == [
+        ("paper.toy.a", "toy", 1.0, ("seq_len=1024", "seed=0")),
+        ("paper.toy.b", "toy", 2.0, ("seq_len=1024", "seed=1"))]
+    assert [s.name for s in plan.select("paper.toy")] == ["paper.toy.a", "paper.toy.b"]
+    assert [s.name for s in plan.select("paper.toy.b")] == ["paper.toy.b"]
 
 
 def test_a_registered_result_is_produced_run_on_the_gpu_and_dry_run(toy, tmp_path):

@@ -8,13 +8,24 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class GpuPart:
+    """One step of a sweep that one call cannot hold: ``paper.<result>.<name>``, the result's overrides
+    plus these, into the result's one sweep folder."""
+    name: str
+    overrides: str
+    minutes: float
+
+
+@dataclass(frozen=True)
 class GpuRun:
     """The result's sweep on one GPU: gpu/plan.py's PAPER_COMMON with ``overrides``; ``dry``: the
-    one tiny CPU job of the suite's dry run."""
+    one tiny CPU job of the suite's dry run. ``parts``: the steps the sweep is split into where one
+    call cannot hold it (``minutes`` then is theirs summed)."""
     minutes: float        # expected, interpreter and model builds included (gpu/plan.py says from what)
     overrides: str
     dry: str
     order: int            # where it runs in the suite (gpu/plan.py orders the profile steps by it too)
+    parts: tuple[GpuPart, ...] = ()
 
 
 @dataclass(frozen=True)

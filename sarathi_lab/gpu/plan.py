@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sarathi_lab.analysis import registry
+from sarathi_lab.analysis.paper_result import GpuPart
 from sarathi_lab.profiling.attention_grid import GRIDS
 
 # What every paper sweep on the GPU shares: the paper's model and dtype, no W&B (the machine has
@@ -57,10 +58,11 @@ HEAD: tuple[Step, ...] = (
 
 def build_steps() -> tuple[Step, ...]:
     """HEAD, then the registered results' sweeps and the profiles in their order."""
-    papers = [(r.gpu.order, Step(f"paper.{r.name}", r.gpu.minutes,
-                                 f"experiment={r.name} {r.gpu.overrides}", r.name,
-                                 tuple(r.gpu.overrides.split())))
-              for r in registry.RESULTS if r.gpu is not None]
+    papers = [(r.gpu.order, Step(".".join(filter(None, ("paper", r.name, part.name))), part.minutes,
+                                 f"experiment={r.name} {r.gpu.overrides} {part.overrides}".rstrip(), r.name,
+                                 tuple(f"{r.gpu.overrides} {part.overrides}".split())))
+              for r in registry.RESULTS if r.gpu is not None
+              for part in (r.gpu.parts or (GpuPart("", "", r.gpu.minutes),))]
     profiles = [(order, Step(f"profile.{model}", minutes,
                              f"task=profile for {model}, bf16, chunk<=512, batch<=18, "
                              f"context<={PROFILE_SEQ_LEN[model]}, token step 16 (tile pairs at every 128) "
@@ -80,16 +82,23 @@ def named(spec: str | None) -> set[str]:
     return {w.strip() for w in (spec or "").split(",") if w.strip()}
 
 
+def _result_of(step: Step) -> str:
+    """``paper.<name>`` of a paper result split into parts: what names all its steps."""
+    return f"{step.group}.{step.arg}" if step.group == "paper" else step.name
+
+
 def select(spec: str | None) -> list[Step]:
-    """Steps named by ``spec`` (comma-separated names or groups such as ``paper``), in suite order."""
+    """Steps named by ``spec`` (comma-separated names, groups such as ``paper``, or ``paper.<name>`` of a
+    result split into parts), in suite order."""
     if not spec:
         return list(STEPS)
     wanted = named(spec)
-    unknown = sorted(w for w in wanted if w not in BY_NAME and w not in GROUPS)
+    known = {*BY_NAME, *GROUPS, *map(_result_of, STEPS)}
+    unknown = sorted(w for w in wanted if w not in known)
     if unknown:
         raise ValueError(f"--steps={spec!r} is invalid: {unknown[0]!r} is no step; allowed: "
                          f"{', '.join(GROUPS)} or one of {', '.join(BY_NAME)}")
-    return [s for s in STEPS if s.name in wanted or s.group in wanted]
+    return [s for s in STEPS if s.name in wanted or s.group in wanted or _result_of(s) in wanted]
 
 
 def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
@@ -109,10 +118,11 @@ def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
 
 
 def format_plan(steps: list[Step], budget_min: float) -> str:
-    lines = [f"{'step':28} {'min':>5}  what"]
-    lines += [f"{s.name:28} {s.minutes:5.1f}  {s.what}" for s in steps]
+    w = max([28, *(len(s.name) + 1 for s in steps)])
+    lines = [f"{'step':{w}} {'min':>5}  what"]
+    lines += [f"{s.name:{w}} {s.minutes:5.1f}  {s.what}" for s in steps]
     total = sum(s.minutes for s in steps)
-    lines.append(f"{'total':28} {total:5.1f}  expected (1.3 x the longer of the H200's and H100's; else estimates)")
+    lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and H100's; else estimates)")
     lines.append(f"\ncalls of {budget_min:g} min (the device tool runs a command for at most 10):")
     for i, call in enumerate(pack(steps, budget_min), 1):
         lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  {', '.join(s.name for s in call)}")
