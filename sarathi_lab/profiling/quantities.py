@@ -5,21 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# The GEMM tile, in tokens, of the GPUs the papers ran on: SARATHI sizes its chunks by it (Fig. 7).
-GEMM_TILE = 128
-
-
-def aligned_chunk(chunk: int, batch_size: int, tile: int) -> int:
-    """The largest chunk whose tokens with the B - 1 decodes riding it fill whole ``tile``-token
-    tiles and do not exceed ``chunk + B - 1``: SARATHI keeps chunk + decodes a multiple of the tile,
-    since one token past it costs a whole tile of GEMM work (Fig. 7). ValueError when no multiple
-    of the tile within ``chunk + B - 1`` leaves room for a chunk."""
-    total = (chunk + batch_size - 1) // tile * tile
-    if total - (batch_size - 1) < 1:
-        raise ValueError(f"chunk + batch_size - 1 = {chunk + batch_size - 1} tokens rounded down to whole "
-                         f"{tile}-token tiles leaves no room for a chunk beside {batch_size - 1} decodes")
-    return total - (batch_size - 1)
-
 
 def tile_jump(times: pd.Series, tile: int) -> float:
     """Mean relative increase of the time from m to m + 1 tokens over the multiples m of ``tile``
