@@ -82,9 +82,10 @@ def iteration_ms(results) -> pd.Series:
 
 
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
-    """The points whose riding decodes measured a cost: a hybrid iteration no slower than its chunk
-    alone leaves that cost within the noise, and its "speedup" is no number."""
-    return gains[gains.piggybacked_ms_per_decode > 0]
+    """The points whose riding decodes measured a cost beyond the repeats' noise
+    (``quantities.decode_speedup``'s ``resolved``): where the hybrid iteration is within noise of its
+    chunk alone, its "speedup" is no number, only ``gain_bound``."""
+    return gains[gains.resolved]
 
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
