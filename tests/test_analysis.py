@@ -471,6 +471,46 @@ def test_pd_ratio_with_a_failed_static_run_reads_the_points_that_have_a_baseline
     assert "C=128" not in peak["ours"] and gain["ours"] == "peak 1.10x; 1 of 1 points >= 1.1x; lowest 1.10x"
 
 
+def test_pd_ratio_judges_tile_aligned_chunks_and_predicts_their_peak_from_the_aligned_chunk():
+    # Chunk 64 beside B - 1 = 4 decodes: aligned to tiles of 16, 60 tokens, a predicted peak at 15.
+    # The static run beside each alignment is one more baseline of the same workload.
+    align = derive.CHUNK_ALIGN
+    rows = [{"scheduler": s, "chunk": 64, align: a, "total_throughput_tok_s": t, "scheduler.tile": 16,
+             **(KEYS | {"batch_size": 5, "pd_ratio": pd_})}
+            for pd_, fixed, aligned in ((4.0, 95.0, 100.0), (16.0, 105.0, 130.0), (64.0, 101.0, 104.0))
+            for a, s, t in (("none", "static", 100.0), ("none", "sarathi", fixed), ("tile", "static", 100.0),
+                            ("tile", "sarathi", aligned))]
+    gains = derive.pd_ratio_gains(pd.DataFrame(rows))
+    assert set(gains.scheduler) == {"sarathi"} and gains.baseline.eq(100.0).all()
+    assert gains.set_index(["chunk_align", "pd_ratio"]).effective_chunk.to_dict() == {
+        ("none", 4.0): 64, ("none", 16.0): 64, ("none", 64.0): 64, ("tile", 4.0): 60, ("tile", 16.0): 60,
+        ("tile", 64.0): 60}
+    (peak, gain) = CHECK["pd_ratio"](_Frames({("pd_ratio", "summary"): pd.DataFrame(rows)}))
+    assert peak["ours"] == "tile-aligned chunks: C=64 B=5: best 1.30x at 16, predicted peak 15"
+    assert peak["holds"] == "yes"
+    assert gain["ours"] == ("tile-aligned chunks: peak 1.30x; 1 of 3 points >= 1.1x; lowest 1.00x; "
+                            "fixed chunk: peak 1.05x")
+
+
+def test_orca_compare_judges_tile_aligned_sarathi_and_shows_each_variant_s_range_over_repeats():
+    align = derive.CHUNK_ALIGN
+    runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{s}{g}{a}{t}-{seed}", seed=seed,
+                              **KEYS, **{"workload.stagger": g, align: a})
+                         for seed, shift in ((0, 0.0), (1, 2.0))
+                         for s, g, a, t in (("static", 0, "none", 100.0), ("static", 0, "tile", 100.0),
+                                            ("orca", 4, "none", 110.0), ("orca", 4, "tile", 112.0),
+                                            ("sarathi", 0, "none", 105.0 + shift), ("sarathi", 0, "tile", 120.0))])
+    variants = derive.orca_variants(runs).set_index("run_dir").variant
+    assert variants["static0tile100.0-0"] == "baseline" and variants["orca4tile112.0-0"] == "Orca best"
+    assert variants["sarathi0tile120.0-1"] == "SARATHI (tile-aligned)"
+    iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
+    (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
+                                          ("orca_compare", "iterations"): iterations}))
+    assert row["holds"] == "yes"
+    assert row["ours"].startswith("length 256: SARATHI (tile-aligned) 1.20x (1.20-1.20x), SARATHI 1.06x "
+                                  "(1.05-1.07x), Orca best 1.11x (1.10-1.12x) (over the runs, min-max")
+
+
 @pytest.mark.parametrize("device, name, source", [("cpu", "AMD EPYC", "measured CPU"),
                                                   ("cuda:0", "NVIDIA H100 80GB HBM3", "measured GPU")])
 def test_the_claims_table_says_where_ours_were_measured(tmp_path, device, name, source):
