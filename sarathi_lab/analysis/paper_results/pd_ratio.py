@@ -91,8 +91,13 @@ RESULT = PaperResult(
     reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk and B "
              "- 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's peaks as "
              "stars."),
-    gpu=GpuRun(minutes=3.9, order=30,
-               overrides="seq_len=1024 batch_size=18 chunk=256,512 pd_ratio=5,14,28,50 "
-                         "workload.num_requests=54",
-               dry="seq_len=48 pd_ratio=4 chunk=16 batch_size=2 workload.num_requests=2 scheduler=sarathi"),
+    # 36 jobs: 3 seeds x P:D 7, 14, 28 (a factor 2 either side of chunk 256's peak, 239 / 17 = 14
+    # aligned) x fixed and tile-aligned x static and sarathi, chunk 256 only; from the H200's (eager)
+    # jobs: static / sarathi 13 / 15 s at P:D ~7, 8.5 / 11.4 s at 14, 6.1 / 7.2 s at 28, and 21 s of
+    # start-up: 1.3 x 388 s.
+    gpu=GpuRun(minutes=8.4, order=30,
+               overrides="seed=0,1,2 seq_len=1024 batch_size=18 workload.num_requests=54 chunk=256 "
+                         "pd_ratio=7,14,28 ++scheduler.chunk_align=none,tile scheduler=static,sarathi",
+               dry="seq_len=48 pd_ratio=4 chunk=16 batch_size=2 workload.num_requests=2 scheduler=sarathi "
+                   "scheduler.chunk_align=tile scheduler.tile=16"),
 )
