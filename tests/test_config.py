@@ -222,9 +222,13 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["task=profile", "measure.max_tokens=0"], r"^measure.max_tokens=0 is invalid: must be > 0$"),
     (["task=piggyback", "batch_size=1"], r"^batch_size=1 is invalid with task=piggyback: B - 1 decodes must ride"),
     (["task=piggyback", "chunk=100", "batch_size=4", "measure.chunk_align=tile"],
-     (r"^measure.chunk_align=tile is invalid with chunk=100, batch_size=4: chunk \+ batch_size - 1 = 103 tokens "
+     (r"^measure.chunk_align=tile is invalid with chunk=100, batch_size=4: chunk \+ decodes = 100 \+ 3 = 103 tokens "
       r"rounded down to whole 128-token tiles leaves no room for a chunk beside 3 decodes; allowed: none, or a "
       r"larger chunk$")),
+    # sarathi's tile alignment (its knobs): a chunk that can never fill a tile is refused by the scheduler's check.
+    (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are none, tile$"),
+    (["chunk=16", "scheduler.chunk_align=tile"],
+     r"^scheduler.chunk_align='tile' is invalid with chunk_size=16, max_batch_size=4, tile=128: a chunk and its"),
     (["measure.chunk_align=yes"], r"^measure.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
      r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),
@@ -375,6 +379,15 @@ def test_a_scheduler_s_knob_flows_from_its_yaml_and_from_the_api_to_the_schedule
     assert llm.engine.scheduler.config.max_num_batched_tokens == 96 and llm.config.chunk_size == 32
     with pytest.raises(ConfigError, match=r"^chunk_sise=32 is invalid: no scheduler has this knob"):
         LLM("tiny", chunk_sise=32, executor="sim")
+
+
+def test_sarathi_s_tile_alignment_flows_from_the_command_line_and_the_api():
+    engine = parse_config(compose_config([*SIM, "scheduler.chunk_align=tile", "scheduler.tile=64"])).engine
+    assert engine.scheduler_knobs == {"chunk_align": "tile", "tile": 64}
+    config = build_scheduler(plan_engine(engine)).config
+    assert (config.chunk_align, config.tile) == ("tile", 64)
+    llm = LLM("tiny", chunk_align="tile", executor="sim", chunk_size=128)
+    assert (llm.engine.scheduler.config.chunk_align, llm.engine.scheduler.config.tile) == ("tile", 128)
 
 
 def test_one_scheduler_s_knob_is_ignored_by_the_others_of_a_sweep():

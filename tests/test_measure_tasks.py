@@ -142,6 +142,29 @@ def test_tasks_are_the_modules_of_the_package_listed_without_importing_them():
         measurement("serve")
 
 
+def test_the_op_split_under_a_cuda_graph_comes_from_an_eager_pass_scaled_to_the_replay(llm, monkeypatch):
+    # A graph's replay runs no module, so hooks around its forward saw nothing and the split was all
+    # "others". The split is timed eagerly, then scaled to the replay's time, its shares kept.
+    from sarathi_lab.profiling.batches import SyntheticBatches
+    from sarathi_lab.profiling.ops import OPS, time_by_op
+
+    replay_s = 1e-3
+    replay = lambda prepared, fused=False: llm.engine.clock.advance(replay_s)
+    monkeypatch.setattr(llm.engine.executor, "forward", replay)
+    batches = SyntheticBatches(llm)
+    batch = batches.make(decodes=4, context=8)
+    try:
+        ops = time_by_op(llm, batch, reps=2)
+    finally:
+        batches.free(batch)
+    layers = llm.model_config.num_hidden_layers
+    eager = op_costs(4, layers)
+    assert ops["total"] == pytest.approx(replay_s)
+    assert sum(ops[op] for op in OPS) == pytest.approx(replay_s)
+    for op in OPS:
+        assert ops[op] == pytest.approx(eager[op] / sum(eager.values()) * replay_s)
+
+
 def test_the_op_split_adds_up_to_the_bare_forward_whatever_the_hooks_cost(llm, monkeypatch):
     # Every clock read costs time here, as a device sync at each hook does on a GPU: the hooked ops
     # then sum to more than the bare forward, and a stacked split drawn from them overstated it.

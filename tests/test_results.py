@@ -208,6 +208,7 @@ def test_a_measured_run_says_it_was_not_simulated_and_which_package_ran(tmp_path
 def test_an_installed_copy_records_its_version_and_the_commit_pip_installed_it_from(monkeypatch):
     from importlib import metadata
 
+    from sarathi_lab import code_commit
     from sarathi_lab.harness import environment
 
     class Installed:  # what pip leaves for `pip install git+https://...@<commit>` (PEP 610)
@@ -215,7 +216,7 @@ def test_an_installed_copy_records_its_version_and_the_commit_pip_installed_it_f
             return (json.dumps({"url": "https://example.org/sarathi_lab.git",
                                 "vcs_info": {"vcs": "git", "commit_id": "abc123"}})
                     if name == "direct_url.json" else None)
-    monkeypatch.setattr(environment, "_git", lambda *args: None)  # not a clone
+    monkeypatch.setattr(code_commit, "_git", lambda *args: None)  # not a clone
     monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
     monkeypatch.setattr(metadata, "version", lambda name: "9.9.9")
     env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
@@ -294,8 +295,9 @@ def test_preemptions_are_expected_only_when_the_requests_there_at_once_overflow_
 
 
 def test_outside_a_clone_the_checkout_state_is_unknown_not_clean(monkeypatch):
+    from sarathi_lab import code_commit
     from sarathi_lab.harness import environment
-    monkeypatch.setattr(environment, "_run_git", lambda *args: None)  # an installed copy, or no git
+    monkeypatch.setattr(code_commit, "_run_git", lambda *args: None)  # an installed copy, or no git
     env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
     assert env["git_commit"] is None and env["git_dirty"] is None
 

@@ -28,6 +28,7 @@ class CheckingExecutor(Executor):
         self.scheduler, self.config, self.clock = scheduler, config, clock
         self.rng = random.Random(0)
         self.batches = []
+        self.chunks = []  # per batch: (prompt tokens, decodes, what the prompts had left before it)
         self.running_before: set[int] = set()
         self.ran: set[int] = set()  # requests in a batch since they were last preempted
 
@@ -86,16 +87,17 @@ class CheckingExecutor(Executor):
         assert len(held) == len(set(held)), "a block shared by two requests"
         assert len(held) + blocks.num_free == blocks.num_blocks, "a block leaked"
         self.batches.append([(c.seq.seq_id, c.num_tokens) for c in batch.chunks])
+        self.chunks.append((prefill, batch.num_decode_tokens, sum(c.seq.num_uncomputed for c in batch.prefills)))
         self.clock.advance(1e-3 * batch.num_tokens)
         return StepOutput([self.rng.randrange(8) for _ in batch.sampled], 0.0, 1e-3 * batch.num_tokens, 0.0)
 
 
 def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None, cap=None,
-                 max_model_len=None, watermark=0.0):
+                 max_model_len=None, watermark=0.0, knobs=None):
     config = types.SimpleNamespace(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk,
                                    max_model_len=max_model_len or max(p + n for p, n in requests),
                                    max_num_batched_tokens=cap)
-    scheduler = make_scheduler(scheduler_name, BlockManager(num_blocks, BLOCK, watermark), **vars(config))
+    scheduler = make_scheduler(scheduler_name, BlockManager(num_blocks, BLOCK, watermark), knobs, **vars(config))
     clock = VirtualClock()
     executor = CheckingExecutor(scheduler, config, clock)
     arrivals = arrivals or [0.0] * len(requests)

@@ -78,10 +78,11 @@ def test_commits_are_short_distinct_and_name_a_run_without_one():
 
 @pytest.mark.parametrize("name", ["SARATHI_COMMIT", "SARATHI_GPU_COMMIT"])
 def test_a_copy_without_git_records_the_commit_it_was_told_and_where_from(monkeypatch, name):
+    from sarathi_lab import code_commit
     from sarathi_lab.harness import environment
 
-    monkeypatch.setattr(environment, "_run_git", lambda *args: None)  # the GPU suite's copy: no .git
-    for each in environment.COMMIT_ENV:
+    monkeypatch.setattr(code_commit, "_run_git", lambda *args: None)  # the GPU suite's copy: no .git
+    for each in code_commit.COMMIT_ENV:
         monkeypatch.delenv(each, raising=False)
     monkeypatch.setenv(name, "9e2ae41")
     env = environment.collect_environment(EngineConfig(), torch.device("cpu"), torch.float32, None, {})
@@ -92,11 +93,11 @@ def test_a_copy_without_git_records_the_commit_it_was_told_and_where_from(monkey
 
 
 def test_a_clone_records_git_s_commit_over_the_variable(monkeypatch):
-    from sarathi_lab.harness import environment
+    from sarathi_lab import code_commit
 
-    monkeypatch.setattr(environment, "_git", lambda *args: "f" * 40 if args[0] == "rev-parse" else "")
+    monkeypatch.setattr(code_commit, "_git", lambda *args: "f" * 40 if args[0] == "rev-parse" else "")
     monkeypatch.setenv("SARATHI_COMMIT", "0000000")
-    assert environment.source_commit() == ("f" * 40, "git")
+    assert code_commit.source_commit() == ("f" * 40, "git")
 
 
 def test_the_engine_a_set_of_runs_ran_is_read_from_their_records():

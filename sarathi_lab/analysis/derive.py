@@ -6,11 +6,21 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab.analysis import paper
+from sarathi_lab.engine.tiles import aligned_chunk
 
 # The paper's baseline: request-level batches, prefill-only then decode-only iterations.
 BASELINE = "static"
 # What pairs a run with its baseline run: the same requests and batch size.
 WORKLOAD_KEYS = ("seq_len", "batch_size", "pd_ratio")
+# The column of sarathi's chunk alignment (scheduler.chunk_align), where a sweep set it.
+CHUNK_ALIGN = "scheduler.chunk_align"
+
+
+def chunk_align(summary: pd.DataFrame) -> pd.Series:
+    """Each run's sarathi chunk alignment: "tile" where it ran tile-aligned chunks, else "none" (other
+    schedulers ignore the knob, so their runs are "none" whatever the sweep set)."""
+    set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=summary.index)
+    return set_.fillna("none").where(summary.scheduler == "sarathi", "none")
 
 
 def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseline: pd.Series) -> pd.DataFrame:
@@ -82,16 +92,36 @@ def iteration_ms(results) -> pd.Series:
 
 
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
-    """The points whose riding decodes measured a cost: a hybrid iteration no slower than its chunk
-    alone leaves that cost within the noise, and its "speedup" is no number."""
-    return gains[gains.piggybacked_ms_per_decode > 0]
+    """The points whose riding decodes measured a cost beyond the repeats' noise
+    (``quantities.decode_speedup``'s ``resolved``): where the hybrid iteration is within noise of its
+    chunk alone, its "speedup" is no number, only ``gain_bound``."""
+    return gains[gains.resolved]
 
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
-    """Each sarathi run's throughput over the static run of the same workload and chunk value (static
+    """Each sarathi run's throughput over the static runs of the same workload and chunk value (static
     ignores the chunk, but runs right before it, so a shared machine's slow spells hit both alike);
-    one whose static run failed is left out."""
-    return normalised_throughput(summary, keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
+    one whose static run failed is left out. ``chunk_align``: the sarathi run's alignment, and
+    ``effective_chunk``: the chunk beside B - 1 decodes it ran (the aligned one where tile-aligned)."""
+    gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)), keys=(*WORKLOAD_KEYS, "chunk"))
+    gains = gains.dropna(subset=["gain"])
+    return gains.assign(effective_chunk=[_effective_chunk(c, b, a, summary_tile(summary))
+                                         for c, b, a in zip(gains.chunk, gains.batch_size, gains.chunk_align)])
+
+
+def summary_tile(summary: pd.DataFrame) -> int:
+    """The tile sarathi's runs aligned to (scheduler.tile where a sweep set it)."""
+    tiles = summary["scheduler.tile"].dropna().unique() if "scheduler.tile" in summary else []
+    return int(tiles[0]) if len(tiles) else paper.TILE
+
+
+def _effective_chunk(chunk: float, batch_size: float, align: str, tile: int) -> float:
+    if align != "tile":
+        return chunk
+    try:
+        return aligned_chunk(int(chunk), int(batch_size) - 1, tile)
+    except ValueError:  # the scheduler runs the chunk as set where no aligned one exists
+        return chunk
 
 
 def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
@@ -100,15 +130,18 @@ def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
 
 
 def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
-    """Per (chunk, batch_size, seq_len): the P:D of the largest gain, the gain there, and the P:D
-    the paper predicts for the peak."""
-    idx = normalised.groupby(["chunk", "batch_size", "seq_len"]).gain.idxmax()
-    peaks = normalised.loc[idx, ["chunk", "batch_size", "seq_len", "pd_ratio", "gain"]]
-    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b) for c, b in zip(peaks.chunk, peaks.batch_size)]
+    """Per (chunk, batch_size, seq_len; chunk_align where recorded): the P:D of the largest gain, the
+    gain there, and the P:D the paper predicts for the peak, from the chunk the runs ran beside B - 1
+    decodes (``effective_chunk`` where recorded: the aligned one)."""
+    keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size", "seq_len"]
+    idx = normalised.groupby(keys).gain.idxmax()
+    ran = "effective_chunk" if "effective_chunk" in normalised else "chunk"
+    peaks = normalised.loc[idx, [*keys, "pd_ratio", "gain", *([ran] if ran != "chunk" else [])]]
+    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b) for c, b in zip(peaks[ran], peaks.batch_size)]
     return peaks.reset_index(drop=True)
 
 
-def orca_variant(scheduler: str, stagger: int) -> str:
+def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
     """Which bar of Fig. 11a a run is. Orca's two cases differ only in the workload: with equal
     requests arriving at once its batches run in lock step, each batch's whole prefills together
     and then its decodes, so no prefill ever overlaps a decode (worst case); with the first
@@ -117,13 +150,15 @@ def orca_variant(scheduler: str, stagger: int) -> str:
     if scheduler == "orca":
         return "Orca best" if stagger else "Orca worst"
     name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
-    return f"{name} (staggered)" if stagger else name
+    notes = [*(["tile-aligned"] if align == "tile" else []), *(["staggered"] if stagger else [])]
+    return f"{name} ({', '.join(notes)})" if notes else name
 
 
 def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:
     """Every run with its bar of Fig. 11a (``orca_variant``) as ``variant``."""
     stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
-    return summary.assign(variant=[orca_variant(s, g) for s, g in zip(summary.scheduler, stagger)])
+    return summary.assign(variant=[orca_variant(s, g, a) for s, g, a in
+                                   zip(summary.scheduler, stagger, chunk_align(summary))])
 
 
 def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from sarathi_lab.profiling.quantities import GEMM_TILE
+from sarathi_lab.engine.tiles import GEMM_TILE
 
 # Fig. 3/4 at sequence length 1024: decode over prefill per-token time, by batch size.
 DECODE_OVER_PREFILL = {1: 200.0, 2: 100.0, 18: 16.7}

@@ -274,7 +274,7 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
 
 def validation_provenance(smoke: bool) -> provenance.Provenance:
     """This machine's CPU, measured now at this checkout's commit."""
-    from sarathi_lab.harness.environment import source_commit
+    from sarathi_lab.code_commit import source_commit
 
     return provenance.Provenance("measured CPU against simulated CPU (profile)", "ci" if smoke else "full",
                                  machine=machine_record().get("cpu", ""),

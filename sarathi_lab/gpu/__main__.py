@@ -161,7 +161,7 @@ def exit_code(out: Path, names: list[str]) -> int:
 def _commit() -> str:
     """The commit the suite runs at, short: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device
     machine's copy of the tree has no .git), as every run's environment record reads it."""
-    from sarathi_lab.harness.environment import source_commit
+    from sarathi_lab.code_commit import source_commit
 
     commit = source_commit()[0]
     return commit[:7] if commit else "?"

@@ -11,8 +11,13 @@ from sarathi_lab.analysis.paper_result import GpuPart
 from sarathi_lab.profiling.attention_grid import GRIDS
 
 # What every paper sweep on the GPU shares: the paper's model and dtype, no W&B (the machine has
-# no network), and a rerun that skips the jobs an interrupted call already finished.
-PAPER_COMMON = ("model=llama-13b", "device=cuda", "dtype=bfloat16", "logger=none", "on_existing=skip")
+# no network), and a rerun that skips the jobs an interrupted call already finished. The experiment's
+# own sweep axes are dropped (hydra.sweeper.params=null): each GpuRun names every axis, in the order
+# Hydra varies them, slowest first, so that its seeds come first (each repeat of the whole sweep runs
+# after the last, interleaved with every other point, not back to back) and the compared variants last
+# (the runs a ratio pairs run back to back).
+PAPER_COMMON = ("model=llama-13b", "device=cuda", "dtype=bfloat16", "logger=none", "on_existing=skip",
+                "hydra.sweeper.params=null")
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,21 @@
 """Where a run ran, recorded next to its numbers so that runs from different machines stay comparable."""
 from __future__ import annotations
 
-import json
-import os
 import platform
-import subprocess
-from importlib import metadata
 from typing import Any
 
 import torch
 
+from sarathi_lab import code_commit
 from sarathi_lab.config import EngineConfig
-from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.profiling.machine import device_name
-
-DISTRIBUTION = "sarathi-lab"
-# Where a copy without .git (the GPU suite's copy on a lent machine, a tarball) is told its commit, read
-# in this order; SARATHI_GPU_COMMIT is the name the GPU suite's device command has always set.
-COMMIT_ENV = ("SARATHI_COMMIT", "SARATHI_GPU_COMMIT")
 
 
 def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
                         load: dict[str, Any], cuda_graphs: list[int] | None = None) -> dict[str, Any]:
-    commit, commit_source = source_commit()
-    changes = _git("status", "--porcelain", "--untracked-files=no") if commit_source == "git" else None
-    version = _installed()[0]
+    commit, commit_source = code_commit.source_commit()
+    changes = code_commit._git("status", "--porcelain", "--untracked-files=no") if commit_source == "git" else None
+    version = code_commit._installed()[0]
     return {
         **simulated_device(engine),
         # Where it ran: the device measured, or the host that ran the simulation.
@@ -50,20 +41,6 @@ def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch
     }
 
 
-def source_commit() -> tuple[str | None, str | None]:
-    """(the commit of the code that runs, where it was read): the clone's HEAD ('git'), else the
-    first of COMMIT_ENV set (its name: the copy has no .git, and whoever started it said), else the
-    commit pip recorded installing from a git URL ('pip'); (None, None) where none says."""
-    if commit := _git("rev-parse", "HEAD"):
-        return commit, "git"
-    for name in COMMIT_ENV:
-        if value := os.environ.get(name, "").strip():
-            return value, name
-    if installed := _installed()[1]:
-        return installed, "pip"
-    return None, None
-
-
 EAGER, GRAPHS = "eager", "decode CUDA graphs"
 
 
@@ -84,32 +61,3 @@ def simulated_device(engine: EngineConfig) -> dict[str, Any]:
     return {"executor": "sim", "simulated": True, "device": f"sim:{engine.sim_device}",
             "device_name": f"simulated {gpus}{engine.sim_device.upper()} ({engine.sim_cost_model} cost model)",
             "sim_device": engine.sim_device, "sim_cost_model": engine.sim_cost_model, "sim_tp": engine.sim_tp}
-
-
-def _installed() -> tuple[str | None, str | None]:
-    """The installed package's version, and the commit of the git URL pip installed it from (PEP 610)."""
-    try:
-        version = metadata.version(DISTRIBUTION)
-        direct_url = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None, None
-    try:
-        return version, json.loads(direct_url or "{}").get("vcs_info", {}).get("commit_id")
-    except ValueError:
-        return version, None
-
-
-def _git(*args: str) -> str | None:
-    # The package's own clone only: an installed copy (even in a venv inside some clone) has no commit.
-    if _run_git("rev-parse", "--show-toplevel") != str(PACKAGE_DIR.parent):
-        return None
-    return _run_git(*args)
-
-
-def _run_git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=10,
-                             check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None

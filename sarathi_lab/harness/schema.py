@@ -16,9 +16,9 @@ from omegaconf.errors import MissingMandatoryValue
 from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_fields
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import knob_names
+from sarathi_lab.engine.tiles import GEMM_TILE, aligned_chunk
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
-from sarathi_lab.profiling.quantities import GEMM_TILE, aligned_chunk
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class MeasureCfg:
 
     def piggyback_chunk(self, chunk: int, batch_size: int) -> int:
         """The chunk task=piggyback runs for ``chunk`` with ``batch_size`` - 1 riding decodes."""
-        return aligned_chunk(chunk, batch_size, self.tile) if self.chunk_align == "tile" else chunk
+        return aligned_chunk(chunk, batch_size - 1, self.tile) if self.chunk_align == "tile" else chunk
 
 
 @dataclass(frozen=True)

@@ -5,21 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# The GEMM tile, in tokens, of the GPUs the papers ran on: SARATHI sizes its chunks by it (Fig. 7).
-GEMM_TILE = 128
-
-
-def aligned_chunk(chunk: int, batch_size: int, tile: int) -> int:
-    """The largest chunk whose tokens with the B - 1 decodes riding it fill whole ``tile``-token
-    tiles and do not exceed ``chunk + B - 1``: SARATHI keeps chunk + decodes a multiple of the tile,
-    since one token past it costs a whole tile of GEMM work (Fig. 7). ValueError when no multiple
-    of the tile within ``chunk + B - 1`` leaves room for a chunk."""
-    total = (chunk + batch_size - 1) // tile * tile
-    if total - (batch_size - 1) < 1:
-        raise ValueError(f"chunk + batch_size - 1 = {chunk + batch_size - 1} tokens rounded down to whole "
-                         f"{tile}-token tiles leaves no room for a chunk beside {batch_size - 1} decodes")
-    return total - (batch_size - 1)
-
 
 def tile_jump(times: pd.Series, tile: int) -> float:
     """Mean relative increase of the time from m to m + 1 tokens over the multiples m of ``tile``
@@ -30,17 +15,49 @@ def tile_jump(times: pd.Series, tile: int) -> float:
     return float(np.mean([times[b] / times[a] - 1 for a, b in pairs]))
 
 
+def within_noise(difference, noise):
+    """Whether a difference of two measured times is within their noise: no larger than the spread of
+    their repeats (``noise``, the sum of the two times' ranges). A ratio over such a difference is no
+    number, only a bound. The one definition of "within noise" for every such ratio."""
+    return difference <= noise
+
+
+def _time_noise(piggyback: pd.DataFrame, point: list[str]) -> pd.Series:
+    """Each row's noise, ms: the range (max - min) of its iteration's time over the repeats of its
+    point, the seeds' medians where several seeds ran, else the one run's reps (``ms_min``..``ms_max``,
+    where the task recorded them), else 0."""
+    if "seed" in piggyback and piggyback.seed.nunique() > 1:
+        grouped = piggyback.groupby([*point, "iteration"]).ms
+        return grouped.transform("max") - grouped.transform("min")
+    if {"ms_min", "ms_max"} <= set(piggyback):
+        return (piggyback.ms_max - piggyback.ms_min).fillna(0.0)
+    return pd.Series(0.0, index=piggyback.index)
+
+
 def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
     """Per (seq_len, batch_size, chunk; chunk_align and seed where recorded), from the medians of
     ``task=piggyback``'s three iterations: a baseline decode token costs decode_only / B, a piggybacked
     one (hybrid - chunk_alone) / (B - 1) (the paper's Table 2 reading); ``gain`` is the first over the
     second. Seeds stay apart: averaging a difference of two times that vanished into noise with one
-    that did not makes a speedup neither measured."""
-    keys = ["seq_len", "batch_size", "chunk", *(["chunk_align"] if "chunk_align" in piggyback else []),
-            *(["seed"] if "seed" in piggyback and piggyback.seed.nunique() > 1 else [])]
+    that did not makes a speedup neither measured. ``resolved``: the difference hybrid - chunk_alone is
+    beyond the noise of the two (``within_noise``); where it is not, ``gain`` is no number and
+    ``gain_bound`` is what the repeats do say, gain >= baseline / ((difference + noise) / (B - 1))
+    (NaN where even that is no finite bound)."""
+    point = ["seq_len", "batch_size", "chunk", *(["chunk_align"] if "chunk_align" in piggyback else [])]
+    keys = [*point, *(["seed"] if "seed" in piggyback and piggyback.seed.nunique() > 1 else [])]
+    piggyback = piggyback.assign(noise_ms=_time_noise(piggyback, point))
     ms = piggyback.pivot_table(index=keys, columns="iteration", values="ms")
+    noise = piggyback.pivot_table(index=keys, columns="iteration", values="noise_ms")
     out = ms.reset_index()
+    out.columns.name = None
+    difference = (ms.hybrid - ms.chunk_alone).to_numpy()
     out["baseline_ms_per_decode"] = ms.decode_only.to_numpy() / out.batch_size
-    out["piggybacked_ms_per_decode"] = (ms.hybrid - ms.chunk_alone).to_numpy() / (out.batch_size - 1)
+    out["piggybacked_ms_per_decode"] = difference / (out.batch_size - 1)
     out["gain"] = out.baseline_ms_per_decode / out.piggybacked_ms_per_decode
+    out["noise_ms"] = (noise.hybrid + noise.chunk_alone).to_numpy()
+    out["resolved"] = ~within_noise(difference, out.noise_ms.to_numpy())
+    upper = np.maximum(difference, 0.0) + out.noise_ms.to_numpy()
+    with np.errstate(divide="ignore"):
+        bound = out.baseline_ms_per_decode / (upper / (out.batch_size - 1))
+    out["gain_bound"] = np.where(out.resolved, np.nan, np.where(np.isfinite(bound), bound, np.nan))
     return out

@@ -6,7 +6,6 @@ task=piggyback's three iterations (docs/sim/README.md, section 6).
 """
 from __future__ import annotations
 
-import functools
 import warnings
 from pathlib import Path
 
@@ -14,10 +13,10 @@ import pandas as pd
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.engine.tiles import aligned_chunk
 from sarathi_lab.profiling import quantities
 from sarathi_lab.sim.cost_model import CostModel, batch_tokens
 
-aligned_chunk = functools.partial(quantities.aligned_chunk, tile=quantities.GEMM_TILE)
 # (model, device, cost models): the paper's LLaMA-33B on an A100 (nobody measured its kernels, so
 # roofline and calibrated), and Llama-2-7B on an A100, whose kernels were measured (profile).
 CASES = (("llama-33b", "a100", ("roofline", "calibrated")),
@@ -44,7 +43,7 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS, batch_sizes=BATCH_SI
                 cm = CostModel.for_device(device, model, cost_model)
             for seq_len in seq_lens:
                 for b in batch_sizes:
-                    for alignment, c in (("unaligned", chunk), ("aligned", aligned_chunk(chunk, b))):
+                    for alignment, c in (("unaligned", chunk), ("aligned", aligned_chunk(chunk, b - 1))):
                         table = piggyback_ms(cm, c, b, seq_len).assign(seq_len=seq_len, batch_size=b, chunk=c)
                         row = quantities.decode_speedup(table).iloc[0]
                         rows.append({"model": model, "device": device, "cost_model": cost_model,

@@ -12,13 +12,23 @@ _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token
                        "tile": "tile-aligned chunk: chunk + B - 1 fills whole 128-token tiles (as the paper)"}
 
 
+def unresolved_note(gains: pd.DataFrame) -> str:
+    """What the points whose hybrid iteration is within noise of the chunk alone say: their count and
+    the bound the repeats give them ('' where every point is resolved)."""
+    unresolved = gains[~gains.resolved]
+    if unresolved.empty:
+        return ""
+    bounds = unresolved.gain_bound.dropna()
+    bound = f": speedup >= {bounds.min():.1f}x" if len(bounds) == len(unresolved) else ": no bound"
+    return (f"{len(unresolved)} of {len(gains)} points within noise (hybrid iteration no slower than the chunk "
+            f"alone beyond the repeats' spread){bound}")
+
+
 def _speedup_range(gains: pd.DataFrame) -> tuple[str, str]:
     """The range of the resolved speedups, and what is left unresolved ('' if nothing)."""
     resolved = derive.resolved_speedups(gains)
-    unresolved = len(gains) - len(resolved)
     return ((f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved) else "no point resolved"),
-            f"{unresolved} of {len(gains)} points unresolved (hybrid iteration no slower than the chunk alone)"
-            if unresolved else "")
+            unresolved_note(gains))
 
 
 def claims(results) -> list[dict]:
@@ -37,9 +47,12 @@ def claims(results) -> list[dict]:
     unresolved = "; ".join(label + note for label, _, note in ranges if note)
     ours = ("; ".join(label + text for label, text, _ in ranges) + over
             + (f"; {unresolved}" if unresolved else ""))
+    # A point within noise holds where even its bound reaches the paper's low end; else it is not judged.
+    bounds = judged[~judged.resolved].gain_bound
+    flags = [*(resolved.gain >= low), *(True if b >= low else None for b in bounds)]
     return [claim_row("decode_speedup", f"Piggybacking raises decode throughput {low:g}x-{high:g}x over the baseline",
                       f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to {paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",
-                      ours, verdict(resolved.gain >= low), resolved.gain.min() if len(resolved) else None)]
+                      ours, verdict(flags), resolved.gain.min() if len(resolved) else None)]
 
 
 def _why(gains: pd.DataFrame, low: float, high: float) -> str:
@@ -82,8 +95,7 @@ def figure(results, simulated=None):
     for ax, (runs, title, colors, gains) in zip(axes[0], panels):
         resolved = derive.resolved_speedups(gains)
         if len(resolved) < len(gains):
-            title += (f"\n{len(gains) - len(resolved)} of {len(gains)} points unresolved:\nhybrid iteration no "
-                      "slower than the chunk alone")
+            title += "\n" + unresolved_note(gains).replace(" (", "\n(", 1)
         figures.sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax,
                             palette=colors(resolved.seq_len.nunique()), errorbar=figures.SPREAD)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
@@ -104,7 +116,10 @@ RESULT = PaperResult(
              "chunk + riding decodes fill whole 128-token tiles; the simulated runs sweep that "
              "tile-aligned chunk beside the fixed chunk of 256, one panel each, and the claim is judged on the "
              "aligned one."),
-    gpu=GpuRun(minutes=0.9, order=20,
-               overrides="chunk=256 seq_len=1024,2048,3072 batch_size=2,6,12,18",
-               dry="seq_len=48 batch_size=2 chunk=16"),
+    # 72 jobs: 3 seeds x 12 points x fixed and tile-aligned chunk, at the H200's 2.3 s a job beside 17 s
+    # of start-up (the H100 took as long): 1.3 x 183 s.
+    gpu=GpuRun(minutes=4.0, order=20,
+               overrides="seed=0,1,2 seq_len=1024,2048,3072 batch_size=2,6,12,18 chunk=256 "
+                         "measure.chunk_align=none,tile",
+               dry="seq_len=48 batch_size=2 chunk=16 measure.chunk_align=tile measure.tile=16"),
 )

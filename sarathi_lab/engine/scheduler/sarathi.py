@@ -1,19 +1,39 @@
 from dataclasses import dataclass
+from typing import Literal
 
+from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
+from sarathi_lab.engine.tiles import GEMM_TILE, aligned_chunk
+
+CHUNK_ALIGNS = ("none", "tile")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SarathiConfig(SchedulerConfig):
     # The prefill chunk: tokens of one request's prompt per iteration.
     chunk_size: int
+    # "none": every chunk is chunk_size tokens (or what is left of the prompt). "tile": each
+    # iteration's chunk shrinks so that it and the decodes beside it fill whole `tile`-token GEMM
+    # tiles, as the paper sized its chunks: one token past a tile costs a whole tile.
+    chunk_align: Literal[CHUNK_ALIGNS] = "none"
+    tile: int = GEMM_TILE
+
+    def __post_init__(self):
+        super().__post_init__()
+        most = self.chunk_size + self.max_batch_size - 1  # a chunk beside every other request decoding
+        if self.chunk_align == "tile" and most < self.tile:
+            raise ConfigError(f"chunk_align='tile' is invalid with chunk_size={self.chunk_size}, max_batch_size="
+                              f"{self.max_batch_size}, tile={self.tile}: a chunk and its decodes (at most {most} "
+                              f"tokens) never fill a whole tile; allowed: none, or a chunk_size of at least "
+                              f"{self.tile - self.max_batch_size + 1}, or a smaller tile")
 
 
 @register_scheduler("sarathi")
 class SarathiScheduler(Scheduler):
     """Chunked prefill with decode-maximal batching (SARATHI): every running decode plus one
-    prefill chunk of ``chunk_size`` tokens, from one request at a time."""
+    prefill chunk of ``chunk_size`` tokens, from one request at a time; with ``chunk_align=tile``
+    the chunk is sized per iteration so that chunk + decodes fill whole GEMM tiles."""
 
     Config = SarathiConfig
     config: SarathiConfig
@@ -22,10 +42,25 @@ class SarathiScheduler(Scheduler):
     def largest_iteration_tokens(cls, config: SarathiConfig) -> int:
         return config.chunk_size + config.max_batch_size  # one chunk beside a decode per running request
 
+    def chunk_tokens(self, decodes: int) -> int:
+        """The most prompt tokens this iteration's chunk takes beside ``decodes`` decodes: chunk_size;
+        with chunk_align=tile the largest chunk up to it whose tokens with the decodes fill whole
+        tiles. Where the decodes alone reach every whole tile within chunk_size + decodes, no aligned
+        chunk exists, and the chunk is chunk_size as set: the prompt must go on, and the iteration
+        still holds no more than chunk_size + decodes tokens."""
+        size = self.config.chunk_size
+        if self.config.chunk_align == "none":
+            return size
+        try:
+            return aligned_chunk(size, decodes, self.config.tile)
+        except ValueError:
+            return size
+
     def compose(self, batch: ScheduledBatch) -> None:
         self._schedule_decodes(batch)
+        size = self.chunk_tokens(batch.num_decode_tokens)
         ongoing = [s for s in self.running if s.is_prefill and s not in batch]
         if ongoing:
-            self._schedule_chunk(ongoing[0], self.config.chunk_size, batch)
+            self._schedule_chunk(ongoing[0], size, batch)
         elif self.waiting and len(self.running) < self.config.max_batch_size:
-            self._schedule_chunk(self.waiting[0], self.config.chunk_size, batch)
+            self._schedule_chunk(self.waiting[0], size, batch)

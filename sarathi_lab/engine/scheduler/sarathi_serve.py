@@ -7,7 +7,10 @@ from sarathi_lab.engine.sequence import Status
 
 @dataclass(frozen=True, kw_only=True)
 class SarathiServeConfig(SchedulerConfig):
-    # The per-iteration token budget, decodes included.
+    # The per-iteration token budget, decodes included. No chunk_align knob as sarathi's: the budget
+    # counts the decodes, so an iteration that spends it holds exactly `token_budget` tokens, whole
+    # tiles whenever the budget is a multiple of the tile (as Sarathi-Serve's 512 and 2048 are); only
+    # a prompt's last chunk leaves it short, which no chunk size can fill.
     token_budget: int
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
+from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.plan import PROFILE_SEQ_LEN
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.profiling.quantities import GEMM_TILE
 
 
 def overrides(model: str, dry_run: bool) -> list[str]:
