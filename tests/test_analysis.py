@@ -143,6 +143,9 @@ class _Frames:
     def sweep_note(self, name):
         return ""  # a complete sweep, nothing passed over
 
+    def unreliable_note(self, name):
+        return ""  # no run flagged
+
 
 class _Measured(_Frames):
     """Hand-made frames of runs measured on a CPU, enough for the figures and the claims table."""
@@ -479,6 +482,8 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
     summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}, 1.5: {"vllm": 0.4, "orca": 0.6}})
     (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "n/a"
+    # The missing scheduler's number reads why it is missing, never nan.
+    assert "nan" not in row["ours"] and "qps 0.5: sarathi_serve left out (no finished run), vllm 400 ms" in row["ours"]
     # Every unstaggered orca run (Orca's worst case) failed; SARATHI against Orca's best is still judged.
     runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{s}-{g}",
                               **(KEYS | {"seq_len": length}), **{"workload.stagger": g})
@@ -488,6 +493,21 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
     (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
                                           ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
+    assert "nan" not in row["ours"] and "worst left out (no finished run)" in row["ours"]
+
+
+def test_a_claim_names_why_its_runs_were_left_out():
+    # Every sarathi_serve run was flagged unreliable: its number says so, from the note the tables keep.
+    class Unreliable(_Frames):
+        def unreliable_note(self, name):
+            return "2 of 6 runs left out: timing unreliable"
+
+    summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}})
+    (row,) = CHECK["scheduler_latency"](Unreliable({("scheduler_latency", "summary"): summary}))
+    assert row["ours"] == ("qps 0.5: sarathi_serve left out (2 of 6 runs left out: timing unreliable), vllm 400 ms, "
+                           "orca 300 ms")
+    assert claims.shown(float("nan"), ".2f", "why", "x") == "left out (why)"
+    assert claims.shown(1.234, ".2f", "", "x") == "1.23x"
 
 
 class _SimulatedRuns(_Simulated):

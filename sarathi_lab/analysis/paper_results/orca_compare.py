@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
-from sarathi_lab.analysis.claims import claim_row, unless_missing, verdict
+from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict, why_left_out
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 
 ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "baseline (staggered)", "SARATHI (staggered)"]
@@ -18,11 +18,16 @@ def claims(results) -> list[dict]:
     overlap = derive.prefill_overlap(results.table("orca_compare", "iterations"))
     best_runs = gains[gains.variant == "Orca best"].run_dir
     share = overlap[overlap.run_dir.isin(best_runs)].hybrid_share.mean()
+    why = why_left_out(results, "orca_compare")
+
+    def gain(value) -> str:
+        return shown(value, ".2f", why, "x")
+
     return [claim_row("orca_compare", "SARATHI beats Orca's best case at every sequence length",
                       "SARATHI 1.27x / 1.25x / 1.23x, Orca best 1.11x / 1.0x / 1.0x at 1K / 2K / 3K",
-                      "; ".join(f"length {s:g}: SARATHI {r['SARATHI']:.2f}x, Orca best {r['Orca best']:.2f}x, "
-                                f"worst {r['Orca worst']:.2f}x" for s, r in table.iterrows())
-                      + f" (Orca best: {share:.0%} of prefill iterations carry decodes)",
+                      "; ".join(f"length {s:g}: SARATHI {gain(r['SARATHI'])}, Orca best {gain(r['Orca best'])}, "
+                                f"worst {gain(r['Orca worst'])}" for s, r in table.iterrows())
+                      + f" (Orca best: {shown(share, '.0%', why)} of prefill iterations carry decodes)",
                       verdict(unless_missing(r[["SARATHI", "Orca best"]], r["SARATHI"] > r["Orca best"])
                               for _, r in table.iterrows()))]
 
