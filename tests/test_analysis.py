@@ -390,7 +390,8 @@ def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
     summary = _on_cpu(pd.DataFrame(runs))
     fig = DRAW["orca_compare"](_Measured({("orca_compare", "summary"): summary}))
     (ours, _paper) = fig.axes[:2]
-    assert ours.get_title() == "measured CPU" and len(ours.patches) > 0
+    # Each panel says where its numbers come from and at what scale.
+    assert ours.get_title() == "measured CPU, ci scale" and len(ours.patches) > 0
 
 
 def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
@@ -522,6 +523,9 @@ class _SimulatedRuns(_Simulated):
     def describe(self, name):
         return "simulated A6000 (roofline): llama-13b (ci scale)"
 
+    def scale(self, name):
+        return "ci"
+
 
 def test_tile_figure_draws_simulated_times_relative_to_the_simulated_runs_tile():
     # The quick set sweeps to 80 tokens at a 32-token tile: one tile is 32 tokens, not the paper's 128.
@@ -531,7 +535,7 @@ def test_tile_figure_draws_simulated_times_relative_to_the_simulated_runs_tile()
               ("tile_quantization", "summary"): _on_cpu(pd.DataFrame([{"tile": 32}]))}
     fig = DRAW["tile_quantization"](_Measured(frames), _SimulatedRuns(frames))
     labels = [line.get_label() for line in fig.axes[1].get_lines()]
-    assert "simulated A6000 (roofline) (/ time at 32 tokens)" in labels
+    assert "simulated A6000 (roofline), ci scale (/ time at 32 tokens)" in labels
 
 
 def test_decode_speedup_figure_draws_every_simulated_length_visibly():
@@ -643,3 +647,30 @@ def test_simulated_rows_say_where_the_cost_models_verdicts_differ_and_why():
                                              {"c": "the reason"})
     assert [r.get(claims.DIFFERS) for r in out] == [None, *["roofline: partly; calibrated: yes (the reason)"] * 2,
                                                     None, None]
+
+
+def _figure_runs(name: str) -> _Measured:
+    """Hand-made runs of ``name`` at the CI scale's shapes (chunk 32, batch 3), as the figures read them."""
+    if name == "pd_ratio":
+        summary = pd.DataFrame([{"scheduler": s, "chunk": c, "batch_size": 3, "seq_len": 96, "pd_ratio": pd_,
+                                 "total_throughput_tok_s": 100.0 + (c / 8 + pd_ if s == "sarathi" else 0.0)}
+                                for c in (32, 64) for pd_ in (4.0, 16.0) for s in ("static", "sarathi")])
+    else:
+        summary = pd.DataFrame([{"scheduler": s, "workload.qps": q, "seq_len": 96, "ttft_p50_s": 0.1 * q,
+                                 "ttft_p99_s": 0.2 * q, "itl_p50_s": 0.01 * q, "itl_p99_s": 0.05 * q}
+                                for q in (0.5, 1.0) for s in ("static", "vllm", "orca", "sarathi", "sarathi_serve")])
+    return _Measured({(name, "summary"): _on_cpu(summary)})
+
+
+@pytest.mark.parametrize("name", ["pd_ratio", "scheduler_latency"])
+def test_a_figure_labels_its_axes_and_sources_and_its_legend_holds_no_group_headers(name):
+    fig = DRAW[name](_figure_runs(name))
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_ylabel() and "measured CPU, ci scale" in ax.get_title()
+    entries = [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]
+    # seaborn's group headers (a hue's or style's column name, and its bare levels) are gone.
+    assert entries and not {"chunk", "batch_size", "scheduler", "percentile", "32", "3"} & set(entries), entries
+    if name == "pd_ratio":
+        assert {"measured CPU, C=32", "measured CPU, C=64", "B=3"} <= set(entries), entries
+    else:
+        assert {"vllm", "sarathi_serve", "p50", "p99"} <= set(entries), entries

@@ -57,6 +57,7 @@ def figure(results, simulated=None):
         summary = runs.summary("scheduler_latency")
         text, ratio = _hybrid_tbt(summary)
         row_axes[1].set_title(f"{source}: TBT (p50, p99)\n{text}", fontsize=9)
+        figures.fold_group_headers(row_axes[1], long, {"scheduler": "", "percentile": ""})
         figures.legend_outside(row_axes[1], fontsize=8)
         if ratio is not None and ratio < paper.NAIVE_HYBRID_TBT_INFLATION / 10:
             why.append(f"{source}: orca's P99 TBT stays within {ratio:.1f}x of sarathi_serve's, where the paper has up "
