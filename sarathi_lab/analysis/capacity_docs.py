@@ -16,8 +16,7 @@ from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
 from sarathi_lab.config import REPO_ROOT
-from sarathi_lab.harness.provenance import simulated_source
-from sarathi_lab.harness.results import current_names
+from sarathi_lab.harness.results import current_names, simulated_source
 from sarathi_lab.sim import CostModel
 
 DOCS = REPO_ROOT / "docs"

@@ -12,13 +12,13 @@ import pandas as pd
 
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.claims import simulated_provenance
-from sarathi_lab.harness.provenance import run_source
 from sarathi_lab.harness.results import (
     METRICS,
     WANDB_DIR,
     UnreadableRun,
     load_runs,
     read_record,
+    run_source,
 )
 from sarathi_lab.harness.sweep_state import SweepState, sweep_state
 

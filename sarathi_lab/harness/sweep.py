@@ -18,7 +18,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from sarathi_lab.harness import sweep_state
-from sarathi_lab.harness.provenance import run_source
 from sarathi_lab.harness.results import (
     METRICS,
     STATUS,
@@ -29,6 +28,7 @@ from sarathi_lab.harness.results import (
     override_key,
     read_json,
     read_status,
+    run_source,
     write_json,
 )
 from sarathi_lab.harness.sweep_check import planned_jobs
@@ -37,7 +37,7 @@ from sarathi_lab.profiling.load import UNRELIABLE_WAIT_SHARE
 log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
 # The metrics a sweep's table shows, those its jobs have: a serving run's, a capacity search's.
-# How far to trust each row: where its numbers come from (harness/provenance.py), whether other work on
+# How far to trust each row: where its numbers come from (results.run_source), whether other work on
 # the machine stretched its timings (profiling/load.py: the share of its threads' ready time spent
 # waiting for a CPU) and the KV cache it got.
 TRUST = ("source", "timing_unreliable", "runqueue_wait_share", "kv_capacity_tokens")
