@@ -167,6 +167,9 @@ class _Frames:
     def sweep_note(self, name):
         return ""  # a complete sweep, nothing passed over
 
+    def unreliable_note(self, name):
+        return ""  # no run flagged
+
 
 class _Measured(_Frames):
     """Hand-made frames of runs measured on a CPU, enough for the figures and the claims table."""
@@ -411,7 +414,8 @@ def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
     summary = _on_cpu(pd.DataFrame(runs))
     fig = DRAW["orca_compare"](_Measured({("orca_compare", "summary"): summary}))
     (ours, _paper) = fig.axes[:2]
-    assert ours.get_title() == "measured CPU" and len(ours.patches) > 0
+    # Each panel says where its numbers come from and at what scale.
+    assert ours.get_title() == "measured CPU, ci scale" and len(ours.patches) > 0
 
 
 def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
@@ -543,6 +547,8 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
     summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}, 1.5: {"vllm": 0.4, "orca": 0.6}})
     (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "n/a"
+    # The missing scheduler's number reads why it is missing, never nan.
+    assert "nan" not in row["ours"] and "qps 0.5: sarathi_serve left out (no finished run), vllm 400 ms" in row["ours"]
     # Every unstaggered orca run (Orca's worst case) failed; SARATHI against Orca's best is still judged.
     runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{s}-{g}",
                               **(KEYS | {"seq_len": length}), **{"workload.stagger": g})
@@ -552,6 +558,21 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
     (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
                                           ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
+    assert "nan" not in row["ours"] and "worst left out (no finished run)" in row["ours"]
+
+
+def test_a_claim_names_why_its_runs_were_left_out():
+    # Every sarathi_serve run was flagged unreliable: its number says so, from the note the tables keep.
+    class Unreliable(_Frames):
+        def unreliable_note(self, name):
+            return "2 of 6 runs left out: timing unreliable"
+
+    summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}})
+    (row,) = CHECK["scheduler_latency"](Unreliable({("scheduler_latency", "summary"): summary}))
+    assert row["ours"] == ("qps 0.5: sarathi_serve left out (2 of 6 runs left out: timing unreliable), vllm 400 ms, "
+                           "orca 300 ms")
+    assert claims.shown(float("nan"), ".2f", "why", "x") == "left out (why)"
+    assert claims.shown(1.234, ".2f", "", "x") == "1.23x"
 
 
 class _SimulatedRuns(_Simulated):
@@ -566,6 +587,9 @@ class _SimulatedRuns(_Simulated):
     def describe(self, name):
         return "simulated A6000 (roofline): llama-13b (ci scale)"
 
+    def scale(self, name):
+        return "ci"
+
 
 def test_tile_figure_draws_simulated_times_relative_to_the_simulated_runs_tile():
     # The quick set sweeps to 80 tokens at a 32-token tile: one tile is 32 tokens, not the paper's 128.
@@ -575,7 +599,7 @@ def test_tile_figure_draws_simulated_times_relative_to_the_simulated_runs_tile()
               ("tile_quantization", "summary"): _on_cpu(pd.DataFrame([{"tile": 32}]))}
     fig = DRAW["tile_quantization"](_Measured(frames), _SimulatedRuns(frames))
     labels = [line.get_label() for line in fig.axes[1].get_lines()]
-    assert "simulated A6000 (roofline) (/ time at 32 tokens)" in labels
+    assert "simulated A6000 (roofline), ci scale (/ time at 32 tokens)" in labels
 
 
 def test_decode_speedup_figure_draws_every_simulated_length_visibly():
@@ -687,3 +711,30 @@ def test_simulated_rows_say_where_the_cost_models_verdicts_differ_and_why():
                                              {"c": "the reason"})
     assert [r.get(claims.DIFFERS) for r in out] == [None, *["roofline: partly; calibrated: yes (the reason)"] * 2,
                                                     None, None]
+
+
+def _figure_runs(name: str) -> _Measured:
+    """Hand-made runs of ``name`` at the CI scale's shapes (chunk 32, batch 3), as the figures read them."""
+    if name == "pd_ratio":
+        summary = pd.DataFrame([{"scheduler": s, "chunk": c, "batch_size": 3, "seq_len": 96, "pd_ratio": pd_,
+                                 "total_throughput_tok_s": 100.0 + (c / 8 + pd_ if s == "sarathi" else 0.0)}
+                                for c in (32, 64) for pd_ in (4.0, 16.0) for s in ("static", "sarathi")])
+    else:
+        summary = pd.DataFrame([{"scheduler": s, "workload.qps": q, "seq_len": 96, "ttft_p50_s": 0.1 * q,
+                                 "ttft_p99_s": 0.2 * q, "itl_p50_s": 0.01 * q, "itl_p99_s": 0.05 * q}
+                                for q in (0.5, 1.0) for s in ("static", "vllm", "orca", "sarathi", "sarathi_serve")])
+    return _Measured({(name, "summary"): _on_cpu(summary)})
+
+
+@pytest.mark.parametrize("name", ["pd_ratio", "scheduler_latency"])
+def test_a_figure_labels_its_axes_and_sources_and_its_legend_holds_no_group_headers(name):
+    fig = DRAW[name](_figure_runs(name))
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_ylabel() and "measured CPU, ci scale" in ax.get_title()
+    entries = [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]
+    # seaborn's group headers (a hue's or style's column name, and its bare levels) are gone.
+    assert entries and not {"chunk", "batch_size", "scheduler", "percentile", "32", "3"} & set(entries), entries
+    if name == "pd_ratio":
+        assert {"measured CPU, C=32", "measured CPU, C=64", "B=3"} <= set(entries), entries
+    else:
+        assert {"vllm", "sarathi_serve", "p50", "p99"} <= set(entries), entries

@@ -362,3 +362,19 @@ def test_sim_fidelity_smoke(capsys, tmp_path):
     replay = out["graph_replay"].set_index(["device", "batch"]).loc["h100"]
     assert list(replay.index) == [1, 18] and (abs(replay.calibrated_over_graph - 1) < 0.15).all()
     assert (replay.roofline_ms < replay.graph_ms).all() and (replay.calibrated_ms < 0.7 * replay.eager_ms).all()
+
+
+def test_the_fidelity_figures_label_every_axis_and_name_whose_measurements_they_hold_to(tmp_path):
+    # Redrawn from the committed tables: nothing is recomputed.
+    docs = sim_fidelity.DOCS
+    fig = sim_fidelity.draw(pd.read_csv(docs / "fidelity_iterations.csv"), pd.read_csv(docs / "fidelity_errors.csv"),
+                            tmp_path / "fidelity.png")
+    engine = sim_fidelity.draw_engine(*(pd.read_csv(docs / f"fidelity_engine_profile_{t}.csv")
+                                        for t in ("ops", "iterations", "errors")), tmp_path / "engine.png")
+    for figure in (fig, engine):
+        for ax in figure.axes:
+            assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    # vidur is a project whose measurements these are, under the MIT licence: no "vidur (MIT)".
+    title = fig.get_suptitle()
+    assert "(MIT)" not in title and "the vidur project's measured GPU kernels" in title and "MIT licence" in title
+    assert all(ax.get_title().startswith("simulated ") for ax in fig.axes)

@@ -175,3 +175,18 @@ def test_a_scheduler_whose_every_rate_failed_stays_in_the_table_and_loses_the_cl
     strict_only = searches[~((searches.scheduler == "vllm") & (searches.tbt_slo_s == 0.5))]
     (gain, *_) = capacity_claims(Evidence(searches=strict_only, provenance=SIM)).to_dict("records")
     assert gain["holds"] == "yes" and "0.5 s" not in gain["ours"]  # vllm not searched there
+
+
+def test_the_capacity_figure_names_each_panels_source_and_quotes_the_paper_at_its_strict_slo_only():
+    from sarathi_lab.analysis import capacity_docs
+    from sarathi_lab.analysis.capacity import capacity_figure
+
+    sim, _, cpu = capacity_docs.load()  # the committed tables
+    sim_ax, cpu_ax = capacity_figure(sim, cpu, capacity_docs.source(sim)).axes
+    assert sim_ax.get_title().startswith("simulated A100 (roofline), mistral-7b: scale full")
+    assert cpu_ax.get_title().startswith("measured CPU (")
+    for ax in (sim_ax, cpu_ax):
+        strict, relaxed = (label.get_text() for label in ax.get_xticklabels())
+        # The paper's 2.6x is its strict SLO's gain: the relaxed SLO's group does not quote it.
+        assert "paper 2.6x (its strict SLO)" in strict and "2.6x" not in relaxed, (strict, relaxed)
+        assert "paper: no number at a relaxed SLO" in relaxed and ax.get_ylabel()

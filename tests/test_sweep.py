@@ -19,12 +19,13 @@ from hydra import compose, initialize_config_dir
 from hydra.experimental.callback import Callback
 from hypothesis import given
 from hypothesis import strategies as st
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict, read_write
 
 from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 from sarathi_lab.harness.job_dirs import MAX_NAME_CHARS, job_dir_name
 from sarathi_lab.harness.results import load_runs, write_status
-from sarathi_lab.harness.sweep import summarize_sweep
+from sarathi_lab.harness.sweep import TRUST, summarize_sweep, sweep_table, table_notes
+from sarathi_lab.harness.sweep_check import planned_jobs, swept_jobs
 
 TINY = ["experiment=smoke", "logger=none", "workload.num_requests=2", "seq_len=48", "pd_ratio=5"]
 
@@ -241,13 +242,18 @@ def test_a_sweep_ends_with_a_table_of_its_jobs_in_folders_named_by_their_overrid
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-2000:]
     names = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    # vllm reads no chunk: its second job would repeat its first; it runs once, and one line says so.
     assert names == [f"{n}_chunk={c},pd_ratio=5,scheduler={s},seq_len=48,workload.num_requests=2"
-                     for n, (c, s) in enumerate([(16, "sarathi"), (16, "vllm"), (32, "sarathi"), (32, "vllm")])]
+                     for n, (c, s) in enumerate([(16, "sarathi"), (16, "vllm"), (32, "sarathi")])]
+    assert "chunk: scheduler=vllm does not read chunk (it prefills prompts whole): 1 job" in output
     table = pd.read_csv(sweep / "sweep_summary.csv")
-    # The keys that differ between jobs, not those they share; metrics named with their units.
-    assert list(table.columns[:4]) == ["job", "status", "chunk", "scheduler"]
+    # The keys that differ between jobs, not those they share; how far to trust each row; metrics named
+    # with their units.
+    assert list(table.columns[:8]) == ["job", "status", "chunk", "scheduler", *TRUST]
     assert table.job.tolist() == names and table.status.eq("ok").all()
-    assert table.chunk.tolist() == [16, 16, 32, 32] and table.scheduler.tolist() == ["sarathi", "vllm"] * 2
+    assert table.chunk.tolist() == [16, 16, 32] and table.scheduler.tolist() == ["sarathi", "vllm", "sarathi"]
+    assert table.source.eq("measured CPU").all() and table.kv_capacity_tokens.gt(0).all()
+    assert table.timing_unreliable.tolist() == (table.runqueue_wait_share > 0.1).tolist()
     runs = load_runs(sweep).set_index("run_dir")
     for row in table.itertuples():
         assert row.total_throughput_tok_s == pytest.approx(runs.loc[str(sweep / row.job), "total_throughput_tok_s"])
@@ -278,3 +284,99 @@ def test_a_job_folder_name_says_what_the_job_ran():
     assert job_dir_name(3, "chunk=256,scheduler=vllm") == "3_chunk=256,scheduler=vllm"
     assert job_dir_name(0, "") == "0"
     assert job_dir_name(1, "model.path=/data/../x y") == "1_model.path=_data_.._x_y"
+
+
+def _finished_job(sweep: Path, job: str, overrides: list[str], environment: dict, summary: dict) -> None:
+    (sweep / job).mkdir(parents=True)
+    (sweep / job / "metrics.json").write_text(json.dumps({
+        "config": {}, "overrides": overrides, "resolved_config": {}, "environment": environment,
+        "summary": {"total_throughput_tok_s": 100.0} | summary}))
+
+
+CPU = {"executor": "model", "simulated": False, "device": "cpu"}
+SIM = {"executor": "sim", "simulated": True, "device": "sim:a100", "sim_device": "a100", "sim_cost_model": "calibrated",
+       "sim_tp": 1, "timing_unreliable": False, "runqueue_wait_share": 0.4}
+
+
+def test_the_sweep_table_says_how_far_to_trust_each_row(tmp_path):
+    _finished_job(tmp_path, "0_scheduler=sarathi", ["scheduler=sarathi"],
+                  CPU | {"timing_unreliable": True, "runqueue_wait_share": 0.23}, {"kv_capacity_tokens": 4096})
+    _finished_job(tmp_path, "1_scheduler=vllm", ["scheduler=vllm"],
+                  CPU | {"device": "cuda:0", "timing_unreliable": False, "runqueue_wait_share": 0.01},
+                  {"kv_capacity_tokens": 11520})
+    _finished_job(tmp_path, "2_scheduler=orca", ["scheduler=orca"], SIM, {"kv_capacity_tokens": 4096})
+    jobs = {job: {"status": "ok", "error": None} for job in ("0_scheduler=sarathi", "1_scheduler=vllm",
+                                                               "2_scheduler=orca")}
+    jobs["3_scheduler=static"] = {"status": "failed", "error": "refused"}
+    table = sweep_table(tmp_path, jobs)
+    assert list(table.columns) == ["job", "status", "scheduler", *TRUST, "total_throughput_tok_s"]
+    assert table.source.tolist()[:3] == ["measured CPU", "measured GPU", "simulated A100 (calibrated)"]
+    assert table.timing_unreliable.tolist()[:3] == [True, False, False]
+    # A simulated run's times come from a virtual clock: the host's waiting says nothing about them.
+    assert table.runqueue_wait_share.tolist()[:2] == [0.23, 0.01] and pd.isna(table.runqueue_wait_share[2])
+    assert table.kv_capacity_tokens.tolist()[:3] == [4096, 11520, 4096] and pd.isna(table.source[3])
+    unreliable, kv, sources = table_notes(table)
+    assert unreliable.startswith("timing unreliable: 1 of 3 runs (above 10% waiting; their threads waited for a CPU "
+                                 "23% of the time they were ready)")
+    assert kv.startswith("KV capacity differs between jobs: 4096 to 11520 tokens (2.8x; column kv_capacity_tokens)")
+    assert "engine.num_kv_blocks" in kv
+    assert sources.startswith("the rows come from different sources (measured CPU, measured GPU, simulated A100")
+
+
+def test_a_sweep_of_comparable_rows_prints_no_note_under_its_table(tmp_path):
+    for num, chunk in enumerate((256, 512)):
+        _finished_job(tmp_path, f"{num}_chunk={chunk}", [f"chunk={chunk}"],
+                      CPU | {"timing_unreliable": False, "runqueue_wait_share": 0.02}, {"kv_capacity_tokens": 4096})
+    table = sweep_table(tmp_path, {f"{n}_chunk={c}": {"status": "ok", "error": None}
+                                   for n, c in enumerate((256, 512))})
+    assert table.chunk.tolist() == ["256", "512"] and table_notes(table) == []
+
+
+def _composed(*overrides: str):
+    """The primary config a sweep's callbacks and sweeper see, with ``overrides`` on its command line
+    (inside initialize_config_dir, which the sweep's own composing of each job needs)."""
+    cfg = compose(config_name="config", overrides=[o for o in overrides if "," not in o], return_hydra_config=True)
+    with read_write(cfg), open_dict(cfg):
+        cfg.hydra.overrides.task = list(overrides)  # as a multirun's command line leaves them
+    return cfg
+
+
+def test_a_swept_key_a_scheduler_ignores_runs_its_jobs_once_and_says_so():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = _composed("logger=none", "chunk=256,512", "scheduler=vllm,sarathi_serve")
+        jobs, (note,) = swept_jobs(cfg)
+        assert [job[1:] for job in jobs] == [["chunk=256", "scheduler=vllm"], ["chunk=256", "scheduler=sarathi_serve"],
+                                             ["chunk=512", "scheduler=sarathi_serve"]]
+        assert note == ("chunk: scheduler=vllm does not read chunk (it prefills prompts whole): 1 job that differed "
+                        "only in chunk left out, run once at chunk=256; hydra.sweeper.repeat_ignored=true runs each")
+        assert planned_jobs(cfg) == 3
+        # Asked for, every job of the product runs (a paired baseline beside each run: experiment=pd_ratio).
+        assert len(swept_jobs(_composed("hydra.sweeper.repeat_ignored=true", "chunk=256,512",
+                                        "scheduler=vllm,sarathi_serve"))[0]) == 4
+        # Keys every scheduler reads, and a task that times chunks itself, are never collapsed.
+        assert swept_jobs(_composed("batch_size=2,4", "scheduler=vllm,sarathi"))[1] == []
+        assert swept_jobs(_composed("task=profile", "chunk=64,128", "scheduler=vllm"))[1] == []
+
+
+@pytest.mark.parametrize("overrides, key, why", [
+    (["scheduler=vllm"], "chunk", "scheduler=vllm does not read chunk (it prefills prompts whole)"),
+    (["scheduler=static"], "chunk", "scheduler=static does not read chunk (it prefills prompts whole)"),
+    (["scheduler=orca"], "chunk", "scheduler=orca does not read chunk (it prefills prompts whole)"),
+    (["scheduler=sarathi"], "chunk", None),
+    (["scheduler=sarathi_serve"], "chunk", None),
+    (["scheduler=sarathi_serve", "token_budget=auto", "slo.tbt_p99_s=0.1"], "chunk",
+     "scheduler=sarathi_serve with token_budget=auto takes its budget from slo.tbt_p99_s"),
+    (["scheduler=sarathi"], "token_budget", "scheduler=sarathi does not read token_budget"),
+    (["scheduler=sarathi_serve"], "token_budget", None),
+    (["scheduler=sarathi", "+scheduler.max_num_batched_tokens=64"], "scheduler.max_num_batched_tokens",
+     "scheduler=sarathi has no knob max_num_batched_tokens"),
+    (["scheduler=vllm"], "scheduler.max_num_batched_tokens", None),
+    (["scheduler=vllm"], "batch_size", None),
+    (["scheduler=vllm", "task=piggyback"], "chunk", None),
+])
+def test_what_a_job_ignores_comes_from_its_schedulers_config(overrides, key, why):
+    from sarathi_lab.harness.schema import parse_config
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["logger=none", *overrides])
+    assert parse_config(cfg).ignores(key) == why

@@ -101,8 +101,10 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str):
     for i, scheduler in enumerate(table.index):
         ax.bar(x + i * width, table.loc[scheduler].to_numpy(float), width, label=scheduler)
     ours = [f"{gains[slo]:.2f}x" if gains is not None and np.isfinite(gains[slo]) else "n/a" for slo in slos]
-    labels = [f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {o}, paper {paper.CAPACITY_GAIN_OVER_VLLM}x "
-              "(strict)" for slo, o in zip(slos, ours)]
+    # The paper's gain is its strict SLO's: only the strictest SLO searched stands beside it.
+    labels = [f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {o}\n"
+              + (f"paper {paper.CAPACITY_GAIN_OVER_VLLM}x (its strict SLO)" if slo == min(slos)
+                 else "paper: no number at a relaxed SLO") for slo, o in zip(slos, ours)]
     ax.set_xticks(x + width * (len(table.index) - 1) / 2, labels, fontsize=8)
     ax.set(ylabel="capacity (requests/s)", title=title)
     ax.legend(fontsize=8)
@@ -129,7 +131,7 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, sour
                                            (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
                    if flag]
         first = measured.iloc[0]
-        label = (f"measured on {first.device_name}: {scale_label(measured)}, {first['dtype']}, "
+        label = (f"measured CPU ({first.device_name}): {scale_label(measured)}, {first['dtype']}, "
                  f"{first.torch_threads:g} thread(s)")
         plot_capacity(measured, cpu_ax, label + "".join(f"\n({c})" for c in caveats))
     else:

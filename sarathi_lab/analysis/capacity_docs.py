@@ -15,10 +15,9 @@ import pandas as pd
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
-from sarathi_lab.analysis.claims import simulated_source
 from sarathi_lab.analysis.figures import save
 from sarathi_lab.config import REPO_ROOT
-from sarathi_lab.harness.results import current_names
+from sarathi_lab.harness.results import current_names, simulated_source
 from sarathi_lab.sim import CostModel
 
 DOCS = REPO_ROOT / "docs"
@@ -123,7 +122,8 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
     sim, tradeoff, cpu = load(docs)
     fig = capacity.capacity_figure(sim, cpu, source(sim))
     tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
-    capacity.plot_tradeoff(tradeoff, ax, f"{source(tradeoff)}: TTFT vs TBT over token budgets, same load")
+    capacity.plot_tradeoff(tradeoff, ax, f"{source(tradeoff)}, scale {tradeoff.scale.iloc[0]}: TTFT vs TBT over "
+                                         "token budgets, same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 

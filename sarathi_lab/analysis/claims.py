@@ -14,13 +14,6 @@ COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", 
 NO_REPEATS = "one run per point: no spread"
 
 
-def simulated_source(device: str, cost_model: str, tp: int = 1) -> str:
-    """How a claim or figure names numbers a cost model predicted: 'simulated A100 (roofline)', or
-    'simulated 2 x A100 (roofline, tensor parallel)'."""
-    return (f"simulated {device.upper()} ({cost_model})" if int(tp) == 1
-            else f"simulated {int(tp)} x {device.upper()} ({cost_model}, tensor parallel)")
-
-
 def simulated_provenance(source: str, scale: str, dtype: str = "") -> dict[str, str]:
     """PROVENANCE of numbers a cost model predicted: no threads ran and no machine was measured."""
     return {"source": source, "scale": scale, "dtype": dtype, "threads": "n/a (simulated)",
@@ -54,6 +47,20 @@ def saturated_by(sat: dict, tokens: int) -> bool | None:
     if sat["tokens"] <= tokens:
         return True
     return None if sat["tokens"] == sat["fewest_measured"] else False
+
+
+def why_left_out(results, name: str) -> str:
+    """Why a point of experiment ``name`` has no number in ``results``' tables: the runs they left out
+    (flagged unreliable, an incomplete sweep's missing jobs), else a job that left no finished run."""
+    return "; ".join(n for n in (results.unreliable_note(name), results.sweep_note(name)) if n) or "no finished run"
+
+
+def shown(value, spec: str, why: str, unit: str = "") -> str:
+    """``value`` formatted by ``spec`` with ``unit``, or 'left out (why)' where it is missing: a claim
+    never prints nan."""
+    if value is None or pd.isna(value):
+        return f"left out ({why})"
+    return f"{value:{spec}}{unit}"
 
 
 def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str, value: float | None = None) -> dict:

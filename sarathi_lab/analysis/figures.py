@@ -3,6 +3,7 @@
 from the measured ``Results`` and, optionally, the simulated ones (drawn in red)."""
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -42,10 +43,44 @@ def headline(fig, results, name: str, text: str, simulated=None, why=()) -> None
                  style="italic")
 
 
+def source_label(runs, name: str) -> str:
+    """What a panel drawn from ``runs`` says it shows: 'measured CPU, ci scale', 'measured GPU, full
+    scale' or 'simulated A6000 (roofline), full scale'."""
+    return f"{runs.source(name)}, {runs.scale(name)} scale"
+
+
+def panel_sources(results, simulated, name: str) -> str:
+    """What a panel drawing the measured runs and, where there are any, the simulated ones (dashed)
+    says it shows."""
+    text = source_label(results, name)
+    return text + (f"; dashed: {source_label(simulated, name)}" if simulated_label(simulated, name) else "")
+
+
 def sources_of(results, simulated, name: str) -> list[tuple]:
-    """(runs, source) of the measured runs and, where they have ``name``, the simulated ones."""
+    """(runs, what a panel of them says it shows) of the measured runs and, where they have ``name``,
+    the simulated ones."""
     label = simulated_label(simulated, name)
-    return [(results, results.source(name))] + ([(simulated, label)] if label else [])
+    return [(results, source_label(results, name))] + ([(simulated, source_label(simulated, name))] if label else [])
+
+
+def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:
+    """``ax``'s legend entries without the group headers seaborn adds where hue and style are two
+    columns of ``frame`` (an entry named after each column, with no mark): each level under a header
+    named in ``prefixes`` reads with its prefix ('chunk', '64' -> 'C=64'). Call it before the legend."""
+    def levels(column: str) -> set[str]:
+        values = frame[column].dropna().unique()
+        return {str(v) for v in values} | {f"{v:g}" for v in values if isinstance(v, numbers.Real)}
+
+    handles, labels = ax.get_legend_handles_labels()
+    under = None
+    for handle, label in zip(handles, labels):
+        if label in prefixes:
+            under = label
+            handle.set_label(f"_{label}")  # a label starting with an underscore stays out of legends
+        elif under is not None and label in levels(under):
+            handle.set_label(f"{prefixes[under]}{label}")
+        else:
+            under = None
 
 
 def legend_outside(ax, **kwargs) -> None:

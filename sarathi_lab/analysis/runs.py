@@ -11,13 +11,14 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.analysis.claims import simulated_provenance, simulated_source
+from sarathi_lab.analysis.claims import simulated_provenance
 from sarathi_lab.harness.results import (
     METRICS,
     WANDB_DIR,
     UnreadableRun,
     load_runs,
     read_record,
+    run_source,
 )
 from sarathi_lab.harness.sweep_state import SweepState, sweep_state
 
@@ -208,11 +209,7 @@ class Results:
 
     def source(self, name: str) -> str:
         """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""
-        ex = self.executor(name)
-        if ex["executor"] != "sim":
-            device = str(self._loaded(name, "summary")["env.device"].iloc[0])
-            return "measured GPU" if device.startswith("cuda") else "measured CPU"
-        return simulated_source(ex["sim_device"], ex["sim_cost_model"], ex["sim_tp"])
+        return run_source(self.executor(name), str(self._loaded(name, "summary")["env.device"].iloc[0]))
 
     def describe(self, name: str) -> str:
         """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and notes."""

@@ -34,10 +34,14 @@ def leases_read() -> str:
     leases = {path.parent.name for path in paths if path.parents[1] != profiles_dir()}
     leases |= {path.parents[2].name for path in GPU_DOCS.glob("*/*/steps/launch/result.json")}
     return "+".join(sorted(leases))
+# Whose measurements the cost models are held to (sim/data/gpu_kernels/README.md): the vidur project's,
+# shipped under its MIT licence.
+VIDUR = "the vidur project's measured"
 
 
-def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
-    """Left: predicted / measured per iteration, each cost model; right: hold-out error per model."""
+def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
+    """Left: predicted / measured per iteration, each cost model; right: hold-out error per model.
+    Saved to ``path``; returns the figure."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
     devices = sorted(iterations.device.unique())
@@ -51,8 +55,10 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
         row[0].axhline(1.0, color="k", lw=0.8)
         for band in (0.9, 1.1):
             row[0].axhline(band, color="grey", lw=0.5, ls=":")
-        row[0].set(ylabel="predicted / measured", xticks=[])
-        row[0].set_title(f"{device}: every iteration of every model (decode, prefill, hybrid)", fontsize=9)
+        row[0].set(ylabel="predicted / measured", xticks=[],
+                   xlabel="iterations of every model (decode, prefill, hybrid), in the table's order")
+        row[0].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: every iteration of every model",
+                         fontsize=9)
         row[0].legend(fontsize=7)
         err = errors[errors.device == device]
         labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
@@ -63,12 +69,15 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
         row[1].axhline(0.10, color="grey", lw=0.6, ls="--")
         row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
         row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
-        row[1].set_ylabel("|predicted / measured - 1|")
+        row[1].set(ylabel="|predicted / measured - 1|", xlabel="model and iteration kind")
+        row[1].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: error per model and kind",
+                         fontsize=9)
         row[1].legend(fontsize=7)
-    fig.suptitle("Simulated (cost models roofline / calibrated) against GPU kernels measured by vidur (MIT)",
-                 fontsize=10)
+    fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU kernels (their data, "
+                 "MIT licence)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
@@ -211,10 +220,10 @@ def _engine_label(name: str, device: str) -> str:
     return f"{other.upper()}'s calibration on {device.upper()} peaks" if other != name else name
 
 
-def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path) -> None:
+def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     """This engine's forward as task=profile measured it on a GPU, against each cost model that exists
     for that GPU, per (device, model): prefill and decode forwards, measured and predicted; each op's
-    median predicted / measured."""
+    median predicted / measured. Saved to ``path``; returns the figure."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
     from sarathi_lab.sim.engine_fidelity import models_in
@@ -249,7 +258,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         # Headroom above the tallest bar for the legend.
         row[2].set_ylim(top=4 * max([1.0, *(err[f"{n}_median_ratio"].max() for n in names)]))
         row[2].set_xticks(range(len(err)), [k.replace("_", "\n") for k in err.kind], fontsize=7)
-        row[2].set(ylabel="predicted / measured (median over the op's rows)")
+        row[2].set(ylabel="predicted / measured (median over the op's rows)", xlabel="operator")
         row[2].set_title(f"{device} {model}: each operator (whole model, every layer)", fontsize=9)
         for ax, rows in zip(row[:2], (pre, dec)):
             # Headroom above the slowest measured forward for the legend.
@@ -261,6 +270,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
                  "against the cost models that exist there", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title above the top row
     fig.savefig(path, dpi=90)
+    return fig
 
 
 if __name__ == "__main__":

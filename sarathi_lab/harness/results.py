@@ -12,7 +12,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -205,6 +205,26 @@ def current_names(names: Any) -> Any:
     if isinstance(names, str):
         return RENAMED.get(names, names)
     return {RENAMED.get(k, k): v for k, v in names.items()}
+
+
+# The one way every table and figure names where a run's numbers come from (as its environment record
+# says): measured on a CPU, measured on a GPU, or predicted by a cost model. The sweep table, the claims
+# table and the figures all read it from here.
+def simulated_source(device: str, cost_model: str, tp: int = 1) -> str:
+    """How a claim or figure names numbers a cost model predicted: 'simulated A100 (roofline)', or
+    'simulated 2 x A100 (roofline, tensor parallel)'."""
+    return (f"simulated {device.upper()} ({cost_model})" if int(tp) == 1
+            else f"simulated {int(tp)} x {device.upper()} ({cost_model}, tensor parallel)")
+
+
+def run_source(executor: Mapping[str, Any], device: str | None) -> str:
+    """'measured CPU', 'measured GPU' or e.g. 'simulated A100 (calibrated)': ``executor`` holds
+    ``executor`` (model | sim) and, when simulated, ``sim_device``, ``sim_cost_model`` and ``sim_tp``
+    (a run's environment record holds them all); ``device``: the device a measured run ran on."""
+    if executor.get("executor") == "sim":
+        return simulated_source(str(executor.get("sim_device", "unrecorded")),
+                                str(executor.get("sim_cost_model", "unrecorded")), executor.get("sim_tp") or 1)
+    return "measured GPU" if str(device or "").startswith("cuda") else "measured CPU"
 
 
 def natural_order(path: Path) -> list:

@@ -69,7 +69,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     if finished and _keep_finished_run(cfg, resolved_config, out, ctx.sweep_job):
         return "skipped"
     checked = preflight(cfg)
-    workload, budget_record = checked.workload, checked.budget
+    workload = checked.workload
+    # What the plan settled that the run's config does not say: an auto budget, and the KV cache's size,
+    # which a sweep's table compares between jobs (schedulers and chunks size it differently).
+    plan_record = checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens}
     if finished:
         shutil.rmtree(ctx.status_dir, ignore_errors=True)  # what an earlier refused or failed rerun left
         ctx.status_dir.mkdir(parents=True)
@@ -105,7 +108,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine,
                                           llm.cuda_graphs)
         write_results(directory, tables, RunResult(
-            summary=summary | budget_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
+            summary=summary | plan_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
             resolved_config=resolved_config, environment=environment,
             partial=partial, wall_time_s=time.perf_counter() - start))
         return environment
@@ -116,7 +119,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             run_dir=directory, name=name, group=group, job_type=cfg.name,
             tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
                                      *(["simulated"] if environment["simulated"] else [])])),
-            config=resolved_config, environment=environment, summary=summary | budget_record,
+            config=resolved_config, environment=environment, summary=summary | plan_record,
             history=tables.get("iterations", pd.DataFrame()),
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 

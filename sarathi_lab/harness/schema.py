@@ -15,7 +15,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_fields
 from sarathi_lab.engine.metrics import SLO
-from sarathi_lab.engine.scheduler import knob_names
+from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
 from sarathi_lab.engine.tiles import GEMM_TILE, aligned_chunk
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
@@ -213,6 +213,28 @@ class RunConfig:
             raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with task=iteration_sweep: "
                               f"must be <= seq_len={self.seq_len}, the most tokens it times")
 
+    def ignores(self, key: str) -> str | None:
+        """Why this run reads nothing of the config key ``key``, or None where it may read it. Only a
+        key that sets knobs some schedulers lack can be ignored (``chunk``: chunk_size and token_budget;
+        ``token_budget``; ``scheduler.KNOB``), and only by the serving tasks: the others (profile,
+        piggyback, ...) time chunks themselves. What a scheduler reads is its Config's fields
+        (SchedulerConfig.of reads those alone)."""
+        if self.task not in ("serve", "capacity"):
+            return None
+        name, scheduler = self.scheduler.name, scheduler_class(self.scheduler.name)
+        sets = ({key.removeprefix("scheduler.")} if key.startswith("scheduler.")
+                else {f for f, by in KNOB_KEYS.items() if by == key} | ({key} & {"token_budget"}))
+        if not sets or not sets <= _scheduler_only_fields():
+            return None
+        if key == "chunk" and name == "sarathi_serve" and self.token_budget == "auto":
+            return "scheduler=sarathi_serve with token_budget=auto takes its budget from slo.tbt_p99_s"
+        if sets & {f.name for f in dataclasses.fields(scheduler.Config)}:
+            return None
+        if key.startswith("scheduler."):
+            return f"scheduler={name} has no knob {key.removeprefix('scheduler.')}"
+        return f"scheduler={name} does not read {key}" + (" (it prefills prompts whole)"
+                                                          if scheduler.prefills_whole_prompts else "")
+
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns); a
         served trace's own lengths stand in for seq_len and pd_ratio."""
@@ -222,6 +244,12 @@ class RunConfig:
                 "seq_len": None if trace else self.seq_len, "pd_ratio": None if trace else self.pd_ratio,
                 "seed": self.seed, "device": self.device.name,
                 "dtype": self.dtype, "executor": self.engine.executor, "workload": self.workload.kind}
+
+
+def _scheduler_only_fields() -> set[str]:
+    """The knobs some schedulers read and others do not: every Config's fields beyond the base's."""
+    shared = {f.name for f in dataclasses.fields(SchedulerConfig)}
+    return {f.name for n in scheduler_names() for f in dataclasses.fields(scheduler_class(n).Config)} - shared
 
 
 # EngineConfig's fields that the run's knobs set: {field: (the key a user sets it by, its value)}.

@@ -28,13 +28,19 @@ from sarathi_lab.harness.results import (
     override_key,
     read_json,
     read_status,
+    run_source,
     write_json,
 )
 from sarathi_lab.harness.sweep_check import planned_jobs
+from sarathi_lab.profiling.load import UNRELIABLE_WAIT_SHARE
 
 log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
 # The metrics a sweep's table shows, those its jobs have: a serving run's, a capacity search's.
+# How far to trust each row: where its numbers come from (results.run_source), whether other work on
+# the machine stretched its timings (profiling/load.py: the share of its threads' ready time spent
+# waiting for a CPU) and the KV cache it got.
+TRUST = ("source", "timing_unreliable", "runqueue_wait_share", "kv_capacity_tokens")
 HEADLINE = ("request_throughput_rps", "total_throughput_tok_s", "ttft_p50_s", "itl_p99_s", "e2el_p50_s",
             "goodput_rps", "capacity_rps")
 
@@ -76,6 +82,8 @@ class SweepSummary(Callback):
             # For a terminal: jobs by number (the swept columns show their overrides), 4 digits.
             short = table.assign(job=table.job.str.split("_", n=1).str[0])
             log.info("sweep %s:\n%s", table_path, short.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            for note in table_notes(table):
+                log.warning("%s", note)
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
         for job_dir, job in failed.items():
@@ -122,20 +130,57 @@ def _job_dir(path: Path) -> Path:
 
 def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """One row per job: its directory, status, the values of the keys the sweep varied (those whose
-    override differs between jobs) and the HEADLINE metrics any job has."""
+    override differs between jobs), how far to trust its numbers (TRUST) and the HEADLINE metrics any
+    job has."""
     rows = []
     for job, outcome in jobs.items():
         record = read_json(sweep_dir / job / METRICS)
         overrides = record["overrides"] if record else _unfinished_overrides(sweep_dir, job)
         values = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
         summary = (record or {}).get("summary", {})
-        rows.append({"job": job, "status": outcome["status"], **values,
+        rows.append({"job": job, "status": outcome["status"], **values, **_trust(record),
                      **{k: summary[k] for k in HEADLINE if summary.get(k) is not None}})
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    swept = [k for k in table.columns if k not in ("job", "status", *HEADLINE) and table[k].nunique() > 1]
-    return table[["job", "status", *swept, *[k for k in HEADLINE if k in table]]]
+    fixed = ("job", "status", *TRUST, *HEADLINE)
+    swept = [k for k in table.columns if k not in fixed and table[k].nunique() > 1]
+    return table[["job", "status", *swept, *[k for k in (*TRUST, *HEADLINE) if k in table]]]
+
+
+def _trust(record: dict[str, Any] | None) -> dict[str, Any]:
+    """A finished job's TRUST columns; none for a job that left no run. A simulated run's times come
+    from a virtual clock: the host's waiting for a CPU says nothing about them."""
+    if not isinstance(record, dict) or not isinstance(record.get("environment"), dict):
+        return {}
+    env, summary = record["environment"], record.get("summary") or {}
+    source = run_source(env, env.get("device"))
+    measured = env.get("executor") != "sim"
+    return {"source": source, "timing_unreliable": bool(env.get("timing_unreliable")) if measured else False,
+            "runqueue_wait_share": env.get("runqueue_wait_share") if measured else None,
+            "kv_capacity_tokens": summary.get("kv_capacity_tokens")}
+
+
+def table_notes(table: pd.DataFrame) -> list[str]:
+    """The lines printed under a sweep's table: what makes its rows hard to compare (timings other work
+    stretched, KV caches of different sizes, numbers from different sources); none when nothing does."""
+    notes = []
+    if "timing_unreliable" in table and (flagged := table.timing_unreliable.eq(True)).any():
+        shares = table.runqueue_wait_share[flagged].dropna()
+        span = f"{shares.min():.0%}" + (f" to {shares.max():.0%}" if shares.max() > shares.min() else "")
+        waited = f"; their threads waited for a CPU {span} of the time they were ready" if len(shares) else ""
+        notes.append(f"timing unreliable: {flagged.sum()} of {table.source.notna().sum()} runs (above "
+                     f"{UNRELIABLE_WAIT_SHARE:.0%} waiting{waited}): other work on the machine stretched their "
+                     "times; rerun them on a quiet machine before comparing them")
+    kv = table.kv_capacity_tokens.dropna() if "kv_capacity_tokens" in table else pd.Series(dtype=float)
+    if kv.nunique() > 1:
+        notes.append(f"KV capacity differs between jobs: {kv.min():.0f} to {kv.max():.0f} tokens "
+                     f"({kv.max() / kv.min():.2g}x; column kv_capacity_tokens): under memory pressure their "
+                     "batches and preemptions differ for that alone; engine.num_kv_blocks=N gives every job one size")
+    if "source" in table and table.source.nunique() > 1:
+        notes.append(f"the rows come from different sources ({', '.join(table.source.dropna().unique())}): "
+                     "measured and predicted numbers are not comparable as they stand")
+    return notes
 
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:

@@ -20,9 +20,21 @@ from omegaconf import DictConfig, open_dict, read_write
 log = logging.getLogger(__name__)
 
 
-def _is(node: Any, cls: type) -> bool:
-    """Whether the hydra.sweeper / hydra.launcher node ``node`` instantiates ``cls``."""
-    return node is not None and str(node.get("_target_", "")) == f"{cls.__module__}.{cls.__qualname__}"
+def _is(node: Any, cls: type | str) -> bool:
+    """Whether the hydra.sweeper / hydra.launcher node ``node`` instantiates ``cls`` (a class, or its
+    dotted path)."""
+    target = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+    return node is not None and str(node.get("_target_", "")) == target
+
+
+# The project's sweeper (conf/hydra/sweeper/sarathi.yaml): the basic sweeper's jobs, those that differ
+# from an earlier one only in keys they ignore left out (collapse_ignored).
+SWEEPER = "hydra_plugins.sarathi_lab_launcher.sweeper.Sweeper"
+
+
+def _basic(config: DictConfig) -> bool:
+    """Whether the sweep's jobs are the basic sweeper's (the project's sweeper is one)."""
+    return _is(config.hydra.sweeper, BasicSweeper) or _is(config.hydra.sweeper, SWEEPER)
 
 
 # The most jobs one sweep may have: more is a search better split into sweeps (or a capacity task).
@@ -32,9 +44,11 @@ PROGRESS_EVERY_S = 5.0
 
 class SweepPreflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not _is(config.hydra.sweeper, BasicSweeper):
+        if not _basic(config):
             return
-        jobs = job_overrides(config)
+        jobs, notes = swept_jobs(config)
+        for note in notes:
+            log.warning("%s", note)
         error = too_many_or_repeated(jobs)
         if error is None and _is(config.hydra.launcher, BasicLauncher):
             error = first_refused_job(config, jobs)
@@ -52,9 +66,69 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
+def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
+    """The jobs the sweep launches (job_overrides, collapsed by collapse_ignored under the project's
+    sweeper unless hydra.sweeper.repeat_ignored), and the lines saying what was collapsed."""
+    jobs = job_overrides(config)
+    if not _is(config.hydra.sweeper, SWEEPER) or config.hydra.sweeper.get("repeat_ignored"):
+        return jobs, []
+    return collapse_ignored(config, jobs)
+
+
 def planned_jobs(config: DictConfig) -> int | None:
     """How many jobs the sweep launches, or None under a sweeper other than the basic one."""
-    return len(job_overrides(config)) if _is(config.hydra.sweeper, BasicSweeper) else None
+    return len(swept_jobs(config)[0]) if _basic(config) else None
+
+
+def _may_be_ignored(key: str) -> bool:
+    """Whether some job may ignore ``key`` (RunConfig.ignores): the keys that set some schedulers' knobs."""
+    return key in ("chunk", "token_budget") or key.startswith("scheduler.")
+
+
+def collapse_ignored(config: DictConfig, jobs: list[list[str]]) -> tuple[list[list[str]], list[str]]:
+    """``jobs`` without those that differ from an earlier job only in swept keys they ignore
+    (RunConfig.ignores: ``-m chunk=256,512 scheduler=vllm,sarathi`` runs vllm once, at chunk=256),
+    and one line per key and reason naming what was left out. Only a sweep over a key some job may
+    ignore composes its jobs; a job whose config is refused is kept, for the preflight to refuse."""
+    from sarathi_lab.config import ConfigError
+    from sarathi_lab.harness.results import override_key
+    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.model import ModelLoadError
+
+    values: dict[str, set[str]] = {}
+    for overrides in jobs:
+        for override in overrides:
+            values.setdefault(override_key(override), set()).add(override)
+    swept = [key for key, seen in values.items() if len(seen) > 1 and _may_be_ignored(key)]
+    if not swept:
+        return jobs, []
+    loader = GlobalHydra.instance().config_loader()
+    kept: list[list[str]] = []
+    first: dict[tuple, list[str]] = {}
+    left_out: dict[tuple[str, str], list[tuple[list[str], list[str]]]] = {}
+    for overrides in jobs:
+        job = loader.load_sweep_config(config, list(overrides))
+        with read_write(job), open_dict(job):
+            del job["hydra"]
+        try:
+            run = parse_config(job)
+        except (ConfigError, ModelLoadError):
+            kept.append(overrides)
+            continue
+        ignored = {key: why for key in swept if (why := run.ignores(key))}
+        same = (tuple(sorted(o for o in overrides if override_key(o) not in ignored)), tuple(sorted(ignored)))
+        if same in first:
+            for key, why in ignored.items():
+                left_out.setdefault((key, why), []).append((overrides, first[same]))
+            continue
+        first[same] = overrides
+        kept.append(overrides)
+    notes = []
+    for (key, why), dropped in left_out.items():
+        ran = sorted({o for _, kept_job in dropped for o in kept_job if override_key(o) == key})
+        notes.append(f"{key}: {why}: {len(dropped)} job{'s' * (len(dropped) > 1)} that differed only in {key} "
+                     f"left out, run once at {', '.join(ran)}; hydra.sweeper.repeat_ignored=true runs each")
+    return kept, notes
 
 
 def too_many_or_repeated(jobs: list[list[str]]) -> str | None:

@@ -117,6 +117,7 @@ class CostModel(abc.ABC):
                 raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
                                   f"{device!r}{at}: its GPU kernels were not measured (measured: "
                                   f"{', '.join(have) or 'none'}); use {use}")
+            tp_part = f" tp{tp}" if tp > 1 else ""
             one = KernelCostModel(gpu_kernels.kernels(device, name, tp), one, part, dtype,
-                                  source=f"{device}/{name}{f' tp{tp}' if tp > 1 else ''} (vidur, MIT)")
+                                  source=f"{device}/{name}{tp_part} (vidur's measurements, MIT licence)")
         return one if tp == 1 else TensorParallelCostModel(one, config, tp, dtype)

@@ -53,7 +53,8 @@ def figure(results, simulated=None):
             ax.axhline(value, color="black", ls=style, lw=1, label=f"paper, chunk {chunk}: {value:g}x")
         if refs or column == "kv_reread_ratio":
             ax.legend(title="chunk" if column == "kv_reread_ratio" else None, fontsize=7)
-        ax.set(title=f"{label}: chunked / unchunked", xlabel="sequence length (tokens)",
+        ax.set(title=f"{label}: chunked / unchunked\n{figures.panel_sources(results, simulated, 'chunk_overhead')}",
+               xlabel="sequence length (tokens)",
                ylabel="tokens read, chunked / unchunked (x)" if column == "kv_reread_ratio"
                else "time, chunked / unchunked (x)")
     figures.headline(fig, results, "chunk_overhead", "Fig. 13: what chunking a prompt costs", simulated)

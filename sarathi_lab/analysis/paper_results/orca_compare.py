@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
-from sarathi_lab.analysis.claims import claim_row, unless_missing, verdict
+from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict, why_left_out
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 
 ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "SARATHI (tile-aligned)", "baseline (staggered)",
@@ -23,20 +23,25 @@ def claims(results) -> list[dict]:
     gains = derive.orca_compare(results.summary("orca_compare"))
     # The paper sized SARATHI's chunks to the tile: where the runs have aligned chunks, they are the verdict's.
     sarathi = ALIGNED if gains.variant.eq(ALIGNED).any() else "SARATHI"
-    shown = list(dict.fromkeys([sarathi, "SARATHI", "Orca best", "Orca worst"]))
+    variants = list(dict.fromkeys([sarathi, "SARATHI", "Orca best", "Orca worst"]))
     # Every variant a column: one whose every run failed is NaN (not judged), not a KeyError.
-    table = gains.pivot_table(index="seq_len", columns="variant", values="gain").reindex(columns=shown)
-    each = gains[gains.variant.isin(shown)].groupby(["seq_len", "variant"]).gain
+    table = gains.pivot_table(index="seq_len", columns="variant", values="gain").reindex(columns=variants)
+    each = gains[gains.variant.isin(variants)].groupby(["seq_len", "variant"]).gain
     overlap = derive.prefill_overlap(results.table("orca_compare", "iterations"))
     best_runs = gains[gains.variant == "Orca best"].run_dir
     share = overlap[overlap.run_dir.isin(best_runs)].hybrid_share.mean()
     ratio = (table[sarathi] / table["Orca best"]).min()
+    why = why_left_out(results, "orca_compare")
+
+    def gain(s, v) -> str:
+        return _with_range(each.get_group((s, v))) if (s, v) in each.groups else shown(None, "", why)
+
     return [claim_row("orca_compare", "SARATHI beats Orca's best case at every sequence length",
                       "SARATHI 1.27x / 1.25x / 1.23x, Orca best 1.11x / 1.0x / 1.0x at 1K / 2K / 3K",
-                      "; ".join(f"length {s:g}: " + ", ".join(f"{v} {_with_range(each.get_group((s, v)))}"
-                                                                for v in shown if (s, v) in each.groups)
+                      "; ".join(f"length {s:g}: " + ", ".join(f"{v} {gain(s, v)}" for v in variants)
                                 for s in table.index)
-                      + f" (over the runs, min-max; Orca best: {share:.0%} of prefill iterations carry decodes)",
+                      + f" (over the runs, min-max; Orca best: {shown(share, '.0%', why)} of prefill iterations "
+                        "carry decodes)",
                       verdict(unless_missing(r[[sarathi, "Orca best"]], r[sarathi] > r["Orca best"])
                               for _, r in table.iterrows()),
                       None if pd.isna(ratio) else float(ratio))]

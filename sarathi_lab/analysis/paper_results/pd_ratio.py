@@ -60,6 +60,7 @@ def figure(results, simulated=None):
     style = "chunk_align" if norm.chunk_align.nunique() > 1 else "batch_size"
     figures.sns.lineplot(norm, x="pd_ratio", y="gain", hue="chunk", style=style, markers=True, palette=palette,
                          ax=ax, errorbar=figures.SPREAD)
+    figures.fold_group_headers(ax, norm, {"chunk": f"{results.source('pd_ratio')}, C=", "batch_size": "B="})
     for p in derive.pd_peaks(norm).itertuples():
         ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)
     label = figures.simulated_label(simulated, "pd_ratio")
@@ -77,7 +78,7 @@ def figure(results, simulated=None):
                label=f"paper: ~{paper.PD_WIDE_GAIN - 1:.0%} gain over a wide range")
     ax.plot([], [], color="grey", ls="--", lw=1, label="predicted peak C / (B - 1)")
     ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="throughput over baseline (x)",
-           title="dashed: C / (B - 1) for each chunk")
+           title=figures.panel_sources(results, simulated, "pd_ratio") + "\nvertical dashed: C / (B - 1), each chunk")
     figures.plain_log_ticks(ax.xaxis)
     figures.legend_outside(ax, fontsize=7)
     why = [_why(runs) for runs, _ in figures.sources_of(results, simulated, "pd_ratio")

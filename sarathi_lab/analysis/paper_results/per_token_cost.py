@@ -43,7 +43,8 @@ def figure(results, simulated=None):
         parts = longest[(longest.phase == phase) & (longest.op != "total")]
         wide = parts.pivot_table(index="batch_size", columns="op", values="ms_per_token")[list(OPS)]
         wide.plot.bar(stacked=True, ax=ax, rot=0, colormap="tab10", legend=phase == "decode")
-        ax.set(title=f"{phase}: time per token by operation", xlabel="batch size", ylabel="ms / token")
+        ax.set(title=f"{phase}: time per token by operation\n{figures.source_label(results, 'per_token_cost')}",
+               xlabel="batch size", ylabel="ms / token")
     ratio = derive.decode_over_prefill(ops)
     source = results.source("per_token_cost")
     figures.sns.lineplot(ratio.assign(seq_len=ratio.seq_len.map(lambda s: f"{source}, {s:g}")), x="batch_size",
@@ -55,7 +56,8 @@ def figure(results, simulated=None):
             axes[2].plot(g.batch_size, g.ratio, color=color, label=f"{label}, {length:g}", **figures.SIM_STYLE)
     axes[2].scatter(list(paper.DECODE_OVER_PREFILL), list(paper.DECODE_OVER_PREFILL.values()),
                     label="paper (13B/A6000, length 1024)", **figures.PAPER_STYLE)
-    axes[2].set(yscale="log", title="decode / prefill time per token", xlabel="batch size",
+    axes[2].set(yscale="log", xlabel="batch size",
+                title=f"decode / prefill time per token\n{figures.panel_sources(results, simulated, 'per_token_cost')}",
                 ylabel="decode / prefill (x)")
     axes[2].legend(title="length", fontsize=8)
     figures.headline(fig, results, "per_token_cost", "Fig. 3/4: a decode token costs far more than a prefill token",

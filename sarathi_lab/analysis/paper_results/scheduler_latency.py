@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
-from sarathi_lab.analysis.claims import claim_row, unless_missing, verdict
+from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict, why_left_out
 from sarathi_lab.analysis.paper_result import GpuPart, GpuRun, PaperResult
 
 CLAIM = "Stall-free batching keeps P99 TBT below vllm's and orca's at every load"
@@ -17,11 +17,13 @@ def claims(results) -> list[dict]:
     # judged), neither a KeyError nor a claim judged without it.
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s").reindex(
         columns=["sarathi_serve", *rivals])
+    why = why_left_out(results, "scheduler_latency")
     return [claim_row("scheduler_latency", CLAIM,
                       f"hybrid batching without a budget raises TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION}x "
                       "(Sarathi-Serve)",
-                      "; ".join(f"qps {q:g}: sarathi_serve {r['sarathi_serve'] * 1e3:.0f} ms, "
-                                + ", ".join(f"{s} {r[s] * 1e3:.0f} ms" for s in rivals) for q, r in tbt.iterrows()),
+                      "; ".join(f"qps {q:g}: " + ", ".join(f"{s} {shown(r[s] * 1e3, '.0f', why, ' ms')}"
+                                                           for s in ["sarathi_serve", *rivals])
+                                for q, r in tbt.iterrows()),
                       verdict(unless_missing(r[["sarathi_serve", *rivals]], r["sarathi_serve"] < r[rivals].min())
                               for _, r in tbt.iterrows()))]
 
@@ -55,6 +57,7 @@ def figure(results, simulated=None):
         summary = runs.summary("scheduler_latency")
         text, ratio = _hybrid_tbt(summary)
         row_axes[1].set_title(f"{source}: TBT (p50, p99)\n{text}", fontsize=9)
+        figures.fold_group_headers(row_axes[1], long, {"scheduler": "", "percentile": ""})
         figures.legend_outside(row_axes[1], fontsize=8)
         if ratio is not None and ratio < paper.NAIVE_HYBRID_TBT_INFLATION / 10:
             why.append(f"{source}: orca's P99 TBT stays within {ratio:.1f}x of sarathi_serve's, where the paper has up "

@@ -27,7 +27,8 @@ def figure(results, simulated=None):
     figures.sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5, errorbar=figures.SPREAD)
     for m in range(tile, int(sweep.tokens.max()) + 1, tile):
         ax.axvline(m, ls=":", color="grey")
-    ax.set(title=f"iteration time (dotted: multiples of {tile})", xlabel="tokens in the iteration", ylabel="ms")
+    ax.set(title=f"iteration time (dotted: multiples of {tile})\n{figures.source_label(results, 'tile_quantization')}",
+           xlabel="tokens in the iteration", ylabel="ms")
     styles = [{"marker": "."}, figures.SIM_STYLE | {"marker": None, "color": figures.sim_colors(1)[0]}]
     for (runs, source), style in zip(figures.sources_of(results, simulated, "tile_quantization"), styles):
         total = derive.iteration_ms(runs)
@@ -38,7 +39,8 @@ def figure(results, simulated=None):
     paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
     rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
                    **figures.PAPER_STYLE)
-    rel_ax.set(title="relative to the time at one tile", xlabel="tokens in the iteration",
+    sources = figures.panel_sources(results, simulated, "tile_quantization")
+    rel_ax.set(title=f"relative to the time at one tile\n{sources}", xlabel="tokens in the iteration",
                ylabel="time / time at one tile (x)")
     rel_ax.legend(fontsize=8)
     figures.headline(fig, results, "tile_quantization",
