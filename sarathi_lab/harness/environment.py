@@ -17,7 +17,7 @@ DISTRIBUTION = "sarathi-lab"
 
 
 def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
-                        load: dict[str, Any], cuda_graphs: list[int] | None = None) -> dict[str, Any]:
+                        load: dict[str, Any], cuda_graphs: dict[str, Any] | None = None) -> dict[str, Any]:
     commit = _git("rev-parse", "HEAD")
     changes = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     version, installed_commit = _installed()
@@ -30,7 +30,9 @@ def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch
         "dtype": str(dtype).removeprefix("torch."),
         # The GEMM the CPU's linear layers ran on (model/cpu_linear.py); None off the CPU and in a simulation.
         "cpu_gemm": cpu_gemm,
-        # The decode batch sizes that replayed CUDA graphs (model/cuda_graphs.py); None: every forward eager.
+        # The CUDA graphs forwards replayed (model/cuda_graphs.py's record): decode batch sizes, mixed
+        # token buckets, capture seconds, the graphs' pool bytes and memory_reserved before and after
+        # capture; None: every forward eager.
         "cuda_graphs": cuda_graphs,
         "torch": torch.__version__,
         "python": platform.python_version(),
