@@ -35,11 +35,12 @@ WARMUP_FORWARDS = 2
 REPLAYABLE_BACKENDS = ("triton",)
 
 # Mixed graphs' token counts: multiples of the smallest (a tensor core's smallest row tile), powers
-# of two up to POWERS_UP_TO, where a model's GEMMs take as long as reading their weights whatever the
-# rows, so padding rows costs little; past it STEPS_PER_DOUBLING buckets per doubling, so that a
-# batch pads by less than an eighth of its tokens where padded rows cost compute.
+# of two up to POWERS_UP_TO, below every GPU's ridge point (its matmul rate over its bandwidth, in
+# rows), where a GEMM takes as long as reading its weights whatever its rows, so padding rows costs
+# little; past it STEPS_PER_DOUBLING buckets per doubling, so that a batch pads by less than an
+# eighth of its tokens where padded rows cost compute.
 SMALLEST_BUCKET = 16
-POWERS_UP_TO = 256
+POWERS_UP_TO = 128
 STEPS_PER_DOUBLING = 8
 # The most tokens a mixed graph holds: a larger iteration's GPU work outlasts the host's launches, and
 # each bucket more is a capture at start-up.
