@@ -81,9 +81,12 @@ class EngineConfig:
     # preempted; the default cache is sized with it on top.
     kv_watermark: float = KV_WATERMARK
     attention: Literal[ATTENTIONS] = "auto"
-    # On CUDA with the Triton attention, decode-only forwards replay CUDA graphs captured when the engine
-    # is built (model/cuda_graphs.py); false: every forward eager. Nothing to capture elsewhere.
+    # On CUDA with the Triton attention, forwards replay CUDA graphs captured when the engine is built
+    # (model/cuda_graphs.py): decode-only ones, and with cuda_graphs_mixed those with prefills (chunks
+    # alone or beside decodes, whole prompts) up to a token count; false: every forward eager. Nothing
+    # to capture elsewhere.
     cuda_graphs: bool = True
+    cuda_graphs_mixed: bool = True
     max_model_len: int | None = None
     # The scheduler's own knobs ({knob: value}; vllm's max_num_batched_tokens), from its YAML or LLM's
     # other keyword arguments, checked against its Config when it is built.

@@ -15,11 +15,12 @@ from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
+from sarathi_lab.engine.scheduler import Scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.model import build_model
 from sarathi_lab.model.cpu_linear import linear_gemm
-from sarathi_lab.model.cuda_graphs import DecodeGraphs
+from sarathi_lab.model.cuda_graphs import CudaGraphs, can_replay
 from sarathi_lab.model.executor import ModelExecutor
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.loader import eos_token_of
@@ -52,14 +53,15 @@ class LLM:
         # Before the weights are allocated: it refuses a cache smaller than what it reserves per request.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
-        # The decode batch sizes replayed from CUDA graphs; None: none captured.
-        self.cuda_graphs: list[int] | None = None
+        # What was captured in CUDA graphs, how long it took and the memory it holds (CudaGraphs.record);
+        # None: none captured.
+        self.cuda_graphs: dict | None = None
         if cfg.executor == "sim":
             self.cpu_gemm = None
             clock = VirtualClock()
             executor = SimulatedExecutor(plan.cost_model, clock, eos_token_of(self.model_config))
         else:
-            executor, clock = self._build_model_executor()
+            executor, clock = self._build_model_executor(largest_iteration_tokens(scheduler))
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
@@ -68,7 +70,8 @@ class LLM:
         if cfg.warmup_iters and cfg.executor == "model":
             self._warm_up()
 
-    def _build_model_executor(self) -> tuple[ModelExecutor, WallClock]:
+    def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
+        """``largest_tokens``: the most tokens one iteration holds (what mixed CUDA graphs go up to)."""
         cfg = self.config
         device = cfg.torch_device
         if device.type == "cpu":
@@ -83,20 +86,21 @@ class LLM:
         self.kv_caches = [(layer[0], layer[1]) for layer in cache]
         clock = make_clock("wall", device)
         runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device)
-        replayable = cfg.cuda_graphs and backend.name == "triton" and device.type == "cuda"
-        graphs = self._capture_graphs(runner) if replayable else None
+        replayable = cfg.cuda_graphs and can_replay(backend, device)
+        graphs = self._capture_graphs(runner, largest_tokens) if replayable else None
         return ModelExecutor(runner, clock, graphs), clock
 
-    def _capture_graphs(self, runner: ModelRunner) -> DecodeGraphs | None:
-        """The decode forwards' CUDA graphs; a capture that fails leaves the engine eager, with one warning."""
+    def _capture_graphs(self, runner: ModelRunner, largest_tokens: int) -> CudaGraphs | None:
+        """The forwards' CUDA graphs; a capture that fails leaves the engine eager, with one warning."""
         cfg = self.config
         try:
-            graphs = DecodeGraphs(runner, cfg.max_batch_size, blocks_for(self.max_model_len, cfg.block_size))
+            graphs = CudaGraphs(runner, cfg.max_batch_size, blocks_for(self.max_model_len, cfg.block_size),
+                                largest_tokens if cfg.cuda_graphs_mixed else None)
         except Exception as e:  # noqa: BLE001 - the run goes on eagerly, and its environment says so
             warnings.warn(f"engine.cuda_graphs=true: capture failed, so every forward runs eagerly "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]})", stacklevel=3)
             return None
-        self.cuda_graphs = graphs.sizes
+        self.cuda_graphs = graphs.record
         return graphs
 
     @property
@@ -155,3 +159,12 @@ class LLM:
         self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,
                       sampling=SamplingParams(ignore_eos=True))
         self.metrics = Metrics()
+
+
+def largest_iteration_tokens(scheduler: Scheduler) -> int:
+    """The most tokens one of ``scheduler``'s iterations holds: its own bound, at most max_batch_size
+    requests of max_model_len tokens (the only bound of one that prefills whole prompts uncapped)."""
+    config = scheduler.config
+    every = config.max_batch_size * config.max_model_len
+    bound = type(scheduler).largest_iteration_tokens(config)
+    return every if bound is None else min(bound, every)

@@ -1,25 +1,44 @@
-"""Decode-only forwards replayed from captured graphs give the eager engine's tokens.
+"""Forwards replayed from captured graphs (decode-only, and mixed: prefill chunks alone or beside
+decodes, whole prompts) give the eager engine's tokens.
 
 No CUDA here, so the capture is a stand-in with a graph's semantics: the forward captured once, over
-the same buffers and the same metadata object, whose host values (lists, counts) stay those of the
-capture while the buffers' contents change; the Triton kernels run in Triton's interpreter."""
+the same buffers and the same metadata object, whose host values (lists, counts, hints) stay those of
+the capture while the buffers' contents change; the Triton kernels run in Triton's interpreter."""
 from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab import LLM
+from sarathi_lab import llm as llm_module
+from sarathi_lab.attention import triton_backend
 from sarathi_lab.config import ConfigError
-from sarathi_lab.model.cuda_graphs import DecodeGraphs, graph_sizes
+from sarathi_lab.model.cuda_graphs import (
+    MAX_GRAPH_TOKENS,
+    POWERS_UP_TO,
+    SMALLEST_BUCKET,
+    CudaGraphs,
+    bucket_step,
+    graph_sizes,
+    token_buckets,
+)
 from sarathi_lab.profiling.batches import SyntheticBatches
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # padded rows' 0/0
 
-MAX_BATCH, MAX_LEN, BLOCK = 6, 96, 16
+MAX_BATCH, MAX_LEN, BLOCK, CHUNK = 6, 96, 16, 32
 PROMPTS = [[i + 1] * (5 + 7 * i) for i in range(MAX_BATCH)]
 NEW_TOKENS = [3, 9, 1, 14, 6, 11]  # the decode batch shrinks as requests finish, so graphs are padded
+# Fewer and shorter, for the mixed graphs: one prompt longer than a chunk, chunks beside decodes.
+MIXED_PROMPTS = [[i + 1] * n for i, n in enumerate((5, 40, 14, 23))]
+MIXED_NEW_TOKENS = [2, 6, 1, 4]
+# vllm's cap on a prefill iteration's prompt tokens, so that its whole prompts fit a few small buckets.
+VLLM_CAP = 64
 
 
 def replayed_capture(forward, pool):
@@ -42,50 +61,216 @@ def test_every_decode_batch_has_a_graph_at_most_one_step_larger(max_batch):
         assert size - n < 16 and size < 2 * n, f"a batch of {n} pads to {size}"
 
 
+@given(st.integers(1, 3 * MAX_GRAPH_TOKENS))
+def test_every_mixed_batch_pads_by_less_than_one_bucket_step(largest):
+    buckets = token_buckets(largest)
+    top = -(-min(largest, MAX_GRAPH_TOKENS) // SMALLEST_BUCKET) * SMALLEST_BUCKET
+    assert buckets == sorted(set(buckets)) and buckets[0] == SMALLEST_BUCKET and buckets[-1] == top
+    assert all(b % SMALLEST_BUCKET == 0 for b in buckets)
+    # A few: powers of two to POWERS_UP_TO, then eight a doubling.
+    assert len(buckets) <= 5 + 8 * max(0, (top - 1).bit_length() - POWERS_UP_TO.bit_length() + 1)
+    for below, bucket in zip([0, *buckets], buckets):
+        step = bucket_step(below) if below else SMALLEST_BUCKET
+        assert bucket - below <= step
+        for n in (below + 1, (below + bucket) // 2 + 1, bucket):  # the smallest, a middle and the largest batch
+            pad = bucket - n
+            assert pad < step, f"{n} tokens pad to {bucket}"
+            # Padding is free in the memory-bound GEMMs below POWERS_UP_TO, an eighth at most above.
+            assert pad < max(n, SMALLEST_BUCKET) if n <= POWERS_UP_TO else 8 * pad < n
+
+
+def fake_graphs(max_batch: int, max_blocks: int, mixed_tokens: int | None) -> CudaGraphs:
+    """Graphs captured by a capture that runs nothing: their choice of graph alone."""
+    runner = SimpleNamespace(model=SimpleNamespace(backend=SimpleNamespace(name="triton")), device=torch.device("cpu"))
+    return CudaGraphs(runner, max_batch, max_blocks, mixed_tokens, lambda forward, pool: (None, None, pool))
+
+
+def fake_batch(tokens: int, prefills: int, decodes: int, width: int) -> SimpleNamespace:
+    meta = SimpleNamespace(num_prefills=prefills, num_decodes=decodes, block_tables=torch.zeros(prefills + decodes,
+                                                                                                width))
+    return SimpleNamespace(input_ids=torch.zeros(tokens), meta=meta)
+
+
+@settings(max_examples=300)
+@given(max_batch=st.integers(1, 40), largest=st.integers(1, 1500), decodes=st.integers(0, 50),
+       prefill_tokens=st.lists(st.integers(1, 800), max_size=4), width=st.integers(1, 12))
+def test_a_batch_replays_the_smallest_graph_that_holds_it_and_else_runs_eagerly(max_batch, largest, decodes,
+                                                                                 prefill_tokens, width):
+    if not decodes and not prefill_tokens:
+        decodes = 1
+    graphs = fake_graphs(max_batch, 8, largest)
+    requests, tokens = decodes + len(prefill_tokens), decodes + sum(prefill_tokens)
+    graph = graphs.graph_for(fake_batch(tokens, len(prefill_tokens), decodes, width))
+    fits = width <= 8 and requests <= max_batch and (not prefill_tokens or tokens <= graphs.buckets[-1])
+    assert (graph is not None) == fits
+    if graph is None:
+        return
+    assert graph.decode == (not prefill_tokens)
+    assert graph.tokens >= tokens and graph.requests >= requests
+    smaller = [g for g in graphs.graphs if g.decode == graph.decode and g.tokens < graph.tokens]
+    assert all(g.tokens < tokens or g.requests < requests for g in smaller), "not the smallest that holds it"
+
+
+def test_graphs_are_captured_largest_first_into_one_pool():
+    pools = []
+
+    def capture(forward, pool):
+        pools.append(pool)
+        return None, None, "the pool"
+
+    runner = SimpleNamespace(model=SimpleNamespace(backend=SimpleNamespace(name="triton")), device=torch.device("cpu"))
+    graphs = CudaGraphs(runner, 18, 4, 530, capture)
+    order = list(graphs.graphs)
+    assert [g.tokens for g in order] == sorted((g.tokens for g in order), reverse=True)
+    assert pools == [None] + ["the pool"] * (len(order) - 1)
+    assert [g.tokens for g in order if not g.decode][::-1] == token_buckets(530) == graphs.record["mixed_tokens"]
+    assert graphs.record["decode_sizes"] == graph_sizes(18) == [g.tokens for g in order if g.decode][::-1]
+    assert all(g.requests == min(18, g.tokens) for g in order)
+    with pytest.raises(ValueError, match="attention='torch' plans each batch from host values"):
+        CudaGraphs(SimpleNamespace(model=SimpleNamespace(backend=SimpleNamespace(name="torch")),
+                                   device=torch.device("cpu")), 4, 4, 32, capture)
+
+
 def engine(scheduler: str) -> LLM:
+    knobs = {"max_num_batched_tokens": VLLM_CAP} if scheduler == "vllm" else {}
     return LLM(model="tiny", device="cpu", dtype="float32", attention="triton", cpu_linear="aten",
-               max_batch_size=MAX_BATCH, max_model_len=MAX_LEN, scheduler=scheduler, chunk_size=32,
-               warmup_iters=0)
+               max_batch_size=MAX_BATCH, max_model_len=MAX_LEN, scheduler=scheduler, chunk_size=CHUNK,
+               warmup_iters=0, **knobs)
+
+
+def host_values(args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
+    """What a captured graph fixes of a call: tensors' shapes and dtypes, every other argument's value."""
+    def fixed(value):
+        return (tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else value
+
+    return tuple(map(fixed, args)), tuple((key, fixed(value)) for key, value in sorted(kwargs.items()))
+
+
+def run_with_graphs(llm: LLM, graphs: CudaGraphs, monkeypatch, prompts: list[list[int]],
+                    new_tokens: list[int]) -> tuple[list[list[int]], list, list, dict]:
+    """``llm``'s tokens for ``prompts`` with ``graphs`` replaying; the replays (graph, tokens, requests),
+    the eager forwards (prefills, tokens), and the host values of each graph's attention calls."""
+    executor = llm.engine.executor
+    replays, eager, attention_calls, replaying = [], [], {}, []
+    replay, forward, attend = graphs.replay, executor.runner.forward, triton_backend.paged_attention
+
+    def counted_replay(prepared, graph):
+        meta = prepared.meta
+        replays.append((graph, prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes))
+        replaying.append(graph)
+        try:
+            return replay(prepared, graph)
+        finally:
+            replaying.pop()
+
+    def counted_forward(prepared, argmax=False):
+        if not replaying:
+            eager.append((prepared.meta.num_prefills, prepared.input_ids.shape[0]))
+        return forward(prepared, argmax)
+
+    def spied_attention(*args, **kwargs):
+        if replaying:
+            attention_calls.setdefault(replaying[-1], set()).add(host_values(args, kwargs))
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(graphs, "replay", counted_replay)
+    monkeypatch.setattr(executor.runner, "forward", counted_forward)
+    monkeypatch.setattr(triton_backend, "paged_attention", spied_attention)
+    monkeypatch.setattr(executor, "graphs", graphs)
+    return llm.generate(prompts, max_new_tokens=new_tokens), replays, eager, attention_calls
 
 
 @pytest.mark.parametrize("scheduler", ["static", "sarathi"])
-def test_decode_graphs_replay_the_eager_engine_s_tokens(scheduler):
+def test_decode_graphs_replay_the_eager_engine_s_tokens(scheduler, monkeypatch):
     llm = engine(scheduler)
     eager = llm.generate(PROMPTS, max_new_tokens=NEW_TOKENS)
-    executor = llm.engine.executor
-    graphs = DecodeGraphs(executor.runner, MAX_BATCH, MAX_LEN // BLOCK, replayed_capture)
-    replays, eager_decodes = [], []
-    replay, forward = graphs.replay, executor.runner.forward
+    graphs = CudaGraphs(llm.engine.executor.runner, MAX_BATCH, MAX_LEN // BLOCK, None, replayed_capture)
+    tokens, replays, eager_forwards, _ = run_with_graphs(llm, graphs, monkeypatch, PROMPTS, NEW_TOKENS)
+    assert tokens == eager
+    assert replays and all(g.decode for g, _, _ in replays)
+    assert eager_forwards and all(prefills for prefills, _ in eager_forwards), "every decode-only batch replays"
+    assert any(n < g.requests for g, _, n in replays), "some batch ran padded"
+    assert sorted(g.tokens for g in graphs.graphs) == graph_sizes(MAX_BATCH) and not graphs.buckets
 
-    def counted_replay(prepared, size):
-        replays.append((prepared.meta.num_decodes, size))
-        return replay(prepared, size)
 
-    def counted_forward(prepared, argmax=False):
-        replaying = prepared.input_ids.data_ptr() == graphs.input_ids.data_ptr()
-        if not prepared.meta.num_prefills and not replaying:
-            eager_decodes.append(prepared.meta.num_decodes)
-        return forward(prepared, argmax)
+@pytest.mark.parametrize("scheduler", ["sarathi", "sarathi_serve", "vllm"])
+def test_mixed_graphs_replay_the_eager_engine_s_tokens(scheduler, monkeypatch):
+    llm = engine(scheduler)
+    eager = llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS)
+    largest = llm_module.largest_iteration_tokens(llm.engine.scheduler)
+    assert largest == {"vllm": MAX_LEN, "sarathi": CHUNK + MAX_BATCH, "sarathi_serve": CHUNK + MAX_BATCH}[scheduler]
+    graphs = CudaGraphs(llm.engine.executor.runner, MAX_BATCH, MAX_LEN // BLOCK, largest, replayed_capture)
+    tokens, replays, eager_forwards, attention = run_with_graphs(llm, graphs, monkeypatch, MIXED_PROMPTS,
+                                                                 MIXED_NEW_TOKENS)
+    assert tokens == eager
+    assert not eager_forwards, "every batch (each within the buckets) replays a graph"
+    mixed = [(g, t, n) for g, t, n in replays if not g.decode]
+    assert mixed
+    assert any(t < g.tokens for g, t, _ in mixed) and any(n < g.requests for g, _, n in mixed), "padded"
+    if scheduler != "vllm":
+        assert any(n > 1 for _, _, n in mixed), "hybrid batches (a chunk beside decodes) replay"
+    # Whatever the batch, attention gets the same host values (shapes, tiling hint) from one graph:
+    # a per-batch value read on the host would differ here, and a real graph would replay it stale.
+    assert attention and all(len(calls) == 1 for calls in attention.values()), attention
+    for graph, calls in attention.items():
+        ((_, kwargs),) = calls
+        assert dict(kwargs)["max_query_len"] == (1 if graph.decode else graph.tokens)
 
-    graphs.replay, executor.runner.forward, executor.graphs = counted_replay, counted_forward, graphs
-    assert llm.generate(PROMPTS, max_new_tokens=NEW_TOKENS) == eager
-    assert replays and not eager_decodes, "every decode-only batch replays a graph"
-    assert any(n < size for n, size in replays), "some batch ran padded"
-    assert sorted(graphs.graphs) == graph_sizes(MAX_BATCH)
+
+def test_padded_tokens_write_no_key_or_value(monkeypatch):
+    # A smaller batch replayed after a larger one in the same graph: the padded tokens' slots must be
+    # -1, or their keys and values would land in the slots the larger batch's tokens left there.
+    llm = engine("sarathi")
+    runner = llm.engine.executor.runner
+    graphs = CudaGraphs(runner, MAX_BATCH, MAX_LEN // BLOCK, CHUNK + MAX_BATCH, replayed_capture)
+    batches = SyntheticBatches(llm, seed=0)
+    large = batches.make(prefills=[(32, 0)], decodes=5, context=20)
+    small = batches.make(prefills=[(30, 0)], decodes=3, context=20)
+    try:
+        prepared = [runner.prepare(batch) for batch in (large, small)]
+        (graph,) = {graphs.graph_for(p) for p in prepared}
+        assert graph.tokens == 48 and [p.input_ids.shape[0] for p in prepared] == [37, 33]
+        graphs.replay(prepared[0], graph)
+        before = torch.stack([torch.stack(layer) for layer in runner.kv_caches]).flatten(4, 5).clone()
+        graphs.replay(prepared[1], graph)
+        after = torch.stack([torch.stack(layer) for layer in runner.kv_caches]).flatten(4, 5)
+        changed = (after != before).any(-1).flatten(2, 3).any(0).any(0).nonzero().flatten()  # slots written
+        assert changed.numel() and set(changed.tolist()) <= set(prepared[1].meta.slot_mapping.tolist())
+    finally:
+        batches.free(large)
+        batches.free(small)
 
 
 def test_a_batch_a_graph_cannot_hold_runs_eagerly():
     llm = engine("sarathi")
-    graphs = DecodeGraphs(llm.engine.executor.runner, 4, 2, replayed_capture)
     runner = llm.engine.executor.runner
+    graphs = fake_graphs(4, 2, 20)
+    assert graphs.buckets == [16, 32]
     batches = SyntheticBatches(llm, seed=0)
-    cases = {(0, 3, 20): 4, (0, 4, 32): 4, (0, 5, 20): None, (0, 2, 40): None, (8, 2, 20): None}
-    for (chunk, decodes, context), size in cases.items():
+    cases = {(0, 3, 20): (True, 4), (0, 4, 32): (True, 4), (0, 5, 20): None, (0, 2, 40): None,
+             (8, 2, 20): (False, 16), (14, 2, 20): (False, 16), (15, 2, 20): (False, 32), (8, 4, 20): None,
+             (31, 1, 20): (False, 32), (32, 1, 20): None, (8, 2, 40): None}
+    for (chunk, decodes, context), want in cases.items():
         batch = batches.make(prefills=[(chunk, 0)] if chunk else [], decodes=decodes, context=context)
         try:
-            assert graphs.size_for(runner.prepare(batch)) == size, (chunk, decodes, context)
+            graph = graphs.graph_for(runner.prepare(batch))
+            assert (graph and (graph.decode, graph.tokens)) == want, (chunk, decodes, context)
         finally:
             batches.free(batch)
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_the_engine_captures_what_its_config_says(mixed, monkeypatch):
+    # On a CPU nothing can be captured, so the engine is made to capture with the stand-in: the knob
+    # reaches the graphs, and the run's environment record says what was captured.
+    monkeypatch.setattr(llm_module, "can_replay", lambda backend, device: backend.name == "triton")
+    monkeypatch.setattr(llm_module, "CudaGraphs", functools.partial(CudaGraphs, capture=replayed_capture))
+    llm = LLM(model="tiny", device="cpu", dtype="float32", attention="triton", cpu_linear="aten", max_batch_size=4,
+              max_model_len=64, chunk_size=16, warmup_iters=0, cuda_graphs_mixed=mixed)
+    record = llm.cuda_graphs
+    assert record["decode_sizes"] == [1, 2, 4] and record["mixed_tokens"] == ([16, 32] if mixed else [])
+    assert record["capture_s"] >= 0 and record["pool_bytes"] is None  # memory: only on CUDA
+    assert llm.generate([[3] * 20], max_new_tokens=2)
 
 
 def test_graphs_only_where_they_can_replay():
@@ -94,3 +279,5 @@ def test_graphs_only_where_they_can_replay():
     assert llm.cuda_graphs is None and llm.engine.executor.graphs is None
     with pytest.raises(ConfigError, match="cuda_graphs='yes' is invalid"):
         LLM(model="tiny", device="cpu", cuda_graphs="yes")
+    with pytest.raises(ConfigError, match="cuda_graphs_mixed=1 is invalid: must be of type bool"):
+        LLM(model="tiny", device="cpu", cuda_graphs_mixed=1)

@@ -512,14 +512,55 @@ def test_the_summary_holds_the_steps_of_earlier_calls(tmp_path):
     assert [s["step"] for s in summary["steps"]] == ["env", "kernels"]
 
 
-def test_a_forward_that_cannot_be_captured_is_a_finding_not_a_failed_step():
-    # On the CPU no CUDA graph can be captured: the step records why beside the eager time, as it
-    # would a GPU forward that syncs the host mid-capture, and goes on.
+def test_launch_times_a_chunk_eager_and_as_the_engine_runs_it():
+    # On the CPU the engine has no graphs: it runs the batch eagerly, says so (graph tokens 0), and
+    # gives the eager forward's output; the batch's blocks go back.
     from sarathi_lab import LLM
     from sarathi_lab.profiling.launch import measure
 
     llm = LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32, num_threads=1)
     free = llm.block_manager.num_free
-    row = measure(llm, 0, 2, 32, reps=1, graphs=True)
-    assert row["eager_ms"] > 0 and row["graph_error"] and "graph_ms" not in row
+    row = measure(llm, 16, 1, 32, reps=1)
+    assert row["eager_ms"] > 0 and row["engine_ms"] > 0 and row["graph_tokens"] == 0 and row["rel_diff"] == 0
     assert llm.block_manager.num_free == free
+
+
+def test_launch_step_names_each_iteration_against_its_floor(tmp_path, monkeypatch):
+    # A reviewer's script reads engine_over_floor[c=<chunk>+b=<decodes>]: every chunk alone (b=0) and
+    # beside 17 decodes, the decode batches as before, with the targets.
+    from sarathi_lab import LLM
+    from sarathi_lab.gpu.context import Context
+    from sarathi_lab.gpu.steps import launch
+
+    timed = []
+
+    def fake_measure(llm, chunk, decodes, context, reps):
+        timed.append((chunk, decodes))
+        return {"eager_ms": 30.0, "engine_ms": 12.0, "graph_tokens": 0, "rel_diff": 0.0}
+
+    def llm_with_graphs(**kwargs):  # what an engine on a GPU records of its graphs
+        llm = LLM(**kwargs)
+        llm.cuda_graphs = {"decode_sizes": [1, 2], "mixed_tokens": [16], "mixed_requests": 2, "capture_s": 0.5,
+                           "pool_bytes": 3 << 20, "reserved_before_bytes": 1 << 20, "reserved_after_bytes": 5 << 20}
+        return llm
+
+    monkeypatch.setattr(launch, "measure", fake_measure)
+    monkeypatch.setattr(launch, "LLM", llm_with_graphs)
+    ctx = Context(tmp_path, state.step_dir(tmp_path, "launch"), True, "cpu", None)
+    metrics, notes = launch.run(ctx, BY_NAME["launch"])
+    by_name = {m.metric: m for m in metrics}
+    keys = ["b=1", "b=18"] + [f"c={c}+b={b}" for c in (64, 128, 256, 512) for b in (0, 17)]
+    assert [f"c={c}+b={b}" if c else f"b={b}" for c, b in timed] == keys
+    for key in keys:
+        assert {f"{m}[{key}]" for m in ("eager_ms", "engine_ms", "floor_ms", "eager_over_floor", "engine_over_floor",
+                                        "eager_over_engine", "engine_graph_tokens", "engine_rel_diff")} <= set(by_name)
+        floor = by_name[f"floor_ms[{key}]"].value
+        assert 0 < floor and by_name[f"engine_over_floor[{key}]"].value == round(12.0 / floor, 2)
+    assert {key: by_name[f"engine_over_floor[{key}]"].target for key in keys} == {
+        "b=1": "", "b=18": "", **{f"c={c}+b={b}": "<= 1.5" if c < 256 else "<= 1.25"
+                                  for c in (64, 128, 256, 512) for b in (0, 17)}}
+    assert by_name["engine_over_floor[c=256+b=17]"].holds is None  # no verdict on the CPU's times
+    assert [by_name[m].value for m in ("graphs_captured", "graph_capture_s", "graph_pool_mib", "graph_reserved_mib")
+            ] == [3, 0.5, 3.0, 4.0]
+    assert "decode sizes [1, 2], mixed token buckets [16] (each of up to 2 requests" in notes[1]
+    assert "the env step has not run" in notes[-1]

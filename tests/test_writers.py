@@ -105,6 +105,9 @@ def test_the_engine_a_set_of_runs_ran_is_read_from_their_records():
 
     assert engine_kind([{"cuda_graphs": [1, 2]}, {"cuda_graphs": [1]}]) == "decode CUDA graphs"
     assert engine_kind([{"cuda_graphs": None}, {}]) == "eager"  # {}: a run from before the key
+    mixed = {"decode_sizes": [1, 2], "mixed_tokens": [16, 32]}
+    assert engine_kind([{"cuda_graphs": mixed}]) == "decode and mixed CUDA graphs"
+    assert engine_kind([{"cuda_graphs": mixed | {"mixed_tokens": []}}]) == "decode CUDA graphs"
     assert engine_kind([{"cuda_graphs": None}, {"cuda_graphs": [4]}]) == "decode CUDA graphs and eager (runs differ)"
     assert engine_kind([]) is None
 

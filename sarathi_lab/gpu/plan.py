@@ -56,8 +56,9 @@ HEAD: tuple[Step, ...] = (
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "each decode-only and hybrid iteration's time outside the forward pass (target < 5%), and its stalls"),
-    Step("launch", 0.2, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024 and a 256-token chunk beside "
-         "17 of them: one forward eager and replayed from a CUDA graph, beside its floor (how launch-bound)"),
+    Step("launch", 0.6, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024, chunks of 64-512 (a 1024-token "
+         "prompt's last) alone and beside 17 decodes: eager and as the engine runs it (its CUDA graphs), each "
+         "over its floor (engine_over_floor targets 1.25x from chunk 256, 1.5x below); graph memory, capture time"),
 )
 
 

@@ -12,7 +12,7 @@ from sarathi_lab.profiling.machine import device_name
 
 
 def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
-                        load: dict[str, Any], cuda_graphs: list[int] | None = None) -> dict[str, Any]:
+                        load: dict[str, Any], cuda_graphs: dict[str, Any] | None = None) -> dict[str, Any]:
     commit, commit_source = code_commit.source_commit()
     changes = code_commit._git("status", "--porcelain", "--untracked-files=no") if commit_source == "git" else None
     version = code_commit._installed()[0]
@@ -25,7 +25,9 @@ def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch
         "dtype": str(dtype).removeprefix("torch."),
         # The GEMM the CPU's linear layers ran on (model/cpu_linear.py); None off the CPU and in a simulation.
         "cpu_gemm": cpu_gemm,
-        # The decode batch sizes that replayed CUDA graphs (model/cuda_graphs.py); None: every forward eager.
+        # The CUDA graphs forwards replayed (model/cuda_graphs.py's record): decode batch sizes, mixed
+        # token buckets, capture seconds, the graphs' pool bytes and memory_reserved before and after
+        # capture; None: every forward eager.
         "cuda_graphs": cuda_graphs,
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -41,15 +43,23 @@ def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch
     }
 
 
-EAGER, GRAPHS = "eager", "decode CUDA graphs"
+EAGER, GRAPHS, MIXED_GRAPHS = "eager", "decode CUDA graphs", "decode and mixed CUDA graphs"
+
+
+def graphs_kind(cuda_graphs: Any) -> str:
+    """What one run's ``cuda_graphs`` record says replayed: nothing (None), decode-only forwards (the older
+    record, a list of decode batch sizes, or a record without mixed buckets), or mixed batches too."""
+    if not cuda_graphs:
+        return EAGER
+    return MIXED_GRAPHS if isinstance(cuda_graphs, dict) and cuda_graphs.get("mixed_tokens") else GRAPHS
 
 
 def engine_kind(environments: list[dict]) -> str | None:
     """What the engine of a set of measured runs was, from their environment records: 'eager' (every
     forward launched op by op, ``cuda_graphs`` None, or a run from before the record had the key),
-    'decode CUDA graphs' (decode-only forwards replayed from graphs), both joined where runs differ;
-    None for no run."""
-    kinds = {GRAPHS if env.get("cuda_graphs") else EAGER for env in environments}
+    'decode CUDA graphs' (decode-only forwards replayed from graphs), 'decode and mixed CUDA graphs'
+    (prefill chunks and hybrids too), joined where runs differ; None for no run."""
+    kinds = {graphs_kind(env.get("cuda_graphs")) for env in environments}
     return " and ".join(sorted(kinds)) + (" (runs differ)" if len(kinds) > 1 else "") if kinds else None
 
 

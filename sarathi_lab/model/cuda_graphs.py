@@ -1,19 +1,29 @@
-"""CUDA graphs of decode-only forwards, as vLLM and nano-vllm capture them: one graph per batch size of
-a few sizes, captured once when the engine is built, each replayed by the decode-only batches it
-holds with their inputs copied into the buffers it was captured on. On a GPU an eager decode forward
-waits on the host launching its kernels one by one (the GPU suite's ``launch`` step measures both).
+"""CUDA graphs of the engine's forwards, as vLLM v1 captures full graphs: each captured once when the
+engine is built over persistent input and attention-metadata buffers, and replayed by every batch it
+holds with that batch's inputs copied into those buffers. Two kinds, sharing the buffers and one
+memory pool (captured largest first, so the smaller reuse the largest's memory):
+- decode-only forwards at a few batch sizes, as vLLM and nano-vllm capture decode;
+- mixed forwards (prefill chunks, alone or beside decodes: SARATHI's hybrid iteration, and whole
+  prompts) at a few padded token counts ("buckets"), each with a fixed padded request count.
+On a GPU an eager forward waits on the host launching its kernels one by one (the GPU suite's
+``launch`` step measures both).
 
 What a captured forward reads from the host is fixed when it is captured, so only a forward that
-reads every per-batch value from device tensors can be replayed: the Triton attention backend's.
-A batch smaller than its graph is padded: the extra rows' KV slots are -1 (the KV write skips them)
-and their contexts 0, so they read no cache; their outputs are dropped."""
+reads every per-batch value from device tensors can be replayed: the Triton attention backend's,
+whose host-side tiling hint (``max_query_len``) each graph fixes: 1 (decode tiles) in a decode graph,
+the bucket's tokens (prefill tiles) in a mixed one. A batch smaller than its graph is padded: the
+extra tokens' KV slots are -1 (the KV write skips them); a padded decode has context 0 and a padded
+request of a mixed graph query length 0 and context 0, so neither reads the cache; their outputs
+are dropped, and the sampled rows' logits are gathered through a persistent index buffer."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
-from sarathi_lab.attention import AttentionMetadata
+from sarathi_lab.attention import AttentionBackend, AttentionMetadata
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 # capture(forward, pool) -> (replay, the output tensor replay refills, the memory pool to share).
@@ -21,6 +31,25 @@ Capture = Callable[[Callable[[], torch.Tensor], object], tuple[Callable[[], None
 # Eager forwards run before a capture, as PyTorch's documentation asks: kernels compiled, cuBLAS's
 # workspace and the allocator's blocks taken outside the graph.
 WARMUP_FORWARDS = 2
+# The attention backends whose forward reads per-batch values from device tensors only.
+REPLAYABLE_BACKENDS = ("triton",)
+
+# Mixed graphs' token counts: multiples of the smallest (a tensor core's smallest row tile), powers
+# of two up to POWERS_UP_TO, below every GPU's ridge point (its matmul rate over its bandwidth, in
+# rows), where a GEMM takes as long as reading its weights whatever its rows, so padding rows costs
+# little; past it STEPS_PER_DOUBLING buckets per doubling, so that a batch pads by less than an
+# eighth of its tokens where padded rows cost compute.
+SMALLEST_BUCKET = 16
+POWERS_UP_TO = 128
+STEPS_PER_DOUBLING = 8
+# The most tokens a mixed graph holds: a larger iteration's GPU work outlasts the host's launches, and
+# each bucket more is a capture at start-up.
+MAX_GRAPH_TOKENS = 1024
+
+
+def can_replay(backend: AttentionBackend, device: torch.device) -> bool:
+    """Whether forwards over ``backend`` on ``device`` can be captured and replayed."""
+    return backend.name in REPLAYABLE_BACKENDS and device.type == "cuda"
 
 
 def capture_cuda_graph(forward: Callable[[], torch.Tensor], pool=None):
@@ -43,56 +72,142 @@ def graph_sizes(max_batch: int) -> list[int]:
     return sorted({b for b in (1, 2, 4, 8) if b < max_batch} | set(range(16, max_batch, 16)) | {max_batch})
 
 
-class DecodeGraphs:
-    """The decode-only forwards of up to ``max_batch`` requests whose block tables are at most
-    ``max_blocks`` wide, captured by ``capture`` (a CUDA graph; tests pass a stand-in on the CPU)."""
+def bucket_step(tokens: int) -> int:
+    """How far the next mixed bucket lies above a bucket of ``tokens``."""
+    if tokens < POWERS_UP_TO:
+        return tokens
+    return (1 << (tokens.bit_length() - 1)) // STEPS_PER_DOUBLING
 
-    def __init__(self, runner: ModelRunner, max_batch: int, max_blocks: int, capture: Capture = capture_cuda_graph):
+
+def token_buckets(largest: int) -> list[int]:
+    """The mixed graphs' token counts, ascending, up to ``largest`` (the most tokens an iteration holds)
+    rounded up to SMALLEST_BUCKET, at most MAX_GRAPH_TOKENS."""
+    top = -(-min(largest, MAX_GRAPH_TOKENS) // SMALLEST_BUCKET) * SMALLEST_BUCKET
+    buckets, tokens = [], SMALLEST_BUCKET
+    while tokens < top:
+        buckets.append(tokens)
+        tokens += bucket_step(tokens)
+    return buckets + [top]
+
+
+class Graph(NamedTuple):
+    """One captured forward: a decode-only one of ``tokens`` requests, or a mixed one of ``tokens``
+    tokens over ``requests`` requests."""
+    decode: bool
+    tokens: int
+    requests: int
+
+
+class CudaGraphs:
+    """The decode-only forwards of up to ``max_batch`` requests and, with ``mixed_tokens``, the mixed
+    forwards of up to that many tokens (token_buckets) and ``max_batch`` requests, whose block tables
+    are at most ``max_blocks`` wide, captured by ``capture`` (a CUDA graph; tests pass a stand-in on
+    the CPU). ``record``: what was captured, how long it took and the memory it holds."""
+
+    def __init__(self, runner: ModelRunner, max_batch: int, max_blocks: int, mixed_tokens: int | None = None,
+                 capture: Capture = capture_cuda_graph):
+        backend = runner.model.backend
+        if backend.name not in REPLAYABLE_BACKENDS:
+            raise ValueError(f"attention={backend.name!r} plans each batch from host values: its forwards cannot "
+                             f"be replayed; allowed: {', '.join(REPLAYABLE_BACKENDS)}")
+        self.sizes = graph_sizes(max_batch)
+        self.buckets = token_buckets(mixed_tokens) if mixed_tokens else []
+        tokens = max(max_batch, *self.buckets) if self.buckets else max_batch
         dev, i32, i64 = runner.device, torch.int32, torch.int64
-        self.input_ids = torch.zeros(max_batch, dtype=i64, device=dev)
-        self.positions = torch.zeros(max_batch, dtype=i64, device=dev)
-        self.slots = torch.full((max_batch,), -1, dtype=i64, device=dev)
+        self.input_ids = torch.zeros(tokens, dtype=i64, device=dev)
+        self.positions = torch.zeros(tokens, dtype=i64, device=dev)
+        self.slots = torch.full((tokens,), -1, dtype=i64, device=dev)
         self.seq_lens = torch.zeros(max_batch, dtype=i32, device=dev)
         self.block_tables = torch.zeros(max_batch, max_blocks, dtype=i32, device=dev)
-        self.query_start_loc = torch.arange(max_batch + 1, dtype=i32, device=dev)  # one token per request
-        self.rows = torch.arange(max_batch, dtype=i64, device=dev)
-        self.sizes = graph_sizes(max_batch)
-        self.graphs: dict[int, tuple[Callable[[], None], torch.Tensor]] = {}
-        pool = None
-        for size in reversed(self.sizes):
-            prepared = self._padded(size)
+        # A decode graph's query starts and sampled rows never change (one token per request); a mixed
+        # graph's are copied in per batch.
+        self.decode_starts = torch.arange(max_batch + 1, dtype=i32, device=dev)
+        self.decode_rows = torch.arange(max_batch, dtype=i64, device=dev)
+        self.query_start_loc = torch.zeros(max_batch + 1, dtype=i32, device=dev)
+        self.sampled_rows = torch.zeros(max_batch, dtype=i64, device=dev)
+        self.decode_graphs = {size: Graph(True, size, size) for size in self.sizes}
+        self.mixed_graphs = [Graph(False, b, min(max_batch, b)) for b in self.buckets]
+        self.graphs: dict[Graph, tuple[Callable[[], None], torch.Tensor]] = {}
+        cuda = dev.type == "cuda"
+        reserved_before = torch.cuda.memory_reserved(dev) if cuda else None
+        start, pool = time.perf_counter(), None
+        # Largest first, so that every smaller graph fits the memory the largest took in the pool.
+        for graph in sorted([*self.decode_graphs.values(), *self.mixed_graphs], key=lambda g: (g.tokens, not g.decode),
+                            reverse=True):
+            prepared = self._padded(graph)
             replay, out, pool = capture(lambda prepared=prepared: runner.forward(prepared), pool)
-            self.graphs[size] = (replay, out)
+            self.graphs[graph] = (replay, out)
+        if cuda:
+            torch.cuda.synchronize(dev)
+        self.record = {
+            "decode_sizes": self.sizes, "mixed_tokens": self.buckets, "mixed_requests": max_batch,
+            "capture_s": round(time.perf_counter() - start, 3),
+            "pool_bytes": pool_bytes(pool) if cuda else None,
+            "reserved_before_bytes": reserved_before,
+            "reserved_after_bytes": torch.cuda.memory_reserved(dev) if cuda else None}
 
-    def _padded(self, size: int) -> PreparedBatch:
-        """The first ``size`` rows of the buffers as a decode batch (host lists: what capture fixes)."""
+    def _padded(self, graph: Graph) -> PreparedBatch:
+        """The buffers' first rows as the batch ``graph`` captures. Its host values are what capture
+        fixes: ``max_query_len`` (attention's tiling hint) is the one a forward reads; the counts and
+        host lists describe the padded batch for whoever inspects it."""
+        t, r = graph.tokens, graph.requests
+        if graph.decode:
+            starts, rows, query_lens, hint = self.decode_starts[: r + 1], self.decode_rows[:r], [1] * r, 1
+        else:
+            starts, rows, query_lens, hint = self.query_start_loc[: r + 1], self.sampled_rows[:r], [0] * r, t
         meta = AttentionMetadata(
-            num_prefills=0, num_decodes=size, num_prefill_tokens=0, query_start_loc=self.query_start_loc[: size + 1],
-            seq_lens=self.seq_lens[:size], block_tables=self.block_tables[:size], slot_mapping=self.slots[:size],
-            query_lens_host=[1] * size, seq_lens_host=[1] * size, max_query_len=1)
-        return PreparedBatch(self.input_ids[:size], self.positions[:size], meta, self.rows[:size])
+            num_prefills=0 if graph.decode else r, num_decodes=r if graph.decode else 0,
+            num_prefill_tokens=0 if graph.decode else t, query_start_loc=starts, seq_lens=self.seq_lens[:r],
+            block_tables=self.block_tables[:r], slot_mapping=self.slots[:t], query_lens_host=query_lens,
+            seq_lens_host=[0] * r, max_query_len=hint)
+        return PreparedBatch(self.input_ids[:t], self.positions[:t], meta, rows)
 
-    def size_for(self, prepared: PreparedBatch) -> int | None:
-        """The captured size that replays this batch; None: it runs eagerly (prefills, too many
-        requests, or a table wider than captured)."""
+    def graph_for(self, prepared: PreparedBatch) -> Graph | None:
+        """The smallest captured graph that holds this batch; None: it runs eagerly (more requests or
+        tokens than captured, a table wider than captured, or a batch with prefills and no mixed graphs)."""
         meta = prepared.meta
-        if meta.num_prefills or meta.block_tables.shape[1] > self.block_tables.shape[1]:
+        if meta.block_tables.shape[1] > self.block_tables.shape[1]:
             return None
-        return next((size for size in self.sizes if size >= meta.num_decodes), None)
+        requests = meta.num_prefills + meta.num_decodes
+        if not meta.num_prefills:
+            return next((g for g in self.decode_graphs.values() if g.requests >= requests), None)
+        tokens = prepared.input_ids.shape[0]
+        return next((g for g in self.mixed_graphs if g.tokens >= tokens and g.requests >= requests), None)
 
-    def replay(self, prepared: PreparedBatch, size: int) -> torch.Tensor:
-        """The logits of ``prepared``'s rows from the graph of ``size`` (a view its next replay overwrites)."""
+    def replay(self, prepared: PreparedBatch, graph: Graph) -> torch.Tensor:
+        """The logits of ``prepared``'s sampled rows from ``graph`` (a view its next replay overwrites)."""
         meta = prepared.meta
-        n, width = meta.num_decodes, meta.block_tables.shape[1]
-        self.input_ids[:n].copy_(prepared.input_ids, non_blocking=True)
-        self.positions[:n].copy_(prepared.positions, non_blocking=True)
-        self.slots[:n].copy_(meta.slot_mapping, non_blocking=True)
+        t, n, width = prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes, meta.block_tables.shape[1]
+        sampled = prepared.logits_indices.shape[0]
+        self.input_ids[:t].copy_(prepared.input_ids, non_blocking=True)
+        self.positions[:t].copy_(prepared.positions, non_blocking=True)
+        self.slots[:t].copy_(meta.slot_mapping, non_blocking=True)
         self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
         # Entries past a request's context are never read, so the rest of its row may stay stale.
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
-        if n < size:
-            self.slots[n:size].fill_(-1)
-            self.seq_lens[n:size].fill_(0)
-        replay, out = self.graphs[size]
+        # Padded tokens write no key (slot -1); padded requests read no cache (context 0). Their inputs
+        # (ids, positions) stay those of an earlier batch: valid, and their rows are never sampled.
+        if t < graph.tokens:
+            self.slots[t : graph.tokens].fill_(-1)
+        if n < graph.requests:
+            self.seq_lens[n : graph.requests].fill_(0)
+        if not graph.decode:
+            self.query_start_loc[: n + 1].copy_(meta.query_start_loc, non_blocking=True)
+            if n < graph.requests:  # query length 0: every padded request starts where the real tokens end
+                self.query_start_loc[n + 1 : graph.requests + 1].fill_(t)
+            self.sampled_rows[:sampled].copy_(prepared.logits_indices, non_blocking=True)
+            if sampled < graph.requests:  # a row inside every bucket; a stale one may lie past a smaller one
+                self.sampled_rows[sampled : graph.requests].fill_(0)
+        replay, out = self.graphs[graph]
         replay()
-        return out[:n]
+        return out[:sampled]
+
+
+def pool_bytes(pool) -> int | None:
+    """The bytes the CUDA caching allocator holds for the graph memory pool ``pool``; None where this
+    torch's allocator snapshot does not say (the record keeps memory_reserved beside it)."""
+    try:
+        segments = torch.cuda.memory_snapshot(include_traces=False)
+        return sum(s["total_size"] for s in segments if tuple(s["segment_pool_id"]) == tuple(pool))
+    except (KeyError, TypeError, RuntimeError):
+        return None

@@ -9,16 +9,16 @@ from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.model.cuda_graphs import DecodeGraphs
+from sarathi_lab.model.cuda_graphs import CudaGraphs
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 from sarathi_lab.model.sampler import Sampler
 
 
 class ModelExecutor(Executor):
-    def __init__(self, runner: ModelRunner, clock: Clock, graphs: DecodeGraphs | None = None):
+    def __init__(self, runner: ModelRunner, clock: Clock, graphs: CudaGraphs | None = None):
         self.runner = runner
         self.clock = clock
-        # Decode-only batches replay these where one holds them (None: every forward is eager).
+        # Batches replay these where one holds them (None: every forward is eager).
         self.graphs = graphs
         self.cuda = runner.device.type == "cuda"
         # Reused every iteration: the forward's device time, between two marks on its stream.
@@ -64,5 +64,5 @@ class ModelExecutor(Executor):
 
     def forward(self, prepared: PreparedBatch, fused: bool = False):
         """The runner's forward of ``prepared``, or the replay of a CUDA graph that holds it."""
-        size = None if self.graphs is None or fused else self.graphs.size_for(prepared)
-        return self.runner.forward(prepared, fused) if size is None else self.graphs.replay(prepared, size)
+        graph = None if self.graphs is None or fused else self.graphs.graph_for(prepared)
+        return self.runner.forward(prepared, fused) if graph is None else self.graphs.replay(prepared, graph)

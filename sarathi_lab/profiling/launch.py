@@ -1,19 +1,25 @@
-"""How much of a decode forward is the host launching kernels one by one: the same prepared decode
-batch timed eagerly and replayed from a CUDA graph of that forward (what vLLM and nano-vllm do for
-decode). It captures the batch as it is, a hybrid too, beside the engine's own decode graphs (which
-its LLM leaves out: cuda_graphs=False); this measures what graphs win. The GPU suite's
-``launch`` step runs it; the simulator's fidelity check reads what it found."""
+"""How much of a forward is the host launching kernels one by one, and what the engine makes of it: the
+same prepared batch (decode-only, or a prompt's last chunk alone or beside decodes: SARATHI's hybrid)
+timed eagerly (the runner's forward) and as the engine runs it (its executor's forward: the replay of
+the engine's own CUDA graph that holds the batch, padded to that graph's size, where one does),
+interleaved. The GPU suite's ``launch`` step runs it; the simulator's fidelity check reads what it found."""
 from __future__ import annotations
 
-from sarathi_lab.engine.timer import median_time
-from sarathi_lab.model.cuda_graphs import capture_cuda_graph
+import statistics
+
+from sarathi_lab.engine.timer import interleaved
 from sarathi_lab.profiling.batches import SyntheticBatches
 
-# model, dtype, context per decode (the paper's length), timed repeats, and the iterations timed as
-# (chunk tokens, decodes), the chunk a whole prompt: decode-only batches of 1 and 18, and SARATHI's
-# hybrid, a 256-token chunk beside 17 decodes.
-SHAPES = {"cuda": ("llama-13b", "bfloat16", 1024, 20, ((0, 1), (0, 18), (256, 17))),
-          "cpu": ("tiny", "float32", 32, 3, ((0, 1), (0, 2), (16, 1)))}
+# The iterations timed, as (chunk tokens, decodes): decode-only batches of 1 and 18, and chunks of
+# 64-512 tokens alone and beside 17 decodes (18 requests: the paper's batch), each chunk the last one
+# of its prompt, so that it samples.
+CHUNKS = (64, 128, 256, 512)
+CASES = ((0, 1), (0, 18)) + tuple((chunk, decodes) for chunk in CHUNKS for decodes in (0, 17))
+# model, dtype, context (each decode's, and the prompt whose last chunk runs: the paper's length),
+# timed repeats, the iterations; the dry run's are the same iterations on the tiny model, at the
+# shortest context that holds the largest chunk.
+SHAPES = {"cuda": ("llama-13b", "bfloat16", 1024, 20, CASES),
+          "cpu": ("tiny", "float32", max(CHUNKS), 1, CASES)}
 
 
 def label(chunk: int, decodes: int) -> str:
@@ -21,25 +27,26 @@ def label(chunk: int, decodes: int) -> str:
     return f"c={chunk}+b={decodes}" if chunk else f"b={decodes}"
 
 
-def measure(llm, chunk: int, decodes: int, context: int, reps: int, graphs: bool) -> dict[str, float | str]:
-    """Milliseconds of one eager forward of ``llm`` (an LLM) over a prompt of ``chunk`` tokens (none
-    if 0) beside ``decodes`` decodes of ``context`` tokens and, with ``graphs``, of its graph's
-    replay, with the largest relative difference between the two outputs."""
-    runner, clock = llm.engine.executor.runner, llm.engine.clock
+def measure(llm, chunk: int, decodes: int, context: int, reps: int) -> dict[str, float]:
+    """Milliseconds of one forward of ``llm`` (an LLM) over the last ``chunk`` tokens of a ``context``-token
+    prompt (none if 0) beside ``decodes`` decodes of ``context`` tokens: eager and as the engine runs it,
+    medians of ``reps`` interleaved rounds; the tokens of the engine's graph that replayed it (0: it ran
+    eagerly), and the largest relative difference between the two outputs."""
+    executor, clock = llm.engine.executor, llm.engine.clock
+    runner = executor.runner
     batches = SyntheticBatches(llm, seed=0)
-    batch = batches.make(prefills=[(chunk, 0)] if chunk else [], decodes=decodes, context=context)
+    batch = batches.make(prefills=[(chunk, context - chunk)] if chunk else [], decodes=decodes, context=context)
     try:
         prepared = runner.prepare(batch)
+        # Each also the untimed first call: kernels compiled, the graph's buffers touched.
         eager = runner.forward(prepared).float()
-        row = {"eager_ms": median_time(lambda: runner.forward(prepared), reps, clock) * 1e3}
-        if graphs:
-            try:
-                replay, out, _ = capture_cuda_graph(lambda: runner.forward(prepared))
-            except Exception as e:  # noqa: BLE001 - a forward that cannot be captured is the finding
-                return row | {"graph_error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-            replay()
-            row["graph_ms"] = median_time(replay, reps, clock) * 1e3
-            row["graph_rel_diff"] = float((out.float() - eager).abs().max() / eager.abs().max().clamp_min(1e-30))
+        engine = executor.forward(prepared).float()
+        graph = executor.graphs.graph_for(prepared) if executor.graphs is not None else None
+        times = interleaved({"eager": lambda: runner.forward(prepared), "engine": lambda: executor.forward(prepared)},
+                            reps, clock)
     finally:
         batches.free(batch)
-    return row
+    return {"eager_ms": statistics.median(times["eager"][:, 0]) * 1e3,
+            "engine_ms": statistics.median(times["engine"][:, 0]) * 1e3,
+            "graph_tokens": graph.tokens if graph is not None else 0,
+            "rel_diff": float((engine - eager).abs().max() / eager.abs().max().clamp_min(1e-30))}

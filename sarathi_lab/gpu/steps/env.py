@@ -43,13 +43,17 @@ def describe(device: str) -> dict:
     return record
 
 
+def measure_ceilings(device: str) -> dict:
+    """The two ceilings on ``device`` at the sizes above, as env.json records them."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    return {"copy_gbps": copy_bandwidth_gbps(device, COPY_BYTES[device], reps=20),
+            "matmul_tflops": matmul_gflops(device, dtype, MATMUL_N[device], reps=20) / 1e3,
+            "matmul_dtype": str(dtype).removeprefix("torch."), "matmul_n": MATMUL_N[device],
+            "copy_bytes": COPY_BYTES[device]}
+
+
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    record = describe(ctx.device)
-    dtype = torch.bfloat16 if ctx.device == "cuda" else torch.float32
-    record |= {"copy_gbps": copy_bandwidth_gbps(ctx.device, COPY_BYTES[ctx.device], reps=20),
-               "matmul_tflops": matmul_gflops(ctx.device, dtype, MATMUL_N[ctx.device], reps=20) / 1e3,
-               "matmul_dtype": str(dtype).removeprefix("torch."), "matmul_n": MATMUL_N[ctx.device],
-               "copy_bytes": COPY_BYTES[ctx.device]}
+    record = describe(ctx.device) | measure_ceilings(ctx.device)
     write_json(ctx.dir / "env.json", record)
     metrics = [Metric(k, v) for k, v in record.items() if k not in ("copy_gbps", "matmul_tflops")]
     metrics += [Metric("copy_gbps", float(f"{record['copy_gbps']:.4g}"), "GB/s"),

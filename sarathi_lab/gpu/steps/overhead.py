@@ -47,7 +47,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     # right after a forward.
     split = prepare_split(llm, n, prompt_len, reps=20)
     metrics += [Metric(f"{key}[decode]", round(value, 1), "us") for key, value in split.items()]
-    captured = llm.cuda_graphs or []
+    captured = (llm.cuda_graphs or {}).get("decode_sizes", [])
     metrics.append(Metric("cuda_graphs_captured", len(captured), "", "> 0 (decode forwards replay graphs)",
                           bool(captured) if ctx.device == "cuda" else None))
     notes = [f"{model} {dtype} on {ctx.device}: {n} requests of {prompt_len} + {new} tokens, sarathi chunk {chunk}"]
