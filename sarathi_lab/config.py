@@ -11,6 +11,7 @@ import numbers
 import os
 import re
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -38,6 +39,9 @@ KV_WATERMARK = 0.01
 GPU_MEMORY_UTILISATION = 0.9
 
 _KEY = re.compile(r"^[\w.\[\]]+(?==)")
+# A key the message names further on as `key=value` (a way out: "or float16 with cpu_linear=aten"),
+# after a space or an opening parenthesis, never inside a value such as a path.
+_MENTION = re.compile(r"(?<![^\s(])([a-z_]+)(?==)")
 
 
 class ConfigError(ValueError):
@@ -49,11 +53,14 @@ class ConfigError(ValueError):
         match = _KEY.match(message)
         self.key = match.group(0) if match else None
 
-    def at(self, key: str) -> ConfigError:
-        """The same error naming `key` instead of its own key (e.g. chunk_size -> chunk)."""
-        if self.key is None:
-            return self
-        return ConfigError(key + str(self)[len(self.key):])
+    def at(self, key: str, rename: Callable[[str], str] | None = None) -> ConfigError:
+        """The same error naming `key` instead of its own key (e.g. chunk_size -> chunk); with
+        ``rename``, each other key it names as `key=value` as ``rename`` names it (cpu_linear=aten ->
+        engine.cpu_linear=aten), so that every key in the line is one the user can set as written."""
+        rest = str(self)[len(self.key):] if self.key is not None else str(self)
+        if rename is not None:
+            rest = _MENTION.sub(lambda m: rename(m[1]), rest)
+        return type(self)((key if self.key is not None else "") + rest)
 
 
 @dataclass
