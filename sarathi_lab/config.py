@@ -126,14 +126,23 @@ class EngineConfig:
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
                 raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "
                                   "a profile times one device; allowed: 1, or sim_cost_model=roofline")
-            return  # nothing runs on this machine's device
+            # Nothing runs on this machine's device, so its CPU features decide nothing, except where
+            # the simulated device is this CPU: a simulation of what the engine could not run here is none.
+            if self.sim_device == "cpu":
+                self._check_cpu_dtype()
+            return
         if self.sim_tp != 1:
             raise ConfigError(f"sim_tp={self.sim_tp} is invalid with executor={self.executor!r}: the engine runs on "
                               "one device; allowed: 1, or executor=sim")
         if self.device == "cuda" and not _cuda_available():
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
-        if (self.dtype == "float16" and self.device_type == "cpu" and self.cpu_linear != "aten"
-                and not cpu_has_onednn_fp16()):
+        if self.device_type == "cpu":
+            self._check_cpu_dtype()
+
+    def _check_cpu_dtype(self) -> None:
+        """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
+        units runs as float32: torch_dtype)."""
+        if self.dtype == "float16" and self.cpu_linear != "aten" and not cpu_has_onednn_fp16():
             raise ConfigError("dtype='float16' is invalid: this CPU's oneDNN has no float16 matmul (it needs "
                               "avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or float16 with "
                               "cpu_linear=aten")
