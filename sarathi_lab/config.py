@@ -11,6 +11,7 @@ import numbers
 import os
 import re
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -38,6 +39,9 @@ KV_WATERMARK = 0.01
 GPU_MEMORY_UTILISATION = 0.9
 
 _KEY = re.compile(r"^[\w.\[\]]+(?==)")
+# A key the message names further on as `key=value` (a way out: "or float16 with cpu_linear=aten"),
+# after a space or an opening parenthesis, never inside a value such as a path.
+_MENTION = re.compile(r"(?<![^\s(])([a-z_]+)(?==)")
 
 
 class ConfigError(ValueError):
@@ -49,11 +53,14 @@ class ConfigError(ValueError):
         match = _KEY.match(message)
         self.key = match.group(0) if match else None
 
-    def at(self, key: str) -> ConfigError:
-        """The same error naming `key` instead of its own key (e.g. chunk_size -> chunk)."""
-        if self.key is None:
-            return self
-        return ConfigError(key + str(self)[len(self.key):])
+    def at(self, key: str, rename: Callable[[str], str] | None = None) -> ConfigError:
+        """The same error naming `key` instead of its own key (e.g. chunk_size -> chunk); with
+        ``rename``, each other key it names as `key=value` as ``rename`` names it (cpu_linear=aten ->
+        engine.cpu_linear=aten), so that every key in the line is one the user can set as written."""
+        rest = str(self)[len(self.key):] if self.key is not None else str(self)
+        if rename is not None:
+            rest = _MENTION.sub(lambda m: rename(m[1]), rest)
+        return type(self)((key if self.key is not None else "") + rest)
 
 
 @dataclass
@@ -122,14 +129,23 @@ class EngineConfig:
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
                 raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "
                                   "a profile times one device; allowed: 1, or sim_cost_model=roofline")
-            return  # nothing runs on this machine's device
+            # Nothing runs on this machine's device, so its CPU features decide nothing, except where
+            # the simulated device is this CPU: a simulation of what the engine could not run here is none.
+            if self.sim_device == "cpu":
+                self._check_cpu_dtype()
+            return
         if self.sim_tp != 1:
             raise ConfigError(f"sim_tp={self.sim_tp} is invalid with executor={self.executor!r}: the engine runs on "
                               "one device; allowed: 1, or executor=sim")
         if self.device == "cuda" and not _cuda_available():
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
-        if (self.dtype == "float16" and self.device_type == "cpu" and self.cpu_linear != "aten"
-                and not cpu_has_onednn_fp16()):
+        if self.device_type == "cpu":
+            self._check_cpu_dtype()
+
+    def _check_cpu_dtype(self) -> None:
+        """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
+        units runs as float32: torch_dtype)."""
+        if self.dtype == "float16" and self.cpu_linear != "aten" and not cpu_has_onednn_fp16():
             raise ConfigError("dtype='float16' is invalid: this CPU's oneDNN has no float16 matmul (it needs "
                               "avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or float16 with "
                               "cpu_linear=aten")

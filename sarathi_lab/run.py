@@ -53,7 +53,6 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.harness.results import STATUS, write_status
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure, run_experiment
     from sarathi_lab.harness.schema import parse_config
-    from sarathi_lab.model import ModelLoadError
 
     hc = HydraConfig.get()
     # In a sweep a failed job is recorded and the sweep goes on; SweepSummary exits non-zero at the end.
@@ -67,9 +66,7 @@ def main(cfg: DictConfig) -> None:
     try:
         claim_status_dir(ctx)
     except ConfigError as e:  # the directory is another run's: nothing of this one is recorded there
-        log.error("%s", e)
-        if not multirun:
-            raise SystemExit(2) from None
+        _refuse(e, multirun)
         return
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
@@ -82,11 +79,9 @@ def main(cfg: DictConfig) -> None:
             log.error("interrupted by %s before the run measured anything; %s says so", e,
                       ctx.status_dir / STATUS)
         raise SystemExit(e.exit_code) from None
-    except (ConfigError, ModelLoadError) as e:
+    except ConfigError as e:  # a model directory that cannot be loaded (ModelLoadError) too
         record_failure(ctx.status_dir, e)
-        log.error("%s", e)
-        if not multirun:
-            raise SystemExit(2) from None
+        _refuse(e, multirun)
     except Exception as e:  # recorded and logged, with its traceback unless the machine's fault
         if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
             # The machine's fault (a full disk, a read-only filesystem), in one line naming the file;
@@ -102,6 +97,17 @@ def main(cfg: DictConfig) -> None:
             raise SystemExit(1) from None
     finally:
         ctx.release()
+
+
+def _refuse(e: Exception, multirun: bool) -> None:
+    """A refused config: a single run ends with README's one `error:` line and exit 2, as a bad command
+    line does (cli_args.refuse); a sweep's job is logged, recorded, and the sweep goes on."""
+    if multirun:
+        log.error("%s", e)
+        return
+    from sarathi_lab import cli_args
+
+    cli_args.refuse(str(e))
 
 
 def cli() -> None:

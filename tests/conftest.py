@@ -5,3 +5,11 @@ import os
 # default threads. OpenMP threads that spin while they wait take the cores another worker needs, and
 # every test of both slows down several times; sleeping ones cost a test little and change no result.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Under `SARATHI_ISA_AS=KIND` (tests/test_kernels_other_isas.py, or by hand with the kind's environment:
+# profiling/isa.py), torch's CPU feature probes answer as that kind, as bench.as_isa makes them, before
+# the engine first asks them: bfloat16 then runs as float32 where the kind has no bf16 units.
+if os.environ.get("SARATHI_ISA_AS"):
+    from sarathi_lab.profiling import isa
+
+    isa.apply()

@@ -18,7 +18,7 @@ def llm():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"scheduler": "fifo"}, "scheduler='fifo' is invalid: allowed values are"),
-    ({"model": "gpt-17"}, "model='gpt-17' is neither a preset"),
+    ({"model": "gpt-17"}, "model='gpt-17' is invalid: it is neither a preset"),
     ({"device": "tpu"}, "device='tpu' is invalid"),
     ({"dtype": "int8"}, "dtype='int8' is invalid"),
     ({"chunk_size": 0}, "chunk_size=0 is invalid: must be > 0"),

@@ -84,3 +84,51 @@ def test_restore_from_a_damaged_archive_is_refused_naming_it_and_writes_no_half_
         state.restore(out, archive)
     written = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert all(files.get(name) == data for name, data in written.items()), sorted(written)
+
+
+# A config refused once the run has started (Hydra has composed it): the same one `error:` line and exit 2,
+# naming the key as the user sets it (nested keys in full, and so the way out it offers). Each starts the
+# run's entry point as `python -m sarathi_lab.run` does, after the patches that make the refusal this
+# machine's whatever it is: memory as a 20 GiB machine has it, a CPU with bf16 units and no float16.
+PATCHES = ("import runpy, sys\n"
+           "import sarathi_lab.config as config, sarathi_lab.model.memory as memory\n"
+           "memory.device_memory_bytes = lambda device: 20 * 2**30\n"
+           "config.cpu_has_bf16_units = lambda: True\n"
+           "config.cpu_has_onednn_fp16 = lambda: False\n"
+           "sys.argv = ['sarathi_lab.run', *sys.argv[1:]]\n"
+           "runpy.run_module('sarathi_lab.run', run_name='__main__')\n")
+RUN_CASES = {
+    # 12.6 GiB of weights; the 37.7 GiB counted are those and the CPU GEMM's two packed copies.
+    "weights beside packed copies": (
+        ["model=llama2-7b", "device=cpu"],
+        ("error: model='llama2-7b' is invalid here: its weights take 12.6 GiB in bfloat16 and the CPU GEMM's 2 "
+         "packed copies of them 25.1 GiB more (37.7 GiB in all), more than the 20.0 GiB available on cpu; allowed: "
+         "engine.cpu_linear=aten, which packs no copy (12.6 GiB in all; its decode batches run slower: "
+         "docs/cpu_engine.md), or a smaller model or dtype")),
+    "a model directory that is not one": (
+        ["model=hf", "model.path={tmp}/nowhere"],
+        ("error: model.path='{tmp}/nowhere' is invalid: it is neither a preset (tiny, cpu-small, llama2-7b, "
+         "llama-13b, llama-33b, mistral-7b, yi-34b) nor a local directory (a Hugging Face model's config.json and "
+         "*.safetensors)")),
+    "a path beside a preset": (
+        ["model.path={tmp}/nowhere"],
+        ("error: model.path='{tmp}/nowhere' is invalid with model=cpu-small: a preset reads no directory; allowed: "
+         "null, or model=hf to load that directory")),
+    "float16 where oneDNN has none": (
+        ["dtype=float16", "device=cpu"],
+        ("error: dtype='float16' is invalid: this CPU's oneDNN has no float16 matmul (it needs avx_ne_convert or "
+         "avx512_fp16); allowed here: bfloat16, float32, or float16 with engine.cpu_linear=aten")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUN_CASES))
+def test_a_refused_config_is_one_error_line_naming_the_full_key_and_exit_2(case, tmp_path):
+    args, line = RUN_CASES[case]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "SARATHI", "WANDB"))}
+    done = subprocess.run([sys.executable, "-c", PATCHES, *(a.format(tmp=tmp_path) for a in args), "logger=none",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2, done.stdout[-1000:] + done.stderr[-2000:]
+    # The one line, and no logged [ERROR] record of it on either stream.
+    assert done.stderr.splitlines() == [line.format(tmp=tmp_path)], done.stdout + done.stderr
+    assert "[ERROR]" not in done.stdout and not list(tmp_path.rglob("metrics*.json"))

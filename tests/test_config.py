@@ -243,19 +243,41 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     ([*SIM, "engine.num_kv_blocks=10000000000"], r"^engine.num_kv_blocks=10000000000 is invalid: 10000000000 blocks"),
     ([*SIM, "engine.num_kv_blocks=2"], r"^engine.num_kv_blocks=2 is invalid: the KV cache holds 32 tokens, fewer"),
     ([*SIM, "model=mistral-7b", "chunk=100000000"],
-     (r"^chunk=100000000 is invalid on sim_device='h100': an iteration of this many tokens and a decode per running "
-      r"request \(100000004 in all\) leaves no room for a KV cache$")),
+     (r"^chunk=100000000 is invalid on engine.sim_device='h100': an iteration of this many tokens and a decode per "
+      r"running request \(100000004 in all\) leaves no room for a KV cache$")),
     ([*SIM, "engine.sim_cost_model=profile", "engine.sim_device=a6000"],
      r"^engine.sim_cost_model='profile' is invalid here: no profile at .*run task=profile"),
     # chunk=64 leaves LLaMA-33B 465 blocks on an H100; the budget tuned for this lax SLO (65536) none.
-    (AUTO_33B, (r"^token_budget=auto \(65536 tokens for slo.tbt_p99_s=100\) is invalid on sim_device='h100': an "
-                r"iteration of this many tokens and a decode per running request \(65540 in all\) leaves no room "
+    (AUTO_33B, (r"^token_budget=auto \(65536 tokens for slo.tbt_p99_s=100\) is invalid on engine.sim_device='h100': "
+                r"an iteration of this many tokens and a decode per running request \(65540 in all\) leaves no room "
                 r"for a KV cache; a lower slo.tbt_p99_s, or token_budget=null and a chunk that fits, leaves room$")),
 ])
 def test_bad_values_give_one_line_naming_key_value_and_allowed(overrides, line):
     with pytest.raises(ConfigError, match=line) as err:
         _check(overrides)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("bf16_units, line", [
+    # LLaMA-2-7B's 12.6 GiB in bfloat16: the 37.7 GiB are those and the CPU GEMM's two packed copies, and
+    # the weights alone fit 20 GiB, so cpu_linear=aten is the way out.
+    (True, (r"^model='llama2-7b' is invalid here: its weights take 12\.6 GiB in bfloat16 and the CPU GEMM's 2 "
+            r"packed copies of them 25\.1 GiB more \(37\.7 GiB in all\), more than the 20\.0 GiB available on "
+            r"cpu; allowed: engine\.cpu_linear=aten, which packs no copy \(12\.6 GiB in all; .*\), or a smaller "
+            r"model or dtype$")),
+    # Without bf16 units bfloat16 runs as float32: the line names the dtype that runs, whose weights
+    # alone do not fit either.
+    (False, (r"^model='llama2-7b' is invalid here: its weights take 25\.1 GiB in float32 and the CPU GEMM's 2 "
+             r"packed copies of them 50\.2 GiB more \(75\.3 GiB in all\), more than the 20\.0 GiB available on "
+             r"cpu; allowed: a smaller model or dtype$")),
+])
+def test_weights_are_refused_apart_from_the_cpu_gemms_packed_copies(monkeypatch, bf16_units, line):
+    monkeypatch.setattr("sarathi_lab.model.memory.device_memory_bytes", lambda device: 20 * 2**30)
+    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: bf16_units)
+    with pytest.raises(ConfigError, match=line):
+        _check(["model=llama2-7b", "device=cpu"])
+    if bf16_units:
+        _check(["model=llama2-7b", "device=cpu", "engine.cpu_linear=aten"])  # the way out it names passes
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")

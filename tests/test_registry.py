@@ -110,3 +110,16 @@ def test_a_result_whose_every_run_is_unreliable_has_no_figure(toy, tmp_path):
     results = _toy_runs(tmp_path, [2.0], unreliable={0})
     assert registry.draw(toy, results) is None and results.unreliable_note("toy") == (
         "1 of 1 runs left out: timing unreliable")
+
+
+def test_a_figure_none_of_whose_runs_is_kept_has_a_line_in_its_place(toy, tmp_path):
+    # A busy machine flags every run: the notebook drew nothing, and a later cell indexed the empty frame.
+    results = _toy_runs(tmp_path, [2.0, 0.5, 3.0], unreliable={0, 1, 2})
+    assert results.summary("toy").empty and registry.draw(toy, results) is None
+    assert results.nothing_kept_note("toy") == ("no reliable run of toy: 3 runs left out as timing_unreliable; set "
+                                                "SARATHI_INCLUDE_UNRELIABLE=1 to draw them anyway")
+    # The runs' settings (what the notebook's balance table measures with) are known all the same.
+    assert (results.provenance("toy")["threads"], results.provenance("toy")["dtype"]) == ("1", "float32")
+    # The opt-in the line names draws them.
+    fig = registry.draw(toy, results.with_unreliable())
+    assert fig.axes[0].patches[0].get_height() == pytest.approx(5.5 / 3)

@@ -155,11 +155,12 @@ def test_the_engine_and_the_simulator_plan_one_kv_cache_on_one_gpus_memory(sim_d
     from sarathi_lab.sim import load_device
 
     gpu, hf = load_device(sim_device), PRESETS["llama-13b"]
-    real = EngineConfig(model="llama-13b", device="cpu", dtype="float16", scheduler="sarathi_serve", chunk_size=chunk,
-                        token_budget=budget, max_batch_size=18)
-    context = context_limit(real, hf)
-    on_gpu = plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
-    sim = dataclasses.replace(real, executor="sim", sim_device=sim_device)
+    # One config for both: the engine's planner reads no executor, and a float16 config that runs on
+    # this machine's CPU would ask this CPU for float16 (which EngineConfig refuses where it has none).
+    sim = EngineConfig(model="llama-13b", executor="sim", sim_device=sim_device, dtype="float16",
+                       scheduler="sarathi_serve", chunk_size=chunk, token_budget=budget, max_batch_size=18)
+    context = context_limit(sim, hf)
+    on_gpu = plan_kv_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
     assert on_gpu == simulated_kv_blocks(sim, hf, context)
     kv_bytes = 2 * 40 * 5120 * 2
     assert on_gpu * 16 * kv_bytes <= 0.9 * gpu.memory_bytes - Shape.of(hf).weight_bytes(2)
@@ -213,20 +214,22 @@ def test_an_iteration_that_leaves_a_gpu_less_than_a_block_is_refused_alike():
     from sarathi_lab.sim import load_device
 
     hf = PRESETS["llama2-7b"]
-    real = EngineConfig(model="llama2-7b", device="cpu", dtype="float16", chunk_size=512, max_batch_size=8)
-    shape, context = Shape.of(hf), context_limit(real, hf)
-    weights = resident_weight_bytes(real, shape, context, torch.float16, "cuda")
-    used = weights + (real.chunk_size + real.max_batch_size) * shape.activation_bytes_per_token(2)  # sarathi's
+    # The engine's planner reads no executor: one config, whatever this CPU runs (see above).
+    cfg = EngineConfig(model="llama2-7b", executor="sim", sim_device="h100", dtype="float16", chunk_size=512,
+                       max_batch_size=8)
+    shape, context = Shape.of(hf), context_limit(cfg, hf)
+    weights = resident_weight_bytes(cfg, shape, context, torch.float16, "cuda")
+    used = weights + (cfg.chunk_size + cfg.max_batch_size) * shape.activation_bytes_per_token(2)  # sarathi's
     memory = int((used + shape.kv_bytes_per_token(2) * 8) / 0.9) + 1  # half a block of room
     gpu = dataclasses.replace(load_device("h100"), memory_bytes=memory)
     line = r"^chunk_size=512 is invalid on .*: an iteration of this many tokens and a decode per running request"
     with pytest.raises(ConfigError, match=line):
-        plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=memory)
+        plan_kv_blocks(cfg, hf, context, torch.float16, torch.device("cuda"), available=memory)
     from unittest import mock
 
     with mock.patch("sarathi_lab.sim.build.load_device", lambda name, dtype=None: gpu), \
             pytest.raises(ConfigError, match=line):
-        simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="h100"), hf, context)
+        simulated_kv_blocks(cfg, hf, context)
 
 
 @pytest.mark.parametrize("kv_cache_gb", [4.0, 60.0])
@@ -238,15 +241,15 @@ def test_an_explicit_kv_cache_is_kept_or_refused_alike_by_the_engine_and_the_sim
     from sarathi_lab.sim import load_device
 
     gpu, hf = load_device("h100"), PRESETS["llama-13b"]
-    real = EngineConfig(model="llama-13b", device="cpu", dtype="float16", kv_cache_gb=kv_cache_gb)
-    sim = dataclasses.replace(real, executor="sim", sim_device="h100")
-    context = context_limit(real, hf)
+    # The engine's planner reads no executor: one config, whatever this CPU runs (see above).
+    sim = EngineConfig(model="llama-13b", executor="sim", sim_device="h100", dtype="float16", kv_cache_gb=kv_cache_gb)
+    context = context_limit(sim, hf)
     if kv_cache_gb == 4.0:
-        blocks = plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+        blocks = plan_kv_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
         assert blocks == simulated_kv_blocks(sim, hf, context) == (4 * 2**30 // (2 * 40 * 5120 * 2 * 16))
         return
     line = rf"^kv_cache_gb={kv_cache_gb} is invalid: \d+ blocks of \d+ bytes take [\d.]+ GiB, more than the"
     with pytest.raises(ConfigError, match=line):
-        plan_kv_blocks(real, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+        plan_kv_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
     with pytest.raises(ConfigError, match=line):
         simulated_kv_blocks(sim, hf, context)

@@ -79,6 +79,7 @@ def test_a_sweep_with_a_bad_job_is_refused_before_any_job_runs(tmp_path, sweep, 
     assert "Traceback" not in output and "Launching" not in output
     lines = [line for line in output.splitlines() if "sweep job" in line]
     assert len(lines) == 1 and all(part in lines[0] for part in refused), output
+    assert proc.stderr.splitlines() == lines and lines[0].startswith("error: sweep job"), output
     assert lines[0].endswith("; no job was run"), output
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "outputs").exists()
 

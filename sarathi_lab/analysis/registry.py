@@ -36,7 +36,8 @@ def by_name(name: str) -> PaperResult:
 
 
 def draw(result: PaperResult, runs, simulated=None):
-    """The result's figure, or None when every run of it was left out (``runs.unreliable_note`` says why)."""
+    """The result's figure, or None when every run of it was left out (``runs.nothing_kept_note`` says
+    why, and stands in its place)."""
     if runs.summary(result.name).empty:
         return None
     return result.figure(runs, simulated)

@@ -40,6 +40,8 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
 
 # Set to 1, every Results (the notebooks', produce's) reads incomplete sweeps as include_incomplete does.
 INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
+# Set to 1, the notebooks keep the runs flagged timing_unreliable (Results' include_unreliable).
+INCLUDE_UNRELIABLE_ENV = "SARATHI_INCLUDE_UNRELIABLE"
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,15 @@ class Results:
                  else row["env.device_name"])
         notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name)) if note)
         return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{notes})"
+
+    def nothing_kept_note(self, name: str) -> str:
+        """What stands in the place of a figure of ``name`` none of whose runs is kept: how many were
+        left out, why, and how to draw them anyway."""
+        flagged = len(self._unreliable_runs(name))
+        if not flagged:
+            return f"no run of {name} to draw under {self.sweep(name)}"
+        return (f"no reliable run of {name}: {flagged} run{'s' * (flagged != 1)} left out as timing_unreliable; "
+                f"set {INCLUDE_UNRELIABLE_ENV}=1 to draw them anyway")
 
     def unreliable_note(self, name: str) -> str:
         """'3 of 8 runs left out: timing unreliable' (or kept), '' when none is flagged."""

@@ -31,8 +31,8 @@ def preflight(cfg: RunConfig) -> Checked:
     ConfigError (or ModelLoadError) naming the key as the run's config spells it."""
     try:
         limits = ModelLimits.of(cfg.engine)
-    except ConfigError as e:
-        raise e.at(engine_key(e.key)) from None
+    except ConfigError as e:  # a model directory that cannot be loaded (ModelLoadError) too
+        raise e.at(cfg.key_of(e.key), rename=engine_key) from None
     workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, limits.config.vocab_size,
                               limits.max_model_len)
     # Before the KV cache, which a simulated device sizes around the largest iteration the budget sets.
@@ -77,10 +77,10 @@ def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dic
 def _as_set(e: ConfigError, cfg: RunConfig, budget: dict[str, Any]) -> ConfigError:
     """e naming the key as the run's config sets it (a tuned budget by token_budget=auto and its SLO)."""
     if e.key in cfg.scheduler.knobs:
-        return e.at(f"scheduler.{e.key}")
+        return e.at(f"scheduler.{e.key}", rename=engine_key)
     if not budget or e.key != "token_budget":
-        return e.at(engine_key(e.key))
-    tokens = budget["token_budget"]
+        return e.at(cfg.key_of(e.key), rename=engine_key)
+    tokens, why = budget["token_budget"], str(e.at(e.key, rename=engine_key))
     return ConfigError(f"token_budget=auto ({tokens} tokens for slo.tbt_p99_s={cfg.slo.tbt_p99_s})"
-                       f"{str(e).removeprefix(f'token_budget={tokens}')}; a lower slo.tbt_p99_s, or "
+                       f"{why.removeprefix(f'token_budget={tokens}')}; a lower slo.tbt_p99_s, or "
                        "token_budget=null and a chunk that fits, leaves room")

@@ -30,6 +30,10 @@ class ModelCfg:
         check_fields(self)
         if self.name == "hf" and not self.path:
             raise ConfigError("path=None is invalid: model=hf needs model.path=/a/local/hf/dir")
+        # A preset is built from its shapes: a path beside it would be ignored, and the run not the one asked.
+        if self.name != "hf" and self.path is not None:
+            raise ConfigError(f"path={self.path!r} is invalid with model={self.name}: a preset reads no directory; "
+                              "allowed: null, or model=hf to load that directory")
 
     @property
     def engine_model(self) -> str:
@@ -235,6 +239,11 @@ class RunConfig:
         return f"scheduler={name} does not read {key}" + (" (it prefills prompts whole)"
                                                           if scheduler.prefills_whole_prompts else "")
 
+    def key_of(self, key: str) -> str:
+        """The key this run's config sets EngineConfig's field ``key`` by: engine_key's, but a model
+        directory (model=hf) is model.path."""
+        return "model.path" if key == "model" and self.model.name == "hf" else engine_key(key)
+
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns); a
         served trace's own lengths stand in for seq_len and pd_ratio."""
@@ -299,7 +308,7 @@ def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
     try:
         return EngineConfig(**fields, **{name: value(run) for name, (_, value) in _KNOBS.items()})
     except ConfigError as e:
-        raise e.at(engine_key(e.key)) from None
+        raise e.at(engine_key(e.key), rename=engine_key) from None
 
 
 def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> dict[str, Any]:

@@ -6,7 +6,6 @@ sweep with one line naming the job, and exit 2, before any sweep directory exist
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from typing import Any
 
@@ -53,9 +52,11 @@ class SweepPreflight(Callback):
         if error is None and _is(config.hydra.launcher, BasicLauncher):
             error = first_refused_job(config, jobs)
         if error:
-            log.error("%s", error)
-            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
-            sys.exit(2)
+            from sarathi_lab import cli_args
+
+            # README's one `error:` line and exit 2, as a refused single run; SystemExit passes Hydra's
+            # callback guard (which turns Exceptions into warnings).
+            cli_args.refuse(error)
 
 
 def job_overrides(config: DictConfig) -> list[list[str]]:

@@ -10,6 +10,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend
+from sarathi_lab.config import ConfigError
 from sarathi_lab.model.cpu_linear import aten_from_rows, pack_linears, packed_gemm
 from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
 from sarathi_lab.model.presets import PRESETS
@@ -19,8 +20,8 @@ _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_pro
 log = logging.getLogger("sarathi_lab")
 
 
-class ModelLoadError(ValueError):
-    pass
+class ModelLoadError(ConfigError):
+    """A model directory that cannot be built from: a bad value of the model key, refused in one line."""
 
 
 def eos_token_of(config: PretrainedConfig) -> int | None:
@@ -36,7 +37,8 @@ def load_config(model: str) -> PretrainedConfig:
         return PRESETS[model]
     path = Path(model)
     if not path.is_dir():
-        raise ModelLoadError(f"model={model!r} is neither a preset ({', '.join(PRESETS)}) nor a local directory")
+        raise ModelLoadError(f"model={model!r} is invalid: it is neither a preset ({', '.join(PRESETS)}) nor a local "
+                             "directory (a Hugging Face model's config.json and *.safetensors)")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"model={model!r}: no config.json in the directory")
     try:

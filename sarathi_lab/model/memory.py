@@ -51,15 +51,44 @@ def device_memory_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> int:
+    """The copies of the weights that cpu_linear packs beside them on a CPU: two (the GEMM's and the
+    few-row kernel's), one where the kernel takes no ``dtype``, none with cpu_linear=aten or on a GPU."""
+    if device_type != "cpu" or cfg.cpu_linear == "aten":
+        return 0
+    return 2 if dtype in cpu_ops.DTYPES else 1
+
+
 def resident_weight_bytes(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,
                           device_type: str) -> int:
-    """What the engine's weights take on a device of ``device_type``: on a CPU, cpu_linear's packed
-    copies (two, or one where the few-row kernel takes no dtype); everywhere, the rotary tables'
-    float32 cos and sin per position (as much again while built)."""
-    copies = 1
-    if device_type == "cpu" and cfg.cpu_linear != "aten":
-        copies = 3 if dtype in cpu_ops.DTYPES else 2
+    """What the engine's weights take on a device of ``device_type``: the weights and, on a CPU,
+    cpu_linear's packed copies; everywhere, the rotary tables' float32 cos and sin per position (as
+    much again while built)."""
+    copies = 1 + packed_copies(cfg, dtype, device_type)
     return shape.weight_bytes(dtype.itemsize) * copies + 4 * context * shape.head_dim * 4
+
+
+def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype, device_type: str,
+                    why: str, room_bytes: int) -> str:
+    """A refusal of weights that do not fit, after its key: what they take in the dtype that runs (the
+    weights, then cpu_linear's packed copies apart: they are not the model's size), ``why`` that is
+    too much, and the way out: cpu_linear=aten where the weights alone take at most ``room_bytes``."""
+    total = resident_weight_bytes(cfg, shape, context, dtype, device_type)
+    copies = packed_copies(cfg, dtype, device_type)
+    packed = copies * shape.weight_bytes(dtype.itemsize)
+    said = f"its weights take {_gib(total - packed)} GiB in {str(dtype).removeprefix('torch.')}"
+    if copies:
+        said += (f" and the CPU GEMM's {copies} packed cop{'ies' if copies > 1 else 'y'} of them {_gib(packed)} "
+                 f"GiB more ({_gib(total)} GiB in all)")
+    way_out = "a smaller model or dtype"
+    if copies and total - packed <= room_bytes:
+        way_out = (f"cpu_linear=aten, which packs no copy ({_gib(total - packed)} GiB in all; its decode batches run "
+                   f"slower: docs/cpu_engine.md), or {way_out}")
+    return f"{said}, {why}; allowed: {way_out}"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f}"
 
 
 def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes: int, max_tokens: int,
@@ -90,17 +119,19 @@ def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_b
     return max(blocks, 0)
 
 
-def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, device_type: str,
+def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype, device_type: str,
                       memory_bytes: int, weight_bytes: int, where: str) -> int:
     """The KV cache's blocks with no size given, as EngineConfig's comment says, for the real engine
     and the simulator alike (``memory_bytes``: what the device has for the engine; ``where``: the
     device as a refusal names it). Refuses, in one line, weights or an iteration that leave no block."""
+    elem_bytes = dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
     room = (gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, 0) if device_type == "cuda"
             else memory_bytes - weight_bytes)
     if room < block_bytes:
-        raise ConfigError(f"model={cfg.model!r} is invalid on {where}: its weights take {weight_bytes / 2**30:.1f} "
-                          f"GiB in {cfg.dtype}, which leaves no room for a KV cache in {memory_bytes / 2**30:.1f} GiB")
+        why = f"which leaves no room for a KV cache in {_gib(memory_bytes)} GiB"
+        raise ConfigError(f"model={cfg.model!r} is invalid on {where}: "
+                          + weights_refused(cfg, shape, context, dtype, device_type, why, memory_bytes - block_bytes))
     if device_type == "cuda":
         scheduler = scheduler_class(cfg.scheduler)
         config = scheduler_config(cfg.scheduler, cfg.scheduler_knobs, **cfg.scheduler_settings(context))
@@ -133,14 +164,15 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
     available = device_memory_bytes(device) if available is None else available
     room = available - weights
     if room <= 0:
-        raise ConfigError(f"model={cfg.model!r} is invalid here: its weights take {weights / 2**30:.1f} GiB in "
-                          f"{cfg.dtype}, more than the {available / 2**30:.1f} GiB available on {device}")
+        why = f"more than the {_gib(available)} GiB available on {device}"
+        raise ConfigError(f"model={cfg.model!r} is invalid here: "
+                          + weights_refused(cfg, shape, context, dtype, device.type, why, available - block_bytes))
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
     if key is not None:
         if blocks * block_bytes > room:
             raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {kv_excess(blocks, block_bytes, room, device)}")
         return blocks
-    return default_kv_blocks(cfg, shape, context, elem, device.type, available, weights, str(device))
+    return default_kv_blocks(cfg, shape, context, dtype, device.type, available, weights, str(device))
 
 
 def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:

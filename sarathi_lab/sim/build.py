@@ -93,7 +93,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: in
             log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
     try:
-        return default_kv_blocks(cfg, shape, context, elem, kind, device.memory_bytes, weights, where)
+        return default_kv_blocks(cfg, shape, context, dtype, kind, device.memory_bytes, weights, where)
     except ConfigError as e:
         if e.key != "model":
             raise
