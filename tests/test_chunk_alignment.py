@@ -82,7 +82,7 @@ def test_unaligned_chunks_are_the_chunk_as_set():
     ({"chunk_align": "tile", "tile": 0}, r"^tile=0 is invalid: must be > 0$"),
     ({"chunk_align": "tile"}, (r"^chunk_align='tile' is invalid with chunk_size=16, max_batch_size=4, tile=128: "
                                r"a chunk and its decodes \(at most 19 tokens\) never fill a whole tile; allowed: "
-                               r"none, or a chunk_size of at least 125, or a smaller tile$")),
+                               r"none, or chunk_size=125 or more, or a smaller tile$")),
 ])
 def test_a_knob_that_cannot_align_is_refused_in_one_line(knobs, error):
     with pytest.raises(ConfigError, match=error):
