@@ -25,8 +25,8 @@ class SarathiConfig(SchedulerConfig):
         if self.chunk_align == "tile" and most < self.tile:
             raise ConfigError(f"chunk_align='tile' is invalid with chunk_size={self.chunk_size}, max_batch_size="
                               f"{self.max_batch_size}, tile={self.tile}: a chunk and its decodes (at most {most} "
-                              f"tokens) never fill a whole tile; allowed: none, or chunk_size={self.tile - self.max_batch_size + 1} "
-                              "or more, or a smaller tile")
+                              f"tokens) never fill a whole tile; allowed: none, or "
+                              f"chunk_size={self.tile - self.max_batch_size + 1} or more, or a smaller tile")
 
 
 @register_scheduler("sarathi")
