@@ -26,9 +26,10 @@ TARGET_PROGRAMS_PER_SM = 2
 # A launch this close to the target runs unsplit: a split adds a partial output per query row (written,
 # then read by the merge), which a big prefill's many rows pay for with no idle SM to win back.
 UNSPLIT_SHARE = 0.9
-# vLLM's Triton decode splits a walk into at most 16 segments: beyond that the merge's reads and the
-# per-program fixed cost outgrow what the shorter walks save.
-MAX_SPLITS = 16
+# A cap on the partial buffers (tokens x heads x splits x head_dim fp32) and on the merge's serial loop
+# over splits. 32 lets a single decode of a model with 8 KV heads reach two programs a SM; prefill
+# tiles, with many rows each, reach the target long before it.
+MAX_SPLITS = 32
 
 
 def cdiv(a: int, b: int) -> int:
