@@ -19,31 +19,39 @@ try:
     from triton.runtime.jit import create_function_from_signature
 except ImportError:
     print(json.dumps("no binder")); sys.exit()
-from sarathi_kernels import kv_cache, paged_attention as pa
+from sarathi_kernels import kv_cache, paged_attention as pa, split_merge
 from sarathi_lab.model.runner import packed, unpacked
 
 backend = make_backend(GPUTarget("cuda", 90, 32))
 
-def keys_of(module, name, call):
-    """The specialisation key of each launch ``call()`` makes of ``module.name``."""
-    kernel, keys = getattr(module, name), []
-    bind = create_function_from_signature(kernel.signature, kernel.params, backend)
+def keys_of(kernels, call):
+    """The specialisation key and grid of each launch ``call()`` makes of each of ``kernels``
+    ((module, name) pairs), by name; the launches are captured, not run."""
+    found = {name: [] for _, name in kernels}
 
     class Capture:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: keys.append(str(bind(*args, **kwargs)[1]))
+        def __init__(self, name, kernel):
+            self.name = name
+            self.bind = create_function_from_signature(kernel.signature, kernel.params, backend)
 
-    setattr(module, name, Capture())
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: found[self.name].append((str(self.bind(*args, **kwargs)[1]), grid))
+
+    saved = [(module, name, getattr(module, name)) for module, name in kernels]
+    for module, name, kernel in saved:
+        setattr(module, name, Capture(name, kernel))
     try:
         call()
     finally:
-        setattr(module, name, kernel)
-    return keys
+        for module, name, kernel in saved:
+            setattr(module, name, kernel)
+    return found
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 8, 2, 64, 16
 cache = torch.zeros(64, BLOCK, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
-attention, writes = set(), set()
-for requests in (1, 2, 15, 16, 17, 32):
+attention, merges, writes, splits = set(), set(), set(), set()
+# On a GPU of 132 SMs the smaller of these batches split their KV walk (a table 1 block wide cannot).
+for requests in (1, 2, 15, 16, 17, 32, 160):
     for width in (1, 2, 16, 17, 64, 65):
         # One decode per request, as batch_tensors packs them: ids, positions, slots, logits rows
         # (int64), then query_start_loc, seq_lens, block tables (int32).
@@ -54,11 +62,16 @@ for requests in (1, 2, 15, 16, 17, 32):
         qkv = torch.zeros(requests, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=torch.bfloat16)
         q = qkv[:, : HEADS * HEAD_DIM].view(requests, HEADS, HEAD_DIM)
         k = qkv[:, HEADS * HEAD_DIM : (HEADS + KV_HEADS) * HEAD_DIM].view(requests, KV_HEADS, HEAD_DIM)
-        attention.update(keys_of(pa, "_paged_attention_kernel", lambda: pa.paged_attention(
-            q, cache, cache, starts, lens, tables.view(requests, width), max_query_len=1)))
-        writes.update(keys_of(kv_cache, "_write_kv_kernel", lambda: kv_cache.write_kv_cache(
-            k, k, cache, cache, slots)))
-print(json.dumps({"attention": len(attention), "write_kv": len(writes)}))
+        found = keys_of([(pa, "_paged_attention_kernel"), (split_merge, "_merge_splits_kernel")],
+                        lambda: pa.paged_attention(q, cache, cache, starts, lens, tables.view(requests, width),
+                                                   max_query_len=1, num_sms=132))
+        attention.update(key for key, _ in found["_paged_attention_kernel"])
+        merges.update(key for key, _ in found["_merge_splits_kernel"])
+        splits.update(grid[2] for _, grid in found["_paged_attention_kernel"])
+        writes.update(key for key, _ in keys_of([(kv_cache, "_write_kv_kernel")], lambda: kv_cache.write_kv_cache(
+            k, k, cache, cache, slots))["_write_kv_kernel"])
+print(json.dumps({"attention": len(attention), "merge": len(merges), "write_kv": len(writes),
+                  "split_counts": len(splits)}))
 '''
 
 
@@ -68,5 +81,7 @@ def test_decode_batches_of_every_shape_share_one_compiled_kernel():
     found = json.loads(done.stdout.strip().splitlines()[-1])
     if found == "no binder":
         pytest.skip("this Triton has no create_function_from_signature to ask for a launch's key")
-    # 36 batch shapes (requests 1 to 32, tables 1 to 65 blocks wide, their parts at moving offsets).
-    assert found == {"attention": 1, "write_kv": 1}
+    # 42 batch shapes (requests 1 to 160, tables 1 to 65 blocks wide, their parts at moving offsets),
+    # split into several counts of programs or not at all.
+    assert found.pop("split_counts") > 2, "too few of the batches split their walk to test the split's key"
+    assert found == {"attention": 1, "merge": 1, "write_kv": 1}

@@ -219,10 +219,14 @@ _COMPILE_FOR_SM80 = """
 import triton.language as tl
 from sarathi_kernels.kv_cache import _write_kv_kernel
 from sarathi_kernels.paged_attention import _paged_attention_kernel
+from sarathi_kernels.split_merge import _merge_splits_kernel
 
-bf16 = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*bf16", scale_log2="fp32")
+bf16 = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*bf16", part_ptr="*fp32",
+            lse_ptr="*fp32", scale_log2="fp32")
 compile(_paged_attention_kernel, bf16, dict(BLOCK_SIZE=16, GROUP=4, GROUP_PAD=4, HEAD_DIM_PAD=128, BLOCK_M=64,
                                             BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None))
+compile(_merge_splits_kernel, dict(part_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16"),
+        dict(BLOCK_H=16, HEAD_DIM_PAD=128))
 compile(_write_kv_kernel, dict(key_ptr="*bf16", value_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16",
                                slot_ptr="*i64"), dict(BLOCK_SIZE=16, HEAD_DIM_PAD=128, BLOCK_T=16))
 """

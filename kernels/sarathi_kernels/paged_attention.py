@@ -1,17 +1,23 @@
 """Paged varlen attention over a Sarathi hybrid batch (prefill chunks, then decodes) in one launch.
 
-Program (tile, kv_head) owns up to BLOCK_Q query tokens of one request times the GROUP query heads
-that share ``kv_head``: the M rows of the tile are (token, head-in-group) pairs. Packing the group
-into M lets one load of a key/value tile serve every head that uses it, which is what makes decode
-(one token, memory-bound) cheap under GQA. Tiles never straddle requests; request i owns tiles
+Program (tile, kv_head, split) owns up to BLOCK_Q query tokens of one request times the GROUP query
+heads that share ``kv_head``: the M rows of the tile are (token, head-in-group) pairs. Packing the
+group into M lets one load of a key/value tile serve every head that uses it, which is what makes
+decode (one token, memory-bound) cheap under GQA. Tiles never straddle requests; request i owns tiles
 ``query_start_loc[i] // BLOCK_Q + i`` onwards, an upper bound on the tiles of the requests before
 it, so a program finds its request by binary search without any host-side tile map, and the grid
 ``T // BLOCK_Q + R`` comes from shapes alone (no device sync). Programs past a request's last tile
 exit at once.
 
-Keys are walked in BLOCK_N position tiles looked up through the block table per position, so
-BLOCK_N and the cache block size are independent. Positions every row of the tile may see run
-without a mask; only the causal tail pays for one.
+When a batch has too few programs to fill the GPU (attention_plan.py), each tile's walk over its keys
+is split across ``num_splits`` programs: split s takes its share of the tile's key tiles, counted on
+the device from the request's ``seq_len``, and leaves a partial output and log-sum-exp that
+split_merge.py combines. Unsplit, the program normalises and stores the output itself.
+
+Keys are walked in BLOCK_N position tiles. Where a key tile lies inside one cache block (BLOCK_SIZE a
+multiple of BLOCK_N) it is addressed from one block-table entry; otherwise through the table per
+position, so BLOCK_N and the cache block size are independent. Positions every row of the tile may
+see run without a mask; only the causal tail pays for one.
 """
 from __future__ import annotations
 
@@ -29,6 +35,8 @@ from sarathi_kernels._checks import (
     require_same_device,
     require_unit_last_stride,
 )
+from sarathi_kernels.attention_plan import device_sm_count, plan_launch
+from sarathi_kernels.split_merge import merge_splits, split_buffers
 from sarathi_kernels.triton_jit import INTERPRETED, jit
 
 _LOG2E = 1.4426950408889634
@@ -56,37 +64,55 @@ def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
     offs_n = n_start + tl.arange(0, BLOCK_N)
     if MASKED:
         in_ctx = offs_n < kv_end
-        # Past the context the table may end; block 0 is a safe address and the loads are masked.
-        blocks = tl.load(table_ptr + offs_n // BLOCK_SIZE, mask=in_ctx, other=0).to(tl.int64)
         k_ok = in_ctx[None, :] & d_ok[:, None]
         v_ok = in_ctx[:, None] & d_ok[None, :]
     else:
-        blocks = tl.load(table_ptr + offs_n // BLOCK_SIZE).to(tl.int64)
         k_ok = d_ok[:, None]
         v_ok = d_ok[None, :]
-    within = offs_n % BLOCK_SIZE
-    k = tl.load(k_ptr + (blocks * stride_kb + within * stride_ks)[None, :] + offs_d[:, None],
-                mask=k_ok, other=0.0)
+    if BLOCK_SIZE % BLOCK_N == 0:
+        # The tile lies in one cache block (n_start is a multiple of BLOCK_N): one table entry, and
+        # positions past the context still address that block's own slots (masked).
+        block = tl.load(table_ptr + n_start // BLOCK_SIZE).to(tl.int64)
+        within = n_start % BLOCK_SIZE + tl.arange(0, BLOCK_N)
+        k_rows = block * stride_kb + within * stride_ks
+        v_rows = block * stride_vb + within * stride_vs
+    else:
+        if MASKED:
+            # Past the context the table may end; block 0 is a safe address and the loads are masked.
+            blocks = tl.load(table_ptr + offs_n // BLOCK_SIZE, mask=in_ctx, other=0).to(tl.int64)
+        else:
+            blocks = tl.load(table_ptr + offs_n // BLOCK_SIZE).to(tl.int64)
+        within = offs_n % BLOCK_SIZE
+        k_rows = blocks * stride_kb + within * stride_ks
+        v_rows = blocks * stride_vb + within * stride_vs
+    k = tl.load(k_ptr + k_rows[None, :] + offs_d[:, None], mask=k_ok, other=0.0)
     s = tl.dot(q, k.to(DOT_DTYPE), input_precision=PRECISION) * scale_log2
     if MASKED:
         s = tl.where((offs_n[None, :] <= row_limit[:, None]) & in_ctx[None, :], s, float("-inf"))
-    # Every row sees at least one key in its first tile (see the caller), so m_new is finite.
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    if MASKED:
+        # A row that has seen no key yet keeps m = -inf (a split's walk can start past the row, and a
+        # padded request has no keys): subtracting 0 then keeps its weights at 0 rather than NaN.
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        # Unmasked tiles come first in every walk and every row sees all their keys: m_new is finite.
+        m_sub = m_new
+    alpha = tl.exp2(m_i - m_sub)
+    p = tl.exp2(s - m_sub[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     # Unwritten cache slots may hold NaN; zero them so p == 0 cannot turn into 0 * NaN.
-    v = tl.load(v_ptr + (blocks * stride_vb + within * stride_vs)[:, None] + offs_d[None, :],
-                mask=v_ok, other=0.0)
+    v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :], mask=v_ok, other=0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE), input_precision=PRECISION)
     return acc, m_new, l_i
 
 
-@jit(do_not_specialize=("num_requests", "stride_bt"))
+# The split count and the per-batch integers stay out of the specialisation key: a batch of a new
+# shape, split or not, runs the kernel compiled for the first.
+@jit(do_not_specialize=("num_requests", "num_splits", "stride_bt"))
 def _paged_attention_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_ptr, lse_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_requests, head_dim, scale_log2,
+    num_requests, num_splits, num_heads, head_dim, scale_log2,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     # The cache block size is a constexpr so that position -> (block, offset) is a shift and a mask.
@@ -96,6 +122,7 @@ def _paged_attention_kernel(
     BLOCK_Q: tl.constexpr = BLOCK_M // GROUP_PAD
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
+    split = tl.program_id(2)
     req = _find_request(query_start_loc_ptr, num_requests, tile, BLOCK_Q)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
@@ -121,8 +148,13 @@ def _paged_attention_kernel(
     row_limit = prefix + tok
     kv_end = tl.minimum(seq_len, prefix + first_q + BLOCK_Q)
     # Keys up to prefix + first_q are visible to every row; the first masked tile starts at or
-    # before that position, so no row meets an all-masked first tile.
+    # before that position, so no row meets an all-masked first tile of an unsplit walk.
     full_end = ((prefix + first_q + 1) // BLOCK_N) * BLOCK_N
+    # This split's share of the tile's key tiles, from this request's seq_len: right for any context
+    # whatever split count the host chose. Shares differ by at most one key tile.
+    key_tiles = tl.cdiv(kv_end, BLOCK_N)
+    lo = (split * key_tiles // num_splits) * BLOCK_N
+    hi = tl.minimum(((split + 1) * key_tiles // num_splits) * BLOCK_N, kv_end)
 
     table_ptr = block_tables_ptr + req.to(tl.int64) * stride_bt
     k_ptr = k_cache_ptr + kv_head * stride_kh
@@ -130,19 +162,29 @@ def _paged_attention_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
-    for n_start in range(0, full_end, BLOCK_N):
+    for n_start in range(lo, tl.minimum(hi, full_end), BLOCK_N):
         acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
                                         k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
                                         scale_log2, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, PRECISION)
-    for n_start in range(full_end, kv_end, BLOCK_N):
+    for n_start in range(tl.maximum(lo, full_end), hi, BLOCK_N):
         acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
                                         k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
                                         scale_log2, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, PRECISION)
 
-    out = acc / l_i[:, None]
-    o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
-    tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & d_ok[None, :])
+    # A row that saw no key here (a split past it; a padded request of context 0) has l == 0 and
+    # acc == 0: its output is 0, not 0/0.
+    seen = l_i > 0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    out_ok = row_ok[:, None] & d_ok[None, :]
+    if num_splits == 1:
+        o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
+        tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=out_ok)
+    else:
+        # split_merge.py's layout: partials [tokens, heads, splits, head_dim], lse [tokens, heads, splits].
+        part_rows = ((q_start + tok).to(tl.int64) * num_heads + head) * num_splits + split
+        tl.store(part_ptr + part_rows[:, None] * head_dim + offs_d[None, :], out, mask=out_ok)
+        lse = m_i + tl.log2(tl.where(seen, l_i, 1.0))
+        tl.store(lse_ptr + part_rows, tl.where(seen, lse, float("-inf")), mask=row_ok)
 
 
 _TL_DTYPE = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
@@ -155,24 +197,35 @@ def _dot_dtype(dtype: torch.dtype):
     return _TL_DTYPE[dtype]
 
 
-def _block_m(group_pad: int, max_query_len: int | None) -> int:
-    """Decode-only batches fill M with the GQA group; prefills want a taller tile for reuse of K/V."""
-    rows = 16 if max_query_len == 1 else 64
-    return max(rows, group_pad)
+# An unsplit launch still passes fp32 partial pointers (never written), so that it shares the split
+# launch's compiled kernel: a pointer's element type is part of the specialisation key.
+_NO_PARTIALS: dict[torch.device, torch.Tensor] = {}
+
+
+def _no_partials(device: torch.device) -> torch.Tensor:
+    if device not in _NO_PARTIALS:
+        _NO_PARTIALS[device] = torch.zeros(4, dtype=torch.float32, device=device)
+    return _NO_PARTIALS[device]
 
 
 def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
                     scale: float | None = None, *, max_query_len: int | None = None,
-                    out: torch.Tensor | None = None, block_m: int | None = None,
-                    block_n: int | None = None) -> torch.Tensor:
-    """Causal attention of a hybrid batch over its paged KV cache, in one kernel launch.
+                    max_seq_len: int | None = None, out: torch.Tensor | None = None,
+                    block_m: int | None = None, block_n: int | None = None, num_splits: int | None = None,
+                    num_sms: int | None = None, num_warps: int | None = None,
+                    num_stages: int | None = None) -> torch.Tensor:
+    """Causal attention of a hybrid batch over its paged KV cache, in one kernel launch (two when the
+    KV walk is split).
 
     query [T, heads, head_dim]; k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim];
     query_start_loc int32 [R + 1]; seq_lens int32 [R] (context including this step's tokens, whose
-    keys must already be in the cache); block_tables int32 [R, max_blocks]. ``max_query_len`` is
-    only a tiling hint (1 selects decode tiles); ``block_m``/``block_n`` override the tiling. Values
-    (lengths, block ids) are trusted: checking them would cost a device sync per call.
+    keys must already be in the cache); block_tables int32 [R, max_blocks]. Hints, which change only
+    the launch: ``max_query_len`` (1 selects decode tiles) and ``max_seq_len`` (the longest context;
+    default the block table's width, which a CUDA graph fixes at capture). ``num_sms`` defaults to
+    the device's (none on the CPU: unsplit). ``block_m``/``block_n``/``num_splits``/``num_warps``/
+    ``num_stages`` override the plan (attention_plan.py). Values (lengths, block ids) are trusted:
+    checking them would cost a device sync per call.
     """
     require_dim("query", query, 3, "[tokens, heads, head_dim]")
     require_dim("k_cache", k_cache, 4, "[num_blocks, block_size, kv_heads, head_dim]")
@@ -207,26 +260,29 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     if num_requests == 0 or num_tokens == 0:
         return out
 
-    group = num_heads // num_kv_heads
-    group_pad = 1 << (group - 1).bit_length()
-    block_m = block_m or _block_m(group_pad, max_query_len)
-    # fp32 K/V tiles of 64 positions overflow the ~100 KB of shared memory of consumer GPUs.
-    block_n = block_n or (64 if query.element_size() == 2 else 32)
-    require(block_m >= max(16, group_pad) and block_m & (block_m - 1) == 0,
-            f"block_m must be a power of two >= max(16, GQA group {group_pad}), got {block_m}")
-    require(block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n must be a power of two >= 16, got {block_n}")
-    block_q = block_m // group_pad
+    plan = plan_launch(num_tokens, num_requests, num_heads, num_kv_heads,
+                       max_seq_len=max_seq_len or block_tables.shape[1] * block_size,
+                       element_size=query.element_size(), max_query_len=max_query_len,
+                       num_sms=num_sms if num_sms is not None else device_sm_count(query.device),
+                       block_m=block_m, block_n=block_n, num_splits=num_splits, num_warps=num_warps,
+                       num_stages=num_stages)
+    if plan.num_splits > 1:
+        part, lse = split_buffers(num_tokens, num_heads, plan.num_splits, head_dim, query.device)
+    else:
+        part = lse = _no_partials(query.device)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    grid = (num_tokens // block_q + num_requests, num_kv_heads)
-    _paged_attention_kernel[grid](
-        query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables,
-        num_requests, head_dim, scale * _LOG2E,
+    _paged_attention_kernel[plan.grid](
+        query, k_cache, v_cache, out, part, lse, query_start_loc, seq_lens, block_tables,
+        num_requests, plan.num_splits, num_heads, head_dim, scale * _LOG2E,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
-        BLOCK_SIZE=block_size, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM_PAD=padded_head_dim(head_dim),
-        BLOCK_M=block_m, BLOCK_N=block_n, DOT_DTYPE=_dot_dtype(query.dtype),
+        BLOCK_SIZE=block_size, GROUP=plan.group, GROUP_PAD=plan.group_pad, HEAD_DIM_PAD=padded_head_dim(head_dim),
+        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, DOT_DTYPE=_dot_dtype(query.dtype),
         # fp32 must stay fp32: the default tf32 dot would miss the reference by ~1e-3.
         PRECISION="ieee" if query.dtype == torch.float32 else None,
+        **plan.launch_options(),
     )
+    if plan.num_splits > 1:
+        merge_splits(part, lse, out)
     return out

@@ -22,5 +22,7 @@ class TritonAttention(AttentionBackend):
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
 
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float):
+        # No max_seq_len from seq_lens_host: a CUDA graph is captured over placeholder lengths, and the
+        # kernel's default (the block table's width) bounds the longest context in graphs and eager runs.
         return paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                                scale, max_query_len=meta.max_query_len)
