@@ -296,30 +296,35 @@ def _serving_root(root: Path, graphs) -> Path:
         "config": {"task": "serve"}, "summary": {}, "overrides": [], "resolved_config": {}, "partial": False,
         "environment": {"executor": "model", "device_name": "NVIDIA H200", "cuda_graphs": graphs,
                         "git_commit": None}}))
-    tile = root / "tile_quantization/multiruns/gpu/0_y"
-    tile.mkdir(parents=True)
-    (tile / "metrics.json").write_text(json.dumps({
-        "config": {"task": "iteration_sweep"}, "summary": {}, "overrides": [], "resolved_config": {},
-        "partial": False, "environment": {"executor": "model"}}))
+    for name, task in (("tile_quantization", "iteration_sweep"), ("capacity", "capacity")):
+        other = root / f"{name}/multiruns/gpu/0_y"
+        other.mkdir(parents=True)
+        (other / "metrics.json").write_text(json.dumps({
+            "config": {"task": task}, "summary": {}, "overrides": [], "resolved_config": {},
+            "partial": False, "environment": {"executor": "model"}}))
     return root
 
 
 def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tmp_path):
     from sarathi_lab.bench import sim_vs_gpu
 
-    runs, out = _serving_root(tmp_path / "runs", [1, 2]), tmp_path / "sim"
-    out.mkdir()
-    for name in ("validation_h200.csv", "validation_h200.png", "provenance.json"):
-        shutil.copy(ROOT / "docs" / "sim" / name, out / name)
-    line = _refused(_run("sarathi_lab.bench", "sim_vs_gpu", "--runs", str(runs), "--out", str(out)))
-    assert "would replace 2 file(s)" in line and "(eager), NVIDIA H200, commit unrecorded" in line
-    assert "against measured runs (decode CUDA graphs), NVIDIA H200, commit unrecorded" in line
-    assert (out / "validation_h200.csv").read_bytes() == (ROOT / "docs/sim/validation_h200.csv").read_bytes()
+    committed = ROOT / "docs/sim/vs_gpu/h200_2026-11-27_9e2ae41"
+    runs, out = _serving_root(tmp_path / "runs", None), tmp_path / "sim"
+    shutil.copytree(committed, out)
+    line = _refused(_run("sarathi_lab.bench", "sim_vs_gpu", "--runs", str(runs), "--out", str(out),
+                         "--lease", "2026-11-27_9e2ae41"))
+    assert "would replace 4 file(s)" in line
+    assert "(decode CUDA graphs), NVIDIA H200, lease 2026-11-27_9e2ae41, commit 9e2ae41;" in line
+    assert "new: simulated h200 (roofline+profile+calibrated) against measured runs (eager)" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in committed.iterdir()}
+    # The older comparison (sections 9, 9b) is none of the files it writes.
+    assert not {p.name for p in sim_vs_gpu.outputs(out)} & {p.name for p in (ROOT / "docs/sim").glob("validation_h*")}
     # What it compares and what it leaves out, said; the engine the runs ran, from their records.
     compared, left_out = sim_vs_gpu.finished_runs(runs)
-    assert len(compared) == 1 and dict(left_out) == {"tile_quantization (task=iteration_sweep, not serving)": 1}
-    assert sim_vs_gpu.measured_engine(compared) == "decode CUDA graphs"
-    assert sim_vs_gpu.measured_engine(sim_vs_gpu.serving_runs(_serving_root(tmp_path / "eager", None))) == "eager"
+    assert len(compared) == 2 and dict(left_out) == {"capacity (task=capacity, no comparison)": 1}
+    assert sim_vs_gpu.measured_engine(sim_vs_gpu.serving_runs(_serving_root(tmp_path / "graphs", [1, 2]))) == \
+        "decode CUDA graphs"
+    assert sim_vs_gpu.measured_engine(sim_vs_gpu.serving_runs(runs)) == "eager"
 
 
 @pytest.mark.parametrize("command, existing", [

@@ -19,7 +19,8 @@ BENCHMARKS = {
     "sim_speed": "how fast the simulator serves 10,000 requests, and where its time goes (--profile)",
     "sim_fidelity": "the simulator's GPU cost models against GPU kernels measured on A100s and H100s (vidur) "
                     "and this engine's task=profile tables measured on a GPU",
-    "sim_vs_gpu": "the simulator against the real engine's serving runs on a GPU (--runs ROOT): batches, times, gains",
+    "sim_vs_gpu": "the simulator against the real engine's runs on a GPU (--runs ROOT --lease LEASE): every run "
+                  "kind, errors per iteration kind and cost model, served latencies, gains",
 }
 # `all` runs these; attention_reread is left to its own entry point.
 ALL = ("ceilings", "iteration", "overhead", "versus", "sampling")

@@ -1,54 +1,83 @@
-"""The simulator against the real engine's own runs on a GPU: every measured serving run under a
-results root rebuilt from its own overrides with ``executor=sim`` under each cost model, and batches,
-iteration times, served latencies and the pd_ratio gains compared (docs/sim/README.md, section 9).
+"""The simulator against the real engine's own runs on a GPU: every measured run under a results root
+rebuilt from its own overrides with ``executor=sim`` under each cost model, and every iteration it timed
+compared with the cost model's (docs/sim/README.md, sections 9 and 9c). A serving run (orca_compare,
+pd_ratio, any task=serve) is served again on the virtual clock: batches, iteration times, served
+latencies and the pd_ratio gains; a measurement task's run (per_token_cost, decode_speedup,
+chunk_overhead, tile_quantization) runs its own hand-built batches again, each priced by the cost
+model (``task_tables``). Reported per run kind, cost model and iteration kind (decode, prefill, hybrid):
+the median and worst |simulated / measured - 1| (``sim_vs_gpu_report``).
 
 The measured runs are not in git: ``--runs`` names their root (``<experiment>/multiruns/<sweep>/<job>/``,
-as the GPU suite writes it). ``--smoke`` measures four tiny pd_ratio runs and a tiny profile on this
-CPU first and compares against those: the same code path at CI size."""
+as the GPU suite writes it: ``paper/`` of its unpacked archive); the outputs go to a folder named for
+the lease, docs/sim/vs_gpu/<device>_<lease>/. ``--smoke`` measures tiny runs of every run kind and a
+tiny profile on this CPU first and compares against those: the same code path at CI size."""
 from __future__ import annotations
 
 import math
 import os
+import re
+import warnings
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
-import numpy as np
 import pandas as pd
 
 from sarathi_lab import provenance
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
-from sarathi_lab.bench.args import bench_parser
+from sarathi_lab.bench import sim_vs_gpu_report as report
+from sarathi_lab.bench.args import bench_parser, names_of
 from sarathi_lab.bench.sim_validate import (
     DOCS,
     SERVED,
     SMOKE_PROFILE,
     Run,
     batch_errors,
-    parity,
     profile,
     served_errors,
     verdict,
 )
-from sarathi_lab.engine.metrics import STALL, iteration_kinds, stalled
+from sarathi_lab.bench.task_tables import TABLES, paired
+from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
+from sarathi_lab.engine.metrics import iteration_kinds, stalled
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.environment import engine_kind
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
+from sarathi_lab.sim.cost_model import CostModel
+from sarathi_lab.sim.profile_model import profile_path
 
-COST_MODELS = ("roofline", "profile")
+COST_MODELS = SIM_COST_MODELS  # by default every one the simulator has; one that cannot run says why
+SERVE = "serve"
 LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
 # Keys of the measured run's command line its simulated rebuild sets itself (or must not inherit).
 _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
 # A measured run's keys that name it in the tables.
 _KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dtype")
-# The smoke's runs: pd_ratio at CI size on the tiny model, static then sarathi at two P:D ratios.
-_SMOKE = ["experiment=pd_ratio", "model=tiny", "device=cpu", "dtype=float32", "seq_len=48", "batch_size=2",
-          "chunk=16", "workload.num_requests=4", "logger=none", "on_existing=overwrite"]
+LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")  # gpu/collect.py's '<date>_<commit>'
+VS_GPU = DOCS / "vs_gpu"
+_TINY = ["model=tiny", "device=cpu", "dtype=float32", "logger=none", "on_existing=overwrite"]
+# The smoke's runs: pd_ratio at CI size on the tiny model, static then sarathi at two P:D ratios ...
+_SMOKE = ["experiment=pd_ratio", *_TINY, "seq_len=48", "batch_size=2", "chunk=16", "workload.num_requests=4"]
+# ... and one run of every other run kind the GPU suite measures, at CI size.
+_SMOKE_KINDS = {
+    "orca_compare": ["scheduler=orca", "seq_len=48", "batch_size=2", "chunk=16", "pd_ratio=4",
+                     "workload.num_requests=4", "workload.stagger=2"],
+    "per_token_cost": ["batch_size=2", "seq_len=32", "measure.reps=1"],
+    "decode_speedup": ["batch_size=2", "seq_len=32", "chunk=16", "measure.reps=1"],
+    "chunk_overhead": ["seq_len=48", "chunk=16", "pd_ratio=8", "measure.reps=1"],
+    "tile_quantization": ["seq_len=24", "pd_ratio=4", "measure.token_step=8", "measure.tile=16", "measure.reps=1"],
+}
+
+
+def comparable(task: str | None) -> bool:
+    """Whether a run of ``task`` has a comparison: served again, or its table's batches priced."""
+    return task == SERVE or task in TABLES
 
 
 def finished_runs(root: Path) -> tuple[list[Path], Counter]:
-    """The finished, measured (not simulated) serving runs under ``root``, in sweep order, and how many
-    of the other finished runs there were left out, by why (their experiment and task, or partial)."""
+    """The finished, measured (not simulated) runs under ``root`` that have a comparison, in sweep
+    order, and how many of the other finished runs there were left out, by why."""
     found, left_out = [], Counter()
     for metrics in sorted(root.glob(f"*/multiruns/*/*/{METRICS}"), key=natural_order):
         record = read_record(metrics)
@@ -57,8 +86,8 @@ def finished_runs(root: Path) -> tuple[list[Path], Counter]:
             left_out["partial (interrupted)"] += 1
         elif executor != "model":
             left_out[f"executor={executor}"] += 1
-        elif task != "serve":
-            left_out[f"{metrics.relative_to(root).parts[0]} (task={task}, not serving)"] += 1
+        elif not comparable(task):
+            left_out[f"{metrics.relative_to(root).parts[0]} (task={task}, no comparison)"] += 1
         else:
             found.append(metrics.parent)
     return found, left_out
@@ -66,7 +95,12 @@ def finished_runs(root: Path) -> tuple[list[Path], Counter]:
 
 def serving_runs(root: Path) -> list[Path]:
     """The finished, measured (not simulated) serving runs under ``root``, in sweep order."""
-    return finished_runs(root)[0]
+    return [run for run in finished_runs(root)[0] if read_record(run / METRICS)["config"].get("task") == SERVE]
+
+
+def run_kind(run_dir: Path, runs: Path) -> str:
+    """What the run is a run of: its sweep's experiment, the first folder under the results root."""
+    return run_dir.relative_to(runs).parts[0]
 
 
 def measured_engine(runs: list[Path]) -> str:
@@ -90,6 +124,23 @@ def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str
     return dest
 
 
+def refusals(runs: list[Path], device: str, cost_models) -> dict[tuple, str]:
+    """(model, dtype, cost model) -> why the simulator refuses that cost model on ``device`` (the cost
+    model's own ConfigError, e.g. ``calibrated`` on a device file without a calibration), for each
+    model and dtype the runs measured; absent where it runs."""
+    found = {}
+    for model, dtype in dict.fromkeys((c.get("model"), c.get("dtype"))
+                                      for c in (read_record(r / METRICS)["config"] for r in runs)):
+        for cost_model in cost_models:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the profile's note on what it models
+                    CostModel.for_device(device, model, cost_model, dtype)
+            except ConfigError as e:
+                found[model, dtype, cost_model] = str(e)
+    return found
+
+
 def load(run_dir: Path) -> Run:
     return Run(pd.read_parquet(run_dir / "iterations.parquet"), read_record(run_dir / METRICS)["summary"], math.nan)
 
@@ -101,64 +152,80 @@ def stalls(iterations: pd.DataFrame) -> pd.Series:
     return pd.Series(stalled(iterations.duration_s, kinds), index=iterations.index)
 
 
-def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progress=print):
-    """(one row per measured run and cost model, the iterations of identically batched runs with
-    their measured and simulated seconds)."""
-    rows, points = [], []
-    for run_dir in serving_runs(runs):
+def _errors(points: pd.DataFrame) -> dict:
+    """A run's iteration errors: median and worst |simulated / measured - 1|, a measured stall left out."""
+    kept = points[~points.stall] if len(points) else points
+    err = (kept.simulated_s / kept.measured_s - 1) if len(kept) else pd.Series(dtype=float)
+    return {"iter_median_abs_rel_err": err.abs().median(), "iter_worst_abs_rel_err": err.abs().max(),
+            "iter_median_rel_err": err.median()}
+
+
+def _serving(run_dir: Path, sim_dir: Path) -> tuple[dict, pd.DataFrame]:
+    """A serving run beside its rebuild: batches, iteration times (where the batches were the same) and
+    served latencies."""
+    real, sim = load(run_dir), load(sim_dir)
+    stall = stalls(real.iterations)
+    row = {"iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)} | batch_errors(real, sim)
+    row |= {"real_stall_iterations": int(stall.sum()), "real_stall_s": float(real.iterations.duration_s[stall].sum())}
+    row |= served_errors(real, sim, LATENCIES) | {f"{k}_sim": sim.summary[k] for k in LATENCIES}
+    if not row["identical_batches"]:
+        return row, pd.DataFrame()
+    it = real.iterations
+    return row, pd.DataFrame({"kind": iteration_kinds(it.num_prefill_tokens, it.num_decode_tokens),
+                              "label": [f"iteration {i}" for i in range(len(it))], "num_tokens": it.num_tokens,
+                              "measured_s": it.duration_s, "simulated_s": sim.iterations.duration_s.to_numpy(),
+                              "stall": stall.to_numpy()})
+
+
+def _measured(run_dir: Path, sim_dir: Path, task: str) -> tuple[dict, pd.DataFrame]:
+    """A measurement task's run beside its rebuild: its table's rows, each the same batch priced."""
+    name = TABLES[task].name
+    real, sim = (pd.read_parquet(d / f"{name}.parquet") for d in (run_dir, sim_dir))
+    points, same = paired(task, real, sim)
+    return ({"iterations_real": len(TABLES[task].points(real)), "iterations_sim": len(TABLES[task].points(sim)),
+             "identical_batches": same}, points.assign(stall=False))
+
+
+class Comparison(NamedTuple):
+    table: pd.DataFrame  # one row per compared run and cost model
+    points: pd.DataFrame  # every compared iteration (or task quantity), measured and simulated seconds
+    unavailable: pd.DataFrame  # per run kind and cost model that could not run: how many runs, why
+
+
+def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progress=print) -> Comparison:
+    """Every comparable run under ``runs`` rebuilt on ``device`` under each of ``cost_models`` that the
+    simulator runs there (into ``work``), and paired with it; ``progress`` gets one line per run and model."""
+    rows, points, missing = [], [], Counter()
+    compared = finished_runs(runs)[0]
+    refused = refusals(compared, device, cost_models)
+    for run_dir in compared:
         record = read_record(run_dir / METRICS)
-        real = load(run_dir)
-        ident = {"experiment": record["config"].get("experiment"), "job": run_dir.name,
-                 **{k: record["config"].get(k) for k in _KEYS},
-                 "measured_on": record["environment"].get("device_name"),
+        config, kind = record["config"], run_kind(run_dir, runs)
+        ident = {"run_kind": kind, "task": config.get("task"), "job": run_dir.name,
+                 **{k: config.get(k) for k in _KEYS}, "measured_on": record["environment"].get("device_name"),
                  "measured_timing_unreliable": bool(record["environment"].get("timing_unreliable"))}
-        stalled = stalls(real.iterations)
         for model in cost_models:
-            sim = load(simulate(run_dir, runs, work, device, model))
-            row = ident | {"cost_model": model, "iterations_real": len(real.iterations),
-                           "iterations_sim": len(sim.iterations)} | batch_errors(real, sim)
-            row |= {"real_stall_iterations": int(stalled.sum()),
-                    "real_stall_s": float(real.iterations.duration_s[stalled].sum())}
-            row |= served_errors(real, sim, LATENCIES)
-            row |= {f"{k}_sim": sim.summary[k] for k in LATENCIES}
+            if why := refused.get((config.get("model"), config.get("dtype"), model)):
+                missing[kind, model, why] += 1
+                continue
+            sim_dir = simulate(run_dir, runs, work, device, model)
+            row, its = _serving(run_dir, sim_dir) if ident["task"] == SERVE else _measured(run_dir, sim_dir,
+                                                                                             ident["task"])
+            row = ident | {"cost_model": model, "points": len(its)} | row | _errors(its)
             rows.append(row)
-            if row["identical_batches"]:
-                it = real.iterations
-                points.append(pd.DataFrame({"job": run_dir.name, "scheduler": ident["scheduler"], "cost_model": model,
-                                            "kind": iteration_kinds(it.num_prefill_tokens, it.num_decode_tokens),
-                                            "num_tokens": it.num_tokens, "stall": stalled.to_numpy(),
-                                            "num_decode_tokens": it.num_decode_tokens, "measured_s": it.duration_s,
-                                            "simulated_s": sim.iterations.duration_s.to_numpy()}))
-            progress(f"{ident['experiment']}/{run_dir.name.split('_')[0]} {ident['scheduler']} chunk {ident['chunk']} "
-                     f"P:D {ident['pd_ratio']}, {model}: {verdict(row)}")
-    return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
-
-
-def summarize(table: pd.DataFrame) -> pd.DataFrame:
-    """Per cost model: how many runs batched identically, the spread of the per-run iteration
-    errors and of each served metric's error over the runs."""
-    out = []
-    for model, group in table.groupby("cost_model", sort=False):
-        row = {"cost_model": model, "runs": len(group), "identical_batches": int(group.identical_batches.sum())}
-        for key in ("iter_median_abs_rel_err", *(f"{k}_rel_err" for k in LATENCIES)):
-            values = group.get(key, pd.Series(dtype=float))
-            row |= {f"{key}_median": values.median(), f"{key}_min": values.min(), f"{key}_max": values.max()}
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def by_kind(points: pd.DataFrame) -> pd.DataFrame:
-    """The iterations by cost model, kind (decode, prefill, hybrid) and size (up to a
-    chunk or whole prompts): medians of the measured and simulated times and of the error."""
-    err = points.simulated_s / points.measured_s - 1
-    size = np.where(points.num_tokens > 512, "513+ tokens", "1-512 tokens")
-    frame = points.assign(rel_err=err, abs_rel_err=err.abs(), tokens=size)
-    return (frame.groupby(["cost_model", "kind", "tokens"], sort=False)
-            .agg(iterations=("rel_err", "size"), measured_ms=("measured_s", "median"),
-                 simulated_ms=("simulated_s", "median"), median_rel_err=("rel_err", "median"),
-                 median_abs_rel_err=("abs_rel_err", "median"))
-            .assign(measured_ms=lambda f: f.measured_ms * 1e3, simulated_ms=lambda f: f.simulated_ms * 1e3)
-            .reset_index())
+            if len(its):
+                points.append(its.assign(run_kind=kind, task=ident["task"], job=run_dir.name, cost_model=model))
+            said = (verdict(row) if ident["task"] == SERVE else
+                    f"rows identical {row['identical_batches']}, iteration error {row['iter_median_abs_rel_err']:.1%}")
+            progress(f"{kind}/{run_dir.name.split('_')[0]} {ident['task']}, {model}: {said} "
+                     f"(worst {row['iter_worst_abs_rel_err']:.1%})")
+    for (kind, model, why), n in missing.items():
+        progress(f"{kind}: {model} not compared ({n} run(s)): {why}")
+    unavailable = pd.DataFrame([{"run_kind": k, "cost_model": m, "runs": n, "status": f"unavailable: {why}"}
+                                for (k, m, why), n in missing.items()],
+                               columns=["run_kind", "cost_model", "runs", "status"])
+    return Comparison(pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
+                      unavailable)
 
 
 def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -175,109 +242,94 @@ def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame
     return table, claims.claims_table(measured, simulated, only=["pd_ratio"])
 
 
-def figure(points: pd.DataFrame, table: pd.DataFrame, gain: pd.DataFrame | None, title: str, path: Path) -> None:
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
-
-    panels = 3 if gain is not None and len(gain) else 2
-    fig = Figure(figsize=(5 * panels, 4.6))
-    axes = fig.subplots(1, panels)
-    colours = dict(zip(COST_MODELS, ("tab:orange", "tab:blue")))
-    left = axes[0]
-    for model, group in points.groupby("cost_model", sort=False):
-        kept, stalled = group[~group.stall], group[group.stall]
-        left.scatter(kept.measured_s * 1e3, kept.simulated_s * 1e3, s=4, alpha=0.35, color=colours.get(model),
-                     label=model, rasterized=True)
-        left.scatter(stalled.measured_s * 1e3, stalled.simulated_s * 1e3, s=30, marker="x", color=colours.get(model))
-    if points.stall.any():
-        left.scatter([], [], s=15, marker="x", color="k", label=f"measured stall (> {STALL:g}x its kind's median)")
-    parity(left, points.measured_s, points.simulated_s, "every iteration (identical batches)", "simulated = measured")
-    left.legend(fontsize=8, markerscale=2)
-    middle, keys = axes[1], ["makespan_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "itl_p50_s", "itl_p99_s"]
-    for i, model in enumerate(m for m in COST_MODELS if m in set(table.cost_model)):
-        rows = table[table.cost_model == model]
-        for j, key in enumerate(keys):
-            x = j + (i - 0.5) * 0.3 + np.linspace(-0.08, 0.08, len(rows))
-            middle.scatter(x, 100 * rows[f"{key}_rel_err"], s=10, color=colours.get(model),
-                           label=model if j == 0 else None)
-    middle.axhline(0, color="k", lw=0.8)
-    middle.axhspan(-10, 10, color="0.9", zorder=-1, label="within 10%")
-    middle.set_xticks(range(len(keys)), [k.removesuffix("_s") for k in keys], rotation=25, fontsize=8)
-    middle.set(ylabel="simulated / measured - 1 (%)", title=f"served metrics, {table.job.nunique()} runs")
-    middle.legend(fontsize=8)
-    if panels == 3:
-        right = axes[2]
-        for chunk, group in gain.groupby("chunk"):
-            style = "-" if chunk == gain.chunk.min() else "--"
-            group = group.sort_values("pd_ratio")
-            right.plot(group.pd_ratio, group.measured, style, color="k", marker="o", label=f"measured, chunk {chunk:g}")
-            for model in (m for m in COST_MODELS if m in group):
-                right.plot(group.pd_ratio, group[model], style, color=colours[model], marker="s", ms=4,
-                           label=f"{model}, chunk {chunk:g}")
-        right.axhline(1, color="0.5", lw=0.8)
-        right.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="sarathi throughput / static's (x)",
-                  title="pd_ratio: gain over the baseline")
-        ratios = sorted(gain.pd_ratio.unique())
-        right.set_xticks(ratios, [f"{r:g}" for r in ratios])
-        right.minorticks_off()
-        right.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-
-
 def _smoke_runs(root: Path) -> None:
-    """Four tiny pd_ratio runs measured on this CPU, laid out as a sweep."""
+    """Four tiny pd_ratio runs and one of every other run kind, measured on this CPU, laid out as sweeps."""
     for i, (ratio, scheduler) in enumerate((r, s) for r in (4, 16) for s in ("static", "sarathi")):
         run_in_process([*_SMOKE, f"pd_ratio={ratio}", f"scheduler={scheduler}"],
                        root / "pd_ratio" / "multiruns" / "smoke" / f"{i}_pd_ratio={ratio},scheduler={scheduler}")
+    for kind, overrides in _SMOKE_KINDS.items():
+        run_in_process([f"experiment={kind}", *_TINY, *overrides], root / kind / "multiruns" / "smoke" / "0_tiny")
 
 
-def outputs(out: Path, stem: str) -> list[Path]:
-    """Every file main writes for ``stem``."""
-    return [out / f"{stem}{part}" for part in (".csv", "_summary.csv", "_gains.csv", "_claims.csv",
-                                                "_iterations.csv", ".png")]
+OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv", "claims.csv", "errors.png")
 
 
-def comparison_provenance(runs: list[Path], device: str) -> provenance.Provenance:
+def outputs(out: Path) -> list[Path]:
+    """Every file main writes into ``out``."""
+    return [out / name for name in OUTPUTS]
+
+
+def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS,
+                          lease: str = "") -> provenance.Provenance:
     """The comparison's: the simulated device and cost models, the machines that measured the runs, what
-    their engine was and the commits the runs ran at."""
+    their engine was, the lease and the commits the runs ran at (where no run recorded one, the lease's:
+    the GPU suite ran every step of a lease at the commit it names)."""
     envs = [read_record(run / METRICS)["environment"] for run in runs]
-    return provenance.Provenance(f"simulated {device} ({'+'.join(COST_MODELS)}) against measured runs "
+    commit = provenance.commits(e.get("git_commit") for e in envs)
+    if commit == provenance.UNRECORDED and lease:
+        commit = lease.partition("_")[2]
+    return provenance.Provenance(f"simulated {device} ({'+'.join(cost_models)}) against measured runs "
                                  f"({engine_kind(envs)})",
-                                 machine="+".join(sorted({str(e.get("device_name")) for e in envs})),
-                                 commit=provenance.commits(e.get("git_commit") for e in envs),
-                                 writer="python -m sarathi_lab.bench sim_vs_gpu")
+                                 machine="+".join(sorted({str(e.get("device_name")) for e in envs})), lease=lease,
+                                 commit=commit, writer="python -m sarathi_lab.bench sim_vs_gpu")
+
+
+def _shown(path: Path) -> str:
+    """A path as the docs name it: relative to the repository where it lies in it."""
+    path = Path(path).absolute()
+    return str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path)
+
+
+def _title(table: pd.DataFrame, compared: list[Path], device: str, cost_models, tables: list[str]) -> str:
+    first, engine = table.iloc[0], measured_engine(compared)
+    title = (f"Simulator ({', '.join(cost_models)}; sim_device={device}) against this engine measured on "
+             f"{first['measured_on']}: {first['model']}, {first['dtype']}, {engine}")
+    if tables:
+        title += f"\nprofile reads {', '.join(tables)}"
+    return title + (f"\nmeasured side: this engine ({engine}), not the hardware's limit" if device != "cpu" else "")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--runs", type=Path, default=None, help="the measured runs' results root (required "
                         "unless --smoke): <experiment>/multiruns/<sweep>/<job>/")
+    parser.add_argument("--lease", default=None, help="the GPU lease the runs come from, <date>_<commit> as "
+                        "docs/gpu/<device>/<lease>/ names it: names the output folder and is recorded")
     parser.add_argument("--out", type=Path, default=None, help="where the tables and figure go "
-                        "(default docs/sim; with --smoke sim_vs_gpu_smoke)")
-    parser.add_argument("--work", type=Path, default=None, help="where the simulated runs go "
-                        "(default outputs/sim_vs_gpu; with --smoke OUT/work)")
+                        "(default docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)")
+    parser.add_argument("--work", type=Path, default=None, help="where the simulated runs and every compared "
+                        "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke OUT/work)")
     parser.add_argument("--device", default="h200", help="the simulated device: the one the runs were measured on")
+    parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS), default=list(COST_MODELS),
+                        help="the cost models to compare, comma-separated; one the device cannot run is reported")
     parser.add_argument("--smoke", action="store_true", help="measure tiny runs and a profile on this CPU first "
                         "and compare against them (device cpu)")
     parser.add_argument("--force", action="store_true",
-                        help="replace a comparison of other runs (another machine or commit) in OUT")
+                        help="replace a comparison of other runs (another machine, lease or commit) in OUT")
     args = parser.parse_args(argv)
-    out = args.out or (Path("sim_vs_gpu_smoke") if args.smoke else DOCS)
-    work = args.work or (out / "work" if args.smoke else Path("outputs") / "sim_vs_gpu")
-    device, runs = ("cpu", out / "measured") if args.smoke else (args.device, args.runs)
-    if runs is None:
+    cost_models = list(dict.fromkeys(args.cost_model))
+    if args.lease is not None and not LEASE.fullmatch(args.lease):
+        parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as docs/gpu/<device>/ names a "
+                     "lease (e.g. 2026-11-27_9e2ae41)")
+    device, runs = ("cpu", None) if args.smoke else (args.device, args.runs)
+    if args.smoke:
+        out = args.out or Path("sim_vs_gpu_smoke")
+        runs = out / "measured"
+    elif runs is None:
         parser.error("--runs is required (the measured runs' results root), unless --smoke")
-    if not args.smoke and not serving_runs(runs):
-        parser.error(f"--runs {runs} is invalid: it holds no finished measured serving run "
-                     "(<experiment>/multiruns/<sweep>/<job>/metrics.json with task serve)")
-    stem = f"validation_{device}"
+    elif not finished_runs(runs)[0]:
+        parser.error(f"--runs {runs} is invalid: it holds no finished measured run with a comparison "
+                     f"(<experiment>/multiruns/<sweep>/<job>/metrics.json with task serve or "
+                     f"{', '.join(TABLES)})")
+    elif args.out is None and args.lease is None:
+        parser.error("--lease is required unless --out: the outputs go to docs/sim/vs_gpu/<device>_<lease>/")
+    else:
+        out = args.out or VS_GPU / f"{device}_{args.lease}"
+    work = args.work or (out / "work" if args.smoke else Path("outputs") / "sim_vs_gpu")
     if not args.smoke:
-        try:
-            provenance.check(dict.fromkeys(outputs(out, stem), comparison_provenance(serving_runs(runs), device)),
-                             args.force, "--force replaces them; --out DIR writes elsewhere")
-        except provenance.ReplaceRefused as e:
-            parser.error(str(e))
+        provenance.check_or_refuse(parser, dict.fromkeys(outputs(out), comparison_provenance(
+            finished_runs(runs)[0], device, cost_models, args.lease or "")),
+            args.force, "--force replaces them; --out DIR writes elsewhere")
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:  # never the committed profiles: the tiny one is measured into OUT
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
@@ -287,24 +339,39 @@ def main(argv: list[str] | None = None) -> None:
     total = len(compared) + sum(left_out.values())
     print(f"comparing {len(compared)} of {total} finished runs under {runs}"
           + ("; left out: " + ", ".join(f"{n} {why}" for why, n in left_out.items()) if left_out else ""), flush=True)
-    table, points = compare(runs, work, device, progress=lambda m: print(m, flush=True))
-    table.to_csv(out / f"{stem}.csv", index=False, float_format="%.4g")
-    summarize(table).to_csv(out / f"{stem}_summary.csv", index=False, float_format="%.4g")
+    refused = refusals(compared, device, cost_models)
+    tables = sorted({_shown(profile_path(device, c.get("model"))) for c in
+                     (read_record(r / METRICS)["config"] for r in compared)
+                     if "profile" in cost_models and (c.get("model"), c.get("dtype"), "profile") not in refused})
+    for table_path in tables:
+        print(f"the profile cost model reads {table_path}", flush=True)
+    result = compare(runs, work, device, cost_models, progress=lambda m: print(m, flush=True))
+    table, points = result.table, result.points
+    written = [out / "runs.csv", out / "iteration_errors.csv", out / "serving_errors.csv"]
+    table.to_csv(written[0], index=False, float_format="%.4g")
+    errors = report.iteration_errors(points, result.unavailable)
+    errors.to_csv(written[1], index=False, float_format="%.4g")
+    serving = report.serving_errors(table)
+    serving.to_csv(written[2], index=False, float_format="%.4g")
     gain = None
-    if (runs / "pd_ratio").is_dir():
-        gain, claim_rows = gains(runs, work)
-        gain.to_csv(out / f"{stem}_gains.csv", index=False, float_format="%.4g")
-        claim_rows.to_csv(out / f"{stem}_claims.csv", index=False)
-    if not points.empty:
-        by_kind(points).to_csv(out / f"{stem}_iterations.csv", index=False, float_format="%.4g")
-        first = table.iloc[0]
-        engine = measured_engine(compared)
-        title = (f"Simulator ({' and '.join(COST_MODELS)} cost models, sim_device={device})\nagainst this engine "
-                 f"measured on {first['measured_on']}: {first['model']}, {first['dtype']}, {engine}"
-                 + (f"\nmeasured side: this engine ({engine}), not the hardware's limit" if device != "cpu" else ""))
-        figure(points, table, gain, title, out / f"{stem}.png")
-    provenance.record({path: comparison_provenance(compared, device) for path in outputs(out, stem) if path.is_file()})
-    print(f"wrote {out / f'{stem}.csv'} ({table.job.nunique()} runs x {len(COST_MODELS)} cost models)")
+    ran = [m for m in cost_models if len(table) and m in set(table.cost_model)]
+    if (runs / "pd_ratio").is_dir() and ran:
+        gain, claim_rows = gains(runs, work, ran)
+        gain.to_csv(out / "gains.csv", index=False, float_format="%.4g")
+        claim_rows.to_csv(out / "claims.csv", index=False)
+        written += [out / "gains.csv", out / "claims.csv"]
+    if len(points):
+        work.mkdir(parents=True, exist_ok=True)
+        points.to_csv(work / "points.csv", index=False, float_format="%.5g")
+        report.figure(points, errors, table, gain, _title(table, compared, device, ran, tables), out / "errors.png")
+        written.append(out / "errors.png")
+    prov = comparison_provenance(compared, device, cost_models, args.lease or "")
+    provenance.record(dict.fromkeys(written, prov))
+    print(f"wrote {', '.join(p.name for p in written)} into {out} ({len(compared)} runs x {len(ran)} cost models)")
+    shown = errors[errors.status == "compared"]
+    if len(shown):
+        print(shown[["run_kind", "cost_model", "kind", "points", "median_rel_err", "median_abs_rel_err",
+                     "worst_abs_rel_err"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 if __name__ == "__main__":
