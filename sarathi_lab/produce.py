@@ -3,6 +3,7 @@
     python -m sarathi_lab.produce                     # all of them, CPU defaults (~30 min)
     python -m sarathi_lab.produce pd_ratio --scale ci -o device.num_threads=1
     python -m sarathi_lab.produce --sim               # the paper's shapes, simulated (outputs/sim)
+    python -m sarathi_lab.gpu --own                   # the paper on your own GPU (docs/gpu/README.md)
 
 Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME`` (``--sim``:
 ``experiment=sim/NAME``, predictions of the calibrated cost model, not measurements), into
@@ -97,6 +98,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="run on the simulator at the paper's shapes "
                              "(experiment=sim/NAME; at --scale ci the quick set)")
     args = parser.parse_args(argv)
+    if device := next((n for n in args.names if n.startswith("device=")), None):
+        # The GPU's paper is the GPU suite's (its kernel, engine and profile steps besides the sweeps).
+        parser.error(f"{device} is invalid here: the paper on your own GPU is `python -m sarathi_lab.gpu --own` "
+                     "(every GPU step at the paper's setting, resumable; docs/gpu/README.md); produce runs the "
+                     "experiments at this CPU's sizes (-o device=cuda runs those on a GPU)")
     unknown = sorted(set(args.names) - set(known))
     if unknown:
         parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(known)}")

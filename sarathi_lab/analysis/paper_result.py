@@ -17,6 +17,16 @@ class GpuPart:
 
 
 @dataclass(frozen=True)
+class Unscaled:
+    """A GpuRun's sweep at the paper's setting, where the lease's is scaled down to fit its calls: what
+    ``python -m sarathi_lab.gpu --own`` runs on a researcher's own GPU, which has no call budget.
+    ``overrides`` and ``parts`` replace the GpuRun's (Hydra refuses a key given twice)."""
+    overrides: str
+    minutes: float        # expected, by the arithmetic beside it (GpuRun.minutes' sources, scaled up)
+    parts: tuple[GpuPart, ...] = ()
+
+
+@dataclass(frozen=True)
 class GpuRun:
     """The result's sweep on one GPU: gpu/plan.py's PAPER_COMMON with ``overrides``; ``dry``: the
     one tiny CPU job of the suite's dry run. ``parts``: the steps the sweep is split into where one
@@ -26,6 +36,7 @@ class GpuRun:
     dry: str
     order: int            # where it runs in the suite (gpu/plan.py orders the profile steps by it too)
     parts: tuple[GpuPart, ...] = ()
+    unscaled: Unscaled | None = None   # None: ``overrides`` are already the paper's setting
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     python -m sarathi_lab.gpu --plan                       # steps, expected minutes, how they fill calls
     python -m sarathi_lab.gpu --dry-run                    # every step on the CPU at tiny shapes
     python -m sarathi_lab.gpu --out outputs/gpu --restore .gpu/suite.tar.gz   # on the GPU machine
+    python -m sarathi_lab.gpu --own            # your own GPU: the paper's setting, no budget, one folder
 
 The driver does no device work: a worker process runs the steps, and a fresh one follows a worker
 that dies, so a crash or a broken CUDA context costs one step, not the call.
@@ -20,9 +21,10 @@ from pathlib import Path
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import REPO_ROOT
-from sarathi_lab.gpu import state
+from sarathi_lab.gpu import own, state
 from sarathi_lab.gpu.context import wait_or_stop
-from sarathi_lab.gpu.plan import BY_NAME, Step, format_plan, named, select
+from sarathi_lab.gpu.plan import Step, by_name, format_plan, named, select
+from sarathi_lab.gpu.progress import POLL_S, Progress
 from sarathi_lab.gpu.worker import RESTART
 
 # What a worker gets after SIGTERM to save its partial results before it is killed.
@@ -48,15 +50,28 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
             state.write_result(out, state.StepResult(step.name, "incomplete", began, time.time() - began, error=why))
 
 
-def run_worker(job: dict) -> int:
-    """worker.main's JSON ``job``; its exit status, -SIGTERM where it outran the job's deadline."""
+def run_worker(job: dict, watch: Progress | None = None) -> int:
+    """worker.main's JSON ``job``; its exit status, -SIGTERM where it outran the job's deadline.
+    ``watch``: printed every POLL_S while it runs (a job without a deadline). Interrupted (Ctrl-C,
+    own.Stopped), the worker's group is stopped as at a deadline, so its runs save what they measured."""
     # Random weights are drawn in float32 and cast one by one: expandable segments let the freed
     # float32 pages go back before the KV cache (one large tensor) is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"} | dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.gpu.worker", json.dumps(job)], cwd=REPO_ROOT,
                             env=env, start_new_session=True)
     deadline = job["deadline"]
-    code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
+    try:
+        while watch is not None and deadline is None and proc.poll() is None:
+            try:
+                proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            for line in watch.poll():
+                print(line, flush=True)
+        code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
+    except (KeyboardInterrupt, own.Stopped):
+        wait_or_stop(proc, 0.001, GRACE_S)
+        raise
     return -signal.SIGTERM if code is None else code
 
 
@@ -68,49 +83,9 @@ def print_table(out: Path, names: list[str]) -> None:
         print(f"{r.step:28} {r.status:11} {r.seconds:6.0f}  {r.error or shown}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
-                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
-    parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
-    parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
-    parser.add_argument("--out", type=Path, default=None, help="results (default outputs/gpu, or outputs/gpu-dry)")
-    parser.add_argument("--budget-min", type=float, default=None,
-                        help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a GPU, none dry)")
-    parser.add_argument("--restore", type=Path, default=None,
-                        help="an earlier call's suite.tar.gz: its files the out directory lacks are restored")
-    parser.add_argument("--retry-failed", action="store_true", help="rerun steps that failed before")
-    args = parser.parse_args(argv)
-    try:
-        steps = select(args.steps)
-    except ValueError as e:
-        parser.error(str(e))
-    budget = args.budget_min if args.budget_min is not None else (None if args.dry_run else GPU_BUDGET_MIN)
-    if budget is not None and not 0 < budget < float("inf"):
-        parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
-    if args.plan:
-        print(format_plan(steps, budget or GPU_BUDGET_MIN))
-        return 0
-    out = (args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")).resolve()
-    try:  # here, not in the worker: the driver writes the summary even when no worker gets that far
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
-    export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
-    if args.restore and not args.restore.exists():
-        print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")
-    elif args.restore:
-        try:
-            print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
-        except ValueError as e:
-            parser.error(str(e))
-    deadline = time.time() + budget * 60 if budget else None
-    names = [s.name for s in steps]
-    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T")}
-    job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
-    todo = pending(out, steps, named(args.steps), args.retry_failed)
-    stalled = False
-    print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
+def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
+              watch: Progress | None) -> bool:
+    """Workers until ``todo`` is settled or the budget ends; True where one died before settling any step."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
@@ -119,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
             break
         worker_start = time.time()
-        code = run_worker(job | {"steps": [s.name for s in todo]})
+        code = run_worker(job | {"steps": [s.name for s in todo]}, watch)
         out_of_time = bool(deadline) and time.time() >= deadline
         if code not in (0, RESTART):
             record_killed(out, todo, worker_start, f"worker ended with {code}" +
@@ -131,17 +106,99 @@ def main(argv: list[str] | None = None) -> int:
             # It died before a step began (unwritable --out, broken import): a fresh worker would
             # die the same way, one interpreter start after another until the budget ran out.
             print(f"[gpu] the worker ended with {code} before it settled any step; not restarted (its error is above)")
-            stalled = True
-            break
+            return True
         todo = left
         if code == 0 or out_of_time:
             break
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
+                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
+    parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
+    parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results (default outputs/gpu, or outputs/gpu-dry; --own: outputs/paper_gpu/<device>/)")
+    parser.add_argument("--budget-min", type=float, default=None,
+                        help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a GPU, none dry)")
+    parser.add_argument("--restore", type=Path, default=None,
+                        help="an earlier call's suite.tar.gz: its files the out directory lacks are restored")
+    parser.add_argument("--retry-failed", action="store_true", help="rerun steps that failed before")
+    parser.add_argument("--own", action="store_true",
+                        help="your own GPU: every step at the paper's setting, no call budget, a progress line a "
+                             "job with the time left; claims and figures in outputs/paper_gpu/<device>/")
+    args = parser.parse_args(argv)
+    if args.own and (args.budget_min is not None or args.restore):
+        parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid with --own: "
+                     "a run on your own GPU has no call budget and no archive to resume from (its folder is)")
+    try:
+        steps = select(args.steps, unscaled=args.own)
+    except ValueError as e:
+        parser.error(str(e))
+    budget = args.budget_min if args.budget_min is not None else (None if args.dry_run or args.own else GPU_BUDGET_MIN)
+    if budget is not None and not 0 < budget < float("inf"):
+        parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
+    if args.plan:
+        print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
+        return 0
+    try:
+        if args.own:
+            folder = own.device_folder(args.dry_run)  # refuses a machine without a GPU, --out or not
+            out = args.out or own.ROOT / folder
+            own.check_out(out)
+        else:
+            out = args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")
+    except ValueError as e:
+        parser.error(str(e))
+    out = out.resolve()
+    try:  # here, not in the worker: the driver writes the summary even when no worker gets that far
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
+    # $OUT is a lent machine's way back; an own run's folder is its result.
+    export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") and not args.own else None
+    if args.restore and not args.restore.exists():
+        print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")
+    elif args.restore:
+        try:
+            print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
+        except ValueError as e:
+            parser.error(str(e))
+    deadline = time.time() + budget * 60 if budget else None
+    names = [s.name for s in steps]
+    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T"),
+             "own": args.own}
+    job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
+    todo = pending(out, steps, named(args.steps), args.retry_failed)
+    stalled = interrupted = False
+    print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
+    watch = None
+    if args.own:
+        own.stop_on_sigterm()
+        watch = Progress(out, todo, args.dry_run)
+        if todo:
+            print(f"[own] {len(todo)} steps to run, {sum(s.minutes for s in todo):.0f} min expected by the plan; "
+                  "Ctrl-C stops, the same command resumes", flush=True)
+    began = time.time()
+    try:
+        stalled = run_steps(job, todo, out, deadline, budget, watch)
+    except (KeyboardInterrupt, own.Stopped):
+        record_killed(out, todo, began, "interrupted")
+        interrupted = True
     # Every step with a result, this call's or an earlier one's: the summary is the suite's, not the call's.
-    state.write_summary(out, list(BY_NAME), suite)
+    state.write_summary(out, list(by_name(args.own)), suite)
     for note in state.export(out, export):
         print(f"[gpu] {note}")
     print_table(out, names)
     code = exit_code(out, names)
+    if watch is not None:
+        for line in [*watch.poll(), *own.results_note(out)]:
+            print(f"[own] {line}" if not line.startswith("[own]") else line)
+    if interrupted:
+        print("[gpu] interrupted: the same command resumes (finished steps and sweep jobs are kept)")
+        return 130
     # Not 3 ("more to run"): the same call again would stall the same way.
     return 1 if stalled else code
 

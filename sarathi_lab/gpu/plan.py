@@ -62,13 +62,14 @@ HEAD: tuple[Step, ...] = (
 )
 
 
-def build_steps() -> tuple[Step, ...]:
-    """HEAD, then the registered results' sweeps and the profiles in their order."""
+def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
+    """HEAD, then the registered results' sweeps and the profiles in their order; ``unscaled``: each
+    sweep at the paper's setting where its GpuRun has one (an own GPU's, without a call budget)."""
+    runs = [(r, (r.gpu.unscaled or r.gpu) if unscaled else r.gpu) for r in registry.RESULTS if r.gpu is not None]
     papers = [(r.gpu.order, Step(".".join(filter(None, ("paper", r.name, part.name))), part.minutes,
-                                 f"experiment={r.name} {r.gpu.overrides} {part.overrides}".rstrip(), r.name,
-                                 tuple(f"{r.gpu.overrides} {part.overrides}".split())))
-              for r in registry.RESULTS if r.gpu is not None
-              for part in (r.gpu.parts or (GpuPart("", "", r.gpu.minutes),))]
+                                 f"experiment={r.name} {run.overrides} {part.overrides}".rstrip(), r.name,
+                                 tuple(f"{run.overrides} {part.overrides}".split())))
+              for r, run in runs for part in (run.parts or (GpuPart("", "", run.minutes),))]
     profiles = [(order, Step(f"profile.{model}", minutes,
                              f"task=profile for {model}, bf16, chunk<=512, batch<=18, "
                              f"context<={PROFILE_SEQ_LEN[model]}, token step 16 (tile pairs at every 128) "
@@ -81,6 +82,16 @@ def build_steps() -> tuple[Step, ...]:
 STEPS: tuple[Step, ...] = build_steps()
 BY_NAME = {s.name: s for s in STEPS}
 GROUPS = tuple(dict.fromkeys(s.group for s in STEPS))
+# What `--own` runs: the same steps, each paper sweep at the paper's setting.
+UNSCALED_STEPS: tuple[Step, ...] = build_steps(unscaled=True)
+
+
+def steps_of(unscaled: bool) -> tuple[Step, ...]:
+    return UNSCALED_STEPS if unscaled else STEPS
+
+
+def by_name(unscaled: bool) -> dict[str, Step]:
+    return {s.name: s for s in steps_of(unscaled)}
 
 
 def named(spec: str | None) -> set[str]:
@@ -93,18 +104,19 @@ def _result_of(step: Step) -> str:
     return f"{step.group}.{step.arg}" if step.group == "paper" else step.name
 
 
-def select(spec: str | None) -> list[Step]:
+def select(spec: str | None, unscaled: bool = False) -> list[Step]:
     """Steps named by ``spec`` (comma-separated names, groups such as ``paper``, or ``paper.<name>`` of a
-    result split into parts), in suite order."""
+    result split into parts), in suite order; ``unscaled``: of UNSCALED_STEPS."""
+    steps = steps_of(unscaled)
     if not spec:
-        return list(STEPS)
+        return list(steps)
     wanted = named(spec)
-    known = {*BY_NAME, *GROUPS, *map(_result_of, STEPS)}
+    known = {*(s.name for s in steps), *GROUPS, *map(_result_of, steps)}
     unknown = sorted(w for w in wanted if w not in known)
     if unknown:
         raise ValueError(f"--steps={spec!r} is invalid: {unknown[0]!r} is no step; allowed: "
-                         f"{', '.join(GROUPS)} or one of {', '.join(BY_NAME)}")
-    return [s for s in STEPS if s.name in wanted or s.group in wanted or _result_of(s) in wanted]
+                         f"{', '.join(GROUPS)} or one of {', '.join(s.name for s in steps)}")
+    return [s for s in steps if s.name in wanted or s.group in wanted or _result_of(s) in wanted]
 
 
 def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
@@ -123,12 +135,17 @@ def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
     return calls
 
 
-def format_plan(steps: list[Step], budget_min: float) -> str:
+def format_plan(steps: list[Step], budget_min: float | None) -> str:
+    """The steps, their minutes and total; with ``budget_min``, the calls that hold them."""
     w = max([28, *(len(s.name) + 1 for s in steps)])
     lines = [f"{'step':{w}} {'min':>5}  what"]
     lines += [f"{s.name:{w}} {s.minutes:5.1f}  {s.what}" for s in steps]
     total = sum(s.minutes for s in steps)
     lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and H100's; else estimates)")
+    if budget_min is None:
+        lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's settings: each "
+                     "result's arithmetic from the lease's measured jobs, in its module)")
+        return "\n".join(lines)
     lines.append(f"\ncalls of {budget_min:g} min (the device tool runs a command for at most 10):")
     for i, call in enumerate(pack(steps, budget_min), 1):
         lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  {', '.join(s.name for s in call)}")

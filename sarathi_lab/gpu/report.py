@@ -98,15 +98,17 @@ def overhead_figure(out: Path) -> bool:
     return True
 
 
-def paper_report(out: Path) -> list[str]:
-    """Each experiment's figure and the claims table (claims.csv) from the runs under <out>/paper."""
+def paper_report(out: Path, dry_run: bool = False) -> list[str]:
+    """Each experiment's figure and the claims table (claims.csv, claims.md) from the runs under <out>/paper.
+    A dry run keeps the runs that waited for a CPU: it checks that every figure and claim can be made, and
+    its tiny runs' times mean nothing either way."""
     from sarathi_lab.analysis import claims, registry
     from sarathi_lab.analysis.runs import Results
 
     root = out / "paper"
     if not root.is_dir():
         return []
-    results, notes, rows = Results(root), [], []
+    results, notes, rows = Results(root, include_unreliable=dry_run), [], []
     for result in registry.RESULTS:
         name = result.name
         if not (root / name).is_dir():
@@ -122,12 +124,31 @@ def paper_report(out: Path) -> list[str]:
             plt.close("all")
             notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200])
     if rows:
-        pd.DataFrame(rows, columns=claims.COLUMNS).to_csv(out / "claims.csv", index=False)
+        table = pd.DataFrame(rows, columns=claims.COLUMNS)
+        table.to_csv(out / "claims.csv", index=False)
+        (out / "claims.md").write_text(claims_markdown(table, out))
     return notes
 
 
-def write_report(out: Path) -> list[str]:
+def _cell(value) -> str:
+    return "" if pd.isna(value) else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def claims_markdown(table: pd.DataFrame, out: Path) -> str:
+    """claims.csv as a markdown table (the columns any row fills), then every figure of the folder."""
+    device = (ceilings(out) or {}).get("device", "the device the env step has not named yet")
+    columns = [c for c in table.columns if table[c].map(_cell).ne("").any()]
+    lines = [f"# The paper's claims, measured on {device}", "",
+             "From the runs under `paper/` (`python -m sarathi_lab.gpu`); the same rows as `claims.csv`.", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for _, row in table.iterrows()]
+    figures = sorted((out / "figures").glob("*.png"))
+    lines += ["", "## Figures", ""] + [f"![{p.stem}](figures/{p.name})" for p in figures]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, dry_run: bool = False) -> list[str]:
     notes = [f"{name}: nothing to draw yet" for name, drawn in
              (("kernels", kernels_figure(out)), ("attention", attention_figure(out)),
               ("overhead", overhead_figure(out))) if not drawn]
-    return notes + paper_report(out)
+    return notes + paper_report(out, dry_run)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.context import Context, Incomplete, Unavailable
-from sarathi_lab.gpu.plan import BY_NAME, Step
+from sarathi_lab.gpu.plan import Step, by_name
 
 RESTART = 75
 
@@ -50,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
 
     device = "cpu" if suite["dry_run"] or not torch.cuda.is_available() else "cuda"
     suite |= {"device": device}
+    steps = by_name(suite.get("own", False))  # --own: the paper sweeps at the paper's setting
     code = 0
     for name in job["steps"]:
-        step = BY_NAME[name]
+        step = steps[name]
         if deadline is not None and time.time() + step.minutes * 60 > deadline:
             print(f"[gpu] {name}: deferred to the next call ({step.minutes:.1f} min expected, "
                   f"{(deadline - time.time()) / 60:.1f} left)", flush=True)
@@ -64,16 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        state.write_summary(out, list(BY_NAME), suite)
+        state.write_summary(out, list(steps), suite)
         state.export(out, export)
         if result.status == "failed" and device == "cuda":
             code = RESTART
             break
     from sarathi_lab.gpu.report import write_report
 
-    for note in write_report(out):
+    for note in write_report(out, suite["dry_run"]):
         print(f"[gpu] report: {note}", flush=True)
-    state.write_summary(out, list(BY_NAME), suite)
+    state.write_summary(out, list(steps), suite)
     state.export(out, export)
     return code
 

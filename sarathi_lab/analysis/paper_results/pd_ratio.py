@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import claim_row, verdict
-from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled
 
 
 def claims(results) -> list[dict]:
@@ -100,5 +100,14 @@ RESULT = PaperResult(
                overrides="seed=0,1,2 seq_len=1024 batch_size=18 workload.num_requests=54 chunk=256 "
                          "pd_ratio=7,14,28 ++scheduler.chunk_align=none,tile scheduler=static,sarathi",
                dry="seq_len=48 pd_ratio=4 chunk=16 batch_size=2 workload.num_requests=2 scheduler=sarathi "
-                   "scheduler.chunk_align=tile scheduler.tile=16"),
+                   "scheduler.chunk_align=tile scheduler.tile=16",
+               # The paper's grid (the experiment's YAML, as experiment=sim/pd_ratio runs it): chunks
+               # 128-512 x 8 P:D, 288 jobs. The H200's jobs above fit static 3.5 + 0.074 D s and sarathi
+               # 4.3 + 0.084 D s (D = 1024 / (1 + P:D) decode tokens; 788 over the 8 ratios): 187 s a
+               # seed, chunk and alignment, x 18, + 21 s of start-up, x 1.3.
+               unscaled=Unscaled(
+                   minutes=73.3,
+                   overrides="seed=0,1,2 seq_len=1024 batch_size=18 workload.num_requests=54 chunk=128,256,512 "
+                             "pd_ratio=2,5,10,14,20,28,50,100 ++scheduler.chunk_align=none,tile "
+                             "scheduler=static,sarathi")),
 )
