@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab import LLM
-from sarathi_lab.analysis import timeline
+from sarathi_lab.analysis import timeline, timeline_figure
 from sarathi_lab.analysis.lifecycle import MEMBERSHIP, request_spans
+from sarathi_lab.analysis.runs import Results
 from sarathi_lab.analysis.timeline import load_run, trace
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.compose import run_in_process
@@ -220,3 +221,20 @@ def test_every_token_an_iteration_computed_is_on_its_request_s_track(scheduler, 
         assert track[0].name == "queued" and track[0].start_s == r.arrival_s and track[-1].end_s == r.finish_s
         assert all(a.end_s <= b.start_s and b.name in NEXT[a.name] for a, b in itertools.pairwise(track))
         assert sum(s.name == "preempted" for s in track) == r.num_preemptions
+
+
+def test_the_notebook_s_figure_pairs_sarathi_and_vllm_on_the_same_arrivals(tmp_path):
+    sweep = tmp_path / timeline_figure.EXPERIMENT / "multiruns" / "s"
+    for k, scheduler in enumerate(["vllm", "sarathi", "sarathi"]):
+        qps = 80 if k < 2 else 20  # sarathi alone at 20: no pair there
+        assert run_in_process([f"experiment=ci/{timeline_figure.EXPERIMENT}", "executor=sim", f"scheduler={scheduler}",
+                               f"workload.qps={qps}"], sweep / str(k)) == "ok"
+    pair = timeline_figure.scheduler_pair(Results(tmp_path))
+    assert list(pair) == ["sarathi", "vllm"] and {p.run_dir for p in pair.values()} == {sweep / "0", sweep / "1"}
+    start, duration = timeline_figure.window(pair, seconds=1e3)
+    fig = timeline_figure.draw(pair, start, duration)
+    assert len(fig.axes) == 4 and fig.axes[2].get_title("left").startswith("vllm, tiny")
+    assert "simulated H100" in fig.axes[0].get_title("left")
+    assert fig.axes[-1].get_xlim() == pytest.approx((start, start + duration))
+    # Without runs, a sentence for the notebook to show instead.
+    assert timeline_figure.scheduler_pair(Results(tmp_path / "none")).startswith("No timeline: ")

@@ -4,6 +4,7 @@ requests' lifecycles (lifecycle.py), on one time axis. SARATHI's iterations stay
 the decodes riding on it); vLLM-style scheduling runs whole prompts alone while decodes stall."""
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -30,7 +31,9 @@ def draw(runs: dict[str, RunTables | str | Path], start_s: float = 0.0, duration
     for k, (label, run) in enumerate(runs.items()):
         bars, lanes = axes[2 * k, 0], axes[2 * k + 1, 0]
         _iterations(bars, run, start_s, hi)
-        bars.set_title(f"{label}: {run.describe()}", loc="left", fontsize=9)
+        described = run.describe()
+        bars.set_title(described if described.startswith(f"{label},") else f"{label}: {described}", loc="left",
+                       fontsize=9)
         _requests(lanes, run, start_s, hi)
         if run.missing:
             lanes.text(0.99, 0.02, "not recorded: " + "; ".join(NOT_RECORDED[m].split(":")[0] for m in run.missing),
@@ -58,12 +61,12 @@ def _iterations(ax, run: RunTables, lo: float, hi: float) -> None:
 
 def _requests(ax, run: RunTables, lo: float, hi: float) -> None:
     spans = [s for s in request_spans(run.iterations, run.requests) if s.end_s >= lo and s.start_s <= hi]
-    order = {rid: k for k, rid in enumerate(dict.fromkeys(s.request_id for s in spans))}
-    for state, color in COLORS.items():
-        for rid, k in order.items():
-            bars = [(s.start_s, s.end_s - s.start_s) for s in spans if s.request_id == rid and s.name == state]
-            if bars:
-                ax.broken_barh(bars, (k - 0.4, 0.8), facecolors=color, linewidth=0)
+    order = {rid: k for k, rid in enumerate(dict.fromkeys(s.request_id for s in spans))}  # by arrival
+    bars = defaultdict(list)
+    for s in spans:
+        bars[s.request_id, s.name].append((s.start_s, s.end_s - s.start_s))
+    for (rid, state), spans_of in bars.items():
+        ax.broken_barh(spans_of, (order[rid] - 0.4, 0.8), facecolors=COLORS[state], linewidth=0)
     ax.set_ylim(len(order) - 0.5, -0.5)  # the first arrival on top
     ax.set_yticks([])
     ax.set_ylabel("requests\n(by arrival)", fontsize=8)
