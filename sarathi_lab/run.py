@@ -70,9 +70,12 @@ def main(cfg: DictConfig) -> None:
         return
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
-            status = run_experiment(parse_config(cfg), OmegaConf.to_container(cfg, resolve=True), ctx)
+            run_cfg = parse_config(cfg)
+            status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
             # Inside: a signal once the handler is back to leaving at once would leave `running`.
             write_status(ctx.status_dir, status)
+            if status == "ok" and run_cfg.export.timeline:  # a skipped run's files stay as they were
+                _export_timeline(ctx.status_dir)
     except Interrupted as e:
         record_failure(ctx.status_dir, e)
         if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
@@ -108,6 +111,22 @@ def _refuse(e: Exception, multirun: bool) -> None:
     from sarathi_lab import cli_args
 
     cli_args.refuse(str(e))
+
+
+def _export_timeline(run_dir) -> None:
+    """export.timeline=true: the finished run's trace beside its results; a failure is a warning, as the
+    run itself is whole."""
+    from sarathi_lab.analysis.timeline import export_timelines
+
+    try:
+        written = export_timelines(run_dir)
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a full disk, an odd table: the run itself stands
+        log.warning("no timeline written: %s: %s", type(e).__name__, e)
+        return
+    for path in written:
+        log.info("timeline (Chrome / Perfetto trace): %s", path)
+    if not written:
+        log.info("no timeline written: %s holds no serving run's iterations", run_dir)
 
 
 def cli() -> None:

@@ -18,7 +18,16 @@ from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.harness.cli_check import _group_options, check_command_line, sweep_note
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
-from sarathi_lab.harness.schema import CapacityCfg, DeviceCfg, LoggerCfg, MeasureCfg, SLOCfg, WorkloadCfg, parse_config
+from sarathi_lab.harness.schema import (
+    CapacityCfg,
+    DeviceCfg,
+    ExportCfg,
+    LoggerCfg,
+    MeasureCfg,
+    SLOCfg,
+    WorkloadCfg,
+    parse_config,
+)
 from sarathi_lab.model import load_config
 from sarathi_lab.plan import build_scheduler, plan_engine
 from sarathi_lab.sim import simulated_kv_blocks
@@ -366,7 +375,7 @@ def test_conf_repeats_the_dataclasses_defaults():
     # A default lives in its dataclass; conf/ repeats it so that --cfg job shows every key. They must
     # agree, or a run from the command line and one built in Python (LLM(), the tests) differ silently.
     run = parse_config(compose_config([]))
-    assert (run.measure, run.capacity, run.slo) == (MeasureCfg(), CapacityCfg(), SLOCfg())
+    assert (run.measure, run.capacity, run.slo, run.export) == (MeasureCfg(), CapacityCfg(), SLOCfg(), ExportCfg())
     assert run.logger == LoggerCfg(kind="wandb") and run.device == DeviceCfg(name=run.device.name)
     engine = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
     for path in (CONF_DIR / "config.yaml", *(CONF_DIR / "executor").glob("*.yaml")):

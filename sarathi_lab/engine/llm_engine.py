@@ -54,6 +54,8 @@ class LLMEngine:
         """A step's bookkeeping once its batch ran: the scheduler's update and the records of an
         iteration from ``t_start`` to ``t_end`` (seconds since start(); None: now). The pipeline
         simulator calls it when a micro-batch leaves the last stage."""
+        blocks = self.scheduler.blocks
+        kv_blocks_used = blocks.num_blocks - blocks.num_free  # before the finished requests free theirs
         finished = self.scheduler.update(batch, out.tokens)
         t_end = self.elapsed() if t_end is None else t_end
         records = self._records
@@ -79,7 +81,11 @@ class LLMEngine:
             num_prefill_requests=len(batch.prefills), num_decode_requests=len(batch.decodes),
             kv_tokens_read=batch.kv_tokens_read, num_preempted=len(batch.preempted),
             schedule_time=schedule_s, prepare_time=out.prepare_s, forward_time=out.forward_s,
-            sample_time=out.sample_s)
+            sample_time=out.sample_s,
+            prefill_request_ids=tuple([c.seq.seq_id for c in batch.prefills]),
+            prefill_chunk_tokens=tuple([c.num_tokens for c in batch.prefills]),
+            decode_request_ids=tuple([s.seq_id for s in batch.decodes]),
+            preempted_request_ids=tuple([s.seq_id for s in batch.preempted]), num_kv_blocks_used=kv_blocks_used)
         self.metrics.iterations.append(record)
         return record
 

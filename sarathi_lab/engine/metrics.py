@@ -26,6 +26,15 @@ class IterationRecord:
     prepare_time: float
     forward_time: float
     sample_time: float
+    # Who the iteration held, so that a request's lifecycle (each chunk, each decode, a preemption)
+    # can be drawn from the tables alone: each prefill chunk's request and tokens, in batch order,
+    # the decoding requests, and those the scheduler preempted while composing it.
+    prefill_request_ids: tuple[int, ...] = ()
+    prefill_chunk_tokens: tuple[int, ...] = ()
+    decode_request_ids: tuple[int, ...] = ()
+    preempted_request_ids: tuple[int, ...] = ()
+    # KV-cache blocks held while the batch ran (its own included; before its finished requests give theirs back).
+    num_kv_blocks_used: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -230,6 +239,7 @@ REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens",
 
 # Field names in order: the records have slots, no __dict__ (a long run holds many of them).
 _REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
-_ITERATION_DTYPES = {f.name: np.int64 if f.type == "int" else np.float64 for f in fields(IterationRecord)} | {
-    "num_tokens": np.int64}
+# The request ids and chunk sizes are tuples, a list column (object) in memory and in parquet.
+_ITERATION_DTYPES = {f.name: {"int": np.int64, "float": np.float64}.get(f.type, object)
+                     for f in fields(IterationRecord)} | {"num_tokens": np.int64}
 

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written by harness/sweep.py
 SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
 CAPACITY_JSON = "capacity.json"       # a capacity search's trials and result, beside its metrics.json
+EXPORT = "export"                     # the config's block of what a run writes beside its results (schema.ExportCfg)
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
 # Old metric names (before they carried units) to today's: load_runs puts old and new runs in one table.
@@ -68,7 +69,8 @@ def config_change(run_dir: Path, resolved_config: dict[str, Any]) -> str | None:
     old = _flatten("", read_record(run_dir / METRICS)["resolved_config"])
     new = _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
-        if key != "on_existing" and old.get(key) != new.get(key):
+        # What a run does with its directory, or writes beside its results, changes nothing it measured.
+        if key != "on_existing" and not key.startswith(f"{EXPORT}.") and old.get(key) != new.get(key):
             return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
     return None
 

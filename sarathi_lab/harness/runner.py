@@ -172,7 +172,8 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
 
 
 # Overrides a run's name leaves out: what its key values already say, and what does not change the run.
-_UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger", "logger.mode", "on_existing"}
+_UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger", "logger.mode", "on_existing",
+            "export.timeline"}
 
 
 def run_name(cfg: RunConfig, overrides: list[str]) -> str:

@@ -166,6 +166,16 @@ class CapacityCfg:
 
 
 @dataclass(frozen=True)
+class ExportCfg:
+    """What a finished run also writes beside its results; none of it changes what the run measures."""
+    # timeline.json: the run's batches as a Chrome / Perfetto trace (python -m sarathi_lab.analysis.timeline).
+    timeline: bool = False
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str
     chunk: int
@@ -188,6 +198,7 @@ class RunConfig:
     measure: MeasureCfg = field(default_factory=MeasureCfg)
     slo: SLOCfg = field(default_factory=SLOCfg)
     capacity: CapacityCfg = field(default_factory=CapacityCfg)
+    export: ExportCfg = field(default_factory=ExportCfg)
     # sarathi_serve's token budget: None follows `chunk`; "auto": set from slo.tbt_p99_s (harness/budget.py).
     token_budget: Literal["auto"] | None = None
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from sarathi_lab.harness.results import result_files
@@ -72,7 +73,7 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
     try:
         wb.define_metric(TIME_AXIS, summary="max")
         wb.define_metric(f"{HISTORY_PREFIX}*", step_metric=TIME_AXIS)
-        history = run.history.to_dict("records")
+        history = _scalar_columns(run.history).to_dict("records")
         for row in history:
             # An iterations.parquet row as W&B history: prefixed, with its time on TIME_AXIS.
             at = {TIME_AXIS: row["start_s"] + row["duration_s"]}
@@ -89,5 +90,6 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
 
 
 def _scalar_columns(df: pd.DataFrame) -> pd.DataFrame:
-    # Lists (e.g. per-token times) do not fit a W&B table cell; the parquet files keep them.
-    return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, list)).any()]]
+    # Lists (per-token times, an iteration's request ids) fit neither a W&B table cell nor a history
+    # value; the parquet files keep them.
+    return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any()]]

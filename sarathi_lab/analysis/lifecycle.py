@@ -1,0 +1,140 @@
+"""Each request's lifecycle, from a run's results contract alone (iterations.parquet, requests.parquet):
+``queued`` from its arrival to the first iteration that holds it, one ``prefill`` span per chunk, one
+``decode`` span per run of consecutive iterations it decoded in, ``stalled`` where iterations ran
+without it, and ``preempted`` from the iteration whose scheduling evicted it to the one that takes it
+back (its prefill recomputed). Times are seconds on the run's clock, as the tables hold them.
+
+A run written before the iterations table named its requests (``MEMBERSHIP``) still reads: each
+request is then queued, one prefill span (first scheduled to first token) and one decode span (first
+token to finish), and ``missing`` says what is not recorded.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+# The iterations table's columns that say which requests each iteration held.
+MEMBERSHIP = ("prefill_request_ids", "prefill_chunk_tokens", "decode_request_ids", "preempted_request_ids")
+KV_BLOCKS = "num_kv_blocks_used"
+STATES = ("queued", "prefill", "decode", "stalled", "preempted")
+NOT_RECORDED = {
+    "membership": "which requests each iteration held (prefill chunks, decodes, preemptions): each request "
+                  "is drawn as queued, one prefill span and one decode span",
+    "kv_blocks": "KV blocks in use",
+}
+
+
+@dataclass(frozen=True)
+class Span:
+    request_id: int
+    name: str          # one of STATES
+    start_s: float
+    end_s: float
+    args: dict = field(default_factory=dict)
+
+
+def missing(iterations: pd.DataFrame) -> list[str]:
+    """What of NOT_RECORDED a run's iterations table lacks (its keys)."""
+    return ([] if set(MEMBERSHIP) <= set(iterations.columns) else ["membership"]) + (
+        [] if KV_BLOCKS in iterations.columns else ["kv_blocks"])
+
+
+def request_spans(iterations: pd.DataFrame, requests: pd.DataFrame) -> list[Span]:
+    """Every request's spans, request by request in arrival order, each request's in time order."""
+    end_of_run = float((iterations.start_s + iterations.duration_s).max()) if len(iterations) else 0.0
+    if "membership" in missing(iterations):
+        return [s for r in _arrival_order(requests) for s in _coarse(r, end_of_run)]
+    starts, ends = iterations.start_s.to_numpy(float), (iterations.start_s + iterations.duration_s).to_numpy(float)
+    # Each request's (row, order within the row, kind, tokens): an eviction while the iteration was
+    # composed comes before a chunk that readmits it in the same iteration.
+    held: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
+    for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*(iterations[c] for c in MEMBERSHIP))):
+        for rid in _ints(preempted):
+            held[rid].append((row, 0, "preempted", 0))
+        for rid, tokens in zip(_ints(prefills), _ints(chunks)):
+            held[rid].append((row, 1, "prefill", tokens))
+        for rid in _ints(decodes):
+            held[rid].append((row, 1, "decode", 1))
+    spans = []
+    for r in _arrival_order(requests):
+        spans += _exact(r, sorted(held.get(int(r.request_id), [])), starts, ends, end_of_run)
+    return spans
+
+
+def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
+    rid, spans = int(r.request_id), []
+    add = (lambda name, t0, t1, **args: spans.append(Span(rid, name, float(t0), float(t1), args)))
+    if not events:
+        add("queued", r.arrival_s, max(end_of_run, r.arrival_s), unfinished=True)
+        return spans
+    add("queued", r.arrival_s, starts[events[0][0]])
+    last = evicted = decoding = None   # last row it ran in; row whose scheduling evicted it; open decode run
+    computed, recompute = 0, False
+
+    def close_decode():
+        nonlocal decoding
+        if decoding is not None:
+            first, to, tokens = decoding
+            add("decode", starts[first], ends[to], tokens=tokens, iterations=f"{first}-{to}")
+            decoding = None
+
+    for row, _, kind, tokens in events:
+        if kind == "preempted":
+            close_decode()
+            if last is not None and row > last + 1:
+                add("stalled", ends[last], starts[row])
+            evicted, computed, recompute = row, 0, True
+            continue
+        if evicted is not None:
+            add("preempted", starts[evicted], starts[row])
+            evicted = None
+        elif last is not None and row > last + 1:
+            close_decode()
+            add("stalled", ends[last], starts[row])
+        if kind == "decode":
+            if decoding is not None and decoding[1] == row - 1:
+                decoding = (decoding[0], row, decoding[2] + 1)
+            else:
+                close_decode()
+                decoding = (row, row, 1)
+        else:
+            close_decode()
+            add("prefill", starts[row], ends[row], tokens=tokens, first_token_index=computed, iteration=row,
+                recompute=recompute)
+            computed += tokens
+        last = row
+    close_decode()
+    if evicted is not None:  # evicted and never taken back: a run stopped early
+        add("preempted", starts[evicted], max(end_of_run, starts[evicted]), unfinished=True)
+    return spans
+
+
+def _coarse(r, end_of_run) -> list[Span]:
+    """The lifecycle the requests table alone gives: no chunks, no stalls, no preemptions."""
+    rid, spans = int(r.request_id), []
+    scheduled, first, finish = (_time(r, c) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
+    spans.append(Span(rid, "queued", float(r.arrival_s), scheduled if scheduled is not None else end_of_run))
+    if scheduled is not None:
+        spans.append(Span(rid, "prefill", scheduled, first if first is not None else end_of_run,
+                          {"chunks": "not recorded"}))
+    if first is not None and (finish if finish is not None else end_of_run) > first:
+        spans.append(Span(rid, "decode", first, finish if finish is not None else end_of_run,
+                          {"tokens": int(r.output_tokens) - 1, "iterations": "not recorded"}))
+    return spans
+
+
+def _time(row, column: str) -> float | None:
+    value = getattr(row, column, None)
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _arrival_order(requests: pd.DataFrame):
+    return requests.sort_values(["arrival_s", "request_id"], kind="stable").itertuples(index=False)
+
+
+def _ints(cell) -> list[int]:
+    """A list cell (a tuple in memory, an array read from parquet; None in a row a partial table lacks)."""
+    return [] if cell is None else np.asarray(cell, dtype=np.int64).tolist()
