@@ -88,6 +88,15 @@ def test_num_requests_and_offset_take_the_rows_after_the_offset_from_their_own_s
     assert w.arrival_times[0] == 0.0
 
 
+def test_num_requests_past_the_rows_replays_the_rows_there_are_and_says_so(caplog):
+    # Not refused: experiment=smoke's num_requests=4 applies to a one-row trace put in its place too.
+    with caplog.at_level("WARNING"):
+        w = _workload("workload=azure_code", "workload.offset=8800", "workload.num_requests=100")
+    assert w.num_requests == 19 and w.decode_lens == _recorded("azure_code").num_decode_tokens.iloc[8800:].tolist()
+    assert "has 19 rows after workload.offset=8800: replaying those, fewer than workload.num_requests=100" in \
+        caplog.text
+
+
 def test_a_capacity_trial_replays_the_trace_at_its_rate_and_other_workloads_as_before():
     run = parse_config(compose_config(["workload=azure_conv", "workload.num_requests=40"]))
     w = build_workload(run.workload, run.seq_len, run.pd_ratio, run.seed, VOCAB, 32768)
@@ -151,8 +160,6 @@ def test_bad_knobs_are_refused_in_one_line(overrides, message):
 @pytest.mark.parametrize("overrides,message", [
     (["workload=azure_code", "workload.offset=8819"],
      r"^workload.offset=8819 is invalid: workload.path='sim/data/traces/azure_code.csv' has 8819 rows$"),
-    (["workload=azure_code", "workload.offset=8800", "workload.num_requests=100"],
-     r"^workload.num_requests=100 is invalid: workload.path='sim/data/traces/azure_code.csv' has 19 rows after "),
     (["workload=azure_conv", "workload.qps=1e-6"],
      r"^workload.qps=1e-06 is invalid: the 512 replayed rows of .* span 5.11e\+08 s at that rate, past the 86400"),
 ])

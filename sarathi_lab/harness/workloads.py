@@ -4,6 +4,7 @@ rate, and a trace's lengths alone."""
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from sarathi_lab.harness.arrivals import gamma_arrivals, poisson_arrivals
 from sarathi_lab.harness.schema import WorkloadCfg
 from sarathi_lab.inputs import ARRIVAL_HORIZON_S
 from sarathi_lab.model.memory import device_memory_bytes
+
+log = logging.getLogger(__name__)
 
 LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
 TRACE_COLUMNS = ("arrived_at", *LENGTH_COLUMNS)
@@ -189,11 +192,13 @@ def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple
 
 def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
     """(prompt, decode) lengths and recorded arrival times, from the first replayed row, of the rows
-    workload.offset + 1 to workload.offset + workload.num_requests (to the end where that is None)."""
+    workload.offset + 1 to workload.offset + workload.num_requests (to the end where that is None or
+    past it)."""
     lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS, cfg.num_requests)
     if cfg.num_requests is not None and len(lengths) < cfg.num_requests:
-        raise ConfigError(f"workload.num_requests={cfg.num_requests} is invalid: workload.path={cfg.path!r} has "
-                          f"{len(lengths)} rows after workload.offset={cfg.offset}")
+        # Not refused: an experiment's num_requests, meant for its own workload, applies to a trace put in its place.
+        log.warning("workload.path=%r has %d rows after workload.offset=%d: replaying those, fewer than "
+                    "workload.num_requests=%d", cfg.path, len(lengths), cfg.offset, cfg.num_requests)
     start = min(arrivals)
     return lengths, [a - start for a in arrivals]
 
