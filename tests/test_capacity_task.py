@@ -157,9 +157,10 @@ def test_auto_budget_refuses_an_slo_no_budget_meets():
     (["slo.tbt_p99_s=nan"], "slo.tbt_p99_s=nan is invalid: must be a finite number"),
     (["slo.sched_delay_p50_s=-1"], "slo.sched_delay_p50_s=-1 is invalid: must be > 0"),
     (["task=capacity"], "workload.arrival=all_at_once is invalid with task=capacity"),
-    (["task=capacity", "workload=trace"], ("workload=trace is invalid with task=capacity: the search sets the rate, "
-                                          "so it needs arrival=poisson or gamma on a synthetic, uniform, zipf or "
-                                          "trace_lengths workload$")),
+    (["task=capacity", "workload=trace", "workload.time_scale=0"],
+     ("workload.time_scale=0 is invalid with task=capacity: the search sets the rate, so it needs arrival=poisson "
+      r"or gamma, or a trace replayed at a rate \(workload=trace with time_scale > 0: its gaps scaled to each rate "
+      r"tried\)$")),
     (["task=capacity", "workload.arrival=poisson", "slo.sched_delay_p50_s=null"],
      "slo.tbt_p99_s=None is invalid with task=capacity"),
     (["capacity.resolution=inf"], "capacity.resolution=inf is invalid: must be a finite number"),

@@ -381,8 +381,9 @@ def test_conf_repeats_the_dataclasses_defaults():
     for path in (CONF_DIR / "config.yaml", *(CONF_DIR / "executor").glob("*.yaml")):
         given = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path).engine).items() if k != "executor"}
         assert given == {k: engine[k] for k in given}, path
-    # What a workload is for (its request count, how they arrive) is its own, not a repeated default.
-    own = {"kind", "path", "num_requests", "arrival"}
+    # What a workload is for (its request count, how they arrive and at what rate: a trace replays its
+    # own by default) is its own, not a repeated default; `defaults` is Hydra's (azure_*.yaml extend trace.yaml).
+    own = {"kind", "path", "num_requests", "arrival", "qps", "defaults"}
     workload = {f.name: f.default for f in dataclasses.fields(WorkloadCfg)}
     for path in (CONF_DIR / "workload").glob("*.yaml"):
         given = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k not in own}

@@ -58,11 +58,11 @@ def test_a_trace_past_the_horizon_or_with_a_huge_field_is_refused_naming_it(tmp_
     late = tmp_path / "late.csv"
     late.write_text(f"arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,4\n{ARRIVAL_HORIZON_S * 2},4,4\n")
     with pytest.raises(ConfigError, match=rf"^workload.path='{late}' is invalid: its arrivals span 1.73e\+05 s"):
-        read_trace(WorkloadCfg(kind="trace", path=str(late)))
+        read_trace(WorkloadCfg(kind="trace", num_requests=None, qps=None, path=str(late)))
     huge = tmp_path / "huge.csv"
     huge.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4," + "7" * 10_000_000 + "\n")
     with pytest.raises(ConfigError, match=rf"^workload.path='{huge}' is invalid: not a readable CSV"):
-        read_trace(WorkloadCfg(kind="trace", path=str(huge)))
+        read_trace(WorkloadCfg(kind="trace", num_requests=None, qps=None, path=str(huge)))
 
 
 def test_sweeps_too_large_or_repeating_a_job_are_refused():

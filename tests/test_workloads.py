@@ -19,6 +19,11 @@ from sarathi_lab.harness.workloads import (
 VOCAB = 4096
 
 
+def _replay(path, **kw):
+    """A trace replayed as recorded: every row, its own times."""
+    return WorkloadCfg(**{"kind": "trace", "path": str(path), "num_requests": None, "qps": None} | kw)
+
+
 def _build(seq_len=640, pd_ratio=9, seed=0, context=None, **kw):
     return build_workload(WorkloadCfg(**{"kind": "synthetic"} | kw), seq_len, pd_ratio, seed, VOCAB, context)
 
@@ -88,11 +93,11 @@ def test_poisson_arrivals_match_the_rate_and_leave_lengths_alone():
 
 
 def test_the_shipped_trace_loads():
-    cfg = WorkloadCfg(kind="trace", path="data/traces/sample.csv")
+    cfg = _replay("data/traces/sample.csv")
     w = build_workload(cfg, seq_len=1, pd_ratio=1, seed=0, vocab_size=VOCAB)  # lengths come from the trace
     assert w.num_requests == 32 and w.arrival_times[0] == 0.0
     assert np.all(np.diff(w.arrival_times) >= 0)
-    half = build_workload(replace(cfg, time_scale=0.5, max_requests=4), 1, 1, 0, VOCAB)
+    half = build_workload(replace(cfg, time_scale=0.5, num_requests=4), 1, 1, 0, VOCAB)
     assert half.num_requests == 4 and half.arrival_times == pytest.approx([t / 2 for t in w.arrival_times[:4]])
 
 
@@ -106,7 +111,7 @@ def test_a_malformed_trace_row_names_its_line(tmp_path, row, message):
     path = tmp_path / "t.csv"
     path.write_text(f"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\n{row}\n")
     with pytest.raises(ConfigError, match=message):
-        read_trace(WorkloadCfg(kind="trace", path=str(path)))
+        read_trace(_replay(path))
 
 
 def test_trace_lengths_draw_the_trace_s_lengths_and_arrivals_at_the_rate():
@@ -131,25 +136,25 @@ def test_trace_lengths_need_only_the_length_columns_and_repeat_rows_when_asked_f
     assert len(lengths) == 5 and set(lengths) == {(5, 6), (7, 8)}
     assert sorted(read_trace_lengths(replace(cfg, num_requests=2), None, np.random.default_rng(0))) == [(5, 6), (7, 8)]
     with pytest.raises(ConfigError, match=r"line 1 lacks column arrived_at"):
-        read_trace(WorkloadCfg(kind="trace", path=str(path)))
+        read_trace(_replay(path))
 
 
 def test_a_trace_without_the_needed_columns_is_refused(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("time,prompt,decode\n0,5,5\n")
     with pytest.raises(ConfigError, match=r"line 1 lacks column arrived_at"):
-        read_trace(WorkloadCfg(kind="trace", path=str(path)))
+        read_trace(_replay(path))
 
 
 def test_the_shipped_trace_loads_from_any_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # as after `pip install .`: the sample ships inside the package
-    assert build_workload(WorkloadCfg(kind="trace", path="data/traces/sample.csv"), 1, 1, 0, VOCAB).num_requests == 32
+    assert build_workload(_replay("data/traces/sample.csv"), 1, 1, 0, VOCAB).num_requests == 32
 
 
 def test_a_trace_saved_with_a_byte_order_mark_loads(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(b"\xef\xbb\xbfarrived_at,num_prefill_tokens,num_decode_tokens\r\n0.0,5,6\r\n")
-    assert read_trace(WorkloadCfg(kind="trace", path=str(path))) == ([(5, 6)], [0.0])
+    assert read_trace(_replay(path)) == ([(5, 6)], [0.0])
 
 
 def test_a_trace_that_is_not_utf8_is_one_line(tmp_path):
@@ -157,7 +162,7 @@ def test_a_trace_that_is_not_utf8_is_one_line(tmp_path):
     path.write_bytes(b"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\xff\n")
     with pytest.raises(ConfigError,
                        match=r"^workload.path='.*t.csv' is invalid: line 2 is not UTF-8 text \(byte 0xff\)$"):
-        read_trace(WorkloadCfg(kind="trace", path=str(path)))
+        read_trace(_replay(path))
 
 
 def test_a_trace_request_beyond_the_context_is_refused_at_its_line(tmp_path):
@@ -165,7 +170,7 @@ def test_a_trace_request_beyond_the_context_is_refused_at_its_line(tmp_path):
     path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\n1.0,3000000000000,5\n")
     with pytest.raises(ConfigError, match=r"line 3: a request of 3000000000005 tokens is invalid: more than the "
                                           r"model's context of 2048 tokens$"):
-        build_workload(WorkloadCfg(kind="trace", path=str(path)), 1, 1, 0, VOCAB, context=2048)
+        build_workload(_replay(path), 1, 1, 0, VOCAB, context=2048)
 
 
 def test_sizes_are_refused_by_arithmetic_before_any_prompt_exists():
@@ -180,7 +185,7 @@ def test_a_time_scale_that_overflows_the_arrival_times_is_refused(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,5,5\n1e300,5,5\n")
     with pytest.raises(ConfigError, match=r"^workload.time_scale=1e\+300 is invalid: it scales"):
-        read_trace(WorkloadCfg(kind="trace", path=str(path), time_scale=1e300))
+        read_trace(_replay(path, time_scale=1e300))
 
 
 @pytest.mark.parametrize("key", ["qps", "theta", "time_scale", "cv", "length_scale"])
@@ -216,7 +221,7 @@ def test_max_concurrency_reaches_the_workload():
 def test_length_scale_scales_trace_lengths_to_at_least_one_token(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,3\n1.0,40,1\n")
-    lengths, times = read_trace(WorkloadCfg(kind="trace", path=str(path), length_scale=0.25))
+    lengths, times = read_trace(_replay(path, length_scale=0.25))
     assert lengths == [(25, 1), (10, 1)] and times == [0.0, 1.0]
     with pytest.raises(ConfigError, match=r"^workload.length_scale=1e\+308 is invalid: it scales"):
-        read_trace(WorkloadCfg(kind="trace", path=str(path), length_scale=1e308))
+        read_trace(_replay(path, length_scale=1e308))

@@ -31,6 +31,8 @@ TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", 
 MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"]
 # What a simulated capacity depends on besides the model: the device, its cost model, how many GPUs.
 SIMULATED_COLUMNS = ["sim_device", "sim_cost_model", "sim_tp"]
+# A search on a replayed trace: the rate its requests were recorded at, and the capacity as a multiple of it.
+TRACE_COLUMNS = ["trace_rate_rps", "capacity_rate_scale"]
 
 
 def load_searches(root: str | Path) -> pd.DataFrame:
@@ -57,7 +59,8 @@ def _search_row(path: Path) -> dict:
             | {key: found[key] for key in ("capacity_rps", "resolution", "binding", "bounded")}
             | {"num_trials": len(found["trials"])}
             | {key: summary.get(key) for key in ("token_budget", "at_capacity_itl_p99_s",
-                                                 "at_capacity_ttft_p50_s", "at_capacity_sched_delay_p50_s")}
+                                                 "at_capacity_ttft_p50_s", "at_capacity_sched_delay_p50_s",
+                                                 *TRACE_COLUMNS)}
             | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable",
                                                                *SIMULATED_COLUMNS)})
 
@@ -66,7 +69,9 @@ def compact(searches: pd.DataFrame) -> pd.DataFrame:
     """The committed table of a set of searches (docs/capacity/*_capacity.csv), one row per search,
     with what it ran on (measured) or what predicted it (simulated)."""
     simulated = searches.executor == "sim"
-    columns = TABLE_COLUMNS + MEASURED_COLUMNS * bool((~simulated).any()) + SIMULATED_COLUMNS * bool(simulated.any())
+    replayed = "trace_rate_rps" in searches and searches.trace_rate_rps.notna().any()
+    columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed) + MEASURED_COLUMNS * bool((~simulated).any())
+               + SIMULATED_COLUMNS * bool(simulated.any()))
     return searches[columns].sort_values(["tbt_slo_s", "scheduler", "token_budget"]).reset_index(drop=True)
 
 

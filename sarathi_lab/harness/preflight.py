@@ -35,6 +35,11 @@ def preflight(cfg: RunConfig) -> Checked:
         raise e.at(cfg.key_of(e.key), rename=engine_key) from None
     workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, limits.config.vocab_size,
                               limits.max_model_len)
+    if cfg.task == "capacity" and workload.arrival_times and workload.recorded_rate_rps is None \
+            and cfg.workload.kind == "trace" and workload.num_requests > 1:
+        raise ConfigError(f"workload.path={cfg.workload.path!r} is invalid with task=capacity: its "
+                          f"{workload.num_requests} replayed rows all arrive at once, so the search has no rate "
+                          "to scale")
     # Before the KV cache, which a simulated device sizes around the largest iteration the budget sets.
     engine, budget = _token_budget(cfg, workload)
     try:

@@ -69,9 +69,11 @@ class DeviceCfg:
 class WorkloadCfg:
     # trace: a CSV's lengths and arrival times; trace_lengths: its lengths, arrivals by `arrival` at `qps`.
     kind: Literal["synthetic", "uniform", "zipf", "trace", "trace_lengths"]
-    num_requests: int = 4
+    # trace: the first N rows it replays (None: every row); the others: how many requests they make.
+    num_requests: int | None = 4
     arrival: Literal["all_at_once", "poisson", "gamma"] = "all_at_once"
-    qps: float = 1.0
+    # Mean requests/s. trace: its gaps scaled by one factor to this rate (None: as recorded, times time_scale).
+    qps: float | None = 1.0
     # gamma: coefficient of variation of the gaps between arrivals (1 = Poisson, > 1 burstier).
     cv: float = 1.0
     # Requests in the system at once at most, as a client with this many connections (None: no cap).
@@ -86,12 +88,28 @@ class WorkloadCfg:
     time_scale: float = 1.0
     # Multiplies the trace's prompt and decode lengths (each stays at least 1 token).
     length_scale: float = 1.0
+    # trace_lengths: draw from the first N rows only (trace: workload.num_requests is its first N).
     max_requests: int | None = None
+    # The trace's rows skipped before the first one read.
+    offset: int = 0
 
     def __post_init__(self):
-        check_fields(self, positive=True, zero_ok=("time_scale", "stagger"))
-        if self.kind in ("trace", "trace_lengths") and not self.path:
+        check_fields(self, positive=True, zero_ok=("time_scale", "stagger", "offset"))
+        trace = self.kind in ("trace", "trace_lengths")
+        if trace and not self.path:
             raise ConfigError(f"path=None is invalid: workload={self.kind} needs a CSV path")
+        for key in ("num_requests", "qps"):
+            if getattr(self, key) is None and self.kind != "trace":
+                raise ConfigError(f"{key}=None is invalid with workload={self.kind}: null (every row, the recorded "
+                                  "rate) is for a trace's replay (workload=trace) only")
+        if self.kind == "trace" and self.max_requests is not None:
+            raise ConfigError(f"max_requests={self.max_requests} is invalid with workload=trace: the first N rows it "
+                              "replays are workload.num_requests")
+        if self.kind == "trace" and self.qps is not None and self.time_scale != 1:
+            raise ConfigError(f"time_scale={self.time_scale!r} is invalid with workload.qps={self.qps!r}: both set "
+                              "the replayed trace's rate; workload.qps=null scales the recorded times by time_scale")
+        if self.offset and not trace:
+            raise ConfigError(f"offset={self.offset} is invalid with workload={self.kind}: it skips a trace's rows")
 
 
 @dataclass(frozen=True)
@@ -207,11 +225,14 @@ class RunConfig:
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
         if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
             raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
-        fixed_rate = ("workload=trace" if self.workload.kind == "trace" else
-                      "workload.arrival=all_at_once" if self.workload.arrival == "all_at_once" else None)
+        replay = self.workload.kind == "trace"
+        fixed_rate = ("workload.time_scale=0" if replay and self.workload.time_scale == 0 else
+                      "workload.arrival=all_at_once" if not replay and self.workload.arrival == "all_at_once"
+                      else None)
         if self.task == "capacity" and fixed_rate:
             raise ConfigError(f"{fixed_rate} is invalid with task=capacity: the search sets the rate, so it "
-                              "needs arrival=poisson or gamma on a synthetic, uniform, zipf or trace_lengths workload")
+                              "needs arrival=poisson or gamma, or a trace replayed at a rate (workload=trace "
+                              "with time_scale > 0: its gaps scaled to each rate tried)")
         if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")

@@ -1,8 +1,10 @@
 """Request sets the runs feed the engine: the papers' fixed-shape synthetic one, uniform or zipf
-lengths (as vidur generates them), CSV traces (sarathi-serve layout), and a trace's lengths alone."""
+lengths (as vidur generates them), CSV traces (sarathi-serve layout) replayed as recorded or at a
+rate, and a trace's lengths alone."""
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,8 @@ from sarathi_lab.harness.arrivals import gamma_arrivals, poisson_arrivals
 from sarathi_lab.harness.schema import WorkloadCfg
 from sarathi_lab.inputs import ARRIVAL_HORIZON_S
 from sarathi_lab.model.memory import device_memory_bytes
+
+log = logging.getLogger(__name__)
 
 LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
 TRACE_COLUMNS = ("arrived_at", *LENGTH_COLUMNS)
@@ -35,6 +39,8 @@ class Workload:
     arrival_times: list[float] | None
     # Requests in the system at once at most (generate's max_concurrency); None: no cap.
     max_concurrency: int | None = None
+    # A replayed trace's rate as recorded (mean_rate_rps of its rows' times); None for the others.
+    recorded_rate_rps: float | None = None
 
     @property
     def num_requests(self) -> int:
@@ -68,9 +74,11 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
 
     if context is not None and cfg.kind not in ("trace", "trace_lengths") and seq_len > context:
         raise ConfigError(f"seq_len={seq_len} is invalid: more than the model's context of {context} tokens")
+    recorded_rate = None
     if cfg.kind == "trace":
-        lengths, arrivals = read_trace(cfg, context)
+        lengths, recorded = read_recorded_trace(cfg, context)
         _check_memory(cfg, sum(p for p, _ in lengths))
+        arrivals, recorded_rate = replay_times(cfg, recorded), mean_rate_rps(recorded)
     elif cfg.kind == "trace_lengths":
         lengths = read_trace_lengths(cfg, context, rng(_LENGTHS))
         _check_memory(cfg, sum(p for p, _ in lengths))
@@ -85,7 +93,7 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
                               "workload.qps or lower workload.num_requests")
     tokens = rng(_TOKENS)
     prompts = [tokens.integers(0, vocab_size, size=p).tolist() for p, _ in lengths]
-    return Workload(prompts, [d for _, d in lengths], arrivals, cfg.max_concurrency)
+    return Workload(prompts, [d for _, d in lengths], arrivals, cfg.max_concurrency, recorded_rate)
 
 
 def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
@@ -149,35 +157,91 @@ def resolve_trace_path(path: str) -> Path:
     raise ConfigError(f"workload.path={path!r} is invalid: no such file (looked in {Path.cwd()} and {PACKAGE_DIR})")
 
 
+def mean_rate_rps(times: list[float]) -> float | None:
+    """Requests per second over the span of ``times``: (n - 1) gaps over it, as a rate of Poisson
+    arrivals counts them; None where there is no gap to measure (one time, or all at once)."""
+    span = max(times, default=0.0) - min(times, default=0.0)
+    return (len(times) - 1) / span if span > 0 else None
+
+
+def scaled_to_rate(times: list[float], qps: float) -> list[float]:
+    """``times`` (from 0) with every gap multiplied by one factor so that their mean rate is ``qps``:
+    the ratios between gaps, the trace's burstiness, stay as they were. One time stays as it is."""
+    rate = mean_rate_rps(times)
+    if rate is None:
+        if len(times) > 1:
+            raise ValueError(f"the {len(times)} times are all equal: they have no rate to scale")
+        return list(times)
+    factor = rate / qps
+    return [t * factor for t in times]
+
+
+def arrivals_at(cfg: WorkloadCfg, workload: Workload, qps: float, seed: int) -> list[float] | None:
+    """``workload``'s arrival times at mean rate ``qps`` (a capacity trial's): a replayed trace's own,
+    its gaps scaled to that rate; the others drawn at it (arrival_times)."""
+    if cfg.kind == "trace":
+        return scaled_to_rate(workload.arrival_times, qps)
+    return arrival_times(cfg, qps, seed)
+
+
 def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
-    """(prompt, decode) lengths and arrival times (from the first row, times time_scale) of a trace CSV."""
-    lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS)
+    """(prompt, decode) lengths and arrival times of a trace CSV's replayed rows (replay_times)."""
+    lengths, recorded = read_recorded_trace(cfg, context)
+    return lengths, replay_times(cfg, recorded)
+
+
+def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
+    """(prompt, decode) lengths and recorded arrival times, from the first replayed row, of the rows
+    workload.offset + 1 to workload.offset + workload.num_requests (to the end where that is None or
+    past it)."""
+    lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS, cfg.num_requests)
+    if cfg.num_requests is not None and len(lengths) < cfg.num_requests:
+        # Not refused: an experiment's num_requests, meant for its own workload, applies to a trace put in its place.
+        log.warning("workload.path=%r has %d rows after workload.offset=%d: replaying those, fewer than "
+                    "workload.num_requests=%d", cfg.path, len(lengths), cfg.offset, cfg.num_requests)
     start = min(arrivals)
-    times = [(a - start) * cfg.time_scale for a in arrivals]
+    return lengths, [a - start for a in arrivals]
+
+
+def replay_times(cfg: WorkloadCfg, recorded: list[float]) -> list[float]:
+    """A trace's arrival times as a run replays them: the recorded ones times workload.time_scale, or,
+    with workload.qps, their gaps scaled to that mean rate (scaled_to_rate)."""
+    key, value = ("workload.qps", cfg.qps) if cfg.qps is not None else ("workload.time_scale", cfg.time_scale)
+    if cfg.qps is None:
+        times = [t * cfg.time_scale for t in recorded]
+    else:
+        try:
+            times = scaled_to_rate(recorded, cfg.qps)
+        except ValueError:
+            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(recorded)} replayed rows of "
+                              f"workload.path={cfg.path!r} all arrive at once, so they have no rate to scale") from None
     if not all(math.isfinite(t) for t in times):
-        raise ConfigError(f"workload.time_scale={cfg.time_scale!r} is invalid: it scales the trace's arrival times "
-                          "past the largest float")
+        raise ConfigError(f"{key}={value!r} is invalid: it scales the trace's arrival times past the largest float")
+    if max(times) > ARRIVAL_HORIZON_S and cfg.qps is not None:
+        raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(times)} replayed rows of workload.path="
+                          f"{cfg.path!r} span {max(times):.3g} s at that rate, past the {ARRIVAL_HORIZON_S:g} s a run "
+                          "may span; raise workload.qps or lower workload.num_requests")
     if max(times) > ARRIVAL_HORIZON_S:
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: its arrivals span {max(times):.3g} s at "
                           f"workload.time_scale={cfg.time_scale!r}, past the {ARRIVAL_HORIZON_S:g} s a run may span; "
-                          "lower workload.time_scale or workload.max_requests")
-    return lengths, times
+                          "lower workload.time_scale or workload.num_requests")
+    return times
 
 
 def read_trace_lengths(cfg: WorkloadCfg, context: int | None, rng: np.random.Generator) -> list[tuple[int, int]]:
     """workload.num_requests lengths drawn from a CSV's rows (without replacement unless it has fewer),
     in an order that makes any first N of them a sample too (a capacity trial serves a prefix)."""
-    lengths, _ = _read_csv(cfg, context, LENGTH_COLUMNS)
+    lengths, _ = _read_csv(cfg, context, LENGTH_COLUMNS, cfg.max_requests)
     picks = rng.choice(len(lengths), size=cfg.num_requests, replace=cfg.num_requests > len(lengths))
     return [lengths[i] for i in picks]
 
 
-def _read_csv(cfg: WorkloadCfg, context: int | None,
-              columns: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[float]]:
-    """The rows' lengths, and their arrival times where ``columns`` has arrived_at; a request longer
-    than ``context`` is refused at its line."""
+def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
+              limit: int | None) -> tuple[list[tuple[int, int]], list[float]]:
+    """The lengths of up to ``limit`` rows after the first workload.offset, and their arrival times
+    where ``columns`` has arrived_at; a request longer than ``context`` is refused at its line."""
     path = resolve_trace_path(cfg.path)
-    lengths, arrivals = [], []
+    lengths, arrivals, skipped = [], [], 0
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
@@ -186,7 +250,10 @@ def _read_csv(cfg: WorkloadCfg, context: int | None,
                 raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column {missing[0]}; "
                                   f"needed: {', '.join(columns)}")
             for row in reader:
-                if cfg.max_requests is not None and len(lengths) == cfg.max_requests:
+                if skipped < cfg.offset:
+                    skipped += 1
+                    continue
+                if limit is not None and len(lengths) == limit:
                     break
                 where = f"workload.path={cfg.path!r} line {reader.line_num}"
                 if "arrived_at" in columns:
@@ -208,6 +275,8 @@ def _read_csv(cfg: WorkloadCfg, context: int | None,
         line = raw.count(b"\n", 0, at) + 1
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text "
                           f"(byte 0x{raw[at]:02x})") from None
+    if not lengths and cfg.offset:
+        raise ConfigError(f"workload.offset={cfg.offset} is invalid: workload.path={cfg.path!r} has {skipped} rows")
     if not lengths:
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
     return lengths, arrivals

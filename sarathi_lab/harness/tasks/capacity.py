@@ -1,10 +1,11 @@
 """task=capacity: the highest request rate meeting ``slo.tbt_p99_s`` and ``slo.sched_delay_p50_s``
 (Sarathi-Serve's capacity), by the search of harness/capacity.py on one engine (docs/capacity/).
 
-Every trial serves the same requests on the same arrival pattern scaled to its rate, as a run of its
-own, ``trial-<k>-qps<rate>/``; the search writes ``capacity.json`` and a ``trials`` table. A rerun
-after an interruption resumes: the search is deterministic given its verdicts, so a finished trial
-of the same config at the rate asked for is reused instead of measured again.
+Every trial serves the same requests on the same arrival pattern scaled to its rate (a replayed
+trace's own gaps, scaled by one factor), as a run of its own, ``trial-<k>-qps<rate>/``; the search
+writes ``capacity.json`` and a ``trials`` table. A rerun after an interruption resumes: the search
+is deterministic given its verdicts, so a finished trial of the same config at the rate asked for is
+reused instead of measured again.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pandas as pd
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
 from sarathi_lab.harness.results import CAPACITY_JSON, METRICS, UnreadableRun, read_record, write_json
 from sarathi_lab.harness.tasks import TaskContext
-from sarathi_lab.harness.workloads import arrival_times
+from sarathi_lab.harness.workloads import arrivals_at
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         n = trial_requests(search, qps, workload.num_requests)
         result = _finished_trial(context, name, k, qps)
         if result is None:
-            arrivals = arrival_times(cfg.workload, qps, cfg.seed)
+            arrivals = arrivals_at(cfg.workload, workload, qps, cfg.seed)
             try:
                 result = serve_trial(llm, workload.prompts[:n], workload.decode_lens[:n],
                                      arrivals and arrivals[:n], slo, qps, search.require_stable,
@@ -91,6 +92,10 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                "resolved": float(found.resolved),
                "binding": found.binding, "num_trials": len(found.trials)} \
         | {f"at_capacity_{c}": best.get(c, math.nan) for c in TRIAL_COLUMNS}
+    if workload.recorded_rate_rps is not None:
+        # On a replayed trace the capacity is also a multiple of the rate its requests were recorded at.
+        summary |= {"trace_rate_rps": workload.recorded_rate_rps,
+                    "capacity_rate_scale": summary["capacity_rps"] / workload.recorded_rate_rps}
     return summary, {"trials": pd.DataFrame(rows)}
 
 
