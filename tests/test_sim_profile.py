@@ -163,3 +163,28 @@ def test_no_profiled_chunk_ends_past_seq_len(chunk, seq_len):
     # Every chunk after prefixes up to the longest that fits beside it, not only the largest chunk's.
     assert all(max(b for c2, b in g["prefills"] if c2 == c) == seq_len - c for c in g["chunks"])
     assert max(g["contexts"]) == seq_len
+
+
+def test_a_table_measured_on_another_machine_is_replaced_only_when_asked(profiled, tmp_path, monkeypatch):
+    import shutil
+
+    from sarathi_lab.config import ConfigError
+
+    root, _, _ = profiled
+    shutil.copytree(root, tmp_path / "profiles")
+    monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path / "profiles"))
+    task = importlib.import_module("sarathi_lab.harness.tasks.profile")
+    llm = SimpleNamespace(config=SimpleNamespace(torch_device=__import__("torch").device("cpu")))
+    refuse, overwrite = (SimpleNamespace(model=CFG.model, on_existing=o) for o in ("refuse", "overwrite"))
+    task._check_replace(refuse, llm)  # this machine's own table: remeasured unasked
+    described = tmp_path / "profiles" / "cpu" / "tiny.json"
+    record = json.loads(described.read_text())
+    record["machine"]["cpu"] = "Another CPU"
+    described.write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match=r"^task=profile would replace .*tiny.csv, measured on Another CPU, .*"
+                                          r"allowed: on_existing=overwrite, or SARATHI_PROFILES_DIR=<another folder>$"):
+        task._check_replace(refuse, llm)
+    task._check_replace(overwrite, llm)
+    described.unlink()  # no record of its machine: as unknown as another's
+    with pytest.raises(ConfigError, match="measured on an unrecorded machine"):
+        task._check_replace(refuse, llm)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.config import device_slug
+from sarathi_lab.config import ConfigError, device_slug
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import median_time
 from sarathi_lab.harness.tasks import kv_blocks
@@ -93,6 +93,7 @@ def reference_forward_s(llm, batches: SyntheticBatches, reference: dict[str, int
 
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+    _check_replace(cfg, llm)  # before minutes of measuring, not after
     g, reps = grids(cfg), cfg.measure.reps
     batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
@@ -171,11 +172,44 @@ def _torch_dtype(llm) -> str:
     return str(llm.dtype).removeprefix("torch.")
 
 
-def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
+def _device(llm) -> tuple[str, str | None]:
+    """(the simulator's name for the device, ``sim_device``: where a profile of it is looked up; the
+    GPU's reported name, None on the CPU)."""
     torch_device = llm.config.torch_device
     gpu = torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else None
-    # The simulator's name for the device (``sim_device``): where a profile for it is looked up.
-    device = "cpu" if gpu is None else device_slug(gpu)
+    return ("cpu" if gpu is None else device_slug(gpu)), gpu
+
+
+def _identity(machine: dict) -> tuple:
+    """What makes two profiles' machines the same one: the GPU, else the CPU, its ISA and the kind it
+    was held to."""
+    return (machine.get("gpu"),) if machine.get("gpu") else (machine.get("cpu"), machine.get("isa"),
+                                                              machine.get("isa_as"))
+
+
+def _check_replace(cfg, llm) -> None:
+    """A table measured on another machine (a committed one, or a GPU's copied here) is replaced only
+    when asked: remeasuring this machine's own table is the usual loop, replacing another's is not."""
+    device, gpu = _device(llm)
+    path = own_profile_path(device, cfg.model.engine_model)
+    if not path.is_file() or cfg.on_existing == "overwrite":
+        return
+    try:
+        recorded = json.loads(path.with_suffix(".json").read_text())["machine"]
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded = {}
+    here = machine_record() | ({"gpu": gpu} if gpu else {})
+    if recorded and _identity(recorded) == _identity(here):
+        return
+    was = ", ".join(str(v) for v in _identity(recorded) if v) or "an unrecorded machine"
+    raise ConfigError(f"task=profile would replace {path}, measured on {was}, with this machine's table "
+                      f"({', '.join(str(v) for v in _identity(here) if v)}); allowed: on_existing=overwrite, or "
+                      "SARATHI_PROFILES_DIR=<another folder>")
+
+
+def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
+    torch_device = llm.config.torch_device
+    device, gpu = _device(llm)
     path = own_profile_path(device, cfg.model.engine_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
