@@ -133,6 +133,9 @@ def cli() -> None:
     # Ctrl-C outside a run leaves at once with one line (a run itself records it: interrupts.py).
     # Installed here too for a caller that imports this module.
     _leave_on_signals()
+    # A log file on a full disk: its handler's failure would print a traceback after the run's own
+    # one-line error (which the console handler still shows); logging's documented production setting.
+    logging.raiseExceptions = False
     args = sys.argv[1:]
     try:
         from sarathi_lab import cli_args

@@ -184,8 +184,9 @@ def test_the_command_line_refuses_a_bad_trace_knob_in_one_line_exit_2(tmp_path):
                           text=True, timeout=120, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 2 and "Traceback" not in output and not list(tmp_path.rglob("metrics*.json"))
-    errors = [line for line in output.splitlines() if "[ERROR]" in line]
-    assert len(errors) == 1 and "workload.offset=9000 is invalid: workload.path=" in errors[0], output
+    # README's refusal: one `error:` line on stderr, naming the full key.
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: workload.offset=9000 is invalid: workload.path="), output
 
 
 @pytest.mark.parametrize("name", TRACES)

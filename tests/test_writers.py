@@ -280,7 +280,7 @@ def test_publish_into_a_fresh_folder_draws_the_runs_and_names_the_capacity_table
     run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
     assert run.returncode == 0, run.stderr[-3000:]
     assert (docs / "figures" / "pd_ratio.png").is_file() and (docs / "figures" / "claims.csv").is_file()
-    assert f"capacity: no sim_capacity.csv, sim_tradeoff.csv, cpu_capacity.csv under {docs / 'capacity'}" in run.stdout
+    assert f"capacity: no sim_capacity.csv, sim_tradeoff.csv under {docs / 'capacity'}" in run.stdout
 
 
 def test_claims_table_of_a_root_without_pd_ratio_names_it(tmp_path):

@@ -130,7 +130,8 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
 def refresh(docs: str | Path = DOCS) -> list[Path]:
     """Everything drawn from the committed tables: the two figures and, where docs/figures/claims.csv
     exists (figures.ipynb writes the rest of it), its capacity rows replaced in place."""
-    tables = [Path(docs) / "capacity" / name for name in (SIM_CSV, TRADEOFF_CSV, CPU_CSV)]
+    # The CPU table is optional (load: None, not measured); the simulated two are what every figure draws.
+    tables = [Path(docs) / "capacity" / name for name in (SIM_CSV, TRADEOFF_CSV)]
     if missing := [t.name for t in tables if not t.is_file()]:
         # A docs folder other than the repository's (publish --docs DIR) holds no capacity tables.
         print(f"capacity: no {', '.join(missing)} under {Path(docs) / 'capacity'}: its figures and claims rows "

@@ -38,10 +38,13 @@ def claims(results) -> list[dict]:
 def figure(results, simulated=None):
     from sarathi_lab.analysis import capacity, figures
 
-    rows = figures.sources_of(results, simulated, "capacity")
+    rows = [(searches(runs), source) for runs, source in figures.sources_of(results, simulated, "capacity")]
+    rows = [(found, source) for found, source in rows if not found.empty]
+    if not rows:  # every search's runs left out (unreliable trials): the caller says why in its place
+        return None
     fig, axes = figures.subplots(1, len(rows), figsize=(7 * len(rows), 4.8), squeeze=False)
-    for ax, (runs, source) in zip(axes[0], rows):
-        capacity.plot_capacity(searches(runs), ax, source)
+    for ax, (found, source) in zip(axes[0], rows):
+        capacity.plot_capacity(found, ax, source)
     figures.headline(fig, results, "capacity", "Sarathi-Serve: capacity under P99 TBT and scheduling-delay SLOs",
                      simulated)
     return fig
