@@ -69,7 +69,7 @@ class Scheduler(ABC):
             beside = f" beside the {kept} its kv_watermark keeps free" if kept else ""
             raise ConfigError(f"num_kv_blocks={block_manager.num_blocks} is invalid with scheduler={self.name}: it "
                               f"reserves max_model_len={config.max_model_len} tokens ({need} blocks) for each "
-                              f"request{beside}; allowed: >= {need + kept} blocks, or max_model_len=<fewer tokens>")
+                              f"request{beside}; allowed: >= {need + kept} blocks, or a smaller max_model_len")
         self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
         self.running: list[Sequence] = []  # in arrival order too
         self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
