@@ -555,7 +555,10 @@ def test_launch_step_names_each_iteration_against_its_floor(tmp_path, monkeypatc
         assert {f"{m}[{key}]" for m in ("eager_ms", "engine_ms", "floor_ms", "eager_over_floor", "engine_over_floor",
                                         "eager_over_engine", "engine_graph_tokens", "engine_rel_diff")} <= set(by_name)
         floor = by_name[f"floor_ms[{key}]"].value
-        assert 0 < floor and by_name[f"engine_over_floor[{key}]"].value == round(12.0 / floor, 2)
+        # floor_ms is rounded to 3 decimals and the ratio to 2, each from the unrounded floor measured
+        # here: the ratio from the shown floor may differ by the first rounding's effect plus the second.
+        slack = 12.0 * 0.0005 / floor**2 + 0.005 + 1e-9
+        assert 0 < floor and abs(by_name[f"engine_over_floor[{key}]"].value - 12.0 / floor) <= slack
     assert {key: by_name[f"engine_over_floor[{key}]"].target for key in keys} == {
         "b=1": "", "b=18": "", **{f"c={c}+b={b}": "<= 1.5" if c < 256 else "<= 1.25"
                                   for c in (64, 128, 256, 512) for b in (0, 17)}}
