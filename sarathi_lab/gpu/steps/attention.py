@@ -12,9 +12,8 @@ import torch
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.gpu.steps.env import COPY_BYTES, MATMUL_N, ceilings
+from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
 from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET
-from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops
 
 ROWS = "attention.csv"
 # A shape is not started with less than this left of the call: the largest, with its compile, fits it.
@@ -63,14 +62,12 @@ def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
             count("attention_decodes_within_floor_target", ("decode",), "over_floor", FLOOR_TARGET["decode"])]
 
 
-def _ceilings(ctx: Context, dtype: torch.dtype) -> tuple[float, float, list[str]]:
+def _ceilings(ctx: Context) -> tuple[float, float, list[str]]:
     """(copy GB/s, matmul GFLOP/s): the env step's, else measured here as it measures them."""
     env = ceilings(ctx.out)
-    if env:
-        return env["copy_gbps"], env["matmul_tflops"] * 1e3, []
-    return (copy_bandwidth_gbps(ctx.device, COPY_BYTES[ctx.device], reps=20),
-            matmul_gflops(ctx.device, dtype, MATMUL_N[ctx.device], reps=20),
-            ["ceilings measured by this step (the env step has not run)"])
+    notes = [] if env else ["ceilings measured by this step (the env step has not run)"]
+    env = env or measure_ceilings(ctx.device)
+    return env["copy_gbps"], env["matmul_tflops"] * 1e3, notes
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
@@ -78,7 +75,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
     grid, device = GRIDS[ctx.device], torch.device(ctx.device)
     dtype = getattr(torch, grid.dtype)
-    copy_gbps, matmul, notes = _ceilings(ctx, dtype)
+    copy_gbps, matmul, notes = _ceilings(ctx)
     path = ctx.dir / ROWS
     rows = pd.read_csv(path).to_dict("records") if path.is_file() else []
     done = {r["shape"] for r in rows}
