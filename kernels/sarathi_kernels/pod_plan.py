@@ -1,0 +1,169 @@
+"""Which program of a persistent grid computes which piece of a hybrid batch's attention, decided on the
+host from the batch's lengths (no device sync, no Triton), as FlashInfer's plan/run splits the work.
+
+Why: a Sarathi hybrid batch is a compute-bound prefill chunk beside memory-bound decodes. Run one after
+the other (or as one grid whose programs the hardware places in order), an SM is busy with either
+tensor-core work or waiting on HBM at a time. POD-Attention (Kamath et al., ASPLOS'25) places prefill
+and decode work on the same SM at the same time, so that the decodes' KV reads hide under the chunk's
+matmuls. Here the grid is persistent: ``num_sms x ctas_per_sm`` programs, all resident at once, and a
+1-D grid that fits the GPU is laid out breadth-first over the SMs, so programs ``s, s + num_sms, ...``
+share SM ``s``: its lanes. This plan
+
+1. splits the batch into work items: a prefill tile (a q-tile of one request's chunk for one KV head)
+   or a decode item (one decode's token for one KV head), each with an estimated cost: a prefill
+   tile's flops over the machine's flops per byte, a decode item's KV bytes;
+2. places prefill tiles longest first on the SM with the least compute so far (LPT), then decode items
+   on the SM whose busier resource is the least loaded, so decodes fill in where the chunk is light;
+3. gives each SM's lanes a kind in proportion to its two loads (both kinds present: at least one lane
+   each), and spreads each kind's items over its lanes longest first.
+
+The result is a CSR list (``work_indptr``: program p runs items ``work_indptr[p]:work_indptr[p + 1]``)
+that the kernel reads from fixed-size buffers, so that a CUDA graph can replay one grid over any plan
+copied into them.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+PREFILL, DECODE = 0, 1
+# Fields of one work item, as the kernel reads them (int32, row-major [items, ITEM_FIELDS]).
+ITEM_FIELDS = 4  # kind, request, first query token of the tile, KV head
+# Resident programs per SM: a 64 x 64 tile's registers and shared memory fit two CTAs on an SM of
+# Hopper or Ampere, and the fused kernel is sized by its larger (prefill) path.
+CTAS_PER_SM = 2
+# Flops a prefill tile does in the time a decode reads one byte, on the same SM: H100/H200's bf16
+# tensor-core peak over their HBM bandwidth is about 300 flop/byte on their datasheets, and an attention
+# tile reaches about half its tensor-core peak. The benchmark passes the ratio of its measured ceilings.
+FLOPS_PER_BYTE = 150.0
+# Programs of the interpreter's grid (no SMs to count): enough lanes for both kinds to meet in one program list.
+INTERPRETER_SMS = 2
+
+
+@dataclass(frozen=True)
+class PodTiles:
+    """The two tile shapes of one fused launch (rows are tokens x padded GQA group, as in paged_attention)."""
+
+    group: int
+    group_pad: int
+    prefill_m: int
+    decode_m: int
+    block_n: int
+    head_dim: int
+    element_size: int
+
+    @property
+    def prefill_q(self) -> int:
+        return self.prefill_m // self.group_pad
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    tiles: PodTiles
+    num_sms: int
+    ctas_per_sm: int
+    items: list[tuple[int, int, int, int]]  # (kind, request, first query token, KV head), program by program
+    work_indptr: list[int]  # [programs + 1]
+    compute: list[float]  # per SM: its prefill tiles' flops / flops_per_byte
+    memory: list[float]  # per SM: its decode items' KV bytes
+
+    @property
+    def programs(self) -> int:
+        return self.num_sms * self.ctas_per_sm
+
+    def program_items(self, program: int) -> list[tuple[int, int, int, int]]:
+        return self.items[self.work_indptr[program]: self.work_indptr[program + 1]]
+
+    @property
+    def overlapped_cost(self) -> float:
+        """The busiest SM's max(compute, memory): the plan's time if each SM overlaps its two kinds fully."""
+        return max((max(c, m) for c, m in zip(self.compute, self.memory)), default=0.0)
+
+    @property
+    def sequential_cost(self) -> float:
+        """The same work with the kinds one after the other, each spread evenly over every SM."""
+        n = max(len(self.compute), 1)
+        return sum(self.compute) / n + sum(self.memory) / n
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pod_items(query_lens: list[int], seq_lens: list[int], num_kv_heads: int, tiles: PodTiles,
+              flops_per_byte: float) -> list[tuple[float, tuple[int, int, int, int]]]:
+    """Every work item of the batch with its cost in bytes: a request of one query token is a decode
+    item per KV head, a longer one prefill tiles of ``tiles.prefill_q`` tokens per KV head."""
+    out = []
+    d = tiles.head_dim
+    for req, (q_len, ctx) in enumerate(zip(query_lens, seq_lens)):
+        if q_len == 1:
+            cost = 2.0 * ctx * d * tiles.element_size  # its keys and values, read once
+            out += [(cost, (DECODE, req, 0, h)) for h in range(num_kv_heads)]
+            continue
+        prefix = ctx - q_len
+        for first in range(0, q_len, tiles.prefill_q):
+            # Every row of a tile walks the keys up to its last row's (masked ones too): QK^T and PV.
+            keys = cdiv(min(ctx, prefix + first + tiles.prefill_q), tiles.block_n) * tiles.block_n
+            cost = 4.0 * tiles.prefill_m * keys * d / flops_per_byte
+            out += [(cost, (PREFILL, req, first, h)) for h in range(num_kv_heads)]
+    return out
+
+
+def plan_pod(query_lens: list[int], seq_lens: list[int], num_kv_heads: int, tiles: PodTiles, *, num_sms: int,
+             ctas_per_sm: int = CTAS_PER_SM, flops_per_byte: float = FLOPS_PER_BYTE) -> PodPlan:
+    """The persistent grid's work lists for a batch (lengths per request, any order of prefills and
+    decodes; a padded request of context 0 is a decode item that writes zeros)."""
+    if num_sms < 1 or ctas_per_sm < 1:
+        raise ValueError(f"num_sms and ctas_per_sm must be >= 1, got {num_sms} and {ctas_per_sm}")
+    if flops_per_byte <= 0:
+        raise ValueError(f"flops_per_byte must be > 0, got {flops_per_byte}")
+    work = pod_items(query_lens, seq_lens, num_kv_heads, tiles, flops_per_byte)
+    # Longest first; ties in batch order so that the plan of a batch is always the same.
+    order = sorted(range(len(work)), key=lambda i: -work[i][0])
+    compute, memory = [0.0] * num_sms, [0.0] * num_sms
+    per_sm: list[list[int]] = [[] for _ in range(num_sms)]
+    heap = [(0.0, s) for s in range(num_sms)]
+    for i in order:
+        if work[i][1][0] == PREFILL:
+            _, s = heapq.heappop(heap)
+            compute[s] += work[i][0]
+            per_sm[s].append(i)
+            heapq.heappush(heap, (compute[s], s))
+    heap = [(max(compute[s], memory[s]), s) for s in range(num_sms)]
+    heapq.heapify(heap)
+    for i in order:
+        if work[i][1][0] == DECODE:
+            _, s = heapq.heappop(heap)
+            memory[s] += work[i][0]
+            per_sm[s].append(i)
+            heapq.heappush(heap, (max(compute[s], memory[s]), s))
+    lanes: list[list[int]] = [[] for _ in range(num_sms * ctas_per_sm)]
+    for s in range(num_sms):
+        _fill_lanes(s, per_sm[s], work, compute[s], memory[s], num_sms, ctas_per_sm, lanes)
+    items, indptr = [], [0]
+    for lane in lanes:
+        items += [work[i][1] for i in lane]
+        indptr.append(len(items))
+    return PodPlan(tiles, num_sms, ctas_per_sm, items, indptr, compute, memory)
+
+
+def _fill_lanes(sm: int, chosen: list[int], work, compute: float, memory: float, num_sms: int, ctas_per_sm: int,
+                lanes: list[list[int]]) -> None:
+    """One SM's items (longest first per kind) over its lanes: lanes of each kind in proportion to the
+    kind's load, so that a prefill lane and a decode lane run side by side while both have work."""
+    kinds = {PREFILL: [i for i in chosen if work[i][1][0] == PREFILL],
+             DECODE: [i for i in chosen if work[i][1][0] == DECODE]}
+    mine = [sm + j * num_sms for j in range(ctas_per_sm)]
+    if not kinds[DECODE] or not kinds[PREFILL]:
+        split = {PREFILL: mine, DECODE: mine}
+    else:
+        # One lane alone (a grid of one program per SM) runs both kinds in turn: no overlap to plan.
+        n_decode = min(max(round(ctas_per_sm * memory / (compute + memory)), 1), max(ctas_per_sm - 1, 1))
+        split = {PREFILL: mine[: max(ctas_per_sm - n_decode, 1)], DECODE: mine[ctas_per_sm - n_decode:]}
+    for kind in (PREFILL, DECODE):
+        heap = [(0.0, p) for p in split[kind]]
+        for i in kinds[kind]:
+            load, p = heapq.heappop(heap)
+            lanes[p].append(i)
+            heapq.heappush(heap, (load + work[i][0], p))

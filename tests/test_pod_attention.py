@@ -1,0 +1,163 @@
+"""The co-scheduled hybrid attention (pod_plan.py, pod_attention.py): equal to attention/reference.py
+and to the sequential paged kernel in Triton's interpreter over chunks, prefixes, decodes, MHA/GQA,
+cache blocks, key tiles, grids and padded requests; its plan covers every tile once and puts prefill
+and decode work side by side on each SM; it compiles for Hopper without spills."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from sarathi_kernels.paged_attention import paged_attention
+from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention, pod_tiles
+from sarathi_kernels.pod_plan import DECODE, PREFILL, cdiv, plan_pod
+
+from tests.test_kernel_splits import with_padding_rows
+from tests.test_kernels import assert_close, expected, make_inputs
+from tests.triton_compile import compile_for_gpu
+
+
+def run_pod(query, k_cache, v_cache, starts, seq_lens, tables, *, num_sms, ctas_per_sm=2, **tiles):
+    query_lens = (starts[1:] - starts[:-1]).tolist()
+    plan, warps = plan_batch(query_lens, seq_lens.tolist(), query.shape[1], k_cache.shape[2], query.shape[2],
+                             query.element_size(), query.device, num_sms=num_sms, ctas_per_sm=ctas_per_sm, **tiles)
+    # Buffers larger than the plan, as a graph's are: items past its lists must never be read.
+    work = PodWork(plan.programs, len(plan.items) + 7, query.device)
+    work.items.fill_(-1)
+    work.load(plan)
+    out = torch.full_like(query, float("nan"))
+    return pod_attention(query, k_cache, v_cache, starts, seq_lens, tables, plan, work, query.shape[-1] ** -0.5,
+                         out=out, num_warps=warps)
+
+
+@settings(max_examples=12, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(2, 40), st.integers(0, 120)), min_size=0, max_size=2),
+       decodes=st.lists(st.integers(1, 130), max_size=4),
+       heads=st.sampled_from([(2, 2), (4, 1), (4, 2), (6, 2)]), block_size=st.sampled_from([16, 32]),
+       block_n=st.sampled_from([16, 32]), num_sms=st.integers(1, 4), ctas_per_sm=st.integers(1, 3),
+       pad=st.integers(0, 2), seed=st.integers(0, 2**16))
+# A chunk over a prefix beside decodes on a GQA group of 4; a lone prefill of one KV head on one lane.
+@example(chunks=[(33, 100)], decodes=[1, 17, 64], heads=(4, 1), block_size=16, block_n=16, num_sms=2, ctas_per_sm=2,
+         pad=2, seed=0)
+@example(chunks=[(5, 0)], decodes=[], heads=(2, 2), block_size=32, block_n=16, num_sms=1, ctas_per_sm=1, pad=0,
+         seed=1)
+def test_pod_matches_reference(chunks, decodes, heads, block_size, block_n, num_sms, ctas_per_sm, pad, seed):
+    if not chunks and not decodes:
+        decodes = [3]
+    torch.manual_seed(seed)
+    num_heads, num_kv_heads = heads
+    query, k_cache, v_cache, meta = make_inputs([(c, p + c) for c, p in chunks], [(1, n) for n in decodes],
+                                                heads=num_heads, kv_heads=num_kv_heads, head_dim=16,
+                                                block_size=block_size, dtype=torch.float32)
+    ref = expected(query, k_cache, v_cache, meta)
+    padded, starts, seq_lens, tables = with_padding_rows(query, meta, pad)
+    out = run_pod(padded, k_cache, v_cache, starts, seq_lens, tables, num_sms=num_sms, ctas_per_sm=ctas_per_sm,
+                  block_n=block_n)
+    assert_close(out[: len(query)], ref, torch.float32)
+    # Padded requests (context 0) see no key: zeros, as the sequential kernel gives them.
+    assert torch.equal(out[len(query):], torch.zeros_like(out[len(query):]))
+
+
+def test_pod_equals_the_sequential_kernels_on_the_same_batch():
+    torch.manual_seed(3)
+    query, k_cache, v_cache, meta = make_inputs([(48, 48), (20, 90)], [(1, 7), (1, 70), (1, 129)], heads=8,
+                                                kv_heads=2, head_dim=32, block_size=16, dtype=torch.float16)
+    args = (meta.query_start_loc, meta.seq_lens, meta.block_tables)
+    pod = run_pod(query, k_cache, v_cache, *args, num_sms=3)
+    sequential = paged_attention(query, k_cache, v_cache, *args, 32 ** -0.5, max_query_len=meta.max_query_len)
+    assert_close(pod, expected(query, k_cache, v_cache, meta), torch.float16)
+    assert (pod.float() - sequential.float()).abs().max().item() < 2e-3
+
+
+def test_pod_in_bfloat16():
+    query, k_cache, v_cache, meta = make_inputs([(20, 60)], [(1, 40)], heads=4, kv_heads=2, head_dim=32,
+                                                block_size=16, dtype=torch.bfloat16)
+    out = run_pod(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, num_sms=2)
+    assert_close(out, expected(query, k_cache, v_cache, meta), torch.bfloat16)
+
+
+def _tiles(heads=40, kv_heads=40):
+    return pod_tiles(heads, kv_heads, 128, 2)[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(2, 600), st.integers(0, 3000)), max_size=2),
+       decodes=st.lists(st.integers(1, 4000), max_size=40), heads=st.sampled_from([(40, 40), (32, 8), (8, 8)]),
+       num_sms=st.integers(1, 140), ctas_per_sm=st.integers(1, 4))
+def test_the_plan_covers_every_tile_once(chunks, decodes, heads, num_sms, ctas_per_sm):
+    tiles = _tiles(*heads)
+    query_lens = [c for c, _ in chunks] + [1] * len(decodes)
+    seq_lens = [c + p for c, p in chunks] + decodes
+    plan = plan_pod(query_lens, seq_lens, heads[1], tiles, num_sms=num_sms, ctas_per_sm=ctas_per_sm)
+    wanted = {(PREFILL, r, q, h) for r, (c, _) in enumerate(chunks) for q in range(0, c, tiles.prefill_q)
+              for h in range(heads[1])}
+    wanted |= {(DECODE, len(chunks) + i, 0, h) for i in range(len(decodes)) for h in range(heads[1])}
+    assert sorted(plan.items) == sorted(wanted)
+    assert plan.work_indptr[0] == 0 and plan.work_indptr[-1] == len(plan.items)
+    assert all(a <= b for a, b in zip(plan.work_indptr, plan.work_indptr[1:]))
+    assert len(plan.work_indptr) == num_sms * ctas_per_sm + 1
+
+
+def test_each_sm_runs_a_prefill_lane_beside_a_decode_lane():
+    # LLaMA-13B, a 256-token chunk over a 1K prefix beside 16 decodes at 1K, on 132 SMs of two lanes:
+    # 160 prefill tiles and 640 decode items; every SM gets both kinds, each on its own program.
+    tiles = _tiles()
+    plan = plan_pod([256] + [1] * 16, [1280] + [1024] * 16, 40, tiles, num_sms=132, ctas_per_sm=2)
+    for sm in range(132):
+        lanes = [{kind for kind, *_ in plan.program_items(sm + j * 132)} for j in range(2)]
+        assert set().union(*lanes) == {PREFILL, DECODE}, f"SM {sm}: {lanes}"
+        assert all(len(kinds) == 1 for kinds in lanes), f"SM {sm} mixes kinds in one program: {lanes}"
+    # Prefill tiles longest first in each program: the causal walk's longest tiles cannot trail.
+    for p in range(plan.programs):
+        costs = [q for kind, _, q, _ in plan.program_items(p) if kind == PREFILL]
+        assert costs == sorted(costs, reverse=True)
+    # Loads balanced: the busiest SM within one longest item of the mean.
+    longest = 4.0 * tiles.prefill_m * 1280 * 128 / 150.0
+    assert max(plan.compute) - sum(plan.compute) / 132 <= longest
+    assert plan.overlapped_cost < plan.sequential_cost
+
+
+def test_a_prefill_only_batch_uses_every_lane():
+    tiles = _tiles()
+    plan = plan_pod([512], [512], 40, tiles, num_sms=132, ctas_per_sm=2)
+    busy = sum(plan.work_indptr[p + 1] > plan.work_indptr[p] for p in range(plan.programs))
+    assert busy == min(plan.programs, cdiv(512, tiles.prefill_q) * 40)
+
+
+def test_work_buffers_refuse_a_plan_they_cannot_hold():
+    tiles = _tiles(4, 4)
+    plan = plan_pod([1, 1, 1], [5, 6, 7], 4, tiles, num_sms=2)
+    with pytest.raises(ValueError, match="plan has 12 work items, the buffers hold 11"):
+        PodWork(plan.programs, 11, torch.device("cpu")).load(plan)
+    with pytest.raises(ValueError, match="num_sms and ctas_per_sm must be >= 1, got 0 and 2"):
+        plan_pod([1], [5], 4, tiles, num_sms=0)
+
+
+# Compiled for Hopper (through ptxas) at LLaMA-13B's and Mistral-7B's head shapes, aligned as an engine
+# launch is: ptxas's count of spilled registers of the fused kernel (both tile paths in one program).
+_SPILLS = """
+import json
+import triton.language as tl
+from sarathi_kernels.pod_attention import _pod_attention_kernel as pod
+
+aligned = [n for n in pod.arg_names if n.endswith("_ptr") or n.startswith("stride") or n == "head_dim"]
+types = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*bf16", scale_log2="fp32")
+found = {}
+for group, decode_m in ((1, 16), (4, 16)):
+    kernel = compile(pod, types, dict(BLOCK_SIZE=16, GROUP=group, GROUP_PAD=group, HEAD_DIM_PAD=128, PREFILL_M=64,
+                                      DECODE_M=decode_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
+                                      ITEM_FIELDS=4),
+                     arch=90, aligned=aligned, num_warps=4)
+    found[f"pod group={group}"] = spill_bytes(kernel, 90)
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+def test_pod_compiles_for_hopper_without_spills():
+    done = compile_for_gpu(_SPILLS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name: spilled for name, (_, spilled) in found.items() if spilled} == {}, found
