@@ -25,6 +25,9 @@ REPO_ROOT = PACKAGE_DIR.parent
 
 # The choices the engine implements (schedulers are checked by their own registry when one is built).
 ATTENTIONS = ("auto", "torch", "triton")
+# How the Triton attention runs a batch of prefills beside decodes: one paged kernel over both, or
+# prefill and decode work co-scheduled on each SM (sarathi_kernels/pod_attention.py).
+ATTENTION_HYBRIDS = ("sequential", "pod")
 # Bytes per element of each dtype the engine runs, for torch-free sizing.
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
@@ -88,6 +91,10 @@ class EngineConfig:
     # preempted; the default cache is sized with it on top.
     kv_watermark: float = KV_WATERMARK
     attention: Literal[ATTENTIONS] = "auto"
+    # "pod": the Triton attention's hybrid batches in one persistent launch whose programs share each SM
+    # between prefill tiles and decodes; "sequential" until a GPU measures the gain. Eager forwards only:
+    # a captured CUDA graph keeps the sequential kernel.
+    attention_hybrid: Literal[ATTENTION_HYBRIDS] = "sequential"
     # On CUDA with the Triton attention, forwards replay CUDA graphs captured when the engine is built
     # (model/cuda_graphs.py): decode-only ones, and with cuda_graphs_mixed those with prefills (chunks
     # alone or beside decodes, whole prompts) up to a token count; false: every forward eager. Nothing
@@ -141,6 +148,7 @@ class EngineConfig:
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
         if self.device_type == "cpu":
             self._check_cpu_dtype()
+        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
 
     def _check_cpu_dtype(self) -> None:
         """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
@@ -253,6 +261,20 @@ def cpu_has_onednn_fp16() -> bool:
     except (RuntimeError, AttributeError):
         return False
     return True
+
+
+def attention_backend(attention: str, device_type: str) -> str:
+    """The backend ``attention`` names on a device: ``auto`` is the Triton kernels on CUDA, PyTorch elsewhere."""
+    if attention == "auto":
+        return "triton" if device_type == "cuda" else "torch"
+    return attention
+
+
+def check_attention_hybrid(hybrid: str, backend: str) -> None:
+    """Co-scheduled hybrid attention is a Triton kernel: refused beside any other backend."""
+    if hybrid != "sequential" and backend != "triton":
+        raise ConfigError(f"attention_hybrid={hybrid!r} is invalid with the {backend} attention: it is a Triton "
+                          "kernel; allowed: sequential, or with attention=triton")
 
 
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),

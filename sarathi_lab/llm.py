@@ -76,7 +76,7 @@ class LLM:
         device = cfg.torch_device
         if device.type == "cpu":
             reuse_freed_memory()  # activations' pages reused, not faulted in again by every layer
-        backend = make_backend(cfg.attention, device)
+        backend = make_backend(cfg.attention, device, cfg.attention_hybrid)
         self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, self.dtype, device,
                                  cfg.seed, cfg.cpu_linear)
         self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None

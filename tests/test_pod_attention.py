@@ -161,3 +161,52 @@ def test_pod_compiles_for_hopper_without_spills():
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name: spilled for name, (_, spilled) in found.items() if spilled} == {}, found
+
+
+def test_the_backend_co_schedules_hybrid_batches_only():
+    from sarathi_lab.attention import make_backend
+
+    query, k_cache, v_cache, meta = make_inputs([(20, 50)], [(1, 9), (1, 33)], heads=4, kv_heads=2, head_dim=16,
+                                                block_size=16, dtype=torch.float32)
+    backend = make_backend("triton", query.device, "pod")
+    out = backend.attend(query, k_cache, v_cache, meta, 16 ** -0.5)
+    assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
+    assert meta.plan.plan.items, "a hybrid batch runs co-scheduled"
+    again = backend.attend(query, k_cache, v_cache, meta, 16 ** -0.5)  # the next layer: the same plan
+    assert torch.equal(again, out)
+    _, k_cache, v_cache, decodes = make_inputs([], [(1, 9), (1, 33)], heads=4, kv_heads=2, head_dim=16,
+                                               block_size=16, dtype=torch.float32)
+    backend.attend(query[:2], k_cache, v_cache, decodes, 16 ** -0.5)
+    assert decodes.plan is None, "a decode-only batch has nothing to overlap: the sequential kernel"
+
+
+def test_pod_is_refused_beside_the_torch_attention():
+    from sarathi_lab import LLM
+    from sarathi_lab.config import ConfigError
+
+    with pytest.raises(ConfigError, match="^attention_hybrid='pod' is invalid with the torch attention"):
+        LLM(model="tiny", device="cpu", attention="torch", attention_hybrid="pod")
+    with pytest.raises(ConfigError, match="^attention_hybrid='pods' is invalid: .*sequential"):
+        LLM(model="tiny", device="cpu", attention="triton", attention_hybrid="pods")
+
+
+@pytest.mark.e2e
+def test_engine_greedy_tokens_are_the_same_co_scheduled(monkeypatch):
+    import random
+
+    import sarathi_lab.attention.triton_backend as backend
+    from sarathi_lab import LLM
+
+    calls = []
+    monkeypatch.setattr(backend, "pod_attention", lambda *a, **k: calls.append(1) or pod_attention(*a, **k))
+    random.seed(0)
+    prompts = [[random.randrange(4096) for _ in range(n)] for n in (20, 6, 9)]
+    tokens = {}
+    for hybrid in ("sequential", "pod"):
+        # chunk_size 16 splits the first prompt; later prompts' prefills share batches with decodes.
+        llm = LLM(model="tiny", attention="triton", attention_hybrid=hybrid, device="cpu", dtype="float32",
+                  chunk_size=16, max_batch_size=3, warmup_iters=0)
+        tokens[hybrid] = llm.generate(prompts, max_new_tokens=3)
+    assert any(it.num_prefill_tokens and it.num_decode_tokens for it in llm.metrics.iterations), "no hybrid batch"
+    assert calls, "no layer ran co-scheduled"
+    assert tokens["pod"] == tokens["sequential"]

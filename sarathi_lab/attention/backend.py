@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from sarathi_lab.attention.metadata import AttentionMetadata
-from sarathi_lab.config import ATTENTIONS
+from sarathi_lab.config import ATTENTIONS, attention_backend, check_attention_hybrid
 
 # The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
 # the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
@@ -33,14 +33,15 @@ class AttentionBackend(ABC):
         holds this step's keys already (``write_kv`` ran); returns [T, heads, head_dim]."""
 
 
-def make_backend(name: str, device: torch.device) -> AttentionBackend:
-    """``auto`` takes the Triton kernels on CUDA and the PyTorch path elsewhere."""
-    if name == "auto":
-        name = "triton" if device.type == "cuda" else "torch"
+def make_backend(name: str, device: torch.device, hybrid: str = "sequential") -> AttentionBackend:
+    """``auto`` takes the Triton kernels on CUDA and the PyTorch path elsewhere; ``hybrid``
+    (EngineConfig.attention_hybrid) is the Triton kernels' way with hybrid batches."""
+    name = attention_backend(name, device.type)
+    check_attention_hybrid(hybrid, name)
     if name == "triton":
         from sarathi_lab.attention.triton_backend import TritonAttention
 
-        return TritonAttention()
+        return TritonAttention(hybrid)
     if name == "torch":
         from sarathi_lab.attention.torch_backend import TorchAttention
 

@@ -1,10 +1,16 @@
 """Attention through the Triton kernels: one launch per layer for the whole hybrid batch, reading each
-request's context straight from its paged blocks."""
+request's context straight from its paged blocks; with ``hybrid="pod"`` a batch of prefills beside
+decodes runs co-scheduled (sarathi_kernels/pod_attention.py), planned once per iteration."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
 
 try:
     from sarathi_kernels.kv_cache import write_kv_cache
     from sarathi_kernels.paged_attention import paged_attention
+    from sarathi_kernels.pod_attention import PodPlan, PodWork, plan_batch, pod_attention
 except ModuleNotFoundError as e:  # Triton is the gpu extra's: a CPU install has none
     if e.name != "triton":
         raise
@@ -15,14 +21,52 @@ from sarathi_lab.attention.backend import AttentionBackend
 from sarathi_lab.attention.metadata import AttentionMetadata
 
 
+@dataclass
+class PodLaunch:
+    """An iteration's co-scheduled plan, shared by every layer (the same lengths, the same buffers)."""
+
+    plan: PodPlan
+    work: PodWork
+    num_warps: int
+
+
 class TritonAttention(AttentionBackend):
     name = "triton"
+
+    def __init__(self, hybrid: str = "sequential"):
+        self.hybrid = hybrid
+        # Kept across iterations and grown as batches grow: the plan's buffers.
+        self._work: PodWork | None = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
 
+    def _pod(self, query: torch.Tensor, k_cache: torch.Tensor, meta: AttentionMetadata) -> PodLaunch:
+        """The iteration's plan: made by its first layer from the host's lengths, reused by the others."""
+        if isinstance(meta.plan, PodLaunch):
+            return meta.plan
+        plan, warps = plan_batch(meta.query_lens_host, meta.seq_lens_host, query.shape[1], k_cache.shape[2],
+                                 query.shape[2], query.element_size(), query.device)
+        work = self._work
+        if work is None or work.programs != plan.programs or work.capacity < len(plan.items) \
+                or work.items.device != query.device:
+            work = self._work = PodWork(plan.programs, len(plan.items), query.device)
+        work.load(plan)
+        meta.plan = PodLaunch(plan, work, warps)
+        return meta.plan
+
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float):
+        # Only a batch with both kinds has anything to overlap. A forward being captured runs the
+        # sequential kernel: its lengths are placeholders, and a graph replays what it captured.
+        if self.hybrid == "pod" and meta.num_prefills and meta.num_decodes and not _capturing(query.device):
+            launch = self._pod(query, k_cache, meta)
+            return pod_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
+                                 launch.plan, launch.work, scale, num_warps=launch.num_warps)
         # No max_seq_len from seq_lens_host: a CUDA graph is captured over placeholder lengths, and the
         # kernel's default (the block table's width) bounds the longest context in graphs and eager runs.
         return paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                                scale, max_query_len=meta.max_query_len)
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
