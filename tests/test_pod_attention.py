@@ -100,23 +100,35 @@ def test_the_plan_covers_every_tile_once(chunks, decodes, heads, num_sms, ctas_p
     assert len(plan.work_indptr) == num_sms * ctas_per_sm + 1
 
 
-def test_each_sm_runs_a_prefill_lane_beside_a_decode_lane():
-    # LLaMA-13B, a 256-token chunk over a 1K prefix beside 16 decodes at 1K, on 132 SMs of two lanes:
-    # 160 prefill tiles and 640 decode items; every SM gets both kinds, each on its own program.
+def test_each_sm_starts_a_prefill_lane_beside_a_decode_lane():
+    # LLaMA-13B, a 256-token chunk over a 768-token prefix beside 16 decodes at 1K, on 132 SMs of two
+    # lanes: 160 prefill tiles and 640 decode items; every SM starts one of each kind side by side.
     tiles = _tiles()
-    plan = plan_pod([256] + [1] * 16, [1280] + [1024] * 16, 40, tiles, num_sms=132, ctas_per_sm=2)
+    plan = plan_pod([256] + [1] * 16, [1024] * 17, 40, tiles, num_sms=132, ctas_per_sm=2)
     for sm in range(132):
-        lanes = [{kind for kind, *_ in plan.program_items(sm + j * 132)} for j in range(2)]
-        assert set().union(*lanes) == {PREFILL, DECODE}, f"SM {sm}: {lanes}"
-        assert all(len(kinds) == 1 for kinds in lanes), f"SM {sm} mixes kinds in one program: {lanes}"
-    # Prefill tiles longest first in each program: the causal walk's longest tiles cannot trail.
+        firsts = [plan.program_items(sm + j * 132)[0][0] for j in range(2)]
+        assert sorted(firsts) == [PREFILL, DECODE], f"SM {sm} starts {firsts}"
     for p in range(plan.programs):
-        costs = [q for kind, _, q, _ in plan.program_items(p) if kind == PREFILL]
-        assert costs == sorted(costs, reverse=True)
-    # Loads balanced: the busiest SM within one longest item of the mean.
-    longest = 4.0 * tiles.prefill_m * 1280 * 128 / 150.0
-    assert max(plan.compute) - sum(plan.compute) / 132 <= longest
+        # A lane's own kind longest first (the causal walk's longest tiles cannot trail), then the tail
+        # it took over from the SM's other lane.
+        items = plan.program_items(p)
+        own = [q for kind, _, q, _ in items[: next((i for i, it in enumerate(items) if it[0] != items[0][0]),
+                                                   len(items))]]
+        assert own == sorted(own, reverse=True)
+    # Loads balanced: the busiest SM within one longest item of the mean; overlapping beats queuing.
+    longest = 2.0 * 1024 * 128 * 2
+    assert max(map(max, plan.compute, plan.memory)) - sum(plan.memory) / 132 <= longest
     assert plan.overlapped_cost < plan.sequential_cost
+
+
+def test_a_lane_whose_kind_runs_out_takes_the_other_s_tail():
+    # Decodes far outweigh the chunk: the prefill lane, done early, takes decodes too.
+    tiles = _tiles()
+    plan = plan_pod([64] + [1] * 32, [64] + [3072] * 32, 40, tiles, num_sms=8, ctas_per_sm=2)
+    for sm in range(8):
+        kinds = [[kind for kind, *_ in plan.program_items(sm + j * 8)] for j in range(2)]
+        prefill_lane = next(k for k in kinds if k[0] == PREFILL)
+        assert DECODE in prefill_lane, kinds
 
 
 def test_a_prefill_only_batch_uses_every_lane():

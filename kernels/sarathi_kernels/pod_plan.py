@@ -150,20 +150,36 @@ def plan_pod(query_lens: list[int], seq_lens: list[int], num_kv_heads: int, tile
 
 def _fill_lanes(sm: int, chosen: list[int], work, compute: float, memory: float, num_sms: int, ctas_per_sm: int,
                 lanes: list[list[int]]) -> None:
-    """One SM's items (longest first per kind) over its lanes: lanes of each kind in proportion to the
-    kind's load, so that a prefill lane and a decode lane run side by side while both have work."""
+    """One SM's items over its lanes. Each lane has a primary kind, lanes of each kind in proportion to
+    the kind's load (at least one each when both are present): a prefill lane and a decode lane start
+    side by side, each on its kind's items longest first. Then the lanes are evened out: the last item
+    of the busiest lane moves to the end of the idlest while that shortens the busiest, so that when
+    one kind runs out (the chunk's tiles, say, long before the decodes' KV reads end) its lanes take
+    the other kind's tail instead of leaving the SM one program to hide memory latency with."""
     kinds = {PREFILL: [i for i in chosen if work[i][1][0] == PREFILL],
              DECODE: [i for i in chosen if work[i][1][0] == DECODE]}
     mine = [sm + j * num_sms for j in range(ctas_per_sm)]
-    if not kinds[DECODE] or not kinds[PREFILL]:
-        split = {PREFILL: mine, DECODE: mine}
+    if not kinds[DECODE] or not kinds[PREFILL] or ctas_per_sm == 1:
+        primary = {PREFILL: mine, DECODE: mine}
     else:
-        # One lane alone (a grid of one program per SM) runs both kinds in turn: no overlap to plan.
-        n_decode = min(max(round(ctas_per_sm * memory / (compute + memory)), 1), max(ctas_per_sm - 1, 1))
-        split = {PREFILL: mine[: max(ctas_per_sm - n_decode, 1)], DECODE: mine[ctas_per_sm - n_decode:]}
+        n_decode = min(max(round(ctas_per_sm * memory / (compute + memory)), 1), ctas_per_sm - 1)
+        primary = {PREFILL: mine[: ctas_per_sm - n_decode], DECODE: mine[ctas_per_sm - n_decode:]}
+    load = dict.fromkeys(mine, 0.0)
     for kind in (PREFILL, DECODE):
-        heap = [(0.0, p) for p in split[kind]]
+        heap = [(load[p], p) for p in primary[kind]]
+        heapq.heapify(heap)
         for i in kinds[kind]:
-            load, p = heapq.heappop(heap)
+            _, p = heapq.heappop(heap)
             lanes[p].append(i)
-            heapq.heappush(heap, (load + work[i][0], p))
+            load[p] += work[i][0]
+            heapq.heappush(heap, (load[p], p))
+    while True:
+        busiest, idlest = max(mine, key=load.get), min(mine, key=load.get)
+        if len(lanes[busiest]) < 2:
+            return
+        moved = work[lanes[busiest][-1]][0]
+        if load[idlest] + moved >= load[busiest]:
+            return
+        lanes[idlest].append(lanes[busiest].pop())
+        load[busiest] -= moved
+        load[idlest] += moved
