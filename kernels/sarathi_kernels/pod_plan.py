@@ -32,10 +32,13 @@ ITEM_FIELDS = 4  # kind, request, first query token of the tile, KV head
 # Resident programs per SM: a 64 x 64 tile's registers and shared memory fit two CTAs on an SM of
 # Hopper or Ampere, and the fused kernel is sized by its larger (prefill) path.
 CTAS_PER_SM = 2
+# The share of the tensor cores' matmul rate an attention tile reaches: its softmax, masking and
+# rescaling run on the CUDA cores between its two dots.
+ATTENTION_MATMUL_SHARE = 0.5
 # Flops a prefill tile does in the time a decode reads one byte, on the same SM: H100/H200's bf16
-# tensor-core peak over their HBM bandwidth is about 300 flop/byte on their datasheets, and an attention
-# tile reaches about half its tensor-core peak. The benchmark passes the ratio of its measured ceilings.
-FLOPS_PER_BYTE = 150.0
+# tensor-core peak over their HBM bandwidth is about 300 flop/byte on their datasheets, at the share
+# above. The benchmark passes its measured ceilings' ratio instead (``flops_per_byte``).
+FLOPS_PER_BYTE = 300.0 * ATTENTION_MATMUL_SHARE
 # Programs of the interpreter's grid (no SMs to count): enough lanes for both kinds to meet in one program list.
 INTERPRETER_SMS = 2
 
@@ -84,6 +87,12 @@ class PodPlan:
         """The same work with the kinds one after the other, each spread evenly over every SM."""
         n = max(len(self.compute), 1)
         return sum(self.compute) / n + sum(self.memory) / n
+
+
+def flops_per_byte_of(matmul_gflops: float, copy_gbps: float) -> float:
+    """The plan's exchange rate between a prefill tile's flops and a decode's bytes, from a device's
+    measured ceilings (GEMM rate, copy bandwidth)."""
+    return ATTENTION_MATMUL_SHARE * matmul_gflops / copy_gbps
 
 
 def cdiv(a: int, b: int) -> int:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.paper_result import GpuPart
 from sarathi_lab.profiling.attention_grid import GRIDS
+from sarathi_lab.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
 
 # What every paper sweep on the GPU shares: the paper's model and dtype, no W&B (the machine has
 # no network), and a rerun that skips the jobs an interrupted call already finished. The experiment's
@@ -52,6 +53,11 @@ HEAD: tuple[Step, ...] = (
          "interleaved, and vs its floor: LLaMA-13B (40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills "
          "512-4096, chunks 64-512 at prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (profiling/attention_peers.py; "
          f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)"),
+    Step("hybrid", round(HYBRID_GRIDS["cuda"].estimate_s() / 60, 1),
+         "hybrid batches (a chunk of 256/512 beside 16/32 decodes at 1K/3K; LLaMA-13B and Mistral-7B heads, bf16): "
+         "prefill and decode attention co-scheduled on each SM in one launch vs the engine's sequential kernels "
+         "(one launch; chunk then decodes), SDPA/FlexAttention and the floors (profiling/hybrid_attention.py; "
+         "target 0.8x the sequential)"),
     Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "

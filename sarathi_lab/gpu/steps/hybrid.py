@@ -1,0 +1,88 @@
+"""Co-scheduled hybrid attention against the engine's sequential kernels, the peers and the floors
+(``profiling.hybrid_attention``) at every batch of ``profiling.hybrid_grid``: one row a batch in
+hybrid_attention.csv, written as each ends so that a rerun continues where a call ran out of time; per
+batch ``hybrid_attention_over_sequential[<shape>]`` (the target), over the faster peer, over the floor,
+and each contender's ms."""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.gpu.context import Context, Incomplete
+from sarathi_lab.gpu.state import Metric
+from sarathi_lab.gpu.steps.attention import SHAPE_GUARD_S, _value
+from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
+from sarathi_lab.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, POD_X1, TARGET
+
+ROWS = "hybrid_attention.csv"
+
+
+def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
+    """One batch's metrics; the target holds only on a GPU (a CPU's times are the interpreter's), the
+    agreement with the reference everywhere."""
+    shape = row["shape"]
+
+    def rounded(key: str):
+        value = _value(row.get(key))
+        return None if value is None else round(value, 3)
+
+    over = rounded("over_sequential")
+    metrics = [Metric(f"hybrid_attention_over_sequential[{shape}]", over, "x", f"<= {TARGET}",
+                      (over is not None and over <= TARGET) if on_gpu else None),
+               Metric(f"hybrid_attention_control_over_sequential[{shape}]", rounded("control_over_sequential"), "x"),
+               Metric(f"hybrid_attention_over_best_peer[{shape}]", rounded("over_best_peer"), "x"),
+               Metric(f"hybrid_attention_over_floor[{shape}]", rounded("over_floor"), "x"),
+               Metric(f"hybrid_attention_floor_over_sequential_floor[{shape}]",
+                      rounded("floor_over_sequential_floor"), "x")]
+    for name in (*CONTENDERS, "floor", "sequential_floor"):
+        if _value(row.get(f"{name}_ms")) is not None:
+            metrics.append(Metric(f"hybrid_attention_{name}_ms[{shape}]", float(f"{row[f'{name}_ms']:.4g}"), "ms"))
+    if _value(row.get(f"{POD}_plan_ms")) is not None:
+        metrics.append(Metric(f"hybrid_attention_plan_ms[{shape}]", float(f"{row[f'{POD}_plan_ms']:.3g}"), "ms"))
+    diff = _value(row.get("max_rel_diff"))
+    errors = [f"{name}: {row[f'{name}_error']}" for name in CONTENDERS if _value(row.get(f"{name}_error"))]
+    metrics.append(Metric(f"hybrid_attention_max_rel_diff[{shape}]", diff and float(f"{diff:.3g}"), "",
+                          "every contender agrees with attention/reference.py", not errors))
+    return metrics
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    from sarathi_lab.profiling.attention_peers import Flex
+    from sarathi_lab.profiling.hybrid_attention import measure
+
+    grid, device = GRIDS[ctx.device], torch.device(ctx.device)
+    dtype = getattr(torch, grid.dtype)
+    env = ceilings(ctx.out)
+    notes = [] if env else ["ceilings measured by this step (the env step has not run)"]
+    env = env or measure_ceilings(ctx.device)
+    path = ctx.dir / ROWS
+    rows = pd.read_csv(path).to_dict("records") if path.is_file() else []
+    done = {r["shape"] for r in rows}
+    flex = Flex(compiled=ctx.device == "cuda")
+    with torch._dynamo.config.patch(recompile_limit=grid.flex_compiles + 8):
+        for case in [c for c in grid.cases() if c.label not in done]:
+            left = ctx.seconds_left()
+            if left is not None and left < SHAPE_GUARD_S:
+                raise Incomplete(f"{len(rows)} of {len(grid.cases())} batches measured; a rerun continues")
+            rows.append(measure(case, dtype=dtype, device=device, block_size=EngineConfig.block_size, reps=grid.reps,
+                                warmup=grid.warmup, flex=flex, copy_gbps=env["copy_gbps"],
+                                matmul_gflops=env["matmul_tflops"] * 1e3))
+            pd.DataFrame(rows).to_csv(path, index=False)
+    on_gpu = ctx.device == "cuda"
+    order = {c.label: i for i, c in enumerate(grid.cases())}
+    rows.sort(key=lambda r: order.get(r["shape"], len(order)))
+    met = sum(_value(r.get("over_sequential")) is not None and r["over_sequential"] <= TARGET for r in rows)
+    metrics = [Metric("hybrid_attention_within_target", f"{met}/{len(rows)}", "", "all",
+                      met == len(rows) if on_gpu else None)]
+    for row in rows:
+        metrics += shape_metrics(row, on_gpu)
+    notes.append(f"{grid.dtype} on {ctx.device}: {len(rows)} hybrid batches (c: the last chunk of a prompt of ctx "
+                 f"tokens, b: decodes at ctx), median of {grid.reps} interleaved rounds"
+                 + (", each call after an L2 flush, CUDA events" if on_gpu else
+                    "; the kernels in Triton's interpreter: times say nothing"))
+    notes.append(f"{POD}: prefill and decode work on separate programs of each SM; {POD_X1}: one program a SM "
+                 "(the control); over_sequential: over the faster of the engine's one launch and its two "
+                 "(chunk, then decodes with decode tiles)" + (f"; FlexAttention not run: {flex.error}"
+                                                             if flex.error else ""))
+    return metrics, notes

@@ -1,0 +1,91 @@
+"""The hybrid batches at which co-scheduled attention (sarathi_kernels/pod_attention.py) is timed against
+the engine's sequential kernels and the peers (``hybrid_attention``), their names in the GPU suite's
+metrics, and the time the whole grid takes by arithmetic. Torch-free: the suite's plan reads the
+estimate without importing torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sarathi_lab.profiling.attention_grid import FLEX, SDPA
+
+# The contenders. pod: prefill and decode work on separate programs of each SM (two lanes an SM);
+# pod_x1: the same persistent kernel with one lane an SM, each program running both kinds in turn, the
+# control that tells co-residence from the rest of the kernel; engine_one_launch: the engine's
+# paged_attention over the whole batch (what attention_hybrid=sequential runs); engine_two_launches:
+# paged_attention on the chunk, then on the decodes with decode tiles (and its own split plan); the
+# peers on contiguous K/V: SDPA's flash kernel for the chunk (bottom-right causal) then the decodes,
+# and FlexAttention for the chunk then SDPA for the decodes.
+POD, POD_X1, ONE_LAUNCH, TWO_LAUNCHES = "pod", "pod_x1", "engine_one_launch", "engine_two_launches"
+SEQUENTIAL = (ONE_LAUNCH, TWO_LAUNCHES)
+PEERS = (SDPA, FLEX)
+CONTENDERS = (POD, POD_X1, *SEQUENTIAL, *PEERS)
+# Co-scheduled over the faster sequential way: the issue's target at chunks of 256-512 beside 16-32
+# decodes at contexts of 1-3K, every shape of the GPU grid.
+TARGET = 0.8
+
+# Estimates until a lease measures them (the step records each shape's first calls): a FlexAttention
+# compile (the first starts Inductor's workers), the engine's kernels' compiles, a shape's inputs,
+# reference and timed rounds.
+FLEX_FIRST_COMPILE_S, FLEX_COMPILE_S, KERNEL_COMPILES_S, SHAPE_S, START_S = 20.0, 4.0, 8.0, 0.5, 10.0
+
+
+@dataclass(frozen=True)
+class HybridCase:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    chunk: int        # the prefill chunk: the last ``chunk`` tokens of a prompt of ``context`` tokens
+    decodes: int      # decodes, each at ``context``
+    context: int
+
+    @property
+    def prefix(self) -> int:
+        return self.context - self.chunk
+
+    @property
+    def label(self) -> str:
+        """``heads=40/40,c=256,b=16,ctx=1024``: the suite's metric key."""
+        return f"heads={self.heads}/{self.kv_heads},c={self.chunk},b={self.decodes},ctx={self.context}"
+
+    @property
+    def query_lens(self) -> list[int]:
+        return [self.chunk] + [1] * self.decodes
+
+    @property
+    def context_lens(self) -> list[int]:
+        return [self.context] * (self.decodes + 1)
+
+
+@dataclass(frozen=True)
+class HybridGrid:
+    heads: tuple[tuple[int, int], ...]
+    head_dim: int
+    chunks: tuple[int, ...]
+    decodes: tuple[int, ...]
+    contexts: tuple[int, ...]
+    dtype: str
+    reps: int
+    warmup: int
+
+    def cases(self) -> list[HybridCase]:
+        return [HybridCase(h, kvh, self.head_dim, c, b, ctx) for h, kvh in self.heads for c in self.chunks
+                for b in self.decodes for ctx in self.contexts if c <= ctx]
+
+    @property
+    def flex_compiles(self) -> int:
+        """FlexAttention compiles once per chunk shape (heads, chunk, context); the decodes go to SDPA."""
+        return len({(c.heads, c.kv_heads, c.chunk, c.context) for c in self.cases()})
+
+    def estimate_s(self) -> float:
+        flex = FLEX_FIRST_COMPILE_S + FLEX_COMPILE_S * (self.flex_compiles - 1) if self.flex_compiles else 0.0
+        return START_S + flex + KERNEL_COMPILES_S * len(self.heads) + SHAPE_S * len(self.cases())
+
+
+# GPU: LLaMA-13B's heads (40 x 128) and Mistral-7B's (32 query / 8 KV x 128), bf16, the issue's
+# hybrid batches. CPU (the dry run): the same kinds at shapes Triton's interpreter runs in seconds.
+GRIDS = {
+    "cuda": HybridGrid(heads=((40, 40), (32, 8)), head_dim=128, chunks=(256, 512), decodes=(16, 32),
+                       contexts=(1024, 3072), dtype="bfloat16", reps=20, warmup=3),
+    "cpu": HybridGrid(heads=((2, 2), (4, 1)), head_dim=16, chunks=(16,), decodes=(3,), contexts=(24,),
+                      dtype="float32", reps=2, warmup=1),
+}
