@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention, pod_tiles
-from sarathi_kernels.pod_plan import DECODE, PREFILL, cdiv, plan_pod
+from sarathi_kernels.pod_plan import CTAS_PER_SM, DECODE, PREFILL, cdiv, plan_pod
 
 from tests.test_kernel_splits import with_padding_rows
 from tests.test_kernels import assert_close, expected, make_inputs
@@ -162,17 +162,23 @@ for group, decode_m in ((1, 16), (4, 16)):
                                       DECODE_M=decode_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
                                       ITEM_FIELDS=4),
                      arch=90, aligned=aligned, num_warps=4)
-    found[f"pod group={group}"] = spill_bytes(kernel, 90)
+    found[f"pod group={group}"] = (*spill_bytes(kernel, 90), kernel.metadata.shared)
 print(json.dumps(found))
 """
+# An H100/H200 SM: 64K 32-bit registers, 228 KB of shared memory of which the system keeps 1 KB a CTA.
+SM_REGISTERS, SM_SHARED, CTA_RESERVED_SHARED = 65536, 228 * 1024, 1024
 
 
 @pytest.mark.slow
-def test_pod_compiles_for_hopper_without_spills():
+def test_pod_compiles_for_hopper_without_spills_and_its_lanes_fit_an_sm():
     done = compile_for_gpu(_SPILLS)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert {name: spilled for name, (_, spilled) in found.items() if spilled} == {}, found
+    assert {name: spilled for name, (_, spilled, _) in found.items() if spilled} == {}, found
+    # The plan's lanes are programs resident side by side: CTAS_PER_SM of them must fit one SM.
+    for name, (registers, _, shared) in found.items():
+        assert CTAS_PER_SM * registers * 32 * 4 <= SM_REGISTERS, (name, registers)
+        assert CTAS_PER_SM * (shared + CTA_RESERVED_SHARED) <= SM_SHARED, (name, shared)
 
 
 def test_the_backend_co_schedules_hybrid_batches_only():

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 PREFILL, DECODE = 0, 1
 # Fields of one work item, as the kernel reads them (int32, row-major [items, ITEM_FIELDS]).
 ITEM_FIELDS = 4  # kind, request, first query token of the tile, KV head
-# Resident programs per SM: a 64 x 64 tile's registers and shared memory fit two CTAs on an SM of
-# Hopper or Ampere, and the fused kernel is sized by its larger (prefill) path.
+# Resident programs per SM: the fused kernel is sized by its larger (prefill) path, whose registers and
+# shared memory fit two CTAs on a Hopper SM (a test holds the compiled kernel to it).
 CTAS_PER_SM = 2
 # The share of the tensor cores' matmul rate an attention tile reaches: its softmax, masking and
 # rescaling run on the CUDA cores between its two dots.
