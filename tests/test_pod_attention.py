@@ -19,17 +19,19 @@ from tests.test_kernels import assert_close, expected, make_inputs
 from tests.triton_compile import compile_for_gpu
 
 
-def run_pod(query, k_cache, v_cache, starts, seq_lens, tables, *, num_sms, ctas_per_sm=2, **tiles):
+def run_pod(query, k_cache, v_cache, starts, seq_lens, tables, *, num_sms, ctas_per_sm=2, sm_of=None, work=None,
+            **tiles):
     query_lens = (starts[1:] - starts[:-1]).tolist()
     plan, warps = plan_batch(query_lens, seq_lens.tolist(), query.shape[1], k_cache.shape[2], query.shape[2],
                              query.element_size(), query.device, num_sms=num_sms, ctas_per_sm=ctas_per_sm, **tiles)
     # Buffers larger than the plan, as a graph's are: items past its lists must never be read.
-    work = PodWork(plan.programs, len(plan.items) + 7, query.device)
-    work.items.fill_(-1)
+    if work is None:
+        work = PodWork(plan.programs, len(plan.items) + 7, query.device)
+        work.items.fill_(-1)
     work.load(plan)
     out = torch.full_like(query, float("nan"))
     return pod_attention(query, k_cache, v_cache, starts, seq_lens, tables, plan, work, query.shape[-1] ** -0.5,
-                         out=out, num_warps=warps)
+                         out=out, num_warps=warps, sm_of=sm_of)
 
 
 @settings(max_examples=12, deadline=None)
@@ -69,6 +71,22 @@ def test_pod_equals_the_sequential_kernels_on_the_same_batch():
     sequential = paged_attention(query, k_cache, v_cache, *args, 32 ** -0.5, max_query_len=meta.max_query_len)
     assert_close(pod, expected(query, k_cache, v_cache, meta), torch.float16)
     assert (pod.float() - sequential.float()).abs().max().item() < 2e-3
+
+
+@pytest.mark.parametrize("num_sms,ctas_per_sm", [(3, 2), (2, 3)])
+def test_programs_that_land_on_one_sm_still_run_every_lane_once(num_sms, ctas_per_sm):
+    # "zero": every program finds itself on SM 0, as a GPU that placed the grid unevenly would show
+    # through %smid: the first take SM 0's lanes, the others any free lane; the last leaves the claims
+    # zeroed, so the same buffers serve the next launch (a graph's replay).
+    torch.manual_seed(5)
+    query, k_cache, v_cache, meta = make_inputs([(40, 90)], [(1, 20), (1, 77), (1, 3)], heads=4, kv_heads=2,
+                                                head_dim=16, block_size=16, dtype=torch.float32)
+    args = (query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables)
+    work = PodWork(num_sms * ctas_per_sm, 64, query.device)
+    for _ in range(2):
+        out = run_pod(*args, num_sms=num_sms, ctas_per_sm=ctas_per_sm, sm_of="zero", work=work)
+        assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
+        assert not work.claims.any()
 
 
 def test_pod_in_bfloat16():
@@ -157,12 +175,12 @@ from sarathi_kernels.pod_attention import _pod_attention_kernel as pod
 aligned = [n for n in pod.arg_names if n.endswith("_ptr") or n.startswith("stride") or n == "head_dim"]
 types = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*bf16", scale_log2="fp32")
 found = {}
-for group, decode_m in ((1, 16), (4, 16)):
+for group, sm_of in ((1, "smid"), (4, "smid"), (1, "program")):
     kernel = compile(pod, types, dict(BLOCK_SIZE=16, GROUP=group, GROUP_PAD=group, HEAD_DIM_PAD=128, PREFILL_M=64,
-                                      DECODE_M=decode_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
-                                      ITEM_FIELDS=4),
+                                      DECODE_M=16, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
+                                      ITEM_FIELDS=4, CTAS_PER_SM=2, SM_OF=sm_of),
                      arch=90, aligned=aligned, num_warps=4)
-    found[f"pod group={group}"] = (*spill_bytes(kernel, 90), kernel.metadata.shared)
+    found[f"pod group={group} {sm_of}"] = (*spill_bytes(kernel, 90), kernel.metadata.shared)
 print(json.dumps(found))
 """
 # An H100/H200 SM: 64K 32-bit registers, 228 KB of shared memory of which the system keeps 1 KB a CTA.

@@ -5,9 +5,9 @@ Why: a Sarathi hybrid batch is a compute-bound prefill chunk beside memory-bound
 the other (or as one grid whose programs the hardware places in order), an SM is busy with either
 tensor-core work or waiting on HBM at a time. POD-Attention (Kamath et al., ASPLOS'25) places prefill
 and decode work on the same SM at the same time, so that the decodes' KV reads hide under the chunk's
-matmuls. Here the grid is persistent: ``num_sms x ctas_per_sm`` programs, all resident at once, and a
-1-D grid that fits the GPU is laid out breadth-first over the SMs, so programs ``s, s + num_sms, ...``
-share SM ``s``: its lanes. This plan
+matmuls. Here the grid is persistent: ``num_sms x ctas_per_sm`` programs, all resident at once; SM
+``s`` has the lanes (work lists) ``s, s + num_sms, ...``, and each program claims a lane of the SM it
+finds itself on (pod_attention.py), as POD-Attention's CTAs pick their role from their SM. This plan
 
 1. splits the batch into work items: a prefill tile (a q-tile of one request's chunk for one KV head)
    or a decode item (one decode's token for one KV head), each with an estimated cost: a prefill
