@@ -27,6 +27,7 @@ from sarathi_lab.profiling.hybrid_grid import (
     ONE_LAUNCH,
     PEERS,
     POD,
+    POD_BY_PROGRAM,
     POD_X1,
     SEQUENTIAL,
     TWO_LAUNCHES,
@@ -67,7 +68,8 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
                         d ** -0.5)
 
 
-def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float) -> tuple[Callable[[], torch.Tensor], float]:
+def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
+             sm_of: str | None = None) -> tuple[Callable[[], torch.Tensor], float]:
     """The co-scheduled launch, its plan made and copied in beforehand (once an iteration in the
     engine, for every layer); and the plan's host milliseconds."""
     from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention
@@ -82,7 +84,7 @@ def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float) -> tuple[
     work.load(plan)
     out = torch.empty_like(x.query)
     return (lambda: pod_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables, plan,
-                                  work, x.scale, out=out, num_warps=warps)), plan_ms
+                                  work, x.scale, out=out, num_warps=warps, sm_of=sm_of)), plan_ms
 
 
 def one_launch_call(x: HybridInputs) -> Callable[[], torch.Tensor]:
@@ -152,9 +154,11 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
     builders: dict[str, Callable[[], Callable[[], torch.Tensor]]] = {
         ONE_LAUNCH: lambda: one_launch_call(x), TWO_LAUNCHES: lambda: two_launches_call(x),
         SDPA: lambda: peer_call(SDPA, case, x, flash, flex)}
-    for name, lanes in ((POD, CTAS_PER_SM), (POD_X1, 1)):
-        def build(lanes=lanes, name=name):
-            fn, row[f"{name}_plan_ms"] = pod_call(x, lanes, rate)
+    # None: pod_attention's own choice (a lane of the program's SM, compiled).
+    for name, lanes, sm_of in ((POD, CTAS_PER_SM, None), (POD_BY_PROGRAM, CTAS_PER_SM, "program"),
+                               (POD_X1, 1, None)):
+        def build(lanes=lanes, name=name, sm_of=sm_of):
+            fn, row[f"{name}_plan_ms"] = pod_call(x, lanes, rate, sm_of)
             return fn
         builders[name] = build
     if flex is not None and flex.error is None:

@@ -8,25 +8,29 @@ from dataclasses import dataclass
 
 from sarathi_lab.profiling.attention_grid import FLEX, SDPA
 
-# The contenders. pod: prefill and decode work on separate programs of each SM (two lanes an SM);
-# pod_x1: the same persistent kernel with one lane an SM, each program running both kinds in turn, the
-# control that tells co-residence from the rest of the kernel; engine_one_launch: the engine's
+# The contenders. pod: prefill and decode work on separate programs of each SM (two lanes an SM, each
+# program claiming a lane of the SM it runs on); pod_by_program: the same with lane = program id (the
+# breadth-first placement a resident grid usually gets), which tells what the claim is worth; pod_x1:
+# the same persistent kernel with one lane an SM, each program running both kinds in turn, the control
+# that tells co-residence from the rest of the kernel; engine_one_launch: the engine's
 # paged_attention over the whole batch (what attention_hybrid=sequential runs); engine_two_launches:
 # paged_attention on the chunk, then on the decodes with decode tiles (and its own split plan); the
 # peers on contiguous K/V: SDPA's flash kernel for the chunk (bottom-right causal) then the decodes,
 # and FlexAttention for the chunk then SDPA for the decodes.
-POD, POD_X1, ONE_LAUNCH, TWO_LAUNCHES = "pod", "pod_x1", "engine_one_launch", "engine_two_launches"
+POD, POD_BY_PROGRAM, POD_X1 = "pod", "pod_by_program", "pod_x1"
+ONE_LAUNCH, TWO_LAUNCHES = "engine_one_launch", "engine_two_launches"
 SEQUENTIAL = (ONE_LAUNCH, TWO_LAUNCHES)
 PEERS = (SDPA, FLEX)
-CONTENDERS = (POD, POD_X1, *SEQUENTIAL, *PEERS)
+CONTENDERS = (POD, POD_BY_PROGRAM, POD_X1, *SEQUENTIAL, *PEERS)
 # Co-scheduled over the faster sequential way: the issue's target at chunks of 256-512 beside 16-32
 # decodes at contexts of 1-3K, every shape of the GPU grid.
 TARGET = 0.8
 
 # Estimates until a lease measures them (the step records each shape's first calls): a FlexAttention
-# compile (the first starts Inductor's workers), the engine's kernels' compiles, a shape's inputs,
-# reference and timed rounds.
-FLEX_FIRST_COMPILE_S, FLEX_COMPILE_S, KERNEL_COMPILES_S, SHAPE_S, START_S = 20.0, 4.0, 8.0, 0.5, 10.0
+# compile (the first starts Inductor's workers), the Triton kernels' compiles per head shape (three
+# co-scheduled variants, the paged kernel's prefill and decode tiles, about 2 s each), a shape's
+# inputs, reference and timed rounds.
+FLEX_FIRST_COMPILE_S, FLEX_COMPILE_S, KERNEL_COMPILES_S, SHAPE_S, START_S = 20.0, 4.0, 10.0, 0.5, 10.0
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.attention import SHAPE_GUARD_S, _value
 from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
-from sarathi_lab.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, POD_X1, TARGET
+from sarathi_lab.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, POD_BY_PROGRAM, POD_X1, TARGET
 
 ROWS = "hybrid_attention.csv"
 
@@ -81,8 +81,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                  f"tokens, b: decodes at ctx), median of {grid.reps} interleaved rounds"
                  + (", each call after an L2 flush, CUDA events" if on_gpu else
                     "; the kernels in Triton's interpreter: times say nothing"))
-    notes.append(f"{POD}: prefill and decode work on separate programs of each SM; {POD_X1}: one program a SM "
-                 "(the control); over_sequential: over the faster of the engine's one launch and its two "
-                 "(chunk, then decodes with decode tiles)" + (f"; FlexAttention not run: {flex.error}"
-                                                             if flex.error else ""))
+    notes.append(f"{POD}: prefill and decode work on separate programs of each SM, each claiming a lane of its "
+                 f"SM; {POD_BY_PROGRAM}: lane = program id; {POD_X1}: one program a SM (the control); "
+                 "over_sequential: over the faster of the engine's one launch and its two (chunk, then decodes "
+                 "with decode tiles)" + (f"; FlexAttention not run: {flex.error}" if flex.error else ""))
     return metrics, notes
