@@ -246,3 +246,21 @@ def test_engine_greedy_tokens_are_the_same_co_scheduled(monkeypatch):
     assert any(it.num_prefill_tokens and it.num_decode_tokens for it in llm.metrics.iterations), "no hybrid batch"
     assert calls, "no layer ran co-scheduled"
     assert tokens["pod"] == tokens["sequential"]
+
+
+@pytest.mark.e2e
+def test_the_run_refuses_pod_beside_the_torch_attention_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_cli_refusals import PATCHES
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "SARATHI", "WANDB"))}
+    done = subprocess.run([sys.executable, "-c", PATCHES, "device=cpu", "engine.attention_hybrid=pod", "logger=none",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 2, done.stdout[-1000:] + done.stderr[-2000:]
+    line = ("error: engine.attention_hybrid='pod' is invalid with the torch attention: it is a Triton kernel; "
+            "allowed: sequential, or with engine.attention=triton")
+    assert done.stderr.splitlines() == [line], done.stderr
