@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention, pod_tiles
-from sarathi_kernels.pod_plan import CTAS_PER_SM, DECODE, PREFILL, cdiv, plan_pod
+from sarathi_kernels.pod_plan import CTAS_PER_SM, DECODE, PREFILL, cdiv, item_capacity, plan_pod
 
 from tests.test_kernel_splits import with_padding_rows
 from tests.test_kernels import assert_close, expected, make_inputs
@@ -113,6 +113,8 @@ def test_the_plan_covers_every_tile_once(chunks, decodes, heads, num_sms, ctas_p
               for h in range(heads[1])}
     wanted |= {(DECODE, len(chunks) + i, 0, h) for i in range(len(decodes)) for h in range(heads[1])}
     assert sorted(plan.items) == sorted(wanted)
+    # What a graph's buffers hold for this many tokens and requests suffices whatever the lengths.
+    assert len(plan.items) <= item_capacity(sum(query_lens), len(query_lens), heads[1], tiles)
     assert plan.work_indptr[0] == 0 and plan.work_indptr[-1] == len(plan.items)
     assert all(a <= b for a, b in zip(plan.work_indptr, plan.work_indptr[1:]))
     assert len(plan.work_indptr) == num_sms * ctas_per_sm + 1

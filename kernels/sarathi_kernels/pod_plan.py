@@ -99,6 +99,13 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def item_capacity(num_tokens: int, num_requests: int, num_kv_heads: int, tiles: PodTiles) -> int:
+    """The most work items a batch of ``num_tokens`` query tokens in ``num_requests`` requests can have,
+    whatever its lengths: what a CUDA graph sizes its plan buffers for at capture. Each request has
+    ceil(q_len / prefill_q) tiles (a decode one item) per KV head, at most T // prefill_q + R in all."""
+    return (num_tokens // tiles.prefill_q + num_requests) * num_kv_heads
+
+
 def pod_items(query_lens: list[int], seq_lens: list[int], num_kv_heads: int, tiles: PodTiles,
               flops_per_byte: float) -> list[tuple[float, tuple[int, int, int, int]]]:
     """Every work item of the batch with its cost in bytes: a request of one query token is a decode

@@ -11,6 +11,7 @@ try:
     from sarathi_kernels.kv_cache import write_kv_cache
     from sarathi_kernels.paged_attention import paged_attention
     from sarathi_kernels.pod_attention import PodPlan, PodWork, plan_batch, pod_attention
+    from sarathi_kernels.pod_plan import item_capacity
 except ModuleNotFoundError as e:  # Triton is the gpu extra's: a CPU install has none
     if e.name != "triton":
         raise
@@ -50,7 +51,9 @@ class TritonAttention(AttentionBackend):
         work = self._work
         if work is None or work.programs != plan.programs or work.capacity < len(plan.items) \
                 or work.items.device != query.device:
-            work = self._work = PodWork(plan.programs, len(plan.items), query.device)
+            # Room for any batch of this many tokens and requests: the buffers grow rarely.
+            capacity = item_capacity(query.shape[0], len(meta.seq_lens_host), k_cache.shape[2], plan.tiles)
+            work = self._work = PodWork(plan.programs, capacity, query.device)
         work.load(plan)
         meta.plan = PodLaunch(plan, work, warps)
         return meta.plan
