@@ -42,23 +42,26 @@ PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 # Each profile's place among the paper results (their GpuRun.order) and its minutes: the 13B
 # profile right after the suite's targets (the P:D peak), the others last.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
+# The headline first: the ceilings every floor is drawn at, then the engine's iterations against their
+# floors (launch), then the attention against its peers (its compiles may run long: the queue caps it),
+# then the tuning, the kernels' correctness, the engine's tokens and its host overhead.
 HEAD: tuple[Step, ...] = (
     Step("env", 0.3, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
          "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
-    Step("kernels", 3.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
-         "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
+    Step("launch", 0.6, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024, chunks of 64-512 (a 1024-token "
+         "prompt's last) alone and beside 17 decodes: eager and as the engine runs it (its CUDA graphs), each "
+         "over its floor (engine_over_floor targets 1.25x from chunk 256, 1.5x below); graph memory, capture time"),
     Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
          "the engine's paged attention vs SDPA's flash kernel and compiled FlexAttention on the same q/k/v, "
          "interleaved, and vs its floor: LLaMA-13B (40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills "
          "512-4096, chunks 64-512 at prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (profiling/attention_peers.py; "
          f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)"),
+    Step("kernels", 3.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
+         "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
     Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "each decode-only and hybrid iteration's time outside the forward pass (target < 5%), and its stalls"),
-    Step("launch", 0.6, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024, chunks of 64-512 (a 1024-token "
-         "prompt's last) alone and beside 17 decodes: eager and as the engine runs it (its CUDA graphs), each "
-         "over its floor (engine_over_floor targets 1.25x from chunk 256, 1.5x below); graph memory, capture time"),
 )
 
 

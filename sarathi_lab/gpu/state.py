@@ -48,6 +48,7 @@ class StepResult:
     error: str = ""
     commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
     device: str = ""            # where: cuda, or cpu in a dry run (the suite's record keeps the driver's view)
+    code: str = ""              # engine_code.step_hash of what it ran: a later change of those files makes it due
 
 
 def step_dir(out: Path, name: str) -> Path:
