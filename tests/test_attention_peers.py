@@ -68,7 +68,8 @@ def test_the_gpu_grid_is_the_issues_shapes_at_the_presets_heads():
     assert grid.estimate_s() <= 120
     assert BY_NAME["attention"].minutes == round(grid.estimate_s() / 60, 1)
     names = [s.name for s in HEAD]
-    assert names.index("attention") == names.index("kernels") + 1
+    # The headline call's order (gpu/queue.py): the engine's iterations, then the attention, then the rest.
+    assert names[:3] == ["env", "launch", "attention"]
 
 
 def test_labels_are_the_forms_a_reviewer_reads():

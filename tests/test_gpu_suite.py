@@ -549,19 +549,27 @@ def test_launch_step_names_each_iteration_against_its_floor(tmp_path, monkeypatc
     ctx = Context(tmp_path, state.step_dir(tmp_path, "launch"), True, "cpu", None)
     metrics, notes = launch.run(ctx, BY_NAME["launch"])
     by_name = {m.metric: m for m in metrics}
-    keys = ["b=1", "b=18"] + [f"c={c}+b={b}" for c in (64, 128, 256, 512) for b in (0, 17)]
-    assert [f"c={c}+b={b}" if c else f"b={b}" for c, b in timed] == keys
+    cases = ["b=1", "b=18"] + [f"c={c}+b={b}" for c in (64, 128, 256, 512) for b in (0, 17)]
+    cases += ["c=111+b=17", "c=239+b=17", "c=495+b=17"]  # the tile-aligned scheduler's chunks
+    keys = cases + [f"{case},ctx=1024" for case in cases]  # the dry run's longer context
+    assert [f"c={c}+b={b}" if c else f"b={b}" for c, b in timed] == cases * 2
     for key in keys:
         assert {f"{m}[{key}]" for m in ("eager_ms", "engine_ms", "floor_ms", "eager_over_floor", "engine_over_floor",
-                                        "eager_over_engine", "engine_graph_tokens", "engine_rel_diff")} <= set(by_name)
+                                        "sequential_floor_ms", "engine_over_sequential_floor", "eager_over_engine",
+                                        "engine_graph_tokens", "engine_rel_diff")} <= set(by_name)
         floor = by_name[f"floor_ms[{key}]"].value
         # floor_ms is rounded to 3 decimals and the ratio to 2, each from the unrounded floor measured
         # here: the ratio from the shown floor may differ by the first rounding's effect plus the second.
         slack = 12.0 * 0.0005 / floor**2 + 0.005 + 1e-9
         assert 0 < floor and abs(by_name[f"engine_over_floor[{key}]"].value - 12.0 / floor) <= slack
+        assert by_name[f"sequential_floor_ms[{key}]"].value >= floor - 0.001
+    tokens = {key: sum(int(part.split("=")[1]) for part in key.split(",")[0].split("+")) for key in keys}
     assert {key: by_name[f"engine_over_floor[{key}]"].target for key in keys} == {
-        "b=1": "", "b=18": "", **{f"c={c}+b={b}": "<= 1.5" if c < 256 else "<= 1.25"
-                                  for c in (64, 128, 256, 512) for b in (0, 17)}}
+        key: "" if not key.startswith("c=") else "<= 1.25" if tokens[key] >= 256 else "<= 1.5" for key in keys}
+    assert {key: by_name[f"engine_over_sequential_floor[{key}]"].target for key in keys} == {
+        key: "<= 1.15" if tokens[key] >= 256 else "" for key in keys}
+    assert by_name["engine_over_floor[c=256+b=17]"].target == "<= 1.25"
+    assert by_name["engine_over_floor[c=128+b=17]"].target == "<= 1.5"
     assert by_name["engine_over_floor[c=256+b=17]"].holds is None  # no verdict on the CPU's times
     assert [by_name[m].value for m in ("graphs_captured", "graph_capture_s", "graph_pool_mib", "graph_reserved_mib")
             ] == [3, 0.5, 3.0, 4.0]
