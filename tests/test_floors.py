@@ -69,3 +69,15 @@ def test_a_prefix_0_chunks_attention_is_held_to_a_launch_floor_of_a_few_microsec
     # Over a 3K prefix its keys and values take longer than a launch: the roofline is the floor.
     over = attention_floor(40, 40, 128, [64], [3072 + 64], 2, COPY_GBPS, MATMUL_GFLOPS)
     assert over.seconds > LAUNCH_FLOOR_S and over.bound == "memory"
+
+
+def test_the_floor_table_lists_every_launch_iteration_with_both_floors():
+    from sarathi_lab.profiling.floor_table import markdown, rows
+    from sarathi_lab.profiling.launch import CASES, MORE_CONTEXTS
+
+    found = rows(COPY_GBPS, MATMUL_GFLOPS / 1e3)
+    assert len(found) == len(CASES) * (1 + len(MORE_CONTEXTS["cuda"]))
+    assert all(r["sequential_floor_ms"] >= r["floor_ms"] * (1 - 1e-12) for r in found)
+    by_name = {r["iteration"]: r for r in found}
+    assert by_name["c=239+b=17"]["sequential_over_floor"] < by_name["c=256+b=17"]["sequential_over_floor"]
+    assert "| c=256+b=17,ctx=3072 |" in markdown(found)

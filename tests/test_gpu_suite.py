@@ -209,7 +209,7 @@ def test_restore_fills_gaps_and_never_overwrites(tmp_path):
 
 
 def test_archive_leaves_out_the_largest_files_but_never_the_resume_state(tmp_path, monkeypatch):
-    # The device tool drops a file over its limit: an archive still too big without its
+    # A remote job drops a file over its 16 MiB limit: an archive still too big without its
     # per-iteration tables came back as nothing, every step's resume state with it.
     monkeypatch.setattr(state, "MAX_FILE_BYTES", 2 << 20)
     out, dest = tmp_path / "out", tmp_path / "suite.tar.gz"
@@ -423,7 +423,7 @@ def test_cuda_memory_counts_what_earlier_engines_of_the_process_freed(monkeypatc
 def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
     # Each step's export copies the first figures into $OUT; when claims.csv (or a figure ranked
     # higher) appears later in the call, fewer or other figures are chosen, and the ones copied
-    # before stayed: 9 files, over the device tool's 8.
+    # before stayed: 9 files, over the 8 a call brings back.
     out, dest = _with_figures(tmp_path, 6)
     state.export(out, dest)
     (out / "claims.csv").write_text("experiment,claim\n")
@@ -481,7 +481,7 @@ def test_a_failed_step_does_not_hide_the_steps_still_to_run(tmp_path):
 
 
 def test_an_archive_killed_mid_build_leaves_nothing_in_out_dir(tmp_path, monkeypatch):
-    # Its temporary file sat in $OUT beside the 8 files the device tool brings back.
+    # Its temporary file sat in $OUT beside the 8 files a call brings back.
     out, dest = tmp_path / "out", tmp_path / "OUT"
     out.mkdir(), dest.mkdir()
     (out / "summary.json").write_text("{}")

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
-    # $OUT is a lent machine's way back; an own run's folder is its result.
+    # $OUT is where a remote job's files come back from; an own run's folder is its result.
     export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") and not args.own else None
     if args.restore and not args.restore.exists():
         print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")

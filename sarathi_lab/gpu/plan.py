@@ -151,7 +151,7 @@ def format_plan(steps: list[Step], budget_min: float | None) -> str:
         lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's settings: each "
                      "result's arithmetic from the lease's measured jobs, in its module)")
         return "\n".join(lines)
-    lines.append(f"\ncalls of {budget_min:g} min (the device tool runs a command for at most 10):")
+    lines.append(f"\ncalls of {budget_min:g} min (--budget-min; what is still due: --next):")
     for i, call in enumerate(pack(steps, budget_min), 1):
         lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  {', '.join(s.name for s in call)}")
     if too_long := [s for s in steps if s.minutes > budget_min]:
