@@ -148,9 +148,10 @@ def test_kept_runs_read_every_run_under_docs_gpu():
 
 def test_an_unfinished_suite_is_read_from_its_folder_and_its_archive(tmp_path):
     out = tmp_path / "out"
-    state.write_result(out, state.StepResult("env", "done", time.time(), 12.0, code="x"))
+    state.write_result(out, state.StepResult("env", "done", time.time(), 12.0, code="x", device="cuda"))
+    state.write_result(out, state.StepResult("kernels", "done", time.time(), 1.0, code="y", device="cpu"))
     from_dir = queue.suite_in_progress(out)
-    assert [(r.step, r.status, r.code) for r in from_dir] == [("env", "done", "x")]
+    assert [(r.step, r.status, r.code) for r in from_dir] == [("env", "done", "x")]  # a dry run measured nothing
     state.write_summary(out, ["env"], {})
     archive = tmp_path / "suite.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:

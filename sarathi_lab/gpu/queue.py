@@ -92,8 +92,10 @@ class Record:
 
 
 def _records(summary: dict, device: str, run: str) -> list[Record]:
+    """A summary's step results; a dry run's (on the CPU, at tiny shapes) measured nothing and is skipped."""
     return [Record(s["step"], s.get("status", ""), float(s.get("seconds") or 0), float(s.get("started_at") or 0),
-                   s.get("commit", ""), s.get("code", ""), device, run) for s in summary.get("steps", [])]
+                   s.get("commit", ""), s.get("code", ""), device, run) for s in summary.get("steps", [])
+            if s.get("device") != "cpu"]
 
 
 def kept_runs(root: Path) -> list[Record]:
