@@ -10,7 +10,7 @@ from importlib import metadata
 from sarathi_lab.config import PACKAGE_DIR
 
 DISTRIBUTION = "sarathi-lab"
-# Where a copy without .git (the GPU suite's copy on a lent machine, a tarball) is told its commit, read
+# Where a copy without .git (the GPU suite's copy on a remote machine, a tarball) is told its commit, read
 # in this order; SARATHI_GPU_COMMIT is the name the GPU suite's device command has always set.
 COMMIT_ENV = ("SARATHI_COMMIT", "SARATHI_GPU_COMMIT")
 

@@ -68,7 +68,8 @@ def test_the_gpu_grid_is_the_issues_shapes_at_the_presets_heads():
     assert grid.estimate_s() <= 120
     assert BY_NAME["attention"].minutes == round(grid.estimate_s() / 60, 1)
     names = [s.name for s in HEAD]
-    assert names.index("attention") == names.index("kernels") + 1
+    # The headline call's order (gpu/queue.py): the engine's iterations, then the attention, then the rest.
+    assert names[:3] == ["env", "launch", "attention"]
 
 
 def test_labels_are_the_forms_a_reviewer_reads():
@@ -78,8 +79,9 @@ def test_labels_are_the_forms_a_reviewer_reads():
 
 
 def _row(case: Case, engine: float, peer: float, floor: float) -> dict:
-    return {"shape": case.label, "kind": case.kind, "engine_ms": engine, "sdpa_flash_ms": peer, "flex_ms": float("nan"),
-            "floor_ms": floor, "over_best_peer": engine / peer, "over_floor": engine / floor, "max_rel_diff": 1e-3}
+    return {"shape": case.label, "kind": case.kind, "query_len": case.query_len, "context": case.context,
+            "engine_ms": engine, "sdpa_flash_ms": peer, "flex_ms": float("nan"), "floor_ms": floor,
+            "over_best_peer": engine / peer, "over_floor": engine / floor, "max_rel_diff": 1e-3}
 
 
 def test_metric_names_and_targets():
@@ -101,6 +103,19 @@ def test_metric_names_and_targets():
                                                                _row(decode, 0.05, 0.04, 0.04)], on_gpu=True)}
     assert counts == {"attention_shapes_within_peer_target": "1/1", "attention_chunks_within_floor_target": "1/1",
                       "attention_decodes_within_floor_target": "0/1"}
+
+
+def test_a_chunk_over_a_short_prefix_shows_its_floor_without_a_target():
+    # Its floor is microseconds (the launch floor at prefix 0): the 2x target holds from a 1K prefix.
+    alone, over_1k = Case("chunk", 40, 40, 128, 64, 64), Case("chunk", 40, 40, 128, 64, 1024 + 64)
+    shown = {m.metric: m for m in step.shape_metrics(_row(alone, 0.02, 0.018, 0.004), on_gpu=True)}
+    assert shown["attention_over_floor[heads=40/40,c=64,prefix=0]"].target == ""
+    assert shown["attention_over_floor[heads=40/40,c=64,prefix=0]"].holds is None
+    held = {m.metric: m for m in step.shape_metrics(_row(over_1k, 0.02, 0.018, 0.004), on_gpu=True)}
+    assert held["attention_over_floor[heads=40/40,c=64,prefix=1024]"].target == "<= 2.0"
+    counts = {m.metric: m.value for m in step.summary_metrics([_row(alone, 0.02, 0.018, 0.004),
+                                                               _row(over_1k, 0.02, 0.018, 0.004)], on_gpu=True)}
+    assert counts["attention_chunks_within_floor_target"] == "0/1"
 
 
 @pytest.mark.parametrize("case", [Case("chunk", 4, 1, 16, 16, 48), Case("decode", 2, 2, 16, 1, 40, 3),

@@ -209,7 +209,7 @@ def test_restore_fills_gaps_and_never_overwrites(tmp_path):
 
 
 def test_archive_leaves_out_the_largest_files_but_never_the_resume_state(tmp_path, monkeypatch):
-    # The device tool drops a file over its limit: an archive still too big without its
+    # A remote job drops a file over its 16 MiB limit: an archive still too big without its
     # per-iteration tables came back as nothing, every step's resume state with it.
     monkeypatch.setattr(state, "MAX_FILE_BYTES", 2 << 20)
     out, dest = tmp_path / "out", tmp_path / "suite.tar.gz"
@@ -423,7 +423,7 @@ def test_cuda_memory_counts_what_earlier_engines_of_the_process_freed(monkeypatc
 def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
     # Each step's export copies the first figures into $OUT; when claims.csv (or a figure ranked
     # higher) appears later in the call, fewer or other figures are chosen, and the ones copied
-    # before stayed: 9 files, over the device tool's 8.
+    # before stayed: 9 files, over the 8 a call brings back.
     out, dest = _with_figures(tmp_path, 6)
     state.export(out, dest)
     (out / "claims.csv").write_text("experiment,claim\n")
@@ -481,7 +481,7 @@ def test_a_failed_step_does_not_hide_the_steps_still_to_run(tmp_path):
 
 
 def test_an_archive_killed_mid_build_leaves_nothing_in_out_dir(tmp_path, monkeypatch):
-    # Its temporary file sat in $OUT beside the 8 files the device tool brings back.
+    # Its temporary file sat in $OUT beside the 8 files a call brings back.
     out, dest = tmp_path / "out", tmp_path / "OUT"
     out.mkdir(), dest.mkdir()
     (out / "summary.json").write_text("{}")
@@ -549,19 +549,27 @@ def test_launch_step_names_each_iteration_against_its_floor(tmp_path, monkeypatc
     ctx = Context(tmp_path, state.step_dir(tmp_path, "launch"), True, "cpu", None)
     metrics, notes = launch.run(ctx, BY_NAME["launch"])
     by_name = {m.metric: m for m in metrics}
-    keys = ["b=1", "b=18"] + [f"c={c}+b={b}" for c in (64, 128, 256, 512) for b in (0, 17)]
-    assert [f"c={c}+b={b}" if c else f"b={b}" for c, b in timed] == keys
+    cases = ["b=1", "b=18"] + [f"c={c}+b={b}" for c in (64, 128, 256, 512) for b in (0, 17)]
+    cases += ["c=111+b=17", "c=239+b=17", "c=495+b=17"]  # the tile-aligned scheduler's chunks
+    keys = cases + [f"{case},ctx=1024" for case in cases]  # the dry run's longer context
+    assert [f"c={c}+b={b}" if c else f"b={b}" for c, b in timed] == cases * 2
     for key in keys:
         assert {f"{m}[{key}]" for m in ("eager_ms", "engine_ms", "floor_ms", "eager_over_floor", "engine_over_floor",
-                                        "eager_over_engine", "engine_graph_tokens", "engine_rel_diff")} <= set(by_name)
+                                        "sequential_floor_ms", "engine_over_sequential_floor", "eager_over_engine",
+                                        "engine_graph_tokens", "engine_rel_diff")} <= set(by_name)
         floor = by_name[f"floor_ms[{key}]"].value
         # floor_ms is rounded to 3 decimals and the ratio to 2, each from the unrounded floor measured
         # here: the ratio from the shown floor may differ by the first rounding's effect plus the second.
         slack = 12.0 * 0.0005 / floor**2 + 0.005 + 1e-9
         assert 0 < floor and abs(by_name[f"engine_over_floor[{key}]"].value - 12.0 / floor) <= slack
+        assert by_name[f"sequential_floor_ms[{key}]"].value >= floor - 0.001
+    tokens = {key: sum(int(part.split("=")[1]) for part in key.split(",")[0].split("+")) for key in keys}
     assert {key: by_name[f"engine_over_floor[{key}]"].target for key in keys} == {
-        "b=1": "", "b=18": "", **{f"c={c}+b={b}": "<= 1.5" if c < 256 else "<= 1.25"
-                                  for c in (64, 128, 256, 512) for b in (0, 17)}}
+        key: "" if not key.startswith("c=") else "<= 1.25" if tokens[key] >= 256 else "<= 1.5" for key in keys}
+    assert {key: by_name[f"engine_over_sequential_floor[{key}]"].target for key in keys} == {
+        key: "<= 1.15" if tokens[key] >= 256 else "" for key in keys}
+    assert by_name["engine_over_floor[c=256+b=17]"].target == "<= 1.25"
+    assert by_name["engine_over_floor[c=128+b=17]"].target == "<= 1.5"
     assert by_name["engine_over_floor[c=256+b=17]"].holds is None  # no verdict on the CPU's times
     assert [by_name[m].value for m in ("graphs_captured", "graph_capture_s", "graph_pool_mib", "graph_reserved_mib")
             ] == [3, 0.5, 3.0, 4.0]

@@ -1,6 +1,7 @@
 """Redraw the committed figures and claims table (docs/figures/) from result roots, in one command:
 
     python -m sarathi_lab.analysis.publish --measured outputs --sim outputs/sim --sim outputs/sim-roofline
+    python -m sarathi_lab.analysis.publish --gpu-claims    # RESULTS.md's GPU claims from docs/gpu/*/*/claims.csv
 
 Each paper result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first
 simulated one; the claims table from all of them, then the capacity rows and figures from
@@ -15,7 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from sarathi_lab import cli_args, provenance
-from sarathi_lab.analysis import capacity_docs, claims, figures, registry
+from sarathi_lab.analysis import capacity_docs, claims, figures, gpu_claims, registry
 from sarathi_lab.analysis.runs import Results, load_results
 from sarathi_lab.provenance import Provenance
 
@@ -99,12 +100,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--include-unreliable", action="store_true", help="keep runs flagged timing_unreliable")
     parser.add_argument("--force", action="store_true",
                         help="replace figures and claims of another source, scale, machine or commit")
+    parser.add_argument("--gpu-claims", action="store_true",
+                        help="rewrite RESULTS.md's GPU claims (the newest run of each device per claim, older ones "
+                             "as history) from the runs kept under DOCS/gpu/")
     args = parser.parse_args(argv)
     for root in filter(None, [args.measured, *args.sim]):
         if not Path(root).is_dir():
             parser.error(f"root {root!r} is invalid: no such directory")
-    if args.measured is None and not args.sim:
-        parser.error("nothing to publish: give --measured ROOT and/or --sim ROOT")
+    if args.measured is None and not args.sim and not args.gpu_claims:
+        parser.error("nothing to publish: give --measured ROOT and/or --sim ROOT, or --gpu-claims")
+    if args.gpu_claims:
+        try:
+            print(gpu_claims.write(Path(args.docs) / "RESULTS.md", Path(args.docs) / "gpu"))
+        except OSError as e:
+            parser.error(f"--docs={args.docs} is invalid: must hold RESULTS.md and gpu/ ({e.strerror})")
+        except ValueError as e:
+            parser.error(str(e))
+        if args.measured is None and not args.sim:
+            return
     try:
         written = publish(args.measured, args.sim, args.docs, args.include_unreliable, args.force)
     except provenance.ReplaceRefused as e:

@@ -4,6 +4,7 @@ core of its own, the way to compare numbers on a machine that other jobs share."
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -13,6 +14,10 @@ from sarathi_lab.config import check_choice
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 
 CLOCKS = ("wall", "cpu")
+# The GPU sleeps this many cycles (about half a millisecond) ahead of each round, so that the host
+# enqueues the round's calls before the GPU reaches them: the events then time the kernels, not the
+# host's launches (a decode's kernel takes microseconds, a Python launch tens of them).
+ROUND_SLEEP_CYCLES = 1_000_000
 
 
 def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
@@ -69,3 +74,35 @@ def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
         return None
     buffer = torch.empty(256 << 20, dtype=torch.int8, device=device)
     return buffer.zero_
+
+
+def time_interleaved(calls: dict[str, Callable[[], object]], reps: int, device: torch.device,
+                     warmup: int) -> dict[str, list[float]]:
+    """Milliseconds of each call in each of ``reps`` rounds, each round every call once (starting one
+    call later each round), each after an L2 flush; CUDA events on a GPU, the wall clock on a CPU."""
+    names, cuda = list(calls), device.type == "cuda"
+    flush = l2_flush(device)
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    pending: dict[str, list] = {name: [] for name in names}
+    for r in range(reps):
+        if cuda:
+            torch.cuda._sleep(ROUND_SLEEP_CYCLES)
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            if flush is not None:
+                flush()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                calls[name]()
+                end.record()
+                pending[name].append((start, end))
+            else:
+                t = time.perf_counter()
+                calls[name]()
+                pending[name].append((time.perf_counter() - t) * 1e3)
+    if cuda:
+        torch.cuda.synchronize()
+        return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in pending.items()}
+    return pending

@@ -1,1 +1,1 @@
-"""The GPU suite: everything the project measures on a lent GPU, in one resumable command."""
+"""The GPU suite: everything the project measures on a GPU, in one resumable command."""

@@ -1,6 +1,8 @@
 """python -m sarathi_lab.gpu: the GPU suite, resumable step by step (docs/gpu/README.md).
 
     python -m sarathi_lab.gpu --plan                       # steps, expected minutes, how they fill calls
+    python -m sarathi_lab.gpu --next --budget-min 9        # what is still due, most valuable first, call by call
+    python -m sarathi_lab.gpu --next --run --budget-min 9 --restore .gpu/suite.tar.gz   # run the queue's head
     python -m sarathi_lab.gpu --dry-run                    # every step on the CPU at tiny shapes
     python -m sarathi_lab.gpu --out outputs/gpu --restore .gpu/suite.tar.gz   # on the GPU machine
     python -m sarathi_lab.gpu --own            # your own GPU: the paper's setting, no budget, one folder
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import REPO_ROOT
-from sarathi_lab.gpu import own, state
+from sarathi_lab.gpu import engine_code, own, queue, state
 from sarathi_lab.gpu.context import wait_or_stop
 from sarathi_lab.gpu.plan import Step, by_name, format_plan, named, select
 from sarathi_lab.gpu.progress import POLL_S, Progress
@@ -33,12 +35,18 @@ GPU_BUDGET_MIN = 9.0
 
 
 def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -> list[Step]:
-    """Steps not done, and not failed before unless asked to retry them."""
+    """Steps not done at their current engine code, and not failed before unless asked to retry them."""
     def failed_before(step: Step) -> bool:
         last = state.read_result(out, step.name)
         return last is not None and last.status == "failed" and not (retry_failed or step.name in named)
 
-    return [s for s in steps if not state.is_done(out, s.name) and not failed_before(s)]
+    def done(step: Step) -> bool:
+        # A result that recorded no code (an older suite's) is taken as done, as it always was.
+        last = state.read_result(out, step.name)
+        return state.is_done(out, step.name) and (last is None or not last.code
+                                                  or last.code == engine_code.step_hash(step.name))
+
+    return [s for s in steps if not done(s) and not failed_before(s)]
 
 
 def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
@@ -94,11 +102,14 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
                       f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
             break
         worker_start = time.time()
-        code = run_worker(job | {"steps": [s.name for s in todo]}, watch)
+        batch, stop = capped(todo, worker_start, deadline)
+        code = run_worker(job | {"steps": [s.name for s in batch], "deadline": stop}, watch)
         out_of_time = bool(deadline) and time.time() >= deadline
+        at_cap = stop != deadline and time.time() >= stop
         if code not in (0, RESTART):
-            record_killed(out, todo, worker_start, f"worker ended with {code}" +
-                          (" at the end of the call's budget" if out_of_time else ""))
+            record_killed(out, batch, worker_start, f"worker ended with {code}" + (
+                " at the end of the call's budget" if out_of_time else
+                f" at its cap of {queue.CAPS[batch[0].name]:g}x its planned minutes" if at_cap else ""))
         # One attempt per step and call: what the worker started is settled for this call.
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
@@ -107,16 +118,36 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
             # die the same way, one interpreter start after another until the budget ran out.
             print(f"[gpu] the worker ended with {code} before it settled any step; not restarted (its error is above)")
             return True
-        todo = left
-        if code == 0 or out_of_time:
+        if out_of_time:
             break
+        # A worker that ended on its own went through its batch: what it deferred waits for the next call.
+        todo = [s for s in left if s not in batch] if code == 0 else left
     return False
+
+
+def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[Step], float | None]:
+    """The steps the next worker runs and its deadline: a step with a cap (queue.CAPS) runs alone in a
+    worker stopped at that many times its planned minutes; the steps before the next capped one, together.
+    Without a call deadline (your own GPU, a dry run) nothing is capped: one worker runs them all."""
+    first = todo[0]
+    if deadline is None:
+        return todo, None
+    if first.name in queue.CAPS:
+        cap = now + queue.CAPS[first.name] * first.minutes * 60
+        return [first], min(cap, deadline)
+    upto = next((i for i, s in enumerate(todo) if s.name in queue.CAPS), len(todo))
+    return todo[:upto], deadline
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
+    parser.add_argument("--next", action="store_true",
+                        help="the queue: every step still due at this engine code, call by call, most valuable "
+                             "first (runs kept in docs/gpu/, and --out's or --restore's unfinished suite)")
+    parser.add_argument("--run", action="store_true", help="with --next: run the queue's head, the steps of its "
+                                                           "first call")
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
     parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
     parser.add_argument("--out", type=Path, default=None,
@@ -143,6 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan:
         print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
         return 0
+    if args.run and not args.next:
+        parser.error("--run is invalid without --next: it runs the queue's head (--steps runs chosen steps)")
+    if args.next:
+        if args.own or args.steps:
+            parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue chooses the steps "
+                         "(run them on your own GPU with --own, or choose them with --steps alone)")
+        planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
+            r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
+            for r in queue.suite_in_progress(source)])
+        print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, _commit()))
+        chosen = queue.head(planned, budget or GPU_BUDGET_MIN)
+        if not args.run or not chosen:
+            return 0
+        print(f"\n[gpu] running the queue's head: {', '.join(chosen)}")
+        args.steps, steps = ",".join(chosen), select(",".join(chosen))
     try:
         if args.own:
             folder = own.device_folder(args.dry_run)  # refuses a machine without a GPU, --out or not
@@ -157,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
-    # $OUT is a lent machine's way back; an own run's folder is its result.
+    # $OUT is where a remote job's files come back from; an own run's folder is its result.
     export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") and not args.own else None
     if args.restore and not args.restore.exists():
         print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")

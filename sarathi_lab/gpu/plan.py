@@ -43,11 +43,17 @@ PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 # Each profile's place among the paper results (their GpuRun.order) and its minutes: the 13B
 # profile right after the suite's targets (the P:D peak), the others last.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
+# The headline first: the ceilings every floor is drawn at, then the engine's iterations against their
+# floors (launch), then the attention against its peers (its compiles may run long: the queue caps it),
+# then the tuning, the kernels' correctness, the engine's tokens and its host overhead.
 HEAD: tuple[Step, ...] = (
     Step("env", 0.3, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
          "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
-    Step("kernels", 3.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
-         "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
+    Step("launch", 1.0, "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
+         "prompt's last) alone and beside 17 decodes, and the tile-aligned chunks beside 17 (111, 239, 495): eager "
+         "and as the engine runs it (its CUDA graphs), each over its physical floor (engine_over_floor targets "
+         "1.25x from 256 tokens, 1.5x below) and its sequential floor (engine_over_sequential_floor <= 1.15x from "
+         "256 tokens); graph memory, capture time (estimate: 26 batches x 42 forwards of <= 60 ms)"),
     Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
          "the engine's paged attention vs SDPA's flash kernel and compiled FlexAttention on the same q/k/v, "
          "interleaved, and vs its floor: LLaMA-13B (40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills "
@@ -58,13 +64,12 @@ HEAD: tuple[Step, ...] = (
          "prefill and decode attention co-scheduled on each SM in one launch vs the engine's sequential kernels "
          "(one launch; chunk then decodes), SDPA/FlexAttention and the floors (profiling/hybrid_attention.py; "
          "target 0.8x the sequential)"),
+    Step("kernels", 3.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
+         "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
     Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "each decode-only and hybrid iteration's time outside the forward pass (target < 5%), and its stalls"),
-    Step("launch", 0.6, "LLaMA-13B bf16 decode batches 1 and 18 at context 1024, chunks of 64-512 (a 1024-token "
-         "prompt's last) alone and beside 17 decodes: eager and as the engine runs it (its CUDA graphs), each "
-         "over its floor (engine_over_floor targets 1.25x from chunk 256, 1.5x below); graph memory, capture time"),
 )
 
 
@@ -152,7 +157,7 @@ def format_plan(steps: list[Step], budget_min: float | None) -> str:
         lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's settings: each "
                      "result's arithmetic from the lease's measured jobs, in its module)")
         return "\n".join(lines)
-    lines.append(f"\ncalls of {budget_min:g} min (the device tool runs a command for at most 10):")
+    lines.append(f"\ncalls of {budget_min:g} min (--budget-min; what is still due: --next):")
     for i, call in enumerate(pack(steps, budget_min), 1):
         lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  {', '.join(s.name for s in call)}")
     if too_long := [s for s in steps if s.minutes > budget_min]:

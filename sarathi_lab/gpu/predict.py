@@ -1,11 +1,11 @@
-"""The simulator's predictions of the suite's serving steps, made before a lease runs them: every job
+"""The simulator's predictions of the suite's serving steps, made before a GPU runs them: every job
 of each step (its GpuRun's overrides, as the GPU sweep expands them) rebuilt with ``executor=sim`` on
-a lent chip under each cost model, one at a time, into docs/sim/predictions_<device>_<commit>.csv.
+each simulated chip under each cost model, one at a time, into docs/sim/predictions_<device>_<commit>.csv.
 
     python -m sarathi_lab.gpu.predict                       # h100 and h200, profile and calibrated
     python -m sarathi_lab.gpu.predict --devices h200 --cost-models profile --steps paper.capacity
 
-A row per job and cost model: what the lease will measure (median TTFT, P50/P99 TBT, median scheduling
+A row per job and cost model: what the GPU run will measure (median TTFT, P50/P99 TBT, median scheduling
 delay; a search's capacity and binding) and ``serving_s``, the seconds of virtual clock the job spends
 serving (a search: its trials' makespans summed), the part of the call that arithmetic on the
 device's speed alone cannot give. A cost model the device lacks (no calibration, no profile of the

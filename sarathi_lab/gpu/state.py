@@ -48,6 +48,7 @@ class StepResult:
     error: str = ""
     commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
     device: str = ""            # where: cuda, or cpu in a dry run (the suite's record keeps the driver's view)
+    code: str = ""              # engine_code.step_hash of what it ran: a later change of those files makes it due
 
 
 def step_dir(out: Path, name: str) -> Path:
@@ -140,9 +141,9 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 
 def archive(out: Path, dest: Path) -> list[str]:
-    """The whole out directory as one tar.gz; over the device tool's 16 MiB a file (it would drop
-    the archive, and every step's resume state with it), per-iteration tables are left out, then
-    the largest other files, never RESUME_FILES. Returns notes."""
+    """The whole out directory as one tar.gz; over 16 MiB (a common limit on a file a remote job
+    brings back: past it the archive, and every step's resume state with it, would be dropped),
+    per-iteration tables are left out, then the largest other files, never RESUME_FILES. Returns notes."""
     # Built in ``out``, not beside ``dest`` ($OUT): a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
     files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (ARCHIVE, tmp.name)]
@@ -164,7 +165,7 @@ def archive(out: Path, dest: Path) -> list[str]:
             notes.append(f"{ARCHIVE}: {largest.relative_to(out)} ({largest.stat().st_size / 2**20:.1f} MiB) left out "
                          "to stay under 16 MiB: not brought back")
         if tmp.stat().st_size > MAX_FILE_BYTES:
-            notes.append(f"{ARCHIVE}: over 16 MiB with its resume files alone: the device tool will not bring it back")
+            notes.append(f"{ARCHIVE}: over 16 MiB with its resume files alone: a 16 MiB limit drops it")
     shutil.move(tmp, dest)  # out and $OUT may be on two file systems
     return notes
 

@@ -1,4 +1,4 @@
-"""Download the wheels the lent GPU machine lacks (it reaches no registry), at the versions
+"""Download the wheels a GPU machine without a package registry lacks, at the versions
 installed here, for CPython 3.12 manylinux x86_64, with what they need that its image lacks
 (machine_packages.txt). A package with only a source archive is built here, and kept only if pure.
 
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     total = sum(w.stat().st_size for w in wheels)
     for w in wheels:
         print(f"{w.stat().st_size / 2**20:6.2f} MiB  {w.name}")
-    print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB in {args.dest}/ (the device call carries at most 64 MiB"
-          " with the working tree)")
+    print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB in {args.dest}/: copy them to the GPU machine with the "
+          "checkout")
 
 
 if __name__ == "__main__":

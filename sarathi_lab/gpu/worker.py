@@ -11,7 +11,7 @@ import time
 import traceback
 from pathlib import Path
 
-from sarathi_lab.gpu import state
+from sarathi_lab.gpu import engine_code, state
 from sarathi_lab.gpu.context import Context, Incomplete, Unavailable
 from sarathi_lab.gpu.plan import Step, by_name
 
@@ -20,6 +20,7 @@ RESTART = 75
 
 def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
     started = time.time()
+    code = engine_code.step_hash(step.name)  # before it runs: the code it measures
     state.mark_started(ctx.out, step.name)
     status, metrics, notes, error = "done", [], [], ""
     try:
@@ -33,7 +34,7 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
         status, error = "failed", f"{type(e).__name__}: {text[0] if text else ''}"[:500]
         (ctx.dir / "traceback.txt").write_text(traceback.format_exc())
     result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error, commit,
-                              ctx.device)
+                              ctx.device, code)
     state.write_result(ctx.out, result)
     return result
 

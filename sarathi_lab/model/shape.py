@@ -131,3 +131,23 @@ def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int],
     # Read every context, write this step's keys/values.
     kv_bytes = s.kv_bytes_per_token(elem_bytes) * (sum(context_lens) + tokens)
     return float(linear_flops + attn_flops + head_flops), float(weight_bytes + kv_bytes)
+
+
+def kernel_costs(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
+                 elem_bytes: int) -> dict[str, tuple[float, float]]:
+    """(flops, bytes) of each kernel an iteration cannot do without, over all layers: each projection
+    GEMM (its weights, and its input and output activations: a kernel of its own reads and writes them),
+    the attention (``attention_cost``), the KV write, the embedding gather and, when sampled, the LM head.
+    Their flops add up to ``iteration_cost``'s and their bytes to at least its: the bytes a kernel run
+    alone moves that a fused iteration could keep on chip are what separates the two floors."""
+    tokens, s = sum(query_lens), shape
+    costs = {name: (2.0 * tokens * k * n * s.layers, float((k * n + tokens * (k + n)) * elem_bytes * s.layers))
+             for name, (k, n) in s.gemms.items()}
+    attn = attention_cost(s.heads, s.kv_heads, s.head_dim, query_lens, context_lens, elem_bytes)
+    costs["attention"] = (attn[0] * s.layers, attn[1] * s.layers)
+    costs["kv_write"] = (0.0, float(s.kv_bytes_per_token(elem_bytes) * tokens))
+    costs["embedding"] = (0.0, float(2 * tokens * s.hidden * elem_bytes))
+    if num_sampled:
+        costs["lm_head"] = (2.0 * num_sampled * s.hidden * s.vocab,
+                            float((s.hidden * s.vocab + num_sampled * (s.hidden + s.vocab)) * elem_bytes))
+    return costs

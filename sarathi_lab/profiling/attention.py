@@ -2,13 +2,15 @@
 one layer's attention for a prompt prefilled whole against in chunks (chunked prefill's KV re-read)."""
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 from sarathi_lab.attention import AttentionMetadata, make_backend
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.sequence import Sequence
-from sarathi_lab.engine.timer import l2_flush, make_clock, median_time
+from sarathi_lab.engine.timer import time_interleaved
 from sarathi_lab.model.runner import batch_tensors
 
 # Llama-3-8B attention: 32 query heads sharing 8 KV heads of 128 dims.
@@ -53,8 +55,10 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
                    device: str | torch.device = "cpu", attention: str = "auto", block_size: int = 16,
                    reps: int = 5) -> dict:
     """One layer's attention for an L-token prompt, whole vs in chunks of ``chunk``: median ms of each
-    and the KV bytes each reads. On CUDA the L2 cache is flushed before every call, as the other
-    layers of a real model would."""
+    and the KV bytes each reads. Every call follows an L2 flush (on CUDA), as the other layers of a
+    real model would, and is timed by CUDA events with the GPU kept ahead of the host's launches
+    (``time_interleaved``): a 64-token chunk's kernel takes microseconds, a wall clock with a sync per
+    call would time the host's path instead."""
     device = torch.device(device)
     backend = make_backend(attention, device)
     blocks = blocks_for(seq_len, block_size)
@@ -63,7 +67,6 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
     v_cache = torch.randn_like(k_cache)
     query = torch.randn(seq_len, num_heads, head_dim, dtype=dtype, device=device)
     scale = head_dim ** -0.5
-    clock, flush = make_clock("wall", device), l2_flush(device)
 
     def step(start: int, end: int):
         meta, _ = paged_batch([end - start], [end], num_prefills=1, block_size=block_size, device=device,
@@ -71,13 +74,13 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
         q = query[start:end]
         return meta, lambda: backend.attend(q, k_cache, v_cache, meta, scale)
 
-    def time_ms(fn) -> float:
-        return median_time(fn, reps, clock, before=flush) * 1e3
-
     whole_meta, whole_fn = step(0, seq_len)
     chunks = [step(s, min(s + chunk, seq_len)) for s in range(0, seq_len, chunk)]
-    whole_ms = time_ms(whole_fn)
-    chunked_ms = sum(time_ms(fn) for _, fn in chunks)
+    # Every chunk beside the whole prompt in each round: a drift of the machine's speed falls on both.
+    calls = {"whole": whole_fn} | {f"chunk{i}": fn for i, (_, fn) in enumerate(chunks)}
+    times = time_interleaved(calls, reps, device, warmup=1)
+    whole_ms = statistics.median(times["whole"])
+    chunked_ms = sum(statistics.median(times[f"chunk{i}"]) for i in range(len(chunks)))
     bytes_per_token = 2 * num_kv_heads * head_dim * k_cache.element_size()
     whole_bytes = whole_meta.kv_tokens_read * bytes_per_token
     chunked_bytes = sum(meta.kv_tokens_read for meta, _ in chunks) * bytes_per_token

@@ -111,6 +111,16 @@ GRIDS = {
 }
 
 # The targets (on a GPU): within 1.2x of the faster peer at every prefill and chunk shape, a chunk
-# within 2x of its floor, a decode batch within 1.2x of its floor (its KV bytes).
+# over a prefix of CHUNK_FLOOR_PREFIX tokens or more within 2x of its floor, a decode batch within
+# 1.2x of its floor (its KV bytes). A chunk over a shorter prefix has a floor of microseconds (the
+# launch floor, profiling.floors.LAUNCH_FLOOR_S, at prefix 0): shown, with no target.
 PEER_TARGET = 1.2
 FLOOR_TARGET = {"chunk": 2.0, "decode": 1.2}
+CHUNK_FLOOR_PREFIX = 1024
+
+
+def floor_target(kind: str, prefix: int) -> float | None:
+    """What a shape's attention_over_floor must reach; None where it has no target."""
+    if kind == "chunk" and prefix < CHUNK_FLOOR_PREFIX:
+        return None
+    return FLOOR_TARGET.get(kind)

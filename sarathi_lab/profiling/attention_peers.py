@@ -23,17 +23,13 @@ from torch.nn.attention.bias import causal_lower_right
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from sarathi_lab.attention import AttentionMetadata, reference
-from sarathi_lab.engine.timer import l2_flush
+from sarathi_lab.engine.timer import time_interleaved
 from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
 from sarathi_lab.profiling.attention_grid import ENGINE, FLEX, SDPA, Case
 from sarathi_lab.profiling.floors import attention_floor
 
 # The same attention as the reference: the tolerances check_gpu holds the kernel to.
 TOLERANCE = COMPILED_TOLERANCE
-# The GPU sleeps this many cycles (about half a millisecond) ahead of each round, so that the host
-# enqueues the round's calls before the GPU reaches them: the events then time the kernels, not the
-# host's launches (a decode's kernel takes microseconds, a Python launch tens of them).
-ROUND_SLEEP_CYCLES = 1_000_000
 
 
 @dataclass
@@ -125,38 +121,6 @@ class Flex:
 
 def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).abs().max() / ref.abs().max()).item()
-
-
-def time_interleaved(calls: dict[str, Callable[[], object]], reps: int, device: torch.device,
-                     warmup: int) -> dict[str, list[float]]:
-    """Milliseconds of each call in each of ``reps`` rounds, each round every call once (starting one
-    call later each round), each after an L2 flush; CUDA events on a GPU, the wall clock on a CPU."""
-    names, cuda = list(calls), device.type == "cuda"
-    flush = l2_flush(device)
-    for fn in calls.values():
-        for _ in range(warmup):
-            fn()
-    pending: dict[str, list] = {name: [] for name in names}
-    for r in range(reps):
-        if cuda:
-            torch.cuda._sleep(ROUND_SLEEP_CYCLES)
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            if flush is not None:
-                flush()
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                calls[name]()
-                end.record()
-                pending[name].append((start, end))
-            else:
-                t = time.perf_counter()
-                calls[name]()
-                pending[name].append((time.perf_counter() - t) * 1e3)
-    if cuda:
-        torch.cuda.synchronize()
-        return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in pending.items()}
-    return pending
 
 
 def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int, warmup: int,

@@ -13,7 +13,7 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
-from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET
+from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET, floor_target
 
 ROWS = "attention.csv"
 # A shape is not started with less than this left of the call: the largest, with its compile, fits it.
@@ -31,15 +31,16 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
     shape, kind = row["shape"], row["kind"]
     over_peer, over_floor = _value(row.get("over_best_peer")), _value(row.get("over_floor"))
     peer_target = f"<= {PEER_TARGET}" if kind != "decode" else ""
-    floor_target = f"<= {FLOOR_TARGET[kind]}" if kind in FLOOR_TARGET else ""
+    floor_limit = floor_target(kind, _prefix(row))
+    floor_shown = f"<= {floor_limit}" if floor_limit else ""
 
     def verdict(value, target: str, limit: float):
         return (value is not None and value <= limit) if target and on_gpu else None
 
     metrics = [Metric(f"attention_over_best_peer[{shape}]", over_peer and round(over_peer, 3), "x", peer_target,
                       verdict(over_peer, peer_target, PEER_TARGET)),
-               Metric(f"attention_over_floor[{shape}]", over_floor and round(over_floor, 3), "x", floor_target,
-                      verdict(over_floor, floor_target, FLOOR_TARGET.get(kind, 0.0)))]
+               Metric(f"attention_over_floor[{shape}]", over_floor and round(over_floor, 3), "x", floor_shown,
+                      verdict(over_floor, floor_shown, floor_limit or 0.0))]
     for name in (*CONTENDERS, "floor"):
         if f"{name}_ms" in row and _value(row[f"{name}_ms"]) is not None:
             metrics.append(Metric(f"attention_{name}_ms[{shape}]", float(f"{row[f'{name}_ms']:.4g}"), "ms"))
@@ -50,10 +51,16 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
     return metrics
 
 
+def _prefix(row: dict) -> int:
+    """The cached tokens before a shape's queries (0 for a whole prefill; a decode's context less one)."""
+    return int(row.get("context", 0)) - int(row.get("query_len", 0))
+
+
 def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
     """How many shapes meet each target, first in the step's metrics (what the suite's table shows)."""
     def count(name: str, kinds: tuple[str, ...], column: str, limit: float) -> Metric:
-        chosen = [r for r in rows if r["kind"] in kinds]
+        chosen = [r for r in rows if r["kind"] in kinds
+                  and (column != "over_floor" or floor_target(r["kind"], _prefix(r)) is not None)]
         met = sum(_value(r.get(column)) is not None and r[column] <= limit for r in chosen)
         return Metric(name, f"{met}/{len(chosen)}", "", "all", met == len(chosen) if on_gpu else None)
 

@@ -1,0 +1,120 @@
+"""The paper's claims as each GPU measured them: for every claim and device the newest kept run that
+judged it (docs/gpu/<device>/<run>/claims.csv, lease.json, summary.json), with its engine, commit,
+seeds and spread, and every older run's verdict kept as history. Written into docs/RESULTS.md between
+MARKERS by ``python -m sarathi_lab.analysis.publish --gpu-claims``, never by hand."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sarathi_lab.analysis import registry
+
+BEGIN = "<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; edits here are replaced -->"
+END = "<!-- /gpu-claims -->"
+# What a paper sweep's step records of its command: the seeds it swept, where it named them.
+SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One claim as one kept run judged it."""
+    claim: str
+    experiment: str
+    paper: str
+    ours: str
+    spread: str
+    holds: str
+    device: str      # h100, h200: the folder under docs/gpu/
+    run: str         # <date>_<commit>: its folder
+    commit: str
+    engine: str      # eager, or with which CUDA graphs (lease.json)
+    seeds: str
+
+
+def _seeds(summary: dict, experiment: str) -> str:
+    """The seeds the run's sweep of ``experiment`` ran, as its step's command names them (one seed,
+    the experiment's default, where it named none)."""
+    found = set()
+    for step in summary.get("steps", []):
+        if step.get("step", "").split(".")[1:2] == [experiment]:
+            for note in step.get("notes", []):
+                found.update(int(s) for m in SEEDS.findall(str(note)) for s in m.split(",") if s)
+    return ",".join(map(str, sorted(found))) if found else "0"
+
+
+def judged(gpu_docs: Path) -> list[Judged]:
+    """Every claim of every run kept under ``gpu_docs``, oldest run first."""
+    found = []
+    for claims_csv in sorted(gpu_docs.glob("*/*/claims.csv"), key=lambda p: (p.parent.name, p.parent.parent.name)):
+        folder = claims_csv.parent
+        try:
+            record = json.loads((folder / "lease.json").read_text())
+            summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
+            with open(claims_csv, newline="") as f:
+                rows = list(csv.DictReader(f))
+        except (OSError, ValueError):
+            continue  # a damaged run: the others are still shown
+        for row in rows:
+            found.append(Judged(row.get("claim", ""), row.get("experiment", ""), row.get("paper", ""),
+                                row.get("ours", ""), row.get("spread", ""), row.get("holds", ""),
+                                folder.parent.name, folder.name, str(record.get("commit", "")),
+                                str(record.get("engine", "")), _seeds(summary, row.get("experiment", ""))))
+    return found
+
+
+def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
+    """(each claim's newest judgement per device, every other one): runs sort by their folder's date."""
+    latest: dict[tuple[str, str], Judged] = {}
+    for row in sorted(rows, key=lambda r: r.run):
+        latest[row.claim, row.device] = row
+    current = set(latest.values())
+    order = {claim: i for i, claim in enumerate(dict.fromkeys(r.claim for r in rows))}
+    key = (lambda r: (order[r.claim], r.device, r.run))
+    return sorted(current, key=key), sorted((r for r in rows if r not in current), key=key)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "/")
+
+
+def section(gpu_docs: Path) -> str:
+    """The markdown between MARKERS: the newest run of each device for every claim, then the history."""
+    current, history = newest(judged(gpu_docs))
+    def link(r: Judged) -> str:
+        return f"[{r.run}](gpu/{r.device}/{r.run}/README.md)"
+
+    how = ("Per claim and device, the newest kept run that judged it (`docs/gpu/<device>/<run>/claims.csv`); "
+           "engine: the engine the run measured (eager, or replaying CUDA graphs), seeds: the seeds its sweep "
+           "ran, spread: over them (none with one seed). Older runs follow as history.")
+    lines = [BEGIN, "", "### Every claim on the newest GPU run of each device", "", how, "",
+             "| claim | paper | device | run (commit) | engine | seeds | measured | spread | holds? |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {_cell(r.claim)} | {_cell(r.paper)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
+              f"{_cell(r.engine)} | {r.seeds} | {_cell(r.ours)} | {_cell(r.spread)} | {_cell(r.holds)} |"
+              for r in current]
+    if history:
+        lines += ["", "History: the same claims on older runs.", "",
+                  "| claim | device | run (commit) | engine | seeds | measured | holds? |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {_cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | {_cell(r.engine)} | "
+                  f"{r.seeds} | {_cell(r.ours)} | {_cell(r.holds)} |" for r in history]
+    judged_here = {r.experiment for r in current}
+    waiting = [r.name for r in registry.RESULTS if r.gpu is not None and r.name not in judged_here]
+    if waiting:
+        lines += ["", "Not judged on any GPU yet: " + ", ".join(f"`{n}`" for n in waiting)
+                  + " (their steps wait in the GPU queue: `python -m sarathi_lab.gpu --next`)."]
+    return "\n".join([*lines, "", END])
+
+
+def write(results_md: Path, gpu_docs: Path) -> Path:
+    """``results_md`` with its section between MARKERS rewritten; a ValueError where it has no such
+    section (one is placed by hand, once, where the GPU claims belong)."""
+    text = results_md.read_text()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{results_md} is invalid: it has no section between {BEGIN!r} and {END!r} to rewrite")
+    results_md.write_text(text[:start] + section(gpu_docs) + text[end + len(END):])
+    return results_md

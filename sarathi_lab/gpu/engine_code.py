@@ -1,0 +1,95 @@
+"""What "the engine a step measured" is: a content hash of the source files the step's numbers depend
+on. A step done at the hash the checkout has now is not repeated; one whose files changed since is
+due again. The hash is computed the same way from a working tree (a copy without .git, a GPU
+machine's) and from a commit (``git ls-tree``), so a result that recorded only its commit is judged
+too, wherever git knows that commit."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+from sarathi_lab.config import REPO_ROOT
+
+# Source only: a build product or cache (``__pycache__``, a compiled extension) beside a file is no
+# change of the code, and is absent from a commit's tree.
+SOURCE_SUFFIXES = (".py", ".yaml", ".cu", ".cuh", ".cpp", ".h", ".c")
+# What every measurement of the engine runs through: its kernels, model, attention and scheduler.
+ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model", "sarathi_lab/attention",
+          "sarathi_lab/llm.py", "sarathi_lab/config.py")
+# Each step group's own inputs beside its module (sarathi_lab/gpu/steps/<group>.py).
+GROUP_PATHS: dict[str, tuple[str, ...]] = {
+    "env": ("sarathi_lab/profiling/ceilings.py",),
+    "kernels": ("kernels",),
+    "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",
+                  "sarathi_lab/model/shape.py"),
+    "hybrid": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",
+               "sarathi_lab/model/shape.py"),
+    "tune": ("kernels/sarathi_kernels", "sarathi_lab/profiling"),
+    "engine": ENGINE,
+    "overhead": (*ENGINE, "sarathi_lab/profiling"),
+    "launch": (*ENGINE, "sarathi_lab/profiling"),
+    "profile": (*ENGINE, "sarathi_lab/harness", "sarathi_lab/conf"),
+    "paper": (*ENGINE, "sarathi_lab/harness", "sarathi_lab/conf"),
+}
+
+
+def paths_of(name: str) -> tuple[str, ...]:
+    """The files and folders step ``name`` (``<group>[.<arg>...]``) depends on, relative to the repository.
+    A group not listed depends on the engine (the safe side: more often due than too seldom)."""
+    group = name.split(".")[0]
+    own = [f"sarathi_lab/gpu/steps/{group}.py"]
+    if group == "paper":  # the result's own GpuRun (its sweep's overrides) and experiment
+        result = name.split(".")[1]
+        own += [f"sarathi_lab/analysis/paper_results/{result}.py"]
+    return tuple(sorted({*GROUP_PATHS.get(group, ENGINE), *own}))
+
+
+def _wanted(path: str) -> bool:
+    return path.endswith(SOURCE_SUFFIXES) and "__pycache__" not in path
+
+
+def _digest(entries: list[tuple[str, str]]) -> str:
+    """One hash of (path, git blob id) pairs: the blob id is git's own content hash, so a tree and a
+    commit with the same files give the same digest."""
+    return hashlib.sha256("".join(f"{p}\0{b}\n" for p, b in sorted(entries)).encode()).hexdigest()[:12]
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tree_hash(paths: tuple[str, ...], root: Path = REPO_ROOT) -> str:
+    """The hash of ``paths`` as they are on disk under ``root``."""
+    entries = []
+    for rel in paths:
+        base = root / rel
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        entries += [(p.relative_to(root).as_posix(), _blob_id(p.read_bytes())) for p in files
+                    if _wanted(p.relative_to(root).as_posix())]
+    return _digest(entries)
+
+
+def commit_hash(paths: tuple[str, ...], commit: str, root: Path = REPO_ROOT) -> str | None:
+    """The hash of ``paths`` at ``commit``; None where git (or this clone) does not know it."""
+    if not commit or commit == "?":
+        return None
+    try:
+        listed = subprocess.run(["git", "-C", str(root), "ls-tree", "-r", commit, "--", *paths],
+                                check=False, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    entries = []
+    for line in listed.stdout.splitlines():
+        meta, path = line.split("\t", 1)
+        kind, blob = meta.split()[1:3]
+        if kind == "blob" and _wanted(path):
+            entries.append((path, blob))
+    return _digest(entries)
+
+
+def step_hash(name: str, root: Path = REPO_ROOT) -> str:
+    """The engine code step ``name`` would measure in the checkout at ``root``."""
+    return tree_hash(paths_of(name), root)

@@ -1,0 +1,82 @@
+"""docs/RESULTS.md's GPU claims (analysis/gpu_claims.py, publish --gpu-claims): the newest kept run of
+each device for every claim, with engine, seeds and spread; older runs as history."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sarathi_lab.analysis import gpu_claims
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELDS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds"]
+
+
+def keep_run(gpu: Path, device: str, run: str, claims: dict[str, str], engine: str = "eager",
+             seeds: str | None = None) -> None:
+    folder = gpu / device / run
+    folder.mkdir(parents=True)
+    with open(folder / "claims.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        writer.writeheader()
+        for claim, ours in claims.items():
+            writer.writerow({"experiment": "decode_speedup", "claim": claim, "paper": "2.8x-10x", "ours": ours,
+                             "spread": "min-max over seeds" if seeds else "one run per point: no spread",
+                             "holds": "yes"})
+    (folder / "lease.json").write_text(json.dumps({"device": device, "commit": run.split("_")[1], "engine": engine}))
+    command = "sarathi_lab.run -m experiment=decode_speedup " + (f"seed={seeds} " if seeds else "") + "chunk=256"
+    (folder / "summary.json").write_text(json.dumps({"steps": [{"step": "paper.decode_speedup", "notes": [command]}]}))
+
+
+def test_the_newest_run_of_each_device_judges_each_claim_and_older_ones_are_history(tmp_path):
+    gpu = tmp_path / "gpu"
+    keep_run(gpu, "h200", "2026-11-26_aaaaaaa", {"gain": "11x", "peak": "1.19x"})
+    keep_run(gpu, "h200", "2026-11-27_bbbbbbb", {"gain": "5x"}, engine="decode CUDA graphs", seeds="0,1,2")
+    keep_run(gpu, "h100", "2026-11-26_ccccccc", {"gain": "3x"})
+    current, history = gpu_claims.newest(gpu_claims.judged(gpu))
+    shown = {(r.claim, r.device): (r.run, r.seeds, r.engine) for r in current}
+    assert shown == {("gain", "h200"): ("2026-11-27_bbbbbbb", "0,1,2", "decode CUDA graphs"),
+                     ("gain", "h100"): ("2026-11-26_ccccccc", "0", "eager"),
+                     ("peak", "h200"): ("2026-11-26_aaaaaaa", "0", "eager")}  # no newer run judged it
+    assert [(r.claim, r.run, r.ours) for r in history] == [("gain", "2026-11-26_aaaaaaa", "11x")]
+    text = gpu_claims.section(gpu)
+    assert "| gain | 2.8x-10x | H200 | [2026-11-27_bbbbbbb](gpu/h200/2026-11-27_bbbbbbb/README.md) (`bbbbbbb`) | " \
+           "decode CUDA graphs | 0,1,2 | 5x | min-max over seeds | yes |" in text
+    assert text.startswith(gpu_claims.BEGIN) and text.endswith(gpu_claims.END)
+
+
+def test_write_replaces_only_its_section_and_refuses_a_file_without_one(tmp_path):
+    gpu = tmp_path / "gpu"
+    keep_run(gpu, "h100", "2026-11-26_ccccccc", {"gain": "3x"})
+    results = tmp_path / "RESULTS.md"
+    results.write_text(f"# Results\nbefore\n{gpu_claims.BEGIN}\nstale | 1x\n{gpu_claims.END}\nafter\n")
+    gpu_claims.write(results, gpu)
+    text = results.read_text()
+    assert text.startswith("# Results\nbefore\n") and text.endswith("\nafter\n") and "stale" not in text
+    assert "| gain |" in text
+    gpu_claims.write(results, gpu)
+    assert results.read_text() == text  # the same runs, the same file
+    results.write_text("# Results\n")
+    with pytest.raises(ValueError, match="has no section"):
+        gpu_claims.write(results, gpu)
+
+
+def test_results_md_shows_the_newest_kept_runs():
+    # Every run kept under docs/gpu/ is in RESULTS.md as publish --gpu-claims writes it: a run collected
+    # since, or a hand edit, fails here until publish --gpu-claims runs.
+    text = (ROOT / "docs" / "RESULTS.md").read_text()
+    start, end = text.index(gpu_claims.BEGIN), text.index(gpu_claims.END) + len(gpu_claims.END)
+    assert text[start:end] == gpu_claims.section(ROOT / "docs" / "gpu")
+    assert "[2026-11-27_9e2ae41](gpu/h200/2026-11-27_9e2ae41/README.md)" in text[start:end]
+
+
+def test_publish_refuses_a_docs_folder_without_results_md_in_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.publish", "--gpu-claims", "--docs",
+                          str(tmp_path)], check=False, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": f"{ROOT}:{ROOT / 'kernels'}", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert run.stderr.startswith(f"error: --docs={tmp_path} is invalid: must hold RESULTS.md")
