@@ -113,6 +113,13 @@ class EngineConfig:
     sim_kv_beyond_device: bool = False
     # Tensor-parallel GPUs of sim_device serving as one, Megatron-style (sim/parallel.py).
     sim_tp: int = 1
+    # Ranks the real model's layers are split across, Megatron-style, one process each: projections
+    # and KV heads sharded, an all-reduce after o_proj and down_proj (model/parallel/). The ranks are
+    # spawned by the engine, or started by torchrun (its RANK and WORLD_SIZE).
+    tensor_parallel: int = 1
+    # The longest any collective of a parallel step waits for a peer: a rank that died or hangs ends
+    # the run with an error naming it, never a hang.
+    collective_timeout_s: float = 120.0
 
     def __post_init__(self):
         check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"))
@@ -126,6 +133,9 @@ class EngineConfig:
         if not 0 <= self.kv_watermark < 1:
             raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, 1)")
         if self.executor == "sim":
+            if self.tensor_parallel > 1:
+                raise ConfigError(f"tensor_parallel={self.tensor_parallel} is invalid with executor='sim': the "
+                                  "simulator splits a model by sim_tp; allowed: 1")
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
                 raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "
                                   "a profile times one device; allowed: 1, or sim_cost_model=roofline")
@@ -141,6 +151,22 @@ class EngineConfig:
             raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
         if self.device_type == "cpu":
             self._check_cpu_dtype()
+        if self.tensor_parallel > 1:
+            self._check_ranks_fit()
+
+    def _check_ranks_fit(self) -> None:
+        """One device per rank: a GPU each on CUDA, a core each on a CPU (ranks sharing a core would
+        take turns in every collective)."""
+        ranks = self.tensor_parallel
+        if self.device_type == "cuda":
+            import torch
+
+            have, what = torch.cuda.device_count(), "CUDA devices"
+        else:
+            have, what = usable_cores(), "cores this process may run on"
+        if ranks > have:
+            raise ConfigError(f"tensor_parallel={ranks} is invalid: one rank per device needs {ranks} {what}, "
+                              f"and there are {have}; allowed: at most {have}")
 
     def _check_cpu_dtype(self) -> None:
         """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16

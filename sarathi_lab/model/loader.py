@@ -13,6 +13,7 @@ from sarathi_lab.attention import AttentionBackend
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.cpu_linear import aten_from_rows, pack_linears, packed_gemm
 from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
+from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.presets import PRESETS
 
 # Our fused parameter <- the Hugging Face parameters stacked into it, in order.
@@ -72,20 +73,28 @@ def _first_line(e: BaseException) -> str:
 
 
 def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
-                dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str) -> CausalLM:
+                dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str,
+                shards: TensorShards | None = None) -> CausalLM:
+    """``shards``: build one tensor-parallel rank's part of the model, with the very weights the whole
+    model would have (the same draws, or the same checkpoint), its LM head a slice of the vocabulary."""
     # Parameters are created in their final dtype: built in float32 and cast, a model would take twice
     # its memory at the peak.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            lm = CausalLM(config, backend, max_positions)
+            lm = CausalLM(config if shards is None else shards.local_config(config), backend, max_positions)
+            if shards is not None:  # untied: the rank's rows of the vocabulary only
+                lm.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size // shards.size, bias=False)
     finally:
         torch.set_default_dtype(previous)
     if model in PRESETS:
-        _init_random(lm, config, seed)
+        if shards is None:
+            _init_random(lm, config, seed)
+        else:
+            _init_random_shards(lm, config, seed, shards, backend, max_positions)
     else:
-        _load_safetensors(lm, Path(model))
+        _load_safetensors(lm, Path(model), shards)
     lm = lm.to(dtype).eval()
     if device.type == "cpu" and cpu_linear != "aten":
         gemm = packed_gemm(cpu_linear, dtype)
@@ -109,6 +118,29 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int) -> None:
         else:
             # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
             p.copy_(torch.empty(p.shape, device=p.device).normal_(0.0, std, generator=gen))
+
+
+@torch.no_grad()
+def _init_random_shards(lm: CausalLM, config: PretrainedConfig, seed: int, shards: TensorShards,
+                        backend: AttentionBackend, max_positions: int) -> None:
+    """_init_random's draws for the whole model, in its order, one parameter at a time, each cut to the
+    rank's part: a rank's weights are those of the model run on one device."""
+    gen = torch.Generator(device=lm.embed_tokens.weight.device).manual_seed(seed)
+    std = getattr(config, "initializer_range", 0.02)
+    with torch.device("meta"):  # the whole model's names and shapes, nothing allocated
+        whole = CausalLM(config, backend, max_positions)
+    local = dict(lm.named_parameters())
+    tied = config.tie_word_embeddings
+    for name, p in whole.named_parameters():
+        if name.endswith("layernorm.weight") or name == "norm.weight":
+            local[name].fill_(1.0)
+        elif name.endswith("bias"):
+            local[name].zero_()
+        else:
+            drawn = torch.empty(p.shape, device=gen.device).normal_(0.0, std, generator=gen)
+            local[name].copy_(shards.shard(name, drawn))
+            if tied and name == "embed_tokens.weight":
+                local["lm_head.weight"].copy_(shards.shard("lm_head", drawn))
 
 
 def _weight_files(path: Path) -> list[Path]:
@@ -147,7 +179,8 @@ def _open_weights(path: Path, file: Path):
 
 
 @torch.no_grad()
-def _load_safetensors(lm: CausalLM, path: Path) -> None:
+def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = None) -> None:
+    """``shards``: each weight cut to a tensor-parallel rank's part as it is read."""
     params = dict(lm.named_parameters())
     # The sizes of a fused parameter's shards along dim 0.
     attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
@@ -167,10 +200,14 @@ def _load_safetensors(lm: CausalLM, path: Path) -> None:
                 except Exception as e:  # noqa: BLE001 - safetensors' own error types
                     raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} in {file.name} cannot be read "
                                          f"({_first_line(e)})") from None
+                if shards is not None:
+                    tensor = shards.shard_part(fused, shard, tensor) if fused else shards.shard(name, tensor)
                 if tensor.shape != target.shape:
                     raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} has shape {tuple(tensor.shape)},"
                                          f" expected {tuple(target.shape)}")
                 target.copy_(tensor)
+                if shards is not None and lm.config.tie_word_embeddings and name == "embed_tokens.weight":
+                    params["lm_head.weight"].copy_(shards.shard("lm_head", tensor))  # the embedding is whole
                 filled[name] = filled.get(name, 0) + 1
     # A tied lm_head shares the embedding's storage, so it is filled when the embedding is.
     tied = lm.config.tie_word_embeddings
