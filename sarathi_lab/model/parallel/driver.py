@@ -4,6 +4,7 @@ header and one byte buffer before running its own shard of the forward and sampl
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import os
 
@@ -67,10 +68,9 @@ def close() -> None:
     if group is None:
         return
     if not group.dead_ranks():
-        try:
+        # A rank already gone fails the broadcast: the others are stopped below all the same.
+        with contextlib.suppress(Exception):
             dist.broadcast(_header(STOP), 0, group=group.control)
-        except Exception:  # noqa: BLE001 - a rank already gone: the others are stopped below
-            pass
     _stop(group.processes)
     if dist.is_initialized():
         dist.destroy_process_group()

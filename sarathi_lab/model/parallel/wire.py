@@ -3,6 +3,7 @@ and one byte buffer holding every index tensor, packed as the runner packs its h
 never a pickled object. Every rank, the driver included, runs the views of the same buffer."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +52,7 @@ def decode(header: list[int], payload: torch.Tensor, device: torch.device) -> Pr
     input_ids, positions, slots, logits, query_start_loc, seq_lens, tables = (
         host if device.type == "cpu" else unpacked(flat, where))
     starts = host[4].tolist()
-    query_lens = [b - a for a, b in zip(starts, starts[1:])]
+    query_lens = [b - a for a, b in itertools.pairwise(starts)]
     meta = AttentionMetadata(
         num_prefills=header[PREFILLS], num_decodes=header[DECODES], num_prefill_tokens=header[PREFILL_TOKENS],
         query_start_loc=query_start_loc, seq_lens=seq_lens,
