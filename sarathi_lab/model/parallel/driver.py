@@ -17,7 +17,17 @@ from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.model.parallel import worker
-from sarathi_lab.model.parallel.group import LOOPBACK, RankGroup, engine_groups, free_port, join, torchrun_rank
+from sarathi_lab.model.parallel.group import (
+    BUILD_TIMEOUT_S,
+    JOIN_TIMEOUT_S,
+    LOOPBACK,
+    RankGroup,
+    bounded,
+    engine_groups,
+    free_port,
+    join,
+    torchrun_rank,
+)
 from sarathi_lab.model.parallel.rank import RankSpec, build_rank, run_step
 from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, OP, STOP, encode
 from sarathi_lab.model.runner import ModelRunner, batch_tensors
@@ -25,13 +35,12 @@ from sarathi_lab.model.sampler import Sampler
 
 # The ranks of this process's engines (None: none joined yet, or they were given up after a failure).
 _ranks: RankGroup | None = None
-_timeout_s: float | None = None
 
 
-def ranks(size: int, timeout_s: float) -> RankGroup:
+def ranks(size: int) -> RankGroup:
     """The driver's group of ``size`` ranks: the one held, else torchrun's, else spawned here."""
-    global _ranks, _timeout_s
-    if _ranks is not None and _ranks.size == size and _timeout_s == timeout_s and not _ranks.dead_ranks():
+    global _ranks
+    if _ranks is not None and _ranks.size == size and not _ranks.dead_ranks():
         return _ranks
     close()
     rank = torchrun_rank()
@@ -39,25 +48,24 @@ def ranks(size: int, timeout_s: float) -> RankGroup:
         world = int(os.environ["WORLD_SIZE"])
         if world != size:
             raise ConfigError(f"tensor_parallel={size} is invalid: torchrun started {world} ranks; allowed: {world}")
-        _ranks = join(rank, size, "env://", timeout_s, int(os.environ.get("LOCAL_RANK", rank)))
+        _ranks = join(rank, size, "env://", int(os.environ.get("LOCAL_RANK", rank)))
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         init = f"tcp://{LOOPBACK}:{free_port()}"
         context = multiprocessing.get_context("spawn")
-        processes = [context.Process(target=worker.spawned, args=(r, size, init, timeout_s), daemon=True,
+        processes = [context.Process(target=worker.spawned, args=(r, size, init), daemon=True,
                                      name=f"sarathi-rank{r}") for r in range(1, size)]
         for process in processes:
             process.start()
         try:
-            _ranks = join(0, size, init, timeout_s)
+            _ranks = join(0, size, init)
         except Exception as e:
             stray = RankGroup(0, size, 0, None, processes)
-            error = stray.failure(e, timeout_s)
+            error = stray.failure(e, JOIN_TIMEOUT_S)
             _stop(processes)
             raise error from e
         _ranks.processes = processes
-    _timeout_s = timeout_s
     return _ranks
 
 
@@ -70,7 +78,7 @@ def close() -> None:
     if not group.dead_ranks():
         # A rank already gone fails the broadcast: the others are stopped below all the same.
         with contextlib.suppress(Exception):
-            dist.broadcast(_header(STOP), 0, group=group.control)
+            bounded(dist.broadcast(_header(STOP), 0, group=group.control, async_op=True), 10.0)
     _stop(group.processes)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -96,13 +104,13 @@ def _header(op: int) -> torch.Tensor:
 def start_engine(spec: RankSpec) -> ParallelExecutor:
     """Every rank builds its part of the engine of ``spec``; the driver's executor over its own part."""
     cfg = spec.config
-    group = ranks(cfg.tensor_parallel, cfg.collective_timeout_s)
+    group = ranks(cfg.tensor_parallel)
     try:
-        dist.broadcast(_header(BUILD), 0, group=group.control)
+        bounded(dist.broadcast(_header(BUILD), 0, group=group.control, async_op=True), cfg.collective_timeout_s)
         dist.broadcast_object_list([spec], 0, group=group.control)
         wire, step = engine_groups(group, cfg.device_type, cfg.collective_timeout_s)
         runner = build_rank(spec, group, step)
-        dist.barrier(group=group.control)
+        bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)
     except Exception as e:
         raise _give_up(group, e, cfg.collective_timeout_s) from e
     return ParallelExecutor(runner, group, wire, cfg.collective_timeout_s)
@@ -115,8 +123,7 @@ def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> Runtim
     if _ranks is group:
         _ranks = None
         for process in group.processes:
-            if process.is_alive():
-                process.terminate()
+            process.kill()  # a rank that hangs may be stopped, which only SIGKILL ends
         _stop(group.processes)
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -135,7 +142,9 @@ class ParallelExecutor(Executor):
         self.timeout_s = timeout_s
         self.clock = clock
         self.sampler = Sampler(SamplingParams())
+        # Per iteration: the host seconds of packing and sending its batch, and the bytes sent.
         self.broadcast_s: list[float] = []
+        self.broadcast_bytes: list[int] = []
         self._host = torch.device("cpu")
 
     def start(self, sampling: SamplingParams) -> None:
@@ -149,10 +158,11 @@ class ParallelExecutor(Executor):
         try:
             t_wire = clock.now()
             sent = encode(host)
-            dist.broadcast(sent.header, 0, group=self.group.control)
+            bounded(dist.broadcast(sent.header, 0, group=self.group.control, async_op=True), self.timeout_s)
             dist.broadcast(sent.payload, 0, group=self.wire)
             t1 = clock.now()
             self.broadcast_s.append(t1 - t_wire)
+            self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
             logits = run_step(runner, sent.header.tolist(), sent.payload)
             t2 = clock.now()
         except Exception as e:

@@ -21,9 +21,22 @@ from sarathi_lab.config import usable_cores
 # The driver may be idle between generate calls for as long as its user pleases; a driver that
 # dies closes its connections, which ends the other ranks' wait at once.
 CONTROL_TIMEOUT = timedelta(days=7)
-# How long the ranks torchrun starts wait for each other before the first engine says its own timeout.
-JOIN_TIMEOUT_S = 600.0
+# The longest the ranks wait for each other to start (import torch, meet): starting takes longer
+# than a step's collectives may wait, on a loaded machine tens of seconds.
+JOIN_TIMEOUT_S = 300.0
 LOOPBACK = "127.0.0.1"
+
+
+# The longest the driver waits for every rank to build its part of an engine (reading a checkpoint
+# of tens of GB included).
+BUILD_TIMEOUT_S = 1800.0
+
+
+def bounded(work, timeout_s: float) -> None:
+    """Wait for an asynchronous collective on the control group at most ``timeout_s``: that group's
+    own timeout is the other ranks' idle wait, and a gloo send waits for its receiver to be ready."""
+    if work.wait(timedelta(seconds=timeout_s)) is False:
+        raise TimeoutError(f"no rank answered within {timeout_s:g} s")
 
 
 def torchrun_rank() -> int | None:
@@ -55,12 +68,14 @@ class RankGroup:
             return torch.device("cuda", self.local_rank)
         return torch.device("cpu")
 
-    def dead_ranks(self) -> list[tuple[int, int]]:
-        """(rank, exit code) of each spawned rank that has ended."""
+    def dead_ranks(self, wait_s: float = 0.0) -> list[tuple[int, int]]:
+        """(rank, exit code) of each spawned rank that has ended (``wait_s``: each waited for that
+        long, so that one whose connections just closed is reaped before its exit code is read)."""
         dead = []
         for rank, process in enumerate(self.processes, start=1):
-            process.join(timeout=1.0)  # a rank that just died is reaped before its exit code is read
-            if process.exitcode is not None:
+            if wait_s:
+                process.join(timeout=wait_s)
+            if not process.is_alive():
                 dead.append((rank, process.exitcode))
         return dead
 
@@ -68,7 +83,7 @@ class RankGroup:
         """What ends the run when a collective fails: the ranks that died, where this process knows
         them (it spawned them; under torchrun its agent names the rank that failed)."""
         why = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-        dead = self.dead_ranks()
+        dead = self.dead_ranks(wait_s=1.0)
         if dead:
             who = ", ".join(f"rank {rank} (exit code {code})" for rank, code in dead)
             return RuntimeError(f"tensor_parallel={self.size}: {who} died, so the run stops "
@@ -78,10 +93,10 @@ class RankGroup:
                             f"({type(error).__name__}: {why})")
 
 
-def join(rank: int, size: int, init_method: str, timeout_s: float, local_rank: int | None = None) -> RankGroup:
+def join(rank: int, size: int, init_method: str, local_rank: int | None = None) -> RankGroup:
     """This process joins the ranks (gloo: the control group every device uses)."""
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size,
-                            timeout=timedelta(seconds=timeout_s))
+                            timeout=timedelta(seconds=JOIN_TIMEOUT_S))
     control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
     return RankGroup(rank, size, rank if local_rank is None else local_rank, control)
 

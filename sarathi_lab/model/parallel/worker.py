@@ -9,21 +9,20 @@ import os
 import torch
 import torch.distributed as dist
 
-from sarathi_lab.model.parallel.group import JOIN_TIMEOUT_S, RankGroup, engine_groups, join, torchrun_rank
+from sarathi_lab.model.parallel.group import RankGroup, engine_groups, join, torchrun_rank
 from sarathi_lab.model.parallel.rank import build_rank, run_step
 from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, NBYTES, OP, STOP
 
 
-def spawned(rank: int, size: int, init_method: str, timeout_s: float) -> None:
+def spawned(rank: int, size: int, init_method: str) -> None:
     """A rank the driver spawned (multiprocessing's target)."""
-    serve(join(rank, size, init_method, timeout_s))
+    serve(join(rank, size, init_method))
 
 
 def from_torchrun() -> None:
     """A rank torchrun started, other than rank 0 (which runs the program as usual)."""
     rank = torchrun_rank()
-    group = join(rank, int(os.environ["WORLD_SIZE"]), "env://", JOIN_TIMEOUT_S,
-                 int(os.environ.get("LOCAL_RANK", rank)))
+    group = join(rank, int(os.environ["WORLD_SIZE"]), "env://", int(os.environ.get("LOCAL_RANK", rank)))
     serve(group)
 
 
