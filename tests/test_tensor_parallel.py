@@ -160,3 +160,14 @@ def test_the_wire_batch_is_the_runners_batch(seed, requests, decode_only):
                  "seq_lens_host"):
         assert getattr(got.meta, name) == getattr(want.meta, name), name
     assert sent.header.dtype == torch.int64 and sent.payload.dtype == torch.uint8
+
+
+def test_the_two_gpu_capacity_overlay_composes_for_gpus_and_for_a_cpu_dry_run():
+    from sarathi_lab.harness.cli_check import compose_config
+    from sarathi_lab.harness.schema import parse_config
+
+    gpus = compose_config(["experiment=capacity_yi34b_tp2"])
+    assert (gpus.model.name, gpus.device.name, gpus.engine.tensor_parallel, gpus.engine.executor) == \
+        ("yi-34b", "cuda", 2, "model")
+    run = parse_config(compose_config(["experiment=capacity_yi34b_tp2", "model=tiny", "device=cpu", "dtype=float32"]))
+    assert (run.engine.tensor_parallel, run.engine.sim_tp, run.engine.executor, run.task) == (2, 1, "model", "capacity")
