@@ -156,8 +156,10 @@ class EngineConfig:
 
     def _check_ranks_fit(self) -> None:
         """One device per rank: a GPU each on CUDA, a core each on a CPU (ranks sharing a core would
-        take turns in every collective)."""
+        take turns in every collective); under torchrun, for the ranks it starts on this node."""
         ranks = self.tensor_parallel
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
         if self.device_type == "cuda":
             import torch
 
@@ -165,8 +167,8 @@ class EngineConfig:
         else:
             have, what = usable_cores(), "cores this process may run on"
         if ranks > have:
-            raise ConfigError(f"tensor_parallel={ranks} is invalid: one rank per device needs {ranks} {what}, "
-                              f"and there are {have}; allowed: at most {have}")
+            raise ConfigError(f"tensor_parallel={self.tensor_parallel} is invalid: one rank per device needs "
+                              f"{ranks} {what} here, and there are {have}; allowed: at most {have}")
 
     def _check_cpu_dtype(self) -> None:
         """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16

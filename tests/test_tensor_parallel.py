@@ -115,6 +115,10 @@ def test_more_ranks_than_devices_or_a_simulator_is_refused(monkeypatch):
     monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 2)
     with pytest.raises(ConfigError, match=r"^tensor_parallel=3 is invalid: one rank per device needs 3 cores"):
         EngineConfig(device="cpu", tensor_parallel=3)
+    # Under torchrun, the ranks on this node count: 4 ranks over two nodes of 2 cores each fit.
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert EngineConfig(device="cpu", tensor_parallel=4).tensor_parallel == 4
     with pytest.raises(ConfigError, match=r"^tensor_parallel=2 is invalid with executor='sim'"):
         EngineConfig(executor="sim", tensor_parallel=2)
 

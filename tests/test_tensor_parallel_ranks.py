@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ from sarathi_lab.bench import tp_wire
 from sarathi_lab.config import usable_cores
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.model.parallel import driver
+from sarathi_lab.model.parallel.group import free_port
 from tests.hf_models import hf_greedy
 
 pytestmark = [pytest.mark.e2e,
@@ -98,3 +101,17 @@ def test_a_rank_that_hangs_ends_the_run_within_the_collective_timeout():
         with contextlib.suppress(ProcessLookupError):  # killed already, where the driver gave up on it
             os.kill(rank1.pid, signal.SIGKILL)
     assert driver._ranks is None
+
+
+@pytest.mark.slow
+def test_torchrun_runs_the_cli_with_rank_0_driving_and_rank_1_serving(tmp_path):
+    # torchrun's own variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT): rank 1 never reads the
+    # command line; rank 0 runs it and writes the results.
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), "-m", "sarathi_lab.run", "model=tiny", "logger=none",
+               "engine.tensor_parallel=2", "device=cpu", "device.num_threads=1", "seq_len=48", "pd_ratio=8",
+               "chunk=32", f"hydra.run.dir={tmp_path}"]
+    done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "metrics.json").is_file()

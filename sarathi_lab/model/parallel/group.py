@@ -110,5 +110,7 @@ def engine_groups(group: RankGroup, device_type: str, timeout_s: float) -> tuple
 
 
 def threads_per_rank(size: int, num_threads: int | None) -> int:
-    """A CPU's cores shared out among the ranks on it (num_threads, where set, per rank)."""
-    return num_threads or max(1, usable_cores() // size)
+    """A CPU's cores shared out among the ranks on it (num_threads, where set, per rank): all ``size``
+    of them, or those torchrun started on this node."""
+    here = int(os.environ.get("LOCAL_WORLD_SIZE", size)) if torchrun_rank() is not None else size
+    return num_threads or max(1, usable_cores() // here)
