@@ -5,6 +5,7 @@ ranks are spawned once and serve every engine of this file."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -114,4 +115,4 @@ def test_torchrun_runs_the_cli_with_rank_0_driving_and_rank_1_serving(tmp_path):
                "chunk=32", f"hydra.run.dir={tmp_path}"]
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (tmp_path / "metrics.json").is_file()
+    assert json.loads((tmp_path / "metrics.json").read_text())["environment"]["tensor_parallel"] == 2
