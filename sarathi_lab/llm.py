@@ -76,7 +76,7 @@ class LLM:
         """``largest_tokens``: the most tokens one iteration holds (what mixed CUDA graphs go up to)."""
         cfg = self.config
         device = cfg.torch_device
-        if cfg.tensor_parallel > 1:
+        if cfg.world_size > 1:
             return self._build_parallel_executor()
         if device.type == "cpu":
             reuse_freed_memory()  # activations' pages reused, not faulted in again by every layer
@@ -95,7 +95,8 @@ class LLM:
         return ModelExecutor(runner, clock, graphs), clock
 
     def _build_parallel_executor(self) -> tuple[ParallelExecutor, WallClock]:
-        """Rank 0 of tensor_parallel ranks (model/parallel/), every forward eager (no CUDA graphs)."""
+        """Rank 0 of tensor_parallel x pipeline_parallel ranks (model/parallel/), every forward eager (no
+        CUDA graphs)."""
         plan = self.plan
         executor = start_engine(RankSpec(plan.config, plan.model_config, plan.max_model_len, plan.num_kv_blocks,
                                          plan.dtype))

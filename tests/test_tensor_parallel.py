@@ -16,6 +16,7 @@ from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.model.parallel.sharding import TensorShards, rank_memory_config
+from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.parallel.wire import decode, encode
 from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.model.shape import Shape
@@ -113,8 +114,14 @@ def test_a_model_the_ranks_cannot_split_is_refused_in_one_line(heads, kv, interm
 
 def test_more_ranks_than_devices_or_a_simulator_is_refused(monkeypatch):
     monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 2)
-    with pytest.raises(ConfigError, match=r"^tensor_parallel=3 is invalid: one rank per device needs 3 cores"):
+    with pytest.raises(ConfigError, match=r"^tensor_parallel=3 is invalid \(tensor_parallel=3 x pipeline_parallel=1 "
+                                          r"ranks\): one rank per device needs 3 cores"):
         EngineConfig(device="cpu", tensor_parallel=3)
+    with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid \(tensor_parallel=2 x pipeline_parallel=2 "
+                                          r"ranks\): one rank per device needs 4 cores"):
+        EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2)
+    with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid with executor='sim'"):
+        EngineConfig(executor="sim", pipeline_parallel=2)
     # Under torchrun, the ranks on this node count: 4 ranks over two nodes of 2 cores each fit.
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
@@ -175,3 +182,26 @@ def test_the_two_gpu_capacity_overlay_composes_for_gpus_and_for_a_cpu_dry_run():
         ("yi-34b", "cuda", 2, "model")
     run = parse_config(compose_config(["experiment=capacity_yi34b_tp2", "model=tiny", "device=cpu", "dtype=float32"]))
     assert (run.engine.tensor_parallel, run.engine.sim_tp, run.engine.executor, run.task) == (2, 1, "model", "capacity")
+
+
+@given(layers=st.integers(1, 80), count=st.integers(1, 16))
+def test_stages_hold_every_layer_once_in_order_as_evenly_as_they_split(layers, count):
+    if count > layers:
+        with pytest.raises(ConfigError, match=rf"^pipeline_parallel={count} is invalid for model='m': it has "):
+            Stage.of(layers, count, 0, "m")
+        return
+    stages = [Stage.of(layers, count, i) for i in range(count)]
+    assert [s.first for s in stages] == [0] + [s.last for s in stages[:-1]] and stages[-1].last == layers
+    assert max(s.num_layers for s in stages) - min(s.num_layers for s in stages) <= 1
+    assert stages[0].num_layers == max(s.num_layers for s in stages)  # the memory plan sizes by stage 0
+    assert stages[0].is_first and stages[-1].is_last and (count == 1) == stages[0].is_last
+
+
+def test_a_stage_names_its_own_layers_from_zero_and_keeps_the_rest_of_the_model():
+    stage = Stage.of(10, 3, 1)  # layers 4..6
+    assert (stage.first, stage.last) == (4, 7)
+    assert stage.local_name("layers.4.mlp.down_proj.weight") == "layers.0.mlp.down_proj.weight"
+    assert stage.local_name("layers.6.self_attn.qkv_proj.bias") == "layers.2.self_attn.qkv_proj.bias"
+    assert stage.local_name("layers.3.mlp.down_proj.weight") is None
+    assert stage.local_name("layers.7.input_layernorm.weight") is None
+    assert stage.local_name("embed_tokens.weight") == "embed_tokens.weight"

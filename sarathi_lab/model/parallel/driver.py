@@ -28,9 +28,9 @@ from sarathi_lab.model.parallel.group import (
     join,
     torchrun_rank,
 )
-from sarathi_lab.model.parallel.rank import RankSpec, build_rank, run_step
+from sarathi_lab.model.parallel.rank import RankPart, RankSpec, build_rank, run_step
 from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, OP, STOP, encode
-from sarathi_lab.model.runner import ModelRunner, batch_tensors
+from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.model.sampler import Sampler
 
 # The ranks of this process's engines (None: none joined yet, or they were given up after a failure).
@@ -47,7 +47,8 @@ def ranks(size: int) -> RankGroup:
     if rank is not None:
         world = int(os.environ["WORLD_SIZE"])
         if world != size:
-            raise ConfigError(f"tensor_parallel={size} is invalid: torchrun started {world} ranks; allowed: {world}")
+            raise ConfigError(f"tensor_parallel={size} is invalid (with pipeline_parallel, the ranks): torchrun "
+                              f"started {world} ranks; allowed: {world}")
         _ranks = join(rank, size, "env://", int(os.environ.get("LOCAL_RANK", rank)))
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.
@@ -104,16 +105,18 @@ def _header(op: int) -> torch.Tensor:
 def start_engine(spec: RankSpec) -> ParallelExecutor:
     """Every rank builds its part of the engine of ``spec``; the driver's executor over its own part."""
     cfg = spec.config
-    group = ranks(cfg.tensor_parallel)
+    group = ranks(cfg.world_size)
+    group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
+        f" x pipeline_parallel={cfg.pipeline_parallel}" if cfg.pipeline_parallel > 1 else "")
     try:
         bounded(dist.broadcast(_header(BUILD), 0, group=group.control, async_op=True), cfg.collective_timeout_s)
         dist.broadcast_object_list([spec], 0, group=group.control)
-        wire, step = engine_groups(group, cfg.device_type, cfg.collective_timeout_s)
-        runner = build_rank(spec, group, step)
+        groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
+        part = build_rank(spec, group, groups)
         bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)
     except Exception as e:
         raise _give_up(group, e, cfg.collective_timeout_s) from e
-    return ParallelExecutor(runner, group, wire, cfg.collective_timeout_s)
+    return ParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s)
 
 
 def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> RuntimeError:
@@ -135,8 +138,9 @@ class ParallelExecutor(Executor):
     host seconds of packing and sending them, per iteration), then this rank's shard of the forward,
     whose LM head gathers the whole vocabulary's logits, sampled here."""
 
-    def __init__(self, runner: ModelRunner, group: RankGroup, wire, timeout_s: float, clock: Clock | None = None):
-        self.runner = runner
+    def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float, clock: Clock | None = None):
+        self.part = part
+        self.runner = part.runner
         self.group = group
         self.wire = wire
         self.timeout_s = timeout_s
@@ -163,7 +167,7 @@ class ParallelExecutor(Executor):
             t1 = clock.now()
             self.broadcast_s.append(t1 - t_wire)
             self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
-            logits = run_step(runner, sent.header.tolist(), sent.payload)
+            logits = run_step(self.part, sent.header.tolist(), sent.payload)
             t2 = clock.now()
         except Exception as e:
             raise _give_up(self.group, e, self.timeout_s) from e

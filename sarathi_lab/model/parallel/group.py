@@ -60,6 +60,8 @@ class RankGroup:
     local_rank: int
     control: Any
     processes: list = field(default_factory=list)
+    # How errors name the layout (the engine's keys), set when an engine starts.
+    label: str = ""
 
     def device(self, device_type: str) -> torch.device:
         """One GPU per rank on a node (its local rank's); the CPU is shared."""
@@ -86,9 +88,9 @@ class RankGroup:
         dead = self.dead_ranks(wait_s=1.0)
         if dead:
             who = ", ".join(f"rank {rank} (exit code {code})" for rank, code in dead)
-            return RuntimeError(f"tensor_parallel={self.size}: {who} died, so the run stops "
+            return RuntimeError(f"{self.label or f'{self.size} ranks'}: {who} died, so the run stops "
                                 f"({type(error).__name__}: {why})")
-        return RuntimeError(f"tensor_parallel={self.size}: a collective failed or waited longer than "
+        return RuntimeError(f"{self.label or f'{self.size} ranks'}: a collective failed or waited longer than "
                             f"collective_timeout_s={timeout_s:g} for a rank that died or hangs "
                             f"({type(error).__name__}: {why})")
 
@@ -101,12 +103,29 @@ def join(rank: int, size: int, init_method: str, local_rank: int | None = None) 
     return RankGroup(rank, size, rank if local_rank is None else local_rank, control)
 
 
-def engine_groups(group: RankGroup, device_type: str, timeout_s: float) -> tuple[Any, Any]:
-    """(wire, step) of a new engine, made by every rank in the same order: each bounded by ``timeout_s``."""
+@dataclass(frozen=True)
+class EngineGroups:
+    """An engine's groups as this rank sees them: ``wire`` (every rank, gloo), ``step`` (the ranks of
+    its pipeline stage: the tensor-parallel collectives) and ``p2p`` (every rank: activations stage
+    to stage, logits to the driver), on the device's backend."""
+    wire: Any
+    step: Any
+    p2p: Any
+
+
+def engine_groups(group: RankGroup, device_type: str, timeout_s: float, tp: int) -> EngineGroups:
+    """A new engine's groups, made by every rank in the same order, each bounded by ``timeout_s``."""
     timeout = timedelta(seconds=timeout_s)
     wire = dist.new_group(backend="gloo", timeout=timeout)
-    step = dist.new_group(backend="nccl", timeout=timeout) if device_type == "cuda" else wire
-    return wire, step
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    p2p = dist.new_group(backend="nccl", timeout=timeout) if device_type == "cuda" else wire
+    step = None
+    for first in range(0, group.size, tp):  # every stage's group, by every rank, in one order
+        ranks = list(range(first, first + tp))
+        made = dist.new_group(ranks, backend=backend, timeout=timeout)
+        if group.rank in ranks:
+            step = made
+    return EngineGroups(wire, step, p2p)
 
 
 def threads_per_rank(size: int, num_threads: int | None) -> int:

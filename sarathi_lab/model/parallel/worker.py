@@ -28,7 +28,7 @@ def from_torchrun() -> None:
 
 def serve(group: RankGroup) -> None:
     header = torch.empty(HEADER_LEN, dtype=torch.int64)
-    runner, wire = None, None
+    part, wire = None, None
     while True:
         dist.broadcast(header, 0, group=group.control)
         h = header.tolist()
@@ -37,14 +37,15 @@ def serve(group: RankGroup) -> None:
         if h[OP] == BUILD:
             spec = [None]
             dist.broadcast_object_list(spec, 0, group=group.control)
-            runner = None  # the previous engine's shard goes before the next one is built
+            part = None  # the previous engine's shard goes before the next one is built
             gc.collect()
             cfg = spec[0].config
-            wire, step = engine_groups(group, cfg.device_type, cfg.collective_timeout_s)
-            runner = build_rank(spec[0], group, step)
+            groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
+            wire = groups.wire
+            part = build_rank(spec[0], group, groups)
             dist.barrier(group=group.control)  # built: the driver may send steps
             continue
         payload = torch.empty(h[NBYTES], dtype=torch.uint8)
         dist.broadcast(payload, 0, group=wire)
-        run_step(runner, h, payload)
+        run_step(part, h, payload)
     dist.destroy_process_group()
