@@ -120,6 +120,16 @@ class EngineConfig:
     sim_kv_beyond_device: bool = False
     # Tensor-parallel GPUs of sim_device serving as one, Megatron-style (sim/parallel.py).
     sim_tp: int = 1
+    # Ranks the real model's layers are split across, Megatron-style, one process each: projections
+    # and KV heads sharded, an all-reduce after o_proj and down_proj (model/parallel/). The ranks are
+    # spawned by the engine, or started by torchrun (its RANK and WORLD_SIZE).
+    tensor_parallel: int = 1
+    # Pipeline stages the layers are split across (each stage tensor_parallel ranks): activations go
+    # stage to stage; one micro-batch in flight at a time.
+    pipeline_parallel: int = 1
+    # The longest any collective of a parallel step waits for a peer: a rank that died or hangs ends
+    # the run with an error naming it, never a hang.
+    collective_timeout_s: float = 120.0
 
     def __post_init__(self):
         check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"))
@@ -133,6 +143,12 @@ class EngineConfig:
         if not 0 <= self.kv_watermark < 1:
             raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, 1)")
         if self.executor == "sim":
+            if self.tensor_parallel > 1:
+                raise ConfigError(f"tensor_parallel={self.tensor_parallel} is invalid with executor='sim': the "
+                                  "simulator splits a model by sim_tp; allowed: 1")
+            if self.pipeline_parallel > 1:
+                raise ConfigError(f"pipeline_parallel={self.pipeline_parallel} is invalid with executor='sim': "
+                                  "the simulator's pipeline is sim/pipeline.py's; allowed: 1")
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
                 raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "
                                   "a profile times one device; allowed: 1, or sim_cost_model=roofline")
@@ -149,6 +165,31 @@ class EngineConfig:
         if self.device_type == "cpu":
             self._check_cpu_dtype()
         check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
+        if self.world_size > 1:
+            self._check_ranks_fit()
+
+    @property
+    def world_size(self) -> int:
+        """The ranks of the real engine: tensor_parallel in each of pipeline_parallel stages."""
+        return self.tensor_parallel * self.pipeline_parallel
+
+    def _check_ranks_fit(self) -> None:
+        """One device per rank: a GPU each on CUDA, a core each on a CPU (ranks sharing a core would
+        take turns in every collective); under torchrun, for the ranks it starts on this node."""
+        ranks = self.world_size
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
+        if self.device_type == "cuda":
+            import torch
+
+            have, what = torch.cuda.device_count(), "CUDA devices"
+        else:
+            have, what = usable_cores(), "cores this process may run on"
+        if ranks > have:
+            key = "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
+            raise ConfigError(f"{key}={getattr(self, key)} is invalid (tensor_parallel={self.tensor_parallel} x "
+                              f"pipeline_parallel={self.pipeline_parallel} ranks): one rank per device needs {ranks} "
+                              f"{what} here, and there are {have}; allowed: at most {have} ranks")
 
     def _check_cpu_dtype(self) -> None:
         """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16

@@ -24,6 +24,8 @@ from sarathi_lab.model.cuda_graphs import CudaGraphs, can_replay
 from sarathi_lab.model.executor import ModelExecutor
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.loader import eos_token_of
+from sarathi_lab.model.parallel.driver import ParallelExecutor, start_engine
+from sarathi_lab.model.parallel.rank import RankSpec
 from sarathi_lab.model.runner import ModelRunner
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim.executor import SimulatedExecutor
@@ -74,6 +76,8 @@ class LLM:
         """``largest_tokens``: the most tokens one iteration holds (what mixed CUDA graphs go up to)."""
         cfg = self.config
         device = cfg.torch_device
+        if cfg.world_size > 1:
+            return self._build_parallel_executor()
         if device.type == "cpu":
             reuse_freed_memory()  # activations' pages reused, not faulted in again by every layer
         backend = make_backend(cfg.attention, device, cfg.attention_hybrid)
@@ -89,6 +93,18 @@ class LLM:
         replayable = cfg.cuda_graphs and can_replay(backend, device)
         graphs = self._capture_graphs(runner, largest_tokens) if replayable else None
         return ModelExecutor(runner, clock, graphs), clock
+
+    def _build_parallel_executor(self) -> tuple[ParallelExecutor, WallClock]:
+        """Rank 0 of tensor_parallel x pipeline_parallel ranks (model/parallel/), every forward eager (no
+        CUDA graphs)."""
+        plan = self.plan
+        executor = start_engine(RankSpec(plan.config, plan.model_config, plan.max_model_len, plan.num_kv_blocks,
+                                         plan.dtype))
+        runner = executor.runner
+        self.model, self.kv_caches = runner.model, runner.kv_caches
+        self.cpu_gemm = linear_gemm(self.model) if runner.device.type == "cpu" else None
+        executor.clock = clock = make_clock("wall", runner.device)
+        return executor, clock
 
     def _capture_graphs(self, runner: ModelRunner, largest_tokens: int) -> CudaGraphs | None:
         """The forwards' CUDA graphs; a capture that fails leaves the engine eager, with one warning."""

@@ -13,7 +13,9 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
 from sarathi_lab.model import load_config
-from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+from sarathi_lab.model.memory import context_limit, device_memory_bytes, plan_kv_blocks
+from sarathi_lab.model.parallel.sharding import rank_memory_config
+from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import simulated_cost_model, simulated_kv_blocks
 from sarathi_lab.sim.device import device_dtype
@@ -59,6 +61,15 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
         dtype = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype))
         return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype, simulated_cost_model(cfg, hf))
     dtype = cfg.torch_dtype
+    if cfg.world_size > 1:
+        # Each rank's weights and KV heads (of its stage's layers, the first stage's the most); ranks
+        # on a CPU share its memory, GPUs have their own.
+        per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model)
+        per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model).num_layers
+        device = cfg.torch_device
+        available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
+        blocks = plan_kv_blocks(cfg, per_rank, context, dtype, device, available)
+        return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype)
     blocks = plan_kv_blocks(cfg, hf, context, dtype, cfg.torch_device)
     return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype)
 

@@ -129,6 +129,17 @@ def _export_timeline(run_dir) -> None:
         log.info("no timeline written: %s holds no serving run's iterations", run_dir)
 
 
+def _serves_a_driver() -> bool:
+    """Under torchrun, every rank but 0 serves rank 0's engines (its shard of each layer) until rank 0
+    leaves: rank 0 alone reads the command line, runs the scheduler and writes the results."""
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2 or int(os.environ.get("RANK", "0")) == 0:
+        return False
+    from sarathi_lab.model.parallel.worker import from_torchrun
+
+    from_torchrun()
+    return True
+
+
 def cli() -> None:
     # Ctrl-C outside a run leaves at once with one line (a run itself records it: interrupts.py).
     # Installed here too for a caller that imports this module.
@@ -136,6 +147,8 @@ def cli() -> None:
     # A log file on a full disk: its handler's failure would print a traceback after the run's own
     # one-line error (which the console handler still shows); logging's documented production setting.
     logging.raiseExceptions = False
+    if _serves_a_driver():
+        return
     args = sys.argv[1:]
     try:
         from sarathi_lab import cli_args

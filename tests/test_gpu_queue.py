@@ -33,7 +33,8 @@ def plan(records: list[Record], at_commit=lambda name, commit: None) -> dict[str
 
 def test_the_queue_orders_the_headline_first_then_the_issues_calls():
     calls = [[s.name for s in steps] for _, steps in queue.ordered()]
-    head = ["env", "launch", "attention", "hybrid", *(["tune"] if "tune" in BY_NAME else []), "kernels", "engine", "overhead"]
+    head = ["env", "launch", "attention", "hybrid", *(["tune"] if "tune" in BY_NAME else []),
+            "kernels", "engine", "overhead"]
     assert calls[0] == head
     assert calls[1] == ["paper.chunk_overhead", "paper.orca_compare"]
     assert calls[2] == ["paper.decode_speedup", "paper.pd_ratio"]

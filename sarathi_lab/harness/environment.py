@@ -66,7 +66,9 @@ def engine_kind(environments: list[dict]) -> str | None:
 def simulated_device(engine: EngineConfig) -> dict[str, Any]:
     """What a run's executor was: for a simulation, the device, cost model and GPU count it predicted."""
     if engine.executor != "sim":
-        return {"executor": engine.executor, "simulated": False}
+        # The ranks the model was split across (model/parallel/), recorded where there were several.
+        ranks = {"tensor_parallel": engine.tensor_parallel} if engine.tensor_parallel > 1 else {}
+        return {"executor": engine.executor, "simulated": False, **ranks}
     gpus = f"{engine.sim_tp}x " if engine.sim_tp > 1 else ""
     return {"executor": "sim", "simulated": True, "device": f"sim:{engine.sim_device}",
             "device_name": f"simulated {gpus}{engine.sim_device.upper()} ({engine.sim_cost_model} cost model)",

@@ -226,16 +226,22 @@ def packed(longs: list[np.ndarray], ints: list[np.ndarray],
     """The parts (int64s, then int32s) written into one uint8 host buffer from ``alloc(nbytes)``,
     each starting on a PART_ALIGN-byte boundary, and where each lies: (byte offset, count, dtype)."""
     parts = [(p, torch.int64) for p in longs] + [(p, torch.int32) for p in ints]
-    spans, end = [], 0
-    for part, dtype in parts:
-        spans.append((end, len(part), dtype))
-        end += -(-len(part) * dtype.itemsize // PART_ALIGN) * PART_ALIGN
+    spans, end = pack_layout([len(p) for p in longs], [len(p) for p in ints])
     host = alloc(end)
     raw = host.numpy()
     for (offset, n, dtype), (part, _) in zip(spans, parts):
         np_dtype = np.int64 if dtype == torch.int64 else np.int32
         np.copyto(raw[offset : offset + n * dtype.itemsize].view(np_dtype), part, casting="unsafe")
     return host, spans
+
+
+def pack_layout(longs: list[int], ints: list[int]) -> tuple[list[tuple[int, int, torch.dtype]], int]:
+    """Where ``packed`` puts parts of these many int64s, then int32s, and the bytes they take in all."""
+    spans, end = [], 0
+    for n, dtype in [(n, torch.int64) for n in longs] + [(n, torch.int32) for n in ints]:
+        spans.append((end, n, dtype))
+        end += -(-n * dtype.itemsize // PART_ALIGN) * PART_ALIGN
+    return spans, end
 
 
 def unpacked(flat: torch.Tensor, spans: list[tuple[int, int, torch.dtype]]) -> list[torch.Tensor]:

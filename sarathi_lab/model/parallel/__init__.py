@@ -1,0 +1,5 @@
+"""Tensor and pipeline parallelism of the real model on torch.distributed (gloo on CPUs, NCCL on GPUs):
+which rows and columns of each weight a rank holds (sharding) and which layers its stage holds
+(stages), the layers that join the ranks' partial results (layers), a stage's part of the forward
+(pipeline), the batch the driver sends every step (wire), the process groups and their ranks (group),
+one rank's part of an engine (rank), the driver's executor (driver) and the other ranks' loop (worker)."""

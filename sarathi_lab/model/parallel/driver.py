@@ -1,0 +1,177 @@
+"""Rank 0 of a tensor-parallel engine: it keeps the ranks (spawned once and reused by every engine of
+this process, or started by torchrun), sends each engine's spec, and each iteration's batch as a
+header and one byte buffer before running its own shard of the forward and sampling the logits."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import os
+
+import torch
+import torch.distributed as dist
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.clock import Clock
+from sarathi_lab.engine.executor import Executor, StepOutput
+from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.model.parallel import worker
+from sarathi_lab.model.parallel.group import (
+    BUILD_TIMEOUT_S,
+    JOIN_TIMEOUT_S,
+    LOOPBACK,
+    RankGroup,
+    bounded,
+    engine_groups,
+    free_port,
+    join,
+    torchrun_rank,
+)
+from sarathi_lab.model.parallel.rank import RankPart, RankSpec, build_rank, run_step
+from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, OP, STOP, encode
+from sarathi_lab.model.runner import batch_tensors
+from sarathi_lab.model.sampler import Sampler
+
+# The ranks of this process's engines (None: none joined yet, or they were given up after a failure).
+_ranks: RankGroup | None = None
+
+
+def ranks(size: int) -> RankGroup:
+    """The driver's group of ``size`` ranks: the one held, else torchrun's, else spawned here."""
+    global _ranks
+    if _ranks is not None and _ranks.size == size and not _ranks.dead_ranks():
+        return _ranks
+    close()
+    rank = torchrun_rank()
+    if rank is not None:
+        world = int(os.environ["WORLD_SIZE"])
+        if world != size:
+            raise ConfigError(f"tensor_parallel={size} is invalid (with pipeline_parallel, the ranks): torchrun "
+                              f"started {world} ranks; allowed: {world}")
+        _ranks = join(rank, size, "env://", int(os.environ.get("LOCAL_RANK", rank)))
+    else:
+        # Gloo meets on the loopback interface only: the ranks are this machine's processes.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        init = f"tcp://{LOOPBACK}:{free_port()}"
+        context = multiprocessing.get_context("spawn")
+        processes = [context.Process(target=worker.spawned, args=(r, size, init), daemon=True,
+                                     name=f"sarathi-rank{r}") for r in range(1, size)]
+        for process in processes:
+            process.start()
+        try:
+            _ranks = join(0, size, init)
+        except Exception as e:
+            stray = RankGroup(0, size, 0, None, processes)
+            error = stray.failure(e, JOIN_TIMEOUT_S)
+            _stop(processes)
+            raise error from e
+        _ranks.processes = processes
+    return _ranks
+
+
+def close() -> None:
+    """Tell the ranks to leave and wait for them (atexit, or before a group of another size)."""
+    global _ranks
+    group, _ranks = _ranks, None
+    if group is None:
+        return
+    if not group.dead_ranks():
+        # A rank already gone fails the broadcast: the others are stopped below all the same.
+        with contextlib.suppress(Exception):
+            bounded(dist.broadcast(_header(STOP), 0, group=group.control, async_op=True), 10.0)
+    _stop(group.processes)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+atexit.register(close)
+
+
+def _stop(processes: list) -> None:
+    for process in processes:
+        process.join(timeout=10.0)
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout=5.0)
+
+
+def _header(op: int) -> torch.Tensor:
+    header = torch.zeros(HEADER_LEN, dtype=torch.int64)
+    header[OP] = op
+    return header
+
+
+def start_engine(spec: RankSpec) -> ParallelExecutor:
+    """Every rank builds its part of the engine of ``spec``; the driver's executor over its own part."""
+    cfg = spec.config
+    group = ranks(cfg.world_size)
+    group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
+        f" x pipeline_parallel={cfg.pipeline_parallel}" if cfg.pipeline_parallel > 1 else "")
+    try:
+        bounded(dist.broadcast(_header(BUILD), 0, group=group.control, async_op=True), cfg.collective_timeout_s)
+        dist.broadcast_object_list([spec], 0, group=group.control)
+        groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
+        part = build_rank(spec, group, groups)
+        bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)
+    except Exception as e:
+        raise _give_up(group, e, cfg.collective_timeout_s) from e
+    return ParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s)
+
+
+def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> RuntimeError:
+    """The error naming the ranks that failed; the group is dropped (the next engine starts new ranks)."""
+    failure = group.failure(error, timeout_s)
+    global _ranks
+    if _ranks is group:
+        _ranks = None
+        for process in group.processes:
+            process.kill()  # a rank that hangs may be stopped, which only SIGKILL ends
+        _stop(group.processes)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return failure
+
+
+class ParallelExecutor(Executor):
+    """The driver's executor: the batch's tensors built on the host, broadcast (``broadcast_s``: the
+    host seconds of packing and sending them, per iteration), then this rank's shard of the forward,
+    whose LM head gathers the whole vocabulary's logits, sampled here."""
+
+    def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float, clock: Clock | None = None):
+        self.part = part
+        self.runner = part.runner
+        self.group = group
+        self.wire = wire
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.sampler = Sampler(SamplingParams())
+        # Per iteration: the host seconds of packing and sending its batch, and the bytes sent.
+        self.broadcast_s: list[float] = []
+        self.broadcast_bytes: list[int] = []
+        self._host = torch.device("cpu")
+
+    def start(self, sampling: SamplingParams) -> None:
+        self.sampler = Sampler(sampling)
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        clock = self.clock
+        t0 = clock.now()
+        runner = self.runner
+        host = batch_tensors(batch, runner.block_size, self._host, runner.tables)
+        try:
+            t_wire = clock.now()
+            sent = encode(host)
+            bounded(dist.broadcast(sent.header, 0, group=self.group.control, async_op=True), self.timeout_s)
+            dist.broadcast(sent.payload, 0, group=self.wire)
+            t1 = clock.now()
+            self.broadcast_s.append(t1 - t_wire)
+            self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
+            logits = run_step(self.part, sent.header.tolist(), sent.payload)
+            t2 = clock.now()
+        except Exception as e:
+            raise _give_up(self.group, e, self.timeout_s) from e
+        keys = None if self.sampler.greedy else [(s.sample_key, s.num_generated) for s in batch.sampled]
+        tokens = self.sampler(logits, keys)
+        t3 = clock.now()
+        return StepOutput(tokens, prepare_s=t1 - t0, forward_s=t2 - t1, sample_s=t3 - t2)

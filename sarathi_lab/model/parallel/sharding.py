@@ -1,0 +1,126 @@
+"""Which part of every weight a tensor-parallel rank holds, Megatron-style: q/k/v and gate/up split by
+output (whole heads, whole MLP columns), o_proj and down_proj by input, the LM head by vocabulary; the
+KV heads sharded, or each replicated on the ranks whose query heads share it where there are fewer
+than ranks. Norms and the embedding are whole on every rank. One home for the split: the model's
+shapes per rank, the memory plan and the weights all follow from TensorShards."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from transformers import PretrainedConfig
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.model.shape import head_dim_of, kv_heads_of
+
+
+@dataclass(frozen=True)
+class TensorShards:
+    """Rank ``rank`` of ``size`` over a model of these shapes."""
+    rank: int
+    size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+
+    @classmethod
+    def of(cls, config: PretrainedConfig, rank: int, size: int, model: str = "") -> TensorShards:
+        """Refuses, in one line naming tensor_parallel, a model the ranks cannot split evenly."""
+        heads, kv = config.num_attention_heads, kv_heads_of(config)
+        counts = {"attention heads": heads, "MLP columns (intermediate_size)": config.intermediate_size,
+                  "vocabulary entries": config.vocab_size}
+        for what, n in counts.items():
+            if n % size:
+                raise ConfigError(f"tensor_parallel={size} is invalid for model={model!r}: its {n} {what} do not "
+                                  f"split evenly across {size} ranks; allowed: a divisor of {n}")
+        if kv % size and size % kv:
+            raise ConfigError(f"tensor_parallel={size} is invalid for model={model!r}: its {kv} KV heads neither "
+                              f"split across {size} ranks nor replicate evenly on them; allowed: a divisor or a "
+                              f"multiple of {kv}")
+        return cls(rank, size, heads, kv, head_dim_of(config), config.intermediate_size, config.vocab_size)
+
+    @property
+    def local_heads(self) -> int:
+        return self.heads // self.size
+
+    @property
+    def local_kv_heads(self) -> int:
+        """Sharded while there are at least as many as ranks; else one, replicated."""
+        return max(self.kv_heads // self.size, 1)
+
+    @property
+    def first_head(self) -> int:
+        return self.rank * self.local_heads
+
+    @property
+    def first_kv_head(self) -> int:
+        # Fewer KV heads than ranks: rank r's query heads all belong to KV head r // (size / kv_heads),
+        # since each KV head's group of query heads spans a whole number of ranks.
+        if self.kv_heads >= self.size:
+            return self.rank * self.local_kv_heads
+        return self.rank // (self.size // self.kv_heads)
+
+    def local_config(self, config: PretrainedConfig) -> PretrainedConfig:
+        """The config of the rank's model: its heads and MLP columns, the head size kept explicit; the
+        vocabulary stays whole (the embedding is; the LM head is split when the model is built)."""
+        local = copy.deepcopy(config)
+        local.num_attention_heads = self.local_heads
+        local.num_key_value_heads = self.local_kv_heads
+        local.intermediate_size = self.intermediate // self.size
+        local.head_dim = self.head_dim
+        return local
+
+    # What of each full weight the rank holds: rows (dim 0) of the output-split ones, columns of the others.
+    def _heads(self, first: int, count: int) -> slice:
+        return slice(first * self.head_dim, (first + count) * self.head_dim)
+
+    def q_rows(self) -> slice:
+        return self._heads(self.first_head, self.local_heads)
+
+    def kv_rows(self) -> slice:
+        return self._heads(self.first_kv_head, self.local_kv_heads)
+
+    def mlp_rows(self) -> slice:
+        n = self.intermediate // self.size
+        return slice(self.rank * n, (self.rank + 1) * n)
+
+    def vocab_rows(self) -> slice:
+        n = self.vocab // self.size
+        return slice(self.rank * n, (self.rank + 1) * n)
+
+    def shard(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """The rank's part of the full parameter ``name`` (our fused names: qkv_proj, gate_up_proj)."""
+        kind = name.split(".")[-2] if "." in name else name
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        if kind == "qkv_proj":  # weight [q + 2 kv, hidden] or bias [q + 2 kv]
+            qs, ks, vs = full.split([q, kv, kv])
+            return torch.cat([qs[self.q_rows()], ks[self.kv_rows()], vs[self.kv_rows()]])
+        if kind == "gate_up_proj":
+            gate, up = full.chunk(2)
+            return torch.cat([gate[self.mlp_rows()], up[self.mlp_rows()]])
+        if kind == "o_proj":
+            return full[:, self.q_rows()]
+        if kind == "down_proj":
+            return full[:, self.mlp_rows()]
+        if kind == "lm_head":
+            return full[self.vocab_rows()]
+        return full
+
+    def shard_part(self, fused: str, index: int, full: torch.Tensor) -> torch.Tensor:
+        """The rank's rows of one checkpoint part of a fused weight: q_proj, k_proj, v_proj (index 0,
+        1, 2 of qkv_proj) or gate_proj, up_proj (of gate_up_proj)."""
+        if fused == "qkv_proj":
+            return full[self.q_rows() if index == 0 else self.kv_rows()]
+        return full[self.mlp_rows()]
+
+
+def rank_memory_config(config: PretrainedConfig, size: int, model: str = "") -> PretrainedConfig:
+    """The config whose shapes size one rank's memory (weights, KV cache per token, activations): its
+    heads and MLP columns; the vocabulary whole and untied, so that the whole embedding and the LM head's
+    rows count (an LM head of whole rows: an upper bound), as do the gathered logits."""
+    local = TensorShards.of(config, 0, size, model).local_config(config)
+    local.tie_word_embeddings = False
+    return local

@@ -1,0 +1,50 @@
+"""Which layers a pipeline stage holds: the model's layers split into consecutive runs, the first
+stages one longer where they do not split evenly; stage 0 embeds, the last one normalises and runs
+the LM head (every stage keeps those weights: they are small beside its layers)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sarathi_lab.config import ConfigError
+
+_LAYER = re.compile(r"^layers\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    count: int
+    first: int  # its layers: [first, last)
+    last: int
+
+    @classmethod
+    def of(cls, layers: int, count: int, index: int, model: str = "") -> Stage:
+        if count > layers:
+            raise ConfigError(f"pipeline_parallel={count} is invalid for model={model!r}: it has {layers} layers, "
+                              f"fewer than the stages; allowed: at most {layers}")
+        base, extra = divmod(layers, count)
+        first = index * base + min(index, extra)
+        return cls(index, count, first, first + base + (index < extra))
+
+    @property
+    def num_layers(self) -> int:
+        return self.last - self.first
+
+    @property
+    def is_first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.index == self.count - 1
+
+    def local_name(self, name: str) -> str | None:
+        """A whole model's parameter name as this stage's model names it; None: another stage's layer."""
+        match = _LAYER.match(name)
+        if match is None:
+            return name
+        layer = int(match[1])
+        if not self.first <= layer < self.last:
+            return None
+        return f"layers.{layer - self.first}." + name[match.end():]

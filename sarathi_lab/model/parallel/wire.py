@@ -1,0 +1,65 @@
+"""An iteration's batch as the driver sends it to the other ranks: a fixed header of counts (int64)
+and one byte buffer holding every index tensor, packed as the runner packs its host-to-device copy,
+never a pickled object. Every rank, the driver included, runs the views of the same buffer."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from sarathi_lab.attention import AttentionMetadata
+from sarathi_lab.model.runner import PreparedBatch, pack_layout, packed, unpacked
+
+# Header slots.
+OP, TOKENS, REQUESTS, LOGITS, TABLE_WIDTH, PREFILLS, DECODES, PREFILL_TOKENS, MAX_QUERY, NBYTES = range(10)
+HEADER_LEN = 10
+# What the driver asks of the other ranks (header[OP]).
+STEP, BUILD, STOP = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class WireBatch:
+    header: torch.Tensor  # int64 [HEADER_LEN]
+    payload: torch.Tensor  # uint8 [header[NBYTES]]
+
+
+def encode(prepared: PreparedBatch) -> WireBatch:
+    """``prepared`` (host tensors) as a header and one packed buffer."""
+    meta = prepared.meta
+    tables = meta.block_tables
+    longs = [prepared.input_ids, prepared.positions, meta.slot_mapping, prepared.logits_indices]
+    ints = [meta.query_start_loc, meta.seq_lens, tables.reshape(-1)]
+    payload, _ = packed([t.numpy() for t in longs], [t.numpy() for t in ints], _bytes)
+    header = torch.tensor([STEP, len(prepared.input_ids), meta.num_prefills + meta.num_decodes,
+                           len(prepared.logits_indices), tables.shape[1], meta.num_prefills, meta.num_decodes,
+                           meta.num_prefill_tokens, meta.max_query_len, payload.numel()], dtype=torch.int64)
+    return WireBatch(header, payload)
+
+
+def spans(header: list[int]) -> list[tuple[int, int, torch.dtype]]:
+    """Where ``encode`` put each part, from the header's counts alone (the same packing, sizes only)."""
+    tokens, requests = header[TOKENS], header[REQUESTS]
+    return pack_layout([tokens, tokens, tokens, header[LOGITS]],
+                       [requests + 1, requests, requests * header[TABLE_WIDTH]])[0]
+
+
+def decode(header: list[int], payload: torch.Tensor, device: torch.device) -> PreparedBatch:
+    """The batch ``encode`` sent, as views of ``payload`` (a host buffer) or of its copy on ``device``."""
+    where = spans(header)
+    host = unpacked(payload, where)
+    flat = payload if device.type == "cpu" else payload.to(device, non_blocking=True)
+    input_ids, positions, slots, logits, query_start_loc, seq_lens, tables = (
+        host if device.type == "cpu" else unpacked(flat, where))
+    starts = host[4].tolist()
+    query_lens = [b - a for a, b in itertools.pairwise(starts)]
+    meta = AttentionMetadata(
+        num_prefills=header[PREFILLS], num_decodes=header[DECODES], num_prefill_tokens=header[PREFILL_TOKENS],
+        query_start_loc=query_start_loc, seq_lens=seq_lens,
+        block_tables=tables.view(header[REQUESTS], header[TABLE_WIDTH]), slot_mapping=slots,
+        query_lens_host=query_lens, seq_lens_host=host[5].tolist(), max_query_len=header[MAX_QUERY])
+    return PreparedBatch(input_ids, positions, meta, logits)
+
+
+def _bytes(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8)
