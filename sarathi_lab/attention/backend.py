@@ -1,4 +1,6 @@
-"""The interface every attention backend implements, and the one place that picks one by name."""
+"""The interface every attention backend implements, its capabilities as class attributes, and the
+registry that picks one by name: a backend registers itself (register_backend), as schedulers do, and
+the package imports every backend module."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -16,7 +18,13 @@ class AttentionBackend(ABC):
     """Backends hold no per-iteration state: what every layer of an iteration shares is built once,
     by ``plan``, onto the metadata all layers see."""
 
+    # Its registry name (register_backend); the attention= value that picks it.
     name: str
+    # Its forward reads every per-batch value from device tensors, so a CUDA graph can replay it.
+    replayable: bool = False
+    # The device types it runs on (torch.device.type) and those on which attention=auto picks it.
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    preferred_on: tuple[str, ...] = ()
 
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
         """Called once per iteration before the forward, with one layer's key cache; may set ``meta.plan``."""
@@ -33,16 +41,33 @@ class AttentionBackend(ABC):
         holds this step's keys already (``write_kv`` ran); returns [T, heads, head_dim]."""
 
 
-def make_backend(name: str, device: torch.device) -> AttentionBackend:
-    """``auto`` takes the Triton kernels on CUDA and the PyTorch path elsewhere."""
+_REGISTRY: dict[str, type[AttentionBackend]] = {}
+# attention=auto on a device type no backend prefers: the one that runs anywhere.
+FALLBACK = "torch"
+
+
+def register_backend(name: str):
+    def wrap(cls: type[AttentionBackend]) -> type[AttentionBackend]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return wrap
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every registered backend's name (the package imports each module that registers one)."""
+    return tuple(_REGISTRY)
+
+
+def backend_class(name: str, device: torch.device) -> type[AttentionBackend]:
+    """The backend ``name`` picks on ``device``: ``auto`` is the one that prefers the device's type
+    (the Triton kernels on CUDA), else FALLBACK."""
     if name == "auto":
-        name = "triton" if device.type == "cuda" else "torch"
-    if name == "triton":
-        from sarathi_lab.attention.triton_backend import TritonAttention
+        name = next((n for n, cls in _REGISTRY.items() if device.type in cls.preferred_on), FALLBACK)
+    if name not in _REGISTRY:
+        raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTIONS)}")
+    return _REGISTRY[name]
 
-        return TritonAttention()
-    if name == "torch":
-        from sarathi_lab.attention.torch_backend import TorchAttention
 
-        return TorchAttention()
-    raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTIONS)}")
+def make_backend(name: str, device: torch.device) -> AttentionBackend:
+    return backend_class(name, device)()

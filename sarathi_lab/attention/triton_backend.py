@@ -2,21 +2,31 @@
 request's context straight from its paged blocks."""
 from __future__ import annotations
 
-try:
-    from sarathi_kernels.kv_cache import write_kv_cache
-    from sarathi_kernels.paged_attention import paged_attention
-except ModuleNotFoundError as e:  # Triton is the gpu extra's: a CPU install has none
-    if e.name != "triton":
-        raise
-    raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e ".[gpu]" '
-                              "(or attention=torch)", name="triton") from None
-
-from sarathi_lab.attention.backend import AttentionBackend
+from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata
 
+# The kernels, imported when the backend is first made rather than when it registers: Triton is the
+# gpu extra's, and a CPU install without it still lists this backend.
+write_kv_cache = paged_attention = None
 
+
+@register_backend("triton")
 class TritonAttention(AttentionBackend):
-    name = "triton"
+    replayable = True
+    devices = ("cuda",)
+    preferred_on = ("cuda",)
+
+    def __init__(self):
+        global write_kv_cache, paged_attention
+        if paged_attention is None:
+            try:
+                from sarathi_kernels.kv_cache import write_kv_cache
+                from sarathi_kernels.paged_attention import paged_attention
+            except ModuleNotFoundError as e:
+                if e.name != "triton":
+                    raise
+                raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e '
+                                          '".[gpu]" (or attention=torch)', name="triton") from None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
