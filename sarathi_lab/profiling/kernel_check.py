@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 from sarathi_kernels import pointwise
+from sarathi_kernels.bench import do_bench
 from sarathi_kernels.kv_cache import write_kv_cache
 from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.tolerances import COMPILED_TOLERANCE
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
-from triton.testing import do_bench
 
 from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
