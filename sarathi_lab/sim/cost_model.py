@@ -10,6 +10,7 @@ from pathlib import Path
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError, check_choice
+from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.device import device_dtype
 from sarathi_lab.sim.profiles import profile_path
@@ -86,8 +87,6 @@ class CostModel(abc.ABC):
         calibrated roofline, or the plain one, for what they lack). ``tp``: GPUs of ``device`` serving
         as one by tensor parallelism (parallel.py), each costed as its shard. Which cost model answers
         is PRECEDENCE's first registered one that applies."""
-        from sarathi_lab.model import PRESETS, load_config
-
         config = model
         if isinstance(model, str):
             # A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...).
