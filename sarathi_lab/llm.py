@@ -5,11 +5,11 @@ import threading
 import warnings
 from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
+from typing import TYPE_CHECKING
 
 import torch
 
 from sarathi_lab import inputs
-from sarathi_lab.attention import make_backend
 from sarathi_lab.config import ENGINE_FIELDS, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.clock import VirtualClock, WallClock
@@ -18,17 +18,15 @@ from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.engine.scheduler import Scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.engine.timer import make_clock
-from sarathi_lab.model import build_model
-from sarathi_lab.model.cpu_linear import linear_gemm
-from sarathi_lab.model.cuda_graphs import CudaGraphs, can_replay
-from sarathi_lab.model.executor import ModelExecutor
-from sarathi_lab.model.host_allocator import reuse_freed_memory
-from sarathi_lab.model.loader import eos_token_of
-from sarathi_lab.model.parallel.driver import ParallelExecutor, start_engine
-from sarathi_lab.model.parallel.rank import RankSpec
-from sarathi_lab.model.runner import ModelRunner
+from sarathi_lab.model.configs import eos_token_of
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim.executor import SimulatedExecutor
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.cuda_graphs import CudaGraphs
+    from sarathi_lab.model.executor import ModelExecutor
+    from sarathi_lab.model.parallel.driver import ParallelExecutor
+    from sarathi_lab.model.runner import ModelRunner
 
 
 class LLM:
@@ -74,6 +72,15 @@ class LLM:
 
     def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
         """``largest_tokens``: the most tokens one iteration holds (what mixed CUDA graphs go up to)."""
+        # Imported here: a simulated engine builds no model, and loads none of what builds one.
+        from sarathi_lab.attention import make_backend
+        from sarathi_lab.model import build_model
+        from sarathi_lab.model.cpu_linear import linear_gemm
+        from sarathi_lab.model.cuda_graphs import can_replay
+        from sarathi_lab.model.executor import ModelExecutor
+        from sarathi_lab.model.host_allocator import reuse_freed_memory
+        from sarathi_lab.model.runner import ModelRunner
+
         cfg = self.config
         device = cfg.torch_device
         if cfg.world_size > 1:
@@ -97,6 +104,10 @@ class LLM:
     def _build_parallel_executor(self) -> tuple[ParallelExecutor, WallClock]:
         """Rank 0 of tensor_parallel x pipeline_parallel ranks (model/parallel/), every forward eager (no
         CUDA graphs)."""
+        from sarathi_lab.model.cpu_linear import linear_gemm
+        from sarathi_lab.model.parallel.driver import start_engine
+        from sarathi_lab.model.parallel.rank import RankSpec
+
         plan = self.plan
         executor = start_engine(RankSpec(plan.config, plan.model_config, plan.max_model_len, plan.num_kv_blocks,
                                          plan.dtype))
@@ -108,6 +119,8 @@ class LLM:
 
     def _capture_graphs(self, runner: ModelRunner, largest_tokens: int) -> CudaGraphs | None:
         """The forwards' CUDA graphs; a capture that fails leaves the engine eager, with one warning."""
+        from sarathi_lab.model.cuda_graphs import CudaGraphs
+
         cfg = self.config
         try:
             graphs = CudaGraphs(runner, cfg.max_batch_size, blocks_for(self.max_model_len, cfg.block_size),

@@ -18,6 +18,7 @@ from sarathi_lab import LLM
 from sarathi_lab import llm as llm_module
 from sarathi_lab.attention import triton_backend
 from sarathi_lab.config import ConfigError
+from sarathi_lab.model import cuda_graphs
 from sarathi_lab.model.cuda_graphs import (
     MAX_GRAPH_TOKENS,
     POWERS_UP_TO,
@@ -263,8 +264,8 @@ def test_a_batch_a_graph_cannot_hold_runs_eagerly():
 def test_the_engine_captures_what_its_config_says(mixed, monkeypatch):
     # On a CPU nothing can be captured, so the engine is made to capture with the stand-in: the knob
     # reaches the graphs, and the run's environment record says what was captured.
-    monkeypatch.setattr(llm_module, "can_replay", lambda backend, device: backend.name == "triton")
-    monkeypatch.setattr(llm_module, "CudaGraphs", functools.partial(CudaGraphs, capture=replayed_capture))
+    monkeypatch.setattr(cuda_graphs, "can_replay", lambda backend, device: backend.name == "triton")
+    monkeypatch.setattr(cuda_graphs, "CudaGraphs", functools.partial(CudaGraphs, capture=replayed_capture))
     llm = LLM(model="tiny", device="cpu", dtype="float32", attention="triton", cpu_linear="aten", max_batch_size=4,
               max_model_len=64, chunk_size=16, warmup_iters=0, cuda_graphs_mixed=mixed)
     record = llm.cuda_graphs

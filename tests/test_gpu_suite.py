@@ -1,5 +1,5 @@
 """The GPU suite (python -m sarathi_lab.gpu): its dry run end to end in a fresh interpreter, and
-the parts a GPU call relies on (resume, restore, budget, parsing check_gpu) as unit tests."""
+the parts a GPU call relies on (resume, restore, budget, reading the kernel check) as unit tests."""
 from __future__ import annotations
 
 import json
@@ -250,27 +250,28 @@ def test_export_holds_at_most_eight_files(tmp_path):
     assert any("figures" in n for n in notes)
 
 
-CHECK_GPU_OUTPUT = """device: NVIDIA H100 80GB HBM3
-attention vs torch backend (max |err| / max |ref|)
-  torch.bfloat16  d= 64 heads=32/32 block=16: 3.10e-03 ok
-  torch.bfloat16  d=128 heads=32/8  block=32: 2.50e-02 FAIL
-  torch.float32   d=128 heads=32/4  block=16: 2.00e-07 ok
-  kv write torch.bfloat16  block=16: ok
-  kv write torch.float32   block=32: FAIL
-  pointwise torch.bfloat16  add_rms_norm: ok
-  pointwise torch.bfloat16  rope: FAIL
-  pointwise torch.float32   silu_mul: ok
-timings, torch.bfloat16, Llama-3-8B attention (32/8 heads, d=128), block 16; copy bandwidth 3000 GB/s
-  64 decodes x 2048 ctx              triton    0.200 ms  torch    0.900 ms  x 4.50  KV    2400 GB/s =  80% of copy
-  256 decodes x 512 ctx              triton    0.300 ms  torch    1.000 ms  x 3.33  KV    1500 GB/s =  50% of copy
-  chunk 512 after 1536               triton    0.100 ms  torch    0.200 ms  x 2.00  KV     100 GB/s =   3% of copy
-"""
+def _kernel_check():
+    """A kernel check as profiling/kernel_check.py records it: failures of each kind, two decode cases
+    and a prefill one, which no floor judges."""
+    from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
+
+    return KernelCheck(
+        "NVIDIA H100 80GB HBM3",
+        [AttentionCase("bfloat16", 64, 32, 32, 16, 3.1e-3, True),
+         AttentionCase("bfloat16", 128, 32, 8, 32, 2.5e-2, False),
+         AttentionCase("float32", 128, 32, 4, 16, 2e-7, True)],
+        [Verdict("bfloat16", "block=16", True), Verdict("float32", "block=32", False)],
+        [Verdict("bfloat16", "add_rms_norm", True), Verdict("bfloat16", "rope", False),
+         Verdict("float32", "silu_mul", True)],
+        "Llama-3-8B attention (32/8 heads, d=128), block 16", "bfloat16", 3000.2,
+        [Timing("64 decodes x 2048 ctx", 0.2, 0.9, 2400.4), Timing("256 decodes x 512 ctx", 0.3, 1.0, 1500.0),
+         Timing("chunk 512 after 1536", 0.1, 0.2, 100.0)])
 
 
-def test_kernels_step_reads_check_gpu_output():
-    from sarathi_lab.gpu.steps.kernels import parse
+def test_kernels_step_reads_the_kernel_check():
+    from sarathi_lab.gpu.steps.kernels import metrics_of
 
-    metrics = {m.metric: m for m in parse(CHECK_GPU_OUTPUT, copy_gbps=None)}
+    metrics = {m.metric: m for m in metrics_of(_kernel_check(), copy_gbps=None)}
     assert metrics["attention_max_rel_err_bfloat16"].value == pytest.approx(2.5e-2)
     assert metrics["attention_max_rel_err_bfloat16"].holds is False
     assert metrics["attention_max_rel_err_float32"].holds is True
@@ -278,37 +279,32 @@ def test_kernels_step_reads_check_gpu_output():
     assert metrics["pointwise_bfloat16_cases_ok"].value == "1/2"
     assert metrics["pointwise_bfloat16_cases_ok"].holds is False
     assert metrics["pointwise_float32_cases_ok"].holds is True
+    # In whole GB/s, as the check shows them: 3000 / 2400.
     assert metrics["decode_time_over_floor[64_decodes_x_2048_ctx]"].value == pytest.approx(1.25)
     assert metrics["decode_time_over_floor[64_decodes_x_2048_ctx]"].holds is True
     assert metrics["decode_time_over_floor[256_decodes_x_512_ctx]"].holds is False
     assert not any("chunk" in name for name in metrics)
-    # The env step's copy ceiling wins over check_gpu's own.
-    ratio = {m.metric: m.value for m in parse(CHECK_GPU_OUTPUT, copy_gbps=2400.0)}
+    # The env step's copy ceiling wins over the check's own.
+    ratio = {m.metric: m.value for m in metrics_of(_kernel_check(), copy_gbps=2400.0)}
     assert ratio["decode_time_over_floor[64_decodes_x_2048_ctx]"] == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="format changed"):
-        parse("no CUDA device", None)
+    empty = _kernel_check()
+    empty.attention = []
+    with pytest.raises(ValueError, match="no attention case"):
+        metrics_of(empty, None)
 
 
-def test_the_kernels_figure_names_the_case_check_gpu_timed(monkeypatch):
-    # check_gpu's own header, not a copy of it, so a change of the timed shape reaches the figure.
-    # Importing sarathi_kernels without CUDA (an earlier test, same worker) sets TRITON_INTERPRET=1,
-    # which check_gpu refuses at import.
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    import importlib.util
+def test_the_kernel_check_survives_its_json_and_names_the_timed_case():
+    import dataclasses
+    import json
 
-    import torch
+    from sarathi_lab.gpu.steps.kernels import metrics_of
+    from sarathi_lab.profiling.kernel_record import KernelCheck
 
-    from sarathi_lab.gpu.steps.kernels import CHECK_GPU, parse
-
-    spec = importlib.util.spec_from_file_location("check_gpu", CHECK_GPU)
-    check_gpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check_gpu)
-    header = check_gpu.timings_header(torch.bfloat16, 3000.0)
-    body = "\n".join(header if line.startswith("timings,") else line for line in CHECK_GPU_OUTPUT.splitlines())
-    case = {m.metric: m.value for m in parse(body, None)}["decode_timed_case"]
-    heads, kv_heads = check_gpu.TIMED_HEADS
-    assert case.startswith("Triton paged attention") and f"{heads}/{kv_heads} heads" in case
-    assert case.endswith("bfloat16") and "copy bandwidth" not in case
+    check = _kernel_check()
+    again = KernelCheck.from_dict(json.loads(json.dumps(dataclasses.asdict(check))))
+    assert again == check and again.ok is False
+    case = {m.metric: m.value for m in metrics_of(again, None)}["decode_timed_case"]
+    assert case == "Triton paged attention, Llama-3-8B attention (32/8 heads, d=128), block 16, bfloat16"
 
 
 def test_paper_sweeps_expand_to_the_plans_jobs():
@@ -433,9 +429,9 @@ def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
     assert (dest / "kernels.png").is_file() and (dest / "claims.csv").is_file()
 
 
-def test_kernels_step_reports_a_check_gpu_crash_as_itself(tmp_path, monkeypatch):
-    # check_gpu.py dying before its first check (a kernel the compiler rejects, an import) was
-    # reported as "its output format changed", the one cause it was not.
+def test_kernels_step_reports_a_kernel_check_crash_as_itself(tmp_path, monkeypatch):
+    # The kernel check dying before its first check (a kernel the compiler rejects, an import), so
+    # with no result written, is reported as that crash, with the process's last line.
     from sarathi_lab.gpu.context import Context
     from sarathi_lab.gpu.steps import kernels
 
@@ -445,7 +441,7 @@ def test_kernels_step_reports_a_check_gpu_crash_as_itself(tmp_path, monkeypatch)
     monkeypatch.setattr(kernels.subprocess, "run", lambda *a, **k: crash)
     ctx = Context(tmp_path, tmp_path / "kernels", False, "cuda", None)
     ctx.dir.mkdir()
-    with pytest.raises(RuntimeError, match=r"^check_gpu.py exited 1 before any check: "
+    with pytest.raises(RuntimeError, match=r"^the kernel check exited 1 before any check: "
                                            r"triton.compiler.errors.CompilationError: at 12:4: unsupported"):
         kernels.run(ctx, BY_NAME["kernels"])
     assert "CompilationError" in (ctx.dir / "check_gpu.log").read_text()

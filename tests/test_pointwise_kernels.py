@@ -20,7 +20,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def assert_close(actual, expected):
     # The interpreter truncates float32 to bfloat16 where a GPU rounds to nearest, so interpreted bf16
     # results may differ by a unit in the last place per rounding (more where a sum cancels):
-    # kernels/check_gpu.py holds the compiled kernels to torch's own bf16 tolerance.
+    # profiling/kernel_check.py holds the compiled kernels to torch's own bf16 tolerance.
     if actual.dtype == torch.bfloat16:
         torch.testing.assert_close(actual, expected, rtol=2**-6, atol=0.05)
     else:
@@ -105,19 +105,12 @@ def test_greedy_tokens_through_the_triton_elementwise_kernels_match_transformers
     assert used
 
 
-def test_check_gpu_s_pointwise_check_runs_here_through_the_interpreter(monkeypatch):
-    # kernels/check_gpu.py runs only on a lent GPU: a typo in it would cost a lease's step.
-    import importlib.util
-    from pathlib import Path
+def test_the_gpu_kernel_check_s_pointwise_check_runs_here_through_the_interpreter(monkeypatch):
+    # profiling/kernel_check.py runs only on a GPU: a typo in it would cost a GPU run's step.
+    from sarathi_lab.profiling import kernel_check
 
-    path = Path(__file__).resolve().parents[1] / "kernels" / "check_gpu.py"
-    # triton_jit set TRITON_INTERPRET=1 here (no CUDA), which the script refuses; here it is what runs.
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    spec = importlib.util.spec_from_file_location("check_gpu", path)
-    check_gpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check_gpu)
-    monkeypatch.setattr(check_gpu, "DEV", torch.device("cpu"))
-    assert check_gpu.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True}
+    monkeypatch.setattr(kernel_check, "DEV", torch.device("cpu"))
+    assert kernel_check.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True}
 
 
 # Compiled for a Hopper GPU (through ptxas, no GPU needed): the interpreter never fuses, so only the

@@ -8,8 +8,9 @@ from transformers import AutoConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim.device import load_device
-from sarathi_lab.sim.parallel import Parallelism, StageCostModel, StageTimes, shard_config
+from sarathi_lab.sim.parallel import StageCostModel, StageTimes
 from sarathi_lab.sim.pipeline import GPT3, PipelineSimulator, fig12, zipf_lengths
+from sarathi_lab.sim.sharding import Parallelism, shard_config
 
 
 class OneSecondPerToken:

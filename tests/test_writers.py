@@ -185,7 +185,7 @@ def test_collect_refuses_an_archive_whose_lease_is_unknown(tmp_path):
 
 
 def test_profiles_are_read_from_the_newest_lease_the_one_measured_here_or_a_named_one(tmp_path, monkeypatch):
-    from sarathi_lab.sim.profile_model import LEASE_ENV, own_profile_path, profile_path, profiled_devices
+    from sarathi_lab.sim.profiles import LEASE_ENV, own_profile_path, profile_path, profiled_devices
 
     monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path))
     monkeypatch.delenv(LEASE_ENV, raising=False)

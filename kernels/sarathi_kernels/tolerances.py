@@ -1,5 +1,5 @@
 """How far compiled attention may stray from the float32 reference (max |out - ref| / max |ref|) and
-still count as the same attention: kernels/README's tolerances, which kernels/check_gpu.py and the GPU
+still count as the same attention: kernels/README's tolerances, which the lab's GPU kernel check and the GPU
 suite's attention benchmark both hold every contender to."""
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-from sarathi_lab.attention.backend import AttentionBackend, make_backend
+"""Attention backends register themselves on import (backend.register_backend); every module of
+this package that defines one is imported here, so that a new backend is its own file."""
+from sarathi_lab.attention import torch_backend, triton_backend  # noqa: F401
+from sarathi_lab.attention.backend import AttentionBackend, backend_class, backend_names, make_backend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata
 
-__all__ = ["AttentionBackend", "AttentionMetadata", "make_backend"]
+__all__ = ["AttentionBackend", "AttentionMetadata", "backend_class", "backend_names", "make_backend",
+           "register_backend"]

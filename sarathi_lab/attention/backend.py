@@ -1,4 +1,6 @@
-"""The interface every attention backend implements, and the one place that picks one by name."""
+"""The interface every attention backend implements, its capabilities as class attributes, and the
+registry that picks one by name: a backend registers itself (register_backend), as schedulers do, and
+the package imports every backend module."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -6,7 +8,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from sarathi_lab.attention.metadata import AttentionMetadata
-from sarathi_lab.config import ATTENTIONS, attention_backend, check_attention_hybrid
+from sarathi_lab.config import ATTENTIONS, check_attention_hybrid
 
 # The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
 # the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
@@ -16,7 +18,13 @@ class AttentionBackend(ABC):
     """Backends hold no per-iteration state: what every layer of an iteration shares is built once,
     by ``plan``, onto the metadata all layers see."""
 
+    # Its registry name (register_backend); the attention= value that picks it.
     name: str
+    # Its forward reads every per-batch value from device tensors, so a CUDA graph can replay it.
+    replayable: bool = False
+    # The device types it runs on (torch.device.type) and those on which attention=auto picks it.
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    preferred_on: tuple[str, ...] = ()
 
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
         """Called once per iteration before the forward, with one layer's key cache; may set ``meta.plan``."""
@@ -33,17 +41,37 @@ class AttentionBackend(ABC):
         holds this step's keys already (``write_kv`` ran); returns [T, heads, head_dim]."""
 
 
+_REGISTRY: dict[str, type[AttentionBackend]] = {}
+# attention=auto on a device type no backend prefers: the one that runs anywhere.
+FALLBACK = "torch"
+
+
+def register_backend(name: str):
+    def wrap(cls: type[AttentionBackend]) -> type[AttentionBackend]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return wrap
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every registered backend's name (the package imports each module that registers one)."""
+    return tuple(_REGISTRY)
+
+
+def backend_class(name: str, device: torch.device) -> type[AttentionBackend]:
+    """The backend ``name`` picks on ``device``: ``auto`` is the one that prefers the device's type
+    (the Triton kernels on CUDA), else FALLBACK."""
+    if name == "auto":
+        name = next((n for n, cls in _REGISTRY.items() if device.type in cls.preferred_on), FALLBACK)
+    if name not in _REGISTRY:
+        raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTIONS)}")
+    return _REGISTRY[name]
+
+
 def make_backend(name: str, device: torch.device, hybrid: str = "sequential") -> AttentionBackend:
-    """``auto`` takes the Triton kernels on CUDA and the PyTorch path elsewhere; ``hybrid``
-    (EngineConfig.attention_hybrid) is the Triton kernels' way with hybrid batches."""
-    name = attention_backend(name, device.type)
-    check_attention_hybrid(hybrid, name)
-    if name == "triton":
-        from sarathi_lab.attention.triton_backend import TritonAttention
-
-        return TritonAttention(hybrid)
-    if name == "torch":
-        from sarathi_lab.attention.torch_backend import TorchAttention
-
-        return TorchAttention()
-    raise ValueError(f"attention={name!r} is not a backend; allowed: {', '.join(ATTENTIONS)}")
+    """``hybrid`` (EngineConfig.attention_hybrid): the Triton kernels' way with hybrid batches; any
+    other backend takes only ``sequential``."""
+    cls = backend_class(name, device)
+    check_attention_hybrid(hybrid, cls.name)
+    return cls(hybrid) if hybrid != "sequential" else cls()

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from sarathi_kernels import cpu_attention
 
-from sarathi_lab.attention.backend import AttentionBackend
+from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.decode_plan import DecodePlan, plan_decodes
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.attention.reference import causal_lower_right, write_kv
@@ -26,8 +26,8 @@ class TorchPlan:
     prefill_masks: list[torch.Tensor | None]
 
 
+@register_backend("torch")
 class TorchAttention(AttentionBackend):
-    name = "torch"
 
     def __init__(self, cpu_kernel: bool = True):
         # False: always the sdpa paths (tests hold the two against each other).

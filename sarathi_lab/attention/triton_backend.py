@@ -4,40 +4,53 @@ decodes runs co-scheduled (sarathi_kernels/pod_attention.py), planned once per i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-try:
-    from sarathi_kernels.kv_cache import write_kv_cache
-    from sarathi_kernels.paged_attention import paged_attention
-    from sarathi_kernels.pod_attention import PodPlan, PodWork, plan_batch, pod_attention
-    from sarathi_kernels.pod_plan import item_capacity
-except ModuleNotFoundError as e:  # Triton is the gpu extra's: a CPU install has none
-    if e.name != "triton":
-        raise
-    raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e ".[gpu]" '
-                              "(or attention=torch)", name="triton") from None
-
-from sarathi_lab.attention.backend import AttentionBackend
+from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata
+
+# The kernels, imported when the backend is first made rather than when it registers: Triton is the
+# gpu extra's, and a CPU install without it still lists this backend.
+write_kv_cache = paged_attention = pod_attention = plan_batch = PodWork = item_capacity = None
+
+
+def _import_kernels() -> None:
+    global write_kv_cache, paged_attention, pod_attention, plan_batch, PodWork, item_capacity
+    try:
+        from sarathi_kernels.kv_cache import write_kv_cache
+        from sarathi_kernels.paged_attention import paged_attention
+        from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention
+        from sarathi_kernels.pod_plan import item_capacity
+    except ModuleNotFoundError as e:
+        if e.name != "triton":
+            raise
+        raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e '
+                                  '".[gpu]" (or attention=torch)', name="triton") from None
 
 
 @dataclass
 class PodLaunch:
     """An iteration's co-scheduled plan, shared by every layer (the same lengths, the same buffers)."""
 
-    plan: PodPlan
-    work: PodWork
+    plan: Any   # sarathi_kernels.pod_attention.PodPlan
+    work: Any   # sarathi_kernels.pod_attention.PodWork
     num_warps: int
 
 
+@register_backend("triton")
 class TritonAttention(AttentionBackend):
-    name = "triton"
+    replayable = True
+    devices = ("cuda",)
+    preferred_on = ("cuda",)
 
     def __init__(self, hybrid: str = "sequential"):
+        if paged_attention is None:
+            _import_kernels()
         self.hybrid = hybrid
         # Kept across iterations and grown as batches grow: the plan's buffers.
-        self._work: PodWork | None = None
+        self._work = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)

@@ -12,7 +12,7 @@ from sarathi_lab import provenance
 from sarathi_lab.bench.args import bench_parser
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.sim import fidelity
-from sarathi_lab.sim.profile_model import profiles_dir
+from sarathi_lab.sim.profiles import profiles_dir
 
 DOCS = REPO_ROOT / "docs" / "sim"
 GPU_DOCS = REPO_ROOT / "docs" / "gpu"
@@ -27,7 +27,7 @@ OUTPUTS = (*(f"fidelity_{name}.csv" for name in ("ops", "iterations", "errors", 
 def leases_read() -> str:
     """The GPU leases whose engine profiles and launch steps the comparison reads ('+'-joined)."""
     from sarathi_lab.sim.engine_fidelity import profiled
-    from sarathi_lab.sim.profile_model import profile_path
+    from sarathi_lab.sim.profiles import profile_path
 
     paths = [profile_path(device, model) for device, model in profiled()]
     # A lease's table is profiles/<device>/<lease>/<model>.csv; one measured here, profiles/<device>/<model>.csv.
@@ -165,7 +165,7 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     from sarathi_lab.sim.cost_model import CostModel
     from sarathi_lab.sim.device import GPU_DEVICES
     from sarathi_lab.sim.engine_fidelity import cost_models
-    from sarathi_lab.sim.profile_model import profile_path
+    from sarathi_lab.sim.profiles import profile_path
 
     model, dtype, context, _, cases = SHAPES["cuda"]
     rows = []

@@ -26,7 +26,7 @@ from sarathi_lab.harness.arrivals import poisson_arrivals
 from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.profiling.machine import machine_record
-from sarathi_lab.sim.profile_model import profile_description, profile_path
+from sarathi_lab.sim.profiles import profile_description, profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
 COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests", "num_decode_requests",

@@ -45,7 +45,7 @@ from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.environment import engine_kind
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
 from sarathi_lab.sim.cost_model import CostModel
-from sarathi_lab.sim.profile_model import profile_path
+from sarathi_lab.sim.profiles import profile_path
 
 COST_MODELS = SIM_COST_MODELS  # by default every one the simulator has; one that cannot run says why
 SERVE = "serve"

@@ -68,7 +68,7 @@ class LLMEngine:
         for seq in batch.sampled:
             rec = records[seq.seq_id]
             rec.token_times.append(t_end)
-            rec.output_len = seq.num_generated
+            rec.output_len = len(seq.tokens) - seq.prompt_len  # num_generated, inline: read per token
             if rec.first_token is None:
                 rec.first_token = t_end
         for seq in batch.preempted:

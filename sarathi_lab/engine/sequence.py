@@ -55,9 +55,12 @@ class Sequence:
     # Keys its sampled tokens' random draws (model/sampler.py) beside the call's seed: its index in the
     # generate call that submitted it, so that the same call repeats its tokens on any engine.
     sample_key: int = 0
+    # The prompt never changes: its length is read as a plain attribute every iteration.
+    prompt_len: int = field(init=False)
 
     def __post_init__(self):
         self.tokens = list(self.prompt)
+        self.prompt_len = len(self.prompt)
 
     @property
     def priority(self) -> tuple[float, int]:
@@ -66,12 +69,8 @@ class Sequence:
         return self.arrival, self.seq_id
 
     @property
-    def prompt_len(self) -> int:
-        return len(self.prompt)
-
-    @property
     def num_generated(self) -> int:
-        return len(self.tokens) - len(self.prompt)
+        return len(self.tokens) - self.prompt_len
 
     @property
     def num_uncomputed(self) -> int:
@@ -83,14 +82,11 @@ class Sequence:
         # num_uncomputed > 1 or num_generated == 0, inline: the schedulers ask it of every
         # running request every iteration.
         n = len(self.tokens)
-        return n - self.num_computed > 1 or n == len(self.prompt)
-
-    def append(self, token: int) -> None:
-        self.tokens.append(token)
+        return n - self.num_computed > 1 or n == self.prompt_len
 
     @property
     def is_done(self) -> bool:
-        generated = len(self.tokens) - len(self.prompt)  # num_generated, without a second property call
+        generated = len(self.tokens) - self.prompt_len  # num_generated, without a second property call
         if generated >= self.max_new_tokens:
             return True
         return self.eos_token_id is not None and generated > 0 and self.tokens[-1] == self.eos_token_id

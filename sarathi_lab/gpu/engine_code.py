@@ -20,7 +20,7 @@ ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model", 
 # Each step group's own inputs beside its module (sarathi_lab/gpu/steps/<group>.py).
 GROUP_PATHS: dict[str, tuple[str, ...]] = {
     "env": ("sarathi_lab/profiling/ceilings.py",),
-    "kernels": ("kernels",),
+    "kernels": ("kernels", "sarathi_lab/profiling/kernel_check.py", "sarathi_lab/profiling/kernel_record.py"),
     "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",
                   "sarathi_lab/model/shape.py"),
     "hybrid": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",

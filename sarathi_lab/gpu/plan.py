@@ -64,7 +64,7 @@ HEAD: tuple[Step, ...] = (
          "prefill and decode attention co-scheduled on each SM in one launch vs the engine's sequential kernels "
          "(one launch; chunk then decodes), SDPA/FlexAttention and the floors (profiling/hybrid_attention.py; "
          "target 0.8x the sequential)"),
-    Step("kernels", 3.0, "kernels/check_gpu.py: Triton paged attention vs the torch backend in "
+    Step("kernels", 3.0, "profiling/kernel_check.py: Triton paged attention vs the torch backend in "
          "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
     Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),

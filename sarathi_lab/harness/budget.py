@@ -40,7 +40,7 @@ def budget_cost_model(engine: EngineConfig):
     """(cost model, its description) that predicts this engine's iterations: the simulator's own, or
     the CPU's profile (task=profile) if there is one, else its roofline."""
     from sarathi_lab.sim import CostModel
-    from sarathi_lab.sim.profile_model import profile_path
+    from sarathi_lab.sim.profiles import profile_path
 
     if engine.executor == "sim":
         device, kind = engine.sim_device, engine.sim_cost_model

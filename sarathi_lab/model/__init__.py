@@ -1,5 +1,21 @@
-from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
-from sarathi_lab.model.loader import ModelLoadError, build_model, load_config
+"""The model: its config (configs.py, presets.py) is imported with the package; the decoder and what
+builds it are imported on first use, so that a run that never builds one (the simulator) loads none
+of them."""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from sarathi_lab.model.configs import SUPPORTED_ARCHITECTURES, ModelLoadError, load_config
 from sarathi_lab.model.presets import PRESETS
 
+_ON_USE = {"CausalLM": "sarathi_lab.model.decoder", "build_model": "sarathi_lab.model.loader"}
 __all__ = ["PRESETS", "SUPPORTED_ARCHITECTURES", "CausalLM", "ModelLoadError", "build_model", "load_config"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_USE:
+        raise AttributeError(f"module 'sarathi_lab.model' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_ON_USE[name]), name)
+    globals()[name] = value
+    return value

@@ -49,7 +49,7 @@ MAX_GRAPH_TOKENS = 1024
 
 def can_replay(backend: AttentionBackend, device: torch.device) -> bool:
     """Whether forwards over ``backend`` on ``device`` can be captured and replayed."""
-    return backend.name in REPLAYABLE_BACKENDS and device.type == "cuda"
+    return backend.replayable and device.type == "cuda"
 
 
 def capture_cuda_graph(forward: Callable[[], torch.Tensor], pool=None):

@@ -7,11 +7,11 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
+from sarathi_lab.model.configs import SUPPORTED_ARCHITECTURES
 from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 # Architectures this decoder implements, and whether their q/k/v projections carry a bias.
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": True}
 
 
 class Attention(nn.Module):

@@ -1,18 +1,16 @@
 """Build a CausalLM from a preset (random weights) or a local Hugging Face directory (safetensors)."""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from transformers import AutoConfig, PretrainedConfig
+from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend
-from sarathi_lab.config import ConfigError
+from sarathi_lab.model.configs import ModelLoadError, first_line, open_weights, weight_files
 from sarathi_lab.model.cpu_linear import aten_from_rows, pack_linears, packed_gemm
-from sarathi_lab.model.decoder import SUPPORTED_ARCHITECTURES, CausalLM
+from sarathi_lab.model.decoder import CausalLM
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.presets import PRESETS
@@ -20,57 +18,6 @@ from sarathi_lab.model.presets import PRESETS
 # Our fused parameter <- the Hugging Face parameters stacked into it, in order.
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 log = logging.getLogger("sarathi_lab")
-
-
-class ModelLoadError(ConfigError):
-    """A model directory that cannot be built from: a bad value of the model key, refused in one line."""
-
-
-def eos_token_of(config: PretrainedConfig) -> int | None:
-    """The token that ends a request (the first, where a config lists several)."""
-    eos = getattr(config, "eos_token_id", None)
-    return eos[0] if isinstance(eos, list) else eos
-
-
-def load_config(model: str) -> PretrainedConfig:
-    """A preset's config, or the config of a local Hugging Face directory (never remote code), with
-    its shapes checked: what the model would be built from is known to be buildable."""
-    if model in PRESETS:
-        return PRESETS[model]
-    path = Path(model)
-    if not path.is_dir():
-        raise ModelLoadError(f"model={model!r} is invalid: it is neither a preset ({', '.join(PRESETS)}) nor a local "
-                             "directory (a Hugging Face model's config.json and *.safetensors)")
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(f"model={model!r}: no config.json in the directory")
-    try:
-        json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ModelLoadError(f"model={model!r}: config.json is not valid JSON ({_first_line(e)})") from None
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ModelLoadError(f"model={model!r}: config.json cannot be read: {_first_line(e)}") from None
-    arch = (config.architectures or ["?"])[0]
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ModelLoadError(f"model={model!r}: architecture {arch} is not supported; "
-                             f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
-    for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-                "max_position_embeddings"):
-        value = getattr(config, key, None)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ModelLoadError(f"model={model!r}: config.json's {key}={value!r} is invalid: must be an int >= 1")
-    # Every weight file's header readable before any weight is allocated (tensors are checked as they load).
-    for file in _weight_files(path):
-        if not file.is_file():
-            raise ModelLoadError(f"model={str(path)!r}: the index names {file.name}, which is missing")
-        with _open_weights(path, file):
-            pass
-    return config
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
@@ -155,23 +102,6 @@ def _init_random_shards(lm: CausalLM, config: PretrainedConfig, seed: int, shard
                 local["lm_head.weight"].copy_(shards.shard("lm_head", drawn))
 
 
-def _weight_files(path: Path) -> list[Path]:
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
-        found = f"found only pickle checkpoints ({', '.join(pickles)}), which are refused" if pickles else "none found"
-        raise ModelLoadError(f"model={str(path)!r}: weights must be *.safetensors; {found}")
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelLoadError(f"model={str(path)!r}: {index.name} is not a valid index "
-                                 f"({_first_line(e)})") from None
-        files = [path / s for s in shards]
-    return files
-
-
 def _our_name(hf_name: str) -> tuple[str, str | None, int]:
     """model.layers.0.self_attn.k_proj.weight -> (layers.0.self_attn.qkv_proj.weight, "qkv_proj", 1)."""
     name = hf_name.removeprefix("model.")
@@ -180,14 +110,6 @@ def _our_name(hf_name: str) -> tuple[str, str | None, int]:
             if f".{part}." in name:
                 return name.replace(f".{part}.", f".{fused}."), fused, i
     return name, None, 0
-
-
-def _open_weights(path: Path, file: Path):
-    try:
-        return safe_open(file, framework="pt")
-    except Exception as e:  # noqa: BLE001 - safetensors' own error types
-        raise ModelLoadError(f"model={str(path)!r}: {file.name} is not a readable safetensors file "
-                             f"({_first_line(e)})") from None
 
 
 @torch.no_grad()
@@ -200,8 +122,8 @@ def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = No
     attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
     sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size], "gate_up_proj": [mlp.intermediate] * 2}
     filled: dict[str, int] = {}
-    for file in _weight_files(path):
-        with _open_weights(path, file) as f:
+    for file in weight_files(path):
+        with open_weights(path, file) as f:
             for hf_name in f.keys():  # noqa: SIM118 (safetensors' handle is not iterable)
                 name, fused, shard = _our_name(hf_name)
                 if stage is not None:
@@ -217,7 +139,7 @@ def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = No
                     tensor = f.get_tensor(hf_name)
                 except Exception as e:  # noqa: BLE001 - safetensors' own error types
                     raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} in {file.name} cannot be read "
-                                         f"({_first_line(e)})") from None
+                                         f"({first_line(e)})") from None
                 if shards is not None:
                     tensor = shards.shard_part(fused, shard, tensor) if fused else shards.shard(name, tensor)
                 if tensor.shape != target.shape:

@@ -28,7 +28,7 @@ from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
 from sarathi_lab.profiling.attention_grid import ENGINE, FLEX, SDPA, Case
 from sarathi_lab.profiling.floors import attention_floor
 
-# The same attention as the reference: the tolerances check_gpu holds the kernel to.
+# The same attention as the reference: the tolerances profiling/kernel_check.py holds the kernel to.
 TOLERANCE = COMPILED_TOLERANCE
 
 

@@ -22,7 +22,7 @@ from sarathi_lab.model.memory import (
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import Device, device_dtype, device_type, load_device
-from sarathi_lab.sim.parallel import shard
+from sarathi_lab.sim.sharding import shard
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,14 @@
 """The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), and the
-fit; ``python -m sarathi_lab.sim.calibration`` writes it into the device files, keeping everything
-above the marker line of each as written (what is fitted to what: docs/sim/README.md, section 8).
+fit; ``python -m sarathi_lab.sim.calibration_cli`` writes it into the device files (what is fitted to
+what: docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape, visible_pairs
@@ -214,67 +211,3 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))
-
-MARKER = "# ---- calibration: written by python -m sarathi_lab.sim.calibration"
-DEVICES_DIR = Path(__file__).with_name("devices")
-
-
-def _round(value, digits: int = 4):
-    if isinstance(value, float):
-        return float(f"{value:.{digits}g}")
-    if isinstance(value, (list, tuple)):
-        return [_round(v, digits) for v in value]
-    if isinstance(value, dict):
-        return {k: _round(v, digits) for k, v in value.items()}
-    return value
-
-
-# A device nobody measured -> the measured device of the same chip whose fitted shares of peak it
-# takes, applied to its own peaks.
-BORROWED = {"a6000": "a40"}
-
-
-def calibrations() -> dict[str, Calibration]:
-    """Each GPU device with measured kernels, fitted to every model measured there; devices without
-    measured attention borrow the A100's (scaled, see calibration.fit); those in BORROWED their
-    sibling's calibration."""
-    from sarathi_lab.sim.device import GPU_DEVICES, load_device
-
-    measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
-    out = {}
-    for name in sorted(measured, key=lambda d: d != "a100"):
-        borrowed = (out["a100"], load_device("a100").peak_flops) if "a100" in out else None
-        out[name] = fit(load_device(name), attention_from=borrowed)
-    for name, sibling in BORROWED.items():
-        if sibling in out:
-            out[name] = out[sibling]
-    return out
-
-
-def as_yaml(cal: Calibration, device: str) -> str:
-    from sarathi_lab.sim.convert_gpu_kernels import kept_tokens
-
-    keep = [i for i, t in enumerate(cal.gemm_tokens) if kept_tokens(t)]
-    cal = dataclasses.replace(cal, **{f: tuple(getattr(cal, f)[i] for i in keep)
-                                      for f in ("gemm_tokens", "gemm_efficiency", "gemm_launch_s")})
-    attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention measured here)"
-                 if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
-    measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
-                   if device in BORROWED else "")
-    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
-            f"{', '.join(cal.fitted_from)}{measured_on};\n# {attention}. Efficiencies are shares of the "
-            "peaks above.\n")
-    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None,
-                                 sort_keys=False, width=110)
-
-
-def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(description=__doc__).parse_args(argv)
-    for device, cal in calibrations().items():
-        path = DEVICES_DIR / f"{device}.yaml"
-        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n" + as_yaml(cal, device))
-        print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

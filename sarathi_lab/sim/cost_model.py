@@ -10,6 +10,11 @@ from pathlib import Path
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError, check_choice
+from sarathi_lab.model import PRESETS, load_config
+from sarathi_lab.sim import gpu_kernels
+from sarathi_lab.sim.device import device_dtype
+from sarathi_lab.sim.profiles import profile_path
+from sarathi_lab.sim.sharding import shard
 
 
 @dataclass
@@ -34,7 +39,9 @@ def batch_tokens(prefills: list[tuple[int, int]], decodes: list[int]) -> int:
 
 
 class CostModel(abc.ABC):
+    # What results name it by (sim_cost_model's words), and its registry name (register_cost_model).
     name: str
+    key: str
 
     def __init__(self, config: PretrainedConfig, dtype: str):
         self.config = config
@@ -62,6 +69,15 @@ class CostModel(abc.ABC):
     def iteration_time_s(self, prefills=(), decodes=(), num_sampled: int | None = None) -> float:
         return self.iteration_cost(prefills, decodes, num_sampled).total_s
 
+    @classmethod
+    def applies(cls, choice: Choice) -> bool:
+        """Whether this cost model answers ``choice`` (PRECEDENCE asks in order; the first that does is built)."""
+        return True
+
+    @classmethod
+    def build(cls, choice: Choice) -> CostModel:
+        raise NotImplementedError(f"{cls.__name__} is not chosen by for_device")
+
     @staticmethod
     def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
@@ -69,15 +85,8 @@ class CostModel(abc.ABC):
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
         writes; on a GPU without one, the GPU kernels measured there for this model's shape, with the
         calibrated roofline, or the plain one, for what they lack). ``tp``: GPUs of ``device`` serving
-        as one by tensor parallelism (parallel.py), each costed as its shard."""
-        from sarathi_lab.model import PRESETS, load_config
-        from sarathi_lab.sim import gpu_kernels
-        from sarathi_lab.sim.device import DEVICES, device_dtype, load_device
-        from sarathi_lab.sim.kernel_model import KernelCostModel
-        from sarathi_lab.sim.parallel import TensorParallelCostModel, shard
-        from sarathi_lab.sim.profile_model import ProfileCostModel, profile_path
-        from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
-
+        as one by tensor parallelism (parallel.py), each costed as its shard. Which cost model answers
+        is PRECEDENCE's first registered one that applies."""
         config = model
         if isinstance(model, str):
             # A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...).
@@ -96,28 +105,41 @@ class CostModel(abc.ABC):
         part = shard(config, tp)
         check_choice("sim_cost_model", cost_model, SIM_COST_MODELS)
         measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
-        name = gpu_kernels.model_of(config) if measured else None
-        def roofline() -> RooflineCostModel:
-            dev = load_device(device, dtype)
-            calibrated = cost_model == "calibrated" or (cost_model == "profile" and dev.calibration is not None)
-            return (CalibratedRooflineCostModel if calibrated else RooflineCostModel)(dev, part, dtype)
+        choice = Choice(device, model, config, part, cost_model, dtype, profile, own_table, tp,
+                        gpu_kernels.model_of(config) if measured else None)
+        one = next(_REGISTRY[key].build(choice) for key in PRECEDENCE[cost_model] if _REGISTRY[key].applies(choice))
+        return one if tp == 1 else _REGISTRY[TENSOR_PARALLEL](one, config, tp, dtype)
 
-        if cost_model == "profile" and tp == 1 and (own_table or name not in gpu_kernels.measured(device)):
-            path = Path(profile) if profile is not None else profile_path(device, model)
-            # Past the profiled token counts the device's roofline prices the increment, where the
-            # simulator describes the device (a profile of another one carries its end slope on).
-            beyond = roofline() if device in DEVICES else None
-            return ProfileCostModel.from_csv(path, config, dtype, beyond=beyond)
-        one = roofline()
-        if cost_model == "profile":
-            have = gpu_kernels.measured(device, tp)
-            if name not in have:
-                at = f" at sim_tp={tp}" if tp > 1 else ""
-                use = "calibrated" if one.device.calibration else "roofline"
-                raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
-                                  f"{device!r}{at}: its GPU kernels were not measured (measured: "
-                                  f"{', '.join(have) or 'none'}); use {use}")
-            tp_part = f" tp{tp}" if tp > 1 else ""
-            one = KernelCostModel(gpu_kernels.kernels(device, name, tp), one, part, dtype,
-                                  source=f"{device}/{name}{tp_part} (vidur's measurements, MIT licence)")
-        return one if tp == 1 else TensorParallelCostModel(one, config, tp, dtype)
+
+@dataclass(frozen=True)
+class Choice:
+    """What for_device was asked, resolved: what each cost model's ``applies`` and ``build`` read."""
+    device: str
+    model: str | PretrainedConfig  # as asked: a preset, a directory or a config
+    config: PretrainedConfig  # the whole model
+    part: PretrainedConfig  # what one of ``tp`` GPUs holds of it
+    cost_model: str  # sim_cost_model
+    dtype: str  # what the device runs
+    profile: str | Path | None  # the CSV given for cost_model="profile"
+    own_table: bool  # a table task=profile measured (or the one given) is there
+    tp: int
+    # The model's name among the GPU kernels measured on the device (cost_model="profile" there).
+    measured_name: str | None
+
+
+_REGISTRY: dict[str, type[CostModel]] = {}
+# The registered cost model that prices one of several tensor-parallel GPUs' shard as the whole.
+TENSOR_PARALLEL = "tensor_parallel"
+# Which registered cost models answer each sim_cost_model, the first that applies: the engine's own
+# table (task=profile) before other engines' kernels measured on the device, which the roofline completes.
+PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",), "profile": ("profile_table", "gpu_kernels")}
+
+
+def register_cost_model(key: str):
+    """Class decorator: the cost model is found under ``key`` (PRECEDENCE's names); its module is
+    imported by the package (sarathi_lab/sim/__init__.py)."""
+    def wrap(cls: type[CostModel]) -> type[CostModel]:
+        cls.key = key
+        _REGISTRY[key] = cls
+        return cls
+    return wrap

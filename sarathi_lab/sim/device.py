@@ -16,10 +16,12 @@ from pathlib import Path
 import yaml
 
 from sarathi_lab.config import ConfigError, check_choice, run_dtype
-from sarathi_lab.sim.calibration import DEVICES_DIR, Calibration, check_keys
+from sarathi_lab.sim.calibration import Calibration, check_keys
 
 log = logging.getLogger(__name__)
 
+# The GPUs' files, each naming its sources (calibration_cli writes their fitted part).
+DEVICES_DIR = Path(__file__).with_name("devices")
 GPU_DEVICES = tuple(sorted(p.stem for p in DEVICES_DIR.glob("*.yaml")))
 DEVICES = (*GPU_DEVICES, "cpu")
 

@@ -19,10 +19,8 @@ from sarathi_lab.sim.profile_model import (
     DENSE_OPS,
     ProfileCostModel,
     measured_iterations,
-    profile_description,
-    profile_path,
-    profiled_devices,
 )
+from sarathi_lab.sim.profiles import profile_description, profile_path, profiled_devices
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
 # A device with no calibration of its own is also held against the calibration of the device whose

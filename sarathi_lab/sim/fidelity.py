@@ -13,8 +13,9 @@ from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, fit_prefill_attention, measured_shape
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
-from sarathi_lab.sim.parallel import AllReduce, Parallelism, measured_table, shard
+from sarathi_lab.sim.parallel import AllReduce, measured_table
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
+from sarathi_lab.sim.sharding import Parallelism, shard
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
 DECODE_CONTEXT = 1089  # a context where every measured batch size has a decode row

@@ -9,15 +9,35 @@ import warnings
 import pandas as pd
 from transformers import PretrainedConfig
 
+from sarathi_lab.config import ConfigError
+from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import FINE_GRID
-from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
+from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
-from sarathi_lab.sim.roofline import RooflineCostModel
+from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
 
 
+@register_cost_model("gpu_kernels")
 class KernelCostModel(CostModel):
     name = "profile"
+
+    @classmethod
+    def build(cls, choice: Choice) -> KernelCostModel:
+        """The kernels measured on ``choice``'s device for its model (each GPU's shard of ``tp``), under
+        its roofline; refused in one line where none were measured."""
+        device, name, tp = choice.device, choice.measured_name, choice.tp
+        one = roofline_for(choice)
+        have = gpu_kernels.measured(device, tp)
+        if name not in have:
+            at = f" at sim_tp={tp}" if tp > 1 else ""
+            use = "calibrated" if one.device.calibration else "roofline"
+            raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
+                              f"{device!r}{at}: its GPU kernels were not measured (measured: "
+                              f"{', '.join(have) or 'none'}); use {use}")
+        tp_part = f" tp{tp}" if tp > 1 else ""
+        return cls(gpu_kernels.kernels(device, name, tp), one, choice.part, choice.dtype,
+                   source=f"{device}/{name}{tp_part} (vidur's measurements, MIT licence)")
 
     def __init__(self, table: pd.DataFrame, roofline: RooflineCostModel, config: PretrainedConfig,
                  dtype: str = "bfloat16", source: str = "table"):

@@ -29,7 +29,8 @@ from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.executor import composition
-from sarathi_lab.sim.parallel import Parallelism, StageCostModel
+from sarathi_lab.sim.parallel import StageCostModel
+from sarathi_lab.sim.sharding import Parallelism
 
 # GPT-3's shape in a config-only directory: no weights, which load_config would refuse.
 GPT3 = str(Path(__file__).with_name("models") / "gpt3")

@@ -4,24 +4,22 @@ section 8).
 """
 from __future__ import annotations
 
-import json
-import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import REPO_ROOT, ConfigError
+from sarathi_lab.config import ConfigError
 from sarathi_lab.profiling.ops import OPS
-from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
+from sarathi_lab.sim import gpu_kernels
+from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.device import DEVICES
 from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, curves
 from sarathi_lab.sim.interpolate import Curve
-
-if TYPE_CHECKING:
-    from sarathi_lab.sim.roofline import RooflineCostModel
+from sarathi_lab.sim.profiles import profile_description, profile_path
+from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
 
 # task=profile's operators whose time depends on the token count alone (attention also on the contexts).
 DENSE_OPS = tuple(op for op in OPS if op != "attention")
@@ -40,53 +38,6 @@ def drift_spread(description: dict) -> float | None:
     if "spread" in drift:
         return drift["spread"]
     return abs(drift["rel_change"]) if "rel_change" in drift else None
-
-# Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
-LEASE_ENV = "SARATHI_PROFILE_LEASE"
-
-
-def profiles_dir() -> Path:
-    return Path(os.environ.get("SARATHI_PROFILES_DIR") or REPO_ROOT / "profiles")
-
-
-def _name(model: str | PretrainedConfig) -> str:
-    if not isinstance(model, str):
-        raise TypeError("cost_model='profile' with a model config needs profile=<path to the CSV>")
-    return Path(model).name if os.sep in model or Path(model).is_dir() else model
-
-
-def own_profile_path(device: str, model: str | PretrainedConfig) -> Path:
-    """Where task=profile writes ``model``'s table on ``device``: ``profiles/<device>/<name>.csv``, named by
-    the preset, or by a Hugging Face directory's own name."""
-    return profiles_dir() / device / f"{_name(model)}.csv"
-
-
-def profile_path(device: str, model: str | PretrainedConfig) -> Path:
-    """The table of ``model`` on ``device`` every reader takes: the lease LEASE_ENV names
-    (``profiles/<device>/<lease>/``, whether or not it holds one), else the one task=profile measured
-    here (``own_profile_path``), else the newest GPU lease's that holds one (gpu/collect.py keeps each
-    lease's in its own folder, ``<date>_<commit>``: newest sorts last). Where none is, the own path."""
-    own = own_profile_path(device, model)
-    if lease := os.environ.get(LEASE_ENV):
-        return own.parent / lease / own.name
-    if own.is_file():
-        return own
-    leased = sorted(own.parent.glob(f"*/{own.name}"))
-    return leased[-1] if leased else own
-
-
-def profiled_devices() -> list[tuple[str, str]]:
-    """(device, model) of every profile under profiles_dir(), measured here or in a lease."""
-    tables = [*profiles_dir().glob("*/*.csv"), *profiles_dir().glob("*/*/*.csv")]
-    return sorted({(p.relative_to(profiles_dir()).parts[0], p.stem) for p in tables})
-
-
-def profile_description(path: str | Path) -> dict:
-    """What task=profile wrote beside the table at ``path`` (machine, engine, clock, grids); {} where
-    nothing was."""
-    description = Path(path).with_suffix(".json")
-    return json.loads(description.read_text()) if description.is_file() else {}
-
 
 def measured_iterations(table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
     """Each bare forward of a profile as (kind, prefills, decodes, seconds), in the cost models'
@@ -113,8 +64,23 @@ def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
     return np.clip(coef, 0.0, None)
 
 
+@register_cost_model("profile_table")
 class ProfileCostModel(CostModel):
     name = "profile"
+
+    @classmethod
+    def applies(cls, choice: Choice) -> bool:
+        # One device's own table (tensor parallelism is refused with one), or, where the model's
+        # kernels were not measured on the device, the table that is expected (its absence refused).
+        return choice.tp == 1 and (choice.own_table or choice.measured_name not in gpu_kernels.measured(choice.device))
+
+    @classmethod
+    def build(cls, choice: Choice) -> ProfileCostModel:
+        path = Path(choice.profile) if choice.profile is not None else profile_path(choice.device, choice.model)
+        # Past the profiled token counts the device's roofline prices the increment, where the
+        # simulator describes the device (a profile of another one carries its end slope on).
+        beyond = roofline_for(choice) if choice.device in DEVICES else None
+        return cls.from_csv(path, choice.config, choice.dtype, beyond=beyond)
 
     def __init__(self, table: pd.DataFrame, config: PretrainedConfig, dtype: str = "bfloat16", source: str = "table",
                  beyond: RooflineCostModel | None = None):

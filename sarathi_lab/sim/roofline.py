@@ -10,8 +10,8 @@ from transformers import PretrainedConfig
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
-from sarathi_lab.sim.cost_model import CostModel, IterationCost, batch_tokens
-from sarathi_lab.sim.device import Device
+from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.device import Device, load_device
 
 # Decode-only iterations of at most this many requests are remembered by their contexts: the same few
 # recur throughout a run of small batches (static or vllm at low load, where a capacity search spends
@@ -21,8 +21,13 @@ SMALL_DECODE_BATCH = 4
 MEMO_SIZE = 1 << 16
 
 
+@register_cost_model("roofline")
 class RooflineCostModel(CostModel):
     name = "roofline"
+
+    @classmethod
+    def build(cls, choice: Choice) -> RooflineCostModel:
+        return roofline_for(choice)
 
     def __init__(self, device: Device, config: PretrainedConfig, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
@@ -125,6 +130,7 @@ class RooflineCostModel(CostModel):
                              ops=ops)
 
 
+@register_cost_model("calibrated")
 class CalibratedRooflineCostModel(RooflineCostModel):
     name = "calibrated"
 
@@ -167,3 +173,11 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         return (c.decode_launch_s + c.decode_per_request_s * len(contexts)
                 + sum(contexts) * self.kv_bytes_per_token / (self.device.memory_bandwidth
                                                              * c.decode_bandwidth_efficiency))
+
+
+def roofline_for(choice: Choice) -> RooflineCostModel:
+    """The roofline of ``choice``'s device and shard: calibrated when asked, or under measured
+    kernels or a profile where the device has a calibration; the plain one otherwise."""
+    dev = load_device(choice.device, choice.dtype)
+    calibrated = choice.cost_model == "calibrated" or (choice.cost_model == "profile" and dev.calibration is not None)
+    return (CalibratedRooflineCostModel if calibrated else RooflineCostModel)(dev, choice.part, choice.dtype)

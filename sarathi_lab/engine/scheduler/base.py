@@ -146,7 +146,7 @@ class Scheduler(ABC):
             seq.num_computed += 1
         finished = []
         for seq, token in zip(sampled, tokens):
-            seq.append(token)
+            seq.tokens.append(token)
             if seq.is_done:
                 finished.append(seq)
         for seq in finished:
@@ -202,15 +202,23 @@ class Scheduler(ABC):
         self.blocks.allocate(seq, num_tokens)
         return True
 
-    def _schedule_decodes(self, batch: ScheduledBatch) -> None:
+    def _schedule_decodes(self, batch: ScheduledBatch) -> list[Sequence]:
+        """Every running decode into ``batch``; returns the running requests still prefilling, in
+        priority order, for the policy's chunks (one pass over the running requests for both: every
+        iteration asks it of each)."""
+        decoding, prefilling = [], []
+        for seq in self.running:
+            (prefilling if seq.is_prefill else decoding).append(seq)
         # A decode's token needs a new block only when it starts one (vLLM's append_slots): the
         # others already hold their slot, and skip the block manager.
         block_size, decodes = self.blocks.block_size, batch.decodes
-        for seq in [s for s in self.running if not s.is_prefill]:
+        for seq in decoding:
             if seq.status is not Status.RUNNING:  # preempted by an earlier decode's reservation
                 continue
             if seq.num_computed < len(seq.block_table) * block_size or self._reserve(seq, 1, batch):
                 decodes.append(seq)
+        # Without those a decode's reservation preempted (back to waiting).
+        return [s for s in prefilling if s.status is Status.RUNNING]
 
     def _schedule_whole_prefills(self, batch: ScheduledBatch, max_tokens: int | None = None) -> None:
         """Admit waiting requests with their whole prompt (no chunking) while batch slots, free blocks

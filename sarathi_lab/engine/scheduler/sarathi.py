@@ -57,9 +57,8 @@ class SarathiScheduler(Scheduler):
             return size
 
     def compose(self, batch: ScheduledBatch) -> None:
-        self._schedule_decodes(batch)
+        ongoing = self._schedule_decodes(batch)
         size = self.chunk_tokens(batch.num_decode_tokens)
-        ongoing = [s for s in self.running if s.is_prefill and s not in batch]
         if ongoing:
             self._schedule_chunk(ongoing[0], size, batch)
         elif self.waiting and len(self.running) < self.config.max_batch_size:

@@ -28,9 +28,9 @@ class SarathiServeScheduler(Scheduler):
         return config.token_budget + config.max_batch_size
 
     def compose(self, batch: ScheduledBatch) -> None:
-        self._schedule_decodes(batch)
+        prefilling = self._schedule_decodes(batch)
         budget = self.config.token_budget - batch.num_decode_tokens
-        for seq in [s for s in self.running if s.is_prefill and s not in batch]:
+        for seq in prefilling:
             if budget <= 0:
                 return
             if seq.status is not Status.RUNNING:  # preempted while reserving for an earlier chunk

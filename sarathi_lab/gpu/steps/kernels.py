@@ -1,10 +1,10 @@
-"""The compiled Triton kernels: kernels/check_gpu.py run as a script (it refuses an interpreter-mode
-Triton), its printed lines read into metrics; decode KV bandwidth against the env step's copy
-ceiling, target within 1.5x of that floor."""
+"""The compiled Triton kernels: profiling/kernel_check.py run in a process of its own (it refuses an
+interpreter-mode Triton), its KernelCheck read into metrics; decode KV bandwidth against the env
+step's copy ceiling, target within 1.5x of that floor."""
 from __future__ import annotations
 
+import json
 import os
-import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -13,48 +13,42 @@ from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.gpu.context import Context, Incomplete, Unavailable
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings
+from sarathi_lab.profiling.kernel_record import KernelCheck
 
-CHECK_GPU = REPO_ROOT / "kernels" / "check_gpu.py"
+CHECK_MODULE = "sarathi_lab.profiling.kernel_check"
 FLOOR_TARGET = 1.5
-_CASE = re.compile(r"^\s*torch\.(\w+)\s+d=\s*(\d+)\s+heads=(\d+)/(\d+)\s+block=(\d+):\s+(\S+)\s+(ok|FAIL)")
-_WRITE = re.compile(r"^\s*kv write torch\.(\w+)\s+block=(\d+):\s+(ok|FAIL)")
-_POINTWISE = re.compile(r"^\s*pointwise torch\.(\w+)\s+(\w+):\s+(ok|FAIL)")
-_TIMING = re.compile(r"^\s*(\d+ decodes x \d+ ctx)\s+triton\s+([\d.]+) ms.*?KV\s+([\d.]+) GB/s")
-_COPY = re.compile(r"copy bandwidth ([\d.]+) GB/s")
-_TIMED = re.compile(r"^timings, torch\.(\w+), (.+); copy bandwidth")
+# The timed cases held to the copy floor: decode-only batches, whose time is reading the KV cache.
+DECODE_CASE = " decodes x "
 
 
-def parse(text: str, copy_gbps: float | None) -> list[Metric]:
-    """The worst error per dtype (check_gpu's own verdicts), the KV writes, and each decode case's
-    bandwidth against the floor."""
+def metrics_of(check: KernelCheck, copy_gbps: float | None) -> list[Metric]:
+    """The worst error per dtype (the check's own verdicts), the KV writes and elementwise kernels,
+    and each decode case's bandwidth against the floor (the env step's copy ceiling, else the check's)."""
+    if not check.attention:
+        raise ValueError("the kernel check recorded no attention case (see check_gpu.log)")
     errors, verdicts = defaultdict(list), defaultdict(list)
-    metrics = []
-    for line in text.splitlines():
-        if m := _CASE.match(line):
-            errors[m[1]].append(float(m[6]))
-            verdicts[m[1]].append(m[7] == "ok")
-        elif m := _WRITE.match(line):
-            verdicts[f"kv_write_{m[1]}"].append(m[3] == "ok")
-        elif m := _POINTWISE.match(line):
-            verdicts[f"pointwise_{m[1]}"].append(m[3] == "ok")
-        elif (m := _COPY.search(line)) and copy_gbps is None:
-            copy_gbps = float(m[1])
-    for dtype, errs in errors.items():
-        metrics.append(Metric(f"attention_max_rel_err_{dtype}", max(errs), "", "kernels/README tolerance",
-                              all(verdicts[dtype])))
-    metrics += [Metric(f"{k}_cases_ok", f"{sum(v)}/{len(v)}", "", "all", all(v))
-                for k, v in verdicts.items() if k.startswith(("kv_write", "pointwise"))]
-    for line in text.splitlines():
-        if m := _TIMED.match(line):  # what the decode cases time, as check_gpu names it
-            metrics.append(Metric("decode_timed_case", f"Triton paged attention, {m[2]}, {m[1]}"))
-        elif (m := _TIMING.match(line)) and copy_gbps:
-            name = m[1].replace(" ", "_")
-            metrics.append(Metric(f"decode_kv_gbps[{name}]", float(m[3]), "GB/s"))
-            ratio = copy_gbps / float(m[3])
-            metrics.append(Metric(f"decode_time_over_floor[{name}]", round(ratio, 2), "x",
-                                  f"<= {FLOOR_TARGET}", ratio <= FLOOR_TARGET))
-    if not errors:
-        raise ValueError("check_gpu printed no correctness line: its output format changed (see its log)")
+    for case in check.attention:
+        errors[case.dtype].append(case.rel_err)
+        verdicts[case.dtype].append(case.ok)
+    metrics = [Metric(f"attention_max_rel_err_{dtype}", max(errs), "", "kernels/README tolerance", all(verdicts[dtype]))
+               for dtype, errs in errors.items()]
+    kinds = defaultdict(list)
+    for kind, rows in (("kv_write", check.kv_writes), ("pointwise", check.pointwise)):
+        for row in rows:
+            kinds[f"{kind}_{row.dtype}"].append(row.ok)
+    metrics += [Metric(f"{k}_cases_ok", f"{sum(v)}/{len(v)}", "", "all", all(v)) for k, v in kinds.items()]
+    if check.timed_case:
+        metrics.append(Metric("decode_timed_case", f"Triton paged attention, {check.timed_case}, {check.timed_dtype}"))
+    if copy_gbps is None and check.copy_gbps is not None:
+        copy_gbps = float(round(check.copy_gbps))  # GB/s as the check shows it
+    for timing in check.timings:
+        if DECODE_CASE not in timing.case or not copy_gbps:
+            continue
+        name, gbps = timing.case.replace(" ", "_"), float(round(timing.gbps))  # GB/s as the check shows them
+        metrics.append(Metric(f"decode_kv_gbps[{name}]", gbps, "GB/s"))
+        ratio = copy_gbps / gbps
+        metrics.append(Metric(f"decode_time_over_floor[{name}]", round(ratio, 2), "x", f"<= {FLOOR_TARGET}",
+                              ratio <= FLOOR_TARGET))
     return metrics
 
 
@@ -63,21 +57,22 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         if ctx.dry_run:
             return [Metric("compiled_kernels", "skipped: no CUDA in the dry run; the interpreter path is "
                            "tests/test_kernels.py")], []
-        raise Unavailable("no CUDA device: check_gpu.py checks compiled kernels")
+        raise Unavailable("no CUDA device: the kernel check runs compiled kernels")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    log = ctx.dir / "check_gpu.log"
+    log, result = ctx.dir / "check_gpu.log", ctx.dir / "kernel_check.json"
+    result.unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, str(CHECK_GPU)], cwd=REPO_ROOT, env=env,
+        proc = subprocess.run([sys.executable, "-m", CHECK_MODULE, "--json", str(result)], cwd=REPO_ROOT, env=env,
                               capture_output=True, text=True, timeout=ctx.seconds_left(), check=False)
     except subprocess.TimeoutExpired as e:
         log.write_text((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
-        raise Incomplete("check_gpu.py ran past the call's budget") from e
+        raise Incomplete("the kernel check ran past the call's budget") from e
     log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode and not any(_CASE.match(line) for line in proc.stdout.splitlines()):
+    if not result.is_file():
         last = (proc.stderr.strip().splitlines() or ["no error printed"])[-1]
-        raise RuntimeError(f"check_gpu.py exited {proc.returncode} before any check: {last} (see check_gpu.log)")
+        raise RuntimeError(f"the kernel check exited {proc.returncode} before any check: {last} (see check_gpu.log)")
     record = ceilings(ctx.out)
-    metrics = parse(proc.stdout, record["copy_gbps"] if record else None)
+    metrics = metrics_of(KernelCheck.from_dict(json.loads(result.read_text())), record["copy_gbps"] if record else None)
     metrics.append(Metric("check_gpu_exit", proc.returncode, "", "0", proc.returncode == 0))
-    notes = [] if record else ["copy ceiling from check_gpu's own measure (the env step has not run)"]
+    notes = [] if record else ["copy ceiling from the kernel check's own measure (the env step has not run)"]
     return metrics, notes

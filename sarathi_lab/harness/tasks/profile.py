@@ -27,8 +27,8 @@ from sarathi_lab.sim.profile_model import (
     DRIFT_WARNING,
     ProfileCostModel,
     measured_iterations,
-    own_profile_path,
 )
+from sarathi_lab.sim.profiles import own_profile_path
 
 log = logging.getLogger(__name__)
 

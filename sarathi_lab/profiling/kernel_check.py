@@ -1,32 +1,38 @@
-"""Check the Triton kernels against attention/reference.py on a CUDA GPU, then time them and the torch backend.
+"""The Triton kernels checked against attention/reference.py (and transformers' elementwise code) on
+a CUDA GPU, then timed beside the torch backend; the result is data (``KernelCheck``), which the GPU
+suite's kernels step reads from ``--json``, and the lines a person reads.
 
-    python kernels/check_gpu.py            # correctness grid + timings, exit status 1 on a mismatch
-    python kernels/check_gpu.py --quick    # fewer correctness cases
+    python -m sarathi_lab.profiling.kernel_check            # correctness grid + timings, exit 1 on a mismatch
+    python -m sarathi_lab.profiling.kernel_check --quick    # fewer correctness cases
 
 The CPU test suite runs the same kernels through Triton's interpreter, which cannot see what only
 compiled code does (bf16 tl.dot, tf32, real tiling and memory traffic); this is the GPU half.
 """
 from __future__ import annotations
 
-import argparse
-import itertools
 import os
-import random
 import sys
 
+# The interpreter reads tensors on the host; here we want compiled kernels (Triton decides when the
+# kernels are imported, just below).
+if __name__ == "__main__" and os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("TRITON_INTERPRET=1 is set: unset it, this check runs the compiled kernels")
+
+import argparse
+import dataclasses
+import itertools
+import json
+import random
+from pathlib import Path
+
 import torch
-
-# The interpreter reads tensors on the host; here we want compiled kernels.
-if os.environ.get("TRITON_INTERPRET") == "1":
-    sys.exit("TRITON_INTERPRET=1 is set: unset it, this script checks the compiled kernels")
-
 from sarathi_kernels import pointwise
+from sarathi_kernels.bench import do_bench
 from sarathi_kernels.kv_cache import write_kv_cache
 from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.tolerances import COMPILED_TOLERANCE
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
-from triton.testing import do_bench
 
 from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
@@ -39,9 +45,14 @@ from sarathi_lab.profiling.attention import (
     paged_batch,
 )
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
+from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
 
 TOLERANCE = COMPILED_TOLERANCE
 DEV = torch.device("cuda")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype):
@@ -114,8 +125,7 @@ def check_pointwise(dtype) -> dict[str, bool]:
     return ok
 
 
-def run_checks(quick: bool) -> bool:
-    ok = True
+def run_checks(record: KernelCheck, quick: bool) -> None:
     dtypes = (torch.bfloat16, torch.float16, torch.float32)
     shapes = ((32, 32), (32, 8), (32, 4))
     grid = itertools.product(dtypes, (64, 128), shapes, (16, 32))
@@ -123,39 +133,40 @@ def run_checks(quick: bool) -> bool:
         grid = [(d, 128, (32, 8), 16) for d in dtypes]
     print("attention vs attention/reference.py (max |err| / max |ref|)")
     for dtype, head_dim, (heads, kv_heads), block_size in grid:
-        err = check_attention(dtype, head_dim, heads, kv_heads, block_size)
-        passed = err < TOLERANCE[dtype]
-        ok &= passed
-        print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: "
-              f"{err:.2e} {'ok' if passed else 'FAIL'}")
+        _attention_case(record, dtype, head_dim, heads, kv_heads, block_size)
     # Batches too small to fill the GPU split their KV walk (as planned for this GPU, and forced).
     split_cases = (("chunk 64 over 3072", [(64, 3136)], [], {}), ("decode 1 x 4096", [], [(1, 4096)], {}),
                    ("chunk 256 over 1024 + 17 decodes, 5 splits", [(256, 1280)],
                     [(1, random.randint(1, 2048)) for _ in range(17)], {"num_splits": 5}))
     for dtype, (heads, kv_heads), (name, prefills, decodes, launch) in itertools.product(
             dtypes, ((40, 40), (32, 8)), split_cases if not quick else split_cases[:1]):
-        err = check_attention(dtype, 128, heads, kv_heads, 16, prefills, decodes, **launch)
-        passed = err < TOLERANCE[dtype]
-        ok &= passed
-        print(f"  {dtype!s:15} d={128:3} heads={heads}/{kv_heads:<2} block={16}: {err:.2e} "
-              f"{'ok' if passed else 'FAIL'}  ({name})")
+        _attention_case(record, dtype, 128, heads, kv_heads, 16, name, prefills, decodes, **launch)
     for dtype, block_size in itertools.product(dtypes, (16, 32)):
         passed = check_write(dtype, block_size)
-        ok &= passed
+        record.kv_writes.append(Verdict(dtype_name(dtype), f"block={block_size}", passed))
         print(f"  kv write {dtype!s:15} block={block_size}: {'ok' if passed else 'FAIL'}")
     for dtype in dtypes:
         for op, passed in check_pointwise(dtype).items():
-            ok &= passed
+            record.pointwise.append(Verdict(dtype_name(dtype), op, passed))
             print(f"  pointwise {dtype!s:15} {op}: {'ok' if passed else 'FAIL'}")
-    return ok
 
 
-# The timed attention: Llama-3-8B's heads (query/KV) and head size, in the engine's blocks; printed in
-# the timings' header, which the GPU suite reads to label its figure.
+def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block_size, name="", prefills=None,
+                    decodes=None, **launch) -> None:
+    err = check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills, decodes, **launch)
+    passed = err < TOLERANCE[dtype]
+    record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size, err, passed,
+                                          name))
+    print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: {err:.2e} "
+          f"{'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
+
+
+# The timed attention: Llama-3-8B's heads (query/KV) and head size, in the engine's blocks; recorded as
+# the timings' case (timed_case), which the GPU suite reads to label its figure.
 TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM, EngineConfig.block_size
 
 
-def time_case(name, prefills, decodes, dtype, copy_gbps):
+def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
     (heads, kv_heads), head_dim, block_size = TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK
     query, k_cache, v_cache, meta = make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype)
     k_cache.nan_to_num_()
@@ -167,24 +178,25 @@ def time_case(name, prefills, decodes, dtype, copy_gbps):
     torch_ms = do_bench(lambda: TorchAttention().attend(query, k_cache, v_cache, meta, scale), return_mode="median")
     kv_bytes = meta.kv_tokens_read * 2 * kv_heads * head_dim * k_cache.element_size()
     gbps = kv_bytes / triton_ms / 1e6
+    record.timings.append(Timing(name, triton_ms, torch_ms, gbps))
     print(f"  {name:34} triton {triton_ms:8.3f} ms  torch {torch_ms:8.3f} ms  x{torch_ms / triton_ms:5.2f}  "
           f"KV {gbps:7.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
 
 
-def timings_header(dtype, copy_gbps: float) -> str:
+def timed_case() -> str:
     heads, kv_heads = TIMED_HEADS
-    return (f"timings, {dtype}, Llama-3-8B attention ({heads}/{kv_heads} heads, d={TIMED_HEAD_DIM}), "
-            f"block {TIMED_BLOCK}; copy bandwidth {copy_gbps:.0f} GB/s")
+    return f"Llama-3-8B attention ({heads}/{kv_heads} heads, d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}"
 
 
-def run_timings(dtype):
+def run_timings(record: KernelCheck, dtype) -> None:
     copy_gbps = copy_bandwidth_gbps(DEV)
-    print(timings_header(dtype, copy_gbps))
-    time_case("64 decodes x 2048 ctx", [], [(1, 2048)] * 64, dtype, copy_gbps)
-    time_case("256 decodes x 512 ctx", [], [(1, 512)] * 256, dtype, copy_gbps)
-    time_case("prefill 2048 whole", [(2048, 2048)], [], dtype, copy_gbps)
-    time_case("chunk 512 after 1536", [(512, 2048)], [], dtype, copy_gbps)
-    time_case("chunk 512 after 1536 + 32 decodes", [(512, 2048)], [(1, 2048)] * 32, dtype, copy_gbps)
+    record.timed_case, record.timed_dtype, record.copy_gbps = timed_case(), dtype_name(dtype), copy_gbps
+    print(f"timings, {dtype}, {record.timed_case}; copy bandwidth {copy_gbps:.0f} GB/s")
+    time_case(record, "64 decodes x 2048 ctx", [], [(1, 2048)] * 64, dtype, copy_gbps)
+    time_case(record, "256 decodes x 512 ctx", [], [(1, 512)] * 256, dtype, copy_gbps)
+    time_case(record, "prefill 2048 whole", [(2048, 2048)], [], dtype, copy_gbps)
+    time_case(record, "chunk 512 after 1536", [(512, 2048)], [], dtype, copy_gbps)
+    time_case(record, "chunk 512 after 1536 + 32 decodes", [(512, 2048)], [(1, 2048)] * 32, dtype, copy_gbps)
     kv_heads, head_dim, block = TIMED_HEADS[1], TIMED_HEAD_DIM, TIMED_BLOCK
     key = torch.randn(4096, kv_heads, head_dim, device=DEV, dtype=dtype)
     meta, num_blocks = paged_batch([4096], [4096], num_prefills=1, block_size=block, device=DEV)
@@ -193,25 +205,35 @@ def run_timings(dtype):
     ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping), return_mode="median")
     # Read once and written once, for keys and values.
     gbps = 4 * key.numel() * key.element_size() / ms / 1e6
+    record.timings.append(Timing("kv write 4096 tokens", ms, None, gbps))
     print(f"  {'kv write 4096 tokens':34} triton {ms:8.3f} ms  {gbps:.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
 
 
-def main() -> int:
+def _save(record: KernelCheck, path: Path | None) -> None:
+    """Written after each part, so that a crash in the timings leaves the checks to the suite."""
+    if path is not None:
+        path.write_text(json.dumps(dataclasses.asdict(record), indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one correctness case per dtype")
-    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16",
-                        help="dtype of the timings")
-    args = parser.parse_args()
+    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="dtype of the timings")
+    parser.add_argument("--json", type=Path, help="also write the result there (KernelCheck as JSON)")
+    args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("no CUDA device: this script checks compiled kernels; on CPU run pytest tests/test_kernels.py")
+        print("no CUDA device: this check runs compiled kernels; on CPU run pytest tests/test_kernels.py")
         return 2
     torch.manual_seed(0)
     random.seed(0)
-    print(f"device: {torch.cuda.get_device_name()}")
-    ok = run_checks(args.quick)
-    run_timings(getattr(torch, args.dtype))
-    print("all checks passed" if ok else "SOME CHECKS FAILED")
-    return 0 if ok else 1
+    record = KernelCheck(device=torch.cuda.get_device_name())
+    print(f"device: {record.device}")
+    run_checks(record, args.quick)
+    _save(record, args.json)
+    run_timings(record, getattr(torch, args.dtype))
+    _save(record, args.json)
+    print("all checks passed" if record.ok else "SOME CHECKS FAILED")
+    return 0 if record.ok else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,59 @@
+"""What the GPU kernel check (kernel_check.py) finds, as data: each attention case against the
+reference, each whole-output verdict, and the timings. Plain dataclasses, so that the GPU suite reads
+a check's result without importing torch or Triton."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class AttentionCase:
+    """One batch's attention against the reference: max |err| / max |ref| and its verdict."""
+    dtype: str
+    head_dim: int
+    heads: int
+    kv_heads: int
+    block_size: int
+    rel_err: float
+    ok: bool
+    name: str = ""  # a split-KV case's description; "" for the grid's hybrid batch
+
+
+@dataclass
+class Verdict:
+    """A kernel whose output is compared whole: a KV write (``what``: its block size) or an
+    elementwise kernel (``what``: its name)."""
+    dtype: str
+    what: str
+    ok: bool
+
+
+@dataclass
+class Timing:
+    case: str
+    triton_ms: float
+    torch_ms: float | None  # None: the torch backend is not timed (the KV write)
+    gbps: float  # bytes the kernel moves / its time
+
+
+@dataclass
+class KernelCheck:
+    device: str = ""
+    attention: list[AttentionCase] = field(default_factory=list)
+    kv_writes: list[Verdict] = field(default_factory=list)
+    pointwise: list[Verdict] = field(default_factory=list)
+    # What the timings run (heads, head size, block) and in which dtype; the copy ceiling beside them.
+    timed_case: str = ""
+    timed_dtype: str = ""
+    copy_gbps: float | None = None
+    timings: list[Timing] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in (*self.attention, *self.kv_writes, *self.pointwise))
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> KernelCheck:
+        return cls(raw["device"], [AttentionCase(**c) for c in raw["attention"]],
+                   [Verdict(**v) for v in raw["kv_writes"]], [Verdict(**v) for v in raw["pointwise"]],
+                   raw["timed_case"], raw["timed_dtype"], raw["copy_gbps"], [Timing(**t) for t in raw["timings"]])
