@@ -7,7 +7,7 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
-from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding
+from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, linear
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 # Architectures this decoder implements, and whether their q/k/v projections carry a bias.
@@ -32,15 +32,12 @@ class Attention(nn.Module):
 
     def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
         t = hidden.shape[0]
-        qkv = self.qkv_proj(hidden)
-        # q and k rotate together: one pass over both, same angles per token.
-        qk = self.rotary(positions, qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim))
-        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
-        v = qkv[:, self.q_size + self.kv_size :]
+        qkv = linear(hidden, self.qkv_proj)
         k_cache, v_cache = kv_cache
-        self.backend.write_kv(k, v.view(t, self.num_kv_heads, self.head_dim), k_cache, v_cache, meta)
+        q = self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads, self.num_kv_heads, k_cache,
+                                       v_cache, meta)
         out = self.backend.attend(q, k_cache, v_cache, meta, self.scale)
-        return self.o_proj(out.reshape(t, self.q_size))
+        return linear(out.reshape(t, self.q_size), self.o_proj)
 
 
 class DecoderLayer(nn.Module):
