@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -78,7 +79,8 @@ class TunedTable:
 
     def to_json(self) -> dict:
         return {"device": self.device, "attention": {k: asdict(v) for k, v in self.attention.items()},
-                "gemm": {key: {str(m): asdict(c) for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
+                "gemm": {key: {str(m): asdict(c) if c.kernel != "cublas" else {"kernel": "cublas"}
+                               for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
 
 
 DEFAULT = TunedTable()
@@ -130,9 +132,32 @@ def table_named(device_name: str, table_dir: Path = TABLE_DIR) -> TunedTable:
     return load(path) if path.is_file() else DEFAULT
 
 
-def table_for(device: torch.device | str) -> TunedTable:
-    """The table of a CUDA device; DEFAULT elsewhere (no table is tuned for a CPU's interpreter)."""
-    device = torch.device(device)
+# Tables put in force by ``using``, innermost last.
+_USING: list[TunedTable] = []
+
+
+@contextmanager
+def using(table: TunedTable):
+    """Every device runs ``table`` inside the block: the tune step measures a candidate through the
+    engine's own code path, and a CPU test sees an entry picked up without a GPU."""
+    _USING.append(table)
+    try:
+        yield table
+    finally:
+        _USING.pop()
+
+
+def table_for(device: torch.device) -> TunedTable:
+    """The table in force (``using``), else a CUDA device's own; DEFAULT elsewhere (no table is tuned for
+    a CPU's interpreter)."""
+    if _USING:
+        return _USING[-1]
     if device.type != "cuda":
         return DEFAULT
-    return table_named(torch.cuda.get_device_name(device), TABLE_DIR)
+    return _cuda_table(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _cuda_table(index: int) -> TunedTable:
+    # Asked per linear layer and attention call: the device's name once.
+    return table_named(torch.cuda.get_device_name(index), TABLE_DIR)

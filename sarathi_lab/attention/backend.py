@@ -7,7 +7,6 @@ import torch
 
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.config import ATTENTIONS
-from sarathi_lab.tuned_kernels import table_for
 
 # The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
 # the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
@@ -55,7 +54,7 @@ def make_backend(name: str, device: torch.device) -> AttentionBackend:
     if name == "triton":
         from sarathi_lab.attention.triton_backend import TritonAttention
 
-        return TritonAttention(table_for(device))
+        return TritonAttention()
     if name == "torch":
         from sarathi_lab.attention.torch_backend import TorchAttention
 

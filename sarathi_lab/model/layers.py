@@ -137,11 +137,8 @@ def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
     """x [T, K] through the Triton split-K GEMM where the tuned table (``table``, by default the one of
     x's CUDA device) chose it for this weight at T tokens; ``gated``: SiLU(gate) * up of the product
     (a gate_up weight). None where cuBLAS was chosen (or nothing was tuned): the caller runs its own."""
-    if table is None:
-        if not x.is_cuda:
-            return None  # the CPU path: no table is tuned for it
-        table = table_for(x.device)
-    if layer.bias is not None or x.dim() != 2:
+    table = table_for(x.device) if table is None else table
+    if not table.gemm or not isinstance(layer, nn.Linear) or layer.bias is not None or x.dim() != 2:
         return None
     n, k = layer.weight.shape
     choice = table.gemm_for(n, k, x.shape[0], gated)
