@@ -12,6 +12,7 @@ from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.floors import floor
+from sarathi_lab.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
 from sarathi_lab.profiling.launch import SHAPES, label, measure
 
 # The engine's forward over its floor that a chunk's iteration must reach (the targets): the
@@ -20,6 +21,8 @@ TARGET = {64: 1.5, 128: 1.5, 256: 1.25, 512: 1.25}
 # How far the engine's output (a graph of the padded batch, whose GEMMs may take other kernels) may
 # stray from the eager forward's: a replay of stale inputs would be far off.
 REL_DIFF = 0.05
+# The iterations whose kernels per layer are counted: the hybrid headline and a decode batch.
+COUNTED = ((256, 17), (0, 18))
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
@@ -35,7 +38,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     env = ceilings(ctx.out)
     own_ceilings = env is None
     env = env or measure_ceilings(ctx.device)
-    metrics = []
+    metrics, notes = [], []
     for chunk, decodes in cases:
         row, key = measure(llm, chunk, decodes, context, reps), label(chunk, decodes)
         queries = [chunk] * (chunk > 0) + [1] * decodes
@@ -54,6 +57,14 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                    row["graph_tokens"] > 0 if cuda else None),
             Metric(f"engine_rel_diff[{key}]", float(f"{row['rel_diff']:.3g}"), "", f"< {REL_DIFF}",
                    row["rel_diff"] < REL_DIFF)]
+    counted = [(c, d) for c, d in COUNTED if (c, d) in cases]
+    for chunk, decodes in counted:
+        key, static = label(chunk, decodes), static_counts(llm, chunk, decodes, context, llm.config.torch_device)
+        metrics += [Metric(f"kernels_per_layer_{name}[{key}]", len(static[name])) for name in STAGES]
+        notes.append(f"kernels a layer [{key}], static: " + "; ".join(f"{n} {' '.join(static[n])}" for n in STAGES))
+        if cuda:
+            profiled = profiled_layer_kernels(llm, chunk, decodes, context)
+            metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name]) for name in STAGES]
     record = llm.cuda_graphs or {}
     before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
     metrics += [Metric("graphs_captured", len(record.get("decode_sizes", [])) + len(record.get("mixed_tokens", [])),
@@ -67,7 +78,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     timed = (f"{model} {dtype} on {ctx.device}: {', '.join(label(c, d) for c, d in cases)} (c: the last chunk of a "
              f"{context}-token prompt, b: decodes at context {context}); eager (runner.forward) and engine "
              f"(executor.forward: its graph's replay where one holds the batch), interleaved, median of {reps}")
-    notes = [timed, f"engine graphs: {graphs}"]
+    notes[:0] = [timed, f"engine graphs: {graphs}"]
     notes += [f"warning: {w.message}" for w in caught if "capture" in str(w.message)]
     if own_ceilings:
         notes.append("floors at ceilings this step measured (the env step has not run)")
