@@ -4,6 +4,8 @@ attention/reference.py's cache write; the split-K GEMM against torch.matmul, and
 against transformers' SiLU times up."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -119,3 +121,52 @@ def test_split_k_fills_the_sms_and_keeps_walks_long():
     assert split_k_for(128, 5120, 13824, 132, config, programs_per_sm=2) == 3
     # A short K caps the split at a quarter of its tiles.
     assert split_k_for(64, 128, 256, 132, config) == 1
+
+
+# Compiled for Hopper (through ptxas, no GPU needed) at the benchmark models' shapes, with the alignment an
+# engine launch has: ptxas's own count of spilled registers, and whether the rotation's products were fused
+# into fmas (the interpreter never fuses; the unfused RoPE kernel rounds each product before the sum).
+_SPILLS = """
+import json
+import triton.language as tl
+from sarathi_kernels.gemm import _gemm_kernel, _reduce_kernel
+from sarathi_kernels.pointwise import ROPE_OPTIONS
+from sarathi_kernels.rope_kv import _rope_write_kv_kernel
+from sarathi_lab.profiling.gemm_sweep import TILINGS
+
+def aligned(kernel, *more):
+    return [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("stride")] + list(more)
+
+found = {}
+for heads, kv in ((40, 40), (32, 8)):  # LLaMA-13B, Mistral-7B; head_dim 128
+    k = compile(_rope_write_kv_kernel, dict(qkv_ptr="*bf16", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32",
+                slot_ptr="*i64", k_cache_ptr="*bf16", v_cache_ptr="*bf16", q_scale="fp32"),
+                dict(HALF=64, BLOCK_SIZE=16, BLOCK_HQ=1 << (heads - 1).bit_length(),
+                     BLOCK_HK=1 << (kv - 1).bit_length(), BLOCK_D=64, SCALED=False),
+                arch=90, aligned=aligned(_rope_write_kv_kernel), **ROPE_OPTIONS)
+    found[f"rope_write_kv {heads}/{kv}"] = spill_bytes(k, 90) + ("fma.rn" in k.asm["ptx"],)
+types = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", part_ptr="*fp32")
+for t in TILINGS:  # the plain GEMM, and the gated one split (two accumulators: the most registers)
+    for gated, split in ((False, 1), (True, 2)):
+        k = compile(_gemm_kernel, types, dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
+                    SPLIT_K=split, GATED=gated, DOT_DTYPE=tl.bfloat16, PRECISION=None), arch=90,
+                    aligned=aligned(_gemm_kernel, "num_n", "num_k", "up_offset"), num_warps=t.num_warps,
+                    num_stages=t.num_stages)
+        found[f"gemm {t.block_m}x{t.block_n}x{t.block_k} gated={gated}"] = spill_bytes(k, 90) + (False,)
+k = compile(_reduce_kernel, dict(part_ptr="*fp32", out_ptr="*bf16"), dict(SPLIT_K=4, GATED=True, BLOCK=256), arch=90,
+            aligned=aligned(_reduce_kernel))
+found["reduce"] = spill_bytes(k, 90) + (False,)
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+def test_fused_kernels_compile_for_hopper_without_spills_or_fused_rotations():
+    from tests.triton_compile import compile_for_gpu
+
+    done = compile_for_gpu(_SPILLS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == 2 + 2 * 4 + 1
+    assert {name: spilled for name, (_, spilled, _) in found.items() if spilled} == {}, found
+    assert not any(fma for _, _, fma in found.values()), found

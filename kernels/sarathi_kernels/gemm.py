@@ -59,21 +59,21 @@ def _silu_mul(gate, up, DTYPE: tl.constexpr):
     return (act * up.to(DTYPE).to(tl.float32)).to(DTYPE)
 
 
-@jit(do_not_specialize=("M",))
-def _gemm_kernel(x_ptr, w_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_wn, stride_om, up_offset,
+@jit(do_not_specialize=("num_m",))
+def _gemm_kernel(x_ptr, w_ptr, out_ptr, part_ptr, num_m, num_n, num_k, stride_xm, stride_wn, stride_om, up_offset,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                  GATED: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
-    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles_n = tl.cdiv(num_n, BLOCK_N)
     tile = tl.program_id(0)
     split = tl.program_id(1)
     offs_m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < M
-    n_ok = offs_n < N
+    m_ok = offs_m < num_m
+    n_ok = offs_n < num_n
     # This split's K range: whole K tiles, shares differing by at most one tile.
-    k_tiles = tl.cdiv(K, BLOCK_K)
+    k_tiles = tl.cdiv(num_k, BLOCK_K)
     k_lo = (split * k_tiles // SPLIT_K) * BLOCK_K
-    k_hi = tl.minimum(((split + 1) * k_tiles // SPLIT_K) * BLOCK_K, K)
+    k_hi = tl.minimum(((split + 1) * k_tiles // SPLIT_K) * BLOCK_K, num_k)
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
     w_rows = w_ptr + offs_n.to(tl.int64)[None, :] * stride_wn
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -98,26 +98,26 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, part_ptr, M, N, K, stride_xm, stride_wn,
     else:
         # Partials [split, M, N] (gated: [split, 2, M, N], gate then up), fp32.
         width = 2 if GATED else 1
-        base = (split * width * M + offs_m.to(tl.int64))[:, None] * N + offs_n[None, :]
+        base = (split * width * num_m + offs_m.to(tl.int64))[:, None] * num_n + offs_n[None, :]
         tl.store(part_ptr + base, acc, mask=ok)
         if GATED:
-            tl.store(part_ptr + base + M * N, acc_up, mask=ok)
+            tl.store(part_ptr + base + num_m * num_n, acc_up, mask=ok)
 
 
-@jit(do_not_specialize=("M",))
-def _reduce_kernel(part_ptr, out_ptr, M, N, stride_om, SPLIT_K: tl.constexpr, GATED: tl.constexpr,
+@jit(do_not_specialize=("num_m",))
+def _reduce_kernel(part_ptr, out_ptr, num_m, num_n, stride_om, SPLIT_K: tl.constexpr, GATED: tl.constexpr,
                    BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < N
+    ok = offs < num_n
     width = 2 if GATED else 1
     acc = tl.zeros([BLOCK], tl.float32)
     acc_up = tl.zeros([BLOCK], tl.float32)
     for split in range(SPLIT_K):
-        base = (split * width * M + row) * N + offs
+        base = (split * width * num_m + row) * num_n + offs
         acc += tl.load(part_ptr + base, mask=ok, other=0.0)
         if GATED:
-            acc_up += tl.load(part_ptr + base + M * N, mask=ok, other=0.0)
+            acc_up += tl.load(part_ptr + base + num_m * num_n, mask=ok, other=0.0)
     dst = out_ptr + row * stride_om + offs
     if GATED:
         tl.store(dst, _silu_mul(acc, acc_up, out_ptr.dtype.element_ty), mask=ok)
