@@ -117,7 +117,9 @@ def test_check_gpu_s_pointwise_check_runs_here_through_the_interpreter(monkeypat
     check_gpu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check_gpu)
     monkeypatch.setattr(check_gpu, "DEV", torch.device("cpu"))
-    assert check_gpu.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True}
+    assert check_gpu.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True,
+                                                       "rope_write_kv": True, "gemm": True, "gemm_split_k": True,
+                                                       "gemm_silu_mul": True}
 
 
 # Compiled for a Hopper GPU (through ptxas, no GPU needed): the interpreter never fuses, so only the
