@@ -136,3 +136,30 @@ def test_the_tune_step_writes_a_table_the_engine_reads(tmp_path):
         assert choice == "cublas" or choice.startswith("triton")
     assert (tmp_path / "tune_attention.csv").is_file() and (tmp_path / "tune_gemm.csv").is_file()
     assert "times say nothing" in notes[0]
+
+
+@pytest.mark.e2e
+def test_the_engine_s_greedy_tokens_are_the_same_through_a_table_s_triton_gemms_and_tiles(monkeypatch):
+    # Every projection of the tiny model through the Triton GEMM (gate_up with its fused SiLU * up, the
+    # down projection split), and tuned tiles, against the same engine on the defaults.
+    from sarathi_kernels import gemm as gemm_module
+
+    from sarathi_lab import LLM
+    from sarathi_lab.model.presets import PRESETS
+    from sarathi_lab.model.shape import Shape
+    from sarathi_lab.profiling.gemm_sweep import projections
+
+    shape = Shape.of(PRESETS["tiny"])
+    choice = {p.key: {1: GemmChoice("triton", 16, 64, 32, 2 if p.name == "down_proj" else 1, 4, 2)}
+              for p in projections(shape)}
+    table = TunedTable("tiny", {"prefill": TileConfig(32, 32, 4, 2), "decode": TileConfig(16, 32, 2, 2)}, choice)
+    prompts = [[7 * i % 4096 for i in range(n)] for n in (20, 6)]
+    llm = LLM(model="tiny", attention="triton", device="cpu", dtype="float32", cpu_linear="aten", chunk_size=16,
+              max_batch_size=2, warmup_iters=0)
+    default = llm.generate(prompts, max_new_tokens=2)
+    calls, real = [], gemm_module.gemm
+    monkeypatch.setattr(gemm_module, "gemm", lambda *a, **kw: calls.append(kw.get("gated", False)) or real(*a, **kw))
+    with using(table):
+        tuned = llm.generate(prompts, max_new_tokens=2)
+    assert tuned == default
+    assert calls.count(True) == calls.count(False) / 3 > 0  # per layer: qkv, o_proj, down plain; gate_up gated
