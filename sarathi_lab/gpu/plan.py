@@ -52,10 +52,10 @@ HEAD: tuple[Step, ...] = (
          "interleaved, and vs its floor: LLaMA-13B (40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills "
          "512-4096, chunks 64-512 at prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (profiling/attention_peers.py; "
          f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)"),
-    Step("tune", 4.0, "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and a "
+    Step("tune", 2.8, "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and a "
          "2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around the planner's; "
          "LLaMA-13B and Mistral-7B qkv/o_proj/gate_up/down at 128-1024 tokens, cuBLAS vs Triton split-K; writes "
-         "the device's tuned table (profiling/attention_sweep.py, gemm_sweep.py; estimate: ~60 compiles)"),
+         "the device's tuned table (profiling/attention_sweep.py, gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
     Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
