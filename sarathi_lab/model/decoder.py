@@ -7,7 +7,7 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
-from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, linear
+from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, TunedLinear
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 # Architectures this decoder implements, and whether their q/k/v projections carry a bias.
@@ -24,20 +24,20 @@ class Attention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         bias = SUPPORTED_ARCHITECTURES[config.architectures[0]] or getattr(config, "attention_bias", False)
         # One matmul for q, k and v: the layer reads the token batch once.
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.qkv_proj = TunedLinear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
+        self.o_proj = TunedLinear(self.q_size, config.hidden_size, bias=False)
         self.scale = self.head_dim**-0.5
         self.rotary = rotary
         self.backend = backend
 
     def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
         t = hidden.shape[0]
-        qkv = linear(hidden, self.qkv_proj)
+        qkv = self.qkv_proj(hidden)
         k_cache, v_cache = kv_cache
         q = self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads, self.num_kv_heads, k_cache,
                                        v_cache, meta)
         out = self.backend.attend(q, k_cache, v_cache, meta, self.scale)
-        return linear(out.reshape(t, self.q_size), self.o_proj)
+        return self.o_proj(out.reshape(t, self.q_size))
 
 
 class DecoderLayer(nn.Module):

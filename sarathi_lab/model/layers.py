@@ -113,23 +113,26 @@ class GatedMLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
         self.intermediate = intermediate
-        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_proj = TunedLinear(hidden, 2 * intermediate, bias=False)
+        self.down_proj = TunedLinear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (act := tuned_linear(x, self.gate_up_proj, gated=True)) is not None:
-            return linear(act, self.down_proj)  # SiLU * up was the gate_up GEMM's epilogue
+            return self.down_proj(act)  # SiLU * up was the gate_up GEMM's epilogue
         gate_up = self.gate_up_proj(x)
         if (ops := fused_ops(gate_up)) is not None:
-            return linear(ops.silu_mul(gate_up), self.down_proj)
+            return self.down_proj(ops.silu_mul(gate_up))
         gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(nn.functional.silu(gate) * up)
 
 
-def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-    """``layer(x)`` through the GEMM tuned for x's device at x's token count (cuBLAS by default)."""
-    out = tuned_linear(x, layer)
-    return layer(x) if out is None else out
+class TunedLinear(nn.Linear):
+    """nn.Linear through the GEMM tuned for its device at the batch's token count (cuBLAS by default).
+    Still called as a module, so that forward hooks (profiling/ops.py's split by operation) see it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = tuned_linear(x, self)
+        return super().forward(x) if out is None else out
 
 
 def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
