@@ -110,7 +110,9 @@ def test_the_gpu_kernel_check_s_pointwise_check_runs_here_through_the_interprete
     from sarathi_lab.profiling import kernel_check
 
     monkeypatch.setattr(kernel_check, "DEV", torch.device("cpu"))
-    assert kernel_check.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True}
+    assert kernel_check.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True,
+                                                           "rope_write_kv": True, "gemm": True,
+                                                           "gemm_split_k": True, "gemm_silu_mul": True}
 
 
 # Compiled for a Hopper GPU (through ptxas, no GPU needed): the interpreter never fuses, so only the

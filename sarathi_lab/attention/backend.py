@@ -34,6 +34,20 @@ class AttentionBackend(ABC):
                  v_cache: torch.Tensor, meta: AttentionMetadata) -> None:
         """Store this step's keys/values ([T, kv_heads, head_dim]) at ``meta.slot_mapping``."""
 
+    def rope_write_kv(self, rotary, positions: torch.Tensor, qkv: torch.Tensor, num_heads: int, num_kv_heads: int,
+                      k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """The queries of ``qkv`` ([T, (heads + 2 * kv_heads) * head_dim], the fused projection's output)
+        rotated by ``rotary`` (the model's RotaryEmbedding) at ``positions``, after its rotated keys and
+        its values were stored (``write_kv``); returns the queries [T, heads, head_dim]. Two steps here;
+        a backend may fuse them."""
+        t, head_dim = qkv.shape[0], k_cache.shape[-1]
+        # q and k rotate together: one pass over both, same angles per token.
+        qk = rotary(positions, qkv[:, : (num_heads + num_kv_heads) * head_dim].view(t, -1, head_dim))
+        q, k = qk.split([num_heads, num_kv_heads], dim=1)
+        v = qkv[:, (num_heads + num_kv_heads) * head_dim:].view(t, num_kv_heads, head_dim)
+        self.write_kv(k, v, k_cache, v_cache, meta)
+        return q
+
     @abstractmethod
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                meta: AttentionMetadata, scale: float) -> torch.Tensor:

@@ -10,19 +10,21 @@ import torch
 
 from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata
+from sarathi_lab.tuned_kernels import table_for
 
 # The kernels, imported when the backend is first made rather than when it registers: Triton is the
 # gpu extra's, and a CPU install without it still lists this backend.
-write_kv_cache = paged_attention = pod_attention = plan_batch = PodWork = item_capacity = None
+write_kv_cache = paged_attention = rope_write_kv = pod_attention = plan_batch = PodWork = item_capacity = None
 
 
 def _import_kernels() -> None:
-    global write_kv_cache, paged_attention, pod_attention, plan_batch, PodWork, item_capacity
+    global write_kv_cache, paged_attention, rope_write_kv, pod_attention, plan_batch, PodWork, item_capacity
     try:
         from sarathi_kernels.kv_cache import write_kv_cache
         from sarathi_kernels.paged_attention import paged_attention
         from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention
         from sarathi_kernels.pod_plan import item_capacity
+        from sarathi_kernels.rope_kv import rope_write_kv
     except ModuleNotFoundError as e:
         if e.name != "triton":
             raise
@@ -45,12 +47,23 @@ class TritonAttention(AttentionBackend):
     devices = ("cuda",)
     preferred_on = ("cuda",)
 
-    def __init__(self, hybrid: str = "sequential"):
+    def __init__(self, hybrid: str = "sequential", fuse_rope: bool = True):
         if paged_attention is None:
             _import_kernels()
         self.hybrid = hybrid
         # Kept across iterations and grown as batches grow: the plan's buffers.
         self._work = None
+        # False: RoPE and the cache write as two launches (the kernel count's "before").
+        self.fuse_rope = fuse_rope
+
+    def rope_write_kv(self, rotary, positions, qkv, num_heads, num_kv_heads, k_cache, v_cache,
+                      meta: AttentionMetadata):
+        if not self.fuse_rope:
+            return super().rope_write_kv(rotary, positions, qkv, num_heads, num_kv_heads, k_cache, v_cache, meta)
+        # One launch for RoPE and the cache write. The softmax scale stays with attention, which folds it
+        # into its exp2 argument at no cost: scaling q here would add a rounding and save nothing.
+        cos, sin = rotary.tables(positions.device)
+        return rope_write_kv(qkv, positions, cos, sin, k_cache, v_cache, meta.slot_mapping, num_heads, num_kv_heads)
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
@@ -81,7 +94,12 @@ class TritonAttention(AttentionBackend):
         # No max_seq_len from seq_lens_host: a CUDA graph is captured over placeholder lengths, and the
         # kernel's default (the block table's width) bounds the longest context in graphs and eager runs.
         return paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
-                               scale, max_query_len=meta.max_query_len)
+                               scale, max_query_len=meta.max_query_len, **tiles(query.device, meta).launch_kwargs())
+
+
+def tiles(device, meta: AttentionMetadata):
+    """The tuned tile config of the batch's work kind on ``device``: decode where every row is one token."""
+    return table_for(device).tiles("decode" if meta.max_query_len == 1 else "prefill")
 
 
 def _capturing(device: torch.device) -> bool:

@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
 from sarathi_lab.model.configs import SUPPORTED_ARCHITECTURES
-from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding
+from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, TunedLinear
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 # Architectures this decoder implements, and whether their q/k/v projections carry a bias.
@@ -24,8 +24,8 @@ class Attention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         bias = SUPPORTED_ARCHITECTURES[config.architectures[0]] or getattr(config, "attention_bias", False)
         # One matmul for q, k and v: the layer reads the token batch once.
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.qkv_proj = TunedLinear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
+        self.o_proj = TunedLinear(self.q_size, config.hidden_size, bias=False)
         self.scale = self.head_dim**-0.5
         self.rotary = rotary
         self.backend = backend
@@ -33,12 +33,9 @@ class Attention(nn.Module):
     def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
         t = hidden.shape[0]
         qkv = self.qkv_proj(hidden)
-        # q and k rotate together: one pass over both, same angles per token.
-        qk = self.rotary(positions, qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim))
-        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
-        v = qkv[:, self.q_size + self.kv_size :]
         k_cache, v_cache = kv_cache
-        self.backend.write_kv(k, v.view(t, self.num_kv_heads, self.head_dim), k_cache, v_cache, meta)
+        q = self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads, self.num_kv_heads, k_cache,
+                                       v_cache, meta)
         out = self.backend.attend(q, k_cache, v_cache, meta, self.scale)
         return self.o_proj(out.reshape(t, self.q_size))
 

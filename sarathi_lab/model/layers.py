@@ -12,6 +12,8 @@ from torch import nn
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from sarathi_lab.tuned_kernels import TunedTable, table_for
+
 
 def fused_ops(x: torch.Tensor):
     """The module of fused elementwise kernels that serves ``x`` (cpu_ops or pointwise), or None."""
@@ -82,10 +84,15 @@ class RotaryEmbedding(nn.Module):
         # would cast; they follow the positions' device on first use.
         self.cos, self.sin = emb.cos() * scaling, emb.sin() * scaling
 
+    def tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 cos, sin tables [max_positions, d] on ``device`` (moved there on first use)."""
+        if self.cos.device != device:
+            self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        return self.cos, self.sin
+
     def forward(self, positions: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:
         """qk [tokens, q heads + k heads, d], rotated: in place on the CPU path, else a new tensor."""
-        if self.cos.device != positions.device:
-            self.cos, self.sin = self.cos.to(positions.device), self.sin.to(positions.device)
+        self.tables(positions.device)
         if (ops := fused_ops(qk)) is not None:
             ops.rope_(qk, positions, self.cos, self.sin)
             return qk
@@ -106,12 +113,53 @@ class GatedMLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
         self.intermediate = intermediate
-        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_proj = TunedLinear(hidden, 2 * intermediate, bias=False)
+        self.down_proj = TunedLinear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (act := tuned_linear(x, self.gate_up_proj, gated=True)) is not None:
+            return self.down_proj(act)  # SiLU * up was the gate_up GEMM's epilogue
         gate_up = self.gate_up_proj(x)
         if (ops := fused_ops(gate_up)) is not None:
             return self.down_proj(ops.silu_mul(gate_up))
         gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(nn.functional.silu(gate) * up)
+
+
+class TunedLinear(nn.Linear):
+    """nn.Linear through the GEMM tuned for its device at the batch's token count (cuBLAS by default).
+    Still called as a module, so that forward hooks (profiling/ops.py's split by operation) see it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = tuned_linear(x, self)
+        return super().forward(x) if out is None else out
+
+
+def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
+                 table: TunedTable | None = None) -> torch.Tensor | None:
+    """x [T, K] through the Triton split-K GEMM where the tuned table (``table``, by default the one of
+    x's CUDA device) chose it for this weight at T tokens; ``gated``: SiLU(gate) * up of the product
+    (a gate_up weight). None where cuBLAS was chosen (or nothing was tuned): the caller runs its own."""
+    table = table_for(x.device) if table is None else table
+    if not table.gemm or not isinstance(layer, nn.Linear) or layer.bias is not None or x.dim() != 2:
+        return None
+    n, k = layer.weight.shape
+    choice = table.gemm_for(n, k, x.shape[0], gated)
+    if choice.kernel != "triton":
+        return None
+    gemm = _gemm()
+    if gemm is None:
+        return None
+    return gemm.gemm(x, layer.weight, gemm.GemmConfig(**choice.config_kwargs()), gated=gated)
+
+
+@functools.cache
+def _gemm():
+    # Imported where a table chose it only: the CPU path never imports Triton.
+    try:
+        from sarathi_kernels import gemm
+    except ModuleNotFoundError as e:  # Triton is the gpu extra's
+        if e.name != "triton":
+            raise
+        return None
+    return gemm

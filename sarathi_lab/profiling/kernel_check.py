@@ -28,8 +28,10 @@ from pathlib import Path
 import torch
 from sarathi_kernels import pointwise
 from sarathi_kernels.bench import do_bench
+from sarathi_kernels.gemm import GemmConfig, gemm
 from sarathi_kernels.kv_cache import write_kv_cache
 from sarathi_kernels.paged_attention import paged_attention
+from sarathi_kernels.rope_kv import rope_write_kv
 from sarathi_kernels.tolerances import COMPILED_TOLERANCE
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
@@ -118,10 +120,46 @@ def check_pointwise(dtype) -> dict[str, bool]:
     freqs = torch.arange(4096, device=DEV).float()[:, None] / 10000 ** (torch.arange(0, 128, 2, device=DEV) / 128)
     cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
     q, k = apply_rotary_pos_emb(qk[:, :40], qk[:, 40:], cos[positions].to(dtype), sin[positions].to(dtype), 1)
+    unrotated = qk.clone()
     pointwise.rope_(qk, positions, cos, sin)
     ok["rope"] = close(qk[:, :40], q) and close(qk[:, 40:], k)
     gate_up = torch.randn(37, 2 * 13824, device=DEV).to(dtype)
     ok["silu_mul"] = close(pointwise.silu_mul(gate_up), ACT2FN["silu"](gate_up[:, :13824]) * gate_up[:, 13824:])
+    return ok | check_fused(dtype, unrotated, positions, cos, sin, q, k)
+
+
+def check_fused(dtype, qk, positions, cos, sin, q, k) -> dict[str, bool]:
+    """The fused kernels: RoPE + KV write (40 heads and 40 KV heads of 128, the q, k and their rotations
+    of check_pointwise) exactly as the two kernels' torch references; the split-K GEMM and its SiLU * up
+    epilogue against torch.matmul within the attention's compiled tolerance (max |err| / max |ref|), at
+    1024-wide weights (several tiles each way, a ragged 300-token M) that the interpreter also runs in seconds."""
+    def close(a, b) -> bool:
+        try:
+            torch.testing.assert_close(a, b)
+        except AssertionError:
+            return False
+        return True
+
+    tokens = qk.shape[0]
+    qkv = torch.cat([qk.flatten(1), torch.randn(tokens, 40 * 128, device=DEV).to(dtype)], 1)
+    slots = torch.randperm(64 * 16, device=DEV)[:tokens]
+    k_cache, v_cache = (torch.zeros(64, 16, 40, 128, device=DEV, dtype=dtype) for _ in range(2))
+    out_q = rope_write_kv(qkv, positions, cos, sin, k_cache, v_cache, slots, 40, 40)
+    ok = {"rope_write_kv": close(out_q, q) and close(k_cache.view(-1, 40, 128)[slots], k)
+          and torch.equal(v_cache.view(-1, 40, 128)[slots], qkv[:, 80 * 128:].view(tokens, 40, 128))}
+
+    def rel(a, b) -> float:
+        return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+    x = (torch.randn(300, 1024, device=DEV) / 1024**0.5).to(dtype)
+    w = torch.randn(1024, 1024, device=DEV).to(dtype)
+    ok["gemm"] = rel(gemm(x, w), x @ w.T) < TOLERANCE[dtype]
+    ok["gemm_split_k"] = rel(gemm(x, w, GemmConfig(split_k=4)), x @ w.T) < TOLERANCE[dtype]
+    w_gate_up = torch.randn(2 * 512, 1024, device=DEV).to(dtype)
+    product = x @ w_gate_up.T
+    want = ACT2FN["silu"](product[:, :512]) * product[:, 512:]
+    ok["gemm_silu_mul"] = all(rel(gemm(x, w_gate_up, GemmConfig(split_k=s), gated=True), want) < TOLERANCE[dtype]
+                              for s in (1, 3))
     return ok
 
 

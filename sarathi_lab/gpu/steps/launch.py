@@ -13,6 +13,7 @@ from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.floors import floor, sequential_floor
+from sarathi_lab.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
 from sarathi_lab.profiling.launch import MORE_CONTEXTS, SHAPES, label, measure
 
 # From this many tokens an iteration's GEMMs fill whole 128-row tiles and fixed costs weigh little.
@@ -37,6 +38,8 @@ def _target(limit: float | None) -> str:
 # How far the engine's output (a graph of the padded batch, whose GEMMs may take other kernels) may
 # stray from the eager forward's: a replay of stale inputs would be far off.
 REL_DIFF = 0.05
+# The iterations whose kernels per layer are counted: the hybrid headline and a decode batch.
+COUNTED = ((256, 17), (0, 18))
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
@@ -51,7 +54,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     env = ceilings(ctx.out)
     own_ceilings = env is None
     env = env or measure_ceilings(ctx.device)
-    metrics, skipped = [], []
+    metrics, skipped, counts = [], [], []
     for chunk, decodes in cases:
         metrics += _iteration(llm, chunk, decodes, context, reps, env, cuda, context)
     for at in MORE_CONTEXTS[ctx.device]:
@@ -61,6 +64,14 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         except (RuntimeError, ValueError) as e:  # out of KV blocks or memory: the paper's context is measured
             skipped.append(f"context {at}: stopped at {label(chunk, decodes, at)} ({type(e).__name__}: "
                            f"{str(e).splitlines()[0][:200] if str(e) else ''})")
+    counted = [(c, d) for c, d in COUNTED if (c, d) in cases]
+    for chunk, decodes in counted:
+        key, static = label(chunk, decodes), static_counts(llm, chunk, decodes, context, llm.config.torch_device)
+        metrics += [Metric(f"kernels_per_layer_{name}[{key}]", len(static[name])) for name in STAGES]
+        counts.append(f"kernels a layer [{key}], static: " + "; ".join(f"{n} {' '.join(static[n])}" for n in STAGES))
+        if cuda:
+            profiled = profiled_layer_kernels(llm, chunk, decodes, context)
+            metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name]) for name in STAGES]
     record = llm.cuda_graphs or {}
     before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
     metrics += [Metric("graphs_captured", len(record.get("decode_sizes", [])) + len(record.get("mixed_tokens", [])),
@@ -77,7 +88,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
              f"names, none at {context}); eager (runner.forward) and engine (executor.forward: its graph's replay "
              f"where one holds the batch), interleaved, median of {reps}; floors: physical max(compute, memory) of "
              "the whole iteration, sequential the sum of each kernel's own (profiling/floors.py)")
-    notes = [timed, f"engine graphs: {graphs}", *skipped]
+    notes = [timed, f"engine graphs: {graphs}", *counts, *skipped]
     notes += [f"warning: {w.message}" for w in caught if "capture" in str(w.message)]
     if own_ceilings:
         notes.append("floors at ceilings this step measured (the env step has not run)")

@@ -1,0 +1,131 @@
+"""The paged attention kernel's tile configs swept per work kind at the benchmark shapes: for each
+config, every shape of its kind timed interleaved with today's defaults and checked against them; a
+config's score is the geometric mean of its time over the default's, and the best correct one is kept
+(the ``tune`` step writes it into the device's table). With the kept tiles, the split count is swept
+around the planner's (half, as planned, double) to say whether the split rule's target is right.
+On a CPU it dry-runs at tiny shapes in Triton's interpreter (its times say nothing)."""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+
+import torch
+
+from sarathi_lab.profiling.attention_grid import Case
+from sarathi_lab.profiling.attention_peers import Inputs, make_inputs, rel_diff, time_interleaved
+from sarathi_lab.tuned_kernels import TileConfig
+
+# Prefill work (whole prompts, chunks over a prefix, chunks beside decodes: any q-tile of 2+ rows):
+# 64- and 128-row tiles, 128 rows on 8 warps (one warpgroup per 64 rows), key steps of 32-128.
+PREFILL_TILES = tuple(TileConfig(m, n, 4 if m == 64 else 8, s) for m, n, s in
+                      ((64, 64, 2), (64, 64, 3), (64, 32, 3), (64, 128, 2), (128, 64, 2), (128, 64, 3),
+                       (128, 32, 3), (128, 128, 2)))
+# Decode work (one row per request, the GQA group in M): short tiles, long key steps.
+DECODE_TILES = tuple(TileConfig(m, n, w, s) for m, n, w, s in
+                     ((16, 64, 4, 2), (16, 64, 4, 3), (16, 128, 4, 2), (32, 64, 4, 3), (16, 32, 2, 3),
+                      (64, 64, 4, 3)))
+TILES = {"prefill": PREFILL_TILES, "decode": DECODE_TILES}
+# The split counts tried around the planner's, as multiples of it.
+SPLIT_SCALES = (0.5, 1.0, 2.0)
+MAX_REL_DIFF = 2e-2
+
+
+def shapes(device: str) -> dict[str, list[Case]]:
+    """The benchmark shapes per work kind: LLaMA-13B's heads (40/40) and Mistral-7B's (32/8) x 128 on a
+    GPU, chunks of 256 and 512 over prefixes of 1K and 3K and a 2K prefill; decode batches of 18 at 1K
+    and 64 at 4K. On a CPU the same kinds, tiny."""
+    if device != "cuda":
+        heads, d = ((2, 2), (4, 1)), 16
+        return {"prefill": [Case("chunk", h, kv, d, 16, 48) for h, kv in heads],
+                "decode": [Case("decode", h, kv, d, 1, 24, 3) for h, kv in heads]}
+    heads, d = ((40, 40), (32, 8)), 128
+    return {"prefill": [Case("chunk", h, kv, d, c, p + c) for h, kv in heads for c in (256, 512) for p in (1024, 3072)]
+            + [Case("prefill", h, kv, d, 2048, 2048) for h, kv in heads],
+            "decode": [Case("decode", h, kv, d, 1, ctx, b) for h, kv in heads for b, ctx in ((18, 1024), (64, 4096))]}
+
+
+def _call(x: Inputs, **launch) -> Callable[[], torch.Tensor]:
+    from sarathi_kernels.paged_attention import paged_attention
+
+    out, m = torch.empty_like(x.query), x.meta
+    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
+                                   x.scale, max_query_len=m.max_query_len, out=out, **launch)
+
+
+def planned_splits(x: Inputs, tiles: TileConfig) -> int:
+    from sarathi_kernels.attention_plan import device_sm_count, plan_launch
+
+    q, m = x.query, x.meta
+    return plan_launch(q.shape[0], m.seq_lens.shape[0], q.shape[1], x.k_cache.shape[2],
+                       max_seq_len=m.block_tables.shape[1] * x.k_cache.shape[1], element_size=q.element_size(),
+                       max_query_len=m.max_query_len, num_sms=device_sm_count(q.device),
+                       **tiles.launch_kwargs()).num_splits
+
+
+def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
+               warmup: int, limit: int | None = None,
+               seconds_left: Callable[[], float | None] = lambda: None) -> tuple[TileConfig, float, list[dict]]:
+    """The best tile config of ``kind`` over ``cases`` (the defaults unless one beats them), its score (1:
+    the defaults) and one row per (case, contender); ``limit``: at
+    most this many configs (the dry run's). Stops trying configs when ``seconds_left`` says under 20 s."""
+    inputs = [make_inputs(case, dtype, device, block_size) for case in cases]
+    defaults = [_call(x)().float() for x in inputs]
+    ratios: dict[TileConfig, list[float]] = {}
+    rows = []
+    for tiles in TILES[kind][:limit]:
+        left = seconds_left()
+        if left is not None and left < 20:
+            break
+        ratios[tiles] = []
+        for case, x, reference in zip(cases, inputs, defaults):
+            row = {"kind": kind, "shape": case.label, "tiles": tiles_label(tiles), "splits": "planned"}
+            try:
+                call = _call(x, **tiles.launch_kwargs())
+                diff = rel_diff(call(), reference)
+                row["rel_diff"] = diff
+                if diff > MAX_REL_DIFF:
+                    raise ValueError(f"rel diff {diff:.3g} > {MAX_REL_DIFF}")
+                times = time_interleaved({"default": _call(x), "tiles": call}, reps, device, warmup)
+                row |= {"ms": statistics.median(times["tiles"]), "default_ms": statistics.median(times["default"])}
+                ratios[tiles].append(row["ms"] / row["default_ms"])
+            except Exception as e:  # noqa: BLE001 (a config that fails to compile or is wrong is a result)
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+                ratios[tiles].append(math.inf)
+            rows.append(row)
+    scores = {t: _geomean(r) for t, r in ratios.items()}
+    finite = {t: s for t, s in scores.items() if math.isfinite(s)}
+    best = min(finite, key=finite.get) if finite and min(finite.values()) < 1.0 else TileConfig()
+    for row in rows:
+        row["score"] = scores[_parse(row["tiles"])]
+    rows += _split_rows(kind, cases, inputs, best, reps, device, warmup)
+    return best, scores.get(best, 1.0), rows
+
+
+def _split_rows(kind, cases, inputs, tiles: TileConfig, reps, device, warmup) -> list[dict]:
+    rows = []
+    for case, x in zip(cases, inputs):
+        planned = planned_splits(x, tiles)
+        counts = sorted({max(1, round(planned * s)) for s in SPLIT_SCALES})
+        calls = {f"splits={n}": _call(x, num_splits=n, **tiles.launch_kwargs()) for n in counts}
+        times = time_interleaved(calls, reps, device, warmup)
+        rows += [{"kind": kind, "shape": case.label, "tiles": tiles_label(tiles), "splits": name.split("=")[1],
+                  "planned_splits": planned, "ms": statistics.median(t)} for name, t in times.items()]
+    return rows
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values and all(
+        math.isfinite(v) for v in values) else math.inf
+
+
+def tiles_label(tiles: TileConfig) -> str:
+    """``m128_n64_w8_s2``, or ``default`` (the kernel's own tiling)."""
+    if tiles == TileConfig():
+        return "default"
+    return f"m{tiles.block_m}_n{tiles.block_n}_w{tiles.num_warps}_s{tiles.num_stages}"
+
+
+def _parse(label: str) -> TileConfig:
+    m, n, w, s = (int(part[1:]) for part in label.split("_"))
+    return TileConfig(m, n, w, s)

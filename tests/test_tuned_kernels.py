@@ -1,0 +1,165 @@
+"""The per-device tuned-kernel table (sarathi_lab/tuned_kernels.py) and the engine's use of it: a device
+without a table runs today's defaults, a table's entries are picked up by the Triton attention (tile
+config per work kind) and by the projections (the Triton split-K GEMM, gate_up with SiLU * up fused),
+and the suite's ``tune`` step writes a table the engine reads back."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+from sarathi_lab import tuned_kernels
+from sarathi_lab.attention import triton_backend
+from sarathi_lab.attention.triton_backend import TritonAttention
+from sarathi_lab.model.layers import tuned_linear
+from sarathi_lab.tuned_kernels import (
+    DEFAULT,
+    GemmChoice,
+    TileConfig,
+    TunedTable,
+    file_name,
+    gemm_key,
+    load,
+    table_for,
+    table_named,
+    using,
+)
+from tests.test_kernels import expected, make_inputs
+
+PREFILL = TileConfig(block_m=32, block_n=16, num_warps=2, num_stages=2)
+DECODE = TileConfig(block_m=16, block_n=32, num_warps=1, num_stages=1)
+SPLIT = GemmChoice("triton", 16, 16, 16, 2, 2, 2)
+
+
+def a_table(n: int = 24, k: int = 40) -> TunedTable:
+    return TunedTable("NVIDIA H100 80GB HBM3", {"prefill": PREFILL, "decode": DECODE},
+                      {gemm_key(n, k, False): {8: SPLIT, 64: GemmChoice()},
+                       gemm_key(2 * n, k, True): {1: GemmChoice("triton", 16, 32, 16, 1, 2, 2)}})
+
+
+def test_a_device_without_a_table_runs_the_defaults(tmp_path):
+    assert table_for(torch.device("cpu")) is DEFAULT
+    assert table_named("No Such GPU", tmp_path) is DEFAULT
+    assert DEFAULT.tiles("prefill").launch_kwargs() == {} and DEFAULT.tiles("decode").launch_kwargs() == {}
+    assert DEFAULT.gemm_for(5120, 5120, 256).kernel == "cublas"
+    x, layer = torch.randn(3, 8), nn.Linear(8, 4, bias=False)
+    assert tuned_linear(x, layer) is None  # the caller's own linear: cuBLAS on CUDA, the CPU path here
+
+
+def test_a_table_is_found_by_the_device_name_and_reads_back(tmp_path, monkeypatch):
+    table = a_table()
+    (tmp_path / file_name(table.device)).write_text(json.dumps(table.to_json()))
+    assert file_name(table.device) == "NVIDIA_H100_80GB_HBM3.json"
+    monkeypatch.setattr(tuned_kernels, "TABLE_DIR", tmp_path)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: table.device)
+    tuned_kernels._cuda_table.cache_clear()
+    try:
+        read = table_for(torch.device("cuda", 0))
+    finally:
+        tuned_kernels._cuda_table.cache_clear()
+    assert read.attention == table.attention and read.gemm == table.gemm
+    # The nearest tuned token count at or below the batch's; the smallest below them all; cuBLAS off the table.
+    assert read.gemm_for(24, 40, 8) == SPLIT and read.gemm_for(24, 40, 63) == SPLIT
+    assert read.gemm_for(24, 40, 1000).kernel == "cublas" and read.gemm_for(24, 40, 2) == SPLIT
+    assert read.gemm_for(24, 41, 8).kernel == "cublas"
+
+
+def test_a_bad_table_entry_fails_in_one_line_naming_it(tmp_path):
+    path = tmp_path / "GPU.json"
+    path.write_text(json.dumps({"attention": {"prefill": {"block_m": 0}}}))
+    with pytest.raises(ValueError, match=r"^error: .*GPU.json: attention.prefill.block_m=0 is invalid; allowed: a "
+                                         r"positive integer or null$"):
+        load(path)
+    path.write_text(json.dumps({"gemm": {"8x8": {"16": {"kernel": "cutlass"}}}}))
+    with pytest.raises(ValueError, match=r"gemm.8x8.16.kernel='cutlass' is invalid; allowed: cublas, triton$"):
+        load(path)
+    path.write_text(json.dumps({"attention": {"mixed": {}}}))
+    with pytest.raises(ValueError, match=r"attention.mixed=\{\} is invalid; allowed: prefill, decode$"):
+        load(path)
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_triton_attention_takes_the_tiles_of_the_batch_s_work_kind(monkeypatch, decode):
+    torch.manual_seed(0)
+    prefills = [] if decode else [(5, 37)]
+    query, k_cache, v_cache, meta = make_inputs(prefills, [(1, 20), (1, 33)], heads=4, kv_heads=2, head_dim=16,
+                                                block_size=16, dtype=torch.float32)
+    backend = TritonAttention()  # imports the kernels (a backend loads them when first made)
+    seen, attend = [], triton_backend.paged_attention
+
+    def spy(*args, **kwargs):
+        seen.append({k: kwargs.get(k) for k in ("block_m", "block_n", "num_warps", "num_stages")})
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(triton_backend, "paged_attention", spy)
+    default = backend.attend(query, k_cache, v_cache, meta, 16**-0.5)
+    with using(a_table()):
+        tuned = backend.attend(query, k_cache, v_cache, meta, 16**-0.5)
+    want = DECODE if decode else PREFILL
+    assert seen == [dict.fromkeys(seen[0]), {k: getattr(want, k) for k in seen[0]}]
+    ref = expected(query, k_cache, v_cache, meta)
+    torch.testing.assert_close(tuned, ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(default, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_projection_takes_the_tuned_triton_gemm_and_gate_up_its_fused_activation():
+    torch.manual_seed(0)
+    layer, gate_up = nn.Linear(40, 24, bias=False), nn.Linear(40, 48, bias=False)
+    x = torch.randn(9, 40)
+    with torch.no_grad(), using(a_table()):
+        out = tuned_linear(x, layer)  # 9 tokens: the entry at 8, split-K
+        fused = tuned_linear(x, gate_up, gated=True)
+        plain = tuned_linear(x[:1].repeat(64, 1), layer)  # 64 tokens: cuBLAS, the caller's own
+    assert plain is None
+    torch.testing.assert_close(out, layer(x).detach())
+    product = gate_up(x).detach()
+    torch.testing.assert_close(fused, ACT2FN["silu"](product[:, :24]) * product[:, 24:])
+
+
+def test_the_tune_step_writes_a_table_the_engine_reads(tmp_path):
+    from sarathi_lab.gpu.context import Context
+    from sarathi_lab.gpu.plan import BY_NAME
+    from sarathi_lab.gpu.steps import tune
+
+    metrics, notes = tune.run(Context(tmp_path, tmp_path, True, "cpu", None), BY_NAME["tune"])
+    by_name = {m.metric: m.value for m in metrics}
+    table = load(tmp_path / by_name["tuned_table"])
+    assert set(table.attention) == {"prefill", "decode"}
+    assert {f"attention_tiles[{k}]" for k in ("prefill", "decode")} <= set(by_name)
+    keys = {gemm_key(512, 256, False), gemm_key(256, 256, False), gemm_key(1376, 256, True), gemm_key(256, 688, False)}
+    assert set(table.gemm) == keys and all(set(by_m) == {16} for by_m in table.gemm.values())
+    for key in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+        choice = by_name[f"gemm_choice[tiny.{key},m=16]"]
+        assert choice == "cublas" or choice.startswith("triton")
+    assert (tmp_path / "tune_attention.csv").is_file() and (tmp_path / "tune_gemm.csv").is_file()
+    assert "times say nothing" in notes[0]
+
+
+@pytest.mark.e2e
+def test_the_engine_s_greedy_tokens_are_the_same_through_a_table_s_triton_gemms_and_tiles(monkeypatch):
+    # Every projection of the tiny model through the Triton GEMM (gate_up with its fused SiLU * up, the
+    # down projection split), and tuned tiles, against the same engine on the defaults.
+    from sarathi_kernels import gemm as gemm_module
+
+    from sarathi_lab import LLM
+    from sarathi_lab.model.presets import PRESETS
+    from sarathi_lab.model.shape import Shape
+    from sarathi_lab.profiling.gemm_sweep import projections
+
+    shape = Shape.of(PRESETS["tiny"])
+    choice = {p.key: {1: GemmChoice("triton", 16, 64, 32, 2 if p.name == "down_proj" else 1, 4, 2)}
+              for p in projections(shape)}
+    table = TunedTable("tiny", {"prefill": TileConfig(32, 32, 4, 2), "decode": TileConfig(16, 32, 2, 2)}, choice)
+    prompts = [[7 * i % 4096 for i in range(n)] for n in (20, 6)]
+    llm = LLM(model="tiny", attention="triton", device="cpu", dtype="float32", cpu_linear="aten", chunk_size=16,
+              max_batch_size=2, warmup_iters=0)
+    default = llm.generate(prompts, max_new_tokens=2)
+    calls, real = [], gemm_module.gemm
+    monkeypatch.setattr(gemm_module, "gemm", lambda *a, **kw: calls.append(kw.get("gated", False)) or real(*a, **kw))
+    with using(table):
+        tuned = llm.generate(prompts, max_new_tokens=2)
+    assert tuned == default
+    assert calls.count(True) == calls.count(False) / 3 > 0  # per layer: qkv, o_proj, down plain; gate_up gated
