@@ -243,12 +243,12 @@ def test_mixed_graphs_replay_the_eager_engine_s_tokens(scheduler, monkeypatch):
 
 
 def test_replays_split_as_the_eager_forwards_of_the_same_batches(monkeypatch):
-    # Planned for a GPU of one SM, with short key tiles and splits of one key tile, the tiny model's
+    # Planned for a GPU of 8 SMs, with short key tiles and splits of one key tile, the tiny model's
     # batches split their KV walks: each replay must run the launches, tiles and split counts that the
     # same batch's eager forward plans (plan_batch from its host lengths), and give its tokens.
     llm = engine("sarathi")
     backend = llm.engine.executor.runner.model.backend
-    backend.limits, backend.rule = GpuLimits(num_sms=1), SplitRule(min_key_tiles=1)
+    backend.limits, backend.rule = GpuLimits(num_sms=8), SplitRule(min_key_tiles=1)
     backend.tiles = WorkTiles(TileConfig(16, 16), TileConfig(64, 16), TileConfig(128, 16, 8))
     eager = llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS)
     graphs = CudaGraphs(llm.engine.executor.runner, MAX_BATCH, MAX_LEN // BLOCK, CHUNK + MAX_BATCH,
