@@ -95,7 +95,7 @@ class AttentionLaunch:
     num_kv_heads: int
     num_splits: int  # this batch's split count (a graph's launch reads it from a device integer)
     split_capacity: int  # the grid's third axis: the most splits this launch may be given
-    skip_decodes: bool = False  # a PREFILL launch beside a DECODE one leaves one-token requests to it
+    skip_decodes: bool = False  # a planned batch's PREFILL launch leaves one-token requests to its DECODE one
 
     @property
     def block_m(self) -> int:
@@ -232,8 +232,9 @@ def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_k
         working = sum(cdiv(q, block_q) for q, _ in chunks)
         key_tiles = cdiv(max(ctx for _, ctx in chunks), config.block_n)
         splits = choose_splits(working * num_kv_heads, key_tiles, wave_of(PREFILL, config, limits), rule)
+        # Skipping one-token requests is a no-op where there are none: one compiled kernel either way.
         prefill = AttentionLaunch(PREFILL, group, group_pad, config, sum(query_lens) // block_q + requests, working,
-                                  num_kv_heads, splits, splits, skip_decodes=bool(decodes))
+                                  num_kv_heads, splits, splits, skip_decodes=True)
     return AttentionPlan(prefill, decode)
 
 
