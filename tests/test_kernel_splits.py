@@ -173,16 +173,15 @@ for kind, block_m, warps, block_size, group in (("decode", 16, 4, 16, 1), ("deco
                                                 ("prefill", 64, 4, 16, 1), ("prefill", 64, 4, 16, 4),
                                                 ("prefill", 64, 4, 64, 1), ("prefill", 128, 8, 16, 1),
                                                 ("prefill", 128, 8, 16, 4)):
-    for skip in ((False,) if kind == "decode" else (False, True)):
-        kernel = compile(attention, types, dict(BLOCK_SIZE=block_size, GROUP=group, GROUP_PAD=group, HEAD_DIM_PAD=128,
-                                                BLOCK_M=block_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
-                                                DECODE=kind == "decode", SKIP_DECODES=skip),
-                         arch=90, aligned=aligned(attention), num_warps=warps)
-        name = f"{kind} m={block_m} warps={warps} block={block_size} group={group} skip={skip}"
-        found[name] = spill_bytes(kernel, 90)
-        if (kind, block_m, warps) in SM90_RESOURCES and block_size == 16 and group == 1 and not skip:
-            table = SM90_RESOURCES[kind, block_m, warps]
-            tabulated[name] = [[found[name][0], kernel.metadata.shared], [table.registers, table.shared_bytes]]
+    kernel = compile(attention, types, dict(BLOCK_SIZE=block_size, GROUP=group, GROUP_PAD=group, HEAD_DIM_PAD=128,
+                                            BLOCK_M=block_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
+                                            DECODE=kind == "decode"),
+                     arch=90, aligned=aligned(attention), num_warps=warps)
+    name = f"{kind} m={block_m} warps={warps} block={block_size} group={group}"
+    found[name] = spill_bytes(kernel, 90)
+    if (kind, block_m, warps) in SM90_RESOURCES and block_size == 16 and group == 1:
+        table = SM90_RESOURCES[kind, block_m, warps]
+        tabulated[name] = [[found[name][0], kernel.metadata.shared], [table.registers, table.shared_bytes]]
 for decode in (False, True):
     kernel = compile(merge, dict(part_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16"),
                      dict(BLOCK_H=16, HEAD_DIM_PAD=128, DECODE=decode), arch=90, aligned=aligned(merge))

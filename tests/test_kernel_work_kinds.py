@@ -1,5 +1,5 @@
 """The Triton paged attention planned per work kind (attention_plan.plan_batch): decode tiles over the
-one-token requests of a hybrid batch, prefill tiles of 64 rows or tall ones of 128 on 8 warps over its
+decodes of a hybrid batch, prefill tiles of 64 rows or tall ones of 128 on 8 warps over its
 chunks (their last tile first), each launch split as the plan says, equal to attention/reference.py in
 Triton's interpreter; and so is a CUDA graph's launch (plan_graph), captured with room for more splits
 than the batch it replays is given, with spare requests of context 0."""
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sarathi_kernels.attention_plan import TileConfig, WorkTiles, plan_batch, plan_graph
 from sarathi_kernels.occupancy import GpuLimits
 from sarathi_kernels.paged_attention import paged_attention
-from sarathi_kernels.split_merge import split_count, split_counts_buffer
+from sarathi_kernels.split_merge import plan_row, split_counts_buffer
 from sarathi_kernels.split_rule import SplitRule
 
 from tests.test_kernel_splits import with_padding_rows
@@ -55,8 +55,8 @@ def test_every_work_kind_matches_reference(chunks, decodes, heads, num_sms, seed
 
 def test_tall_tiles_where_a_chunk_fills_one():
     plan = plan_batch([130, 9, 1], [150, 40, 70], 2, 2, tiles=TILES)
-    assert plan.prefill.tiles == TileConfig(128, 16, 8) and plan.prefill.skip_decodes
-    assert plan.decode.tiles == TileConfig(16, 16) and plan.decode.working_tiles == 1
+    assert plan.prefill.tiles == TileConfig(128, 16, 8) and plan.prefill.end_request == 2
+    assert plan.decode.tiles == TileConfig(16, 16) and (plan.decode.first_request, plan.decode.working_tiles) == (2, 1)
     # Under GQA a tile's rows are tokens x the padded group: 32 tokens of a group of 4 fill 128 rows.
     assert plan_batch([32], [32], 8, 2, tiles=TILES).prefill.block_q == 32
     assert plan_batch([31], [31], 8, 2, tiles=TILES).prefill.tiles == TileConfig(64, 16)
@@ -80,7 +80,7 @@ def test_a_graph_s_launches_match_reference_at_the_batch_s_split_counts(chunk, d
     assert eager.replays_in(graph)
     assert any(captured.split_capacity > launch.num_splits > 1 for launch in eager.launches()
                for captured in graph.launches() if captured.kind == launch.kind)
-    for slot, launch in enumerate((eager.prefill, eager.decode)):
-        counts[slot].copy_(split_count(counts.device, launch.num_splits if launch else 1))
+    for slot, values in enumerate(eager.device_rows()):
+        counts[slot].copy_(plan_row(counts.device, values))
     out = run(padded, k_cache, v_cache, starts, seq_lens, tables, graph)
     assert_close(out[: len(query)], expected(query, k_cache, v_cache, meta), torch.float32)

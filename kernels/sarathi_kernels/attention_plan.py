@@ -11,16 +11,17 @@ walks.
 Why split: a program owns one tile of query rows of one KV head and walks that tile's whole context.
 A chunk of a few tiles, or a few decodes, is then fewer programs than the GPU holds at once, each
 walking a long context alone while most SMs idle. As FlashDecoding and FlashInfer do, such a launch
-splits every tile's walk across ``num_splits`` programs (the grid's third axis); each writes its
+splits every tile's walk across ``num_splits`` programs; each writes its
 partial output and log-sum-exp, and a small merge kernel combines them (``split_merge.py``);
 split_rule.py picks the count.
 
-CUDA graphs. A captured launch cannot change its grid, its tiles or its host arguments. So the
-split count reaches the kernel through a device integer (one a launch), and a graph's launch is
-captured with the most splits any batch it holds can get (``plan_graph``): programs past the batch's
-count exit at once. A replayed batch is planned on the host exactly as it would run eagerly
-(``plan_batch``), and its split counts are copied into the graph's integers before the replay; the
-graph is chosen to have the tiles that plan asks for (cuda_graphs.py). Each program finds its share of
+CUDA graphs. A captured launch cannot change its grid, its tiles or its host arguments. So each
+launch reads its split count and its range of requests from device integers, its programs are a flat
+grid that it maps to (tile, KV head, split) by that count, and a graph's launch is captured with as
+many programs as any batch it holds needs (``plan_graph``): programs past the batch's exit at once.
+A replayed batch is planned on the host exactly as it would run eagerly (``plan_batch``), and its
+split counts and requests are copied into the graph's integers before the replay; the graph is
+chosen to have the tiles that plan asks for and room for its splits (cuda_graphs.py). Each program finds its share of
 the keys on the device from the request's ``seq_len``, so any split count is right for any context.
 """
 from __future__ import annotations
@@ -90,12 +91,18 @@ class AttentionLaunch:
     group: int  # query heads per KV head
     group_pad: int  # the group padded to a power of two (rows of one token in a tile)
     tiles: TileConfig  # block_m raised to the group
-    grid_tiles: int  # the grid's first axis: an upper bound on tiles, from shapes alone
+    grid_tiles: int  # an upper bound on its requests' tiles, from shapes alone
     working_tiles: int  # at most this many of them have rows to compute
     num_kv_heads: int
     num_splits: int  # this batch's split count (a graph's launch reads it from a device integer)
-    split_capacity: int  # the grid's third axis: the most splits this launch may be given
-    skip_decodes: bool = False  # a planned batch's PREFILL launch leaves one-token requests to its DECODE one
+    split_capacity: int  # the most splits this launch may be given
+    # Its requests, first_request to end_request (a graph's launch reads them from device integers):
+    # prefill work is the batch's first requests (its chunks), decode work the rest.
+    first_request: int
+    end_request: int
+    # Its programs, one a (tile, KV head, split), flat: an eager launch's exactly, a graph's as many as
+    # any batch it holds needs (the rest exit at once).
+    grid_programs: int
 
     @property
     def block_m(self) -> int:
@@ -118,8 +125,12 @@ class AttentionLaunch:
         return self.block_m // self.group_pad
 
     @property
-    def grid(self) -> tuple[int, int, int]:
-        return self.grid_tiles, self.num_kv_heads, self.split_capacity
+    def grid(self) -> tuple[int]:
+        return (self.grid_programs,)
+
+    def device_row(self) -> tuple[int, int, int, int]:
+        """What the kernels read of it from the device: split count, first and end request."""
+        return self.num_splits, self.first_request, self.end_request, 0
 
     @property
     def working_programs(self) -> int:
@@ -135,8 +146,8 @@ class AttentionLaunch:
 @dataclass(frozen=True)
 class AttentionPlan:
     """A batch's launches: prefill work, then decode work (either may be absent). ``split_counts``: a
-    CUDA graph's device integers (int32 [2, 4], row 0 the prefill launch's count, row 1 the decode's)
-    that its replays refill; None: each launch's ``num_splits`` as it is."""
+    CUDA graph's device integers (int32 [2, 4], a row a launch, prefill then decode: ``device_row``)
+    that its replays refill; None: each launch's own."""
 
     prefill: AttentionLaunch | None
     decode: AttentionLaunch | None
@@ -168,6 +179,10 @@ class AttentionPlan:
         """These launches given split counts ``counts`` (prefill, decode): what a graph replays."""
         return AttentionPlan(*(None if launch is None else replace(launch, num_splits=count)
                                for launch, count in zip((self.prefill, self.decode), counts)))
+
+    def device_rows(self) -> list[tuple[int, int, int, int]]:
+        """Its launches' device integers, prefill then decode (an absent launch: unsplit, no requests)."""
+        return [launch.device_row() if launch else (1, 0, 0, 0) for launch in (self.prefill, self.decode)]
 
 
 def _group(num_heads: int, num_kv_heads: int) -> tuple[int, int]:
@@ -211,30 +226,36 @@ def prefill_tile_choices(num_heads: int, num_kv_heads: int, element_size: int = 
 
 
 def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_kv_heads: int, *,
-               element_size: int = 2, limits: GpuLimits | None = None, tiles: WorkTiles | None = None,
-               rule: SplitRule = DEFAULT_RULE) -> AttentionPlan:
+               num_prefills: int | None = None, element_size: int = 2, limits: GpuLimits | None = None,
+               tiles: WorkTiles | None = None, rule: SplitRule = DEFAULT_RULE) -> AttentionPlan:
     """The launches of a batch of requests with these query lengths and contexts (host values, as
-    the engine knows them before its forward). ``limits`` None (no GPU): nothing splits."""
+    the engine knows them before its forward), its ``num_prefills`` chunks first (default: all but its
+    trailing one-token requests), then its decodes. ``limits`` None (no GPU): nothing splits."""
     tiles = tiles or default_tiles(element_size)
     group, group_pad = _group(num_heads, num_kv_heads)
     requests = len(query_lens)
-    decodes = [ctx for q, ctx in zip(query_lens, seq_lens) if q == 1]
-    chunks = [(q, ctx) for q, ctx in zip(query_lens, seq_lens) if q > 1]
+    if num_prefills is None:
+        num_prefills = requests
+        while num_prefills and query_lens[num_prefills - 1] == 1:
+            num_prefills -= 1
     decode = prefill = None
-    if decodes:
+    if num_prefills < requests:
         config = _raised(tiles.decode, group_pad)
-        key_tiles = cdiv(max(decodes), config.block_n)
-        splits = choose_splits(len(decodes) * num_kv_heads, key_tiles, wave_of(DECODE, config, limits), rule)
-        decode = AttentionLaunch(DECODE, group, group_pad, config, requests, len(decodes), num_kv_heads, splits, splits)
-    if chunks:
-        config = prefill_tiles_for(max(q for q, _ in chunks), group_pad, tiles)
+        count = requests - num_prefills
+        key_tiles = cdiv(max(seq_lens[num_prefills:]), config.block_n)
+        splits = choose_splits(count * num_kv_heads, key_tiles, wave_of(DECODE, config, limits), rule)
+        decode = AttentionLaunch(DECODE, group, group_pad, config, count, count, num_kv_heads, splits, splits,
+                                 num_prefills, requests, count * num_kv_heads * splits)
+    if num_prefills:
+        chunks = query_lens[:num_prefills]
+        config = prefill_tiles_for(max(chunks), group_pad, tiles)
         block_q = config.block_m // group_pad
-        working = sum(cdiv(q, block_q) for q, _ in chunks)
-        key_tiles = cdiv(max(ctx for _, ctx in chunks), config.block_n)
+        working = sum(cdiv(q, block_q) for q in chunks)
+        key_tiles = cdiv(max(seq_lens[:num_prefills]), config.block_n)
         splits = choose_splits(working * num_kv_heads, key_tiles, wave_of(PREFILL, config, limits), rule)
-        # Skipping one-token requests is a no-op where there are none: one compiled kernel either way.
-        prefill = AttentionLaunch(PREFILL, group, group_pad, config, sum(query_lens) // block_q + requests, working,
-                                  num_kv_heads, splits, splits, skip_decodes=True)
+        grid_tiles = sum(chunks) // block_q + num_prefills
+        prefill = AttentionLaunch(PREFILL, group, group_pad, config, grid_tiles, working, num_kv_heads, splits, splits,
+                                  0, num_prefills, grid_tiles * num_kv_heads * splits)
     return AttentionPlan(prefill, decode)
 
 
@@ -251,18 +272,28 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
     tiles = tiles or default_tiles(element_size)
     group, group_pad = _group(num_heads, num_kv_heads)
     config = _raised(tiles.decode, group_pad)
-    capacity = most_splits(fewest_decodes * num_kv_heads, cdiv(max_seq_len, config.block_n),
-                           wave_of(DECODE, config, limits), rule)
-    decode = AttentionLaunch(DECODE, group, group_pad, config, requests, requests, num_kv_heads, 1, capacity)
+    wave = wave_of(DECODE, config, limits)
+    capacity = most_splits(fewest_decodes * num_kv_heads, cdiv(max_seq_len, config.block_n), wave, rule)
+    # A split launch's programs: D decodes x heads x s <= max_waves x wave (split_rule.most_splits).
+    programs = min(requests * num_kv_heads * capacity,
+                   max(requests * num_kv_heads, rule.max_waves * wave if capacity > 1 else 0))
+    decode = AttentionLaunch(DECODE, group, group_pad, config, requests, requests, num_kv_heads, 1, capacity,
+                             0, requests, programs)
     prefill = None
     if prefill_tiles is not None:
         block_q = prefill_tiles.block_m // group_pad
         # A batch of this graph has prefill work of at least its tokens less one a decode beside it.
         fewest_tiles = max(1, cdiv(fewest_tokens - (requests - 1), block_q))
-        capacity = most_splits(fewest_tiles * num_kv_heads, cdiv(max_seq_len, prefill_tiles.block_n),
-                               wave_of(PREFILL, prefill_tiles, limits), rule)
-        prefill = AttentionLaunch(PREFILL, group, group_pad, prefill_tiles, tokens // block_q + requests,
-                                  cdiv(tokens, block_q) + requests - 1, num_kv_heads, 1, capacity, skip_decodes=True)
+        wave = wave_of(PREFILL, prefill_tiles, limits)
+        capacity = most_splits(fewest_tiles * num_kv_heads, cdiv(max_seq_len, prefill_tiles.block_n), wave, rule)
+        grid_tiles = tokens // block_q + requests
+        # A split launch's grid tiles (T // block_q + P) are at most twice its working ones W (each of
+        # its P chunks has one), and W x heads x s <= max_waves x wave.
+        programs = min(grid_tiles * num_kv_heads * capacity,
+                       max(grid_tiles * num_kv_heads, 2 * rule.max_waves * wave if capacity > 1 else 0))
+        prefill = AttentionLaunch(PREFILL, group, group_pad, prefill_tiles, grid_tiles,
+                                  cdiv(tokens, block_q) + requests - 1, num_kv_heads, 1, capacity, 0, requests,
+                                  programs)
     return AttentionPlan(prefill, decode, split_counts)
 
 
@@ -302,4 +333,4 @@ def plan_launch(num_tokens: int, num_requests: int, num_heads: int, num_kv_heads
         num_splits = choose_splits(working_tiles * num_kv_heads, cdiv(max_seq_len, config.block_n),
                                    wave_of(kind, config, limits), rule)
     return AttentionLaunch(kind, group, group_pad, config, grid_tiles, working_tiles, num_kv_heads, num_splits,
-                           num_splits)
+                           num_splits, 0, num_requests, grid_tiles * num_kv_heads * num_splits)

@@ -46,9 +46,9 @@ class KernelResources:
 # (work kind, block_m, num_warps) -> the sm_90 compile's resources. "decode": one token a request,
 # decode tiles; "prefill": query tiles of block_m rows.
 SM90_RESOURCES: dict[tuple[str, int, int], KernelResources] = {
-    ("decode", 16, 4): KernelResources(114, 39424, 4),
-    ("prefill", 64, 4): KernelResources(194, 82944, 4),
-    ("prefill", 128, 8): KernelResources(190, 98816, 8),
+    ("decode", 16, 4): KernelResources(146, 39424, 4),
+    ("prefill", 64, 4): KernelResources(196, 82944, 4),
+    ("prefill", 128, 8): KernelResources(192, 98816, 8),
 }
 
 

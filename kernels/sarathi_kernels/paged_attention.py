@@ -9,7 +9,9 @@ decode (one token, memory-bound) cheap under GQA. Tiles never straddle requests;
 it, so a program finds its request by binary search without any host-side tile map, and the grid
 ``T // BLOCK_Q + R`` comes from shapes alone (no device sync). Programs past a request's last tile
 exit at once; a request's last tile (the longest causal walk) takes its first program. A decode
-launch's program (request, kv_head, split) owns request ``request``'s one token, if it has one.
+launch's tile t is its first request + t, one token. Programs are a flat grid, program p being split
+p % S of (tile, kv_head) p // S, S the split count, which with the launch's range of requests the
+kernel reads from the device (attention_plan.py: what lets a CUDA graph replay any batch's plan).
 
 When a batch has too few programs to fill the GPU (attention_plan.py), each tile's walk over its keys
 is split across ``num_splits`` programs (read from the device: a CUDA graph's replays refill it, and
@@ -40,7 +42,7 @@ from sarathi_kernels._checks import (
 )
 from sarathi_kernels.attention_plan import DECODE, PREFILL, AttentionPlan, plan_launch
 from sarathi_kernels.occupancy import device_limits
-from sarathi_kernels.split_merge import merge_splits, split_buffers, split_count
+from sarathi_kernels.split_merge import merge_splits, plan_row, split_buffers
 from sarathi_kernels.triton_jit import INTERPRETED, jit
 
 _LOG2E = 1.4426950408889634
@@ -112,40 +114,42 @@ def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
 
 # The per-batch integers stay out of the specialisation key: a batch of a new shape runs the kernel
 # compiled for the first. The split count is read from the device (a CUDA graph's replays refill it).
-@jit(do_not_specialize=("num_requests", "stride_bt"))
+# The per-batch integers stay out of the specialisation key: a batch of a new shape runs the kernel
+# compiled for the first. The split count and the launch's requests are read from the device (a CUDA
+# graph's replays refill them).
+@jit(do_not_specialize=("stride_bt",))
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_ptr, lse_ptr,
-    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr, splits_ptr,
-    num_requests, num_heads, head_dim, scale_log2,
+    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr, plan_ptr,
+    num_kv_heads, num_heads, head_dim, scale_log2,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     # The cache block size is a constexpr so that position -> (block, offset) is a shift and a mask.
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
-    # DECODE: program (request, kv_head, split) over one-token requests only; else tiles of BLOCK_Q
-    # tokens, leaving one-token requests to a decode launch where SKIP_DECODES.
-    DECODE: tl.constexpr, SKIP_DECODES: tl.constexpr,
+    # DECODE: tile t is request first_request + t's one token; else tiles of BLOCK_Q tokens of requests
+    # up to end_request.
+    DECODE: tl.constexpr,
 ):
     BLOCK_Q: tl.constexpr = BLOCK_M // GROUP_PAD
-    tile = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-    num_splits = tl.load(splits_ptr)
-    if split >= num_splits:
-        return
+    # plan: split count, first request, end request (attention_plan.AttentionLaunch.device_row).
+    num_splits = tl.load(plan_ptr)
+    pid = tl.program_id(0)
+    split = pid % num_splits
+    rest = pid // num_splits
+    kv_head = rest % num_kv_heads
+    tile = rest // num_kv_heads
     if DECODE:
-        req = tile
-        q_start = tl.load(query_start_loc_ptr + req)
-        q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
-        if q_len != 1:
+        req = tl.load(plan_ptr + 1) + tile
+        if req >= tl.load(plan_ptr + 2):
             return
+        q_start = tl.load(query_start_loc_ptr + req)
+        q_len = 1  # a decode launch's requests are the batch's decodes
         first_q = 0
     else:
-        req = _find_request(query_start_loc_ptr, num_requests, tile, BLOCK_Q)
+        req = _find_request(query_start_loc_ptr, tl.load(plan_ptr + 2), tile, BLOCK_Q)
         q_start = tl.load(query_start_loc_ptr + req)
         q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
-        if SKIP_DECODES and q_len == 1:
-            return
         q_tiles = tl.cdiv(q_len, BLOCK_Q)
         local = tile - (q_start // BLOCK_Q + req)
         if local >= q_tiles:
@@ -302,16 +306,16 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     for slot, launch in enumerate((plan.prefill, plan.decode)):
         if launch is None:
             continue
-        splits = plan.split_counts[slot] if plan.split_counts is not None else split_count(query.device,
-                                                                                            launch.num_splits)
+        row = plan.split_counts[slot] if plan.split_counts is not None else plan_row(query.device,
+                                                                                     launch.device_row())
         rows = num_requests if launch.kind == DECODE else num_tokens
         if launch.split_capacity > 1:
             part, lse = split_buffers(rows, num_heads, launch.split_capacity, head_dim, query.device)
         else:
             part = lse = _no_partials(query.device)
         _paged_attention_kernel[launch.grid](
-            query, k_cache, v_cache, out, part, lse, query_start_loc, seq_lens, block_tables, splits,
-            num_requests, num_heads, head_dim, scale * _LOG2E,
+            query, k_cache, v_cache, out, part, lse, query_start_loc, seq_lens, block_tables, row,
+            num_kv_heads, num_heads, head_dim, scale * _LOG2E,
             query.stride(0), query.stride(1), out.stride(0), out.stride(1),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
@@ -320,8 +324,8 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
             DOT_DTYPE=_dot_dtype(query.dtype),
             # fp32 must stay fp32: the default tf32 dot would miss the reference by ~1e-3.
             PRECISION="ieee" if query.dtype == torch.float32 else None,
-            DECODE=launch.kind == DECODE, SKIP_DECODES=launch.skip_decodes, **launch.launch_options(),
+            DECODE=launch.kind == DECODE, **launch.launch_options(),
         )
         if launch.split_capacity > 1:
-            merge_splits(part, lse, out, splits, query_start_loc if launch.kind == DECODE else None)
+            merge_splits(part, lse, out, row, query_start_loc, decode=launch.kind == DECODE)
     return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from sarathi_kernels._checks import padded_head_dim
+from sarathi_kernels._checks import padded_head_dim, require
 from sarathi_kernels.split_rule import MAX_SPLIT_COUNT
 from sarathi_kernels.triton_jit import jit
 
@@ -22,19 +22,21 @@ MAX_MERGE_HEADS = 16
 
 
 @jit
-def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, splits_ptr, query_start_loc_ptr, num_heads, head_dim,
+def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, plan_ptr, query_start_loc_ptr, num_heads, head_dim,
                          stride_ot, stride_oh, BLOCK_H: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                          DECODE: tl.constexpr):
-    num_splits = tl.load(splits_ptr)
+    # plan: split count, first request, end request of the attention launch merged.
+    num_splits = tl.load(plan_ptr)
     if num_splits == 1:  # the attention launch stored its output itself
         return
     row = tl.program_id(0)
-    if DECODE:  # row: a request, merged where it has one token
-        start = tl.load(query_start_loc_ptr + row)
-        if tl.load(query_start_loc_ptr + row + 1) - start != 1:
+    if DECODE:  # row: a request, its one token
+        if row < tl.load(plan_ptr + 1) or row >= tl.load(plan_ptr + 2):
             return
-        tok = start.to(tl.int64)
-    else:
+        tok = tl.load(query_start_loc_ptr + row).to(tl.int64)
+    else:  # row: a token of the launch's requests
+        if row >= tl.load(query_start_loc_ptr + tl.load(plan_ptr + 2)):
+            return
         tok = row.to(tl.int64)
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = offs_h < num_heads
@@ -69,34 +71,39 @@ def split_buffers(rows: int, num_heads: int, most_splits: int, head_dim: int,
     return part, lse
 
 
-# Split counts as device integers, a row of 16 bytes each so that every row a launch reads is aligned
-# alike (an alignment is part of a compiled kernel's key): an eager launch reads its count from here.
-_SPLIT_COUNTS: dict[torch.device, torch.Tensor] = {}
+# Launches' device integers (attention_plan.AttentionLaunch.device_row), a row of 16 bytes each so that
+# every row a launch reads is aligned alike (an alignment is part of a compiled kernel's key): an eager
+# launch reads a row kept here for its values, made once.
+_PLAN_ROWS: dict[tuple[torch.device, tuple[int, ...]], torch.Tensor] = {}
+# Rows kept at most; past it they are made anew (a long run meets few batch shapes' rows).
+MAX_PLAN_ROWS = 4096
 
 
 def split_counts_buffer(rows: int, device: torch.device) -> torch.Tensor:
-    """int32 [rows, 4]: row i's first entry a split count (1: unsplit)."""
-    return torch.ones(rows, 4, dtype=torch.int32, device=device)
+    """int32 [rows, 4]: a launch's device integers a row (split count 1: unsplit)."""
+    buffer = torch.zeros(rows, 4, dtype=torch.int32, device=device)
+    buffer[:, 0] = 1
+    return buffer
 
 
-def split_count(device: torch.device, splits: int) -> torch.Tensor:
-    """A device integer holding ``splits``, made once per device."""
-    if device not in _SPLIT_COUNTS:
-        counts = split_counts_buffer(MAX_SPLIT_COUNT + 1, device)
-        counts[:, 0] = torch.arange(MAX_SPLIT_COUNT + 1, dtype=torch.int32)
-        _SPLIT_COUNTS[device] = counts
-    return _SPLIT_COUNTS[device][splits]
+def plan_row(device: torch.device, values: tuple[int, int, int, int]) -> torch.Tensor:
+    """A device row holding ``values`` (split count, first request, end request, 0)."""
+    require(1 <= values[0] <= MAX_SPLIT_COUNT, f"num_splits must be in [1, {MAX_SPLIT_COUNT}], got {values[0]}")
+    key = (device, values)
+    if key not in _PLAN_ROWS:
+        if len(_PLAN_ROWS) >= MAX_PLAN_ROWS:
+            _PLAN_ROWS.clear()
+        _PLAN_ROWS[key] = torch.tensor([values], dtype=torch.int32, device=device)[0]
+    return _PLAN_ROWS[key]
 
 
-def merge_splits(part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, splits: torch.Tensor,
-                 query_start_loc: torch.Tensor | None = None) -> None:
-    """``out`` [tokens, heads, head_dim] from the splits' partials (``split_buffers``), as many as the
-    device integer ``splits`` says; with ``query_start_loc`` the partials' rows are requests (a decode
-    launch's) and only one-token requests are merged."""
+def merge_splits(part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, plan: torch.Tensor,
+                 query_start_loc: torch.Tensor, decode: bool = False) -> None:
+    """``out`` [tokens, heads, head_dim] from the splits' partials (``split_buffers``) of the launch whose
+    device integers are ``plan`` (its split count and requests); ``decode``: the partials' rows are
+    requests (a decode launch's), else tokens."""
     rows, num_heads, _, head_dim = part.shape
     block_h = min(MAX_MERGE_HEADS, 1 << (num_heads - 1).bit_length())
     grid = (rows, -(-num_heads // block_h))
-    decode = query_start_loc is not None
-    _merge_splits_kernel[grid](part, lse, out, splits, query_start_loc if decode else splits, num_heads, head_dim,
-                               out.stride(0), out.stride(1), BLOCK_H=block_h, HEAD_DIM_PAD=padded_head_dim(head_dim),
-                               DECODE=decode)
+    _merge_splits_kernel[grid](part, lse, out, plan, query_start_loc, num_heads, head_dim, out.stride(0),
+                               out.stride(1), BLOCK_H=block_h, HEAD_DIM_PAD=padded_head_dim(head_dim), DECODE=decode)

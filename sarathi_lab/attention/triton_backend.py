@@ -18,7 +18,7 @@ try:
     from sarathi_kernels.kv_cache import write_kv_cache
     from sarathi_kernels.occupancy import GpuLimits, device_limits
     from sarathi_kernels.paged_attention import paged_attention
-    from sarathi_kernels.split_merge import split_count, split_counts_buffer
+    from sarathi_kernels.split_merge import plan_row, split_counts_buffer
     from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule
 except ModuleNotFoundError as e:  # Triton is the gpu extra's: a CPU install has none
     if e.name != "triton":
@@ -49,7 +49,8 @@ class TritonAttention(AttentionBackend):
         graph's captured batch holds its graph's plan there instead."""
         if not isinstance(meta.plan, AttentionPlan):
             meta.plan = plan_batch(meta.query_lens_host, meta.seq_lens_host, num_heads, k_cache.shape[2],
-                                   element_size=k_cache.element_size(), limits=self._limits(k_cache),
+                                   num_prefills=meta.num_prefills, element_size=k_cache.element_size(),
+                                   limits=self._limits(k_cache),
                                    tiles=self.tiles, rule=self.rule)
         return meta.plan
 
@@ -74,10 +75,10 @@ class TritonAttention(AttentionBackend):
 
     @staticmethod
     def set_split_counts(split_counts: torch.Tensor, plan: AttentionPlan) -> None:
-        """A replay's split counts (``plan``'s, the batch's eager plan) into its graph's integers."""
-        for slot, launch in enumerate((plan.prefill, plan.decode)):
-            split_counts[slot].copy_(split_count(split_counts.device, launch.num_splits if launch else 1),
-                                     non_blocking=True)
+        """A replay's split counts and requests (``plan``'s, the batch's eager plan) into its graph's
+        device integers."""
+        for slot, values in enumerate(plan.device_rows()):
+            split_counts[slot].copy_(plan_row(split_counts.device, values), non_blocking=True)
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
