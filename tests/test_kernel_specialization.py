@@ -52,7 +52,7 @@ cache = torch.zeros(64, BLOCK, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
 attention, merges, writes, splits = set(), set(), set(), set()
 # On a GPU of 132 SMs the smaller of these batches split their KV walk (a table 1 block wide cannot).
 for requests in (1, 2, 15, 16, 17, 32, 160):
-    for width in (1, 2, 16, 17, 64, 65):
+    for width in (1, 2, 16, 17, 64, 65, 257):
         # One decode per request, as batch_tensors packs them: ids, positions, slots, logits rows
         # (int64), then query_start_loc, seq_lens, block tables (int32).
         longs = [np.zeros(requests, np.int64)] * 4
@@ -67,7 +67,8 @@ for requests in (1, 2, 15, 16, 17, 32, 160):
                                                    max_query_len=1, num_sms=132))
         attention.update(key for key, _ in found["_paged_attention_kernel"])
         merges.update(key for key, _ in found["_merge_splits_kernel"])
-        splits.update(grid[2] for _, grid in found["_paged_attention_kernel"])
+        # A decode launch's flat grid is requests x KV heads x splits.
+        splits.update(grid[0] // (requests * KV_HEADS) for _, grid in found["_paged_attention_kernel"])
         writes.update(key for key, _ in keys_of([(kv_cache, "_write_kv_kernel")], lambda: kv_cache.write_kv_cache(
             k, k, cache, cache, slots))["_write_kv_kernel"])
 print(json.dumps({"attention": len(attention), "merge": len(merges), "write_kv": len(writes),
@@ -81,7 +82,7 @@ def test_decode_batches_of_every_shape_share_one_compiled_kernel():
     found = json.loads(done.stdout.strip().splitlines()[-1])
     if found == "no binder":
         pytest.skip("this Triton has no create_function_from_signature to ask for a launch's key")
-    # 42 batch shapes (requests 1 to 160, tables 1 to 65 blocks wide, their parts at moving offsets),
+    # 49 batch shapes (requests 1 to 160, tables 1 to 257 blocks wide, their parts at moving offsets),
     # split into several counts of programs or not at all.
     assert found.pop("split_counts") > 2, "too few of the batches split their walk to test the split's key"
     assert found == {"attention": 1, "merge": 1, "write_kv": 1}
