@@ -14,7 +14,7 @@ Its launches (attention_plan.py) are captured at their largest: a decode launch 
 and in a mixed graph a prefill launch on one kind of prefill tile, each with room for as many KV-walk
 splits as any batch the graph holds can be given. A replayed batch's attention is planned on the host
 exactly as its eager forward would be; the graph chosen has that plan's tiles and room for its splits,
-and the plan's split counts are copied into device integers the launches read. So a replay splits as
+and the plan's split counts and request ranges are copied into device integers the launches read. So a replay splits as
 the eager forward does. Where a plan may take taller prefill tiles, a bucket holds one mixed graph a
 tile kind its batches may ask for. A batch smaller than its graph is padded: the
 extra tokens' KV slots are -1 (the KV write skips them); a padded decode has context 0 and a padded
@@ -134,7 +134,8 @@ class CudaGraphs:
         self.sampled_rows = torch.zeros(max_batch, dtype=i64, device=dev)
         self.backend, self.num_heads = backend, runner.model.config.num_attention_heads
         self.k_cache = runner.kv_caches[0][0]
-        # The device integers each replay's split counts are copied into (read by the captured launches).
+        # The device integers each replay's split counts and request ranges are copied into (read by the
+        # captured launches).
         self.split_counts = backend.graph_split_counts(dev)
         self.decode_graphs = {size: Graph(True, size, size) for size in self.sizes}
         self.mixed_graphs = [Graph(False, b, min(max_batch, b), tiles) for b in self.buckets
@@ -191,8 +192,9 @@ class CudaGraphs:
 
     def _padded(self, graph: Graph) -> PreparedBatch:
         """The buffers' first rows as the batch ``graph`` captures. Its host values are what capture
-        fixes: ``max_query_len`` (attention's tiling hint) is the one a forward reads; the counts and
-        host lists describe the padded batch for whoever inspects it."""
+        fixes: the attention plan (the graph's launches, reading the device integers each replay
+        refills) is the one a forward reads; the counts and host lists describe the padded batch for
+        whoever inspects it."""
         t, r = graph.tokens, graph.requests
         if graph.decode:
             starts, rows, query_lens, hint = self.decode_starts[: r + 1], self.decode_rows[:r], [1] * r, 1
