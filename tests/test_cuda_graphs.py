@@ -13,10 +13,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sarathi_kernels.attention_plan import TileConfig, WorkTiles, plan_batch
+from sarathi_kernels.occupancy import GpuLimits
+from sarathi_kernels.split_rule import SplitRule
 
 from sarathi_lab import LLM
 from sarathi_lab import llm as llm_module
 from sarathi_lab.attention import triton_backend
+from sarathi_lab.attention.triton_backend import TritonAttention
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model import cuda_graphs
 from sarathi_lab.model.cuda_graphs import (
@@ -80,15 +84,32 @@ def test_every_mixed_batch_pads_by_less_than_one_bucket_step(largest):
             assert pad < max(n, SMALLEST_BUCKET) if n <= POWERS_UP_TO else 8 * pad < n
 
 
-def fake_graphs(max_batch: int, max_blocks: int, mixed_tokens: int | None) -> CudaGraphs:
+def fake_runner(heads: tuple[int, int] = (4, 4), limits: GpuLimits | None = None, name: str = "triton"):
+    """A runner with only what capturing needs: the backend (planning for ``limits``), the model's heads
+    (query, KV) and a bf16 key cache of blocks of BLOCK tokens."""
+    backend = TritonAttention(limits=limits) if name == "triton" else SimpleNamespace(name=name)
+    cache = torch.zeros(1, BLOCK, heads[1], 128, dtype=torch.bfloat16)
+    model = SimpleNamespace(backend=backend, config=SimpleNamespace(num_attention_heads=heads[0]))
+    return SimpleNamespace(model=model, kv_caches=[(cache, cache)], device=torch.device("cpu"))
+
+
+def fake_graphs(max_batch: int, max_blocks: int, mixed_tokens: int | None, heads: tuple[int, int] = (4, 4),
+                limits: GpuLimits | None = None) -> CudaGraphs:
     """Graphs captured by a capture that runs nothing: their choice of graph alone."""
-    runner = SimpleNamespace(model=SimpleNamespace(backend=SimpleNamespace(name="triton")), device=torch.device("cpu"))
-    return CudaGraphs(runner, max_batch, max_blocks, mixed_tokens, lambda forward, pool: (None, None, pool))
+    return CudaGraphs(fake_runner(heads, limits), max_batch, max_blocks, mixed_tokens,
+                      lambda forward, pool: (None, None, pool))
 
 
-def fake_batch(tokens: int, prefills: int, decodes: int, width: int) -> SimpleNamespace:
+def fake_batch(tokens: int, prefills: int, decodes: int, width: int, query_lens: list[int] | None = None,
+               seq_lens: list[int] | None = None) -> SimpleNamespace:
+    """A batch as graph_for sees it: counts, a table ``width`` blocks wide, host lengths (default: the
+    prefill tokens in one chunk, then the decodes, each as long as the table)."""
+    if query_lens is None:
+        query_lens = ([tokens - decodes] if prefills else []) + [1] * decodes
+    seq_lens = seq_lens or [width * BLOCK] * (prefills + decodes)
     meta = SimpleNamespace(num_prefills=prefills, num_decodes=decodes, block_tables=torch.zeros(prefills + decodes,
-                                                                                                width))
+                                                                                                width),
+                           query_lens_host=query_lens, seq_lens_host=seq_lens, plan=None)
     return SimpleNamespace(input_ids=torch.zeros(tokens), meta=meta)
 
 
@@ -101,7 +122,8 @@ def test_a_batch_replays_the_smallest_graph_that_holds_it_and_else_runs_eagerly(
         decodes = 1
     graphs = fake_graphs(max_batch, 8, largest)
     requests, tokens = decodes + len(prefill_tokens), decodes + sum(prefill_tokens)
-    graph = graphs.graph_for(fake_batch(tokens, len(prefill_tokens), decodes, width))
+    batch = fake_batch(tokens, len(prefill_tokens), decodes, width, [*prefill_tokens, *[1] * decodes])
+    graph = graphs.graph_for(batch)
     fits = width <= 8 and requests <= max_batch and (not prefill_tokens or tokens <= graphs.buckets[-1])
     assert (graph is not None) == fits
     if graph is None:
@@ -110,6 +132,7 @@ def test_a_batch_replays_the_smallest_graph_that_holds_it_and_else_runs_eagerly(
     assert graph.tokens >= tokens and graph.requests >= requests
     smaller = [g for g in graphs.graphs if g.decode == graph.decode and g.tokens < graph.tokens]
     assert all(g.tokens < tokens or g.requests < requests for g in smaller), "not the smallest that holds it"
+    assert batch.meta.plan.replays_in(graphs.plans[graph])
 
 
 def test_graphs_are_captured_largest_first_into_one_pool():
@@ -119,17 +142,19 @@ def test_graphs_are_captured_largest_first_into_one_pool():
         pools.append(pool)
         return None, None, "the pool"
 
-    runner = SimpleNamespace(model=SimpleNamespace(backend=SimpleNamespace(name="triton")), device=torch.device("cpu"))
-    graphs = CudaGraphs(runner, 18, 4, 530, capture)
+    graphs = CudaGraphs(fake_runner(), 18, 4, 530, capture)
     order = list(graphs.graphs)
     assert [g.tokens for g in order] == sorted((g.tokens for g in order), reverse=True)
     assert pools == [None] + ["the pool"] * (len(order) - 1)
-    assert [g.tokens for g in order if not g.decode][::-1] == token_buckets(530) == graphs.record["mixed_tokens"]
+    mixed = sorted({g.tokens for g in order if not g.decode})
+    assert mixed == token_buckets(530) == graphs.record["mixed_tokens"]
+    # A bucket of 128 tokens and more holds batches whose longest chunk fills a 128-row tile and batches
+    # whose longest does not: one graph for each kind of prefill tile.
+    assert len(order) == graphs.record["graphs"] == len(graph_sizes(18)) + len(mixed) + sum(b >= 128 for b in mixed)
     assert graphs.record["decode_sizes"] == graph_sizes(18) == [g.tokens for g in order if g.decode][::-1]
     assert all(g.requests == min(18, g.tokens) for g in order)
     with pytest.raises(ValueError, match="attention='torch' plans each batch from host values"):
-        CudaGraphs(SimpleNamespace(model=SimpleNamespace(backend=SimpleNamespace(name="torch")),
-                                   device=torch.device("cpu")), 4, 4, 32, capture)
+        CudaGraphs(fake_runner(name="torch"), 4, 4, 32, capture)
 
 
 def engine(scheduler: str) -> LLM:
@@ -215,7 +240,71 @@ def test_mixed_graphs_replay_the_eager_engine_s_tokens(scheduler, monkeypatch):
     assert attention and all(len(calls) == 1 for calls in attention.values()), attention
     for graph, calls in attention.items():
         ((_, kwargs),) = calls
-        assert dict(kwargs)["max_query_len"] == (1 if graph.decode else graph.tokens)
+        assert dict(kwargs)["plan"] == graphs.plans[graph] and dict(kwargs)["plan"].split_counts is graphs.split_counts
+
+
+def test_replays_split_as_the_eager_forwards_of_the_same_batches(monkeypatch):
+    # Planned for a GPU of 8 SMs, with short key tiles and splits of one key tile, the tiny model's
+    # batches split their KV walks: each replay must run the launches, tiles and split counts that the
+    # same batch's eager forward plans (plan_batch from its host lengths), and give its tokens.
+    llm = engine("sarathi")
+    backend = llm.engine.executor.runner.model.backend
+    backend.limits, backend.rule = GpuLimits(num_sms=8), SplitRule(min_key_tiles=1)
+    backend.tiles = WorkTiles(TileConfig(16, 16), TileConfig(64, 16), TileConfig(128, 16, 8))
+    eager = llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS)
+    graphs = CudaGraphs(llm.engine.executor.runner, MAX_BATCH, MAX_LEN // BLOCK, CHUNK + MAX_BATCH,
+                        replayed_capture)
+    replay, compared = graphs.replay, []
+
+    def checked_replay(prepared, graph):
+        out = replay(prepared, graph)
+        meta = prepared.meta
+        planned = plan_batch(meta.query_lens_host, meta.seq_lens_host, 4, 2, element_size=4, limits=backend.limits,
+                             tiles=backend.tiles, rule=backend.rule).work()
+        replayed = graphs.replayed_plan(graph).work()
+        assert {kind: replayed[kind] for kind in planned} == planned, (graph, planned, replayed)
+        compared.append(max(splits for _, splits in planned.values()))
+        return out
+
+    monkeypatch.setattr(graphs, "replay", checked_replay)
+    monkeypatch.setattr(llm.engine.executor, "graphs", graphs)
+    assert llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS) == eager
+    assert compared and max(compared) > 1, "some replayed batch split its walk"
+
+
+@pytest.mark.parametrize("limits", [GpuLimits(num_sms=132), GpuLimits(num_sms=108, shared_bytes_per_sm=164 * 1024)],
+                         ids=["h100/h200", "a100"])
+@pytest.mark.parametrize("heads", [(40, 40), (32, 8)], ids=["llama-13b", "gqa-32/8"])
+def test_every_bucket_replays_its_batches_eager_plans(heads, limits):
+    # Pure arithmetic at the launch step's sizes (18 requests, chunks to 512 beside decodes, contexts to
+    # 4K): at every bucket's padded request count, each batch a graph holds (a lone chunk of the fewest
+    # or most tokens, a chunk beside decodes, several short chunks, decodes alone) finds a graph whose
+    # captured launches run its eager plan as is: same tiles, room for its splits.
+    max_batch, width = 18, 4096 // BLOCK
+    graphs = fake_graphs(max_batch, width, 512 + 17, heads, limits)
+    eager_splits = set()
+    for bucket in graphs.buckets:
+        requests, fewest = min(max_batch, bucket), CudaGraphs._fewest(graphs.buckets, bucket)
+        shapes = [[fewest], [bucket], [max(2, fewest - (requests - 1))] + [1] * (requests - 1),
+                  [bucket - (requests - 1)] + [1] * (requests - 1), [-(-fewest // requests)] * requests]
+        for lens in shapes:
+            if not fewest <= sum(lens) <= bucket:  # held by another bucket
+                continue
+            for context in (64, 1024, 4096):
+                prefills = max(1, sum(q > 1 for q in lens))  # a chunk of one token is still a prefill
+                batch = fake_batch(sum(lens), prefills, len(lens) - prefills, width, lens,
+                                   [max(q, context) for q in lens])
+                graph = graphs.graph_for(batch)
+                assert graph is not None and graph.tokens == bucket, (bucket, lens, context)
+                plan = batch.meta.plan
+                assert plan.replays_in(graphs.plans[graph])
+                eager_splits.update(splits for _, splits in plan.work().values())
+    for size in graphs.sizes:
+        for context in (64, 4096):
+            batch = fake_batch(size, 0, size, width, [1] * size, [context] * size)
+            assert batch.meta.plan is None and graphs.graph_for(batch).tokens == size
+            eager_splits.update(splits for _, splits in batch.meta.plan.work().values())
+    assert max(eager_splits) > 1, "the planner splits some batch of these graphs"
 
 
 def test_padded_tokens_write_no_key_or_value(monkeypatch):

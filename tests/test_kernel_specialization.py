@@ -52,7 +52,7 @@ cache = torch.zeros(64, BLOCK, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
 attention, merges, writes, splits = set(), set(), set(), set()
 # On a GPU of 132 SMs the smaller of these batches split their KV walk (a table 1 block wide cannot).
 for requests in (1, 2, 15, 16, 17, 32, 160):
-    for width in (1, 2, 16, 17, 64, 65):
+    for width in (1, 2, 16, 17, 64, 65, 257):
         # One decode per request, as batch_tensors packs them: ids, positions, slots, logits rows
         # (int64), then query_start_loc, seq_lens, block tables (int32).
         longs = [np.zeros(requests, np.int64)] * 4
@@ -67,7 +67,8 @@ for requests in (1, 2, 15, 16, 17, 32, 160):
                                                    max_query_len=1, num_sms=132))
         attention.update(key for key, _ in found["_paged_attention_kernel"])
         merges.update(key for key, _ in found["_merge_splits_kernel"])
-        splits.update(grid[2] for _, grid in found["_paged_attention_kernel"])
+        # A decode launch's flat grid is requests x KV heads x splits.
+        splits.update(grid[0] // (requests * KV_HEADS) for _, grid in found["_paged_attention_kernel"])
         writes.update(key for key, _ in keys_of([(kv_cache, "_write_kv_kernel")], lambda: kv_cache.write_kv_cache(
             k, k, cache, cache, slots))["_write_kv_kernel"])
 print(json.dumps({"attention": len(attention), "merge": len(merges), "write_kv": len(writes),
@@ -81,7 +82,50 @@ def test_decode_batches_of_every_shape_share_one_compiled_kernel():
     found = json.loads(done.stdout.strip().splitlines()[-1])
     if found == "no binder":
         pytest.skip("this Triton has no create_function_from_signature to ask for a launch's key")
-    # 42 batch shapes (requests 1 to 160, tables 1 to 65 blocks wide, their parts at moving offsets),
+    # 49 batch shapes (requests 1 to 160, tables 1 to 257 blocks wide, their parts at moving offsets),
     # split into several counts of programs or not at all.
     assert found.pop("split_counts") > 2, "too few of the batches split their walk to test the split's key"
     assert found == {"attention": 1, "merge": 1, "write_kv": 1}
+
+
+_HYBRID = _SCRIPT[: _SCRIPT.index("HEADS, KV_HEADS")] + '''
+from sarathi_kernels.attention_plan import plan_batch
+from sarathi_kernels.occupancy import H100
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 8, 2, 64, 16
+cache = torch.zeros(64, BLOCK, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
+attention, merges, kinds = set(), set(), set()
+# Hybrid batches as the engine plans them for an H100: a chunk of 5 to 300 tokens (64- and 128-row
+# tiles, split or not) beside 0 to 17 decodes, tables 2 to 65 blocks wide.
+for chunk in (5, 64, 100, 130, 300):
+    for decodes in (0, 1, 17):
+        for width in (2, 17, 65):
+            query_lens, requests = [chunk] + [1] * decodes, 1 + decodes
+            tokens = sum(query_lens)
+            longs = [np.zeros(tokens, np.int64)] * 3 + [np.zeros(requests, np.int64)]
+            ints = [np.concatenate([[0], np.cumsum(query_lens)]), np.full(requests, BLOCK * width),
+                    np.zeros(requests * width)]
+            host, spans = packed(longs, ints, lambda n: torch.empty(n, dtype=torch.uint8))
+            _, _, _, _, starts, lens, tables = unpacked(host, spans)
+            qkv = torch.zeros(tokens, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=torch.bfloat16)
+            q = qkv[:, : HEADS * HEAD_DIM].view(tokens, HEADS, HEAD_DIM)
+            plan = plan_batch(query_lens, [BLOCK * width] * requests, HEADS, KV_HEADS, limits=H100)
+            kinds.update((launch.kind, launch.tiles) for launch in plan.launches())
+            found = keys_of([(pa, "_paged_attention_kernel"), (split_merge, "_merge_splits_kernel")],
+                            lambda: pa.paged_attention(q, cache, cache, starts, lens, tables.view(requests, width),
+                                                       plan=plan))
+            attention.update(key for key, _ in found["_paged_attention_kernel"])
+            merges.update(key for key, _ in found["_merge_splits_kernel"])
+print(json.dumps({"attention": len(attention), "kinds": len(kinds), "merge": len(merges)}))
+'''
+
+
+def test_hybrid_batches_compile_one_kernel_a_work_kind_and_tile():
+    # Decode tiles, 64-row and 128-row prefill tiles: one compiled kernel each whatever the batch; one
+    # merge a kind of row (tokens, requests).
+    done = compile_for_gpu(_HYBRID)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if found == "no binder":
+        pytest.skip("this Triton has no create_function_from_signature to ask for a launch's key")
+    assert found == {"attention": 3, "kinds": 3, "merge": 2}, found

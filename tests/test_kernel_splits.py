@@ -1,8 +1,8 @@
 """The split KV walk of the Triton paged attention (attention_plan.py, split_merge.py): every split
 count equals attention/reference.py in Triton's interpreter, whatever the context lengths it meets;
 padded requests of context 0 (a CUDA graph's spare rows) disturb no other row; the kernels compile for
-Hopper without register spills; and the plan the kernel uses gives every benchmark shape of a GPU
-about two programs a SM."""
+Hopper without register spills, with the registers and shared memory occupancy.py plans with; and
+the plan the kernel uses fills every benchmark shape's grid to (or just under) a whole number of waves."""
 from __future__ import annotations
 
 import json
@@ -11,14 +11,10 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from sarathi_kernels.attention_plan import (
-    MAX_SPLITS,
-    TARGET_PROGRAMS_PER_SM,
-    UNSPLIT_SHARE,
-    cdiv,
-    plan_launch,
-)
+from sarathi_kernels.attention_plan import cdiv, plan_launch, wave_of
+from sarathi_kernels.occupancy import H200, GpuLimits
 from sarathi_kernels.paged_attention import paged_attention
+from sarathi_kernels.split_rule import SplitRule, most_splits
 
 from tests.test_kernels import assert_close, expected, make_inputs
 from tests.triton_compile import compile_for_gpu
@@ -76,17 +72,18 @@ def test_the_planned_split_runs_on_a_small_gpu():
                                                 dtype=torch.float32)
     plan = plan_launch(8, 1, 4, 2, max_seq_len=meta.block_tables.shape[1] * 16, element_size=4,
                        max_query_len=8, num_sms=8)
-    assert plan.num_splits == cdiv(TARGET_PROGRAMS_PER_SM * 8, 2)
+    assert plan.num_splits > 1
     out = paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                           16 ** -0.5, max_query_len=8, num_sms=8)
     assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
 
 
 def test_a_graph_s_split_count_holds_at_other_contexts():
-    # A decode graph plans its launch once, from the table width it was captured with; replays then meet
-    # any contexts up to it, including ones shorter than a key tile a split.
-    width, block_size = 8, 16
-    plan = plan_launch(2, 2, 4, 1, max_seq_len=width * block_size, element_size=4, max_query_len=1, num_sms=H200_SMS)
+    # A launch planned once, from the widest table it holds, meets any contexts up to it, including ones
+    # shorter than a key tile a split.
+    width, block_size, rule = 8, 16, SplitRule(min_key_tiles=1)
+    plan = plan_launch(2, 2, 4, 1, max_seq_len=width * block_size, element_size=4, max_query_len=1, num_sms=H200_SMS,
+                       rule=rule)
     assert plan.num_splits == width * block_size // plan.block_n  # capped by the widest table's key tiles
     for lens in ([1, 3], [128, 65], [64, 127]):
         query, k_cache, v_cache, meta = make_inputs([], [(1, n) for n in lens], heads=4, kv_heads=1, head_dim=16,
@@ -94,7 +91,7 @@ def test_a_graph_s_split_count_holds_at_other_contexts():
         tables = torch.zeros(2, width, dtype=torch.int32)
         tables[:, : meta.block_tables.shape[1]] = meta.block_tables
         out = paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, tables, 16 ** -0.5,
-                              max_query_len=1, num_sms=H200_SMS)
+                              max_query_len=1, num_splits=plan.num_splits)
         assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
 
 
@@ -110,26 +107,39 @@ def benchmark_shapes():
         yield f"prefill {n}", n, 1, n, n
 
 
+@pytest.mark.parametrize("limits", [H200, GpuLimits(num_sms=108, shared_bytes_per_sm=164 * 1024)],
+                         ids=["h100/h200", "a100"])
 @pytest.mark.parametrize("heads,kv_heads", [(40, 40), (32, 8)], ids=["llama-13b", "gqa-32/8"])
-def test_every_benchmark_shape_fills_a_132_sm_gpu(heads, kv_heads):
-    short = []
+def test_every_benchmark_shape_lands_at_or_just_under_whole_waves(heads, kv_heads, limits):
+    # A split grid fills its waves: one more split that would shorten the longest walk would spill into
+    # a wave more, unless the split count is at the rule's cap (too few key tiles a split, the most
+    # splits); an unsplit one would spill into a second wave with 2 splits.
+    off = []
     for name, tokens, requests, max_query_len, context in benchmark_shapes():
         plan = plan_launch(tokens, requests, heads, kv_heads, max_seq_len=context, element_size=2,
-                           max_query_len=max_query_len, num_sms=H200_SMS)
-        per_sm = plan.working_programs / H200_SMS
-        at_cap = plan.num_splits == min(MAX_SPLITS, cdiv(context, plan.block_n))
-        if per_sm < UNSPLIT_SHARE * TARGET_PROGRAMS_PER_SM and not at_cap:
-            short.append(f"{name}: {plan.num_splits} splits, {per_sm:.2f} programs/SM")
+                           max_query_len=max_query_len, limits=limits)
+        wave = wave_of(plan.kind, plan.tiles, limits)
+        programs = plan.working_tiles * kv_heads
+        key_tiles = cdiv(context, plan.block_n)
+        cap = most_splits(programs, key_tiles, wave)
+        s = plan.num_splits
+        whole = cdiv(programs * s, wave)
+        if s < cap and programs * (s + 1) <= whole * wave and cdiv(key_tiles, s + 1) < cdiv(key_tiles, s):
+            off.append(f"{name}: {s} splits x {programs} programs = {programs * s / wave:.2f} waves of {wave}")
+        if s == 1 and cap > 1 and 2 * programs <= wave:
+            off.append(f"{name}: unsplit at {programs / wave:.2f} of a wave, where 2 splits fit in it")
         if name.startswith("prefill") and tokens >= 1024:
-            assert plan.num_splits == 1, f"{name} has programs enough and must run unsplit"
-    assert not short, "; ".join(short)
+            assert s == 1, f"{name} has programs enough and must run unsplit"
+    assert not off, "; ".join(off)
 
 
-def test_the_issue_s_chunk_is_split():
-    # LLaMA-13B's 64-token chunk over a 3K prefix: 40 programs unsplit, each walking 3K keys alone.
+def test_the_issue_s_chunk_is_split_within_one_wave():
+    # LLaMA-13B's 64-token chunk over a 3K prefix: 40 programs unsplit, each walking 3K keys alone. A
+    # 64-row tile holds 2 CTAs a SM: a wave is 264 programs, and 6 splits (240) fill it where 7 (280)
+    # would leave a second wave of 16.
     plan = plan_launch(64, 1, 40, 40, max_seq_len=3136, max_query_len=64, num_sms=H200_SMS)
-    assert plan.working_tiles * plan.num_kv_heads == 40
-    assert plan.num_splits == cdiv(TARGET_PROGRAMS_PER_SM * H200_SMS, 40)
+    assert plan.working_tiles * plan.num_kv_heads == 40 and wave_of(plan.kind, plan.tiles, H200) == 264
+    assert plan.num_splits == 6
 
 
 def test_no_split_without_a_gpu_or_with_programs_enough():
@@ -147,6 +157,7 @@ def test_bad_split_count_is_refused():
 _SPILLS = """
 import json
 import triton.language as tl
+from sarathi_kernels.occupancy import SM90_RESOURCES
 from sarathi_kernels.paged_attention import _paged_attention_kernel as attention
 from sarathi_kernels.split_merge import _merge_splits_kernel as merge
 
@@ -155,22 +166,34 @@ def aligned(kernel):
 
 types = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*bf16", part_ptr="*fp32",
              lse_ptr="*fp32", scale_log2="fp32")
-found = {}
-# (rows, cache block, GQA group): decode tiles, prefill tiles of MHA and GQA, a cache block holding a key tile.
-for block_m, block_size, group in ((16, 16, 1), (64, 16, 1), (64, 16, 4), (64, 64, 1)):
+found, tabulated = {}, {}
+# (kind, rows, warps, cache block, GQA group): decode tiles alone and beside chunks, prefill tiles of MHA
+# and GQA, a cache block holding a key tile, tall prefill tiles.
+for kind, block_m, warps, block_size, group in (("decode", 16, 4, 16, 1), ("decode", 16, 4, 16, 4),
+                                                ("prefill", 64, 4, 16, 1), ("prefill", 64, 4, 16, 4),
+                                                ("prefill", 64, 4, 64, 1), ("prefill", 128, 8, 16, 1),
+                                                ("prefill", 128, 8, 16, 4)):
     kernel = compile(attention, types, dict(BLOCK_SIZE=block_size, GROUP=group, GROUP_PAD=group, HEAD_DIM_PAD=128,
-                                            BLOCK_M=block_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None),
-                     arch=90, aligned=aligned(attention), num_warps=4)
-    found[f"attention m={block_m} block={block_size} group={group}"] = spill_bytes(kernel, 90)
-kernel = compile(merge, dict(part_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16"), dict(BLOCK_H=16, HEAD_DIM_PAD=128),
-                 arch=90, aligned=aligned(merge))
-found["merge"] = spill_bytes(kernel, 90)
-print(json.dumps(found))
+                                            BLOCK_M=block_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
+                                            DECODE=kind == "decode"),
+                     arch=90, aligned=aligned(attention), num_warps=warps)
+    name = f"{kind} m={block_m} warps={warps} block={block_size} group={group}"
+    found[name] = spill_bytes(kernel, 90)
+    if (kind, block_m, warps) in SM90_RESOURCES and block_size == 16 and group == 1:
+        table = SM90_RESOURCES[kind, block_m, warps]
+        tabulated[name] = [[found[name][0], kernel.metadata.shared], [table.registers, table.shared_bytes]]
+for decode in (False, True):
+    kernel = compile(merge, dict(part_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16"),
+                     dict(BLOCK_H=16, HEAD_DIM_PAD=128, DECODE=decode), arch=90, aligned=aligned(merge))
+    found[f"merge decode={decode}"] = spill_bytes(kernel, 90)
+print(json.dumps([found, tabulated]))
 """
 
 
-def test_kernels_compile_for_hopper_without_spills():
+def test_kernels_compile_for_hopper_without_spills_as_tabulated():
     done = compile_for_gpu(_SPILLS)
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found, tabulated = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name: spilled for name, (_, spilled) in found.items() if spilled} == {}, found
+    # occupancy.py's table is what ptxas says (registers, shared bytes), so the waves are the compiler's.
+    assert len(tabulated) == 3 and all(got == table for got, table in tabulated.values()), tabulated

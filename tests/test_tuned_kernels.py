@@ -91,15 +91,19 @@ def test_triton_attention_takes_the_tiles_of_the_batch_s_work_kind(monkeypatch, 
     seen, attend = [], triton_backend.paged_attention
 
     def spy(*args, **kwargs):
-        seen.append({k: kwargs.get(k) for k in ("block_m", "block_n", "num_warps", "num_stages")})
+        plan = kwargs["plan"]
+        launch = plan.decode if decode else plan.prefill
+        seen.append({k: getattr(launch.tiles, k) for k in ("block_m", "block_n", "num_warps", "num_stages")})
         return attend(*args, **kwargs)
 
     monkeypatch.setattr(triton_backend, "paged_attention", spy)
     default = backend.attend(query, k_cache, v_cache, meta, 16**-0.5)
+    meta.plan = None  # planned again, under the table
     with using(a_table()):
         tuned = backend.attend(query, k_cache, v_cache, meta, 16**-0.5)
     want = DECODE if decode else PREFILL
-    assert seen == [dict.fromkeys(seen[0]), {k: getattr(want, k) for k in seen[0]}]
+    assert seen[0] != seen[1]
+    assert seen[1] == {k: getattr(want, k) for k in seen[0]}
     ref = expected(query, k_cache, v_cache, meta)
     torch.testing.assert_close(tuned, ref, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(default, ref, rtol=1e-4, atol=1e-4)

@@ -1,4 +1,5 @@
-"""Paged varlen attention over a Sarathi hybrid batch (prefill chunks, then decodes) in one launch.
+"""Paged varlen attention over a Sarathi hybrid batch (prefill chunks, then decodes): one launch a
+work kind (attention_plan.py), prefill tiles over the chunks and decode tiles over the one-token requests.
 
 Program (tile, kv_head, split) owns up to BLOCK_Q query tokens of one request times the GROUP query
 heads that share ``kv_head``: the M rows of the tile are (token, head-in-group) pairs. Packing the
@@ -7,10 +8,14 @@ decode (one token, memory-bound) cheap under GQA. Tiles never straddle requests;
 ``query_start_loc[i] // BLOCK_Q + i`` onwards, an upper bound on the tiles of the requests before
 it, so a program finds its request by binary search without any host-side tile map, and the grid
 ``T // BLOCK_Q + R`` comes from shapes alone (no device sync). Programs past a request's last tile
-exit at once.
+exit at once; a request's last tile (the longest causal walk) takes its first program. A decode
+launch's tile t is its first request + t, one token. Programs are a flat grid, program p being split
+p % S of (tile, kv_head) p // S, S the split count, which with the launch's range of requests the
+kernel reads from the device (attention_plan.py: what lets a CUDA graph replay any batch's plan).
 
 When a batch has too few programs to fill the GPU (attention_plan.py), each tile's walk over its keys
-is split across ``num_splits`` programs: split s takes its share of the tile's key tiles, counted on
+is split across ``num_splits`` programs (read from the device: a CUDA graph's replays refill it, and
+programs of the grid past it exit at once): split s takes its share of the tile's key tiles, counted on
 the device from the request's ``seq_len``, and leaves a partial output and log-sum-exp that
 split_merge.py combines. Unsplit, the program normalises and stores the output itself.
 
@@ -35,8 +40,9 @@ from sarathi_kernels._checks import (
     require_same_device,
     require_unit_last_stride,
 )
-from sarathi_kernels.attention_plan import device_sm_count, plan_launch
-from sarathi_kernels.split_merge import merge_splits, split_buffers
+from sarathi_kernels.attention_plan import DECODE, PREFILL, AttentionPlan, plan_launch
+from sarathi_kernels.occupancy import device_limits
+from sarathi_kernels.split_merge import merge_splits, plan_row, split_buffers
 from sarathi_kernels.triton_jit import INTERPRETED, jit
 
 _LOG2E = 1.4426950408889634
@@ -106,29 +112,51 @@ def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
     return acc, m_new, l_i
 
 
-# The split count and the per-batch integers stay out of the specialisation key: a batch of a new
-# shape, split or not, runs the kernel compiled for the first.
-@jit(do_not_specialize=("num_requests", "num_splits", "stride_bt"))
+# The per-batch integers stay out of the specialisation key: a batch of a new shape runs the kernel
+# compiled for the first. The split count is read from the device (a CUDA graph's replays refill it).
+# The per-batch integers stay out of the specialisation key: a batch of a new shape runs the kernel
+# compiled for the first. The split count and the launch's requests are read from the device (a CUDA
+# graph's replays refill them).
+@jit(do_not_specialize=("stride_bt",))
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_ptr, lse_ptr,
-    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_requests, num_splits, num_heads, head_dim, scale_log2,
+    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr, plan_ptr,
+    num_kv_heads, num_heads, head_dim, scale_log2,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     # The cache block size is a constexpr so that position -> (block, offset) is a shift and a mask.
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    # DECODE: tile t is request first_request + t's one token; else tiles of BLOCK_Q tokens of requests
+    # up to end_request.
+    DECODE: tl.constexpr,
 ):
     BLOCK_Q: tl.constexpr = BLOCK_M // GROUP_PAD
-    tile = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-    req = _find_request(query_start_loc_ptr, num_requests, tile, BLOCK_Q)
-    q_start = tl.load(query_start_loc_ptr + req)
-    q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
-    first_q = (tile - (q_start // BLOCK_Q + req)) * BLOCK_Q
-    if first_q >= q_len:
-        return
+    # plan: split count, first request, end request (attention_plan.AttentionLaunch.device_row).
+    num_splits = tl.load(plan_ptr)
+    pid = tl.program_id(0)
+    split = pid % num_splits
+    rest = pid // num_splits
+    kv_head = rest % num_kv_heads
+    tile = rest // num_kv_heads
+    if DECODE:
+        req = tl.load(plan_ptr + 1) + tile
+        if req >= tl.load(plan_ptr + 2):
+            return
+        q_start = tl.load(query_start_loc_ptr + req)
+        q_len = 1  # a decode launch's requests are the batch's decodes
+        first_q = 0
+    else:
+        req = _find_request(query_start_loc_ptr, tl.load(plan_ptr + 2), tile, BLOCK_Q)
+        q_start = tl.load(query_start_loc_ptr + req)
+        q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
+        q_tiles = tl.cdiv(q_len, BLOCK_Q)
+        local = tile - (q_start // BLOCK_Q + req)
+        if local >= q_tiles:
+            return
+        # The request's last tile first: causally it walks the most keys, so the short walks fill the
+        # last wave.
+        first_q = (q_tiles - 1 - local) * BLOCK_Q
     seq_len = tl.load(seq_lens_ptr + req)
     prefix = seq_len - q_len
 
@@ -180,8 +208,13 @@ def _paged_attention_kernel(
         o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
         tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=out_ok)
     else:
-        # split_merge.py's layout: partials [tokens, heads, splits, head_dim], lse [tokens, heads, splits].
-        part_rows = ((q_start + tok).to(tl.int64) * num_heads + head) * num_splits + split
+        # split_merge.py's layout: partials [rows, heads, splits, head_dim], lse [rows, heads, splits];
+        # a row a token, or a request in a decode launch (its one token).
+        if DECODE:
+            part_tok = req + tok
+        else:
+            part_tok = q_start + tok
+        part_rows = (part_tok.to(tl.int64) * num_heads + head) * num_splits + split
         tl.store(part_ptr + part_rows[:, None] * head_dim + offs_d[None, :], out, mask=out_ok)
         lse = m_i + tl.log2(tl.where(seen, l_i, 1.0))
         tl.store(lse_ptr + part_rows, tl.where(seen, lse, float("-inf")), mask=row_ok)
@@ -210,21 +243,23 @@ def _no_partials(device: torch.device) -> torch.Tensor:
 
 def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
-                    scale: float | None = None, *, max_query_len: int | None = None,
-                    max_seq_len: int | None = None, out: torch.Tensor | None = None,
-                    block_m: int | None = None, block_n: int | None = None, num_splits: int | None = None,
-                    num_sms: int | None = None, num_warps: int | None = None,
+                    scale: float | None = None, *, plan: AttentionPlan | None = None,
+                    max_query_len: int | None = None, max_seq_len: int | None = None,
+                    out: torch.Tensor | None = None, block_m: int | None = None, block_n: int | None = None,
+                    num_splits: int | None = None, num_sms: int | None = None, num_warps: int | None = None,
                     num_stages: int | None = None) -> torch.Tensor:
-    """Causal attention of a hybrid batch over its paged KV cache, in one kernel launch (two when the
-    KV walk is split).
+    """Causal attention of a hybrid batch over its paged KV cache: one kernel launch a work kind
+    (prefill chunks, decodes), each followed by a merge where its KV walk is split.
 
     query [T, heads, head_dim]; k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim];
     query_start_loc int32 [R + 1]; seq_lens int32 [R] (context including this step's tokens, whose
-    keys must already be in the cache); block_tables int32 [R, max_blocks]. Hints, which change only
-    the launch: ``max_query_len`` (1 selects decode tiles) and ``max_seq_len`` (the longest context;
-    default the block table's width, which a CUDA graph fixes at capture). ``num_sms`` defaults to
-    the device's (none on the CPU: unsplit). ``block_m``/``block_n``/``num_splits``/``num_warps``/
-    ``num_stages`` override the plan (attention_plan.py). Values (lengths, block ids) are trusted:
+    keys must already be in the cache); block_tables int32 [R, max_blocks]. ``plan``: the batch's
+    launches (attention_plan.plan_batch from its host lengths, or a CUDA graph's plan_graph); without
+    one, a single launch planned from shapes and these hints, which change only the launch:
+    ``max_query_len`` (1 selects decode tiles) and ``max_seq_len`` (the longest context; default the
+    block table's width). ``num_sms`` defaults to the device's (none on the CPU: unsplit).
+    ``block_m``/``block_n``/``num_splits``/``num_warps``/``num_stages`` override that plan
+    (attention_plan.plan_launch). Values (lengths, block ids) are trusted:
     checking them would cost a device sync per call.
     """
     require_dim("query", query, 3, "[tokens, heads, head_dim]")
@@ -260,29 +295,37 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     if num_requests == 0 or num_tokens == 0:
         return out
 
-    plan = plan_launch(num_tokens, num_requests, num_heads, num_kv_heads,
-                       max_seq_len=max_seq_len or block_tables.shape[1] * block_size,
-                       element_size=query.element_size(), max_query_len=max_query_len,
-                       num_sms=num_sms if num_sms is not None else device_sm_count(query.device),
-                       block_m=block_m, block_n=block_n, num_splits=num_splits, num_warps=num_warps,
-                       num_stages=num_stages)
-    if plan.num_splits > 1:
-        part, lse = split_buffers(num_tokens, num_heads, plan.num_splits, head_dim, query.device)
-    else:
-        part = lse = _no_partials(query.device)
+    if plan is None:
+        launch = plan_launch(num_tokens, num_requests, num_heads, num_kv_heads,
+                             max_seq_len=max_seq_len or block_tables.shape[1] * block_size,
+                             element_size=query.element_size(), max_query_len=max_query_len, num_sms=num_sms,
+                             limits=device_limits(query.device), block_m=block_m, block_n=block_n,
+                             num_splits=num_splits, num_warps=num_warps, num_stages=num_stages)
+        plan = AttentionPlan(launch, None) if launch.kind == PREFILL else AttentionPlan(None, launch)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    _paged_attention_kernel[plan.grid](
-        query, k_cache, v_cache, out, part, lse, query_start_loc, seq_lens, block_tables,
-        num_requests, plan.num_splits, num_heads, head_dim, scale * _LOG2E,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
-        BLOCK_SIZE=block_size, GROUP=plan.group, GROUP_PAD=plan.group_pad, HEAD_DIM_PAD=padded_head_dim(head_dim),
-        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, DOT_DTYPE=_dot_dtype(query.dtype),
-        # fp32 must stay fp32: the default tf32 dot would miss the reference by ~1e-3.
-        PRECISION="ieee" if query.dtype == torch.float32 else None,
-        **plan.launch_options(),
-    )
-    if plan.num_splits > 1:
-        merge_splits(part, lse, out)
+    for slot, launch in enumerate((plan.prefill, plan.decode)):
+        if launch is None:
+            continue
+        row = plan.split_counts[slot] if plan.split_counts is not None else plan_row(query.device,
+                                                                                     launch.device_row())
+        rows = num_requests if launch.kind == DECODE else num_tokens
+        if launch.split_capacity > 1:
+            part, lse = split_buffers(rows, num_heads, launch.split_capacity, head_dim, query.device)
+        else:
+            part = lse = _no_partials(query.device)
+        _paged_attention_kernel[launch.grid](
+            query, k_cache, v_cache, out, part, lse, query_start_loc, seq_lens, block_tables, row,
+            num_kv_heads, num_heads, head_dim, scale * _LOG2E,
+            query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
+            BLOCK_SIZE=block_size, GROUP=launch.group, GROUP_PAD=launch.group_pad,
+            HEAD_DIM_PAD=padded_head_dim(head_dim), BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
+            DOT_DTYPE=_dot_dtype(query.dtype),
+            # fp32 must stay fp32: the default tf32 dot would miss the reference by ~1e-3.
+            PRECISION="ieee" if query.dtype == torch.float32 else None,
+            DECODE=launch.kind == DECODE, **launch.launch_options(),
+        )
+        if launch.split_capacity > 1:
+            merge_splits(part, lse, out, row, query_start_loc, decode=launch.kind == DECODE)
     return out

@@ -1,8 +1,12 @@
-"""Attention through the Triton kernels: one launch per layer for the whole hybrid batch, reading each
-request's context straight from its paged blocks; with ``hybrid="pod"`` a batch of prefills beside
-decodes runs co-scheduled (sarathi_kernels/pod_attention.py), planned once per iteration."""
+"""Attention through the Triton kernels: one launch a work kind (prefill chunks, decodes) per layer for
+the whole hybrid batch, reading each request's context straight from its paged blocks; the launches
+planned once an iteration from the batch's host lengths, and, for CUDA graphs, captured at their
+largest (attention_plan.py). With ``hybrid="pod"`` an eager batch of prefills beside decodes runs
+co-scheduled instead (sarathi_kernels/pod_attention.py). The tiles of each work kind come from the
+device's tuned table where it has them (tuned_kernels.py), the kernels' defaults elsewhere."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,22 +18,37 @@ from sarathi_lab.tuned_kernels import table_for
 
 # The kernels, imported when the backend is first made rather than when it registers: Triton is the
 # gpu extra's, and a CPU install without it still lists this backend.
-write_kv_cache = paged_attention = rope_write_kv = pod_attention = plan_batch = PodWork = item_capacity = None
+# The kernels called by name are module globals, as a test's spy replaces them.
+k = None  # the kernels' namespace (_Kernels), once imported
+write_kv_cache = paged_attention = rope_write_kv = pod_attention = None
 
 
-def _import_kernels() -> None:
-    global write_kv_cache, paged_attention, rope_write_kv, pod_attention, plan_batch, PodWork, item_capacity
-    try:
-        from sarathi_kernels.kv_cache import write_kv_cache
-        from sarathi_kernels.paged_attention import paged_attention
-        from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention
-        from sarathi_kernels.pod_plan import item_capacity
-        from sarathi_kernels.rope_kv import rope_write_kv
-    except ModuleNotFoundError as e:
-        if e.name != "triton":
-            raise
-        raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e '
-                                  '".[gpu]" (or attention=torch)', name="triton") from None
+class _Kernels:
+    """What this backend calls in sarathi_kernels, imported together."""
+
+    def __init__(self):
+        try:
+            from sarathi_kernels import attention_plan, occupancy, pod_attention, pod_plan, split_merge, split_rule
+            from sarathi_kernels.kv_cache import write_kv_cache
+            from sarathi_kernels.paged_attention import paged_attention
+            from sarathi_kernels.rope_kv import rope_write_kv
+        except ModuleNotFoundError as e:
+            if e.name != "triton":
+                raise
+            raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e '
+                                      '".[gpu]" (or attention=torch)', name="triton") from None
+        self.plan, self.occupancy, self.pod, self.pod_plan = attention_plan, occupancy, pod_attention, pod_plan
+        self.split_merge, self.split_rule = split_merge, split_rule
+        self.write_kv_cache, self.paged_attention, self.rope_write_kv = write_kv_cache, paged_attention, rope_write_kv
+
+
+def kernels() -> _Kernels:
+    global k, write_kv_cache, paged_attention, rope_write_kv, pod_attention
+    if k is None:
+        k = _Kernels()
+        write_kv_cache, paged_attention, rope_write_kv = k.write_kv_cache, k.paged_attention, k.rope_write_kv
+        pod_attention = k.pod.pod_attention
+    return k
 
 
 @dataclass
@@ -43,18 +62,77 @@ class PodLaunch:
 
 @register_backend("triton")
 class TritonAttention(AttentionBackend):
+    """``tiles``/``rule``: the tiles of each work kind and the split rule (default: the device's tuned
+    table over attention_plan's tiles, and split_rule's rule); ``limits``: the GPU planned for (default:
+    the cache's device; none on a CPU, where nothing splits)."""
+
     replayable = True
     devices = ("cuda",)
     preferred_on = ("cuda",)
 
-    def __init__(self, hybrid: str = "sequential", fuse_rope: bool = True):
-        if paged_attention is None:
-            _import_kernels()
+    def __init__(self, hybrid: str = "sequential", fuse_rope: bool = True, tiles=None, rule=None, limits=None):
+        kernels()
         self.hybrid = hybrid
-        # Kept across iterations and grown as batches grow: the plan's buffers.
-        self._work = None
         # False: RoPE and the cache write as two launches (the kernel count's "before").
         self.fuse_rope = fuse_rope
+        self.tiles, self.limits = tiles, limits
+        self.rule = rule if rule is not None else k.split_rule.DEFAULT_RULE
+        # Kept across iterations and grown as batches grow: the co-scheduled plan's buffers.
+        self._work = None
+
+    def _limits(self, k_cache: torch.Tensor):
+        return self.limits if self.limits is not None else k.occupancy.device_limits(k_cache.device)
+
+    def _tiles(self, k_cache: torch.Tensor):
+        """The work kinds' tiles: given ones, else the kernels' defaults with what the device's tuned
+        table sets for each kind (None: the defaults, as attention_plan takes them)."""
+        if self.tiles is not None:
+            return self.tiles
+        table = table_for(k_cache.device)
+        if not table.attention:
+            return None
+        base = k.plan.default_tiles(k_cache.element_size())
+
+        def tuned(config, kind: str):
+            set_ = table.tiles(kind).launch_kwargs()
+            return dataclasses.replace(config, **set_) if set_ else config
+        return k.plan.WorkTiles(decode=tuned(base.decode, "decode"), prefill=tuned(base.prefill, "prefill"),
+                                tall_prefill=base.tall_prefill)
+
+    def batch_plan(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor):
+        """The batch's launches, from its host lengths, planned once (kept on ``meta.plan``); a CUDA
+        graph's captured batch holds its graph's plan there instead."""
+        if not isinstance(meta.plan, k.plan.AttentionPlan):
+            meta.plan = k.plan.plan_batch(meta.query_lens_host, meta.seq_lens_host, num_heads, k_cache.shape[2],
+                                          num_prefills=meta.num_prefills, element_size=k_cache.element_size(),
+                                          limits=self._limits(k_cache), tiles=self._tiles(k_cache), rule=self.rule)
+        return meta.plan
+
+    def graph_plan(self, tokens: int, requests: int, num_heads: int, k_cache: torch.Tensor, *, max_seq_len: int,
+                   prefill_tiles, fewest_tokens: int, fewest_decodes: int, split_counts: torch.Tensor):
+        """The launches a CUDA graph captures (attention_plan.plan_graph), reading their split counts
+        from ``split_counts`` (``graph_split_counts``)."""
+        return k.plan.plan_graph(tokens, requests, num_heads, k_cache.shape[2], max_seq_len=max_seq_len,
+                                 prefill_tiles=prefill_tiles, fewest_tokens=fewest_tokens,
+                                 fewest_decodes=fewest_decodes, element_size=k_cache.element_size(),
+                                 limits=self._limits(k_cache), tiles=self._tiles(k_cache), rule=self.rule,
+                                 split_counts=split_counts)
+
+    def prefill_tile_choices(self, num_heads: int, k_cache: torch.Tensor):
+        """Every prefill tile a batch's plan may ask for, each with the fewest tokens of the batch's
+        longest chunk that ask for it, ascending."""
+        return k.plan.prefill_tile_choices(num_heads, k_cache.shape[2], k_cache.element_size(), self._tiles(k_cache))
+
+    @staticmethod
+    def graph_split_counts(device: torch.device) -> torch.Tensor:
+        return kernels().split_merge.split_counts_buffer(2, device)
+
+    @staticmethod
+    def set_split_counts(split_counts: torch.Tensor, plan) -> None:
+        """A replay's split counts and requests (``plan``'s, the batch's eager plan) into its graph's
+        device integers."""
+        for slot, values in enumerate(plan.device_rows()):
+            split_counts[slot].copy_(kernels().split_merge.plan_row(split_counts.device, values), non_blocking=True)
 
     def rope_write_kv(self, rotary, positions, qkv, num_heads, num_kv_heads, k_cache, v_cache,
                       meta: AttentionMetadata):
@@ -63,43 +141,40 @@ class TritonAttention(AttentionBackend):
         # One launch for RoPE and the cache write. The softmax scale stays with attention, which folds it
         # into its exp2 argument at no cost: scaling q here would add a rounding and save nothing.
         cos, sin = rotary.tables(positions.device)
-        return rope_write_kv(qkv, positions, cos, sin, k_cache, v_cache, meta.slot_mapping, num_heads, num_kv_heads)
+        return rope_write_kv(qkv, positions, cos, sin, k_cache, v_cache, meta.slot_mapping, num_heads,
+                               num_kv_heads)
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
 
     def _pod(self, query: torch.Tensor, k_cache: torch.Tensor, meta: AttentionMetadata) -> PodLaunch:
-        """The iteration's plan: made by its first layer from the host's lengths, reused by the others."""
+        """The iteration's co-scheduled plan: made by its first layer from the host's lengths, reused by
+        the others."""
         if isinstance(meta.plan, PodLaunch):
             return meta.plan
-        plan, warps = plan_batch(meta.query_lens_host, meta.seq_lens_host, query.shape[1], k_cache.shape[2],
-                                 query.shape[2], query.element_size(), query.device)
+        plan, warps = k.pod.plan_batch(meta.query_lens_host, meta.seq_lens_host, query.shape[1], k_cache.shape[2],
+                                       query.shape[2], query.element_size(), query.device)
         work = self._work
         if work is None or work.programs != plan.programs or work.capacity < len(plan.items) \
                 or work.items.device != query.device:
             # Room for any batch of this many tokens and requests: the buffers grow rarely.
-            capacity = item_capacity(query.shape[0], len(meta.seq_lens_host), k_cache.shape[2], plan.tiles)
-            work = self._work = PodWork(plan.programs, capacity, query.device)
+            capacity = k.pod_plan.item_capacity(query.shape[0], len(meta.seq_lens_host), k_cache.shape[2], plan.tiles)
+            work = self._work = k.pod.PodWork(plan.programs, capacity, query.device)
         work.load(plan)
         meta.plan = PodLaunch(plan, work, warps)
         return meta.plan
 
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float):
         # Only a batch with both kinds has anything to overlap. A forward being captured runs the
-        # sequential kernel: its lengths are placeholders, and a graph replays what it captured.
-        if self.hybrid == "pod" and meta.num_prefills and meta.num_decodes and not _capturing(query.device):
+        # planned kernels: its lengths are placeholders, and a graph replays what it captured.
+        if self.hybrid == "pod" and meta.num_prefills and meta.num_decodes and not _capturing(query.device) \
+                and not isinstance(meta.plan, k.plan.AttentionPlan):
             launch = self._pod(query, k_cache, meta)
             return pod_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                                  launch.plan, launch.work, scale, num_warps=launch.num_warps)
-        # No max_seq_len from seq_lens_host: a CUDA graph is captured over placeholder lengths, and the
-        # kernel's default (the block table's width) bounds the longest context in graphs and eager runs.
+        plan = self.batch_plan(meta, query.shape[1], k_cache)
         return paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
-                               scale, max_query_len=meta.max_query_len, **tiles(query.device, meta).launch_kwargs())
-
-
-def tiles(device, meta: AttentionMetadata):
-    """The tuned tile config of the batch's work kind on ``device``: decode where every row is one token."""
-    return table_for(device).tiles("decode" if meta.max_query_len == 1 else "prefill")
+                               scale, plan=plan)
 
 
 def _capturing(device: torch.device) -> bool:

@@ -9,9 +9,14 @@ On a GPU an eager forward waits on the host launching its kernels one by one (th
 ``launch`` step measures both).
 
 What a captured forward reads from the host is fixed when it is captured, so only a forward that
-reads every per-batch value from device tensors can be replayed: the Triton attention backend's,
-whose host-side tiling hint (``max_query_len``) each graph fixes: 1 (decode tiles) in a decode graph,
-the bucket's tokens (prefill tiles) in a mixed one. A batch smaller than its graph is padded: the
+reads every per-batch value from device tensors can be replayed: the Triton attention backend's.
+Its launches (attention_plan.py) are captured at their largest: a decode launch over every request,
+and in a mixed graph a prefill launch on one kind of prefill tile, each with room for as many KV-walk
+splits as any batch the graph holds can be given. A replayed batch's attention is planned on the host
+exactly as its eager forward would be; the graph chosen has that plan's tiles and room for its splits,
+and the plan's split counts and request ranges are copied into device integers the launches read. So a replay splits as
+the eager forward does. Where a plan may take taller prefill tiles, a bucket holds one mixed graph a
+tile kind its batches may ask for. A batch smaller than its graph is padded: the
 extra tokens' KV slots are -1 (the KV write skips them); a padded decode has context 0 and a padded
 request of a mixed graph query length 0 and context 0, so neither reads the cache; their outputs
 are dropped, and the sampled rows' logits are gathered through a persistent index buffer."""
@@ -92,10 +97,12 @@ def token_buckets(largest: int) -> list[int]:
 
 class Graph(NamedTuple):
     """One captured forward: a decode-only one of ``tokens`` requests, or a mixed one of ``tokens``
-    tokens over ``requests`` requests."""
+    tokens over ``requests`` requests, whose attention runs prefill work on ``prefill_tiles`` (an
+    attention_plan.TileConfig; None in a decode graph)."""
     decode: bool
     tokens: int
     requests: int
+    prefill_tiles: object = None
 
 
 class CudaGraphs:
@@ -125,8 +132,17 @@ class CudaGraphs:
         self.decode_rows = torch.arange(max_batch, dtype=i64, device=dev)
         self.query_start_loc = torch.zeros(max_batch + 1, dtype=i32, device=dev)
         self.sampled_rows = torch.zeros(max_batch, dtype=i64, device=dev)
+        self.backend, self.num_heads = backend, runner.model.config.num_attention_heads
+        self.k_cache = runner.kv_caches[0][0]
+        # The device integers each replay's split counts and request ranges are copied into (read by the
+        # captured launches).
+        self.split_counts = backend.graph_split_counts(dev)
         self.decode_graphs = {size: Graph(True, size, size) for size in self.sizes}
-        self.mixed_graphs = [Graph(False, b, min(max_batch, b)) for b in self.buckets]
+        self.mixed_graphs = [Graph(False, b, min(max_batch, b), tiles) for b in self.buckets
+                             for tiles in self._prefill_tiles(b, min(max_batch, b), self._fewest(self.buckets, b))]
+        max_seq_len = max_blocks * self.k_cache.shape[1]
+        self.plans = {graph: self._attention_plan(graph, max_seq_len) for graph in
+                      [*self.decode_graphs.values(), *self.mixed_graphs]}
         self.graphs: dict[Graph, tuple[Callable[[], None], torch.Tensor]] = {}
         cuda = dev.type == "cuda"
         reserved_before = torch.cuda.memory_reserved(dev) if cuda else None
@@ -141,15 +157,44 @@ class CudaGraphs:
             torch.cuda.synchronize(dev)
         self.record = {
             "decode_sizes": self.sizes, "mixed_tokens": self.buckets, "mixed_requests": max_batch,
+            "graphs": len(self.graphs),
+            "mixed_tiles": [[g.tokens, g.prefill_tiles.block_m, g.prefill_tiles.num_warps] for g in self.mixed_graphs],
             "capture_s": round(time.perf_counter() - start, 3),
             "pool_bytes": pool_bytes(pool) if cuda else None,
             "reserved_before_bytes": reserved_before,
             "reserved_after_bytes": torch.cuda.memory_reserved(dev) if cuda else None}
 
+    @staticmethod
+    def _fewest(sizes: list[int], size: int) -> int:
+        """The fewest tokens (requests, in a decode graph) of a batch whose smallest graph is ``size``."""
+        below = [s for s in sizes if s < size]
+        return below[-1] + 1 if below else 1
+
+    def _prefill_tiles(self, tokens: int, requests: int, fewest: int) -> list:
+        """The prefill tiles a batch of ``fewest`` to ``tokens`` tokens in at most ``requests`` requests
+        may ask for: those whose range of longest chunks it can have."""
+        choices = self.backend.prefill_tile_choices(self.num_heads, self.k_cache)
+        kept = []
+        for i, (tiles, longest_from) in enumerate(choices):
+            longest_below = choices[i + 1][1] if i + 1 < len(choices) else tokens + 1
+            # Its longest chunk can reach longest_from, and requests chunks each shorter than the next
+            # tile's can hold the fewest tokens.
+            if longest_from <= tokens and requests * (longest_below - 1) >= fewest:
+                kept.append(tiles)
+        return kept
+
+    def _attention_plan(self, graph: Graph, max_seq_len: int):
+        fewest = self._fewest(self.sizes if graph.decode else self.buckets, graph.tokens)
+        return self.backend.graph_plan(graph.tokens, graph.requests, self.num_heads, self.k_cache,
+                                       max_seq_len=max_seq_len, prefill_tiles=graph.prefill_tiles,
+                                       fewest_tokens=fewest, fewest_decodes=fewest if graph.decode else 1,
+                                       split_counts=self.split_counts)
+
     def _padded(self, graph: Graph) -> PreparedBatch:
         """The buffers' first rows as the batch ``graph`` captures. Its host values are what capture
-        fixes: ``max_query_len`` (attention's tiling hint) is the one a forward reads; the counts and
-        host lists describe the padded batch for whoever inspects it."""
+        fixes: the attention plan (the graph's launches, reading the device integers each replay
+        refills) is the one a forward reads; the counts and host lists describe the padded batch for
+        whoever inspects it."""
         t, r = graph.tokens, graph.requests
         if graph.decode:
             starts, rows, query_lens, hint = self.decode_starts[: r + 1], self.decode_rows[:r], [1] * r, 1
@@ -159,20 +204,28 @@ class CudaGraphs:
             num_prefills=0 if graph.decode else r, num_decodes=r if graph.decode else 0,
             num_prefill_tokens=0 if graph.decode else t, query_start_loc=starts, seq_lens=self.seq_lens[:r],
             block_tables=self.block_tables[:r], slot_mapping=self.slots[:t], query_lens_host=query_lens,
-            seq_lens_host=[0] * r, max_query_len=hint)
+            seq_lens_host=[0] * r, max_query_len=hint, plan=self.plans[graph])
         return PreparedBatch(self.input_ids[:t], self.positions[:t], meta, rows)
 
     def graph_for(self, prepared: PreparedBatch) -> Graph | None:
-        """The smallest captured graph that holds this batch; None: it runs eagerly (more requests or
-        tokens than captured, a table wider than captured, or a batch with prefills and no mixed graphs)."""
+        """The smallest captured graph that holds this batch and runs its attention as its eager forward
+        would (its plan's tiles, room for its splits); None: it runs eagerly (more requests or tokens
+        than captured, a table wider than captured, or a batch with prefills and no mixed graphs)."""
         meta = prepared.meta
         if meta.block_tables.shape[1] > self.block_tables.shape[1]:
             return None
-        requests = meta.num_prefills + meta.num_decodes
-        if not meta.num_prefills:
-            return next((g for g in self.decode_graphs.values() if g.requests >= requests), None)
-        tokens = prepared.input_ids.shape[0]
-        return next((g for g in self.mixed_graphs if g.tokens >= tokens and g.requests >= requests), None)
+        requests, tokens = meta.num_prefills + meta.num_decodes, prepared.input_ids.shape[0]
+        graphs = self.mixed_graphs if meta.num_prefills else self.decode_graphs.values()
+        held = [g for g in graphs if g.tokens >= tokens and g.requests >= requests]
+        if not held:
+            return None
+        plan = self.backend.batch_plan(meta, self.num_heads, self.k_cache)
+        return next((g for g in held if plan.replays_in(self.plans[g])), None)
+
+    def replayed_plan(self, graph: Graph):
+        """The attention launches ``graph``'s last replay ran: its captured tiles with the split counts
+        it was given (reads the device: for tests and inspection)."""
+        return self.plans[graph].with_split_counts(self.split_counts[:, 0].tolist())
 
     def replay(self, prepared: PreparedBatch, graph: Graph) -> torch.Tensor:
         """The logits of ``prepared``'s sampled rows from ``graph`` (a view its next replay overwrites)."""
@@ -198,6 +251,7 @@ class CudaGraphs:
             self.sampled_rows[:sampled].copy_(prepared.logits_indices, non_blocking=True)
             if sampled < graph.requests:  # a row inside every bucket; a stale one may lie past a smaller one
                 self.sampled_rows[sampled : graph.requests].fill_(0)
+        self.backend.set_split_counts(self.split_counts, self.backend.batch_plan(meta, self.num_heads, self.k_cache))
         replay, out = self.graphs[graph]
         replay()
         return out[:sampled]

@@ -54,7 +54,8 @@ def _call(x: Inputs, **launch) -> Callable[[], torch.Tensor]:
 
 
 def planned_splits(x: Inputs, tiles: TileConfig) -> int:
-    from sarathi_kernels.attention_plan import device_sm_count, plan_launch
+    from sarathi_kernels.attention_plan import plan_launch
+    from sarathi_kernels.occupancy import device_sm_count
 
     q, m = x.query, x.meta
     return plan_launch(q.shape[0], m.seq_lens.shape[0], q.shape[1], x.k_cache.shape[2],

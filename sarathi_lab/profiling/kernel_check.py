@@ -27,9 +27,11 @@ from pathlib import Path
 
 import torch
 from sarathi_kernels import pointwise
+from sarathi_kernels.attention_plan import plan_batch
 from sarathi_kernels.bench import do_bench
 from sarathi_kernels.gemm import GemmConfig, gemm
 from sarathi_kernels.kv_cache import write_kv_cache
+from sarathi_kernels.occupancy import device_limits
 from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.rope_kv import rope_write_kv
 from sarathi_kernels.tolerances import COMPILED_TOLERANCE
@@ -72,13 +74,17 @@ def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype)
 
 def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None, decodes=None, **launch) -> float:
     """Max |err| / max |ref| of one batch (by default a big hybrid one); ``launch``: paged_attention's
-    overrides (num_splits...)."""
+    overrides (num_splits...), or ``planned=True``: the engine's plan of the batch for this GPU (a
+    launch a work kind: decode tiles, 64- or 128-row prefill tiles, each split as planned)."""
     if prefills is None:
         prefills = [(512, 512), (256, 1280), (37, 37), (5, 999)]
         decodes = [(1, random.randint(1, 2048)) for _ in range(32)]
     query, k_cache, v_cache, meta = make_inputs(prefills, decodes or [], heads, kv_heads, head_dim, block_size,
                                                 dtype)
     scale = head_dim ** -0.5
+    if launch.pop("planned", False):
+        launch["plan"] = plan_batch(meta.query_lens_host, meta.seq_lens_host, heads, kv_heads,
+                                    element_size=query.element_size(), limits=device_limits(query.device))
     out = torch.full_like(query, float("nan"))
     paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, scale,
                     max_query_len=meta.max_query_len, out=out, **launch)
@@ -175,7 +181,11 @@ def run_checks(record: KernelCheck, quick: bool) -> None:
     # Batches too small to fill the GPU split their KV walk (as planned for this GPU, and forced).
     split_cases = (("chunk 64 over 3072", [(64, 3136)], [], {}), ("decode 1 x 4096", [], [(1, 4096)], {}),
                    ("chunk 256 over 1024 + 17 decodes, 5 splits", [(256, 1280)],
-                    [(1, random.randint(1, 2048)) for _ in range(17)], {"num_splits": 5}))
+                    [(1, random.randint(1, 2048)) for _ in range(17)], {"num_splits": 5}),
+                   ("chunk 256 over 1024 + 17 decodes, planned per work kind", [(256, 1280)],
+                    [(1, random.randint(1, 2048)) for _ in range(17)], {"planned": True}),
+                   ("chunks 130 over 2048 and 40 over 0 + 2 decodes, planned (tall tiles, split)",
+                    [(130, 2178), (40, 40)], [(1, 3000), (1, 17)], {"planned": True}))
     for dtype, (heads, kv_heads), (name, prefills, decodes, launch) in itertools.product(
             dtypes, ((40, 40), (32, 8)), split_cases if not quick else split_cases[:1]):
         _attention_case(record, dtype, 128, heads, kv_heads, 16, name, prefills, decodes, **launch)

@@ -80,7 +80,7 @@ def profiled_layer_kernels(llm, chunk: int, decodes: int, context: int) -> dict[
 
 def static_counts(llm, chunk: int, decodes: int, context: int, device: torch.device) -> dict[str, list[str]]:
     """Per stage, the static kernel list of one layer of the batch on ``device``'s GPU path."""
-    from sarathi_kernels.attention_plan import device_sm_count
+    from sarathi_kernels.occupancy import device_sm_count
 
     shape = Shape.of(llm.model_config)
     requests, tokens = decodes + (chunk > 0), chunk + decodes

@@ -74,13 +74,14 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
             metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name]) for name in STAGES]
     record = llm.cuda_graphs or {}
     before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
-    metrics += [Metric("graphs_captured", len(record.get("decode_sizes", [])) + len(record.get("mixed_tokens", [])),
-                       "", "> 0", bool(record) if cuda else None),
+    captured = record.get("graphs", len(record.get("decode_sizes", [])) + len(record.get("mixed_tokens", [])))
+    metrics += [Metric("graphs_captured", captured, "", "> 0", bool(record) if cuda else None),
                 Metric("graph_capture_s", record.get("capture_s"), "s"),
                 Metric("graph_pool_mib", _mib(record.get("pool_bytes")), "MiB"),
                 Metric("graph_reserved_mib", _mib(after - before if after is not None else None), "MiB")]
     graphs = (f"decode sizes {record['decode_sizes']}, mixed token buckets {record['mixed_tokens']} (each of up to "
-              f"{record['mixed_requests']} requests; attention's max_query_len fixed at the bucket's tokens)"
+              f"{record['mixed_requests']} requests; attention split as each replayed batch's eager plan, one mixed "
+              f"graph a prefill tile kind: {record.get('mixed_tiles')} as [tokens, rows, warps])"
               if record else "none captured (every forward eager)")
     contexts = ", ".join(map(str, (context, *MORE_CONTEXTS[ctx.device])))
     timed = (f"{model} {dtype} on {ctx.device}: {', '.join(label(c, d) for c, d in cases)} (c: the last chunk of a "

@@ -1,0 +1,84 @@
+"""Into how many programs each tile's KV walk is split (attention_plan.py says why a walk is split).
+
+The GPU runs a launch in waves of ``wave`` programs (SMs x resident CTAs a SM, occupancy.py); a
+launch of ``programs`` unsplit programs split ``s`` ways takes ceil(programs * s / wave) waves, each as
+long as one split's walk: its share of the ``key_tiles`` plus a split's fixed cost (loading its query
+tile, writing its fp32 partial for the merge to read back). The rule takes the split count with the
+least such time, the smallest where several tie. So the chosen count is the largest that fits its
+number of waves: the grid lands at or just under a whole number of waves, never a small trailing one;
+and each split's fixed cost is weighed against the walk it saves, which bounds the partials' traffic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sarathi_kernels._checks import require
+
+# The most splits any launch may be given: the device integers split_merge.py keeps go up to it.
+MAX_SPLIT_COUNT = 64
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """The rule's knobs (a per-device tuned table may pass others)."""
+
+    # A split walks at least this many key tiles: with fewer, writing and merging its partial costs
+    # about as much as the walk it takes off another program.
+    min_key_tiles: int = 4
+    # A cap on the partial buffers (rows x heads x splits x head_dim fp32) and the merge's loop.
+    max_splits: int = 32
+    # Split counts are sought up to this many waves: past two, a wave's share of the walk is small
+    # against the launch's fixed costs.
+    max_waves: int = 2
+    # A split's fixed cost in key tiles' worth of memory traffic: a query tile read and a partial
+    # written and read back are each about one key/value tile of the same rows.
+    split_cost_tiles: float = 1.0
+    # A launch with this share of a wave's programs already runs unsplit: a split would add partials
+    # for every row to win back few idle slots.
+    unsplit_share: float = 0.9
+
+    def __post_init__(self):
+        require(self.min_key_tiles >= 1, f"split_rule.min_key_tiles={self.min_key_tiles} is invalid: "
+                                         "must be >= 1")
+        require(1 <= self.max_splits <= MAX_SPLIT_COUNT, f"split_rule.max_splits={self.max_splits} is invalid: "
+                                                         f"must be in [1, {MAX_SPLIT_COUNT}]")
+        require(self.max_waves >= 1, f"split_rule.max_waves={self.max_waves} is invalid: must be >= 1")
+        require(self.split_cost_tiles >= 0, f"split_rule.split_cost_tiles={self.split_cost_tiles} is "
+                                            "invalid: must be >= 0")
+        require(0 < self.unsplit_share <= 1, f"split_rule.unsplit_share={self.unsplit_share} is invalid: "
+                                             "must be in (0, 1]")
+
+
+DEFAULT_RULE = SplitRule()
+
+
+def most_splits(programs: int, key_tiles: int, wave: int | None, rule: SplitRule = DEFAULT_RULE) -> int:
+    """The largest split count the rule considers for ``programs`` unsplit programs whose longest walk
+    has ``key_tiles``: a bound that holds for any more programs and any fewer key tiles (what a CUDA
+    graph sizes its grid by)."""
+    if wave is None or programs <= 0 or programs >= rule.unsplit_share * wave:
+        return 1
+    return max(1, min(rule.max_splits, key_tiles // rule.min_key_tiles, rule.max_waves * wave // programs))
+
+
+def waves(programs: int, wave: int) -> int:
+    return cdiv(programs, wave)
+
+
+def walk_time(programs: int, key_tiles: int, splits: int, wave: int, rule: SplitRule = DEFAULT_RULE) -> float:
+    """The launch's time in key tiles walked one after another: waves x the longest program's walk."""
+    fixed = rule.split_cost_tiles if splits > 1 else 0.0
+    return waves(programs * splits, wave) * (cdiv(key_tiles, splits) + fixed)
+
+
+def choose_splits(programs: int, key_tiles: int, wave: int | None, rule: SplitRule = DEFAULT_RULE) -> int:
+    """The split count of a launch of ``programs`` unsplit programs with work whose longest walk has
+    ``key_tiles`` key tiles, on a GPU that runs ``wave`` of them at once (None, no GPU: 1)."""
+    top = most_splits(programs, key_tiles, wave, rule)
+    if top == 1:
+        return 1
+    return min(range(1, top + 1), key=lambda s: (walk_time(programs, key_tiles, s, wave, rule), s))

@@ -1,0 +1,66 @@
+"""The split rule and the occupancy it fills (split_rule.py, occupancy.py): pure arithmetic.
+
+Resident CTAs per SM follow the CUDA occupancy calculator from the kernels' sm_90 registers and shared
+memory; the rule's chosen count is the fastest in waves x walk, never more than the bound a CUDA
+graph sizes its grid by, and lands at or just under a whole number of waves."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sarathi_kernels.occupancy import A100, H100, H200, KernelResources, kernel_resources, resident_ctas
+from sarathi_kernels.split_rule import SplitRule, cdiv, choose_splits, most_splits, walk_time
+
+
+@pytest.mark.parametrize("limits", [H100, H200, A100], ids=["h100", "h200", "a100"])
+def test_resident_ctas_of_each_tile(limits):
+    # 64-row tiles: 196 registers -> 200 a thread, 6400 a warp, 2 warps of a partition's 16384: 8 warps,
+    # 2 CTAs of 4 (and 2 x 84 KB of shared memory fit). Decode tiles: 146 -> 152, 4864 a warp, 3 a
+    # partition: 3 CTAs. 128-row tiles on 8 warps: 192, 6144 a warp, 2 a partition: 1 CTA of 8.
+    assert resident_ctas(kernel_resources("prefill", 64, 4), limits) == 2
+    assert resident_ctas(kernel_resources("decode", 16, 4), limits) == 3
+    assert resident_ctas(kernel_resources("prefill", 128, 8), limits) == 1
+
+
+def test_shared_memory_and_warps_bound_residency_too():
+    assert resident_ctas(KernelResources(32, 100 * 1024, 4), H100) == 2  # 228 KB / 101 KB
+    assert resident_ctas(KernelResources(32, 100 * 1024, 4), A100) == 1  # 164 KB / 101 KB
+    assert resident_ctas(KernelResources(32, 0, 16), H100) == 4  # 64 warps / 16
+    # An untabulated variant is taken as its kind's nearest tabulated one, on its own warps.
+    assert kernel_resources("prefill", 256, 8) == KernelResources(192, 98816, 8)
+
+
+@given(programs=st.integers(1, 2000), extra=st.integers(0, 500), key_tiles=st.integers(1, 2048),
+       fewer=st.integers(0, 2048), wave=st.sampled_from([132, 264, 528, 216, 432]))
+def test_no_batch_gets_more_splits_than_its_graph_holds(programs, extra, key_tiles, fewer, wave):
+    # A graph's grid has most_splits(fewest programs, longest walk): any batch it holds, with more
+    # programs or fewer key tiles, gets at most that.
+    assert choose_splits(programs + extra, max(1, key_tiles - fewer), wave) <= most_splits(programs, key_tiles, wave)
+
+
+@given(programs=st.integers(1, 1000), key_tiles=st.integers(1, 512), wave=st.sampled_from([132, 264, 528, 216]))
+def test_the_chosen_count_is_the_fastest_and_fills_its_waves(programs, key_tiles, wave):
+    s = choose_splits(programs, key_tiles, wave)
+    top = most_splits(programs, key_tiles, wave)
+    assert 1 <= s <= top
+    assert all(walk_time(programs, key_tiles, s, wave) <= walk_time(programs, key_tiles, t, wave)
+               for t in range(1, top + 1))
+    if s > 1:  # a split count that took one more wave than it needs would lose to a smaller one
+        assert programs * s > (cdiv(programs * s, wave) - 1) * wave
+        assert cdiv(key_tiles, s) >= SplitRule().min_key_tiles or s == 1
+
+
+def test_no_split_without_a_gpu_or_with_a_wave_of_programs():
+    assert choose_splits(40, 49, None) == 1
+    assert choose_splits(240, 49, 264) == 1  # 0.9 of a wave already
+    assert choose_splits(40, 49, 264) == 6  # 240 programs; 7 would leave a second wave of 16
+
+
+@pytest.mark.parametrize("knob,value,allowed", [("min_key_tiles", 0, "must be >= 1"),
+                                                ("max_splits", 65, r"must be in \[1, 64\]"),
+                                                ("max_waves", 0, "must be >= 1"),
+                                                ("split_cost_tiles", -1, "must be >= 0"),
+                                                ("unsplit_share", 0, r"must be in \(0, 1\]")])
+def test_bad_knobs_are_refused(knob, value, allowed):
+    with pytest.raises(ValueError, match=f"split_rule.{knob}={value} is invalid: {allowed}"):
+        SplitRule(**{knob: value})
