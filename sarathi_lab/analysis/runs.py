@@ -4,7 +4,6 @@ finished run, said to be incomplete wherever its numbers are shown."""
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pandas as pd
 
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.claims import simulated_provenance
+from sarathi_lab.env_flags import env_flag
 from sarathi_lab.harness.results import (
     METRICS,
     WANDB_DIR,
@@ -38,9 +38,10 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
     return [Path(root) / name / "multiruns" / s for s in sorted(finished, key=finished.get, reverse=True)]
 
 
-# Set to 1, every Results (the notebooks', produce's) reads incomplete sweeps as include_incomplete does.
+# Set to 1 (or true, yes, on: env_flags.py), every Results (the notebooks', produce's) reads incomplete
+# sweeps as include_incomplete does.
 INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
-# Set to 1, the notebooks keep the runs flagged timing_unreliable (Results' include_unreliable).
+# Set to 1 (or true, yes, on), the notebooks keep the runs flagged timing_unreliable (Results' include_unreliable).
 INCLUDE_UNRELIABLE_ENV = "SARATHI_INCLUDE_UNRELIABLE"
 
 
@@ -104,7 +105,7 @@ class Results:
     def __post_init__(self):
         self.root = Path(self.root)
         if self.include_incomplete is None:
-            self.include_incomplete = os.environ.get(INCLUDE_INCOMPLETE_ENV) == "1"
+            self.include_incomplete = env_flag(INCLUDE_INCOMPLETE_ENV)
 
     def choice(self, name: str) -> Choice:
         """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or

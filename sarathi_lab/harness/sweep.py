@@ -55,9 +55,11 @@ class SweepSummary(Callback):
         try:
             self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), planned_jobs(config))
         except sweep_state.SweepDirInUse as e:
-            log.error("%s", e)
-            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
-            sys.exit(2)
+            from sarathi_lab import cli_args
+
+            # One `error:` line and exit 2; SystemExit passes Hydra's callback guard (which turns
+            # Exceptions into warnings, and would let the sweep run unlocked).
+            cli_args.refuse(str(e))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
