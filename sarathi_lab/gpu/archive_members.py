@@ -27,6 +27,7 @@ from pathlib import Path
 MAX_FILE_BYTES = 16 << 20      # a file the suite writes or a call brings back
 MAX_ARCHIVE_BYTES = 64 << 20   # the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
 MAX_TOTAL_BYTES = 256 << 20    # all members expanded
+MAX_TAIL_BYTES = 1 << 20      # after the tar's end blocks (a tar pads to 10 KiB records)
 MAX_MEMBERS = 50_000
 MAX_DEPTH = 16
 # One part of a member's name: what the suite's folders and files are named (job folders included,
@@ -111,6 +112,13 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
             if total > MAX_TOTAL_BYTES:
                 raise ArchiveRefused(f"its members expand to more than {MAX_TOTAL_BYTES >> 20} MiB")
         found[name] = member
+    # Read to the end of the compressed stream too: a gzip cut short after the tar's last block, or
+    # with its checksum wrong, is as damaged as one cut inside a member.
+    tail = 0
+    while chunk := tar.fileobj.read(1 << 20):
+        tail += len(chunk)
+        if tail > MAX_TAIL_BYTES:
+            raise ArchiveRefused(f"more than {MAX_TAIL_BYTES >> 20} MiB follow the end of its tar")
     folders = {"/".join(name.split("/")[:i]) for name in found for i in range(1, name.count("/") + 1)}
     if clash := sorted(n for n in folders if n in found and not found[n].isdir()):
         raise ArchiveRefused(f"member {_shown(clash[0])} is both a file and the folder of other members")
