@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +53,8 @@ class RunResult:
     resolved_config: dict[str, Any]
     partial: bool
     wall_time_s: float
+    # What decides the result besides the config (harness/run_inputs.py: a trace's path and hash).
+    inputs: dict[str, Any] = field(default_factory=dict)
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -64,14 +66,22 @@ def next_dir(run_dir: Path) -> Path:
     return run_dir.parent / f".{run_dir.name}.next"
 
 
-def config_change(run_dir: Path, resolved_config: dict[str, Any]) -> str | None:
-    """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new"."""
-    old = _flatten("", read_record(run_dir / METRICS)["resolved_config"])
+def config_change(run_dir: Path, resolved_config: dict[str, Any], inputs: dict[str, Any] | None = None) -> str | None:
+    """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new";
+    then the first of its ``inputs`` (RunResult.inputs) that differs, a run that recorded none counting
+    as one of unknown inputs."""
+    record = read_record(run_dir / METRICS)
+    old = _flatten("", record["resolved_config"])
     new = _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
         # What a run does with its directory, or writes beside its results, changes nothing it measured.
         if key != "on_existing" and not key.startswith(f"{EXPORT}.") and old.get(key) != new.get(key):
             return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+    recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+    for key in sorted((inputs or {}).keys() | recorded.keys()):
+        if recorded.get(key) != (inputs or {}).get(key):
+            was = "unrecorded" if key not in recorded else repr(recorded[key])
+            return f"{key}: {was} -> {(inputs or {}).get(key)!r}"
     return None
 
 
