@@ -14,9 +14,12 @@ from sarathi_lab.analysis.claims import simulated_provenance
 from sarathi_lab.env_flags import env_flag
 from sarathi_lab.harness.results import (
     METRICS,
-    WANDB_DIR,
+    SWEEP_SUMMARY,
     UnreadableRun,
+    is_read,
     load_runs,
+    natural_order,
+    read_json,
     read_record,
     run_source,
 )
@@ -32,9 +35,9 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
     (by their latest finished run)."""
     finished = {}
     for metrics in (Path(root) / name / "multiruns").glob(f"*/**/{METRICS}"):
-        parts = metrics.relative_to(Path(root) / name / "multiruns").parts
-        if WANDB_DIR not in parts:  # W&B's copy of a run's file is not a run
-            finished[parts[0]] = max(finished.get(parts[0], 0.0), metrics.stat().st_mtime)
+        relative = metrics.relative_to(Path(root) / name / "multiruns")
+        if is_read(relative):  # not W&B's copy of a run's file, nor a run set aside
+            finished[relative.parts[0]] = max(finished.get(relative.parts[0], 0.0), metrics.stat().st_mtime)
     return [Path(root) / name / "multiruns" / s for s in sorted(finished, key=finished.get, reverse=True)]
 
 
@@ -139,8 +142,24 @@ class Results:
 
     def _loaded(self, name: str, table: str) -> pd.DataFrame:
         if (name, table) not in self._tables:
-            self._tables[name, table] = load_runs(self.sweep(name), table=table)
+            self._tables[name, table] = self._current_jobs(name, load_runs(self.sweep(name), table=table),
+                                                           warn=table == "summary")
         return self._tables[name, table]
+
+    def _current_jobs(self, name: str, runs: pd.DataFrame, warn: bool) -> pd.DataFrame:
+        """``runs`` of the jobs the sweep's last launch ran (its summary's jobs, once it ended): a finished
+        run in a folder of none of them (an earlier launch's, its swept values since changed) is left out,
+        and said so."""
+        sweep, state = self.sweep(name), self.choice(name).state
+        if not len(runs) or not state.ended or not isinstance(read_json(sweep / SWEEP_SUMMARY), dict):
+            return runs  # no launch's report says which jobs are the sweep's: its folders are
+        relative = runs.run_dir.map(lambda d: Path(d).relative_to(sweep).as_posix())
+        current = relative.map(lambda r: any(r == job or r.startswith(f"{job}/") for job in state.jobs))
+        if warn and (other := sorted(set(relative[~current]), key=lambda r: natural_order(Path(r)))):
+            log.warning("%s: %d run%s under %s left out: of none of the jobs its last launch ran (%s)", name,
+                        len(other), "s" * (len(other) != 1), sweep,
+                        ", ".join(other[:5]) + (" ..." if len(other) > 5 else ""))
+        return runs[current].reset_index(drop=True)
 
     def _unreliable_runs(self, name: str) -> set[str]:
         summary = self._loaded(name, "summary")
@@ -198,7 +217,7 @@ class Results:
         engine = {}
         sweep = self.sweep(name)
         for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
-            if WANDB_DIR in metrics.relative_to(sweep).parts:  # W&B's copy of a run's file, not a run
+            if not is_read(metrics.relative_to(sweep)):  # W&B's copy of a run's file, a run set aside
                 continue
             try:
                 engine = read_record(metrics)["resolved_config"].get("engine", {})

@@ -182,14 +182,22 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
+def is_read(relative: Path) -> bool:
+    """Whether a run's metrics.json at ``relative`` (to the folder read) is one readers read: not the
+    copy each run uploads to W&B (wandb_logger), nor under a folder whose name starts with a dot (a
+    resumed sweep's stale jobs set aside, a rerun's working folder, Hydra's records)."""
+    folders = relative.parts[:-1]
+    return WANDB_DIR not in folders and not any(part.startswith(".") for part in folders)
+
+
 def load_runs(root: str | Path, table: str = "summary", strict: bool = False) -> pd.DataFrame:
     """Every finished run under root as one DataFrame: each row its key config values, the keys its
     overrides set, ``run_dir``, and the summary and ``env.*`` (table="summary") or that table's rows.
     An unreadable run is left out with a warning (``strict``: UnreadableRun)."""
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=natural_order):
-        if WANDB_DIR in path.relative_to(root).parts[:-1]:
-            continue  # the copy each run uploads to W&B (wandb_logger), not a run of its own
+        if not is_read(path.relative_to(root)):
+            continue
         try:
             record = read_record(path)
             keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)

@@ -31,7 +31,8 @@ from sarathi_lab.harness.results import (
     run_source,
     write_json,
 )
-from sarathi_lab.harness.sweep_check import planned_jobs
+from sarathi_lab.harness.stale_jobs import STALE, expected_job_dirs, move_stale
+from sarathi_lab.harness.sweep_check import _basic, swept_jobs
 from sarathi_lab.profiling.load import UNRELIABLE_WAIT_SHARE
 
 log = logging.getLogger(__name__)
@@ -52,14 +53,18 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time()
+        jobs = swept_jobs(config)[0] if _basic(config) else None
         try:
-            self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), planned_jobs(config))
+            self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), None if jobs is None else len(jobs))
         except sweep_state.SweepDirInUse as e:
             from sarathi_lab import cli_args
 
             # One `error:` line and exit 2; SystemExit passes Hydra's callback guard (which turns
             # Exceptions into warnings, and would let the sweep run unlocked).
             cli_args.refuse(str(e))
+        # Held: no other sweep writes there now. The earlier launch's jobs that are none of this one's go.
+        if jobs is not None and (current := expected_job_dirs(config, jobs)) is not None:
+            move_stale(Path(config.hydra.sweep.dir), current)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -71,6 +76,8 @@ class SweepSummary(Callback):
 
     def _report(self, sweep_dir: Path) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
+        # Under any sweeper: what this launch did not run is none of its jobs.
+        move_stale(sweep_dir, set(jobs))
         summary, table_path = sweep_dir / SWEEP_SUMMARY, sweep_dir / SWEEP_TABLE
         if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
             # A rerun that changed none of the finished sweep's runs must not replace its report.
@@ -99,7 +106,8 @@ def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
     """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
     jobs = {}
     # A job killed before it saved its config has only the status.json its launcher wrote.
-    job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
+    job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)
+                if STALE not in p.relative_to(sweep_dir).parts}
     for job_dir in sorted(job_dirs, key=natural_order):
         config = job_dir / ".hydra" / "config.yaml"
         # A status written since the sweep began is this sweep's, even beside an earlier sweep's .hydra/.
