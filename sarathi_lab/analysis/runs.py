@@ -4,11 +4,13 @@ finished run, said to be incomplete wherever its numbers are shown."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab import provenance
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.claims import simulated_provenance
 from sarathi_lab.env_flags import env_flag
@@ -16,6 +18,7 @@ from sarathi_lab.harness.results import (
     METRICS,
     SWEEP_SUMMARY,
     UnreadableRun,
+    current_names,
     is_read,
     load_runs,
     natural_order,
@@ -87,6 +90,8 @@ def download_wandb(project: str, root: str | Path, names=None) -> Path:
     return Path(root)
 
 
+# The units a metric's name ends with (a summary key that is none is a count, a flag or a setting).
+METRIC_UNITS = ("_s", "_tok_s", "_rps", "_tokens", "_share", "_fraction")
 # metrics.json's flag for a run whose times other work on the machine distorted (profiling/load.py).
 UNRELIABLE = "env.timing_unreliable"
 
@@ -199,10 +204,41 @@ class Results:
         row = self._loaded(name, "summary").iloc[0]
         source, scale, dtype = f"{self.source(name)}, {row.model}", self.scale(name), str(row.get("env.dtype", ""))
         if self.executor(name)["executor"] == "sim":
-            return simulated_provenance(source, scale, dtype)
+            return simulated_provenance(source, scale, dtype) | {"commit": self.commits(name)}
         threads = row.get("env.torch_threads")
         return {"source": source, "scale": scale, "dtype": dtype,
-                "threads": "" if pd.isna(threads) else f"{threads:g}", "machine": str(row.get("env.device_name", ""))}
+                "threads": "" if pd.isna(threads) else f"{threads:g}", "machine": str(row.get("env.device_name", "")),
+                "commit": self.commits(name)}
+
+    def commits(self, name: str) -> str:
+        """The commit the experiment's kept runs ran at ('6218397'; 'unrecorded' where they recorded
+        none), or, where they mix several, each with its count: 'mixed: 6218397 (3 runs), abcdef0 (1 run)'."""
+        summary = self.summary(name)
+        if summary.empty:
+            summary = self._loaded(name, "summary")
+        column = summary["env.git_commit"] if "env.git_commit" in summary else [None] * len(summary)
+        counts = Counter(provenance.commits([value]) for value in column)
+        if len(counts) <= 1:
+            return next(iter(counts), provenance.UNRECORDED)
+        return "mixed: " + ", ".join(f"{c} ({n} run{'s' * (n != 1)})" for c, n in sorted(counts.items()))
+
+    def lacking_note(self, name: str) -> str:
+        """'1 of 4 runs lack ttft_p50_s (...)': the metrics some kept runs recorded and others did not (a
+        metric renamed, or a run of another version), which whatever reads them leaves those runs out
+        of; '' where every run has every metric the others have."""
+        keys = {}
+        for run_dir in self.summary(name).run_dir:
+            try:
+                keys[run_dir] = set(current_names(read_record(Path(run_dir) / METRICS)["summary"]))
+            except UnreadableRun:
+                continue
+        lacking = {}
+        for metric in set().union(*keys.values()) if keys else ():
+            if metric.endswith(METRIC_UNITS) and (missing := sum(metric not in k for k in keys.values())):
+                lacking.setdefault(missing, []).append(metric)
+        return "; ".join(f"{missing} of {len(keys)} run{'s' * (len(keys) != 1)} lack {', '.join(sorted(metrics)[:4])}"
+                         f"{' ...' if len(metrics) > 4 else ''} (renamed, or recorded by another version): left out "
+                         "of what reads it" for missing, metrics in sorted(lacking.items()))
 
     def scale(self, name: str) -> str:
         """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json; ``experiment=ci/NAME``
@@ -238,7 +274,9 @@ class Results:
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
                  else row["env.device_name"])
-        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name)) if note)
+        commits = self.commits(name)
+        mixed = f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ") else ""
+        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name), mixed) if note)
         return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{notes})"
 
     def nothing_kept_note(self, name: str) -> str:
