@@ -266,3 +266,21 @@ def test_any_member_names_are_restored_inside_out_or_refused_before_writing(tmp_
     box = _written(tmp / "box")
     assert all(p == "out" or p.startswith("out/") for p in box), box
     assert all((tmp / "box" / p).resolve().is_relative_to(out.resolve()) for p in box if p != "out")
+
+
+def test_the_suites_own_archive_leaves_links_out_and_its_export_writes_through_none(tmp_path):
+    out, dest, victim = tmp_path / "out", tmp_path / "OUT", tmp_path / "victim"
+    victim.write_text("kept")
+    job = out / "paper" / "pd_ratio" / "multiruns" / "2026-01-01_00-00-00" / "0_chunk=256,seq_len=1024"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "config.yaml").write_text("chunk: 256\n")
+    (out / "summary.json").write_text("{}")
+    (out / "steps").mkdir()
+    (out / "steps" / "link.json").symlink_to(victim)
+    dest.mkdir()
+    (dest / "summary.json").symlink_to(victim)
+    state.export(out, dest)
+    assert victim.read_text() == "kept" and (dest / "summary.json").read_text() == "{}"
+    fresh = tmp_path / "fresh"
+    assert state.restore(fresh, dest / state.ARCHIVE) == 2  # the link was never archived
+    assert (fresh / job.relative_to(out) / ".hydra" / "config.yaml").read_text() == "chunk: 256\n"

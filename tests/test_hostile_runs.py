@@ -267,3 +267,12 @@ def test_a_real_sweep_resumed_with_other_swept_values_sets_the_old_jobs_aside(tm
     assert sorted(load_runs(sweep).chunk) == [32, 128]
     assert sorted(json.loads((sweep / "sweep_summary.json").read_text())) == ["0_chunk=32,executor=sim",
                                                                              "1_chunk=128,executor=sim"]
+
+
+def test_claims_say_a_run_they_cannot_read_is_left_out(tmp_path):
+    sweep = _sweep(tmp_path, [32, 64])
+    (sweep / "1_chunk=64" / "metrics.json").write_text('{"summary": ')  # cut short
+    results = Results(tmp_path)
+    row = claims.rows_of(_check, results, "pd_ratio")[0]
+    assert "1 run unreadable (1_chunk=64): left out" in row["left out"]
+    assert "1 run unreadable" in results.describe("pd_ratio")

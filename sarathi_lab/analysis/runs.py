@@ -222,23 +222,36 @@ class Results:
             return next(iter(counts), provenance.UNRECORDED)
         return "mixed: " + ", ".join(f"{c} ({n} run{'s' * (n != 1)})" for c, n in sorted(counts.items()))
 
-    def lacking_note(self, name: str) -> str:
-        """'1 of 4 runs lack ttft_p50_s (...)': the metrics some kept runs recorded and others did not (a
-        metric renamed, or a run of another version), which whatever reads them leaves those runs out
-        of; '' where every run has every metric the others have."""
-        keys = {}
-        for run_dir in self.summary(name).run_dir:
-            try:
-                keys[run_dir] = set(current_names(read_record(Path(run_dir) / METRICS)["summary"]))
-            except UnreadableRun:
+    def lacking_note(self, name: str, short: bool = False) -> str:
+        """What the experiment's tables leave out of its kept runs without the tables showing it: runs
+        whose metrics.json cannot be read ('1 run unreadable: ...'), and metrics some runs recorded and
+        others did not ('1 of 4 runs lack ttft_p50_s (...)': renamed, or a run of another version),
+        which whatever reads them leaves those runs out of; '' where there is nothing to say.
+        ``short``: without the reasons (a figure's title)."""
+        sweep, keys, unreadable = self.sweep(name), {}, []
+        kept = set(self.summary(name).run_dir)
+        for path in sorted(sweep.rglob(METRICS), key=natural_order):
+            if not is_read(path.relative_to(sweep)):
                 continue
+            try:
+                summary = read_record(path)["summary"]
+            except UnreadableRun:
+                unreadable.append(path.parent.relative_to(sweep).as_posix())
+                continue
+            if str(path.parent) in kept:
+                keys[str(path.parent)] = set(current_names(summary))
         lacking = {}
         for metric in set().union(*keys.values()) if keys else ():
             if metric.endswith(METRIC_UNITS) and (missing := sum(metric not in k for k in keys.values())):
                 lacking.setdefault(missing, []).append(metric)
-        return "; ".join(f"{missing} of {len(keys)} run{'s' * (len(keys) != 1)} lack {', '.join(sorted(metrics)[:4])}"
-                         f"{' ...' if len(metrics) > 4 else ''} (renamed, or recorded by another version): left out "
-                         "of what reads it" for missing, metrics in sorted(lacking.items()))
+        notes = [f"{len(unreadable)} run{'s' * (len(unreadable) != 1)} unreadable"
+                 + ("" if short else f" ({', '.join(unreadable[:3])}{' ...' if len(unreadable) > 3 else ''}): "
+                    "left out")] if unreadable else []
+        for missing, metrics in sorted(lacking.items()):
+            names = ", ".join(sorted(metrics)[:4]) + (" ..." if len(metrics) > 4 else "")
+            notes.append(f"{missing} of {len(keys)} run{'s' * (len(keys) != 1)} lack {names}" + (
+                "" if short else " (renamed, or recorded by another version): left out of what reads it"))
+        return "; ".join(notes)
 
     def scale(self, name: str) -> str:
         """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json; ``experiment=ci/NAME``
@@ -276,7 +289,9 @@ class Results:
                  else row["env.device_name"])
         commits = self.commits(name)
         mixed = f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ") else ""
-        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name), mixed) if note)
+        lacking = self.lacking_note(name, short=True) if hasattr(self, "lacking_note") else ""
+        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name), lacking, mixed)
+                        if note)
         return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{notes})"
 
     def nothing_kept_note(self, name: str) -> str:

@@ -153,12 +153,18 @@ def archive(out: Path, dest: Path) -> list[str]:
     the largest other files, never RESUME_FILES. Returns notes."""
     # Built in ``out``, not beside ``dest`` ($OUT): a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
-    files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (ARCHIVE, tmp.name)]
+    # Regular files only: a link would go in as a link, and its reader (restore) refuses an archive with one.
+    files = [p for p in sorted(out.rglob("*")) if p.is_file() and not p.is_symlink()
+             and p.name not in (ARCHIVE, tmp.name)]
 
     def build(keep: list[Path]) -> int:
-        with tarfile.open(tmp, "w:gz") as tar:
-            for path in keep:
-                tar.add(path, arcname=str(path.relative_to(out)))
+        try:
+            with tarfile.open(tmp, "w:gz") as tar:
+                for path in keep:
+                    tar.add(path, arcname=str(path.relative_to(out)))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # no half archive left in out to be taken for one
+            raise
         return tmp.stat().st_size
 
     notes = []
@@ -193,7 +199,14 @@ def export(out: Path, dest: Path | None) -> list[str]:
     for stale in set(dest.glob("*.png")) - {dest / p.name for p in chosen}:
         stale.unlink()
     for path in chosen:
-        shutil.copyfile(path, dest / path.name)
+        target = dest / path.name
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            # Copied onto, a link would be written through: what $OUT gets is the suite's own file.
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+        shutil.copyfile(path, target)
     if len(figures) > room:
         notes.append(f"$OUT holds {room} of {len(figures)} figures; all are in {ARCHIVE}")
     return notes
