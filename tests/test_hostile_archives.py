@@ -74,6 +74,7 @@ def test_a_well_formed_archive_is_collected_and_restored(tmp_path):
 FIELDS = {
     "commit climbing out": ({"summary": _summary(commit="x/../../../../../../ESCAPED")}, "commit"),
     "commit a number": ({"summary": _summary(commit=12345)}, "commit"),
+    "commit unknown": ({"summary": _summary(commit="?")}, "commit"),
     "commit dot-dot": ({"summary": _summary(commit="..")}, "commit"),
     "step name a path": ({"summary": _summary(step="../../x")}, "step"),
     "start time not a time": ({"summary": _summary(started_at="soon")}, "started_at"),

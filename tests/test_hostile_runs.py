@@ -183,6 +183,16 @@ def test_skip_keeps_no_run_of_an_edited_trace_nor_of_another_file_at_the_same_re
         run_in_process(RUN, run)
 
 
+def test_a_relative_hf_checkpoint_is_known_by_its_absolute_folder(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from sarathi_lab.harness.run_inputs import run_inputs
+
+    monkeypatch.chdir(tmp_path)
+    cfg = SimpleNamespace(model=SimpleNamespace(name="hf", path="ckpt"), workload=SimpleNamespace(kind="synthetic"))
+    assert run_inputs(cfg) == {"model.path_resolved": str(tmp_path.resolve() / "ckpt")}
+
+
 # --- resumed sweeps and the claims' readers -------------------------------------------------------------
 
 def _run(job: Path, summary: dict, commit: str = "abc1234def") -> None:

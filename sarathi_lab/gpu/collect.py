@@ -36,7 +36,7 @@ def gpu_docs(root: Path) -> Path:
 
 # A commit as a lease's folder name carries it: git's hex (a copy without .git says its own, as
 # SARATHI_COMMIT), never a path.
-COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}|\?")
+COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
 # The device a lease's folders are named for: config.device_slug of the GPU's reported name.
 DEVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 
@@ -52,7 +52,7 @@ def _steps(summary: dict) -> list[dict]:
         commit = step.get("commit")
         if commit and not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
             raise ArchiveRefused(f"{SUMMARY}'s steps[{i}].commit={str(commit)[:80]!r} is not a commit: must be "
-                                 "1 to 40 of A-Z a-z 0-9 . _ - (git's hex), or '?'")
+                                 "1 to 40 of A-Z a-z 0-9 . _ - (git's hex), not starting with . _ -")
     return steps
 
 

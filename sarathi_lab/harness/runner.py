@@ -67,7 +67,7 @@ class RunContext:
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
     out = ctx.output_dir
     finished = claim_status_dir(ctx) != out
-    inputs = run_inputs(cfg.workload)
+    inputs = run_inputs(cfg)
     if finished and _keep_finished_run(cfg, resolved_config, out, ctx.sweep_job, inputs):
         return "skipped"
     checked = preflight(cfg)
