@@ -285,3 +285,14 @@ def test_the_suites_own_archive_leaves_links_out_and_its_export_writes_through_n
     fresh = tmp_path / "fresh"
     assert state.restore(fresh, dest / state.ARCHIVE) == 2  # the link was never archived
     assert (fresh / job.relative_to(out) / ".hydra" / "config.yaml").read_text() == "chunk: 256\n"
+
+
+def test_the_suites_own_archive_leaves_out_a_file_its_reader_would_refuse(tmp_path, monkeypatch):
+    monkeypatch.setattr(archive_members, "MAX_FILE_BYTES", 1000)
+    out = tmp_path / "out"
+    (out / "steps" / "env").mkdir(parents=True)
+    (out / "steps" / "env" / "result.json").write_text("{}")
+    (out / "steps" / "env" / "big.csv").write_bytes(b"0" * 1001)
+    notes = state.archive(out, tmp_path / state.ARCHIVE)
+    assert any("big.csv" in note and "left out" in note for note in notes)
+    assert state.restore(tmp_path / "fresh", tmp_path / state.ARCHIVE) == 1

@@ -156,6 +156,10 @@ def archive(out: Path, dest: Path) -> list[str]:
     # Regular files only: a link would go in as a link, and its reader (restore) refuses an archive with one.
     files = [p for p in sorted(out.rglob("*")) if p.is_file() and not p.is_symlink()
              and p.name not in (ARCHIVE, tmp.name)]
+    # Nor a file its reader would refuse the whole archive for (archive_members: each at most 16 MiB).
+    notes = [f"{ARCHIVE}: {p.relative_to(out)} ({p.stat().st_size / 2**20:.1f} MiB) left out: over the 16 MiB a "
+             "restored file may be" for p in files if p.stat().st_size > archive_members.MAX_FILE_BYTES]
+    files = [p for p in files if p.stat().st_size <= archive_members.MAX_FILE_BYTES]
 
     def build(keep: list[Path]) -> int:
         try:
@@ -167,7 +171,6 @@ def archive(out: Path, dest: Path) -> list[str]:
             raise
         return tmp.stat().st_size
 
-    notes = []
     if build(files) > MAX_FILE_BYTES:
         files = [p for p in files if "iterations" not in p.name]
         notes.append(f"{ARCHIVE}: per-iteration tables left out to stay under 16 MiB")
