@@ -236,7 +236,8 @@ def test_the_suite_refuses_an_out_or_export_folder_it_cannot_use_in_one_line(tmp
     out = tmp_path / "out"
     cases = {"$OUT a file": ([], str(blocker), "$OUT="), "$OUT is --out": ([], str(out), "apart from --out"),
              "--out under a file": (["--out", str(blocker / "out")], None, "--out="),
-             "--restore is --out": (["--restore", str(out)], None, "--restore=")}
+             "--restore is --out": (["--restore", str(out)], None, "--restore="),
+             "--out is the archive": (["--out", str(blocker), "--restore", str(blocker)], None, "--out=")}
     for case, (args, export, word) in cases.items():
         monkeypatch.delenv("OUT", raising=False)
         if export is not None:

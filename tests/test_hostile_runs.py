@@ -286,3 +286,14 @@ def test_claims_say_a_run_they_cannot_read_is_left_out(tmp_path):
     row = claims.rows_of(_check, results, "pd_ratio")[0]
     assert "1 run unreadable (1_chunk=64): left out" in row["left out"]
     assert "1 run unreadable" in results.describe("pd_ratio")
+
+
+def test_claims_and_titles_read_runs_whose_environment_lacks_fields(tmp_path):
+    sweep = _sweep(tmp_path, [32])
+    record = json.loads((sweep / "0_chunk=32" / "metrics.json").read_text())
+    record["environment"] = {}  # recorded by a version that kept none of it
+    (sweep / "0_chunk=32" / "metrics.json").write_text(json.dumps(record))
+    results = Results(tmp_path)
+    row = claims.rows_of(_check, results, "pd_ratio")[0]
+    assert row["holds"] == "yes" and row["commit"] == provenance.UNRECORDED
+    assert "unrecorded device" in results.describe("pd_ratio")

@@ -202,7 +202,8 @@ class Results:
     def provenance(self, name: str) -> dict[str, str]:
         """Where the experiment's numbers come from: a claims row's claims.PROVENANCE columns."""
         row = self._loaded(name, "summary").iloc[0]
-        source, scale, dtype = f"{self.source(name)}, {row.model}", self.scale(name), str(row.get("env.dtype", ""))
+        source = f"{self.source(name)}, {row.get('model', 'unrecorded')}"
+        scale, dtype = self.scale(name), str(row.get("env.dtype", ""))
         if self.executor(name)["executor"] == "sim":
             return simulated_provenance(source, scale, dtype) | {"commit": self.commits(name)}
         threads = row.get("env.torch_threads")
@@ -280,19 +281,20 @@ class Results:
 
     def source(self, name: str) -> str:
         """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""
-        return run_source(self.executor(name), str(self._loaded(name, "summary")["env.device"].iloc[0]))
+        return run_source(self.executor(name), str(self._loaded(name, "summary").iloc[0].get("env.device", "")))
 
     def describe(self, name: str) -> str:
         """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and notes."""
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
-                 else row["env.device_name"])
+                 else row.get("env.device_name", "unrecorded device"))
         commits = self.commits(name)
         mixed = f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ") else ""
         lacking = self.lacking_note(name, short=True) if hasattr(self, "lacking_note") else ""
         notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name), lacking, mixed)
                         if note)
-        return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{notes})"
+        return (f"{self.source(name)}: {row.get('model', 'unrecorded')}, {where}, {row.get('env.dtype', 'unrecorded')} "
+                f"({self.scale(name)} scale{notes})")
 
     def nothing_kept_note(self, name: str) -> str:
         """What stands in the place of a figure of ``name`` none of whose runs is kept: how many were
