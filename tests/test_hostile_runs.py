@@ -297,3 +297,12 @@ def test_claims_and_titles_read_runs_whose_environment_lacks_fields(tmp_path):
     row = claims.rows_of(_check, results, "pd_ratio")[0]
     assert row["holds"] == "yes" and row["commit"] == provenance.UNRECORDED
     assert "unrecorded device" in results.describe("pd_ratio")
+
+
+def test_a_sweep_whose_runs_ran_at_two_commits_says_so(tmp_path):
+    from sarathi_lab.harness.sweep import mixed_commits
+
+    sweep = _sweep(tmp_path, [32, 64, 128], commits={128: "fedcba9876"})
+    jobs = {p.name: {"status": "ok"} for p in sweep.iterdir()}
+    assert mixed_commits(sweep, jobs).startswith("the runs come from 2 commits: abc1234 (2 jobs), fedcba9 (1 job)")
+    assert mixed_commits(_sweep(tmp_path / "one", [32, 64]), {"0_chunk=32": {}, "1_chunk=64": {}}) is None

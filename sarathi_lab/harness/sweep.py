@@ -17,6 +17,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from sarathi_lab import provenance
 from sarathi_lab.harness import sweep_state
 from sarathi_lab.harness.results import (
     METRICS,
@@ -91,7 +92,7 @@ class SweepSummary(Callback):
             # For a terminal: jobs by number (the swept columns show their overrides), 4 digits.
             short = table.assign(job=table.job.str.split("_", n=1).str[0])
             log.info("sweep %s:\n%s", table_path, short.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-            for note in table_notes(table):
+            for note in [*table_notes(table), *filter(None, [mixed_commits(sweep_dir, jobs)])]:
                 log.warning("%s", note)
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
@@ -191,6 +192,23 @@ def table_notes(table: pd.DataFrame) -> list[str]:
         notes.append(f"the rows come from different sources ({', '.join(table.source.dropna().unique())}): "
                      "measured and predicted numbers are not comparable as they stand")
     return notes
+
+
+def mixed_commits(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> str | None:
+    """The line saying which commits the sweep's finished runs ran at where they are several (a sweep
+    resumed after the code changed), each with its jobs' count; None where they ran at one."""
+    found: dict[str, int] = {}
+    for job in jobs:
+        record = read_json(sweep_dir / job / METRICS)
+        env = record.get("environment") if isinstance(record, dict) else None
+        if isinstance(env, dict):
+            commit = provenance.commits([env.get("git_commit")])
+            found[commit] = found.get(commit, 0) + 1
+    if len(found) < 2:
+        return None
+    each = ", ".join(f"{commit} ({n} job{'s' * (n != 1)})" for commit, n in sorted(found.items()))
+    return (f"the runs come from {len(found)} commits: {each}; the code changed between them (a resumed "
+            "sweep): rerun the older jobs (on_existing=overwrite) before comparing them")
 
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
