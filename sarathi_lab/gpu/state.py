@@ -86,8 +86,11 @@ def write_result(out: Path, result: StepResult) -> None:
     d = step_dir(out, result.step)
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "result.json.tmp"
-    tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
-    os.replace(tmp, d / "result.json")
+    try:
+        tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
+        os.replace(tmp, d / "result.json")
+    finally:
+        tmp.unlink(missing_ok=True)  # left only where writing or renaming failed
     (d / "STARTED").unlink(missing_ok=True)
     if result.status == "done":
         (d / "DONE").write_text(f"{time.time()}\n")
