@@ -306,3 +306,16 @@ def test_a_sweep_whose_runs_ran_at_two_commits_says_so(tmp_path):
     jobs = {p.name: {"status": "ok"} for p in sweep.iterdir()}
     assert mixed_commits(sweep, jobs).startswith("the runs come from 2 commits: abc1234 (2 jobs), fedcba9 (1 job)")
     assert mixed_commits(_sweep(tmp_path / "one", [32, 64]), {"0_chunk=32": {}, "1_chunk=64": {}}) is None
+
+
+def test_a_fifo_where_a_run_or_a_report_is_expected_is_left_out_without_waiting(tmp_path):
+    sweep = _sweep(tmp_path, [32])
+    os.mkfifo(sweep / "sweep_summary.json")
+    (sweep / "1_chunk=64").mkdir()
+    os.mkfifo(sweep / "1_chunk=64" / "metrics.json")
+    found = {}
+    reader = threading.Thread(target=lambda: found.update(runs=load_runs(sweep), state=sweep_state(sweep)),
+                              daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    assert not reader.is_alive() and len(found["runs"]) == 1

@@ -114,8 +114,11 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_json(path: Path, warn: bool = False) -> Any:
-    """path's JSON, or None where it is missing or (with a warning if ``warn``) unreadable."""
+    """path's JSON, or None where it is missing or (with a warning if ``warn``) unreadable: never read
+    where it is not a regular file (a FIFO would wait for a writer forever)."""
     try:
+        if path.exists() and not path.is_file():
+            raise IsADirectoryError(f"{path} is not a regular file")
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
@@ -172,6 +175,8 @@ class UnreadableRun(ValueError):
 def read_record(path: Path) -> dict[str, Any]:
     """A metrics.json, or an UnreadableRun naming it and what is wrong."""
     try:
+        if path.exists() and not path.is_file():  # a FIFO would wait for a writer forever
+            raise ValueError("not a regular file")
         record = json.loads(path.read_text())
         for key in ("config", "summary", "environment", "overrides", "resolved_config"):
             if not isinstance(record[key], list if key == "overrides" else dict):
