@@ -221,6 +221,8 @@ def leases(root: Path) -> list[dict]:
     found = []
     for path in sorted(gpu_docs(root).glob(f"*/*/{LEASE}")):
         try:
+            if not path.is_file():  # a FIFO would wait for a writer forever
+                continue
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a damaged record: the lease's folder is still there, only unindexed
