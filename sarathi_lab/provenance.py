@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -108,9 +109,27 @@ def refusal(found: list[Conflict], how: str, base: Path | None = None) -> str:
             f"{shown}{more}. {how}")
 
 
+class SidecarRefused(ReplaceRefused):
+    """A sidecar the writer would update is not a plain file (a folder, a link, a FIFO): even ``--force``
+    could not record what it wrote, so nothing is written."""
+
+
+def unwritable_sidecar(folders: Iterable[Path]) -> Path | None:
+    """The first sidecar of ``folders`` that is there but not a plain file, or None."""
+    for folder in folders:
+        sidecar = Path(folder) / SIDECAR
+        if sidecar.is_symlink() or (sidecar.exists() and not sidecar.is_file()):
+            return sidecar
+    return None
+
+
 def check(planned: Mapping[Path, Provenance], force: bool, how: str, base: Path | None = None) -> None:
-    """Raise ReplaceRefused (before anything is written) unless ``force`` or no planned file conflicts.
+    """Raise ReplaceRefused (before anything is written) unless ``force`` or no planned file conflicts,
+    and SidecarRefused, ``force`` or not, where the sidecar beside a planned file is not a plain file.
     ``how``: the writer's way out ('--force replaces them; --out DIR writes elsewhere')."""
+    if bad := unwritable_sidecar(dict.fromkeys(Path(p).parent for p in planned)):
+        raise SidecarRefused(f"{bad} is not a plain file (a folder, link or other), so the provenance of what "
+                             "would be written beside it cannot be recorded; nothing was written; remove it")
     if not force and (found := conflicts(planned)):
         raise ReplaceRefused(refusal(found, how, base))
 
@@ -132,10 +151,14 @@ def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
     merged |= {name: asdict(p) for name, p in entries.items()}
     sidecar.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=sidecar.parent, prefix=f".{SIDECAR}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(dict(sorted(merged.items())), f, indent=1)
-        f.write("\n")
-    os.replace(tmp, sidecar)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(sorted(merged.items())), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, sidecar)
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)  # left only where writing or renaming failed
     return sidecar
 
 

@@ -175,6 +175,7 @@ class _Measured(_Frames):
     """Hand-made frames of runs measured on a CPU, enough for the figures and the claims table."""
 
     describe = Results.describe
+    commits = Results.commits
 
     def _loaded(self, name, table):
         return self.frames[name, table]

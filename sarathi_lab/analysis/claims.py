@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-PROVENANCE = ["source", "scale", "dtype", "threads", "machine"]
+PROVENANCE = ["source", "scale", "dtype", "threads", "machine", "commit"]
 DIFFERS = "differs by cost model"
 COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out", *PROVENANCE[1:], DIFFERS]
 NO_REPEATS = "one run per point: no spread"
@@ -96,12 +96,21 @@ def rows_of(check, results, name: str) -> list[dict]:
     has no verdict: its rows say so."""
     provenance = results.provenance(name)
     unreliable = results.unreliable_note(name)
-    left_out = "; ".join(note for note in (results.sweep_note(name), unreliable) if note) or "none"
-    if results.summary(name).empty:
-        rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)", "holds": "n/a",
-                       "spread": ""} for row in check(results.with_unreliable())]
-    else:
-        rows = _spread(check, results, check(results), name)
+    lacking = results.lacking_note(name) if hasattr(results, "lacking_note") else ""
+    left_out = "; ".join(note for note in (results.sweep_note(name), unreliable, lacking) if note) or "none"
+    try:
+        if results.summary(name).empty:
+            rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)", "holds": "n/a",
+                           "spread": ""} for row in check(results.with_unreliable())]
+        else:
+            rows = _spread(check, results, check(results), name)
+    except (KeyError, AttributeError) as e:
+        if isinstance(e, AttributeError) and "DataFrame" not in str(e) and "Series" not in str(e):
+            raise  # not a column the runs lack
+        column = e.args[0] if isinstance(e, KeyError) and e.args else str(e).rsplit(" ", 1)[-1].strip("'")
+        rows = [claim_row(name, "(every claim of it)", "", f"not judged: its runs lack {column} (renamed, or "
+                          "recorded by another version)", "n/a") | {"spread": ""}]
+        left_out = f"every run: none has {column}" + (f"; {left_out}" if left_out != "none" else "")
     return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out} for row in rows]
 
 

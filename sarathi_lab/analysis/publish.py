@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import capacity_docs, claims, figures, gpu_claims, registry
 from sarathi_lab.analysis.runs import Results, load_results
+from sarathi_lab.env_flags import EnvFlagError
 from sarathi_lab.provenance import Provenance
 
 WRITER = "python -m sarathi_lab.analysis.publish"
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
             return
     try:
         written = publish(args.measured, args.sim, args.docs, args.include_unreliable, args.force)
-    except provenance.ReplaceRefused as e:
+    except (provenance.ReplaceRefused, EnvFlagError) as e:
         parser.error(str(e))
     print("\n".join(map(str, dict.fromkeys(written))))
 

@@ -4,19 +4,25 @@ finished run, said to be incomplete wherever its numbers are shown."""
 from __future__ import annotations
 
 import logging
-import os
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab import provenance
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.claims import simulated_provenance
+from sarathi_lab.env_flags import env_flag
 from sarathi_lab.harness.results import (
     METRICS,
-    WANDB_DIR,
+    SWEEP_SUMMARY,
     UnreadableRun,
+    current_names,
+    is_read,
     load_runs,
+    natural_order,
+    read_json,
     read_record,
     run_source,
 )
@@ -32,15 +38,16 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
     (by their latest finished run)."""
     finished = {}
     for metrics in (Path(root) / name / "multiruns").glob(f"*/**/{METRICS}"):
-        parts = metrics.relative_to(Path(root) / name / "multiruns").parts
-        if WANDB_DIR not in parts:  # W&B's copy of a run's file is not a run
-            finished[parts[0]] = max(finished.get(parts[0], 0.0), metrics.stat().st_mtime)
+        relative = metrics.relative_to(Path(root) / name / "multiruns")
+        if is_read(relative):  # not W&B's copy of a run's file, nor a run set aside
+            finished[relative.parts[0]] = max(finished.get(relative.parts[0], 0.0), metrics.stat().st_mtime)
     return [Path(root) / name / "multiruns" / s for s in sorted(finished, key=finished.get, reverse=True)]
 
 
-# Set to 1, every Results (the notebooks', produce's) reads incomplete sweeps as include_incomplete does.
+# Set to 1 (or true, yes, on: env_flags.py), every Results (the notebooks', produce's) reads incomplete
+# sweeps as include_incomplete does.
 INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
-# Set to 1, the notebooks keep the runs flagged timing_unreliable (Results' include_unreliable).
+# Set to 1 (or true, yes, on), the notebooks keep the runs flagged timing_unreliable (Results' include_unreliable).
 INCLUDE_UNRELIABLE_ENV = "SARATHI_INCLUDE_UNRELIABLE"
 
 
@@ -83,6 +90,8 @@ def download_wandb(project: str, root: str | Path, names=None) -> Path:
     return Path(root)
 
 
+# The units a metric's name ends with (a summary key that is none is a count, a flag or a setting).
+METRIC_UNITS = ("_s", "_tok_s", "_rps", "_tokens", "_share", "_fraction")
 # metrics.json's flag for a run whose times other work on the machine distorted (profiling/load.py).
 UNRELIABLE = "env.timing_unreliable"
 
@@ -104,7 +113,7 @@ class Results:
     def __post_init__(self):
         self.root = Path(self.root)
         if self.include_incomplete is None:
-            self.include_incomplete = os.environ.get(INCLUDE_INCOMPLETE_ENV) == "1"
+            self.include_incomplete = env_flag(INCLUDE_INCOMPLETE_ENV)
 
     def choice(self, name: str) -> Choice:
         """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or
@@ -138,8 +147,24 @@ class Results:
 
     def _loaded(self, name: str, table: str) -> pd.DataFrame:
         if (name, table) not in self._tables:
-            self._tables[name, table] = load_runs(self.sweep(name), table=table)
+            self._tables[name, table] = self._current_jobs(name, load_runs(self.sweep(name), table=table),
+                                                           warn=table == "summary")
         return self._tables[name, table]
+
+    def _current_jobs(self, name: str, runs: pd.DataFrame, warn: bool) -> pd.DataFrame:
+        """``runs`` of the jobs the sweep's last launch ran (its summary's jobs, once it ended): a finished
+        run in a folder of none of them (an earlier launch's, its swept values since changed) is left out,
+        and said so."""
+        sweep, state = self.sweep(name), self.choice(name).state
+        if not len(runs) or not state.ended or not isinstance(read_json(sweep / SWEEP_SUMMARY), dict):
+            return runs  # no launch's report says which jobs are the sweep's: its folders are
+        relative = runs.run_dir.map(lambda d: Path(d).relative_to(sweep).as_posix())
+        current = relative.map(lambda r: any(r == job or r.startswith(f"{job}/") for job in state.jobs))
+        if warn and (other := sorted(set(relative[~current]), key=lambda r: natural_order(Path(r)))):
+            log.warning("%s: %d run%s under %s left out: of none of the jobs its last launch ran (%s)", name,
+                        len(other), "s" * (len(other) != 1), sweep,
+                        ", ".join(other[:5]) + (" ..." if len(other) > 5 else ""))
+        return runs[current].reset_index(drop=True)
 
     def _unreliable_runs(self, name: str) -> set[str]:
         summary = self._loaded(name, "summary")
@@ -177,12 +202,57 @@ class Results:
     def provenance(self, name: str) -> dict[str, str]:
         """Where the experiment's numbers come from: a claims row's claims.PROVENANCE columns."""
         row = self._loaded(name, "summary").iloc[0]
-        source, scale, dtype = f"{self.source(name)}, {row.model}", self.scale(name), str(row.get("env.dtype", ""))
+        source = f"{self.source(name)}, {row.get('model', 'unrecorded')}"
+        scale, dtype = self.scale(name), str(row.get("env.dtype", ""))
         if self.executor(name)["executor"] == "sim":
-            return simulated_provenance(source, scale, dtype)
+            return simulated_provenance(source, scale, dtype) | {"commit": self.commits(name)}
         threads = row.get("env.torch_threads")
         return {"source": source, "scale": scale, "dtype": dtype,
-                "threads": "" if pd.isna(threads) else f"{threads:g}", "machine": str(row.get("env.device_name", ""))}
+                "threads": "" if pd.isna(threads) else f"{threads:g}", "machine": str(row.get("env.device_name", "")),
+                "commit": self.commits(name)}
+
+    def commits(self, name: str) -> str:
+        """The commit the experiment's kept runs ran at ('6218397'; 'unrecorded' where they recorded
+        none), or, where they mix several, each with its count: 'mixed: 6218397 (3 runs), abcdef0 (1 run)'."""
+        summary = self.summary(name)
+        if summary.empty:
+            summary = self._loaded(name, "summary")
+        column = summary["env.git_commit"] if "env.git_commit" in summary else [None] * len(summary)
+        counts = Counter(provenance.commits([value]) for value in column)
+        if len(counts) <= 1:
+            return next(iter(counts), provenance.UNRECORDED)
+        return "mixed: " + ", ".join(f"{c} ({n} run{'s' * (n != 1)})" for c, n in sorted(counts.items()))
+
+    def lacking_note(self, name: str, short: bool = False) -> str:
+        """What the experiment's tables leave out of its kept runs without the tables showing it: runs
+        whose metrics.json cannot be read ('1 run unreadable: ...'), and metrics some runs recorded and
+        others did not ('1 of 4 runs lack ttft_p50_s (...)': renamed, or a run of another version),
+        which whatever reads them leaves those runs out of; '' where there is nothing to say.
+        ``short``: without the reasons (a figure's title)."""
+        sweep, keys, unreadable = self.sweep(name), {}, []
+        kept = set(self.summary(name).run_dir)
+        for path in sorted(sweep.rglob(METRICS), key=natural_order):
+            if not is_read(path.relative_to(sweep)):
+                continue
+            try:
+                summary = read_record(path)["summary"]
+            except UnreadableRun:
+                unreadable.append(path.parent.relative_to(sweep).as_posix())
+                continue
+            if str(path.parent) in kept:
+                keys[str(path.parent)] = set(current_names(summary))
+        lacking = {}
+        for metric in set().union(*keys.values()) if keys else ():
+            if metric.endswith(METRIC_UNITS) and (missing := sum(metric not in k for k in keys.values())):
+                lacking.setdefault(missing, []).append(metric)
+        notes = [f"{len(unreadable)} run{'s' * (len(unreadable) != 1)} unreadable"
+                 + ("" if short else f" ({', '.join(unreadable[:3])}{' ...' if len(unreadable) > 3 else ''}): "
+                    "left out")] if unreadable else []
+        for missing, metrics in sorted(lacking.items()):
+            names = ", ".join(sorted(metrics)[:4]) + (" ..." if len(metrics) > 4 else "")
+            notes.append(f"{missing} of {len(keys)} run{'s' * (len(keys) != 1)} lack {names}" + (
+                "" if short else " (renamed, or recorded by another version): left out of what reads it"))
+        return "; ".join(notes)
 
     def scale(self, name: str) -> str:
         """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json; ``experiment=ci/NAME``
@@ -197,7 +267,7 @@ class Results:
         engine = {}
         sweep = self.sweep(name)
         for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
-            if WANDB_DIR in metrics.relative_to(sweep).parts:  # W&B's copy of a run's file, not a run
+            if not is_read(metrics.relative_to(sweep)):  # W&B's copy of a run's file, a run set aside
                 continue
             try:
                 engine = read_record(metrics)["resolved_config"].get("engine", {})
@@ -211,15 +281,20 @@ class Results:
 
     def source(self, name: str) -> str:
         """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""
-        return run_source(self.executor(name), str(self._loaded(name, "summary")["env.device"].iloc[0]))
+        return run_source(self.executor(name), str(self._loaded(name, "summary").iloc[0].get("env.device", "")))
 
     def describe(self, name: str) -> str:
         """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and notes."""
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
-                 else row["env.device_name"])
-        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name)) if note)
-        return f"{self.source(name)}: {row.model}, {where}, {row['env.dtype']} ({self.scale(name)} scale{notes})"
+                 else row.get("env.device_name", "unrecorded device"))
+        commits = self.commits(name)
+        mixed = f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ") else ""
+        lacking = self.lacking_note(name, short=True) if hasattr(self, "lacking_note") else ""
+        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name), lacking, mixed)
+                        if note)
+        return (f"{self.source(name)}: {row.get('model', 'unrecorded')}, {where}, {row.get('env.dtype', 'unrecorded')} "
+                f"({self.scale(name)} scale{notes})")
 
     def nothing_kept_note(self, name: str) -> str:
         """What stands in the place of a figure of ``name`` none of whose runs is kept: how many were

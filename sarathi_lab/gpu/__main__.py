@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -199,12 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     out = out.resolve()
-    try:  # here, not in the worker: the driver writes the summary even when no worker gets that far
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        parser.error(f"--out={out} is invalid: must be a directory that can be created ({e.strerror})")
+    # Here, not in the worker: the driver writes the summary even when no worker gets that far.
+    if problem := writable_dir(out):
+        parser.error(f"--out={out} is invalid: must be a directory this user can write ({problem})")
     # $OUT is where a remote job's files come back from; an own run's folder is its result.
     export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") and not args.own else None
+    if export is not None and (export == out or export.is_relative_to(out) or out.is_relative_to(export)):
+        parser.error(f"$OUT={export} is invalid: it must be a folder apart from --out={out} (the archive of "
+                     "--out is written into $OUT)")
+    if export is not None and (problem := writable_dir(export)):
+        parser.error(f"$OUT={export} is invalid: must be a directory this user can write ({problem})")
+    if args.restore and args.restore.resolve() in (out, export):
+        parser.error(f"--restore={args.restore} is invalid: it is the out directory itself, not an archive")
     if args.restore and not args.restore.exists():
         print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")
     elif args.restore:
@@ -247,6 +254,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     # Not 3 ("more to run"): the same call again would stall the same way.
     return 1 if stalled else code
+
+
+def writable_dir(path: Path) -> str | None:
+    """Why ``path`` cannot be a folder to write into (it or a folder above it a file, read-only, ...),
+    or None: created if missing, then a file made there and removed."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def exit_code(out: Path, names: list[str]) -> int:

@@ -3,24 +3,24 @@ own files; profiles/, paper/ and figures/ beside them) and its export into ``$OU
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import os
 import shutil
 import tarfile
 import time
-import zlib
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sarathi_lab.config import check_choice
+from sarathi_lab.gpu import archive_members
+from sarathi_lab.gpu.archive_members import MAX_FILE_BYTES
 
 # done: finished (DONE written); failed: raised (its one-line error recorded); incomplete: killed
 # or out of time (rerun continues it); unavailable: what it needs is not in this checkout yet.
 STATUSES = ("done", "failed", "incomplete", "unavailable")
 MAX_OUT_FILES = 8
-MAX_FILE_BYTES = 16 << 20
 ARCHIVE = "suite.tar.gz"
 # What resuming reads (step results and markers, the summaries): never left out of the archive.
 RESUME_FILES = ("result.json", "DONE", "STARTED", "summary.json", "summary.csv")
@@ -87,8 +87,11 @@ def write_result(out: Path, result: StepResult) -> None:
     d = step_dir(out, result.step)
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "result.json.tmp"
-    tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
-    os.replace(tmp, d / "result.json")
+    try:
+        tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
+        os.replace(tmp, d / "result.json")
+    finally:
+        tmp.unlink(missing_ok=True)  # left only where writing or renaming failed
     (d / "STARTED").unlink(missing_ok=True)
     if result.status == "done":
         (d / "DONE").write_text(f"{time.time()}\n")
@@ -96,31 +99,39 @@ def write_result(out: Path, result: StepResult) -> None:
 
 def restore(out: Path, archive: Path) -> int:
     """Files of an earlier call's archive that ``out`` lacks, never overwriting what is there; returns
-    how many. A ValueError where it is no readable tar (a missing one too: the driver says "no archive
-    yet" before it gets here): each file is written beside its name and renamed, so nothing is left
-    half-written."""
-    out.mkdir(parents=True, exist_ok=True)
-    restored = 0
-    try:
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                target = (out / member.name).resolve()
-                if not member.isfile() or not target.is_relative_to(out.resolve()) or target.exists():
-                    continue
+    how many. An ArchiveRefused (a ValueError, one line) before anything is written where the archive is
+    not one the suite could have written (archive_members: a damaged, oversized or hostile one, a
+    missing one too: the driver says "no archive yet" before it gets here); a RestoreFailed where ``out``
+    cannot take a file. Each file is written beside its name and renamed, so nothing is left half-written."""
+    label = f"--restore={archive}"
+    with archive_members.open_archive(archive, label) as (tar, members):
+        planned = [(member, archive_members.inside(out, name, f"{label} is invalid: member {name!r}"))
+                   for name, member in members.items() if not member.isdir()]
+        restored = 0
+        for member, target in planned:
+            if target.exists() or target.is_symlink():
+                continue
+            data = archive_members.read_member(tar, member, label)
+            partial = target.with_name(f".{target.name}.restoring")
+            try:
+                out.mkdir(parents=True, exist_ok=True)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                partial = target.with_name(f".{target.name}.restoring")
-                with tar.extractfile(member) as src, open(partial, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                partial.unlink(missing_ok=True)  # a link left there is removed, never written through
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "wb") as dst:
+                    dst.write(data)
                 os.replace(partial, target)
-                restored += 1
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
-        if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.filename != str(archive):
-            raise  # out could not be written: the environment's fault, not the archive's
-        for left in out.rglob(".*.restoring"):
-            left.unlink()
-        raise ValueError(f"--restore={archive} is invalid: not a readable tar archive ({e}); "
-                         f"{restored} files were restored before it") from None
+            except OSError as e:
+                with suppress(OSError):
+                    partial.unlink(missing_ok=True)
+                raise RestoreFailed(f"--out={out} is invalid: {target.relative_to(out.resolve())} cannot be written "
+                                    f"there ({e.strerror or e}); {restored} files were restored before it") from None
+            restored += 1
     return restored
+
+
+class RestoreFailed(ValueError):
+    """The out directory cannot take a file of the archive; the message is one line."""
 
 
 def results(out: Path, names: list[str]) -> list[StepResult]:
@@ -146,15 +157,24 @@ def archive(out: Path, dest: Path) -> list[str]:
     per-iteration tables are left out, then the largest other files, never RESUME_FILES. Returns notes."""
     # Built in ``out``, not beside ``dest`` ($OUT): a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
-    files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (ARCHIVE, tmp.name)]
+    # Regular files only: a link would go in as a link, and its reader (restore) refuses an archive with one.
+    files = [p for p in sorted(out.rglob("*")) if p.is_file() and not p.is_symlink()
+             and p.name not in (ARCHIVE, tmp.name)]
+    # Nor a file its reader would refuse the whole archive for (archive_members: each at most 16 MiB).
+    notes = [f"{ARCHIVE}: {p.relative_to(out)} ({p.stat().st_size / 2**20:.1f} MiB) left out: over the 16 MiB a "
+             "restored file may be" for p in files if p.stat().st_size > archive_members.MAX_FILE_BYTES]
+    files = [p for p in files if p.stat().st_size <= archive_members.MAX_FILE_BYTES]
 
     def build(keep: list[Path]) -> int:
-        with tarfile.open(tmp, "w:gz") as tar:
-            for path in keep:
-                tar.add(path, arcname=str(path.relative_to(out)))
+        try:
+            with tarfile.open(tmp, "w:gz") as tar:
+                for path in keep:
+                    tar.add(path, arcname=str(path.relative_to(out)))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # no half archive left in out to be taken for one
+            raise
         return tmp.stat().st_size
 
-    notes = []
     if build(files) > MAX_FILE_BYTES:
         files = [p for p in files if "iterations" not in p.name]
         notes.append(f"{ARCHIVE}: per-iteration tables left out to stay under 16 MiB")
@@ -186,7 +206,14 @@ def export(out: Path, dest: Path | None) -> list[str]:
     for stale in set(dest.glob("*.png")) - {dest / p.name for p in chosen}:
         stale.unlink()
     for path in chosen:
-        shutil.copyfile(path, dest / path.name)
+        target = dest / path.name
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            # Copied onto, a link would be written through: what $OUT gets is the suite's own file.
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+        shutil.copyfile(path, target)
     if len(figures) > room:
         notes.append(f"$OUT holds {room} of {len(figures)} figures; all are in {ARCHIVE}")
     return notes

@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +53,8 @@ class RunResult:
     resolved_config: dict[str, Any]
     partial: bool
     wall_time_s: float
+    # What decides the result besides the config (harness/run_inputs.py: a trace's path and hash).
+    inputs: dict[str, Any] = field(default_factory=dict)
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -64,14 +66,22 @@ def next_dir(run_dir: Path) -> Path:
     return run_dir.parent / f".{run_dir.name}.next"
 
 
-def config_change(run_dir: Path, resolved_config: dict[str, Any]) -> str | None:
-    """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new"."""
-    old = _flatten("", read_record(run_dir / METRICS)["resolved_config"])
+def config_change(run_dir: Path, resolved_config: dict[str, Any], inputs: dict[str, Any] | None = None) -> str | None:
+    """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new";
+    then the first of its ``inputs`` (RunResult.inputs) that differs, a run that recorded none counting
+    as one of unknown inputs."""
+    record = read_record(run_dir / METRICS)
+    old = _flatten("", record["resolved_config"])
     new = _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
         # What a run does with its directory, or writes beside its results, changes nothing it measured.
         if key != "on_existing" and not key.startswith(f"{EXPORT}.") and old.get(key) != new.get(key):
             return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+    recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+    for key in sorted((inputs or {}).keys() | recorded.keys()):
+        if recorded.get(key) != (inputs or {}).get(key):
+            was = "unrecorded" if key not in recorded else repr(recorded[key])
+            return f"{key}: {was} -> {(inputs or {}).get(key)!r}"
     return None
 
 
@@ -104,8 +114,11 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_json(path: Path, warn: bool = False) -> Any:
-    """path's JSON, or None where it is missing or (with a warning if ``warn``) unreadable."""
+    """path's JSON, or None where it is missing or (with a warning if ``warn``) unreadable: never read
+    where it is not a regular file (a FIFO would wait for a writer forever)."""
     try:
+        if path.exists() and not path.is_file():
+            raise IsADirectoryError(f"{path} is not a regular file")
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
@@ -162,6 +175,8 @@ class UnreadableRun(ValueError):
 def read_record(path: Path) -> dict[str, Any]:
     """A metrics.json, or an UnreadableRun naming it and what is wrong."""
     try:
+        if path.exists() and not path.is_file():  # a FIFO would wait for a writer forever
+            raise ValueError("not a regular file")
         record = json.loads(path.read_text())
         for key in ("config", "summary", "environment", "overrides", "resolved_config"):
             if not isinstance(record[key], list if key == "overrides" else dict):
@@ -172,14 +187,22 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
+def is_read(relative: Path) -> bool:
+    """Whether a run's metrics.json at ``relative`` (to the folder read) is one readers read: not the
+    copy each run uploads to W&B (wandb_logger), nor under a folder whose name starts with a dot (a
+    resumed sweep's stale jobs set aside, a rerun's working folder, Hydra's records)."""
+    folders = relative.parts[:-1]
+    return WANDB_DIR not in folders and not any(part.startswith(".") for part in folders)
+
+
 def load_runs(root: str | Path, table: str = "summary", strict: bool = False) -> pd.DataFrame:
     """Every finished run under root as one DataFrame: each row its key config values, the keys its
     overrides set, ``run_dir``, and the summary and ``env.*`` (table="summary") or that table's rows.
     An unreadable run is left out with a warning (``strict``: UnreadableRun)."""
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=natural_order):
-        if WANDB_DIR in path.relative_to(root).parts[:-1]:
-            continue  # the copy each run uploads to W&B (wandb_logger), not a run of its own
+        if not is_read(path.relative_to(root)):
+            continue
         try:
             record = read_record(path)
             keys = {"run_dir": str(path.parent)} | record["config"] | _override_columns(record)

@@ -36,6 +36,7 @@ from sarathi_lab.harness.results import (
     write_results,
     write_status,
 )
+from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import TaskContext, measurement
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
@@ -66,7 +67,8 @@ class RunContext:
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
     out = ctx.output_dir
     finished = claim_status_dir(ctx) != out
-    if finished and _keep_finished_run(cfg, resolved_config, out, ctx.sweep_job):
+    inputs = run_inputs(cfg)
+    if finished and _keep_finished_run(cfg, resolved_config, out, ctx.sweep_job, inputs):
         return "skipped"
     checked = preflight(cfg)
     workload = checked.workload
@@ -110,7 +112,7 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         write_results(directory, tables, RunResult(
             summary=summary | plan_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
             resolved_config=resolved_config, environment=environment,
-            partial=partial, wall_time_s=time.perf_counter() - start))
+            partial=partial, wall_time_s=time.perf_counter() - start, inputs=inputs))
         return environment
 
     def log_run(directory: Path, name: str, summary: dict[str, float], tables: dict[str, pd.DataFrame],
@@ -232,9 +234,11 @@ def _move_log_file(src: Path, dst: Path) -> None:
                 handler.release()
 
 
-def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path, sweep_job: bool = False) -> bool:
+def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path, sweep_job: bool = False,
+                       inputs: dict[str, Any] | None = None) -> bool:
     """Whether to keep the finished run in out (skip); False: overwrite it; refusals raise. A sweep's
-    job keeps its own config's run under ``refuse`` too: rerunning a sweep is how it resumes."""
+    job keeps its own config's run under ``refuse`` too: rerunning a sweep is how it resumes. Kept only
+    where its config and ``inputs`` (run_inputs: a trace's resolved path and content) are this run's."""
     if cfg.on_existing == "refuse" and not sweep_job:
         raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; on_existing=skip keeps it, "
                           "on_existing=overwrite replaces it")
@@ -242,7 +246,7 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
         return False
     # Job dirs are numbered, so a different sweep into the same dir would skip the wrong runs.
     try:
-        change = config_change(out, resolved_config)
+        change = config_change(out, resolved_config, inputs)
     except UnreadableRun as e:
         raise ConfigError(f"on_existing={cfg.on_existing}: {e}, so whether it is this config's run is unknown; "
                           "on_existing=overwrite replaces it") from None

@@ -17,6 +17,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from sarathi_lab import provenance
 from sarathi_lab.harness import sweep_state
 from sarathi_lab.harness.results import (
     METRICS,
@@ -31,7 +32,8 @@ from sarathi_lab.harness.results import (
     run_source,
     write_json,
 )
-from sarathi_lab.harness.sweep_check import planned_jobs
+from sarathi_lab.harness.stale_jobs import STALE, expected_job_dirs, move_stale
+from sarathi_lab.harness.sweep_check import _basic, swept_jobs
 from sarathi_lab.profiling.load import UNRELIABLE_WAIT_SHARE
 
 log = logging.getLogger(__name__)
@@ -52,12 +54,18 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time()
+        jobs = swept_jobs(config)[0] if _basic(config) else None
         try:
-            self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), planned_jobs(config))
+            self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), None if jobs is None else len(jobs))
         except sweep_state.SweepDirInUse as e:
-            log.error("%s", e)
-            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
-            sys.exit(2)
+            from sarathi_lab import cli_args
+
+            # One `error:` line and exit 2; SystemExit passes Hydra's callback guard (which turns
+            # Exceptions into warnings, and would let the sweep run unlocked).
+            cli_args.refuse(str(e))
+        # Held: no other sweep writes there now. The earlier launch's jobs that are none of this one's go.
+        if jobs is not None and (current := expected_job_dirs(config, jobs)) is not None:
+            move_stale(Path(config.hydra.sweep.dir), current)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -69,6 +77,8 @@ class SweepSummary(Callback):
 
     def _report(self, sweep_dir: Path) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
+        # Under any sweeper: what this launch did not run is none of its jobs.
+        move_stale(sweep_dir, set(jobs))
         summary, table_path = sweep_dir / SWEEP_SUMMARY, sweep_dir / SWEEP_TABLE
         if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
             # A rerun that changed none of the finished sweep's runs must not replace its report.
@@ -82,7 +92,7 @@ class SweepSummary(Callback):
             # For a terminal: jobs by number (the swept columns show their overrides), 4 digits.
             short = table.assign(job=table.job.str.split("_", n=1).str[0])
             log.info("sweep %s:\n%s", table_path, short.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-            for note in table_notes(table):
+            for note in [*table_notes(table), *filter(None, [mixed_commits(sweep_dir, jobs)])]:
                 log.warning("%s", note)
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
@@ -97,7 +107,8 @@ def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
     """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
     jobs = {}
     # A job killed before it saved its config has only the status.json its launcher wrote.
-    job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)}
+    job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)
+                if STALE not in p.relative_to(sweep_dir).parts}
     for job_dir in sorted(job_dirs, key=natural_order):
         config = job_dir / ".hydra" / "config.yaml"
         # A status written since the sweep began is this sweep's, even beside an earlier sweep's .hydra/.
@@ -181,6 +192,23 @@ def table_notes(table: pd.DataFrame) -> list[str]:
         notes.append(f"the rows come from different sources ({', '.join(table.source.dropna().unique())}): "
                      "measured and predicted numbers are not comparable as they stand")
     return notes
+
+
+def mixed_commits(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> str | None:
+    """The line saying which commits the sweep's finished runs ran at where they are several (a sweep
+    resumed after the code changed), each with its jobs' count; None where they ran at one."""
+    found: dict[str, int] = {}
+    for job in jobs:
+        record = read_json(sweep_dir / job / METRICS)
+        env = record.get("environment") if isinstance(record, dict) else None
+        if isinstance(env, dict):
+            commit = provenance.commits([env.get("git_commit")])
+            found[commit] = found.get(commit, 0) + 1
+    if len(found) < 2:
+        return None
+    each = ", ".join(f"{commit} ({n} job{'s' * (n != 1)})" for commit, n in sorted(found.items()))
+    return (f"the runs come from {len(found)} commits: {each}; the code changed between them (a resumed "
+            "sweep): rerun the older jobs (on_existing=overwrite) before comparing them")
 
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:

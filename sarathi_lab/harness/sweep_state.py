@@ -5,10 +5,12 @@ record of a sweep (runs copied, downloaded from W&B or made in-process) is judge
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,24 +35,80 @@ class SweepDirInUse(Exception):
     """Another live sweep holds the directory."""
 
 
+class LockRefused(SweepDirInUse):
+    """The sweep directory's lock cannot be taken (a directory, a link, unwritable, not a plain file)."""
+
+
+# A link is never followed (it could point the lock record at any file the user can write), and the
+# file is opened without O_TRUNC: it is emptied only once known to be this directory's own plain file.
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+# Bounds what reading a lock record can cost (a record is a line of JSON).
+_MAX_RECORD_BYTES = 1 << 16
+
+
 def hold(sweep_dir: Path, jobs: int | None) -> int | None:
     """The sweep directory's lock (a file descriptor; close it to release), recording who holds it and
-    how many ``jobs`` it launches; SweepDirInUse while another live sweep holds it; None where the
-    filesystem has no locks."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    how many ``jobs`` it launches; SweepDirInUse while another live sweep holds it; LockRefused (one
+    line) where the lock file cannot be taken; None where the filesystem has no locks."""
+    path = sweep_dir / SWEEP_LOCK
     try:
-        fd = lock(sweep_dir / SWEEP_LOCK, os.O_RDWR | os.O_CREAT)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        fd = lock(path, _LOCK_FLAGS)
     except BlockingIOError:
-        holder = _holder(read_json(sweep_dir / SWEEP_LOCK, warn=True))
+        holder = _holder(read_lock_record(path))
         raise SweepDirInUse(f"hydra.sweep.dir={sweep_dir} is in use by another sweep ({holder}): two sweeps "
                             "into one directory overwrite each other's reports; give this one its own "
                             "hydra.sweep.dir, or rerun it there once the other has ended") from None
+    except OSError as e:
+        raise LockRefused(_unlockable(sweep_dir, path, e)) from None
     if fd is None:
         return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a plain file" if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} links"
+        raise LockRefused(f"hydra.sweep.dir={sweep_dir} cannot be locked: {path} is {what}; remove it (the "
+                          "sweep writes its own), or give this sweep another hydra.sweep.dir")
+    os.set_blocking(fd, True)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "jobs": jobs}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(record).encode(), 0)
     return fd
+
+
+def _unlockable(sweep_dir: Path, path: Path, e: OSError) -> str:
+    """The one line refusing a sweep whose lock cannot be opened."""
+    if not sweep_dir.is_dir():
+        return (f"hydra.sweep.dir={sweep_dir} is invalid: it (or a folder above it) is not a directory "
+                f"({e.strerror or e}); give the sweep a directory")
+    if path.is_symlink():
+        why = "is a symbolic link (never followed)"
+    elif path.is_dir():
+        why = "is a directory"
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = f"cannot be written ({e.strerror})"
+    else:
+        why = f"cannot be opened ({e.strerror or e})"
+    return (f"hydra.sweep.dir={sweep_dir} cannot be locked: {path} {why}; a sweep runs only holding its "
+            "directory; remove it, or give this sweep another hydra.sweep.dir")
+
+
+def read_lock_record(path: Path) -> dict[str, Any] | None:
+    """The lock's record, or None where it is missing, unreadable, not a plain file or a link: read
+    without following a link or waiting on a FIFO, and at most _MAX_RECORD_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        record = json.loads(os.read(fd, _MAX_RECORD_BYTES))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return record if isinstance(record, dict) else None
 
 
 def _holder(record: dict[str, Any] | None) -> str:
@@ -84,8 +142,7 @@ class SweepState:
 def sweep_state(sweep_dir: Path) -> SweepState:
     """What ``sweep_dir`` says about its sweep's jobs: those its summary lists once the sweep that last
     launched there ended, else the job folders there, out of the number its launch planned."""
-    launch = read_json(sweep_dir / SWEEP_LOCK, warn=True)
-    launch = launch if isinstance(launch, dict) else None
+    launch = read_lock_record(sweep_dir / SWEEP_LOCK)
     summary = read_json(sweep_dir / SWEEP_SUMMARY, warn=True)
     reported_at = [p.stat().st_mtime for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY) if p.exists()]
     # No record of a sweep: its job folders are all there is. A launch newer than every report is one
