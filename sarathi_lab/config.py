@@ -35,6 +35,9 @@ MAX_SEED = 2**64 - 1
 # The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and
 # sarathi-serve's default watermark.
 KV_WATERMARK = 0.01
+# The most a watermark may keep free: past half, most of the cache idles while requests wait, and the
+# default cache, sized with the watermark on top, grows without bound as it nears 1.
+MAX_KV_WATERMARK = 0.5
 # The share of a GPU's memory the weights and KV cache may take (vLLM's gpu_memory_utilization default).
 GPU_MEMORY_UTILISATION = 0.9
 
@@ -123,8 +126,9 @@ class EngineConfig:
                               f"so at most {cores}")
         if not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"seed={self.seed} is invalid: must be in [0, 2**64 - 1]")
-        if not 0 <= self.kv_watermark < 1:
-            raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, 1)")
+        if not 0 <= self.kv_watermark <= MAX_KV_WATERMARK:
+            raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, {MAX_KV_WATERMARK}] (the "
+                              f"share of the KV cache admission leaves free; vLLM's is {KV_WATERMARK})")
         if self.executor == "sim":
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
                 raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "

@@ -155,8 +155,9 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["pd_ratio=nan"], r"^pd_ratio=nan is invalid: must be a finite number$"),
     (["pd_ratio=inf"], r"^pd_ratio=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=nan"], r"^engine.kv_cache_gb=nan is invalid: must be a finite number$"),
-    (["engine.kv_watermark=1"], r"^engine.kv_watermark=1.0 is invalid: must be in \[0, 1\)$"),
-    (["engine.kv_watermark=-0.01"], r"^engine.kv_watermark=-0.01 is invalid: must be in \[0, 1\)$"),
+    (["engine.kv_watermark=1"], r"^engine.kv_watermark=1.0 is invalid: must be in \[0, 0.5\] \(the share"),
+    (["engine.kv_watermark=0.999"], r"^engine.kv_watermark=0.999 is invalid: must be in \[0, 0.5\]"),
+    (["engine.kv_watermark=-0.01"], r"^engine.kv_watermark=-0.01 is invalid: must be in \[0, 0.5\]"),
     (["engine.kv_watermark=nan"], r"^engine.kv_watermark=nan is invalid: must be a finite number$"),
     (["engine.kv_watermark=inf"], r"^engine.kv_watermark=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=inf"], r"^engine.kv_cache_gb=inf is invalid: must be a finite number$"),
@@ -169,8 +170,8 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      r"^scheduler.max_num_batched_tokens=nan is invalid: must be of type int$"),
     (["+scheduler.max_num_batched_tokenz=8"],
      # The registry's knobs, whichever schedulers it holds.
-     (r"^scheduler.max_num_batched_tokenz=8 is invalid: no scheduler has this knob; allowed: "
-      rf"{', '.join(sorted(knob_names()))}$")),
+     (r"^scheduler.max_num_batched_tokenz=8 is invalid: no scheduler has this knob nor engine setting \(nearest: "
+      rf"scheduler.max_num_batched_tokens=8\); allowed: {', '.join(sorted(knob_names()))}$")),
     (["+scheduler.chunk_size=8"], r"^scheduler.chunk_size is set by chunk=; set that instead$"),
     (["+scheduler.block_size=8"], r"^scheduler.block_size is set by engine.block_size=; set that instead$"),
     (["+engine.max_num_batched_tokens=8"],

@@ -140,12 +140,32 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) ->
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
     known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
     for arg, key in keys:
+        if key not in known and (owners := _other_schedulers_knob(key, conf_dir)):
+            chosen = next((c.partition("=")[2] for c in choices if c.startswith("scheduler=")), None)
+            chosen = chosen or OmegaConf.select(compose_config(choices, conf_dir), "scheduler.name")
+            knob = key.removeprefix("scheduler.")
+            return (f"{arg} is invalid: {knob} is a knob of scheduler={' and '.join(owners)}, "
+                    f"not of scheduler={chosen}; allowed: scheduler={owners[0]} {arg}, or scheduler={chosen}'s "
+                    f"knobs: {', '.join(_knobs_of(conf_dir / 'scheduler' / f'{chosen}.yaml')) or 'none'}")
         if key not in known:
             nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
             hint = f"nearest known keys: {', '.join(nearest)}" if nearest else \
                 f"known top-level keys: {', '.join(sorted(k for k in known if '.' not in k))}"
             return f"{arg} is invalid: {key} is not a known key; {hint}"
     return None
+
+
+def _knobs_of(yaml: Path) -> list[str]:
+    """A scheduler's knobs: the keys of its YAML beside its name."""
+    return [k for k in OmegaConf.load(yaml) if k != "name"] if yaml.is_file() else []
+
+
+def _other_schedulers_knob(key: str, conf_dir: Path) -> list[str]:
+    """The schedulers (conf/scheduler/NAME.yaml) with the knob ``key`` (``scheduler.KNOB``) names."""
+    if not key.startswith("scheduler."):
+        return []
+    knob = key.removeprefix("scheduler.")
+    return [p.stem for p in sorted((conf_dir / "scheduler").glob("*.yaml")) if knob in _knobs_of(p)]
 
 
 def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
