@@ -265,14 +265,30 @@ def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = ()
     Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
     must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller."""
     hints = get_type_hints(type(obj))
-    fields = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+    fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in dataclasses.fields(obj)
               if not dataclasses.is_dataclass(hints[f.name])]
     for key, value in fields:
         _check_type(key, value, hints[key])
+        if value is not getattr(obj, key):  # numpy's number, stored as Python's (frozen dataclasses too)
+            object.__setattr__(obj, key, value)
     for key, value in fields if positive else ():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in skip \
                 and (value < 0 or value == 0 and key not in zero_ok):
             raise ConfigError(f"{key}={value!r} is invalid: must be {'>=' if key in zero_ok else '>'} 0")
+
+
+def as_python_number(value: Any) -> Any:
+    """numpy's integers, floats and bools (np.int64(8), a value read from an array) as Python's, which
+    every setting takes (a bool still no number); anything else as it is."""
+    if isinstance(value, (bool, int, float)):
+        return value
+    if type(value).__name__ == "bool_":
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and type(value).__module__ == "numpy":
+        return float(value)
+    return value
 
 
 def _check_type(key: str, value: Any, tp: Any) -> None:

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
+from sarathi_lab.attention.backend import interpreted
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.progress import Progress
@@ -104,6 +105,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             machine |= {"timing_unreliable": False, "timing_note": None}
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
+        if cfg.engine.executor == "model" and (why := interpreted(llm.config.attention, llm.config.torch_device)):
+            # Whatever the load: the times are the interpreter's, no measurement of the engine (the engine
+            # said so when it was built).
+            machine |= {"timing_unreliable": True, "timing_note": why}
         directory.mkdir(parents=True, exist_ok=True)
         environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine,
                                           llm.cuda_graphs)
