@@ -236,6 +236,10 @@ class RunConfig:
         if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
+        if self.task == "profile" and self.engine.executor == "sim":
+            raise ConfigError("task=profile is invalid with executor=sim: a profile times the engine's own forwards "
+                              "on this machine, and the simulator runs none (its times come from a profile); "
+                              "allowed: executor=model")
         if self.task == "piggyback":
             if self.batch_size < 2:
                 raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
