@@ -70,9 +70,36 @@ def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None
             if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
                 return (f"name={value!r} is invalid: it is the folder of the run under outputs/, so it must be one "
                         "plain folder name (no '/', not '.' or '..')")
+    if flags is not None and sum(map(bool, (flags.run, flags.multirun, flags.cfg, flags.info,
+                                            flags.shell_completion))) > 1:
+        return ("the command line is invalid: only one of --run, -m (--multirun), --cfg, --info and "
+                "--shell-completion can be given (Hydra's modes)")
+    if problem := _sweeper_option_problem(overrides):
+        return problem
     if _other_configs(flags, overrides):
         return None  # choices and keys of configs outside conf_dir are Hydra's to check
     return _bad_choice_or_key(overrides, conf_dir)
+
+
+# The sweeper's options (conf/hydra/sweeper/sarathi.yaml) and what each allows: Hydra hands them over
+# unchecked (max_batch_size=0 failed an assert inside Hydra; repeat_ignored=maybe counted as true).
+_SWEEPER_OPTIONS = {
+    "hydra.sweeper.max_batch_size": ("null, or an integer >= 1 (jobs per batch)",
+                                     lambda v: v is None or type(v) is int and v >= 1),
+    "hydra.sweeper.repeat_ignored": ("true, false", lambda v: type(v) is bool),
+}
+
+
+def _sweeper_option_problem(overrides: list[tuple[str, Override]]) -> str | None:
+    for _, override in overrides:
+        allowed = _SWEEPER_OPTIONS.get(override.key_or_group)
+        if allowed is None or override.is_delete():
+            continue
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        bad = next((v for v in values if not allowed[1](v)), None)
+        if bad is not None or not values:
+            return f"{override.key_or_group}={bad!r} is invalid: allowed values are {allowed[0]}"
+    return None
 
 
 def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
