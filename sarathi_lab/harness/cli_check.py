@@ -144,16 +144,18 @@ def _group_options(group_dir: Path) -> list[str]:
 def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
     """The error for the first unknown group choice, else for the first plain key that the config
     composed of the overrides' choices lacks (unless a choice is a glob or range: Hydra's to expand)."""
-    choices, keys, globbed = [], [], False
+    choices, keys, globbed, added, schedulers = [], [], False, set(), set()
     for arg, override in overrides:
         key = override.key_or_group
         if not (conf_dir / key).is_dir():
-            if not (key.startswith("hydra") or override.is_add() or override.is_force_add()
-                    or override.is_delete()):
-                keys.append((arg, key))
+            if not (key.startswith("hydra") or override.is_force_add() or override.is_delete()) \
+                    and (not override.is_add() or _other_schedulers_knob(key, conf_dir)):
+                keys.append((arg, key))  # +scheduler.KNOB of another scheduler: it would be ignored
+                added |= {arg} if override.is_add() else set()
             continue
         values = _group_values(override)
         globbed |= values is None
+        schedulers |= set(values or []) if key == "scheduler" else set()
         if override.is_delete() or not values:
             continue
         allowed = _group_options(conf_dir / key)
@@ -167,12 +169,15 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) ->
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
     known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
     for arg, key in keys:
+        if arg in added and set(_other_schedulers_knob(key, conf_dir)) & schedulers:
+            continue  # a sweep over schedulers, one of which reads it (the others say so as they run)
         if key not in known and (owners := _other_schedulers_knob(key, conf_dir)):
             chosen = next((c.partition("=")[2] for c in choices if c.startswith("scheduler=")), None)
             chosen = chosen or OmegaConf.select(compose_config(choices, conf_dir), "scheduler.name")
             knob = key.removeprefix("scheduler.")
             return (f"{arg} is invalid: {knob} is a knob of scheduler={' and '.join(owners)}, "
-                    f"not of scheduler={chosen}; allowed: scheduler={owners[0]} {arg}, or scheduler={chosen}'s "
+                    f"not of scheduler={chosen}; allowed: scheduler={owners[0]} {arg.lstrip('+')}, "
+                    f"or scheduler={chosen}'s "
                     f"knobs: {', '.join(_knobs_of(conf_dir / 'scheduler' / f'{chosen}.yaml')) or 'none'}")
         if key not in known:
             nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)

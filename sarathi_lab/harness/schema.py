@@ -318,6 +318,8 @@ def engine_key(key: str) -> str:
     """The key the run's config sets EngineConfig's field ``key`` by (its knob, else engine.<key>)."""
     if key in KNOB_KEYS:
         return KNOB_KEYS[key]
+    if key in knob_names():  # a scheduler's own knob: its YAML's key
+        return f"scheduler.{key}"
     return f"engine.{key}" if key in ENGINE_FIELDS else key
 
 

@@ -29,7 +29,8 @@ def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
             raise ConfigError(f"max_model_len={cfg.max_model_len} is invalid: the model allows at most {limit}")
         limit = cfg.max_model_len
     if cfg.warmup_iters >= limit:
-        if cfg.max_model_len is not None:  # the context the user set is what is too short, not the warm-up
+        if cfg.max_model_len is not None and cfg.warmup_iters == EngineConfig.warmup_iters:
+            # The context the user set is what is too short, not the warm-up they left as it was.
             raise ConfigError(f"max_model_len={cfg.max_model_len} is invalid: the engine's warm-up generates "
                               f"{cfg.warmup_iters} tokens after a one-token prompt, so it must be at least "
                               f"{cfg.warmup_iters + 1}; allowed: >= {cfg.warmup_iters + 1}, or warmup_iters=0")
