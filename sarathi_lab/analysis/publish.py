@@ -75,6 +75,7 @@ def publish(measured: str | Path | None, simulated: list[str | Path], docs: str 
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
     """The files written. A provenance.ReplaceRefused, before writing any, where one would replace a
     file of another source, scale, machine or commit (unless ``force``)."""
+    capacity_docs.check_tables(docs)  # a table refresh would fail on, refused before anything is written
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
     runs = None if measured is None else load_results(measured, include_unreliable=include_unreliable)
     planned = plan(runs, sims, docs)
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("nothing to publish: give --measured ROOT and/or --sim ROOT")
     try:
         written = publish(args.measured, args.sim, args.docs, args.include_unreliable, args.force)
-    except provenance.ReplaceRefused as e:
+    except (provenance.ReplaceRefused, capacity_docs.TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, dict.fromkeys(written))))
 
