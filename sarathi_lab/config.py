@@ -282,7 +282,7 @@ def as_python_number(value: Any) -> Any:
     every setting takes (a bool still no number); anything else as it is."""
     if isinstance(value, (bool, int, float)):
         return value
-    if type(value).__name__ == "bool_":
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # numpy 2 and 1
         return bool(value)
     if isinstance(value, numbers.Integral):
         return int(value)
