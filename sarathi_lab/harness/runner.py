@@ -148,9 +148,14 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             raise
         summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
         if summary["saturated"]:
+            # A first setting that drains, from what this run sustained (a trace replayed as recorded
+            # outpaces a CPU at the default batch at once).
+            served = len(workload.prompts) / summary["makespan_s"] if summary["makespan_s"] > 0 else 0.0
             log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
-                        "percentiles describe how long this run was, not a steady state",
-                        summary["queue_growth_requests"])
+                        "percentiles describe how long this run was, not a steady state. It served %.3g req/s at "
+                        "batch_size=%d; a first setting that drains: workload.qps=%.2g (below that), or a larger "
+                        "batch_size; task=capacity searches the highest rate within the SLOs",
+                        summary["queue_growth_requests"], served, cfg.batch_size, 0.5 * served)
         headline = (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
                     f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
                     f"TTFT p50 {summary['ttft_p50_s']:.3f}s, ITL p99 {summary['itl_p99_s']:.4f}s, "
