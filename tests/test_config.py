@@ -238,8 +238,9 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     # sarathi's tile alignment (its knobs): a chunk that can never fill a tile is refused by the scheduler's check.
     (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["chunk=16", "scheduler.chunk_align=tile"],
-     (r"^scheduler.chunk_align='tile' is invalid with chunk=16, batch_size=4, scheduler.tile=128: a chunk and its decodes "
-      r"\(at most 19 tokens\) never fill a whole tile; allowed: none, or chunk=125 or more, or a smaller tile$")),
+     (r"^scheduler.chunk_align='tile' is invalid with chunk=16, batch_size=4, scheduler.tile=128: a chunk and its "
+      r"decodes \(at most 19 tokens\) never fill a whole tile; allowed: none, or chunk=125 or more, or a smaller "
+      r"tile$")),
     (["measure.chunk_align=yes"], r"^measure.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
      r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),

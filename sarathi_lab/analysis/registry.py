@@ -45,6 +45,8 @@ def draw(result: PaperResult, runs, simulated=None):
     if simulated is None or result.name in simulated.missing() or simulated.summary(result.name).empty:
         return None
     fig = result.figure(simulated, None)
-    fig.text(0.5, 0, f"measured runs left out: {runs.nothing_kept_note(result.name)}", ha="center", va="top",
-             fontsize=9, color="firebrick", wrap=True)
+    # A line of the headline (constrained layout makes room for it): below the axes it ran into the notes
+    # some figures draw there.
+    above = fig._suptitle.get_text() + "\n" if fig._suptitle is not None else ""
+    fig.suptitle(f"{above}measured runs left out: {runs.nothing_kept_note(result.name)}", fontsize=11)
     return fig
