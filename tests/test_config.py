@@ -340,10 +340,12 @@ def test_unknown_group_choices_are_caught_before_hydra_starts(args, line):
 
 
 def test_known_choices_flags_and_plugin_groups_pass():
-    assert check_command_line(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2", "--cfg", "job",
+    assert check_command_line(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2",
                                "hydra/launcher=submitit_local", "scheduler=glob(*)"]) is None
-    assert check_command_line(["-m", "chunk=1,2", "--cfg", "job", "-cn", "config", "~engine.num_kv_blocks",
-                               "--info", "plugins", "--unknown-flag"]) is None
+    assert check_command_line(["--cfg", "job", "-cn", "config", "~engine.num_kv_blocks", "--unknown-flag"]) is None
+    assert check_command_line(["--info", "plugins"]) is None
+    # Two of Hydra's modes at once are its traceback ("Only one of --run, --multirun, --cfg, ..."): a line here.
+    assert check_command_line(["-m", "chunk=1,2", "--cfg", "job"]).startswith("the command line is invalid: only one")
 
 
 @pytest.mark.e2e

@@ -86,8 +86,9 @@ def test_a_billion_position_config_is_refused_for_its_context_not_its_weights(tm
     (tmp_path / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 10**9}))
     with pytest.raises(ConfigError) as err:
         plan_engine(EngineConfig(str(tmp_path), device="cpu", dtype="float32"))
-    assert _one_line(err).startswith("max_model_len=None is invalid: the model's context of 1000000000 positions")
-    assert "allowed: a shorter max_model_len" in str(err.value) and "weights take" not in str(err.value)
+    assert _one_line(err).startswith(f"model='{tmp_path}' is invalid here: its config's context of 1000000000 "
+                                     "positions (max_position_embeddings) needs ")
+    assert "allowed: max_model_len=N, a shorter context" in str(err.value) and "weights take" not in str(err.value)
 
 
 # --- the API: numpy numbers, misspelt settings, another scheduler's knob --------------------------

@@ -87,9 +87,11 @@ def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> 
     tables = rotary_bytes(shape, context)
     if tables <= shape.weight_bytes(1):
         return None
-    said = "the model's context" if cfg.max_model_len is None else "a context"
-    return ConfigError(f"max_model_len={cfg.max_model_len} is invalid: {said} of {context} positions needs "
-                       f"{_gib(tables)} GiB of rotary tables, {why}; allowed: a shorter max_model_len")
+    said = f"{_gib(tables)} GiB of rotary tables, {why}; allowed: max_model_len=N, a shorter context"
+    if cfg.max_model_len is None:  # the model's own config claims the context: it is the model at fault
+        return ConfigError(f"model={cfg.model!r} is invalid here: its config's context of {context} positions "
+                           f"(max_position_embeddings) needs {said}")
+    return ConfigError(f"max_model_len={cfg.max_model_len} is invalid: a context of {context} positions needs {said}")
 
 
 def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) -> ConfigError | None:
