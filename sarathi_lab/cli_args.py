@@ -12,6 +12,19 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         refuse(message)
 
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        # An empty value names nothing (type=Path makes '' the working directory): refused as written,
+        # before any type turns it into something.
+        takes_value = {o: a for a in self._actions if a.nargs != 0 for o in a.option_strings}
+        for i, arg in enumerate(args):
+            option, eq, value = arg.partition("=")
+            given = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+            if option in takes_value and given == "":
+                self.error(f"{takes_value[option].option_strings[-1]}='' is invalid: an empty value names nothing; "
+                           "give one, or leave the option out for its default")
+        return super().parse_known_args(args, namespace)
+
 
 def refuse(message: str) -> NoReturn:
     """A refusal outside a parser (a bad value found after parsing), in the same one-line format; one

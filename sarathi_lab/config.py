@@ -38,6 +38,9 @@ MAX_SEED = 2**64 - 1
 # The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and
 # sarathi-serve's default watermark.
 KV_WATERMARK = 0.01
+# The most a watermark may keep free: past half, most of the cache idles while requests wait, and the
+# default cache, sized with the watermark on top, grows without bound as it nears 1.
+MAX_KV_WATERMARK = 0.5
 # The share of a GPU's memory the weights and KV cache may take (vLLM's gpu_memory_utilization default).
 GPU_MEMORY_UTILISATION = 0.9
 
@@ -140,8 +143,9 @@ class EngineConfig:
                               f"so at most {cores}")
         if not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"seed={self.seed} is invalid: must be in [0, 2**64 - 1]")
-        if not 0 <= self.kv_watermark < 1:
-            raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, 1)")
+        if not 0 <= self.kv_watermark <= MAX_KV_WATERMARK:
+            raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, {MAX_KV_WATERMARK}] (the "
+                              f"share of the KV cache admission leaves free; vLLM's is {KV_WATERMARK})")
         if self.executor == "sim":
             if self.tensor_parallel > 1:
                 raise ConfigError(f"tensor_parallel={self.tensor_parallel} is invalid with executor='sim': the "
@@ -324,14 +328,30 @@ def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = ()
     Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
     must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller."""
     hints = get_type_hints(type(obj))
-    fields = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+    fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in dataclasses.fields(obj)
               if not dataclasses.is_dataclass(hints[f.name])]
     for key, value in fields:
         _check_type(key, value, hints[key])
+        if value is not getattr(obj, key):  # numpy's number, stored as Python's (frozen dataclasses too)
+            object.__setattr__(obj, key, value)
     for key, value in fields if positive else ():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in skip \
                 and (value < 0 or value == 0 and key not in zero_ok):
             raise ConfigError(f"{key}={value!r} is invalid: must be {'>=' if key in zero_ok else '>'} 0")
+
+
+def as_python_number(value: Any) -> Any:
+    """numpy's integers, floats and bools (np.int64(8), a value read from an array) as Python's, which
+    every setting takes (a bool still no number); anything else as it is."""
+    if isinstance(value, (bool, int, float)):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # numpy 2 and 1
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and type(value).__module__ == "numpy":
+        return float(value)
+    return value
 
 
 def _check_type(key: str, value: Any, tp: Any) -> None:

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from sarathi_lab import inputs
-from sarathi_lab.config import ENGINE_FIELDS, EngineConfig
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
-from sarathi_lab.engine.scheduler import Scheduler
+from sarathi_lab.engine.scheduler import Scheduler, scheduler_names
+from sarathi_lab.engine.scheduler.base import foreign_knob
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.model.configs import eos_token_of
@@ -33,6 +34,10 @@ class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
         """``kwargs``: EngineConfig's fields; any other is a scheduler's knob, checked when it is built."""
         engine = {key: kwargs.pop(key) for key in list(kwargs) if key in ENGINE_FIELDS}
+        scheduler = engine.get("scheduler", EngineConfig.scheduler)
+        for key, value in kwargs.items():  # one engine: a knob its scheduler ignores is a mistake, never dropped
+            if scheduler in scheduler_names() and (why := foreign_knob(scheduler, key)):
+                raise ConfigError(f"{key}={value!r} is invalid: {why}")
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
         self._build(plan_engine(EngineConfig(model=model, **engine)))
 

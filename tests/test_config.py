@@ -159,8 +159,9 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["pd_ratio=nan"], r"^pd_ratio=nan is invalid: must be a finite number$"),
     (["pd_ratio=inf"], r"^pd_ratio=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=nan"], r"^engine.kv_cache_gb=nan is invalid: must be a finite number$"),
-    (["engine.kv_watermark=1"], r"^engine.kv_watermark=1.0 is invalid: must be in \[0, 1\)$"),
-    (["engine.kv_watermark=-0.01"], r"^engine.kv_watermark=-0.01 is invalid: must be in \[0, 1\)$"),
+    (["engine.kv_watermark=1"], r"^engine.kv_watermark=1.0 is invalid: must be in \[0, 0.5\] \(the share"),
+    (["engine.kv_watermark=0.999"], r"^engine.kv_watermark=0.999 is invalid: must be in \[0, 0.5\]"),
+    (["engine.kv_watermark=-0.01"], r"^engine.kv_watermark=-0.01 is invalid: must be in \[0, 0.5\]"),
     (["engine.kv_watermark=nan"], r"^engine.kv_watermark=nan is invalid: must be a finite number$"),
     (["engine.kv_watermark=inf"], r"^engine.kv_watermark=inf is invalid: must be a finite number$"),
     (["engine.kv_cache_gb=inf"], r"^engine.kv_cache_gb=inf is invalid: must be a finite number$"),
@@ -173,8 +174,8 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      r"^scheduler.max_num_batched_tokens=nan is invalid: must be of type int$"),
     (["+scheduler.max_num_batched_tokenz=8"],
      # The registry's knobs, whichever schedulers it holds.
-     (r"^scheduler.max_num_batched_tokenz=8 is invalid: no scheduler has this knob; allowed: "
-      rf"{', '.join(sorted(knob_names()))}$")),
+     (r"^scheduler.max_num_batched_tokenz=8 is invalid: no scheduler has this knob nor engine setting \(nearest: "
+      rf"scheduler.max_num_batched_tokens=8\); allowed: {', '.join(sorted(knob_names()))}$")),
     (["+scheduler.chunk_size=8"], r"^scheduler.chunk_size is set by chunk=; set that instead$"),
     (["+scheduler.block_size=8"], r"^scheduler.block_size is set by engine.block_size=; set that instead$"),
     (["+engine.max_num_batched_tokens=8"],
@@ -241,8 +242,9 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     # sarathi's tile alignment (its knobs): a chunk that can never fill a tile is refused by the scheduler's check.
     (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["chunk=16", "scheduler.chunk_align=tile"],
-     (r"^scheduler.chunk_align='tile' is invalid with chunk=16, batch_size=4, tile=128: a chunk and its decodes "
-      r"\(at most 19 tokens\) never fill a whole tile; allowed: none, or chunk=125 or more, or a smaller tile$")),
+     (r"^scheduler.chunk_align='tile' is invalid with chunk=16, batch_size=4, scheduler.tile=128: a chunk and its "
+      r"decodes \(at most 19 tokens\) never fill a whole tile; allowed: none, or chunk=125 or more, or a smaller "
+      r"tile$")),
     (["measure.chunk_align=yes"], r"^measure.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
      r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),
@@ -342,10 +344,12 @@ def test_unknown_group_choices_are_caught_before_hydra_starts(args, line):
 
 
 def test_known_choices_flags_and_plugin_groups_pass():
-    assert check_command_line(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2", "--cfg", "job",
+    assert check_command_line(["-m", "scheduler=sarathi,vllm", "experiment=null", "chunk=1,2",
                                "hydra/launcher=submitit_local", "scheduler=glob(*)"]) is None
-    assert check_command_line(["-m", "chunk=1,2", "--cfg", "job", "-cn", "config", "~engine.num_kv_blocks",
-                               "--info", "plugins", "--unknown-flag"]) is None
+    assert check_command_line(["--cfg", "job", "-cn", "config", "~engine.num_kv_blocks", "--unknown-flag"]) is None
+    assert check_command_line(["--info", "plugins"]) is None
+    # Two of Hydra's modes at once are its traceback ("Only one of --run, --multirun, --cfg, ..."): a line here.
+    assert check_command_line(["-m", "chunk=1,2", "--cfg", "job"]).startswith("the command line is invalid: only one")
 
 
 @pytest.mark.e2e

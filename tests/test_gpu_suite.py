@@ -64,13 +64,14 @@ def test_dry_run_produces_every_step_and_resumes(tmp_path):
     assert (state.step_dir(out, "env") / "DONE").stat().st_mtime == done_mtime
 
 
-@pytest.mark.e2e
-def test_a_step_that_does_not_fit_the_budget_is_deferred(tmp_path):
-    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "paper.pd_ratio", "--budget-min", "0.05")
-    assert run.returncode == 3, run.stdout + run.stderr
-    # Longer than the whole budget: a next call of the same budget would not start it either.
-    assert "paper.pd_ratio: not started at --budget-min=0.05 (8.4 min expected" in run.stdout
-    assert state.read_result(tmp_path, "paper.pd_ratio") is None
+def test_a_budget_no_step_fits_is_refused_not_deferred_forever(tmp_path):
+    # Longer than the whole budget: every call of the same budget would start nothing and exit 3
+    # ("call again"); refused in one line instead, before anything is written.
+    run = suite("--dry-run", "--out", str(tmp_path / "out"), "--steps", "paper.pd_ratio", "--budget-min", "0.05")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.splitlines() == [("error: --budget-min=0.05 is invalid: no selected step fits in it (the "
+                                        "shortest expects 8.4 min); allowed: >= 8.4")]
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_worker_that_dies_before_any_step_is_not_restarted_forever(tmp_path):
@@ -159,9 +160,9 @@ def test_a_failed_step_named_in_steps_is_retried_whatever_the_spaces(tmp_path):
     # the name given, so the failed step, named to retry it, was skipped as "failed before".
     _result(tmp_path, "env", "done")
     _result(tmp_path, "kernels", "failed")
-    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "env, kernels", "--budget-min", "0.01", timeout=60)
-    assert "1 of 2 steps already finished" in run.stdout, run.stdout + run.stderr
-    assert "kernels: not started at --budget-min=0.01" in run.stdout
+    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "env, kernels", "--budget-min", "0.5", timeout=60)
+    # kernels is the one step left (3 min): none fits half a minute, which the refusal says before any starts.
+    assert "none of the 1 steps left" in run.stderr and "expects 3.0 min" in run.stderr, run.stdout + run.stderr
 
 
 def test_a_rerun_of_a_done_step_clears_its_marker_until_it_finishes(tmp_path):

@@ -32,10 +32,15 @@ def offline_and_isolated(monkeypatch, tmp_path):
 
 
 @pytest.mark.e2e
-def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capfd):
+def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capfd, caplog):
     out = tmp_path / "run"
-    assert run_in_process([*RUN, "logger.mode=offline"], out, group="smoke-sweep1") == "ok"
+    with caplog.at_level("INFO", logger="sarathi_lab.harness.wandb_logger"):
+        assert run_in_process([*RUN, "logger.mode=offline"], out, group="smoke-sweep1") == "ok"
     assert "Symlinked" not in "".join(capfd.readouterr()), "W&B's per-file warnings are noise"
+    # Where the offline run went and how to upload it: the folder wandb sync takes.
+    (synced,) = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    (folder,) = (out / "wandb").glob("offline-run-*")
+    assert synced.endswith(f"upload it with: wandb sync {folder}")
     metrics = json.loads((out / "metrics.json").read_text())
     wb = read_offline_run(out / "wandb")
 

@@ -28,9 +28,31 @@ TRACE_LENGTHS = ", arxiv_summarization lengths"
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 
 
+class TableError(ValueError):
+    """A committed capacity table that cannot be read as one: one line naming it and why."""
+
+
 def read_table(path: Path) -> pd.DataFrame:
-    """A committed table, its columns under today's names."""
-    return pd.read_csv(path).rename(columns=current_names)
+    """A committed table, its columns under today's names (``attrs["path"]``: where it was read)."""
+    try:
+        table = pd.read_csv(path).rename(columns=current_names)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise TableError(f"{path} is invalid: not a readable CSV ({' '.join(str(e).split())[:200]})") from None
+    table.attrs["path"] = str(path)
+    return table
+
+
+def check_tables(docs: str | Path = DOCS) -> None:
+    """Every committed simulated table under ``docs`` reads as one (predicted_by): a TableError before
+    any figure or claim is written, not a KeyError halfway."""
+    folder = Path(docs) / "capacity"
+    for name in (SIM_CSV, TRADEOFF_CSV, TP_CSV, TRACE_CSV):
+        if (folder / name).is_file():
+            table = read_table(folder / name)
+            predicted_by(table)
+            if table.empty or "model" not in table or "scale" not in table:
+                raise TableError(f"{folder / name} is invalid: it holds no search, or lacks its model or scale "
+                                 "column; redraw it with its experiment (docs/capacity/README.md)")
 
 
 def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
@@ -69,10 +91,15 @@ def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, st
 def predicted_by(sim: pd.DataFrame) -> dict:
     """The device, cost model and GPU count a committed simulated table's searches were predicted by,
     read from its columns (one of each per table)."""
+    where = sim.attrs.get("path", "a simulated capacity table")
+    if lacking := [key for key in capacity.SIMULATED_COLUMNS if key not in sim]:
+        raise TableError(f"{where} is invalid: it lacks column {lacking[0]} (a table written before the simulator "
+                         "recorded it); redraw it with its experiment (docs/capacity/README.md)")
     found = {key: sim[key].unique() for key in capacity.SIMULATED_COLUMNS}
-    if any(len(values) != 1 for values in found.values()):
-        raise ValueError(f"a simulated capacity table holds one device, cost model and GPU count; found "
-                         f"{ {key: list(values) for key, values in found.items()} }")
+    if bad := next((key for key, values in found.items() if len(values) != 1), None):
+        raise TableError(f"{where} is invalid: its {bad} column holds {len(found[bad])} values "
+                         f"({', '.join(map(str, found[bad]))}); a simulated capacity table is one device's, cost "
+                         "model's and GPU count's: one table per device")
     return {"device": str(found["sim_device"][0]), "cost_model": str(found["sim_cost_model"][0]),
             "tp": int(found["sim_tp"][0])}
 
@@ -152,10 +179,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--force", action="store_true", help="replace the CPU capacity table already there")
     args = parser.parse_args(argv)
     try:
+        check_tables(args.docs)
         written = [tabulate(args.multirun, args.docs, args.force)] if args.multirun else []
-    except provenance.ReplaceRefused as e:
+        written += refresh(args.docs)
+    except (provenance.ReplaceRefused, TableError) as e:
         parser.error(str(e))
-    written += refresh(args.docs)
     print("\n".join(map(str, written)))
 
 

@@ -77,6 +77,7 @@ def publish(measured: str | Path | None, simulated: list[str | Path], docs: str 
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
     """The files written. A provenance.ReplaceRefused, before writing any, where one would replace a
     file of another source, scale, machine or commit (unless ``force``)."""
+    capacity_docs.check_tables(docs)  # a table refresh would fail on, refused before anything is written
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
     runs = None if measured is None else load_results(measured, include_unreliable=include_unreliable)
     planned = plan(runs, sims, docs)
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             return
     try:
         written = publish(args.measured, args.sim, args.docs, args.include_unreliable, args.force)
-    except (provenance.ReplaceRefused, EnvFlagError) as e:
+    except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, dict.fromkeys(written))))
 

@@ -36,8 +36,17 @@ def by_name(name: str) -> PaperResult:
 
 
 def draw(result: PaperResult, runs, simulated=None):
-    """The result's figure, or None when every run of it was left out (``runs.nothing_kept_note`` says
-    why, and stands in its place)."""
-    if runs.summary(result.name).empty:
+    """The result's figure. Where every measured run of it was left out (a busy machine flags them all
+    timing_unreliable), its simulated runs are drawn alone, which no load changes, with a line saying
+    the measured ones were left out and why; None only where there is nothing at all to draw
+    (``runs.nothing_kept_note`` then stands in its place)."""
+    if not runs.summary(result.name).empty:
+        return result.figure(runs, simulated)
+    if simulated is None or result.name in simulated.missing() or simulated.summary(result.name).empty:
         return None
-    return result.figure(runs, simulated)
+    fig = result.figure(simulated, None)
+    # A line of the headline (constrained layout makes room for it): below the axes it ran into the notes
+    # some figures draw there.
+    above = fig._suptitle.get_text() + "\n" if fig._suptitle is not None else ""
+    fig.suptitle(f"{above}measured runs left out: {runs.nothing_kept_note(result.name)}", fontsize=11)
+    return fig

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,14 @@ class RunTables:
                 f"{config.get('batch_size')}: {self.source}, {self.clock} clock" + "".join(f"; {n}" for n in notes))
 
 
+# What a trace reads of each table (the membership columns are optional: a run that lacks them says so).
+REQUIRED_COLUMNS = {
+    "iterations": ("iteration", "start_s", "duration_s", "num_prefill_tokens", "num_decode_tokens",
+                   "num_prefill_requests", "num_decode_requests"),
+    "requests": ("request_id", "prompt_tokens", "output_tokens", "arrival_s"),
+}
+
+
 def load_run(run_dir: str | Path) -> RunTables:
     """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun where it has none."""
     run_dir = Path(run_dir)
@@ -87,6 +96,12 @@ def load_run(run_dir: str | Path) -> RunTables:
             tables[name] = pd.read_parquet(path)
         except (OSError, ValueError) as e:
             raise UnreadableRun(f"{path} is unreadable ({' '.join(str(e).split())[:200]})") from None
+    for name, needed in REQUIRED_COLUMNS.items():
+        if lacking := [c for c in needed if c not in tables[name]]:
+            raise UnreadableRun(f"{run_dir / (name + suffix + '.parquet')} lacks column {lacking[0]} (needed: "
+                                f"{', '.join(needed)}): a table of another version, or edited")
+    if lacking := [k for k in ("config", "summary", "environment") if not isinstance(record.get(k), dict)]:
+        raise UnreadableRun(f"{run_dir / f'metrics{suffix}.json'} lacks its {lacking[0]} record")
     iterations = tables["iterations"]
     if len(iterations):
         iterations = iterations.sort_values("iteration").reset_index(drop=True)
@@ -206,16 +221,31 @@ def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and not np.isfinite(value) else value
 
 
+def out_problem(out: Path) -> str | None:
+    """Why the trace cannot be written at ``out`` (a directory, a path under a file), or None."""
+    if out.is_dir():
+        return f"--out={out} is invalid: it is a directory; allowed: a file path (.json, or .json.gz gzipped)"
+    existing = next((p for p in out.absolute().parents if p.exists() or p.is_symlink()), None)
+    if existing is not None and not existing.is_dir():
+        return f"--out={out} is invalid: it lies under {existing}, which is a file, not a directory"
+    return None
+
+
 def write_trace(payload: dict[str, Any], out: Path) -> Path:
+    """``payload`` at ``out``, whole or not at all: written to a temporary name beside it, renamed, and
+    the temporary file removed on any failure (a full disk, a read-only filesystem)."""
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    if out.suffix == ".gz":
-        with gzip.open(tmp, "wt") as f:
-            f.write(text)
-    else:
-        tmp.write_text(text)
-    tmp.replace(out)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        if out.suffix == ".gz":
+            with gzip.open(tmp, "wt") as f:
+                f.write(text)
+        else:
+            tmp.write_text(text)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -256,8 +286,15 @@ def main(argv: list[str] | None = None) -> None:
         run = load_run(args.run_dir)
     except UnreadableRun as e:
         parser.error(str(e))
+    out = args.out or args.run_dir / TRACE
+    if problem := out_problem(out):
+        parser.error(problem)
     payload = trace(run, args.start_s, args.duration_s)
-    out = write_trace(payload, args.out or args.run_dir / TRACE)
+    try:
+        out = write_trace(payload, out)
+    except OSError as e:  # a read-only filesystem, a full disk, no permission: nothing half-written is left
+        cli_args.refuse(f"--out={out} cannot be written: {e.strerror or e} ({e.filename or out}); nothing was "
+                        "written; choose another path")
     spans = sum(e["ph"] == "X" and e["pid"] == ENGINE_PID for e in payload["traceEvents"])
     print(f"{out}: {spans} iterations, {len(run.requests)} requests ({run.source}, {run.clock} clock)")
     for note in payload["otherData"]["not_recorded"]:

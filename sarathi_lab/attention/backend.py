@@ -3,12 +3,16 @@ registry that picks one by name: a backend registers itself (register_backend), 
 the package imports every backend module."""
 from __future__ import annotations
 
+import functools
+import logging
 from abc import ABC, abstractmethod
 
 import torch
 
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.config import ATTENTIONS, check_attention_hybrid
+
+log = logging.getLogger("sarathi_lab")
 
 # The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
 # the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
@@ -83,9 +87,28 @@ def backend_class(name: str, device: torch.device) -> type[AttentionBackend]:
     return _REGISTRY[name]
 
 
+def interpreted(name: str, device: torch.device) -> str | None:
+    """Why attention ``name`` on ``device`` times no kernel of its own (a backend off the devices it is
+    compiled for runs Triton's interpreter in Python, tens of times slower than the compiled kernel and
+    than attention=torch), or None. The one home of that answer: the engine warns by it, and the
+    harness flags the run's timings by it."""
+    cls = backend_class(name, device)
+    if device.type in cls.devices:
+        return None
+    return (f"attention={cls.name} on {device.type} runs Triton's interpreter (no GPU to compile for): correct, "
+            "but tens of times slower than attention=torch, so its times measure the interpreter")
+
+
+@functools.cache
+def _warn_interpreted(why: str) -> None:
+    log.warning("%s; runs are flagged timing_unreliable", why)
+
+
 def make_backend(name: str, device: torch.device, hybrid: str = "sequential") -> AttentionBackend:
     """``hybrid`` (EngineConfig.attention_hybrid): the Triton kernels' way with hybrid batches; any
     other backend takes only ``sequential``."""
     cls = backend_class(name, device)
     check_attention_hybrid(hybrid, cls.name)
+    if (why := interpreted(name, device)) is not None:
+        _warn_interpreted(why)
     return cls(hybrid) if hybrid != "sequential" else cls()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from sarathi_lab.config import MAX_SEED
+from sarathi_lab.config import MAX_SEED, as_python_number
 
 
 class Status(enum.Enum):
@@ -26,6 +26,8 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
+        for key in ("temperature", "top_p", "seed"):  # numpy's numbers, as the engine's settings take them
+            object.__setattr__(self, key, as_python_number(getattr(self, key)))
         # Written so that NaN fails too: every comparison with NaN is False.
         if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < float("inf")):
             raise ValueError(f"temperature={self.temperature!r} is invalid: must be a finite number >= 0")

@@ -172,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget_min if args.budget_min is not None else (None if args.dry_run or args.own else GPU_BUDGET_MIN)
     if budget is not None and not 0 < budget < float("inf"):
         parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
+    if budget is not None and steps and budget < (least := min(s.minutes for s in steps)):
+        # Else every call would start nothing and exit 3, "call again", forever.
+        parser.error(f"--budget-min={budget:g} is invalid: no selected step fits in it (the shortest expects "
+                     f"{least:.1f} min); allowed: >= {least:.1f}")
     if args.plan:
         print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
         return 0
@@ -225,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
              "own": args.own}
     job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
+    if budget is not None and todo and budget < (least := min(s.minutes for s in todo)):
+        parser.error(f"--budget-min={budget:g} is invalid: none of the {len(todo)} steps left in {out} fits in it "
+                     f"(the shortest expects {least:.1f} min); allowed: >= {least:.1f}")
     stalled = interrupted = False
     print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
     watch = None

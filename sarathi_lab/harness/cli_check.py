@@ -70,9 +70,36 @@ def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None
             if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
                 return (f"name={value!r} is invalid: it is the folder of the run under outputs/, so it must be one "
                         "plain folder name (no '/', not '.' or '..')")
+    if flags is not None and sum(map(bool, (flags.run, flags.multirun, flags.cfg, flags.info,
+                                            flags.shell_completion))) > 1:
+        return ("the command line is invalid: only one of --run, -m (--multirun), --cfg, --info and "
+                "--shell-completion can be given (Hydra's modes)")
+    if problem := _sweeper_option_problem(overrides):
+        return problem
     if _other_configs(flags, overrides):
         return None  # choices and keys of configs outside conf_dir are Hydra's to check
     return _bad_choice_or_key(overrides, conf_dir)
+
+
+# The sweeper's options (conf/hydra/sweeper/sarathi.yaml) and what each allows: Hydra hands them over
+# unchecked (max_batch_size=0 failed an assert inside Hydra; repeat_ignored=maybe counted as true).
+_SWEEPER_OPTIONS = {
+    "hydra.sweeper.max_batch_size": ("null, or an integer >= 1 (jobs per batch)",
+                                     lambda v: v is None or type(v) is int and v >= 1),
+    "hydra.sweeper.repeat_ignored": ("true, false", lambda v: type(v) is bool),
+}
+
+
+def _sweeper_option_problem(overrides: list[tuple[str, Override]]) -> str | None:
+    for _, override in overrides:
+        allowed = _SWEEPER_OPTIONS.get(override.key_or_group)
+        if allowed is None or override.is_delete():
+            continue
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        bad = next((v for v in values if not allowed[1](v)), None)
+        if bad is not None or not values:
+            return f"{override.key_or_group}={bad!r} is invalid: allowed values are {allowed[0]}"
+    return None
 
 
 def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
@@ -117,16 +144,18 @@ def _group_options(group_dir: Path) -> list[str]:
 def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
     """The error for the first unknown group choice, else for the first plain key that the config
     composed of the overrides' choices lacks (unless a choice is a glob or range: Hydra's to expand)."""
-    choices, keys, globbed = [], [], False
+    choices, keys, globbed, added, schedulers = [], [], False, set(), set()
     for arg, override in overrides:
         key = override.key_or_group
         if not (conf_dir / key).is_dir():
-            if not (key.startswith("hydra") or override.is_add() or override.is_force_add()
-                    or override.is_delete()):
-                keys.append((arg, key))
+            if not (key.startswith("hydra") or override.is_force_add() or override.is_delete()) \
+                    and (not override.is_add() or _other_schedulers_knob(key, conf_dir)):
+                keys.append((arg, key))  # +scheduler.KNOB of another scheduler: it would be ignored
+                added |= {arg} if override.is_add() else set()
             continue
         values = _group_values(override)
         globbed |= values is None
+        schedulers |= set(values or []) if key == "scheduler" else set()
         if override.is_delete() or not values:
             continue
         allowed = _group_options(conf_dir / key)
@@ -140,12 +169,35 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) ->
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
     known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
     for arg, key in keys:
+        if arg in added and set(_other_schedulers_knob(key, conf_dir)) & schedulers:
+            continue  # a sweep over schedulers, one of which reads it (the others say so as they run)
+        if key not in known and (owners := _other_schedulers_knob(key, conf_dir)):
+            chosen = next((c.partition("=")[2] for c in choices if c.startswith("scheduler=")), None)
+            chosen = chosen or OmegaConf.select(compose_config(choices, conf_dir), "scheduler.name")
+            knob = key.removeprefix("scheduler.")
+            return (f"{arg} is invalid: {knob} is a knob of scheduler={' and '.join(owners)}, "
+                    f"not of scheduler={chosen}; allowed: scheduler={owners[0]} {arg.lstrip('+')}, "
+                    f"or scheduler={chosen}'s "
+                    f"knobs: {', '.join(_knobs_of(conf_dir / 'scheduler' / f'{chosen}.yaml')) or 'none'}")
         if key not in known:
             nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
             hint = f"nearest known keys: {', '.join(nearest)}" if nearest else \
                 f"known top-level keys: {', '.join(sorted(k for k in known if '.' not in k))}"
             return f"{arg} is invalid: {key} is not a known key; {hint}"
     return None
+
+
+def _knobs_of(yaml: Path) -> list[str]:
+    """A scheduler's knobs: the keys of its YAML beside its name."""
+    return [k for k in OmegaConf.load(yaml) if k != "name"] if yaml.is_file() else []
+
+
+def _other_schedulers_knob(key: str, conf_dir: Path) -> list[str]:
+    """The schedulers (conf/scheduler/NAME.yaml) with the knob ``key`` (``scheduler.KNOB``) names."""
+    if not key.startswith("scheduler."):
+        return []
+    knob = key.removeprefix("scheduler.")
+    return [p.stem for p in sorted((conf_dir / "scheduler").glob("*.yaml")) if knob in _knobs_of(p)]
 
 
 def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:

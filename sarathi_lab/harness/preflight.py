@@ -10,7 +10,7 @@ from typing import Any
 from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig, engine_key
-from sarathi_lab.harness.tasks import kv_blocks, kv_requests
+from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
 from sarathi_lab.harness.workloads import Workload, build_workload
 from sarathi_lab.plan import EnginePlan, ModelLimits, build_scheduler, plan_engine
 
@@ -61,6 +61,8 @@ def preflight(cfg: RunConfig) -> Checked:
                   if kept else "")
         raise ConfigError(f"{setting} is invalid: the KV cache holds {plan.kv_capacity_tokens} tokens, fewer than "
                           f"one request of {workload.max_request_len}{beside}{sized}")
+    if cfg.task != "serve":
+        check_task(cfg.task, cfg, limits.max_model_len)
     held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
     need = kv_blocks(held, engine.block_size)
     if need > blocks:

@@ -34,6 +34,9 @@ class Progress:
         self._iterations += 1
         self._tokens += record.num_tokens
         if self._bar is not None:
+            # Preempted requests recompute their tokens: more than the total, which tqdm warns of (and
+            # clamps); the bar grows to the work done instead.
+            self._bar.total = max(self._bar.total, self._bar.n + record.num_tokens)
             self._bar.update(record.num_tokens)
         now = time.monotonic()
         if now - self._last < self._interval_s:

@@ -106,6 +106,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             machine |= {"timing_unreliable": False, "timing_note": None}
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
+        if cfg.engine.executor == "model" and (why := _interpreted(llm)):
+            # Whatever the load: the times are the interpreter's, no measurement of the engine (the engine
+            # said so when it was built).
+            machine |= {"timing_unreliable": True, "timing_note": why}
         directory.mkdir(parents=True, exist_ok=True)
         environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine,
                                           llm.cuda_graphs)
@@ -145,9 +149,14 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             raise
         summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
         if summary["saturated"]:
+            # A first setting that drains, from what this run sustained (a trace replayed as recorded
+            # outpaces a CPU at the default batch at once).
+            served = len(workload.prompts) / summary["makespan_s"] if summary["makespan_s"] > 0 else 0.0
             log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
-                        "percentiles describe how long this run was, not a steady state",
-                        summary["queue_growth_requests"])
+                        "percentiles describe how long this run was, not a steady state. It served %.3g req/s at "
+                        "batch_size=%d; a first setting that drains: workload.qps=%.2g (below that), or a larger "
+                        "batch_size; task=capacity searches the highest rate within the SLOs",
+                        summary["queue_growth_requests"], served, cfg.batch_size, 0.5 * served)
         headline = (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
                     f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
                     f"TTFT p50 {summary['ttft_p50_s']:.3f}s, ITL p99 {summary['itl_p99_s']:.4f}s, "
@@ -286,3 +295,11 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     elif at_once * workload.max_request_len > capacity:
         log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
                     capacity, at_once, workload.max_request_len)
+
+
+def _interpreted(llm) -> str | None:
+    """Why a real engine's times measure Triton's interpreter (attention.backend.interpreted), or None;
+    imported here, as a simulated run loads no attention backend."""
+    from sarathi_lab.attention.backend import interpreted
+
+    return interpreted(llm.config.attention, llm.config.torch_device)

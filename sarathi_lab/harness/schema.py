@@ -236,6 +236,10 @@ class RunConfig:
         if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
+        if self.task == "profile" and self.engine.executor == "sim":
+            raise ConfigError("task=profile is invalid with executor=sim: a profile times the engine's own forwards "
+                              "on this machine, and the simulator runs none (its times come from a profile); "
+                              "allowed: executor=model")
         if self.task == "piggyback":
             if self.batch_size < 2:
                 raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
@@ -314,6 +318,8 @@ def engine_key(key: str) -> str:
     """The key the run's config sets EngineConfig's field ``key`` by (its knob, else engine.<key>)."""
     if key in KNOB_KEYS:
         return KNOB_KEYS[key]
+    if key in knob_names():  # a scheduler's own knob: its YAML's key
+        return f"scheduler.{key}"
     return f"engine.{key}" if key in ENGINE_FIELDS else key
 
 

@@ -185,8 +185,11 @@ def table_notes(table: pd.DataFrame) -> list[str]:
                      "times; rerun them on a quiet machine before comparing them")
     kv = table.kv_capacity_tokens.dropna() if "kv_capacity_tokens" in table else pd.Series(dtype=float)
     if kv.nunique() > 1:
+        # A ratio rounded to two digits reads "1x" for caches a few blocks apart: those say how far apart.
+        apart = (f"{kv.max() / kv.min():.2g}x" if kv.max() >= 1.1 * kv.min()
+                 else f"{kv.max() / kv.min() - 1:.1%} apart, {kv.max() - kv.min():.0f} tokens")
         notes.append(f"KV capacity differs between jobs: {kv.min():.0f} to {kv.max():.0f} tokens "
-                     f"({kv.max() / kv.min():.2g}x; column kv_capacity_tokens): under memory pressure their "
+                     f"({apart}; column kv_capacity_tokens): under memory pressure their "
                      "batches and preemptions differ for that alone; engine.num_kv_blocks=N gives every job one size")
     if "source" in table and table.source.nunique() > 1:
         notes.append(f"the rows come from different sources ({', '.join(table.source.dropna().unique())}): "

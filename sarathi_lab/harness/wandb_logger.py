@@ -87,7 +87,15 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         exit_code = 0
     finally:
         wb.finish(exit_code=exit_code)
+    if exit_code == 0 and resolve_mode(cfg) == "offline":
+        # Silent settings print nothing: where the offline run went and how to upload it are ours to say.
+        log.info("W&B run saved offline in %s; upload it with: wandb sync %s", offline_dir(wb), offline_dir(wb))
 
+
+def offline_dir(wb) -> Path:
+    """The folder of an offline W&B run (``wandb/offline-run-<time>-<id>`` under the run's folder), which
+    ``wandb sync`` takes."""
+    return Path(wb.dir).parent
 
 def _scalar_columns(df: pd.DataFrame) -> pd.DataFrame:
     # Lists (per-token times, an iteration's request ids) fit neither a W&B table cell nor a history

@@ -154,6 +154,11 @@ def resolve_trace_path(path: str) -> Path:
     for candidate in (p, PACKAGE_DIR / p):
         if candidate.is_file():
             return candidate
+    for candidate in (p, PACKAGE_DIR / p):
+        # There but no regular file: a directory, or a device or FIFO (read forever, or nothing).
+        if candidate.exists():
+            what = "a directory" if candidate.is_dir() else "not a regular file (a device, a FIFO or a socket)"
+            raise ConfigError(f"workload.path={path!r} is invalid: {candidate} is {what}; allowed: a CSV file")
     raise ConfigError(f"workload.path={path!r} is invalid: no such file (looked in {Path.cwd()} and {PACKAGE_DIR})")
 
 
@@ -294,8 +299,12 @@ def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float)
     raw = row[column]
     try:
         value = kind(raw)
-    except (TypeError, ValueError):
-        value = None
-    if value is None or not math.isfinite(value) or value < minimum:
-        raise ConfigError(f"{where}: {column}={raw!r} is invalid: must be a {kind.__name__} >= {minimum:g}")
+        # A float's range bounds every field (a length is scaled by a float): 400 digits is no length.
+        finite = math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):
+        value, finite = None, False
+    if value is None or not finite or value < minimum:
+        shown = raw if raw is None or len(raw) <= 40 else f"{raw[:20]}...({len(raw)} characters)"
+        raise ConfigError(f"{where}: {column}={shown!r} is invalid: must be a {kind.__name__} >= {minimum:g} "
+                          "within a float's range")
     return value

@@ -3,12 +3,12 @@ config that cannot fit fails with one line before any work, never with an alloca
 from __future__ import annotations
 
 import gc
-import os
 
 import torch
 from sarathi_kernels import cpu_ops
 from transformers import PretrainedConfig
 
+from sarathi_lab import host_memory
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import scheduler_class, scheduler_config
@@ -29,26 +29,34 @@ def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
             raise ConfigError(f"max_model_len={cfg.max_model_len} is invalid: the model allows at most {limit}")
         limit = cfg.max_model_len
     if cfg.warmup_iters >= limit:
+        if cfg.max_model_len is not None and cfg.warmup_iters == EngineConfig.warmup_iters:
+            # The context the user set is what is too short, not the warm-up they left as it was.
+            raise ConfigError(f"max_model_len={cfg.max_model_len} is invalid: the engine's warm-up generates "
+                              f"{cfg.warmup_iters} tokens after a one-token prompt, so it must be at least "
+                              f"{cfg.warmup_iters + 1}; allowed: >= {cfg.warmup_iters + 1}, or warmup_iters=0")
         raise ConfigError(f"warmup_iters={cfg.warmup_iters} is invalid: must be < the context of {limit} tokens")
     return limit
 
 
 def device_memory_bytes(device: torch.device) -> int:
-    """Memory the engine may still take on ``device``: free GPU memory, or available RAM."""
+    """Memory the engine may still take on ``device``: free GPU memory, or what this process may still
+    allocate on the host (host_memory: the machine's, its cgroup's and its address-space limit's least)."""
     if device.type == "cuda":
         # What earlier engines of this process freed (a sweep's previous jobs) stays reserved by
         # torch's caching allocator, which mem_get_info counts as taken: give it back first.
         gc.collect()
         torch.cuda.empty_cache()
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return host_memory.available().bytes
+
+
+def where_memory(device: torch.device) -> str:
+    """``device`` as a refusal names where its memory ran out: on the host, with the limit that binds
+    when it is the process's own (a cgroup, ``ulimit -v``), not the machine's."""
+    if device.type == "cuda":
+        return str(device)
+    bound = host_memory.available().bound_by
+    return str(device) if bound.startswith("the machine") else f"{device} under {bound}"
 
 
 def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> int:
@@ -65,7 +73,36 @@ def resident_weight_bytes(cfg: EngineConfig, shape: Shape, context: int, dtype: 
     cpu_linear's packed copies; everywhere, the rotary tables' float32 cos and sin per position (as
     much again while built)."""
     copies = 1 + packed_copies(cfg, dtype, device_type)
-    return shape.weight_bytes(dtype.itemsize) * copies + 4 * context * shape.head_dim * 4
+    return shape.weight_bytes(dtype.itemsize) * copies + rotary_bytes(shape, context)
+
+
+def rotary_bytes(shape: Shape, context: int) -> int:
+    """The rotary tables' float32 cos and sin per position of the context (as much again while built)."""
+    return 4 * context * shape.head_dim * 4
+
+
+def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> ConfigError | None:
+    """The refusal naming max_model_len where the context's own tables, not the weights, take most of
+    what does not fit (a config claiming a billion positions); None where the weights are to blame."""
+    tables = rotary_bytes(shape, context)
+    if tables <= shape.weight_bytes(1):
+        return None
+    said = f"{_gib(tables)} GiB of rotary tables, {why}; allowed: max_model_len=N, a shorter context"
+    if cfg.max_model_len is None:  # the model's own config claims the context: it is the model at fault
+        return ConfigError(f"model={cfg.model!r} is invalid here: its config's context of {context} positions "
+                           f"(max_position_embeddings) needs {said}")
+    return ConfigError(f"max_model_len={cfg.max_model_len} is invalid: a context of {context} positions needs {said}")
+
+
+def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) -> ConfigError | None:
+    """The refusal naming block_size where one block alone is larger than the ``room`` the weights
+    leave on ``where``; None where a block fits (or is one token: then the memory is what is short)."""
+    if block_bytes <= room or cfg.block_size == 1:
+        return None
+    fits = max(room // (block_bytes // cfg.block_size), 1)
+    return ConfigError(f"block_size={cfg.block_size} is invalid: one block of KV cache takes {_gib(block_bytes)} GiB, "
+                       f"more than the {_gib(max(room, 0))} GiB left on {where} beside the weights; allowed: a block "
+                       f"of at most {fits} tokens (16 is usual)")
 
 
 def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype, device_type: str,
@@ -130,6 +167,10 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, dtype: torc
             else memory_bytes - weight_bytes)
     if room < block_bytes:
         why = f"which leaves no room for a KV cache in {_gib(memory_bytes)} GiB"
+        if room > 0 and (refused := block_refused(cfg, block_bytes, room, where)) is not None:
+            raise refused  # the weights fit: one block is what does not
+        if (refused := context_refused(cfg, shape, context, why)) is not None:
+            raise refused
         raise ConfigError(f"model={cfg.model!r} is invalid on {where}: "
                           + weights_refused(cfg, shape, context, dtype, device_type, why, memory_bytes - block_bytes))
     if device_type == "cuda":
@@ -164,13 +205,19 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
     available = device_memory_bytes(device) if available is None else available
     room = available - weights
     if room <= 0:
-        why = f"more than the {_gib(available)} GiB available on {device}"
+        why = f"more than the {_gib(available)} GiB available on {where_memory(device)}"
+        if (refused := context_refused(cfg, shape, context, why)) is not None:
+            raise refused
         raise ConfigError(f"model={cfg.model!r} is invalid here: "
                           + weights_refused(cfg, shape, context, dtype, device.type, why, available - block_bytes))
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
+    if (key is None or blocks * block_bytes > room) and (refused := block_refused(cfg, block_bytes, room,
+                                                                                    where_memory(device))):
+        raise refused
     if key is not None:
         if blocks * block_bytes > room:
-            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {kv_excess(blocks, block_bytes, room, device)}")
+            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: "
+                              f"{kv_excess(blocks, block_bytes, room, where_memory(device))}")
         return blocks
     return default_kv_blocks(cfg, shape, context, dtype, device.type, available, weights, str(device))
 

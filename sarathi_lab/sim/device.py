@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from sarathi_lab import host_memory
 from sarathi_lab.config import ConfigError, check_choice, run_dtype
 from sarathi_lab.sim.calibration import Calibration, check_keys
 
@@ -155,7 +156,7 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     measured = cached[key]
     return Device(name="cpu", peak_flops=measured["matmul_gflops"] * 1e9,
                   memory_bandwidth=measured["copy_gbps"] * 1e9,
-                  memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                  memory_bytes=host_memory.total(),
                   tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0, attention_flops_efficiency=1.0,
                   bandwidth_efficiency=1.0, attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0,
                   host_overhead_s=0.0, host_per_token_s=0.0, kv_reread=False,

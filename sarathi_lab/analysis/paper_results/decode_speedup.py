@@ -1,6 +1,8 @@
 """Fig. 8: decode throughput of piggybacked decodes over decode-only batches."""
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
@@ -100,6 +102,8 @@ def figure(results, simulated=None):
                             palette=colors(resolved.seq_len.nunique()), errorbar=figures.SPREAD)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
+        # Each line no wider than the panel: a wider one, centred, ran over the y label on its left.
+        title = "\n".join(textwrap.fill(line, 56) for line in title.split("\n"))
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)
         figures.legend_outside(ax, title="length", fontsize=8)
         if runs.executor("decode_speedup")["executor"] == "sim" and len(resolved):

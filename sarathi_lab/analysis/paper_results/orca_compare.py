@@ -89,7 +89,10 @@ RESULT = PaperResult(
     name="orca_compare", order=60, claims=claims, figure=figure,
     reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every later "
              "whole prefill with B - 1 decodes), run by the `orca` scheduler on two workloads (see "
-             "`experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on the right."),
+             "`experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on the right. "
+             "\"(staggered)\": the same scheduler on Orca's best-case workload, the first batch's decode lengths "
+             "staggered by one token so that requests finish one by one and each later prefill runs beside decodes "
+             "(`workload.stagger=batch_size`); without it, the lock-step workload (`workload.stagger=0`)."),
     # 24 jobs: 3 seeds x 2 workloads x (static, orca, SARATHI fixed and tile-aligned): static and orca
     # ignore the alignment, and the project's sweeper runs each of them once (sweep_check.collapse_ignored),
     # at 1K only: the H200 took 6.6 s a 1K job beside 21 s of start-up, the H100 1.37x the H200's whole

@@ -58,8 +58,10 @@ def figure(results, simulated=None):
     fig, ax = figures.subplots(figsize=(11, 4.5))
     # Tile-aligned and fixed chunks as two line styles where the runs swept both (scheduler.chunk_align).
     style = "chunk_align" if norm.chunk_align.nunique() > 1 else "batch_size"
-    figures.sns.lineplot(norm, x="pd_ratio", y="gain", hue="chunk", style=style, markers=True, palette=palette,
-                         ax=ax, errorbar=figures.SPREAD)
+    # A palette with no chunk to colour (none recorded) is seaborn's warning, not a figure: hue only where there is one.
+    hue = "chunk" if norm.chunk.notna().any() else None
+    figures.sns.lineplot(norm, x="pd_ratio", y="gain", hue=hue, style=style, markers=True,
+                         palette=palette if hue else None, ax=ax, errorbar=figures.SPREAD)
     figures.fold_group_headers(ax, norm, {"chunk": f"{results.source('pd_ratio')}, C=", "batch_size": "B="})
     for p in derive.pd_peaks(norm).itertuples():
         ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import difflib
+import functools
 import heapq
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +20,8 @@ from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_choice, check_f
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.sequence import Sequence, Status
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -285,9 +290,37 @@ def scheduler_config(name: str, knobs: dict[str, Any] | None = None, **settings:
     cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
     for key, value in knobs.items():
         if key not in known:
-            raise ConfigError(f"{key}={value!r} is invalid: no scheduler has this knob; allowed: "
+            # A misspelt engine setting lands here too (LLM(chunk=256)): the nearest names of both.
+            near = difflib.get_close_matches(key, sorted(known | ENGINE_FIELDS - {"scheduler_knobs"}), n=1, cutoff=0.6)
+            hint = f" nor engine setting (nearest: {near[0]}={value!r})" if near else ""
+            raise ConfigError(f"{key}={value!r} is invalid: no scheduler has this knob{hint}; allowed: "
                               f"{', '.join(sorted(known)) or 'none'}")
+    for key, value in knobs.items():
+        if key not in cls.Config.knobs():
+            _warn_foreign_knob(name, key, repr(value))
     return cls.Config.of(settings | knobs)
+
+
+def knob_owners(key: str) -> list[str]:
+    """The schedulers whose Config has the knob ``key``."""
+    return sorted(n for n, c in _REGISTRY.items() if key in c.Config.knobs())
+
+
+def foreign_knob(name: str, key: str) -> str | None:
+    """Why scheduler ``name`` ignores the knob ``key`` of other schedulers; None where it reads it."""
+    if key in scheduler_class(name).Config.knobs() or not knob_owners(key):
+        return None
+    return (f"it is a knob of scheduler {' and '.join(knob_owners(key))}, not of scheduler={name} (whose knobs are: "
+            f"{', '.join(scheduler_class(name).Config.knobs()) or 'none'})")
+
+
+@functools.cache
+def _warn_foreign_knob(name: str, key: str, value: str) -> None:
+    # Read by no field of this scheduler's Config: said once, so that a sweep over schedulers sharing one
+    # config (capacity_sim's prompt cap for vllm) runs without a warning per job; where a user sets one
+    # for a single engine (LLM(...), a run's +scheduler.KEY=) it is refused before this.
+    log.info("%s=%s is a knob of scheduler %s, not of scheduler=%s, which ignores it (%s's knobs: %s)", key, value,
+                " and ".join(knob_owners(key)), name, name, ", ".join(scheduler_class(name).Config.knobs()) or "none")
 
 
 def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any] | None = None,

@@ -49,6 +49,14 @@ def kv_requests(task: str, cfg) -> list[int]:
     return module.kv_requests(cfg) if hasattr(module, "kv_requests") else []
 
 
+def check_task(task: str, cfg, context: int) -> None:
+    """Refuses, in one line before any measuring, what ``task`` cannot do with ``cfg`` on a model of
+    ``context`` tokens (its module's ``check(cfg, context)``, where it has one)."""
+    module = importlib.import_module(f"{__name__}.{task}")
+    if hasattr(module, "check"):
+        module.check(cfg, context)
+
+
 def kv_blocks(lengths: list[int], block_size: int) -> int:
     """The KV cache blocks requests of these lengths take together."""
     return sum(blocks_for(n, block_size) for n in lengths)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import statistics
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from sarathi_lab.sim.profile_model import (
     ProfileCostModel,
     measured_iterations,
 )
-from sarathi_lab.sim.profiles import own_profile_path
+from sarathi_lab.sim.profiles import own_profile_path, profiles_dir
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,41 @@ def kv_requests(cfg) -> list[int]:
                [max(g["contexts"])] * max(g["batches"]),
                *([c] + [x] * b for c, b, x in g["hybrids"])]
     return max(batches, key=lambda lengths: kv_blocks(lengths, cfg.engine.block_size))
+
+
+def check(cfg, context: int) -> None:
+    """What the preflight refuses before a model is built: the destination, and the context."""
+    check_destination()
+    check_context(cfg, context)
+
+
+def check_context(cfg, context: int) -> None:
+    """Its largest iteration is one prompt of max(grids' tokens): no longer than the model's context
+    (the rotary tables stop there), refused before the minutes of measuring rather than after."""
+    largest = max(grids(cfg)["tokens"])
+    if largest <= context:
+        return
+    if cfg.measure.max_tokens is not None and cfg.measure.max_tokens >= cfg.chunk + cfg.batch_size:
+        setting, way = f"measure.max_tokens={cfg.measure.max_tokens}", f"measure.max_tokens <= {context}"
+    else:
+        setting = f"chunk={cfg.chunk}"
+        way = f"chunk + batch_size <= {context} (batch_size={cfg.batch_size})"
+    raise ConfigError(f"{setting} is invalid with task=profile: its largest iteration, {largest} tokens in one "
+                      f"prompt, is past the context of {context} tokens; allowed: {way}")
+
+
+def check_destination() -> None:
+    """$SARATHI_PROFILES_DIR (or profiles/) must be a folder this process can write, checked before
+    measuring: a file there would end the run, after the minutes of measuring, with a traceback."""
+    where = profiles_dir()
+    existing = next(p for p in (where, *where.parents) if p.exists() or p.is_symlink())
+    said = f"SARATHI_PROFILES_DIR={where}" if os.environ.get("SARATHI_PROFILES_DIR") else f"the profiles folder {where}"
+    if not existing.is_dir():
+        what = "is a file" if existing == where else f"lies under {existing}, which is a file"
+        raise ConfigError(f"{said} is invalid: it {what}, not a folder; allowed: a folder (created if missing)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{said} is invalid: {existing} cannot be written (read-only, or no permission); allowed: "
+                          "SARATHI_PROFILES_DIR=<a folder you can write>")
 
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:

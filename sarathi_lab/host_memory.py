@@ -1,0 +1,119 @@
+"""How much memory this process has: the one home of that answer for every sizing (the KV cache, the
+weights' check, a workload's prompts, the simulated CPU). The machine's free memory is not enough:
+a container's cgroup (``memory.max``) or the process's address-space limit (``ulimit -v``,
+RLIMIT_AS) can bind far below it, and then an allocation the arithmetic allowed fails halfway with
+an allocator's traceback. Standard library only (the bottom layer)."""
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes this process may still take, and what set that bound (the words a refusal quotes)."""
+    bytes: int
+    bound_by: str
+
+
+def _read_int(path: Path) -> int | None:
+    """An integer file of /proc or /sys; None where it is absent, unreadable or unlimited ("max")."""
+    try:
+        text = path.read_text().split()
+    except OSError:
+        return None
+    return int(text[0]) if text and text[0].isdigit() else None
+
+
+def _meminfo(field: str) -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_dirs() -> list[Path]:
+    """This process's cgroup directories, its own first then each parent's (a limit set on a parent
+    binds too): v2's unified hierarchy, else v1's memory controller."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" or "memory" in controllers.split(","):
+            base = _CGROUP_ROOT if controllers == "" else _CGROUP_ROOT / "memory"
+            here = base / path.lstrip("/")
+            return [here, *(p for p in here.parents if p.is_relative_to(base))]
+    return []
+
+
+def _cgroup_room() -> int | None:
+    """What the tightest cgroup memory limit above this process leaves (limit less usage); None: none set."""
+    rooms = []
+    for directory in _cgroup_dirs():
+        limit = _read_int(directory / "memory.max") or _read_int(directory / "memory.limit_in_bytes")
+        if limit is None or limit >= 2**60:  # v1 writes "no limit" as a huge number
+            continue
+        used = _read_int(directory / "memory.current") or _read_int(directory / "memory.usage_in_bytes") or 0
+        rooms.append(max(limit - used, 0))
+    return min(rooms, default=None)
+
+
+def _cgroup_limit() -> int | None:
+    limits = [limit for d in _cgroup_dirs()
+              if (limit := _read_int(d / "memory.max") or _read_int(d / "memory.limit_in_bytes")) is not None
+              and limit < 2**60]
+    return min(limits, default=None)
+
+
+def _address_space() -> tuple[int, int] | None:
+    """(RLIMIT_AS, the address space this process maps already); None where no limit is set."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    mapped = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    mapped = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return soft, mapped
+
+
+def available() -> Memory:
+    """What this process may still allocate: the least of the machine's available memory, its cgroup's
+    room and its address-space limit's room."""
+    machine = _meminfo("MemAvailable")
+    if machine is None:
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    bounds = [Memory(machine, "the machine's available memory")]
+    if (room := _cgroup_room()) is not None:
+        bounds.append(Memory(room, "this process's cgroup memory limit (memory.max)"))
+    if (space := _address_space()) is not None:
+        limit, mapped = space
+        bounds.append(Memory(max(limit - mapped, 0), f"this process's address-space limit (RLIMIT_AS, ulimit -v: "
+                                                     f"{limit / 2**30:.1f} GiB, {mapped / 2**30:.1f} GiB mapped)"))
+    return min(bounds, key=lambda m: m.bytes)
+
+
+def total() -> int:
+    """The memory a process here could hold at most: the machine's, capped by the cgroup's limit and the
+    address-space limit (the size of the simulated CPU device)."""
+    sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    if (limit := _cgroup_limit()) is not None:
+        sizes.append(limit)
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        sizes.append(soft)
+    return min(sizes)
