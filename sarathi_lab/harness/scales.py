@@ -20,8 +20,9 @@ from sarathi_lab.harness import CONF_DIR
 SCALES = ("gpu", "own", "dry")
 
 
-def overlay(name: str, scale: str, part: str = "", conf_dir: Path = CONF_DIR) -> Path:
+def overlay(name: str, scale: str, part: str = "", conf_dir: Path | None = None) -> Path:
     """The overlay file of ``name`` at ``scale`` (of its ``part``); refuses one that does not exist."""
+    conf_dir = conf_dir or CONF_DIR
     path = conf_dir / "experiment" / scale / name / f"{part}.yaml" if part else \
         conf_dir / "experiment" / scale / f"{name}.yaml"
     if not path.is_file():
@@ -31,10 +32,10 @@ def overlay(name: str, scale: str, part: str = "", conf_dir: Path = CONF_DIR) ->
     return path
 
 
-def overrides(name: str, scale: str, part: str = "", conf_dir: Path = CONF_DIR) -> tuple[str, ...]:
+def overrides(name: str, scale: str, part: str = "", conf_dir: Path | None = None) -> tuple[str, ...]:
     """The command-line overrides that ``experiment=<name>`` plus these compose to the overlay's config:
     the scale's shared keys, then the experiment's, then its part's."""
-    return tuple(_overrides_of(overlay(name, scale, part, conf_dir), conf_dir))
+    return tuple(_overrides_of(overlay(name, scale, part, conf_dir), conf_dir or CONF_DIR))
 
 
 def _text(value) -> str:
