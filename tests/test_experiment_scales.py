@@ -126,3 +126,12 @@ def test_the_tiny_cpu_scale_is_declared_once():
     dry = OmegaConf.load(CONF_DIR / "scale" / "dry.yaml")
     assert "/scale/ci" in dry.defaults
     assert "model" not in str(dry.defaults) and "logger" not in str(dry.defaults)
+
+
+def test_produce_runs_the_dry_scale_from_the_overlays(tmp_path):
+    from sarathi_lab.produce import sweep_args
+
+    args = sweep_args("orca_compare", tmp_path, "dry", ["seed=3"])
+    assert args[:2] == ["-m", "experiment=dry/orca_compare"] and args[-1] == "seed=3"
+    # Its runs are labelled the quick set's (scale: ci), and so is its folder.
+    assert args[2].startswith(f"hydra.sweep.dir={tmp_path.resolve()}/orca_compare/multiruns/ci-dry-")
