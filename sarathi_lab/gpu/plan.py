@@ -60,8 +60,10 @@ HEAD: tuple[Step, ...] = (
 
 
 def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
-    overrides = scales.overrides(name, scale, part.name)
-    what = f"experiment={scale}/{name}" + (f"/{part.name}" if part.name else "") + ": " + " ".join(overrides)
+    overrides, common = scales.overrides(name, scale, part.name), scales.shared("gpu")
+    # What the step sets beside the GPU scale's shared keys (scale/gpu.yaml, which the plan's footer names).
+    own = overrides[len(common):] if overrides[:len(common)] == common else overrides
+    what = f"experiment={scale}/{name}" + (f"/{part.name}" if part.name else "") + ": " + " ".join(own)
     return Step(".".join(filter(None, ("paper", name, part.name))), part.minutes, what, name, overrides)
 
 
@@ -144,6 +146,7 @@ def format_plan(steps: list[Step], budget_min: float | None) -> str:
     lines += [f"{s.name:{w}} {s.minutes:5.1f}  {s.what}" for s in steps]
     total = sum(s.minutes for s in steps)
     lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and H100's; else estimates)")
+    lines.append(f"(paper steps beside scale/gpu.yaml's {' '.join(scales.shared('gpu'))})")
     if budget_min is None:
         lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's settings: each "
                      "result's arithmetic from the lease's measured jobs, in its module)")

@@ -38,6 +38,11 @@ def overrides(name: str, scale: str, part: str = "", conf_dir: Path | None = Non
     return tuple(_overrides_of(overlay(name, scale, part, conf_dir), conf_dir or CONF_DIR))
 
 
+def shared(scale: str, conf_dir: Path | None = None) -> tuple[str, ...]:
+    """What every experiment at ``scale`` shares (``conf/scale/<scale>.yaml``), as command-line overrides."""
+    return tuple(_overrides_of((conf_dir or CONF_DIR) / "scale" / f"{scale}.yaml", conf_dir or CONF_DIR))
+
+
 def _text(value) -> str:
     """A value as the command line writes it (YAML's null and booleans in Hydra's spelling)."""
     if value is None:
