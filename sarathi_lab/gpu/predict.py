@@ -1,6 +1,7 @@
 """The simulator's predictions of the suite's serving steps, made before a GPU runs them: every job
 of each step (its overlay's overrides, experiment=gpu/NAME, as the GPU sweep expands them) rebuilt
-with ``executor=sim`` on each simulated chip under each cost model, one at a time, into docs/sim/predictions_<device>_<commit>.csv.
+with ``executor=sim`` on each simulated chip under each cost model, one at a time, into
+docs/sim/predictions_<device>_<commit>.csv.
 
     python -m sarathi_lab.gpu.predict                       # h100 and h200, profile and calibrated
     python -m sarathi_lab.gpu.predict --devices h200 --cost-models profile --steps paper.capacity
