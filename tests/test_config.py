@@ -58,6 +58,8 @@ def test_every_group_option_composes():
             if (group, option) == ("device", "cuda") and not torch.cuda.is_available():
                 continue  # refused here: test_cuda_without_a_gpu_is_refused
             extra = ["model.path=/some/dir"] if option == "hf" else []
+            if f"{group}={option}".startswith(("scale=gpu", "experiment=gpu/", "experiment=own/")):
+                extra += [] if torch.cuda.is_available() else ["device=cpu"]  # the GPU scale's device, checked here
             parse_config(compose_config([f"{group}={option}", *extra]))
 
 
