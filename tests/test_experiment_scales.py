@@ -60,11 +60,16 @@ def test_dry_job_composes_to_the_config_it_ran_before(result):
     assert _resolved(args) == GOLDEN["dry"][result]["first_job"]
 
 
-def test_gpu_first_jobs_compose_as_before():
-    """One split result and one whole one, composed: the reordered shared keys change nothing."""
-    for name in ("paper.capacity.strict", "paper.orca_compare"):
-        step = plan.BY_NAME[name]
-        assert _resolved([f"experiment={step.arg}", *step.overrides]) == GOLDEN["gpu"][name]["first_job"], name
+@pytest.mark.parametrize("scale", ["gpu", "own"])
+def test_each_overlay_s_first_job_composes_to_the_config_the_suite_ran_before(scale):
+    """``experiment=<scale>/<name>[/<part>]`` at its sweep's first values, as a user runs it, is the job the
+    suite ran when its overrides were strings: the overlay's defaults (scale/gpu.yaml) are the shared keys."""
+    shared = scales.shared("gpu")
+    for name, step in ((n, s) for n, s in plan.by_name(scale == "own").items() if s.group == "paper"):
+        part = name.removeprefix(f"paper.{step.arg}").lstrip(".")
+        overlay = "/".join(filter(None, (scale, step.arg, part)))
+        own = scales.overrides(step.arg, scale, part)[len(shared):]   # the shared keys come from the overlay itself
+        assert _resolved([f"experiment={overlay}", *own]) == GOLDEN[scale][name]["first_job"], name
 
 
 @pytest.mark.parametrize(("name", "scale", "part"), _overlays())
