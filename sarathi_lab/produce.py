@@ -1,4 +1,5 @@
-"""Run the paper's experiments into a results root, at full (CPU default) or CI scale.
+"""Run the paper's experiments into a results root, at full (CPU default) or CI scale, or as the GPU
+suite's dry run (``--scale dry``: each one's one tiny CPU job, ``experiment=dry/NAME``).
 
     python -m sarathi_lab.produce                     # all of them, CPU defaults (~30 min)
     python -m sarathi_lab.produce pd_ratio --scale ci -o device.num_threads=1
@@ -25,7 +26,7 @@ from sarathi_lab.analysis.runs import Results
 from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 from sarathi_lab.harness.results import SWEEP_SUMMARY
 
-SCALES = ("full", "ci")
+SCALES = ("full", "ci", "dry")
 
 
 def _simulated_set_choices() -> list[str]:
@@ -42,18 +43,21 @@ SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 
 def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (), sim: bool = False) -> list[str]:
     """The arguments of ``python -m sarathi_lab.run`` for one experiment's sweep."""
-    sweep_dir = Path(root).resolve() / name / "multiruns" / f"{scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    # A dry run's runs are the quick set's (scale: ci), and its folder says so, as analysis.Results reads it.
+    label = "ci-dry" if scale == "dry" else scale
+    sweep_dir = Path(root).resolve() / name / "multiruns" / f"{label}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     full_sim = sim and scale == "full" and (CONF_DIR / "experiment" / "sim" / f"{name}.yaml").is_file()
     # The quick set on the simulator, and so a result without a simulated config of its own.
     overrides = list(SIM_CI_OVERRIDES) if sim and not full_sim else []
     if full_sim:
         experiment = f"sim/{name}"
-    elif scale == "ci":
-        # experiment=ci/NAME (fewer sweep points), or a result without one at scale=ci.
-        if (CONF_DIR / "experiment" / "ci" / f"{name}.yaml").is_file():
-            experiment = f"ci/{name}"
+    elif scale in ("ci", "dry"):
+        # experiment=<scale>/NAME (ci: fewer sweep points; dry: the GPU suite's one tiny CPU job), or a
+        # result without one at scale=<scale>.
+        if (CONF_DIR / "experiment" / scale / f"{name}.yaml").is_file():
+            experiment = f"{scale}/{name}"
         else:
-            experiment, overrides = name, ["scale=ci", *overrides]
+            experiment, overrides = name, [f"scale={scale}", *overrides]
     else:
         experiment = name
     return ["-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]

@@ -19,6 +19,7 @@ from sarathi_lab.gpu.plan import STEPS, UNSCALED_STEPS, Step, format_plan, selec
 from sarathi_lab.gpu.progress import Progress, clock
 from sarathi_lab.gpu.state import StepResult
 from sarathi_lab.gpu.steps.paper import job_overrides, sweep_dir
+from sarathi_lab.harness import scales
 
 ROOT = Path(__file__).resolve().parents[1]
 # Cheap in a dry run, and between them a sweep in a child process (per_token_cost), figures that need
@@ -101,13 +102,14 @@ def test_unscaled_sweeps_keep_the_lease_s_order_and_steps():
     assert lease <= {s.name for s in UNSCALED_STEPS}
     assert {s.arg for s in STEPS if s.group == "paper"} == {s.arg for s in UNSCALED_STEPS if s.group == "paper"}
     for result in (r for r in registry.RESULTS if r.gpu is not None and r.gpu.unscaled is not None):
-        run = result.gpu.unscaled
-        assert run.overrides != result.gpu.overrides and run.minutes > result.gpu.minutes, result.name
+        run, name = result.gpu.unscaled, result.name
+        assert scales.overrides(name, "own") != scales.overrides(name, "gpu"), name
+        assert run.minutes > result.gpu.minutes, name
         # Seeds first (slowest), the compared schedulers last (fastest), as the lease's.
-        words = [o for p in (run.parts or [None]) for o in f"{run.overrides} {p.overrides if p else ''}".split()]
+        words = [o for p in (run.parts or [None]) for o in scales.overrides(name, "own", p.name if p else "")]
         seeds = {v for o in words if o.startswith("seed=") for v in o.split("=", 1)[1].split(",")}
         assert seeds == ({"0", "1", "2"} if result.name != "capacity" else set()), result.name
-        swept = [o for o in f"{run.overrides} {run.parts[0].overrides if run.parts else ''}".split() if "," in o]
+        swept = [o for o in scales.overrides(name, "own", run.parts[0].name if run.parts else "") if "," in o]
         assert swept[-1].startswith("scheduler=") or result.name == "chunk_overhead", result.name
         if run.parts:
             assert run.minutes == pytest.approx(sum(p.minutes for p in run.parts))

@@ -15,9 +15,10 @@ import pytest
 from sarathi_lab.analysis import registry
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.__main__ import exit_code, pending, record_killed
-from sarathi_lab.gpu.plan import BY_NAME, PAPER_COMMON, STEPS, format_plan, pack, select
+from sarathi_lab.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
 from sarathi_lab.gpu.state import Metric, StepResult
 from sarathi_lab.gpu.wheels import installs_there
+from sarathi_lab.harness import scales
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -321,16 +322,16 @@ def test_paper_sweeps_expand_to_the_plans_jobs():
 def test_every_gpu_paper_point_repeats_over_three_seeds_interleaved_within_one_call():
     # The experiment's own axes are dropped, so the GPU run's order is Hydra's: seeds first (slowest),
     # so each repeat of the sweep runs after the last rather than back to back.
-    assert "hydra.sweeper.params=null" in PAPER_COMMON
     for result in (r for r in registry.RESULTS if r.gpu is not None):
+        assert "hydra.sweeper.params=null" in scales.overrides(result.name, "gpu"), result.name
         if result.gpu.parts:
             # A result split into steps repeats a step a seed (capacity's spread is its search's bracket).
-            words = [o for p in result.gpu.parts for o in f"{result.gpu.overrides} {p.overrides}".split()]
+            words = [o for p in result.gpu.parts for o in scales.overrides(result.name, "gpu", p.name)]
             seeds = {o.split("=", 1)[1] for o in words if o.startswith("seed=")}
             assert seeds in (set(), {"0", "1", "2"}), result.name
             assert all(p.minutes <= 9.0 for p in result.gpu.parts), result.name
             continue
-        axes = [o.split("=", 1) for o in result.gpu.overrides.split() if "," in o]
+        axes = [o.split("=", 1) for o in scales.overrides(result.name, "gpu") if "," in o]
         assert axes[0] == ["seed", "0,1,2"], result.name
         assert result.gpu.minutes <= 9.0, result.name
 
@@ -339,9 +340,9 @@ def test_the_paper_s_tile_aligned_chunks_run_beside_the_fixed_ones_on_the_gpu():
     # ++: static's and orca's YAML have no such key; they ignore sarathi's knob.
     for name, key in (("decode_speedup", "measure.chunk_align"), ("orca_compare", "++scheduler.chunk_align"),
                       ("pd_ratio", "++scheduler.chunk_align")):
-        assert f"{key}=none,tile" in registry.by_name(name).gpu.overrides.split(), name
+        assert f"{key}=none,tile" in scales.overrides(name, "gpu"), name
     # The compared schedulers vary fastest: a sarathi run right after the static run it is paired with.
-    assert registry.by_name("pd_ratio").gpu.overrides.split()[-1] == "scheduler=static,sarathi"
+    assert scales.overrides("pd_ratio", "gpu")[-1] == "scheduler=static,sarathi"
 
 
 def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):

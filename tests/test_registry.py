@@ -3,6 +3,7 @@ the claims table, the figures, the GPU suite's plan and dry run) picks up one re
 from __future__ import annotations
 
 import json
+import shutil
 
 import matplotlib.pyplot as plt
 import pytest
@@ -12,6 +13,7 @@ from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.gpu.plan import STEPS, build_steps
 from sarathi_lab.gpu.steps.paper import sweep_argv
+from sarathi_lab.harness import CONF_DIR, scales
 from sarathi_lab.produce import sweep_args
 
 
@@ -28,13 +30,31 @@ def _toy_figure(results, simulated=None):
 
 
 TOY = PaperResult(name="toy", claims=_toy_claims, figure=_toy_figure, order=5,
-                  gpu=GpuRun(minutes=0.5, overrides="seq_len=1024", dry="seq_len=16", order=1))
+                  gpu=GpuRun(minutes=0.5, order=1))
+# The toy's overlays, as a result's own would be written: its GPU sweep, two parts, its dry run.
+TOY_OVERLAYS = {"gpu/toy": ("/scale/gpu", "seq_len: 1024"), "gpu/toy/a": ("", "seed: 0"), "gpu/toy/b": ("", "seed: 1"),
+                "dry/toy": ("/scale/dry", "seq_len: 16")}
 
 
 @pytest.fixture
-def toy(monkeypatch):
+def toy(monkeypatch, tmp_path):
+    conf = tmp_path / "conf"
+    for group in ("scale", "experiment"):   # beside the registered results' own
+        shutil.copytree(CONF_DIR / group, conf / group)
+    for path, (scale, param) in TOY_OVERLAYS.items():
+        parent = "/experiment/" + ("toy" if path.count("/") == 1 else path.rsplit("/", 1)[0])
+        defaults = "".join(f"  - {d}\n" for d in (parent, scale) if d)
+        (conf / "experiment" / f"{path}.yaml").parent.mkdir(parents=True, exist_ok=True)
+        (conf / "experiment" / f"{path}.yaml").write_text(
+            f"# @package _global_\ndefaults:\n{defaults}  - _self_\nhydra:\n  sweeper:\n    params:\n      {param}\n")
+    monkeypatch.setattr(scales, "CONF_DIR", conf)
     monkeypatch.setattr(registry, "RESULTS", (TOY, *registry.RESULTS))
     return TOY
+
+
+def _gpu_shared() -> tuple[str, ...]:
+    """What every GPU sweep passes first: scale/gpu.yaml's keys."""
+    return scales.overrides("toy", "gpu")[:-1]
 
 
 PAPER = ("per_token_cost", "tile_quantization", "decode_speedup", "pd_ratio", "chunk_overhead", "orca_compare",
@@ -59,14 +79,14 @@ def test_a_result_split_in_parts_is_one_step_a_part_named_together(toy, monkeypa
     from sarathi_lab.analysis.paper_result import GpuPart
     from sarathi_lab.gpu import plan
 
-    parts = (GpuPart("a", "seed=0", 1.0), GpuPart("b", "seed=1", 2.0))
+    parts = (GpuPart("a", 1.0), GpuPart("b", 2.0))
     monkeypatch.setattr(registry, "RESULTS", (replace(toy, gpu=replace(toy.gpu, parts=parts)),))
     monkeypatch.setattr(plan, "STEPS", plan.build_steps())
     monkeypatch.setattr(plan, "BY_NAME", {s.name: s for s in plan.STEPS})
     steps = [s for s in plan.STEPS if s.group == "paper"]
     assert [(s.name, s.arg, s.minutes, s.overrides) for s in steps] == [
-        ("paper.toy.a", "toy", 1.0, ("seq_len=1024", "seed=0")),
-        ("paper.toy.b", "toy", 2.0, ("seq_len=1024", "seed=1"))]
+        ("paper.toy.a", "toy", 1.0, (*_gpu_shared(), "seq_len=1024", "seed=0")),
+        ("paper.toy.b", "toy", 2.0, (*_gpu_shared(), "seq_len=1024", "seed=1"))]
     assert [s.name for s in plan.select("paper.toy")] == ["paper.toy.a", "paper.toy.b"]
     assert [s.name for s in plan.select("paper.toy.b")] == ["paper.toy.b"]
 
@@ -78,7 +98,7 @@ def test_a_registered_result_is_produced_run_on_the_gpu_and_dry_run(toy, tmp_pat
     # No simulated config of its own: the simulated set runs its experiment on the simulator.
     assert "executor=sim" in sweep_args("toy", tmp_path, "full", sim=True)
     (step, *_) = [s for s in build_steps() if s.group == "paper"]
-    assert (step.name, step.overrides) == ("paper.toy", ("seq_len=1024",))
+    assert (step.name, step.overrides) == ("paper.toy", (*_gpu_shared(), "seq_len=1024"))
     assert sweep_argv(step, tmp_path, dry_run=True)[-1] == "seq_len=16"
     assert sweep_argv(step, tmp_path)[-1] == "seq_len=1024"
 

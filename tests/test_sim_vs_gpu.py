@@ -77,14 +77,16 @@ def test_a_measured_tasks_iterations_are_the_cost_models_prices_of_its_batches(m
     record = json.loads(next(measured.glob("decode_speedup/multiruns/smoke/*/metrics.json")).read_text())
     cfg = record["config"]
     cm = CostModel.for_device("cpu", "tiny", "roofline", "float32")
-    chunk, b, context = cfg["chunk"], cfg["batch_size"], cfg["seq_len"]
+    measured_ms = pd.read_parquet(next(measured.glob("decode_speedup/multiruns/smoke/*/piggyback.parquet")))
+    # The chunk that ran: the tile-aligned one where the run aligned it (measure.chunk_align=tile).
+    chunk = int(measured_ms.set_index("iteration").tokens["chunk_alone"])
+    b, context = cfg["batch_size"], cfg["seq_len"]
     by_hand = {"decode": cm.iteration_cost([], [context] * b).forward_s,
                "prefill": cm.iteration_cost([(chunk, chunk)], []).forward_s,
                "hybrid": cm.iteration_cost([(chunk, chunk)], [context] * (b - 1)).forward_s}
     ours = points[(points.run_kind == "decode_speedup") & (points.cost_model == "roofline")].set_index("kind")
     for kind, seconds in by_hand.items():
         assert ours.simulated_s[kind] == pytest.approx(seconds, rel=1e-9)
-    measured_ms = pd.read_parquet(next(measured.glob("decode_speedup/multiruns/smoke/*/piggyback.parquet")))
     assert sorted(ours.measured_s * 1e3) == pytest.approx(sorted(measured_ms.ms))
 
 

@@ -1,5 +1,6 @@
-"""What a paper result declares: its experiment, its claim check, its figure and its GPU run (each
-result's module in ``analysis/paper_results/`` holds all four)."""
+"""What a paper result declares: its experiment, its claim check, its figure and its GPU run's place and
+minutes (each result's module in ``analysis/paper_results/`` holds them; the keys each scale sets are its
+experiment's overlays, ``conf/experiment/<scale>/<name>.yaml``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -7,36 +8,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def gpu_minutes(startup_s: float, job_s: float, jobs: int, slower: float = 1.0) -> float:
+    """A sweep's expected minutes on the GPU: its start-up (interpreter, model build) and its jobs at
+    the seconds each took on the card that ran it, times ``slower`` for the slower card the suite may
+    get, times 1.3 for what runs vary (gpu/plan.py's rule)."""
+    return round(1.3 * slower * (startup_s + jobs * job_s) / 60, 1)
+
+
 @dataclass(frozen=True)
 class GpuPart:
-    """One step of a sweep that one call cannot hold: ``paper.<result>.<name>``, the result's overrides
-    plus these, into the result's one sweep folder."""
+    """One step of a sweep that one call cannot hold: ``paper.<result>.<name>``, the overlay
+    ``experiment=<scale>/<result>/<name>`` (the result's keys plus the part's), into the result's one
+    sweep folder."""
     name: str
-    overrides: str
     minutes: float
 
 
 @dataclass(frozen=True)
 class Unscaled:
-    """A GpuRun's sweep at the paper's setting, where the lease's is scaled down to fit its calls: what
-    ``python -m sarathi_lab.gpu --own`` runs on a researcher's own GPU, which has no call budget.
-    ``overrides`` and ``parts`` replace the GpuRun's (Hydra refuses a key given twice)."""
-    overrides: str
-    minutes: float        # expected, by the arithmetic beside it (GpuRun.minutes' sources, scaled up)
+    """A GpuRun's sweep at the paper's setting (``experiment=own/<result>``), where ``gpu/<result>`` is
+    scaled down to fit a time-limited machine: what ``python -m sarathi_lab.gpu --own`` runs on a
+    researcher's own GPU."""
+    minutes: float
     parts: tuple[GpuPart, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuRun:
-    """The result's sweep on one GPU: gpu/plan.py's PAPER_COMMON with ``overrides``; ``dry``: the
-    one tiny CPU job of the suite's dry run. ``parts``: the steps the sweep is split into where one
-    call cannot hold it (``minutes`` then is theirs summed)."""
-    minutes: float        # expected, interpreter and model builds included (gpu/plan.py says from what)
-    overrides: str
-    dry: str
+    """The result's sweep on one GPU, ``experiment=gpu/<result>`` (its overrides are that overlay's,
+    its dry run's one tiny CPU job ``dry/<result>``'s). ``parts``: the steps the sweep is split into
+    where one call cannot hold it (``minutes`` then is theirs summed)."""
+    minutes: float        # expected, interpreter and model builds included (gpu_minutes)
     order: int            # where it runs in the suite (gpu/plan.py orders the profile steps by it too)
     parts: tuple[GpuPart, ...] = ()
-    unscaled: Unscaled | None = None   # None: ``overrides`` are already the paper's setting
+    unscaled: Unscaled | None = None   # None: ``gpu/<result>`` is already the paper's setting
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from sarathi_lab.bench.sim_validate import (
 from sarathi_lab.bench.task_tables import TABLES, paired
 from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
 from sarathi_lab.engine.metrics import iteration_kinds, stalled
+from sarathi_lab.harness import scales
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.environment import engine_kind
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
@@ -56,18 +57,10 @@ _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logge
 _KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dtype")
 LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")  # gpu/collect.py's '<date>_<commit>'
 VS_GPU = DOCS / "vs_gpu"
-_TINY = ["model=tiny", "device=cpu", "dtype=float32", "logger=none", "on_existing=overwrite"]
-# The smoke's runs: pd_ratio at CI size on the tiny model, static then sarathi at two P:D ratios ...
-_SMOKE = ["experiment=pd_ratio", *_TINY, "seq_len=48", "batch_size=2", "chunk=16", "workload.num_requests=4"]
-# ... and one run of every other run kind the GPU suite measures, at CI size.
-_SMOKE_KINDS = {
-    "orca_compare": ["scheduler=orca", "seq_len=48", "batch_size=2", "chunk=16", "pd_ratio=4",
-                     "workload.num_requests=4", "workload.stagger=2"],
-    "per_token_cost": ["batch_size=2", "seq_len=32", "measure.reps=1"],
-    "decode_speedup": ["batch_size=2", "seq_len=32", "chunk=16", "measure.reps=1"],
-    "chunk_overhead": ["seq_len=48", "chunk=16", "pd_ratio=8", "measure.reps=1"],
-    "tile_quantization": ["seq_len=24", "pd_ratio=4", "measure.token_step=8", "measure.tile=16", "measure.reps=1"],
-}
+# The smoke's runs, each a paper result's one tiny CPU job (experiment=dry/NAME, the GPU suite's dry run):
+# pd_ratio's with static then sarathi at two P:D ratios, and one of every other run kind the GPU suite measures.
+_SMOKE_PAIRS = tuple((ratio, scheduler) for ratio in (4, 16) for scheduler in ("static", "sarathi"))
+_SMOKE_KINDS = ("orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead", "tile_quantization")
 
 
 def comparable(task: str | None) -> bool:
@@ -244,11 +237,13 @@ def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame
 
 def _smoke_runs(root: Path) -> None:
     """Four tiny pd_ratio runs and one of every other run kind, measured on this CPU, laid out as sweeps."""
-    for i, (ratio, scheduler) in enumerate((r, s) for r in (4, 16) for s in ("static", "sarathi")):
-        run_in_process([*_SMOKE, f"pd_ratio={ratio}", f"scheduler={scheduler}"],
+    for i, (ratio, scheduler) in enumerate(_SMOKE_PAIRS):
+        run_in_process(["experiment=pd_ratio", *scales.overrides("pd_ratio", "dry"), f"pd_ratio={ratio}",
+                        f"scheduler={scheduler}"],
                        root / "pd_ratio" / "multiruns" / "smoke" / f"{i}_pd_ratio={ratio},scheduler={scheduler}")
-    for kind, overrides in _SMOKE_KINDS.items():
-        run_in_process([f"experiment={kind}", *_TINY, *overrides], root / kind / "multiruns" / "smoke" / "0_tiny")
+    for kind in _SMOKE_KINDS:
+        run_in_process([f"experiment={kind}", *scales.overrides(kind, "dry")],
+                       root / kind / "multiruns" / "smoke" / "0_tiny")
 
 
 OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv", "claims.csv", "errors.png")

@@ -39,7 +39,7 @@ def paths_of(name: str) -> tuple[str, ...]:
     A group not listed depends on the engine (the safe side: more often due than too seldom)."""
     group = name.split(".")[0]
     own = [f"sarathi_lab/gpu/steps/{group}.py"]
-    if group == "paper":  # the result's own GpuRun (its sweep's overrides) and experiment
+    if group == "paper":  # the result's own GpuRun (its overlays, conf/experiment/gpu/, are in sarathi_lab/conf)
         result = name.split(".")[1]
         own += [f"sarathi_lab/analysis/paper_results/{result}.py"]
     return tuple(sorted({*GROUP_PATHS.get(group, ENGINE), *own}))

@@ -8,17 +8,9 @@ from dataclasses import dataclass
 
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.paper_result import GpuPart
+from sarathi_lab.harness import scales
 from sarathi_lab.profiling.attention_grid import GRIDS
 from sarathi_lab.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
-
-# What every paper sweep on the GPU shares: the paper's model and dtype, no W&B (the machine has
-# no network), and a rerun that skips the jobs an interrupted call already finished. The experiment's
-# own sweep axes are dropped (hydra.sweeper.params=null): each GpuRun names every axis, in the order
-# Hydra varies them, slowest first, so that its seeds come first (each repeat of the whole sweep runs
-# after the last, interleaved with every other point, not back to back) and the compared variants last
-# (the runs a ratio pairs run back to back).
-PAPER_COMMON = ("model=llama-13b", "device=cuda", "dtype=bfloat16", "logger=none", "on_existing=skip",
-                "hydra.sweeper.params=null")
 
 
 @dataclass(frozen=True)
@@ -27,7 +19,7 @@ class Step:
     minutes: float        # expected, interpreter and model builds included
     what: str             # one line for --plan: what runs, at which shapes, and how it is scaled
     arg: str = ""
-    overrides: tuple[str, ...] = ()   # paper sweeps: the Hydra overrides on top of PAPER_COMMON
+    overrides: tuple[str, ...] = ()   # paper sweeps: experiment=<scale>/<arg>[/<part>] as command-line overrides
 
     @property
     def group(self) -> str:
@@ -77,14 +69,21 @@ HEAD: tuple[Step, ...] = (
 )
 
 
+def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
+    overrides, common = scales.overrides(name, scale, part.name), scales.shared("gpu")
+    # What the step sets beside the GPU scale's shared keys (scale/gpu.yaml, which the plan's footer names).
+    own = overrides[len(common):] if overrides[:len(common)] == common else overrides
+    what = f"experiment={scale}/{name}" + (f"/{part.name}" if part.name else "") + ": " + " ".join(own)
+    return Step(".".join(filter(None, ("paper", name, part.name))), part.minutes, what, name, overrides)
+
+
 def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
     """HEAD, then the registered results' sweeps and the profiles in their order; ``unscaled``: each
     sweep at the paper's setting where its GpuRun has one (an own GPU's, without a call budget)."""
+    scale = "own" if unscaled else "gpu"
     runs = [(r, (r.gpu.unscaled or r.gpu) if unscaled else r.gpu) for r in registry.RESULTS if r.gpu is not None]
-    papers = [(r.gpu.order, Step(".".join(filter(None, ("paper", r.name, part.name))), part.minutes,
-                                 f"experiment={r.name} {run.overrides} {part.overrides}".rstrip(), r.name,
-                                 tuple(f"{run.overrides} {part.overrides}".split())))
-              for r, run in runs for part in (run.parts or (GpuPart("", "", run.minutes),))]
+    papers = [(r.gpu.order, _paper_step(r.name, scale, part)) for r, run in runs
+              for part in (run.parts or (GpuPart("", run.minutes),))]
     profiles = [(order, Step(f"profile.{model}", minutes,
                              f"task=profile for {model}, bf16, chunk<=512, batch<=18, "
                              f"context<={PROFILE_SEQ_LEN[model]}, token step 16 (tile pairs at every 128) "
@@ -157,6 +156,7 @@ def format_plan(steps: list[Step], budget_min: float | None) -> str:
     lines += [f"{s.name:{w}} {s.minutes:5.1f}  {s.what}" for s in steps]
     total = sum(s.minutes for s in steps)
     lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and H100's; else estimates)")
+    lines.append(f"(paper steps beside scale/gpu.yaml's {' '.join(scales.shared('gpu'))})")
     if budget_min is None:
         lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's settings: each "
                      "result's arithmetic from the lease's measured jobs, in its module)")

@@ -1,6 +1,7 @@
 """The simulator's predictions of the suite's serving steps, made before a GPU runs them: every job
-of each step (its GpuRun's overrides, as the GPU sweep expands them) rebuilt with ``executor=sim`` on
-each simulated chip under each cost model, one at a time, into docs/sim/predictions_<device>_<commit>.csv.
+of each step (its overlay's overrides, experiment=gpu/NAME, as the GPU sweep expands them) rebuilt
+with ``executor=sim`` on each simulated chip under each cost model, one at a time, into
+docs/sim/predictions_<device>_<commit>.csv.
 
     python -m sarathi_lab.gpu.predict                       # h100 and h200, profile and calibrated
     python -m sarathi_lab.gpu.predict --devices h200 --cost-models profile --steps paper.capacity
@@ -22,7 +23,7 @@ import pandas as pd
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import REPO_ROOT, ConfigError
-from sarathi_lab.gpu.plan import PAPER_COMMON, Step, select
+from sarathi_lab.gpu.plan import Step, select
 from sarathi_lab.gpu.steps.paper import job_overrides
 from sarathi_lab.harness.results import METRICS, read_record
 
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.to_csv(path, index=False, float_format="%.4g")
         print(f"wrote {path}")
     print(step_totals(table).to_string(index=False, float_format=lambda v: f"{v:.0f}"))
-    print(f"(GPU jobs as {' '.join(PAPER_COMMON)} plus each step's overrides; simulated instead)")
+    print("(GPU jobs as each step's overlay, experiment=gpu/NAME, sets them; simulated instead)")
 
 
 if __name__ == "__main__":

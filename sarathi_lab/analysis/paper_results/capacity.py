@@ -9,7 +9,7 @@ import pandas as pd
 
 from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import claim_row
-from sarathi_lab.analysis.paper_result import GpuPart, GpuRun, PaperResult, Unscaled
+from sarathi_lab.analysis.paper_result import GpuPart, GpuRun, PaperResult, Unscaled, gpu_minutes
 
 CLAIM = "sarathi_serve's capacity exceeds vllm's under the strict TBT SLO"
 
@@ -50,41 +50,21 @@ def figure(results, simulated=None):
     return fig
 
 
-# On the GPU: Mistral-7B bf16 on the arxiv_summarization lengths (prompt median 2,730, decode 167), the
-# paper's SLOs, sarathi_serve at the paper's budgets (512 strict, 2048 relaxed), vllm and orca. Scaled:
-# each trial serves the first 10 s of its Poisson arrivals (at least 16 requests; the paper's traces
-# run for minutes), a 25% bracket in at most 4 trials started at the capacity the calibrated H100
-# simulator predicts; docs/gpu/README.md gives the arithmetic and docs/sim/ the predictions at both
-# scales. Shared by both parts: max_num_batched_tokens=4096 is sarathi-serve's vLLM baseline.
-GPU_SHAPE = "model=mistral-7b workload=trace_lengths seq_len=4096 batch_size=36 token_budget=null capacity.min_qps=0.25"
-GPU_COMMON = (f"{GPU_SHAPE} workload.num_requests=256 capacity.trial_s=10 capacity.min_requests=16 "
-              "capacity.resolution=0.25 capacity.max_trials=4")
-
-# One step an SLO, each with the paper's budget for it: minutes = 1.3 x (the calibrated H100 simulator's
-# trials' serving seconds + 8 s a search to build the model + 10 s for the interpreter); the eager
-# profile tables predict about twice the serving seconds (docs/gpu/README.md), and a search cut short
-# resumes at its next trial.
-GPU_PARTS = (GpuPart("strict", "slo=strict chunk=512 scheduler=sarathi_serve,vllm,orca capacity.start_qps=6", 6.7),
-             GpuPart("relaxed", "slo=relaxed chunk=2048 scheduler=sarathi_serve,vllm capacity.start_qps=8", 5.0))
-# Unscaled (an own GPU, no call budget): the search of the paper-shape simulation (experiment=capacity_sim:
-# 512 requests a trial, all served, which it finds gives the paper's 2048's capacities within the
-# resolution; 5% in at most 14 trials); minutes as above from the calibrated H100 simulator's trials
-# (gpu.predict on these jobs: 2004 s strict, 1347 s relaxed), + 8 s a search + 10 s, x 1.3.
-UNSCALED_MINUTES = {"strict": 44.2, "relaxed": 29.7}
-UNSCALED = Unscaled(
-    overrides=f"{GPU_SHAPE} workload.num_requests=512 capacity.trial_s=null capacity.resolution=0.05 "
-              "capacity.max_trials=14",
-    minutes=sum(UNSCALED_MINUTES.values()),
-    parts=tuple(GpuPart(p.name, p.overrides, UNSCALED_MINUTES[p.name]) for p in GPU_PARTS))
+# The GPU sweeps (experiment=gpu/capacity and own/capacity say what they run), one step an SLO. Scaled:
+# minutes = 1.3 x (the calibrated H100 simulator's trials' serving seconds + 8 s a search to build the
+# model + 10 s for the interpreter); the eager profile tables predict about twice the serving seconds
+# (docs/gpu/README.md), and a search cut short resumes at its next trial.
+GPU_PARTS = (GpuPart("strict", 6.7), GpuPart("relaxed", 5.0))
+# Unscaled, the same from the simulator's seconds of the paper-shape searches (gpu.predict on these jobs)
+# and each part's number of searches (schedulers).
+UNSCALED_PARTS = (GpuPart("strict", gpu_minutes(startup_s=10, job_s=(2004 + 3 * 8) / 3, jobs=3)),
+                  GpuPart("relaxed", gpu_minutes(startup_s=10, job_s=(1347 + 2 * 8) / 2, jobs=2)))
 
 RESULT = PaperResult(
     name="capacity", order=75, claims=claims, figure=figure,
     reading=("**Sarathi-Serve, capacity.** The highest request rate at which P99 TBT stays within the SLO and "
              "the median scheduling delay within 2 s, per scheduler and SLO: stall-free batching serves "
              f"{paper.CAPACITY_GAIN_OVER_VLLM}x vLLM's rate under the strict SLO in the paper."),
-    gpu=GpuRun(minutes=sum(p.minutes for p in GPU_PARTS), order=75, overrides=GPU_COMMON,
-               dry="token_budget=null seq_len=96 chunk=32 batch_size=4 workload.num_requests=24 workload.min_tokens=32 "
-                   "slo=strict slo.tbt_p99_s=0.25 capacity.start_qps=20 capacity.trial_s=0.5 capacity.resolution=0.5 "
-                   "capacity.max_trials=3 scheduler=sarathi_serve",
-               parts=GPU_PARTS, unscaled=UNSCALED),
+    gpu=GpuRun(minutes=sum(p.minutes for p in GPU_PARTS), order=75, parts=GPU_PARTS,
+               unscaled=Unscaled(minutes=sum(p.minutes for p in UNSCALED_PARTS), parts=UNSCALED_PARTS)),
 )

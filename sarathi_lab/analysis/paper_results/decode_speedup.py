@@ -7,7 +7,7 @@ import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import claim_row, verdict
-from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, gpu_minutes
 from sarathi_lab.profiling import quantities
 
 _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token tile)",
@@ -120,10 +120,7 @@ RESULT = PaperResult(
              "chunk + riding decodes fill whole 128-token tiles; the simulated runs sweep that "
              "tile-aligned chunk beside the fixed chunk of 256, one panel each, and the claim is judged on the "
              "aligned one."),
-    # 72 jobs: 3 seeds x 12 points x fixed and tile-aligned chunk, at the H200's 2.3 s a job beside 17 s
-    # of start-up (the H100 took as long): 1.3 x 183 s.
-    gpu=GpuRun(minutes=4.0, order=20,
-               overrides="seed=0,1,2 seq_len=1024,2048,3072 batch_size=2,6,12,18 chunk=256 "
-                         "measure.chunk_align=none,tile",
-               dry="seq_len=48 batch_size=2 chunk=16 measure.chunk_align=tile measure.tile=16"),
+    # 72 jobs: 3 seeds x 12 points x fixed and tile-aligned chunk, at the H200's seconds a job (the H100
+    # took as long).
+    gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=2.3, jobs=72), order=20),
 )

@@ -5,7 +5,7 @@ import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict, why_left_out
-from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 
 ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "SARATHI (tile-aligned)", "baseline (staggered)",
          "SARATHI (staggered)", "SARATHI (tile-aligned, staggered)"]
@@ -94,20 +94,9 @@ RESULT = PaperResult(
              "staggered by one token so that requests finish one by one and each later prefill runs beside decodes "
              "(`workload.stagger=batch_size`); without it, the lock-step workload (`workload.stagger=0`)."),
     # 24 jobs: 3 seeds x 2 workloads x (static, orca, SARATHI fixed and tile-aligned): static and orca
-    # ignore the alignment, and the project's sweeper runs each of them once (sweep_check.collapse_ignored),
-    # at 1K only: the H200 took 6.6 s a 1K job beside 21 s of start-up, the H100 1.37x the H200's whole
-    # step; 1.3 x 1.37 x 179 s. 2K (12.5 s a job on the H200) would not fit a 9-minute call beside it.
-    gpu=GpuRun(minutes=5.3, order=60,
-               overrides="seed=0,1,2 seq_len=1024 batch_size=18 chunk=256 pd_ratio=15 workload.num_requests=54 "
-                         "workload.stagger=0,18 ++scheduler.chunk_align=none,tile scheduler=static,orca,sarathi",
-               dry="seq_len=48 chunk=16 pd_ratio=4 batch_size=2 workload.num_requests=4 scheduler=orca "
-                   "workload.stagger=2",
-               # The paper's lengths 1K and 2K: 48 jobs at the H200's 6.6 / 12.5 s a 1K / 2K job, 1.3 x 1.37 x
-               # (21 + 24 x 19.1) s. Not 3K: static's and orca's whole prefills of 18 prompts beside 18 x 3072
-               # tokens of KV need 1.3x what the engine plans on an 80 GB card (the dry run's check).
-               unscaled=Unscaled(
-                   minutes=14.2,
-                   overrides="seed=0,1,2 seq_len=1024,2048 batch_size=18 chunk=256 pd_ratio=15 "
-                             "workload.num_requests=54 workload.stagger=0,18 ++scheduler.chunk_align=none,tile "
-                             "scheduler=static,orca,sarathi")),
+    # ignore the alignment, and the project's sweeper runs each of them once (sweep_check.collapse_ignored).
+    # The H200 took 6.6 s a 1K job (12.5 s a 2K one) beside 21 s of start-up, the H100 1.37x the H200's
+    # whole step; unscaled, the 1K and 2K jobs: 48.
+    gpu=GpuRun(minutes=gpu_minutes(startup_s=21, job_s=6.6, jobs=24, slower=1.37), order=60,
+               unscaled=Unscaled(minutes=gpu_minutes(startup_s=21, job_s=(6.6 + 12.5) / 2, jobs=48, slower=1.37))),
 )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import claim_row, verdict
-from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled
+from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 
 
 def claims(results) -> list[dict]:
@@ -89,27 +89,26 @@ def figure(results, simulated=None):
     return fig
 
 
+# The GPU sweep's jobs (3 seeds x P:D 7, 14, 28, a factor 2 either side of chunk 256's peak, 239 / 17 = 14
+# aligned, x fixed and tile-aligned x static and sarathi): the H200's (eager) seconds of static and
+# sarathi at each P:D, which fit static 3.5 + 0.074 D s and sarathi 4.3 + 0.084 D s (D = 1024 / (1 + P:D)
+# decode tokens).
+PAIR_S = {7: 13 + 15, 14: 8.5 + 11.4, 28: 6.1 + 7.2}
+UNSCALED_PD = (2, 5, 10, 14, 20, 28, 50, 100)
+
+
+def _grid_s() -> float:
+    """Seconds of one seed, chunk and alignment of the paper's grid (experiment=own/pd_ratio): static
+    and sarathi at its 8 P:D ratios, by the fits above."""
+    decode = sum(1024 / (1 + pd) for pd in UNSCALED_PD)
+    return len(UNSCALED_PD) * (3.5 + 4.3) + (0.074 + 0.084) * decode
+
+
 RESULT = PaperResult(
     name="pd_ratio", order=40, claims=claims, figure=figure,
     reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk and B "
              "- 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's peaks as "
              "stars."),
-    # 36 jobs: 3 seeds x P:D 7, 14, 28 (a factor 2 either side of chunk 256's peak, 239 / 17 = 14
-    # aligned) x fixed and tile-aligned x static and sarathi, chunk 256 only; from the H200's (eager)
-    # jobs: static / sarathi 13 / 15 s at P:D ~7, 8.5 / 11.4 s at 14, 6.1 / 7.2 s at 28, and 21 s of
-    # start-up: 1.3 x 388 s.
-    gpu=GpuRun(minutes=8.4, order=30,
-               overrides="seed=0,1,2 seq_len=1024 batch_size=18 workload.num_requests=54 chunk=256 "
-                         "pd_ratio=7,14,28 ++scheduler.chunk_align=none,tile scheduler=static,sarathi",
-               dry="seq_len=48 pd_ratio=4 chunk=16 batch_size=2 workload.num_requests=2 scheduler=sarathi "
-                   "scheduler.chunk_align=tile scheduler.tile=16",
-               # The paper's grid (the experiment's YAML, as experiment=sim/pd_ratio runs it): chunks
-               # 128-512 x 8 P:D, 288 jobs. The H200's jobs above fit static 3.5 + 0.074 D s and sarathi
-               # 4.3 + 0.084 D s (D = 1024 / (1 + P:D) decode tokens; 788 over the 8 ratios): 187 s a
-               # seed, chunk and alignment, x 18, + 21 s of start-up, x 1.3.
-               unscaled=Unscaled(
-                   minutes=73.3,
-                   overrides="seed=0,1,2 seq_len=1024 batch_size=18 workload.num_requests=54 chunk=128,256,512 "
-                             "pd_ratio=2,5,10,14,20,28,50,100 ++scheduler.chunk_align=none,tile "
-                             "scheduler=static,sarathi")),
+    gpu=GpuRun(minutes=gpu_minutes(startup_s=21, job_s=sum(PAIR_S.values()) / 6, jobs=36), order=30,
+               unscaled=Unscaled(minutes=gpu_minutes(startup_s=21, job_s=_grid_s() / 16, jobs=288))),
 )

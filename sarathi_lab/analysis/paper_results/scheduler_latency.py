@@ -5,7 +5,7 @@ import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict, why_left_out
-from sarathi_lab.analysis.paper_result import GpuPart, GpuRun, PaperResult, Unscaled
+from sarathi_lab.analysis.paper_result import GpuPart, GpuRun, PaperResult, Unscaled, gpu_minutes
 
 CLAIM = "Stall-free batching keeps P99 TBT below vllm's and orca's at every load"
 
@@ -69,27 +69,18 @@ def figure(results, simulated=None):
     return fig
 
 
-# On the GPU: Mistral-7B bf16 on the arxiv_summarization lengths (prompt median 2,730, decode 167, up to
-# 4,096 a request), token budget 512, every scheduler at two Poisson rates about vllm's strict capacity
-# and twice it as the calibrated H100 simulator predicts them, three seeds (each its own draw of lengths
-# and arrivals). Scaled: 32 requests a run; docs/gpu/README.md gives the arithmetic, docs/sim/ the predictions.
-GPU_SHAPE = "model=mistral-7b workload=trace_lengths seq_len=4096 chunk=512 batch_size=36"
-SCHEDULERS = "scheduler=static,vllm,orca,sarathi,sarathi_serve"   # last: compared at one load back to back
-GPU_OVERRIDES = f"{GPU_SHAPE} workload.num_requests=32 {SCHEDULERS}"
-# One step a seed and rate, seed 0 first (a lease cut short still has every scheduler at both rates):
+# The GPU sweeps (experiment=gpu/scheduler_latency and own/scheduler_latency say what they run). Scaled,
+# one step a seed and rate, seed 0 first (a lease cut short still has every scheduler at both rates):
 # minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8 s a job to build Mistral-7B and
 # capture its decode graphs + 10 s for the interpreter); seed 2 draws a request of several thousand
 # decode tokens, which every one of its runs waits for.
-GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", f"seed={seed} workload.qps={qps}", minutes)
+GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", minutes)
                   for seed, qps, minutes in ((0, 2, 3.2), (0, 4, 2.3), (1, 2, 2.9), (1, 4, 2.2), (2, 2, 5.0),
                                              (2, 4, 4.9)))
-# Unscaled (an own GPU, no call budget): the experiment's YAML's GPU setting, 256 requests a run at 1, 2 and
-# 4 req/s, one step a seed; minutes as above from the calibrated H100 simulator's serving seconds of each
-# step's 15 runs (gpu.predict on these jobs: 2844, 2646, 2557 s), + 8 s a job + 10 s, x 1.3.
-UNSCALED_PARTS = tuple(GpuPart(f"seed{seed}", f"seed={seed}", minutes)
-                       for seed, minutes in ((0, 64.4), (1, 60.1), (2, 58.2)))
-UNSCALED = Unscaled(overrides=f"{GPU_SHAPE} workload.num_requests=256 workload.qps=1,2,4 {SCHEDULERS}",
-                    minutes=sum(p.minutes for p in UNSCALED_PARTS), parts=UNSCALED_PARTS)
+# Unscaled, one step a seed: the same from the simulator's serving seconds of each step's 15 runs
+# (gpu.predict on these jobs).
+UNSCALED_PARTS = tuple(GpuPart(f"seed{seed}", gpu_minutes(startup_s=10, job_s=8 + serving_s / 15, jobs=15))
+                       for seed, serving_s in ((0, 2844), (1, 2646), (2, 2557)))
 
 RESULT = PaperResult(
     name="scheduler_latency", order=70, claims=claims, figure=figure,
@@ -100,7 +91,6 @@ RESULT = PaperResult(
         "calibrated), so its P99 TBT sits on the edge of catching a prefill stall: the roofline's cheaper decode "
         "iterations leave the stalls just outside the slowest 1% of token gaps (a decode-only gap of 12 ms), "
         "the calibrated model's slower ones just inside (103 ms); at 2-4 req/s both see the stalls")},
-    gpu=GpuRun(minutes=sum(p.minutes for p in GPU_PARTS), order=70, overrides=GPU_OVERRIDES, parts=GPU_PARTS,
-               dry="seq_len=64 workload.min_tokens=32 chunk=32 workload.num_requests=3 workload.qps=50 "
-                   "scheduler=sarathi_serve", unscaled=UNSCALED),
+    gpu=GpuRun(minutes=sum(p.minutes for p in GPU_PARTS), order=70, parts=GPU_PARTS,
+               unscaled=Unscaled(minutes=sum(p.minutes for p in UNSCALED_PARTS), parts=UNSCALED_PARTS)),
 )

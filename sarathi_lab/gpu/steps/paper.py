@@ -1,8 +1,9 @@
-"""A paper result's experiment as a Hydra sweep (``python -m sarathi_lab.run -m experiment=NAME``
-with its GpuRun overrides) into <out>/paper/NAME/multiruns/, where analysis.Results finds it.
+"""A paper result's experiment as a Hydra sweep (``python -m sarathi_lab.run -m experiment=NAME`` with the
+overrides of its overlay ``experiment=gpu/NAME``) into <out>/paper/NAME/multiruns/, where analysis.Results
+finds it.
 
 The dry run cannot run the GPU shapes, so it validates every GPU job through the schema and plans
-its KV cache on an 80 GB card, then runs one tiny job in-process; SWEPT_IN_DRY_RUN's tiny job
+its KV cache on an 80 GB card, then runs one tiny job (``experiment=dry/NAME``) in-process; SWEPT_IN_DRY_RUN's tiny job
 runs as a sweep in a child process, as on the GPU, so that path runs too.
 """
 from __future__ import annotations
@@ -12,12 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sarathi_lab.analysis import registry
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.gpu.context import Context, Incomplete, wait_or_stop
-from sarathi_lab.gpu.plan import PAPER_COMMON, Step
+from sarathi_lab.gpu.plan import Step
 from sarathi_lab.gpu.state import Metric
+from sarathi_lab.harness import scales
 from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 
 GRACE_S = 10
@@ -25,14 +26,10 @@ GRACE_S = 10
 # 85.5e9 bytes it totals (sim/devices/h100.yaml), for what a CUDA context and the allocator keep.
 H100_BYTES = 80 * 10**9
 SWEPT_IN_DRY_RUN = "per_token_cost"
-# What every result's one tiny job (its GpuRun.dry) shares; scale=ci labels its runs the quick set
-# in their own records, not only by their folder's name.
-DRY_COMMON = ("scale=ci", "model=tiny", "device=cpu", "dtype=float32", "logger=none", "measure.reps=1",
-              "on_existing=overwrite")
 
 
 def dry_job(step: Step) -> list[str]:
-    return registry.by_name(step.arg).gpu.dry.split()
+    return list(scales.overrides(step.arg, "dry"))
 
 
 def sweep_dir(out: Path, name: str, dry_run: bool) -> Path:
@@ -41,7 +38,7 @@ def sweep_dir(out: Path, name: str, dry_run: bool) -> Path:
 
 
 def sweep_argv(step: Step, directory: Path, dry_run: bool = False) -> list[str]:
-    overrides = [*DRY_COMMON, *dry_job(step)] if dry_run else [*PAPER_COMMON, *step.overrides]
+    overrides = dry_job(step) if dry_run else list(step.overrides)
     return [sys.executable, "-m", "sarathi_lab.run", "-m", f"experiment={step.arg}", f"hydra.sweep.dir={directory}",
             *overrides]
 
@@ -50,7 +47,7 @@ def job_overrides(step: Step) -> list[list[str]]:
     """Every job of the GPU sweep as plain overrides (the command line's swept values; the
     experiment's own sweeper axes that the command line leaves alone are not expanded)."""
     axes = [[f"{key}={v}" for v in values.split(",")]
-            for key, values in (o.split("=", 1) for o in (*PAPER_COMMON, *step.overrides))]
+            for key, values in (o.split("=", 1) for o in step.overrides)]
     return [[f"experiment={step.arg}", *job] for job in itertools.product(*axes)]
 
 
@@ -83,7 +80,7 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     if ctx.dry_run and step.arg != SWEPT_IN_DRY_RUN:
         from sarathi_lab.harness.compose import run_in_process
 
-        args = [f"experiment={step.arg}", *DRY_COMMON, *dry_job(step)]
+        args = [f"experiment={step.arg}", *dry_job(step)]
         status = run_in_process(args, sweep_dir(ctx.out, step.arg, True) / "0")
         return [*checked, Metric("dry_job_status", status, "", "ok", status == "ok")], [" ".join(args)]
     directory = sweep_dir(ctx.out, step.arg, ctx.dry_run)

@@ -1,0 +1,80 @@
+"""An experiment at a scale, read from its Hydra overlay: ``conf/experiment/<scale>/<name>.yaml``.
+
+An overlay includes the experiment and ``conf/scale/<scale>.yaml`` (what every experiment at that scale
+shares) and lists every key it sets under ``hydra.sweeper.params``, in the order Hydra varies them, so
+``python -m sarathi_lab.run -m experiment=<scale>/<name>`` runs the sweep. A sweep too long for one
+sitting is split into parts, ``<scale>/<name>/<part>.yaml``: the overlay plus the part's own keys.
+The GPU suite and the benches pass the same keys on the command line (``overrides``), where each call
+adds its own folder and a part; this module reads them, so the overlay is the one place they are written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from sarathi_lab.harness import CONF_DIR
+
+# gpu: the paper's model on one GPU, scaled to fit a time-limited machine; own: the same sweeps at the
+# paper's setting, for a GPU without such a limit; dry: one tiny CPU job that checks each sweep's path.
+SCALES = ("gpu", "own", "dry")
+
+
+def overlay(name: str, scale: str, part: str = "", conf_dir: Path | None = None) -> Path:
+    """The overlay file of ``name`` at ``scale`` (of its ``part``); refuses one that does not exist."""
+    conf_dir = conf_dir or CONF_DIR
+    path = conf_dir / "experiment" / scale / name / f"{part}.yaml" if part else \
+        conf_dir / "experiment" / scale / f"{name}.yaml"
+    if not path.is_file():
+        what = f"experiment={scale}/{name}" + (f"/{part}" if part else "")
+        raise ValueError(f"error: {what} is invalid: no {path.relative_to(conf_dir)}; allowed: the experiments "
+                         f"with a {scale} overlay in {(conf_dir / 'experiment' / scale).relative_to(conf_dir)}/")
+    return path
+
+
+def overrides(name: str, scale: str, part: str = "", conf_dir: Path | None = None) -> tuple[str, ...]:
+    """The command-line overrides that ``experiment=<name>`` plus these compose to the overlay's config:
+    the scale's shared keys, then the experiment's, then its part's."""
+    return tuple(_overrides_of(overlay(name, scale, part, conf_dir), conf_dir or CONF_DIR))
+
+
+def shared(scale: str, conf_dir: Path | None = None) -> tuple[str, ...]:
+    """What every experiment at ``scale`` shares (``conf/scale/<scale>.yaml``), as command-line overrides."""
+    return tuple(_overrides_of((conf_dir or CONF_DIR) / "scale" / f"{scale}.yaml", conf_dir or CONF_DIR))
+
+
+def _text(value) -> str:
+    """A value as the command line writes it (YAML's null and booleans in Hydra's spelling)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _flat(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _overrides_of(path: Path, conf_dir: Path) -> list[str]:
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    found: list[str] = []
+    for entry in raw.get("defaults", []):
+        if isinstance(entry, dict):     # override /<group>: <choice>
+            (key, choice), = entry.items()
+            found.append(f"{key.removeprefix('override').strip().lstrip('/')}={choice}")
+        elif entry.startswith("/scale/") or entry.count("/") > 2:
+            # another overlay or a scale: theirs first; /experiment/<name> itself is experiment=<name>
+            found += _overrides_of(conf_dir / f"{entry.lstrip('/')}.yaml", conf_dir)
+    found += [f"{key}={_text(value)}" for key, value in _flat({k: v for k, v in raw.items()
+                                                               if k not in ("defaults", "hydra")})]
+    sweeper = raw.get("hydra", {}).get("sweeper", {})
+    if "params" in sweeper:
+        params = sweeper["params"]
+        found += ["hydra.sweeper.params=null"] if params is None else \
+            [f"{key}={_text(value)}" for key, value in params.items()]
+    return found
