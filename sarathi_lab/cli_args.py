@@ -15,8 +15,10 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
         # An empty value names nothing (type=Path makes '' the working directory): refused as written,
-        # before any type turns it into something.
-        takes_value = {o: a for a in self._actions if a.nargs != 0 for o in a.option_strings}
+        # before any type turns it into something; except where the option's type says '' means none
+        # (a type with ``empty_ok`` set, such as bench's comma lists).
+        takes_value = {o: a for a in self._actions if a.nargs != 0 and not getattr(a.type, "empty_ok", False)
+                       for o in a.option_strings}
         for i, arg in enumerate(args):
             option, eq, value = arg.partition("=")
             given = value if eq else (args[i + 1] if i + 1 < len(args) else None)

@@ -95,7 +95,7 @@ def _after(batch: ScheduledBatch, rng: random.Random) -> None:
     for chunk in batch.chunks:
         chunk.seq.num_computed += chunk.num_tokens
     for seq in sampled:
-        seq.append(rng.randrange(32000))
+        seq.tokens.append(rng.randrange(32000))
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

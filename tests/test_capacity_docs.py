@@ -82,7 +82,8 @@ def test_a_simulated_table_says_what_predicted_it_and_its_claims_name_that(tmp_p
     assert not any(source.startswith("simulated A100 (roofline), mistral-7b") for source in sources)
     # One table, one cost model: a table that mixes two is refused, naming both.
     pd.read_csv(path).assign(sim_cost_model=lambda t: ["roofline"] + ["calibrated"] * (len(t) - 1)).to_csv(path)
-    with pytest.raises(ValueError, match="one device, cost model and GPU count.*'roofline', 'calibrated'"):
+    with pytest.raises(ValueError, match=r"sim_cost_model column holds 2 values \(roofline, calibrated\); a simulated "
+                                         r"capacity table is one device's, cost model's and GPU count's"):
         capacity_docs.claims(docs)
 
 

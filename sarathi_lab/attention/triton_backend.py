@@ -33,7 +33,7 @@ class _Kernels:
             from sarathi_kernels.paged_attention import paged_attention
             from sarathi_kernels.rope_kv import rope_write_kv
         except ModuleNotFoundError as e:
-            if e.name != "triton":
+            if (e.name or "").split(".")[0] != "triton":
                 raise
             raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e '
                                       '".[gpu]" (or attention=torch)', name="triton") from None

@@ -52,6 +52,7 @@ def comma_list(item, allowed: str, empty: bool = True):
         if values is None or not (values or empty):
             raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of {allowed}")
         return values
+    parse.empty_ok = empty  # '' is a list of none here, not a value naming nothing (cli_args.Parser)
     return parse
 
 
