@@ -38,6 +38,8 @@ from sarathi_lab.harness.results import (
 )
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import TaskContext, measurement
+from sarathi_lab.harness.vllm_args import UNAVAILABLE
+from sarathi_lab.harness.vllm_engine import VllmLLM
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
@@ -88,8 +90,12 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         cpu_build.library()
     write_status(run_dir, "running")
 
-    llm = LLM.from_plan(checked.plan)
-    _warn_on_kv_limits(llm, workload, cfg)
+    if cfg.engine.executor == "vllm":
+        llm = VllmLLM.from_plan(checked.plan)
+        log.info("%s", UNAVAILABLE)
+    else:
+        llm = LLM.from_plan(checked.plan)
+        _warn_on_kv_limits(llm, workload, cfg)
     before = load.snapshot()
     start = time.perf_counter()
     slo = cfg.slo.as_slo()
