@@ -29,7 +29,10 @@ def _plan(scheduler="sarathi_serve", **kw):
 def test_sarathi_serve_is_vllm_with_chunked_prefill_at_the_token_budget():
     args = vllm_args.vllm_args(_plan(), "/m")
     assert args.enable_chunked_prefill and args.max_num_batched_tokens == 48 and args.max_num_seqs == 3
-    assert (args.num_gpu_blocks_override, args.block_size, args.dtype) == (40, 16, "float32")
+    # The same KV tokens (40 blocks of 16), in the blocks of 32 tokens vLLM-CPU's attention takes.
+    assert (args.num_gpu_blocks_override, args.block_size, args.dtype) == (20, 32, "float32")
+    odd = vllm_args.vllm_args(_plan(block_size=48, num_kv_blocks=10), "/m")
+    assert (odd.block_size, odd.num_gpu_blocks_override) == (96, 5)
     assert (args.max_model_len, args.model, args.enable_prefix_caching) == (256, "/m", False)
     assert vllm_args.vllm_args(_plan(token_budget=96), "/m").max_num_batched_tokens == 96
 
@@ -97,7 +100,7 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness.vllm_engine import VllmLLM
 from sarathi_lab.plan import plan_engine
 s = dict(model="tiny", scheduler={scheduler!r}, chunk_size=16, max_batch_size=3, dtype="float32", num_kv_blocks=64,
-         device="cpu", max_model_len=256, seed=7, num_threads=1)
+         device="cpu", max_model_len=256, seed=7, num_threads=1, cuda_graphs=False)
 greedy = SamplingParams(ignore_eos=True)
 ours = LLM(**s).generate({PROMPTS!r}, {NEW!r}, sampling=greedy)
 theirs = VllmLLM(plan_engine(EngineConfig(executor="vllm", **s))).generate({PROMPTS!r}, {NEW!r}, sampling=greedy)

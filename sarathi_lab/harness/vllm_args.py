@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from dataclasses import dataclass
 
 from sarathi_lab.config import KV_WATERMARK, ConfigError
@@ -15,6 +16,8 @@ from sarathi_lab.plan import EnginePlan
 # stall-free batching (a token budget shared by decodes and prefill chunks); off, it prefills
 # prompts whole.
 CHUNKED_PREFILL = {"sarathi_serve": True, "vllm": False}
+# vLLM-CPU's attention (CPU_ATTN) takes KV blocks of a multiple of this many tokens only.
+CPU_BLOCK_MULTIPLE = 32
 # The tasks that serve a workload through the engine; the others drive our engine's batches by hand.
 TASKS = ("serve",)
 INSTALL = 'pip install -e ".[vllm]"'
@@ -46,8 +49,8 @@ class VllmArgs:
     max_num_batched_tokens: int    # chunk / token_budget (sarathi_serve), the prefill cap (vllm)
     enable_chunked_prefill: bool   # scheduler=sarathi_serve: on; scheduler=vllm: off
     max_model_len: int
-    block_size: int
-    num_gpu_blocks_override: int   # the KV budget our engine would have: num_kv_blocks of block_size
+    block_size: int                # engine.block_size, on a CPU rounded up to what vLLM-CPU's attention takes
+    num_gpu_blocks_override: int   # the KV tokens our engine would have, in vLLM's blocks (rounded down)
     seed: int
     enforce_eager: bool            # not engine.cuda_graphs
     enable_prefix_caching: bool = False  # our engine has none; a shared prefix would be free on vLLM only
@@ -92,7 +95,10 @@ def vllm_args(plan: EnginePlan, model_dir: str) -> VllmArgs:
     else:
         # None (no cap): every waiting prompt of a full batch fits one prefill iteration.
         tokens = cfg.scheduler_knobs.get("max_num_batched_tokens") or plan.max_model_len * cfg.max_batch_size
+    block = cfg.block_size
+    if cfg.device_type == "cpu":
+        block = math.lcm(block, CPU_BLOCK_MULTIPLE)
     return VllmArgs(model=model_dir, dtype=str(plan.dtype).removeprefix("torch."), max_num_seqs=cfg.max_batch_size,
                     max_num_batched_tokens=tokens, enable_chunked_prefill=chunked, max_model_len=plan.max_model_len,
-                    block_size=cfg.block_size, num_gpu_blocks_override=plan.num_kv_blocks, seed=cfg.seed,
+                    block_size=block, num_gpu_blocks_override=plan.kv_capacity_tokens // block, seed=cfg.seed,
                     enforce_eager=not cfg.cuda_graphs)

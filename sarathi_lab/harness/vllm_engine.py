@@ -95,8 +95,8 @@ class VllmLLM:
         scheduler = self.engine.engine_core.engine_core.scheduler
         schedule = scheduler.schedule
 
-        def keep():
-            out = schedule()
+        def keep(*args, **kwargs):
+            out = schedule(*args, **kwargs)
             self._scheduled.append(out)
             return out
 
@@ -123,9 +123,13 @@ class VllmLLM:
                   for i, new in enumerate(new_tokens)]
         self.metrics = metrics = Metrics(num_submitted=n)
         order = sorted(range(n), key=lambda i: (arrivals[i], i))
+        # By each request's id as given (its outputs carry it), and by vLLM's own for it (its scheduler's,
+        # which add_request returns: the given one with a suffix).
         records: dict[str, RequestRecord] = {}
+        index: dict[str, int] = {}
+        internal: dict[str, RequestRecord] = {}
+        prompt_len: dict[str, int] = {}
         outputs: dict[int, list[int]] = {i: [] for i in range(n)}
-        prompt_len = {str(ids[i]): len(token_lists[i]) for i in range(n)}
         start = time.perf_counter()
         elapsed = (lambda: time.perf_counter() - start)
         next_arrival, iteration = 0, 0
@@ -137,14 +141,14 @@ class VllmLLM:
                     if max_concurrency is not None and live >= max_concurrency:
                         break
                     i = order[next_arrival]
-                    rid = str(ids[i])
                     waiting = sum(r.first_scheduled is None for r in records.values())
                     # A request a capped client held back is sent, and arrives, when a connection frees.
                     arrival = arrivals[i] if max_concurrency is None else max(arrivals[i], now)
-                    records[rid] = record = RequestRecord(ids[i], len(token_lists[i]), arrival,
-                                                          queue_at_arrival=waiting)
+                    record = RequestRecord(ids[i], len(token_lists[i]), arrival, queue_at_arrival=waiting)
                     metrics.requests.append(record)
-                    self.engine.add_request(rid, {"prompt_token_ids": token_lists[i]}, params[i])
+                    rid = str(ids[i])
+                    own = self.engine.add_request(rid, {"prompt_token_ids": token_lists[i]}, params[i])
+                    records[rid], index[rid], internal[own], prompt_len[own] = record, i, record, len(token_lists[i])
                     next_arrival += 1
                 if not self.engine.has_unfinished_requests():
                     time.sleep(max(0.0, arrivals[order[next_arrival]] - elapsed()))
@@ -154,18 +158,18 @@ class VllmLLM:
                 step = self.engine.step()
                 ended = elapsed()
                 for out in step:
-                    record, index = records[out.request_id], ids.index(int(out.request_id))
+                    record = records[out.request_id]
                     tokens = list(out.outputs[0].token_ids)
                     fresh = len(tokens) - record.output_len
                     if fresh > 0:
                         record.first_token = ended if record.first_token is None else record.first_token
                         record.token_times.extend([ended] * fresh)
                         record.output_len = len(tokens)
-                        outputs[index] = tokens
+                        outputs[index[out.request_id]] = tokens
                     if out.finished:
                         record.finish = ended
                 for scheduled in self._scheduled:
-                    it = _iteration(iteration, began, ended - began, scheduled, prompt_len, records)
+                    it = _iteration(iteration, began, ended - began, scheduled, prompt_len, internal)
                     if it is not None:
                         metrics.iterations.append(it)
                         iteration += 1
