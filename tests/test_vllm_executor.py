@@ -111,3 +111,33 @@ print(json.dumps([ours, theirs]))
     ours, theirs = __import__("json").loads(done.stdout.strip().splitlines()[-1])
     assert [len(t) for t in ours] == NEW
     assert theirs == ours
+
+
+@NEEDS_VLLM
+@pytest.mark.e2e
+def test_a_run_on_vllm_keeps_the_results_contract(tmp_path):
+    """The same tables and metric names as a run of our engine, the version in the environment record."""
+    import json
+
+    import pandas as pd
+
+    from sarathi_lab.engine.metrics import Metrics
+    from sarathi_lab.harness.results import load_runs
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", "experiment=smoke", "executor=vllm",
+                           "scheduler=sarathi_serve", "logger=none", "engine.cuda_graphs=false",
+                           f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert record["environment"]["executor"] == "vllm" and record["environment"]["vllm_version"]
+    assert set(Metrics().summary()) <= set(record["summary"])
+    requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    assert len(requests) == 4 and (requests.output_tokens == requests.token_times_s.map(len)).all()
+    assert (requests.first_token_s >= requests.arrival_s).all() and (requests.finish_s >= requests.first_token_s).all()
+    its = pd.read_parquet(tmp_path / "run" / "iterations.parquet")
+    # Every prompt token prefilled once, in batches within the token budget (chunk=64) and the decodes beside.
+    assert its.num_prefill_tokens.sum() == requests.prompt_tokens.sum()
+    assert (its.num_prefill_tokens + its.num_decode_tokens).max() <= 64
+    assert load_runs(tmp_path).executor.tolist() == ["vllm"]
