@@ -260,7 +260,7 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
     return True
 
 
-def _serve(llm: LLM, workload: Workload) -> None:
+def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
     progress = Progress(workload.total_tokens - workload.num_requests, workload.num_requests, lambda: llm.metrics)
     try:
         llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
@@ -268,6 +268,8 @@ def _serve(llm: LLM, workload: Workload) -> None:
                      max_concurrency=workload.max_concurrency)
     finally:
         progress.close()
+        if isinstance(llm, VllmLLM):
+            llm.close()
 
 
 def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:

@@ -86,6 +86,12 @@ class VllmLLM:
     def from_plan(cls, plan: EnginePlan) -> VllmLLM:
         return cls(plan)
 
+    def close(self) -> None:
+        """Shuts vLLM's engine core down and deletes the saved weights: a sweep's next job runs in this
+        process, and must not share it with an idle engine's memory."""
+        self.engine.engine_core.shutdown()
+        self._weights.cleanup()
+
     @property
     def kv_capacity_tokens(self) -> int:
         return self.plan.kv_capacity_tokens
