@@ -86,14 +86,21 @@ def test_a_sweep_of_both_engines_notes_them_as_engines_and_the_record_names_vllm
     assert record["vllm_version"] == vllm_args.vllm_version()
 
 
-def test_the_cli_refuses_before_any_work(tmp_path):
+CLI_REFUSALS = [("scheduler=orca", "error: scheduler=orca is invalid with engine.executor=vllm")]
+if not HAS_VLLM:
+    CLI_REFUSALS.append(("scheduler=sarathi_serve", ('error: engine.executor=vllm is invalid here: vLLM is not '
+                                                     'installed; install the extra: pip install -e ".[vllm]"')))
+
+
+@pytest.mark.parametrize(("scheduler", "line"), CLI_REFUSALS)
+def test_the_cli_refuses_before_any_work(tmp_path, scheduler, line):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"XDG_CACHE_HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", "executor=vllm", "scheduler=orca",
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", "experiment=smoke", "executor=vllm", scheduler,
                            "logger=none", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     lines = done.stderr.splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
-    assert lines[0].startswith("error: scheduler=orca is invalid with engine.executor=vllm"), lines
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(line), done.stderr[-2000:]
+    assert not (tmp_path / "run" / "metrics.json").exists()
 
 
 PROMPTS = [[5, 17, 300, 9, 44, 2, 7], list(range(100, 160)), [1], list(range(3000, 3090, 3)), [4095, 0, 12, 12]]
