@@ -114,8 +114,9 @@ class EngineConfig:
     # CPU linear layers over packed weights: "auto" picks by CPU and rows, "mkl" and "onednn" force
     # that GEMM, "aten" keeps F.linear (docs/cpu_engine.md).
     cpu_linear: Literal[CPU_LINEARS] = "auto"
-    # "model": the real forward pass on `device`; "sim": a cost model's time on `sim_device`, a virtual clock.
-    executor: Literal["model", "sim"] = "model"
+    # "model": the real forward pass on `device`; "sim": a cost model's time on `sim_device`, a virtual clock;
+    # "vllm": vLLM's own engine serving the same weights (harness/vllm_engine.py).
+    executor: Literal["model", "sim", "vllm"] = "model"
     sim_device: str = "h100"
     sim_cost_model: Literal[SIM_COST_MODELS] = "roofline"
     # True lets an explicit KV cache larger than sim_device's memory run, for what-if batches the

@@ -8,6 +8,7 @@ import torch
 
 from sarathi_lab import code_commit
 from sarathi_lab.config import EngineConfig
+from sarathi_lab.harness.vllm_args import UNAVAILABLE, vllm_version
 from sarathi_lab.profiling.machine import device_name
 
 
@@ -65,6 +66,8 @@ def engine_kind(environments: list[dict]) -> str | None:
 
 def simulated_device(engine: EngineConfig) -> dict[str, Any]:
     """What a run's executor was: for a simulation, the device, cost model and GPU count it predicted."""
+    if engine.executor == "vllm":
+        return {"executor": "vllm", "simulated": False, "vllm_version": vllm_version(), "iterations_note": UNAVAILABLE}
     if engine.executor != "sim":
         # The ranks the model was split across (model/parallel/), recorded where there were several.
         ranks = {"tensor_parallel": engine.tensor_parallel} if engine.tensor_parallel > 1 else {}

@@ -11,6 +11,7 @@ from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig, engine_key
 from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
+from sarathi_lab.harness.vllm_args import check_vllm
 from sarathi_lab.harness.workloads import Workload, build_workload
 from sarathi_lab.plan import EnginePlan, ModelLimits, build_scheduler, plan_engine
 
@@ -46,6 +47,8 @@ def preflight(cfg: RunConfig) -> Checked:
         plan = plan_engine(engine, limits)
     except ConfigError as e:
         raise _as_set(e, cfg, budget) from None
+    if engine.executor == "vllm":
+        check_vllm(plan, cfg.task)
     blocks, key = plan.num_kv_blocks, engine.kv_size_key or "num_kv_blocks"
     setting = f"engine.{key}={getattr(engine, key)}"
     sized = " (its default size; engine.num_kv_blocks sets it)" if engine.kv_size_key is None else ""

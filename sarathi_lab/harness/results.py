@@ -243,13 +243,19 @@ def simulated_source(device: str, cost_model: str, tp: int = 1) -> str:
 
 
 def run_source(executor: Mapping[str, Any], device: str | None) -> str:
-    """'measured CPU', 'measured GPU' or e.g. 'simulated A100 (calibrated)': ``executor`` holds
-    ``executor`` (model | sim) and, when simulated, ``sim_device``, ``sim_cost_model`` and ``sim_tp``
+    """'measured CPU', 'measured GPU', 'measured CPU, vLLM 0.32.0' or e.g. 'simulated A100 (calibrated)':
+    ``executor`` holds ``executor`` (model | sim | vllm), for vllm ``vllm_version`` where known, and,
+    when simulated, ``sim_device``, ``sim_cost_model`` and ``sim_tp``
     (a run's environment record holds them all); ``device``: the device a measured run ran on."""
     if executor.get("executor") == "sim":
         return simulated_source(str(executor.get("sim_device", "unrecorded")),
                                 str(executor.get("sim_cost_model", "unrecorded")), executor.get("sim_tp") or 1)
-    return "measured GPU" if str(device or "").startswith("cuda") else "measured CPU"
+    measured = "measured GPU" if str(device or "").startswith("cuda") else "measured CPU"
+    if executor.get("executor") == "vllm":
+        # Another engine's numbers must not read as this one's.
+        version = executor.get("vllm_version")
+        return f"{measured}, vLLM" + (f" {version}" if version else "")
+    return measured
 
 
 def natural_order(path: Path) -> list:

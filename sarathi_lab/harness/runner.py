@@ -39,6 +39,8 @@ from sarathi_lab.harness.results import (
 from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import TaskContext, measurement
+from sarathi_lab.harness.vllm_args import UNAVAILABLE
+from sarathi_lab.harness.vllm_engine import VllmLLM
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
@@ -90,8 +92,12 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         cpu_build.library()
     write_status(run_dir, "running")
 
-    llm = LLM.from_plan(checked.plan)
-    _warn_on_kv_limits(llm, workload, cfg)
+    if cfg.engine.executor == "vllm":
+        llm = VllmLLM.from_plan(checked.plan)
+        log.info("%s", UNAVAILABLE)
+    else:
+        llm = LLM.from_plan(checked.plan)
+        _warn_on_kv_limits(llm, workload, cfg)
     before = load.snapshot()
     start = time.perf_counter()
     slo = cfg.slo.as_slo()
@@ -267,7 +273,7 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
     return True
 
 
-def _serve(llm: LLM, workload: Workload) -> None:
+def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
     progress = Progress(workload.total_tokens - workload.num_requests, workload.num_requests, lambda: llm.metrics)
     try:
         llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
@@ -275,6 +281,8 @@ def _serve(llm: LLM, workload: Workload) -> None:
                      max_concurrency=workload.max_concurrency)
     finally:
         progress.close()
+        if isinstance(llm, VllmLLM):
+            llm.close()
 
 
 def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:

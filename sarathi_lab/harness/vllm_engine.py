@@ -1,0 +1,221 @@
+"""executor=vllm: vLLM's own engine serving a run's workload on the run's weights, recorded in our
+engine's terms (Metrics), so that every table, metric and figure reads it like any other run.
+
+Requests are added as their arrival time comes and the engine is stepped until every one is done, in
+this process (vLLM's in-process engine core), timed on the wall clock from the call's start. Each
+token is timed when the step that made it returns, as our engine times its own. Each iteration's
+composition is read from vLLM's scheduler output (who was scheduled, how many tokens, how many already
+computed); vLLM does not time its schedule, input preparation, forward and sampling apart, so those
+columns are NaN and only the iteration's whole duration is measured.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from sarathi_lab import inputs
+from sarathi_lab.attention import make_backend
+from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
+from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.harness.vllm_args import VllmArgs, vllm_args, vllm_version
+from sarathi_lab.model import PRESETS, build_model
+from sarathi_lab.model.checkpoint import save_checkpoint
+from sarathi_lab.plan import EnginePlan
+
+log = logging.getLogger(__name__)
+NOT_TIMED = ("schedule_time", "prepare_time", "forward_time", "sample_time")
+
+
+def save_weights(plan: EnginePlan, directory: Path) -> str:
+    """The directory vLLM loads: a model directory as it is, or a preset built as our engine builds it
+    (its seed's random weights, in the run's dtype) and saved once."""
+    cfg = plan.config
+    if cfg.model not in PRESETS:
+        return cfg.model
+    cpu = torch.device("cpu")
+    lm = build_model(cfg.model, plan.model_config, make_backend("torch", cpu), plan.max_model_len, plan.dtype, cpu,
+                     cfg.seed, "aten")
+    save_checkpoint(lm, plan.model_config, directory)
+    return str(directory)
+
+
+def _environment(threads: int | None, kv_bytes: int) -> None:
+    """What vLLM reads from the environment when its engine is built: its core in this process (the
+    hooks below read its scheduler), and on a CPU the run's threads on their cores and the KV bytes."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    threads = threads or torch.get_num_threads()
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    os.environ.update({"OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
+                       "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+                       # GiB, whole; num_gpu_blocks_override then holds the cache to the plan's blocks.
+                       "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_bytes / 2**30)))})
+
+
+class VllmLLM:
+    """What the harness serves a workload through (LLM's generate, metrics and settings), on vLLM."""
+
+    def __init__(self, plan: EnginePlan):
+        from vllm import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine as VllmEngine
+
+        self.plan, self.config = plan, plan.config
+        self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
+        self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
+        self.cpu_gemm, self.cuda_graphs = None, None
+        self.vllm_version = vllm_version()
+        self._weights = tempfile.TemporaryDirectory(prefix="sarathi_vllm_")
+        self.args: VllmArgs = vllm_args(plan, save_weights(plan, Path(self._weights.name)))
+        shape = plan.shape
+        kv_bytes = 2 * shape.layers * shape.kv_heads * shape.head_dim * plan.kv_capacity_tokens * plan.dtype.itemsize
+        _environment(self.config.num_threads, kv_bytes)
+        self.engine = VllmEngine.from_engine_args(EngineArgs(**self.args.kwargs()))
+        self._scheduled: list = []  # the scheduler outputs of the step under way
+        self._hook_scheduler()
+        self.metrics = Metrics()
+        self._next_id = 0
+
+    @classmethod
+    def from_plan(cls, plan: EnginePlan) -> VllmLLM:
+        return cls(plan)
+
+    def close(self) -> None:
+        """Shuts vLLM's engine core down and deletes the saved weights: a sweep's next job runs in this
+        process, and must not share it with an idle engine's memory."""
+        self.engine.engine_core.shutdown()
+        self._weights.cleanup()
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.plan.kv_capacity_tokens
+
+    def _hook_scheduler(self) -> None:
+        """Keeps each SchedulerOutput the in-process core's scheduler hands its model (who ran how much)."""
+        scheduler = self.engine.engine_core.engine_core.scheduler
+        schedule = scheduler.schedule
+
+        def keep(*args, **kwargs):
+            out = schedule(*args, **kwargs)
+            self._scheduled.append(out)
+            return out
+
+        scheduler.schedule = keep
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | Sequence[int] = 16,
+                 sampling: SamplingParams | None = None, arrival_times: Sequence[float] | None = None,
+                 on_iteration: Callable[[IterationRecord], None] | None = None,
+                 max_concurrency: int | None = None) -> list[list[int]]:
+        """LLM.generate's contract, served by vLLM: each request's generated tokens, in input order."""
+        from vllm import SamplingParams as VllmSampling
+
+        sampling = sampling or SamplingParams()
+        token_lists = inputs.prompts_as_lists(prompts)
+        n = len(token_lists)
+        new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
+        arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
+        ids = [self._next_id + i for i in range(n)]
+        self._next_id += n
+        params = [VllmSampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=new,
+                               min_tokens=new if sampling.ignore_eos else 0, ignore_eos=sampling.ignore_eos,
+                               seed=None if sampling.temperature == 0 else (sampling.seed or 0) + i,
+                               detokenize=False)
+                  for i, new in enumerate(new_tokens)]
+        self.metrics = metrics = Metrics(num_submitted=n)
+        order = sorted(range(n), key=lambda i: (arrivals[i], i))
+        # By each request's id as given (its outputs carry it), and by vLLM's own for it (its scheduler's,
+        # which add_request returns: the given one with a suffix).
+        records: dict[str, RequestRecord] = {}
+        index: dict[str, int] = {}
+        internal: dict[str, RequestRecord] = {}
+        prompt_len: dict[str, int] = {}
+        outputs: dict[int, list[int]] = {i: [] for i in range(n)}
+        start = time.perf_counter()
+        elapsed = (lambda: time.perf_counter() - start)
+        next_arrival, iteration = 0, 0
+        try:
+            while next_arrival < n or self.engine.has_unfinished_requests():
+                now = elapsed()
+                while next_arrival < n and arrivals[order[next_arrival]] <= now:
+                    live = sum(r.finish is None for r in records.values())
+                    if max_concurrency is not None and live >= max_concurrency:
+                        break
+                    i = order[next_arrival]
+                    waiting = sum(r.first_scheduled is None for r in records.values())
+                    # A request a capped client held back is sent, and arrives, when a connection frees.
+                    arrival = arrivals[i] if max_concurrency is None else max(arrivals[i], now)
+                    record = RequestRecord(ids[i], len(token_lists[i]), arrival, queue_at_arrival=waiting)
+                    metrics.requests.append(record)
+                    rid = str(ids[i])
+                    own = self.engine.add_request(rid, {"prompt_token_ids": token_lists[i]}, params[i])
+                    records[rid], index[rid], internal[own], prompt_len[own] = record, i, record, len(token_lists[i])
+                    next_arrival += 1
+                if not self.engine.has_unfinished_requests():
+                    time.sleep(max(0.0, arrivals[order[next_arrival]] - elapsed()))
+                    continue
+                self._scheduled.clear()
+                began = elapsed()
+                step = self.engine.step()
+                ended = elapsed()
+                for out in step:
+                    record = records[out.request_id]
+                    tokens = list(out.outputs[0].token_ids)
+                    fresh = len(tokens) - record.output_len
+                    if fresh > 0:
+                        record.first_token = ended if record.first_token is None else record.first_token
+                        record.token_times.extend([ended] * fresh)
+                        record.output_len = len(tokens)
+                        outputs[index[out.request_id]] = tokens
+                    if out.finished:
+                        record.finish = ended
+                for scheduled in self._scheduled:
+                    it = _iteration(iteration, began, ended - began, scheduled, prompt_len, internal)
+                    if it is not None:
+                        metrics.iterations.append(it)
+                        iteration += 1
+                        if on_iteration is not None:
+                            on_iteration(it)
+        except BaseException:
+            self.engine.abort_request([rid for rid, r in records.items() if r.finish is None])
+            raise
+        return [outputs[i] for i in range(n)]
+
+
+def _iteration(index: int, start: float, duration: float, scheduled, prompt_len: dict[str, int],
+               records: dict[str, RequestRecord]) -> IterationRecord | None:
+    """One vLLM scheduler output as our iteration record: a request whose computed tokens fall short of
+    its prompt ran a prefill chunk, any other a decode; None for an empty schedule."""
+    counts: dict[str, int] = dict(scheduled.num_scheduled_tokens)
+    if not counts:
+        return None
+    computed = {r.req_id: r.num_computed_tokens for r in scheduled.scheduled_new_reqs}
+    cached = scheduled.scheduled_cached_reqs
+    computed |= dict(zip(cached.req_ids, cached.num_computed_tokens))
+    prefills, chunks, decodes = [], [], []
+    kv_read = prefill_tokens = decode_tokens = 0
+    for rid, n in counts.items():
+        done = computed.get(rid, 0)
+        kv_read += done + n
+        record = records[rid]
+        if record.first_scheduled is None:
+            record.first_scheduled = start
+        if done < prompt_len[rid]:
+            prefills.append(record.request_id)
+            chunks.append(n)
+            prefill_tokens += n
+        else:
+            decodes.append(record.request_id)
+            decode_tokens += n
+    nan = float("nan")
+    return IterationRecord(iteration=index, start=start, duration=duration, num_prefill_tokens=prefill_tokens,
+                           num_decode_tokens=decode_tokens, num_prefill_requests=len(prefills),
+                           num_decode_requests=len(decodes), kv_tokens_read=kv_read,
+                           num_preempted=len(getattr(scheduled, "preempted_req_ids", None) or ()),
+                           **dict.fromkeys(NOT_TIMED, nan), prefill_request_ids=tuple(prefills),
+                           prefill_chunk_tokens=tuple(chunks), decode_request_ids=tuple(decodes))

@@ -1,0 +1,37 @@
+"""A built model written back as a Hugging Face checkpoint (config.json and model.safetensors), the
+inverse of the loader: what another engine loads to run the very weights this one runs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from transformers import PretrainedConfig
+
+from sarathi_lab.model.decoder import CausalLM
+from sarathi_lab.model.loader import _FUSED
+
+
+@torch.no_grad()
+def save_checkpoint(lm: CausalLM, config: PretrainedConfig, directory: Path) -> Path:
+    """``lm``'s weights under Hugging Face's names, its fused projections split back into theirs.
+    ``lm`` must hold plain parameters (built with cpu_linear='aten'): packed weights are no tensors a
+    checkpoint can hold."""
+    attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
+    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size], "gate_up_proj": [mlp.intermediate] * 2}
+    tensors: dict[str, torch.Tensor] = {}
+    for name, p in lm.named_parameters():
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue  # shares the embedding's storage: the loader fills it from there
+        prefix = "" if name.startswith("lm_head.") else "model."
+        fused = name.split(".")[-2]
+        if fused in _FUSED:
+            for part, shard in zip(_FUSED[fused], p.split(sizes[fused])):
+                tensors[prefix + name.replace(f".{fused}.", f".{part}.")] = shard.contiguous().clone()
+        else:
+            tensors[prefix + name] = p.detach().contiguous().clone()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(directory)
+    return directory
