@@ -13,7 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -40,11 +40,13 @@ from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import TaskContext, measurement
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
-from sarathi_lab.harness.vllm_engine import VllmLLM
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
 from sarathi_lab.profiling import load
+
+if TYPE_CHECKING:
+    from sarathi_lab.harness.vllm_engine import VllmLLM
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,9 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     write_status(run_dir, "running")
 
     if cfg.engine.executor == "vllm":
+        # Imported here: it loads the model code (to save the run's weights), which a simulated run has no use for.
+        from sarathi_lab.harness.vllm_engine import VllmLLM
+
         llm = VllmLLM.from_plan(checked.plan)
         log.info("%s", UNAVAILABLE)
     else:
@@ -281,7 +286,7 @@ def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
                      max_concurrency=workload.max_concurrency)
     finally:
         progress.close()
-        if isinstance(llm, VllmLLM):
+        if not isinstance(llm, LLM):  # vLLM's engine and the weights it was given
             llm.close()
 
 
