@@ -139,30 +139,8 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
                  "dtype": str(dtype).removeprefix("torch."), "device": device.type,
                  "sdpa_backend": "flash" if flash else "default (no flash backend off CUDA)",
                  "flex_compiled": flex is not None and flex.compiled}
-    calls = {}
-    for name in (ENGINE, *case.peers):
-        if name not in builders:
-            row[f"{name}_error"] = f"not run: {flex.error}" if flex is not None and flex.error else "not available"
-            continue
-        try:
-            fn = builders[name]()
-            started = time.perf_counter()
-            out = fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            row[f"{name}_first_call_s"] = time.perf_counter() - started   # FlexAttention: its compile
-            out = out if name == ENGINE else as_engine_rows(out)
-        except Exception as e:  # noqa: BLE001 - a peer that cannot run this shape is a finding
-            first = (str(e).strip().splitlines() or [""])[0]
-            row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]
-            if name == FLEX:
-                flex.error = row[f"{name}_error"]
-            continue
-        row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
-        if not diff <= TOLERANCE[dtype]:  # NaN too
-            row[f"{name}_error"] = f"differs from the reference by {diff:.2e} (tolerance {TOLERANCE[dtype]:.0e})"
-            continue
-        calls[name] = fn
+    convert = {name: as_engine_rows for name in case.peers}
+    calls = checked_calls(builders, (ENGINE, *case.peers), ref, row, device, TOLERANCE[dtype], flex, convert)
     del ref
     times = time_interleaved(calls, reps, device, warmup) if calls else {}
     for name in (ENGINE, *case.peers):
@@ -177,3 +155,35 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     row["over_floor"] = engine / row["floor_ms"] if engine is not None else None
     row["max_rel_diff"] = max((row[k] for k in row if k.endswith("_rel_diff")), default=None)
     return row
+
+
+def checked_calls(builders: dict[str, Callable], names, ref: torch.Tensor, row: dict, device: torch.device,
+                  tolerance: float, flex: Flex | None, convert: dict[str, Callable] | None = None) -> dict:
+    """Each contender built, called once (its first call timed: FlexAttention's compile) and held to
+    ``ref`` (``convert``: its output laid out as the reference's rows); what cannot run or differs is
+    recorded in ``row`` as ``<name>_error`` and left out. The calls that passed, to be timed."""
+    calls = {}
+    for name in names:
+        if name not in builders:
+            row[f"{name}_error"] = f"not run: {flex.error}" if flex is not None and flex.error else "not available"
+            continue
+        try:
+            fn = builders[name]()
+            started = time.perf_counter()
+            out = fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            row[f"{name}_first_call_s"] = time.perf_counter() - started
+            out = (convert or {}).get(name, lambda o: o)(out)
+        except Exception as e:  # noqa: BLE001 - a contender that cannot run this shape is a finding
+            first = (str(e).strip().splitlines() or [""])[0]
+            row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]
+            if name == FLEX and flex is not None:
+                flex.error = row[f"{name}_error"]
+            continue
+        row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
+        if not diff <= tolerance:  # NaN too
+            row[f"{name}_error"] = f"differs from the reference by {diff:.2e} (tolerance {tolerance:.0e})"
+            continue
+        calls[name] = fn
+    return calls

@@ -20,7 +20,7 @@ from torch.nn.attention.bias import causal_lower_right
 from sarathi_lab.attention import AttentionMetadata, reference
 from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
 from sarathi_lab.profiling.attention_grid import FLEX, SDPA, Case
-from sarathi_lab.profiling.attention_peers import Flex, Inputs, rel_diff, time_interleaved
+from sarathi_lab.profiling.attention_peers import Flex, Inputs, checked_calls, time_interleaved
 from sarathi_lab.profiling.floors import attention_floor
 from sarathi_lab.profiling.hybrid_grid import (
     CONTENDERS,
@@ -164,30 +164,7 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
     if flex is not None and flex.error is None:
         builders[FLEX] = lambda: peer_call(FLEX, case, x, flash, flex)
     ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta, x.scale)
-    calls = {}
-    for name in CONTENDERS:
-        if name not in builders:
-            row[f"{name}_error"] = f"not run: {flex.error}" if flex is not None and flex.error else "not available"
-            continue
-        try:
-            fn = builders[name]()
-            started = time.perf_counter()
-            out = fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            row[f"{name}_first_call_s"] = time.perf_counter() - started
-        except Exception as e:  # noqa: BLE001 - a contender that cannot run this shape is a finding
-            first = (str(e).strip().splitlines() or [""])[0]
-            row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]
-            if name == FLEX and flex is not None:
-                flex.error = row[f"{name}_error"]
-            continue
-        row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
-        if not diff <= COMPILED_TOLERANCE[dtype]:  # NaN too
-            row[f"{name}_error"] = (f"differs from the reference by {diff:.2e} "
-                                    f"(tolerance {COMPILED_TOLERANCE[dtype]:.0e})")
-            continue
-        calls[name] = fn
+    calls = checked_calls(builders, CONTENDERS, ref, row, device, COMPILED_TOLERANCE[dtype], flex)
     del ref
     times = time_interleaved(calls, reps, device, warmup) if calls else {}
     for name in CONTENDERS:
