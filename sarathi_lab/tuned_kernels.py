@@ -1,10 +1,11 @@
 """The kernel configurations tuned on a GPU (the suite's ``tune`` step), one JSON table per device in
 ``sarathi_lab/tuned/`` named by the device's name, as vLLM ships its per-device kernel configs. What
 the engine reads: per attention work kind, the tile config; per projection shape and token count,
-cuBLAS or the Triton split-K GEMM and its config. A device without a table, or a key a table lacks,
-gets today's defaults: the kernels' own choices and cuBLAS.
+cuBLAS or the Triton split-K GEMM and its config; the split-KV rule's knobs fitted to the device's
+measured split counts (the knobs it moved). A device without a table, or a key a table lacks, gets today's defaults: the
+kernels' own choices, split_rule's rule and cuBLAS.
 
-Plain data here (no Triton, no kernels): the attention backend and the model's layers turn entries
+Plain data here (no Triton, no kernel launches): the attention backend and the model's layers turn entries
 into launches; the ``tune`` step writes tables through ``TunedTable.to_json``.
 """
 from __future__ import annotations
@@ -64,6 +65,9 @@ class TunedTable:
     # gemm_key -> {token count -> choice}
     gemm: dict[str, dict[int, GemmChoice]] = field(default_factory=dict)
     source: str = ""  # where it came from: a file, or "" for the defaults
+    # The split rule's knobs the device moved from split_rule.py's defaults (the attention backend
+    # builds the rule from them, which checks their ranges).
+    split_rule: dict[str, int | float] = field(default_factory=dict)
 
     def tiles(self, kind: str) -> TileConfig:
         return self.attention.get(kind, TileConfig())
@@ -78,9 +82,10 @@ class TunedTable:
         return by_m[max(below) if below else min(by_m)]
 
     def to_json(self) -> dict:
-        return {"device": self.device, "attention": {k: asdict(v) for k, v in self.attention.items()},
-                "gemm": {key: {str(m): asdict(c) if c.kernel != "cublas" else {"kernel": "cublas"}
-                               for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
+        out = {"device": self.device, "attention": {k: asdict(v) for k, v in self.attention.items()},
+               "gemm": {key: {str(m): asdict(c) if c.kernel != "cublas" else {"kernel": "cublas"}
+                              for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
+        return out | ({"split_rule": dict(self.split_rule)} if self.split_rule else {})
 
 
 DEFAULT = TunedTable()
@@ -122,7 +127,16 @@ def load(path: Path) -> TunedTable:
             if choice.get("kernel", "cublas") not in GEMM_KERNELS:
                 _fail(path, f"gemm.{key}.{m}.kernel", choice.get("kernel"), ", ".join(GEMM_KERNELS))
             gemm[key][int(m)] = GemmChoice(**_ints(path, f"gemm.{key}.{m}", choice, GemmChoice))
-    return TunedTable(raw.get("device", ""), attention, gemm, str(path))
+    return TunedTable(raw.get("device", ""), attention, gemm, str(path), _split_rule(path, raw.get("split_rule", {})))
+
+
+def _split_rule(path: Path, raw: dict) -> dict[str, int | float]:
+    if not isinstance(raw, dict):
+        _fail(path, "split_rule", raw, "a mapping of the split rule's knobs to numbers")
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            _fail(path, f"split_rule.{key}", value, "a number")
+    return dict(raw)
 
 
 @functools.cache

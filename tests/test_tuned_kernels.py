@@ -5,6 +5,7 @@ and the suite's ``tune`` step writes a table the engine reads back."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -140,6 +141,7 @@ def test_the_tune_step_writes_a_table_the_engine_reads(tmp_path):
         assert choice == "cublas" or choice.startswith("triton")
     assert (tmp_path / "tune_attention.csv").is_file() and (tmp_path / "tune_gemm.csv").is_file()
     assert "times say nothing" in notes[0]
+    assert {"split_rule", "split_rule_fitted_over_default"} <= set(by_name)
 
 
 @pytest.mark.e2e
@@ -167,3 +169,69 @@ def test_the_engine_s_greedy_tokens_are_the_same_through_a_table_s_triton_gemms_
         tuned = llm.generate(prompts, max_new_tokens=2)
     assert tuned == default
     assert calls.count(True) == calls.count(False) / 3 > 0  # per layer: qkv, o_proj, down plain; gate_up gated
+
+
+def test_a_table_s_split_rule_reads_back_with_only_the_knobs_it_moved(tmp_path):
+    from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule
+
+    rule = SplitRule(min_key_tiles=2, split_cost_tiles=0.5)
+    table = TunedTable("GPU", split_rule=rule.moved_knobs())
+    assert table.to_json()["split_rule"] == {"min_key_tiles": 2, "split_cost_tiles": 0.5}
+    assert "split_rule" not in a_table().to_json() and DEFAULT_RULE.moved_knobs() == {}
+    path = tmp_path / "GPU.json"
+    path.write_text(json.dumps(table.to_json()))
+    assert SplitRule.with_knobs(load(path).split_rule) == rule
+    path.write_text(json.dumps({"split_rule": {"max_waves": "two"}}))
+    with pytest.raises(ValueError, match=r"^error: .*GPU.json: split_rule.max_waves='two' is invalid; allowed: a "
+                                         r"number$"):
+        load(path)
+
+
+@pytest.mark.parametrize(("knobs", "message"), [
+    ({"min_key_tiles": 2.5}, r"split_rule.min_key_tiles=2.5 is invalid: must be an integer$"),
+    ({"max_waves": 0}, r"split_rule.max_waves=0 is invalid: must be >= 1$"),
+    ({"split_cost": 1}, (r"split_rule.split_cost=1 is invalid; allowed: max_splits, max_waves, min_key_tiles, "
+                         r"split_cost_tiles, unsplit_share$"))])
+def test_a_bad_split_rule_knob_fails_in_one_line_naming_the_table_and_the_knob(knobs, message):
+    _, k_cache, _, meta = make_inputs([], [(1, 64)], heads=2, kv_heads=2, head_dim=16, block_size=16,
+                                      dtype=torch.float32)
+    with using(TunedTable("GPU", source="/tables/GPU.json", split_rule=knobs)), pytest.raises(ValueError) as e:
+        TritonAttention().batch_plan(meta, 2, k_cache)
+    assert str(e.value).startswith("error: /tables/GPU.json: ") and re.search(message, str(e.value))
+
+
+def test_triton_attention_plans_its_splits_by_the_table_s_rule():
+    from sarathi_kernels.occupancy import GpuLimits
+
+    # One decode of 640 keys on 8 SMs: the default's 4 key tiles a split at the fewest, the table's 10.
+    _, k_cache, _, meta = make_inputs([], [(1, 640)], heads=2, kv_heads=2, head_dim=16, block_size=16,
+                                      dtype=torch.float32)
+    backend = TritonAttention(limits=GpuLimits(num_sms=8))
+    default = backend.batch_plan(meta, 2, k_cache).decode.num_splits
+    meta.plan = None
+    with using(TunedTable("GPU", split_rule={"min_key_tiles": 10})):
+        tuned = backend.batch_plan(meta, 2, k_cache).decode.num_splits
+    assert 1 < tuned < default
+
+
+def test_the_split_rule_fit_keeps_the_default_unless_another_rule_loses_clearly_less():
+    from sarathi_kernels.split_rule import DEFAULT_RULE
+
+    from sarathi_lab.profiling.attention_sweep import RULE_GRID, fit_split_rule, rule_label
+
+    def rows(times: dict[int, float], planned: dict[str, int]) -> list[dict]:
+        by_rule = json.dumps({rule_label(r): planned.get(rule_label(r), 8) for r in RULE_GRID})
+        return [{"kind": "decode", "shape": "s", "splits": str(n), "ms": ms, "rule_splits": by_rule}
+                for n, ms in times.items()]
+
+    assert fit_split_rule([]) == (DEFAULT_RULE, 1.0)
+    # The default plans 8, timed fastest: it stays.
+    assert fit_split_rule(rows({4: 1.2, 8: 1.0, 16: 1.3}, {}))[0] == DEFAULT_RULE
+    # 16 is fastest, and only k2_c0.5 plans it: it wins by 1.3x.
+    rule, gain = fit_split_rule(rows({4: 1.4, 8: 1.3, 16: 1.0}, {"k2_c0.5": 16}))
+    assert rule_label(rule) == "k2_c0.5" and gain == pytest.approx(1.3)
+    # Within the noise margin, the default.
+    assert fit_split_rule(rows({4: 1.4, 8: 1.01, 16: 1.0}, {"k2_c0.5": 16}))[0] == DEFAULT_RULE
+    # Between counts timed, the time is interpolated in log2(count): 12 is half way from 8 (1.3) to 16 (1.0).
+    rule, gain = fit_split_rule(rows({4: 1.4, 8: 1.3, 16: 1.0}, {"k2_c1": 11, "k2_c0.5": 12}))
+    assert rule_label(rule) == "k2_c0.5" and gain == pytest.approx(1.3 / (1.3 - 0.3 * 0.5849625), rel=1e-6)

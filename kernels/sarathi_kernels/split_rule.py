@@ -10,7 +10,7 @@ and each split's fixed cost is weighed against the walk it saves, which bounds t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sarathi_kernels._checks import require
 
@@ -51,6 +51,23 @@ class SplitRule:
                                             "invalid: must be >= 0")
         require(0 < self.unsplit_share <= 1, f"split_rule.unsplit_share={self.unsplit_share} is invalid: "
                                              "must be in (0, 1]")
+
+
+    @classmethod
+    def with_knobs(cls, knobs: dict, where: str = "split_rule") -> SplitRule:
+        """The rule with ``knobs`` moved from the defaults (a tuned table's); an unknown knob, a
+        fraction for a whole-number one or one out of range fails in one line naming ``where.knob``."""
+        names = {f.name for f in fields(cls)}
+        for key, value in knobs.items():
+            require(key in names, f"{where}.{key}={value!r} is invalid; allowed: {', '.join(sorted(names))}")
+            whole = isinstance(getattr(DEFAULT_RULE, key), int)
+            require(not whole or float(value).is_integer(), f"{where}.{key}={value!r} is invalid: must be an integer")
+        return cls(**{k: int(v) if isinstance(getattr(DEFAULT_RULE, k), int) else v for k, v in knobs.items()})
+
+    def moved_knobs(self) -> dict:
+        """The knobs that differ from the defaults (what a tuned table stores)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(DEFAULT_RULE, f.name)}
 
 
 DEFAULT_RULE = SplitRule()

@@ -63,7 +63,7 @@ class PodLaunch:
 @register_backend("triton")
 class TritonAttention(AttentionBackend):
     """``tiles``/``rule``: the tiles of each work kind and the split rule (default: the device's tuned
-    table over attention_plan's tiles, and split_rule's rule); ``limits``: the GPU planned for (default:
+    table over attention_plan's tiles and split_rule's rule); ``limits``: the GPU planned for (default:
     the cache's device; none on a CPU, where nothing splits)."""
 
     replayable = True
@@ -76,7 +76,7 @@ class TritonAttention(AttentionBackend):
         # False: RoPE and the cache write as two launches (the kernel count's "before").
         self.fuse_rope = fuse_rope
         self.tiles, self.limits = tiles, limits
-        self.rule = rule if rule is not None else k.split_rule.DEFAULT_RULE
+        self.rule = rule
         # Kept across iterations and grown as batches grow: the co-scheduled plan's buffers.
         self._work = None
 
@@ -99,13 +99,26 @@ class TritonAttention(AttentionBackend):
         return k.plan.WorkTiles(decode=tuned(base.decode, "decode"), prefill=tuned(base.prefill, "prefill"),
                                 tall_prefill=base.tall_prefill)
 
+    def _rule(self, k_cache: torch.Tensor):
+        """The given rule, else the device's tuned table's (split_rule's defaults where it has none)."""
+        if self.rule is not None:
+            return self.rule
+        table = table_for(k_cache.device)
+        if not table.split_rule:
+            return k.split_rule.DEFAULT_RULE
+        try:
+            return k.split_rule.SplitRule.with_knobs(table.split_rule)
+        except ValueError as e:
+            raise ValueError(f"error: {table.source}: {e}") from None
+
     def batch_plan(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor):
         """The batch's launches, from its host lengths, planned once (kept on ``meta.plan``); a CUDA
         graph's captured batch holds its graph's plan there instead."""
         if not isinstance(meta.plan, k.plan.AttentionPlan):
             meta.plan = k.plan.plan_batch(meta.query_lens_host, meta.seq_lens_host, num_heads, k_cache.shape[2],
                                           num_prefills=meta.num_prefills, element_size=k_cache.element_size(),
-                                          limits=self._limits(k_cache), tiles=self._tiles(k_cache), rule=self.rule)
+                                          limits=self._limits(k_cache), tiles=self._tiles(k_cache),
+                                          rule=self._rule(k_cache))
         return meta.plan
 
     def graph_plan(self, tokens: int, requests: int, num_heads: int, k_cache: torch.Tensor, *, max_seq_len: int,
@@ -115,7 +128,7 @@ class TritonAttention(AttentionBackend):
         return k.plan.plan_graph(tokens, requests, num_heads, k_cache.shape[2], max_seq_len=max_seq_len,
                                  prefill_tiles=prefill_tiles, fewest_tokens=fewest_tokens,
                                  fewest_decodes=fewest_decodes, element_size=k_cache.element_size(),
-                                 limits=self._limits(k_cache), tiles=self._tiles(k_cache), rule=self.rule,
+                                 limits=self._limits(k_cache), tiles=self._tiles(k_cache), rule=self._rule(k_cache),
                                  split_counts=split_counts)
 
     def prefill_tile_choices(self, num_heads: int, k_cache: torch.Tensor):

@@ -2,15 +2,19 @@
 config, every shape of its kind timed interleaved with today's defaults and checked against them; a
 config's score is the geometric mean of its time over the default's, and the best correct one is kept
 (the ``tune`` step writes it into the device's table). With the kept tiles, the split count is swept
-around the planner's (half, as planned, double) to say whether the split rule's target is right.
-On a CPU it dry-runs at tiny shapes in Triton's interpreter (its times say nothing)."""
+around the planner's (half, as planned, double), and the split rule's knobs are fitted to those times:
+of a small grid of rules, the one whose split counts lose least against the fastest count timed at
+each shape (the default unless another loses clearly less; the tune step stores it). On a CPU it
+dry-runs at tiny shapes in Triton's interpreter (its times say nothing)."""
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Callable
 
 import torch
+from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule
 
 from sarathi_lab.profiling.attention_grid import Case
 from sarathi_lab.profiling.attention_peers import Inputs, make_inputs, rel_diff, time_interleaved
@@ -29,6 +33,12 @@ TILES = {"prefill": PREFILL_TILES, "decode": DECODE_TILES}
 # The split counts tried around the planner's, as multiples of it.
 SPLIT_SCALES = (0.5, 1.0, 2.0)
 MAX_REL_DIFF = 2e-2
+# The rules the split sweep can tell apart: how short a split's walk may be, and what its fixed cost
+# (query tile, partial written and merged) weighs in key tiles. The default is one of them.
+RULE_GRID = tuple(SplitRule(min_key_tiles=t, split_cost_tiles=c) for t in (2, 4, 8) for c in (0.5, 1.0, 2.0))
+# Another rule replaces the default only if it loses this much less (geometric mean over the shapes):
+# within it, the difference is the timing's noise.
+FIT_MARGIN = 0.02
 
 
 def shapes(device: str) -> dict[str, list[Case]]:
@@ -53,7 +63,7 @@ def _call(x: Inputs, **launch) -> Callable[[], torch.Tensor]:
                                    x.scale, max_query_len=m.max_query_len, out=out, **launch)
 
 
-def planned_splits(x: Inputs, tiles: TileConfig) -> int:
+def planned_splits(x: Inputs, tiles: TileConfig, rule: SplitRule = DEFAULT_RULE) -> int:
     from sarathi_kernels.attention_plan import plan_launch
     from sarathi_kernels.occupancy import device_sm_count
 
@@ -61,7 +71,7 @@ def planned_splits(x: Inputs, tiles: TileConfig) -> int:
     return plan_launch(q.shape[0], m.seq_lens.shape[0], q.shape[1], x.k_cache.shape[2],
                        max_seq_len=m.block_tables.shape[1] * x.k_cache.shape[1], element_size=q.element_size(),
                        max_query_len=m.max_query_len, num_sms=device_sm_count(q.device),
-                       **tiles.launch_kwargs()).num_splits
+                       rule=rule, **tiles.launch_kwargs()).num_splits
 
 
 def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
@@ -110,9 +120,49 @@ def _split_rows(kind, cases, inputs, tiles: TileConfig, reps, device, warmup) ->
         counts = sorted({max(1, round(planned * s)) for s in SPLIT_SCALES})
         calls = {f"splits={n}": _call(x, num_splits=n, **tiles.launch_kwargs()) for n in counts}
         times = time_interleaved(calls, reps, device, warmup)
+        # What each rule of the grid would plan here: the fit scores the rules on these counts.
+        by_rule = json.dumps({rule_label(r): planned_splits(x, tiles, r) for r in RULE_GRID})
         rows += [{"kind": kind, "shape": case.label, "tiles": tiles_label(tiles), "splits": name.split("=")[1],
-                  "planned_splits": planned, "ms": statistics.median(t)} for name, t in times.items()]
+                  "planned_splits": planned, "rule_splits": by_rule, "ms": statistics.median(t)}
+                 for name, t in times.items()]
     return rows
+
+
+def rule_label(rule: SplitRule) -> str:
+    """``k4_c1``: a split's fewest key tiles and its fixed cost in key tiles."""
+    return f"k{rule.min_key_tiles}_c{rule.split_cost_tiles:g}"
+
+
+def _loss(times: dict[int, float], count: int) -> float:
+    """A split count's time over the fastest timed at its shape: interpolated in log2(count) between the
+    counts timed, the nearest end's time outside them."""
+    counts = sorted(times)
+    if count <= counts[0] or count >= counts[-1]:
+        ms = times[counts[0] if count <= counts[0] else counts[-1]]
+    else:
+        hi = next(c for c in counts if c >= count)
+        lo = max(c for c in counts if c <= count)
+        w = 0.0 if hi == lo else (math.log2(count) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+        ms = times[lo] * (1 - w) + times[hi] * w
+    return ms / min(times.values())
+
+
+def fit_split_rule(rows: list[dict]) -> tuple[SplitRule, float]:
+    """The grid's rule that loses least (geometric mean over the split sweep's shapes of its counts' time
+    over the fastest timed) and the default's loss over its own (>= 1: how much the fit gains); the
+    default where no shape was swept or no rule beats it by FIT_MARGIN."""
+    shapes_: dict[tuple[str, str], tuple[dict[int, float], dict[str, int]]] = {}
+    for row in rows:
+        if row.get("rule_splits") and math.isfinite(row.get("ms", math.nan)):
+            times, _ = shapes_.setdefault((row["kind"], row["shape"]), ({}, json.loads(row["rule_splits"])))
+            times[int(row["splits"])] = row["ms"]
+    if not shapes_:
+        return DEFAULT_RULE, 1.0
+    losses = {r: _geomean([_loss(times, by_rule[rule_label(r)]) for times, by_rule in shapes_.values()])
+              for r in RULE_GRID}
+    best = min(losses, key=losses.get)
+    gain = losses[DEFAULT_RULE] / losses[best]
+    return (best, gain) if gain > 1 + FIT_MARGIN else (DEFAULT_RULE, 1.0)
 
 
 def _geomean(values: list[float]) -> float:

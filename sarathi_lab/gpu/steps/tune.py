@@ -1,8 +1,9 @@
-"""The GPU suite's ``tune`` step: the paged attention's tile configs per work kind
-(``profiling.attention_sweep``) and, per projection of LLaMA-13B and Mistral-7B at the hybrid token
-counts, cuBLAS against the Triton split-K GEMM (``profiling.gemm_sweep``), each kept where it wins. Writes
-the device's table (``<device name>.json``, read by ``sarathi_lab.tuned_kernels``; committed to
-``sarathi_lab/tuned/`` with the run's results) and every timed row (tune_attention.csv, tune_gemm.csv)."""
+"""The GPU suite's ``tune`` step: the paged attention's tile configs per work kind and the split rule's
+knobs fitted to the split counts timed (``profiling.attention_sweep``) and, per projection of LLaMA-13B
+and Mistral-7B at the hybrid token counts, cuBLAS against the Triton split-K GEMM
+(``profiling.gemm_sweep``), each kept where it wins. Writes the device's table (``<device name>.json``,
+read by ``sarathi_lab.tuned_kernels``; committed to ``sarathi_lab/tuned/`` with the run's results) and
+every timed row (tune_attention.csv, tune_gemm.csv)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.profiling.attention_sweep import shapes, sweep_kind, tiles_label
+from sarathi_lab.profiling.attention_sweep import fit_split_rule, rule_label, shapes, sweep_kind, tiles_label
 from sarathi_lab.profiling.gemm_sweep import TOKENS, label, projections, sweep
 from sarathi_lab.profiling.machine import device_name
 from sarathi_lab.tuned_kernels import TunedTable, file_name
@@ -43,6 +44,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         attention_rows += rows
         metrics += [Metric(f"attention_tiles[{kind}]", tiles_label(best)),
                     Metric(f"attention_tuned_over_default[{kind}]", round(kept, 3), "x")]
+    rule, gain = fit_split_rule(attention_rows)
+    metrics += [Metric("split_rule", rule_label(rule)), Metric("split_rule_fitted_over_default", round(gain, 3), "x")]
     pd.DataFrame(attention_rows).to_csv(ctx.dir / "tune_attention.csv", index=False)
 
     gemm: dict[str, dict[int, object]] = {}
@@ -66,7 +69,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     if skipped:
         notes.append(f"{skipped} GEMM shapes not swept: the call's time ran out (the table keeps cuBLAS there)")
 
-    table = TunedTable(name, tiles, gemm)
+    table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs())
     path = ctx.dir / file_name(name)
     path.write_text(json.dumps(table.to_json(), indent=1) + "\n")
     metrics.insert(0, Metric("tuned_table", path.name))
