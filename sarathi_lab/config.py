@@ -95,8 +95,8 @@ class EngineConfig:
     kv_watermark: float = KV_WATERMARK
     attention: Literal[ATTENTIONS] = "auto"
     # "pod": the Triton attention's hybrid batches in one persistent launch whose programs share each SM
-    # between prefill tiles and decodes; "sequential" until a GPU measures the gain. Eager forwards only:
-    # a captured CUDA graph keeps the sequential kernel.
+    # between prefill tiles and decodes (eager, and replayed from CUDA graphs of that launch);
+    # "sequential" until a GPU measures the gain.
     attention_hybrid: Literal[ATTENTION_HYBRIDS] = "sequential"
     # On CUDA with the Triton attention, forwards replay CUDA graphs captured when the engine is built
     # (model/cuda_graphs.py): decode-only ones, and with cuda_graphs_mixed those with prefills (chunks

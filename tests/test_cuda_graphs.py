@@ -157,8 +157,8 @@ def test_graphs_are_captured_largest_first_into_one_pool():
         CudaGraphs(fake_runner(name="torch"), 4, 4, 32, capture)
 
 
-def engine(scheduler: str) -> LLM:
-    knobs = {"max_num_batched_tokens": VLLM_CAP} if scheduler == "vllm" else {}
+def engine(scheduler: str, **knobs) -> LLM:
+    knobs |= {"max_num_batched_tokens": VLLM_CAP} if scheduler == "vllm" else {}
     return LLM(model="tiny", device="cpu", dtype="float32", attention="triton", cpu_linear="aten",
                max_batch_size=MAX_BATCH, max_model_len=MAX_LEN, scheduler=scheduler, chunk_size=CHUNK,
                warmup_iters=0, **knobs)
@@ -270,6 +270,47 @@ def test_replays_split_as_the_eager_forwards_of_the_same_batches(monkeypatch):
     monkeypatch.setattr(llm.engine.executor, "graphs", graphs)
     assert llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS) == eager
     assert compared and max(compared) > 1, "some replayed batch split its walk"
+
+
+def test_hybrid_batches_replay_the_co_scheduled_launch_as_their_eager_forwards(monkeypatch):
+    # attention_hybrid=pod: a batch with a chunk beside decodes runs one persistent launch eagerly, so
+    # its replay must run that launch too, over the work lists its eager forward plans; the other
+    # batches replay the planned kernels as before.
+    llm = engine("sarathi", attention_hybrid="pod")
+    backend = llm.engine.executor.runner.model.backend
+    pod_calls, pod = [], triton_backend.pod_attention
+
+    def spied_pod(*args, **kwargs):
+        pod_calls.append(args[7])  # the work buffers
+        return pod(*args, **kwargs)
+
+    monkeypatch.setattr(triton_backend, "pod_attention", spied_pod)
+    eager = llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS)
+    assert pod_calls, "hybrid batches co-schedule eagerly"
+    graphs = CudaGraphs(llm.engine.executor.runner, MAX_BATCH, MAX_LEN // BLOCK, CHUNK + MAX_BATCH,
+                        replayed_capture)
+    assert graphs.pod_graphs and graphs.record["pod_graphs"] == len(graphs.buckets)
+    replay, kinds = graphs.replay, []
+
+    def checked_replay(prepared, graph):
+        meta = prepared.meta
+        kinds.append((graph.pod, bool(meta.num_prefills and meta.num_decodes)))
+        pod_calls.clear()
+        out = replay(prepared, graph)
+        if graph.pod:
+            planned, _ = backend._pod_plan(meta, 4, graphs.k_cache)
+            work = graphs.plans[graph].work
+            assert pod_calls and all(w is work for w in pod_calls), "every layer runs the graph's buffers"
+            assert work.work_indptr.tolist() == planned.work_indptr
+            assert work.items[: len(planned.items)].tolist() == [list(item) for item in planned.items]
+        else:
+            assert not pod_calls
+        return out
+
+    monkeypatch.setattr(graphs, "replay", checked_replay)
+    monkeypatch.setattr(llm.engine.executor, "graphs", graphs)
+    assert llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS) == eager
+    assert (True, True) in kinds and all(is_pod == hybrid for is_pod, hybrid in kinds), kinds
 
 
 @pytest.mark.parametrize("limits", [GpuLimits(num_sms=132), GpuLimits(num_sms=108, shared_bytes_per_sm=164 * 1024)],

@@ -160,13 +160,17 @@ class TritonAttention(AttentionBackend):
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
         write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
 
+    def _pod_plan(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor):
+        """The batch's co-scheduled plan (from its host lengths) and its launch's warps."""
+        return k.pod.plan_batch(meta.query_lens_host, meta.seq_lens_host, num_heads, k_cache.shape[2],
+                                k_cache.shape[3], k_cache.element_size(), k_cache.device)
+
     def _pod(self, query: torch.Tensor, k_cache: torch.Tensor, meta: AttentionMetadata) -> PodLaunch:
         """The iteration's co-scheduled plan: made by its first layer from the host's lengths, reused by
         the others."""
         if isinstance(meta.plan, PodLaunch):
             return meta.plan
-        plan, warps = k.pod.plan_batch(meta.query_lens_host, meta.seq_lens_host, query.shape[1], k_cache.shape[2],
-                                       query.shape[2], query.element_size(), query.device)
+        plan, warps = self._pod_plan(meta, query.shape[1], k_cache)
         work = self._work
         if work is None or work.programs != plan.programs or work.capacity < len(plan.items) \
                 or work.items.device != query.device:
@@ -177,11 +181,28 @@ class TritonAttention(AttentionBackend):
         meta.plan = PodLaunch(plan, work, warps)
         return meta.plan
 
+    def graph_pod(self, tokens: int, requests: int, num_heads: int, k_cache: torch.Tensor) -> PodLaunch:
+        """A CUDA graph's co-scheduled launch: its own work buffers, with room for any batch of up to
+        ``tokens`` tokens over ``requests`` requests; each replay loads its batch's plan into them
+        (``load_pod``). The grid (a program per lane of every SM) and the tiles are the same for every
+        batch of one model on one device, so one capture serves them all."""
+        plan, warps = k.pod.plan_batch([], [], num_heads, k_cache.shape[2], k_cache.shape[3],
+                                       k_cache.element_size(), k_cache.device)
+        capacity = k.pod_plan.item_capacity(tokens, requests, k_cache.shape[2], plan.tiles)
+        work = k.pod.PodWork(plan.programs, capacity, k_cache.device)
+        work.load(plan)
+        return PodLaunch(plan, work, warps)
+
+    def load_pod(self, launch: PodLaunch, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor) -> None:
+        """A replay's plan, planned as its eager forward plans it, into its graph's work buffers."""
+        plan, _ = self._pod_plan(meta, num_heads, k_cache)
+        launch.work.load(plan)
+
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float):
-        # Only a batch with both kinds has anything to overlap. A forward being captured runs the
-        # planned kernels: its lengths are placeholders, and a graph replays what it captured.
-        if self.hybrid == "pod" and meta.num_prefills and meta.num_decodes and not _capturing(query.device) \
-                and not isinstance(meta.plan, k.plan.AttentionPlan):
+        # Only a batch with both kinds has anything to overlap. A forward being captured runs what its
+        # graph planned (its lengths are placeholders): a co-scheduled graph's launch, or planned kernels.
+        if isinstance(meta.plan, PodLaunch) or (self.hybrid == "pod" and meta.num_prefills and meta.num_decodes
+                                                and meta.plan is None and not _capturing(query.device)):
             launch = self._pod(query, k_cache, meta)
             return pod_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                                  launch.plan, launch.work, scale, num_warps=launch.num_warps)

@@ -14,12 +14,17 @@ Its launches (attention_plan.py) are captured at their largest: a decode launch 
 and in a mixed graph a prefill launch on one kind of prefill tile, each with room for as many KV-walk
 splits as any batch the graph holds can be given. A replayed batch's attention is planned on the host
 exactly as its eager forward would be; the graph chosen has that plan's tiles and room for its splits,
-and the plan's split counts and request ranges are copied into device integers the launches read. So a replay splits as
-the eager forward does. Where a plan may take taller prefill tiles, a bucket holds one mixed graph a
-tile kind its batches may ask for. A batch smaller than its graph is padded: the
-extra tokens' KV slots are -1 (the KV write skips them); a padded decode has context 0 and a padded
-request of a mixed graph query length 0 and context 0, so neither reads the cache; their outputs
-are dropped, and the sampled rows' logits are gathered through a persistent index buffer."""
+and the plan's split counts and request ranges are copied into device integers the launches read. So a replay
+splits as the eager forward does. Where a plan may take taller prefill tiles, a bucket holds one mixed
+graph a tile kind its batches may ask for. With prefill and decode work co-scheduled
+(``attention_hybrid=pod``), a bucket also holds a graph of the one persistent launch, which the batches
+with both kinds replay, as their eager forwards run it: each replay's plan (the work lists of every
+SM's lanes) is planned on the host and copied into that graph's work buffers.
+
+A batch smaller than its graph is padded: the extra tokens' KV slots are -1 (the KV write skips
+them); a padded decode has context 0 and a padded request of a mixed graph query length 0 and
+context 0, so neither reads the cache; their outputs are dropped, and the sampled rows' logits are
+gathered through a persistent index buffer."""
 from __future__ import annotations
 
 import time
@@ -98,11 +103,13 @@ def token_buckets(largest: int) -> list[int]:
 class Graph(NamedTuple):
     """One captured forward: a decode-only one of ``tokens`` requests, or a mixed one of ``tokens``
     tokens over ``requests`` requests, whose attention runs prefill work on ``prefill_tiles`` (an
-    attention_plan.TileConfig; None in a decode graph)."""
+    attention_plan.TileConfig; None in a decode graph), or, ``pod``, prefill and decode work in one
+    co-scheduled launch."""
     decode: bool
     tokens: int
     requests: int
     prefill_tiles: object = None
+    pod: bool = False
 
 
 class CudaGraphs:
@@ -140,16 +147,17 @@ class CudaGraphs:
         self.decode_graphs = {size: Graph(True, size, size) for size in self.sizes}
         self.mixed_graphs = [Graph(False, b, min(max_batch, b), tiles) for b in self.buckets
                              for tiles in self._prefill_tiles(b, min(max_batch, b), self._fewest(self.buckets, b))]
+        pod = getattr(backend, "hybrid", "sequential") == "pod"
+        self.pod_graphs = [Graph(False, b, min(max_batch, b), pod=True) for b in self.buckets] if pod else []
         max_seq_len = max_blocks * self.k_cache.shape[1]
-        self.plans = {graph: self._attention_plan(graph, max_seq_len) for graph in
-                      [*self.decode_graphs.values(), *self.mixed_graphs]}
+        every = [*self.decode_graphs.values(), *self.mixed_graphs, *self.pod_graphs]
+        self.plans = {graph: self._attention_plan(graph, max_seq_len) for graph in every}
         self.graphs: dict[Graph, tuple[Callable[[], None], torch.Tensor]] = {}
         cuda = dev.type == "cuda"
         reserved_before = torch.cuda.memory_reserved(dev) if cuda else None
         start, pool = time.perf_counter(), None
         # Largest first, so that every smaller graph fits the memory the largest took in the pool.
-        for graph in sorted([*self.decode_graphs.values(), *self.mixed_graphs], key=lambda g: (g.tokens, not g.decode),
-                            reverse=True):
+        for graph in sorted(every, key=lambda g: (g.tokens, not g.decode), reverse=True):
             prepared = self._padded(graph)
             replay, out, pool = capture(lambda prepared=prepared: runner.forward(prepared), pool)
             self.graphs[graph] = (replay, out)
@@ -159,6 +167,7 @@ class CudaGraphs:
             "decode_sizes": self.sizes, "mixed_tokens": self.buckets, "mixed_requests": max_batch,
             "graphs": len(self.graphs),
             "mixed_tiles": [[g.tokens, g.prefill_tiles.block_m, g.prefill_tiles.num_warps] for g in self.mixed_graphs],
+            "pod_graphs": len(self.pod_graphs),
             "capture_s": round(time.perf_counter() - start, 3),
             "pool_bytes": pool_bytes(pool) if cuda else None,
             "reserved_before_bytes": reserved_before,
@@ -184,6 +193,8 @@ class CudaGraphs:
         return kept
 
     def _attention_plan(self, graph: Graph, max_seq_len: int):
+        if graph.pod:
+            return self.backend.graph_pod(graph.tokens, graph.requests, self.num_heads, self.k_cache)
         fewest = self._fewest(self.sizes if graph.decode else self.buckets, graph.tokens)
         return self.backend.graph_plan(graph.tokens, graph.requests, self.num_heads, self.k_cache,
                                        max_seq_len=max_seq_len, prefill_tiles=graph.prefill_tiles,
@@ -215,6 +226,8 @@ class CudaGraphs:
         if meta.block_tables.shape[1] > self.block_tables.shape[1]:
             return None
         requests, tokens = meta.num_prefills + meta.num_decodes, prepared.input_ids.shape[0]
+        if self.pod_graphs and meta.num_prefills and meta.num_decodes:  # what its eager forward co-schedules
+            return next((g for g in self.pod_graphs if g.tokens >= tokens and g.requests >= requests), None)
         graphs = self.mixed_graphs if meta.num_prefills else self.decode_graphs.values()
         held = [g for g in graphs if g.tokens >= tokens and g.requests >= requests]
         if not held:
@@ -251,7 +264,11 @@ class CudaGraphs:
             self.sampled_rows[:sampled].copy_(prepared.logits_indices, non_blocking=True)
             if sampled < graph.requests:  # a row inside every bucket; a stale one may lie past a smaller one
                 self.sampled_rows[sampled : graph.requests].fill_(0)
-        self.backend.set_split_counts(self.split_counts, self.backend.batch_plan(meta, self.num_heads, self.k_cache))
+        if graph.pod:
+            self.backend.load_pod(self.plans[graph], meta, self.num_heads, self.k_cache)
+        else:
+            self.backend.set_split_counts(self.split_counts, self.backend.batch_plan(meta, self.num_heads,
+                                                                                     self.k_cache))
         replay, out = self.graphs[graph]
         replay()
         return out[:sampled]
