@@ -1,6 +1,7 @@
 """The public entry point: ``LLM(model=..., scheduler=...).generate(prompts)``."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sarathi_lab import inputs
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_attention_hybrid
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
@@ -136,6 +137,26 @@ class LLM:
             return None
         self.cuda_graphs = graphs.record
         return graphs
+
+    def use_attention_hybrid(self, hybrid: str) -> None:
+        """Run hybrid batches' attention ``hybrid``'s way from here on (EngineConfig.attention_hybrid),
+        with the engine's CUDA graphs captured again for it (the old ones freed first, so that one set is
+        held at a time): one model's weights and cache timed both ways."""
+        executor = self.engine.executor
+        runner = getattr(executor, "runner", None)
+        if runner is None or self.config.world_size > 1:
+            raise ConfigError(f"attention_hybrid={hybrid!r} cannot be switched on this engine: only a "
+                              "single-process model executor's")
+        backend = runner.model.backend
+        check_attention_hybrid(hybrid, backend.name)
+        backend.hybrid = hybrid
+        self.config = dataclasses.replace(self.config, attention_hybrid=hybrid)
+        self.plan = dataclasses.replace(self.plan, config=self.config)
+        if executor.graphs is not None:
+            executor.graphs = self.cuda_graphs = None
+            if self.config.torch_device.type == "cuda":
+                torch.cuda.empty_cache()
+            executor.graphs = self._capture_graphs(executor.runner, largest_iteration_tokens(self.engine.scheduler))
 
     @property
     def kv_capacity_tokens(self) -> int:

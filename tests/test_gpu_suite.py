@@ -573,3 +573,44 @@ def test_launch_step_names_each_iteration_against_its_floor(tmp_path, monkeypatc
             ] == [3, 0.5, 3.0, 4.0]
     assert "decode sizes [1, 2], mixed token buckets [16] (each of up to 2 requests" in notes[1]
     assert "the env step has not run" in notes[-1]
+
+
+def test_launch_times_the_hybrid_iterations_again_with_their_attention_co_scheduled(monkeypatch):
+    # The 1.25x physical-floor target holds once prefill and decode attention are co-scheduled: the
+    # step switches the engine to attention_hybrid=pod (its graphs captured again) and names those ,pod.
+    from sarathi_lab import LLM
+    from sarathi_lab.gpu.steps import launch
+    from sarathi_lab.profiling.launch import CASES
+
+    seen = []
+
+    def fake_measure(llm, chunk, decodes, context, reps):
+        seen.append((chunk, decodes, llm.model.backend.hybrid))
+        return {"eager_ms": 30.0, "engine_ms": 12.0, "graph_tokens": 0, "rel_diff": 0.0}
+
+    monkeypatch.setattr(launch, "measure", fake_measure)
+    env = {"copy_gbps": 100.0, "matmul_tflops": 10.0}
+    cpu = LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32)
+    assert launch._co_scheduled(cpu, CASES, 512, 1, env, False)[0] == [] and not seen
+    llm = LLM("tiny", device="cpu", dtype="float32", attention="triton", max_batch_size=2, max_model_len=32,
+              warmup_iters=0)
+    metrics, note = launch._co_scheduled(llm, CASES, 512, 1, env, False)
+    assert seen == [(c, 17, "pod") for c in (256, 512, 239, 495)]
+    keys = {m.metric for m in metrics}
+    assert {f"engine_over_floor[c={c}+b=17,pod]" for c in (256, 512, 239, 495)} <= keys
+    assert {m.target for m in metrics if m.metric.startswith("engine_over_floor[")} == {"<= 1.25"}
+    assert llm.config.attention_hybrid == "pod" == llm.plan.config.attention_hybrid and "pod" in note
+
+
+def test_an_engine_switched_to_co_scheduled_attention_gives_the_same_tokens():
+    from sarathi_lab import LLM
+    from sarathi_lab.config import ConfigError
+
+    llm = LLM("tiny", device="cpu", dtype="float32", attention="triton", max_batch_size=3, max_model_len=64,
+              chunk_size=16, scheduler="sarathi", warmup_iters=0)
+    prompts, new = [[3] * 21, [5] * 4, [7] * 9], [3, 6, 4]
+    sequential = llm.generate(prompts, max_new_tokens=new)
+    llm.use_attention_hybrid("pod")
+    assert llm.model.backend.hybrid == "pod" and llm.generate(prompts, max_new_tokens=new) == sequential
+    with pytest.raises(ConfigError, match="^attention_hybrid='pod' is invalid with the torch attention"):
+        LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32).use_attention_hybrid("pod")

@@ -2,7 +2,9 @@
 chunks (fixed and tile-aligned) alone and beside decodes, at contexts 1K and 3K, each eager and as the
 engine runs it (an LLM with its CUDA graphs on), beside its two floors (``profiling.floors``: the
 physical one and the sequential one, at the ceilings the env step measured); the engine's graphs'
-memory and capture time."""
+memory and capture time. Then, with the Triton attention, the hybrid iterations of FULL_TOKENS tokens
+or more again with their attention co-scheduled (``attention_hybrid=pod``: eager, and replayed from
+graphs of that launch), against the same floors (``,pod`` in their names)."""
 from __future__ import annotations
 
 import warnings
@@ -89,17 +91,36 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
              f"names, none at {context}); eager (runner.forward) and engine (executor.forward: its graph's replay "
              f"where one holds the batch), interleaved, median of {reps}; floors: physical max(compute, memory) of "
              "the whole iteration, sequential the sum of each kernel's own (profiling/floors.py)")
-    notes = [timed, f"engine graphs: {graphs}", *counts, *skipped]
+    pod, pod_note = _co_scheduled(llm, cases, context, reps, env, cuda)
+    metrics += pod
+    notes = [timed, f"engine graphs: {graphs}", *counts, *skipped, pod_note]
     notes += [f"warning: {w.message}" for w in caught if "capture" in str(w.message)]
     if own_ceilings:
         notes.append("floors at ceilings this step measured (the env step has not run)")
     return metrics, notes
 
 
+def _co_scheduled(llm, cases, context: int, reps: int, env: dict, cuda: bool) -> tuple[list[Metric], str]:
+    """The hybrid iterations of FULL_TOKENS tokens or more with their attention co-scheduled (the
+    physical floor's 1.25x is the target once it is); last, as the engine's graphs are captured again."""
+    hybrid = [(c, d) for c, d in cases if c and d and c + d >= FULL_TOKENS]
+    if llm.model.backend.name != "triton" or not hybrid:
+        return [], "co-scheduled attention (attention_hybrid=pod) not timed: it needs the Triton attention"
+    llm.use_attention_hybrid("pod")
+    metrics = []
+    for chunk, decodes in hybrid:
+        metrics += _iteration(llm, chunk, decodes, context, reps, env, cuda, context, variant="pod")
+    return metrics, (f"co-scheduled (,pod): {', '.join(label(c, d) for c, d in hybrid)} again with attention_hybrid="
+                     f"pod, eager and replayed from graphs of the co-scheduled launch "
+                     f"({(llm.cuda_graphs or {}).get('pod_graphs', 0)} captured)")
+
+
 def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict, cuda: bool,
-               base: int) -> list[Metric]:
-    """One iteration's metrics: its times, its two floors and the engine against each."""
+               base: int, variant: str = "") -> list[Metric]:
+    """One iteration's metrics: its times, its two floors and the engine against each; ``variant``
+    (``pod``) named after the shape."""
     row, key = measure(llm, chunk, decodes, context, reps), label(chunk, decodes, None if context == base else context)
+    key += f",{variant}" if variant else ""
     queries = [chunk] * (chunk > 0) + [1] * decodes
     at = (Shape.of(llm.model_config), queries, [context] * len(queries), len(queries), llm.dtype.itemsize,
           env["copy_gbps"], env["matmul_tflops"] * 1e3)
