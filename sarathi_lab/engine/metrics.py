@@ -161,8 +161,8 @@ class Metrics:
         """The driver's sends of this window's iterations: the last of its lifetime's, one per iteration
         (those before were earlier calls' and the warm-up's)."""
         n = len(self.iterations)
-        self.broadcast_s = list(sends_s[len(sends_s) - n:]) if n else []
-        self.broadcast_bytes = list(sizes[len(sizes) - n:]) if n else []
+        self.broadcast_s = list(sends_s[max(len(sends_s) - n, 0):]) if n else []
+        self.broadcast_bytes = list(sizes[max(len(sizes) - n, 0):]) if n else []
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
         """Throughputs over the makespan (first arrival to last finish, or end of the last iteration if
