@@ -190,7 +190,12 @@ class LLM:
                     for i, (prompt, new, arrival) in enumerate(zip(token_lists, new_tokens, arrivals))]
             self._next_id += n
             self.metrics = Metrics()
-            self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
+            try:
+                self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
+            finally:  # a run an SLO verdict or a signal stopped reports what it measured, its sends too
+                executor = self.engine.executor
+                if getattr(executor, "broadcast_s", None):
+                    self.metrics.keep_broadcasts(executor.broadcast_s, executor.broadcast_bytes)
             return [s.tokens[s.prompt_len:] for s in seqs]
         finally:
             self._call_lock.release()

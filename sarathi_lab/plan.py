@@ -13,6 +13,7 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
 from sarathi_lab.model import load_config
+from sarathi_lab.model.configs import check_buildable
 from sarathi_lab.model.memory import context_limit, device_memory_bytes, plan_kv_blocks
 from sarathi_lab.model.parallel.sharding import rank_memory_config
 from sarathi_lab.model.parallel.stages import Stage
@@ -29,6 +30,7 @@ class ModelLimits:
 
     @classmethod
     def of(cls, cfg: EngineConfig) -> ModelLimits:
+        check_buildable(cfg.model, cfg.executor)
         config = load_config(cfg.model)
         return cls(config, context_limit(cfg, config))
 

@@ -108,8 +108,8 @@ RUN_CASES = {
     "a model directory that is not one": (
         ["model=hf", "model.path={tmp}/nowhere"],
         ("error: model.path='{tmp}/nowhere' is invalid: it is neither a preset (tiny, cpu-small, llama2-7b, "
-         "llama-13b, llama-33b, mistral-7b, yi-34b) nor a local directory (a Hugging Face model's config.json and "
-         "*.safetensors)")),
+         "llama-13b, llama-33b, mistral-7b, yi-34b, llama2-70b, falcon-180b) nor a local directory (a Hugging Face "
+         "model's config.json and *.safetensors)")),
     "a path beside a preset": (
         ["model.path={tmp}/nowhere"],
         ("error: model.path='{tmp}/nowhere' is invalid with model=cpu-small: a preset reads no directory; allowed: "

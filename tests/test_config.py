@@ -336,8 +336,8 @@ def test_a_refused_simulation_leaves_an_interrupted_run_s_partial_records(tmp_pa
 
 @pytest.mark.parametrize("args,line", [
     (["scheduler=fcfs"], "scheduler='fcfs' is invalid: allowed values are " + ", ".join(sorted(scheduler_names()))),
-    (["-m", "model=tiny,llama-70b"], ("model='llama-70b' is invalid: allowed values are cpu-small, hf, "
-                                      "llama-13b, llama-33b, llama2-7b, mistral-7b, tiny, yi-34b")),
+    (["-m", "model=tiny,llama-70b"], ("model='llama-70b' is invalid: allowed values are cpu-small, falcon-180b, "
+                                      "hf, llama-13b, llama-33b, llama2-70b, llama2-7b, mistral-7b, tiny, yi-34b")),
     (["experiment=nope"], "experiment='nope' is invalid: allowed values are "
                           + ", ".join(_group_options(CONF_DIR / "experiment"))),
 ])

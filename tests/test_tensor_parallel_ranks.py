@@ -75,7 +75,8 @@ def test_a_checkpoint_with_one_kv_head_gives_transformers_tokens(tmp_path):
 
 def test_the_broadcast_benchmark_times_every_iteration_kind(capsys):
     table = tp_wire.main(["--requests", "2", "--new-tokens", "3", "--prompt", "16"])
-    assert list(table["kind"]) == ["decode", "prefill"] and (table["broadcast_ms_p50"] > 0).all()
+    assert list(table["kind"]) == ["decode", "hybrid", "prefill"] and (table["broadcast_ms_p50"] > 0).all()
+    assert list(table["decodes_p50"]) == [2, 1, 0] and table["broadcast_share_p50"].between(0, 1).all()
     # Two decodes: the header (10 int64s); ids, positions, slots and sampled rows (int64, 16 bytes each);
     # rows' starts (3 int32s), context lengths (2), block tables (2 x 2 blocks), each padded to 16 bytes.
     assert table.set_index("kind").loc["decode", "payload_bytes"] == 80 + 4 * 16 + 3 * 16

@@ -21,7 +21,8 @@ BENCHMARKS = {
                     "and this engine's task=profile tables measured on a GPU",
     "sim_vs_gpu": "the simulator against the real engine's runs on a GPU (--runs ROOT --lease LEASE): every run "
                   "kind, errors per iteration kind and cost model, served latencies, gains",
-    "tp_wire": "a tensor-parallel driver's host time per iteration sending each batch to the other ranks",
+    "tp_wire": "a tensor-parallel driver's host time per iteration sending each batch to the other ranks, and its "
+               "share of the iteration",
 }
 # `all` runs these; attention_reread is left to its own entry point.
 ALL = ("ceilings", "iteration", "overhead", "versus", "sampling")

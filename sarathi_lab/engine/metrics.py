@@ -152,6 +152,17 @@ class Metrics:
     # The requests handed to the run(s) recorded here. A request is recorded when it arrives, so a
     # run stopped early (an SLO trial's verdict, a signal) has no record of those yet to arrive.
     num_submitted: int = 0
+    # A tensor- or pipeline-parallel engine's driver, per iteration: the host seconds of packing the
+    # batch and broadcasting it to the other ranks (part of prepare_time), and the bytes it sent.
+    broadcast_s: list[float] = field(default_factory=list)
+    broadcast_bytes: list[int] = field(default_factory=list)
+
+    def keep_broadcasts(self, sends_s: list[float], sizes: list[int]) -> None:
+        """The driver's sends of this window's iterations: the last of its lifetime's, one per iteration
+        (those before were earlier calls' and the warm-up's)."""
+        n = len(self.iterations)
+        self.broadcast_s = list(sends_s[max(len(sends_s) - n, 0):]) if n else []
+        self.broadcast_bytes = list(sizes[max(len(sizes) - n, 0):]) if n else []
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
         """Throughputs over the makespan (first arrival to last finish, or end of the last iteration if
@@ -198,6 +209,11 @@ class Metrics:
         out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None])
         out |= _pcts("tpot", [r.tpot for r in reqs])
         out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs], unit="_s_per_token")
+        if self.broadcast_s:
+            # What the driver's broadcast costs the engine: per iteration, and its share of the busy time.
+            out |= _pcts("broadcast", np.asarray(self.broadcast_s) * 1e3, unit="_ms")
+            out |= {"broadcast_p50_bytes": float(np.median(self.broadcast_bytes)),
+                    "broadcast_fraction": sum(self.broadcast_s) / busy if busy > 0 else float("nan")}
         if slo is not None:
             met = sum(r.meets(slo) for r in reqs)
             out |= {"goodput_rps": rate(met), "slo_attainment": met / len(reqs) if reqs else float("nan")}

@@ -9,7 +9,7 @@ from pathlib import Path
 from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.model.presets import PRESETS
+from sarathi_lab.model.presets import PRESETS, SIMULATED_ONLY
 
 # The architectures the decoder builds, each with whether its attention projections carry a bias.
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": True}
@@ -23,6 +23,14 @@ def eos_token_of(config: PretrainedConfig) -> int | None:
     """The token that ends a request (the first, where a config lists several)."""
     eos = getattr(config, "eos_token_id", None)
     return eos[0] if isinstance(eos, list) else eos
+
+
+def check_buildable(model: str, executor: str) -> None:
+    """Refuses, in one line naming the model, a simulator-only preset anywhere but on the simulator:
+    the engine would otherwise build its LLaMA-form stand-in as if it were the model."""
+    if model in SIMULATED_ONLY and executor != "sim":
+        raise ModelLoadError(f"model={model!r} is invalid with executor={executor!r}: {SIMULATED_ONLY[model]}; "
+                             "allowed: executor=sim")
 
 
 def load_config(model: str) -> PretrainedConfig:

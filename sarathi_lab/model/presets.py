@@ -25,6 +25,22 @@ PRESETS: dict[str, PretrainedConfig] = {
                          rope_theta=1e6),
     # Sarathi-Serve's second model (two A100s, tensor parallel): 01-ai/Yi-34B's config.json.
     "yi-34b": _llama(7168, 20480, 60, 56, 8, vocab=64000, rope_theta=5e6),
+    # Sarathi-Serve's third (TP4 x PP2 on eight A40s): meta-llama/Llama-2-70b-hf's config.json.
+    "llama2-70b": _llama(8192, 28672, 80, 64, 8, rope_theta=10000.0),
+    # Sarathi-Serve's fourth (TP4 x PP2 on two nodes of four A100s), for the simulator only: Falcon-180B
+    # (tiiuae/falcon-180B: 80 layers, hidden 14848, 232 heads of 64, 8 KV heads, vocab 65024, context
+    # 2048) in the LLaMA form the cost models price. Its parallel attention + MLP, LayerNorm and non-gated
+    # GELU MLP of 4 x hidden (2 x h x 4h weights) are written as a gated MLP of 39592 columns (3 x h x
+    # 39592 weights, 0.007% fewer; a multiple of 8, so that 2, 4 and 8 ranks split it): the same FLOPs
+    # and weight bytes per token; norms and activations differ only in pointwise bytes. The engine's
+    # decoder is LLaMA's, so it refuses to build this one (SIMULATED_ONLY).
+    "falcon-180b": _llama(14848, 39592, 80, 232, 8, context=2048, vocab=65024),
+}
+
+# Presets whose shapes only the simulator may use, each with what the real engine would get wrong.
+SIMULATED_ONLY: dict[str, str] = {
+    "falcon-180b": "Falcon's decoder (attention and MLP in parallel, LayerNorm, a non-gated GELU MLP) is not "
+                   "built by this engine, whose decoder is LLaMA's; the preset is its cost-equivalent LLaMA form",
 }
 for _cfg in PRESETS.values():
     _cfg.architectures = [_cfg.__class__.__name__.replace("Config", "ForCausalLM")]
