@@ -72,13 +72,16 @@ class PipelineParallelExecutor(PipelineExecutor):
             sent = encode(host)
             header = sent.header.tolist()
             sends = chain.forward(sent.header, self.group.control) + chain.forward(sent.payload, self.wire)
+            t1 = clock.now()
+            run = run_stage(self.part, header, sent.payload)
             lm = runner.model
             logits = torch.empty(header[LOGITS], lm.config.vocab_size, dtype=lm.embed_tokens.weight.dtype,
                                  device=runner.device)
-            # Posted before stage 0 runs: the last stage's send never waits for this rank.
+            # Posted once stage 0's activations are on their way, before they can have come back as
+            # logits. Not before: NCCL queues a pair's sends and receives in order on one stream, and
+            # with two stages the rank that takes the activations sends the logits back, so a receive
+            # queued first would wait for logits that need the activations queued behind it.
             received = dist.irecv(logits, src=chain.logits_sender, group=self.part.p2p)
-            t1 = clock.now()
-            run = run_stage(self.part, header, sent.payload)
         except Exception as e:
             raise self._fail(e) from e
         self.broadcast_s.append(t1 - t0)
