@@ -108,6 +108,12 @@ class PipelineParallelExecutor(PipelineExecutor):
             self.collect()
         self._in_flight.clear()
 
+    @property
+    def micro_batches_submitted(self) -> int:
+        """Micro-batches submitted since the engine was built: read before a run, the ``micro_batch`` of
+        that run's first row in ``stage_timeline`` (its i-th iteration record is micro-batch that + i)."""
+        return self.part.timeline.submitted
+
     def stage_timeline(self) -> pd.DataFrame:
         """When every rank computed every micro-batch since the engine was built: one row per rank and
         micro-batch (rank, stage, micro_batch, start_s, end_s, tokens, prefill_tokens; times are
