@@ -82,8 +82,13 @@ class PipelineParallelExecutor(PipelineExecutor):
             # with two stages the rank that takes the activations sends the logits back, so a receive
             # queued first would wait for logits that need the activations queued behind it.
             received = dist.irecv(logits, src=chain.logits_sender, group=self.part.p2p)
-        except Exception as e:
-            raise self._fail(e) from e
+        except BaseException as e:
+            # Stopped halfway (Ctrl-C included), the ranks would wait for what was not sent and take
+            # the next micro-batch's for it: they are given up, and the next engine starts new ones.
+            failure = self._fail(e)
+            if isinstance(e, Exception):
+                raise failure from e
+            raise
         self.broadcast_s.append(t1 - t0)
         self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
         self._in_flight.append(_InFlight(batch, sends + run.sends, logits, received, t1 - t0, t1))
