@@ -102,6 +102,16 @@ def test_a_run_stopped_by_its_caller_leaves_the_pipeline_empty_for_the_next():
     assert llm.generate(PROMPTS, NEW) == want
 
 
+def test_the_same_ranks_serve_a_pipeline_then_tensor_parallelism_then_a_pipeline_again():
+    # A pipeline's commands come point to point, tensor parallelism's by broadcast: each engine's
+    # build reaches the ranks the way the one before listened.
+    want = LLM("tiny", **SETTINGS).generate(PROMPTS, NEW)
+    ranks = driver.ranks(2)
+    for layout in ({"pipeline_parallel": 2}, {"tensor_parallel": 2}, {"pipeline_parallel": 2}):
+        assert LLM("tiny", **layout, **SETTINGS).generate(PROMPTS, NEW) == want
+    assert driver._ranks is ranks  # never respawned
+
+
 def test_a_stage_that_dies_ends_the_run_with_an_error_naming_its_rank():
     llm = LLM("tiny", pipeline_parallel=2, **SETTINGS)
     rank1 = driver._ranks.processes[0]
@@ -138,3 +148,14 @@ def test_two_stages_of_two_ranks_give_the_single_process_engines_tokens(schedule
     assert llm.generate(PROMPTS, NEW) == want
     assert overlapped(llm)
     check_timeline(llm, stages=2, tp=2)
+
+
+@pytest.mark.slow
+def test_three_stages_pass_micro_batches_through_the_middle_one(monkeypatch):
+    # Layers 0-1, 2 and 3: the middle rank takes each micro-batch from stage 0 and hands it on.
+    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 3)
+    want = LLM("tiny", scheduler="sarathi_serve", **SETTINGS).generate(PROMPTS, NEW)
+    llm = LLM("tiny", scheduler="sarathi_serve", pipeline_parallel=3, **SETTINGS)
+    assert llm.generate(PROMPTS, NEW) == want
+    assert overlapped(llm)
+    check_timeline(llm, stages=3, tp=1)
