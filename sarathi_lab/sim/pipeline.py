@@ -25,7 +25,7 @@ from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.scheduler import make_scheduler
+from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.device import load_device
@@ -70,10 +70,18 @@ class PipelineResult:
 
 
 class PipelineSimulator:
-    def __init__(self, scheduler: str, cost: StageCostModel, par: Parallelism | None = None,
+    """``scheduler``: a name, built here over a cache of ``num_kv_blocks`` (default: what a GPU of the
+    roofline's device holds), or a scheduler already built (a real engine's twin: its knobs and cache)."""
+
+    def __init__(self, scheduler: str | Scheduler, cost: StageCostModel, par: Parallelism | None = None,
                  max_batch_size: int = 32, chunk_size: int = 256, num_kv_blocks: int | None = None,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, max_in_flight: int | None = None):
         self.par, self.cost = par or Parallelism(tp=8, pp=8), cost
+        # Micro-batches in the pipeline at once: one a stage (default), or fewer for an engine that keeps fewer.
+        self.max_in_flight = max_in_flight or self.par.pp
+        if isinstance(scheduler, Scheduler):
+            self.scheduler = scheduler
+            return
         if max_model_len is None:
             max_model_len = cost.shard.max_position_embeddings
         if num_kv_blocks is None:
@@ -109,7 +117,7 @@ class PipelineSimulator:
                 sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
                 engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
                               mb.start, 0.0, mb.exit)
-            batch = sched.schedule() if len(in_flight) < stages else ScheduledBatch()
+            batch = sched.schedule() if len(in_flight) < self.max_in_flight else ScheduledBatch()
             if not batch:
                 if not (in_flight or pending or sched.has_work()):
                     break   # the last micro-batches just left
