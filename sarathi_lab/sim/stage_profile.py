@@ -50,7 +50,7 @@ class ProfileStages:
         return 0.0
 
     def describe(self) -> str:
-        return (f"{self.stages} stages of {getattr(self.whole, 'source', type(self.whole).__name__)} "
-                f"({getattr(self.whole, 'name', 'cost model')}): layers split evenly, LM head on the last, "
+        return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
+                f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
                 f"{'host work on stage 0, ' if self.host_on_stage0 else ''}sends {self.p2p_latency_s * 1e6:g} us + "
                 f"{self.p2p_bandwidth / 1e9:g} GB/s")

@@ -102,7 +102,7 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, 
     stages = ProfileStages(whole, cfg.pipeline_parallel, hidden_bytes)
     sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
                             max_in_flight=max_in_flight)
-    return sim.run(lengths, arrivals), stages.describe() + f" from {path}"
+    return sim.run(lengths, arrivals), stages.describe()
 
 
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
