@@ -86,8 +86,9 @@ class EngineConfig:
     # rule: GPU_MEMORY_UTILISATION of its memory (a real one's free memory, a simulated one's all of it)
     # less the weights and the activations of the scheduler's largest iteration (a whole-prompt
     # scheduler's can hold every token the cache does: both are sized together); on a CPU enough for
-    # max_batch_size requests of max_model_len tokens (the paper's preallocation), capped by a share of
-    # memory and by what the weights leave. model/memory.py decides it for the engine and the simulator.
+    # max_batch_size requests of max_model_len tokens (the paper's preallocation; as many for each of the
+    # pipeline_parallel micro-batches in flight), capped by a share of memory and by what the weights
+    # leave. model/memory.py decides it for the engine and the simulator.
     num_kv_blocks: int | None = None
     kv_cache_gb: float | None = None
     # Admission leaves int(kv_watermark * blocks) free for running requests to grow into before one is

@@ -1,7 +1,7 @@
 """Tensor parallelism across real processes (two ranks, gloo on 127.0.0.1): the greedy tokens of the
 single-process engine under every scheduler, transformers' own tokens from a checkpoint whose one KV
 head every rank replicates, and a rank that dies ending the run with an error that names it. The
-ranks are spawned once and serve every engine of this file."""
+ranks are spawned once and serve every engine of this file. Pipelines: test_pipeline_ranks.py."""
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +39,6 @@ def test_two_ranks_give_the_single_process_engines_tokens(scheduler):
     assert llm.generate(PROMPTS, NEW) == want
     # Every iteration's batch went to the other rank, each send timed.
     assert len(llm.engine.executor.broadcast_s) == len(llm.metrics.iterations)
-    # The same two ranks as two pipeline stages (layers 0-1 and 2-3).
-    assert LLM("tiny", scheduler=scheduler, pipeline_parallel=2, **SETTINGS).generate(PROMPTS, NEW) == want
 
 
 def test_sampled_tokens_and_preemptions_are_the_single_process_engines():
@@ -119,13 +117,3 @@ def test_torchrun_runs_the_cli_with_rank_0_driving_and_rank_1_serving(tmp_path):
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((tmp_path / "metrics.json").read_text())["environment"]["tensor_parallel"] == 2
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("scheduler", ["sarathi", "vllm"])
-def test_two_stages_of_two_ranks_give_the_single_process_engines_tokens(scheduler, monkeypatch):
-    # Four ranks on this machine's cores (the check counts one core each; the test's ranks share them).
-    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 4)
-    want = LLM("tiny", scheduler=scheduler, **SETTINGS).generate(PROMPTS, NEW)
-    llm = LLM("tiny", scheduler=scheduler, tensor_parallel=2, pipeline_parallel=2, **SETTINGS)
-    assert llm.generate(PROMPTS, NEW) == want

@@ -26,3 +26,27 @@ class Executor(ABC):
     @abstractmethod
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         """Run one iteration. Reads the requests' state, never changes it (the scheduler does)."""
+
+
+class PipelineExecutor(Executor):
+    """An executor whose batches pass through pipeline stages: up to ``depth`` micro-batches are
+    submitted before the oldest one's tokens are collected, so that every stage has one to run. The
+    engine holds a submitted batch's requests out of scheduling until its tokens are collected."""
+
+    depth: int
+
+    @abstractmethod
+    def submit(self, batch: ScheduledBatch) -> None:
+        """Send ``batch`` into the pipeline; returns once the first stage may take the next one."""
+
+    @abstractmethod
+    def collect(self) -> StepOutput:
+        """The tokens of the oldest batch submitted and not collected yet (waiting for them)."""
+
+    @abstractmethod
+    def drain(self) -> None:
+        """Wait for every batch in flight and drop their tokens (a run that stops early)."""
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        self.submit(batch)
+        return self.collect()

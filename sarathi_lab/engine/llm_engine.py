@@ -1,13 +1,17 @@
-"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics."""
+"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics. With a
+pipeline executor, several micro-batches are in flight: each one is submitted as soon as the pipeline
+has room, and updated when its tokens are collected."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
+from collections import deque
 from collections.abc import Callable
 
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
-from sarathi_lab.engine.executor import Executor, StepOutput
+from sarathi_lab.engine.executor import Executor, PipelineExecutor, StepOutput
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.engine.scheduler import Scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
@@ -21,6 +25,10 @@ class LLMEngine:
         self.metrics = Metrics()
         self._records: dict[int, RequestRecord] = {}
         self._t0 = clock.now()
+        # The micro-batches in the pipeline, oldest first, each with its start (seconds since start())
+        # and scheduling time; None: one batch at a time (no pipeline, or one stage).
+        self._in_flight: deque[tuple[ScheduledBatch, float, float]] | None = (
+            deque() if isinstance(executor, PipelineExecutor) and executor.depth > 1 else None)
 
     def start(self, metrics: Metrics, sampling: SamplingParams) -> None:
         """Open a measurement window: records go to ``metrics``, times count from now."""
@@ -48,6 +56,33 @@ class LLMEngine:
             return None
         out = self.executor.execute(batch)
         return self.finish(batch, out, start - self._t0, scheduled - start)
+
+    def advance(self) -> tuple[bool, IterationRecord | None]:
+        """One move of the loop: whether anything ran, and the iteration that finished if one did. In a
+        pipeline a move submits a micro-batch while there is room and the scheduler has one to give
+        (from the requests not in flight), else collects the oldest one's tokens, as Sarathi-Serve's and
+        vLLM's pipelines do."""
+        in_flight, scheduler = self._in_flight, self.scheduler
+        if in_flight is None:
+            record = self.step() if scheduler.has_work() else None
+            return record is not None, record
+        clock = self.clock
+        if len(in_flight) < self.executor.depth and scheduler.has_work():
+            start = clock.now()
+            batch = scheduler.schedule()
+            scheduled = clock.now()
+            if batch:
+                self.executor.submit(batch)
+                scheduler.in_flight.update([c.seq.seq_id for c in batch.prefills] + [s.seq_id for s in batch.decodes])
+                in_flight.append((batch, start - self._t0, scheduled - start))
+                return True, None
+        if not in_flight:
+            return False, None
+        batch, t_start, schedule_s = in_flight.popleft()
+        out = self.executor.collect()
+        scheduler.in_flight.difference_update([c.seq.seq_id for c in batch.prefills] +
+                                              [s.seq_id for s in batch.decodes])
+        return True, self.finish(batch, out, t_start, schedule_s)
 
     def finish(self, batch: ScheduledBatch, out: StepOutput, t_start: float, schedule_s: float,
                t_end: float | None = None) -> IterationRecord:
@@ -127,8 +162,8 @@ class LLMEngine:
                     self.add_request(seq)
                     next_arrival += 1
                 last_check, in_step = now, len(scheduler.waiting) + len(scheduler.running)
-                record = self.step() if scheduler.has_work() else None
-                if record is None:
+                moved, record = self.advance()
+                if not moved:
                     if next_arrival == len(pending):
                         raise RuntimeError("scheduler produced an empty batch with requests left and none to arrive")
                     # (t0 + a) - t0 can round below a: wake at least at the arrival in elapsed time,
@@ -137,9 +172,15 @@ class LLMEngine:
                     while due - self._t0 < pending[next_arrival].arrival:
                         due = math.nextafter(due, math.inf)
                     self.clock.sleep_until(due)
-                elif on_iteration is not None:
+                elif on_iteration is not None and record is not None:
                     on_iteration(record)
         except BaseException:
+            if self._in_flight:
+                # The ranks finish what they hold, so that the next run starts on an empty pipeline; a
+                # failed executor drops it (the error that stopped the run is the one raised).
+                with contextlib.suppress(Exception):
+                    self.executor.drain()
+                self._in_flight.clear()
             scheduler.abort_all()
             raise
         finally:

@@ -192,7 +192,10 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, dtype: torc
                               f"and a decode per running request ({tokens} in all) leaves no room "
                               "for a KV cache")
         return room // block_bytes
-    wanted = blocks_beside_watermark(cfg.max_batch_size * blocks_for(context, cfg.block_size), cfg.kv_watermark)
+    # Each micro-batch in flight through a pipeline holds up to max_batch_size requests of its own, whose
+    # blocks stay taken until its tokens return: a cache for one batch would keep the others' stages idle.
+    requests = cfg.max_batch_size * cfg.pipeline_parallel
+    wanted = blocks_beside_watermark(requests * blocks_for(context, cfg.block_size), cfg.kv_watermark)
     return min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes), room // block_bytes)
 
 

@@ -167,6 +167,7 @@ class Scheduler(ABC):
             self.blocks.free(seq)
             seq.num_computed = 0
         self.waiting, self.running = [], []
+        self.in_flight.clear()
         return dropped
 
     # Shared steps the policies compose.

@@ -1,6 +1,7 @@
 """Rank 0 of a tensor-parallel engine: it keeps the ranks (spawned once and reused by every engine of
 this process, or started by torchrun), sends each engine's spec, and each iteration's batch as a
-header and one byte buffer before running its own shard of the forward and sampling the logits."""
+header and one byte buffer before running its own shard of the forward and sampling the logits. A
+pipeline engine's executor (several micro-batches in flight) is pipelined.py's."""
 from __future__ import annotations
 
 import atexit
@@ -17,6 +18,7 @@ from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.model.parallel import worker
+from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import (
     BUILD_TIMEOUT_S,
     JOIN_TIMEOUT_S,
@@ -28,6 +30,7 @@ from sarathi_lab.model.parallel.group import (
     join,
     torchrun_rank,
 )
+from sarathi_lab.model.parallel.pipelined import PipelineParallelExecutor
 from sarathi_lab.model.parallel.rank import RankPart, RankSpec, build_rank, run_step
 from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, OP, STOP, encode
 from sarathi_lab.model.runner import batch_tensors
@@ -77,9 +80,9 @@ def close() -> None:
     if group is None:
         return
     if not group.dead_ranks():
-        # A rank already gone fails the broadcast: the others are stopped below all the same.
+        # A rank already gone fails the command: the others are stopped below all the same.
         with contextlib.suppress(Exception):
-            bounded(dist.broadcast(_header(STOP), 0, group=group.control, async_op=True), 10.0)
+            _command(group, _header(STOP), 10.0)
     _stop(group.processes)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -102,20 +105,33 @@ def _header(op: int) -> torch.Tensor:
     return header
 
 
-def start_engine(spec: RankSpec) -> ParallelExecutor:
+def _command(group: RankGroup, header: torch.Tensor, timeout_s: float) -> None:
+    """``header`` to every rank: broadcast, or along the chain of the pipeline engine built last, for
+    which every rank waits point to point."""
+    if group.chain is None:
+        bounded(dist.broadcast(header, 0, group=group.control, async_op=True), timeout_s)
+    else:
+        wait_all(group.chain.forward(header, group.control), timeout_s)
+
+
+def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
     """Every rank builds its part of the engine of ``spec``; the driver's executor over its own part."""
     cfg = spec.config
     group = ranks(cfg.world_size)
     group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
         f" x pipeline_parallel={cfg.pipeline_parallel}" if cfg.pipeline_parallel > 1 else "")
     try:
-        bounded(dist.broadcast(_header(BUILD), 0, group=group.control, async_op=True), cfg.collective_timeout_s)
+        _command(group, _header(BUILD), cfg.collective_timeout_s)
         dist.broadcast_object_list([spec], 0, group=group.control)
         groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
         part = build_rank(spec, group, groups)
         bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)
     except Exception as e:
         raise _give_up(group, e, cfg.collective_timeout_s) from e
+    group.chain = part.chain
+    if part.chain is not None:
+        return PipelineParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s, cfg.pipeline_parallel,
+                                        lambda e: _give_up(group, e, cfg.collective_timeout_s))
     return ParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s)
 
 

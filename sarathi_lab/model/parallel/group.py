@@ -62,6 +62,9 @@ class RankGroup:
     processes: list = field(default_factory=list)
     # How errors name the layout (the engine's keys), set when an engine starts.
     label: str = ""
+    # How the driver's commands reach the ranks of the engine built last: its pipeline's Chain (every
+    # rank then waits for its source's next command, point to point); None: broadcast over all ranks.
+    chain: Any = None
 
     def device(self, device_type: str) -> torch.device:
         """One GPU per rank on a node (its local rank's); the CPU is shared."""

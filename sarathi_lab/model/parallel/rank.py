@@ -1,9 +1,10 @@
 """One rank's part of a tensor-parallel engine, the same on the driver and the other ranks: its shard
 of the model and of the KV cache (its KV heads, every block), built from the spec the driver sends
-once per engine, and the step every rank runs over the batch the driver broadcast."""
+once per engine, and the step every rank runs over the batch the driver sent: the whole forward of
+a tensor-parallel engine, or its stage's part of a pipeline's micro-batch."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -14,12 +15,14 @@ from sarathi_lab.attention import make_backend
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.loader import build_model
+from sarathi_lab.model.parallel.chain import Chain
 from sarathi_lab.model.parallel.group import EngineGroups, RankGroup, threads_per_rank
 from sarathi_lab.model.parallel.layers import join_ranks
-from sarathi_lab.model.parallel.pipeline import stage_forward
+from sarathi_lab.model.parallel.pipeline import StageRun, stage_forward
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
-from sarathi_lab.model.parallel.wire import LOGITS, decode
+from sarathi_lab.model.parallel.timeline import StageTimeline
+from sarathi_lab.model.parallel.wire import decode
 from sarathi_lab.model.runner import ModelRunner
 
 
@@ -37,12 +40,15 @@ class RankSpec:
 @dataclass
 class RankPart:
     """This rank's runner, where it sits (global rank; tensor_parallel ranks a stage, rank r in stage
-    r // tp), its pipeline stage (None: one stage) and the group activations go stage to stage over."""
+    r // tp), its pipeline stage (None: one stage), the group activations go stage to stage over, and
+    in a pipeline the chain its commands come by and the times it computed each micro-batch."""
     runner: ModelRunner
     rank: int
     tp: int
     stage: Stage | None
     p2p: Any
+    chain: Chain | None = None
+    timeline: StageTimeline = field(default_factory=StageTimeline)
 
 
 def build_rank(spec: RankSpec, group: RankGroup, groups: EngineGroups) -> RankPart:
@@ -65,26 +71,26 @@ def build_rank(spec: RankSpec, group: RankGroup, groups: EngineGroups) -> RankPa
     cache = torch.zeros(layers, 2, spec.num_kv_blocks, cfg.block_size, shards.local_kv_heads, shards.head_dim,
                         dtype=spec.dtype, device=device)
     runner = ModelRunner(model, [(layer[0], layer[1]) for layer in cache], cfg.block_size, device)
-    return RankPart(runner, group.rank, tp, stage, groups.p2p)
+    chain = Chain(group.rank, tp, group.size) if pp > 1 else None
+    return RankPart(runner, group.rank, tp, stage, groups.p2p, chain)
 
 
-def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.Tensor | None:
-    """The forward of the batch the driver sent: the sampled rows' logits, whole, on the driver (and
-    the other ranks of the last stage); None on the others."""
+def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.Tensor:
+    """The forward of the batch the driver broadcast (one stage): the sampled rows' logits, whole."""
     runner = part.runner
     prepared = decode(header, payload, runner.device)
     runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])
-    stage = part.stage
-    if stage is None:
-        return runner.forward(prepared)
-    logits = stage_forward(runner, stage, prepared, part.rank, part.tp, part.p2p)
-    sender = (stage.count - 1) * part.tp  # the last stage's first rank hands the driver its logits
-    if part.rank == sender:
-        dist.send(logits, dst=0, group=part.p2p)
-        return None
-    if part.rank == 0:
-        lm = runner.model
-        logits = torch.empty(header[LOGITS], lm.config.vocab_size, dtype=lm.embed_tokens.weight.dtype,
-                             device=runner.device)
-        dist.recv(logits, src=sender, group=part.p2p)
-    return logits
+    return runner.forward(prepared)
+
+
+def run_stage(part: RankPart, header: list[int], payload: torch.Tensor) -> StageRun:
+    """This rank's stage of a pipeline's micro-batch, its compute recorded in the part's timeline; the
+    last stage's first rank sends the logits to the driver. Its sends are under way on return."""
+    runner = part.runner
+    prepared = decode(header, payload, runner.device)
+    runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])
+    run = stage_forward(runner, part.stage, prepared, part.rank, part.tp, part.p2p)
+    part.timeline.record(header, run.start_s, run.end_s)
+    if part.rank == part.chain.logits_sender:
+        run.sends.append((dist.isend(run.logits, dst=0, group=part.p2p), run.logits))
+    return run

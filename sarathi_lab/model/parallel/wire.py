@@ -14,8 +14,8 @@ from sarathi_lab.model.runner import PreparedBatch, pack_layout, packed, unpacke
 # Header slots.
 OP, TOKENS, REQUESTS, LOGITS, TABLE_WIDTH, PREFILLS, DECODES, PREFILL_TOKENS, MAX_QUERY, NBYTES = range(10)
 HEADER_LEN = 10
-# What the driver asks of the other ranks (header[OP]).
-STEP, BUILD, STOP = 1, 2, 3
+# What the driver asks of the other ranks (header[OP]); TIMELINE: send the driver your stage's times.
+STEP, BUILD, STOP, TIMELINE = 1, 2, 3, 4
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The loop of every rank but the driver: wait for the driver's command, then build an engine's part,
-run a step, or leave. A rank has no scheduler and samples nothing; what fails here ends the process,
-whose closed connections end the driver's collectives, which then name this rank."""
+run a step, send its stage's times, or leave. A rank has no scheduler and samples nothing; what fails
+here ends the process, whose closed connections end the driver's collectives, which then name this
+rank. In a pipeline engine the commands come point to point along the pipeline (chain.py), so that
+each stage takes the next micro-batch as soon as it is free."""
 from __future__ import annotations
 
 import gc
@@ -9,9 +11,14 @@ import os
 import torch
 import torch.distributed as dist
 
+from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import RankGroup, engine_groups, join, torchrun_rank
-from sarathi_lab.model.parallel.rank import build_rank, run_step
-from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, NBYTES, OP, STOP
+from sarathi_lab.model.parallel.rank import RankPart, build_rank, run_stage, run_step
+from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, NBYTES, OP, STEP, STOP, TIMELINE
+
+# How long a rank waits for its forwards of the driver's last command to be taken before it leaves
+# (no engine's collective_timeout_s applies: none may be built).
+LEAVE_TIMEOUT_S = 10.0
 
 
 def spawned(rank: int, size: int, init_method: str) -> None:
@@ -27,13 +34,39 @@ def from_torchrun() -> None:
 
 
 def serve(group: RankGroup) -> None:
-    header = torch.empty(HEADER_LEN, dtype=torch.int64)
-    part, wire = None, None
+    part: RankPart | None = None
+    wire, timeout_s = None, LEAVE_TIMEOUT_S
+    # The sends of the micro-batch before the one this rank runs now: waited for once that one has
+    # run, so that a stage never waits for the next one to be free before it computes.
+    pending: list = []
     while True:
-        dist.broadcast(header, 0, group=group.control)
+        chain = part.chain if part is not None else None
+        header = torch.empty(HEADER_LEN, dtype=torch.int64)
+        if chain is None:
+            dist.broadcast(header, 0, group=group.control)
+        else:
+            chain.receive(header, group.control)  # as long as the driver is idle
         h = header.tolist()
+        forwards = chain.forward(header, group.control) if chain is not None else []
+        if h[OP] == STEP and chain is not None:
+            payload = chain.receive(torch.empty(h[NBYTES], dtype=torch.uint8), wire)
+            forwards += chain.forward(payload, wire)
+            run = run_stage(part, h, payload)
+            wait_all(pending, timeout_s)
+            pending = forwards + run.sends
+            continue
+        wait_all(pending + forwards, timeout_s)  # any other command finds every micro-batch sent on
+        pending = []
         if h[OP] == STOP:
             break
+        if h[OP] == TIMELINE:
+            rows = part.timeline.as_tensor()
+            count = torch.tensor([rows.shape[0]], dtype=torch.int64)
+            sends = [(dist.isend(count, 0, group=wire), count)]
+            if rows.shape[0]:
+                sends.append((dist.isend(rows, 0, group=wire), rows))
+            wait_all(sends, timeout_s)
+            continue
         if h[OP] == BUILD:
             spec = [None]
             dist.broadcast_object_list(spec, 0, group=group.control)
@@ -41,7 +74,7 @@ def serve(group: RankGroup) -> None:
             gc.collect()
             cfg = spec[0].config
             groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
-            wire = groups.wire
+            wire, timeout_s = groups.wire, cfg.collective_timeout_s
             part = build_rank(spec[0], group, groups)
             dist.barrier(group=group.control)  # built: the driver may send steps
             continue

@@ -1,0 +1,140 @@
+"""Rank 0 of a pipeline engine: it submits each micro-batch (its bytes sent along the pipeline's chain,
+then stage 0's part of the forward run here) without waiting for the micro-batches before it, and
+collects each one's logits from the last stage in the order submitted, sampling them here. Every
+wait is bounded by collective_timeout_s; any failure gives the ranks up with an error naming them."""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.clock import Clock
+from sarathi_lab.engine.executor import PipelineExecutor, StepOutput
+from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.model.parallel.chain import wait_all
+from sarathi_lab.model.parallel.group import RankGroup, bounded
+from sarathi_lab.model.parallel.rank import RankPart, run_stage
+from sarathi_lab.model.parallel.timeline import FIELDS, timeline_frame
+from sarathi_lab.model.parallel.wire import HEADER_LEN, LOGITS, OP, TIMELINE, encode
+from sarathi_lab.model.runner import batch_tensors
+from sarathi_lab.model.sampler import Sampler
+
+
+@dataclass
+class _InFlight:
+    batch: ScheduledBatch
+    sends: list          # (work, tensor): the batch's bytes and stage 0's activations, on their way
+    logits: torch.Tensor  # filled by ``received`` from the last stage
+    received: object
+    prepare_s: float
+    sent_at: float
+
+
+class PipelineParallelExecutor(PipelineExecutor):
+    """The driver's executor of ``depth`` pipeline stages. ``broadcast_s`` / ``broadcast_bytes``: per
+    micro-batch, the host seconds of packing and posting its sends, and the bytes sent to each rank
+    that takes them. A micro-batch's ``forward_s`` runs from its sends to its logits' return: its
+    stages' compute, and its waits behind the micro-batches ahead of it."""
+
+    def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float, depth: int,
+                 give_up: Callable[[BaseException], RuntimeError], clock: Clock | None = None):
+        self.part = part
+        self.runner = part.runner
+        self.chain = part.chain
+        self.group = group
+        self.wire = wire
+        self.timeout_s = timeout_s
+        self.depth = depth
+        self.clock = clock
+        self._give_up = give_up
+        self.sampler = Sampler(SamplingParams())
+        self.broadcast_s: list[float] = []
+        self.broadcast_bytes: list[int] = []
+        self._in_flight: deque[_InFlight] = deque()
+        self._host = torch.device("cpu")
+        # Set once a wait failed and the ranks were given up: nothing more is sent to them.
+        self._failed: RuntimeError | None = None
+
+    def start(self, sampling: SamplingParams) -> None:
+        self.sampler = Sampler(sampling)
+
+    def submit(self, batch: ScheduledBatch) -> None:
+        self._check_alive()
+        clock, runner, chain = self.clock, self.runner, self.chain
+        t0 = clock.now()
+        host = batch_tensors(batch, runner.block_size, self._host, runner.tables)
+        try:
+            sent = encode(host)
+            header = sent.header.tolist()
+            sends = chain.forward(sent.header, self.group.control) + chain.forward(sent.payload, self.wire)
+            lm = runner.model
+            logits = torch.empty(header[LOGITS], lm.config.vocab_size, dtype=lm.embed_tokens.weight.dtype,
+                                 device=runner.device)
+            # Posted before stage 0 runs: the last stage's send never waits for this rank.
+            received = dist.irecv(logits, src=chain.logits_sender, group=self.part.p2p)
+            t1 = clock.now()
+            run = run_stage(self.part, header, sent.payload)
+        except Exception as e:
+            raise self._fail(e) from e
+        self.broadcast_s.append(t1 - t0)
+        self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
+        self._in_flight.append(_InFlight(batch, sends + run.sends, logits, received, t1 - t0, t1))
+
+    def collect(self) -> StepOutput:
+        self._check_alive()
+        mb = self._in_flight.popleft()
+        clock = self.clock
+        try:
+            bounded(mb.received, self.timeout_s)
+            wait_all(mb.sends, self.timeout_s)
+        except Exception as e:
+            raise self._fail(e) from e
+        t2 = clock.now()
+        keys = None if self.sampler.greedy else [(s.sample_key, s.num_generated) for s in mb.batch.sampled]
+        tokens = self.sampler(mb.logits, keys)
+        t3 = clock.now()
+        return StepOutput(tokens, prepare_s=mb.prepare_s, forward_s=t2 - mb.sent_at, sample_s=t3 - t2)
+
+    def drain(self) -> None:
+        while self._in_flight and self._failed is None:
+            self.collect()
+        self._in_flight.clear()
+
+    def stage_timeline(self) -> pd.DataFrame:
+        """When every rank computed every micro-batch since the engine was built: one row per rank and
+        micro-batch (rank, stage, micro_batch, start_s, end_s, tokens, prefill_tokens; times are
+        time.perf_counter's on each rank, one clock on one machine). Micro-batches are numbered in the
+        order submitted, which is the order of the iterations they finished as; call it between runs."""
+        self._check_alive()
+        if self._in_flight:
+            raise RuntimeError(f"stage_timeline: {len(self._in_flight)} micro-batches are still in flight; "
+                               f"call it between runs")
+        header = torch.zeros(HEADER_LEN, dtype=torch.int64)
+        header[OP] = TIMELINE
+        per_rank = [self.part.timeline.as_tensor()]
+        try:
+            wait_all(self.chain.forward(header, self.group.control), self.timeout_s)
+            for rank in range(1, self.group.size):
+                count = torch.empty(1, dtype=torch.int64)
+                bounded(dist.irecv(count, src=rank, group=self.wire), self.timeout_s)
+                rows = torch.empty(int(count), len(FIELDS), dtype=torch.float64)
+                if len(rows):
+                    bounded(dist.irecv(rows, src=rank, group=self.wire), self.timeout_s)
+                per_rank.append(rows)
+        except Exception as e:
+            raise self._fail(e) from e
+        return timeline_frame(per_rank, self.part.tp)
+
+    def _check_alive(self) -> None:
+        if self._failed is not None:
+            raise RuntimeError(f"this engine's ranks were given up after an earlier failure: {self._failed}")
+
+    def _fail(self, error: BaseException) -> RuntimeError:
+        self._in_flight.clear()
+        self._failed = self._give_up(error)
+        return self._failed

@@ -1,0 +1,44 @@
+"""When each rank of a pipeline computed each micro-batch: one row per micro-batch and rank, kept by
+every rank and gathered by the driver at the end of a run (as numbers, not pickled objects). The
+times are time.perf_counter's, which is CLOCK_MONOTONIC on Linux: comparable across the processes of
+one machine, not across nodes."""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from sarathi_lab.model.parallel.wire import PREFILL_TOKENS, TOKENS
+
+# Per row, as kept and sent (float64).
+FIELDS = ("micro_batch", "start_s", "end_s", "tokens", "prefill_tokens")
+COLUMNS = ("rank", "stage", *FIELDS)
+
+
+class StageTimeline:
+    """This rank's rows; micro-batches are numbered from 0 in the order the driver submitted them since
+    the engine was built, the same order on every rank."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[float, ...]] = []
+        self.submitted = 0
+
+    def record(self, header: list[int], start_s: float, end_s: float) -> None:
+        self.rows.append((self.submitted, start_s, end_s, header[TOKENS], header[PREFILL_TOKENS]))
+        self.submitted += 1
+
+    def as_tensor(self) -> torch.Tensor:
+        return torch.tensor(self.rows, dtype=torch.float64).reshape(-1, len(FIELDS))
+
+
+def timeline_frame(per_rank: list[torch.Tensor], tp: int) -> pd.DataFrame:
+    """Every rank's rows (``per_rank[r]``: rank r's ``as_tensor``), stage by stage, micro-batch order."""
+    frames = []
+    for rank, rows in enumerate(per_rank):
+        frame = pd.DataFrame(rows.numpy(), columns=list(FIELDS))
+        frame.insert(0, "stage", rank // tp)
+        frame.insert(0, "rank", rank)
+        frames.append(frame)
+    out = pd.concat(frames, ignore_index=True)
+    for column in ("micro_batch", "tokens", "prefill_tokens"):
+        out[column] = out[column].astype("int64")
+    return out.sort_values(["stage", "rank", "micro_batch"], ignore_index=True)[list(COLUMNS)]
