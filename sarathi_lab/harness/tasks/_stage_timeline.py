@@ -35,7 +35,9 @@ def engine_timeline(llm, num_micro_batches: int) -> tuple[pd.DataFrame, bool]:
     numbered from 0, and whether they are estimated rather than measured."""
     executor = llm.engine.executor
     if hasattr(executor, "stage_timeline"):
-        timeline = executor.stage_timeline()[list(TIMELINE_COLUMNS)]
+        timeline = executor.stage_timeline()
+        # A stage of several tensor-parallel ranks computes in lock step: its first rank speaks for it.
+        timeline = timeline.sort_values("rank").drop_duplicates(["stage", "micro_batch"])[list(TIMELINE_COLUMNS)]
         kept = sorted(timeline.micro_batch.unique())[-num_micro_batches:] if num_micro_batches else []
         timeline = timeline[timeline.micro_batch.isin(kept)].copy()
         timeline["micro_batch"] = timeline.micro_batch.map({m: i for i, m in enumerate(kept)})

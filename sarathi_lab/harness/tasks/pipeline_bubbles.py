@@ -58,12 +58,10 @@ def pinned_ranks(llm):
     """Each rank (its every thread) on a core of its own, the driver on the first, while the block runs:
     their forwards do not share a core, so a stage idles only when the pipeline leaves it idle. Yields
     the cores in rank order; the driver's own cores come back after (the next job of a sweep runs here)."""
-    from sarathi_lab.model.parallel import driver  # here: the ranks exist only once an engine built them
-
     mine = os.sched_getaffinity(0)
     cores = sorted(mine)
-    group = driver._ranks
-    pids = [os.getpid(), *(p.pid for p in ([] if group is None else group.processes))]
+    group = getattr(llm.engine.executor, "group", None)   # the ranks the engine runs on
+    pids = [os.getpid(), *(p.pid for p in (getattr(group, "processes", None) or []))]
     if len(pids) < llm.config.world_size:
         # Under torchrun the other ranks are not this process's children: nothing to pin from here.
         log.warning("measure.pin_stages: %d of %d ranks are this process's own; the others stay unpinned",
@@ -123,8 +121,9 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     finish = np.array([r.finish for r in sorted(metrics.requests, key=lambda r: r.request_id)]) - origin
 
     lengths = [(len(p), d) for p, d in zip(workload.prompts, workload.decode_lens)]
-    # An engine without a stage timeline keeps one micro-batch in flight: its twin does the same.
-    sim, described = simulate(llm, lengths, workload.arrival_times, max_in_flight=1 if estimated else None)
+    # The twin keeps as many micro-batches in flight as the engine: one where it records no timeline.
+    depth = 1 if estimated else getattr(llm.engine.executor, "depth", None)
+    sim, described = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth)
     sim_finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
     sim_timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
                                   "end_s": sim.stage_end_s[s, k]}
