@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -169,3 +170,46 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     assert "measured" in rows[0]["ours"] and "simulated" in rows[0]["ours"]
     fig = registry.by_name("pipeline_bubbles").figure(results)
     assert "simulated by sim/pipeline.py" in fig._suptitle.get_text()
+
+
+class _Runs:
+    """Two seeds' summaries, as Results gives them; nothing left out."""
+
+    def __init__(self, summary):
+        self._summary = summary
+
+    def summary(self, name):
+        return self._summary
+
+    def unreliable_note(self, name):
+        return ""
+
+    def sweep_note(self, name):
+        return ""
+
+
+def _summary(sim: bool) -> pd.DataFrame:
+    # Per seed: the baseline's median bubble 6 (then 8) s against SARATHI's 2 s, measured; 5 / 2 simulated.
+    rows = [{"seed": seed, "scheduler": name, "bubble_p50_s": b, "sim_bubble_p50_s": s if sim else np.nan,
+             "makespan_s": m, "sim_makespan_s": m}
+            for seed, base in ((0, 6.0), (1, 8.0))
+            for name, b, s, m in (("vllm", base, 5.0, 3.0), ("orca", base / 2, 3.0, 2.0), ("sarathi", 2.0, 2.0, 1.0))]
+    return pd.DataFrame(rows)
+
+
+def test_the_ratios_and_the_claims_by_hand():
+    from sarathi_lab.analysis.paper_results import pipeline_bubbles as result
+
+    table = result.ratios(_summary(sim=True))
+    base = table[table.baseline == "vllm"]
+    assert base.measured.tolist() == [3.0, 4.0] and base.simulated.tolist() == [2.5, 2.5]
+    assert base.gap.tolist() == pytest.approx([2.5 / 3 - 1, 2.5 / 4 - 1])
+    bubbles, within = result.claims(_Runs(_summary(sim=True)))
+    assert bubbles["holds"] == "yes" and bubbles["value"] == pytest.approx(3.5)
+    assert "measured 3.50x (3.00-4.00x), simulated 2.50x" in bubbles["ours"]
+    # The gaps: baseline -17% and -38%, Orca-style 1.5 / 1.5 - 1 = 0% and 1.5 / 2 - 1 = -25%: one of four within 15%.
+    assert within["holds"] == "partly" and within["value"] == pytest.approx(1 - 2.5 / 4)
+    # Without a profile the measurement stands and the prediction is said to be missing, not judged.
+    bubbles, within = result.claims(_Runs(_summary(sim=False)))
+    assert bubbles["holds"] == "yes" and "simulated left out (no profile" in bubbles["ours"]
+    assert within["holds"] == "n/a"

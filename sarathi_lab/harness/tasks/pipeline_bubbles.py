@@ -88,19 +88,37 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, 
              profile: Path | None = None):
     """The same run on the simulator's pipeline: this device's profile of the model priced per stage, the
     engine's own scheduler config and cache, as many micro-batches in flight as the engine keeps (None:
-    one a stage). (result, the cost model's description)."""
+    one a stage). (result, the cost model's description); (None, why) where the device has no profile."""
     cfg = llm.config
     path = profile or own_profile_path(_device(llm)[0], cfg.model)
     if not Path(path).is_file():
-        raise ConfigError(f"task=pipeline_bubbles needs this device's profile of model={cfg.model} for its "
-                          f"prediction ({path}); allowed: measure it first, python -m sarathi_lab.run task=profile "
-                          f"model={cfg.model} (with the run's dtype and threads)")
+        return None, (f"none: no profile of model={cfg.model} on this device ({path}); measure one with python -m "
+                      f"sarathi_lab.run task=profile model={cfg.model} (the run's dtype and threads)")
     whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
     hidden_bytes = llm.model_config.hidden_size * llm.dtype.itemsize
     stages = ProfileStages(whole, cfg.pipeline_parallel, hidden_bytes)
     sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
                             max_in_flight=max_in_flight)
     return sim.run(lengths, arrivals), stages.describe()
+
+
+def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
+    """(summary, per-request bubbles, per-request finishes, stage timeline) of a simulated run; NaN and
+    empty where there is none, so that the measurement stands without it."""
+    if sim is None:
+        nan = np.full(requests, np.nan)
+        return ({k: float("nan") for k in ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s",
+                                           "sim_makespan_s", "sim_num_micro_batches", "sim_stage_idle_share")},
+                nan, nan, pd.DataFrame(columns=list(TIMELINE_COLUMNS)))
+    finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
+    timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
+                              "end_s": sim.stage_end_s[s, k]}
+                             for s in range(sim.stage_start_s.shape[0]) for k in range(sim.stage_start_s.shape[1])],
+                            columns=list(TIMELINE_COLUMNS))
+    summary = _quantiles("sim_bubble", sim.request_bubble_s) | {
+        "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": len(sim.micro_batches),
+        "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s))}
+    return summary, sim.request_bubble_s, finish, timeline
 
 
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
@@ -124,24 +142,20 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     # The twin keeps as many micro-batches in flight as the engine: one where it records no timeline.
     depth = 1 if estimated else getattr(llm.engine.executor, "depth", None)
     sim, described = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth)
-    sim_finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
-    sim_timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
-                                  "end_s": sim.stage_end_s[s, k]}
-                                 for s in range(sim.stage_start_s.shape[0]) for k in range(sim.stage_start_s.shape[1])],
-                                columns=list(TIMELINE_COLUMNS[:4]))
+    if sim is None:
+        log.warning("task=pipeline_bubbles: no prediction beside the measurement: %s", described.removeprefix("none: "))
+    predicted, sim_bubbles, sim_finish, sim_timeline = _prediction(sim, cfg.engine.pipeline_parallel, len(order))
 
     makespan = float(end.max() - start.min()) if start.size else 0.0
     busy = stage_busy_s(start, end)
-    summary = (_quantiles("bubble", measured) | _quantiles("sim_bubble", sim.request_bubble_s)
-               | {"makespan_s": makespan, "sim_makespan_s": sim.makespan_s,
-                  "num_micro_batches": len(iterations), "sim_num_micro_batches": len(sim.micro_batches),
+    summary = (_quantiles("bubble", measured) | predicted
+               | {"makespan_s": makespan, "num_micro_batches": len(iterations),
                   "stage_idle_share": float(1 - busy.sum() / (len(busy) * makespan)) if makespan else 0.0,
-                  "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (len(busy) * sim.makespan_s)),
                   "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores)})
     summary |= {f"stage{s}_busy_s": float(b) for s, b in enumerate(busy)}
     table = pd.DataFrame({"request": range(len(order)), "prompt_tokens": [p for p, _ in lengths],
                           "decode_tokens": [d for _, d in lengths], "bubble_s": measured,
-                          "sim_bubble_s": sim.request_bubble_s, "finish_s": finish, "sim_finish_s": sim_finish})
+                          "sim_bubble_s": sim_bubbles, "finish_s": finish, "sim_finish_s": sim_finish})
     log.info("median bubble per request: measured %.4g s, simulated %.4g s (%s); %d micro-batches",
              summary["bubble_p50_s"], summary["sim_bubble_p50_s"],
              "timeline estimated from the iterations" if estimated else "timeline measured", len(iterations))
