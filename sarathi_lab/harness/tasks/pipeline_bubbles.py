@@ -79,6 +79,12 @@ def _riders(iterations: pd.DataFrame, ids: dict[int, int]) -> list[list[int]]:
             for row in iterations.itertuples()]
 
 
+def _stage0_gap_p50_s(start: np.ndarray, end: np.ndarray) -> float:
+    """The median time stage 0 spends between two micro-batches' forwards: the driver's host work for the
+    next one (and any wait for tokens to return), what the simulator models as ``StageTimes.host_s``."""
+    return float(np.median(start[0, 1:] - end[0, :-1])) if start.shape[1] > 1 else float("nan")
+
+
 def _quantiles(prefix: str, bubbles: np.ndarray) -> dict[str, float]:
     return {f"{prefix}_p50_s": float(np.median(bubbles)), f"{prefix}_p90_s": float(np.percentile(bubbles, 90)),
             f"{prefix}_mean_s": float(bubbles.mean())}
@@ -107,9 +113,9 @@ def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.n
     empty where there is none, so that the measurement stands without it."""
     if sim is None:
         nan = np.full(requests, np.nan)
-        return ({k: float("nan") for k in ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s",
-                                           "sim_makespan_s", "sim_num_micro_batches", "sim_stage_idle_share")},
-                nan, nan, pd.DataFrame(columns=list(TIMELINE_COLUMNS)))
+        keys = ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s", "sim_makespan_s", "sim_num_micro_batches",
+                "sim_stage_idle_share", "sim_stage0_gap_p50_s")
+        return dict.fromkeys(keys, float("nan")), nan, nan, pd.DataFrame(columns=list(TIMELINE_COLUMNS))
     finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
     timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
                               "end_s": sim.stage_end_s[s, k]}
@@ -117,7 +123,8 @@ def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.n
                             columns=list(TIMELINE_COLUMNS))
     summary = _quantiles("sim_bubble", sim.request_bubble_s) | {
         "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": len(sim.micro_batches),
-        "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s))}
+        "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s)),
+        "sim_stage0_gap_p50_s": _stage0_gap_p50_s(sim.stage_start_s, sim.stage_end_s)}
     return summary, sim.request_bubble_s, finish, timeline
 
 
@@ -151,6 +158,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     summary = (_quantiles("bubble", measured) | predicted
                | {"makespan_s": makespan, "num_micro_batches": len(iterations),
                   "stage_idle_share": float(1 - busy.sum() / (len(busy) * makespan)) if makespan else 0.0,
+                  "stage0_gap_p50_s": _stage0_gap_p50_s(start, end),
                   "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores)})
     summary |= {f"stage{s}_busy_s": float(b) for s, b in enumerate(busy)}
     table = pd.DataFrame({"request": range(len(order)), "prompt_tokens": [p for p, _ in lengths],
