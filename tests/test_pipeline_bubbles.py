@@ -213,3 +213,12 @@ def test_the_ratios_and_the_claims_by_hand():
     bubbles, within = result.claims(_Runs(_summary(sim=False)))
     assert bubbles["holds"] == "yes" and "simulated left out (no profile" in bubbles["ours"]
     assert within["holds"] == "n/a"
+
+
+def test_the_simulated_set_passes_it_over(tmp_path, capsys):
+    # Its runs need real ranks (executor=sim refuses pipeline stages); each job holds its own prediction.
+    from sarathi_lab.produce import run_experiments
+
+    assert run_experiments(["pipeline_bubbles"], tmp_path, "ci", sim=True) == []
+    assert not (tmp_path / "pipeline_bubbles").exists()
+    assert "not on the simulator: pipeline_bubbles" in capsys.readouterr().out

@@ -154,7 +154,7 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
 
 
 RESULT = PaperResult(
-    name=NAME, order=90, claims=claims, figure=figure,
+    name=NAME, order=90, claims=claims, figure=figure, simulated=False,
     reading=("**Fig. 12, pipeline bubbles.** The engine over two pipeline stages on the CPU (one process "
              "and core a stage), the paper's workload scaled by 1/4 (`experiments/pipeline_bubbles.yaml`): "
              "each request's bubble time (stage-seconds a stage idled while work for it existed, summed over "
