@@ -139,6 +139,18 @@ def test_one_stage_is_refused_before_any_work():
         pipeline_bubbles.check(cfg, 2048)
 
 
+def test_pinning_more_ranks_than_cores_is_refused_before_any_work(monkeypatch):
+    from sarathi_lab.harness.cli_check import compose_config
+    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.harness.tasks import pipeline_bubbles
+
+    cfg = parse_config(compose_config(["experiment=ci/pipeline_bubbles"]))
+    monkeypatch.setattr(pipeline_bubbles.os, "sched_getaffinity", lambda pid: {0})
+    refused = r"^measure.pin_stages=true is invalid with engine.pipeline_parallel=2: 1 cores"
+    with pytest.raises(ConfigError, match=refused):
+        pipeline_bubbles.check(cfg, 2048)
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.skipif(usable_cores() < 2, reason="two stages need two cores")
