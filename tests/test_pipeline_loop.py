@@ -14,16 +14,22 @@ from hypothesis import strategies as st
 
 from sarathi_lab import LLM, SamplingParams
 from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import PipelineExecutor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
-from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.engine.metrics import Metrics
+from sarathi_lab.engine.scheduler import make_scheduler, scheduler_names
+from sarathi_lab.engine.sequence import Sequence
 
 SETTINGS = {"chunk_size": 8, "max_batch_size": 2, "device": "cpu", "dtype": "float32", "warmup_iters": 0,
             "seed": 3, "num_threads": 1, "max_model_len": 64, "num_kv_blocks": 64}
 
 
 class Deferred(PipelineExecutor):
-    """Runs a batch with ``inner`` when it is collected, oldest first; checks what the engine sends it."""
+    """Runs a batch with ``inner`` when it is collected, oldest first; checks what the engine sends it:
+    never a request that is in a micro-batch in flight, and a prompt's chunk from where its last one
+    ended (the cached tokens are exactly those of the micro-batches collected)."""
 
     def __init__(self, inner, depth: int):
         self.inner, self.depth = inner, depth
@@ -38,6 +44,7 @@ class Deferred(PipelineExecutor):
         assert len(self.queue) < self.depth
         flying = {c.seq.seq_id for b in self.queue for c in b.chunks}
         assert not flying & {c.seq.seq_id for c in batch.chunks}, "a request in two micro-batches at once"
+        assert all(c.start == c.seq.num_computed for c in batch.chunks)
         self.queue.append(batch)
         self.most_in_flight = max(self.most_in_flight, len(self.queue))
 
@@ -104,3 +111,30 @@ def test_a_run_stopped_midway_drains_the_pipeline_and_the_next_run_is_whole():
         llm.generate(PROMPTS, NEW, on_iteration=stop)
     assert executor.drained > 0 and not executor.queue and not llm.engine.scheduler.in_flight
     assert llm.generate(PROMPTS, NEW) == want
+
+
+class Tokens:
+    """An executor of no model: token 1 for every sampled request (the schedulers never read values)."""
+
+    def start(self, sampling):
+        pass
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        return StepOutput([1] * len(batch.sampled), 0.0, 0.0, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scheduler=st.sampled_from(scheduler_names()), depth=st.integers(2, 4), batch=st.integers(1, 3),
+       blocks=st.integers(10, 40),
+       lengths=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 8)), min_size=1, max_size=8))
+def test_every_scheduler_leaves_requests_in_flight_alone(scheduler, depth, batch, blocks, lengths):
+    # Decodes and a chunked prompt's next chunk alike wait for their micro-batch's tokens; preemptions
+    # (a small cache) take only requests not in flight; every request gets all its tokens.
+    sched = make_scheduler(scheduler, BlockManager(blocks, 4), max_batch_size=batch, max_model_len=40,
+                           chunk_size=8, token_budget=8)
+    executor = Deferred(Tokens(), depth)
+    engine = LLMEngine(sched, executor, VirtualClock())
+    seqs = [Sequence(i, [1] * p, d) for i, (p, d) in enumerate(lengths)]
+    engine.run(seqs, Metrics(), SamplingParams())
+    assert all(len(s.tokens) == s.prompt_len + s.max_new_tokens for s in seqs)
+    assert not sched.in_flight and sched.blocks.num_free == blocks

@@ -52,7 +52,7 @@ def test_sampled_tokens_with_preemptions_are_the_single_process_engines():
     want = LLM("tiny", **tight).generate(prompts, new, sampling=sampling)
     llm = LLM("tiny", pipeline_parallel=2, **tight)
     assert llm.generate(prompts, new, sampling=sampling) == want
-    assert overlapped(llm)
+    assert overlapped(llm) and llm.metrics.summary()["num_preemptions"] > 0
 
 
 def check_timeline(llm: LLM, stages: int, tp: int) -> None:
@@ -81,9 +81,13 @@ def test_the_stage_timeline_shows_stage_0_running_ahead_of_the_last_stage():
     llm.generate(prompts, 8)
     check_timeline(llm, stages=2, tp=1)
     # Rows of a later run follow on, numbered from where the last one stopped.
+    executor = llm.engine.executor
+    first = executor.micro_batches_submitted
+    assert first == len(llm.metrics.iterations)
     llm.generate(prompts[:2], 3)
-    assert llm.engine.executor.stage_timeline()["micro_batch"].max() + 1 == (
-        len(llm.engine.executor.broadcast_s))
+    later = executor.stage_timeline().query("micro_batch >= @first")
+    assert list(later.query("rank == 1").tokens) == [i.num_prefill_tokens + i.num_decode_tokens
+                                                     for i in llm.metrics.iterations]
 
 
 def test_a_run_stopped_by_its_caller_leaves_the_pipeline_empty_for_the_next():
@@ -96,6 +100,16 @@ def test_a_run_stopped_by_its_caller_leaves_the_pipeline_empty_for_the_next():
     with pytest.raises(KeyboardInterrupt):
         llm.generate(PROMPTS, NEW, on_iteration=stop)
     assert llm.generate(PROMPTS, NEW) == want
+
+
+def test_the_same_ranks_serve_a_pipeline_then_tensor_parallelism_then_a_pipeline_again():
+    # A pipeline's commands come point to point, tensor parallelism's by broadcast: each engine's
+    # build reaches the ranks the way the one before listened.
+    want = LLM("tiny", **SETTINGS).generate(PROMPTS, NEW)
+    ranks = driver.ranks(2)
+    for layout in ({"pipeline_parallel": 2}, {"tensor_parallel": 2}, {"pipeline_parallel": 2}):
+        assert LLM("tiny", **layout, **SETTINGS).generate(PROMPTS, NEW) == want
+    assert driver._ranks is ranks  # never respawned
 
 
 def test_a_stage_that_dies_ends_the_run_with_an_error_naming_its_rank():
@@ -134,3 +148,14 @@ def test_two_stages_of_two_ranks_give_the_single_process_engines_tokens(schedule
     assert llm.generate(PROMPTS, NEW) == want
     assert overlapped(llm)
     check_timeline(llm, stages=2, tp=2)
+
+
+@pytest.mark.slow
+def test_three_stages_pass_micro_batches_through_the_middle_one(monkeypatch):
+    # Layers 0-1, 2 and 3: the middle rank takes each micro-batch from stage 0 and hands it on.
+    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 3)
+    want = LLM("tiny", scheduler="sarathi_serve", **SETTINGS).generate(PROMPTS, NEW)
+    llm = LLM("tiny", scheduler="sarathi_serve", pipeline_parallel=3, **SETTINGS)
+    assert llm.generate(PROMPTS, NEW) == want
+    assert overlapped(llm)
+    check_timeline(llm, stages=3, tp=1)

@@ -73,15 +73,14 @@ class LLMEngine:
             scheduled = clock.now()
             if batch:
                 self.executor.submit(batch)
-                scheduler.in_flight.update([c.seq.seq_id for c in batch.prefills] + [s.seq_id for s in batch.decodes])
+                scheduler.in_flight.update(_request_ids(batch))
                 in_flight.append((batch, start - self._t0, scheduled - start))
                 return True, None
         if not in_flight:
             return False, None
         batch, t_start, schedule_s = in_flight.popleft()
         out = self.executor.collect()
-        scheduler.in_flight.difference_update([c.seq.seq_id for c in batch.prefills] +
-                                              [s.seq_id for s in batch.decodes])
+        scheduler.in_flight.difference_update(_request_ids(batch))
         return True, self.finish(batch, out, t_start, schedule_s)
 
     def finish(self, batch: ScheduledBatch, out: StepOutput, t_start: float, schedule_s: float,
@@ -185,3 +184,7 @@ class LLMEngine:
             raise
         finally:
             gc.unfreeze()
+
+
+def _request_ids(batch: ScheduledBatch) -> list[int]:
+    return [c.seq.seq_id for c in batch.prefills] + [s.seq_id for s in batch.decodes]

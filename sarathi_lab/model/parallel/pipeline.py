@@ -41,6 +41,8 @@ def stage_forward(runner: ModelRunner, stage: Stage, prepared: PreparedBatch, ra
         residual = torch.empty_like(hidden)
         dist.recv(hidden, src=rank - tp, group=p2p)
         dist.recv(residual, src=rank - tp, group=p2p)
+        if hidden.is_cuda:
+            torch.cuda.current_stream().synchronize()  # NCCL's receive returns once queued, not received
         start = time.perf_counter()  # waiting for the previous stage is no compute of this one
     for layer, kv_cache in zip(lm.layers, runner.kv_caches):
         hidden, residual = layer(prepared.positions, hidden, residual, kv_cache, prepared.meta)

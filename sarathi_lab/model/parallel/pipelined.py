@@ -72,15 +72,23 @@ class PipelineParallelExecutor(PipelineExecutor):
             sent = encode(host)
             header = sent.header.tolist()
             sends = chain.forward(sent.header, self.group.control) + chain.forward(sent.payload, self.wire)
+            t1 = clock.now()
+            run = run_stage(self.part, header, sent.payload)
             lm = runner.model
             logits = torch.empty(header[LOGITS], lm.config.vocab_size, dtype=lm.embed_tokens.weight.dtype,
                                  device=runner.device)
-            # Posted before stage 0 runs: the last stage's send never waits for this rank.
+            # Posted once stage 0's activations are on their way, before they can have come back as
+            # logits. Not before: NCCL queues a pair's sends and receives in order on one stream, and
+            # with two stages the rank that takes the activations sends the logits back, so a receive
+            # queued first would wait for logits that need the activations queued behind it.
             received = dist.irecv(logits, src=chain.logits_sender, group=self.part.p2p)
-            t1 = clock.now()
-            run = run_stage(self.part, header, sent.payload)
-        except Exception as e:
-            raise self._fail(e) from e
+        except BaseException as e:
+            # Stopped halfway (Ctrl-C included), the ranks would wait for what was not sent and take
+            # the next micro-batch's for it: they are given up, and the next engine starts new ones.
+            failure = self._fail(e)
+            if isinstance(e, Exception):
+                raise failure from e
+            raise
         self.broadcast_s.append(t1 - t0)
         self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
         self._in_flight.append(_InFlight(batch, sends + run.sends, logits, received, t1 - t0, t1))
@@ -104,6 +112,12 @@ class PipelineParallelExecutor(PipelineExecutor):
         while self._in_flight and self._failed is None:
             self.collect()
         self._in_flight.clear()
+
+    @property
+    def micro_batches_submitted(self) -> int:
+        """Micro-batches submitted since the engine was built: read before a run, the ``micro_batch`` of
+        that run's first row in ``stage_timeline`` (its i-th iteration record is micro-batch that + i)."""
+        return self.part.timeline.submitted
 
     def stage_timeline(self) -> pd.DataFrame:
         """When every rank computed every micro-batch since the engine was built: one row per rank and
