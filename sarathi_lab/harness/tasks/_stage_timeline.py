@@ -30,15 +30,18 @@ def estimated_timeline(iterations: list[IterationRecord], layers: list[int]) -> 
     return pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
 
 
-def engine_timeline(llm, num_micro_batches: int) -> tuple[pd.DataFrame, bool]:
-    """The last ``num_micro_batches`` micro-batches' stage spans (the warm-up's came before them),
-    numbered from 0, and whether they are estimated rather than measured."""
+def engine_timeline(llm, num_micro_batches: int, first: int | None = None) -> tuple[pd.DataFrame, bool]:
+    """The run's micro-batches' stage spans, numbered from 0, and whether they are estimated rather than
+    measured. ``first``: the executor's number of the run's first micro-batch (read before the run);
+    None: the last ``num_micro_batches`` (the warm-up's came before them)."""
     executor = llm.engine.executor
     if hasattr(executor, "stage_timeline"):
         timeline = executor.stage_timeline()
         # A stage of several tensor-parallel ranks computes in lock step: its first rank speaks for it.
         timeline = timeline.sort_values("rank").drop_duplicates(["stage", "micro_batch"])[list(TIMELINE_COLUMNS)]
-        kept = sorted(timeline.micro_batch.unique())[-num_micro_batches:] if num_micro_batches else []
+        numbers = sorted(timeline.micro_batch.unique())
+        kept = ([m for m in numbers if first <= m < first + num_micro_batches] if first is not None
+                else numbers[-num_micro_batches:] if num_micro_batches else [])
         timeline = timeline[timeline.micro_batch.isin(kept)].copy()
         timeline["micro_batch"] = timeline.micro_batch.map({m: i for i, m in enumerate(kept)})
         return timeline.sort_values(["micro_batch", "stage"]).reset_index(drop=True), False

@@ -130,13 +130,15 @@ def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.n
 
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     workload = context.workload
+    # The run's first micro-batch's number on the executor's timeline (the warm-up's came before it).
+    first = getattr(llm.engine.executor, "micro_batches_submitted", None)
     with pinned_ranks(llm) if cfg.measure.pin_stages else contextlib.nullcontext([]) as cores:
         llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
                      sampling=SamplingParams(ignore_eos=True))
     metrics = llm.metrics
     iterations = pd.DataFrame(metrics.iteration_columns())
     requests = pd.DataFrame(metrics.request_rows())
-    timeline, estimated = engine_timeline(llm, len(iterations))
+    timeline, estimated = engine_timeline(llm, len(iterations), first)
     start, end = spans(timeline, cfg.engine.pipeline_parallel)
     order = sorted(r.request_id for r in metrics.requests)
     ids = {rid: i for i, rid in enumerate(order)}
