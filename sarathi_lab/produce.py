@@ -70,6 +70,10 @@ def run_experiments(names, root: str | Path, scale: str = "full", extra: list[st
     # The runs import the same sarathi_lab as this process, wherever it was imported from.
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     failed = []
+    if sim and (real_only := [n for n in names if not registry.by_name(n).simulated]):
+        print(f"not on the simulator: {', '.join(real_only)} (real ranks; each job holds its own prediction)",
+              flush=True)
+        names = [n for n in names if n not in real_only]
     for name in names:
         done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *sweep_args(name, root, scale, extra, sim)],
                               env=env, check=False)

@@ -37,8 +37,9 @@ def _forward_ms(llm, prefills=(), decodes=()) -> float:
 
 def test_every_timing_task_has_a_simulated_path():
     # profile measures the engine (a real one only); capacity serves trials through the executor in
-    # use, simulated or real, and times no forward of its own.
-    assert set(SIMULATED_TASKS) == set(TASKS) - {"profile", "capacity"}
+    # use, simulated or real, and times no forward of its own; pipeline_bubbles measures a real
+    # pipeline's ranks and simulates its own twin beside it.
+    assert set(SIMULATED_TASKS) == set(TASKS) - {"profile", "capacity", "pipeline_bubbles"}
 
 
 def test_op_breakdown_reports_the_cost_models_prefill_and_decode(llm):

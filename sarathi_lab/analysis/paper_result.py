@@ -56,3 +56,6 @@ class PaperResult:
     # table's note on those rows (claims.mark_cost_model_differences), by claim text.
     cost_models_differ: dict[str, str] = field(default_factory=dict)
     gpu: GpuRun | None = None
+    # False: no run of it on the simulator (``produce --sim`` passes it over): its runs need real ranks
+    # (``executor=sim`` refuses them) and each job carries its own prediction beside its measurement.
+    simulated: bool = True

@@ -136,6 +136,8 @@ class MeasureCfg:
     # task=profile's largest iteration, tokens (None: chunk + batch_size, a chunk and its decodes).
     # Schedulers that batch whole prompts (static, vllm, orca) build larger ones; a profile for them needs it.
     max_tokens: int | None = None
+    # task=pipeline_bubbles: each rank (all its threads) pinned to a core of its own, the driver's first.
+    pin_stages: bool = False
 
     def __post_init__(self):
         check_fields(self, positive=True)

@@ -76,10 +76,12 @@ class AllReduce:
 @dataclass(frozen=True)
 class StageTimes:
     """Seconds of one micro-batch: on every stage, on the last stage in addition (the LM head),
-    and between two stages."""
+    between two stages, and of the host's work on stage 0 before it (0: taken as overlapped, as a GPU's
+    driver runs ahead of its kernels)."""
     stage_s: float
     last_extra_s: float
     p2p_s: float
+    host_s: float = 0.0
 
     def on(self, stage: int, stages: int) -> float:
         return self.stage_s + (self.last_extra_s if stage == stages - 1 else 0.0)

@@ -20,11 +20,12 @@ from sarathi_lab import cli_args, provenance
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
-from sarathi_lab.engine.scheduler import make_scheduler
+from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.device import load_device
@@ -59,6 +60,9 @@ class PipelineResult:
     request_bubble_s: np.ndarray        # per request, in request order
     micro_batches: pd.DataFrame         # one row per micro-batch
     stage_busy_s: list[float] = field(default_factory=list)
+    # [stages, micro-batches]: when each micro-batch ran on each stage (the bubbles' timeline).
+    stage_start_s: np.ndarray | None = None
+    stage_end_s: np.ndarray | None = None
 
     @property
     def makespan_s(self) -> float:
@@ -66,10 +70,18 @@ class PipelineResult:
 
 
 class PipelineSimulator:
-    def __init__(self, scheduler: str, cost: StageCostModel, par: Parallelism | None = None,
+    """``scheduler``: a name, built here over a cache of ``num_kv_blocks`` (default: what a GPU of the
+    roofline's device holds), or a scheduler already built (a real engine's twin: its knobs and cache)."""
+
+    def __init__(self, scheduler: str | Scheduler, cost: StageCostModel, par: Parallelism | None = None,
                  max_batch_size: int = 32, chunk_size: int = 256, num_kv_blocks: int | None = None,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, max_in_flight: int | None = None):
         self.par, self.cost = par or Parallelism(tp=8, pp=8), cost
+        # Micro-batches in the pipeline at once: one a stage (default), or fewer for an engine that keeps fewer.
+        self.max_in_flight = max_in_flight or self.par.pp
+        if isinstance(scheduler, Scheduler):
+            self.scheduler = scheduler
+            return
         if max_model_len is None:
             max_model_len = cost.shard.max_position_embeddings
         if num_kv_blocks is None:
@@ -93,10 +105,9 @@ class PipelineSimulator:
         # times; the stages, not an executor, run its micro-batches.
         engine = LLMEngine(sched, _Stages(), VirtualClock())
         engine.start(metrics, SamplingParams())
-        bubbles = np.zeros(len(seqs))
         stage_free, busy = [0.0] * stages, [0.0] * stages
         in_flight: deque[MicroBatch] = deque()
-        rows = []
+        rows, spans = [], []
         now, idle_since = 0.0, 0.0   # when stage 0 is next free; since when it has waited with work
         while pending or sched.has_work():
             while pending and pending[0].arrival <= now:
@@ -106,7 +117,7 @@ class PipelineSimulator:
                 sched.in_flight.difference_update(c.seq.seq_id for c in mb.batch.chunks)
                 engine.finish(mb.batch, StepOutput([0] * len(mb.batch.sampled), 0.0, mb.exit - mb.start, 0.0),
                               mb.start, 0.0, mb.exit)
-            batch = sched.schedule() if len(in_flight) < stages else ScheduledBatch()
+            batch = sched.schedule() if len(in_flight) < self.max_in_flight else ScheduledBatch()
             if not batch:
                 if not (in_flight or pending or sched.has_work()):
                     break   # the last micro-batches just left
@@ -118,26 +129,31 @@ class PipelineSimulator:
                 now = max(now, min(nexts))
                 continue
             times = self.cost.times(*composition(batch), len(batch.sampled))
-            ready = start = now
-            total_bubble = 0
+            # Stage 0's host work for the batch (scheduling, its tensors, the sampling) comes first;
+            # the stage is not computing meanwhile, so it counts as its bubble as a measured timeline's would.
+            ready = now + times.host_s
+            begins, ends = [], []
             for s in range(stages):
                 begin = max(stage_free[s], ready)
-                total_bubble += begin - idle_since if s == 0 else max(0.0, ready - max(stage_free[s], start))
-                start = begin if s == 0 else start
                 dt = times.on(s, stages)
                 busy[s] += dt
                 stage_free[s] = begin + dt
+                begins.append(begin)
+                ends.append(stage_free[s])
                 ready = begin + dt + times.p2p_s
-            mb = MicroBatch(batch, start, stage_free[-1])
+            mb = MicroBatch(batch, begins[0], stage_free[-1])
             in_flight.append(mb)
-            for chunk in batch.chunks:
-                sched.in_flight.add(chunk.seq.seq_id)
-                bubbles[chunk.seq.seq_id] += total_bubble
-            rows.append((start, mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s,
-                         total_bubble))
+            ids = [chunk.seq.seq_id for chunk in batch.chunks]
+            sched.in_flight.update(ids)
+            spans.append((begins, ends, idle_since, ids))
+            rows.append((begins[0], mb.exit, batch.num_prefill_tokens, batch.num_decode_tokens, times.stage_s))
             now = idle_since = stage_free[0]
-        frame = pd.DataFrame(rows, columns=["start", "exit", "prefill_tokens", "decode_tokens", "stage_s", "bubble_s"])
-        return PipelineResult(metrics, bubbles, frame, busy)
+        frame = pd.DataFrame(rows, columns=["start", "exit", "prefill_tokens", "decode_tokens", "stage_s"])
+        start = np.array([b for b, _, _, _ in spans]).T.reshape(stages, len(spans))
+        end = np.array([e for _, e, _, _ in spans]).T.reshape(stages, len(spans))
+        frame["bubble_s"] = micro_batch_bubbles(start, end, [w for _, _, w, _ in spans])
+        bubbles = request_bubbles(frame.bubble_s.to_numpy(), [ids for *_, ids in spans], len(seqs))
+        return PipelineResult(metrics, bubbles, frame, busy, start, end)
 
 
 def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float, seed: int) -> list[tuple[int, int]]:

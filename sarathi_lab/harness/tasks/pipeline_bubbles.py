@@ -1,0 +1,175 @@
+"""``task=pipeline_bubbles``: SARATHI's Fig. 12 on a real pipeline. The workload is served by the engine
+over ``engine.pipeline_parallel`` stages (one process a stage; with ``measure.pin_stages`` each on a
+core of its own), each micro-batch's compute on each stage is read from the executor's timeline, and
+every request's bubble time follows from it by the one definition (``engine/bubbles.py``) the simulator
+shares. The same run, same requests, scheduler and cache, is then simulated (``sim/pipeline.py``) on this
+device's ``task=profile`` table, so that the measured and predicted bubbles sit side by side.
+
+Tables: ``stage_timeline`` and ``sim_stage_timeline`` (one row per micro-batch and stage),
+``request_bubbles`` (one row per request: measured and simulated bubble seconds and finish times), and
+the engine's own ``iterations`` and ``requests``.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.config import ConfigError
+from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, stage_busy_s
+from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.harness.tasks import TaskContext
+from sarathi_lab.harness.tasks._stage_timeline import TIMELINE_COLUMNS, engine_timeline, spans
+from sarathi_lab.harness.tasks.profile import _device
+from sarathi_lab.plan import build_scheduler
+from sarathi_lab.sim.pipeline import PipelineSimulator
+from sarathi_lab.sim.profile_model import ProfileCostModel
+from sarathi_lab.sim.profiles import own_profile_path
+from sarathi_lab.sim.sharding import Parallelism
+from sarathi_lab.sim.stage_profile import ProfileStages
+
+log = logging.getLogger(__name__)
+
+
+def check(cfg, context: int) -> None:
+    stages = cfg.engine.pipeline_parallel
+    if stages < 2:
+        raise ConfigError(f"engine.pipeline_parallel={stages} is invalid with task=pipeline_bubbles: a pipeline "
+                          "has bubbles between stages; allowed: 2 or more")
+    if cfg.measure.pin_stages and cfg.engine.tensor_parallel * stages > len(os.sched_getaffinity(0)):
+        raise ConfigError(f"measure.pin_stages=true is invalid with engine.pipeline_parallel={stages}: "
+                          f"{len(os.sched_getaffinity(0))} cores may run this process, fewer than one a rank; "
+                          "allowed: measure.pin_stages=false, or fewer stages")
+
+
+def _pin(pid: int, cores: set[int]) -> None:
+    """Every thread of process ``pid`` on ``cores`` (threads started later inherit their parent's)."""
+    for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(tid, cores)
+
+
+@contextlib.contextmanager
+def pinned_ranks(llm):
+    """Each rank (its every thread) on a core of its own, the driver on the first, while the block runs:
+    their forwards do not share a core, so a stage idles only when the pipeline leaves it idle. Yields
+    the cores in rank order; the driver's own cores come back after (the next job of a sweep runs here)."""
+    mine = os.sched_getaffinity(0)
+    cores = sorted(mine)
+    group = getattr(llm.engine.executor, "group", None)   # the ranks the engine runs on
+    pids = [os.getpid(), *(p.pid for p in (getattr(group, "processes", None) or []))]
+    if len(pids) < llm.config.world_size:
+        # Under torchrun the other ranks are not this process's children: nothing to pin from here.
+        log.warning("measure.pin_stages: %d of %d ranks are this process's own; the others stay unpinned",
+                    len(pids), llm.config.world_size)
+    for pid, core in zip(pids, cores):
+        _pin(pid, {core})
+    try:
+        yield cores[:len(pids)]
+    finally:
+        _pin(os.getpid(), mine)
+
+
+def _riders(iterations: pd.DataFrame, ids: dict[int, int]) -> list[list[int]]:
+    return [[ids[r] for r in (*row.prefill_request_ids, *row.decode_request_ids)]
+            for row in iterations.itertuples()]
+
+
+def _stage0_gap_p50_s(start: np.ndarray, end: np.ndarray) -> float:
+    """The median time stage 0 spends between two micro-batches' forwards: the driver's host work for the
+    next one (and any wait for tokens to return), what the simulator models as ``StageTimes.host_s``."""
+    return float(np.median(start[0, 1:] - end[0, :-1])) if start.shape[1] > 1 else float("nan")
+
+
+def _quantiles(prefix: str, bubbles: np.ndarray) -> dict[str, float]:
+    return {f"{prefix}_p50_s": float(np.median(bubbles)), f"{prefix}_p90_s": float(np.percentile(bubbles, 90)),
+            f"{prefix}_mean_s": float(bubbles.mean())}
+
+
+def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, max_in_flight: int | None = None,
+             profile: Path | None = None):
+    """The same run on the simulator's pipeline: this device's profile of the model priced per stage, the
+    engine's own scheduler config and cache, as many micro-batches in flight as the engine keeps (None:
+    one a stage). (result, the cost model's description); (None, why) where the device has no profile."""
+    cfg = llm.config
+    path = profile or own_profile_path(_device(llm)[0], cfg.model)
+    if not Path(path).is_file():
+        return None, (f"none: no profile of model={cfg.model} on this device ({path}); measure one with python -m "
+                      f"sarathi_lab.run task=profile model={cfg.model} (the run's dtype and threads)")
+    whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
+    hidden_bytes = llm.model_config.hidden_size * llm.dtype.itemsize
+    stages = ProfileStages(whole, cfg.pipeline_parallel, hidden_bytes)
+    sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
+                            max_in_flight=max_in_flight)
+    return sim.run(lengths, arrivals), stages.describe()
+
+
+def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
+    """(summary, per-request bubbles, per-request finishes, stage timeline) of a simulated run; NaN and
+    empty where there is none, so that the measurement stands without it."""
+    if sim is None:
+        nan = np.full(requests, np.nan)
+        keys = ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s", "sim_makespan_s", "sim_num_micro_batches",
+                "sim_stage_idle_share", "sim_stage0_gap_p50_s")
+        return dict.fromkeys(keys, float("nan")), nan, nan, pd.DataFrame(columns=list(TIMELINE_COLUMNS))
+    finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
+    timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
+                              "end_s": sim.stage_end_s[s, k]}
+                             for s in range(sim.stage_start_s.shape[0]) for k in range(sim.stage_start_s.shape[1])],
+                            columns=list(TIMELINE_COLUMNS))
+    summary = _quantiles("sim_bubble", sim.request_bubble_s) | {
+        "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": len(sim.micro_batches),
+        "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s)),
+        "sim_stage0_gap_p50_s": _stage0_gap_p50_s(sim.stage_start_s, sim.stage_end_s)}
+    return summary, sim.request_bubble_s, finish, timeline
+
+
+def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+    workload = context.workload
+    # The run's first micro-batch's number on the executor's timeline (the warm-up's came before it).
+    first = getattr(llm.engine.executor, "micro_batches_submitted", None)
+    with pinned_ranks(llm) if cfg.measure.pin_stages else contextlib.nullcontext([]) as cores:
+        llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
+                     sampling=SamplingParams(ignore_eos=True))
+    metrics = llm.metrics
+    iterations = pd.DataFrame(metrics.iteration_columns())
+    requests = pd.DataFrame(metrics.request_rows())
+    timeline, estimated = engine_timeline(llm, len(iterations), first)
+    start, end = spans(timeline, cfg.engine.pipeline_parallel)
+    order = sorted(r.request_id for r in metrics.requests)
+    ids = {rid: i for i, rid in enumerate(order)}
+    measured_mb = micro_batch_bubbles(start, end)
+    measured = request_bubbles(measured_mb, _riders(iterations, ids), len(order))
+    origin = min(r.arrival for r in metrics.requests)
+    finish = np.array([r.finish for r in sorted(metrics.requests, key=lambda r: r.request_id)]) - origin
+
+    lengths = [(len(p), d) for p, d in zip(workload.prompts, workload.decode_lens)]
+    # The twin keeps as many micro-batches in flight as the engine: one where it records no timeline.
+    depth = 1 if estimated else getattr(llm.engine.executor, "depth", None)
+    sim, described = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth)
+    if sim is None:
+        log.warning("task=pipeline_bubbles: no prediction beside the measurement: %s", described.removeprefix("none: "))
+    predicted, sim_bubbles, sim_finish, sim_timeline = _prediction(sim, cfg.engine.pipeline_parallel, len(order))
+
+    makespan = float(end.max() - start.min()) if start.size else 0.0
+    busy = stage_busy_s(start, end)
+    summary = (_quantiles("bubble", measured) | predicted
+               | {"makespan_s": makespan, "num_micro_batches": len(iterations),
+                  "stage_idle_share": float(1 - busy.sum() / (len(busy) * makespan)) if makespan else 0.0,
+                  "stage0_gap_p50_s": _stage0_gap_p50_s(start, end),
+                  "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores)})
+    summary |= {f"stage{s}_busy_s": float(b) for s, b in enumerate(busy)}
+    table = pd.DataFrame({"request": range(len(order)), "prompt_tokens": [p for p, _ in lengths],
+                          "decode_tokens": [d for _, d in lengths], "bubble_s": measured,
+                          "sim_bubble_s": sim_bubbles, "finish_s": finish, "sim_finish_s": sim_finish})
+    log.info("median bubble per request: measured %.4g s, simulated %.4g s (%s); %d micro-batches",
+             summary["bubble_p50_s"], summary["sim_bubble_p50_s"],
+             "timeline estimated from the iterations" if estimated else "timeline measured", len(iterations))
+    prediction = pd.DataFrame([{"sim_cost_model": described, "pinned_cores": ",".join(map(str, cores)) or "none"}])
+    return summary, {"prediction": prediction, "stage_timeline": timeline, "sim_stage_timeline": sim_timeline,
+                     "request_bubbles": table,
+                     "iterations": iterations, "requests": requests}

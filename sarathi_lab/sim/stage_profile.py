@@ -1,0 +1,56 @@
+"""A pipeline stage's times from a cost model of the whole model on one device (a ``task=profile``
+table of this CPU, or any other): the pipeline the real engine runs with ``engine.pipeline_parallel``,
+one device a stage, as ``sim/pipeline.py`` drives it.
+
+The layers split evenly over the stages (the engine gives the first stages one more where they do not
+split evenly; the profile cannot tell layers apart), the LM head runs on the last stage, and the
+driver's host work for a batch (its tensors and the sampling, which the engine's driver does on stage
+0's core) occupies stage 0 before the batch's forward there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sarathi_lab.sim.cost_model import CostModel, batch_tokens
+from sarathi_lab.sim.parallel import StageTimes
+
+# Stage-to-stage sends between two processes of one machine (gloo over the loopback interface): what a
+# TCP round on a loopback takes and copies per second. Assumed figures (not measured here): the sends
+# of the CPU pipeline's micro-batches are far below a millisecond either way.
+LOOPBACK_LATENCY_S = 100e-6
+LOOPBACK_BANDWIDTH = 2e9
+
+
+@dataclass(frozen=True)
+class ProfileStages:
+    """``times(prefills, decodes, num_sampled)`` of a micro-batch on each of ``stages`` stages of the
+    model ``whole`` prices (``whole.iteration_cost``: its forward, LM head and host parts)."""
+    whole: CostModel
+    stages: int
+    hidden_bytes: int            # one token's hidden state as sent (the residual goes with it)
+    host_on_stage0: bool = True
+    p2p_latency_s: float = LOOPBACK_LATENCY_S
+    p2p_bandwidth: float = LOOPBACK_BANDWIDTH
+
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+        cost = self.whole.iteration_cost(prefills, decodes, num_sampled)
+        head = self.head_s(num_sampled)
+        tokens = batch_tokens(prefills, decodes)
+        p2p = self.p2p_latency_s + 2 * tokens * self.hidden_bytes / self.p2p_bandwidth
+        host = cost.prepare_s + cost.sample_s if self.host_on_stage0 else 0.0
+        return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p,
+                          host_s=host)
+
+    def head_s(self, num_sampled: int) -> float:
+        """The LM head's seconds over ``num_sampled`` rows, where the cost model prices it apart (a
+        profile's ``lm_head`` curve, a roofline's ``lm_head`` op), else 0 (all of it split over the stages)."""
+        curve = getattr(self.whole, "lm_head", None)
+        if num_sampled and callable(curve):
+            return float(curve(num_sampled)[0])
+        return 0.0
+
+    def describe(self) -> str:
+        return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
+                f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
+                f"{'host work on stage 0, ' if self.host_on_stage0 else ''}sends {self.p2p_latency_s * 1e6:g} us + "
+                f"{self.p2p_bandwidth / 1e9:g} GB/s")
