@@ -369,12 +369,11 @@ def _write(result: Comparison, runs: Path, out: Path, work: Path, cost_models: l
     """The tables, gains, claims and figure of a comparison; what was written, the cost models that ran and
     the iteration errors. ``title(ran)``: the figure's title."""
     table, points = result.table, result.points
-    written = [out / "runs.csv", out / "iteration_errors.csv", out / "serving_errors.csv"]
-    table.to_csv(written[0], index=False, float_format="%.4g")
     errors = report.iteration_errors(points, result.unavailable)
-    errors.to_csv(written[1], index=False, float_format="%.4g")
-    serving = report.serving_errors(table)
-    serving.to_csv(written[2], index=False, float_format="%.4g")
+    tables = {"runs.csv": table, "iteration_errors.csv": errors, "serving_errors.csv": report.serving_errors(table)}
+    for name, frame in tables.items():
+        frame.to_csv(out / name, index=False, float_format="%.4g")
+    written = [out / name for name in tables]
     gain = None
     ran = [m for m in cost_models if len(table) and m in set(table.cost_model)]
     if (runs / "pd_ratio").is_dir() and ran:

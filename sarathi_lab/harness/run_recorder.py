@@ -86,16 +86,13 @@ class RunRecorder:
             machine |= {"timing_unreliable": False, "timing_note": None}
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
-        if self.cfg.engine.executor == "model" and (why := _interpreted(self.llm)):
-            # Whatever the load: the times are the interpreter's, no measurement of the engine (the engine
-            # said so when it was built).
-            machine |= {"timing_unreliable": True, "timing_note": why}
+        if self.cfg.engine.executor == "model":
+            # Imported here: a simulated run loads no attention backend.
+            from sarathi_lab.attention.backend import interpreted
+
+            if why := interpreted(self.llm.config.attention, self.llm.config.torch_device):
+                # Whatever the load: the times are the interpreter's, no measurement of the engine (the
+                # engine said so when it was built).
+                machine |= {"timing_unreliable": True, "timing_note": why}
         return machine
 
-
-def _interpreted(llm) -> str | None:
-    """Why a real engine's times measure Triton's interpreter (attention.backend.interpreted), or None;
-    imported here, as a simulated run loads no attention backend."""
-    from sarathi_lab.attention.backend import interpreted
-
-    return interpreted(llm.config.attention, llm.config.torch_device)
