@@ -13,6 +13,7 @@ the lease, docs/sim/vs_gpu/<device>_<lease>/. ``--smoke`` measures tiny runs of 
 tiny profile on this CPU first and compares against those: the same code path at CI size."""
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -285,42 +286,10 @@ def _title(table: pd.DataFrame, compared: list[Path], device: str, cost_models, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--runs", type=Path, default=None, help="the measured runs' results root (required "
-                        "unless --smoke): <experiment>/multiruns/<sweep>/<job>/")
-    parser.add_argument("--lease", default=None, help="the GPU lease the runs come from, <date>_<commit> as "
-                        "docs/gpu/<device>/<lease>/ names it: names the output folder and is recorded")
-    parser.add_argument("--out", type=Path, default=None, help="where the tables and figure go "
-                        "(default docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)")
-    parser.add_argument("--work", type=Path, default=None, help="where the simulated runs and every compared "
-                        "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke OUT/work)")
-    parser.add_argument("--device", default="h200", help="the simulated device: the one the runs were measured on")
-    parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS), default=list(COST_MODELS),
-                        help="the cost models to compare, comma-separated; one the device cannot run is reported")
-    parser.add_argument("--smoke", action="store_true", help="measure tiny runs and a profile on this CPU first "
-                        "and compare against them (device cpu)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a comparison of other runs (another machine, lease or commit) in OUT")
+    parser = _parser()
     args = parser.parse_args(argv)
     cost_models = list(dict.fromkeys(args.cost_model))
-    if args.lease is not None and not LEASE.fullmatch(args.lease):
-        parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as docs/gpu/<device>/ names a "
-                     "lease (e.g. 2026-11-27_9e2ae41)")
-    device, runs = ("cpu", None) if args.smoke else (args.device, args.runs)
-    if args.smoke:
-        out = args.out or Path("sim_vs_gpu_smoke")
-        runs = out / "measured"
-    elif runs is None:
-        parser.error("--runs is required (the measured runs' results root), unless --smoke")
-    elif not finished_runs(runs)[0]:
-        parser.error(f"--runs {runs} is invalid: it holds no finished measured run with a comparison "
-                     f"(<experiment>/multiruns/<sweep>/<job>/metrics.json with task serve or "
-                     f"{', '.join(TABLES)})")
-    elif args.out is None and args.lease is None:
-        parser.error("--lease is required unless --out: the outputs go to docs/sim/vs_gpu/<device>_<lease>/")
-    else:
-        out = args.out or VS_GPU / f"{device}_{args.lease}"
-    work = args.work or (out / "work" if args.smoke else Path("outputs") / "sim_vs_gpu")
+    device, runs, out, work = _places(parser, args)
     if not args.smoke:
         provenance.check_or_refuse(parser, dict.fromkeys(outputs(out), comparison_provenance(
             finished_runs(runs)[0], device, cost_models, args.lease or "")),
@@ -341,13 +310,70 @@ def main(argv: list[str] | None = None) -> None:
     for table_path in tables:
         print(f"the profile cost model reads {table_path}", flush=True)
     result = compare(runs, work, device, cost_models, progress=lambda m: print(m, flush=True))
+    written, ran, errors = _write(result, runs, out, work, cost_models,
+                                  lambda ran: _title(result.table, compared, device, ran, tables))
+    prov = comparison_provenance(compared, device, cost_models, args.lease or "")
+    provenance.record(dict.fromkeys(written, prov))
+    print(f"wrote {', '.join(p.name for p in written)} into {out} ({len(compared)} runs x {len(ran)} cost models)")
+    shown = errors[errors.status == "compared"]
+    if len(shown):
+        print(shown[["run_kind", "cost_model", "kind", "points", "median_rel_err", "median_abs_rel_err",
+                     "worst_abs_rel_err"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = bench_parser(__spec__, __doc__)
+    parser.add_argument("--runs", type=Path, default=None, help="the measured runs' results root (required "
+                        "unless --smoke): <experiment>/multiruns/<sweep>/<job>/")
+    parser.add_argument("--lease", default=None, help="the GPU lease the runs come from, <date>_<commit> as "
+                        "docs/gpu/<device>/<lease>/ names it: names the output folder and is recorded")
+    parser.add_argument("--out", type=Path, default=None, help="where the tables and figure go "
+                        "(default docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)")
+    parser.add_argument("--work", type=Path, default=None, help="where the simulated runs and every compared "
+                        "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke OUT/work)")
+    parser.add_argument("--device", default="h200", help="the simulated device: the one the runs were measured on")
+    parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS), default=list(COST_MODELS),
+                        help="the cost models to compare, comma-separated; one the device cannot run is reported")
+    parser.add_argument("--smoke", action="store_true", help="measure tiny runs and a profile on this CPU first "
+                        "and compare against them (device cpu)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a comparison of other runs (another machine, lease or commit) in OUT")
+    return parser
+
+
+def _places(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, Path, Path, Path]:
+    """The simulated device, the measured runs' root, the outputs' folder and the work folder, checked."""
+    if args.lease is not None and not LEASE.fullmatch(args.lease):
+        parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as docs/gpu/<device>/ names a "
+                     "lease (e.g. 2026-11-27_9e2ae41)")
+    device, runs = ("cpu", None) if args.smoke else (args.device, args.runs)
+    if args.smoke:
+        out = args.out or Path("sim_vs_gpu_smoke")
+        runs = out / "measured"
+    elif runs is None:
+        parser.error("--runs is required (the measured runs' results root), unless --smoke")
+    elif not finished_runs(runs)[0]:
+        parser.error(f"--runs {runs} is invalid: it holds no finished measured run with a comparison "
+                     f"(<experiment>/multiruns/<sweep>/<job>/metrics.json with task serve or "
+                     f"{', '.join(TABLES)})")
+    elif args.out is None and args.lease is None:
+        parser.error("--lease is required unless --out: the outputs go to docs/sim/vs_gpu/<device>_<lease>/")
+    else:
+        out = args.out or VS_GPU / f"{device}_{args.lease}"
+    work = args.work or (out / "work" if args.smoke else Path("outputs") / "sim_vs_gpu")
+    return device, runs, out, work
+
+
+def _write(result: Comparison, runs: Path, out: Path, work: Path, cost_models: list[str],
+           title) -> tuple[list[Path], list[str], pd.DataFrame]:
+    """The tables, gains, claims and figure of a comparison; what was written, the cost models that ran and
+    the iteration errors. ``title(ran)``: the figure's title."""
     table, points = result.table, result.points
-    written = [out / "runs.csv", out / "iteration_errors.csv", out / "serving_errors.csv"]
-    table.to_csv(written[0], index=False, float_format="%.4g")
     errors = report.iteration_errors(points, result.unavailable)
-    errors.to_csv(written[1], index=False, float_format="%.4g")
-    serving = report.serving_errors(table)
-    serving.to_csv(written[2], index=False, float_format="%.4g")
+    tables = {"runs.csv": table, "iteration_errors.csv": errors, "serving_errors.csv": report.serving_errors(table)}
+    for name, frame in tables.items():
+        frame.to_csv(out / name, index=False, float_format="%.4g")
+    written = [out / name for name in tables]
     gain = None
     ran = [m for m in cost_models if len(table) and m in set(table.cost_model)]
     if (runs / "pd_ratio").is_dir() and ran:
@@ -358,15 +384,9 @@ def main(argv: list[str] | None = None) -> None:
     if len(points):
         work.mkdir(parents=True, exist_ok=True)
         points.to_csv(work / "points.csv", index=False, float_format="%.5g")
-        report.figure(points, errors, table, gain, _title(table, compared, device, ran, tables), out / "errors.png")
+        report.figure(points, errors, table, gain, title(ran), out / "errors.png")
         written.append(out / "errors.png")
-    prov = comparison_provenance(compared, device, cost_models, args.lease or "")
-    provenance.record(dict.fromkeys(written, prov))
-    print(f"wrote {', '.join(p.name for p in written)} into {out} ({len(compared)} runs x {len(ran)} cost models)")
-    shown = errors[errors.status == "compared"]
-    if len(shown):
-        print(shown[["run_kind", "cost_model", "kind", "points", "median_rel_err", "median_abs_rel_err",
-                     "worst_abs_rel_err"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return written, ran, errors
 
 
 if __name__ == "__main__":

@@ -141,6 +141,33 @@ def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[S
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    steps, budget = _selected(parser, args)
+    if args.plan:
+        print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
+        return 0
+    if args.run and not args.next:
+        parser.error("--run is invalid without --next: it runs the queue's head (--steps runs chosen steps)")
+    if args.next:
+        steps = _queue_head(parser, args, budget)
+        if steps is None:
+            return 0
+    try:
+        out = (own.out_dir(args.out, args.dry_run) if args.own else
+               args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")).resolve()
+    except ValueError as e:
+        parser.error(str(e))
+    # Here, not in the worker: the driver writes the summary even when no worker gets that far.
+    if problem := writable_dir(out):
+        parser.error(f"--out={out} is invalid: must be a directory this user can write ({problem})")
+    # $OUT is where a remote job's files come back from; an own run's folder is its result.
+    export = None if args.own else _export_dir(parser, out)
+    _restore(parser, args.restore, out, export)
+    return _run_suite(parser, args, steps, out, export, budget)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
@@ -161,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--own", action="store_true",
                         help="your own GPU: every step at the paper's setting, no call budget, a progress line a "
                              "job with the time left; claims and figures in outputs/paper_gpu/<device>/")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Step], float | None]:
+    """The steps --steps names and the minutes the call may run them (None: no limit), both checked."""
     if args.own and (args.budget_min is not None or args.restore):
         parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid with --own: "
                      "a run on your own GPU has no call budget and no archive to resume from (its folder is)")
@@ -172,75 +203,70 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget_min if args.budget_min is not None else (None if args.dry_run or args.own else GPU_BUDGET_MIN)
     if budget is not None and not 0 < budget < float("inf"):
         parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
+    # Else every call would start nothing and exit 3, "call again", forever.
+    _check_fits(parser, budget, steps, "no selected step")
+    return steps, budget
+
+
+def _check_fits(parser: argparse.ArgumentParser, budget: float | None, steps: list[Step], which: str) -> None:
     if budget is not None and steps and budget < (least := min(s.minutes for s in steps)):
-        # Else every call would start nothing and exit 3, "call again", forever.
-        parser.error(f"--budget-min={budget:g} is invalid: no selected step fits in it (the shortest expects "
+        parser.error(f"--budget-min={budget:g} is invalid: {which} fits in it (the shortest expects "
                      f"{least:.1f} min); allowed: >= {least:.1f}")
-    if args.plan:
-        print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
-        return 0
-    if args.run and not args.next:
-        parser.error("--run is invalid without --next: it runs the queue's head (--steps runs chosen steps)")
-    if args.next:
-        if args.own or args.steps:
-            parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue chooses the steps "
-                         "(run them on your own GPU with --own, or choose them with --steps alone)")
-        planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
-            r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
-            for r in queue.suite_in_progress(source)])
-        print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, _commit()))
-        chosen = queue.head(planned, budget or GPU_BUDGET_MIN)
-        if not args.run or not chosen:
-            return 0
-        print(f"\n[gpu] running the queue's head: {', '.join(chosen)}")
-        args.steps, steps = ",".join(chosen), select(",".join(chosen))
-    try:
-        if args.own:
-            folder = own.device_folder(args.dry_run)  # refuses a machine without a GPU, --out or not
-            out = args.out or own.ROOT / folder
-            own.check_out(out)
-        else:
-            out = args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")
-    except ValueError as e:
-        parser.error(str(e))
-    out = out.resolve()
-    # Here, not in the worker: the driver writes the summary even when no worker gets that far.
-    if problem := writable_dir(out):
-        parser.error(f"--out={out} is invalid: must be a directory this user can write ({problem})")
-    # $OUT is where a remote job's files come back from; an own run's folder is its result.
-    export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") and not args.own else None
+
+
+def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace, budget: float | None) -> list[Step] | None:
+    """Prints the queue; with --run, the steps of its first call (args.steps set to them), else None."""
+    if args.own or args.steps:
+        parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue chooses the steps "
+                     "(run them on your own GPU with --own, or choose them with --steps alone)")
+    planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
+        r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
+        for r in queue.suite_in_progress(source)])
+    print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, _commit()))
+    chosen = queue.head(planned, budget or GPU_BUDGET_MIN)
+    if not args.run or not chosen:
+        return None
+    print(f"\n[gpu] running the queue's head: {', '.join(chosen)}")
+    args.steps = ",".join(chosen)
+    return select(args.steps)
+
+
+def _export_dir(parser: argparse.ArgumentParser, out: Path) -> Path | None:
+    """$OUT, checked: a writable folder apart from out, into which out's archive is written; None unset."""
+    export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
     if export is not None and (export == out or export.is_relative_to(out) or out.is_relative_to(export)):
         parser.error(f"$OUT={export} is invalid: it must be a folder apart from --out={out} (the archive of "
                      "--out is written into $OUT)")
     if export is not None and (problem := writable_dir(export)):
         parser.error(f"$OUT={export} is invalid: must be a directory this user can write ({problem})")
-    if args.restore and args.restore.resolve() in (out, export):
-        parser.error(f"--restore={args.restore} is invalid: it is the out directory itself, not an archive")
-    if args.restore and not args.restore.exists():
-        print(f"[gpu] no archive at {args.restore} yet: nothing restored (a suite's first call)")
-    elif args.restore:
+    return export
+
+
+def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path, export: Path | None) -> None:
+    if archive and archive.resolve() in (out, export):
+        parser.error(f"--restore={archive} is invalid: it is the out directory itself, not an archive")
+    if archive and not archive.exists():
+        print(f"[gpu] no archive at {archive} yet: nothing restored (a suite's first call)")
+    elif archive:
         try:
-            print(f"[gpu] restored {state.restore(out, args.restore)} files from {args.restore}")
+            print(f"[gpu] restored {state.restore(out, archive)} files from {archive}")
         except ValueError as e:
             parser.error(str(e))
+
+
+def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: list[Step], out: Path,
+               export: Path | None, budget: float | None) -> int:
+    """Runs what is left of steps in out, writes the summary and the archive; the exit status."""
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T"),
              "own": args.own}
     job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
-    if budget is not None and todo and budget < (least := min(s.minutes for s in todo)):
-        parser.error(f"--budget-min={budget:g} is invalid: none of the {len(todo)} steps left in {out} fits in it "
-                     f"(the shortest expects {least:.1f} min); allowed: >= {least:.1f}")
+    _check_fits(parser, budget, todo, f"none of the {len(todo)} steps left in {out}")
     stalled = interrupted = False
     print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
-    watch = None
-    if args.own:
-        own.stop_on_sigterm()
-        watch = Progress(out, todo, args.dry_run)
-        if todo:
-            print(f"[own] {len(todo)} steps to run, {sum(s.minutes for s in todo):.0f} min expected by the plan; "
-                  "Ctrl-C stops, the same command resumes", flush=True)
+    watch = own.start(out, todo, args.dry_run) if args.own else None
     began = time.time()
     try:
         stalled = run_steps(job, todo, out, deadline, budget, watch)
@@ -254,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(out, names)
     code = exit_code(out, names)
     if watch is not None:
-        for line in [*watch.poll(), *own.results_note(out)]:
-            print(f"[own] {line}" if not line.startswith("[own]") else line)
+        own.finish(watch, out)
     if interrupted:
         print("[gpu] interrupted: the same command resumes (finished steps and sweep jobs are kept)")
         return 130

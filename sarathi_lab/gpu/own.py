@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 from sarathi_lab.config import REPO_ROOT, device_slug
+from sarathi_lab.gpu.plan import Step
+from sarathi_lab.gpu.progress import Progress
 
 ROOT = REPO_ROOT / "outputs" / "paper_gpu"
 DRY = "dry-run"
@@ -41,12 +43,15 @@ def device_folder(dry_run: bool) -> str:
     return device_slug(name)
 
 
-def check_out(out: Path) -> None:
-    """A ValueError for an out directory inside docs/."""
-    docs = (REPO_ROOT / "docs").resolve()
-    if out.resolve().is_relative_to(docs):
+def out_dir(out: Path | None, dry_run: bool) -> Path:
+    """--out, else the device's folder (device_folder); a ValueError on a machine without a GPU (--out or
+    not) or for a folder inside docs/."""
+    folder = device_folder(dry_run)
+    out = out or ROOT / folder
+    if out.resolve().is_relative_to((REPO_ROOT / "docs").resolve()):
         raise ValueError(f"--out={out} is invalid: --own writes outputs, never into docs/ (python -m "
                          "sarathi_lab.analysis.publish keeps results there, checking what it would replace)")
+    return out
 
 
 class Stopped(Exception):
@@ -58,6 +63,21 @@ def stop_on_sigterm() -> None:
         raise Stopped(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def start(out: Path, todo: list[Step], dry_run: bool) -> Progress:
+    """Stops on SIGTERM as on Ctrl-C; the progress lines the driver prints while the steps run."""
+    stop_on_sigterm()
+    watch = Progress(out, todo, dry_run)
+    if todo:
+        print(f"[own] {len(todo)} steps to run, {sum(s.minutes for s in todo):.0f} min expected by the plan; "
+              "Ctrl-C stops, the same command resumes", flush=True)
+    return watch
+
+
+def finish(watch: Progress, out: Path) -> None:
+    for line in [*watch.poll(), *results_note(out)]:
+        print(f"[own] {line}" if not line.startswith("[own]") else line)
 
 
 def results_note(out: Path) -> list[str]:

@@ -5,11 +5,9 @@ finished, so that a refused, skipped or failed rerun leaves the old run whole.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import shutil
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +17,11 @@ import pandas as pd
 from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
 
-from sarathi_lab import LLM, ConfigError, Metrics, SamplingParams
-from sarathi_lab.harness.environment import collect_environment
-from sarathi_lab.harness.preflight import preflight
+from sarathi_lab import LLM, ConfigError, SamplingParams
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.harness.preflight import Checked, preflight
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
-    RunResult,
     Status,
     UnreadableRun,
     clear_results,
@@ -33,17 +30,15 @@ from sarathi_lab.harness.results import (
     lock,
     next_dir,
     override_key,
-    write_results,
     write_status,
 )
 from sarathi_lab.harness.run_inputs import run_inputs
+from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
 from sarathi_lab.harness.schema import RunConfig
-from sarathi_lab.harness.tasks import TaskContext, measurement
+from sarathi_lab.harness.tasks import TaskContext, measurement, records_runs
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
-from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
-from sarathi_lab.profiling import load
 
 if TYPE_CHECKING:
     from sarathi_lab.harness.vllm_engine import VllmLLM
@@ -75,122 +70,106 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
     if finished and _keep_finished_run(cfg, resolved_config, out, ctx.sweep_job, inputs):
         return "skipped"
     checked = preflight(cfg)
-    workload = checked.workload
-    # What the plan settled that the run's config does not say: an auto budget, and the KV cache's size,
-    # which a sweep's table compares between jobs (schedulers and chunks size it differently).
-    plan_record = checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens}
+    _open_run_dir(ctx, finished, checked.plan.config)
+    llm = _build_llm(cfg, checked)
+    recorder = RunRecorder(
+        cfg, llm, resolved_config, ctx.overrides, inputs,
+        # What the plan settled that the run's config does not say: an auto budget, and the KV cache's size,
+        # which a sweep's table compares between jobs (schedulers and chunks size it differently).
+        plan_record=checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens},
+        # A sweep's jobs group by sweep, a capacity search's trials by search, a single run by experiment.
+        group=ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name),
+        run_dir=ctx.status_dir)
+    if cfg.task == "serve":
+        summary, tables, headline = _serve_and_summarize(cfg, llm, checked.workload, recorder)
+    else:
+        summary, tables = _run_task(cfg, llm, TaskContext(ctx.status_dir, checked.workload, recorder.record_run,
+                                                          recorder.save_partial, resolved_config))
+        headline = ", ".join(f"{k}.parquet" for k in tables)
+    environment = recorder.save(ctx.status_dir, summary, tables, partial=False)
+    if finished:
+        _swap_in(ctx)
+    # A prediction must not read as a measurement: a simulated run says so first.
+    where = f"{environment['device_name']}, " if environment["simulated"] else ""
+    log.info("results in %s: %s%s", out, where, headline)
+    recorder.log(out, run_name(cfg, ctx.overrides), summary, tables, environment)
+    return "ok"
+
+
+def _open_run_dir(ctx: RunContext, finished: bool, engine: EngineConfig) -> None:
+    """Clears what an earlier attempt left in the run's directory, writes Hydra's record, marks it running."""
     if finished:
         shutil.rmtree(ctx.status_dir, ignore_errors=True)  # what an earlier refused or failed rerun left
         ctx.status_dir.mkdir(parents=True)
     else:
-        clear_results(out)  # an interrupted earlier run's partial records
-    run_dir = ctx.status_dir
+        clear_results(ctx.output_dir)  # an interrupted earlier run's partial records
     if ctx.hydra_record:
-        (run_dir / ".hydra").mkdir(exist_ok=True)
+        (ctx.status_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
-            OmegaConf.save(node, run_dir / ".hydra" / name)
-    if checked.plan.config.executor == "model" and checked.plan.config.device_type == "cpu":
+            OmegaConf.save(node, ctx.status_dir / ".hydra" / name)
+    if engine.executor == "model" and engine.device_type == "cpu":
         # Before `running`: a library that kills the process as it loads must not leave a live-looking run.
         cpu_build.library()
-    write_status(run_dir, "running")
+    write_status(ctx.status_dir, "running")
 
+
+def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
     if cfg.engine.executor == "vllm":
         # Imported here: it loads the model code (to save the run's weights), which a simulated run has no use for.
         from sarathi_lab.harness.vllm_engine import VllmLLM
 
         llm = VllmLLM.from_plan(checked.plan)
         log.info("%s", UNAVAILABLE)
-    else:
-        llm = LLM.from_plan(checked.plan)
-        _warn_on_kv_limits(llm, workload, cfg)
-    before = load.snapshot()
-    start = time.perf_counter()
+        return llm
+    llm = LLM.from_plan(checked.plan)
+    _warn_on_kv_limits(llm, checked.workload, cfg)
+    return llm
+
+
+def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
+                         recorder: RunRecorder) -> tuple[dict[str, float], dict[str, pd.DataFrame], str]:
+    """task=serve: the workload served; its summary, tables and the line the log ends with."""
     slo = cfg.slo.as_slo()
-    # A sweep's jobs group by sweep, a capacity search's trials by search, a single run by experiment.
-    group = ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name)
+    try:
+        _serve(llm, workload)
+    except KeyboardInterrupt:
+        # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
+        recorder.save_partial(llm.metrics.summary(slo), engine_tables(llm.metrics))
+        raise
+    summary, tables = llm.metrics.summary(slo), engine_tables(llm.metrics)
+    if summary["saturated"]:
+        # A first setting that drains, from what this run sustained (a trace replayed as recorded
+        # outpaces a CPU at the default batch at once).
+        served = len(workload.prompts) / summary["makespan_s"] if summary["makespan_s"] > 0 else 0.0
+        log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
+                    "percentiles describe how long this run was, not a steady state. It served %.3g req/s at "
+                    "batch_size=%d; a first setting that drains: workload.qps=%.2g (below that), or a larger "
+                    "batch_size; task=capacity searches the highest rate within the SLOs",
+                    summary["queue_growth_requests"], served, cfg.batch_size, 0.5 * served)
+    headline = (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
+                f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
+                f"TTFT p50 {summary['ttft_p50_s']:.3f}s, ITL p99 {summary['itl_p99_s']:.4f}s, "
+                f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
+    return summary, tables, headline
 
-    def save_to(directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
-                config: dict[str, Any] | None = None) -> dict[str, Any]:
-        machine = load.assess(before, load.snapshot())
-        if cfg.engine.executor == "sim":
-            # Virtual-clock times do not depend on the machine's load.
-            machine |= {"timing_unreliable": False, "timing_note": None}
-        if machine["timing_note"]:
-            log.warning("%s", machine["timing_note"])
-        if cfg.engine.executor == "model" and (why := _interpreted(llm)):
-            # Whatever the load: the times are the interpreter's, no measurement of the engine (the engine
-            # said so when it was built).
-            machine |= {"timing_unreliable": True, "timing_note": why}
-        directory.mkdir(parents=True, exist_ok=True)
-        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine,
-                                          llm.cuda_graphs)
-        write_results(directory, tables, RunResult(
-            summary=summary | plan_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,
-            resolved_config=resolved_config, environment=environment,
-            partial=partial, wall_time_s=time.perf_counter() - start, inputs=inputs))
-        return environment
 
-    def log_run(directory: Path, name: str, summary: dict[str, float], tables: dict[str, pd.DataFrame],
-                environment: dict[str, Any]) -> None:
-        log_to_wandb(cfg.logger, WandbRun(
-            run_dir=directory, name=name, group=group, job_type=cfg.name,
-            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
-                                     *(["simulated"] if environment["simulated"] else [])])),
-            config=resolved_config, environment=environment, summary=summary | plan_record,
-            history=tables.get("iterations", pd.DataFrame()),
-            tables={k: v for k, v in tables.items() if k != "iterations"}))
+def _run_task(cfg: RunConfig, llm: LLM | VllmLLM,
+              context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+    """A measurement task; one that records runs of its own (its module says so) is given the context."""
+    task = measurement(cfg.task)
+    return task(cfg, llm, context) if records_runs(cfg.task) else task(cfg, llm)
 
-    def record_run(directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
-                   config: dict[str, Any], partial: bool = False) -> None:
-        tables = _engine_tables(metrics)
-        environment = save_to(directory, summary, tables, partial=partial, config=config)
-        if not partial:  # W&B gets finished runs only
-            log_run(directory, name, summary, tables, environment)
 
-    def save_partial(summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
-        save_to(run_dir, summary, tables, partial=True)
-        log.warning("interrupted: partial records saved in %s as *.partial.*", run_dir)
-
-    if cfg.task == "serve":
-        try:
-            _serve(llm, workload)
-        except KeyboardInterrupt:
-            # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
-            save_partial(llm.metrics.summary(slo), _engine_tables(llm.metrics))
-            raise
-        summary, tables = llm.metrics.summary(slo), _engine_tables(llm.metrics)
-        if summary["saturated"]:
-            # A first setting that drains, from what this run sustained (a trace replayed as recorded
-            # outpaces a CPU at the default batch at once).
-            served = len(workload.prompts) / summary["makespan_s"] if summary["makespan_s"] > 0 else 0.0
-            log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
-                        "percentiles describe how long this run was, not a steady state. It served %.3g req/s at "
-                        "batch_size=%d; a first setting that drains: workload.qps=%.2g (below that), or a larger "
-                        "batch_size; task=capacity searches the highest rate within the SLOs",
-                        summary["queue_growth_requests"], served, cfg.batch_size, 0.5 * served)
-        headline = (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
-                    f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
-                    f"TTFT p50 {summary['ttft_p50_s']:.3f}s, ITL p99 {summary['itl_p99_s']:.4f}s, "
-                    f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
-    else:
-        task = measurement(cfg.task)
-        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, resolved_config))
-                           if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
-        headline = ", ".join(f"{k}.parquet" for k in tables)
-    environment = save_to(run_dir, summary, tables, partial=False)
-    if finished:  # swap the finished rerun in for the old run
-        old = out.parent / f".{out.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(out, old)
-        os.rename(run_dir, out)
-        _move_log_file(run_dir, out)
-        shutil.rmtree(old)
-        ctx.status_dir = out
-    # A prediction must not read as a measurement: a simulated run says so first.
-    where = f"{environment['device_name']}, " if environment["simulated"] else ""
-    log.info("results in %s: %s%s", out, where, headline)
-    log_run(out, run_name(cfg, ctx.overrides), summary, tables, environment)
-    return "ok"
+def _swap_in(ctx: RunContext) -> None:
+    """The finished rerun, made in the directory beside, takes the old run's place."""
+    out, run_dir = ctx.output_dir, ctx.status_dir
+    old = out.parent / f".{out.name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(out, old)
+    os.rename(run_dir, out)
+    _move_log_file(run_dir, out)
+    shutil.rmtree(old)
+    ctx.status_dir = out
 
 
 # Overrides a run's name leaves out: what its key values already say, and what does not change the run.
@@ -290,11 +269,6 @@ def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
             llm.close()
 
 
-def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
-    """The results contract's tables (the iterations also W&B's history)."""
-    return {"iterations": pd.DataFrame(metrics.iteration_columns()), "requests": pd.DataFrame(metrics.request_rows())}
-
-
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
     at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
@@ -309,10 +283,3 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
         log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
                     capacity, at_once, workload.max_request_len)
 
-
-def _interpreted(llm) -> str | None:
-    """Why a real engine's times measure Triton's interpreter (attention.backend.interpreted), or None;
-    imported here, as a simulated run loads no attention backend."""
-    from sarathi_lab.attention.backend import interpreted
-
-    return interpreted(llm.config.attention, llm.config.torch_device)

@@ -93,7 +93,6 @@ def collapse_ignored(config: DictConfig, jobs: list[list[str]]) -> tuple[list[li
     ignore composes its jobs; a job whose config is refused is kept, for the preflight to refuse."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.results import override_key
-    from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import ModelLoadError
 
     values: dict[str, set[str]] = {}
@@ -108,11 +107,8 @@ def collapse_ignored(config: DictConfig, jobs: list[list[str]]) -> tuple[list[li
     first: dict[tuple, list[str]] = {}
     left_out: dict[tuple[str, str], list[tuple[list[str], list[str]]]] = {}
     for overrides in jobs:
-        job = loader.load_sweep_config(config, list(overrides))
-        with read_write(job), open_dict(job):
-            del job["hydra"]
         try:
-            run = parse_config(job)
+            run = _job_config(loader, config, overrides)
         except (ConfigError, ModelLoadError):
             kept.append(overrides)
             continue
@@ -151,7 +147,6 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
     """The one-line error of the first job whose config the run would refuse, or None."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.preflight import preflight
-    from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import ModelLoadError
 
     loader = GlobalHydra.instance().config_loader()
@@ -160,11 +155,18 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
         if time.monotonic() - said > PROGRESS_EVERY_S:
             log.info("checked %d of %d sweep jobs before running any", num, len(jobs))
             said = time.monotonic()
-        job = loader.load_sweep_config(config, list(overrides))
-        with read_write(job), open_dict(job):
-            del job["hydra"]
         try:
-            preflight(parse_config(job))
+            preflight(_job_config(loader, config, overrides))
         except (ConfigError, ModelLoadError) as e:
             return f"sweep job {num} of {len(jobs)} ({' '.join(overrides)}): {e}; no job was run"
     return None
+
+
+def _job_config(loader, config: DictConfig, overrides: list[str]):
+    """A sweep job's typed config as its run parses it (Hydra's own node left out)."""
+    from sarathi_lab.harness.schema import parse_config
+
+    job = loader.load_sweep_config(config, list(overrides))
+    with read_write(job), open_dict(job):
+        del job["hydra"]
+    return parse_config(job)

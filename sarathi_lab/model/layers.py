@@ -4,6 +4,7 @@ or bfloat16 (``sarathi_kernels.cpu_ops``), Triton on CUDA (``sarathi_kernels.poi
 code runs elsewhere (float16 on the CPU, a CUDA install without Triton)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -22,16 +23,23 @@ def fused_ops(x: torch.Tensor):
     return _pointwise() if x.is_cuda and x.dtype in (torch.float32, torch.float16, torch.bfloat16) else None
 
 
-@functools.cache
-def _pointwise():
-    # Imported on a CUDA tensor's first pass only: the CPU path never imports Triton.
+@contextlib.contextmanager
+def _unless_triton_is_missing():
+    """Runs the block, leaving it where Triton (the gpu extra's) is not installed; imported inside the
+    block only: the CPU path never imports Triton."""
     try:
-        from sarathi_kernels import pointwise
-    except ModuleNotFoundError as e:  # Triton is the gpu extra's
+        yield
+    except ModuleNotFoundError as e:
         if e.name != "triton":
             raise
-        return None
-    return pointwise
+
+
+@functools.cache
+def _pointwise():
+    with _unless_triton_is_missing():  # on a CUDA tensor's first pass
+        from sarathi_kernels import pointwise
+        return pointwise
+    return None
 
 
 class RMSNorm(nn.Module):
@@ -155,11 +163,7 @@ def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
 
 @functools.cache
 def _gemm():
-    # Imported where a table chose it only: the CPU path never imports Triton.
-    try:
+    with _unless_triton_is_missing():  # where a table chose it only
         from sarathi_kernels import gemm
-    except ModuleNotFoundError as e:  # Triton is the gpu extra's
-        if e.name != "triton":
-            raise
-        return None
-    return gemm
+        return gemm
+    return None

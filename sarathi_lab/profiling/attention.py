@@ -50,6 +50,15 @@ def context_slot_mapping(meta: AttentionMetadata, block_size: int) -> torch.Tens
     return torch.cat(slots).to(meta.slot_mapping.device)
 
 
+def paged_cache(values: torch.Tensor, slots: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tensor:
+    """A paged cache [num_blocks, block_size, heads, head_dim] holding ``values`` [positions, heads, head_dim]
+    at ``slots`` (context_slot_mapping's), NaN in every other slot so that a read of one shows."""
+    cache = torch.full((num_blocks, block_size, *values.shape[1:]), float("nan"), dtype=values.dtype,
+                       device=values.device)
+    cache.view(-1, *values.shape[1:])[slots] = values
+    return cache
+
+
 def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, num_kv_heads: int = LLAMA_KV_HEADS,
                    head_dim: int = LLAMA_HEAD_DIM, dtype: torch.dtype = torch.float32,
                    device: str | torch.device = "cpu", attention: str = "auto", block_size: int = 16,

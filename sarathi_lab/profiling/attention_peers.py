@@ -24,7 +24,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from sarathi_lab.attention import AttentionMetadata, reference
 from sarathi_lab.engine.timer import time_interleaved
-from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch, paged_cache
 from sarathi_lab.profiling.attention_grid import ENGINE, FLEX, SDPA, Case
 from sarathi_lab.profiling.floors import attention_floor
 
@@ -54,10 +54,7 @@ def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size
     meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=0 if case.kind == "decode" else b,
                                    block_size=block_size, device=device)
     slots = context_slot_mapping(meta, block_size)
-    k_cache = torch.full((num_blocks, block_size, kvh, d), float("nan"), dtype=dtype, device=device)
-    v_cache = k_cache.clone()
-    k_cache.view(-1, kvh, d)[slots] = k.flatten(0, 1)
-    v_cache.view(-1, kvh, d)[slots] = v.flatten(0, 1)
+    k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
     return Inputs(q.flatten(0, 1), k_cache, v_cache, meta, q.transpose(1, 2).contiguous(),
                   k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous(), d ** -0.5)
 

@@ -18,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from sarathi_lab.attention import AttentionMetadata, reference
-from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch, paged_cache
 from sarathi_lab.profiling.attention_grid import FLEX, SDPA, Case
 from sarathi_lab.profiling.attention_peers import Flex, Inputs, checked_calls, time_interleaved
 from sarathi_lab.profiling.floors import attention_floor
@@ -57,10 +57,7 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
     meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=1, block_size=block_size,
                                    device=device)
     slots = context_slot_mapping(meta, block_size)
-    k_cache = torch.full((num_blocks, block_size, kvh, d), float("nan"), dtype=dtype, device=device)
-    v_cache = k_cache.clone()
-    k_cache.view(-1, kvh, d)[slots] = k.flatten(0, 1)
-    v_cache.view(-1, kvh, d)[slots] = v.flatten(0, 1)
+    k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
     k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [requests, kv_heads, ctx, d]
     chunk = Inputs(query[:c], k_cache, v_cache, meta, query[:c].transpose(0, 1)[None].contiguous(), k[:1], v[:1],
                    d ** -0.5)

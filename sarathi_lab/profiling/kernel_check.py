@@ -47,6 +47,7 @@ from sarathi_lab.profiling.attention import (
     LLAMA_KV_HEADS,
     context_slot_mapping,
     paged_batch,
+    paged_cache,
 )
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
@@ -63,11 +64,9 @@ def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype)
     query_lens, seq_lens = (list(x) for x in zip(*prefills, *decodes))
     meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills), block_size=block_size,
                                    device=DEV)
-    k_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), float("nan"), dtype=dtype, device=DEV)
-    v_cache = k_cache.clone()
     slots = context_slot_mapping(meta, block_size)
-    for cache in (k_cache, v_cache):
-        cache.view(-1, kv_heads, head_dim)[slots] = torch.randn(len(slots), kv_heads, head_dim, device=DEV).to(dtype)
+    k_cache, v_cache = (paged_cache(torch.randn(len(slots), kv_heads, head_dim, device=DEV).to(dtype), slots,
+                                    num_blocks, block_size) for _ in range(2))
     query = torch.randn(sum(query_lens), heads, head_dim, device=DEV).to(dtype)
     return query, k_cache, v_cache, meta
 
@@ -104,23 +103,25 @@ def check_write(dtype, block_size) -> bool:
     return all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in ((k_cache, k_ref), (v_cache, v_ref)))
 
 
+def _close(a, b) -> bool:
+    """Whether a equals b within torch's default tolerance for their dtype."""
+    try:
+        torch.testing.assert_close(a, b)
+    except AssertionError:
+        return False
+    return True
+
+
 def check_pointwise(dtype) -> dict[str, bool]:
     """Each elementwise kernel against transformers' own code at torch's tolerance for ``dtype``, at
     LLaMA-13B's widths (hidden 5120, 40 heads of 128, MLP 13824)."""
-    def close(a, b) -> bool:
-        try:
-            torch.testing.assert_close(a, b)
-        except AssertionError:
-            return False
-        return True
-
     x, res = (torch.randn(37, 5120, device=DEV).to(dtype) for _ in range(2))
     norm = LlamaRMSNorm(5120, 1e-5).to(DEV, dtype)
     with torch.no_grad():
         norm.weight.normal_()
         kept = res.clone()
         out = pointwise.add_rms_norm(x, kept, norm.weight, 1e-5)
-        ok = {"add_rms_norm": close(out, norm(x + res)) and close(kept, x + res)}
+        ok = {"add_rms_norm": _close(out, norm(x + res)) and _close(kept, x + res)}
     qk = torch.randn(37, 80, 128, device=DEV).to(dtype)
     positions = torch.randint(0, 4096, (37,), device=DEV)
     freqs = torch.arange(4096, device=DEV).float()[:, None] / 10000 ** (torch.arange(0, 128, 2, device=DEV) / 128)
@@ -128,9 +129,9 @@ def check_pointwise(dtype) -> dict[str, bool]:
     q, k = apply_rotary_pos_emb(qk[:, :40], qk[:, 40:], cos[positions].to(dtype), sin[positions].to(dtype), 1)
     unrotated = qk.clone()
     pointwise.rope_(qk, positions, cos, sin)
-    ok["rope"] = close(qk[:, :40], q) and close(qk[:, 40:], k)
+    ok["rope"] = _close(qk[:, :40], q) and _close(qk[:, 40:], k)
     gate_up = torch.randn(37, 2 * 13824, device=DEV).to(dtype)
-    ok["silu_mul"] = close(pointwise.silu_mul(gate_up), ACT2FN["silu"](gate_up[:, :13824]) * gate_up[:, 13824:])
+    ok["silu_mul"] = _close(pointwise.silu_mul(gate_up), ACT2FN["silu"](gate_up[:, :13824]) * gate_up[:, 13824:])
     return ok | check_fused(dtype, unrotated, positions, cos, sin, q, k)
 
 
@@ -139,19 +140,12 @@ def check_fused(dtype, qk, positions, cos, sin, q, k) -> dict[str, bool]:
     of check_pointwise) exactly as the two kernels' torch references; the split-K GEMM and its SiLU * up
     epilogue against torch.matmul within the attention's compiled tolerance (max |err| / max |ref|), at
     1024-wide weights (several tiles each way, a ragged 300-token M) that the interpreter also runs in seconds."""
-    def close(a, b) -> bool:
-        try:
-            torch.testing.assert_close(a, b)
-        except AssertionError:
-            return False
-        return True
-
     tokens = qk.shape[0]
     qkv = torch.cat([qk.flatten(1), torch.randn(tokens, 40 * 128, device=DEV).to(dtype)], 1)
     slots = torch.randperm(64 * 16, device=DEV)[:tokens]
     k_cache, v_cache = (torch.zeros(64, 16, 40, 128, device=DEV, dtype=dtype) for _ in range(2))
     out_q = rope_write_kv(qkv, positions, cos, sin, k_cache, v_cache, slots, 40, 40)
-    ok = {"rope_write_kv": close(out_q, q) and close(k_cache.view(-1, 40, 128)[slots], k)
+    ok = {"rope_write_kv": _close(out_q, q) and _close(k_cache.view(-1, 40, 128)[slots], k)
           and torch.equal(v_cache.view(-1, 40, 128)[slots], qkv[:, 80 * 128:].view(tokens, 40, 128))}
 
     def rel(a, b) -> float:

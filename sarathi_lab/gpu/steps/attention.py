@@ -44,11 +44,16 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
     for name in (*CONTENDERS, "floor"):
         if f"{name}_ms" in row and _value(row[f"{name}_ms"]) is not None:
             metrics.append(Metric(f"attention_{name}_ms[{shape}]", float(f"{row[f'{name}_ms']:.4g}"), "ms"))
+    return [*metrics, agreement(row, f"attention_max_rel_diff[{shape}]", CONTENDERS)]
+
+
+def agreement(row: dict, name: str, contenders) -> Metric:
+    """The largest difference from attention/reference.py of a row's contenders, holding where none
+    recorded an error."""
     diff = _value(row.get("max_rel_diff"))
-    errors = [f"{name}: {row[f'{name}_error']}" for name in CONTENDERS if _value(row.get(f"{name}_error"))]
-    metrics.append(Metric(f"attention_max_rel_diff[{shape}]", diff and float(f"{diff:.3g}"), "",
-                          "every contender agrees with attention/reference.py", not errors))
-    return metrics
+    errors = [c for c in contenders if _value(row.get(f"{c}_error"))]
+    return Metric(name, diff and float(f"{diff:.3g}"), "", "every contender agrees with attention/reference.py",
+                  not errors)
 
 
 def _prefix(row: dict) -> int:

@@ -11,7 +11,7 @@ import torch
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.gpu.steps.attention import SHAPE_GUARD_S, _value
+from sarathi_lab.gpu.steps.attention import SHAPE_GUARD_S, _value, agreement
 from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
 from sarathi_lab.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, POD_BY_PROGRAM, POD_X1, TARGET
 
@@ -40,11 +40,7 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
             metrics.append(Metric(f"hybrid_attention_{name}_ms[{shape}]", float(f"{row[f'{name}_ms']:.4g}"), "ms"))
     if _value(row.get(f"{POD}_plan_ms")) is not None:
         metrics.append(Metric(f"hybrid_attention_plan_ms[{shape}]", float(f"{row[f'{POD}_plan_ms']:.3g}"), "ms"))
-    diff = _value(row.get("max_rel_diff"))
-    errors = [f"{name}: {row[f'{name}_error']}" for name in CONTENDERS if _value(row.get(f"{name}_error"))]
-    metrics.append(Metric(f"hybrid_attention_max_rel_diff[{shape}]", diff and float(f"{diff:.3g}"), "",
-                          "every contender agrees with attention/reference.py", not errors))
-    return metrics
+    return [*metrics, agreement(row, f"hybrid_attention_max_rel_diff[{shape}]", CONTENDERS)]
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:

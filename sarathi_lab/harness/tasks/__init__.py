@@ -2,8 +2,9 @@
 
 One module per task (adding one adds the task): ``run(cfg, llm)`` returns ``(summary, tables)``,
 scalars for metrics.json and DataFrames saved as ``<name>.parquet``; a task that records runs of its
-own takes a third argument, a TaskContext. One that holds several requests in the KV cache at once
-says how long they are, ``kv_requests(cfg)``, so that the preflight refuses a cache too small.
+own says so, ``RECORDS_RUNS = True``, and takes a third argument, a TaskContext. One that holds
+several requests in the KV cache at once says how long they are, ``kv_requests(cfg)``, so that the
+preflight refuses a cache too small.
 """
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def measurement(task: str) -> Measurement:
     if task not in TASKS:
         raise ValueError(f"task={task!r} is not a measurement; allowed: {', '.join(TASKS)}")
     return importlib.import_module(f"{__name__}.{task}").run
+
+
+def records_runs(task: str) -> bool:
+    """Whether ``task`` records serving runs of its own, and so takes a TaskContext (its module's
+    ``RECORDS_RUNS``)."""
+    return getattr(importlib.import_module(f"{__name__}.{task}"), "RECORDS_RUNS", False)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from sarathi_lab.harness.workloads import arrivals_at
 
 log = logging.getLogger(__name__)
 
+RECORDS_RUNS = True  # every trial is a serving run of its own: run() takes a TaskContext
+
 # What the trials table and the summary keep of each trial (and of the trial at capacity).
 TRIAL_COLUMNS = ("itl_p99_s", "sched_delay_p50_s", "ttft_p50_s", "tpot_p50_s", "goodput_rps", "slo_attainment",
                  "saturated", "num_unfinished", "makespan_s")
@@ -73,18 +75,27 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     except KeyboardInterrupt:
         context.save_partial({"num_trials": len(rows)}, {"trials": pd.DataFrame(rows)})
         raise
+    _write_record(context.run_dir, found, rows, slo, search)
+    if not found.resolved:
+        log.warning("capacity search stopped before its resolution: %s", _why(found, search))
+    log.info("%s", found.describe())
+    return _summary(found, rows, workload), {"trials": pd.DataFrame(rows)}
+
+
+def _write_record(run_dir, found, rows: list[dict], slo, search) -> None:
+    """capacity.json, each trial with its run's folder; an earlier search's trials this one did not reach go."""
     record = found.as_dict() | {"slo": {"tbt_p99_s": slo.tbt_p99_s, "sched_delay_p50_s": slo.sched_delay_p50_s},
                                 "require_stable": search.require_stable}
     for entry, row in zip(record["trials"], rows):
         entry["run_dir"] = row["run_dir"]
-    write_json(context.run_dir / CAPACITY_JSON, record)
+    write_json(run_dir / CAPACITY_JSON, record)
     used = {row["run_dir"] for row in rows}
-    for stale in context.run_dir.glob("trial-*"):
+    for stale in run_dir.glob("trial-*"):
         if stale.name not in used:
-            shutil.rmtree(stale)  # an earlier search's trial this one did not reach
-    if not found.resolved:
-        log.warning("capacity search stopped before its resolution: %s", _why(found, search))
-    log.info("%s", found.describe())
+            shutil.rmtree(stale)
+
+
+def _summary(found, rows: list[dict], workload) -> dict[str, float]:
     best = next((r for r in rows if r["passed"] and r["rate_rps"] == found.capacity_rps), {})
     summary = {"capacity_rps": found.capacity_rps if found.capacity_rps is not None else math.nan,
                "resolution": found.resolution if found.resolution is not None else math.nan,
@@ -96,7 +107,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         # On a replayed trace the capacity is also a multiple of the rate its requests were recorded at.
         summary |= {"trace_rate_rps": workload.recorded_rate_rps,
                     "capacity_rate_scale": summary["capacity_rps"] / workload.recorded_rate_rps}
-    return summary, {"trials": pd.DataFrame(rows)}
+    return summary
 
 
 def _finished_trial(context: TaskContext, name: str, k: int, qps: float) -> Trial | None:

@@ -1,0 +1,98 @@
+"""What a run writes and logs: its results behind the results contract, and the same to W&B.
+
+One object per run, built once the engine exists, so that the run, its partial records on an
+interrupt and the serving runs a task records of its own (a capacity search's trials) all write the
+same environment, plan record and inputs.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sarathi_lab import Metrics
+from sarathi_lab.harness.environment import collect_environment
+from sarathi_lab.harness.results import RunResult, write_results
+from sarathi_lab.harness.schema import RunConfig
+from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
+from sarathi_lab.profiling import load
+
+log = logging.getLogger(__name__)
+
+
+def engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
+    """The results contract's tables (the iterations also W&B's history)."""
+    return {"iterations": pd.DataFrame(metrics.iteration_columns()), "requests": pd.DataFrame(metrics.request_rows())}
+
+
+@dataclass
+class RunRecorder:
+    cfg: RunConfig
+    llm: Any
+    resolved_config: dict[str, Any]
+    overrides: list[str]
+    inputs: dict[str, Any]
+    plan_record: dict[str, Any]  # what the plan settled that the config does not say
+    group: str                   # the W&B group: the sweep, the capacity search, or the experiment
+    run_dir: Path                # where this run's own records go (partial ones too)
+    # The machine's load when the run began, which assess() compares the end against.
+    before: Any = field(default_factory=load.snapshot)
+    start: float = field(default_factory=time.perf_counter)
+
+    def save(self, directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
+             config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Writes the results into directory; returns the environment recorded."""
+        directory.mkdir(parents=True, exist_ok=True)
+        llm = self.llm
+        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm,
+                                          self._machine(), llm.cuda_graphs)
+        write_results(directory, tables, RunResult(
+            summary=summary | self.plan_record, config=self.cfg.key_values() | (config or {}),
+            overrides=self.overrides, resolved_config=self.resolved_config, environment=environment,
+            partial=partial, wall_time_s=time.perf_counter() - self.start, inputs=self.inputs))
+        return environment
+
+    def log(self, directory: Path, name: str, summary: dict[str, float], tables: dict[str, pd.DataFrame],
+            environment: dict[str, Any]) -> None:
+        cfg = self.cfg
+        log_to_wandb(cfg.logger, WandbRun(
+            run_dir=directory, name=name, group=self.group, job_type=cfg.name,
+            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
+                                     *(["simulated"] if environment["simulated"] else [])])),
+            config=self.resolved_config, environment=environment, summary=summary | self.plan_record,
+            history=tables.get("iterations", pd.DataFrame()),
+            tables={k: v for k, v in tables.items() if k != "iterations"}))
+
+    def record_run(self, directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
+                   config: dict[str, Any], partial: bool = False) -> None:
+        """A serving run a task records of its own (TaskContext.record_run)."""
+        tables = engine_tables(metrics)
+        environment = self.save(directory, summary, tables, partial=partial, config=config)
+        if not partial:  # W&B gets finished runs only
+            self.log(directory, name, summary, tables, environment)
+
+    def save_partial(self, summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
+        self.save(self.run_dir, summary, tables, partial=True)
+        log.warning("interrupted: partial records saved in %s as *.partial.*", self.run_dir)
+
+    def _machine(self) -> dict[str, Any]:
+        machine = load.assess(self.before, load.snapshot())
+        if self.cfg.engine.executor == "sim":
+            # Virtual-clock times do not depend on the machine's load.
+            machine |= {"timing_unreliable": False, "timing_note": None}
+        if machine["timing_note"]:
+            log.warning("%s", machine["timing_note"])
+        if self.cfg.engine.executor == "model":
+            # Imported here: a simulated run loads no attention backend.
+            from sarathi_lab.attention.backend import interpreted
+
+            if why := interpreted(self.llm.config.attention, self.llm.config.torch_device):
+                # Whatever the load: the times are the interpreter's, no measurement of the engine (the
+                # engine said so when it was built).
+                machine |= {"timing_unreliable": True, "timing_note": why}
+        return machine
+
