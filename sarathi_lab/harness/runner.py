@@ -35,7 +35,7 @@ from sarathi_lab.harness.results import (
 from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
 from sarathi_lab.harness.schema import RunConfig
-from sarathi_lab.harness.tasks import TaskContext, measurement, records_runs
+from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
@@ -155,9 +155,9 @@ def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
 
 def _run_task(cfg: RunConfig, llm: LLM | VllmLLM,
               context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
-    """A measurement task; one that records runs of its own (its module says so) is given the context."""
+    """A measurement task; one that takes the run's context (its module says so) is given it."""
     task = measurement(cfg.task)
-    return task(cfg, llm, context) if records_runs(cfg.task) else task(cfg, llm)
+    return task(cfg, llm, context) if takes_context(cfg.task) else task(cfg, llm)
 
 
 def _swap_in(ctx: RunContext) -> None:

@@ -1,8 +1,9 @@
 """Measurements that are not serving runs, behind the harness's results contract.
 
 One module per task (adding one adds the task): ``run(cfg, llm)`` returns ``(summary, tables)``,
-scalars for metrics.json and DataFrames saved as ``<name>.parquet``; a task that records runs of its
-own says so, ``RECORDS_RUNS = True``, and takes a third argument, a TaskContext. One that holds
+scalars for metrics.json and DataFrames saved as ``<name>.parquet``; a task that needs the run's
+context (it records serving runs of its own, or serves the run's workload) says so,
+``TAKES_CONTEXT = True``, and takes a third argument, a TaskContext. One that holds
 several requests in the KV cache at once says how long they are, ``kv_requests(cfg)``, so that the
 preflight refuses a cache too small.
 """
@@ -31,15 +32,14 @@ def measurement(task: str) -> Measurement:
     return importlib.import_module(f"{__name__}.{task}").run
 
 
-def records_runs(task: str) -> bool:
-    """Whether ``task`` records serving runs of its own, and so takes a TaskContext (its module's
-    ``RECORDS_RUNS``)."""
-    return getattr(importlib.import_module(f"{__name__}.{task}"), "RECORDS_RUNS", False)
+def takes_context(task: str) -> bool:
+    """Whether ``task`` takes a TaskContext (its module's ``TAKES_CONTEXT``)."""
+    return getattr(importlib.import_module(f"{__name__}.{task}"), "TAKES_CONTEXT", False)
 
 
 @dataclass(frozen=True)
 class TaskContext:
-    """What the runner gives a task that records runs of its own. ``record_run(run_dir, name, summary,
+    """What the runner gives a task that takes its context. ``record_run(run_dir, name, summary,
     metrics, config, partial=False)`` writes a serving run's results and logs it to W&B in this run's
     group; ``save_partial(summary, tables)`` writes the task's records so far as *.partial.*."""
     run_dir: Path

@@ -32,6 +32,8 @@ from sarathi_lab.sim.profiles import own_profile_path
 from sarathi_lab.sim.sharding import Parallelism
 from sarathi_lab.sim.stage_profile import ProfileStages
 
+TAKES_CONTEXT = True  # it serves the run's own workload (TaskContext.workload)
+
 log = logging.getLogger(__name__)
 
 
@@ -126,6 +128,7 @@ def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.n
         "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s)),
         "sim_stage0_gap_p50_s": _stage0_gap_p50_s(sim.stage_start_s, sim.stage_end_s)}
     return summary, sim.request_bubble_s, finish, timeline
+
 
 
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
