@@ -45,7 +45,6 @@ MAX_KV_WATERMARK = 0.5
 GPU_MEMORY_UTILISATION = 0.9
 
 
-
 class ConfigError(ValueError):
     """A configuration value that is not allowed; the message is one line: the key as the user set
     it, the value, what is allowed. ``setting``: the setting refused, by its own name, where a caller

@@ -69,8 +69,9 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     if cfg.world_size > 1:
         # Each rank's weights and KV heads (of its stage's layers, the first stage's the most); ranks
         # on a CPU share its memory, GPUs have their own.
-        per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model)
-        per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model).num_layers
+        per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model, cfg.keys)
+        stage = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model, cfg.keys)
+        per_rank.num_hidden_layers = stage.num_layers
         device = cfg.torch_device
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
         blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)

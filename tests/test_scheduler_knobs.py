@@ -125,3 +125,16 @@ def test_every_key_a_run_refusal_names_is_one_the_run_config_has():
     named = {RUN_KEYS(setting) for setting in ENGINE_FIELDS}
     assert {key for key in named if OmegaConf.select(composed, key, default=missing) is missing} == set()
     assert "chunk" in named and "engine.block_size" in named and "chunk_size" not in named
+
+
+def test_the_ranks_refuse_a_model_they_cannot_split_naming_the_runs_keys():
+    # Checked deep in the plan (the model's shapes against the ranks), still named as the run set it.
+    from sarathi_lab.harness.schema import RUN_KEYS
+    from sarathi_lab.model import PRESETS
+    from sarathi_lab.model.parallel.sharding import rank_memory_config
+    from sarathi_lab.model.parallel.stages import Stage
+
+    with pytest.raises(ConfigError, match=r"^engine.tensor_parallel=3 is invalid for model='tiny': its "):
+        rank_memory_config(PRESETS["tiny"], 3, "tiny", RUN_KEYS)
+    with pytest.raises(ConfigError, match=r"^pipeline_parallel=9 is invalid for model='tiny': it has 4 layers"):
+        Stage.of(4, 9, 0, "tiny")
