@@ -1,6 +1,6 @@
 """The engine's configuration: one typed dataclass, checked once at the edge; a bad value fails with
-one line naming the key, the value and what is allowed. The bottom layer: it imports nothing of
-sarathi_lab, and torch only inside the checks that need the machine (--help stays fast)."""
+one line naming the key as the user set it (``Keys``), the value and what is allowed. The bottom
+layer: it imports nothing of sarathi_lab, and torch only inside the checks that need the machine (--help stays fast)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,7 @@ import numbers
 import os
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -44,39 +44,57 @@ MAX_KV_WATERMARK = 0.5
 # The share of a GPU's memory the weights and KV cache may take (vLLM's gpu_memory_utilization default).
 GPU_MEMORY_UTILISATION = 0.9
 
-_KEY = re.compile(r"^[\w.\[\]]+(?==)")
-# A key the message names further on as `key=value` (a way out: "or float16 with cpu_linear=aten"),
-# after a space or an opening parenthesis, never inside a value such as a path.
-_MENTION = re.compile(r"(?<![^\s(])([a-z_]+)(?==)")
-
 
 class ConfigError(ValueError):
-    """A configuration value that is not allowed; the message is one line: key, value, allowed.
-    ``key``: the key it starts with, which ``at`` renames to the key as the user wrote it."""
+    """A configuration value that is not allowed; the message is one line: the key as the user set
+    it, the value, what is allowed. ``setting``: the setting refused, by its own name, where a caller
+    adds to the line (a tuned budget's way out)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, setting: str | None = None):
         super().__init__(message)
-        match = _KEY.match(message)
-        self.key = match.group(0) if match else None
+        self.setting = setting
 
-    def at(self, key: str, rename: Callable[[str], str] | None = None) -> ConfigError:
-        """The same error naming `key` instead of its own key (e.g. chunk_size -> chunk); with
-        ``rename``, each other key it names as `key=value` as ``rename`` names it (cpu_linear=aten ->
-        engine.cpu_linear=aten), so that every key in the line is one the user can set as written."""
-        rest = str(self)[len(self.key):] if self.key is not None else str(self)
-        if rename is not None:
-            rest = _MENTION.sub(lambda m: rename(m[1]), rest)
-        return type(self)((key if self.key is not None else "") + rest)
+
+@dataclass(frozen=True)
+class Keys:
+    """The keys a config's settings are set by, so that each refusal is written naming them as the
+    user can set them: a setting is ``prefix`` + its name (LLM's keyword arguments: no prefix; a run's
+    config: engine.block_size), a scheduler's knob ``knob_prefix`` + its name (scheduler.tile), but
+    those in ``names`` (a run's knobs: chunk_size is `chunk`). ``shown``: a value as the user set it
+    where the engine refuses another it was turned into (token_budget=auto, tuned to a count)."""
+    names: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    knob_prefix: str = ""
+    shown: Mapping[str, str] = field(default_factory=dict)
+
+    def __call__(self, setting: str) -> str:
+        if setting in self.names:
+            return self.names[setting]
+        return (self.prefix if setting in ENGINE_FIELDS else self.knob_prefix) + setting
+
+    def set(self, setting: str, value: Any) -> str:
+        """``key=value`` of ``setting`` at ``value``, as a refusal of it begins."""
+        return f"{self(setting)}={self.shown.get(setting, repr(value))}"
+
+
+# Each setting by its own name: LLM's keyword arguments, and any caller that names no other keys.
+AS_WRITTEN = Keys()
+# The metadata of a config's ``keys`` field: it names the settings, it is none of them.
+NOT_A_SETTING = {"setting": False}
+
+
+def settings_of(cls: type) -> list[dataclasses.Field]:
+    """A config dataclass's fields that are settings (its ``keys`` is none)."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("setting", True)]
 
 
 @dataclass
 class EngineConfig:
     model: str = "tiny"
     scheduler: str = "sarathi"
-    # Prefill chunk of `sarathi` (one chunk per iteration).
+    # The tokens a chunking scheduler takes per iteration, the one home of the run's `chunk`: `sarathi`'s
+    # prefill chunk (one per iteration), `sarathi_serve`'s token budget (decodes included).
     chunk_size: int = 512
-    # Per-iteration token budget of `sarathi_serve`, decodes included; None: the same as chunk_size.
-    token_budget: int | None = None
     max_batch_size: int = 8
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal[DTYPES] = "bfloat16"
@@ -135,42 +153,49 @@ class EngineConfig:
     # The longest any collective of a parallel step waits for a peer: a rank that died or hangs ends
     # the run with an error naming it, never a hang.
     collective_timeout_s: float = 120.0
+    # How its refusals, and those of the plan made from it, name each setting: as LLM's keyword
+    # arguments by default; the harness passes the run config's keys.
+    keys: Keys = field(default=AS_WRITTEN, compare=False, repr=False, metadata=NOT_A_SETTING)
 
     def __post_init__(self):
-        check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"))
+        k = self.keys
+        check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"), keys=k)
         # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
         cores = usable_cores()
         if self.num_threads is not None and self.num_threads > cores:
-            raise ConfigError(f"num_threads={self.num_threads} is invalid: this process may run on {cores} cores, "
-                              f"so at most {cores}")
+            raise ConfigError(f"{k.set('num_threads', self.num_threads)} is invalid: this process may run on {cores} "
+                              f"cores, so at most {cores}")
         if not 0 <= self.seed <= MAX_SEED:
-            raise ConfigError(f"seed={self.seed} is invalid: must be in [0, 2**64 - 1]")
+            raise ConfigError(f"{k.set('seed', self.seed)} is invalid: must be in [0, 2**64 - 1]")
         if not 0 <= self.kv_watermark <= MAX_KV_WATERMARK:
-            raise ConfigError(f"kv_watermark={self.kv_watermark!r} is invalid: must be in [0, {MAX_KV_WATERMARK}] (the "
-                              f"share of the KV cache admission leaves free; vLLM's is {KV_WATERMARK})")
+            raise ConfigError(f"{k.set('kv_watermark', self.kv_watermark)} is invalid: must be in [0, "
+                              f"{MAX_KV_WATERMARK}] (the share of the KV cache admission leaves free; vLLM's is "
+                              f"{KV_WATERMARK})")
         if self.executor == "sim":
             if self.tensor_parallel > 1:
-                raise ConfigError(f"tensor_parallel={self.tensor_parallel} is invalid with executor='sim': the "
-                                  "simulator splits a model by sim_tp; allowed: 1")
+                raise ConfigError(f"{k.set('tensor_parallel', self.tensor_parallel)} is invalid with "
+                                  f"{k('executor')}='sim': the simulator splits a model by {k('sim_tp')}; allowed: 1")
             if self.pipeline_parallel > 1:
-                raise ConfigError(f"pipeline_parallel={self.pipeline_parallel} is invalid with executor='sim': "
-                                  "the simulator's pipeline is sim/pipeline.py's; allowed: 1")
+                raise ConfigError(f"{k.set('pipeline_parallel', self.pipeline_parallel)} is invalid with "
+                                  f"{k('executor')}='sim': the simulator's pipeline is sim/pipeline.py's; allowed: 1")
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
-                raise ConfigError(f"sim_tp={self.sim_tp} is invalid with sim_cost_model='profile' on sim_device='cpu': "
-                                  "a profile times one device; allowed: 1, or sim_cost_model=roofline")
+                raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with {k('sim_cost_model')}='profile' on "
+                                  f"{k('sim_device')}='cpu': a profile times one device; allowed: 1, or "
+                                  f"{k('sim_cost_model')}=roofline")
             # Nothing runs on this machine's device, so its CPU features decide nothing, except where
             # the simulated device is this CPU: a simulation of what the engine could not run here is none.
             if self.sim_device == "cpu":
                 self._check_cpu_dtype()
             return
         if self.sim_tp != 1:
-            raise ConfigError(f"sim_tp={self.sim_tp} is invalid with executor={self.executor!r}: the engine runs on "
-                              "one device; allowed: 1, or executor=sim")
+            raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with {k.set('executor', self.executor)}: the "
+                              f"engine runs on one device; allowed: 1, or {k('executor')}=sim")
         if self.device == "cuda" and not _cuda_available():
-            raise ConfigError("device='cuda' is invalid: no CUDA device is available; allowed here: auto, cpu")
+            raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; allowed here: "
+                              "auto, cpu")
         if self.device_type == "cpu":
             self._check_cpu_dtype()
-        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
+        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type), k)
         if self.world_size > 1:
             self._check_ranks_fit()
 
@@ -192,18 +217,19 @@ class EngineConfig:
         else:
             have, what = usable_cores(), "cores this process may run on"
         if ranks > have:
-            key = "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
-            raise ConfigError(f"{key}={getattr(self, key)} is invalid (tensor_parallel={self.tensor_parallel} x "
-                              f"pipeline_parallel={self.pipeline_parallel} ranks): one rank per device needs {ranks} "
-                              f"{what} here, and there are {have}; allowed: at most {have} ranks")
+            k, key = self.keys, "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
+            raise ConfigError(f"{k.set(key, getattr(self, key))} is invalid "
+                              f"({k.set('tensor_parallel', self.tensor_parallel)} x "
+                              f"{k.set('pipeline_parallel', self.pipeline_parallel)} ranks): one rank per device "
+                              f"needs {ranks} {what} here, and there are {have}; allowed: at most {have} ranks")
 
     def _check_cpu_dtype(self) -> None:
         """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
         units runs as float32: torch_dtype)."""
         if self.dtype == "float16" and self.cpu_linear != "aten" and not cpu_has_onednn_fp16():
-            raise ConfigError("dtype='float16' is invalid: this CPU's oneDNN has no float16 matmul (it needs "
-                              "avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or float16 with "
-                              "cpu_linear=aten")
+            raise ConfigError(f"{self.keys.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no float16 "
+                              "matmul (it needs avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or "
+                              f"float16 with {self.keys('cpu_linear')}=aten")
 
     @property
     def kv_size_key(self) -> str | None:
@@ -218,18 +244,9 @@ class EngineConfig:
             return self.num_kv_blocks
         blocks = int(self.kv_cache_gb * 2**30 // block_bytes)
         if blocks < 1:
-            raise ConfigError(f"kv_cache_gb={self.kv_cache_gb} is invalid: it holds no block of {block_bytes} bytes")
+            raise ConfigError(f"{self.keys.set('kv_cache_gb', self.kv_cache_gb)} is invalid: it holds no block of "
+                              f"{block_bytes} bytes")
         return blocks
-
-    @property
-    def budget(self) -> int:
-        """sarathi_serve's per-iteration token budget."""
-        return self.chunk_size if self.token_budget is None else self.token_budget
-
-    def scheduler_settings(self, max_model_len: int) -> dict[str, Any]:
-        """The settings a scheduler's config is built from (beside its knobs): these, the effective
-        token budget and the longest request."""
-        return dataclasses.asdict(self) | {"token_budget": self.budget, "max_model_len": max_model_len}
 
     @property
     def device_type(self) -> str:
@@ -273,8 +290,8 @@ def run_dtype(dtype: str, device_type: str) -> str:
     return "float32" if dtype == "bfloat16" and device_type == "cpu" and not cpu_has_bf16_units() else dtype
 
 
-# Its keys: any other a caller hands over is a scheduler's knob (LLM, the Hydra schema, the schedulers).
-ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(EngineConfig))
+# Its settings: any other a caller hands over is a scheduler's knob (LLM, the Hydra schema, the schedulers).
+ENGINE_FIELDS = frozenset(f.name for f in settings_of(EngineConfig))
 
 
 @functools.cache
@@ -317,29 +334,30 @@ def attention_backend(attention: str, device_type: str) -> str:
     return attention
 
 
-def check_attention_hybrid(hybrid: str, backend: str) -> None:
+def check_attention_hybrid(hybrid: str, backend: str, keys: Keys = AS_WRITTEN) -> None:
     """Co-scheduled hybrid attention is a Triton kernel: refused beside any other backend."""
     if hybrid != "sequential" and backend != "triton":
-        raise ConfigError(f"attention_hybrid={hybrid!r} is invalid with the {backend} attention: it is a Triton "
-                          "kernel; allowed: sequential, or with attention=triton")
+        raise ConfigError(f"{keys.set('attention_hybrid', hybrid)} is invalid with the {backend} attention: it is a "
+                          f"Triton kernel; allowed: sequential, or with {keys('attention')}=triton")
 
 
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
-                 skip: tuple[str, ...] = ()) -> None:
+                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = str) -> None:
     """Each field of a config dataclass against its annotation (int, finite float, str, bool, X | None,
     Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
-    must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller."""
+    must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller.
+    ``keys``: the key each field is set by, as a refusal names it (default: its name)."""
     hints = get_type_hints(type(obj))
-    fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in dataclasses.fields(obj)
+    fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in settings_of(type(obj))
               if not dataclasses.is_dataclass(hints[f.name])]
-    for key, value in fields:
-        _check_type(key, value, hints[key])
-        if value is not getattr(obj, key):  # numpy's number, stored as Python's (frozen dataclasses too)
-            object.__setattr__(obj, key, value)
-    for key, value in fields if positive else ():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in skip \
-                and (value < 0 or value == 0 and key not in zero_ok):
-            raise ConfigError(f"{key}={value!r} is invalid: must be {'>=' if key in zero_ok else '>'} 0")
+    for name, value in fields:
+        _check_type(keys(name), value, hints[name])
+        if value is not getattr(obj, name):  # numpy's number, stored as Python's (frozen dataclasses too)
+            object.__setattr__(obj, name, value)
+    for name, value in fields if positive else ():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in skip \
+                and (value < 0 or value == 0 and name not in zero_ok):
+            raise ConfigError(f"{keys(name)}={value!r} is invalid: must be {'>=' if name in zero_ok else '>'} 0")
 
 
 def as_python_number(value: Any) -> Any:

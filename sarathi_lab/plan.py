@@ -1,6 +1,8 @@
-"""One run's engine plan, made once: the model's config and shape, the longest request, the KV
-cache's blocks, the dtype, and the simulator's cost model. LLM and the harness's preflight both read
-it, and ask the scheduler it builds whether a request fits, so they never disagree on what fits."""
+"""One run's engine plan, made once: the model's config and shape, the longest request, the
+scheduler's typed config, the KV cache's blocks, the dtype, and the simulator's cost model. LLM and
+the harness's preflight both read it, and ask the scheduler it builds whether a request fits, so they
+never disagree on what fits. The scheduler's config is built here alone: KV planning, the CUDA
+graphs' sizes and the run read this one object."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,9 +11,9 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import EngineConfig
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
-from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
+from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, scheduler_class, scheduler_config
 from sarathi_lab.model import load_config
 from sarathi_lab.model.configs import check_buildable
 from sarathi_lab.model.memory import context_limit, device_memory_bytes, plan_kv_blocks
@@ -30,8 +32,8 @@ class ModelLimits:
 
     @classmethod
     def of(cls, cfg: EngineConfig) -> ModelLimits:
-        check_buildable(cfg.model, cfg.executor)
-        config = load_config(cfg.model)
+        check_buildable(cfg.model, cfg.executor, cfg.keys("model"), cfg.keys("executor"))
+        config = load_config(cfg.model, cfg.keys("model"))
         return cls(config, context_limit(cfg, config))
 
 
@@ -41,6 +43,8 @@ class EnginePlan:
     model_config: PretrainedConfig
     shape: Shape
     max_model_len: int
+    # The scheduler's knobs, typed and checked: what sized the KV cache is what the run schedules by.
+    scheduler_config: SchedulerConfig
     num_kv_blocks: int
     # What the engine computes in: EngineConfig.torch_dtype, or what the simulated device would run.
     dtype: torch.dtype
@@ -57,28 +61,53 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     one-line ConfigError whatever does not fit the device (the weights, the KV cache)."""
     limits = limits or ModelLimits.of(cfg)
     hf, context = limits.config, limits.max_model_len
+    sched = scheduler_config_of(cfg, context)
     if cfg.executor == "sim":
         # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
-        blocks = simulated_kv_blocks(cfg, hf, context)
+        blocks = simulated_kv_blocks(cfg, hf, sched, context)
         dtype = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype))
-        return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype, simulated_cost_model(cfg, hf))
+        return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, simulated_cost_model(cfg, hf))
     dtype = cfg.torch_dtype
     if cfg.world_size > 1:
         # Each rank's weights and KV heads (of its stage's layers, the first stage's the most); ranks
         # on a CPU share its memory, GPUs have their own.
-        per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model)
-        per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model).num_layers
+        per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model, cfg.keys)
+        stage = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model, cfg.keys)
+        per_rank.num_hidden_layers = stage.num_layers
         device = cfg.torch_device
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
-        blocks = plan_kv_blocks(cfg, per_rank, context, dtype, device, available)
-        return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype)
-    blocks = plan_kv_blocks(cfg, hf, context, dtype, cfg.torch_device)
-    return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype)
+        blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
+        return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype)
+    blocks = plan_kv_blocks(cfg, hf, sched, context, dtype, cfg.torch_device)
+    return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype)
+
+
+def scheduler_config_of(cfg: EngineConfig, max_model_len: int) -> SchedulerConfig:
+    """The typed config of ``cfg``'s scheduler for requests of at most ``max_model_len`` tokens: the one
+    place an engine's settings and knobs become it; refuses (ConfigError) a knob no scheduler has or a
+    bad value of one."""
+    settings = {name: getattr(cfg, name) for name in ENGINE_FIELDS} | {"max_model_len": max_model_len}
+    return scheduler_config(cfg.scheduler, cfg.scheduler_knobs, cfg.keys, **settings)
 
 
 def build_scheduler(plan: EnginePlan) -> Scheduler:
-    """The plan's scheduler over a fresh block manager; refuses (ConfigError) a knob it does not take or
-    a bad value of one, and a cache that cannot hold the blocks the scheduler reserves for one request."""
+    """The plan's scheduler over a fresh block manager; refuses (ConfigError) a cache that cannot hold
+    the blocks the scheduler reserves for one request, naming the setting that sized it."""
     cfg = plan.config
     blocks = BlockManager(plan.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
-    return make_scheduler(cfg.scheduler, blocks, cfg.scheduler_knobs, **cfg.scheduler_settings(plan.max_model_len))
+    scheduler = scheduler_class(cfg.scheduler)
+    if (why := scheduler.cache_refusal(plan.scheduler_config, blocks)) is not None:
+        raise ConfigError(f"{kv_size_setting(cfg)} is invalid{why}{kv_size_note(cfg)}")
+    return scheduler(plan.scheduler_config, blocks)
+
+
+def kv_size_setting(cfg: EngineConfig) -> str:
+    """``key=value`` of the setting that sized the KV cache, as a refusal of its size begins (the
+    block count where none did: the default size)."""
+    key = cfg.kv_size_key or "num_kv_blocks"
+    return cfg.keys.set(key, getattr(cfg, key))
+
+
+def kv_size_note(cfg: EngineConfig) -> str:
+    """What a refusal of a default-sized KV cache adds: that it was the default, and what sets it."""
+    return f" (its default size; {cfg.keys('num_kv_blocks')} sets it)" if cfg.kv_size_key is None else ""

@@ -31,7 +31,7 @@ class VirtualLLM:
 
     def __init__(self, decode_tokens: int = 1):
         clock = VirtualClock()
-        scheduler = make_scheduler("sarathi_serve", BlockManager(1024, 16), max_batch_size=1, token_budget=4096,
+        scheduler = make_scheduler("sarathi_serve", BlockManager(1024, 16), max_batch_size=1, chunk_size=4096,
                                    max_model_len=8192)
         self.engine = LLMEngine(scheduler, ClockedExecutor(clock, _whole_requests), clock)
         self.metrics = Metrics()

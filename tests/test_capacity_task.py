@@ -141,7 +141,7 @@ def test_auto_budget_is_the_last_budget_the_roofline_fits_within_the_slo(slo):
                           max_batch_size=32)
     tuned, budget = auto_budget(engine, slo, context=2048)
     roofline = CostModel.for_device("a100", "mistral-7b")
-    assert tuned.token_budget == budget.tokens and budget.cost_model == "roofline a100"
+    assert tuned.chunk_size == budget.tokens and budget.cost_model == "roofline a100"
     assert fullest_iteration_s(roofline, budget.tokens, 32, 2048) <= slo < fullest_iteration_s(
         roofline, budget.tokens + 1, 32, 2048)
 

@@ -30,7 +30,7 @@ from sarathi_lab.harness.schema import (
 )
 from sarathi_lab.model import load_config
 from sarathi_lab.plan import build_scheduler, plan_engine
-from sarathi_lab.sim import simulated_kv_blocks
+from tests.kv_plans import sim_blocks
 
 SMOKE = ["experiment=smoke", "logger=none"]
 SIM = [*SMOKE, "executor=sim"]
@@ -48,7 +48,7 @@ def test_default_config_is_valid_and_sweepable_by_bare_name():
     assert cfg.logger.kind == "wandb" and cfg.scheduler.name == "sarathi"
     # The run's knobs land in the engine's own config: chunk is sarathi's chunk and sarathi_serve's budget.
     engine = cfg.engine
-    assert (engine.chunk_size, engine.token_budget, engine.max_batch_size, engine.seed) == (256, 256, 4, 7)
+    assert (engine.chunk_size, engine.max_batch_size, engine.seed) == (256, 4, 7)
     assert (engine.model, engine.scheduler, engine.executor) == ("cpu-small", "sarathi", "model")
 
 
@@ -78,7 +78,7 @@ def test_every_simulated_experiment_sizes_its_kv_cache_on_its_device(option):
     # sweeps past an A6000's memory must ask (they had failed every job once the check came in).
     engine = parse_config(compose_config([f"experiment={option}"])).engine
     assert engine.executor == "sim"
-    simulated_kv_blocks(engine, load_config(engine.model))
+    sim_blocks(engine, load_config(engine.model))
 
 
 def test_the_simulated_decode_speedup_sweeps_fixed_and_tile_aligned_chunks():
@@ -220,9 +220,9 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
       r"fewer than the 40000000 ")),
     # orca and static reserve the blocks of max_model_len tokens (here the model's 2048) for each request.
     ([*SMOKE, "scheduler=orca", "engine.num_kv_blocks=100"],
-     (r"^engine.num_kv_blocks=100 is invalid with scheduler=orca: it reserves max_model_len=2048 tokens \(128 "
-      r"blocks\) for each request beside the 1 its kv_watermark keeps free; allowed: >= 129 blocks, or a smaller "
-      r"max_model_len$")),
+     (r"^engine.num_kv_blocks=100 is invalid with scheduler=orca: it reserves engine.max_model_len=2048 tokens \(128 "
+      r"blocks\) for each request beside the 1 its engine.kv_watermark keeps free; allowed: >= 129 blocks, or a "
+      r"smaller engine.max_model_len$")),
     ([*SIM, "scheduler=static", "engine.num_kv_blocks=100"],
      r"^engine.num_kv_blocks=100 is invalid with scheduler=static"),
     (["model=llama-33b", "dtype=float32"], r"^model='llama-33b' is invalid here: its weights take [\d.]+ GiB"),

@@ -59,7 +59,7 @@ def test_every_scheduler_has_a_golden_trace():
 def test_batch_composition_matches_the_golden_trace(name):
     clock = VirtualClock()
     recorder = Recorder(clock)
-    scheduler = make_scheduler(name, BlockManager(64, 4), max_batch_size=2, chunk_size=8, token_budget=8,
+    scheduler = make_scheduler(name, BlockManager(64, 4), max_batch_size=2, chunk_size=8,
                                max_model_len=24)
     requests = [Sequence(0, [1] * 20, 3), Sequence(1, [1] * 9, 4), Sequence(2, [1] * 5, 2)]
     LLMEngine(scheduler, recorder, clock).run(requests, Metrics(), SamplingParams(ignore_eos=True))

@@ -49,7 +49,7 @@ class CheckingExecutor(Executor):
         if s.name == "sarathi":
             assert len(batch.prefills) <= 1 and prefill <= self.config.chunk_size
         if s.name == "sarathi_serve":
-            assert prefill <= max(0, self.config.token_budget - batch.num_decode_tokens)
+            assert prefill <= max(0, self.config.chunk_size - batch.num_decode_tokens)
         if s.name in ("vllm", "static"):
             assert not (batch.prefills and batch.decodes), f"{s.name} mixes prefill and decode"
         if s.name in ("vllm", "orca", "static"):
@@ -94,7 +94,7 @@ class CheckingExecutor(Executor):
 
 def run_workload(scheduler_name, requests, num_blocks, batch_size, chunk, arrivals=None, cap=None,
                  max_model_len=None, watermark=0.0, knobs=None):
-    config = types.SimpleNamespace(max_batch_size=batch_size, chunk_size=chunk, token_budget=chunk,
+    config = types.SimpleNamespace(max_batch_size=batch_size, chunk_size=chunk,
                                    max_model_len=max_model_len or max(p + n for p, n in requests),
                                    max_num_batched_tokens=cap)
     scheduler = make_scheduler(scheduler_name, BlockManager(num_blocks, BLOCK, watermark), knobs, **vars(config))

@@ -67,7 +67,7 @@ def _fixed_cost(batch) -> float:
 
 def _serve(qps: float, n: int = 200, seed: int = 0) -> Metrics:
     clock = VirtualClock()
-    scheduler = make_scheduler("sarathi_serve", BlockManager(4096, 16), max_batch_size=8, token_budget=64,
+    scheduler = make_scheduler("sarathi_serve", BlockManager(4096, 16), max_batch_size=8, chunk_size=64,
                                max_model_len=64)
     engine = LLMEngine(scheduler, ClockedExecutor(clock, _fixed_cost, token=1), clock)
     gaps = np.random.default_rng(seed).exponential(1 / qps, n)
@@ -90,7 +90,7 @@ def test_a_request_due_while_the_cap_is_reached_mid_step_arrives_when_it_is_sent
     # Cap 2. R0 (9 tokens, 1 new) runs alone from 0 to 14 ms and leaves. R1, due at 1 ms, joins one
     # in the system: sent on time. R2, due at 2 ms, finds R0 and R1 there: sent when R0 leaves, 14 ms.
     clock = VirtualClock()
-    scheduler = make_scheduler("sarathi_serve", BlockManager(100, 4), max_batch_size=4, token_budget=64,
+    scheduler = make_scheduler("sarathi_serve", BlockManager(100, 4), max_batch_size=4, chunk_size=64,
                                max_model_len=64)
     metrics = Metrics()
     seqs = [Sequence(0, [1] * 9, 1, 0.0), Sequence(1, [2] * 3, 1, 0.001), Sequence(2, [3] * 3, 1, 0.002)]
@@ -107,7 +107,7 @@ def test_all_at_once_is_never_called_saturated():
 
 def test_max_concurrency_caps_requests_in_the_system():
     clock = VirtualClock()
-    scheduler = make_scheduler("sarathi_serve", BlockManager(4096, 16), max_batch_size=8, token_budget=64,
+    scheduler = make_scheduler("sarathi_serve", BlockManager(4096, 16), max_batch_size=8, chunk_size=64,
                                max_model_len=64)
     engine = LLMEngine(scheduler, ClockedExecutor(clock, _fixed_cost, token=1), clock)
     in_system = []

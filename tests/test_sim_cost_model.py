@@ -16,11 +16,11 @@ from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device, max_batch
-from sarathi_lab.sim.build import simulated_kv_blocks
 from sarathi_lab.sim.device import GPU_DEVICES
 from sarathi_lab.sim.interpolate import Curve, Surface, isotonic
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.roofline import RooflineCostModel
+from tests.kv_plans import sim_blocks
 
 LLAMA2_7B_LAYER_PARAMS = 4096 * 3 * 4096 + 4096 * 4096 + 3 * 4096 * 11008  # qkv, o, gate_up, down
 
@@ -155,10 +155,10 @@ def test_the_engines_kv_rule_gives_whole_prompt_schedulers_the_papers_batch_of_1
     # A scheduler that prefills whole prompts can put every request the cache holds into one
     # iteration: the rule keeps their activations back with them, as the paper's B does.
     config = PRESETS["llama-13b"]
-    tokens = simulated_kv_blocks(_sim_engine(scheduler), config, 1024) * 16
+    tokens = sim_blocks(_sim_engine(scheduler), config, 1024) * 16
     assert tokens // 1024 == max_batch(load_device("a6000"), config, 1024) == 18
     # A chunking scheduler keeps back one chunk's: more requests fit.
-    assert simulated_kv_blocks(_sim_engine("sarathi"), config, 1024) * 16 // 1024 == 24
+    assert sim_blocks(_sim_engine("sarathi"), config, 1024) * 16 // 1024 == 24
 
 
 @settings(max_examples=40, deadline=None)
@@ -170,7 +170,7 @@ def test_no_iteration_a_whole_prompt_scheduler_can_build_overflows_the_gpu(sched
     knobs = {"max_num_batched_tokens": cap} if scheduler == "vllm" and cap is not None else {}
     config, dev = PRESETS[model], load_device(device)
     shape = Shape.of(config)
-    kv_tokens = simulated_kv_blocks(_sim_engine(scheduler, model, device, context, batch, **knobs), config,
+    kv_tokens = sim_blocks(_sim_engine(scheduler, model, device, context, batch, **knobs), config,
                                     context) * 16
     # Its largest iteration: max_batch_size prompts, no more tokens than the cache holds, and with a
     # cap, prompts up to the cap or one longer prompt alone.

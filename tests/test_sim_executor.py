@@ -11,7 +11,8 @@ from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.sim import CostModel, simulated_kv_blocks
+from sarathi_lab.sim import CostModel
+from tests.kv_plans import plan_blocks, sim_blocks
 
 
 def workload(n: int, seed: int, qps: float = 20.0):
@@ -69,7 +70,7 @@ def test_each_iteration_takes_what_the_cost_model_predicts():
 def test_kv_capacity_follows_the_simulated_device_memory():
     small = LLM("llama-13b", executor="sim", sim_device="a6000", max_batch_size=18, chunk_size=256)
     big = LLM("llama-13b", executor="sim", sim_device="h200", max_batch_size=18, chunk_size=256)
-    assert small.num_kv_blocks == simulated_kv_blocks(small.config, PRESETS["llama-13b"])
+    assert small.num_kv_blocks == sim_blocks(small.config, PRESETS["llama-13b"])
     assert 18 * 1024 <= small.kv_capacity_tokens < big.kv_capacity_tokens
     assert LLM("llama-13b", executor="sim", sim_device="a6000", num_kv_blocks=7).num_kv_blocks == 7
 
@@ -103,7 +104,7 @@ def test_a_model_too_large_for_the_device_fails_with_one_line():
     from sarathi_lab.config import ConfigError
 
     with pytest.raises(ConfigError, match="sim_device='a6000' is invalid for this model"):
-        simulated_kv_blocks(EngineConfig(model="llama-33b", executor="sim", sim_device="a6000", dtype="float32"),
+        sim_blocks(EngineConfig(model="llama-33b", executor="sim", sim_device="a6000", dtype="float32"),
                             PRESETS["llama-33b"])
 
 
@@ -122,7 +123,7 @@ def test_bfloat16_on_a_cpu_without_bf16_units_is_simulated_in_float32(monkeypatc
     cfg = EngineConfig(model="tiny", executor="sim", sim_device="cpu", dtype="bfloat16", kv_cache_gb=1.0)
     # tiny: 4 layers x (K and V) x 2 kv heads x 64 head dim x 4 bytes x 16 tokens a block, as the real
     # engine's plan_kv_blocks counts it in float32.
-    assert simulated_kv_blocks(cfg, PRESETS["tiny"]) == 2**30 // (4 * 2 * 2 * 64 * 4 * 16)
+    assert sim_blocks(cfg, PRESETS["tiny"]) == 2**30 // (4 * 2 * 2 * 64 * 4 * 16)
     # ... and the plan says so, which the run's record reports as the dtype that ran.
     from sarathi_lab.plan import plan_engine
 
@@ -145,23 +146,23 @@ def test_a_gpus_reported_name_maps_to_one_device_name(reported, slug):
     assert {device_slug(f"NVIDIA {d.upper()}") for d in GPU_DEVICES} == set(GPU_DEVICES)
 
 
-@pytest.mark.parametrize(("sim_device", "chunk", "budget"), [("a6000", 512, None), ("h100", 256, 1024)])
-def test_the_engine_and_the_simulator_plan_one_kv_cache_on_one_gpus_memory(sim_device, chunk, budget):
+@pytest.mark.parametrize(("sim_device", "chunk"), [("a6000", 512), ("h100", 1024)])
+def test_the_engine_and_the_simulator_plan_one_kv_cache_on_one_gpus_memory(sim_device, chunk):
     # One rule for both (model.memory), so that a simulated run admits and preempts as the real engine
     # would on that GPU: vLLM's share of memory less the weights and the largest iteration's activations.
     import torch
 
-    from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+    from sarathi_lab.model.memory import context_limit
     from sarathi_lab.sim import load_device
 
     gpu, hf = load_device(sim_device), PRESETS["llama-13b"]
     # One config for both: the engine's planner reads no executor, and a float16 config that runs on
     # this machine's CPU would ask this CPU for float16 (which EngineConfig refuses where it has none).
     sim = EngineConfig(model="llama-13b", executor="sim", sim_device=sim_device, dtype="float16",
-                       scheduler="sarathi_serve", chunk_size=chunk, token_budget=budget, max_batch_size=18)
+                       scheduler="sarathi_serve", chunk_size=chunk, max_batch_size=18)
     context = context_limit(sim, hf)
-    on_gpu = plan_kv_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
-    assert on_gpu == simulated_kv_blocks(sim, hf, context)
+    on_gpu = plan_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+    assert on_gpu == sim_blocks(sim, hf, context)
     kv_bytes = 2 * 40 * 5120 * 2
     assert on_gpu * 16 * kv_bytes <= 0.9 * gpu.memory_bytes - Shape.of(hf).weight_bytes(2)
 
@@ -172,15 +173,15 @@ def test_the_engine_and_the_simulator_plan_one_kv_cache_on_one_cpus_memory(monke
     # hits the cap, 4 GiB does not.
     import torch
 
-    from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+    from sarathi_lab.model.memory import context_limit
     from sarathi_lab.sim import load_device
 
     ceilings = dataclasses.replace(load_device("a100"), name="cpu", memory_bytes=memory_mib * 2**20)
     monkeypatch.setattr("sarathi_lab.sim.device.cpu_device", lambda dtype="bfloat16": ceilings)
     real = EngineConfig(model="tiny", device="cpu", dtype="float32", max_batch_size=64)
     context, hf = context_limit(real, PRESETS["tiny"]), PRESETS["tiny"]
-    on_cpu = plan_kv_blocks(real, hf, context, torch.float32, torch.device("cpu"), available=ceilings.memory_bytes)
-    assert on_cpu == simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="cpu"), hf, context)
+    on_cpu = plan_blocks(real, hf, context, torch.float32, torch.device("cpu"), available=ceilings.memory_bytes)
+    assert on_cpu == sim_blocks(dataclasses.replace(real, executor="sim", sim_device="cpu"), hf, context)
     assert (on_cpu < 64 * context // 16) == (memory_mib == 1024)
 
 
@@ -189,7 +190,7 @@ def test_weights_that_leave_a_cpu_no_block_are_refused_by_the_engine_and_the_sim
     # CPU ran, and the real engine's cache could take a quarter of memory beside weights at nine tenths.
     import torch
 
-    from sarathi_lab.model.memory import context_limit, plan_kv_blocks, resident_weight_bytes
+    from sarathi_lab.model.memory import context_limit, resident_weight_bytes
     from sarathi_lab.sim import load_device
 
     real = EngineConfig(model="tiny", device="cpu", dtype="float32", max_batch_size=64)
@@ -199,18 +200,18 @@ def test_weights_that_leave_a_cpu_no_block_are_refused_by_the_engine_and_the_sim
     block = Shape.of(hf).kv_bytes_per_token(4) * 16
     # Room for three blocks beside the weights: the cap is the room, not a quarter of memory.
     memory = weights + 3 * block
-    assert plan_kv_blocks(real, hf, context, torch.float32, torch.device("cpu"), available=memory) == 3
+    assert plan_blocks(real, hf, context, torch.float32, torch.device("cpu"), available=memory) == 3
     ceilings = dataclasses.replace(load_device("a100"), name="cpu", memory_bytes=weights // 2)
     monkeypatch.setattr("sarathi_lab.sim.device.cpu_device", lambda dtype="bfloat16": ceilings)
     with pytest.raises(ConfigError, match=r"^sim_device='cpu' is invalid for this model: its weights take"):
-        simulated_kv_blocks(dataclasses.replace(real, executor="sim", sim_device="cpu"), hf, context)
+        sim_blocks(dataclasses.replace(real, executor="sim", sim_device="cpu"), hf, context)
 
 
 def test_an_iteration_that_leaves_a_gpu_less_than_a_block_is_refused_alike():
     # Room for one token's KV but not a block's gave the simulator 0 blocks and no error.
     import torch
 
-    from sarathi_lab.model.memory import context_limit, plan_kv_blocks, resident_weight_bytes
+    from sarathi_lab.model.memory import context_limit, resident_weight_bytes
     from sarathi_lab.sim import load_device
 
     hf = PRESETS["llama2-7b"]
@@ -224,12 +225,12 @@ def test_an_iteration_that_leaves_a_gpu_less_than_a_block_is_refused_alike():
     gpu = dataclasses.replace(load_device("h100"), memory_bytes=memory)
     line = r"^chunk_size=512 is invalid on .*: an iteration of this many tokens and a decode per running request"
     with pytest.raises(ConfigError, match=line):
-        plan_kv_blocks(cfg, hf, context, torch.float16, torch.device("cuda"), available=memory)
+        plan_blocks(cfg, hf, context, torch.float16, torch.device("cuda"), available=memory)
     from unittest import mock
 
     with mock.patch("sarathi_lab.sim.build.load_device", lambda name, dtype=None: gpu), \
             pytest.raises(ConfigError, match=line):
-        simulated_kv_blocks(cfg, hf, context)
+        sim_blocks(cfg, hf, context)
 
 
 @pytest.mark.parametrize("kv_cache_gb", [4.0, 60.0])
@@ -237,7 +238,7 @@ def test_an_explicit_kv_cache_is_kept_or_refused_alike_by_the_engine_and_the_sim
     # 4 GB fits an H100 beside LLaMA-13B's 26 GB of weights; 60 GB does not.
     import torch
 
-    from sarathi_lab.model.memory import context_limit, plan_kv_blocks
+    from sarathi_lab.model.memory import context_limit
     from sarathi_lab.sim import load_device
 
     gpu, hf = load_device("h100"), PRESETS["llama-13b"]
@@ -245,11 +246,11 @@ def test_an_explicit_kv_cache_is_kept_or_refused_alike_by_the_engine_and_the_sim
     sim = EngineConfig(model="llama-13b", executor="sim", sim_device="h100", dtype="float16", kv_cache_gb=kv_cache_gb)
     context = context_limit(sim, hf)
     if kv_cache_gb == 4.0:
-        blocks = plan_kv_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
-        assert blocks == simulated_kv_blocks(sim, hf, context) == (4 * 2**30 // (2 * 40 * 5120 * 2 * 16))
+        blocks = plan_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+        assert blocks == sim_blocks(sim, hf, context) == (4 * 2**30 // (2 * 40 * 5120 * 2 * 16))
         return
     line = rf"^kv_cache_gb={kv_cache_gb} is invalid: \d+ blocks of \d+ bytes take [\d.]+ GiB, more than the"
     with pytest.raises(ConfigError, match=line):
-        plan_kv_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
+        plan_blocks(sim, hf, context, torch.float16, torch.device("cuda"), available=gpu.memory_bytes)
     with pytest.raises(ConfigError, match=line):
-        simulated_kv_blocks(sim, hf, context)
+        sim_blocks(sim, hf, context)

@@ -48,7 +48,7 @@ def test_the_guard_stops_where_its_definition_decides(scheduler, seed, constrain
     # A gap is over its limit when 3 or more tokens share its iteration.
     n, delay_limit, gap_limit = 120, 0.2, 0.0102
     clock = VirtualClock()
-    engine = LLMEngine(make_scheduler(scheduler, BlockManager(96, 16), max_batch_size=8, token_budget=256,
+    engine = LLMEngine(make_scheduler(scheduler, BlockManager(96, 16), max_batch_size=8, chunk_size=256,
                                       max_model_len=448), ClockedExecutor(clock, _token_timed), clock)
     seqs = [Sequence(i, [1] * rng.randint(8, 400), rng.randint(1, 40), arrival=rng.uniform(0, 3)) for i in range(n)]
     if constraint == "sched_delay_p50_s":

@@ -34,7 +34,7 @@ def test_sarathi_serve_is_vllm_with_chunked_prefill_at_the_token_budget():
     odd = vllm_args.vllm_args(_plan(block_size=48, num_kv_blocks=10), "/m")
     assert (odd.block_size, odd.num_gpu_blocks_override) == (96, 5)
     assert (args.max_model_len, args.model, args.enable_prefix_caching) == (256, "/m", False)
-    assert vllm_args.vllm_args(_plan(token_budget=96), "/m").max_num_batched_tokens == 96
+    assert vllm_args.vllm_args(_plan(chunk_size=96), "/m").max_num_batched_tokens == 96
 
 
 def test_vllm_is_vllm_without_chunked_prefill_capped_as_its_knob_says():

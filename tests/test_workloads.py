@@ -191,7 +191,7 @@ def test_a_time_scale_that_overflows_the_arrival_times_is_refused(tmp_path):
 @pytest.mark.parametrize("key", ["qps", "theta", "time_scale", "cv", "length_scale"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_times_and_shapes_are_refused(key, value):
-    with pytest.raises(ConfigError, match=rf"^{key}={value} is invalid: must be a finite number$"):
+    with pytest.raises(ConfigError, match=rf"^workload.{key}={value} is invalid: must be a finite number$"):
         WorkloadCfg(kind="zipf", **{key: value})
 
 
@@ -214,7 +214,7 @@ def test_one_seed_gives_one_arrival_pattern_scaled_by_the_rate():
 def test_max_concurrency_reaches_the_workload():
     assert _build(max_concurrency=3).max_concurrency == 3
     assert _build().max_concurrency is None
-    with pytest.raises(ConfigError, match=r"^max_concurrency=0 is invalid: must be > 0$"):
+    with pytest.raises(ConfigError, match=r"^workload.max_concurrency=0 is invalid: must be > 0$"):
         WorkloadCfg(kind="synthetic", max_concurrency=0)
 
 

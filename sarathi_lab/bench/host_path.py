@@ -59,7 +59,7 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
 
     config = load_config(MODEL)
     blocks = BlockManager(num_blocks, BLOCK_SIZE)
-    scheduler = make_scheduler("sarathi_serve", blocks, max_batch_size=max_batch_size, token_budget=token_budget,
+    scheduler = make_scheduler("sarathi_serve", blocks, max_batch_size=max_batch_size, chunk_size=token_budget,
                                max_model_len=max_model_len)
     empty = torch.empty(0)
     runner = ModelRunner(NoopModel(config.vocab_size), [(empty, empty)] * config.num_hidden_layers, BLOCK_SIZE,

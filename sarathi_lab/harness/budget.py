@@ -69,4 +69,4 @@ def auto_budget(engine: EngineConfig, tbt_p99_s: float, context: int) -> tuple[E
                           f"model predicts {iteration_s(batch + 1):.4g} s for batch_size={batch} decodes at "
                           f"{context} tokens of context plus one prompt token")
     budget = Budget(tokens, iteration_s(tokens), described, capped=tokens == MAX_BUDGET)
-    return replace(engine, token_budget=tokens), budget
+    return replace(engine, chunk_size=tokens), budget

@@ -4,16 +4,16 @@ model, table or prompt is allocated: the model's config, the context, the token 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.harness.budget import auto_budget
-from sarathi_lab.harness.schema import RunConfig, engine_key
+from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
 from sarathi_lab.harness.vllm_args import check_vllm
 from sarathi_lab.harness.workloads import Workload, build_workload
-from sarathi_lab.plan import EnginePlan, ModelLimits, build_scheduler, plan_engine
+from sarathi_lab.plan import EnginePlan, ModelLimits, build_scheduler, kv_size_note, kv_size_setting, plan_engine
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +29,8 @@ class Checked:
 
 def preflight(cfg: RunConfig) -> Checked:
     """The run's requests and engine, once everything the run needs is known to fit; else a one-line
-    ConfigError (or ModelLoadError) naming the key as the run's config spells it."""
-    try:
-        limits = ModelLimits.of(cfg.engine)
-    except ConfigError as e:  # a model directory that cannot be loaded (ModelLoadError) too
-        raise e.at(cfg.key_of(e.key), rename=engine_key) from None
+    ConfigError (or ModelLoadError) naming the key as the run's config spells it (the engine's keys)."""
+    limits = ModelLimits.of(cfg.engine)
     workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, limits.config.vocab_size,
                               limits.max_model_len)
     if cfg.task == "capacity" and workload.arrival_times and workload.recorded_rate_rps is None \
@@ -46,18 +43,15 @@ def preflight(cfg: RunConfig) -> Checked:
     try:
         plan = plan_engine(engine, limits)
     except ConfigError as e:
-        raise _as_set(e, cfg, budget) from None
+        if not budget or e.setting != "chunk_size":
+            raise
+        # The SLO set the budget that does not fit: the way out is the SLO's, or a budget of one's own.
+        raise ConfigError(f"{e}; a lower slo.tbt_p99_s, or token_budget=null and a chunk that fits, leaves room",
+                          e.setting) from None
     if engine.executor == "vllm":
         check_vllm(plan, cfg.task)
-    blocks, key = plan.num_kv_blocks, engine.kv_size_key or "num_kv_blocks"
-    setting = f"engine.{key}={getattr(engine, key)}"
-    sized = " (its default size; engine.num_kv_blocks sets it)" if engine.kv_size_key is None else ""
-    try:
-        scheduler = build_scheduler(plan)
-    except ConfigError as e:
-        if e.key != "num_kv_blocks":
-            raise _as_set(e, cfg, budget) from None
-        raise ConfigError(f"{setting} is invalid{str(e).partition(' is invalid')[2]}{sized}") from None
+    blocks, setting, sized = plan.num_kv_blocks, kv_size_setting(engine), kv_size_note(engine)
+    scheduler = build_scheduler(plan)
     if scheduler.refusal(workload.max_request_len) is not None:
         kept = scheduler.blocks.watermark_blocks
         beside = (f" beside the {kept} block{'s' * (kept != 1)} engine.kv_watermark={engine.kv_watermark} keeps free"
@@ -75,22 +69,16 @@ def preflight(cfg: RunConfig) -> Checked:
 
 
 def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:
+    """The engine with sarathi_serve's budget tuned to the SLO (token_budget=auto), and what metrics.json
+    records of it; as the run's config set it otherwise."""
     if cfg.token_budget != "auto" or cfg.scheduler.name != "sarathi_serve":
         return cfg.engine, {}
     engine, budget = auto_budget(cfg.engine, cfg.slo.tbt_p99_s, workload.max_request_len)
     log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "
              "within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model, budget.predicted_s, cfg.slo.tbt_p99_s,
              "; capped: the SLO does not bind" if budget.capped else "")
-    return engine, {"token_budget": budget.tokens, "token_budget_predicted_s": budget.predicted_s}
-
-
-def _as_set(e: ConfigError, cfg: RunConfig, budget: dict[str, Any]) -> ConfigError:
-    """e naming the key as the run's config sets it (a tuned budget by token_budget=auto and its SLO)."""
-    if e.key in cfg.scheduler.knobs:
-        return e.at(f"scheduler.{e.key}", rename=engine_key)
-    if not budget or e.key != "token_budget":
-        return e.at(cfg.key_of(e.key), rename=engine_key)
-    tokens, why = budget["token_budget"], str(e.at(e.key, rename=engine_key))
-    return ConfigError(f"token_budget=auto ({tokens} tokens for slo.tbt_p99_s={cfg.slo.tbt_p99_s})"
-                       f"{why.removeprefix(f'token_budget={tokens}')}; a lower slo.tbt_p99_s, or "
-                       "token_budget=null and a chunk that fits, leaves room")
+    # The budget is the SLO's now: a refusal of it names token_budget=auto, as the user set it.
+    tuned = f"auto ({budget.tokens} tokens for slo.tbt_p99_s={cfg.slo.tbt_p99_s})"
+    keys = replace(engine.keys, names={**engine.keys.names, "chunk_size": "token_budget"},
+                   shown={**engine.keys.shown, "chunk_size": tuned})
+    return replace(engine, keys=keys), {"token_budget": budget.tokens, "token_budget_predicted_s": budget.predicted_s}

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_fields
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, check_fields, settings_of
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
 from sarathi_lab.engine.tiles import GEMM_TILE, aligned_chunk
@@ -21,19 +21,26 @@ from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
 
+def _section(name: str) -> Keys:
+    """The keys of a section of the run's config (``workload.kind``): each of its typed configs
+    refuses a value naming the key as the run's config spells it."""
+    return Keys(prefix=f"{name}.", knob_prefix=f"{name}.")
+
+
 @dataclass(frozen=True)
 class ModelCfg:
     name: Literal[(*PRESETS, "hf")]
     path: str | None = None
+    keys: ClassVar[Keys] = _section("model")
 
     def __post_init__(self):
-        check_fields(self)
+        check_fields(self, keys=self.keys)
         if self.name == "hf" and not self.path:
-            raise ConfigError("path=None is invalid: model=hf needs model.path=/a/local/hf/dir")
+            raise ConfigError(f"{self.keys.set('path', None)} is invalid: model=hf needs model.path=/a/local/hf/dir")
         # A preset is built from its shapes: a path beside it would be ignored, and the run not the one asked.
         if self.name != "hf" and self.path is not None:
-            raise ConfigError(f"path={self.path!r} is invalid with model={self.name}: a preset reads no directory; "
-                              "allowed: null, or model=hf to load that directory")
+            raise ConfigError(f"{self.keys.set('path', self.path)} is invalid with model={self.name}: a preset reads "
+                              "no directory; allowed: null, or model=hf to load that directory")
 
     @property
     def engine_model(self) -> str:
@@ -55,7 +62,7 @@ class SchedulerCfg:
         knobs = {key: value for key, value in raw.items() if key != "name"}
         for key in knobs:
             if key in ENGINE_FIELDS:  # the run's knobs, or engine.KEY, set those for every scheduler
-                raise ConfigError(f"scheduler.{key} is set by {engine_key(key)}=; set that instead")
+                raise ConfigError(f"scheduler.{key} is set by {RUN_KEYS(key)}=; set that instead")
         return cls(raw["name"], knobs)
 
 
@@ -92,24 +99,28 @@ class WorkloadCfg:
     max_requests: int | None = None
     # The trace's rows skipped before the first one read.
     offset: int = 0
+    keys: ClassVar[Keys] = _section("workload")
 
     def __post_init__(self):
-        check_fields(self, positive=True, zero_ok=("time_scale", "stagger", "offset"))
+        k = self.keys
+        check_fields(self, positive=True, zero_ok=("time_scale", "stagger", "offset"), keys=k)
         trace = self.kind in ("trace", "trace_lengths")
         if trace and not self.path:
-            raise ConfigError(f"path=None is invalid: workload={self.kind} needs a CSV path")
+            raise ConfigError(f"{k.set('path', None)} is invalid: workload={self.kind} needs a CSV path")
         for key in ("num_requests", "qps"):
             if getattr(self, key) is None and self.kind != "trace":
-                raise ConfigError(f"{key}=None is invalid with workload={self.kind}: null (every row, the recorded "
-                                  "rate) is for a trace's replay (workload=trace) only")
+                raise ConfigError(f"{k.set(key, None)} is invalid with workload={self.kind}: null (every row, the "
+                                  "recorded rate) is for a trace's replay (workload=trace) only")
         if self.kind == "trace" and self.max_requests is not None:
-            raise ConfigError(f"max_requests={self.max_requests} is invalid with workload=trace: the first N rows it "
-                              "replays are workload.num_requests")
+            raise ConfigError(f"{k.set('max_requests', self.max_requests)} is invalid with workload=trace: the first "
+                              "N rows it replays are workload.num_requests")
         if self.kind == "trace" and self.qps is not None and self.time_scale != 1:
-            raise ConfigError(f"time_scale={self.time_scale!r} is invalid with workload.qps={self.qps!r}: both set "
-                              "the replayed trace's rate; workload.qps=null scales the recorded times by time_scale")
+            raise ConfigError(f"{k.set('time_scale', self.time_scale)} is invalid with workload.qps={self.qps!r}: "
+                              "both set the replayed trace's rate; workload.qps=null scales the recorded times by "
+                              "time_scale")
         if self.offset and not trace:
-            raise ConfigError(f"offset={self.offset} is invalid with workload={self.kind}: it skips a trace's rows")
+            raise ConfigError(f"{k.set('offset', self.offset)} is invalid with workload={self.kind}: it skips a "
+                              "trace's rows")
 
 
 @dataclass(frozen=True)
@@ -119,9 +130,10 @@ class LoggerCfg:
     entity: str | None = None
     mode: Literal["auto", "offline", "online", "disabled"] = "auto"
     init_timeout_s: float = 30.0
+    keys: ClassVar[Keys] = _section("logger")
 
     def __post_init__(self):
-        check_fields(self, positive=True)
+        check_fields(self, positive=True, keys=self.keys)
 
 
 @dataclass(frozen=True)
@@ -138,9 +150,10 @@ class MeasureCfg:
     max_tokens: int | None = None
     # task=pipeline_bubbles: each rank (all its threads) pinned to a core of its own, the driver's first.
     pin_stages: bool = False
+    keys: ClassVar[Keys] = _section("measure")
 
     def __post_init__(self):
-        check_fields(self, positive=True)
+        check_fields(self, positive=True, keys=self.keys)
 
     def piggyback_chunk(self, chunk: int, batch_size: int) -> int:
         """The chunk task=piggyback runs for ``chunk`` with ``batch_size`` - 1 riding decodes."""
@@ -155,9 +168,10 @@ class SLOCfg:
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
+    keys: ClassVar[Keys] = _section("slo")
 
     def __post_init__(self):
-        check_fields(self, positive=True)
+        check_fields(self, positive=True, keys=self.keys)
 
     def as_slo(self) -> SLO:
         return SLO(**dataclasses.asdict(self))
@@ -177,12 +191,13 @@ class CapacityCfg:
     # requests (None: all). A fixed window, not count, lets a queue near capacity show whether it drains.
     trial_s: float | None = None
     min_requests: int = 12
+    keys: ClassVar[Keys] = _section("capacity")
 
     def __post_init__(self):
-        check_fields(self, positive=True)
+        check_fields(self, positive=True, keys=self.keys)
         if not self.min_qps <= self.start_qps <= self.max_qps:
-            raise ConfigError(f"start_qps={self.start_qps!r} is invalid: must be within [min_qps={self.min_qps}, "
-                              f"max_qps={self.max_qps}]")
+            raise ConfigError(f"{self.keys.set('start_qps', self.start_qps)} is invalid: must be within "
+                              f"[min_qps={self.min_qps}, max_qps={self.max_qps}]")
 
 
 @dataclass(frozen=True)
@@ -190,9 +205,10 @@ class ExportCfg:
     """What a finished run also writes beside its results; none of it changes what the run measures."""
     # timeline.json: the run's batches as a Chrome / Perfetto trace (python -m sarathi_lab.analysis.timeline).
     timeline: bool = False
+    keys: ClassVar[Keys] = _section("export")
 
     def __post_init__(self):
-        check_fields(self)
+        check_fields(self, keys=self.keys)
 
 
 @dataclass(frozen=True)
@@ -257,30 +273,29 @@ class RunConfig:
 
     def ignores(self, key: str) -> str | None:
         """Why this run reads nothing of the config key ``key``, or None where it may read it. Only a
-        key that sets knobs some schedulers lack can be ignored (``chunk``: chunk_size and token_budget;
-        ``token_budget``; ``scheduler.KNOB``), and only by the serving tasks: the others (profile,
-        piggyback, ...) time chunks themselves. What a scheduler reads is its Config's fields
-        (SchedulerConfig.of reads those alone)."""
+        key that sets knobs some schedulers lack can be ignored (``chunk``: chunk_size; ``token_budget``:
+        a budget's, sarathi_serve's; ``scheduler.KNOB``), and only by the serving tasks: the others
+        (profile, piggyback, ...) time chunks themselves. What a scheduler reads is its Config's
+        (SchedulerConfig.reads: SchedulerConfig.of reads those alone)."""
         if self.task not in ("serve", "capacity"):
             return None
         name, scheduler = self.scheduler.name, scheduler_class(self.scheduler.name)
-        sets = ({key.removeprefix("scheduler.")} if key.startswith("scheduler.")
-                else {f for f, by in KNOB_KEYS.items() if by == key} | ({key} & {"token_budget"}))
+        if key == "token_budget":  # the budget's own key sets a field of that name, read by no other
+            sets, reads = {key}, {f.name for f in dataclasses.fields(scheduler.Config)}
+        else:
+            sets = ({key.removeprefix("scheduler.")} if key.startswith("scheduler.")
+                    else {f for f, by in KNOB_KEYS.items() if by == key})
+            reads = scheduler.Config.reads()
         if not sets or not sets <= _scheduler_only_fields():
             return None
         if key == "chunk" and name == "sarathi_serve" and self.token_budget == "auto":
             return "scheduler=sarathi_serve with token_budget=auto takes its budget from slo.tbt_p99_s"
-        if sets & {f.name for f in dataclasses.fields(scheduler.Config)}:
+        if sets & reads:
             return None
         if key.startswith("scheduler."):
             return f"scheduler={name} has no knob {key.removeprefix('scheduler.')}"
         return f"scheduler={name} does not read {key}" + (" (it prefills prompts whole)"
                                                           if scheduler.prefills_whole_prompts else "")
-
-    def key_of(self, key: str) -> str:
-        """The key this run's config sets EngineConfig's field ``key`` by: engine_key's, but a model
-        directory (model=hf) is model.path."""
-        return "model.path" if key == "model" and self.model.name == "hf" else engine_key(key)
 
     def key_values(self) -> dict[str, Any]:
         """The values a results table is indexed by (metrics.json "config", load_runs columns); a
@@ -294,18 +309,20 @@ class RunConfig:
 
 
 def _scheduler_only_fields() -> set[str]:
-    """The knobs some schedulers read and others do not: every Config's fields beyond the base's."""
-    shared = {f.name for f in dataclasses.fields(SchedulerConfig)}
-    return {f.name for n in scheduler_names() for f in dataclasses.fields(scheduler_class(n).Config)} - shared
+    """The knobs some schedulers read and others do not: every Config's beyond the base's, by both the
+    names they are set by and their fields' names (sarathi_serve's token_budget)."""
+    configs = [scheduler_class(n).Config for n in scheduler_names()]
+    every = {f.name for c in configs for f in dataclasses.fields(c)}.union(*(c.reads() for c in configs))
+    return every - SchedulerConfig.reads()
 
 
 # EngineConfig's fields that the run's knobs set: {field: (the key a user sets it by, its value)}.
-# `chunk` is both sarathi's chunk and sarathi_serve's budget, so that one sweep handle compares them.
+# `chunk` is both sarathi's chunk and sarathi_serve's budget (chunk_size), so that one sweep handle
+# compares them.
 _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "model": ("model", lambda run: run["model"].engine_model),
     "scheduler": ("scheduler", lambda run: run["scheduler"].name),
     "chunk_size": ("chunk", lambda run: run["chunk"]),
-    "token_budget": ("chunk", lambda run: run["chunk"]),
     "max_batch_size": ("batch_size", lambda run: run["batch_size"]),
     "device": ("device", lambda run: run["device"].name),
     "num_threads": ("device.num_threads", lambda run: run["device"].num_threads),
@@ -314,15 +331,14 @@ _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "scheduler_knobs": ("scheduler", lambda run: run["scheduler"].knobs),
 }
 KNOB_KEYS = {name: key for name, (key, _) in _KNOBS.items()}
+# The keys a run's config sets the engine's settings by: its knobs, engine.<setting>, and each
+# scheduler's own knobs as scheduler.<knob> (its YAML's keys).
+RUN_KEYS = Keys(KNOB_KEYS, prefix="engine.", knob_prefix="scheduler.")
 
 
-def engine_key(key: str) -> str:
-    """The key the run's config sets EngineConfig's field ``key`` by (its knob, else engine.<key>)."""
-    if key in KNOB_KEYS:
-        return KNOB_KEYS[key]
-    if key in knob_names():  # a scheduler's own knob: its YAML's key
-        return f"scheduler.{key}"
-    return f"engine.{key}" if key in ENGINE_FIELDS else key
+def engine_keys(model: ModelCfg) -> Keys:
+    """RUN_KEYS for a run of ``model``: a model directory (model=hf) is set by model.path."""
+    return replace(RUN_KEYS, names={**KNOB_KEYS, "model": "model.path"}) if model.name == "hf" else RUN_KEYS
 
 
 def parse_config(cfg: DictConfig) -> RunConfig:
@@ -342,13 +358,10 @@ def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
         raise ConfigError(f"engine={raw!r} is invalid: must be a mapping")
     for key in raw:
         if key in KNOB_KEYS or key in knob_names():
-            by = KNOB_KEYS.get(key, f"scheduler.{key}")
-            raise ConfigError(f"engine.{key} is set by {by}=; set that instead")
+            raise ConfigError(f"engine.{key} is set by {RUN_KEYS(key)}=; set that instead")
     fields = _fields(EngineConfig, raw, prefix="engine.", later=set(KNOB_KEYS))
-    try:
-        return EngineConfig(**fields, **{name: value(run) for name, (_, value) in _KNOBS.items()})
-    except ConfigError as e:
-        raise e.at(engine_key(e.key), rename=engine_key) from None
+    return EngineConfig(**fields, **{name: value(run) for name, (_, value) in _KNOBS.items()},
+                        keys=engine_keys(run["model"]))
 
 
 def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> dict[str, Any]:
@@ -356,11 +369,11 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix.rstrip('.')}={raw!r} is invalid: must be a mapping")
     hints = get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)} - later
+    known = {f.name for f in settings_of(cls)} - later
     unknown = sorted(set(raw) - known - later)
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]} is not a known key; known keys here: {', '.join(sorted(known))}")
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in raw and f.name not in later
+    missing = [f.name for f in settings_of(cls) if f.name not in raw and f.name not in later
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{prefix}{missing[0]} is missing: a value is required")
@@ -368,12 +381,8 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
 
 
 def _typed(key: str, value: Any, tp: Any) -> Any:
-    if dataclasses.is_dataclass(tp):
-        fields = _fields(tp, value, prefix=f"{key}.")
-        try:
-            return tp(**fields)
-        except ConfigError as e:
-            raise e.at(f"{key}.{e.key}") from None
+    if dataclasses.is_dataclass(tp):  # a section, which names its own keys (`keys`) as this one's
+        return tp(**_fields(tp, value, prefix=f"{key}."))
     # YAML writes 48 for 48.0; the dataclass checks everything else.
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

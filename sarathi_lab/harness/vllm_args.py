@@ -91,7 +91,7 @@ def vllm_args(plan: EnginePlan, model_dir: str) -> VllmArgs:
     cfg = plan.config
     chunked = CHUNKED_PREFILL[cfg.scheduler]
     if chunked:
-        tokens = cfg.budget
+        tokens = cfg.chunk_size
     else:
         # None (no cap): every waiting prompt of a full batch fits one prefill iteration.
         tokens = cfg.scheduler_knobs.get("max_num_batched_tokens") or plan.max_model_len * cfg.max_batch_size

@@ -11,7 +11,7 @@ from transformers import PretrainedConfig
 from sarathi_lab import host_memory
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
-from sarathi_lab.engine.scheduler import scheduler_class, scheduler_config
+from sarathi_lab.engine.scheduler import SchedulerConfig, scheduler_class
 from sarathi_lab.model.shape import Shape
 
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
@@ -24,17 +24,21 @@ def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
     # Sliding-window attention is not implemented, so the context stops at the window.
     if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
         limit = min(limit, hf.sliding_window)
+    k = cfg.keys
     if cfg.max_model_len is not None:
         if cfg.max_model_len > limit:
-            raise ConfigError(f"max_model_len={cfg.max_model_len} is invalid: the model allows at most {limit}")
+            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the model allows at most "
+                              f"{limit}")
         limit = cfg.max_model_len
     if cfg.warmup_iters >= limit:
         if cfg.max_model_len is not None and cfg.warmup_iters == EngineConfig.warmup_iters:
             # The context the user set is what is too short, not the warm-up they left as it was.
-            raise ConfigError(f"max_model_len={cfg.max_model_len} is invalid: the engine's warm-up generates "
-                              f"{cfg.warmup_iters} tokens after a one-token prompt, so it must be at least "
-                              f"{cfg.warmup_iters + 1}; allowed: >= {cfg.warmup_iters + 1}, or warmup_iters=0")
-        raise ConfigError(f"warmup_iters={cfg.warmup_iters} is invalid: must be < the context of {limit} tokens")
+            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the engine's warm-up "
+                              f"generates {cfg.warmup_iters} tokens after a one-token prompt, so it must be at least "
+                              f"{cfg.warmup_iters + 1}; allowed: >= {cfg.warmup_iters + 1}, or "
+                              f"{k('warmup_iters')}=0")
+        raise ConfigError(f"{k.set('warmup_iters', cfg.warmup_iters)} is invalid: must be < the context of {limit} "
+                          "tokens")
     return limit
 
 
@@ -87,11 +91,13 @@ def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> 
     tables = rotary_bytes(shape, context)
     if tables <= shape.weight_bytes(1):
         return None
-    said = f"{_gib(tables)} GiB of rotary tables, {why}; allowed: max_model_len=N, a shorter context"
+    k = cfg.keys
+    said = f"{_gib(tables)} GiB of rotary tables, {why}; allowed: {k('max_model_len')}=N, a shorter context"
     if cfg.max_model_len is None:  # the model's own config claims the context: it is the model at fault
-        return ConfigError(f"model={cfg.model!r} is invalid here: its config's context of {context} positions "
-                           f"(max_position_embeddings) needs {said}")
-    return ConfigError(f"max_model_len={cfg.max_model_len} is invalid: a context of {context} positions needs {said}")
+        return ConfigError(f"{k.set('model', cfg.model)} is invalid here: its config's context of {context} "
+                           f"positions (max_position_embeddings) needs {said}")
+    return ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: a context of {context} positions "
+                       f"needs {said}")
 
 
 def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) -> ConfigError | None:
@@ -100,7 +106,8 @@ def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) ->
     if block_bytes <= room or cfg.block_size == 1:
         return None
     fits = max(room // (block_bytes // cfg.block_size), 1)
-    return ConfigError(f"block_size={cfg.block_size} is invalid: one block of KV cache takes {_gib(block_bytes)} GiB, "
+    return ConfigError(f"{cfg.keys.set('block_size', cfg.block_size)} is invalid: one block of KV cache takes "
+                       f"{_gib(block_bytes)} GiB, "
                        f"more than the {_gib(max(room, 0))} GiB left on {where} beside the weights; allowed: a block "
                        f"of at most {fits} tokens (16 is usual)")
 
@@ -119,8 +126,8 @@ def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.
                  f"GiB more ({_gib(total)} GiB in all)")
     way_out = "a smaller model or dtype"
     if copies and total - packed <= room_bytes:
-        way_out = (f"cpu_linear=aten, which packs no copy ({_gib(total - packed)} GiB in all; its decode batches run "
-                   f"slower: docs/cpu_engine.md), or {way_out}")
+        way_out = (f"{cfg.keys('cpu_linear')}=aten, which packs no copy ({_gib(total - packed)} GiB in all; its "
+                   f"decode batches run slower: docs/cpu_engine.md), or {way_out}")
     return f"{said}, {why}; allowed: {way_out}"
 
 
@@ -156,11 +163,16 @@ def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_b
     return max(blocks, 0)
 
 
-def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype, device_type: str,
-                      memory_bytes: int, weight_bytes: int, where: str) -> int:
+def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, context: int, dtype: torch.dtype,
+                      device_type: str, memory_bytes: int, weight_bytes: int, where: str,
+                      too_large: str | None = None) -> int:
     """The KV cache's blocks with no size given, as EngineConfig's comment says, for the real engine
-    and the simulator alike (``memory_bytes``: what the device has for the engine; ``where``: the
-    device as a refusal names it). Refuses, in one line, weights or an iteration that leave no block."""
+    and the simulator alike (``sched``: the run's scheduler config, whose largest iteration a GPU keeps
+    activations for; ``memory_bytes``: what the device has for the engine; ``where``: the device as a
+    refusal names it). Refuses, in one line, weights or an iteration that leave no block, naming the
+    model on ``where`` or, where the device is what to change, ``too_large`` (its `key=value is
+    invalid ...`)."""
+    too_large = too_large or f"{cfg.keys.set('model', cfg.model)} is invalid on {where}"
     elem_bytes = dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
     room = (gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, 0) if device_type == "cuda"
@@ -171,26 +183,24 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, dtype: torc
             raise refused  # the weights fit: one block is what does not
         if (refused := context_refused(cfg, shape, context, why)) is not None:
             raise refused
-        raise ConfigError(f"model={cfg.model!r} is invalid on {where}: "
+        raise ConfigError(f"{too_large}: "
                           + weights_refused(cfg, shape, context, dtype, device_type, why, memory_bytes - block_bytes))
     if device_type == "cuda":
         scheduler = scheduler_class(cfg.scheduler)
-        config = scheduler_config(cfg.scheduler, cfg.scheduler_knobs, **cfg.scheduler_settings(context))
-        tokens = scheduler.largest_iteration_tokens(config)
+        tokens = scheduler.largest_iteration_tokens(sched)
         if scheduler.prefills_whole_prompts or tokens is None:
             blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room, tokens)
             if blocks < 1:
-                raise ConfigError(f"model={cfg.model!r} is invalid on {where}: beside its weights no block of KV "
-                                  f"cache fits with the activations of prefilling its tokens whole "
-                                  f"(scheduler={cfg.scheduler})")
+                raise ConfigError(f"{too_large}: beside its weights no block of KV cache fits with the "
+                                  f"activations of prefilling its tokens whole ({cfg.keys('scheduler')}="
+                                  f"{cfg.scheduler})")
             return blocks
         room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, tokens)
         if room < block_bytes:
-            # Name the setting that made the iteration this large (the harness maps it to the user's key).
-            key = "chunk_size" if cfg.chunk_size >= cfg.budget else "token_budget"
-            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid on {where}: an iteration of this many tokens "
-                              f"and a decode per running request ({tokens} in all) leaves no room "
-                              "for a KV cache")
+            # Name the setting that made the iteration this large.
+            raise ConfigError(f"{cfg.keys.set('chunk_size', cfg.chunk_size)} is invalid on {where}: an iteration of "
+                              f"this many tokens and a decode per running request ({tokens} in all) leaves no room "
+                              "for a KV cache", setting="chunk_size")
         return room // block_bytes
     # Each micro-batch in flight through a pipeline holds up to max_batch_size requests of its own, whose
     # blocks stay taken until its tokens return: a cache for one batch would keep the others' stages idle.
@@ -199,9 +209,10 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, dtype: torc
     return min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes), room // block_bytes)
 
 
-def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype: torch.dtype,
+def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, sched: SchedulerConfig, context: int, dtype: torch.dtype,
                    device: torch.device, available: int | None = None) -> int:
-    """KV cache blocks as EngineConfig's comment says; refuses what would not fit beside the weights."""
+    """KV cache blocks as EngineConfig's comment says (``sched``: the run's scheduler config, built
+    once by plan.scheduler_config_of); refuses what would not fit beside the weights."""
     shape, elem = Shape.of(hf), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     weights = resident_weight_bytes(cfg, shape, context, dtype, device.type)
@@ -211,7 +222,7 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
         why = f"more than the {_gib(available)} GiB available on {where_memory(device)}"
         if (refused := context_refused(cfg, shape, context, why)) is not None:
             raise refused
-        raise ConfigError(f"model={cfg.model!r} is invalid here: "
+        raise ConfigError(f"{cfg.keys.set('model', cfg.model)} is invalid here: "
                           + weights_refused(cfg, shape, context, dtype, device.type, why, available - block_bytes))
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
     if (key is None or blocks * block_bytes > room) and (refused := block_refused(cfg, block_bytes, room,
@@ -219,10 +230,10 @@ def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype:
         raise refused
     if key is not None:
         if blocks * block_bytes > room:
-            raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: "
+            raise ConfigError(f"{cfg.keys.set(key, getattr(cfg, key))} is invalid: "
                               f"{kv_excess(blocks, block_bytes, room, where_memory(device))}")
         return blocks
-    return default_kv_blocks(cfg, shape, context, dtype, device.type, available, weights, str(device))
+    return default_kv_blocks(cfg, sched, shape, context, dtype, device.type, available, weights, str(device))
 
 
 def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:

@@ -10,9 +10,9 @@ import logging
 import torch
 from transformers import PretrainedConfig
 
-from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
+from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_choice, check_count
+from sarathi_lab.engine.scheduler import SchedulerConfig
 from sarathi_lab.model.memory import (
-    context_limit,
     default_kv_blocks,
     gpu_kv_bytes,
     kv_excess,
@@ -21,7 +21,7 @@ from sarathi_lab.model.memory import (
 )
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
-from sarathi_lab.sim.device import Device, device_dtype, device_type, load_device
+from sarathi_lab.sim.device import DEVICES, Device, device_dtype, device_type, load_device
 from sarathi_lab.sim.sharding import shard
 
 log = logging.getLogger(__name__)
@@ -64,17 +64,19 @@ def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes
                                                                           utilisation)) // seq_len
 
 
-def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: int | None = None) -> int:
+def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, sched: SchedulerConfig, context: int) -> int:
     """The KV blocks the real engine would plan on the simulated device (model.memory decides both):
     an explicit block count or memory budget if it fits beside the weights (or, with
     ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
-    kind. ``context``: the longest request (default the model's limit)."""
-    context = context_limit(cfg, config) if context is None else context
+    kind. ``sched``: the run's scheduler config (plan.scheduler_config_of); ``context``: the longest
+    request (model.memory.context_limit)."""
+    k = cfg.keys
+    check_choice(k("sim_device"), cfg.sim_device, DEVICES)
     # Each of sim_tp GPUs holds its shard's weights and its heads' part of every token's KV.
     try:
         config = shard(config, cfg.sim_tp)
     except ConfigError as e:
-        raise ConfigError(f"sim_tp={cfg.sim_tp} is invalid for this model: {e}") from None
+        raise ConfigError(f"{k.set('sim_tp', cfg.sim_tp)} is invalid for this model: {e}") from None
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     dtype, kind = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype)), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
@@ -82,23 +84,19 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, context: in
     device = load_device(cfg.sim_device, cfg.dtype)
     weights = resident_weight_bytes(cfg, shape, context, dtype, kind)
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
-    where = f"sim_device={cfg.sim_device!r}"
+    where = k.set("sim_device", cfg.sim_device)
     if key is not None:
         room = device.memory_bytes - weights
         if blocks * block_bytes > room:
             excess = kv_excess(blocks, block_bytes, room, where)
             if not cfg.sim_kv_beyond_device:
-                raise ConfigError(f"{key}={getattr(cfg, key)} is invalid: {excess} (sim_kv_beyond_device=true "
-                                  "runs it as a what-if)")
+                raise ConfigError(f"{k.set(key, getattr(cfg, key))} is invalid: {excess} "
+                                  f"({k('sim_kv_beyond_device')}=true runs it as a what-if)")
             log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
-    try:
-        return default_kv_blocks(cfg, shape, context, dtype, kind, device.memory_bytes, weights, where)
-    except ConfigError as e:
-        if e.key != "model":
-            raise
-        # Here the device is the setting to change: the model is what is being studied.
-        raise ConfigError(f"{where} is invalid for this model: {str(e).split(': ', 1)[1]}") from None
+    # Here the device is the setting to change: the model is what is being studied.
+    return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights, where,
+                             too_large=f"{where} is invalid for this model")
 
 
 def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostModel:
@@ -108,4 +106,4 @@ def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostMod
     try:
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
     except FileNotFoundError as e:
-        raise ConfigError(f"sim_cost_model={cfg.sim_cost_model!r} is invalid here: {e}") from None
+        raise ConfigError(f"{cfg.keys.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None

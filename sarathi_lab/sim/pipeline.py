@@ -90,7 +90,7 @@ class PipelineSimulator:
             num_kv_blocks = kv_capacity_tokens(self.cost.roofline.device, self.cost.shard,
                                                self.cost.roofline.elem_bytes, chunk_size + max_batch_size) // BLOCK_SIZE
         self.scheduler = make_scheduler(scheduler, BlockManager(num_kv_blocks, BLOCK_SIZE, KV_WATERMARK),
-                                        max_batch_size=max_batch_size, chunk_size=chunk_size, token_budget=chunk_size,
+                                        max_batch_size=max_batch_size, chunk_size=chunk_size,
                                         max_model_len=max_model_len)
 
     def run(self, lengths: list[tuple[int, int]], arrivals: list[float] | None = None) -> PipelineResult:

@@ -7,16 +7,24 @@ a request is never preempted but the cache holds fewer at once."""
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import difflib
 import functools
 import heapq
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, check_choice, check_fields
+from sarathi_lab.config import (
+    AS_WRITTEN,
+    ENGINE_FIELDS,
+    NOT_A_SETTING,
+    ConfigError,
+    Keys,
+    check_choice,
+    check_fields,
+    settings_of,
+)
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.sequence import Sequence, Status
@@ -34,19 +42,38 @@ class SchedulerConfig:
     max_batch_size: int
     # The longest request (prompt + new tokens); what orca and static reserve for each one.
     max_model_len: int
+    # {field: the engine setting it is read from} where the scheduler's own word for it differs
+    # (sarathi_serve's token_budget is the engine's chunk_size): one setting, one name in the engine.
+    reads_as: ClassVar[dict[str, str]] = {}
+    # How its refusals name each setting: the engine's Keys (LLM's keywords, or a run's config keys).
+    keys: Keys = field(default=AS_WRITTEN, compare=False, repr=False, metadata=NOT_A_SETTING)
 
     def __post_init__(self):
-        check_fields(self, positive=True)
+        check_fields(self, positive=True, keys=self.key)
+
+    def key(self, name: str) -> str:
+        """The key its field ``name`` is set by, as the user wrote it."""
+        return self.keys(self.reads_as.get(name, name))
+
+    def setting(self, name: str) -> str:
+        """``key=value`` of its field ``name``, as a refusal of it begins."""
+        return self.keys.set(self.reads_as.get(name, name), getattr(self, name))
 
     @classmethod
-    def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
+    def of(cls, settings: dict[str, Any], keys: Keys = AS_WRITTEN) -> SchedulerConfig:
         """This config from the engine's settings, a superset: each scheduler reads only its knobs."""
-        return cls(**{f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name in settings})
+        named = {f.name: cls.reads_as.get(f.name, f.name) for f in settings_of(cls)}
+        return cls(**{name: settings[by] for name, by in named.items() if by in settings}, keys=keys)
+
+    @classmethod
+    def reads(cls) -> frozenset[str]:
+        """The engine settings and knobs this config is built from, by the names they are set by."""
+        return frozenset(cls.reads_as.get(f.name, f.name) for f in settings_of(cls))
 
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
         """The fields that EngineConfig does not hold: set through its ``scheduler_knobs``."""
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ENGINE_FIELDS)
+        return tuple(f.name for f in settings_of(cls) if cls.reads_as.get(f.name, f.name) not in ENGINE_FIELDS)
 
 
 class Scheduler(ABC):
@@ -68,16 +95,25 @@ class Scheduler(ABC):
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
         self.config = config
         self.blocks = block_manager
-        need = self.reserved_blocks(config.max_model_len, block_manager.block_size)
-        kept = block_manager.watermark_blocks
-        if need > block_manager.admissible_blocks:
-            beside = f" beside the {kept} its kv_watermark keeps free" if kept else ""
-            raise ConfigError(f"num_kv_blocks={block_manager.num_blocks} is invalid with scheduler={self.name}: it "
-                              f"reserves max_model_len={config.max_model_len} tokens ({need} blocks) for each "
-                              f"request{beside}; allowed: >= {need + kept} blocks, or a smaller max_model_len")
+        if (why := self.cache_refusal(config, block_manager)) is not None:
+            raise ConfigError(f"{config.keys.set('num_kv_blocks', block_manager.num_blocks)} is invalid{why}")
         self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
         self.running: list[Sequence] = []  # in arrival order too
         self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
+
+    @classmethod
+    def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> str | None:
+        """Why a cache of ``block_manager``'s blocks cannot hold the blocks this scheduler reserves for
+        one request (what follows "is invalid" in its refusal), None where it can: the plan names the
+        setting that sized the cache (plan.build_scheduler)."""
+        need = cls.reserved_blocks(config.max_model_len, block_manager.block_size)
+        kept = block_manager.watermark_blocks
+        if need <= block_manager.admissible_blocks:
+            return None
+        beside = f" beside the {kept} its {config.key('kv_watermark')} keeps free" if kept else ""
+        return (f" with {config.key('scheduler')}={cls.name}: it reserves {config.setting('max_model_len')} tokens "
+                f"({need} blocks) for each request{beside}; allowed: >= {need + kept} blocks, or a smaller "
+                f"{config.key('max_model_len')}")
 
     @classmethod
     def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
@@ -273,8 +309,8 @@ def scheduler_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def scheduler_class(name: str) -> type[Scheduler]:
-    check_choice("scheduler", name, tuple(_REGISTRY))
+def scheduler_class(name: str, keys: Keys = AS_WRITTEN) -> type[Scheduler]:
+    check_choice(keys("scheduler"), name, tuple(_REGISTRY))
     return _REGISTRY[name]
 
 
@@ -283,23 +319,25 @@ def knob_names() -> set[str]:
     return {knob for cls in _REGISTRY.values() for knob in cls.Config.knobs()}
 
 
-def scheduler_config(name: str, knobs: dict[str, Any] | None = None, **settings: Any) -> SchedulerConfig:
+def scheduler_config(name: str, knobs: dict[str, Any] | None = None, keys: Keys = AS_WRITTEN,
+                     **settings: Any) -> SchedulerConfig:
     """Scheduler ``name``'s config; ``settings``: the engine's (max_batch_size, max_model_len,
     chunk_size, ...), of which it reads the knobs its Config declares; ``knobs``:
-    EngineConfig.scheduler_knobs. A knob of no scheduler is refused; another scheduler's is ignored,
-    as the engine's settings are, so that one config serves a sweep over schedulers."""
-    cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
+    EngineConfig.scheduler_knobs; ``keys``: how its refusals name them (EngineConfig.keys). A knob of
+    no scheduler is refused; another scheduler's is ignored, as the engine's settings are, so that one
+    config serves a sweep over schedulers."""
+    cls, knobs, known = scheduler_class(name, keys), knobs or {}, knob_names()
     for key, value in knobs.items():
         if key not in known:
             # A misspelt engine setting lands here too (LLM(chunk=256)): the nearest names of both.
             near = difflib.get_close_matches(key, sorted(known | ENGINE_FIELDS - {"scheduler_knobs"}), n=1, cutoff=0.6)
-            hint = f" nor engine setting (nearest: {near[0]}={value!r})" if near else ""
-            raise ConfigError(f"{key}={value!r} is invalid: no scheduler has this knob{hint}; allowed: "
+            hint = f" nor engine setting (nearest: {keys.set(near[0], value)})" if near else ""
+            raise ConfigError(f"{keys.set(key, value)} is invalid: no scheduler has this knob{hint}; allowed: "
                               f"{', '.join(sorted(known)) or 'none'}")
     for key, value in knobs.items():
         if key not in cls.Config.knobs():
             _warn_foreign_knob(name, key, repr(value))
-    return cls.Config.of(settings | knobs)
+    return cls.Config.of(settings | knobs, keys)
 
 
 def knob_owners(key: str) -> list[str]:

@@ -23,10 +23,11 @@ class SarathiConfig(SchedulerConfig):
         super().__post_init__()
         most = self.chunk_size + self.max_batch_size - 1  # a chunk beside every other request decoding
         if self.chunk_align == "tile" and most < self.tile:
-            raise ConfigError(f"chunk_align='tile' is invalid with chunk_size={self.chunk_size}, max_batch_size="
-                              f"{self.max_batch_size}, tile={self.tile}: a chunk and its decodes (at most {most} "
-                              f"tokens) never fill a whole tile; allowed: none, or "
-                              f"chunk_size={self.tile - self.max_batch_size + 1} or more, or a smaller tile")
+            raise ConfigError(f"{self.setting('chunk_align')} is invalid with {self.setting('chunk_size')}, "
+                              f"{self.setting('max_batch_size')}, {self.setting('tile')}: a chunk and its decodes (at "
+                              f"most {most} tokens) never fill a whole tile; allowed: none, or "
+                              f"{self.key('chunk_size')}={self.tile - self.max_batch_size + 1} or more, or a smaller "
+                              "tile")
 
 
 @register_scheduler("sarathi")

@@ -1,4 +1,5 @@
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
@@ -10,8 +11,10 @@ class SarathiServeConfig(SchedulerConfig):
     # The per-iteration token budget, decodes included. No chunk_align knob as sarathi's: the budget
     # counts the decodes, so an iteration that spends it holds exactly `token_budget` tokens, whole
     # tiles whenever the budget is a multiple of the tile (as Sarathi-Serve's 512 and 2048 are); only
-    # a prompt's last chunk leaves it short, which no chunk size can fill.
+    # a prompt's last chunk leaves it short, which no chunk size can fill. Set by the engine's
+    # chunk_size (the run's `chunk`), Sarathi-Serve's own word kept for it here.
     token_budget: int
+    reads_as: ClassVar[dict[str, str]] = {"token_budget": "chunk_size"}
 
 
 @register_scheduler("sarathi_serve")

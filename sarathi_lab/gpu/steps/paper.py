@@ -59,7 +59,7 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
     from sarathi_lab.harness.compose import compose_config
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model.memory import plan_kv_blocks
-    from sarathi_lab.plan import ModelLimits
+    from sarathi_lab.plan import ModelLimits, scheduler_config_of
 
     worst = 0.0
     jobs = job_overrides(step)
@@ -68,7 +68,8 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
         # the job's own dtype on a CUDA device, as the GPU runs it.
         cfg = parse_config(compose_config([o if not o.startswith("device=") else "device=cpu" for o in job]))
         engine, limits = cfg.engine, ModelLimits.of(cfg.engine)
-        blocks = plan_kv_blocks(engine, limits.config, limits.max_model_len, getattr(torch, engine.dtype),
+        sched = scheduler_config_of(engine, limits.max_model_len)
+        blocks = plan_kv_blocks(engine, limits.config, sched, limits.max_model_len, getattr(torch, engine.dtype),
                                 torch.device("cuda"), available=H100_BYTES)
         worst = max(worst, cfg.batch_size * blocks_for(cfg.seq_len, engine.block_size) / blocks)
     return [Metric("gpu_jobs_validated", len(jobs)),
