@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from sarathi_lab.host_features import cpu_has_bf16_units, cpu_has_onednn_fp16, cuda_available, usable_cores
+
 log = logging.getLogger("sarathi_lab")
 
 # The package (its data ships with it: conf/, the simulator's devices and kernels) and the clone
@@ -190,7 +192,7 @@ class EngineConfig:
         if self.sim_tp != 1:
             raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with {k.set('executor', self.executor)}: the "
                               f"engine runs on one device; allowed: 1, or {k('executor')}=sim")
-        if self.device == "cuda" and not _cuda_available():
+        if self.device == "cuda" and not cuda_available():
             raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; allowed here: "
                               "auto, cpu")
         if self.device_type == "cpu":
@@ -251,7 +253,7 @@ class EngineConfig:
     @property
     def device_type(self) -> str:
         if self.device == "auto":
-            return "cuda" if _cuda_available() else "cpu"
+            return "cuda" if cuda_available() else "cpu"
         return self.device
 
     @property
@@ -270,11 +272,6 @@ class EngineConfig:
         if runs != self.dtype:
             _warn_bf16_fallback()
         return getattr(torch, runs)
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity, not the machine's count)."""
-    return len(os.sched_getaffinity(0))
 
 
 def device_slug(name: str) -> str:
@@ -298,33 +295,6 @@ ENGINE_FIELDS = frozenset(f.name for f in settings_of(EngineConfig))
 def _warn_bf16_fallback() -> None:
     # A log record, not warnings.warn: one line, once per process, without a source line.
     log.warning("dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions")
-
-
-@functools.cache
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-@functools.cache
-def cpu_has_bf16_units() -> bool:
-    import torch
-
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-
-
-@functools.cache
-def cpu_has_onednn_fp16() -> bool:
-    """Whether oneDNN runs the float16 packed linear on this CPU: tried once, as torch has no flag for it."""
-    import torch
-
-    try:
-        weight = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8, dtype=torch.float16), 8)
-        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=torch.float16), weight, None, "none", [], "")
-    except (RuntimeError, AttributeError):
-        return False
-    return True
 
 
 def attention_backend(attention: str, device_type: str) -> str:

@@ -36,7 +36,7 @@ def kind(request, monkeypatch):
     monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: bf16_units)
     monkeypatch.setattr("sarathi_lab.config.cpu_has_onednn_fp16", lambda: fp16)
     monkeypatch.setattr("sarathi_lab.model.cpu_linear.cpu_has_onednn_fp16", lambda: fp16)
-    monkeypatch.setattr("sarathi_lab.config._cuda_available", lambda: False)
+    monkeypatch.setattr("sarathi_lab.config.cuda_available", lambda: False)
     # The simulated CPU's ceilings are measured on this machine: borrowed here, as no unit test measures.
     from sarathi_lab.sim import load_device
 

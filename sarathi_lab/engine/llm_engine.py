@@ -174,16 +174,20 @@ class LLMEngine:
                 elif on_iteration is not None and record is not None:
                     on_iteration(record)
         except BaseException:
-            if self._in_flight:
-                # The ranks finish what they hold, so that the next run starts on an empty pipeline; a
-                # failed executor drops it (the error that stopped the run is the one raised).
-                with contextlib.suppress(Exception):
-                    self.executor.drain()
-                self._in_flight.clear()
-            scheduler.abort_all()
+            self._abandon()
             raise
         finally:
             gc.unfreeze()
+
+    def _abandon(self) -> None:
+        """Whatever stopped a run: no request stays behind, and the pipeline is left empty."""
+        if self._in_flight:
+            # The ranks finish what they hold, so that the next run starts on an empty pipeline; a
+            # failed executor drops it (the error that stopped the run is the one raised).
+            with contextlib.suppress(Exception):
+                self.executor.drain()
+            self._in_flight.clear()
+        self.scheduler.abort_all()
 
 
 def _request_ids(batch: ScheduledBatch) -> list[int]:
