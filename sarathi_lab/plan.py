@@ -4,10 +4,9 @@ it, and ask the scheduler it builds whether a request fits, so they never disagr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PretrainedConfig
 
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
@@ -20,11 +19,14 @@ from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import simulated_cost_model, simulated_kv_blocks
 from sarathi_lab.sim.device import device_dtype
 
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
+
 
 @dataclass(frozen=True)
 class ModelLimits:
     """What the model allows, known before the engine's other settings are final."""
-    config: PretrainedConfig
+    config: ModelConfig
     max_model_len: int
 
     @classmethod
@@ -36,7 +38,7 @@ class ModelLimits:
 @dataclass(frozen=True)
 class EnginePlan:
     config: EngineConfig
-    model_config: PretrainedConfig
+    model_config: ModelConfig
     shape: Shape
     max_model_len: int
     num_kv_blocks: int

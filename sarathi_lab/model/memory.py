@@ -3,10 +3,10 @@ config that cannot fit fails with one line before any work, never with an alloca
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 import torch
 from sarathi_kernels import cpu_ops
-from transformers import PretrainedConfig
 
 from sarathi_lab import host_memory
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
@@ -14,11 +14,14 @@ from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import scheduler_class, scheduler_config
 from sarathi_lab.model.shape import Shape
 
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
+
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
 CPU_KV_MEMORY_SHARE = 0.25
 
 
-def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
+def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
     """The longest request (prompt + generated tokens) the engine serves."""
     limit = hf.max_position_embeddings
     # Sliding-window attention is not implemented, so the context stops at the window.
@@ -196,7 +199,7 @@ def default_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, dtype: torc
     return min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes), room // block_bytes)
 
 
-def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, context: int, dtype: torch.dtype,
+def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, context: int, dtype: torch.dtype,
                    device: torch.device, available: int | None = None) -> int:
     """KV cache blocks as EngineConfig's comment says; refuses what would not fit beside the weights."""
     shape, elem = Shape.of(hf), dtype.itemsize

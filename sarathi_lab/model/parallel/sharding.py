@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class TensorShards:
     vocab: int
 
     @classmethod
-    def of(cls, config: PretrainedConfig, rank: int, size: int, model: str = "") -> TensorShards:
+    def of(cls, config: ModelConfig, rank: int, size: int, model: str = "") -> TensorShards:
         """Refuses, in one line naming tensor_parallel, a model the ranks cannot split evenly."""
         heads, kv = config.num_attention_heads, kv_heads_of(config)
         counts = {"attention heads": heads, "MLP columns (intermediate_size)": config.intermediate_size,
@@ -63,7 +66,7 @@ class TensorShards:
             return self.rank * self.local_kv_heads
         return self.rank // (self.size // self.kv_heads)
 
-    def local_config(self, config: PretrainedConfig) -> PretrainedConfig:
+    def local_config(self, config: ModelConfig) -> ModelConfig:
         """The config of the rank's model: its heads and MLP columns, the head size kept explicit; the
         vocabulary stays whole (the embedding is; the LM head is split when the model is built)."""
         local = copy.deepcopy(config)
@@ -117,7 +120,7 @@ class TensorShards:
         return full[self.mlp_rows()]
 
 
-def rank_memory_config(config: PretrainedConfig, size: int, model: str = "") -> PretrainedConfig:
+def rank_memory_config(config: ModelConfig, size: int, model: str = "") -> ModelConfig:
     """The config whose shapes size one rank's memory (weights, KV cache per token, activations): its
     heads and MLP columns; the vocabulary whole and untied, so that the whole embedding and the LM head's
     rows count (an LM head of whole rows: an upper bound), as do the gathered logits."""
