@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, make_scheduler
@@ -17,10 +15,13 @@ from sarathi_lab.model.parallel.sharding import rank_memory_config
 from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import simulated_cost_model, simulated_kv_blocks
-from sarathi_lab.sim.device import device_dtype
+from sarathi_lab.sim.device import simulated_dtype
 
 if TYPE_CHECKING:
+    import torch
+
     from sarathi_lab.model.spec import ModelConfig
+    from sarathi_lab.sim.device import SimulatedDtype
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class EnginePlan:
     max_model_len: int
     num_kv_blocks: int
     # What the engine computes in: EngineConfig.torch_dtype, or what the simulated device would run.
-    dtype: torch.dtype
+    dtype: torch.dtype | SimulatedDtype
     # The simulator's (executor=sim), None for the real model.
     cost_model: Any = None
 
@@ -60,7 +61,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     if cfg.executor == "sim":
         # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
         blocks = simulated_kv_blocks(cfg, hf, context)
-        dtype = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype))
+        dtype = simulated_dtype(cfg.sim_device, cfg.dtype)
         return EnginePlan(cfg, hf, Shape.of(hf), context, blocks, dtype, simulated_cost_model(cfg, hf))
     dtype = cfg.torch_dtype
     if cfg.world_size > 1:

@@ -122,7 +122,9 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
             # said so when it was built).
             machine |= {"timing_unreliable": True, "timing_note": why}
         directory.mkdir(parents=True, exist_ok=True)
-        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm, machine,
+        # A simulation runs on the host's CPU, whatever device the engine's config names.
+        device = "cpu" if llm.config.executor == "sim" else llm.config.torch_device
+        environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm, machine,
                                           llm.cuda_graphs)
         write_results(directory, tables, RunResult(
             summary=summary | plan_record, config=cfg.key_values() | (config or {}), overrides=ctx.overrides,

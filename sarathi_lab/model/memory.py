@@ -5,16 +5,15 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING
 
-import torch
-from sarathi_kernels import cpu_ops
-
 from sarathi_lab import host_memory
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import scheduler_class, scheduler_config
 from sarathi_lab.model.shape import Shape
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and the CPU kernels only where a real device is asked: the simulator plans too
+    import torch
+
     from sarathi_lab.model.spec import ModelConfig
 
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
@@ -45,6 +44,8 @@ def device_memory_bytes(device: torch.device) -> int:
     """Memory the engine may still take on ``device``: free GPU memory, or what this process may still
     allocate on the host (host_memory: the machine's, its cgroup's and its address-space limit's least)."""
     if device.type == "cuda":
+        import torch
+
         # What earlier engines of this process freed (a sweep's previous jobs) stays reserved by
         # torch's caching allocator, which mem_get_info counts as taken: give it back first.
         gc.collect()
@@ -67,6 +68,8 @@ def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> in
     few-row kernel's), one where the kernel takes no ``dtype``, none with cpu_linear=aten or on a GPU."""
     if device_type != "cpu" or cfg.cpu_linear == "aten":
         return 0
+    from sarathi_kernels import cpu_ops
+
     return 2 if dtype in cpu_ops.DTYPES else 1
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import torch
-
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_count
 from sarathi_lab.model.memory import (
     context_limit,
@@ -21,7 +19,7 @@ from sarathi_lab.model.memory import (
 )
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
-from sarathi_lab.sim.device import Device, device_dtype, device_type, load_device
+from sarathi_lab.sim.device import Device, device_type, load_device, simulated_dtype
 from sarathi_lab.sim.sharding import shard
 
 if TYPE_CHECKING:
@@ -79,7 +77,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, context: int | N
     except ConfigError as e:
         raise ConfigError(f"sim_tp={cfg.sim_tp} is invalid for this model: {e}") from None
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
-    dtype, kind = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype)), device_type(cfg.sim_device)
+    dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)

@@ -9,12 +9,12 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 if TYPE_CHECKING:
+    import torch
+
     from sarathi_lab.model.spec import ModelConfig
 
 
@@ -96,6 +96,8 @@ class TensorShards:
 
     def shard(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """The rank's part of the full parameter ``name`` (our fused names: qkv_proj, gate_up_proj)."""
+        import torch  # here: the memory plan (the simulator's too) reads this module's shapes alone
+
         kind = name.split(".")[-2] if "." in name else name
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         if kind == "qkv_proj":  # weight [q + 2 kv, hidden] or bias [q + 2 kv]
