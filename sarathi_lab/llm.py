@@ -8,8 +8,6 @@ from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
 from typing import TYPE_CHECKING
 
-import torch
-
 from sarathi_lab import inputs
 from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_attention_hybrid
 from sarathi_lab.engine.block_manager import blocks_for
@@ -19,7 +17,6 @@ from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.engine.scheduler import Scheduler, scheduler_names
 from sarathi_lab.engine.scheduler.base import foreign_knob
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
-from sarathi_lab.engine.timer import make_clock
 from sarathi_lab.model.configs import eos_token_of
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim.executor import SimulatedExecutor
@@ -53,6 +50,8 @@ class LLM:
         self.plan = plan
         self.config = cfg = plan.config
         if cfg.num_threads is not None:
+            import torch  # here: a simulated run needs none
+
             torch.set_num_threads(cfg.num_threads)
         self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
         self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
@@ -79,7 +78,10 @@ class LLM:
     def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
         """``largest_tokens``: the most tokens one iteration holds (what mixed CUDA graphs go up to)."""
         # Imported here: a simulated engine builds no model, and loads none of what builds one.
+        import torch
+
         from sarathi_lab.attention import make_backend
+        from sarathi_lab.engine.timer import make_clock
         from sarathi_lab.model import build_model
         from sarathi_lab.model.cpu_linear import linear_gemm
         from sarathi_lab.model.cuda_graphs import can_replay
@@ -110,6 +112,7 @@ class LLM:
     def _build_parallel_executor(self) -> tuple[ParallelExecutor, WallClock]:
         """Rank 0 of tensor_parallel x pipeline_parallel ranks (model/parallel/), every forward eager (no
         CUDA graphs)."""
+        from sarathi_lab.engine.timer import make_clock
         from sarathi_lab.model.cpu_linear import linear_gemm
         from sarathi_lab.model.parallel.driver import start_engine
         from sarathi_lab.model.parallel.rank import RankSpec
@@ -155,6 +158,8 @@ class LLM:
         if executor.graphs is not None:
             executor.graphs = self.cuda_graphs = None
             if self.config.torch_device.type == "cuda":
+                import torch
+
                 torch.cuda.empty_cache()
             executor.graphs = self._capture_graphs(executor.runner, largest_iteration_tokens(self.engine.scheduler))
 

@@ -6,10 +6,7 @@ graphs' sizes and the run read this one object."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING, Any
 
 from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
@@ -21,13 +18,19 @@ from sarathi_lab.model.parallel.sharding import rank_memory_config
 from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import simulated_cost_model, simulated_kv_blocks
-from sarathi_lab.sim.device import device_dtype
+from sarathi_lab.sim.device import simulated_dtype
+
+if TYPE_CHECKING:
+    import torch
+
+    from sarathi_lab.model.spec import ModelConfig
+    from sarathi_lab.sim.device import SimulatedDtype
 
 
 @dataclass(frozen=True)
 class ModelLimits:
     """What the model allows, known before the engine's other settings are final."""
-    config: PretrainedConfig
+    config: ModelConfig
     max_model_len: int
 
     @classmethod
@@ -40,14 +43,14 @@ class ModelLimits:
 @dataclass(frozen=True)
 class EnginePlan:
     config: EngineConfig
-    model_config: PretrainedConfig
+    model_config: ModelConfig
     shape: Shape
     max_model_len: int
     # The scheduler's knobs, typed and checked: what sized the KV cache is what the run schedules by.
     scheduler_config: SchedulerConfig
     num_kv_blocks: int
     # What the engine computes in: EngineConfig.torch_dtype, or what the simulated device would run.
-    dtype: torch.dtype
+    dtype: torch.dtype | SimulatedDtype
     # The simulator's (executor=sim), None for the real model.
     cost_model: Any = None
 
@@ -65,7 +68,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     if cfg.executor == "sim":
         # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
         blocks = simulated_kv_blocks(cfg, hf, sched, context)
-        dtype = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype))
+        dtype = simulated_dtype(cfg.sim_device, cfg.dtype)
         return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, simulated_cost_model(cfg, hf))
     dtype = cfg.torch_dtype
     if cfg.world_size > 1:

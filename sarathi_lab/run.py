@@ -49,6 +49,7 @@ def main(cfg: DictConfig) -> None:
     from hydra.types import RunMode
 
     from sarathi_lab.config import ConfigError
+    from sarathi_lab.harness.gc_thresholds import fewer_collections
     from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
     from sarathi_lab.harness.results import STATUS, write_status
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure, run_experiment
@@ -71,7 +72,8 @@ def main(cfg: DictConfig) -> None:
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
             run_cfg = parse_config(cfg)
-            status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
+            with fewer_collections(run_cfg.engine.executor == "sim"):
+                status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
             # Inside: a signal once the handler is back to leaving at once would leave `running`.
             write_status(ctx.status_dir, status)
             if status == "ok" and run_cfg.export.timeline:  # a skipped run's files stay as they were

@@ -2,21 +2,28 @@
 from __future__ import annotations
 
 import platform
-from typing import Any
-
-import torch
+import sys
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
 from sarathi_lab import code_commit
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness.vllm_args import UNAVAILABLE, vllm_version
 from sarathi_lab.profiling.machine import device_name
 
+if TYPE_CHECKING:
+    import torch
 
-def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch.dtype, cpu_gemm: str | None,
+    from sarathi_lab.sim.device import SimulatedDtype
+
+
+def collect_environment(engine: EngineConfig, device: torch.device | str, dtype: torch.dtype | SimulatedDtype,
+                        cpu_gemm: str | None,
                         load: dict[str, Any], cuda_graphs: dict[str, Any] | None = None) -> dict[str, Any]:
     commit, commit_source = code_commit.source_commit()
     changes = code_commit._git("status", "--porcelain", "--untracked-files=no") if commit_source == "git" else None
     version = code_commit._installed()[0]
+    torch = sys.modules.get("torch")  # a simulated run loads none: no threads of it ran
     return {
         **simulated_device(engine),
         # Where it ran: the device measured, or the host that ran the simulation.
@@ -30,10 +37,10 @@ def collect_environment(engine: EngineConfig, device: torch.device, dtype: torch
         # token buckets, capture seconds, the graphs' pool bytes and memory_reserved before and after
         # capture; None: every forward eager.
         "cuda_graphs": cuda_graphs,
-        "torch": torch.__version__,
+        "torch": torch.__version__ if torch else metadata.version("torch"),
         "python": platform.python_version(),
         "host": platform.node(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads() if torch else None,
         **load,
         # The installed package's version (None: a clone never installed), the commit of the code that
         # ran and where that was read (source_commit).

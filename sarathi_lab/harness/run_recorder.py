@@ -48,8 +48,10 @@ class RunRecorder:
         """Writes the results into directory; returns the environment recorded."""
         directory.mkdir(parents=True, exist_ok=True)
         llm = self.llm
-        environment = collect_environment(llm.config, llm.config.torch_device, llm.dtype, llm.cpu_gemm,
-                                          self._machine(), llm.cuda_graphs)
+        # A simulation runs on the host's CPU, whatever device the engine's config names.
+        device = "cpu" if llm.config.executor == "sim" else llm.config.torch_device
+        environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm, self._machine(),
+                                          llm.cuda_graphs)
         write_results(directory, tables, RunResult(
             summary=summary | self.plan_record, config=self.cfg.key_values() | (config or {}),
             overrides=self.overrides, resolved_config=self.resolved_config, environment=environment,

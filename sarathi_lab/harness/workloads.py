@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from sarathi_lab import host_memory
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.harness.arrivals import gamma_arrivals, poisson_arrivals
 from sarathi_lab.harness.schema import WorkloadCfg
 from sarathi_lab.inputs import ARRIVAL_HORIZON_S
-from sarathi_lab.model.memory import device_memory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +97,7 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
 
 def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
     need = prompt_tokens * _BYTES_PER_PROMPT_TOKEN
-    have = device_memory_bytes(torch.device("cpu"))
+    have = host_memory.available().bytes  # what this process may still allocate on the host
     if need > have:
         key, value = (("workload.path", cfg.path) if cfg.kind in ("trace", "trace_lengths")
                       else ("workload.num_requests", cfg.num_requests))

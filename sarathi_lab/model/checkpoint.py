@@ -6,14 +6,14 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import PretrainedConfig
 
 from sarathi_lab.model.decoder import CausalLM
 from sarathi_lab.model.loader import _FUSED
+from sarathi_lab.model.spec import ModelConfig, hf_config
 
 
 @torch.no_grad()
-def save_checkpoint(lm: CausalLM, config: PretrainedConfig, directory: Path) -> Path:
+def save_checkpoint(lm: CausalLM, config: ModelConfig, directory: Path) -> Path:
     """``lm``'s weights under Hugging Face's names, its fused projections split back into theirs.
     ``lm`` must hold plain parameters (built with cpu_linear='aten'): packed weights are no tensors a
     checkpoint can hold."""
@@ -33,5 +33,5 @@ def save_checkpoint(lm: CausalLM, config: PretrainedConfig, directory: Path) -> 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    config.save_pretrained(directory)
+    hf_config(config).save_pretrained(directory)
     return directory

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab.config import ConfigError
-from sarathi_lab.model.presets import PRESETS, SIMULATED_ONLY
+from sarathi_lab.model.presets import SIMULATED_ONLY, SPECS
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 # The architectures the decoder builds, each with whether its attention projections carry a bias.
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": True}
@@ -19,7 +21,7 @@ class ModelLoadError(ConfigError):
     """A model directory that cannot be built from: a bad value of the model key, refused in one line."""
 
 
-def eos_token_of(config: PretrainedConfig) -> int | None:
+def eos_token_of(config: ModelConfig) -> int | None:
     """The token that ends a request (the first, where a config lists several)."""
     eos = getattr(config, "eos_token_id", None)
     return eos[0] if isinstance(eos, list) else eos
@@ -34,15 +36,16 @@ def check_buildable(model: str, executor: str, model_key: str = "model", executo
                              f"{SIMULATED_ONLY[model]}; allowed: {executor_key}=sim")
 
 
-def load_config(model: str, key: str = "model") -> PretrainedConfig:
-    """A preset's config, or the config of a local Hugging Face directory (never remote code), with
-    its shapes checked: what the model would be built from is known to be buildable. ``key``: the key
-    the model was set by, as a refusal names it (a run's model.path)."""
-    if model in PRESETS:
-        return PRESETS[model]
+def load_config(model: str, key: str = "model") -> ModelConfig:
+    """A preset's spec (plain data: no transformers import), or the config of a local Hugging Face
+    directory (never remote code), with its shapes checked: what the model would be built from is
+    known to be buildable. ``key``: the key the model was set by, as a refusal names it (a run's
+    model.path)."""
+    if model in SPECS:
+        return SPECS[model]
     path = Path(model)
     if not path.is_dir():
-        raise ModelLoadError(f"{key}={model!r} is invalid: it is neither a preset ({', '.join(PRESETS)}) nor a local "
+        raise ModelLoadError(f"{key}={model!r} is invalid: it is neither a preset ({', '.join(SPECS)}) nor a local "
                              "directory (a Hugging Face model's config.json and *.safetensors)")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{key}={model!r}: no config.json in the directory")

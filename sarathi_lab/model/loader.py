@@ -13,19 +13,21 @@ from sarathi_lab.model.cpu_linear import aten_from_rows, pack_linears, packed_ge
 from sarathi_lab.model.decoder import CausalLM
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
-from sarathi_lab.model.presets import PRESETS
+from sarathi_lab.model.presets import SPECS
+from sarathi_lab.model.spec import ModelConfig, hf_config
 
 # Our fused parameter <- the Hugging Face parameters stacked into it, in order.
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 log = logging.getLogger("sarathi_lab")
 
 
-def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend, max_positions: int,
+def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_positions: int,
                 dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str,
                 shards: TensorShards | None = None, stage: Stage | None = None) -> CausalLM:
     """``shards``: build one tensor-parallel rank's part of the model, with the very weights the whole
     model would have (the same draws, or the same checkpoint), its LM head a slice of the vocabulary;
     ``stage``: only the layers of that pipeline stage (with shards: both)."""
+    config = hf_config(config)
     if stage is not None and shards is None:
         shards = TensorShards.of(config, 0, 1, model)
     # Parameters are created in their final dtype: built in float32 and cast, a model would take twice
@@ -42,7 +44,7 @@ def build_model(model: str, config: PretrainedConfig, backend: AttentionBackend,
                 lm.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size // shards.size, bias=False)
     finally:
         torch.set_default_dtype(previous)
-    if model in PRESETS:
+    if model in SPECS:
         if shards is None:
             _init_random(lm, config, seed)
         else:

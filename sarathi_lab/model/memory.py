@@ -3,10 +3,7 @@ config that cannot fit fails with one line before any work, never with an alloca
 from __future__ import annotations
 
 import gc
-
-import torch
-from sarathi_kernels import cpu_ops
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab import host_memory
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
@@ -14,11 +11,16 @@ from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import SchedulerConfig, scheduler_class
 from sarathi_lab.model.shape import Shape
 
+if TYPE_CHECKING:  # torch and the CPU kernels only where a real device is asked: the simulator plans too
+    import torch
+
+    from sarathi_lab.model.spec import ModelConfig
+
 # Without an explicit budget the CPU cache may take at most this share of the machine's memory.
 CPU_KV_MEMORY_SHARE = 0.25
 
 
-def context_limit(cfg: EngineConfig, hf: PretrainedConfig) -> int:
+def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
     """The longest request (prompt + generated tokens) the engine serves."""
     limit = hf.max_position_embeddings
     # Sliding-window attention is not implemented, so the context stops at the window.
@@ -46,6 +48,8 @@ def device_memory_bytes(device: torch.device) -> int:
     """Memory the engine may still take on ``device``: free GPU memory, or what this process may still
     allocate on the host (host_memory: the machine's, its cgroup's and its address-space limit's least)."""
     if device.type == "cuda":
+        import torch
+
         # What earlier engines of this process freed (a sweep's previous jobs) stays reserved by
         # torch's caching allocator, which mem_get_info counts as taken: give it back first.
         gc.collect()
@@ -68,6 +72,8 @@ def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> in
     few-row kernel's), one where the kernel takes no ``dtype``, none with cpu_linear=aten or on a GPU."""
     if device_type != "cpu" or cfg.cpu_linear == "aten":
         return 0
+    from sarathi_kernels import cpu_ops
+
     return 2 if dtype in cpu_ops.DTYPES else 1
 
 
@@ -209,7 +215,7 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
     return min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes), room // block_bytes)
 
 
-def plan_kv_blocks(cfg: EngineConfig, hf: PretrainedConfig, sched: SchedulerConfig, context: int, dtype: torch.dtype,
+def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, context: int, dtype: torch.dtype,
                    device: torch.device, available: int | None = None) -> int:
     """KV cache blocks as EngineConfig's comment says (``sched``: the run's scheduler config, built
     once by plan.scheduler_config_of); refuses what would not fit beside the weights."""

@@ -1,17 +1,24 @@
-"""Named model shapes. Weights are random: the Sarathi results depend on shapes, not on weights."""
+"""Named model shapes, as plain data (model.spec): the one home of each preset's numbers, which the
+simulator reads as they are and the engine turns into a transformers config where it builds a model.
+Weights are random: the Sarathi results depend on shapes, not on weights."""
 from __future__ import annotations
 
-from transformers import LlamaConfig, MistralConfig, PretrainedConfig
+from collections.abc import Iterator, Mapping
+from functools import cache
+from typing import TYPE_CHECKING
+
+from sarathi_lab.model.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 def _llama(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, context: int = 4096,
-           vocab: int = 32000, config=LlamaConfig, **extra) -> PretrainedConfig:
-    return config(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
-                  num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                  max_position_embeddings=context, **extra)
+           vocab: int = 32000, model_type: str = "llama", **extra) -> ModelSpec:
+    return ModelSpec(model_type, hidden, intermediate, layers, heads, kv_heads, vocab, context, **extra)
 
 
-PRESETS: dict[str, PretrainedConfig] = {
+SPECS: dict[str, ModelSpec] = {
     # A few M parameters: unit and end-to-end tests.
     "tiny": _llama(256, 688, 4, 4, 2, context=2048, vocab=4096),
     # ~110M parameters: on a CPU a decode token costs several times a prefill token, as on a GPU;
@@ -21,7 +28,7 @@ PRESETS: dict[str, PretrainedConfig] = {
     "llama2-7b": _llama(4096, 11008, 32, 32, 32),
     "llama-13b": _llama(5120, 13824, 40, 40, 40),
     "llama-33b": _llama(6656, 17920, 60, 52, 52),
-    "mistral-7b": _llama(4096, 14336, 32, 32, 8, context=32768, config=MistralConfig, sliding_window=None,
+    "mistral-7b": _llama(4096, 14336, 32, 32, 8, context=32768, model_type="mistral", sliding_window=None,
                          rope_theta=1e6),
     # Sarathi-Serve's second model (two A100s, tensor parallel): 01-ai/Yi-34B's config.json.
     "yi-34b": _llama(7168, 20480, 60, 56, 8, vocab=64000, rope_theta=5e6),
@@ -42,5 +49,27 @@ SIMULATED_ONLY: dict[str, str] = {
     "falcon-180b": "Falcon's decoder (attention and MLP in parallel, LayerNorm, a non-gated GELU MLP) is not "
                    "built by this engine, whose decoder is LLaMA's; the preset is its cost-equivalent LLaMA form",
 }
-for _cfg in PRESETS.values():
-    _cfg.architectures = [_cfg.__class__.__name__.replace("Config", "ForCausalLM")]
+
+
+class _TransformersConfigs(Mapping):
+    """Each preset as a transformers config, made on first use (transformers is imported only then)."""
+
+    def __getitem__(self, name: str) -> PretrainedConfig:
+        return _hf(name)
+
+    def __contains__(self, name: object) -> bool:  # Mapping's would build the config to answer
+        return name in SPECS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SPECS)
+
+    def __len__(self) -> int:
+        return len(SPECS)
+
+
+@cache
+def _hf(name: str) -> PretrainedConfig:
+    return SPECS[name].to_hf()
+
+
+PRESETS: Mapping[str, PretrainedConfig] = _TransformersConfigs()

@@ -5,15 +5,17 @@ of this arithmetic for the engine's memory plan, the simulator and the roofline 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from transformers import PretrainedConfig
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 
-def head_dim_of(config: PretrainedConfig) -> int:
+def head_dim_of(config: ModelConfig) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
-def kv_heads_of(config: PretrainedConfig) -> int:
+def kv_heads_of(config: ModelConfig) -> int:
     """Key/value heads: a config without num_key_value_heads (or with None) has multi-head attention."""
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
@@ -23,7 +25,7 @@ PLAIN_MLP_TYPES = frozenset({"phi", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "
                              "starcoder2"})
 
 
-def is_gated(config: PretrainedConfig) -> bool:
+def is_gated(config: ModelConfig) -> bool:
     """LLaMA's gated MLP, unless the model type has a plain one (phi-2's fc1, GELU, fc2); a config
     of vidur's measured shapes says plain by its activation, gelu_new, as phi-2's."""
     return (getattr(config, "model_type", None) not in PLAIN_MLP_TYPES
@@ -44,7 +46,7 @@ class Shape:
     gated: bool = True
 
     @classmethod
-    def of(cls, config: PretrainedConfig) -> Shape:
+    def of(cls, config: ModelConfig) -> Shape:
         return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
                    config.num_attention_heads, kv_heads_of(config),
                    head_dim_of(config), config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)),

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab.config import cpu_has_bf16_units, run_dtype, usable_cores
 from sarathi_lab.profiling import isa
+
+if TYPE_CHECKING:  # imported where used: a simulated run's records read this module, and load no torch
+    import torch
 
 # The ISA features that decide which CPU paths run fast (bfloat16 on a CPU needs the bf16 ones).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
@@ -48,11 +51,15 @@ def llc_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int
 
 
 def device_name(device: torch.device | str = "cpu") -> str:
+    import torch
+
     device = torch.device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def default_device() -> str:
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -63,6 +70,8 @@ def fast_dtype(device: str) -> str:
 
 
 def machine_record(device: torch.device | str = "cpu") -> dict:
+    import torch
+
     kind = isa.active()
     return {"device": device_name(device), "cpu": cpu_name(), "cores": usable_cores(), "isa": cpu_isa(),
             "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "llc_mib": llc_mib(),

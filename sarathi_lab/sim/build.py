@@ -6,9 +6,7 @@ section 8)."""
 from __future__ import annotations
 
 import logging
-
-import torch
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_choice, check_count
 from sarathi_lab.engine.scheduler import SchedulerConfig
@@ -21,13 +19,16 @@ from sarathi_lab.model.memory import (
 )
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
-from sarathi_lab.sim.device import DEVICES, Device, device_dtype, device_type, load_device
+from sarathi_lab.sim.device import DEVICES, Device, device_type, load_device, simulated_dtype
 from sarathi_lab.sim.sharding import shard
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 log = logging.getLogger(__name__)
 
 
-def _kv_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, max_tokens: int, utilisation: float) -> int:
+def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: int, utilisation: float) -> int:
     """model.memory.gpu_kv_bytes on ``device``, refusing (one line) weights that leave no room."""
     # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
     if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
@@ -41,7 +42,7 @@ def _kv_bytes(device: Device, config: PretrainedConfig, elem_bytes: int, max_tok
     return gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, max_tokens, utilisation)
 
 
-def kv_capacity_tokens(device: Device, config: PretrainedConfig, elem_bytes: int = 2, max_tokens: int = 0,
+def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2, max_tokens: int = 0,
                        utilisation: float = GPU_MEMORY_UTILISATION) -> int:
     """KV-cache tokens that fit on ``device`` beside the weights and the activations of an iteration
     of ``max_tokens`` tokens (the paper's arithmetic, in shapes alone). Fails with one line when
@@ -55,7 +56,7 @@ def kv_capacity_tokens(device: Device, config: PretrainedConfig, elem_bytes: int
     return free // kv
 
 
-def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes: int = 2,
+def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int = 2,
               utilisation: float = GPU_MEMORY_UTILISATION) -> int:
     """The paper's B: the most requests of ``seq_len`` tokens whose KV caches fit together with the
     activations of prefilling all of them in one iteration (the baseline's prefill batch)."""
@@ -64,7 +65,7 @@ def max_batch(device: Device, config: PretrainedConfig, seq_len: int, elem_bytes
                                                                           utilisation)) // seq_len
 
 
-def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, sched: SchedulerConfig, context: int) -> int:
+def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig, context: int) -> int:
     """The KV blocks the real engine would plan on the simulated device (model.memory decides both):
     an explicit block count or memory budget if it fits beside the weights (or, with
     ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
@@ -78,7 +79,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, sched: Sche
     except ConfigError as e:
         raise ConfigError(f"{k.set('sim_tp', cfg.sim_tp)} is invalid for this model: {e}") from None
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
-    dtype, kind = getattr(torch, device_dtype(cfg.sim_device, cfg.dtype)), device_type(cfg.sim_device)
+    dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     device = load_device(cfg.sim_device, cfg.dtype)
@@ -99,7 +100,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: PretrainedConfig, sched: Sche
                              too_large=f"{where} is invalid for this model")
 
 
-def simulated_cost_model(cfg: EngineConfig, config: PretrainedConfig) -> CostModel:
+def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
     """The cost model of ``cfg.sim_device`` and ``cfg.sim_cost_model``; a profile not measured yet is
     a ConfigError, refused before the run starts."""
     model = cfg.model if cfg.sim_cost_model == "profile" else config

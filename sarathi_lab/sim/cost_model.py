@@ -6,8 +6,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab.config import DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError, check_choice
 from sarathi_lab.model import PRESETS, load_config
@@ -15,6 +14,9 @@ from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.device import device_dtype
 from sarathi_lab.sim.profiles import profile_path
 from sarathi_lab.sim.sharding import shard
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 
 @dataclass
@@ -43,7 +45,7 @@ class CostModel(abc.ABC):
     name: str
     key: str
 
-    def __init__(self, config: PretrainedConfig, dtype: str):
+    def __init__(self, config: ModelConfig, dtype: str):
         self.config = config
         self.dtype = dtype
         self.elem_bytes = DTYPE_BYTES[dtype]
@@ -79,7 +81,7 @@ class CostModel(abc.ABC):
         raise NotImplementedError(f"{cls.__name__} is not chosen by for_device")
 
     @staticmethod
-    def for_device(device: str, model: str | PretrainedConfig = "llama2-7b", cost_model: str = "roofline",
+    def for_device(device: str, model: str | ModelConfig = "llama2-7b", cost_model: str = "roofline",
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
@@ -115,9 +117,9 @@ class CostModel(abc.ABC):
 class Choice:
     """What for_device was asked, resolved: what each cost model's ``applies`` and ``build`` read."""
     device: str
-    model: str | PretrainedConfig  # as asked: a preset, a directory or a config
-    config: PretrainedConfig  # the whole model
-    part: PretrainedConfig  # what one of ``tp`` GPUs holds of it
+    model: str | ModelConfig  # as asked: a preset, a directory or a config
+    config: ModelConfig  # the whole model
+    part: ModelConfig  # what one of ``tp`` GPUs holds of it
     cost_model: str  # sim_cost_model
     dtype: str  # what the device runs
     profile: str | Path | None  # the CSV given for cost_model="profile"

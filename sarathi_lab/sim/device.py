@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from sarathi_lab import host_memory
-from sarathi_lab.config import ConfigError, check_choice, run_dtype
+from sarathi_lab.config import DTYPE_BYTES, ConfigError, check_choice, run_dtype
 from sarathi_lab.sim.calibration import Calibration, check_keys
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,36 @@ def device_dtype(device: str, dtype: str) -> str:
     """The dtype ``device`` runs when asked for ``dtype``: a CPU without bf16 matrix instructions runs
     bfloat16 as float32, as the engine does (EngineConfig.torch_dtype)."""
     return run_dtype(dtype, device_type(device))
+
+
+@dataclass(frozen=True)
+class SimulatedDtype:
+    """A dtype a simulated GPU runs, as the memory plan and a run's records read a torch dtype (its size,
+    its name), without importing torch: the simulator computes nothing in it."""
+    name: str
+    itemsize: int
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to torch's dtype of that name: what a real engine's plan holds in its place.
+        return str(other).removeprefix("torch.") == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def simulated_dtype(device: str, dtype: str):
+    """What the engine's plan holds as its dtype on the simulated ``device`` (``device_dtype``'s)."""
+    name = device_dtype(device, dtype)
+    if device_type(device) == "cpu":
+        # The CPU simulated plans as the engine on it does, whose packed kernels are keyed by torch's
+        # dtypes (model.memory.packed_copies); its cost model measures it with torch anyway.
+        import torch
+
+        return getattr(torch, name)
+    return SimulatedDtype(name, DTYPE_BYTES[name])
 
 
 def _read_cached_ceilings(path: Path, key: str) -> dict:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from transformers import LlamaConfig, PretrainedConfig
 
 from sarathi_lab.model.shape import Shape
+from sarathi_lab.model.spec import ModelSpec
 from sarathi_lab.sim.interpolate import Curve, Surface
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 DATA_DIR = Path(__file__).with_name("data") / "gpu_kernels"
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -61,17 +65,17 @@ def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surfa
     return ops, prefill, decode
 
 
-def config_of(model: str) -> PretrainedConfig:
+def config_of(model: str) -> ModelConfig:
     """A decoder config with a measured model's shape (weights never matter to the simulator)."""
     s = model_shapes().loc[model]
-    return LlamaConfig(vocab_size=int(s.vocab), hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
-                       num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
-                       num_key_value_heads=int(s.kv_heads), max_position_embeddings=4096,
-                       # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not gated.
-                       hidden_act="silu" if s.gated else "gelu_new")
+    return ModelSpec("llama", hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
+                     num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
+                     num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab), max_position_embeddings=4096,
+                     # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not gated.
+                     hidden_act="silu" if s.gated else "gelu_new")
 
 
-def model_of(config: PretrainedConfig) -> str | None:
+def model_of(config: ModelConfig) -> str | None:
     """The measured model with ``config``'s layer shapes (the vocabulary aside, which only the
     embedding and LM head see), or None."""
     s = Shape.of(config)

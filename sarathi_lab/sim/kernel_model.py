@@ -5,9 +5,9 @@ outside the measured shapes) from a roofline, named in ``.modelled``.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import gpu_kernels
@@ -16,6 +16,9 @@ from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_t
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 
 @register_cost_model("gpu_kernels")
@@ -39,7 +42,7 @@ class KernelCostModel(CostModel):
         return cls(gpu_kernels.kernels(device, name, tp), one, choice.part, choice.dtype,
                    source=f"{device}/{name}{tp_part} (vidur's measurements, MIT licence)")
 
-    def __init__(self, table: pd.DataFrame, roofline: RooflineCostModel, config: PretrainedConfig,
+    def __init__(self, table: pd.DataFrame, roofline: RooflineCostModel, config: ModelConfig,
                  dtype: str = "bfloat16", source: str = "table"):
         super().__init__(config, dtype)
         self.roofline, self.device = roofline, roofline.device

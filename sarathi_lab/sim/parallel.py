@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from transformers import PretrainedConfig
 
 from sarathi_lab.sim.cost_model import TENSOR_PARALLEL, CostModel, IterationCost, batch_tokens, register_cost_model
 from sarathi_lab.sim.device import Device
@@ -18,6 +18,9 @@ from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.interpolate import Curve
 from sarathi_lab.sim.roofline import RooflineCostModel
 from sarathi_lab.sim.sharding import Parallelism, shard_config
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 
 @functools.cache
@@ -90,7 +93,7 @@ class StageTimes:
 class StageCostModel:
     """What a micro-batch costs one GPU of a stage, from the roofline of its shard."""
 
-    def __init__(self, device: Device, config: PretrainedConfig, par: Parallelism, dtype: str = "float16"):
+    def __init__(self, device: Device, config: ModelConfig, par: Parallelism, dtype: str = "float16"):
         self.par = par
         self.shard = shard_config(config, par)
         self.roofline = RooflineCostModel(device, self.shard, dtype)
@@ -115,7 +118,7 @@ class TensorParallelCostModel(CostModel):
     measured them unless ``shard`` is the roofline (said in a warning); the host's work as the
     shard's (one host drives them all)."""
 
-    def __init__(self, shard: CostModel, config: PretrainedConfig, tp: int, dtype: str = "bfloat16"):
+    def __init__(self, shard: CostModel, config: ModelConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.shard, self.name, self.device = shard, shard.name, shard.device
         par, device, measured = Parallelism(tp=tp), shard.device.name, self.name != "roofline" and tp > 1

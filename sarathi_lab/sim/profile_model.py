@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from transformers import PretrainedConfig
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.profiling.ops import OPS
@@ -20,6 +20,9 @@ from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, curves
 from sarathi_lab.sim.interpolate import Curve
 from sarathi_lab.sim.profiles import profile_description, profile_path
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 # task=profile's operators whose time depends on the token count alone (attention also on the contexts).
 DENSE_OPS = tuple(op for op in OPS if op != "attention")
@@ -82,7 +85,7 @@ class ProfileCostModel(CostModel):
         beyond = roofline_for(choice) if choice.device in DEVICES else None
         return cls.from_csv(path, choice.config, choice.dtype, beyond=beyond)
 
-    def __init__(self, table: pd.DataFrame, config: PretrainedConfig, dtype: str = "bfloat16", source: str = "table",
+    def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16", source: str = "table",
                  beyond: RooflineCostModel | None = None):
         """``beyond``: a roofline of the device, whose increment prices the dense ops past the largest
         token count measured (a baseline's whole-batch prefill can lie far past the profiled chunks,
@@ -135,7 +138,7 @@ class ProfileCostModel(CostModel):
         return float(np.median(excess))
 
     @classmethod
-    def from_csv(cls, path: str | Path, config: PretrainedConfig, dtype: str = "bfloat16",
+    def from_csv(cls, path: str | Path, config: ModelConfig, dtype: str = "bfloat16",
                  beyond: RooflineCostModel | None = None) -> ProfileCostModel:
         """The profile at ``path``, for a run in ``dtype``: refused if its description (the .json
         task=profile writes beside it) says it was measured in another dtype, whose times differ."""

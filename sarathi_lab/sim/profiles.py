@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab.config import REPO_ROOT
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 # Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
 LEASE_ENV = "SARATHI_PROFILE_LEASE"
@@ -19,19 +21,19 @@ def profiles_dir() -> Path:
     return Path(os.environ.get("SARATHI_PROFILES_DIR") or REPO_ROOT / "profiles")
 
 
-def _name(model: str | PretrainedConfig) -> str:
+def _name(model: str | ModelConfig) -> str:
     if not isinstance(model, str):
         raise TypeError("cost_model='profile' with a model config needs profile=<path to the CSV>")
     return Path(model).name if os.sep in model or Path(model).is_dir() else model
 
 
-def own_profile_path(device: str, model: str | PretrainedConfig) -> Path:
+def own_profile_path(device: str, model: str | ModelConfig) -> Path:
     """Where task=profile writes ``model``'s table on ``device``: ``profiles/<device>/<name>.csv``, named by
     the preset, or by a Hugging Face directory's own name."""
     return profiles_dir() / device / f"{_name(model)}.csv"
 
 
-def profile_path(device: str, model: str | PretrainedConfig) -> Path:
+def profile_path(device: str, model: str | ModelConfig) -> Path:
     """The table of ``model`` on ``device`` every reader takes: the lease LEASE_ENV names
     (``profiles/<device>/<lease>/``, whether or not it holds one), else the one task=profile measured
     here (``own_profile_path``), else the newest GPU lease's that holds one (gpu/collect.py keeps each

@@ -5,13 +5,16 @@ nobody measured (the kernels and their padding: docs/sim/README.md, section 8).
 """
 from __future__ import annotations
 
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
 from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
 from sarathi_lab.sim.device import Device, load_device
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 # Decode-only iterations of at most this many requests are remembered by their contexts: the same few
 # recur throughout a run of small batches (static or vllm at low load, where a capacity search spends
@@ -29,7 +32,7 @@ class RooflineCostModel(CostModel):
     def build(cls, choice: Choice) -> RooflineCostModel:
         return roofline_for(choice)
 
-    def __init__(self, device: Device, config: PretrainedConfig, dtype: str = "bfloat16"):
+    def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.device = device
         s = self.shape = Shape.of(config)
@@ -134,7 +137,7 @@ class RooflineCostModel(CostModel):
 class CalibratedRooflineCostModel(RooflineCostModel):
     name = "calibrated"
 
-    def __init__(self, device: Device, config: PretrainedConfig, dtype: str = "bfloat16"):
+    def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
         if device.calibration is None:
             raise ConfigError(f"sim_cost_model='calibrated' is invalid with sim_device={device.name!r}: its "
                               "device file has no calibration (no GPU kernels measured there); use "

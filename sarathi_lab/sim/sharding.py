@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.spec import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Parallelism:
                                   f"{'> 0' if bandwidth else '>= 0'}")
 
 
-def shard_config(config: PretrainedConfig, par: Parallelism) -> PretrainedConfig:
+def shard_config(config: ModelConfig, par: Parallelism) -> ModelConfig:
     """The part of ``config`` one GPU runs: 1/tp of the heads, MLP and vocabulary, 1/pp of the
     layers. Fails with one line when the model does not split evenly."""
     heads, kv_heads = config.num_attention_heads, kv_heads_of(config)
@@ -54,6 +56,6 @@ def shard_config(config: PretrainedConfig, par: Parallelism) -> PretrainedConfig
     return shard
 
 
-def shard(config: PretrainedConfig, tp: int) -> PretrainedConfig:
+def shard(config: ModelConfig, tp: int) -> ModelConfig:
     """What one of ``tp`` tensor-parallel GPUs holds of ``config`` (``config`` itself for one)."""
     return config if tp == 1 else shard_config(config, Parallelism(tp=tp))

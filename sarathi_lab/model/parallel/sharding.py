@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-
-import torch
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from sarathi_lab.config import AS_WRITTEN, ConfigError, Keys
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
+
+if TYPE_CHECKING:
+    import torch
+
+    from sarathi_lab.model.spec import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class TensorShards:
     vocab: int
 
     @classmethod
-    def of(cls, config: PretrainedConfig, rank: int, size: int, model: str = "",
+    def of(cls, config: ModelConfig, rank: int, size: int, model: str = "",
            keys: Keys = AS_WRITTEN) -> TensorShards:
         """Refuses, in one line naming tensor_parallel (as ``keys`` names it), a model the ranks cannot
         split evenly."""
@@ -65,7 +68,7 @@ class TensorShards:
             return self.rank * self.local_kv_heads
         return self.rank // (self.size // self.kv_heads)
 
-    def local_config(self, config: PretrainedConfig) -> PretrainedConfig:
+    def local_config(self, config: ModelConfig) -> ModelConfig:
         """The config of the rank's model: its heads and MLP columns, the head size kept explicit; the
         vocabulary stays whole (the embedding is; the LM head is split when the model is built)."""
         local = copy.deepcopy(config)
@@ -95,6 +98,8 @@ class TensorShards:
 
     def shard(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """The rank's part of the full parameter ``name`` (our fused names: qkv_proj, gate_up_proj)."""
+        import torch  # here: the memory plan (the simulator's too) reads this module's shapes alone
+
         kind = name.split(".")[-2] if "." in name else name
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         if kind == "qkv_proj":  # weight [q + 2 kv, hidden] or bias [q + 2 kv]
@@ -119,8 +124,8 @@ class TensorShards:
         return full[self.mlp_rows()]
 
 
-def rank_memory_config(config: PretrainedConfig, size: int, model: str = "",
-                       keys: Keys = AS_WRITTEN) -> PretrainedConfig:
+def rank_memory_config(config: ModelConfig, size: int, model: str = "",
+                       keys: Keys = AS_WRITTEN) -> ModelConfig:
     """The config whose shapes size one rank's memory (weights, KV cache per token, activations): its
     heads and MLP columns; the vocabulary whole and untied, so that the whole embedding and the LM head's
     rows count (an LM head of whole rows: an upper bound), as do the gathered logits."""
