@@ -174,8 +174,12 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                     f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
     else:
         task = measurement(cfg.task)
-        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, resolved_config))
-                           if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
+        try:
+            summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, resolved_config))
+                               if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
+        finally:
+            if not isinstance(llm, LLM):  # vLLM's engine and the weights it was given (a capacity search's)
+                llm.close()
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = save_to(run_dir, summary, tables, partial=False)
     if finished:  # swap the finished rerun in for the old run
