@@ -66,7 +66,7 @@ def test_the_figure_names_its_engines_scale_seeds_and_machine():
 
     fig = versus_vllm.figure(versus_vllm.named(_runs(TBT)))
     title = fig._suptitle.get_text()
-    for said in ("measured CPU, vLLM 0.32.0", "a CPU", "seeds 0, 1", "sarathi_lab abcdef0", "vLLM 0.32.0",
+    for said in ("measured on CPU (a CPU, 2 threads, float32)", "seeds 0, 1", "sarathi_lab abcdef0", "vLLM 0.32.0",
                  "2.99x at 0.5 req/s"):
         assert said in title, said
     assert [ax.get_title() for ax in fig.axes[:3]] == ["TTFT: p50 (marked), p99 (faint)", "P99 TBT (itl_p99_s)",
