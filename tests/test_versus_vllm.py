@@ -88,25 +88,25 @@ def test_a_capacity_search_is_a_task_vllm_runs(monkeypatch):
     vllm_args.check_vllm(plan, "capacity")
 
 
-def _run(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
+def _run(tmp_path, *overrides: str, multirun: bool = False) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"XDG_CACHE_HOME": str(tmp_path)}
     # Eager: vLLM's compile at start-up costs minutes on a CPU and is no part of what these check.
-    return subprocess.run([sys.executable, "-m", "sarathi_lab.run", "experiment=smoke", "logger=none",
-                           "engine.cuda_graphs=false", *overrides], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=900, check=False)
+    return subprocess.run([sys.executable, "-m", "sarathi_lab.run", *(["-m"] if multirun else []), "experiment=smoke",
+                           "logger=none", "engine.cuda_graphs=false", *overrides], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900, check=False)
 
 
 @NEEDS_VLLM
 @pytest.mark.e2e
 def test_a_sweep_over_both_engines_runs_and_draws(tmp_path):
-    done = _run(tmp_path, "-m", "executor=model,vllm", "scheduler=sarathi_serve", "workload.qps=4",
-                f"hydra.sweep.dir={tmp_path}/sweep")
+    done = _run(tmp_path, "executor=model,vllm", "scheduler=sarathi_serve", "workload.qps=4",
+                f"hydra.sweep.dir={tmp_path}/sweep", multirun=True)
     assert done.returncode == 0, done.stderr[-3000:]
     table = pd.read_csv(tmp_path / "sweep" / "sweep_summary.csv")
     assert sorted(table.executor) == ["model", "vllm"]
     written = versus_vllm.publish(tmp_path / "sweep", tmp_path / "docs")
     assert all(p.stat().st_size > 0 for p in written)
-    claims = pd.read_csv(tmp_path / "docs" / "figures" / "versus_vllm_claims.csv")
+    claims = pd.read_csv(tmp_path / "docs" / "figures" / "versus_vllm_claims.csv", keep_default_na=False)
     # One scheduler only: nothing to compare, so nothing judged.
     assert claims.holds.tolist() == ["n/a", "n/a"]
 
