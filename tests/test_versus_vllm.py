@@ -59,6 +59,7 @@ def test_a_missing_mode_is_not_judged():
     tbt = {k: v for k, v in TBT.items() if k != ("vllm", "vllm", 1.0)}
     rows = {r["claim"]: r for r in versus_vllm.claims_rows(versus_vllm.named(_runs(tbt)))}
     assert rows[versus_vllm.STALL_FREE]["holds"] == "yes"  # judged at 0.5 req/s only
+    assert rows[versus_vllm.STALL_FREE]["ours"].endswith("qps 1: on 120 ms, off left out (no finished run)")
 
 
 def test_the_figure_names_its_engines_scale_seeds_and_machine():

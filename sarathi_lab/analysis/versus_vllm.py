@@ -17,7 +17,7 @@ import pandas as pd
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import claims, paper
-from sarathi_lab.analysis.claims import claim_row, unless_missing, verdict
+from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict
 from sarathi_lab.harness.results import load_runs, run_source
 from sarathi_lab.provenance import Provenance
 
@@ -63,8 +63,12 @@ def p99_tbt(runs: pd.DataFrame, executor: str) -> pd.DataFrame:
 
 def _lower_at_every_load(tbt: pd.DataFrame) -> tuple[str, str]:
     """(ours text, verdict) of 'sarathi_serve's P99 TBT below vllm's at each load'."""
-    text = "; ".join(f"qps {q:g}: on {r.sarathi_serve * 1e3:.0f} ms, off {r.vllm * 1e3:.0f} ms "
-                     f"({r.vllm / r.sarathi_serve:.2f}x)" for q, r in tbt.iterrows())
+    def at(r) -> str:
+        ratio = "" if r.isna().any() else f" ({r.vllm / r.sarathi_serve:.2f}x)"
+        return (f"on {shown(r.sarathi_serve * 1e3, '.0f', 'no finished run', ' ms')}, "
+                f"off {shown(r.vllm * 1e3, '.0f', 'no finished run', ' ms')}{ratio}")
+
+    text = "; ".join(f"qps {q:g}: {at(r)}" for q, r in tbt.iterrows())
     flags = (unless_missing(r, r.sarathi_serve < r.vllm) for _, r in tbt.iterrows())
     return text, verdict(flags)
 
