@@ -174,14 +174,14 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                     f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
     else:
         task = measurement(cfg.task)
-        try:
-            summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, resolved_config))
-                               if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
-        finally:
-            if not isinstance(llm, LLM):  # vLLM's engine and the weights it was given (a capacity search's)
-                llm.close()
+        summary, tables = (task(cfg, llm, TaskContext(run_dir, workload, record_run, save_partial, resolved_config))
+                           if len(inspect.signature(task).parameters) == 3 else task(cfg, llm))
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = save_to(run_dir, summary, tables, partial=False)
+    if not isinstance(llm, LLM):
+        # vLLM's engine and the weights it was given, once the run's load was judged: the threads its
+        # shutdown ends take their CPU and wait times out of the count.
+        llm.close()
     if finished:  # swap the finished rerun in for the old run
         old = out.parent / f".{out.name}.old"
         shutil.rmtree(old, ignore_errors=True)
@@ -290,8 +290,6 @@ def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
                      max_concurrency=workload.max_concurrency)
     finally:
         progress.close()
-        if not isinstance(llm, LLM):  # vLLM's engine and the weights it was given
-            llm.close()
 
 
 def _engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:

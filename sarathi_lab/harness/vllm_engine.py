@@ -15,6 +15,7 @@ import math
 import os
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,8 @@ class VllmLLM:
         self._scheduled: list = []  # the scheduler outputs of the step under way
         self._hook_scheduler()
         self._next_id = 0
+        # A run that failed before close() shuts the engine down when it is collected all the same.
+        self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
     @classmethod
     def from_plan(cls, plan: EnginePlan) -> VllmLLM:
@@ -147,9 +150,8 @@ class VllmLLM:
 
     def close(self) -> None:
         """Shuts vLLM's engine core down and deletes the saved weights: a sweep's next job runs in this
-        process, and must not share it with an idle engine's memory."""
-        self.core.engine_core.shutdown()
-        self._weights.cleanup()
+        process, and must not share it with an idle engine's memory. Once; again does nothing."""
+        self._shutdown()
 
     @property
     def metrics(self) -> Metrics:
@@ -240,6 +242,11 @@ class VllmLLM:
                 call.iterations += 1
                 if on_iteration is not None:
                     on_iteration(it)
+
+
+def _shutdown(core, weights: tempfile.TemporaryDirectory) -> None:
+    core.engine_core.shutdown()
+    weights.cleanup()
 
 
 def _iteration(index: int, start: float, duration: float, scheduled, prompt_len: dict[str, int],
