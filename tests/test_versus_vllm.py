@@ -32,7 +32,8 @@ def _runs(tbt: dict[tuple[str, str, float], float], seeds=(0, 1)) -> pd.DataFram
                          "total_throughput_tok_s": 300.0, "model": "cpu-small", "num_requests": 8,
                          "device": "cpu", "dtype": "float32", "env.device_name": "a CPU",
                          "env.torch_threads": 2, "env.git_commit": "abcdef0123",
-                         "env.timing_unreliable": executor == "vllm",
+                         "env.timing_unreliable": executor == "vllm", "env.cores": 2,
+                         "env.load1_start": 3.0 + seed, "env.load1_end": 2.5,
                          "env.vllm_version": "0.32.0" if executor == "vllm" else None})
     return pd.DataFrame(rows)
 
@@ -51,7 +52,8 @@ def test_the_stall_free_claim_is_judged_on_vllm_and_on_ours_apart():
     assert ours["holds"] == "partly" and ours["source"] == "measured CPU"
     assert "qps 0.5: on 100 ms, off 300 ms (2.99x)" in on_vllm["ours"]
     assert on_vllm["scale"] == "cpu-small, 8 requests a run at 0.5, 1 req/s, seeds 0, 1"
-    assert "8 of 16 runs flagged timing_unreliable" in on_vllm["left out"]
+    assert "8 of 16 runs flagged timing_unreliable (a busy machine, load average 2.5 to 4.0 on 2 cores)" in \
+        on_vllm["left out"]
     assert set(on_vllm) <= set(versus_vllm.claims.COLUMNS)
 
 

@@ -93,9 +93,15 @@ def _source(runs: pd.DataFrame, executor: str) -> str:
 
 
 def _unreliable(runs: pd.DataFrame) -> str:
-    """Drawn whatever the load (the comparison is between engines measured alike), but said."""
+    """Drawn whatever the load (the comparison is between engines measured alike), but said: how many
+    runs were flagged, and the load average the runs saw (which every run records alike)."""
     flagged = int(runs.get("env.timing_unreliable", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
-    return f"none; {flagged} of {len(runs)} runs flagged timing_unreliable (a busy machine)" if flagged else ""
+    if not flagged:
+        return ""
+    load = pd.concat([runs.get(c, pd.Series(dtype=float)) for c in ("env.load1_start", "env.load1_end")]).dropna()
+    cores = "+".join(str(int(c)) for c in sorted(runs.get("env.cores", pd.Series(dtype=float)).dropna().unique()))
+    seen = f", load average {load.min():.1f} to {load.max():.1f} on {cores} cores" if len(load) and cores else ""
+    return f"none; {flagged} of {len(runs)} runs flagged timing_unreliable (a busy machine{seen})"
 
 
 def _row_provenance(runs: pd.DataFrame) -> dict[str, str]:
