@@ -134,7 +134,9 @@ def figure(runs: pd.DataFrame):
     from sarathi_lab.analysis import figures  # matplotlib only when drawn
 
     fig, axes = figures.subplots(1, 3, figsize=(18, 4.8))
-    style = {"x": "qps", "hue": "engine", "style": "batching", "errorbar": figures.SPREAD}
+    # The same colour and line for an engine and a mode in every figure, whichever ran first.
+    style = {"x": "qps", "hue": "engine", "style": "batching", "errorbar": figures.SPREAD,
+             "hue_order": list(ENGINES.values()), "style_order": list(BATCHING.values())}
     figures.sns.lineplot(runs, y="ttft_p50_s", ax=axes[0], legend=False, markers=True, **style)
     figures.sns.lineplot(runs, y="ttft_p99_s", ax=axes[0], legend=False, alpha=0.35, linewidth=1, **style)
     figures.sns.lineplot(runs, y="itl_p99_s", ax=axes[1], legend=False, markers=True, **style)
