@@ -36,9 +36,18 @@ def sim_run(tmp_path_factory):
     return set(json.loads(done.stdout.strip().splitlines()[-1])), json.loads((out / "run" / "metrics.json").read_text())
 
 
+def _imported_by_transformers_configs() -> set[str]:
+    """What importing a model config from transformers imports by itself: some releases (5.19, which
+    vLLM's CPU build pins) import torch's compiler, and with it triton, there; not the lab's doing."""
+    code = "import json, sys; from transformers import LlamaConfig; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def test_a_sim_run_imports_no_model_code(sim_run):
     modules, _ = sim_run
-    assert [m for m in NOT_IMPORTED if m in modules] == []
+    theirs = _imported_by_transformers_configs()
+    assert [m for m in NOT_IMPORTED if m in modules and m not in theirs] == []
     # transformers' config classes load its model registry (modeling_auto), no model's code.
     modelling = sorted(m for m in modules if m.startswith("transformers.models.") and ".modeling_" in m)
     assert modelling in ([], ["transformers.models.auto.modeling_auto"])
