@@ -87,6 +87,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
                                                           recorder.save_partial, resolved_config))
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = recorder.save(ctx.status_dir, summary, tables, partial=False)
+    if not isinstance(llm, LLM):
+        # vLLM's engine and the weights it was given, once the run's load was judged: the threads its
+        # shutdown ends take their CPU and wait times out of the count.
+        llm.close()
     if finished:
         _swap_in(ctx)
     # A prediction must not read as a measurement: a simulated run says so first.
@@ -265,8 +269,6 @@ def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
                      max_concurrency=workload.max_concurrency)
     finally:
         progress.close()
-        if not isinstance(llm, LLM):  # vLLM's engine and the weights it was given
-            llm.close()
 
 
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:

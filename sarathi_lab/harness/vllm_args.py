@@ -18,8 +18,9 @@ from sarathi_lab.plan import EnginePlan
 CHUNKED_PREFILL = {"sarathi_serve": True, "vllm": False}
 # vLLM-CPU's attention (CPU_ATTN) takes KV blocks of a multiple of this many tokens only.
 CPU_BLOCK_MULTIPLE = 32
-# The tasks that serve a workload through the engine; the others drive our engine's batches by hand.
-TASKS = ("serve",)
+# The tasks that serve a workload through the engine's generate (a capacity search: one call a trial);
+# the others drive our engine's batches by hand.
+TASKS = ("serve", "capacity")
 INSTALL = 'pip install -e ".[vllm]"'
 # What a run on vLLM records of its iterations, and what it cannot (the run's environment and log say so).
 UNAVAILABLE = ("executor=vllm: iterations hold vLLM's batches (tokens, requests) and durations; vLLM does not "

@@ -15,7 +15,9 @@ import math
 import os
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -59,6 +61,63 @@ def _environment(threads: int | None, kv_bytes: int) -> None:
                        "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_bytes / 2**30)))})
 
 
+class CallClock:
+    """What an ``on_iteration`` hook reads of the call under way, as it reads our engine's (``LLM.engine``):
+    the call's records and its clock (engine/slo_guard.py stops a capacity trial by them)."""
+
+    def __init__(self):
+        self.metrics = Metrics()
+        self._t0 = time.perf_counter()
+
+    def restart(self, metrics: Metrics) -> None:
+        self.metrics, self._t0 = metrics, time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+@dataclass
+class _Call:
+    """One generate call's requests: what is sent (in arrival order), and what came back, by the id we
+    gave each request (its outputs carry it) and by vLLM's own for it (its scheduler's, which add_request
+    returns: the given one with a suffix)."""
+    prompts: list[list[int]]
+    params: list                   # vLLM's SamplingParams, one a request
+    arrivals: list[float]
+    first_id: int
+    max_concurrency: int | None
+    sent: int = 0                  # how many of ``order`` were added
+    iterations: int = 0
+    order: list[int] = field(init=False)
+    records: dict[str, RequestRecord] = field(default_factory=dict)
+    index: dict[str, int] = field(default_factory=dict)
+    internal: dict[str, RequestRecord] = field(default_factory=dict)
+    prompt_len: dict[str, int] = field(default_factory=dict)
+    outputs: dict[int, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.order = sorted(range(len(self.prompts)), key=lambda i: (self.arrivals[i], i))
+
+    def next_arrival(self) -> float:
+        return self.arrivals[self.order[self.sent]]
+
+    def unfinished(self) -> list[str]:
+        return [rid for rid, r in self.records.items() if r.finish is None]
+
+    def tokens(self) -> list[list[int]]:
+        return [self.outputs.get(i, []) for i in range(len(self.prompts))]
+
+
+def _vllm_sampling(sampling: SamplingParams, new_tokens: list[int]) -> list:
+    """Ours as vLLM's, a request each: token ids only, each sampled request seeded apart."""
+    from vllm import SamplingParams as VllmSampling
+
+    return [VllmSampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=new,
+                         min_tokens=new if sampling.ignore_eos else 0, ignore_eos=sampling.ignore_eos,
+                         seed=None if sampling.temperature == 0 else (sampling.seed or 0) + i, detokenize=False)
+            for i, new in enumerate(new_tokens)]
+
+
 class VllmLLM:
     """What the harness serves a workload through (LLM's generate, metrics and settings), on vLLM."""
 
@@ -76,11 +135,14 @@ class VllmLLM:
         shape = plan.shape
         kv_bytes = 2 * shape.layers * shape.kv_heads * shape.head_dim * plan.kv_capacity_tokens * plan.dtype.itemsize
         _environment(self.config.num_threads, kv_bytes)
-        self.engine = VllmEngine.from_engine_args(EngineArgs(**self.args.kwargs()))
+        self.core = VllmEngine.from_engine_args(EngineArgs(**self.args.kwargs()))  # vLLM's engine
+        # Where a hook reads the call under way, as from our LLM's engine (a capacity trial's SLO guard).
+        self.engine = CallClock()
         self._scheduled: list = []  # the scheduler outputs of the step under way
         self._hook_scheduler()
-        self.metrics = Metrics()
         self._next_id = 0
+        # A run that failed before close() shuts the engine down when it is collected all the same.
+        self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
     @classmethod
     def from_plan(cls, plan: EnginePlan) -> VllmLLM:
@@ -88,9 +150,13 @@ class VllmLLM:
 
     def close(self) -> None:
         """Shuts vLLM's engine core down and deletes the saved weights: a sweep's next job runs in this
-        process, and must not share it with an idle engine's memory."""
-        self.engine.engine_core.shutdown()
-        self._weights.cleanup()
+        process, and must not share it with an idle engine's memory. Once; again does nothing."""
+        self._shutdown()
+
+    @property
+    def metrics(self) -> Metrics:
+        """The last (or current) generate call's records, as LLM.metrics."""
+        return self.engine.metrics
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -98,7 +164,7 @@ class VllmLLM:
 
     def _hook_scheduler(self) -> None:
         """Keeps each SchedulerOutput the in-process core's scheduler hands its model (who ran how much)."""
-        scheduler = self.engine.engine_core.engine_core.scheduler
+        scheduler = self.core.engine_core.engine_core.scheduler
         schedule = scheduler.schedule
 
         def keep(*args, **kwargs):
@@ -113,78 +179,74 @@ class VllmLLM:
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
         """LLM.generate's contract, served by vLLM: each request's generated tokens, in input order."""
-        from vllm import SamplingParams as VllmSampling
-
-        sampling = sampling or SamplingParams()
         token_lists = inputs.prompts_as_lists(prompts)
         n = len(token_lists)
         new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
         arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
-        ids = [self._next_id + i for i in range(n)]
+        call = _Call(token_lists, _vllm_sampling(sampling or SamplingParams(), new_tokens), arrivals,
+                     self._next_id, max_concurrency)
         self._next_id += n
-        params = [VllmSampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=new,
-                               min_tokens=new if sampling.ignore_eos else 0, ignore_eos=sampling.ignore_eos,
-                               seed=None if sampling.temperature == 0 else (sampling.seed or 0) + i,
-                               detokenize=False)
-                  for i, new in enumerate(new_tokens)]
-        self.metrics = metrics = Metrics(num_submitted=n)
-        order = sorted(range(n), key=lambda i: (arrivals[i], i))
-        # By each request's id as given (its outputs carry it), and by vLLM's own for it (its scheduler's,
-        # which add_request returns: the given one with a suffix).
-        records: dict[str, RequestRecord] = {}
-        index: dict[str, int] = {}
-        internal: dict[str, RequestRecord] = {}
-        prompt_len: dict[str, int] = {}
-        outputs: dict[int, list[int]] = {i: [] for i in range(n)}
-        start = time.perf_counter()
-        elapsed = (lambda: time.perf_counter() - start)
-        next_arrival, iteration = 0, 0
+        self.engine.restart(Metrics(num_submitted=n))
         try:
-            while next_arrival < n or self.engine.has_unfinished_requests():
-                now = elapsed()
-                while next_arrival < n and arrivals[order[next_arrival]] <= now:
-                    live = sum(r.finish is None for r in records.values())
-                    if max_concurrency is not None and live >= max_concurrency:
-                        break
-                    i = order[next_arrival]
-                    waiting = sum(r.first_scheduled is None for r in records.values())
-                    # A request a capped client held back is sent, and arrives, when a connection frees.
-                    arrival = arrivals[i] if max_concurrency is None else max(arrivals[i], now)
-                    record = RequestRecord(ids[i], len(token_lists[i]), arrival, queue_at_arrival=waiting)
-                    metrics.requests.append(record)
-                    rid = str(ids[i])
-                    own = self.engine.add_request(rid, {"prompt_token_ids": token_lists[i]}, params[i])
-                    records[rid], index[rid], internal[own], prompt_len[own] = record, i, record, len(token_lists[i])
-                    next_arrival += 1
-                if not self.engine.has_unfinished_requests():
-                    time.sleep(max(0.0, arrivals[order[next_arrival]] - elapsed()))
+            while call.sent < n or self.core.has_unfinished_requests():
+                self._admit(call)
+                if not self.core.has_unfinished_requests():
+                    time.sleep(max(0.0, call.next_arrival() - self.engine.elapsed()))
                     continue
-                self._scheduled.clear()
-                began = elapsed()
-                step = self.engine.step()
-                ended = elapsed()
-                for out in step:
-                    record = records[out.request_id]
-                    tokens = list(out.outputs[0].token_ids)
-                    fresh = len(tokens) - record.output_len
-                    if fresh > 0:
-                        record.first_token = ended if record.first_token is None else record.first_token
-                        record.token_times.extend([ended] * fresh)
-                        record.output_len = len(tokens)
-                        outputs[index[out.request_id]] = tokens
-                    if out.finished:
-                        record.finish = ended
-                for scheduled in self._scheduled:
-                    it = _iteration(iteration, began, ended - began, scheduled, prompt_len, internal)
-                    if it is not None:
-                        metrics.iterations.append(it)
-                        iteration += 1
-                        if on_iteration is not None:
-                            on_iteration(it)
+                self._step(call, on_iteration)
         except BaseException:
-            self.engine.abort_request([rid for rid, r in records.items() if r.finish is None])
+            self.core.abort_request(call.unfinished())
             raise
-        return [outputs[i] for i in range(n)]
+        return call.tokens()
+
+    def _admit(self, call: _Call) -> None:
+        """Adds each request whose arrival time has come, while a capped client has a connection free."""
+        now = self.engine.elapsed()
+        while call.sent < len(call.prompts) and call.next_arrival() <= now:
+            records = call.records.values()
+            if call.max_concurrency is not None and sum(r.finish is None for r in records) >= call.max_concurrency:
+                return
+            i = call.order[call.sent]
+            waiting = sum(r.first_scheduled is None for r in records)
+            # A request a capped client held back is sent, and arrives, when a connection frees.
+            arrival = call.arrivals[i] if call.max_concurrency is None else max(call.arrivals[i], now)
+            record = RequestRecord(call.first_id + i, len(call.prompts[i]), arrival, queue_at_arrival=waiting)
+            self.metrics.requests.append(record)
+            rid = str(record.request_id)
+            own = self.core.add_request(rid, {"prompt_token_ids": call.prompts[i]}, call.params[i])
+            call.records[rid], call.index[rid], call.internal[own] = record, i, record
+            call.prompt_len[own] = len(call.prompts[i])
+            call.sent += 1
+
+    def _step(self, call: _Call, on_iteration: Callable[[IterationRecord], None] | None) -> None:
+        """One engine step: its new tokens timed when it returns, its schedules as our iteration records."""
+        self._scheduled.clear()
+        began = self.engine.elapsed()
+        step = self.core.step()
+        ended = self.engine.elapsed()
+        for out in step:
+            record = call.records[out.request_id]
+            tokens = list(out.outputs[0].token_ids)
+            fresh = len(tokens) - record.output_len
+            if fresh > 0:
+                record.first_token = ended if record.first_token is None else record.first_token
+                record.token_times.extend([ended] * fresh)
+                record.output_len = len(tokens)
+                call.outputs[call.index[out.request_id]] = tokens
+            if out.finished:
+                record.finish = ended
+        for scheduled in self._scheduled:
+            it = _iteration(call.iterations, began, ended - began, scheduled, call.prompt_len, call.internal)
+            if it is not None:
+                self.metrics.iterations.append(it)
+                call.iterations += 1
+                if on_iteration is not None:
+                    on_iteration(it)
+
+
+def _shutdown(core, weights: tempfile.TemporaryDirectory) -> None:
+    core.engine_core.shutdown()
+    weights.cleanup()
 
 
 def _iteration(index: int, start: float, duration: float, scheduled, prompt_len: dict[str, int],
