@@ -28,6 +28,7 @@ from sarathi_lab.harness.schema import (
     WorkloadCfg,
     parse_config,
 )
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model import load_config
 from sarathi_lab.plan import build_scheduler, plan_engine
 from tests.kv_plans import sim_blocks
@@ -62,6 +63,11 @@ def test_every_group_option_composes():
             if composed.device.get("name") == "cuda" and not torch.cuda.is_available():
                 # A multi-GPU experiment: its CPU dry run (device=cpu) must still compose and validate.
                 composed = compose_config([f"{group}={option}", *extra, "device=cpu"])
+            ranks = composed.engine.get("tensor_parallel", 1) * composed.engine.get("pipeline_parallel", 1)
+            if ranks > usable_cores():  # more ranks than this machine has cores: refused in its one line
+                with pytest.raises(ConfigError, match=f"needs {ranks} cores this process may run on here"):
+                    parse_config(composed)
+                continue
             parse_config(composed)
 
 
@@ -231,7 +237,7 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["workload.arrival=bursty"],
      r"^workload.arrival='bursty' is invalid: allowed values are all_at_once, poisson, gamma$"),
     (["dtype=int8"], r"^dtype='int8' is invalid: allowed values are"),
-    (["task=nope"], r"^task='nope' is invalid: allowed values are serve, .*piggyback, profile, reread"),
+    (["task=nope"], r"^task='nope' is invalid: allowed values are serve, .*piggyback, pipeline_bubbles, profile"),
     (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),
     (["task=profile", "measure.max_tokens=0"], r"^measure.max_tokens=0 is invalid: must be > 0$"),
     (["task=piggyback", "batch_size=1"], r"^batch_size=1 is invalid with task=piggyback: B - 1 decodes must ride"),

@@ -100,7 +100,7 @@ def test_the_real_engine_refuses_the_simulator_only_falcon_in_one_line(executor)
         plan_engine(EngineConfig(model="falcon-180b", device="cpu", dtype="float32", executor=executor))
     message = str(e.value)
     assert message.startswith(f"model='falcon-180b' is invalid with executor='{executor}': Falcon's decoder")
-    assert message.endswith("allowed: executor=sim") and "\n" not in message and e.value.key == "model"
+    assert message.endswith("allowed: executor=sim") and "\n" not in message
 
 
 def test_the_simulator_holds_falcon_on_eight_a100s_not_on_four():

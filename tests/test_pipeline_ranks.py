@@ -76,7 +76,7 @@ def check_timeline(llm: LLM, stages: int, tp: int) -> None:
 
 
 def test_the_stage_timeline_shows_stage_0_running_ahead_of_the_last_stage():
-    llm = LLM("tiny", scheduler="sarathi_serve", pipeline_parallel=2, token_budget=16, **SETTINGS)
+    llm = LLM("tiny", scheduler="sarathi_serve", pipeline_parallel=2, **(SETTINGS | {"chunk_size": 16}))
     prompts = [[(5 * i + j) % 300 for j in range(20 + 3 * i)] for i in range(6)]
     llm.generate(prompts, 8)
     check_timeline(llm, stages=2, tp=1)

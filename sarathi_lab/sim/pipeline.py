@@ -14,7 +14,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from transformers import AutoConfig
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
@@ -180,6 +179,8 @@ PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91}
 def fig12(num_requests: int = 10_000, seed: int = 0, progress=print) -> tuple[pd.DataFrame, dict[str, PipelineResult]]:
     """Orca-style hybrid batching against SARATHI on GPT-3, TP8 x PP8 A100s: (summary, results)."""
     lengths = zipf_lengths(num_requests, 1024, 4096, 0.4, 10.0, seed)
+    from transformers import AutoConfig  # GPT-3's config directory; a run of the engine's presets needs none
+
     cost = StageCostModel(load_device("a100", "float16"), AutoConfig.from_pretrained(GPT3), Parallelism(tp=8, pp=8))
     results, rows = {}, []
     for scheduler in ("orca", "sarathi"):

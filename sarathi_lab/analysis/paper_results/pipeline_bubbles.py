@@ -21,7 +21,9 @@ def ratios(summary: pd.DataFrame) -> pd.DataFrame:
     the simulated ratio's gap to the measured one (relative)."""
     rows = []
     for seed, runs in summary.groupby("seed" if "seed" in summary else np.zeros(len(summary))):
-        by = runs.set_index("scheduler")
+        # Numbers, NaN where a run has none (a run without a profile to predict it has no sim_* values).
+        by = runs.set_index("scheduler").reindex(columns=["bubble_p50_s", "sim_bubble_p50_s", "makespan_s",
+                                                          "sim_makespan_s"]).apply(pd.to_numeric, errors="coerce")
         if SARATHI not in by.index:
             continue
         for base in (b for b in BASELINES if b in by.index):
