@@ -2,6 +2,8 @@
 beside the simulator's prediction of the same runs."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -114,18 +116,21 @@ def figure(results, simulated=None):
             title="(a) bubble time per request")
     done.set(xlabel="time since the first arrival (s)", ylabel="requests completed", title="(b) time to complete N")
     table = ratios(summary) if len(summary) else pd.DataFrame()
-    lines = [f"paper: baseline / SARATHI median bubble {PAPER['median_bubble_ratio']}x (GPT-3, 64 A100s, simulated)"]
+    # Short lines: the box sits in the panel's empty lower right, clear of the curves and the axis.
+    lines = ["paper (GPT-3, 64 A100s, simulated):", f"  baseline / SARATHI {PAPER['median_bubble_ratio']}x"]
     for base, rows in (table.groupby("baseline") if len(table) else []):
-        lines.append(f"{LABELS[base].split(' (')[0]} / SARATHI: measured {_mean(rows.measured)}, "
-                     + (f"simulated {_mean(rows.simulated)} ({rows.gap.mean():+.0%})" if rows.simulated.notna().all()
-                        else "no prediction"))
+        lines += [f"{LABELS[base].split(' (')[0]} / SARATHI:", f"  measured {_mean(rows.measured)}",
+                  f"  simulated {_mean(rows.simulated)} ({rows.gap.mean():+.0%})" if rows.simulated.notna().all()
+                  else "  no prediction"]
     cdf.text(0.98, 0.04, "\n".join(lines), transform=cdf.transAxes, ha="right", va="bottom", fontsize=8,
              bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
     _ratio_bars(bars, table)
     # One legend for both panels, outside them: the curves fill each panel's corners.
     figures.legend_outside(done, fontsize=8)
     model = results.table(NAME, "prediction")
-    how = model.sim_cost_model.iloc[0] if len(model) else "the simulator"
+    # The profile's file as the repository names it (a run records where it read it, which may be anywhere).
+    how = (re.sub(r"\S*/([\w.-]+/[\w.-]+\.csv)", r"profiles/\1", model.sim_cost_model.iloc[0]) if len(model)
+           else "the simulator")
     seeds = len(results.seeds(NAME))
     figures.headline(fig, results, NAME,
                      "Fig. 12 on a real 2-stage pipeline (one process and core a stage, gloo)\n"
@@ -152,7 +157,7 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
     ax.axhline(1, color="black", lw=1)
     ax.set_xticks(range(len(bases)), [LABELS[b].split(" (")[0] for b in bases])
     ax.set(ylabel="median bubble over SARATHI's (x)", title="(c) median-bubble ratio")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left")  # above the baseline's bars, clear of the right whiskers
 
 
 RESULT = PaperResult(
