@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,24 +82,35 @@ def test_the_broadcast_benchmark_times_every_iteration_kind(capsys):
     assert "broadcast" in capsys.readouterr().out
 
 
-def test_a_rank_that_dies_ends_the_run_with_an_error_naming_it():
-    llm = LLM("tiny", tensor_parallel=2, **SETTINGS)
+# A dead or hung rank, in each layout the ranks serve: tensor parallelism's broadcast, a pipeline's
+# point-to-point chain; the error names the layout as the run set it.
+LAYOUTS = [pytest.param({"tensor_parallel": 2}, "tensor_parallel=2", id="tp2"),
+           pytest.param({"pipeline_parallel": 2, "max_model_len": 64}, "tensor_parallel=1 x pipeline_parallel=2",
+                        id="pp2")]
+
+
+@pytest.mark.parametrize(("layout", "named"), LAYOUTS)
+def test_a_rank_that_dies_ends_the_run_with_an_error_naming_it(layout, named):
+    llm = LLM("tiny", **(SETTINGS | layout))
     rank1 = driver._ranks.processes[0]
     os.kill(rank1.pid, signal.SIGKILL)
     rank1.join(timeout=10)
-    with pytest.raises(RuntimeError, match=r"^tensor_parallel=2: rank 1 \(exit code -9\) died") as e:
+    with pytest.raises(RuntimeError, match=rf"^{re.escape(named)}: rank 1 \(exit code -9\) died") as e:
         llm.generate(PROMPTS, NEW)
     assert "\n" not in str(e.value)
     assert driver._ranks is None  # given up: the next engine starts its ranks afresh
 
 
-def test_a_rank_that_hangs_ends_the_run_within_the_collective_timeout():
-    llm = LLM("tiny", tensor_parallel=2, **(SETTINGS | {"collective_timeout_s": 3}))
+@pytest.mark.parametrize(("layout", "named", "why"), [
+    pytest.param(*LAYOUTS[0].values, " for a rank that died or hangs", id="tp2"),
+    pytest.param(*LAYOUTS[1].values, "", id="pp2")])
+def test_a_rank_that_hangs_ends_the_run_within_the_collective_timeout(layout, named, why):
+    llm = LLM("tiny", **(SETTINGS | layout | {"collective_timeout_s": 3}))
     rank1 = driver._ranks.processes[0]
     os.kill(rank1.pid, signal.SIGSTOP)  # alive, answering nothing
     try:
-        with pytest.raises(RuntimeError, match=r"^tensor_parallel=2: a collective failed or waited longer than "
-                                               r"collective_timeout_s=3 for a rank that died or hangs"):
+        with pytest.raises(RuntimeError, match=rf"^{re.escape(named)}: a collective failed or waited longer than "
+                                               rf"collective_timeout_s=3{why}"):
             llm.generate(PROMPTS, NEW)
     finally:
         with contextlib.suppress(ProcessLookupError):  # killed already, where the driver gave up on it
