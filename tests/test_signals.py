@@ -86,13 +86,19 @@ def _read(run_dir: Path) -> str:
         return ""
 
 
-def test_a_signal_whose_exception_a_finalizer_swallowed_ends_the_run_at_its_next_iteration(monkeypatch):
-    # A signal's exception raised inside a finalizer is printed as ignored and lost: the run went on.
-    swallowed = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(unraisable.exc_type))
+def test_a_signal_whose_exception_a_finalizer_swallowed_ends_the_run_at_its_next_iteration(monkeypatch, capsys):
+    # A signal's exception raised inside a finalizer (or an import lock's weakref callback) goes to
+    # sys.unraisablehook and is lost: the run went on, and Python printed it with a traceback.
+    others = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: others.append(unraisable.exc_type))
 
     class Finalized:
+        def __init__(self, error: type[BaseException] | None = None):
+            self.error = error
+
         def __del__(self) -> None:
+            if self.error:
+                raise self.error("not a signal")
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)  # the handler runs here, and its exception goes to sys.unraisablehook
 
@@ -100,9 +106,19 @@ def test_a_signal_whose_exception_a_finalizer_swallowed_ends_the_run_at_its_next
     with pytest.raises(Interrupted), signals_interrupt(signal.SIGINT):
         obj = Finalized()
         del obj
-        assert swallowed == [Interrupted]
+        obj = Finalized(ValueError)
+        del obj
+        assert others == [ValueError], "only what is not raised again reaches the earlier hook"
         progress(SimpleNamespace(num_tokens=1))
     progress(SimpleNamespace(num_tokens=1))  # the block over, nothing is left to raise
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_block_gives_back_the_unraisable_hook_it_found():
+    before = sys.unraisablehook
+    with signals_interrupt(signal.SIGINT):
+        assert sys.unraisablehook is not before
+    assert sys.unraisablehook is before
 
 
 def _jobs(sweep: Path) -> list[Path]:

@@ -1,10 +1,13 @@
 """SIGINT and SIGTERM (what Slurm, submitit and `kill` send) as one exception, so a run saves its
 partial records the same way whichever signal stopped it. A finalizer or a C extension's callback can
 swallow the exception, so the handler also notes the signal and the engine's per-iteration hook
-raises it again (raise_if_interrupted): a swallowed signal costs an iteration, not the run."""
+raises it again (raise_if_interrupted): a swallowed signal costs an iteration, not the run. Python
+prints such a swallowed exception as "Exception ignored in ..." with its traceback; the block's
+unraisable hook keeps that quiet for Interrupted alone, since it is raised again."""
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,12 +32,20 @@ def signals_interrupt(*signums: int) -> Iterator[None]:
         _received.append(signum)
         raise Interrupted(signum)
 
+    earlier_hook = sys.unraisablehook
+
+    def unraisable(info) -> None:
+        if not isinstance(info.exc_value, Interrupted):
+            earlier_hook(info)
+
     previous = {s: signal.signal(s, handler) for s in signums}
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        sys.unraisablehook = earlier_hook
         _received.clear()
 
 
