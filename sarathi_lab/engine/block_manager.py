@@ -74,6 +74,15 @@ class BlockManager:
         seq.block_table.extend(range(self._fresh, self._fresh + fresh))
         self._fresh += fresh
 
+    def append_block(self, seq: Sequence) -> None:
+        """One more block for ``seq`` (a decode starting one), where one is free: allocate(seq, 1)'s
+        block, without its counting."""
+        if self._freed:
+            seq.block_table.append(self._freed.pop())
+        else:
+            seq.block_table.append(self._fresh)
+            self._fresh += 1
+
     def free(self, seq: Sequence) -> None:
         self._freed.extend(reversed(seq.block_table))
         seq.block_table = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import operator
 from collections import deque
 from collections.abc import Callable
 
@@ -101,10 +102,11 @@ class LLMEngine:
                 rec.first_scheduled = t_start
         for seq in batch.sampled:
             rec = records[seq.seq_id]
-            rec.token_times.append(t_end)
-            rec.output_len = len(seq.tokens) - seq.prompt_len  # num_generated, inline: read per token
-            if rec.first_token is None:
+            times = rec.token_times
+            if not times:
                 rec.first_token = t_end
+            times.append(t_end)
+            rec.output_len = len(times)  # the request's tokens generated: one time each
         for seq in batch.preempted:
             records[seq.seq_id].num_preemptions += 1
         for seq in finished:
@@ -118,8 +120,8 @@ class LLMEngine:
             sample_time=out.sample_s,
             prefill_request_ids=tuple([c.seq.seq_id for c in batch.prefills]),
             prefill_chunk_tokens=tuple([c.num_tokens for c in batch.prefills]),
-            decode_request_ids=tuple([s.seq_id for s in batch.decodes]),
-            preempted_request_ids=tuple([s.seq_id for s in batch.preempted]), num_kv_blocks_used=kv_blocks_used)
+            decode_request_ids=tuple(map(_SEQ_ID, batch.decodes)),
+            preempted_request_ids=tuple(map(_SEQ_ID, batch.preempted)), num_kv_blocks_used=kv_blocks_used)
         self.metrics.iterations.append(record)
         return record
 
@@ -188,6 +190,10 @@ class LLMEngine:
                 self.executor.drain()
             self._in_flight.clear()
         self.scheduler.abort_all()
+
+
+# A request's id, read in C: taken of every decode of every iteration.
+_SEQ_ID = operator.attrgetter("seq_id")
 
 
 def _request_ids(batch: ScheduledBatch) -> list[int]:

@@ -81,14 +81,29 @@ class Sequence:
     @property
     def is_prefill(self) -> bool:
         """True while more than the one newest token waits to be computed (prompt or recompute)."""
-        # num_uncomputed > 1 or num_generated == 0, inline: the schedulers ask it of every
-        # running request every iteration.
+        # num_uncomputed > 1 or num_generated == 0, inline (split_prefilling says it for a list).
         n = len(self.tokens)
         return n - self.num_computed > 1 or n == self.prompt_len
 
-    @property
-    def is_done(self) -> bool:
-        generated = len(self.tokens) - self.prompt_len  # num_generated, without a second property call
-        if generated >= self.max_new_tokens:
-            return True
-        return self.eos_token_id is not None and generated > 0 and self.tokens[-1] == self.eos_token_id
+
+def split_prefilling(seqs: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
+    """(decoding, prefilling) of ``seqs``, each in its order: is_prefill of each, in one pass without a
+    property call per request, as the schedulers ask it of every running request every iteration."""
+    decoding, prefilling = [], []
+    for seq in seqs:
+        n = len(seq.tokens)
+        (prefilling if n - seq.num_computed > 1 or n == seq.prompt_len else decoding).append(seq)
+    return decoding, prefilling
+
+
+def append_tokens(seqs: tuple[Sequence, ...], tokens: list[int]) -> list[Sequence]:
+    """Appends each request's sampled token; returns those now done, in order: max_new_tokens
+    generated, or the EOS token sampled (where the request stops at one)."""
+    done = []
+    for seq, token in zip(seqs, tokens):
+        held = seq.tokens
+        held.append(token)
+        if len(held) - seq.prompt_len >= seq.max_new_tokens or (
+                token == seq.eos_token_id and seq.eos_token_id is not None):
+            done.append(seq)
+    return done

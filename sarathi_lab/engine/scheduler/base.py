@@ -27,7 +27,7 @@ from sarathi_lab.config import (
 )
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
-from sarathi_lab.engine.sequence import Sequence, Status
+from sarathi_lab.engine.sequence import Sequence, Status, append_tokens, split_prefilling
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +185,7 @@ class Scheduler(ABC):
             chunk.seq.num_computed += chunk.num_tokens
         for seq in batch.decodes:
             seq.num_computed += 1
-        finished = []
-        for seq, token in zip(sampled, tokens):
-            seq.tokens.append(token)
-            if seq.is_done:
-                finished.append(seq)
+        finished = append_tokens(sampled, tokens)
         for seq in finished:
             self.blocks.free(seq)
             seq.status = Status.FINISHED
@@ -248,12 +244,19 @@ class Scheduler(ABC):
         """Every running decode into ``batch``; returns the running requests still prefilling, in
         priority order, for the policy's chunks (one pass over the running requests for both: every
         iteration asks it of each)."""
-        decoding, prefilling = [], []
-        for seq in self.running:
-            (prefilling if seq.is_prefill else decoding).append(seq)
+        decoding, prefilling = split_prefilling(self.running)
         # A decode's token needs a new block only when it starts one (vLLM's append_slots): the
         # others already hold their slot, and skip the block manager.
-        block_size, decodes = self.blocks.block_size, batch.decodes
+        blocks, block_size = self.blocks, self.blocks.block_size
+        starting = [s for s in decoding if s.num_computed >= len(s.block_table) * block_size]
+        if len(starting) <= blocks.num_free:
+            # One block each and no preemption: the blocks, in the order, that one reservation after
+            # another would take, without a check per decode.
+            for seq in starting:
+                blocks.append_block(seq)
+            batch.decodes.extend(decoding)
+            return prefilling
+        decodes = batch.decodes
         for seq in decoding:
             if seq.status is not Status.RUNNING:  # preempted by an earlier decode's reservation
                 continue
