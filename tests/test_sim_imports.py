@@ -1,6 +1,7 @@
 """A simulated run (``python -m sarathi_lab.run executor=sim``) imports what it runs: not the lab's
 model, its attention backends, kernels or CUDA graphs, nor torch or transformers (a preset is plain
-data, model.spec); and its results are the ones it gave before its imports were trimmed."""
+data, model.spec), nor pandas (its tables are written from arrow arrays); and its results are the ones
+it gave before its imports were trimmed."""
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ finally:
 NOT_IMPORTED = ("sarathi_lab.model.decoder", "sarathi_lab.model.layers", "sarathi_lab.model.loader",
                 "sarathi_lab.model.runner", "sarathi_lab.model.cuda_graphs", "sarathi_lab.model.executor",
                 "sarathi_lab.model.cpu_linear", "sarathi_lab.attention", "sarathi_kernels.cpu_attention",
-                "sarathi_kernels.cpu_ops", "triton", "torch", "transformers")
+                "sarathi_kernels.cpu_ops", "triton", "torch", "transformers", "pandas")
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,13 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from sarathi_lab.engine.metrics import ITERATION_COLUMNS, REQUEST_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 METRICS = "metrics.json"
 WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
@@ -96,11 +98,22 @@ def clear_results(run_dir: Path) -> None:
         path.unlink()
 
 
-def write_results(run_dir: Path, tables: dict[str, pd.DataFrame], result: RunResult) -> None:
+def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table], result: RunResult) -> None:
+    """Each table as ``<name>.parquet``: a measurement's DataFrame, or the engine's records built as an
+    arrow table (harness/engine_tables.py), of the columns and types the DataFrame would have given."""
     suffix = ".partial" if result.partial else ""
-    for name, df in tables.items():
-        _atomic(run_dir / f"{name}{suffix}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
+    for name, table in tables.items():
+        _atomic(run_dir / f"{name}{suffix}.parquet", lambda tmp, table=table: _write_parquet(table, tmp))
     write_json(run_dir / f"metrics{suffix}.json", asdict(result))
+
+
+def _write_parquet(table: pd.DataFrame | pa.Table, path: Path) -> None:
+    if hasattr(table, "to_parquet"):  # a DataFrame
+        table.to_parquet(path, index=False)
+        return
+    import pyarrow.parquet as pq  # where a run writes tables; a DataFrame imports it too
+
+    pq.write_table(table, path)
 
 
 def write_status(run_dir: Path, status: Status, error: str | None = None, traceback: str | None = None) -> None:
@@ -199,6 +212,8 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
     """Every finished run under root as one DataFrame: each row its key config values, the keys its
     overrides set, ``run_dir``, and the summary and ``env.*`` (table="summary") or that table's rows.
     An unreadable run is left out with a warning (``strict``: UnreadableRun)."""
+    import pandas as pd  # here: a run writes its results without it (write_results)
+
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=natural_order):
         if not is_read(path.relative_to(root)):

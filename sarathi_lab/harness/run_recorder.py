@@ -10,23 +10,23 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from sarathi_lab import Metrics
+from sarathi_lab.harness.engine_tables import engine_tables
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.results import RunResult, write_results
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 from sarathi_lab.profiling import load
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    Tables = dict[str, pd.DataFrame | pa.Table]  # a measurement's DataFrames, or the engine's (engine_tables)
+
 log = logging.getLogger(__name__)
-
-
-def engine_tables(metrics: Metrics) -> dict[str, pd.DataFrame]:
-    """The results contract's tables (the iterations also W&B's history)."""
-    return {"iterations": pd.DataFrame(metrics.iteration_columns()), "requests": pd.DataFrame(metrics.request_rows())}
 
 
 @dataclass
@@ -43,7 +43,7 @@ class RunRecorder:
     before: Any = field(default_factory=load.snapshot)
     start: float = field(default_factory=time.perf_counter)
 
-    def save(self, directory: Path, summary: dict[str, float], tables: dict[str, pd.DataFrame], partial: bool,
+    def save(self, directory: Path, summary: dict[str, float], tables: Tables, partial: bool,
              config: dict[str, Any] | None = None) -> dict[str, Any]:
         """Writes the results into directory; returns the environment recorded."""
         directory.mkdir(parents=True, exist_ok=True)
@@ -58,7 +58,7 @@ class RunRecorder:
             partial=partial, wall_time_s=time.perf_counter() - self.start, inputs=self.inputs))
         return environment
 
-    def log(self, directory: Path, name: str, summary: dict[str, float], tables: dict[str, pd.DataFrame],
+    def log(self, directory: Path, name: str, summary: dict[str, float], tables: Tables,
             environment: dict[str, Any]) -> None:
         cfg = self.cfg
         log_to_wandb(cfg.logger, WandbRun(
@@ -66,7 +66,7 @@ class RunRecorder:
             tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
                                      *(["simulated"] if environment["simulated"] else [])])),
             config=self.resolved_config, environment=environment, summary=summary | self.plan_record,
-            history=tables.get("iterations", pd.DataFrame()),
+            history=tables.get("iterations"),
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
     def record_run(self, directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
@@ -77,7 +77,7 @@ class RunRecorder:
         if not partial:  # W&B gets finished runs only
             self.log(directory, name, summary, tables, environment)
 
-    def save_partial(self, summary: dict[str, float], tables: dict[str, pd.DataFrame]) -> None:
+    def save_partial(self, summary: dict[str, float], tables: Tables) -> None:
         self.save(self.run_dir, summary, tables, partial=True)
         log.warning("interrupted: partial records saved in %s as *.partial.*", self.run_dir)
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
 
@@ -41,6 +40,9 @@ from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
 
 if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
     from sarathi_lab.harness.vllm_engine import VllmLLM
 
 log = logging.getLogger(__name__)
@@ -131,7 +133,7 @@ def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
 
 
 def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
-                         recorder: RunRecorder) -> tuple[dict[str, float], dict[str, pd.DataFrame], str]:
+                         recorder: RunRecorder) -> tuple[dict[str, float], dict[str, pa.Table], str]:
     """task=serve: the workload served; its summary, tables and the line the log ends with."""
     slo = cfg.slo.as_slo()
     try:

@@ -10,9 +10,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -35,6 +34,9 @@ from sarathi_lab.harness.results import (
 from sarathi_lab.harness.stale_jobs import STALE, expected_job_dirs, move_stale
 from sarathi_lab.harness.sweep_check import _basic, swept_jobs
 from sarathi_lab.profiling.load import UNRELIABLE_WAIT_SHARE
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
@@ -151,6 +153,9 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
         summary = (record or {}).get("summary", {})
         rows.append({"job": job, "status": outcome["status"], **values, **_trust(record),
                      **{k: summary[k] for k in HEADLINE if summary.get(k) is not None}})
+    # Imported here: this module is Hydra's callback in every run, which a sweep's end alone needs.
+    import pandas as pd
+
     table = pd.DataFrame(rows)
     if table.empty:
         return table
@@ -183,8 +188,8 @@ def table_notes(table: pd.DataFrame) -> list[str]:
         notes.append(f"timing unreliable: {flagged.sum()} of {table.source.notna().sum()} runs (above "
                      f"{UNRELIABLE_WAIT_SHARE:.0%} waiting{waited}): other work on the machine stretched their "
                      "times; rerun them on a quiet machine before comparing them")
-    kv = table.kv_capacity_tokens.dropna() if "kv_capacity_tokens" in table else pd.Series(dtype=float)
-    if kv.nunique() > 1:
+    kv = table.kv_capacity_tokens.dropna() if "kv_capacity_tokens" in table else None
+    if kv is not None and kv.nunique() > 1:
         # A ratio rounded to two digits reads "1x" for caches a few blocks apart: those say how far apart.
         apart = (f"{kv.max() / kv.min():.2g}x" if kv.max() >= 1.1 * kv.min()
                  else f"{kv.max() / kv.min() - 1:.1%} apart, {kv.max() - kv.min():.0f} tokens")

@@ -8,13 +8,16 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from sarathi_lab.harness.results import result_files
 from sarathi_lab.harness.schema import LoggerCfg
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +43,8 @@ class WandbRun:
     config: dict[str, Any]  # the whole resolved config
     environment: dict[str, Any]         # metrics.json's: into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
-    history: pd.DataFrame               # iterations.parquet, over TIME_AXIS
-    tables: dict[str, pd.DataFrame]     # logged as W&B tables (requests, a measurement's own)
+    history: pd.DataFrame | pa.Table | None  # iterations.parquet, over TIME_AXIS (None: no iterations)
+    tables: dict[str, pd.DataFrame | pa.Table]  # logged as W&B tables (requests, a measurement's own)
 
 
 def resolve_mode(cfg: LoggerCfg) -> str:
@@ -73,7 +76,7 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
     try:
         wb.define_metric(TIME_AXIS, summary="max")
         wb.define_metric(f"{HISTORY_PREFIX}*", step_metric=TIME_AXIS)
-        history = _scalar_columns(run.history).to_dict("records")
+        history = [] if run.history is None else _scalar_columns(run.history).to_dict("records")
         for row in history:
             # An iterations.parquet row as W&B history: prefixed, with its time on TIME_AXIS.
             at = {TIME_AXIS: row["start_s"] + row["duration_s"]}
@@ -97,7 +100,11 @@ def offline_dir(wb) -> Path:
     ``wandb sync`` takes."""
     return Path(wb.dir).parent
 
-def _scalar_columns(df: pd.DataFrame) -> pd.DataFrame:
+def _scalar_columns(df: pd.DataFrame | pa.Table) -> pd.DataFrame:
+    import pandas as pd  # here: only a run that logs to W&B needs it
+
+    # The engine's tables are arrow tables (harness/engine_tables.py), a measurement's DataFrames.
+    df = df if isinstance(df, pd.DataFrame) else df.to_pandas()
     # Lists (per-token times, an iteration's request ids) fit neither a W&B table cell nor a history
     # value; the parquet files keep them.
     return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any()]]

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.model.shape import Shape, visible_pairs
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.interpolate import isotonic, up_to_point
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
 # Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
@@ -113,6 +116,7 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[fl
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
         kn = measured_shape(model).gemms
         rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
+    import pandas as pd  # here: a simulated run fits nothing (gpu_kernels.model_shapes)
     rows = pd.concat(rows)
     tokens = sorted(set.intersection(*(set(g.tokens) for _, g in rows.groupby("model"))))
     fits = []
@@ -190,6 +194,7 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
+    import pandas as pd  # as in fit_gemm
     table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names], ignore_index=True)
     elem_bytes = 2  # the measured kernels' element size (16-bit weights and activations)
     tokens, eff, launch = fit_gemm(table, device.peak_flops)

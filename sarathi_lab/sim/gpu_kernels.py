@@ -8,13 +8,13 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.model.spec import ModelSpec
 from sarathi_lab.sim.interpolate import Curve, Surface
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sarathi_lab.model.spec import ModelConfig
 
 DATA_DIR = Path(__file__).with_name("data") / "gpu_kernels"
@@ -25,6 +25,8 @@ ATTENTION_OPS = ("prefill_attention", "decode_attention")
 
 @functools.cache
 def model_shapes() -> pd.DataFrame:
+    import pandas as pd  # here: a simulated run reads no table, and pandas is a fifth of its start
+
     return pd.read_csv(DATA_DIR / "models.csv").set_index("model")
 
 
@@ -48,6 +50,8 @@ def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"no measured GPU kernels for {model} on {device}{f' at tp {tp}' if tp > 1 else ''} "
                                 f"(have: {', '.join(measured(device, tp))})")
+    import pandas as pd  # as model_shapes
+
     return pd.read_csv(path)
 
 

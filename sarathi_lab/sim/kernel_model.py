@@ -7,8 +7,6 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import FINE_GRID
@@ -18,6 +16,8 @@ from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sarathi_lab.model.spec import ModelConfig
 
 

@@ -10,8 +10,6 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from sarathi_lab.sim.cost_model import TENSOR_PARALLEL, CostModel, IterationCost, batch_tokens, register_cost_model
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
@@ -20,11 +18,15 @@ from sarathi_lab.sim.roofline import RooflineCostModel
 from sarathi_lab.sim.sharding import Parallelism, shard_config
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sarathi_lab.model.spec import ModelConfig
 
 
 @functools.cache
 def measured_table() -> pd.DataFrame:
+    import pandas as pd  # as gpu_kernels.model_shapes
+
     return pd.read_csv(DATA_DIR / "all_reduce.csv")
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.profiling.ops import OPS
@@ -22,6 +21,8 @@ from sarathi_lab.sim.profiles import profile_description, profile_path
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sarathi_lab.model.spec import ModelConfig
 
 # task=profile's operators whose time depends on the token count alone (attention also on the contexts).
@@ -98,6 +99,7 @@ class ProfileCostModel(CostModel):
         self.source = source
         # Every axis and time a finite number >= 0: a NaN or infinite time would reach the virtual
         # clock only when a batch lands near it, a negative one be clipped silently.
+        import pandas as pd  # here: a run of another cost model reads no table
         for column in COLUMNS[1:]:
             values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
             bad = ~(np.isfinite(values) & (values >= 0))
@@ -154,6 +156,7 @@ class ProfileCostModel(CostModel):
         if spread is not None and spread > DRIFT_WARNING:
             warnings.warn(f"profile {path}: its reference forward moved by up to {100 * spread:.0f}% while it was "
                           "measured; its times are about that unsure", stacklevel=2)
+        import pandas as pd  # as in __init__
         try:
             table = pd.read_csv(path)
             if table.empty or table.isna().to_numpy().any():

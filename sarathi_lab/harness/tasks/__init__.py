@@ -14,16 +14,17 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from sarathi_lab.engine.block_manager import blocks_for
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The `task` values besides serve.
 TASKS = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
-Measurement = Callable[..., tuple[dict[str, float], dict[str, pd.DataFrame]]]
+Measurement = Callable[..., "tuple[dict[str, float], dict[str, pd.DataFrame]]"]
 
 
 def measurement(task: str) -> Measurement:

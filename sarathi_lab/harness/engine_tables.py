@@ -1,0 +1,61 @@
+"""The engine's records as the results contract's tables (iterations.parquet, requests.parquet): arrow
+tables built straight from the records' columns, of the types a DataFrame of the same rows is written
+with, so that a run writes its results without pandas (a fifth of a simulated run's start; pyarrow's
+own conversions import it, so the arrays are built from their buffers)."""
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+import pyarrow as pa
+
+from sarathi_lab.engine.metrics import Metrics
+
+
+def engine_tables(metrics: Metrics) -> dict[str, pa.Table]:
+    """The results contract's tables (the iterations also W&B's history)."""
+    rows = metrics.request_rows()
+    requests = {name: [row[name] for row in rows] for name in (rows[0] if rows else ())}
+    return {"iterations": _table(metrics.iteration_columns()), "requests": _table(requests)}
+
+
+def _table(columns: dict) -> pa.Table:
+    return pa.table({name: _column(values) for name, values in columns.items()})
+
+
+def _column(values) -> pa.Array:
+    """A column as pandas writes it: numbers (NaN and None a null; whole numbers beside a None are
+    floats, as in a DataFrame), None alone a null column, sequences a list column of their items (of
+    null items where all are empty)."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return _numbers(values)
+    values = list(values)
+    if values and isinstance(values[0], (tuple, list)):
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+        offsets = np.zeros(len(values) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        items = list(chain.from_iterable(values))
+        child = _column(items) if items else pa.nulls(0)
+        return pa.ListArray.from_buffers(pa.list_(child.type), len(values), [None, pa.py_buffer(offsets)],
+                                         children=[child])
+    numbers = np.array(values)  # in C: int64 or float64 where every value is a number, else objects
+    if numbers.dtype.kind in "if":
+        return _numbers(numbers)
+    present = [v for v in values if v is not None]
+    kinds = set(map(type, present))
+    if not present:
+        return pa.nulls(len(values))
+    if kinds == {int} and len(present) == len(values):
+        return _numbers(np.array(values, dtype=np.int64))
+    if kinds <= {int, float}:
+        return _numbers(np.array([np.nan if v is None else v for v in values], dtype=np.float64))
+    return pa.array(values, from_pandas=True)  # no record's column: pyarrow's own conversion
+
+
+def _numbers(array: np.ndarray) -> pa.Array:
+    dtype, kind = {"i": (np.int64, pa.int64()), "f": (np.float64, pa.float64())}[array.dtype.kind]
+    array = np.ascontiguousarray(array, dtype=dtype)
+    valid = None
+    if kind == pa.float64() and np.isnan(array).any():
+        valid = pa.py_buffer(np.packbits(~np.isnan(array), bitorder="little"))
+    return pa.Array.from_buffers(kind, len(array), [valid, pa.py_buffer(array)])
