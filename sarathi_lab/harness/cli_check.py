@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import os
 from pathlib import Path
 
@@ -108,10 +109,8 @@ def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str,
     flags, _, overrides = _parse(args)
     if flags is None or _other_configs(flags, overrides):
         return None
-    keep = [arg for arg, o in overrides if not o.is_sweep_override() and not o.is_delete()
-            and (o.key_or_group in ("name", "experiment") or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
     try:
-        hydra = compose_config(keep, conf_dir, hydra=True).hydra
+        hydra = _composed(overrides, conf_dir).hydra
         key = "hydra.sweep.dir" if flags.multirun else "hydra.run.dir"
         target = Path(str(hydra.sweep.dir if flags.multirun else hydra.run.dir)).absolute()
     except Exception:  # noqa: BLE001 - a config Hydra will refuse itself, with its own message
@@ -144,7 +143,7 @@ def _group_options(group_dir: Path) -> list[str]:
 def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
     """The error for the first unknown group choice, else for the first plain key that the config
     composed of the overrides' choices lacks (unless a choice is a glob or range: Hydra's to expand)."""
-    choices, keys, globbed, added, schedulers = [], [], False, set(), set()
+    keys, globbed, added, schedulers = [], False, set(), set()
     for arg, override in overrides:
         key = override.key_or_group
         if not (conf_dir / key).is_dir():
@@ -163,17 +162,19 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) ->
         bad = next((c for c in values if c not in allowed and not key.startswith("hydra")), None)
         if bad is not None:
             return f"{key}={bad!r} is invalid: allowed values are {', '.join(allowed)}"
-        choices.append(f"{key}={values[0]}")
     if not keys or globbed:
         return None
+    choices = _group_choices(overrides, conf_dir)
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
-    known = set(_dotted_keys(OmegaConf.to_container(compose_config(choices, conf_dir), resolve=False)))
+    tree = OmegaConf.to_container(_composed(overrides, conf_dir), resolve=False)
+    tree.pop("hydra", None)
+    known = set(_dotted_keys(tree))
     for arg, key in keys:
         if arg in added and set(_other_schedulers_knob(key, conf_dir)) & schedulers:
             continue  # a sweep over schedulers, one of which reads it (the others say so as they run)
         if key not in known and (owners := _other_schedulers_knob(key, conf_dir)):
             chosen = next((c.partition("=")[2] for c in choices if c.startswith("scheduler=")), None)
-            chosen = chosen or OmegaConf.select(compose_config(choices, conf_dir), "scheduler.name")
+            chosen = chosen or OmegaConf.select(_composed(overrides, conf_dir), "scheduler.name")
             knob = key.removeprefix("scheduler.")
             return (f"{arg} is invalid: {knob} is a knob of scheduler={' and '.join(owners)}, "
                     f"not of scheduler={chosen}; allowed: scheduler={owners[0]} {arg.lstrip('+')}, "
@@ -212,6 +213,31 @@ def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
         return None
     swept = "; ".join(f"{k}: {v}" for k, v in params.items())
     return f"# -m runs one job per combination of {swept} (command-line values win), over the config below"
+
+
+def _group_choices(overrides: list[tuple[str, Override]], conf_dir: Path) -> list[str]:
+    """Each group override's choice (a sweep's first), as the checks compose the config."""
+    choices = []
+    for _, override in overrides:
+        if (conf_dir / override.key_or_group).is_dir() and not override.is_delete() \
+                and (values := _group_values(override)):
+            choices.append(f"{override.key_or_group}={values[0]}")
+    return choices
+
+
+def _composed(overrides: list[tuple[str, Override]], conf_dir: Path) -> DictConfig:
+    """The one config both checks read (the keys known, where the run's directory goes), Hydra's
+    node included: the group choices (an experiment's too) and the overrides that place the directory.
+    Read, never changed."""
+    run_dir = [arg for arg, o in overrides if not o.is_sweep_override() and not o.is_delete()
+               and (o.key_or_group == "name" or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
+    return _compose_once((*_group_choices(overrides, conf_dir), *run_dir), conf_dir)
+
+
+@functools.lru_cache(maxsize=4)
+def _compose_once(overrides: tuple[str, ...], conf_dir: Path) -> DictConfig:
+    # A composition is a tenth of a run's start: a command line's checks compose once.
+    return compose_config(list(overrides), conf_dir, hydra=True)
 
 
 def compose_config(overrides: list[str], conf_dir: Path = CONF_DIR, hydra: bool = False) -> DictConfig:
