@@ -20,8 +20,11 @@ def _is_int(value: Any) -> bool:
 
 
 def _as_list(value: Any, integer: bool = True) -> list | None:
-    """A 1-level list of the items of a list, tuple, range, numpy array or torch tensor; None otherwise."""
-    if isinstance(value, (list, tuple, range)):
+    """A 1-level list of the items of a list (the list itself: an engine copies a prompt into the tokens
+    it grows), tuple, range, numpy array or torch tensor; None otherwise."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, (tuple, range)):
         return list(value)
     tolist = getattr(value, "tolist", None)
     if callable(tolist) and getattr(value, "ndim", 0) >= 1:

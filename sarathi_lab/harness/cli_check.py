@@ -21,6 +21,12 @@ from sarathi_lab.harness import CONF_DIR
 
 
 def _parse(args: list[str]) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
+    # Each check reads the same command line: Hydra's grammar parses it once (read, never changed).
+    return _parsed(tuple(args))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(args: tuple[str, ...]) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
     """Hydra's own reading of args' flags (it tells a flag's value, --cfg job or -cn name, from an
     override; None for a flag's bad value, --info nope, which is Hydra's to report), the words that are
     no flag nor a flag's value, and each arg that parses as an override."""
