@@ -20,16 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 from sarathi_lab.harness import CONF_DIR
 
 
-def _parse(args: list[str]) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
-    # Each check reads the same command line: Hydra's grammar parses it once (read, never changed).
-    return _parsed(tuple(args))
-
-
 @functools.lru_cache(maxsize=4)
-def _parsed(args: tuple[str, ...]) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
+def _parse(args: tuple[str, ...]) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
     """Hydra's own reading of args' flags (it tells a flag's value, --cfg job or -cn name, from an
     override; None for a flag's bad value, --info nope, which is Hydra's to report), the words that are
-    no flag nor a flag's value, and each arg that parses as an override."""
+    no flag nor a flag's value, and each arg that parses as an override. Parsed once for the checks
+    that read the same command line (read, never changed)."""
     parser, overrides = OverridesParser.create(), []
     for arg in args:
         try:
@@ -55,7 +51,7 @@ def _other_configs(flags: argparse.Namespace | None, overrides: list[tuple[str, 
 
 def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The one-line error for the first bad argument, or None."""
-    flags, words, overrides = _parse(args)
+    flags, words, overrides = _parse(tuple(args))
     parsed = {arg for arg, _ in overrides}
     # ~key deletes a key: an override without `=`; a malformed value is Hydra's to report, with the
     # grammar's own pointer.
@@ -112,7 +108,7 @@ def _sweeper_option_problem(overrides: list[tuple[str, Override]]) -> str | None
 def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
     """The one-line error and exit code (2 the command's fault, 1 the machine's) for an output directory
     this command could not write (Hydra creates it before the run starts, ending in a traceback), or None."""
-    flags, _, overrides = _parse(args)
+    flags, _, overrides = _parse(tuple(args))
     if flags is None or _other_configs(flags, overrides):
         return None
     try:
@@ -210,7 +206,7 @@ def _other_schedulers_knob(key: str, conf_dir: Path) -> list[str]:
 def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """With --cfg, what the chosen experiment's sweep sets per job under -m, which the one composed
     config Hydra prints cannot show."""
-    flags, _, overrides = _parse(args)
+    flags, _, overrides = _parse(tuple(args))
     choices = [arg for arg, o in overrides if o.key_or_group == "experiment" and not o.is_sweep_override()]
     if "--cfg" not in args and "-c" not in args or not choices or _other_configs(flags, overrides):
         return None

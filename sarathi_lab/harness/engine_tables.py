@@ -1,7 +1,7 @@
 """The engine's records as the results contract's tables (iterations.parquet, requests.parquet): arrow
-tables built straight from the records' columns, of the types a DataFrame of the same rows is written
-with, so that a run writes its results without pandas (a fifth of a simulated run's start; pyarrow's
-own conversions import it, so the arrays are built from their buffers)."""
+tables of the types a DataFrame of the same rows is written with, built from the records' buffers, so
+that a run writes its results without pandas (a fifth of a simulated run's start, which pyarrow's own
+conversions import)."""
 from __future__ import annotations
 
 from itertools import chain
@@ -16,24 +16,19 @@ def engine_tables(metrics: Metrics) -> dict[str, pa.Table]:
     """The results contract's tables (the iterations also W&B's history)."""
     rows = metrics.request_rows()
     requests = {name: [row[name] for row in rows] for name in (rows[0] if rows else ())}
-    return {"iterations": _table(metrics.iteration_columns()), "requests": _table(requests)}
-
-
-def _table(columns: dict) -> pa.Table:
-    return pa.table({name: _column(values) for name, values in columns.items()})
+    return {name: pa.table({k: _column(v) for k, v in columns.items()})
+            for name, columns in (("iterations", metrics.iteration_columns()), ("requests", requests))}
 
 
 def _column(values) -> pa.Array:
-    """A column as pandas writes it: numbers (NaN and None a null; whole numbers beside a None are
-    floats, as in a DataFrame), None alone a null column, sequences a list column of their items (of
-    null items where all are empty)."""
+    """As pandas writes a column: numbers with NaN and None as nulls (whole numbers beside a None as
+    floats), None alone a null column, sequences a list column (of null items where all are empty)."""
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _numbers(values)
     values = list(values)
     if values and isinstance(values[0], (tuple, list)):
-        lengths = np.fromiter(map(len, values), np.int64, len(values))
         offsets = np.zeros(len(values) + 1, np.int32)
-        np.cumsum(lengths, out=offsets[1:])
+        np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
         items = list(chain.from_iterable(values))
         child = _column(items) if items else pa.nulls(0)
         return pa.ListArray.from_buffers(pa.list_(child.type), len(values), [None, pa.py_buffer(offsets)],
@@ -42,12 +37,9 @@ def _column(values) -> pa.Array:
     if numbers.dtype.kind in "if":
         return _numbers(numbers)
     present = [v for v in values if v is not None]
-    kinds = set(map(type, present))
     if not present:
         return pa.nulls(len(values))
-    if kinds == {int} and len(present) == len(values):
-        return _numbers(np.array(values, dtype=np.int64))
-    if kinds <= {int, float}:
+    if set(map(type, present)) <= {int, float}:
         return _numbers(np.array([np.nan if v is None else v for v in values], dtype=np.float64))
     return pa.array(values, from_pandas=True)  # no record's column: pyarrow's own conversion
 
@@ -55,7 +47,6 @@ def _column(values) -> pa.Array:
 def _numbers(array: np.ndarray) -> pa.Array:
     dtype, kind = {"i": (np.int64, pa.int64()), "f": (np.float64, pa.float64())}[array.dtype.kind]
     array = np.ascontiguousarray(array, dtype=dtype)
-    valid = None
-    if kind == pa.float64() and np.isnan(array).any():
-        valid = pa.py_buffer(np.packbits(~np.isnan(array), bitorder="little"))
+    nan = np.isnan(array) if dtype is np.float64 else None
+    valid = pa.py_buffer(np.packbits(~nan, bitorder="little")) if nan is not None and nan.any() else None
     return pa.Array.from_buffers(kind, len(array), [valid, pa.py_buffer(array)])
