@@ -80,11 +80,16 @@ class AllReduce:
 class StageTimes:
     """Seconds of one micro-batch: on every stage, on the last stage in addition (the LM head),
     between two stages, and of the host's work on stage 0 before it (0: taken as overlapped, as a GPU's
-    driver runs ahead of its kernels)."""
+    driver runs ahead of its kernels). ``stage_host_s``: each stage's own host work on the micro-batch's
+    command (receiving and decoding it, planning attention) before its compute, which it cannot overlap
+    with its previous micro-batch's; ``return_s``: the sampled rows' logits on their way back to the
+    driver, before their requests can be scheduled again (0 for both: overlapped, as on a GPU)."""
     stage_s: float
     last_extra_s: float
     p2p_s: float
     host_s: float = 0.0
+    stage_host_s: float = 0.0
+    return_s: float = 0.0
 
     def on(self, stage: int, stages: int) -> float:
         return self.stage_s + (self.last_extra_s if stage == stages - 1 else 0.0)

@@ -50,7 +50,7 @@ class _Stages(Executor):
 class MicroBatch(NamedTuple):
     batch: ScheduledBatch
     start: float   # on stage 0
-    exit: float    # from the last stage
+    exit: float    # its logits back at the driver from the last stage
 
 
 @dataclass
@@ -129,7 +129,7 @@ class PipelineSimulator:
                 continue
             times = self.cost.times(*composition(batch), len(batch.sampled))
             begins, ends = _through_stages(times, now, stage_free, busy)
-            mb = MicroBatch(batch, begins[0], stage_free[-1])
+            mb = MicroBatch(batch, begins[0], stage_free[-1] + times.return_s)
             in_flight.append(mb)
             ids = [chunk.seq.seq_id for chunk in batch.chunks]
             sched.in_flight.update(ids)
@@ -149,10 +149,12 @@ def _through_stages(times, now: float, stage_free: list[float], busy: list[float
     when free and the activations are there; each stage's begin and end."""
     # Stage 0's host work for the batch (scheduling, its tensors, the sampling) comes first; the
     # stage is not computing meanwhile, so it counts as its bubble as a measured timeline's would.
-    ready, stages = now + times.host_s, len(stage_free)
+    # Each stage then takes the command on its own host (on stage 0 after the driver's work; on later
+    # stages while the activations are still on their way, but not while it computes).
+    ready, stages = now + times.host_s + times.stage_host_s, len(stage_free)
     begins, ends = [], []
     for s in range(stages):
-        begin = max(stage_free[s], ready)
+        begin = max(stage_free[s] + (times.stage_host_s if s else 0.0), ready)
         dt = times.on(s, stages)
         busy[s] += dt
         stage_free[s] = begin + dt
