@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sarathi_lab import LLM
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import ConfigError, usable_cores
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
@@ -160,6 +160,26 @@ def test_the_engine_drives_the_simulated_pipeline_as_it_drives_a_real_one(schedu
     assert any(held for *_, held in executor.log)
     its = sim.metrics.iterations
     assert any(b.start < a.start + a.duration for a, b in itertools.pairwise(its))  # micro-batches overlap
+
+
+def _micro_batches(llm: LLM) -> list[tuple]:
+    return [(i.prefill_request_ids, i.prefill_chunk_tokens, i.decode_request_ids) for i in llm.metrics.iterations]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.skipif(usable_cores() < 2, reason="two ranks need two cores")
+@pytest.mark.parametrize("scheduler", ["sarathi_serve", "vllm"])
+def test_the_simulated_pipeline_makes_the_real_two_stage_pipeline_s_micro_batches(scheduler):
+    # The real engine over two ranks (gloo, tiny): the same micro-batches, in the order their tokens
+    # returned, as the simulated pipeline's.
+    settings = {**SETTINGS, "scheduler": scheduler}
+    real = LLM("tiny", pipeline_parallel=2, device="cpu", dtype="float32", warmup_iters=0, num_threads=1,
+               collective_timeout_s=30, **settings)
+    real.generate(PROMPTS, NEW, sampling=SamplingParams(ignore_eos=True))
+    sim = LLM("tiny", executor="sim", sim_device="a100", sim_pp=2, **settings)
+    sim.generate(PROMPTS, NEW)
+    assert _micro_batches(sim) == _micro_batches(real)
 
 
 def test_each_gpu_holds_its_stage_s_layers_falcon_fits_tp4_x_pp2_on_a100s():
