@@ -182,7 +182,7 @@ class EngineConfig:
                                   f"{k('executor')}='sim': the simulator splits a model by {k('sim_tp')}; allowed: 1")
             if self.pipeline_parallel > 1:
                 raise ConfigError(f"{k.set('pipeline_parallel', self.pipeline_parallel)} is invalid with "
-                                  f"{k('executor')}='sim': the simulator's pipeline is sim/pipeline.py's; allowed: 1")
+                                  f"{k('executor')}='sim': the simulator's stages are {k('sim_pp')}; allowed: 1")
             if self.sim_pp > 1 and self.sim_cost_model == "profile":
                 raise ConfigError(f"{k.set('sim_pp', self.sim_pp)} is invalid with {k('sim_cost_model')}='profile': "
                                   f"a profile times the whole model's layers, not a stage's; allowed: 1, or "

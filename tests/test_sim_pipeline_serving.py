@@ -237,6 +237,9 @@ def test_sim_pp_off_the_simulator_and_in_a_run_config_is_refused_by_its_full_key
                                           r"stages; allowed: 1, or executor=sim \(the real engine's are "
                                           r"pipeline_parallel\)$"):
         LLM("tiny", device="cpu", sim_pp=2)
+    with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid with executor='sim': the simulator's "
+                                          r"stages are sim_pp; allowed: 1$"):
+        LLM("tiny", executor="sim", pipeline_parallel=2)
     with pytest.raises(ConfigError, match=r"^engine.sim_pp=0 is invalid: must be > 0$"):
         parse_config(compose_config([f"experiment={OVERLAY}", "engine.sim_pp=0"]))
 
