@@ -18,8 +18,8 @@ from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, sta
 from sarathi_lab.engine.metrics import IterationRecord
 from sarathi_lab.harness.tasks._stage_timeline import estimated_timeline, spans
 from sarathi_lab.sim.cost_model import IterationCost
-from sarathi_lab.sim.parallel import StageTimes
-from sarathi_lab.sim.pipeline import PipelineSimulator, _through_stages
+from sarathi_lab.sim.parallel import StageTimes, through_stages
+from sarathi_lab.sim.pipeline import PipelineSimulator
 from sarathi_lab.sim.sharding import Parallelism
 from sarathi_lab.sim.stage_profile import ProfileStages
 
@@ -125,7 +125,7 @@ def test_stage_times_from_a_whole_model_s_cost_by_hand():
 def test_a_micro_batch_through_the_stages_pays_each_stage_s_host_work_and_the_logits_return_by_hand():
     times = StageTimes(stage_s=1.0, last_extra_s=0.5, p2p_s=0.1, host_s=0.2, stage_host_s=0.3, return_s=0.4)
     stage_free, busy = [0.0, 2.0], [0.0, 0.0]
-    begins, ends = _through_stages(times, 0.0, stage_free, busy)
+    begins, ends = through_stages(times, 0.0, stage_free, busy)
     # Stage 0: the driver's 0.2, then its own 0.3. Stage 1 is busy until 2.0 and then takes the command
     # (0.3): the activations (there at 1.5 + 0.1) wait for it.
     assert begins == pytest.approx([0.5, 2.3]) and ends == pytest.approx([1.5, 3.8])
