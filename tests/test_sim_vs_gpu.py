@@ -78,7 +78,7 @@ def test_a_measured_tasks_iterations_are_the_cost_models_prices_of_its_batches(m
     cfg = record["config"]
     cm = CostModel.for_device("cpu", "tiny", "roofline", "float32")
     measured_ms = pd.read_parquet(next(measured.glob("decode_speedup/multiruns/smoke/*/piggyback.parquet")))
-    # The chunk that ran: the tile-aligned one where the run aligned it (measure.chunk_align=tile).
+    # The chunk that ran: the tile-aligned one where the run aligned it (scheduler.chunk_align=tile).
     chunk = int(measured_ms.set_index("iteration").tokens["chunk_alone"])
     b, context = cfg["batch_size"], cfg["seq_len"]
     by_hand = {"decode": cm.iteration_cost([], [context] * b).forward_s,

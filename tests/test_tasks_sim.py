@@ -68,11 +68,12 @@ def test_piggyback_derives_the_speedup_from_three_predicted_iterations(llm):
     assert summary["piggybacked_ms_per_decode"] == pytest.approx((hybrid - alone) / 2)
 
 
-def test_piggyback_with_tile_aligned_chunks_fills_whole_tiles(llm):
-    # chunk 16 with 2 riding decodes overflows the 16-token tile; aligned, the chunk is 14 and the
-    # hybrid iteration exactly one tile.
-    summary, tables = measurement("piggyback")(_cfg(batch_size=3, seq_len=40, chunk=16,
-                                                    measure={"chunk_align": "tile"}), llm)
+def test_piggyback_with_tile_aligned_chunks_fills_whole_tiles():
+    # chunk 16 with 2 riding decodes overflows the 16-token tile; aligned by the run's own scheduler
+    # (scheduler.chunk_align=tile, scheduler.tile=16), the chunk is 14 and the hybrid iteration exactly one tile.
+    llm = LLM("tiny", executor="sim", sim_device="a6000", sim_cost_model="roofline", num_kv_blocks=64, seed=0,
+              chunk_size=16, max_batch_size=3, chunk_align="tile", tile=16)
+    summary, tables = measurement("piggyback")(_cfg(batch_size=3, seq_len=40, chunk=16), llm)
     table = tables["piggyback"].set_index("iteration")
     assert table.tokens.to_dict() == {"decode_only": 3, "chunk_alone": 14, "hybrid": 16}
     assert set(table.chunk_align) == {"tile"}
