@@ -90,3 +90,24 @@ def test_reread_predicts_attention_and_serves_the_request_on_the_virtual_clock(l
     assert attention.whole_ms["attention"] == pytest.approx(whole)
     assert summary["num_chunks"] == -(-prompt // 16) and summary["kv_reread_ratio"] > 1
     assert summary["prefill_slowdown"] > 1
+
+
+def test_the_readers_take_the_alignment_a_piggyback_run_recorded(tmp_path):
+    # A sweep's override column says what was asked (scheduler.chunk_align); the table's chunk_align says
+    # what ran: sarathi_serve has no such knob and runs its chunk as set, whatever ++ added.
+    from sarathi_lab.harness.compose import run_in_process
+    from sarathi_lab.harness.results import load_runs
+    from sarathi_lab.profiling import quantities
+
+    common = ["task=piggyback", "executor=sim", "model=tiny", "logger=none", "chunk=32", "batch_size=4",
+              "seq_len=64", "measure.reps=1"]
+    for name, asked in (("sarathi", ["scheduler.chunk_align=tile", "scheduler.tile=16"]),
+                        ("sarathi_serve", ["++scheduler.chunk_align=tile"])):
+        assert run_in_process([*common, f"scheduler={name}", *asked], tmp_path / name) == "ok"
+    runs = load_runs(tmp_path, "piggyback")
+    assert set(runs["scheduler.chunk_align"]) == {"tile"}
+    chunks = runs[runs.iteration == "chunk_alone"].set_index("scheduler")
+    # (32 + 3) // 16 * 16 - 3 = 29: chunk + 3 decodes fill two 16-token tiles.
+    assert chunks.tokens.to_dict() == {"sarathi": 29, "sarathi_serve": 32}
+    assert chunks.chunk_align.to_dict() == {"sarathi": "tile", "sarathi_serve": "none"}
+    assert sorted(quantities.decode_speedup(runs).chunk_align) == ["none", "tile"]
