@@ -105,6 +105,7 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
     a ConfigError, refused before the run starts."""
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
-        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
+        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp,
+                                    keys=cfg.keys)
     except FileNotFoundError as e:
         raise ConfigError(f"{cfg.keys.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None
