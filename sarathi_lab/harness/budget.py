@@ -9,7 +9,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig
 
 # Budgets searched: past this the iteration is far longer than any TBT SLO on any device we model.
 MAX_BUDGET = 1 << 16
@@ -53,7 +53,9 @@ def budget_cost_model(engine: EngineConfig):
     tp, pp = engine.sim_tp, engine.sim_pp  # 1 unless executor=sim (EngineConfig refuses them otherwise)
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
-    return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp), described
+    # The simulator's settings are the user's keys; the CPU's cost model here is chosen, set by none.
+    keys = engine.keys if engine.executor == "sim" else AS_WRITTEN
+    return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp, keys=keys), described
 
 
 def auto_budget(engine: EngineConfig, tbt_p99_s: float, context: int) -> tuple[EngineConfig, Budget]:

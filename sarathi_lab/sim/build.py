@@ -108,6 +108,6 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp,
-                                    pp=cfg.sim_pp)
+                                    pp=cfg.sim_pp, keys=cfg.keys)
     except FileNotFoundError as e:
         raise ConfigError(f"{cfg.keys.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None
