@@ -204,6 +204,10 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     summary = results.summary("pipeline_bubbles")
     assert set(summary.scheduler) == {"vllm", "sarathi"}
     assert (summary.num_pinned_ranks == 2).all()
+    # The prediction priced its messages by the link measured between two processes on the stages' cores,
+    # and each stage's host work on its commands is reported as measured.
+    assert (summary.sim_link_latency_s >= 0).all() and (summary.sim_link_bytes_per_s > 0).all()
+    assert (summary.stage0_host_p50_s > 0).all() and (summary.stage1_host_p50_s > 0).all()
     bubbles = results.table("pipeline_bubbles", "request_bubbles")
     assert len(bubbles) == 2 * 8 and (bubbles.bubble_s >= 0).all() and (bubbles.sim_bubble_s >= 0).all()
     # Every micro-batch ran on both stages; the measured median matches the table it came from.
