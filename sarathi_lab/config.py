@@ -145,6 +145,9 @@ class EngineConfig:
     sim_kv_beyond_device: bool = False
     # Tensor-parallel GPUs of sim_device serving as one, Megatron-style (sim/parallel.py).
     sim_tp: int = 1
+    # Pipeline stages of sim_tp GPUs each, the layers split evenly among them, several micro-batches
+    # in flight as the real engine's pipeline keeps them (sim/pipeline_executor.py).
+    sim_pp: int = 1
     # Ranks the real model's layers are split across, Megatron-style, one process each: projections
     # and KV heads sharded, an all-reduce after o_proj and down_proj (model/parallel/). The ranks are
     # spawned by the engine, or started by torchrun (its RANK and WORLD_SIZE).
@@ -179,7 +182,11 @@ class EngineConfig:
                                   f"{k('executor')}='sim': the simulator splits a model by {k('sim_tp')}; allowed: 1")
             if self.pipeline_parallel > 1:
                 raise ConfigError(f"{k.set('pipeline_parallel', self.pipeline_parallel)} is invalid with "
-                                  f"{k('executor')}='sim': the simulator's pipeline is sim/pipeline.py's; allowed: 1")
+                                  f"{k('executor')}='sim': the simulator's stages are {k('sim_pp')}; allowed: 1")
+            if self.sim_pp > 1 and self.sim_cost_model == "profile":
+                raise ConfigError(f"{k.set('sim_pp', self.sim_pp)} is invalid with {k('sim_cost_model')}='profile': "
+                                  f"a profile times the whole model's layers, not a stage's; allowed: 1, or "
+                                  f"{k('sim_cost_model')}=calibrated or roofline")
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
                 raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with {k('sim_cost_model')}='profile' on "
                                   f"{k('sim_device')}='cpu': a profile times one device; allowed: 1, or "
@@ -192,6 +199,10 @@ class EngineConfig:
         if self.sim_tp != 1:
             raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with {k.set('executor', self.executor)}: the "
                               f"engine runs on one device; allowed: 1, or {k('executor')}=sim")
+        if self.sim_pp != 1:
+            raise ConfigError(f"{k.set('sim_pp', self.sim_pp)} is invalid with {k.set('executor', self.executor)}: "
+                              f"the simulator's pipeline stages; allowed: 1, or {k('executor')}=sim (the real "
+                              f"engine's are {k('pipeline_parallel')})")
         if self.device == "cuda" and not cuda_available():
             raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; allowed here: "
                               "auto, cpu")

@@ -19,7 +19,7 @@ from sarathi_lab.engine.scheduler.base import foreign_knob
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.model.configs import eos_token_of
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
-from sarathi_lab.sim.executor import SimulatedExecutor
+from sarathi_lab.sim.pipeline_executor import simulated_executor
 
 if TYPE_CHECKING:
     from sarathi_lab.model.cuda_graphs import CudaGraphs
@@ -64,7 +64,7 @@ class LLM:
         if cfg.executor == "sim":
             self.cpu_gemm = None
             clock = VirtualClock()
-            executor = SimulatedExecutor(plan.cost_model, clock, eos_token_of(self.model_config))
+            executor = simulated_executor(plan.cost_model, clock, eos_token_of(self.model_config))
         else:
             executor, clock = self._build_model_executor(largest_iteration_tokens(scheduler))
         self.engine = LLMEngine(scheduler, executor, clock)

@@ -28,6 +28,7 @@ from sarathi_lab.harness.schema import (
     WorkloadCfg,
     parse_config,
 )
+from sarathi_lab.harness.tasks import kv_requests
 from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model import load_config
 from sarathi_lab.plan import build_scheduler, plan_engine
@@ -88,12 +89,22 @@ def test_every_simulated_experiment_sizes_its_kv_cache_on_its_device(option):
 
 
 def test_the_simulated_decode_speedup_sweeps_fixed_and_tile_aligned_chunks():
+    # One key: the run's own scheduler.chunk_align aligns task=piggyback's chunk, as it aligns a served one.
     sweep = OmegaConf.load(CONF_DIR / "experiment" / "sim" / "decode_speedup.yaml").hydra.sweeper.params
-    assert str(sweep["measure.chunk_align"]) == "none,tile"
+    assert str(sweep["scheduler.chunk_align"]) == "none,tile"
     for align, chunk in (("none", 256), ("tile", 256 - 17)):
         run = parse_config(compose_config(["experiment=sim/decode_speedup", "batch_size=18", "seq_len=3072",
-                                           f"measure.chunk_align={align}"]))
-        assert run.measure.piggyback_chunk(run.chunk, run.batch_size) == chunk
+                                           f"scheduler.chunk_align={align}"]))
+        plan = preflight(run).plan
+        assert kv_requests("piggyback", run, plan) == [chunk] + [3072] * 18
+
+
+def test_the_piggyback_key_that_moved_is_refused_naming_the_one_that_aligns():
+    assert check_command_line(["task=piggyback", "measure.chunk_align=tile"]) == (
+        "measure.chunk_align=tile is invalid: measure.chunk_align is not a known key; nearest known keys: "
+        "scheduler.chunk_align")
+    with pytest.raises(ConfigError, match=r"^measure.chunk_align is not a known key; known keys here: "):
+        parse_config(compose_config(["task=piggyback", "+measure.chunk_align=tile"]))
 
 
 def test_a_profile_times_iterations_up_to_measure_max_tokens():
@@ -241,17 +252,17 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
     (["measure.reps=0"], r"^measure.reps=0 is invalid: must be > 0$"),
     (["task=profile", "measure.max_tokens=0"], r"^measure.max_tokens=0 is invalid: must be > 0$"),
     (["task=piggyback", "batch_size=1"], r"^batch_size=1 is invalid with task=piggyback: B - 1 decodes must ride"),
-    (["task=piggyback", "chunk=100", "batch_size=4", "measure.chunk_align=tile"],
-     (r"^measure.chunk_align=tile is invalid with chunk=100, batch_size=4: chunk \+ decodes = 100 \+ 3 = 103 tokens "
-      r"rounded down to whole 128-token tiles leaves no room for a chunk beside 3 decodes; allowed: none, or a "
-      r"larger chunk$")),
+    # Decodes alone past a tile: the scheduler would run the chunk as set; piggyback, timing the aligned one, refuses.
+    (["task=piggyback", "chunk=2", "batch_size=20", "scheduler.chunk_align=tile", "scheduler.tile=16"],
+     (r"^scheduler.chunk_align='tile' is invalid with task=piggyback, chunk=2, batch_size=20, scheduler.tile=16: "
+      r"chunk \+ decodes = 2 \+ 19 = 21 tokens rounded down to whole 16-token tiles leaves no room for a chunk "
+      r"beside 19 decodes; allowed: none, or a larger chunk$")),
     # sarathi's tile alignment (its knobs): a chunk that can never fill a tile is refused by the scheduler's check.
     (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["chunk=16", "scheduler.chunk_align=tile"],
      (r"^scheduler.chunk_align='tile' is invalid with chunk=16, batch_size=4, scheduler.tile=128: a chunk and its "
       r"decodes \(at most 19 tokens\) never fill a whole tile; allowed: none, or chunk=125 or more, or a smaller "
       r"tile$")),
-    (["measure.chunk_align=yes"], r"^measure.chunk_align='yes' is invalid: allowed values are none, tile$"),
     (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
      r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),
     (["on_existing=maybe"], r"^on_existing='maybe' is invalid: allowed values are refuse, skip, overwrite$"),

@@ -338,7 +338,7 @@ def test_every_gpu_paper_point_repeats_over_three_seeds_interleaved_within_one_c
 
 def test_the_paper_s_tile_aligned_chunks_run_beside_the_fixed_ones_on_the_gpu():
     # ++: static's and orca's YAML have no such key; they ignore sarathi's knob.
-    for name, key in (("decode_speedup", "measure.chunk_align"), ("orca_compare", "++scheduler.chunk_align"),
+    for name, key in (("decode_speedup", "scheduler.chunk_align"), ("orca_compare", "++scheduler.chunk_align"),
                       ("pd_ratio", "++scheduler.chunk_align")):
         assert f"{key}=none,tile" in scales.overrides(name, "gpu"), name
     # The compared schedulers vary fastest: a sarathi run right after the static run it is paired with.

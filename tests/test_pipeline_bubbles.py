@@ -18,6 +18,9 @@ from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, sta
 from sarathi_lab.engine.metrics import IterationRecord
 from sarathi_lab.harness.tasks._stage_timeline import estimated_timeline, spans
 from sarathi_lab.sim.cost_model import IterationCost
+from sarathi_lab.sim.parallel import StageTimes, through_stages
+from sarathi_lab.sim.pipeline import PipelineSimulator
+from sarathi_lab.sim.sharding import Parallelism
 from sarathi_lab.sim.stage_profile import ProfileStages
 
 PROFILES = Path(__file__).parent / "data" / "profiles"
@@ -106,13 +109,44 @@ class _Whole:
 
 
 def test_stage_times_from_a_whole_model_s_cost_by_hand():
-    stages = ProfileStages(_Whole(), stages=2, hidden_bytes=100, p2p_latency_s=1e-3, p2p_bandwidth=1e6)
+    stages = ProfileStages(_Whole(), stages=2, hidden_bytes=100, p2p_latency_s=1e-3, p2p_bandwidth=1e6,
+                           logits_row_bytes=500)
     t = stages.times([(10, 10)], [5, 7], 3)
-    # (1.0 - 0.2) / 2 a stage, the head on the last, 12 tokens x 100 B x 2 (hidden and residual) sent.
+    # (1.0 - 0.2) / 2 a stage, the head on the last, 12 tokens x 100 B x 2 (hidden and residual) sent
+    # as two messages; each stage takes the command (two messages) and prepares it; 3 rows of logits back.
     assert t.stage_s == pytest.approx(0.4) and t.last_extra_s == pytest.approx(0.2)
-    assert t.p2p_s == pytest.approx(1e-3 + 2400 / 1e6) and t.host_s == pytest.approx(0.06)
+    assert t.p2p_s == pytest.approx(2e-3 + 2400 / 1e6) and t.host_s == pytest.approx(0.06)
+    assert t.stage_host_s == pytest.approx(2e-3 + 0.05) and t.return_s == pytest.approx(1e-3 + 1500 / 1e6)
     assert t.on(0, 2) == pytest.approx(0.4) and t.on(1, 2) == pytest.approx(0.6)
-    assert ProfileStages(_Whole(), 2, 100, host_on_stage0=False).times([(10, 10)], [], 1).host_s == 0.0
+    bare = ProfileStages(_Whole(), 2, 100, host_on_stage0=False).times([(10, 10)], [], 1)
+    assert bare.host_s == bare.stage_host_s == bare.return_s == 0.0
+
+
+def test_a_micro_batch_through_the_stages_pays_each_stage_s_host_work_and_the_logits_return_by_hand():
+    times = StageTimes(stage_s=1.0, last_extra_s=0.5, p2p_s=0.1, host_s=0.2, stage_host_s=0.3, return_s=0.4)
+    stage_free, busy = [0.0, 2.0], [0.0, 0.0]
+    begins, ends = through_stages(times, 0.0, stage_free, busy)
+    # Stage 0: the driver's 0.2, then its own 0.3. Stage 1 is busy until 2.0 and then takes the command
+    # (0.3): the activations (there at 1.5 + 0.1) wait for it.
+    assert begins == pytest.approx([0.5, 2.3]) and ends == pytest.approx([1.5, 3.8])
+    assert busy == pytest.approx([1.0, 1.5])
+    sim = PipelineSimulator("sarathi", _ConstantStages(times), Parallelism(tp=1, pp=2), max_batch_size=1,
+                            chunk_size=8, num_kv_blocks=64, max_model_len=64, max_in_flight=2)
+    result = sim.run([(8, 2)])
+    # One request, one micro-batch at a time: each leaves the last stage at begin 0.5 + 1.0 + 0.1 + 0.3
+    # ... and its token is back 0.4 later, when the next may start (a request is never in flight twice).
+    exits = result.micro_batches.exit.to_numpy()
+    starts = result.micro_batches.start.to_numpy()
+    assert exits[0] == pytest.approx(0.5 + 1.0 + 0.1 + 1.5 + 0.4)
+    assert starts[1] == pytest.approx(exits[0] + 0.5)
+
+
+class _ConstantStages:
+    def __init__(self, times):
+        self._times = times
+
+    def times(self, prefills, decodes, num_sampled):
+        return self._times
 
 
 def _iteration(k, start, forward):
@@ -170,6 +204,10 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     summary = results.summary("pipeline_bubbles")
     assert set(summary.scheduler) == {"vllm", "sarathi"}
     assert (summary.num_pinned_ranks == 2).all()
+    # The prediction priced its messages by the link measured between two processes on the stages' cores,
+    # and each stage's host work on its commands is reported as measured.
+    assert (summary.sim_link_latency_s >= 0).all() and (summary.sim_link_bytes_per_s > 0).all()
+    assert (summary.stage0_host_p50_s > 0).all() and (summary.stage1_host_p50_s > 0).all()
     bubbles = results.table("pipeline_bubbles", "request_bubbles")
     assert len(bubbles) == 2 * 8 and (bubbles.bubble_s >= 0).all() and (bubbles.sim_bubble_s >= 0).all()
     # Every micro-batch ran on both stages; the measured median matches the table it came from.

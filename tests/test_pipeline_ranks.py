@@ -59,13 +59,17 @@ def check_timeline(llm: LLM, stages: int, tp: int) -> None:
     timeline = llm.engine.executor.stage_timeline()
     its = llm.metrics.iterations
     assert sorted(set(timeline["rank"])) == list(range(stages * tp))
-    assert list(timeline.columns) == ["rank", "stage", "micro_batch", "start_s", "end_s", "tokens", "prefill_tokens"]
+    assert list(timeline.columns) == ["rank", "stage", "micro_batch", "start_s", "end_s", "tokens", "prefill_tokens",
+                                      "command_s", "planned_s"]
     by_rank = {rank: rows.set_index("micro_batch") for rank, rows in timeline.groupby("rank")}
     for rank, rows in by_rank.items():
         assert list(rows.index) == list(range(len(its)))
         assert list(rows.tokens) == [i.num_prefill_tokens + i.num_decode_tokens for i in its]
         assert list(rows.prefill_tokens) == [i.num_prefill_tokens for i in its]
         assert (rows.end_s >= rows.start_s).all()
+        # Its host work on each command came before its compute, and after its previous compute.
+        assert (rows.command_s <= rows.planned_s).all() and (rows.planned_s <= rows.start_s).all()
+        assert (rows.command_s.to_numpy()[1:] >= rows.end_s.to_numpy()[:-1]).all()
         if rank >= tp:  # its activations come from the same rank of the stage before
             assert (rows.start_s >= by_rank[rank - tp].end_s).all()
     first, last = by_rank[0], by_rank[(stages - 1) * tp]

@@ -78,7 +78,7 @@ def test_a_measured_tasks_iterations_are_the_cost_models_prices_of_its_batches(m
     cfg = record["config"]
     cm = CostModel.for_device("cpu", "tiny", "roofline", "float32")
     measured_ms = pd.read_parquet(next(measured.glob("decode_speedup/multiruns/smoke/*/piggyback.parquet")))
-    # The chunk that ran: the tile-aligned one where the run aligned it (measure.chunk_align=tile).
+    # The chunk that ran: the tile-aligned one where the run aligned it (scheduler.chunk_align=tile).
     chunk = int(measured_ms.set_index("iteration").tokens["chunk_alone"])
     b, context = cfg["batch_size"], cfg["seq_len"]
     by_hand = {"decode": cm.iteration_cost([], [context] * b).forward_s,
@@ -159,10 +159,11 @@ def test_the_rebuild_keeps_the_runs_keys_and_sets_its_own(tmp_path):
     run = tmp_path / "job"
     run.mkdir()
     given = ["chunk=256", "executor=model", "logger=wandb", "on_existing=skip", "engine.sim_cost_model=profile",
-             "hydra.sweep.dir=x", "device=cuda", "+seed=3", "~logger"]
+             "hydra.sweep.dir=x", "device=cuda", "+seed=3", "~logger", "measure.chunk_align=tile"]
     (run / "metrics.json").write_text(json.dumps({"summary": {}, "config": {}, "environment": {}, "resolved_config": {},
                                                   "overrides": given}))
-    assert sim_vs_gpu.overrides_of(run) == ["chunk=256", "device=cuda", "+seed=3"]
+    # A decode_speedup run recorded before its alignment was the scheduler's key is rebuilt under that key.
+    assert sim_vs_gpu.overrides_of(run) == ["chunk=256", "device=cuda", "+seed=3", "scheduler.chunk_align=tile"]
 
 
 def test_no_runs_root_one_without_comparable_runs_or_no_lease_is_refused(tmp_path, measured, capsys):

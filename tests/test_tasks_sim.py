@@ -68,11 +68,12 @@ def test_piggyback_derives_the_speedup_from_three_predicted_iterations(llm):
     assert summary["piggybacked_ms_per_decode"] == pytest.approx((hybrid - alone) / 2)
 
 
-def test_piggyback_with_tile_aligned_chunks_fills_whole_tiles(llm):
-    # chunk 16 with 2 riding decodes overflows the 16-token tile; aligned, the chunk is 14 and the
-    # hybrid iteration exactly one tile.
-    summary, tables = measurement("piggyback")(_cfg(batch_size=3, seq_len=40, chunk=16,
-                                                    measure={"chunk_align": "tile"}), llm)
+def test_piggyback_with_tile_aligned_chunks_fills_whole_tiles():
+    # chunk 16 with 2 riding decodes overflows the 16-token tile; aligned by the run's own scheduler
+    # (scheduler.chunk_align=tile, scheduler.tile=16), the chunk is 14 and the hybrid iteration exactly one tile.
+    llm = LLM("tiny", executor="sim", sim_device="a6000", sim_cost_model="roofline", num_kv_blocks=64, seed=0,
+              chunk_size=16, max_batch_size=3, chunk_align="tile", tile=16)
+    summary, tables = measurement("piggyback")(_cfg(batch_size=3, seq_len=40, chunk=16), llm)
     table = tables["piggyback"].set_index("iteration")
     assert table.tokens.to_dict() == {"decode_only": 3, "chunk_alone": 14, "hybrid": 16}
     assert set(table.chunk_align) == {"tile"}
@@ -89,3 +90,24 @@ def test_reread_predicts_attention_and_serves_the_request_on_the_virtual_clock(l
     assert attention.whole_ms["attention"] == pytest.approx(whole)
     assert summary["num_chunks"] == -(-prompt // 16) and summary["kv_reread_ratio"] > 1
     assert summary["prefill_slowdown"] > 1
+
+
+def test_the_readers_take_the_alignment_a_piggyback_run_recorded(tmp_path):
+    # A sweep's override column says what was asked (scheduler.chunk_align); the table's chunk_align says
+    # what ran: sarathi_serve has no such knob and runs its chunk as set, whatever ++ added.
+    from sarathi_lab.harness.compose import run_in_process
+    from sarathi_lab.harness.results import load_runs
+    from sarathi_lab.profiling import quantities
+
+    common = ["task=piggyback", "executor=sim", "model=tiny", "logger=none", "chunk=32", "batch_size=4",
+              "seq_len=64", "measure.reps=1"]
+    for name, asked in (("sarathi", ["scheduler.chunk_align=tile", "scheduler.tile=16"]),
+                        ("sarathi_serve", ["++scheduler.chunk_align=tile"])):
+        assert run_in_process([*common, f"scheduler={name}", *asked], tmp_path / name) == "ok"
+    runs = load_runs(tmp_path, "piggyback")
+    assert set(runs["scheduler.chunk_align"]) == {"tile"}
+    chunks = runs[runs.iteration == "chunk_alone"].set_index("scheduler")
+    # (32 + 3) // 16 * 16 - 3 = 29: chunk + 3 decodes fill two 16-token tiles.
+    assert chunks.tokens.to_dict() == {"sarathi": 29, "sarathi_serve": 32}
+    assert chunks.chunk_align.to_dict() == {"sarathi": "tile", "sarathi_serve": "none"}
+    assert sorted(quantities.decode_speedup(runs).chunk_align) == ["none", "tile"]

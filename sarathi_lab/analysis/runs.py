@@ -262,8 +262,8 @@ class Results:
         return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
     def executor(self, name: str) -> dict[str, str]:
-        """``executor`` (model | sim) and, when simulated, ``sim_device``, ``sim_cost_model`` and
-        ``sim_tp``, from a run's resolved config."""
+        """``executor`` (model | sim) and, when simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp``
+        and (with pipeline stages) ``sim_pp``, from a run's resolved config."""
         engine = {}
         sweep = self.sweep(name)
         for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
@@ -276,8 +276,10 @@ class Results:
                 log.warning("%s; left out", e)
         if engine.get("executor") != "sim":
             return {"executor": engine.get("executor", "model")}
+        stages = {"sim_pp": engine["sim_pp"]} if engine.get("sim_pp", 1) > 1 else {}
         return {"executor": "sim", "sim_device": engine.get("sim_device", "unrecorded"),
-                "sim_cost_model": engine.get("sim_cost_model", "unrecorded"), "sim_tp": engine.get("sim_tp", 1)}
+                "sim_cost_model": engine.get("sim_cost_model", "unrecorded"), "sim_tp": engine.get("sim_tp", 1),
+                **stages}
 
     def source(self, name: str) -> str:
         """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""

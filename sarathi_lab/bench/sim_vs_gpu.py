@@ -54,6 +54,9 @@ SERVE = "serve"
 LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
 # Keys of the measured run's command line its simulated rebuild sets itself (or must not inherit).
 _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
+# Keys a recorded run's command line may hold under the name they had when it ran: rebuilt under today's
+# (task=piggyback aligned its chunk by measure.chunk_align before the scheduler's key was the one).
+_MOVED = {"measure.chunk_align": "scheduler.chunk_align"}
 # A measured run's keys that name it in the tables.
 _KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dtype")
 LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")  # gpu/collect.py's '<date>_<commit>'
@@ -106,7 +109,8 @@ def overrides_of(run_dir: Path) -> list[str]:
     """The run's command line (metrics.json's copy of Hydra's, which every finished run holds), less
     what a simulated rebuild sets itself."""
     given = read_record(run_dir / METRICS)["overrides"]
-    return [o for o in given if override_key(o) not in _NOT_CARRIED and not o.startswith("hydra")]
+    today = [o.replace(key, _MOVED[key], 1) if (key := override_key(o)) in _MOVED else o for o in given]
+    return [o for o in today if override_key(o) not in _NOT_CARRIED and not o.startswith("hydra")]
 
 
 def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str) -> Path:

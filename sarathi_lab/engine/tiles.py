@@ -1,6 +1,6 @@
 """The GEMM tile an iteration's tokens are computed in, and the chunk that fills whole tiles: the one
 home of SARATHI's chunk alignment, used by the ``sarathi`` scheduler (``chunk_align``), task=piggyback
-(``measure.chunk_align``), the simulator's tile study and the analysis."""
+(aligned by the run's ``scheduler.chunk_align``), the simulator's tile study and the analysis."""
 from __future__ import annotations
 
 # The GEMM tile, in tokens, of the GPUs the papers ran on: SARATHI sizes its chunks by it (Fig. 7).

@@ -9,7 +9,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig
 
 # Budgets searched: past this the iteration is far longer than any TBT SLO on any device we model.
 MAX_BUDGET = 1 << 16
@@ -50,9 +50,12 @@ def budget_cost_model(engine: EngineConfig):
     else:
         raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and executor=model: only the "
                           "CPU has measured ceilings here; use executor=sim engine.sim_device=<the GPU>")
-    tp = engine.sim_tp  # 1 unless executor=sim (EngineConfig refuses it otherwise)
-    described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "")
-    return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp), described
+    tp, pp = engine.sim_tp, engine.sim_pp  # 1 unless executor=sim (EngineConfig refuses them otherwise)
+    described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
+        (f" x{pp} (pipeline stages)" if pp > 1 else "")
+    # The simulator's settings are the user's keys; the CPU's cost model here is chosen, set by none.
+    keys = engine.keys if engine.executor == "sim" else AS_WRITTEN
+    return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp, keys=keys), described
 
 
 def auto_budget(engine: EngineConfig, tbt_p99_s: float, context: int) -> tuple[EngineConfig, Budget]:

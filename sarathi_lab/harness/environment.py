@@ -79,7 +79,11 @@ def simulated_device(engine: EngineConfig) -> dict[str, Any]:
         # The ranks the model was split across (model/parallel/), recorded where there were several.
         ranks = {"tensor_parallel": engine.tensor_parallel} if engine.tensor_parallel > 1 else {}
         return {"executor": engine.executor, "simulated": False, **ranks}
-    gpus = f"{engine.sim_tp}x " if engine.sim_tp > 1 else ""
+    gpus = f"{engine.sim_tp * engine.sim_pp}x " if engine.sim_tp * engine.sim_pp > 1 else ""
+    # Pipeline stages recorded where there are several (a record without the key had one).
+    stages = {"sim_pp": engine.sim_pp} if engine.sim_pp > 1 else {}
+    layout = f", {engine.sim_pp} pipeline stages" if stages else ""
     return {"executor": "sim", "simulated": True, "device": f"sim:{engine.sim_device}",
-            "device_name": f"simulated {gpus}{engine.sim_device.upper()} ({engine.sim_cost_model} cost model)",
-            "sim_device": engine.sim_device, "sim_cost_model": engine.sim_cost_model, "sim_tp": engine.sim_tp}
+            "device_name": f"simulated {gpus}{engine.sim_device.upper()} ({engine.sim_cost_model} cost model{layout})",
+            "sim_device": engine.sim_device, "sim_cost_model": engine.sim_cost_model, "sim_tp": engine.sim_tp,
+            **stages}

@@ -60,7 +60,7 @@ def preflight(cfg: RunConfig) -> Checked:
                           f"one request of {workload.max_request_len}{beside}{sized}")
     if cfg.task != "serve":
         check_task(cfg.task, cfg, limits.max_model_len)
-    held = kv_requests(cfg.task, cfg) if cfg.task != "serve" else []
+    held = kv_requests(cfg.task, cfg, plan) if cfg.task != "serve" else []
     need = kv_blocks(held, engine.block_size)
     if need > blocks:
         raise ConfigError(f"{setting} is invalid with task={cfg.task}: the KV cache holds {blocks} blocks, fewer than "

@@ -250,21 +250,26 @@ def current_names(names: Any) -> Any:
 # The one way every table and figure names where a run's numbers come from (as its environment record
 # says): measured on a CPU, measured on a GPU, or predicted by a cost model. The sweep table, the claims
 # table and the figures all read it from here.
-def simulated_source(device: str, cost_model: str, tp: int = 1) -> str:
-    """How a claim or figure names numbers a cost model predicted: 'simulated A100 (roofline)', or
-    'simulated 2 x A100 (roofline, tensor parallel)'."""
-    return (f"simulated {device.upper()} ({cost_model})" if int(tp) == 1
-            else f"simulated {int(tp)} x {device.upper()} ({cost_model}, tensor parallel)")
+def simulated_source(device: str, cost_model: str, tp: int = 1, pp: int = 1) -> str:
+    """How a claim or figure names numbers a cost model predicted: 'simulated A100 (roofline)',
+    'simulated 2 x A100 (roofline, tensor parallel)', or with pipeline stages 'simulated 8 x A100
+    (roofline, TP4 x PP2)'."""
+    tp, pp = int(tp), int(pp)
+    if pp > 1:
+        return f"simulated {tp * pp} x {device.upper()} ({cost_model}, TP{tp} x PP{pp})"
+    return (f"simulated {device.upper()} ({cost_model})" if tp == 1
+            else f"simulated {tp} x {device.upper()} ({cost_model}, tensor parallel)")
 
 
 def run_source(executor: Mapping[str, Any], device: str | None) -> str:
     """'measured CPU', 'measured GPU', 'measured CPU, vLLM 0.32.0' or e.g. 'simulated A100 (calibrated)':
     ``executor`` holds ``executor`` (model | sim | vllm), for vllm ``vllm_version`` where known, and,
-    when simulated, ``sim_device``, ``sim_cost_model`` and ``sim_tp``
+    when simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp`` and (with pipeline stages) ``sim_pp``
     (a run's environment record holds them all); ``device``: the device a measured run ran on."""
     if executor.get("executor") == "sim":
         return simulated_source(str(executor.get("sim_device", "unrecorded")),
-                                str(executor.get("sim_cost_model", "unrecorded")), executor.get("sim_tp") or 1)
+                                str(executor.get("sim_cost_model", "unrecorded")), executor.get("sim_tp") or 1,
+                                executor.get("sim_pp") or 1)
     measured = "measured GPU" if str(device or "").startswith("cuda") else "measured CPU"
     if executor.get("executor") == "vllm":
         # Another engine's numbers must not read as this one's.

@@ -16,7 +16,7 @@ from omegaconf.errors import MissingMandatoryValue
 from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, check_fields, settings_of
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
-from sarathi_lab.engine.tiles import GEMM_TILE, aligned_chunk
+from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
@@ -141,10 +141,9 @@ class MeasureCfg:
     """Settings of the tasks other than serve."""
     reps: int = 3
     token_step: int = 8
+    # iteration_sweep and profile also time m + 1 tokens for every multiple m of this (task=piggyback
+    # aligns its chunk as the run's scheduler does: scheduler.chunk_align and scheduler.tile).
     tile: int = GEMM_TILE
-    # task=piggyback's chunk: "none" uses `chunk` as it is; "tile" shrinks it so that the chunk and
-    # its B - 1 riding decodes fill whole tiles, as SARATHI sizes its chunks.
-    chunk_align: Literal["none", "tile"] = "none"
     # task=profile's largest iteration, tokens (None: chunk + batch_size, a chunk and its decodes).
     # Schedulers that batch whole prompts (static, vllm, orca) build larger ones; a profile for them needs it.
     max_tokens: int | None = None
@@ -154,10 +153,6 @@ class MeasureCfg:
 
     def __post_init__(self):
         check_fields(self, positive=True, keys=self.keys)
-
-    def piggyback_chunk(self, chunk: int, batch_size: int) -> int:
-        """The chunk task=piggyback runs for ``chunk`` with ``batch_size`` - 1 riding decodes."""
-        return aligned_chunk(chunk, batch_size - 1, self.tile) if self.chunk_align == "tile" else chunk
 
 
 @dataclass(frozen=True)
@@ -258,15 +253,10 @@ class RunConfig:
             raise ConfigError("task=profile is invalid with executor=sim: a profile times the engine's own forwards "
                               "on this machine, and the simulator runs none (its times come from a profile); "
                               "allowed: executor=model")
-        if self.task == "piggyback":
-            if self.batch_size < 2:
-                raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
-                                  "decodes must ride the chunk, so it must be >= 2")
-            try:
-                self.measure.piggyback_chunk(self.chunk, self.batch_size)
-            except ValueError as e:
-                raise ConfigError(f"measure.chunk_align={self.measure.chunk_align} is invalid with chunk={self.chunk}, "
-                                  f"batch_size={self.batch_size}: {e}; allowed: none, or a larger chunk") from None
+        # Its chunk, aligned as the scheduler aligns, is checked by the task once the scheduler's config is typed.
+        if self.task == "piggyback" and self.batch_size < 2:
+            raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
+                              "decodes must ride the chunk, so it must be >= 2")
         if self.task == "iteration_sweep" and self.measure.token_step > self.seq_len:
             raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with task=iteration_sweep: "
                               f"must be <= seq_len={self.seq_len}, the most tokens it times")

@@ -73,11 +73,13 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
     request (model.memory.context_limit)."""
     k = cfg.keys
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
-    # Each of sim_tp GPUs holds its shard's weights and its heads' part of every token's KV.
-    try:
-        config = shard(config, cfg.sim_tp)
-    except ConfigError as e:
-        raise ConfigError(f"{k.set('sim_tp', cfg.sim_tp)} is invalid for this model: {e}") from None
+    # Each of sim_tp GPUs in each of sim_pp stages holds its shard of its stage's layers (weights) and
+    # its heads' part of every token's KV in those layers: one GPU's capacity is the whole engine's.
+    for name, tp, pp in (("sim_pp", 1, cfg.sim_pp), ("sim_tp", cfg.sim_tp, 1)):
+        try:
+            config = shard(config, tp, pp)
+        except ConfigError as e:
+            raise ConfigError(f"{k.set(name, getattr(cfg, name))} is invalid for this model: {e}") from None
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
@@ -105,6 +107,7 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
     a ConfigError, refused before the run starts."""
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
-        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp)
+        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp,
+                                    pp=cfg.sim_pp, keys=cfg.keys)
     except FileNotFoundError as e:
         raise ConfigError(f"{cfg.keys.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None

@@ -17,11 +17,16 @@ def composition(batch: ScheduledBatch) -> tuple[list[tuple[int, int]], list[int]
     return [(c.num_tokens, c.context_len) for c in batch.prefills], list(batch.decode_contexts)
 
 
+def fixed_token(eos_token_id: int | None) -> int:
+    """The one token a simulation samples: any but EOS."""
+    return 1 if eos_token_id == 0 else 0
+
+
 class SimulatedExecutor(Executor):
     def __init__(self, cost_model: CostModel, clock: VirtualClock, eos_token_id: int | None = None):
         self.cost_model = cost_model
         self.clock = clock
-        self.token = 1 if eos_token_id == 0 else 0
+        self.token = fixed_token(eos_token_id)
         # Iterations whose prediction left the cost model's measured range (profile cost model).
         self.extrapolated_iterations = 0
 

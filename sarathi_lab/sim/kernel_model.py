@@ -29,14 +29,14 @@ class KernelCostModel(CostModel):
     def build(cls, choice: Choice) -> KernelCostModel:
         """The kernels measured on ``choice``'s device for its model (each GPU's shard of ``tp``), under
         its roofline; refused in one line where none were measured."""
-        device, name, tp = choice.device, choice.measured_name, choice.tp
+        device, name, tp, k = choice.device, choice.measured_name, choice.tp, choice.keys
         one = roofline_for(choice)
         have = gpu_kernels.measured(device, tp)
         if name not in have:
-            at = f" at sim_tp={tp}" if tp > 1 else ""
+            at = f" at {k.set('sim_tp', tp)}" if tp > 1 else ""
             use = "calibrated" if one.device.calibration else "roofline"
-            raise ConfigError(f"sim_cost_model='profile' is invalid for this model on sim_device="
-                              f"{device!r}{at}: its GPU kernels were not measured (measured: "
+            raise ConfigError(f"{k.set('sim_cost_model', 'profile')} is invalid for this model on "
+                              f"{k.set('sim_device', device)}{at}: its GPU kernels were not measured (measured: "
                               f"{', '.join(have) or 'none'}); use {use}")
         tp_part = f" tp{tp}" if tp > 1 else ""
         return cls(gpu_kernels.kernels(device, name, tp), one, choice.part, choice.dtype,

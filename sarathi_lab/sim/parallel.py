@@ -10,7 +10,14 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sarathi_lab.sim.cost_model import TENSOR_PARALLEL, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.cost_model import (
+    PIPELINE,
+    TENSOR_PARALLEL,
+    CostModel,
+    IterationCost,
+    batch_tokens,
+    register_cost_model,
+)
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.interpolate import Curve
@@ -81,15 +88,53 @@ class AllReduce:
 @dataclass(frozen=True)
 class StageTimes:
     """Seconds of one micro-batch: on every stage, on the last stage in addition (the LM head),
-    between two stages, and of the host's work on stage 0 before it (0: taken as overlapped, as a GPU's
-    driver runs ahead of its kernels)."""
+    between two stages, of the host's work on stage 0 before it (0: taken as overlapped, as a GPU's
+    driver runs ahead of its kernels), and of the host's sampling once its logits are back.
+    ``stage_host_s``: each stage's own host work on the micro-batch's command (receiving and decoding
+    it, planning attention) before its compute, which it cannot overlap with its previous
+    micro-batch's; ``return_s``: the sampled rows' logits on their way back to the driver, before their
+    requests can be scheduled again (0 for both: overlapped, as on a GPU)."""
     stage_s: float
     last_extra_s: float
     p2p_s: float
     host_s: float = 0.0
+    sample_s: float = 0.0
+    stage_host_s: float = 0.0
+    return_s: float = 0.0
 
     def on(self, stage: int, stages: int) -> float:
         return self.stage_s + (self.last_extra_s if stage == stages - 1 else 0.0)
+
+    @classmethod
+    def of(cls, cost: IterationCost, p2p_s: float, allreduce_s: float = 0.0, host_s: float = 0.0,
+           sample_s: float = 0.0) -> StageTimes:
+        """A stage's share of ``cost``, the forward of one stage's layers on one of its GPUs (plus
+        ``allreduce_s``, its layers' all-reduces where ``cost`` lacks them): the LM head (with the
+        embedding, as the roofline counts them) on the last stage only."""
+        head = cost.ops.get("lm_head", 0.0)
+        return cls(stage_s=cost.forward_s - head + allreduce_s, last_extra_s=head, p2p_s=p2p_s, host_s=host_s,
+                   sample_s=sample_s)
+
+
+def through_stages(times: StageTimes, now: float, stage_free: list[float],
+                   busy: list[float]) -> tuple[list[float], list[float]]:
+    """One micro-batch through the stages (``stage_free`` and ``busy`` updated): each stage begins it
+    when free and the activations are there; each stage's begin and end."""
+    # Stage 0's host work for the batch (scheduling, its tensors, the sampling) comes first; the
+    # stage is not computing meanwhile, so it counts as its bubble as a measured timeline's would.
+    # Each stage then takes the command on its own host (on stage 0 after the driver's work; on later
+    # stages while the activations are still on their way, but not while it computes).
+    ready, stages = now + times.host_s + times.stage_host_s, len(stage_free)
+    begins, ends = [], []
+    for s in range(stages):
+        begin = max(stage_free[s] + (times.stage_host_s if s else 0.0), ready)
+        dt = times.on(s, stages)
+        busy[s] += dt
+        stage_free[s] = begin + dt
+        begins.append(begin)
+        ends.append(stage_free[s])
+        ready = begin + dt + times.p2p_s
+    return begins, ends
 
 
 class StageCostModel:
@@ -106,11 +151,8 @@ class StageCostModel:
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.roofline.iteration_cost(prefills, decodes, num_sampled)
         tokens = batch_tokens(prefills, decodes)
-        head = cost.ops["lm_head"]
-        p = self.par
-        p2p = p.p2p_latency_s + tokens * self.hidden_bytes / p.tp / p.p2p_bandwidth if p.pp > 1 else 0.0
         allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
-        return StageTimes(stage_s=cost.forward_s - head + allreduce, last_extra_s=head, p2p_s=p2p)
+        return StageTimes.of(cost, self.par.p2p_s(tokens, self.hidden_bytes), allreduce)
 
 
 @register_cost_model(TENSOR_PARALLEL)
@@ -140,3 +182,35 @@ class TensorParallelCostModel(CostModel):
         allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
         return IterationCost(cost.prepare_s, cost.forward_s + allreduce, cost.sample_s,
                              cost.ops | {"allreduce": allreduce}, cost.extrapolated)
+
+
+@register_cost_model(PIPELINE)
+class PipelineCostModel(CostModel):
+    """``pp`` pipeline stages of consecutive layers, each on ``tp`` GPUs: ``stage`` is the cost model of
+    one stage's layers on one of its GPUs (its all-reduces included), the same for every stage since the
+    layers split evenly. ``times`` is what each stage is busy with for a micro-batch (StageTimes, what
+    the pipelined executor runs through the stages); an iteration's cost is one micro-batch's passage
+    through an empty pipeline (every stage and the sends between them), the least time between two
+    tokens of a request, which is what a TBT budget is held to."""
+
+    def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int, dtype: str = "bfloat16"):
+        super().__init__(config, dtype)
+        self.stage, self.name, self.device = stage, stage.name, stage.device
+        self.par = Parallelism(tp=tp, pp=pp)
+        self.hidden_bytes = config.hidden_size * self.elem_bytes
+
+    @property
+    def stages(self) -> int:
+        return self.par.pp
+
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+        cost = self.stage.iteration_cost(prefills, decodes, num_sampled)
+        p2p = self.par.p2p_s(batch_tokens(prefills, decodes), self.hidden_bytes)
+        return StageTimes.of(cost, p2p, host_s=cost.prepare_s, sample_s=cost.sample_s)
+
+    def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
+        times = self.times(prefills, decodes, num_sampled)
+        stages = self.par.pp
+        _, ends = through_stages(times, 0.0, [0.0] * stages, [0.0] * stages)
+        forward, sends = ends[-1] - times.host_s, (stages - 1) * times.p2p_s
+        return IterationCost(times.host_s, forward, times.sample_s, {"stages": forward - sends, "p2p": sends})

@@ -29,7 +29,7 @@ from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.executor import composition
-from sarathi_lab.sim.parallel import StageCostModel
+from sarathi_lab.sim.parallel import StageCostModel, through_stages
 from sarathi_lab.sim.sharding import Parallelism
 
 # GPT-3's shape in a config-only directory: no weights, which load_config would refuse.
@@ -50,7 +50,7 @@ class _Stages(Executor):
 class MicroBatch(NamedTuple):
     batch: ScheduledBatch
     start: float   # on stage 0
-    exit: float    # from the last stage
+    exit: float    # its logits back at the driver from the last stage
 
 
 @dataclass
@@ -128,8 +128,8 @@ class PipelineSimulator:
                 now = max(now, min(nexts))
                 continue
             times = self.cost.times(*composition(batch), len(batch.sampled))
-            begins, ends = _through_stages(times, now, stage_free, busy)
-            mb = MicroBatch(batch, begins[0], stage_free[-1])
+            begins, ends = through_stages(times, now, stage_free, busy)
+            mb = MicroBatch(batch, begins[0], stage_free[-1] + times.return_s)
             in_flight.append(mb)
             ids = [chunk.seq.seq_id for chunk in batch.chunks]
             sched.in_flight.update(ids)
@@ -142,24 +142,6 @@ class PipelineSimulator:
         frame["bubble_s"] = micro_batch_bubbles(start, end, [w for _, _, w, _ in spans])
         bubbles = request_bubbles(frame.bubble_s.to_numpy(), [ids for *_, ids in spans], len(seqs))
         return PipelineResult(metrics, bubbles, frame, busy, start, end)
-
-
-def _through_stages(times, now: float, stage_free: list[float], busy: list[float]) -> tuple[list[float], list[float]]:
-    """One micro-batch through the stages (``stage_free`` and ``busy`` updated): each stage begins it
-    when free and the activations are there; each stage's begin and end."""
-    # Stage 0's host work for the batch (scheduling, its tensors, the sampling) comes first; the
-    # stage is not computing meanwhile, so it counts as its bubble as a measured timeline's would.
-    ready, stages = now + times.host_s, len(stage_free)
-    begins, ends = [], []
-    for s in range(stages):
-        begin = max(stage_free[s], ready)
-        dt = times.on(s, stages)
-        busy[s] += dt
-        stage_free[s] = begin + dt
-        begins.append(begin)
-        ends.append(stage_free[s])
-        ready = begin + dt + times.p2p_s
-    return begins, ends
 
 
 def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float, seed: int) -> list[tuple[int, int]]:

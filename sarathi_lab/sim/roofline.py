@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import AS_WRITTEN, ConfigError, Keys
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
 from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
@@ -137,11 +137,11 @@ class RooflineCostModel(CostModel):
 class CalibratedRooflineCostModel(RooflineCostModel):
     name = "calibrated"
 
-    def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
+    def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16", keys: Keys = AS_WRITTEN):
         if device.calibration is None:
-            raise ConfigError(f"sim_cost_model='calibrated' is invalid with sim_device={device.name!r}: its "
-                              "device file has no calibration (no GPU kernels measured there); use "
-                              "'roofline'")
+            raise ConfigError(f"{keys.set('sim_cost_model', 'calibrated')} is invalid with "
+                              f"{keys.set('sim_device', device.name)}: its device file has no calibration (no GPU "
+                              "kernels measured there); use 'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
         self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape) * self.elem_bytes
@@ -182,5 +182,6 @@ def roofline_for(choice: Choice) -> RooflineCostModel:
     """The roofline of ``choice``'s device and shard: calibrated when asked, or under measured
     kernels or a profile where the device has a calibration; the plain one otherwise."""
     dev = load_device(choice.device, choice.dtype)
-    calibrated = choice.cost_model == "calibrated" or (choice.cost_model == "profile" and dev.calibration is not None)
-    return (CalibratedRooflineCostModel if calibrated else RooflineCostModel)(dev, choice.part, choice.dtype)
+    if choice.cost_model == "calibrated" or (choice.cost_model == "profile" and dev.calibration is not None):
+        return CalibratedRooflineCostModel(dev, choice.part, choice.dtype, keys=choice.keys)
+    return RooflineCostModel(dev, choice.part, choice.dtype)

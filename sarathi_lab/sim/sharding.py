@@ -36,6 +36,11 @@ class Parallelism:
                 raise ConfigError(f"sim.parallel.{key}={value!r} is invalid: must be a finite number "
                                   f"{'> 0' if bandwidth else '>= 0'}")
 
+    def p2p_s(self, tokens: int, hidden_bytes: int) -> float:
+        """One stage's send of a micro-batch's hidden states to the next (each of its ``tp`` GPUs sends
+        its part); none without stages."""
+        return self.p2p_latency_s + tokens * hidden_bytes / self.tp / self.p2p_bandwidth if self.pp > 1 else 0.0
+
 
 def shard_config(config: ModelConfig, par: Parallelism) -> ModelConfig:
     """The part of ``config`` one GPU runs: 1/tp of the heads, MLP and vocabulary, 1/pp of the
@@ -56,6 +61,9 @@ def shard_config(config: ModelConfig, par: Parallelism) -> ModelConfig:
     return shard
 
 
-def shard(config: ModelConfig, tp: int) -> ModelConfig:
-    """What one of ``tp`` tensor-parallel GPUs holds of ``config`` (``config`` itself for one)."""
-    return config if tp == 1 else shard_config(config, Parallelism(tp=tp))
+def shard(config: ModelConfig, tp: int, pp: int = 1) -> ModelConfig:
+    """What one GPU holds of ``config`` split over ``tp`` tensor-parallel GPUs in each of ``pp`` stages:
+    its heads and MLP columns of its stage's layers (``config`` itself for one GPU). Its weights (the
+    embedding and LM head counted on every stage, as each keeps them) and its KV per token follow from
+    its shape (model/shape.py)."""
+    return config if tp == pp == 1 else shard_config(config, Parallelism(tp=tp, pp=pp))

@@ -5,7 +5,10 @@ one device a stage, as ``sim/pipeline.py`` drives it.
 The layers split evenly over the stages (the engine gives the first stages one more where they do not
 split evenly; the profile cannot tell layers apart), the LM head runs on the last stage, and the
 driver's host work for a batch (its tensors and the sampling, which the engine's driver does on stage
-0's core) occupies stage 0 before the batch's forward there.
+0's core) occupies stage 0 before the batch's forward there. Every stage takes each micro-batch's
+command (two messages: its header and its bytes) and prepares it as the profile's ``prepare`` says;
+activations pass as two messages (hidden states and residual), the sampled rows' logits as one back
+to the driver, each priced by the link between the stages' processes (``sim/link.py`` measures it).
 """
 from __future__ import annotations
 
@@ -14,9 +17,8 @@ from dataclasses import dataclass
 from sarathi_lab.sim.cost_model import CostModel, batch_tokens
 from sarathi_lab.sim.parallel import StageTimes
 
-# Stage-to-stage sends between two processes of one machine (gloo over the loopback interface): what a
-# TCP round on a loopback takes and copies per second. Assumed figures (not measured here): the sends
-# of the CPU pipeline's micro-batches are far below a millisecond either way.
+# Stage-to-stage sends between two processes of one machine (gloo over the loopback interface) where
+# no measured link is given (sim/link.py measures one): assumed figures, a TCP message on a loopback.
 LOOPBACK_LATENCY_S = 100e-6
 LOOPBACK_BANDWIDTH = 2e9
 
@@ -31,15 +33,19 @@ class ProfileStages:
     host_on_stage0: bool = True
     p2p_latency_s: float = LOOPBACK_LATENCY_S
     p2p_bandwidth: float = LOOPBACK_BANDWIDTH
+    logits_row_bytes: int = 0    # one sampled row's logits as sent back (vocabulary x element bytes)
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.whole.iteration_cost(prefills, decodes, num_sampled)
         head = self.head_s(num_sampled)
         tokens = batch_tokens(prefills, decodes)
-        p2p = self.p2p_latency_s + 2 * tokens * self.hidden_bytes / self.p2p_bandwidth
-        host = cost.prepare_s + cost.sample_s if self.host_on_stage0 else 0.0
+        latency, bandwidth = self.p2p_latency_s, self.p2p_bandwidth
+        p2p = 2 * latency + 2 * tokens * self.hidden_bytes / bandwidth
+        if not self.host_on_stage0:
+            return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p)
         return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p,
-                          host_s=host)
+                          host_s=cost.prepare_s + cost.sample_s, stage_host_s=2 * latency + cost.prepare_s,
+                          return_s=latency + num_sampled * self.logits_row_bytes / bandwidth)
 
     def head_s(self, num_sampled: int) -> float:
         """The LM head's seconds over ``num_sampled`` rows, where the cost model prices it apart (a
@@ -52,5 +58,5 @@ class ProfileStages:
     def describe(self) -> str:
         return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
                 f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
-                f"{'host work on stage 0, ' if self.host_on_stage0 else ''}sends {self.p2p_latency_s * 1e6:g} us + "
-                f"{self.p2p_bandwidth / 1e9:g} GB/s")
+                f"{'host work on stage 0 and each stage, logits back, ' if self.host_on_stage0 else ''}"
+                f"sends {self.p2p_latency_s * 1e6:.0f} us + {self.p2p_bandwidth / 1e9:.3g} GB/s a message")

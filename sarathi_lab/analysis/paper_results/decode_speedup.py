@@ -73,7 +73,7 @@ def _why(gains: pd.DataFrame, low: float, high: float) -> str:
         return (f"Simulated speedups below the paper's {low:g}x-{high:g}x: a chunk of {chunk:g} tokens fills whole "
                 f"{paper.TILE}-token GEMM tiles and its B - 1 riding decodes start a new one, which the cost model "
                 "charges in full (Fig. 7's step); the paper keeps chunk + decodes a multiple of the tile "
-                "(measure.chunk_align=tile), a fixed chunk does not.")
+                "(scheduler.chunk_align=tile), a fixed chunk does not.")
     return (f"Simulated speedups outside the paper's {low:g}x-{high:g}x: the cost model prices a riding decode by its "
             "flops and bytes at assumed or fitted efficiencies, not by kernels measured on the paper's GPU.")
 
@@ -83,7 +83,7 @@ def figure(results, simulated=None):
 
     # Simulated bars in figures.sim_colors' reds: a plain "Reds" palette starts near white, invisible on the background.
     palettes = [lambda n: figures.sns.color_palette("crest", n), figures.sim_colors]
-    # One panel per source and chunk alignment (measure.chunk_align), where the runs swept it.
+    # One panel per source and chunk alignment (scheduler.chunk_align), where the runs swept it.
     panels = []
     for (runs, title), colors in zip(figures.sources_of(results, simulated, "decode_speedup"), palettes):
         gains = quantities.decode_speedup(runs.table("decode_speedup", "piggyback"))

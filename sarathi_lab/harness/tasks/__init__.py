@@ -4,8 +4,9 @@ One module per task (adding one adds the task): ``run(cfg, llm)`` returns ``(sum
 scalars for metrics.json and DataFrames saved as ``<name>.parquet``; a task that needs the run's
 context (it records serving runs of its own, or serves the run's workload) says so,
 ``TAKES_CONTEXT = True``, and takes a third argument, a TaskContext. One that holds
-several requests in the KV cache at once says how long they are, ``kv_requests(cfg)``, so that the
-preflight refuses a cache too small.
+several requests in the KV cache at once says how long they are, ``kv_requests(cfg, plan)`` (``plan``:
+the run's EnginePlan, its typed scheduler config included), so that the preflight refuses a cache too
+small.
 """
 from __future__ import annotations
 
@@ -50,11 +51,12 @@ class TaskContext:
     resolved_config: dict[str, Any]
 
 
-def kv_requests(task: str, cfg) -> list[int]:
+def kv_requests(task: str, cfg, plan) -> list[int]:
     """The lengths of the requests ``task`` holds in the KV cache at once (its module's
-    ``kv_requests(cfg)``); else none beyond one request."""
+    ``kv_requests(cfg, plan)``, which may refuse, in one line, a batch it cannot build); else none beyond
+    one request."""
     module = importlib.import_module(f"{__name__}.{task}")
-    return module.kv_requests(cfg) if hasattr(module, "kv_requests") else []
+    return module.kv_requests(cfg, plan) if hasattr(module, "kv_requests") else []
 
 
 def check_task(task: str, cfg, context: int) -> None:

@@ -16,6 +16,9 @@ from sarathi_lab.engine.metrics import IterationRecord
 log = logging.getLogger(__name__)
 
 TIMELINE_COLUMNS = ("stage", "micro_batch", "start_s", "end_s")
+# Where the executor records them: when each stage had the micro-batch's command and when its host work
+# for it (the bytes received and decoded, attention planned) was done (model/parallel/timeline.py).
+HOST_COLUMNS = ("command_s", "planned_s")
 
 
 def estimated_timeline(iterations: list[IterationRecord], layers: list[int]) -> pd.DataFrame:
@@ -38,7 +41,8 @@ def engine_timeline(llm, num_micro_batches: int, first: int | None = None) -> tu
     if hasattr(executor, "stage_timeline"):
         timeline = executor.stage_timeline()
         # A stage of several tensor-parallel ranks computes in lock step: its first rank speaks for it.
-        timeline = timeline.sort_values("rank").drop_duplicates(["stage", "micro_batch"])[list(TIMELINE_COLUMNS)]
+        kept_columns = [c for c in (*TIMELINE_COLUMNS, *HOST_COLUMNS) if c in timeline.columns]
+        timeline = timeline.sort_values("rank").drop_duplicates(["stage", "micro_batch"])[kept_columns]
         numbers = sorted(timeline.micro_batch.unique())
         kept = ([m for m in numbers if first <= m < first + num_micro_batches] if first is not None
                 else numbers[-num_micro_batches:] if num_micro_batches else [])

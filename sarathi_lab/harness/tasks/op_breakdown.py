@@ -9,7 +9,7 @@ from sarathi_lab.harness.tasks._timing import time_by_op
 from sarathi_lab.profiling.batches import SyntheticBatches
 
 
-def kv_requests(cfg) -> list[int]:
+def kv_requests(cfg, plan) -> list[int]:
     return [cfg.seq_len] * cfg.batch_size
 
 

@@ -26,6 +26,7 @@ from sarathi_lab.harness.tasks import TaskContext
 from sarathi_lab.harness.tasks._stage_timeline import TIMELINE_COLUMNS, engine_timeline, spans
 from sarathi_lab.harness.tasks.profile import _device
 from sarathi_lab.plan import build_scheduler
+from sarathi_lab.sim import link
 from sarathi_lab.sim.pipeline import PipelineSimulator
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.profiles import own_profile_path
@@ -87,27 +88,41 @@ def _stage0_gap_p50_s(start: np.ndarray, end: np.ndarray) -> float:
     return float(np.median(start[0, 1:] - end[0, :-1])) if start.shape[1] > 1 else float("nan")
 
 
+def _host_p50_s(timeline: pd.DataFrame) -> dict[str, float]:
+    """Each stage's median host seconds on a micro-batch's command before it could compute (receiving
+    and decoding its bytes, planning attention), where the executor's timeline records them."""
+    if "planned_s" not in timeline.columns:
+        return {}
+    host = (timeline.planned_s - timeline.command_s).groupby(timeline.stage).median()
+    return {f"stage{int(s)}_host_p50_s": float(v) for s, v in host.items()}
+
+
 def _quantiles(prefix: str, bubbles: np.ndarray) -> dict[str, float]:
     return {f"{prefix}_p50_s": float(np.median(bubbles)), f"{prefix}_p90_s": float(np.percentile(bubbles, 90)),
             f"{prefix}_mean_s": float(bubbles.mean())}
 
 
 def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, max_in_flight: int | None = None,
-             profile: Path | None = None):
-    """The same run on the simulator's pipeline: this device's profile of the model priced per stage, the
-    engine's own scheduler config and cache, as many micro-batches in flight as the engine keeps (None:
-    one a stage). (result, the cost model's description); (None, why) where the device has no profile."""
+             profile: Path | None = None, cores: list[int] | None = None):
+    """The same run on the simulator's pipeline: this device's profile of the model priced per stage, its
+    messages by the link between two processes measured now (on ``cores``, where the stages were pinned),
+    the engine's own scheduler config and cache, as many micro-batches in flight as the engine keeps
+    (None: one a stage). (result, the cost model's description, the link); (None, why, None) where the
+    device has no profile."""
     cfg = llm.config
     path = profile or own_profile_path(_device(llm)[0], cfg.model)
     if not Path(path).is_file():
         return None, (f"none: no profile of model={cfg.model} on this device ({path}); measure one with python -m "
-                      f"sarathi_lab.run task=profile model={cfg.model} (the run's dtype and threads)")
+                      f"sarathi_lab.run task=profile model={cfg.model} (the run's dtype and threads)"), None
     whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
-    hidden_bytes = llm.model_config.hidden_size * llm.dtype.itemsize
-    stages = ProfileStages(whole, cfg.pipeline_parallel, hidden_bytes)
+    item = llm.dtype.itemsize
+    measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
+    stages = ProfileStages(whole, cfg.pipeline_parallel, llm.model_config.hidden_size * item,
+                           p2p_latency_s=measured.latency_s, p2p_bandwidth=measured.bandwidth,
+                           logits_row_bytes=llm.model_config.vocab_size * item)
     sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
                             max_in_flight=max_in_flight)
-    return sim.run(lengths, arrivals), stages.describe()
+    return sim.run(lengths, arrivals), stages.describe(), measured
 
 
 def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
@@ -153,7 +168,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     lengths = [(len(p), d) for p, d in zip(workload.prompts, workload.decode_lens)]
     # The twin keeps as many micro-batches in flight as the engine: one where it records no timeline.
     depth = 1 if estimated else getattr(llm.engine.executor, "depth", None)
-    sim, described = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth)
+    sim, described, measured_link = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth, cores=cores)
     if sim is None:
         log.warning("task=pipeline_bubbles: no prediction beside the measurement: %s", described.removeprefix("none: "))
     predicted, sim_bubbles, sim_finish, sim_timeline = _prediction(sim, cfg.engine.pipeline_parallel, len(order))
@@ -166,6 +181,9 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                   "stage0_gap_p50_s": _stage0_gap_p50_s(start, end),
                   "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores)})
     summary |= {f"stage{s}_busy_s": float(b) for s, b in enumerate(busy)}
+    summary |= _host_p50_s(timeline) | {
+        "sim_link_latency_s": measured_link.latency_s if measured_link else float("nan"),
+        "sim_link_bytes_per_s": measured_link.bandwidth if measured_link else float("nan")}
     table = pd.DataFrame({"request": range(len(order)), "prompt_tokens": [p for p, _ in lengths],
                           "decode_tokens": [d for _, d in lengths], "bubble_s": measured,
                           "sim_bubble_s": sim_bubbles, "finish_s": finish, "sim_finish_s": sim_finish})

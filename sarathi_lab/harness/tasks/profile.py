@@ -61,7 +61,7 @@ def grids(cfg) -> dict[str, list]:
             "hybrids": hybrids}
 
 
-def kv_requests(cfg) -> list[int]:
+def kv_requests(cfg, plan) -> list[int]:
     """The lengths of the requests of the batch that takes the most KV blocks (it holds one at a time)."""
     g = grids(cfg)
     batches = [[max(g["tokens"])], [max(c + before for c, before in g["prefills"])],

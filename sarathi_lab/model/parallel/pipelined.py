@@ -73,7 +73,7 @@ class PipelineParallelExecutor(PipelineExecutor):
             header = sent.header.tolist()
             sends = chain.forward(sent.header, self.group.control) + chain.forward(sent.payload, self.wire)
             t1 = clock.now()
-            run = run_stage(self.part, header, sent.payload)
+            run = run_stage(self.part, header, sent.payload, t0)
             lm = runner.model
             logits = torch.empty(header[LOGITS], lm.config.vocab_size, dtype=lm.embed_tokens.weight.dtype,
                                  device=runner.device)

@@ -4,6 +4,7 @@ once per engine, and the step every rank runs over the batch the driver sent: th
 a tensor-parallel engine, or its stage's part of a pipeline's micro-batch."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,14 +84,16 @@ def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.
     return runner.forward(prepared)
 
 
-def run_stage(part: RankPart, header: list[int], payload: torch.Tensor) -> StageRun:
-    """This rank's stage of a pipeline's micro-batch, its compute recorded in the part's timeline; the
-    last stage's first rank sends the logits to the driver. Its sends are under way on return."""
+def run_stage(part: RankPart, header: list[int], payload: torch.Tensor, command_s: float) -> StageRun:
+    """This rank's stage of a pipeline's micro-batch, its compute recorded in the part's timeline (with
+    ``command_s``, when its host work for it began); the last stage's first rank sends the logits to the
+    driver. Its sends are under way on return."""
     runner = part.runner
     prepared = decode(header, payload, runner.device)
     runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])
+    planned = time.perf_counter()
     run = stage_forward(runner, part.stage, prepared, part.rank, part.tp, part.p2p)
-    part.timeline.record(header, run.start_s, run.end_s)
+    part.timeline.record(header, run.start_s, run.end_s, command_s, planned)
     if part.rank == part.chain.logits_sender:
         run.sends.append((dist.isend(run.logits, dst=0, group=part.p2p), run.logits))
     return run

@@ -10,7 +10,9 @@ import torch
 from sarathi_lab.model.parallel.wire import PREFILL_TOKENS, TOKENS
 
 # Per row, as kept and sent (float64).
-FIELDS = ("micro_batch", "start_s", "end_s", "tokens", "prefill_tokens")
+# command_s: when the rank had the micro-batch's command and began its host work (receiving its bytes,
+# decoding them, planning attention); planned_s: when that work was done and it waited for activations.
+FIELDS = ("micro_batch", "start_s", "end_s", "tokens", "prefill_tokens", "command_s", "planned_s")
 COLUMNS = ("rank", "stage", *FIELDS)
 
 
@@ -22,8 +24,9 @@ class StageTimeline:
         self.rows: list[tuple[float, ...]] = []
         self.submitted = 0
 
-    def record(self, header: list[int], start_s: float, end_s: float) -> None:
-        self.rows.append((self.submitted, start_s, end_s, header[TOKENS], header[PREFILL_TOKENS]))
+    def record(self, header: list[int], start_s: float, end_s: float, command_s: float, planned_s: float) -> None:
+        self.rows.append((self.submitted, start_s, end_s, header[TOKENS], header[PREFILL_TOKENS], command_s,
+                          planned_s))
         self.submitted += 1
 
     def as_tensor(self) -> torch.Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -46,12 +47,13 @@ def serve(group: RankGroup) -> None:
             dist.broadcast(header, 0, group=group.control)
         else:
             chain.receive(header, group.control)  # as long as the driver is idle
+        command_s = time.perf_counter()
         h = header.tolist()
         forwards = chain.forward(header, group.control) if chain is not None else []
         if h[OP] == STEP and chain is not None:
             payload = chain.receive(torch.empty(h[NBYTES], dtype=torch.uint8), wire)
             forwards += chain.forward(payload, wire)
-            run = run_stage(part, h, payload)
+            run = run_stage(part, h, payload, command_s)
             wait_all(pending, timeout_s)
             pending = forwards + run.sends
             continue

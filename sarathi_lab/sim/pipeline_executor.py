@@ -1,0 +1,83 @@
+"""The simulated executor of pipeline stages (``engine.sim_pp``): a PipelineExecutor on the engine's
+virtual clock, so that the engine's own loop keeps up to one micro-batch a stage in flight and its
+schedulers hold a request out while its tokens are in the pipeline, as on the real engine's pipeline
+(engine/llm_engine.py, ``LLMEngine.advance``). Each micro-batch passes the stages in turn, each busy for
+its share of the forward (parallel.StageTimes, through_stages: the timeline sim/pipeline.py runs too),
+with each stage's send to the next between them.
+
+What the engine's clock reads: ``submit`` returns when stage 0 has run the micro-batch (the driver
+is a rank of stage 0: its host work, then its stage's compute), ``collect`` when the oldest
+micro-batch has left the last stage and its tokens are sampled."""
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple, Protocol
+
+from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.clock import VirtualClock
+from sarathi_lab.engine.executor import Executor, PipelineExecutor, StepOutput
+from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.sim.cost_model import CostModel
+from sarathi_lab.sim.executor import SimulatedExecutor, composition, fixed_token
+from sarathi_lab.sim.parallel import PipelineCostModel, StageTimes, through_stages
+
+
+class StageCosts(Protocol):
+    """What a micro-batch costs each stage (parallel.PipelineCostModel, or a toy of the same shape)."""
+    stages: int
+
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes: ...
+
+
+class _InFlight(NamedTuple):
+    tokens: int          # rows sampled
+    start: float         # stage 0 begins it
+    exit: float          # its logits are back from the last stage
+    times: StageTimes
+
+
+class SimulatedPipelineExecutor(PipelineExecutor):
+    """``cost.stages`` stages on ``clock``. ``stage_busy_s``: each stage's compute so far;
+    ``stage_spans``: (begins, ends) per stage of every micro-batch submitted, in order."""
+
+    def __init__(self, cost: StageCosts, clock: VirtualClock, eos_token_id: int | None = None):
+        self.cost, self.clock = cost, clock
+        self.depth = cost.stages
+        self.token = fixed_token(eos_token_id)
+        self.stage_free = [0.0] * cost.stages
+        self.stage_busy_s = [0.0] * cost.stages
+        self.stage_spans: list[tuple[list[float], list[float]]] = []
+        self._in_flight: deque[_InFlight] = deque()
+
+    def start(self, sampling: SamplingParams) -> None:
+        pass  # the tokens are fixed: sampling changes nothing
+
+    def submit(self, batch: ScheduledBatch) -> None:
+        times = self.cost.times(*composition(batch), len(batch.sampled))
+        begins, ends = through_stages(times, self.clock.now(), self.stage_free, self.stage_busy_s)
+        self.stage_spans.append((begins, ends))
+        self._in_flight.append(_InFlight(len(batch.sampled), begins[0], ends[-1] + times.return_s, times))
+        self.clock.sleep_until(ends[0])
+
+    def collect(self) -> StepOutput:
+        mb = self._in_flight.popleft()
+        clock = self.clock
+        clock.sleep_until(mb.exit)
+        clock.advance(mb.times.sample_s)
+        return StepOutput([self.token] * mb.tokens, prepare_s=mb.times.host_s, forward_s=mb.exit - mb.start,
+                          sample_s=mb.times.sample_s)
+
+    def drain(self) -> None:
+        # The stages finish what they hold (the clock moves past it), so that the next run starts on
+        # an empty pipeline; the tokens are dropped.
+        if self._in_flight:
+            self.clock.sleep_until(self._in_flight[-1].exit)
+        self._in_flight.clear()
+
+
+def simulated_executor(cost_model: CostModel, clock: VirtualClock, eos_token_id: int | None = None) -> Executor:
+    """The executor of ``executor=sim``: pipelined over the stages of a PipelineCostModel, else one
+    iteration at a time."""
+    if isinstance(cost_model, PipelineCostModel):
+        return SimulatedPipelineExecutor(cost_model, clock, eos_token_id)
+    return SimulatedExecutor(cost_model, clock, eos_token_id)
