@@ -18,6 +18,7 @@ from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, sta
 from sarathi_lab.engine.metrics import IterationRecord
 from sarathi_lab.harness.tasks._stage_timeline import estimated_timeline, spans
 from sarathi_lab.sim.cost_model import IterationCost
+from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes, through_stages
 from sarathi_lab.sim.pipeline import PipelineSimulator
 from sarathi_lab.sim.sharding import Parallelism
@@ -109,14 +110,15 @@ class _Whole:
 
 
 def test_stage_times_from_a_whole_model_s_cost_by_hand():
-    stages = ProfileStages(_Whole(), stages=2, hidden_bytes=100, p2p_latency_s=1e-3, p2p_bandwidth=1e6,
-                           logits_row_bytes=500)
+    stages = ProfileStages(_Whole(), stages=2, hidden_bytes=100, link=Link.linear(1e-3, 1e6), logits_row_bytes=500)
     t = stages.times([(10, 10)], [5, 7], 3)
     # (1.0 - 0.2) / 2 a stage, the head on the last, 12 tokens x 100 B x 2 (hidden and residual) sent
-    # as two messages; each stage takes the command (two messages) and prepares it; 3 rows of logits back.
+    # as two messages; each stage takes the command (80 B of header, 24 B a token) and prepares it; 3 rows
+    # of logits back.
     assert t.stage_s == pytest.approx(0.4) and t.last_extra_s == pytest.approx(0.2)
-    assert t.p2p_s == pytest.approx(2e-3 + 2400 / 1e6) and t.host_s == pytest.approx(0.06)
-    assert t.stage_host_s == pytest.approx(2e-3 + 0.05) and t.return_s == pytest.approx(1e-3 + 1500 / 1e6)
+    assert t.p2p_s == pytest.approx(2 * (1e-3 + 1200 / 1e6)) and t.host_s == pytest.approx(0.06)
+    assert t.stage_host_s == pytest.approx(1e-3 + 80 / 1e6 + 1e-3 + 24 * 12 / 1e6 + 0.05)
+    assert t.return_s == pytest.approx(1e-3 + 1500 / 1e6)
     assert t.on(0, 2) == pytest.approx(0.4) and t.on(1, 2) == pytest.approx(0.6)
     bare = ProfileStages(_Whole(), 2, 100, host_on_stage0=False).times([(10, 10)], [], 1)
     assert bare.host_s == bare.stage_host_s == bare.return_s == 0.0
@@ -206,7 +208,7 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     assert (summary.num_pinned_ranks == 2).all()
     # The prediction priced its messages by the link measured between two processes on the stages' cores,
     # and each stage's host work on its commands is reported as measured.
-    assert (summary.sim_link_latency_s >= 0).all() and (summary.sim_link_bytes_per_s > 0).all()
+    assert (summary.sim_message_8b_s > 0).all() and (summary.sim_message_1048576b_s > 0).all()
     assert (summary.stage0_host_p50_s > 0).all() and (summary.stage1_host_p50_s > 0).all()
     bubbles = results.table("pipeline_bubbles", "request_bubbles")
     assert len(bubbles) == 2 * 8 and (bubbles.bubble_s >= 0).all() and (bubbles.sim_bubble_s >= 0).all()

@@ -1,29 +1,36 @@
-"""The measured link between two processes (sim/link.py): its fit, and a real ping-pong over gloo."""
+"""The measured link between two processes (sim/link.py): its table, and a real ping-pong over gloo."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.sim import link
+from sarathi_lab.sim.link import Link, measure
+
+
+def test_a_message_s_time_is_read_off_the_table_linear_between_sizes_and_on_the_last_slope_beyond():
+    link = Link((8, 1024, 65536), (1e-4, 2e-4, 2e-3))
+    assert link.message_s(8) == pytest.approx(1e-4) and link.message_s(65536) == pytest.approx(2e-3)
+    assert link.message_s(516) == pytest.approx(1.5e-4)
+    assert link.message_s(65536 + 64512) == pytest.approx(2e-3 + 1.8e-3)
+    # A table whose largest size is no slower than the one before stays flat beyond it.
+    assert Link((8, 1024), (2e-3, 1e-3)).message_s(1 << 20) == pytest.approx(1e-3)
 
 
 @settings(max_examples=50, deadline=None)
-@given(latency_s=st.floats(1e-6, 1e-2), bandwidth=st.floats(1e7, 1e11))
-def test_the_fit_recovers_a_link_s_latency_and_bandwidth(latency_s, bandwidth):
-    sizes = list(link.SIZES)
-    fitted = link.fit(sizes, [latency_s + n / bandwidth for n in sizes])
-    assert fitted.latency_s == pytest.approx(latency_s, rel=1e-6, abs=1e-9)
-    assert fitted.bandwidth == pytest.approx(bandwidth, rel=1e-6)
-    assert fitted.message_s(1 << 20) == pytest.approx(latency_s + (1 << 20) / bandwidth, rel=1e-6)
+@given(latency_s=st.floats(1e-6, 1e-2), bandwidth=st.floats(1e7, 1e11), nbytes=st.integers(0, 1 << 24))
+def test_a_linear_link_is_latency_plus_bytes_over_bandwidth(latency_s, bandwidth, nbytes):
+    assert Link.linear(latency_s, bandwidth).message_s(nbytes) == pytest.approx(latency_s + nbytes / bandwidth)
 
 
-def test_times_that_do_not_grow_with_the_size_are_refused():
-    with pytest.raises(ValueError, match="do not grow"):
-        link.fit([8, 1024], [1e-4, 1e-4])
+def test_a_table_without_two_increasing_sizes_is_refused():
+    for sizes, seconds in (((8,), (1e-4,)), ((8, 8), (1e-4, 1e-4)), ((64, 8), (1e-4, 1e-4)), ((8, 64), (1e-4,))):
+        with pytest.raises(ValueError, match="two or more increasing sizes"):
+            Link(sizes, seconds)
 
 
-def test_a_real_ping_pong_between_two_processes_measures_a_link():
-    measured = link.measure(sizes=(8, 256 << 10), rounds=10)
-    assert 0 <= measured.latency_s < 0.1 and measured.bandwidth > 1e6
-    assert "GB/s" in measured.describe()
+def test_a_real_ping_pong_between_two_processes_measures_every_size():
+    link = measure(sizes=(8, 256 << 10), rounds=10)
+    assert link.sizes == (8, 256 << 10) and all(0 < s < 1 for s in link.seconds)
+    first, last = (f"{s * 1e6:.0f}" for s in link.seconds)
+    assert link.describe() == f"{first} us (8 B) to {last} us (0.25 MiB) a message"

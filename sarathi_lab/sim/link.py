@@ -1,8 +1,10 @@
 """The link between two processes of one machine, measured: what a message of n bytes takes from a
 send to its receipt over torch.distributed's gloo (TCP over the loopback interface), the way a CPU
 pipeline's stages pass their commands, activations and logits. A ping-pong between two processes,
-each pinned to one of the given cores as the stages are, at a few sizes; the fit is latency plus
-bytes over bandwidth, from each size's median one-way time.
+each pinned to one of the given cores as the stages are, at sizes from a header's to a megabyte's;
+each size's median one-way time is kept, and a message's time is read off that table (linear between
+two sizes). A table, not latency + bytes / bandwidth: over TCP on a loopback a message of 64 KiB can
+take many times one of 16 KiB and about what one of a megabyte takes, which no straight line follows.
 
     python -m sarathi_lab.sim.link [--cores 0,1]
 """
@@ -16,30 +18,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SIZES = (8, 64 << 10, 256 << 10, 1 << 20)   # bytes: a header, and activations or logits of a few rows
-ROUNDS = 60
+SIZES = (8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)   # bytes
+ROUNDS = 50
 
 
 @dataclass(frozen=True)
 class Link:
-    """Seconds of one message: ``latency_s + nbytes / bandwidth`` (bytes per second)."""
-    latency_s: float
-    bandwidth: float
+    """One-way seconds of a message of ``sizes[i]`` bytes: ``seconds[i]``; between two sizes linear, beyond
+    the largest on the last two sizes' slope (never below the largest's time)."""
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) < 2 or len(self.sizes) != len(self.seconds) or list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"a link needs two or more increasing sizes, each with its seconds: {self.sizes}, "
+                             f"{self.seconds}")
+
+    @classmethod
+    def linear(cls, latency_s: float, bandwidth: float) -> Link:
+        """latency + bytes / bandwidth (bytes per second), as a two-size table."""
+        return cls((0, 1 << 20), (latency_s, latency_s + (1 << 20) / bandwidth))
 
     def message_s(self, nbytes: float) -> float:
-        return self.latency_s + nbytes / self.bandwidth
+        sizes, seconds = self.sizes, self.seconds
+        if nbytes <= sizes[-1]:
+            return float(np.interp(nbytes, sizes, seconds))
+        slope = (seconds[-1] - seconds[-2]) / (sizes[-1] - sizes[-2])
+        return seconds[-1] + max(slope, 0.0) * (nbytes - sizes[-1])
 
     def describe(self) -> str:
-        return f"{self.latency_s * 1e6:.0f} us + {self.bandwidth / 1e9:.2f} GB/s a message"
-
-
-def fit(sizes: list[int], one_way_s: list[float]) -> Link:
-    """Least squares of latency + bytes / bandwidth through (size, seconds) pairs (a latency below 0,
-    within the noise, is taken as 0); refused where the times do not grow with the size."""
-    slope, intercept = np.polyfit(np.asarray(sizes, float), np.asarray(one_way_s, float), 1)
-    if slope * max(sizes) < 1e-9:   # the largest message's bytes would take under a nanosecond
-        raise ValueError(f"one-way times {one_way_s} do not grow with the sizes {sizes}: no bandwidth to fit")
-    return Link(latency_s=max(float(intercept), 0.0), bandwidth=1.0 / float(slope))
+        return (f"{self.seconds[0] * 1e6:.0f} us ({self.sizes[0]} B) to {self.seconds[-1] * 1e6:.0f} us "
+                f"({self.sizes[-1] / 2**20:g} MiB) a message")
 
 
 def _free_port() -> int:
@@ -103,7 +112,7 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    return fit(list(sizes), medians)
+    return Link(tuple(sizes), tuple(medians))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,12 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sarathi_lab.sim.cost_model import CostModel, batch_tokens
+from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes
 
 # Stage-to-stage sends between two processes of one machine (gloo over the loopback interface) where
 # no measured link is given (sim/link.py measures one): assumed figures, a TCP message on a loopback.
-LOOPBACK_LATENCY_S = 100e-6
-LOOPBACK_BANDWIDTH = 2e9
+LOOPBACK = Link.linear(100e-6, 2e9)
+HEADER_BYTES = 80          # a command's header: ten int64 counts (model/parallel/wire.py)
+COMMAND_BYTES_A_TOKEN = 24  # its bytes: each token's id, position and cache slot (int64); the rest is small
 
 
 @dataclass(frozen=True)
@@ -31,21 +33,21 @@ class ProfileStages:
     stages: int
     hidden_bytes: int            # one token's hidden state as sent (the residual goes with it)
     host_on_stage0: bool = True
-    p2p_latency_s: float = LOOPBACK_LATENCY_S
-    p2p_bandwidth: float = LOOPBACK_BANDWIDTH
+    link: Link = LOOPBACK
     logits_row_bytes: int = 0    # one sampled row's logits as sent back (vocabulary x element bytes)
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.whole.iteration_cost(prefills, decodes, num_sampled)
         head = self.head_s(num_sampled)
         tokens = batch_tokens(prefills, decodes)
-        latency, bandwidth = self.p2p_latency_s, self.p2p_bandwidth
-        p2p = 2 * latency + 2 * tokens * self.hidden_bytes / bandwidth
+        message = self.link.message_s
+        p2p = 2 * message(tokens * self.hidden_bytes)
         if not self.host_on_stage0:
             return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p)
+        command = message(HEADER_BYTES) + message(COMMAND_BYTES_A_TOKEN * tokens)
         return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p,
-                          host_s=cost.prepare_s + cost.sample_s, stage_host_s=2 * latency + cost.prepare_s,
-                          return_s=latency + num_sampled * self.logits_row_bytes / bandwidth)
+                          host_s=cost.prepare_s + cost.sample_s, stage_host_s=command + cost.prepare_s,
+                          return_s=message(num_sampled * self.logits_row_bytes))
 
     def head_s(self, num_sampled: int) -> float:
         """The LM head's seconds over ``num_sampled`` rows, where the cost model prices it apart (a
@@ -59,4 +61,4 @@ class ProfileStages:
         return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
                 f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
                 f"{'host work on stage 0 and each stage, logits back, ' if self.host_on_stage0 else ''}"
-                f"sends {self.p2p_latency_s * 1e6:.0f} us + {self.p2p_bandwidth / 1e9:.3g} GB/s a message")
+                f"sends {self.link.describe()}")

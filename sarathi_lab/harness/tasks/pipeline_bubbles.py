@@ -34,6 +34,7 @@ from sarathi_lab.sim.sharding import Parallelism
 from sarathi_lab.sim.stage_profile import ProfileStages
 
 TAKES_CONTEXT = True  # it serves the run's own workload (TaskContext.workload)
+LINK_SIZES_REPORTED = (8, 65536, 1048576)   # bytes: a header, 64 KiB, 1 MiB
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,7 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, 
     whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
     item = llm.dtype.itemsize
     measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
-    stages = ProfileStages(whole, cfg.pipeline_parallel, llm.model_config.hidden_size * item,
-                           p2p_latency_s=measured.latency_s, p2p_bandwidth=measured.bandwidth,
+    stages = ProfileStages(whole, cfg.pipeline_parallel, llm.model_config.hidden_size * item, link=measured,
                            logits_row_bytes=llm.model_config.vocab_size * item)
     sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
                             max_in_flight=max_in_flight)
@@ -181,9 +181,9 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                   "stage0_gap_p50_s": _stage0_gap_p50_s(start, end),
                   "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores)})
     summary |= {f"stage{s}_busy_s": float(b) for s, b in enumerate(busy)}
-    summary |= _host_p50_s(timeline) | {
-        "sim_link_latency_s": measured_link.latency_s if measured_link else float("nan"),
-        "sim_link_bytes_per_s": measured_link.bandwidth if measured_link else float("nan")}
+    summary |= _host_p50_s(timeline) | {   # the link the prediction priced its messages by
+        f"sim_message_{size}b_s": measured_link.message_s(size) if measured_link else float("nan")
+        for size in LINK_SIZES_REPORTED}
     table = pd.DataFrame({"request": range(len(order)), "prompt_tokens": [p for p, _ in lengths],
                           "decode_tokens": [d for _, d in lengths], "bubble_s": measured,
                           "sim_bubble_s": sim_bubbles, "finish_s": finish, "sim_finish_s": sim_finish})
