@@ -25,6 +25,14 @@ def _leave_on_signals() -> None:
         signal.signal(signum, _interrupted_outside_a_run)
 
 
+def _ignore_signals() -> None:
+    # Every run is over and recorded: a signal from here to the exit changes nothing. Left to Python, one
+    # landing while the interpreter exits found the default action back and ended the process without a
+    # word (exit -2); one landing before said no run had started.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 if __name__ == "__main__":
     _leave_on_signals()
 
@@ -49,11 +57,9 @@ def main(cfg: DictConfig) -> None:
     from hydra.types import RunMode
 
     from sarathi_lab.config import ConfigError
-    from sarathi_lab.harness.gc_thresholds import fewer_collections
-    from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
-    from sarathi_lab.harness.results import STATUS, write_status
-    from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure, run_experiment
-    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.harness.interrupts import Interrupted
+    from sarathi_lab.harness.results import STATUS
+    from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure
 
     hc = HydraConfig.get()
     # In a sweep a failed job is recorded and the sweep goes on; SweepSummary exits non-zero at the end.
@@ -70,14 +76,9 @@ def main(cfg: DictConfig) -> None:
         _refuse(e, multirun)
         return
     try:
-        with signals_interrupt(signal.SIGINT, signal.SIGTERM):
-            run_cfg = parse_config(cfg)
-            with fewer_collections(run_cfg.engine.executor == "sim"):
-                status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
-            # Inside: a signal once the handler is back to leaving at once would leave `running`.
-            write_status(ctx.status_dir, status)
-            if status == "ok" and run_cfg.export.timeline:  # a skipped run's files stay as they were
-                _export_timeline(ctx.status_dir)
+        _run_and_record(cfg, ctx)
+        if not multirun:  # a sweep's next job still leaves at once on a signal
+            _ignore_signals()
     except Interrupted as e:
         record_failure(ctx.status_dir, e)
         if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
@@ -102,6 +103,30 @@ def main(cfg: DictConfig) -> None:
             raise SystemExit(1) from None
     finally:
         ctx.release()
+
+
+def _run_and_record(cfg: DictConfig, ctx) -> None:
+    """The run, its status written while signals still interrupt it (a signal once the handler is back
+    to leaving at once would leave it `running`); an Interrupted that Python wrapped in another error (a
+    signal landing while a module imports) raised as itself."""
+    from sarathi_lab.harness.gc_thresholds import fewer_collections
+    from sarathi_lab.harness.interrupts import interruption_of, signals_interrupt
+    from sarathi_lab.harness.results import write_status
+    from sarathi_lab.harness.runner import run_experiment
+    from sarathi_lab.harness.schema import parse_config
+
+    try:
+        with signals_interrupt(signal.SIGINT, signal.SIGTERM):
+            run_cfg = parse_config(cfg)
+            with fewer_collections(run_cfg.engine.executor == "sim"):
+                status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
+            write_status(ctx.status_dir, status)
+            if status == "ok" and run_cfg.export.timeline:  # a skipped run's files stay as they were
+                _export_timeline(ctx.status_dir)
+    except Exception as e:
+        if (signalled := interruption_of(e)) is None:
+            raise
+        raise signalled from None
 
 
 def _refuse(e: Exception, multirun: bool) -> None:
@@ -165,6 +190,7 @@ def cli() -> None:
             if note := sweep_note(args):
                 print(note, file=sys.stderr)
         main()
+        _ignore_signals()
     except KeyboardInterrupt:  # raised by code of its own, not by our handlers
         print(_INTERRUPTED.format("SIGINT"), file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
+from sarathi_lab.harness.interrupts import Interrupted, interruption_of, signals_interrupt
 from sarathi_lab.harness.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,3 +168,58 @@ def test_a_signal_to_a_submitit_sweep_takes_its_jobs_down_and_records_them(signu
         assert status["status"] == "interrupted", status
     summary = json.loads((sweep / "sweep_summary.json").read_text())
     assert {j: s["status"] for j, s in summary.items()} == {job.name: "interrupted" for job in jobs}
+
+
+def test_a_signal_once_every_run_is_over_ends_nothing_and_says_nothing(tmp_path):
+    # The runs are recorded when main returns; a signal landing while the interpreter exits found
+    # Python's default action back and ended the process silently with -2 (a finished run reported as
+    # interrupted). Here main is a stand-in that returns at once, then the process signals itself.
+    code = ("import os, signal, sys, time\n"
+            "import sarathi_lab.run as run\n"
+            "import sarathi_lab.harness.cli_check as check\n"
+            "check.check_command_line = lambda args: None\n"
+            "check.output_dir_problem = lambda args: None\n"
+            "check.sweep_note = lambda args: None\n"
+            "run.main = lambda: None\n"
+            "sys.argv = ['run', 'logger=none']\n"
+            "run.cli()\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "time.sleep(0.2)\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_a_signal_after_a_run_is_recorded_but_before_it_returns_ends_nothing(tmp_path):
+    # A single run's last steps once its status is written (releasing its folder, Hydra's own ending):
+    # a signal there said "no run was started or changed" of a run that was, and exited 130.
+    code = ("import os, signal, sys, time\n"
+            "from sarathi_lab.harness import runner\n"
+            "release = runner.RunContext.release\n"
+            "def signalled(self):\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(0.2)\n"
+            "    release(self)\n"
+            "runner.RunContext.release = signalled\n"
+            "import sarathi_lab.run as run\n"
+            f"sys.argv = ['run', 'executor=sim', 'model=tiny', 'logger=none', 'hydra.run.dir={tmp_path}/run']\n"
+            "run.cli()\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "interrupted" not in (done.stdout + done.stderr).lower()
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "ok"
+
+
+def test_a_signal_landing_where_a_class_is_built_is_still_the_signal():
+    # A job interrupted while a module imported (a dataclass field's __set_name__) was recorded as
+    # failed with "RuntimeError: Error calling __set_name__": Python 3.11 wraps the exception there.
+    class Field:
+        def __set_name__(self, owner, name):
+            raise Interrupted(signal.SIGTERM)
+
+    with pytest.raises(BaseException) as caught:
+        type("Built", (), {"field": Field()})
+    assert interruption_of(caught.value).signum == signal.SIGTERM
+    assert interruption_of(ValueError("not a signal")) is None

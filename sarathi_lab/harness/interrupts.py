@@ -49,6 +49,18 @@ def signals_interrupt(*signums: int) -> Iterator[None]:
         _received.clear()
 
 
+def interruption_of(error: BaseException) -> Interrupted | None:
+    """The Interrupted ``error`` is, or wraps: Python 3.11 wraps an exception raised where a class is
+    being built (a dataclass field's __set_name__ while a module imports) in a RuntimeError."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, Interrupted):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def raise_if_interrupted() -> None:
     """Raise Interrupted again for a signal this signals_interrupt block received and something swallowed."""
     if _received:
