@@ -34,3 +34,18 @@ def test_a_real_ping_pong_between_two_processes_measures_every_size():
     assert link.sizes == (8, 256 << 10) and all(0 < s < 1 for s in link.seconds)
     first, last = (f"{s * 1e6:.0f}" for s in link.seconds)
     assert link.describe() == f"{first} us (8 B) to {last} us (0.25 MiB) a message"
+
+
+def test_a_ping_pong_that_gives_no_times_fails_in_one_line_naming_why():
+    with pytest.raises(RuntimeError, match="gave no times within 3 s"):
+        measure(sizes=(), rounds=1, timeout_s=3)   # each process fails before its first round
+
+
+def test_the_command_line_refuses_cores_it_may_not_run_on(capsys):
+    from sarathi_lab.sim.link import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--cores", "0,9999"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --cores=0,9999 is invalid: must be two cores")

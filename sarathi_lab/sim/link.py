@@ -10,8 +10,8 @@ take many times one of 16 KiB and about what one of a megabyte takes, which no s
 """
 from __future__ import annotations
 
-import argparse
 import os
+import queue
 import socket
 import time
 from dataclasses import dataclass
@@ -107,6 +107,9 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
         p.start()
     try:
         medians = out.get(timeout=timeout_s)
+    except queue.Empty:
+        raise RuntimeError(f"the link's ping-pong between two processes gave no times within {timeout_s:g} s "
+                           f"(exit codes {[p.exitcode for p in procs]})") from None
     finally:
         for p in procs:
             p.join(timeout=10)
@@ -116,11 +119,21 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.sim.link", description=__doc__.splitlines()[0])
+    from sarathi_lab import cli_args
+
+    parser = cli_args.Parser(prog="python -m sarathi_lab.sim.link", description=__doc__.splitlines()[0])
     parser.add_argument("--cores", default=None, help="two cores to pin the processes to, e.g. 0,1")
     args = parser.parse_args(argv)
-    cores = [int(c) for c in args.cores.split(",")] if args.cores else None
-    print(measure(cores).describe())
+    allowed = sorted(os.sched_getaffinity(0))
+    cores = None
+    if args.cores is not None:
+        parts = args.cores.split(",")
+        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) in allowed for p in parts):
+            parser.error(f"--cores={args.cores} is invalid: must be two cores this process may run on, from "
+                         f"{allowed}, e.g. {allowed[0]},{allowed[-1]}")
+        cores = [int(p) for p in parts]
+    link = measure(cores)
+    print(" ".join(f"{n} B: {s * 1e6:.0f} us;" for n, s in zip(link.sizes, link.seconds)), link.describe())
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from sarathi_lab.sim.pipeline import PipelineSimulator
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.profiles import own_profile_path
 from sarathi_lab.sim.sharding import Parallelism
-from sarathi_lab.sim.stage_profile import ProfileStages
+from sarathi_lab.sim.stage_profile import LOOPBACK, ProfileStages
 
 TAKES_CONTEXT = True  # it serves the run's own workload (TaskContext.workload)
 LINK_SIZES_REPORTED = (8, 65536, 1048576)   # bytes: a header, 64 KiB, 1 MiB
@@ -117,7 +117,11 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, 
                       f"sarathi_lab.run task=profile model={cfg.model} (the run's dtype and threads)"), None
     whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
     item = llm.dtype.itemsize
-    measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
+    try:
+        measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
+    except RuntimeError as e:  # the run's own measurement stands; its prediction says what it assumed
+        log.warning("task=pipeline_bubbles: %s; its prediction assumes %s", e, LOOPBACK.describe())
+        measured = LOOPBACK
     stages = ProfileStages(whole, cfg.pipeline_parallel, llm.model_config.hidden_size * item, link=measured,
                            logits_row_bytes=llm.model_config.vocab_size * item)
     sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
