@@ -41,13 +41,13 @@ class ProfileStages:
         head = self.head_s(num_sampled)
         tokens = batch_tokens(prefills, decodes)
         message = self.link.message_s
-        p2p = 2 * message(tokens * self.hidden_bytes)
-        if not self.host_on_stage0:
-            return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p)
-        command = message(HEADER_BYTES) + message(COMMAND_BYTES_A_TOKEN * tokens)
-        return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p,
-                          host_s=cost.prepare_s + cost.sample_s, stage_host_s=command + cost.prepare_s,
-                          return_s=message(num_sampled * self.logits_row_bytes))
+        host = {}
+        if self.host_on_stage0:
+            command = message(HEADER_BYTES) + message(COMMAND_BYTES_A_TOKEN * tokens)
+            host = {"host_s": cost.prepare_s + cost.sample_s, "stage_host_s": command + cost.prepare_s,
+                    "return_s": message(num_sampled * self.logits_row_bytes)}
+        return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head,
+                          p2p_s=2 * message(tokens * self.hidden_bytes), **host)
 
     def head_s(self, num_sampled: int) -> float:
         """The LM head's seconds over ``num_sampled`` rows, where the cost model prices it apart (a
