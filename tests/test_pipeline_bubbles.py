@@ -187,6 +187,19 @@ def test_pinning_more_ranks_than_cores_is_refused_before_any_work(monkeypatch):
         pipeline_bubbles.check(cfg, 2048)
 
 
+def test_a_handoff_from_a_recorded_trace_or_of_no_requests_is_refused_before_any_work():
+    from sarathi_lab.harness.cli_check import compose_config
+    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.harness.tasks import pipeline_bubbles
+
+    cfg = parse_config(compose_config(["experiment=ci/pipeline_bubbles", "workload=trace_lengths",
+                                       "workload.path=x.csv", "measure.pin_stages=false"]))
+    with pytest.raises(ConfigError, match=r"^measure.handoff_requests=4 is invalid with workload=trace_lengths"):
+        pipeline_bubbles.check(cfg, 2048)
+    with pytest.raises(ConfigError, match=r"^measure.handoff_requests=0 is invalid"):
+        parse_config(compose_config(["experiment=ci/pipeline_bubbles", "measure.handoff_requests=0"]))
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.skipif(usable_cores() < 2, reason="two stages need two cores")
@@ -210,6 +223,10 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     # and each stage's host work on its commands is reported as measured.
     assert (summary.sim_message_8b_s > 0).all() and (summary.sim_message_1048576b_s > 0).all()
     assert (summary.stage0_host_p50_s > 0).all() and (summary.stage1_host_p50_s > 0).all()
+    # Its handoff between the stages was priced by a first run of other requests through the pipeline.
+    assert (summary.sim_handoff_micro_batches > 0).all()
+    prediction = results.table("pipeline_bubbles", "prediction")
+    assert prediction.sim_cost_model.str.contains("handoff measured on 4 other requests").all()
     bubbles = results.table("pipeline_bubbles", "request_bubbles")
     assert len(bubbles) == 2 * 8 and (bubbles.bubble_s >= 0).all() and (bubbles.sim_bubble_s >= 0).all()
     # Every micro-batch ran on both stages; the measured median matches the table it came from.

@@ -149,6 +149,10 @@ class MeasureCfg:
     max_tokens: int | None = None
     # task=pipeline_bubbles: each rank (all its threads) pinned to a core of its own, the driver's first.
     pin_stages: bool = False
+    # task=pipeline_bubbles: requests (of the workload's kind, another seed) run through the same pipeline
+    # before the measured run, whose timeline prices the prediction's handoff between stages (None: the
+    # messages priced by an idle ping-pong between two processes).
+    handoff_requests: int | None = None
     keys: ClassVar[Keys] = _section("measure")
 
     def __post_init__(self):

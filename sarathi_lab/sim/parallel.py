@@ -93,7 +93,12 @@ class StageTimes:
     ``stage_host_s``: each stage's own host work on the micro-batch's command (receiving and decoding
     it, planning attention) before its compute, which it cannot overlap with its previous
     micro-batch's; ``return_s``: the sampled rows' logits on their way back to the driver, before their
-    requests can be scheduled again (0 for both: overlapped, as on a GPU)."""
+    requests can be scheduled again (0 for both: overlapped, as on a GPU). On a stage after the first:
+    ``after_s``, its work once its forward ends before it can take the next command (its sends, and
+    waiting for the previous micro-batch's), and ``receive_s``, taking the activations in once both they
+    and the stage are ready (a message that does not fit the socket's buffer moves only while its
+    receiver reads it); ``first_host_s``: stage 0's own work on the command where it differs from the
+    later stages' (None: the same). All 0 / None unless measured on a running pipeline."""
     stage_s: float
     last_extra_s: float
     p2p_s: float
@@ -101,6 +106,9 @@ class StageTimes:
     sample_s: float = 0.0
     stage_host_s: float = 0.0
     return_s: float = 0.0
+    after_s: float = 0.0
+    receive_s: float = 0.0
+    first_host_s: float | None = None
 
     def on(self, stage: int, stages: int) -> float:
         return self.stage_s + (self.last_extra_s if stage == stages - 1 else 0.0)
@@ -123,16 +131,17 @@ def through_stages(times: StageTimes, now: float, stage_free: list[float],
     # Stage 0's host work for the batch (scheduling, its tensors, the sampling) comes first; the
     # stage is not computing meanwhile, so it counts as its bubble as a measured timeline's would.
     # Each stage then takes the command on its own host (on stage 0 after the driver's work; on later
-    # stages while the activations are still on their way, but not while it computes).
-    ready, stages = now + times.host_s + times.stage_host_s, len(stage_free)
+    # stages while the activations are still on their way, but not while it computes or sends).
+    first_host = times.stage_host_s if times.first_host_s is None else times.first_host_s
+    ready, stages = now + times.host_s + first_host, len(stage_free)
     begins, ends = [], []
     for s in range(stages):
-        begin = max(stage_free[s] + (times.stage_host_s if s else 0.0), ready)
+        begin = max(stage_free[s] + times.stage_host_s, ready) + times.receive_s if s else max(stage_free[0], ready)
         dt = times.on(s, stages)
         busy[s] += dt
-        stage_free[s] = begin + dt
+        stage_free[s] = begin + dt + (times.after_s if s else 0.0)
         begins.append(begin)
-        ends.append(stage_free[s])
+        ends.append(begin + dt)
         ready = begin + dt + times.p2p_s
     return begins, ends
 

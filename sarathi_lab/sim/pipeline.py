@@ -129,7 +129,7 @@ class PipelineSimulator:
                 continue
             times = self.cost.times(*composition(batch), len(batch.sampled))
             begins, ends = through_stages(times, now, stage_free, busy)
-            mb = MicroBatch(batch, begins[0], stage_free[-1] + times.return_s)
+            mb = MicroBatch(batch, begins[0], ends[-1] + times.return_s)
             in_flight.append(mb)
             ids = [chunk.seq.seq_id for chunk in batch.chunks]
             sched.in_flight.update(ids)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sarathi_lab.sim.cost_model import CostModel, batch_tokens
+from sarathi_lab.sim.handoff import Handoff
 from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes
 
@@ -35,6 +36,9 @@ class ProfileStages:
     host_on_stage0: bool = True
     link: Link = LOOPBACK
     logits_row_bytes: int = 0    # one sampled row's logits as sent back (vocabulary x element bytes)
+    # Measured on a running pipeline: each stage's work between two forwards, where the link's messages
+    # priced it (the activations' move among them); None: the messages as the link prices them.
+    handoff: Handoff | None = None
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.whole.iteration_cost(prefills, decodes, num_sampled)
@@ -46,8 +50,14 @@ class ProfileStages:
             command = message(HEADER_BYTES) + message(COMMAND_BYTES_A_TOKEN * tokens)
             host = {"host_s": cost.prepare_s + cost.sample_s, "stage_host_s": command + cost.prepare_s,
                     "return_s": message(num_sampled * self.logits_row_bytes)}
-        return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head,
-                          p2p_s=2 * message(tokens * self.hidden_bytes), **host)
+        p2p = 2 * message(tokens * self.hidden_bytes)
+        if self.handoff is not None and self.host_on_stage0:
+            h = self.handoff
+            host |= {"stage_host_s": h.host(tokens), "first_host_s": h.first_host(tokens), "after_s": h.after_s(tokens),
+                     "receive_s": h.receive(tokens)}
+            p2p = 0.0   # in receive_s: measured whether the activations or the stage came last
+        return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p,
+                          **host)
 
     def head_s(self, num_sampled: int) -> float:
         """The LM head's seconds over ``num_sampled`` rows, where the cost model prices it apart (a
@@ -61,4 +71,5 @@ class ProfileStages:
         return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
                 f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
                 f"{'host work on stage 0 and each stage, logits back, ' if self.host_on_stage0 else ''}"
-                f"sends {self.link.describe()}")
+                f"sends {self.link.describe()}"
+                + (f"; {self.handoff.describe()}" if self.handoff is not None and self.host_on_stage0 else ""))

@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 
 TIMELINE_COLUMNS = ("stage", "micro_batch", "start_s", "end_s")
 # Where the executor records them: when each stage had the micro-batch's command and when its host work
-# for it (the bytes received and decoded, attention planned) was done (model/parallel/timeline.py).
-HOST_COLUMNS = ("command_s", "planned_s")
+# for it (the bytes received and decoded, attention planned) was done, and its tokens (model/parallel/timeline.py).
+HOST_COLUMNS = ("command_s", "planned_s", "tokens")
 
 
 def estimated_timeline(iterations: list[IterationRecord], layers: list[int]) -> pd.DataFrame:

@@ -12,6 +12,7 @@ the engine's own ``iterations`` and ``requests``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -25,8 +26,10 @@ from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.harness.tasks import TaskContext
 from sarathi_lab.harness.tasks._stage_timeline import TIMELINE_COLUMNS, engine_timeline, spans
 from sarathi_lab.harness.tasks.profile import _device
+from sarathi_lab.harness.workloads import build_workload
 from sarathi_lab.plan import build_scheduler
 from sarathi_lab.sim import link
+from sarathi_lab.sim.handoff import Handoff
 from sarathi_lab.sim.pipeline import PipelineSimulator
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.profiles import own_profile_path
@@ -35,6 +38,7 @@ from sarathi_lab.sim.stage_profile import LOOPBACK, ProfileStages
 
 TAKES_CONTEXT = True  # it serves the run's own workload (TaskContext.workload)
 LINK_SIZES_REPORTED = (8, 65536, 1048576)   # bytes: a header, 64 KiB, 1 MiB
+HANDOFF_SEED = 1000   # the handoff's requests are drawn with the run's seed plus this: never the run's own
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ def check(cfg, context: int) -> None:
         raise ConfigError(f"measure.pin_stages=true is invalid with engine.pipeline_parallel={stages}: "
                           f"{len(os.sched_getaffinity(0))} cores may run this process, fewer than one a rank; "
                           "allowed: measure.pin_stages=false, or fewer stages")
+    if cfg.measure.handoff_requests is not None and cfg.workload.kind in ("trace", "trace_lengths"):
+        raise ConfigError(f"measure.handoff_requests={cfg.measure.handoff_requests} is invalid with "
+                          f"workload={cfg.workload.kind}: the handoff's requests are drawn from a generated "
+                          "workload with another seed; allowed: null")
 
 
 def _pin(pid: int, cores: set[int]) -> None:
@@ -103,10 +111,29 @@ def _quantiles(prefix: str, bubbles: np.ndarray) -> dict[str, float]:
             f"{prefix}_mean_s": float(bubbles.mean())}
 
 
+def measure_handoff(cfg, llm) -> Handoff | None:
+    """``measure.handoff_requests`` requests of the run's workload kind (another seed) served through the
+    same pipeline, as it is pinned now; the handoff between its stages read off their timeline (None
+    where the executor records none)."""
+    n = cfg.measure.handoff_requests
+    work = build_workload(dataclasses.replace(cfg.workload, num_requests=n), cfg.seq_len, cfg.pd_ratio,
+                          cfg.seed + HANDOFF_SEED, llm.model_config.vocab_size)
+    first = getattr(llm.engine.executor, "micro_batches_submitted", None)
+    llm.generate(work.prompts, max_new_tokens=work.decode_lens, arrival_times=work.arrival_times,
+                 sampling=SamplingParams(ignore_eos=True))
+    timeline, estimated = engine_timeline(llm, len(llm.metrics.iterations), first)
+    if estimated:
+        log.warning("measure.handoff_requests: the executor records no stage timeline; the prediction's messages "
+                    "are priced by the link")
+        return None
+    return Handoff.from_timeline(timeline, f"{n} other requests (seed {cfg.seed + HANDOFF_SEED}) through this pipeline")
+
+
 def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, max_in_flight: int | None = None,
-             profile: Path | None = None, cores: list[int] | None = None):
+             profile: Path | None = None, cores: list[int] | None = None, handoff: Handoff | None = None):
     """The same run on the simulator's pipeline: this device's profile of the model priced per stage, its
-    messages by the link between two processes measured now (on ``cores``, where the stages were pinned),
+    messages by the link between two processes measured now (on ``cores``, where the stages were pinned)
+    and, where ``handoff`` is given, each stage's work between two forwards as a running pipeline paid it;
     the engine's own scheduler config and cache, as many micro-batches in flight as the engine keeps
     (None: one a stage). (result, the cost model's description, the link); (None, why, None) where the
     device has no profile."""
@@ -123,7 +150,7 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, 
         log.warning("task=pipeline_bubbles: %s; its prediction assumes %s", e, LOOPBACK.describe())
         measured = LOOPBACK
     stages = ProfileStages(whole, cfg.pipeline_parallel, llm.model_config.hidden_size * item, link=measured,
-                           logits_row_bytes=llm.model_config.vocab_size * item)
+                           logits_row_bytes=llm.model_config.vocab_size * item, handoff=handoff)
     sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
                             max_in_flight=max_in_flight)
     return sim.run(lengths, arrivals), stages.describe(), measured
@@ -152,9 +179,10 @@ def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.n
 
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     workload = context.workload
-    # The run's first micro-batch's number on the executor's timeline (the warm-up's came before it).
-    first = getattr(llm.engine.executor, "micro_batches_submitted", None)
     with pinned_ranks(llm) if cfg.measure.pin_stages else contextlib.nullcontext([]) as cores:
+        handoff = measure_handoff(cfg, llm) if cfg.measure.handoff_requests else None
+        # The run's first micro-batch's number on the executor's timeline (the warm-up's came before it).
+        first = getattr(llm.engine.executor, "micro_batches_submitted", None)
         llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
                      sampling=SamplingParams(ignore_eos=True))
     metrics = llm.metrics
@@ -172,7 +200,8 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     lengths = [(len(p), d) for p, d in zip(workload.prompts, workload.decode_lens)]
     # The twin keeps as many micro-batches in flight as the engine: one where it records no timeline.
     depth = 1 if estimated else getattr(llm.engine.executor, "depth", None)
-    sim, described, measured_link = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth, cores=cores)
+    sim, described, measured_link = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth, cores=cores,
+                                             handoff=handoff)
     if sim is None:
         log.warning("task=pipeline_bubbles: no prediction beside the measurement: %s", described.removeprefix("none: "))
     predicted, sim_bubbles, sim_finish, sim_timeline = _prediction(sim, cfg.engine.pipeline_parallel, len(order))
@@ -183,7 +212,8 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                | {"makespan_s": makespan, "num_micro_batches": len(iterations),
                   "stage_idle_share": float(1 - busy.sum() / (len(busy) * makespan)) if makespan else 0.0,
                   "stage0_gap_p50_s": _stage0_gap_p50_s(start, end),
-                  "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores)})
+                  "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores),
+                  "sim_handoff_micro_batches": handoff.micro_batches if handoff else 0})
     summary |= {f"stage{s}_busy_s": float(b) for s, b in enumerate(busy)}
     summary |= _host_p50_s(timeline) | {   # the link the prediction priced its messages by
         f"sim_message_{size}b_s": measured_link.message_s(size) if measured_link else float("nan")
