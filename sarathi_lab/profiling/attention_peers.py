@@ -65,6 +65,8 @@ def as_engine_rows(out: torch.Tensor) -> torch.Tensor:
 
 
 def engine_call(x: Inputs) -> Callable[[], torch.Tensor]:
+    """The engine's paged kernel over ``x``'s rows in one launch (also a hybrid batch's, whose inputs have
+    the same engine-side fields)."""
     from sarathi_kernels.paged_attention import paged_attention  # Triton: the gpu extra's (the interpreter on a CPU)
 
     out = torch.empty_like(x.query)
