@@ -19,7 +19,6 @@ import pandas as pd
 # The iterations table's columns that say which requests each iteration held.
 MEMBERSHIP = ("prefill_request_ids", "prefill_chunk_tokens", "decode_request_ids", "preempted_request_ids")
 KV_BLOCKS = "num_kv_blocks_used"
-STATES = ("queued", "prefill", "decode", "stalled", "preempted")
 NOT_RECORDED = {
     "membership": "which requests each iteration held (prefill chunks, decodes, preemptions): each request "
                   "is drawn as queued, one prefill span and one decode span",
@@ -30,7 +29,7 @@ NOT_RECORDED = {
 @dataclass(frozen=True)
 class Span:
     request_id: int
-    name: str          # one of STATES
+    name: str          # queued, prefill, decode, stalled or preempted
     start_s: float
     end_s: float
     args: dict = field(default_factory=dict)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import pandas as pd
 from sarathi_lab import cli_args
 from sarathi_lab.analysis.lifecycle import KV_BLOCKS, MEMBERSHIP, NOT_RECORDED, Span, missing, request_spans
 from sarathi_lab.engine.metrics import iteration_kinds
-from sarathi_lab.harness.results import METRICS, WANDB_DIR, UnreadableRun, read_record, run_source
+from sarathi_lab.harness.results import METRICS, WANDB_DIR, UnreadableRun, read_record, run_source, write_atomically
 
 log = logging.getLogger(__name__)
 TRACE = "timeline.json"     # where a run's trace goes, in its directory
@@ -232,20 +231,13 @@ def out_problem(out: Path) -> str | None:
 
 
 def write_trace(payload: dict[str, Any], out: Path) -> Path:
-    """``payload`` at ``out``, whole or not at all: written to a temporary name beside it, renamed, and
-    the temporary file removed on any failure (a full disk, a read-only filesystem)."""
+    """``payload`` at ``out`` (gzipped for a .gz name), whole or not at all (write_atomically)."""
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        if out.suffix == ".gz":
-            with gzip.open(tmp, "wt") as f:
-                f.write(text)
-        else:
-            tmp.write_text(text)
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    if out.suffix == ".gz":
+        write_atomically(out, lambda tmp: tmp.write_bytes(gzip.compress(text.encode())))
+    else:
+        write_atomically(out, lambda tmp: tmp.write_text(text))
     return out
 
 

@@ -103,7 +103,7 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table], res
     arrow table (harness/engine_tables.py), of the columns and types the DataFrame would have given."""
     suffix = ".partial" if result.partial else ""
     for name, table in tables.items():
-        _atomic(run_dir / f"{name}{suffix}.parquet", lambda tmp, table=table: _write_parquet(table, tmp))
+        write_atomically(run_dir / f"{name}{suffix}.parquet", lambda tmp, table=table: _write_parquet(table, tmp))
     write_json(run_dir / f"metrics{suffix}.json", asdict(result))
 
 
@@ -155,7 +155,9 @@ def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
     return fd
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a temporary name beside ``path``, then renamed over it: a reader sees the old file
+    or the new one whole, and any failure (a full disk, a read-only filesystem) leaves no temporary file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
@@ -168,7 +170,7 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> None:
 def write_json(path: Path, payload: dict) -> None:
     # NaN is not JSON; null keeps every reader (pandas, jq, browsers) happy.
     text = json.dumps(_nan_to_none(payload), indent=2, default=str)
-    _atomic(path, lambda tmp: tmp.write_text(text))
+    write_atomically(path, lambda tmp: tmp.write_text(text))
 
 
 def _nan_to_none(value: Any) -> Any:

@@ -16,15 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sarathi_lab.harness.results import (
-    STATUS,
-    SWEEP_SUMMARY,
-    WANDB_DIR,
-    is_finished,
-    lock,
-    natural_order,
-    read_json,
-)
+from sarathi_lab.harness.results import STATUS, SWEEP_SUMMARY, WANDB_DIR, is_finished, lock, natural_order, read_json
 
 SWEEP_LOCK = ".sweep.lock"
 # Where a rerun that left every job as it was puts its report.

@@ -64,13 +64,15 @@ def as_engine_rows(out: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2).flatten(0, 1)
 
 
-def engine_call(x: Inputs) -> Callable[[], torch.Tensor]:
+def engine_call(x: Inputs, **launch) -> Callable[[], torch.Tensor]:
+    """The engine's paged kernel over ``x``'s rows in one launch (also a hybrid batch's, whose inputs have
+    the same engine-side fields); ``launch``: paged_attention's overrides (tiles, split counts)."""
     from sarathi_kernels.paged_attention import paged_attention  # Triton: the gpu extra's (the interpreter on a CPU)
 
     out = torch.empty_like(x.query)
     m = x.meta
     return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
-                                   x.scale, max_query_len=m.max_query_len, out=out)
+                                   x.scale, max_query_len=m.max_query_len, out=out, **launch)
 
 
 def sdpa_call(case: Case, x: Inputs, flash: bool) -> Callable[[], torch.Tensor]:

@@ -17,7 +17,7 @@ import torch
 from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule
 
 from sarathi_lab.profiling.attention_grid import Case
-from sarathi_lab.profiling.attention_peers import Inputs, make_inputs, rel_diff, time_interleaved
+from sarathi_lab.profiling.attention_peers import Inputs, engine_call, make_inputs, rel_diff, time_interleaved
 from sarathi_lab.tuned_kernels import TileConfig
 
 # Prefill work (whole prompts, chunks over a prefix, chunks beside decodes: any q-tile of 2+ rows):
@@ -55,14 +55,6 @@ def shapes(device: str) -> dict[str, list[Case]]:
             "decode": [Case("decode", h, kv, d, 1, ctx, b) for h, kv in heads for b, ctx in ((18, 1024), (64, 4096))]}
 
 
-def _call(x: Inputs, **launch) -> Callable[[], torch.Tensor]:
-    from sarathi_kernels.paged_attention import paged_attention
-
-    out, m = torch.empty_like(x.query), x.meta
-    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
-                                   x.scale, max_query_len=m.max_query_len, out=out, **launch)
-
-
 def planned_splits(x: Inputs, tiles: TileConfig, rule: SplitRule = DEFAULT_RULE) -> int:
     from sarathi_kernels.attention_plan import plan_launch
     from sarathi_kernels.occupancy import device_sm_count
@@ -81,7 +73,7 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
     the defaults) and one row per (case, contender); ``limit``: at
     most this many configs (the dry run's). Stops trying configs when ``seconds_left`` says under 20 s."""
     inputs = [make_inputs(case, dtype, device, block_size) for case in cases]
-    defaults = [_call(x)().float() for x in inputs]
+    defaults = [engine_call(x)().float() for x in inputs]
     ratios: dict[TileConfig, list[float]] = {}
     rows = []
     for tiles in TILES[kind][:limit]:
@@ -92,12 +84,12 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
         for case, x, reference in zip(cases, inputs, defaults):
             row = {"kind": kind, "shape": case.label, "tiles": tiles_label(tiles), "splits": "planned"}
             try:
-                call = _call(x, **tiles.launch_kwargs())
+                call = engine_call(x, **tiles.launch_kwargs())
                 diff = rel_diff(call(), reference)
                 row["rel_diff"] = diff
                 if diff > MAX_REL_DIFF:
                     raise ValueError(f"rel diff {diff:.3g} > {MAX_REL_DIFF}")
-                times = time_interleaved({"default": _call(x), "tiles": call}, reps, device, warmup)
+                times = time_interleaved({"default": engine_call(x), "tiles": call}, reps, device, warmup)
                 row |= {"ms": statistics.median(times["tiles"]), "default_ms": statistics.median(times["default"])}
                 ratios[tiles].append(row["ms"] / row["default_ms"])
             except Exception as e:  # noqa: BLE001 (a config that fails to compile or is wrong is a result)
@@ -118,7 +110,7 @@ def _split_rows(kind, cases, inputs, tiles: TileConfig, reps, device, warmup) ->
     for case, x in zip(cases, inputs):
         planned = planned_splits(x, tiles)
         counts = sorted({max(1, round(planned * s)) for s in SPLIT_SCALES})
-        calls = {f"splits={n}": _call(x, num_splits=n, **tiles.launch_kwargs()) for n in counts}
+        calls = {f"splits={n}": engine_call(x, num_splits=n, **tiles.launch_kwargs()) for n in counts}
         times = time_interleaved(calls, reps, device, warmup)
         # What each rule of the grid would plan here: the fit scores the rules on these counts.
         by_rule = json.dumps({rule_label(r): planned_splits(x, tiles, r) for r in RULE_GRID})

@@ -15,12 +15,11 @@ import torch
 import torch.nn.functional as F
 from sarathi_kernels.tolerances import COMPILED_TOLERANCE
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import causal_lower_right
 
 from sarathi_lab.attention import AttentionMetadata, reference
 from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch, paged_cache
 from sarathi_lab.profiling.attention_grid import FLEX, SDPA, Case
-from sarathi_lab.profiling.attention_peers import Flex, Inputs, checked_calls, time_interleaved
+from sarathi_lab.profiling.attention_peers import Flex, Inputs, checked_calls, engine_call, sdpa_call, time_interleaved
 from sarathi_lab.profiling.floors import attention_floor
 from sarathi_lab.profiling.hybrid_grid import (
     CONTENDERS,
@@ -84,14 +83,6 @@ def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
                                   work, x.scale, out=out, num_warps=warps, sm_of=sm_of)), plan_ms
 
 
-def one_launch_call(x: HybridInputs) -> Callable[[], torch.Tensor]:
-    from sarathi_kernels.paged_attention import paged_attention
-
-    m, out = x.meta, torch.empty_like(x.query)
-    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
-                                   x.scale, max_query_len=m.max_query_len, out=out)
-
-
 def two_launches_call(x: HybridInputs) -> Callable[[], torch.Tensor]:
     from sarathi_kernels.paged_attention import paged_attention
 
@@ -120,16 +111,7 @@ def peer_call(name: str, case: HybridCase, x: HybridInputs, flash: bool,
               flex: Flex | None) -> Callable[[], torch.Tensor]:
     """A peer's chunk (SDPA bottom-right causal, or FlexAttention), then SDPA's decodes, as engine rows."""
     chunk_case = Case("chunk", case.heads, case.kv_heads, case.head_dim, case.chunk, case.context)
-    if name == FLEX:
-        chunk = flex.call(chunk_case, x.chunk)
-    else:
-        mask = causal_lower_right(case.chunk, case.context) if case.prefix else None
-        gqa = case.heads != case.kv_heads
-
-        def chunk() -> torch.Tensor:
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION) if flash else nullcontext():
-                return F.scaled_dot_product_attention(x.chunk.q, x.chunk.k, x.chunk.v, attn_mask=mask,
-                                                      is_causal=mask is None, scale=x.scale, enable_gqa=gqa)
+    chunk = flex.call(chunk_case, x.chunk) if name == FLEX else sdpa_call(chunk_case, x.chunk, flash)
     decodes = _decodes_sdpa(x, flash)
     return lambda: torch.cat([chunk()[0].transpose(0, 1), decodes()])
 
@@ -149,7 +131,7 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
                  "dtype": str(dtype).removeprefix("torch."), "device": device.type, "ctas_per_sm": CTAS_PER_SM,
                  "flops_per_byte": rate}
     builders: dict[str, Callable[[], Callable[[], torch.Tensor]]] = {
-        ONE_LAUNCH: lambda: one_launch_call(x), TWO_LAUNCHES: lambda: two_launches_call(x),
+        ONE_LAUNCH: lambda: engine_call(x), TWO_LAUNCHES: lambda: two_launches_call(x),
         SDPA: lambda: peer_call(SDPA, case, x, flash, flex)}
     # None: pod_attention's own choice (a lane of the program's SM, compiled).
     for name, lanes, sm_of in ((POD, CTAS_PER_SM, None), (POD_BY_PROGRAM, CTAS_PER_SM, "program"),

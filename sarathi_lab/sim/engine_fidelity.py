@@ -15,11 +15,7 @@ from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim import fidelity
 from sarathi_lab.sim.cost_model import batch_tokens
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
-from sarathi_lab.sim.profile_model import (
-    DENSE_OPS,
-    ProfileCostModel,
-    measured_iterations,
-)
+from sarathi_lab.sim.profile_model import DENSE_OPS, ProfileCostModel, measured_iterations
 from sarathi_lab.sim.profiles import profile_description, profile_path, profiled_devices
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 

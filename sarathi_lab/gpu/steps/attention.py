@@ -5,6 +5,7 @@ rerun continues where a call ran out of time; per shape the metrics ``attention_
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -14,6 +15,9 @@ from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
 from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET, floor_target
+
+if TYPE_CHECKING:  # imported where it runs: it loads the Triton kernels
+    from sarathi_lab.profiling.attention_peers import Flex
 
 ROWS = "attention.csv"
 # A shape is not started with less than this left of the call: the largest, with its compile, fits it.
@@ -82,30 +86,38 @@ def _ceilings(ctx: Context) -> tuple[float, float, list[str]]:
     return env["copy_gbps"], env["matmul_tflops"] * 1e3, notes
 
 
-def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    from sarathi_lab.profiling.attention_peers import Flex, measure
+def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tuple[list[dict], Flex, list[str]]:
+    """A row per case of ``grid`` by ``measure``, in the grid's order: those ``rows_file`` holds from an
+    earlier call, then the rest, the file rewritten as each ends so that a rerun continues where a call
+    ran out of time. Also the FlexAttention the peers ran, and the notes on where the ceilings came from."""
+    from sarathi_lab.profiling.attention_peers import Flex
 
-    grid, device = GRIDS[ctx.device], torch.device(ctx.device)
-    dtype = getattr(torch, grid.dtype)
+    device, dtype = torch.device(ctx.device), getattr(torch, grid.dtype)
     copy_gbps, matmul, notes = _ceilings(ctx)
-    path = ctx.dir / ROWS
+    path = ctx.dir / rows_file
     rows = pd.read_csv(path).to_dict("records") if path.is_file() else []
     done = {r["shape"] for r in rows}
-    cases = [c for c in grid.cases() if c.label not in done]
     flex = Flex(compiled=ctx.device == "cuda")
     # One compile per shape FlexAttention runs: Dynamo would give up past its default 8 and run it eagerly.
     with torch._dynamo.config.patch(recompile_limit=grid.flex_compiles + 8):
-        for case in cases:
+        for case in [c for c in grid.cases() if c.label not in done]:
             left = ctx.seconds_left()
             if left is not None and left < SHAPE_GUARD_S:
-                raise Incomplete(f"{len(rows)} of {len(grid.cases())} shapes measured; a rerun continues")
-            row = measure(case, dtype=dtype, device=device, block_size=EngineConfig.block_size, reps=grid.reps,
-                          warmup=grid.warmup, flex=flex, copy_gbps=copy_gbps, matmul_gflops=matmul)
-            rows.append(row)
+                raise Incomplete(f"{len(rows)} of {len(grid.cases())} {unit} measured; a rerun continues")
+            rows.append(measure(case, dtype=dtype, device=device, block_size=EngineConfig.block_size, reps=grid.reps,
+                                warmup=grid.warmup, flex=flex, copy_gbps=copy_gbps, matmul_gflops=matmul))
             pd.DataFrame(rows).to_csv(path, index=False)
-    on_gpu = ctx.device == "cuda"
     order = {c.label: i for i, c in enumerate(grid.cases())}
     rows.sort(key=lambda r: order.get(r["shape"], len(order)))
+    return rows, flex, notes
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    from sarathi_lab.profiling.attention_peers import measure
+
+    grid = GRIDS[ctx.device]
+    rows, flex, notes = measured_rows(ctx, grid, ROWS, measure, "shapes")
+    on_gpu = ctx.device == "cuda"
     metrics = summary_metrics(rows, on_gpu)
     # A compiled FlexAttention's first call at a shape is its compile (what the plan's estimate counts).
     compile_s = [r[f"{FLEX}_first_call_s"] for r in rows

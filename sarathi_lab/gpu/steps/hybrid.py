@@ -5,14 +5,9 @@ batch ``hybrid_attention_over_sequential[<shape>]`` (the target), over the faste
 and each contender's ms."""
 from __future__ import annotations
 
-import pandas as pd
-import torch
-
-from sarathi_lab.config import EngineConfig
-from sarathi_lab.gpu.context import Context, Incomplete
+from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.gpu.steps.attention import SHAPE_GUARD_S, _value, agreement
-from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
+from sarathi_lab.gpu.steps.attention import _value, agreement, measured_rows
 from sarathi_lab.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, POD_BY_PROGRAM, POD_X1, TARGET
 
 ROWS = "hybrid_attention.csv"
@@ -44,30 +39,11 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    from sarathi_lab.profiling.attention_peers import Flex
     from sarathi_lab.profiling.hybrid_attention import measure
 
-    grid, device = GRIDS[ctx.device], torch.device(ctx.device)
-    dtype = getattr(torch, grid.dtype)
-    env = ceilings(ctx.out)
-    notes = [] if env else ["ceilings measured by this step (the env step has not run)"]
-    env = env or measure_ceilings(ctx.device)
-    path = ctx.dir / ROWS
-    rows = pd.read_csv(path).to_dict("records") if path.is_file() else []
-    done = {r["shape"] for r in rows}
-    flex = Flex(compiled=ctx.device == "cuda")
-    with torch._dynamo.config.patch(recompile_limit=grid.flex_compiles + 8):
-        for case in [c for c in grid.cases() if c.label not in done]:
-            left = ctx.seconds_left()
-            if left is not None and left < SHAPE_GUARD_S:
-                raise Incomplete(f"{len(rows)} of {len(grid.cases())} batches measured; a rerun continues")
-            rows.append(measure(case, dtype=dtype, device=device, block_size=EngineConfig.block_size, reps=grid.reps,
-                                warmup=grid.warmup, flex=flex, copy_gbps=env["copy_gbps"],
-                                matmul_gflops=env["matmul_tflops"] * 1e3))
-            pd.DataFrame(rows).to_csv(path, index=False)
+    grid = GRIDS[ctx.device]
+    rows, flex, notes = measured_rows(ctx, grid, ROWS, measure, "batches")
     on_gpu = ctx.device == "cuda"
-    order = {c.label: i for i, c in enumerate(grid.cases())}
-    rows.sort(key=lambda r: order.get(r["shape"], len(order)))
     met = sum(_value(r.get("over_sequential")) is not None and r["over_sequential"] <= TARGET for r in rows)
     metrics = [Metric("hybrid_attention_within_target", f"{met}/{len(rows)}", "", "all",
                       met == len(rows) if on_gpu else None)]

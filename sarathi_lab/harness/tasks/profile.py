@@ -22,13 +22,7 @@ from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.profiling.ops import forward_timer, time_by_op
-from sarathi_lab.sim.profile_model import (
-    COLUMNS,
-    DENSE_OPS,
-    DRIFT_WARNING,
-    ProfileCostModel,
-    measured_iterations,
-)
+from sarathi_lab.sim.profile_model import COLUMNS, DENSE_OPS, DRIFT_WARNING, ProfileCostModel, measured_iterations
 from sarathi_lab.sim.profiles import own_profile_path, profiles_dir
 
 log = logging.getLogger(__name__)
