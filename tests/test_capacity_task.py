@@ -177,3 +177,21 @@ def test_slo_and_capacity_settings_are_refused_in_one_line(overrides, message):
         cfg = compose("config", overrides=[*SIM, *overrides])
     with pytest.raises(ConfigError, match=rf"^{message}"):
         parse_config(cfg)
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_auto_budget_under_pipeline_stages_says_the_slo_s_largest_may_not_hold_the_most(stages, caplog):
+    from sarathi_lab.harness.cli_check import compose_config
+    from sarathi_lab.harness.preflight import preflight
+    from sarathi_lab.harness.schema import parse_config
+
+    cfg = parse_config(compose_config(["experiment=capacity_sim_falcon180b_tp4pp2", "slo=llama70b_strict",
+                                       "scheduler=sarathi_serve", f"engine.sim_pp={stages}",
+                                       f"engine.sim_tp={8 // stages}"]))
+    with caplog.at_level("WARNING", logger="sarathi_lab.harness.preflight"):
+        checked = preflight(cfg)
+    assert checked.budget["token_budget"] > cfg.engine.max_batch_size
+    warned = [r.getMessage() for r in caplog.records if "pipeline stages" in r.getMessage()]
+    said = ("token_budget=auto under 2 pipeline stages: the largest budget within the SLO is not always the one "
+            "that holds the most; sweep token_budget=null chunk=... to find it (docs/parallel.md)")
+    assert warned == ([] if stages == 1 else [said])

@@ -77,6 +77,14 @@ def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dic
     log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "
              "within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model, budget.predicted_s, cfg.slo.tbt_p99_s,
              "; capped: the SLO does not bind" if budget.capped else "")
+    stages = cfg.engine.sim_pp if cfg.engine.executor == "sim" else cfg.engine.pipeline_parallel
+    if stages > 1:
+        # The SLO bounds a micro-batch's passage, not how evenly the micro-batches in flight share the
+        # work: under a pipeline a budget far above a micro-batch's usual share lets one take a burst of
+        # prompts while the one beside it holds decodes only, and the stages wait on each other.
+        log.warning("token_budget=auto under %d pipeline stages: the largest budget within the SLO is not "
+                    "always the one that holds the most; sweep token_budget=null chunk=... to find it "
+                    "(docs/parallel.md)", stages)
     # The budget is the SLO's now: a refusal of it names token_budget=auto, as the user set it.
     tuned = f"auto ({budget.tokens} tokens for slo.tbt_p99_s={cfg.slo.tbt_p99_s})"
     keys = replace(engine.keys, names={**engine.keys.names, "chunk_size": "token_budget"},
