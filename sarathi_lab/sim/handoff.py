@@ -19,7 +19,6 @@ import pandas as pd
 
 NEEDED = ("stage", "micro_batch", "start_s", "end_s", "tokens", "command_s", "planned_s")
 BINS = 4   # token ranges a term's medians are taken over (quantiles of the micro-batches' tokens)
-TERMS = ("after", "host", "receive", "first_host")
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class TokenTable:
 
 @dataclass(frozen=True)
 class Handoff:
-    """A pipeline's measured host terms (``TERMS``), each a ``TokenTable``; ``after`` None where no
+    """A pipeline's measured host terms, each a ``TokenTable``; ``after`` None where no
     micro-batch had its next command waiting when its forward ended (a pipeline running one at a time:
     priced 0); ``micro_batches``: how many the measurement had; ``source``: where it was measured."""
     after: TokenTable | None

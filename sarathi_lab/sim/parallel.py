@@ -136,7 +136,10 @@ def through_stages(times: StageTimes, now: float, stage_free: list[float],
     ready, stages = now + times.host_s + first_host, len(stage_free)
     begins, ends = [], []
     for s in range(stages):
-        begin = max(stage_free[s] + times.stage_host_s, ready) + times.receive_s if s else max(stage_free[0], ready)
+        if s:
+            begin = max(stage_free[s] + times.stage_host_s, ready) + times.receive_s
+        else:
+            begin = max(stage_free[0], ready)
         dt = times.on(s, stages)
         busy[s] += dt
         stage_free[s] = begin + dt + (times.after_s if s else 0.0)
