@@ -45,19 +45,18 @@ class ProfileStages:
         head = self.head_s(num_sampled)
         tokens = batch_tokens(prefills, decodes)
         message = self.link.message_s
-        host = {}
-        if self.host_on_stage0:
+        stage_s = max(cost.forward_s - head, 0.0) / self.stages
+        if not self.host_on_stage0:
+            return StageTimes(stage_s=stage_s, last_extra_s=head, p2p_s=2 * message(tokens * self.hidden_bytes))
+        host = {"host_s": cost.prepare_s + cost.sample_s, "return_s": message(num_sampled * self.logits_row_bytes)}
+        h = self.handoff
+        if h is None:
             command = message(HEADER_BYTES) + message(COMMAND_BYTES_A_TOKEN * tokens)
-            host = {"host_s": cost.prepare_s + cost.sample_s, "stage_host_s": command + cost.prepare_s,
-                    "return_s": message(num_sampled * self.logits_row_bytes)}
-        p2p = 2 * message(tokens * self.hidden_bytes)
-        if self.handoff is not None and self.host_on_stage0:
-            h = self.handoff
+            host |= {"stage_host_s": command + cost.prepare_s, "p2p_s": 2 * message(tokens * self.hidden_bytes)}
+        else:   # as a running pipeline paid it; the activations' move is in receive_s
             host |= {"stage_host_s": h.host(tokens), "first_host_s": h.first_host(tokens), "after_s": h.after_s(tokens),
-                     "receive_s": h.receive(tokens)}
-            p2p = 0.0   # in receive_s: measured whether the activations or the stage came last
-        return StageTimes(stage_s=max(cost.forward_s - head, 0.0) / self.stages, last_extra_s=head, p2p_s=p2p,
-                          **host)
+                     "receive_s": h.receive(tokens), "p2p_s": 0.0}
+        return StageTimes(stage_s=stage_s, last_extra_s=head, **host)
 
     def head_s(self, num_sampled: int) -> float:
         """The LM head's seconds over ``num_sampled`` rows, where the cost model prices it apart (a
