@@ -63,6 +63,13 @@ def shown(value, spec: str, why: str, unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
+def with_range(values: pd.Series) -> str:
+    """A ratio's mean and, over repeated runs, their min-max: '1.05x (1.02-1.08x)'."""
+    if len(values) < 2:
+        return f"{values.mean():.2f}x"
+    return f"{values.mean():.2f}x ({values.min():.2f}-{values.max():.2f}x)"
+
+
 def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str, value: float | None = None) -> dict:
     """``value``: the row's headline number, whose range over repeats is its spread (None: the
     spread lists each repeat's verdict instead)."""

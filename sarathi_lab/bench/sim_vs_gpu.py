@@ -67,11 +67,6 @@ _SMOKE_PAIRS = tuple((ratio, scheduler) for ratio in (4, 16) for scheduler in ("
 _SMOKE_KINDS = ("orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead", "tile_quantization")
 
 
-def comparable(task: str | None) -> bool:
-    """Whether a run of ``task`` has a comparison: served again, or its table's batches priced."""
-    return task == SERVE or task in TABLES
-
-
 def finished_runs(root: Path) -> tuple[list[Path], Counter]:
     """The finished, measured (not simulated) runs under ``root`` that have a comparison, in sweep
     order, and how many of the other finished runs there were left out, by why."""
@@ -83,7 +78,7 @@ def finished_runs(root: Path) -> tuple[list[Path], Counter]:
             left_out["partial (interrupted)"] += 1
         elif executor != "model":
             left_out[f"executor={executor}"] += 1
-        elif not comparable(task):
+        elif task != SERVE and task not in TABLES:  # neither served again nor its table's batches priced
             left_out[f"{metrics.relative_to(root).parts[0]} (task={task}, no comparison)"] += 1
         else:
             found.append(metrics.parent)
@@ -93,11 +88,6 @@ def finished_runs(root: Path) -> tuple[list[Path], Counter]:
 def serving_runs(root: Path) -> list[Path]:
     """The finished, measured (not simulated) serving runs under ``root``, in sweep order."""
     return [run for run in finished_runs(root)[0] if read_record(run / METRICS)["config"].get("task") == SERVE]
-
-
-def run_kind(run_dir: Path, runs: Path) -> str:
-    """What the run is a run of: its sweep's experiment, the first folder under the results root."""
-    return run_dir.relative_to(runs).parts[0]
 
 
 def measured_engine(runs: list[Path]) -> str:
@@ -198,7 +188,7 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS, progre
     refused = refusals(compared, device, cost_models)
     for run_dir in compared:
         record = read_record(run_dir / METRICS)
-        config, kind = record["config"], run_kind(run_dir, runs)
+        config, kind = record["config"], run_dir.relative_to(runs).parts[0]  # its sweep's experiment
         ident = {"run_kind": kind, "task": config.get("task"), "job": run_dir.name,
                  **{k: config.get(k) for k in _KEYS}, "measured_on": record["environment"].get("device_name"),
                  "measured_timing_unreliable": bool(record["environment"].get("timing_unreliable"))}

@@ -4,19 +4,12 @@ from __future__ import annotations
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
-from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict, why_left_out
+from sarathi_lab.analysis.claims import claim_row, shown, unless_missing, verdict, why_left_out, with_range
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 
 ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "SARATHI (tile-aligned)", "baseline (staggered)",
          "SARATHI (staggered)", "SARATHI (tile-aligned, staggered)"]
 ALIGNED = "SARATHI (tile-aligned)"
-
-
-def _with_range(gains: pd.Series) -> str:
-    """A gain's mean and, over repeated runs, their min-max: '1.05x (1.02-1.08x)'."""
-    if len(gains) < 2:
-        return f"{gains.mean():.2f}x"
-    return f"{gains.mean():.2f}x ({gains.min():.2f}-{gains.max():.2f}x)"
 
 
 def claims(results) -> list[dict]:
@@ -34,7 +27,7 @@ def claims(results) -> list[dict]:
     why = why_left_out(results, "orca_compare")
 
     def gain(s, v) -> str:
-        return _with_range(each.get_group((s, v))) if (s, v) in each.groups else shown(None, "", why)
+        return with_range(each.get_group((s, v))) if (s, v) in each.groups else shown(None, "", why)
 
     return [claim_row("orca_compare", "SARATHI beats Orca's best case at every sequence length",
                       "SARATHI 1.27x / 1.25x / 1.23x, Orca best 1.11x / 1.0x / 1.0x at 1K / 2K / 3K",

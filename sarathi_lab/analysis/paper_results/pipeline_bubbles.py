@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from sarathi_lab.analysis.claims import claim_row, shown, verdict, why_left_out
+from sarathi_lab.analysis.claims import claim_row, shown, verdict, why_left_out, with_range
 from sarathi_lab.analysis.paper_result import PaperResult
 from sarathi_lab.sim.pipeline import PAPER
 
@@ -45,12 +45,6 @@ def _estimated_note(summary: pd.DataFrame) -> str:
     return ""
 
 
-def _mean(values: pd.Series) -> str:
-    if len(values) < 2:
-        return f"{values.mean():.2f}x"
-    return f"{values.mean():.2f}x ({values.min():.2f}-{values.max():.2f}x)"
-
-
 def claims(results) -> list[dict]:
     summary = results.summary(NAME)
     why = why_left_out(results, NAME)
@@ -61,7 +55,7 @@ def claims(results) -> list[dict]:
     def said(rows: pd.DataFrame, column: str) -> str:
         if len(rows) and rows[column].isna().all():
             return "left out (no profile of the device to predict with: the runs' prediction table says where)"
-        return _mean(rows[column].dropna()) if len(rows) else shown(None, "", why)
+        return with_range(rows[column].dropna()) if len(rows) else shown(None, "", why)
 
     ours = (f"median bubble per request, baseline / SARATHI: measured {said(base, 'measured')}, simulated "
             f"{said(base, 'simulated')}; Orca-style / SARATHI: measured {said(orca, 'measured')}, simulated "
@@ -119,8 +113,8 @@ def figure(results, simulated=None):
     # Short lines: the box sits in the panel's empty lower right, clear of the curves and the axis.
     lines = ["paper (GPT-3, 64 A100s, simulated):", f"  baseline / SARATHI {PAPER['median_bubble_ratio']}x"]
     for base, rows in (table.groupby("baseline") if len(table) else []):
-        lines += [f"{LABELS[base].split(' (')[0]} / SARATHI:", f"  measured {_mean(rows.measured)}",
-                  f"  simulated {_mean(rows.simulated)} ({rows.gap.mean():+.0%})" if rows.simulated.notna().all()
+        lines += [f"{LABELS[base].split(' (')[0]} / SARATHI:", f"  measured {with_range(rows.measured)}",
+                  f"  simulated {with_range(rows.simulated)} ({rows.gap.mean():+.0%})" if rows.simulated.notna().all()
                   else "  no prediction"]
     cdf.text(0.98, 0.04, "\n".join(lines), transform=cdf.transAxes, ha="right", va="bottom", fontsize=8,
              bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
