@@ -103,16 +103,13 @@ def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
     ignores the chunk, but runs right before it, so a shared machine's slow spells hit both alike);
     one whose static run failed is left out. ``chunk_align``: the sarathi run's alignment, and
     ``effective_chunk``: the chunk beside B - 1 decodes it ran (the aligned one where tile-aligned)."""
-    gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)), keys=(*WORKLOAD_KEYS, "chunk"))
-    gains = gains.dropna(subset=["gain"])
-    return gains.assign(effective_chunk=[_effective_chunk(c, b, a, summary_tile(summary))
-                                         for c, b, a in zip(gains.chunk, gains.batch_size, gains.chunk_align)])
-
-
-def summary_tile(summary: pd.DataFrame) -> int:
-    """The tile sarathi's runs aligned to (scheduler.tile where a sweep set it)."""
+    gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
+                                  keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
+    # The tile sarathi's runs aligned to: scheduler.tile where a sweep set it.
     tiles = summary["scheduler.tile"].dropna().unique() if "scheduler.tile" in summary else []
-    return int(tiles[0]) if len(tiles) else paper.TILE
+    tile = int(tiles[0]) if len(tiles) else paper.TILE
+    return gains.assign(effective_chunk=[_effective_chunk(c, b, a, tile)
+                                         for c, b, a in zip(gains.chunk, gains.batch_size, gains.chunk_align)])
 
 
 def _effective_chunk(chunk: float, batch_size: float, align: str, tile: int) -> float:

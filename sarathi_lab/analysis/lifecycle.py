@@ -51,11 +51,11 @@ def request_spans(iterations: pd.DataFrame, requests: pd.DataFrame) -> list[Span
     # composed comes before a chunk that readmits it in the same iteration.
     held: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
     for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*(iterations[c] for c in MEMBERSHIP))):
-        for rid in _ints(preempted):
+        for rid in int_list(preempted):
             held[rid].append((row, 0, "preempted", 0))
-        for rid, tokens in zip(_ints(prefills), _ints(chunks)):
+        for rid, tokens in zip(int_list(prefills), int_list(chunks)):
             held[rid].append((row, 1, "prefill", tokens))
-        for rid in _ints(decodes):
+        for rid in int_list(decodes):
             held[rid].append((row, 1, "decode", 1))
     spans = []
     for r in _arrival_order(requests):
@@ -134,6 +134,6 @@ def _arrival_order(requests: pd.DataFrame):
     return requests.sort_values(["arrival_s", "request_id"], kind="stable").itertuples(index=False)
 
 
-def _ints(cell) -> list[int]:
+def int_list(cell) -> list[int]:
     """A list cell (a tuple in memory, an array read from parquet; None in a row a partial table lacks)."""
     return [] if cell is None else np.asarray(cell, dtype=np.int64).tolist()

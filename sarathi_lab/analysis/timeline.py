@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab import cli_args
-from sarathi_lab.analysis.lifecycle import KV_BLOCKS, MEMBERSHIP, NOT_RECORDED, Span, missing, request_spans
+from sarathi_lab.analysis.lifecycle import KV_BLOCKS, MEMBERSHIP, NOT_RECORDED, int_list, missing, request_spans
 from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.harness.results import METRICS, WANDB_DIR, UnreadableRun, read_record, run_source, write_atomically
 
@@ -113,8 +113,10 @@ def trace(run: RunTables, start_s: float | None = None, duration_s: float | None
     hi = np.inf if duration_s is None else lo + duration_s if start_s is not None else duration_s
     keep = (lambda t0, t1: t1 >= lo and t0 <= hi)
     events = [*_names(run), *_iteration_events(run, keep), *_counters(run, lo, hi)]
-    spans = [s for s in request_spans(run.iterations, run.requests) if keep(s.start_s, s.end_s)]
-    events += _request_tracks(run, spans)
+    events += [{"ph": "X", "pid": REQUESTS_PID, "tid": s.request_id, "name": s.name, "cat": "request",
+                "ts": ts, "dur": dur, "args": s.args}
+               for s in request_spans(run.iterations, run.requests) if keep(s.start_s, s.end_s)
+               for ts, dur in [_us(s.start_s, s.end_s)]]
     config, summary = run.record["config"], run.record["summary"]
     block_size = (run.record["resolved_config"].get("engine") or {}).get("block_size")
     capacity = summary.get("kv_capacity_tokens")
@@ -179,9 +181,8 @@ def _iteration_events(run: RunTables, keep) -> list[dict]:
 
 def _members(its: pd.DataFrame) -> list[dict[str, Any]]:
     """Each iteration's requests as its event's args: prefill chunks {request id: tokens}, decodes, preempted."""
-    ints = (lambda cell: [] if cell is None else np.asarray(cell, dtype=np.int64).tolist())
-    return [{"prefill_chunks": {str(r): n for r, n in zip(ints(ids), ints(tokens))},
-             "decode_request_ids": ints(decodes), "preempted_request_ids": ints(preempted)}
+    return [{"prefill_chunks": {str(r): n for r, n in zip(int_list(ids), int_list(tokens))},
+             "decode_request_ids": int_list(decodes), "preempted_request_ids": int_list(preempted)}
             for ids, tokens, decodes, preempted in zip(*(its[c] for c in MEMBERSHIP))]
 
 
@@ -209,11 +210,6 @@ def _counters(run: RunTables, lo: float, hi: float) -> list[dict]:
     return events
 
 
-def _request_tracks(run: RunTables, spans: list[Span]) -> list[dict]:
-    return [{"ph": "X", "pid": REQUESTS_PID, "tid": s.request_id, "name": s.name, "cat": "request",
-             "ts": ts, "dur": dur, "args": s.args} for s in spans for ts, dur in [_us(s.start_s, s.end_s)]]
-
-
 def _plain(value: Any) -> Any:
     """A table cell as JSON takes it (numpy scalars as Python numbers, NaN as None)."""
     value = value.item() if isinstance(value, np.generic) else value
@@ -232,12 +228,9 @@ def out_problem(out: Path) -> str | None:
 
 def write_trace(payload: dict[str, Any], out: Path) -> Path:
     """``payload`` at ``out`` (gzipped for a .gz name), whole or not at all (write_atomically)."""
-    text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+    data = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".gz":
-        write_atomically(out, lambda tmp: tmp.write_bytes(gzip.compress(text.encode())))
-    else:
-        write_atomically(out, lambda tmp: tmp.write_text(text))
+    write_atomically(out, lambda tmp: tmp.write_bytes(gzip.compress(data) if out.suffix == ".gz" else data))
     return out
 
 
