@@ -104,12 +104,13 @@ def _unreliable(runs: pd.DataFrame) -> str:
     return f"none; {flagged} of {len(runs)} runs flagged timing_unreliable (a busy machine{seen})"
 
 
-def _row_provenance(runs: pd.DataFrame) -> dict[str, str]:
-    def joined(column: str) -> str:
-        return "+".join(sorted({str(v) for v in runs.get(column, pd.Series(dtype=str)).dropna()}))
+def _joined(runs: pd.DataFrame, column: str) -> str:
+    return "+".join(sorted({str(v) for v in runs.get(column, pd.Series(dtype=str)).dropna()}))
 
-    return {"scale": scale(runs), "dtype": joined("dtype"), "threads": joined("env.torch_threads"),
-            "machine": joined("env.device_name"), claims.DIFFERS: "",
+
+def _row_provenance(runs: pd.DataFrame) -> dict[str, str]:
+    return {"scale": scale(runs), "dtype": _joined(runs, "dtype"), "threads": _joined(runs, "env.torch_threads"),
+            "machine": _joined(runs, "env.device_name"), claims.DIFFERS: "",
             "commit": provenance.commits(runs.get("env.git_commit", pd.Series([None])))}
 
 
@@ -120,12 +121,6 @@ def scale(runs: pd.DataFrame) -> str:
     models = "+".join(sorted(runs.model.astype(str).unique()))
     requests = "+".join(str(int(n)) for n in sorted(runs.num_requests.unique())) if "num_requests" in runs else "?"
     return f"{models}, {requests} requests a run at {qps} req/s, seeds {seeds}"
-
-
-def versions(runs: pd.DataFrame) -> str:
-    vllm = "+".join(sorted({str(v) for v in runs.get("env.vllm_version", pd.Series(dtype=str)).dropna()}))
-    commit = provenance.commits(runs.get("env.git_commit", pd.Series([None])))
-    return f"sarathi_lab {commit}, vLLM {vllm or 'unknown'}"
 
 
 def figure(runs: pd.DataFrame):
@@ -158,7 +153,8 @@ def figure(runs: pd.DataFrame):
     prov = _row_provenance(runs)
     fig.suptitle(f"Our engine beside vLLM on the same weights, dtype, threads and arrivals, measured on CPU "
                  f"({prov['machine']}, {prov['threads']} threads, {prov['dtype']})\n"
-                 f"{scale(runs)}{spread}; {versions(runs)}\n{stall}", fontsize=11)
+                 f"{scale(runs)}{spread}; sarathi_lab {prov['commit']}, vLLM "
+                 f"{_joined(runs, 'env.vllm_version') or 'unknown'}\n{stall}", fontsize=11)
     if note := _unreliable(runs):
         fig.text(0.5, -0.02, note.removeprefix("none; ") + ": drawn all the same; read the engines side by side, not "
                  "the absolute times", ha="center", va="top", fontsize=9, style="italic")
