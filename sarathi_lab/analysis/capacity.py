@@ -121,8 +121,7 @@ def _bounded(searches: pd.DataFrame) -> bool:
 
 
 def scale_label(rows: pd.DataFrame) -> str:
-    first = rows.iloc[0]
-    return f"{first.model}, scale {first.scale}"
+    return f"{rows.model.iloc[0]}, scale {rows.scale.iloc[0]}"
 
 
 def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, source: str):

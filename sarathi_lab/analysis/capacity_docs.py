@@ -140,8 +140,7 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
 
 def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.DataFrame:
     """The claims table with its capacity rows replaced by the current ones (appended if absent)."""
-    kept = table[table.experiment != "capacity"]
-    return pd.concat([kept, claims(docs)], ignore_index=True)
+    return pd.concat([table[table.experiment != "capacity"], claims(docs)], ignore_index=True)
 
 
 def draw(docs: str | Path = DOCS) -> list[Path]:

@@ -73,9 +73,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--new-tokens", type=int_range, default=(32, 64), metavar="LO-HI",
                    help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
     p.add_argument("--seed", type=int, default=0)
-    args = parse(p, argv, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8), chunk_size=32,
-                batch_size=4)
-    return run(args)
+    return run(parse(p, argv, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8), chunk_size=32,
+                     batch_size=4))
 
 
 if __name__ == "__main__":

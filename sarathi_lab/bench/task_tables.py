@@ -28,8 +28,7 @@ class TaskTable:
     rows: Callable[[pd.DataFrame], pd.DataFrame]
 
     def points(self, frame: pd.DataFrame) -> pd.DataFrame:
-        out = self.rows(frame)
-        return out[[*self.keys, "kind", "seconds"]].reset_index(drop=True)
+        return self.rows(frame)[[*self.keys, "kind", "seconds"]].reset_index(drop=True)
 
 
 def _forward_totals(frame: pd.DataFrame) -> pd.DataFrame:

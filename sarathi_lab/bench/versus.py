@@ -205,8 +205,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = parser()
-    args = parse(p, argv, model="tiny", reps=1)
+    args = parse(parser(), argv, model="tiny", reps=1)
     if args.device != "cpu":
         raise SystemExit("versus runs on the CPU (--device cpu)")
     return run(args)
