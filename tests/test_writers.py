@@ -330,9 +330,9 @@ def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tm
     # What it compares and what it leaves out, said; the engine the runs ran, from their records.
     compared, left_out = sim_vs_gpu.finished_runs(runs)
     assert len(compared) == 2 and dict(left_out) == {"capacity (task=capacity, no comparison)": 1}
-    assert sim_vs_gpu.measured_engine(sim_vs_gpu.serving_runs(_serving_root(tmp_path / "graphs", [1, 2]))) == \
-        "decode CUDA graphs"
-    assert sim_vs_gpu.measured_engine(sim_vs_gpu.serving_runs(runs)) == "eager"
+    serving = "orca_compare/multiruns/gpu/0_x"
+    assert sim_vs_gpu.measured_engine([_serving_root(tmp_path / "graphs", [1, 2]) / serving]) == "decode CUDA graphs"
+    assert sim_vs_gpu.measured_engine([runs / serving]) == "eager"
 
 
 @pytest.mark.parametrize("command, existing", [

@@ -85,11 +85,6 @@ def finished_runs(root: Path) -> tuple[list[Path], Counter]:
     return found, left_out
 
 
-def serving_runs(root: Path) -> list[Path]:
-    """The finished, measured (not simulated) serving runs under ``root``, in sweep order."""
-    return [run for run in finished_runs(root)[0] if read_record(run / METRICS)["config"].get("task") == SERVE]
-
-
 def measured_engine(runs: list[Path]) -> str:
     """What the measured runs' engine was (eager / decode CUDA graphs), from their environment records."""
     return engine_kind([read_record(run / METRICS)["environment"] for run in runs]) or "no run"
