@@ -67,9 +67,7 @@ def judged(gpu_docs: Path) -> list[Judged]:
 
 def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
     """(each claim's newest judgement per device, every other one): runs sort by their folder's date."""
-    latest: dict[tuple[str, str], Judged] = {}
-    for row in sorted(rows, key=lambda r: r.run):
-        latest[row.claim, row.device] = row
+    latest = {(row.claim, row.device): row for row in sorted(rows, key=lambda r: r.run)}  # the last one stays
     current = set(latest.values())
     order = {claim: i for i, claim in enumerate(dict.fromkeys(r.claim for r in rows))}
     key = (lambda r: (order[r.claim], r.device, r.run))
