@@ -101,10 +101,9 @@ def figure(results, simulated=None):
             continue
         # One seed's requests drawn (the others are repeats; the ratios below are over every seed).
         one = runs[runs.seed == first_seed] if first_seed is not None else runs
-        _cdf(cdf, one.bubble_s.to_numpy(), color=colors[name], label=f"{label}, measured")
-        _cdf(cdf, one.sim_bubble_s.to_numpy(), color=colors[name], ls="--", label=f"{label}, simulated")
-        for column, ls, what in (("finish_s", "-", "measured"), ("sim_finish_s", "--", "simulated")):
-            t = np.sort(one[column].to_numpy())
+        for prefix, ls, what in (("", "-", "measured"), ("sim_", "--", "simulated")):
+            _cdf(cdf, one[f"{prefix}bubble_s"].to_numpy(), color=colors[name], ls=ls, label=f"{label}, {what}")
+            t = np.sort(one[f"{prefix}finish_s"].to_numpy())
             done.plot(t, np.arange(1, len(t) + 1), color=colors[name], ls=ls, label=f"{label}, {what}")
     cdf.set(xlabel="pipeline bubble time per request (stage-seconds)", ylabel="CDF of requests",
             title="(a) bubble time per request")
