@@ -326,7 +326,7 @@ def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tm
     assert "new: simulated h200 (roofline+profile+calibrated) against measured runs (eager)" in line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in committed.iterdir()}
     # The older comparison (sections 9, 9b) is none of the files it writes.
-    assert not {p.name for p in sim_vs_gpu.outputs(out)} & {p.name for p in (ROOT / "docs/sim").glob("validation_h*")}
+    assert not set(sim_vs_gpu.OUTPUTS) & {p.name for p in (ROOT / "docs/sim").glob("validation_h*")}
     # What it compares and what it leaves out, said; the engine the runs ran, from their records.
     compared, left_out = sim_vs_gpu.finished_runs(runs)
     assert len(compared) == 2 and dict(left_out) == {"capacity (task=capacity, no comparison)": 1}

@@ -236,12 +236,8 @@ def _smoke_runs(root: Path) -> None:
                        root / kind / "multiruns" / "smoke" / "0_tiny")
 
 
+# Every file main writes into --out.
 OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv", "claims.csv", "errors.png")
-
-
-def outputs(out: Path) -> list[Path]:
-    """Every file main writes into ``out``."""
-    return [out / name for name in OUTPUTS]
 
 
 def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS,
@@ -280,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     cost_models = list(dict.fromkeys(args.cost_model))
     device, runs, out, work = _places(parser, args)
     if not args.smoke:
-        provenance.check_or_refuse(parser, dict.fromkeys(outputs(out), comparison_provenance(
+        provenance.check_or_refuse(parser, dict.fromkeys((out / n for n in OUTPUTS), comparison_provenance(
             finished_runs(runs)[0], device, cost_models, args.lease or "")),
             args.force, "--force replaces them; --out DIR writes elsewhere")
     out.mkdir(parents=True, exist_ok=True)
