@@ -76,20 +76,17 @@ def _lower_at_every_load(tbt: pd.DataFrame) -> tuple[str, str]:
 def claims_rows(runs: pd.DataFrame) -> list[dict]:
     """The stall-free claim on vLLM itself, and the same comparison on our engine beside it."""
     prov = _row_provenance(runs)
+    seeds = len(runs.seed.unique())
+    spread = claims.NO_REPEATS if seeds < 2 else f"mean of {seeds} seeds"
     rows = []
     for executor, claim in (("vllm", STALL_FREE), ("model", OURS)):
         text, holds = _lower_at_every_load(p99_tbt(runs, executor))
-        seeds = sorted(runs.seed.unique())
-        spread = claims.NO_REPEATS if len(seeds) < 2 else f"mean of {len(seeds)} seeds"
         row = claim_row(NAME, claim, f"hybrid batching without a budget raises TBT up to "
                         f"{paper.NAIVE_HYBRID_TBT_INFLATION}x (Sarathi-Serve)", text, holds)
+        source = "; ".join(sorted(runs[runs.executor == executor].source.dropna().unique())) or "measured"
         rows.append({k: v for k, v in row.items() if k != "value"} | prov | {
-            "source": _source(runs, executor), "spread": spread, "left out": _unreliable(runs) or "none"})
+            "source": source, "spread": spread, "left out": _unreliable(runs) or "none"})
     return rows
-
-
-def _source(runs: pd.DataFrame, executor: str) -> str:
-    return "; ".join(sorted(runs[runs.executor == executor].source.dropna().unique())) or "measured"
 
 
 def _unreliable(runs: pd.DataFrame) -> str:
