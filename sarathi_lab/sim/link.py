@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import time
 from dataclasses import dataclass
 
@@ -49,12 +48,6 @@ class Link:
     def describe(self) -> str:
         return (f"{self.seconds[0] * 1e6:.0f} us ({self.sizes[0]} B) to {self.seconds[-1] * 1e6:.0f} us "
                 f"({self.sizes[-1] / 2**20:g} MiB) a message")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) -> None:
@@ -97,9 +90,11 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
     """The link between two fresh processes on ``cores`` (one each; None: wherever the OS puts them)."""
     import multiprocessing as mp
 
+    from sarathi_lab.model.parallel.group import free_port
+
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     pinned = list(cores) if cores else [None, None]
     procs = [ctx.Process(target=_ping_pong, args=(r, port, pinned[r % len(pinned)], list(sizes), rounds, out),
                          daemon=True) for r in range(2)]
