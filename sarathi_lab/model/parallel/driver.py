@@ -32,7 +32,7 @@ from sarathi_lab.model.parallel.group import (
 )
 from sarathi_lab.model.parallel.pipelined import PipelineParallelExecutor
 from sarathi_lab.model.parallel.rank import RankPart, RankSpec, build_rank, run_step
-from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, OP, STOP, encode
+from sarathi_lab.model.parallel.wire import BUILD, STOP, command, encode
 from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.model.sampler import Sampler
 
@@ -82,7 +82,7 @@ def close() -> None:
     if not group.dead_ranks():
         # A rank already gone fails the command: the others are stopped below all the same.
         with contextlib.suppress(Exception):
-            _command(group, _header(STOP), 10.0)
+            _command(group, command(STOP), 10.0)
     _stop(group.processes)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -97,12 +97,6 @@ def _stop(processes: list) -> None:
         if process.is_alive():
             process.terminate()
             process.join(timeout=5.0)
-
-
-def _header(op: int) -> torch.Tensor:
-    header = torch.zeros(HEADER_LEN, dtype=torch.int64)
-    header[OP] = op
-    return header
 
 
 def _command(group: RankGroup, header: torch.Tensor, timeout_s: float) -> None:
@@ -121,7 +115,7 @@ def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
     group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
         f" x pipeline_parallel={cfg.pipeline_parallel}" if cfg.pipeline_parallel > 1 else "")
     try:
-        _command(group, _header(BUILD), cfg.collective_timeout_s)
+        _command(group, command(BUILD), cfg.collective_timeout_s)
         dist.broadcast_object_list([spec], 0, group=group.control)
         groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
         part = build_rank(spec, group, groups)

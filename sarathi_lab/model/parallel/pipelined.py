@@ -20,7 +20,7 @@ from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import RankGroup, bounded
 from sarathi_lab.model.parallel.rank import RankPart, run_stage
 from sarathi_lab.model.parallel.timeline import FIELDS, timeline_frame
-from sarathi_lab.model.parallel.wire import HEADER_LEN, LOGITS, OP, TIMELINE, encode
+from sarathi_lab.model.parallel.wire import LOGITS, TIMELINE, command, encode
 from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.model.sampler import Sampler
 
@@ -128,11 +128,9 @@ class PipelineParallelExecutor(PipelineExecutor):
         if self._in_flight:
             raise RuntimeError(f"stage_timeline: {len(self._in_flight)} micro-batches are still in flight; "
                                f"call it between runs")
-        header = torch.zeros(HEADER_LEN, dtype=torch.int64)
-        header[OP] = TIMELINE
         per_rank = [self.part.timeline.as_tensor()]
         try:
-            wait_all(self.chain.forward(header, self.group.control), self.timeout_s)
+            wait_all(self.chain.forward(command(TIMELINE), self.group.control), self.timeout_s)
             for rank in range(1, self.group.size):
                 count = torch.empty(1, dtype=torch.int64)
                 bounded(dist.irecv(count, src=rank, group=self.wire), self.timeout_s)
