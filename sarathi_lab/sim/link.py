@@ -60,9 +60,7 @@ def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         _rounds(rank, torch.zeros(max(sizes) // 4), rounds)   # sockets and buffers warmed at every size
-        medians = []
-        for nbytes in sizes:
-            medians.append(float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2)
+        medians = [float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2 for nbytes in sizes]
         if rank == 0:
             out.put(medians)
     finally:
