@@ -87,7 +87,7 @@ def test_every_mixed_batch_pads_by_less_than_one_bucket_step(largest):
 def fake_runner(heads: tuple[int, int] = (4, 4), limits: GpuLimits | None = None, name: str = "triton"):
     """A runner with only what capturing needs: the backend (planning for ``limits``), the model's heads
     (query, KV) and a bf16 key cache of blocks of BLOCK tokens."""
-    backend = TritonAttention(limits=limits) if name == "triton" else SimpleNamespace(name=name)
+    backend = TritonAttention(limits=limits) if name == "triton" else SimpleNamespace(name=name, replayable=False)
     cache = torch.zeros(1, BLOCK, heads[1], 128, dtype=torch.bfloat16)
     model = SimpleNamespace(backend=backend, config=SimpleNamespace(num_attention_heads=heads[0]))
     return SimpleNamespace(model=model, kv_caches=[(cache, cache)], device=torch.device("cpu"))

@@ -42,7 +42,7 @@ class CheckingExecutor(Executor):
         assert len(members) == len(set(map(id, members))), "a request twice in one batch"
         assert all(seq in s.running for seq in members)
         prefill = batch.num_prefill_tokens
-        decoding = [seq for seq in s.running if not seq.is_prefill]
+        decoding = [seq for seq in s.running if seq.num_uncomputed == 1 and seq.num_generated]
         whole = all(c.num_tokens == c.seq.num_uncomputed for c in batch.prefills)
         if s.name in ("orca", "sarathi", "sarathi_serve"):
             assert all(seq in batch.decodes for seq in decoding), "a running decode left out"

@@ -27,10 +27,7 @@ class ScheduledChunk:
     def fixed(cls, seq: Sequence, start: int, num_tokens: int, samples: bool) -> ScheduledChunk:
         """The chunk as it was when its batch was frozen (the request may have moved on since)."""
         chunk = object.__new__(cls)
-        object.__setattr__(chunk, "seq", seq)
-        object.__setattr__(chunk, "num_tokens", num_tokens)
-        object.__setattr__(chunk, "start", start)
-        object.__setattr__(chunk, "samples", samples)
+        chunk.__dict__.update(seq=seq, num_tokens=num_tokens, start=start, samples=samples)  # frozen: no setattr
         return chunk
 
     @property

@@ -19,9 +19,9 @@ class StepOutput(NamedTuple):
 
 
 class Executor(ABC):
-    @abstractmethod
     def start(self, sampling: SamplingParams) -> None:
-        """A new generate call begins: sample with these parameters."""
+        """A new generate call begins: sample with these parameters (nothing to do for an executor whose
+        tokens they do not change: a simulator's are fixed)."""
 
     @abstractmethod
     def execute(self, batch: ScheduledBatch) -> StepOutput:

@@ -78,17 +78,11 @@ class Sequence:
     def num_uncomputed(self) -> int:
         return len(self.tokens) - self.num_computed
 
-    @property
-    def is_prefill(self) -> bool:
-        """True while more than the one newest token waits to be computed (prompt or recompute)."""
-        # num_uncomputed > 1 or num_generated == 0, inline (split_prefilling says it for a list).
-        n = len(self.tokens)
-        return n - self.num_computed > 1 or n == self.prompt_len
-
 
 def split_prefilling(seqs: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
-    """(decoding, prefilling) of ``seqs``, each in its order: is_prefill of each, in one pass without a
-    property call per request, as the schedulers ask it of every running request every iteration."""
+    """(decoding, prefilling) of ``seqs``, each in its order: a request is prefilling while more than its
+    one newest token waits to be computed (prompt or recompute), or it has generated nothing yet. One
+    pass, no property call per request: the schedulers ask it of every running request every iteration."""
     decoding, prefilling = [], []
     for seq in seqs:
         n = len(seq.tokens)

@@ -4,7 +4,6 @@ core of its own, the way to compare numbers on a machine that other jobs share."
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -79,30 +78,23 @@ def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
 def time_interleaved(calls: dict[str, Callable[[], object]], reps: int, device: torch.device,
                      warmup: int) -> dict[str, list[float]]:
     """Milliseconds of each call in each of ``reps`` rounds, each round every call once (starting one
-    call later each round), each after an L2 flush; CUDA events on a GPU, the wall clock on a CPU."""
-    names, cuda = list(calls), device.type == "cuda"
-    flush = l2_flush(device)
+    call later each round): on a GPU by CUDA events, each after an L2 flush; on a CPU ``interleaved``'s
+    rounds on the wall clock."""
     for fn in calls.values():
         for _ in range(warmup):
             fn()
+    if device.type != "cuda":
+        return {name: (t[:, 0] * 1e3).tolist() for name, t in interleaved(calls, reps, WallClock()).items()}
+    names, flush = list(calls), l2_flush(device)
     pending: dict[str, list] = {name: [] for name in names}
     for r in range(reps):
-        if cuda:
-            torch.cuda._sleep(ROUND_SLEEP_CYCLES)
+        torch.cuda._sleep(ROUND_SLEEP_CYCLES)
         for name in names[r % len(names):] + names[: r % len(names)]:
-            if flush is not None:
-                flush()
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                calls[name]()
-                end.record()
-                pending[name].append((start, end))
-            else:
-                t = time.perf_counter()
-                calls[name]()
-                pending[name].append((time.perf_counter() - t) * 1e3)
-    if cuda:
-        torch.cuda.synchronize()
-        return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in pending.items()}
-    return pending
+            flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            calls[name]()
+            end.record()
+            pending[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in pending.items()}

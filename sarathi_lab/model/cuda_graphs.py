@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from sarathi_lab.attention import AttentionBackend, AttentionMetadata
+from sarathi_lab.attention import AttentionBackend, AttentionMetadata, backend_class, backend_names
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 # capture(forward, pool) -> (replay, the output tensor replay refills, the memory pool to share).
@@ -41,8 +41,6 @@ Capture = Callable[[Callable[[], torch.Tensor], object], tuple[Callable[[], None
 # Eager forwards run before a capture, as PyTorch's documentation asks: kernels compiled, cuBLAS's
 # workspace and the allocator's blocks taken outside the graph.
 WARMUP_FORWARDS = 2
-# The attention backends whose forward reads per-batch values from device tensors only.
-REPLAYABLE_BACKENDS = ("triton",)
 
 # Mixed graphs' token counts: multiples of the smallest (a tensor core's smallest row tile), powers
 # of two up to POWERS_UP_TO, below every GPU's ridge point (its matmul rate over its bandwidth, in
@@ -121,9 +119,10 @@ class CudaGraphs:
     def __init__(self, runner: ModelRunner, max_batch: int, max_blocks: int, mixed_tokens: int | None = None,
                  capture: Capture = capture_cuda_graph):
         backend = runner.model.backend
-        if backend.name not in REPLAYABLE_BACKENDS:
+        if not backend.replayable:
+            allowed = [name for name in backend_names() if backend_class(name, runner.device).replayable]
             raise ValueError(f"attention={backend.name!r} plans each batch from host values: its forwards cannot "
-                             f"be replayed; allowed: {', '.join(REPLAYABLE_BACKENDS)}")
+                             f"be replayed; allowed: {', '.join(allowed)}")
         self.sizes = graph_sizes(max_batch)
         self.buckets = token_buckets(mixed_tokens) if mixed_tokens else []
         tokens = max(max_batch, *self.buckets) if self.buckets else max_batch

@@ -11,8 +11,6 @@ from sarathi_lab.model.configs import SUPPORTED_ARCHITECTURES
 from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, TunedLinear
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
-# Architectures this decoder implements, and whether their q/k/v projections carry a bias.
-
 
 class Attention(nn.Module):
     def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding, backend: AttentionBackend):

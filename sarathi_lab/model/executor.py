@@ -8,13 +8,12 @@ import torch
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
-from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.model.cuda_graphs import CudaGraphs
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
-from sarathi_lab.model.sampler import Sampler
+from sarathi_lab.model.sampler import Samples
 
 
-class ModelExecutor(Executor):
+class ModelExecutor(Samples, Executor):
     def __init__(self, runner: ModelRunner, clock: Clock, graphs: CudaGraphs | None = None):
         self.runner = runner
         self.clock = clock
@@ -24,10 +23,6 @@ class ModelExecutor(Executor):
         # Reused every iteration: the forward's device time, between two marks on its stream.
         self._events = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.cuda
                         else None)
-        self.sampler = Sampler(SamplingParams())
-
-    def start(self, sampling: SamplingParams) -> None:
-        self.sampler = Sampler(sampling)
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         clock = self.clock
@@ -53,12 +48,7 @@ class ModelExecutor(Executor):
             output = self.forward(prepared, fused)
             t2 = clock.now()
             forward_s = t2 - t1
-        if fused:
-            tokens = output
-        else:
-            # Greedy rows need no keys (building them reads every request's state again).
-            keys = None if self.sampler.greedy else [(s.sample_key, s.num_generated) for s in batch.sampled]
-            tokens = self.sampler(output, keys)
+        tokens = output if fused else self.sample(output, batch.sampled)
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=forward_s, sample_s=t3 - t2)
 

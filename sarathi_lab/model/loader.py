@@ -45,10 +45,7 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
     finally:
         torch.set_default_dtype(previous)
     if model in SPECS:
-        if shards is None:
-            _init_random(lm, config, seed)
-        else:
-            _init_random_shards(lm, config, seed, shards, backend, max_positions, stage)
+        _init_random(lm, config, seed, shards or TensorShards.of(config, 0, 1, model), backend, max_positions, stage)
     else:
         _load_safetensors(lm, Path(model), shards, stage)
     lm = lm.to(dtype).eval()
@@ -63,25 +60,11 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
 
 
 @torch.no_grad()
-def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int) -> None:
-    gen = torch.Generator(device=lm.embed_tokens.weight.device).manual_seed(seed)
-    std = getattr(config, "initializer_range", 0.02)
-    for name, p in lm.named_parameters():
-        if name.endswith("layernorm.weight") or name == "norm.weight":
-            p.fill_(1.0)
-        elif name.endswith("bias"):
-            p.zero_()
-        else:
-            # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
-            p.copy_(torch.empty(p.shape, device=p.device).normal_(0.0, std, generator=gen))
-
-
-@torch.no_grad()
-def _init_random_shards(lm: CausalLM, config: PretrainedConfig, seed: int, shards: TensorShards,
-                        backend: AttentionBackend, max_positions: int, stage: Stage | None = None) -> None:
-    """_init_random's draws for the whole model, in its order, one parameter at a time, each cut to the
-    rank's part (and kept only where its stage holds it): a rank's weights are those of the model run
-    on one device."""
+def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: TensorShards,
+                 backend: AttentionBackend, max_positions: int, stage: Stage | None = None) -> None:
+    """The whole model's draws, in its order, one parameter at a time, each cut to the rank's part
+    (``shards``: of one rank, the whole) and kept only where its stage holds it: a rank's weights are
+    those of the model run on one device."""
     gen = torch.Generator(device=lm.embed_tokens.weight.device).manual_seed(seed)
     std = getattr(config, "initializer_range", 0.02)
     with torch.device("meta"):  # the whole model's names and shapes, nothing allocated
@@ -97,10 +80,12 @@ def _init_random_shards(lm: CausalLM, config: PretrainedConfig, seed: int, shard
             if mine is not None:
                 local[mine].zero_()
         else:
+            # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
             drawn = torch.empty(p.shape, device=gen.device).normal_(0.0, std, generator=gen)
             if mine is not None:
                 local[mine].copy_(shards.shard(name, drawn))
-            if tied and name == "embed_tokens.weight":
+            # A rank's LM head is its own; one model's tied head is its embedding (no parameter of its own).
+            if tied and name == "embed_tokens.weight" and "lm_head.weight" in local:
                 local["lm_head.weight"].copy_(shards.shard("lm_head", drawn))
 
 

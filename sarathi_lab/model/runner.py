@@ -207,7 +207,7 @@ def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.de
     (``packed``), asynchronous from ``staging``'s pinned memory."""
     if device.type == "cpu":
         return ([torch.from_numpy(p) for p in longs], [torch.from_numpy(p.astype(np.int32, copy=False)) for p in ints])
-    host, spans = packed(longs, ints, staging.buffer if staging is not None else _pageable)
+    host, spans = packed(longs, ints, staging.buffer if staging is not None else pageable)
     flat = host.to(device, non_blocking=staging is not None)
     if staging is not None:
         staging.copied()
@@ -249,5 +249,6 @@ def unpacked(flat: torch.Tensor, spans: list[tuple[int, int, torch.dtype]]) -> l
     return [flat[offset : offset + n * dtype.itemsize].view(dtype) for offset, n, dtype in spans]
 
 
-def _pageable(nbytes: int) -> torch.Tensor:
+def pageable(nbytes: int) -> torch.Tensor:
+    """A pageable host buffer of ``nbytes`` bytes (uint8), for ``packed``."""
     return torch.empty(nbytes, dtype=torch.uint8)

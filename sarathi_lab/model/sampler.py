@@ -68,6 +68,21 @@ class Sampler:
         return chosen.squeeze(1).tolist()
 
 
+class Samples:
+    """An executor that samples its batches' tokens on this host: greedily until ``start`` gives a call's
+    parameters."""
+    sampler = Sampler(SamplingParams())
+
+    def start(self, sampling: SamplingParams) -> None:
+        self.sampler = Sampler(sampling)
+
+    def sample(self, logits: torch.Tensor, seqs: Sequence) -> list[int]:
+        """The token of each of ``seqs`` (a batch's sampled requests) from its row of ``logits``. Greedy rows
+        need no keys (building them reads every request's state again)."""
+        greedy = self.sampler.greedy
+        return self.sampler(logits, None if greedy else [(s.sample_key, s.num_generated) for s in seqs])
+
+
 def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
                  top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rows' tokens by descending logit (ties in id order) until each row's mass reaches top_p, the

@@ -7,7 +7,6 @@ from __future__ import annotations
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, StepOutput
-from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.sim.cost_model import CostModel
 
 
@@ -29,9 +28,6 @@ class SimulatedExecutor(Executor):
         self.token = fixed_token(eos_token_id)
         # Iterations whose prediction left the cost model's measured range (profile cost model).
         self.extrapolated_iterations = 0
-
-    def start(self, sampling: SamplingParams) -> None:
-        pass  # the tokens are fixed: sampling changes nothing
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         prefills, decodes = composition(batch)

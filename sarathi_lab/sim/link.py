@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import time
 from dataclasses import dataclass
 
@@ -51,12 +50,6 @@ class Link:
                 f"({self.sizes[-1] / 2**20:g} MiB) a message")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) -> None:
     import torch
     import torch.distributed as dist
@@ -67,9 +60,7 @@ def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         _rounds(rank, torch.zeros(max(sizes) // 4), rounds)   # sockets and buffers warmed at every size
-        medians = []
-        for nbytes in sizes:
-            medians.append(float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2)
+        medians = [float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2 for nbytes in sizes]
         if rank == 0:
             out.put(medians)
     finally:
@@ -97,9 +88,11 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
     """The link between two fresh processes on ``cores`` (one each; None: wherever the OS puts them)."""
     import multiprocessing as mp
 
+    from sarathi_lab.model.parallel.group import free_port
+
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     pinned = list(cores) if cores else [None, None]
     procs = [ctx.Process(target=_ping_pong, args=(r, port, pinned[r % len(pinned)], list(sizes), rounds, out),
                          daemon=True) for r in range(2)]

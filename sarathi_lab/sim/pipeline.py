@@ -40,9 +40,6 @@ BLOCK_SIZE = EngineConfig.block_size
 class _Stages(Executor):
     """The engine's executor seam, unused: the pipeline's stages run its micro-batches."""
 
-    def start(self, sampling: SamplingParams) -> None:
-        pass
-
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         raise NotImplementedError("the pipeline's stages run micro-batches, on their own clocks")
 

@@ -16,7 +16,6 @@ from typing import NamedTuple, Protocol
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.engine.executor import Executor, PipelineExecutor, StepOutput
-from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.executor import SimulatedExecutor, composition, fixed_token
 from sarathi_lab.sim.parallel import PipelineCostModel, StageTimes, through_stages
@@ -48,9 +47,6 @@ class SimulatedPipelineExecutor(PipelineExecutor):
         self.stage_busy_s = [0.0] * cost.stages
         self.stage_spans: list[tuple[list[float], list[float]]] = []
         self._in_flight: deque[_InFlight] = deque()
-
-    def start(self, sampling: SamplingParams) -> None:
-        pass  # the tokens are fixed: sampling changes nothing
 
     def submit(self, batch: ScheduledBatch) -> None:
         times = self.cost.times(*composition(batch), len(batch.sampled))

@@ -33,7 +33,6 @@ class ProfileStages:
     whole: CostModel
     stages: int
     hidden_bytes: int            # one token's hidden state as sent (the residual goes with it)
-    host_on_stage0: bool = True
     link: Link = LOOPBACK
     logits_row_bytes: int = 0    # one sampled row's logits as sent back (vocabulary x element bytes)
     # Measured on a running pipeline: each stage's work between two forwards, where the link's messages
@@ -46,8 +45,6 @@ class ProfileStages:
         tokens = batch_tokens(prefills, decodes)
         message = self.link.message_s
         stage_s = max(cost.forward_s - head, 0.0) / self.stages
-        if not self.host_on_stage0:
-            return StageTimes(stage_s=stage_s, last_extra_s=head, p2p_s=2 * message(tokens * self.hidden_bytes))
         host = {"host_s": cost.prepare_s + cost.sample_s, "return_s": message(num_sampled * self.logits_row_bytes)}
         h = self.handoff
         if h is None:
@@ -69,6 +66,5 @@ class ProfileStages:
     def describe(self) -> str:
         return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
                 f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
-                f"{'host work on stage 0 and each stage, logits back, ' if self.host_on_stage0 else ''}"
-                f"sends {self.link.describe()}"
-                + (f"; {self.handoff.describe()}" if self.handoff is not None and self.host_on_stage0 else ""))
+                f"host work on stage 0 and each stage, logits back, sends {self.link.describe()}"
+                + (f"; {self.handoff.describe()}" if self.handoff is not None else ""))

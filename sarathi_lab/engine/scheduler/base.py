@@ -361,8 +361,7 @@ def _warn_foreign_knob(name: str, key: str, value: str) -> None:
     # Read by no field of this scheduler's Config: said once, so that a sweep over schedulers sharing one
     # config (capacity_sim's prompt cap for vllm) runs without a warning per job; where a user sets one
     # for a single engine (LLM(...), a run's +scheduler.KEY=) it is refused before this.
-    log.info("%s=%s is a knob of scheduler %s, not of scheduler=%s, which ignores it (%s's knobs: %s)", key, value,
-                " and ".join(knob_owners(key)), name, name, ", ".join(scheduler_class(name).Config.knobs()) or "none")
+    log.info("%s=%s is ignored: %s", key, value, foreign_knob(name, key))
 
 
 def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any] | None = None,

@@ -38,10 +38,6 @@ class Chain:
         """The last stage's first rank, which hands the driver each micro-batch's logits."""
         return self.size - self.tp
 
-    @property
-    def is_last_stage(self) -> bool:
-        return self.rank >= self.size - self.tp
-
     def forward(self, tensor: torch.Tensor, group) -> list:
         """``tensor`` sent on to every target, asynchronously: the works (each holding its tensor, which
         must not change until they are waited for)."""

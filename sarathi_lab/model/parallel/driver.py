@@ -16,7 +16,6 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
-from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.model.parallel import worker
 from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import (
@@ -32,9 +31,9 @@ from sarathi_lab.model.parallel.group import (
 )
 from sarathi_lab.model.parallel.pipelined import PipelineParallelExecutor
 from sarathi_lab.model.parallel.rank import RankPart, RankSpec, build_rank, run_step
-from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, OP, STOP, encode
+from sarathi_lab.model.parallel.wire import BUILD, STOP, command, encode
 from sarathi_lab.model.runner import batch_tensors
-from sarathi_lab.model.sampler import Sampler
+from sarathi_lab.model.sampler import Samples
 
 # The ranks of this process's engines (None: none joined yet, or they were given up after a failure).
 _ranks: RankGroup | None = None
@@ -82,7 +81,7 @@ def close() -> None:
     if not group.dead_ranks():
         # A rank already gone fails the command: the others are stopped below all the same.
         with contextlib.suppress(Exception):
-            _command(group, _header(STOP), 10.0)
+            _command(group, command(STOP), 10.0)
     _stop(group.processes)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -97,12 +96,6 @@ def _stop(processes: list) -> None:
         if process.is_alive():
             process.terminate()
             process.join(timeout=5.0)
-
-
-def _header(op: int) -> torch.Tensor:
-    header = torch.zeros(HEADER_LEN, dtype=torch.int64)
-    header[OP] = op
-    return header
 
 
 def _command(group: RankGroup, header: torch.Tensor, timeout_s: float) -> None:
@@ -121,7 +114,7 @@ def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
     group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
         f" x pipeline_parallel={cfg.pipeline_parallel}" if cfg.pipeline_parallel > 1 else "")
     try:
-        _command(group, _header(BUILD), cfg.collective_timeout_s)
+        _command(group, command(BUILD), cfg.collective_timeout_s)
         dist.broadcast_object_list([spec], 0, group=group.control)
         groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
         part = build_rank(spec, group, groups)
@@ -149,7 +142,7 @@ def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> Runtim
     return failure
 
 
-class ParallelExecutor(Executor):
+class ParallelExecutor(Samples, Executor):
     """The driver's executor: the batch's tensors built on the host, broadcast (``broadcast_s``: the
     host seconds of packing and sending them, per iteration), then this rank's shard of the forward,
     whose LM head gathers the whole vocabulary's logits, sampled here."""
@@ -161,14 +154,10 @@ class ParallelExecutor(Executor):
         self.wire = wire
         self.timeout_s = timeout_s
         self.clock = clock
-        self.sampler = Sampler(SamplingParams())
         # Per iteration: the host seconds of packing and sending its batch, and the bytes sent.
         self.broadcast_s: list[float] = []
         self.broadcast_bytes: list[int] = []
         self._host = torch.device("cpu")
-
-    def start(self, sampling: SamplingParams) -> None:
-        self.sampler = Sampler(sampling)
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         clock = self.clock
@@ -187,7 +176,6 @@ class ParallelExecutor(Executor):
             t2 = clock.now()
         except Exception as e:
             raise _give_up(self.group, e, self.timeout_s) from e
-        keys = None if self.sampler.greedy else [(s.sample_key, s.num_generated) for s in batch.sampled]
-        tokens = self.sampler(logits, keys)
+        tokens = self.sample(logits, batch.sampled)
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=t2 - t1, sample_s=t3 - t2)

@@ -15,14 +15,13 @@ import torch.distributed as dist
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import PipelineExecutor, StepOutput
-from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import RankGroup, bounded
 from sarathi_lab.model.parallel.rank import RankPart, run_stage
 from sarathi_lab.model.parallel.timeline import FIELDS, timeline_frame
-from sarathi_lab.model.parallel.wire import HEADER_LEN, LOGITS, OP, TIMELINE, encode
+from sarathi_lab.model.parallel.wire import LOGITS, TIMELINE, command, encode
 from sarathi_lab.model.runner import batch_tensors
-from sarathi_lab.model.sampler import Sampler
+from sarathi_lab.model.sampler import Samples
 
 
 @dataclass
@@ -35,7 +34,7 @@ class _InFlight:
     sent_at: float
 
 
-class PipelineParallelExecutor(PipelineExecutor):
+class PipelineParallelExecutor(Samples, PipelineExecutor):
     """The driver's executor of ``depth`` pipeline stages. ``broadcast_s`` / ``broadcast_bytes``: per
     micro-batch, the host seconds of packing and posting its sends, and the bytes sent to each rank
     that takes them. A micro-batch's ``forward_s`` runs from its sends to its logits' return: its
@@ -52,16 +51,12 @@ class PipelineParallelExecutor(PipelineExecutor):
         self.depth = depth
         self.clock = clock
         self._give_up = give_up
-        self.sampler = Sampler(SamplingParams())
         self.broadcast_s: list[float] = []
         self.broadcast_bytes: list[int] = []
         self._in_flight: deque[_InFlight] = deque()
         self._host = torch.device("cpu")
         # Set once a wait failed and the ranks were given up: nothing more is sent to them.
         self._failed: RuntimeError | None = None
-
-    def start(self, sampling: SamplingParams) -> None:
-        self.sampler = Sampler(sampling)
 
     def submit(self, batch: ScheduledBatch) -> None:
         self._check_alive()
@@ -103,8 +98,7 @@ class PipelineParallelExecutor(PipelineExecutor):
         except Exception as e:
             raise self._fail(e) from e
         t2 = clock.now()
-        keys = None if self.sampler.greedy else [(s.sample_key, s.num_generated) for s in mb.batch.sampled]
-        tokens = self.sampler(mb.logits, keys)
+        tokens = self.sample(mb.logits, mb.batch.sampled)
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=mb.prepare_s, forward_s=t2 - mb.sent_at, sample_s=t3 - t2)
 
@@ -128,11 +122,9 @@ class PipelineParallelExecutor(PipelineExecutor):
         if self._in_flight:
             raise RuntimeError(f"stage_timeline: {len(self._in_flight)} micro-batches are still in flight; "
                                f"call it between runs")
-        header = torch.zeros(HEADER_LEN, dtype=torch.int64)
-        header[OP] = TIMELINE
         per_rank = [self.part.timeline.as_tensor()]
         try:
-            wait_all(self.chain.forward(header, self.group.control), self.timeout_s)
+            wait_all(self.chain.forward(command(TIMELINE), self.group.control), self.timeout_s)
             for rank in range(1, self.group.size):
                 count = torch.empty(1, dtype=torch.int64)
                 bounded(dist.irecv(count, src=rank, group=self.wire), self.timeout_s)

@@ -35,13 +35,8 @@ class StageTimeline:
 
 def timeline_frame(per_rank: list[torch.Tensor], tp: int) -> pd.DataFrame:
     """Every rank's rows (``per_rank[r]``: rank r's ``as_tensor``), stage by stage, micro-batch order."""
-    frames = []
-    for rank, rows in enumerate(per_rank):
-        frame = pd.DataFrame(rows.numpy(), columns=list(FIELDS))
-        frame.insert(0, "stage", rank // tp)
-        frame.insert(0, "rank", rank)
-        frames.append(frame)
-    out = pd.concat(frames, ignore_index=True)
+    out = pd.concat([pd.DataFrame(rows.numpy(), columns=list(FIELDS)).assign(rank=rank, stage=rank // tp)
+                     for rank, rows in enumerate(per_rank)], ignore_index=True)
     for column in ("micro_batch", "tokens", "prefill_tokens"):
         out[column] = out[column].astype("int64")
     return out.sort_values(["stage", "rank", "micro_batch"], ignore_index=True)[list(COLUMNS)]

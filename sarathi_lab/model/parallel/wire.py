@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from sarathi_lab.attention import AttentionMetadata
-from sarathi_lab.model.runner import PreparedBatch, pack_layout, packed, unpacked
+from sarathi_lab.model.runner import PreparedBatch, pack_layout, packed, pageable, unpacked
 
 # Header slots.
 OP, TOKENS, REQUESTS, LOGITS, TABLE_WIDTH, PREFILLS, DECODES, PREFILL_TOKENS, MAX_QUERY, NBYTES = range(10)
@@ -24,13 +24,20 @@ class WireBatch:
     payload: torch.Tensor  # uint8 [header[NBYTES]]
 
 
+def command(op: int) -> torch.Tensor:
+    """A header that carries only the command ``op`` (no batch)."""
+    header = torch.zeros(HEADER_LEN, dtype=torch.int64)
+    header[OP] = op
+    return header
+
+
 def encode(prepared: PreparedBatch) -> WireBatch:
     """``prepared`` (host tensors) as a header and one packed buffer."""
     meta = prepared.meta
     tables = meta.block_tables
     longs = [prepared.input_ids, prepared.positions, meta.slot_mapping, prepared.logits_indices]
     ints = [meta.query_start_loc, meta.seq_lens, tables.reshape(-1)]
-    payload, _ = packed([t.numpy() for t in longs], [t.numpy() for t in ints], _bytes)
+    payload, _ = packed([t.numpy() for t in longs], [t.numpy() for t in ints], pageable)
     header = torch.tensor([STEP, len(prepared.input_ids), meta.num_prefills + meta.num_decodes,
                            len(prepared.logits_indices), tables.shape[1], meta.num_prefills, meta.num_decodes,
                            meta.num_prefill_tokens, meta.max_query_len, payload.numel()], dtype=torch.int64)
@@ -59,7 +66,3 @@ def decode(header: list[int], payload: torch.Tensor, device: torch.device) -> Pr
         block_tables=tables.view(header[REQUESTS], header[TABLE_WIDTH]), slot_mapping=slots,
         query_lens_host=query_lens, seq_lens_host=host[5].tolist(), max_query_len=header[MAX_QUERY])
     return PreparedBatch(input_ids, positions, meta, logits)
-
-
-def _bytes(nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8)
