@@ -49,6 +49,7 @@ from sarathi_lab.profiling.attention import (
     paged_batch,
     paged_cache,
 )
+from sarathi_lab.profiling.attention_peers import rel_diff
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
 
@@ -90,7 +91,7 @@ def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None,
     ref = reference.attention(query.float(), k_cache.float(), v_cache.float(), meta, scale)
     if out.isnan().any():
         return float("nan")
-    return ((out.float() - ref).abs().max() / ref.abs().max()).item()
+    return rel_diff(out, ref)
 
 
 def check_write(dtype, block_size) -> bool:
@@ -148,18 +149,15 @@ def check_fused(dtype, qk, positions, cos, sin, q, k) -> dict[str, bool]:
     ok = {"rope_write_kv": _close(out_q, q) and _close(k_cache.view(-1, 40, 128)[slots], k)
           and torch.equal(v_cache.view(-1, 40, 128)[slots], qkv[:, 80 * 128:].view(tokens, 40, 128))}
 
-    def rel(a, b) -> float:
-        return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
-
     x = (torch.randn(300, 1024, device=DEV) / 1024**0.5).to(dtype)
     w = torch.randn(1024, 1024, device=DEV).to(dtype)
-    ok["gemm"] = rel(gemm(x, w), x @ w.T) < TOLERANCE[dtype]
-    ok["gemm_split_k"] = rel(gemm(x, w, GemmConfig(split_k=4)), x @ w.T) < TOLERANCE[dtype]
+    ok["gemm"] = rel_diff(gemm(x, w), x @ w.T) < TOLERANCE[dtype]
+    ok["gemm_split_k"] = rel_diff(gemm(x, w, GemmConfig(split_k=4)), x @ w.T) < TOLERANCE[dtype]
     w_gate_up = torch.randn(2 * 512, 1024, device=DEV).to(dtype)
     product = x @ w_gate_up.T
     want = ACT2FN["silu"](product[:, :512]) * product[:, 512:]
-    ok["gemm_silu_mul"] = all(rel(gemm(x, w_gate_up, GemmConfig(split_k=s), gated=True), want) < TOLERANCE[dtype]
-                              for s in (1, 3))
+    ok["gemm_silu_mul"] = all(rel_diff(gemm(x, w_gate_up, GemmConfig(split_k=s), gated=True), want)
+                              < TOLERANCE[dtype] for s in (1, 3))
     return ok
 
 
