@@ -58,8 +58,7 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
     k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [requests, kv_heads, ctx, d]
     chunk = Inputs(query[:c], k_cache, v_cache, meta, query[:c].transpose(0, 1)[None].contiguous(), k[:1], v[:1],
                    d ** -0.5)
-    return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(), k[1:], v[1:],
-                        d ** -0.5)
+    return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(), k[1:], v[1:], d ** -0.5)
 
 
 def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,

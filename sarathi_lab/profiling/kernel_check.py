@@ -63,8 +63,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype):
     query_lens, seq_lens = (list(x) for x in zip(*prefills, *decodes))
-    meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills), block_size=block_size,
-                                   device=DEV)
+    meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills), block_size=block_size, device=DEV)
     slots = context_slot_mapping(meta, block_size)
     k_cache, v_cache = (paged_cache(torch.randn(len(slots), kv_heads, head_dim, device=DEV).to(dtype), slots,
                                     num_blocks, block_size) for _ in range(2))
@@ -79,8 +78,7 @@ def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None,
     if prefills is None:
         prefills = [(512, 512), (256, 1280), (37, 37), (5, 999)]
         decodes = [(1, random.randint(1, 2048)) for _ in range(32)]
-    query, k_cache, v_cache, meta = make_inputs(prefills, decodes or [], heads, kv_heads, head_dim, block_size,
-                                                dtype)
+    query, k_cache, v_cache, meta = make_inputs(prefills, decodes or [], heads, kv_heads, head_dim, block_size, dtype)
     scale = head_dim ** -0.5
     if launch.pop("planned", False):
         launch["plan"] = plan_batch(meta.query_lens_host, meta.seq_lens_host, heads, kv_heads,
@@ -195,8 +193,7 @@ def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block
                     decodes=None, **launch) -> None:
     err = check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills, decodes, **launch)
     passed = err < TOLERANCE[dtype]
-    record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size, err, passed,
-                                          name))
+    record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size, err, passed, name))
     print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: {err:.2e} "
           f"{'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
 
