@@ -43,10 +43,6 @@ class HybridCase:
     context: int
 
     @property
-    def prefix(self) -> int:
-        return self.context - self.chunk
-
-    @property
     def label(self) -> str:
         """``heads=40/40,c=256,b=16,ctx=1024``: the suite's metric key."""
         return f"heads={self.heads}/{self.kv_heads},c={self.chunk},b={self.decodes},ctx={self.context}"
