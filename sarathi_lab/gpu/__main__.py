@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from sarathi_lab import cli_args
@@ -69,10 +70,8 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
     deadline = job["deadline"]
     try:
         while watch is not None and deadline is None and proc.poll() is None:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=POLL_S)
-            except subprocess.TimeoutExpired:
-                pass
             for line in watch.poll():
                 print(line, flush=True)
         code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
