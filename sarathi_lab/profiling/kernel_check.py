@@ -201,6 +201,7 @@ def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block
 # The timed attention: Llama-3-8B's heads (query/KV) and head size, in the engine's blocks; recorded as
 # the timings' case (timed_case), which the GPU suite reads to label its figure.
 TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM, EngineConfig.block_size
+TIMED_CASE = f"Llama-3-8B attention ({TIMED_HEADS[0]}/{TIMED_HEADS[1]} heads, d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}"
 
 
 def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
@@ -220,14 +221,9 @@ def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
           f"KV {gbps:7.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
 
 
-def timed_case() -> str:
-    heads, kv_heads = TIMED_HEADS
-    return f"Llama-3-8B attention ({heads}/{kv_heads} heads, d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}"
-
-
 def run_timings(record: KernelCheck, dtype) -> None:
     copy_gbps = copy_bandwidth_gbps(DEV)
-    record.timed_case, record.timed_dtype, record.copy_gbps = timed_case(), dtype_name(dtype), copy_gbps
+    record.timed_case, record.timed_dtype, record.copy_gbps = TIMED_CASE, dtype_name(dtype), copy_gbps
     print(f"timings, {dtype}, {record.timed_case}; copy bandwidth {copy_gbps:.0f} GB/s")
     time_case(record, "64 decodes x 2048 ctx", [], [(1, 2048)] * 64, dtype, copy_gbps)
     time_case(record, "256 decodes x 512 ctx", [], [(1, 512)] * 256, dtype, copy_gbps)
