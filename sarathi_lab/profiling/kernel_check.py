@@ -34,7 +34,7 @@ from sarathi_kernels.kv_cache import write_kv_cache
 from sarathi_kernels.occupancy import device_limits
 from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.rope_kv import rope_write_kv
-from sarathi_kernels.tolerances import COMPILED_TOLERANCE
+from sarathi_kernels.tolerances import COMPILED_TOLERANCE as TOLERANCE
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
@@ -53,7 +53,6 @@ from sarathi_lab.profiling.attention_peers import rel_diff
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
 
-TOLERANCE = COMPILED_TOLERANCE
 DEV = torch.device("cuda")
 
 
