@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from sarathi_lab import cli_args
@@ -37,17 +38,15 @@ GPU_BUDGET_MIN = 9.0
 
 def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -> list[Step]:
     """Steps not done at their current engine code, and not failed before unless asked to retry them."""
-    def failed_before(step: Step) -> bool:
+    def due(step: Step) -> bool:
         last = state.read_result(out, step.name)
-        return last is not None and last.status == "failed" and not (retry_failed or step.name in named)
-
-    def done(step: Step) -> bool:
+        if last is not None and last.status == "failed" and not (retry_failed or step.name in named):
+            return False
         # A result that recorded no code (an older suite's) is taken as done, as it always was.
-        last = state.read_result(out, step.name)
-        return state.is_done(out, step.name) and (last is None or not last.code
-                                                  or last.code == engine_code.step_hash(step.name))
+        return not (state.is_done(out, step.name)
+                    and (last is None or not last.code or last.code == engine_code.step_hash(step.name)))
 
-    return [s for s in steps if not done(s) and not failed_before(s)]
+    return [s for s in steps if due(s)]
 
 
 def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
@@ -71,10 +70,8 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
     deadline = job["deadline"]
     try:
         while watch is not None and deadline is None and proc.poll() is None:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=POLL_S)
-            except subprocess.TimeoutExpired:
-                pass
             for line in watch.poll():
                 print(line, flush=True)
         code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)

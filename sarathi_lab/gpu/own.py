@@ -58,16 +58,12 @@ class Stopped(Exception):
     """SIGTERM to the driver: stop the worker as on Ctrl-C."""
 
 
-def stop_on_sigterm() -> None:
-    def handler(signum, frame):
-        raise Stopped(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def start(out: Path, todo: list[Step], dry_run: bool) -> Progress:
     """Stops on SIGTERM as on Ctrl-C; the progress lines the driver prints while the steps run."""
-    stop_on_sigterm()
+    def stop(signum, _frame):
+        raise Stopped(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
     watch = Progress(out, todo, dry_run)
     if todo:
         print(f"[own] {len(todo)} steps to run, {sum(s.minutes for s in todo):.0f} min expected by the plan; "

@@ -64,8 +64,7 @@ class Progress:
     def __post_init__(self):
         for s in self.steps:
             keys = frozenset() if self.dry_run or s.group != "paper" else frozenset(map(_job_key, job_overrides(s)))
-            self._jobs[s.name] = StepJobs(s, keys)
-        for jobs in self._jobs.values():
+            jobs = self._jobs[s.name] = StepJobs(s, keys)
             jobs.at_start = self.finished(jobs)
         self._said_at = self.started
 

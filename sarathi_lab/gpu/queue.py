@@ -12,6 +12,7 @@ import json
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from sarathi_lab.gpu import engine_code, state
@@ -139,25 +140,15 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
                at_commit: Callable[[str, str], str | None] | None = None) -> dict[str, Planned]:
     """Each suite step's minutes, and whether it is due: done at ``current(step)``'s code by no record.
     ``at_commit(step, commit)``: a record's code where it kept only its commit (git, by default)."""
-    at_commit = at_commit or (lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit))
-    known: dict[tuple[str, str], str | None] = {}
-
-    def code_of(r: Record) -> str | None:
-        if r.code:
-            return r.code
-        if (r.step, r.commit) not in known:
-            known[r.step, r.commit] = at_commit(r.step, r.commit)
-        return known[r.step, r.commit]
-
+    # Cached: git is asked once per step and commit.
+    at_commit = cache(at_commit or (lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit)))
     planned = {}
     for step in STEPS:
         mine = [r for r in records if r.step == step.name]
         now = current(step.name)
-        done = [r for r in mine if r.status == "done" and code_of(r) == now]
+        done = [r for r in mine if r.status == "done" and (r.code or at_commit(r.step, r.commit)) == now]
         timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
-        newest = {}
-        for r in sorted(timed, key=lambda r: r.started_at):
-            newest[r.device] = r
+        newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}  # each device's last
         minutes, source = step.minutes, "planned"
         if newest:
             longest = max(newest.values(), key=lambda r: r.seconds)

@@ -18,6 +18,11 @@ KINDS = ("prefill", "chunk", "decode")
 FLEX_FIRST_COMPILE_S, FLEX_COMPILE_S, ENGINE_COMPILE_S, SHAPE_S, START_S = 20.0, 4.0, 2.0, 0.2, 10.0
 
 
+def flex_compile_s(compiles: int) -> float:
+    """Seconds of ``compiles`` FlexAttention compiles, the first of which also starts Inductor's workers."""
+    return FLEX_FIRST_COMPILE_S + FLEX_COMPILE_S * (compiles - 1) if compiles else 0.0
+
+
 @dataclass(frozen=True)
 class Case:
     kind: str          # prefill (a whole prompt), chunk (over a cached prefix) or decode (a batch of them)
@@ -87,15 +92,11 @@ class Grid:
         """FlexAttention compiles once per shape it runs (static shapes, its fastest kernel)."""
         return sum(FLEX in case.peers for case in self.cases())
 
-    @property
-    def engine_compiles(self) -> int:
-        """The engine's kernel specialises per GQA group and per tiling (decode or prefill tiles)."""
-        return 2 * len(self.heads)
-
     def estimate_s(self) -> float:
-        """Seconds the step takes on a GPU: compiles first, then a fraction of a second a shape."""
-        flex = (FLEX_FIRST_COMPILE_S + FLEX_COMPILE_S * (self.flex_compiles - 1)) if self.flex_compiles else 0.0
-        return START_S + flex + ENGINE_COMPILE_S * self.engine_compiles + SHAPE_S * len(self.cases())
+        """Seconds the step takes on a GPU: compiles first (the engine's kernel specialises per GQA group and
+        per tiling, decode or prefill tiles), then a fraction of a second a shape."""
+        return (START_S + flex_compile_s(self.flex_compiles) + ENGINE_COMPILE_S * 2 * len(self.heads)
+                + SHAPE_S * len(self.cases()))
 
 
 # GPU: LLaMA-13B's heads (40 x 128, multi-head) and Mistral-7B's (32 query / 8 KV heads x 128), in

@@ -132,18 +132,13 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     builders = {ENGINE: lambda: engine_call(x), SDPA: lambda: sdpa_call(case, x, flash)}
     if flex is not None and flex.error is None:
         builders[FLEX] = lambda: flex.call(case, x)
-    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta, x.scale)
     row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads, "kv_heads": case.kv_heads,
                  "head_dim": case.head_dim, "batch": case.batch, "query_len": case.query_len, "context": case.context,
                  "dtype": str(dtype).removeprefix("torch."), "device": device.type,
                  "sdpa_backend": "flash" if flash else "default (no flash backend off CUDA)",
                  "flex_compiled": flex is not None and flex.compiled}
     convert = {name: as_engine_rows for name in case.peers}
-    calls = checked_calls(builders, (ENGINE, *case.peers), ref, row, device, TOLERANCE[dtype], flex, convert)
-    del ref
-    times = time_interleaved(calls, reps, device, warmup) if calls else {}
-    for name in (ENGINE, *case.peers):
-        row[f"{name}_ms"] = statistics.median(times[name]) if name in times else None
+    time_checked(builders, (ENGINE, *case.peers), x, row, device, reps, warmup, flex, convert)
     least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens, case.context_lens,
                             dtype.itemsize, copy_gbps, matmul_gflops)
     row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops, "bytes": least.bytes}
@@ -156,12 +151,14 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     return row
 
 
-def checked_calls(builders: dict[str, Callable], names, ref: torch.Tensor, row: dict, device: torch.device,
-                  tolerance: float, flex: Flex | None, convert: dict[str, Callable] | None = None) -> dict:
+def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device, reps: int,
+                 warmup: int, flex: Flex | None, convert: dict[str, Callable] | None = None) -> None:
     """Each contender built, called once (its first call timed: FlexAttention's compile) and held to
-    ``ref`` (``convert``: its output laid out as the reference's rows); what cannot run or differs is
-    recorded in ``row`` as ``<name>_error`` and left out. The calls that passed, to be timed."""
-    calls = {}
+    attention/reference.py in float32 over ``x``'s engine rows (``convert``: its output laid out as those
+    rows); what cannot run or differs is recorded in ``row`` as ``<name>_error`` and left out. The rest
+    timed interleaved: each contender's median ms in ``row`` as ``<name>_ms`` (None where not timed)."""
+    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta, x.scale)
+    tolerance, calls = TOLERANCE[x.query.dtype], {}
     for name in names:
         if name not in builders:
             row[f"{name}_error"] = f"not run: {flex.error}" if flex is not None and flex.error else "not available"
@@ -185,4 +182,7 @@ def checked_calls(builders: dict[str, Callable], names, ref: torch.Tensor, row: 
             row[f"{name}_error"] = f"differs from the reference by {diff:.2e} (tolerance {tolerance:.0e})"
             continue
         calls[name] = fn
-    return calls
+    del ref  # the float32 output's memory back before the timed rounds
+    times = time_interleaved(calls, reps, device, warmup) if calls else {}
+    for name in names:
+        row[f"{name}_ms"] = statistics.median(times[name]) if name in times else None

@@ -99,8 +99,9 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
     scores = {t: _geomean(r) for t, r in ratios.items()}
     finite = {t: s for t, s in scores.items() if math.isfinite(s)}
     best = min(finite, key=finite.get) if finite and min(finite.values()) < 1.0 else TileConfig()
+    by_label = {tiles_label(t): s for t, s in scores.items()}
     for row in rows:
-        row["score"] = scores[_parse(row["tiles"])]
+        row["score"] = by_label[row["tiles"]]
     rows += _split_rows(kind, cases, inputs, best, reps, device, warmup)
     return best, scores.get(best, 1.0), rows
 
@@ -167,8 +168,3 @@ def tiles_label(tiles: TileConfig) -> str:
     if tiles == TileConfig():
         return "default"
     return f"m{tiles.block_m}_n{tiles.block_n}_w{tiles.num_warps}_s{tiles.num_stages}"
-
-
-def _parse(label: str) -> TileConfig:
-    m, n, w, s = (int(part[1:]) for part in label.split("_"))
-    return TileConfig(m, n, w, s)

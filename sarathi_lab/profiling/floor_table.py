@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 
 from sarathi_lab import cli_args
+from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.model import load_config
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.floors import floor, sequential_floor
 from sarathi_lab.profiling.launch import MORE_CONTEXTS, SHAPES, label
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def rows(copy_gbps: float, matmul_tflops: float, device: str = "cuda") -> list[dict]:

@@ -5,7 +5,6 @@ the chunk's floor plus the decodes'. Every contender is first held to attention/
 disagrees is not timed. Timing is attention_peers' (interleaved rounds, L2 flushed, CUDA events)."""
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -13,13 +12,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from sarathi_kernels.tolerances import COMPILED_TOLERANCE
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sarathi_lab.attention import AttentionMetadata, reference
+from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch, paged_cache
 from sarathi_lab.profiling.attention_grid import FLEX, SDPA, Case
-from sarathi_lab.profiling.attention_peers import Flex, Inputs, checked_calls, engine_call, sdpa_call, time_interleaved
+from sarathi_lab.profiling.attention_peers import Flex, Inputs, engine_call, sdpa_call, time_checked
 from sarathi_lab.profiling.floors import attention_floor
 from sarathi_lab.profiling.hybrid_grid import (
     CONTENDERS,
@@ -60,8 +58,7 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
     k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [requests, kv_heads, ctx, d]
     chunk = Inputs(query[:c], k_cache, v_cache, meta, query[:c].transpose(0, 1)[None].contiguous(), k[:1], v[:1],
                    d ** -0.5)
-    return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(), k[1:], v[1:],
-                        d ** -0.5)
+    return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(), k[1:], v[1:], d ** -0.5)
 
 
 def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
@@ -142,12 +139,7 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
         builders[name] = build
     if flex is not None and flex.error is None:
         builders[FLEX] = lambda: peer_call(FLEX, case, x, flash, flex)
-    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta, x.scale)
-    calls = checked_calls(builders, CONTENDERS, ref, row, device, COMPILED_TOLERANCE[dtype], flex)
-    del ref
-    times = time_interleaved(calls, reps, device, warmup) if calls else {}
-    for name in CONTENDERS:
-        row[f"{name}_ms"] = statistics.median(times[name]) if name in times else None
+    time_checked(builders, CONTENDERS, x, row, device, reps, warmup, flex)
     row |= floors(case, dtype.itemsize, copy_gbps, matmul_gflops)
     row |= ratios(row)
     return row

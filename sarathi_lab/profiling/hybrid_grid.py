@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sarathi_lab.profiling.attention_grid import FLEX, SDPA
+from sarathi_lab.profiling.attention_grid import FLEX, SDPA, flex_compile_s
 
 # The contenders. pod: prefill and decode work on separate programs of each SM (two lanes an SM, each
 # program claiming a lane of the SM it runs on); pod_by_program: the same with lane = program id (the
@@ -26,11 +26,11 @@ CONTENDERS = (POD, POD_BY_PROGRAM, POD_X1, *SEQUENTIAL, *PEERS)
 # decodes at contexts of 1-3K, every shape of the GPU grid.
 TARGET = 0.8
 
-# Estimates until a lease measures them (the step records each shape's first calls): a FlexAttention
-# compile (the first starts Inductor's workers), the Triton kernels' compiles per head shape (three
+# Estimates until a lease measures them (the step records each shape's first calls), beside
+# attention_grid's FlexAttention compiles: the Triton kernels' compiles per head shape (three
 # co-scheduled variants, the paged kernel's prefill and decode tiles, about 2 s each), a shape's
 # inputs, reference and timed rounds.
-FLEX_FIRST_COMPILE_S, FLEX_COMPILE_S, KERNEL_COMPILES_S, SHAPE_S, START_S = 20.0, 4.0, 10.0, 0.5, 10.0
+KERNEL_COMPILES_S, SHAPE_S, START_S = 10.0, 0.5, 10.0
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,6 @@ class HybridCase:
     chunk: int        # the prefill chunk: the last ``chunk`` tokens of a prompt of ``context`` tokens
     decodes: int      # decodes, each at ``context``
     context: int
-
-    @property
-    def prefix(self) -> int:
-        return self.context - self.chunk
 
     @property
     def label(self) -> str:
@@ -81,8 +77,8 @@ class HybridGrid:
         return len({(c.heads, c.kv_heads, c.chunk, c.context) for c in self.cases()})
 
     def estimate_s(self) -> float:
-        flex = FLEX_FIRST_COMPILE_S + FLEX_COMPILE_S * (self.flex_compiles - 1) if self.flex_compiles else 0.0
-        return START_S + flex + KERNEL_COMPILES_S * len(self.heads) + SHAPE_S * len(self.cases())
+        return (START_S + flex_compile_s(self.flex_compiles) + KERNEL_COMPILES_S * len(self.heads)
+                + SHAPE_S * len(self.cases()))
 
 
 # GPU: LLaMA-13B's heads (40 x 128) and Mistral-7B's (32 query / 8 KV x 128), bf16, the issue's

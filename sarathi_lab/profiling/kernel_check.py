@@ -34,7 +34,7 @@ from sarathi_kernels.kv_cache import write_kv_cache
 from sarathi_kernels.occupancy import device_limits
 from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.rope_kv import rope_write_kv
-from sarathi_kernels.tolerances import COMPILED_TOLERANCE
+from sarathi_kernels.tolerances import COMPILED_TOLERANCE as TOLERANCE
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
@@ -49,10 +49,10 @@ from sarathi_lab.profiling.attention import (
     paged_batch,
     paged_cache,
 )
+from sarathi_lab.profiling.attention_peers import rel_diff
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
 
-TOLERANCE = COMPILED_TOLERANCE
 DEV = torch.device("cuda")
 
 
@@ -62,8 +62,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype):
     query_lens, seq_lens = (list(x) for x in zip(*prefills, *decodes))
-    meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills), block_size=block_size,
-                                   device=DEV)
+    meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills), block_size=block_size, device=DEV)
     slots = context_slot_mapping(meta, block_size)
     k_cache, v_cache = (paged_cache(torch.randn(len(slots), kv_heads, head_dim, device=DEV).to(dtype), slots,
                                     num_blocks, block_size) for _ in range(2))
@@ -78,8 +77,7 @@ def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None,
     if prefills is None:
         prefills = [(512, 512), (256, 1280), (37, 37), (5, 999)]
         decodes = [(1, random.randint(1, 2048)) for _ in range(32)]
-    query, k_cache, v_cache, meta = make_inputs(prefills, decodes or [], heads, kv_heads, head_dim, block_size,
-                                                dtype)
+    query, k_cache, v_cache, meta = make_inputs(prefills, decodes or [], heads, kv_heads, head_dim, block_size, dtype)
     scale = head_dim ** -0.5
     if launch.pop("planned", False):
         launch["plan"] = plan_batch(meta.query_lens_host, meta.seq_lens_host, heads, kv_heads,
@@ -90,7 +88,7 @@ def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None,
     ref = reference.attention(query.float(), k_cache.float(), v_cache.float(), meta, scale)
     if out.isnan().any():
         return float("nan")
-    return ((out.float() - ref).abs().max() / ref.abs().max()).item()
+    return rel_diff(out, ref)
 
 
 def check_write(dtype, block_size) -> bool:
@@ -148,18 +146,15 @@ def check_fused(dtype, qk, positions, cos, sin, q, k) -> dict[str, bool]:
     ok = {"rope_write_kv": _close(out_q, q) and _close(k_cache.view(-1, 40, 128)[slots], k)
           and torch.equal(v_cache.view(-1, 40, 128)[slots], qkv[:, 80 * 128:].view(tokens, 40, 128))}
 
-    def rel(a, b) -> float:
-        return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
-
     x = (torch.randn(300, 1024, device=DEV) / 1024**0.5).to(dtype)
     w = torch.randn(1024, 1024, device=DEV).to(dtype)
-    ok["gemm"] = rel(gemm(x, w), x @ w.T) < TOLERANCE[dtype]
-    ok["gemm_split_k"] = rel(gemm(x, w, GemmConfig(split_k=4)), x @ w.T) < TOLERANCE[dtype]
+    ok["gemm"] = rel_diff(gemm(x, w), x @ w.T) < TOLERANCE[dtype]
+    ok["gemm_split_k"] = rel_diff(gemm(x, w, GemmConfig(split_k=4)), x @ w.T) < TOLERANCE[dtype]
     w_gate_up = torch.randn(2 * 512, 1024, device=DEV).to(dtype)
     product = x @ w_gate_up.T
     want = ACT2FN["silu"](product[:, :512]) * product[:, 512:]
-    ok["gemm_silu_mul"] = all(rel(gemm(x, w_gate_up, GemmConfig(split_k=s), gated=True), want) < TOLERANCE[dtype]
-                              for s in (1, 3))
+    ok["gemm_silu_mul"] = all(rel_diff(gemm(x, w_gate_up, GemmConfig(split_k=s), gated=True), want)
+                              < TOLERANCE[dtype] for s in (1, 3))
     return ok
 
 
@@ -197,8 +192,7 @@ def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block
                     decodes=None, **launch) -> None:
     err = check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills, decodes, **launch)
     passed = err < TOLERANCE[dtype]
-    record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size, err, passed,
-                                          name))
+    record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size, err, passed, name))
     print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: {err:.2e} "
           f"{'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
 
@@ -206,6 +200,7 @@ def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block
 # The timed attention: Llama-3-8B's heads (query/KV) and head size, in the engine's blocks; recorded as
 # the timings' case (timed_case), which the GPU suite reads to label its figure.
 TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM, EngineConfig.block_size
+TIMED_CASE = f"Llama-3-8B attention ({TIMED_HEADS[0]}/{TIMED_HEADS[1]} heads, d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}"
 
 
 def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
@@ -225,14 +220,9 @@ def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
           f"KV {gbps:7.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
 
 
-def timed_case() -> str:
-    heads, kv_heads = TIMED_HEADS
-    return f"Llama-3-8B attention ({heads}/{kv_heads} heads, d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}"
-
-
 def run_timings(record: KernelCheck, dtype) -> None:
     copy_gbps = copy_bandwidth_gbps(DEV)
-    record.timed_case, record.timed_dtype, record.copy_gbps = timed_case(), dtype_name(dtype), copy_gbps
+    record.timed_case, record.timed_dtype, record.copy_gbps = TIMED_CASE, dtype_name(dtype), copy_gbps
     print(f"timings, {dtype}, {record.timed_case}; copy bandwidth {copy_gbps:.0f} GB/s")
     time_case(record, "64 decodes x 2048 ctx", [], [(1, 2048)] * 64, dtype, copy_gbps)
     time_case(record, "256 decodes x 512 ctx", [], [(1, 512)] * 256, dtype, copy_gbps)

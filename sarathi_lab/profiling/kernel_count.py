@@ -45,7 +45,7 @@ def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len
 def stage(llm, name: str):
     """The engine as it ran ``before`` the fusions (two launches for RoPE and the KV write, the default
     table: cuBLAS and a separate SiLU * up) or ``after`` (fused, the device's table)."""
-    backend = llm.model.backend if hasattr(llm.model, "backend") else None
+    backend = getattr(llm.model, "backend", None)
     if hasattr(backend, "fuse_rope"):
         backend.fuse_rope = name == "after"
     return using(DEFAULT) if name == "before" else nullcontext()

@@ -13,7 +13,7 @@ import torch
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
+from sarathi_lab.gpu.steps.env import ceilings_or_measured
 from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET, floor_target
 
 if TYPE_CHECKING:  # imported where it runs: it loads the Triton kernels
@@ -78,14 +78,6 @@ def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
             count("attention_decodes_within_floor_target", ("decode",), "over_floor", FLOOR_TARGET["decode"])]
 
 
-def _ceilings(ctx: Context) -> tuple[float, float, list[str]]:
-    """(copy GB/s, matmul GFLOP/s): the env step's, else measured here as it measures them."""
-    env = ceilings(ctx.out)
-    notes = [] if env else ["ceilings measured by this step (the env step has not run)"]
-    env = env or measure_ceilings(ctx.device)
-    return env["copy_gbps"], env["matmul_tflops"] * 1e3, notes
-
-
 def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tuple[list[dict], Flex, list[str]]:
     """A row per case of ``grid`` by ``measure``, in the grid's order: those ``rows_file`` holds from an
     earlier call, then the rest, the file rewritten as each ends so that a rerun continues where a call
@@ -93,7 +85,8 @@ def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tup
     from sarathi_lab.profiling.attention_peers import Flex
 
     device, dtype = torch.device(ctx.device), getattr(torch, grid.dtype)
-    copy_gbps, matmul, notes = _ceilings(ctx)
+    env, measured_here = ceilings_or_measured(ctx)
+    notes = ["ceilings measured by this step (the env step has not run)"] if measured_here else []
     path = ctx.dir / rows_file
     rows = pd.read_csv(path).to_dict("records") if path.is_file() else []
     done = {r["shape"] for r in rows}
@@ -105,7 +98,8 @@ def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tup
             if left is not None and left < SHAPE_GUARD_S:
                 raise Incomplete(f"{len(rows)} of {len(grid.cases())} {unit} measured; a rerun continues")
             rows.append(measure(case, dtype=dtype, device=device, block_size=EngineConfig.block_size, reps=grid.reps,
-                                warmup=grid.warmup, flex=flex, copy_gbps=copy_gbps, matmul_gflops=matmul))
+                                warmup=grid.warmup, flex=flex, copy_gbps=env["copy_gbps"],
+                                matmul_gflops=env["matmul_tflops"] * 1e3))
             pd.DataFrame(rows).to_csv(path, index=False)
     order = {c.label: i for i, c in enumerate(grid.cases())}
     rows.sort(key=lambda r: order.get(r["shape"], len(order)))

@@ -64,3 +64,9 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 def ceilings(out) -> dict | None:
     """The env step's record, for the steps that compare against its ceilings (None before it ran)."""
     return read_json(step_dir(out, "env") / "env.json")
+
+
+def ceilings_or_measured(ctx: Context) -> tuple[dict, bool]:
+    """The env step's ceilings, else measured here as it measures them; and whether they were measured here."""
+    record = ceilings(ctx.out)
+    return (record, False) if record else (measure_ceilings(ctx.device), True)

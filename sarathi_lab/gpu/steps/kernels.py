@@ -26,12 +26,11 @@ def metrics_of(check: KernelCheck, copy_gbps: float | None) -> list[Metric]:
     and each decode case's bandwidth against the floor (the env step's copy ceiling, else the check's)."""
     if not check.attention:
         raise ValueError("the kernel check recorded no attention case (see check_gpu.log)")
-    errors, verdicts = defaultdict(list), defaultdict(list)
+    by_dtype = defaultdict(list)
     for case in check.attention:
-        errors[case.dtype].append(case.rel_err)
-        verdicts[case.dtype].append(case.ok)
-    metrics = [Metric(f"attention_max_rel_err_{dtype}", max(errs), "", "kernels/README tolerance", all(verdicts[dtype]))
-               for dtype, errs in errors.items()]
+        by_dtype[case.dtype].append(case)
+    metrics = [Metric(f"attention_max_rel_err_{dtype}", max(c.rel_err for c in cases), "", "kernels/README tolerance",
+                      all(c.ok for c in cases)) for dtype, cases in by_dtype.items()]
     kinds = defaultdict(list)
     for kind, rows in (("kv_write", check.kv_writes), ("pointwise", check.pointwise)):
         for row in rows:

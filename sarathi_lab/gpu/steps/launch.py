@@ -12,7 +12,7 @@ import warnings
 from sarathi_lab import LLM
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.gpu.steps.env import ceilings, measure_ceilings
+from sarathi_lab.gpu.steps.env import ceilings_or_measured
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.floors import floor, sequential_floor
 from sarathi_lab.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
@@ -53,9 +53,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         llm = LLM(model=model, dtype=dtype, device=ctx.device, scheduler="sarathi",
                   chunk_size=max(c for c, _ in cases), max_batch_size=max(d + (c > 0) for c, d in cases),
                   max_model_len=max(context, *MORE_CONTEXTS[ctx.device]), seed=0)
-    env = ceilings(ctx.out)
-    own_ceilings = env is None
-    env = env or measure_ceilings(ctx.device)
+    env, own_ceilings = ceilings_or_measured(ctx)
     metrics, skipped, counts = [], [], []
     for chunk, decodes in cases:
         metrics += _iteration(llm, chunk, decodes, context, reps, env, cuda, context)
