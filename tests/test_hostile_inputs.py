@@ -23,7 +23,7 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.harness.cli_check import check_command_line
 from sarathi_lab.harness.schema import WorkloadCfg, parse_config
-from sarathi_lab.harness.workloads import read_recorded_trace, resolve_trace_path
+from sarathi_lab.harness.workloads import read_trace, resolve_trace_path
 from sarathi_lab.model import memory
 from sarathi_lab.plan import plan_engine
 from tests.hf_models import save_random_model
@@ -186,7 +186,7 @@ def test_a_trace_field_past_a_float_is_one_line(digits, column, tmp_path_factory
     row = {"arrived_at": "0.5", "num_prefill_tokens": "12", "num_decode_tokens": "3"} | {column: "9" * digits}
     path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,2\n" + ",".join(row.values()) + "\n")
     with pytest.raises(ConfigError) as err:
-        read_recorded_trace(WorkloadCfg(kind="trace", path=str(path), num_requests=None, qps=None))
+        read_trace(WorkloadCfg(kind="trace", path=str(path), num_requests=None, qps=None))
     assert _one_line(err).startswith(f"workload.path='{path}' line 3: {column}=") and "characters" in str(err.value)
 
 

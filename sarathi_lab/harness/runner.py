@@ -124,7 +124,7 @@ def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
         # Imported here: it loads the model code (to save the run's weights), which a simulated run has no use for.
         from sarathi_lab.harness.vllm_engine import VllmLLM
 
-        llm = VllmLLM.from_plan(checked.plan)
+        llm = VllmLLM(checked.plan)
         log.info("%s", UNAVAILABLE)
         return llm
     llm = LLM.from_plan(checked.plan)

@@ -4,7 +4,6 @@ vLLM, so that a run is refused before anything is built, and this machine's test
 without vLLM installed."""
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 from dataclasses import dataclass
@@ -56,9 +55,6 @@ class VllmArgs:
     enforce_eager: bool            # not engine.cuda_graphs
     enable_prefix_caching: bool = False  # our engine has none; a shared prefix would be free on vLLM only
     skip_tokenizer_init: bool = True     # random weights, token ids in and out
-
-    def kwargs(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def check_vllm(plan: EnginePlan, task: str = "serve") -> None:

@@ -188,6 +188,12 @@ def arrivals_at(cfg: WorkloadCfg, workload: Workload, qps: float, seed: int) -> 
     return arrival_times(cfg, qps, seed)
 
 
+def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
+    """(prompt, decode) lengths and arrival times of a trace CSV's replayed rows (replay_times)."""
+    lengths, recorded = read_recorded_trace(cfg, context)
+    return lengths, replay_times(cfg, recorded)
+
+
 def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
     """(prompt, decode) lengths and recorded arrival times, from the first replayed row, of the rows
     workload.offset + 1 to workload.offset + workload.num_requests (to the end where that is None or
