@@ -96,8 +96,7 @@ def available() -> Memory:
 def total() -> int:
     """The memory a process here could hold at most: the machine's, capped by the cgroup's limit and the
     address-space limit (the size of the simulated CPU device)."""
-    sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
-    sizes += [limit for _, limit in _cgroup_limits()]
+    sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), *(limit for _, limit in _cgroup_limits())]
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         sizes.append(soft)

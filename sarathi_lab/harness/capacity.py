@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sarathi_lab.engine.metrics import SLO
@@ -68,8 +68,7 @@ class Capacity:
         return {"capacity_rps": self.capacity_rps, "resolution": self.resolution,
                 "requested_resolution": self.requested_resolution, "resolved": self.resolved,
                 "lowest_failing_rps": self.lowest_failing_rps, "binding": self.binding, "bounded": self.bounded,
-                "trials": [{"rate_rps": t.rate_rps, "passed": t.passed, "binding": t.binding,
-                            "stopped_early": t.stopped_early} for t in self.trials]}
+                "trials": [{k: v for k, v in asdict(t).items() if k != "summary"} for t in self.trials]}
 
 
 def _rounded(qps: float, resolution: float | None) -> str:

@@ -219,12 +219,8 @@ def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
 
 def _group_choices(overrides: list[tuple[str, Override]], conf_dir: Path) -> list[str]:
     """Each group override's choice (a sweep's first), as the checks compose the config."""
-    choices = []
-    for _, override in overrides:
-        if (conf_dir / override.key_or_group).is_dir() and not override.is_delete() \
-                and (values := _group_values(override)):
-            choices.append(f"{override.key_or_group}={values[0]}")
-    return choices
+    return [f"{o.key_or_group}={values[0]}" for _, o in overrides
+            if (conf_dir / o.key_or_group).is_dir() and not o.is_delete() and (values := _group_values(o))]
 
 
 def _composed(overrides: list[tuple[str, Override]], conf_dir: Path) -> DictConfig:
