@@ -238,14 +238,12 @@ def _check_replace(cfg, llm) -> None:
 
 
 def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
-    torch_device = llm.config.torch_device
     device, gpu = _device(llm)
     path = own_profile_path(device, cfg.model.engine_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
-    machine = machine_record() | {"device": device, "torch_device": str(torch_device)}
-    if gpu is not None:
-        machine["gpu"] = gpu
+    machine = (machine_record() | {"device": device, "torch_device": str(llm.config.torch_device)}
+               | ({"gpu": gpu} if gpu is not None else {}))
     settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
     description = {"machine": machine, "engine": settings | {"torch_dtype": _torch_dtype(llm)},
                    "clock": type(llm.engine.clock).__name__,
