@@ -269,8 +269,7 @@ def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
     at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
-    reserved = llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size)
-    if reserved:
+    if reserved := llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size):
         fits = llm.block_manager.admissible_blocks // reserved
         if fits < at_once:
             log.warning("scheduler=%s reserves max_model_len=%d tokens for each request: the KV cache (%d tokens) "

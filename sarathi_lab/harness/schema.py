@@ -355,8 +355,7 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
         raise ConfigError(f"{prefix.rstrip('.')}={raw!r} is invalid: must be a mapping")
     hints = get_type_hints(cls)
     known = {f.name for f in settings_of(cls)} - later
-    unknown = sorted(set(raw) - known - later)
-    if unknown:
+    if unknown := sorted(set(raw) - known - later):
         raise ConfigError(f"{prefix}{unknown[0]} is not a known key; known keys here: {', '.join(sorted(known))}")
     missing = [f.name for f in settings_of(cls) if f.name not in raw and f.name not in later
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
