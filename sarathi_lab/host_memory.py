@@ -29,9 +29,10 @@ def _read_int(path: Path) -> int | None:
     return int(text[0]) if text and text[0].isdigit() else None
 
 
-def _meminfo(field: str) -> int | None:
+def _proc_bytes(path: str, field: str) -> int | None:
+    """A ``field: N kB`` line of a /proc file, in bytes; None where it is absent or unreadable."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
@@ -56,23 +57,16 @@ def _cgroup_dirs() -> list[Path]:
     return []
 
 
+def _cgroup_limits() -> list[tuple[Path, int]]:
+    """Each cgroup memory limit set above this process, with its directory."""
+    limits = [(d, _read_int(d / "memory.max") or _read_int(d / "memory.limit_in_bytes")) for d in _cgroup_dirs()]
+    return [(d, limit) for d, limit in limits if limit is not None and limit < 2**60]  # v1's "no limit" is huge
+
+
 def _cgroup_room() -> int | None:
     """What the tightest cgroup memory limit above this process leaves (limit less usage); None: none set."""
-    rooms = []
-    for directory in _cgroup_dirs():
-        limit = _read_int(directory / "memory.max") or _read_int(directory / "memory.limit_in_bytes")
-        if limit is None or limit >= 2**60:  # v1 writes "no limit" as a huge number
-            continue
-        used = _read_int(directory / "memory.current") or _read_int(directory / "memory.usage_in_bytes") or 0
-        rooms.append(max(limit - used, 0))
-    return min(rooms, default=None)
-
-
-def _cgroup_limit() -> int | None:
-    limits = [limit for d in _cgroup_dirs()
-              if (limit := _read_int(d / "memory.max") or _read_int(d / "memory.limit_in_bytes")) is not None
-              and limit < 2**60]
-    return min(limits, default=None)
+    return min((max(limit - (_read_int(d / "memory.current") or _read_int(d / "memory.usage_in_bytes") or 0), 0)
+                for d, limit in _cgroup_limits()), default=None)
 
 
 def _address_space() -> tuple[int, int] | None:
@@ -80,21 +74,13 @@ def _address_space() -> tuple[int, int] | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
-    mapped = 0
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    mapped = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return soft, mapped
+    return soft, _proc_bytes("/proc/self/status", "VmSize") or 0
 
 
 def available() -> Memory:
     """What this process may still allocate: the least of the machine's available memory, its cgroup's
     room and its address-space limit's room."""
-    machine = _meminfo("MemAvailable")
+    machine = _proc_bytes("/proc/meminfo", "MemAvailable")
     if machine is None:
         machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     bounds = [Memory(machine, "the machine's available memory")]
@@ -110,9 +96,7 @@ def available() -> Memory:
 def total() -> int:
     """The memory a process here could hold at most: the machine's, capped by the cgroup's limit and the
     address-space limit (the size of the simulated CPU device)."""
-    sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
-    if (limit := _cgroup_limit()) is not None:
-        sizes.append(limit)
+    sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), *(limit for _, limit in _cgroup_limits())]
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         sizes.append(soft)

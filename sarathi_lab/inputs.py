@@ -51,8 +51,7 @@ def prompts_as_lists(prompts: Any) -> list[list[int]]:
         if set(map(type, tokens)) == {int}:  # the common case, without the slow ABC check, in C
             out.append(tokens)
             continue
-        bad = next((t for t in tokens if not _is_int(t)), None)
-        if bad is not None:
+        if (bad := next((t for t in tokens if not _is_int(t)), None)) is not None:
             raise TypeError(f"prompts[{i}] holds {bad!r} ({type(bad).__name__}); token ids must be integers")
         out.append([int(t) for t in tokens])
     return out
@@ -68,12 +67,10 @@ def per_request_ints(name: str, value: Any, n: int) -> list[int]:
             raise TypeError(f"{name} must be an int or a sequence of ints; got {_describe(value)}")
         if len(items) != n:
             raise ValueError(f"{name} has {len(items)} values for {n} prompts")
-        bad = next((v for v in items if not _is_int(v)), None)
-        if bad is not None:
+        if (bad := next((v for v in items if not _is_int(v)), None)) is not None:
             raise TypeError(f"{name} holds {bad!r} ({type(bad).__name__}); must be ints")
         values = [int(v) for v in items]
-    bad = next((v for v in values if v < 1), None)
-    if bad is not None:
+    if (bad := next((v for v in values if v < 1), None)) is not None:
         raise ValueError(f"{name}={bad} is invalid: must be >= 1")
     return values
 

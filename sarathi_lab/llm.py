@@ -212,8 +212,7 @@ class LLM:
         if min(prompt) < 0 or max(prompt) >= vocab:  # min and max in C; the scan only names the token
             bad = next(t for t in prompt if not 0 <= t < vocab)
             raise ValueError(f"prompts[{i}] holds token {bad}, outside the vocabulary [0, {vocab})")
-        reason = self.engine.scheduler.refusal(len(prompt) + max_new_tokens)
-        if reason is not None:
+        if (reason := self.engine.scheduler.refusal(len(prompt) + max_new_tokens)) is not None:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with max_new_tokens={max_new_tokens} {reason}")
 
     def _warm_up(self) -> None:

@@ -70,18 +70,15 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
         blocks = simulated_kv_blocks(cfg, hf, sched, context)
         dtype = simulated_dtype(cfg.sim_device, cfg.dtype)
         return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, simulated_cost_model(cfg, hf))
-    dtype = cfg.torch_dtype
+    dtype, device, per_rank, available = cfg.torch_dtype, cfg.torch_device, hf, None
     if cfg.world_size > 1:
         # Each rank's weights and KV heads (of its stage's layers, the first stage's the most); ranks
         # on a CPU share its memory, GPUs have their own.
         per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model, cfg.keys)
-        stage = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model, cfg.keys)
-        per_rank.num_hidden_layers = stage.num_layers
-        device = cfg.torch_device
+        per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model,
+                                              cfg.keys).num_layers
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
-        blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
-        return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype)
-    blocks = plan_kv_blocks(cfg, hf, sched, context, dtype, cfg.torch_device)
+    blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
     return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype)
 
 

@@ -84,12 +84,10 @@ def run_experiments(names, root: str | Path, scale: str = "full", extra: list[st
 
 def produce_missing(results: Results, scale: str = "ci", sim: bool = False) -> Results:
     """Runs every experiment that has no finished run under ``results.root``, at ``scale``."""
-    missing = results.missing()
-    if missing:
+    if missing := results.missing():
         print(f"no finished run under {results.root} of {', '.join(missing)}: running them at scale {scale}"
               + (" on the simulator" if sim else ""), flush=True)
-        failed = run_experiments(missing, results.root, scale, sim=sim)
-        if failed:
+        if failed := run_experiments(missing, results.root, scale, sim=sim):
             raise RuntimeError(f"failed jobs in: {', '.join(failed)} (see {SWEEP_SUMMARY} of each)")
     return results
 
@@ -111,14 +109,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{device} is invalid here: the paper on your own GPU is `python -m sarathi_lab.gpu --own` "
                      "(every GPU step at the paper's setting, resumable; docs/gpu/README.md); produce runs the "
                      "experiments at this CPU's sizes (-o device=cuda runs those on a GPU)")
-    unknown = sorted(set(args.names) - set(known))
-    if unknown:
+    if unknown := sorted(set(args.names) - set(known)):
         parser.error(f"unknown experiment {unknown[0]!r}; known: {', '.join(known)}")
     root = Path(args.root) if args.root else (SIM_ROOT if args.sim else REPO_ROOT / "outputs")
     if any(p.exists() and not p.is_dir() for p in (root, *root.absolute().parents)):
         parser.error(f"--root={root} is invalid: it (or a folder above it) is a file, not a directory")
-    failed = run_experiments(args.names or known, root, args.scale, args.override, args.sim)
-    if failed:
+    if failed := run_experiments(args.names or known, root, args.scale, args.override, args.sim):
         raise SystemExit(f"failed jobs in: {', '.join(failed)} (see {SWEEP_SUMMARY} of each)")
 
 

@@ -79,9 +79,7 @@ class Conflict:
     new: Provenance
 
     def describe(self, base: Path | None = None) -> str:
-        name = self.path
-        if base is not None and self.path.is_relative_to(base):
-            name = self.path.relative_to(base)
+        name = self.path.relative_to(base) if base is not None and self.path.is_relative_to(base) else self.path
         old = "unknown provenance (no provenance.json names it)" if self.old is None else self.old.describe()
         return f"{name} ({old}; new: {self.new.describe()})"
 

@@ -20,21 +20,17 @@ def _interrupted_outside_a_run(signum, frame) -> None:
     os._exit(128 + signum)
 
 
-def _leave_on_signals() -> None:
+def _on_signals(handler) -> None:
+    """SIGINT and SIGTERM to ``handler``: leaving at once outside a run, or ignored (SIG_IGN) once every
+    run is over and recorded, as a signal from there to the exit changes nothing. Left to Python, one
+    landing while the interpreter exits found the default action back and ended the process without a
+    word (exit -2); one landing before said no run had started."""
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _interrupted_outside_a_run)
-
-
-def _ignore_signals() -> None:
-    # Every run is over and recorded: a signal from here to the exit changes nothing. Left to Python, one
-    # landing while the interpreter exits found the default action back and ended the process without a
-    # word (exit -2); one landing before said no run had started.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
+        signal.signal(signum, handler)
 
 
 if __name__ == "__main__":
-    _leave_on_signals()
+    _on_signals(_interrupted_outside_a_run)
 
 import contextlib  # after the handler: a signal while a module loads would print a traceback
 import errno
@@ -78,7 +74,7 @@ def main(cfg: DictConfig) -> None:
     try:
         _run_and_record(cfg, ctx)
         if not multirun:  # a sweep's next job still leaves at once on a signal
-            _ignore_signals()
+            _on_signals(signal.SIG_IGN)
     except Interrupted as e:
         record_failure(ctx.status_dir, e)
         if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
@@ -170,7 +166,7 @@ def _serves_a_driver() -> bool:
 def cli() -> None:
     # Ctrl-C outside a run leaves at once with one line (a run itself records it: interrupts.py).
     # Installed here too for a caller that imports this module.
-    _leave_on_signals()
+    _on_signals(_interrupted_outside_a_run)
     # A log file on a full disk: its handler's failure would print a traceback after the run's own
     # one-line error (which the console handler still shows); logging's documented production setting.
     logging.raiseExceptions = False
@@ -190,7 +186,7 @@ def cli() -> None:
             if note := sweep_note(args):
                 print(note, file=sys.stderr)
         main()
-        _ignore_signals()
+        _on_signals(signal.SIG_IGN)
     except KeyboardInterrupt:  # raised by code of its own, not by our handlers
         print(_INTERRUPTED.format("SIGINT"), file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None

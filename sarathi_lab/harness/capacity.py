@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sarathi_lab.engine.metrics import SLO
@@ -68,8 +68,7 @@ class Capacity:
         return {"capacity_rps": self.capacity_rps, "resolution": self.resolution,
                 "requested_resolution": self.requested_resolution, "resolved": self.resolved,
                 "lowest_failing_rps": self.lowest_failing_rps, "binding": self.binding, "bounded": self.bounded,
-                "trials": [{"rate_rps": t.rate_rps, "passed": t.passed, "binding": t.binding,
-                            "stopped_early": t.stopped_early} for t in self.trials]}
+                "trials": [{k: v for k, v in asdict(t).items() if k != "summary"} for t in self.trials]}
 
 
 def _rounded(qps: float, resolution: float | None) -> str:
@@ -94,8 +93,6 @@ def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> s
 def search_capacity(run_trial: Callable[[float], Trial], search: CapacityCfg) -> Capacity:
     """The capacity within ``search.resolution`` (relative), from trials ``run_trial(qps)`` between
     ``search.min_qps`` and ``search.max_qps``, at most ``search.max_trials`` of them."""
-    start_qps, resolution, max_trials = search.start_qps, search.resolution, search.max_trials
-    min_qps, max_qps = search.min_qps, search.max_qps
     trials: list[Trial] = []
     best: Trial | None = None    # highest passing
     worst: Trial | None = None   # lowest failing
@@ -110,21 +107,20 @@ def search_capacity(run_trial: Callable[[float], Trial], search: CapacityCfg) ->
             worst = t
         return t
 
-    qps = start_qps
-    first = trial(qps)
-    step = 2.0 if first.passed else 0.5
-    while (worst is None or best is None) and len(trials) < max_trials:
+    qps = search.start_qps
+    step = 2.0 if trial(qps).passed else 0.5
+    while (worst is None or best is None) and len(trials) < search.max_trials:
         # A step past a bound tries the bound itself, once: the capacity may lie between.
-        following = min(max(qps * step, min_qps), max_qps)
+        following = min(max(qps * step, search.min_qps), search.max_qps)
         if following == qps:
             break
         qps = following
         trial(qps)
-    while best is not None and worst is not None and worst.rate_rps > best.rate_rps * (1 + resolution) \
-            and len(trials) < max_trials:
+    while best is not None and worst is not None and worst.rate_rps > best.rate_rps * (1 + search.resolution) \
+            and len(trials) < search.max_trials:
         trial(math.sqrt(best.rate_rps * worst.rate_rps))  # geometric middle: the resolution is relative
     return Capacity(capacity_rps=best.rate_rps if best else None, lowest_failing_rps=worst.rate_rps if worst else None,
-                    requested_resolution=resolution, binding=worst.binding if worst else None, trials=trials)
+                    requested_resolution=search.resolution, binding=worst.binding if worst else None, trials=trials)
 
 
 def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals: list[float], slo: SLO,

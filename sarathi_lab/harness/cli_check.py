@@ -42,14 +42,14 @@ def _parse(args: tuple[str, ...]) -> tuple[argparse.Namespace | None, list[str],
 
 
 def _other_configs(flags: argparse.Namespace | None, overrides: list[tuple[str, Override]]) -> bool:
-    """Whether args point Hydra at configs beside or instead of conf_dir (--config-dir, --config-path,
+    """Whether args point Hydra at configs beside or instead of CONF_DIR (--config-dir, --config-path,
     --config-name, hydra.searchpath=...)."""
     if flags is not None and (flags.config_dir or flags.config_path or flags.config_name):
         return True
     return any(o.key_or_group == "hydra.searchpath" for _, o in overrides)
 
 
-def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+def check_command_line(args: list[str]) -> str | None:
     """The one-line error for the first bad argument, or None."""
     flags, words, overrides = _parse(tuple(args))
     parsed = {arg for arg, _ in overrides}
@@ -80,8 +80,8 @@ def check_command_line(args: list[str], conf_dir: Path = CONF_DIR) -> str | None
     if problem := _sweeper_option_problem(overrides):
         return problem
     if _other_configs(flags, overrides):
-        return None  # choices and keys of configs outside conf_dir are Hydra's to check
-    return _bad_choice_or_key(overrides, conf_dir)
+        return None  # choices and keys of configs outside CONF_DIR are Hydra's to check
+    return _bad_choice_or_key(overrides)
 
 
 # The sweeper's options (conf/hydra/sweeper/sarathi.yaml) and what each allows: Hydra hands them over
@@ -105,14 +105,14 @@ def _sweeper_option_problem(overrides: list[tuple[str, Override]]) -> str | None
     return None
 
 
-def output_dir_problem(args: list[str], conf_dir: Path = CONF_DIR) -> tuple[str, int] | None:
+def output_dir_problem(args: list[str]) -> tuple[str, int] | None:
     """The one-line error and exit code (2 the command's fault, 1 the machine's) for an output directory
     this command could not write (Hydra creates it before the run starts, ending in a traceback), or None."""
     flags, _, overrides = _parse(tuple(args))
     if flags is None or _other_configs(flags, overrides):
         return None
     try:
-        hydra = _composed(overrides, conf_dir).hydra
+        hydra = _composed(overrides).hydra
         key = "hydra.sweep.dir" if flags.multirun else "hydra.run.dir"
         target = Path(str(hydra.sweep.dir if flags.multirun else hydra.run.dir)).absolute()
     except Exception:  # noqa: BLE001 - a config Hydra will refuse itself, with its own message
@@ -142,15 +142,15 @@ def _group_options(group_dir: Path) -> list[str]:
     return sorted(p.relative_to(group_dir).with_suffix("").as_posix() for p in group_dir.rglob("*.yaml"))
 
 
-def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) -> str | None:
+def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
     """The error for the first unknown group choice, else for the first plain key that the config
     composed of the overrides' choices lacks (unless a choice is a glob or range: Hydra's to expand)."""
     keys, globbed, added, schedulers = [], False, set(), set()
     for arg, override in overrides:
         key = override.key_or_group
-        if not (conf_dir / key).is_dir():
+        if not (CONF_DIR / key).is_dir():
             if not (key.startswith("hydra") or override.is_force_add() or override.is_delete()) \
-                    and (not override.is_add() or _other_schedulers_knob(key, conf_dir)):
+                    and (not override.is_add() or _other_schedulers_knob(key)):
                 keys.append((arg, key))  # +scheduler.KNOB of another scheduler: it would be ignored
                 added |= {arg} if override.is_add() else set()
             continue
@@ -159,29 +159,29 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]], conf_dir: Path) ->
         schedulers |= set(values or []) if key == "scheduler" else set()
         if override.is_delete() or not values:
             continue
-        allowed = _group_options(conf_dir / key)
+        allowed = _group_options(CONF_DIR / key)
         # Plugin-provided options (hydra/launcher=submitit_local) are Hydra's to check.
         bad = next((c for c in values if c not in allowed and not key.startswith("hydra")), None)
         if bad is not None:
             return f"{key}={bad!r} is invalid: allowed values are {', '.join(allowed)}"
     if not keys or globbed:
         return None
-    choices = _group_choices(overrides, conf_dir)
+    choices = _group_choices(overrides)
     # Unresolved: a key is known whatever its value (`???`, an interpolation) would resolve to.
-    tree = OmegaConf.to_container(_composed(overrides, conf_dir), resolve=False)
+    tree = OmegaConf.to_container(_composed(overrides), resolve=False)
     tree.pop("hydra", None)
     known = set(_dotted_keys(tree))
     for arg, key in keys:
-        if arg in added and set(_other_schedulers_knob(key, conf_dir)) & schedulers:
+        if arg in added and set(_other_schedulers_knob(key)) & schedulers:
             continue  # a sweep over schedulers, one of which reads it (the others say so as they run)
-        if key not in known and (owners := _other_schedulers_knob(key, conf_dir)):
+        if key not in known and (owners := _other_schedulers_knob(key)):
             chosen = next((c.partition("=")[2] for c in choices if c.startswith("scheduler=")), None)
-            chosen = chosen or OmegaConf.select(_composed(overrides, conf_dir), "scheduler.name")
+            chosen = chosen or OmegaConf.select(_composed(overrides), "scheduler.name")
             knob = key.removeprefix("scheduler.")
             return (f"{arg} is invalid: {knob} is a knob of scheduler={' and '.join(owners)}, "
                     f"not of scheduler={chosen}; allowed: scheduler={owners[0]} {arg.lstrip('+')}, "
                     f"or scheduler={chosen}'s "
-                    f"knobs: {', '.join(_knobs_of(conf_dir / 'scheduler' / f'{chosen}.yaml')) or 'none'}")
+                    f"knobs: {', '.join(_knobs_of(CONF_DIR / 'scheduler' / f'{chosen}.yaml')) or 'none'}")
         if key not in known:
             nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
             hint = f"nearest known keys: {', '.join(nearest)}" if nearest else \
@@ -195,55 +195,51 @@ def _knobs_of(yaml: Path) -> list[str]:
     return [k for k in OmegaConf.load(yaml) if k != "name"] if yaml.is_file() else []
 
 
-def _other_schedulers_knob(key: str, conf_dir: Path) -> list[str]:
+def _other_schedulers_knob(key: str) -> list[str]:
     """The schedulers (conf/scheduler/NAME.yaml) with the knob ``key`` (``scheduler.KNOB``) names."""
     if not key.startswith("scheduler."):
         return []
     knob = key.removeprefix("scheduler.")
-    return [p.stem for p in sorted((conf_dir / "scheduler").glob("*.yaml")) if knob in _knobs_of(p)]
+    return [p.stem for p in sorted((CONF_DIR / "scheduler").glob("*.yaml")) if knob in _knobs_of(p)]
 
 
-def sweep_note(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+def sweep_note(args: list[str]) -> str | None:
     """With --cfg, what the chosen experiment's sweep sets per job under -m, which the one composed
     config Hydra prints cannot show."""
     flags, _, overrides = _parse(tuple(args))
     choices = [arg for arg, o in overrides if o.key_or_group == "experiment" and not o.is_sweep_override()]
     if "--cfg" not in args and "-c" not in args or not choices or _other_configs(flags, overrides):
         return None
-    params = compose_config(choices, conf_dir, hydra=True).hydra.sweeper.params or {}
+    params = compose_config(choices, hydra=True).hydra.sweeper.params or {}
     if not params:
         return None
     swept = "; ".join(f"{k}: {v}" for k, v in params.items())
     return f"# -m runs one job per combination of {swept} (command-line values win), over the config below"
 
 
-def _group_choices(overrides: list[tuple[str, Override]], conf_dir: Path) -> list[str]:
+def _group_choices(overrides: list[tuple[str, Override]]) -> list[str]:
     """Each group override's choice (a sweep's first), as the checks compose the config."""
-    choices = []
-    for _, override in overrides:
-        if (conf_dir / override.key_or_group).is_dir() and not override.is_delete() \
-                and (values := _group_values(override)):
-            choices.append(f"{override.key_or_group}={values[0]}")
-    return choices
+    return [f"{o.key_or_group}={values[0]}" for _, o in overrides
+            if (CONF_DIR / o.key_or_group).is_dir() and not o.is_delete() and (values := _group_values(o))]
 
 
-def _composed(overrides: list[tuple[str, Override]], conf_dir: Path) -> DictConfig:
+def _composed(overrides: list[tuple[str, Override]]) -> DictConfig:
     """The one config both checks read (the keys known, where the run's directory goes), Hydra's
     node included: the group choices (an experiment's too) and the overrides that place the directory.
     Read, never changed."""
     run_dir = [arg for arg, o in overrides if not o.is_sweep_override() and not o.is_delete()
                and (o.key_or_group == "name" or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
-    return _compose_once((*_group_choices(overrides, conf_dir), *run_dir), conf_dir)
+    return _compose_once((*_group_choices(overrides), *run_dir))
 
 
 @functools.lru_cache(maxsize=4)
-def _compose_once(overrides: tuple[str, ...], conf_dir: Path) -> DictConfig:
+def _compose_once(overrides: tuple[str, ...]) -> DictConfig:
     # A composition is a tenth of a run's start: a command line's checks compose once.
-    return compose_config(list(overrides), conf_dir, hydra=True)
+    return compose_config(list(overrides), hydra=True)
 
 
-def compose_config(overrides: list[str], conf_dir: Path = CONF_DIR, hydra: bool = False) -> DictConfig:
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
 
 

@@ -61,8 +61,7 @@ def preflight(cfg: RunConfig) -> Checked:
     if cfg.task != "serve":
         check_task(cfg.task, cfg, limits.max_model_len)
     held = kv_requests(cfg.task, cfg, plan) if cfg.task != "serve" else []
-    need = kv_blocks(held, engine.block_size)
-    if need > blocks:
+    if (need := kv_blocks(held, engine.block_size)) > blocks:
         raise ConfigError(f"{setting} is invalid with task={cfg.task}: the KV cache holds {blocks} blocks, fewer than "
                           f"the {need} its batch of {len(held)} requests takes{sized}")
     return Checked(workload, plan, budget)

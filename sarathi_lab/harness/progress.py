@@ -24,10 +24,8 @@ class Progress:
         interactive = sys.stderr.isatty() if interactive is None else interactive
         self._bar = tqdm(total=total_tokens, unit="tok", desc="generate", leave=False) if interactive else None
         self._interval_s = 0.5 if interactive else 10.0
-        self._start = time.monotonic()
-        self._last = self._start
-        self._iterations = 0
-        self._tokens = 0
+        self._start = self._last = time.monotonic()
+        self._iterations = self._tokens = 0
 
     def __call__(self, record: IterationRecord) -> None:
         raise_if_interrupted()  # a signal whose exception something swallowed (harness/interrupts.py)

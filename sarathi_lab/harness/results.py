@@ -72,18 +72,17 @@ def config_change(run_dir: Path, resolved_config: dict[str, Any], inputs: dict[s
     """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new";
     then the first of its ``inputs`` (RunResult.inputs) that differs, a run that recorded none counting
     as one of unknown inputs."""
-    record = read_record(run_dir / METRICS)
-    old = _flatten("", record["resolved_config"])
-    new = _flatten("", resolved_config)
+    record, inputs = read_record(run_dir / METRICS), inputs or {}
+    old, new = _flatten("", record["resolved_config"]), _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
         # What a run does with its directory, or writes beside its results, changes nothing it measured.
         if key != "on_existing" and not key.startswith(f"{EXPORT}.") and old.get(key) != new.get(key):
             return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
     recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
-    for key in sorted((inputs or {}).keys() | recorded.keys()):
-        if recorded.get(key) != (inputs or {}).get(key):
+    for key in sorted(inputs.keys() | recorded.keys()):
+        if recorded.get(key) != inputs.get(key):
             was = "unrecorded" if key not in recorded else repr(recorded[key])
-            return f"{key}: {was} -> {(inputs or {}).get(key)!r}"
+            return f"{key}: {was} -> {inputs.get(key)!r}"
     return None
 
 

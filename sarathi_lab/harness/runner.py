@@ -40,7 +40,6 @@ from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError
 
 if TYPE_CHECKING:
-    import pandas as pd
     import pyarrow as pa
 
     from sarathi_lab.harness.vllm_engine import VllmLLM
@@ -84,9 +83,10 @@ def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCont
         run_dir=ctx.status_dir)
     if cfg.task == "serve":
         summary, tables, headline = _serve_and_summarize(cfg, llm, checked.workload, recorder)
-    else:
-        summary, tables = _run_task(cfg, llm, TaskContext(ctx.status_dir, checked.workload, recorder.record_run,
-                                                          recorder.save_partial, resolved_config))
+    else:  # a measurement task; one that takes the run's context (its module says so) is given it
+        task, context = measurement(cfg.task), TaskContext(ctx.status_dir, checked.workload, recorder.record_run,
+                                                           recorder.save_partial, resolved_config)
+        summary, tables = task(cfg, llm, context) if takes_context(cfg.task) else task(cfg, llm)
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = recorder.save(ctx.status_dir, summary, tables, partial=False)
     if not isinstance(llm, LLM):
@@ -124,7 +124,7 @@ def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
         # Imported here: it loads the model code (to save the run's weights), which a simulated run has no use for.
         from sarathi_lab.harness.vllm_engine import VllmLLM
 
-        llm = VllmLLM.from_plan(checked.plan)
+        llm = VllmLLM(checked.plan)
         log.info("%s", UNAVAILABLE)
         return llm
     llm = LLM.from_plan(checked.plan)
@@ -157,13 +157,6 @@ def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
                 f"TTFT p50 {summary['ttft_p50_s']:.3f}s, ITL p99 {summary['itl_p99_s']:.4f}s, "
                 f"{summary['num_iterations']} iterations in {summary['makespan_s']:.1f}s")
     return summary, tables, headline
-
-
-def _run_task(cfg: RunConfig, llm: LLM | VllmLLM,
-              context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
-    """A measurement task; one that takes the run's context (its module says so) is given it."""
-    task = measurement(cfg.task)
-    return task(cfg, llm, context) if takes_context(cfg.task) else task(cfg, llm)
 
 
 def _swap_in(ctx: RunContext) -> None:
@@ -276,8 +269,7 @@ def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
     at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
-    reserved = llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size)
-    if reserved:
+    if reserved := llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size):
         fits = llm.block_manager.admissible_blocks // reserved
         if fits < at_once:
             log.warning("scheduler=%s reserves max_model_len=%d tokens for each request: the KV cache (%d tokens) "

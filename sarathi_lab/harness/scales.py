@@ -20,27 +20,26 @@ from sarathi_lab.harness import CONF_DIR
 SCALES = ("gpu", "own", "dry")
 
 
-def overlay(name: str, scale: str, part: str = "", conf_dir: Path | None = None) -> Path:
+def overlay(name: str, scale: str, part: str = "") -> Path:
     """The overlay file of ``name`` at ``scale`` (of its ``part``); refuses one that does not exist."""
-    conf_dir = conf_dir or CONF_DIR
-    path = conf_dir / "experiment" / scale / name / f"{part}.yaml" if part else \
-        conf_dir / "experiment" / scale / f"{name}.yaml"
+    path = CONF_DIR / "experiment" / scale / name / f"{part}.yaml" if part else \
+        CONF_DIR / "experiment" / scale / f"{name}.yaml"
     if not path.is_file():
         what = f"experiment={scale}/{name}" + (f"/{part}" if part else "")
-        raise ValueError(f"error: {what} is invalid: no {path.relative_to(conf_dir)}; allowed: the experiments "
-                         f"with a {scale} overlay in {(conf_dir / 'experiment' / scale).relative_to(conf_dir)}/")
+        raise ValueError(f"error: {what} is invalid: no {path.relative_to(CONF_DIR)}; allowed: the experiments "
+                         f"with a {scale} overlay in {(CONF_DIR / 'experiment' / scale).relative_to(CONF_DIR)}/")
     return path
 
 
-def overrides(name: str, scale: str, part: str = "", conf_dir: Path | None = None) -> tuple[str, ...]:
+def overrides(name: str, scale: str, part: str = "") -> tuple[str, ...]:
     """The command-line overrides that ``experiment=<name>`` plus these compose to the overlay's config:
     the scale's shared keys, then the experiment's, then its part's."""
-    return tuple(_overrides_of(overlay(name, scale, part, conf_dir), conf_dir or CONF_DIR))
+    return tuple(_overrides_of(overlay(name, scale, part)))
 
 
-def shared(scale: str, conf_dir: Path | None = None) -> tuple[str, ...]:
+def shared(scale: str) -> tuple[str, ...]:
     """What every experiment at ``scale`` shares (``conf/scale/<scale>.yaml``), as command-line overrides."""
-    return tuple(_overrides_of((conf_dir or CONF_DIR) / "scale" / f"{scale}.yaml", conf_dir or CONF_DIR))
+    return tuple(_overrides_of(CONF_DIR / "scale" / f"{scale}.yaml"))
 
 
 def _text(value) -> str:
@@ -60,7 +59,7 @@ def _flat(tree: dict, prefix: str = ""):
             yield f"{prefix}{key}", value
 
 
-def _overrides_of(path: Path, conf_dir: Path) -> list[str]:
+def _overrides_of(path: Path) -> list[str]:
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     found: list[str] = []
     for entry in raw.get("defaults", []):
@@ -69,7 +68,7 @@ def _overrides_of(path: Path, conf_dir: Path) -> list[str]:
             found.append(f"{key.removeprefix('override').strip().lstrip('/')}={choice}")
         elif entry.startswith("/scale/") or entry.count("/") > 2:
             # another overlay or a scale: theirs first; /experiment/<name> itself is experiment=<name>
-            found += _overrides_of(conf_dir / f"{entry.lstrip('/')}.yaml", conf_dir)
+            found += _overrides_of(CONF_DIR / f"{entry.lstrip('/')}.yaml")
     found += [f"{key}={_text(value)}" for key, value in _flat({k: v for k, v in raw.items()
                                                                if k not in ("defaults", "hydra")})]
     sweeper = raw.get("hydra", {}).get("sweeper", {})

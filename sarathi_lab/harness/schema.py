@@ -21,20 +21,28 @@ from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
 
-def _section(name: str) -> Keys:
-    """The keys of a section of the run's config (``workload.kind``): each of its typed configs
-    refuses a value naming the key as the run's config spells it."""
-    return Keys(prefix=f"{name}.", knob_prefix=f"{name}.")
+class _Section:
+    """A section of the run's config (``workload:``), checked once built: each value against its type, each
+    number set > 0 (>= 0 those in ``zero_ok``), a refusal naming the key as the run's config spells it
+    (``keys``: ``workload.kind``)."""
+    keys: ClassVar[Keys]
+    zero_ok: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, section: str, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.keys = Keys(prefix=f"{section}.", knob_prefix=f"{section}.")
+
+    def __post_init__(self):
+        check_fields(self, positive=True, zero_ok=self.zero_ok, keys=self.keys)
 
 
 @dataclass(frozen=True)
-class ModelCfg:
+class ModelCfg(_Section, section="model"):
     name: Literal[(*PRESETS, "hf")]
     path: str | None = None
-    keys: ClassVar[Keys] = _section("model")
 
     def __post_init__(self):
-        check_fields(self, keys=self.keys)
+        super().__post_init__()
         if self.name == "hf" and not self.path:
             raise ConfigError(f"{self.keys.set('path', None)} is invalid: model=hf needs model.path=/a/local/hf/dir")
         # A preset is built from its shapes: a path beside it would be ignored, and the run not the one asked.
@@ -73,7 +81,7 @@ class DeviceCfg:
 
 
 @dataclass(frozen=True)
-class WorkloadCfg:
+class WorkloadCfg(_Section, section="workload"):
     # trace: a CSV's lengths and arrival times; trace_lengths: its lengths, arrivals by `arrival` at `qps`.
     kind: Literal["synthetic", "uniform", "zipf", "trace", "trace_lengths"]
     # trace: the first N rows it replays (None: every row); the others: how many requests they make.
@@ -99,11 +107,11 @@ class WorkloadCfg:
     max_requests: int | None = None
     # The trace's rows skipped before the first one read.
     offset: int = 0
-    keys: ClassVar[Keys] = _section("workload")
+    zero_ok: ClassVar[tuple[str, ...]] = ("time_scale", "stagger", "offset")
 
     def __post_init__(self):
+        super().__post_init__()
         k = self.keys
-        check_fields(self, positive=True, zero_ok=("time_scale", "stagger", "offset"), keys=k)
         trace = self.kind in ("trace", "trace_lengths")
         if trace and not self.path:
             raise ConfigError(f"{k.set('path', None)} is invalid: workload={self.kind} needs a CSV path")
@@ -124,20 +132,16 @@ class WorkloadCfg:
 
 
 @dataclass(frozen=True)
-class LoggerCfg:
+class LoggerCfg(_Section, section="logger"):
     kind: Literal["wandb", "none"]
     project: str = "sarathi_lab"
     entity: str | None = None
     mode: Literal["auto", "offline", "online", "disabled"] = "auto"
     init_timeout_s: float = 30.0
-    keys: ClassVar[Keys] = _section("logger")
-
-    def __post_init__(self):
-        check_fields(self, positive=True, keys=self.keys)
 
 
 @dataclass(frozen=True)
-class MeasureCfg:
+class MeasureCfg(_Section, section="measure"):
     """Settings of the tasks other than serve."""
     reps: int = 3
     token_step: int = 8
@@ -153,31 +157,23 @@ class MeasureCfg:
     # before the measured run, whose timeline prices the prediction's handoff between stages (None: the
     # messages priced by an idle ping-pong between two processes).
     handoff_requests: int | None = None
-    keys: ClassVar[Keys] = _section("measure")
-
-    def __post_init__(self):
-        check_fields(self, positive=True, keys=self.keys)
 
 
 @dataclass(frozen=True)
-class SLOCfg:
+class SLOCfg(_Section, section="slo"):
     """Latency targets in seconds (None: not set), engine.metrics.SLO's fields."""
     tbt_p99_s: float | None = None
     sched_delay_p50_s: float | None = 2.0
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
-    keys: ClassVar[Keys] = _section("slo")
-
-    def __post_init__(self):
-        check_fields(self, positive=True, keys=self.keys)
 
     def as_slo(self) -> SLO:
         return SLO(**dataclasses.asdict(self))
 
 
 @dataclass(frozen=True)
-class CapacityCfg:
+class CapacityCfg(_Section, section="capacity"):
     """task=capacity's search (harness/capacity.py)."""
     start_qps: float = 1.0
     resolution: float = 0.05    # relative: the lowest failing rate is within (1 + resolution) of the capacity
@@ -190,24 +186,19 @@ class CapacityCfg:
     # requests (None: all). A fixed window, not count, lets a queue near capacity show whether it drains.
     trial_s: float | None = None
     min_requests: int = 12
-    keys: ClassVar[Keys] = _section("capacity")
 
     def __post_init__(self):
-        check_fields(self, positive=True, keys=self.keys)
+        super().__post_init__()
         if not self.min_qps <= self.start_qps <= self.max_qps:
             raise ConfigError(f"{self.keys.set('start_qps', self.start_qps)} is invalid: must be within "
                               f"[min_qps={self.min_qps}, max_qps={self.max_qps}]")
 
 
 @dataclass(frozen=True)
-class ExportCfg:
+class ExportCfg(_Section, section="export"):
     """What a finished run also writes beside its results; none of it changes what the run measures."""
     # timeline.json: the run's batches as a Chrome / Perfetto trace (python -m sarathi_lab.analysis.timeline).
     timeline: bool = False
-    keys: ClassVar[Keys] = _section("export")
-
-    def __post_init__(self):
-        check_fields(self, keys=self.keys)
 
 
 @dataclass(frozen=True)
@@ -364,8 +355,7 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
         raise ConfigError(f"{prefix.rstrip('.')}={raw!r} is invalid: must be a mapping")
     hints = get_type_hints(cls)
     known = {f.name for f in settings_of(cls)} - later
-    unknown = sorted(set(raw) - known - later)
-    if unknown:
+    if unknown := sorted(set(raw) - known - later):
         raise ConfigError(f"{prefix}{unknown[0]} is not a known key; known keys here: {', '.join(sorted(known))}")
     missing = [f.name for f in settings_of(cls) if f.name not in raw and f.name not in later
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]

@@ -76,11 +76,6 @@ def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
     return collapse_ignored(config, jobs)
 
 
-def planned_jobs(config: DictConfig) -> int | None:
-    """How many jobs the sweep launches, or None under a sweeper other than the basic one."""
-    return len(swept_jobs(config)[0]) if _basic(config) else None
-
-
 def _may_be_ignored(key: str) -> bool:
     """Whether some job may ignore ``key`` (RunConfig.ignores): the keys that set some schedulers' knobs."""
     return key in ("chunk", "token_budget") or key.startswith("scheduler.")

@@ -4,7 +4,6 @@ vLLM, so that a run is refused before anything is built, and this machine's test
 without vLLM installed."""
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 from dataclasses import dataclass
@@ -57,9 +56,6 @@ class VllmArgs:
     enable_prefix_caching: bool = False  # our engine has none; a shared prefix would be free on vLLM only
     skip_tokenizer_init: bool = True     # random weights, token ids in and out
 
-    def kwargs(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def check_vllm(plan: EnginePlan, task: str = "serve") -> None:
     """Refuses, in one line naming the key, what vLLM cannot run as our engine would."""
@@ -96,9 +92,7 @@ def vllm_args(plan: EnginePlan, model_dir: str) -> VllmArgs:
     else:
         # None (no cap): every waiting prompt of a full batch fits one prefill iteration.
         tokens = cfg.scheduler_knobs.get("max_num_batched_tokens") or plan.max_model_len * cfg.max_batch_size
-    block = cfg.block_size
-    if cfg.device_type == "cpu":
-        block = math.lcm(block, CPU_BLOCK_MULTIPLE)
+    block = math.lcm(cfg.block_size, CPU_BLOCK_MULTIPLE) if cfg.device_type == "cpu" else cfg.block_size
     return VllmArgs(model=model_dir, dtype=str(plan.dtype).removeprefix("torch."), max_num_seqs=cfg.max_batch_size,
                     max_num_batched_tokens=tokens, enable_chunked_prefill=chunked, max_model_len=plan.max_model_len,
                     block_size=block, num_gpu_blocks_override=plan.kv_capacity_tokens // block, seed=cfg.seed,

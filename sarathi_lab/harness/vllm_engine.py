@@ -10,6 +10,7 @@ columns are NaN and only the iteration's whole duration is measured.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -135,7 +136,7 @@ class VllmLLM:
         shape = plan.shape
         kv_bytes = 2 * shape.layers * shape.kv_heads * shape.head_dim * plan.kv_capacity_tokens * plan.dtype.itemsize
         _environment(self.config.num_threads, kv_bytes)
-        self.core = VllmEngine.from_engine_args(EngineArgs(**self.args.kwargs()))  # vLLM's engine
+        self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))  # vLLM's engine
         # Where a hook reads the call under way, as from our LLM's engine (a capacity trial's SLO guard).
         self.engine = CallClock()
         self._scheduled: list = []  # the scheduler outputs of the step under way
@@ -143,10 +144,6 @@ class VllmLLM:
         self._next_id = 0
         # A run that failed before close() shuts the engine down when it is collected all the same.
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
-
-    @classmethod
-    def from_plan(cls, plan: EnginePlan) -> VllmLLM:
-        return cls(plan)
 
     def close(self) -> None:
         """Shuts vLLM's engine core down and deletes the saved weights: a sweep's next job runs in this

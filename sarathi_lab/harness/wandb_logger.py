@@ -91,14 +91,11 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
     finally:
         wb.finish(exit_code=exit_code)
     if exit_code == 0 and resolve_mode(cfg) == "offline":
-        # Silent settings print nothing: where the offline run went and how to upload it are ours to say.
-        log.info("W&B run saved offline in %s; upload it with: wandb sync %s", offline_dir(wb), offline_dir(wb))
+        # Silent settings print nothing: where the offline run went (wandb/offline-run-<time>-<id> under the
+        # run's folder) and how to upload it are ours to say.
+        offline = Path(wb.dir).parent
+        log.info("W&B run saved offline in %s; upload it with: wandb sync %s", offline, offline)
 
-
-def offline_dir(wb) -> Path:
-    """The folder of an offline W&B run (``wandb/offline-run-<time>-<id>`` under the run's folder), which
-    ``wandb sync`` takes."""
-    return Path(wb.dir).parent
 
 def _scalar_columns(df: pd.DataFrame | pa.Table) -> pd.DataFrame:
     import pandas as pd  # here: only a run that logs to W&B needs it

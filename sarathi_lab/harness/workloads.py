@@ -249,8 +249,7 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
-            missing = [c for c in columns if c not in (reader.fieldnames or [])]
-            if missing:
+            if missing := [c for c in columns if c not in (reader.fieldnames or [])]:
                 raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column {missing[0]}; "
                                   f"needed: {', '.join(columns)}")
             for row in reader:

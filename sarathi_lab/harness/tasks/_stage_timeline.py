@@ -25,12 +25,10 @@ def estimated_timeline(iterations: list[IterationRecord], layers: list[int]) -> 
     """Stage spans of a one-in-flight pipeline from its iterations: the forward (after the schedule and
     the batch's preparation) runs stage after stage, each its share of the layers."""
     share = np.cumsum([0, *layers]) / sum(layers)
-    rows = []
-    for k, it in enumerate(iterations):
-        begin = it.start + it.schedule_time + it.prepare_time
-        for s in range(len(layers)):
-            rows.append((s, k, begin + share[s] * it.forward_time, begin + share[s + 1] * it.forward_time))
-    return pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
+    begins = [it.start + it.schedule_time + it.prepare_time for it in iterations]
+    return pd.DataFrame([(s, k, begin + share[s] * it.forward_time, begin + share[s + 1] * it.forward_time)
+                         for k, (it, begin) in enumerate(zip(iterations, begins)) for s in range(len(layers))],
+                        columns=list(TIMELINE_COLUMNS))
 
 
 def engine_timeline(llm, num_micro_batches: int, first: int | None = None) -> tuple[pd.DataFrame, bool]:

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from sarathi_lab.harness.tasks._timing import time_by_op
+from sarathi_lab.harness.tasks._timing import synthetic, time_by_op
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.quantities import tile_jump
 
@@ -34,12 +34,9 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     for _ in range(m.reps):
         order.shuffle(groups)
         for n in (n for group in groups for n in group):
-            batch = batches.make(prefills=[(n, 0)])
-            try:
+            with synthetic(batches, prefills=[(n, 0)]) as batch:
                 for op, s in time_by_op(llm, batch, reps=1).items():
                     seconds[n, op].append(s)
-            finally:
-                batches.free(batch)
     sweep = pd.DataFrame([{"tokens": n, "op": op, "ms": statistics.median(s) * 1e3}
                           for (n, op), s in sorted(seconds.items())])
     total = sweep[sweep.op == "total"].set_index("tokens").ms

@@ -19,7 +19,7 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.scheduler.sarathi import SarathiConfig
 from sarathi_lab.engine.tiles import aligned_chunk
-from sarathi_lab.harness.tasks._timing import forward_timer
+from sarathi_lab.harness.tasks._timing import forward_timer, synthetic
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.quantities import decode_speedup
 
@@ -60,19 +60,16 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     tokens = chunk_of(cfg, sched)
     batches = SyntheticBatches(llm, seed=cfg.seed)
     # One chunk and B decodes serve all three iterations, so the cache holds them once.
-    requests = batches.make(prefills=[(tokens, 0)], decodes=size, context=context)
-    chunk, decodes = requests.prefills, requests.decodes
-    made = {"decode_only": ScheduledBatch(decodes=decodes), "chunk_alone": ScheduledBatch(prefills=chunk),
-            "hybrid": ScheduledBatch(prefills=chunk, decodes=decodes[1:])}
-    try:
+    with synthetic(batches, prefills=[(tokens, 0)], decodes=size, context=context) as requests:
+        chunk, decodes = requests.prefills, requests.decodes
+        made = {"decode_only": ScheduledBatch(decodes=decodes), "chunk_alone": ScheduledBatch(prefills=chunk),
+                "hybrid": ScheduledBatch(prefills=chunk, decodes=decodes[1:])}
         timers = {kind: forward_timer(llm, batch) for kind, batch in made.items()}
         seconds = {kind: [] for kind in made}
         order = random.Random(cfg.seed)
         for _ in range(cfg.measure.reps):
             for kind in order.sample(list(made), len(made)):
                 seconds[kind].append(timers[kind]())
-    finally:
-        batches.free(requests)
     # The reps' range beside their median: the noise a difference of two iterations is judged against.
     table = pd.DataFrame([{"iteration": kind, "ms": statistics.median(s) * 1e3, "ms_min": min(s) * 1e3,
                            "ms_max": max(s) * 1e3, "tokens": made[kind].num_tokens}

@@ -176,7 +176,6 @@ def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.n
     return summary, sim.request_bubble_s, finish, timeline
 
 
-
 def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     workload = context.workload
     with pinned_ranks(llm) if cfg.measure.pin_stages else contextlib.nullcontext([]) as cores:

@@ -17,6 +17,7 @@ from sarathi_lab.config import ConfigError, device_slug
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import median_time
 from sarathi_lab.harness.tasks import kv_blocks
+from sarathi_lab.harness.tasks._timing import synthetic
 from sarathi_lab.harness.tasks.iteration_sweep import token_groups
 from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
@@ -101,25 +102,17 @@ def check_destination() -> None:
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
     """Seconds by op of one forward of the batch ``spec`` describes (``time_by_op``), and of preparing it."""
-    batch = batches.make(**spec)
-    try:
-        ops = time_by_op(llm, batch, reps)
+    with synthetic(batches, **spec) as batch:
         runner = llm.engine.executor.runner
-        prepare = median_time(lambda: runner.prepare(batch), reps, llm.engine.clock)
-    finally:
-        batches.free(batch)
-    return ops, prepare
+        return time_by_op(llm, batch, reps), median_time(lambda: runner.prepare(batch), reps, llm.engine.clock)
 
 
 def reference_forward_s(llm, batches: SyntheticBatches, reference: dict[str, int], reps: int) -> float:
     """Median seconds of a bare forward of the drift reference batch (``decodes`` at ``context``), as
     the profile times it first and last and sim_validate times it again on the host it validates."""
-    batch = batches.make(**reference)
-    try:
+    with synthetic(batches, **reference) as batch:
         forward = forward_timer(llm, batch)
         return statistics.median(forward() for _ in range(reps))
-    finally:
-        batches.free(batch)
 
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
@@ -238,14 +231,12 @@ def _check_replace(cfg, llm) -> None:
 
 
 def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
-    torch_device = llm.config.torch_device
     device, gpu = _device(llm)
     path = own_profile_path(device, cfg.model.engine_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
-    machine = machine_record() | {"device": device, "torch_device": str(torch_device)}
-    if gpu is not None:
-        machine["gpu"] = gpu
+    machine = (machine_record() | {"device": device, "torch_device": str(llm.config.torch_device)}
+               | ({"gpu": gpu} if gpu is not None else {}))
     settings = {k: getattr(llm.config, k) for k in ("model", "dtype", "attention", "block_size", "cpu_linear")}
     description = {"machine": machine, "engine": settings | {"torch_dtype": _torch_dtype(llm)},
                    "clock": type(llm.engine.clock).__name__,
