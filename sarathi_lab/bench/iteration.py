@@ -45,15 +45,14 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
               clock: str = "wall") -> dict:
     executor = llm.engine.executor
     prefills = [case["prefill"]] if case["prefill"] else []
-    batch = batches.make(prefills, case["decodes"], decode_context)
     timer = make_clock(clock, llm.config.torch_device)
-    prepared = executor.runner.prepare(batch)
-    prep_s = median_time(lambda: executor.runner.prepare(batch), reps, timer)
-    fwd_s = median_time(lambda: executor.forward(prepared), reps, timer)  # a graph replay where the engine has one
-    # The whole iteration as the engine runs it: prepare, forward, greedy sampling.
-    iter_s = median_time(lambda: executor.execute(batch), reps, timer)
-    meta, num_sampled = prepared.meta, len(batch.sampled)
-    batches.free(batch)
+    with batches.made(prefills, case["decodes"], decode_context) as batch:
+        prepared = executor.runner.prepare(batch)
+        prep_s = median_time(lambda: executor.runner.prepare(batch), reps, timer)
+        fwd_s = median_time(lambda: executor.forward(prepared), reps, timer)  # a graph replay where the engine has one
+        # The whole iteration as the engine runs it: prepare, forward, greedy sampling.
+        iter_s = median_time(lambda: executor.execute(batch), reps, timer)
+        meta, num_sampled = prepared.meta, len(batch.sampled)
     return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s, "query_lens": list(meta.query_lens_host),
             "context_lens": list(meta.seq_lens_host), "num_sampled": num_sampled}
 

@@ -5,7 +5,9 @@ scattered), scattered (the worst case) or contiguous (the best); the last three 
 block at construction (``close()`` gives them back)."""
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 
 from sarathi_lab.config import check_choice
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
@@ -79,6 +81,16 @@ class SyntheticBatches:
             if self._pool is None:
                 self.blocks.free(chunk.seq)
             chunk.seq.block_table = []
+
+    @contextlib.contextmanager
+    def made(self, prefills: list[tuple[int, int]] = (), decodes: int = 0,
+             context: int = 1) -> Iterator[ScheduledBatch]:
+        """``make``'s batch, its requests freed from the cache as the block ends, however it ends."""
+        batch = self.make(prefills, decodes, context)
+        try:
+            yield batch
+        finally:
+            self.free(batch)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -53,8 +53,7 @@ def measure(llm, chunk: int, decodes: int, context: int, reps: int) -> dict[str,
     executor, clock = llm.engine.executor, llm.engine.clock
     runner = executor.runner
     batches = SyntheticBatches(llm, seed=0)
-    batch = batches.make(prefills=[(chunk, context - chunk)] if chunk else [], decodes=decodes, context=context)
-    try:
+    with batches.made([(chunk, context - chunk)] if chunk else [], decodes, context) as batch:
         prepared = runner.prepare(batch)
         # Each also the untimed first call: kernels compiled, the graph's buffers touched.
         eager = runner.forward(prepared).float()
@@ -62,8 +61,6 @@ def measure(llm, chunk: int, decodes: int, context: int, reps: int) -> dict[str,
         graph = executor.graphs.graph_for(prepared) if executor.graphs is not None else None
         times = interleaved({"eager": lambda: runner.forward(prepared), "engine": lambda: executor.forward(prepared)},
                             reps, clock)
-    finally:
-        batches.free(batch)
     return {"eager_ms": statistics.median(times["eager"][:, 0]) * 1e3,
             "engine_ms": statistics.median(times["engine"][:, 0]) * 1e3,
             "graph_tokens": graph.tokens if graph is not None else 0,

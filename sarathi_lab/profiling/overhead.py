@@ -43,8 +43,7 @@ def prepare_split(llm, decodes: int, context: int, reps: int) -> dict[str, float
     runner, executor = llm.engine.executor.runner, llm.engine.executor
     host = make_clock("wall", "cpu")  # no device synchronisation inside the timed calls
     batches = SyntheticBatches(llm, seed=0)
-    batch = batches.make(decodes=decodes, context=context)
-    try:
+    with batches.made(decodes=decodes, context=context) as batch:
         prepared = runner.prepare(batch)
         sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
 
@@ -61,6 +60,4 @@ def prepare_split(llm, decodes: int, context: int, reps: int) -> dict[str, float
             for when, before in (("hot", None), ("after_forward", after_forward)):
                 out[f"{name}_us_{when}"] = statistics.median(time_calls(call, reps, host, before=before)) * 1e6
         sync()
-    finally:
-        batches.free(batch)
     return out

@@ -4,21 +4,9 @@ weights), so that every experiment runs under both and reports the same quantiti
 """
 from __future__ import annotations
 
-import contextlib
-
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.profiling import ops as measured
 from sarathi_lab.sim.executor import composition
-
-
-@contextlib.contextmanager
-def synthetic(batches, **spec):
-    """``batches.make(**spec)`` (a SyntheticBatches'), its requests freed from the cache as the block ends."""
-    batch = batches.make(**spec)
-    try:
-        yield batch
-    finally:
-        batches.free(batch)
 
 
 def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from sarathi_lab.harness.tasks._timing import synthetic, time_by_op
+from sarathi_lab.harness.tasks._timing import time_by_op
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.quantities import tile_jump
 
@@ -34,7 +34,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     for _ in range(m.reps):
         order.shuffle(groups)
         for n in (n for group in groups for n in group):
-            with synthetic(batches, prefills=[(n, 0)]) as batch:
+            with batches.made(prefills=[(n, 0)]) as batch:
                 for op, s in time_by_op(llm, batch, reps=1).items():
                     seconds[n, op].append(s)
     sweep = pd.DataFrame([{"tokens": n, "op": op, "ms": statistics.median(s) * 1e3}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sarathi_lab.harness.tasks._timing import synthetic, time_by_op
+from sarathi_lab.harness.tasks._timing import time_by_op
 from sarathi_lab.profiling.batches import SyntheticBatches
 
 
@@ -19,7 +19,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     rows = []
     for phase, spec in (("prefill", {"prefills": [(length, 0)] * size}),
                         ("decode", {"decodes": size, "context": length})):
-        with synthetic(batches, **spec) as batch:
+        with batches.made(**spec) as batch:
             seconds = time_by_op(llm, batch, cfg.measure.reps)
         rows += [{"phase": phase, "op": op, "tokens": batch.num_tokens, "ms": s * 1e3,
                   "ms_per_token": s * 1e3 / batch.num_tokens} for op, s in seconds.items()]

@@ -19,7 +19,7 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.scheduler.sarathi import SarathiConfig
 from sarathi_lab.engine.tiles import aligned_chunk
-from sarathi_lab.harness.tasks._timing import forward_timer, synthetic
+from sarathi_lab.harness.tasks._timing import forward_timer
 from sarathi_lab.profiling.batches import SyntheticBatches
 from sarathi_lab.profiling.quantities import decode_speedup
 
@@ -60,7 +60,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     tokens = chunk_of(cfg, sched)
     batches = SyntheticBatches(llm, seed=cfg.seed)
     # One chunk and B decodes serve all three iterations, so the cache holds them once.
-    with synthetic(batches, prefills=[(tokens, 0)], decodes=size, context=context) as requests:
+    with batches.made(prefills=[(tokens, 0)], decodes=size, context=context) as requests:
         chunk, decodes = requests.prefills, requests.decodes
         made = {"decode_only": ScheduledBatch(decodes=decodes), "chunk_alone": ScheduledBatch(prefills=chunk),
                 "hybrid": ScheduledBatch(prefills=chunk, decodes=decodes[1:])}

@@ -17,7 +17,6 @@ from sarathi_lab.config import ConfigError, device_slug
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import median_time
 from sarathi_lab.harness.tasks import kv_blocks
-from sarathi_lab.harness.tasks._timing import synthetic
 from sarathi_lab.harness.tasks.iteration_sweep import token_groups
 from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.profiling.batches import SyntheticBatches
@@ -102,7 +101,7 @@ def check_destination() -> None:
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[dict[str, float], float]:
     """Seconds by op of one forward of the batch ``spec`` describes (``time_by_op``), and of preparing it."""
-    with synthetic(batches, **spec) as batch:
+    with batches.made(**spec) as batch:
         runner = llm.engine.executor.runner
         return time_by_op(llm, batch, reps), median_time(lambda: runner.prepare(batch), reps, llm.engine.clock)
 
@@ -110,7 +109,7 @@ def _measure_batch(llm, batches: SyntheticBatches, reps: int, **spec) -> tuple[d
 def reference_forward_s(llm, batches: SyntheticBatches, reference: dict[str, int], reps: int) -> float:
     """Median seconds of a bare forward of the drift reference batch (``decodes`` at ``context``), as
     the profile times it first and last and sim_validate times it again on the host it validates."""
-    with synthetic(batches, **reference) as batch:
+    with batches.made(**reference) as batch:
         forward = forward_timer(llm, batch)
         return statistics.median(forward() for _ in range(reps))
 
