@@ -34,9 +34,24 @@ class Judged:
     seeds: str
 
 
-def _seeds(summary: dict, experiment: str) -> str:
-    """The seeds the run's sweep of ``experiment`` ran, as its step's command names them (one seed,
-    the experiment's default, where it named none)."""
+# What claims.csv's "left out" says of a claim drawn from a sweep that did not finish.
+JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
+
+
+def _seeds(record: dict, summary: dict, experiment: str, left_out: str = "") -> str:
+    """The seeds the run's sweep of ``experiment`` had: those of its finished runs where lease.json
+    records them (``sweeps``), else as its step's command names them (one seed, the experiment's
+    default, where it named none); with the jobs it stands on where the sweep did not finish."""
+    sweep = (record.get("sweeps") or {}).get(experiment) if isinstance(record.get("sweeps"), dict) else None
+    jobs = JOBS.search(left_out or "")
+    if isinstance(sweep, dict) and sweep.get("seeds"):
+        done, planned = sweep.get("jobs_finished"), sweep.get("jobs_planned")
+        seeds = ",".join(map(str, sweep["seeds"]))
+        return seeds + (f" ({done} of {planned} jobs)" if done is not None and planned and done < planned else "")
+    return _named_seeds(summary, experiment) + (f" ({jobs[1]} of {jobs[2]} jobs)" if jobs else "")
+
+
+def _named_seeds(summary: dict, experiment: str) -> str:
     found = set()
     for step in summary.get("steps", []):
         if step.get("step", "").split(".")[1:2] == [experiment]:
@@ -61,7 +76,8 @@ def judged(gpu_docs: Path) -> list[Judged]:
             found.append(Judged(row.get("claim", ""), row.get("experiment", ""), row.get("paper", ""),
                                 row.get("ours", ""), row.get("spread", ""), row.get("holds", ""),
                                 folder.parent.name, folder.name, str(record.get("commit", "")),
-                                str(record.get("engine", "")), _seeds(summary, row.get("experiment", ""))))
+                                str(record.get("engine", "")),
+                                _seeds(record, summary, row.get("experiment", ""), row.get("left out", ""))))
     return found
 
 
