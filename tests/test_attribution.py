@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.analysis import attribute, device_beside, gpu_claims
+from sarathi_lab.analysis import attribute, gpu_claims
+from sarathi_lab.bench import device_beside
 from sarathi_lab.model import load_config
 from sarathi_lab.model.cuda_graphs import token_buckets
 from sarathi_lab.model.shape import Shape
@@ -161,12 +162,22 @@ def test_gpu_claims_show_the_lease_s_why_and_say_when_a_lease_predates_attributi
     assert "| no | the device's floors |" in gpu_claims.section(gpu)
 
 
-def test_ridge_points_and_a_cost_model_without_a_chunking_cost_predict_no_overhead():
+def test_ridge_points_and_the_simulated_chunking_claim():
+    # The A6000's data sheet: 154.8 dense bf16 TFLOP/s over 768 GB/s, 2-byte weights: 202 tokens.
     assert device_beside.ridge_tokens(154.8e12, 768e9) == pytest.approx(201.6, abs=0.1)
+    # A chunk as long as the prompt is no chunking; smaller chunks cost the simulated engine more.
+    whole = device_beside.simulated_prefill_ratio("a6000", "roofline", 256, 256, model="tiny")
+    assert whole == pytest.approx(1.0)
+    assert device_beside.simulated_prefill_ratio("a6000", "roofline", 16, 256, model="tiny") > 1.0
 
-    class PerToken:
-        def iteration_time_s(self, prefills=(), decodes=(), num_sampled=None):
-            return sum(chunk for chunk, _ in prefills) * 1e-6
 
-    assert device_beside.prefill_ratio(PerToken(), 256, 3072) == pytest.approx(1.0)
-    assert device_beside.prefill_ratio(PerToken(), 512, 1000) == pytest.approx(1.0)  # a shorter last chunk
+def test_device_beside_writes_its_page_with_every_device_and_the_measured_ceilings(tmp_path, monkeypatch):
+    monkeypatch.setattr(device_beside, "sim_rows", lambda: [
+        {"device": d, "cost_model": c, "chunk": k, "length": n, "prefill_ratio": 1.3 if d == "h100" else 1.0}
+        for d in device_beside.SIMULATED for c in device_beside.COST_MODELS for k in device_beside.CHUNKS
+        for n in device_beside.LENGTHS])
+    assert device_beside.main(["--gpu-docs", str(ROOT / "docs" / "gpu"), "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "device_beside.md").read_text()
+    assert "| H100 | 989 | 3,350 | 295 | 784 (2026-11-27_7fae342) | 2,890 | 271 |" in text
+    assert "| A6000 | 155 | 768 | 202 | - | - | - |" in text
+    assert "calibrated, chunk 256 at length 3072: A6000 1.00x, H100 1.30x: moves with the device" in text

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import re
 
-from sarathi_lab.analysis import device_beside
 from sarathi_lab.profiling.floors import floor
 
 PREFILL = re.compile(r"chunk (\d+): ([0-9.]+)x prefill")
@@ -132,5 +131,7 @@ def markdown(found: list[dict], t, lease) -> str:
     lines += [f"- {r['name']}: {r['targets']}" for r in iterations if r["targets"]] or ["- none"]
     lines += ["", "## The paper's claims: the device's part and the engine's", ""]
     lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found if r["kind"] == "claim"] or ["- none"]
-    lines += ["", device_beside.markdown(lease), ""]
+    lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims on the A6000 and "
+                   "the H100): [docs/sim/device_beside.md](../../../sim/device_beside.md), by "
+                   "`python -m sarathi_lab.bench.device_beside`."), ""]
     return "\n".join(lines)

@@ -2,14 +2,24 @@
 compute-bound: its matmul rate over its memory rate, at data-sheet peaks and, where a lease measured
 them, at measured ceilings), and the simulator's prediction of the chunking claims (a prompt's prefill
 in chunks of 256 / 512 over the whole) on each, so that a reader sees which "no" moves with the device.
-The simulator's prediction is its cost model's iteration times (what ``executor=sim`` adds up), summed
-over the chunks of one prompt."""
+The prediction is the experiment's own task (``reread``) run on the simulator (``executor=sim``) at
+the experiment's settings (conf/experiment/chunk_overhead.yaml).
+
+    python -m sarathi_lab.bench.device_beside   # writes docs/sim/device_beside.md and device_beside.csv
+"""
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
-from sarathi_lab.sim.cost_model import CostModel
+from omegaconf import OmegaConf
+
+from sarathi_lab import LLM, cli_args, provenance
+from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.harness import CONF_DIR
+from sarathi_lab.harness.tasks import reread
 from sarathi_lab.sim.device import load_device
 
 DEVICES = ("a6000", "a100", "h100", "h200")
@@ -39,12 +49,15 @@ def measured_ceilings(gpu_docs: Path, device: str) -> tuple[str, float, float] |
     return None
 
 
-def prefill_ratio(model: CostModel, chunk: int, length: int) -> float:
-    """A ``length``-token prompt's prefill in chunks of ``chunk`` over the whole, as ``model`` times it."""
-    chunked = sum(model.iteration_time_s(prefills=[(min(chunk, length - start), min(start + chunk, length))],
-                                         num_sampled=int(start + chunk >= length))
-                  for start in range(0, length, chunk))
-    return chunked / model.iteration_time_s(prefills=[(length, length)], num_sampled=1)
+def simulated_prefill_ratio(device: str, cost_model: str, chunk: int, length: int, model: str = MODEL) -> float:
+    """chunk_overhead's ``prefill_slowdown`` as the simulator predicts it on ``device``: its task at its
+    settings (pd_ratio, reps) over a simulated engine."""
+    experiment = OmegaConf.load(CONF_DIR / "experiment" / "chunk_overhead.yaml")
+    llm = LLM(model, executor="sim", sim_device=device, sim_cost_model=cost_model, dtype="bfloat16",
+              max_model_len=length)
+    cfg = SimpleNamespace(seq_len=length, pd_ratio=experiment.pd_ratio, chunk=chunk,
+                          measure=SimpleNamespace(reps=experiment.measure.reps))
+    return float(reread.run(cfg, llm)[0]["prefill_slowdown"])
 
 
 def ridge_rows(gpu_docs: Path) -> list[dict]:
@@ -66,16 +79,15 @@ def sim_rows() -> list[dict]:
     found = []
     for name in SIMULATED:
         for cost in COST_MODELS:
-            model = CostModel.for_device(name, MODEL, cost_model=cost)
             found += [{"device": name, "cost_model": cost, "chunk": c, "length": n,
-                       "prefill_ratio": prefill_ratio(model, c, n)} for c in CHUNKS for n in LENGTHS]
+                       "prefill_ratio": simulated_prefill_ratio(name, cost, c, n)} for c in CHUNKS for n in LENGTHS]
     return found
 
 
-def markdown(lease) -> str:
-    """The section of the attribution that sets the paper's device beside ours."""
-    gpu_docs = lease.folder.parent.parent
-    lines = ["## The paper's device beside ours", "",
+def markdown(gpu_docs: Path, rows: list[dict]) -> str:
+    """The page that sets the paper's device beside ours."""
+    lines = ["# The paper's device beside ours", "",
+             "Written by `python -m sarathi_lab.bench.device_beside`; read beside each lease's `attribution.md`.", "",
              ("Ridge point: the tokens from which a bf16 GEMM is compute-bound (matmul rate / memory rate; "
               "`analysis/device_beside.py`). Data sheets from `sarathi_lab/sim/devices/`; measured: the newest "
               "lease's env step (read rate where measured, else copy)."), "",
@@ -86,11 +98,11 @@ def markdown(lease) -> str:
                     if "lease" in r else "- | - | -")
         lines.append(f"| {r['device'].upper()} | {r['datasheet_tflops']:.0f} | {r['datasheet_gbps']:,.0f} | "
                      f"{r['ridge_datasheet']:.0f} | {measured} |")
-    lines += ["", (f"The simulator's chunk_overhead prefill ratio (chunked / whole, {MODEL}, bf16; paper: chunk "
+    lines += ["", (f"The simulator's chunk_overhead prefill ratio (chunked / whole, {MODEL}, bf16; the "
+                   "experiment's task on `executor=sim`, its prompt the length split by its pd_ratio; paper: chunk "
                    "256 <= 1.2x, 512 <= 1.1x), by cost model:"), "",
               "| device | cost model | " + " | ".join(f"chunk {c}, length {n}" for c in CHUNKS for n in LENGTHS) + " |",
               "|---|---|" + "---|" * (len(CHUNKS) * len(LENGTHS))]
-    rows = sim_rows()
     for name in SIMULATED:
         for cost in COST_MODELS:
             cells = [r for r in rows if (r["device"], r["cost_model"]) == (name, cost)]
@@ -117,3 +129,27 @@ def moves(rows: list[dict]) -> list[str]:
             found.append(f"- {cost}, chunk {c} at length {max(LENGTHS)}: {paper.upper()} {at[paper]:.2f}x, "
                          f"{ours.upper()} {at[ours]:.2f}x: {verdict}")
     return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.device_beside", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu-docs", type=Path, default=REPO_ROOT / "docs" / "gpu", help="the leases' folders")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim", help="where the page goes")
+    args = parser.parse_args(argv)
+    rows = sim_rows()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "device_beside.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, ["device", "cost_model", "chunk", "length", "prefill_ratio"])
+        writer.writeheader()
+        writer.writerows({**r, "prefill_ratio": f"{r['prefill_ratio']:.4f}"} for r in rows)
+    text = markdown(args.gpu_docs, rows) + "\n"
+    (args.out / "device_beside.md").write_text(text)
+    made = provenance.Provenance("simulated A6000 and H100 (roofline, calibrated); data sheets; leases' env steps",
+                                 writer="python -m sarathi_lab.bench.device_beside")
+    provenance.record_folder(args.out, {"device_beside.md": made, "device_beside.csv": made})
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
