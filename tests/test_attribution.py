@@ -110,6 +110,19 @@ def test_attribution_of_a_synthetic_lease_sums_to_the_time_over_the_floor(tmp_pa
     assert "out of reach" in hybrid["targets"]
 
 
+@pytest.mark.parametrize("ours, says", [("1.7x-6.4x", "so the shortfall at the top is our engine"),
+                                        ("2.2x-440.3x", "ours' top lies above the floors'")])
+def test_the_decode_gain_is_set_beside_the_device_s_floors(tmp_path, ours, says):
+    folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234")
+    _write_csv(folder / "claims.csv", [{"experiment": "decode_speedup", "claim": "gain", "holds": "partly",
+                                        "paper": "2.8x-10x (13B/A6000, chunk 256)",
+                                        "ours": f"tile-aligned: {ours} over batch sizes 2, 18 and lengths 1024"}])
+    claim = next(r for r in attribute.rows(folder)[0] if r["kind"] == "claim")
+    # At the floors a decode costs its KV read beside a memory-bound chunk: B=2 gains most, B=18 least.
+    assert claim["why"].startswith("the H100's floors allow ") and "(B=18, length 1024) to " in claim["why"]
+    assert says in claim["why"]
+
+
 def test_a_lease_without_tune_says_its_gemm_part_is_missing_and_the_cli_writes_both_files(tmp_path, capsys):
     folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234", tune=False)
     assert attribute.main([str(folder)]) == 0

@@ -80,9 +80,11 @@ def decode_speedup(row: dict, lease, t) -> dict:
     device = lease.device.upper()
     why = (f"the {device}'s floors allow {low:.1f}x (B={b_lo}, length {n_lo}) to {high:.1f}x (B={b_hi}, "
            f"length {n_hi}); ours {float(ours[1]):.1f}x-{top:.1f}x")
-    if paper and high >= float(paper[2]):
+    if top > high:
+        why += ": ours' top lies above the floors' (a ratio over a difference within the noise)"
+    elif paper and top < float(paper[2]) <= high:
         why += f": the paper's {paper[2]}x fits the device, so the shortfall at the top is our engine"
-    elif paper:
+    elif paper and high < float(paper[2]):
         why += f": the device caps the gain below the paper's {paper[2]}x"
     if paper and low < float(paper[1]):
         why += f"; at B={b_lo}, length {n_lo} the floor itself is below the paper's {paper[1]}x"
