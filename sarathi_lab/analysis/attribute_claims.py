@@ -105,7 +105,7 @@ def rows(lease, t) -> list[dict]:
 
 
 def _f(value, digits: int = 2) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
+    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 def markdown(found: list[dict], t, lease) -> str:
@@ -123,7 +123,7 @@ def markdown(found: list[dict], t, lease) -> str:
         lines.append(f"| {r['name']} | {r['tokens']} ({r['graph_tokens']}) | {_f(r['engine_ms'])} | "
                      f"{_f(r['floor_ms'])} | {_f(r['sequential_floor_ms'])} | {_f(r['library_floor_ms'])} | "
                      f"{_f(r['engine_over_library_floor'])} | "
-                     + " | ".join(_f(r[p]) if r[p] is not None else "n/a" for p in
+                     + " | ".join(_f(r[p]) for p in
                                   ("overlap_gap_ms", "gemm_efficiency_ms", "attention_kernels_ms",
                                    "attention_over_peer_ms", "elementwise_ms", "padding_ms", "host_ms",
                                    "unattributed_ms")) + " |")
