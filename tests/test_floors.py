@@ -2,6 +2,8 @@
 of the whole iteration, and the sequential one, the sum of each kernel's own floor."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,3 +83,12 @@ def test_the_floor_table_lists_every_launch_iteration_with_both_floors():
     by_name = {r["iteration"]: r for r in found}
     assert by_name["c=239+b=17"]["sequential_over_floor"] < by_name["c=256+b=17"]["sequential_over_floor"]
     assert "| c=256+b=17,ctx=3072 |" in markdown(found)
+
+
+def test_the_floor_table_takes_the_read_rate_where_the_env_step_measured_one(tmp_path, capsys):
+    from sarathi_lab.profiling.floor_table import main
+
+    env = tmp_path / "env.json"
+    env.write_text(json.dumps({"device": "X", "copy_gbps": 2890.0, "read_gbps": 3080.0, "matmul_tflops": 784.0}))
+    assert main(["--env", str(env)]) == 0
+    assert capsys.readouterr().out.startswith("X: read 3080 GB/s, bf16 matmul 784 TFLOP/s")

@@ -80,3 +80,32 @@ def test_publish_refuses_a_docs_folder_without_results_md_in_one_line(tmp_path):
                          env={"PYTHONPATH": f"{ROOT}:{ROOT / 'kernels'}", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert run.stderr.startswith(f"error: --docs={tmp_path} is invalid: must hold RESULTS.md")
+
+
+def test_seeds_are_the_finished_runs_and_an_incomplete_sweep_says_its_jobs(tmp_path):
+    # lease.json's sweeps (collect, from the archive's run metrics) win over the step's command; an
+    # older lease without them still says the jobs claims.csv's "left out" names.
+    gpu = tmp_path / "gpu"
+    keep_run(gpu, "h100", "2026-11-27_ddddddd", {"gain": "2x"})
+    lease = gpu / "h100" / "2026-11-27_ddddddd" / "lease.json"
+    record = json.loads(lease.read_text())
+    lease.write_text(json.dumps(record | {"sweeps": {"decode_speedup": {"seeds": [0, 1], "jobs_finished": 44,
+                                                                        "jobs_planned": 72}}}))
+    keep_run(gpu, "h200", "2026-11-27_eeeeeee", {"gain": "3x"})
+    claims = gpu / "h200" / "2026-11-27_eeeeeee" / "claims.csv"
+    rows = list(csv.DictReader(claims.open()))
+    with open(claims, "w", newline="") as f:
+        writer = csv.DictWriter(f, [*FIELDS, "left out"])
+        writer.writeheader()
+        writer.writerows([r | {"left out": "incomplete: 5 of 9 jobs finished; the sweep did not end"} for r in rows])
+    seeds = {r.device: r.seeds for r in gpu_claims.judged(gpu)}
+    assert seeds == {"h100": "0,1 (44 of 72 jobs)", "h200": "0 (5 of 9 jobs)"}
+
+
+def test_sweep_record_counts_finished_runs_their_seeds_and_the_planned_jobs():
+    from sarathi_lab.gpu.sweep_record import sweeps
+    base = "paper/decode_speedup/multiruns/gpu"
+    runs = {f"{base}/{i}_x/metrics.json": {"config": {"seed": i % 2}, "partial": i == 3} for i in range(4)}
+    runs["steps/env/env.json"] = {}
+    got = sweeps(runs, {f"{base}/.sweep.lock": {"jobs": 72}})
+    assert got == {"decode_speedup": {"seeds": [0, 1], "jobs_finished": 3, "jobs_planned": 72}}

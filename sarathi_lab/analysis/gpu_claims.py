@@ -16,6 +16,7 @@ BEGIN = "<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gp
 END = "<!-- /gpu-claims -->"
 # What a paper sweep's step records of its command: the seeds it swept, where it named them.
 SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")
+ATTRIBUTION = "attribution.csv"  # a lease's, by python -m sarathi_lab.analysis.attribute
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,27 @@ class Judged:
     commit: str
     engine: str      # eager, or with which CUDA graphs (lease.json)
     seeds: str
+    why: str = ""    # for a claim not judged "yes": the lease's attribution of it (attribution.csv)
 
 
-def _seeds(summary: dict, experiment: str) -> str:
-    """The seeds the run's sweep of ``experiment`` ran, as its step's command names them (one seed,
-    the experiment's default, where it named none)."""
+# What claims.csv's "left out" says of a claim drawn from a sweep that did not finish.
+JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
+
+
+def _seeds(record: dict, summary: dict, experiment: str, left_out: str = "") -> str:
+    """The seeds the run's sweep of ``experiment`` had: those of its finished runs where lease.json
+    records them (``sweeps``), else as its step's command names them (one seed, the experiment's
+    default, where it named none); with the jobs it stands on where the sweep did not finish."""
+    sweep = (record.get("sweeps") or {}).get(experiment) if isinstance(record.get("sweeps"), dict) else None
+    jobs = JOBS.search(left_out or "")
+    if isinstance(sweep, dict) and sweep.get("seeds"):
+        done, planned = sweep.get("jobs_finished"), sweep.get("jobs_planned")
+        seeds = ",".join(map(str, sweep["seeds"]))
+        return seeds + (f" ({done} of {planned} jobs)" if done is not None and planned and done < planned else "")
+    return _named_seeds(summary, experiment) + (f" ({jobs[1]} of {jobs[2]} jobs)" if jobs else "")
+
+
+def _named_seeds(summary: dict, experiment: str) -> str:
     found = set()
     for step in summary.get("steps", []):
         if step.get("step", "").split(".")[1:2] == [experiment]:
@@ -57,12 +74,34 @@ def judged(gpu_docs: Path) -> list[Judged]:
                 rows = list(csv.DictReader(f))
         except (OSError, ValueError):
             continue  # a damaged run: the others are still shown
+        whys = _whys(folder)
         for row in rows:
             found.append(Judged(row.get("claim", ""), row.get("experiment", ""), row.get("paper", ""),
                                 row.get("ours", ""), row.get("spread", ""), row.get("holds", ""),
                                 folder.parent.name, folder.name, str(record.get("commit", "")),
-                                str(record.get("engine", "")), _seeds(summary, row.get("experiment", ""))))
+                                str(record.get("engine", "")),
+                                _seeds(record, summary, row.get("experiment", ""), row.get("left out", "")),
+                                _why(whys, row)))
     return found
+
+
+def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
+    """(experiment, claim) -> why, from the lease's attribution.csv (``analysis.attribute``); None where
+    the lease has none."""
+    try:
+        with open(folder / ATTRIBUTION, newline="") as f:
+            return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "") for r in csv.DictReader(f)
+                    if r.get("kind") == "claim"}
+    except (OSError, ValueError, csv.Error):
+        return None
+
+
+def _why(whys: dict | None, row: dict) -> str:
+    if row.get("holds", "").strip() == "yes":
+        return ""
+    if whys is None:
+        return "not attributed (the lease predates attribution)"
+    return whys.get((row.get("experiment", ""), row.get("claim", ""))) or "not attributed"
 
 
 def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
@@ -85,20 +124,25 @@ def section(gpu_docs: Path) -> str:
         return f"[{r.run}](gpu/{r.device}/{r.run}/README.md)"
 
     how = ("Per claim and device, the newest kept run that judged it (`docs/gpu/<device>/<run>/claims.csv`); "
-           "engine: the engine the run measured (eager, or replaying CUDA graphs), seeds: the seeds its sweep "
-           "ran, spread: over them (none with one seed). Older runs follow as history.")
+           "engine: the engine the run measured (eager, or replaying CUDA graphs), seeds: the seeds its "
+           "sweep ran (and the jobs it stands on where the sweep did not finish), spread: over them (none "
+           "with one seed); why: for a claim that does not hold, the part the device explains and the part "
+           "our engine does "
+           "(the lease's `attribution.md`, `python -m sarathi_lab.analysis.attribute`). Older runs follow as "
+           "history.")
     lines = [BEGIN, "", "### Every claim on the newest GPU run of each device", "", how, "",
-             "| claim | paper | device | run (commit) | engine | seeds | measured | spread | holds? |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| claim | paper | device | run (commit) | engine | seeds | measured | spread | holds? | why |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {_cell(r.claim)} | {_cell(r.paper)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
-              f"{_cell(r.engine)} | {r.seeds} | {_cell(r.ours)} | {_cell(r.spread)} | {_cell(r.holds)} |"
+              f"{_cell(r.engine)} | {r.seeds} | {_cell(r.ours)} | {_cell(r.spread)} | {_cell(r.holds)} | "
+              f"{_cell(r.why)} |"
               for r in current]
     if history:
         lines += ["", "History: the same claims on older runs.", "",
-                  "| claim | device | run (commit) | engine | seeds | measured | holds? |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| claim | device | run (commit) | engine | seeds | measured | holds? | why |",
+                  "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {_cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | {_cell(r.engine)} | "
-                  f"{r.seeds} | {_cell(r.ours)} | {_cell(r.holds)} |" for r in history]
+                  f"{r.seeds} | {_cell(r.ours)} | {_cell(r.holds)} | {_cell(r.why)} |" for r in history]
     judged_here = {r.experiment for r in current}
     waiting = [r.name for r in registry.RESULTS if r.gpu is not None and r.name not in judged_here]
     if waiting:

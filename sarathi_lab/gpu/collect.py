@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.config import REPO_ROOT, device_slug
-from sarathi_lab.gpu import archive_members
+from sarathi_lab.gpu import archive_members, sweep_record
 from sarathi_lab.gpu.archive_members import ArchiveRefused
 from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
 
@@ -177,7 +177,7 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
             raise ValueError(f"{archive} is invalid: {e}") from None
         docs = archive_members.inside(root, Path("docs", "gpu", device, lease), f"{archive} is invalid: its lease")
         profiles = archive_members.inside(root, Path("profiles", device, lease), f"{archive} is invalid: its lease")
-        targets, runs = {}, []
+        targets, runs, run_records, locks = {}, [], {}, {}
         for name, member in members.items():
             if member.isdir():
                 continue
@@ -187,11 +187,15 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
                 targets[name] = docs / name
             elif RUN.match(name) and (record := _json(tar, members, name, label)):
                 runs.append(record.get("environment") if isinstance(record.get("environment"), dict) else {})
+                run_records[name] = record
+            elif sweep_record.LOCK.match(name) and (record := _json(tar, members, name, label)):
+                locks[name] = record
         for name, target in targets.items():  # within root once links already under it are followed
             archive_members.inside(root, target.relative_to(root), f"{archive} is invalid: member {name!r}")
         record = lease_record(device, machine, summary,
                               engine_of(runs, _json(tar, members, "steps/overhead/result.json", label)),
                               [Path(n).stem for n in targets if PROFILE.match(n) and n.endswith(".csv")])
+        record["sweeps"] = sweep_record.sweeps(run_records, locks)  # optional: older leases lack it
         prov = provenance.Provenance("measured GPU", machine=machine, lease=lease, commit=record["commit"],
                                      writer="python -m sarathi_lab.gpu.collect")
         lease_file = docs / LEASE

@@ -81,6 +81,14 @@ class Shape:
     def attention_flops_per_pair(self) -> int:
         return attention_flops_per_pair(self.heads, self.head_dim)
 
+    def elementwise_bytes_per_token(self, elem_bytes: int) -> dict[str, int]:
+        """One layer's elementwise passes per token, as the engine fuses them: two add-RMSNorms (input
+        and residual read, both written), RoPE with the KV write (q, k, v read; q and the cache's k, v
+        written) and the activation (a gated MLP's two halves read, their product written)."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {"norms": 2 * 4 * self.hidden * elem_bytes, "rope_kv_write": 2 * (q + 2 * kv) * elem_bytes,
+                "activation": (3 if self.gated else 2) * self.intermediate * elem_bytes}
+
     def activation_bytes_per_token(self, elem_bytes: int) -> int:
         """Peak live activations per token of one forward: the residual stream, the fused qkv output,
         the gated MLP's two halves and their product (a plain one's output and its activation), and

@@ -12,11 +12,11 @@ from sarathi_lab import cli_args
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.model import load_config
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.profiling.floors import floor, sequential_floor
+from sarathi_lab.profiling.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.profiling.launch import MORE_CONTEXTS, SHAPES, label
 
 
-def rows(copy_gbps: float, matmul_tflops: float, device: str = "cuda") -> list[dict]:
+def rows(memory_gbps: float, matmul_tflops: float, device: str = "cuda") -> list[dict]:
     """One row per launch-step iteration (every case at every context): its two floors in ms."""
     model, dtype, context, _, cases = SHAPES[device]
     shape, elem = Shape.of(load_config(model)), DTYPE_BYTES[dtype]
@@ -24,7 +24,7 @@ def rows(copy_gbps: float, matmul_tflops: float, device: str = "cuda") -> list[d
     for at in (context, *MORE_CONTEXTS[device]):
         for chunk, decodes in cases:
             queries = [chunk] * (chunk > 0) + [1] * decodes
-            args = (shape, queries, [at] * len(queries), len(queries), elem, copy_gbps, matmul_tflops * 1e3)
+            args = (shape, queries, [at] * len(queries), len(queries), elem, memory_gbps, matmul_tflops * 1e3)
             physical, sequential = floor(*args), sequential_floor(*args)
             found.append({"iteration": label(chunk, decodes, None if at == context else at),
                           "compute_ms": physical.compute_s * 1e3, "memory_ms": physical.memory_s * 1e3,
@@ -43,15 +43,17 @@ def markdown(found: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli_args.Parser(prog="python -m sarathi_lab.profiling.floor_table", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", type=Path, required=True, help="an env step's env.json (copy_gbps, matmul_tflops)")
+    parser.add_argument("--env", type=Path, required=True,
+                        help="an env step's env.json (read_gbps or copy_gbps, matmul_tflops)")
     args = parser.parse_args(argv)
     try:
         env = json.loads(args.env.read_text())
-        ceilings = float(env["copy_gbps"]), float(env["matmul_tflops"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        parser.error(f"--env={args.env} is invalid: must be an env step's env.json with copy_gbps and "
-                     f"matmul_tflops ({type(e).__name__})")
-    print(f"{env.get('device', '?')}: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.0f} TFLOP/s\n")
+        (gbps, which), tflops = memory_ceiling(env), float(env["matmul_tflops"])
+        ceilings = gbps, tflops
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        parser.error(f"--env={args.env} is invalid: must be an env step's env.json with read_gbps or copy_gbps "
+                     f"and matmul_tflops ({type(e).__name__})")
+    print(f"{env.get('device', '?')}: {which} {gbps:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s\n")
     print(markdown(rows(*ceilings)))
     return 0
 

@@ -6,7 +6,10 @@
   reached only where memory-bound and compute-bound work overlap;
 - the sequential floor, the sum of each kernel's own max(compute, memory) (``model.shape.kernel_costs``):
   the least kernels run one after another could take;
-- one layer's attention alone (``model.shape.attention_cost``), never below LAUNCH_FLOOR_S."""
+- one layer's attention alone (``model.shape.attention_cost``), never below LAUNCH_FLOOR_S.
+
+The memory ceiling is the read rate where a lease measured one (a read-only kernel: what a floor of
+reads needs), else the copy rate (``memory_ceiling``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,3 +69,14 @@ def attention_floor(heads: int, kv_heads: int, head_dim: int, query_lens: list[i
     outputs at the copy bandwidth, and never below one kernel's LAUNCH_FLOOR_S."""
     flops, nbytes = attention_cost(heads, kv_heads, head_dim, query_lens, context_lens, elem_bytes)
     return Floor(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9), LAUNCH_FLOOR_S)
+
+
+def memory_ceiling(env: dict) -> tuple[float, str]:
+    """(GB/s, which) the floors' memory ceiling: an env step's ``read_gbps`` where it measured one, else
+    its ``copy_gbps``; a ValueError naming the field where neither is a positive number."""
+    for key, which in (("read_gbps", "read"), ("copy_gbps", "copy")):
+        value = env.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value), which
+    raise ValueError(f"env is invalid: read_gbps={env.get('read_gbps')!r}, copy_gbps={env.get('copy_gbps')!r}; "
+                     "need a positive GB/s in one of them")

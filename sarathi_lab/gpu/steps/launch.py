@@ -14,7 +14,7 @@ from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings_or_measured
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.profiling.floors import floor, sequential_floor
+from sarathi_lab.profiling.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
 from sarathi_lab.profiling.launch import MORE_CONTEXTS, SHAPES, label, measure
 
@@ -88,7 +88,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
              f"prompt of the context's tokens, b: decodes at that context) at contexts {contexts} (ctx= in the "
              f"names, none at {context}); eager (runner.forward) and engine (executor.forward: its graph's replay "
              f"where one holds the batch), interleaved, median of {reps}; floors: physical max(compute, memory) of "
-             "the whole iteration, sequential the sum of each kernel's own (profiling/floors.py)")
+             "the whole iteration, sequential the sum of each kernel's own (profiling/floors.py), memory at the "
+             f"{memory_ceiling(env)[1]} rate")
     pod, pod_note = _co_scheduled(llm, cases, context, reps, env, cuda)
     metrics += pod
     notes = [timed, f"engine graphs: {graphs}", *counts, *skipped, pod_note]
@@ -121,7 +122,7 @@ def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict
     key += f",{variant}" if variant else ""
     queries = [chunk] * (chunk > 0) + [1] * decodes
     at = (Shape.of(llm.model_config), queries, [context] * len(queries), len(queries), llm.dtype.itemsize,
-          env["copy_gbps"], env["matmul_tflops"] * 1e3)
+          memory_ceiling(env)[0], env["matmul_tflops"] * 1e3)
     least, sequential = floor(*at).seconds * 1e3, sequential_floor(*at).seconds * 1e3
     engine_over, over_sequential = row["engine_ms"] / least, row["engine_ms"] / sequential
     target, seq_target = physical_target(chunk, decodes), sequential_target(chunk, decodes)
