@@ -34,30 +34,31 @@ class Call:
 
 
 QUEUE: tuple[Call, ...] = (
-    Call(("env", "launch", "attention", "hybrid", "tune", "kernels", "engine", "overhead"),
+    Call(("env", "launch", "attention", "hybrid", "tune", "engine", "overhead"),
          "launch: engine_over_floor[c=..+b=..] and engine_over_sequential_floor[...] for every iteration kind, "
          "tile-aligned chunks included, at contexts 1K and 3K (targets: <= 1.15x the sequential floor from 256 "
-         "tokens, <= 1.25x the physical floor at c=256-512 + 17 decodes once co-scheduled, <= 1.5x at 64-128); "
-         "attention: attention_over_best_peer <= 1.2 at every prefill and chunk, attention_over_floor <= 2 for "
-         "chunks over 1K+ prefixes, <= 1.2 for decodes; hybrid: hybrid_attention_over_sequential <= 0.8 at "
-         "c=256-512 with 16-32 decodes at 1-3K; tune: the per-device table; kernels equal the reference; "
-         "engine: greedy tokens equal transformers'; overhead_fraction < 5%",
+         "tokens, <= 1.25x the physical floor at c=256-512 + 17 decodes once co-scheduled, <= 1.5x at 64-128), "
+         "and where each iteration's time goes; attention: attention_over_best_peer <= 1.2 at every prefill and "
+         "chunk, attention_over_floor <= 2 for chunks over 1K+ prefixes, <= 1.2 for decodes; hybrid: "
+         "hybrid_attention_over_sequential <= 0.8 at c=256-512 with 16-32 decodes at 1-3K; tune: the per-device "
+         "table; engine: greedy tokens equal transformers'; overhead_fraction < 5%",
          "docs/sim/predictions_chunked_prefill.md"),
-    Call(("paper.chunk_overhead", "paper.orca_compare"),
-         "Fig. 13: chunk 64 attention ~3x and chunks 256/512 within 1.2x/1.1x of an unchunked prefill; Fig. 11a: "
-         "SARATHI over Orca's best case (paper 1.27x vs 1.11x); both beside the 9e2ae41 run",
-         "docs/sim/predictions_chunked_prefill.md"),
-    Call(("paper.decode_speedup", "paper.pd_ratio"),
-         "Fig. 8: decode throughput gain 2.8-10x, fixed and tile-aligned chunks; Fig. 9/11b: the gain's peak at "
-         "P:D = C/(B-1), >= 10%; three seeds, min-max spread",
-         "bench sim_vs_gpu on the profile/calibrated cost model of the device's newest run"),
+    # decode_speedup first: a sweep a call cut resumes with its finished jobs kept (same commit).
+    Call(("paper.decode_speedup", "paper.orca_compare"),
+         "Fig. 8: decode throughput gain 2.8-10x; Fig. 11a: SARATHI over Orca's best case (paper 1.27x vs "
+         "1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
+         "docs/sim/predictions/h100_calibrated.md"),
+    Call(("paper.pd_ratio",),
+         "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= 10%; fixed and tile-aligned chunks, three seeds",
+         "docs/sim/predictions/h100_calibrated.md"),
     Call(("paper.capacity.strict", "paper.scheduler_latency.seed0"),
          "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted 2.83x); P99 TBT "
          "and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
-         "the simulator's tables of the graph-replayed engine: per-iteration median error <= 10% per iteration "
-         "kind once calibrated (bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
+         "the simulator's tables of the graph-replayed engine, and the calibration fitted from them "
+         "(python -m sarathi_lab.sim.calibration_cli): per-iteration median error <= 10% per iteration kind "
+         "(bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
     Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1", "paper.scheduler_latency.seed2"),
          "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
