@@ -223,3 +223,22 @@ def test_next_prints_the_queue_and_run_needs_next(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "sarathi_lab.gpu", "--run"], check=False, cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--run is invalid without --next" in bad.stderr
+
+
+def test_a_stopped_sweep_is_sized_by_the_jobs_it_has_left():
+    # The H100 lease's decode_speedup: 44 of 72 jobs finished in a call of 232 s.
+    files = [f"paper/decode_speedup/multiruns/gpu/{i}_job/metrics.json" for i in range(44)]
+    files += ["paper/decode_speedup/multiruns/ci-dry/0/metrics.json", "paper/pd_ratio/multiruns/gpu/0_job/metrics.json"]
+    [stopped] = queue.with_jobs([record("paper.decode_speedup", "incomplete", seconds=232, device="h100")], files)
+    assert (stopped.jobs_done, stopped.jobs_total) == (44, 72)
+    resumed = plan([stopped])["paper.decode_speedup"]
+    assert resumed.minutes == round(queue.MARGIN * 232 / 44 * 28 / 60, 1) and "28 of 72 jobs left" in resumed.source
+    # Stopped at other engine code, its jobs measured another engine: the whole sweep is planned.
+    [other] = queue.with_jobs([record("paper.decode_speedup", "incomplete", seconds=232, code_="old")], files)
+    assert "resumes" not in plan([other])["paper.decode_speedup"].source
+    # A done step, or one that left no finished job, counts none.
+    assert queue.with_jobs([record("paper.pd_ratio")], files)[0].jobs_total == 0
+    # The queue's second call: the sweep's rest beside orca_compare, in one call that fits both.
+    head = [record(s.name) for s in queue.ordered()[0][1]]
+    budget = resumed.minutes + BY_NAME["paper.orca_compare"].minutes
+    assert queue.head(plan([*head, stopped]), budget) == ["paper.decode_speedup", "paper.orca_compare"]

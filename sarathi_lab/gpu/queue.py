@@ -9,14 +9,17 @@ run, times MARGIN), else the suite's planned ones, marked as such."""
 from __future__ import annotations
 
 import json
+import re
 import tarfile
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 from sarathi_lab.gpu import engine_code, state
-from sarathi_lab.gpu.plan import STEPS, Step
+from sarathi_lab.gpu.plan import BY_NAME, STEPS, Step
+from sarathi_lab.gpu.steps.paper import job_overrides
 
 # Measured minutes times this, as the suite's planned minutes are: a step runs a little longer on a
 # cold machine or a busier one.
@@ -47,10 +50,10 @@ QUEUE: tuple[Call, ...] = (
     Call(("paper.decode_speedup", "paper.orca_compare"),
          "Fig. 8: decode throughput gain 2.8-10x; Fig. 11a: SARATHI over Orca's best case (paper 1.27x vs "
          "1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
-         "docs/sim/predictions/h100_calibrated.md"),
+         "docs/sim/predictions_h100_calibrated.md"),
     Call(("paper.pd_ratio",),
          "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= 10%; fixed and tile-aligned chunks, three seeds",
-         "docs/sim/predictions/h100_calibrated.md"),
+         "docs/sim/predictions_h100_calibrated.md"),
     Call(("paper.capacity.strict", "paper.scheduler_latency.seed0"),
          "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted 2.83x); P99 TBT "
          "and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
@@ -92,6 +95,8 @@ class Record:
     code: str            # its engine_code hash, recorded or computed from its commit; "" where unknown
     device: str          # h100, h200 (a kept run's folder), or where an out directory says it ran
     run: str             # the kept run's folder name, or the out directory / archive read
+    jobs_done: int = 0   # a stopped paper sweep's finished jobs in the out directory or archive read
+    jobs_total: int = 0  # and its jobs in all (0: not a stopped sweep, or nothing to count them in)
 
 
 def _records(summary: dict, device: str, run: str) -> list[Record]:
@@ -112,19 +117,52 @@ def kept_runs(root: Path) -> list[Record]:
     return found
 
 
+# A paper sweep's finished job in an out directory or its archive (steps/paper.py's sweep_dir).
+FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
+
+
+def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
+    """Each stopped paper sweep's record with its finished jobs among ``files`` (paths in the out
+    directory) and its jobs in all: what a call that resumes it has left to run."""
+    done = Counter(m[1] for f in files if (m := FINISHED_JOB.fullmatch(f)))
+    out = []
+    for r in records:
+        step = BY_NAME.get(r.step)
+        if r.status == "incomplete" and step is not None and step.group == "paper" and done[step.arg]:
+            r = replace(r, jobs_done=done[step.arg], jobs_total=len(job_overrides(step)))
+        out.append(r)
+    return out
+
+
 def suite_in_progress(source: Path) -> list[Record]:
-    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``)."""
+    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``),
+    each stopped sweep with the jobs it finished there."""
     try:
         if source.is_dir():
             summary = {"steps": [vars(r) for r in state.results(source, [s.name for s in STEPS])]}
+            files = [str(p.relative_to(source)) for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
         elif source.is_file():
             with tarfile.open(source) as tar, tar.extractfile("summary.json") as f:
-                summary = json.load(f)
+                summary, files = json.load(f), tar.getnames()
         else:
             return []
     except (OSError, ValueError, KeyError, tarfile.TarError, EOFError):
         return []
-    return _records(summary, "this suite", source.name)
+    return with_jobs(_records(summary, "this suite", source.name), files)
+
+
+def resumed_minutes(records: list[Record], at_code: Callable[[Record], str],
+                    now: str) -> tuple[float, str] | None:
+    """The minutes of the jobs a stopped sweep has left, at the pace its last call ran them, where it
+    resumes: stopped at the current code (a sweep stopped at other code starts over). None: none does."""
+    resumable = [r for r in records if r.jobs_total > r.jobs_done > 0 and at_code(r) == now]
+    if not resumable:
+        return None
+    r = max(resumable, key=lambda r: r.started_at)
+    left = r.jobs_total - r.jobs_done
+    # Its seconds are its last call's and its jobs every call's: a sweep resumed twice reads fast.
+    minutes = round(MARGIN * r.seconds / r.jobs_done * left / 60, 1) or 0.1
+    return minutes, f"measured {r.device} {r.run}: resumes, {left} of {r.jobs_total} jobs left"
 
 
 @dataclass(frozen=True)
@@ -147,11 +185,16 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
     for step in STEPS:
         mine = [r for r in records if r.step == step.name]
         now = current(step.name)
-        done = [r for r in mine if r.status == "done" and (r.code or at_commit(r.step, r.commit)) == now]
+        def at_code(r: Record) -> str:
+            return r.code or at_commit(r.step, r.commit)
+
+        done = [r for r in mine if r.status == "done" and at_code(r) == now]
         timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
         newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}  # each device's last
         minutes, source = step.minutes, "planned"
-        if newest:
+        if resumed := resumed_minutes(timed, at_code, now):
+            minutes, source = resumed  # below the plan too: the finished jobs are not run again
+        elif newest:
             longest = max(newest.values(), key=lambda r: r.seconds)
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
             stopped = " (stopped before it ended)" if longest.status != "done" else ""
