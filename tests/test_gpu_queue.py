@@ -233,9 +233,10 @@ def test_a_stopped_sweep_is_sized_by_the_jobs_it_has_left():
     assert (stopped.jobs_done, stopped.jobs_total) == (44, 72)
     resumed = plan([stopped])["paper.decode_speedup"]
     assert resumed.minutes == round(queue.MARGIN * 232 / 44 * 28 / 60, 1) and "28 of 72 jobs left" in resumed.source
-    # Stopped at other engine code, its jobs measured another engine: the whole sweep is planned.
+    # Stopped at other engine code, its jobs measured another engine: the whole sweep again, at that pace.
     [other] = queue.with_jobs([record("paper.decode_speedup", "incomplete", seconds=232, code_="old")], files)
-    assert "resumes" not in plan([other])["paper.decode_speedup"].source
+    again = plan([other])["paper.decode_speedup"]
+    assert again.minutes == round(queue.MARGIN * 232 / 44 * 72 / 60, 1) and "starts over" in again.source
     # A done step, or one that left no finished job, counts none.
     assert queue.with_jobs([record("paper.pd_ratio")], files)[0].jobs_total == 0
     # The queue's second call: the sweep's rest beside orca_compare, in one call that fits both.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.gpu import queue, state
+from sarathi_lab.gpu import engine_code, queue, state
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.plan import Step
 from sarathi_lab.gpu.steps import paper
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP = Step("paper.pd_ratio", 1.0, "", "pd_ratio", (*scales.overrides("pd_ratio", "ci"), "executor=sim",
                                                     "on_existing=skip", "hydra.sweeper.params=null",
                                                     "scheduler=static,sarathi"))
+NOW = engine_code.step_hash(STEP.name)  # the code this checkout's step measures: the sweep resumes
 STOP_AT_JOB_2 = ("+hydra.callbacks.stop._target_=tests.sweep_callbacks.InterruptAtJob", "+hydra.callbacks.stop.job=2")
 
 pytestmark = pytest.mark.e2e
@@ -44,7 +45,7 @@ def test_a_sweep_cut_by_a_calls_end_resumes_in_the_next_call_without_loss(tmp_pa
                          timeout=600, check=False)
     assert cut.returncode == 130, cut.stderr[-3000:]
     state.write_result(first, state.StepResult(STEP.name, "incomplete", 1.0, 60.0, [], [], "cut", "abc1234", "cuda",
-                                               "code-now"))
+                                               NOW))
     state.write_summary(first, [STEP.name], {"commit": "abc1234"})
     state.archive(first, archive)
     finished = {p.parent.name: _digests(p.parent) for p in sweep.glob("*/metrics.json")}
@@ -54,11 +55,11 @@ def test_a_sweep_cut_by_a_calls_end_resumes_in_the_next_call_without_loss(tmp_pa
     monkeypatch.setattr(queue, "BY_NAME", {STEP.name: STEP})
     record = next(r for r in queue.suite_in_progress(archive) if r.step == STEP.name)
     assert (record.jobs_done, record.jobs_total) == (2, 4)
-    resumed = queue.resumed_minutes([record], lambda r: r.code, "code-now")
-    assert resumed == (round(queue.MARGIN * 60.0 / 2 * 2 / 60, 1), "measured this suite suite.tar.gz: resumes, "
-                                                                   "2 of 4 jobs left")
-    # At other engine code the finished jobs measured another engine: no resume is planned.
-    assert queue.resumed_minutes([record], lambda r: r.code, "code-changed") is None
+    resumed = queue.stopped_minutes([record], lambda r: r.code, NOW)
+    assert resumed == (round(queue.MARGIN * 60.0 / 2 * 2 / 60, 1),
+                       "measured this suite suite.tar.gz: resumes, 2 of 4 jobs left")
+    # At other engine code the finished jobs measured another engine: the whole sweep is planned.
+    assert "starts over" in queue.stopped_minutes([record], lambda r: r.code, "code-changed")[1]
 
     # The next call restores the archive and runs the step again: the two finished jobs are kept.
     state.restore(second, archive)
@@ -70,3 +71,17 @@ def test_a_sweep_cut_by_a_calls_end_resumes_in_the_next_call_without_loss(tmp_pa
     assert {name: _digests(again / name) for name in finished} == finished, "a finished job was run again"
     summary = json.loads((again / "sweep_summary.json").read_text())
     assert sorted(s["status"] for s in summary.values()) == ["ok", "ok", "skipped", "skipped"]
+
+
+def test_a_sweep_stopped_at_other_engine_code_is_set_aside_and_starts_over(tmp_path):
+    ctx = Context(tmp_path, state.step_dir(tmp_path, STEP.name), False, "cpu", None)
+    sweep = paper.sweep_dir(tmp_path, STEP.arg, dry_run=False)
+    (sweep / "0_job").mkdir(parents=True)
+    (sweep / "0_job" / "metrics.json").write_text("{}")
+    assert paper.set_aside_stale(ctx, STEP, sweep, NOW) is None  # no earlier result: nothing to set aside
+    state.write_result(tmp_path, state.StepResult(STEP.name, "incomplete", 1.0, 60.0, code=NOW))
+    assert paper.set_aside_stale(ctx, STEP, sweep, NOW) is None and sweep.is_dir()  # same code: it resumes
+    state.write_result(tmp_path, state.StepResult(STEP.name, "incomplete", 1.0, 60.0, code="older"))
+    note = paper.set_aside_stale(ctx, STEP, sweep, NOW)
+    assert note and "starts over" in note and not sweep.exists()
+    assert (ctx.dir / "stale_sweep_older" / "0_job" / "metrics.json").is_file()

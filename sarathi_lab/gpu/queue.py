@@ -151,18 +151,21 @@ def suite_in_progress(source: Path) -> list[Record]:
     return with_jobs(_records(summary, "this suite", source.name), files)
 
 
-def resumed_minutes(records: list[Record], at_code: Callable[[Record], str],
+def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
                     now: str) -> tuple[float, str] | None:
-    """The minutes of the jobs a stopped sweep has left, at the pace its last call ran them, where it
-    resumes: stopped at the current code (a sweep stopped at other code starts over). None: none does."""
-    resumable = [r for r in records if r.jobs_total > r.jobs_done > 0 and at_code(r) == now]
-    if not resumable:
+    """A stopped sweep's next call, at the pace its last call ran its jobs: the jobs it has left
+    where it resumes (stopped at the current code), all of them where it starts over (the paper
+    step sets aside a sweep of other code). None: no record counted its jobs."""
+    counted = [r for r in records if r.jobs_total > r.jobs_done > 0]
+    if not counted:
         return None
-    r = max(resumable, key=lambda r: r.started_at)
-    left = r.jobs_total - r.jobs_done
+    r = max(counted, key=lambda r: r.started_at)
+    resumes = at_code(r) == now
+    jobs = r.jobs_total - r.jobs_done if resumes else r.jobs_total
     # Its seconds are its last call's and its jobs every call's: a sweep resumed twice reads fast.
-    minutes = round(MARGIN * r.seconds / r.jobs_done * left / 60, 1) or 0.1
-    return minutes, f"measured {r.device} {r.run}: resumes, {left} of {r.jobs_total} jobs left"
+    minutes = round(MARGIN * r.seconds / r.jobs_done * jobs / 60, 1) or 0.1
+    what = f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes else f"starts over at this code, {jobs} jobs"
+    return minutes, f"measured {r.device} {r.run}: {what}"
 
 
 @dataclass(frozen=True)
@@ -192,8 +195,8 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
         timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
         newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}  # each device's last
         minutes, source = step.minutes, "planned"
-        if resumed := resumed_minutes(timed, at_code, now):
-            minutes, source = resumed  # below the plan too: the finished jobs are not run again
+        if stopped := stopped_minutes(timed, at_code, now):
+            minutes, source = stopped  # below the plan too, where the finished jobs are not run again
         elif newest:
             longest = max(newest.values(), key=lambda r: r.seconds)
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
