@@ -73,7 +73,7 @@ def test_a_sweep_cut_by_a_calls_end_resumes_in_the_next_call_without_loss(tmp_pa
     assert sorted(s["status"] for s in summary.values()) == ["ok", "ok", "skipped", "skipped"]
 
 
-def test_a_sweep_stopped_at_other_engine_code_is_set_aside_and_starts_over(tmp_path):
+def test_a_sweep_run_at_other_engine_code_is_set_aside_and_starts_over(tmp_path):
     ctx = Context(tmp_path, state.step_dir(tmp_path, STEP.name), False, "cpu", None)
     sweep = paper.sweep_dir(tmp_path, STEP.arg, dry_run=False)
     (sweep / "0_job").mkdir(parents=True)
@@ -85,3 +85,7 @@ def test_a_sweep_stopped_at_other_engine_code_is_set_aside_and_starts_over(tmp_p
     note = paper.set_aside_stale(ctx, STEP, sweep, NOW)
     assert note and "starts over" in note and not sweep.exists()
     assert (ctx.dir / "stale_sweep_older" / "0_job" / "metrics.json").is_file()
+    # A sweep done at other code and due again: its jobs would all be kept as done, none measured anew.
+    (sweep / "0_job").mkdir(parents=True)
+    state.write_result(tmp_path, state.StepResult(STEP.name, "done", 1.0, 60.0, code="oldest"))
+    assert paper.set_aside_stale(ctx, STEP, sweep, NOW) and (ctx.dir / "stale_sweep_oldest" / "0_job").is_dir()

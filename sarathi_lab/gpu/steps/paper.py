@@ -78,17 +78,16 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
 
 
 def set_aside_stale(ctx: Context, step: Step, directory: Path, now: str) -> str | None:
-    """A sweep an earlier call stopped at other engine code (``now``: the code this call measures)
-    moved into the step's folder: its finished jobs measured another engine, so the sweep starts over
-    rather than resume with them. Returns a note, or None where it resumes (or there is none)."""
+    """A sweep an earlier call ran at other engine code (``now``: the code this call measures; stopped,
+    or done and due again) moved into the step's folder: its finished jobs measured another engine,
+    which the sweep would keep as done, so it starts over. Returns a note, or None where it resumes
+    (or there is none)."""
     before = state.read_result(ctx.out, step.name)
-    if before is None or before.status != "incomplete" or not before.code or before.code == now:
-        return None
-    if not directory.is_dir():
+    if before is None or not before.code or before.code == now or not directory.is_dir():
         return None
     stale = ctx.dir / f"stale_sweep_{before.code}"
     directory.rename(stale)
-    return f"{step.arg}: the sweep stopped at engine code {before.code} starts over at {now} (set aside: {stale.name})"
+    return f"{step.arg}: the sweep run at engine code {before.code} starts over at {now} (set aside: {stale.name})"
 
 
 def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
