@@ -356,8 +356,8 @@ def test_sim_fidelity_smoke(capsys, tmp_path):
     engine = out["engine_profile_iterations"]
     assert {"decode", "prefill"} <= set(engine.kind) and _positive_finite(engine.roofline_s.tolist())
     assert (tmp_path / "fidelity_engine_profile.png").stat().st_size > 0
-    # The committed H100 launch step: the calibrated roofline (fitted to vidur's kernels, none of them
-    # LLaMA-13B's) within 15% of the engine's decode forward replayed from a CUDA graph, the roofline
+    # The committed H100 launch step: the calibrated roofline (vidur's kernels, refitted to a lease's
+    # cuBLAS and attention tables) within 15% of the engine's decode forward replayed from a CUDA graph, the roofline
     # under it, and both far under the eager forward the host's launches set.
     replay = out["graph_replay"].set_index(["device", "batch"]).loc["h100"]
     assert list(replay.index) == [1, 18] and (abs(replay.calibrated_over_graph - 1) < 0.15).all()

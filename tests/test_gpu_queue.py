@@ -33,16 +33,16 @@ def plan(records: list[Record], at_commit=lambda name, commit: None) -> dict[str
 
 def test_the_queue_orders_the_headline_first_then_the_issues_calls():
     calls = [[s.name for s in steps] for _, steps in queue.ordered()]
-    head = ["env", "launch", "attention", "hybrid", *(["tune"] if "tune" in BY_NAME else []),
-            "kernels", "engine", "overhead"]
-    assert calls[0] == head
-    assert calls[1] == ["paper.chunk_overhead", "paper.orca_compare"]
-    assert calls[2] == ["paper.decode_speedup", "paper.pd_ratio"]
+    assert calls[0] == ["env", "launch", "attention", "hybrid", "tune", "engine", "overhead"]
+    # The sweep a call cut resumes first, beside the Orca comparison; then P:D; then Sarathi-Serve's seed 0.
+    assert calls[1] == ["paper.decode_speedup", "paper.orca_compare"]
+    assert calls[2] == ["paper.pd_ratio"]
     assert calls[3][0] == "paper.capacity.strict"
     assert calls[3][1:] and all(n.startswith("paper.scheduler_latency.seed0") for n in calls[3][1:])
     assert calls[4] == ["profile.llama-13b", "profile.mistral-7b"]
     assert calls[5][0] == "paper.capacity.relaxed"
     assert {n.split("-")[0] for n in calls[5][1:]} == {"paper.scheduler_latency.seed1", "paper.scheduler_latency.seed2"}
+    assert "kernels" in calls[-1] and "paper.chunk_overhead" in calls[-1]
     # Every suite step is in exactly one call: the rest last, in suite order.
     flat = [n for call in calls for n in call]
     assert sorted(flat) == sorted(s.name for s in STEPS) and len(flat) == len(set(flat))
@@ -129,7 +129,7 @@ def test_calls_fit_their_budget_keep_the_order_and_leave_out_only_what_no_call_h
 def test_the_second_call_is_sized_by_the_minutes_left():
     done = [record(s.name) for s in queue.ordered()[0][1]]
     head = queue.head(plan(done), 4.5)
-    assert head == ["paper.chunk_overhead"]  # orca_compare's 5.3 min would not fit beside it
+    assert head == ["paper.decode_speedup"]  # orca_compare's minutes would not fit beside it
 
 
 def test_format_names_steps_minutes_what_each_call_shows_and_its_predictions():
@@ -223,3 +223,23 @@ def test_next_prints_the_queue_and_run_needs_next(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "sarathi_lab.gpu", "--run"], check=False, cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--run is invalid without --next" in bad.stderr
+
+
+def test_a_stopped_sweep_is_sized_by_the_jobs_it_has_left():
+    # The H100 lease's decode_speedup: 44 of 72 jobs finished in a call of 232 s.
+    files = [f"paper/decode_speedup/multiruns/gpu/{i}_job/metrics.json" for i in range(44)]
+    files += ["paper/decode_speedup/multiruns/ci-dry/0/metrics.json", "paper/pd_ratio/multiruns/gpu/0_job/metrics.json"]
+    [stopped] = queue.with_jobs([record("paper.decode_speedup", "incomplete", seconds=232, device="h100")], files)
+    assert (stopped.jobs_done, stopped.jobs_total) == (44, 72)
+    resumed = plan([stopped])["paper.decode_speedup"]
+    assert resumed.minutes == round(queue.MARGIN * 232 / 44 * 28 / 60, 1) and "28 of 72 jobs left" in resumed.source
+    # Stopped at other engine code, its jobs measured another engine: the whole sweep again, at that pace.
+    [other] = queue.with_jobs([record("paper.decode_speedup", "incomplete", seconds=232, code_="old")], files)
+    again = plan([other])["paper.decode_speedup"]
+    assert again.minutes == round(queue.MARGIN * 232 / 44 * 72 / 60, 1) and "starts over" in again.source
+    # A done step, or one that left no finished job, counts none.
+    assert queue.with_jobs([record("paper.pd_ratio")], files)[0].jobs_total == 0
+    # The queue's second call: the sweep's rest beside orca_compare, in one call that fits both.
+    head = [record(s.name) for s in queue.ordered()[0][1]]
+    budget = resumed.minutes + BY_NAME["paper.orca_compare"].minutes
+    assert queue.head(plan([*head, stopped]), budget) == ["paper.decode_speedup", "paper.orca_compare"]

@@ -37,7 +37,8 @@ PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
 # The headline first: the ceilings every floor is drawn at, then the engine's iterations against their
 # floors (launch), then the attention against its peers (its compiles may run long: the queue caps it),
-# then the tuning, the kernels' correctness, the engine's tokens and its host overhead.
+# then the tuning, the engine's tokens and its host overhead; the kernels' correctness last (its own
+# call: the queue's head leaves it out).
 HEAD: tuple[Step, ...] = (
     Step("env", 0.3, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
          "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
@@ -58,16 +59,16 @@ HEAD: tuple[Step, ...] = (
          "prefill and decode attention co-scheduled on each SM in one launch vs the engine's sequential kernels "
          "(one launch; chunk then decodes), SDPA/FlexAttention and the floors (profiling/hybrid_attention.py; "
          "target 0.8x the sequential)"),
-    Step("tune", 2.8, "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and a "
+    Step("tune", 1.6, "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and a "
          "2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around the planner's; "
          "LLaMA-13B and Mistral-7B qkv/o_proj/gate_up/down at 128-1024 tokens, cuBLAS vs Triton split-K; writes "
          "the device's tuned table (profiling/attention_sweep.py, gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
+    Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
+         "schedulers x attention triton and torch; bf16 first tokens"),
+    Step("overhead", 0.2, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
+         "each decode-only and hybrid iteration's time outside the forward pass (target < 5%), and its stalls"),
     Step("kernels", 3.0, "profiling/kernel_check.py: Triton paged attention vs the torch backend in "
          "fp32/fp16/bf16 (kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
-    Step("engine", 1.2, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
-         "schedulers x attention triton and torch; bf16 first tokens"),
-    Step("overhead", 0.6, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
-         "each decode-only and hybrid iteration's time outside the forward pass (target < 5%), and its stalls"),
 )
 
 

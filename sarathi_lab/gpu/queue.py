@@ -9,14 +9,17 @@ run, times MARGIN), else the suite's planned ones, marked as such."""
 from __future__ import annotations
 
 import json
+import re
 import tarfile
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 from sarathi_lab.gpu import engine_code, state
-from sarathi_lab.gpu.plan import STEPS, Step
+from sarathi_lab.gpu.plan import BY_NAME, STEPS, Step
+from sarathi_lab.gpu.steps.paper import job_overrides
 
 # Measured minutes times this, as the suite's planned minutes are: a step runs a little longer on a
 # cold machine or a busier one.
@@ -34,30 +37,31 @@ class Call:
 
 
 QUEUE: tuple[Call, ...] = (
-    Call(("env", "launch", "attention", "hybrid", "tune", "kernels", "engine", "overhead"),
+    Call(("env", "launch", "attention", "hybrid", "tune", "engine", "overhead"),
          "launch: engine_over_floor[c=..+b=..] and engine_over_sequential_floor[...] for every iteration kind, "
          "tile-aligned chunks included, at contexts 1K and 3K (targets: <= 1.15x the sequential floor from 256 "
-         "tokens, <= 1.25x the physical floor at c=256-512 + 17 decodes once co-scheduled, <= 1.5x at 64-128); "
-         "attention: attention_over_best_peer <= 1.2 at every prefill and chunk, attention_over_floor <= 2 for "
-         "chunks over 1K+ prefixes, <= 1.2 for decodes; hybrid: hybrid_attention_over_sequential <= 0.8 at "
-         "c=256-512 with 16-32 decodes at 1-3K; tune: the per-device table; kernels equal the reference; "
-         "engine: greedy tokens equal transformers'; overhead_fraction < 5%",
+         "tokens, <= 1.25x the physical floor at c=256-512 + 17 decodes once co-scheduled, <= 1.5x at 64-128), "
+         "and where each iteration's time goes; attention: attention_over_best_peer <= 1.2 at every prefill and "
+         "chunk, attention_over_floor <= 2 for chunks over 1K+ prefixes, <= 1.2 for decodes; hybrid: "
+         "hybrid_attention_over_sequential <= 0.8 at c=256-512 with 16-32 decodes at 1-3K; tune: the per-device "
+         "table; engine: greedy tokens equal transformers'; overhead_fraction < 5%",
          "docs/sim/predictions_chunked_prefill.md"),
-    Call(("paper.chunk_overhead", "paper.orca_compare"),
-         "Fig. 13: chunk 64 attention ~3x and chunks 256/512 within 1.2x/1.1x of an unchunked prefill; Fig. 11a: "
-         "SARATHI over Orca's best case (paper 1.27x vs 1.11x); both beside the 9e2ae41 run",
-         "docs/sim/predictions_chunked_prefill.md"),
-    Call(("paper.decode_speedup", "paper.pd_ratio"),
-         "Fig. 8: decode throughput gain 2.8-10x, fixed and tile-aligned chunks; Fig. 9/11b: the gain's peak at "
-         "P:D = C/(B-1), >= 10%; three seeds, min-max spread",
-         "bench sim_vs_gpu on the profile/calibrated cost model of the device's newest run"),
+    # decode_speedup first: a sweep a call cut resumes with its finished jobs kept (same commit).
+    Call(("paper.decode_speedup", "paper.orca_compare"),
+         "Fig. 8: decode throughput gain 2.8-10x; Fig. 11a: SARATHI over Orca's best case (paper 1.27x vs "
+         "1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
+         "docs/sim/predictions_h100_calibrated.md"),
+    Call(("paper.pd_ratio",),
+         "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= 10%; fixed and tile-aligned chunks, three seeds",
+         "docs/sim/predictions_h100_calibrated.md"),
     Call(("paper.capacity.strict", "paper.scheduler_latency.seed0"),
          "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted 2.83x); P99 TBT "
          "and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
-         "the simulator's tables of the graph-replayed engine: per-iteration median error <= 10% per iteration "
-         "kind once calibrated (bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
+         "the simulator's tables of the graph-replayed engine, and the calibration fitted from them "
+         "(python -m sarathi_lab.sim.calibration_cli): per-iteration median error <= 10% per iteration kind "
+         "(bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
     Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1", "paper.scheduler_latency.seed2"),
          "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
@@ -91,6 +95,8 @@ class Record:
     code: str            # its engine_code hash, recorded or computed from its commit; "" where unknown
     device: str          # h100, h200 (a kept run's folder), or where an out directory says it ran
     run: str             # the kept run's folder name, or the out directory / archive read
+    jobs_done: int = 0   # a stopped paper sweep's finished jobs in the out directory or archive read
+    jobs_total: int = 0  # and its jobs in all (0: not a stopped sweep, or nothing to count them in)
 
 
 def _records(summary: dict, device: str, run: str) -> list[Record]:
@@ -111,19 +117,55 @@ def kept_runs(root: Path) -> list[Record]:
     return found
 
 
+# A paper sweep's finished job in an out directory or its archive (steps/paper.py's sweep_dir).
+FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
+
+
+def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
+    """Each stopped paper sweep's record with its finished jobs among ``files`` (paths in the out
+    directory) and its jobs in all: what a call that resumes it has left to run."""
+    done = Counter(m[1] for f in files if (m := FINISHED_JOB.fullmatch(f)))
+    out = []
+    for r in records:
+        step = BY_NAME.get(r.step)
+        if r.status == "incomplete" and step is not None and step.group == "paper" and done[step.arg]:
+            r = replace(r, jobs_done=done[step.arg], jobs_total=len(job_overrides(step)))
+        out.append(r)
+    return out
+
+
 def suite_in_progress(source: Path) -> list[Record]:
-    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``)."""
+    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``),
+    each stopped sweep with the jobs it finished there."""
     try:
         if source.is_dir():
             summary = {"steps": [vars(r) for r in state.results(source, [s.name for s in STEPS])]}
+            files = [str(p.relative_to(source)) for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
         elif source.is_file():
             with tarfile.open(source) as tar, tar.extractfile("summary.json") as f:
-                summary = json.load(f)
+                summary, files = json.load(f), tar.getnames()
         else:
             return []
     except (OSError, ValueError, KeyError, tarfile.TarError, EOFError):
         return []
-    return _records(summary, "this suite", source.name)
+    return with_jobs(_records(summary, "this suite", source.name), files)
+
+
+def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
+                    now: str) -> tuple[float, str] | None:
+    """A stopped sweep's next call, at the pace its last call ran its jobs: the jobs it has left
+    where it resumes (stopped at the current code), all of them where it starts over (the paper
+    step sets aside a sweep of other code). None: no record counted its jobs."""
+    counted = [r for r in records if r.jobs_total > r.jobs_done > 0]
+    if not counted:
+        return None
+    r = max(counted, key=lambda r: r.started_at)
+    resumes = at_code(r) == now
+    jobs = r.jobs_total - r.jobs_done if resumes else r.jobs_total
+    # Its seconds are its last call's and its jobs every call's: a sweep resumed twice reads fast.
+    minutes = round(MARGIN * r.seconds / r.jobs_done * jobs / 60, 1) or 0.1
+    what = f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes else f"starts over at this code, {jobs} jobs"
+    return minutes, f"measured {r.device} {r.run}: {what}"
 
 
 @dataclass(frozen=True)
@@ -146,11 +188,16 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
     for step in STEPS:
         mine = [r for r in records if r.step == step.name]
         now = current(step.name)
-        done = [r for r in mine if r.status == "done" and (r.code or at_commit(r.step, r.commit)) == now]
+        def at_code(r: Record) -> str:
+            return r.code or at_commit(r.step, r.commit)
+
+        done = [r for r in mine if r.status == "done" and at_code(r) == now]
         timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
         newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}  # each device's last
         minutes, source = step.minutes, "planned"
-        if newest:
+        if stopped := stopped_minutes(timed, at_code, now):
+            minutes, source = stopped  # below the plan too, where the finished jobs are not run again
+        elif newest:
             longest = max(newest.values(), key=lambda r: r.seconds)
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
             stopped = " (stopped before it ended)" if longest.status != "done" else ""

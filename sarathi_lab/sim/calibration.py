@@ -34,8 +34,13 @@ def check_keys(cls, raw: dict, where: str) -> None:
 
 
 def measured_shape(model: str) -> Shape:
-    """A measured model's shape (whether its MLP is gated included)."""
-    return Shape.of(gpu_kernels.config_of(model))
+    """A measured model's shape (whether its MLP is gated included): vidur's table's, else a preset's
+    (a GPU lease's models)."""
+    if model in gpu_kernels.model_shapes().index:
+        return Shape.of(gpu_kernels.config_of(model))
+    from sarathi_lab.model import load_config
+
+    return Shape.of(load_config(model))
 
 
 def pointwise_elems(kind: str, s: Shape) -> int:
@@ -216,3 +221,29 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))
+
+
+def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwidth: float,
+              lease: str) -> Calibration:
+    """``base`` refitted to a lease's kernels (lease_kernels.lease_kernels): the GEMM curve between
+    the lease's smallest and largest token counts is the lease's (its cuBLAS at its models' shapes;
+    outside them the base's), and the attention is the engine's own as the lease timed it; the
+    pointwise kernels, which no lease times apart, stay the base's."""
+    tokens, eff, launch = fit_gemm(table, peak_flops)
+    base_points = list(zip(base.gemm_tokens, base.gemm_efficiency, base.gemm_launch_s))
+    points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]] + list(zip(tokens, eff, launch)))
+    # Where the two curves meet, time per weight and launch never fall with more tokens.
+    per_weight = np.maximum.accumulate([t / e for t, e, _ in points])
+    launch_s = np.maximum.accumulate([la for _, _, la in points])
+    kw = {}
+    for model, rows in table.groupby("model"):
+        pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
+        if len(pre) and len(dec):
+            shape = measured_shape(model)
+            kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, peak_flops),
+                                             *fit_decode_attention(dec, shape, bandwidth, 2))))
+            break
+    return dataclasses.replace(
+        base, gemm_tokens=tuple(int(t) for t, _, _ in points),
+        gemm_efficiency=tuple(float(t / w) for (t, _, _), w in zip(points, per_weight)),
+        gemm_launch_s=tuple(float(x) for x in launch_s), **kw, fitted_from=(*base.fitted_from, lease))

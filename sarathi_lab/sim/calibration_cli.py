@@ -9,9 +9,10 @@ import dataclasses
 import yaml
 
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.calibration import Calibration, fit
+from sarathi_lab.sim.calibration import Calibration, fit, fit_lease
 from sarathi_lab.sim.convert_gpu_kernels import kept_tokens
 from sarathi_lab.sim.device import DEVICES_DIR, GPU_DEVICES, load_device
+from sarathi_lab.sim.lease_kernels import lease_kernels, newest_lease
 
 MARKER = "# ---- calibration: written by python -m sarathi_lab.sim.calibration_cli"
 
@@ -39,7 +40,11 @@ def calibrations() -> dict[str, Calibration]:
     out = {}
     for name in sorted(measured, key=lambda d: d != "a100"):
         borrowed = (out["a100"], load_device("a100").peak_flops) if "a100" in out else None
-        out[name] = fit(load_device(name), attention_from=borrowed)
+        device = load_device(name)
+        out[name] = fit(device, attention_from=borrowed)
+        if (lease := newest_lease(name)) is not None:
+            out[name] = fit_lease(out[name], lease_kernels(lease), device.peak_flops, device.memory_bandwidth,
+                                  f"lease {lease.name}")
     for name, sibling in BORROWED.items():
         if sibling in out:
             out[name] = out[sibling]
@@ -50,13 +55,17 @@ def as_yaml(cal: Calibration, device: str) -> str:
     keep = [i for i, t in enumerate(cal.gemm_tokens) if kept_tokens(t)]
     cal = dataclasses.replace(cal, **{f: tuple(getattr(cal, f)[i] for i in keep)
                                       for f in ("gemm_tokens", "gemm_efficiency", "gemm_launch_s")})
+    lease = next((f for f in cal.fitted_from if f.startswith("lease ")), None)
     attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention measured here)"
                  if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
+    if lease:
+        attention = (f"then refitted to the GPU {lease} (docs/gpu/{device}/{lease.split()[1]}/steps/: "
+                     "the engine's attention, cuBLAS projections between the token counts it timed)")
     measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
                    if device in BORROWED else "")
+    vidur = ", ".join(f for f in cal.fitted_from if f != lease)
     head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
-            f"{', '.join(cal.fitted_from)}{measured_on};\n# {attention}. Efficiencies are shares of the "
-            "peaks above.\n")
+            f"{vidur}{measured_on};\n# {attention}. Efficiencies are shares of the peaks above.\n")
     return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None,
                                  sort_keys=False, width=110)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.block_manager import blocks_for
+from sarathi_lab.gpu import engine_code, state
 from sarathi_lab.gpu.context import Context, Incomplete, wait_or_stop
 from sarathi_lab.gpu.plan import Step
 from sarathi_lab.gpu.state import Metric
@@ -76,6 +77,19 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
             Metric("gpu_worst_kv_need_over_80GB_room", round(worst, 2), "x", "<= 1", worst <= 1)]
 
 
+def set_aside_stale(ctx: Context, step: Step, directory: Path, now: str) -> str | None:
+    """A sweep an earlier call ran at other engine code (``now``: the code this call measures; stopped,
+    or done and due again) moved into the step's folder: its finished jobs measured another engine,
+    which the sweep would keep as done, so it starts over. Returns a note, or None where it resumes
+    (or there is none)."""
+    before = state.read_result(ctx.out, step.name)
+    if before is None or not before.code or before.code == now or not directory.is_dir():
+        return None
+    stale = ctx.dir / f"stale_sweep_{before.code}"
+    directory.rename(stale)
+    return f"{step.arg}: the sweep run at engine code {before.code} starts over at {now} (set aside: {stale.name})"
+
+
 def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     checked = check_gpu_jobs(step) if ctx.dry_run else []
     if ctx.dry_run and step.arg != SWEPT_IN_DRY_RUN:
@@ -85,6 +99,7 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
         status = run_in_process(args, sweep_dir(ctx.out, step.arg, True) / "0")
         return [*checked, Metric("dry_job_status", status, "", "ok", status == "ok")], [" ".join(args)]
     directory = sweep_dir(ctx.out, step.arg, ctx.dry_run)
+    stale = set_aside_stale(ctx, step, directory, engine_code.step_hash(step.name))
     directory.mkdir(parents=True, exist_ok=True)
     argv = sweep_argv(step, directory, ctx.dry_run)
     left = ctx.seconds_left()
@@ -100,4 +115,4 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     if code != 0 and not jobs:
         raise RuntimeError(f"sarathi_lab.run exited {code} before any job (see {ctx.dir.name}/sweep.log)")
     return [*checked, Metric("jobs_ok", f"{ok}/{len(jobs)}", "", "all", bool(jobs) and ok == len(jobs)),
-            Metric("sweep_exit", code, "", "0", code == 0)], [" ".join(argv[2:]), *errors[:5]]
+            Metric("sweep_exit", code, "", "0", code == 0)], [" ".join(argv[2:]), *errors[:5], *filter(None, [stale])]
