@@ -168,8 +168,8 @@ def test_a_damaged_kept_lease_is_skipped_with_a_warning_by_next_and_publish(tmp_
     assert suite.main(["--next", "--budget-min", "9", "--out", str(tmp_path / "out")]) == 0
     out, err = capsys.readouterr()
     assert "GPU queue at" in out and "Traceback" not in err
-    assert err.splitlines() == [f"warning: {bad}/lease.json is invalid: its content=['a', 'list']: must be a "
-                                "mapping (a lease's record); the lease is skipped"]
+    assert err.splitlines() == [(f"warning: {bad}/lease.json is invalid: its content=['a', 'list']: must be a "
+                                 "mapping (a lease's record); the lease is skipped")]
 
 
 def test_next_reads_an_archive_with_the_size_limits_of_every_reader(tmp_path, monkeypatch, capsys):
