@@ -43,12 +43,12 @@ def _keep(gpu: Path, lease: dict, summary=SUMMARY, claim: str = "gain") -> Path:
     return folder
 
 
-def _archive(path: Path, summary=SUMMARY, result=RESULT) -> Path:
+def _archive(path: Path, summary=SUMMARY, result=RESULT, **raw: bytes) -> Path:
     files = {"steps/env/env.json": {"device": "NVIDIA H100 80GB HBM3"}, "summary.json": summary,
-             "steps/env/result.json": result}
+             "steps/env/result.json": result, **raw}
     with tarfile.open(path, "w:gz") as tar:
         for name, record in files.items():
-            data = json.dumps(record).encode()
+            data = record if isinstance(record, bytes) else json.dumps(record).encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -99,6 +99,20 @@ def test_collect_names_the_file_and_field_of_a_damaged_summary_in_one_line(case,
     archive = _archive(tmp_path / "suite.tar.gz", damage(copy.deepcopy(SUMMARY)))
     line = _one_line_or_none(lambda: collect.main([str(archive), "--root", str(tmp_path / "repo")]))
     assert f"{archive}'s summary.json is invalid: " in line and field in line, line
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize(("raw", "said"), [
+    ({"steps/env/result.json": json.dumps(RESULT | {"step": "kernels"}).encode()},
+     "steps/env/result.json is invalid: step='kernels': must be its folder's 'env'"),
+    ({"claims.csv": b"claim,value\nx,1\n"}, "claims.csv is invalid: its header ['claim', 'value'] lacks"),
+    ({"claims.csv": b"experiment,claim\nx,\xff\n"}, "claims.csv is invalid: not UTF-8 text"),
+    ({"claims.csv": b"experiment,claim\nx,y,z\n"}, "claims.csv is invalid: line 2=['z']"),
+])
+def test_collect_refuses_a_kept_result_or_claims_table_that_is_not_the_suites(raw, said, tmp_path):
+    archive = _archive(tmp_path / "suite.tar.gz", **{"steps/env/result.json": RESULT} | raw)
+    line = _one_line_or_none(lambda: collect.main([str(archive), "--root", str(tmp_path / "repo")]))
+    assert f"{archive}'s {said}" in line, line
     assert not (tmp_path / "repo").exists()
 
 

@@ -197,12 +197,14 @@ def _is_lease(value: Any) -> bool:
 CLAIM_KEYS = ("experiment", "claim")
 
 
-def claims(text: str, where: str) -> list[dict[str, str]]:
+def claims(data: bytes, where: str) -> list[dict[str, str]]:
     """claims.csv's rows, each a mapping of column to text."""
     try:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
+        reader = csv.DictReader(io.StringIO(data.decode(), newline=""))
         rows = list(reader)
         header = reader.fieldnames or []
+    except UnicodeDecodeError:
+        raise RecordError(f"{where} is invalid: not UTF-8 text") from None
     except csv.Error as e:
         raise RecordError(f"{where} is invalid: not a CSV table ({e})") from None
     if missing := [k for k in CLAIM_KEYS if k not in header]:
@@ -247,10 +249,7 @@ def read(path: Path, parse) -> Any:
 
 
 def read_claims(path: Path) -> list[dict[str, str]]:
-    try:
-        return claims(read_bytes(path).decode(), str(path))
-    except UnicodeDecodeError:
-        raise RecordError(f"{path} is invalid: not UTF-8 text") from None
+    return claims(read_bytes(path), str(path))
 
 
 _warned: set[str] = set()

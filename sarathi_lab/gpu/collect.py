@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import gpu_records
-from sarathi_lab.analysis.gpu_records import COMMIT, DEVICE, RecordError, StepResult, Summary
+from sarathi_lab.analysis.gpu_records import COMMIT, DEVICE, StepResult, Summary
 from sarathi_lab.config import REPO_ROOT, device_slug
 from sarathi_lab.gpu import archive_members
 from sarathi_lab.gpu.archive_members import ArchiveRefused
@@ -114,10 +114,7 @@ def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
                 raise gpu_records.invalid(where, "step", result.step, f"its folder's {m[1]!r}")
             overhead = result if m[1] == "overhead" else overhead
         elif name == gpu_records.CLAIMS:
-            try:
-                gpu_records.claims(data.decode(), where)
-            except UnicodeDecodeError:
-                raise RecordError(f"{where} is invalid: not UTF-8 text") from None
+            gpu_records.claims(data, where)
     return overhead
 
 
