@@ -142,17 +142,24 @@ def record(written: Mapping[Path, Provenance]) -> None:
         record_folder(folder, entries)
 
 
-def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
-    """``entries`` (names relative to ``folder``, or EVERYTHING) merged into ``folder``'s sidecar."""
+def sidecar_text(folder: Path, entries: Mapping[str, Provenance]) -> str:
+    """``folder``'s sidecar with ``entries`` (names relative to it, or EVERYTHING) merged in: what
+    record_folder writes, for a writer that writes all its files at once."""
     sidecar = Path(folder) / SIDECAR
     merged = {name: asdict(p) for name, p in _read(sidecar).items()} if sidecar.is_file() else {}
     merged |= {name: asdict(p) for name, p in entries.items()}
+    return json.dumps(dict(sorted(merged.items())), indent=1) + "\n"
+
+
+def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
+    """``entries`` (names relative to ``folder``, or EVERYTHING) merged into ``folder``'s sidecar."""
+    sidecar = Path(folder) / SIDECAR
+    text = sidecar_text(folder, entries)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=sidecar.parent, prefix=f".{SIDECAR}.")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(dict(sorted(merged.items())), f, indent=1)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, sidecar)
     finally:
         with suppress(FileNotFoundError):

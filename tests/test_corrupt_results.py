@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -140,3 +141,21 @@ def test_capacity_searches_name_a_damaged_capacity_json_and_go_on(tmp_path, capl
     with caplog.at_level(logging.WARNING):
         searches = load_searches(tmp_path)
     assert searches.run_dir.tolist() == [str(good)] and f"{bad / CAPACITY_JSON} (or its metrics.json)" in caplog.text
+
+
+def test_the_notebooks_figures_and_claims_go_past_an_experiment_whose_every_run_is_truncated(sweep, caplog):
+    # figures.ipynb's cells: each result's figure, then the claims table. A sweep whose only run's
+    # metrics.json is truncated stopped the claims cell with an IndexError naming no file.
+    from sarathi_lab.analysis import claims, registry
+
+    for job in ("1", "2"):
+        shutil.rmtree(sweep / job)
+    bad = sweep / "0" / METRICS
+    DAMAGE["truncated"](bad)
+    results = Results(sweep.parents[2], include_unreliable=True)
+    with caplog.at_level(logging.WARNING):
+        assert "1 run unreadable (0)" in results.nothing_kept_note("pd_ratio")
+        registry.draw(registry.by_name("pd_ratio"), results)
+        (row,) = claims.claims_table(results, only=["pd_ratio"]).to_dict("records")
+    assert row["holds"] == "n/a" and row["ours"] == "not judged: 1 run unreadable (0): left out"
+    assert str(bad) in caplog.text

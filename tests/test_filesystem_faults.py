@@ -88,3 +88,64 @@ def test_overwrite_through_a_symlinked_run_directory_replaces_the_run_where_the_
     assert after["resolved_config"]["seed"] == 1 and before["resolved_config"]["seed"] != 1
     assert json.loads((real / "status.json").read_text())["status"] == "ok"
     assert sorted(p.name for p in real.parent.iterdir()) == ["run"], "the swap left something beside the run"
+
+
+def test_tables_that_cannot_all_be_written_leave_neither_tables_nor_a_metrics_json(tmp_path, monkeypatch):
+    import errno
+
+    import pandas as pd
+
+    from sarathi_lab.harness import results
+
+    real, calls = results._write_parquet, []
+
+    def full_at_second(table, path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(table, path)
+
+    monkeypatch.setattr(results, "_write_parquet", full_at_second)
+    table = pd.DataFrame({"iteration": [0, 1]})
+    record = results.RunResult({}, {}, {}, [], {}, partial=False, wall_time_s=1.0)
+    with pytest.raises(OSError, match="No space left"):
+        results.write_results(tmp_path, {"iterations": table, "requests": table}, record)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # was: iterations.parquet left, half a result
+
+
+def test_a_run_on_a_full_disk_is_recorded_failed_with_the_reason_never_running(tmp_path, monkeypatch):
+    import errno
+
+    from sarathi_lab.harness import results
+    from sarathi_lab.harness.runner import record_failure
+
+    results.write_status(tmp_path, "running")
+
+    def no_room(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(results, "write_atomically", no_room)  # not even a status.json beside the old one
+    record_failure(tmp_path, OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.parquet")))
+    status = json.loads((tmp_path / results.STATUS).read_text())
+    assert status["status"] == "failed" and "No space left on device" in status["error"]  # was: running
+
+
+def test_a_run_past_its_file_size_limit_is_failed_without_a_metrics_json(tmp_path):
+    # ulimit -f with SIGXFSZ ignored: every write past the limit fails with EFBIG.
+    import resource
+    import signal
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *SIM, "workload.num_requests=300",
+                           f"hydra.run.dir={run}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False, preexec_fn=limited)
+    assert done.returncode == 1, done.stderr[-2000:]
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "failed" and "File too large" in status["error"]
+    assert not (run / "metrics.json").exists() and not list(run.glob("*.parquet"))

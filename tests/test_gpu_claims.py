@@ -27,9 +27,12 @@ def keep_run(gpu: Path, device: str, run: str, claims: dict[str, str], engine: s
             writer.writerow({"experiment": "decode_speedup", "claim": claim, "paper": "2.8x-10x", "ours": ours,
                              "spread": "min-max over seeds" if seeds else "one run per point: no spread",
                              "holds": "yes"})
-    (folder / "lease.json").write_text(json.dumps({"device": device, "commit": run.split("_")[1], "engine": engine}))
+    (folder / "lease.json").write_text(json.dumps({
+        "device": device, "machine": device.upper(), "lease": run, "commit": run.split("_")[1], "engine": engine,
+        "steps_done": ["paper.decode_speedup"], "steps_not_done": {}, "profiles": []}))
     command = "sarathi_lab.run -m experiment=decode_speedup " + (f"seed={seeds} " if seeds else "") + "chunk=256"
-    (folder / "summary.json").write_text(json.dumps({"steps": [{"step": "paper.decode_speedup", "notes": [command]}]}))
+    (folder / "summary.json").write_text(json.dumps({"steps": [{
+        "step": "paper.decode_speedup", "status": "done", "started_at": 1.79e9, "notes": [command]}]}))
 
 
 def test_the_newest_run_of_each_device_judges_each_claim_and_older_ones_are_history(tmp_path):

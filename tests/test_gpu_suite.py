@@ -353,7 +353,8 @@ def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
              "steps/overhead/iterations.csv": "x\n", "figures/overhead.png": "png",
              "profiles/h100/llama-13b.csv": "op\n", "paper/pd_ratio/multiruns/gpu/0/metrics.json": "{}",
              "steps/engine/llama/config.json": "{}",
-             "summary.json": json.dumps({"steps": [{"step": "env", "started_at": 1795716475.6, "commit": "27958ff"}]})}
+             "summary.json": json.dumps({"steps": [{"step": "env", "status": "done", "started_at": 1795716475.6,
+                                                 "commit": "27958ff"}]})}
     for name, text in files.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)

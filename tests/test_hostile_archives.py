@@ -28,7 +28,8 @@ def _summary(**step) -> dict:
 
 def _files(env=ENV, summary=None) -> dict[str, bytes]:
     return {"steps/env/env.json": json.dumps(env).encode(), "summary.json": json.dumps(summary or _summary()).encode(),
-            "claims.csv": b"claim,value\nx,1\n", "profiles/llama-13b/attention.csv": b"tokens,s\n1,0.1\n"}
+            "claims.csv": b"experiment,claim,ours\npd_ratio,gain,1x\n",
+            "profiles/llama-13b/attention.csv": b"tokens,s\n1,0.1\n"}
 
 
 def _tar(path: Path, files: dict[str, bytes], extra=(), mode: str = "w:gz") -> Path:

@@ -138,7 +138,7 @@ def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     repo = tmp_path / "repo"
     first = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
     assert first.returncode == 0, first.stderr
-    second = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "def5678", 1795831387.0)), "--root", str(repo))
+    second = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "def5678", 1795825800.0)), "--root", str(repo))
     assert second.returncode == 0, second.stderr
     old, new = repo / "docs/gpu/h200/2026-11-27_abc1234", repo / "docs/gpu/h200/2026-11-28_def5678"
     assert {p.relative_to(old).as_posix() for p in old.rglob("*") if p.is_file()} == {

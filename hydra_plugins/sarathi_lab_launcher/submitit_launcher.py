@@ -60,14 +60,17 @@ class _CollectEveryJob:
         for num, overrides in zip(nums, job_overrides):
             log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         started = time.time()
-        from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
+        from sarathi_lab.harness.interrupts import Interrupted, deferred_signals, signals_interrupt
 
         jobs = []
         try:
             with signals_interrupt(signal.SIGINT, signal.SIGTERM):
-                jobs += executor.map_array(self, [list(o) for o in job_overrides], ["hydra.sweep.dir"] * len(nums),
-                                           nums, [f"job_id_for_{n}" for n in nums],
-                                           [Singleton.get_state()] * len(nums))
+                # A signal while the jobs start waits until all have: map_array returns their handles
+                # only then, and a job started but not returned would run on unsupervised.
+                with deferred_signals(signal.SIGINT, signal.SIGTERM):
+                    jobs += executor.map_array(self, [list(o) for o in job_overrides],
+                                               ["hydra.sweep.dir"] * len(nums), nums,
+                                               [f"job_id_for_{n}" for n in nums], [Singleton.get_state()] * len(nums))
                 return [self._collect(job, num, overrides, started)
                         for job, num, overrides in zip(jobs, nums, job_overrides)]
         except Interrupted as e:
@@ -76,8 +79,27 @@ class _CollectEveryJob:
 
     def _take_down(self, jobs: list, nums: list[int], job_overrides: Sequence[Sequence[str]], started: float,
                    e: BaseException) -> None:
-        """Stop every unfinished job (SIGTERM, then SIGKILL after GRACE_S), record those that could not
-        record themselves as interrupted, and write the sweep's summary."""
+        """Stop every unfinished job (SIGTERM, then SIGKILL after GRACE_S or at a second signal), record
+        those that could not record themselves as interrupted, and write the sweep's summary."""
+        from sarathi_lab.harness.interrupts import deferred_signals
+
+        log.error("interrupted by %s: stopping the sweep's %d jobs", e, len(jobs))
+        # A second Ctrl-C (an impatient user) cuts the grace short, never this stopping itself.
+        with deferred_signals(signal.SIGINT, signal.SIGTERM, raise_at_end=False) as again:
+            live = [job for job in jobs if not job.done()]
+            for job in live:
+                _signal_job(job, signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_S
+            while any(not job.done() for job in live) and time.monotonic() < deadline and not again:
+                time.sleep(0.2)
+            for job in live:
+                if not job.done():
+                    _signal_job(job, signal.SIGKILL)
+            self._record_stopped(jobs, nums, job_overrides, started, e)
+
+    def _record_stopped(self, jobs: list, nums: list[int], job_overrides: Sequence[Sequence[str]], started: float,
+                        e: BaseException) -> None:
+        """Each job that could not record itself recorded interrupted, and the sweep's summary."""
         from sarathi_lab.harness.results import (
             METRICS,
             SWEEP_SUMMARY,
@@ -89,16 +111,6 @@ class _CollectEveryJob:
         )
         from sarathi_lab.harness.sweep import summarize_sweep
 
-        log.error("interrupted by %s: stopping the sweep's %d jobs", e, len(jobs))
-        live = [job for job in jobs if not job.done()]
-        for job in live:
-            _signal_job(job, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
-        while any(not job.done() for job in live) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for job in live:
-            if not job.done():
-                _signal_job(job, signal.SIGKILL)
         for job, num, overrides in zip(jobs, nums, job_overrides):
             job_dir = self._job_dir(num, overrides, job.job_id)
             if is_finished(job_dir) and (job_dir / METRICS).stat().st_mtime < started - 1:

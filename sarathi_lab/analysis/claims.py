@@ -100,7 +100,12 @@ def rows_of(check, results, name: str) -> list[dict]:
     """The check's rows on the runs of experiment ``name`` in ``results``, with their spread, what
     they left out (an incomplete sweep's missing jobs, a newer incomplete sweep passed over,
     unreliable runs) and where they come from. An experiment whose every run is flagged unreliable
-    has no verdict: its rows say so."""
+    has no verdict: its rows say so; one whose every run is unreadable (a truncated metrics.json) has
+    one row naming them."""
+    everything = results.with_unreliable() if hasattr(results, "with_unreliable") else results
+    if everything.summary(name).empty:
+        note = (results.lacking_note(name) if hasattr(results, "lacking_note") else "") or "its runs are unreadable"
+        return [missing_row(name, results.root) | {"ours": f"not judged: {note}", "left out": note}]
     provenance = results.provenance(name)
     unreliable = results.unreliable_note(name)
     lacking = results.lacking_note(name) if hasattr(results, "lacking_note") else ""

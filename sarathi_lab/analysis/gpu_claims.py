@@ -5,12 +5,12 @@ MARKERS by ``python -m sarathi_lab.analysis.publish --gpu-claims``, never by han
 from __future__ import annotations
 
 import csv
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sarathi_lab.analysis import registry
+from sarathi_lab.analysis import gpu_records, registry
+from sarathi_lab.analysis.gpu_records import Summary, cell
 
 BEGIN = "<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; edits here are replaced -->"
 END = "<!-- /gpu-claims -->"
@@ -40,7 +40,7 @@ class Judged:
 JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
 
-def _seeds(record: dict, summary: dict, experiment: str, left_out: str = "") -> str:
+def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") -> str:
     """The seeds the run's sweep of ``experiment`` had: those of its finished runs where lease.json
     records them (``sweeps``), else as its step's command names them (one seed, the experiment's
     default, where it named none); with the jobs it stands on where the sweep did not finish."""
@@ -53,34 +53,34 @@ def _seeds(record: dict, summary: dict, experiment: str, left_out: str = "") -> 
     return _named_seeds(summary, experiment) + (f" ({jobs[1]} of {jobs[2]} jobs)" if jobs else "")
 
 
-def _named_seeds(summary: dict, experiment: str) -> str:
+def _named_seeds(summary: Summary, experiment: str) -> str:
     found = set()
-    for step in summary.get("steps", []):
-        if step.get("step", "").split(".")[1:2] == [experiment]:
-            for note in step.get("notes", []):
-                found.update(int(s) for m in SEEDS.findall(str(note)) for s in m.split(",") if s)
+    for step in summary.steps:
+        if step.step.split(".")[1:2] == [experiment]:
+            for note in step.notes:
+                found.update(int(s) for m in SEEDS.findall(note) for s in m.split(",") if s)
     return ",".join(map(str, sorted(found))) if found else "0"
 
 
 def judged(gpu_docs: Path) -> list[Judged]:
-    """Every claim of every run kept under ``gpu_docs``, oldest run first."""
+    """Every claim of every run kept under ``gpu_docs``, oldest run first; a damaged run (its lease.json,
+    summary.json or claims.csv not what the suite writes) is skipped with a warning, the others shown."""
     found = []
-    for claims_csv in sorted(gpu_docs.glob("*/*/claims.csv"), key=lambda p: (p.parent.name, p.parent.parent.name)):
-        folder = claims_csv.parent
+    for kept in sorted(gpu_records.kept_leases(gpu_docs), key=lambda k: (k.folder.name, k.folder.parent.name)):
+        path = kept.folder / gpu_records.CLAIMS
+        if not path.exists():
+            continue  # a lease whose steps judged no claim
         try:
-            record = json.loads((folder / "lease.json").read_text())
-            summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
-            with open(claims_csv, newline="") as f:
-                rows = list(csv.DictReader(f))
-        except (OSError, ValueError):
-            continue  # a damaged run: the others are still shown
-        whys = _whys(folder)
+            rows = gpu_records.read_claims(path)
+        except gpu_records.RecordError as e:
+            gpu_records.warn(f"{e}; its claims are skipped")
+            continue
+        whys = _whys(kept.folder)
         for row in rows:
-            found.append(Judged(row.get("claim", ""), row.get("experiment", ""), row.get("paper", ""),
-                                row.get("ours", ""), row.get("spread", ""), row.get("holds", ""),
-                                folder.parent.name, folder.name, str(record.get("commit", "")),
-                                str(record.get("engine", "")),
-                                _seeds(record, summary, row.get("experiment", ""), row.get("left out", "")),
+            found.append(Judged(row["claim"], row["experiment"], row.get("paper", ""), row.get("ours", ""),
+                                row.get("spread", ""), row.get("holds", ""), kept.folder.parent.name,
+                                kept.folder.name, kept.lease["commit"], kept.lease["engine"],
+                                _seeds(kept.lease, kept.summary, row["experiment"], row.get("left out", "")),
                                 _why(whys, row)))
     return found
 
@@ -113,10 +113,6 @@ def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
     return sorted(current, key=key), sorted((r for r in rows if r not in current), key=key)
 
 
-def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "/")
-
-
 def section(gpu_docs: Path) -> str:
     """The markdown between MARKERS: the newest run of each device for every claim, then the history."""
     current, history = newest(judged(gpu_docs))
@@ -133,16 +129,16 @@ def section(gpu_docs: Path) -> str:
     lines = [BEGIN, "", "### Every claim on the newest GPU run of each device", "", how, "",
              "| claim | paper | device | run (commit) | engine | seeds | measured | spread | holds? | why |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {_cell(r.claim)} | {_cell(r.paper)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
-              f"{_cell(r.engine)} | {r.seeds} | {_cell(r.ours)} | {_cell(r.spread)} | {_cell(r.holds)} | "
-              f"{_cell(r.why)} |"
+    lines += [f"| {cell(r.claim)} | {cell(r.paper)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
+              f"{cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | {cell(r.spread)} | {cell(r.holds)} | "
+              f"{cell(r.why)} |"
               for r in current]
     if history:
         lines += ["", "History: the same claims on older runs.", "",
                   "| claim | device | run (commit) | engine | seeds | measured | holds? | why |",
                   "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {_cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | {_cell(r.engine)} | "
-                  f"{r.seeds} | {_cell(r.ours)} | {_cell(r.holds)} | {_cell(r.why)} |" for r in history]
+        lines += [f"| {cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | {cell(r.engine)} | "
+                  f"{cell(r.seeds)} | {cell(r.ours)} | {cell(r.holds)} | {cell(r.why)} |" for r in history]
     judged_here = {r.experiment for r in current}
     waiting = [r.name for r in registry.RESULTS if r.gpu is not None and r.name not in judged_here]
     if waiting:

@@ -230,7 +230,8 @@ class Results:
         which whatever reads them leaves those runs out of; '' where there is nothing to say.
         ``short``: without the reasons (a figure's title)."""
         sweep, keys, unreadable = self.sweep(name), {}, []
-        kept = set(self.summary(name).run_dir)
+        summary = self.summary(name)
+        kept = set(summary.run_dir) if "run_dir" in summary else set()  # none where every run is unreadable
         for path in sorted(sweep.rglob(METRICS), key=natural_order):
             if not is_read(path.relative_to(sweep)):
                 continue
@@ -303,7 +304,8 @@ class Results:
         left out, why, and how to draw them anyway."""
         flagged = len(self._unreliable_runs(name))
         if not flagged:
-            return f"no run of {name} to draw under {self.sweep(name)}"
+            unreadable = self.lacking_note(name)
+            return f"no run of {name} to draw under {self.sweep(name)}" + (f": {unreadable}" if unreadable else "")
         return (f"no reliable run of {name}: {flagged} run{'s' * (flagged != 1)} left out as timing_unreliable; "
                 f"set {INCLUDE_UNRELIABLE_ENV}=1 to draw them anyway")
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import re
 import stat
 import tarfile
 import zlib
@@ -24,15 +23,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-MAX_FILE_BYTES = 16 << 20      # a file the suite writes or a call brings back
+from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART
+
 MAX_ARCHIVE_BYTES = 64 << 20   # the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
 MAX_TOTAL_BYTES = 256 << 20    # all members expanded
 MAX_TAIL_BYTES = 1 << 20      # after the tar's end blocks (a tar pads to 10 KiB records)
 MAX_MEMBERS = 50_000
 MAX_DEPTH = 16
-# One part of a member's name: what the suite's folders and files are named (job folders included,
-# harness/job_dirs.py), up to a length every filesystem takes.
-NAME_PART = re.compile(r"[A-Za-z0-9_.=,+-]{1,128}")
 # Errors reading a damaged archive raises, from tarfile and the gzip and zlib under it.
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
 

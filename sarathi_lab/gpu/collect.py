@@ -15,6 +15,8 @@ from contextlib import suppress
 from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
+from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis.gpu_records import COMMIT, DEVICE, StepResult, Summary
 from sarathi_lab.config import REPO_ROOT, device_slug
 from sarathi_lab.gpu import archive_members, sweep_record
 from sarathi_lab.gpu.archive_members import ArchiveRefused
@@ -25,8 +27,8 @@ KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
 RUN = re.compile(r"^paper/[\w.-]+/multiruns/[^/]+/[^/]+/metrics\.json$")
 ENV = "steps/env/env.json"  # names the device, hence where everything goes
-SUMMARY = "summary.json"  # the steps' commits and start times, hence the lease
-LEASE = "lease.json"  # in each lease's folder: what the index says of it
+SUMMARY = gpu_records.SUMMARY  # the steps' commits and start times, hence the lease
+LEASE = gpu_records.LEASE_FILE  # in each lease's folder: what the index says of it
 INDEX = "leases.md"
 
 
@@ -34,62 +36,44 @@ def gpu_docs(root: Path) -> Path:
     return Path(root) / "docs" / "gpu"
 
 
-# A commit as a lease's folder name carries it: git's hex (a copy without .git says its own, as
-# SARATHI_COMMIT), never a path.
-COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
-# The device a lease's folders are named for: config.device_slug of the GPU's reported name.
-DEVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
-
-
-def _steps(summary: dict) -> list[dict]:
-    """summary.json's steps, each a mapping whose step name and commit are safe names; an ArchiveRefused
-    naming the field otherwise."""
-    steps = summary.get("steps", [])
-    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
-        raise ArchiveRefused(f"{SUMMARY}'s steps is not a list of records")
-    for i, step in enumerate(steps):
-        archive_members.check_name(step.get("step"), f"{SUMMARY}'s steps[{i}].step")
-        commit = step.get("commit")
-        if commit and not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
-            raise ArchiveRefused(f"{SUMMARY}'s steps[{i}].commit={str(commit)[:80]!r} is not a commit: must be "
+def _checked_commits(summary: Summary) -> None:
+    """Each step's commit a safe name (it names the lease's folder); an ArchiveRefused naming the field."""
+    for i, step in enumerate(summary.steps):
+        if step.commit and not COMMIT.fullmatch(step.commit):
+            raise ArchiveRefused(f"{SUMMARY}'s steps[{i}].commit={step.commit[:80]!r} is not a commit: must be "
                                  "1 to 40 of A-Z a-z 0-9 . _ - (git's hex), not starting with . _ -")
-    return steps
 
 
-def lease_of(summary: dict) -> str:
+def lease_of(summary: Summary) -> str:
     """'<date>_<commit>': the UTC date of the suite's first step and the commit(s) its steps ran at
-    ('+'-joined where calls ran different ones). A ValueError where no step recorded either, or where
-    they are not what the suite writes."""
-    steps = [s for s in _steps(summary) if s.get("started_at")]
-    commits = sorted({s["commit"] for s in steps if s.get("commit")})
+    ('+'-joined where calls ran different ones). A ValueError where no step recorded either."""
+    _checked_commits(summary)
+    steps = [s for s in summary.steps if s.started_at]
+    commits = sorted({s.commit for s in steps if s.commit})
     if not steps or not commits:
         raise ValueError("its summary.json has no step with a start time and a commit, so its lease is unknown")
-    try:
-        first = min(float(s["started_at"]) for s in steps)
-        date = time.strftime("%Y-%m-%d", time.gmtime(first))
-    except (TypeError, ValueError, OverflowError, OSError):
-        raise ArchiveRefused(f"{SUMMARY}'s steps' started_at are not all times (seconds since 1970)") from None
+    date = time.strftime("%Y-%m-%d", time.gmtime(min(s.started_at for s in steps)))
     return archive_members.check_name(f"{date}_{'+'.join(commits)}", "its lease")
 
 
-def engine_of(environments: list[dict], overhead: dict | None) -> str:
+def engine_of(environments: list[dict], overhead: StepResult | None) -> str:
     """What the engine was: from the runs' environment records (environment.engine_kind), else from the
     overhead step's ``cuda_graphs_captured``; 'unrecorded' where neither says."""
     if kind := engine_kind(environments):
         return kind
-    captured = {m["metric"]: m["value"] for m in (overhead or {}).get("metrics", [])}.get("cuda_graphs_captured")
+    captured = {m.metric: m.value for m in (overhead.metrics if overhead else [])}.get("cuda_graphs_captured")
     if captured is None:
         return "unrecorded"
     return GRAPHS if captured else EAGER
 
 
-def lease_record(device: str, machine: str, summary: dict, engine: str, profiles: list[str]) -> dict:
-    """lease.json: what the index shows of a lease."""
-    steps = _steps(summary)
+def lease_record(device: str, machine: str, summary: Summary, engine: str, profiles: list[str]) -> dict:
+    """lease.json: what the index shows of a lease (gpu_records.lease its schema)."""
+    steps = summary.steps
     return {"device": device, "machine": machine, "lease": lease_of(summary),
-            "commit": "+".join(sorted({s["commit"] for s in steps if s.get("commit")})),
-            "steps_done": [s["step"] for s in steps if s.get("status") == "done"],
-            "steps_not_done": {s["step"]: str(s.get("status", "?")) for s in steps if s.get("status") != "done"},
+            "commit": "+".join(sorted({s.commit for s in steps if s.commit})),
+            "steps_done": [s.step for s in steps if s.status == "done"],
+            "steps_not_done": {s.step: s.status for s in steps if s.status != "done"},
             "engine": engine, "profiles": sorted(profiles)}
 
 
@@ -102,6 +86,36 @@ def _json(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name: str, 
     except (ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def _summary(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], label: str) -> Summary:
+    """summary.json, checked (gpu_records.summary); a ValueError naming the field where it is not one."""
+    if SUMMARY not in members or members[SUMMARY].isdir():
+        raise ValueError(f"{label} is invalid: it has no readable {SUMMARY}, so its lease (the date and commit "
+                         "its steps ran at) is unknown")
+    where = f"{label}'s {SUMMARY}"
+    return gpu_records.summary(gpu_records.parse_json(archive_members.read_member(tar, members[SUMMARY], label),
+                                                      where), where)
+
+
+# The kept files a later reader parses (the queue, publish --gpu-claims): checked before any is kept.
+RESULT = re.compile(r"^steps/([\w.-]+)/result\.json$")
+
+
+def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
+    """Each kept step result and claims.csv against its schema (a RecordError naming the member and
+    field); the overhead step's result, which says what the engine was."""
+    overhead = None
+    for name, data in contents.items():
+        where = f"{label}'s {name}"
+        if m := RESULT.match(name):
+            result = gpu_records.step_result(gpu_records.parse_json(data, where), where)
+            if result.step != m[1]:
+                raise gpu_records.invalid(where, "step", result.step, f"its folder's {m[1]!r}")
+            overhead = result if m[1] == "overhead" else overhead
+        elif name == gpu_records.CLAIMS:
+            gpu_records.claims(data, where)
+    return overhead
 
 
 def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], label: str) -> tuple[str, str]:
@@ -127,23 +141,38 @@ def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], label: 
     return device, " ".join(machine.split())[:200]
 
 
-def _write(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` through a temporary file renamed over it: a link there is replaced, never
-    written through, and a failure leaves neither a half file nor the temporary one."""
-    tmp = path.with_name(f".{path.name}.collecting-{os.getpid()}")
+def _write_all(files: dict[Path, bytes]) -> None:
+    """Every file or none: each written beside its name first (folders made as needed), then all renamed
+    over their names; a failure before the renames removes what it wrote and the folders it made. A
+    temporary file renamed over a name replaces a link there, never writes through it."""
+    made, staged = [], {}
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        with suppress(FileNotFoundError):
-            tmp.unlink()
+        for path, data in files.items():
+            for folder in reversed([path.parent, *path.parent.parents]):
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+            staged[path] = tmp = path.with_name(f".{path.name}.collecting-{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for path, tmp in staged.items():
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in staged.values():
+            with suppress(OSError):
+                tmp.unlink()
+        for folder in reversed(made):
+            with suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 def _writable(root: Path, paths: list[Path]) -> None:
-    """An ArchiveRefused-free check before writing: every folder on the way to ``paths`` is a folder (or
-    missing) and each path a regular file (or missing); a ValueError naming the first that is not."""
+    """Before writing: every folder on the way to ``paths`` is a folder (or missing) and each path a
+    regular file (or missing); a ValueError naming the first that is not."""
     for path in paths:
         for above in reversed(path.relative_to(root).parents):
             folder = root / above
@@ -155,21 +184,18 @@ def _writable(root: Path, paths: list[Path]) -> None:
 
 
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:
-    """The files kept, written under ``root``'s docs/gpu/<device>/<lease>/ and profiles/<device>/<lease>/.
-    A ValueError (an ArchiveRefused for a hostile or damaged one), before writing any, for an archive that
-    cannot say which device or lease it measured, that a dry run made (tiny shapes on the CPU) or that is
-    not one the suite could have written (archive_members); a provenance.ReplaceRefused for one whose files
-    would replace another lease's (unless ``force``)."""
+    """The files kept, written under ``root``'s docs/gpu/<device>/<lease>/ and profiles/<device>/<lease>/,
+    all of them or none. A ValueError (an ArchiveRefused or RecordError for a hostile or damaged one),
+    before writing any, for an archive that cannot say which device or lease it measured, that a dry run
+    made (tiny shapes on the CPU), not one the suite could have written (archive_members) or whose
+    records are not the suite's (gpu_records); a provenance.ReplaceRefused for one whose files would
+    replace another lease's (unless ``force``)."""
     label = str(archive)
     root = Path(root).resolve()
     with archive_members.open_archive(archive, label) as (tar, members):
         device, machine = device_of(tar, members, label)
-        summary = _json(tar, members, SUMMARY, label)
-        if summary is None:
-            raise ValueError(f"{archive} is invalid: it has no readable {SUMMARY}, so its lease (the date and "
-                             "commit its steps ran at) is unknown")
-        suite = summary.get("suite", {})
-        if isinstance(suite, dict) and suite.get("dry_run"):
+        summary = _summary(tar, members, label)
+        if summary.suite.get("dry_run"):
             raise ValueError(f"{archive} is invalid: a dry run's (tiny shapes on the CPU), not a GPU's measurements")
         try:
             lease = lease_of(summary)
@@ -192,72 +218,56 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
                 locks[name] = record
         for name, target in targets.items():  # within root once links already under it are followed
             archive_members.inside(root, target.relative_to(root), f"{archive} is invalid: member {name!r}")
-        record = lease_record(device, machine, summary,
-                              engine_of(runs, _json(tar, members, "steps/overhead/result.json", label)),
-                              [Path(n).stem for n in targets if PROFILE.match(n) and n.endswith(".csv")])
-        record["sweeps"] = sweep_record.sweeps(run_records, locks)  # optional: older leases lack it
-        prov = provenance.Provenance("measured GPU", machine=machine, lease=lease, commit=record["commit"],
-                                     writer="python -m sarathi_lab.gpu.collect")
-        lease_file = docs / LEASE
-        provenance.check({path: prov for path in [*targets.values(), lease_file]}, force,
-                         "--force replaces them; --root DIR collects under another folder", root)
-        _writable(root, [*targets.values(), lease_file, docs / provenance.SIDECAR, profiles / provenance.SIDECAR,
-                         gpu_docs(root) / INDEX])
         # Every member read (and so the whole archive found readable) before the first file is written.
         contents = {name: archive_members.read_member(tar, members[name], label) for name in targets}
-    for name, target in targets.items():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _write(target, contents[name])
-    docs.mkdir(parents=True, exist_ok=True)
-    _write(lease_file, (json.dumps(record, indent=1) + "\n").encode())
+    overhead = _check_kept(contents, label)
+    record = lease_record(device, machine, summary, engine_of(runs, overhead),
+                          [Path(n).stem for n in targets if PROFILE.match(n) and n.endswith(".csv")])
+    record["sweeps"] = sweep_record.sweeps(run_records, locks)  # optional: older leases lack it
+    record = gpu_records.lease(record, f"{label}'s {LEASE}")
+    prov = provenance.Provenance("measured GPU", machine=machine, lease=lease, commit=record["commit"],
+                                 writer="python -m sarathi_lab.gpu.collect")
+    files = {target: contents[name] for name, target in targets.items()}
+    files[docs / LEASE] = (json.dumps(record, indent=1) + "\n").encode()
+    provenance.check(dict.fromkeys(files, prov), force,
+                     "--force replaces them; --root DIR collects under another folder", root)
     for folder in (docs, profiles):
-        if folder.is_dir():
-            provenance.record_folder(folder, {provenance.EVERYTHING: prov})
-    return [*targets.values(), lease_file, write_index(root)]
-
-
-# What the index shows of each lease (lease_record's fields).
-_INDEXED = {"device", "lease", "commit", "engine", "steps_done", "steps_not_done", "profiles"}
+        if folder.is_dir() or any(p.parent == folder for p in files):
+            files[folder / provenance.SIDECAR] = provenance.sidecar_text(folder, {provenance.EVERYTHING: prov}).encode()
+    files[gpu_docs(root) / INDEX] = index_text(root, record).encode()
+    _writable(root, list(files))
+    _write_all(files)
+    return [*targets.values(), docs / LEASE, gpu_docs(root) / INDEX]
 
 
 def leases(root: Path) -> list[dict]:
-    """Every lease kept under ``root``'s docs/gpu/ (its lease.json), by device then date."""
-    found = []
-    for path in sorted(gpu_docs(root).glob(f"*/*/{LEASE}")):
-        try:
-            if not path.is_file():  # a FIFO would wait for a writer forever
-                continue
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # a damaged record: the lease's folder is still there, only unindexed
-        if isinstance(record, dict) and _INDEXED <= record.keys():
-            found.append(record | {"folder": path.parent.relative_to(gpu_docs(root))})
-    return found
+    """Every lease kept under ``root``'s docs/gpu/ (its lease.json), by device then date; a damaged one
+    skipped with a warning (gpu_records.kept_leases)."""
+    return [kept.lease for kept in gpu_records.kept_leases(gpu_docs(root))]
 
 
-def write_index(root: Path) -> Path:
-    """docs/gpu/leases.md: one row per lease (device, lease, engine commit, steps, what the engine was)."""
-    rows = []
-    for lease in leases(root):
-        folder = lease["folder"].as_posix()
+def index_text(root: Path, new: dict | None = None) -> str:
+    """docs/gpu/leases.md: one row per lease kept (and ``new``, about to be): device, lease, engine
+    commit, steps, what the engine was."""
+    rows, kept = [], {(r["device"], r["lease"]): r for r in leases(root)}
+    if new is not None:
+        kept[new["device"], new["lease"]] = new
+    for (device, name), lease in sorted(kept.items()):
+        folder = f"{device}/{name}"
         readme = f"{folder}/README.md" if (gpu_docs(root) / folder / "README.md").is_file() else f"{folder}/"
         done, not_done = lease["steps_done"], lease["steps_not_done"]
         steps = f"{len(done)} done: {', '.join(done)}"
         if not_done:
-            steps += "; not done: " + ", ".join(f"{s} ({status})" for s, status in not_done.items())
+            steps += "; not done: " + ", ".join(f"{s} ({gpu_records.cell(status)})" for s, status in not_done.items())
         profile = (f"[{', '.join(lease['profiles'])}](../../profiles/{folder}/)" if lease["profiles"] else "none")
-        rows.append(f"| {lease['device']} | [{lease['lease']}]({readme}) | `{lease['commit']}` | {lease['engine']} "
+        rows.append(f"| {device} | [{name}]({readme}) | `{lease['commit']}` | {gpu_records.cell(lease['engine'])} "
                     f"| {steps} | {profile} |")
-    text = ("# GPU suite leases\n\nOne folder per lease, `docs/gpu/<device>/<lease>/` (lease: the date and the "
+    return ("# GPU suite leases\n\nOne folder per lease, `docs/gpu/<device>/<lease>/` (lease: the date and the "
             "commit its steps ran at), written by `python -m sarathi_lab.gpu.collect`, which also writes this "
             "index; the simulator reads the newest lease's profiles of a device unless told one "
             "(`SARATHI_PROFILE_LEASE`).\n\n"
             "| device | lease | engine commit | engine | steps | profiles |\n|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
-    path = gpu_docs(root) / INDEX
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write(path, text.encode())
-    return path
 
 
 def main(argv: list[str] | None = None) -> None:

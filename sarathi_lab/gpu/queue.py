@@ -8,16 +8,16 @@ A step's minutes are measured where an earlier run timed it (the longest of each
 run, times MARGIN), else the suite's planned ones, marked as such."""
 from __future__ import annotations
 
-import json
 import re
-import tarfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from sarathi_lab.gpu import engine_code, state
+from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis.gpu_records import SUMMARY, StepResult
+from sarathi_lab.gpu import archive_members, engine_code, state
 from sarathi_lab.gpu.plan import BY_NAME, STEPS, Step
 from sarathi_lab.gpu.steps.paper import job_overrides
 
@@ -99,22 +99,17 @@ class Record:
     jobs_total: int = 0  # and its jobs in all (0: not a stopped sweep, or nothing to count them in)
 
 
-def _records(summary: dict, device: str, run: str) -> list[Record]:
+def _records(results: list[StepResult], device: str, run: str) -> list[Record]:
     """A summary's step results; a dry run's (on the CPU, at tiny shapes) measured nothing and is skipped."""
-    return [Record(s["step"], s.get("status", ""), float(s.get("seconds") or 0), float(s.get("started_at") or 0),
-                   s.get("commit", ""), s.get("code", ""), device, run) for s in summary.get("steps", [])
-            if s.get("device") != "cpu"]
+    return [Record(r.step, r.status, r.seconds, r.started_at, r.commit, r.code, device, run) for r in results
+            if r.device != "cpu"]
 
 
 def kept_runs(root: Path) -> list[Record]:
-    """The results of every run kept under ``root`` (docs/gpu/<device>/<run>/summary.json)."""
-    found = []
-    for path in sorted(root.glob("*/*/summary.json")):
-        try:
-            found += _records(json.loads(path.read_text()), path.parent.parent.name, path.parent.name)
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a damaged summary: its run is judged not to have happened
-    return found
+    """The results of every run kept under ``root`` (docs/gpu/<device>/<run>/summary.json); a damaged
+    run is skipped with a warning (gpu_records.kept_leases), judged not to have happened."""
+    return [r for kept in gpu_records.kept_leases(root)
+            for r in _records(kept.summary.steps, kept.folder.parent.name, kept.folder.name)]
 
 
 # A paper sweep's finished job in an out directory or its archive (steps/paper.py's sweep_dir).
@@ -135,20 +130,26 @@ def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
 
 
 def suite_in_progress(source: Path) -> list[Record]:
-    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``),
-    each stopped sweep with the jobs it finished there."""
-    try:
-        if source.is_dir():
-            summary = {"steps": [vars(r) for r in state.results(source, [s.name for s in STEPS])]}
-            files = [str(p.relative_to(source)) for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
-        elif source.is_file():
-            with tarfile.open(source) as tar, tar.extractfile("summary.json") as f:
-                summary, files = json.load(f), tar.getnames()
-        else:
-            return []
-    except (OSError, ValueError, KeyError, tarfile.TarError, EOFError):
+    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``,
+    read as every archive is: archive_members), each stopped sweep with the jobs it finished there; a
+    damaged one is a warning and no results."""
+    if source.is_dir():
+        files = [str(p.relative_to(source)) for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
+        return with_jobs(_records(state.results(source, [s.name for s in STEPS]), "this suite", source.name), files)
+    if not source.is_file():
         return []
-    return with_jobs(_records(summary, "this suite", source.name), files)
+    label = f"--restore={source}"
+    try:
+        with archive_members.open_archive(source, label) as (tar, members):
+            if SUMMARY not in members or members[SUMMARY].isdir():
+                return []
+            data, files = archive_members.read_member(tar, members[SUMMARY], label), list(members)
+        where = f"{label}'s {SUMMARY}"
+        summary = gpu_records.summary(gpu_records.parse_json(data, where), where)
+    except ValueError as e:  # ArchiveRefused, RecordError
+        gpu_records.warn(f"{e}; its steps are taken as not run")
+        return []
+    return with_jobs(_records(summary.steps, "this suite", source.name), files)
 
 
 def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],

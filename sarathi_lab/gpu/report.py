@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from sarathi_lab.analysis.gpu_records import is_number
 from sarathi_lab.gpu import state
 from sarathi_lab.gpu.steps.env import ceilings
 from sarathi_lab.harness.results import current_names
@@ -28,12 +29,13 @@ def _save(fig, out: Path, name: str) -> None:
 def kernels_figure(out: Path) -> bool:
     result, env = state.read_result(out, "kernels"), ceilings(out)
     metrics = result.metrics if result else []
+    # Read back through gpu_records: a rate that is not a number is no bar to draw.
     rates = {m.metric.split("[")[1].rstrip("]").replace("_", " "): m.value for m in metrics
-             if m.metric.startswith("decode_kv_gbps[")}
+             if m.metric.startswith("decode_kv_gbps[") and is_number(m.value)}
     case = next((m.value for m in metrics if m.metric == "decode_timed_case"), "Triton paged attention")
-    if not rates or not env:
+    copy = (env or {}).get("copy_gbps")
+    if not rates or not is_number(copy):
         return False
-    copy = env["copy_gbps"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.barh(list(rates), list(rates.values()), color="tab:blue", label="paged attention, decode")
     ax.axvline(copy, color="black", ls="--", label=f"copy ceiling {copy:.0f} GB/s")

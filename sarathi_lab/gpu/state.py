@@ -9,46 +9,22 @@ import shutil
 import tarfile
 import time
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis.gpu_records import STATUSES, Metric, StepResult  # noqa: F401 (their home; read here)
 from sarathi_lab.config import check_choice
 from sarathi_lab.gpu import archive_members
 from sarathi_lab.gpu.archive_members import MAX_FILE_BYTES
 
-# done: finished (DONE written); failed: raised (its one-line error recorded); incomplete: killed
-# or out of time (rerun continues it); unavailable: what it needs is not in this checkout yet.
-STATUSES = ("done", "failed", "incomplete", "unavailable")
 MAX_OUT_FILES = 8
 ARCHIVE = "suite.tar.gz"
 # What resuming reads (step results and markers, the summaries): never left out of the archive.
 RESUME_FILES = ("result.json", "DONE", "STARTED", "summary.json", "summary.csv")
 # Figures copied into $OUT beside the archive (which holds all of them), most telling first.
 FIGURE_PRIORITY = ("kernels", "attention", "overhead", "per_token_cost", "decode_speedup", "pd_ratio")
-
-
-@dataclass
-class Metric:
-    metric: str
-    value: float | str | None
-    unit: str = ""
-    target: str = ""
-    holds: bool | None = None   # against the target; None where the metric has none
-
-
-@dataclass
-class StepResult:
-    step: str
-    status: str
-    started_at: float
-    seconds: float
-    metrics: list[Metric] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    error: str = ""
-    commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
-    device: str = ""            # where: cuda, or cpu in a dry run (the suite's record keeps the driver's view)
-    code: str = ""              # engine_code.step_hash of what it ran: a later change of those files makes it due
 
 
 def step_dir(out: Path, name: str) -> Path:
@@ -60,11 +36,21 @@ def is_done(out: Path, name: str) -> bool:
 
 
 def read_result(out: Path, name: str) -> StepResult | None:
-    try:
-        data = json.loads((step_dir(out, name) / "result.json").read_text())
-        return StepResult(**data | {"metrics": [Metric(**m) for m in data.get("metrics", [])]})
-    except (OSError, ValueError):
+    """The step's result.json; None where it has none, or (with a warning naming the file and field)
+    one that is not what the suite writes: the step is then due again."""
+    path = step_dir(out, name) / "result.json"
+    if not path.exists():
         return None
+    try:
+        result = gpu_records.read(path, gpu_records.step_result)
+    except gpu_records.RecordError as e:
+        gpu_records.warn(f"{e}; the step is taken as not run")
+        return None
+    if result.step != name:
+        gpu_records.warn(f"{path} is invalid: step={result.step!r}: must be its folder's {name!r}; the step "
+                         "is taken as not run")
+        return None
+    return result
 
 
 def mark_started(out: Path, name: str) -> None:

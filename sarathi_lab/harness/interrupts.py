@@ -65,3 +65,19 @@ def raise_if_interrupted() -> None:
     """Raise Interrupted again for a signal this signals_interrupt block received and something swallowed."""
     if _received:
         raise Interrupted(_received[0])
+
+
+@contextmanager
+def deferred_signals(*signums: int, raise_at_end: bool = True) -> Iterator[list[int]]:
+    """The signals received in the block, noted and not raised there (the list it yields): work that
+    must not stop half-way (starting a sweep's jobs, whose handles come back only once all have
+    started) finishes first. ``raise_at_end``: the first one raised as Interrupted as the block ends."""
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if received and raise_at_end:
+        raise Interrupted(received[0])

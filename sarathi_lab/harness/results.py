@@ -5,6 +5,7 @@ dies at any point leaves nothing that looks complete.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -101,9 +102,20 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table], res
     """Each table as ``<name>.parquet``: a measurement's DataFrame, or the engine's records built as an
     arrow table (harness/engine_tables.py), of the columns and types the DataFrame would have given."""
     suffix = ".partial" if result.partial else ""
-    for name, table in tables.items():
-        write_atomically(run_dir / f"{name}{suffix}.parquet", lambda tmp, table=table: _write_parquet(table, tmp))
-    write_json(run_dir / f"metrics{suffix}.json", asdict(result))
+    written = []
+    try:
+        for name, table in tables.items():
+            path = run_dir / f"{name}{suffix}.parquet"
+            write_atomically(path, lambda tmp, table=table: _write_parquet(table, tmp))
+            written.append(path)
+        write_json(run_dir / f"metrics{suffix}.json", asdict(result))
+    except BaseException:
+        # Tables without their metrics.json are half a result: removed, which also gives a full disk
+        # back the room the run's failed status takes.
+        for path in written:
+            with suppress(OSError):
+                path.unlink()
+        raise
 
 
 def _write_parquet(table: pd.DataFrame | pa.Table, path: Path) -> None:
@@ -117,8 +129,17 @@ def _write_parquet(table: pd.DataFrame | pa.Table, path: Path) -> None:
 
 def write_status(run_dir: Path, status: Status, error: str | None = None, traceback: str | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / STATUS,
-               {"status": status, "time": time.time(), "error": error, "traceback": traceback})
+    record = {"status": status, "time": time.time(), "error": error, "traceback": traceback}
+    try:
+        write_json(run_dir / STATUS, record)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not (run_dir / STATUS).is_file():
+            raise
+        # A full disk has no room for a second copy: the status rewritten in place, in the blocks of the
+        # one it replaces and without the traceback, so a run that failed never stays `running`.
+        with open(run_dir / STATUS, "r+") as f:
+            f.write(json.dumps(record | {"traceback": None}))
+            f.truncate()
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
