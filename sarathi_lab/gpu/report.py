@@ -57,7 +57,8 @@ def attention_figure(out: Path) -> bool:
     kinds = [k for k in KINDS if (table.kind == k).any()]
     fig, axes = plt.subplots(1, len(kinds), figsize=(4 + 0.28 * len(table), 4.5), sharey=True, squeeze=False,
                              gridspec_kw={"width_ratios": [max(2, (table.kind == k).sum()) for k in kinds]})
-    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"), "flex": ("^", "tab:green")}
+    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"), "sdpa_cudnn": ("D", "tab:red"),
+              "flex": ("^", "tab:green")}
     for ax, kind in zip(axes[0], kinds):
         rows = table[table.kind == kind].reset_index(drop=True)
         for name in CONTENDERS:

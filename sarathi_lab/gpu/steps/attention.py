@@ -14,7 +14,8 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings_or_measured
-from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET, floor_target
+from sarathi_lab.profiling.attention_grid import (CONTENDERS, CUDNN, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET,
+                                                  floor_target)
 
 if TYPE_CHECKING:  # imported where it runs: it loads the Triton kernels
     from sarathi_lab.profiling.attention_peers import Flex
@@ -58,6 +59,26 @@ def agreement(row: dict, name: str, contenders) -> Metric:
     errors = [c for c in contenders if _value(row.get(f"{c}_error"))]
     return Metric(name, diff and float(f"{diff:.3g}"), "", "every contender agrees with attention/reference.py",
                   not errors)
+
+
+def failure_notes(rows: list[dict], contenders, unit: str = "shapes") -> list[str]:
+    """Per contender, the shapes where it failed or disagreed (each row's ``<name>_error``, grouped by
+    error): a failure skips its own shape only. Then the peers this device does not have."""
+    notes = []
+    for name in contenders:
+        by_error: dict[str, list[str]] = {}
+        for r in rows:
+            if error := _value(r.get(f"{name}_error")):
+                by_error.setdefault(error, []).append(r["shape"])
+        if by_error:
+            failed = sum(map(len, by_error.values()))
+            notes.append(f"{name} not timed at {failed} of {len(rows)} {unit}: "
+                         + "; ".join(f"{e} at {', '.join(shapes)}" for e, shapes in by_error.items()))
+    missing = sorted({p for r in rows for p in str(_value(r.get("peers_not_available")) or "").split()})
+    if missing:
+        notes.append(f"not available on this device: {', '.join(missing)} ({CUDNN}: compute capability 9.0+ "
+                     "with cuDNN)")
+    return notes
 
 
 def _prefix(row: dict) -> int:
@@ -128,6 +149,6 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                     "; the engine in Triton's interpreter, SDPA on its default backend (no flash off CUDA), "
                     "FlexAttention eager: times say nothing"))
     notes.append(f"the engine over cache blocks of {EngineConfig.block_size} scattered at random, the peers over "
-                 "contiguous K/V" + (f"; FlexAttention not run: {flex.error}" if flex.error else ""))
-    return metrics, notes
+                 "contiguous K/V")
+    return metrics, notes + failure_notes(rows, CONTENDERS)
 
