@@ -14,8 +14,7 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.gpu.context import Context, Incomplete
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings_or_measured
-from sarathi_lab.profiling.attention_grid import (CONTENDERS, CUDNN, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET,
-                                                  floor_target)
+from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, FLOOR_TARGET, GRIDS, PEER_TARGET, floor_target
 
 if TYPE_CHECKING:  # imported where it runs: it loads the Triton kernels
     from sarathi_lab.profiling.attention_peers import Flex
@@ -76,8 +75,8 @@ def failure_notes(rows: list[dict], contenders, unit: str = "shapes") -> list[st
                          + "; ".join(f"{e} at {', '.join(shapes)}" for e, shapes in by_error.items()))
     missing = sorted({p for r in rows for p in str(_value(r.get("peers_not_available")) or "").split()})
     if missing:
-        notes.append(f"not available on this device: {', '.join(missing)} ({CUDNN}: compute capability 9.0+ "
-                     "with cuDNN)")
+        notes.append(f"not available on this device: {', '.join(missing)} (SDPA's cuDNN backend: compute "
+                     "capability 9.0+ with cuDNN)")
     return notes
 
 
