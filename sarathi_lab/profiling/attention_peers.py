@@ -160,10 +160,10 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens, case.context_lens,
                             dtype.itemsize, copy_gbps, matmul_gflops)
     row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops, "bytes": least.bytes}
-    peers = [row[f"{p}_ms"] for p in peers if row[f"{p}_ms"] is not None]
+    timed = [row[f"{p}_ms"] for p in peers if row[f"{p}_ms"] is not None]
     engine = row[f"{ENGINE}_ms"]
-    row["best_peer_ms"] = min(peers) if peers else None
-    row["over_best_peer"] = engine / min(peers) if engine is not None and peers else None
+    row["best_peer_ms"] = min(timed) if timed else None
+    row["over_best_peer"] = engine / min(timed) if engine is not None and timed else None
     row["over_floor"] = engine / row["floor_ms"] if engine is not None else None
     row["max_rel_diff"] = max((row[k] for k in row if k.endswith("_rel_diff")), default=None)
     return row
