@@ -144,3 +144,25 @@ def test_the_launch_steps_dry_run_writes_the_breakdown(tmp_path, monkeypatch):
     assert by_name["kernel_sum_over_gpu_event[c=256+b=17]"].holds is None     # judged on a GPU only
     assert {"kernel_sum_ms[b=18]", "iteration_host_ms[b=18]"} <= set(by_name)
     assert any(n.startswith("per-kernel breakdown (kernels.csv)") for n in notes)
+
+
+def test_a_profile_that_fails_leaves_the_step_standing(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from sarathi_lab.gpu.steps import launch
+
+    def profile(llm, chunk, decodes, context, reps):
+        if chunk:
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+        names = decode_iteration(2) * reps   # the profile holds reps iterations
+        return [Kernel(n, float(i), 10.0) for i, n in enumerate(names)], 1.0, 1.2
+
+    monkeypatch.setattr(launch, "profile_iteration", profile)
+    llm = SimpleNamespace(model_config=SimpleNamespace(num_hidden_layers=2))
+    metrics, note = launch._kernel_breakdown(llm, ((0, 18), (256, 17)), 1024, tmp_path, "cuda")
+    assert "not profiled: c=256+b=17 (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED)" in note
+    assert set(pd.read_csv(tmp_path / launch.KERNELS).iteration) == {"b=18"}
+    by_name = {m.metric: m for m in metrics}
+    # 30 kernels of 10 us less the argmax's, over a forward of 1 ms on the GPU's events.
+    assert by_name["kernel_sum_over_gpu_event[b=18]"].value == pytest.approx(0.29)
+    assert by_name["kernel_sum_over_gpu_event[b=18]"].holds is False

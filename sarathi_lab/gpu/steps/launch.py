@@ -159,10 +159,14 @@ def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple
     out (the gaps between kernels) shows there."""
     cuda, reps = device == "cuda", BREAKDOWN_REPS[device]
     source = "cuda kernels" if cuda else "cpu ops (host work: no CUDA kernels off the GPU)"
-    layers, rows, metrics = llm.model_config.num_hidden_layers, [], []
+    layers, rows, metrics, failed = llm.model_config.num_hidden_layers, [], [], []
     for chunk, decodes in cases:
         key = label(chunk, decodes)
-        kernels, gpu_ms, wall_ms = profile_iteration(llm, chunk, decodes, context, reps)
+        try:
+            kernels, gpu_ms, wall_ms = profile_iteration(llm, chunk, decodes, context, reps)
+        except RuntimeError as e:  # the profiler's own failure: the step's timings stand without it
+            failed.append(f"{key} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+            continue
         got = breakdown_rows(key, kernels, reps, layers, chunk > 0, gpu_ms, wall_ms, source)
         rows += got
         forward = sum(r["total_ms"] for r in got if r["group"] != "sampling")
@@ -176,7 +180,8 @@ def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple
     return metrics, (f"per-kernel breakdown ({KERNELS}): {source} of {reps} executed iteration(s) a kind at context "
                      f"{context} under torch.profiler, grouped by name and place in the layer "
                      "(profiling/kernel_breakdown.py); kernel_sum (less sampling) over the forward's CUDA-event "
-                     f"time; iteration_host_ms: the iteration's wall time less that, medians of {reps} unprofiled")
+                     f"time; iteration_host_ms: the iteration's wall time less that, medians of {reps} unprofiled"
+                     + (f"; not profiled: {', '.join(failed)}" if failed else ""))
 
 
 def _mib(nbytes: int | None) -> float | None:
