@@ -5,6 +5,7 @@ attention/reference.py (the engine's kernel in Triton's interpreter here)."""
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 
 import pandas as pd
 import pytest
@@ -18,7 +19,7 @@ from sarathi_lab.gpu.steps import attention as step
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.shape import Shape, iteration_cost
 from sarathi_lab.profiling import attention_peers as peers
-from sarathi_lab.profiling.attention_grid import FLEX, GRIDS, SDPA, Case
+from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, GRIDS, SDPA, Case
 from sarathi_lab.profiling.floors import attention_floor
 
 CPU = torch.device("cpu")
@@ -123,11 +124,12 @@ def test_a_chunk_over_a_short_prefix_shows_its_floor_without_a_target():
 def test_every_contender_computes_the_reference_attention(case):
     row = peers.measure(case, dtype=torch.float32, device=CPU, block_size=16, reps=1, warmup=0,
                         flex=peers.Flex(compiled=False), copy_gbps=10.0, matmul_gflops=100.0)
-    names = ("engine", *case.peers)
+    ran = [p for p in case.peers if p not in row["peers_not_available"].split()]   # no cuDNN here
+    names = ("engine", *ran)
     assert not [row[f"{n}_error"] for n in names if f"{n}_error" in row]
     assert all(row[f"{n}_rel_diff"] < peers.TOLERANCE[torch.float32] for n in names)
     assert all(row[f"{n}_ms"] > 0 for n in names) and (FLEX in names) == (case.kind == "chunk")
-    assert row["over_best_peer"] == row["engine_ms"] / min(row[f"{n}_ms"] for n in case.peers)
+    assert row["over_best_peer"] == row["engine_ms"] / min(row[f"{n}_ms"] for n in ran)
 
 
 def test_a_contender_that_disagrees_is_caught_and_not_timed(monkeypatch):
@@ -176,3 +178,43 @@ def test_the_step_resumes_and_its_figure_draws(tmp_path, monkeypatch):
     step.run(ctx, None)
     assert measured == labels[1:]
     assert attention_figure(tmp_path) and (tmp_path / "figures" / "attention.png").is_file()
+
+
+def _two_chunks(flex):
+    return [peers.measure(c, dtype=torch.float32, device=CPU, block_size=16, reps=1, warmup=0, flex=flex,
+                          copy_gbps=10.0, matmul_gflops=100.0)
+            for c in (Case("chunk", 4, 1, 16, 16, 48), Case("chunk", 2, 2, 16, 16, 48))]
+
+
+def test_a_peer_that_fails_at_one_shape_is_still_timed_at_the_next(monkeypatch):
+    flex = peers.Flex(compiled=False)
+    real = flex.call
+
+    def fails_with_gqa(case, x):
+        if case.heads != case.kv_heads:
+            raise RuntimeError("NoValidChoicesError: No choices to select")
+        return real(case, x)
+
+    monkeypatch.setattr(flex, "call", fails_with_gqa)
+    failed, timed = _two_chunks(flex)
+    assert failed["flex_error"] == "RuntimeError: NoValidChoicesError: No choices to select"
+    assert failed["flex_ms"] is None and failed["best_peer_ms"] == failed["sdpa_flash_ms"]
+    assert "flex_error" not in timed and timed["flex_ms"] > 0
+    notes = step.failure_notes([failed, timed], CONTENDERS)
+    assert any(n.startswith("flex not timed at 1 of 2 shapes") and failed["shape"] in n
+               and timed["shape"] not in n for n in notes)
+
+
+def test_sdpa_cudnn_is_a_peer_where_the_device_has_it(monkeypatch):
+    # No cuDNN attention on the CPU: listed as not available, the best peer is among the others.
+    absent, _ = _two_chunks(peers.Flex(compiled=False))
+    assert absent["peers_not_available"] == "sdpa_cudnn" and "sdpa_cudnn_ms" not in absent
+    assert any("not available on this device: sdpa_cudnn" in n for n in step.failure_notes([absent], ("flex",)))
+    # Where it is, it runs with its own bottom-right mask (here on SDPA's CPU kernel, held to the
+    # reference like every contender) and the best peer includes it.
+    monkeypatch.setattr(peers, "cudnn_available", lambda device: True)
+    monkeypatch.setattr(peers, "sdpa_kernel", lambda backend: nullcontext())
+    present, _ = _two_chunks(peers.Flex(compiled=False))
+    assert present["peers_not_available"] == "" and "sdpa_cudnn_error" not in present
+    assert present["sdpa_cudnn_ms"] > 0 and present["sdpa_cudnn_rel_diff"] < peers.TOLERANCE[torch.float32]
+    assert present["best_peer_ms"] == min(present[f"{n}_ms"] for n in ("sdpa_flash", "sdpa_cudnn", "flex"))

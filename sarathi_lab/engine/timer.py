@@ -17,6 +17,9 @@ CLOCKS = ("wall", "cpu")
 # enqueues the round's calls before the GPU reaches them: the events then time the kernels, not the
 # host's launches (a decode's kernel takes microseconds, a Python launch tens of them).
 ROUND_SLEEP_CYCLES = 1_000_000
+# What the L2 flush reads: several times the largest L2 (50-60 MB on Hopper), so that no line of the
+# timed call's inputs survives it.
+FLUSH_BYTES = 256 << 20
 
 
 def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
@@ -65,14 +68,21 @@ def interleaved(calls: dict[str, Callable[[], object]], reps: int, *clocks: Cloc
 
 
 def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
-    """On CUDA, a function that evicts the L2 cache (by writing a buffer larger than it), as the
-    other layers of a real model would between two calls of one layer; None on the CPU, whose
-    caches a timing loop cannot usefully empty."""
+    """On CUDA, a function that evicts the L2 cache by reading a buffer larger than it, as the other
+    layers of a real model would between two calls of one layer; None on the CPU, whose caches a
+    timing loop cannot usefully empty. Reading, not writing: a write leaves dirty lines whose
+    write-back would land in the next (timed) kernel."""
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    buffer = torch.empty(256 << 20, dtype=torch.int8, device=device)
-    return buffer.zero_
+    return reading_flush(torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device=device))
+
+
+def reading_flush(buffer: torch.Tensor) -> Callable[[], object]:
+    """A reduction of ``buffer`` into one element: every line of it read, nothing written but the
+    element."""
+    flat, out = buffer.view(-1), torch.empty((), dtype=buffer.dtype, device=buffer.device)
+    return lambda: torch.sum(flat, dim=0, out=out)
 
 
 def time_interleaved(calls: dict[str, Callable[[], object]], reps: int, device: torch.device,

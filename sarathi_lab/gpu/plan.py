@@ -40,17 +40,19 @@ PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0
 # then the tuning, the engine's tokens and its host overhead; the kernels' correctness last (its own
 # call: the queue's head leaves it out).
 HEAD: tuple[Step, ...] = (
-    Step("env", 0.3, "device, driver, versions; copy bandwidth (1 GiB device copy) and bf16 matmul rate "
-         "(8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
-    Step("launch", 1.3, "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
+    Step("env", 0.3, "device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
+         "1 GiB) and bf16 matmul rate (8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
+    Step("launch", 1.6, "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
          "prompt's last) alone and beside 17 decodes, and the tile-aligned chunks beside 17 (111, 239, 495): eager "
          "and as the engine runs it (its CUDA graphs), each over its physical floor (engine_over_floor targets "
          "1.25x from 256 tokens, 1.5x below) and its sequential floor (engine_over_sequential_floor <= 1.15x from "
          "256 tokens); graph memory, capture time; then c=256/512/239/495 + 17 again with their attention "
-         "co-scheduled (,pod: eager and from graphs of that launch, recaptured) (estimate: 30 batches x 42 "
-         "forwards of <= 60 ms, two captures)"),
+         "co-scheduled (,pod: eager and from graphs of that launch, recaptured); per iteration kind at 1024, its "
+         "kernels under torch.profiler grouped (kernels.csv, profiling/kernel_breakdown.py) (estimate: 30 batches "
+         "x 42 forwards of <= 60 ms, two captures, 13 profiles)"),
     Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
-         "the engine's paged attention vs SDPA's flash kernel and compiled FlexAttention on the same q/k/v, "
+         "the engine's paged attention vs SDPA's flash and cuDNN (capability 9.0+) kernels and compiled "
+         "FlexAttention on the same q/k/v, "
          "interleaved, and vs its floor: LLaMA-13B (40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills "
          "512-4096, chunks 64-512 at prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (profiling/attention_peers.py; "
          f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)"),

@@ -59,7 +59,8 @@ def attention_figure(out: Path) -> bool:
     kinds = [k for k in KINDS if (table.kind == k).any()]
     fig, axes = plt.subplots(1, len(kinds), figsize=(4 + 0.28 * len(table), 4.5), sharey=True, squeeze=False,
                              gridspec_kw={"width_ratios": [max(2, (table.kind == k).sum()) for k in kinds]})
-    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"), "flex": ("^", "tab:green")}
+    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"), "sdpa_cudnn": ("D", "tab:red"),
+              "flex": ("^", "tab:green")}
     for ax, kind in zip(axes[0], kinds):
         rows = table[table.kind == kind].reset_index(drop=True)
         for name in CONTENDERS:
@@ -78,6 +79,41 @@ def attention_figure(out: Path) -> bool:
     fig.legend(list(handles.values()), list(handles), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.93),
                ncol=len(handles))
     _save(fig, out, "attention")
+    return True
+
+
+def kernel_breakdown_figure(out: Path) -> bool:
+    """Per iteration kind, a bar of its wall time: the kernels' ms stacked by group, the forward's GPU
+    time no kernel fills (idle), and the host's (the wall time beyond the forward and sampling)."""
+    from sarathi_lab.gpu.steps.launch import KERNELS
+    from sarathi_lab.profiling.kernel_breakdown import GROUPS
+
+    path = state.step_dir(out, "launch") / KERNELS
+    table = pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    if table.empty:
+        return False
+    order = list(dict.fromkeys(table.iteration))
+    wide = table.pivot_table(index="iteration", columns="group", values="total_ms", aggfunc="sum").reindex(order)
+    wide = wide[[g for g in GROUPS if g in wide]].fillna(0.0)
+    whole = table.groupby("iteration")[["iteration_gpu_ms", "iteration_wall_ms"]].first().reindex(order)
+    sampling = wide.get("sampling", 0.0)
+    wide["idle (in the forward)"] = (whole.iteration_gpu_ms - (wide.sum(axis=1) - sampling)).clip(lower=0)
+    wide["host"] = (whole.iteration_wall_ms - whole.iteration_gpu_ms - sampling).clip(lower=0)
+    fig, ax = plt.subplots(figsize=(3 + 0.6 * len(order), 5))
+    colors = plt.get_cmap("tab20").colors
+    bottom = pd.Series(0.0, index=wide.index)
+    for group in wide.columns:  # a group's colour the same in every lease: its place in GROUPS
+        color = colors[GROUPS.index(group) % 20] if group in GROUPS else "dimgrey" if group == "host" else "gainsboro"
+        ax.bar(range(len(order)), wide[group], bottom=bottom, color=color, label=group, width=0.7)
+        bottom += wide[group]
+    ax.set_xticks(range(len(order)), order, rotation=60, ha="right", fontsize=8)
+    ax.set(ylabel="ms per iteration")
+    ax.grid(axis="y", alpha=0.3)
+    measured = ", ".join(x for x in ((ceilings(out) or {}).get("device"), table.source.iloc[0]) if x)
+    ax.set_title(f"Where each iteration's time goes, as the engine runs it\n({measured})", fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _save(fig, out, "kernel_breakdown")
     return True
 
 
@@ -152,5 +188,5 @@ def claims_markdown(table: pd.DataFrame, out: Path) -> str:
 def write_report(out: Path, dry_run: bool = False) -> list[str]:
     notes = [f"{name}: nothing to draw yet" for name, drawn in
              (("kernels", kernels_figure(out)), ("attention", attention_figure(out)),
-              ("overhead", overhead_figure(out))) if not drawn]
+              ("overhead", overhead_figure(out)), ("kernel_breakdown", kernel_breakdown_figure(out))) if not drawn]
     return notes + paper_report(out, dry_run)

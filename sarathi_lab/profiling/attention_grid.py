@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The peers, as the metrics name them: PyTorch's scaled_dot_product_attention on its flash backend
-# (the default backend where there is none, as on the CPU) and FlexAttention with a block mask.
-ENGINE, SDPA, FLEX = "engine", "sdpa_flash", "flex"
-CONTENDERS = (ENGINE, SDPA, FLEX)
+# (the default backend where there is none, as on the CPU), the same on its cuDNN backend (FA3-class
+# on Hopper; where the device has it) and FlexAttention with a block mask.
+ENGINE, SDPA, CUDNN, FLEX = "engine", "sdpa_flash", "sdpa_cudnn", "flex"
+CONTENDERS = (ENGINE, SDPA, CUDNN, FLEX)
 KINDS = ("prefill", "chunk", "decode")
 
 # What one FlexAttention compile costs (Dynamo, Inductor and one Triton kernel; the first also
@@ -58,11 +59,11 @@ class Case:
 
     @property
     def peers(self) -> tuple[str, ...]:
-        """SDPA's flash kernel everywhere (whole prefills causal, chunks bottom-right causal, decodes
-        unmasked); FlexAttention for a chunk over a cached prefix, the case it is built for. A chunk
-        at prefix 0 is a whole prefill, SDPA's own case; FlexAttention compiles once per shape, and the
-        decodes' 18 more compiles do not fit the step's two minutes (Grid.flex_compiles)."""
-        return (SDPA, FLEX) if self.kind == "chunk" and self.prefix > 0 else (SDPA,)
+        """SDPA's flash and cuDNN kernels everywhere (whole prefills causal, chunks bottom-right causal,
+        decodes unmasked); FlexAttention for a chunk over a cached prefix, the case it is built for. A
+        chunk at prefix 0 is a whole prefill, SDPA's own case; FlexAttention compiles once per shape, and
+        the decodes' 18 more compiles do not fit the step's two minutes (Grid.flex_compiles)."""
+        return (SDPA, CUDNN, FLEX) if self.kind == "chunk" and self.prefix > 0 else (SDPA, CUDNN)
 
 
 @dataclass(frozen=True)

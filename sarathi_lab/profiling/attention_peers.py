@@ -1,11 +1,12 @@
-"""The engine's attention kernel timed beside two well-kept peers on the same query, key and value
+"""The engine's attention kernel timed beside well-kept peers on the same query, key and value
 values, and beside its floor: ``sarathi_kernels.paged_attention`` over a paged cache laid out as
 ``profiling.attention.paged_batch`` lays one out (blocks scattered), PyTorch's
-``scaled_dot_product_attention`` on its flash backend and FlexAttention with a block mask, both over
-contiguous keys and values. Every contender is first held to ``attention/reference.py`` in float32;
-one that disagrees is not timed. The timed calls run interleaved, each round every contender once
-(each round starting one later), each call after an L2 flush and timed by CUDA events, so that
-drifts of the clock and the cache's state fall on every contender alike."""
+``scaled_dot_product_attention`` on its flash backend and on its cuDNN one (where the device has it),
+and FlexAttention with a block mask, over contiguous keys and values. Every contender is first held
+to ``attention/reference.py`` in float32; one that disagrees (or fails) at a shape is not timed
+there. The timed calls run interleaved, each round every contender once (each round starting one
+later), each call after an L2 flush and timed by CUDA events, so that drifts of the clock and the
+cache's state fall on every contender alike."""
 from __future__ import annotations
 
 import statistics
@@ -25,7 +26,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from sarathi_lab.attention import AttentionMetadata, reference
 from sarathi_lab.engine.timer import time_interleaved
 from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch, paged_cache
-from sarathi_lab.profiling.attention_grid import ENGINE, FLEX, SDPA, Case
+from sarathi_lab.profiling.attention_grid import CUDNN, ENGINE, FLEX, SDPA, Case
 from sarathi_lab.profiling.floors import attention_floor
 
 # The same attention as the reference: the tolerances profiling/kernel_check.py holds the kernel to.
@@ -75,15 +76,28 @@ def engine_call(x: Inputs, **launch) -> Callable[[], torch.Tensor]:
                                    x.scale, max_query_len=m.max_query_len, out=out, **launch)
 
 
-def sdpa_call(case: Case, x: Inputs, flash: bool) -> Callable[[], torch.Tensor]:
-    """Causal for a whole prefill (and a chunk at prefix 0), bottom-right causal for a chunk over a
-    prefix (``causal_lower_right``: flash's own alignment), unmasked for decodes."""
+def cudnn_available(device: torch.device) -> bool:
+    """Whether SDPA's cuDNN backend runs here: Hopper (compute capability 9.0) on, cuDNN in this torch."""
+    return (device.type == "cuda" and torch.backends.cudnn.is_available()
+            and torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+def sdpa_call(case: Case, x: Inputs, backend: SDPBackend | None) -> Callable[[], torch.Tensor]:
+    """SDPA on ``backend`` (None: its own choice). Causal for a whole prefill (and a chunk at prefix
+    0), bottom-right causal for a chunk over a prefix (``causal_lower_right``: flash's own alignment;
+    a boolean mask for cuDNN, as CausalBias would hand the lower-right case to flash whatever the
+    backend), unmasked for decodes."""
     gqa = case.heads != case.kv_heads
-    mask = causal_lower_right(case.query_len, case.context) if case.kind == "chunk" and case.prefix else None
+    mask = None
+    if case.kind == "chunk" and case.prefix:
+        mask = causal_lower_right(case.query_len, case.context)
+        if backend == SDPBackend.CUDNN_ATTENTION:
+            ones = torch.ones(case.query_len, case.context, dtype=torch.bool, device=x.q.device)
+            mask = ones.tril(diagonal=case.prefix)
     causal = case.kind != "decode" and mask is None
 
     def call() -> torch.Tensor:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION) if flash else nullcontext():
+        with sdpa_kernel(backend) if backend is not None else nullcontext():
             return F.scaled_dot_product_attention(x.q, x.k, x.v, attn_mask=mask, is_causal=causal, scale=x.scale,
                                                   enable_gqa=gqa)
     return call
@@ -95,7 +109,6 @@ class Flex:
 
     def __init__(self, compiled: bool):
         self.compiled = compiled
-        self.error: str | None = None   # its first failure: a compile that failed once fails at every shape
         self.fn = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
 
     def call(self, case: Case, x: Inputs) -> Callable[[], torch.Tensor]:
@@ -129,30 +142,35 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     the floor, and the engine over the faster peer and over the floor."""
     x = make_inputs(case, dtype, device, block_size, seed)
     flash = device.type == "cuda"
-    builders = {ENGINE: lambda: engine_call(x), SDPA: lambda: sdpa_call(case, x, flash)}
-    if flex is not None and flex.error is None:
+    builders = {ENGINE: lambda: engine_call(x),
+                SDPA: lambda: sdpa_call(case, x, SDPBackend.FLASH_ATTENTION if flash else None)}
+    if cudnn_available(device):
+        builders[CUDNN] = lambda: sdpa_call(case, x, SDPBackend.CUDNN_ATTENTION)
+    if flex is not None:  # at every shape: a failure at one shape is that shape's (its row's error)
         builders[FLEX] = lambda: flex.call(case, x)
+    peers = [p for p in case.peers if p in builders]
     row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads, "kv_heads": case.kv_heads,
                  "head_dim": case.head_dim, "batch": case.batch, "query_len": case.query_len, "context": case.context,
                  "dtype": str(dtype).removeprefix("torch."), "device": device.type,
                  "sdpa_backend": "flash" if flash else "default (no flash backend off CUDA)",
-                 "flex_compiled": flex is not None and flex.compiled}
-    convert = {name: as_engine_rows for name in case.peers}
-    time_checked(builders, (ENGINE, *case.peers), x, row, device, reps, warmup, flex, convert)
+                 "flex_compiled": flex is not None and flex.compiled,
+                 "peers_not_available": " ".join(p for p in case.peers if p not in builders)}
+    convert = {name: as_engine_rows for name in peers}
+    time_checked(builders, (ENGINE, *peers), x, row, device, reps, warmup, convert)
     least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens, case.context_lens,
                             dtype.itemsize, copy_gbps, matmul_gflops)
     row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops, "bytes": least.bytes}
-    peers = [row[f"{p}_ms"] for p in case.peers if row[f"{p}_ms"] is not None]
+    timed = [row[f"{p}_ms"] for p in peers if row[f"{p}_ms"] is not None]
     engine = row[f"{ENGINE}_ms"]
-    row["best_peer_ms"] = min(peers) if peers else None
-    row["over_best_peer"] = engine / min(peers) if engine is not None and peers else None
+    row["best_peer_ms"] = min(timed) if timed else None
+    row["over_best_peer"] = engine / min(timed) if engine is not None and timed else None
     row["over_floor"] = engine / row["floor_ms"] if engine is not None else None
     row["max_rel_diff"] = max((row[k] for k in row if k.endswith("_rel_diff")), default=None)
     return row
 
 
 def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device, reps: int,
-                 warmup: int, flex: Flex | None, convert: dict[str, Callable] | None = None) -> None:
+                 warmup: int, convert: dict[str, Callable] | None = None) -> None:
     """Each contender built, called once (its first call timed: FlexAttention's compile) and held to
     attention/reference.py in float32 over ``x``'s engine rows (``convert``: its output laid out as those
     rows); what cannot run or differs is recorded in ``row`` as ``<name>_error`` and left out. The rest
@@ -161,7 +179,7 @@ def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, dev
     tolerance, calls = TOLERANCE[x.query.dtype], {}
     for name in names:
         if name not in builders:
-            row[f"{name}_error"] = f"not run: {flex.error}" if flex is not None and flex.error else "not available"
+            row[f"{name}_error"] = "not available"
             continue
         try:
             fn = builders[name]()
@@ -174,8 +192,6 @@ def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, dev
         except Exception as e:  # noqa: BLE001 - a contender that cannot run this shape is a finding
             first = (str(e).strip().splitlines() or [""])[0]
             row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]
-            if name == FLEX and flex is not None:
-                flex.error = row[f"{name}_error"]
             continue
         row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
         if not diff <= tolerance:  # NaN too

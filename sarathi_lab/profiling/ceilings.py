@@ -1,5 +1,5 @@
 """The machine's ceilings, measured on the running machine: copy bandwidth and matmul rate, which the
-floors (``floors``) and the simulator's CPU roofline read."""
+floors (``floors``) and the simulator's CPU roofline read, and the read bandwidth of a read-only kernel."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from sarathi_lab.engine.timer import best_time, make_clock
+from sarathi_lab.engine.timer import best_time, make_clock, reading_flush, time_interleaved
 from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, gemm_available
 
 
@@ -39,6 +39,18 @@ def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["
     dst = torch.zeros_like(src)  # touched: page faults stay out of the timing
     t = best_time(lambda: dst.copy_(src), reps, make_clock(clock, device))
     return 2 * src.numel() * 4 / t / 1e9
+
+
+def read_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["copy_mib"] << 20,
+                        reps: int = FULL["reps"]) -> float:
+    """Bytes read / time of a sum over a buffer far larger than the caches into one element (the L2
+    flush's reduction), the fastest of ``reps`` calls timed as isolated kernels are (CUDA events): what
+    a kernel that only reads, such as a decode's attention over its KV, can reach; a copy's rate mixes
+    in writes."""
+    device = torch.device(device)
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    times_ms = time_interleaved({"read": reading_flush(src)}, reps, device, warmup=1)["read"]
+    return src.numel() * 4 / (min(times_ms) / 1e3) / 1e9
 
 
 def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, n: int = FULL["matmul_n"],

@@ -60,6 +60,26 @@ def agreement(row: dict, name: str, contenders) -> Metric:
                   not errors)
 
 
+def failure_notes(rows: list[dict], contenders, unit: str = "shapes") -> list[str]:
+    """Per contender, the shapes where it failed or disagreed (each row's ``<name>_error``, grouped by
+    error): a failure skips its own shape only. Then the peers this device does not have."""
+    notes = []
+    for name in contenders:
+        by_error: dict[str, list[str]] = {}
+        for r in rows:
+            if error := _value(r.get(f"{name}_error")):
+                by_error.setdefault(error, []).append(r["shape"])
+        if by_error:
+            failed = sum(map(len, by_error.values()))
+            notes.append(f"{name} not timed at {failed} of {len(rows)} {unit}: "
+                         + "; ".join(f"{e} at {', '.join(shapes)}" for e, shapes in by_error.items()))
+    missing = sorted({p for r in rows for p in str(_value(r.get("peers_not_available")) or "").split()})
+    if missing:
+        notes.append(f"not available on this device: {', '.join(missing)} (SDPA's cuDNN backend: compute "
+                     "capability 9.0+ with cuDNN)")
+    return notes
+
+
 def _prefix(row: dict) -> int:
     """The cached tokens before a shape's queries (0 for a whole prefill; a decode's context less one)."""
     return int(row.get("context", 0)) - int(row.get("query_len", 0))
@@ -128,6 +148,6 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                     "; the engine in Triton's interpreter, SDPA on its default backend (no flash off CUDA), "
                     "FlexAttention eager: times say nothing"))
     notes.append(f"the engine over cache blocks of {EngineConfig.block_size} scattered at random, the peers over "
-                 "contiguous K/V" + (f"; FlexAttention not run: {flex.error}" if flex.error else ""))
-    return metrics, notes
+                 "contiguous K/V")
+    return metrics, notes + failure_notes(rows, CONTENDERS)
 

@@ -1,4 +1,5 @@
-"""The machine and its two ceilings (profiling/ceilings.py): copy bandwidth and the bf16 matmul rate."""
+"""The machine and its ceilings (profiling/ceilings.py): copy bandwidth and the bf16 matmul rate, which
+the floors read, and the read bandwidth of a read-only kernel beside the copy's."""
 from __future__ import annotations
 
 import os
@@ -10,9 +11,10 @@ import torch
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric, step_dir
 from sarathi_lab.harness.results import read_json, write_json
-from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops
+from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops, read_bandwidth_gbps
 
-# GPU: a buffer far past the 50-60 MB L2 and the paper's matmul; dry run: seconds on two cores.
+# GPU: a buffer far past the 50-60 MB L2 (copied, and read alone) and the paper's matmul; dry run:
+# seconds on two cores.
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 MATMUL_N = {"cuda": 8192, "cpu": 256}
 
@@ -44,9 +46,10 @@ def describe(device: str) -> dict:
 
 
 def measure_ceilings(device: str) -> dict:
-    """The two ceilings on ``device`` at the sizes above, as env.json records them."""
+    """The ceilings on ``device`` at the sizes above, as env.json records them."""
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     return {"copy_gbps": copy_bandwidth_gbps(device, COPY_BYTES[device], reps=20),
+            "read_gbps": read_bandwidth_gbps(device, COPY_BYTES[device], reps=20),
             "matmul_tflops": matmul_gflops(device, dtype, MATMUL_N[device], reps=20) / 1e3,
             "matmul_dtype": str(dtype).removeprefix("torch."), "matmul_n": MATMUL_N[device],
             "copy_bytes": COPY_BYTES[device]}
@@ -55,8 +58,10 @@ def measure_ceilings(device: str) -> dict:
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     record = describe(ctx.device) | measure_ceilings(ctx.device)
     write_json(ctx.dir / "env.json", record)
-    metrics = [Metric(k, v) for k, v in record.items() if k not in ("copy_gbps", "matmul_tflops")]
+    rates = ("copy_gbps", "read_gbps", "matmul_tflops")
+    metrics = [Metric(k, v) for k, v in record.items() if k not in rates]
     metrics += [Metric("copy_gbps", float(f"{record['copy_gbps']:.4g}"), "GB/s"),
+                Metric("read_gbps", float(f"{record['read_gbps']:.4g}"), "GB/s"),
                 Metric("matmul_tflops", float(f"{record['matmul_tflops']:.4g}"), "TFLOP/s")]
     return metrics, []
 

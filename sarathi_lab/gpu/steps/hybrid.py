@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
-from sarathi_lab.gpu.steps.attention import _value, agreement, measured_rows
+from sarathi_lab.gpu.steps.attention import _value, agreement, failure_notes, measured_rows
 from sarathi_lab.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, POD_BY_PROGRAM, POD_X1, TARGET
 
 ROWS = "hybrid_attention.csv"
@@ -42,7 +42,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     from sarathi_lab.profiling.hybrid_attention import measure
 
     grid = GRIDS[ctx.device]
-    rows, flex, notes = measured_rows(ctx, grid, ROWS, measure, "batches")
+    rows, _, notes = measured_rows(ctx, grid, ROWS, measure, "batches")
     on_gpu = ctx.device == "cuda"
     met = sum(_value(r.get("over_sequential")) is not None and r["over_sequential"] <= TARGET for r in rows)
     metrics = [Metric("hybrid_attention_within_target", f"{met}/{len(rows)}", "", "all",
@@ -56,5 +56,5 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     notes.append(f"{POD}: prefill and decode work on separate programs of each SM, each claiming a lane of its "
                  f"SM; {POD_BY_PROGRAM}: lane = program id; {POD_X1}: one program a SM (the control); "
                  "over_sequential: over the faster of the engine's one launch and its two (chunk, then decodes "
-                 "with decode tiles)" + (f"; FlexAttention not run: {flex.error}" if flex.error else ""))
-    return metrics, notes
+                 "with decode tiles)")
+    return metrics, notes + failure_notes(rows, CONTENDERS, "batches")

@@ -4,10 +4,15 @@ engine runs it (an LLM with its CUDA graphs on), beside its two floors (``profil
 physical one and the sequential one, at the ceilings the env step measured); the engine's graphs'
 memory and capture time. Then, with the Triton attention, the hybrid iterations of FULL_TOKENS tokens
 or more again with their attention co-scheduled (``attention_hybrid=pod``: eager, and replayed from
-graphs of that launch), against the same floors (``,pod`` in their names)."""
+graphs of that launch), against the same floors (``,pod`` in their names). Per iteration kind at the
+first context, the profiler's kernels as the engine runs it, grouped (``profiling.kernel_breakdown``:
+kernels.csv), beside the forward's GPU-event time and the wall time."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
+
+import pandas as pd
 
 from sarathi_lab import LLM
 from sarathi_lab.gpu.context import Context
@@ -15,6 +20,7 @@ from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings_or_measured
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.floors import floor, memory_ceiling, sequential_floor
+from sarathi_lab.profiling.kernel_breakdown import breakdown_rows, profile_iteration
 from sarathi_lab.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
 from sarathi_lab.profiling.launch import MORE_CONTEXTS, SHAPES, label, measure
 
@@ -42,6 +48,9 @@ def _target(limit: float | None) -> str:
 REL_DIFF = 0.05
 # The iterations whose kernels per layer are counted: the hybrid headline and a decode batch.
 COUNTED = ((256, 17), (0, 18))
+# The per-kernel breakdown's table, and the iterations profiled (then timed) per iteration kind.
+KERNELS = "kernels.csv"
+BREAKDOWN_REPS = {"cuda": 3, "cpu": 1}
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
@@ -72,6 +81,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         if cuda:
             profiled = profiled_layer_kernels(llm, chunk, decodes, context)
             metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name]) for name in STAGES]
+    breakdown, breakdown_note = _kernel_breakdown(llm, cases, context, ctx.dir, ctx.device)
+    metrics += breakdown
     record = llm.cuda_graphs or {}
     before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
     captured = record.get("graphs", len(record.get("decode_sizes", [])) + len(record.get("mixed_tokens", [])))
@@ -92,7 +103,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
              f"{memory_ceiling(env)[1]} rate")
     pod, pod_note = _co_scheduled(llm, cases, context, reps, env, cuda)
     metrics += pod
-    notes = [timed, f"engine graphs: {graphs}", *counts, *skipped, pod_note]
+    notes = [timed, f"engine graphs: {graphs}", *counts, breakdown_note, *skipped, pod_note]
     notes += [f"warning: {w.message}" for w in caught if "capture" in str(w.message)]
     if own_ceilings:
         notes.append("floors at ceilings this step measured (the env step has not run)")
@@ -141,6 +152,37 @@ def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict
                row["graph_tokens"] > 0 if cuda else None),
         Metric(f"engine_rel_diff[{key}]", float(f"{row['rel_diff']:.3g}"), "", f"< {REL_DIFF}",
                row["rel_diff"] < REL_DIFF)]
+
+
+def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple[list[Metric], str]:
+    """Per iteration kind at ``context``, its kernels grouped (kernels.csv, one row an iteration and
+    group) and their sum, less sampling, over the forward's GPU-event time: what the breakdown leaves
+    out (the gaps between kernels) shows there."""
+    cuda, reps = device == "cuda", BREAKDOWN_REPS[device]
+    source = "cuda kernels" if cuda else "cpu ops (host work: no CUDA kernels off the GPU)"
+    layers, rows, metrics, failed = llm.model_config.num_hidden_layers, [], [], []
+    for chunk, decodes in cases:
+        key = label(chunk, decodes)
+        try:
+            kernels, gpu_ms, wall_ms = profile_iteration(llm, chunk, decodes, context, reps)
+        except RuntimeError as e:  # the profiler's own failure: the step's timings stand without it
+            failed.append(f"{key} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+            continue
+        got = breakdown_rows(key, kernels, reps, layers, chunk > 0, gpu_ms, wall_ms, source)
+        rows += got
+        forward = sum(r["total_ms"] for r in got if r["group"] != "sampling")
+        over = forward / gpu_ms if gpu_ms else None
+        metrics += [Metric(f"kernel_sum_ms[{key}]", round(forward, 3), "ms"),
+                    Metric(f"kernel_sum_over_gpu_event[{key}]", over and round(over, 3), "x", "0.95-1.05",
+                           (over is not None and abs(over - 1) <= 0.05) if cuda else None),
+                    Metric(f"iteration_host_ms[{key}]", round(wall_ms - gpu_ms, 3), "ms")]
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / KERNELS, index=False)
+    return metrics, (f"per-kernel breakdown ({KERNELS}): {source} of {reps} executed iteration(s) a kind at context "
+                     f"{context} under torch.profiler, grouped by name and place in the layer "
+                     "(profiling/kernel_breakdown.py); kernel_sum (less sampling) over the forward's CUDA-event "
+                     f"time; iteration_host_ms: the iteration's wall time less that, medians of {reps} unprofiled"
+                     + (f"; not profiled: {', '.join(failed)}" if failed else ""))
 
 
 def _mib(nbytes: int | None) -> float | None:
