@@ -233,12 +233,11 @@ def test_a_bad_sim_pp_is_refused_in_one_line(kwargs, message):
 
 
 def test_sim_pp_off_the_simulator_and_in_a_run_config_is_refused_by_its_full_key():
-    with pytest.raises(ConfigError, match=r"^sim_pp=2 is invalid with executor='model': the simulator's pipeline "
-                                          r"stages; allowed: 1, or executor=sim \(the real engine's are "
-                                          r"pipeline_parallel\)$"):
+    with pytest.raises(ConfigError, match=r"^sim_pp=2 is invalid with executor='model': the engine simulates no "
+                                          r"pipeline stages; allowed: 1 \(or executor=sim\)$"):
         LLM("tiny", device="cpu", sim_pp=2)
-    with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid with executor='sim': the simulator's "
-                                          r"stages are sim_pp; allowed: 1$"):
+    with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid with executor='sim': the simulator "
+                                          r"splits no model into stages; allowed: 1 \(or executor=model\)$"):
         LLM("tiny", executor="sim", pipeline_parallel=2)
     with pytest.raises(ConfigError, match=r"^engine.sim_pp=0 is invalid: must be > 0$"):
         parse_config(compose_config([f"experiment={OVERLAY}", "engine.sim_pp=0"]))

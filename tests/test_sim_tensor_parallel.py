@@ -53,7 +53,8 @@ def test_a_cpu_profile_refuses_tensor_parallelism():
 
 
 def test_the_real_engine_refuses_tensor_parallelism():
-    with pytest.raises(ConfigError, match=r"^sim_tp=2 is invalid with executor='model': the engine runs on one device"):
+    with pytest.raises(ConfigError, match=r"^sim_tp=2 is invalid with executor='model': the engine simulates no GPUs; "
+                                          r"allowed: 1 \(or executor=sim\)$"):
         LLM("tiny", device="cpu", sim_tp=2)
 
 
