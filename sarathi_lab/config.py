@@ -148,8 +148,8 @@ class EngineConfig:
     sim_kv_beyond_device: bool = False
     # Tensor-parallel GPUs of sim_device serving as one, Megatron-style (sim/parallel.py).
     sim_tp: int = 1
-    # Pipeline stages of sim_tp GPUs each, the layers split evenly among them, several micro-batches
-    # in flight as the real engine's pipeline keeps them (sim/pipeline_executor.py).
+    # Pipeline stages of sim_tp GPUs each, the layers split as the engine splits them, several
+    # micro-batches in flight as the real engine's pipeline keeps them (sim/pipeline_executor.py).
     sim_pp: int = 1
     # Ranks the real model's layers are split across, Megatron-style, one process each: projections
     # and KV heads sharded, an all-reduce after o_proj and down_proj (model/parallel/). The ranks are

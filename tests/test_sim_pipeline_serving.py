@@ -221,8 +221,8 @@ def h_bytes() -> int:
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"model": "tiny", "sim_pp": 0}, r"^sim_pp=0 is invalid: must be > 0$"),
-    ({"model": "llama2-7b", "sim_pp": 3}, (r"^sim_pp=3 is invalid for this model: model.num_hidden_layers=32 is "
-                                           r"invalid with tp=1, pp=3: it must split evenly into 3$")),
+    ({"model": "tiny", "sim_pp": 5}, (r"^sim_pp=5 is invalid for model='tiny': it has 4 layers, fewer than the "
+                                      r"stages; allowed: at most 4$")),
     ({"model": "tiny", "sim_pp": 2, "sim_cost_model": "profile"},
      (r"^sim_pp=2 is invalid with sim_cost_model='profile': a profile times the whole model's layers, not a "
       r"stage's; allowed: 1, or sim_cost_model=calibrated or roofline$")),

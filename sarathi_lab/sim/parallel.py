@@ -199,11 +199,12 @@ class TensorParallelCostModel(CostModel):
 @register_cost_model(PIPELINE)
 class PipelineCostModel(CostModel):
     """``pp`` pipeline stages of consecutive layers, each on ``tp`` GPUs: ``stage`` is the cost model of
-    one stage's layers on one of its GPUs (its all-reduces included), the same for every stage since the
-    layers split evenly. ``times`` is what each stage is busy with for a micro-batch (StageTimes, what
-    the pipelined executor runs through the stages); an iteration's cost is one micro-batch's passage
-    through an empty pipeline (every stage and the sends between them), the least time between two
-    tokens of a request, which is what a TBT budget is held to."""
+    one stage's layers on one of its GPUs (its all-reduces included), the same for every stage (the
+    first stage's layers, the most where they do not split evenly: sharding.py). ``times`` is what each
+    stage is busy with for a micro-batch (StageTimes, what the pipelined executor runs through the
+    stages); an iteration's cost is one micro-batch's passage through an empty pipeline (every stage
+    and the sends between them), the least time between two tokens of a request, which is what a TBT
+    budget is held to."""
 
     def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
