@@ -29,10 +29,10 @@ def _engine_rank(config: ModelSpec, tp: int, pp: int) -> tuple[int, int, int, in
         stages = [Stage.of(config.num_hidden_layers, pp, s) for s in range(pp)]
     except ConfigError:
         return None
-    rows = lambda s: (s.stop - s.start)  # noqa: E731
     assert sum(s.num_layers for s in stages) == config.num_hidden_layers
-    return (rows(shards.q_rows()) // HEAD_DIM, rows(shards.kv_rows()) // HEAD_DIM, rows(shards.mlp_rows()),
-            max(s.num_layers for s in stages))
+    q, kv, mlp = (len(range(1 << 20)[rows]) for rows in
+                  (shards.q_rows(), shards.kv_rows(), shards.mlp_rows()))
+    return q // HEAD_DIM, kv // HEAD_DIM, mlp, max(s.num_layers for s in stages)
 
 
 @settings(max_examples=300, deadline=None)
