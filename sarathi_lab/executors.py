@@ -22,8 +22,9 @@ class ExecutorKind:
     # Times predicted by the simulator's cost model for sim_device on a virtual clock (sim_* read).
     simulated: ClassVar[bool] = False
     # Our scheduler, block manager and loop drive it, so LLM builds it; else another engine serves
-    # the run's weights and the harness builds it.
+    # the run's weights and the harness builds it, and ``engine_label`` names that engine.
     our_engine: ClassVar[bool] = True
+    engine_label: ClassVar[str | None] = None
     # The model's tokens come out of it (sampling honoured); else placeholders beside the times.
     samples: ClassVar[bool] = True
     # The real model split across ranks, Megatron-style, and into pipeline stages (model/parallel/).
@@ -56,6 +57,12 @@ def executors_with(attribute: str) -> tuple[str, ...]:
     return tuple(n for n, cls in _REGISTRY.items() if getattr(cls, attribute))
 
 
+def recorded_as(name: Any, attribute: str) -> bool:
+    """Whether a recorded run's executor (the name its records hold: a run's config or environment,
+    a column of them; an unknown name or a gap has no capability) had flag ``attribute``."""
+    return isinstance(name, str) and name in _REGISTRY and bool(getattr(_REGISTRY[name], attribute))
+
+
 def executor_class(name: str) -> type[ExecutorKind]:
     """The executor ``name`` picks (EngineConfig's Literal has refused any other name already)."""
     return _REGISTRY[name]
@@ -78,6 +85,8 @@ class Simulator(ExecutorKind):
 @register_executor("vllm")
 class Vllm(ExecutorKind):
     noun = "vLLM's engine"
+    # Whose numbers a run's source names beside the device (results.run_source).
+    engine_label = "vLLM"
     our_engine = False
     cuda_graphs_mixed = kv_watermark = False
     # vLLM's scheduler with chunked prefill on is sarathi_serve's stall-free batching; off, it is ours

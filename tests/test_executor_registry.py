@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from sarathi_lab.config import ENGINE_DEFAULTS, ConfigError, EngineConfig
-from sarathi_lab.executors import CAPABILITIES, _takes, executor_class, executor_names, task_refusal
+from sarathi_lab.executors import (
+    CAPABILITIES,
+    _takes,
+    executor_class,
+    executor_names,
+    recorded_as,
+    task_refusal,
+)
 from sarathi_lab.harness.schema import RUN_KEYS
 from sarathi_lab.harness.vllm_args import CHUNKED_PREFILL
 
@@ -71,11 +78,16 @@ def test_llm_refuses_an_executor_it_does_not_drive_and_sampling_a_simulator_cann
     assert len(llm.generate([[1, 2, 3]], 2)[0]) == 2
 
 
-def test_no_executor_name_is_compared_outside_the_registry_but_in_records_of_past_runs():
+def test_no_executor_name_is_compared_outside_the_registry():
+    """Neither on a run's config nor on a recorded run's (whose executor is read by recorded_as)."""
     compared = re.compile(r'executor("\]|"\)|\b)\)?\s*(==|!=)\s*"(sim|vllm|model)"|executor != "model"')
-    # Readers of results on disk: a run's recorded executor, not the engine's config.
-    records = ("analysis/", "harness/results.py", "harness/sweep.py", "bench/sim_vs_gpu.py")
-    sites = [f"{path.relative_to(PACKAGE)}:{n}" for path in PACKAGE.rglob("*.py")
-             for n, line in enumerate(path.read_text().splitlines(), 1) if compared.search(line)
-             and path.name != "executors.py" and not str(path.relative_to(PACKAGE)).startswith(records)]
+    sites = [f"{path.relative_to(PACKAGE)}:{n}" for path in PACKAGE.rglob("*.py") if path.name != "executors.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if compared.search(line)]
     assert sites == []
+
+
+def test_a_recorded_executor_reads_by_its_capabilities_and_an_unknown_one_has_none():
+    assert recorded_as("sim", "simulated") and not recorded_as("model", "simulated")
+    assert not recorded_as(None, "simulated") and not recorded_as(float("nan"), "simulated")
+    assert not recorded_as(["sim"], "simulated")  # a damaged record: no capability, no crash
+    assert recorded_as("vllm", "engine_label") and not recorded_as("nonesuch", "runs_model")
