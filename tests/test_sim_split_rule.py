@@ -4,6 +4,7 @@ where fewer than ranks, MLP columns, its stage's layers), and refuses exactly th
 refuses."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,3 +60,16 @@ def test_splits_the_simulator_refused_and_the_engine_runs_are_simulated():
     sixteen = shard(_model(32, 8, 32), 16)
     assert (sixteen.num_attention_heads, sixteen.num_key_value_heads) == (2, 1)
     assert sim_build.shard is shard  # the KV plan splits by the same function
+
+
+def test_a_stage_of_fewer_layers_takes_its_share_of_the_first_stage_s_time():
+    from sarathi_lab.sim import CostModel
+
+    three = CostModel.for_device("a100", "llama2-7b", "roofline", "float16", pp=3)
+    times = three.times([(256, 256)], [512] * 4, 5)
+    assert times.layer_share == (1.0, 1.0, 10 / 11)
+    assert times.on(0, 3) == times.on(1, 3) == times.stage_s
+    assert times.on(2, 3) - times.last_extra_s == pytest.approx(times.stage_s * 10 / 11, rel=1e-12)
+    # Stages that split evenly are priced as before: every one the same.
+    assert CostModel.for_device("a100", "llama2-7b", "roofline", "float16", pp=2).times(
+        [(256, 256)], [], 1).layer_share == ()

@@ -46,9 +46,8 @@ def shard_config(config: ModelConfig, par: Parallelism, model: str = "", keys: K
     """The part of ``config`` one GPU runs, split by the engine's rule (model/parallel/): 1/tp of the
     heads, MLP and vocabulary (padded where it does not split, as vLLM pads it), the KV heads sharded
     or replicated where fewer than GPUs, and the first stage's layers, the most of any (the first
-    stages take one more where the layers do not split evenly; every stage is priced as that one,
-    the pipeline's slowest). A split the engine refuses is refused in one line naming sim_tp or
-    sim_pp as ``keys`` names them."""
+    stages take one more where the layers do not split evenly). A split the engine refuses is
+    refused in one line naming sim_tp or sim_pp as ``keys`` names them."""
     keys = replace(keys, names={**keys.names, "tensor_parallel": keys("sim_tp"), "pipeline_parallel": keys("sim_pp")})
     shard = TensorShards.of(config, 0, par.tp, model, keys, pad_vocab=True).local_config(config)
     shard.vocab_size = -(-config.vocab_size // par.tp)
