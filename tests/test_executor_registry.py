@@ -91,3 +91,13 @@ def test_a_recorded_executor_reads_by_its_capabilities_and_an_unknown_one_has_no
     assert not recorded_as(None, "simulated") and not recorded_as(float("nan"), "simulated")
     assert not recorded_as(["sim"], "simulated")  # a damaged record: no capability, no crash
     assert recorded_as("vllm", "engine_label") and not recorded_as("nonesuch", "runs_model")
+
+
+def test_the_record_states_the_layout_that_ran(monkeypatch):
+    from sarathi_lab.harness.environment import simulated_device
+
+    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 4)
+    split = simulated_device(EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2))
+    assert (split["tensor_parallel"], split["pipeline_parallel"]) == (2, 2)
+    whole = simulated_device(EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu"))
+    assert "tensor_parallel" not in whole and "pipeline_parallel" not in whole  # one device: vLLM splits nothing
