@@ -60,6 +60,8 @@ def test_every_group_option_composes():
             if (group, option) == ("device", "cuda") and not torch.cuda.is_available():
                 continue  # refused here: test_cuda_without_a_gpu_is_refused
             extra = ["model.path=/some/dir"] if option == "hf" else []
+            # vLLM's engine runs only its own two schedulers (sarathi_lab/executors.py), not the default.
+            extra += ["scheduler=sarathi_serve"] if (group, option) == ("executor", "vllm") else []
             composed = compose_config([f"{group}={option}", *extra])
             if composed.device.get("name") == "cuda" and not torch.cuda.is_available():
                 # A multi-GPU experiment: its CPU dry run (device=cpu) must still compose and validate.

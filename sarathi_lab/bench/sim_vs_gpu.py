@@ -42,6 +42,7 @@ from sarathi_lab.bench.sim_validate import (
 from sarathi_lab.bench.task_tables import TABLES, paired
 from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
 from sarathi_lab.engine.metrics import iteration_kinds, stalled
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness import scales
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.environment import engine_kind
@@ -76,7 +77,7 @@ def finished_runs(root: Path) -> tuple[list[Path], Counter]:
         task, executor = record["config"].get("task"), record["environment"].get("executor")
         if record.get("partial"):
             left_out["partial (interrupted)"] += 1
-        elif executor != "model":
+        elif not recorded_as(executor, "runs_model"):
             left_out[f"executor={executor}"] += 1
         elif task != SERVE and task not in TABLES:  # neither served again nor its table's batches priced
             left_out[f"{metrics.relative_to(root).parts[0]} (task={task}, no comparison)"] += 1

@@ -42,7 +42,7 @@ def budget_cost_model(engine: EngineConfig):
     from sarathi_lab.sim import CostModel
     from sarathi_lab.sim.profiles import profile_path
 
-    if engine.executor == "sim":
+    if engine.kind.simulated:
         device, kind = engine.sim_device, engine.sim_cost_model
     elif engine.device_type == "cpu":
         device = "cpu"
@@ -54,7 +54,7 @@ def budget_cost_model(engine: EngineConfig):
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
     # The simulator's settings are the user's keys; the CPU's cost model here is chosen, set by none.
-    keys = engine.keys if engine.executor == "sim" else AS_WRITTEN
+    keys = engine.keys if engine.kind.simulated else AS_WRITTEN
     return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp, keys=keys), described
 
 

@@ -49,7 +49,7 @@ class RunRecorder:
         directory.mkdir(parents=True, exist_ok=True)
         llm = self.llm
         # A simulation runs on the host's CPU, whatever device the engine's config names.
-        device = "cpu" if llm.config.executor == "sim" else llm.config.torch_device
+        device = "cpu" if llm.config.kind.simulated else llm.config.torch_device
         environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm, self._machine(),
                                           llm.cuda_graphs)
         write_results(directory, tables, RunResult(
@@ -83,12 +83,12 @@ class RunRecorder:
 
     def _machine(self) -> dict[str, Any]:
         machine = load.assess(self.before, load.snapshot())
-        if self.cfg.engine.executor == "sim":
+        if self.cfg.engine.kind.simulated:
             # Virtual-clock times do not depend on the machine's load.
             machine |= {"timing_unreliable": False, "timing_note": None}
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
-        if self.cfg.engine.executor == "model":
+        if self.cfg.engine.kind.runs_model:
             # Imported here: a simulated run loads no attention backend.
             from sarathi_lab.attention.backend import interpreted
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sarathi_lab.config import ConfigError
+from sarathi_lab.executors import executor_class, executors_with
 from sarathi_lab.model.presets import SIMULATED_ONLY, SPECS
 
 if TYPE_CHECKING:
@@ -31,9 +32,10 @@ def check_buildable(model: str, executor: str, model_key: str = "model", executo
     """Refuses, in one line naming the model, a simulator-only preset anywhere but on the simulator:
     the engine would otherwise build its LLaMA-form stand-in as if it were the model. ``*_key``: the
     keys the two were set by, as the refusal names them."""
-    if model in SIMULATED_ONLY and executor != "sim":
+    if model in SIMULATED_ONLY and not executor_class(executor).simulated:
+        simulators = ", ".join(executors_with("simulated"))
         raise ModelLoadError(f"{model_key}={model!r} is invalid with {executor_key}={executor!r}: "
-                             f"{SIMULATED_ONLY[model]}; allowed: {executor_key}=sim")
+                             f"{SIMULATED_ONLY[model]}; allowed: {executor_key}={simulators}")
 
 
 def load_config(model: str, key: str = "model") -> ModelConfig:

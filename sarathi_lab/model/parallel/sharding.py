@@ -31,12 +31,13 @@ class TensorShards:
 
     @classmethod
     def of(cls, config: ModelConfig, rank: int, size: int, model: str = "",
-           keys: Keys = AS_WRITTEN) -> TensorShards:
+           keys: Keys = AS_WRITTEN, pad_vocab: bool = False) -> TensorShards:
         """Refuses, in one line naming tensor_parallel (as ``keys`` names it), a model the ranks cannot
-        split evenly."""
+        split evenly; ``pad_vocab``: a vocabulary that does not split is padded (as vLLM's vocab-parallel
+        LM head pads it; the simulator prices it so), not refused."""
         heads, kv = config.num_attention_heads, kv_heads_of(config)
         counts = {"attention heads": heads, "MLP columns (intermediate_size)": config.intermediate_size,
-                  "vocabulary entries": config.vocab_size}
+                  **({} if pad_vocab else {"vocabulary entries": config.vocab_size})}
         for what, n in counts.items():
             if n % size:
                 raise ConfigError(f"{keys.set('tensor_parallel', size)} is invalid for {keys.set('model', model)}: "
