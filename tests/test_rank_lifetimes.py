@@ -53,11 +53,12 @@ def test_a_script_on_stdin_or_without_the_main_guard_runs_on_two_ranks(how, tmp_
 
 
 def test_a_rank_that_dies_while_the_ranks_join_ends_the_start_with_a_line_naming_it(monkeypatch):
-    monkeypatch.setattr(group, "JOIN_TIMEOUT_S", 120.0)  # a regression's wait, bounded
+    for module in (group, spawn):
+        monkeypatch.setattr(module, "JOIN_TIMEOUT_S", 120.0)  # a regression's wait, bounded
     started = spawn.start
 
-    def start_and_kill(size, init_method):
-        processes = started(size, init_method)
+    def start_and_kill(size, port):
+        processes = started(size, port)
         processes[0].kill()  # rank 1, before it could join
         return processes
 
@@ -69,6 +70,11 @@ def test_a_rank_that_dies_while_the_ranks_join_ends_the_start_with_a_line_naming
     assert time.monotonic() - begun < group.JOIN_TIMEOUT_S / 4  # seconds, not the join timeout
     assert "\n" not in str(e.value)
     assert driver._ranks is None
+    monkeypatch.undo()
+    try:  # nothing of the failed start is left waiting: the next one joins
+        assert driver.ranks(2).size == 2
+    finally:
+        driver.close()
 
 
 def _children(pid: int) -> list[int]:
@@ -99,10 +105,10 @@ def _maps_torch(pid: int) -> bool:
 
 
 def test_the_drivers_sigkill_while_its_ranks_join_ends_them():
-    # The driver never joins (rank 0 sleeps), so rank 1 waits in init_process_group, as it did for
-    # up to the join timeout once the driver was killed.
+    # Rank 0 never joins (it sleeps once rank 1 is ready), so rank 1 waits in init_process_group,
+    # as it did for up to the join timeout once the driver was killed.
     code = ("import time; from sarathi_lab.model.parallel import driver, spawn\n"
-            "spawn.join_spawned = lambda *a: time.sleep(600)\n"
+            "spawn.join = lambda *a, **k: time.sleep(600)\n"
             "driver.ranks(2)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], env=_env(), stderr=subprocess.PIPE,
                             text=True)

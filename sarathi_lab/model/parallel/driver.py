@@ -19,7 +19,6 @@ from sarathi_lab.model.parallel import spawn
 from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import (
     BUILD_TIMEOUT_S,
-    LOOPBACK,
     RankGroup,
     bounded,
     engine_groups,
@@ -53,8 +52,8 @@ def ranks(size: int) -> RankGroup:
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        init = f"tcp://{LOOPBACK}:{free_port()}"
-        _ranks = spawn.join_spawned(spawn.start(size, init), size, init)
+        port = free_port()
+        _ranks = spawn.join_spawned(spawn.start(size, port), size, port)
     return _ranks
 
 

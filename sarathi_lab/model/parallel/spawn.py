@@ -1,6 +1,6 @@
-"""The ranks a driver spawns on its own machine: started without the driver's script, joined while
-the driver watches that each is still alive, and each watching the driver in turn, so that no death
-on either side leaves the other waiting."""
+"""The ranks a driver spawns on its own machine: started without the driver's script, joined once
+each has said it is ready on the driver's store while the driver watches that each is still alive,
+and each watching the driver in turn, so that no death on either side leaves the other waiting."""
 from __future__ import annotations
 
 import contextlib
@@ -9,20 +9,26 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 
-from sarathi_lab.model.parallel.group import JOIN_TIMEOUT_S, RankGroup, join
+import torch.distributed as dist
+
+from sarathi_lab.model.parallel.group import JOIN_TIMEOUT_S, LOOPBACK, RankGroup, join
 from sarathi_lab.model.parallel.worker import serve
 
-# How often the driver looks at its ranks' liveness while they join.
+# How often the driver looks at its ranks' liveness while they start.
 POLL_S = 0.2
+# The store's counter of ranks that have started (imported, connected) and go on to join.
+READY = "sarathi/ready"
 
 
-def start(size: int, init_method: str) -> list:
+def start(size: int, port: int) -> list:
     """Ranks 1..size-1, each its own process (spawned: a forked copy of a driver holding threads or
     CUDA is unsafe)."""
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=rank_main, args=(r, size, init_method), daemon=True,
+    processes = [context.Process(target=rank_main, args=(r, size, port), daemon=True,
                                  name=f"sarathi-rank{r}") for r in range(1, size)]
     with _without_main_script(), _sigint_ignored():
         for process in processes:
@@ -60,14 +66,16 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def rank_main(rank: int, size: int, init_method: str) -> None:
+def rank_main(rank: int, size: int, port: int) -> None:
     """A spawned rank (multiprocessing's target): it leaves as soon as the driver is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     driver = multiprocessing.parent_process()
     threading.Thread(target=_leave_with, args=(driver,), name="sarathi-driver-watch",
                      daemon=True).start()
     try:
-        serve(join(rank, size, init_method))
+        store = _store(port, size, master=False)
+        store.add(READY, 1)
+        serve(join(rank, size, store=store))
     except Exception:
         if not driver.is_alive():
             os._exit(1)  # the driver's death broke the collective: nothing to say to nobody
@@ -79,38 +87,36 @@ def rank_main(rank: int, size: int, init_method: str) -> None:
     os._exit(0)
 
 
+def _store(port: int, size: int, master: bool):
+    return dist.TCPStore(LOOPBACK, port, size, is_master=master, wait_for_workers=False,
+                         timeout=timedelta(seconds=JOIN_TIMEOUT_S))
+
+
 def _leave_with(driver) -> None:
     """The driver's pipe to this rank closes only when the driver dies (or drops this rank)."""
     driver.join()
     os._exit(1)
 
 
-def join_spawned(processes: list, size: int, init_method: str) -> RankGroup:
-    """The driver joins its ranks in a thread while this one watches them: one that died (an import
-    that failed, a kill) would keep the join waiting for every rank up to JOIN_TIMEOUT_S."""
-    outcome: list = []
-
-    def joining() -> None:
-        try:
-            outcome.append(join(0, size, init_method))
-        except BaseException as e:  # noqa: BLE001 - handed to the watching thread, which raises it
-            outcome.append(e)
-
-    thread = threading.Thread(target=joining, name="sarathi-join", daemon=True)
-    thread.start()
+def join_spawned(processes: list, size: int, port: int) -> RankGroup:
+    """The driver joins its ranks once every one is ready, watching them until then: one that died
+    (an import that failed, a kill) would keep the join waiting for it up to JOIN_TIMEOUT_S."""
     spawned = RankGroup(0, size, 0, None, processes)
     try:
-        while thread.is_alive():
-            thread.join(POLL_S)
+        store = _store(port, size, master=True)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        while store.add(READY, 0) < size - 1:
             if dead := spawned.dead_ranks():
                 raise RuntimeError(died_joining(size, dead))
-        if isinstance(outcome[0], BaseException):
-            raise spawned.failure(outcome[0], JOIN_TIMEOUT_S) from outcome[0]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{size} ranks: not all started within {JOIN_TIMEOUT_S:g} s")
+            time.sleep(POLL_S)  # where Ctrl-C lands, ending the ranks below
+        group = join(0, size, store=store)
     except BaseException:
-        kill(processes)  # Ctrl-C included: a rank left behind would wait for the driver to join
+        kill(processes)  # a rank left behind would wait for the driver to join
         raise
-    outcome[0].processes = processes
-    return outcome[0]
+    group.processes = processes
+    return group
 
 
 def died_joining(size: int, dead: list[tuple[int, int]]) -> str:
