@@ -14,15 +14,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sarathi_lab"
 
-# Lowest first. ``llm`` is the public API (sarathi_lab/__init__.py and llm.py, with ``inputs``, the
+# Lowest first; the simulator below the measurement that writes what it reads. ``llm`` is the public API (sarathi_lab/__init__.py and llm.py, with ``inputs``, the
 # checks of what users pass it, and ``plan``, the engine's plan it builds from): it builds an engine
 # with its model, or the simulator's executor, so it sits above both and below the harness.
 LAYERS = (
     ("config", "cli_args", "provenance", "code_commit", "tuned_kernels", "env_flags", "host_memory", "host_features"),
     ("engine",),
     ("model", "attention", "sarathi_kernels"),
-    ("profiling",),
     ("sim",),
+    ("profiling",),
     ("llm", "inputs", "plan"),
     ("harness",),
     ("analysis",),
@@ -193,3 +193,26 @@ def test_kernels_import_nothing_from_the_lab():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "sarathi_lab"]
     assert found == []
+
+
+def test_the_simulator_imports_neither_profiling_nor_torch():
+    """The simulator reads data (profiles, kernel tables, a ceilings file): what measures is above it."""
+    found = []
+    for path in (PACKAGE / "sim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                      if n.split(".")[0] == "torch" or n.startswith("sarathi_lab.profiling")]
+    assert found == []
+
+
+def test_a_simulated_gpu_run_loads_no_torch():
+    import subprocess
+
+    probe = ("import sys; from sarathi_lab import LLM; "
+             "llm = LLM('tiny', executor='sim', sim_device='a100', chunk_size=32, max_batch_size=4); "
+             "llm.generate([[3] * 40, [4] * 20], max_new_tokens=4); print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "False"
