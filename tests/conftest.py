@@ -20,8 +20,8 @@ if os.environ.get("SARATHI_ISA_AS"):
 
 @pytest.fixture(scope="session", autouse=True)
 def cpu_ceilings(tmp_path_factory):
-    """Synthetic CPU ceilings for every sim_device=cpu run (and the processes tests start): a unit test
-    measures nothing, and reads the same figures on every machine."""
+    """Synthetic CPU ceilings for every sim_device=cpu run (and the processes tests start): a unit
+    test measures nothing, and reads the same figures on every machine."""
     from sarathi_lab.config import DTYPES
     from sarathi_lab.sim.device import CEILINGS_ENV, cpu_name
 

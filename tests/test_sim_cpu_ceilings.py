@@ -14,17 +14,22 @@ DAMAGED = ["", "{", "[1, 2]", '{"KEY": {"copy_gbps": "x", "matmul_gflops": 1}}',
 
 def test_the_simulated_cpu_is_the_file_s_entry_with_its_provenance(tmp_path, monkeypatch):
     path = tmp_path / "c.json"
-    entry = {"copy_gbps": 4.0, "matmul_gflops": 30.0, "threads": 2, "measured_at": "2026-01-01T00:00:00Z"}
+    entry = {"copy_gbps": 4.0, "matmul_gflops": 30.0, "threads": 2,
+             "measured_at": "2026-01-01T00:00:00Z"}
     path.write_text(json.dumps({cpu_ceilings_key("float32"): entry}))
     monkeypatch.setenv(CEILINGS_ENV, str(path))
     dev = load_device("cpu", "float32")
     assert (dev.peak_flops, dev.memory_bandwidth) == (30e9, 4e9)
-    assert dev.sources == (f"measured on {cpu_ceilings_key('float32')} with 2 threads at "
-                           f"2026-01-01T00:00:00Z, read from {path}",)
+    assert dev.sources == ((f"measured on {cpu_ceilings_key('float32')} with 2 threads at "
+                            f"2026-01-01T00:00:00Z, read from {path}"),)
 
 
-@pytest.mark.parametrize("content", [None, '{"other|float32": {"copy_gbps": 1, "matmul_gflops": 1}}', *DAMAGED])
-def test_a_missing_or_damaged_file_fails_in_one_line_naming_the_command(content, tmp_path, monkeypatch):
+OTHER_CPU = '{"other|float32": {"copy_gbps": 1, "matmul_gflops": 1}}'
+
+
+@pytest.mark.parametrize("content", [None, OTHER_CPU, *DAMAGED])
+def test_a_missing_or_damaged_file_fails_in_one_line_naming_the_command(content, tmp_path,
+                                                                         monkeypatch):
     path = tmp_path / "c.json"
     if content is not None:
         path.write_text(content)

@@ -1,4 +1,5 @@
-"""The measured link between two processes (sim/link.py, profiling/link.py): its table, and a real ping-pong over gloo."""
+"""The link between two processes: its table (sim/link.py), and a real ping-pong over gloo
+(profiling/link.py)."""
 from __future__ import annotations
 
 import pytest

@@ -74,7 +74,7 @@ def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> in
         return 0
     from sarathi_kernels import cpu_ops
 
-    # Compared by equality, not hash: a simulated CPU's plan holds a SimulatedDtype equal to torch's.
+    # By equality, not hash: a simulated CPU's plan holds a SimulatedDtype equal to torch's.
     return 2 if any(dtype == d for d in cpu_ops.DTYPES) else 1
 
 

@@ -1,6 +1,6 @@
-"""This CPU's ceilings as the simulator reads them (sim_device=cpu): copy bandwidth and matmul rate at
-the benchmarks' sizes, written with the machine, threads and time of the measurement to the file
-sim/device.py reads, so that a simulation measures nothing.
+"""This CPU's ceilings as the simulator reads them (sim_device=cpu): copy bandwidth and matmul
+rate at the benchmarks' sizes, written with the machine, threads and time of the measurement to
+the file sim/device.py reads, so that a simulation measures nothing.
 
     python -m sarathi_lab.profiling.cpu_ceilings [--dtype bfloat16]
 """
@@ -12,14 +12,20 @@ from datetime import datetime, timezone
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import DTYPES
-from sarathi_lab.sim.device import (MEASURE_COMMAND, cpu_ceilings_key, cpu_ceilings_path, cpu_name,
-                                    device_dtype, read_cpu_ceilings)
+from sarathi_lab.sim.device import (
+    MEASURE_COMMAND,
+    cpu_ceilings_key,
+    cpu_ceilings_path,
+    cpu_name,
+    device_dtype,
+    read_cpu_ceilings,
+)
 
 log = logging.getLogger(__name__)
 
 
 def measure(dtype: str = "bfloat16") -> dict:
-    """Measure this CPU's ceilings in the dtype the engine runs for ``dtype`` and write its entry."""
+    """Measure this CPU's ceilings in the dtype the engine runs for ``dtype``; write its entry."""
     import json
 
     import torch
@@ -29,7 +35,8 @@ def measure(dtype: str = "bfloat16") -> dict:
     run = device_dtype("cpu", dtype)
     ceil = measure_ceilings("cpu", getattr(torch, run), **FULL)
     entry = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops, "cpu": cpu_name(),
-             "dtype": run, "threads": ceil.threads, "copy_mib": ceil.copy_mib, "matmul_n": ceil.matmul_n,
+             "dtype": run, "threads": ceil.threads, "copy_mib": ceil.copy_mib,
+             "matmul_n": ceil.matmul_n,
              "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
              "writer": MEASURE_COMMAND}
     path = cpu_ceilings_path()
@@ -61,8 +68,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dtype", default="bfloat16", choices=DTYPES)
     args = parser.parse_args(argv)
     entry = measure(args.dtype)
-    print(f"{cpu_ceilings_path()}: {cpu_ceilings_key(args.dtype)}: copy {entry['copy_gbps']:.3g} GB/s, "
-          f"matmul {entry['matmul_gflops']:.3g} GFLOP/s with {entry['threads']} threads")
+    print(f"{cpu_ceilings_path()}: {cpu_ceilings_key(args.dtype)}: "
+          f"copy {entry['copy_gbps']:.3g} GB/s, matmul {entry['matmul_gflops']:.3g} GFLOP/s "
+          f"with {entry['threads']} threads")
     return entry
 
 

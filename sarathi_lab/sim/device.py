@@ -113,8 +113,8 @@ def device_dtype(device: str, dtype: str) -> str:
 
 @dataclass(frozen=True)
 class SimulatedDtype:
-    """A dtype a simulated device runs, as the memory plan and a run's records read a torch dtype (its size,
-    its name), without importing torch: the simulator computes nothing in it."""
+    """A dtype a simulated device runs, as the memory plan and a run's records read a torch dtype
+    (its size, its name), without importing torch: the simulator computes nothing in it."""
     name: str
     itemsize: int
 
@@ -154,7 +154,7 @@ def cpu_ceilings_key(dtype: str) -> str:
 
 
 def read_cpu_ceilings(path: Path) -> dict:
-    """{key: entry} of the file at ``path`` ({} where there is none); ValueError where it is damaged."""
+    """{key: entry} of the file at ``path`` ({} where there is none); ValueError where damaged."""
     if not path.is_file():
         return {}
     try:
@@ -181,12 +181,12 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     except ValueError as e:
         entry, why = None, f"{path} is {e}"
     if entry is None:
-        raise ConfigError(f"sim_device='cpu' needs this CPU's measured ceilings: {why}; measure them with "
-                          f"{MEASURE_COMMAND} --dtype {dtype}")
+        raise ConfigError(f"sim_device='cpu' needs this CPU's measured ceilings: {why}; "
+                          f"measure them with {MEASURE_COMMAND} --dtype {dtype}")
     return Device(name="cpu", peak_flops=entry["matmul_gflops"] * 1e9,
                   memory_bandwidth=entry["copy_gbps"] * 1e9, memory_bytes=host_memory.total(),
                   tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0, attention_flops_efficiency=1.0,
                   bandwidth_efficiency=1.0, attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0,
                   host_overhead_s=0.0, host_per_token_s=0.0, kv_reread=False,
-                  sources=(f"measured on {key} with {entry.get('threads', '?')} threads at "
-                           f"{entry.get('measured_at', '?')}, read from {path}",))
+                  sources=((f"measured on {key} with {entry.get('threads', '?')} threads at "
+                            f"{entry.get('measured_at', '?')}, read from {path}"),))
