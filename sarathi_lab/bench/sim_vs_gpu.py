@@ -47,6 +47,7 @@ from sarathi_lab.harness import scales
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.environment import engine_kind
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
+from sarathi_lab.profiling import cpu_ceilings
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.profiles import profile_path
 
@@ -115,6 +116,8 @@ def refusals(runs: list[Path], device: str, cost_models) -> dict[tuple, str]:
     found = {}
     for model, dtype in dict.fromkeys((c.get("model"), c.get("dtype"))
                                       for c in (read_record(r / METRICS)["config"] for r in runs)):
+        if device == "cpu":  # the simulator reads this CPU's ceilings, measured here where missing
+            cpu_ceilings.ensure(dtype or "bfloat16")
         for cost_model in cost_models:
             try:
                 with warnings.catch_warnings():
