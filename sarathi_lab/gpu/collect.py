@@ -14,7 +14,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, provenance, tuned_kernels
 from sarathi_lab.config import REPO_ROOT, device_slug
 from sarathi_lab.gpu import archive_members
 from sarathi_lab.gpu.archive_members import ArchiveRefused
@@ -23,6 +23,8 @@ from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
 # Kept: small text tables and figures; never the per-run folders of the paper sweeps.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
+# A tuned-kernel table the tune step wrote (the engine reads it once committed to sarathi_lab/tuned/).
+TUNED = re.compile(r"^steps/tune/(?!result\.json$)[\w.-]+\.json$")
 RUN = re.compile(r"^paper/[\w.-]+/multiruns/[^/]+/[^/]+/metrics\.json$")
 ENV = "steps/env/env.json"  # names the device, hence where everything goes
 SUMMARY = "summary.json"  # the steps' commits and start times, hence the lease
@@ -201,6 +203,8 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
                          gpu_docs(root) / INDEX])
         # Every member read (and so the whole archive found readable) before the first file is written.
         contents = {name: archive_members.read_member(tar, members[name], label) for name in targets}
+        for name in filter(TUNED.match, contents):  # a table that breaks its schema is refused, as any damage
+            tuned_kernels.from_bytes(contents[name], f"{archive}: {name}", device=machine)
     for name, target in targets.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         _write(target, contents[name])
