@@ -83,7 +83,7 @@ def graph_sizes(max_batch: int) -> list[int]:
 def bucket_step(tokens: int) -> int:
     """How far the next mixed bucket lies above a bucket of ``tokens``: doubling below the GEMM tile,
     a tile at a time from it."""
-    return tokens if tokens < GEMM_TILE else GEMM_TILE
+    return min(GEMM_TILE, tokens)
 
 
 def token_buckets(largest: int) -> list[int]:
