@@ -192,8 +192,8 @@ def test_a_table_s_split_rule_reads_back_with_only_the_knobs_it_moved(tmp_path):
 @pytest.mark.parametrize(("knobs", "message"), [
     ({"min_key_tiles": 2.5}, r"split_rule.min_key_tiles=2.5 is invalid: must be an integer$"),
     ({"max_waves": 0}, r"split_rule.max_waves=0 is invalid: must be >= 1$"),
-    ({"split_cost": 1}, (r"split_rule.split_cost=1 is invalid; allowed: max_splits, max_waves, min_key_tiles, "
-                         r"split_cost_tiles, unsplit_share$"))])
+    ({"split_cost": 1}, (r"split_rule.split_cost=1 is invalid; allowed: max_splits, max_waves, min_gain, "
+                         r"min_key_tiles, split_cost_tiles$"))])
 def test_a_bad_split_rule_knob_is_named_in_one_line_and_the_default_rule_runs(knobs, message, caplog):
     from sarathi_kernels.split_rule import DEFAULT_RULE
 
