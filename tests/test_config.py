@@ -260,11 +260,11 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
       r"chunk \+ decodes = 2 \+ 19 = 21 tokens rounded down to whole 16-token tiles leaves no room for a chunk "
       r"beside 19 decodes; allowed: none, or a larger chunk$")),
     # sarathi's tile alignment (its knobs): a chunk that can never fill a tile is refused by the scheduler's check.
-    (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are none, tile$"),
+    (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are auto, none, tile$"),
     (["chunk=16", "scheduler.chunk_align=tile"],
      (r"^scheduler.chunk_align='tile' is invalid with chunk=16, batch_size=4, scheduler.tile=128: a chunk and its "
-      r"decodes \(at most 19 tokens\) never fill a whole tile; allowed: none, or chunk=125 or more, or a smaller "
-      r"tile$")),
+      r"decodes \(at most 19 tokens\) never fill a whole tile; allowed: none, auto, or chunk=125 or more, or a "
+      r"smaller tile$")),
     (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
      r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),
     (["on_existing=maybe"], r"^on_existing='maybe' is invalid: allowed values are refuse, skip, overwrite$"),

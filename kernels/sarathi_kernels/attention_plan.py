@@ -32,7 +32,7 @@ import torch
 
 from sarathi_kernels._checks import require
 from sarathi_kernels.occupancy import GpuLimits, device_limits, kernel_resources, resident_ctas
-from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule, cdiv, choose_splits, most_splits
+from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule, cdiv, choose_splits, most_programs, most_splits
 
 __all__ = ["AttentionLaunch", "AttentionPlan", "TileConfig", "WorkTiles", "cdiv", "default_tiles", "device_limits",
            "plan_batch", "plan_graph", "plan_launch", "prefill_tile_choices"]
@@ -274,9 +274,9 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
     config = _raised(tiles.decode, group_pad)
     wave = wave_of(DECODE, config, limits)
     capacity = most_splits(fewest_decodes * num_kv_heads, cdiv(max_seq_len, config.block_n), wave, rule)
-    # A split launch's programs: D decodes x heads x s <= max_waves x wave (split_rule.most_splits).
+    # A split launch's programs: D decodes x heads x s (split_rule.most_programs).
     programs = min(requests * num_kv_heads * capacity,
-                   max(requests * num_kv_heads, rule.max_waves * wave if capacity > 1 else 0))
+                   most_programs(requests * num_kv_heads, wave, rule) if capacity > 1 else requests * num_kv_heads)
     decode = AttentionLaunch(DECODE, group, group_pad, config, requests, requests, num_kv_heads, 1, capacity,
                              0, requests, programs)
     prefill = None
@@ -288,9 +288,10 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
         capacity = most_splits(fewest_tiles * num_kv_heads, cdiv(max_seq_len, prefill_tiles.block_n), wave, rule)
         grid_tiles = tokens // block_q + requests
         # A split launch's grid tiles (T // block_q + P) are at most twice its working ones W (each of
-        # its P chunks has one), and W x heads x s <= max_waves x wave.
+        # its P chunks has one), and W x heads x s <= most_programs(W x heads).
         programs = min(grid_tiles * num_kv_heads * capacity,
-                       max(grid_tiles * num_kv_heads, 2 * rule.max_waves * wave if capacity > 1 else 0))
+                       2 * most_programs(grid_tiles * num_kv_heads, wave, rule) if capacity > 1
+                       else grid_tiles * num_kv_heads)
         prefill = AttentionLaunch(PREFILL, group, group_pad, prefill_tiles, grid_tiles,
                                   cdiv(tokens, block_q) + requests - 1, num_kv_heads, 1, capacity, 0, requests,
                                   programs)

@@ -7,6 +7,7 @@ device's tuned table where it has them (tuned_kernels.py), the kernels' defaults
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,9 @@ from sarathi_lab.attention.backend import AttentionBackend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.tuned_kernels import table_for
 
+log = logging.getLogger(__name__)
+# The tables whose split-rule knobs the rule refused, warned of once each.
+_REFUSED_RULES: set[str] = set()
 # The kernels, imported when the backend is first made rather than when it registers: Triton is the
 # gpu extra's, and a CPU install without it still lists this backend.
 # The kernels called by name are module globals, as a test's spy replaces them.
@@ -108,8 +112,11 @@ class TritonAttention(AttentionBackend):
             return k.split_rule.DEFAULT_RULE
         try:
             return k.split_rule.SplitRule.with_knobs(table.split_rule)
-        except ValueError as e:
-            raise ValueError(f"error: {table.source}: {e}") from None
+        except ValueError as e:  # a damaged table never stops the engine: the default rule, said once
+            if table.source not in _REFUSED_RULES:
+                _REFUSED_RULES.add(table.source)
+                log.warning("error: %s: %s; running split_rule's default rule", table.source, e)
+            return k.split_rule.DEFAULT_RULE
 
     def batch_plan(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor):
         """The batch's launches, from its host lengths, planned once (kept on ``meta.plan``); a CUDA

@@ -53,10 +53,16 @@ class RunRecorder:
         environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm, self._machine(),
                                           llm.cuda_graphs)
         write_results(directory, tables, RunResult(
-            summary=summary | self.plan_record, config=self.cfg.key_values() | (config or {}),
+            summary=summary | self.plan_record,
+            config=self.cfg.key_values() | self._settled() | (config or {}),
             overrides=self.overrides, resolved_config=self.resolved_config, environment=environment,
             partial=partial, wall_time_s=time.perf_counter() - self.start, inputs=self.inputs))
         return environment
+
+    def _settled(self) -> dict[str, Any]:
+        """What the plan settled that a results table is indexed by: the chunk alignment that ran
+        (scheduler.chunk_align with auto settled; "none" for a scheduler without the knob)."""
+        return {"chunk_align": self.llm.plan.scheduler_config.chunk_alignment}
 
     def log(self, directory: Path, name: str, summary: dict[str, float], tables: Tables,
             environment: dict[str, Any]) -> None:
