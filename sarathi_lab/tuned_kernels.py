@@ -68,6 +68,9 @@ class TunedTable:
     # The split rule's knobs the device moved from split_rule.py's defaults (the attention backend
     # builds the rule from them, which checks their ranges).
     split_rule: dict[str, int | float] = field(default_factory=dict)
+    # Hybrid shapes timed co-scheduled and sequential (attention/co_schedule.py reads and checks them);
+    # none: the engine never co-schedules.
+    co_schedule: list[dict] = field(default_factory=list)
 
     def tiles(self, kind: str) -> TileConfig:
         return self.attention.get(kind, TileConfig())
@@ -85,6 +88,7 @@ class TunedTable:
         out = {"device": self.device, "attention": {k: asdict(v) for k, v in self.attention.items()},
                "gemm": {key: {str(m): asdict(c) if c.kernel != "cublas" else {"kernel": "cublas"}
                               for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
+        out |= {"co_schedule": list(self.co_schedule)} if self.co_schedule else {}
         return out | ({"split_rule": dict(self.split_rule)} if self.split_rule else {})
 
 
@@ -127,7 +131,8 @@ def load(path: Path) -> TunedTable:
             if choice.get("kernel", "cublas") not in GEMM_KERNELS:
                 _fail(path, f"gemm.{key}.{m}.kernel", choice.get("kernel"), ", ".join(GEMM_KERNELS))
             gemm[key][int(m)] = GemmChoice(**_ints(path, f"gemm.{key}.{m}", choice, GemmChoice))
-    return TunedTable(raw.get("device", ""), attention, gemm, str(path), _split_rule(path, raw.get("split_rule", {})))
+    return TunedTable(raw.get("device", ""), attention, gemm, str(path), _split_rule(path, raw.get("split_rule", {})),
+                      raw.get("co_schedule", []))
 
 
 def _split_rule(path: Path, raw: dict) -> dict[str, int | float]:
