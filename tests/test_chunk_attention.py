@@ -12,9 +12,9 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from sarathi_kernels.attention_plan import default_tiles, prefill_tiles_for, wave_of
+from sarathi_kernels.attention_plan import default_tiles, plan_launch, prefill_tiles_for, wave_of
 from sarathi_kernels.chunk_attention import ChunkBuffers, chunk_attention
-from sarathi_kernels.chunk_plan import grid_path, plan_chunks, tile_walks
+from sarathi_kernels.chunk_plan import grid_path, piece_cap, plan_chunks, tile_walks
 from sarathi_kernels.occupancy import H100, GpuLimits
 
 from tests.test_kernels import assert_close, expected, make_inputs
@@ -98,16 +98,17 @@ def attention_step_shapes():
 @pytest.mark.parametrize("limits", [H100, A100], ids=["h100", "a100"])
 @pytest.mark.parametrize("heads,kv_heads", [(40, 40), (32, 8)], ids=["llama-13b", "gqa-32/8"])
 def test_no_tail_wave_at_the_attention_step_s_shapes(heads, kv_heads, limits):
-    # Units: key tiles walked, a piece's fixed costs counted. Today's grid: a program per walk,
-    # unsplit, longest first onto the first free slot.
+    # Units: key tiles walked, a piece's fixed costs counted. Today's grid: a program per walk (or
+    # per each of the split rule's shares of it), longest first onto the first free slot.
     tiles, group_pad = default_tiles(), 1 << (heads // kv_heads - 1).bit_length()
     off = []
     for c, prefix in attention_step_shapes():
         config = prefill_tiles_for(c, group_pad, tiles)
         slots = wave_of("prefill", config, limits)
         block_q = config.block_m // group_pad
-        work = plan_chunks([c], [prefix + c], kv_heads, block_q, config.block_n, slots)
-        today = grid_path([c], [prefix + c], kv_heads, block_q, config.block_n, slots)
+        splits = plan_launch(c, 1, heads, kv_heads, max_seq_len=prefix + c, max_query_len=c, limits=limits).num_splits
+        work = plan_chunks([c], [prefix + c], kv_heads, block_q, config.block_n, slots, max_pieces=piece_cap(c))
+        today = grid_path([c], [prefix + c], kv_heads, block_q, config.block_n, slots, splits)
         planned_work = work.planned_cost / slots
         # Within 1.1x of its own work a slot wherever a prefix makes the walks long (a chunk at prefix
         # 0 is a few key tiles a walk, its whole launch a few microseconds), never slower than today.
@@ -153,3 +154,51 @@ def test_balanced_kernel_compiles_for_hopper_without_spills():
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name: spilled for name, (_, spilled, _) in found.items() if spilled} == {}, found
+
+
+def _hybrid(seed: int):
+    torch.manual_seed(seed)
+    return make_inputs([(40, 300), (9, 20)], [(1, 70), (1, 5)], heads=4, kv_heads=2, head_dim=16, block_size=16,
+                       dtype=torch.float32)
+
+
+def test_the_engine_s_plan_runs_the_chunks_balanced_on_a_gpu():
+    from sarathi_kernels.attention_plan import plan_batch
+    from sarathi_kernels.paged_attention import paged_attention
+
+    query, k_cache, v_cache, meta = _hybrid(0)
+    plan = plan_batch(meta.query_lens_host, meta.seq_lens_host, 4, 2, num_prefills=2, element_size=4,
+                      limits=GpuLimits(num_sms=8))
+    assert plan.prefill.balanced is not None and plan.prefill.balanced.work.split_capacity > 1
+    out = torch.full_like(query, float("nan"))
+    paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, 16 ** -0.5,
+                    plan=plan, out=out)
+    assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
+
+
+def test_a_graph_s_launch_runs_each_replay_s_balanced_work():
+    # Captured once (its buffers made on its first run, over no work), then each batch's work copied in.
+    from sarathi_kernels.attention_plan import plan_batch, plan_graph
+    from sarathi_kernels.paged_attention import paged_attention
+    from sarathi_kernels.split_merge import split_counts_buffer
+
+    from sarathi_lab.attention.triton_backend import TritonAttention
+
+    limits, counts = GpuLimits(num_sms=8), split_counts_buffer(2, torch.device("cpu"))
+    query, k_cache, v_cache, meta = _hybrid(1)
+    first = plan_batch(meta.query_lens_host, meta.seq_lens_host, 4, 2, num_prefills=2, element_size=4, limits=limits)
+    graph = plan_graph(64, 6, 4, 2, max_seq_len=meta.block_tables.shape[1] * 16,
+                       prefill_tiles=first.prefill.tiles, fewest_tokens=33, element_size=4, limits=limits,
+                       split_counts=counts)
+    paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, 16 ** -0.5,
+                    plan=graph)
+    for seed in (2, 3):
+        query, k_cache, v_cache, meta = _hybrid(seed)
+        plan = plan_batch(meta.query_lens_host, meta.seq_lens_host, 4, 2, num_prefills=2, element_size=4,
+                          limits=limits)
+        assert plan.replays_in(graph)
+        TritonAttention.set_split_counts(counts, plan, graph)
+        out = torch.full_like(query, float("nan"))
+        paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
+                        16 ** -0.5, plan=graph, out=out)
+        assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)

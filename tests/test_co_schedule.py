@@ -18,7 +18,8 @@ from sarathi_lab.tuned_kernels import DEFAULT, using
 from tests.test_kernels import assert_close, expected, make_inputs
 from tests.test_pod_attention import always, run_pod
 
-LEASE_HYBRID = Path(__file__).resolve().parents[1] / "docs/gpu/h100/2026-11-27_7fae342/steps/hybrid/hybrid_attention.csv"
+LEASE = Path(__file__).resolve().parents[1] / "docs/gpu/h100/2026-11-27_7fae342"
+LEASE_HYBRID = LEASE / "steps/hybrid/hybrid_attention.csv"
 
 
 def test_a_second_build_of_a_signature_does_no_per_item_work(monkeypatch):

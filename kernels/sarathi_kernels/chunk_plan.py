@@ -18,7 +18,6 @@ token's rows are in, which the merge reads (1: the piece stored its output itsel
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +30,14 @@ BASE_COST = 1.0
 MIN_PIECE = 2
 # The most pieces one tile's walk is cut into (the partial buffers' split capacity).
 MAX_PIECES = 16
+# Token rows x pieces a tile the partials of one launch may take ([tokens, heads, pieces, head_dim] fp32):
+# a long chunk has slots enough with few pieces a walk, a short one over a long prefix needs many.
+PARTIAL_ROWS = 1024
+
+
+def piece_cap(tokens: int) -> int:
+    """The most pieces a tile of a launch of ``tokens`` prefill tokens is cut into."""
+    return max(2, min(MAX_PIECES, PARTIAL_ROWS // max(tokens, 1)))
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ def tile_walks(query_lens, seq_lens, block_q: int, block_n: int) -> tuple[np.nda
 
 
 def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, programs: int, *,
-                split_cost: float = 1.0) -> ChunkWork:
+                split_cost: float = 1.0, max_pieces: int = MAX_PIECES) -> ChunkWork:
     """The balanced work of a batch's chunks (``query_lens``/``seq_lens``: its prefill requests) for a
     persistent grid of ``programs`` (SMs x resident CTAs); ``split_cost``: a split piece's partial
     written and merged, in key tiles (split_rule.SplitRule.split_cost_tiles). Where cutting walks
@@ -88,7 +95,7 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
     k = keys[walk_tile]
     ends = np.cumsum(k + BASE_COST)
     total = float(ends[-1]) if len(ends) else 0.0
-    floor = (float(k.max(initial=0)) + BASE_COST) / (MAX_PIECES - 1)
+    floor = (float(k.max(initial=0)) + BASE_COST) / (max_pieces - 1)
     # Program j ends where the walks and the fixed costs its cuts add (a piece started inside a walk:
     # its query load and partial; one ended inside: its partial) come to (j + 1) shares. Which cuts
     # fall inside walks is known only after cutting: a few passes, the best kept.
@@ -102,20 +109,18 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
         best = pieces if best is None or pieces[-1] < best[-1] else best
         inner = np.zeros(max(programs - 1, 0), dtype=bool)
         inner[: len(cut_inner)] = cut_inner
+    # Today's grid (a program per walk, or per each of its equal shares) where no cut plan beats it.
+    for share_count in range(1, min(max_pieces, int(k.min()) if len(k) else 1) + 1):
+        flat = _flat(k, share_count, split_cost, programs)
+        best = flat if flat[-1] < best[-1] or (flat[-1] == best[-1] and share_count == 1) else best
     pw, po, hi, counts, splits, piece_cost, program, path = best
-    flat = flat_path(k + BASE_COST, programs)
-    unsplit = flat <= path
-    if unsplit:
-        one = np.ones(len(k), np.int64)
-        pw, po, hi, splits, counts, program, path = np.arange(len(k)), 0 * one, k, one, one, np.arange(len(k)), flat
-        piece_cost = k + BASE_COST
     split = np.arange(len(pw)) - np.repeat(np.cumsum(counts) - counts, counts)
     by_program = np.argsort(program, kind="stable")
     tile = walk_tile[pw]
     items = np.zeros((len(pw), ITEM_FIELDS), dtype=np.int32)
     items[:, :7] = np.stack([req[tile], walk_head[pw], first_q[tile], po * block_n, hi * block_n, split,
                              splits], 1)[by_program]
-    grid = max(programs, len(k)) if unsplit else programs
+    grid = max(programs, int(program.max(initial=0)) + 1)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(program, minlength=grid))]).astype(np.int32)
     tile_splits = np.ones((len(keys), heads), dtype=np.int32)
     tile_splits[walk_tile, walk_head] = counts
@@ -153,6 +158,19 @@ def _pieces(k, ends, walk, off, cut_at, inner, split_cost: float, programs: int)
     return pw, po, hi, counts, splits, piece_cost, program, path
 
 
+def _flat(k: np.ndarray, share_count: int, split_cost: float, programs: int):
+    """``_pieces``' result for a program per piece, each walk in ``share_count`` equal shares of its key
+    tiles (paged_attention's split), longest first as the GPU starts them."""
+    j = np.tile(np.arange(share_count), len(k))
+    pw = np.repeat(np.arange(len(k)), share_count)
+    po, hi = j * k[pw] // share_count, (j + 1) * k[pw] // share_count
+    counts = np.full(len(k), share_count)
+    piece_cost = hi - po + BASE_COST + (split_cost if share_count > 1 else 0.0)
+    program = np.empty(len(pw), dtype=np.int64)
+    program[np.argsort(-piece_cost, kind="stable")] = np.arange(len(pw))
+    return pw, po, hi, counts, counts[pw], piece_cost, program, flat_path(piece_cost, programs)
+
+
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((b, a))
     a, b = a[order], b[order]
@@ -186,11 +204,13 @@ def flat_path(costs: np.ndarray, slots: int) -> float:
     return float(free.max(initial=0.0))
 
 
-def grid_path(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, slots: int) -> float:
-    """The critical path of today's grid (a program per (q-tile, KV head), unsplit, longest first onto
-    whichever slot frees first), in the same units as ``ChunkWork``: the figure the plan is held to."""
+def grid_path(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, slots: int, splits: int = 1,
+              split_cost: float = 1.0) -> float:
+    """The critical path of today's grid (a program per walk, or per each of its ``splits`` equal
+    shares of its key tiles, longest first onto whichever slot frees first), in ``ChunkWork``'s
+    units: the figure the plan is held to."""
     _, _, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
-    free = [0.0] * slots
-    for cost in sorted(np.repeat(keys, num_kv_heads) + BASE_COST, reverse=True):
-        heapq.heappush(free, heapq.heappop(free) + float(cost))
-    return max(free)
+    walks = np.repeat(keys, num_kv_heads)
+    share = (np.arange(1, splits + 1)[None, :] * walks[:, None] // splits
+             - np.arange(splits)[None, :] * walks[:, None] // splits)
+    return flat_path(share.ravel() + BASE_COST + (split_cost if splits > 1 else 0.0), slots)

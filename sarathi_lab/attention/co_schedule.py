@@ -54,24 +54,25 @@ class CoScheduleRule:
         """The rule of a table's ``co_schedule`` list; a bad entry fails in one line naming
         ``where[i].field``."""
         if not isinstance(entries, list):
-            raise ValueError(f"error: {where}={entries!r} is invalid; allowed: a list of entries with "
-                             f"{', '.join(FIELDS)}")
+            _invalid(where, entries, f"a list of entries with {', '.join(FIELDS)}")
         measured = []
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or set(entry) != set(FIELDS):
-                raise ValueError(f"error: {where}[{i}]={entry!r} is invalid; allowed: exactly the keys "
-                                 f"{', '.join(FIELDS)}")
+                _invalid(f"{where}[{i}]", entry, f"exactly the keys {', '.join(FIELDS)}")
             for f in fields(MeasuredHybrid):
                 value = entry[f.name]
                 whole = f.type == "int"
                 if isinstance(value, bool) or not isinstance(value, int if whole else int | float) or value <= 0:
-                    raise ValueError(f"error: {where}[{i}].{f.name}={value!r} is invalid; allowed: a positive "
-                                     f"{'integer' if whole else 'number'}")
+                    _invalid(f"{where}[{i}].{f.name}", value, f"a positive {'integer' if whole else 'number'}")
             measured.append(MeasuredHybrid(**entry))
         return cls(tuple(measured))
 
 
 NEVER = CoScheduleRule()
+
+
+def _invalid(key: str, value, allowed: str):
+    raise ValueError(f"error: {key}={value!r} is invalid; allowed: {allowed}")
 
 
 def entries_from_rows(rows: list[dict]) -> list[dict]:

@@ -159,11 +159,13 @@ class TritonAttention(AttentionBackend):
         return kernels().split_merge.split_counts_buffer(2, device)
 
     @staticmethod
-    def set_split_counts(split_counts: torch.Tensor, plan) -> None:
+    def set_split_counts(split_counts: torch.Tensor, plan, graph=None) -> None:
         """A replay's split counts and requests (``plan``'s, the batch's eager plan) into its graph's
-        device integers."""
+        device integers, and its balanced prefill work into the buffers of ``graph`` (the graph's plan)."""
         for slot, values in enumerate(plan.device_rows()):
             split_counts[slot].copy_(kernels().split_merge.plan_row(split_counts.device, values), non_blocking=True)
+        if graph is not None and plan.prefill is not None and plan.prefill.balanced is not None:
+            graph.prefill.balanced.buffers.load(plan.prefill.balanced.work, plan.prefill.end_request)
 
     def rope_write_kv(self, rotary, positions, qkv, num_heads, num_kv_heads, k_cache, v_cache,
                       meta: AttentionMetadata):

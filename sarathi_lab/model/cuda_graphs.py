@@ -267,8 +267,8 @@ class CudaGraphs:
         if graph.pod:
             self.backend.load_pod(self.plans[graph], meta, self.num_heads, self.k_cache)
         else:
-            self.backend.set_split_counts(self.split_counts, self.backend.batch_plan(meta, self.num_heads,
-                                                                                     self.k_cache))
+            plan = self.backend.batch_plan(meta, self.num_heads, self.k_cache)
+            self.backend.set_split_counts(self.split_counts, plan, self.plans[graph])
         replay, out = self.graphs[graph]
         replay()
         return out[:sampled]
