@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sarathi_kernels.attention_plan import default_tiles, plan_launch, prefill_tiles_for, wave_of
 from sarathi_kernels.chunk_attention import ChunkBuffers, chunk_attention
-from sarathi_kernels.chunk_plan import grid_path, piece_cap, plan_chunks, tile_walks
+from sarathi_kernels.chunk_plan import FLAT_WAVES, grid_path, piece_cap, plan_chunks, tile_walks
 from sarathi_kernels.occupancy import H100, GpuLimits
 
 from tests.test_kernels import assert_close, expected, make_inputs
@@ -85,8 +85,9 @@ def test_the_plan_covers_every_walk_once(chunks, kv_heads, block_q, programs):
             assert all(n == len(pieces) for *_, n in pieces)
     assert work.work_indptr[0] == 0 and work.work_indptr[-1] == len(items)
     assert np.all(np.diff(work.work_indptr) >= 0)
-    # What a graph's buffers must hold: at most one piece more a program than the walks.
-    assert len(items) <= len(req) * kv_heads + programs - 1
+    # What a graph's buffers must hold: a piece more a program than the walks, or two waves of shares.
+    assert len(items) <= max(len(req) * kv_heads + programs - 1, FLAT_WAVES * programs)
+    assert work.programs <= max(len(req) * kv_heads, FLAT_WAVES * programs)
     assert work.row_splits.shape == (sum(query_lens), kv_heads)
 
 

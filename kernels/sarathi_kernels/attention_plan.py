@@ -15,6 +15,14 @@ splits every tile's walk across ``num_splits`` programs; each writes its
 partial output and log-sum-exp, and a small merge kernel combines them (``split_merge.py``);
 split_rule.py picks the count.
 
+Balanced prefill. On a GPU the chunks' launch instead runs balanced work (chunk_plan.py): a
+persistent grid of one program per slot, each walking an equal share of the chunks' keys, a walk cut
+where a share ends inside it; its pieces and their split counts are planned here from the host
+lengths and copied into buffers the launch reads (chunk_attention.py), a graph's sized at capture for
+any batch it holds. The tiles stay this module's choice: 64-row tiles at two CTAs a SM came within a
+few percent of the tall ones in the plan's arithmetic at the attention step's shapes, and a tall tile
+on four warps spills its accumulator.
+
 CUDA graphs. A captured launch cannot change its grid, its tiles or its host arguments. So each
 launch reads its split count and its range of requests from device integers, its programs are a flat
 grid that it maps to (tile, KV head, split) by that count, and a graph's launch is captured with as
@@ -31,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from sarathi_kernels._checks import require
-from sarathi_kernels.chunk_plan import ChunkWork, piece_cap, plan_chunks
+from sarathi_kernels.chunk_plan import FLAT_WAVES, ChunkWork, piece_cap, plan_chunks
 from sarathi_kernels.occupancy import GpuLimits, device_limits, kernel_resources, resident_ctas
 from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule, cdiv, choose_splits, most_splits
 
@@ -328,8 +336,8 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
                        max(grid_tiles * num_kv_heads, 2 * rule.max_waves * wave if capacity > 1 else 0))
         balanced = None
         if limits is not None:  # room for any batch's balanced work (BalancedWork.holds)
-            walks = grid_tiles * num_kv_heads
-            balanced = BalancedWork(None, piece_cap(fewest_tokens), max(wave, walks), walks + wave)
+            walks, most = grid_tiles * num_kv_heads, FLAT_WAVES * wave
+            balanced = BalancedWork(None, piece_cap(fewest_tokens), max(most, walks), max(walks + wave, most))
         prefill = AttentionLaunch(PREFILL, group, group_pad, prefill_tiles, grid_tiles,
                                   cdiv(tokens, block_q) + requests - 1, num_kv_heads, 1, capacity, 0, requests,
                                   programs, balanced)

@@ -8,8 +8,9 @@ program per slot each walks an equal share of the batch's keys: the (tile, KV he
 first, are laid end to end in cost units (a key tile walked is one unit; a piece's query load and
 output store ``BASE_COST`` more) and cut every ``total / slots`` units. A cut inside a walk splits
 its KV range; the pieces leave fp32 partials that split_merge.py merges. A cut within ``MIN_PIECE``
-key tiles of a walk's end moves to that end, so short walks are never split: a batch of many short
-walks splits nothing.
+key tiles of a walk's end moves to that end, so short walks are never split. Where no such cut plan
+has a shorter critical path, today's flat grid is kept (a program per walk, or per each of its equal
+shares of its keys).
 
 Each piece is a row of ``ITEM_FIELDS`` int32s: request, KV head, first query token of its tile, first
 and end key of its range, its index among its tile's pieces and their count. Program p runs rows
@@ -30,6 +31,8 @@ BASE_COST = 1.0
 MIN_PIECE = 2
 # The most pieces one tile's walk is cut into (the partial buffers' split capacity).
 MAX_PIECES = 16
+# A flat grid's split walks stay within this many waves of programs (split_rule.py's max_waves).
+FLAT_WAVES = 2
 # Token rows x pieces a tile the partials of one launch may take ([tokens, heads, pieces, head_dim] fp32):
 # a long chunk has slots enough with few pieces a walk, a short one over a long prefix needs many.
 PARTIAL_ROWS = 1024
@@ -85,8 +88,9 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
     """The balanced work of a batch's chunks (``query_lens``/``seq_lens``: its prefill requests) for a
     persistent grid of ``programs`` (SMs x resident CTAs); ``split_cost``: a split piece's partial
     written and merged, in key tiles (split_rule.SplitRule.split_cost_tiles). Where cutting walks
-    would not shorten the critical path (many short walks), each walk is its own program's, unsplit,
-    longest first: today's grid."""
+    would not shorten the critical path, today's grid instead: a program per walk, or per each of its
+    equal shares, longest first. At most ``max(walks + programs - 1, FLAT_WAVES * programs)`` pieces
+    and programs (what a graph's buffers hold)."""
     req, first_q, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
     heads = num_kv_heads
     # (tile, head) walks, longest first (ties in tile order: the same batch always plans the same).
@@ -109,8 +113,11 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
         best = pieces if best is None or pieces[-1] < best[-1] else best
         inner = np.zeros(max(programs - 1, 0), dtype=bool)
         inner[: len(cut_inner)] = cut_inner
-    # Today's grid (a program per walk, or per each of its equal shares) where no cut plan beats it.
+    # Today's grid (a program per walk, or per each of its equal shares within two waves, as
+    # split_rule.py bounds it) where no cut plan beats it.
     for share_count in range(1, min(max_pieces, int(k.min()) if len(k) else 1) + 1):
+        if share_count > 1 and len(k) * share_count > FLAT_WAVES * programs:
+            break
         flat = _flat(k, share_count, split_cost, programs)
         best = flat if flat[-1] < best[-1] or (flat[-1] == best[-1] and share_count == 1) else best
     pw, po, hi, counts, splits, piece_cost, program, path = best
