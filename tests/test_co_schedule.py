@@ -32,10 +32,10 @@ def test_a_second_build_of_a_signature_does_no_per_item_work(monkeypatch):
     first = pod_plan.cached_plan(query_lens, seq_lens, 40, tiles, num_sms=132)
     assert calls == [1] and first == pod_plan.plan_pod(query_lens, seq_lens, 40, tiles, num_sms=132)
     calls.clear()
-    # The next iteration: every decode one token longer, inside the same key tiles.
+    # The next iteration: every decode one token longer, inside the same signature's key tiles.
     again = pod_plan.cached_plan(query_lens, [1024] + [1001] * 16, 40, tiles, num_sms=132)
     assert again is first and not calls
-    # A decode crossing into another key tile is another signature: planned anew.
+    # A decode crossing into another group of key tiles is another signature: planned anew.
     pod_plan.cached_plan(query_lens, [1024] + [1090] * 16, 40, tiles, num_sms=132)
     assert calls == [1]
 

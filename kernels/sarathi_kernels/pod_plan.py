@@ -22,7 +22,7 @@ that the kernel reads from fixed-size buffers, so that a CUDA graph can replay o
 copied into them.
 
 A replay must not wait on this Python placement (a heap step per item): ``cached_plan`` keeps plans by
-the batch's length signature, each context counted in key tiles. Any assignment of the items computes
+the batch's length signature, each context counted in groups of key tiles. Any assignment of the items computes
 the same outputs (every item writes its own rows, unsplit), so a plan made for one batch of a
 signature is right for every other; only its balance is the first batch's.
 """
@@ -222,11 +222,17 @@ MAX_CACHED_PLANS = 512
 _PLANS: OrderedDict[tuple, PodPlan] = OrderedDict()
 
 
+# Contexts are told apart by this many key tiles: a decode's grows a token an iteration, and a plan
+# balanced for one context balances its neighbours about as well.
+SIGNATURE_KEY_TILES = 4
+
+
 def signature(query_lens: list[int], seq_lens: list[int], block_n: int) -> tuple[bytes, bytes]:
     """What makes two batches' plans interchangeable in balance: their query lengths (the items) and
-    their contexts in key tiles (the items' costs, to a tile)."""
+    their contexts in units of SIGNATURE_KEY_TILES key tiles (the items' costs)."""
+    unit = SIGNATURE_KEY_TILES * block_n
     return (np.asarray(query_lens, dtype=np.int32).tobytes(),
-            (-(-np.asarray(seq_lens, dtype=np.int64) // block_n)).tobytes())
+            (-(-np.asarray(seq_lens, dtype=np.int64) // unit)).tobytes())
 
 
 def cached_plan(query_lens: list[int], seq_lens: list[int], num_kv_heads: int, tiles: PodTiles, *, num_sms: int,
