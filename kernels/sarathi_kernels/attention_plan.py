@@ -337,7 +337,9 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
         balanced = None
         if limits is not None:  # room for any batch's balanced work (BalancedWork.holds)
             walks, most = grid_tiles * num_kv_heads, FLAT_WAVES * wave
-            balanced = BalancedWork(None, piece_cap(fewest_tokens), max(most, walks), max(walks + wave, most))
+            # Its batches' chunks hold at least its tokens less one a decode beside them.
+            fewest_chunks = max(1, fewest_tokens - (requests - 1))
+            balanced = BalancedWork(None, piece_cap(fewest_chunks), max(most, walks), max(walks + wave, most))
         prefill = AttentionLaunch(PREFILL, group, group_pad, prefill_tiles, grid_tiles,
                                   cdiv(tokens, block_q) + requests - 1, num_kv_heads, 1, capacity, 0, requests,
                                   programs, balanced)

@@ -341,8 +341,10 @@ def _balanced(query, k_cache, v_cache, query_start_loc, seq_lens, block_tables, 
 
     balanced = launch.balanced
     if balanced.buffers is None:
-        balanced.buffers = ChunkBuffers(balanced.programs, balanced.item_capacity, query.shape[0],
-                                        k_cache.shape[2], balanced.split_capacity, query.device)
+        # Plain tensors even inside a forward's inference mode: a graph's replays refill them outside it.
+        with torch.inference_mode(False):
+            balanced.buffers = ChunkBuffers(balanced.programs, balanced.item_capacity, query.shape[0],
+                                            k_cache.shape[2], balanced.split_capacity, query.device)
         if balanced.work is not None:
             balanced.buffers.load(balanced.work, launch.end_request)
     chunk_attention(query, k_cache, v_cache, query_start_loc, seq_lens, block_tables, balanced.buffers, scale, out,
