@@ -72,6 +72,9 @@ class TunedTable:
     # The split rule's knobs the device moved from split_rule.py's defaults (the attention backend
     # builds the rule from them, which checks their ranges).
     split_rule: dict[str, int | float] = field(default_factory=dict)
+    # Hybrid shapes timed co-scheduled and sequential (attention/co_schedule.py reads and checks them);
+    # none: the engine never co-schedules.
+    co_schedule: list[dict] = field(default_factory=list)
 
     def tiles(self, kind: str) -> TileConfig:
         return self.attention.get(kind, TileConfig())
@@ -89,6 +92,7 @@ class TunedTable:
         out = {"device": self.device, "attention": {k: asdict(v) for k, v in self.attention.items()},
                "gemm": {key: {str(m): asdict(c) if c.kernel != "cublas" else {"kernel": "cublas"}
                               for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
+        out |= {"co_schedule": list(self.co_schedule)} if self.co_schedule else {}
         return out | ({"split_rule": dict(self.split_rule)} if self.split_rule else {})
 
 
@@ -115,7 +119,9 @@ _LAUNCH = {"block_m": _POW2, "block_n": _POW2, "block_k": _POW2, "num_warps": _W
 MAX_TOKENS = 1 << 20
 MAX_KNOB = 1e6
 GEMM_KEY = re.compile(r"[1-9][0-9]{0,6}x[1-9][0-9]{0,6}(\+silu_mul)?")
-TOP_KEYS = ("device", "attention", "gemm", "split_rule")
+TOP_KEYS = ("device", "attention", "gemm", "split_rule", "co_schedule")
+# A co_schedule entry's fields (attention/co_schedule.py): positive integers but the last, a positive ratio.
+CO_SCHEDULE_FIELDS = ("heads", "kv_heads", "chunk", "decodes", "context", "over_sequential")
 
 
 class TableRefused(ValueError):
@@ -189,7 +195,22 @@ def parse(raw, source: str, device: str | None = None) -> TunedTable:
             _fail(source, f"attention.{kind}", tiles, ", ".join(WORK_KINDS))
         attention[kind] = TileConfig(**_launch(source, f"attention.{kind}", tiles, TileConfig))
     return TunedTable(name, attention, _gemm(source, raw.get("gemm", {})), source,
-                      _split_rule(source, raw.get("split_rule", {})))
+                      _split_rule(source, raw.get("split_rule", {})), _co_schedule(source, raw.get("co_schedule", [])))
+
+
+def _co_schedule(source: str, raw) -> list[dict]:
+    """The hybrid shapes a lease timed both ways: each entry exactly CO_SCHEDULE_FIELDS, finite and positive."""
+    if not isinstance(raw, list):
+        _fail(source, "co_schedule", raw, f"a list of entries with {', '.join(CO_SCHEDULE_FIELDS)}")
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict) or set(entry) != set(CO_SCHEDULE_FIELDS):
+            _fail(source, f"co_schedule[{i}]", entry, f"exactly the keys {', '.join(CO_SCHEDULE_FIELDS)}")
+        for key, value in entry.items():
+            whole = key != "over_sequential"
+            if (isinstance(value, bool) or not isinstance(value, int if whole else int | float)
+                    or not 0 < value <= (MAX_TOKENS if whole else MAX_KNOB)):
+                _fail(source, f"co_schedule[{i}].{key}", value, "a positive " + ("integer" if whole else "number"))
+    return list(raw)
 
 
 def from_bytes(data: bytes, source: str, device: str | None = None) -> TunedTable:

@@ -20,6 +20,7 @@ from sarathi_kernels.split_rule import SplitRule
 from sarathi_lab import LLM
 from sarathi_lab import llm as llm_module
 from sarathi_lab.attention import triton_backend
+from sarathi_lab.attention.co_schedule import CoScheduleRule
 from sarathi_lab.attention.triton_backend import TritonAttention
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.tiles import GEMM_TILE
@@ -33,6 +34,7 @@ from sarathi_lab.model.cuda_graphs import (
     token_buckets,
 )
 from sarathi_lab.profiling.batches import SyntheticBatches
+from tests.test_pod_attention import always
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # padded rows' 0/0
 
@@ -289,6 +291,8 @@ def test_hybrid_batches_replay_the_co_scheduled_launch_as_their_eager_forwards(m
         return pod(*args, **kwargs)
 
     monkeypatch.setattr(triton_backend, "pod_attention", spied_pod)
+    # Where a lease measured co-scheduling faster (test_co_schedule.py: never where the table is silent).
+    monkeypatch.setattr(backend, "co_schedule", CoScheduleRule.from_entries(always(1, 2, 4).co_schedule, "test"))
     eager = llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS)
     assert pod_calls, "hybrid batches co-schedule eagerly"
     graphs = CudaGraphs(llm.engine.executor.runner, MAX_BATCH, MAX_LEN // BLOCK, CHUNK + MAX_BATCH,

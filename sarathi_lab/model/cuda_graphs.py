@@ -226,7 +226,8 @@ class CudaGraphs:
         if meta.block_tables.shape[1] > self.block_tables.shape[1]:
             return None
         requests, tokens = meta.num_prefills + meta.num_decodes, prepared.input_ids.shape[0]
-        if self.pod_graphs and meta.num_prefills and meta.num_decodes:  # what its eager forward co-schedules
+        # What its eager forward co-schedules replays the co-scheduled launch.
+        if self.pod_graphs and self.backend.co_schedules(meta, self.num_heads, self.k_cache):
             return next((g for g in self.pod_graphs if g.tokens >= tokens and g.requests >= requests), None)
         graphs = self.mixed_graphs if meta.num_prefills else self.decode_graphs.values()
         held = [g for g in graphs if g.tokens >= tokens and g.requests >= requests]
@@ -267,8 +268,8 @@ class CudaGraphs:
         if graph.pod:
             self.backend.load_pod(self.plans[graph], meta, self.num_heads, self.k_cache)
         else:
-            self.backend.set_split_counts(self.split_counts, self.backend.batch_plan(meta, self.num_heads,
-                                                                                     self.k_cache))
+            plan = self.backend.batch_plan(meta, self.num_heads, self.k_cache)
+            self.backend.set_split_counts(self.split_counts, plan, self.plans[graph])
         replay, out = self.graphs[graph]
         replay()
         return out[:sampled]
