@@ -1,8 +1,10 @@
-"""The engine's configuration: one typed dataclass, checked once at the edge; a bad value fails with
-one line naming the key as the user set it (``Keys``), the value and what is allowed. The bottom
+"""The engine's configuration: one typed dataclass; a bad value fails with one line naming the
+setting, the value and what is allowed, written once by the edge as the user set it (``Keys``). The bottom
 layer: it imports nothing of sarathi_lab, and torch only inside the checks that need the machine (--help stays fast)."""
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import functools
 import logging
@@ -48,22 +50,60 @@ GPU_MEMORY_UTILISATION = 0.9
 
 
 class ConfigError(ValueError):
-    """A configuration value that is not allowed; the message is one line: the key as the user set
-    it, the value, what is allowed. ``setting``: the setting refused, by its own name, where a caller
-    adds to the line (a tuned budget's way out)."""
+    """A configuration value that is not allowed, in one line: the setting, its value, why, what is
+    allowed. The core names settings by their fields (``SETTING``); the edge that knows how the user
+    spelt them writes the line once (``named``); ``str`` writes it as LLM's keywords do."""
 
     def __init__(self, message: str, setting: str | None = None):
         super().__init__(message)
-        self.setting = setting
+        self.template = message
+        lead = _SET.match(message)
+        self.setting = setting or (lead[1] if lead else None)
+        # The value refused as the user set it (its repr), and the rest of the line: why, and what is allowed.
+        self.value = lead[2] if lead else None
+        self.why = message[lead.end():] if lead else message
+        self.allowed = m[1] if (m := _ALLOWED.search(self.why)) else None
+
+    def __str__(self) -> str:
+        return AS_WRITTEN.render(self.template)
+
+    def named(self, keys: Keys) -> ConfigError:
+        """This refusal with its settings named by ``keys`` (a copy: the class and fields kept)."""
+        named = copy.copy(self)
+        named.template = keys.render(self.template)
+        named.args = (named.template,)
+        return named
+
+
+# A core refusal's marks: a setting's name, and a setting at a value (its repr), that the edge
+# replaces by the key the user set it by (Keys.render).
+_NAME, _AT, _END = "\x1f", "\x1d", "\x1e"
+_SET = re.compile(f"{_END}([^{_AT}]*){_AT}(.*?){_END}", re.DOTALL)
+_NAMED = re.compile(f"{_NAME}([^{_NAME}]*){_NAME}")
+_ALLOWED = re.compile(r"allowed(?: values are| here)?:? (.*)$", re.DOTALL)
+
+
+class Setting:
+    """How the core names a setting in a refusal: by its field, marked for the edge to rename."""
+
+    def __call__(self, setting: str) -> str:
+        return f"{_NAME}{setting}{_NAME}"
+
+    def set(self, setting: str, value: Any) -> str:
+        """``setting=value``, as a refusal of it begins."""
+        return f"{_END}{setting}{_AT}{value!r}{_END}"
+
+
+SETTING = Setting()
 
 
 @dataclass(frozen=True)
 class Keys:
-    """The keys a config's settings are set by, so that each refusal is written naming them as the
-    user can set them: a setting is ``prefix`` + its name (LLM's keyword arguments: no prefix; a run's
-    config: engine.block_size), a scheduler's knob ``knob_prefix`` + its name (scheduler.tile), but
-    those in ``names`` (a run's knobs: chunk_size is `chunk`). ``shown``: a value as the user set it
-    where the engine refuses another it was turned into (token_budget=auto, tuned to a count)."""
+    """The edge's map from settings to the keys the user sets them by: a setting is ``prefix`` + its
+    name (LLM's keyword arguments: no prefix; a run's config: engine.block_size), a scheduler's knob
+    ``knob_prefix`` + its name (scheduler.tile), but those in ``names`` (a run's knobs: chunk_size is
+    `chunk`). ``shown``: a value as the user set it where the engine refuses another it was turned
+    into (token_budget=auto, tuned to a count)."""
     names: Mapping[str, str] = field(default_factory=dict)
     prefix: str = ""
     knob_prefix: str = ""
@@ -76,18 +116,33 @@ class Keys:
 
     def set(self, setting: str, value: Any) -> str:
         """``key=value`` of ``setting`` at ``value``, as a refusal of it begins."""
-        return f"{self(setting)}={self.shown.get(setting, repr(value))}"
+        return self._at(setting, repr(value))
+
+    def _at(self, setting: str, shown: str) -> str:
+        return f"{self(setting)}={self.shown.get(setting, shown)}"
+
+    def render(self, text: str) -> str:
+        """A core refusal's line with each marked setting named as the user set it."""
+        text = _SET.sub(lambda m: self._at(m[1], m[2]), text)
+        return _NAMED.sub(lambda m: self(m[1]), text)
 
 
 # Each setting by its own name: LLM's keyword arguments, and any caller that names no other keys.
 AS_WRITTEN = Keys()
-# The metadata of a config's ``keys`` field: it names the settings, it is none of them.
-NOT_A_SETTING = {"setting": False}
+
+
+@contextlib.contextmanager
+def named_as(keys: Keys):
+    """The edge: a ConfigError raised inside, its settings named by ``keys``."""
+    try:
+        yield
+    except ConfigError as e:
+        raise e.named(keys) from None
 
 
 def settings_of(cls: type) -> list[dataclasses.Field]:
-    """A config dataclass's fields that are settings (its ``keys`` is none)."""
-    return [f for f in dataclasses.fields(cls) if f.metadata.get("setting", True)]
+    """A config dataclass's settings: its fields."""
+    return list(dataclasses.fields(cls))
 
 
 @dataclass
@@ -158,12 +213,9 @@ class EngineConfig:
     # The longest any collective of a parallel step waits for a peer: a rank that died or hangs ends
     # the run with an error naming it, never a hang.
     collective_timeout_s: float = 120.0
-    # How its refusals, and those of the plan made from it, name each setting: as LLM's keyword
-    # arguments by default; the harness passes the run config's keys.
-    keys: Keys = field(default=AS_WRITTEN, compare=False, repr=False, metadata=NOT_A_SETTING)
 
     def __post_init__(self):
-        k = self.keys
+        k = SETTING
         check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"), keys=k)
         # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
         cores = usable_cores()
@@ -208,7 +260,7 @@ class EngineConfig:
                               "auto, cpu")
         if self.device_type == "cpu":
             self._check_cpu_dtype()
-        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type), k)
+        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
         if self.world_size > 1:
             self._check_ranks_fit()
 
@@ -230,7 +282,7 @@ class EngineConfig:
         else:
             have, what = usable_cores(), "cores this process may run on"
         if ranks > have:
-            k, key = self.keys, "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
+            k, key = SETTING, "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
             raise ConfigError(f"{k.set(key, getattr(self, key))} is invalid "
                               f"({k.set('tensor_parallel', self.tensor_parallel)} x "
                               f"{k.set('pipeline_parallel', self.pipeline_parallel)} ranks): one rank per device "
@@ -240,9 +292,9 @@ class EngineConfig:
         """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
         units runs as float32: torch_dtype)."""
         if self.dtype == "float16" and self.cpu_linear != "aten" and not cpu_has_onednn_fp16():
-            raise ConfigError(f"{self.keys.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no float16 "
+            raise ConfigError(f"{SETTING.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no float16 "
                               "matmul (it needs avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or "
-                              f"float16 with {self.keys('cpu_linear')}=aten")
+                              f"float16 with {SETTING('cpu_linear')}=aten")
 
     @property
     def kv_size_key(self) -> str | None:
@@ -257,7 +309,7 @@ class EngineConfig:
             return self.num_kv_blocks
         blocks = int(self.kv_cache_gb * 2**30 // block_bytes)
         if blocks < 1:
-            raise ConfigError(f"{self.keys.set('kv_cache_gb', self.kv_cache_gb)} is invalid: it holds no block of "
+            raise ConfigError(f"{SETTING.set('kv_cache_gb', self.kv_cache_gb)} is invalid: it holds no block of "
                               f"{block_bytes} bytes")
         return blocks
 
@@ -315,19 +367,19 @@ def attention_backend(attention: str, device_type: str) -> str:
     return attention
 
 
-def check_attention_hybrid(hybrid: str, backend: str, keys: Keys = AS_WRITTEN) -> None:
+def check_attention_hybrid(hybrid: str, backend: str) -> None:
     """Co-scheduled hybrid attention is a Triton kernel: refused beside any other backend."""
     if hybrid != "sequential" and backend != "triton":
-        raise ConfigError(f"{keys.set('attention_hybrid', hybrid)} is invalid with the {backend} attention: it is a "
-                          f"Triton kernel; allowed: sequential, or with {keys('attention')}=triton")
+        raise ConfigError(f"{SETTING.set('attention_hybrid', hybrid)} is invalid with the {backend} attention: it "
+                          f"is a Triton kernel; allowed: sequential, or with {SETTING('attention')}=triton")
 
 
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
-                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = str) -> None:
+                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING) -> None:
     """Each field of a config dataclass against its annotation (int, finite float, str, bool, X | None,
     Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
     must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller.
-    ``keys``: the key each field is set by, as a refusal names it (default: its name)."""
+    ``keys``: the key each field is set by, as a refusal names it (default: its field, marked)."""
     hints = get_type_hints(type(obj))
     fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in settings_of(type(obj))
               if not dataclasses.is_dataclass(hints[f.name])]

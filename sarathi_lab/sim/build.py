@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_choice, check_count
+from sarathi_lab.config import GPU_MEMORY_UTILISATION, SETTING, ConfigError, EngineConfig, check_choice, check_count
 from sarathi_lab.engine.scheduler import SchedulerConfig
 from sarathi_lab.model.memory import (
     default_kv_blocks,
@@ -71,7 +71,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
     ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
     kind. ``sched``: the run's scheduler config (plan.scheduler_config_of); ``context``: the longest
     request (model.memory.context_limit)."""
-    k = cfg.keys
+    k = SETTING
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
     # Each of sim_tp GPUs in each of sim_pp stages holds its shard of its stage's layers (weights) and
     # its heads' part of every token's KV in those layers: one GPU's capacity is the whole engine's.
@@ -79,7 +79,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
         try:
             config = shard(config, tp, pp)
         except ConfigError as e:
-            raise ConfigError(f"{k.set(name, getattr(cfg, name))} is invalid for this model: {e}") from None
+            raise ConfigError(f"{k.set(name, getattr(cfg, name))} is invalid for this model: {e.template}") from None
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
@@ -108,6 +108,6 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp,
-                                    pp=cfg.sim_pp, keys=cfg.keys)
+                                    pp=cfg.sim_pp)
     except FileNotFoundError as e:
-        raise ConfigError(f"{cfg.keys.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None
+        raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None
