@@ -3,8 +3,6 @@ setting, the value and what is allowed, written once by the edge as the user set
 layer: it imports nothing of sarathi_lab, and torch only inside the checks that need the machine (--help stays fast)."""
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
 import functools
 import logging
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.host_features import cpu_has_bf16_units, cpu_has_onednn_fp16, cuda_available, usable_cores
+from sarathi_lab.refusal import SETTING, ConfigError, named_as, render  # noqa: F401 (re-exported)
 
 log = logging.getLogger("sarathi_lab")
 
@@ -49,54 +48,6 @@ MAX_KV_WATERMARK = 0.5
 GPU_MEMORY_UTILISATION = 0.9
 
 
-class ConfigError(ValueError):
-    """A configuration value that is not allowed, in one line: the setting, its value, why, what is
-    allowed. The core names settings by their fields (``SETTING``); the edge that knows how the user
-    spelt them writes the line once (``named``); ``str`` writes it as LLM's keywords do."""
-
-    def __init__(self, message: str, setting: str | None = None):
-        super().__init__(message)
-        self.template = message
-        lead = _SET.match(message)
-        self.setting = setting or (lead[1] if lead else None)
-        # The value refused as the user set it (its repr), and the rest of the line: why, and what is allowed.
-        self.value = lead[2] if lead else None
-        self.why = message[lead.end():] if lead else message
-        self.allowed = m[1] if (m := _ALLOWED.search(self.why)) else None
-
-    def __str__(self) -> str:
-        return AS_WRITTEN.render(self.template)
-
-    def named(self, keys: Keys) -> ConfigError:
-        """This refusal with its settings named by ``keys`` (a copy: the class and fields kept)."""
-        named = copy.copy(self)
-        named.template = keys.render(self.template)
-        named.args = (named.template,)
-        return named
-
-
-# A core refusal's marks: a setting's name, and a setting at a value (its repr), that the edge
-# replaces by the key the user set it by (Keys.render).
-_NAME, _AT, _END = "\x1f", "\x1d", "\x1e"
-_SET = re.compile(f"{_END}([^{_AT}]*){_AT}(.*?){_END}", re.DOTALL)
-_NAMED = re.compile(f"{_NAME}([^{_NAME}]*){_NAME}")
-_ALLOWED = re.compile(r"allowed(?: values are| here)?:? (.*)$", re.DOTALL)
-
-
-class Setting:
-    """How the core names a setting in a refusal: by its field, marked for the edge to rename."""
-
-    def __call__(self, setting: str) -> str:
-        return f"{_NAME}{setting}{_NAME}"
-
-    def set(self, setting: str, value: Any) -> str:
-        """``setting=value``, as a refusal of it begins."""
-        return f"{_END}{setting}{_AT}{value!r}{_END}"
-
-
-SETTING = Setting()
-
-
 @dataclass(frozen=True)
 class Keys:
     """The edge's map from settings to the keys the user sets them by: a setting is ``prefix`` + its
@@ -123,21 +74,11 @@ class Keys:
 
     def render(self, text: str) -> str:
         """A core refusal's line with each marked setting named as the user set it."""
-        text = _SET.sub(lambda m: self._at(m[1], m[2]), text)
-        return _NAMED.sub(lambda m: self(m[1]), text)
+        return render(text, self, self._at)
 
 
 # Each setting by its own name: LLM's keyword arguments, and any caller that names no other keys.
 AS_WRITTEN = Keys()
-
-
-@contextlib.contextmanager
-def named_as(keys: Keys):
-    """The edge: a ConfigError raised inside, its settings named by ``keys``."""
-    try:
-        yield
-    except ConfigError as e:
-        raise e.named(keys) from None
 
 
 def settings_of(cls: type) -> list[dataclasses.Field]:
