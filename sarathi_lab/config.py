@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.host_features import cpu_has_bf16_units, cpu_has_onednn_fp16, cuda_available, usable_cores
-from sarathi_lab.refusal import SETTING, ConfigError, named_as, render  # noqa: F401 (re-exported)
+from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401 (re-exported)
 
 log = logging.getLogger("sarathi_lab")
 

@@ -30,7 +30,7 @@ class ConfigError(ValueError):
         self.allowed = m[1] if (m := _ALLOWED.search(self.why)) else None
 
     def __str__(self) -> str:
-        return render(self.template, str, lambda setting, value: f"{setting}={value}")
+        return as_written(self.template)
 
     def named(self, keys: Naming) -> ConfigError:
         """This refusal with its settings named by ``keys`` (a copy: the class and fields kept)."""
@@ -51,6 +51,11 @@ _ALLOWED = re.compile(r"allowed(?: values are| here)?:? (.*)$", re.DOTALL)
 def render(text: str, name: Callable[[str], str], at: Callable[[str, str], str]) -> str:
     """``text`` with each marked setting written by ``name``, and each setting at a value by ``at``."""
     return _NAMED.sub(lambda m: name(m[1]), _SET.sub(lambda m: at(m[1], m[2]), text))
+
+
+def as_written(text: str) -> str:
+    """``text`` with its settings by their fields: LLM's keywords, and a log line of the core's."""
+    return render(text, str, lambda setting, value: f"{setting}={value}")
 
 
 class Setting:

@@ -8,7 +8,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import GPU_MEMORY_UTILISATION, SETTING, ConfigError, EngineConfig, check_choice, check_count
+from sarathi_lab.config import (
+    GPU_MEMORY_UTILISATION,
+    SETTING,
+    ConfigError,
+    EngineConfig,
+    as_written,
+    check_choice,
+    check_count,
+)
 from sarathi_lab.engine.scheduler import SchedulerConfig
 from sarathi_lab.model.memory import (
     default_kv_blocks,
@@ -95,7 +103,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
             if not cfg.sim_kv_beyond_device:
                 raise ConfigError(f"{k.set(key, getattr(cfg, key))} is invalid: {excess} "
                                   f"({k('sim_kv_beyond_device')}=true runs it as a what-if)")
-            log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
+            log.warning("what-if KV cache (sim_kv_beyond_device): %s", as_written(excess))
         return blocks
     # Here the device is the setting to change: the model is what is being studied.
     return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights, where,
