@@ -105,18 +105,16 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
     """The run, its status written while signals still interrupt it (a signal once the handler is back
     to leaving at once would leave it `running`); an Interrupted that Python wrapped in another error (a
     signal landing while a module imports) raised as itself."""
-    from sarathi_lab.config import named_as
     from sarathi_lab.harness.gc_thresholds import fewer_collections
     from sarathi_lab.harness.interrupts import interruption_of, signals_interrupt
     from sarathi_lab.harness.results import write_status
     from sarathi_lab.harness.runner import run_experiment
-    from sarathi_lab.harness.schema import engine_keys, parse_config
+    from sarathi_lab.harness.schema import parse_config
 
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
             run_cfg = parse_config(cfg)
-            # The run's edge: the engine's refusals name its settings as the run's config spells them.
-            with fewer_collections(run_cfg.engine.executor == "sim"), named_as(engine_keys(run_cfg.model)):
+            with fewer_collections(run_cfg.engine.executor == "sim"):
                 status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
             write_status(ctx.status_dir, status)
             if status == "ok" and run_cfg.export.timeline:  # a skipped run's files stay as they were
