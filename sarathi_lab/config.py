@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from sarathi_lab.executors import ExecutorKind, executor_class, executor_names, unhonoured
 from sarathi_lab.host_features import cpu_has_bf16_units, cpu_has_onednn_fp16, cuda_available, usable_cores
 from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401 (re-exported)
 
@@ -36,6 +37,7 @@ DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
 CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
 SIM_COST_MODELS = ("roofline", "profile", "calibrated")
+EXECUTORS = executor_names()
 # numpy's and torch's generators both take seeds in [0, 2**64).
 MAX_SEED = 2**64 - 1
 # The share of the KV cache's blocks a request must leave free to be admitted: vLLM's and
@@ -132,8 +134,9 @@ class EngineConfig:
     # that GEMM, "aten" keeps F.linear (docs/cpu_engine.md).
     cpu_linear: Literal[CPU_LINEARS] = "auto"
     # "model": the real forward pass on `device`; "sim": a cost model's time on `sim_device`, a virtual clock;
-    # "vllm": vLLM's own engine serving the same weights (harness/vllm_engine.py).
-    executor: Literal["model", "sim", "vllm"] = "model"
+    # "vllm": vLLM's own engine serving the same weights (harness/vllm_engine.py). What each honours:
+    # sarathi_lab/executors.py.
+    executor: Literal[EXECUTORS] = "model"
     sim_device: str = "h100"
     sim_cost_model: Literal[SIM_COST_MODELS] = "roofline"
     # True lets an explicit KV cache larger than sim_device's memory run, for what-if batches the
@@ -141,8 +144,8 @@ class EngineConfig:
     sim_kv_beyond_device: bool = False
     # Tensor-parallel GPUs of sim_device serving as one, Megatron-style (sim/parallel.py).
     sim_tp: int = 1
-    # Pipeline stages of sim_tp GPUs each, the layers split evenly among them, several micro-batches
-    # in flight as the real engine's pipeline keeps them (sim/pipeline_executor.py).
+    # Pipeline stages of sim_tp GPUs each, the layers split as the engine splits them, several
+    # micro-batches in flight as the real engine's pipeline keeps them (sim/pipeline_executor.py).
     sim_pp: int = 1
     # Ranks the real model's layers are split across, Megatron-style, one process each: projections
     # and KV heads sharded, an all-reduce after o_proj and down_proj (model/parallel/). The ranks are
@@ -169,13 +172,11 @@ class EngineConfig:
             raise ConfigError(f"{k.set('kv_watermark', self.kv_watermark)} is invalid: must be in [0, "
                               f"{MAX_KV_WATERMARK}] (the share of the KV cache admission leaves free; vLLM's is "
                               f"{KV_WATERMARK})")
-        if self.executor == "sim":
-            if self.tensor_parallel > 1:
-                raise ConfigError(f"{k.set('tensor_parallel', self.tensor_parallel)} is invalid with "
-                                  f"{k('executor')}='sim': the simulator splits a model by {k('sim_tp')}; allowed: 1")
-            if self.pipeline_parallel > 1:
-                raise ConfigError(f"{k.set('pipeline_parallel', self.pipeline_parallel)} is invalid with "
-                                  f"{k('executor')}='sim': the simulator's stages are {k('sim_pp')}; allowed: 1")
+        if bad := unhonoured(self.executor, vars(self), ENGINE_DEFAULTS):
+            setting, why, allowed = bad
+            raise ConfigError(f"{k.set(setting, getattr(self, setting))} is invalid with "
+                              f"{k.set('executor', self.executor)}: {why}; allowed: {allowed}")
+        if self.kind.simulated:
             if self.sim_pp > 1 and self.sim_cost_model == "profile":
                 raise ConfigError(f"{k.set('sim_pp', self.sim_pp)} is invalid with {k('sim_cost_model')}='profile': "
                                   f"a profile times the whole model's layers, not a stage's; allowed: 1, or "
@@ -189,13 +190,6 @@ class EngineConfig:
             if self.sim_device == "cpu":
                 self._check_cpu_dtype()
             return
-        if self.sim_tp != 1:
-            raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with {k.set('executor', self.executor)}: the "
-                              f"engine runs on one device; allowed: 1, or {k('executor')}=sim")
-        if self.sim_pp != 1:
-            raise ConfigError(f"{k.set('sim_pp', self.sim_pp)} is invalid with {k.set('executor', self.executor)}: "
-                              f"the simulator's pipeline stages; allowed: 1, or {k('executor')}=sim (the real "
-                              f"engine's are {k('pipeline_parallel')})")
         if self.device == "cuda" and not cuda_available():
             raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; allowed here: "
                               "auto, cpu")
@@ -204,6 +198,11 @@ class EngineConfig:
         check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
         if self.world_size > 1:
             self._check_ranks_fit()
+
+    @property
+    def kind(self) -> type[ExecutorKind]:
+        """What its executor honours (sarathi_lab/executors.py)."""
+        return executor_class(self.executor)
 
     @property
     def world_size(self) -> int:
@@ -293,6 +292,8 @@ def run_dtype(dtype: str, device_type: str) -> str:
 
 # Its settings: any other a caller hands over is a scheduler's knob (LLM, the Hydra schema, the schedulers).
 ENGINE_FIELDS = frozenset(f.name for f in settings_of(EngineConfig))
+# What each setting is when none is given: what every executor honours.
+ENGINE_DEFAULTS = {f.name: f.default for f in settings_of(EngineConfig)}
 
 
 @functools.cache

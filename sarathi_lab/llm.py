@@ -17,6 +17,7 @@ from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.engine.scheduler import Scheduler, scheduler_names
 from sarathi_lab.engine.scheduler.base import foreign_knob
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
+from sarathi_lab.executors import executor_class, executors_with
 from sarathi_lab.model.configs import eos_token_of
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim.pipeline_executor import simulated_executor
@@ -50,6 +51,11 @@ class LLM:
     def _build(self, plan: EnginePlan) -> None:
         self.plan = plan
         self.config = cfg = plan.config
+        self.kind = kind = executor_class(cfg.executor)
+        if not kind.our_engine:  # built by the harness around another engine: LLM would run ours instead
+            raise ConfigError(f"executor={cfg.executor!r} is invalid for LLM: {kind.noun} is served by the harness "
+                              f"(python -m sarathi_lab.run executor={cfg.executor}); allowed: "
+                              f"{', '.join(executors_with('our_engine'))}")
         if cfg.num_threads is not None:
             import torch  # here: a simulated run needs none
 
@@ -62,7 +68,7 @@ class LLM:
         # What was captured in CUDA graphs, how long it took and the memory it holds (CudaGraphs.record);
         # None: none captured.
         self.cuda_graphs: dict | None = None
-        if cfg.executor == "sim":
+        if kind.simulated:
             self.cpu_gemm = None
             clock = VirtualClock()
             executor = simulated_executor(plan.cost_model, clock, eos_token_of(self.model_config))
@@ -73,7 +79,7 @@ class LLM:
         self._next_id = 0
         # One generate call at a time (another thread's, a callback's): the engine's queues are one caller's.
         self._call_lock = threading.Lock()
-        if cfg.warmup_iters and cfg.executor == "model":
+        if cfg.warmup_iters and kind.runs_model:
             self._warm_up()
 
     def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
@@ -183,6 +189,9 @@ class LLM:
             sampling = sampling or SamplingParams()
             if not isinstance(sampling, SamplingParams):
                 raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
+            if sampling.temperature and not self.kind.samples:
+                raise ConfigError(f"sampling.temperature={sampling.temperature} is invalid with executor="
+                                  f"{self.config.executor!r}: {self.kind.noun} predicts times, not tokens; allowed: 0")
             token_lists = inputs.prompts_as_lists(prompts)
             n = len(token_lists)
             new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)

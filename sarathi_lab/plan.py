@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sarathi_lab.config import ENGINE_FIELDS, SETTING, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, scheduler_class, scheduler_config
+from sarathi_lab.executors import executor_class
 from sarathi_lab.model import load_config
 from sarathi_lab.model.configs import check_buildable
 from sarathi_lab.model.memory import context_limit, device_memory_bytes, plan_kv_blocks
@@ -65,7 +66,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     limits = limits or ModelLimits.of(cfg)
     hf, context = limits.config, limits.max_model_len
     sched = scheduler_config_of(cfg, context)
-    if cfg.executor == "sim":
+    if executor_class(cfg.executor).simulated:
         # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
         blocks = simulated_kv_blocks(cfg, hf, sched, context)
         dtype = simulated_dtype(cfg.sim_device, cfg.dtype)

@@ -79,3 +79,17 @@ def named_as(keys: Naming):
         yield
     except ConfigError as e:
         raise e.named(keys) from None
+
+
+@contextlib.contextmanager
+def marked_as(fields: dict[str, str]):
+    """A ConfigError raised inside with each setting in ``fields`` marked as the field it maps to (the
+    simulator's sim_tp for the split's tensor_parallel): still marked, for the edge to name."""
+    try:
+        yield
+    except ConfigError as e:
+        out = copy.copy(e)
+        out.template = render(e.template, lambda s: SETTING(fields.get(s, s)),
+                              lambda s, value: f"{_END}{fields.get(s, s)}{_AT}{value}{_END}")
+        out.args, out.setting = (out.template,), e.setting and fields.get(e.setting, e.setting)
+        raise out from None

@@ -105,6 +105,7 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
     """The run, its status written while signals still interrupt it (a signal once the handler is back
     to leaving at once would leave it `running`); an Interrupted that Python wrapped in another error (a
     signal landing while a module imports) raised as itself."""
+    from sarathi_lab.executors import executor_class
     from sarathi_lab.harness.gc_thresholds import fewer_collections
     from sarathi_lab.harness.interrupts import interruption_of, signals_interrupt
     from sarathi_lab.harness.results import write_status
@@ -114,7 +115,7 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
             run_cfg = parse_config(cfg)
-            with fewer_collections(run_cfg.engine.executor == "sim"):
+            with fewer_collections(executor_class(run_cfg.engine.executor).simulated):
                 status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
             write_status(ctx.status_dir, status)
             if status == "ok" and run_cfg.export.timeline:  # a skipped run's files stay as they were

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import re
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
+
+log = logging.getLogger(__name__)
 
 TABLE_DIR = Path(__file__).resolve().parent / "tuned"
 WORK_KINDS = ("prefill", "decode")
@@ -68,6 +72,9 @@ class TunedTable:
     # The split rule's knobs the device moved from split_rule.py's defaults (the attention backend
     # builds the rule from them, which checks their ranges).
     split_rule: dict[str, int | float] = field(default_factory=dict)
+    # Hybrid shapes timed co-scheduled and sequential (attention/co_schedule.py reads and checks them);
+    # none: the engine never co-schedules.
+    co_schedule: list[dict] = field(default_factory=list)
 
     def tiles(self, kind: str) -> TileConfig:
         return self.attention.get(kind, TileConfig())
@@ -85,6 +92,7 @@ class TunedTable:
         out = {"device": self.device, "attention": {k: asdict(v) for k, v in self.attention.items()},
                "gemm": {key: {str(m): asdict(c) if c.kernel != "cublas" else {"kernel": "cublas"}
                               for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
+        out |= {"co_schedule": list(self.co_schedule)} if self.co_schedule else {}
         return out | ({"split_rule": dict(self.split_rule)} if self.split_rule else {})
 
 
@@ -96,54 +104,145 @@ def file_name(device_name: str) -> str:
     return device_name.replace(" ", "_").replace("/", "_") + ".json"
 
 
-def _fail(path: Path, key: str, value, allowed: str):
-    raise ValueError(f"error: {path}: {key}={value!r} is invalid; allowed: {allowed}")
+# The schema of a table's values: {field: (the values allowed, as a refusal says them, the check)}.
+# Launch arguments are bounded so that a damaged table cannot hand a kernel a size it never compiles.
+def _pow2(v) -> bool:
+    return 16 <= v <= 256 and v & (v - 1) == 0
 
 
-def _ints(path: Path, where: str, raw: dict, cls) -> dict:
-    names = {f.name for f in fields(cls)}
-    for key, value in raw.items():
-        if key not in names:
-            _fail(path, f"{where}.{key}", value, ", ".join(sorted(names)))
-        if key != "kernel" and not (value is None or (isinstance(value, int) and value > 0)):
-            _fail(path, f"{where}.{key}", value, "a positive integer" + (" or null" if cls is TileConfig else ""))
+_POW2 = ("a power of two in [16, 256]", _pow2)
+_WARPS = ("one of 1, 2, 4, 8, 16", lambda v: v in (1, 2, 4, 8, 16))
+_STAGES = ("an integer in [1, 8]", lambda v: 1 <= v <= 8)
+_LAUNCH = {"block_m": _POW2, "block_n": _POW2, "block_k": _POW2, "num_warps": _WARPS, "num_stages": _STAGES,
+           "split_k": ("an integer in [1, 64]", lambda v: 1 <= v <= 64)}
+# The largest token count a GEMM entry may be tuned at, and the largest split-rule knob: sizes, not costs.
+MAX_TOKENS = 1 << 20
+MAX_KNOB = 1e6
+GEMM_KEY = re.compile(r"[1-9][0-9]{0,6}x[1-9][0-9]{0,6}(\+silu_mul)?")
+TOP_KEYS = ("device", "attention", "gemm", "split_rule", "co_schedule")
+# A co_schedule entry's fields (attention/co_schedule.py): positive integers but the last, a positive ratio.
+CO_SCHEDULE_FIELDS = ("heads", "kv_heads", "chunk", "decodes", "context", "over_sequential")
+
+
+class TableRefused(ValueError):
+    """A table that breaks the schema: one line naming its file and field."""
+
+
+def _fail(source: str, key: str, value, allowed: str):
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    raise TableRefused(f"error: {source}: {key}={shown} is invalid; allowed: {allowed}")
+
+
+def _mapping(source: str, key: str, raw) -> dict:
+    if not isinstance(raw, dict):
+        _fail(source, key, raw, "a mapping")
     return raw
 
 
-def load(path: Path) -> TunedTable:
-    """A table file, checked: a wrong key or value fails in one line naming it."""
-    raw = json.loads(path.read_text())
-    attention = {}
-    for kind, tiles in raw.get("attention", {}).items():
-        if kind not in WORK_KINDS:
-            _fail(path, f"attention.{kind}", tiles, ", ".join(WORK_KINDS))
-        attention[kind] = TileConfig(**_ints(path, f"attention.{kind}", tiles, TileConfig))
-    gemm = {}
-    for key, by_m in raw.get("gemm", {}).items():
-        gemm[key] = {}
-        for m, choice in by_m.items():
-            if not m.isdigit():
-                _fail(path, f"gemm.{key}.{m}", choice, "a token count")
-            if choice.get("kernel", "cublas") not in GEMM_KERNELS:
-                _fail(path, f"gemm.{key}.{m}.kernel", choice.get("kernel"), ", ".join(GEMM_KERNELS))
-            gemm[key][int(m)] = GemmChoice(**_ints(path, f"gemm.{key}.{m}", choice, GemmChoice))
-    return TunedTable(raw.get("device", ""), attention, gemm, str(path), _split_rule(path, raw.get("split_rule", {})))
+def _launch(source: str, where: str, raw, cls) -> dict:
+    """``raw`` as ``cls``'s keyword arguments: its fields only, each an int (never a bool) in its range;
+    null where ``cls`` is a TileConfig (the kernel's own default)."""
+    names = [f.name for f in fields(cls)]
+    for key, value in _mapping(source, where, raw).items():
+        if key not in names:
+            _fail(source, f"{where}.{key}", value, ", ".join(names))
+        if key == "kernel":
+            if value not in GEMM_KERNELS:
+                _fail(source, f"{where}.{key}", value, ", ".join(GEMM_KERNELS))
+            continue
+        allowed, ok = _LAUNCH[key]
+        if value is None and cls is TileConfig:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not ok(value):
+            _fail(source, f"{where}.{key}", value, allowed + (" or null" if cls is TileConfig else ""))
+    return raw
 
 
-def _split_rule(path: Path, raw: dict) -> dict[str, int | float]:
-    if not isinstance(raw, dict):
-        _fail(path, "split_rule", raw, "a mapping of the split rule's knobs to numbers")
-    for key, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            _fail(path, f"split_rule.{key}", value, "a number")
+def _split_rule(source: str, raw) -> dict[str, int | float]:
+    """The rule's knobs as finite numbers within MAX_KNOB; their names and ranges are split_rule.py's
+    (the attention backend builds the rule, and falls back to the default where it refuses them)."""
+    for key, value in _mapping(source, "split_rule", raw).items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_KNOB:
+            _fail(source, f"split_rule.{key}", value, f"a number in [0, {MAX_KNOB:g}]")
     return dict(raw)
+
+
+def _gemm(source: str, raw) -> dict[str, dict[int, GemmChoice]]:
+    gemm = {}
+    for key, by_m in _mapping(source, "gemm", raw).items():
+        if not GEMM_KEY.fullmatch(key):
+            _fail(source, f"gemm.{key}", by_m, "a weight shape NxK, +silu_mul where gated")
+        gemm[key] = {}
+        for m, choice in _mapping(source, f"gemm.{key}", by_m).items():
+            if not (m.isdecimal() and m.isascii() and 1 <= int(m) <= MAX_TOKENS):
+                _fail(source, f"gemm.{key}.{m}", choice, f"a token count in [1, {MAX_TOKENS}]")
+            gemm[key][int(m)] = GemmChoice(**_launch(source, f"gemm.{key}.{m}", choice, GemmChoice))
+    return gemm
+
+
+def parse(raw, source: str, device: str | None = None) -> TunedTable:
+    """A table from its JSON value, checked against the schema (and, given ``device``, against the device
+    it is read for): a TableRefused naming ``source`` and the field in one line otherwise."""
+    for key, value in _mapping(source, "the table", raw).items():
+        if key not in TOP_KEYS:
+            _fail(source, key, value, ", ".join(TOP_KEYS))
+    name = raw.get("device", "")
+    if not isinstance(name, str) or (device is not None and name != device):
+        _fail(source, "device", name, repr(device) if device is not None else "a GPU's name")
+    attention = {}
+    for kind, tiles in _mapping(source, "attention", raw.get("attention", {})).items():
+        if kind not in WORK_KINDS:
+            _fail(source, f"attention.{kind}", tiles, ", ".join(WORK_KINDS))
+        attention[kind] = TileConfig(**_launch(source, f"attention.{kind}", tiles, TileConfig))
+    return TunedTable(name, attention, _gemm(source, raw.get("gemm", {})), source,
+                      _split_rule(source, raw.get("split_rule", {})), _co_schedule(source, raw.get("co_schedule", [])))
+
+
+def _co_schedule(source: str, raw) -> list[dict]:
+    """The hybrid shapes a lease timed both ways: each entry exactly CO_SCHEDULE_FIELDS, finite and positive."""
+    if not isinstance(raw, list):
+        _fail(source, "co_schedule", raw, f"a list of entries with {', '.join(CO_SCHEDULE_FIELDS)}")
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict) or set(entry) != set(CO_SCHEDULE_FIELDS):
+            _fail(source, f"co_schedule[{i}]", entry, f"exactly the keys {', '.join(CO_SCHEDULE_FIELDS)}")
+        for key, value in entry.items():
+            whole = key != "over_sequential"
+            if (isinstance(value, bool) or not isinstance(value, int if whole else int | float)
+                    or not 0 < value <= (MAX_TOKENS if whole else MAX_KNOB)):
+                _fail(source, f"co_schedule[{i}].{key}", value, "a positive " + ("integer" if whole else "number"))
+    return list(raw)
+
+
+def from_bytes(data: bytes, source: str, device: str | None = None) -> TunedTable:
+    """A table from a file's bytes, checked (``parse``): bytes that are no JSON are refused the same way."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise TableRefused(f"error: {source}: not a JSON table ({type(e).__name__})") from None
+    return parse(raw, source, device)
+
+
+def load(path: Path, device: str | None = None) -> TunedTable:
+    """A table file, checked (``from_bytes``)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TableRefused(f"error: {path}: unreadable ({type(e).__name__})") from None
+    return from_bytes(data, str(path), device)
 
 
 @functools.cache
 def table_named(device_name: str, table_dir: Path = TABLE_DIR) -> TunedTable:
-    """The table of the device so named, or DEFAULT where it has none."""
+    """The table of the device so named, or DEFAULT where it has none; a table that breaks the schema
+    (or names another device) is DEFAULT too, with a warning: a damaged table never stops the engine."""
     path = table_dir / file_name(device_name)
-    return load(path) if path.is_file() else DEFAULT
+    if not path.is_file():
+        return DEFAULT
+    try:
+        return load(path, device_name)
+    except TableRefused as e:
+        log.warning("%s; running the kernels' defaults", e)
+        return DEFAULT
 
 
 # Tables put in force by ``using``, innermost last.

@@ -1,5 +1,8 @@
 """Set for the whole session before any test imports torch, and inherited by every process a test starts."""
+import json
 import os
+
+import pytest
 
 # The tests run on one pytest-xdist worker a core (pyproject's addopts), each process with torch's
 # default threads. OpenMP threads that spin while they wait take the cores another worker needs, and
@@ -13,3 +16,17 @@ if os.environ.get("SARATHI_ISA_AS"):
     from sarathi_lab.profiling import isa
 
     isa.apply()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_ceilings(tmp_path_factory):
+    """Synthetic CPU ceilings for every sim_device=cpu run (and the processes tests start): a unit
+    test measures nothing, and reads the same figures on every machine."""
+    from sarathi_lab.config import DTYPES
+    from sarathi_lab.sim.device import CEILINGS_ENV, cpu_name
+
+    path = tmp_path_factory.mktemp("ceilings") / "cpu_ceilings.json"
+    entry = {"copy_gbps": 10.0, "matmul_gflops": 100.0, "threads": 1, "measured_at": "synthetic"}
+    path.write_text(json.dumps({f"{cpu_name()}|{dtype}": entry for dtype in DTYPES}))
+    os.environ[CEILINGS_ENV] = str(path)
+    return path

@@ -136,8 +136,8 @@ def test_a_contender_that_disagrees_is_caught_and_not_timed(monkeypatch):
     case = Case("chunk", 2, 2, 16, 16, 48)
     right = peers.engine_call
 
-    def off_by_a_percent(x):
-        fn = right(x)
+    def off_by_a_percent(x, **kwargs):
+        fn = right(x, **kwargs)
         return lambda: fn() * 1.01
 
     monkeypatch.setattr(peers, "engine_call", off_by_a_percent)

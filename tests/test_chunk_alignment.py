@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError
-from sarathi_lab.engine.block_manager import blocks_beside_watermark
-from sarathi_lab.engine.scheduler import scheduler_config
+from sarathi_lab.engine.block_manager import BlockManager, blocks_beside_watermark
+from sarathi_lab.engine.scheduler import make_scheduler, scheduler_config
 from sarathi_lab.engine.tiles import GEMM_TILE, aligned_chunk
 from tests.test_scheduler_properties import BLOCK, run_workload
 
@@ -78,11 +78,11 @@ def test_unaligned_chunks_are_the_chunk_as_set():
 
 
 @pytest.mark.parametrize(("knobs", "error"), [
-    ({"chunk_align": "yes"}, r"^chunk_align='yes' is invalid: allowed values are none, tile$"),
+    ({"chunk_align": "yes"}, r"^chunk_align='yes' is invalid: allowed values are auto, none, tile$"),
     ({"chunk_align": "tile", "tile": 0}, r"^tile=0 is invalid: must be > 0$"),
     ({"chunk_align": "tile"}, (r"^chunk_align='tile' is invalid with chunk_size=16, max_batch_size=4, tile=128: "
                                r"a chunk and its decodes \(at most 19 tokens\) never fill a whole tile; allowed: "
-                               r"none, or chunk_size=125 or more, or a smaller tile$")),
+                               r"none, auto, or chunk_size=125 or more, or a smaller tile$")),
 ])
 def test_a_knob_that_cannot_align_is_refused_in_one_line(knobs, error):
     with pytest.raises(ConfigError, match=error):
@@ -101,3 +101,37 @@ def _llm(chunk_align: str) -> LLM:
 def test_aligned_chunks_change_the_schedule_not_the_greedy_tokens(prompts, new_tokens):
     aligned = _llm("tile").generate(prompts, max_new_tokens=new_tokens)
     assert aligned == _llm("none").generate(prompts, max_new_tokens=new_tokens)
+
+
+@pytest.mark.parametrize(("chunk", "batch_size", "runs"), [(256, 18, "tile"), (128, 1, "tile"), (112, 17, "tile"),
+                                                           (111, 17, "none"), (32, 4, "none")])
+def test_chunks_are_tile_aligned_by_default_wherever_a_chunk_beside_decodes_can_fill_a_tile(chunk, batch_size, runs):
+    # The default (auto): chunk + batch_size - 1 decodes reach a 128-token tile, so the chunks are
+    # aligned (256 beside 17 decodes runs 239); below it none can be, and the chunk runs as set.
+    config = scheduler_config("sarathi", {}, max_batch_size=batch_size, max_model_len=4096, chunk_size=chunk)
+    assert config.chunk_align == "auto" and config.chunk_alignment == runs
+    sized = make_scheduler("sarathi", BlockManager(64, 16), max_batch_size=batch_size, max_model_len=4096,
+                           chunk_size=chunk).chunk_tokens(batch_size - 1)
+    assert sized == (aligned_chunk(chunk, batch_size - 1) if runs == "tile" else chunk)
+    assert scheduler_config("sarathi_serve", {}, max_batch_size=4, max_model_len=64, chunk_size=32).chunk_alignment == (
+        "none")
+
+
+def test_a_run_records_the_alignment_that_ran(tmp_path):
+    # metrics.json's config says which alignment ran ("auto" settled), and the analysis reads it there.
+    import pandas as pd
+
+    from sarathi_lab.analysis.derive import chunk_align
+    from sarathi_lab.harness.compose import run_in_process
+    from sarathi_lab.harness.results import read_record
+
+    for chunk, ran in ((32, "none"), (128, "tile")):
+        out = tmp_path / str(chunk)
+        assert run_in_process(["experiment=smoke", "executor=sim", f"chunk={chunk}", "logger=none"], out) == "ok"
+        record = read_record(next(out.rglob("metrics.json")))
+        assert record["config"]["chunk_align"] == ran
+        assert record["resolved_config"]["scheduler"]["chunk_align"] == "auto"
+    # A run from before the record: as its sweep set it, else the old default, none.
+    old = pd.DataFrame({"scheduler": ["sarathi", "sarathi", "static"], "scheduler.chunk_align": ["tile", None, "tile"]})
+    assert list(chunk_align(old)) == ["tile", "none", "none"]
+    assert list(chunk_align(old.assign(chunk_align=["none", "tile", None]))) == ["none", "tile", "none"]

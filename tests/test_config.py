@@ -60,6 +60,8 @@ def test_every_group_option_composes():
             if (group, option) == ("device", "cuda") and not torch.cuda.is_available():
                 continue  # refused here: test_cuda_without_a_gpu_is_refused
             extra = ["model.path=/some/dir"] if option == "hf" else []
+            # vLLM's engine runs only its own two schedulers (sarathi_lab/executors.py), not the default.
+            extra += ["scheduler=sarathi_serve"] if (group, option) == ("executor", "vllm") else []
             composed = compose_config([f"{group}={option}", *extra])
             if composed.device.get("name") == "cuda" and not torch.cuda.is_available():
                 # A multi-GPU experiment: its CPU dry run (device=cpu) must still compose and validate.
@@ -258,11 +260,11 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
       r"chunk \+ decodes = 2 \+ 19 = 21 tokens rounded down to whole 16-token tiles leaves no room for a chunk "
       r"beside 19 decodes; allowed: none, or a larger chunk$")),
     # sarathi's tile alignment (its knobs): a chunk that can never fill a tile is refused by the scheduler's check.
-    (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are none, tile$"),
+    (["scheduler.chunk_align=yes"], r"^scheduler.chunk_align='yes' is invalid: allowed values are auto, none, tile$"),
     (["chunk=16", "scheduler.chunk_align=tile"],
      (r"^scheduler.chunk_align='tile' is invalid with chunk=16, batch_size=4, scheduler.tile=128: a chunk and its "
-      r"decodes \(at most 19 tokens\) never fill a whole tile; allowed: none, or chunk=125 or more, or a smaller "
-      r"tile$")),
+      r"decodes \(at most 19 tokens\) never fill a whole tile; allowed: none, auto, or chunk=125 or more, or a "
+      r"smaller tile$")),
     (["task=iteration_sweep", "seq_len=64", "measure.token_step=128"],
      r"^measure.token_step=128 is invalid with task=iteration_sweep: must be <= seq_len=64"),
     (["on_existing=maybe"], r"^on_existing='maybe' is invalid: allowed values are refuse, skip, overwrite$"),

@@ -115,19 +115,6 @@ def test_a_damaged_profile_is_refused_in_one_line_naming_it(damage, tmp_path):
         ProfileCostModel.from_csv(bad, load_config("tiny"), "float32")
 
 
-@pytest.mark.parametrize("content", ["", "{", "[1, 2]", '{"KEY": {"copy_gbps": "x", "matmul_gflops": 1}}'])
-def test_a_damaged_ceilings_cache_is_measured_again_with_one_warning(content, tmp_path, caplog):
-    from sarathi_lab.sim import device
-
-    path = tmp_path / "cpu_ceilings.json"
-    path.write_text(content)
-    with caplog.at_level(logging.WARNING):
-        assert device._read_cached_ceilings(path, "KEY") == {}
-    assert f"the cached CPU ceilings {path} are unreadable" in caplog.text
-    path.write_text('{"KEY": {"copy_gbps": 10.0, "matmul_gflops": 50.0}}')
-    assert device._read_cached_ceilings(path, "KEY") == {"KEY": {"copy_gbps": 10.0, "matmul_gflops": 50.0}}
-
-
 def test_capacity_searches_name_a_damaged_capacity_json_and_go_on(tmp_path, caplog):
     from sarathi_lab.analysis.capacity import CAPACITY_JSON, load_searches
 

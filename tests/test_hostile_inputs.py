@@ -98,7 +98,7 @@ def test_numpy_numbers_are_taken_where_python_s_are():
               kv_watermark=np.float32(0.25), cuda_graphs=np.bool_(False))
     assert (type(llm.config.chunk_size), llm.config.max_batch_size, llm.config.cuda_graphs) == (int, 4, False)
     out = llm.generate(np.array([[1, 2, 3]]), max_new_tokens=np.int64(2),
-                       sampling=SamplingParams(temperature=np.float32(0.5), seed=np.int64(1)))
+                       sampling=SamplingParams(temperature=np.float32(0.0), top_p=np.float32(0.9), seed=np.int64(1)))
     assert len(out[0]) <= 2
     with pytest.raises(ConfigError, match="must be of type int"):
         LLM("tiny", executor="sim", chunk_size=np.float64(2.5))

@@ -14,16 +14,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sarathi_lab"
 
-# Lowest first. ``llm`` is the public API (sarathi_lab/__init__.py and llm.py, with ``inputs``, the
-# checks of what users pass it, and ``plan``, the engine's plan it builds from): it builds an engine
-# with its model, or the simulator's executor, so it sits above both and below the harness.
+# Lowest first; the simulator below the measurement that writes what it reads. ``llm`` is the
+# public API (sarathi_lab/__init__.py and llm.py, with ``inputs``, the checks of what users pass it,
+# and ``plan``, the engine's plan it builds from): it builds an engine with its model, or the
+# simulator's executor, so it sits above both and below the harness.
 LAYERS = (
-    ("config", "refusal", "cli_args", "provenance", "code_commit", "tuned_kernels", "env_flags", "host_memory",
-     "host_features"),
+    ("executors", "config", "refusal", "cli_args", "provenance", "code_commit", "tuned_kernels", "env_flags",
+     "host_memory", "host_features"),
     ("engine",),
     ("model", "attention", "sarathi_kernels"),
-    ("profiling",),
     ("sim",),
+    ("profiling",),
     ("llm", "inputs", "plan"),
     ("harness",),
     ("analysis",),
@@ -193,4 +194,23 @@ def test_kernels_import_nothing_from_the_lab():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "sarathi_lab"]
+    assert found == []
+
+
+def test_the_simulator_imports_neither_profiling_nor_torch():
+    """The simulator reads data (profiles, kernel tables, a ceilings file); what measures is above.
+    That a simulated run loads no torch at all: tests/test_sim_imports.py."""
+    found = []
+    for path in (PACKAGE / "sim").rglob("*.py"):
+        where = path.relative_to(ROOT)
+        found += [f"{where}:{line}: profiling" for node, line in _imports(path)
+                  if node == "profiling"]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{where}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "torch"]
     assert found == []

@@ -94,7 +94,8 @@ from sarathi_kernels.occupancy import H100
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 8, 2, 64, 16
 cache = torch.zeros(64, BLOCK, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16)
-attention, merges, kinds = set(), set(), set()
+from sarathi_kernels import chunk_attention as ca
+attention, chunks, merges, kinds = set(), set(), set(), set()
 # Hybrid batches as the engine plans them for an H100: a chunk of 5 to 300 tokens (64- and 128-row
 # tiles, split or not) beside 0 to 17 decodes, tables 2 to 65 blocks wide.
 for chunk in (5, 64, 100, 130, 300):
@@ -111,21 +112,24 @@ for chunk in (5, 64, 100, 130, 300):
             q = qkv[:, : HEADS * HEAD_DIM].view(tokens, HEADS, HEAD_DIM)
             plan = plan_batch(query_lens, [BLOCK * width] * requests, HEADS, KV_HEADS, limits=H100)
             kinds.update((launch.kind, launch.tiles) for launch in plan.launches())
-            found = keys_of([(pa, "_paged_attention_kernel"), (split_merge, "_merge_splits_kernel")],
+            found = keys_of([(pa, "_paged_attention_kernel"), (split_merge, "_merge_splits_kernel"),
+                             (ca, "_chunk_attention_kernel")],
                             lambda: pa.paged_attention(q, cache, cache, starts, lens, tables.view(requests, width),
                                                        plan=plan))
             attention.update(key for key, _ in found["_paged_attention_kernel"])
+            chunks.update(key for key, _ in found["_chunk_attention_kernel"])
             merges.update(key for key, _ in found["_merge_splits_kernel"])
-print(json.dumps({"attention": len(attention), "kinds": len(kinds), "merge": len(merges)}))
+print(json.dumps({"attention": len(attention), "chunk": len(chunks), "kinds": len(kinds), "merge": len(merges)}))
 '''
 
 
 def test_hybrid_batches_compile_one_kernel_a_work_kind_and_tile():
-    # Decode tiles, 64-row and 128-row prefill tiles: one compiled kernel each whatever the batch; one
-    # merge a kind of row (tokens, requests).
+    # Decode tiles, and the chunks' balanced kernel on 64-row and 128-row prefill tiles: one compiled
+    # kernel each whatever the batch; one merge a kind of row (tokens with their own split counts,
+    # requests).
     done = compile_for_gpu(_HYBRID)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     if found == "no binder":
         pytest.skip("this Triton has no create_function_from_signature to ask for a launch's key")
-    assert found == {"attention": 3, "kinds": 3, "merge": 2}, found
+    assert found == {"attention": 1, "chunk": 2, "kinds": 3, "merge": 2}, found

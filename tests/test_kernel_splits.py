@@ -184,7 +184,8 @@ for kind, block_m, warps, block_size, group in (("decode", 16, 4, 16, 1), ("deco
         tabulated[name] = [[found[name][0], kernel.metadata.shared], [table.registers, table.shared_bytes]]
 for decode in (False, True):
     kernel = compile(merge, dict(part_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16"),
-                     dict(BLOCK_H=16, HEAD_DIM_PAD=128, DECODE=decode), arch=90, aligned=aligned(merge))
+                     dict(BLOCK_H=16, HEAD_DIM_PAD=128, DECODE=decode, ROW_SPLITS=not decode), arch=90,
+                     aligned=aligned(merge))
     found[f"merge decode={decode}"] = spill_bytes(kernel, 90)
 print(json.dumps([found, tabulated]))
 """

@@ -226,7 +226,7 @@ bf16 = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*b
 compile(_paged_attention_kernel, bf16, dict(BLOCK_SIZE=16, GROUP=4, GROUP_PAD=4, HEAD_DIM_PAD=128, BLOCK_M=64,
                                             BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None))
 compile(_merge_splits_kernel, dict(part_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16"),
-        dict(BLOCK_H=16, HEAD_DIM_PAD=128))
+        dict(BLOCK_H=16, HEAD_DIM_PAD=128, DECODE=False, ROW_SPLITS=False))
 compile(_write_kv_kernel, dict(key_ptr="*bf16", value_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16",
                                slot_ptr="*i64"), dict(BLOCK_SIZE=16, HEAD_DIM_PAD=128, BLOCK_T=16))
 """

@@ -97,7 +97,8 @@ def test_a_split_llama2_70b_cannot_take_is_refused_in_one_line(size, names):
 @pytest.mark.parametrize("executor", ["model", "vllm"])
 def test_the_real_engine_refuses_the_simulator_only_falcon_in_one_line(executor):
     with pytest.raises(ModelLoadError) as e:
-        plan_engine(EngineConfig(model="falcon-180b", device="cpu", dtype="float32", executor=executor))
+        plan_engine(EngineConfig(model="falcon-180b", device="cpu", dtype="float32", executor=executor,
+                                 scheduler="sarathi_serve"))
     message = str(e.value)
     assert message.startswith(f"model='falcon-180b' is invalid with executor='{executor}': Falcon's decoder")
     assert message.endswith("allowed: executor=sim") and "\n" not in message

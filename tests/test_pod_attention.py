@@ -14,9 +14,16 @@ from sarathi_kernels.paged_attention import paged_attention
 from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention, pod_tiles
 from sarathi_kernels.pod_plan import CTAS_PER_SM, DECODE, PREFILL, cdiv, item_capacity, plan_pod
 
+from sarathi_lab.tuned_kernels import TunedTable, using
 from tests.test_kernel_splits import with_padding_rows
 from tests.test_kernels import assert_close, expected, make_inputs
 from tests.triton_compile import compile_for_gpu
+
+
+def always(*groups: int) -> TunedTable:
+    """A table whose measurements co-schedule every hybrid batch of these GQA groups."""
+    return TunedTable(co_schedule=[{"heads": 4 * g, "kv_heads": 4, "chunk": 64, "decodes": 4, "context": 512,
+                                    "over_sequential": 0.5} for g in groups])
 
 
 def run_pod(query, k_cache, v_cache, starts, seq_lens, tables, *, num_sms, ctas_per_sm=2, sm_of=None, work=None,
@@ -207,7 +214,8 @@ def test_the_backend_co_schedules_hybrid_batches_only():
     query, k_cache, v_cache, meta = make_inputs([(20, 50)], [(1, 9), (1, 33)], heads=4, kv_heads=2, head_dim=16,
                                                 block_size=16, dtype=torch.float32)
     backend = make_backend("triton", query.device, "pod")
-    out = backend.attend(query, k_cache, v_cache, meta, 16 ** -0.5)
+    with using(always(2)):  # where a lease measured it faster (test_co_schedule.py: never elsewhere)
+        out = backend.attend(query, k_cache, v_cache, meta, 16 ** -0.5)
     assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
     assert meta.plan.plan.items, "a hybrid batch runs co-scheduled"
     again = backend.attend(query, k_cache, v_cache, meta, 16 ** -0.5)  # the next layer: the same plan
@@ -246,7 +254,8 @@ def test_engine_greedy_tokens_are_the_same_co_scheduled(monkeypatch):
         # chunk_size 16 splits the first prompt; later prompts' prefills share batches with decodes.
         llm = LLM(model="tiny", attention="triton", attention_hybrid=hybrid, device="cpu", dtype="float32",
                   chunk_size=16, max_batch_size=3, warmup_iters=0)
-        tokens[hybrid] = llm.generate(prompts, max_new_tokens=3)
+        with using(always(1, 2, 4, 8)):
+            tokens[hybrid] = llm.generate(prompts, max_new_tokens=3)
     assert any(it.num_prefill_tokens and it.num_decode_tokens for it in llm.metrics.iterations), "no hybrid batch"
     assert calls, "no layer ran co-scheduled"
     assert tokens["pod"] == tokens["sequential"]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sarathi_kernels import pointwise
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from sarathi_lab import LLM
 from sarathi_lab.model import layers
+from sarathi_lab.model.decoder import CausalLM
 from tests.hf_models import hf_greedy, save_random_model
 from tests.triton_compile import compile_for_gpu
 
@@ -75,6 +78,60 @@ def test_silu_mul_matches_transformers(dtype):
     gate_up = torch.randn(3, 2 * inter).to(dtype)
     expected = ACT2FN["silu"](gate_up[:, :inter]) * gate_up[:, inter:]
     assert_close(pointwise.silu_mul(gate_up, block=64), expected)
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=st.integers(0, 6), inter=st.integers(1, 300), block=st.sampled_from([16, 64, 1024]),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_silu_mul_equals_the_unfused_path_at_any_shape(rows, inter, block, dtype, seed):
+    # The engine's torch path: split, SiLU, multiply (three passes over the gate_up output).
+    gate_up = torch.randn(rows, 2 * inter, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    gate, up = gate_up.split(inter, dim=-1)
+    assert_close(pointwise.silu_mul(gate_up, block=block), torch.nn.functional.silu(gate) * up)
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=st.integers(0, 6), hidden=st.integers(1, 200), with_residual=st.booleans(),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_add_rms_norm_equals_the_unfused_path_at_any_shape(rows, hidden, with_residual, dtype,
+                                                           seed):
+    gen = torch.Generator().manual_seed(seed)
+    norm = layers.RMSNorm(hidden, 1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(hidden, generator=gen))
+    x, residual = (torch.randn(rows, hidden, generator=gen).to(dtype) for _ in range(2))
+    summed = x + residual if with_residual else x
+    h = summed.float()
+    expected = norm.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype)
+    kept = residual.clone() if with_residual else None
+    assert_close(pointwise.add_rms_norm(x, kept, norm.weight.detach(), 1e-6), expected.detach())
+    if with_residual:
+        assert_close(kept, summed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fused", ["pointwise", "own"])
+def test_the_final_norm_adds_the_residual_of_the_sampled_rows_only(tmp_path, monkeypatch, dtype,
+                                                                  fused):
+    # norm(hidden + residual) of the sampled rows as before, its add now inside the fused norm (no
+    # pass over every token): the same bits through Triton's kernel and the CPU's own path (the
+    # interpreter's bf16 truncation aside: assert_close says why).
+    if fused == "pointwise":
+        monkeypatch.setattr(layers, "fused_ops", lambda x: pointwise)
+    model = CausalLM(save_random_model("llama", tmp_path).config, None, 64).to(dtype)
+    with torch.no_grad():
+        model.norm.weight.copy_(torch.randn_like(model.norm.weight))
+    hidden, residual = (torch.randn(9, model.config.hidden_size).to(dtype) for _ in range(2))
+    rows = torch.tensor([8, 2, 5])
+    kept = residual.clone()
+    with torch.no_grad():
+        out = model.final_norm(hidden, kept, rows)
+        expected = model.norm((hidden + residual).index_select(0, rows))  # the unfused path
+    if fused == "pointwise" and dtype == torch.bfloat16:
+        assert_close(out, expected)
+    else:
+        assert torch.equal(out, expected)
+    assert torch.equal(kept, residual), "the caller's residual was changed"
 
 
 def test_bad_shapes_fail_in_one_line():

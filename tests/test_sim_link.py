@@ -1,11 +1,13 @@
-"""The measured link between two processes (sim/link.py): its table, and a real ping-pong over gloo."""
+"""The link between two processes: its table (sim/link.py), and a real ping-pong over gloo
+(profiling/link.py)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.sim.link import Link, measure
+from sarathi_lab.profiling.link import measure
+from sarathi_lab.sim.link import Link
 
 
 def test_a_message_s_time_is_read_off_the_table_linear_between_sizes_and_on_the_last_slope_beyond():
@@ -42,7 +44,7 @@ def test_a_ping_pong_that_gives_no_times_fails_in_one_line_naming_why():
 
 
 def test_the_command_line_refuses_cores_it_may_not_run_on(capsys):
-    from sarathi_lab.sim.link import main
+    from sarathi_lab.profiling.link import main
 
     with pytest.raises(SystemExit) as done:
         main(["--cores", "0,9999"])

@@ -69,8 +69,10 @@ def test_tensor_parallel_shard_and_all_reduce_by_hand():
     bare = cost.roofline.iteration_cost([(tokens, tokens)], [], 0)
     assert t.stage_s == pytest.approx(bare.forward_s - bare.ops["lm_head"] + 2 * 12 * one, rel=1e-12)
     assert t.p2p_s == pytest.approx(5e-6 + tokens * 12288 * 2 / 8 / 25e9, rel=1e-12)
-    with pytest.raises(ConfigError, match="model.num_hidden_layers=96 is invalid with tp=8, pp=7"):
-        shard_config(gpt3, Parallelism(tp=8, pp=7))
+    # 96 layers over 7 stages as the engine splits them: 14 on the first five, 13 on the last two.
+    assert shard_config(gpt3, Parallelism(tp=8, pp=7)).num_hidden_layers == 14
+    with pytest.raises(ConfigError, match=r"^sim_tp=7 is invalid for model='': its 96 attention heads"):
+        shard_config(gpt3, Parallelism(tp=7, pp=8))
 
 
 @pytest.mark.parametrize("key, value, allowed", [

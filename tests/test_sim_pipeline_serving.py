@@ -221,8 +221,8 @@ def h_bytes() -> int:
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"model": "tiny", "sim_pp": 0}, r"^sim_pp=0 is invalid: must be > 0$"),
-    ({"model": "llama2-7b", "sim_pp": 3}, (r"^sim_pp=3 is invalid for this model: model.num_hidden_layers=32 is "
-                                           r"invalid with tp=1, pp=3: it must split evenly into 3$")),
+    ({"model": "tiny", "sim_pp": 5}, (r"^sim_pp=5 is invalid for model='tiny': it has 4 layers, fewer than the "
+                                      r"stages; allowed: at most 4$")),
     ({"model": "tiny", "sim_pp": 2, "sim_cost_model": "profile"},
      (r"^sim_pp=2 is invalid with sim_cost_model='profile': a profile times the whole model's layers, not a "
       r"stage's; allowed: 1, or sim_cost_model=calibrated or roofline$")),
@@ -233,12 +233,11 @@ def test_a_bad_sim_pp_is_refused_in_one_line(kwargs, message):
 
 
 def test_sim_pp_off_the_simulator_and_in_a_run_config_is_refused_by_its_full_key():
-    with pytest.raises(ConfigError, match=r"^sim_pp=2 is invalid with executor='model': the simulator's pipeline "
-                                          r"stages; allowed: 1, or executor=sim \(the real engine's are "
-                                          r"pipeline_parallel\)$"):
+    with pytest.raises(ConfigError, match=r"^sim_pp=2 is invalid with executor='model': the engine simulates no "
+                                          r"pipeline stages; allowed: 1 \(or executor=sim\)$"):
         LLM("tiny", device="cpu", sim_pp=2)
-    with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid with executor='sim': the simulator's "
-                                          r"stages are sim_pp; allowed: 1$"):
+    with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid with executor='sim': the simulator "
+                                          r"splits no model into stages; allowed: 1 \(or executor=model\)$"):
         LLM("tiny", executor="sim", pipeline_parallel=2)
     with pytest.raises(ConfigError, match=r"^engine.sim_pp=0 is invalid: must be > 0$"):
         parse_config(compose_config([f"experiment={OVERLAY}", "engine.sim_pp=0"]))

@@ -34,8 +34,8 @@ def test_each_gpu_holds_half_the_weights_and_half_of_every_token_s_kv():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"model": "mistral-7b", "sim_tp": 3}, (r"^sim_tp=3 is invalid for this model: model.num_attention_heads=32 is "
-                                           r"invalid with tp=3, pp=1: it must split evenly into 3$")),
+    ({"model": "mistral-7b", "sim_tp": 3}, (r"^sim_tp=3 is invalid for model='mistral-7b': its 32 attention heads "
+                                           r"do not split evenly across 3 ranks; allowed: a divisor of 32$")),
     ({"model": "tiny", "sim_tp": 2, "sim_cost_model": "profile"},
      (r"^sim_cost_model='profile' is invalid for this model on sim_device='a100' at sim_tp=2: its GPU kernels were "
       r"not measured \(measured: codellama-34b, .*\); use calibrated$")),
@@ -53,7 +53,8 @@ def test_a_cpu_profile_refuses_tensor_parallelism():
 
 
 def test_the_real_engine_refuses_tensor_parallelism():
-    with pytest.raises(ConfigError, match=r"^sim_tp=2 is invalid with executor='model': the engine runs on one device"):
+    with pytest.raises(ConfigError, match=r"^sim_tp=2 is invalid with executor='model': the engine simulates no GPUs; "
+                                          r"allowed: 1 \(or executor=sim\)$"):
         LLM("tiny", device="cpu", sim_tp=2)
 
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sarathi_lab.bench.tile_alignment import piggyback_ms, sweep
 from sarathi_lab.engine.tiles import aligned_chunk
 from sarathi_lab.sim import CostModel
-from sarathi_lab.sim.tile_alignment import piggyback_ms, sweep
 
 
 @given(chunk=st.integers(128, 2048), batch_size=st.integers(2, 120))

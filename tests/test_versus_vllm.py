@@ -14,6 +14,7 @@ import pytest
 
 from sarathi_lab.analysis import versus_vllm
 from sarathi_lab.config import EngineConfig
+from sarathi_lab.executors import task_refusal
 from sarathi_lab.harness import vllm_args
 from sarathi_lab.plan import plan_engine
 
@@ -88,7 +89,8 @@ def test_a_capacity_search_is_a_task_vllm_runs(monkeypatch):
     monkeypatch.setattr(vllm_args, "vllm_version", lambda: "0.32.0")
     plan = plan_engine(EngineConfig(model="tiny", scheduler="sarathi_serve", executor="vllm", device="cpu",
                                     dtype="float32", max_model_len=256, num_kv_blocks=40))
-    vllm_args.check_vllm(plan, "capacity")
+    vllm_args.check_vllm(plan)
+    assert task_refusal("vllm", "capacity") is None
 
 
 def _run(tmp_path, *overrides: str, multirun: bool = False) -> subprocess.CompletedProcess:

@@ -10,9 +10,11 @@ import sys
 
 import pytest
 
-from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.config import ConfigError, EngineConfig, named_as
+from sarathi_lab.executors import task_refusal
 from sarathi_lab.harness import vllm_args
 from sarathi_lab.harness.results import run_source
+from sarathi_lab.harness.schema import RUN_KEYS
 from sarathi_lab.harness.vllm_args import check_vllm
 from sarathi_lab.plan import plan_engine
 
@@ -45,20 +47,26 @@ def test_vllm_is_vllm_without_chunked_prefill_capped_as_its_knob_says():
     assert vllm_args.vllm_args(capped, "/m").max_num_batched_tokens == 300
 
 
-@pytest.mark.parametrize(("kw", "task", "named"), [
-    ({"scheduler": "sarathi"}, "serve", "scheduler=sarathi is invalid"),
-    ({"scheduler": "orca"}, "serve", "scheduler=orca is invalid"),
-    ({}, "profile", "task=profile is invalid"),
-    ({"attention": "torch"}, "serve", "engine.attention=torch is invalid"),
-    ({"cpu_linear": "aten"}, "serve", "engine.cpu_linear=aten is invalid"),
-    ({"kv_watermark": 0.1}, "serve", "engine.kv_watermark=0.1 is invalid"),
-    ({"scheduler": "vllm", "scheduler_knobs": {"max_num_batched_tokens": 100}}, "serve",
-     "scheduler.max_num_batched_tokens=100 is invalid"),
+@pytest.mark.parametrize(("kw", "named"), [
+    ({"scheduler": "sarathi"}, "scheduler='sarathi' is invalid"),
+    ({"scheduler": "orca"}, "scheduler='orca' is invalid"),
+    ({"attention": "torch"}, "engine.attention='torch' is invalid"),
+    ({"cpu_linear": "aten"}, "engine.cpu_linear='aten' is invalid"),
+    ({"kv_watermark": 0.1}, "engine.kv_watermark=0.1 is invalid"),
+    ({"tensor_parallel": 2}, "engine.tensor_parallel=2 is invalid"),
+    ({"pipeline_parallel": 2}, "engine.pipeline_parallel=2 is invalid"),
+    ({"cuda_graphs_mixed": False}, "engine.cuda_graphs_mixed=False is invalid"),
 ])
-def test_what_vllm_cannot_express_is_refused_in_one_line(kw, task, named):
-    with pytest.raises(ConfigError) as e:
-        check_vllm(_plan(**kw), task)
+def test_what_vllm_cannot_honour_is_refused_in_one_line_by_its_capabilities(kw, named):
+    with pytest.raises(ConfigError) as e, named_as(RUN_KEYS):  # the run's edge names the keys
+        _plan(**kw)
     assert str(e.value).startswith(named) and "\n" not in str(e.value) and "allowed" in str(e.value)
+
+
+def test_what_vllm_cannot_run_beyond_its_capabilities_is_refused_in_one_line():
+    assert task_refusal("vllm", "profile").startswith("task=profile is invalid with executor=vllm")
+    with pytest.raises(ConfigError, match=r"^scheduler.max_num_batched_tokens=100 is invalid.*allowed"):
+        check_vllm(_plan("vllm", scheduler_knobs={"max_num_batched_tokens": 100}))
 
 
 def test_without_vllm_the_refusal_names_the_extra(monkeypatch):
@@ -81,12 +89,13 @@ def test_a_sweep_of_both_engines_notes_them_as_engines_and_the_record_names_vllm
 
     notes = table_notes(pd.DataFrame({"source": ["measured CPU", "measured CPU, vLLM 0.32.0"]}))
     assert len(notes) == 1 and "different engines" in notes[0] and "predicted" not in notes[0]
-    record = simulated_device(EngineConfig(executor="vllm", device="cpu"))
+    record = simulated_device(EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu"))
     assert record["executor"] == "vllm" and not record["simulated"] and "vllm_version" in record
     assert record["vllm_version"] == vllm_args.vllm_version()
 
 
-CLI_REFUSALS = [("scheduler=orca", "error: scheduler=orca is invalid with engine.executor=vllm")]
+CLI_REFUSALS = [("scheduler=orca", "error: scheduler='orca' is invalid with engine.executor='vllm'"),
+                ("engine.tensor_parallel=2", "error: engine.tensor_parallel=2 is invalid with engine.executor='vllm'")]
 if not HAS_VLLM:
     CLI_REFUSALS.append(("scheduler=sarathi_serve", ('error: engine.executor=vllm is invalid here: vLLM is not '
                                                      'installed; install the extra: pip install -e ".[vllm]"')))

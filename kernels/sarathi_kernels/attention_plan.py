@@ -15,6 +15,14 @@ splits every tile's walk across ``num_splits`` programs; each writes its
 partial output and log-sum-exp, and a small merge kernel combines them (``split_merge.py``);
 split_rule.py picks the count.
 
+Balanced prefill. On a GPU the chunks' launch instead runs balanced work (chunk_plan.py): a
+persistent grid of one program per slot, each walking an equal share of the chunks' keys, a walk cut
+where a share ends inside it; its pieces and their split counts are planned here from the host
+lengths and copied into buffers the launch reads (chunk_attention.py), a graph's sized at capture for
+any batch it holds. The tiles stay this module's choice: 64-row tiles at two CTAs a SM came within a
+few percent of the tall ones in the plan's arithmetic at the attention step's shapes, and a tall tile
+on four warps spills its accumulator.
+
 CUDA graphs. A captured launch cannot change its grid, its tiles or its host arguments. So each
 launch reads its split count and its range of requests from device integers, its programs are a flat
 grid that it maps to (tile, KV head, split) by that count, and a graph's launch is captured with as
@@ -31,8 +39,9 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from sarathi_kernels._checks import require
+from sarathi_kernels.chunk_plan import FLAT_WAVES, ChunkWork, piece_cap, plan_chunks
 from sarathi_kernels.occupancy import GpuLimits, device_limits, kernel_resources, resident_ctas
-from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule, cdiv, choose_splits, most_splits
+from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule, cdiv, choose_splits, most_programs, most_splits
 
 __all__ = ["AttentionLaunch", "AttentionPlan", "TileConfig", "WorkTiles", "cdiv", "default_tiles", "device_limits",
            "plan_batch", "plan_graph", "plan_launch", "prefill_tile_choices"]
@@ -103,6 +112,9 @@ class AttentionLaunch:
     # Its programs, one a (tile, KV head, split), flat: an eager launch's exactly, a graph's as many as
     # any batch it holds needs (the rest exit at once).
     grid_programs: int
+    # Prefill work on a GPU: the chunks' balanced pieces (chunk_plan.py), run by chunk_attention.py on
+    # a persistent grid instead of the flat one; in a graph's launch, the buffers its replays refill.
+    balanced: BalancedWork | None = field(default=None, compare=False)
 
     @property
     def block_m(self) -> int:
@@ -143,6 +155,24 @@ class AttentionLaunch:
         return options
 
 
+@dataclass
+class BalancedWork:
+    """A prefill launch's balanced work: a batch's ``work`` (host arrays) and the device ``buffers``
+    (chunk_attention.ChunkBuffers) it runs from, made on first use for an eager batch, at capture for
+    a graph's launch (which has no work of its own); ``split_capacity``: the partials' stride."""
+
+    work: ChunkWork | None
+    split_capacity: int
+    programs: int
+    item_capacity: int
+    buffers: object = None
+
+    def holds(self, other: BalancedWork) -> bool:
+        """Whether these buffers hold ``other``'s work."""
+        return (self.split_capacity >= other.split_capacity and self.programs >= other.programs
+                and self.item_capacity >= other.item_capacity)
+
+
 @dataclass(frozen=True)
 class AttentionPlan:
     """A batch's launches: prefill work, then decode work (either may be absent). ``split_counts``: a
@@ -167,11 +197,12 @@ class AttentionPlan:
 
     def replays_in(self, graph: AttentionPlan) -> bool:
         """Whether launches captured as ``graph`` (plan_graph's) run this plan as it is: each work kind
-        with work finds a launch of its tiles with room for its split count."""
+        with work finds a launch of its tiles with room for its split count, or its balanced work."""
         for launch in self.launches():
             captured = graph.prefill if launch.kind == PREFILL else graph.decode
             if launch.working_tiles and (captured is None or captured.tiles != launch.tiles
-                                         or captured.split_capacity < launch.num_splits):
+                                         or captured.split_capacity < launch.num_splits
+                                         or not _holds(captured.balanced, launch.balanced)):
                 return False
         return True
 
@@ -183,6 +214,12 @@ class AttentionPlan:
     def device_rows(self) -> list[tuple[int, int, int, int]]:
         """Its launches' device integers, prefill then decode (an absent launch: unsplit, no requests)."""
         return [launch.device_row() if launch else (1, 0, 0, 0) for launch in (self.prefill, self.decode)]
+
+
+def _holds(captured: BalancedWork | None, batch: BalancedWork | None) -> bool:
+    if batch is None:
+        return captured is None
+    return captured is not None and captured.holds(batch)
 
 
 def _group(num_heads: int, num_kv_heads: int) -> tuple[int, int]:
@@ -254,8 +291,14 @@ def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_k
         key_tiles = cdiv(max(seq_lens[:num_prefills]), config.block_n)
         splits = choose_splits(working * num_kv_heads, key_tiles, wave_of(PREFILL, config, limits), rule)
         grid_tiles = sum(chunks) // block_q + num_prefills
+        balanced = None
+        if limits is not None:  # a GPU: balanced pieces on a persistent grid (the flat launch's split unused)
+            work = plan_chunks(chunks, seq_lens[:num_prefills], num_kv_heads, block_q, config.block_n,
+                               wave_of(PREFILL, config, limits), split_cost=rule.split_cost_tiles,
+                               max_pieces=piece_cap(sum(chunks)))
+            balanced, splits = BalancedWork(work, work.split_capacity, work.programs, len(work.items)), 1
         prefill = AttentionLaunch(PREFILL, group, group_pad, config, grid_tiles, working, num_kv_heads, splits, splits,
-                                  0, num_prefills, grid_tiles * num_kv_heads * splits)
+                                  0, num_prefills, grid_tiles * num_kv_heads * splits, balanced)
     return AttentionPlan(prefill, decode)
 
 
@@ -274,9 +317,9 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
     config = _raised(tiles.decode, group_pad)
     wave = wave_of(DECODE, config, limits)
     capacity = most_splits(fewest_decodes * num_kv_heads, cdiv(max_seq_len, config.block_n), wave, rule)
-    # A split launch's programs: D decodes x heads x s <= max_waves x wave (split_rule.most_splits).
+    # A split launch's programs: D decodes x heads x s (split_rule.most_programs).
     programs = min(requests * num_kv_heads * capacity,
-                   max(requests * num_kv_heads, rule.max_waves * wave if capacity > 1 else 0))
+                   most_programs(requests * num_kv_heads, wave, rule) if capacity > 1 else requests * num_kv_heads)
     decode = AttentionLaunch(DECODE, group, group_pad, config, requests, requests, num_kv_heads, 1, capacity,
                              0, requests, programs)
     prefill = None
@@ -288,12 +331,19 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
         capacity = most_splits(fewest_tiles * num_kv_heads, cdiv(max_seq_len, prefill_tiles.block_n), wave, rule)
         grid_tiles = tokens // block_q + requests
         # A split launch's grid tiles (T // block_q + P) are at most twice its working ones W (each of
-        # its P chunks has one), and W x heads x s <= max_waves x wave.
+        # its P chunks has one), and W x heads x s <= most_programs(W x heads).
         programs = min(grid_tiles * num_kv_heads * capacity,
-                       max(grid_tiles * num_kv_heads, 2 * rule.max_waves * wave if capacity > 1 else 0))
+                       max(grid_tiles * num_kv_heads,
+                           2 * most_programs(grid_tiles * num_kv_heads, wave, rule) if capacity > 1 else 0))
+        balanced = None
+        if limits is not None:  # room for any batch's balanced work (BalancedWork.holds)
+            walks, most = grid_tiles * num_kv_heads, FLAT_WAVES * wave
+            # Its batches' chunks hold at least its tokens less one a decode beside them.
+            fewest_chunks = max(1, fewest_tokens - (requests - 1))
+            balanced = BalancedWork(None, piece_cap(fewest_chunks), max(most, walks), max(walks + wave, most))
         prefill = AttentionLaunch(PREFILL, group, group_pad, prefill_tiles, grid_tiles,
                                   cdiv(tokens, block_q) + requests - 1, num_kv_heads, 1, capacity, 0, requests,
-                                  programs)
+                                  programs, balanced)
     return AttentionPlan(prefill, decode, split_counts)
 
 

@@ -306,6 +306,9 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     for slot, launch in enumerate((plan.prefill, plan.decode)):
         if launch is None:
             continue
+        if launch.balanced is not None:
+            _balanced(query, k_cache, v_cache, query_start_loc, seq_lens, block_tables, scale, out, launch)
+            continue
         row = plan.split_counts[slot] if plan.split_counts is not None else plan_row(query.device,
                                                                                      launch.device_row())
         rows = num_requests if launch.kind == DECODE else num_tokens
@@ -329,3 +332,21 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         if launch.split_capacity > 1:
             merge_splits(part, lse, out, row, query_start_loc, decode=launch.kind == DECODE)
     return out
+
+
+def _balanced(query, k_cache, v_cache, query_start_loc, seq_lens, block_tables, scale, out, launch) -> None:
+    """A prefill launch's balanced work (chunk_attention.py), its buffers made on first use: an eager
+    batch's loaded with its work once for every layer, a graph's sized for any batch it holds."""
+    from sarathi_kernels.chunk_attention import ChunkBuffers, chunk_attention  # it imports this module
+
+    balanced = launch.balanced
+    if balanced.buffers is None:
+        # Plain tensors even inside a forward's inference mode: a graph's replays refill them outside it.
+        with torch.inference_mode(False):
+            balanced.buffers = ChunkBuffers(balanced.programs, balanced.item_capacity, query.shape[0],
+                                            k_cache.shape[2], balanced.split_capacity, query.device)
+        if balanced.work is not None:
+            balanced.buffers.load(balanced.work, launch.end_request)
+    chunk_attention(query, k_cache, v_cache, query_start_loc, seq_lens, block_tables, balanced.buffers, scale, out,
+                    group_pad=launch.group_pad, block_m=launch.block_m, block_n=launch.block_n,
+                    split=balanced.split_capacity > 1, **launch.launch_options())

@@ -28,7 +28,7 @@ from sarathi_kernels.pod_plan import (
     ITEM_FIELDS,
     PodPlan,
     PodTiles,
-    plan_pod,
+    cached_plan,
 )
 from sarathi_kernels.triton_jit import INTERPRETED, jit
 
@@ -195,24 +195,24 @@ class PodWork:
                 f"plan has {plan.programs} programs, the buffers were made for {self.programs}")
         require(len(plan.items) <= self.capacity,
                 f"plan has {len(plan.items)} work items, the buffers hold {self.capacity}")
-        pin = self.items.device.type == "cuda"
-        indptr = torch.tensor(plan.work_indptr, dtype=torch.int32, pin_memory=pin)
-        self.work_indptr.copy_(indptr, non_blocking=pin)
+        # From the plan's own arrays (no per-item conversion); a host copy in flight keeps its source
+        # alive, and the cached plan outlives the copy.
+        self.work_indptr.copy_(torch.from_numpy(plan.indptr_array), non_blocking=True)
         if plan.items:
-            items = torch.tensor(plan.items, dtype=torch.int32, pin_memory=pin)
-            self.items[: len(plan.items)].copy_(items, non_blocking=pin)
+            self.items[: len(plan.items)].copy_(torch.from_numpy(plan.items_array), non_blocking=True)
 
 
 def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int,
                element_size: int, device: torch.device, *, num_sms: int | None = None, ctas_per_sm: int = CTAS_PER_SM,
                flops_per_byte: float = FLOPS_PER_BYTE, prefill_m: int | None = None, decode_m: int | None = None,
                block_n: int | None = None) -> tuple[PodPlan, int]:
-    """A batch's plan and the launch's warps; ``num_sms`` defaults to the device's (the interpreter: a few)."""
+    """A batch's plan (``cached_plan``: planned once per length signature) and the launch's warps;
+    ``num_sms`` defaults to the device's (the interpreter: a few)."""
     tiles, num_warps = pod_tiles(num_heads, num_kv_heads, head_dim, element_size, prefill_m=prefill_m,
                                  decode_m=decode_m, block_n=block_n)
     sms = num_sms or device_sm_count(device) or INTERPRETER_SMS
-    return plan_pod(query_lens, seq_lens, num_kv_heads, tiles, num_sms=sms, ctas_per_sm=ctas_per_sm,
-                    flops_per_byte=flops_per_byte), num_warps
+    return cached_plan(query_lens, seq_lens, num_kv_heads, tiles, num_sms=sms, ctas_per_sm=ctas_per_sm,
+                       flops_per_byte=flops_per_byte), num_warps
 
 
 def pod_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -20,11 +20,19 @@ finds itself on (pod_attention.py), as POD-Attention's CTAs pick their role from
 The result is a CSR list (``work_indptr``: program p runs items ``work_indptr[p]:work_indptr[p + 1]``)
 that the kernel reads from fixed-size buffers, so that a CUDA graph can replay one grid over any plan
 copied into them.
+
+A replay must not wait on this Python placement (a heap step per item): ``cached_plan`` keeps plans by
+the batch's length signature, each context counted in groups of key tiles. Any assignment of the items computes
+the same outputs (every item writes its own rows, unsplit), so a plan made for one batch of a
+signature is right for every other; only its balance is the first batch's.
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
 
 PREFILL, DECODE = 0, 1
 # Fields of one work item, as the kernel reads them (int32, row-major [items, ITEM_FIELDS]).
@@ -69,6 +77,14 @@ class PodPlan:
     work_indptr: list[int]  # [programs + 1]
     compute: list[float]  # per SM: its prefill tiles' flops / flops_per_byte
     memory: list[float]  # per SM: its decode items' KV bytes
+    # The same lists as int32 arrays, made once, which the work buffers copy from on each replay.
+    items_array: np.ndarray = field(init=False, repr=False, compare=False)
+    indptr_array: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        items = np.asarray(self.items, dtype=np.int32).reshape(-1, ITEM_FIELDS)
+        object.__setattr__(self, "items_array", items)
+        object.__setattr__(self, "indptr_array", np.asarray(self.work_indptr, dtype=np.int32))
 
     @property
     def programs(self) -> int:
@@ -199,3 +215,38 @@ def _fill_lanes(sm: int, chosen: list[int], work, compute: float, memory: float,
         lanes[idlest].append(lanes[busiest].pop())
         load[busiest] -= moved
         load[idlest] += moved
+
+
+# Plans kept by signature (``cached_plan``); past this many the oldest goes.
+MAX_CACHED_PLANS = 512
+_PLANS: OrderedDict[tuple, PodPlan] = OrderedDict()
+
+
+# Contexts are told apart by this many key tiles: a decode's grows a token an iteration, and a plan
+# balanced for one context balances its neighbours about as well.
+SIGNATURE_KEY_TILES = 4
+
+
+def signature(query_lens: list[int], seq_lens: list[int], block_n: int) -> tuple[bytes, bytes]:
+    """What makes two batches' plans interchangeable in balance: their query lengths (the items) and
+    their contexts in units of SIGNATURE_KEY_TILES key tiles (the items' costs)."""
+    unit = SIGNATURE_KEY_TILES * block_n
+    return (np.asarray(query_lens, dtype=np.int32).tobytes(),
+            (-(-np.asarray(seq_lens, dtype=np.int64) // unit)).tobytes())
+
+
+def cached_plan(query_lens: list[int], seq_lens: list[int], num_kv_heads: int, tiles: PodTiles, *, num_sms: int,
+                ctas_per_sm: int = CTAS_PER_SM, flops_per_byte: float = FLOPS_PER_BYTE) -> PodPlan:
+    """``plan_pod``'s plan, made once per length signature and GPU: a batch of a signature met before
+    gets that plan with no per-item work."""
+    key = (signature(query_lens, seq_lens, tiles.block_n), num_kv_heads, tiles, num_sms, ctas_per_sm,
+           flops_per_byte)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = plan_pod(query_lens, seq_lens, num_kv_heads, tiles, num_sms=num_sms,
+                                      ctas_per_sm=ctas_per_sm, flops_per_byte=flops_per_byte)
+        if len(_PLANS) > MAX_CACHED_PLANS:
+            _PLANS.popitem(last=False)
+    else:
+        _PLANS.move_to_end(key)
+    return plan

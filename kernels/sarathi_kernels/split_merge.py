@@ -22,10 +22,10 @@ MAX_MERGE_HEADS = 16
 
 
 @jit
-def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, plan_ptr, query_start_loc_ptr, num_heads, head_dim,
-                         stride_ot, stride_oh, BLOCK_H: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                         DECODE: tl.constexpr):
-    # plan: split count, first request, end request of the attention launch merged.
+def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, plan_ptr, query_start_loc_ptr, row_splits_ptr, num_heads,
+                         head_dim, group, stride_ot, stride_oh, BLOCK_H: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                         DECODE: tl.constexpr, ROW_SPLITS: tl.constexpr):
+    # plan: split count (the partials' stride), first request, end request of the attention launch merged.
     num_splits = tl.load(plan_ptr)
     if num_splits == 1:  # the attention launch stored its output itself
         return
@@ -44,16 +44,27 @@ def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, plan_ptr, query_start_loc_p
     d_ok = offs_d < head_dim
     # Partials are [rows, heads, splits, head_dim]; lse [rows, heads, splits].
     rows = (row.to(tl.int64) * num_heads + offs_h) * num_splits
+    if ROW_SPLITS:
+        # Balanced work (chunk_attention.py): each (token, KV head) has its own tile's piece count, and
+        # a tile of one piece stored its output itself.
+        counts = tl.load(row_splits_ptr + row.to(tl.int64) * (num_heads // group) + offs_h // group, mask=h_ok,
+                         other=1)
+        h_ok = h_ok & (counts > 1)
+        walk = tl.max(counts, 0)
+    else:
+        counts = tl.full([BLOCK_H], num_splits, tl.int32)
+        walk = num_splits
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    for s in range(num_splits):
-        m = tl.maximum(m, tl.load(lse_ptr + rows + s, mask=h_ok, other=float("-inf")))
+    for s in range(walk):
+        m = tl.maximum(m, tl.load(lse_ptr + rows + s, mask=h_ok & (s < counts), other=float("-inf")))
     m = tl.where(m == float("-inf"), 0.0, m)
     acc = tl.zeros([BLOCK_H, HEAD_DIM_PAD], tl.float32)
     total = tl.zeros([BLOCK_H], tl.float32)
-    for s in range(num_splits):
-        w = tl.exp2(tl.load(lse_ptr + rows + s, mask=h_ok, other=float("-inf")) - m)
+    for s in range(walk):
+        ok = h_ok & (s < counts)
+        w = tl.exp2(tl.load(lse_ptr + rows + s, mask=ok, other=float("-inf")) - m)
         part = tl.load(part_ptr + (rows + s)[:, None] * head_dim + offs_d[None, :],
-                       mask=h_ok[:, None] & d_ok[None, :], other=0.0)
+                       mask=ok[:, None] & d_ok[None, :], other=0.0)
         acc += w[:, None] * part
         total += w
     out = acc / tl.where(total > 0, total, 1.0)[:, None]
@@ -98,12 +109,16 @@ def plan_row(device: torch.device, values: tuple[int, int, int, int]) -> torch.T
 
 
 def merge_splits(part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, plan: torch.Tensor,
-                 query_start_loc: torch.Tensor, decode: bool = False) -> None:
+                 query_start_loc: torch.Tensor, decode: bool = False, row_splits: torch.Tensor | None = None,
+                 group: int = 1) -> None:
     """``out`` [tokens, heads, head_dim] from the splits' partials (``split_buffers``) of the launch whose
     device integers are ``plan`` (its split count and requests); ``decode``: the partials' rows are
-    requests (a decode launch's), else tokens."""
+    requests (a decode launch's), else tokens. ``row_splits`` int32 [tokens, kv_heads]: each token's
+    own split count per KV head of ``group`` query heads (balanced work); None: the launch's count."""
     rows, num_heads, _, head_dim = part.shape
     block_h = min(MAX_MERGE_HEADS, 1 << (num_heads - 1).bit_length())
     grid = (rows, -(-num_heads // block_h))
-    _merge_splits_kernel[grid](part, lse, out, plan, query_start_loc, num_heads, head_dim, out.stride(0),
-                               out.stride(1), BLOCK_H=block_h, HEAD_DIM_PAD=padded_head_dim(head_dim), DECODE=decode)
+    _merge_splits_kernel[grid](part, lse, out, plan, query_start_loc, plan if row_splits is None else row_splits,
+                               num_heads, head_dim, group, out.stride(0), out.stride(1), BLOCK_H=block_h,
+                               HEAD_DIM_PAD=padded_head_dim(head_dim), DECODE=decode,
+                               ROW_SPLITS=row_splits is not None)

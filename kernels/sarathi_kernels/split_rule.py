@@ -1,12 +1,17 @@
 """Into how many programs each tile's KV walk is split (attention_plan.py says why a walk is split).
 
-The GPU runs a launch in waves of ``wave`` programs (SMs x resident CTAs a SM, occupancy.py); a
-launch of ``programs`` unsplit programs split ``s`` ways takes ceil(programs * s / wave) waves, each as
-long as one split's walk: its share of the ``key_tiles`` plus a split's fixed cost (loading its query
-tile, writing its fp32 partial for the merge to read back). The rule takes the split count with the
-least such time, the smallest where several tie. So the chosen count is the largest that fits its
-number of waves: the grid lands at or just under a whole number of waves, never a small trailing one;
-and each split's fixed cost is weighed against the walk it saves, which bounds the partials' traffic.
+The cost model, here and only here (``walk_time``): the GPU runs a launch in waves of ``wave``
+programs (SMs x resident CTAs a SM, occupancy.py); a launch of ``programs`` unsplit programs split
+``s`` ways takes ceil(programs * s / wave) waves, each as long as one split's walk: its share of the
+``key_tiles`` plus a split's fixed cost (loading its query tile, writing its fp32 partial for the merge
+to read back). Its critical path is waves x per-program walk, in key tiles walked one after another;
+the same KV read by a whole wave at once takes programs * key_tiles / wave of them.
+
+The rule takes the split count with the shortest critical path, the smallest where several tie, at
+any grid size: a grid just over a whole number of waves splits too, where the shorter walks outweigh
+the extra waves and fixed costs, by ``min_gain`` at least (FlashAttention-2's ``num_splits_heuristic``,
+csrc/flash_attn/flash_api.cpp, weighs the same wave efficiency but never splits a grid of 0.8 of a wave
+or more). So a split grid fills its last wave as far as a split count can.
 """
 from __future__ import annotations
 
@@ -31,15 +36,16 @@ class SplitRule:
     min_key_tiles: int = 4
     # A cap on the partial buffers (rows x heads x splits x head_dim fp32) and the merge's loop.
     max_splits: int = 32
-    # Split counts are sought up to this many waves: past two, a wave's share of the walk is small
-    # against the launch's fixed costs.
+    # Split counts are sought up to this many times the waves of the unsplit grid and one more: past
+    # that, a wave's share of the walk is small against the launch's fixed costs.
     max_waves: int = 2
     # A split's fixed cost in key tiles' worth of memory traffic: a query tile read and a partial
     # written and read back are each about one key/value tile of the same rows.
     split_cost_tiles: float = 1.0
-    # A launch with this share of a wave's programs already runs unsplit: a split would add partials
-    # for every row to win back few idle slots.
-    unsplit_share: float = 0.9
+    # A launch splits only where its best split count shortens the unsplit critical path by this share:
+    # the model leaves out the merge's launch and the partials' contention, which eat a smaller gain
+    # (FlashAttention-2's num_splits_heuristic likewise settles for 85% of the best wave efficiency).
+    min_gain: float = 0.15
 
     def __post_init__(self):
         require(self.min_key_tiles >= 1, f"split_rule.min_key_tiles={self.min_key_tiles} is invalid: "
@@ -49,8 +55,7 @@ class SplitRule:
         require(self.max_waves >= 1, f"split_rule.max_waves={self.max_waves} is invalid: must be >= 1")
         require(self.split_cost_tiles >= 0, f"split_rule.split_cost_tiles={self.split_cost_tiles} is "
                                             "invalid: must be >= 0")
-        require(0 < self.unsplit_share <= 1, f"split_rule.unsplit_share={self.unsplit_share} is invalid: "
-                                             "must be in (0, 1]")
+        require(0 <= self.min_gain < 1, f"split_rule.min_gain={self.min_gain} is invalid: must be in [0, 1)")
 
 
     @classmethod
@@ -76,10 +81,17 @@ DEFAULT_RULE = SplitRule()
 def most_splits(programs: int, key_tiles: int, wave: int | None, rule: SplitRule = DEFAULT_RULE) -> int:
     """The largest split count the rule considers for ``programs`` unsplit programs whose longest walk
     has ``key_tiles``: a bound that holds for any more programs and any fewer key tiles (what a CUDA
-    graph sizes its grid by)."""
-    if wave is None or programs <= 0 or programs >= rule.unsplit_share * wave:
+    graph sizes its grid by). Its split grid holds at most ``most_programs(programs, wave)``."""
+    if wave is None or programs <= 0:
         return 1
-    return max(1, min(rule.max_splits, key_tiles // rule.min_key_tiles, rule.max_waves * wave // programs))
+    return max(1, min(rule.max_splits, key_tiles // rule.min_key_tiles,
+                      rule.max_waves * (programs + wave) // programs))
+
+
+def most_programs(programs: int, wave: int, rule: SplitRule = DEFAULT_RULE) -> int:
+    """The most programs a split launch of at most ``programs`` unsplit ones runs: p x most_splits(p)
+    <= max_waves x (p + wave), which grows with p."""
+    return rule.max_waves * (programs + wave)
 
 
 def waves(programs: int, wave: int) -> int:
@@ -87,15 +99,20 @@ def waves(programs: int, wave: int) -> int:
 
 
 def walk_time(programs: int, key_tiles: int, splits: int, wave: int, rule: SplitRule = DEFAULT_RULE) -> float:
-    """The launch's time in key tiles walked one after another: waves x the longest program's walk."""
+    """The launch's critical path in key tiles walked one after another: waves x the longest program's
+    walk (the module's cost model)."""
     fixed = rule.split_cost_tiles if splits > 1 else 0.0
     return waves(programs * splits, wave) * (cdiv(key_tiles, splits) + fixed)
 
 
 def choose_splits(programs: int, key_tiles: int, wave: int | None, rule: SplitRule = DEFAULT_RULE) -> int:
     """The split count of a launch of ``programs`` unsplit programs with work whose longest walk has
-    ``key_tiles`` key tiles, on a GPU that runs ``wave`` of them at once (None, no GPU: 1)."""
+    ``key_tiles`` key tiles, on a GPU that runs ``wave`` of them at once (None, no GPU: 1): the one of
+    the shortest critical path (``walk_time``), the smallest of those that tie; unsplit where that
+    path is not ``min_gain`` shorter than the unsplit one."""
     top = most_splits(programs, key_tiles, wave, rule)
     if top == 1:
         return 1
-    return min(range(1, top + 1), key=lambda s: (walk_time(programs, key_tiles, s, wave, rule), s))
+    best = min(range(1, top + 1), key=lambda s: (walk_time(programs, key_tiles, s, wave, rule), s))
+    unsplit = walk_time(programs, key_tiles, 1, wave, rule)
+    return best if walk_time(programs, key_tiles, best, wave, rule) <= (1 - rule.min_gain) * unsplit else 1

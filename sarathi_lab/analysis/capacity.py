@@ -15,6 +15,7 @@ from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import COLUMNS, NO_REPEATS
 from sarathi_lab.analysis.figures import legend_outside, plain_log_ticks
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness.results import CAPACITY_JSON, METRICS, current_names, is_finished, read_record
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def _search_row(path: Path) -> dict:
 def compact(searches: pd.DataFrame) -> pd.DataFrame:
     """The committed table of a set of searches (docs/capacity/*_capacity.csv), one row per search,
     with what it ran on (measured) or what predicted it (simulated)."""
-    simulated = searches.executor == "sim"
+    simulated = searches.executor.map(lambda name: recorded_as(name, "simulated")).astype(bool)
     replayed = "trace_rate_rps" in searches and searches.trace_rate_rps.notna().any()
     columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed) + MEASURED_COLUMNS * bool((~simulated).any())
                + SIMULATED_COLUMNS * bool(simulated.any()))

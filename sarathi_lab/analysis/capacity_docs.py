@@ -17,6 +17,7 @@ from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness.results import current_names, simulated_source
 from sarathi_lab.sim import CostModel
 
@@ -68,7 +69,7 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False)
     provenance.ReplaceRefused, before writing, where a table is there already and not ``force``: the
     searches record no commit, so nothing tells them from the ones it holds."""
     searches = capacity.load_searches(multirun)
-    if searches.empty or (searches.executor == "sim").any():
+    if searches.empty or any(recorded_as(name, "simulated") for name in searches.executor):
         raise SystemExit(f"{multirun}: expected capacity searches of executor=model (capacity.json), found "
                          f"{len(searches)} search(es) with executors {sorted(set(searches.get('executor', [])))}")
     path = Path(docs) / "capacity" / CPU_CSV

@@ -12,15 +12,20 @@ from sarathi_lab.engine.tiles import aligned_chunk
 BASELINE = "static"
 # What pairs a run with its baseline run: the same requests and batch size.
 WORKLOAD_KEYS = ("seq_len", "batch_size", "pd_ratio")
-# The column of sarathi's chunk alignment (scheduler.chunk_align), where a sweep set it.
+# The column of sarathi's chunk alignment as a sweep set it (scheduler.chunk_align), and as the run
+# recorded it (metrics.json's config chunk_align: "auto" settled).
 CHUNK_ALIGN = "scheduler.chunk_align"
+RECORDED_ALIGN = "chunk_align"
 
 
 def chunk_align(summary: pd.DataFrame) -> pd.Series:
     """Each run's sarathi chunk alignment: "tile" where it ran tile-aligned chunks, else "none" (other
-    schedulers ignore the knob, so their runs are "none" whatever the sweep set)."""
-    set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=summary.index)
-    return set_.fillna("none").where(summary.scheduler == "sarathi", "none")
+    schedulers ignore the knob, so their runs are "none" whatever the sweep set). As the run recorded
+    it; a run from before the record: as its sweep set it, else "none", the default then."""
+    index = summary.index
+    set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=index)
+    recorded = summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary else pd.Series(None, index=index, dtype=object)
+    return recorded.fillna(set_.fillna("none")).where(summary.scheduler == "sarathi", "none")
 
 
 def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseline: pd.Series) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import capacity_docs, claims, figures, gpu_claims, registry
 from sarathi_lab.analysis.runs import Results, load_results
 from sarathi_lab.env_flags import EnvFlagError
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.provenance import Provenance
 
 WRITER = "python -m sarathi_lab.analysis.publish"
@@ -32,7 +33,7 @@ def runs_provenance(results: Results, name: str) -> Provenance:
     """Where experiment ``name``'s numbers under ``results`` come from: its source and scale (as its
     claims rows say), the machines that measured it and the commits its runs ran at."""
     summary = results.with_unreliable().summary(name)
-    simulated = results.executor(name)["executor"] == "sim"
+    simulated = recorded_as(results.executor(name)["executor"], "simulated")
     machine = "" if simulated else _joined(summary.get("env.device_name", []))
     return Provenance(results.source(name), results.scale(name), machine,
                       commit=provenance.commits(summary.get("env.git_commit", [None])), writer=WRITER)

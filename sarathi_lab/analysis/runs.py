@@ -14,6 +14,7 @@ from sarathi_lab import provenance
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.claims import simulated_provenance
 from sarathi_lab.env_flags import env_flag
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness.results import (
     METRICS,
     SWEEP_SUMMARY,
@@ -204,7 +205,7 @@ class Results:
         row = self._loaded(name, "summary").iloc[0]
         source = f"{self.source(name)}, {row.get('model', 'unrecorded')}"
         scale, dtype = self.scale(name), str(row.get("env.dtype", ""))
-        if self.executor(name)["executor"] == "sim":
+        if recorded_as(self.executor(name)["executor"], "simulated"):
             return simulated_provenance(source, scale, dtype) | {"commit": self.commits(name)}
         threads = row.get("env.torch_threads")
         return {"source": source, "scale": scale, "dtype": dtype,
@@ -275,10 +276,10 @@ class Results:
                 break
             except UnreadableRun as e:
                 log.warning("%s; left out", e)
-        if engine.get("executor") != "sim":
+        if not recorded_as(engine.get("executor"), "simulated"):
             return {"executor": engine.get("executor", "model")}
         stages = {"sim_pp": engine["sim_pp"]} if engine.get("sim_pp", 1) > 1 else {}
-        return {"executor": "sim", "sim_device": engine.get("sim_device", "unrecorded"),
+        return {"executor": engine["executor"], "sim_device": engine.get("sim_device", "unrecorded"),
                 "sim_cost_model": engine.get("sim_cost_model", "unrecorded"), "sim_tp": engine.get("sim_tp", 1),
                 **stages}
 
@@ -289,7 +290,8 @@ class Results:
     def describe(self, name: str) -> str:
         """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and notes."""
         row = self._loaded(name, "summary").iloc[0]
-        where = ("predicted by the cost model, not measured" if self.executor(name)["executor"] == "sim"
+        where = ("predicted by the cost model, not measured" if recorded_as(self.executor(name)["executor"],
+                                                                            "simulated")
                  else row.get("env.device_name", "unrecorded device"))
         commits = self.commits(name)
         mixed = f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ") else ""

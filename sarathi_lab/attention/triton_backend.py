@@ -1,21 +1,27 @@
 """Attention through the Triton kernels: one launch a work kind (prefill chunks, decodes) per layer for
 the whole hybrid batch, reading each request's context straight from its paged blocks; the launches
 planned once an iteration from the batch's host lengths, and, for CUDA graphs, captured at their
-largest (attention_plan.py). With ``hybrid="pod"`` an eager batch of prefills beside decodes runs
-co-scheduled instead (sarathi_kernels/pod_attention.py). The tiles of each work kind come from the
+largest (attention_plan.py). With ``hybrid="pod"`` a batch of prefills beside decodes runs
+co-scheduled instead (sarathi_kernels/pod_attention.py) where the device's table measured that faster
+at its shape (co_schedule.py). The tiles of each work kind come from the
 device's tuned table where it has them (tuned_kernels.py), the kernels' defaults elsewhere."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from sarathi_lab.attention.backend import AttentionBackend, register_backend
+from sarathi_lab.attention.co_schedule import NEVER, CoScheduleRule
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.tuned_kernels import table_for
 
+log = logging.getLogger(__name__)
+# The tables whose split-rule knobs the rule refused, warned of once each.
+_REFUSED_RULES: set[str] = set()
 # The kernels, imported when the backend is first made rather than when it registers: Triton is the
 # gpu extra's, and a CPU install without it still lists this backend.
 # The kernels called by name are module globals, as a test's spy replaces them.
@@ -64,15 +70,17 @@ class PodLaunch:
 class TritonAttention(AttentionBackend):
     """``tiles``/``rule``: the tiles of each work kind and the split rule (default: the device's tuned
     table over attention_plan's tiles and split_rule's rule); ``limits``: the GPU planned for (default:
-    the cache's device; none on a CPU, where nothing splits)."""
+    the cache's device; none on a CPU, where nothing splits); ``co_schedule``: which hybrid batches run
+    co-scheduled under ``hybrid="pod"`` (default: the device's table's rule, else none)."""
 
     replayable = True
     devices = ("cuda",)
     preferred_on = ("cuda",)
 
-    def __init__(self, hybrid: str = "sequential", fuse_rope: bool = True, tiles=None, rule=None, limits=None):
+    def __init__(self, hybrid: str = "sequential", fuse_rope: bool = True, tiles=None, rule=None, limits=None,
+                 co_schedule: CoScheduleRule | None = None):
         kernels()
-        self.hybrid = hybrid
+        self.hybrid, self.co_schedule = hybrid, co_schedule
         # False: RoPE and the cache write as two launches (the kernel count's "before").
         self.fuse_rope = fuse_rope
         self.tiles, self.limits = tiles, limits
@@ -108,8 +116,25 @@ class TritonAttention(AttentionBackend):
             return k.split_rule.DEFAULT_RULE
         try:
             return k.split_rule.SplitRule.with_knobs(table.split_rule)
-        except ValueError as e:
-            raise ValueError(f"error: {table.source}: {e}") from None
+        except ValueError as e:  # a damaged table never stops the engine: the default rule, said once
+            if table.source not in _REFUSED_RULES:
+                _REFUSED_RULES.add(table.source)
+                log.warning("error: %s: %s; running split_rule's default rule", table.source, e)
+            return k.split_rule.DEFAULT_RULE
+
+    def co_schedules(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor) -> bool:
+        """Whether this batch's attention runs co-scheduled: ``hybrid="pod"``, prefills beside decodes,
+        and the rule (given, else the device table's) measured that faster at the nearest shape."""
+        if self.hybrid != "pod" or not (meta.num_prefills and meta.num_decodes):
+            return False
+        rule = self.co_schedule
+        if rule is None:
+            table = table_for(k_cache.device)
+            rule = CoScheduleRule.from_entries(table.co_schedule, f"{table.source}: co_schedule") \
+                if table.co_schedule else NEVER
+        decodes = meta.seq_lens_host[meta.num_prefills:]
+        return rule.co_schedules(num_heads // k_cache.shape[2], sum(meta.query_lens_host[:meta.num_prefills]),
+                                 len(decodes), sum(decodes) // max(len(decodes), 1))
 
     def batch_plan(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor):
         """The batch's launches, from its host lengths, planned once (kept on ``meta.plan``); a CUDA
@@ -141,11 +166,13 @@ class TritonAttention(AttentionBackend):
         return kernels().split_merge.split_counts_buffer(2, device)
 
     @staticmethod
-    def set_split_counts(split_counts: torch.Tensor, plan) -> None:
+    def set_split_counts(split_counts: torch.Tensor, plan, graph=None) -> None:
         """A replay's split counts and requests (``plan``'s, the batch's eager plan) into its graph's
-        device integers."""
+        device integers, and its balanced prefill work into the buffers of ``graph`` (the graph's plan)."""
         for slot, values in enumerate(plan.device_rows()):
             split_counts[slot].copy_(kernels().split_merge.plan_row(split_counts.device, values), non_blocking=True)
+        if graph is not None and plan.prefill is not None and plan.prefill.balanced is not None:
+            graph.prefill.balanced.buffers.load(plan.prefill.balanced.work, plan.prefill.end_request)
 
     def rope_write_kv(self, rotary, positions, qkv, num_heads, num_kv_heads, k_cache, v_cache,
                       meta: AttentionMetadata):
@@ -201,8 +228,8 @@ class TritonAttention(AttentionBackend):
     def attend(self, query, k_cache, v_cache, meta: AttentionMetadata, scale: float):
         # Only a batch with both kinds has anything to overlap. A forward being captured runs what its
         # graph planned (its lengths are placeholders): a co-scheduled graph's launch, or planned kernels.
-        if isinstance(meta.plan, PodLaunch) or (self.hybrid == "pod" and meta.num_prefills and meta.num_decodes
-                                                and meta.plan is None and not _capturing(query.device)):
+        if isinstance(meta.plan, PodLaunch) or (meta.plan is None and not _capturing(query.device)
+                                                and self.co_schedules(meta, query.shape[1], k_cache)):
             launch = self._pod(query, k_cache, meta)
             return pod_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                                  launch.plan, launch.work, scale, num_warps=launch.num_warps)

@@ -25,6 +25,7 @@ from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.arrivals import poisson_arrivals
 from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.harness.workloads import split_length
+from sarathi_lab.profiling import cpu_ceilings
 from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.sim.profiles import profile_description, profile_path
 
@@ -204,6 +205,7 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
     been measured on the same clock (``cpu_clock``: CPUClock, else the wall clock)."""
     rows, points = [], []
     probe = host_probe(model, profile_path("cpu", model), CPUClock() if cpu_clock else None)
+    cpu_ceilings.ensure("float32")  # what the simulator reads of this CPU, in run_case's dtype
     for case in which or cases():
         slowdown = probe()
         real = run_case(case, model, CPUClock() if cpu_clock else None)

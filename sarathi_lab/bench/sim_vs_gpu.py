@@ -42,10 +42,12 @@ from sarathi_lab.bench.sim_validate import (
 from sarathi_lab.bench.task_tables import TABLES, paired
 from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
 from sarathi_lab.engine.metrics import iteration_kinds, stalled
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness import scales
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.environment import engine_kind
 from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
+from sarathi_lab.profiling import cpu_ceilings
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.profiles import profile_path
 
@@ -76,7 +78,7 @@ def finished_runs(root: Path) -> tuple[list[Path], Counter]:
         task, executor = record["config"].get("task"), record["environment"].get("executor")
         if record.get("partial"):
             left_out["partial (interrupted)"] += 1
-        elif executor != "model":
+        elif not recorded_as(executor, "runs_model"):
             left_out[f"executor={executor}"] += 1
         elif task != SERVE and task not in TABLES:  # neither served again nor its table's batches priced
             left_out[f"{metrics.relative_to(root).parts[0]} (task={task}, no comparison)"] += 1
@@ -114,6 +116,8 @@ def refusals(runs: list[Path], device: str, cost_models) -> dict[tuple, str]:
     found = {}
     for model, dtype in dict.fromkeys((c.get("model"), c.get("dtype"))
                                       for c in (read_record(r / METRICS)["config"] for r in runs)):
+        if device == "cpu":  # the simulator reads this CPU's ceilings, measured here where missing
+            cpu_ceilings.ensure(dtype or "bfloat16")
         for cost_model in cost_models:
             try:
                 with warnings.catch_warnings():

@@ -14,7 +14,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, provenance, tuned_kernels
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import COMMIT, DEVICE, StepResult, Summary
 from sarathi_lab.config import REPO_ROOT, device_slug
@@ -25,6 +25,8 @@ from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
 # Kept: small text tables and figures; never the per-run folders of the paper sweeps.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
+# A tuned-kernel table the tune step wrote (the engine reads it once committed to sarathi_lab/tuned/).
+TUNED = re.compile(r"^steps/tune/(?!result\.json$)[\w.-]+\.json$")
 RUN = re.compile(r"^paper/[\w.-]+/multiruns/[^/]+/[^/]+/metrics\.json$")
 ENV = "steps/env/env.json"  # names the device, hence where everything goes
 SUMMARY = gpu_records.SUMMARY  # the steps' commits and start times, hence the lease
@@ -220,6 +222,8 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
             archive_members.inside(root, target.relative_to(root), f"{archive} is invalid: member {name!r}")
         # Every member read (and so the whole archive found readable) before the first file is written.
         contents = {name: archive_members.read_member(tar, members[name], label) for name in targets}
+        for name in filter(TUNED.match, contents):  # a table that breaks its schema is refused, as any damage
+            tuned_kernels.from_bytes(contents[name], f"{archive}: {name}", device=machine)
     overhead = _check_kept(contents, label)
     record = lease_record(device, machine, summary, engine_of(runs, overhead),
                           [Path(n).stem for n in targets if PROFILE.match(n) and n.endswith(".csv")])

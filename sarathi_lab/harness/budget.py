@@ -43,7 +43,7 @@ def budget_cost_model(engine: EngineConfig):
     from sarathi_lab.sim import CostModel
     from sarathi_lab.sim.profiles import profile_path
 
-    if engine.executor == "sim":
+    if engine.kind.simulated:
         device, kind = engine.sim_device, engine.sim_cost_model
     elif engine.device_type == "cpu":
         device = "cpu"
@@ -56,7 +56,7 @@ def budget_cost_model(engine: EngineConfig):
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
     # The simulator's settings are the user's keys (named by the run's edge); the CPU's cost model here
     # is chosen, set by none: its refusals name the settings as they are.
-    with contextlib.nullcontext() if engine.executor == "sim" else named_as(AS_WRITTEN):
+    with contextlib.nullcontext() if engine.kind.simulated else named_as(AS_WRITTEN):
         return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp), described
 
 

@@ -27,7 +27,7 @@ def collect_environment(engine: EngineConfig, device: torch.device | str, dtype:
     return {
         **simulated_device(engine),
         # Where it ran: the device measured, or the host that ran the simulation.
-        **({"host_device": str(device)} if engine.executor == "sim"
+        **({"host_device": str(device)} if engine.kind.simulated
            else {"device": str(device), "device_name": device_name(device)}),
         # The dtype that ran, which the engine may have changed (bfloat16 on a CPU without bf16 units).
         "dtype": str(dtype).removeprefix("torch."),
@@ -73,12 +73,14 @@ def engine_kind(environments: list[dict]) -> str | None:
 
 def simulated_device(engine: EngineConfig) -> dict[str, Any]:
     """What a run's executor was: for a simulation, the device, cost model and GPU count it predicted."""
-    if engine.executor == "vllm":
-        return {"executor": "vllm", "simulated": False, "vllm_version": vllm_version(), "iterations_note": UNAVAILABLE}
-    if engine.executor != "sim":
-        # The ranks the model was split across (model/parallel/), recorded where there were several.
-        ranks = {"tensor_parallel": engine.tensor_parallel} if engine.tensor_parallel > 1 else {}
-        return {"executor": engine.executor, "simulated": False, **ranks}
+    if not engine.kind.simulated:
+        # The layout that ran: the ranks and stages the model was split across (model/parallel/), recorded
+        # where there were several (an executor that cannot split refused the run that asked it to).
+        ranks = {key: getattr(engine, key) for key in ("tensor_parallel", "pipeline_parallel")
+                 if getattr(engine, key) > 1}
+        # vLLM's engine: another engine's numbers, its version and what its iterations cannot hold.
+        foreign = {} if engine.kind.our_engine else {"vllm_version": vllm_version(), "iterations_note": UNAVAILABLE}
+        return {"executor": engine.executor, "simulated": False, **foreign, **ranks}
     gpus = f"{engine.sim_tp * engine.sim_pp}x " if engine.sim_tp * engine.sim_pp > 1 else ""
     # Pipeline stages recorded where there are several (a record without the key had one).
     stages = {"sim_pp": engine.sim_pp} if engine.sim_pp > 1 else {}

@@ -57,8 +57,8 @@ def _fitted(cfg: RunConfig, workload: Workload, limits: ModelLimits, engine: Eng
         # The SLO set the budget that does not fit: the way out is the SLO's, or a budget of one's own.
         raise ConfigError(f"{e.template}; a lower slo.tbt_p99_s, or token_budget=null and a chunk that fits, "
                           "leaves room", e.setting) from None
-    if engine.executor == "vllm":
-        check_vllm(plan, cfg.task)
+    if not engine.kind.our_engine:
+        check_vllm(plan)
     blocks, setting, sized = plan.num_kv_blocks, kv_size_setting(engine), kv_size_note(engine)
     scheduler = build_scheduler(plan)
     if scheduler.refusal(workload.max_request_len) is not None:
@@ -85,7 +85,7 @@ def _token_budget(cfg: RunConfig, workload: Workload, keys: Keys) -> tuple[Engin
     log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "
              "within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model, budget.predicted_s, cfg.slo.tbt_p99_s,
              "; capped: the SLO does not bind" if budget.capped else "")
-    stages = cfg.engine.sim_pp if cfg.engine.executor == "sim" else cfg.engine.pipeline_parallel
+    stages = cfg.engine.sim_pp if cfg.engine.kind.simulated else cfg.engine.pipeline_parallel
     if stages > 1:
         # The SLO bounds a micro-batch's passage, not how evenly the micro-batches in flight share the
         # work: under a pipeline a budget far above a micro-batch's usual share lets one take a burst of

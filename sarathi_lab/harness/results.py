@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sarathi_lab.engine.metrics import ITERATION_COLUMNS, REQUEST_COLUMNS
+from sarathi_lab.executors import executor_class, recorded_as
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -288,15 +289,15 @@ def run_source(executor: Mapping[str, Any], device: str | None) -> str:
     ``executor`` holds ``executor`` (model | sim | vllm), for vllm ``vllm_version`` where known, and,
     when simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp`` and (with pipeline stages) ``sim_pp``
     (a run's environment record holds them all); ``device``: the device a measured run ran on."""
-    if executor.get("executor") == "sim":
+    if recorded_as(executor.get("executor"), "simulated"):
         return simulated_source(str(executor.get("sim_device", "unrecorded")),
                                 str(executor.get("sim_cost_model", "unrecorded")), executor.get("sim_tp") or 1,
                                 executor.get("sim_pp") or 1)
     measured = "measured GPU" if str(device or "").startswith("cuda") else "measured CPU"
-    if executor.get("executor") == "vllm":
+    if recorded_as(executor.get("executor"), "engine_label"):
         # Another engine's numbers must not read as this one's.
         version = executor.get("vllm_version")
-        return f"{measured}, vLLM" + (f" {version}" if version else "")
+        return f"{measured}, {executor_class(executor['executor']).engine_label}" + (f" {version}" if version else "")
     return measured
 
 

@@ -49,14 +49,20 @@ class RunRecorder:
         directory.mkdir(parents=True, exist_ok=True)
         llm = self.llm
         # A simulation runs on the host's CPU, whatever device the engine's config names.
-        device = "cpu" if llm.config.executor == "sim" else llm.config.torch_device
+        device = "cpu" if llm.config.kind.simulated else llm.config.torch_device
         environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm, self._machine(),
                                           llm.cuda_graphs)
         write_results(directory, tables, RunResult(
-            summary=summary | self.plan_record, config=self.cfg.key_values() | (config or {}),
+            summary=summary | self.plan_record,
+            config=self.cfg.key_values() | self._settled() | (config or {}),
             overrides=self.overrides, resolved_config=self.resolved_config, environment=environment,
             partial=partial, wall_time_s=time.perf_counter() - self.start, inputs=self.inputs))
         return environment
+
+    def _settled(self) -> dict[str, Any]:
+        """What the plan settled that a results table is indexed by: the chunk alignment that ran
+        (scheduler.chunk_align with auto settled; "none" for a scheduler without the knob)."""
+        return {"chunk_align": self.llm.plan.scheduler_config.chunk_alignment}
 
     def log(self, directory: Path, name: str, summary: dict[str, float], tables: Tables,
             environment: dict[str, Any]) -> None:
@@ -83,12 +89,12 @@ class RunRecorder:
 
     def _machine(self) -> dict[str, Any]:
         machine = load.assess(self.before, load.snapshot())
-        if self.cfg.engine.executor == "sim":
+        if self.cfg.engine.kind.simulated:
             # Virtual-clock times do not depend on the machine's load.
             machine |= {"timing_unreliable": False, "timing_note": None}
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
-        if self.cfg.engine.executor == "model":
+        if self.cfg.engine.kind.runs_model:
             # Imported here: a simulated run loads no attention backend.
             from sarathi_lab.attention.backend import interpreted
 

@@ -120,14 +120,14 @@ def _open_run_dir(ctx: RunContext, finished: bool, engine: EngineConfig) -> None
         (ctx.status_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, ctx.status_dir / ".hydra" / name)
-    if engine.executor == "model" and engine.device_type == "cpu":
+    if engine.kind.runs_model and engine.device_type == "cpu":
         # Before `running`: a library that kills the process as it loads must not leave a live-looking run.
         cpu_build.library()
     write_status(ctx.status_dir, "running")
 
 
 def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
-    if cfg.engine.executor == "vllm":
+    if not cfg.engine.kind.our_engine:  # vLLM's, the one other engine
         # Imported here: it loads the model code (to save the run's weights), which a simulated run has no use for.
         from sarathi_lab.harness.vllm_engine import VllmLLM
 

@@ -17,6 +17,7 @@ from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, c
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
 from sarathi_lab.engine.tiles import GEMM_TILE
+from sarathi_lab.executors import task_refusal
 from sarathi_lab.harness.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
@@ -244,10 +245,8 @@ class RunConfig:
         if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
             raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
                               "the search needs at least one of them")
-        if self.task == "profile" and self.engine.executor == "sim":
-            raise ConfigError("task=profile is invalid with executor=sim: a profile times the engine's own forwards "
-                              "on this machine, and the simulator runs none (its times come from a profile); "
-                              "allowed: executor=model")
+        if why := task_refusal(self.engine.executor, self.task):
+            raise ConfigError(why)
         # Its chunk, aligned as the scheduler aligns, is checked by the task once the scheduler's config is typed.
         if self.task == "piggyback" and self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "

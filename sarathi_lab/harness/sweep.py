@@ -17,6 +17,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from sarathi_lab import provenance
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness import sweep_state
 from sarathi_lab.harness.results import (
     METRICS,
@@ -171,7 +172,7 @@ def _trust(record: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     env, summary = record["environment"], record.get("summary") or {}
     source = run_source(env, env.get("device"))
-    measured = env.get("executor") != "sim"
+    measured = not recorded_as(env.get("executor"), "simulated")
     return {"source": source, "timing_unreliable": bool(env.get("timing_unreliable")) if measured else False,
             "runqueue_wait_share": env.get("runqueue_wait_share") if measured else None,
             "kv_capacity_tokens": summary.get("kv_capacity_tokens")}

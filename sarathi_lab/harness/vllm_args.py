@@ -8,7 +8,7 @@ import importlib.util
 import math
 from dataclasses import dataclass
 
-from sarathi_lab.config import KV_WATERMARK, ConfigError
+from sarathi_lab.config import ConfigError
 from sarathi_lab.plan import EnginePlan
 
 # Our schedulers that are vLLM's own: vLLM's scheduler with chunked prefill on is Sarathi-Serve's
@@ -17,9 +17,6 @@ from sarathi_lab.plan import EnginePlan
 CHUNKED_PREFILL = {"sarathi_serve": True, "vllm": False}
 # vLLM-CPU's attention (CPU_ATTN) takes KV blocks of a multiple of this many tokens only.
 CPU_BLOCK_MULTIPLE = 32
-# The tasks that serve a workload through the engine's generate (a capacity search: one call a trial);
-# the others drive our engine's batches by hand.
-TASKS = ("serve", "capacity")
 INSTALL = 'pip install -e ".[vllm]"'
 # What a run on vLLM records of its iterations, and what it cannot (the run's environment and log say so).
 UNAVAILABLE = ("executor=vllm: iterations hold vLLM's batches (tokens, requests) and durations; vLLM does not "
@@ -57,21 +54,10 @@ class VllmArgs:
     skip_tokenizer_init: bool = True     # random weights, token ids in and out
 
 
-def check_vllm(plan: EnginePlan, task: str = "serve") -> None:
-    """Refuses, in one line naming the key, what vLLM cannot run as our engine would."""
+def check_vllm(plan: EnginePlan) -> None:
+    """Refuses, in one line naming the key, what vLLM cannot run as our engine would, beyond the settings
+    its capabilities refused (sarathi_lab/executors.py): a cap on a prompt, and vLLM not installed."""
     cfg = plan.config
-    if cfg.scheduler not in CHUNKED_PREFILL:
-        raise ConfigError(f"scheduler={cfg.scheduler} is invalid with engine.executor=vllm: vLLM's scheduler is "
-                          f"sarathi_serve's (chunked prefill on) or vllm's (off); allowed: "
-                          f"{', '.join(CHUNKED_PREFILL)}")
-    if task not in TASKS:
-        raise ConfigError(f"task={task} is invalid with engine.executor=vllm: it drives our engine's batches one by "
-                          f"one; allowed: {', '.join(TASKS)}")
-    fixed = {"attention": "auto", "cpu_linear": "auto", "kv_watermark": KV_WATERMARK}
-    for key, default in fixed.items():
-        if getattr(cfg, key) != default:
-            raise ConfigError(f"engine.{key}={getattr(cfg, key)} is invalid with engine.executor=vllm: vLLM picks its "
-                              f"own kernels and has no such knob; allowed: {default}")
     cap = cfg.scheduler_knobs.get("max_num_batched_tokens")
     if cfg.scheduler == "vllm" and cap is not None and cap < plan.max_model_len:
         # Our vllm scheduler runs a longer prompt alone past the cap; vLLM without chunking refuses it.

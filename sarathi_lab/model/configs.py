@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sarathi_lab.config import SETTING, ConfigError
+from sarathi_lab.executors import executor_class, executors_with
 from sarathi_lab.model.presets import SIMULATED_ONLY, SPECS
 
 if TYPE_CHECKING:
@@ -30,9 +31,10 @@ def eos_token_of(config: ModelConfig) -> int | None:
 def check_buildable(model: str, executor: str) -> None:
     """Refuses, in one line naming the model, a simulator-only preset anywhere but on the simulator:
     the engine would otherwise build its LLaMA-form stand-in as if it were the model."""
-    if model in SIMULATED_ONLY and executor != "sim":
+    if model in SIMULATED_ONLY and not executor_class(executor).simulated:
+        simulators = ", ".join(executors_with("simulated"))
         raise ModelLoadError(f"{SETTING.set('model', model)} is invalid with {SETTING.set('executor', executor)}: "
-                             f"{SIMULATED_ONLY[model]}; allowed: {SETTING('executor')}=sim")
+                             f"{SIMULATED_ONLY[model]}; allowed: {SETTING('executor')}={simulators}")
 
 
 def load_config(model: str) -> ModelConfig:

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import torch
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata, backend_class, backend_names
+from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 # capture(forward, pool) -> (replay, the output tensor replay refills, the memory pool to share).
@@ -43,13 +44,12 @@ Capture = Callable[[Callable[[], torch.Tensor], object], tuple[Callable[[], None
 WARMUP_FORWARDS = 2
 
 # Mixed graphs' token counts: multiples of the smallest (a tensor core's smallest row tile), powers
-# of two up to POWERS_UP_TO, below every GPU's ridge point (its matmul rate over its bandwidth, in
-# rows), where a GEMM takes as long as reading its weights whatever its rows, so padding rows costs
-# little; past it STEPS_PER_DOUBLING buckets per doubling, so that a batch pads by less than an
-# eighth of its tokens where padded rows cost compute.
+# of two up to the GEMM tile (engine/tiles.py), then every multiple of it. The projections' GEMMs run
+# in whole tiles of rows: a batch one token past a tile pays for the next whole tile, whatever bucket
+# holds it, so buckets between tile multiples save the GEMMs nothing (only the elementwise kernels'
+# padded rows) while each costs a capture; padding never crosses a tile boundary, and the chunking
+# schedulers' tile-aligned batches (scheduler.chunk_align) fill their bucket exactly.
 SMALLEST_BUCKET = 16
-POWERS_UP_TO = 128
-STEPS_PER_DOUBLING = 8
 # The most tokens a mixed graph holds: a larger iteration's GPU work outlasts the host's launches, and
 # each bucket more is a capture at start-up.
 MAX_GRAPH_TOKENS = 1024
@@ -81,16 +81,17 @@ def graph_sizes(max_batch: int) -> list[int]:
 
 
 def bucket_step(tokens: int) -> int:
-    """How far the next mixed bucket lies above a bucket of ``tokens``."""
-    if tokens < POWERS_UP_TO:
-        return tokens
-    return (1 << (tokens.bit_length() - 1)) // STEPS_PER_DOUBLING
+    """How far the next mixed bucket lies above a bucket of ``tokens``: doubling below the GEMM tile,
+    a tile at a time from it."""
+    return min(GEMM_TILE, tokens)
 
 
 def token_buckets(largest: int) -> list[int]:
-    """The mixed graphs' token counts, ascending, up to ``largest`` (the most tokens an iteration holds)
-    rounded up to SMALLEST_BUCKET, at most MAX_GRAPH_TOKENS."""
-    top = -(-min(largest, MAX_GRAPH_TOKENS) // SMALLEST_BUCKET) * SMALLEST_BUCKET
+    """The mixed graphs' token counts, ascending, up to ``largest`` (the most tokens an iteration holds,
+    at most MAX_GRAPH_TOKENS) rounded up to SMALLEST_BUCKET, or from a GEMM tile up to a whole tile."""
+    largest = min(largest, MAX_GRAPH_TOKENS)
+    unit = GEMM_TILE if largest > GEMM_TILE else SMALLEST_BUCKET
+    top = -(-largest // unit) * unit
     buckets, tokens = [], SMALLEST_BUCKET
     while tokens < top:
         buckets.append(tokens)
@@ -225,7 +226,8 @@ class CudaGraphs:
         if meta.block_tables.shape[1] > self.block_tables.shape[1]:
             return None
         requests, tokens = meta.num_prefills + meta.num_decodes, prepared.input_ids.shape[0]
-        if self.pod_graphs and meta.num_prefills and meta.num_decodes:  # what its eager forward co-schedules
+        # What its eager forward co-schedules replays the co-scheduled launch.
+        if self.pod_graphs and self.backend.co_schedules(meta, self.num_heads, self.k_cache):
             return next((g for g in self.pod_graphs if g.tokens >= tokens and g.requests >= requests), None)
         graphs = self.mixed_graphs if meta.num_prefills else self.decode_graphs.values()
         held = [g for g in graphs if g.tokens >= tokens and g.requests >= requests]
@@ -266,8 +268,8 @@ class CudaGraphs:
         if graph.pod:
             self.backend.load_pod(self.plans[graph], meta, self.num_heads, self.k_cache)
         else:
-            self.backend.set_split_counts(self.split_counts, self.backend.batch_plan(meta, self.num_heads,
-                                                                                     self.k_cache))
+            plan = self.backend.batch_plan(meta, self.num_heads, self.k_cache)
+            self.backend.set_split_counts(self.split_counts, plan, self.plans[graph])
         replay, out = self.graphs[graph]
         replay()
         return out[:sampled]

@@ -78,9 +78,14 @@ class CausalLM(nn.Module):
         hidden, residual = self.embed_tokens(input_ids), None
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
-        # The norm is per token, so select the sampled rows first.
-        last = self.norm((hidden + residual).index_select(0, logits_indices))
+        last = self.final_norm(hidden, residual, logits_indices)
         return self.lm_head.argmax(last) if argmax else self.lm_head(last)
+
+    def final_norm(self, hidden: torch.Tensor, residual: torch.Tensor,
+                   rows: torch.Tensor) -> torch.Tensor:
+        """norm(hidden + residual) of ``rows`` only: the norm is per token, so the rows are selected
+        first and the add is the fused norm's, not a pass of its own over every token."""
+        return self.norm(hidden.index_select(0, rows), residual.index_select(0, rows))[0]
 
     @property
     def argmax_rows(self) -> int:

@@ -74,7 +74,8 @@ def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> in
         return 0
     from sarathi_kernels import cpu_ops
 
-    return 2 if dtype in cpu_ops.DTYPES else 1
+    # By equality, not hash: a simulated CPU's plan holds a SimulatedDtype equal to torch's.
+    return 2 if any(dtype == d for d in cpu_ops.DTYPES) else 1
 
 
 def resident_weight_bytes(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,

@@ -65,13 +65,21 @@ def as_engine_rows(out: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2).flatten(0, 1)
 
 
-def engine_call(x: Inputs, **launch) -> Callable[[], torch.Tensor]:
+def engine_call(x: Inputs, planned: bool = False, **launch) -> Callable[[], torch.Tensor]:
     """The engine's paged kernel over ``x``'s rows in one launch (also a hybrid batch's, whose inputs have
-    the same engine-side fields); ``launch``: paged_attention's overrides (tiles, split counts)."""
+    the same engine-side fields); ``launch``: paged_attention's overrides (tiles, split counts).
+    ``planned``: as the engine runs a batch instead, planned from its host lengths (a chunk's balanced
+    work on a GPU), once, outside the timed call."""
+    from sarathi_kernels.attention_plan import plan_batch
+    from sarathi_kernels.occupancy import device_limits
     from sarathi_kernels.paged_attention import paged_attention  # Triton: the gpu extra's (the interpreter on a CPU)
 
     out = torch.empty_like(x.query)
     m = x.meta
+    if planned:
+        launch = {"plan": plan_batch(m.query_lens_host, m.seq_lens_host, x.query.shape[1], x.k_cache.shape[2],
+                                     num_prefills=m.num_prefills, element_size=x.query.element_size(),
+                                     limits=device_limits(x.query.device))}
     return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
                                    x.scale, max_query_len=m.max_query_len, out=out, **launch)
 
@@ -142,7 +150,7 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     the floor, and the engine over the faster peer and over the floor."""
     x = make_inputs(case, dtype, device, block_size, seed)
     flash = device.type == "cuda"
-    builders = {ENGINE: lambda: engine_call(x),
+    builders = {ENGINE: lambda: engine_call(x, planned=True),
                 SDPA: lambda: sdpa_call(case, x, SDPBackend.FLASH_ATTENTION if flash else None)}
     if cudnn_available(device):
         builders[CUDNN] = lambda: sdpa_call(case, x, SDPBackend.CUDNN_ATTENTION)

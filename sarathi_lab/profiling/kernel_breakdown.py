@@ -26,7 +26,7 @@ LAYER_GROUPS = GROUPS[:10]
 # function), SDPA's attention kernels (where the torch backend runs; before the GEMMs, as flash's
 # names carry "cutlass"), cuBLAS/cuBLASLt/CUTLASS GEMMs and their split-K reductions, torch's own
 # kernels (and the CPU dry run's oneDNN linear op). Nothing matched: other (the embedding's gather,
-# the residual add before the final norm, the replay's fills and copies).
+# the final norm's row gathers, the replay's fills and copies).
 KINDS = (
     ("_add_rms_norm_kernel", "norm"), ("_rope_write_kv_kernel", "rope_kv"), ("_rope_kernel", "rope_kv"),
     ("_write_kv_kernel", "rope_kv"), ("_silu_mul_kernel", "activation"), ("_merge_splits_kernel", "merge"),

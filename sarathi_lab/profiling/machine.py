@@ -3,7 +3,6 @@ description for the run records, the benchmarks' tables and the figures."""
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,16 +10,13 @@ from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab.config import cpu_has_bf16_units, run_dtype, usable_cores
 from sarathi_lab.profiling import isa
+from sarathi_lab.sim.device import cpu_name  # one definition: the simulator keys ceilings by it
 
 if TYPE_CHECKING:  # imported where used: a simulated run's records read this module, and load no torch
     import torch
 
 # The ISA features that decide which CPU paths run fast (bfloat16 on a CPU needs the bf16 ones).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-
-
-def cpu_name() -> str:
-    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> set[str]:

@@ -10,8 +10,7 @@ import statistics
 from collections import defaultdict
 
 from sarathi_lab.engine.batch import ScheduledBatch
-
-OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
+from sarathi_lab.sim.profiles import OPS
 
 
 def forward_timer(llm, batch: ScheduledBatch, eager: bool = False):

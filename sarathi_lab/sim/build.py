@@ -83,11 +83,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
     # Each of sim_tp GPUs in each of sim_pp stages holds its shard of its stage's layers (weights) and
     # its heads' part of every token's KV in those layers: one GPU's capacity is the whole engine's.
-    for name, tp, pp in (("sim_pp", 1, cfg.sim_pp), ("sim_tp", cfg.sim_tp, 1)):
-        try:
-            config = shard(config, tp, pp)
-        except ConfigError as e:
-            raise ConfigError(f"{k.set(name, getattr(cfg, name))} is invalid for this model: {e.template}") from None
+    config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model)
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize

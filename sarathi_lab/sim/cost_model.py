@@ -112,8 +112,9 @@ class CostModel(abc.ABC):
             raise ConfigError(f"{k.set('sim_pp', pp)} is invalid with {k.set('sim_cost_model', cost_model)}: a "
                               "profile times the whole model's layers, not a stage's; allowed: "
                               f"{k('sim_pp')}=1, or {k('sim_cost_model')}=calibrated or roofline")
-        whole, config = config, shard(config, 1, pp)  # one stage's layers
-        part = shard(config, tp)
+        name = model if isinstance(model, str) else ""
+        whole, config = config, shard(config, 1, pp, name)  # one stage's layers
+        part = shard(config, tp, 1, name)
         check_choice(k("sim_cost_model"), cost_model, SIM_COST_MODELS)
         measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
         choice = Choice(device, model, config, part, cost_model, dtype, profile, own_table, tp,

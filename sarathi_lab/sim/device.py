@@ -1,30 +1,32 @@
 """What the simulator knows about a device: its ceilings and how close real kernels get to them.
 The GPUs are the YAML files beside this module, each naming its sources; ``cpu`` is this machine's
-measured ceilings, cached per CPU, thread count and dtype.
+ceilings, read from the file that profiling/cpu_ceilings.py measures per CPU and dtype.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import logging
 import math
 import os
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab import host_memory
 from sarathi_lab.config import DTYPE_BYTES, ConfigError, check_choice, run_dtype
 from sarathi_lab.sim.calibration import Calibration, check_keys
 
-log = logging.getLogger(__name__)
-
 # The GPUs' files, each naming its sources (calibration_cli writes their fitted part).
 DEVICES_DIR = Path(__file__).with_name("devices")
 GPU_DEVICES = tuple(sorted(p.stem for p in DEVICES_DIR.glob("*.yaml")))
 DEVICES = (*GPU_DEVICES, "cpu")
+# What a CPU's entry in its ceilings file holds, and the command that measures it.
+CEILING_FIELDS = ("copy_gbps", "matmul_gflops")
+MEASURE_COMMAND = "python -m sarathi_lab.profiling.cpu_ceilings"
+CEILINGS_ENV = "SARATHI_CPU_CEILINGS"
 
 
 # Token and byte counts: a tile of 0.5 tokens would pad nothing and read a chunk's context twice per token.
@@ -111,8 +113,8 @@ def device_dtype(device: str, dtype: str) -> str:
 
 @dataclass(frozen=True)
 class SimulatedDtype:
-    """A dtype a simulated GPU runs, as the memory plan and a run's records read a torch dtype (its size,
-    its name), without importing torch: the simulator computes nothing in it."""
+    """A dtype a simulated device runs, as the memory plan and a run's records read a torch dtype
+    (its size, its name), without importing torch: the simulator computes nothing in it."""
     name: str
     itemsize: int
 
@@ -127,67 +129,64 @@ class SimulatedDtype:
         return hash(self.name)
 
 
-def simulated_dtype(device: str, dtype: str):
+def simulated_dtype(device: str, dtype: str) -> SimulatedDtype:
     """What the engine's plan holds as its dtype on the simulated ``device`` (``device_dtype``'s)."""
     name = device_dtype(device, dtype)
-    if device_type(device) == "cpu":
-        # The CPU simulated plans as the engine on it does, whose packed kernels are keyed by torch's
-        # dtypes (model.memory.packed_copies); its cost model measures it with torch anyway.
-        import torch
-
-        return getattr(torch, name)
     return SimulatedDtype(name, DTYPE_BYTES[name])
 
 
-def _read_cached_ceilings(path: Path, key: str) -> dict:
-    """The cached ceilings at ``path``, or {} (said in one line) where the file is damaged."""
+def cpu_name() -> str:
+    """The CPU's model name: the key of its ceilings in a home shared by several machines."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_ceilings_path() -> Path:
+    """The file of measured CPU ceilings (profiling/cpu_ceilings.py writes it); CEILINGS_ENV names
+    another (the tests' synthetic one)."""
+    if os.environ.get(CEILINGS_ENV):
+        return Path(os.environ[CEILINGS_ENV])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "sarathi_lab" / "cpu_ceilings.json"
+
+
+def cpu_ceilings_key(dtype: str) -> str:
+    return f"{cpu_name()}|{device_dtype('cpu', dtype)}"
+
+
+def read_cpu_ceilings(path: Path) -> dict:
+    """{key: entry} of the file at ``path`` ({} where there is none); ValueError where damaged."""
     if not path.is_file():
         return {}
     try:
-        cached = json.loads(path.read_text())
-        entry = cached.get(key, {"copy_gbps": 1.0, "matmul_gflops": 1.0})
-        if not all(isinstance(entry.get(k), (int, float)) and math.isfinite(entry[k]) and entry[k] > 0
-                   for k in ("copy_gbps", "matmul_gflops")):
-            raise ValueError(f"its entry {key!r} is not two positive numbers")
-        return cached
-    except (OSError, ValueError, AttributeError) as e:
-        log.warning("the cached CPU ceilings %s are unreadable (%s): measuring them again", path, e)
-        return {}
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"unreadable ({e})") from None
+    if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+        raise ValueError("not an object of entries")
+    for key, entry in entries.items():
+        if not all(isinstance(entry.get(k), (int, float)) and not isinstance(entry[k], bool)
+                   and math.isfinite(entry[k]) and entry[k] > 0 for k in CEILING_FIELDS):
+            raise ValueError(f"its entry {key!r} has no positive {' and '.join(CEILING_FIELDS)}")
+    return entries
 
 
-@functools.cache
 def cpu_device(dtype: str = "bfloat16") -> Device:
-    """The running CPU in the devices' form: its ceilings are what it measured, so the efficiencies
-    are 1 and there are no tiles; host overheads are left to the profile cost model. A chunk's keys
-    and values come from memory once, as the CPU kernel copies them (docs/sim/README.md, section 4)."""
-    import torch
-
-    from sarathi_lab.profiling.ceilings import FULL, measure_ceilings
-    from sarathi_lab.profiling.machine import cpu_name
-
-    dtype = device_dtype("cpu", dtype)
-    threads = torch.get_num_threads()
-    # The sizes are in the key: ceilings cached at other sizes are measured again at the benchmarks'.
-    key = f"{cpu_name()}|{threads}|{dtype}|{FULL['copy_mib']}MiB|n{FULL['matmul_n']}"
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    path = cache / "sarathi_lab" / "cpu_ceilings.json"
-    cached = _read_cached_ceilings(path, key)
-    if key not in cached:
-        ceil = measure_ceilings("cpu", getattr(torch, dtype), **FULL)
-        cached[key] = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(cached, indent=1))
-            os.replace(tmp, path)
-        except OSError as e:
-            log.warning("cannot cache the CPU's ceilings in %s (%s): they are measured again next time", path,
-                        e.strerror or e)
-    measured = cached[key]
-    return Device(name="cpu", peak_flops=measured["matmul_gflops"] * 1e9,
-                  memory_bandwidth=measured["copy_gbps"] * 1e9,
-                  memory_bytes=host_memory.total(),
+    """The running CPU in the devices' form, read from its measured ceilings: the efficiencies are 1
+    and there are no tiles; host overheads are left to the profile cost model. A chunk's keys and
+    values come from memory once, as the CPU kernel copies them (docs/sim/README.md, section 4)."""
+    path, key = cpu_ceilings_path(), cpu_ceilings_key(dtype)
+    try:
+        entry = read_cpu_ceilings(path).get(key)
+        why = f"{path} has no entry {key!r}"
+    except ValueError as e:
+        entry, why = None, f"{path} is {e}"
+    if entry is None:
+        raise ConfigError(f"sim_device='cpu' needs this CPU's measured ceilings: {why}; "
+                          f"measure them with {MEASURE_COMMAND} --dtype {dtype}")
+    return Device(name="cpu", peak_flops=entry["matmul_gflops"] * 1e9,
+                  memory_bandwidth=entry["copy_gbps"] * 1e9, memory_bytes=host_memory.total(),
                   tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0, attention_flops_efficiency=1.0,
                   bandwidth_efficiency=1.0, attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0,
                   host_overhead_s=0.0, host_per_token_s=0.0, kv_reread=False,
-                  sources=(f"measured on {cpu_name()} with {threads} threads in {dtype}, cached in {path}",))
+                  sources=((f"measured on {key} with {entry.get('threads', '?')} threads at "
+                            f"{entry.get('measured_at', '?')}, read from {path}"),))

@@ -2,7 +2,7 @@
 ``stage_timeline`` an engine with ``engine.pipeline_parallel`` records: when each stage had each
 micro-batch's command, had done its host work on it, began and ended its forward).
 
-An idle ping-pong between two processes (``sim/link.py``) is not what a message costs a pipeline whose
+An idle ping-pong between two processes (``profiling/link.py``) is not what a message costs a pipeline whose
 stages compute while their messages move: a stage's core also runs its communication, the sends of
 one micro-batch wait for the previous one's, and activations too large for the socket's buffer move
 only while the receiver reads them. So these terms are read off a pipeline that ran, each a table of

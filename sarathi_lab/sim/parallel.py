@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.sim.cost_model import (
     PIPELINE,
     TENSOR_PARALLEL,
@@ -109,9 +110,13 @@ class StageTimes:
     after_s: float = 0.0
     receive_s: float = 0.0
     first_host_s: float | None = None
+    # Each stage's layers over the first stage's (the most), where they do not split evenly; () where
+    # they do: every stage runs stage_s.
+    layer_share: tuple[float, ...] = ()
 
     def on(self, stage: int, stages: int) -> float:
-        return self.stage_s + (self.last_extra_s if stage == stages - 1 else 0.0)
+        layers_s = self.stage_s * self.layer_share[stage] if self.layer_share else self.stage_s
+        return layers_s + (self.last_extra_s if stage == stages - 1 else 0.0)
 
     @classmethod
     def of(cls, cost: IterationCost, p2p_s: float, allreduce_s: float = 0.0, host_s: float = 0.0,
@@ -199,17 +204,20 @@ class TensorParallelCostModel(CostModel):
 @register_cost_model(PIPELINE)
 class PipelineCostModel(CostModel):
     """``pp`` pipeline stages of consecutive layers, each on ``tp`` GPUs: ``stage`` is the cost model of
-    one stage's layers on one of its GPUs (its all-reduces included), the same for every stage since the
-    layers split evenly. ``times`` is what each stage is busy with for a micro-batch (StageTimes, what
-    the pipelined executor runs through the stages); an iteration's cost is one micro-batch's passage
-    through an empty pipeline (every stage and the sends between them), the least time between two
-    tokens of a request, which is what a TBT budget is held to."""
+    the first stage's layers on one of its GPUs (its all-reduces included; the first stage holds the
+    most where they do not split evenly, the others their share of its time). ``times`` is what each
+    stage is busy with for a micro-batch (StageTimes, what the pipelined executor runs through the
+    stages); an iteration's cost is one micro-batch's passage through an empty pipeline (every stage
+    and the sends between them), the least time between two tokens of a request, which is what a TBT
+    budget is held to."""
 
     def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.stage, self.name, self.device = stage, stage.name, stage.device
         self.par = Parallelism(tp=tp, pp=pp)
         self.hidden_bytes = config.hidden_size * self.elem_bytes
+        layers = [Stage.of(config.num_hidden_layers, pp, s).num_layers for s in range(pp)]
+        self.layer_share = () if len(set(layers)) == 1 else tuple(n / layers[0] for n in layers)
 
     @property
     def stages(self) -> int:
@@ -218,7 +226,8 @@ class PipelineCostModel(CostModel):
     def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
         cost = self.stage.iteration_cost(prefills, decodes, num_sampled)
         p2p = self.par.p2p_s(batch_tokens(prefills, decodes), self.hidden_bytes)
-        return StageTimes.of(cost, p2p, host_s=cost.prepare_s, sample_s=cost.sample_s)
+        return replace(StageTimes.of(cost, p2p, host_s=cost.prepare_s, sample_s=cost.sample_s),
+                       layer_share=self.layer_share)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         times = self.times(prefills, decodes, num_sampled)

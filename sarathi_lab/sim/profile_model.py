@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sarathi_lab.config import SETTING, ConfigError
-from sarathi_lab.profiling.ops import OPS
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
 from sarathi_lab.sim.device import DEVICES
 from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, curves
 from sarathi_lab.sim.interpolate import Curve
-from sarathi_lab.sim.profiles import profile_description, profile_path
+from sarathi_lab.sim.profiles import OPS, profile_description, profile_path
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
 
 if TYPE_CHECKING:

@@ -13,6 +13,9 @@ from sarathi_lab.config import REPO_ROOT
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
 
+# The ops a profile times, split as the paper's Fig. 3 and 7 split a forward (profiling/ops.py
+# measures them, the profile cost model sums them): here, where both read them.
+OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 # Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
 LEASE_ENV = "SARATHI_PROFILE_LEASE"
 

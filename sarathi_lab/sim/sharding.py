@@ -2,13 +2,14 @@
 links between them: what one GPU's part of a model is, for the KV plan and for every cost model."""
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sarathi_lab.config import ConfigError, check_count
-from sarathi_lab.model.shape import head_dim_of, kv_heads_of
+from sarathi_lab.model.parallel.sharding import TensorShards
+from sarathi_lab.model.parallel.stages import Stage
+from sarathi_lab.refusal import marked_as
 
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
@@ -42,28 +43,22 @@ class Parallelism:
         return self.p2p_latency_s + tokens * hidden_bytes / self.tp / self.p2p_bandwidth if self.pp > 1 else 0.0
 
 
-def shard_config(config: ModelConfig, par: Parallelism) -> ModelConfig:
-    """The part of ``config`` one GPU runs: 1/tp of the heads, MLP and vocabulary, 1/pp of the
-    layers. Fails with one line when the model does not split evenly."""
-    heads, kv_heads = config.num_attention_heads, kv_heads_of(config)
-    for key, value, parts in (("num_attention_heads", heads, par.tp), ("num_key_value_heads", kv_heads, par.tp),
-                              ("intermediate_size", config.intermediate_size, par.tp),
-                              ("num_hidden_layers", config.num_hidden_layers, par.pp)):
-        if value % parts:
-            raise ConfigError(f"model.{key}={value} is invalid with tp={par.tp}, pp={par.pp}: it must split evenly "
-                              f"into {parts}")
-    shard = copy.deepcopy(config)
-    shard.head_dim = head_dim_of(config)
-    shard.num_attention_heads, shard.num_key_value_heads = heads // par.tp, kv_heads // par.tp
-    shard.intermediate_size //= par.tp
+def shard_config(config: ModelConfig, par: Parallelism, model: str = "") -> ModelConfig:
+    """The part of ``config`` one GPU runs, split by the engine's rule (model/parallel/): 1/tp of the
+    heads, MLP and vocabulary (padded where it does not split, as vLLM pads it), the KV heads sharded
+    or replicated where fewer than GPUs, and the first stage's layers, the most of any (the first
+    stages take one more where the layers do not split evenly). A split the engine refuses is
+    refused in one line naming sim_tp or sim_pp."""
+    with marked_as({"tensor_parallel": "sim_tp", "pipeline_parallel": "sim_pp"}):
+        shard = TensorShards.of(config, 0, par.tp, model, pad_vocab=True).local_config(config)
+        shard.num_hidden_layers = Stage.of(config.num_hidden_layers, par.pp, 0, model).num_layers
     shard.vocab_size = -(-config.vocab_size // par.tp)
-    shard.num_hidden_layers //= par.pp
     return shard
 
 
-def shard(config: ModelConfig, tp: int, pp: int = 1) -> ModelConfig:
+def shard(config: ModelConfig, tp: int, pp: int = 1, model: str = "") -> ModelConfig:
     """What one GPU holds of ``config`` split over ``tp`` tensor-parallel GPUs in each of ``pp`` stages:
     its heads and MLP columns of its stage's layers (``config`` itself for one GPU). Its weights (the
     embedding and LM head counted on every stage, as each keeps them) and its KV per token follow from
     its shape (model/shape.py)."""
-    return config if tp == pp == 1 else shard_config(config, Parallelism(tp=tp, pp=pp))
+    return config if tp == pp == 1 else shard_config(config, Parallelism(tp=tp, pp=pp), model)

@@ -8,7 +8,7 @@ driver's host work for a batch (its tensors and the sampling, which the engine's
 0's core) occupies stage 0 before the batch's forward there. Every stage takes each micro-batch's
 command (two messages: its header and its bytes) and prepares it as the profile's ``prepare`` says;
 activations pass as two messages (hidden states and residual), the sampled rows' logits as one back
-to the driver, each priced by the link between the stages' processes (``sim/link.py`` measures it).
+to the driver, each priced by the link between the stages' processes (``profiling/link.py`` measures it).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes
 
 # Stage-to-stage sends between two processes of one machine (gloo over the loopback interface) where
-# no measured link is given (sim/link.py measures one): assumed figures, a TCP message on a loopback.
+# no measured link is given (profiling/link.py measures one): assumed figures, a TCP message on a loopback.
 LOOPBACK = Link.linear(100e-6, 2e9)
 HEADER_BYTES = 80          # a command's header: ten int64 counts (model/parallel/wire.py)
 COMMAND_BYTES_A_TOKEN = 24  # its bytes: each token's id, position and cache slot (int64); the rest is small

@@ -8,6 +8,7 @@ import pandas as pd
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import claim_row, verdict
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, gpu_minutes
+from sarathi_lab.executors import recorded_as
 from sarathi_lab.profiling import quantities
 
 _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token tile)",
@@ -106,7 +107,7 @@ def figure(results, simulated=None):
         title = "\n".join(textwrap.fill(line, 56) for line in title.split("\n"))
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)
         figures.legend_outside(ax, title="length", fontsize=8)
-        if runs.executor("decode_speedup")["executor"] == "sim" and len(resolved):
+        if recorded_as(runs.executor("decode_speedup")["executor"], "simulated") and len(resolved):
             why.append(_why(resolved, low, high))
     figures.headline(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline",
                      simulated, why)

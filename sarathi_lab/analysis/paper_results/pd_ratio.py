@@ -4,6 +4,7 @@ from __future__ import annotations
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import claim_row, verdict
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
+from sarathi_lab.executors import recorded_as
 
 
 def claims(results) -> list[dict]:
@@ -84,7 +85,7 @@ def figure(results, simulated=None):
     figures.plain_log_ticks(ax.xaxis)
     figures.legend_outside(ax, fontsize=7)
     why = [_why(runs) for runs, _ in figures.sources_of(results, simulated, "pd_ratio")
-           if runs.executor("pd_ratio")["executor"] == "sim"]
+           if recorded_as(runs.executor("pd_ratio")["executor"], "simulated")]
     figures.headline(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)", simulated, why)
     return fig
 

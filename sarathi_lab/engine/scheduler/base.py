@@ -59,6 +59,11 @@ class SchedulerConfig:
         """The engine settings and knobs this config is built from, by the names they are set by."""
         return frozenset(cls.reads_as.get(f.name, f.name) for f in settings_of(cls))
 
+    @property
+    def chunk_alignment(self) -> str:
+        """How its chunks are aligned to GEMM tiles: "none" here, every chunk as set (sarathi's own knob)."""
+        return "none"
+
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
         """The fields that EngineConfig does not hold: set through its ``scheduler_knobs``."""

@@ -6,11 +6,13 @@ read by ``sarathi_lab.tuned_kernels``; committed to ``sarathi_lab/tuned/`` with 
 every timed row (tune_attention.csv, tune_gemm.csv)."""
 from __future__ import annotations
 
+import csv
 import json
 
 import pandas as pd
 import torch
 
+from sarathi_lab.attention.co_schedule import entries_from_rows
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
@@ -69,7 +71,9 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     if skipped:
         notes.append(f"{skipped} GEMM shapes not swept: the call's time ran out (the table keeps cuBLAS there)")
 
-    table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs())
+    co_schedule = _co_schedule(ctx)
+    table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs(), co_schedule=co_schedule)
+    metrics.insert(0, Metric("co_schedule_shapes_faster", sum(e["over_sequential"] < 1 for e in co_schedule)))
     path = ctx.dir / file_name(name)
     path.write_text(json.dumps(table.to_json(), indent=1) + "\n")
     metrics.insert(0, Metric("tuned_table", path.name))
@@ -80,3 +84,13 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                     " in Triton's interpreter: times say nothing"))
     notes.append(f"copy {path.name} to sarathi_lab/tuned/ to make the engine use it on this device")
     return metrics, notes
+
+
+def _co_schedule(ctx: Context) -> list[dict]:
+    """The hybrid step's shapes timed co-scheduled and sequential, where it ran in this suite: the engine
+    co-schedules a hybrid batch only where the nearest of them was faster so (attention/co_schedule.py)."""
+    rows = ctx.out / "steps" / "hybrid" / "hybrid_attention.csv"
+    if not rows.is_file():
+        return []
+    with open(rows, newline="") as f:
+        return entries_from_rows(list(csv.DictReader(f)))

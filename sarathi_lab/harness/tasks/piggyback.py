@@ -5,7 +5,7 @@ chunk alone, and the chunk with B - 1 decodes (SARATHI's decode-maximal batch); 
 speedup are ``profiling.quantities.decode_speedup``. Each is timed ``measure.reps`` times in a new
 random order each round and keeps its median, which a shared CPU's slow spells blur less than the
 difference of two served iterations. The chunk is ``chunk`` as the run's scheduler would run it beside
-B - 1 decodes: tile-aligned where its scheduler.chunk_align is tile (``chunk_of``).
+B - 1 decodes: tile-aligned where its scheduler aligns its chunks (``chunk_of``).
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import pandas as pd
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
-from sarathi_lab.engine.scheduler.sarathi import SarathiConfig
 from sarathi_lab.engine.tiles import aligned_chunk
 from sarathi_lab.harness.tasks._timing import forward_timer
 from sarathi_lab.profiling.batches import SyntheticBatches
@@ -28,22 +27,18 @@ if TYPE_CHECKING:
     from sarathi_lab.plan import EnginePlan
 
 
-def alignment(sched: SchedulerConfig) -> str:
-    """How the run's scheduler aligns its chunks (scheduler.chunk_align): "none" for a scheduler
-    without the knob, which runs every chunk as set."""
-    return sched.chunk_align if isinstance(sched, SarathiConfig) else "none"
-
-
 def chunk_of(cfg, sched: SchedulerConfig) -> int:
     """The chunk the B - 1 decodes ride: ``chunk``, aligned as the run's own scheduler aligns its chunks
-    (``sched``, the plan's typed config: with scheduler.chunk_align=tile, shrunk so that chunk and
-    decodes fill whole scheduler.tile-token tiles, as SARATHI sized its chunks). Where no aligned chunk
-    exists the scheduler would run the chunk as set; this task, which measures the aligned one, refuses."""
-    if alignment(sched) == "none":
+    (``sched``, the plan's typed config: tile-aligned, shrunk so that chunk and decodes fill whole
+    scheduler.tile-token tiles, as SARATHI sized its chunks). Where no aligned chunk exists the scheduler
+    would run the chunk as set: so does this task under chunk_align=auto; asked for tile, it refuses."""
+    if sched.chunk_alignment == "none":
         return cfg.chunk
     try:
         return aligned_chunk(cfg.chunk, cfg.batch_size - 1, sched.tile)
     except ValueError as e:
+        if sched.chunk_align == "auto":
+            return cfg.chunk
         raise ConfigError(f"{sched.setting('chunk_align')} is invalid with task=piggyback, chunk={cfg.chunk}, "
                           f"batch_size={cfg.batch_size}, {sched.setting('tile')}: {e}; allowed: none, or a larger "
                           "chunk") from None
@@ -73,7 +68,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     # The reps' range beside their median: the noise a difference of two iterations is judged against.
     table = pd.DataFrame([{"iteration": kind, "ms": statistics.median(s) * 1e3, "ms_min": min(s) * 1e3,
                            "ms_max": max(s) * 1e3, "tokens": made[kind].num_tokens}
-                          for kind, s in seconds.items()]).assign(chunk_align=alignment(sched))
+                          for kind, s in seconds.items()]).assign(chunk_align=sched.chunk_alignment)
     row = decode_speedup(table.assign(seq_len=context, batch_size=size, chunk=tokens)).iloc[0]
     summary = {k: float(row[k]) for k in ("baseline_ms_per_decode", "piggybacked_ms_per_decode")}
     return summary | {"decode_speedup": float(row.gain)}, {"piggyback": table}

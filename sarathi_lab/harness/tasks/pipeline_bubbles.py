@@ -28,7 +28,7 @@ from sarathi_lab.harness.tasks._stage_timeline import TIMELINE_COLUMNS, engine_t
 from sarathi_lab.harness.tasks.profile import _device
 from sarathi_lab.harness.workloads import build_workload
 from sarathi_lab.plan import build_scheduler
-from sarathi_lab.sim import link
+from sarathi_lab.profiling import link
 from sarathi_lab.sim.handoff import Handoff
 from sarathi_lab.sim.pipeline import PipelineSimulator
 from sarathi_lab.sim.profile_model import ProfileCostModel

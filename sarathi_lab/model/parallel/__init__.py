@@ -4,4 +4,5 @@ which rows and columns of each weight a rank holds (sharding) and which layers i
 (pipeline), the batch the driver sends every step (wire), the process groups and their ranks (group),
 how a pipeline's commands pass from rank to rank (chain), one rank's part of an engine (rank), when
 each stage computed each micro-batch (timeline), the driver's executors (driver; pipelined: several
-micro-batches in flight) and the other ranks' loop (worker)."""
+micro-batches in flight), the other ranks' loop (worker) and the ranks a driver spawns, whose lives
+are tied to its own (spawn)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing
 import os
 
 import torch
@@ -16,12 +15,10 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
-from sarathi_lab.model.parallel import worker
+from sarathi_lab.model.parallel import spawn
 from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import (
     BUILD_TIMEOUT_S,
-    JOIN_TIMEOUT_S,
-    LOOPBACK,
     RankGroup,
     bounded,
     engine_groups,
@@ -55,20 +52,8 @@ def ranks(size: int) -> RankGroup:
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        init = f"tcp://{LOOPBACK}:{free_port()}"
-        context = multiprocessing.get_context("spawn")
-        processes = [context.Process(target=worker.spawned, args=(r, size, init), daemon=True,
-                                     name=f"sarathi-rank{r}") for r in range(1, size)]
-        for process in processes:
-            process.start()
-        try:
-            _ranks = join(0, size, init)
-        except Exception as e:
-            stray = RankGroup(0, size, 0, None, processes)
-            error = stray.failure(e, JOIN_TIMEOUT_S)
-            _stop(processes)
-            raise error from e
-        _ranks.processes = processes
+        port = free_port()
+        _ranks = spawn.join_spawned(spawn.start(size, port), size, port)
     return _ranks
 
 
@@ -78,10 +63,13 @@ def close() -> None:
     group, _ranks = _ranks, None
     if group is None:
         return
+    stopped = False
     if not group.dead_ranks():
-        # A rank already gone fails the command: the others are stopped below all the same.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a rank gone or left mid-step fails the command
             _command(group, command(STOP), 10.0)
+            stopped = True
+    if not stopped:
+        spawn.kill(group.processes)  # the others cannot take a STOP: ended at once
     _stop(group.processes)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -129,14 +117,15 @@ def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
 
 
 def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> RuntimeError:
-    """The error naming the ranks that failed; the group is dropped (the next engine starts new ranks)."""
-    failure = group.failure(error, timeout_s)
+    """The error naming the ranks that failed; the group is dropped (the next engine starts new ranks).
+    An interruption (Ctrl-C, SIGTERM) mid-step leaves the ranks mid-collective, unable to take a STOP:
+    they are ended at once, without waiting to learn which rank failed."""
+    interrupted = not isinstance(error, Exception)
+    failure = RuntimeError(f"interrupted ({error!r})") if interrupted else group.failure(error, timeout_s)
     global _ranks
     if _ranks is group:
         _ranks = None
-        for process in group.processes:
-            process.kill()  # a rank that hangs may be stopped, which only SIGKILL ends
-        _stop(group.processes)
+        spawn.kill(group.processes)  # a rank that hangs may be stopped, which only SIGKILL ends
         if dist.is_initialized():
             dist.destroy_process_group()
     return failure
@@ -174,8 +163,11 @@ class ParallelExecutor(Samples, Executor):
             self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
             logits = run_step(self.part, sent.header.tolist(), sent.payload)
             t2 = clock.now()
-        except Exception as e:
-            raise _give_up(self.group, e, self.timeout_s) from e
+        except BaseException as e:  # Ctrl-C included: the ranks wait for the rest of the step
+            failure = _give_up(self.group, e, self.timeout_s)
+            if isinstance(e, Exception):
+                raise failure from e
+            raise
         tokens = self.sample(logits, batch.sampled)
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=t2 - t1, sample_s=t3 - t2)

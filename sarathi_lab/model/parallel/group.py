@@ -98,9 +98,11 @@ class RankGroup:
                             f"({type(error).__name__}: {why})")
 
 
-def join(rank: int, size: int, init_method: str, local_rank: int | None = None) -> RankGroup:
-    """This process joins the ranks (gloo: the control group every device uses)."""
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size,
+def join(rank: int, size: int, init_method: str | None = None, local_rank: int | None = None,
+         store=None) -> RankGroup:
+    """This process joins the ranks (gloo: the control group every device uses), meeting by
+    ``init_method`` or on ``store``."""
+    dist.init_process_group("gloo", init_method=init_method, store=store, rank=rank, world_size=size,
                             timeout=timedelta(seconds=JOIN_TIMEOUT_S))
     control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
     return RankGroup(rank, size, rank if local_rank is None else local_rank, control)

@@ -53,7 +53,7 @@ def stage_forward(runner: ModelRunner, stage: Stage, prepared: PreparedBatch, ra
         end = time.perf_counter()
         sends = [(dist.isend(t, dst=rank + tp, group=p2p), t) for t in (hidden, residual)]
         return StageRun(None, sends, start, end)
-    logits = lm.lm_head(lm.norm((hidden + residual).index_select(0, prepared.logits_indices)))
+    logits = lm.lm_head(lm.final_norm(hidden, residual, prepared.logits_indices))
     if logits.is_cuda:
         torch.cuda.current_stream().synchronize()
     return StageRun(logits, [], start, time.perf_counter())

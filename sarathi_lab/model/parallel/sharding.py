@@ -30,11 +30,14 @@ class TensorShards:
     vocab: int
 
     @classmethod
-    def of(cls, config: ModelConfig, rank: int, size: int, model: str = "") -> TensorShards:
-        """Refuses, in one line naming tensor_parallel, a model the ranks cannot split evenly."""
+    def of(cls, config: ModelConfig, rank: int, size: int, model: str = "",
+           pad_vocab: bool = False) -> TensorShards:
+        """Refuses, in one line naming tensor_parallel, a model the ranks cannot split evenly;
+        ``pad_vocab``: a vocabulary that does not split is padded (as vLLM's vocab-parallel LM head
+        pads it; the simulator prices it so), not refused."""
         heads, kv, k = config.num_attention_heads, kv_heads_of(config), SETTING
         counts = {"attention heads": heads, "MLP columns (intermediate_size)": config.intermediate_size,
-                  "vocabulary entries": config.vocab_size}
+                  **({} if pad_vocab else {"vocabulary entries": config.vocab_size})}
         for what, n in counts.items():
             if n % size:
                 raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for {k.set('model', model)}: "

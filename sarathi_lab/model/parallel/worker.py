@@ -22,11 +22,6 @@ from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, NBYTES, OP, STEP,
 LEAVE_TIMEOUT_S = 10.0
 
 
-def spawned(rank: int, size: int, init_method: str) -> None:
-    """A rank the driver spawned (multiprocessing's target)."""
-    serve(join(rank, size, init_method))
-
-
 def from_torchrun() -> None:
     """A rank torchrun started, other than rank 0 (which runs the program as usual)."""
     rank = torchrun_rank()

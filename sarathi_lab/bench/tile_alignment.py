@@ -2,7 +2,7 @@
 whole 128-token tiles, beside the fixed chunk that overflows them, as each GPU cost model predicts
 task=piggyback's three iterations (docs/sim/README.md, section 6).
 
-    python -m sarathi_lab.sim.tile_alignment [--out docs/sim/tile_alignment.csv]
+    python -m sarathi_lab.bench.tile_alignment [--out docs/sim/tile_alignment.csv]
 """
 from __future__ import annotations
 
@@ -53,12 +53,12 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS, batch_sizes=BATCH_SI
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = cli_args.Parser(prog="python -m sarathi_lab.sim.tile_alignment", description=__doc__.splitlines()[0])
+    p = cli_args.Parser(prog="python -m sarathi_lab.bench.tile_alignment", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DOCS / "tile_alignment.csv")
     p.add_argument("--force", action="store_true", help="replace a table another command wrote")
     args = p.parse_args(argv)
     prov = provenance.Provenance("computed: simulated decode speedup by chunk alignment",
-                                 writer="python -m sarathi_lab.sim.tile_alignment")
+                                 writer="python -m sarathi_lab.bench.tile_alignment")
     provenance.check_or_refuse(p, {args.out: prov}, args.force, "--force replaces it; --out FILE writes elsewhere")
     table = sweep()
     wide = table.pivot_table(index=["model", "cost_model", "seq_len", "batch_size"], columns="alignment",

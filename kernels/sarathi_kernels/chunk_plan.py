@@ -1,0 +1,223 @@
+"""Balanced work for the prefill chunks' attention, planned on the host from the batch's lengths (numpy,
+no per-item Python), as FlashAttention-3 and FlashInfer plan persistent grids.
+
+Why: one program per (q-tile, KV head) leaves a tail wave whenever the programs are just over a
+multiple of the GPU's slots (SMs x resident CTAs): LLaMA-13B's c=512 chunk is 160 tall tiles on 132
+slots, and the 28 of the second wave run while 104 SMs idle. Here a persistent grid of exactly one
+program per slot each walks an equal share of the batch's keys: the (tile, KV head) walks, longest
+first, are laid end to end in cost units (a key tile walked is one unit; a piece's query load and
+output store ``BASE_COST`` more) and cut every ``total / slots`` units. A cut inside a walk splits
+its KV range; the pieces leave fp32 partials that split_merge.py merges. A cut within ``MIN_PIECE``
+key tiles of a walk's end moves to that end, so short walks are never split. Where no such cut plan
+has a shorter critical path, today's flat grid is kept (a program per walk, or per each of its equal
+shares of its keys).
+
+Each piece is a row of ``ITEM_FIELDS`` int32s: request, KV head, first query token of its tile, first
+and end key of its range, its index among its tile's pieces and their count. Program p runs rows
+``work_indptr[p]:work_indptr[p + 1]``. ``row_splits`` [tokens, KV heads]: the pieces of the tile a
+token's rows are in, which the merge reads (1: the piece stored its output itself).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ITEM_FIELDS = 8  # request, kv_head, first_q, key_lo, key_hi, split, splits, unused (16-byte rows)
+# A piece's fixed cost in key tiles' worth: loading its query tile and storing its output are each
+# about one key/value tile of the same rows.
+BASE_COST = 1.0
+# A split piece never walks fewer key tiles than this: its fixed and merge costs would outweigh it.
+MIN_PIECE = 2
+# The most pieces one tile's walk is cut into (the partial buffers' split capacity).
+MAX_PIECES = 16
+# A flat grid's split walks stay within this many waves of programs (split_rule.py's max_waves).
+FLAT_WAVES = 2
+# Token rows x pieces a tile the partials of one launch may take ([tokens, heads, pieces, head_dim] fp32):
+# a long chunk has slots enough with few pieces a walk, a short one over a long prefix needs many.
+PARTIAL_ROWS = 1024
+
+
+def piece_cap(tokens: int) -> int:
+    """The most pieces a tile of a launch of ``tokens`` prefill tokens is cut into."""
+    return max(2, min(MAX_PIECES, PARTIAL_ROWS // max(tokens, 1)))
+
+
+@dataclass(frozen=True)
+class ChunkWork:
+    """One batch's balanced prefill work (see the module's docstring)."""
+
+    items: np.ndarray  # int32 [pieces, ITEM_FIELDS]
+    work_indptr: np.ndarray  # int32 [programs + 1]
+    row_splits: np.ndarray  # int32 [tokens, kv_heads]
+    split_capacity: int  # the most pieces of any tile (1: nothing split)
+    slots: int  # programs the GPU holds at once
+    # In key tiles walked, fixed costs included: the plan's longest chain of work on one slot, and the
+    # walks' total unsplit.
+    critical_path: float
+    unsplit_cost: float
+    planned_cost: float  # the pieces' total: the unsplit walks and what their cuts add
+    longest_piece: float
+
+    @property
+    def programs(self) -> int:
+        return len(self.work_indptr) - 1
+
+    @property
+    def ideal(self) -> float:
+        """The unsplit work spread evenly over every slot: no plan does better."""
+        return self.unsplit_cost / self.slots
+
+
+def tile_walks(query_lens, seq_lens, block_q: int, block_n: int) -> tuple[np.ndarray, ...]:
+    """Every q-tile of the chunks: (request, first query token, key tiles its causal walk reads),
+    as paged_attention's program walks them (up to its last row's position)."""
+    q = np.asarray(query_lens, dtype=np.int64)
+    s = np.asarray(seq_lens, dtype=np.int64)
+    tiles = -(-q // block_q)
+    req = np.repeat(np.arange(len(q)), tiles)
+    first_tile = np.cumsum(tiles) - tiles
+    first_q = (np.arange(len(req)) - np.repeat(first_tile, tiles)) * block_q
+    prefix = (s - q)[req]
+    kv_end = np.minimum(s[req], prefix + first_q + block_q)
+    return req, first_q, -(-kv_end // block_n)
+
+
+def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, programs: int, *,
+                split_cost: float = 1.0, max_pieces: int = MAX_PIECES) -> ChunkWork:
+    """The balanced work of a batch's chunks (``query_lens``/``seq_lens``: its prefill requests) for a
+    persistent grid of ``programs`` (SMs x resident CTAs); ``split_cost``: a split piece's partial
+    written and merged, in key tiles (split_rule.SplitRule.split_cost_tiles). Where cutting walks
+    would not shorten the critical path, today's grid instead: a program per walk, or per each of its
+    equal shares, longest first. At most ``max(walks + programs - 1, FLAT_WAVES * programs)`` pieces
+    and programs (what a graph's buffers hold)."""
+    req, first_q, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
+    heads = num_kv_heads
+    # (tile, head) walks, longest first (ties in tile order: the same batch always plans the same).
+    order = np.argsort(-np.repeat(keys, heads), kind="stable")
+    walk_tile, walk_head = order // heads, order % heads
+    k = keys[walk_tile]
+    ends = np.cumsum(k + BASE_COST)
+    total = float(ends[-1]) if len(ends) else 0.0
+    floor = (float(k.max(initial=0)) + BASE_COST) / (max_pieces - 1)
+    # Program j ends where the walks and the fixed costs its cuts add (a piece started inside a walk:
+    # its query load and partial; one ended inside: its partial) come to (j + 1) shares. Which cuts
+    # fall inside walks is known only after cutting: a few passes, the best kept.
+    inner, best = np.zeros(max(programs - 1, 0), dtype=bool), None
+    for _ in range(4):
+        added = (BASE_COST + 2 * split_cost) * inner
+        share = max((total + added.sum()) / programs, floor)
+        cut = np.arange(1, programs) * share - (np.cumsum(added) - added) - split_cost * inner
+        walk, off, cut_at, cut_inner = _cuts(ends, k, cut)
+        pieces = _pieces(k, ends, walk, off, cut_at, cut_inner, split_cost, programs)
+        best = pieces if best is None or pieces[-1] < best[-1] else best
+        inner = np.zeros(max(programs - 1, 0), dtype=bool)
+        inner[: len(cut_inner)] = cut_inner
+    # Today's grid (a program per walk, or per each of its equal shares within two waves, as
+    # split_rule.py bounds it) where no cut plan beats it.
+    for share_count in range(1, min(max_pieces, int(k.min()) if len(k) else 1) + 1):
+        if share_count > 1 and len(k) * share_count > FLAT_WAVES * programs:
+            break
+        flat = _flat(k, share_count, split_cost, programs)
+        best = flat if flat[-1] < best[-1] or (flat[-1] == best[-1] and share_count == 1) else best
+    pw, po, hi, counts, splits, piece_cost, program, path = best
+    split = np.arange(len(pw)) - np.repeat(np.cumsum(counts) - counts, counts)
+    by_program = np.argsort(program, kind="stable")
+    tile = walk_tile[pw]
+    items = np.zeros((len(pw), ITEM_FIELDS), dtype=np.int32)
+    items[:, :7] = np.stack([req[tile], walk_head[pw], first_q[tile], po * block_n, hi * block_n, split,
+                             splits], 1)[by_program]
+    grid = max(programs, int(program.max(initial=0)) + 1)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(program, minlength=grid))]).astype(np.int32)
+    tile_splits = np.ones((len(keys), heads), dtype=np.int32)
+    tile_splits[walk_tile, walk_head] = counts
+    return ChunkWork(items, indptr, _row_splits(query_lens, block_q, tile_splits), int(counts.max(initial=1)),
+                     programs, path, total, float(piece_cost.sum()), float(piece_cost.max(initial=0.0)))
+
+
+def _cuts(ends: np.ndarray, k: np.ndarray, cut: np.ndarray):
+    """Cuts at cost positions ``cut`` along the walks laid end to end: the walk each falls in, its
+    offset there in key tiles (moved to the walk's end where a piece would be under MIN_PIECE), its
+    position in cost units once moved, and whether it falls inside its walk."""
+    starts = ends - k - BASE_COST
+    cut = cut[cut < (ends[-1] if len(ends) else 0.0)]
+    walk = np.searchsorted(ends, cut, side="right")
+    off = np.clip(np.rint(cut - starts[walk] - BASE_COST), 0, k[walk]).astype(np.int64)
+    off = np.where(off < MIN_PIECE, 0, np.where(k[walk] - off < MIN_PIECE, k[walk], off))
+    cut_at = np.where(off == 0, starts[walk], np.where(off == k[walk], ends[walk], starts[walk] + BASE_COST + off))
+    return walk, off, cut_at, (off > 0) & (off < k[walk])
+
+
+def _pieces(k, ends, walk, off, cut_at, inner, split_cost: float, programs: int):
+    """The pieces the cuts make (walk, first and end key tile, its walk's piece count, cost, program)
+    and the busiest program's cost."""
+    pw = np.concatenate([np.arange(len(k)), walk[inner]])
+    po = np.concatenate([np.zeros(len(k), dtype=np.int64), off[inner]])
+    pw, po = _unique_pairs(pw, po)
+    last = np.append(pw[1:] != pw[:-1], True)
+    hi = np.where(last, k[pw], np.roll(po, -1))
+    counts = np.bincount(pw, minlength=len(k))
+    splits = counts[pw]
+    piece_cost = hi - po + BASE_COST + np.where(splits > 1, split_cost, 0.0)
+    starts = ends[pw] - k[pw] - BASE_COST
+    program = np.searchsorted(np.sort(cut_at), np.where(po == 0, starts, starts + BASE_COST + po), side="right")
+    path = float(np.bincount(program, weights=piece_cost, minlength=programs).max(initial=0.0))
+    return pw, po, hi, counts, splits, piece_cost, program, path
+
+
+def _flat(k: np.ndarray, share_count: int, split_cost: float, programs: int):
+    """``_pieces``' result for a program per piece, each walk in ``share_count`` equal shares of its key
+    tiles (paged_attention's split), longest first as the GPU starts them."""
+    j = np.tile(np.arange(share_count), len(k))
+    pw = np.repeat(np.arange(len(k)), share_count)
+    po, hi = j * k[pw] // share_count, (j + 1) * k[pw] // share_count
+    counts = np.full(len(k), share_count)
+    piece_cost = hi - po + BASE_COST + (split_cost if share_count > 1 else 0.0)
+    program = np.empty(len(pw), dtype=np.int64)
+    program[np.argsort(-piece_cost, kind="stable")] = np.arange(len(pw))
+    return pw, po, hi, counts, counts[pw], piece_cost, program, flat_path(piece_cost, programs)
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    keep = np.append(True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]))
+    return a[keep], b[keep]
+
+
+def _row_splits(query_lens, block_q: int, tile_splits: np.ndarray) -> np.ndarray:
+    """[tokens, kv_heads]: each token's tile's piece count, per KV head."""
+    q = np.asarray(query_lens, dtype=np.int64)
+    tiles = -(-q // block_q)
+    tok_req = np.repeat(np.arange(len(q)), q)
+    within = np.arange(int(q.sum())) - np.repeat(np.cumsum(q) - q, q)
+    return tile_splits[(np.cumsum(tiles) - tiles)[tok_req] + within // block_q]
+
+
+def flat_path(costs: np.ndarray, slots: int) -> float:
+    """The critical path of one program per walk (costs sorted longest first, as the grid runs them)
+    on ``slots`` slots, each program onto the slot that frees first: the walks of equal cost placed
+    together (a GPU batch has few distinct walks), each group on the earliest free times."""
+    free = np.zeros(slots)
+    values, counts = np.unique(costs, return_counts=True)
+    for cost, n in zip(values[::-1], counts[::-1]):
+        # The n earliest of the times each slot could start one more, two more... of these walks.
+        bound = (free.sum() + n * cost) / slots
+        more = np.maximum(np.floor((bound - free) / cost).astype(np.int64) + 1, 0)
+        slot = np.repeat(np.arange(slots), more)
+        start = free[slot] + cost * (np.arange(len(slot)) - np.repeat(np.cumsum(more) - more, more))
+        chosen = slot[np.argsort(start, kind="stable")[:n]]
+        free += cost * np.bincount(chosen, minlength=slots)
+    return float(free.max(initial=0.0))
+
+
+def grid_path(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, slots: int, splits: int = 1,
+              split_cost: float = 1.0) -> float:
+    """The critical path of today's grid (a program per walk, or per each of its ``splits`` equal
+    shares of its key tiles, longest first onto whichever slot frees first), in ``ChunkWork``'s
+    units: the figure the plan is held to."""
+    _, _, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
+    walks = np.repeat(keys, num_kv_heads)
+    share = (np.arange(1, splits + 1)[None, :] * walks[:, None] // splits
+             - np.arange(splits)[None, :] * walks[:, None] // splits)
+    return flat_path(share.ravel() + BASE_COST + (split_cost if splits > 1 else 0.0), slots)

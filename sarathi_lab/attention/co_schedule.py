@@ -1,0 +1,86 @@
+"""When a hybrid batch's attention runs co-scheduled (``attention_hybrid=pod``): only where a lease
+measured the co-scheduled launch faster than the sequential kernels at the nearest shape it measured.
+The measurements are the device's tuned table's ``co_schedule`` entries (rows of the suite's ``hybrid``
+step); a device without them never co-schedules, since the kernel loses as often as it wins."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from sarathi_lab.tuned_kernels import CO_SCHEDULE_FIELDS as FIELDS  # the table's schema: one home
+
+
+@dataclass(frozen=True)
+class MeasuredHybrid:
+    """One shape the lease timed both ways: a chunk of ``chunk`` tokens beside ``decodes`` decodes at
+    ``context`` tokens of context, and the co-scheduled launch's time over the sequential one's."""
+
+    heads: int
+    kv_heads: int
+    chunk: int
+    decodes: int
+    context: int
+    over_sequential: float
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+
+def _distance(m: MeasuredHybrid, chunk: int, decodes: int, context: int) -> float:
+    # Shapes compared in log space: doubling any dimension is one step whichever it is.
+    return sum(abs(math.log2(a / b)) for a, b in ((m.chunk, chunk), (m.decodes, decodes), (m.context, context)))
+
+
+@dataclass(frozen=True)
+class CoScheduleRule:
+    """The measured shapes (none: never co-schedule)."""
+
+    measured: tuple[MeasuredHybrid, ...] = ()
+
+    def co_schedules(self, group: int, chunk_tokens: int, decodes: int, context: int) -> bool:
+        """Whether a batch of ``chunk_tokens`` prefill tokens beside ``decodes`` decodes of mean context
+        ``context`` on heads of GQA group ``group`` runs co-scheduled: the nearest measured shape of
+        that group was faster so."""
+        same = [m for m in self.measured if m.group == group]
+        if not same or chunk_tokens < 1 or decodes < 1:
+            return False
+        nearest = min(same, key=lambda m: _distance(m, chunk_tokens, decodes, max(context, 1)))
+        return nearest.over_sequential < 1.0
+
+    @classmethod
+    def from_entries(cls, entries, where: str) -> CoScheduleRule:
+        """The rule of a table's ``co_schedule`` list; a bad entry fails in one line naming
+        ``where[i].field``."""
+        if not isinstance(entries, list):
+            _invalid(where, entries, f"a list of entries with {', '.join(FIELDS)}")
+        measured = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or set(entry) != set(FIELDS):
+                _invalid(f"{where}[{i}]", entry, f"exactly the keys {', '.join(FIELDS)}")
+            for f in fields(MeasuredHybrid):
+                value = entry[f.name]
+                whole = f.type == "int"
+                if isinstance(value, bool) or not isinstance(value, int if whole else int | float) or value <= 0:
+                    _invalid(f"{where}[{i}].{f.name}", value, f"a positive {'integer' if whole else 'number'}")
+            measured.append(MeasuredHybrid(**entry))
+        return cls(tuple(measured))
+
+
+NEVER = CoScheduleRule()
+
+
+def _invalid(key: str, value, allowed: str):
+    raise ValueError(f"error: {key}={value!r} is invalid; allowed: {allowed}")
+
+
+def entries_from_rows(rows: list[dict]) -> list[dict]:
+    """A table's ``co_schedule`` entries from the ``hybrid`` step's rows (hybrid_attention.csv): the
+    co-scheduled launch (``pod_ms``) over the sequential kernels (``sequential_ms``) per shape."""
+    out = []
+    for row in rows:
+        if row.get("pod_ms") and row.get("sequential_ms"):
+            out.append({"heads": int(row["heads"]), "kv_heads": int(row["kv_heads"]), "chunk": int(row["chunk"]),
+                        "decodes": int(row["decodes"]), "context": int(row["context"]),
+                        "over_sequential": round(float(row["pod_ms"]) / float(row["sequential_ms"]), 4)})
+    return out

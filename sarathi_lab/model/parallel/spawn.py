@@ -1,0 +1,143 @@
+"""The ranks a driver spawns on its own machine: started without the driver's script, joined once
+each has said it is ready on the driver's store while the driver watches that each is still alive,
+and each watching the driver in turn, so that no death on either side leaves the other waiting."""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from sarathi_lab.model.parallel.group import JOIN_TIMEOUT_S, LOOPBACK, RankGroup, join
+from sarathi_lab.model.parallel.worker import serve
+
+# How often the driver looks at its ranks' liveness while they start.
+POLL_S = 0.2
+# The store's counter of ranks that have started (imported, connected) and go on to join.
+READY = "sarathi/ready"
+
+
+def start(size: int, port: int) -> list:
+    """Ranks 1..size-1, each its own process (spawned: a forked copy of a driver holding threads or
+    CUDA is unsafe)."""
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=rank_main, args=(r, size, port), daemon=True,
+                                 name=f"sarathi-rank{r}") for r in range(1, size)]
+    with _without_main_script(), _sigint_ignored():
+        for process in processes:
+            process.start()
+    return processes
+
+
+@contextlib.contextmanager
+def _without_main_script() -> Iterator[None]:
+    """multiprocessing re-runs the parent's ``__main__`` in each child, unless it has neither a spec
+    nor a file (as in an interactive session). A rank needs none of it: a script read on stdin could
+    not be re-read, and one without the ``if __name__ == "__main__":`` guard spawned again, so every
+    rank died as it started."""
+    main = sys.modules["__main__"]
+    saved = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
+    main.__spec__ = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """The ranks start with SIGINT ignored (inherited through exec): a terminal's Ctrl-C reaches
+    every process of its group, and the driver alone answers it, ending its ranks."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler; rank_main ignores it once running
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def rank_main(rank: int, size: int, port: int) -> None:
+    """A spawned rank (multiprocessing's target): it leaves as soon as the driver is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    driver = multiprocessing.parent_process()
+    threading.Thread(target=_leave_with, args=(driver,), name="sarathi-driver-watch",
+                     daemon=True).start()
+    try:
+        store = _store(port, size, master=False)
+        store.add(READY, 1)
+        serve(join(rank, size, store=store))
+    except Exception:
+        if not driver.is_alive():
+            os._exit(1)  # the driver's death broke the collective: nothing to say to nobody
+        raise
+    # Told to leave: the interpreter's teardown of torch would keep the driver's exit waiting for
+    # seconds, and nothing of a rank outlives it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _store(port: int, size: int, master: bool):
+    return dist.TCPStore(LOOPBACK, port, size, is_master=master, wait_for_workers=False,
+                         timeout=timedelta(seconds=JOIN_TIMEOUT_S))
+
+
+def _leave_with(driver) -> None:
+    """The driver's pipe to this rank closes only when the driver dies (or drops this rank)."""
+    driver.join()
+    os._exit(1)
+
+
+def join_spawned(processes: list, size: int, port: int) -> RankGroup:
+    """The driver joins its ranks once every one is ready, watching them until then: one that died
+    (an import that failed, a kill) would keep the join waiting for it up to JOIN_TIMEOUT_S."""
+    spawned = RankGroup(0, size, 0, None, processes)
+    try:
+        store = _store(port, size, master=True)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        while store.add(READY, 0) < size - 1:
+            if dead := spawned.dead_ranks():
+                raise RuntimeError(died_joining(size, dead))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{size} ranks: not all started within {JOIN_TIMEOUT_S:g} s")
+            time.sleep(POLL_S)  # where Ctrl-C lands, ending the ranks below
+        group = join(0, size, store=store)
+    except BaseException:
+        kill(processes)  # a rank left behind would wait for the driver to join
+        raise
+    group.processes = processes
+    return group
+
+
+def died_joining(size: int, dead: list[tuple[int, int]]) -> str:
+    """One line naming each rank that died before the ranks joined, its exit code and why."""
+    who = ", ".join(f"rank {r} (exit code {code}{_signal_name(code)})" for r, code in dead)
+    return (f"{size} ranks: {who} died before the ranks joined, so the run stops; a rank's own "
+            f"error, where it printed one, is above")
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None or code >= 0:
+        return ""
+    with contextlib.suppress(ValueError):
+        return f": killed by {signal.Signals(-code).name}"
+    return ""
+
+
+def kill(processes: list) -> None:
+    """End ranks at once: one stopped or mid-collective answers nothing else."""
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(timeout=5.0)

@@ -1,0 +1,103 @@
+"""The executor registry: each executor's capabilities refuse, in one line before any work, every
+setting it cannot honour (naming the full key, the value and what is allowed), and nothing outside
+the registry compares an executor's name."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sarathi_lab.config import ENGINE_DEFAULTS, ConfigError, EngineConfig, named_as
+from sarathi_lab.executors import (
+    CAPABILITIES,
+    _takes,
+    executor_class,
+    executor_names,
+    recorded_as,
+    task_refusal,
+)
+from sarathi_lab.harness.schema import RUN_KEYS
+from sarathi_lab.harness.vllm_args import CHUNKED_PREFILL
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sarathi_lab"
+# A value of each setting some executor cannot honour.
+ASKED = {"tensor_parallel": 2, "pipeline_parallel": 2, "sim_tp": 2, "sim_pp": 2, "cuda_graphs_mixed": False,
+         "kv_watermark": 0.1, "scheduler": "orca", "attention": "torch", "attention_hybrid": "pod",
+         "cpu_linear": "aten"}
+# Settings an engine plan is made with here whatever the executor (a model that fits, vLLM's scheduler).
+BASE = {"model": "tiny", "device": "cpu", "dtype": "float32", "num_kv_blocks": 40, "sim_device": "a100"}
+
+
+def test_every_capability_has_a_value_tried():
+    assert {cap.setting for cap in CAPABILITIES} == set(ASKED)
+
+
+@pytest.mark.parametrize("executor", executor_names())
+@pytest.mark.parametrize("setting", sorted(ASKED))
+def test_a_setting_the_executor_cannot_honour_is_refused_in_one_line_naming_the_full_key(executor, setting):
+    cap = next(c for c in CAPABILITIES if c.setting == setting)
+    value = ASKED[setting]
+    settings = BASE | {"executor": executor, setting: value}
+    if executor == "vllm" and setting != "scheduler":
+        settings["scheduler"] = "sarathi_serve"
+    if _takes(getattr(executor_class(executor), cap.attribute), value, ENGINE_DEFAULTS[setting]):
+        return  # honoured: whatever else refuses it (cores, the attention backend) is not this table's
+    with pytest.raises(ConfigError) as e, named_as(RUN_KEYS):  # the run's edge names the keys
+        EngineConfig(**settings)
+    line = str(e.value)
+    key = RUN_KEYS(setting)
+    assert line.startswith(f"{key}={value!r} is invalid with engine.executor={executor!r}: "), line
+    assert "\n" not in line and "; allowed: " in line
+
+
+def test_what_each_executor_honours():
+    model, sim, vllm = (executor_class(n) for n in ("model", "sim", "vllm"))
+    assert model.tensor_parallel and model.pipeline_parallel and not sim.tensor_parallel and not vllm.tensor_parallel
+    assert sim.simulated and not model.simulated and not vllm.simulated
+    assert not vllm.our_engine and model.our_engine and sim.our_engine
+    # vLLM's engine runs the two of our schedulers that are its own, and no other.
+    assert set(vllm.schedulers) == set(CHUNKED_PREFILL)
+
+
+def test_a_task_the_executor_cannot_run_is_refused_and_the_others_pass():
+    assert task_refusal("sim", "profile").startswith("task=profile is invalid with executor=sim: ")
+    assert task_refusal("vllm", "op_breakdown").endswith("allowed: executor=model, sim, or task=serve, capacity")
+    assert all(task_refusal(n, t) is None for n in executor_names() for t in ("serve", "capacity"))
+    assert task_refusal("model", "profile") is None and task_refusal("sim", "reread") is None
+
+
+def test_llm_refuses_an_executor_it_does_not_drive_and_sampling_a_simulator_cannot_do():
+    from sarathi_lab import LLM, SamplingParams
+
+    with pytest.raises(ConfigError, match=r"^executor='vllm' is invalid for LLM: .*allowed: model, sim$"):
+        LLM("tiny", executor="vllm", scheduler="sarathi_serve", device="cpu")
+    llm = LLM("tiny", executor="sim", sim_device="a100", max_batch_size=2, chunk_size=32)
+    with pytest.raises(ConfigError, match=r"^sampling.temperature=0.5 is invalid with executor='sim'"):
+        llm.generate([[1, 2, 3]], 2, sampling=SamplingParams(temperature=0.5))
+    assert len(llm.generate([[1, 2, 3]], 2)[0]) == 2
+
+
+def test_no_executor_name_is_compared_outside_the_registry():
+    """Neither on a run's config nor on a recorded run's (whose executor is read by recorded_as)."""
+    compared = re.compile(r'executor("\]|"\)|\b)\)?\s*(==|!=)\s*"(sim|vllm|model)"|executor != "model"')
+    sites = [f"{path.relative_to(PACKAGE)}:{n}" for path in PACKAGE.rglob("*.py") if path.name != "executors.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if compared.search(line)]
+    assert sites == []
+
+
+def test_a_recorded_executor_reads_by_its_capabilities_and_an_unknown_one_has_none():
+    assert recorded_as("sim", "simulated") and not recorded_as("model", "simulated")
+    assert not recorded_as(None, "simulated") and not recorded_as(float("nan"), "simulated")
+    assert not recorded_as(["sim"], "simulated")  # a damaged record: no capability, no crash
+    assert recorded_as("vllm", "engine_label") and not recorded_as("nonesuch", "runs_model")
+
+
+def test_the_record_states_the_layout_that_ran(monkeypatch):
+    from sarathi_lab.harness.environment import simulated_device
+
+    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 4)
+    split = simulated_device(EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2))
+    assert (split["tensor_parallel"], split["pipeline_parallel"]) == (2, 2)
+    whole = simulated_device(EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu"))
+    assert "tensor_parallel" not in whole and "pipeline_parallel" not in whole  # one device: vLLM splits nothing
