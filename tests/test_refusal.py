@@ -1,4 +1,5 @@
 """A core refusal names settings by their fields; the edge writes them once as the user set them."""
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,3 +35,17 @@ def test_a_value_the_user_set_is_shown_as_set_and_the_class_is_kept():
             raise ModelLoadError(f"{SETTING.set('chunk_size', 900)} is invalid")
     except ModelLoadError as e:
         assert str(e) == e.args[0] == "token_budget=auto is invalid"
+
+
+def test_the_simulators_split_is_refused_naming_its_own_setting_still_marked_for_the_edge():
+    from sarathi_lab.model.presets import SPECS
+    from sarathi_lab.sim.sharding import shard
+
+    with pytest.raises(ConfigError) as e:
+        shard(SPECS["mistral-7b"], 3, 1, "mistral-7b")
+    assert str(e.value).startswith("sim_tp=3 is invalid for model='mistral-7b': its 32 attention heads")
+    assert e.value.setting == "sim_tp"
+    with pytest.raises(ConfigError) as e, named_as(RUN):
+        shard(SPECS["tiny"], 1, 5, "tiny")
+    assert str(e.value).startswith("engine.sim_pp=5 is invalid for engine.model='tiny': it has 4 layers")
+    assert e.value.setting == "sim_pp"
