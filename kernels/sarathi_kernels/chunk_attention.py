@@ -12,8 +12,8 @@ import torch
 import triton.language as tl
 
 from sarathi_kernels._checks import padded_head_dim, require
+from sarathi_kernels.attention_tile import _LOG2E, _attend_kv_tile, _dot_dtype, _no_partials
 from sarathi_kernels.chunk_plan import ITEM_FIELDS, ChunkWork
-from sarathi_kernels.paged_attention import _LOG2E, _attend_kv_tile, _dot_dtype, _no_partials
 from sarathi_kernels.split_merge import merge_splits, split_buffers
 from sarathi_kernels.triton_jit import jit
 

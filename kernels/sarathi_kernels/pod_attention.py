@@ -19,8 +19,8 @@ import triton.language as tl
 
 from sarathi_kernels._checks import padded_head_dim, require
 from sarathi_kernels.attention_plan import plan_launch
+from sarathi_kernels.attention_tile import _LOG2E, _attend_kv_tile, _dot_dtype
 from sarathi_kernels.occupancy import device_sm_count
-from sarathi_kernels.paged_attention import _LOG2E, _attend_kv_tile, _dot_dtype
 from sarathi_kernels.pod_plan import (
     CTAS_PER_SM,
     FLOPS_PER_BYTE,
