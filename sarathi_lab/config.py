@@ -1,5 +1,5 @@
-"""The engine's configuration: one typed dataclass, checked once at the edge; a bad value fails with
-one line naming the key as the user set it (``Keys``), the value and what is allowed. The bottom
+"""The engine's configuration: one typed dataclass; a bad value fails with one line naming the
+setting, the value and what is allowed, written once by the edge as the user set it (``Keys``). The bottom
 layer: it imports nothing of sarathi_lab, and torch only inside the checks that need the machine (--help stays fast)."""
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.executors import ExecutorKind, executor_class, executor_names, unhonoured
 from sarathi_lab.host_features import cpu_has_bf16_units, cpu_has_onednn_fp16, cuda_available, usable_cores
+from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401 (re-exported)
 
 log = logging.getLogger("sarathi_lab")
 
@@ -49,23 +50,13 @@ MAX_KV_WATERMARK = 0.5
 GPU_MEMORY_UTILISATION = 0.9
 
 
-class ConfigError(ValueError):
-    """A configuration value that is not allowed; the message is one line: the key as the user set
-    it, the value, what is allowed. ``setting``: the setting refused, by its own name, where a caller
-    adds to the line (a tuned budget's way out)."""
-
-    def __init__(self, message: str, setting: str | None = None):
-        super().__init__(message)
-        self.setting = setting
-
-
 @dataclass(frozen=True)
 class Keys:
-    """The keys a config's settings are set by, so that each refusal is written naming them as the
-    user can set them: a setting is ``prefix`` + its name (LLM's keyword arguments: no prefix; a run's
-    config: engine.block_size), a scheduler's knob ``knob_prefix`` + its name (scheduler.tile), but
-    those in ``names`` (a run's knobs: chunk_size is `chunk`). ``shown``: a value as the user set it
-    where the engine refuses another it was turned into (token_budget=auto, tuned to a count)."""
+    """The edge's map from settings to the keys the user sets them by: a setting is ``prefix`` + its
+    name (LLM's keyword arguments: no prefix; a run's config: engine.block_size), a scheduler's knob
+    ``knob_prefix`` + its name (scheduler.tile), but those in ``names`` (a run's knobs: chunk_size is
+    `chunk`). ``shown``: a value as the user set it where the engine refuses another it was turned
+    into (token_budget=auto, tuned to a count)."""
     names: Mapping[str, str] = field(default_factory=dict)
     prefix: str = ""
     knob_prefix: str = ""
@@ -78,18 +69,23 @@ class Keys:
 
     def set(self, setting: str, value: Any) -> str:
         """``key=value`` of ``setting`` at ``value``, as a refusal of it begins."""
-        return f"{self(setting)}={self.shown.get(setting, repr(value))}"
+        return self._at(setting, repr(value))
+
+    def _at(self, setting: str, shown: str) -> str:
+        return f"{self(setting)}={self.shown.get(setting, shown)}"
+
+    def render(self, text: str) -> str:
+        """A core refusal's line with each marked setting named as the user set it."""
+        return render(text, self, self._at)
 
 
 # Each setting by its own name: LLM's keyword arguments, and any caller that names no other keys.
 AS_WRITTEN = Keys()
-# The metadata of a config's ``keys`` field: it names the settings, it is none of them.
-NOT_A_SETTING = {"setting": False}
 
 
 def settings_of(cls: type) -> list[dataclasses.Field]:
-    """A config dataclass's fields that are settings (its ``keys`` is none)."""
-    return [f for f in dataclasses.fields(cls) if f.metadata.get("setting", True)]
+    """A config dataclass's settings: its fields."""
+    return list(dataclasses.fields(cls))
 
 
 @dataclass
@@ -161,12 +157,9 @@ class EngineConfig:
     # The longest any collective of a parallel step waits for a peer: a rank that died or hangs ends
     # the run with an error naming it, never a hang.
     collective_timeout_s: float = 120.0
-    # How its refusals, and those of the plan made from it, name each setting: as LLM's keyword
-    # arguments by default; the harness passes the run config's keys.
-    keys: Keys = field(default=AS_WRITTEN, compare=False, repr=False, metadata=NOT_A_SETTING)
 
     def __post_init__(self):
-        k = self.keys
+        k = SETTING
         check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"), keys=k)
         # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
         cores = usable_cores()
@@ -179,7 +172,7 @@ class EngineConfig:
             raise ConfigError(f"{k.set('kv_watermark', self.kv_watermark)} is invalid: must be in [0, "
                               f"{MAX_KV_WATERMARK}] (the share of the KV cache admission leaves free; vLLM's is "
                               f"{KV_WATERMARK})")
-        if bad := unhonoured(self.executor, vars(self), ENGINE_DEFAULTS, k("executor")):
+        if bad := unhonoured(self.executor, vars(self), ENGINE_DEFAULTS):
             setting, why, allowed = bad
             raise ConfigError(f"{k.set(setting, getattr(self, setting))} is invalid with "
                               f"{k.set('executor', self.executor)}: {why}; allowed: {allowed}")
@@ -202,7 +195,7 @@ class EngineConfig:
                               "auto, cpu")
         if self.device_type == "cpu":
             self._check_cpu_dtype()
-        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type), k)
+        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
         if self.world_size > 1:
             self._check_ranks_fit()
 
@@ -229,7 +222,7 @@ class EngineConfig:
         else:
             have, what = usable_cores(), "cores this process may run on"
         if ranks > have:
-            k, key = self.keys, "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
+            k, key = SETTING, "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
             raise ConfigError(f"{k.set(key, getattr(self, key))} is invalid "
                               f"({k.set('tensor_parallel', self.tensor_parallel)} x "
                               f"{k.set('pipeline_parallel', self.pipeline_parallel)} ranks): one rank per device "
@@ -239,9 +232,9 @@ class EngineConfig:
         """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
         units runs as float32: torch_dtype)."""
         if self.dtype == "float16" and self.cpu_linear != "aten" and not cpu_has_onednn_fp16():
-            raise ConfigError(f"{self.keys.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no float16 "
+            raise ConfigError(f"{SETTING.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no float16 "
                               "matmul (it needs avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or "
-                              f"float16 with {self.keys('cpu_linear')}=aten")
+                              f"float16 with {SETTING('cpu_linear')}=aten")
 
     @property
     def kv_size_key(self) -> str | None:
@@ -256,7 +249,7 @@ class EngineConfig:
             return self.num_kv_blocks
         blocks = int(self.kv_cache_gb * 2**30 // block_bytes)
         if blocks < 1:
-            raise ConfigError(f"{self.keys.set('kv_cache_gb', self.kv_cache_gb)} is invalid: it holds no block of "
+            raise ConfigError(f"{SETTING.set('kv_cache_gb', self.kv_cache_gb)} is invalid: it holds no block of "
                               f"{block_bytes} bytes")
         return blocks
 
@@ -316,19 +309,19 @@ def attention_backend(attention: str, device_type: str) -> str:
     return attention
 
 
-def check_attention_hybrid(hybrid: str, backend: str, keys: Keys = AS_WRITTEN) -> None:
+def check_attention_hybrid(hybrid: str, backend: str) -> None:
     """Co-scheduled hybrid attention is a Triton kernel: refused beside any other backend."""
     if hybrid != "sequential" and backend != "triton":
-        raise ConfigError(f"{keys.set('attention_hybrid', hybrid)} is invalid with the {backend} attention: it is a "
-                          f"Triton kernel; allowed: sequential, or with {keys('attention')}=triton")
+        raise ConfigError(f"{SETTING.set('attention_hybrid', hybrid)} is invalid with the {backend} attention: it "
+                          f"is a Triton kernel; allowed: sequential, or with {SETTING('attention')}=triton")
 
 
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
-                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = str) -> None:
+                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING) -> None:
     """Each field of a config dataclass against its annotation (int, finite float, str, bool, X | None,
     Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
     must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller.
-    ``keys``: the key each field is set by, as a refusal names it (default: its name)."""
+    ``keys``: the key each field is set by, as a refusal names it (default: its field, marked)."""
     hints = get_type_hints(type(obj))
     fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in settings_of(type(obj))
               if not dataclasses.is_dataclass(hints[f.name])]

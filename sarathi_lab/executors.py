@@ -1,11 +1,13 @@
 """What runs a batch (``engine.executor``), registered as schedulers and attention backends are, each
 with what it can honour as class attributes: every setting the chosen one cannot honour is refused
 from these before any work, and nothing outside this registry compares an executor's name. Torch-free
-and importing nothing of the lab, so that the config at the bottom checks against it."""
+and importing only the refusal's marks, so that the config at the bottom checks against it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from sarathi_lab.refusal import SETTING
 
 _REGISTRY: dict[str, type[ExecutorKind]] = {}
 
@@ -120,8 +122,7 @@ CAPABILITIES = (
 )
 
 
-def unhonoured(name: str, settings: dict[str, Any], defaults: dict[str, Any],
-               executor_key: str = "executor") -> tuple[str, str, str] | None:
+def unhonoured(name: str, settings: dict[str, Any], defaults: dict[str, Any]) -> tuple[str, str, str] | None:
     """(setting, why, allowed) of the first of ``settings`` executor ``name`` cannot honour, or None;
     ``defaults``: the value of each that every executor honours; ``allowed`` ends with the executors
     that would honour the value set."""
@@ -132,7 +133,7 @@ def unhonoured(name: str, settings: dict[str, Any], defaults: dict[str, Any],
             continue
         allowed = ", ".join(map(str, honours)) if isinstance(honours, tuple) else str(default)
         others = [n for n, c in _REGISTRY.items() if _takes(getattr(c, cap.attribute), value, default)]
-        elsewhere = f" (or {executor_key}={', '.join(others)})" if others else ""
+        elsewhere = f" (or {SETTING('executor')}={', '.join(others)})" if others else ""
         return cap.setting, f"{kind.noun} {cap.lacks}", allowed + elsewhere
     return None
 
@@ -152,11 +153,11 @@ TASK_NEEDS = {"profile": ("runs_model", "runs none of our model's forwards")}
 BATCHES_OF_OURS = ("our_engine", "runs no batch of our engine")
 
 
-def task_refusal(name: str, task: str, executor_key: str = "executor") -> str | None:
+def task_refusal(name: str, task: str) -> str | None:
     """Why executor ``name`` cannot run ``task``, as one line naming what can, or None."""
     need, lacks = TASK_NEEDS.get(task, BATCHES_OF_OURS)
     if task in SERVING_TASKS or getattr(executor_class(name), need):
         return None
     can = ", ".join(executors_with(need))
-    return (f"task={task} is invalid with {executor_key}={name}: {executor_class(name).noun} {lacks}; allowed: "
-            f"{executor_key}={can}" + ("" if task in TASK_NEEDS else f", or task={', '.join(SERVING_TASKS)}"))
+    return (f"task={task} is invalid with executor={name}: {executor_class(name).noun} {lacks}; allowed: "
+            f"executor={can}" + ("" if task in TASK_NEEDS else f", or task={', '.join(SERVING_TASKS)}"))

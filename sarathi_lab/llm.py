@@ -9,7 +9,7 @@ from collections.abc import Sequence as Sequence_
 from typing import TYPE_CHECKING
 
 from sarathi_lab import inputs
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, check_attention_hybrid
+from sarathi_lab.config import AS_WRITTEN, ENGINE_FIELDS, ConfigError, EngineConfig, check_attention_hybrid, named_as
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.clock import VirtualClock, WallClock
 from sarathi_lab.engine.llm_engine import LLMEngine
@@ -38,7 +38,8 @@ class LLM:
             if scheduler in scheduler_names() and (why := foreign_knob(scheduler, key)):
                 raise ConfigError(f"{key}={value!r} is invalid: {why}")
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
-        self._build(plan_engine(EngineConfig(model=model, **engine)))
+        with named_as(AS_WRITTEN):  # the edge: refusals name the settings as these keywords do
+            self._build(plan_engine(EngineConfig(model=model, **engine)))
 
     @classmethod
     def from_plan(cls, plan: EnginePlan) -> LLM:

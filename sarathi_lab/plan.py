@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig
+from sarathi_lab.config import ENGINE_FIELDS, SETTING, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, scheduler_class, scheduler_config
 from sarathi_lab.executors import executor_class
@@ -36,8 +36,8 @@ class ModelLimits:
 
     @classmethod
     def of(cls, cfg: EngineConfig) -> ModelLimits:
-        check_buildable(cfg.model, cfg.executor, cfg.keys("model"), cfg.keys("executor"))
-        config = load_config(cfg.model, cfg.keys("model"))
+        check_buildable(cfg.model, cfg.executor)
+        config = load_config(cfg.model)
         return cls(config, context_limit(cfg, config))
 
 
@@ -75,9 +75,8 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     if cfg.world_size > 1:
         # Each rank's weights and KV heads (of its stage's layers, the first stage's the most); ranks
         # on a CPU share its memory, GPUs have their own.
-        per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model, cfg.keys)
-        per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model,
-                                              cfg.keys).num_layers
+        per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model)
+        per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model).num_layers
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
     blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
     return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype)
@@ -88,7 +87,7 @@ def scheduler_config_of(cfg: EngineConfig, max_model_len: int) -> SchedulerConfi
     place an engine's settings and knobs become it; refuses (ConfigError) a knob no scheduler has or a
     bad value of one."""
     settings = {name: getattr(cfg, name) for name in ENGINE_FIELDS} | {"max_model_len": max_model_len}
-    return scheduler_config(cfg.scheduler, cfg.scheduler_knobs, cfg.keys, **settings)
+    return scheduler_config(cfg.scheduler, cfg.scheduler_knobs, **settings)
 
 
 def build_scheduler(plan: EnginePlan) -> Scheduler:
@@ -106,9 +105,9 @@ def kv_size_setting(cfg: EngineConfig) -> str:
     """``key=value`` of the setting that sized the KV cache, as a refusal of its size begins (the
     block count where none did: the default size)."""
     key = cfg.kv_size_key or "num_kv_blocks"
-    return cfg.keys.set(key, getattr(cfg, key))
+    return SETTING.set(key, getattr(cfg, key))
 
 
 def kv_size_note(cfg: EngineConfig) -> str:
     """What a refusal of a default-sized KV cache adds: that it was the default, and what sets it."""
-    return f" (its default size; {cfg.keys('num_kv_blocks')} sets it)" if cfg.kv_size_key is None else ""
+    return f" (its default size; {SETTING('num_kv_blocks')} sets it)" if cfg.kv_size_key is None else ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.config import ENGINE_DEFAULTS, ConfigError, EngineConfig
+from sarathi_lab.config import ENGINE_DEFAULTS, ConfigError, EngineConfig, named_as
 from sarathi_lab.executors import (
     CAPABILITIES,
     _takes,
@@ -38,12 +38,12 @@ def test_every_capability_has_a_value_tried():
 def test_a_setting_the_executor_cannot_honour_is_refused_in_one_line_naming_the_full_key(executor, setting):
     cap = next(c for c in CAPABILITIES if c.setting == setting)
     value = ASKED[setting]
-    settings = BASE | {"executor": executor, "keys": RUN_KEYS, setting: value}
+    settings = BASE | {"executor": executor, setting: value}
     if executor == "vllm" and setting != "scheduler":
         settings["scheduler"] = "sarathi_serve"
     if _takes(getattr(executor_class(executor), cap.attribute), value, ENGINE_DEFAULTS[setting]):
         return  # honoured: whatever else refuses it (cores, the attention backend) is not this table's
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(ConfigError) as e, named_as(RUN_KEYS):  # the run's edge names the keys
         EngineConfig(**settings)
     line = str(e.value)
     key = RUN_KEYS(setting)

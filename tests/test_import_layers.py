@@ -19,8 +19,8 @@ PACKAGE = ROOT / "sarathi_lab"
 # and ``plan``, the engine's plan it builds from): it builds an engine with its model, or the
 # simulator's executor, so it sits above both and below the harness.
 LAYERS = (
-    ("executors", "config", "cli_args", "provenance", "code_commit", "tuned_kernels", "env_flags", "host_memory",
-     "host_features"),
+    ("executors", "config", "refusal", "cli_args", "provenance", "code_commit", "tuned_kernels", "env_flags",
+     "host_memory", "host_features"),
     ("engine",),
     ("model", "attention", "sarathi_kernels"),
     ("sim",),

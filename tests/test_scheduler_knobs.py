@@ -107,11 +107,23 @@ def test_a_refusal_names_the_key_as_it_was_set_where_it_is_checked(overrides, kw
     assert str(llm.value).startswith(as_llm)
 
 
-def test_no_refusal_is_reworded_after_it_is_raised():
-    # The keys travel with the config (EngineConfig.keys), so no layer renames a message's keys.
-    from sarathi_lab import config
+def test_the_core_takes_no_keys_and_a_refusal_is_named_once_at_the_edge():
+    # The core names settings by their fields; the edge (LLM, the run) writes the user's keys, once.
+    import inspect
 
-    assert not hasattr(ConfigError, "at") and not hasattr(config, "_KEY") and not hasattr(config, "_MENTION")
+    from sarathi_lab.config import named_as
+    from sarathi_lab.engine.scheduler import base
+    from sarathi_lab.harness.schema import RUN_KEYS
+    from sarathi_lab.model.parallel import sharding, stages
+    from sarathi_lab.sim import cost_model, profile_model, roofline
+
+    core = [sharding.TensorShards.of, sharding.rank_memory_config, stages.Stage.of, base.scheduler_class,
+            base.scheduler_config, base.SchedulerConfig.of, cost_model.CostModel.for_device,
+            profile_model.ProfileCostModel.from_csv, roofline.CalibratedRooflineCostModel]
+    assert [f for f in core if "keys" in inspect.signature(f).parameters] == []
+    with pytest.raises(ConfigError) as raised, named_as(RUN_KEYS), named_as(RUN_KEYS.__class__()):
+        base.scheduler_config("sarathi", max_batch_size=0, max_model_len=8, chunk_size=8)
+    assert str(raised.value) == "max_batch_size=0 is invalid: must be > 0"  # the innermost edge's words
 
 
 def test_every_key_a_run_refusal_names_is_one_the_run_config_has():
@@ -129,12 +141,14 @@ def test_every_key_a_run_refusal_names_is_one_the_run_config_has():
 
 def test_the_ranks_refuse_a_model_they_cannot_split_naming_the_runs_keys():
     # Checked deep in the plan (the model's shapes against the ranks), still named as the run set it.
+    from sarathi_lab.config import named_as
     from sarathi_lab.harness.schema import RUN_KEYS
     from sarathi_lab.model import PRESETS
     from sarathi_lab.model.parallel.sharding import rank_memory_config
     from sarathi_lab.model.parallel.stages import Stage
 
-    with pytest.raises(ConfigError, match=r"^engine.tensor_parallel=3 is invalid for model='tiny': its "):
-        rank_memory_config(PRESETS["tiny"], 3, "tiny", RUN_KEYS)
+    with pytest.raises(ConfigError, match=r"^engine.tensor_parallel=3 is invalid for model='tiny': its "), \
+            named_as(RUN_KEYS):
+        rank_memory_config(PRESETS["tiny"], 3, "tiny")
     with pytest.raises(ConfigError, match=r"^pipeline_parallel=9 is invalid for model='tiny': it has 4 layers"):
         Stage.of(4, 9, 0, "tiny")

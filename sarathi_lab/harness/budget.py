@@ -6,10 +6,11 @@ since every decode waits for the whole iteration.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig
+from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig, named_as
 
 # Budgets searched: past this the iteration is far longer than any TBT SLO on any device we model.
 MAX_BUDGET = 1 << 16
@@ -53,9 +54,10 @@ def budget_cost_model(engine: EngineConfig):
     tp, pp = engine.sim_tp, engine.sim_pp  # 1 unless executor=sim (EngineConfig refuses them otherwise)
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
-    # The simulator's settings are the user's keys; the CPU's cost model here is chosen, set by none.
-    keys = engine.keys if engine.kind.simulated else AS_WRITTEN
-    return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp, keys=keys), described
+    # The simulator's settings are the user's keys (named by the run's edge); the CPU's cost model here
+    # is chosen, set by none: its refusals name the settings as they are.
+    with contextlib.nullcontext() if engine.kind.simulated else named_as(AS_WRITTEN):
+        return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp), described
 
 
 def auto_budget(engine: EngineConfig, tbt_p99_s: float, context: int) -> tuple[EngineConfig, Budget]:

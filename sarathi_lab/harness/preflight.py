@@ -7,9 +7,9 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.config import ConfigError, EngineConfig, Keys, named_as
 from sarathi_lab.harness.budget import auto_budget
-from sarathi_lab.harness.schema import RunConfig
+from sarathi_lab.harness.schema import RunConfig, engine_keys
 from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
 from sarathi_lab.harness.vllm_args import check_vllm
 from sarathi_lab.harness.workloads import Workload, build_workload
@@ -29,25 +29,34 @@ class Checked:
 
 def preflight(cfg: RunConfig) -> Checked:
     """The run's requests and engine, once everything the run needs is known to fit; else a one-line
-    ConfigError (or ModelLoadError) naming the key as the run's config spells it (the engine's keys)."""
-    limits = ModelLimits.of(cfg.engine)
-    workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, limits.config.vocab_size,
-                              limits.max_model_len)
-    if cfg.task == "capacity" and workload.arrival_times and workload.recorded_rate_rps is None \
-            and cfg.workload.kind == "trace" and workload.num_requests > 1:
-        raise ConfigError(f"workload.path={cfg.workload.path!r} is invalid with task=capacity: its "
-                          f"{workload.num_requests} replayed rows all arrive at once, so the search has no rate "
-                          "to scale")
-    # Before the KV cache, which a simulated device sizes around the largest iteration the budget sets.
-    engine, budget = _token_budget(cfg, workload)
+    ConfigError (or ModelLoadError) naming the key as the run's config spells it: the run's edge."""
+    keys = engine_keys(cfg.model)
+    with named_as(keys):
+        limits = ModelLimits.of(cfg.engine)
+        workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed, limits.config.vocab_size,
+                                  limits.max_model_len)
+        if cfg.task == "capacity" and workload.arrival_times and workload.recorded_rate_rps is None \
+                and cfg.workload.kind == "trace" and workload.num_requests > 1:
+            raise ConfigError(f"workload.path={cfg.workload.path!r} is invalid with task=capacity: its "
+                              f"{workload.num_requests} replayed rows all arrive at once, so the search has no "
+                              "rate to scale")
+        # Before the KV cache, which a simulated device sizes around the largest iteration the budget sets.
+        engine, budget, keys = _token_budget(cfg, workload, keys)
+    with named_as(keys):
+        return _fitted(cfg, workload, limits, engine, budget)
+
+
+def _fitted(cfg: RunConfig, workload: Workload, limits: ModelLimits, engine: EngineConfig,
+            budget: dict[str, Any]) -> Checked:
+    """The run's engine planned and its requests checked to fit its KV cache."""
     try:
         plan = plan_engine(engine, limits)
     except ConfigError as e:
         if not budget or e.setting != "chunk_size":
             raise
         # The SLO set the budget that does not fit: the way out is the SLO's, or a budget of one's own.
-        raise ConfigError(f"{e}; a lower slo.tbt_p99_s, or token_budget=null and a chunk that fits, leaves room",
-                          e.setting) from None
+        raise ConfigError(f"{e.template}; a lower slo.tbt_p99_s, or token_budget=null and a chunk that fits, "
+                          "leaves room", e.setting) from None
     if not engine.kind.our_engine:
         check_vllm(plan)
     blocks, setting, sized = plan.num_kv_blocks, kv_size_setting(engine), kv_size_note(engine)
@@ -67,11 +76,11 @@ def preflight(cfg: RunConfig) -> Checked:
     return Checked(workload, plan, budget)
 
 
-def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dict[str, Any]]:
-    """The engine with sarathi_serve's budget tuned to the SLO (token_budget=auto), and what metrics.json
-    records of it; as the run's config set it otherwise."""
+def _token_budget(cfg: RunConfig, workload: Workload, keys: Keys) -> tuple[EngineConfig, dict[str, Any], Keys]:
+    """The engine with sarathi_serve's budget tuned to the SLO (token_budget=auto), what metrics.json
+    records of it, and ``keys`` naming it; as the run's config set it otherwise."""
     if cfg.token_budget != "auto" or cfg.scheduler.name != "sarathi_serve":
-        return cfg.engine, {}
+        return cfg.engine, {}, keys
     engine, budget = auto_budget(cfg.engine, cfg.slo.tbt_p99_s, workload.max_request_len)
     log.info("token_budget=auto: %d tokens (the %s cost model predicts %.4g s for its fullest iteration, "
              "within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model, budget.predicted_s, cfg.slo.tbt_p99_s,
@@ -86,6 +95,5 @@ def _token_budget(cfg: RunConfig, workload: Workload) -> tuple[EngineConfig, dic
                     "(docs/parallel.md)", stages)
     # The budget is the SLO's now: a refusal of it names token_budget=auto, as the user set it.
     tuned = f"auto ({budget.tokens} tokens for slo.tbt_p99_s={cfg.slo.tbt_p99_s})"
-    keys = replace(engine.keys, names={**engine.keys.names, "chunk_size": "token_budget"},
-                   shown={**engine.keys.shown, "chunk_size": tuned})
-    return replace(engine, keys=keys), {"token_budget": budget.tokens, "token_budget_predicted_s": budget.predicted_s}
+    keys = replace(keys, names={**keys.names, "chunk_size": "token_budget"}, shown={**keys.shown, "chunk_size": tuned})
+    return engine, {"token_budget": budget.tokens, "token_budget_predicted_s": budget.predicted_s}, keys

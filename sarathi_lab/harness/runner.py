@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, SamplingParams
-from sarathi_lab.config import EngineConfig
+from sarathi_lab.config import EngineConfig, named_as
 from sarathi_lab.harness.preflight import Checked, preflight
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
@@ -33,7 +33,7 @@ from sarathi_lab.harness.results import (
 )
 from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
-from sarathi_lab.harness.schema import RunConfig
+from sarathi_lab.harness.schema import RunConfig, engine_keys
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
 from sarathi_lab.harness.workloads import Workload
@@ -65,6 +65,13 @@ class RunContext:
 
 
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
+    """The run (the CLI's and run_in_process's): its edge, where the engine's refusals are named as
+    the run's config spells the settings."""
+    with named_as(engine_keys(cfg.model)):
+        return _run_experiment(cfg, resolved_config, ctx)
+
+
+def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
     out = ctx.output_dir
     finished = claim_status_dir(ctx) != out
     inputs = run_inputs(cfg)

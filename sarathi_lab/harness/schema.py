@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, get_type_hints
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, check_fields, settings_of
+from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, check_fields, named_as, settings_of
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
 from sarathi_lab.engine.tiles import GEMM_TILE
@@ -344,8 +344,8 @@ def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
         if key in KNOB_KEYS or key in knob_names():
             raise ConfigError(f"engine.{key} is set by {RUN_KEYS(key)}=; set that instead")
     fields = _fields(EngineConfig, raw, prefix="engine.", later=set(KNOB_KEYS))
-    return EngineConfig(**fields, **{name: value(run) for name, (_, value) in _KNOBS.items()},
-                        keys=engine_keys(run["model"]))
+    with named_as(engine_keys(run["model"])):
+        return EngineConfig(**fields, **{name: value(run) for name, (_, value) in _KNOBS.items()})
 
 
 def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import gc
 from typing import TYPE_CHECKING
 
 from sarathi_lab import host_memory
-from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig
+from sarathi_lab.config import GPU_MEMORY_UTILISATION, SETTING, ConfigError, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import SchedulerConfig, scheduler_class
 from sarathi_lab.model.shape import Shape
@@ -26,7 +26,7 @@ def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
     # Sliding-window attention is not implemented, so the context stops at the window.
     if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
         limit = min(limit, hf.sliding_window)
-    k = cfg.keys
+    k = SETTING
     if cfg.max_model_len is not None:
         if cfg.max_model_len > limit:
             raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the model allows at most "
@@ -98,7 +98,7 @@ def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> 
     tables = rotary_bytes(shape, context)
     if tables <= shape.weight_bytes(1):
         return None
-    k = cfg.keys
+    k = SETTING
     said = f"{_gib(tables)} GiB of rotary tables, {why}; allowed: {k('max_model_len')}=N, a shorter context"
     if cfg.max_model_len is None:  # the model's own config claims the context: it is the model at fault
         return ConfigError(f"{k.set('model', cfg.model)} is invalid here: its config's context of {context} "
@@ -113,7 +113,7 @@ def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) ->
     if block_bytes <= room or cfg.block_size == 1:
         return None
     fits = max(room // (block_bytes // cfg.block_size), 1)
-    return ConfigError(f"{cfg.keys.set('block_size', cfg.block_size)} is invalid: one block of KV cache takes "
+    return ConfigError(f"{SETTING.set('block_size', cfg.block_size)} is invalid: one block of KV cache takes "
                        f"{_gib(block_bytes)} GiB, "
                        f"more than the {_gib(max(room, 0))} GiB left on {where} beside the weights; allowed: a block "
                        f"of at most {fits} tokens (16 is usual)")
@@ -133,7 +133,7 @@ def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.
                  f"GiB more ({_gib(total)} GiB in all)")
     way_out = "a smaller model or dtype"
     if copies and total - packed <= room_bytes:
-        way_out = (f"{cfg.keys('cpu_linear')}=aten, which packs no copy ({_gib(total - packed)} GiB in all; its "
+        way_out = (f"{SETTING('cpu_linear')}=aten, which packs no copy ({_gib(total - packed)} GiB in all; its "
                    f"decode batches run slower: docs/cpu_engine.md), or {way_out}")
     return f"{said}, {why}; allowed: {way_out}"
 
@@ -179,7 +179,7 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
     refusal names it). Refuses, in one line, weights or an iteration that leave no block, naming the
     model on ``where`` or, where the device is what to change, ``too_large`` (its `key=value is
     invalid ...`)."""
-    too_large = too_large or f"{cfg.keys.set('model', cfg.model)} is invalid on {where}"
+    too_large = too_large or f"{SETTING.set('model', cfg.model)} is invalid on {where}"
     elem_bytes = dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
     room = (gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, 0) if device_type == "cuda"
@@ -199,13 +199,13 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
             blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room, tokens)
             if blocks < 1:
                 raise ConfigError(f"{too_large}: beside its weights no block of KV cache fits with the "
-                                  f"activations of prefilling its tokens whole ({cfg.keys('scheduler')}="
+                                  f"activations of prefilling its tokens whole ({SETTING('scheduler')}="
                                   f"{cfg.scheduler})")
             return blocks
         room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, tokens)
         if room < block_bytes:
             # Name the setting that made the iteration this large.
-            raise ConfigError(f"{cfg.keys.set('chunk_size', cfg.chunk_size)} is invalid on {where}: an iteration of "
+            raise ConfigError(f"{SETTING.set('chunk_size', cfg.chunk_size)} is invalid on {where}: an iteration of "
                               f"this many tokens and a decode per running request ({tokens} in all) leaves no room "
                               "for a KV cache", setting="chunk_size")
         return room // block_bytes
@@ -229,7 +229,7 @@ def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, c
         why = f"more than the {_gib(available)} GiB available on {where_memory(device)}"
         if (refused := context_refused(cfg, shape, context, why)) is not None:
             raise refused
-        raise ConfigError(f"{cfg.keys.set('model', cfg.model)} is invalid here: "
+        raise ConfigError(f"{SETTING.set('model', cfg.model)} is invalid here: "
                           + weights_refused(cfg, shape, context, dtype, device.type, why, available - block_bytes))
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
     if (key is None or blocks * block_bytes > room) and (refused := block_refused(cfg, block_bytes, room,
@@ -237,7 +237,7 @@ def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, c
         raise refused
     if key is not None:
         if blocks * block_bytes > room:
-            raise ConfigError(f"{cfg.keys.set(key, getattr(cfg, key))} is invalid: "
+            raise ConfigError(f"{SETTING.set(key, getattr(cfg, key))} is invalid: "
                               f"{kv_excess(blocks, block_bytes, room, where_memory(device))}")
         return blocks
     return default_kv_blocks(cfg, sched, shape, context, dtype, device.type, available, weights, str(device))

@@ -8,7 +8,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, check_choice, check_count
+from sarathi_lab.config import (
+    GPU_MEMORY_UTILISATION,
+    SETTING,
+    ConfigError,
+    EngineConfig,
+    as_written,
+    check_choice,
+    check_count,
+)
 from sarathi_lab.engine.scheduler import SchedulerConfig
 from sarathi_lab.model.memory import (
     default_kv_blocks,
@@ -71,11 +79,11 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
     ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
     kind. ``sched``: the run's scheduler config (plan.scheduler_config_of); ``context``: the longest
     request (model.memory.context_limit)."""
-    k = cfg.keys
+    k = SETTING
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
     # Each of sim_tp GPUs in each of sim_pp stages holds its shard of its stage's layers (weights) and
     # its heads' part of every token's KV in those layers: one GPU's capacity is the whole engine's.
-    config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model, k)
+    config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model)
     # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
@@ -91,7 +99,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
             if not cfg.sim_kv_beyond_device:
                 raise ConfigError(f"{k.set(key, getattr(cfg, key))} is invalid: {excess} "
                                   f"({k('sim_kv_beyond_device')}=true runs it as a what-if)")
-            log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
+            log.warning("what-if KV cache (sim_kv_beyond_device): %s", as_written(excess))
         return blocks
     # Here the device is the setting to change: the model is what is being studied.
     return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights, where,
@@ -104,6 +112,6 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp,
-                                    pp=cfg.sim_pp, keys=cfg.keys)
+                                    pp=cfg.sim_pp)
     except FileNotFoundError as e:
-        raise ConfigError(f"{cfg.keys.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None
+        raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import AS_WRITTEN, DTYPE_BYTES, DTYPES, SIM_COST_MODELS, ConfigError, Keys, check_choice
+from sarathi_lab.config import DTYPE_BYTES, DTYPES, SETTING, SIM_COST_MODELS, ConfigError, check_choice
 from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.device import device_dtype
@@ -83,43 +83,42 @@ class CostModel(abc.ABC):
     @staticmethod
     def for_device(device: str, model: str | ModelConfig = "llama2-7b", cost_model: str = "roofline",
                    dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1,
-                   pp: int = 1, keys: Keys = AS_WRITTEN) -> CostModel:
+                   pp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
         writes; on a GPU without one, the GPU kernels measured there for this model's shape, with the
         calibrated roofline, or the plain one, for what they lack). ``tp``: GPUs of ``device`` serving
         as one by tensor parallelism (parallel.py), each costed as its shard. Which cost model answers
         is PRECEDENCE's first registered one that applies. ``pp``: pipeline stages, each ``tp`` GPUs
-        running its layers (parallel.py's PipelineCostModel over the cost model of one stage). ``keys``:
-        the keys the settings were set by (sim_device, sim_cost_model, sim_tp, sim_pp, dtype), which a
-        refusal names: a run's are engine.sim_device..."""
-        config = model
+        running its layers (parallel.py's PipelineCostModel over the cost model of one stage). A refusal
+        names the engine's settings (sim_device, sim_cost_model, sim_tp, sim_pp, dtype)."""
+        config, k = model, SETTING
         if isinstance(model, str):
             # A model whose GPU kernels were measured but which is no preset (Llama-2-70B, Qwen-72B, ...).
             measured_only = model not in PRESETS and model in gpu_kernels.model_shapes().index
             config = gpu_kernels.config_of(model) if measured_only else load_config(model)
-        check_choice(keys("dtype"), dtype, DTYPES)
+        check_choice(k("dtype"), dtype, DTYPES)
         # What the engine runs when asked for dtype there (bfloat16 as float32 on a CPU without bf16
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
         # task=profile's table holds the engine's own times, preferred to other engines' kernels.
         own_table = profile is not None or (isinstance(model, str) and profile_path(device, model).is_file())
         if tp > 1 and cost_model == "profile" and own_table:
-            raise ConfigError(f"{keys.set('sim_tp', tp)} is invalid with {keys.set('sim_cost_model', cost_model)} "
+            raise ConfigError(f"{k.set('sim_tp', tp)} is invalid with {k.set('sim_cost_model', cost_model)} "
                               "and a profile measured by task=profile: it times one device running the whole "
-                              f"model; allowed: {keys('sim_tp')}=1, or {keys('sim_cost_model')}=calibrated or "
+                              f"model; allowed: {k('sim_tp')}=1, or {k('sim_cost_model')}=calibrated or "
                               "roofline")
         if pp > 1 and cost_model == "profile":
-            raise ConfigError(f"{keys.set('sim_pp', pp)} is invalid with {keys.set('sim_cost_model', cost_model)}: a "
+            raise ConfigError(f"{k.set('sim_pp', pp)} is invalid with {k.set('sim_cost_model', cost_model)}: a "
                               "profile times the whole model's layers, not a stage's; allowed: "
-                              f"{keys('sim_pp')}=1, or {keys('sim_cost_model')}=calibrated or roofline")
+                              f"{k('sim_pp')}=1, or {k('sim_cost_model')}=calibrated or roofline")
         name = model if isinstance(model, str) else ""
-        whole, config = config, shard(config, 1, pp, name, keys)  # one stage's layers
-        part = shard(config, tp, 1, name, keys)
-        check_choice(keys("sim_cost_model"), cost_model, SIM_COST_MODELS)
+        whole, config = config, shard(config, 1, pp, name)  # one stage's layers
+        part = shard(config, tp, 1, name)
+        check_choice(k("sim_cost_model"), cost_model, SIM_COST_MODELS)
         measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
         choice = Choice(device, model, config, part, cost_model, dtype, profile, own_table, tp,
-                        gpu_kernels.model_of(config) if measured else None, keys)
+                        gpu_kernels.model_of(config) if measured else None)
         one = next(_REGISTRY[key].build(choice) for key in PRECEDENCE[cost_model] if _REGISTRY[key].applies(choice))
         stage = one if tp == 1 else _REGISTRY[TENSOR_PARALLEL](one, config, tp, dtype)
         return stage if pp == 1 else _REGISTRY[PIPELINE](stage, whole, tp, pp, dtype)
@@ -139,8 +138,6 @@ class Choice:
     tp: int
     # The model's name among the GPU kernels measured on the device (cost_model="profile" there).
     measured_name: str | None
-    # The keys its settings were set by (the run's engine.sim_device, ...), as a refusal names them.
-    keys: Keys = AS_WRITTEN
 
 
 _REGISTRY: dict[str, type[CostModel]] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import FINE_GRID
 from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
@@ -29,7 +29,7 @@ class KernelCostModel(CostModel):
     def build(cls, choice: Choice) -> KernelCostModel:
         """The kernels measured on ``choice``'s device for its model (each GPU's shard of ``tp``), under
         its roofline; refused in one line where none were measured."""
-        device, name, tp, k = choice.device, choice.measured_name, choice.tp, choice.keys
+        device, name, tp, k = choice.device, choice.measured_name, choice.tp, SETTING
         one = roofline_for(choice)
         have = gpu_kernels.measured(device, tp)
         if name not in have:

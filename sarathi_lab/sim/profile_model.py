@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sarathi_lab.config import AS_WRITTEN, ConfigError, Keys
+from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
 from sarathi_lab.sim.device import DEVICES
@@ -83,7 +83,7 @@ class ProfileCostModel(CostModel):
         # Past the profiled token counts the device's roofline prices the increment, where the
         # simulator describes the device (a profile of another one carries its end slope on).
         beyond = roofline_for(choice) if choice.device in DEVICES else None
-        return cls.from_csv(path, choice.config, choice.dtype, beyond=beyond, keys=choice.keys)
+        return cls.from_csv(path, choice.config, choice.dtype, beyond=beyond)
 
     def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16", source: str = "table",
                  beyond: RooflineCostModel | None = None):
@@ -140,17 +140,16 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def from_csv(cls, path: str | Path, config: ModelConfig, dtype: str = "bfloat16",
-                 beyond: RooflineCostModel | None = None, keys: Keys = AS_WRITTEN) -> ProfileCostModel:
+                 beyond: RooflineCostModel | None = None) -> ProfileCostModel:
         """The profile at ``path``, for a run in ``dtype``: refused if its description (the .json
-        task=profile writes beside it) says it was measured in another dtype, whose times differ.
-        ``keys``: the keys a refusal names (a run's engine.sim_cost_model)."""
+        task=profile writes beside it) says it was measured in another dtype, whose times differ."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and model first")
         description = profile_description(path)
         measured = description.get("engine", {}).get("torch_dtype")
         if measured is not None and measured != dtype:
-            raise ConfigError(f"{keys.set('dtype', dtype)} is invalid with the profile {path}: it was measured in "
+            raise ConfigError(f"{SETTING.set('dtype', dtype)} is invalid with the profile {path}: it was measured in "
                               f"{measured} (run task=profile in {dtype}, or simulate in {measured})")
         spread = drift_spread(description)
         if spread is not None and spread > DRIFT_WARNING:
@@ -166,7 +165,7 @@ class ProfileCostModel(CostModel):
             raise
         except (ValueError, KeyError, IndexError, TypeError) as e:  # pandas' parser errors are ValueErrors
             what = f"no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
-            raise ConfigError(f"{keys.set('sim_cost_model', 'profile')} is invalid here: the profile {path} is "
+            raise ConfigError(f"{SETTING.set('sim_cost_model', 'profile')} is invalid here: the profile {path} is "
                               f"unreadable ({what}); run task=profile again") from None
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:

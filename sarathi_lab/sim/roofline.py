@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import AS_WRITTEN, ConfigError, Keys
+from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
 from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
@@ -137,10 +137,10 @@ class RooflineCostModel(CostModel):
 class CalibratedRooflineCostModel(RooflineCostModel):
     name = "calibrated"
 
-    def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16", keys: Keys = AS_WRITTEN):
+    def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
         if device.calibration is None:
-            raise ConfigError(f"{keys.set('sim_cost_model', 'calibrated')} is invalid with "
-                              f"{keys.set('sim_device', device.name)}: its device file has no calibration (no GPU "
+            raise ConfigError(f"{SETTING.set('sim_cost_model', 'calibrated')} is invalid with "
+                              f"{SETTING.set('sim_device', device.name)}: its device file has no calibration (no GPU "
                               "kernels measured there); use 'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
@@ -183,5 +183,5 @@ def roofline_for(choice: Choice) -> RooflineCostModel:
     kernels or a profile where the device has a calibration; the plain one otherwise."""
     dev = load_device(choice.device, choice.dtype)
     if choice.cost_model == "calibrated" or (choice.cost_model == "profile" and dev.calibration is not None):
-        return CalibratedRooflineCostModel(dev, choice.part, choice.dtype, keys=choice.keys)
+        return CalibratedRooflineCostModel(dev, choice.part, choice.dtype)
     return RooflineCostModel(dev, choice.part, choice.dtype)

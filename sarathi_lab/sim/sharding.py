@@ -3,12 +3,13 @@ links between them: what one GPU's part of a model is, for the KV plan and for e
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import AS_WRITTEN, ConfigError, Keys, check_count
+from sarathi_lab.config import ConfigError, check_count
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
+from sarathi_lab.refusal import marked_as
 
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
@@ -42,22 +43,22 @@ class Parallelism:
         return self.p2p_latency_s + tokens * hidden_bytes / self.tp / self.p2p_bandwidth if self.pp > 1 else 0.0
 
 
-def shard_config(config: ModelConfig, par: Parallelism, model: str = "", keys: Keys = AS_WRITTEN) -> ModelConfig:
+def shard_config(config: ModelConfig, par: Parallelism, model: str = "") -> ModelConfig:
     """The part of ``config`` one GPU runs, split by the engine's rule (model/parallel/): 1/tp of the
     heads, MLP and vocabulary (padded where it does not split, as vLLM pads it), the KV heads sharded
     or replicated where fewer than GPUs, and the first stage's layers, the most of any (the first
     stages take one more where the layers do not split evenly). A split the engine refuses is
-    refused in one line naming sim_tp or sim_pp as ``keys`` names them."""
-    keys = replace(keys, names={**keys.names, "tensor_parallel": keys("sim_tp"), "pipeline_parallel": keys("sim_pp")})
-    shard = TensorShards.of(config, 0, par.tp, model, keys, pad_vocab=True).local_config(config)
+    refused in one line naming sim_tp or sim_pp."""
+    with marked_as({"tensor_parallel": "sim_tp", "pipeline_parallel": "sim_pp"}):
+        shard = TensorShards.of(config, 0, par.tp, model, pad_vocab=True).local_config(config)
+        shard.num_hidden_layers = Stage.of(config.num_hidden_layers, par.pp, 0, model).num_layers
     shard.vocab_size = -(-config.vocab_size // par.tp)
-    shard.num_hidden_layers = Stage.of(config.num_hidden_layers, par.pp, 0, model, keys).num_layers
     return shard
 
 
-def shard(config: ModelConfig, tp: int, pp: int = 1, model: str = "", keys: Keys = AS_WRITTEN) -> ModelConfig:
+def shard(config: ModelConfig, tp: int, pp: int = 1, model: str = "") -> ModelConfig:
     """What one GPU holds of ``config`` split over ``tp`` tensor-parallel GPUs in each of ``pp`` stages:
     its heads and MLP columns of its stage's layers (``config`` itself for one GPU). Its weights (the
     embedding and LM head counted on every stage, as each keeps them) and its KV per token follow from
     its shape (model/shape.py)."""
-    return config if tp == pp == 1 else shard_config(config, Parallelism(tp=tp, pp=pp), model, keys)
+    return config if tp == pp == 1 else shard_config(config, Parallelism(tp=tp, pp=pp), model)

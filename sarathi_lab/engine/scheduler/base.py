@@ -12,19 +12,10 @@ import functools
 import heapq
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sarathi_lab.config import (
-    AS_WRITTEN,
-    ENGINE_FIELDS,
-    NOT_A_SETTING,
-    ConfigError,
-    Keys,
-    check_choice,
-    check_fields,
-    settings_of,
-)
+from sarathi_lab.config import ENGINE_FIELDS, SETTING, ConfigError, check_choice, check_fields, settings_of
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.sequence import Sequence, Status, append_tokens, split_prefilling
@@ -45,25 +36,23 @@ class SchedulerConfig:
     # {field: the engine setting it is read from} where the scheduler's own word for it differs
     # (sarathi_serve's token_budget is the engine's chunk_size): one setting, one name in the engine.
     reads_as: ClassVar[dict[str, str]] = {}
-    # How its refusals name each setting: the engine's Keys (LLM's keywords, or a run's config keys).
-    keys: Keys = field(default=AS_WRITTEN, compare=False, repr=False, metadata=NOT_A_SETTING)
 
     def __post_init__(self):
         check_fields(self, positive=True, keys=self.key)
 
     def key(self, name: str) -> str:
-        """The key its field ``name`` is set by, as the user wrote it."""
-        return self.keys(self.reads_as.get(name, name))
+        """The engine setting its field ``name`` is read from, as a refusal names it."""
+        return SETTING(self.reads_as.get(name, name))
 
     def setting(self, name: str) -> str:
         """``key=value`` of its field ``name``, as a refusal of it begins."""
-        return self.keys.set(self.reads_as.get(name, name), getattr(self, name))
+        return SETTING.set(self.reads_as.get(name, name), getattr(self, name))
 
     @classmethod
-    def of(cls, settings: dict[str, Any], keys: Keys = AS_WRITTEN) -> SchedulerConfig:
+    def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
         """This config from the engine's settings, a superset: each scheduler reads only its knobs."""
         named = {f.name: cls.reads_as.get(f.name, f.name) for f in settings_of(cls)}
-        return cls(**{name: settings[by] for name, by in named.items() if by in settings}, keys=keys)
+        return cls(**{name: settings[by] for name, by in named.items() if by in settings})
 
     @classmethod
     def reads(cls) -> frozenset[str]:
@@ -101,7 +90,7 @@ class Scheduler(ABC):
         self.config = config
         self.blocks = block_manager
         if (why := self.cache_refusal(config, block_manager)) is not None:
-            raise ConfigError(f"{config.keys.set('num_kv_blocks', block_manager.num_blocks)} is invalid{why}")
+            raise ConfigError(f"{SETTING.set('num_kv_blocks', block_manager.num_blocks)} is invalid{why}")
         self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
         self.running: list[Sequence] = []  # in arrival order too
         self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
@@ -317,8 +306,8 @@ def scheduler_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def scheduler_class(name: str, keys: Keys = AS_WRITTEN) -> type[Scheduler]:
-    check_choice(keys("scheduler"), name, tuple(_REGISTRY))
+def scheduler_class(name: str) -> type[Scheduler]:
+    check_choice(SETTING("scheduler"), name, tuple(_REGISTRY))
     return _REGISTRY[name]
 
 
@@ -327,25 +316,24 @@ def knob_names() -> set[str]:
     return {knob for cls in _REGISTRY.values() for knob in cls.Config.knobs()}
 
 
-def scheduler_config(name: str, knobs: dict[str, Any] | None = None, keys: Keys = AS_WRITTEN,
-                     **settings: Any) -> SchedulerConfig:
+def scheduler_config(name: str, knobs: dict[str, Any] | None = None, **settings: Any) -> SchedulerConfig:
     """Scheduler ``name``'s config; ``settings``: the engine's (max_batch_size, max_model_len,
     chunk_size, ...), of which it reads the knobs its Config declares; ``knobs``:
-    EngineConfig.scheduler_knobs; ``keys``: how its refusals name them (EngineConfig.keys). A knob of
+    EngineConfig.scheduler_knobs. A knob of
     no scheduler is refused; another scheduler's is ignored, as the engine's settings are, so that one
     config serves a sweep over schedulers."""
-    cls, knobs, known = scheduler_class(name, keys), knobs or {}, knob_names()
+    cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
     for key, value in knobs.items():
         if key not in known:
             # A misspelt engine setting lands here too (LLM(chunk=256)): the nearest names of both.
             near = difflib.get_close_matches(key, sorted(known | ENGINE_FIELDS - {"scheduler_knobs"}), n=1, cutoff=0.6)
-            hint = f" nor engine setting (nearest: {keys.set(near[0], value)})" if near else ""
-            raise ConfigError(f"{keys.set(key, value)} is invalid: no scheduler has this knob{hint}; allowed: "
+            hint = f" nor engine setting (nearest: {SETTING.set(near[0], value)})" if near else ""
+            raise ConfigError(f"{SETTING.set(key, value)} is invalid: no scheduler has this knob{hint}; allowed: "
                               f"{', '.join(sorted(known)) or 'none'}")
     for key, value in knobs.items():
         if key not in cls.Config.knobs():
             _warn_foreign_knob(name, key, repr(value))
-    return cls.Config.of(settings | knobs, keys)
+    return cls.Config.of(settings | knobs)
 
 
 def knob_owners(key: str) -> list[str]:

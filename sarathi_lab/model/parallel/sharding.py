@@ -9,7 +9,7 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import AS_WRITTEN, ConfigError, Keys
+from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 if TYPE_CHECKING:
@@ -31,19 +31,19 @@ class TensorShards:
 
     @classmethod
     def of(cls, config: ModelConfig, rank: int, size: int, model: str = "",
-           keys: Keys = AS_WRITTEN, pad_vocab: bool = False) -> TensorShards:
-        """Refuses, in one line naming tensor_parallel (as ``keys`` names it), a model the ranks cannot
-        split evenly; ``pad_vocab``: a vocabulary that does not split is padded (as vLLM's vocab-parallel
-        LM head pads it; the simulator prices it so), not refused."""
-        heads, kv = config.num_attention_heads, kv_heads_of(config)
+           pad_vocab: bool = False) -> TensorShards:
+        """Refuses, in one line naming tensor_parallel, a model the ranks cannot split evenly;
+        ``pad_vocab``: a vocabulary that does not split is padded (as vLLM's vocab-parallel LM head
+        pads it; the simulator prices it so), not refused."""
+        heads, kv, k = config.num_attention_heads, kv_heads_of(config), SETTING
         counts = {"attention heads": heads, "MLP columns (intermediate_size)": config.intermediate_size,
                   **({} if pad_vocab else {"vocabulary entries": config.vocab_size})}
         for what, n in counts.items():
             if n % size:
-                raise ConfigError(f"{keys.set('tensor_parallel', size)} is invalid for {keys.set('model', model)}: "
+                raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for {k.set('model', model)}: "
                                   f"its {n} {what} do not split evenly across {size} ranks; allowed: a divisor of {n}")
         if kv % size and size % kv:
-            raise ConfigError(f"{keys.set('tensor_parallel', size)} is invalid for {keys.set('model', model)}: its "
+            raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for {k.set('model', model)}: its "
                               f"{kv} KV heads neither split across {size} ranks nor replicate evenly on them; allowed: "
                               f"a divisor or a multiple of {kv}")
         return cls(rank, size, heads, kv, head_dim_of(config), config.intermediate_size, config.vocab_size)
@@ -125,11 +125,10 @@ class TensorShards:
         return full[self.mlp_rows()]
 
 
-def rank_memory_config(config: ModelConfig, size: int, model: str = "",
-                       keys: Keys = AS_WRITTEN) -> ModelConfig:
+def rank_memory_config(config: ModelConfig, size: int, model: str = "") -> ModelConfig:
     """The config whose shapes size one rank's memory (weights, KV cache per token, activations): its
     heads and MLP columns; the vocabulary whole and untied, so that the whole embedding and the LM head's
     rows count (an LM head of whole rows: an upper bound), as do the gathered logits."""
-    local = TensorShards.of(config, 0, size, model, keys).local_config(config)
+    local = TensorShards.of(config, 0, size, model).local_config(config)
     local.tie_word_embeddings = False
     return local

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sarathi_lab.config import AS_WRITTEN, ConfigError, Keys
+from sarathi_lab.config import SETTING, ConfigError
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 
@@ -19,11 +19,11 @@ class Stage:
     last: int
 
     @classmethod
-    def of(cls, layers: int, count: int, index: int, model: str = "", keys: Keys = AS_WRITTEN) -> Stage:
-        """``keys``: how a refusal names the settings (EngineConfig.keys)."""
+    def of(cls, layers: int, count: int, index: int, model: str = "") -> Stage:
         if count > layers:
-            raise ConfigError(f"{keys.set('pipeline_parallel', count)} is invalid for {keys.set('model', model)}: it "
-                              f"has {layers} layers, fewer than the stages; allowed: at most {layers}")
+            raise ConfigError(f"{SETTING.set('pipeline_parallel', count)} is invalid for "
+                              f"{SETTING.set('model', model)}: it has {layers} layers, fewer than the stages; "
+                              f"allowed: at most {layers}")
         base, extra = divmod(layers, count)
         first = index * base + min(index, extra)
         return cls(index, count, first, first + base + (index < extra))
