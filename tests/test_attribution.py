@@ -33,7 +33,7 @@ def test_elementwise_bytes_count_the_engine_s_fused_passes():
 
 
 def test_padded_tokens_are_the_engine_s_buckets():
-    assert lib.padded_tokens(273, 529, 18) == 288 and lib.padded_tokens(529, 529, 18) == 544
+    assert lib.padded_tokens(273, 529, 18) == 384 and lib.padded_tokens(529, 529, 18) == 640  # tile multiples
     assert lib.padded_tokens(256, 529, 18) == 256 and lib.padded_tokens(18, 529, 18, decode_only=True) == 18
     assert lib.padded_tokens(2000, 529, 18) == 2000  # no graph holds it: eager, unpadded
 
@@ -77,6 +77,7 @@ def synthetic_lease(folder: Path, tune: bool = True) -> Path:
     metrics = []
     for key, ms in (("c=256+b=17", 22.0), ("b=18", 15.0)):
         metrics += [{"metric": f"engine_ms[{key}]", "value": ms},
+                    {"metric": f"engine_graph_tokens[{key}]", "value": 288 if "c=" in key else 18},
                     {"metric": f"engine_over_floor[{key}]", "value": 1.5, "target": "<= 1.25"}]
     (folder / "steps" / "launch" / "result.json").write_text(json.dumps({"metrics": metrics}))
     if tune:

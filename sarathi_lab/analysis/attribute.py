@@ -127,7 +127,10 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
     ms = {name: f.seconds * 1e3 for name, f in kernels.items()}
     sequential = sum(ms.values())
     tokens = sum(queries)
-    graph = lib.padded_tokens(tokens, t.largest, t.max_batch, decode_only=not chunk)
+    rule = lib.padded_tokens(tokens, t.largest, t.max_batch, decode_only=not chunk)
+    # The graph the lease's engine replayed (0: none held it, eager); today's bucket rule where unrecorded.
+    recorded = _value(lease, f"engine_graph_tokens[{key}]")
+    graph = rule if recorded is None else int(recorded) or tokens
     head = ms["embedding"] + ms.get("lm_head", 0.0)
     real = lib.library_floor(t.shape, chunk, decodes, context, tokens, t.elem, t.gbps, t.gemms, t.attention, head)
     padded = lib.library_floor(t.shape, chunk, decodes, context, graph, t.elem, t.gbps, t.gemms, t.attention, head)
@@ -142,12 +145,11 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
              "padding_ms": _sum(padded.ms, None if real.ms is None else -real.ms), "host_ms": None}
     over = None if engine is None else engine - physical
     parts["unattributed_ms"] = None if over is None else over - sum(v for v in parts.values() if v is not None)
-    recorded = _value(lease, f"engine_graph_tokens[{key}]")
     notes = [*real.missing, *(f"padded: {m}" for m in padded.missing if m not in real.missing), HOST]
     if variant:
         notes.append(f"{variant}: co-scheduled attention; its parts are the sequential kernels' (isolated)")
-    if recorded and int(recorded) != graph:
-        notes.append(f"the engine replayed a graph of {int(recorded)} tokens, the bucket rule says {graph}")
+    if recorded is not None and graph != rule:
+        notes.append(f"the engine replayed a graph of {graph} tokens (this lease's buckets); today's rule gives {rule}")
     return {"kind": "iteration", "name": key, "tokens": tokens, "graph_tokens": graph, "engine_ms": engine,
             "floor_ms": physical, "sequential_floor_ms": sequential, "library_floor_ms": real.ms,
             "library_floor_padded_ms": padded.ms,

@@ -19,9 +19,11 @@ from sarathi_lab.profiling.attention import measure_reread
 
 
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:
-    """The request served alone by a sarathi scheduler with ``chunk`` over the LLM's executor and cache."""
+    """The request served alone by a sarathi scheduler with ``chunk`` over the LLM's executor and cache:
+    every chunk as set (never tile-aligned), since Fig. 13 is about the chunk's size and a whole prompt is
+    one chunk."""
     scheduler = make_scheduler("sarathi", llm.block_manager, max_batch_size=1, chunk_size=chunk,
-                               max_model_len=llm.max_model_len)
+                               max_model_len=llm.max_model_len, chunk_align="none")
     metrics = Metrics()
     LLMEngine(scheduler, llm.engine.executor, llm.engine.clock).run(
         [Sequence(0, prompt, decode_len)], metrics, SamplingParams(ignore_eos=True))
