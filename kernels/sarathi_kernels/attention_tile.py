@@ -60,6 +60,25 @@ def _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
     return acc, m_new, l_i
 
 
+@jit
+def _walk_keys(q, lo, hi, full_end, kv_end, row_limit, table_ptr, k_ptr, v_ptr, stride_kb, stride_ks,
+               stride_vb, stride_vs, offs_d, d_ok, scale_log2, BLOCK_M: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+               BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
+    """One (query tile, KV head)'s walk over key positions [lo, hi): the tiles every row sees whole first,
+    unmasked, then the causal tail from ``full_end``; the unnormalised (acc, m, l)."""
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+    for n_start in range(lo, tl.minimum(hi, full_end), BLOCK_N):
+        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
+                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
+                                        scale_log2, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, PRECISION)
+    for n_start in range(tl.maximum(lo, full_end), hi, BLOCK_N):
+        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
+                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
+                                        scale_log2, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, PRECISION)
+    return acc, m_i, l_i
+
 _TL_DTYPE = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 
 

@@ -12,7 +12,7 @@ import torch
 import triton.language as tl
 
 from sarathi_kernels._checks import padded_head_dim, require
-from sarathi_kernels.attention_tile import _LOG2E, _attend_kv_tile, _dot_dtype, _no_partials
+from sarathi_kernels.attention_tile import _LOG2E, _dot_dtype, _no_partials, _walk_keys
 from sarathi_kernels.chunk_plan import ITEM_FIELDS, ChunkWork
 from sarathi_kernels.split_merge import merge_splits, split_buffers
 from sarathi_kernels.triton_jit import jit
@@ -56,17 +56,9 @@ def _attend_piece(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_ptr, lse_ptr, q
     table_ptr = block_tables_ptr + req.to(tl.int64) * stride_bt
     k_ptr = k_cache_ptr + kv_head * stride_kh
     v_ptr = v_cache_ptr + kv_head * stride_vh
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
-    for n_start in range(lo, tl.minimum(hi, full_end), BLOCK_N):
-        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
-                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
-                                        scale_log2, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, PRECISION)
-    for n_start in range(tl.maximum(lo, full_end), hi, BLOCK_N):
-        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
-                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
-                                        scale_log2, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, PRECISION)
+    acc, m_i, l_i = _walk_keys(q, lo, hi, full_end, kv_end, row_limit, table_ptr, k_ptr, v_ptr, stride_kb,
+                               stride_ks, stride_vb, stride_vs, offs_d, d_ok, scale_log2, BLOCK_M, HEAD_DIM_PAD,
+                               BLOCK_SIZE, BLOCK_N, DOT_DTYPE, PRECISION)
     # A row that saw no key in this piece (its causal limit before the piece) has l == 0: output 0.
     seen = l_i > 0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]

@@ -41,7 +41,7 @@ from sarathi_kernels._checks import (
     require_unit_last_stride,
 )
 from sarathi_kernels.attention_plan import DECODE, PREFILL, AttentionPlan, plan_launch
-from sarathi_kernels.attention_tile import _LOG2E, _attend_kv_tile, _dot_dtype, _no_partials
+from sarathi_kernels.attention_tile import _LOG2E, _dot_dtype, _no_partials, _walk_keys
 from sarathi_kernels.chunk_attention import ChunkBuffers, chunk_attention
 from sarathi_kernels.occupancy import device_limits
 from sarathi_kernels.split_merge import merge_splits, plan_row, split_buffers
@@ -138,17 +138,9 @@ def _paged_attention_kernel(
     table_ptr = block_tables_ptr + req.to(tl.int64) * stride_bt
     k_ptr = k_cache_ptr + kv_head * stride_kh
     v_ptr = v_cache_ptr + kv_head * stride_vh
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
-    for n_start in range(lo, tl.minimum(hi, full_end), BLOCK_N):
-        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
-                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
-                                        scale_log2, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, PRECISION)
-    for n_start in range(tl.maximum(lo, full_end), hi, BLOCK_N):
-        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
-                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
-                                        scale_log2, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, PRECISION)
+    acc, m_i, l_i = _walk_keys(q, lo, hi, full_end, kv_end, row_limit, table_ptr, k_ptr, v_ptr, stride_kb,
+                               stride_ks, stride_vb, stride_vs, offs_d, d_ok, scale_log2, BLOCK_M, HEAD_DIM_PAD,
+                               BLOCK_SIZE, BLOCK_N, DOT_DTYPE, PRECISION)
 
     # A row that saw no key here (a split past it; a padded request of context 0) has l == 0 and
     # acc == 0: its output is 0, not 0/0.

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from sarathi_kernels._checks import padded_head_dim, require
 from sarathi_kernels.attention_plan import plan_launch
-from sarathi_kernels.attention_tile import _LOG2E, _attend_kv_tile, _dot_dtype
+from sarathi_kernels.attention_tile import _LOG2E, _dot_dtype, _walk_keys
 from sarathi_kernels.occupancy import device_sm_count
 from sarathi_kernels.pod_plan import (
     CTAS_PER_SM,
@@ -69,17 +69,9 @@ def _attend_tile(q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_start_loc_ptr, 
     table_ptr = block_tables_ptr + req.to(tl.int64) * stride_bt
     k_ptr = k_cache_ptr + kv_head * stride_kh
     v_ptr = v_cache_ptr + kv_head * stride_vh
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
-    for n_start in range(0, tl.minimum(kv_end, full_end), BLOCK_N):
-        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
-                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
-                                        scale_log2, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, PRECISION)
-    for n_start in range(tl.maximum(full_end, 0), kv_end, BLOCK_N):
-        acc, m_i, l_i = _attend_kv_tile(acc, m_i, l_i, q, n_start, kv_end, row_limit, table_ptr,
-                                        k_ptr, v_ptr, stride_kb, stride_ks, stride_vb, stride_vs, offs_d, d_ok,
-                                        scale_log2, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, PRECISION)
+    acc, _m, l_i = _walk_keys(q, 0, kv_end, full_end, kv_end, row_limit, table_ptr, k_ptr, v_ptr, stride_kb,
+                              stride_ks, stride_vb, stride_vs, offs_d, d_ok, scale_log2, BLOCK_M, HEAD_DIM_PAD,
+                              BLOCK_SIZE, BLOCK_N, DOT_DTYPE, PRECISION)
     # A padded request of context 0 saw no key: l == 0, and its output is 0, not 0/0.
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
