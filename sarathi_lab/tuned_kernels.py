@@ -130,6 +130,7 @@ class TableRefused(ValueError):
 
 def _fail(source: str, key: str, value, allowed: str):
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    key = key if key.isprintable() else repr(key)[1:-1]  # a table's own key holds a newline: still one line
     raise TableRefused(f"error: {source}: {key}={shown} is invalid; allowed: {allowed}")
 
 
@@ -195,10 +196,11 @@ def parse(raw, source: str, device: str | None = None) -> TunedTable:
             _fail(source, f"attention.{kind}", tiles, ", ".join(WORK_KINDS))
         attention[kind] = TileConfig(**_launch(source, f"attention.{kind}", tiles, TileConfig))
     return TunedTable(name, attention, _gemm(source, raw.get("gemm", {})), source,
-                      _split_rule(source, raw.get("split_rule", {})), _co_schedule(source, raw.get("co_schedule", [])))
+                      _split_rule(source, raw.get("split_rule", {})),
+                      co_schedule_entries(source, raw.get("co_schedule", [])))
 
 
-def _co_schedule(source: str, raw) -> list[dict]:
+def co_schedule_entries(source: str, raw) -> list[dict]:
     """The hybrid shapes a lease timed both ways: each entry exactly CO_SCHEDULE_FIELDS, finite and positive."""
     if not isinstance(raw, list):
         _fail(source, "co_schedule", raw, f"a list of entries with {', '.join(CO_SCHEDULE_FIELDS)}")

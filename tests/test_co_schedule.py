@@ -105,7 +105,7 @@ def test_the_nearest_measured_shape_decides():
 ])
 def test_a_bad_entry_fails_in_one_line_naming_it(entries, message):
     with pytest.raises(ValueError, match=message):
-        CoScheduleRule.from_entries(entries, "t.json: co_schedule")
+        CoScheduleRule.from_entries(entries, "t.json")
 
 
 def test_a_table_file_carries_its_entries(tmp_path):

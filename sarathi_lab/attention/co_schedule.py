@@ -5,9 +5,9 @@ step); a device without them never co-schedules, since the kernel loses as often
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from sarathi_lab.tuned_kernels import CO_SCHEDULE_FIELDS as FIELDS  # the table's schema: one home
+from sarathi_lab.tuned_kernels import co_schedule_entries  # the table's schema: one home
 
 
 @dataclass(frozen=True)
@@ -49,29 +49,13 @@ class CoScheduleRule:
         return nearest.over_sequential < 1.0
 
     @classmethod
-    def from_entries(cls, entries, where: str) -> CoScheduleRule:
-        """The rule of a table's ``co_schedule`` list; a bad entry fails in one line naming
-        ``where[i].field``."""
-        if not isinstance(entries, list):
-            _invalid(where, entries, f"a list of entries with {', '.join(FIELDS)}")
-        measured = []
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, dict) or set(entry) != set(FIELDS):
-                _invalid(f"{where}[{i}]", entry, f"exactly the keys {', '.join(FIELDS)}")
-            for f in fields(MeasuredHybrid):
-                value = entry[f.name]
-                whole = f.type == "int"
-                if isinstance(value, bool) or not isinstance(value, int if whole else int | float) or value <= 0:
-                    _invalid(f"{where}[{i}].{f.name}", value, f"a positive {'integer' if whole else 'number'}")
-            measured.append(MeasuredHybrid(**entry))
-        return cls(tuple(measured))
+    def from_entries(cls, entries, source: str) -> CoScheduleRule:
+        """The rule of a table's ``co_schedule`` list, checked by the table's schema: a bad entry fails in
+        one line naming ``source`` and the entry's field."""
+        return cls(tuple(MeasuredHybrid(**entry) for entry in co_schedule_entries(source, entries)))
 
 
 NEVER = CoScheduleRule()
-
-
-def _invalid(key: str, value, allowed: str):
-    raise ValueError(f"error: {key}={value!r} is invalid; allowed: {allowed}")
 
 
 def entries_from_rows(rows: list[dict]) -> list[dict]:

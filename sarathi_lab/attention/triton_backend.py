@@ -130,7 +130,7 @@ class TritonAttention(AttentionBackend):
         rule = self.co_schedule
         if rule is None:
             table = table_for(k_cache.device)
-            rule = CoScheduleRule.from_entries(table.co_schedule, f"{table.source}: co_schedule") \
+            rule = CoScheduleRule.from_entries(table.co_schedule, table.source) \
                 if table.co_schedule else NEVER
         decodes = meta.seq_lens_host[meta.num_prefills:]
         return rule.co_schedules(num_heads // k_cache.shape[2], sum(meta.query_lens_host[:meta.num_prefills]),
