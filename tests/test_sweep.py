@@ -192,12 +192,24 @@ def test_sigterm_saves_partial_records_and_exits_with_the_signal(tmp_path):
     proc = subprocess.Popen(_cli("experiment=smoke", "logger=none", "workload.num_requests=64", "seq_len=1024",
                                  "pd_ratio=1", f"hydra.run.dir={out}"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    generating = threading.Event()
+
+    def read() -> None:  # the run's first progress line says iterations ran, however loaded the machine
+        for line in proc.stdout:
+            lines.append(line)
+            if "requests done" in line:
+                generating.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        _wait_for(lambda: _status(out) == "running", timeout_s=90)
-        time.sleep(4)  # model built and warmed up (well under a second for tiny), some iterations done
+        assert generating.wait(timeout=180), "".join(lines)[-2000:]
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        output, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+        output = "".join(lines)
     finally:
         proc.kill()
     assert time.monotonic() - sent < 10
