@@ -42,8 +42,9 @@ CASES = {
     "gpu: unknown step": (["sarathi_lab.gpu", "--steps", "nope"], "nope"),
     "gpu: restore from a non-tar": (["sarathi_lab.gpu", "--dry-run", "--out", "{tmp}/gpu", "--restore", "{not_tar}"],
                                     "suite.tar.gz is invalid"),
-    "sim.pipeline: bad count": (["sarathi_lab.sim.pipeline", "--requests", "0"], "--requests"),
-    "sim.pipeline: out under a file": (["sarathi_lab.sim.pipeline", "--smoke", "--out", "{file}/x"], "a_file"),
+    "bench sim_pipeline: bad count": (["sarathi_lab.bench", "sim_pipeline", "--requests", "0"], "--requests"),
+    "bench sim_pipeline: out under a file": (["sarathi_lab.bench.sim_pipeline", "--smoke", "--out", "{file}/x"],
+                                             "a_file"),
 }
 
 

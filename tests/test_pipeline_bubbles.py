@@ -14,14 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.config import ConfigError, usable_cores
+from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, stage_busy_s
 from sarathi_lab.engine.metrics import IterationRecord
+from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.harness.tasks._stage_timeline import estimated_timeline, spans
 from sarathi_lab.sim.cost_model import IterationCost
 from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes, through_stages
-from sarathi_lab.sim.pipeline import PipelineSimulator
-from sarathi_lab.sim.sharding import Parallelism
+from sarathi_lab.sim.pipeline_run import serve_pipeline
 from sarathi_lab.sim.stage_profile import ProfileStages
 
 PROFILES = Path(__file__).parent / "data" / "profiles"
@@ -130,18 +131,18 @@ def test_a_micro_batch_through_the_stages_pays_each_stage_s_host_work_and_the_lo
     # (0.3): the activations (there at 1.5 + 0.1) wait for it.
     assert begins == pytest.approx([0.5, 2.3]) and ends == pytest.approx([1.5, 3.8])
     assert busy == pytest.approx([1.0, 1.5])
-    sim = PipelineSimulator("sarathi", _ConstantStages(times), Parallelism(tp=1, pp=2), max_batch_size=1,
-                            chunk_size=8, num_kv_blocks=64, max_model_len=64, max_in_flight=2)
-    result = sim.run([(8, 2)])
+    sched = make_scheduler("sarathi", BlockManager(64, 16), max_batch_size=1, chunk_size=8, max_model_len=64)
+    result = serve_pipeline(sched, _ConstantStages(times), [(8, 2)], depth=2)
     # One request, one micro-batch at a time: each leaves the last stage at begin 0.5 + 1.0 + 0.1 + 0.3
     # ... and its token is back 0.4 later, when the next may start (a request is never in flight twice).
-    exits = result.micro_batches.exit.to_numpy()
-    starts = result.micro_batches.start.to_numpy()
-    assert exits[0] == pytest.approx(0.5 + 1.0 + 0.1 + 1.5 + 0.4)
-    assert starts[1] == pytest.approx(exits[0] + 0.5)
+    exit_s = result.metrics.requests[0].token_times[0]
+    assert exit_s == pytest.approx(0.5 + 1.0 + 0.1 + 1.5 + 0.4)
+    assert result.stage_start_s[0, 1] == pytest.approx(exit_s + 0.5)
 
 
 class _ConstantStages:
+    stages = 2
+
     def __init__(self, times):
         self._times = times
 
@@ -236,7 +237,7 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     assert [r["holds"] in ("yes", "no", "partly") for r in rows] == [True, True]
     assert "measured" in rows[0]["ours"] and "simulated" in rows[0]["ours"]
     fig = registry.by_name("pipeline_bubbles").figure(results)
-    assert "simulated by sim/pipeline.py" in fig._suptitle.get_text()
+    assert "simulated by sim/pipeline_run.py" in fig._suptitle.get_text()
 
 
 class _Runs:

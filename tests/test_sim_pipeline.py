@@ -1,5 +1,6 @@
 """Pipeline and tensor parallelism in the simulator: bubble accounting by hand on a two-stage
-pipeline, the all-reduce term by hand, identical runs per seed, and Fig. 12's direction."""
+pipeline served by the engine's loop, the all-reduce term by hand, identical runs per seed, and
+Fig. 12's direction."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,31 +10,36 @@ from transformers import AutoConfig
 from sarathi_lab.config import ConfigError
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.parallel import StageCostModel, StageTimes
-from sarathi_lab.sim.pipeline import GPT3, PipelineSimulator, fig12, zipf_lengths
+from sarathi_lab.sim.pipeline_run import PipelineRun, serve_pipeline
+from sarathi_lab.bench.sim_pipeline import GPT3, fig12, zipf_lengths
+from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.sim.sharding import Parallelism, shard_config
 
 
 class OneSecondPerToken:
-    """Every stage takes one second per token of the micro-batch; nothing else costs."""
+    """Two stages, each one second per token of the micro-batch; nothing else costs."""
+    stages = 2
 
     def times(self, prefills, decodes, num_sampled) -> StageTimes:
         return StageTimes(stage_s=float(sum(c for c, _ in prefills) + len(decodes)), last_extra_s=0.0, p2p_s=0.0)
 
 
-def two_stages(scheduler: str = "orca") -> PipelineSimulator:
-    return PipelineSimulator(scheduler, par=Parallelism(tp=1, pp=2), max_batch_size=1, chunk_size=4,
-                             num_kv_blocks=64, cost=OneSecondPerToken(), max_model_len=64)
+def two_stages(lengths, arrivals=None) -> PipelineRun:
+    sched = make_scheduler("orca", BlockManager(64, 16), max_batch_size=1, chunk_size=4, max_model_len=64)
+    return serve_pipeline(sched, OneSecondPerToken(), lengths, arrivals)
 
 
 def test_a_short_micro_batch_before_a_long_one_leaves_the_second_stage_idle():
     # A (1 token) then B (3 tokens): stage 0 runs A [0, 1], B [1, 4]; stage 1 A [1, 2], B [4, 7].
-    # Stage 1 idles [0, 1] waiting for A (the fill) and [2, 4] waiting for B.
-    res = two_stages().run([(1, 1), (3, 1)])
-    mb = res.micro_batches
-    assert mb.start.tolist() == [0.0, 1.0] and mb.exit.tolist() == [2.0, 7.0]
-    assert mb.bubble_s.tolist() == [1.0, 2.0]
+    # Stage 1 idles [0, 1] waiting for A (the fill) and [2, 4] waiting for B. The driver collects A's
+    # token only once stage 0 has taken B, at 4, as the engine's loop does with room in the pipeline.
+    res = two_stages([(1, 1), (3, 1)])
+    assert res.stage_start_s.tolist() == [[0.0, 1.0], [1.0, 4.0]]
+    assert res.stage_end_s.tolist() == [[1.0, 4.0], [2.0, 7.0]]
+    assert res.micro_bubble_s.tolist() == [1.0, 2.0]
     assert res.request_bubble_s.tolist() == [1.0, 2.0]
-    assert [r.finish for r in res.metrics.requests] == [2.0, 7.0]
+    assert [r.finish for r in res.metrics.requests] == [4.0, 7.0]
     assert res.stage_busy_s == [4.0, 4.0] and res.makespan_s == 7.0
 
 
@@ -42,17 +48,17 @@ def test_a_request_alone_waits_for_its_own_token_at_every_stage():
     # enters stage 0. Busy [0,1],[2,3],[4,5] on stage 0 and [1,2],[3,4],[5,6] on stage 1: every
     # idle second while the request is unfinished is bubble, 5 s (stage 0 idles [5, 6] with
     # nothing left to schedule).
-    res = two_stages().run([(1, 3)])
-    assert res.micro_batches.bubble_s.tolist() == [1.0, 2.0, 2.0]
+    res = two_stages([(1, 3)])
+    assert res.micro_bubble_s.tolist() == [1.0, 2.0, 2.0]
     assert res.request_bubble_s.tolist() == [5.0]
     assert res.metrics.requests[0].token_times == [2.0, 4.0, 6.0]
 
 
 def test_waiting_for_an_arrival_is_no_bubble():
-    res = two_stages().run([(1, 1), (1, 1)], arrivals=[0.0, 10.0])
+    res = two_stages([(1, 1), (1, 1)], arrivals=[0.0, 10.0])
     # Each request alone: stage 1 waits one second for it (the fill), nothing more.
     assert res.request_bubble_s.tolist() == [1.0, 1.0]
-    assert res.micro_batches.start.tolist() == [0.0, 10.0]
+    assert res.stage_start_s[0].tolist() == [0.0, 10.0]
 
 
 def test_tensor_parallel_shard_and_all_reduce_by_hand():
@@ -108,8 +114,9 @@ def test_the_pipeline_command_writes_its_table_and_figure(tmp_path):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.sim.pipeline", "--smoke", "--requests", "40",
-                           "--out", str(tmp_path)], check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", "sim_pipeline", "--smoke", "--requests",
+                           "40", "--out", str(tmp_path)], check=False, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "paper 6.29x" in done.stdout
     assert {p.name for p in tmp_path.iterdir()} >= {"pipeline_summary.csv", "pipeline_bubbles.csv",

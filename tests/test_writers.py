@@ -338,7 +338,7 @@ def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tm
 @pytest.mark.parametrize("command, existing", [
     (["sarathi_lab.bench", "sim_fidelity", "--smoke"], "fidelity_errors.csv"),
     (["sarathi_lab.bench", "sim_validate", "--smoke"], "validation.csv"),
-    (["sarathi_lab.sim.pipeline", "--smoke"], "pipeline_summary.csv"),
+    (["sarathi_lab.bench", "sim_pipeline", "--smoke"], "pipeline_summary.csv"),
 ])
 def test_docs_sim_writers_refuse_a_file_another_run_wrote(tmp_path, command, existing):
     (tmp_path / existing).write_text("another run's\n")  # no provenance.json names it: unknown

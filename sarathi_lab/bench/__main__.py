@@ -19,6 +19,8 @@ BENCHMARKS = {
     "sim_speed": "how fast the simulator serves 10,000 requests, and where its time goes (--profile)",
     "sim_process": "a simulated run as a whole process: the CPU seconds of `python -m sarathi_lab.run executor=sim` "
                    "over sim_speed's 4,096 requests (--against DIR alternates another checkout's runs)",
+    "sim_pipeline": "pipeline bubbles of Orca-style batching against SARATHI, GPT-3 on TP8 x PP8 A100s "
+                    "(simulated): docs/sim/pipeline_*",
     "sim_fidelity": "the simulator's GPU cost models against GPU kernels measured on A100s and H100s (vidur) "
                     "and this engine's task=profile tables measured on a GPU",
     "sim_vs_gpu": "the simulator against the real engine's runs on a GPU (--runs ROOT --lease LEASE): every run "

@@ -158,7 +158,7 @@ class StageCostModel:
     """What a micro-batch costs one GPU of a stage, from the roofline of its shard."""
 
     def __init__(self, device: Device, config: ModelConfig, par: Parallelism, dtype: str = "float16"):
-        self.par = par
+        self.par, self.stages = par, par.pp
         self.shard = shard_config(config, par)
         self.roofline = RooflineCostModel(device, self.shard, dtype)
         self.hidden_bytes = config.hidden_size * self.roofline.elem_bytes

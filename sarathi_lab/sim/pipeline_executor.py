@@ -1,15 +1,16 @@
 """The simulated executor of pipeline stages (``engine.sim_pp``): a PipelineExecutor on the engine's
 virtual clock, so that the engine's own loop keeps up to one micro-batch a stage in flight and its
 schedulers hold a request out while its tokens are in the pipeline, as on the real engine's pipeline
-(engine/llm_engine.py, ``LLMEngine.advance``). Each micro-batch passes the stages in turn, each busy for
-its share of the forward (parallel.StageTimes, through_stages: the timeline sim/pipeline.py runs too),
-with each stage's send to the next between them.
+(engine/llm_engine.py, ``LLMEngine.advance``). Each micro-batch passes the stages in turn, each busy
+for its share of the forward (parallel.StageTimes, through_stages), with each stage's send to the
+next between them.
 
 What the engine's clock reads: ``submit`` returns when stage 0 has run the micro-batch (the driver
 is a rank of stage 0: its host work, then its stage's compute), ``collect`` when the oldest
 micro-batch has left the last stage and its tokens are sampled."""
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import NamedTuple, Protocol
 
@@ -22,10 +23,11 @@ from sarathi_lab.sim.parallel import PipelineCostModel, StageTimes, through_stag
 
 
 class StageCosts(Protocol):
-    """What a micro-batch costs each stage (parallel.PipelineCostModel, or a toy of the same shape)."""
+    """What a micro-batch costs each stage (parallel.PipelineCostModel, or a toy of its shape)."""
     stages: int
 
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes: ...
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes: ...
 
 
 class _InFlight(NamedTuple):
@@ -36,32 +38,44 @@ class _InFlight(NamedTuple):
 
 
 class SimulatedPipelineExecutor(PipelineExecutor):
-    """``cost.stages`` stages on ``clock``. ``stage_busy_s``: each stage's compute so far;
-    ``stage_spans``: (begins, ends) per stage of every micro-batch submitted, in order."""
+    """``cost.stages`` stages on ``clock``, ``depth`` micro-batches in flight (default one a stage).
+    ``stage_busy_s``: each stage's compute so far; ``stage_spans``: (begins, ends) per stage of
+    every micro-batch submitted, in order; ``waiting_since``: when stage 0 had each one's work,
+    where the loop waited for an arrival on an empty pipeline (NaN: since the previous one)."""
 
-    def __init__(self, cost: StageCosts, clock: VirtualClock, eos_token_id: int | None = None):
+    def __init__(self, cost: StageCosts, clock: VirtualClock, eos_token_id: int | None = None,
+                 depth: int | None = None):
         self.cost, self.clock = cost, clock
-        self.depth = cost.stages
+        self.depth = depth or cost.stages
         self.token = fixed_token(eos_token_id)
         self.stage_free = [0.0] * cost.stages
         self.stage_busy_s = [0.0] * cost.stages
         self.stage_spans: list[tuple[list[float], list[float]]] = []
+        self.waiting_since: list[float] = []
         self._in_flight: deque[_InFlight] = deque()
+        self._moved: float | None = None   # the clock when this executor last moved it
 
     def submit(self, batch: ScheduledBatch) -> None:
+        now = self.clock.now()
         times = self.cost.times(*composition(batch), len(batch.sampled))
-        begins, ends = through_stages(times, self.clock.now(), self.stage_free, self.stage_busy_s)
+        begins, ends = through_stages(times, now, self.stage_free, self.stage_busy_s)
         self.stage_spans.append((begins, ends))
-        self._in_flight.append(_InFlight(len(batch.sampled), begins[0], ends[-1] + times.return_s, times))
+        # The clock moved past this executor's last move only by a wait for an arrival.
+        idle = not self._in_flight and (self._moved is None or now > self._moved)
+        self.waiting_since.append(now if idle else math.nan)
+        exit_s = ends[-1] + times.return_s
+        self._in_flight.append(_InFlight(len(batch.sampled), begins[0], exit_s, times))
         self.clock.sleep_until(ends[0])
+        self._moved = self.clock.now()
 
     def collect(self) -> StepOutput:
         mb = self._in_flight.popleft()
         clock = self.clock
         clock.sleep_until(mb.exit)
         clock.advance(mb.times.sample_s)
-        return StepOutput([self.token] * mb.tokens, prepare_s=mb.times.host_s, forward_s=mb.exit - mb.start,
-                          sample_s=mb.times.sample_s)
+        self._moved = clock.now()
+        return StepOutput([self.token] * mb.tokens, prepare_s=mb.times.host_s,
+                          forward_s=mb.exit - mb.start, sample_s=mb.times.sample_s)
 
     def drain(self) -> None:
         # The stages finish what they hold (the clock moves past it), so that the next run starts on
@@ -69,9 +83,11 @@ class SimulatedPipelineExecutor(PipelineExecutor):
         if self._in_flight:
             self.clock.sleep_until(self._in_flight[-1].exit)
         self._in_flight.clear()
+        self._moved = self.clock.now()
 
 
-def simulated_executor(cost_model: CostModel, clock: VirtualClock, eos_token_id: int | None = None) -> Executor:
+def simulated_executor(cost_model: CostModel, clock: VirtualClock,
+                       eos_token_id: int | None = None) -> Executor:
     """The executor of ``executor=sim``: pipelined over the stages of a PipelineCostModel, else one
     iteration at a time."""
     if isinstance(cost_model, PipelineCostModel):

@@ -1,6 +1,6 @@
 """A pipeline stage's times from a cost model of the whole model on one device (a ``task=profile``
 table of this CPU, or any other): the pipeline the real engine runs with ``engine.pipeline_parallel``,
-one device a stage, as ``sim/pipeline.py`` drives it.
+one device a stage, as ``sim/pipeline_run.py`` serves it.
 
 The layers split evenly over the stages (the engine gives the first stages one more where they do not
 split evenly; the profile cannot tell layers apart), the LM head runs on the last stage, and the

@@ -2,8 +2,9 @@
 over ``engine.pipeline_parallel`` stages (one process a stage; with ``measure.pin_stages`` each on a
 core of its own), each micro-batch's compute on each stage is read from the executor's timeline, and
 every request's bubble time follows from it by the one definition (``engine/bubbles.py``) the simulator
-shares. The same run, same requests, scheduler and cache, is then simulated (``sim/pipeline.py``) on this
-device's ``task=profile`` table, so that the measured and predicted bubbles sit side by side.
+shares. The same run, same requests, scheduler and cache, is then served by the engine's loop over the
+simulated pipeline (``sim/pipeline_run.py``) on this device's ``task=profile`` table, so that the
+measured and predicted bubbles sit side by side.
 
 Tables: ``stage_timeline`` and ``sim_stage_timeline`` (one row per micro-batch and stage),
 ``request_bubbles`` (one row per request: measured and simulated bubble seconds and finish times), and
@@ -30,10 +31,9 @@ from sarathi_lab.harness.workloads import build_workload
 from sarathi_lab.plan import build_scheduler
 from sarathi_lab.profiling import link
 from sarathi_lab.sim.handoff import Handoff
-from sarathi_lab.sim.pipeline import PipelineSimulator
+from sarathi_lab.sim.pipeline_run import serve_pipeline
 from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.profiles import own_profile_path
-from sarathi_lab.sim.sharding import Parallelism
 from sarathi_lab.sim.stage_profile import LOOPBACK, ProfileStages
 
 TAKES_CONTEXT = True  # it serves the run's own workload (TaskContext.workload)
@@ -151,9 +151,8 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, 
         measured = LOOPBACK
     stages = ProfileStages(whole, cfg.pipeline_parallel, llm.model_config.hidden_size * item, link=measured,
                            logits_row_bytes=llm.model_config.vocab_size * item, handoff=handoff)
-    sim = PipelineSimulator(build_scheduler(llm.plan), stages, Parallelism(tp=1, pp=cfg.pipeline_parallel),
-                            max_in_flight=max_in_flight)
-    return sim.run(lengths, arrivals), stages.describe(), measured
+    sim = serve_pipeline(build_scheduler(llm.plan), stages, lengths, arrivals, depth=max_in_flight)
+    return sim, stages.describe(), measured
 
 
 def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
@@ -170,7 +169,7 @@ def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.n
                              for s in range(sim.stage_start_s.shape[0]) for k in range(sim.stage_start_s.shape[1])],
                             columns=list(TIMELINE_COLUMNS))
     summary = _quantiles("sim_bubble", sim.request_bubble_s) | {
-        "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": len(sim.micro_batches),
+        "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": sim.num_micro_batches,
         "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s)),
         "sim_stage0_gap_p50_s": _stage0_gap_p50_s(sim.stage_start_s, sim.stage_end_s)}
     return summary, sim.request_bubble_s, finish, timeline
