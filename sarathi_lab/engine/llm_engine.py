@@ -4,13 +4,13 @@ has room, and updated when its tokens are collected."""
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import operator
 from collections import deque
 from collections.abc import Callable
 
 from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.client import serve
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, PipelineExecutor, StepOutput
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
@@ -84,15 +84,14 @@ class LLMEngine:
         scheduler.in_flight.difference_update(_request_ids(batch))
         return True, self.finish(batch, out, t_start, schedule_s)
 
-    def finish(self, batch: ScheduledBatch, out: StepOutput, t_start: float, schedule_s: float,
-               t_end: float | None = None) -> IterationRecord:
+    def finish(self, batch: ScheduledBatch, out: StepOutput, t_start: float,
+               schedule_s: float) -> IterationRecord:
         """A step's bookkeeping once its batch ran: the scheduler's update and the records of an
-        iteration from ``t_start`` to ``t_end`` (seconds since start(); None: now). The pipeline
-        simulator calls it when a micro-batch leaves the last stage."""
+        iteration from ``t_start`` (seconds since start()) to now."""
         blocks = self.scheduler.blocks
         kv_blocks_used = blocks.num_blocks - blocks.num_free  # before the finished requests free theirs
         finished = self.scheduler.update(batch, out.tokens)
-        t_end = self.elapsed() if t_end is None else t_end
+        t_end = self.elapsed()
         records = self._records
         # A request is first scheduled with a prefill chunk: a decode's prefill ran in an earlier
         # batch, which set it.
@@ -126,62 +125,29 @@ class LLMEngine:
         return record
 
     def run(self, seqs: list[Sequence], metrics: Metrics, sampling: SamplingParams,
-            on_iteration: Callable[[IterationRecord], None] | None = None, max_concurrency: int | None = None) -> None:
-        """Serve ``seqs`` to completion, each from its arrival time (seconds after the call starts);
-        records go into ``metrics`` as they happen, and whatever stops the run, no request stays behind.
-        ``max_concurrency`` caps the requests in the system, as a client with that many connections
-        would (vLLM's bench serve): a request due at the cap is sent, and arrives, when one finishes."""
+            on_iteration: Callable[[IterationRecord], None] | None = None,
+            max_concurrency: int | None = None) -> None:
+        """Serve ``seqs`` to completion, each from its arrival time (seconds after the call starts),
+        by the client's rules (engine/client.py); records go into ``metrics`` as they happen."""
         self.start(metrics, sampling)
         metrics.num_submitted += len(seqs)
-        pending = sorted(seqs, key=lambda s: s.priority)
-        scheduler = self.scheduler
-        # What exists now (the model, the requests and their tokens) outlives the run: the cyclic
-        # collector need not walk it again at every full collection while the loop allocates (vLLM
-        # freezes its startup heap for the same reason). Thawed after, so nothing stays exempt.
-        gc.freeze()
-        try:
-            next_arrival = 0
-            # Requests join only between steps, and none leaves during one, so a capped client's
-            # send times follow from the count at the last check: a request due by then was held
-            # back there, and one due during the step was sent on time only while the requests
-            # in the system, plus those sent on time before it, stayed under the cap; the others
-            # are sent, and arrive, now.
-            last_check, in_step = -math.inf, 0
-            while next_arrival < len(pending) or scheduler.has_work():
-                now = self.elapsed()
-                on_time = 0
-                while next_arrival < len(pending) and pending[next_arrival].arrival <= now:
-                    if (max_concurrency is not None
-                            and len(scheduler.waiting) + len(scheduler.running) >= max_concurrency):
-                        break
-                    seq = pending[next_arrival]
-                    if max_concurrency is not None:
-                        if seq.arrival <= last_check or in_step + on_time >= max_concurrency:
-                            seq.arrival = now
-                        else:
-                            on_time += 1
-                    self.add_request(seq)
-                    next_arrival += 1
-                last_check, in_step = now, len(scheduler.waiting) + len(scheduler.running)
-                moved, record = self.advance()
-                if not moved:
-                    if next_arrival == len(pending):
-                        raise RuntimeError("scheduler produced an empty batch with requests left and none to arrive")
-                    # (t0 + a) - t0 can round below a: wake at least at the arrival in elapsed time,
-                    # else a reused engine (t0 > 0) would sleep to the same instant forever.
-                    due = self._t0 + pending[next_arrival].arrival
-                    while due - self._t0 < pending[next_arrival].arrival:
-                        due = math.nextafter(due, math.inf)
-                    self.clock.sleep_until(due)
-                elif on_iteration is not None and record is not None:
-                    on_iteration(record)
-        except BaseException:
-            self._abandon()
-            raise
-        finally:
-            gc.unfreeze()
+        serve(self, seqs, on_iteration, max_concurrency)
 
-    def _abandon(self) -> None:
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def in_system(self) -> int:
+        return len(self.scheduler.waiting) + len(self.scheduler.running)
+
+    def wait_until(self, elapsed_s: float) -> None:
+        # (t0 + a) - t0 can round below a: wake at least at the arrival in elapsed time, else a
+        # reused engine (t0 > 0) would sleep to the same instant forever.
+        due = self._t0 + elapsed_s
+        while due - self._t0 < elapsed_s:
+            due = math.nextafter(due, math.inf)
+        self.clock.sleep_until(due)
+
+    def abandon(self) -> None:
         """Whatever stopped a run: no request stays behind, and the pipeline is left empty."""
         if self._in_flight:
             # The ranks finish what they hold, so that the next run starts on an empty pipeline; a

@@ -1,8 +1,9 @@
 """executor=vllm: vLLM's own engine serving a run's workload on the run's weights, recorded in our
 engine's terms (Metrics), so that every table, metric and figure reads it like any other run.
 
-Requests are added as their arrival time comes and the engine is stepped until every one is done, in
-this process (vLLM's in-process engine core), timed on the wall clock from the call's start. Each
+Requests are sent by the client our engine has (engine/client.py: arrivals, the concurrency cap)
+and the engine is stepped until every one is done, in this process (vLLM's in-process engine core),
+timed on the wall clock from the call's start. Each
 token is timed when the step that made it returns, as our engine times its own. Each iteration's
 composition is read from vLLM's scheduler output (who was scheduled, how many tokens, how many already
 computed); vLLM does not time its schedule, input preparation, forward and sampling apart, so those
@@ -17,6 +18,7 @@ import os
 import tempfile
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +27,10 @@ import torch
 
 from sarathi_lab import inputs
 from sarathi_lab.attention import make_backend
+from sarathi_lab.engine.client import serve
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.engine.sequence import Sequence as Request
 from sarathi_lab.harness.vllm_args import VllmArgs, vllm_args, vllm_version
 from sarathi_lab.model import PRESETS, build_model
 from sarathi_lab.model.checkpoint import save_checkpoint
@@ -79,34 +83,21 @@ class CallClock:
 
 @dataclass
 class _Call:
-    """One generate call's requests: what is sent (in arrival order), and what came back, by the id we
-    gave each request (its outputs carry it) and by vLLM's own for it (its scheduler's, which add_request
-    returns: the given one with a suffix)."""
-    prompts: list[list[int]]
+    """One generate call's requests: what came back, by the id we gave each request (its outputs carry
+    it) and by vLLM's own for it (its scheduler's, which add_request returns: the given one with a
+    suffix)."""
     params: list                   # vLLM's SamplingParams, one a request
-    arrivals: list[float]
     first_id: int
-    max_concurrency: int | None
-    sent: int = 0                  # how many of ``order`` were added
     iterations: int = 0
-    order: list[int] = field(init=False)
     records: dict[str, RequestRecord] = field(default_factory=dict)
-    index: dict[str, int] = field(default_factory=dict)
     internal: dict[str, RequestRecord] = field(default_factory=dict)
     prompt_len: dict[str, int] = field(default_factory=dict)
     outputs: dict[int, list[int]] = field(default_factory=dict)
-
-    def __post_init__(self):
-        self.order = sorted(range(len(self.prompts)), key=lambda i: (self.arrivals[i], i))
-
-    def next_arrival(self) -> float:
-        return self.arrivals[self.order[self.sent]]
+    # Iteration records of the last step not yet handed to the client (a step may schedule twice).
+    ready: deque = field(default_factory=deque)
 
     def unfinished(self) -> list[str]:
         return [rid for rid, r in self.records.items() if r.finish is None]
-
-    def tokens(self) -> list[list[int]]:
-        return [self.outputs.get(i, []) for i in range(len(self.prompts))]
 
 
 def _vllm_sampling(sampling: SamplingParams, new_tokens: list[int]) -> list:
@@ -142,6 +133,7 @@ class VllmLLM:
         self._scheduled: list = []  # the scheduler outputs of the step under way
         self._hook_scheduler()
         self._next_id = 0
+        self._call = _Call([], 0)   # the generate call under way
         # A run that failed before close() shuts the engine down when it is collected all the same.
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
@@ -180,43 +172,49 @@ class VllmLLM:
         n = len(token_lists)
         new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
         arrivals = [0.0] * n if arrival_times is None else inputs.arrival_list(arrival_times, n)
-        call = _Call(token_lists, _vllm_sampling(sampling or SamplingParams(), new_tokens), arrivals,
-                     self._next_id, max_concurrency)
+        first = self._next_id
+        self._call = _Call(_vllm_sampling(sampling or SamplingParams(), new_tokens), first)
         self._next_id += n
         self.engine.restart(Metrics(num_submitted=n))
-        try:
-            while call.sent < n or self.core.has_unfinished_requests():
-                self._admit(call)
-                if not self.core.has_unfinished_requests():
-                    time.sleep(max(0.0, call.next_arrival() - self.engine.elapsed()))
-                    continue
-                self._step(call, on_iteration)
-        except BaseException:
-            self.core.abort_request(call.unfinished())
-            raise
-        return call.tokens()
+        seqs = [Request(first + i, p, new, a)
+                for i, (p, new, a) in enumerate(zip(token_lists, new_tokens, arrivals))]
+        serve(self, seqs, on_iteration, max_concurrency)
+        return [self._call.outputs.get(first + i, []) for i in range(n)]
 
-    def _admit(self, call: _Call) -> None:
-        """Adds each request whose arrival time has come, while a capped client has a connection free."""
-        now = self.engine.elapsed()
-        while call.sent < len(call.prompts) and call.next_arrival() <= now:
-            records = call.records.values()
-            if call.max_concurrency is not None and sum(r.finish is None for r in records) >= call.max_concurrency:
-                return
-            i = call.order[call.sent]
-            waiting = sum(r.first_scheduled is None for r in records)
-            # A request a capped client held back is sent, and arrives, when a connection frees.
-            arrival = call.arrivals[i] if call.max_concurrency is None else max(call.arrivals[i], now)
-            record = RequestRecord(call.first_id + i, len(call.prompts[i]), arrival, queue_at_arrival=waiting)
-            self.metrics.requests.append(record)
-            rid = str(record.request_id)
-            own = self.core.add_request(rid, {"prompt_token_ids": call.prompts[i]}, call.params[i])
-            call.records[rid], call.index[rid], call.internal[own] = record, i, record
-            call.prompt_len[own] = len(call.prompts[i])
-            call.sent += 1
+    # What the client (engine/client.py) drives, as it drives our engine.
+    def add_request(self, seq: Request) -> None:
+        call = self._call
+        waiting = sum(r.first_scheduled is None for r in call.records.values())
+        record = RequestRecord(seq.seq_id, seq.prompt_len, seq.arrival, queue_at_arrival=waiting)
+        self.metrics.requests.append(record)
+        rid = str(seq.seq_id)
+        own = self.core.add_request(rid, {"prompt_token_ids": seq.prompt},
+                                    call.params[seq.seq_id - call.first_id])
+        call.records[rid], call.internal[own], call.prompt_len[own] = record, record, seq.prompt_len
 
-    def _step(self, call: _Call, on_iteration: Callable[[IterationRecord], None] | None) -> None:
-        """One engine step: its new tokens timed when it returns, its schedules as our iteration records."""
+    def has_work(self) -> bool:
+        return bool(self._call.ready) or self.core.has_unfinished_requests()
+
+    def in_system(self) -> int:
+        return self.core.get_num_unfinished_requests()
+
+    def elapsed(self) -> float:
+        return self.engine.elapsed()
+
+    def wait_until(self, elapsed_s: float) -> None:
+        time.sleep(max(0.0, elapsed_s - self.engine.elapsed()))
+
+    def abandon(self) -> None:
+        self.core.abort_request(self._call.unfinished())
+
+    def advance(self) -> tuple[bool, IterationRecord | None]:
+        """One engine step (its iterations handed out one a move): its new tokens timed when it
+        returns, its schedules as our iteration records."""
+        call = self._call
+        if call.ready:
+            return True, call.ready.popleft()
+        if not self.core.has_unfinished_requests():
+            return False, None
         self._scheduled.clear()
         began = self.engine.elapsed()
         step = self.core.step()
@@ -229,16 +227,17 @@ class VllmLLM:
                 record.first_token = ended if record.first_token is None else record.first_token
                 record.token_times.extend([ended] * fresh)
                 record.output_len = len(tokens)
-                call.outputs[call.index[out.request_id]] = tokens
+                call.outputs[record.request_id] = tokens
             if out.finished:
                 record.finish = ended
         for scheduled in self._scheduled:
-            it = _iteration(call.iterations, began, ended - began, scheduled, call.prompt_len, call.internal)
+            it = _iteration(call.iterations, began, ended - began, scheduled, call.prompt_len,
+                            call.internal)
             if it is not None:
                 self.metrics.iterations.append(it)
                 call.iterations += 1
-                if on_iteration is not None:
-                    on_iteration(it)
+                call.ready.append(it)
+        return True, call.ready.popleft() if call.ready else None
 
 
 def _shutdown(core, weights: tempfile.TemporaryDirectory) -> None:

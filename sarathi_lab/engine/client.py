@@ -1,0 +1,79 @@
+"""The client of a serving run: it sends each request at its arrival time, holds requests back
+while ``max_concurrency`` are in the system (as a client with that many connections, vLLM's bench
+serve), and moves the engine until every request is done. One home for the cap rule, whichever
+engine serves: ours (LLMEngine) or vLLM's (harness/vllm_engine.py)."""
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+from sarathi_lab.engine.metrics import IterationRecord
+from sarathi_lab.engine.sequence import Sequence
+
+
+class Served(Protocol):
+    """What the client drives: seconds since the call began, and a wait until such a time."""
+
+    def add_request(self, seq: Sequence) -> None: ...
+
+    def advance(self) -> tuple[bool, IterationRecord | None]: ...
+
+    def has_work(self) -> bool: ...
+
+    def in_system(self) -> int: ...
+
+    def elapsed(self) -> float: ...
+
+    def wait_until(self, elapsed_s: float) -> None: ...
+
+    def abandon(self) -> None: ...
+
+
+def serve(engine: Served, seqs: list[Sequence],
+          on_iteration: Callable[[IterationRecord], None] | None = None,
+          max_concurrency: int | None = None) -> None:
+    """Serve ``seqs`` to completion, each from its arrival time; whatever stops the run, no request
+    stays behind. A request due at the cap is sent, and arrives, when one finishes."""
+    pending = sorted(seqs, key=lambda s: s.priority)
+    # What exists now (the model, the requests and their tokens) outlives the run: the cyclic
+    # collector need not walk it again at every full collection while the loop allocates (vLLM
+    # freezes its startup heap for the same reason). Thawed after, so nothing stays exempt.
+    gc.freeze()
+    try:
+        next_arrival = 0
+        # Requests join only between steps, and none leaves during one, so a capped client's send
+        # times follow from the count at the last check: a request due by then was held back there,
+        # and one due during the step was sent on time only while the requests in the system, plus
+        # those sent on time before it, stayed under the cap; the others are sent, and arrive, now.
+        last_check, in_step = -math.inf, 0
+        while next_arrival < len(pending) or engine.has_work():
+            now = engine.elapsed()
+            on_time = 0
+            while next_arrival < len(pending) and pending[next_arrival].arrival <= now:
+                if max_concurrency is not None:
+                    if engine.in_system() >= max_concurrency:
+                        break
+                    seq = pending[next_arrival]
+                    if seq.arrival <= last_check or in_step + on_time >= max_concurrency:
+                        seq.arrival = now
+                    else:
+                        on_time += 1
+                engine.add_request(pending[next_arrival])
+                next_arrival += 1
+            if max_concurrency is not None:
+                last_check, in_step = now, engine.in_system()
+            moved, record = engine.advance()
+            if not moved:
+                if next_arrival == len(pending):
+                    raise RuntimeError("scheduler produced an empty batch with requests left "
+                                       "and none to arrive")
+                engine.wait_until(pending[next_arrival].arrival)
+            elif on_iteration is not None and record is not None:
+                on_iteration(record)
+    except BaseException:
+        engine.abandon()
+        raise
+    finally:
+        gc.unfreeze()
