@@ -108,7 +108,7 @@ def test_our_engine_and_vllm_s_admit_the_same_requests_at_the_same_step_under_a_
     """Both engines from one plan's settings (sarathi_serve: vLLM with chunked prefill at the token
     budget), each stepped on a clock of one second a step; in a fresh interpreter, as vLLM's engine
     holds process-wide state."""
-    code = f"""
+    code = """
 import json
 from sarathi_lab import LLM, SamplingParams
 from sarathi_lab.config import EngineConfig

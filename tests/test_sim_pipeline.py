@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from transformers import AutoConfig
 
+from sarathi_lab.bench.sim_pipeline import GPT3, fig12, zipf_lengths
 from sarathi_lab.config import ConfigError
+from sarathi_lab.engine.block_manager import BlockManager
+from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.parallel import StageCostModel, StageTimes
 from sarathi_lab.sim.pipeline_run import PipelineRun, serve_pipeline
-from sarathi_lab.bench.sim_pipeline import GPT3, fig12, zipf_lengths
-from sarathi_lab.engine.block_manager import BlockManager
-from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.sim.sharding import Parallelism, shard_config
 
 

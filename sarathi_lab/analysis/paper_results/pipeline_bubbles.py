@@ -9,6 +9,7 @@ import pandas as pd
 
 from sarathi_lab.analysis.claims import claim_row, shown, verdict, why_left_out, with_range
 from sarathi_lab.analysis.paper_result import PaperResult
+
 NAME = "pipeline_bubbles"
 # SARATHI's Fig. 12: GPT-3 on 64 A100s (TP8 x PP8), simulated.
 PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91}
@@ -132,7 +133,8 @@ def figure(results, simulated=None):
     seeds = len(results.seeds(NAME))
     figures.headline(fig, results, NAME,
                      "Fig. 12 on a real 2-stage pipeline (one process and core a stage, gloo)\n"
-                     f"solid: measured on the CPU; dashed: simulated by sim/pipeline_run.py; curves: seed {first_seed}, "
+                     "solid: measured on the CPU; dashed: simulated by sim/pipeline_run.py; "
+                     f"curves: seed {first_seed}, "
                      f"ratios over {seeds} seed{'s' * (seeds != 1)}{_estimated_note(summary)}",
                      simulated, why=(f"Simulated with {how}.",))
     return fig
