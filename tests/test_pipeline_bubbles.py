@@ -237,7 +237,7 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     assert [r["holds"] in ("yes", "no", "partly") for r in rows] == [True, True]
     assert "measured" in rows[0]["ours"] and "simulated" in rows[0]["ours"]
     fig = registry.by_name("pipeline_bubbles").figure(results)
-    assert "simulated by sim/pipeline_run.py" in fig._suptitle.get_text()
+    assert "simulated by sim/pipeline.py" in fig._suptitle.get_text()
 
 
 class _Runs:

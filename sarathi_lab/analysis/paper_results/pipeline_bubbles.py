@@ -78,7 +78,7 @@ def claims(results) -> list[dict]:
                       ours, verdict(bool(r > 1) for r in base.measured),
                       float(base.measured.mean()) if len(base) else None),
             claim_row(NAME, f"The simulator predicts the measured median-bubble ratio within {SIM_TOLERANCE:.0%}",
-                      "(the project's target for the simulated pipeline, not the paper's)", sim_ours,
+                      "(the project's target for sim/pipeline.py, not the paper's)", sim_ours,
                       verdict(bool(g <= SIM_TOLERANCE) for g in gaps),
                       float(gaps.max()) if len(gaps) else None)]
 
@@ -133,7 +133,7 @@ def figure(results, simulated=None):
     seeds = len(results.seeds(NAME))
     figures.headline(fig, results, NAME,
                      "Fig. 12 on a real 2-stage pipeline (one process and core a stage, gloo)\n"
-                     "solid: measured on the CPU; dashed: simulated by sim/pipeline_run.py; "
+                     "solid: measured on the CPU; dashed: simulated by sim/pipeline.py; "
                      f"curves: seed {first_seed}, "
                      f"ratios over {seeds} seed{'s' * (seeds != 1)}{_estimated_note(summary)}",
                      simulated, why=(f"Simulated with {how}.",))
