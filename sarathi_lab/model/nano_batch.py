@@ -10,7 +10,6 @@ from itertools import accumulate
 import torch
 
 from sarathi_lab.attention import AttentionMetadata
-from sarathi_lab.config import OVERLAPS, check_choice
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.model.streams import StreamPair
 
@@ -21,21 +20,18 @@ MIN_OVERLAP_TOKENS = 384
 
 @dataclass(frozen=True)
 class OverlapRule:
-    """Which batches run as two nano-batches, and where they are cut (the one home of both):
-    ``mode`` ``none`` never; ``nano_batch`` a batch with prefill tokens and decodes of at least
-    ``min_tokens`` tokens, cut at whole ``tile``-token GEMM tiles, half of them each side."""
+    """Which batches run as two nano-batches, and where they are cut (the one home of both): ``mode``
+    (EngineConfig.overlap, checked there) ``none`` never; ``nano_batch`` a batch of prefill tokens and
+    decodes of ``min_tokens`` or more, cut at whole ``tile``-token GEMM tiles, half of them each side."""
 
     mode: str = "none"
     min_tokens: int = MIN_OVERLAP_TOKENS
     tile: int = GEMM_TILE
 
-    def __post_init__(self):
-        check_choice("engine.overlap", self.mode, OVERLAPS)
-
     def cut(self, tokens: int, prefill_tokens: int, decodes: int) -> int | None:
         """The first nano-batch's tokens (all of them a prefill's, so that the decodes' attention runs
         beside the first's GEMMs), or None: the batch runs whole."""
-        if self.mode == "none" or tokens < self.min_tokens or not prefill_tokens or not decodes:
+        if self.mode != "nano_batch" or tokens < self.min_tokens or not prefill_tokens or not decodes:
             return None
         at = min(-(-tokens // self.tile) // 2 * self.tile, prefill_tokens)
         return at if 0 < at < tokens else None
@@ -49,6 +45,8 @@ def split_meta(meta: AttentionMetadata, at: int) -> tuple[AttentionMetadata, Att
     both: its first piece sees the context before the second's tokens, the second all of it."""
     lens, seqs = meta.query_lens_host, meta.seq_lens_host
     ends = list(accumulate(lens))
+    if not 0 < at < ends[-1]:
+        raise ValueError(f"a nano-batch cut at token {at} of {ends[-1]} leaves one nano-batch empty")
     i = next(r for r, end in enumerate(ends) if end >= at)  # the request holding token at - 1
     first_len = at - (ends[i] - lens[i])
     cut = first_len < lens[i]
