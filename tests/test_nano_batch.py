@@ -186,7 +186,8 @@ def _violations(ops: dict, streams: RecordedStreams, layers: int = 3) -> list[st
 def test_every_side_stream_op_is_joined_before_its_output_is_read():
     ops, streams = _schedule(RecordedStreams())
     assert _violations(ops, streams) == []
-    # And the streams do overlap: nano-batch 0's attention is unordered with nano-batch 1's projections.
+    # And the streams do overlap: nano-batch 0's attention is unordered with nano-batch 1's
+    # projections.
     a, b = ops[("attend", 1, 0)], ops[("pre", 1, 1)]
     assert not streams.before(a, b) and not streams.before(b, a)
 
@@ -196,3 +197,20 @@ def test_the_check_finds_a_missing_join():
     assert any("not joined" in v for v in _violations(ops, streams))
     ops, streams = _schedule(RecordedStreams(drop_waits_on="side"))
     assert any("not after its pre" in v for v in _violations(ops, streams))
+
+
+def test_nano_batches_give_the_same_tokens_through_the_triton_attention():
+    # The GPU's attention (its interpreter here): a chunk cut in two, and a cut leaving decodes alone.
+    llm = LLM(model="tiny", dtype="float32", device="cpu", attention="triton", cpu_linear="aten",
+              max_batch_size=8, max_model_len=512, chunk_size=128, warmup_iters=0, seed=0)
+    runner = llm.engine.executor.runner
+    for prefills, decodes, cut in (([(40, 30), (50, 100)], 5, 48), ([(16, 0)], 7, 16)):
+        with SyntheticBatches(llm, seed=0).made(prefills, decodes, 200) as batch:
+            whole = runner.forward(runner.prepare(batch)).float()
+            runner.overlap = OverlapRule("nano_batch", min_tokens=1, tile=16)
+            prepared = runner.prepare(batch)
+            split = runner.forward(prepared).float()
+            runner.overlap = NO_OVERLAP
+        assert prepared.nano[0].meta.num_prefill_tokens == cut
+        assert torch.equal(whole.argmax(-1), split.argmax(-1))
+        assert (whole - split).abs().max() / whole.abs().max() <= COMPILED_TOLERANCE[torch.float32]

@@ -1,7 +1,7 @@
-"""Nano-batches (NanoFlow's): a large hybrid batch cut into two by token, run layer by layer so that
-one's attention (memory-bound for decodes) runs on a second stream while the other's GEMMs run on the
-forward's own. Where a cut lands inside a prefill chunk, its two pieces are two consecutive chunks of
-that request, as chunked prefill runs them; the outputs are the sequential forward's up to rounding."""
+"""Nano-batches (NanoFlow's): a large hybrid batch cut in two by token, run layer by layer so that
+one's attention (memory-bound for decodes) runs on a second stream while the other's GEMMs run on
+the forward's own. A cut inside a prefill chunk makes two consecutive chunks of that request, as
+chunked prefill runs them: the outputs are the sequential forward's up to rounding."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -20,18 +20,21 @@ MIN_OVERLAP_TOKENS = 384
 
 @dataclass(frozen=True)
 class OverlapRule:
-    """Which batches run as two nano-batches, and where they are cut (the one home of both): ``mode``
-    (EngineConfig.overlap, checked there) ``none`` never; ``nano_batch`` a batch of prefill tokens and
-    decodes of ``min_tokens`` or more, cut at whole ``tile``-token GEMM tiles, half of them each side."""
+    """Which batches run as two nano-batches, and where they are cut (the one home of both):
+    ``mode`` (EngineConfig.overlap, checked there) ``none`` never; ``nano_batch`` a batch of prefill
+    tokens and decodes of ``min_tokens`` or more, cut at whole ``tile``-token GEMM tiles, half of
+    them each side."""
 
     mode: str = "none"
     min_tokens: int = MIN_OVERLAP_TOKENS
     tile: int = GEMM_TILE
 
     def cut(self, tokens: int, prefill_tokens: int, decodes: int) -> int | None:
-        """The first nano-batch's tokens (all of them a prefill's, so that the decodes' attention runs
-        beside the first's GEMMs), or None: the batch runs whole."""
-        if self.mode != "nano_batch" or tokens < self.min_tokens or not prefill_tokens or not decodes:
+        """The first nano-batch's tokens (all of them a prefill's, so that the decodes' attention
+        runs beside the first's GEMMs), or None: the batch runs whole."""
+        if self.mode != "nano_batch" or tokens < self.min_tokens:
+            return None
+        if not prefill_tokens or not decodes:
             return None
         at = min(-(-tokens // self.tile) // 2 * self.tile, prefill_tokens)
         return at if 0 < at < tokens else None
@@ -41,12 +44,13 @@ NO_OVERLAP = OverlapRule()
 
 
 def split_meta(meta: AttentionMetadata, at: int) -> tuple[AttentionMetadata, AttentionMetadata]:
-    """The metadata of tokens ``[:at]`` and ``[at:]``; a request cut at ``at`` (a prefill chunk) is in
-    both: its first piece sees the context before the second's tokens, the second all of it."""
+    """The metadata of tokens ``[:at]`` and ``[at:]``; a request cut at ``at`` (a prefill chunk)
+    is in both: its first piece sees the context before the second's tokens, the second all."""
     lens, seqs = meta.query_lens_host, meta.seq_lens_host
     ends = list(accumulate(lens))
     if not 0 < at < ends[-1]:
-        raise ValueError(f"a nano-batch cut at token {at} of {ends[-1]} leaves one nano-batch empty")
+        raise ValueError(f"a nano-batch cut at token {at} of {ends[-1]} leaves one nano-batch "
+                         "empty")
     i = next(r for r, end in enumerate(ends) if end >= at)  # the request holding token at - 1
     first_len = at - (ends[i] - lens[i])
     cut = first_len < lens[i]
@@ -64,13 +68,14 @@ def _part(meta: AttentionMetadata, lens_seqs: tuple[list[int], list[int]], rows:
     lens, seqs = lens_seqs
     lo, hi = rows
     prefills = max(0, min(hi, meta.num_prefills) - lo)
-    dev = meta.seq_lens.device
+    dev, i32 = meta.seq_lens.device, torch.int32
     return replace(meta, num_prefills=prefills, num_decodes=len(lens) - prefills,
                    num_prefill_tokens=sum(lens[:prefills]),
-                   query_start_loc=torch.tensor([0, *accumulate(lens)], dtype=torch.int32, device=dev),
-                   seq_lens=torch.tensor(seqs, dtype=torch.int32, device=dev),
+                   query_start_loc=torch.tensor([0, *accumulate(lens)], dtype=i32, device=dev),
+                   seq_lens=torch.tensor(seqs, dtype=i32, device=dev),
                    block_tables=meta.block_tables[lo:hi], slot_mapping=meta.slot_mapping[tokens],
-                   query_lens_host=list(lens), seq_lens_host=list(seqs), max_query_len=max(lens), plan=None)
+                   query_lens_host=list(lens), seq_lens_host=list(seqs), max_query_len=max(lens),
+                   plan=None)
 
 
 @dataclass
@@ -82,7 +87,8 @@ class NanoBatch:
     meta: AttentionMetadata
 
 
-def nano_batches(positions: torch.Tensor, meta: AttentionMetadata, at: int) -> tuple[NanoBatch, NanoBatch]:
+def nano_batches(positions: torch.Tensor, meta: AttentionMetadata,
+                 at: int) -> tuple[NanoBatch, NanoBatch]:
     first, second = split_meta(meta, at)
     return (NanoBatch(slice(0, at), positions[:at], first),
             NanoBatch(slice(at, None), positions[at:], second))
@@ -90,9 +96,9 @@ def nano_batches(positions: torch.Tensor, meta: AttentionMetadata, at: int) -> t
 
 def overlapped_layers(layers, hidden: torch.Tensor, kv_caches, parts: tuple[NanoBatch, ...],
                       streams: StreamPair) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hidden, residual) of every token after ``layers``: per layer, each nano-batch's first norm and
-    projections on the main stream, its attention on the side stream once they are done, and its
-    output projection and MLP back on the main stream once its attention is (each joined by events;
+    """(hidden, residual) of every token after ``layers``: per layer, each nano-batch's first norm
+    and projections on the main stream, its attention on the side stream once they are done, and
+    its output projection and MLP back on the main stream once its attention is (joined by events:
     the side stream's first work waits on the main's, and the main waits on its last)."""
     hidden = [hidden[p.tokens] for p in parts]
     residual: list = [None] * len(parts)
@@ -104,7 +110,8 @@ def overlapped_layers(layers, hidden: torch.Tensor, kv_caches, parts: tuple[Nano
             if previous is not None:
                 streams.wait("main", done[i])
                 hidden[i], residual[i] = previous.post_attention(out[i], residual[i])
-            q, residual[i] = layer.pre_attention(part.positions, hidden[i], residual[i], kv_cache, part.meta)
+            q, residual[i] = layer.pre_attention(part.positions, hidden[i], residual[i], kv_cache,
+                                                 part.meta)
             ready = streams.mark("main")
             with streams.on_side():
                 streams.wait("side", ready)

@@ -22,8 +22,8 @@ class StreamPair(Protocol):
         """Work issued inside runs on the side stream."""
 
     def hand(self, tensor: torch.Tensor, stream: str) -> None:
-        """``tensor`` is also used on ``stream``: the allocator must not reuse its memory before that
-        stream's work on it is done."""
+        """``tensor`` is also used on ``stream``: the allocator must not reuse its memory before
+        that stream's work on it is done."""
 
 
 class InOrder:
