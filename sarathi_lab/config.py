@@ -205,8 +205,9 @@ class EngineConfig:
         check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
         if self.world_size > 1:
             if self.overlap != "none":
-                raise ConfigError(f"{k.set('overlap', self.overlap)} is invalid with {self.world_size} ranks: "
-                                  "the ranks run each batch whole; allowed: none")
+                ranks = f"({k('tensor_parallel')} x {k('pipeline_parallel')})"
+                raise ConfigError(f"{k.set('overlap', self.overlap)} is invalid with {self.world_size} "
+                                  f"ranks {ranks}: they run each batch whole; allowed: none")
             self._check_ranks_fit()
 
     @property

@@ -40,6 +40,10 @@ def test_a_bad_overlap_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="simulator runs no nano-batches") as e:
         EngineConfig(overlap="nano_batch", executor="sim")
     assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        EngineConfig(overlap="nano_batch", tensor_parallel=2, device="cpu")
+    assert str(e.value) == ("overlap='nano_batch' is invalid with 2 ranks (tensor_parallel x "
+                            "pipeline_parallel): they run each batch whole; allowed: none")
 
 
 prefills = st.lists(st.tuples(st.integers(1, 60), st.integers(0, 120)), min_size=1, max_size=3)

@@ -100,11 +100,12 @@ class CausalLM(nn.Module):
         ``nano``: its nano-batches (model/nano_batch.py), run overlapped on two streams. One method, so
         that forward hooks on the model see every way."""
         hidden, residual = self.embed_tokens(input_ids), None
-        if nano is not None:
+        if nano is None:
+            for layer, kv_cache in zip(self.layers, kv_caches):
+                hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
+        else:
             streams = streams_for(input_ids.device)
             hidden, residual = overlapped_layers(self.layers, hidden, kv_caches, nano, streams)
-        for layer, kv_cache in zip(self.layers if nano is None else (), kv_caches):
-            hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
         last = self.final_norm(hidden, residual, logits_indices)
         return self.lm_head.argmax(last) if argmax else self.lm_head(last)
 

@@ -87,8 +87,10 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, prepared: PreparedBatch, argmax: bool = False) -> torch.Tensor | list[int]:
         """The sampled rows' logits; with ``argmax``, their greedy tokens from inside the LM head's kernel."""
+        # Passed only where cut: a stand-in model (bench.host_path's) takes no such argument.
+        split = {} if prepared.nano is None else {"nano": prepared.nano}
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
-                          prepared.logits_indices, argmax=argmax, nano=prepared.nano)
+                          prepared.logits_indices, argmax=argmax, **split)
 
     def fuses_argmax(self, prepared: PreparedBatch) -> bool:
         """Whether forward(argmax=True) serves this batch (its sampled rows within argmax_rows)."""
