@@ -32,6 +32,9 @@ ATTENTIONS = ("auto", "torch", "triton")
 # How the Triton attention runs a batch of prefills beside decodes: one paged kernel over both, or
 # prefill and decode work co-scheduled on each SM (sarathi_kernels/pod_attention.py).
 ATTENTION_HYBRIDS = ("sequential", "pod")
+# How a large hybrid batch's decode attention meets its GEMMs: after them, or overlapped with them as
+# two nano-batches on two streams (model/nano_batch.py).
+OVERLAPS = ("none", "nano_batch")
 # Bytes per element of each dtype the engine runs, for torch-free sizing.
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
@@ -117,6 +120,10 @@ class EngineConfig:
     # between prefill tiles and decodes (eager, and replayed from CUDA graphs of that launch);
     # "sequential" until a GPU measures the gain.
     attention_hybrid: Literal[ATTENTION_HYBRIDS] = "sequential"
+    # "nano_batch": hybrid batches of model/nano_batch.py's MIN_OVERLAP_TOKENS or more run as two
+    # nano-batches, one's attention on a side stream beside the other's GEMMs (eager: the engine's
+    # CUDA graphs hold sequential forwards); "none" until a GPU measures the gain.
+    overlap: Literal[OVERLAPS] = "none"
     # On CUDA with the Triton attention, forwards replay CUDA graphs captured when the engine is built
     # (model/cuda_graphs.py): decode-only ones, and with cuda_graphs_mixed those with prefills (chunks
     # alone or beside decodes, whole prompts) up to a token count; false: every forward eager. Nothing
@@ -197,6 +204,10 @@ class EngineConfig:
             self._check_cpu_dtype()
         check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
         if self.world_size > 1:
+            if self.overlap != "none":
+                ranks = f"({k('tensor_parallel')} x {k('pipeline_parallel')})"
+                raise ConfigError(f"{k.set('overlap', self.overlap)} is invalid with {self.world_size} "
+                                  f"ranks {ranks}: they run each batch whole; allowed: none")
             self._check_ranks_fit()
 
     @property

@@ -39,6 +39,7 @@ class ExecutorKind:
     schedulers: ClassVar[tuple[str, ...] | None] = None
     attentions: ClassVar[tuple[str, ...] | None] = None
     attention_hybrids: ClassVar[tuple[str, ...] | None] = None
+    overlaps: ClassVar[tuple[str, ...] | None] = None
     cpu_linears: ClassVar[tuple[str, ...] | None] = None
 
 
@@ -82,6 +83,7 @@ class Simulator(ExecutorKind):
     noun = "the simulator"
     simulated = True
     samples = False
+    overlaps = ("none",)
 
 
 @register_executor("vllm")
@@ -96,6 +98,7 @@ class Vllm(ExecutorKind):
     schedulers = ("sarathi_serve", "vllm")
     attentions = cpu_linears = ("auto",)
     attention_hybrids = ("sequential",)
+    overlaps = ("none",)
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ CAPABILITIES = (
     Capability("scheduler", "schedulers", "has no such scheduler"),
     Capability("attention", "attentions", "picks its own attention kernels"),
     Capability("attention_hybrid", "attention_hybrids", "picks its own attention kernels"),
+    Capability("overlap", "overlaps", "runs no nano-batches"),
     Capability("cpu_linear", "cpu_linears", "picks its own linear layers"),
 )
 

@@ -94,6 +94,7 @@ class LLM:
         from sarathi_lab.model.cuda_graphs import can_replay
         from sarathi_lab.model.executor import ModelExecutor
         from sarathi_lab.model.host_allocator import reuse_freed_memory
+        from sarathi_lab.model.nano_batch import OverlapRule
         from sarathi_lab.model.runner import ModelRunner
 
         cfg = self.config
@@ -111,7 +112,7 @@ class LLM:
                             shape.head_dim, dtype=self.dtype, device=device)
         self.kv_caches = [(layer[0], layer[1]) for layer in cache]
         clock = make_clock("wall", device)
-        runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device)
+        runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device, OverlapRule(cfg.overlap))
         replayable = cfg.cuda_graphs and can_replay(backend, device)
         graphs = self._capture_graphs(runner, largest_tokens) if replayable else None
         return ModelExecutor(runner, clock, graphs), clock

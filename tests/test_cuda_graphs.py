@@ -116,7 +116,7 @@ def fake_batch(tokens: int, prefills: int, decodes: int, width: int, query_lens:
     meta = SimpleNamespace(num_prefills=prefills, num_decodes=decodes, block_tables=torch.zeros(prefills + decodes,
                                                                                                 width),
                            query_lens_host=query_lens, seq_lens_host=seq_lens, plan=None)
-    return SimpleNamespace(input_ids=torch.zeros(tokens), meta=meta)
+    return SimpleNamespace(input_ids=torch.zeros(tokens), meta=meta, nano=None)
 
 
 @settings(max_examples=300, deadline=None)  # untimed: a loaded CPU stretches its first example
@@ -139,6 +139,13 @@ def test_a_batch_replays_the_smallest_graph_that_holds_it_and_else_runs_eagerly(
     smaller = [g for g in graphs.graphs if g.decode == graph.decode and g.tokens < graph.tokens]
     assert all(g.tokens < tokens or g.requests < requests for g in smaller), "not the smallest that holds it"
     assert batch.meta.plan.replays_in(graphs.plans[graph])
+
+
+def test_a_nano_batched_batch_runs_eagerly():
+    graphs, batch = fake_graphs(18, 8, 1024), fake_batch(529, 1, 17, 4)
+    assert graphs.graph_for(batch) is not None
+    batch.nano = ("two", "nano-batches")
+    assert graphs.graph_for(batch) is None
 
 
 def test_graphs_are_captured_largest_first_into_one_pool():

@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sarathi_lab"
 # A value of each setting some executor cannot honour.
 ASKED = {"tensor_parallel": 2, "pipeline_parallel": 2, "sim_tp": 2, "sim_pp": 2, "cuda_graphs_mixed": False,
          "kv_watermark": 0.1, "scheduler": "orca", "attention": "torch", "attention_hybrid": "pod",
-         "cpu_linear": "aten"}
+         "cpu_linear": "aten", "overlap": "nano_batch"}
 # Settings an engine plan is made with here whatever the executor (a model that fits, vLLM's scheduler).
 BASE = {"model": "tiny", "device": "cpu", "dtype": "float32", "num_kv_blocks": 40, "sim_device": "a100"}
 

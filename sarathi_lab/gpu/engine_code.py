@@ -28,7 +28,7 @@ GROUP_PATHS: dict[str, tuple[str, ...]] = {
     "tune": ("kernels/sarathi_kernels", "sarathi_lab/profiling"),
     "engine": ENGINE,
     "overhead": (*ENGINE, "sarathi_lab/profiling"),
-    "launch": (*ENGINE, "sarathi_lab/profiling"),
+    "launch": (*ENGINE, "sarathi_lab/profiling", "sarathi_lab/gpu/steps/launch_overlap.py"),
     "profile": (*ENGINE, "sarathi_lab/harness", "sarathi_lab/conf"),
     "paper": (*ENGINE, "sarathi_lab/harness", "sarathi_lab/conf"),
 }

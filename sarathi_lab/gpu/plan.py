@@ -42,14 +42,16 @@ PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0
 HEAD: tuple[Step, ...] = (
     Step("env", 0.3, "device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
          "1 GiB) and bf16 matmul rate (8192^3 torch.mm), fastest of 20 (profiling/ceilings.py)"),
-    Step("launch", 1.6, "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
+    Step("launch", 1.9, "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
          "prompt's last) alone and beside 17 decodes, and the tile-aligned chunks beside 17 (111, 239, 495): eager "
          "and as the engine runs it (its CUDA graphs), each over its physical floor (engine_over_floor targets "
          "1.25x from 256 tokens, 1.5x below) and its sequential floor (engine_over_sequential_floor <= 1.15x from "
          "256 tokens); graph memory, capture time; then c=256/512/239/495 + 17 again with their attention "
-         "co-scheduled (,pod: eager and from graphs of that launch, recaptured); per iteration kind at 1024, its "
-         "kernels under torch.profiler grouped (kernels.csv, profiling/kernel_breakdown.py) (estimate: 30 batches "
-         "x 42 forwards of <= 60 ms, two captures, 13 profiles)"),
+         "co-scheduled (,pod: eager and from graphs of that launch, recaptured); c=512/495 + 17 whole and as two "
+         "nano-batches on two streams (,whole / ,overlap: graphs of the batch; timeline.csv per stream); per "
+         "iteration kind at 1024, its kernels under torch.profiler grouped (kernels.csv, "
+         "profiling/kernel_breakdown.py) (estimate: 34 batches x 42 forwards of <= 60 ms, two captures and "
+         "8 of a batch, 21 profiles)"),
     Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
          "the engine's paged attention vs SDPA's flash and cuDNN (capability 9.0+) kernels and compiled "
          "FlexAttention on the same q/k/v, "

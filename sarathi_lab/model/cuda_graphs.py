@@ -223,7 +223,8 @@ class CudaGraphs:
         would (its plan's tiles, room for its splits); None: it runs eagerly (more requests or tokens
         than captured, a table wider than captured, or a batch with prefills and no mixed graphs)."""
         meta = prepared.meta
-        if meta.block_tables.shape[1] > self.block_tables.shape[1]:
+        # Each graph holds a whole batch's forward: nano-batches run eagerly.
+        if meta.block_tables.shape[1] > self.block_tables.shape[1] or prepared.nano is not None:
             return None
         requests, tokens = meta.num_prefills + meta.num_decodes, prepared.input_ids.shape[0]
         # What its eager forward co-schedules replays the co-scheduled launch.

@@ -9,7 +9,9 @@ from transformers import PretrainedConfig
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
 from sarathi_lab.model.configs import SUPPORTED_ARCHITECTURES
 from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, TunedLinear
+from sarathi_lab.model.nano_batch import overlapped_layers
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
+from sarathi_lab.model.streams import streams_for
 
 
 class Attention(nn.Module):
@@ -28,14 +30,20 @@ class Attention(nn.Module):
         self.rotary = rotary
         self.backend = backend
 
-    def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
-        t = hidden.shape[0]
+    def project(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                meta: AttentionMetadata) -> torch.Tensor:
+        """The queries [T, heads, d], after this step's keys and values were written to the cache."""
         qkv = self.qkv_proj(hidden)
         k_cache, v_cache = kv_cache
-        q = self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads, self.num_kv_heads, k_cache,
-                                       v_cache, meta)
-        out = self.backend.attend(q, k_cache, v_cache, meta, self.scale)
-        return self.o_proj(out.reshape(t, self.q_size))
+        return self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads, self.num_kv_heads,
+                                          k_cache, v_cache, meta)
+
+    def attend(self, q, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
+        return self.backend.attend(q, kv_cache[0], kv_cache[1], meta, self.scale)
+
+    def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
+        out = self.attend(self.project(positions, hidden, kv_cache, meta), kv_cache, meta)
+        return self.o_proj(out.reshape(hidden.shape[0], self.q_size))
 
 
 class DecoderLayer(nn.Module):
@@ -47,11 +55,26 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, positions, hidden, residual, kv_cache, meta):
-        if residual is None:
-            residual, hidden = hidden, self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden, residual = self._norm(hidden, residual)
         hidden = self.self_attn(positions, hidden, kv_cache, meta)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+    def _norm(self, hidden, residual):
+        if residual is None:
+            return self.input_layernorm(hidden), hidden
+        return self.input_layernorm(hidden, residual)
+
+    # The layer in three stages, so that nano-batches (model/nano_batch.py) can run one's attention on
+    # a second stream while the other's GEMMs run; forward above keeps the module calls hooks time.
+    def pre_attention(self, positions, hidden, residual, kv_cache, meta):
+        """(queries, residual): the first norm, the qkv projection, RoPE and the KV write."""
+        hidden, residual = self._norm(hidden, residual)
+        return self.self_attn.project(positions, hidden, kv_cache, meta), residual
+
+    def post_attention(self, out, residual):
+        """(hidden, residual) of the layer from its attention's output [T, heads, d]."""
+        hidden = self.self_attn.o_proj(out.reshape(out.shape[0], self.self_attn.q_size))
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
@@ -71,13 +94,18 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata, logits_indices: torch.Tensor,
-                argmax: bool = False) -> torch.Tensor | list[int]:
+                argmax: bool = False, nano: tuple | None = None) -> torch.Tensor | list[int]:
         """Logits [len(logits_indices), vocab] of the chosen rows, in the model's dtype; with ``argmax``
-        (1 to argmax_rows rows), each row's first maximum instead, taken inside the LM head's kernel.
-        One method, so that forward hooks on the model see both."""
+        (1 to argmax_rows rows), each row's first maximum instead, taken inside the LM head's kernel;
+        ``nano``: its nano-batches (model/nano_batch.py), run overlapped on two streams. One method, so
+        that forward hooks on the model see every way."""
         hidden, residual = self.embed_tokens(input_ids), None
-        for layer, kv_cache in zip(self.layers, kv_caches):
-            hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
+        if nano is None:
+            for layer, kv_cache in zip(self.layers, kv_caches):
+                hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
+        else:
+            streams = streams_for(input_ids.device)
+            hidden, residual = overlapped_layers(self.layers, hidden, kv_caches, nano, streams)
         last = self.final_norm(hidden, residual, logits_indices)
         return self.lm_head.argmax(last) if argmax else self.lm_head(last)
 

@@ -12,6 +12,7 @@ from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.model.block_tables import BlockTables
 from sarathi_lab.model.decoder import CausalLM
+from sarathi_lab.model.nano_batch import NO_OVERLAP, NanoBatch, OverlapRule, nano_batches
 
 
 @dataclass
@@ -21,6 +22,8 @@ class PreparedBatch:
     meta: AttentionMetadata
     # Rows whose logits are needed, in batch.sampled's order.
     logits_indices: torch.Tensor
+    # The two nano-batches it runs as (OverlapRule), each planned; None: it runs whole.
+    nano: tuple[NanoBatch, NanoBatch] | None = None
 
 
 class HostStaging:
@@ -55,8 +58,9 @@ class HostStaging:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, kv_caches: list[tuple[torch.Tensor, torch.Tensor]], block_size: int,
-                 device: torch.device):
+                 device: torch.device, overlap: OverlapRule = NO_OVERLAP):
         self.model = model
+        self.overlap = overlap
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
@@ -72,13 +76,21 @@ class ModelRunner:
                                  self.decode_lists)
         # The attention backend's per-iteration decisions, made once here rather than in every layer.
         self.model.backend.plan(prepared.meta, self.kv_caches[0][0])
+        meta = prepared.meta
+        at = self.overlap.cut(prepared.input_ids.shape[0], meta.num_prefill_tokens, meta.num_decodes)
+        if at is not None:
+            prepared.nano = nano_batches(prepared.positions, meta, at)
+            for part in prepared.nano:
+                self.model.backend.plan(part.meta, self.kv_caches[0][0])
         return prepared
 
     @torch.inference_mode()
     def forward(self, prepared: PreparedBatch, argmax: bool = False) -> torch.Tensor | list[int]:
         """The sampled rows' logits; with ``argmax``, their greedy tokens from inside the LM head's kernel."""
+        # Passed only where cut: a stand-in model (bench.host_path's) takes no such argument.
+        split = {} if prepared.nano is None else {"nano": prepared.nano}
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
-                          prepared.logits_indices, argmax=argmax)
+                          prepared.logits_indices, argmax=argmax, **split)
 
     def fuses_argmax(self, prepared: PreparedBatch) -> bool:
         """Whether forward(argmax=True) serves this batch (its sampled rows within argmax_rows)."""

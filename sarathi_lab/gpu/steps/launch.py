@@ -18,6 +18,7 @@ from sarathi_lab import LLM
 from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.gpu.steps.env import ceilings_or_measured
+from sarathi_lab.gpu.steps.launch_overlap import overlapped
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.profiling.kernel_breakdown import breakdown_rows, profile_iteration
@@ -101,9 +102,12 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
              f"where one holds the batch), interleaved, median of {reps}; floors: physical max(compute, memory) of "
              "the whole iteration, sequential the sum of each kernel's own (profiling/floors.py), memory at the "
              f"{memory_ceiling(env)[1]} rate")
+    contexts = (context, *MORE_CONTEXTS[ctx.device])
+    overlap, overlap_note = overlapped(llm, cases, contexts, reps, env, cuda, ctx.dir)
     pod, pod_note = _co_scheduled(llm, cases, context, reps, env, cuda)
-    metrics += pod
-    notes = [timed, f"engine graphs: {graphs}", *counts, breakdown_note, *skipped, pod_note]
+    metrics += overlap + pod
+    notes = [timed, f"engine graphs: {graphs}", *counts, breakdown_note, *skipped, overlap_note,
+             pod_note]
     notes += [f"warning: {w.message}" for w in caught if "capture" in str(w.message)]
     if own_ceilings:
         notes.append("floors at ceilings this step measured (the env step has not run)")

@@ -1,0 +1,126 @@
+"""Nano-batches (NanoFlow's): a large hybrid batch cut in two by token, run layer by layer so that
+one's attention (memory-bound for decodes) runs on a second stream while the other's GEMMs run on
+the forward's own. A cut inside a prefill chunk makes two consecutive chunks of that request, as
+chunked prefill runs them: the outputs are the sequential forward's up to rounding."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from itertools import accumulate
+
+import torch
+
+from sarathi_lab.attention import AttentionMetadata
+from sarathi_lab.engine.tiles import GEMM_TILE
+from sarathi_lab.model.streams import StreamPair
+
+# Below this many tokens an iteration's GEMMs at half its tokens fall under the ridge point, so the
+# cut costs them more than the overlap can win.
+MIN_OVERLAP_TOKENS = 384
+
+
+@dataclass(frozen=True)
+class OverlapRule:
+    """Which batches run as two nano-batches, and where they are cut (the one home of both):
+    ``mode`` (EngineConfig.overlap, checked there) ``none`` never; ``nano_batch`` a batch of prefill
+    tokens and decodes of ``min_tokens`` or more, cut at whole ``tile``-token GEMM tiles, half of
+    them each side."""
+
+    mode: str = "none"
+    min_tokens: int = MIN_OVERLAP_TOKENS
+    tile: int = GEMM_TILE
+
+    def cut(self, tokens: int, prefill_tokens: int, decodes: int) -> int | None:
+        """The first nano-batch's tokens (all of them a prefill's, so that the decodes' attention
+        runs beside the first's GEMMs), or None: the batch runs whole."""
+        if self.mode != "nano_batch" or tokens < self.min_tokens:
+            return None
+        if not prefill_tokens or not decodes:
+            return None
+        at = min(-(-tokens // self.tile) // 2 * self.tile, prefill_tokens)
+        return at if 0 < at < tokens else None
+
+
+NO_OVERLAP = OverlapRule()
+
+
+def split_meta(meta: AttentionMetadata, at: int) -> tuple[AttentionMetadata, AttentionMetadata]:
+    """The metadata of tokens ``[:at]`` and ``[at:]``; a request cut at ``at`` (a prefill chunk)
+    is in both: its first piece sees the context before the second's tokens, the second all."""
+    lens, seqs = meta.query_lens_host, meta.seq_lens_host
+    ends = list(accumulate(lens))
+    if not 0 < at < ends[-1]:
+        raise ValueError(f"a nano-batch cut at token {at} of {ends[-1]} leaves one nano-batch "
+                         "empty")
+    i = next(r for r, end in enumerate(ends) if end >= at)  # the request holding token at - 1
+    first_len = at - (ends[i] - lens[i])
+    cut = first_len < lens[i]
+    if cut and i >= meta.num_prefills:
+        raise ValueError(f"a nano-batch cut at token {at} would cut decode {i - meta.num_prefills}")
+    head = (lens[:i] + [first_len], seqs[:i] + [seqs[i] - (lens[i] - first_len)])
+    tail = (([lens[i] - first_len] if cut else []) + lens[i + 1:], seqs[i + (not cut):])
+    rows = ((0, i + 1), (i + (not cut), len(lens)))
+    return (_part(meta, head, rows[0], slice(0, at)),
+            _part(meta, tail, rows[1], slice(at, None)))
+
+
+def _part(meta: AttentionMetadata, lens_seqs: tuple[list[int], list[int]], rows: tuple[int, int],
+          tokens: slice) -> AttentionMetadata:
+    lens, seqs = lens_seqs
+    lo, hi = rows
+    prefills = max(0, min(hi, meta.num_prefills) - lo)
+    dev, i32 = meta.seq_lens.device, torch.int32
+    return replace(meta, num_prefills=prefills, num_decodes=len(lens) - prefills,
+                   num_prefill_tokens=sum(lens[:prefills]),
+                   query_start_loc=torch.tensor([0, *accumulate(lens)], dtype=i32, device=dev),
+                   seq_lens=torch.tensor(seqs, dtype=i32, device=dev),
+                   block_tables=meta.block_tables[lo:hi], slot_mapping=meta.slot_mapping[tokens],
+                   query_lens_host=list(lens), seq_lens_host=list(seqs), max_query_len=max(lens),
+                   plan=None)
+
+
+@dataclass
+class NanoBatch:
+    """One nano-batch: its rows of the batch's tokens and its own attention metadata."""
+
+    tokens: slice
+    positions: torch.Tensor
+    meta: AttentionMetadata
+
+
+def nano_batches(positions: torch.Tensor, meta: AttentionMetadata,
+                 at: int) -> tuple[NanoBatch, NanoBatch]:
+    first, second = split_meta(meta, at)
+    return (NanoBatch(slice(0, at), positions[:at], first),
+            NanoBatch(slice(at, None), positions[at:], second))
+
+
+def overlapped_layers(layers, hidden: torch.Tensor, kv_caches, parts: tuple[NanoBatch, ...],
+                      streams: StreamPair) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden, residual) of every token after ``layers``: per layer, each nano-batch's first norm
+    and projections on the main stream, its attention on the side stream once they are done, and
+    its output projection and MLP back on the main stream once its attention is (joined by events:
+    the side stream's first work waits on the main's, and the main waits on its last)."""
+    hidden = [hidden[p.tokens] for p in parts]
+    residual: list = [None] * len(parts)
+    out: list = [None] * len(parts)
+    done: list = [None] * len(parts)
+    previous = None
+    for layer, kv_cache in zip(layers, kv_caches):
+        for i, part in enumerate(parts):
+            if previous is not None:
+                streams.wait("main", done[i])
+                hidden[i], residual[i] = previous.post_attention(out[i], residual[i])
+            q, residual[i] = layer.pre_attention(part.positions, hidden[i], residual[i], kv_cache,
+                                                 part.meta)
+            ready = streams.mark("main")
+            with streams.on_side():
+                streams.wait("side", ready)
+                out[i] = layer.self_attn.attend(q, kv_cache, part.meta)
+                done[i] = streams.mark("side")
+            streams.hand(q, "side")
+            streams.hand(out[i], "main")
+        previous = layer
+    for i in range(len(parts)):
+        streams.wait("main", done[i])
+        hidden[i], residual[i] = previous.post_attention(out[i], residual[i])
+    return torch.cat(hidden), torch.cat(residual)
