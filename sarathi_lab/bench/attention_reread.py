@@ -16,14 +16,16 @@ def main(argv: list[str] | None = None):
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--seq-lens", type=positive_ints, default=[1024, 2048, 4096],
                         help="prompt lengths L, comma list")
-    parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024], help="chunk sizes C, comma list")
+    parser.add_argument("--chunks", type=positive_ints, default=[128, 256, 512, 1024],
+                        help="chunk sizes C, comma list")
     parser.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
                         help="auto: triton on CUDA, torch elsewhere")
     parser.add_argument("--heads", type=positive_int, default=LLAMA_HEADS)
     parser.add_argument("--kv-heads", type=positive_int, default=LLAMA_KV_HEADS)
     parser.add_argument("--head-dim", type=positive_int, default=LLAMA_HEAD_DIM)
     parser.add_argument("--block-size", type=positive_int, default=16)
-    parser.add_argument("--reps", type=positive_int, default=5, help="timed repetitions (medians are reported)")
+    parser.add_argument("--reps", type=positive_int, default=5,
+                        help="timed repetitions (medians are reported)")
     add_common_args(parser)
     args = parse(parser, argv, seq_lens=[256, 512], chunks=[64, 128], reps=2)
     if not any(C <= L for L in args.seq_lens for C in args.chunks):
@@ -38,9 +40,9 @@ def main(argv: list[str] | None = None):
                      "times say nothing; use torch")
     device, dtype = torch.device(args.device), args.torch_dtype
     start = load.snapshot()
-    rows = [measure_reread(L, C, num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim,
-                           dtype=dtype, device=device, attention=args.attention, block_size=args.block_size,
-                           reps=args.reps)
+    rows = [measure_reread(L, C, num_heads=args.heads, num_kv_heads=args.kv_heads,
+                           head_dim=args.head_dim, dtype=dtype, device=device,
+                           attention=args.attention, block_size=args.block_size, reps=args.reps)
             for L in args.seq_lens for C in args.chunks if C <= L]
     print(describe_machine(device) + f"\n# {load.contention(start)}")
     if device.type == "cuda":

@@ -26,7 +26,8 @@ def device_arg(text: str) -> str:
     return text
 
 
-def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine: bool = False) -> None:
+def add_common_args(parser: argparse.ArgumentParser, clock: bool = False,
+                    engine: bool = False) -> None:
     parser.add_argument("--device", type=device_arg, default=default_device())
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
@@ -42,7 +43,8 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes that finish in seconds (CI); "
                              "options given on the command line keep their value")
-    parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
+    parser.add_argument("--out", type=table_path,
+                        help="also write the table to this file (.csv or .json)")
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> argparse.Namespace:
@@ -55,7 +57,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> a
         parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
                      "use --clock wall")
     if "clock" in args and args.clock == "cpu" and (args.threads or usable_cores()) != 1:
-        given = f"{args.threads or usable_cores()}" + ("" if args.threads else " (the default: every core)")
+        given = f"{args.threads or usable_cores()}" + ("" if args.threads
+                                                       else " (the default: every core)")
         parser.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
                      "core's time only with one thread (the others' seconds, spin-waits too, add up); "
                      "use --threads 1")
@@ -87,8 +90,8 @@ def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: a
         setattr(args, dest, getattr(again, dest))
 
 
-def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,
-                  seed: int = 0) -> tuple[list[list[int]], list[int]]:
+def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int],
+                  vocab: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
     """Seeded random prompts and decode lengths, uniform in the given ranges."""
     rng = random.Random(seed)
     lens = [rng.randint(*prompt_len) for _ in range(requests)]
@@ -97,7 +100,8 @@ def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[
 
 
 def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: str | None = None,
-                float_format: str = "{:.3f}", device: str = "cpu", extra: dict | None = None) -> pd.DataFrame:
+                float_format: str = "{:.3f}", device: str = "cpu",
+                extra: dict | None = None) -> pd.DataFrame:
     """Prints the table; with ``out``, also writes it there (``extra``: the JSON's other keys)."""
     table = pd.DataFrame(rows)
     if title:
@@ -109,12 +113,14 @@ def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: 
     return table
 
 
-def write_table(table: pd.DataFrame, out: str, extra: dict | None = None, device: str = "cpu") -> None:
+def write_table(table: pd.DataFrame, out: str, extra: dict | None = None,
+                device: str = "cpu") -> None:
     """``device``: the one the table was measured on, which the JSON's machine record names."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".json":
         path.write_text(json.dumps({"machine": machine_record(device), **(extra or {}),
-                                    "rows": table.to_dict(orient="records")}, indent=1, default=str))
+                                    "rows": table.to_dict(orient="records")}, indent=1,
+                                    default=str))
     else:
         table.to_csv(path, index=False)

@@ -49,7 +49,8 @@ def measured_ceilings(gpu_docs: Path, device: str) -> tuple[str, float, float] |
     return None
 
 
-def simulated_prefill_ratio(device: str, cost_model: str, chunk: int, length: int, model: str = MODEL) -> float:
+def simulated_prefill_ratio(device: str, cost_model: str, chunk: int, length: int,
+                            model: str = MODEL) -> float:
     """chunk_overhead's ``prefill_slowdown`` as the simulator predicts it on ``device``: its task at its
     settings (pd_ratio, reps) over a simulated engine."""
     experiment = OmegaConf.load(CONF_DIR / "experiment" / "chunk_overhead.yaml")
@@ -98,10 +99,12 @@ def markdown(gpu_docs: Path, rows: list[dict]) -> str:
                     if "lease" in r else "- | - | -")
         lines.append(f"| {r['device'].upper()} | {r['datasheet_tflops']:.0f} | {r['datasheet_gbps']:,.0f} | "
                      f"{r['ridge_datasheet']:.0f} | {measured} |")
-    lines += ["", (f"The simulator's chunk_overhead prefill ratio (chunked / whole, {MODEL}, bf16; the "
+    lines += ["",
+              (f"The simulator's chunk_overhead prefill ratio (chunked / whole, {MODEL}, bf16; the "
                    "experiment's task on `executor=sim`, its prompt the length split by its pd_ratio; paper: chunk "
                    "256 <= 1.2x, 512 <= 1.1x), by cost model:"), "",
-              "| device | cost model | " + " | ".join(f"chunk {c}, length {n}" for c in CHUNKS for n in LENGTHS) + " |",
+              "| device | cost model | "
+              + " | ".join(f"chunk {c}, length {n}" for c in CHUNKS for n in LENGTHS) + " |",
               "|---|---|" + "---|" * (len(CHUNKS) * len(LENGTHS))]
     for name in SIMULATED:
         for cost in COST_MODELS:
@@ -124,7 +127,8 @@ def moves(rows: list[dict]) -> list[str]:
                   if (r["cost_model"], r["chunk"], r["length"]) == (cost, c, max(LENGTHS))}
             holds = {d: at[d] <= BOUNDS[c] for d in at}
             verdict = ("moves with the device" if holds[paper] and not holds[ours] else
-                       "holds on both" if holds[paper] and holds[ours] else "fails on both" if not holds[paper]
+                       "holds on both" if holds[paper] and holds[ours] else "fails on both"
+                       if not holds[paper]
                        and not holds[ours] else "holds on ours only")
             found.append(f"- {cost}, chunk {c} at length {max(LENGTHS)}: {paper.upper()} {at[paper]:.2f}x, "
                          f"{ours.upper()} {at[ours]:.2f}x: {verdict}")
@@ -132,9 +136,12 @@ def moves(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.device_beside", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu-docs", type=Path, default=REPO_ROOT / "docs" / "gpu", help="the leases' folders")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim", help="where the page goes")
+    parser = cli_args.Parser(prog="python -m sarathi_lab.bench.device_beside",
+                             description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu-docs", type=Path, default=REPO_ROOT / "docs" / "gpu",
+                        help="the leases' folders")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim",
+                        help="where the page goes")
     args = parser.parse_args(argv)
     rows = sim_rows()
     args.out.mkdir(parents=True, exist_ok=True)

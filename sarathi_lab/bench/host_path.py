@@ -59,11 +59,11 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
 
     config = load_config(MODEL)
     blocks = BlockManager(num_blocks, BLOCK_SIZE)
-    scheduler = make_scheduler("sarathi_serve", blocks, max_batch_size=max_batch_size, chunk_size=token_budget,
-                               max_model_len=max_model_len)
+    scheduler = make_scheduler("sarathi_serve", blocks, max_batch_size=max_batch_size,
+                               chunk_size=token_budget, max_model_len=max_model_len)
     empty = torch.empty(0)
-    runner = ModelRunner(NoopModel(config.vocab_size), [(empty, empty)] * config.num_hidden_layers, BLOCK_SIZE,
-                         torch.device("cpu"))
+    runner = ModelRunner(NoopModel(config.vocab_size), [(empty, empty)] * config.num_hidden_layers,
+                         BLOCK_SIZE, torch.device("cpu"))
     # The numpy path a CUDA device takes, not the CPU's own for small decode-only batches.
     runner.decode_lists = False
     clock = WallClock()
@@ -75,7 +75,8 @@ def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_mo
 def _requests(first_id: int, n: int, prompt_len: int, new_tokens: int):
     from sarathi_lab.engine.sequence import Sequence
 
-    return [Sequence(first_id + i, [(first_id + i + t) % 31_000 + 2 for t in range(prompt_len)], new_tokens)
+    return [Sequence(first_id + i, [(first_id + i + t) % 31_000 + 2 for t in range(prompt_len)],
+                     new_tokens)
             for i in range(n)]
 
 
@@ -101,7 +102,8 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
     new = -(-decodes * context // prefill) + runs + 3
     prompt = chunk * (runs + 1)
     max_len = max(context + new, prompt + 1)
-    blocks = decodes * blocks_for(context + new, BLOCK_SIZE) + (blocks_for(max_len, BLOCK_SIZE) if chunk else 0)
+    blocks = decodes * blocks_for(context + new, BLOCK_SIZE) + (blocks_for(max_len, BLOCK_SIZE)
+                                                                if chunk else 0)
     engine = build_engine(decodes + bool(chunk), prefill + decodes, blocks, max_len)
     for seq in _requests(0, decodes, context - 1, new):
         engine.add_request(seq)
@@ -110,26 +112,30 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
     if chunk:
         engine.add_request(_requests(decodes, 1, prompt, 1)[0])
     steps = _steps(engine, runs)[warmup:]
-    if not all(r.num_decode_requests == decodes and r.num_prefill_tokens == chunk for r, _ in steps):
+    if not all(r.num_decode_requests == decodes
+               and r.num_prefill_tokens == chunk for r, _ in steps):
         raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: the scheduler "
                            "ran other batches")
     return steps
 
 
-def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model, kv_fits) -> dict:
+def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model,
+              kv_fits) -> dict:
     """``kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
     times = pd.DataFrame([{
         "host": r.duration - r.forward_time, "schedule": r.schedule_time, "prepare": r.prepare_time,
         "sample": r.sample_time,
         # update(), the records, the loop: what the step times outside its named parts.
         "rest": r.duration - r.schedule_time - r.prepare_time - r.forward_time - r.sample_time,
-        f"{GPU}_forward": cost_model.iteration_cost(prefills, decodes, r.num_decode_requests).forward_s,
+        f"{GPU}_forward": cost_model.iteration_cost(prefills, decodes,
+                                                    r.num_decode_requests).forward_s,
     } for r, (prefills, decodes) in steps])
     # Each iteration's overhead as if its forward took the predicted time, then the median of those.
     frac = overhead_fraction(times["host"], times[f"{GPU}_forward"]).median()
     return {
         "case": "hybrid" if chunk else "decode", "batch": batch, "context": context, "chunk": chunk,
-        **(times.median() * 1e6).add_suffix("_us").to_dict(), "overhead_fraction": frac, "met": frac < TARGET,
+        **(times.median() * 1e6).add_suffix("_us").to_dict(), "overhead_fraction": frac,
+        "met": frac < TARGET,
         "kv_fits": all(kv_fits(r.num_tokens, sum(c for _, c in prefills) + sum(decodes))
                        for r, (prefills, decodes) in steps),
     }
@@ -154,8 +160,10 @@ def run(args) -> pd.DataFrame:
     print(describe_machine("cpu"))
     print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one {GPU}"
           f" | median of {args.reps} iterations after {args.warmup} | {load.contention(start)}")
-    table = print_table(rows, args.out, f"Host time per iteration beside the predicted {GPU} forward: its "
-                        f"overhead_fraction (target < {TARGET:.0%})", extra={"model": MODEL, "gpu": GPU})
+    table = print_table(rows, args.out,
+                        f"Host time per iteration beside the predicted {GPU} forward: its "
+                        f"overhead_fraction (target < {TARGET:.0%})",
+                        extra={"model": MODEL, "gpu": GPU})
     if not table["kv_fits"].all():
         print(f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; its forward is"
               " the cost model's what-if")
@@ -169,14 +177,18 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = bench_parser(__spec__, __doc__)
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32, 64, 128, 256],
                    help="decode batch sizes (requests)")
-    p.add_argument("--contexts", type=positive_ints, default=[1024, 4096], help="each decode's context (tokens)")
+    p.add_argument("--contexts", type=positive_ints, default=[1024, 4096],
+                   help="each decode's context (tokens)")
     p.add_argument("--hybrid", type=hybrid_pairs, default=[(512, 8), (512, 32), (512, 128)],
                    help="CHUNK+DECODES cases: one prefill chunk of CHUNK tokens beside DECODES decodes")
-    p.add_argument("--reps", type=positive_int, default=30, help="iterations timed per case (their median)")
+    p.add_argument("--reps", type=positive_int, default=30,
+                   help="iterations timed per case (their median)")
     p.add_argument("--warmup", type=positive_int, default=5, help="iterations run first, untimed")
     p.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI)")
-    p.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
-    args = parse(p, argv, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3, warmup=1)
+    p.add_argument("--out", type=table_path,
+                   help="also write the table to this file (.csv or .json)")
+    args = parse(p, argv, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3,
+                 warmup=1)
     if not (args.contexts and (args.decode_batches or args.hybrid)):
         p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one case")
     if min(args.contexts) < 2:

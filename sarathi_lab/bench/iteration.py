@@ -53,21 +53,23 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
         # The whole iteration as the engine runs it: prepare, forward, greedy sampling.
         iter_s = median_time(lambda: executor.execute(batch), reps, timer)
         meta, num_sampled = prepared.meta, len(batch.sampled)
-    return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s, "query_lens": list(meta.query_lens_host),
-            "context_lens": list(meta.seq_lens_host), "num_sampled": num_sampled}
+    return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s,
+            "query_lens": list(meta.query_lens_host), "context_lens": list(meta.seq_lens_host),
+            "num_sampled": num_sampled}
 
 
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
     start = load.snapshot()
-    ceilings = partial(measure_ceilings, args.device, args.torch_dtype, **(CEILING_SMOKE if args.smoke else {}),
-                       clock=args.clock)
+    ceilings = partial(measure_ceilings, args.device, args.torch_dtype,
+                       **(CEILING_SMOKE if args.smoke else {}), clock=args.clock)
 
     before = ceilings()
     num_blocks = blocks_needed(args, EngineConfig.block_size)  # the LLM below keeps the default
-    llm = LLM(args.model, num_kv_blocks=num_blocks, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear,
-              warmup_iters=0, max_batch_size=max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1]))
+    llm = LLM(args.model, num_kv_blocks=num_blocks, device=args.device, dtype=args.dtype,
+              cpu_linear=args.cpu_linear, warmup_iters=0,
+              max_batch_size=max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1]))
     shape = Shape.of(llm.model_config)
     elem = llm.dtype.itemsize
     batches = SyntheticBatches(llm, seed=args.seed, layout=args.layout)
@@ -80,17 +82,18 @@ def run(args) -> pd.DataFrame:
         copy_gbps = max(before.copy_gbps, after.copy_gbps)
         matmul_gflops = max(before.matmul_gflops, after.matmul_gflops)
         before = after  # the next case's reading before it
-        f = floor(shape, t["query_lens"], t["context_lens"], t["num_sampled"], elem, copy_gbps, matmul_gflops)
+        f = floor(shape, t["query_lens"], t["context_lens"], t["num_sampled"], elem, copy_gbps,
+                  matmul_gflops)
         target = TARGETS.get((case["kind"], case["size"]))
         ratio = t["iter_s"] / f.seconds
         rows.append({
             "case": case["kind"], "size": case["size"], "decodes": case["decodes"],
             "tokens": sum(t["query_lens"]), "kv_tokens": sum(t["context_lens"]),
-            "iter_ms": t["iter_s"] * 1e3, "forward_ms": t["fwd_s"] * 1e3, "prepare_ms": t["prep_s"] * 1e3,
-            "floor_ms": f.seconds * 1e3, "bound": f.bound, "ratio": ratio,
-            "GBps": f.bytes / t["iter_s"] / 1e9, "GFLOPs": f.flops / t["iter_s"] / 1e9,
-            "ceil_GBps": copy_gbps, "ceil_GFLOPs": matmul_gflops,
-            "target": target if target is not None else math.nan,
+            "iter_ms": t["iter_s"] * 1e3, "forward_ms": t["fwd_s"] * 1e3,
+            "prepare_ms": t["prep_s"] * 1e3, "floor_ms": f.seconds * 1e3, "bound": f.bound,
+            "ratio": ratio, "GBps": f.bytes / t["iter_s"] / 1e9,
+            "GFLOPs": f.flops / t["iter_s"] / 1e9, "ceil_GBps": copy_gbps,
+            "ceil_GFLOPs": matmul_gflops, "target": target if target is not None else math.nan,
             "met": (ratio <= target) if target is not None else None,
         })
     batches.close()
@@ -103,8 +106,8 @@ def run(args) -> pd.DataFrame:
           f" | {load.contention(start)}")
     # How the ceilings were measured; their values are the table's ceil_* columns, per case.
     setup = {k: v for k, v in asdict(before).items() if k not in ("copy_gbps", "matmul_gflops")}
-    print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}",
-                args.device, {"ceilings": setup, "model": args.model, "dtype": args.dtype,
+    print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)",
+                "{:.2f}", args.device, {"ceilings": setup, "model": args.model, "dtype": args.dtype,
                               "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
                               "decode_context": args.decode_context, "layout": args.layout})
     table.attrs["ceilings"] = setup
@@ -121,13 +124,15 @@ def parser() -> argparse.ArgumentParser:
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])
-    p.add_argument("--decode-context", type=positive_int, default=512, help="context tokens of every decode")
+    p.add_argument("--decode-context", type=positive_int, default=512,
+                   help="context tokens of every decode")
     p.add_argument("--prefill-chunks", type=positive_ints, default=[128, 256, 512])
     p.add_argument("--hybrid", type=hybrid_pairs, default=[(256, 8), (512, 8)],
                    help="prefill chunk + decodes, e.g. 256+8 (the chunk is its prompt's second)")
     p.add_argument("--layout", choices=LAYOUTS[1:], default="served",
                    help="where the requests' KV blocks lie in the cache (see sarathi_lab.profiling.batches)")
-    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions; medians are reported")
+    p.add_argument("--reps", type=positive_int, default=5,
+                   help="timed repetitions; medians are reported")
     p.add_argument("--seed", type=int, default=0)
     return p
 

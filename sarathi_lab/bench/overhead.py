@@ -41,9 +41,9 @@ def run(args) -> pd.DataFrame:
     max_len = max(len(p) + n for p, n in zip(prompts, new_tokens))
     rows = []
     for name in args.schedulers:
-        llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size, max_batch_size=args.batch_size,
-                  max_model_len=max_len, device=args.device, dtype=args.dtype, num_kv_blocks=args.kv_blocks,
-                  cpu_linear=args.cpu_linear)
+        llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size,
+                  max_batch_size=args.batch_size, max_model_len=max_len, device=args.device,
+                  dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
         gemm = llm.cpu_gemm
         row = {"scheduler": name} | measure(llm, prompts, new_tokens)
         row["target"], row["met"] = TARGET, row["overhead_fraction"] < TARGET
@@ -54,7 +54,8 @@ def run(args) -> pd.DataFrame:
           f" | {len(prompts)} requests, prompts {args.prompt_len},"
           f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size}"
           f" | {load.contention(start)}")
-    extra = {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear, "cpu_gemm": gemm}
+    extra = {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
+             "cpu_gemm": gemm}
     title = "Share of iteration time outside the forward pass"
     return print_table(rows, args.out, title, "{:.4f}", args.device, extra)
 
@@ -66,15 +67,16 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--schedulers", type=names_of(scheduler_names()), default=["sarathi", "vllm"])
     p.add_argument("--chunk-size", type=positive_int, default=512)
     p.add_argument("--batch-size", type=positive_int, default=8)
-    p.add_argument("--kv-blocks", type=positive_int, default=None, help="KV cache blocks (default: the engine's)")
+    p.add_argument("--kv-blocks", type=positive_int, default=None,
+                   help="KV cache blocks (default: the engine's)")
     p.add_argument("--requests", type=positive_int, default=16)
     p.add_argument("--prompt-len", type=int_range, default=(128, 512), metavar="LO-HI",
                    help="prompt lengths, uniform in [LO, HI]")
     p.add_argument("--new-tokens", type=int_range, default=(32, 64), metavar="LO-HI",
                    help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
     p.add_argument("--seed", type=int, default=0)
-    return run(parse(p, argv, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8), chunk_size=32,
-                     batch_size=4))
+    return run(parse(p, argv, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8),
+                     chunk_size=32, batch_size=4))
 
 
 if __name__ == "__main__":

@@ -30,19 +30,22 @@ def measure(logits: torch.Tensor, params: SamplingParams, reps: int) -> dict:
     times = interleaved(paths, reps, make_clock("wall"))
     kernel, torch_path = (float(np.median(times[name])) for name in paths)
     same = sum(a == b for a, b in zip(paths["kernel"](), paths["torch"]())) / logits.shape[0]
-    return {"kernel_ms": kernel * 1e3, "torch_ms": torch_path * 1e3, "speedup": torch_path / kernel, "same_token": same}
+    return {"kernel_ms": kernel * 1e3, "torch_ms": torch_path * 1e3, "speedup": torch_path / kernel,
+            "same_token": same}
 
 
 def main(argv: list[str] | None = None):
     parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--rows", type=positive_int, default=16, help="rows sampled together (a decode batch)")
+    parser.add_argument("--rows", type=positive_int, default=16,
+                        help="rows sampled together (a decode batch)")
     parser.add_argument("--vocab", type=positive_int, default=32000)
     parser.add_argument("--top-p", type=comma_list(_probability, "numbers in (0, 1]", empty=False),
                         default=[1.0, 0.95], help="comma list, each in (0, 1]")
     parser.add_argument("--scales", type=positive_ints, default=[1, 12],
                         help="logits' standard deviations, comma list: 1 flat, 12 peaked")
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--reps", type=positive_int, default=21, help="timed calls of each path (medians)")
+    parser.add_argument("--reps", type=positive_int, default=21,
+                        help="timed calls of each path (medians)")
     add_common_args(parser)
     args = parse(parser, argv, rows=2, vocab=2000, reps=3)
     if not 0 < args.temperature < float("inf"):

@@ -18,8 +18,10 @@ DOCS = REPO_ROOT / "docs" / "sim"
 GPU_DOCS = REPO_ROOT / "docs" / "gpu"
 SMOKE_OPS = (1, 128, 136, 1024)
 # Every file main writes into --out.
-OUTPUTS = (*(f"fidelity_{name}.csv" for name in ("ops", "iterations", "errors", "attention_holdout", "all_reduce",
-                                                   "tp_errors", "engine_profile_ops", "engine_profile_iterations",
+OUTPUTS = (*(f"fidelity_{name}.csv" for name in ("ops", "iterations", "errors", "attention_holdout",
+                                                 "all_reduce",
+                                                   "tp_errors", "engine_profile_ops",
+                                                   "engine_profile_iterations",
                                                    "engine_profile_errors", "graph_replay")),
            "fidelity.png", "fidelity_engine_profile.png")
 
@@ -51,7 +53,8 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     for row, device in zip(axes, devices):
         its = iterations[iterations.device == device].reset_index(drop=True)
         for name, marker in markers.items():
-            row[0].scatter(range(len(its)), its[f"{name}_s"] / its.measured_s, marker=marker, s=14, label=name)
+            row[0].scatter(range(len(its)), its[f"{name}_s"] / its.measured_s, marker=marker, s=14,
+                           label=name)
         row[0].axhline(1.0, color="k", lw=0.8)
         for band in (0.9, 1.1):
             row[0].axhline(band, color="grey", lw=0.5, ls=":")
@@ -63,9 +66,12 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         err = errors[errors.device == device]
         labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
         x = range(len(err))
-        row[1].bar([i - 0.2 for i in x], err.roofline_median_err, width=0.4, label="roofline median")
-        row[1].bar([i + 0.2 for i in x], err.holdout_median_err, width=0.4, label="calibrated, held out: median")
-        row[1].scatter(list(x), err.holdout_worst_err, marker="_", color="k", s=60, label="held out: worst")
+        row[1].bar([i - 0.2 for i in x], err.roofline_median_err, width=0.4,
+                   label="roofline median")
+        row[1].bar([i + 0.2 for i in x], err.holdout_median_err, width=0.4,
+                   label="calibrated, held out: median")
+        row[1].scatter(list(x), err.holdout_worst_err, marker="_", color="k", s=60,
+                       label="held out: worst")
         row[1].axhline(0.10, color="grey", lw=0.6, ls="--")
         row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
         row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
@@ -84,19 +90,23 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     from sarathi_lab.sim import gpu_kernels
 
     parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--smoke", action="store_true", help="one device, two models, a few token counts")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one device, two models, a few token counts")
     parser.add_argument("--devices", nargs="+", choices=gpu_kernels.measured_devices())
     parser.add_argument("--models", nargs="+", choices=gpu_kernels.model_shapes().index.tolist())
-    parser.add_argument("--out", type=Path, default=DOCS, help="directory of the CSVs and the figure")
+    parser.add_argument("--out", type=Path, default=DOCS,
+                        help="directory of the CSVs and the figure")
     parser.add_argument("--force", action="store_true",
                         help="replace tables of another scale or of other GPU leases' profiles in OUT")
     args = parser.parse_args(argv)
     scale = "ci" if args.smoke else "full" if not (args.devices or args.models) else (
         f"devices {args.devices or 'all'}, models {args.models or 'all'}")
     prov = provenance.Provenance("computed: cost models against measured kernels and engine profiles", scale,
-                                 lease=leases_read(), writer="python -m sarathi_lab.bench sim_fidelity")
+                                 lease=leases_read(),
+                                 writer="python -m sarathi_lab.bench sim_fidelity")
     planned = {args.out / name: prov for name in OUTPUTS}
-    provenance.check_or_refuse(parser, planned, args.force, "--force replaces them; --out DIR writes elsewhere")
+    provenance.check_or_refuse(parser, planned, args.force,
+                               "--force replaces them; --out DIR writes elsewhere")
     devices, models, op_tokens = args.devices, args.models, fidelity.OP_TOKENS
     if args.smoke:
         devices, models, op_tokens = devices or ["a100"], models or ["llama2-7b", "phi-2"], SMOKE_OPS
@@ -106,7 +116,8 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     pd.set_option("display.width", 160)
 
     def show(title: str, table: pd.DataFrame, columns=None, digits: int = 3) -> None:
-        ms = table.assign(**{c.replace("_s", "_ms"): table[c] * 1e3 for c in table if c.endswith("_s")})
+        ms = table.assign(**{c.replace("_s", "_ms"): table[c] * 1e3 for c in table
+                             if c.endswith("_s")})
         print(f"{title}:")
         print((ms if columns is None else ms[columns]).round(digits).to_string(index=False))
 
@@ -118,16 +129,17 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     if len(attention):
         show("\nPrefill attention, fitted without each chunk size and predicting it", attention)
     shards = [fidelity.run(devices, models, op_tokens, tp=tp)[1] for tp in ((2,) if args.smoke else (2, 4))]
-    shard_errors = pd.concat([fidelity.errors(its) for its in shards if len(its)] or [pd.DataFrame()],
-                             ignore_index=True)
+    shard_errors = pd.concat([fidelity.errors(its) for its in shards if len(its)]
+                             or [pd.DataFrame()], ignore_index=True)
     show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit saw; no attention)",
          shard_errors)
     reduce_errors = fidelity.all_reduce_errors(fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
     show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as the cost models "
          "read it; holdout = without the size it predicts)", reduce_errors)
     args.out.mkdir(parents=True, exist_ok=True)
-    tables = {"ops": ops, "iterations": iterations, "errors": errors, "attention_holdout": attention,
-              "all_reduce": reduce_errors, "tp_errors": shard_errors}
+    tables = {"ops": ops, "iterations": iterations, "errors": errors,
+              "attention_holdout": attention, "all_reduce": reduce_errors,
+              "tp_errors": shard_errors}
     _write_csvs(args.out, tables)
     draw(iterations, errors, args.out / "fidelity.png")
     print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
@@ -148,7 +160,8 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
     errors = engine_fidelity.errors(ops, iterations)
     show("\nThis engine's forward measured on the GPU (task=profile; whole model), per iteration kind and per "
          "operator: |predicted / measured - 1| and predicted / measured", errors)
-    tables = {"engine_profile_ops": ops, "engine_profile_iterations": iterations, "engine_profile_errors": errors}
+    tables = {"engine_profile_ops": ops, "engine_profile_iterations": iterations,
+              "engine_profile_errors": errors}
     _write_csvs(out, tables)
     draw_engine(ops, iterations, errors, out / "fidelity_engine_profile.png")
     print(f"wrote {out}/fidelity_engine_profile_*.csv and fidelity_engine_profile.png")
@@ -181,14 +194,15 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
             key = label(chunk, decodes)
             if f"graph_ms[{key}]" not in measured:
                 continue
-            row = {"device": device, "lease": lease, "model": model, "chunk": chunk, "batch": decodes,
-                   "context": context}
+            row = {"device": device, "lease": lease, "model": model, "chunk": chunk,
+                   "batch": decodes, "context": context}
             row |= {f"{k}_ms": measured.get(f"{k}_ms[{key}]") for k in ("eager", "graph", "floor")}
             prefills, contexts = [(chunk, chunk)] if chunk else [], [context] * decodes
             row |= {f"{n}_ms": cm.iteration_cost(prefills, contexts).forward_s * 1e3 for n, cm in cms.items()}
             # The profile cost model predicts the eager forward it was measured on; the others, tight kernels.
             rows.append(row | {f"{n}_over_eager" if n == "profile" else f"{n}_over_graph":
-                               row[f"{n}_ms"] / row["eager_ms" if n == "profile" else "graph_ms"] for n in cms})
+                               row[f"{n}_ms"] / row["eager_ms" if n == "profile"
+                                                    else "graph_ms"] for n in cms})
     if not rows:
         return {}
     table = pd.DataFrame(rows)
@@ -240,12 +254,15 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         row[1].scatter(kv, dec.measured_s * 1e3, color="k", s=14, label="measured (engine profile)")
         for name in names:
             (marker, color), label = ENGINE_STYLES.get(name, BORROWED_STYLE), _engine_label(name, device)
-            row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker, color=color, ms=4, lw=0.8, label=label)
-            row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker, color=color, s=14, label=label)
+            row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker, color=color, ms=4,
+                        lw=0.8, label=label)
+            row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker, color=color, s=14,
+                           label=label)
         row[0].set(xlabel="prompt tokens (one prompt, prefilled whole)", ylabel="forward pass (ms)")
         row[0].set_title(f"{device} {model}: prefill-only iterations", fontsize=9)
         row[1].set(xlabel="KV tokens read (decodes x context)", ylabel="forward pass (ms)")
-        row[1].set_title(f"{device} {model}: decode-only iterations, batch 1-{dec.batch.max()}", fontsize=9)
+        row[1].set_title(f"{device} {model}: decode-only iterations, batch 1-{dec.batch.max()}",
+                         fontsize=9)
         err = errors[(errors.device == device) & (errors.model == model) & (errors.level == "op")]
         names = models_in(ops[(ops.device == device) & (ops.model == model)])
         width = 0.8 / max(len(names), 1)

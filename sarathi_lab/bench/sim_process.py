@@ -19,9 +19,9 @@ from sarathi_lab.config import REPO_ROOT
 
 # sim_speed's workload as a run's overrides: Llama-2-7B on a simulated A100 under sarathi_serve (token
 # budget 512, batch 64), 7,000 KV blocks of 16 tokens; the trace file adds the requests.
-OVERRIDES = ("executor=sim", "model=llama2-7b", "engine.sim_device=a100", "scheduler=sarathi_serve", "chunk=512",
-             "batch_size=64", "engine.num_kv_blocks=7000", "engine.block_size=16", "workload=trace",
-             "logger=none")
+OVERRIDES = ("executor=sim", "model=llama2-7b", "engine.sim_device=a100", "scheduler=sarathi_serve",
+             "chunk=512", "batch_size=64", "engine.num_kv_blocks=7000", "engine.block_size=16",
+             "workload=trace", "logger=none")
 
 
 def write_trace(path: Path, n: int) -> Path:
@@ -37,7 +37,8 @@ def run_once(checkout: Path, trace: Path, out: Path, python: str = sys.executabl
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "kernels")])}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([python, "-m", "sarathi_lab.run", *OVERRIDES, f"workload.path={trace}",
-                           f"hydra.run.dir={out}"], cwd=checkout, env=env, capture_output=True, text=True,
+                           f"hydra.run.dir={out}"], cwd=checkout, env=env, capture_output=True,
+                           text=True,
                           check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(args.runs):
             # Alternating which goes first: a machine that slows down over the runs weighs on both alike.
             for name in (list(checkouts) if i % 2 == 0 else list(reversed(checkouts))):
-                cpu_s, summaries[name] = run_once(checkouts[name], trace, Path(tmp) / f"{name}_{i}", args.python)
+                cpu_s, summaries[name] = run_once(checkouts[name], trace, Path(tmp) / f"{name}_{i}",
+                                                  args.python)
                 cpu[name].append(cpu_s)
                 print(f"run {i + 1} {name}: {cpu_s:.2f} s CPU", flush=True)
     for name, times in cpu.items():

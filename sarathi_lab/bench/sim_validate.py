@@ -30,11 +30,12 @@ from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.sim.profiles import profile_description, profile_path
 
 # Fields of an iteration that say what was batched (not how long it took).
-COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests", "num_decode_requests",
-               "kv_tokens_read", "num_preempted")
+COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests",
+               "num_decode_requests", "kv_tokens_read", "num_preempted")
 BLOCK_SIZE = EngineConfig.block_size  # both engines keep the default
 # The tiny model's profile for the smoke runs (``profile``'s keywords): every shape they batch.
-SMOKE_PROFILE = {"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1, "token_step": 16}
+SMOKE_PROFILE = {"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1,
+                 "token_step": 16}
 SERVED = ("makespan_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 DOCS = REPO_ROOT / "docs" / "sim"
 
@@ -65,7 +66,8 @@ class Case:
     def kv_blocks(self) -> int:
         """Room for ``batch`` of the longest requests beside the watermark, the same on both
         engines so that admission and preemption decide alike."""
-        return blocks_beside_watermark(self.batch * blocks_for(self.longest, BLOCK_SIZE), KV_WATERMARK)
+        return blocks_beside_watermark(self.batch * blocks_for(self.longest, BLOCK_SIZE),
+                                       KV_WATERMARK)
 
 
 def cases(smoke: bool = False) -> list[Case]:
@@ -83,7 +85,8 @@ def cases(smoke: bool = False) -> list[Case]:
     n, lo, hi, chunk, qps = (4, 16, 48, 16, 50.0) if smoke else (8, 128, 512, 64, 1.0)
     lengths = tuple(split_length(int(t), 4) for t in rng.integers(lo, hi + 1, size=n))
     arrivals = tuple(poisson_arrivals(n, qps, rng))
-    return out + [Case("scheduler_latency", s, chunk, 8, lengths, arrivals, repeat_real=(s == "sarathi"))
+    return out + [Case("scheduler_latency", s, chunk, 8, lengths, arrivals,
+                       repeat_real=(s == "sarathi"))
                   for s in names]
 
 
@@ -97,11 +100,12 @@ def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, r
     # The tile pairs measure GEMM tile steps; the CPU's oneDNN kernels have none worth a point.
     cfg = SimpleNamespace(chunk=chunk, batch_size=batch, seq_len=seq_len, seed=0,
                           model=SimpleNamespace(engine_model=model),
-                          measure=MeasureCfg(reps=reps, token_step=token_step, tile=1 << 20, max_tokens=max_tokens))
+                          measure=MeasureCfg(reps=reps, token_step=token_step, tile=1 << 20,
+                                             max_tokens=max_tokens))
     top = max(max_tokens, chunk + seq_len)
     blocks = blocks_for(top, BLOCK_SIZE) + batch * blocks_for(seq_len, BLOCK_SIZE) + 8
-    llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk, num_threads=1,
-              max_model_len=top, num_kv_blocks=blocks, warmup_iters=1)
+    llm = LLM(model, device="cpu", dtype="float32", max_batch_size=batch, chunk_size=chunk,
+              num_threads=1, max_model_len=top, num_kv_blocks=blocks, warmup_iters=1)
     task.run(cfg, _on_clock(llm, clock))
     return profile_path("cpu", model)
 
@@ -127,7 +131,8 @@ def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Ru
     started = time.process_time()
     llm.generate(prompts, [d for _, d in case.lengths], sampling=SamplingParams(ignore_eos=True),
                  arrival_times=None if case.arrivals is None else list(case.arrivals))
-    return Run(pd.DataFrame(llm.metrics.iteration_rows()), llm.metrics.summary(), time.process_time() - started)
+    return Run(pd.DataFrame(llm.metrics.iteration_rows()), llm.metrics.summary(),
+               time.process_time() - started)
 
 
 def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5):
@@ -145,7 +150,8 @@ def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5
     ref = drift["reference"]
     longest = ref["context"] + BLOCK_SIZE
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=ref["decodes"], num_threads=1,
-              max_model_len=longest, num_kv_blocks=ref["decodes"] * blocks_for(longest, BLOCK_SIZE) + 8)
+              max_model_len=longest, num_kv_blocks=ref["decodes"] * blocks_for(longest, BLOCK_SIZE)
+              + 8)
     batches = SyntheticBatches(_on_clock(llm, clock))
     profiled_s = statistics.median(drift.get("series_s") or (drift["first_s"], drift["last_s"]))
     return lambda: reference_forward_s(llm, batches, ref, reps) / profiled_s
@@ -165,7 +171,8 @@ def batch_errors(real: Run, sim: Run) -> dict:
         err = sim.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
         row["iter_median_abs_rel_err"] = float(np.median(np.abs(err)))
         row["iter_median_rel_err"] = float(np.median(err))
-        row["busy_rel_err"] = _rel(sim.iterations.duration_s.sum(), real.iterations.duration_s.sum())
+        row["busy_rel_err"] = _rel(sim.iterations.duration_s.sum(),
+                                   real.iterations.duration_s.sum())
     return row
 
 
@@ -181,9 +188,10 @@ def served_errors(real: Run, sim: Run, keys=SERVED) -> dict:
 def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
     """One row of the error table: signed relative errors sim/real - 1 (and again/real - 1 for the
     real engine's own spread)."""
-    row = {"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk, "batch": case.batch,
-           "requests": len(case.lengths), "arrival": "all_at_once" if case.arrivals is None else "poisson",
-           "iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
+    row = {"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
+           "batch": case.batch, "requests": len(case.lengths), "arrival": "all_at_once"
+           if case.arrivals is None else "poisson", "iterations_real": len(real.iterations),
+           "iterations_sim": len(sim.iterations)}
     row |= batch_errors(real, sim)
     # A repeat under Poisson arrivals may batch differently (timing moves admissions): then there
     # is no iteration-by-iteration spread to give.
@@ -211,10 +219,12 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
         real = run_case(case, model, CPUClock() if cpu_clock else None)
         again = run_case(case, model, CPUClock() if cpu_clock else None) if case.repeat_real else None
         sim = run_case(case, model, executor="sim", sim_device="cpu", sim_cost_model="profile")
-        row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s, "host_slowdown_vs_profile": slowdown}
+        row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s,
+                                                 "host_slowdown_vs_profile": slowdown}
         rows.append(row)
         if row["identical_batches"]:
-            points.append(pd.DataFrame({"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
+            points.append(pd.DataFrame({"workload": case.workload, "scheduler": case.scheduler,
+                                        "chunk": case.chunk,
                                         "num_tokens": real.iterations.num_tokens,
                                         "measured_s": real.iterations.duration_s,
                                         "predicted_s": sim.iterations.duration_s}))
@@ -228,18 +238,20 @@ def verdict(row: dict) -> str:
     return (f"identical batches {row['identical_batches']}, "
             f"iteration error {row.get('iter_median_abs_rel_err', math.nan):.1%}, "
             f"makespan {row['makespan_s_rel_err']:+.1%}"
-            + ("" if math.isnan(slowdown) else f", host at {slowdown:.2f}x the profile's reference time"))
+            + ("" if math.isnan(slowdown)
+               else f", host at {slowdown:.2f}x the profile's reference time"))
 
 
-def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str, label: str | None = None) -> None:
+def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str,
+           label: str | None = None) -> None:
     """The panel both validations draw of every iteration: simulated against measured, the diagonal
     where they agree, log axes in plain milliseconds."""
     from sarathi_lab.analysis.figures import plain_log_ticks
 
     low, high = min(measured_s.min(), simulated_s.min()) * 1e3, max(measured_s.max(), simulated_s.max()) * 1e3
     ax.plot([low, high], [low, high], "k-", lw=0.8, label=label)
-    ax.set(xscale="log", yscale="log", xlabel="measured iteration (ms)", ylabel="simulated iteration (ms)",
-           title=title)
+    ax.set(xscale="log", yscale="log", xlabel="measured iteration (ms)",
+           ylabel="simulated iteration (ms)", title=title)
     plain_log_ticks(ax.xaxis)
     plain_log_ticks(ax.yaxis)
 
@@ -252,7 +264,8 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
     fig = Figure(figsize=(10, 4.4), layout="constrained")
     left, right = fig.subplots(1, 2)
     for workload, group in points.groupby("workload"):
-        left.scatter(group.measured_s * 1e3, group.predicted_s * 1e3, s=6, alpha=0.6, label=workload)
+        left.scatter(group.measured_s * 1e3, group.predicted_s * 1e3, s=6, alpha=0.6,
+                     label=workload)
     parity(left, points.measured_s, points.predicted_s, "identical batches: iteration by iteration",
            label="simulated = measured")
     left.legend(fontsize=7)
@@ -260,11 +273,12 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
     keys = list(SERVED)
     width = 0.8 / max(len(poisson), 1)
     for i, (_, row) in enumerate(poisson.iterrows()):
-        right.bar(np.arange(len(keys)) + i * width, [100 * row[f"{k}_rel_err"] for k in keys], width,
-                  label=row.scheduler)
+        right.bar(np.arange(len(keys)) + i * width, [100 * row[f"{k}_rel_err"] for k in keys],
+                  width, label=row.scheduler)
     for _, row in poisson[poisson[f"{keys[0]}_real_spread"].notna()].iterrows():
-        right.scatter(np.arange(len(keys)) + 0.4 - width / 2, [100 * row[f"{k}_real_spread"] for k in keys],
-                      marker="x", color="black", zorder=3, label=f"real {row.scheduler} against its repeat")
+        right.scatter(np.arange(len(keys)) + 0.4 - width / 2,
+                      [100 * row[f"{k}_real_spread"] for k in keys], marker="x", color="black",
+                      zorder=3, label=f"real {row.scheduler} against its repeat")
     right.axhspan(-10, 10, color="0.9", zorder=-1, label="within 10%")
     right.set_xticks(np.arange(len(keys)) + 0.4 - width / 2, keys, rotation=20, fontsize=8)
     right.set(ylabel="simulated / measured - 1 (%)", title="Poisson arrivals: served metrics")
@@ -278,17 +292,20 @@ def validation_provenance(smoke: bool) -> provenance.Provenance:
     """This machine's CPU, measured now at this checkout's commit."""
     from sarathi_lab.code_commit import source_commit
 
-    return provenance.Provenance("measured CPU against simulated CPU (profile)", "ci" if smoke else "full",
-                                 machine=machine_record().get("cpu", ""),
+    return provenance.Provenance("measured CPU against simulated CPU (profile)", "ci" if smoke
+                                 else "full", machine=machine_record().get("cpu", ""),
                                  commit=provenance.commits([source_commit()[0]]),
                                  writer="python -m sarathi_lab.bench sim_validate")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--smoke", action="store_true", help="model tiny at CI size (profile into OUT)")
-    parser.add_argument("--out", type=Path, default=None, help="where the table and figure go (default docs/sim)")
-    parser.add_argument("--reprofile", action="store_true", help="measure the profile again even if one exists")
+    parser.add_argument("--smoke", action="store_true",
+                        help="model tiny at CI size (profile into OUT)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the table and figure go (default docs/sim)")
+    parser.add_argument("--reprofile", action="store_true",
+                        help="measure the profile again even if one exists")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="what the real engine and the profile are timed on: CPUClock (default; this machine's "
                              "cores are shared) or the wall clock (files get a _wall suffix)")
@@ -298,15 +315,16 @@ def main(argv: list[str] | None = None) -> None:
     cpu_clock = args.clock == "cpu"
     suffix = "" if cpu_clock else "_wall"
     out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
-    planned = dict.fromkeys((out / f"validation{suffix}.csv", out / f"validation_iterations{suffix}.csv",
-                             out / f"validation{suffix}.png"), validation_provenance(args.smoke))
-    provenance.check_or_refuse(parser, planned, args.force, "--force replaces them; --out DIR writes elsewhere")
+    planned = dict.fromkeys((out / f"validation{suffix}.csv",
+                             out / f"validation_iterations{suffix}.csv", out / f"validation{suffix}.png"), validation_provenance(args.smoke))
+    provenance.check_or_refuse(parser, planned, args.force,
+                               "--force replaces them; --out DIR writes elsewhere")
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:  # never overwrite the committed profile with a CI one
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
     model = "tiny" if args.smoke else "cpu-small"
-    needs = SMOKE_PROFILE if args.smoke else {"max_tokens": 2400, "chunk": 1024, "batch": 8, "seq_len": 784,
-                                              "token_step": 300}
+    needs = SMOKE_PROFILE if args.smoke else {"max_tokens": 2400, "chunk": 1024, "batch": 8,
+                                              "seq_len": 784, "token_step": 300}
     path, clock = profile_path("cpu", model), (CPUClock if cpu_clock else WallClock).__name__
     if args.reprofile or not path.is_file():
         print(f"profiling {model} into {path}")
@@ -315,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
         # The real engine and the profile must read one clock: the comparison says nothing otherwise.
         parser.error(f"--clock {args.clock} is invalid with the profile {path}: it was timed on {timed_on}, "
                      f"not {clock} (--reprofile measures it again on {clock})")
-    table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock, progress=lambda m: print(m, flush=True))
+    table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock,
+                             progress=lambda m: print(m, flush=True))
     table.to_csv(out / f"validation{suffix}.csv", index=False, float_format="%.4g")
     points.to_csv(out / f"validation_iterations{suffix}.csv", index=False, float_format="%.5g")
     if not points.empty:

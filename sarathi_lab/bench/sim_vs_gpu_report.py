@@ -26,9 +26,9 @@ def _stats(group: pd.DataFrame) -> dict:
     err = kept.simulated_s / kept.measured_s - 1
     runs = len(group[["run_kind", "job"]].drop_duplicates())  # a job's name is unique within its sweep only
     return {"runs": runs, "points": len(kept), "stalls_left_out": int(group.stall.sum()),
-            "measured_ms": 1e3 * kept.measured_s.median(), "simulated_ms": 1e3 * kept.simulated_s.median(),
-            "median_rel_err": err.median(), "median_abs_rel_err": err.abs().median(),
-            "worst_abs_rel_err": err.abs().max()}
+            "measured_ms": 1e3 * kept.measured_s.median(),
+            "simulated_ms": 1e3 * kept.simulated_s.median(), "median_rel_err": err.median(),
+            "median_abs_rel_err": err.abs().median(), "worst_abs_rel_err": err.abs().max()}
 
 
 def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.DataFrame:
@@ -38,19 +38,22 @@ def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.Data
     rows = []
     if len(points):
         order = {k: i for i, k in enumerate((*ITERATION_KINDS, *OTHER_KINDS))}
-        for (kind_of_run, model, kind), g in points.groupby(["run_kind", "cost_model", "kind"], sort=False):
-            rows.append({"run_kind": kind_of_run, "cost_model": model, "kind": kind, "status": "compared"} | _stats(g))
+        for (kind_of_run, model, kind), g in points.groupby(["run_kind", "cost_model", "kind"],
+                                                            sort=False):
+            rows.append({"run_kind": kind_of_run, "cost_model": model, "kind": kind,
+                         "status": "compared"} | _stats(g))
         pooled = points[points.kind.isin(ITERATION_KINDS)]
         if pooled.run_kind.nunique() > 1:
             for (model, kind), g in pooled.groupby(["cost_model", "kind"], sort=False):
-                rows.append({"run_kind": ALL_RUNS, "cost_model": model, "kind": kind, "status": "compared"} | _stats(g))
+                rows.append({"run_kind": ALL_RUNS, "cost_model": model, "kind": kind,
+                             "status": "compared"} | _stats(g))
         table = pd.DataFrame(rows)
         table = table.assign(_k=table.kind.map(order), _r=table.run_kind == ALL_RUNS).sort_values(
             ["_r", "run_kind", "cost_model", "_k"], kind="stable").drop(columns=["_k", "_r"])
     else:
         table = pd.DataFrame()
-    refused = pd.DataFrame([{"run_kind": r.run_kind, "cost_model": r.cost_model, "kind": "", "status": r.status,
-                             "runs": r.runs, "points": 0} for r in unavailable.itertuples()])
+    refused = pd.DataFrame([{"run_kind": r.run_kind, "cost_model": r.cost_model, "kind": "",
+                             "status": r.status, "runs": r.runs, "points": 0} for r in unavailable.itertuples()])
     both = pd.concat([table, refused], ignore_index=True)
     counts = [c for c in ("runs", "points", "stalls_left_out") if c in both]
     return both.astype({c: "Int64" for c in counts})
@@ -96,8 +99,8 @@ def _error_panel(ax, errors: pd.DataFrame, models: list[str]) -> None:
     iterations = sum(kind in ITERATION_KINDS for _, kind in groups)
     if iterations < len(groups):
         ax.axvline(iterations - 0.5, color="0.5", lw=0.8)
-    ax.set_xticks(range(len(groups)), [f"{run}: {kind}" for run, kind in groups], rotation=35, ha="right",
-                  fontsize=7)
+    ax.set_xticks(range(len(groups)), [f"{run}: {kind}" for run, kind in groups], rotation=35,
+                  ha="right", fontsize=7)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.set(yscale="log", ylabel="|simulated / measured - 1| (%)",
            title="per run kind and iteration kind (right of the line: sums and parts of iterations)")
@@ -113,18 +116,21 @@ def _parity_panel(ax, points: pd.DataFrame, models: list[str]) -> None:
         group = points[points.cost_model == model]
         for kind, marker in MARKERS.items():
             each = group[(group.kind == kind) & ~group.stall]
-            ax.scatter(each.measured_s * 1e3, each.simulated_s * 1e3, s=6, marker=marker, alpha=0.35,
-                       color=COLOURS.get(model), rasterized=True)
+            ax.scatter(each.measured_s * 1e3, each.simulated_s * 1e3, s=6, marker=marker,
+                       alpha=0.35, color=COLOURS.get(model), rasterized=True)
         stalled = group[group.stall]
-        ax.scatter(stalled.measured_s * 1e3, stalled.simulated_s * 1e3, s=30, marker="x", color=COLOURS.get(model))
+        ax.scatter(stalled.measured_s * 1e3, stalled.simulated_s * 1e3, s=30, marker="x",
+                   color=COLOURS.get(model))
     iterations = points[points.kind.isin(ITERATION_KINDS)]
-    parity(ax, iterations.measured_s, iterations.simulated_s, "every compared iteration", "simulated = measured")
+    parity(ax, iterations.measured_s, iterations.simulated_s, "every compared iteration",
+           "simulated = measured")
     for model in models:
         ax.scatter([], [], s=15, color=COLOURS.get(model), label=model)
     for kind, marker in MARKERS.items():
         ax.scatter([], [], s=15, marker=marker, color="0.4", label=kind)
     if points.stall.any():
-        ax.scatter([], [], s=15, marker="x", color="k", label=f"measured stall (> {STALL:g}x its kind's median)")
+        ax.scatter([], [], s=15, marker="x", color="k",
+                   label=f"measured stall (> {STALL:g}x its kind's median)")
     ax.legend(fontsize=7)
 
 
@@ -134,7 +140,8 @@ def _serving_panel(ax, table: pd.DataFrame, models: list[str]) -> None:
         rows = serving[serving.cost_model == model]
         for j, key in enumerate(SERVING_ERRORS):
             x = j + (i - (len(models) - 1) / 2) * 0.3 + np.linspace(-0.08, 0.08, len(rows))
-            ax.scatter(x, 100 * rows[f"{key}_rel_err"], s=10, color=COLOURS.get(model), label=model if j == 0 else None)
+            ax.scatter(x, 100 * rows[f"{key}_rel_err"], s=10, color=COLOURS.get(model), label=model
+                       if j == 0 else None)
     ax.axhline(0, color="k", lw=0.8)
     ax.axhspan(-15, 15, color="0.9", zorder=-1, label="within 15%")
     names = {"makespan_s": "makespan", "itl_p99_s": "P99 TBT", "ttft_p50_s": "median TTFT"}
@@ -147,21 +154,22 @@ def _gain_panel(ax, gain: pd.DataFrame, models: list[str]) -> None:
     for chunk, group in gain.groupby("chunk"):
         style = "-" if chunk == gain.chunk.min() else "--"
         group = group.sort_values("pd_ratio")
-        ax.plot(group.pd_ratio, group.measured, style, color="k", marker="o", label=f"measured, chunk {chunk:g}")
+        ax.plot(group.pd_ratio, group.measured, style, color="k", marker="o",
+                label=f"measured, chunk {chunk:g}")
         for model in (m for m in models if m in group):
             ax.plot(group.pd_ratio, group[model], style, color=COLOURS.get(model), marker="s", ms=4,
                     label=f"{model}, chunk {chunk:g}")
     ax.axhline(1, color="0.5", lw=0.8)
     ratios = sorted(gain.pd_ratio.unique())
-    ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="sarathi throughput / static's (x)",
-           title="pd_ratio: gain over the baseline")
+    ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)",
+           ylabel="sarathi throughput / static's (x)", title="pd_ratio: gain over the baseline")
     ax.set_xticks(ratios, [f"{r:g}" for r in ratios])
     ax.minorticks_off()
     ax.legend(fontsize=7)
 
 
-def figure(points: pd.DataFrame, errors: pd.DataFrame, table: pd.DataFrame, gain: pd.DataFrame | None,
-           title: str, path: Path) -> None:
+def figure(points: pd.DataFrame, errors: pd.DataFrame, table: pd.DataFrame,
+           gain: pd.DataFrame | None, title: str, path: Path) -> None:
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
 
     models = [m for m in dict.fromkeys(points.cost_model)]

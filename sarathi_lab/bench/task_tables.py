@@ -55,10 +55,12 @@ def _iteration_sweep(frame: pd.DataFrame) -> pd.DataFrame:
 def _reread(frame: pd.DataFrame) -> pd.DataFrame:
     """Each component prefilled whole and in chunks, one row each: the whole prompt's prefill is one
     iteration; its chunks are several, summed."""
-    long = frame.melt(id_vars="component", value_vars=["whole_ms", "chunked_ms"], var_name="mode", value_name="ms")
+    long = frame.melt(id_vars="component", value_vars=["whole_ms", "chunked_ms"], var_name="mode",
+                      value_name="ms")
     long["mode"] = long["mode"].str.removesuffix("_ms")
     other = {"attention": ONE_LAYER_ATTENTION, "end_to_end": END_TO_END}
-    kind = [("prefill" if mode == "whole" else CHUNKS_SUMMED) if component == "prefill" else other[component]
+    kind = [("prefill" if mode == "whole" else CHUNKS_SUMMED) if component == "prefill"
+            else other[component]
             for component, mode in zip(long.component, long["mode"])]
     return long.assign(kind=kind, seconds=long.ms / 1e3)
 

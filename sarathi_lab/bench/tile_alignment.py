@@ -34,7 +34,8 @@ def piggyback_ms(cm: CostModel, chunk: int, batch_size: int, seq_len: int) -> pd
                           "tokens": batch_tokens(p, d)} for kind, (p, d) in made.items()])
 
 
-def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS, batch_sizes=BATCH_SIZES) -> pd.DataFrame:
+def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS,
+          batch_sizes=BATCH_SIZES) -> pd.DataFrame:
     rows = []
     for model, device, cost_models in cases:
         for cost_model in cost_models:
@@ -43,26 +44,30 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS, batch_sizes=BATCH_SI
                 cm = CostModel.for_device(device, model, cost_model)
             for seq_len in seq_lens:
                 for b in batch_sizes:
-                    for alignment, c in (("unaligned", chunk), ("aligned", aligned_chunk(chunk, b - 1))):
+                    for alignment, c in (("unaligned", chunk),
+                                         ("aligned", aligned_chunk(chunk, b - 1))):
                         table = piggyback_ms(cm, c, b, seq_len).assign(seq_len=seq_len, batch_size=b, chunk=c)
                         row = quantities.decode_speedup(table).iloc[0]
                         rows.append({"model": model, "device": device, "cost_model": cost_model,
-                                     "alignment": alignment, "seq_len": seq_len, "batch_size": b, "chunk": c,
-                                     "hybrid_tokens": c + b - 1, "gain": float(row.gain)})
+                                     "alignment": alignment, "seq_len": seq_len, "batch_size": b,
+                                     "chunk": c, "hybrid_tokens": c + b - 1,
+                                     "gain": float(row.gain)})
     return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = cli_args.Parser(prog="python -m sarathi_lab.bench.tile_alignment", description=__doc__.splitlines()[0])
+    p = cli_args.Parser(prog="python -m sarathi_lab.bench.tile_alignment",
+                        description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DOCS / "tile_alignment.csv")
     p.add_argument("--force", action="store_true", help="replace a table another command wrote")
     args = p.parse_args(argv)
     prov = provenance.Provenance("computed: simulated decode speedup by chunk alignment",
                                  writer="python -m sarathi_lab.bench.tile_alignment")
-    provenance.check_or_refuse(p, {args.out: prov}, args.force, "--force replaces it; --out FILE writes elsewhere")
+    provenance.check_or_refuse(p, {args.out: prov}, args.force,
+                               "--force replaces it; --out FILE writes elsewhere")
     table = sweep()
-    wide = table.pivot_table(index=["model", "cost_model", "seq_len", "batch_size"], columns="alignment",
-                             values="gain").reset_index()
+    wide = table.pivot_table(index=["model", "cost_model", "seq_len", "batch_size"],
+                             columns="alignment", values="gain").reset_index()
     pd.set_option("display.width", 160)
     print("Decode speedup (simulated), chunk 256 beside the tile-aligned chunk:")
     print(wide.round(2).to_string(index=False))

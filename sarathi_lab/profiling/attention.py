@@ -34,7 +34,8 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
         tables = [row[:n].tolist() for row, n in zip(block_tables, need)]
     batch = ScheduledBatch()
     for i, (q_len, seq_len, table) in enumerate(zip(query_lens, seq_lens, tables)):
-        seq = Sequence(i, [0] * seq_len, max_new_tokens=1, num_computed=seq_len - q_len, block_table=table)
+        seq = Sequence(i, [0] * seq_len, max_new_tokens=1, num_computed=seq_len - q_len,
+                       block_table=table)
         if i < num_prefills:
             batch.prefills.append(ScheduledChunk(seq, q_len))
         else:
@@ -45,24 +46,26 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
 def context_slot_mapping(meta: AttentionMetadata, block_size: int) -> torch.Tensor:
     """Cache slots of every context position (cached prefix and this step's tokens) of every request."""
     tables = meta.block_tables.cpu()
-    slots = [tables[i, torch.arange(s) // block_size].long() * block_size + torch.arange(s) % block_size
+    slots = [tables[i, torch.arange(s) // block_size].long() * block_size
+             + torch.arange(s) % block_size
              for i, s in enumerate(meta.seq_lens_host)]
     return torch.cat(slots).to(meta.slot_mapping.device)
 
 
-def paged_cache(values: torch.Tensor, slots: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tensor:
+def paged_cache(values: torch.Tensor, slots: torch.Tensor, num_blocks: int,
+                block_size: int) -> torch.Tensor:
     """A paged cache [num_blocks, block_size, heads, head_dim] holding ``values`` [positions, heads, head_dim]
     at ``slots`` (context_slot_mapping's), NaN in every other slot so that a read of one shows."""
-    cache = torch.full((num_blocks, block_size, *values.shape[1:]), float("nan"), dtype=values.dtype,
-                       device=values.device)
+    cache = torch.full((num_blocks, block_size, *values.shape[1:]), float("nan"),
+                       dtype=values.dtype, device=values.device)
     cache.view(-1, *values.shape[1:])[slots] = values
     return cache
 
 
-def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, num_kv_heads: int = LLAMA_KV_HEADS,
-                   head_dim: int = LLAMA_HEAD_DIM, dtype: torch.dtype = torch.float32,
-                   device: str | torch.device = "cpu", attention: str = "auto", block_size: int = 16,
-                   reps: int = 5) -> dict:
+def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS,
+                   num_kv_heads: int = LLAMA_KV_HEADS, head_dim: int = LLAMA_HEAD_DIM,
+                   dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                   attention: str = "auto", block_size: int = 16, reps: int = 5) -> dict:
     """One layer's attention for an L-token prompt, whole vs in chunks of ``chunk``: median ms of each
     and the KV bytes each reads. Every call follows an L2 flush (on CUDA), as the other layers of a
     real model would, and is timed by CUDA events with the GPU kept ahead of the host's launches
@@ -78,8 +81,8 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
     scale = head_dim ** -0.5
 
     def step(start: int, end: int):
-        meta, _ = paged_batch([end - start], [end], num_prefills=1, block_size=block_size, device=device,
-                              block_tables=table)
+        meta, _ = paged_batch([end - start], [end], num_prefills=1, block_size=block_size,
+                              device=device, block_tables=table)
         q = query[start:end]
         return meta, lambda: backend.attend(q, k_cache, v_cache, meta, scale)
 

@@ -96,7 +96,8 @@ class Grid:
     def estimate_s(self) -> float:
         """Seconds the step takes on a GPU: compiles first (the engine's kernel specialises per GQA group and
         per tiling, decode or prefill tiles), then a fraction of a second a shape."""
-        return (START_S + flex_compile_s(self.flex_compiles) + ENGINE_COMPILE_S * 2 * len(self.heads)
+        return (START_S + flex_compile_s(self.flex_compiles)
+                + ENGINE_COMPILE_S * 2 * len(self.heads)
                 + SHAPE_S * len(self.cases()))
 
 
@@ -105,9 +106,9 @@ class Grid:
 # lengths), decode batches of 1, the paper's 18 and 64 at 512-4K. CPU (the dry run): the same kinds
 # at shapes the Triton interpreter runs in seconds, MHA and a GQA group of 4 as on the GPU.
 GRIDS = {
-    "cuda": Grid(heads=((40, 40), (32, 8)), head_dim=128, prefills=(512, 1024, 2048, 4096), chunks=(64, 128, 256, 512),
-                 prefixes=(0, 1024, 3072), decode_batches=(1, 18, 64), decode_contexts=(512, 1024, 4096),
-                 dtype="bfloat16", reps=20, warmup=3),
+    "cuda": Grid(heads=((40, 40), (32, 8)), head_dim=128, prefills=(512, 1024, 2048, 4096),
+                 chunks=(64, 128, 256, 512), prefixes=(0, 1024, 3072), decode_batches=(1, 18, 64),
+                 decode_contexts=(512, 1024, 4096), dtype="bfloat16", reps=20, warmup=3),
     "cpu": Grid(heads=((2, 2), (4, 1)), head_dim=16, prefills=(32,), chunks=(16,), prefixes=(0, 32),
                 decode_batches=(1, 3), decode_contexts=(24,), dtype="float32", reps=2, warmup=1),
 }

@@ -45,15 +45,17 @@ class Inputs:
     scale: float
 
 
-def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size: int, seed: int = 0) -> Inputs:
+def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size: int,
+                seed: int = 0) -> Inputs:
     """One batch's values twice: in the engine's paged cache (unused slots NaN, so that a kernel reading
     outside its tables shows) and as the contiguous tensors the peers take."""
     gen = torch.Generator(device).manual_seed(seed)
     b, h, kvh, d, n, ctx = case.batch, case.heads, case.kv_heads, case.head_dim, case.query_len, case.context
     q = torch.randn(b, n, h, d, generator=gen, device=device).to(dtype)
     k, v = (torch.randn(b, ctx, kvh, d, generator=gen, device=device).to(dtype) for _ in range(2))
-    meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=0 if case.kind == "decode" else b,
-                                   block_size=block_size, device=device)
+    meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=0
+                                   if case.kind == "decode" else b, block_size=block_size,
+                                   device=device)
     slots = context_slot_mapping(meta, block_size)
     k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
     return Inputs(q.flatten(0, 1), k_cache, v_cache, meta, q.transpose(1, 2).contiguous(),
@@ -77,11 +79,13 @@ def engine_call(x: Inputs, planned: bool = False, **launch) -> Callable[[], torc
     out = torch.empty_like(x.query)
     m = x.meta
     if planned:
-        launch = {"plan": plan_batch(m.query_lens_host, m.seq_lens_host, x.query.shape[1], x.k_cache.shape[2],
-                                     num_prefills=m.num_prefills, element_size=x.query.element_size(),
+        launch = {"plan": plan_batch(m.query_lens_host, m.seq_lens_host, x.query.shape[1],
+                                     x.k_cache.shape[2], num_prefills=m.num_prefills,
+                                     element_size=x.query.element_size(),
                                      limits=device_limits(x.query.device))}
-    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
-                                   x.scale, max_query_len=m.max_query_len, out=out, **launch)
+    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens,
+                                   m.block_tables, x.scale, max_query_len=m.max_query_len, out=out,
+                                   **launch)
 
 
 def cudnn_available(device: torch.device) -> bool:
@@ -106,8 +110,8 @@ def sdpa_call(case: Case, x: Inputs, backend: SDPBackend | None) -> Callable[[],
 
     def call() -> torch.Tensor:
         with sdpa_kernel(backend) if backend is not None else nullcontext():
-            return F.scaled_dot_product_attention(x.q, x.k, x.v, attn_mask=mask, is_causal=causal, scale=x.scale,
-                                                  enable_gqa=gqa)
+            return F.scaled_dot_product_attention(x.q, x.k, x.v, attn_mask=mask, is_causal=causal,
+                                                  scale=x.scale, enable_gqa=gqa)
     return call
 
 
@@ -125,7 +129,8 @@ class Flex:
         def bottom_right_causal(b, h, q_idx, kv_idx):
             return q_idx + prefix >= kv_idx
 
-        mask = create_block_mask(bottom_right_causal, None, None, case.query_len, case.context, device=x.q.device)
+        mask = create_block_mask(bottom_right_causal, None, None, case.query_len, case.context,
+                                 device=x.q.device)
         gqa = case.heads != case.kv_heads
 
         def call() -> torch.Tensor:
@@ -143,8 +148,9 @@ def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).abs().max() / ref.abs().max()).item()
 
 
-def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int, warmup: int,
-            flex: Flex | None, copy_gbps: float, matmul_gflops: float, seed: int = 0) -> dict:
+def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
+            warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
+            seed: int = 0) -> dict:
     """One shape's row: each contender's median ms (None where it failed or disagreed with the
     reference, its error in ``<name>_error``), its relative difference from the float32 reference,
     the floor, and the engine over the faster peer and over the floor."""
@@ -157,17 +163,19 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     if flex is not None:  # at every shape: a failure at one shape is that shape's (its row's error)
         builders[FLEX] = lambda: flex.call(case, x)
     peers = [p for p in case.peers if p in builders]
-    row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads, "kv_heads": case.kv_heads,
-                 "head_dim": case.head_dim, "batch": case.batch, "query_len": case.query_len, "context": case.context,
+    row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads,
+                 "kv_heads": case.kv_heads, "head_dim": case.head_dim, "batch": case.batch,
+                 "query_len": case.query_len, "context": case.context,
                  "dtype": str(dtype).removeprefix("torch."), "device": device.type,
                  "sdpa_backend": "flash" if flash else "default (no flash backend off CUDA)",
                  "flex_compiled": flex is not None and flex.compiled,
                  "peers_not_available": " ".join(p for p in case.peers if p not in builders)}
     convert = {name: as_engine_rows for name in peers}
     time_checked(builders, (ENGINE, *peers), x, row, device, reps, warmup, convert)
-    least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens, case.context_lens,
-                            dtype.itemsize, copy_gbps, matmul_gflops)
-    row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops, "bytes": least.bytes}
+    least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens,
+                            case.context_lens, dtype.itemsize, copy_gbps, matmul_gflops)
+    row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops,
+            "bytes": least.bytes}
     timed = [row[f"{p}_ms"] for p in peers if row[f"{p}_ms"] is not None]
     engine = row[f"{ENGINE}_ms"]
     row["best_peer_ms"] = min(timed) if timed else None
@@ -177,13 +185,14 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     return row
 
 
-def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device, reps: int,
-                 warmup: int, convert: dict[str, Callable] | None = None) -> None:
+def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device,
+                 reps: int, warmup: int, convert: dict[str, Callable] | None = None) -> None:
     """Each contender built, called once (its first call timed: FlexAttention's compile) and held to
     attention/reference.py in float32 over ``x``'s engine rows (``convert``: its output laid out as those
     rows); what cannot run or differs is recorded in ``row`` as ``<name>_error`` and left out. The rest
     timed interleaved: each contender's median ms in ``row`` as ``<name>_ms`` (None where not timed)."""
-    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta, x.scale)
+    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta,
+                              x.scale)
     tolerance, calls = TOLERANCE[x.query.dtype], {}
     for name in names:
         if name not in builders:

@@ -23,12 +23,12 @@ from sarathi_lab.tuned_kernels import TileConfig
 # Prefill work (whole prompts, chunks over a prefix, chunks beside decodes: any q-tile of 2+ rows):
 # 64- and 128-row tiles, 128 rows on 8 warps (one warpgroup per 64 rows), key steps of 32-128.
 PREFILL_TILES = tuple(TileConfig(m, n, 4 if m == 64 else 8, s) for m, n, s in
-                      ((64, 64, 2), (64, 64, 3), (64, 32, 3), (64, 128, 2), (128, 64, 2), (128, 64, 3),
-                       (128, 32, 3), (128, 128, 2)))
+                      ((64, 64, 2), (64, 64, 3), (64, 32, 3), (64, 128, 2), (128, 64, 2),
+                       (128, 64, 3), (128, 32, 3), (128, 128, 2)))
 # Decode work (one row per request, the GQA group in M): short tiles, long key steps.
 DECODE_TILES = tuple(TileConfig(m, n, w, s) for m, n, w, s in
-                     ((16, 64, 4, 2), (16, 64, 4, 3), (16, 128, 4, 2), (32, 64, 4, 3), (16, 32, 2, 3),
-                      (64, 64, 4, 3)))
+                     ((16, 64, 4, 2), (16, 64, 4, 3), (16, 128, 4, 2), (32, 64, 4, 3),
+                      (16, 32, 2, 3), (64, 64, 4, 3)))
 TILES = {"prefill": PREFILL_TILES, "decode": DECODE_TILES}
 # The split counts tried around the planner's, as multiples of it.
 SPLIT_SCALES = (0.5, 1.0, 2.0)
@@ -61,13 +61,14 @@ def planned_splits(x: Inputs, tiles: TileConfig, rule: SplitRule = DEFAULT_RULE)
 
     q, m = x.query, x.meta
     return plan_launch(q.shape[0], m.seq_lens.shape[0], q.shape[1], x.k_cache.shape[2],
-                       max_seq_len=m.block_tables.shape[1] * x.k_cache.shape[1], element_size=q.element_size(),
-                       max_query_len=m.max_query_len, num_sms=device_sm_count(q.device),
-                       rule=rule, **tiles.launch_kwargs()).num_splits
+                       max_seq_len=m.block_tables.shape[1] * x.k_cache.shape[1],
+                       element_size=q.element_size(), max_query_len=m.max_query_len,
+                       num_sms=device_sm_count(q.device), rule=rule,
+                       **tiles.launch_kwargs()).num_splits
 
 
-def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
-               warmup: int, limit: int | None = None,
+def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torch.device,
+               block_size: int, reps: int, warmup: int, limit: int | None = None,
                seconds_left: Callable[[], float | None] = lambda: None) -> tuple[TileConfig, float, list[dict]]:
     """The best tile config of ``kind`` over ``cases`` (the defaults unless one beats them), its score (1:
     the defaults) and one row per (case, contender); ``limit``: at
@@ -82,15 +83,18 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
             break
         ratios[tiles] = []
         for case, x, reference in zip(cases, inputs, defaults):
-            row = {"kind": kind, "shape": case.label, "tiles": tiles_label(tiles), "splits": "planned"}
+            row = {"kind": kind, "shape": case.label, "tiles": tiles_label(tiles),
+                   "splits": "planned"}
             try:
                 call = engine_call(x, **tiles.launch_kwargs())
                 diff = rel_diff(call(), reference)
                 row["rel_diff"] = diff
                 if diff > MAX_REL_DIFF:
                     raise ValueError(f"rel diff {diff:.3g} > {MAX_REL_DIFF}")
-                times = time_interleaved({"default": engine_call(x), "tiles": call}, reps, device, warmup)
-                row |= {"ms": statistics.median(times["tiles"]), "default_ms": statistics.median(times["default"])}
+                times = time_interleaved({"default": engine_call(x), "tiles": call}, reps, device,
+                                         warmup)
+                row |= {"ms": statistics.median(times["tiles"]),
+                        "default_ms": statistics.median(times["default"])}
                 ratios[tiles].append(row["ms"] / row["default_ms"])
             except Exception as e:  # noqa: BLE001 (a config that fails to compile or is wrong is a result)
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
@@ -111,12 +115,14 @@ def _split_rows(kind, cases, inputs, tiles: TileConfig, reps, device, warmup) ->
     for case, x in zip(cases, inputs):
         planned = planned_splits(x, tiles)
         counts = sorted({max(1, round(planned * s)) for s in SPLIT_SCALES})
-        calls = {f"splits={n}": engine_call(x, num_splits=n, **tiles.launch_kwargs()) for n in counts}
+        calls = {f"splits={n}": engine_call(x, num_splits=n,
+                                            **tiles.launch_kwargs()) for n in counts}
         times = time_interleaved(calls, reps, device, warmup)
         # What each rule of the grid would plan here: the fit scores the rules on these counts.
         by_rule = json.dumps({rule_label(r): planned_splits(x, tiles, r) for r in RULE_GRID})
-        rows += [{"kind": kind, "shape": case.label, "tiles": tiles_label(tiles), "splits": name.split("=")[1],
-                  "planned_splits": planned, "rule_splits": by_rule, "ms": statistics.median(t)}
+        rows += [{"kind": kind, "shape": case.label, "tiles": tiles_label(tiles),
+                  "splits": name.split("=")[1], "planned_splits": planned, "rule_splits": by_rule,
+                  "ms": statistics.median(t)}
                  for name, t in times.items()]
     return rows
 
@@ -147,7 +153,8 @@ def fit_split_rule(rows: list[dict]) -> tuple[SplitRule, float]:
     shapes_: dict[tuple[str, str], tuple[dict[int, float], dict[str, int]]] = {}
     for row in rows:
         if row.get("rule_splits") and math.isfinite(row.get("ms", math.nan)):
-            times, _ = shapes_.setdefault((row["kind"], row["shape"]), ({}, json.loads(row["rule_splits"])))
+            times, _ = shapes_.setdefault((row["kind"], row["shape"]),
+                                          ({}, json.loads(row["rule_splits"])))
             times[int(row["splits"])] = row["ms"]
     if not shapes_:
         return DEFAULT_RULE, 1.0

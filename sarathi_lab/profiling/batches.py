@@ -57,13 +57,15 @@ class SyntheticBatches:
         if total > self.max_len:
             raise ValueError(f"a request of {total} tokens is invalid: the model allows at most {self.max_len} "
                              "(max_model_len)")
-        seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)], max_new_tokens=1)
+        seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)],
+                       max_new_tokens=1)
         self.next_id += 1
         self._place(seq, total, prompt)
         seq.num_computed = computed
         return seq
 
-    def make(self, prefills: list[tuple[int, int]] = (), decodes: int = 0, context: int = 1) -> ScheduledBatch:
+    def make(self, prefills: list[tuple[int, int]] = (), decodes: int = 0,
+             context: int = 1) -> ScheduledBatch:
         """``prefills``: (chunk tokens, tokens cached before the chunk) per request, each chunk ending
         its prompt (so its last row is sampled); ``decodes`` requests with ``context`` tokens each,
         the newest one uncached."""
@@ -71,7 +73,8 @@ class SyntheticBatches:
             self._lay_out()
         batch = ScheduledBatch()
         for chunk, before in prefills:
-            batch.prefills.append(ScheduledChunk(self._request(before + chunk, before, before + chunk), chunk))
+            batch.prefills.append(ScheduledChunk(self._request(before + chunk, before, before
+                                                               + chunk), chunk))
         batch.decodes = [self._request(context, context - 1, context * 3 // 4) for _ in range(decodes)]
         return batch
 

@@ -53,8 +53,9 @@ def read_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["
     return src.numel() * 4 / (min(times_ms) / 1e3) / 1e9
 
 
-def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, n: int = FULL["matmul_n"],
-                  reps: int = FULL["reps"], clock: str = "wall") -> float:
+def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                  n: int = FULL["matmul_n"], reps: int = FULL["reps"],
+                  clock: str = "wall") -> float:
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
@@ -70,10 +71,11 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
 
 
 def measure_ceilings(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *,
-                     copy_mib: int = FULL["copy_mib"], matmul_n: int = FULL["matmul_n"], reps: int = FULL["reps"],
-                     clock: str = "wall") -> Ceilings:
+                     copy_mib: int = FULL["copy_mib"], matmul_n: int = FULL["matmul_n"],
+                     reps: int = FULL["reps"], clock: str = "wall") -> Ceilings:
     device = torch.device(device)
     return Ceilings(copy_gbps=copy_bandwidth_gbps(device, copy_mib << 20, reps, clock),
                     matmul_gflops=matmul_gflops(device, dtype, matmul_n, reps, clock),
                     dtype=str(dtype).removeprefix("torch."), device=str(device),
-                    threads=torch.get_num_threads(), copy_mib=copy_mib, matmul_n=matmul_n, clock=clock)
+                    threads=torch.get_num_threads(), copy_mib=copy_mib, matmul_n=matmul_n,
+                    clock=clock)

@@ -24,11 +24,13 @@ def rows(memory_gbps: float, matmul_tflops: float, device: str = "cuda") -> list
     for at in (context, *MORE_CONTEXTS[device]):
         for chunk, decodes in cases:
             queries = [chunk] * (chunk > 0) + [1] * decodes
-            args = (shape, queries, [at] * len(queries), len(queries), elem, memory_gbps, matmul_tflops * 1e3)
+            args = (shape, queries, [at] * len(queries), len(queries), elem, memory_gbps,
+                    matmul_tflops * 1e3)
             physical, sequential = floor(*args), sequential_floor(*args)
             found.append({"iteration": label(chunk, decodes, None if at == context else at),
-                          "compute_ms": physical.compute_s * 1e3, "memory_ms": physical.memory_s * 1e3,
-                          "floor_ms": physical.seconds * 1e3, "sequential_floor_ms": sequential.seconds * 1e3,
+                          "compute_ms": physical.compute_s * 1e3,
+                          "memory_ms": physical.memory_s * 1e3, "floor_ms": physical.seconds * 1e3,
+                          "sequential_floor_ms": sequential.seconds * 1e3,
                           "sequential_over_floor": sequential.seconds / physical.seconds})
     return found
 
@@ -42,7 +44,8 @@ def markdown(found: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.profiling.floor_table", description=__doc__.split("\n\n")[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.profiling.floor_table",
+                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", type=Path, required=True,
                         help="an env step's env.json (read_gbps or copy_gbps, matmul_tflops)")
     args = parser.parse_args(argv)

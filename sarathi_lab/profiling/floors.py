@@ -41,8 +41,8 @@ class Floor:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
-def floor(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int, elem_bytes: int,
-          copy_gbps: float, matmul_gflops: float) -> Floor:
+def floor(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
+          elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> Floor:
     flops, nbytes = iteration_cost(shape, query_lens, context_lens, num_sampled, elem_bytes)
     return Floor(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9))
 
@@ -59,16 +59,19 @@ class SequentialFloor:
 def sequential_floor(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
                      elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> SequentialFloor:
     costs = kernel_costs(shape, query_lens, context_lens, num_sampled, elem_bytes)
-    return SequentialFloor({name: Floor(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9))
+    return SequentialFloor({name: Floor(flops, nbytes, flops / (matmul_gflops * 1e9),
+                                        nbytes / (copy_gbps * 1e9))
                             for name, (flops, nbytes) in costs.items()})
 
 
-def attention_floor(heads: int, kv_heads: int, head_dim: int, query_lens: list[int], context_lens: list[int],
-                    elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> Floor:
+def attention_floor(heads: int, kv_heads: int, head_dim: int, query_lens: list[int],
+                    context_lens: list[int], elem_bytes: int, copy_gbps: float,
+                    matmul_gflops: float) -> Floor:
     """One layer's attention kernel: its flops at the matmul rate against its keys, values, queries and
     outputs at the copy bandwidth, and never below one kernel's LAUNCH_FLOOR_S."""
     flops, nbytes = attention_cost(heads, kv_heads, head_dim, query_lens, context_lens, elem_bytes)
-    return Floor(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9), LAUNCH_FLOOR_S)
+    return Floor(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9),
+                 LAUNCH_FLOOR_S)
 
 
 def memory_ceiling(env: dict) -> tuple[float, str]:

@@ -51,8 +51,8 @@ def candidates(proj: Projection, m: int, num_sms: int | None) -> list[GemmChoice
         if num_sms:
             config = GemmConfig(**tiling.config_kwargs())
             splits |= {split_k_for(m, proj.n, proj.k, num_sms, config, p) for p in (1, 2)}
-        chosen += [GemmChoice("triton", tiling.block_m, tiling.block_n, tiling.block_k, s, tiling.num_warps,
-                              tiling.num_stages) for s in sorted(splits)]
+        chosen += [GemmChoice("triton", tiling.block_m, tiling.block_n, tiling.block_k, s,
+                              tiling.num_warps, tiling.num_stages) for s in sorted(splits)]
     return chosen
 
 
@@ -80,8 +80,8 @@ def _calls(proj: Projection, x: torch.Tensor, w: torch.Tensor,
     return calls
 
 
-def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device, reps: int, warmup: int,
-          num_sms: int | None, limit: int | None = None) -> tuple[GemmChoice, list[dict]]:
+def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device, reps: int,
+          warmup: int, num_sms: int | None, limit: int | None = None) -> tuple[GemmChoice, list[dict]]:
     """The fastest correct choice for ``proj`` at ``m`` tokens and one row per contender (ms, rel diff);
     ``limit``: at most this many Triton candidates (the dry run's)."""
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -96,8 +96,8 @@ def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device,
             error = "" if diff <= MAX_REL_DIFF else f"rel diff {diff:.3g} > {MAX_REL_DIFF}"
         except Exception as e:  # noqa: BLE001 (a config that does not compile is a result, not a stop)
             diff, error = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
-        rows.append({"projection": proj.name, "key": proj.key, "m": m, "candidate": name, "rel_diff": diff,
-                     "error": error})
+        rows.append({"projection": proj.name, "key": proj.key, "m": m, "candidate": name,
+                     "rel_diff": diff, "error": error})
         if not error:
             ok[name] = fn
     times = time_interleaved({name: calls[name][1] for name in ok}, reps, device, warmup)

@@ -51,14 +51,15 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
     h, kvh, d, c, b, ctx = case.heads, case.kv_heads, case.head_dim, case.chunk, case.decodes, case.context
     query = torch.randn(c + b, h, d, generator=gen, device=device).to(dtype)
     k, v = (torch.randn(b + 1, ctx, kvh, d, generator=gen, device=device).to(dtype) for _ in range(2))
-    meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=1, block_size=block_size,
-                                   device=device)
+    meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=1,
+                                   block_size=block_size, device=device)
     slots = context_slot_mapping(meta, block_size)
     k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
     k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [requests, kv_heads, ctx, d]
-    chunk = Inputs(query[:c], k_cache, v_cache, meta, query[:c].transpose(0, 1)[None].contiguous(), k[:1], v[:1],
-                   d ** -0.5)
-    return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(), k[1:], v[1:], d ** -0.5)
+    chunk = Inputs(query[:c], k_cache, v_cache, meta, query[:c].transpose(0, 1)[None].contiguous(),
+                   k[:1], v[:1], d ** -0.5)
+    return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(),
+                        k[1:], v[1:], d ** -0.5)
 
 
 def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
@@ -69,15 +70,16 @@ def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
 
     m = x.meta
     started = time.perf_counter()
-    plan, warps = plan_batch(m.query_lens_host, m.seq_lens_host, x.query.shape[1], x.k_cache.shape[2],
-                             x.query.shape[2], x.query.element_size(), x.query.device, ctas_per_sm=ctas_per_sm,
-                             flops_per_byte=flops_per_byte)
+    plan, warps = plan_batch(m.query_lens_host, m.seq_lens_host, x.query.shape[1],
+                             x.k_cache.shape[2], x.query.shape[2], x.query.element_size(),
+                             x.query.device, ctas_per_sm=ctas_per_sm, flops_per_byte=flops_per_byte)
     plan_ms = (time.perf_counter() - started) * 1e3
     work = PodWork(plan.programs, len(plan.items), x.query.device)
     work.load(plan)
     out = torch.empty_like(x.query)
-    return (lambda: pod_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables, plan,
-                                  work, x.scale, out=out, num_warps=warps, sm_of=sm_of)), plan_ms
+    return (lambda: pod_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens,
+                                  m.block_tables, plan, work, x.scale, out=out, num_warps=warps,
+                                  sm_of=sm_of)), plan_ms
 
 
 def two_launches_call(x: HybridInputs) -> Callable[[], torch.Tensor]:
@@ -85,8 +87,10 @@ def two_launches_call(x: HybridInputs) -> Callable[[], torch.Tensor]:
 
     m, out = x.meta, torch.empty_like(x.query)
     c = m.num_prefill_tokens
-    chunk = (x.query[:c], x.k_cache, x.v_cache, m.query_start_loc[:2], m.seq_lens[:1], m.block_tables[:1])
-    decodes = (x.query[c:], x.k_cache, x.v_cache, m.query_start_loc[1:] - c, m.seq_lens[1:], m.block_tables[1:])
+    chunk = (x.query[:c], x.k_cache, x.v_cache, m.query_start_loc[:2], m.seq_lens[:1],
+             m.block_tables[:1])
+    decodes = (x.query[c:], x.k_cache, x.v_cache, m.query_start_loc[1:] - c, m.seq_lens[1:],
+               m.block_tables[1:])
 
     def call() -> torch.Tensor:
         paged_attention(*chunk, x.scale, max_query_len=c, out=out[:c])
@@ -100,7 +104,8 @@ def _decodes_sdpa(x: HybridInputs, flash: bool) -> Callable[[], torch.Tensor]:
 
     def call() -> torch.Tensor:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION) if flash else nullcontext():
-            return F.scaled_dot_product_attention(x.q_dec, x.k_dec, x.v_dec, scale=x.scale, enable_gqa=gqa)[:, :, 0]
+            return F.scaled_dot_product_attention(x.q_dec, x.k_dec, x.v_dec, scale=x.scale,
+                                                  enable_gqa=gqa)[:, :, 0]
     return call
 
 
@@ -114,8 +119,9 @@ def peer_call(name: str, case: HybridCase, x: HybridInputs, flash: bool,
     return lambda: torch.cat([chunk()[0].transpose(0, 1), decodes()])
 
 
-def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int, warmup: int,
-            flex: Flex | None, copy_gbps: float, matmul_gflops: float, seed: int = 0) -> dict:
+def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block_size: int,
+            reps: int, warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
+            seed: int = 0) -> dict:
     """One hybrid batch's row: each contender's median ms (None where it failed or disagreed with the
     reference, why in ``<name>_error``), the floors, and co-scheduled over the faster sequential way,
     over the faster peer and over the floor."""
@@ -124,10 +130,10 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
     x = make_inputs(case, dtype, device, block_size, seed)
     flash = device.type == "cuda"
     rate = flops_per_byte_of(matmul_gflops, copy_gbps)
-    row: dict = {"shape": case.label, "heads": case.heads, "kv_heads": case.kv_heads, "head_dim": case.head_dim,
-                 "chunk": case.chunk, "decodes": case.decodes, "context": case.context,
-                 "dtype": str(dtype).removeprefix("torch."), "device": device.type, "ctas_per_sm": CTAS_PER_SM,
-                 "flops_per_byte": rate}
+    row: dict = {"shape": case.label, "heads": case.heads, "kv_heads": case.kv_heads,
+                 "head_dim": case.head_dim, "chunk": case.chunk, "decodes": case.decodes,
+                 "context": case.context, "dtype": str(dtype).removeprefix("torch."),
+                 "device": device.type, "ctas_per_sm": CTAS_PER_SM, "flops_per_byte": rate}
     builders: dict[str, Callable[[], Callable[[], torch.Tensor]]] = {
         ONE_LAUNCH: lambda: engine_call(x), TWO_LAUNCHES: lambda: two_launches_call(x),
         SDPA: lambda: peer_call(SDPA, case, x, flash, flex)}
@@ -150,8 +156,8 @@ def floors(case: HybridCase, elem_bytes: int, copy_gbps: float, matmul_gflops: f
     """The whole batch's floor (compute and memory overlapped) and the sequential one (the chunk's
     floor, then the decodes'): what co-scheduling can win at most is their difference."""
     def least(query_lens, context_lens):
-        return attention_floor(case.heads, case.kv_heads, case.head_dim, query_lens, context_lens, elem_bytes,
-                               copy_gbps, matmul_gflops)
+        return attention_floor(case.heads, case.kv_heads, case.head_dim, query_lens, context_lens,
+                               elem_bytes, copy_gbps, matmul_gflops)
 
     whole = least(case.query_lens, case.context_lens)
     chunk, decodes = least(case.query_lens[:1], case.context_lens[:1]), least(case.query_lens[1:],
@@ -174,7 +180,8 @@ def ratios(row: dict) -> dict:
         return a / b if a is not None and b else None
 
     diffs = [row[k] for k in row if k.endswith("_rel_diff")]
-    return {"sequential_ms": sequential, "best_peer_ms": peer, "over_sequential": over(pod, sequential),
+    return {"sequential_ms": sequential, "best_peer_ms": peer,
+            "over_sequential": over(pod, sequential),
             "control_over_sequential": over(control, sequential), "over_best_peer": over(pod, peer),
             "over_floor": over(pod, row["floor_ms"]),
             "floor_over_sequential_floor": over(row["floor_ms"], row["sequential_floor_ms"]),

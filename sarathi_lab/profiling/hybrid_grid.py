@@ -86,6 +86,6 @@ class HybridGrid:
 GRIDS = {
     "cuda": HybridGrid(heads=((40, 40), (32, 8)), head_dim=128, chunks=(256, 512), decodes=(16, 32),
                        contexts=(1024, 3072), dtype="bfloat16", reps=20, warmup=3),
-    "cpu": HybridGrid(heads=((2, 2), (4, 1)), head_dim=16, chunks=(16,), decodes=(3,), contexts=(24,),
-                      dtype="float32", reps=2, warmup=1),
+    "cpu": HybridGrid(heads=((2, 2), (4, 1)), head_dim=16, chunks=(16,), decodes=(3,),
+                      contexts=(24,), dtype="float32", reps=2, warmup=1),
 }

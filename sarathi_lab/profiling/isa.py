@@ -33,17 +33,18 @@ class IsaKind:
 
 KINDS = {
     # Tuned as a Zen 3 (GCC's Zen tuning changes which multiply-adds are fused).
-    "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "znver3", "AVX2", "avx2", "AVX2",
-                    frozenset({"avx2", "fma", "bmi2", "movbe"}), ("avx512", "amx")),
-    "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)", "cascadelake", "",
-                           "AVX512_CORE_VNNI", "avx512", "AVX512",
-                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}),
+    "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "znver3", "AVX2",
+                    "avx2", "AVX2", frozenset({"avx2", "fma", "bmi2", "movbe"}), ("avx512", "amx")),
+    "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)",
+                           "cascadelake", "", "AVX512_CORE_VNNI", "avx512", "AVX512",
+                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                      "avx512_vnni"}),
                            ("avx512_bf16", "amx")),
     # GCC 12 has no znver4 tuning to name.
-    "avx512-bf16": IsaKind("AVX-512 with VNNI and bf16 units, no AMX (AMD EPYC Zen 4)", "cooperlake", "",
-                           "AVX512_CORE_BF16", "avx512", "AVX512",
-                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
-                                      "avx512_bf16"}), ("amx",)),
+    "avx512-bf16": IsaKind("AVX-512 with VNNI and bf16 units, no AMX (AMD EPYC Zen 4)",
+                           "cooperlake", "", "AVX512_CORE_BF16", "avx512", "AVX512",
+                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                      "avx512_vnni", "avx512_bf16"}), ("amx",)),
 }
 
 

@@ -18,8 +18,9 @@ from sarathi_lab.profiling.batches import SyntheticBatches
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 # The groups, in the order a figure stacks them; the first ten run in every decoder layer. ``gemm``: a
 # GEMM whose projection its place could not tell.
-GROUPS = (*(f"gemm.{p}" for p in PROJECTIONS), "attention.chunk", "attention.decode", "attention.merge",
-          "norm", "rope_kv", "activation", "lm_head", "sampling", "gemm", "other")
+GROUPS = (*(f"gemm.{p}" for p in PROJECTIONS), "attention.chunk", "attention.decode",
+          "attention.merge", "norm", "rope_kv", "activation", "lm_head", "sampling", "gemm",
+          "other")
 LAYER_GROUPS = GROUPS[:10]
 # The one table from a kernel's name (lower-cased, as a CUDA trace names it) to what it computes, the
 # first substring that matches: the project's Triton kernels (kernels/sarathi_kernels/, named by their
@@ -28,16 +29,16 @@ LAYER_GROUPS = GROUPS[:10]
 # kernels (and the CPU dry run's oneDNN linear op). Nothing matched: other (the embedding's gather,
 # the final norm's row gathers, the replay's fills and copies).
 KINDS = (
-    ("_add_rms_norm_kernel", "norm"), ("_rope_write_kv_kernel", "rope_kv"), ("_rope_kernel", "rope_kv"),
-    ("_write_kv_kernel", "rope_kv"), ("_silu_mul_kernel", "activation"), ("_merge_splits_kernel", "merge"),
+    ("_add_rms_norm_kernel", "norm"), ("_rope_write_kv_kernel", "rope_kv"),
+    ("_rope_kernel", "rope_kv"), ("_write_kv_kernel", "rope_kv"),
+    ("_silu_mul_kernel", "activation"), ("_merge_splits_kernel", "merge"),
     ("_paged_attention_kernel", "attention"), ("_pod_attention_kernel", "attention"),
     ("_gemm_kernel", "gemm"), ("_reduce_kernel", "gemm.reduce"),
     ("flash_fwd_splitkv_combine", "merge"), ("flash_fwd", "attention"), ("fmha", "attention"),
-    ("sdpa", "attention"),
-    ("splitkreduce", "gemm.reduce"), ("nvjet", "gemm"), ("gemm", "gemm"), ("gemv", "gemm"),
-    ("cutlass", "gemm"), ("_linear_pointwise", "gemm"),
-    ("argmax", "sampling"), ("softmax", "sampling"), ("topk", "sampling"), ("multinomial", "sampling"),
-    ("sort", "sampling"),
+    ("sdpa", "attention"), ("splitkreduce", "gemm.reduce"), ("nvjet", "gemm"), ("gemm", "gemm"),
+    ("gemv", "gemm"), ("cutlass", "gemm"), ("_linear_pointwise", "gemm"),
+    ("argmax", "sampling"), ("softmax", "sampling"), ("topk", "sampling"),
+    ("multinomial", "sampling"), ("sort", "sampling"),
     ("silu", "activation"), ("rsqrt", "norm"),
 )
 
@@ -114,7 +115,8 @@ def kernels_of(prof, cuda: bool) -> list[Kernel]:
     if cuda:
         events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     else:
-        events = [e for e in prof.events() if e.device_type == DeviceType.CPU and e.cpu_parent is None]
+        events = [e for e in prof.events() if e.device_type == DeviceType.CPU
+                  and e.cpu_parent is None]
     return [Kernel(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in events]
 
 
@@ -128,7 +130,8 @@ def profile_iteration(llm, chunk: int, decodes: int, context: int, reps: int) ->
     cuda = executor.runner.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with SyntheticBatches(llm, seed=0).made([(chunk, context - chunk)] if chunk else [], decodes, context) as batch:
+    with SyntheticBatches(llm, seed=0).made([(chunk, context - chunk)] if chunk else [], decodes,
+                                            context) as batch:
         executor.execute(batch)  # compiled and touched outside the profile
         sync()
         with profile(activities=activities) as prof:

@@ -18,8 +18,9 @@ from sarathi_lab.tuned_kernels import DEFAULT, TunedTable, table_for, using
 STAGES = ("before", "after")
 
 
-def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len: int, max_seq_len: int, *,
-                         fused_rope: bool, table: TunedTable, num_sms: int | None, elem_bytes: int = 2) -> list[str]:
+def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len: int,
+                         max_seq_len: int, *, fused_rope: bool, table: TunedTable,
+                         num_sms: int | None, elem_bytes: int = 2) -> list[str]:
     """The kernels of one layer, in order, for a batch of ``tokens`` in ``requests`` on the Triton path."""
     from sarathi_kernels.attention_plan import plan_launch
 
@@ -32,8 +33,9 @@ def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len
         return launch + ([f"{name}.split_k_reduce"] if choice.split_k > 1 else [])
 
     kind = "decode" if max_query_len == 1 else "prefill"
-    plan = plan_launch(tokens, requests, shape.heads, shape.kv_heads, max_seq_len=max_seq_len, element_size=elem_bytes,
-                       max_query_len=max_query_len, num_sms=num_sms, **table.tiles(kind).launch_kwargs())
+    plan = plan_launch(tokens, requests, shape.heads, shape.kv_heads, max_seq_len=max_seq_len,
+                       element_size=elem_bytes, max_query_len=max_query_len, num_sms=num_sms,
+                       **table.tiles(kind).launch_kwargs())
     kernels = ["add_rms_norm", *projection("qkv_proj")]
     kernels += ["rope_write_kv"] if fused_rope else ["rope", "write_kv"]
     kernels += ["paged_attention"] + (["merge_splits"] if plan.num_splits > 1 else [])
@@ -58,7 +60,8 @@ def profiled_layer_kernels(llm, chunk: int, decodes: int, context: int) -> dict[
 
     runner, layers = llm.engine.executor.runner, llm.model_config.num_hidden_layers
     batches = SyntheticBatches(llm, seed=0)
-    batch = batches.make(prefills=[(chunk, context - chunk)] if chunk else [], decodes=decodes, context=context)
+    batch = batches.make(prefills=[(chunk, context - chunk)] if chunk else [], decodes=decodes,
+                         context=context)
     counts = {}
     try:
         prepared = runner.prepare(batch)
@@ -84,7 +87,7 @@ def static_counts(llm, chunk: int, decodes: int, context: int, device: torch.dev
 
     shape = Shape.of(llm.model_config)
     requests, tokens = decodes + (chunk > 0), chunk + decodes
-    return {name: static_layer_kernels(shape, tokens, requests, chunk or 1, context, fused_rope=name == "after",
-                                       table=DEFAULT if name == "before" else table_for(device),
-                                       num_sms=device_sm_count(device), elem_bytes=llm.dtype.itemsize)
+    return {name: static_layer_kernels(shape, tokens, requests, chunk or 1, context,
+                                       fused_rope=name == "after", table=DEFAULT
+                                       if name == "before" else table_for(device), num_sms=device_sm_count(device), elem_bytes=llm.dtype.itemsize)
             for name in STAGES}

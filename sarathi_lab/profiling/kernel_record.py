@@ -55,5 +55,6 @@ class KernelCheck:
     @classmethod
     def from_dict(cls, raw: dict) -> KernelCheck:
         return cls(raw["device"], [AttentionCase(**c) for c in raw["attention"]],
-                   [Verdict(**v) for v in raw["kv_writes"]], [Verdict(**v) for v in raw["pointwise"]],
-                   raw["timed_case"], raw["timed_dtype"], raw["copy_gbps"], [Timing(**t) for t in raw["timings"]])
+                   [Verdict(**v) for v in raw["kv_writes"]],
+                   [Verdict(**v) for v in raw["pointwise"]], raw["timed_case"], raw["timed_dtype"],
+                   raw["copy_gbps"], [Timing(**t) for t in raw["timings"]])

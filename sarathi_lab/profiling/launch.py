@@ -26,8 +26,10 @@ def _aligned(chunk: int) -> int | None:
         return None
 
 
-ALIGNED = tuple(a for a in dict.fromkeys(map(_aligned, CHUNKS)) if a is not None and a not in CHUNKS)
-CASES = (((0, 1), (0, DECODES + 1)) + tuple((chunk, decodes) for chunk in CHUNKS for decodes in (0, DECODES))
+ALIGNED = tuple(a for a in dict.fromkeys(map(_aligned, CHUNKS)) if a is not None
+                and a not in CHUNKS)
+CASES = (((0, 1), (0, DECODES + 1))
+         + tuple((chunk, decodes) for chunk in CHUNKS for decodes in (0, DECODES))
          + tuple((chunk, DECODES) for chunk in ALIGNED))
 # model, dtype, context (each decode's, and the prompt whose last chunk runs: the paper's length),
 # timed repeats, the iterations; the dry run's are the same iterations on the tiny model, at the
@@ -59,7 +61,8 @@ def measure(llm, chunk: int, decodes: int, context: int, reps: int) -> dict[str,
         eager = runner.forward(prepared).float()
         engine = executor.forward(prepared).float()
         graph = executor.graphs.graph_for(prepared) if executor.graphs is not None else None
-        times = interleaved({"eager": lambda: runner.forward(prepared), "engine": lambda: executor.forward(prepared)},
+        times = interleaved({"eager": lambda: runner.forward(prepared),
+                             "engine": lambda: executor.forward(prepared)},
                             reps, clock)
     return {"eager_ms": statistics.median(times["eager"][:, 0]) * 1e3,
             "engine_ms": statistics.median(times["engine"][:, 0]) * 1e3,

@@ -129,7 +129,8 @@ class LibraryFloor:
         return sum(parts) + self.elementwise_ms + self.head_and_embedding_ms
 
 
-def elementwise_ms(shape: Shape, tokens: int, elem_bytes: int, gbps: float, activation_in_gemm: bool) -> float:
+def elementwise_ms(shape: Shape, tokens: int, elem_bytes: int, gbps: float,
+                   activation_in_gemm: bool) -> float:
     """The elementwise passes' bytes over every layer at ``gbps``; the activation left out where the
     GEMM timing holds it."""
     parts = shape.elementwise_bytes_per_token(elem_bytes)
@@ -137,8 +138,8 @@ def elementwise_ms(shape: Shape, tokens: int, elem_bytes: int, gbps: float, acti
     return nbytes * tokens * shape.layers / (gbps * 1e9) * 1e3
 
 
-def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: int, elem_bytes: int,
-                  gbps: float, gemms: GemmCurve, attention: AttentionTable,
+def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: int,
+                  elem_bytes: int, gbps: float, gemms: GemmCurve, attention: AttentionTable,
                   head_and_embedding_ms: float) -> LibraryFloor:
     """The library floor of a chunk (the last ``chunk`` tokens of a ``context``-token prompt; 0: none)
     beside ``decodes`` decodes at ``context``, its GEMMs and elementwise passes run over ``tokens``
@@ -154,7 +155,7 @@ def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: 
     decode_ms = attention.decode_ms("engine", decodes, context) if decodes else 0.0
     if decode_ms is None:
         missing.append(f"the engine's decode attention at b={decodes}, context {context} (outside attention.csv's)")
-    return LibraryFloor(None if gemm is None else gemm * layers, None if chunk_ms is None else chunk_ms * layers,
-                        None if decode_ms is None else decode_ms * layers,
+    return LibraryFloor(None if gemm is None else gemm * layers, None if chunk_ms is None
+                        else chunk_ms * layers, None if decode_ms is None else decode_ms * layers,
                         elementwise_ms(shape, tokens, elem_bytes, gbps, gemms.with_activation),
                         head_and_embedding_ms, missing)

@@ -54,7 +54,8 @@ def _rounds(rank: int, buf, rounds: int) -> list[float]:
     return out
 
 
-def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, timeout_s: float = 60.0) -> Link:
+def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS,
+            timeout_s: float = 60.0) -> Link:
     """The link between two fresh processes on ``cores`` (one each; None: wherever the OS puts them)."""
     import multiprocessing as mp
 
@@ -64,7 +65,8 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
     out = ctx.Queue()
     port = free_port()
     pinned = list(cores) if cores else [None, None]
-    procs = [ctx.Process(target=_ping_pong, args=(r, port, pinned[r % len(pinned)], list(sizes), rounds, out),
+    procs = [ctx.Process(target=_ping_pong,
+                         args=(r, port, pinned[r % len(pinned)], list(sizes), rounds, out),
                          daemon=True) for r in range(2)]
     for p in procs:
         p.start()
@@ -84,7 +86,8 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
 def main(argv: list[str] | None = None) -> None:
     from sarathi_lab import cli_args
 
-    parser = cli_args.Parser(prog="python -m sarathi_lab.profiling.link", description=__doc__.splitlines()[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.profiling.link",
+                             description=__doc__.splitlines()[0])
     parser.add_argument("--cores", default=None, help="two cores to pin the processes to, e.g. 0,1")
     args = parser.parse_args(argv)
     allowed = sorted(os.sched_getaffinity(0))
@@ -96,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
                          f"{allowed}, e.g. {allowed[0]},{allowed[-1]}")
         cores = [int(p) for p in parts]
     link = measure(cores)
-    print(" ".join(f"{n} B: {s * 1e6:.0f} us;" for n, s in zip(link.sizes, link.seconds)), link.describe())
+    print(" ".join(f"{n} B: {s * 1e6:.0f} us;" for n, s in zip(link.sizes, link.seconds)),
+          link.describe())
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def snapshot() -> LoadSnapshot:
 def assess(start: LoadSnapshot, end: LoadSnapshot) -> dict:
     """The record metrics.json keeps under environment; `timing_note` is the warning, or None."""
     cores = usable_cores()
-    record = {"cores": cores, "load1_start": start.load1, "load1_end": end.load1, "runqueue_wait_share": None}
+    record = {"cores": cores, "load1_start": start.load1, "load1_end": end.load1,
+              "runqueue_wait_share": None}
     if start.cpu_ns is not None and end.cpu_ns is not None:
         cpu, wait = end.cpu_ns - start.cpu_ns, end.wait_ns - start.wait_ns
         share = wait / (cpu + wait) if cpu + wait > 0 else 0.0

@@ -69,9 +69,10 @@ def machine_record(device: torch.device | str = "cpu") -> dict:
     import torch
 
     kind = isa.active()
-    return {"device": device_name(device), "cpu": cpu_name(), "cores": usable_cores(), "isa": cpu_isa(),
-            "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "llc_mib": llc_mib(),
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
+    return {"device": device_name(device), "cpu": cpu_name(), "cores": usable_cores(),
+            "isa": cpu_isa(), "isa_as": kind[0] if kind else None,
+            "bf16_units": cpu_has_bf16_units(), "llc_mib": llc_mib(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
 
 
 def describe_machine(device: torch.device | str) -> str:

@@ -44,13 +44,14 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
         def post(_module, _args, _out):
             seconds[name] += clock.now() - started.pop()
 
-        handles.extend((module.register_forward_pre_hook(lambda _module, _args: started.append(clock.now())),
+        handles.extend((module.register_forward_pre_hook(lambda _module,
+                                                         _args: started.append(clock.now())),
                         module.register_forward_hook(post)))
 
     for layer in llm.engine.executor.runner.model.layers:
         attn = layer.self_attn
-        for name, module in (("self_attn", attn), ("qkv_proj", attn.qkv_proj), ("o_proj", attn.o_proj),
-                             ("ffn", layer.mlp)):
+        for name, module in (("self_attn", attn), ("qkv_proj", attn.qkv_proj),
+                             ("o_proj", attn.o_proj), ("ffn", layer.mlp)):
             watch(name, module)
     splits = []
     try:
@@ -58,8 +59,9 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
             seconds.clear()
             total = eager()
             s = seconds
-            ops = {"qkv_proj": s["qkv_proj"], "attention": s["self_attn"] - s["qkv_proj"] - s["o_proj"],
-                   "o_proj": s["o_proj"], "ffn": s["ffn"]}
+            ops = {"qkv_proj": s["qkv_proj"],
+                   "attention": s["self_attn"] - s["qkv_proj"] - s["o_proj"], "o_proj": s["o_proj"],
+                   "ffn": s["ffn"]}
             splits.append(ops | {"others": total - sum(ops.values())})
     finally:
         for handle in handles:

@@ -30,7 +30,8 @@ def serve(llm, prompts, new_tokens) -> pd.DataFrame:
     table = pd.DataFrame(llm.metrics.iteration_rows())
     table["kind"] = iteration_kinds(table.num_prefill_tokens, table.num_decode_tokens)
     table["host_share"] = table[[f"{part}_s" for part in HOST_PARTS]].sum(axis=1) / table.duration_s
-    table["overhead_fraction"] = overhead_fraction(table.duration_s - table.forward_s, table.forward_s)
+    table["overhead_fraction"] = overhead_fraction(table.duration_s - table.forward_s,
+                                                   table.forward_s)
     return table
 
 
@@ -53,8 +54,8 @@ def prepare_split(llm, decodes: int, context: int, reps: int) -> dict[str, float
 
         # The numpy builder a device's batches take, over the runner's kept block tables, without the copy.
         calls = {"prepare": lambda: runner.prepare(batch),
-                 "host_arrays": lambda: batch_tensors(batch, runner.block_size, torch.device("cpu"), runner.tables,
-                                                      decode_lists=False)}
+                 "host_arrays": lambda: batch_tensors(batch, runner.block_size, torch.device("cpu"),
+                                                      runner.tables, decode_lists=False)}
         out = {}
         for name, call in calls.items():
             for when, before in (("hot", None), ("after_forward", after_forward)):

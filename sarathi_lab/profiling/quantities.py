@@ -43,7 +43,8 @@ def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
     beyond the noise of the two (``within_noise``); where it is not, ``gain`` is no number and
     ``gain_bound`` is what the repeats do say, gain >= baseline / ((difference + noise) / (B - 1))
     (NaN where even that is no finite bound)."""
-    point = ["seq_len", "batch_size", "chunk", *(["chunk_align"] if "chunk_align" in piggyback else [])]
+    point = ["seq_len", "batch_size", "chunk",
+             *(["chunk_align"] if "chunk_align" in piggyback else [])]
     keys = [*point, *(["seed"] if "seed" in piggyback and piggyback.seed.nunique() > 1 else [])]
     piggyback = piggyback.assign(noise_ms=_time_noise(piggyback, point))
     ms = piggyback.pivot_table(index=keys, columns="iteration", values="ms")

@@ -7,4 +7,5 @@ from sarathi_lab.sim.build import kv_capacity_tokens, max_batch, simulated_cost_
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import load_device
 
-__all__ = ["CostModel", "kv_capacity_tokens", "load_device", "max_batch", "simulated_cost_model", "simulated_kv_blocks"]
+__all__ = ["CostModel", "kv_capacity_tokens", "load_device", "max_batch", "simulated_cost_model",
+           "simulated_kv_blocks"]

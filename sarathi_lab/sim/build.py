@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: int, utilisation: float) -> int:
+def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: int,
+              utilisation: float) -> int:
     """model.memory.gpu_kv_bytes on ``device``, refusing (one line) weights that leave no room."""
     # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
     if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
@@ -50,8 +51,8 @@ def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: 
     return gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, max_tokens, utilisation)
 
 
-def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2, max_tokens: int = 0,
-                       utilisation: float = GPU_MEMORY_UTILISATION) -> int:
+def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2,
+                       max_tokens: int = 0, utilisation: float = GPU_MEMORY_UTILISATION) -> int:
     """KV-cache tokens that fit on ``device`` beside the weights and the activations of an iteration
     of ``max_tokens`` tokens (the paper's arithmetic, in shapes alone). Fails with one line when
     nothing fits."""
@@ -69,11 +70,13 @@ def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int
     """The paper's B: the most requests of ``seq_len`` tokens whose KV caches fit together with the
     activations of prefilling all of them in one iteration (the baseline's prefill batch)."""
     check_count("seq_len", seq_len, 1)
-    return tokens_with_activations(Shape.of(config), elem_bytes, _kv_bytes(device, config, elem_bytes, 0,
+    return tokens_with_activations(Shape.of(config), elem_bytes,
+                                   _kv_bytes(device, config, elem_bytes, 0,
                                                                           utilisation)) // seq_len
 
 
-def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig, context: int) -> int:
+def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig,
+                        context: int) -> int:
     """The KV blocks the real engine would plan on the simulated device (model.memory decides both):
     an explicit block count or memory budget if it fits beside the weights (or, with
     ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
@@ -102,8 +105,8 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
             log.warning("what-if KV cache (sim_kv_beyond_device): %s", as_written(excess))
         return blocks
     # Here the device is the setting to change: the model is what is being studied.
-    return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights, where,
-                             too_large=f"{where} is invalid for this model")
+    return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights,
+                             where, too_large=f"{where} is invalid for this model")
 
 
 def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
@@ -111,7 +114,7 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
     a ConfigError, refused before the run starts."""
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
-        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp,
-                                    pp=cfg.sim_pp)
+        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype,
+                                    tp=cfg.sim_tp, pp=cfg.sim_pp)
     except FileNotFoundError as e:
         raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
 # Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
 FINE_GRID = 8
-KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act", "add": "add",
-              "embedding": "embedding"}
+KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act",
+              "add": "add", "embedding": "embedding"}
 
 
 def check_keys(cls, raw: dict, where: str) -> None:
@@ -48,8 +48,8 @@ def pointwise_elems(kind: str, s: Shape) -> int:
     state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
     the residual add reads two and writes one; the embedding gathers a row and writes it."""
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv), "act": (3 if s.gated else 2) * s.intermediate,
-            # phi-2's parallel block adds attention, MLP and residual in one kernel.
+    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv),
+            "act": (3 if s.gated else 2) * s.intermediate, # phi-2's parallel block adds attention, MLP and residual in one kernel.
             "add": (3 if s.gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
 
 
@@ -140,7 +140,8 @@ def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dic
     for kind, at in rows.groupby("kind"):
         per_model = {m: pointwise_elems(kind, measured_shape(m)) * elem_bytes for m in set(at.model)}
         per_token = at.model.map(per_model).to_numpy(float)
-        launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)), at.tokens.to_numpy(float) * per_token]),
+        launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)),
+                                                            at.tokens.to_numpy(float) * per_token]),
                                            at.seconds.to_numpy(float))
         out[kind] = (float(launch), float(1 / (bandwidth * per_byte)) if per_byte > 0 else 1.0)
     return out
@@ -186,7 +187,8 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
     kv_bytes = (shape.kv_bytes_per_token(elem_bytes, layers=1) * rows.batch.to_numpy(float)
                 * rows.context.to_numpy(float))
     a, per_request, per_byte = _relative_lstsq(
-        np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]), rows.seconds.to_numpy(float))
+        np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]),
+        rows.seconds.to_numpy(float))
     return float(a), float(per_request), float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
 
 
@@ -200,7 +202,8 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
     import pandas as pd  # as in fit_gemm
-    table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names], ignore_index=True)
+    table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names],
+                      ignore_index=True)
     elem_bytes = 2  # the measured kernels' element size (16-bit weights and activations)
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
@@ -218,7 +221,8 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
         kw = {f: getattr(attention_from, f) for f in ATTENTION_FIELDS} | {
             "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
             "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale)}
-    return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
+    return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff),
+                       gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))
 
@@ -231,7 +235,8 @@ def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwid
     pointwise kernels, which no lease times apart, stay the base's."""
     tokens, eff, launch = fit_gemm(table, peak_flops)
     base_points = list(zip(base.gemm_tokens, base.gemm_efficiency, base.gemm_launch_s))
-    points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]] + list(zip(tokens, eff, launch)))
+    points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]]
+                    + list(zip(tokens, eff, launch)))
     # Where the two curves meet, time per weight and launch never fall with more tokens.
     per_weight = np.maximum.accumulate([t / e for t, e, _ in points])
     launch_s = np.maximum.accumulate([la for _, _, la in points])
@@ -246,4 +251,5 @@ def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwid
     return dataclasses.replace(
         base, gemm_tokens=tuple(int(t) for t, _, _ in points),
         gemm_efficiency=tuple(float(t / w) for (t, _, _), w in zip(points, per_weight)),
-        gemm_launch_s=tuple(float(x) for x in launch_s), **kw, fitted_from=(*base.fitted_from, lease))
+        gemm_launch_s=tuple(float(x) for x in launch_s), **kw,
+        fitted_from=(*base.fitted_from, lease))

@@ -43,8 +43,8 @@ def calibrations() -> dict[str, Calibration]:
         device = load_device(name)
         out[name] = fit(device, attention_from=borrowed)
         if (lease := newest_lease(name)) is not None:
-            out[name] = fit_lease(out[name], lease_kernels(lease), device.peak_flops, device.memory_bandwidth,
-                                  f"lease {lease.name}")
+            out[name] = fit_lease(out[name], lease_kernels(lease), device.peak_flops,
+                                  device.memory_bandwidth, f"lease {lease.name}")
     for name, sibling in BORROWED.items():
         if sibling in out:
             out[name] = out[sibling]
@@ -66,15 +66,16 @@ def as_yaml(cal: Calibration, device: str) -> str:
     vidur = ", ".join(f for f in cal.fitted_from if f != lease)
     head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
             f"{vidur}{measured_on};\n# {attention}. Efficiencies are shares of the peaks above.\n")
-    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None,
-                                 sort_keys=False, width=110)
+    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))},
+                                 default_flow_style=None, sort_keys=False, width=110)
 
 
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__).parse_args(argv)
     for device, cal in calibrations().items():
         path = DEVICES_DIR / f"{device}.yaml"
-        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n" + as_yaml(cal, device))
+        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n"
+                        + as_yaml(cal, device))
         print(f"wrote {path}")
 
 

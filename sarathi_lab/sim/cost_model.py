@@ -53,7 +53,8 @@ class CostModel(abc.ABC):
     @abc.abstractmethod
     def _cost(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> IterationCost: ...
 
-    def iteration_cost(self, prefills=(), decodes=(), num_sampled: int | None = None) -> IterationCost:
+    def iteration_cost(self, prefills=(), decodes=(),
+                       num_sampled: int | None = None) -> IterationCost:
         """``num_sampled``: rows that pass through the LM head (default: every request, as if each
         chunk ended its prompt)."""
         prefills, decodes = list(prefills), list(decodes)
@@ -81,9 +82,9 @@ class CostModel(abc.ABC):
         raise NotImplementedError(f"{cls.__name__} is not chosen by for_device")
 
     @staticmethod
-    def for_device(device: str, model: str | ModelConfig = "llama2-7b", cost_model: str = "roofline",
-                   dtype: str = "bfloat16", profile: str | Path | None = None, tp: int = 1,
-                   pp: int = 1) -> CostModel:
+    def for_device(device: str, model: str | ModelConfig = "llama2-7b",
+                   cost_model: str = "roofline", dtype: str = "bfloat16",
+                   profile: str | Path | None = None, tp: int = 1, pp: int = 1) -> CostModel:
         """``model``: a preset name, a Hugging Face config directory or a config. ``profile``: the
         CSV of ``cost_model="profile"`` (default ``profiles/<device>/<model>.csv``, which task=profile
         writes; on a GPU without one, the GPU kernels measured there for this model's shape, with the
@@ -102,7 +103,8 @@ class CostModel(abc.ABC):
         # units): its element size is what every byte count must use.
         dtype = device_dtype(device, dtype)
         # task=profile's table holds the engine's own times, preferred to other engines' kernels.
-        own_table = profile is not None or (isinstance(model, str) and profile_path(device, model).is_file())
+        own_table = profile is not None or (isinstance(model, str)
+                                            and profile_path(device, model).is_file())
         if tp > 1 and cost_model == "profile" and own_table:
             raise ConfigError(f"{k.set('sim_tp', tp)} is invalid with {k.set('sim_cost_model', cost_model)} "
                               "and a profile measured by task=profile: it times one device running the whole "
@@ -119,7 +121,8 @@ class CostModel(abc.ABC):
         measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
         choice = Choice(device, model, config, part, cost_model, dtype, profile, own_table, tp,
                         gpu_kernels.model_of(config) if measured else None)
-        one = next(_REGISTRY[key].build(choice) for key in PRECEDENCE[cost_model] if _REGISTRY[key].applies(choice))
+        one = next(_REGISTRY[key].build(choice) for key in PRECEDENCE[cost_model]
+                   if _REGISTRY[key].applies(choice))
         stage = one if tp == 1 else _REGISTRY[TENSOR_PARALLEL](one, config, tp, dtype)
         return stage if pp == 1 else _REGISTRY[PIPELINE](stage, whole, tp, pp, dtype)
 
@@ -147,7 +150,8 @@ TENSOR_PARALLEL = "tensor_parallel"
 PIPELINE = "pipeline"
 # Which registered cost models answer each sim_cost_model, the first that applies: the engine's own
 # table (task=profile) before other engines' kernels measured on the device, which the roofline completes.
-PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",), "profile": ("profile_table", "gpu_kernels")}
+PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",),
+              "profile": ("profile_table", "gpu_kernels")}
 
 
 def register_cost_model(key: str):

@@ -95,7 +95,8 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
     raw = yaml.load((DEVICES_DIR / f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:
-        raw["calibration"] = Calibration.from_dict(raw["calibration"], f"sim.device.{name}.calibration")
+        raw["calibration"] = Calibration.from_dict(raw["calibration"],
+                                                   f"sim.device.{name}.calibration")
     check_keys(Device, raw, f"sim.device.{name}")
     return Device(**raw)
 
@@ -185,8 +186,9 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
                           f"measure them with {MEASURE_COMMAND} --dtype {dtype}")
     return Device(name="cpu", peak_flops=entry["matmul_gflops"] * 1e9,
                   memory_bandwidth=entry["copy_gbps"] * 1e9, memory_bytes=host_memory.total(),
-                  tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0, attention_flops_efficiency=1.0,
-                  bandwidth_efficiency=1.0, attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0,
-                  host_overhead_s=0.0, host_per_token_s=0.0, kv_reread=False,
+                  tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0,
+                  attention_flops_efficiency=1.0, bandwidth_efficiency=1.0,
+                  attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0, host_overhead_s=0.0,
+                  host_per_token_s=0.0, kv_reread=False,
                   sources=((f"measured on {key} with {entry.get('threads', '?')} threads at "
                             f"{entry.get('measured_at', '?')}, read from {path}"),))

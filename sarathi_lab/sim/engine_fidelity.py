@@ -30,7 +30,8 @@ def profiled(devices=None) -> list[tuple[str, str]]:
     """(device, model) of every committed engine profile on a simulated GPU whose model is a preset (its
     table: ``profile_path``'s, the newest lease's unless one is named)."""
     return [(device, model) for device, model in profiled_devices()
-            if device in GPU_DEVICES and model in PRESETS and (devices is None or device in devices)]
+            if device in GPU_DEVICES and model in PRESETS
+            and (devices is None or device in devices)]
 
 
 def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]:
@@ -84,8 +85,10 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
     for name, prefills, decodes, row in _op_rows(table):
         tokens = batch_tokens(prefills, decodes)
         ops.append({"device": device, "model": model, "op": row.op, "tokens": int(row.tokens),
-                    "context": int(row.context), "batch": int(row.batch), "measured_s": float(row.seconds)}
-                   | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops, tokens)[name]
+                    "context": int(row.context), "batch": int(row.batch),
+                    "measured_s": float(row.seconds)}
+                   | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops,
+                                                tokens)[name]
                       for n, cm in cms.items()})
     # The profile cost model reads this very table: beside the others it shows what composing the
     # table's ops costs. Its warning about a prefill past the largest measured chunk is silenced:
@@ -100,8 +103,8 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
             label = {"prefill": f"prefill {chunk}", "decode": f"decode b={len(decodes)} @{context}",
                      "hybrid": f"hybrid {chunk} + b={len(decodes)} @{context}"}[kind]
             its.append({"device": device, "model": model, "iteration": label, "kind": kind,
-                        "tokens": chunk + len(decodes), "context": context, "batch": len(prefills) + len(decodes),
-                        "measured_s": seconds}
+                        "tokens": chunk + len(decodes), "context": context, "batch": len(prefills)
+                        + len(decodes), "measured_s": seconds}
                        | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
     return pd.DataFrame(ops), pd.DataFrame(its)
 
@@ -120,7 +123,8 @@ def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def models_in(rows: pd.DataFrame) -> list[str]:
     """The cost models with a prediction in every one of ``rows``."""
-    return [c.removesuffix("_s") for c in rows if c.endswith("_s") and c != "measured_s" and rows[c].notna().all()]
+    return [c.removesuffix("_s") for c in rows if c.endswith("_s") and c != "measured_s"
+            and rows[c].notna().all()]
 
 
 def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
@@ -137,6 +141,6 @@ def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
     for level, kind, g in (group for group in groups if len(group[2])):
         names = models_in(g)
         ratio = {f"{n}_median_ratio": float(np.median(g[f"{n}_s"] / g.measured_s)) for n in names}
-        rows.append({"device": g.device.iloc[0], "model": g.model.iloc[0], "level": level, "kind": kind,
-                     "points": len(g)} | fidelity.error_stats(g, names) | ratio)
+        rows.append({"device": g.device.iloc[0], "model": g.model.iloc[0], "level": level,
+                     "kind": kind, "points": len(g)} | fidelity.error_stats(g, names) | ratio)
     return pd.DataFrame(rows)

@@ -35,5 +35,5 @@ class SimulatedExecutor(Executor):
         cost = self.cost_model.iteration_cost(prefills, decodes, num_sampled)
         self.extrapolated_iterations += cost.extrapolated
         self.clock.advance(cost.total_s)
-        return StepOutput([self.token] * num_sampled, prepare_s=cost.prepare_s, forward_s=cost.forward_s,
-                          sample_s=cost.sample_s)
+        return StepOutput([self.token] * num_sampled, prepare_s=cost.prepare_s,
+                          forward_s=cost.forward_s, sample_s=cost.sample_s)

@@ -22,9 +22,11 @@ DECODE_CONTEXT = 1089  # a context where every measured batch size has a decode 
 # kind -> (prefill chunks as (chunk, context once cached), decodes): shapes the measurements hold.
 ITERATIONS = {
     **{f"decode b={b}": ([], b) for b in (1, 4, 16, 32, 64, 128)},
-    **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512), (1024, 1024),
+    **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512),
+                                                      (1024, 1024),
                                                         (512, 2048), (1024, 3072))},
-    **{f"hybrid {c}@{x}+{b}": ([(c, x)], b) for c, x, b in ((512, 1536, 8), (512, 1536, 32), (112, 1136, 64))},
+    **{f"hybrid {c}@{x}+{b}": ([(c, x)], b) for c, x, b in ((512, 1536, 8), (512, 1536, 32),
+                                                            (112, 1136, 64))},
 }
 MODELS = ("roofline", "calibrated", "holdout")
 
@@ -39,8 +41,10 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     shape = Shape.of(config)
     dev = load_device(device)
     cms = {"roofline": RooflineCostModel(dev, config),
-           "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
-           "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out), config)}
+           "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal),
+                                                     config),
+           "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out),
+                                                  config)}
 
     def op_s(op: str, tokens: int) -> float:
         return curves[op](tokens)[0] if op in curves else 0.0
@@ -76,8 +80,9 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         for op, value in measured_ops(t).items():
             ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t,
                              "measured_s": value} | {f"{name}_s": predicted[name][op] for name in cms})
-    it_rows = [{"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
-                "attention": has_attention, "measured_s": measured_iteration(prefills, decodes)}
+    it_rows = [{"device": device, "model": model, "tp": tp, "iteration": name,
+                "kind": name.split(" ")[0], "attention": has_attention,
+                "measured_s": measured_iteration(prefills, decodes)}
                | {f"{cm_name}_s": predicted_iteration(cm, prefills, decodes) for cm_name, cm in cms.items()}
                for name, (prefills, decodes) in iterations.items()]
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
@@ -87,7 +92,8 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS, tp: int = 1) -> tuple[pd
     """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
     each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     pairs = []
-    calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices() if d in GPU_DEVICES}
+    calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices()
+                    if d in GPU_DEVICES}
     for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
         full, measured = calibrations.get(device), gpu_kernels.measured(device, tp)
         for model in [m for m in models or measured if m in measured]:
@@ -111,7 +117,8 @@ def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
 
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
     """Per device, model and iteration kind: each cost model's ``error_stats``."""
-    return pd.DataFrame([{"device": device, "model": model, "kind": kind, "tp": int(g.tp.iloc[0])} | error_stats(g)
+    return pd.DataFrame([{"device": device, "model": model, "kind": kind,
+                          "tp": int(g.tp.iloc[0])} | error_stats(g)
                          for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
 
 
@@ -123,10 +130,13 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
     shape = measured_shape(model)
     rows = []
     for chunk in sorted(pre.tokens.unique()):
-        launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops)
-        cal = dataclasses.replace(dev.calibration, prefill_launch_s=launch, prefill_per_query_s=per_query,
-                                  prefill_efficiency=eff, prefill_tile=tile)
-        cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), gpu_kernels.config_of(model))
+        launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape,
+                                                             dev.peak_flops)
+        cal = dataclasses.replace(dev.calibration, prefill_launch_s=launch,
+                                  prefill_per_query_s=per_query, prefill_efficiency=eff,
+                                  prefill_tile=tile)
+        cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal),
+                                         gpu_kernels.config_of(model))
         held = pre[pre.tokens == chunk]
         predicted = np.array([cm.prefill_attention_s(c, x) for c, x in zip(held.tokens, held.context)])
         err = np.abs(predicted / held.seconds.to_numpy() - 1)
@@ -148,7 +158,8 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
         points = tuple(zip(g["bytes"].astype(int), g.seconds.astype(float)))
         table = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points)
         for i, (nbytes, seconds) in enumerate(points):
-            held = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points[:i] + points[i + 1:])
+            held = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points[:i]
+                             + points[i + 1:])
             rows.append({"device": device, "tp": int(tp), "bytes": nbytes, "measured_s": seconds,
                          "roofline_s": table.roofline_s(nbytes), "calibrated_s": table(nbytes),
                          "holdout_s": held(nbytes)})

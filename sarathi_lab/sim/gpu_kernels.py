@@ -74,8 +74,8 @@ def config_of(model: str) -> ModelConfig:
     s = model_shapes().loc[model]
     return ModelSpec("llama", hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
                      num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
-                     num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab), max_position_embeddings=4096,
-                     # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not gated.
+                     num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab),
+                     max_position_embeddings=4096, # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not gated.
                      hidden_act="silu" if s.gated else "gelu_new")
 
 

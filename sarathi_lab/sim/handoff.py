@@ -69,7 +69,8 @@ class Handoff:
                              "measures the handoff")
 
         def grid(column: str) -> np.ndarray:
-            return timeline.pivot(index="stage", columns="micro_batch", values=column).to_numpy(float)
+            return timeline.pivot(index="stage", columns="micro_batch",
+                                  values=column).to_numpy(float)
 
         start, end, command, planned, tokens = (grid(c) for c in ("start_s", "end_s", "command_s", "planned_s",
                                                                    "tokens"))
@@ -83,8 +84,8 @@ class Handoff:
         after = np.where(command[:-1, 1:] <= end[later, :-1], after, np.nan)
         receive = start[later] - np.maximum(planned[later], end[:-1])
         waited = np.isfinite(after).any()
-        return cls(after=TokenTable.of(tokens[later, :-1].ravel(), after.ravel()) if waited else None,
-                   host=TokenTable.of(tokens[later].ravel(), (planned - command)[later].ravel()),
+        return cls(after=TokenTable.of(tokens[later, :-1].ravel(), after.ravel()) if waited
+                   else None, host=TokenTable.of(tokens[later].ravel(), (planned - command)[later].ravel()),
                    receive=TokenTable.of(tokens[later].ravel(), receive.ravel()),
                    first_host=TokenTable.of(tokens[0], planned[0] - command[0]),
                    micro_batches=start.shape[1], source=source)

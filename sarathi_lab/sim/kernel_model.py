@@ -53,7 +53,8 @@ class KernelCostModel(CostModel):
         # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs nothing.
         self.layer_ops = {op: ops[op] for op in (*GEMM_OPS, *POINTWISE_OPS) if op in ops}
         self.embedding = ops.get("embedding")
-        attention = {"prefill_attention": self.prefill_attention, "decode_attention": self.decode_attention}
+        attention = {"prefill_attention": self.prefill_attention,
+                     "decode_attention": self.decode_attention}
         self.modelled = ["lm_head", "host (prepare, sample)"] + [
             f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
             for op, surface in attention.items()]
@@ -82,7 +83,8 @@ class KernelCostModel(CostModel):
         ops["prefill_attention"] = s.layers * attn
         ops["decode_attention"] = 0.0
         if decodes:
-            t, beyond = (self.decode_attention(len(decodes), sum(decodes) / len(decodes)) if self.decode_attention
+            t, beyond = (self.decode_attention(len(decodes), sum(decodes) / len(decodes))
+                         if self.decode_attention
                           else (0.0, True))
             if beyond:
                 t, modelled = self.roofline.decode_attention_s(decodes), True

@@ -52,7 +52,8 @@ def lease_kernels(lease: Path) -> pd.DataFrame:
     att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)]).dropna(subset=["model"])
     att = att[att.engine_ms.notna()]
     decode = att.kind == "decode"
-    rows = pd.DataFrame({"model": att.model, "op": ["decode_attention" if d else "prefill_attention" for d in decode],
+    rows = pd.DataFrame({"model": att.model,
+                         "op": ["decode_attention" if d else "prefill_attention" for d in decode],
                          "tokens": att.batch.where(decode, att.query_len), "context": att.context,
                          "batch": att.batch, "seconds": att.engine_ms / 1e3})
     return pd.concat([gemm, rows], ignore_index=True)[list(KERNEL_COLUMNS)]

@@ -125,8 +125,8 @@ class StageTimes:
         ``allreduce_s``, its layers' all-reduces where ``cost`` lacks them): the LM head (with the
         embedding, as the roofline counts them) on the last stage only."""
         head = cost.ops.get("lm_head", 0.0)
-        return cls(stage_s=cost.forward_s - head + allreduce_s, last_extra_s=head, p2p_s=p2p_s, host_s=host_s,
-                   sample_s=sample_s)
+        return cls(stage_s=cost.forward_s - head + allreduce_s, last_extra_s=head, p2p_s=p2p_s,
+                   host_s=host_s, sample_s=sample_s)
 
 
 def through_stages(times: StageTimes, now: float, stage_free: list[float],
@@ -157,7 +157,8 @@ def through_stages(times: StageTimes, now: float, stage_free: list[float],
 class StageCostModel:
     """What a micro-batch costs one GPU of a stage, from the roofline of its shard."""
 
-    def __init__(self, device: Device, config: ModelConfig, par: Parallelism, dtype: str = "float16"):
+    def __init__(self, device: Device, config: ModelConfig, par: Parallelism,
+                 dtype: str = "float16"):
         self.par = par
         self.shard = shard_config(config, par)
         self.roofline = RooflineCostModel(device, self.shard, dtype)
@@ -165,7 +166,8 @@ class StageCostModel:
         self.layers = self.shard.num_hidden_layers
         self.all_reduce = AllReduce(par.tp, par.allreduce_latency_s, par.allreduce_bandwidth)
 
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes:
         cost = self.roofline.iteration_cost(prefills, decodes, num_sampled)
         tokens = batch_tokens(prefills, decodes)
         allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
@@ -186,7 +188,8 @@ class TensorParallelCostModel(CostModel):
         points = tuple(sorted(measured_points(device, tp).items())) if measured else ()
         source = (f"vidur, {device.upper()} DGX node, NCCL" if points
                   else f"no all-reduce measured for {tp} x {device}" if measured else "")
-        self.all_reduce = AllReduce(tp, par.allreduce_latency_s, par.allreduce_bandwidth, points, source)
+        self.all_reduce = AllReduce(tp, par.allreduce_latency_s, par.allreduce_bandwidth, points,
+                                    source)
         if self.name != "roofline":
             warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={self.name!r}): the "
                           f"{self.all_reduce.describe()}", stacklevel=3)
@@ -211,7 +214,8 @@ class PipelineCostModel(CostModel):
     and the sends between them), the least time between two tokens of a request, which is what a TBT
     budget is held to."""
 
-    def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int, dtype: str = "bfloat16"):
+    def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int,
+                 dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.stage, self.name, self.device = stage, stage.name, stage.device
         self.par = Parallelism(tp=tp, pp=pp)
@@ -223,7 +227,8 @@ class PipelineCostModel(CostModel):
     def stages(self) -> int:
         return self.par.pp
 
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes:
         cost = self.stage.iteration_cost(prefills, decodes, num_sampled)
         p2p = self.par.p2p_s(batch_tokens(prefills, decodes), self.hidden_bytes)
         return replace(StageTimes.of(cost, p2p, host_s=cost.prepare_s, sample_s=cost.sample_s),
@@ -234,4 +239,5 @@ class PipelineCostModel(CostModel):
         stages = self.par.pp
         _, ends = through_stages(times, 0.0, [0.0] * stages, [0.0] * stages)
         forward, sends = ends[-1] - times.host_s, (stages - 1) * times.p2p_s
-        return IterationCost(times.host_s, forward, times.sample_s, {"stages": forward - sends, "p2p": sends})
+        return IterationCost(times.host_s, forward, times.sample_s,
+                             {"stages": forward - sends, "p2p": sends})

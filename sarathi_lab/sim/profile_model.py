@@ -85,8 +85,8 @@ class ProfileCostModel(CostModel):
         beyond = roofline_for(choice) if choice.device in DEVICES else None
         return cls.from_csv(path, choice.config, choice.dtype, beyond=beyond)
 
-    def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16", source: str = "table",
-                 beyond: RooflineCostModel | None = None):
+    def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16",
+                 source: str = "table", beyond: RooflineCostModel | None = None):
         """``beyond``: a roofline of the device, whose increment prices the dense ops past the largest
         token count measured (a baseline's whole-batch prefill can lie far past the profiled chunks,
         where a launch-bound end segment's slope says nothing); None: that slope carries on."""
@@ -107,7 +107,8 @@ class ProfileCostModel(CostModel):
                 raise ValueError(f"profile {source}: row {table.index[i]} (op {table.op.iloc[i]!r}) {column}="
                                  f"{table[column].tolist()[i]!r} is invalid: must be a finite number >= 0")
         by_op = {op: rows for op, rows in table.groupby("op")}
-        needed = (*DENSE_OPS, "prefill_attention", "decode_attention", "lm_head", "prepare", "sample")
+        needed = (*DENSE_OPS, "prefill_attention", "decode_attention", "lm_head", "prepare",
+                  "sample")
         absent = [op for op in needed if op not in by_op]
         if absent:
             raise ValueError(f"profile {source}: no rows for op {absent[0]!r}")
@@ -118,7 +119,8 @@ class ProfileCostModel(CostModel):
         self.lm_head = Curve(by_op["lm_head"].groupby("batch").seconds.median().to_dict())
         self.prepare_coef = _fit(by_op["prepare"], ["tokens", "batch"])
         self.sample_coef = _fit(by_op["sample"], ["batch"])
-        floor = min(by_op["prefill_attention"].seconds.min(), by_op["decode_attention"].seconds.min())
+        floor = min(by_op["prefill_attention"].seconds.min(),
+                    by_op["decode_attention"].seconds.min())
         self.attention_shared_s = self._shared_attention(by_op.get("hybrid_attention"), floor)
         self.extrapolations = 0
         self._dense_cache: dict[int, tuple[float, bool]] = {}
@@ -214,9 +216,10 @@ class ProfileCostModel(CostModel):
             if self.extrapolations == 1:
                 warnings.warn(f"profile {self.source}: an iteration (tokens={tokens}, prefills={prefills[:3]}, "
                               f"{len(decodes)} decodes) lies outside the measured grid; its time is extrapolated "
-                              "(later ones are counted in .extrapolations, not warned)", stacklevel=3)
+                              "(later ones are counted in .extrapolations, not warned)",
+                              stacklevel=3)
         a, per_token, per_request = self.prepare_coef
         sa, per_row = self.sample_coef
-        return IterationCost(prepare_s=a + per_token * tokens + per_request * (len(prefills) + len(decodes)),
-                             forward_s=forward, sample_s=sa + per_row * num_sampled, ops=ops,
-                             extrapolated=outside)
+        return IterationCost(prepare_s=a + per_token * tokens
+                             + per_request * (len(prefills) + len(decodes)), forward_s=forward,
+                             sample_s=sa + per_row * num_sampled, ops=ops, extrapolated=outside)

@@ -44,8 +44,9 @@ class RooflineCostModel(CostModel):
         # Elements one layer's pointwise work moves per token, by kind: the norms reading and writing the
         # hidden state, the residual adds as much again as two norms (the engine fuses each add into a
         # norm), rotary over q and k, the activation's rows.
-        self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s), "add": 4 * s.hidden,
-                                "rope": pointwise_elems("rope", s), "act": pointwise_elems("act", s)}
+        self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s),
+                                "add": 4 * s.hidden, "rope": pointwise_elems("rope", s),
+                                "act": pointwise_elems("act", s)}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
         self.kv_bytes_per_token = s.kv_bytes_per_token(e, layers=1)
         self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
@@ -66,7 +67,8 @@ class RooflineCostModel(CostModel):
 
     def gemm_s(self, tokens: int, k: int, n: int) -> float:
         flops = 2 * ceil_to(tokens, self.device.tile_tokens) * k * n
-        return self._kernel(flops, (k * n + tokens * (k + n)) * self.elem_bytes, self.gemm_rate, self.bw)
+        return self._kernel(flops, (k * n + tokens * (k + n)) * self.elem_bytes, self.gemm_rate,
+                            self.bw)
 
     def pointwise_s(self, tokens: int) -> float:
         """One layer's pointwise work (norms, rotary, activation, residuals), as one kernel."""
@@ -87,7 +89,8 @@ class RooflineCostModel(CostModel):
             s, layers = self.shape, self.shape.layers
             ops = {name: layers * self.gemm_s(tokens, k, n) for name, (k, n) in self.gemms.items()}
             ops["pointwise"] = layers * self.pointwise_s(tokens)
-            ops["lm_head"] = self.embedding_s(tokens) + (self.gemm_s(rows, s.hidden, s.vocab) if rows else 0.0)
+            ops["lm_head"] = self.embedding_s(tokens) + (self.gemm_s(rows, s.hidden, s.vocab)
+                                                         if rows else 0.0)
             self._dense[key] = ops
         return self._dense[key]
 
@@ -110,7 +113,8 @@ class RooflineCostModel(CostModel):
         kv_tokens = sum(contexts)
         nbytes = kv_tokens * self.kv_bytes_per_token + len(contexts) * (self.qo_bytes_per_token
                                                                           + self.kv_bytes_per_token)
-        return self._kernel(self.attn_flops_per_pair * kv_tokens, nbytes, self.attn_rate, self.attn_bw)
+        return self._kernel(self.attn_flops_per_pair * kv_tokens, nbytes, self.attn_rate,
+                            self.attn_bw)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         if prefills or len(decodes) > SMALL_DECODE_BATCH:
@@ -129,8 +133,8 @@ class RooflineCostModel(CostModel):
         ops = dict(self._dense_ops(tokens, num_sampled))
         ops["prefill_attention"] = layers * sum(self.prefill_attention_s(c, x) for c, x in prefills)
         ops["decode_attention"] = layers * self.decode_attention_s(decodes) if decodes else 0.0
-        return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()), sample_s=0.0,
-                             ops=ops)
+        return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()),
+                             sample_s=0.0, ops=ops)
 
 
 @register_cost_model("calibrated")
@@ -156,8 +160,9 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
     def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
         # In the order pointwise_s adds them: the same sum to the last bit.
-        return {"norm": self.norms * self._pointwise("norm", tokens), "rope": self._pointwise("rope", tokens),
-                "act": self._pointwise("act", tokens), "add": self._pointwise("add", tokens)}
+        return {"norm": self.norms * self._pointwise("norm", tokens),
+                "rope": self._pointwise("rope", tokens), "act": self._pointwise("act", tokens),
+                "add": self._pointwise("add", tokens)}
 
     def pointwise_s(self, tokens: int) -> float:
         return sum(self.pointwise_parts_s(tokens).values())
@@ -182,6 +187,7 @@ def roofline_for(choice: Choice) -> RooflineCostModel:
     """The roofline of ``choice``'s device and shard: calibrated when asked, or under measured
     kernels or a profile where the device has a calibration; the plain one otherwise."""
     dev = load_device(choice.device, choice.dtype)
-    if choice.cost_model == "calibrated" or (choice.cost_model == "profile" and dev.calibration is not None):
+    if choice.cost_model == "calibrated" or (choice.cost_model == "profile"
+                                             and dev.calibration is not None):
         return CalibratedRooflineCostModel(dev, choice.part, choice.dtype)
     return RooflineCostModel(dev, choice.part, choice.dtype)

@@ -39,20 +39,23 @@ class ProfileStages:
     # priced it (the activations' move among them); None: the messages as the link prices them.
     handoff: Handoff | None = None
 
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes:
         cost = self.whole.iteration_cost(prefills, decodes, num_sampled)
         head = self.head_s(num_sampled)
         tokens = batch_tokens(prefills, decodes)
         message = self.link.message_s
         stage_s = max(cost.forward_s - head, 0.0) / self.stages
-        host = {"host_s": cost.prepare_s + cost.sample_s, "return_s": message(num_sampled * self.logits_row_bytes)}
+        host = {"host_s": cost.prepare_s + cost.sample_s,
+                "return_s": message(num_sampled * self.logits_row_bytes)}
         h = self.handoff
         if h is None:
             command = message(HEADER_BYTES) + message(COMMAND_BYTES_A_TOKEN * tokens)
-            host |= {"stage_host_s": command + cost.prepare_s, "p2p_s": 2 * message(tokens * self.hidden_bytes)}
+            host |= {"stage_host_s": command + cost.prepare_s,
+                     "p2p_s": 2 * message(tokens * self.hidden_bytes)}
         else:   # as a running pipeline paid it; the activations' move is in receive_s
-            host |= {"stage_host_s": h.host(tokens), "first_host_s": h.first_host(tokens), "after_s": h.after_s(tokens),
-                     "receive_s": h.receive(tokens), "p2p_s": 0.0}
+            host |= {"stage_host_s": h.host(tokens), "first_host_s": h.first_host(tokens),
+                     "after_s": h.after_s(tokens), "receive_s": h.receive(tokens), "p2p_s": 0.0}
         return StageTimes(stage_s=stage_s, last_extra_s=head, **host)
 
     def head_s(self, num_sampled: int) -> float:
