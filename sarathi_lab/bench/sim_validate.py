@@ -29,11 +29,11 @@ from sarathi_lab.profiling import cpu_ceilings
 from sarathi_lab.profiling.machine import machine_record
 from sarathi_lab.sim.profiles import profile_description, profile_path
 
-# Fields of an iteration that say what was batched (not how long it took).
+# Fields that say what was batched, not how long it took.
 COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests",
                "num_decode_requests", "kv_tokens_read", "num_preempted")
 BLOCK_SIZE = EngineConfig.block_size  # both engines keep the default
-# The tiny model's profile for the smoke runs (``profile``'s keywords): every shape they batch.
+# The tiny model's profile for the smoke runs: every shape they batch.
 SMOKE_PROFILE = {"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1,
                  "token_step": 16}
 SERVED = ("makespan_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
@@ -41,7 +41,6 @@ DOCS = REPO_ROOT / "docs" / "sim"
 
 
 def _on_clock(llm, clock: Clock | None):
-    """``llm`` with its engine and executor reading ``clock`` (None: keep the wall clock)."""
     if clock is not None:
         llm.engine.clock = llm.engine.executor.clock = clock
     return llm
@@ -59,20 +58,19 @@ class Case:
 
     @property
     def longest(self) -> int:
-        """The max_model_len of both engines: what orca and static reserve for each request."""
+        """What orca and static reserve for each request."""
         return max(p + d for p, d in self.lengths)
 
     @property
     def kv_blocks(self) -> int:
-        """Room for ``batch`` of the longest requests beside the watermark, the same on both
-        engines so that admission and preemption decide alike."""
+        """The same on both engines, so that admission and preemption decide alike."""
         return blocks_beside_watermark(self.batch * blocks_for(self.longest, BLOCK_SIZE),
                                        KV_WATERMARK)
 
 
 def cases(smoke: bool = False) -> list[Case]:
-    """The default sweep, ``scheduler_latency`` and ``pd_ratio`` for all five schedulers, scaled
-    to this machine (docs/sim/README.md, section 1); ``smoke``: the same shapes at CI size."""
+    """The default sweep scaled to this machine (docs/sim/README.md, section 1); ``smoke``: at CI
+    size."""
     rng, names = np.random.default_rng(0), scheduler_names()
     # Only the chunking schedulers read the chunk, so the others run once.
     sweep = ((48, 2),) * 2 if smoke else ((768, 16),) * 3
@@ -92,12 +90,12 @@ def cases(smoke: bool = False) -> list[Case]:
 
 def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, reps: int = 2,
             token_step: int = 160, clock: Clock | None = None) -> Path:
-    """Measure ``model``'s cost table on this CPU with ``task=profile``'s own code, into
-    ``profiles/cpu/<model>.csv`` (under ``$SARATHI_PROFILES_DIR`` when set)."""
+    """``task=profile``'s own code on this CPU, into ``profiles/cpu/<model>.csv`` (or
+    ``$SARATHI_PROFILES_DIR``)."""
     from sarathi_lab import LLM
     from sarathi_lab.harness.tasks import profile as task
 
-    # The tile pairs measure GEMM tile steps; the CPU's oneDNN kernels have none worth a point.
+    # oneDNN's kernels have no GEMM tile steps worth a point.
     cfg = SimpleNamespace(chunk=chunk, batch_size=batch, seq_len=seq_len, seed=0,
                           model=SimpleNamespace(engine_model=model),
                           measure=MeasureCfg(reps=reps, token_step=token_step, tile=1 << 20,
@@ -117,8 +115,7 @@ class Run(NamedTuple):
 
 
 def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Run:
-    """One case on one engine (``engine``: the executor's keywords, nothing for the real one;
-    ``clock``: the real engine's clock instead of the wall clock), on one thread as its profile was."""
+    """On one thread, as its profile was measured."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
@@ -136,10 +133,8 @@ def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Ru
 
 
 def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5):
-    """A function timing, now, the batch the profile at ``path`` timed while it was measured (its drift
-    reference), over the median of the profile's times of it: how much slower than while it was
-    profiled the host runs (1.1: 10% slower). The simulator cannot know that the host moved; this says by how much. NaN
-    for a profile that kept no reference."""
+    """How much slower than while profiled the host runs now (1.1: 10%), from the profile's drift
+    reference: the simulator cannot know the host moved. NaN without a reference."""
     drift = profile_description(path).get("drift")
     if not drift:
         return lambda: math.nan
@@ -162,8 +157,8 @@ def _rel(pred: float, ref: float) -> float:
 
 
 def batch_errors(real: Run, sim: Run) -> dict:
-    """Whether the simulation made the real run's batches, iteration by iteration (``COMPOSITION``),
-    and where it did, its signed relative errors sim/real - 1 per iteration and in busy time."""
+    """Whether the simulation made the real run's batches and, where it did, its relative errors
+    sim/real - 1."""
     same = (len(real.iterations) == len(sim.iterations)
             and (real.iterations[list(COMPOSITION)].to_numpy() == sim.iterations[list(COMPOSITION)].to_numpy()).all())
     row = {"identical_batches": bool(same)}
@@ -177,7 +172,6 @@ def batch_errors(real: Run, sim: Run) -> dict:
 
 
 def served_errors(real: Run, sim: Run, keys=SERVED) -> dict:
-    """Each summary metric of ``keys``: the real run's value and the signed relative error sim/real - 1."""
     row = {}
     for key in keys:
         row[f"{key}_real"] = real.summary[key]
@@ -186,15 +180,13 @@ def served_errors(real: Run, sim: Run, keys=SERVED) -> dict:
 
 
 def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
-    """One row of the error table: signed relative errors sim/real - 1 (and again/real - 1 for the
-    real engine's own spread)."""
+    """Signed relative errors sim/real - 1, and again/real - 1 for the real engine's own spread."""
     row = {"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
            "batch": case.batch, "requests": len(case.lengths), "arrival": "all_at_once"
            if case.arrivals is None else "poisson", "iterations_real": len(real.iterations),
            "iterations_sim": len(sim.iterations)}
     row |= batch_errors(real, sim)
-    # A repeat under Poisson arrivals may batch differently (timing moves admissions): then there
-    # is no iteration-by-iteration spread to give.
+    # A repeat under Poisson arrivals may batch differently: then there is no per-iteration spread.
     row["real_iter_median_abs_rel_spread"] = float("nan")
     if again is not None and len(again.iterations) == len(real.iterations):
         spread = again.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
@@ -208,12 +200,11 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
 
 def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_clock: bool = False,
              progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(error table, per-iteration predicted and measured seconds) over ``which`` (default
-    ``cases()``). The profile ``profiles/cpu/<model>.csv`` must exist (``profile()``) and have
-    been measured on the same clock (``cpu_clock``: CPUClock, else the wall clock)."""
+    """The profile must exist and have been measured on the same clock (``cpu_clock``, else the wall
+    clock)."""
     rows, points = [], []
     probe = host_probe(model, profile_path("cpu", model), CPUClock() if cpu_clock else None)
-    cpu_ceilings.ensure("float32")  # what the simulator reads of this CPU, in run_case's dtype
+    cpu_ceilings.ensure("float32")
     for case in which or cases():
         slowdown = probe()
         real = run_case(case, model, CPUClock() if cpu_clock else None)
@@ -233,7 +224,6 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
 
 
 def verdict(row: dict) -> str:
-    """A compared run's progress line: whether it batched alike, its iteration and makespan errors."""
     slowdown = row.get("host_slowdown_vs_profile", math.nan)
     return (f"identical batches {row['identical_batches']}, "
             f"iteration error {row.get('iter_median_abs_rel_err', math.nan):.1%}, "
@@ -244,8 +234,6 @@ def verdict(row: dict) -> str:
 
 def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str,
            label: str | None = None) -> None:
-    """The panel both validations draw of every iteration: simulated against measured, the diagonal
-    where they agree, log axes in plain milliseconds."""
     from sarathi_lab.analysis.figures import plain_log_ticks
 
     low, high = min(measured_s.min(), simulated_s.min()) * 1e3, max(measured_s.max(), simulated_s.max()) * 1e3
@@ -257,9 +245,9 @@ def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str,
 
 
 def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "") -> None:
-    """Every iteration of the identically batched runs, and the served metrics of the Poisson runs
-    beside how far the real engine moves against its own repeat (the floor of what can be validated)."""
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
+    """The Poisson runs' served metrics beside the real engine's own repeat: the floor of what can
+    be validated."""
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 4.4), layout="constrained")
     left, right = fig.subplots(1, 2)
@@ -289,7 +277,6 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
 
 
 def validation_provenance(smoke: bool) -> provenance.Provenance:
-    """This machine's CPU, measured now at this checkout's commit."""
     from sarathi_lab.code_commit import source_commit
 
     return provenance.Provenance("measured CPU against simulated CPU (profile)", "ci" if smoke
@@ -330,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"profiling {model} into {path}")
         profile(model, **needs, clock=CPUClock() if cpu_clock else None)
     elif (timed_on := profile_description(path).get("clock")) not in (None, clock):
-        # The real engine and the profile must read one clock: the comparison says nothing otherwise.
+        # The real engine and the profile must read one clock.
         parser.error(f"--clock {args.clock} is invalid with the profile {path}: it was timed on {timed_on}, "
                      f"not {clock} (--reprofile measures it again on {clock})")
     table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock,

@@ -1,7 +1,6 @@
-"""The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), and the
-fit; ``python -m sarathi_lab.sim.calibration_cli`` writes it into the device files (what is fitted to
-what: docs/sim/README.md, section 8).
-"""
+"""The roofline's efficiencies as curves fitted to measured GPU kernels;
+``python -m sarathi_lab.sim.calibration_cli`` writes them into the device files (docs/sim/README.md,
+section 8)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,14 +18,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
-# Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
+# vidur's grid: every 8 up to 1024.
 FINE_GRID = 8
 KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act",
               "add": "add", "embedding": "embedding"}
 
 
 def check_keys(cls, raw: dict, where: str) -> None:
-    """Refuse a key of ``raw`` that is no field of the dataclass ``cls``."""
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -34,8 +32,7 @@ def check_keys(cls, raw: dict, where: str) -> None:
 
 
 def measured_shape(model: str) -> Shape:
-    """A measured model's shape (whether its MLP is gated included): vidur's table's, else a preset's
-    (a GPU lease's models)."""
+    """vidur's table's shape, else a preset's (a GPU lease's models)."""
     if model in gpu_kernels.model_shapes().index:
         return Shape.of(gpu_kernels.config_of(model))
     from sarathi_lab.model import load_config
@@ -44,20 +41,19 @@ def measured_shape(model: str) -> Shape:
 
 
 def pointwise_elems(kind: str, s: Shape) -> int:
-    """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
-    state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
-    the residual add reads two and writes one; the embedding gathers a row and writes it."""
+    """Elements a pointwise kernel moves per token and layer."""
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     return {"norm": 2 * s.hidden, "rope": 2 * (q + kv),
-            "act": (3 if s.gated else 2) * s.intermediate, # phi-2's parallel block adds attention, MLP and residual in one kernel.
+            "act": (3 if s.gated else 2) * s.intermediate,
+            # phi-2's parallel block adds attention, MLP and residual in one kernel.
             "add": (3 if s.gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
 
 
 def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Coefficients c >= 0 of t ~ features @ c, least squares on the relative error."""
+    """Least squares on the relative error."""
     a = features / t[:, None]
     coef, *_ = np.linalg.lstsq(a, np.ones(len(t)), rcond=None)
-    if (coef < 0).any():  # refit without the negative terms
+    if (coef < 0).any():
         keep = coef >= 0
         coef = np.zeros_like(coef)
         coef[keep], *_ = np.linalg.lstsq(a[:, keep], np.ones(len(t)), rcond=None)
@@ -66,7 +62,7 @@ def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A device's fitted curves; see the module docstring. Lists are the curves' points."""
+    """Lists are the curves' points."""
     gemm_tokens: tuple[int, ...]
     gemm_efficiency: tuple[float, ...]
     gemm_launch_s: tuple[float, ...]
@@ -75,8 +71,7 @@ class Calibration:
     prefill_launch_s: float = 0.0
     prefill_per_query_s: float = 0.0
     prefill_efficiency: float = 0.0
-    # The query block the measured prefill attention pads a chunk to (the fit picks the one that
-    # predicts the measurements best; the device file's attention_tile is the roofline's guess).
+    # The query block the measured prefill attention pads a chunk to (the fit's best).
     prefill_tile: int = 128
     decode_launch_s: float = 0.0
     decode_per_request_s: float = 0.0
@@ -116,12 +111,11 @@ class Calibration:
 
 
 def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[float], list[float]]:
-    """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
     rows = []
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
         kn = measured_shape(model).gemms
         rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
-    import pandas as pd  # here: a simulated run fits nothing (gpu_kernels.model_shapes)
+    import pandas as pd  # a simulated run fits nothing
     rows = pd.concat(rows)
     tokens = sorted(set.intersection(*(set(g.tokens) for _, g in rows.groupby("model"))))
     fits = []
@@ -152,20 +146,17 @@ def ceil_to(n: int, m: int) -> int:
 
 
 def attention_flops(per_pair: int, chunk: int, context: int, tile: int) -> float:
-    """Flops of a chunk's causally visible query-key pairs, its queries padded to ``tile``."""
     return per_pair * visible_pairs(chunk, context) * ceil_to(chunk, tile) / chunk
 
 
 PREFILL_TILES = (16, 32, 64, 128)
-# Calibration's attention terms, as fit_prefill_attention and fit_decode_attention return them.
 ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency", "prefill_tile",
                     "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")
 
 
 def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
-    """(launch seconds, seconds per padded query, share of peak on the pairs, query tile) from one
-    model's prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak *
-    eff)``, with the query tile of the least median relative error."""
+    """``seconds = launch + padded_chunk * per_query + flops / (peak * eff)``, with the query tile
+    of the least median relative error."""
     best = None
     t = rows.seconds.to_numpy(float)
     for tile in PREFILL_TILES:
@@ -183,7 +174,6 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
 
 
 def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, elem_bytes: int):
-    """(launch seconds, seconds per request, share of bandwidth) from one model's decode rows."""
     kv_bytes = (shape.kv_bytes_per_token(elem_bytes, layers=1) * rows.batch.to_numpy(float)
                 * rows.context.to_numpy(float))
     a, per_request, per_byte = _relative_lstsq(
@@ -193,18 +183,16 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
 
 
 def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
-    """``device``'s calibration from its measured kernels, leaving out the models in ``exclude``.
-    Where it has no attention measured, ``attention_from`` (another device's calibration and peak
-    FLOP/s) lends its attention: shares of peak scaled by the two devices' GEMM efficiency at their
-    largest batch, the per-query cost by their sustained GEMM rates, launches and the decode's
-    latency terms as they are."""
+    """Without attention measured, ``attention_from`` (another device's calibration, peak FLOP/s)
+    lends it: shares of peak scaled by the GEMM efficiencies at their largest batch, the per-query
+    cost by their GEMM rates."""
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
-    import pandas as pd  # as in fit_gemm
+    import pandas as pd
     table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names],
                       ignore_index=True)
-    elem_bytes = 2  # the measured kernels' element size (16-bit weights and activations)
+    elem_bytes = 2  # 16-bit weights and activations
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
     for model in names:
@@ -229,10 +217,8 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
 
 def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwidth: float,
               lease: str) -> Calibration:
-    """``base`` refitted to a lease's kernels (lease_kernels.lease_kernels): the GEMM curve between
-    the lease's smallest and largest token counts is the lease's (its cuBLAS at its models' shapes;
-    outside them the base's), and the attention is the engine's own as the lease timed it; the
-    pointwise kernels, which no lease times apart, stay the base's."""
+    """The GEMM curve within the lease's token counts and the attention are the lease's; pointwise
+    kernels, which no lease times apart, stay the base's."""
     tokens, eff, launch = fit_gemm(table, peak_flops)
     base_points = list(zip(base.gemm_tokens, base.gemm_efficiency, base.gemm_launch_s))
     points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]]
