@@ -17,7 +17,6 @@ from sarathi_lab.sim.profiles import profiles_dir
 DOCS = REPO_ROOT / "docs" / "sim"
 GPU_DOCS = REPO_ROOT / "docs" / "gpu"
 SMOKE_OPS = (1, 128, 136, 1024)
-# Every file main writes into --out.
 OUTPUTS = (*(f"fidelity_{name}.csv" for name in ("ops", "iterations", "errors", "attention_holdout",
                                                  "all_reduce",
                                                    "tp_errors", "engine_profile_ops",
@@ -27,24 +26,24 @@ OUTPUTS = (*(f"fidelity_{name}.csv" for name in ("ops", "iterations", "errors", 
 
 
 def leases_read() -> str:
-    """The GPU leases whose engine profiles and launch steps the comparison reads ('+'-joined)."""
+    """'+'-joined."""
     from sarathi_lab.sim.engine_fidelity import profiled
     from sarathi_lab.sim.profiles import profile_path
 
     paths = [profile_path(device, model) for device, model in profiled()]
-    # A lease's table is profiles/<device>/<lease>/<model>.csv; one measured here, profiles/<device>/<model>.csv.
+    # A lease's table is profiles/<device>/<lease>/<model>.csv; one measured here,
+    # profiles/<device>/<model>.csv.
     leases = {path.parent.name for path in paths if path.parents[1] != profiles_dir()}
     leases |= {path.parents[2].name for path in GPU_DOCS.glob("*/*/steps/launch/result.json")}
     return "+".join(sorted(leases))
-# Whose measurements the cost models are held to (sim/data/gpu_kernels/README.md): the vidur project's,
-# shipped under its MIT licence.
+# vidur's measurements, shipped under its MIT licence (sim/data/gpu_kernels/README.md).
 VIDUR = "the vidur project's measured"
 
 
 def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
-    """Left: predicted / measured per iteration, each cost model; right: hold-out error per model.
-    Saved to ``path``; returns the figure."""
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
+    """Left: predicted / measured per iteration, each cost model; right: hold-out error per
+    model."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
     devices = sorted(iterations.device.unique())
     fig = Figure(figsize=(13, 3.6 * len(devices)))
@@ -149,8 +148,6 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
 
 
 def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
-    """This engine's own tables measured on a GPU (task=profile), every one committed, against the
-    cost models that exist for that GPU."""
     from sarathi_lab.sim import engine_fidelity
 
     ops, iterations = engine_fidelity.run()
@@ -169,10 +166,8 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 
 
 def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
-    """The GPU suite's launch step in each lease that ran it (docs/gpu/<gpu>/<lease>/steps/launch/): forwards
-    (decode-only, and a chunk beside decodes) timed eagerly and replayed from a CUDA graph, against each
-    cost model's forward for that batch. A replay is this engine's forward without the host's
-    launches: its GPU work alone."""
+    """The launch step's forwards, eager and replayed from a CUDA graph, against each cost model: a
+    replay is the forward's GPU work without the host's launches."""
     from sarathi_lab.model import load_config
     from sarathi_lab.profiling.launch import SHAPES, label
     from sarathi_lab.sim.cost_model import CostModel
@@ -199,7 +194,8 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
             row |= {f"{k}_ms": measured.get(f"{k}_ms[{key}]") for k in ("eager", "graph", "floor")}
             prefills, contexts = [(chunk, chunk)] if chunk else [], [context] * decodes
             row |= {f"{n}_ms": cm.iteration_cost(prefills, contexts).forward_s * 1e3 for n, cm in cms.items()}
-            # The profile cost model predicts the eager forward it was measured on; the others, tight kernels.
+            # The profile cost model predicts the eager forward it was measured on; the others,
+            # tight kernels.
             rows.append(row | {f"{n}_over_eager" if n == "profile" else f"{n}_over_graph":
                                row[f"{n}_ms"] / row["eager_ms" if n == "profile"
                                                     else "graph_ms"] for n in cms})
@@ -213,21 +209,19 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
 
 
 def _write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> None:
-    """Each table as ``fidelity_<name>.csv``: times to 4 digits, errors and ratios to 3 decimals. A
-    run without vidur's attention kernels has no attention hold-out: no file rather than an empty one."""
+    """A run without vidur's attention kernels writes no hold-out file rather than an empty one."""
     for name, table in tables.items():
         if len(table) or name != "attention_holdout":
             table.to_csv(out / f"fidelity_{name}.csv", index=False,
                          float_format="%.4g" if name.endswith(("ops", "iterations")) else "%.3f")
 
 
-# The engine-profile figure's marker and colour per cost model, the same in every row.
+# The same marker and colour per cost model in every row.
 ENGINE_STYLES = {"roofline": ("x", "C0"), "calibrated": ("o", "C1"), "profile": ("+", "C2")}
-BORROWED_STYLE = ("^", "C4")  # a calibration borrowed from another device
+BORROWED_STYLE = ("^", "C4")
 
 
 def _engine_label(name: str, device: str) -> str:
-    """A borrowed calibration says whose it is and on which peaks."""
     if name == "profile":
         return "profile cost model (this table, composed)"
     other = name.removesuffix("_calibration")
@@ -235,10 +229,9 @@ def _engine_label(name: str, device: str) -> str:
 
 
 def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
-    """This engine's forward as task=profile measured it on a GPU, against each cost model that exists
-    for that GPU, per (device, model): prefill and decode forwards, measured and predicted; each op's
-    median predicted / measured. Saved to ``path``; returns the figure."""
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
+    """Per (device, model): prefill and decode forwards measured and predicted; each op's median
+    ratio."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
     from sarathi_lab.sim.engine_fidelity import models_in
 
@@ -272,20 +265,18 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
                        color=ENGINE_STYLES.get(name, BORROWED_STYLE)[1])
         row[2].axhline(1.0, color="k", lw=0.8)
         row[2].set_yscale("log")
-        # Headroom above the tallest bar for the legend.
         row[2].set_ylim(top=4 * max([1.0, *(err[f"{n}_median_ratio"].max() for n in names)]))
         row[2].set_xticks(range(len(err)), [k.replace("_", "\n") for k in err.kind], fontsize=7)
         row[2].set(ylabel="predicted / measured (median over the op's rows)", xlabel="operator")
         row[2].set_title(f"{device} {model}: each operator (whole model, every layer)", fontsize=9)
         for ax, rows in zip(row[:2], (pre, dec)):
-            # Headroom above the slowest measured forward for the legend.
             ax.set_ylim(0, 1.5 * rows.measured_s.max() * 1e3)
             ax.legend(fontsize=7, loc="upper right")
         row[2].legend(fontsize=7, loc="upper right")
     gpus = ", ".join(d.upper() for d in sorted(set(iterations.device)))
     fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its launches count), "
                  "against the cost models that exist there", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title above the top row
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title
     fig.savefig(path, dpi=90)
     return fig
 

@@ -2,19 +2,14 @@
 a CUDA GPU, then timed beside the torch backend; the result is data (``KernelCheck``), which the GPU
 suite's kernels step reads from ``--json``, and the lines a person reads.
 
-    python -m sarathi_lab.profiling.kernel_check            # correctness grid + timings, exit 1 on a mismatch
-    python -m sarathi_lab.profiling.kernel_check --quick    # fewer correctness cases
-
-The CPU test suite runs the same kernels through Triton's interpreter, which cannot see what only
-compiled code does (bf16 tl.dot, tf32, real tiling and memory traffic); this is the GPU half.
-"""
+The CPU tests run the same kernels in Triton's interpreter, which cannot see what only compiled code
+does (bf16 tl.dot, tf32, real tiling and memory traffic); this is the GPU half."""
 from __future__ import annotations
 
 import os
 import sys
 
-# The interpreter reads tensors on the host; here we want compiled kernels (Triton decides when the
-# kernels are imported, just below).
+# We want compiled kernels here; Triton decides when the kernels are imported, just below.
 if __name__ == "__main__" and os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("TRITON_INTERPRET=1 is set: unset it, this check runs the compiled kernels")
 
@@ -74,9 +69,8 @@ def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype)
 
 def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None, decodes=None,
                     **launch) -> float:
-    """Max |err| / max |ref| of one batch (by default a big hybrid one); ``launch``: paged_attention's
-    overrides (num_splits...), or ``planned=True``: the engine's plan of the batch for this GPU (a
-    launch a work kind: decode tiles, 64- or 128-row prefill tiles, each split as planned)."""
+    """Max |err| / max |ref| of one batch; ``planned=True``: the engine's plan of the batch for this
+    GPU."""
     if prefills is None:
         prefills = [(512, 512), (256, 1280), (37, 37), (5, 999)]
         decodes = [(1, random.randint(1, 2048)) for _ in range(32)]
@@ -108,7 +102,6 @@ def check_write(dtype, block_size) -> bool:
 
 
 def _close(a, b) -> bool:
-    """Whether a equals b within torch's default tolerance for their dtype."""
     try:
         torch.testing.assert_close(a, b)
     except AssertionError:
@@ -117,8 +110,7 @@ def _close(a, b) -> bool:
 
 
 def check_pointwise(dtype) -> dict[str, bool]:
-    """Each elementwise kernel against transformers' own code at torch's tolerance for ``dtype``, at
-    LLaMA-13B's widths (hidden 5120, 40 heads of 128, MLP 13824)."""
+    """Against transformers' own code at torch's tolerance, at LLaMA-13B's widths."""
     x, res = (torch.randn(37, 5120, device=DEV).to(dtype) for _ in range(2))
     norm = LlamaRMSNorm(5120, 1e-5).to(DEV, dtype)
     with torch.no_grad():
@@ -142,10 +134,8 @@ def check_pointwise(dtype) -> dict[str, bool]:
 
 
 def check_fused(dtype, qk, positions, cos, sin, q, k) -> dict[str, bool]:
-    """The fused kernels: RoPE + KV write (40 heads and 40 KV heads of 128, the q, k and their rotations
-    of check_pointwise) exactly as the two kernels' torch references; the split-K GEMM and its SiLU * up
-    epilogue against torch.matmul within the attention's compiled tolerance (max |err| / max |ref|), at
-    1024-wide weights (several tiles each way, a ragged 300-token M) that the interpreter also runs in seconds."""
+    """RoPE + KV write exactly as the two kernels' torch references; split-K GEMM and its SiLU * up
+    epilogue within the attention's tolerance, at widths the interpreter also runs in seconds."""
     tokens = qk.shape[0]
     qkv = torch.cat([qk.flatten(1), torch.randn(tokens, 40 * 128, device=DEV).to(dtype)], 1)
     slots = torch.randperm(64 * 16, device=DEV)[:tokens]
@@ -208,8 +198,7 @@ def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block
           f"{'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
 
 
-# The timed attention: Llama-3-8B's heads (query/KV) and head size, in the engine's blocks; recorded as
-# the timings' case (timed_case), which the GPU suite reads to label its figure.
+# Llama-3-8B's heads in the engine's blocks; the GPU suite reads the case to label its figure.
 TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM, EngineConfig.block_size
 TIMED_CASE = f"Llama-3-8B attention ({TIMED_HEADS[0]}/{TIMED_HEADS[1]} heads, d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}"
 
@@ -251,8 +240,7 @@ def run_timings(record: KernelCheck, dtype) -> None:
     v_cache = torch.empty_like(k_cache)
     ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping),
                   return_mode="median")
-    # Read once and written once, for keys and values.
-    gbps = 4 * key.numel() * key.element_size() / ms / 1e6
+    gbps = 4 * key.numel() * key.element_size() / ms / 1e6  # K and V, each read and written
     record.timings.append(Timing("kv write 4096 tokens", ms, None, gbps))
     print(f"  {'kv write 4096 tokens':34} triton {ms:8.3f} ms  {gbps:.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
 
