@@ -1,8 +1,6 @@
-"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks (the
-real engine's rule, model.memory, on the simulated device: on a GPU what fits beside the weights and
-the activations of the largest iteration, in the share of memory a serving engine gives its pools,
-config.GPU_MEMORY_UTILISATION, vLLM's) and the cost model, each made once per run (docs/sim/README.md,
-section 8)."""
+"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks by
+the real engine's rule (model.memory) on the simulated device, and the cost model, each made once
+per run."""
 from __future__ import annotations
 
 import logging
@@ -38,8 +36,8 @@ log = logging.getLogger(__name__)
 
 def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: int,
               utilisation: float) -> int:
-    """model.memory.gpu_kv_bytes on ``device``, refusing (one line) weights that leave no room."""
-    # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
+    """Refuses (one line) weights that leave no room."""
+    # NaN compares false both ways: unchecked it became int(nan) deep below, or 0 bytes.
     if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
         raise ConfigError(f"utilisation={utilisation!r} is invalid: must be a number in (0, 1]")
     s = Shape.of(config)
@@ -53,9 +51,7 @@ def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: 
 
 def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2,
                        max_tokens: int = 0, utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """KV-cache tokens that fit on ``device`` beside the weights and the activations of an iteration
-    of ``max_tokens`` tokens (the paper's arithmetic, in shapes alone). Fails with one line when
-    nothing fits."""
+    """The paper's arithmetic, in shapes alone; one line when nothing fits."""
     check_count("max_tokens", max_tokens, 0)
     free = _kv_bytes(device, config, elem_bytes, max_tokens, utilisation)
     kv = Shape.of(config).kv_bytes_per_token(elem_bytes)
@@ -67,8 +63,8 @@ def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2,
 
 def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int = 2,
               utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """The paper's B: the most requests of ``seq_len`` tokens whose KV caches fit together with the
-    activations of prefilling all of them in one iteration (the baseline's prefill batch)."""
+    """The paper's B: requests whose KV fits beside the activations of prefilling them all in one
+    iteration."""
     check_count("seq_len", seq_len, 1)
     return tokens_with_activations(Shape.of(config), elem_bytes,
                                    _kv_bytes(device, config, elem_bytes, 0,
@@ -77,17 +73,14 @@ def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int
 
 def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig,
                         context: int) -> int:
-    """The KV blocks the real engine would plan on the simulated device (model.memory decides both):
-    an explicit block count or memory budget if it fits beside the weights (or, with
-    ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
-    kind. ``sched``: the run's scheduler config (plan.scheduler_config_of); ``context``: the longest
-    request (model.memory.context_limit)."""
+    """An explicit block count or memory budget if it fits beside the weights (or, with
+    ``sim_kv_beyond_device``, as a what-if); otherwise the engine's default for the device's
+    kind."""
     k = SETTING
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
-    # Each of sim_tp GPUs in each of sim_pp stages holds its shard of its stage's layers (weights) and
-    # its heads' part of every token's KV in those layers: one GPU's capacity is the whole engine's.
+    # One GPU of sim_tp x sim_pp holds its shard of its stage's weights and KV: its capacity is the
+    # engine's.
     config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model)
-    # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
@@ -110,8 +103,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
 
 
 def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
-    """The cost model of ``cfg.sim_device`` and ``cfg.sim_cost_model``; a profile not measured yet is
-    a ConfigError, refused before the run starts."""
+    """A profile not measured yet is refused before the run starts."""
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype,

@@ -1,8 +1,6 @@
-"""Iteration time from a device's ceilings: every kernel takes as long as the slower of its flops
-and its bytes at the share of peak real kernels reach, never less than a kernel's floor; calibrated,
-with those shares fitted to measured GPU kernels (the device file's ``calibration``), for shapes
-nobody measured (the kernels and their padding: docs/sim/README.md, section 8).
-"""
+"""Iteration time from a device's ceilings: each kernel as long as the slower of its flops and bytes
+at the share of peak real kernels reach, never under a kernel's floor; calibrated, those shares
+fitted to measured GPU kernels (docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -16,11 +14,10 @@ from sarathi_lab.sim.device import Device, load_device
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
 
-# Decode-only iterations of at most this many requests are remembered by their contexts: the same few
-# recur throughout a run of small batches (static or vllm at low load, where a capacity search spends
-# most of its iterations), and a key of a few contexts costs less to hash than the cost to predict.
+# Small decode-only iterations are remembered by their contexts: the same few recur through a run of
+# small batches (where a capacity search spends most of its iterations), and hashing a few contexts
+# costs less than predicting.
 SMALL_DECODE_BATCH = 4
-# Remembered iterations at most; the memo starts again when full.
 MEMO_SIZE = 1 << 16
 
 
@@ -39,27 +36,23 @@ class RooflineCostModel(CostModel):
         q = s.heads * s.head_dim
         self.gemms = s.gemms
         e = self.elem_bytes
-        # Norm kernels a layer runs: one in phi-2's parallel block, whose attention and MLP read one norm.
+        # phi-2's parallel block: attention and MLP read one norm.
         self.norms = 2 if s.gated else 1
-        # Elements one layer's pointwise work moves per token, by kind: the norms reading and writing the
-        # hidden state, the residual adds as much again as two norms (the engine fuses each add into a
-        # norm), rotary over q and k, the activation's rows.
+        # The residual adds move as much again as two norms (the engine fuses each add into a norm).
         self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s),
                                 "add": 4 * s.hidden, "rope": pointwise_elems("rope", s),
                                 "act": pointwise_elems("act", s)}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
         self.kv_bytes_per_token = s.kv_bytes_per_token(e, layers=1)
-        self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
+        self.qo_bytes_per_token = 2 * q * e
         self.attn_flops_per_pair = s.attention_flops_per_pair
         d = device
         self.gemm_rate = d.peak_flops * d.gemm_flops_efficiency
         self.attn_rate = d.peak_flops * d.attention_flops_efficiency
         self.bw = d.memory_bandwidth * d.bandwidth_efficiency
         self.attn_bw = d.memory_bandwidth * d.attention_bandwidth_efficiency
-        # Everything that depends only on the token and sampled-row counts, per (T, rows).
         self._dense: dict[tuple[int, int], dict[str, float]] = {}
-        # Small decode-only iterations' costs by (contexts..., sampled rows): exact for any subclass,
-        # since the cost is a function of the batch's composition alone.
+        # Exact for any subclass: the cost is a function of the batch's composition alone.
         self._small_decodes: dict[tuple[int, ...], IterationCost] = {}
 
     def _kernel(self, flops: float, nbytes: float, rate: float, bw: float) -> float:
@@ -71,12 +64,12 @@ class RooflineCostModel(CostModel):
                             self.bw)
 
     def pointwise_s(self, tokens: int) -> float:
-        """One layer's pointwise work (norms, rotary, activation, residuals), as one kernel."""
+        """One layer's pointwise work, as one kernel."""
         return self._kernel(0, tokens * self.pointwise_bytes_per_token, 1, self.bw)
 
     def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
-        """``pointwise_s`` by kind (norm, add, rope, act), for holding it against an engine that times
-        them inside other operators; one kernel here, so each kind takes its share of the bytes."""
+        """For an engine that times them inside other operators: each kind takes its share of the
+        bytes."""
         whole, elems = self.pointwise_s(tokens), sum(self.pointwise_elems.values())
         return {kind: whole * n / elems for kind, n in self.pointwise_elems.items()}
 
@@ -95,11 +88,10 @@ class RooflineCostModel(CostModel):
         return self._dense[key]
 
     def dense_s(self, tokens: int) -> float:
-        """A forward's work outside attention at ``tokens`` tokens, one row sampled."""
+        """One row sampled."""
         return sum(self._dense_ops(tokens, 1).values())
 
     def prefill_attention_s(self, chunk: int, context: int) -> float:
-        """One layer's attention of a chunk of ``chunk`` tokens whose request then holds ``context``."""
         tile = self.device.attention_tile
         padded = ceil_to(chunk, tile)
         flops = attention_flops(self.attn_flops_per_pair, chunk, context, tile)
@@ -109,7 +101,6 @@ class RooflineCostModel(CostModel):
         return self._kernel(flops, nbytes, self.attn_rate, self.attn_bw)
 
     def decode_attention_s(self, contexts: list[int]) -> float:
-        """One layer's attention of decodes with these contexts, in one kernel."""
         kv_tokens = sum(contexts)
         nbytes = kv_tokens * self.kv_bytes_per_token + len(contexts) * (self.qo_bytes_per_token
                                                                           + self.kv_bytes_per_token)
@@ -184,8 +175,8 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
 
 def roofline_for(choice: Choice) -> RooflineCostModel:
-    """The roofline of ``choice``'s device and shard: calibrated when asked, or under measured
-    kernels or a profile where the device has a calibration; the plain one otherwise."""
+    """Calibrated when asked, or under measured kernels or a profile where the device has a
+    calibration."""
     dev = load_device(choice.device, choice.dtype)
     if choice.cost_model == "calibrated" or (choice.cost_model == "profile"
                                              and dev.calibration is not None):
