@@ -24,17 +24,16 @@ MODEL = "llama2-7b"
 GPU = "h100"
 DTYPE = "bfloat16"
 BLOCK_SIZE = EngineConfig.block_size
-# Prompt tokens an iteration while the decode cases' prompts are prefilled.
 PREFILL_BUDGET = 2048
 
 
 @dataclass
 class NoopModel:
-    """The model seam without a model: greedy tokens (or empty logits) of the shape the runner expects,
-    and the batch's metadata noted (its shape is read after the step, outside the time)."""
+    """The model seam without a model; the batch's metadata is noted and read after the step,
+    outside the time."""
     vocab_size: int
     meta: object = None
-    # Every sampled row's token from forward(argmax=True), as a GPU's greedy path hands back.
+    # Every sampled row's token, as a GPU's greedy path hands back.
     argmax_rows: ClassVar[int] = 1 << 30
     # Plans nothing per iteration, as the Triton backend the engine runs on CUDA.
     backend: ClassVar = types.SimpleNamespace(plan=lambda meta, k_cache: None)
@@ -46,7 +45,6 @@ class NoopModel:
 
 
 def build_engine(max_batch_size: int, token_budget: int, num_blocks: int, max_model_len: int):
-    """The engine as LLM builds it under sarathi_serve, over the no-op model and no KV cache."""
     from sarathi_lab.engine.block_manager import BlockManager
     from sarathi_lab.engine.clock import WallClock
     from sarathi_lab.engine.llm_engine import LLMEngine
@@ -81,8 +79,7 @@ def _requests(first_id: int, n: int, prompt_len: int, new_tokens: int):
 
 
 def _steps(engine, n: int) -> list[tuple]:
-    """``n`` steps: each one's record, and its batch as the cost model reads it (each prefill chunk's
-    tokens and its request's context once cached, each decode's context with its new token)."""
+    """Each step's record and its batch as the cost model reads it."""
     out = []
     for _ in range(n):
         record = engine.step()
@@ -93,12 +90,10 @@ def _steps(engine, n: int) -> list[tuple]:
 
 
 def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
-    """``reps`` iterations of ``decodes`` decodes at about ``context`` tokens each, beside one
-    ``chunk``-token prefill chunk of a long prompt that arrives once they decode (0: none)."""
-    # The decodes' prompts are prefilled first by the same engine loop, under a budget the timed
-    # iterations do not reach (the chunk's, or PREFILL_BUDGET); the first ones decode meanwhile.
+    """Beside one ``chunk``-token prefill chunk of a long prompt arriving once they decode (0:
+    none)."""
+    # The decodes' prompts are prefilled first under a budget the timed iterations do not reach.
     runs, prefill = warmup + reps, chunk or PREFILL_BUDGET
-    # Tokens to decode through the iterations that prefill their prompts (at most), then the timed ones.
     new = -(-decodes * context // prefill) + runs + 3
     prompt = chunk * (runs + 1)
     max_len = max(context + new, prompt + 1)
@@ -107,7 +102,7 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
     engine = build_engine(decodes + bool(chunk), prefill + decodes, blocks, max_len)
     for seq in _requests(0, decodes, context - 1, new):
         engine.add_request(seq)
-    while engine.step().num_prefill_tokens:  # until every request added so far decodes
+    while engine.step().num_prefill_tokens:
         pass
     if chunk:
         engine.add_request(_requests(decodes, 1, prompt, 1)[0])
@@ -125,12 +120,11 @@ def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_mod
     times = pd.DataFrame([{
         "host": r.duration - r.forward_time, "schedule": r.schedule_time, "prepare": r.prepare_time,
         "sample": r.sample_time,
-        # update(), the records, the loop: what the step times outside its named parts.
+        # What the step times outside its named parts.
         "rest": r.duration - r.schedule_time - r.prepare_time - r.forward_time - r.sample_time,
         f"{GPU}_forward": cost_model.iteration_cost(prefills, decodes,
                                                     r.num_decode_requests).forward_s,
     } for r, (prefills, decodes) in steps])
-    # Each iteration's overhead as if its forward took the predicted time, then the median of those.
     frac = overhead_fraction(times["host"], times[f"{GPU}_forward"]).median()
     return {
         "case": "hybrid" if chunk else "decode", "batch": batch, "context": context, "chunk": chunk,

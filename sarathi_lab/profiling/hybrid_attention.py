@@ -1,8 +1,6 @@
-"""One hybrid batch's attention (a prefill chunk beside decodes) timed every way ``hybrid_grid`` names on
-the same query, key and value values: co-scheduled (pod_attention), the engine's sequential kernels,
-and the peers; beside its floor, max(compute, memory) of the whole batch, and its sequential floor,
-the chunk's floor plus the decodes'. Every contender is first held to attention/reference.py; one that
-disagrees is not timed. Timing is attention_peers' (interleaved rounds, L2 flushed, CUDA events)."""
+"""One hybrid batch's attention (a chunk beside decodes) timed every way ``hybrid_grid`` names,
+beside its floor and its sequential floor (the chunk's plus the decodes'). Each contender is first
+held to attention/reference.py; timing is attention_peers'."""
 from __future__ import annotations
 
 import time
@@ -34,11 +32,11 @@ from sarathi_lab.profiling.hybrid_grid import (
 
 @dataclass
 class HybridInputs:
-    query: torch.Tensor        # [chunk + decodes, heads, head_dim]: the engine's rows, the chunk first
-    k_cache: torch.Tensor      # [blocks, block_size, kv_heads, head_dim], blocks scattered, unused slots NaN
+    query: torch.Tensor  # [chunk + decodes, heads, head_dim], the chunk first
+    k_cache: torch.Tensor  # [blocks, block_size, kv_heads, head_dim], unused slots NaN
     v_cache: torch.Tensor
     meta: AttentionMetadata
-    chunk: Inputs              # the chunk in the peers' contiguous layout
+    chunk: Inputs
     q_dec: torch.Tensor        # [decodes, heads, 1, head_dim]
     k_dec: torch.Tensor        # [decodes, kv_heads, context, head_dim]
     v_dec: torch.Tensor
@@ -55,7 +53,8 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
                                    block_size=block_size, device=device)
     slots = context_slot_mapping(meta, block_size)
     k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
-    k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [requests, kv_heads, ctx, d]
+    # [requests, kv_heads, ctx, d]
+    k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
     chunk = Inputs(query[:c], k_cache, v_cache, meta, query[:c].transpose(0, 1)[None].contiguous(),
                    k[:1], v[:1], d ** -0.5)
     return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(),
@@ -64,8 +63,7 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
 
 def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
              sm_of: str | None = None) -> tuple[Callable[[], torch.Tensor], float]:
-    """The co-scheduled launch, its plan made and copied in beforehand (once an iteration in the
-    engine, for every layer); and the plan's host milliseconds."""
+    """The plan made beforehand (once an iteration in the engine), and its host ms."""
     from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention
 
     m = x.meta
@@ -111,7 +109,7 @@ def _decodes_sdpa(x: HybridInputs, flash: bool) -> Callable[[], torch.Tensor]:
 
 def peer_call(name: str, case: HybridCase, x: HybridInputs, flash: bool,
               flex: Flex | None) -> Callable[[], torch.Tensor]:
-    """A peer's chunk (SDPA bottom-right causal, or FlexAttention), then SDPA's decodes, as engine rows."""
+    """A peer's chunk, then SDPA's decodes, as engine rows."""
     chunk_case = Case("chunk", case.heads, case.kv_heads, case.head_dim, case.chunk, case.context)
     backend = SDPBackend.FLASH_ATTENTION if flash else None
     chunk = flex.call(chunk_case, x.chunk) if name == FLEX else sdpa_call(chunk_case, x.chunk, backend)
@@ -122,9 +120,8 @@ def peer_call(name: str, case: HybridCase, x: HybridInputs, flash: bool,
 def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block_size: int,
             reps: int, warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
             seed: int = 0) -> dict:
-    """One hybrid batch's row: each contender's median ms (None where it failed or disagreed with the
-    reference, why in ``<name>_error``), the floors, and co-scheduled over the faster sequential way,
-    over the faster peer and over the floor."""
+    """Each contender's median ms (None where it failed or disagreed, why in ``<name>_error``),
+    floors, ratios."""
     from sarathi_kernels.pod_plan import CTAS_PER_SM, flops_per_byte_of
 
     x = make_inputs(case, dtype, device, block_size, seed)
@@ -137,7 +134,7 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
     builders: dict[str, Callable[[], Callable[[], torch.Tensor]]] = {
         ONE_LAUNCH: lambda: engine_call(x), TWO_LAUNCHES: lambda: two_launches_call(x),
         SDPA: lambda: peer_call(SDPA, case, x, flash, flex)}
-    # None: pod_attention's own choice (a lane of the program's SM, compiled).
+    # None: pod_attention's own choice
     for name, lanes, sm_of in ((POD, CTAS_PER_SM, None), (POD_BY_PROGRAM, CTAS_PER_SM, "program"),
                                (POD_X1, 1, None)):
         def build(lanes=lanes, name=name, sm_of=sm_of):
@@ -153,8 +150,7 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
 
 
 def floors(case: HybridCase, elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> dict:
-    """The whole batch's floor (compute and memory overlapped) and the sequential one (the chunk's
-    floor, then the decodes'): what co-scheduling can win at most is their difference."""
+    """What co-scheduling can win at most is their difference."""
     def least(query_lens, context_lens):
         return attention_floor(case.heads, case.kv_heads, case.head_dim, query_lens, context_lens,
                                elem_bytes, copy_gbps, matmul_gflops)
@@ -168,8 +164,7 @@ def floors(case: HybridCase, elem_bytes: int, copy_gbps: float, matmul_gflops: f
 
 
 def ratios(row: dict) -> dict:
-    """Co-scheduled over the faster sequential way, over the faster peer and over the floor; the control
-    (one lane a SM) over the sequential way too."""
+    """The control (one lane an SM) over the sequential way too."""
     def best(names):
         found = [row[f"{n}_ms"] for n in names if row.get(f"{n}_ms") is not None]
         return min(found) if found else None
