@@ -1,12 +1,9 @@
 """The paper's device beside ours: each device's ridge point (the tokens from which a bf16 GEMM is
 compute-bound: its matmul rate over its memory rate, at data-sheet peaks and, where a lease measured
-them, at measured ceilings), and the simulator's prediction of the chunking claims (a prompt's prefill
-in chunks of 256 / 512 over the whole) on each, so that a reader sees which "no" moves with the device.
-The prediction is the experiment's own task (``reread``) run on the simulator (``executor=sim``) at
-the experiment's settings (conf/experiment/chunk_overhead.yaml).
-
-    python -m sarathi_lab.bench.device_beside   # writes docs/sim/device_beside.md and device_beside.csv
-"""
+them, at measured ceilings), and the simulator's prediction of the chunking claims (a prompt's
+prefill in chunks of 256 / 512 over the whole) on each, so that a reader sees which "no" moves with
+the device. The prediction is the experiment's own task (``reread``) run on the simulator
+(``executor=sim``) at the experiment's settings (conf/experiment/chunk_overhead.yaml)."""
 from __future__ import annotations
 
 import csv
@@ -23,22 +20,21 @@ from sarathi_lab.harness.tasks import reread
 from sarathi_lab.sim.device import load_device
 
 DEVICES = ("a6000", "a100", "h100", "h200")
-SIMULATED = ("a6000", "h100")   # the paper's device and ours
+SIMULATED = ("a6000", "h100")  # the paper's device and ours
 MODEL, CHUNKS, LENGTHS = "llama-13b", (256, 512), (1024, 3072)
 COST_MODELS = ("roofline", "calibrated")
-# The paper's bounds on a chunked prefill over the whole (SARATHI, Fig. 13).
+# SARATHI, Fig. 13.
 BOUNDS = {256: 1.2, 512: 1.1}
 
 
 def ridge_tokens(matmul_flops: float, bytes_per_s: float, elem_bytes: int = 2) -> float:
-    """Tokens M from which an M x K by K x N GEMM does more flops than its weights' bytes allow:
-    2MKN / rate = KN * elem_bytes / bandwidth."""
+    """2MKN / rate = KN * elem_bytes / bandwidth."""
     return matmul_flops / bytes_per_s * elem_bytes / 2
 
 
 def measured_ceilings(gpu_docs: Path, device: str) -> tuple[str, float, float] | None:
-    """(lease, matmul TFLOP/s, memory GB/s: the read rate where measured, else the copy rate) of the
-    newest lease of ``device`` kept under ``gpu_docs`` whose env step measured both."""
+    """The newest lease whose env step measured both (memory: the read rate where measured, else
+    copy)."""
     for env_json in sorted(gpu_docs.glob(f"{device}/*/steps/env/env.json"), reverse=True):
         try:
             env = json.loads(env_json.read_text())
@@ -51,8 +47,6 @@ def measured_ceilings(gpu_docs: Path, device: str) -> tuple[str, float, float] |
 
 def simulated_prefill_ratio(device: str, cost_model: str, chunk: int, length: int,
                             model: str = MODEL) -> float:
-    """chunk_overhead's ``prefill_slowdown`` as the simulator predicts it on ``device``: its task at its
-    settings (pd_ratio, reps) over a simulated engine."""
     experiment = OmegaConf.load(CONF_DIR / "experiment" / "chunk_overhead.yaml")
     llm = LLM(model, executor="sim", sim_device=device, sim_cost_model=cost_model, dtype="bfloat16",
               max_model_len=length)
@@ -86,7 +80,6 @@ def sim_rows() -> list[dict]:
 
 
 def markdown(gpu_docs: Path, rows: list[dict]) -> str:
-    """The page that sets the paper's device beside ours."""
     lines = ["# The paper's device beside ours", "",
              "Written by `python -m sarathi_lab.bench.device_beside`; read beside each lease's `attribution.md`.", "",
              ("Ridge point: the tokens from which a bf16 GEMM is compute-bound (matmul rate / memory rate; "
@@ -117,8 +110,7 @@ def markdown(gpu_docs: Path, rows: list[dict]) -> str:
 
 
 def moves(rows: list[dict]) -> list[str]:
-    """For each chunk and cost model, whether its verdict at the longest length moves with the device
-    (holds on the paper's, not on ours)."""
+    """Whether a verdict at the longest length holds on the paper's device and not on ours."""
     paper, ours = SIMULATED
     found = []
     for cost in COST_MODELS:

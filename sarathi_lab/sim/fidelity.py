@@ -1,7 +1,5 @@
-"""Predicted against measured GPU kernels, per operator and per iteration kind, for the roofline,
-the calibrated roofline and the calibrated roofline fitted without the model it predicts
-(hold-out); what a "measured iteration" sums: docs/sim/README.md, section 5.
-"""
+"""Predicted against measured GPU kernels, per operator and iteration kind, for the roofline, the
+calibrated roofline and its hold-out fit (docs/sim/README.md, section 5)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +16,7 @@ from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostMo
 from sarathi_lab.sim.sharding import Parallelism, shard
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
-DECODE_CONTEXT = 1089  # a context where every measured batch size has a decode row
+DECODE_CONTEXT = 1089  # every measured batch size has a decode row here
 # kind -> (prefill chunks as (chunk, context once cached), decodes): shapes the measurements hold.
 ITERATIONS = {
     **{f"decode b={b}": ([], b) for b in (1, 4, 16, 32, 64, 128)},
@@ -33,8 +31,8 @@ MODELS = ("roofline", "calibrated", "holdout")
 
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
             op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction; ``tp`` > 1:
-    one GPU's shard of ``tp`` (kernels the calibration never saw)."""
+    """(per-op rows, per-iteration rows); ``tp`` > 1: one GPU's shard, kernels the calibration never
+    saw."""
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
     has_attention = prefill is not None and decode is not None
     config = shard(gpu_kernels.config_of(model), tp)
@@ -55,7 +53,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
             "pointwise": pointwise, "embedding": op_s("embedding", tokens)}
 
     def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
-        """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
+        """Named as measured, pointwise summed."""
         return {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms.items()} | {
             "pointwise": cm.pointwise_s(tokens), "embedding": cm.embedding_s(tokens)}
 
@@ -69,7 +67,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         return total + shape.layers * measured_attention(prefills, decodes) if has_attention else total
 
     def predicted_iteration(cm: RooflineCostModel, prefills, decodes: int) -> float:
-        # No row sampled: the measured kernels hold no LM head.
+        # The measured kernels hold no LM head.
         ops = cm.iteration_cost(prefills, [DECODE_CONTEXT] * decodes, 0).ops
         return sum(v for k, v in ops.items() if has_attention or k not in gpu_kernels.ATTENTION_OPS)
 
@@ -89,25 +87,24 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
 
 
 def run(devices=None, models=None, op_tokens=OP_TOKENS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
-    each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
+    """``tp`` > 1: each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     pairs = []
     calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices()
                     if d in GPU_DEVICES}
     for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
         full, measured = calibrations.get(device), gpu_kernels.measured(device, tp)
         for model in [m for m in models or measured if m in measured]:
-            # Fitted without the model it predicts; attention kept from the full fit (one model measured it).
+            # Fitted without the model it predicts; attention kept from the full fit (one model
+            # measured it).
             held = dataclasses.replace(fit(load_device(device), exclude=(model,)),
                                        **{f: getattr(full, f) for f in ATTENTION_FIELDS})
             pairs.append(compare(device, model, full, held, op_tokens, tp=tp))
-    if not pairs:  # no model measured at this tensor-parallel degree
+    if not pairs:
         return pd.DataFrame(), pd.DataFrame()
     return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
 
 
 def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
-    """Median and worst |predicted / measured - 1| of each cost model over ``g``'s rows."""
     out = {}
     for name in models:
         err = (g[f"{name}_s"] / g.measured_s - 1).abs()
@@ -116,14 +113,13 @@ def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
 
 
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per device, model and iteration kind: each cost model's ``error_stats``."""
     return pd.DataFrame([{"device": device, "model": model, "kind": kind,
                           "tp": int(g.tp.iloc[0])} | error_stats(g)
                          for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
 
 
 def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
-    """Prefill attention fitted without one chunk size, predicting it: the attention's hold-out."""
+    """Prefill attention fitted without one chunk size, predicting it."""
     dev = load_device(device)
     t = gpu_kernels.kernels(device, model)
     pre = t[t.op == "prefill_attention"]
@@ -146,9 +142,8 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
 
 
 def all_reduce(devices=None, tps=None) -> pd.DataFrame:
-    """Every measured all-reduce (device, tp, bytes) beside the ring roofline (parallel.Parallelism's
-    link figures), the measured table as the calibrated and profile cost models read it, and that
-    table without the size it predicts (its hold-out: interpolated from the neighbouring sizes)."""
+    """Measured all-reduces beside the ring roofline, the measured table, and its hold-out (each
+    size interpolated from its neighbours)."""
     par = Parallelism()
     t = measured_table()
     rows = []
@@ -167,7 +162,6 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
 
 
 def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per device, tp and message size band: each cost model's ``error_stats``."""
     band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
     return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | error_stats(g)
                          for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"])])
