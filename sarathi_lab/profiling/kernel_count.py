@@ -1,9 +1,6 @@
-"""Kernels a decoder layer launches on the GPU path, before and after the fusions (RoPE with the KV
-write in one launch, SiLU * up in the gate_up GEMM's epilogue where the tuned table chose the Triton
-GEMM for it): a static count from the same decisions the engine makes (the attention plan's split, the
-table's GEMM choice per projection), which runs anywhere, and on CUDA a torch profiler count of the
-kernels an eager forward runs (a kernel run once a layer occurs ``layers`` times; those outside the
-layers, fewer). The GPU suite's ``launch`` step reports both."""
+"""Kernels a decoder layer launches on the GPU path, before and after the fusions: a static count
+from the engine's own decisions (runs anywhere), and on CUDA a torch profiler count of an eager
+forward. The GPU suite's ``launch`` step reports both."""
 from __future__ import annotations
 
 from collections import Counter
@@ -21,7 +18,7 @@ STAGES = ("before", "after")
 def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len: int,
                          max_seq_len: int, *, fused_rope: bool, table: TunedTable,
                          num_sms: int | None, elem_bytes: int = 2) -> list[str]:
-    """The kernels of one layer, in order, for a batch of ``tokens`` in ``requests`` on the Triton path."""
+    """In order, for a batch of ``tokens`` in ``requests`` on the Triton path."""
     from sarathi_kernels.attention_plan import plan_launch
 
     def projection(name: str, gated: bool = False) -> list[str]:
@@ -45,8 +42,8 @@ def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len
 
 
 def stage(llm, name: str):
-    """The engine as it ran ``before`` the fusions (two launches for RoPE and the KV write, the default
-    table: cuBLAS and a separate SiLU * up) or ``after`` (fused, the device's table)."""
+    """``before`` the fusions (the default table: cuBLAS, separate SiLU * up) or ``after`` (the
+    device's table)."""
     backend = getattr(llm.model, "backend", None)
     if hasattr(backend, "fuse_rope"):
         backend.fuse_rope = name == "after"
@@ -54,7 +51,6 @@ def stage(llm, name: str):
 
 
 def profiled_layer_kernels(llm, chunk: int, decodes: int, context: int) -> dict[str, int]:
-    """Per stage, the CUDA kernels an eager forward of the batch runs per layer (torch profiler)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -82,7 +78,6 @@ def profiled_layer_kernels(llm, chunk: int, decodes: int, context: int) -> dict[
 
 
 def static_counts(llm, chunk: int, decodes: int, context: int, device: torch.device) -> dict[str, list[str]]:
-    """Per stage, the static kernel list of one layer of the batch on ``device``'s GPU path."""
     from sarathi_kernels.occupancy import device_sm_count
 
     shape = Shape.of(llm.model_config)
