@@ -22,7 +22,7 @@ from sarathi_lab.profiling.ceilings import measure_ceilings
 from sarathi_lab.profiling.floors import floor
 from sarathi_lab.profiling.machine import describe_machine
 
-# The CPU path's targets: (case, size) -> the most its time may be as a multiple of its floor.
+# (case, size) -> the most its time may be as a multiple of its floor.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
 
 
@@ -34,7 +34,7 @@ def cases(args) -> list[dict]:
 
 
 def blocks_needed(args, block_size: int) -> int:
-    """Twice the largest case's blocks: runs and scattered blocks come from separate halves."""
+    """Runs and scattered blocks come from separate halves."""
     context = blocks_for(args.decode_context, block_size)
     per = max(blocks_for(sum(case["prefill"] or ()), block_size) + case["decodes"] * context
               for case in cases(args))
@@ -49,8 +49,8 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
     with batches.made(prefills, case["decodes"], decode_context) as batch:
         prepared = executor.runner.prepare(batch)
         prep_s = median_time(lambda: executor.runner.prepare(batch), reps, timer)
-        fwd_s = median_time(lambda: executor.forward(prepared), reps, timer)  # a graph replay where the engine has one
-        # The whole iteration as the engine runs it: prepare, forward, greedy sampling.
+        # a graph replay where the engine has one
+        fwd_s = median_time(lambda: executor.forward(prepared), reps, timer)
         iter_s = median_time(lambda: executor.execute(batch), reps, timer)
         meta, num_sampled = prepared.meta, len(batch.sampled)
     return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s,
@@ -66,7 +66,7 @@ def run(args) -> pd.DataFrame:
                        **(CEILING_SMOKE if args.smoke else {}), clock=args.clock)
 
     before = ceilings()
-    num_blocks = blocks_needed(args, EngineConfig.block_size)  # the LLM below keeps the default
+    num_blocks = blocks_needed(args, EngineConfig.block_size)
     llm = LLM(args.model, num_kv_blocks=num_blocks, device=args.device, dtype=args.dtype,
               cpu_linear=args.cpu_linear, warmup_iters=0,
               max_batch_size=max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1]))
@@ -81,7 +81,7 @@ def run(args) -> pd.DataFrame:
         after = ceilings()
         copy_gbps = max(before.copy_gbps, after.copy_gbps)
         matmul_gflops = max(before.matmul_gflops, after.matmul_gflops)
-        before = after  # the next case's reading before it
+        before = after
         f = floor(shape, t["query_lens"], t["context_lens"], t["num_sampled"], elem, copy_gbps,
                   matmul_gflops)
         target = TARGETS.get((case["kind"], case["size"]))
@@ -104,7 +104,7 @@ def run(args) -> pd.DataFrame:
           f" | copy {_span(table['ceil_GBps'])} GB/s"
           f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after)"
           f" | {load.contention(start)}")
-    # How the ceilings were measured; their values are the table's ceil_* columns, per case.
+    # Their values are the table's ceil_* columns, per case.
     setup = {k: v for k, v in asdict(before).items() if k not in ("copy_gbps", "matmul_gflops")}
     print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)",
                 "{:.2f}", args.device, {"ceilings": setup, "model": args.model, "dtype": args.dtype,

@@ -17,15 +17,14 @@ from sarathi_lab.bench.args import bench_parser, positive_int
 from sarathi_lab.bench.sim_speed import workload
 from sarathi_lab.config import REPO_ROOT
 
-# sim_speed's workload as a run's overrides: Llama-2-7B on a simulated A100 under sarathi_serve (token
-# budget 512, batch 64), 7,000 KV blocks of 16 tokens; the trace file adds the requests.
+# sim_speed's workload as a run's overrides; the trace file adds the requests.
 OVERRIDES = ("executor=sim", "model=llama2-7b", "engine.sim_device=a100", "scheduler=sarathi_serve",
              "chunk=512", "batch_size=64", "engine.num_kv_blocks=7000", "engine.block_size=16",
              "workload=trace", "logger=none")
 
 
 def write_trace(path: Path, n: int) -> Path:
-    """sim_speed's trace (seed 0) as the CSV that workload=trace replays: arrivals at full precision."""
+    """Arrivals at full precision."""
     prompts, decodes, arrivals = workload(n)
     rows = [f"{a!r},{len(p)},{d}" for a, p, d in zip(arrivals, prompts, decodes)]
     path.write_text("\n".join(["arrived_at,num_prefill_tokens,num_decode_tokens", *rows]) + "\n")
@@ -33,7 +32,6 @@ def write_trace(path: Path, n: int) -> Path:
 
 
 def run_once(checkout: Path, trace: Path, out: Path, python: str = sys.executable) -> tuple[float, dict]:
-    """One run of ``checkout``'s code as a child process: its user + sys CPU seconds and its summary."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "kernels")])}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([python, "-m", "sarathi_lab.run", *OVERRIDES, f"workload.path={trace}",
@@ -66,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         cpu: dict[str, list[float]] = {name: [] for name in checkouts}
         summaries: dict[str, dict] = {}
         for i in range(args.runs):
-            # Alternating which goes first: a machine that slows down over the runs weighs on both alike.
+            # Alternating which goes first: a machine slowing over the runs weighs on both alike.
             for name in (list(checkouts) if i % 2 == 0 else list(reversed(checkouts))):
                 cpu_s, summaries[name] = run_once(checkouts[name], trace, Path(tmp) / f"{name}_{i}",
                                                   args.python)

@@ -16,14 +16,14 @@ from sarathi_lab.bench.args import bench_parser, int_range, positive_float, posi
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.sim.device import DEVICES
 
-# A serving load at which the simulated A100 keeps up, so that queues and batches stay realistic.
+# A load the simulated A100 keeps up with, so that queues and batches stay realistic.
 ARRIVAL_RATE_RPS = 4.0
 
 
 def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024),
              decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS) -> tuple[list[list[int]], list[int], list[float]]:
-    """Prompts and decodes of lengths uniform in the given (LO, HI) bounds, Poisson arrivals; the
-    same trace on every call (seed 0), so that its speed and digest compare across changes."""
+    """The same trace on every call (seed 0), so that its speed and digest compare across
+    changes."""
     rng = np.random.default_rng(0)
     prompts = [[1] * int(p) for p in rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)]
     decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()
@@ -37,7 +37,7 @@ class Speed:
     num_iterations: int
     simulated_s: float
     cpu_s: float
-    digest: str = ""  # of the run's records (digest)
+    digest: str = ""
 
     def per_cpu_s(self, n: int) -> float:
         return n / self.cpu_s if self.cpu_s > 0 else float("inf")
@@ -48,7 +48,7 @@ def simulate(n: int, model: str = "llama2-7b", device: str = "a100",
              prompt_tokens: tuple[int, int] = (1024, 1024),
              decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS,
              with_digest: bool = False) -> Speed:
-    """The CPU seconds of one generate call over the trace (the engine built before the clock starts)."""
+    """The engine is built before the clock starts."""
     from sarathi_lab import LLM
 
     llm = LLM(model, executor="sim", sim_device=device, scheduler=scheduler, chunk_size=chunk,
@@ -63,8 +63,7 @@ def simulate(n: int, model: str = "llama2-7b", device: str = "a100",
 
 
 def digest(metrics) -> str:
-    """SHA-256 (first 16 hex digits) of a run's iteration rows, request rows and summary: what a
-    change to the simulator's speed alone must leave as it was."""
+    """What a change to the simulator's speed alone must leave as it was."""
     records = [metrics.iteration_rows(), metrics.request_rows(), metrics.summary()]
     return hashlib.sha256(json.dumps(records, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 

@@ -1,12 +1,10 @@
-"""The driver's host cost per iteration of a tensor-parallel engine: packing an iteration's batch into
-one buffer and broadcasting it (header, then payload) to the other ranks, beside the iteration it
-serves, for decode batches of each size, the hybrid iterations (a prefill chunk with the decodes riding
-on it) and the prefill-only first one. Method: docs/parallel.md.
+"""The driver's host cost per iteration of a tensor-parallel engine: packing an iteration's batch
+into one buffer and broadcasting it (header, then payload) to the other ranks, beside the iteration
+it serves, for decode batches of each size, the hybrid iterations (a prefill chunk with the decodes
+riding on it) and the prefill-only first one. Method: docs/parallel.md.
 
-Every request arrives at once with one chunk of prompt: the first iteration prefills one, each next
-one prefills the next beside the decodes of those before (hybrid: 1 to N - 1 decodes riding a chunk),
-then all N decode together for --new-tokens iterations: each request is given as many more tokens as
-it was prefilled earlier, so that all finish together and every decode-only iteration holds N."""
+Each request is given as many more tokens as it was prefilled earlier, so that all finish together
+and every decode-only iteration holds N."""
 from __future__ import annotations
 
 import statistics
@@ -63,8 +61,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                          "broadcast_ms_max": 1e3 * max(sends),
                          "prepare_ms_p50": 1e3 * statistics.median(its[i].prepare_time for i in picked),
                          "iteration_ms_p50": 1e3 * statistics.median(durations),
-                         # The share each iteration spent on it, its median: what the driver's send costs
-                         # the engine's throughput at this batch.
+                         # What the driver's send costs the engine's throughput at this batch.
                          "broadcast_share_p50": statistics.median(s / d for s, d in zip(sends, durations))})
     title = (f"{args.model}, tensor_parallel={args.tensor_parallel} on {args.device} ({dtype}): the driver's "
              "broadcast per iteration (prepare includes it)")

@@ -2,10 +2,7 @@
 send to its receipt over torch.distributed's gloo (TCP over the loopback interface), the way a CPU
 pipeline's stages pass their commands, activations and logits. A ping-pong between two processes,
 each pinned to one of the given cores as the stages are, at sizes from a header's to a megabyte's;
-each size's median one-way time is kept, as the simulator's table (sim/link.py).
-
-    python -m sarathi_lab.profiling.link [--cores 0,1]
-"""
+each size's median one-way time is kept, as the simulator's table (sim/link.py)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +13,7 @@ import numpy as np
 
 from sarathi_lab.sim.link import Link
 
-SIZES = (8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)   # bytes
+SIZES = (8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 ROUNDS = 50
 
 
@@ -29,7 +26,8 @@ def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        _rounds(rank, torch.zeros(max(sizes) // 4), rounds)   # sockets and buffers warmed at every size
+        # sockets and buffers warmed at every size
+        _rounds(rank, torch.zeros(max(sizes) // 4), rounds)
         medians = [float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2 for nbytes in sizes]
         if rank == 0:
             out.put(medians)
@@ -38,7 +36,6 @@ def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) 
 
 
 def _rounds(rank: int, buf, rounds: int) -> list[float]:
-    """Seconds of each of ``rounds`` round trips of ``buf`` between ranks 0 and 1."""
     import torch.distributed as dist
 
     out = []
@@ -56,7 +53,7 @@ def _rounds(rank: int, buf, rounds: int) -> list[float]:
 
 def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS,
             timeout_s: float = 60.0) -> Link:
-    """The link between two fresh processes on ``cores`` (one each; None: wherever the OS puts them)."""
+    """``cores``: one each; None: wherever the OS puts them."""
     import multiprocessing as mp
 
     from sarathi_lab.model.parallel.group import free_port
