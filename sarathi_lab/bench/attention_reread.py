@@ -29,7 +29,6 @@ def main(argv: list[str] | None = None):
     add_common_args(parser)
     args = parse(parser, argv, seq_lens=[256, 512], chunks=[64, 128], reps=2)
     if not any(C <= L for L in args.seq_lens for C in args.chunks):
-        # A chunk longer than the prompt is skipped (it would be the whole prefill).
         parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
                      f"--seq-lens={','.join(map(str, args.seq_lens))}")
     if args.heads % args.kv_heads:

@@ -13,7 +13,7 @@ from sarathi_lab.profiling.overhead import HOST_PARTS, TARGET, serve
 
 
 def measure(llm, prompts, new_tokens) -> dict:
-    """The whole run's split: each part's share of the iterations' time, summed."""
+    """Each part's share of the iterations' time, summed over the run."""
     table = serve(llm, prompts, new_tokens)
     summary = llm.metrics.summary()
     busy, forward = summary["busy_time_s"], table.forward_s.sum()
@@ -22,7 +22,6 @@ def measure(llm, prompts, new_tokens) -> dict:
         "iterations": len(table), "busy_s": busy, "forward_s": forward,
         "overhead_fraction": summary["overhead_fraction"],
         **{f"{part}_frac": seconds / busy for part, seconds in parts.items()},
-        # Between the timed parts: recording the iteration, the engine loop itself.
         "rest_frac": (busy - forward - sum(parts.values())) / busy,
         "overhead_per_iter_ms": (busy - forward) / len(table) * 1e3,
         "iter_ms_mean": busy / len(table) * 1e3,
@@ -37,7 +36,7 @@ def run(args) -> pd.DataFrame:
     start = load.snapshot()
     prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
                                         load_config(args.model).vocab_size, args.seed)
-    # What orca and static reserve for each request: the workload's longest, not the model's context.
+    # The workload's longest, not the model's context.
     max_len = max(len(p) + n for p, n in zip(prompts, new_tokens))
     rows = []
     for name in args.schedulers:

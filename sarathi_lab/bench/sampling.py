@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None):
         parser.error(f"--dtype={args.dtype} is invalid: the kernel takes float32 or bfloat16 logits")
     if not cpu_ops.supports(torch.zeros(1, dtype=dtype)):
         parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): nothing to compare")
-    reuse_freed_memory()  # the engine's allocator: torch's ops would otherwise pay fresh pages each call
+    reuse_freed_memory()  # torch's ops would otherwise pay fresh pages each call
     start = load.snapshot()
     g = torch.Generator().manual_seed(0)
     rows = []

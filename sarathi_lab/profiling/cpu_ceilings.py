@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def measure(dtype: str = "bfloat16") -> dict:
-    """Measure this CPU's ceilings in the dtype the engine runs for ``dtype``; write its entry."""
+    """In the dtype the engine runs for ``dtype``."""
     import json
 
     import torch
@@ -54,7 +54,7 @@ def measure(dtype: str = "bfloat16") -> dict:
 
 
 def ensure(dtype: str = "bfloat16") -> None:
-    """Measure this CPU's ceilings where its file holds none in ``dtype`` (or cannot be read)."""
+    """Where its file holds none in ``dtype`` (or cannot be read)."""
     try:
         if cpu_ceilings_key(dtype) in read_cpu_ceilings(cpu_ceilings_path()):
             return

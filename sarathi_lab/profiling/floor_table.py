@@ -17,7 +17,7 @@ from sarathi_lab.profiling.launch import MORE_CONTEXTS, SHAPES, label
 
 
 def rows(memory_gbps: float, matmul_tflops: float, device: str = "cuda") -> list[dict]:
-    """One row per launch-step iteration (every case at every context): its two floors in ms."""
+    """Every case at every context."""
     model, dtype, context, _, cases = SHAPES[device]
     shape, elem = Shape.of(load_config(model)), DTYPE_BYTES[dtype]
     found = []

@@ -27,15 +27,13 @@ def _round(value, digits: int = 4):
     return value
 
 
-# A device nobody measured -> the measured device of the same chip whose fitted shares of peak it
-# takes, applied to its own peaks.
+# A device nobody measured -> the measured device of the same chip whose shares of peak it takes.
 BORROWED = {"a6000": "a40"}
 
 
 def calibrations() -> dict[str, Calibration]:
-    """Each GPU device with measured kernels, fitted to every model measured there; devices without
-    measured attention borrow the A100's (scaled, see calibration.fit); those in BORROWED their
-    sibling's calibration."""
+    """Devices without measured attention borrow the A100's (calibration.fit); BORROWED ones, a
+    sibling's."""
     measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
     out = {}
     for name in sorted(measured, key=lambda d: d != "a100"):

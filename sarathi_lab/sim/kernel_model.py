@@ -1,7 +1,5 @@
-"""Iteration time from GPU kernels measured on the device (gpu_kernels.py), each part of the
-forward pass from its own measurement; what nobody measured (the LM head, the host, attention
-outside the measured shapes) from a roofline, named in ``.modelled``.
-"""
+"""Iteration time from GPU kernels measured on the device, each part of the forward from its own
+measurement; what nobody measured comes from a roofline, named in ``.modelled``."""
 from __future__ import annotations
 
 import warnings
@@ -27,8 +25,7 @@ class KernelCostModel(CostModel):
 
     @classmethod
     def build(cls, choice: Choice) -> KernelCostModel:
-        """The kernels measured on ``choice``'s device for its model (each GPU's shard of ``tp``), under
-        its roofline; refused in one line where none were measured."""
+        """Refused in one line where none were measured."""
         device, name, tp, k = choice.device, choice.measured_name, choice.tp, SETTING
         one = roofline_for(choice)
         have = gpu_kernels.measured(device, tp)
@@ -50,7 +47,8 @@ class KernelCostModel(CostModel):
         missing = [op for op in GEMM_OPS if op not in ops]
         if missing:
             raise ValueError(f"GPU kernels {source}: no rows for op {missing[0]!r}")
-        # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs nothing.
+        # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs
+        # nothing.
         self.layer_ops = {op: ops[op] for op in (*GEMM_OPS, *POINTWISE_OPS) if op in ops}
         self.embedding = ops.get("embedding")
         attention = {"prefill_attention": self.prefill_attention,
@@ -59,7 +57,7 @@ class KernelCostModel(CostModel):
             f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
             for op, surface in attention.items()]
         self.max_tokens = max(c.xs[-1] for c in self.layer_ops.values())
-        # Iterations with an attention the measurements did not cover, so the roofline's.
+        # Iterations whose attention the measurements did not cover: the roofline's.
         self.modelled_attention_iterations = 0
         warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
                       f"{'; '.join(self.modelled)}", stacklevel=2)
