@@ -50,7 +50,8 @@ def comma_list(item, allowed: str, empty: bool = True):
         except (argparse.ArgumentTypeError, ValueError):
             values = None
         if values is None or not (values or empty):
-            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of {allowed}")
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of "
+                                             f"{allowed}")
         return values
     # '' is a list of none here, not a value naming nothing (cli_args.Parser)
     parse.empty_ok = empty
@@ -72,8 +73,8 @@ def thread_count(text: str) -> int:
     value = positive_int(text)
     cores = usable_cores()
     if value > cores:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: this process may run on {cores} cores, "
-                                         f"so at most {cores} threads")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: this process may run on {cores} "
+                                         f"cores, so at most {cores} threads")
     return value
 
 
@@ -89,11 +90,13 @@ def int_range(text: str) -> tuple[int, int]:
     except argparse.ArgumentTypeError:
         bounds = (1, 0)
     if bounds[0] > bounds[1]:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be LO-HI (or N) with integers 1 <= LO <= HI")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be LO-HI (or N) with integers "
+                                         f"1 <= LO <= HI")
     return bounds
 
 
 def table_path(text: str) -> str:
     if PurePath(text).suffix not in TABLE_SUFFIXES:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must end in {' or '.join(TABLE_SUFFIXES)}")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must end in "
+                                         f"{' or '.join(TABLE_SUFFIXES)}")
     return text

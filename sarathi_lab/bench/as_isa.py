@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get(isa.ENV) != name:
         missing = sorted(kind.needs - cpu_flags())
         if missing:
-            print(f"as_isa: this CPU cannot run the {name} kind's code (it lacks {', '.join(missing)})",
+            print(f"as_isa: this CPU cannot run the {name} kind's code (it lacks "
+                  f"{', '.join(missing)})",
                   file=sys.stderr)
             return 2
         os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *argv],

@@ -29,14 +29,15 @@ def main(argv: list[str] | None = None):
     add_common_args(parser)
     args = parse(parser, argv, seq_lens=[256, 512], chunks=[64, 128], reps=2)
     if not any(C <= L for L in args.seq_lens for C in args.chunks):
-        parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a prompt length of "
-                     f"--seq-lens={','.join(map(str, args.seq_lens))}")
+        parser.error(f"--chunks={','.join(map(str, args.chunks))} is invalid: no chunk is <= a "
+                     f"prompt length of --seq-lens={','.join(map(str, args.seq_lens))}")
     if args.heads % args.kv_heads:
-        parser.error(f"--heads={args.heads} is invalid with --kv-heads={args.kv_heads}: query heads must be a multiple "
+        parser.error(f"--heads={args.heads} is invalid with --kv-heads={args.kv_heads}: query "
+                     f"heads must be a multiple "
                      "of the KV heads")
     if args.attention == "triton" and args.device == "cpu":
-        parser.error("--attention=triton is invalid with --device cpu: there Triton runs in its interpreter, whose "
-                     "times say nothing; use torch")
+        parser.error("--attention=triton is invalid with --device cpu: there Triton runs in its "
+                     "interpreter, whose times say nothing; use torch")
     device, dtype = torch.device(args.device), args.torch_dtype
     start = load.snapshot()
     rows = [measure_reread(L, C, num_heads=args.heads, num_kv_heads=args.kv_heads,

@@ -22,7 +22,8 @@ def device_arg(text: str) -> str:
     if text not in ("cpu", "cuda"):
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be cpu or cuda")
     if text == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError("'cuda' is invalid: no CUDA device is available here; allowed: cpu")
+        raise argparse.ArgumentTypeError("'cuda' is invalid: no CUDA device is available here; "
+                                         "allowed: cpu")
     return text
 
 
@@ -33,13 +34,14 @@ def add_common_args(parser: argparse.ArgumentParser, clock: bool = False,
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     if engine:
         parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
-                            help="the engine's CPU linear layers over packed weights, or F.linear (aten); "
-                                 "docs/cpu_engine.md")
+                            help="the engine's CPU linear layers over packed weights, or F.linear "
+                                 "(aten); docs/cpu_engine.md")
     parser.add_argument("--threads", type=thread_count, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:
         parser.add_argument("--clock", choices=CLOCKS, default="wall",
-                            help="cpu: the process's CPU time, for a machine shared with other jobs (with --threads 1)")
+                            help="cpu: the process's CPU time, for a machine shared with other "
+                                 "jobs (with --threads 1)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes that finish in seconds (CI); "
                              "options given on the command line keep their value")
@@ -53,14 +55,14 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> a
     # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
     # more threads' seconds (spin-waits too) add up.
     if "clock" in args and args.clock == "cpu" and args.device == "cuda":
-        parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
-                     "use --clock wall")
+        parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU "
+                     "time, not the GPU's; use --clock wall")
     if "clock" in args and args.clock == "cpu" and (args.threads or usable_cores()) != 1:
         given = f"{args.threads or usable_cores()}" + ("" if args.threads
                                                        else " (the default: every core)")
         parser.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
-                     "core's time only with one thread (the others' seconds, spin-waits too, add up); "
-                     "use --threads 1")
+                     "core's time only with one thread (the others' seconds, spin-waits too, add "
+                     "up); use --threads 1")
     apply_smoke(parser, argv, args, **smoke)
     if "threads" in args:
         args.threads = args.threads or usable_cores()

@@ -81,21 +81,25 @@ def sim_rows() -> list[dict]:
 
 def markdown(gpu_docs: Path, rows: list[dict]) -> str:
     lines = ["# The paper's device beside ours", "",
-             "Written by `python -m sarathi_lab.bench.device_beside`; read beside each lease's `attribution.md`.", "",
-             ("Ridge point: the tokens from which a bf16 GEMM is compute-bound (matmul rate / memory rate; "
-              "`analysis/device_beside.py`). Data sheets from `sarathi_lab/sim/devices/`; measured: the newest "
-              "lease's env step (read rate where measured, else copy)."), "",
-             "| device | data sheet TFLOP/s | GB/s | ridge (tokens) | measured TFLOP/s | GB/s | ridge (tokens) |",
+             "Written by `python -m sarathi_lab.bench.device_beside`; read beside each lease's "
+             "`attribution.md`.", "",
+             ("Ridge point: the tokens from which a bf16 GEMM is compute-bound (matmul rate / "
+              "memory rate; `analysis/device_beside.py`). Data sheets from "
+              "`sarathi_lab/sim/devices/`; measured: the newest lease's env step (read rate where "
+              "measured, else copy)."), "",
+             "| device | data sheet TFLOP/s | GB/s | ridge (tokens) | measured TFLOP/s | GB/s | "
+             "ridge (tokens) |",
              "|---|---|---|---|---|---|---|"]
     for r in ridge_rows(gpu_docs):
-        measured = (f"{r['measured_tflops']:.0f} ({r['lease']}) | {r['measured_gbps']:,.0f} | {r['ridge_measured']:.0f}"
+        measured = (f"{r['measured_tflops']:.0f} ({r['lease']}) | {r['measured_gbps']:,.0f} | "
+                    f"{r['ridge_measured']:.0f}"
                     if "lease" in r else "- | - | -")
-        lines.append(f"| {r['device'].upper()} | {r['datasheet_tflops']:.0f} | {r['datasheet_gbps']:,.0f} | "
-                     f"{r['ridge_datasheet']:.0f} | {measured} |")
+        lines.append(f"| {r['device'].upper()} | {r['datasheet_tflops']:.0f} | "
+                     f"{r['datasheet_gbps']:,.0f} | {r['ridge_datasheet']:.0f} | {measured} |")
     lines += ["",
               (f"The simulator's chunk_overhead prefill ratio (chunked / whole, {MODEL}, bf16; the "
-                   "experiment's task on `executor=sim`, its prompt the length split by its pd_ratio; paper: chunk "
-                   "256 <= 1.2x, 512 <= 1.1x), by cost model:"), "",
+                   "experiment's task on `executor=sim`, its prompt the length split by its "
+                   "pd_ratio; paper: chunk 256 <= 1.2x, 512 <= 1.1x), by cost model:"), "",
               "| device | cost model | "
               + " | ".join(f"chunk {c}, length {n}" for c in CHUNKS for n in LENGTHS) + " |",
               "|---|---|" + "---|" * (len(CHUNKS) * len(LENGTHS))]
@@ -103,7 +107,8 @@ def markdown(gpu_docs: Path, rows: list[dict]) -> str:
         for cost in COST_MODELS:
             cells = [r for r in rows if (r["device"], r["cost_model"]) == (name, cost)]
             lines.append(f"| {name.upper()} | {cost} | " + " | ".join(
-                f"{r['prefill_ratio']:.2f}x ({'holds' if r['prefill_ratio'] <= BOUNDS[r['chunk']] else 'no'})"
+                f"{r['prefill_ratio']:.2f}x "
+                f"({'holds' if r['prefill_ratio'] <= BOUNDS[r['chunk']] else 'no'})"
                 for r in cells) + " |")
     lines += ["", *moves(rows)]
     return "\n".join(lines)
@@ -122,8 +127,8 @@ def moves(rows: list[dict]) -> list[str]:
                        "holds on both" if holds[paper] and holds[ours] else "fails on both"
                        if not holds[paper]
                        and not holds[ours] else "holds on ours only")
-            found.append(f"- {cost}, chunk {c} at length {max(LENGTHS)}: {paper.upper()} {at[paper]:.2f}x, "
-                         f"{ours.upper()} {at[ours]:.2f}x: {verdict}")
+            found.append(f"- {cost}, chunk {c} at length {max(LENGTHS)}: {paper.upper()} "
+                         f"{at[paper]:.2f}x, {ours.upper()} {at[ours]:.2f}x: {verdict}")
     return found
 
 
@@ -143,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows({**r, "prefill_ratio": f"{r['prefill_ratio']:.4f}"} for r in rows)
     text = markdown(args.gpu_docs, rows) + "\n"
     (args.out / "device_beside.md").write_text(text)
-    made = provenance.Provenance("simulated A6000 and H100 (roofline, calibrated); data sheets; leases' env steps",
+    made = provenance.Provenance("simulated A6000 and H100 (roofline, calibrated); data sheets; "
+                                 "leases' env steps",
                                  writer="python -m sarathi_lab.bench.device_beside")
     provenance.record_folder(args.out, {"device_beside.md": made, "device_beside.csv": made})
     print(text)

@@ -109,7 +109,8 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
     steps = _steps(engine, runs)[warmup:]
     if not all(r.num_decode_requests == decodes
                and r.num_prefill_tokens == chunk for r, _ in steps):
-        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: the scheduler "
+        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: the "
+                           f"scheduler "
                            "ran other batches")
     return steps
 
@@ -152,17 +153,19 @@ def run(args) -> pd.DataFrame:
             steps = measure(decodes, context, chunk, args.reps, args.warmup)
             rows.append(summarize(decodes, context, chunk, steps, cost_model, kv_fits))
     print(describe_machine("cpu"))
-    print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one {GPU}"
-          f" | median of {args.reps} iterations after {args.warmup} | {load.contention(start)}")
+    print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one "
+          f"{GPU} | median of {args.reps} iterations after {args.warmup} | {load.contention(start)}")
     table = print_table(rows, args.out,
                         f"Host time per iteration beside the predicted {GPU} forward: its "
                         f"overhead_fraction (target < {TARGET:.0%})",
                         extra={"model": MODEL, "gpu": GPU})
     if not table["kv_fits"].all():
-        print(f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; its forward is"
+        print(f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; "
+              f"its forward is"
               " the cost model's what-if")
     missed = table[~table["met"]]
-    print(f"target: overhead_fraction < {TARGET:.0%} beside the predicted {GPU} forward at every batch: "
+    print(f"target: overhead_fraction < {TARGET:.0%} beside the predicted {GPU} forward at every "
+          f"batch: "
           + ("met" if missed.empty else f"missed at {len(missed)} of {len(table)}"))
     return table
 
@@ -174,7 +177,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--contexts", type=positive_ints, default=[1024, 4096],
                    help="each decode's context (tokens)")
     p.add_argument("--hybrid", type=hybrid_pairs, default=[(512, 8), (512, 32), (512, 128)],
-                   help="CHUNK+DECODES cases: one prefill chunk of CHUNK tokens beside DECODES decodes")
+                   help="CHUNK+DECODES cases: one prefill chunk of CHUNK tokens beside DECODES "
+                        "decodes")
     p.add_argument("--reps", type=positive_int, default=30,
                    help="iterations timed per case (their median)")
     p.add_argument("--warmup", type=positive_int, default=5, help="iterations run first, untimed")
@@ -184,9 +188,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = parse(p, argv, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3,
                  warmup=1)
     if not (args.contexts and (args.decode_batches or args.hybrid)):
-        p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one case")
+        p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one "
+                "case")
     if min(args.contexts) < 2:
-        p.error(f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context holds its prompt "
+        p.error(f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context "
+                f"holds its prompt "
                 "and its new token, so each must be >= 2")
     return run(args)
 

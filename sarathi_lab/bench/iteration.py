@@ -99,11 +99,11 @@ def run(args) -> pd.DataFrame:
     batches.close()
     table = pd.DataFrame(rows)
     print(describe_machine(args.device))
-    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm})"
-          f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock}"
-          f" | copy {_span(table['ceil_GBps'])} GB/s"
-          f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after)"
-          f" | {load.contention(start)}")
+    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} "
+          f"({llm.cpu_gemm}) | decode context {args.decode_context} | layout {args.layout} | reps "
+          f"{args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
+          f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and "
+          f"after) | {load.contention(start)}")
     # Their values are the table's ceil_* columns, per case.
     setup = {k: v for k, v in asdict(before).items() if k not in ("copy_gbps", "matmul_gflops")}
     print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)",
@@ -130,7 +130,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hybrid", type=hybrid_pairs, default=[(256, 8), (512, 8)],
                    help="prefill chunk + decodes, e.g. 256+8 (the chunk is its prompt's second)")
     p.add_argument("--layout", choices=LAYOUTS[1:], default="served",
-                   help="where the requests' KV blocks lie in the cache (see sarathi_lab.profiling.batches)")
+                   help="where the requests' KV blocks lie in the cache (see "
+                        "sarathi_lab.profiling.batches)")
     p.add_argument("--reps", type=positive_int, default=5,
                    help="timed repetitions; medians are reported")
     p.add_argument("--seed", type=int, default=0)
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = parse(p, argv, model="tiny", reps=2, decode_batches=[1, 4], decode_context=64,
                 prefill_chunks=[32, 64], hybrid=[(32, 4)])
     if not (args.decode_batches or args.prefill_chunks or args.hybrid):
-        p.error("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one case")
+        p.error("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one "
+                "case")
     return run(args)
 
 

@@ -51,12 +51,14 @@ def main(argv: list[str] | None = None):
     if not 0 < args.temperature < float("inf"):
         parser.error(f"--temperature={args.temperature} is invalid: must be a finite number > 0")
     if args.device != "cpu":
-        parser.error(f"--device={args.device} is invalid: the sampling kernel is the CPU's (CUDA runs the torch path)")
+        parser.error(f"--device={args.device} is invalid: the sampling kernel is the CPU's (CUDA "
+                     f"runs the torch path)")
     dtype = args.torch_dtype
     if dtype not in cpu_ops.DTYPES:
         parser.error(f"--dtype={args.dtype} is invalid: the kernel takes float32 or bfloat16 logits")
     if not cpu_ops.supports(torch.zeros(1, dtype=dtype)):
-        parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): nothing to compare")
+        parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): "
+                     "nothing to compare")
     reuse_freed_memory()  # torch's ops would otherwise pay fresh pages each call
     start = load.snapshot()
     g = torch.Generator().manual_seed(0)
@@ -69,7 +71,8 @@ def main(argv: list[str] | None = None):
                          "scale": scale, "top_p": top_p} | measure(logits, params, args.reps))
     print(describe_machine("cpu") + f"\n# {load.contention(start)}")
     return print_table(rows, args.out,
-                       f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / kernel)", device="cpu")
+                       f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / "
+                       f"kernel)", device="cpu")
 
 
 if __name__ == "__main__":

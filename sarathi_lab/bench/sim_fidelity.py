@@ -58,8 +58,10 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         for band in (0.9, 1.1):
             row[0].axhline(band, color="grey", lw=0.5, ls=":")
         row[0].set(ylabel="predicted / measured", xticks=[],
-                   xlabel="iterations of every model (decode, prefill, hybrid), in the table's order")
-        row[0].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: every iteration of every model",
+                   xlabel="iterations of every model (decode, prefill, hybrid), in the table's "
+                          "order")
+        row[0].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: every "
+                         f"iteration of every model",
                          fontsize=9)
         row[0].legend(fontsize=7)
         err = errors[errors.device == device]
@@ -75,10 +77,12 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
         row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
         row[1].set(ylabel="|predicted / measured - 1|", xlabel="model and iteration kind")
-        row[1].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: error per model and kind",
+        row[1].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: error per "
+                         f"model and kind",
                          fontsize=9)
         row[1].legend(fontsize=7)
-    fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU kernels (their data, "
+    fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU "
+                 f"kernels (their data, "
                  "MIT licence)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -96,11 +100,13 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     parser.add_argument("--out", type=Path, default=DOCS,
                         help="directory of the CSVs and the figure")
     parser.add_argument("--force", action="store_true",
-                        help="replace tables of another scale or of other GPU leases' profiles in OUT")
+                        help="replace tables of another scale or of other GPU leases' profiles in "
+                             "OUT")
     args = parser.parse_args(argv)
     scale = "ci" if args.smoke else "full" if not (args.devices or args.models) else (
         f"devices {args.devices or 'all'}, models {args.models or 'all'}")
-    prov = provenance.Provenance("computed: cost models against measured kernels and engine profiles", scale,
+    prov = provenance.Provenance("computed: cost models against measured kernels and engine "
+                                 "profiles", scale,
                                  lease=leases_read(),
                                  writer="python -m sarathi_lab.bench sim_fidelity")
     planned = {args.out / name: prov for name in OUTPUTS}
@@ -130,11 +136,12 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     shards = [fidelity.run(devices, models, op_tokens, tp=tp)[1] for tp in ((2,) if args.smoke else (2, 4))]
     shard_errors = pd.concat([fidelity.errors(its) for its in shards if len(its)]
                              or [pd.DataFrame()], ignore_index=True)
-    show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit saw; no attention)",
+    show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit "
+         "saw; no attention)",
          shard_errors)
     reduce_errors = fidelity.all_reduce_errors(fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
-    show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as the cost models "
-         "read it; holdout = without the size it predicts)", reduce_errors)
+    show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as "
+         "the cost models read it; holdout = without the size it predicts)", reduce_errors)
     args.out.mkdir(parents=True, exist_ok=True)
     tables = {"ops": ops, "iterations": iterations, "errors": errors,
               "attention_holdout": attention, "all_reduce": reduce_errors,
@@ -152,11 +159,12 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 
     ops, iterations = engine_fidelity.run()
     if not len(iterations):
-        print(f"\nno engine profile of a simulated GPU under {profiles_dir()}: its comparison is skipped")
+        print(f"\nno engine profile of a simulated GPU under {profiles_dir()}: its comparison is "
+              f"skipped")
         return {}
     errors = engine_fidelity.errors(ops, iterations)
-    show("\nThis engine's forward measured on the GPU (task=profile; whole model), per iteration kind and per "
-         "operator: |predicted / measured - 1| and predicted / measured", errors)
+    show("\nThis engine's forward measured on the GPU (task=profile; whole model), per iteration "
+         "kind and per operator: |predicted / measured - 1| and predicted / measured", errors)
     tables = {"engine_profile_ops": ops, "engine_profile_iterations": iterations,
               "engine_profile_errors": errors}
     _write_csvs(out, tables)
@@ -202,8 +210,8 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     if not rows:
         return {}
     table = pd.DataFrame(rows)
-    show("\nThe launch step's decode forward, eager and replayed from a CUDA graph (ms), against each cost "
-         "model's forward", table)
+    show("\nThe launch step's decode forward, eager and replayed from a CUDA graph (ms), against "
+         "each cost model's forward", table)
     _write_csvs(out, {"graph_replay": table})
     return {"graph_replay": table}
 
@@ -274,7 +282,8 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
             ax.legend(fontsize=7, loc="upper right")
         row[2].legend(fontsize=7, loc="upper right")
     gpus = ", ".join(d.upper() for d in sorted(set(iterations.device)))
-    fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its launches count), "
+    fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its "
+                 f"launches count), "
                  "against the cost models that exist there", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title
     fig.savefig(path, dpi=90)

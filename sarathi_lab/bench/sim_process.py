@@ -40,7 +40,8 @@ def run_once(checkout: Path, trace: Path, out: Path, python: str = sys.executabl
                           check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"error: the run of {checkout} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        raise SystemExit(f"error: the run of {checkout} failed (exit {done.returncode}): "
+                         f"{done.stderr[-2000:]}")
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # Every figure of the summary is simulated: two runs of the same code give the same one.
     return cpu_s, json.loads((out / "metrics.json").read_text())["summary"]
@@ -51,13 +52,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=positive_int, default=4096)
     parser.add_argument("--runs", type=positive_int, default=5, help="runs of each checkout")
     parser.add_argument("--against", type=Path, default=None,
-                        help="another checkout (e.g. `git worktree add /tmp/before COMMIT`), run alternately")
+                        help="another checkout (e.g. `git worktree add /tmp/before COMMIT`), run "
+                             "alternately")
     parser.add_argument("--python", default=sys.executable, help="the interpreter the runs use")
     args = parser.parse_args(argv)
     checkouts = {"this": REPO_ROOT}
     if args.against is not None:
         if not (args.against / "sarathi_lab" / "run.py").is_file():
-            parser.error(f"--against={str(args.against)!r} is invalid: not a checkout of this repository")
+            parser.error(f"--against={str(args.against)!r} is invalid: not a checkout of this "
+                         f"repository")
         checkouts["against"] = args.against.resolve()
     with tempfile.TemporaryDirectory(prefix="sim_process_") as tmp:
         trace = write_trace(Path(tmp) / "trace.csv", args.requests)
@@ -71,8 +74,8 @@ def main(argv: list[str] | None = None) -> None:
                 cpu[name].append(cpu_s)
                 print(f"run {i + 1} {name}: {cpu_s:.2f} s CPU", flush=True)
     for name, times in cpu.items():
-        print(f"{name} ({checkouts[name]}): median {statistics.median(times):.2f} s CPU, min {min(times):.2f} s, "
-              f"{summaries[name]['num_iterations']} iterations")
+        print(f"{name} ({checkouts[name]}): median {statistics.median(times):.2f} s CPU, min "
+              f"{min(times):.2f} s, {summaries[name]['num_iterations']} iterations")
     if "against" in cpu:
         ratio = statistics.median(cpu["against"]) / statistics.median(cpu["this"])
         same = summaries["this"] == summaries["against"]

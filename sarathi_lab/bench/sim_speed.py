@@ -86,15 +86,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="print cProfile's top entries by own time")
     parser.add_argument("--digest", action="store_true",
-                        help="print a hash of the run's records (a change to its speed alone keeps it)")
+                        help="print a hash of the run's records (a change to its speed alone keeps "
+                             "it)")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
     profiler = cProfile.Profile()
     with profiler if args.profile else contextlib.nullcontext():
         speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk,
                          args.batch, args.prompt_tokens, args.decode_tokens, args.rate, args.digest)
-    print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, {speed.simulated_s:.0f} s simulated) "
-          f"in {speed.cpu_s:.2f} s CPU: {speed.per_cpu_s(speed.num_requests):,.0f} requests/s, "
+    print(f"{speed.num_requests} requests ({speed.num_iterations} iterations, "
+          f"{speed.simulated_s:.0f} s simulated) in {speed.cpu_s:.2f} s CPU: "
+          f"{speed.per_cpu_s(speed.num_requests):,.0f} requests/s, "
           f"{speed.per_cpu_s(speed.num_iterations):,.0f} iterations/s")
     if args.digest:
         print(f"digest {speed.digest}")

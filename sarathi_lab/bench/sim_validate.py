@@ -294,8 +294,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reprofile", action="store_true",
                         help="measure the profile again even if one exists")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                        help="what the real engine and the profile are timed on: CPUClock (default; this machine's "
-                             "cores are shared) or the wall clock (files get a _wall suffix)")
+                        help="what the real engine and the profile are timed on: CPUClock "
+                             "(default; this machine's cores are shared) or the wall clock (files "
+                             "get a _wall suffix)")
     parser.add_argument("--force", action="store_true",
                         help="replace a validation of another scale, machine or commit in OUT")
     args = parser.parse_args(argv)
@@ -318,18 +319,18 @@ def main(argv: list[str] | None = None) -> None:
         profile(model, **needs, clock=CPUClock() if cpu_clock else None)
     elif (timed_on := profile_description(path).get("clock")) not in (None, clock):
         # The real engine and the profile must read one clock.
-        parser.error(f"--clock {args.clock} is invalid with the profile {path}: it was timed on {timed_on}, "
-                     f"not {clock} (--reprofile measures it again on {clock})")
+        parser.error(f"--clock {args.clock} is invalid with the profile {path}: it was timed on "
+                     f"{timed_on}, not {clock} (--reprofile measures it again on {clock})")
     table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock,
                              progress=lambda m: print(m, flush=True))
     table.to_csv(out / f"validation{suffix}.csv", index=False, float_format="%.4g")
     points.to_csv(out / f"validation_iterations{suffix}.csv", index=False, float_format="%.5g")
     if not points.empty:
         machine = profile_description(path).get("machine", {})
-        title = (f"Simulator (profile cost model, {path.parent.name}/{path.name}) against this engine measured on "
-                 f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, last-level cache "
-                 f"{machine.get('llc_mib', '?')} MiB (isa {machine.get('isa', '?')}): "
-                 f"{model}, float32, one thread, both timed on {clock}")
+        title = (f"Simulator (profile cost model, {path.parent.name}/{path.name}) against this "
+                 f"engine measured on {machine.get('cpu', '?')}, {machine.get('cores', '?')} "
+                 f"cores, last-level cache {machine.get('llc_mib', '?')} MiB (isa "
+                 f"{machine.get('isa', '?')}): {model}, float32, one thread, both timed on {clock}")
         figure(points, table, out / f"validation{suffix}.png", "\n".join(textwrap.wrap(title, 120)))
     provenance.record({path: p for path, p in planned.items() if path.is_file()})
     print(f"wrote {out / f'validation{suffix}.csv'} ({len(table)} cases)")

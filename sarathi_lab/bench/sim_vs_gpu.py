@@ -166,7 +166,8 @@ def _measured(run_dir: Path, sim_dir: Path, task: str) -> tuple[dict, pd.DataFra
 
 class Comparison(NamedTuple):
     table: pd.DataFrame  # one row per compared run and cost model
-    points: pd.DataFrame  # every compared iteration (or task quantity), measured and simulated seconds
+    # every compared iteration (or task quantity), measured and simulated seconds
+    points: pd.DataFrame
     unavailable: pd.DataFrame  # per run kind and cost model that could not run: how many runs, why
 
 
@@ -178,7 +179,8 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
     refused = refusals(compared, device, cost_models)
     for run_dir in compared:
         record = read_record(run_dir / METRICS)
-        config, kind = record["config"], run_dir.relative_to(runs).parts[0]  # its sweep's experiment
+        # its sweep's experiment
+        config, kind = record["config"], run_dir.relative_to(runs).parts[0]
         env = record["environment"]
         ident = {"run_kind": kind, "task": config.get("task"), "job": run_dir.name,
                  **{k: config.get(k) for k in _KEYS}, "measured_on": env.get("device_name"),
@@ -245,8 +247,8 @@ def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS
     if commit == provenance.UNRECORDED and lease:
         commit = lease.partition("_")[2]
     machine = "+".join(sorted({str(e.get("device_name")) for e in envs}))
-    return provenance.Provenance(f"simulated {device} ({'+'.join(cost_models)}) against measured runs "
-                                 f"({engine_kind(envs)})", machine=machine, lease=lease,
+    return provenance.Provenance(f"simulated {device} ({'+'.join(cost_models)}) against measured "
+                                 f"runs ({engine_kind(envs)})", machine=machine, lease=lease,
                                  commit=commit, writer="python -m sarathi_lab.bench sim_vs_gpu")
 
 
@@ -258,8 +260,8 @@ def _shown(path: Path) -> str:
 def _title(table: pd.DataFrame, compared: list[Path], device: str, cost_models,
            tables: list[str]) -> str:
     first, engine = table.iloc[0], measured_engine(compared)
-    title = (f"Simulator ({', '.join(cost_models)}; sim_device={device}) against this engine measured on "
-             f"{first['measured_on']}: {first['model']}, {first['dtype']}, {engine}")
+    title = (f"Simulator ({', '.join(cost_models)}; sim_device={device}) against this engine "
+             f"measured on {first['measured_on']}: {first['model']}, {first['dtype']}, {engine}")
     if tables:
         title += f"\nprofile reads {', '.join(tables)}"
     if device != "cpu":
@@ -313,12 +315,14 @@ def _parser() -> argparse.ArgumentParser:
                         "unless --smoke): <experiment>/multiruns/<sweep>/<job>/")
     parser.add_argument("--lease", default=None,
                         help="the GPU lease the runs come from, <date>_<commit> as "
-                        "docs/gpu/<device>/<lease>/ names it: names the output folder and is recorded")
+                        "docs/gpu/<device>/<lease>/ names it: names the output folder and is "
+                        "recorded")
     parser.add_argument("--out", type=Path, default=None, help="where the tables and figure go "
                         "(default docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)")
     parser.add_argument("--work", type=Path, default=None,
                         help="where the simulated runs and every compared "
-                        "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke OUT/work)")
+                        "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke "
+                        "OUT/work)")
     parser.add_argument("--device", default="h200",
                         help="the simulated device: the one the runs were measured on")
     parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS), default=list(COST_MODELS),
@@ -328,13 +332,15 @@ def _parser() -> argparse.ArgumentParser:
                         help="measure tiny runs and a profile on this CPU first "
                         "and compare against them (device cpu)")
     parser.add_argument("--force", action="store_true",
-                        help="replace a comparison of other runs (another machine, lease or commit) in OUT")
+                        help="replace a comparison of other runs (another machine, lease or "
+                             "commit) in OUT")
     return parser
 
 
 def _places(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, Path, Path, Path]:
     if args.lease is not None and not LEASE.fullmatch(args.lease):
-        parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as docs/gpu/<device>/ "
+        parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as "
+                     f"docs/gpu/<device>/ "
                      "names a lease (e.g. 2026-11-27_9e2ae41)")
     device, runs = ("cpu", None) if args.smoke else (args.device, args.runs)
     if args.smoke:
@@ -343,9 +349,9 @@ def _places(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[
     elif runs is None:
         parser.error("--runs is required (the measured runs' results root), unless --smoke")
     elif not finished_runs(runs)[0]:
-        parser.error(f"--runs {runs} is invalid: it holds no finished measured run with a comparison "
-                     f"(<experiment>/multiruns/<sweep>/<job>/metrics.json with task serve or "
-                     f"{', '.join(TABLES)})")
+        parser.error(f"--runs {runs} is invalid: it holds no finished measured run with a "
+                     f"comparison (<experiment>/multiruns/<sweep>/<job>/metrics.json with task "
+                     f"serve or {', '.join(TABLES)})")
     elif args.out is None and args.lease is None:
         parser.error("--lease is required unless --out: "
                      "the outputs go to docs/sim/vs_gpu/<device>_<lease>/")

@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                          "iteration_ms_p50": 1e3 * statistics.median(durations),
                          # What the driver's send costs the engine's throughput at this batch.
                          "broadcast_share_p50": statistics.median(s / d for s, d in zip(sends, durations))})
-    title = (f"{args.model}, tensor_parallel={args.tensor_parallel} on {args.device} ({dtype}): the driver's "
+    title = (f"{args.model}, tensor_parallel={args.tensor_parallel} on {args.device} ({dtype}): "
+             f"the driver's "
              "broadcast per iteration (prepare includes it)")
     return print_table(rows, args.out, title, device=args.device)
 

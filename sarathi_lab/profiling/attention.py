@@ -22,7 +22,8 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
     """Without ``block_tables`` the blocks are scattered at random, one left unreferenced so that a
     kernel reading outside its tables is caught."""
     if any(q != 1 for q in query_lens[num_prefills:]):
-        raise ValueError(f"query_lens={query_lens}: a decode (after the first {num_prefills}) computes one token")
+        raise ValueError(f"query_lens={query_lens}: a decode (after the first {num_prefills}) "
+                         f"computes one token")
     need = [blocks_for(s, block_size) for s in seq_lens]
     if block_tables is None:
         num_blocks = sum(need) + 1

@@ -44,8 +44,8 @@ class SyntheticBatches:
         need = blocks_for(total, self.block_size)
         run = {"served": prompt // self.block_size, "scattered": 0, "contiguous": need}[self.layout]
         if run > len(self._runs) or need - run > len(self._scattered):
-            raise RuntimeError(f"the KV cache ({len(self._pool.block_table)} blocks) is too small for this batch "
-                               f"laid out {self.layout}")
+            raise RuntimeError(f"the KV cache ({len(self._pool.block_table)} blocks) is too small "
+                               f"for this batch laid out {self.layout}")
         seq.block_table = self._runs[:run] + [self._scattered.pop() for _ in range(need - run)]
         del self._runs[:run]
 
@@ -53,7 +53,8 @@ class SyntheticBatches:
         # The scheduler would refuse these: a position past the rotary table reads out of bounds (a
         # device assert on a GPU, silent on the CPU).
         if total > self.max_len:
-            raise ValueError(f"a request of {total} tokens is invalid: the model allows at most {self.max_len} "
+            raise ValueError(f"a request of {total} tokens is invalid: the model allows at most "
+                             f"{self.max_len} "
                              "(max_model_len)")
         seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)],
                        max_new_tokens=1)

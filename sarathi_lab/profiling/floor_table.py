@@ -36,10 +36,12 @@ def rows(memory_gbps: float, matmul_tflops: float, device: str = "cuda") -> list
 
 
 def markdown(found: list[dict]) -> str:
-    lines = ["| iteration | compute ms | memory ms | floor ms | sequential floor ms | sequential / floor |",
+    lines = ["| iteration | compute ms | memory ms | floor ms | sequential floor ms | sequential / "
+             "floor |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {r['iteration']} | {r['compute_ms']:.2f} | {r['memory_ms']:.2f} | {r['floor_ms']:.2f} | "
-              f"{r['sequential_floor_ms']:.2f} | {r['sequential_over_floor']:.2f} |" for r in found]
+    lines += [f"| {r['iteration']} | {r['compute_ms']:.2f} | {r['memory_ms']:.2f} | "
+              f"{r['floor_ms']:.2f} | {r['sequential_floor_ms']:.2f} | "
+              f"{r['sequential_over_floor']:.2f} |" for r in found]
     return "\n".join(lines)
 
 
@@ -54,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         (gbps, which), tflops = memory_ceiling(env), float(env["matmul_tflops"])
         ceilings = gbps, tflops
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        parser.error(f"--env={args.env} is invalid: must be an env step's env.json with read_gbps or copy_gbps "
-                     f"and matmul_tflops ({type(e).__name__})")
+        parser.error(f"--env={args.env} is invalid: must be an env step's env.json with read_gbps "
+                     f"or copy_gbps and matmul_tflops ({type(e).__name__})")
     print(f"{env.get('device', '?')}: {which} {gbps:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s\n")
     print(markdown(rows(*ceilings)))
     return 0

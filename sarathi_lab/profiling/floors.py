@@ -70,5 +70,6 @@ def memory_ceiling(env: dict) -> tuple[float, str]:
         value = env.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value), which
-    raise ValueError(f"env is invalid: read_gbps={env.get('read_gbps')!r}, copy_gbps={env.get('copy_gbps')!r}; "
+    raise ValueError(f"env is invalid: read_gbps={env.get('read_gbps')!r}, "
+                     f"copy_gbps={env.get('copy_gbps')!r}; "
                      "need a positive GB/s in one of them")

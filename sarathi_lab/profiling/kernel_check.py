@@ -194,8 +194,8 @@ def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block
     passed = err < TOLERANCE[dtype]
     record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size,
                                           err, passed, name))
-    print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: {err:.2e} "
-          f"{'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
+    print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: "
+          f"{err:.2e} {'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
 
 
 # Llama-3-8B's heads in the engine's blocks; the GPU suite reads the case to label its figure.
@@ -219,8 +219,8 @@ def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
     kv_bytes = meta.kv_tokens_read * 2 * kv_heads * head_dim * k_cache.element_size()
     gbps = kv_bytes / triton_ms / 1e6
     record.timings.append(Timing(name, triton_ms, torch_ms, gbps))
-    print(f"  {name:34} triton {triton_ms:8.3f} ms  torch {torch_ms:8.3f} ms  x{torch_ms / triton_ms:5.2f}  "
-          f"KV {gbps:7.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
+    print(f"  {name:34} triton {triton_ms:8.3f} ms  torch {torch_ms:8.3f} ms  "
+          f"x{torch_ms / triton_ms:5.2f}  KV {gbps:7.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
 
 
 def run_timings(record: KernelCheck, dtype) -> None:
@@ -242,7 +242,8 @@ def run_timings(record: KernelCheck, dtype) -> None:
                   return_mode="median")
     gbps = 4 * key.numel() * key.element_size() / ms / 1e6  # K and V, each read and written
     record.timings.append(Timing("kv write 4096 tokens", ms, None, gbps))
-    print(f"  {'kv write 4096 tokens':34} triton {ms:8.3f} ms  {gbps:.0f} GB/s = {gbps / copy_gbps:4.0%} of copy")
+    print(f"  {'kv write 4096 tokens':34} triton {ms:8.3f} ms  {gbps:.0f} GB/s = "
+          f"{gbps / copy_gbps:4.0%} of copy")
 
 
 def _save(record: KernelCheck, path: Path | None) -> None:
@@ -259,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write the result there (KernelCheck as JSON)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("no CUDA device: this check runs compiled kernels; on CPU run pytest tests/test_kernels.py")
+        print("no CUDA device: this check runs compiled kernels; on CPU run pytest "
+              "tests/test_kernels.py")
         return 2
     torch.manual_seed(0)
     random.seed(0)

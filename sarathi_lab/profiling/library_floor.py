@@ -141,11 +141,13 @@ def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: 
         missing.append(f"cuBLAS at {tokens} tokens (tune_gemm.csv timed {gemms.measured})")
     chunk_ms = attention.chunk_ms("best_peer", chunk, context - chunk) if chunk else 0.0
     if chunk_ms is None:
-        missing.append(f"the best peer's attention at c={chunk} over a {context - chunk}-token prefix "
+        missing.append(f"the best peer's attention at c={chunk} over a {context - chunk}-token "
+                       f"prefix "
                        "(outside attention.csv's shapes)")
     decode_ms = attention.decode_ms("engine", decodes, context) if decodes else 0.0
     if decode_ms is None:
-        missing.append(f"the engine's decode attention at b={decodes}, context {context} (outside attention.csv's)")
+        missing.append(f"the engine's decode attention at b={decodes}, context {context} (outside "
+                       f"attention.csv's)")
     return LibraryFloor(None if gemm is None else gemm * layers, None if chunk_ms is None
                         else chunk_ms * layers, None if decode_ms is None else decode_ms * layers,
                         elementwise_ms(shape, tokens, elem_bytes, gbps, gemms.with_activation),

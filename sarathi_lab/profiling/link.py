@@ -70,8 +70,8 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS,
     try:
         medians = out.get(timeout=timeout_s)
     except queue.Empty:
-        raise RuntimeError(f"the link's ping-pong between two processes gave no times within {timeout_s:g} s "
-                           f"(exit codes {[p.exitcode for p in procs]})") from None
+        raise RuntimeError(f"the link's ping-pong between two processes gave no times within "
+                           f"{timeout_s:g} s (exit codes {[p.exitcode for p in procs]})") from None
     finally:
         for p in procs:
             p.join(timeout=10)
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.cores is not None:
         parts = args.cores.split(",")
         if len(parts) != 2 or not all(p.strip().isdigit() and int(p) in allowed for p in parts):
-            parser.error(f"--cores={args.cores} is invalid: must be two cores this process may run on, from "
-                         f"{allowed}, e.g. {allowed[0]},{allowed[-1]}")
+            parser.error(f"--cores={args.cores} is invalid: must be two cores this process may run "
+                         f"on, from {allowed}, e.g. {allowed[0]},{allowed[-1]}")
         cores = [int(p) for p in parts]
     link = measure(cores)
     print(" ".join(f"{n} B: {s * 1e6:.0f} us;" for n, s in zip(link.sizes, link.seconds)),

@@ -45,11 +45,13 @@ def assess(start: LoadSnapshot, end: LoadSnapshot) -> dict:
         share = wait / (cpu + wait) if cpu + wait > 0 else 0.0
         record["runqueue_wait_share"] = round(share, 4)
         unreliable = share > UNRELIABLE_WAIT_SHARE
-        note = (f"timings unreliable: the run's threads waited for a CPU {share:.0%} of the time they were ready "
-                f"(load average {start.load1:.1f} -> {end.load1:.1f} on {cores} cores); rerun on a quiet machine")
+        note = (f"timings unreliable: the run's threads waited for a CPU {share:.0%} of the time "
+                f"they were ready (load average {start.load1:.1f} -> {end.load1:.1f} on {cores} "
+                f"cores); rerun on a quiet machine")
     else:
         unreliable = start.load1 >= cores
-        note = (f"timings unreliable: the load average was {start.load1:.1f} on {cores} cores when the run "
+        note = (f"timings unreliable: the load average was {start.load1:.1f} on {cores} cores when "
+                f"the run "
                 "started; rerun on a quiet machine")
     return record | {"timing_unreliable": unreliable, "timing_note": note if unreliable else None}
 

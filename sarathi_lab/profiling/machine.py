@@ -76,6 +76,6 @@ def machine_record(device: torch.device | str = "cpu") -> dict:
 def describe_machine(device: torch.device | str) -> str:
     r = machine_record(device)
     held = f" (held to the {r['isa_as']} kind: profiling/isa.py)" if r["isa_as"] else ""
-    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | last-level cache "
-            f"{r['llc_mib'] or '?'} MiB | torch {r['torch']}"
+    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | last-level "
+            f"cache {r['llc_mib'] or '?'} MiB | torch {r['torch']}"
             f" | threads {r['threads']} | load1 {r['load1']:.2f}")

@@ -44,8 +44,9 @@ def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: 
     weights = s.weight_bytes(elem_bytes)
     if gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation) < s.kv_bytes_per_token(elem_bytes):
         usable = int(device.memory_bytes * utilisation)
-        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: {weights / 2**30:.1f} GiB "
-                          f"of weights leave no room for a KV cache in {usable / 2**30:.1f} GiB")
+        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: "
+                          f"{weights / 2**30:.1f} GiB of weights leave no room for a KV cache in "
+                          f"{usable / 2**30:.1f} GiB")
     return gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, max_tokens, utilisation)
 
 
@@ -109,4 +110,5 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype,
                                     tp=cfg.sim_tp, pp=cfg.sim_pp)
     except FileNotFoundError as e:
-        raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None
+        raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: "
+                          f"{e}") from None

@@ -28,7 +28,8 @@ def check_keys(cls, raw: dict, where: str) -> None:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+        raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: "
+                          f"{', '.join(sorted(known))}")
 
 
 def measured_shape(model: str) -> Shape:
@@ -80,16 +81,17 @@ class Calibration:
 
     def __post_init__(self):
         if len(self.gemm_tokens) != len(self.gemm_efficiency) or len(self.gemm_tokens) != len(self.gemm_launch_s):
-            raise ConfigError(f"sim.device.calibration.gemm_tokens has {len(self.gemm_tokens)} points but "
-                              f"gemm_efficiency {len(self.gemm_efficiency)} and gemm_launch_s "
-                              f"{len(self.gemm_launch_s)}: they must match")
+            raise ConfigError(f"sim.device.calibration.gemm_tokens has {len(self.gemm_tokens)} "
+                              f"points but gemm_efficiency {len(self.gemm_efficiency)} and "
+                              f"gemm_launch_s {len(self.gemm_launch_s)}: they must match")
         unknown = sorted(set(self.pointwise) - set(POINTWISE_KINDS))
         if unknown:
-            raise ConfigError(f"sim.device.calibration.pointwise.{unknown[0]} is not a known kind; known: "
-                              f"{', '.join(POINTWISE_KINDS)}")
+            raise ConfigError(f"sim.device.calibration.pointwise.{unknown[0]} is not a known kind; "
+                              f"known: {', '.join(POINTWISE_KINDS)}")
         values = [*self.gemm_efficiency, *(e for _, e in self.pointwise.values())]
         if any(not 0 < v <= 1.5 for v in values):
-            raise ConfigError(f"sim.device.calibration: an efficiency {min(values)}..{max(values)} is invalid: "
+            raise ConfigError(f"sim.device.calibration: an efficiency {min(values)}..{max(values)} "
+                              f"is invalid: "
                               "must lie in (0, 1.5]")
 
     @property

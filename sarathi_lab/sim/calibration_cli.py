@@ -54,16 +54,19 @@ def as_yaml(cal: Calibration, device: str) -> str:
     cal = dataclasses.replace(cal, **{f: tuple(getattr(cal, f)[i] for i in keep)
                                       for f in ("gemm_tokens", "gemm_efficiency", "gemm_launch_s")})
     lease = next((f for f in cal.fitted_from if f.startswith("lease ")), None)
-    attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention measured here)"
+    attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention "
+                 "measured here)"
                  if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
     if lease:
-        attention = (f"then refitted to the GPU {lease} (docs/gpu/{device}/{lease.split()[1]}/steps/: "
+        attention = (f"then refitted to the GPU {lease} "
+                     f"(docs/gpu/{device}/{lease.split()[1]}/steps/: "
                      "the engine's attention, cuBLAS projections between the token counts it timed)")
     measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
                    if device in BORROWED else "")
     vidur = ", ".join(f for f in cal.fitted_from if f != lease)
-    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
-            f"{vidur}{measured_on};\n# {attention}. Efficiencies are shares of the peaks above.\n")
+    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, "
+            f"MIT) of\n# {vidur}{measured_on};\n# {attention}. Efficiencies are shares of the "
+            f"peaks above.\n")
     return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))},
                                  default_flow_style=None, sort_keys=False, width=110)
 

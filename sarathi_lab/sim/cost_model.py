@@ -56,7 +56,8 @@ class CostModel(abc.ABC):
         prefills, decodes = list(prefills), list(decodes)
         for chunk, context in prefills:
             if chunk < 1 or context < chunk:
-                raise ValueError(f"prefill ({chunk}, {context}) is invalid: need 1 <= chunk tokens <= context")
+                raise ValueError(f"prefill ({chunk}, {context}) is invalid: need 1 <= chunk tokens "
+                                 f"<= context")
         if decodes and min(decodes) < 1:
             raise ValueError(f"decode context {min(decodes)} is invalid: must be >= 1")
         if not prefills and not decodes:
@@ -95,12 +96,16 @@ class CostModel(abc.ABC):
         own_table = profile is not None or (isinstance(model, str)
                                             and profile_path(device, model).is_file())
         if tp > 1 and cost_model == "profile" and own_table:
-            raise ConfigError(f"{k.set('sim_tp', tp)} is invalid with {k.set('sim_cost_model', cost_model)} "
-                              "and a profile measured by task=profile: it times one device running the whole "
-                              f"model; allowed: {k('sim_tp')}=1, or {k('sim_cost_model')}=calibrated or "
+            raise ConfigError(f"{k.set('sim_tp', tp)} is invalid with "
+                              f"{k.set('sim_cost_model', cost_model)} "
+                              "and a profile measured by task=profile: it times one device running "
+                              "the whole "
+                              f"model; allowed: {k('sim_tp')}=1, or "
+                              f"{k('sim_cost_model')}=calibrated or "
                               "roofline")
         if pp > 1 and cost_model == "profile":
-            raise ConfigError(f"{k.set('sim_pp', pp)} is invalid with {k.set('sim_cost_model', cost_model)}: a "
+            raise ConfigError(f"{k.set('sim_pp', pp)} is invalid with "
+                              f"{k.set('sim_cost_model', cost_model)}: a "
                               "profile times the whole model's layers, not a stage's; allowed: "
                               f"{k('sim_pp')}=1, or {k('sim_cost_model')}=calibrated or roofline")
         name = model if isinstance(model, str) else ""

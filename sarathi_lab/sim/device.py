@@ -64,15 +64,18 @@ class Device:
             if f.name in ("name", "sources", "kv_reread", "calibration"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be a finite number")
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
+                                  f"a finite number")
             positive = f.name not in ("kernel_floor_s", "host_overhead_s", "host_per_token_s")
             if f.name in INTEGER_FIELDS and (not float(value).is_integer() or value < 1):
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be an integer > 0")
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
+                                  f"an integer > 0")
             if value < 0 or (positive and value == 0):
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
                                   f"{'> 0' if positive else '>= 0'}")
             if f.name.endswith("_efficiency") and value > 1:
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an efficiency is at most 1")
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an "
+                                  f"efficiency is at most 1")
 
     def prepare_s(self, tokens: int) -> float:
         return self.host_overhead_s + self.host_per_token_s * tokens

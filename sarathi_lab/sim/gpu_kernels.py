@@ -45,8 +45,9 @@ def measured_devices() -> list[str]:
 def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
     path = _tables(device, tp) / f"{model}.csv"
     if not path.is_file():
-        raise FileNotFoundError(f"no measured GPU kernels for {model} on {device}{f' at tp {tp}' if tp > 1 else ''} "
-                                f"(have: {', '.join(measured(device, tp))})")
+        raise FileNotFoundError(f"no measured GPU kernels for {model} on "
+                                f"{device}{f' at tp {tp}' if tp > 1 else ''} (have: "
+                                f"{', '.join(measured(device, tp))})")
     import pandas as pd
 
     return pd.read_csv(path)

@@ -56,7 +56,8 @@ class Handoff:
         """One row per stage and micro-batch (a stage's first rank's), two or more of each."""
         missing = [c for c in NEEDED if c not in timeline.columns]
         if missing:
-            raise ValueError(f"the stage timeline lacks {missing}: only a pipeline that records its host work "
+            raise ValueError(f"the stage timeline lacks {missing}: only a pipeline that records "
+                             f"its host work "
                              "measures the handoff")
 
         def grid(column: str) -> np.ndarray:
@@ -66,8 +67,8 @@ class Handoff:
         start, end, command, planned, tokens = (grid(c) for c in ("start_s", "end_s", "command_s", "planned_s",
                                                                    "tokens"))
         if start.shape[0] < 2 or start.shape[1] < 2:
-            raise ValueError(f"a handoff needs two or more stages and micro-batches: {start.shape[0]} stages, "
-                             f"{start.shape[1]} micro-batches")
+            raise ValueError(f"a handoff needs two or more stages and micro-batches: "
+                             f"{start.shape[0]} stages, {start.shape[1]} micro-batches")
         later = slice(1, None)
         # Where the header was there before stage s's previous forward ended, the time from that end
         # to taking it is the stage's own (its sends, waits).
@@ -88,6 +89,6 @@ class Handoff:
         def span(t: TokenTable | None) -> str:
             return f"{min(t.seconds) * 1e3:.2f}-{max(t.seconds) * 1e3:.2f} ms" if t else "not measured (0)"
 
-        return (f"handoff measured on {self.source} ({self.micro_batches} micro-batches): after a forward "
-                f"{span(self.after)}, on a command {span(self.host)} (stage 0 {span(self.first_host)}), "
-                f"receiving activations {span(self.receive)}")
+        return (f"handoff measured on {self.source} ({self.micro_batches} micro-batches): after a "
+                f"forward {span(self.after)}, on a command {span(self.host)} (stage 0 "
+                f"{span(self.first_host)}), receiving activations {span(self.receive)}")

@@ -33,8 +33,8 @@ class KernelCostModel(CostModel):
             at = f" at {k.set('sim_tp', tp)}" if tp > 1 else ""
             use = "calibrated" if one.device.calibration else "roofline"
             raise ConfigError(f"{k.set('sim_cost_model', 'profile')} is invalid for this model on "
-                              f"{k.set('sim_device', device)}{at}: its GPU kernels were not measured (measured: "
-                              f"{', '.join(have) or 'none'}); use {use}")
+                              f"{k.set('sim_device', device)}{at}: its GPU kernels were not "
+                              f"measured (measured: {', '.join(have) or 'none'}); use {use}")
         tp_part = f" tp{tp}" if tp > 1 else ""
         return cls(gpu_kernels.kernels(device, name, tp), one, choice.part, choice.dtype,
                    source=f"{device}/{name}{tp_part} (vidur's measurements, MIT licence)")
@@ -59,8 +59,8 @@ class KernelCostModel(CostModel):
         self.max_tokens = max(c.xs[-1] for c in self.layer_ops.values())
         # Iterations whose attention the measurements did not cover: the roofline's.
         self.modelled_attention_iterations = 0
-        warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
-                      f"{'; '.join(self.modelled)}", stacklevel=2)
+        warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on "
+                      f"{roofline.device.name}: {'; '.join(self.modelled)}", stacklevel=2)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = batch_tokens(prefills, decodes)

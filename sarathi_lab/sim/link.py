@@ -16,8 +16,8 @@ class Link:
 
     def __post_init__(self) -> None:
         if len(self.sizes) < 2 or len(self.sizes) != len(self.seconds) or list(self.sizes) != sorted(set(self.sizes)):
-            raise ValueError(f"a link needs two or more increasing sizes, each with its seconds: {self.sizes}, "
-                             f"{self.seconds}")
+            raise ValueError(f"a link needs two or more increasing sizes, each with its seconds: "
+                             f"{self.sizes}, {self.seconds}")
 
     @classmethod
     def linear(cls, latency_s: float, bandwidth: float) -> Link:
@@ -31,5 +31,5 @@ class Link:
         return seconds[-1] + max(slope, 0.0) * (nbytes - sizes[-1])
 
     def describe(self) -> str:
-        return (f"{self.seconds[0] * 1e6:.0f} us ({self.sizes[0]} B) to {self.seconds[-1] * 1e6:.0f} us "
-                f"({self.sizes[-1] / 2**20:g} MiB) a message")
+        return (f"{self.seconds[0] * 1e6:.0f} us ({self.sizes[0]} B) to "
+                f"{self.seconds[-1] * 1e6:.0f} us ({self.sizes[-1] / 2**20:g} MiB) a message")

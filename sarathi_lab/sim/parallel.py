@@ -77,9 +77,10 @@ class AllReduce:
 
     def describe(self) -> str:
         if self.curve is None:
-            return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us + "
-                    f"{self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
-        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} "
+            return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us "
+                    f"+ {self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
+        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to "
+                f"{self.curve.xs[-1] / 2**20:g} "
                 "MiB a message, the ring roofline's extra bytes beyond")
 
 

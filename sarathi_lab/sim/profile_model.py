@@ -88,7 +88,8 @@ class ProfileCostModel(CostModel):
         self.beyond = beyond
         missing = [c for c in COLUMNS if c not in table.columns]
         if missing:
-            raise ValueError(f"profile {source}: no column {missing[0]!r}; expected {', '.join(COLUMNS)}")
+            raise ValueError(f"profile {source}: no column {missing[0]!r}; expected "
+                             f"{', '.join(COLUMNS)}")
         self.source = source
         # Refused unless finite and >= 0: a NaN would reach the clock only when a batch lands near
         # it, a negative be clipped silently.
@@ -98,8 +99,9 @@ class ProfileCostModel(CostModel):
             bad = ~(np.isfinite(values) & (values >= 0))
             if bad.any():
                 i = int(bad.argmax())
-                raise ValueError(f"profile {source}: row {table.index[i]} (op {table.op.iloc[i]!r}) {column}="
-                                 f"{table[column].tolist()[i]!r} is invalid: must be a finite number >= 0")
+                raise ValueError(f"profile {source}: row {table.index[i]} (op "
+                                 f"{table.op.iloc[i]!r}) {column}={table[column].tolist()[i]!r} is "
+                                 f"invalid: must be a finite number >= 0")
         by_op = {op: rows for op, rows in table.groupby("op")}
         needed = (*DENSE_OPS, "prefill_attention", "decode_attention", "lm_head", "prepare",
                   "sample")
@@ -138,15 +140,18 @@ class ProfileCostModel(CostModel):
         """Refused if its .json says it was measured in another dtype, whose times differ."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and model first")
+            raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and "
+                                    f"model first")
         description = profile_description(path)
         measured = description.get("engine", {}).get("torch_dtype")
         if measured is not None and measured != dtype:
-            raise ConfigError(f"{SETTING.set('dtype', dtype)} is invalid with the profile {path}: it was measured in "
-                              f"{measured} (run task=profile in {dtype}, or simulate in {measured})")
+            raise ConfigError(f"{SETTING.set('dtype', dtype)} is invalid with the profile {path}: "
+                              f"it was measured in {measured} (run task=profile in {dtype}, or "
+                              f"simulate in {measured})")
         spread = drift_spread(description)
         if spread is not None and spread > DRIFT_WARNING:
-            warnings.warn(f"profile {path}: its reference forward moved by up to {100 * spread:.0f}% while it was "
+            warnings.warn(f"profile {path}: its reference forward moved by up to "
+                          f"{100 * spread:.0f}% while it was "
                           "measured; its times are about that unsure", stacklevel=2)
         import pandas as pd
         try:
@@ -158,8 +163,8 @@ class ProfileCostModel(CostModel):
             raise
         except (ValueError, KeyError, IndexError, TypeError) as e:
             what = f"no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
-            raise ConfigError(f"{SETTING.set('sim_cost_model', 'profile')} is invalid here: the profile {path} is "
-                              f"unreadable ({what}); run task=profile again") from None
+            raise ConfigError(f"{SETTING.set('sim_cost_model', 'profile')} is invalid here: the "
+                              f"profile {path} is unreadable ({what}); run task=profile again") from None
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:
         if tokens not in self._dense_cache:
@@ -204,8 +209,9 @@ class ProfileCostModel(CostModel):
         if outside:
             self.extrapolations += 1
             if self.extrapolations == 1:
-                warnings.warn(f"profile {self.source}: an iteration (tokens={tokens}, prefills={prefills[:3]}, "
-                              f"{len(decodes)} decodes) lies outside the measured grid; its time is extrapolated "
+                warnings.warn(f"profile {self.source}: an iteration (tokens={tokens}, "
+                              f"prefills={prefills[:3]}, {len(decodes)} decodes) lies outside the "
+                              f"measured grid; its time is extrapolated "
                               "(later ones are counted in .extrapolations, not warned)",
                               stacklevel=3)
         a, per_token, per_request = self.prepare_coef

@@ -135,7 +135,8 @@ class CalibratedRooflineCostModel(RooflineCostModel):
     def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
         if device.calibration is None:
             raise ConfigError(f"{SETTING.set('sim_cost_model', 'calibrated')} is invalid with "
-                              f"{SETTING.set('sim_device', device.name)}: its device file has no calibration (no GPU "
+                              f"{SETTING.set('sim_device', device.name)}: its device file has no "
+                              f"calibration (no GPU "
                               "kernels measured there); use 'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration

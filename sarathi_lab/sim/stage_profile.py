@@ -60,7 +60,8 @@ class ProfileStages:
         return 0.0
 
     def describe(self) -> str:
-        return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
-                f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
-                f"host work on stage 0 and each stage, logits back, sends {self.link.describe()}"
+        return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model "
+                f"of {getattr(self.whole, 'source', type(self.whole).__name__)}: layers split "
+                f"evenly, LM head last, host work on stage 0 and each stage, logits back, sends "
+                f"{self.link.describe()}"
                 + (f"; {self.handoff.describe()}" if self.handoff is not None else ""))
