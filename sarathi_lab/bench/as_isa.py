@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = sorted(kind.needs - cpu_flags())
         if missing:
             print(f"as_isa: this CPU cannot run the {name} kind's code (it lacks "
-                  f"{', '.join(missing)})",
-                  file=sys.stderr)
+                  f"{', '.join(missing)})", file=sys.stderr)
             return 2
         os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *argv],
                   os.environ | kind.environment(name))

@@ -88,8 +88,7 @@ def markdown(gpu_docs: Path, rows: list[dict]) -> str:
               "`sarathi_lab/sim/devices/`; measured: the newest lease's env step (read rate where "
               "measured, else copy)."), "",
              "| device | data sheet TFLOP/s | GB/s | ridge (tokens) | measured TFLOP/s | GB/s | "
-             "ridge (tokens) |",
-             "|---|---|---|---|---|---|---|"]
+             "ridge (tokens) |", "|---|---|---|---|---|---|---|"]
     for r in ridge_rows(gpu_docs):
         measured = (f"{r['measured_tflops']:.0f} ({r['lease']}) | {r['measured_gbps']:,.0f} | "
                     f"{r['ridge_measured']:.0f}"

@@ -61,8 +61,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
                    xlabel="iterations of every model (decode, prefill, hybrid), in the table's "
                           "order")
         row[0].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: every "
-                         f"iteration of every model",
-                         fontsize=9)
+                         f"iteration of every model", fontsize=9)
         row[0].legend(fontsize=7)
         err = errors[errors.device == device]
         labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
@@ -78,8 +77,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
         row[1].set(ylabel="|predicted / measured - 1|", xlabel="model and iteration kind")
         row[1].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: error per "
-                         f"model and kind",
-                         fontsize=9)
+                         f"model and kind", fontsize=9)
         row[1].legend(fontsize=7)
     fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU "
                  f"kernels (their data, "
@@ -106,8 +104,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     scale = "ci" if args.smoke else "full" if not (args.devices or args.models) else (
         f"devices {args.devices or 'all'}, models {args.models or 'all'}")
     prov = provenance.Provenance("computed: cost models against measured kernels and engine "
-                                 "profiles", scale,
-                                 lease=leases_read(),
+                                 "profiles", scale, lease=leases_read(),
                                  writer="python -m sarathi_lab.bench sim_fidelity")
     planned = {args.out / name: prov for name in OUTPUTS}
     provenance.check_or_refuse(parser, planned, args.force,
@@ -137,8 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     shard_errors = pd.concat([fidelity.errors(its) for its in shards if len(its)]
                              or [pd.DataFrame()], ignore_index=True)
     show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit "
-         "saw; no attention)",
-         shard_errors)
+         "saw; no attention)", shard_errors)
     reduce_errors = fidelity.all_reduce_errors(fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
     show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as "
          "the cost models read it; holdout = without the size it predicts)", reduce_errors)

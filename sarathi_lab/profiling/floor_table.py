@@ -37,8 +37,7 @@ def rows(memory_gbps: float, matmul_tflops: float, device: str = "cuda") -> list
 
 def markdown(found: list[dict]) -> str:
     lines = ["| iteration | compute ms | memory ms | floor ms | sequential floor ms | sequential / "
-             "floor |",
-             "|---|---|---|---|---|---|"]
+             "floor |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['iteration']} | {r['compute_ms']:.2f} | {r['memory_ms']:.2f} | "
               f"{r['floor_ms']:.2f} | {r['sequential_floor_ms']:.2f} | "
               f"{r['sequential_over_floor']:.2f} |" for r in found]

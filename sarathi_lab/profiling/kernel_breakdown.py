@@ -1,9 +1,7 @@
-"""Where an iteration's GPU time goes, as the engine runs it: the profiler's kernels of
-``executor.execute`` (the CUDA-graph replay where one holds the batch, then sampling), each put in one
-group by its name and its place in the layer, summed per iteration and per layer, beside the
-forward's CUDA-event time and the iteration's wall time. Inside a replay the profiler records kernels
-but no ``record_function`` ranges, so a GEMM's projection comes from where it runs: after a layer's
-first norm (qkv), after its attention (o), after its second norm (gate_up, then down)."""
+"""Where an iteration's GPU time goes as the engine runs it: the profiler's kernels of
+``executor.execute``, each grouped by its name and place in the layer, beside the forward's
+CUDA-event time and the wall time. A replay records no ``record_function`` ranges, so a GEMM's
+projection comes from where it runs."""
 from __future__ import annotations
 
 import statistics
@@ -16,18 +14,15 @@ import torch
 from sarathi_lab.profiling.batches import SyntheticBatches
 
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
-# The groups, in the order a figure stacks them; the first ten run in every decoder layer. ``gemm``: a
-# GEMM whose projection its place could not tell.
+# In the order a figure stacks them; the first ten run in every decoder layer. ``gemm``: a GEMM
+# whose projection its place could not tell.
 GROUPS = (*(f"gemm.{p}" for p in PROJECTIONS), "attention.chunk", "attention.decode",
           "attention.merge", "norm", "rope_kv", "activation", "lm_head", "sampling", "gemm",
           "other")
 LAYER_GROUPS = GROUPS[:10]
-# The one table from a kernel's name (lower-cased, as a CUDA trace names it) to what it computes, the
-# first substring that matches: the project's Triton kernels (kernels/sarathi_kernels/, named by their
-# function), SDPA's attention kernels (where the torch backend runs; before the GEMMs, as flash's
-# names carry "cutlass"), cuBLAS/cuBLASLt/CUTLASS GEMMs and their split-K reductions, torch's own
-# kernels (and the CPU dry run's oneDNN linear op). Nothing matched: other (the embedding's gather,
-# the final norm's row gathers, the replay's fills and copies).
+# A kernel's lower-cased name to what it computes, the first substring that matches (SDPA's before
+# the GEMMs: flash's names carry "cutlass"). Nothing matched: other (gathers, the replay's fills and
+# copies).
 KINDS = (
     ("_add_rms_norm_kernel", "norm"), ("_rope_write_kv_kernel", "rope_kv"),
     ("_rope_kernel", "rope_kv"), ("_write_kv_kernel", "rope_kv"),
@@ -56,11 +51,9 @@ class Kernel:
 
 
 def groups_of(names: list[str], layers: int, chunk: bool) -> list[str]:
-    """Each kernel's group, for kernels in launch order (one iteration or several in a row). A GEMM's
-    projection from the norms around it: a decoder layer runs two, the final norm one, so norm j of
-    2 * layers + 1 opens qkv (even j), gate_up (odd j) or the LM head (the last); an attention kernel
-    turns qkv into o, the activation (or a second GEMM) gate_up into down. Where the norms do not
-    count out (another model's kernels), every GEMM is plain ``gemm``."""
+    """Norm j of 2 * layers + 1 opens qkv (even j), gate_up (odd j) or the LM head (the last);
+    attention turns qkv into o, the activation gate_up into down. Where the norms do not count out,
+    every GEMM is ``gemm``."""
     kinds = [kind_of(n) for n in names]
     per = 2 * layers + 1
     norms = kinds.count("norm")
@@ -89,8 +82,8 @@ def groups_of(names: list[str], layers: int, chunk: bool) -> list[str]:
 
 def breakdown_rows(iteration: str, kernels: list[Kernel], iterations: int, layers: int, chunk: bool,
                    gpu_ms: float, wall_ms: float, source: str) -> list[dict]:
-    """One row a group that ran (kernels and ms per iteration, per layer for a layer's groups, share of
-    the kernels' sum), each with the iteration's kernel sum, forward GPU-event time and wall time."""
+    """One row a group that ran, each with the iteration's kernel sum, forward event time and wall
+    time."""
     ordered = sorted(kernels, key=lambda k: k.start_us)
     count, total_us = defaultdict(int), defaultdict(float)
     for k, group in zip(ordered, groups_of([k.name for k in ordered], layers, chunk)):
@@ -108,8 +101,8 @@ def breakdown_rows(iteration: str, kernels: list[Kernel], iterations: int, layer
 
 
 def kernels_of(prof, cuda: bool) -> list[Kernel]:
-    """The profile's CUDA kernels, copies and fills; off CUDA its outermost CPU ops (host work; the CPU
-    path's fused C++ kernels are no torch ops and show in none)."""
+    """Off CUDA the outermost CPU ops (the CPU path's fused C++ kernels are no torch ops and show in
+    none)."""
     from torch.autograd import DeviceType
 
     if cuda:
@@ -121,9 +114,8 @@ def kernels_of(prof, cuda: bool) -> list[Kernel]:
 
 
 def profile_iteration(llm, chunk: int, decodes: int, context: int, reps: int) -> tuple[list[Kernel], float, float]:
-    """The kernels of ``reps`` iterations of the batch as the engine executes it (prepare, forward:
-    its graph's replay where one holds it, sample), then, unprofiled, the medians of ``reps`` more:
-    the forward's GPU-event ms (the executor's own forward_s) and the iteration's wall ms."""
+    """Profiled ``reps`` iterations, then the medians of ``reps`` more unprofiled: forward event ms
+    and wall ms."""
     from torch.profiler import ProfilerActivity, profile
 
     executor = llm.engine.executor

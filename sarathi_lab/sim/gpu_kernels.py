@@ -74,8 +74,7 @@ def config_of(model: str) -> ModelConfig:
                      num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab),
                      # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not
                      # gated.
-                     max_position_embeddings=4096,
-                     hidden_act="silu" if s.gated else "gelu_new")
+                     max_position_embeddings=4096, hidden_act="silu" if s.gated else "gelu_new")
 
 
 def model_of(config: ModelConfig) -> str | None:
