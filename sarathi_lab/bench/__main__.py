@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print("\n".join([__doc__, "", "benchmarks:",
-                         *(f"  {n:18s} {what}" for n, what in BENCHMARKS.items()), f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"]))
+                         *(f"  {n:18s} {what}" for n, what in BENCHMARKS.items()),
+                         f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"]))
         return 0
     name, rest = argv[0], argv[1:]
     if name not in (*BENCHMARKS, "all"):

@@ -1,5 +1,5 @@
-"""How much attention time chunked prefill adds by re-reading the KV cache: one layer's attention for
-a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md)."""
+"""How much attention time chunked prefill adds by re-reading the KV cache: one layer's attention
+for a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import torch

@@ -1,7 +1,7 @@
 """The engine's host time per iteration against the GPU forward pass it would feed: the real engine
-loop for Llama-2-7B's shapes with a no-op forward, beside the H100 forward the simulator predicts for
-each batch (method: docs/benchmarks.md). Target: the overhead_fraction, host / (host + forward), under
-5% at every batch."""
+loop for Llama-2-7B's shapes with a no-op forward, beside the H100 forward the simulator predicts
+for each batch (method: docs/benchmarks.md). Target: the overhead_fraction, host / (host + forward),
+under 5% at every batch."""
 from __future__ import annotations
 
 import types

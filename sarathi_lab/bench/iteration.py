@@ -1,5 +1,5 @@
-"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for decode,
-prefill and hybrid batches (method: docs/benchmarks.md)."""
+"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for
+decode, prefill and hybrid batches (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse

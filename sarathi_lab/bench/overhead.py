@@ -1,5 +1,5 @@
-"""Engine overhead: the share of each iteration spent outside the model's forward pass, split into the
-parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time."""
+"""Engine overhead: the share of each iteration spent outside the model's forward pass, split into
+the parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time."""
 from __future__ import annotations
 
 import pandas as pd

@@ -1,5 +1,5 @@
-"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms, flat and
-peaked, at each top_p (docs/benchmarks.md)."""
+"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms, flat
+and peaked, at each top_p (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """The simulator's GPU cost models held against GPU kernels measured on real A100s and H100s
 (vidur), and against this engine's own operator tables measured on a GPU (``task=profile``, every
-``profiles/<gpu>/<model>.csv``) (docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns anywhere."""
+``profiles/<gpu>/<model>.csv``) (docs/sim/README.md, section 5). Nothing runs on a GPU: it reruns
+anywhere."""
 from __future__ import annotations
 
 import json

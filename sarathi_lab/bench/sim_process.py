@@ -1,7 +1,8 @@
 """How fast a simulated run is as a whole process: ``python -m sarathi_lab.run executor=sim`` over
-sim_speed's trace written as a trace file, its CPU seconds (user + sys of the child process: imports,
-Hydra's composition, the plan, the loop and the results), over several runs; with ``--against DIR``
-another checkout's runs alternate with this one's, and their results must be the same."""
+sim_speed's trace written as a trace file, its CPU seconds (user + sys of the child process:
+imports, Hydra's composition, the plan, the loop and the results), over several runs; with
+``--against DIR`` another checkout's runs alternate with this one's, and their results must be the
+same."""
 from __future__ import annotations
 
 import json

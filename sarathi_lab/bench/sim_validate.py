@@ -144,9 +144,9 @@ def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5
 
     ref = drift["reference"]
     longest = ref["context"] + BLOCK_SIZE
+    blocks = ref["decodes"] * blocks_for(longest, BLOCK_SIZE) + 8
     llm = LLM(model, device="cpu", dtype="float32", max_batch_size=ref["decodes"], num_threads=1,
-              max_model_len=longest, num_kv_blocks=ref["decodes"] * blocks_for(longest, BLOCK_SIZE)
-              + 8)
+              max_model_len=longest, num_kv_blocks=blocks)
     batches = SyntheticBatches(_on_clock(llm, clock))
     profiled_s = statistics.median(drift.get("series_s") or (drift["first_s"], drift["last_s"]))
     return lambda: reference_forward_s(llm, batches, ref, reps) / profiled_s
@@ -182,9 +182,9 @@ def served_errors(real: Run, sim: Run, keys=SERVED) -> dict:
 def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
     """Signed relative errors sim/real - 1, and again/real - 1 for the real engine's own spread."""
     row = {"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
-           "batch": case.batch, "requests": len(case.lengths), "arrival": "all_at_once"
-           if case.arrivals is None else "poisson", "iterations_real": len(real.iterations),
-           "iterations_sim": len(sim.iterations)}
+           "batch": case.batch, "requests": len(case.lengths),
+           "arrival": "all_at_once" if case.arrivals is None else "poisson",
+           "iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
     row |= batch_errors(real, sim)
     # A repeat under Poisson arrivals may batch differently: then there is no per-iteration spread.
     row["real_iter_median_abs_rel_spread"] = float("nan")
@@ -236,7 +236,8 @@ def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str,
            label: str | None = None) -> None:
     from sarathi_lab.analysis.figures import plain_log_ticks
 
-    low, high = min(measured_s.min(), simulated_s.min()) * 1e3, max(measured_s.max(), simulated_s.max()) * 1e3
+    low = min(measured_s.min(), simulated_s.min()) * 1e3
+    high = max(measured_s.max(), simulated_s.max()) * 1e3
     ax.plot([low, high], [low, high], "k-", lw=0.8, label=label)
     ax.set(xscale="log", yscale="log", xlabel="measured iteration (ms)",
            ylabel="simulated iteration (ms)", title=title)
@@ -279,8 +280,8 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
 def validation_provenance(smoke: bool) -> provenance.Provenance:
     from sarathi_lab.code_commit import source_commit
 
-    return provenance.Provenance("measured CPU against simulated CPU (profile)", "ci" if smoke
-                                 else "full", machine=machine_record().get("cpu", ""),
+    return provenance.Provenance("measured CPU against simulated CPU (profile)",
+                                 "ci" if smoke else "full", machine=machine_record().get("cpu", ""),
                                  commit=provenance.commits([source_commit()[0]]),
                                  writer="python -m sarathi_lab.bench sim_validate")
 

@@ -1,13 +1,14 @@
-"""The simulator against the real engine's own runs on a GPU: every measured run under a results root
-rebuilt from its own overrides with ``executor=sim`` under each cost model, and every iteration it timed
-compared with the cost model's (docs/sim/README.md, sections 9 and 9c). A serving run (orca_compare,
-pd_ratio, any task=serve) is served again on the virtual clock: batches, iteration times, served
-latencies and the pd_ratio gains; a measurement task's run (per_token_cost, decode_speedup,
-chunk_overhead, tile_quantization) runs its own hand-built batches again, each priced by the cost
-model (``task_tables``). Reported per run kind, cost model and iteration kind (decode, prefill, hybrid):
-the median and worst |simulated / measured - 1| (``sim_vs_gpu_report``).
+"""The simulator against the real engine's own runs on a GPU: every measured run under a results
+root rebuilt from its own overrides with ``executor=sim`` under each cost model, and every iteration
+it timed compared with the cost model's (docs/sim/README.md, sections 9 and 9c). A serving run
+(orca_compare, pd_ratio, any task=serve) is served again on the virtual clock: batches, iteration
+times, served latencies and the pd_ratio gains; a measurement task's run (per_token_cost,
+decode_speedup, chunk_overhead, tile_quantization) runs its own hand-built batches again, each
+priced by the cost model (``task_tables``). Reported per run kind, cost model and iteration kind
+(decode, prefill, hybrid): the median and worst |simulated / measured - 1| (``sim_vs_gpu_report``).
 
-``--smoke`` measures tiny runs and a tiny profile on this CPU first: the same code path at CI size."""
+``--smoke`` measures tiny runs and a tiny profile on this CPU first: the same code path at CI
+size."""
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,8 @@ _SMOKE_KINDS = ("orca_compare", "per_token_cost", "decode_speedup", "chunk_overh
 
 
 def finished_runs(root: Path) -> tuple[list[Path], Counter]:
-    """The finished measured runs under ``root`` that have a comparison; the others counted by why."""
+    """The finished measured runs under ``root`` that have a comparison; the others counted by
+    why."""
     found, left_out = [], Counter()
     for metrics in sorted(root.glob(f"*/multiruns/*/*/{METRICS}"), key=natural_order):
         record = read_record(metrics)
@@ -86,7 +88,8 @@ def overrides_of(run_dir: Path) -> list[str]:
 
 
 def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str) -> Path:
-    """Rebuilt at the same place under ``work/<cost_model>/`` as under ``runs``: ``Results`` reads both."""
+    """Rebuilt at the same place under ``work/<cost_model>/`` as under ``runs``: ``Results`` reads
+    both."""
     dest = work / cost_model / run_dir.relative_to(runs)
     run_in_process([*overrides_of(run_dir), "executor=sim", f"engine.sim_device={device}",
                     f"engine.sim_cost_model={cost_model}", "logger=none", "on_existing=overwrite"],
@@ -95,7 +98,8 @@ def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str
 
 
 def refusals(runs: list[Path], device: str, cost_models) -> dict[tuple, str]:
-    """(model, dtype, cost model) -> the cost model's own ConfigError on ``device``; absent where it runs."""
+    """(model, dtype, cost model) -> the cost model's own ConfigError on ``device``; absent where it
+    runs."""
     found = {}
     for model, dtype in dict.fromkeys((c.get("model"), c.get("dtype"))
                                       for c in (read_record(r / METRICS)["config"] for r in runs)):
@@ -203,8 +207,8 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
 
 
 def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """pd_ratio's gain per point, measured beside each cost model's, and their claims rows. Runs flagged
-    timing-unreliable are kept: the simulation rebuilt every run."""
+    """pd_ratio's gain per point, measured beside each cost model's, and their claims rows. Runs
+    flagged timing-unreliable are kept: the simulation rebuilt every run."""
     keys = [*derive.WORKLOAD_KEYS, "chunk"]
     measured = Results(runs, include_unreliable=True)
     def gain(results, name):
@@ -233,7 +237,8 @@ OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv"
 
 def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS,
                           lease: str = "") -> provenance.Provenance:
-    """Where no run recorded its commit, the lease's: the GPU suite ran a lease at the commit it names."""
+    """Where no run recorded its commit, the lease's: the GPU suite ran a lease at the commit it
+    names."""
     envs = [read_record(run / METRICS)["environment"] for run in runs]
     commit = provenance.commits(e.get("git_commit") for e in envs)
     if commit == provenance.UNRECORDED and lease:

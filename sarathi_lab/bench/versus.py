@@ -1,6 +1,6 @@
 """sarathi_lab side by side with what a user would run instead: every scheduler, vLLM's CPU build
-(optional) and transformers' batched ``generate``, on the same weights, prompts, dtype and threads, in
-interleaved timed rounds (method: docs/benchmarks.md)."""
+(optional) and transformers' batched ``generate``, on the same weights, prompts, dtype and threads,
+in interleaved timed rounds (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse

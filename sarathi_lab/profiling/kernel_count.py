@@ -83,6 +83,8 @@ def static_counts(llm, chunk: int, decodes: int, context: int, device: torch.dev
     shape = Shape.of(llm.model_config)
     requests, tokens = decodes + (chunk > 0), chunk + decodes
     return {name: static_layer_kernels(shape, tokens, requests, chunk or 1, context,
-                                       fused_rope=name == "after", table=DEFAULT
-                                       if name == "before" else table_for(device), num_sms=device_sm_count(device), elem_bytes=llm.dtype.itemsize)
+                                       fused_rope=name == "after",
+                                       table=DEFAULT if name == "before" else table_for(device),
+                                       num_sms=device_sm_count(device),
+                                       elem_bytes=llm.dtype.itemsize)
             for name in STAGES}

@@ -148,7 +148,8 @@ def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: 
     if decode_ms is None:
         missing.append(f"the engine's decode attention at b={decodes}, context {context} (outside "
                        f"attention.csv's)")
-    return LibraryFloor(None if gemm is None else gemm * layers, None if chunk_ms is None
-                        else chunk_ms * layers, None if decode_ms is None else decode_ms * layers,
+    return LibraryFloor(None if gemm is None else gemm * layers,
+                        None if chunk_ms is None else chunk_ms * layers,
+                        None if decode_ms is None else decode_ms * layers,
                         elementwise_ms(shape, tokens, elem_bytes, gbps, gemms.with_activation),
                         head_and_embedding_ms, missing)

@@ -22,7 +22,9 @@ VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_pr
 MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32),
           "meta-llama/Llama-2-70b-hf": ("llama2-70b", 80),
           "codellama/CodeLlama-34b-Instruct-hf": ("codellama-34b", 48),
-          "internlm/internlm-20b": ("internlm-20b", 60), "Qwen/Qwen-72B": ("qwen-72b", 80), "microsoft/phi-2": ("phi-2", 32), "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32), "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
+          "internlm/internlm-20b": ("internlm-20b", 60), "Qwen/Qwen-72B": ("qwen-72b", 80),
+          "microsoft/phi-2": ("phi-2", 32), "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32),
+          "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
 DEVICES = ("a100", "h100", "a40")
 # A DGX, whose every GPU pair is on NVLink (data/gpu_kernels/README.md).
 ALL_REDUCE_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}

@@ -70,7 +70,8 @@ class ProfileCostModel(CostModel):
     def applies(cls, choice: Choice) -> bool:
         # One device's own table, or where the model's kernels were not measured there, the expected
         # one.
-        return choice.tp == 1 and (choice.own_table or choice.measured_name not in gpu_kernels.measured(choice.device))
+        return choice.tp == 1 and (choice.own_table
+                                   or choice.measured_name not in gpu_kernels.measured(choice.device))
 
     @classmethod
     def build(cls, choice: Choice) -> ProfileCostModel:
