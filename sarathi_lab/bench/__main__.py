@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("\n".join([__doc__, "", "benchmarks:",
                          *(f"  {n:18s} {what}" for n, what in BENCHMARKS.items()),
-                         f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"]))
+                         f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given "
+                         "(e.g. --smoke)"]))
         return 0
     name, rest = argv[0], argv[1:]
     if name not in (*BENCHMARKS, "all"):

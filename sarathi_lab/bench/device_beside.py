@@ -75,7 +75,8 @@ def sim_rows() -> list[dict]:
     for name in SIMULATED:
         for cost in COST_MODELS:
             found += [{"device": name, "cost_model": cost, "chunk": c, "length": n,
-                       "prefill_ratio": simulated_prefill_ratio(name, cost, c, n)} for c in CHUNKS for n in LENGTHS]
+                       "prefill_ratio": simulated_prefill_ratio(name, cost, c, n)}
+                      for c in CHUNKS for n in LENGTHS]
     return found
 
 

@@ -11,7 +11,8 @@ from typing import ClassVar
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints, table_path
+from sarathi_lab.bench.args import (bench_parser, hybrid_pairs, positive_int, positive_ints,
+                                   table_path)
 from sarathi_lab.bench.common import parse, print_table
 from sarathi_lab.config import DTYPE_BYTES, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
@@ -154,7 +155,8 @@ def run(args) -> pd.DataFrame:
             rows.append(summarize(decodes, context, chunk, steps, cost_model, kv_fits))
     print(describe_machine("cpu"))
     print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one "
-          f"{GPU} | median of {args.reps} iterations after {args.warmup} | {load.contention(start)}")
+          f"{GPU} | median of {args.reps} iterations after {args.warmup} | "
+          f"{load.contention(start)}")
     table = print_table(rows, args.out,
                         f"Host time per iteration beside the predicted {GPU} forward: its "
                         f"overhead_fraction (target < {TARGET:.0%})",

@@ -27,8 +27,10 @@ TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
 
 
 def cases(args) -> list[dict]:
-    out = [{"kind": "decode", "size": b, "prefill": None, "decodes": b} for b in args.decode_batches]
-    out += [{"kind": "prefill", "size": c, "prefill": (c, 0), "decodes": 0} for c in args.prefill_chunks]
+    out = [{"kind": "decode", "size": b, "prefill": None, "decodes": b}
+           for b in args.decode_batches]
+    out += [{"kind": "prefill", "size": c, "prefill": (c, 0), "decodes": 0}
+            for c in args.prefill_chunks]
     out += [{"kind": "hybrid", "size": c, "prefill": (c, c), "decodes": d} for c, d in args.hybrid]
     return out
 

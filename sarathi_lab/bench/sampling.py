@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None):
                      f"runs the torch path)")
     dtype = args.torch_dtype
     if dtype not in cpu_ops.DTYPES:
-        parser.error(f"--dtype={args.dtype} is invalid: the kernel takes float32 or bfloat16 logits")
+        parser.error(f"--dtype={args.dtype} is invalid: the kernel takes float32 or bfloat16 "
+                     "logits")
     if not cpu_ops.supports(torch.zeros(1, dtype=dtype)):
         parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): "
                      "nothing to compare")

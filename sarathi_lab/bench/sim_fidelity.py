@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
                                "--force replaces them; --out DIR writes elsewhere")
     devices, models, op_tokens = args.devices, args.models, fidelity.OP_TOKENS
     if args.smoke:
-        devices, models, op_tokens = devices or ["a100"], models or ["llama2-7b", "phi-2"], SMOKE_OPS
+        devices, models = devices or ["a100"], models or ["llama2-7b", "phi-2"]
+        op_tokens = SMOKE_OPS
     ops, iterations = fidelity.run(devices, models, op_tokens)
     errors = fidelity.errors(iterations)
     attention = fidelity.attention_holdout() if "a100" in set(ops.device) else pd.DataFrame()
@@ -131,12 +132,14 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     show("\nError per iteration kind (|predicted / measured - 1|)", errors)
     if len(attention):
         show("\nPrefill attention, fitted without each chunk size and predicting it", attention)
-    shards = [fidelity.run(devices, models, op_tokens, tp=tp)[1] for tp in ((2,) if args.smoke else (2, 4))]
+    shards = [fidelity.run(devices, models, op_tokens, tp=tp)[1]
+              for tp in ((2,) if args.smoke else (2, 4))]
     shard_errors = pd.concat([fidelity.errors(its) for its in shards if len(its)]
                              or [pd.DataFrame()], ignore_index=True)
     show("\nOne GPU's shard under tensor parallelism (vidur's kernels at tp 2 and 4, which no fit "
          "saw; no attention)", shard_errors)
-    reduce_errors = fidelity.all_reduce_errors(fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
+    reduce_errors = fidelity.all_reduce_errors(
+        fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
     show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as "
          "the cost models read it; holdout = without the size it predicts)", reduce_errors)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -198,7 +201,8 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
                    "batch": decodes, "context": context}
             row |= {f"{k}_ms": measured.get(f"{k}_ms[{key}]") for k in ("eager", "graph", "floor")}
             prefills, contexts = [(chunk, chunk)] if chunk else [], [context] * decodes
-            row |= {f"{n}_ms": cm.iteration_cost(prefills, contexts).forward_s * 1e3 for n, cm in cms.items()}
+            row |= {f"{n}_ms": cm.iteration_cost(prefills, contexts).forward_s * 1e3
+                    for n, cm in cms.items()}
             # The profile cost model predicts the eager forward it was measured on; the others,
             # tight kernels.
             rows.append(row | {f"{n}_over_eager" if n == "profile" else f"{n}_over_graph":
@@ -251,7 +255,8 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         row[0].plot(pre.tokens, pre.measured_s * 1e3, "k.-", label="measured (engine profile)")
         row[1].scatter(kv, dec.measured_s * 1e3, color="k", s=14, label="measured (engine profile)")
         for name in names:
-            (marker, color), label = ENGINE_STYLES.get(name, BORROWED_STYLE), _engine_label(name, device)
+            (marker, color) = ENGINE_STYLES.get(name, BORROWED_STYLE)
+            label = _engine_label(name, device)
             row[0].plot(pre.tokens, pre[f"{name}_s"] * 1e3, marker=marker, color=color, ms=4,
                         lw=0.8, label=label)
             row[1].scatter(kv, dec[f"{name}_s"] * 1e3, marker=marker, color=color, s=14,

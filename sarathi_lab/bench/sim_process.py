@@ -32,7 +32,8 @@ def write_trace(path: Path, n: int) -> Path:
     return path
 
 
-def run_once(checkout: Path, trace: Path, out: Path, python: str = sys.executable) -> tuple[float, dict]:
+def run_once(checkout: Path, trace: Path, out: Path,
+             python: str = sys.executable) -> tuple[float, dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "kernels")])}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([python, "-m", "sarathi_lab.run", *OVERRIDES, f"workload.path={trace}",
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     if "against" in cpu:
         ratio = statistics.median(cpu["against"]) / statistics.median(cpu["this"])
         same = summaries["this"] == summaries["against"]
-        print(f"against / this: {ratio:.2f}x (medians); results {'identical' if same else 'DIFFER'}")
+        print(f"against / this: {ratio:.2f}x (medians); "
+              f"results {'identical' if same else 'DIFFER'}")
         if not same:
             raise SystemExit(1)
 

@@ -21,7 +21,8 @@ ARRIVAL_RATE_RPS = 4.0
 
 
 def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024),
-             decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS) -> tuple[list[list[int]], list[int], list[float]]:
+             decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS,
+             ) -> tuple[list[list[int]], list[int], list[float]]:
     """The same trace on every call (seed 0), so that its speed and digest compare across
     changes."""
     rng = np.random.default_rng(0)
@@ -65,7 +66,8 @@ def simulate(n: int, model: str = "llama2-7b", device: str = "a100",
 def digest(metrics) -> str:
     """What a change to the simulator's speed alone must leave as it was."""
     records = [metrics.iteration_rows(), metrics.request_rows(), metrics.summary()]
-    return hashlib.sha256(json.dumps(records, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    text = json.dumps(records, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> None:

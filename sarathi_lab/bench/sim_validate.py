@@ -124,7 +124,8 @@ def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Ru
               num_threads=1, seed=0, **engine)
     _on_clock(llm, clock)
     rng = np.random.default_rng(1)
-    prompts = [rng.integers(0, llm.model_config.vocab_size, size=p).tolist() for p, _ in case.lengths]
+    vocab = llm.model_config.vocab_size
+    prompts = [rng.integers(0, vocab, size=p).tolist() for p, _ in case.lengths]
     started = time.process_time()
     llm.generate(prompts, [d for _, d in case.lengths], sampling=SamplingParams(ignore_eos=True),
                  arrival_times=None if case.arrivals is None else list(case.arrivals))
@@ -159,8 +160,8 @@ def _rel(pred: float, ref: float) -> float:
 def batch_errors(real: Run, sim: Run) -> dict:
     """Whether the simulation made the real run's batches and, where it did, its relative errors
     sim/real - 1."""
-    same = (len(real.iterations) == len(sim.iterations)
-            and (real.iterations[list(COMPOSITION)].to_numpy() == sim.iterations[list(COMPOSITION)].to_numpy()).all())
+    batched = [run.iterations[list(COMPOSITION)].to_numpy() for run in (real, sim)]
+    same = len(real.iterations) == len(sim.iterations) and (batched[0] == batched[1]).all()
     row = {"identical_batches": bool(same)}
     if same:
         err = sim.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
@@ -208,7 +209,9 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
     for case in which or cases():
         slowdown = probe()
         real = run_case(case, model, CPUClock() if cpu_clock else None)
-        again = run_case(case, model, CPUClock() if cpu_clock else None) if case.repeat_real else None
+        again = None
+        if case.repeat_real:
+            again = run_case(case, model, CPUClock() if cpu_clock else None)
         sim = run_case(case, model, executor="sim", sim_device="cpu", sim_cost_model="profile")
         row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s,
                                                  "host_slowdown_vs_profile": slowdown}
@@ -305,7 +308,8 @@ def main(argv: list[str] | None = None) -> None:
     suffix = "" if cpu_clock else "_wall"
     out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
     planned = dict.fromkeys((out / f"validation{suffix}.csv",
-                             out / f"validation_iterations{suffix}.csv", out / f"validation{suffix}.png"), validation_provenance(args.smoke))
+                             out / f"validation_iterations{suffix}.csv",
+                             out / f"validation{suffix}.png"), validation_provenance(args.smoke))
     provenance.check_or_refuse(parser, planned, args.force,
                                "--force replaces them; --out DIR writes elsewhere")
     out.mkdir(parents=True, exist_ok=True)

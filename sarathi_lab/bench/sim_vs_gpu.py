@@ -187,7 +187,8 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
                 continue
             sim_dir = simulate(run_dir, runs, work, device, model)
             serve = ident["task"] == SERVE
-            row, its = _serving(run_dir, sim_dir) if serve else _measured(run_dir, sim_dir, ident["task"])
+            row, its = (_serving(run_dir, sim_dir) if serve
+                        else _measured(run_dir, sim_dir, ident["task"]))
             row = ident | {"cost_model": model, "points": len(its)} | row | _errors(its)
             rows.append(row)
             if len(its):
@@ -212,7 +213,8 @@ def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame
     keys = [*derive.WORKLOAD_KEYS, "chunk"]
     measured = Results(runs, include_unreliable=True)
     def gain(results, name):
-        return derive.pd_ratio_gains(results.summary("pd_ratio"))[[*keys, "gain"]].rename(columns={"gain": name})
+        found = derive.pd_ratio_gains(results.summary("pd_ratio"))
+        return found[[*keys, "gain"]].rename(columns={"gain": name})
     table = gain(measured, "measured")
     simulated = [Results(work / m) for m in cost_models]
     for model, results in zip(cost_models, simulated):
@@ -302,7 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     shown = errors[errors.status == "compared"]
     if len(shown):
         print(shown[["run_kind", "cost_model", "kind", "points", "median_rel_err",
-                     "median_abs_rel_err", "worst_abs_rel_err"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+                     "median_abs_rel_err", "worst_abs_rel_err"]].to_string(
+                         index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -334,7 +337,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _places(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, Path, Path, Path]:
+def _places(parser: argparse.ArgumentParser,
+            args: argparse.Namespace) -> tuple[str, Path, Path, Path]:
     if args.lease is not None and not LEASE.fullmatch(args.lease):
         parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as "
                      f"docs/gpu/<device>/ "

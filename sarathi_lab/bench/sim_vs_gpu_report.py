@@ -52,7 +52,8 @@ def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.Data
     else:
         table = pd.DataFrame()
     refused = pd.DataFrame([{"run_kind": r.run_kind, "cost_model": r.cost_model, "kind": "",
-                             "status": r.status, "runs": r.runs, "points": 0} for r in unavailable.itertuples()])
+                             "status": r.status, "runs": r.runs, "points": 0}
+                            for r in unavailable.itertuples()])
     both = pd.concat([table, refused], ignore_index=True)
     counts = [c for c in ("runs", "points", "stalls_left_out") if c in both]
     return both.astype({c: "Int64" for c in counts})
@@ -99,7 +100,8 @@ def _error_panel(ax, errors: pd.DataFrame, models: list[str]) -> None:
                   ha="right", fontsize=7)
     ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.set(yscale="log", ylabel="|simulated / measured - 1| (%)",
-           title="per run kind and iteration kind (right of the line: sums and parts of iterations)")
+           title="per run kind and iteration kind (right of the line: sums and parts of "
+                 "iterations)")
     values = 100 * shown[["median_abs_rel_err", "worst_abs_rel_err"]].to_numpy().ravel()
     values = values[np.isfinite(values) & (values > 0)]
     if len(values):  # room for the legend

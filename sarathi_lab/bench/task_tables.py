@@ -29,7 +29,8 @@ def _forward_totals(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _op_breakdown(frame: pd.DataFrame) -> pd.DataFrame:
-    return _forward_totals(frame).assign(kind=lambda f: f.phase.map({"prefill": "prefill", "decode": "decode"}))
+    kinds = {"prefill": "prefill", "decode": "decode"}
+    return _forward_totals(frame).assign(kind=lambda f: f.phase.map(kinds))
 
 
 PIGGYBACK_KINDS = {"decode_only": "decode", "chunk_alone": "prefill", "hybrid": "hybrid"}
@@ -72,5 +73,6 @@ def paired(task: str, measured: pd.DataFrame, simulated: pd.DataFrame) -> tuple[
     both = real.rename(columns={"seconds": "measured_s"}).merge(
         sim.drop(columns="kind").rename(columns={"seconds": "simulated_s"}), on=keys, how="inner")
     same = len(both) == len(real) == len(sim)
-    label = [", ".join(f"{k}={v}" for k, v in zip(keys, row)) for row in both[keys].itertuples(index=False)]
+    label = [", ".join(f"{k}={v}" for k, v in zip(keys, row))
+             for row in both[keys].itertuples(index=False)]
     return both.assign(label=label), same

@@ -42,7 +42,8 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS,
                 for b in batch_sizes:
                     for alignment, c in (("unaligned", chunk),
                                          ("aligned", aligned_chunk(chunk, b - 1))):
-                        table = piggyback_ms(cm, c, b, seq_len).assign(seq_len=seq_len, batch_size=b, chunk=c)
+                        table = piggyback_ms(cm, c, b, seq_len).assign(seq_len=seq_len,
+                                                                       batch_size=b, chunk=c)
                         row = quantities.decode_speedup(table).iloc[0]
                         rows.append({"model": model, "device": device, "cost_model": cost_model,
                                      "alignment": alignment, "seq_len": seq_len, "batch_size": b,

@@ -7,7 +7,7 @@ Each request is given as many more tokens as it was prefilled earlier, so that a
 and every decode-only iteration holds N."""
 from __future__ import annotations
 
-import statistics
+from statistics import median
 
 import numpy as np
 import pandas as pd
@@ -55,14 +55,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             sends = [metrics.broadcast_s[i] for i in picked]
             durations = [its[i].duration for i in picked]
             rows.append({"requests": n, "kind": kind, "iterations": len(picked),
-                         "decodes_p50": statistics.median(its[i].num_decode_requests for i in picked),
-                         "payload_bytes": int(statistics.median(metrics.broadcast_bytes[i] for i in picked)),
-                         "broadcast_ms_p50": 1e3 * statistics.median(sends),
+                         "decodes_p50": median(its[i].num_decode_requests for i in picked),
+                         "payload_bytes": int(median(metrics.broadcast_bytes[i] for i in picked)),
+                         "broadcast_ms_p50": 1e3 * median(sends),
                          "broadcast_ms_max": 1e3 * max(sends),
-                         "prepare_ms_p50": 1e3 * statistics.median(its[i].prepare_time for i in picked),
-                         "iteration_ms_p50": 1e3 * statistics.median(durations),
+                         "prepare_ms_p50": 1e3 * median(its[i].prepare_time for i in picked),
+                         "iteration_ms_p50": 1e3 * median(durations),
                          # What the driver's send costs the engine's throughput at this batch.
-                         "broadcast_share_p50": statistics.median(s / d for s, d in zip(sends, durations))})
+                         "broadcast_share_p50": median(s / d for s, d in zip(sends, durations))})
     title = (f"{args.model}, tensor_parallel={args.tensor_parallel} on {args.device} ({dtype}): "
              f"the driver's "
              "broadcast per iteration (prepare includes it)")

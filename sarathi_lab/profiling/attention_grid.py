@@ -78,7 +78,8 @@ class Grid:
         out = []
         for heads, kv_heads in self.heads:
             out += [Case("prefill", heads, kv_heads, self.head_dim, n, n) for n in self.prefills]
-            out += [Case("chunk", heads, kv_heads, self.head_dim, c, p + c) for c in self.chunks for p in self.prefixes]
+            out += [Case("chunk", heads, kv_heads, self.head_dim, c, p + c)
+                    for c in self.chunks for p in self.prefixes]
             out += [Case("decode", heads, kv_heads, self.head_dim, 1, n, b)
                     for b in self.decode_batches for n in self.decode_contexts]
         return out

@@ -45,7 +45,8 @@ def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size
                 seed: int = 0) -> Inputs:
     """Unused cache slots are NaN, so that a kernel reading outside its tables shows."""
     gen = torch.Generator(device).manual_seed(seed)
-    b, h, kvh, d, n, ctx = case.batch, case.heads, case.kv_heads, case.head_dim, case.query_len, case.context
+    b, h, kvh, d = case.batch, case.heads, case.kv_heads, case.head_dim
+    n, ctx = case.query_len, case.context
     q = torch.randn(b, n, h, d, generator=gen, device=device).to(dtype)
     k, v = (torch.randn(b, ctx, kvh, d, generator=gen, device=device).to(dtype) for _ in range(2))
     meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=0
@@ -198,7 +199,8 @@ def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, dev
             continue
         row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
         if not diff <= tolerance:  # NaN too
-            row[f"{name}_error"] = f"differs from the reference by {diff:.2e} (tolerance {tolerance:.0e})"
+            row[f"{name}_error"] = (f"differs from the reference by {diff:.2e} "
+                                    f"(tolerance {tolerance:.0e})")
             continue
         calls[name] = fn
     del ref

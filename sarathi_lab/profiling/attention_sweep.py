@@ -14,7 +14,8 @@ import torch
 from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule
 
 from sarathi_lab.profiling.attention_grid import Case
-from sarathi_lab.profiling.attention_peers import Inputs, engine_call, make_inputs, rel_diff, time_interleaved
+from sarathi_lab.profiling.attention_peers import (Inputs, engine_call, make_inputs, rel_diff,
+                                                  time_interleaved)
 from sarathi_lab.tuned_kernels import TileConfig
 
 # Prefill work (any q-tile of 2+ rows): 128 rows on 8 warps, one warpgroup per 64 rows.
@@ -30,7 +31,8 @@ SPLIT_SCALES = (0.5, 1.0, 2.0)
 MAX_REL_DIFF = 2e-2
 # How short a split's walk may be, and what its fixed cost (query tile, partial merged) weighs in
 # key tiles.
-RULE_GRID = tuple(SplitRule(min_key_tiles=t, split_cost_tiles=c) for t in (2, 4, 8) for c in (0.5, 1.0, 2.0))
+RULE_GRID = tuple(SplitRule(min_key_tiles=t, split_cost_tiles=c)
+                  for t in (2, 4, 8) for c in (0.5, 1.0, 2.0))
 # Another rule replaces the default only if it loses this much less: within it, the difference is
 # noise.
 FIT_MARGIN = 0.02
@@ -44,9 +46,11 @@ def shapes(device: str) -> dict[str, list[Case]]:
         return {"prefill": [Case("chunk", h, kv, d, 16, 48) for h, kv in heads],
                 "decode": [Case("decode", h, kv, d, 1, 24, 3) for h, kv in heads]}
     heads, d = ((40, 40), (32, 8)), 128
-    return {"prefill": [Case("chunk", h, kv, d, c, p + c) for h, kv in heads for c in (256, 512) for p in (1024, 3072)]
+    return {"prefill": [Case("chunk", h, kv, d, c, p + c)
+                        for h, kv in heads for c in (256, 512) for p in (1024, 3072)]
             + [Case("prefill", h, kv, d, 2048, 2048) for h, kv in heads],
-            "decode": [Case("decode", h, kv, d, 1, ctx, b) for h, kv in heads for b, ctx in ((18, 1024), (64, 4096))]}
+            "decode": [Case("decode", h, kv, d, 1, ctx, b)
+                       for h, kv in heads for b, ctx in ((18, 1024), (64, 4096))]}
 
 
 def planned_splits(x: Inputs, tiles: TileConfig, rule: SplitRule = DEFAULT_RULE) -> int:
@@ -63,7 +67,8 @@ def planned_splits(x: Inputs, tiles: TileConfig, rule: SplitRule = DEFAULT_RULE)
 
 def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torch.device,
                block_size: int, reps: int, warmup: int, limit: int | None = None,
-               seconds_left: Callable[[], float | None] = lambda: None) -> tuple[TileConfig, float, list[dict]]:
+               seconds_left: Callable[[], float | None] = lambda: None,
+               ) -> tuple[TileConfig, float, list[dict]]:
     """The best config of ``kind`` (the defaults unless one beats them), its score (1: the defaults)
     and one row per (case, contender); stops trying configs when ``seconds_left`` says under 20
     s."""
@@ -91,7 +96,8 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
                         "default_ms": statistics.median(times["default"])}
                 ratios[tiles].append(row["ms"] / row["default_ms"])
             except Exception as e:  # a config that fails to compile or is wrong is a result
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+                first = str(e).splitlines()[0] if str(e) else ""
+                row["error"] = f"{type(e).__name__}: {first}"[:200]
                 ratios[tiles].append(math.inf)
             rows.append(row)
     scores = {t: _geomean(r) for t, r in ratios.items()}
@@ -133,7 +139,8 @@ def _loss(times: dict[int, float], count: int) -> float:
     else:
         hi = next(c for c in counts if c >= count)
         lo = max(c for c in counts if c <= count)
-        w = 0.0 if hi == lo else (math.log2(count) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+        log2 = math.log2
+        w = 0.0 if hi == lo else (log2(count) - log2(lo)) / (log2(hi) - log2(lo))
         ms = times[lo] * (1 - w) + times[hi] * w
     return ms / min(times.values())
 
@@ -149,7 +156,8 @@ def fit_split_rule(rows: list[dict]) -> tuple[SplitRule, float]:
             times[int(row["splits"])] = row["ms"]
     if not shapes_:
         return DEFAULT_RULE, 1.0
-    losses = {r: _geomean([_loss(times, by_rule[rule_label(r)]) for times, by_rule in shapes_.values()])
+    losses = {r: _geomean([_loss(times, by_rule[rule_label(r)])
+                           for times, by_rule in shapes_.values()])
               for r in RULE_GRID}
     best = min(losses, key=losses.get)
     gain = losses[DEFAULT_RULE] / losses[best]

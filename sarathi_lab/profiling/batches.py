@@ -73,7 +73,8 @@ class SyntheticBatches:
         for chunk, before in prefills:
             batch.prefills.append(ScheduledChunk(self._request(before + chunk, before, before
                                                                + chunk), chunk))
-        batch.decodes = [self._request(context, context - 1, context * 3 // 4) for _ in range(decodes)]
+        batch.decodes = [self._request(context, context - 1, context * 3 // 4)
+                         for _ in range(decodes)]
         return batch
 
     def free(self, batch: ScheduledBatch) -> None:

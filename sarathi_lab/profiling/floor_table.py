@@ -1,8 +1,6 @@
-"""The launch step's iterations against their two floors, by arithmetic alone, at a device's measured
-ceilings: what a prediction of ``engine_over_floor`` and ``engine_over_sequential_floor`` is set beside.
-
-    python -m sarathi_lab.profiling.floor_table --env docs/gpu/h200/2026-11-27_9e2ae41/steps/env/env.json
-"""
+"""The launch step's iterations against their two floors, by arithmetic alone, at a device's
+measured ceilings: what a prediction of ``engine_over_floor`` and ``engine_over_sequential_floor``
+is set beside."""
 from __future__ import annotations
 
 import json

@@ -36,7 +36,8 @@ class Projection:
 def projections(shape: Shape) -> list[Projection]:
     """As the engine runs them: gate_up's output is SiLU(gate) * up on the Triton path (one launch,
     not two)."""
-    return [Projection(name, n, k, name == "gate_up_proj" and shape.gated) for name, (k, n) in shape.gemms.items()]
+    return [Projection(name, n, k, name == "gate_up_proj" and shape.gated)
+            for name, (k, n) in shape.gemms.items()]
 
 
 def candidates(proj: Projection, m: int, num_sms: int | None) -> list[GemmChoice]:
@@ -56,8 +57,8 @@ def candidates(proj: Projection, m: int, num_sms: int | None) -> list[GemmChoice
 def label(choice: GemmChoice) -> str:
     if choice.kernel == "cublas":
         return "cublas"
-    return (f"triton{choice.block_m}x{choice.block_n}x{choice.block_k}_s{choice.split_k}_w{choice.num_warps}"
-            f"_st{choice.num_stages}")
+    return (f"triton{choice.block_m}x{choice.block_n}x{choice.block_k}_s{choice.split_k}"
+            f"_w{choice.num_warps}_st{choice.num_stages}")
 
 
 def _calls(proj: Projection, x: torch.Tensor, w: torch.Tensor,
@@ -78,7 +79,8 @@ def _calls(proj: Projection, x: torch.Tensor, w: torch.Tensor,
 
 
 def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device, reps: int,
-          warmup: int, num_sms: int | None, limit: int | None = None) -> tuple[GemmChoice, list[dict]]:
+          warmup: int, num_sms: int | None,
+          limit: int | None = None) -> tuple[GemmChoice, list[dict]]:
     """The fastest correct choice and one row per contender; ``limit``: Triton candidates at
     most."""
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -92,7 +94,8 @@ def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device,
             diff = rel_diff(fn(), reference)
             error = "" if diff <= MAX_REL_DIFF else f"rel diff {diff:.3g} > {MAX_REL_DIFF}"
         except Exception as e:  # a config that does not compile is a result
-            diff, error = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+            first = str(e).splitlines()[0] if str(e) else ""
+            diff, error = None, f"{type(e).__name__}: {first}"[:200]
         rows.append({"projection": proj.name, "key": proj.key, "m": m, "candidate": name,
                      "rel_diff": diff, "error": error})
         if not error:

@@ -37,9 +37,11 @@ class HybridInputs:
 def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, block_size: int,
                 seed: int = 0) -> HybridInputs:
     gen = torch.Generator(device).manual_seed(seed)
-    h, kvh, d, c, b, ctx = case.heads, case.kv_heads, case.head_dim, case.chunk, case.decodes, case.context
+    h, kvh, d = case.heads, case.kv_heads, case.head_dim
+    c, b, ctx = case.chunk, case.decodes, case.context
     query = torch.randn(c + b, h, d, generator=gen, device=device).to(dtype)
-    k, v = (torch.randn(b + 1, ctx, kvh, d, generator=gen, device=device).to(dtype) for _ in range(2))
+    k, v = (torch.randn(b + 1, ctx, kvh, d, generator=gen, device=device).to(dtype)
+            for _ in range(2))
     meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=1,
                                    block_size=block_size, device=device)
     slots = context_slot_mapping(meta, block_size)
@@ -103,7 +105,10 @@ def peer_call(name: str, case: HybridCase, x: HybridInputs, flash: bool,
     """A peer's chunk, then SDPA's decodes, as engine rows."""
     chunk_case = Case("chunk", case.heads, case.kv_heads, case.head_dim, case.chunk, case.context)
     backend = SDPBackend.FLASH_ATTENTION if flash else None
-    chunk = flex.call(chunk_case, x.chunk) if name == FLEX else sdpa_call(chunk_case, x.chunk, backend)
+    if name == FLEX:
+        chunk = flex.call(chunk_case, x.chunk)
+    else:
+        chunk = sdpa_call(chunk_case, x.chunk, backend)
     decodes = _decodes_sdpa(x, flash)
     return lambda: torch.cat([chunk()[0].transpose(0, 1), decodes()])
 
@@ -147,8 +152,8 @@ def floors(case: HybridCase, elem_bytes: int, copy_gbps: float, matmul_gflops: f
                                elem_bytes, copy_gbps, matmul_gflops)
 
     whole = least(case.query_lens, case.context_lens)
-    chunk, decodes = least(case.query_lens[:1], case.context_lens[:1]), least(case.query_lens[1:],
-                                                                               case.context_lens[1:])
+    chunk = least(case.query_lens[:1], case.context_lens[:1])
+    decodes = least(case.query_lens[1:], case.context_lens[1:])
     return {"floor_ms": whole.seconds * 1e3, "floor_bound": whole.bound,
             "sequential_floor_ms": (chunk.seconds + decodes.seconds) * 1e3,
             "chunk_floor_ms": chunk.seconds * 1e3, "decodes_floor_ms": decodes.seconds * 1e3}
@@ -160,7 +165,8 @@ def ratios(row: dict) -> dict:
         found = [row[f"{n}_ms"] for n in names if row.get(f"{n}_ms") is not None]
         return min(found) if found else None
 
-    sequential, peer, pod, control = best(SEQUENTIAL), best(PEERS), row.get(f"{POD}_ms"), row.get(f"{POD_X1}_ms")
+    sequential, peer = best(SEQUENTIAL), best(PEERS)
+    pod, control = row.get(f"{POD}_ms"), row.get(f"{POD_X1}_ms")
 
     def over(a, b):
         return a / b if a is not None and b else None

@@ -35,7 +35,8 @@ class HybridCase:
     @property
     def label(self) -> str:
         """``heads=40/40,c=256,b=16,ctx=1024``: the suite's metric key."""
-        return f"heads={self.heads}/{self.kv_heads},c={self.chunk},b={self.decodes},ctx={self.context}"
+        return (f"heads={self.heads}/{self.kv_heads},c={self.chunk},b={self.decodes},"
+                f"ctx={self.context}")
 
     @property
     def query_lens(self) -> list[int]:
@@ -58,8 +59,8 @@ class HybridGrid:
     warmup: int
 
     def cases(self) -> list[HybridCase]:
-        return [HybridCase(h, kvh, self.head_dim, c, b, ctx) for h, kvh in self.heads for c in self.chunks
-                for b in self.decodes for ctx in self.contexts if c <= ctx]
+        return [HybridCase(h, kvh, self.head_dim, c, b, ctx) for h, kvh in self.heads
+                for c in self.chunks for b in self.decodes for ctx in self.contexts if c <= ctx]
 
     @property
     def flex_compiles(self) -> int:

@@ -113,7 +113,8 @@ def kernels_of(prof, cuda: bool) -> list[Kernel]:
     return [Kernel(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in events]
 
 
-def profile_iteration(llm, chunk: int, decodes: int, context: int, reps: int) -> tuple[list[Kernel], float, float]:
+def profile_iteration(llm, chunk: int, decodes: int, context: int,
+                      reps: int) -> tuple[list[Kernel], float, float]:
     """Profiled ``reps`` iterations, then the medians of ``reps`` more unprofiled: forward event ms
     and wall ms."""
     from torch.profiler import ProfilerActivity, profile

@@ -92,7 +92,8 @@ def check_write(dtype, block_size) -> bool:
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     reference.write_kv(key, value, k_ref, v_ref, meta.slot_mapping)
     write_kv_cache(key, value, k_cache, v_cache, meta.slot_mapping)
-    return all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in ((k_cache, k_ref), (v_cache, v_ref)))
+    return all(torch.equal(a.nan_to_num(), b.nan_to_num())
+               for a, b in ((k_cache, k_ref), (v_cache, v_ref)))
 
 
 def _close(a, b) -> bool:
@@ -114,7 +115,8 @@ def check_pointwise(dtype) -> dict[str, bool]:
         ok = {"add_rms_norm": _close(out, norm(x + res)) and _close(kept, x + res)}
     qk = torch.randn(37, 80, 128, device=DEV).to(dtype)
     positions = torch.randint(0, 4096, (37,), device=DEV)
-    freqs = torch.arange(4096, device=DEV).float()[:, None] / 10000 ** (torch.arange(0, 128, 2, device=DEV) / 128)
+    inv = 10000 ** (torch.arange(0, 128, 2, device=DEV) / 128)
+    freqs = torch.arange(4096, device=DEV).float()[:, None] / inv
     cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
     q, k = apply_rotary_pos_emb(qk[:, :40], qk[:, 40:], cos[positions].to(dtype),
                                 sin[positions].to(dtype), 1)
@@ -193,8 +195,10 @@ def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block
 
 
 # Llama-3-8B's heads in the engine's blocks; the GPU suite reads the case to label its figure.
-TIMED_HEADS, TIMED_HEAD_DIM, TIMED_BLOCK = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM, EngineConfig.block_size
-TIMED_CASE = f"Llama-3-8B attention ({TIMED_HEADS[0]}/{TIMED_HEADS[1]} heads, d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}"
+TIMED_HEADS, TIMED_HEAD_DIM = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM
+TIMED_BLOCK = EngineConfig.block_size
+TIMED_CASE = (f"Llama-3-8B attention ({TIMED_HEADS[0]}/{TIMED_HEADS[1]} heads, "
+              f"d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}")
 
 
 def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
@@ -219,7 +223,8 @@ def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
 
 def run_timings(record: KernelCheck, dtype) -> None:
     copy_gbps = copy_bandwidth_gbps(DEV)
-    record.timed_case, record.timed_dtype, record.copy_gbps = TIMED_CASE, dtype_name(dtype), copy_gbps
+    record.timed_case, record.timed_dtype = TIMED_CASE, dtype_name(dtype)
+    record.copy_gbps = copy_gbps
     print(f"timings, {dtype}, {record.timed_case}; copy bandwidth {copy_gbps:.0f} GB/s")
     time_case(record, "64 decodes x 2048 ctx", [], [(1, 2048)] * 64, dtype, copy_gbps)
     time_case(record, "256 decodes x 512 ctx", [], [(1, 512)] * 256, dtype, copy_gbps)

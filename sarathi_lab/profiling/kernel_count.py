@@ -77,7 +77,8 @@ def profiled_layer_kernels(llm, chunk: int, decodes: int, context: int) -> dict[
     return counts
 
 
-def static_counts(llm, chunk: int, decodes: int, context: int, device: torch.device) -> dict[str, list[str]]:
+def static_counts(llm, chunk: int, decodes: int, context: int,
+                  device: torch.device) -> dict[str, list[str]]:
     from sarathi_kernels.occupancy import device_sm_count
 
     shape = Shape.of(llm.model_config)

@@ -46,7 +46,9 @@ class GemmCurve:
 
     @property
     def measured(self) -> str:
-        return f"{min(self.layer_ms):,}-{max(self.layer_ms):,} tokens" if self.layer_ms else "no tokens"
+        if not self.layer_ms:
+            return "no tokens"
+        return f"{min(self.layer_ms):,}-{max(self.layer_ms):,} tokens"
 
 
 def gemm_curve(tune_gemm: Path, model: str) -> GemmCurve:
@@ -58,7 +60,8 @@ def gemm_curve(tune_gemm: Path, model: str) -> GemmCurve:
             if row.get("model") != model or row.get("candidate") != "cublas" or row.get("error"):
                 continue
             by_m.setdefault(int(row["m"]), {})[row["projection"]] = float(row["ms"])
-            with_activation |= row["projection"] == "gate_up_proj" and row["key"].endswith(WITH_ACTIVATION)
+            with_activation |= (row["projection"] == "gate_up_proj"
+                                and row["key"].endswith(WITH_ACTIVATION))
     return GemmCurve({m: sum(p.values()) for m, p in by_m.items() if set(PROJECTIONS) <= p.keys()},
                      with_activation)
 

@@ -28,7 +28,8 @@ def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) 
     try:
         # sockets and buffers warmed at every size
         _rounds(rank, torch.zeros(max(sizes) // 4), rounds)
-        medians = [float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2 for nbytes in sizes]
+        medians = [float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2
+                   for nbytes in sizes]
         if rank == 0:
             out.put(medians)
     finally:

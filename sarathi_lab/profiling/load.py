@@ -62,4 +62,6 @@ def contention(start: LoadSnapshot) -> str:
     if verdict["timing_unreliable"]:
         warnings.warn(verdict["timing_note"], stacklevel=2)
     share = verdict["runqueue_wait_share"]
-    return f"waited for a CPU {share:.1%}" if share is not None else f"load1 at start {verdict['load1_start']:.2f}"
+    if share is None:
+        return f"load1 at start {verdict['load1_start']:.2f}"
+    return f"waited for a CPU {share:.1%}"

@@ -52,6 +52,7 @@ def prepare_split(llm, decodes: int, context: int, reps: int) -> dict[str, float
         out = {}
         for name, call in calls.items():
             for when, before in (("hot", None), ("after_forward", after_forward)):
-                out[f"{name}_us_{when}"] = statistics.median(time_calls(call, reps, host, before=before)) * 1e6
+                times = time_calls(call, reps, host, before=before)
+                out[f"{name}_us_{when}"] = statistics.median(times) * 1e6
         sync()
     return out

@@ -26,11 +26,13 @@ def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: 
               utilisation: float) -> int:
     """Refuses (one line) weights that leave no room."""
     # NaN compares false both ways: unchecked it became int(nan) deep below, or 0 bytes.
-    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
+    number = isinstance(utilisation, (int, float)) and not isinstance(utilisation, bool)
+    if not number or not 0 < utilisation <= 1:
         raise ConfigError(f"utilisation={utilisation!r} is invalid: must be a number in (0, 1]")
     s = Shape.of(config)
     weights = s.weight_bytes(elem_bytes)
-    if gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation) < s.kv_bytes_per_token(elem_bytes):
+    kv_bytes = gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation)
+    if kv_bytes < s.kv_bytes_per_token(elem_bytes):
         usable = int(device.memory_bytes * utilisation)
         raise ConfigError(f"sim_device={device.name!r} is invalid for this model: "
                           f"{weights / 2**30:.1f} GiB of weights leave no room for a KV cache in "

@@ -80,7 +80,8 @@ class Calibration:
     fitted_from: tuple[str, ...] = field(default=())
 
     def __post_init__(self):
-        if len(self.gemm_tokens) != len(self.gemm_efficiency) or len(self.gemm_tokens) != len(self.gemm_launch_s):
+        n = len(self.gemm_tokens)
+        if n != len(self.gemm_efficiency) or n != len(self.gemm_launch_s):
             raise ConfigError(f"sim.device.calibration.gemm_tokens has {len(self.gemm_tokens)} "
                               f"points but gemm_efficiency {len(self.gemm_efficiency)} and "
                               f"gemm_launch_s {len(self.gemm_launch_s)}: they must match")
@@ -130,11 +131,13 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[fl
     return tokens, eff, launch
 
 
-def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dict[str, tuple[float, float]]:
+def fit_pointwise(table: pd.DataFrame, bandwidth: float,
+                  elem_bytes: int) -> dict[str, tuple[float, float]]:
     out = {}
     rows = table[table.op.isin(list(KIND_OF_OP))].assign(kind=lambda r: r.op.map(KIND_OF_OP))
     for kind, at in rows.groupby("kind"):
-        per_model = {m: pointwise_elems(kind, measured_shape(m)) * elem_bytes for m in set(at.model)}
+        per_model = {m: pointwise_elems(kind, measured_shape(m)) * elem_bytes
+                     for m in set(at.model)}
         per_token = at.model.map(per_model).to_numpy(float)
         launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)),
                                                             at.tokens.to_numpy(float) * per_token]),
@@ -181,7 +184,8 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
     a, per_request, per_byte = _relative_lstsq(
         np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]),
         rows.seconds.to_numpy(float))
-    return float(a), float(per_request), float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
+    share = float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
+    return float(a), float(per_request), share
 
 
 def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
@@ -202,14 +206,16 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
         shape = measured_shape(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
+            decode = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
             kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),
-                                             *fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes))))
+                                             *decode)))
             break
     if not kw and attention_from is not None and attention_from[0].has_attention:
         attention_from, from_peak = attention_from
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
         kw = {f: getattr(attention_from, f) for f in ATTENTION_FIELDS} | {
-            "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
+            "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak
+            / (scale * device.peak_flops),
             "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale)}
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff),
                        gemm_launch_s=tuple(launch),

@@ -50,11 +50,14 @@ def kept_bytes(size: int) -> bool:
 
 def convert_all_reduce(raw: pd.DataFrame, device: str) -> pd.DataFrame:
     """The median over repeated sizes, ms to s."""
-    rows = raw[(raw.collective == "all_reduce") & (raw.num_workers == raw.devices_per_node)].drop_duplicates()
-    times = rows.groupby(["num_workers", "size"])["time_stats.all_reduce.median"].median().dropna().reset_index()
+    median = "time_stats.all_reduce.median"
+    rows = raw[(raw.collective == "all_reduce") & (raw.num_workers == raw.devices_per_node)]
+    rows = rows.drop_duplicates()
+    times = rows.groupby(["num_workers", "size"])[median].median().dropna().reset_index()
     times = times[[kept_bytes(int(b)) for b in times["size"]]]
     return pd.DataFrame({"device": device, "tp": times.num_workers.astype(int),
-                         "bytes": times["size"].astype(int), "seconds": times["time_stats.all_reduce.median"].to_numpy() / 1e3})[list(ALL_REDUCE_COLUMNS)]
+                         "bytes": times["size"].astype(int),
+                         "seconds": times[median].to_numpy() / 1e3})[list(ALL_REDUCE_COLUMNS)]
 
 
 def convert_mlp(raw: pd.DataFrame, tp: int = 1) -> pd.DataFrame:
@@ -117,8 +120,8 @@ def main(argv: list[str] | None = None) -> None:
                 table = pd.concat([table, convert_attention(pd.read_csv(args.attention))],
                                   ignore_index=True)
             write(table, args.out / device / f"{name}.csv")
-            shapes.append({"model": name, "layers": layers} | {ours: raw.iloc[0][theirs]
-                                                                for theirs, ours in SHAPE_COLUMNS.items()})
+            shape = {ours: raw.iloc[0][theirs] for theirs, ours in SHAPE_COLUMNS.items()}
+            shapes.append({"model": name, "layers": layers} | shape)
             print(f"{device}/{name}: {len(table)} rows")
             for tp in SHARD_TPS:
                 if (raw.num_tensor_parallel_workers == tp).any():

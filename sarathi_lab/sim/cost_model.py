@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import DTYPE_BYTES, DTYPES, SETTING, SIM_COST_MODELS, ConfigError, check_choice
+from sarathi_lab.config import (DTYPE_BYTES, DTYPES, SETTING, SIM_COST_MODELS, ConfigError,
+                                check_choice)
 from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.device import device_dtype
@@ -48,7 +49,8 @@ class CostModel(abc.ABC):
         self.elem_bytes = DTYPE_BYTES[dtype]
 
     @abc.abstractmethod
-    def _cost(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> IterationCost: ...
+    def _cost(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> IterationCost: ...
 
     def iteration_cost(self, prefills=(), decodes=(),
                        num_sampled: int | None = None) -> IterationCost:

@@ -63,7 +63,8 @@ class Device:
             value = getattr(self, f.name)
             if f.name in ("name", "sources", "kv_reread", "calibration"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value):
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
                                   f"a finite number")
             positive = f.name not in ("kernel_floor_s", "host_overhead_s", "host_per_token_s")

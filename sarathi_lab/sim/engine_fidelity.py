@@ -98,7 +98,8 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
             its.append({"device": device, "model": model, "iteration": label, "kind": kind,
                         "tokens": chunk + len(decodes), "context": context, "batch": len(prefills)
                         + len(decodes), "measured_s": seconds}
-                       | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
+                       | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s
+                          for n, cm in cms.items()})
     return pd.DataFrame(ops), pd.DataFrame(its)
 
 

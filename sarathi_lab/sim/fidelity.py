@@ -9,7 +9,8 @@ import pandas as pd
 
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, fit_prefill_attention, measured_shape
+from sarathi_lab.sim.calibration import (ATTENTION_FIELDS, Calibration, fit, fit_prefill_attention,
+                                         measured_shape)
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.parallel import AllReduce, measured_table
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
@@ -30,7 +31,8 @@ MODELS = ("roofline", "calibrated", "holdout")
 
 
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
-            op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+            op_tokens=OP_TOKENS, iterations=ITERATIONS,
+            tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-op rows, per-iteration rows); ``tp`` > 1: one GPU's shard, kernels the calibration never
     saw."""
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
@@ -64,7 +66,9 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     def measured_iteration(prefills, decodes: int) -> float:
         ops = measured_ops(sum(c for c, _ in prefills) + decodes)
         total = shape.layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
-        return total + shape.layers * measured_attention(prefills, decodes) if has_attention else total
+        if not has_attention:
+            return total
+        return total + shape.layers * measured_attention(prefills, decodes)
 
     def predicted_iteration(cm: RooflineCostModel, prefills, decodes: int) -> float:
         # The measured kernels hold no LM head.
@@ -77,16 +81,19 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         predicted = {name: predicted_ops(cm, t) for name, cm in cms.items()}
         for op, value in measured_ops(t).items():
             ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t,
-                             "measured_s": value} | {f"{name}_s": predicted[name][op] for name in cms})
+                             "measured_s": value}
+                            | {f"{name}_s": predicted[name][op] for name in cms})
     it_rows = [{"device": device, "model": model, "tp": tp, "iteration": name,
                 "kind": name.split(" ")[0], "attention": has_attention,
                 "measured_s": measured_iteration(prefills, decodes)}
-               | {f"{cm_name}_s": predicted_iteration(cm, prefills, decodes) for cm_name, cm in cms.items()}
+               | {f"{cm_name}_s": predicted_iteration(cm, prefills, decodes)
+                  for cm_name, cm in cms.items()}
                for name, (prefills, decodes) in iterations.items()]
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def run(devices=None, models=None, op_tokens=OP_TOKENS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run(devices=None, models=None, op_tokens=OP_TOKENS,
+        tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``tp`` > 1: each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     pairs = []
     calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices()
@@ -108,14 +115,16 @@ def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
     out = {}
     for name in models:
         err = (g[f"{name}_s"] / g.measured_s - 1).abs()
-        out[f"{name}_median_err"], out[f"{name}_worst_err"] = float(np.median(err)), float(err.max())
+        out[f"{name}_median_err"] = float(np.median(err))
+        out[f"{name}_worst_err"] = float(err.max())
     return out
 
 
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{"device": device, "model": model, "kind": kind,
                           "tp": int(g.tp.iloc[0])} | error_stats(g)
-                         for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
+                         for (device, model, kind), g
+                         in iterations.groupby(["device", "model", "kind"])])
 
 
 def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
@@ -134,7 +143,8 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
         cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal),
                                          gpu_kernels.config_of(model))
         held = pre[pre.tokens == chunk]
-        predicted = np.array([cm.prefill_attention_s(c, x) for c, x in zip(held.tokens, held.context)])
+        predicted = np.array([cm.prefill_attention_s(c, x)
+                              for c, x in zip(held.tokens, held.context)])
         err = np.abs(predicted / held.seconds.to_numpy() - 1)
         rows.append({"device": device, "model": model, "chunk": int(chunk), "points": len(held),
                      "median_err": float(np.median(err)), "worst_err": float(err.max())})
@@ -164,4 +174,5 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
 def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
     band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
     return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | error_stats(g)
-                         for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"])])
+                         for (device, tp, b), g
+                         in rows.assign(band=band).groupby(["device", "tp", "band"])])

@@ -57,12 +57,13 @@ def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surfa
     """Ops against tokens, prefill attention against (chunk, context before), decode attention
     against (decodes, context); each point its repeats' median, an attention None where not
     measured."""
-    ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in table.groupby("op")
-           if op not in ATTENTION_OPS}
+    ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict())
+           for op, rows in table.groupby("op") if op not in ATTENTION_OPS}
     pre = table[table.op == "prefill_attention"].assign(before=lambda r: r.context - r.tokens)
     dec = table[table.op == "decode_attention"]
-    prefill = Surface(pre.groupby(["tokens", "before"]).seconds.median().to_dict()) if len(pre) else None
-    decode = Surface(dec.groupby(["batch", "context"]).seconds.median().to_dict()) if len(dec) else None
+    def surface(rows, keys):
+        return Surface(rows.groupby(keys).seconds.median().to_dict()) if len(rows) else None
+    prefill, decode = surface(pre, ["tokens", "before"]), surface(dec, ["batch", "context"])
     return ops, prefill, decode
 
 

@@ -64,8 +64,8 @@ class Handoff:
             return timeline.pivot(index="stage", columns="micro_batch",
                                   values=column).to_numpy(float)
 
-        start, end, command, planned, tokens = (grid(c) for c in ("start_s", "end_s", "command_s", "planned_s",
-                                                                   "tokens"))
+        start, end, command, planned, tokens = (grid(c) for c in ("start_s", "end_s", "command_s",
+                                                                   "planned_s", "tokens"))
         if start.shape[0] < 2 or start.shape[1] < 2:
             raise ValueError(f"a handoff needs two or more stages and micro-batches: "
                              f"{start.shape[0]} stages, {start.shape[1]} micro-batches")
@@ -76,8 +76,9 @@ class Handoff:
         after = np.where(command[:-1, 1:] <= end[later, :-1], after, np.nan)
         receive = start[later] - np.maximum(planned[later], end[:-1])
         waited = np.isfinite(after).any()
-        return cls(after=TokenTable.of(tokens[later, :-1].ravel(), after.ravel()) if waited
-                   else None, host=TokenTable.of(tokens[later].ravel(), (planned - command)[later].ravel()),
+        after = TokenTable.of(tokens[later, :-1].ravel(), after.ravel()) if waited else None
+        return cls(after=after,
+                   host=TokenTable.of(tokens[later].ravel(), (planned - command)[later].ravel()),
                    receive=TokenTable.of(tokens[later].ravel(), receive.ravel()),
                    first_host=TokenTable.of(tokens[0], planned[0] - command[0]),
                    micro_batches=start.shape[1], source=source)
@@ -87,7 +88,9 @@ class Handoff:
 
     def describe(self) -> str:
         def span(t: TokenTable | None) -> str:
-            return f"{min(t.seconds) * 1e3:.2f}-{max(t.seconds) * 1e3:.2f} ms" if t else "not measured (0)"
+            if not t:
+                return "not measured (0)"
+            return f"{min(t.seconds) * 1e3:.2f}-{max(t.seconds) * 1e3:.2f} ms"
 
         return (f"handoff measured on {self.source} ({self.micro_batches} micro-batches): after a "
                 f"forward {span(self.after)}, on a command {span(self.host)} (stage 0 "

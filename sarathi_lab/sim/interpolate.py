@@ -68,10 +68,12 @@ class Surface:
             by_x.setdefault(x, {})[y] = z
         self.xs = sorted(by_x)
         ys = [sorted(by_x[x]) for x in self.xs]
-        rows = [isotonic([by_x[x][y] for y in row_ys], statistics.median) for x, row_ys in zip(self.xs, ys)]
+        rows = [isotonic([by_x[x][y] for y in row_ys], statistics.median)
+                for x, row_ys in zip(self.xs, ys)]
         if all(row_ys == ys[0] for row_ys in ys):
             # Pooling columns that are element-wise non-decreasing keeps the rows non-decreasing.
-            columns = [isotonic([row[j] for row in rows], statistics.median) for j in range(len(ys[0]))]
+            columns = [isotonic([row[j] for row in rows], statistics.median)
+                       for j in range(len(ys[0]))]
             rows = [[column[i] for column in columns] for i in range(len(self.xs))]
         self.rows = [Curve(dict(zip(row_ys, row))) for row_ys, row in zip(ys, rows)]
 

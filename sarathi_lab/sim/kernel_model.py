@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import FINE_GRID
-from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
+                                         register_cost_model)
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
@@ -70,11 +71,13 @@ class KernelCostModel(CostModel):
         ops = {op: s.layers * per_layer[op] for op in GEMM_OPS}
         ops["pointwise"] = s.layers * sum(per_layer.get(op, 0.0) for op in POINTWISE_OPS)
         ops["embedding"] = self.embedding(tokens)[0] if self.embedding else 0.0
-        ops["lm_head"] = self.roofline.gemm_s(num_sampled, s.hidden, s.vocab) if num_sampled else 0.0
+        ops["lm_head"] = (self.roofline.gemm_s(num_sampled, s.hidden, s.vocab) if num_sampled
+                          else 0.0)
         modelled = False
         attn = 0.0
         for chunk, context in prefills:
-            t, beyond = self.prefill_attention(chunk, context - chunk) if self.prefill_attention else (0.0, True)
+            t, beyond = (self.prefill_attention(chunk, context - chunk) if self.prefill_attention
+                         else (0.0, True))
             if beyond:  # the roofline's, not a measured curve carried past its points
                 t, modelled = self.roofline.prefill_attention_s(chunk, context), True
             attn += t

@@ -47,7 +47,8 @@ def lease_kernels(lease: Path) -> pd.DataFrame:
     gemm["seconds"] = gemm.pop("ms") / 1e3
     att = pd.read_csv(lease / ATTENTION_TABLE)
     models = _model_of_heads(sorted(gemm.model.unique()))
-    att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)]).dropna(subset=["model"])
+    att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)])
+    att = att.dropna(subset=["model"])
     att = att[att.engine_ms.notna()]
     decode = att.kind == "decode"
     rows = pd.DataFrame({"model": att.model,

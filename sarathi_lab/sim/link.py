@@ -15,7 +15,8 @@ class Link:
     seconds: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if len(self.sizes) < 2 or len(self.sizes) != len(self.seconds) or list(self.sizes) != sorted(set(self.sizes)):
+        n = len(self.sizes)
+        if n < 2 or n != len(self.seconds) or list(self.sizes) != sorted(set(self.sizes)):
             raise ValueError(f"a link needs two or more increasing sizes, each with its seconds: "
                              f"{self.sizes}, {self.seconds}")
 

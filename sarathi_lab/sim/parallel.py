@@ -165,7 +165,8 @@ class TensorParallelCostModel(CostModel):
     def __init__(self, shard: CostModel, config: ModelConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.shard, self.name, self.device = shard, shard.name, shard.device
-        par, device, measured = Parallelism(tp=tp), shard.device.name, self.name != "roofline" and tp > 1
+        par, device = Parallelism(tp=tp), shard.device.name
+        measured = self.name != "roofline" and tp > 1
         points = tuple(sorted(measured_points(device, tp).items())) if measured else ()
         source = (f"vidur, {device.upper()} DGX node, NCCL" if points
                   else f"no all-reduce measured for {tp} x {device}" if measured else "")

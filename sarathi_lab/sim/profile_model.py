@@ -10,7 +10,8 @@ import numpy as np
 
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
+                                         register_cost_model)
 from sarathi_lab.sim.device import DEVICES
 from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, curves
 from sarathi_lab.sim.interpolate import Curve
@@ -39,13 +40,15 @@ def drift_spread(description: dict) -> float | None:
         return drift["spread"]
     return abs(drift["rel_change"]) if "rel_change" in drift else None
 
-def measured_iterations(table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
+def measured_iterations(
+        table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
     """Each bare forward as (kind, prefills, decodes, seconds): a ``total`` row of one request whose
     tokens are its context is a whole prefill, any other ``batch`` decodes; ``hybrid_total`` adds a
     fresh chunk."""
     rows = []
     for row in table[table.op.isin(("total", "hybrid_total"))].itertuples():
-        tokens, context, batch, seconds = int(row.tokens), int(row.context), int(row.batch), float(row.seconds)
+        tokens, context, batch = int(row.tokens), int(row.context), int(row.batch)
+        seconds = float(row.seconds)
         if row.op == "hybrid_total":
             rows.append(("hybrid", [(tokens, tokens)], [context] * batch, seconds))
         elif batch == 1 and tokens == context:
@@ -70,12 +73,13 @@ class ProfileCostModel(CostModel):
     def applies(cls, choice: Choice) -> bool:
         # One device's own table, or where the model's kernels were not measured there, the expected
         # one.
-        return choice.tp == 1 and (choice.own_table
-                                   or choice.measured_name not in gpu_kernels.measured(choice.device))
+        unmeasured = choice.measured_name not in gpu_kernels.measured(choice.device)
+        return choice.tp == 1 and (choice.own_table or unmeasured)
 
     @classmethod
     def build(cls, choice: Choice) -> ProfileCostModel:
-        path = Path(choice.profile) if choice.profile is not None else profile_path(choice.device, choice.model)
+        path = (Path(choice.profile) if choice.profile is not None
+                else profile_path(choice.device, choice.model))
         # Past the profiled token counts the device's roofline prices the increment, where there is
         # one.
         beyond = roofline_for(choice) if choice.device in DEVICES else None
@@ -165,7 +169,8 @@ class ProfileCostModel(CostModel):
         except (ValueError, KeyError, IndexError, TypeError) as e:
             what = f"no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
             raise ConfigError(f"{SETTING.set('sim_cost_model', 'profile')} is invalid here: the "
-                              f"profile {path} is unreadable ({what}); run task=profile again") from None
+                              f"profile {path} is unreadable ({what}); run task=profile "
+                              "again") from None
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:
         if tokens not in self._dense_cache:
@@ -203,8 +208,8 @@ class ProfileCostModel(CostModel):
             attention = max(sum(parts) - self.attention_shared_s * (len(parts) - 1), max(parts))
             cut = sum(parts) - attention
             taken = min(cut, ops["decode_attention"])
-            ops["decode_attention"], ops["prefill_attention"] = (ops["decode_attention"] - taken,
-                                                                 ops["prefill_attention"] - (cut - taken))
+            ops["decode_attention"] -= taken
+            ops["prefill_attention"] -= cut - taken
             forward = ops["dense"] + ops["lm_head_extra"] + attention
         outside = outside or head_out
         if outside:
