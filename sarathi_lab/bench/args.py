@@ -12,8 +12,7 @@ TABLE_SUFFIXES = (".csv", ".json")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in --help, but a flag's (``(default: True)`` misleads) and a
-    None's."""
+    """Every option's default in --help but a flag's (``(default: True)`` misleads)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         plain = action.nargs == 0 or action.default is None

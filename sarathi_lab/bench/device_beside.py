@@ -33,8 +33,7 @@ def ridge_tokens(matmul_flops: float, bytes_per_s: float, elem_bytes: int = 2) -
 
 
 def measured_ceilings(gpu_docs: Path, device: str) -> tuple[str, float, float] | None:
-    """The newest lease whose env step measured both (memory: the read rate where measured, else
-    copy)."""
+    """The newest lease whose env step measured both (memory: read rate, else copy)."""
     for env_json in sorted(gpu_docs.glob(f"{device}/*/steps/env/env.json"), reverse=True):
         try:
             env = json.loads(env_json.read_text())

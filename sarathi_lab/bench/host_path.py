@@ -30,8 +30,7 @@ PREFILL_BUDGET = 2048
 
 @dataclass
 class NoopModel:
-    """The model seam without a model; the batch's metadata is noted and read after the step,
-    outside the time."""
+    """The model seam without a model; the batch's metadata is read after the step, untimed."""
     vocab_size: int
     meta: object = None
     # Every sampled row's token, as a GPU's greedy path hands back.
@@ -91,8 +90,7 @@ def _steps(engine, n: int) -> list[tuple]:
 
 
 def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
-    """Beside one ``chunk``-token prefill chunk of a long prompt arriving once they decode (0:
-    none)."""
+    """Beside a ``chunk``-token chunk of a long prompt arriving once they decode (0: none)."""
     # The decodes' prompts are prefilled first under a budget the timed iterations do not reach.
     runs, prefill = warmup + reps, chunk or PREFILL_BUDGET
     new = -(-decodes * context // prefill) + runs + 3

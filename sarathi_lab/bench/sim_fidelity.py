@@ -42,8 +42,7 @@ VIDUR = "the vidur project's measured"
 
 
 def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
-    """Left: predicted / measured per iteration, each cost model; right: hold-out error per
-    model."""
+    """Left: predicted / measured per iteration and cost model; right: hold-out error per model."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
     devices = sorted(iterations.device.unique())
@@ -238,8 +237,7 @@ def _engine_label(name: str, device: str) -> str:
 
 
 def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
-    """Per (device, model): prefill and decode forwards measured and predicted; each op's median
-    ratio."""
+    """Per (device, model): prefill and decode forwards measured and predicted; each op's ratio."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
     from sarathi_lab.sim.engine_fidelity import models_in

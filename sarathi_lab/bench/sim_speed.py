@@ -23,8 +23,7 @@ ARRIVAL_RATE_RPS = 4.0
 def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024),
              decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS,
              ) -> tuple[list[list[int]], list[int], list[float]]:
-    """The same trace on every call (seed 0), so that its speed and digest compare across
-    changes."""
+    """The same trace every call (seed 0): its speed and digest compare across changes."""
     rng = np.random.default_rng(0)
     prompts = [[1] * int(p) for p in rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)]
     decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()

@@ -69,8 +69,7 @@ class Case:
 
 
 def cases(smoke: bool = False) -> list[Case]:
-    """The default sweep scaled to this machine (docs/sim/README.md, section 1); ``smoke``: at CI
-    size."""
+    """The default sweep scaled to this machine (docs/sim/README.md, section 1)."""
     rng, names = np.random.default_rng(0), scheduler_names()
     # Only the chunking schedulers read the chunk, so the others run once.
     sweep = ((48, 2),) * 2 if smoke else ((768, 16),) * 3
@@ -158,8 +157,7 @@ def _rel(pred: float, ref: float) -> float:
 
 
 def batch_errors(real: Run, sim: Run) -> dict:
-    """Whether the simulation made the real run's batches and, where it did, its relative errors
-    sim/real - 1."""
+    """Whether the simulation made the real run's batches; where so, errors sim/real - 1."""
     batched = [run.iterations[list(COMPOSITION)].to_numpy() for run in (real, sim)]
     same = len(real.iterations) == len(sim.iterations) and (batched[0] == batched[1]).all()
     row = {"identical_batches": bool(same)}
@@ -201,8 +199,7 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
 
 def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_clock: bool = False,
              progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The profile must exist and have been measured on the same clock (``cpu_clock``, else the wall
-    clock)."""
+    """The profile must exist, measured on the same clock (``cpu_clock``, else the wall one)."""
     rows, points = [], []
     probe = host_probe(model, profile_path("cpu", model), CPUClock() if cpu_clock else None)
     cpu_ceilings.ensure("float32")
@@ -249,8 +246,7 @@ def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str,
 
 
 def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "") -> None:
-    """The Poisson runs' served metrics beside the real engine's own repeat: the floor of what can
-    be validated."""
+    """The Poisson runs' served metrics beside the real engine's own repeat."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 4.4), layout="constrained")

@@ -58,8 +58,7 @@ _SMOKE_KINDS = ("orca_compare", "per_token_cost", "decode_speedup", "chunk_overh
 
 
 def finished_runs(root: Path) -> tuple[list[Path], Counter]:
-    """The finished measured runs under ``root`` that have a comparison; the others counted by
-    why."""
+    """The finished measured runs with a comparison; the others counted by why."""
     found, left_out = [], Counter()
     for metrics in sorted(root.glob(f"*/multiruns/*/*/{METRICS}"), key=natural_order):
         record = read_record(metrics)
@@ -88,8 +87,7 @@ def overrides_of(run_dir: Path) -> list[str]:
 
 
 def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str) -> Path:
-    """Rebuilt at the same place under ``work/<cost_model>/`` as under ``runs``: ``Results`` reads
-    both."""
+    """Rebuilt as under ``runs`` but under ``work/<cost_model>/``: ``Results`` reads both."""
     dest = work / cost_model / run_dir.relative_to(runs)
     run_in_process([*overrides_of(run_dir), "executor=sim", f"engine.sim_device={device}",
                     f"engine.sim_cost_model={cost_model}", "logger=none", "on_existing=overwrite"],
@@ -98,8 +96,7 @@ def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str
 
 
 def refusals(runs: list[Path], device: str, cost_models) -> dict[tuple, str]:
-    """(model, dtype, cost model) -> the cost model's own ConfigError on ``device``; absent where it
-    runs."""
+    """(model, dtype, cost model) -> the cost model's ConfigError on ``device``, if any."""
     found = {}
     for model, dtype in dict.fromkeys((c.get("model"), c.get("dtype"))
                                       for c in (read_record(r / METRICS)["config"] for r in runs)):
@@ -239,8 +236,7 @@ OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv"
 
 def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS,
                           lease: str = "") -> provenance.Provenance:
-    """Where no run recorded its commit, the lease's: the GPU suite ran a lease at the commit it
-    names."""
+    """Where no run recorded its commit, the lease's: a lease ran at the commit it names."""
     envs = [read_record(run / METRICS)["environment"] for run in runs]
     commit = provenance.commits(e.get("git_commit") for e in envs)
     if commit == provenance.UNRECORDED and lease:

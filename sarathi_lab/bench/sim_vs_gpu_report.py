@@ -65,8 +65,7 @@ def _worst(values: pd.Series) -> float:
 
 
 def serving_errors(table: pd.DataFrame) -> pd.DataFrame:
-    """Median and worst signed error of each of ``SERVING_ERRORS``, and how many runs batched
-    alike."""
+    """Median and worst signed error of each SERVING_ERRORS, and how many runs batched alike."""
     serving = table[table.task == "serve"] if len(table) else table
     rows = []
     for (kind_of_run, model), g in serving.groupby(["run_kind", "cost_model"], sort=False):

@@ -65,8 +65,7 @@ TABLES = {
 
 
 def paired(task: str, measured: pd.DataFrame, simulated: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
-    """Also whether the rebuild timed exactly the measured rows: the tasks' counterpart of identical
-    batches."""
+    """Also whether the rebuild timed exactly the measured rows (its identical batches)."""
     spec = TABLES[task]
     real, sim = spec.points(measured), spec.points(simulated)
     keys = list(spec.keys)

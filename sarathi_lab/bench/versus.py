@@ -50,8 +50,7 @@ Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
 
 
 def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: int = 0):
-    """Weights drawn wider than the usual 0.02 make greedy near-ties rare, so outputs compare token
-    for token."""
+    """Weights wider than the usual 0.02 make greedy near-ties rare: outputs compare exactly."""
     from transformers import AutoModelForCausalLM
 
     from sarathi_lab.model import PRESETS

@@ -1,6 +1,5 @@
-"""The shapes at which the engine's attention is timed against its peers, their names in the GPU
-suite's metrics, and the grid's time by arithmetic. Torch-free: the suite's plan reads the
-estimate."""
+"""The shapes at which the engine's attention is timed against its peers, their metric names, and
+the grid's time by arithmetic. Torch-free: the suite's plan reads it."""
 from __future__ import annotations
 
 from dataclasses import dataclass

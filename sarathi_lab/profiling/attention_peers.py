@@ -106,8 +106,7 @@ def sdpa_call(case: Case, x: Inputs, backend: SDPBackend | None) -> Callable[[],
 
 
 class Flex:
-    """Compiled once per process (one kernel per shape, its fastest); eager without a Triton
-    target."""
+    """Compiled once per process, one kernel per shape; eager without a Triton target."""
 
     def __init__(self, compiled: bool):
         self.compiled = compiled

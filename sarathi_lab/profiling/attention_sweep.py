@@ -39,8 +39,7 @@ FIT_MARGIN = 0.02
 
 
 def shapes(device: str) -> dict[str, list[Case]]:
-    """LLaMA-13B's and Mistral-7B's heads on a GPU at the paper's chunks and decode batches; tiny on
-    a CPU."""
+    """LLaMA-13B's and Mistral-7B's heads at the paper's chunks and batches; tiny on a CPU."""
     if device != "cuda":
         heads, d = ((2, 2), (4, 1)), 16
         return {"prefill": [Case("chunk", h, kv, d, 16, 48) for h, kv in heads],
@@ -69,9 +68,7 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
                block_size: int, reps: int, warmup: int, limit: int | None = None,
                seconds_left: Callable[[], float | None] = lambda: None,
                ) -> tuple[TileConfig, float, list[dict]]:
-    """The best config of ``kind`` (the defaults unless one beats them), its score (1: the defaults)
-    and one row per (case, contender); stops trying configs when ``seconds_left`` says under 20
-    s."""
+    """The best config (the defaults unless beaten), its score and one row per (case, contender)."""
     inputs = [make_inputs(case, dtype, device, block_size) for case in cases]
     defaults = [engine_call(x)().float() for x in inputs]
     ratios: dict[TileConfig, list[float]] = {}

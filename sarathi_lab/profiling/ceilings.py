@@ -41,8 +41,7 @@ def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["
 
 def read_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["copy_mib"] << 20,
                         reps: int = FULL["reps"]) -> float:
-    """What a kernel that only reads (a decode's attention over its KV) can reach; a copy's rate
-    mixes in writes."""
+    """What a read-only kernel (a decode's attention) can reach; a copy mixes in writes."""
     device = torch.device(device)
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     times_ms = time_interleaved({"read": reading_flush(src)}, reps, device, warmup=1)["read"]

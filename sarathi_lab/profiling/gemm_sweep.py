@@ -34,8 +34,7 @@ class Projection:
 
 
 def projections(shape: Shape) -> list[Projection]:
-    """As the engine runs them: gate_up's output is SiLU(gate) * up on the Triton path (one launch,
-    not two)."""
+    """gate_up's output is SiLU(gate) * up on the Triton path: one launch, not two."""
     return [Projection(name, n, k, name == "gate_up_proj" and shape.gated)
             for name, (k, n) in shape.gemms.items()]
 
@@ -81,8 +80,7 @@ def _calls(proj: Projection, x: torch.Tensor, w: torch.Tensor,
 def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device, reps: int,
           warmup: int, num_sms: int | None,
           limit: int | None = None) -> tuple[GemmChoice, list[dict]]:
-    """The fastest correct choice and one row per contender; ``limit``: Triton candidates at
-    most."""
+    """The fastest correct choice and one row per contender; ``limit``: at most this many."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = (torch.randn(m, proj.k, generator=gen) / proj.k**0.5).to(dtype).to(device)
     w = torch.randn(proj.n, proj.k, generator=gen).to(dtype).to(device)

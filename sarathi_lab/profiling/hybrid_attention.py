@@ -116,8 +116,7 @@ def peer_call(name: str, case: HybridCase, x: HybridInputs, flash: bool,
 def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block_size: int,
             reps: int, warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
             seed: int = 0) -> dict:
-    """Each contender's median ms (None where it failed or disagreed, why in ``<name>_error``),
-    floors, ratios."""
+    """Each contender's median ms (None and ``<name>_error`` where not), floors, ratios."""
     from sarathi_kernels.pod_plan import CTAS_PER_SM, flops_per_byte_of
 
     x = make_inputs(case, dtype, device, block_size, seed)

@@ -82,8 +82,7 @@ def groups_of(names: list[str], layers: int, chunk: bool) -> list[str]:
 
 def breakdown_rows(iteration: str, kernels: list[Kernel], iterations: int, layers: int, chunk: bool,
                    gpu_ms: float, wall_ms: float, source: str) -> list[dict]:
-    """One row a group that ran, each with the iteration's kernel sum, forward event time and wall
-    time."""
+    """One row a group that ran, with the kernel sum, forward event and wall time."""
     ordered = sorted(kernels, key=lambda k: k.start_us)
     count, total_us = defaultdict(int), defaultdict(float)
     for k, group in zip(ordered, groups_of([k.name for k in ordered], layers, chunk)):
@@ -101,8 +100,7 @@ def breakdown_rows(iteration: str, kernels: list[Kernel], iterations: int, layer
 
 
 def kernels_of(prof, cuda: bool) -> list[Kernel]:
-    """Off CUDA the outermost CPU ops (the CPU path's fused C++ kernels are no torch ops and show in
-    none)."""
+    """Off CUDA the outermost CPU ops (the CPU path's C++ kernels show in none)."""
     from torch.autograd import DeviceType
 
     if cuda:
@@ -115,8 +113,7 @@ def kernels_of(prof, cuda: bool) -> list[Kernel]:
 
 def profile_iteration(llm, chunk: int, decodes: int, context: int,
                       reps: int) -> tuple[list[Kernel], float, float]:
-    """Profiled ``reps`` iterations, then the medians of ``reps`` more unprofiled: forward event ms
-    and wall ms."""
+    """``reps`` profiled iterations, then forward event and wall ms of ``reps`` more."""
     from torch.profiler import ProfilerActivity, profile
 
     executor = llm.engine.executor

@@ -63,8 +63,7 @@ def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype)
 
 def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None, decodes=None,
                     **launch) -> float:
-    """Max |err| / max |ref| of one batch; ``planned=True``: the engine's plan of the batch for this
-    GPU."""
+    """Max |err| / max |ref|; ``planned=True``: the engine's plan of the batch for this GPU."""
     if prefills is None:
         prefills = [(512, 512), (256, 1280), (37, 37), (5, 999)]
         decodes = [(1, random.randint(1, 2048)) for _ in range(32)]

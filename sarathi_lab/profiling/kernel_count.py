@@ -42,8 +42,7 @@ def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len
 
 
 def stage(llm, name: str):
-    """``before`` the fusions (the default table: cuBLAS, separate SiLU * up) or ``after`` (the
-    device's table)."""
+    """``before`` the fusions (default table, separate SiLU * up) or ``after`` them."""
     backend = getattr(llm.model, "backend", None)
     if hasattr(backend, "fuse_rope"):
         backend.fuse_rope = name == "after"

@@ -1,5 +1,4 @@
-"""What the GPU kernel check finds, as plain dataclasses: the GPU suite reads it without torch or
-Triton."""
+"""What the GPU kernel check finds, as dataclasses the GPU suite reads without torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

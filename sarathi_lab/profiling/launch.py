@@ -1,7 +1,6 @@
-"""How much of a forward is the host launching kernels one by one: the same prepared batch timed
-eagerly and as the engine runs it (the replay of its own CUDA graph, padded to that graph's size,
-where one holds it), interleaved. The GPU suite's ``launch`` step runs it; the simulator's fidelity
-check reads it."""
+"""How much of a forward is the host launching kernels one by one: the same batch timed eagerly and
+as the engine runs it (its CUDA graph's replay, padded to the graph, where one holds it),
+interleaved. The GPU suite's ``launch`` step runs it."""
 from __future__ import annotations
 
 import statistics

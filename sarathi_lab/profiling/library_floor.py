@@ -18,8 +18,7 @@ WITH_ACTIVATION = "+silu_mul"
 
 
 def padded_tokens(tokens: int, largest: int, max_batch: int, decode_only: bool = False) -> int:
-    """The tokens of the graph that replays an iteration of ``tokens``; ``tokens`` where none holds
-    it (eager)."""
+    """The tokens of the graph replaying an iteration of ``tokens``; eager: ``tokens``."""
     sizes = graph_sizes(max_batch) if decode_only else token_buckets(largest)
     return next((b for b in sizes if b >= tokens), tokens)
 
@@ -108,8 +107,7 @@ def attention_table(attention_csv: Path, heads: int, kv_heads: int) -> Attention
 
 @dataclass
 class LibraryFloor:
-    """ms over all layers; ``missing``: the parts the lease cannot give at this shape, each saying
-    why."""
+    """ms over all layers; ``missing``: the parts the lease cannot give here, and why."""
     gemm_ms: float | None
     chunk_attention_ms: float | None
     decode_attention_ms: float | None

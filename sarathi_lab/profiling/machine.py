@@ -1,5 +1,4 @@
-"""The machine a measurement ran on: one description for the run records, the tables and the
-figures."""
+"""The machine a measurement ran on: one description for records, tables and figures."""
 from __future__ import annotations
 
 import os

@@ -20,8 +20,7 @@ HOST_PARTS = ("schedule", "prepare", "sample")
 
 
 def serve(llm, prompts, new_tokens) -> pd.DataFrame:
-    """One row per iteration: its record, kind, ``overhead_fraction`` and its timed host parts'
-    share."""
+    """One row per iteration: its record, kind, overhead_fraction and host parts' share."""
     llm.generate(prompts, new_tokens, sampling=SamplingParams(ignore_eos=True))
     table = pd.DataFrame(llm.metrics.iteration_rows())
     table["kind"] = iteration_kinds(table.num_prefill_tokens, table.num_decode_tokens)

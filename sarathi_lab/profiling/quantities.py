@@ -1,5 +1,4 @@
-"""The paper's quantities that a measurement task reports and the analysis recomputes: one
-definition."""
+"""The paper's quantities a task reports and the analysis recomputes: one definition."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +14,7 @@ def tile_jump(times: pd.Series, tile: int) -> float:
 
 
 def within_noise(difference, noise):
-    """No larger than the two times' summed ranges: a ratio over such a difference is only a
-    bound."""
+    """Within the two times' summed ranges: a ratio over it is only a bound."""
     return difference <= noise
 
 

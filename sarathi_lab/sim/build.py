@@ -1,6 +1,5 @@
-"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks by
-the real engine's rule (model.memory) on the simulated device, and the cost model, each made once
-per run."""
+"""What the engine's plan asks the simulator for (``executor="sim"``): the KV blocks by the real
+engine's rule (model.memory) on the simulated device, and the cost model, made once per run."""
 from __future__ import annotations
 
 import logging
@@ -54,8 +53,7 @@ def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2,
 
 def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int = 2,
               utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """The paper's B: requests whose KV fits beside the activations of prefilling them all in one
-    iteration."""
+    """The paper's B: requests whose KV fits beside prefilling them all at once."""
     check_count("seq_len", seq_len, 1)
     return tokens_with_activations(Shape.of(config), elem_bytes,
                                    _kv_bytes(device, config, elem_bytes, 0,
@@ -64,9 +62,7 @@ def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int
 
 def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig,
                         context: int) -> int:
-    """An explicit block count or memory budget if it fits beside the weights (or, with
-    ``sim_kv_beyond_device``, as a what-if); otherwise the engine's default for the device's
-    kind."""
+    """An explicit count or budget if it fits (or, ``sim_kv_beyond_device``, as a what-if)."""
     k = SETTING
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
     # One GPU of sim_tp x sim_pp holds its shard of its stage's weights and KV: its capacity is the

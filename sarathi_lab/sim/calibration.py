@@ -1,4 +1,4 @@
-"""The roofline's efficiencies as curves fitted to measured GPU kernels;
+"""The roofline's efficiencies fitted to measured GPU kernels;
 ``python -m sarathi_lab.sim.calibration_cli`` writes them into the device files (docs/sim/README.md,
 section 8)."""
 from __future__ import annotations

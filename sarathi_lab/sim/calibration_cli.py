@@ -32,8 +32,7 @@ BORROWED = {"a6000": "a40"}
 
 
 def calibrations() -> dict[str, Calibration]:
-    """Devices without measured attention borrow the A100's (calibration.fit); BORROWED ones, a
-    sibling's."""
+    """Without measured attention, the A100's (calibration.fit); BORROWED, a sibling's."""
     measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
     out = {}
     for name in sorted(measured, key=lambda d: d != "a100"):

@@ -36,14 +36,12 @@ SHAPE_COLUMNS = {"n_head": "heads", "n_kv_head": "kv_heads", "n_embd": "hidden",
 
 
 def kept_tokens(tokens: int) -> bool:
-    """Every count up to 1024 (where the tile steps are), multiples of 64 beyond: the steps stay
-    visible."""
+    """Every count up to 1024 (the tile steps), multiples of 64 beyond."""
     return tokens <= 1024 or tokens % 64 == 0
 
 
 def kept_bytes(size: int) -> bool:
-    """Every size up to 1 MiB (latency gives way to bandwidth), coarser beyond: a few hundred points
-    a curve."""
+    """Every size up to 1 MiB (latency gives way to bandwidth), coarser beyond."""
     mib = 1 << 20
     return size <= mib or (size <= 16 * mib and size % (mib // 4) == 0) or size % mib == 0
 
@@ -76,8 +74,7 @@ def convert_mlp(raw: pd.DataFrame, tp: int = 1) -> pd.DataFrame:
 
 
 def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
-    """Chunks as (tokens, context once cached); decodes as (count, context with the token it
-    computes)."""
+    """Chunks as (tokens, context once cached); decodes as (count, context with the new token)."""
     pre = raw[raw.kind == "prefill"]
     dec = raw[raw.kind == "decode"]
     prefill = pd.DataFrame({"op": "prefill_attention", "tokens": pre.prefill_chunk_size,

@@ -21,8 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class IterationCost:
-    """Split as the engine records it. Read-only: a cost model may hand out one for every iteration
-    of a composition."""
+    """Read-only: a cost model may hand out one for every iteration of a composition."""
     prepare_s: float
     forward_s: float
     sample_s: float

@@ -110,8 +110,7 @@ def device_dtype(device: str, dtype: str) -> str:
 
 @dataclass(frozen=True)
 class SimulatedDtype:
-    """Read as a torch dtype (size, name) without importing torch: the simulator computes nothing in
-    it."""
+    """Read as a torch dtype (size, name) without importing torch."""
     name: str
     itemsize: int
 

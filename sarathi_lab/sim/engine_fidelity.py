@@ -25,8 +25,7 @@ LARGE_PREFILL = 256
 
 
 def profiled(devices=None) -> list[tuple[str, str]]:
-    """(device, model) of every committed engine profile on a simulated GPU whose model is a
-    preset."""
+    """(device, model) of every committed engine profile on a simulated GPU."""
     return [(device, model) for device, model in profiled_devices()
             if device in GPU_DEVICES and model in PRESETS
             and (devices is None or device in devices)]
@@ -55,8 +54,7 @@ def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -
 
 
 def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
-    """A dense op's iteration is a whole prompt of ``tokens``; an attention's, its chunk or decode
-    batch."""
+    """A dense op's iteration is a whole prompt; an attention's, its chunk or decode batch."""
     rows = []
     for _, row in table.iterrows():
         t, x, b = int(row.tokens), int(row.context), int(row.batch)
@@ -71,8 +69,7 @@ def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
 
 def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16"
             ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Whole-model seconds beside each cost model's; ``profile_s``: the profile cost model on this
-    same table."""
+    """Whole-model seconds; ``profile_s``: the profile cost model on this same table."""
     config = load_config(model)
     cms = cost_models(device, config, dtype)
     ops = []
@@ -120,8 +117,7 @@ def models_in(rows: pd.DataFrame) -> list[str]:
 
 
 def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
-    """Median and worst |predicted / measured - 1| per iteration kind (and large prefills alone) and
-    per op."""
+    """Median and worst |predicted / measured - 1| per iteration kind and per op."""
     groups = []
     for (device, model), its in iterations.groupby(["device", "model"], sort=True):
         groups += [("iteration", kind, g) for kind, g in its.groupby("kind")]

@@ -33,8 +33,7 @@ MODELS = ("roofline", "calibrated", "holdout")
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
             op_tokens=OP_TOKENS, iterations=ITERATIONS,
             tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-op rows, per-iteration rows); ``tp`` > 1: one GPU's shard, kernels the calibration never
-    saw."""
+    """(per-op rows, per-iteration rows); ``tp`` > 1: a shard the calibration never saw."""
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
     has_attention = prefill is not None and decode is not None
     config = shard(gpu_kernels.config_of(model), tp)

@@ -55,8 +55,7 @@ def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
 
 def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surface | None]:
     """Ops against tokens, prefill attention against (chunk, context before), decode attention
-    against (decodes, context); each point its repeats' median, an attention None where not
-    measured."""
+    against (decodes, context): each point a median, an attention None if not measured."""
     ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict())
            for op, rows in table.groupby("op") if op not in ATTENTION_OPS}
     pre = table[table.op == "prefill_attention"].assign(before=lambda r: r.context - r.tokens)
@@ -79,8 +78,7 @@ def config_of(model: str) -> ModelConfig:
 
 
 def model_of(config: ModelConfig) -> str | None:
-    """The measured model with ``config``'s layer shapes (only the embedding and LM head see the
-    vocabulary)."""
+    """The measured model with ``config``'s layer shapes (the vocabulary aside)."""
     s = Shape.of(config)
     shape = (s.hidden, s.intermediate, s.heads, s.kv_heads, s.layers)
     return next((str(name) for name, m in model_shapes().iterrows()

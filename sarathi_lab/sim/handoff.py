@@ -1,8 +1,7 @@
-"""What a running pipeline's stages spend between two forwards, read off its own ``stage_timeline``.
-An idle ping-pong (``profiling/link.py``) is not what a message costs a pipeline that computes while
-it moves: a stage's core runs its communication, sends wait for the previous micro-batch's, and
-large activations move only while read. Each term is a table of medians by the micro-batch's
-tokens."""
+"""What a running pipeline's stages spend between two forwards, read off its ``stage_timeline``. An
+idle ping-pong (``profiling/link.py``) is not what a message costs a pipeline that computes while it
+moves: a stage's core runs its communication, sends wait for the previous micro-batch's, and large
+activations move only while read. Each term: medians by tokens."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +41,7 @@ class TokenTable:
 
 @dataclass(frozen=True)
 class Handoff:
-    """``after`` None where no micro-batch had its next command waiting when its forward ended
-    (priced 0)."""
+    """``after`` None where no micro-batch's next command waited at its end (priced 0)."""
     after: TokenTable | None
     host: TokenTable
     receive: TokenTable

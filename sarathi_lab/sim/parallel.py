@@ -44,8 +44,7 @@ def ring_s(nbytes: float, tp: int, latency_s: float, bandwidth: float) -> float:
 
 @dataclass(frozen=True)
 class AllReduce:
-    """Measured where ``points`` are given (beyond them, plus the ring's extra bytes), else the
-    ring's roofline."""
+    """Measured at ``points`` (beyond, plus the ring's extra bytes), else the ring's roofline."""
     tp: int
     latency_s: float
     bandwidth: float
@@ -106,8 +105,7 @@ class StageTimes:
     @classmethod
     def of(cls, cost: IterationCost, p2p_s: float, allreduce_s: float = 0.0, host_s: float = 0.0,
            sample_s: float = 0.0) -> StageTimes:
-        """``allreduce_s``: the layers' all-reduces where ``cost`` lacks them; the LM head on the
-        last stage only."""
+        """``allreduce_s``: where ``cost`` lacks them; the LM head on the last stage only."""
         head = cost.ops.get("lm_head", 0.0)
         return cls(stage_s=cost.forward_s - head + allreduce_s, last_extra_s=head, p2p_s=p2p_s,
                    host_s=host_s, sample_s=sample_s)
@@ -115,8 +113,7 @@ class StageTimes:
 
 def through_stages(times: StageTimes, now: float, stage_free: list[float],
                    busy: list[float]) -> tuple[list[float], list[float]]:
-    """One micro-batch through the stages, ``stage_free`` and ``busy`` updated: each stage's begin
-    and end."""
+    """One micro-batch through the stages: each stage's begin and end."""
     # Stage 0's host work comes first and counts as its bubble, as a measured timeline's would;
     # later stages take the command while the activations are on their way, not while they compute
     # or send.
@@ -159,8 +156,7 @@ class StageCostModel:
 
 @register_cost_model(TENSOR_PARALLEL)
 class TensorParallelCostModel(CostModel):
-    """``tp`` GPUs as one stage: the shard's cost plus two all-reduces a layer; one host drives them
-    all."""
+    """``tp`` GPUs as one stage: the shard plus two all-reduces a layer."""
 
     def __init__(self, shard: CostModel, config: ModelConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
@@ -188,9 +184,7 @@ class TensorParallelCostModel(CostModel):
 
 @register_cost_model(PIPELINE)
 class PipelineCostModel(CostModel):
-    """``stage`` costs the first (largest) stage's layers on one GPU. An iteration's cost is one
-    micro-batch through an empty pipeline: the least time between two tokens, which a TBT budget is
-    held to."""
+    """An iteration: one micro-batch through an empty pipeline, which a TBT budget is held to."""
 
     def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int,
                  dtype: str = "bfloat16"):

@@ -42,9 +42,8 @@ def drift_spread(description: dict) -> float | None:
 
 def measured_iterations(
         table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
-    """Each bare forward as (kind, prefills, decodes, seconds): a ``total`` row of one request whose
-    tokens are its context is a whole prefill, any other ``batch`` decodes; ``hybrid_total`` adds a
-    fresh chunk."""
+    """Each bare forward as (kind, prefills, decodes, seconds): a ``total`` row of one request
+    holding its context is a whole prefill, any other ``batch`` decodes."""
     rows = []
     for row in table[table.op.isin(("total", "hybrid_total"))].itertuples():
         tokens, context, batch = int(row.tokens), int(row.context), int(row.batch)

@@ -69,8 +69,7 @@ class RooflineCostModel(CostModel):
         return self._kernel(0, tokens * self.pointwise_bytes_per_token, 1, self.bw)
 
     def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
-        """For an engine that times them inside other operators: each kind takes its share of the
-        bytes."""
+        """For an engine timing them inside other operators: each kind its share of bytes."""
         whole, elems = self.pointwise_s(tokens), sum(self.pointwise_elems.values())
         return {kind: whole * n / elems for kind, n in self.pointwise_elems.items()}
 
@@ -177,8 +176,7 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
 
 def roofline_for(choice: Choice) -> RooflineCostModel:
-    """Calibrated when asked, or under measured kernels or a profile where the device has a
-    calibration."""
+    """Calibrated when asked, or under kernels or a profile where the device has one."""
     dev = load_device(choice.device, choice.dtype)
     if choice.cost_model == "calibrated" or (choice.cost_model == "profile"
                                              and dev.calibration is not None):

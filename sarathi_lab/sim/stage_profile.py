@@ -52,8 +52,7 @@ class ProfileStages:
         return StageTimes(stage_s=stage_s, last_extra_s=head, **host)
 
     def head_s(self, num_sampled: int) -> float:
-        """Where the cost model prices the LM head apart, else 0 (all of it split over the
-        stages)."""
+        """Where the cost model prices the LM head apart, else 0 (split over the stages)."""
         curve = getattr(self.whole, "lm_head", None)
         if num_sampled and callable(curve):
             return float(curve(num_sampled)[0])
