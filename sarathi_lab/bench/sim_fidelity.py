@@ -87,7 +87,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     return fig
 
 
-def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
+def _parser():
     from sarathi_lab.sim import gpu_kernels
 
     parser = bench_parser(__spec__, __doc__)
@@ -98,8 +98,13 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     parser.add_argument("--out", type=Path, default=DOCS,
                         help="directory of the CSVs and the figure")
     parser.add_argument("--force", action="store_true",
-                        help="replace tables of another scale or of other GPU leases' profiles in "
-                             "OUT")
+                        help="replace tables of another scale or of other GPU leases' profiles "
+                             "in OUT")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    parser = _parser()
     args = parser.parse_args(argv)
     scale = "ci" if args.smoke else "full" if not (args.devices or args.models) else (
         f"devices {args.devices or 'all'}, models {args.models or 'all'}")
