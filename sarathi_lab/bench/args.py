@@ -1,5 +1,5 @@
-"""The benchmarks' argument types: a bad size, count or range is refused at parsing, in one line that
-argparse prefixes with the option. No heavy imports: every benchmark's ``--help`` reads these."""
+"""The benchmarks' argument types, refused at parsing in one line. No heavy imports: every
+``--help`` reads these."""
 from __future__ import annotations
 
 import argparse
@@ -12,8 +12,7 @@ TABLE_SUFFIXES = (".csv", ".json")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in --help, but a flag's (``--no-vllm ... (default: True)`` misleads) and a None,
-    which stands for a default the option's help names itself."""
+    """Every option's default in --help but a flag's (``(default: True)`` misleads)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         plain = action.nargs == 0 or action.default is None
@@ -21,7 +20,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def bench_parser(spec, doc: str) -> cli_args.Parser:
-    """A benchmark's parser, named by its module's ``__spec__``, described by its docstring's top."""
+    """Described by its docstring's first paragraph."""
     return cli_args.Parser(prog=f"python -m {spec.name}", description=doc.split("\n\n")[0],
                            formatter_class=HelpFormatter)
 
@@ -43,21 +42,23 @@ positive_float = _positive(float, "a finite number > 0")
 
 
 def comma_list(item, allowed: str, empty: bool = True):
-    """A type for a comma list of ``item``s (``empty``: '' is none); one bad item refuses the list."""
+    """``empty``: '' is none; one bad item refuses the list."""
     def parse(text: str) -> list:
         try:
             values = [item(x) for x in text.split(",") if x]
         except (argparse.ArgumentTypeError, ValueError):
             values = None
         if values is None or not (values or empty):
-            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of {allowed}")
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be a comma list of "
+                                             f"{allowed}")
         return values
-    parse.empty_ok = empty  # '' is a list of none here, not a value naming nothing (cli_args.Parser)
+    # '' is a list of none here, not a value naming nothing (cli_args.Parser)
+    parse.empty_ok = empty
     return parse
 
 
 def _pair(text: str) -> tuple[int, int]:
-    chunk, decodes = map(positive_int, text.split("+"))  # a ValueError unless two parts
+    chunk, decodes = map(positive_int, text.split("+"))
     return chunk, decodes
 
 
@@ -67,17 +68,16 @@ hybrid_pairs = comma_list(_pair, "CHUNK+DECODES, integers >= 1")
 
 
 def thread_count(text: str) -> int:
-    """Threads, at most the cores this process may run on (more would time their waits for a core)."""
+    """At most the cores this process may run on: more would time their waits for a core."""
     value = positive_int(text)
     cores = usable_cores()
     if value > cores:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: this process may run on {cores} cores, "
-                                         f"so at most {cores} threads")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: this process may run on {cores} "
+                                         f"cores, so at most {cores} threads")
     return value
 
 
 def names_of(allowed: tuple[str, ...]):
-    """A type for a comma list of names, each one of ``allowed`` (``index`` refuses another)."""
     return comma_list(lambda name: allowed[allowed.index(name)], ", ".join(allowed), empty=False)
 
 
@@ -89,12 +89,13 @@ def int_range(text: str) -> tuple[int, int]:
     except argparse.ArgumentTypeError:
         bounds = (1, 0)
     if bounds[0] > bounds[1]:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be LO-HI (or N) with integers 1 <= LO <= HI")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be LO-HI (or N) with integers "
+                                         f"1 <= LO <= HI")
     return bounds
 
 
 def table_path(text: str) -> str:
-    """A file for the table, whose suffix says its format (``common.write_table``)."""
     if PurePath(text).suffix not in TABLE_SUFFIXES:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must end in {' or '.join(TABLE_SUFFIXES)}")
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must end in "
+                                         f"{' or '.join(TABLE_SUFFIXES)}")
     return text

@@ -31,10 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get(isa.ENV) != name:
         missing = sorted(kind.needs - cpu_flags())
         if missing:
-            print(f"as_isa: this CPU cannot run the {name} kind's code (it lacks {', '.join(missing)})",
-                  file=sys.stderr)
+            print(f"as_isa: this CPU cannot run the {name} kind's code (it lacks "
+                  f"{', '.join(missing)})", file=sys.stderr)
             return 2
-        os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *argv], os.environ | kind.environment(name))
+        os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *argv],
+                  os.environ | kind.environment(name))
     isa.apply()
     importlib.import_module(f"sarathi_lab.bench.{bench}").main(rest)
     return 0

@@ -13,12 +13,14 @@ from sarathi_lab.profiling.machine import describe_machine
 def main(argv: list[str] | None = None) -> Ceilings:
     parser = bench_parser(__spec__, __doc__)
     add_common_args(parser, clock=True)
-    parser.add_argument("--copy-mib", type=positive_int, default=FULL["copy_mib"], help="size of the copied buffer")
-    parser.add_argument("--matmul-n", type=positive_int, default=FULL["matmul_n"], help="side of the square matmul")
+    parser.add_argument("--copy-mib", type=positive_int, default=FULL["copy_mib"],
+                        help="size of the copied buffer")
+    parser.add_argument("--matmul-n", type=positive_int, default=FULL["matmul_n"],
+                        help="side of the square matmul")
     parser.add_argument("--reps", type=positive_int, default=FULL["reps"])
     args = parse(parser, argv, **SMOKE)
-    ceil = measure_ceilings(args.device, args.torch_dtype, copy_mib=args.copy_mib, matmul_n=args.matmul_n,
-                            reps=args.reps, clock=args.clock)
+    ceil = measure_ceilings(args.device, args.torch_dtype, copy_mib=args.copy_mib,
+                            matmul_n=args.matmul_n, reps=args.reps, clock=args.clock)
     print(describe_machine(args.device))
     print_table([asdict(ceil)], args.out, device=args.device)
     return ceil

@@ -1,5 +1,5 @@
-"""What the benchmarks' command lines share: arguments, threads, the request mix, tables. What they
-measure with lives in ``sarathi_lab.profiling``."""
+"""What the benchmarks' command lines share; what they measure with lives in
+``sarathi_lab.profiling``."""
 from __future__ import annotations
 
 import argparse
@@ -18,54 +18,58 @@ from sarathi_lab.profiling.machine import default_device, fast_dtype, machine_re
 
 
 def device_arg(text: str) -> str:
-    """--device: cpu, or cuda where there is one, refused at parsing rather than after work started."""
+    """Refused at parsing rather than after work started."""
     if text not in ("cpu", "cuda"):
         raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be cpu or cuda")
     if text == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError("'cuda' is invalid: no CUDA device is available here; allowed: cpu")
+        raise argparse.ArgumentTypeError("'cuda' is invalid: no CUDA device is available here; "
+                                         "allowed: cpu")
     return text
 
 
-def add_common_args(parser: argparse.ArgumentParser, clock: bool = False, engine: bool = False) -> None:
+def add_common_args(parser: argparse.ArgumentParser, clock: bool = False,
+                    engine: bool = False) -> None:
     parser.add_argument("--device", type=device_arg, default=default_device())
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     if engine:
         parser.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
-                            help="the engine's CPU linear layers over packed weights, or F.linear (aten); "
-                                 "docs/cpu_engine.md")
+                            help="the engine's CPU linear layers over packed weights, or F.linear "
+                                 "(aten); docs/cpu_engine.md")
     parser.add_argument("--threads", type=thread_count, default=None,
                         help="torch threads (default: every core the process may use)")
     if clock:
         parser.add_argument("--clock", choices=CLOCKS, default="wall",
-                            help="cpu: the process's CPU time, for a machine shared with other jobs (with --threads 1)")
+                            help="cpu: the process's CPU time, for a machine shared with other "
+                                 "jobs (with --threads 1)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes that finish in seconds (CI); "
                              "options given on the command line keep their value")
-    parser.add_argument("--out", type=table_path, help="also write the table to this file (.csv or .json)")
+    parser.add_argument("--out", type=table_path,
+                        help="also write the table to this file (.csv or .json)")
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> argparse.Namespace:
-    """The command line's arguments, --clock checked where there is one, ``smoke``'s sizes applied,
-    torch's threads set to --threads and --dtype resolved (both written back: the tables' labels)."""
+    """--threads and --dtype resolved and written back: the tables' labels."""
     args = parser.parse_args(argv)
-    # --clock cpu times the work as a core of its own would only on the CPU with one thread: a GPU's
-    # time is not this process's, and with more threads their seconds (spin-waits too) add up.
+    # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
+    # more threads' seconds (spin-waits too) add up.
     if "clock" in args and args.clock == "cpu" and args.device == "cuda":
-        parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU time, not the GPU's; "
-                     "use --clock wall")
+        parser.error("--clock cpu is invalid with --device cuda: it counts this process's CPU "
+                     "time, not the GPU's; use --clock wall")
     if "clock" in args and args.clock == "cpu" and (args.threads or usable_cores()) != 1:
-        given = f"{args.threads or usable_cores()}" + ("" if args.threads else " (the default: every core)")
+        given = f"{args.threads or usable_cores()}" + ("" if args.threads
+                                                       else " (the default: every core)")
         parser.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
-                     "core's time only with one thread (the others' seconds, spin-waits too, add up); "
-                     "use --threads 1")
+                     "core's time only with one thread (the others' seconds, spin-waits too, add "
+                     "up); use --threads 1")
     apply_smoke(parser, argv, args, **smoke)
     if "threads" in args:
         args.threads = args.threads or usable_cores()
         torch.set_num_threads(args.threads)
     if "dtype" in args:
         dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype
-        if "model" in args:  # the dtype the engine runs (bfloat16 without bf16 units runs float32)
+        if "model" in args:  # bfloat16 without bf16 units runs float32
             dtype = str(EngineConfig(model=args.model, device=args.device, dtype=dtype).torch_dtype)
         args.dtype = dtype.removeprefix("torch.")
         args.torch_dtype = getattr(torch, args.dtype)
@@ -74,12 +78,10 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> a
 
 def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
                 **sizes) -> None:
-    """With --smoke, these tiny sizes for every option the command line does not give itself (an option
-    given wins, as the command line's overrides sit over a Hydra debug config)."""
+    """An option the command line gives wins, as overrides sit over a Hydra debug config."""
     if not args.smoke:
         return
-    # Parsed again with the sizes as defaults (abbreviations, --opt=value: argparse's own reading), on
-    # a copy, so that the caller's parser keeps its defaults.
+    # Parsed again on a copy with the sizes as defaults: argparse's own reading of abbreviations.
     probe = copy.deepcopy(parser)
     probe.set_defaults(**sizes)
     again = probe.parse_args(argv)
@@ -87,9 +89,8 @@ def apply_smoke(parser: argparse.ArgumentParser, argv: list[str] | None, args: a
         setattr(args, dest, getattr(again, dest))
 
 
-def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int], vocab: int,
-                  seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    """Seeded random prompts and decode lengths, uniform in the given ranges."""
+def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int],
+                  vocab: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
     rng = random.Random(seed)
     lens = [rng.randint(*prompt_len) for _ in range(requests)]
     prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lens]
@@ -97,8 +98,9 @@ def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[
 
 
 def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: str | None = None,
-                float_format: str = "{:.3f}", device: str = "cpu", extra: dict | None = None) -> pd.DataFrame:
-    """Prints the table; with ``out``, also writes it there (``extra``: the JSON's other keys)."""
+                float_format: str = "{:.3f}", device: str = "cpu",
+                extra: dict | None = None) -> pd.DataFrame:
+    """``extra``: the JSON's other keys."""
     table = pd.DataFrame(rows)
     if title:
         print(f"\n## {title}")
@@ -109,12 +111,14 @@ def print_table(rows: list[dict] | pd.DataFrame, out: str | None = None, title: 
     return table
 
 
-def write_table(table: pd.DataFrame, out: str, extra: dict | None = None, device: str = "cpu") -> None:
-    """``device``: the one the table was measured on, which the JSON's machine record names."""
+def write_table(table: pd.DataFrame, out: str, extra: dict | None = None,
+                device: str = "cpu") -> None:
+    """``device``: the one the JSON's machine record names."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".json":
         path.write_text(json.dumps({"machine": machine_record(device), **(extra or {}),
-                                    "rows": table.to_dict(orient="records")}, indent=1, default=str))
+                                    "rows": table.to_dict(orient="records")}, indent=1,
+                                    default=str))
     else:
         table.to_csv(path, index=False)

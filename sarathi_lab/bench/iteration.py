@@ -1,5 +1,5 @@
-"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for decode,
-prefill and hybrid batches (method: docs/benchmarks.md)."""
+"""Iteration efficiency: one engine iteration's time as a multiple of its roofline floor, for
+decode, prefill and hybrid batches (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import argparse
@@ -22,19 +22,21 @@ from sarathi_lab.profiling.ceilings import measure_ceilings
 from sarathi_lab.profiling.floors import floor
 from sarathi_lab.profiling.machine import describe_machine
 
-# The CPU path's targets: (case, size) -> the most its time may be as a multiple of its floor.
+# (case, size) -> the most its time may be as a multiple of its floor.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}
 
 
 def cases(args) -> list[dict]:
-    out = [{"kind": "decode", "size": b, "prefill": None, "decodes": b} for b in args.decode_batches]
-    out += [{"kind": "prefill", "size": c, "prefill": (c, 0), "decodes": 0} for c in args.prefill_chunks]
+    out = [{"kind": "decode", "size": b, "prefill": None, "decodes": b}
+           for b in args.decode_batches]
+    out += [{"kind": "prefill", "size": c, "prefill": (c, 0), "decodes": 0}
+            for c in args.prefill_chunks]
     out += [{"kind": "hybrid", "size": c, "prefill": (c, c), "decodes": d} for c, d in args.hybrid]
     return out
 
 
 def blocks_needed(args, block_size: int) -> int:
-    """Twice the largest case's blocks: runs and scattered blocks come from separate halves."""
+    """Runs and scattered blocks come from separate halves."""
     context = blocks_for(args.decode_context, block_size)
     per = max(blocks_for(sum(case["prefill"] or ()), block_size) + case["decodes"] * context
               for case in cases(args))
@@ -49,25 +51,27 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
     with batches.made(prefills, case["decodes"], decode_context) as batch:
         prepared = executor.runner.prepare(batch)
         prep_s = median_time(lambda: executor.runner.prepare(batch), reps, timer)
-        fwd_s = median_time(lambda: executor.forward(prepared), reps, timer)  # a graph replay where the engine has one
-        # The whole iteration as the engine runs it: prepare, forward, greedy sampling.
+        # a graph replay where the engine has one
+        fwd_s = median_time(lambda: executor.forward(prepared), reps, timer)
         iter_s = median_time(lambda: executor.execute(batch), reps, timer)
         meta, num_sampled = prepared.meta, len(batch.sampled)
-    return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s, "query_lens": list(meta.query_lens_host),
-            "context_lens": list(meta.seq_lens_host), "num_sampled": num_sampled}
+    return {"prep_s": prep_s, "fwd_s": fwd_s, "iter_s": iter_s,
+            "query_lens": list(meta.query_lens_host), "context_lens": list(meta.seq_lens_host),
+            "num_sampled": num_sampled}
 
 
 def run(args) -> pd.DataFrame:
     from sarathi_lab import LLM
 
     start = load.snapshot()
-    ceilings = partial(measure_ceilings, args.device, args.torch_dtype, **(CEILING_SMOKE if args.smoke else {}),
-                       clock=args.clock)
+    ceilings = partial(measure_ceilings, args.device, args.torch_dtype,
+                       **(CEILING_SMOKE if args.smoke else {}), clock=args.clock)
 
     before = ceilings()
-    num_blocks = blocks_needed(args, EngineConfig.block_size)  # the LLM below keeps the default
-    llm = LLM(args.model, num_kv_blocks=num_blocks, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear,
-              warmup_iters=0, max_batch_size=max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1]))
+    num_blocks = blocks_needed(args, EngineConfig.block_size)
+    llm = LLM(args.model, num_kv_blocks=num_blocks, device=args.device, dtype=args.dtype,
+              cpu_linear=args.cpu_linear, warmup_iters=0,
+              max_batch_size=max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1]))
     shape = Shape.of(llm.model_config)
     elem = llm.dtype.itemsize
     batches = SyntheticBatches(llm, seed=args.seed, layout=args.layout)
@@ -79,32 +83,33 @@ def run(args) -> pd.DataFrame:
         after = ceilings()
         copy_gbps = max(before.copy_gbps, after.copy_gbps)
         matmul_gflops = max(before.matmul_gflops, after.matmul_gflops)
-        before = after  # the next case's reading before it
-        f = floor(shape, t["query_lens"], t["context_lens"], t["num_sampled"], elem, copy_gbps, matmul_gflops)
+        before = after
+        f = floor(shape, t["query_lens"], t["context_lens"], t["num_sampled"], elem, copy_gbps,
+                  matmul_gflops)
         target = TARGETS.get((case["kind"], case["size"]))
         ratio = t["iter_s"] / f.seconds
         rows.append({
             "case": case["kind"], "size": case["size"], "decodes": case["decodes"],
             "tokens": sum(t["query_lens"]), "kv_tokens": sum(t["context_lens"]),
-            "iter_ms": t["iter_s"] * 1e3, "forward_ms": t["fwd_s"] * 1e3, "prepare_ms": t["prep_s"] * 1e3,
-            "floor_ms": f.seconds * 1e3, "bound": f.bound, "ratio": ratio,
-            "GBps": f.bytes / t["iter_s"] / 1e9, "GFLOPs": f.flops / t["iter_s"] / 1e9,
-            "ceil_GBps": copy_gbps, "ceil_GFLOPs": matmul_gflops,
-            "target": target if target is not None else math.nan,
+            "iter_ms": t["iter_s"] * 1e3, "forward_ms": t["fwd_s"] * 1e3,
+            "prepare_ms": t["prep_s"] * 1e3, "floor_ms": f.seconds * 1e3, "bound": f.bound,
+            "ratio": ratio, "GBps": f.bytes / t["iter_s"] / 1e9,
+            "GFLOPs": f.flops / t["iter_s"] / 1e9, "ceil_GBps": copy_gbps,
+            "ceil_GFLOPs": matmul_gflops, "target": target if target is not None else math.nan,
             "met": (ratio <= target) if target is not None else None,
         })
     batches.close()
     table = pd.DataFrame(rows)
     print(describe_machine(args.device))
-    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({llm.cpu_gemm})"
-          f" | decode context {args.decode_context} | layout {args.layout} | reps {args.reps} | clock {args.clock}"
-          f" | copy {_span(table['ceil_GBps'])} GB/s"
-          f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and after)"
-          f" | {load.contention(start)}")
-    # How the ceilings were measured; their values are the table's ceil_* columns, per case.
+    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} "
+          f"({llm.cpu_gemm}) | decode context {args.decode_context} | layout {args.layout} | reps "
+          f"{args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
+          f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before and "
+          f"after) | {load.contention(start)}")
+    # Their values are the table's ceil_* columns, per case.
     setup = {k: v for k, v in asdict(before).items() if k not in ("copy_gbps", "matmul_gflops")}
-    print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)", "{:.2f}",
-                args.device, {"ceilings": setup, "model": args.model, "dtype": args.dtype,
+    print_table(table, args.out, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)",
+                "{:.2f}", args.device, {"ceilings": setup, "model": args.model, "dtype": args.dtype,
                               "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
                               "decode_context": args.decode_context, "layout": args.layout})
     table.attrs["ceilings"] = setup
@@ -121,13 +126,16 @@ def parser() -> argparse.ArgumentParser:
     add_common_args(p, clock=True, engine=True)
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32])
-    p.add_argument("--decode-context", type=positive_int, default=512, help="context tokens of every decode")
+    p.add_argument("--decode-context", type=positive_int, default=512,
+                   help="context tokens of every decode")
     p.add_argument("--prefill-chunks", type=positive_ints, default=[128, 256, 512])
     p.add_argument("--hybrid", type=hybrid_pairs, default=[(256, 8), (512, 8)],
                    help="prefill chunk + decodes, e.g. 256+8 (the chunk is its prompt's second)")
     p.add_argument("--layout", choices=LAYOUTS[1:], default="served",
-                   help="where the requests' KV blocks lie in the cache (see sarathi_lab.profiling.batches)")
-    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions; medians are reported")
+                   help="where the requests' KV blocks lie in the cache (see "
+                        "sarathi_lab.profiling.batches)")
+    p.add_argument("--reps", type=positive_int, default=5,
+                   help="timed repetitions; medians are reported")
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -137,7 +145,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = parse(p, argv, model="tiny", reps=2, decode_batches=[1, 4], decode_context=64,
                 prefill_chunks=[32, 64], hybrid=[(32, 4)])
     if not (args.decode_batches or args.prefill_chunks or args.hybrid):
-        p.error("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one case")
+        p.error("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one "
+                "case")
     return run(args)
 
 

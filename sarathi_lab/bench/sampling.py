@@ -1,5 +1,5 @@
-"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms, flat and
-peaked, at each top_p (docs/benchmarks.md)."""
+"""Sampling's CPU kernel against its torch path, side by side on the same logits and uniforms, flat
+and peaked, at each top_p (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,31 +30,37 @@ def measure(logits: torch.Tensor, params: SamplingParams, reps: int) -> dict:
     times = interleaved(paths, reps, make_clock("wall"))
     kernel, torch_path = (float(np.median(times[name])) for name in paths)
     same = sum(a == b for a, b in zip(paths["kernel"](), paths["torch"]())) / logits.shape[0]
-    return {"kernel_ms": kernel * 1e3, "torch_ms": torch_path * 1e3, "speedup": torch_path / kernel, "same_token": same}
+    return {"kernel_ms": kernel * 1e3, "torch_ms": torch_path * 1e3, "speedup": torch_path / kernel,
+            "same_token": same}
 
 
 def main(argv: list[str] | None = None):
     parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--rows", type=positive_int, default=16, help="rows sampled together (a decode batch)")
+    parser.add_argument("--rows", type=positive_int, default=16,
+                        help="rows sampled together (a decode batch)")
     parser.add_argument("--vocab", type=positive_int, default=32000)
     parser.add_argument("--top-p", type=comma_list(_probability, "numbers in (0, 1]", empty=False),
                         default=[1.0, 0.95], help="comma list, each in (0, 1]")
     parser.add_argument("--scales", type=positive_ints, default=[1, 12],
                         help="logits' standard deviations, comma list: 1 flat, 12 peaked")
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--reps", type=positive_int, default=21, help="timed calls of each path (medians)")
+    parser.add_argument("--reps", type=positive_int, default=21,
+                        help="timed calls of each path (medians)")
     add_common_args(parser)
     args = parse(parser, argv, rows=2, vocab=2000, reps=3)
     if not 0 < args.temperature < float("inf"):
         parser.error(f"--temperature={args.temperature} is invalid: must be a finite number > 0")
     if args.device != "cpu":
-        parser.error(f"--device={args.device} is invalid: the sampling kernel is the CPU's (CUDA runs the torch path)")
+        parser.error(f"--device={args.device} is invalid: the sampling kernel is the CPU's (CUDA "
+                     f"runs the torch path)")
     dtype = args.torch_dtype
     if dtype not in cpu_ops.DTYPES:
-        parser.error(f"--dtype={args.dtype} is invalid: the kernel takes float32 or bfloat16 logits")
+        parser.error(f"--dtype={args.dtype} is invalid: the kernel takes float32 or bfloat16 "
+                     "logits")
     if not cpu_ops.supports(torch.zeros(1, dtype=dtype)):
-        parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): nothing to compare")
-    reuse_freed_memory()  # the engine's allocator: torch's ops would otherwise pay fresh pages each call
+        parser.error("the CPU kernels are unavailable here (no C++ compiler, or the build failed): "
+                     "nothing to compare")
+    reuse_freed_memory()  # torch's ops would otherwise pay fresh pages each call
     start = load.snapshot()
     g = torch.Generator().manual_seed(0)
     rows = []
@@ -66,7 +72,8 @@ def main(argv: list[str] | None = None):
                          "scale": scale, "top_p": top_p} | measure(logits, params, args.reps))
     print(describe_machine("cpu") + f"\n# {load.contention(start)}")
     return print_table(rows, args.out,
-                       f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / kernel)", device="cpu")
+                       f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / "
+                       f"kernel)", device="cpu")
 
 
 if __name__ == "__main__":

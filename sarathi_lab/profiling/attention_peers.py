@@ -1,12 +1,8 @@
-"""The engine's attention kernel timed beside well-kept peers on the same query, key and value
-values, and beside its floor: ``sarathi_kernels.paged_attention`` over a paged cache laid out as
-``profiling.attention.paged_batch`` lays one out (blocks scattered), PyTorch's
-``scaled_dot_product_attention`` on its flash backend and on its cuDNN one (where the device has it),
-and FlexAttention with a block mask, over contiguous keys and values. Every contender is first held
-to ``attention/reference.py`` in float32; one that disagrees (or fails) at a shape is not timed
-there. The timed calls run interleaved, each round every contender once (each round starting one
-later), each call after an L2 flush and timed by CUDA events, so that drifts of the clock and the
-cache's state fall on every contender alike."""
+"""The engine's attention kernel timed beside peers on the same values, and beside its floor: SDPA
+(flash, cuDNN where present) and FlexAttention over contiguous keys and values. Each contender is
+first held to ``attention/reference.py`` in float32; one that disagrees or fails at a shape is not
+timed there. Calls run interleaved, each after an L2 flush, so the clock's and cache's drifts fall
+on every contender alike."""
 from __future__ import annotations
 
 import statistics
@@ -29,31 +25,33 @@ from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch, p
 from sarathi_lab.profiling.attention_grid import CUDNN, ENGINE, FLEX, SDPA, Case
 from sarathi_lab.profiling.floors import attention_floor
 
-# The same attention as the reference: the tolerances profiling/kernel_check.py holds the kernel to.
+# The tolerances profiling/kernel_check.py holds the kernel to.
 TOLERANCE = COMPILED_TOLERANCE
 
 
 @dataclass
 class Inputs:
-    query: torch.Tensor          # [tokens, heads, head_dim]: the engine's layout, requests one after another
+    query: torch.Tensor  # [tokens, heads, head_dim]: the engine's layout
     k_cache: torch.Tensor        # [blocks, block_size, kv_heads, head_dim]
     v_cache: torch.Tensor
     meta: AttentionMetadata
-    q: torch.Tensor              # [batch, heads, query_len, head_dim]: the peers' layout, contiguous
+    q: torch.Tensor  # [batch, heads, query_len, head_dim]: the peers' layout
     k: torch.Tensor              # [batch, kv_heads, context, head_dim]
     v: torch.Tensor
     scale: float
 
 
-def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size: int, seed: int = 0) -> Inputs:
-    """One batch's values twice: in the engine's paged cache (unused slots NaN, so that a kernel reading
-    outside its tables shows) and as the contiguous tensors the peers take."""
+def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size: int,
+                seed: int = 0) -> Inputs:
+    """Unused cache slots are NaN, so that a kernel reading outside its tables shows."""
     gen = torch.Generator(device).manual_seed(seed)
-    b, h, kvh, d, n, ctx = case.batch, case.heads, case.kv_heads, case.head_dim, case.query_len, case.context
+    b, h, kvh, d = case.batch, case.heads, case.kv_heads, case.head_dim
+    n, ctx = case.query_len, case.context
     q = torch.randn(b, n, h, d, generator=gen, device=device).to(dtype)
     k, v = (torch.randn(b, ctx, kvh, d, generator=gen, device=device).to(dtype) for _ in range(2))
-    meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=0 if case.kind == "decode" else b,
-                                   block_size=block_size, device=device)
+    meta, num_blocks = paged_batch(case.query_lens, case.context_lens, num_prefills=0
+                                   if case.kind == "decode" else b, block_size=block_size,
+                                   device=device)
     slots = context_slot_mapping(meta, block_size)
     k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
     return Inputs(q.flatten(0, 1), k_cache, v_cache, meta, q.transpose(1, 2).contiguous(),
@@ -61,40 +59,36 @@ def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size
 
 
 def as_engine_rows(out: torch.Tensor) -> torch.Tensor:
-    """A peer's [batch, heads, query_len, head_dim] as the engine's [tokens, heads, head_dim]."""
     return out.transpose(1, 2).flatten(0, 1)
 
 
 def engine_call(x: Inputs, planned: bool = False, **launch) -> Callable[[], torch.Tensor]:
-    """The engine's paged kernel over ``x``'s rows in one launch (also a hybrid batch's, whose inputs have
-    the same engine-side fields); ``launch``: paged_attention's overrides (tiles, split counts).
-    ``planned``: as the engine runs a batch instead, planned from its host lengths (a chunk's balanced
-    work on a GPU), once, outside the timed call."""
+    """``planned``: planned as the engine runs a batch, once, outside the timed call."""
     from sarathi_kernels.attention_plan import plan_batch
     from sarathi_kernels.occupancy import device_limits
-    from sarathi_kernels.paged_attention import paged_attention  # Triton: the gpu extra's (the interpreter on a CPU)
+    from sarathi_kernels.paged_attention import paged_attention
 
     out = torch.empty_like(x.query)
     m = x.meta
     if planned:
-        launch = {"plan": plan_batch(m.query_lens_host, m.seq_lens_host, x.query.shape[1], x.k_cache.shape[2],
-                                     num_prefills=m.num_prefills, element_size=x.query.element_size(),
+        launch = {"plan": plan_batch(m.query_lens_host, m.seq_lens_host, x.query.shape[1],
+                                     x.k_cache.shape[2], num_prefills=m.num_prefills,
+                                     element_size=x.query.element_size(),
                                      limits=device_limits(x.query.device))}
-    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens, m.block_tables,
-                                   x.scale, max_query_len=m.max_query_len, out=out, **launch)
+    return lambda: paged_attention(x.query, x.k_cache, x.v_cache, m.query_start_loc, m.seq_lens,
+                                   m.block_tables, x.scale, max_query_len=m.max_query_len, out=out,
+                                   **launch)
 
 
 def cudnn_available(device: torch.device) -> bool:
-    """Whether SDPA's cuDNN backend runs here: Hopper (compute capability 9.0) on, cuDNN in this torch."""
+    """Hopper (compute capability 9.0) with cuDNN in this torch."""
     return (device.type == "cuda" and torch.backends.cudnn.is_available()
             and torch.cuda.get_device_capability(device) >= (9, 0))
 
 
 def sdpa_call(case: Case, x: Inputs, backend: SDPBackend | None) -> Callable[[], torch.Tensor]:
-    """SDPA on ``backend`` (None: its own choice). Causal for a whole prefill (and a chunk at prefix
-    0), bottom-right causal for a chunk over a prefix (``causal_lower_right``: flash's own alignment;
-    a boolean mask for cuDNN, as CausalBias would hand the lower-right case to flash whatever the
-    backend), unmasked for decodes."""
+    """Bottom-right causal for a chunk over a prefix: a boolean mask for cuDNN, as CausalBias would
+    hand the lower-right case to flash whatever the backend."""
     gqa = case.heads != case.kv_heads
     mask = None
     if case.kind == "chunk" and case.prefix:
@@ -106,14 +100,13 @@ def sdpa_call(case: Case, x: Inputs, backend: SDPBackend | None) -> Callable[[],
 
     def call() -> torch.Tensor:
         with sdpa_kernel(backend) if backend is not None else nullcontext():
-            return F.scaled_dot_product_attention(x.q, x.k, x.v, attn_mask=mask, is_causal=causal, scale=x.scale,
-                                                  enable_gqa=gqa)
+            return F.scaled_dot_product_attention(x.q, x.k, x.v, attn_mask=mask, is_causal=causal,
+                                                  scale=x.scale, enable_gqa=gqa)
     return call
 
 
 class Flex:
-    """FlexAttention compiled once per process (one kernel per shape, so that it runs its fastest), or
-    eager where there is no Triton target (the CPU: it materialises the scores)."""
+    """Compiled once per process, one kernel per shape; eager without a Triton target."""
 
     def __init__(self, compiled: bool):
         self.compiled = compiled
@@ -125,7 +118,8 @@ class Flex:
         def bottom_right_causal(b, h, q_idx, kv_idx):
             return q_idx + prefix >= kv_idx
 
-        mask = create_block_mask(bottom_right_causal, None, None, case.query_len, case.context, device=x.q.device)
+        mask = create_block_mask(bottom_right_causal, None, None, case.query_len, case.context,
+                                 device=x.q.device)
         gqa = case.heads != case.kv_heads
 
         def call() -> torch.Tensor:
@@ -133,7 +127,7 @@ class Flex:
 
         def eager() -> torch.Tensor:
             with warnings.catch_warnings():
-                # Eager FlexAttention warns on every call that it is not compiled: the CPU's is on purpose.
+                # Eager FlexAttention warns on every call that it is not compiled: on purpose here.
                 warnings.simplefilter("ignore", UserWarning)
                 return call()
         return call if self.compiled else eager
@@ -143,31 +137,33 @@ def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).abs().max() / ref.abs().max()).item()
 
 
-def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int, warmup: int,
-            flex: Flex | None, copy_gbps: float, matmul_gflops: float, seed: int = 0) -> dict:
-    """One shape's row: each contender's median ms (None where it failed or disagreed with the
-    reference, its error in ``<name>_error``), its relative difference from the float32 reference,
-    the floor, and the engine over the faster peer and over the floor."""
+def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
+            warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
+            seed: int = 0) -> dict:
+    """Each contender's median ms (None where it failed or disagreed, its error in
+    ``<name>_error``)."""
     x = make_inputs(case, dtype, device, block_size, seed)
     flash = device.type == "cuda"
     builders = {ENGINE: lambda: engine_call(x, planned=True),
                 SDPA: lambda: sdpa_call(case, x, SDPBackend.FLASH_ATTENTION if flash else None)}
     if cudnn_available(device):
         builders[CUDNN] = lambda: sdpa_call(case, x, SDPBackend.CUDNN_ATTENTION)
-    if flex is not None:  # at every shape: a failure at one shape is that shape's (its row's error)
+    if flex is not None:  # a failure at one shape is that shape's
         builders[FLEX] = lambda: flex.call(case, x)
     peers = [p for p in case.peers if p in builders]
-    row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads, "kv_heads": case.kv_heads,
-                 "head_dim": case.head_dim, "batch": case.batch, "query_len": case.query_len, "context": case.context,
+    row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads,
+                 "kv_heads": case.kv_heads, "head_dim": case.head_dim, "batch": case.batch,
+                 "query_len": case.query_len, "context": case.context,
                  "dtype": str(dtype).removeprefix("torch."), "device": device.type,
                  "sdpa_backend": "flash" if flash else "default (no flash backend off CUDA)",
                  "flex_compiled": flex is not None and flex.compiled,
                  "peers_not_available": " ".join(p for p in case.peers if p not in builders)}
     convert = {name: as_engine_rows for name in peers}
     time_checked(builders, (ENGINE, *peers), x, row, device, reps, warmup, convert)
-    least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens, case.context_lens,
-                            dtype.itemsize, copy_gbps, matmul_gflops)
-    row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops, "bytes": least.bytes}
+    least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens,
+                            case.context_lens, dtype.itemsize, copy_gbps, matmul_gflops)
+    row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops,
+            "bytes": least.bytes}
     timed = [row[f"{p}_ms"] for p in peers if row[f"{p}_ms"] is not None]
     engine = row[f"{ENGINE}_ms"]
     row["best_peer_ms"] = min(timed) if timed else None
@@ -177,13 +173,12 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
     return row
 
 
-def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device, reps: int,
-                 warmup: int, convert: dict[str, Callable] | None = None) -> None:
-    """Each contender built, called once (its first call timed: FlexAttention's compile) and held to
-    attention/reference.py in float32 over ``x``'s engine rows (``convert``: its output laid out as those
-    rows); what cannot run or differs is recorded in ``row`` as ``<name>_error`` and left out. The rest
-    timed interleaved: each contender's median ms in ``row`` as ``<name>_ms`` (None where not timed)."""
-    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta, x.scale)
+def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device,
+                 reps: int, warmup: int, convert: dict[str, Callable] | None = None) -> None:
+    """Each contender's first call is timed (FlexAttention's compile) and checked against the
+    reference; the rest timed interleaved."""
+    ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta,
+                              x.scale)
     tolerance, calls = TOLERANCE[x.query.dtype], {}
     for name in names:
         if name not in builders:
@@ -203,10 +198,11 @@ def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, dev
             continue
         row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
         if not diff <= tolerance:  # NaN too
-            row[f"{name}_error"] = f"differs from the reference by {diff:.2e} (tolerance {tolerance:.0e})"
+            row[f"{name}_error"] = (f"differs from the reference by {diff:.2e} "
+                                    f"(tolerance {tolerance:.0e})")
             continue
         calls[name] = fn
-    del ref  # the float32 output's memory back before the timed rounds
+    del ref
     times = time_interleaved(calls, reps, device, warmup) if calls else {}
     for name in names:
         row[f"{name}_ms"] = statistics.median(times[name]) if name in times else None

@@ -1,8 +1,6 @@
-"""Hand-built iterations on a live engine: requests placed in its KV cache through its own block
-manager, so that a timed forward reads and writes the cache as a served iteration would. ``layout``:
-allocated (as the block manager hands blocks out), served (a prompt's blocks one run, decode blocks
-scattered), scattered (the worst case) or contiguous (the best); the last three claim every free
-block at construction (``close()`` gives them back)."""
+"""Hand-built iterations placed in a live engine's KV cache by its own block manager, so a timed
+forward touches the cache as a served one would. ``layout``: allocated, served, scattered (worst) or
+contiguous (best); the last three claim every free block (``close()`` gives them back)."""
 from __future__ import annotations
 
 import contextlib
@@ -46,37 +44,41 @@ class SyntheticBatches:
         need = blocks_for(total, self.block_size)
         run = {"served": prompt // self.block_size, "scattered": 0, "contiguous": need}[self.layout]
         if run > len(self._runs) or need - run > len(self._scattered):
-            raise RuntimeError(f"the KV cache ({len(self._pool.block_table)} blocks) is too small for this batch "
-                               f"laid out {self.layout}")
+            raise RuntimeError(f"the KV cache ({len(self._pool.block_table)} blocks) is too small "
+                               f"for this batch laid out {self.layout}")
         seq.block_table = self._runs[:run] + [self._scattered.pop() for _ in range(need - run)]
         del self._runs[:run]
 
     def _request(self, total: int, computed: int, prompt: int) -> Sequence:
-        # These requests bypass the scheduler, which refuses served ones this long: a position past the
-        # model's rotary table reads out of bounds (a device-side assert on a GPU, silent on the CPU path).
+        # The scheduler would refuse these: a position past the rotary table reads out of bounds (a
+        # device assert on a GPU, silent on the CPU).
         if total > self.max_len:
-            raise ValueError(f"a request of {total} tokens is invalid: the model allows at most {self.max_len} "
+            raise ValueError(f"a request of {total} tokens is invalid: the model allows at most "
+                             f"{self.max_len} "
                              "(max_model_len)")
-        seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)], max_new_tokens=1)
+        seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)],
+                       max_new_tokens=1)
         self.next_id += 1
         self._place(seq, total, prompt)
         seq.num_computed = computed
         return seq
 
-    def make(self, prefills: list[tuple[int, int]] = (), decodes: int = 0, context: int = 1) -> ScheduledBatch:
-        """``prefills``: (chunk tokens, tokens cached before the chunk) per request, each chunk ending
-        its prompt (so its last row is sampled); ``decodes`` requests with ``context`` tokens each,
-        the newest one uncached."""
+    def make(self, prefills: list[tuple[int, int]] = (), decodes: int = 0,
+             context: int = 1) -> ScheduledBatch:
+        """``prefills``: (chunk, tokens cached before it) per request, each chunk ending its prompt;
+        ``decodes`` at ``context`` each."""
         if self._pool is not None:
             self._lay_out()
         batch = ScheduledBatch()
         for chunk, before in prefills:
-            batch.prefills.append(ScheduledChunk(self._request(before + chunk, before, before + chunk), chunk))
-        batch.decodes = [self._request(context, context - 1, context * 3 // 4) for _ in range(decodes)]
+            batch.prefills.append(ScheduledChunk(self._request(before + chunk, before, before
+                                                               + chunk), chunk))
+        batch.decodes = [self._request(context, context - 1, context * 3 // 4)
+                         for _ in range(decodes)]
         return batch
 
     def free(self, batch: ScheduledBatch) -> None:
-        """Gives the batch's blocks back (laid-out batches keep theirs in the claimed pool)."""
+        """Laid-out batches keep theirs in the claimed pool."""
         for chunk in batch.chunks:
             if self._pool is None:
                 self.blocks.free(chunk.seq)
@@ -85,7 +87,7 @@ class SyntheticBatches:
     @contextlib.contextmanager
     def made(self, prefills: list[tuple[int, int]] = (), decodes: int = 0,
              context: int = 1) -> Iterator[ScheduledBatch]:
-        """``make``'s batch, its requests freed from the cache as the block ends, however it ends."""
+        """Freed from the cache as the block ends, however it ends."""
         batch = self.make(prefills, decodes, context)
         try:
             yield batch

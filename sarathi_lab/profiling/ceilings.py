@@ -1,5 +1,5 @@
-"""The machine's ceilings, measured on the running machine: copy bandwidth and matmul rate, which the
-floors (``floors``) and the simulator's CPU roofline read, and the read bandwidth of a read-only kernel."""
+"""The running machine's ceilings: copy bandwidth and matmul rate (which the floors and the
+simulator's CPU roofline read), and a read-only kernel's bandwidth."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,8 +14,7 @@ from sarathi_lab.model.cpu_linear import GEMMS, PackedLinear, gemm_available
 
 @dataclass
 class Ceilings:
-    # Bytes read plus written per second by a large copy, and 2 * n**3 per second by a square matmul in
-    # ``dtype``: each the fastest repetition, as a ceiling is what the hardware can do.
+    # Each the fastest repetition: a ceiling is what the hardware can do.
     copy_gbps: float
     matmul_gflops: float
     dtype: str
@@ -26,15 +25,14 @@ class Ceilings:
     clock: str = "wall"
 
 
-# The sizes every ceiling is measured at: far past the caches and large enough for a GEMM's peak.
+# Far past the caches, and large enough for a GEMM's peak.
 FULL = {"copy_mib": 256, "matmul_n": 2048, "reps": 5}
-# Sizes that finish in a fraction of a second (CI, --smoke).
 SMOKE = {"copy_mib": 16, "matmul_n": 512, "reps": 2}
 
 
 def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["copy_mib"] << 20,
                         reps: int = FULL["reps"], clock: str = "wall") -> float:
-    """(bytes read + bytes written) / time of ``dst.copy_(src)`` on a buffer far larger than the caches."""
+    """(bytes read + written) / time of a copy far larger than the caches."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     dst = torch.zeros_like(src)  # touched: page faults stay out of the timing
     t = best_time(lambda: dst.copy_(src), reps, make_clock(clock, device))
@@ -43,18 +41,16 @@ def copy_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["
 
 def read_bandwidth_gbps(device: torch.device | str = "cpu", nbytes: int = FULL["copy_mib"] << 20,
                         reps: int = FULL["reps"]) -> float:
-    """Bytes read / time of a sum over a buffer far larger than the caches into one element (the L2
-    flush's reduction), the fastest of ``reps`` calls timed as isolated kernels are (CUDA events): what
-    a kernel that only reads, such as a decode's attention over its KV, can reach; a copy's rate mixes
-    in writes."""
+    """What a read-only kernel (a decode's attention) can reach; a copy mixes in writes."""
     device = torch.device(device)
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     times_ms = time_interleaved({"read": reading_flush(src)}, reps, device, warmup=1)["read"]
     return src.numel() * 4 / (min(times_ms) / 1e3) / 1e9
 
 
-def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, n: int = FULL["matmul_n"],
-                  reps: int = FULL["reps"], clock: str = "wall") -> float:
+def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                  n: int = FULL["matmul_n"], reps: int = FULL["reps"],
+                  clock: str = "wall") -> float:
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
@@ -70,10 +66,11 @@ def matmul_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = torch
 
 
 def measure_ceilings(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *,
-                     copy_mib: int = FULL["copy_mib"], matmul_n: int = FULL["matmul_n"], reps: int = FULL["reps"],
-                     clock: str = "wall") -> Ceilings:
+                     copy_mib: int = FULL["copy_mib"], matmul_n: int = FULL["matmul_n"],
+                     reps: int = FULL["reps"], clock: str = "wall") -> Ceilings:
     device = torch.device(device)
     return Ceilings(copy_gbps=copy_bandwidth_gbps(device, copy_mib << 20, reps, clock),
                     matmul_gflops=matmul_gflops(device, dtype, matmul_n, reps, clock),
                     dtype=str(dtype).removeprefix("torch."), device=str(device),
-                    threads=torch.get_num_threads(), copy_mib=copy_mib, matmul_n=matmul_n, clock=clock)
+                    threads=torch.get_num_threads(), copy_mib=copy_mib, matmul_n=matmul_n,
+                    clock=clock)

@@ -12,20 +12,14 @@ from datetime import datetime, timezone
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import DTYPES
-from sarathi_lab.sim.device import (
-    MEASURE_COMMAND,
-    cpu_ceilings_key,
-    cpu_ceilings_path,
-    cpu_name,
-    device_dtype,
-    read_cpu_ceilings,
-)
+from sarathi_lab.sim.device import (MEASURE_COMMAND, cpu_ceilings_key, cpu_ceilings_path, cpu_name,
+                                    device_dtype, read_cpu_ceilings)
 
 log = logging.getLogger(__name__)
 
 
 def measure(dtype: str = "bfloat16") -> dict:
-    """Measure this CPU's ceilings in the dtype the engine runs for ``dtype``; write its entry."""
+    """In the dtype the engine runs for ``dtype``."""
     import json
 
     import torch
@@ -54,7 +48,7 @@ def measure(dtype: str = "bfloat16") -> dict:
 
 
 def ensure(dtype: str = "bfloat16") -> None:
-    """Measure this CPU's ceilings where its file holds none in ``dtype`` (or cannot be read)."""
+    """Where its file holds none in ``dtype`` (or cannot be read)."""
     try:
         if cpu_ceilings_key(dtype) in read_cpu_ceilings(cpu_ceilings_path()):
             return

@@ -1,7 +1,6 @@
-"""cuBLAS (torch.matmul) against the Triton split-K GEMM (sarathi_kernels.gemm) at the hybrid batch's
-token counts, for each projection of a model: every candidate checked against torch.matmul, timed
-interleaved with it, and the fastest kept per shape. The GPU suite's ``tune`` step runs it; on a CPU
-it dry-runs at tiny shapes in Triton's interpreter (its times say nothing)."""
+"""cuBLAS against the Triton split-K GEMM at the hybrid batch's token counts, per projection: each
+candidate checked against torch.matmul, timed interleaved with it, the fastest kept per shape. On a
+CPU it dry-runs in Triton's interpreter (its times say nothing)."""
 from __future__ import annotations
 
 import statistics
@@ -14,19 +13,17 @@ from sarathi_lab.model.shape import Shape
 from sarathi_lab.profiling.attention_peers import rel_diff, time_interleaved
 from sarathi_lab.tuned_kernels import GemmChoice, gemm_key
 
-# The token counts of a hybrid iteration: a chunk of 128-512 beside its decodes, up to a 1024-token one.
 TOKENS = (128, 256, 512, 1024)
-# A candidate further than this from torch.matmul (relative to the output's largest element) is wrong,
-# not slower: bf16 rounding of a K-long fp32 sum lies far below it.
+# Relative to the output's largest element: bf16 rounding of a K-long fp32 sum lies far below it.
 MAX_REL_DIFF = 2e-2
-# Tilings tried besides cuBLAS; each also split to fill the SMs (split_k_for) where that splits.
+# Each also split to fill the SMs (split_k_for) where that splits.
 TILINGS = (GemmChoice("triton", 64, 128, 64, 1, 4, 3), GemmChoice("triton", 128, 128, 64, 1, 8, 3),
            GemmChoice("triton", 64, 256, 64, 1, 8, 3), GemmChoice("triton", 128, 64, 64, 1, 4, 4))
 
 
 @dataclass(frozen=True)
 class Projection:
-    name: str     # qkv_proj, o_proj, gate_up_proj (gated: SiLU * up in the epilogue), down_proj
+    name: str  # gated: SiLU * up in the epilogue
     n: int
     k: int
     gated: bool
@@ -37,9 +34,9 @@ class Projection:
 
 
 def projections(shape: Shape) -> list[Projection]:
-    """A layer's projections as the engine runs them: the gate_up weight [2 * inter, hidden], its
-    output SiLU(gate) * up [T, inter] on the Triton path (one launch instead of two)."""
-    return [Projection(name, n, k, name == "gate_up_proj" and shape.gated) for name, (k, n) in shape.gemms.items()]
+    """gate_up's output is SiLU(gate) * up on the Triton path: one launch, not two."""
+    return [Projection(name, n, k, name == "gate_up_proj" and shape.gated)
+            for name, (k, n) in shape.gemms.items()]
 
 
 def candidates(proj: Projection, m: int, num_sms: int | None) -> list[GemmChoice]:
@@ -51,16 +48,16 @@ def candidates(proj: Projection, m: int, num_sms: int | None) -> list[GemmChoice
         if num_sms:
             config = GemmConfig(**tiling.config_kwargs())
             splits |= {split_k_for(m, proj.n, proj.k, num_sms, config, p) for p in (1, 2)}
-        chosen += [GemmChoice("triton", tiling.block_m, tiling.block_n, tiling.block_k, s, tiling.num_warps,
-                              tiling.num_stages) for s in sorted(splits)]
+        chosen += [GemmChoice("triton", tiling.block_m, tiling.block_n, tiling.block_k, s,
+                              tiling.num_warps, tiling.num_stages) for s in sorted(splits)]
     return chosen
 
 
 def label(choice: GemmChoice) -> str:
     if choice.kernel == "cublas":
         return "cublas"
-    return (f"triton{choice.block_m}x{choice.block_n}x{choice.block_k}_s{choice.split_k}_w{choice.num_warps}"
-            f"_st{choice.num_stages}")
+    return (f"triton{choice.block_m}x{choice.block_n}x{choice.block_k}_s{choice.split_k}"
+            f"_w{choice.num_warps}_st{choice.num_stages}")
 
 
 def _calls(proj: Projection, x: torch.Tensor, w: torch.Tensor,
@@ -80,10 +77,10 @@ def _calls(proj: Projection, x: torch.Tensor, w: torch.Tensor,
     return calls
 
 
-def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device, reps: int, warmup: int,
-          num_sms: int | None, limit: int | None = None) -> tuple[GemmChoice, list[dict]]:
-    """The fastest correct choice for ``proj`` at ``m`` tokens and one row per contender (ms, rel diff);
-    ``limit``: at most this many Triton candidates (the dry run's)."""
+def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device, reps: int,
+          warmup: int, num_sms: int | None,
+          limit: int | None = None) -> tuple[GemmChoice, list[dict]]:
+    """The fastest correct choice and one row per contender; ``limit``: at most this many."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = (torch.randn(m, proj.k, generator=gen) / proj.k**0.5).to(dtype).to(device)
     w = torch.randn(proj.n, proj.k, generator=gen).to(dtype).to(device)
@@ -94,10 +91,11 @@ def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device,
         try:
             diff = rel_diff(fn(), reference)
             error = "" if diff <= MAX_REL_DIFF else f"rel diff {diff:.3g} > {MAX_REL_DIFF}"
-        except Exception as e:  # noqa: BLE001 (a config that does not compile is a result, not a stop)
-            diff, error = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
-        rows.append({"projection": proj.name, "key": proj.key, "m": m, "candidate": name, "rel_diff": diff,
-                     "error": error})
+        except Exception as e:  # a config that does not compile is a result
+            first = str(e).splitlines()[0] if str(e) else ""
+            diff, error = None, f"{type(e).__name__}: {first}"[:200]
+        rows.append({"projection": proj.name, "key": proj.key, "m": m, "candidate": name,
+                     "rel_diff": diff, "error": error})
         if not error:
             ok[name] = fn
     times = time_interleaved({name: calls[name][1] for name in ok}, reps, device, warmup)

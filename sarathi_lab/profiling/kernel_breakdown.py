@@ -1,9 +1,7 @@
-"""Where an iteration's GPU time goes, as the engine runs it: the profiler's kernels of
-``executor.execute`` (the CUDA-graph replay where one holds the batch, then sampling), each put in one
-group by its name and its place in the layer, summed per iteration and per layer, beside the
-forward's CUDA-event time and the iteration's wall time. Inside a replay the profiler records kernels
-but no ``record_function`` ranges, so a GEMM's projection comes from where it runs: after a layer's
-first norm (qkv), after its attention (o), after its second norm (gate_up, then down)."""
+"""Where an iteration's GPU time goes as the engine runs it: the profiler's kernels of
+``executor.execute``, each grouped by its name and place in the layer, beside the forward's
+CUDA-event time and the wall time. A replay records no ``record_function`` ranges, so a GEMM's
+projection comes from where it runs."""
 from __future__ import annotations
 
 import statistics
@@ -16,28 +14,26 @@ import torch
 from sarathi_lab.profiling.batches import SyntheticBatches
 
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
-# The groups, in the order a figure stacks them; the first ten run in every decoder layer. ``gemm``: a
-# GEMM whose projection its place could not tell.
-GROUPS = (*(f"gemm.{p}" for p in PROJECTIONS), "attention.chunk", "attention.decode", "attention.merge",
-          "norm", "rope_kv", "activation", "lm_head", "sampling", "gemm", "other")
+# In the order a figure stacks them; the first ten run in every decoder layer. ``gemm``: a GEMM
+# whose projection its place could not tell.
+GROUPS = (*(f"gemm.{p}" for p in PROJECTIONS), "attention.chunk", "attention.decode",
+          "attention.merge", "norm", "rope_kv", "activation", "lm_head", "sampling", "gemm",
+          "other")
 LAYER_GROUPS = GROUPS[:10]
-# The one table from a kernel's name (lower-cased, as a CUDA trace names it) to what it computes, the
-# first substring that matches: the project's Triton kernels (kernels/sarathi_kernels/, named by their
-# function), SDPA's attention kernels (where the torch backend runs; before the GEMMs, as flash's
-# names carry "cutlass"), cuBLAS/cuBLASLt/CUTLASS GEMMs and their split-K reductions, torch's own
-# kernels (and the CPU dry run's oneDNN linear op). Nothing matched: other (the embedding's gather,
-# the final norm's row gathers, the replay's fills and copies).
+# A kernel's lower-cased name to what it computes, the first substring that matches (SDPA's before
+# the GEMMs: flash's names carry "cutlass"). Nothing matched: other (gathers, the replay's fills and
+# copies).
 KINDS = (
-    ("_add_rms_norm_kernel", "norm"), ("_rope_write_kv_kernel", "rope_kv"), ("_rope_kernel", "rope_kv"),
-    ("_write_kv_kernel", "rope_kv"), ("_silu_mul_kernel", "activation"), ("_merge_splits_kernel", "merge"),
+    ("_add_rms_norm_kernel", "norm"), ("_rope_write_kv_kernel", "rope_kv"),
+    ("_rope_kernel", "rope_kv"), ("_write_kv_kernel", "rope_kv"),
+    ("_silu_mul_kernel", "activation"), ("_merge_splits_kernel", "merge"),
     ("_paged_attention_kernel", "attention"), ("_pod_attention_kernel", "attention"),
     ("_gemm_kernel", "gemm"), ("_reduce_kernel", "gemm.reduce"),
     ("flash_fwd_splitkv_combine", "merge"), ("flash_fwd", "attention"), ("fmha", "attention"),
-    ("sdpa", "attention"),
-    ("splitkreduce", "gemm.reduce"), ("nvjet", "gemm"), ("gemm", "gemm"), ("gemv", "gemm"),
-    ("cutlass", "gemm"), ("_linear_pointwise", "gemm"),
-    ("argmax", "sampling"), ("softmax", "sampling"), ("topk", "sampling"), ("multinomial", "sampling"),
-    ("sort", "sampling"),
+    ("sdpa", "attention"), ("splitkreduce", "gemm.reduce"), ("nvjet", "gemm"), ("gemm", "gemm"),
+    ("gemv", "gemm"), ("cutlass", "gemm"), ("_linear_pointwise", "gemm"),
+    ("argmax", "sampling"), ("softmax", "sampling"), ("topk", "sampling"),
+    ("multinomial", "sampling"), ("sort", "sampling"),
     ("silu", "activation"), ("rsqrt", "norm"),
 )
 
@@ -55,11 +51,9 @@ class Kernel:
 
 
 def groups_of(names: list[str], layers: int, chunk: bool) -> list[str]:
-    """Each kernel's group, for kernels in launch order (one iteration or several in a row). A GEMM's
-    projection from the norms around it: a decoder layer runs two, the final norm one, so norm j of
-    2 * layers + 1 opens qkv (even j), gate_up (odd j) or the LM head (the last); an attention kernel
-    turns qkv into o, the activation (or a second GEMM) gate_up into down. Where the norms do not
-    count out (another model's kernels), every GEMM is plain ``gemm``."""
+    """Norm j of 2 * layers + 1 opens qkv (even j), gate_up (odd j) or the LM head (the last);
+    attention turns qkv into o, the activation gate_up into down. Where the norms do not count out,
+    every GEMM is ``gemm``."""
     kinds = [kind_of(n) for n in names]
     per = 2 * layers + 1
     norms = kinds.count("norm")
@@ -88,8 +82,7 @@ def groups_of(names: list[str], layers: int, chunk: bool) -> list[str]:
 
 def breakdown_rows(iteration: str, kernels: list[Kernel], iterations: int, layers: int, chunk: bool,
                    gpu_ms: float, wall_ms: float, source: str) -> list[dict]:
-    """One row a group that ran (kernels and ms per iteration, per layer for a layer's groups, share of
-    the kernels' sum), each with the iteration's kernel sum, forward GPU-event time and wall time."""
+    """One row a group that ran, with the kernel sum, forward event and wall time."""
     ordered = sorted(kernels, key=lambda k: k.start_us)
     count, total_us = defaultdict(int), defaultdict(float)
     for k, group in zip(ordered, groups_of([k.name for k in ordered], layers, chunk)):
@@ -107,28 +100,28 @@ def breakdown_rows(iteration: str, kernels: list[Kernel], iterations: int, layer
 
 
 def kernels_of(prof, cuda: bool) -> list[Kernel]:
-    """The profile's CUDA kernels, copies and fills; off CUDA its outermost CPU ops (host work; the CPU
-    path's fused C++ kernels are no torch ops and show in none)."""
+    """Off CUDA the outermost CPU ops (the CPU path's C++ kernels show in none)."""
     from torch.autograd import DeviceType
 
     if cuda:
         events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     else:
-        events = [e for e in prof.events() if e.device_type == DeviceType.CPU and e.cpu_parent is None]
+        events = [e for e in prof.events() if e.device_type == DeviceType.CPU
+                  and e.cpu_parent is None]
     return [Kernel(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in events]
 
 
-def profile_iteration(llm, chunk: int, decodes: int, context: int, reps: int) -> tuple[list[Kernel], float, float]:
-    """The kernels of ``reps`` iterations of the batch as the engine executes it (prepare, forward:
-    its graph's replay where one holds it, sample), then, unprofiled, the medians of ``reps`` more:
-    the forward's GPU-event ms (the executor's own forward_s) and the iteration's wall ms."""
+def profile_iteration(llm, chunk: int, decodes: int, context: int,
+                      reps: int) -> tuple[list[Kernel], float, float]:
+    """``reps`` profiled iterations, then forward event and wall ms of ``reps`` more."""
     from torch.profiler import ProfilerActivity, profile
 
     executor = llm.engine.executor
     cuda = executor.runner.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with SyntheticBatches(llm, seed=0).made([(chunk, context - chunk)] if chunk else [], decodes, context) as batch:
+    with SyntheticBatches(llm, seed=0).made([(chunk, context - chunk)] if chunk else [], decodes,
+                                            context) as batch:
         executor.execute(batch)  # compiled and touched outside the profile
         sync()
         with profile(activities=activities) as prof:

@@ -1,9 +1,6 @@
-"""Kernels a decoder layer launches on the GPU path, before and after the fusions (RoPE with the KV
-write in one launch, SiLU * up in the gate_up GEMM's epilogue where the tuned table chose the Triton
-GEMM for it): a static count from the same decisions the engine makes (the attention plan's split, the
-table's GEMM choice per projection), which runs anywhere, and on CUDA a torch profiler count of the
-kernels an eager forward runs (a kernel run once a layer occurs ``layers`` times; those outside the
-layers, fewer). The GPU suite's ``launch`` step reports both."""
+"""Kernels a decoder layer launches on the GPU path, before and after the fusions: a static count
+from the engine's own decisions (runs anywhere), and on CUDA a torch profiler count of an eager
+forward. The GPU suite's ``launch`` step reports both."""
 from __future__ import annotations
 
 from collections import Counter
@@ -18,9 +15,10 @@ from sarathi_lab.tuned_kernels import DEFAULT, TunedTable, table_for, using
 STAGES = ("before", "after")
 
 
-def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len: int, max_seq_len: int, *,
-                         fused_rope: bool, table: TunedTable, num_sms: int | None, elem_bytes: int = 2) -> list[str]:
-    """The kernels of one layer, in order, for a batch of ``tokens`` in ``requests`` on the Triton path."""
+def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len: int,
+                         max_seq_len: int, *, fused_rope: bool, table: TunedTable,
+                         num_sms: int | None, elem_bytes: int = 2) -> list[str]:
+    """In order, for a batch of ``tokens`` in ``requests`` on the Triton path."""
     from sarathi_kernels.attention_plan import plan_launch
 
     def projection(name: str, gated: bool = False) -> list[str]:
@@ -32,8 +30,9 @@ def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len
         return launch + ([f"{name}.split_k_reduce"] if choice.split_k > 1 else [])
 
     kind = "decode" if max_query_len == 1 else "prefill"
-    plan = plan_launch(tokens, requests, shape.heads, shape.kv_heads, max_seq_len=max_seq_len, element_size=elem_bytes,
-                       max_query_len=max_query_len, num_sms=num_sms, **table.tiles(kind).launch_kwargs())
+    plan = plan_launch(tokens, requests, shape.heads, shape.kv_heads, max_seq_len=max_seq_len,
+                       element_size=elem_bytes, max_query_len=max_query_len, num_sms=num_sms,
+                       **table.tiles(kind).launch_kwargs())
     kernels = ["add_rms_norm", *projection("qkv_proj")]
     kernels += ["rope_write_kv"] if fused_rope else ["rope", "write_kv"]
     kernels += ["paged_attention"] + (["merge_splits"] if plan.num_splits > 1 else [])
@@ -43,8 +42,7 @@ def static_layer_kernels(shape: Shape, tokens: int, requests: int, max_query_len
 
 
 def stage(llm, name: str):
-    """The engine as it ran ``before`` the fusions (two launches for RoPE and the KV write, the default
-    table: cuBLAS and a separate SiLU * up) or ``after`` (fused, the device's table)."""
+    """``before`` the fusions (default table, separate SiLU * up) or ``after`` them."""
     backend = getattr(llm.model, "backend", None)
     if hasattr(backend, "fuse_rope"):
         backend.fuse_rope = name == "after"
@@ -52,13 +50,13 @@ def stage(llm, name: str):
 
 
 def profiled_layer_kernels(llm, chunk: int, decodes: int, context: int) -> dict[str, int]:
-    """Per stage, the CUDA kernels an eager forward of the batch runs per layer (torch profiler)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     runner, layers = llm.engine.executor.runner, llm.model_config.num_hidden_layers
     batches = SyntheticBatches(llm, seed=0)
-    batch = batches.make(prefills=[(chunk, context - chunk)] if chunk else [], decodes=decodes, context=context)
+    batch = batches.make(prefills=[(chunk, context - chunk)] if chunk else [], decodes=decodes,
+                         context=context)
     counts = {}
     try:
         prepared = runner.prepare(batch)
@@ -78,13 +76,15 @@ def profiled_layer_kernels(llm, chunk: int, decodes: int, context: int) -> dict[
     return counts
 
 
-def static_counts(llm, chunk: int, decodes: int, context: int, device: torch.device) -> dict[str, list[str]]:
-    """Per stage, the static kernel list of one layer of the batch on ``device``'s GPU path."""
+def static_counts(llm, chunk: int, decodes: int, context: int,
+                  device: torch.device) -> dict[str, list[str]]:
     from sarathi_kernels.occupancy import device_sm_count
 
     shape = Shape.of(llm.model_config)
     requests, tokens = decodes + (chunk > 0), chunk + decodes
-    return {name: static_layer_kernels(shape, tokens, requests, chunk or 1, context, fused_rope=name == "after",
+    return {name: static_layer_kernels(shape, tokens, requests, chunk or 1, context,
+                                       fused_rope=name == "after",
                                        table=DEFAULT if name == "before" else table_for(device),
-                                       num_sms=device_sm_count(device), elem_bytes=llm.dtype.itemsize)
+                                       num_sms=device_sm_count(device),
+                                       elem_bytes=llm.dtype.itemsize)
             for name in STAGES}

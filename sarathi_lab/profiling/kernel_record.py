@@ -1,6 +1,4 @@
-"""What the GPU kernel check (kernel_check.py) finds, as data: each attention case against the
-reference, each whole-output verdict, and the timings. Plain dataclasses, so that the GPU suite reads
-a check's result without importing torch or Triton."""
+"""What the GPU kernel check finds, as dataclasses the GPU suite reads without torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,7 +6,6 @@ from dataclasses import dataclass, field
 
 @dataclass
 class AttentionCase:
-    """One batch's attention against the reference: max |err| / max |ref| and its verdict."""
     dtype: str
     head_dim: int
     heads: int
@@ -21,8 +18,7 @@ class AttentionCase:
 
 @dataclass
 class Verdict:
-    """A kernel whose output is compared whole: a KV write (``what``: its block size) or an
-    elementwise kernel (``what``: its name)."""
+    """``what``: a KV write's block size or an elementwise kernel's name."""
     dtype: str
     what: str
     ok: bool
@@ -32,8 +28,8 @@ class Verdict:
 class Timing:
     case: str
     triton_ms: float
-    torch_ms: float | None  # None: the torch backend is not timed (the KV write)
-    gbps: float  # bytes the kernel moves / its time
+    torch_ms: float | None  # None: not timed (the KV write)
+    gbps: float
 
 
 @dataclass
@@ -42,7 +38,6 @@ class KernelCheck:
     attention: list[AttentionCase] = field(default_factory=list)
     kv_writes: list[Verdict] = field(default_factory=list)
     pointwise: list[Verdict] = field(default_factory=list)
-    # What the timings run (heads, head size, block) and in which dtype; the copy ceiling beside them.
     timed_case: str = ""
     timed_dtype: str = ""
     copy_gbps: float | None = None
@@ -55,5 +50,6 @@ class KernelCheck:
     @classmethod
     def from_dict(cls, raw: dict) -> KernelCheck:
         return cls(raw["device"], [AttentionCase(**c) for c in raw["attention"]],
-                   [Verdict(**v) for v in raw["kv_writes"]], [Verdict(**v) for v in raw["pointwise"]],
-                   raw["timed_case"], raw["timed_dtype"], raw["copy_gbps"], [Timing(**t) for t in raw["timings"]])
+                   [Verdict(**v) for v in raw["kv_writes"]],
+                   [Verdict(**v) for v in raw["pointwise"]], raw["timed_case"], raw["timed_dtype"],
+                   raw["copy_gbps"], [Timing(**t) for t in raw["timings"]])

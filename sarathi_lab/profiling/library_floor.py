@@ -1,10 +1,8 @@
-"""The library floor of an iteration: the best kernel a lease timed for each part at the iteration's
-shape, one after another: cuBLAS's projections (the tune step's ``tune_gemm.csv``), the faster peer's
-chunk attention (SDPA-flash or FlexAttention, ``attention.csv``), the engine's own decode attention
-(faster than the peers at decodes), the elementwise passes' bytes at the memory ceiling, and the LM
-head and embedding gather at their floors. What today's kernels allow; set beside the physical floor
-it says which targets no engine built from them can reach. Shapes between the measured ones are read
-off straight lines between their neighbours; outside them a part is missing, never extrapolated."""
+"""An iteration's library floor: the best kernel a lease timed for each part at its shape, one after
+another (cuBLAS's projections, the faster peer's chunk attention, the engine's decode attention,
+elementwise bytes at the memory ceiling). Set beside the physical floor, it says which targets no
+engine built from these kernels can reach. Between measured shapes, straight lines; outside them a
+part is missing, never extrapolated."""
 from __future__ import annotations
 
 import csv
@@ -16,20 +14,16 @@ from sarathi_lab.model.cuda_graphs import graph_sizes, token_buckets
 from sarathi_lab.model.shape import Shape
 
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-# tune_gemm.csv names a gate_up projection timed with its SiLU x up by this suffix of its key.
 WITH_ACTIVATION = "+silu_mul"
 
 
 def padded_tokens(tokens: int, largest: int, max_batch: int, decode_only: bool = False) -> int:
-    """The tokens of the graph that replays an iteration of ``tokens`` (the engine's mixed buckets up to
-    ``largest``, the most an iteration holds, or its decode sizes up to ``max_batch``); ``tokens``
-    where none holds it (eager)."""
+    """The tokens of the graph replaying an iteration of ``tokens``; eager: ``tokens``."""
     sizes = graph_sizes(max_batch) if decode_only else token_buckets(largest)
     return next((b for b in sizes if b >= tokens), tokens)
 
 
 def interpolate(points: dict[float, float], x: float) -> float | None:
-    """The straight line between the measured points either side of ``x``; None outside them."""
     xs = sorted(k for k, v in points.items() if v is not None and not math.isnan(v))
     if not xs or x < xs[0] or x > xs[-1]:
         return None
@@ -42,21 +36,22 @@ def interpolate(points: dict[float, float], x: float) -> float | None:
 
 @dataclass(frozen=True)
 class GemmCurve:
-    """cuBLAS's time for one layer's projections by token count (ms), as the tune step timed them."""
+    """cuBLAS's ms for one layer's projections by token count, as the tune step timed them."""
     layer_ms: dict[int, float]
-    with_activation: bool   # gate_up timed with its SiLU x up: the activation's pass is inside
+    with_activation: bool  # gate_up timed with its SiLU x up
 
     def ms(self, tokens: int) -> float | None:
         return interpolate(self.layer_ms, tokens)
 
     @property
     def measured(self) -> str:
-        return f"{min(self.layer_ms):,}-{max(self.layer_ms):,} tokens" if self.layer_ms else "no tokens"
+        if not self.layer_ms:
+            return "no tokens"
+        return f"{min(self.layer_ms):,}-{max(self.layer_ms):,} tokens"
 
 
 def gemm_curve(tune_gemm: Path, model: str) -> GemmCurve:
-    """``model``'s cuBLAS curve from a tune step's ``tune_gemm.csv``: the sum of its four projections
-    at each token count where all four were timed."""
+    """The sum of the four projections at each token count where all four were timed."""
     by_m: dict[int, dict[str, float]] = {}
     with_activation = False
     with open(tune_gemm, newline="") as f:
@@ -64,15 +59,15 @@ def gemm_curve(tune_gemm: Path, model: str) -> GemmCurve:
             if row.get("model") != model or row.get("candidate") != "cublas" or row.get("error"):
                 continue
             by_m.setdefault(int(row["m"]), {})[row["projection"]] = float(row["ms"])
-            with_activation |= row["projection"] == "gate_up_proj" and row["key"].endswith(WITH_ACTIVATION)
+            with_activation |= (row["projection"] == "gate_up_proj"
+                                and row["key"].endswith(WITH_ACTIVATION))
     return GemmCurve({m: sum(p.values()) for m, p in by_m.items() if set(PROJECTIONS) <= p.keys()},
                      with_activation)
 
 
 @dataclass(frozen=True)
 class AttentionTable:
-    """One layer's attention times (ms) from an attention step's ``attention.csv`` for one head shape:
-    ``chunk[(query_len, prefix)]`` and ``decode[(batch, context)]`` per column (engine, best peer)."""
+    """One layer's ms per column (engine, best peer) for one head shape."""
     chunk: dict[str, dict[tuple[int, int], float]]
     decode: dict[str, dict[tuple[int, int], float]]
 
@@ -84,7 +79,7 @@ class AttentionTable:
 
 
 def _bilinear(grid: dict[tuple[int, int], float], x: int, y: int) -> float | None:
-    """Along y at each measured x, then along x; None where either lies outside what was measured."""
+    """None where x or y lies outside what was measured."""
     rows = {}
     for gx in {k[0] for k in grid}:
         rows[gx] = interpolate({gy: v for (kx, gy), v in grid.items() if kx == gx}, y)
@@ -112,8 +107,7 @@ def attention_table(attention_csv: Path, heads: int, kv_heads: int) -> Attention
 
 @dataclass
 class LibraryFloor:
-    """An iteration's library floor's parts (ms over all layers); ``missing``: the parts the lease's
-    tables cannot give at this shape, each saying why (the total is then None)."""
+    """ms over all layers; ``missing``: the parts the lease cannot give here, and why."""
     gemm_ms: float | None
     chunk_attention_ms: float | None
     decode_attention_ms: float | None
@@ -129,32 +123,34 @@ class LibraryFloor:
         return sum(parts) + self.elementwise_ms + self.head_and_embedding_ms
 
 
-def elementwise_ms(shape: Shape, tokens: int, elem_bytes: int, gbps: float, activation_in_gemm: bool) -> float:
-    """The elementwise passes' bytes over every layer at ``gbps``; the activation left out where the
-    GEMM timing holds it."""
+def elementwise_ms(shape: Shape, tokens: int, elem_bytes: int, gbps: float,
+                   activation_in_gemm: bool) -> float:
+    """The activation left out where the GEMM timing holds it."""
     parts = shape.elementwise_bytes_per_token(elem_bytes)
     nbytes = sum(v for k, v in parts.items() if not (activation_in_gemm and k == "activation"))
     return nbytes * tokens * shape.layers / (gbps * 1e9) * 1e3
 
 
-def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: int, elem_bytes: int,
-                  gbps: float, gemms: GemmCurve, attention: AttentionTable,
+def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: int,
+                  elem_bytes: int, gbps: float, gemms: GemmCurve, attention: AttentionTable,
                   head_and_embedding_ms: float) -> LibraryFloor:
-    """The library floor of a chunk (the last ``chunk`` tokens of a ``context``-token prompt; 0: none)
-    beside ``decodes`` decodes at ``context``, its GEMMs and elementwise passes run over ``tokens``
-    rows (the real count, or the graph's padded one)."""
+    """A chunk (the last ``chunk`` tokens of a ``context``-token prompt) beside ``decodes`` decodes;
+    GEMMs and elementwise passes over ``tokens`` rows (real or graph-padded)."""
     missing, layers = [], shape.layers
     gemm = gemms.ms(tokens)
     if gemm is None:
         missing.append(f"cuBLAS at {tokens} tokens (tune_gemm.csv timed {gemms.measured})")
     chunk_ms = attention.chunk_ms("best_peer", chunk, context - chunk) if chunk else 0.0
     if chunk_ms is None:
-        missing.append(f"the best peer's attention at c={chunk} over a {context - chunk}-token prefix "
+        missing.append(f"the best peer's attention at c={chunk} over a {context - chunk}-token "
+                       f"prefix "
                        "(outside attention.csv's shapes)")
     decode_ms = attention.decode_ms("engine", decodes, context) if decodes else 0.0
     if decode_ms is None:
-        missing.append(f"the engine's decode attention at b={decodes}, context {context} (outside attention.csv's)")
-    return LibraryFloor(None if gemm is None else gemm * layers, None if chunk_ms is None else chunk_ms * layers,
+        missing.append(f"the engine's decode attention at b={decodes}, context {context} (outside "
+                       f"attention.csv's)")
+    return LibraryFloor(None if gemm is None else gemm * layers,
+                        None if chunk_ms is None else chunk_ms * layers,
                         None if decode_ms is None else decode_ms * layers,
                         elementwise_ms(shape, tokens, elem_bytes, gbps, gemms.with_activation),
                         head_and_embedding_ms, missing)

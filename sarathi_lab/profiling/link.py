@@ -2,10 +2,7 @@
 send to its receipt over torch.distributed's gloo (TCP over the loopback interface), the way a CPU
 pipeline's stages pass their commands, activations and logits. A ping-pong between two processes,
 each pinned to one of the given cores as the stages are, at sizes from a header's to a megabyte's;
-each size's median one-way time is kept, as the simulator's table (sim/link.py).
-
-    python -m sarathi_lab.profiling.link [--cores 0,1]
-"""
+each size's median one-way time is kept, as the simulator's table (sim/link.py)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +13,7 @@ import numpy as np
 
 from sarathi_lab.sim.link import Link
 
-SIZES = (8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)   # bytes
+SIZES = (8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 ROUNDS = 50
 
 
@@ -29,8 +26,10 @@ def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        _rounds(rank, torch.zeros(max(sizes) // 4), rounds)   # sockets and buffers warmed at every size
-        medians = [float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2 for nbytes in sizes]
+        # sockets and buffers warmed at every size
+        _rounds(rank, torch.zeros(max(sizes) // 4), rounds)
+        medians = [float(np.median(_rounds(rank, torch.zeros(max(nbytes // 4, 1)), rounds))) / 2
+                   for nbytes in sizes]
         if rank == 0:
             out.put(medians)
     finally:
@@ -38,7 +37,6 @@ def _ping_pong(rank: int, port: int, core: int | None, sizes, rounds: int, out) 
 
 
 def _rounds(rank: int, buf, rounds: int) -> list[float]:
-    """Seconds of each of ``rounds`` round trips of ``buf`` between ranks 0 and 1."""
     import torch.distributed as dist
 
     out = []
@@ -54,8 +52,9 @@ def _rounds(rank: int, buf, rounds: int) -> list[float]:
     return out
 
 
-def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, timeout_s: float = 60.0) -> Link:
-    """The link between two fresh processes on ``cores`` (one each; None: wherever the OS puts them)."""
+def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS,
+            timeout_s: float = 60.0) -> Link:
+    """``cores``: one each; None: wherever the OS puts them."""
     import multiprocessing as mp
 
     from sarathi_lab.model.parallel.group import free_port
@@ -64,15 +63,16 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
     out = ctx.Queue()
     port = free_port()
     pinned = list(cores) if cores else [None, None]
-    procs = [ctx.Process(target=_ping_pong, args=(r, port, pinned[r % len(pinned)], list(sizes), rounds, out),
+    procs = [ctx.Process(target=_ping_pong,
+                         args=(r, port, pinned[r % len(pinned)], list(sizes), rounds, out),
                          daemon=True) for r in range(2)]
     for p in procs:
         p.start()
     try:
         medians = out.get(timeout=timeout_s)
     except queue.Empty:
-        raise RuntimeError(f"the link's ping-pong between two processes gave no times within {timeout_s:g} s "
-                           f"(exit codes {[p.exitcode for p in procs]})") from None
+        raise RuntimeError(f"the link's ping-pong between two processes gave no times within "
+                           f"{timeout_s:g} s (exit codes {[p.exitcode for p in procs]})") from None
     finally:
         for p in procs:
             p.join(timeout=10)
@@ -84,7 +84,8 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS, t
 def main(argv: list[str] | None = None) -> None:
     from sarathi_lab import cli_args
 
-    parser = cli_args.Parser(prog="python -m sarathi_lab.profiling.link", description=__doc__.splitlines()[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.profiling.link",
+                             description=__doc__.splitlines()[0])
     parser.add_argument("--cores", default=None, help="two cores to pin the processes to, e.g. 0,1")
     args = parser.parse_args(argv)
     allowed = sorted(os.sched_getaffinity(0))
@@ -92,11 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.cores is not None:
         parts = args.cores.split(",")
         if len(parts) != 2 or not all(p.strip().isdigit() and int(p) in allowed for p in parts):
-            parser.error(f"--cores={args.cores} is invalid: must be two cores this process may run on, from "
-                         f"{allowed}, e.g. {allowed[0]},{allowed[-1]}")
+            parser.error(f"--cores={args.cores} is invalid: must be two cores this process may run "
+                         f"on, from {allowed}, e.g. {allowed[0]},{allowed[-1]}")
         cores = [int(p) for p in parts]
     link = measure(cores)
-    print(" ".join(f"{n} B: {s * 1e6:.0f} us;" for n, s in zip(link.sizes, link.seconds)), link.describe())
+    print(" ".join(f"{n} B: {s * 1e6:.0f} us;" for n, s in zip(link.sizes, link.seconds)),
+          link.describe())
 
 
 if __name__ == "__main__":

@@ -1,5 +1,4 @@
-"""The machine a measurement ran on (CPU model, ISA features, cores, device, torch, load): one
-description for the run records, the benchmarks' tables and the figures."""
+"""The machine a measurement ran on: one description for records, tables and figures."""
 from __future__ import annotations
 
 import os
@@ -10,31 +9,30 @@ from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab.config import cpu_has_bf16_units, run_dtype, usable_cores
 from sarathi_lab.profiling import isa
-from sarathi_lab.sim.device import cpu_name  # one definition: the simulator keys ceilings by it
+from sarathi_lab.sim.device import cpu_name  # the simulator keys ceilings by it
 
-if TYPE_CHECKING:  # imported where used: a simulated run's records read this module, and load no torch
+if TYPE_CHECKING:  # a simulated run's records read this module and load no torch
     import torch
 
-# The ISA features that decide which CPU paths run fast (bfloat16 on a CPU needs the bf16 ones).
+# bfloat16 on a CPU needs the bf16 ones
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 
 
 def cpu_flags() -> set[str]:
-    """The first CPU's feature flags, less those of the ISA kind the process is held to (profiling/isa.py)."""
+    """Less those of the ISA kind the process is held to (profiling/isa.py)."""
     kind = isa.active()
     return {f for f in cpuinfo("flags").split() if kind is None or kind[1].has(f)}
 
 
 def cpu_isa() -> str:
-    """Which of ISA_FLAGS this CPU has, comma-separated ("?" where the flags cannot be read)."""
+    """"?" where the flags cannot be read."""
     have = cpu_flags()
     return (",".join(f for f in ISA_FLAGS if f in have) or "none") if have else "?"
 
 
 def llc_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
-    """The first CPU's last-level cache in MiB (None where sysfs does not say): CPUs sold under one
-    name ("Intel(R) Xeon(R) Processor") differ in it, and a model whose weights fit in it decodes
-    from cache when timed back to back (docs/sim/README.md, section 1)."""
+    """CPUs sold under one name differ in it, and a model whose weights fit decodes from cache when
+    timed back to back."""
     units, sizes = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}, {}
     for index in cache_dir.glob("index*"):
         try:
@@ -60,8 +58,7 @@ def default_device() -> str:
 
 
 def fast_dtype(device: str) -> str:
-    """bfloat16 where it has hardware (CUDA, or a CPU with AVX512-BF16/AMX), else float32: the
-    dtype the engine itself runs when asked for bfloat16."""
+    """The dtype the engine itself runs when asked for bfloat16."""
     return run_dtype("bfloat16", device)
 
 
@@ -69,15 +66,15 @@ def machine_record(device: torch.device | str = "cpu") -> dict:
     import torch
 
     kind = isa.active()
-    return {"device": device_name(device), "cpu": cpu_name(), "cores": usable_cores(), "isa": cpu_isa(),
-            "isa_as": kind[0] if kind else None, "bf16_units": cpu_has_bf16_units(), "llc_mib": llc_mib(),
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
+    return {"device": device_name(device), "cpu": cpu_name(), "cores": usable_cores(),
+            "isa": cpu_isa(), "isa_as": kind[0] if kind else None,
+            "bf16_units": cpu_has_bf16_units(), "llc_mib": llc_mib(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2)}
 
 
 def describe_machine(device: torch.device | str) -> str:
-    """One comment line for a benchmark's output."""
     r = machine_record(device)
     held = f" (held to the {r['isa_as']} kind: profiling/isa.py)" if r["isa_as"] else ""
-    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | last-level cache "
-            f"{r['llc_mib'] or '?'} MiB | torch {r['torch']}"
+    return (f"# machine: {r['device']} | cores {r['cores']} | isa {r['isa']}{held} | last-level "
+            f"cache {r['llc_mib'] or '?'} MiB | torch {r['torch']}"
             f" | threads {r['threads']} | load1 {r['load1']:.2f}")

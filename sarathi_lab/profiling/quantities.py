@@ -1,5 +1,4 @@
-"""The paper's quantities that a measurement task reports and the analysis recomputes from the
-tables it leaves: one definition for both, below them."""
+"""The paper's quantities a task reports and the analysis recomputes: one definition."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +6,7 @@ import pandas as pd
 
 
 def tile_jump(times: pd.Series, tile: int) -> float:
-    """Mean relative increase of the time from m to m + 1 tokens over the multiples m of ``tile``
-    measured; ``times`` is indexed by token count."""
+    """Mean relative increase from m to m + 1 tokens over the multiples m of ``tile`` measured."""
     pairs = [(m, m + 1) for m in times.index if m % tile == 0 and m + 1 in times.index]
     if not pairs:
         return float("nan")
@@ -16,16 +14,12 @@ def tile_jump(times: pd.Series, tile: int) -> float:
 
 
 def within_noise(difference, noise):
-    """Whether a difference of two measured times is within their noise: no larger than the spread of
-    their repeats (``noise``, the sum of the two times' ranges). A ratio over such a difference is no
-    number, only a bound. The one definition of "within noise" for every such ratio."""
+    """Within the two times' summed ranges: a ratio over it is only a bound."""
     return difference <= noise
 
 
 def _time_noise(piggyback: pd.DataFrame, point: list[str]) -> pd.Series:
-    """Each row's noise, ms: the range (max - min) of its iteration's time over the repeats of its
-    point, the seeds' medians where several seeds ran, else the one run's reps (``ms_min``..``ms_max``,
-    where the task recorded them), else 0."""
+    """Range of each row's time over its point's repeats (seeds' medians, else reps), else 0."""
     if "seed" in piggyback and piggyback.seed.nunique() > 1:
         grouped = piggyback.groupby([*point, "iteration"]).ms
         return grouped.transform("max") - grouped.transform("min")
@@ -35,15 +29,12 @@ def _time_noise(piggyback: pd.DataFrame, point: list[str]) -> pd.Series:
 
 
 def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
-    """Per (seq_len, batch_size, chunk; chunk_align and seed where recorded), from the medians of
-    ``task=piggyback``'s three iterations: a baseline decode token costs decode_only / B, a piggybacked
-    one (hybrid - chunk_alone) / (B - 1) (the paper's Table 2 reading); ``gain`` is the first over the
-    second. Seeds stay apart: averaging a difference of two times that vanished into noise with one
-    that did not makes a speedup neither measured. ``resolved``: the difference hybrid - chunk_alone is
-    beyond the noise of the two (``within_noise``); where it is not, ``gain`` is no number and
-    ``gain_bound`` is what the repeats do say, gain >= baseline / ((difference + noise) / (B - 1))
-    (NaN where even that is no finite bound)."""
-    point = ["seq_len", "batch_size", "chunk", *(["chunk_align"] if "chunk_align" in piggyback else [])]
+    """A baseline decode token costs decode_only / B, a piggybacked one (hybrid - chunk_alone) / (B
+    - 1) (the paper's Table 2). Seeds stay apart: averaging a difference lost in noise with one that
+    is not makes a speedup neither measured. Where unresolved, ``gain`` is NaN and ``gain_bound``
+    what the repeats do say."""
+    point = ["seq_len", "batch_size", "chunk",
+             *(["chunk_align"] if "chunk_align" in piggyback else [])]
     keys = [*point, *(["seed"] if "seed" in piggyback and piggyback.seed.nunique() > 1 else [])]
     piggyback = piggyback.assign(noise_ms=_time_noise(piggyback, point))
     ms = piggyback.pivot_table(index=keys, columns="iteration", values="ms")

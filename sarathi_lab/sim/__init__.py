@@ -1,10 +1,11 @@
 """The simulator: the engine's own scheduler, block manager and metrics on a virtual clock, with
 each iteration's device time predicted by a cost model instead of measured."""
-# The modules whose cost models register themselves (cost_model.register_cost_model), so that
-# CostModel.for_device finds every one however the package is entered.
+# Imported so that their cost models register, however the package is entered.
 from sarathi_lab.sim import kernel_model, parallel, profile_model, roofline  # noqa: F401
-from sarathi_lab.sim.build import kv_capacity_tokens, max_batch, simulated_cost_model, simulated_kv_blocks
+from sarathi_lab.sim.build import (kv_capacity_tokens, max_batch, simulated_cost_model,
+                                   simulated_kv_blocks)
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import load_device
 
-__all__ = ["CostModel", "kv_capacity_tokens", "load_device", "max_batch", "simulated_cost_model", "simulated_kv_blocks"]
+__all__ = ["CostModel", "kv_capacity_tokens", "load_device", "max_batch", "simulated_cost_model",
+           "simulated_kv_blocks"]

@@ -1,30 +1,15 @@
-"""What the engine's plan asks the simulator for (``executor="sim"``): the KV capacity in blocks (the
-real engine's rule, model.memory, on the simulated device: on a GPU what fits beside the weights and
-the activations of the largest iteration, in the share of memory a serving engine gives its pools,
-config.GPU_MEMORY_UTILISATION, vLLM's) and the cost model, each made once per run (docs/sim/README.md,
-section 8)."""
+"""What the engine's plan asks the simulator for (``executor="sim"``): the KV blocks by the real
+engine's rule (model.memory) on the simulated device, and the cost model, made once per run."""
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import (
-    GPU_MEMORY_UTILISATION,
-    SETTING,
-    ConfigError,
-    EngineConfig,
-    as_written,
-    check_choice,
-    check_count,
-)
+from sarathi_lab.config import (GPU_MEMORY_UTILISATION, SETTING, ConfigError, EngineConfig,
+                                as_written, check_choice, check_count)
 from sarathi_lab.engine.scheduler import SchedulerConfig
-from sarathi_lab.model.memory import (
-    default_kv_blocks,
-    gpu_kv_bytes,
-    kv_excess,
-    resident_weight_bytes,
-    tokens_with_activations,
-)
+from sarathi_lab.model.memory import (default_kv_blocks, gpu_kv_bytes, kv_excess,
+                                      resident_weight_bytes, tokens_with_activations)
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import DEVICES, Device, device_type, load_device, simulated_dtype
@@ -36,25 +21,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: int, utilisation: float) -> int:
-    """model.memory.gpu_kv_bytes on ``device``, refusing (one line) weights that leave no room."""
-    # NaN compares false both ways: without the check it became int(nan) deep below, or 0 bytes.
-    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
+def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: int,
+              utilisation: float) -> int:
+    """Refuses (one line) weights that leave no room."""
+    # NaN compares false both ways: unchecked it became int(nan) deep below, or 0 bytes.
+    number = isinstance(utilisation, (int, float)) and not isinstance(utilisation, bool)
+    if not number or not 0 < utilisation <= 1:
         raise ConfigError(f"utilisation={utilisation!r} is invalid: must be a number in (0, 1]")
     s = Shape.of(config)
     weights = s.weight_bytes(elem_bytes)
-    if gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation) < s.kv_bytes_per_token(elem_bytes):
+    kv_bytes = gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation)
+    if kv_bytes < s.kv_bytes_per_token(elem_bytes):
         usable = int(device.memory_bytes * utilisation)
-        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: {weights / 2**30:.1f} GiB "
-                          f"of weights leave no room for a KV cache in {usable / 2**30:.1f} GiB")
+        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: "
+                          f"{weights / 2**30:.1f} GiB of weights leave no room for a KV cache in "
+                          f"{usable / 2**30:.1f} GiB")
     return gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, max_tokens, utilisation)
 
 
-def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2, max_tokens: int = 0,
-                       utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """KV-cache tokens that fit on ``device`` beside the weights and the activations of an iteration
-    of ``max_tokens`` tokens (the paper's arithmetic, in shapes alone). Fails with one line when
-    nothing fits."""
+def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2,
+                       max_tokens: int = 0, utilisation: float = GPU_MEMORY_UTILISATION) -> int:
+    """The paper's arithmetic, in shapes alone; one line when nothing fits."""
     check_count("max_tokens", max_tokens, 0)
     free = _kv_bytes(device, config, elem_bytes, max_tokens, utilisation)
     kv = Shape.of(config).kv_bytes_per_token(elem_bytes)
@@ -66,25 +53,21 @@ def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2,
 
 def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int = 2,
               utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """The paper's B: the most requests of ``seq_len`` tokens whose KV caches fit together with the
-    activations of prefilling all of them in one iteration (the baseline's prefill batch)."""
+    """The paper's B: requests whose KV fits beside prefilling them all at once."""
     check_count("seq_len", seq_len, 1)
-    return tokens_with_activations(Shape.of(config), elem_bytes, _kv_bytes(device, config, elem_bytes, 0,
+    return tokens_with_activations(Shape.of(config), elem_bytes,
+                                   _kv_bytes(device, config, elem_bytes, 0,
                                                                           utilisation)) // seq_len
 
 
-def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig, context: int) -> int:
-    """The KV blocks the real engine would plan on the simulated device (model.memory decides both):
-    an explicit block count or memory budget if it fits beside the weights (or, with
-    ``sim_kv_beyond_device``, as a what-if, with a warning); otherwise its default for the device's
-    kind. ``sched``: the run's scheduler config (plan.scheduler_config_of); ``context``: the longest
-    request (model.memory.context_limit)."""
+def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig,
+                        context: int) -> int:
+    """An explicit count or budget if it fits (or, ``sim_kv_beyond_device``, as a what-if)."""
     k = SETTING
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
-    # Each of sim_tp GPUs in each of sim_pp stages holds its shard of its stage's layers (weights) and
-    # its heads' part of every token's KV in those layers: one GPU's capacity is the whole engine's.
+    # One GPU of sim_tp x sim_pp holds its shard of its stage's weights and KV: its capacity is the
+    # engine's.
     config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model)
-    # The engine's dtype: bfloat16 runs as float32 on a CPU without bf16 units (torch_dtype).
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
@@ -102,16 +85,16 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
             log.warning("what-if KV cache (sim_kv_beyond_device): %s", as_written(excess))
         return blocks
     # Here the device is the setting to change: the model is what is being studied.
-    return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights, where,
-                             too_large=f"{where} is invalid for this model")
+    return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights,
+                             where, too_large=f"{where} is invalid for this model")
 
 
 def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
-    """The cost model of ``cfg.sim_device`` and ``cfg.sim_cost_model``; a profile not measured yet is
-    a ConfigError, refused before the run starts."""
+    """A profile not measured yet is refused before the run starts."""
     model = cfg.model if cfg.sim_cost_model == "profile" else config
     try:
-        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype, tp=cfg.sim_tp,
-                                    pp=cfg.sim_pp)
+        return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype,
+                                    tp=cfg.sim_tp, pp=cfg.sim_pp)
     except FileNotFoundError as e:
-        raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: {e}") from None
+        raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: "
+                          f"{e}") from None

@@ -1,7 +1,6 @@
-"""The roofline's efficiencies as curves fitted to measured GPU kernels (gpu_kernels.py), and the
-fit; ``python -m sarathi_lab.sim.calibration_cli`` writes it into the device files (what is fitted to
-what: docs/sim/README.md, section 8).
-"""
+"""The roofline's efficiencies fitted to measured GPU kernels;
+``python -m sarathi_lab.sim.calibration_cli`` writes them into the device files (docs/sim/README.md,
+section 8)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,23 +18,22 @@ if TYPE_CHECKING:
     import pandas as pd
 
 POINTWISE_KINDS = ("norm", "rope", "act", "add", "embedding")
-# Token counts measured this close together are a fine grid (vidur's: every 8 up to 1024).
+# vidur's grid: every 8 up to 1024.
 FINE_GRID = 8
-KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act", "add": "add",
-              "embedding": "embedding"}
+KIND_OF_OP = {"input_norm": "norm", "post_attention_norm": "norm", "rope": "rope", "act": "act",
+              "add": "add", "embedding": "embedding"}
 
 
 def check_keys(cls, raw: dict, where: str) -> None:
-    """Refuse a key of ``raw`` that is no field of the dataclass ``cls``."""
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: {', '.join(sorted(known))}")
+        raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: "
+                          f"{', '.join(sorted(known))}")
 
 
 def measured_shape(model: str) -> Shape:
-    """A measured model's shape (whether its MLP is gated included): vidur's table's, else a preset's
-    (a GPU lease's models)."""
+    """vidur's table's shape, else a preset's (a GPU lease's models)."""
     if model in gpu_kernels.model_shapes().index:
         return Shape.of(gpu_kernels.config_of(model))
     from sarathi_lab.model import load_config
@@ -44,20 +42,19 @@ def measured_shape(model: str) -> Shape:
 
 
 def pointwise_elems(kind: str, s: Shape) -> int:
-    """Elements a pointwise kernel moves per token (one layer): a norm reads and writes the hidden
-    state; rope reads and writes q and k; the gated activation reads gate and up and writes one;
-    the residual add reads two and writes one; the embedding gathers a row and writes it."""
+    """Elements a pointwise kernel moves per token and layer."""
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv), "act": (3 if s.gated else 2) * s.intermediate,
+    return {"norm": 2 * s.hidden, "rope": 2 * (q + kv),
+            "act": (3 if s.gated else 2) * s.intermediate,
             # phi-2's parallel block adds attention, MLP and residual in one kernel.
             "add": (3 if s.gated else 4) * s.hidden, "embedding": 2 * s.hidden}[kind]
 
 
 def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Coefficients c >= 0 of t ~ features @ c, least squares on the relative error."""
+    """Least squares on the relative error."""
     a = features / t[:, None]
     coef, *_ = np.linalg.lstsq(a, np.ones(len(t)), rcond=None)
-    if (coef < 0).any():  # refit without the negative terms
+    if (coef < 0).any():
         keep = coef >= 0
         coef = np.zeros_like(coef)
         coef[keep], *_ = np.linalg.lstsq(a[:, keep], np.ones(len(t)), rcond=None)
@@ -66,7 +63,7 @@ def _relative_lstsq(features: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A device's fitted curves; see the module docstring. Lists are the curves' points."""
+    """Lists are the curves' points."""
     gemm_tokens: tuple[int, ...]
     gemm_efficiency: tuple[float, ...]
     gemm_launch_s: tuple[float, ...]
@@ -75,8 +72,7 @@ class Calibration:
     prefill_launch_s: float = 0.0
     prefill_per_query_s: float = 0.0
     prefill_efficiency: float = 0.0
-    # The query block the measured prefill attention pads a chunk to (the fit picks the one that
-    # predicts the measurements best; the device file's attention_tile is the roofline's guess).
+    # The query block the measured prefill attention pads a chunk to (the fit's best).
     prefill_tile: int = 128
     decode_launch_s: float = 0.0
     decode_per_request_s: float = 0.0
@@ -84,17 +80,19 @@ class Calibration:
     fitted_from: tuple[str, ...] = field(default=())
 
     def __post_init__(self):
-        if len(self.gemm_tokens) != len(self.gemm_efficiency) or len(self.gemm_tokens) != len(self.gemm_launch_s):
-            raise ConfigError(f"sim.device.calibration.gemm_tokens has {len(self.gemm_tokens)} points but "
-                              f"gemm_efficiency {len(self.gemm_efficiency)} and gemm_launch_s "
-                              f"{len(self.gemm_launch_s)}: they must match")
+        n = len(self.gemm_tokens)
+        if n != len(self.gemm_efficiency) or n != len(self.gemm_launch_s):
+            raise ConfigError(f"sim.device.calibration.gemm_tokens has {len(self.gemm_tokens)} "
+                              f"points but gemm_efficiency {len(self.gemm_efficiency)} and "
+                              f"gemm_launch_s {len(self.gemm_launch_s)}: they must match")
         unknown = sorted(set(self.pointwise) - set(POINTWISE_KINDS))
         if unknown:
-            raise ConfigError(f"sim.device.calibration.pointwise.{unknown[0]} is not a known kind; known: "
-                              f"{', '.join(POINTWISE_KINDS)}")
+            raise ConfigError(f"sim.device.calibration.pointwise.{unknown[0]} is not a known kind; "
+                              f"known: {', '.join(POINTWISE_KINDS)}")
         values = [*self.gemm_efficiency, *(e for _, e in self.pointwise.values())]
         if any(not 0 < v <= 1.5 for v in values):
-            raise ConfigError(f"sim.device.calibration: an efficiency {min(values)}..{max(values)} is invalid: "
+            raise ConfigError(f"sim.device.calibration: an efficiency {min(values)}..{max(values)} "
+                              f"is invalid: "
                               "must lie in (0, 1.5]")
 
     @property
@@ -116,12 +114,11 @@ class Calibration:
 
 
 def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[float], list[float]]:
-    """(tokens, efficiency, launch seconds) at each token count measured for every model in ``table``."""
     rows = []
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
         kn = measured_shape(model).gemms
         rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
-    import pandas as pd  # here: a simulated run fits nothing (gpu_kernels.model_shapes)
+    import pandas as pd  # a simulated run fits nothing
     rows = pd.concat(rows)
     tokens = sorted(set.intersection(*(set(g.tokens) for _, g in rows.groupby("model"))))
     fits = []
@@ -134,13 +131,16 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[fl
     return tokens, eff, launch
 
 
-def fit_pointwise(table: pd.DataFrame, bandwidth: float, elem_bytes: int) -> dict[str, tuple[float, float]]:
+def fit_pointwise(table: pd.DataFrame, bandwidth: float,
+                  elem_bytes: int) -> dict[str, tuple[float, float]]:
     out = {}
     rows = table[table.op.isin(list(KIND_OF_OP))].assign(kind=lambda r: r.op.map(KIND_OF_OP))
     for kind, at in rows.groupby("kind"):
-        per_model = {m: pointwise_elems(kind, measured_shape(m)) * elem_bytes for m in set(at.model)}
+        per_model = {m: pointwise_elems(kind, measured_shape(m)) * elem_bytes
+                     for m in set(at.model)}
         per_token = at.model.map(per_model).to_numpy(float)
-        launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)), at.tokens.to_numpy(float) * per_token]),
+        launch, per_byte = _relative_lstsq(np.column_stack([np.ones(len(at)),
+                                                            at.tokens.to_numpy(float) * per_token]),
                                            at.seconds.to_numpy(float))
         out[kind] = (float(launch), float(1 / (bandwidth * per_byte)) if per_byte > 0 else 1.0)
     return out
@@ -151,20 +151,17 @@ def ceil_to(n: int, m: int) -> int:
 
 
 def attention_flops(per_pair: int, chunk: int, context: int, tile: int) -> float:
-    """Flops of a chunk's causally visible query-key pairs, its queries padded to ``tile``."""
     return per_pair * visible_pairs(chunk, context) * ceil_to(chunk, tile) / chunk
 
 
 PREFILL_TILES = (16, 32, 64, 128)
-# Calibration's attention terms, as fit_prefill_attention and fit_decode_attention return them.
 ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficiency", "prefill_tile",
                     "decode_launch_s", "decode_per_request_s", "decode_bandwidth_efficiency")
 
 
 def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
-    """(launch seconds, seconds per padded query, share of peak on the pairs, query tile) from one
-    model's prefill attention rows: ``seconds = launch + padded_chunk * per_query + flops / (peak *
-    eff)``, with the query tile of the least median relative error."""
+    """``seconds = launch + padded_chunk * per_query + flops / (peak * eff)``, with the query tile
+    of the least median relative error."""
     best = None
     t = rows.seconds.to_numpy(float)
     for tile in PREFILL_TILES:
@@ -182,26 +179,26 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
 
 
 def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, elem_bytes: int):
-    """(launch seconds, seconds per request, share of bandwidth) from one model's decode rows."""
     kv_bytes = (shape.kv_bytes_per_token(elem_bytes, layers=1) * rows.batch.to_numpy(float)
                 * rows.context.to_numpy(float))
     a, per_request, per_byte = _relative_lstsq(
-        np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]), rows.seconds.to_numpy(float))
-    return float(a), float(per_request), float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
+        np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]),
+        rows.seconds.to_numpy(float))
+    share = float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
+    return float(a), float(per_request), share
 
 
 def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
-    """``device``'s calibration from its measured kernels, leaving out the models in ``exclude``.
-    Where it has no attention measured, ``attention_from`` (another device's calibration and peak
-    FLOP/s) lends its attention: shares of peak scaled by the two devices' GEMM efficiency at their
-    largest batch, the per-query cost by their sustained GEMM rates, launches and the decode's
-    latency terms as they are."""
+    """Without attention measured, ``attention_from`` (another device's calibration, peak FLOP/s)
+    lends it: shares of peak scaled by the GEMM efficiencies at their largest batch, the per-query
+    cost by their GEMM rates."""
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
-    import pandas as pd  # as in fit_gemm
-    table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names], ignore_index=True)
-    elem_bytes = 2  # the measured kernels' element size (16-bit weights and activations)
+    import pandas as pd
+    table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names],
+                      ignore_index=True)
+    elem_bytes = 2  # 16-bit weights and activations
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
     for model in names:
@@ -209,29 +206,31 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
         shape = measured_shape(model)
         pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
         if len(pre) and len(dec):
+            decode = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
             kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),
-                                             *fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes))))
+                                             *decode)))
             break
     if not kw and attention_from is not None and attention_from[0].has_attention:
         attention_from, from_peak = attention_from
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
         kw = {f: getattr(attention_from, f) for f in ATTENTION_FIELDS} | {
-            "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak / (scale * device.peak_flops),
+            "prefill_per_query_s": attention_from.prefill_per_query_s * from_peak
+            / (scale * device.peak_flops),
             "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale)}
-    return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff), gemm_launch_s=tuple(launch),
+    return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff),
+                       gemm_launch_s=tuple(launch),
                        pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
                        fitted_from=tuple(names))
 
 
 def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwidth: float,
               lease: str) -> Calibration:
-    """``base`` refitted to a lease's kernels (lease_kernels.lease_kernels): the GEMM curve between
-    the lease's smallest and largest token counts is the lease's (its cuBLAS at its models' shapes;
-    outside them the base's), and the attention is the engine's own as the lease timed it; the
-    pointwise kernels, which no lease times apart, stay the base's."""
+    """The GEMM curve within the lease's token counts and the attention are the lease's; pointwise
+    kernels, which no lease times apart, stay the base's."""
     tokens, eff, launch = fit_gemm(table, peak_flops)
     base_points = list(zip(base.gemm_tokens, base.gemm_efficiency, base.gemm_launch_s))
-    points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]] + list(zip(tokens, eff, launch)))
+    points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]]
+                    + list(zip(tokens, eff, launch)))
     # Where the two curves meet, time per weight and launch never fall with more tokens.
     per_weight = np.maximum.accumulate([t / e for t, e, _ in points])
     launch_s = np.maximum.accumulate([la for _, _, la in points])
@@ -246,4 +245,5 @@ def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwid
     return dataclasses.replace(
         base, gemm_tokens=tuple(int(t) for t, _, _ in points),
         gemm_efficiency=tuple(float(t / w) for (t, _, _), w in zip(points, per_weight)),
-        gemm_launch_s=tuple(float(x) for x in launch_s), **kw, fitted_from=(*base.fitted_from, lease))
+        gemm_launch_s=tuple(float(x) for x in launch_s), **kw,
+        fitted_from=(*base.fitted_from, lease))

@@ -27,15 +27,12 @@ def _round(value, digits: int = 4):
     return value
 
 
-# A device nobody measured -> the measured device of the same chip whose fitted shares of peak it
-# takes, applied to its own peaks.
+# A device nobody measured -> the measured device of the same chip whose shares of peak it takes.
 BORROWED = {"a6000": "a40"}
 
 
 def calibrations() -> dict[str, Calibration]:
-    """Each GPU device with measured kernels, fitted to every model measured there; devices without
-    measured attention borrow the A100's (scaled, see calibration.fit); those in BORROWED their
-    sibling's calibration."""
+    """Without measured attention, the A100's (calibration.fit); BORROWED, a sibling's."""
     measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
     out = {}
     for name in sorted(measured, key=lambda d: d != "a100"):
@@ -43,8 +40,8 @@ def calibrations() -> dict[str, Calibration]:
         device = load_device(name)
         out[name] = fit(device, attention_from=borrowed)
         if (lease := newest_lease(name)) is not None:
-            out[name] = fit_lease(out[name], lease_kernels(lease), device.peak_flops, device.memory_bandwidth,
-                                  f"lease {lease.name}")
+            out[name] = fit_lease(out[name], lease_kernels(lease), device.peak_flops,
+                                  device.memory_bandwidth, f"lease {lease.name}")
     for name, sibling in BORROWED.items():
         if sibling in out:
             out[name] = out[sibling]
@@ -56,25 +53,30 @@ def as_yaml(cal: Calibration, device: str) -> str:
     cal = dataclasses.replace(cal, **{f: tuple(getattr(cal, f)[i] for i in keep)
                                       for f in ("gemm_tokens", "gemm_efficiency", "gemm_launch_s")})
     lease = next((f for f in cal.fitted_from if f.startswith("lease ")), None)
-    attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention measured here)"
+    attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention "
+                 "measured here)"
                  if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
     if lease:
-        attention = (f"then refitted to the GPU {lease} (docs/gpu/{device}/{lease.split()[1]}/steps/: "
-                     "the engine's attention, cuBLAS projections between the token counts it timed)")
+        attention = (f"then refitted to the GPU {lease} "
+                     f"(docs/gpu/{device}/{lease.split()[1]}/steps/: "
+                     "the engine's attention, cuBLAS projections between the token counts it "
+                     "timed)")
     measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
                    if device in BORROWED else "")
     vidur = ", ".join(f for f in cal.fitted_from if f != lease)
-    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, MIT) of\n# "
-            f"{vidur}{measured_on};\n# {attention}. Efficiencies are shares of the peaks above.\n")
-    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))}, default_flow_style=None,
-                                 sort_keys=False, width=110)
+    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, "
+            f"MIT) of\n# {vidur}{measured_on};\n# {attention}. Efficiencies are shares of the "
+            f"peaks above.\n")
+    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))},
+                                 default_flow_style=None, sort_keys=False, width=110)
 
 
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__).parse_args(argv)
     for device, cal in calibrations().items():
         path = DEVICES_DIR / f"{device}.yaml"
-        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n" + as_yaml(cal, device))
+        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n"
+                        + as_yaml(cal, device))
         print(f"wrote {path}")
 
 

@@ -1,7 +1,6 @@
 """Converts the vidur project's measured GPU kernel profiles into the simulator's kernel tables,
 once: ``python -m sarathi_lab.sim.convert_gpu_kernels --vidur <vidur git dir> --attention <csv>``
-(what is kept and why: data/gpu_kernels/README.md).
-"""
+(what is kept and why: data/gpu_kernels/README.md)."""
 from __future__ import annotations
 
 import argparse
@@ -14,78 +13,76 @@ import pandas as pd
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.profile_model import COLUMNS
 
-# vidur's operator name -> the simulator's. ``emb`` runs once per forward, all others once a layer.
+# ``emb`` runs once per forward, all others once a layer.
 VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
-             "mlp_down_proj": "down_proj", "mlp_act": "act", "attn_rope": "rope", "input_layernorm": "input_norm",
-             "post_attention_layernorm": "post_attention_norm", "add": "add", "emb": "embedding"}
-# The models converted: vidur's directory -> (name here, decoder layers, which mlp.csv does not hold:
-# each model's config.json on the Hugging Face hub).
-MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32), "meta-llama/Llama-2-70b-hf": ("llama2-70b", 80),
-          "codellama/CodeLlama-34b-Instruct-hf": ("codellama-34b", 48), "internlm/internlm-20b": ("internlm-20b", 60),
-          "Qwen/Qwen-72B": ("qwen-72b", 80), "microsoft/phi-2": ("phi-2", 32),
-          "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32), "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
+             "mlp_down_proj": "down_proj", "mlp_act": "act", "attn_rope": "rope",
+             "input_layernorm": "input_norm", "post_attention_layernorm": "post_attention_norm",
+             "add": "add", "emb": "embedding"}
+# vidur's directory -> (name here, decoder layers, which mlp.csv does not hold).
+MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32),
+          "meta-llama/Llama-2-70b-hf": ("llama2-70b", 80),
+          "codellama/CodeLlama-34b-Instruct-hf": ("codellama-34b", 48),
+          "internlm/internlm-20b": ("internlm-20b", 60), "Qwen/Qwen-72B": ("qwen-72b", 80),
+          "microsoft/phi-2": ("phi-2", 32), "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32),
+          "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
 DEVICES = ("a100", "h100", "a40")
-# The node whose all-reduce rows are kept, per device: a DGX, whose every GPU pair is on NVLink
-# (data/gpu_kernels/README.md: why not the pairwise-NVLink nodes).
+# A DGX, whose every GPU pair is on NVLink (data/gpu_kernels/README.md).
 ALL_REDUCE_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
 ALL_REDUCE_COLUMNS = ("device", "tp", "bytes", "seconds")
-# Tensor-parallel degrees whose per-GPU kernels are kept (tp<n>/): those the papers serve with
-# (Sarathi-Serve's Yi-34B on two GPUs, its 70B-class models on four).
+# The degrees the papers serve with.
 SHARD_TPS = (2, 4)
-SHAPE_COLUMNS = {"n_head": "heads", "n_kv_head": "kv_heads", "n_embd": "hidden", "n_expanded_embd": "intermediate",
-                 "vocab_size": "vocab", "use_gated_mlp": "gated"}
+SHAPE_COLUMNS = {"n_head": "heads", "n_kv_head": "kv_heads", "n_embd": "hidden",
+                 "n_expanded_embd": "intermediate", "vocab_size": "vocab", "use_gated_mlp": "gated"}
 
 
 def kept_tokens(tokens: int) -> bool:
-    """Every measured token count up to 1024 (where the tile steps are), multiples of 64 beyond:
-    keeps the tables small and the steps of a 64- or 128-token tile visible."""
+    """Every count up to 1024 (the tile steps), multiples of 64 beyond."""
     return tokens <= 1024 or tokens % 64 == 0
 
 
 def kept_bytes(size: int) -> bool:
-    """Every measured size up to 1 MiB (where the latency floor gives way to bandwidth), every 256 KiB
-    up to 16 MiB, every MiB beyond: a few hundred points a curve instead of a thousand."""
+    """Every size up to 1 MiB (latency gives way to bandwidth), coarser beyond."""
     mib = 1 << 20
     return size <= mib or (size <= 16 * mib and size % (mib // 4) == 0) or size % mib == 0
 
 
 def convert_all_reduce(raw: pd.DataFrame, device: str) -> pd.DataFrame:
-    """vidur's all_reduce.csv rows of one node -> (device, tp, bytes, seconds): the all-reduces
-    among GPUs of one node, the median over repeated sizes, milliseconds to seconds."""
-    rows = raw[(raw.collective == "all_reduce") & (raw.num_workers == raw.devices_per_node)].drop_duplicates()
-    times = rows.groupby(["num_workers", "size"])["time_stats.all_reduce.median"].median().dropna().reset_index()
+    """The median over repeated sizes, ms to s."""
+    median = "time_stats.all_reduce.median"
+    rows = raw[(raw.collective == "all_reduce") & (raw.num_workers == raw.devices_per_node)]
+    rows = rows.drop_duplicates()
+    times = rows.groupby(["num_workers", "size"])[median].median().dropna().reset_index()
     times = times[[kept_bytes(int(b)) for b in times["size"]]]
-    return pd.DataFrame({"device": device, "tp": times.num_workers.astype(int), "bytes": times["size"].astype(int),
-                         "seconds": times["time_stats.all_reduce.median"].to_numpy() / 1e3})[list(ALL_REDUCE_COLUMNS)]
+    return pd.DataFrame({"device": device, "tp": times.num_workers.astype(int),
+                         "bytes": times["size"].astype(int),
+                         "seconds": times[median].to_numpy() / 1e3})[list(ALL_REDUCE_COLUMNS)]
 
 
 def convert_mlp(raw: pd.DataFrame, tp: int = 1) -> pd.DataFrame:
-    """vidur's mlp.csv rows of one model -> kernel rows (op, tokens, context, batch, seconds): the
-    median of the rows of one GPU out of ``tp`` tensor-parallel ones, milliseconds to seconds."""
+    """The median of one GPU's rows out of ``tp``, ms to s."""
     rows = raw[raw.num_tensor_parallel_workers == tp].drop_duplicates()
     out = []
     for vidur_op, op in VIDUR_OPS.items():
         column = f"time_stats.{vidur_op}.median"
         if column not in rows.columns:
-            continue  # phi-2 has no post-attention norm: attention and MLP read the same input
+            continue  # phi-2 has no post-attention norm
         times = rows.groupby("num_tokens")[column].median().dropna()
         times = times[[kept_tokens(int(t)) for t in times.index]]
-        out.append(pd.DataFrame({"op": op, "tokens": times.index.astype(int), "context": 0, "batch": 0,
-                                 "seconds": times.to_numpy() / 1e3}))
+        out.append(pd.DataFrame({"op": op, "tokens": times.index.astype(int), "context": 0,
+                                 "batch": 0, "seconds": times.to_numpy() / 1e3}))
     return pd.concat(out, ignore_index=True)[list(COLUMNS)]
 
 
 def convert_attention(raw: pd.DataFrame) -> pd.DataFrame:
-    """The attention rows (kind, batch_size, prefill_chunk_size, kv_cache_size, median_ms) -> kernel
-    rows in the cost model's terms: a prefill chunk's tokens and its context once cached; decodes'
-    count and each one's context with the token it computes."""
+    """Chunks as (tokens, context once cached); decodes as (count, context with the new token)."""
     pre = raw[raw.kind == "prefill"]
     dec = raw[raw.kind == "decode"]
     prefill = pd.DataFrame({"op": "prefill_attention", "tokens": pre.prefill_chunk_size,
                             "context": pre.kv_cache_size + pre.prefill_chunk_size, "batch": 1,
                             "seconds": pre.median_ms / 1e3})
-    decode = pd.DataFrame({"op": "decode_attention", "tokens": dec.batch_size, "context": dec.kv_cache_size + 1,
-                           "batch": dec.batch_size, "seconds": dec.median_ms / 1e3})
+    decode = pd.DataFrame({"op": "decode_attention", "tokens": dec.batch_size,
+                           "context": dec.kv_cache_size + 1, "batch": dec.batch_size,
+                           "seconds": dec.median_ms / 1e3})
     both = pd.concat([prefill, decode], ignore_index=True)
     return both.groupby(list(COLUMNS[:4]), as_index=False).seconds.median()[list(COLUMNS)]
 
@@ -102,8 +99,10 @@ def write(table: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vidur", type=Path, required=True, help="a clone (or bare git dir) of microsoft/vidur")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vidur", type=Path, required=True,
+                   help="a clone (or bare git dir) of microsoft/vidur")
     p.add_argument("--attention", type=Path, required=True, help="a100_llama2_7b_attention.csv")
     p.add_argument("--out", type=Path, default=DATA_DIR)
     args = p.parse_args(argv)
@@ -115,10 +114,11 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             table = convert_mlp(raw)
             if (device, name) == ("a100", "llama2-7b"):
-                table = pd.concat([table, convert_attention(pd.read_csv(args.attention))], ignore_index=True)
+                table = pd.concat([table, convert_attention(pd.read_csv(args.attention))],
+                                  ignore_index=True)
             write(table, args.out / device / f"{name}.csv")
-            shapes.append({"model": name, "layers": layers} | {ours: raw.iloc[0][theirs]
-                                                                for theirs, ours in SHAPE_COLUMNS.items()})
+            shape = {ours: raw.iloc[0][theirs] for theirs, ours in SHAPE_COLUMNS.items()}
+            shapes.append({"model": name, "layers": layers} | shape)
             print(f"{device}/{name}: {len(table)} rows")
             for tp in SHARD_TPS:
                 if (raw.num_tensor_parallel_workers == tp).any():

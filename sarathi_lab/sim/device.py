@@ -1,7 +1,5 @@
-"""What the simulator knows about a device: its ceilings and how close real kernels get to them.
-The GPUs are the YAML files beside this module, each naming its sources; ``cpu`` is this machine's
-ceilings, read from the file that profiling/cpu_ceilings.py measures per CPU and dtype.
-"""
+"""What the simulator knows about a device: its ceilings and how close real kernels get to them. The
+GPUs are the YAML files beside this module; ``cpu`` reads this machine's measured ceilings."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,17 +17,16 @@ from sarathi_lab import host_memory
 from sarathi_lab.config import DTYPE_BYTES, ConfigError, check_choice, run_dtype
 from sarathi_lab.sim.calibration import Calibration, check_keys
 
-# The GPUs' files, each naming its sources (calibration_cli writes their fitted part).
+# calibration_cli writes their fitted part
 DEVICES_DIR = Path(__file__).with_name("devices")
 GPU_DEVICES = tuple(sorted(p.stem for p in DEVICES_DIR.glob("*.yaml")))
 DEVICES = (*GPU_DEVICES, "cpu")
-# What a CPU's entry in its ceilings file holds, and the command that measures it.
 CEILING_FIELDS = ("copy_gbps", "matmul_gflops")
 MEASURE_COMMAND = "python -m sarathi_lab.profiling.cpu_ceilings"
 CEILINGS_ENV = "SARATHI_CPU_CEILINGS"
 
 
-# Token and byte counts: a tile of 0.5 tokens would pad nothing and read a chunk's context twice per token.
+# A tile of 0.5 tokens would pad nothing and read a chunk's context twice per token.
 INTEGER_FIELDS = ("memory_bytes", "tile_tokens", "attention_tile")
 
 
@@ -40,9 +37,8 @@ class Device:
     peak_flops: float
     memory_bandwidth: float
     memory_bytes: int
-    # GEMMs pad the token dimension to a multiple of this; attention pads each chunk's queries to
-    # attention_tile and, where kv_reread, reads the chunk's keys/values from memory once per padded
-    # query block (each block of a GPU flash kernel streams them), else once per chunk.
+    # With kv_reread, attention reads a chunk's keys/values once per padded query block, as each
+    # block of a GPU flash kernel streams them; else once per chunk.
     tile_tokens: int
     attention_tile: int
     # Shares of the ceilings that real kernels reach.
@@ -50,14 +46,13 @@ class Device:
     attention_flops_efficiency: float
     bandwidth_efficiency: float
     attention_bandwidth_efficiency: float
-    # Least time any kernel takes, and the host's work per iteration (fixed + per token).
     kernel_floor_s: float
     host_overhead_s: float
     host_per_token_s: float
     kv_reread: bool = True
     sources: tuple[str, ...] = field(default=())
-    # Efficiencies fitted to measured kernels (calibration.py), where the device has any; read by
-    # sim_cost_model=calibrated in place of the assumed shares above.
+    # Fitted efficiencies (calibration.py), read by sim_cost_model=calibrated in place of the shares
+    # above.
     calibration: Calibration | None = None
 
     def __post_init__(self):
@@ -68,23 +63,26 @@ class Device:
             value = getattr(self, f.name)
             if f.name in ("name", "sources", "kv_reread", "calibration"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be a finite number")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value):
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
+                                  f"a finite number")
             positive = f.name not in ("kernel_floor_s", "host_overhead_s", "host_per_token_s")
             if f.name in INTEGER_FIELDS and (not float(value).is_integer() or value < 1):
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be an integer > 0")
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
+                                  f"an integer > 0")
             if value < 0 or (positive and value == 0):
                 raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
                                   f"{'> 0' if positive else '>= 0'}")
             if f.name.endswith("_efficiency") and value > 1:
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an efficiency is at most 1")
+                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an "
+                                  f"efficiency is at most 1")
 
     def prepare_s(self, tokens: int) -> float:
-        """The host's work for an iteration of ``tokens`` tokens, before its forward pass."""
         return self.host_overhead_s + self.host_per_token_s * tokens
 
-# safe_load's rules, parsed by libyaml where PyYAML has it: a run loads device files several times
-# (its plan, its cost model, a sweep's preflight of every job) and the pure-Python parser is slow.
+# libyaml where PyYAML has it: a run loads device files several times and the pure-Python parser is
+# slow.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -95,26 +93,24 @@ def load_device(name: str, dtype: str = "bfloat16") -> Device:
     raw = yaml.load((DEVICES_DIR / f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:
-        raw["calibration"] = Calibration.from_dict(raw["calibration"], f"sim.device.{name}.calibration")
+        raw["calibration"] = Calibration.from_dict(raw["calibration"],
+                                                   f"sim.device.{name}.calibration")
     check_keys(Device, raw, f"sim.device.{name}")
     return Device(**raw)
 
 
 def device_type(device: str) -> str:
-    """What a simulated device is to the engine's plans: "cpu", or a GPU ("cuda")."""
     return "cpu" if device == "cpu" else "cuda"
 
 
 def device_dtype(device: str, dtype: str) -> str:
-    """The dtype ``device`` runs when asked for ``dtype``: a CPU without bf16 matrix instructions runs
-    bfloat16 as float32, as the engine does (EngineConfig.torch_dtype)."""
+    """A CPU without bf16 matrix instructions runs bfloat16 as float32, as the engine does."""
     return run_dtype(dtype, device_type(device))
 
 
 @dataclass(frozen=True)
 class SimulatedDtype:
-    """A dtype a simulated device runs, as the memory plan and a run's records read a torch dtype
-    (its size, its name), without importing torch: the simulator computes nothing in it."""
+    """Read as a torch dtype (size, name) without importing torch."""
     name: str
     itemsize: int
 
@@ -130,19 +126,17 @@ class SimulatedDtype:
 
 
 def simulated_dtype(device: str, dtype: str) -> SimulatedDtype:
-    """What the engine's plan holds as its dtype on the simulated ``device`` (``device_dtype``'s)."""
     name = device_dtype(device, dtype)
     return SimulatedDtype(name, DTYPE_BYTES[name])
 
 
 def cpu_name() -> str:
-    """The CPU's model name: the key of its ceilings in a home shared by several machines."""
+    """The key of its ceilings in a home shared by several machines."""
     return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_ceilings_path() -> Path:
-    """The file of measured CPU ceilings (profiling/cpu_ceilings.py writes it); CEILINGS_ENV names
-    another (the tests' synthetic one)."""
+    """CEILINGS_ENV names another (the tests' synthetic one)."""
     if os.environ.get(CEILINGS_ENV):
         return Path(os.environ[CEILINGS_ENV])
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -154,7 +148,7 @@ def cpu_ceilings_key(dtype: str) -> str:
 
 
 def read_cpu_ceilings(path: Path) -> dict:
-    """{key: entry} of the file at ``path`` ({} where there is none); ValueError where damaged."""
+    """{} where there is none; ValueError where damaged."""
     if not path.is_file():
         return {}
     try:
@@ -171,9 +165,8 @@ def read_cpu_ceilings(path: Path) -> dict:
 
 
 def cpu_device(dtype: str = "bfloat16") -> Device:
-    """The running CPU in the devices' form, read from its measured ceilings: the efficiencies are 1
-    and there are no tiles; host overheads are left to the profile cost model. A chunk's keys and
-    values come from memory once, as the CPU kernel copies them (docs/sim/README.md, section 4)."""
+    """Efficiencies 1, no tiles, host overheads left to the profile cost model; a chunk's keys and
+    values come from memory once, as the CPU kernel copies them."""
     path, key = cpu_ceilings_path(), cpu_ceilings_key(dtype)
     try:
         entry = read_cpu_ceilings(path).get(key)
@@ -185,8 +178,9 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
                           f"measure them with {MEASURE_COMMAND} --dtype {dtype}")
     return Device(name="cpu", peak_flops=entry["matmul_gflops"] * 1e9,
                   memory_bandwidth=entry["copy_gbps"] * 1e9, memory_bytes=host_memory.total(),
-                  tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0, attention_flops_efficiency=1.0,
-                  bandwidth_efficiency=1.0, attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0,
-                  host_overhead_s=0.0, host_per_token_s=0.0, kv_reread=False,
+                  tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0,
+                  attention_flops_efficiency=1.0, bandwidth_efficiency=1.0,
+                  attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0, host_overhead_s=0.0,
+                  host_per_token_s=0.0, kv_reread=False,
                   sources=((f"measured on {key} with {entry.get('threads', '?')} threads at "
                             f"{entry.get('measured_at', '?')}, read from {path}"),))

@@ -1,8 +1,6 @@
-"""The GPU cost models held against this engine's own operator table, measured on a GPU by
-``task=profile`` (``profiles/<gpu>/<model>.csv``): a measured source beside vidur's kernels, per
-operator and per iteration kind (docs/sim/README.md, section 5c). These tables time this engine,
-host launches included, not the hardware's tight kernels.
-"""
+"""The GPU cost models held against this engine's own operator tables measured on a GPU by
+``task=profile``, per operator and iteration kind (docs/sim/README.md, section 5c). These time this
+engine, host launches included, not the hardware's tight kernels."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,22 +17,21 @@ from sarathi_lab.sim.profile_model import DENSE_OPS, ProfileCostModel, measured_
 from sarathi_lab.sim.profiles import profile_description, profile_path, profiled_devices
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
-# A device with no calibration of its own is also held against the calibration of the device whose
-# compute it shares, on its own datasheet peaks: a labelled variant, not a fit to anything measured there.
+# A device without a calibration is also held against that of the device whose compute it shares, on
+# its own peaks: a labelled variant, not a fit.
 BORROWED_CALIBRATION = {"h200": "h100"}
-# Prefills this long are where the forward's arithmetic, not its launches, should set the time.
+# Where the forward's arithmetic, not its launches, should set the time.
 LARGE_PREFILL = 256
 
 
 def profiled(devices=None) -> list[tuple[str, str]]:
-    """(device, model) of every committed engine profile on a simulated GPU whose model is a preset (its
-    table: ``profile_path``'s, the newest lease's unless one is named)."""
+    """(device, model) of every committed engine profile on a simulated GPU."""
     return [(device, model) for device, model in profiled_devices()
-            if device in GPU_DEVICES and model in PRESETS and (devices is None or device in devices)]
+            if device in GPU_DEVICES and model in PRESETS
+            and (devices is None or device in devices)]
 
 
 def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]:
-    """Every cost model that exists for ``device`` by name (the column prefix it gets)."""
     dev = load_device(device, dtype)
     cms = {"roofline": RooflineCostModel(dev, config, dtype)}
     if dev.calibration is not None:
@@ -47,10 +44,8 @@ def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]
 
 
 def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -> dict[str, float]:
-    """A cost model's iteration ``ops`` (IterationCost.ops) regrouped as the engine times them
-    (profiling/ops.py): its ``ffn`` is the MLP module, activation included; its attention is the
-    attention module less its projections, so rotary and the KV write with it; its ``others`` is
-    the rest of the forward: norms, residual adds, the embedding and the LM head."""
+    """Regrouped as the engine times them (profiling/ops.py): ``ffn`` the MLP with its activation,
+    attention with rotary and the KV write, ``others`` the rest of the forward."""
     part = {kind: cm.shape.layers * s for kind, s in cm.pointwise_parts_s(tokens).items()}
     return {"qkv_proj": ops["qkv_proj"], "o_proj": ops["o_proj"],
             "ffn": ops["gate_up_proj"] + part["act"] + ops["down_proj"],
@@ -59,8 +54,7 @@ def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -
 
 
 def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
-    """Each measured operator row with the iteration it was measured in: a dense op's in a prompt of
-    ``tokens`` prefilled whole; a prefill attention's in its chunk; a decode attention's in its batch."""
+    """A dense op's iteration is a whole prompt; an attention's, its chunk or decode batch."""
     rows = []
     for _, row in table.iterrows():
         t, x, b = int(row.tokens), int(row.context), int(row.batch)
@@ -75,21 +69,20 @@ def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
 
 def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16"
             ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-op rows, per-iteration rows) of one profile: measured_s beside each cost model's
-    prediction, whole-model seconds (every layer) as the profile holds them; per iteration also
-    ``profile_s``, the profile cost model on this same table (not a prediction from elsewhere)."""
+    """Whole-model seconds; ``profile_s``: the profile cost model on this same table."""
     config = load_config(model)
     cms = cost_models(device, config, dtype)
     ops = []
     for name, prefills, decodes, row in _op_rows(table):
         tokens = batch_tokens(prefills, decodes)
         ops.append({"device": device, "model": model, "op": row.op, "tokens": int(row.tokens),
-                    "context": int(row.context), "batch": int(row.batch), "measured_s": float(row.seconds)}
-                   | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops, tokens)[name]
+                    "context": int(row.context), "batch": int(row.batch),
+                    "measured_s": float(row.seconds)}
+                   | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops,
+                                                tokens)[name]
                       for n, cm in cms.items()})
-    # The profile cost model reads this very table: beside the others it shows what composing the
-    # table's ops costs. Its warning about a prefill past the largest measured chunk is silenced:
-    # every iteration is reported here anyway.
+    # The profile cost model on this very table shows what composing its ops costs; its warning past
+    # the largest chunk is silenced, every iteration being reported anyway.
     its = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -100,14 +93,14 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
             label = {"prefill": f"prefill {chunk}", "decode": f"decode b={len(decodes)} @{context}",
                      "hybrid": f"hybrid {chunk} + b={len(decodes)} @{context}"}[kind]
             its.append({"device": device, "model": model, "iteration": label, "kind": kind,
-                        "tokens": chunk + len(decodes), "context": context, "batch": len(prefills) + len(decodes),
-                        "measured_s": seconds}
-                       | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s for n, cm in cms.items()})
+                        "tokens": chunk + len(decodes), "context": context, "batch": len(prefills)
+                        + len(decodes), "measured_s": seconds}
+                       | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s
+                          for n, cm in cms.items()})
     return pd.DataFrame(ops), pd.DataFrame(its)
 
 
 def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every committed engine profile on a simulated GPU (of ``devices``, if given); empty frames if none."""
     pairs = []
     for device, model in profiled(devices):
         path = profile_path(device, model)
@@ -119,13 +112,12 @@ def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def models_in(rows: pd.DataFrame) -> list[str]:
-    """The cost models with a prediction in every one of ``rows``."""
-    return [c.removesuffix("_s") for c in rows if c.endswith("_s") and c != "measured_s" and rows[c].notna().all()]
+    return [c.removesuffix("_s") for c in rows if c.endswith("_s") and c != "measured_s"
+            and rows[c].notna().all()]
 
 
 def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per device and model: each cost model's median and worst |predicted / measured - 1| and
-    median predicted / measured, per iteration kind (and over large prefills alone) and per op."""
+    """Median and worst |predicted / measured - 1| per iteration kind and per op."""
     groups = []
     for (device, model), its in iterations.groupby(["device", "model"], sort=True):
         groups += [("iteration", kind, g) for kind, g in its.groupby("kind")]
@@ -137,6 +129,6 @@ def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
     for level, kind, g in (group for group in groups if len(group[2])):
         names = models_in(g)
         ratio = {f"{n}_median_ratio": float(np.median(g[f"{n}_s"] / g.measured_s)) for n in names}
-        rows.append({"device": g.device.iloc[0], "model": g.model.iloc[0], "level": level, "kind": kind,
-                     "points": len(g)} | fidelity.error_stats(g, names) | ratio)
+        rows.append({"device": g.device.iloc[0], "model": g.model.iloc[0], "level": level,
+                     "kind": kind, "points": len(g)} | fidelity.error_stats(g, names) | ratio)
     return pd.DataFrame(rows)

@@ -1,7 +1,5 @@
-"""Predicted against measured GPU kernels, per operator and per iteration kind, for the roofline,
-the calibrated roofline and the calibrated roofline fitted without the model it predicts
-(hold-out); what a "measured iteration" sums: docs/sim/README.md, section 5.
-"""
+"""Predicted against measured GPU kernels, per operator and iteration kind, for the roofline, the
+calibrated roofline and its hold-out fit (docs/sim/README.md, section 5)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,36 +9,41 @@ import pandas as pd
 
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit, fit_prefill_attention, measured_shape
+from sarathi_lab.sim.calibration import (ATTENTION_FIELDS, Calibration, fit, fit_prefill_attention,
+                                         measured_shape)
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.parallel import AllReduce, measured_table
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 from sarathi_lab.sim.sharding import Parallelism, shard
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
-DECODE_CONTEXT = 1089  # a context where every measured batch size has a decode row
+DECODE_CONTEXT = 1089  # every measured batch size has a decode row here
 # kind -> (prefill chunks as (chunk, context once cached), decodes): shapes the measurements hold.
 ITERATIONS = {
     **{f"decode b={b}": ([], b) for b in (1, 4, 16, 32, 64, 128)},
-    **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512), (1024, 1024),
+    **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512),
+                                                      (1024, 1024),
                                                         (512, 2048), (1024, 3072))},
-    **{f"hybrid {c}@{x}+{b}": ([(c, x)], b) for c, x, b in ((512, 1536, 8), (512, 1536, 32), (112, 1136, 64))},
+    **{f"hybrid {c}@{x}+{b}": ([(c, x)], b) for c, x, b in ((512, 1536, 8), (512, 1536, 32),
+                                                            (112, 1136, 64))},
 }
 MODELS = ("roofline", "calibrated", "holdout")
 
 
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
-            op_tokens=OP_TOKENS, iterations=ITERATIONS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-op rows, per-iteration rows): measured_s beside each cost model's prediction; ``tp`` > 1:
-    one GPU's shard of ``tp`` (kernels the calibration never saw)."""
+            op_tokens=OP_TOKENS, iterations=ITERATIONS,
+            tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-op rows, per-iteration rows); ``tp`` > 1: a shard the calibration never saw."""
     curves, prefill, decode = gpu_kernels.curves(gpu_kernels.kernels(device, model, tp))
     has_attention = prefill is not None and decode is not None
     config = shard(gpu_kernels.config_of(model), tp)
     shape = Shape.of(config)
     dev = load_device(device)
     cms = {"roofline": RooflineCostModel(dev, config),
-           "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), config),
-           "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out), config)}
+           "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal),
+                                                     config),
+           "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out),
+                                                  config)}
 
     def op_s(op: str, tokens: int) -> float:
         return curves[op](tokens)[0] if op in curves else 0.0
@@ -51,7 +54,7 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
             "pointwise": pointwise, "embedding": op_s("embedding", tokens)}
 
     def predicted_ops(cm: RooflineCostModel, tokens: int) -> dict[str, float]:
-        """One layer's kernels as ``cm`` predicts them, named as measured (pointwise summed)."""
+        """Named as measured, pointwise summed."""
         return {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms.items()} | {
             "pointwise": cm.pointwise_s(tokens), "embedding": cm.embedding_s(tokens)}
 
@@ -62,10 +65,12 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     def measured_iteration(prefills, decodes: int) -> float:
         ops = measured_ops(sum(c for c, _ in prefills) + decodes)
         total = shape.layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
-        return total + shape.layers * measured_attention(prefills, decodes) if has_attention else total
+        if not has_attention:
+            return total
+        return total + shape.layers * measured_attention(prefills, decodes)
 
     def predicted_iteration(cm: RooflineCostModel, prefills, decodes: int) -> float:
-        # No row sampled: the measured kernels hold no LM head.
+        # The measured kernels hold no LM head.
         ops = cm.iteration_cost(prefills, [DECODE_CONTEXT] * decodes, 0).ops
         return sum(v for k, v in ops.items() if has_attention or k not in gpu_kernels.ATTENTION_OPS)
 
@@ -75,60 +80,70 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         predicted = {name: predicted_ops(cm, t) for name, cm in cms.items()}
         for op, value in measured_ops(t).items():
             ops_rows.append({"device": device, "model": model, "tp": tp, "op": op, "tokens": t,
-                             "measured_s": value} | {f"{name}_s": predicted[name][op] for name in cms})
-    it_rows = [{"device": device, "model": model, "tp": tp, "iteration": name, "kind": name.split(" ")[0],
-                "attention": has_attention, "measured_s": measured_iteration(prefills, decodes)}
-               | {f"{cm_name}_s": predicted_iteration(cm, prefills, decodes) for cm_name, cm in cms.items()}
+                             "measured_s": value}
+                            | {f"{name}_s": predicted[name][op] for name in cms})
+    it_rows = [{"device": device, "model": model, "tp": tp, "iteration": name,
+                "kind": name.split(" ")[0], "attention": has_attention,
+                "measured_s": measured_iteration(prefills, decodes)}
+               | {f"{cm_name}_s": predicted_iteration(cm, prefills, decodes)
+                  for cm_name, cm in cms.items()}
                for name, (prefills, decodes) in iterations.items()]
     return pd.DataFrame(ops_rows), pd.DataFrame(it_rows)
 
 
-def run(devices=None, models=None, op_tokens=OP_TOKENS, tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every device with a calibration and every model measured there (or those given); ``tp`` > 1:
-    each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
+def run(devices=None, models=None, op_tokens=OP_TOKENS,
+        tp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``tp`` > 1: each GPU's shard, predicted by calibrations fitted to unsharded kernels only."""
     pairs = []
-    calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices() if d in GPU_DEVICES}
+    calibrations = {d: load_device(d).calibration for d in gpu_kernels.measured_devices()
+                    if d in GPU_DEVICES}
     for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
         full, measured = calibrations.get(device), gpu_kernels.measured(device, tp)
         for model in [m for m in models or measured if m in measured]:
-            # Fitted without the model it predicts; attention kept from the full fit (one model measured it).
+            # Fitted without the model it predicts; attention kept from the full fit (one model
+            # measured it).
             held = dataclasses.replace(fit(load_device(device), exclude=(model,)),
                                        **{f: getattr(full, f) for f in ATTENTION_FIELDS})
             pairs.append(compare(device, model, full, held, op_tokens, tp=tp))
-    if not pairs:  # no model measured at this tensor-parallel degree
+    if not pairs:
         return pd.DataFrame(), pd.DataFrame()
     return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
 
 
 def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
-    """Median and worst |predicted / measured - 1| of each cost model over ``g``'s rows."""
     out = {}
     for name in models:
         err = (g[f"{name}_s"] / g.measured_s - 1).abs()
-        out[f"{name}_median_err"], out[f"{name}_worst_err"] = float(np.median(err)), float(err.max())
+        out[f"{name}_median_err"] = float(np.median(err))
+        out[f"{name}_worst_err"] = float(err.max())
     return out
 
 
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per device, model and iteration kind: each cost model's ``error_stats``."""
-    return pd.DataFrame([{"device": device, "model": model, "kind": kind, "tp": int(g.tp.iloc[0])} | error_stats(g)
-                         for (device, model, kind), g in iterations.groupby(["device", "model", "kind"])])
+    return pd.DataFrame([{"device": device, "model": model, "kind": kind,
+                          "tp": int(g.tp.iloc[0])} | error_stats(g)
+                         for (device, model, kind), g
+                         in iterations.groupby(["device", "model", "kind"])])
 
 
 def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
-    """Prefill attention fitted without one chunk size, predicting it: the attention's hold-out."""
+    """Prefill attention fitted without one chunk size, predicting it."""
     dev = load_device(device)
     t = gpu_kernels.kernels(device, model)
     pre = t[t.op == "prefill_attention"]
     shape = measured_shape(model)
     rows = []
     for chunk in sorted(pre.tokens.unique()):
-        launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape, dev.peak_flops)
-        cal = dataclasses.replace(dev.calibration, prefill_launch_s=launch, prefill_per_query_s=per_query,
-                                  prefill_efficiency=eff, prefill_tile=tile)
-        cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal), gpu_kernels.config_of(model))
+        launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape,
+                                                             dev.peak_flops)
+        cal = dataclasses.replace(dev.calibration, prefill_launch_s=launch,
+                                  prefill_per_query_s=per_query, prefill_efficiency=eff,
+                                  prefill_tile=tile)
+        cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal),
+                                         gpu_kernels.config_of(model))
         held = pre[pre.tokens == chunk]
-        predicted = np.array([cm.prefill_attention_s(c, x) for c, x in zip(held.tokens, held.context)])
+        predicted = np.array([cm.prefill_attention_s(c, x)
+                              for c, x in zip(held.tokens, held.context)])
         err = np.abs(predicted / held.seconds.to_numpy() - 1)
         rows.append({"device": device, "model": model, "chunk": int(chunk), "points": len(held),
                      "median_err": float(np.median(err)), "worst_err": float(err.max())})
@@ -136,9 +151,8 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
 
 
 def all_reduce(devices=None, tps=None) -> pd.DataFrame:
-    """Every measured all-reduce (device, tp, bytes) beside the ring roofline (parallel.Parallelism's
-    link figures), the measured table as the calibrated and profile cost models read it, and that
-    table without the size it predicts (its hold-out: interpolated from the neighbouring sizes)."""
+    """Measured all-reduces beside the ring roofline, the measured table, and its hold-out (each
+    size interpolated from its neighbours)."""
     par = Parallelism()
     t = measured_table()
     rows = []
@@ -148,7 +162,8 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
         points = tuple(zip(g["bytes"].astype(int), g.seconds.astype(float)))
         table = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points)
         for i, (nbytes, seconds) in enumerate(points):
-            held = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points[:i] + points[i + 1:])
+            held = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points[:i]
+                             + points[i + 1:])
             rows.append({"device": device, "tp": int(tp), "bytes": nbytes, "measured_s": seconds,
                          "roofline_s": table.roofline_s(nbytes), "calibrated_s": table(nbytes),
                          "holdout_s": held(nbytes)})
@@ -156,7 +171,7 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
 
 
 def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per device, tp and message size band: each cost model's ``error_stats``."""
     band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
     return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | error_stats(g)
-                         for (device, tp, b), g in rows.assign(band=band).groupby(["device", "tp", "band"])])
+                         for (device, tp, b), g
+                         in rows.assign(band=band).groupby(["device", "tp", "band"])])

@@ -1,7 +1,5 @@
-"""Measured GPU kernel times shipped with the simulator: one layer's kernel on one GPU per row of
-``data/gpu_kernels/<device>/[tp<n>/]<model>.csv``, model shapes in ``models.csv``
-(data/gpu_kernels/README.md: sources, licence, columns).
-"""
+"""Measured GPU kernel times shipped with the simulator: one layer's kernel on one GPU per row
+(data/gpu_kernels/README.md: sources, licence, columns)."""
 from __future__ import annotations
 
 import functools
@@ -25,18 +23,17 @@ ATTENTION_OPS = ("prefill_attention", "decode_attention")
 
 @functools.cache
 def model_shapes() -> pd.DataFrame:
-    import pandas as pd  # here: a simulated run reads no table, and pandas is a fifth of its start
+    import pandas as pd  # pandas is a fifth of a simulated run's start
 
     return pd.read_csv(DATA_DIR / "models.csv").set_index("model")
 
 
 def _tables(device: str, tp: int) -> Path:
-    """Where the kernels of one GPU out of ``tp`` tensor-parallel ones lie (``tp<n>/``; 1: the device's own)."""
+    """``tp<n>/``; 1: the device's own."""
     return DATA_DIR / device / (f"tp{tp}" if tp > 1 else "")
 
 
 def measured(device: str, tp: int = 1) -> list[str]:
-    """The models with measured kernels on ``device`` (each GPU's shard of ``tp``)."""
     return sorted(p.stem for p in _tables(device, tp).glob("*.csv"))
 
 
@@ -48,40 +45,40 @@ def measured_devices() -> list[str]:
 def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
     path = _tables(device, tp) / f"{model}.csv"
     if not path.is_file():
-        raise FileNotFoundError(f"no measured GPU kernels for {model} on {device}{f' at tp {tp}' if tp > 1 else ''} "
-                                f"(have: {', '.join(measured(device, tp))})")
-    import pandas as pd  # as model_shapes
+        raise FileNotFoundError(f"no measured GPU kernels for {model} on "
+                                f"{device}{f' at tp {tp}' if tp > 1 else ''} (have: "
+                                f"{', '.join(measured(device, tp))})")
+    import pandas as pd
 
     return pd.read_csv(path)
 
 
 def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surface | None]:
-    """A table of op times (these kernels, or a task=profile table) as functions of the shape, each
-    point the median of its repeats: (each op but attention against tokens; prefill attention against
-    (chunk, context before it); decode attention against (decodes, context)), an attention None where
-    not measured."""
-    ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict()) for op, rows in table.groupby("op")
-           if op not in ATTENTION_OPS}
+    """Ops against tokens, prefill attention against (chunk, context before), decode attention
+    against (decodes, context): each point a median, an attention None if not measured."""
+    ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict())
+           for op, rows in table.groupby("op") if op not in ATTENTION_OPS}
     pre = table[table.op == "prefill_attention"].assign(before=lambda r: r.context - r.tokens)
     dec = table[table.op == "decode_attention"]
-    prefill = Surface(pre.groupby(["tokens", "before"]).seconds.median().to_dict()) if len(pre) else None
-    decode = Surface(dec.groupby(["batch", "context"]).seconds.median().to_dict()) if len(dec) else None
+    def surface(rows, keys):
+        return Surface(rows.groupby(keys).seconds.median().to_dict()) if len(rows) else None
+    prefill, decode = surface(pre, ["tokens", "before"]), surface(dec, ["batch", "context"])
     return ops, prefill, decode
 
 
 def config_of(model: str) -> ModelConfig:
-    """A decoder config with a measured model's shape (weights never matter to the simulator)."""
+    """Weights never matter to the simulator."""
     s = model_shapes().loc[model]
     return ModelSpec("llama", hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
                      num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
-                     num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab), max_position_embeddings=4096,
-                     # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not gated.
-                     hidden_act="silu" if s.gated else "gelu_new")
+                     num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab),
+                     # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not
+                     # gated.
+                     max_position_embeddings=4096, hidden_act="silu" if s.gated else "gelu_new")
 
 
 def model_of(config: ModelConfig) -> str | None:
-    """The measured model with ``config``'s layer shapes (the vocabulary aside, which only the
-    embedding and LM head see), or None."""
+    """The measured model with ``config``'s layer shapes (the vocabulary aside)."""
     s = Shape.of(config)
     shape = (s.hidden, s.intermediate, s.heads, s.kv_heads, s.layers)
     return next((str(name) for name, m in model_shapes().iterrows()

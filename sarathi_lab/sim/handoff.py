@@ -1,15 +1,7 @@
-"""What a running pipeline's stages spend between two forwards, measured on its own timeline (the
-``stage_timeline`` an engine with ``engine.pipeline_parallel`` records: when each stage had each
-micro-batch's command, had done its host work on it, began and ended its forward).
-
-An idle ping-pong between two processes (``profiling/link.py``) is not what a message costs a pipeline whose
-stages compute while their messages move: a stage's core also runs its communication, the sends of
-one micro-batch wait for the previous one's, and activations too large for the socket's buffer move
-only while the receiver reads them. So these terms are read off a pipeline that ran, each a table of
-medians by the micro-batch's tokens (linear between them, flat beyond), and priced as they were paid:
-on every stage after the first, its work once its forward ended (``after``), on the command (``host``)
-and taking the activations in (``receive``); on stage 0, its work on the command (``first_host``).
-"""
+"""What a running pipeline's stages spend between two forwards, read off its ``stage_timeline``. An
+idle ping-pong (``profiling/link.py``) is not what a message costs a pipeline that computes while it
+moves: a stage's core runs its communication, sends wait for the previous micro-batch's, and large
+activations move only while read. Each term: medians by tokens."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 NEEDED = ("stage", "micro_batch", "start_s", "end_s", "tokens", "command_s", "planned_s")
-BINS = 4   # token ranges a term's medians are taken over (quantiles of the micro-batches' tokens)
+BINS = 4  # token ranges (quantiles) a term's medians are taken over
 
 
 @dataclass(frozen=True)
 class TokenTable:
-    """Seconds by tokens: ``seconds[i]`` at ``tokens[i]``, linear between, flat beyond."""
+    """``seconds[i]`` at ``tokens[i]``, linear between, flat beyond."""
     tokens: tuple[float, ...]
     seconds: tuple[float, ...]
 
@@ -32,7 +24,7 @@ class TokenTable:
 
     @classmethod
     def of(cls, tokens: np.ndarray, seconds: np.ndarray, bins: int = BINS) -> TokenTable:
-        """Medians of ``seconds`` over ``bins`` quantile ranges of ``tokens`` (fewer where tokens repeat)."""
+        """Fewer bins where tokens repeat."""
         keep = np.isfinite(seconds)
         tokens, seconds = np.asarray(tokens, float)[keep], np.asarray(seconds, float)[keep]
         if not len(tokens):
@@ -49,9 +41,7 @@ class TokenTable:
 
 @dataclass(frozen=True)
 class Handoff:
-    """A pipeline's measured host terms, each a ``TokenTable``; ``after`` None where no
-    micro-batch had its next command waiting when its forward ended (a pipeline running one at a time:
-    priced 0); ``micro_batches``: how many the measurement had; ``source``: where it was measured."""
+    """``after`` None where no micro-batch's next command waited at its end (priced 0)."""
     after: TokenTable | None
     host: TokenTable
     receive: TokenTable
@@ -61,29 +51,31 @@ class Handoff:
 
     @classmethod
     def from_timeline(cls, timeline: pd.DataFrame, source: str = "a running pipeline") -> Handoff:
-        """The terms of a timeline with ``NEEDED`` columns (one row per stage and micro-batch, its
-        first rank's where a stage has several) of two or more stages and micro-batches."""
+        """One row per stage and micro-batch (a stage's first rank's), two or more of each."""
         missing = [c for c in NEEDED if c not in timeline.columns]
         if missing:
-            raise ValueError(f"the stage timeline lacks {missing}: only a pipeline that records its host work "
+            raise ValueError(f"the stage timeline lacks {missing}: only a pipeline that records "
+                             f"its host work "
                              "measures the handoff")
 
         def grid(column: str) -> np.ndarray:
-            return timeline.pivot(index="stage", columns="micro_batch", values=column).to_numpy(float)
+            return timeline.pivot(index="stage", columns="micro_batch",
+                                  values=column).to_numpy(float)
 
-        start, end, command, planned, tokens = (grid(c) for c in ("start_s", "end_s", "command_s", "planned_s",
-                                                                   "tokens"))
+        start, end, command, planned, tokens = (grid(c) for c in ("start_s", "end_s", "command_s",
+                                                                   "planned_s", "tokens"))
         if start.shape[0] < 2 or start.shape[1] < 2:
-            raise ValueError(f"a handoff needs two or more stages and micro-batches: {start.shape[0]} stages, "
-                             f"{start.shape[1]} micro-batches")
+            raise ValueError(f"a handoff needs two or more stages and micro-batches: "
+                             f"{start.shape[0]} stages, {start.shape[1]} micro-batches")
         later = slice(1, None)
-        # The header reaches stage s once stage s-1 has it; where it was there before stage s's previous
-        # forward ended, the time from that end to taking it is all the stage's own (its sends, waits).
+        # Where the header was there before stage s's previous forward ended, the time from that end
+        # to taking it is the stage's own (its sends, waits).
         after = command[later, 1:] - end[later, :-1]
         after = np.where(command[:-1, 1:] <= end[later, :-1], after, np.nan)
         receive = start[later] - np.maximum(planned[later], end[:-1])
         waited = np.isfinite(after).any()
-        return cls(after=TokenTable.of(tokens[later, :-1].ravel(), after.ravel()) if waited else None,
+        after = TokenTable.of(tokens[later, :-1].ravel(), after.ravel()) if waited else None
+        return cls(after=after,
                    host=TokenTable.of(tokens[later].ravel(), (planned - command)[later].ravel()),
                    receive=TokenTable.of(tokens[later].ravel(), receive.ravel()),
                    first_host=TokenTable.of(tokens[0], planned[0] - command[0]),
@@ -94,8 +86,10 @@ class Handoff:
 
     def describe(self) -> str:
         def span(t: TokenTable | None) -> str:
-            return f"{min(t.seconds) * 1e3:.2f}-{max(t.seconds) * 1e3:.2f} ms" if t else "not measured (0)"
+            if not t:
+                return "not measured (0)"
+            return f"{min(t.seconds) * 1e3:.2f}-{max(t.seconds) * 1e3:.2f} ms"
 
-        return (f"handoff measured on {self.source} ({self.micro_batches} micro-batches): after a forward "
-                f"{span(self.after)}, on a command {span(self.host)} (stage 0 {span(self.first_host)}), "
-                f"receiving activations {span(self.receive)}")
+        return (f"handoff measured on {self.source} ({self.micro_batches} micro-batches): after a "
+                f"forward {span(self.after)}, on a command {span(self.host)} (stage 0 "
+                f"{span(self.first_host)}), receiving activations {span(self.receive)}")

@@ -1,9 +1,6 @@
-"""Piecewise-linear interpolation on measured grids, monotone and honest about extrapolation:
-measured times are made non-decreasing first by isotonic regression (a measured dip is noise, which
-a running maximum would bias upwards), pooled by the median (a slow outlier, a stall or a device's
-launch jitter, would lift every later point of a least-squares fit); outside the grid the end
-segment's slope carries on, and the caller is told.
-"""
+"""Piecewise-linear interpolation on measured grids, monotone (isotonic, pooled by the median: a dip
+is noise, and a stall would lift every later point of a least-squares fit); outside the grid the end
+segment's slope carries on, and the caller is told."""
 from __future__ import annotations
 
 import bisect
@@ -11,10 +8,9 @@ import statistics
 
 
 def isotonic(ys: list[float], centre=statistics.fmean) -> list[float]:
-    """The non-decreasing sequence closest to ``ys`` (pool adjacent violators): in least squares with
-    the mean as ``centre``; in absolute error with statistics.median, each pooled block at its median,
-    so that one outlier moves a block by a rank, not by its size."""
-    blocks: list[tuple[float, list[float]]] = []  # (centre, members)
+    """Pool adjacent violators; with statistics.median as ``centre`` one outlier moves a block by a
+    rank, not by its size."""
+    blocks: list[tuple[float, list[float]]] = []
     for y in ys:
         blocks.append((y, [y]))
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
@@ -24,7 +20,6 @@ def isotonic(ys: list[float], centre=statistics.fmean) -> list[float]:
 
 
 def _segment(xs: list[float], x: float) -> tuple[int, bool]:
-    """Index i of the segment [xs[i], xs[i+1]] to use for x, and whether x lies outside xs."""
     outside = x < xs[0] or x > xs[-1]
     i = bisect.bisect_right(xs, x) - 1
     return min(max(i, 0), len(xs) - 2), outside
@@ -40,11 +35,8 @@ def _lerp(xs: list[float], ys: list[float], x: float) -> tuple[float, bool]:
 
 
 def up_to_point(xs: list[float], x: float, within: float) -> float:
-    """``x`` moved up to the next point of ``xs`` where points lie at most ``within`` apart, else
-    ``x``: on a fine grid of token counts a batch costs as the next count measured, because a
-    GEMM's tile step sits just past a multiple of the tile (one token past 256 costs as 264, not
-    1/8 of the way from 256's time to 264's); on a coarse grid, where the steps are small next to
-    the batch, linear interpolation stays closer."""
+    """On a fine grid a batch costs as the next count measured: a GEMM's tile step sits just past a
+    multiple of the tile. On a coarse grid linear interpolation stays closer."""
     j = bisect.bisect_left(xs, x)
     if 0 < j < len(xs) and xs[j] != x and xs[j] - xs[j - 1] <= within:
         return xs[j]
@@ -52,7 +44,7 @@ def up_to_point(xs: list[float], x: float, within: float) -> float:
 
 
 class Curve:
-    """y(x) through measured points; ``(value, extrapolated) = curve(x)``."""
+    """``(value, extrapolated) = curve(x)``."""
 
     def __init__(self, points: dict[float, float]):
         if not points:
@@ -65,12 +57,8 @@ class Curve:
 
 
 class Surface:
-    """z(x, y) through measured rows: each x measured along y at its own points (each chunk after the
-    prefixes that fit beside it), or every x at the same ones (a rectangular grid). On a measured row,
-    the Curve through its points; between two rows, linear in x. ``(value, extrapolated)``:
-    extrapolated where x lies beyond the first or last row, or y beyond a row read from (where the
-    row's end slope carries on). Monotone along y in every row and, on a rectangular grid, along x in
-    every column too."""
+    """z(x, y) through measured rows, each x at its own y points or a rectangular grid; linear in x
+    between rows. Monotone along y and, on a rectangular grid, along x too."""
 
     def __init__(self, points: dict[tuple[float, float], float]):
         if not points:
@@ -80,11 +68,12 @@ class Surface:
             by_x.setdefault(x, {})[y] = z
         self.xs = sorted(by_x)
         ys = [sorted(by_x[x]) for x in self.xs]
-        rows = [isotonic([by_x[x][y] for y in row_ys], statistics.median) for x, row_ys in zip(self.xs, ys)]
+        rows = [isotonic([by_x[x][y] for y in row_ys], statistics.median)
+                for x, row_ys in zip(self.xs, ys)]
         if all(row_ys == ys[0] for row_ys in ys):
-            # Each pass keeps the other's order: pooling columns that are element-wise non-decreasing
-            # from one to the next keeps them so, hence the rows non-decreasing.
-            columns = [isotonic([row[j] for row in rows], statistics.median) for j in range(len(ys[0]))]
+            # Pooling columns that are element-wise non-decreasing keeps the rows non-decreasing.
+            columns = [isotonic([row[j] for row in rows], statistics.median)
+                       for j in range(len(ys[0]))]
             rows = [[column[i] for column in columns] for i in range(len(self.xs))]
         self.rows = [Curve(dict(zip(row_ys, row))) for row_ys, row in zip(ys, rows)]
 

@@ -1,7 +1,5 @@
-"""Iteration time from GPU kernels measured on the device (gpu_kernels.py), each part of the
-forward pass from its own measurement; what nobody measured (the LM head, the host, attention
-outside the measured shapes) from a roofline, named in ``.modelled``.
-"""
+"""Iteration time from GPU kernels measured on the device, each part of the forward from its own
+measurement; what nobody measured comes from a roofline, named in ``.modelled``."""
 from __future__ import annotations
 
 import warnings
@@ -10,7 +8,8 @@ from typing import TYPE_CHECKING
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import FINE_GRID
-from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
+                                         register_cost_model)
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
@@ -27,8 +26,7 @@ class KernelCostModel(CostModel):
 
     @classmethod
     def build(cls, choice: Choice) -> KernelCostModel:
-        """The kernels measured on ``choice``'s device for its model (each GPU's shard of ``tp``), under
-        its roofline; refused in one line where none were measured."""
+        """Refused in one line where none were measured."""
         device, name, tp, k = choice.device, choice.measured_name, choice.tp, SETTING
         one = roofline_for(choice)
         have = gpu_kernels.measured(device, tp)
@@ -36,8 +34,8 @@ class KernelCostModel(CostModel):
             at = f" at {k.set('sim_tp', tp)}" if tp > 1 else ""
             use = "calibrated" if one.device.calibration else "roofline"
             raise ConfigError(f"{k.set('sim_cost_model', 'profile')} is invalid for this model on "
-                              f"{k.set('sim_device', device)}{at}: its GPU kernels were not measured (measured: "
-                              f"{', '.join(have) or 'none'}); use {use}")
+                              f"{k.set('sim_device', device)}{at}: its GPU kernels were not "
+                              f"measured (measured: {', '.join(have) or 'none'}); use {use}")
         tp_part = f" tp{tp}" if tp > 1 else ""
         return cls(gpu_kernels.kernels(device, name, tp), one, choice.part, choice.dtype,
                    source=f"{device}/{name}{tp_part} (vidur's measurements, MIT licence)")
@@ -50,18 +48,20 @@ class KernelCostModel(CostModel):
         missing = [op for op in GEMM_OPS if op not in ops]
         if missing:
             raise ValueError(f"GPU kernels {source}: no rows for op {missing[0]!r}")
-        # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs nothing.
+        # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs
+        # nothing.
         self.layer_ops = {op: ops[op] for op in (*GEMM_OPS, *POINTWISE_OPS) if op in ops}
         self.embedding = ops.get("embedding")
-        attention = {"prefill_attention": self.prefill_attention, "decode_attention": self.decode_attention}
+        attention = {"prefill_attention": self.prefill_attention,
+                     "decode_attention": self.decode_attention}
         self.modelled = ["lm_head", "host (prepare, sample)"] + [
             f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
             for op, surface in attention.items()]
         self.max_tokens = max(c.xs[-1] for c in self.layer_ops.values())
-        # Iterations with an attention the measurements did not cover, so the roofline's.
+        # Iterations whose attention the measurements did not cover: the roofline's.
         self.modelled_attention_iterations = 0
-        warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on {roofline.device.name}: "
-                      f"{'; '.join(self.modelled)}", stacklevel=2)
+        warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on "
+                      f"{roofline.device.name}: {'; '.join(self.modelled)}", stacklevel=2)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = batch_tokens(prefills, decodes)
@@ -71,18 +71,21 @@ class KernelCostModel(CostModel):
         ops = {op: s.layers * per_layer[op] for op in GEMM_OPS}
         ops["pointwise"] = s.layers * sum(per_layer.get(op, 0.0) for op in POINTWISE_OPS)
         ops["embedding"] = self.embedding(tokens)[0] if self.embedding else 0.0
-        ops["lm_head"] = self.roofline.gemm_s(num_sampled, s.hidden, s.vocab) if num_sampled else 0.0
+        ops["lm_head"] = (self.roofline.gemm_s(num_sampled, s.hidden, s.vocab) if num_sampled
+                          else 0.0)
         modelled = False
         attn = 0.0
         for chunk, context in prefills:
-            t, beyond = self.prefill_attention(chunk, context - chunk) if self.prefill_attention else (0.0, True)
+            t, beyond = (self.prefill_attention(chunk, context - chunk) if self.prefill_attention
+                         else (0.0, True))
             if beyond:  # the roofline's, not a measured curve carried past its points
                 t, modelled = self.roofline.prefill_attention_s(chunk, context), True
             attn += t
         ops["prefill_attention"] = s.layers * attn
         ops["decode_attention"] = 0.0
         if decodes:
-            t, beyond = (self.decode_attention(len(decodes), sum(decodes) / len(decodes)) if self.decode_attention
+            t, beyond = (self.decode_attention(len(decodes), sum(decodes) / len(decodes))
+                         if self.decode_attention
                           else (0.0, True))
             if beyond:
                 t, modelled = self.roofline.decode_attention_s(decodes), True

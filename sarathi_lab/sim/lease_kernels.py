@@ -1,6 +1,6 @@
-"""A GPU lease's kernel tables (``docs/gpu/<device>/<date>_<commit>/steps/``: the ``tune`` step's
-cuBLAS projections, the ``attention`` step's engine attention) as kernel rows of gpu_kernels.py's
-columns, so that calibration.fit_lease refits a device's calibration to the engine that lease ran."""
+"""A GPU lease's kernel tables (the ``tune`` step's cuBLAS projections, the ``attention`` step's
+engine attention) as gpu_kernels.py's rows, so that calibration.fit_lease refits a device to the
+engine that lease ran."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,30 +16,28 @@ if TYPE_CHECKING:
 LEASES_DIR = REPO_ROOT / "docs" / "gpu"
 GEMM_TABLE = Path("steps") / "tune" / "tune_gemm.csv"
 ATTENTION_TABLE = Path("steps") / "attention" / "attention.csv"
-# The engine's own GEMM in a lease: what the graphs replay (the tune step's Triton split-K candidates
-# only won a shape or two, and the engine keeps cuBLAS wherever it does not).
+# The engine's own GEMM in a lease: what the graphs replay (the engine keeps cuBLAS wherever Triton
+# did not win).
 GEMM_CANDIDATE = "cublas"
 KERNEL_COLUMNS = ("model", "op", "tokens", "context", "batch", "seconds")
 
 
 def newest_lease(device: str) -> Path | None:
-    """The newest lease of ``device`` that kept both tables (``<date>_<commit>`` sorts by date)."""
+    """``<date>_<commit>`` sorts by date."""
     found = sorted(p.parents[2] for p in (LEASES_DIR / device).glob(f"*/{GEMM_TABLE}")
                    if (p.parents[2] / ATTENTION_TABLE).is_file())
     return found[-1] if found else None
 
 
 def _model_of_heads(models: list[str]) -> dict[tuple[int, int], str]:
-    """(query heads, KV heads) -> the lease's model of that attention shape (the attention table
-    names heads, not models)."""
+    """The attention table names heads, not models."""
     shapes = {m: Shape.of(load_config(m)) for m in models}
     return {(s.heads, s.kv_heads): m for m, s in shapes.items()}
 
 
 def lease_kernels(lease: Path) -> pd.DataFrame:
-    """The lease's kernel rows, one layer on one GPU, seconds: each projection's cuBLAS time at each
-    token count (the median of its rows); each prefill, chunk and decode batch of the engine's
-    attention (a chunk's context is the request's once the chunk is cached; decodes' include it)."""
+    """One layer on one GPU, seconds: each projection's median cuBLAS time per token count, and the
+    engine's attention per batch."""
     import pandas as pd
 
     gemm = pd.read_csv(lease / GEMM_TABLE)
@@ -49,10 +47,12 @@ def lease_kernels(lease: Path) -> pd.DataFrame:
     gemm["seconds"] = gemm.pop("ms") / 1e3
     att = pd.read_csv(lease / ATTENTION_TABLE)
     models = _model_of_heads(sorted(gemm.model.unique()))
-    att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)]).dropna(subset=["model"])
+    att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)])
+    att = att.dropna(subset=["model"])
     att = att[att.engine_ms.notna()]
     decode = att.kind == "decode"
-    rows = pd.DataFrame({"model": att.model, "op": ["decode_attention" if d else "prefill_attention" for d in decode],
+    rows = pd.DataFrame({"model": att.model,
+                         "op": ["decode_attention" if d else "prefill_attention" for d in decode],
                          "tokens": att.batch.where(decode, att.query_len), "context": att.context,
                          "batch": att.batch, "seconds": att.engine_ms / 1e3})
     return pd.concat([gemm, rows], ignore_index=True)[list(KERNEL_COLUMNS)]

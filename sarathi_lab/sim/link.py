@@ -1,9 +1,6 @@
-"""The link between two processes of one machine as a table: what a message of n bytes takes from a
-send to its receipt, each size's one-way time (profiling/link.py measures it), a message's time read off
-that table (linear between two sizes). A table, not latency + bytes / bandwidth: over TCP on a loopback
-a message of 64 KiB can take many times one of 16 KiB and about what one of a megabyte takes, which no
-straight line follows.
-"""
+"""The link between two processes of one machine as a table of one-way times by message size
+(profiling/link.py measures it), linear between sizes. Not latency + bytes / bandwidth: over
+loopback TCP a 64 KiB message can take about what a megabyte takes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,19 +10,18 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Link:
-    """One-way seconds of a message of ``sizes[i]`` bytes: ``seconds[i]``; between two sizes linear, beyond
-    the largest on the last two sizes' slope (never below the largest's time)."""
+    """Beyond the largest size, the last two sizes' slope (never below the largest's time)."""
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if len(self.sizes) < 2 or len(self.sizes) != len(self.seconds) or list(self.sizes) != sorted(set(self.sizes)):
-            raise ValueError(f"a link needs two or more increasing sizes, each with its seconds: {self.sizes}, "
-                             f"{self.seconds}")
+        n = len(self.sizes)
+        if n < 2 or n != len(self.seconds) or list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"a link needs two or more increasing sizes, each with its seconds: "
+                             f"{self.sizes}, {self.seconds}")
 
     @classmethod
     def linear(cls, latency_s: float, bandwidth: float) -> Link:
-        """latency + bytes / bandwidth (bytes per second), as a two-size table."""
         return cls((0, 1 << 20), (latency_s, latency_s + (1 << 20) / bandwidth))
 
     def message_s(self, nbytes: float) -> float:
@@ -36,5 +32,5 @@ class Link:
         return seconds[-1] + max(slope, 0.0) * (nbytes - sizes[-1])
 
     def describe(self) -> str:
-        return (f"{self.seconds[0] * 1e6:.0f} us ({self.sizes[0]} B) to {self.seconds[-1] * 1e6:.0f} us "
-                f"({self.sizes[-1] / 2**20:g} MiB) a message")
+        return (f"{self.seconds[0] * 1e6:.0f} us ({self.sizes[0]} B) to "
+                f"{self.seconds[-1] * 1e6:.0f} us ({self.sizes[-1] / 2**20:g} MiB) a message")

@@ -1,8 +1,7 @@
-"""Tensor and pipeline parallelism as the simulator costs them (Megatron-LM): each of ``tp`` GPUs
-runs its shard of every layer plus two all-reduces of the hidden states per layer, each one the NCCL
-time measured in one DGX node (``data/gpu_kernels/all_reduce.csv``, interpolated in the message size)
-or a ring's roofline, ``latency + 2 (tp - 1) / tp * bytes / bandwidth``; ``pp`` stages split the
-layers and send a micro-batch's hidden states on. The link figures and their sources: docs/sim/README.md."""
+"""Tensor and pipeline parallelism as the simulator costs them (Megatron-LM): two all-reduces of the
+hidden states per layer, NCCL-measured where vidur measured them
+(``data/gpu_kernels/all_reduce.csv``) else a ring's roofline; ``pp`` stages split the layers. Link
+figures: docs/sim/README.md."""
 from __future__ import annotations
 
 import functools
@@ -11,14 +10,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sarathi_lab.model.parallel.stages import Stage
-from sarathi_lab.sim.cost_model import (
-    PIPELINE,
-    TENSOR_PARALLEL,
-    CostModel,
-    IterationCost,
-    batch_tokens,
-    register_cost_model,
-)
+from sarathi_lab.sim.cost_model import (PIPELINE, TENSOR_PARALLEL, CostModel, IterationCost,
+                                        batch_tokens, register_cost_model)
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.interpolate import Curve
@@ -33,28 +26,25 @@ if TYPE_CHECKING:
 
 @functools.cache
 def measured_table() -> pd.DataFrame:
-    import pandas as pd  # as gpu_kernels.model_shapes
+    import pandas as pd
 
     return pd.read_csv(DATA_DIR / "all_reduce.csv")
 
 
 def measured_points(device: str, tp: int) -> dict[int, float]:
-    """{message bytes: seconds} measured for ``tp`` GPUs of ``device`` in one node ({} if none)."""
+    """{message bytes: seconds} for ``tp`` GPUs of ``device`` in one node ({} if none)."""
     t = measured_table()
     rows = t[(t.device == device) & (t.tp == tp)]
     return dict(zip(rows["bytes"].astype(int), rows.seconds.astype(float)))
 
 
 def ring_s(nbytes: float, tp: int, latency_s: float, bandwidth: float) -> float:
-    """The roofline of a ring all-reduce of ``nbytes`` among ``tp`` GPUs."""
     return latency_s + 2 * (tp - 1) / tp * nbytes / bandwidth if tp > 1 else 0.0
 
 
 @dataclass(frozen=True)
 class AllReduce:
-    """Seconds of one all-reduce of ``nbytes`` among ``tp`` GPUs: measured where ``points`` are
-    given (beyond them, the ring's extra bytes), else the ring's roofline; ``describe()`` says which
-    (``source``: where the points come from, or why there are none)."""
+    """Measured at ``points`` (beyond, plus the ring's extra bytes), else the ring's roofline."""
     tp: int
     latency_s: float
     bandwidth: float
@@ -80,26 +70,21 @@ class AllReduce:
 
     def describe(self) -> str:
         if self.curve is None:
-            return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us + "
-                    f"{self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
-        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to {self.curve.xs[-1] / 2**20:g} "
+            return (f"all-reduce of {self.tp} GPUs: the ring roofline ({self.latency_s * 1e6:g} us "
+                    f"+ {self.bandwidth / 1e9:g} GB/s){': ' + self.source if self.source else ''}")
+        return (f"all-reduce of {self.tp} GPUs: measured ({self.source}) up to "
+                f"{self.curve.xs[-1] / 2**20:g} "
                 "MiB a message, the ring roofline's extra bytes beyond")
 
 
 @dataclass(frozen=True)
 class StageTimes:
-    """Seconds of one micro-batch: on every stage, on the last stage in addition (the LM head),
-    between two stages, of the host's work on stage 0 before it (0: taken as overlapped, as a GPU's
-    driver runs ahead of its kernels), and of the host's sampling once its logits are back.
-    ``stage_host_s``: each stage's own host work on the micro-batch's command (receiving and decoding
-    it, planning attention) before its compute, which it cannot overlap with its previous
-    micro-batch's; ``return_s``: the sampled rows' logits on their way back to the driver, before their
-    requests can be scheduled again (0 for both: overlapped, as on a GPU). On a stage after the first:
-    ``after_s``, its work once its forward ends before it can take the next command (its sends, and
-    waiting for the previous micro-batch's), and ``receive_s``, taking the activations in once both they
-    and the stage are ready (a message that does not fit the socket's buffer moves only while its
-    receiver reads it); ``first_host_s``: stage 0's own work on the command where it differs from the
-    later stages' (None: the same). All 0 / None unless measured on a running pipeline."""
+    """Seconds of one micro-batch on each stage. The host terms are 0 (overlapped, as a GPU's driver
+    runs ahead) unless measured on a running pipeline: ``stage_host_s``, a stage's work on the
+    command it cannot overlap with its previous micro-batch; ``return_s``, logits on their way back;
+    ``after_s`` and ``receive_s``, a later stage's sends and its taking the activations in (a
+    message over the socket's buffer moves only while read); ``first_host_s``, stage 0's where it
+    differs (None: the same)."""
     stage_s: float
     last_extra_s: float
     p2p_s: float
@@ -110,8 +95,7 @@ class StageTimes:
     after_s: float = 0.0
     receive_s: float = 0.0
     first_host_s: float | None = None
-    # Each stage's layers over the first stage's (the most), where they do not split evenly; () where
-    # they do: every stage runs stage_s.
+    # Each stage's layers over the first stage's where they do not split evenly; () where they do.
     layer_share: tuple[float, ...] = ()
 
     def on(self, stage: int, stages: int) -> float:
@@ -121,22 +105,18 @@ class StageTimes:
     @classmethod
     def of(cls, cost: IterationCost, p2p_s: float, allreduce_s: float = 0.0, host_s: float = 0.0,
            sample_s: float = 0.0) -> StageTimes:
-        """A stage's share of ``cost``, the forward of one stage's layers on one of its GPUs (plus
-        ``allreduce_s``, its layers' all-reduces where ``cost`` lacks them): the LM head (with the
-        embedding, as the roofline counts them) on the last stage only."""
+        """``allreduce_s``: where ``cost`` lacks them; the LM head on the last stage only."""
         head = cost.ops.get("lm_head", 0.0)
-        return cls(stage_s=cost.forward_s - head + allreduce_s, last_extra_s=head, p2p_s=p2p_s, host_s=host_s,
-                   sample_s=sample_s)
+        return cls(stage_s=cost.forward_s - head + allreduce_s, last_extra_s=head, p2p_s=p2p_s,
+                   host_s=host_s, sample_s=sample_s)
 
 
 def through_stages(times: StageTimes, now: float, stage_free: list[float],
                    busy: list[float]) -> tuple[list[float], list[float]]:
-    """One micro-batch through the stages (``stage_free`` and ``busy`` updated): each stage begins it
-    when free and the activations are there; each stage's begin and end."""
-    # Stage 0's host work for the batch (scheduling, its tensors, the sampling) comes first; the
-    # stage is not computing meanwhile, so it counts as its bubble as a measured timeline's would.
-    # Each stage then takes the command on its own host (on stage 0 after the driver's work; on later
-    # stages while the activations are still on their way, but not while it computes or sends).
+    """One micro-batch through the stages: each stage's begin and end."""
+    # Stage 0's host work comes first and counts as its bubble, as a measured timeline's would;
+    # later stages take the command while the activations are on their way, not while they compute
+    # or send.
     first_host = times.stage_host_s if times.first_host_s is None else times.first_host_s
     ready, stages = now + times.host_s + first_host, len(stage_free)
     begins, ends = [], []
@@ -157,7 +137,8 @@ def through_stages(times: StageTimes, now: float, stage_free: list[float],
 class StageCostModel:
     """What a micro-batch costs one GPU of a stage, from the roofline of its shard."""
 
-    def __init__(self, device: Device, config: ModelConfig, par: Parallelism, dtype: str = "float16"):
+    def __init__(self, device: Device, config: ModelConfig, par: Parallelism,
+                 dtype: str = "float16"):
         self.par, self.stages = par, par.pp
         self.shard = shard_config(config, par)
         self.roofline = RooflineCostModel(device, self.shard, dtype)
@@ -165,7 +146,8 @@ class StageCostModel:
         self.layers = self.shard.num_hidden_layers
         self.all_reduce = AllReduce(par.tp, par.allreduce_latency_s, par.allreduce_bandwidth)
 
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes:
         cost = self.roofline.iteration_cost(prefills, decodes, num_sampled)
         tokens = batch_tokens(prefills, decodes)
         allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
@@ -174,19 +156,18 @@ class StageCostModel:
 
 @register_cost_model(TENSOR_PARALLEL)
 class TensorParallelCostModel(CostModel):
-    """An iteration on ``tp`` GPUs serving as one (one stage): ``shard``, the cost model of one
-    GPU's shard (its LM head included), plus the two all-reduces of each layer, measured where vidur
-    measured them unless ``shard`` is the roofline (said in a warning); the host's work as the
-    shard's (one host drives them all)."""
+    """``tp`` GPUs as one stage: the shard plus two all-reduces a layer."""
 
     def __init__(self, shard: CostModel, config: ModelConfig, tp: int, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.shard, self.name, self.device = shard, shard.name, shard.device
-        par, device, measured = Parallelism(tp=tp), shard.device.name, self.name != "roofline" and tp > 1
+        par, device = Parallelism(tp=tp), shard.device.name
+        measured = self.name != "roofline" and tp > 1
         points = tuple(sorted(measured_points(device, tp).items())) if measured else ()
         source = (f"vidur, {device.upper()} DGX node, NCCL" if points
                   else f"no all-reduce measured for {tp} x {device}" if measured else "")
-        self.all_reduce = AllReduce(tp, par.allreduce_latency_s, par.allreduce_bandwidth, points, source)
+        self.all_reduce = AllReduce(tp, par.allreduce_latency_s, par.allreduce_bandwidth, points,
+                                    source)
         if self.name != "roofline":
             warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={self.name!r}): the "
                           f"{self.all_reduce.describe()}", stacklevel=3)
@@ -203,15 +184,10 @@ class TensorParallelCostModel(CostModel):
 
 @register_cost_model(PIPELINE)
 class PipelineCostModel(CostModel):
-    """``pp`` pipeline stages of consecutive layers, each on ``tp`` GPUs: ``stage`` is the cost model of
-    the first stage's layers on one of its GPUs (its all-reduces included; the first stage holds the
-    most where they do not split evenly, the others their share of its time). ``times`` is what each
-    stage is busy with for a micro-batch (StageTimes, what the pipelined executor runs through the
-    stages); an iteration's cost is one micro-batch's passage through an empty pipeline (every stage
-    and the sends between them), the least time between two tokens of a request, which is what a TBT
-    budget is held to."""
+    """An iteration: one micro-batch through an empty pipeline, which a TBT budget is held to."""
 
-    def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int, dtype: str = "bfloat16"):
+    def __init__(self, stage: CostModel, config: ModelConfig, tp: int, pp: int,
+                 dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.stage, self.name, self.device = stage, stage.name, stage.device
         self.par = Parallelism(tp=tp, pp=pp)
@@ -223,7 +199,8 @@ class PipelineCostModel(CostModel):
     def stages(self) -> int:
         return self.par.pp
 
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes:
         cost = self.stage.iteration_cost(prefills, decodes, num_sampled)
         p2p = self.par.p2p_s(batch_tokens(prefills, decodes), self.hidden_bytes)
         return replace(StageTimes.of(cost, p2p, host_s=cost.prepare_s, sample_s=cost.sample_s),
@@ -234,4 +211,5 @@ class PipelineCostModel(CostModel):
         stages = self.par.pp
         _, ends = through_stages(times, 0.0, [0.0] * stages, [0.0] * stages)
         forward, sends = ends[-1] - times.host_s, (stages - 1) * times.p2p_s
-        return IterationCost(times.host_s, forward, times.sample_s, {"stages": forward - sends, "p2p": sends})
+        return IterationCost(times.host_s, forward, times.sample_s,
+                             {"stages": forward - sends, "p2p": sends})

@@ -1,7 +1,5 @@
-"""Iteration time interpolated from a table the engine measured on the device (``task=profile``,
-``profiles/<device>/<model>.csv``; its ops and how an iteration sums them: docs/sim/README.md,
-section 8).
-"""
+"""Iteration time interpolated from a table the engine measured on the device (``task=profile``; how
+an iteration sums its ops: docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import warnings
@@ -12,7 +10,8 @@ import numpy as np
 
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
+                                         register_cost_model)
 from sarathi_lab.sim.device import DEVICES
 from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, curves
 from sarathi_lab.sim.interpolate import Curve
@@ -24,33 +23,31 @@ if TYPE_CHECKING:
 
     from sarathi_lab.model.spec import ModelConfig
 
-# task=profile's operators whose time depends on the token count alone (attention also on the contexts).
+# Ops whose time depends on the token count alone (attention also on the contexts).
 DENSE_OPS = tuple(op for op in OPS if op != "attention")
 COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 
 
-# A reference forward whose times spread more than this while a profile was measured is worth a
-# warning where the profile is measured and where it is read: more than a quiet machine's spread.
+# A reference forward spreading more than this while profiled is worth a warning: more than a quiet
+# machine's spread.
 DRIFT_WARNING = 0.05
 
 
 def drift_spread(description: dict) -> float | None:
-    """How far a profile's reference forward moved while it was measured: its slowest time over its
-    fastest, minus one (a profile that timed it only first and last: their change). None: not timed."""
+    """Slowest over fastest time of the reference forward, minus one; None: not timed."""
     drift = description.get("drift") or {}
     if "spread" in drift:
         return drift["spread"]
     return abs(drift["rel_change"]) if "rel_change" in drift else None
 
-def measured_iterations(table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
-    """Each bare forward of a profile as (kind, prefills, decodes, seconds), in the cost models'
-    terms. A ``total`` row of a batch of one whose tokens are its context is one prompt prefilled
-    whole; any other ``total`` row is ``batch`` decodes of ``context`` tokens each; a
-    ``hybrid_total`` row is a chunk of ``tokens`` with nothing before it beside ``batch`` decodes
-    of ``context`` tokens each."""
+def measured_iterations(
+        table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
+    """Each bare forward as (kind, prefills, decodes, seconds): a ``total`` row of one request
+    holding its context is a whole prefill, any other ``batch`` decodes."""
     rows = []
     for row in table[table.op.isin(("total", "hybrid_total"))].itertuples():
-        tokens, context, batch, seconds = int(row.tokens), int(row.context), int(row.batch), float(row.seconds)
+        tokens, context, batch = int(row.tokens), int(row.context), int(row.batch)
+        seconds = float(row.seconds)
         if row.op == "hybrid_total":
             rows.append(("hybrid", [(tokens, tokens)], [context] * batch, seconds))
         elif batch == 1 and tokens == context:
@@ -61,7 +58,7 @@ def measured_iterations(table: pd.DataFrame) -> list[tuple[str, list[tuple[int, 
 
 
 def _fit(rows: pd.DataFrame, features: list[str]) -> np.ndarray:
-    """Least-squares a + b . features, coefficients clipped at 0 (host time never shrinks with work)."""
+    """Coefficients clipped at 0: host time never shrinks with work."""
     x = np.column_stack([np.ones(len(rows))] + [rows[f].to_numpy(float) for f in features])
     coef, *_ = np.linalg.lstsq(x, rows.seconds.to_numpy(float), rcond=None)
     return np.clip(coef, 0.0, None)
@@ -73,66 +70,69 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def applies(cls, choice: Choice) -> bool:
-        # One device's own table (tensor parallelism is refused with one), or, where the model's
-        # kernels were not measured on the device, the table that is expected (its absence refused).
-        return choice.tp == 1 and (choice.own_table or choice.measured_name not in gpu_kernels.measured(choice.device))
+        # One device's own table, or where the model's kernels were not measured there, the expected
+        # one.
+        unmeasured = choice.measured_name not in gpu_kernels.measured(choice.device)
+        return choice.tp == 1 and (choice.own_table or unmeasured)
 
     @classmethod
     def build(cls, choice: Choice) -> ProfileCostModel:
-        path = Path(choice.profile) if choice.profile is not None else profile_path(choice.device, choice.model)
-        # Past the profiled token counts the device's roofline prices the increment, where the
-        # simulator describes the device (a profile of another one carries its end slope on).
+        path = (Path(choice.profile) if choice.profile is not None
+                else profile_path(choice.device, choice.model))
+        # Past the profiled token counts the device's roofline prices the increment, where there is
+        # one.
         beyond = roofline_for(choice) if choice.device in DEVICES else None
         return cls.from_csv(path, choice.config, choice.dtype, beyond=beyond)
 
-    def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16", source: str = "table",
-                 beyond: RooflineCostModel | None = None):
-        """``beyond``: a roofline of the device, whose increment prices the dense ops past the largest
-        token count measured (a baseline's whole-batch prefill can lie far past the profiled chunks,
-        where a launch-bound end segment's slope says nothing); None: that slope carries on."""
+    def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16",
+                 source: str = "table", beyond: RooflineCostModel | None = None):
+        """``beyond``: a roofline pricing dense ops past the largest token count measured, where an
+        end segment's launch-bound slope says nothing; None: that slope carries on."""
         super().__init__(config, dtype)
         self.beyond = beyond
         missing = [c for c in COLUMNS if c not in table.columns]
         if missing:
-            raise ValueError(f"profile {source}: no column {missing[0]!r}; expected {', '.join(COLUMNS)}")
+            raise ValueError(f"profile {source}: no column {missing[0]!r}; expected "
+                             f"{', '.join(COLUMNS)}")
         self.source = source
-        # Every axis and time a finite number >= 0: a NaN or infinite time would reach the virtual
-        # clock only when a batch lands near it, a negative one be clipped silently.
-        import pandas as pd  # here: a run of another cost model reads no table
+        # Refused unless finite and >= 0: a NaN would reach the clock only when a batch lands near
+        # it, a negative be clipped silently.
+        import pandas as pd  # a run of another cost model reads no table
         for column in COLUMNS[1:]:
             values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
             bad = ~(np.isfinite(values) & (values >= 0))
             if bad.any():
                 i = int(bad.argmax())
-                raise ValueError(f"profile {source}: row {table.index[i]} (op {table.op.iloc[i]!r}) {column}="
-                                 f"{table[column].tolist()[i]!r} is invalid: must be a finite number >= 0")
+                raise ValueError(f"profile {source}: row {table.index[i]} (op "
+                                 f"{table.op.iloc[i]!r}) {column}={table[column].tolist()[i]!r} is "
+                                 f"invalid: must be a finite number >= 0")
         by_op = {op: rows for op, rows in table.groupby("op")}
-        needed = (*DENSE_OPS, "prefill_attention", "decode_attention", "lm_head", "prepare", "sample")
+        needed = (*DENSE_OPS, "prefill_attention", "decode_attention", "lm_head", "prepare",
+                  "sample")
         absent = [op for op in needed if op not in by_op]
         if absent:
             raise ValueError(f"profile {source}: no rows for op {absent[0]!r}")
         self.dense, self.prefill_attention, self.decode_attention = curves(
             table[table.op.isin((*DENSE_OPS, *ATTENTION_OPS))])
-        self._dense_top = min(c.xs[-1] for c in self.dense.values())  # the most tokens every dense op measured
-        # Against the rows sampled, not the tokens: the LM head sees only the sampled rows.
+        self._dense_top = min(c.xs[-1] for c in self.dense.values())
+        # Against the rows sampled: the LM head sees only those.
         self.lm_head = Curve(by_op["lm_head"].groupby("batch").seconds.median().to_dict())
         self.prepare_coef = _fit(by_op["prepare"], ["tokens", "batch"])
         self.sample_coef = _fit(by_op["sample"], ["batch"])
-        floor = min(by_op["prefill_attention"].seconds.min(), by_op["decode_attention"].seconds.min())
+        floor = min(by_op["prefill_attention"].seconds.min(),
+                    by_op["decode_attention"].seconds.min())
         self.attention_shared_s = self._shared_attention(by_op.get("hybrid_attention"), floor)
         self.extrapolations = 0
         self._dense_cache: dict[int, tuple[float, bool]] = {}
 
     def _shared_attention(self, hybrids: pd.DataFrame | None, floor: float) -> float:
-        """The attention time a hybrid pays once for all its parts (a launch-bound layer's fixed
-        cost, which the prefill-only and decode-only rows each carry): the median of what a measured
-        hybrid's parts add up to beyond it, at most the smaller part. Without hybrid rows (tables
-        from before they were measured): ``floor``, the cheapest attention measured, which every
-        part's row carries and one pass over the batch pays once."""
+        """What a hybrid pays once for all its parts (a launch-bound layer's fixed cost each part's
+        row carries): the median of the measured hybrids' excess, at most the smaller part; without
+        hybrid rows, ``floor``."""
         if hybrids is None:
             return floor
         excess = []
-        for row in hybrids.itertuples():  # a chunk of ``tokens`` with nothing before it, ``batch`` decodes
+        for row in hybrids.itertuples():
             pre, _ = self.prefill_attention(row.tokens, 0)
             dec, _ = self.decode_attention(row.batch, row.context)
             excess.append(min(max(pre + dec - row.seconds, 0.0), pre, dec))
@@ -141,21 +141,23 @@ class ProfileCostModel(CostModel):
     @classmethod
     def from_csv(cls, path: str | Path, config: ModelConfig, dtype: str = "bfloat16",
                  beyond: RooflineCostModel | None = None) -> ProfileCostModel:
-        """The profile at ``path``, for a run in ``dtype``: refused if its description (the .json
-        task=profile writes beside it) says it was measured in another dtype, whose times differ."""
+        """Refused if its .json says it was measured in another dtype, whose times differ."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and model first")
+            raise FileNotFoundError(f"no profile at {path}: run task=profile on that device and "
+                                    f"model first")
         description = profile_description(path)
         measured = description.get("engine", {}).get("torch_dtype")
         if measured is not None and measured != dtype:
-            raise ConfigError(f"{SETTING.set('dtype', dtype)} is invalid with the profile {path}: it was measured in "
-                              f"{measured} (run task=profile in {dtype}, or simulate in {measured})")
+            raise ConfigError(f"{SETTING.set('dtype', dtype)} is invalid with the profile {path}: "
+                              f"it was measured in {measured} (run task=profile in {dtype}, or "
+                              f"simulate in {measured})")
         spread = drift_spread(description)
         if spread is not None and spread > DRIFT_WARNING:
-            warnings.warn(f"profile {path}: its reference forward moved by up to {100 * spread:.0f}% while it was "
+            warnings.warn(f"profile {path}: its reference forward moved by up to "
+                          f"{100 * spread:.0f}% while it was "
                           "measured; its times are about that unsure", stacklevel=2)
-        import pandas as pd  # as in __init__
+        import pandas as pd
         try:
             table = pd.read_csv(path)
             if table.empty or table.isna().to_numpy().any():
@@ -163,10 +165,11 @@ class ProfileCostModel(CostModel):
             return cls(table, config, dtype, source=str(path), beyond=beyond)
         except ConfigError:
             raise
-        except (ValueError, KeyError, IndexError, TypeError) as e:  # pandas' parser errors are ValueErrors
+        except (ValueError, KeyError, IndexError, TypeError) as e:
             what = f"no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
-            raise ConfigError(f"{SETTING.set('sim_cost_model', 'profile')} is invalid here: the profile {path} is "
-                              f"unreadable ({what}); run task=profile again") from None
+            raise ConfigError(f"{SETTING.set('sim_cost_model', 'profile')} is invalid here: the "
+                              f"profile {path} is unreadable ({what}); run task=profile "
+                              "again") from None
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:
         if tokens not in self._dense_cache:
@@ -184,7 +187,7 @@ class ProfileCostModel(CostModel):
         tokens = batch_tokens(prefills, decodes)
         dense, outside = self._dense_s(tokens)
         # ``others`` was measured with one sampled row: add the LM head's other rows (or take the
-        # one away when a chunk samples nothing).
+        # one away).
         head, head_out = self.lm_head(num_sampled) if num_sampled else (0.0, False)
         one_row, _ = self.lm_head(1)
         ops = {"dense": dense, "lm_head_extra": head - one_row}
@@ -199,24 +202,25 @@ class ProfileCostModel(CostModel):
             ops["decode_attention"], outside, parts = t, outside or out, parts + [t]
         forward = sum(ops.values())
         if len(parts) > 1 and self.attention_shared_s:
-            # One attention pass per layer serves the whole batch: its fixed cost is paid once, and
-            # the batch never costs less than its largest part alone. The forward adds the attention
-            # whole, so that more work never rounds to less time.
+            # One attention pass per layer serves the whole batch: its fixed cost is paid once, the
+            # batch never costs less than its largest part, and more work never rounds to less time.
             attention = max(sum(parts) - self.attention_shared_s * (len(parts) - 1), max(parts))
             cut = sum(parts) - attention
             taken = min(cut, ops["decode_attention"])
-            ops["decode_attention"], ops["prefill_attention"] = (ops["decode_attention"] - taken,
-                                                                 ops["prefill_attention"] - (cut - taken))
+            ops["decode_attention"] -= taken
+            ops["prefill_attention"] -= cut - taken
             forward = ops["dense"] + ops["lm_head_extra"] + attention
         outside = outside or head_out
         if outside:
             self.extrapolations += 1
             if self.extrapolations == 1:
-                warnings.warn(f"profile {self.source}: an iteration (tokens={tokens}, prefills={prefills[:3]}, "
-                              f"{len(decodes)} decodes) lies outside the measured grid; its time is extrapolated "
-                              "(later ones are counted in .extrapolations, not warned)", stacklevel=3)
+                warnings.warn(f"profile {self.source}: an iteration (tokens={tokens}, "
+                              f"prefills={prefills[:3]}, {len(decodes)} decodes) lies outside the "
+                              f"measured grid; its time is extrapolated "
+                              "(later ones are counted in .extrapolations, not warned)",
+                              stacklevel=3)
         a, per_token, per_request = self.prepare_coef
         sa, per_row = self.sample_coef
-        return IterationCost(prepare_s=a + per_token * tokens + per_request * (len(prefills) + len(decodes)),
-                             forward_s=forward, sample_s=sa + per_row * num_sampled, ops=ops,
-                             extrapolated=outside)
+        return IterationCost(prepare_s=a + per_token * tokens
+                             + per_request * (len(prefills) + len(decodes)), forward_s=forward,
+                             sample_s=sa + per_row * num_sampled, ops=ops, extrapolated=outside)

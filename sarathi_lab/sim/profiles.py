@@ -1,6 +1,5 @@
-"""Where the engine's measured tables lie (``task=profile`` writes them; GPU leases bring theirs into
-dated folders) and what was written beside each: paths alone, so that choosing a cost model, the
-benches and the profile task find the same table without loading any cost model."""
+"""Where the engine's measured tables lie, as paths alone: choosing a cost model, the benches and
+the profile task find the same table without loading any cost model."""
 from __future__ import annotations
 
 import json
@@ -13,8 +12,7 @@ from sarathi_lab.config import REPO_ROOT
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
 
-# The ops a profile times, split as the paper's Fig. 3 and 7 split a forward (profiling/ops.py
-# measures them, the profile cost model sums them): here, where both read them.
+# Here, where both profiling/ops.py and the profile cost model read them.
 OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 # Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
 LEASE_ENV = "SARATHI_PROFILE_LEASE"
@@ -31,16 +29,13 @@ def _name(model: str | ModelConfig) -> str:
 
 
 def own_profile_path(device: str, model: str | ModelConfig) -> Path:
-    """Where task=profile writes ``model``'s table on ``device``: ``profiles/<device>/<name>.csv``, named by
-    the preset, or by a Hugging Face directory's own name."""
+    """Named by the preset, or by a Hugging Face directory's own name."""
     return profiles_dir() / device / f"{_name(model)}.csv"
 
 
 def profile_path(device: str, model: str | ModelConfig) -> Path:
-    """The table of ``model`` on ``device`` every reader takes: the lease LEASE_ENV names
-    (``profiles/<device>/<lease>/``, whether or not it holds one), else the one task=profile measured
-    here (``own_profile_path``), else the newest GPU lease's that holds one (gpu/collect.py keeps each
-    lease's in its own folder, ``<date>_<commit>``: newest sorts last). Where none is, the own path."""
+    """The lease LEASE_ENV names, else the one measured here, else the newest lease's holding one
+    (``<date>_<commit>`` sorts newest last); where none is, the own path."""
     own = own_profile_path(device, model)
     if lease := os.environ.get(LEASE_ENV):
         return own.parent / lease / own.name
@@ -51,13 +46,11 @@ def profile_path(device: str, model: str | ModelConfig) -> Path:
 
 
 def profiled_devices() -> list[tuple[str, str]]:
-    """(device, model) of every profile under profiles_dir(), measured here or in a lease."""
     tables = [*profiles_dir().glob("*/*.csv"), *profiles_dir().glob("*/*/*.csv")]
     return sorted({(p.relative_to(profiles_dir()).parts[0], p.stem) for p in tables})
 
 
 def profile_description(path: str | Path) -> dict:
-    """What task=profile wrote beside the table at ``path`` (machine, engine, clock, grids); {} where
-    nothing was."""
+    """{} where nothing was written beside the table."""
     description = Path(path).with_suffix(".json")
     return json.loads(description.read_text()) if description.is_file() else {}

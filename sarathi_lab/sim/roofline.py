@@ -1,8 +1,6 @@
-"""Iteration time from a device's ceilings: every kernel takes as long as the slower of its flops
-and its bytes at the share of peak real kernels reach, never less than a kernel's floor; calibrated,
-with those shares fitted to measured GPU kernels (the device file's ``calibration``), for shapes
-nobody measured (the kernels and their padding: docs/sim/README.md, section 8).
-"""
+"""Iteration time from a device's ceilings: each kernel as long as the slower of its flops and bytes
+at the share of peak real kernels reach, never under a kernel's floor; calibrated, those shares
+fitted to measured GPU kernels (docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -10,17 +8,17 @@ from typing import TYPE_CHECKING
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
-from sarathi_lab.sim.cost_model import Choice, CostModel, IterationCost, batch_tokens, register_cost_model
+from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
+                                         register_cost_model)
 from sarathi_lab.sim.device import Device, load_device
 
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
 
-# Decode-only iterations of at most this many requests are remembered by their contexts: the same few
-# recur throughout a run of small batches (static or vllm at low load, where a capacity search spends
-# most of its iterations), and a key of a few contexts costs less to hash than the cost to predict.
+# Small decode-only iterations are remembered by their contexts: the same few recur through a run of
+# small batches (where a capacity search spends most of its iterations), and hashing a few contexts
+# costs less than predicting.
 SMALL_DECODE_BATCH = 4
-# Remembered iterations at most; the memo starts again when full.
 MEMO_SIZE = 1 << 16
 
 
@@ -39,26 +37,23 @@ class RooflineCostModel(CostModel):
         q = s.heads * s.head_dim
         self.gemms = s.gemms
         e = self.elem_bytes
-        # Norm kernels a layer runs: one in phi-2's parallel block, whose attention and MLP read one norm.
+        # phi-2's parallel block: attention and MLP read one norm.
         self.norms = 2 if s.gated else 1
-        # Elements one layer's pointwise work moves per token, by kind: the norms reading and writing the
-        # hidden state, the residual adds as much again as two norms (the engine fuses each add into a
-        # norm), rotary over q and k, the activation's rows.
-        self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s), "add": 4 * s.hidden,
-                                "rope": pointwise_elems("rope", s), "act": pointwise_elems("act", s)}
+        # The residual adds move as much again as two norms (the engine fuses each add into a norm).
+        self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s),
+                                "add": 4 * s.hidden, "rope": pointwise_elems("rope", s),
+                                "act": pointwise_elems("act", s)}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
         self.kv_bytes_per_token = s.kv_bytes_per_token(e, layers=1)
-        self.qo_bytes_per_token = 2 * q * e            # one layer's query in + output out
+        self.qo_bytes_per_token = 2 * q * e
         self.attn_flops_per_pair = s.attention_flops_per_pair
         d = device
         self.gemm_rate = d.peak_flops * d.gemm_flops_efficiency
         self.attn_rate = d.peak_flops * d.attention_flops_efficiency
         self.bw = d.memory_bandwidth * d.bandwidth_efficiency
         self.attn_bw = d.memory_bandwidth * d.attention_bandwidth_efficiency
-        # Everything that depends only on the token and sampled-row counts, per (T, rows).
         self._dense: dict[tuple[int, int], dict[str, float]] = {}
-        # Small decode-only iterations' costs by (contexts..., sampled rows): exact for any subclass,
-        # since the cost is a function of the batch's composition alone.
+        # Exact for any subclass: the cost is a function of the batch's composition alone.
         self._small_decodes: dict[tuple[int, ...], IterationCost] = {}
 
     def _kernel(self, flops: float, nbytes: float, rate: float, bw: float) -> float:
@@ -66,15 +61,15 @@ class RooflineCostModel(CostModel):
 
     def gemm_s(self, tokens: int, k: int, n: int) -> float:
         flops = 2 * ceil_to(tokens, self.device.tile_tokens) * k * n
-        return self._kernel(flops, (k * n + tokens * (k + n)) * self.elem_bytes, self.gemm_rate, self.bw)
+        return self._kernel(flops, (k * n + tokens * (k + n)) * self.elem_bytes, self.gemm_rate,
+                            self.bw)
 
     def pointwise_s(self, tokens: int) -> float:
-        """One layer's pointwise work (norms, rotary, activation, residuals), as one kernel."""
+        """One layer's pointwise work, as one kernel."""
         return self._kernel(0, tokens * self.pointwise_bytes_per_token, 1, self.bw)
 
     def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
-        """``pointwise_s`` by kind (norm, add, rope, act), for holding it against an engine that times
-        them inside other operators; one kernel here, so each kind takes its share of the bytes."""
+        """For an engine timing them inside other operators: each kind its share of bytes."""
         whole, elems = self.pointwise_s(tokens), sum(self.pointwise_elems.values())
         return {kind: whole * n / elems for kind, n in self.pointwise_elems.items()}
 
@@ -87,16 +82,16 @@ class RooflineCostModel(CostModel):
             s, layers = self.shape, self.shape.layers
             ops = {name: layers * self.gemm_s(tokens, k, n) for name, (k, n) in self.gemms.items()}
             ops["pointwise"] = layers * self.pointwise_s(tokens)
-            ops["lm_head"] = self.embedding_s(tokens) + (self.gemm_s(rows, s.hidden, s.vocab) if rows else 0.0)
+            ops["lm_head"] = self.embedding_s(tokens) + (self.gemm_s(rows, s.hidden, s.vocab)
+                                                         if rows else 0.0)
             self._dense[key] = ops
         return self._dense[key]
 
     def dense_s(self, tokens: int) -> float:
-        """A forward's work outside attention at ``tokens`` tokens, one row sampled."""
+        """One row sampled."""
         return sum(self._dense_ops(tokens, 1).values())
 
     def prefill_attention_s(self, chunk: int, context: int) -> float:
-        """One layer's attention of a chunk of ``chunk`` tokens whose request then holds ``context``."""
         tile = self.device.attention_tile
         padded = ceil_to(chunk, tile)
         flops = attention_flops(self.attn_flops_per_pair, chunk, context, tile)
@@ -106,11 +101,11 @@ class RooflineCostModel(CostModel):
         return self._kernel(flops, nbytes, self.attn_rate, self.attn_bw)
 
     def decode_attention_s(self, contexts: list[int]) -> float:
-        """One layer's attention of decodes with these contexts, in one kernel."""
         kv_tokens = sum(contexts)
         nbytes = kv_tokens * self.kv_bytes_per_token + len(contexts) * (self.qo_bytes_per_token
                                                                           + self.kv_bytes_per_token)
-        return self._kernel(self.attn_flops_per_pair * kv_tokens, nbytes, self.attn_rate, self.attn_bw)
+        return self._kernel(self.attn_flops_per_pair * kv_tokens, nbytes, self.attn_rate,
+                            self.attn_bw)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         if prefills or len(decodes) > SMALL_DECODE_BATCH:
@@ -129,8 +124,8 @@ class RooflineCostModel(CostModel):
         ops = dict(self._dense_ops(tokens, num_sampled))
         ops["prefill_attention"] = layers * sum(self.prefill_attention_s(c, x) for c, x in prefills)
         ops["decode_attention"] = layers * self.decode_attention_s(decodes) if decodes else 0.0
-        return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()), sample_s=0.0,
-                             ops=ops)
+        return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()),
+                             sample_s=0.0, ops=ops)
 
 
 @register_cost_model("calibrated")
@@ -140,7 +135,8 @@ class CalibratedRooflineCostModel(RooflineCostModel):
     def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
         if device.calibration is None:
             raise ConfigError(f"{SETTING.set('sim_cost_model', 'calibrated')} is invalid with "
-                              f"{SETTING.set('sim_device', device.name)}: its device file has no calibration (no GPU "
+                              f"{SETTING.set('sim_device', device.name)}: its device file has no "
+                              f"calibration (no GPU "
                               "kernels measured there); use 'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
@@ -156,8 +152,9 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
     def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
         # In the order pointwise_s adds them: the same sum to the last bit.
-        return {"norm": self.norms * self._pointwise("norm", tokens), "rope": self._pointwise("rope", tokens),
-                "act": self._pointwise("act", tokens), "add": self._pointwise("add", tokens)}
+        return {"norm": self.norms * self._pointwise("norm", tokens),
+                "rope": self._pointwise("rope", tokens), "act": self._pointwise("act", tokens),
+                "add": self._pointwise("add", tokens)}
 
     def pointwise_s(self, tokens: int) -> float:
         return sum(self.pointwise_parts_s(tokens).values())
@@ -179,9 +176,9 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
 
 def roofline_for(choice: Choice) -> RooflineCostModel:
-    """The roofline of ``choice``'s device and shard: calibrated when asked, or under measured
-    kernels or a profile where the device has a calibration; the plain one otherwise."""
+    """Calibrated when asked, or under kernels or a profile where the device has one."""
     dev = load_device(choice.device, choice.dtype)
-    if choice.cost_model == "calibrated" or (choice.cost_model == "profile" and dev.calibration is not None):
+    if choice.cost_model == "calibrated" or (choice.cost_model == "profile"
+                                             and dev.calibration is not None):
         return CalibratedRooflineCostModel(dev, choice.part, choice.dtype)
     return RooflineCostModel(dev, choice.part, choice.dtype)

@@ -1,15 +1,10 @@
-"""A pipeline stage's times from a cost model of the whole model on one device (a ``task=profile``
-table of this CPU, or any other): the pipeline the real engine runs with ``engine.pipeline_parallel``,
-one device a stage, as ``sim/pipeline_run.py`` serves it.
+"""A pipeline stage's times from a cost model of the whole model on one device, one device a stage,
+as ``sim/pipeline_run.py`` serves it.
 
-The layers split evenly over the stages (the engine gives the first stages one more where they do not
-split evenly; the profile cannot tell layers apart), the LM head runs on the last stage, and the
-driver's host work for a batch (its tensors and the sampling, which the engine's driver does on stage
-0's core) occupies stage 0 before the batch's forward there. Every stage takes each micro-batch's
-command (two messages: its header and its bytes) and prepares it as the profile's ``prepare`` says;
-activations pass as two messages (hidden states and residual), the sampled rows' logits as one back
-to the driver, each priced by the link between the stages' processes (``profiling/link.py`` measures it).
-"""
+The layers split evenly (the profile cannot tell layers apart), the LM head runs on the last stage,
+and the driver's host work for a batch occupies stage 0 before its forward. Commands (header and
+bytes), activations (hidden states and residual) and the logits sent back are each priced by the
+link between the stages' processes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,52 +14,53 @@ from sarathi_lab.sim.handoff import Handoff
 from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes
 
-# Stage-to-stage sends between two processes of one machine (gloo over the loopback interface) where
-# no measured link is given (profiling/link.py measures one): assumed figures, a TCP message on a loopback.
+# Where no measured link is given: assumed figures, a TCP message on a loopback.
 LOOPBACK = Link.linear(100e-6, 2e9)
-HEADER_BYTES = 80          # a command's header: ten int64 counts (model/parallel/wire.py)
-COMMAND_BYTES_A_TOKEN = 24  # its bytes: each token's id, position and cache slot (int64); the rest is small
+HEADER_BYTES = 80  # ten int64 counts (model/parallel/wire.py)
+COMMAND_BYTES_A_TOKEN = 24  # each token's id, position and cache slot (int64)
 
 
 @dataclass(frozen=True)
 class ProfileStages:
-    """``times(prefills, decodes, num_sampled)`` of a micro-batch on each of ``stages`` stages of the
-    model ``whole`` prices (``whole.iteration_cost``: its forward, LM head and host parts)."""
+    """A micro-batch's times on each stage of the model ``whole`` prices."""
     whole: CostModel
     stages: int
-    hidden_bytes: int            # one token's hidden state as sent (the residual goes with it)
+    hidden_bytes: int  # the residual goes with it
     link: Link = LOOPBACK
-    logits_row_bytes: int = 0    # one sampled row's logits as sent back (vocabulary x element bytes)
-    # Measured on a running pipeline: each stage's work between two forwards, where the link's messages
-    # priced it (the activations' move among them); None: the messages as the link prices them.
+    logits_row_bytes: int = 0
+    # Measured on a running pipeline: each stage's work between two forwards; None: as the link
+    # prices the messages.
     handoff: Handoff | None = None
 
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int], num_sampled: int) -> StageTimes:
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes:
         cost = self.whole.iteration_cost(prefills, decodes, num_sampled)
         head = self.head_s(num_sampled)
         tokens = batch_tokens(prefills, decodes)
         message = self.link.message_s
         stage_s = max(cost.forward_s - head, 0.0) / self.stages
-        host = {"host_s": cost.prepare_s + cost.sample_s, "return_s": message(num_sampled * self.logits_row_bytes)}
+        host = {"host_s": cost.prepare_s + cost.sample_s,
+                "return_s": message(num_sampled * self.logits_row_bytes)}
         h = self.handoff
         if h is None:
             command = message(HEADER_BYTES) + message(COMMAND_BYTES_A_TOKEN * tokens)
-            host |= {"stage_host_s": command + cost.prepare_s, "p2p_s": 2 * message(tokens * self.hidden_bytes)}
-        else:   # as a running pipeline paid it; the activations' move is in receive_s
-            host |= {"stage_host_s": h.host(tokens), "first_host_s": h.first_host(tokens), "after_s": h.after_s(tokens),
-                     "receive_s": h.receive(tokens), "p2p_s": 0.0}
+            host |= {"stage_host_s": command + cost.prepare_s,
+                     "p2p_s": 2 * message(tokens * self.hidden_bytes)}
+        else:  # the activations' move is in receive_s
+            host |= {"stage_host_s": h.host(tokens), "first_host_s": h.first_host(tokens),
+                     "after_s": h.after_s(tokens), "receive_s": h.receive(tokens), "p2p_s": 0.0}
         return StageTimes(stage_s=stage_s, last_extra_s=head, **host)
 
     def head_s(self, num_sampled: int) -> float:
-        """The LM head's seconds over ``num_sampled`` rows, where the cost model prices it apart (a
-        profile's ``lm_head`` curve, a roofline's ``lm_head`` op), else 0 (all of it split over the stages)."""
+        """Where the cost model prices the LM head apart, else 0 (split over the stages)."""
         curve = getattr(self.whole, "lm_head", None)
         if num_sampled and callable(curve):
             return float(curve(num_sampled)[0])
         return 0.0
 
     def describe(self) -> str:
-        return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model of "
-                f"{getattr(self.whole, 'source', type(self.whole).__name__)}: layers split evenly, LM head last, "
-                f"host work on stage 0 and each stage, logits back, sends {self.link.describe()}"
+        return (f"{self.stages} stages priced by the {getattr(self.whole, 'name', 'cost')} model "
+                f"of {getattr(self.whole, 'source', type(self.whole).__name__)}: layers split "
+                f"evenly, LM head last, host work on stage 0 and each stage, logits back, sends "
+                f"{self.link.describe()}"
                 + (f"; {self.handoff.describe()}" if self.handoff is not None else ""))
