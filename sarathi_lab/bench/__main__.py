@@ -1,7 +1,8 @@
 """``python -m sarathi_lab.bench NAME [args]``: run one benchmark; ``all`` runs every one in turn
 (``python -m sarathi_lab.bench all --smoke`` is what CI runs). Each also runs on its own as
-``python -m sarathi_lab.bench.NAME``; ``--help`` lists its options. ``python -m sarathi_lab.bench.as_isa
-KIND NAME [args]`` runs one as another x86 machine kind (AVX2 only; AVX-512 without bf16) would."""
+``python -m sarathi_lab.bench.NAME``; ``--help`` lists its options.
+``python -m sarathi_lab.bench.as_isa KIND NAME [args]`` runs one as another x86 machine kind
+(AVX2 only; AVX-512 without bf16) would."""
 from __future__ import annotations
 
 import importlib
@@ -42,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("\n".join([__doc__, "", "benchmarks:",
                          *(f"  {n:18s} {what}" for n, what in BENCHMARKS.items()),
-                         f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given "
-                         "(e.g. --smoke)"]))
+                         (f"  {'all':18s} {', '.join(ALL)} in turn, with the arguments given "
+                         "(e.g. --smoke)")]))
         return 0
     name, rest = argv[0], argv[1:]
     if name not in (*BENCHMARKS, "all"):

@@ -7,8 +7,12 @@ import torch
 from sarathi_lab.bench.args import bench_parser, positive_int, positive_ints
 from sarathi_lab.bench.common import add_common_args, parse, print_table
 from sarathi_lab.profiling import load
-from sarathi_lab.profiling.attention import (LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS,
-                                            measure_reread)
+from sarathi_lab.profiling.attention import (
+    LLAMA_HEAD_DIM,
+    LLAMA_HEADS,
+    LLAMA_KV_HEADS,
+    measure_reread,
+)
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.machine import describe_machine
 

@@ -11,8 +11,13 @@ from typing import ClassVar
 import pandas as pd
 import torch
 
-from sarathi_lab.bench.args import (bench_parser, hybrid_pairs, positive_int, positive_ints,
-                                   table_path)
+from sarathi_lab.bench.args import (
+    bench_parser,
+    hybrid_pairs,
+    positive_int,
+    positive_ints,
+    table_path,
+)
 from sarathi_lab.bench.common import parse, print_table
 from sarathi_lab.config import DTYPE_BYTES, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for

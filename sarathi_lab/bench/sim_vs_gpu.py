@@ -27,8 +27,16 @@ from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.bench import sim_vs_gpu_report as report
 from sarathi_lab.bench.args import bench_parser, names_of
-from sarathi_lab.bench.sim_validate import (DOCS, SERVED, SMOKE_PROFILE, Run, batch_errors, profile,
-                                            served_errors, verdict)
+from sarathi_lab.bench.sim_validate import (
+    DOCS,
+    SERVED,
+    SMOKE_PROFILE,
+    Run,
+    batch_errors,
+    profile,
+    served_errors,
+    verdict,
+)
 from sarathi_lab.bench.task_tables import TABLES, paired
 from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
 from sarathi_lab.engine.metrics import iteration_kinds, stalled

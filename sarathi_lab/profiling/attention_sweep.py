@@ -14,8 +14,13 @@ import torch
 from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule
 
 from sarathi_lab.profiling.attention_grid import Case
-from sarathi_lab.profiling.attention_peers import (Inputs, engine_call, make_inputs, rel_diff,
-                                                  time_interleaved)
+from sarathi_lab.profiling.attention_peers import (
+    Inputs,
+    engine_call,
+    make_inputs,
+    rel_diff,
+    time_interleaved,
+)
 from sarathi_lab.tuned_kernels import TileConfig
 
 # Prefill work (any q-tile of 2+ rows): 128 rows on 8 warps, one warpgroup per 64 rows.
@@ -92,7 +97,7 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
                 row |= {"ms": statistics.median(times["tiles"]),
                         "default_ms": statistics.median(times["default"])}
                 ratios[tiles].append(row["ms"] / row["default_ms"])
-            except Exception as e:  # a config that fails to compile or is wrong is a result
+            except Exception as e:  # noqa: BLE001 (a config that fails or is wrong is a result)
                 first = str(e).splitlines()[0] if str(e) else ""
                 row["error"] = f"{type(e).__name__}: {first}"[:200]
                 ratios[tiles].append(math.inf)

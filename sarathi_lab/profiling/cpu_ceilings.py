@@ -12,8 +12,14 @@ from datetime import datetime, timezone
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import DTYPES
-from sarathi_lab.sim.device import (MEASURE_COMMAND, cpu_ceilings_key, cpu_ceilings_path, cpu_name,
-                                    device_dtype, read_cpu_ceilings)
+from sarathi_lab.sim.device import (
+    MEASURE_COMMAND,
+    cpu_ceilings_key,
+    cpu_ceilings_path,
+    cpu_name,
+    device_dtype,
+    read_cpu_ceilings,
+)
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,9 @@ def rows(memory_gbps: float, matmul_tflops: float, device: str = "cuda") -> list
 
 
 def markdown(found: list[dict]) -> str:
-    lines = ["| iteration | compute ms | memory ms | floor ms | sequential floor ms | sequential / "
-             "floor |", "|---|---|---|---|---|---|"]
+    head = ("| iteration | compute ms | memory ms | floor ms | sequential floor ms | "
+            "sequential / floor |")
+    lines = [head, "|---|---|---|---|---|---|"]
     lines += [f"| {r['iteration']} | {r['compute_ms']:.2f} | {r['memory_ms']:.2f} | "
               f"{r['floor_ms']:.2f} | {r['sequential_floor_ms']:.2f} | "
               f"{r['sequential_over_floor']:.2f} |" for r in found]

@@ -91,7 +91,7 @@ def sweep(proj: Projection, m: int, *, dtype: torch.dtype, device: torch.device,
         try:
             diff = rel_diff(fn(), reference)
             error = "" if diff <= MAX_REL_DIFF else f"rel diff {diff:.3g} > {MAX_REL_DIFF}"
-        except Exception as e:  # a config that does not compile is a result
+        except Exception as e:  # noqa: BLE001 (a config that does not compile is a result)
             first = str(e).splitlines()[0] if str(e) else ""
             diff, error = None, f"{type(e).__name__}: {first}"[:200]
         rows.append({"projection": proj.name, "key": proj.key, "m": m, "candidate": name,

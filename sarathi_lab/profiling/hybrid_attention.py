@@ -17,8 +17,17 @@ from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch, p
 from sarathi_lab.profiling.attention_grid import FLEX, SDPA, Case
 from sarathi_lab.profiling.attention_peers import Flex, Inputs, engine_call, sdpa_call, time_checked
 from sarathi_lab.profiling.floors import attention_floor
-from sarathi_lab.profiling.hybrid_grid import (CONTENDERS, ONE_LAUNCH, PEERS, POD, POD_BY_PROGRAM,
-                                               POD_X1, SEQUENTIAL, TWO_LAUNCHES, HybridCase)
+from sarathi_lab.profiling.hybrid_grid import (
+    CONTENDERS,
+    ONE_LAUNCH,
+    PEERS,
+    POD,
+    POD_BY_PROGRAM,
+    POD_X1,
+    SEQUENTIAL,
+    TWO_LAUNCHES,
+    HybridCase,
+)
 
 
 @dataclass

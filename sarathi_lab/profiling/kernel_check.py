@@ -36,8 +36,14 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
 from sarathi_lab.config import DTYPES, EngineConfig
-from sarathi_lab.profiling.attention import (LLAMA_HEAD_DIM, LLAMA_HEADS, LLAMA_KV_HEADS,
-                                             context_slot_mapping, paged_batch, paged_cache)
+from sarathi_lab.profiling.attention import (
+    LLAMA_HEAD_DIM,
+    LLAMA_HEADS,
+    LLAMA_KV_HEADS,
+    context_slot_mapping,
+    paged_batch,
+    paged_cache,
+)
 from sarathi_lab.profiling.attention_peers import rel_diff
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict

@@ -2,8 +2,12 @@
 each iteration's device time predicted by a cost model instead of measured."""
 # Imported so that their cost models register, however the package is entered.
 from sarathi_lab.sim import kernel_model, parallel, profile_model, roofline  # noqa: F401
-from sarathi_lab.sim.build import (kv_capacity_tokens, max_batch, simulated_cost_model,
-                                   simulated_kv_blocks)
+from sarathi_lab.sim.build import (
+                                   kv_capacity_tokens,
+                                   max_batch,
+                                   simulated_cost_model,
+                                   simulated_kv_blocks,
+)
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import load_device
 

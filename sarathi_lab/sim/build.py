@@ -5,11 +5,23 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import (GPU_MEMORY_UTILISATION, SETTING, ConfigError, EngineConfig,
-                                as_written, check_choice, check_count)
+from sarathi_lab.config import (
+    GPU_MEMORY_UTILISATION,
+    SETTING,
+    ConfigError,
+    EngineConfig,
+    as_written,
+    check_choice,
+    check_count,
+)
 from sarathi_lab.engine.scheduler import SchedulerConfig
-from sarathi_lab.model.memory import (default_kv_blocks, gpu_kv_bytes, kv_excess,
-                                      resident_weight_bytes, tokens_with_activations)
+from sarathi_lab.model.memory import (
+    default_kv_blocks,
+    gpu_kv_bytes,
+    kv_excess,
+    resident_weight_bytes,
+    tokens_with_activations,
+)
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.device import DEVICES, Device, device_type, load_device, simulated_dtype

@@ -7,8 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import (DTYPE_BYTES, DTYPES, SETTING, SIM_COST_MODELS, ConfigError,
-                                check_choice)
+from sarathi_lab.config import (
+    DTYPE_BYTES,
+    DTYPES,
+    SETTING,
+    SIM_COST_MODELS,
+    ConfigError,
+    check_choice,
+)
 from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.device import device_dtype

@@ -9,8 +9,13 @@ import pandas as pd
 
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.calibration import (ATTENTION_FIELDS, Calibration, fit, fit_prefill_attention,
-                                         measured_shape)
+from sarathi_lab.sim.calibration import (
+    ATTENTION_FIELDS,
+    Calibration,
+    fit,
+    fit_prefill_attention,
+    measured_shape,
+)
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.parallel import AllReduce, measured_table
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel

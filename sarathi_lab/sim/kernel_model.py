@@ -8,8 +8,13 @@ from typing import TYPE_CHECKING
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import FINE_GRID
-from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
-                                         register_cost_model)
+from sarathi_lab.sim.cost_model import (
+    Choice,
+    CostModel,
+    IterationCost,
+    batch_tokens,
+    register_cost_model,
+)
 from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for

@@ -10,8 +10,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sarathi_lab.model.parallel.stages import Stage
-from sarathi_lab.sim.cost_model import (PIPELINE, TENSOR_PARALLEL, CostModel, IterationCost,
-                                        batch_tokens, register_cost_model)
+from sarathi_lab.sim.cost_model import (
+    PIPELINE,
+    TENSOR_PARALLEL,
+    CostModel,
+    IterationCost,
+    batch_tokens,
+    register_cost_model,
+)
 from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.interpolate import Curve

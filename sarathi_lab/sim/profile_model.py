@@ -10,8 +10,13 @@ import numpy as np
 
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.sim import gpu_kernels
-from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
-                                         register_cost_model)
+from sarathi_lab.sim.cost_model import (
+    Choice,
+    CostModel,
+    IterationCost,
+    batch_tokens,
+    register_cost_model,
+)
 from sarathi_lab.sim.device import DEVICES
 from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, curves
 from sarathi_lab.sim.interpolate import Curve

@@ -8,8 +8,13 @@ from typing import TYPE_CHECKING
 from sarathi_lab.config import SETTING, ConfigError
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
-from sarathi_lab.sim.cost_model import (Choice, CostModel, IterationCost, batch_tokens,
-                                         register_cost_model)
+from sarathi_lab.sim.cost_model import (
+    Choice,
+    CostModel,
+    IterationCost,
+    batch_tokens,
+    register_cost_model,
+)
 from sarathi_lab.sim.device import Device, load_device
 
 if TYPE_CHECKING:
