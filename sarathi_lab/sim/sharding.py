@@ -1,5 +1,5 @@
-"""How a model is split over GPUs (tensor parallel over heads and MLP, pipeline over layers), and the
-links between them: what one GPU's part of a model is, for the KV plan and for every cost model."""
+"""How a model is split over GPUs (tensor parallel over heads and MLP, pipeline over layers) and
+the links between them: one GPU's part of a model, for the KV plan and every cost model."""
 from __future__ import annotations
 
 import math
@@ -32,23 +32,23 @@ class Parallelism:
         # A NaN bandwidth never lets the simulated clock pass a finite time: the run would not end.
         for key in ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s"):
             value, bandwidth = getattr(self, key), key.endswith("bandwidth")
-            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                    or value < 0 or (bandwidth and value == 0)):
-                raise ConfigError(f"sim.parallel.{key}={value!r} is invalid: must be a finite number "
-                                  f"{'> 0' if bandwidth else '>= 0'}")
+            number = not isinstance(value, bool) and isinstance(value, (int, float))
+            if not number or not math.isfinite(value) or value < 0 or (bandwidth and value == 0):
+                raise ConfigError(f"sim.parallel.{key}={value!r} is invalid: must be a finite "
+                                  f"number {'> 0' if bandwidth else '>= 0'}")
 
     def p2p_s(self, tokens: int, hidden_bytes: int) -> float:
-        """One stage's send of a micro-batch's hidden states to the next (each of its ``tp`` GPUs sends
-        its part); none without stages."""
-        return self.p2p_latency_s + tokens * hidden_bytes / self.tp / self.p2p_bandwidth if self.pp > 1 else 0.0
+        """One stage's send of a micro-batch's hidden states to the next (each of its ``tp`` GPUs
+        sends its part); none without stages."""
+        if self.pp == 1:
+            return 0.0
+        return self.p2p_latency_s + tokens * hidden_bytes / self.tp / self.p2p_bandwidth
 
 
 def shard_config(config: ModelConfig, par: Parallelism, model: str = "") -> ModelConfig:
-    """The part of ``config`` one GPU runs, split by the engine's rule (model/parallel/): 1/tp of the
-    heads, MLP and vocabulary (padded where it does not split, as vLLM pads it), the KV heads sharded
-    or replicated where fewer than GPUs, and the first stage's layers, the most of any (the first
-    stages take one more where the layers do not split evenly). A split the engine refuses is
-    refused in one line naming sim_tp or sim_pp."""
+    """The part of ``config`` one GPU runs, by the engine's rule (model/parallel/); the vocabulary
+    padded where it does not split, as vLLM pads it; the first stage's layers, the most of any. A
+    split the engine refuses is refused in one line naming sim_tp or sim_pp."""
     with marked_as({"tensor_parallel": "sim_tp", "pipeline_parallel": "sim_pp"}):
         shard = TensorShards.of(config, 0, par.tp, model, pad_vocab=True).local_config(config)
         shard.num_hidden_layers = Stage.of(config.num_hidden_layers, par.pp, 0, model).num_layers
@@ -57,8 +57,6 @@ def shard_config(config: ModelConfig, par: Parallelism, model: str = "") -> Mode
 
 
 def shard(config: ModelConfig, tp: int, pp: int = 1, model: str = "") -> ModelConfig:
-    """What one GPU holds of ``config`` split over ``tp`` tensor-parallel GPUs in each of ``pp`` stages:
-    its heads and MLP columns of its stage's layers (``config`` itself for one GPU). Its weights (the
-    embedding and LM head counted on every stage, as each keeps them) and its KV per token follow from
-    its shape (model/shape.py)."""
+    """What one GPU holds of ``config`` split over ``tp`` GPUs in each of ``pp`` stages (``config``
+    itself for one GPU); its weights and KV per token follow from its shape (model/shape.py)."""
     return config if tp == pp == 1 else shard_config(config, Parallelism(tp=tp, pp=pp), model)
