@@ -31,7 +31,7 @@ from sarathi_lab.harness.schema import (
 from sarathi_lab.harness.tasks import kv_requests
 from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model import load_config
-from sarathi_lab.plan import build_scheduler, plan_engine
+from sarathi_lab.plan import build_scheduler, plan_engine, probe_host
 from tests.kv_plans import sim_blocks
 
 SMOKE = ["experiment=smoke", "logger=none"]
@@ -69,7 +69,7 @@ def test_every_group_option_composes():
             ranks = composed.engine.get("tensor_parallel", 1) * composed.engine.get("pipeline_parallel", 1)
             if ranks > usable_cores():  # more ranks than this machine has cores: refused in its one line
                 with pytest.raises(ConfigError, match=f"needs {ranks} cores this process may run on here"):
-                    parse_config(composed)
+                    probe_host(parse_config(composed).engine)  # the plan's probe, not the config's
                 continue
             parse_config(composed)
 

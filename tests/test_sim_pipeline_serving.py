@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sarathi_lab import LLM
-from sarathi_lab.config import ConfigError, usable_cores
+from sarathi_lab.config import ConfigError
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
