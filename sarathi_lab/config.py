@@ -10,14 +10,13 @@ import math
 import numbers
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.executors import ExecutorKind, executor_class, executor_names, unhonoured
-from sarathi_lab.host_features import cpu_has_bf16_units, cuda_available
-from sarathi_lab.host_features import cpu_has_onednn_fp16, usable_cores  # noqa: F401 (re-exported)
+from sarathi_lab.host_features import cpu_has_bf16_units, cuda_available, usable_cores  # noqa: F401
 from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401 (re-exported)
 
 log = logging.getLogger("sarathi_lab")
@@ -272,14 +271,16 @@ def check_attention_hybrid(hybrid: str, backend: str) -> None:
 
 
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
-                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING) -> None:
+                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING,
+                 held: Collection[str] = ()) -> None:
     """Each field of a config dataclass against its annotation (int, finite float, str, bool, X | None,
     Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
     must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller.
-    ``keys``: the key each field is set by, as a refusal names it (default: its field, marked)."""
+    ``keys``: the key each field is set by, as a refusal names it (default: its field, marked).
+    ``held``: fields another config holds and checks (a run's chunk: EngineConfig's chunk_size)."""
     hints = get_type_hints(type(obj))
     fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in settings_of(type(obj))
-              if not dataclasses.is_dataclass(hints[f.name])]
+              if not dataclasses.is_dataclass(hints[f.name]) and f.name not in held]
     for name, value in fields:
         _check_type(keys(name), value, hints[name])
         if value is not getattr(obj, name):  # numpy's number, stored as Python's (frozen dataclasses too)

@@ -9,8 +9,14 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sarathi_lab.config import (ENGINE_FIELDS, SETTING, ConfigError, EngineConfig,
-                                attention_backend, check_attention_hybrid)
+from sarathi_lab.config import (
+    ENGINE_FIELDS,
+    SETTING,
+    ConfigError,
+    EngineConfig,
+    attention_backend,
+    check_attention_hybrid,
+)
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, scheduler_class, scheduler_config
 from sarathi_lab.executors import executor_class

@@ -16,11 +16,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from sarathi_lab.config import ConfigError, EngineConfig
-from sarathi_lab.host_features import usable_cores
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.harness import scales
 from sarathi_lab.harness.cli_check import compose_config
 from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model.configs import ModelLoadError
 from sarathi_lab.model.parallel.group import free_port
 from sarathi_lab.model.parallel.sharding import TensorShards, rank_memory_config

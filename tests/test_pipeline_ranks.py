@@ -10,8 +10,8 @@ import itertools
 import pytest
 
 from sarathi_lab import LLM, SamplingParams
-from sarathi_lab.host_features import usable_cores
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model.parallel import driver
 
 pytestmark = [pytest.mark.e2e,
