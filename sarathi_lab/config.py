@@ -1,6 +1,6 @@
-"""The engine's configuration: one typed dataclass; a bad value fails with one line naming the
-setting, the value and what is allowed, written once by the edge as the user set it (``Keys``). The bottom
-layer: it imports nothing of sarathi_lab, and torch only inside the checks that need the machine (--help stays fast)."""
+"""The engine's configuration: one typed dataclass, a plain value checked without probing this host
+(the plan does: plan.probe_host); a bad value fails with one line naming the setting, the value and
+what is allowed, written once by the edge as the user set it (``Keys``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,16 +8,15 @@ import functools
 import logging
 import math
 import numbers
-import os
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.executors import ExecutorKind, executor_class, executor_names, unhonoured
-from sarathi_lab.host_features import cpu_has_bf16_units, cpu_has_onednn_fp16, cuda_available, usable_cores
+from sarathi_lab.host_features import cpu_has_bf16_units, cuda_available, usable_cores  # noqa: F401
 from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401 (re-exported)
 
 log = logging.getLogger("sarathi_lab")
@@ -168,11 +167,6 @@ class EngineConfig:
     def __post_init__(self):
         k = SETTING
         check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"), keys=k)
-        # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
-        cores = usable_cores()
-        if self.num_threads is not None and self.num_threads > cores:
-            raise ConfigError(f"{k.set('num_threads', self.num_threads)} is invalid: this process may run on {cores} "
-                              f"cores, so at most {cores}")
         if not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"{k.set('seed', self.seed)} is invalid: must be in [0, 2**64 - 1]")
         if not 0 <= self.kv_watermark <= MAX_KV_WATERMARK:
@@ -192,23 +186,10 @@ class EngineConfig:
                 raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with {k('sim_cost_model')}='profile' on "
                                   f"{k('sim_device')}='cpu': a profile times one device; allowed: 1, or "
                                   f"{k('sim_cost_model')}=roofline")
-            # Nothing runs on this machine's device, so its CPU features decide nothing, except where
-            # the simulated device is this CPU: a simulation of what the engine could not run here is none.
-            if self.sim_device == "cpu":
-                self._check_cpu_dtype()
-            return
-        if self.device == "cuda" and not cuda_available():
-            raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; allowed here: "
-                              "auto, cpu")
-        if self.device_type == "cpu":
-            self._check_cpu_dtype()
-        check_attention_hybrid(self.attention_hybrid, attention_backend(self.attention, self.device_type))
-        if self.world_size > 1:
-            if self.overlap != "none":
-                ranks = f"({k('tensor_parallel')} x {k('pipeline_parallel')})"
-                raise ConfigError(f"{k.set('overlap', self.overlap)} is invalid with {self.world_size} "
-                                  f"ranks {ranks}: they run each batch whole; allowed: none")
-            self._check_ranks_fit()
+        if self.world_size > 1 and self.overlap != "none":
+            ranks = f"({k('tensor_parallel')} x {k('pipeline_parallel')})"
+            raise ConfigError(f"{k.set('overlap', self.overlap)} is invalid with {self.world_size} "
+                              f"ranks {ranks}: they run each batch whole; allowed: none")
 
     @property
     def kind(self) -> type[ExecutorKind]:
@@ -219,33 +200,6 @@ class EngineConfig:
     def world_size(self) -> int:
         """The ranks of the real engine: tensor_parallel in each of pipeline_parallel stages."""
         return self.tensor_parallel * self.pipeline_parallel
-
-    def _check_ranks_fit(self) -> None:
-        """One device per rank: a GPU each on CUDA, a core each on a CPU (ranks sharing a core would
-        take turns in every collective); under torchrun, for the ranks it starts on this node."""
-        ranks = self.world_size
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
-        if self.device_type == "cuda":
-            import torch
-
-            have, what = torch.cuda.device_count(), "CUDA devices"
-        else:
-            have, what = usable_cores(), "cores this process may run on"
-        if ranks > have:
-            k, key = SETTING, "tensor_parallel" if self.pipeline_parallel == 1 else "pipeline_parallel"
-            raise ConfigError(f"{k.set(key, getattr(self, key))} is invalid "
-                              f"({k.set('tensor_parallel', self.tensor_parallel)} x "
-                              f"{k.set('pipeline_parallel', self.pipeline_parallel)} ranks): one rank per device "
-                              f"needs {ranks} {what} here, and there are {have}; allowed: at most {have} ranks")
-
-    def _check_cpu_dtype(self) -> None:
-        """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
-        units runs as float32: torch_dtype)."""
-        if self.dtype == "float16" and self.cpu_linear != "aten" and not cpu_has_onednn_fp16():
-            raise ConfigError(f"{SETTING.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no float16 "
-                              "matmul (it needs avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or "
-                              f"float16 with {SETTING('cpu_linear')}=aten")
 
     @property
     def kv_size_key(self) -> str | None:
@@ -328,14 +282,16 @@ def check_attention_hybrid(hybrid: str, backend: str) -> None:
 
 
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
-                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING) -> None:
+                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING,
+                 held: Collection[str] = ()) -> None:
     """Each field of a config dataclass against its annotation (int, finite float, str, bool, X | None,
     Literal, list[X], dict); a bool is never an int here. ``positive``: then each number that is set
     must be > 0, >= 0 those in ``zero_ok``; those in ``skip`` have other bounds, checked by the caller.
-    ``keys``: the key each field is set by, as a refusal names it (default: its field, marked)."""
+    ``keys``: the key each field is set by, as a refusal names it (default: its field, marked).
+    ``held``: fields another config holds and checks (a run's chunk: EngineConfig's chunk_size)."""
     hints = get_type_hints(type(obj))
     fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in settings_of(type(obj))
-              if not dataclasses.is_dataclass(hints[f.name])]
+              if not dataclasses.is_dataclass(hints[f.name]) and f.name not in held]
     for name, value in fields:
         _check_type(keys(name), value, hints[name])
         if value is not getattr(obj, name):  # numpy's number, stored as Python's (frozen dataclasses too)

@@ -35,8 +35,8 @@ class LLM:
         engine = {key: kwargs.pop(key) for key in list(kwargs) if key in ENGINE_FIELDS}
         scheduler = engine.get("scheduler", EngineConfig.scheduler)
         for key, value in kwargs.items():  # one engine: a knob its scheduler ignores is a mistake, never dropped
-            if scheduler in scheduler_names() and (why := foreign_knob(scheduler, key)):
-                raise ConfigError(f"{key}={value!r} is invalid: {why}")
+            if scheduler in scheduler_names() and (refused := foreign_knob(scheduler, key, value)):
+                raise refused
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
         with named_as(AS_WRITTEN):  # the edge: refusals name the settings as these keywords do
             self._build(plan_engine(EngineConfig(model=model, **engine)))

@@ -5,13 +5,22 @@ never disagree on what fits. The scheduler's config is built here alone: KV plan
 graphs' sizes and the run read this one object."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sarathi_lab.config import ENGINE_FIELDS, SETTING, ConfigError, EngineConfig
+from sarathi_lab.config import (
+    ENGINE_FIELDS,
+    SETTING,
+    ConfigError,
+    EngineConfig,
+    attention_backend,
+    check_attention_hybrid,
+)
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, scheduler_class, scheduler_config
 from sarathi_lab.executors import executor_class
+from sarathi_lab.host_features import cpu_has_onednn_fp16, cuda_available, usable_cores
 from sarathi_lab.model import load_config
 from sarathi_lab.model.configs import check_buildable
 from sarathi_lab.model.memory import context_limit, device_memory_bytes, plan_kv_blocks
@@ -42,6 +51,78 @@ class ModelLimits:
 
 
 @dataclass(frozen=True)
+class HostFacts:
+    """What the plan probed of this machine to settle what it runs (a config probes nothing)."""
+    # The cores this process may run on (its affinity).
+    cores: int
+    # "cpu" or "cuda": the device `device` names here (auto resolved); None for a simulated device.
+    device_type: str | None
+    # CUDA devices seen, where the ranks of a parallel engine need one each (None: not probed).
+    cuda_devices: int | None = None
+    # Whether this CPU's oneDNN runs float16's packed linear (None: not asked).
+    cpu_fp16: bool | None = None
+
+
+def probe_host(cfg: EngineConfig) -> HostFacts:
+    """The host's facts ``cfg`` needs, each refused in one line where this machine cannot run it."""
+    cores, k = usable_cores(), SETTING
+    # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
+    if cfg.num_threads is not None and cfg.num_threads > cores:
+        raise ConfigError(f"{k.set('num_threads', cfg.num_threads)} is invalid: this process may "
+                          f"run on {cores} cores, so at most {cores}")
+    if cfg.kind.simulated:
+        # Nothing runs on this machine's device, so its CPU features decide nothing, except where
+        # the simulated device is this CPU: a simulation of what the engine could not run here is
+        # none.
+        fp16 = _check_cpu_dtype(cfg) if cfg.sim_device == "cpu" else None
+        return HostFacts(cores, None, cpu_fp16=fp16)
+    if cfg.device == "cuda" and not cuda_available():
+        raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; "
+                          "allowed here: auto, cpu")
+    device_type = cfg.device_type
+    fp16 = _check_cpu_dtype(cfg) if device_type == "cpu" else None
+    check_attention_hybrid(cfg.attention_hybrid, attention_backend(cfg.attention, device_type))
+    gpus = _check_ranks_fit(cfg, device_type, cores) if cfg.world_size > 1 else None
+    return HostFacts(cores, device_type, gpus, fp16)
+
+
+def _check_ranks_fit(cfg: EngineConfig, device_type: str, cores: int) -> int | None:
+    """One device per rank: a GPU each on CUDA, a core each on a CPU (ranks sharing a core would
+    take turns in every collective); under torchrun, for the ranks it starts on this node. The
+    CUDA devices seen, None on a CPU."""
+    ranks, gpus = cfg.world_size, None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
+    if device_type == "cuda":
+        import torch
+
+        gpus = have = torch.cuda.device_count()
+        what = "CUDA devices"
+    else:
+        have, what = cores, "cores this process may run on"
+    if ranks > have:
+        k, key = SETTING, "tensor_parallel" if cfg.pipeline_parallel == 1 else "pipeline_parallel"
+        raise ConfigError(f"{k.set(key, getattr(cfg, key))} is invalid "
+                          f"({k.set('tensor_parallel', cfg.tensor_parallel)} x "
+                          f"{k.set('pipeline_parallel', cfg.pipeline_parallel)} ranks): one rank "
+                          f"per device needs {ranks} {what} here, and there are {have}; allowed: at "
+                          f"most {have} ranks")
+    return gpus
+
+
+def _check_cpu_dtype(cfg: EngineConfig) -> bool | None:
+    """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
+    units runs as float32: torch_dtype). Whether it has it, None where float16 is not asked for."""
+    if cfg.dtype != "float16" or cfg.cpu_linear == "aten":
+        return None
+    if not (fp16 := cpu_has_onednn_fp16()):
+        raise ConfigError(f"{SETTING.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no "
+                          "float16 matmul (it needs avx_ne_convert or avx512_fp16); allowed here: "
+                          f"bfloat16, float32, or float16 with {SETTING('cpu_linear')}=aten")
+    return fp16
+
+
+@dataclass(frozen=True)
 class EnginePlan:
     config: EngineConfig
     model_config: ModelConfig
@@ -52,6 +133,8 @@ class EnginePlan:
     num_kv_blocks: int
     # What the engine computes in: EngineConfig.torch_dtype, or what the simulated device would run.
     dtype: torch.dtype | SimulatedDtype
+    # What was probed of this machine to settle the rest.
+    host: HostFacts
     # The simulator's (executor=sim), None for the real model.
     cost_model: Any = None
 
@@ -63,6 +146,7 @@ class EnginePlan:
 def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
     """The plan of an engine of ``cfg``; ``limits``: the model's, when already read. Refuses with a
     one-line ConfigError whatever does not fit the device (the weights, the KV cache)."""
+    host = probe_host(cfg)
     limits = limits or ModelLimits.of(cfg)
     hf, context = limits.config, limits.max_model_len
     sched = scheduler_config_of(cfg, context)
@@ -70,7 +154,8 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
         # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
         blocks = simulated_kv_blocks(cfg, hf, sched, context)
         dtype = simulated_dtype(cfg.sim_device, cfg.dtype)
-        return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, simulated_cost_model(cfg, hf))
+        return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host,
+                          simulated_cost_model(cfg, hf))
     dtype, device, per_rank, available = cfg.torch_dtype, cfg.torch_device, hf, None
     if cfg.world_size > 1:
         # Each rank's weights and KV heads (of its stage's layers, the first stage's the most); ranks
@@ -79,7 +164,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
         per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model).num_layers
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
     blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
-    return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype)
+    return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host)
 
 
 def scheduler_config_of(cfg: EngineConfig, max_model_len: int) -> SchedulerConfig:

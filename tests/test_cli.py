@@ -120,7 +120,7 @@ def _bad(tmp_path, case):
 ])
 def test_bad_input_is_one_line_exit_2_no_traceback_no_result(tmp_path, case, key):
     if case == "float16":
-        from sarathi_lab.config import cpu_has_onednn_fp16
+        from sarathi_lab.host_features import cpu_has_onednn_fp16
         if cpu_has_onednn_fp16():
             pytest.skip("this CPU's oneDNN runs float16")
     out = tmp_path / "run"

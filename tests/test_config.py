@@ -31,7 +31,7 @@ from sarathi_lab.harness.schema import (
 from sarathi_lab.harness.tasks import kv_requests
 from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model import load_config
-from sarathi_lab.plan import build_scheduler, plan_engine
+from sarathi_lab.plan import build_scheduler, plan_engine, probe_host
 from tests.kv_plans import sim_blocks
 
 SMOKE = ["experiment=smoke", "logger=none"]
@@ -69,7 +69,7 @@ def test_every_group_option_composes():
             ranks = composed.engine.get("tensor_parallel", 1) * composed.engine.get("pipeline_parallel", 1)
             if ranks > usable_cores():  # more ranks than this machine has cores: refused in its one line
                 with pytest.raises(ConfigError, match=f"needs {ranks} cores this process may run on here"):
-                    parse_config(composed)
+                    probe_host(parse_config(composed).engine)  # the plan's probe, not the config's
                 continue
             parse_config(composed)
 
@@ -105,7 +105,8 @@ def test_the_piggyback_key_that_moved_is_refused_naming_the_one_that_aligns():
     assert check_command_line(["task=piggyback", "measure.chunk_align=tile"]) == (
         "measure.chunk_align=tile is invalid: measure.chunk_align is not a known key; nearest known keys: "
         "scheduler.chunk_align")
-    with pytest.raises(ConfigError, match=r"^measure.chunk_align is not a known key; known keys here: "):
+    with pytest.raises(ConfigError, match=r"^measure.chunk_align='tile' is invalid: measure.chunk_align is not a "
+                                          r"known key; known keys here: measure.handoff_requests, "):
         parse_config(compose_config(["task=piggyback", "+measure.chunk_align=tile"]))
 
 
@@ -195,12 +196,15 @@ def test_experiment_resolves_from_the_top_level_experiments_folder():
      # The registry's knobs, whichever schedulers it holds.
      (r"^scheduler.max_num_batched_tokenz=8 is invalid: no scheduler has this knob nor engine setting \(nearest: "
       rf"scheduler.max_num_batched_tokens=8\); allowed: {', '.join(sorted(knob_names()))}$")),
-    (["+scheduler.chunk_size=8"], r"^scheduler.chunk_size is set by chunk=; set that instead$"),
-    (["+scheduler.block_size=8"], r"^scheduler.block_size is set by engine.block_size=; set that instead$"),
+    (["+scheduler.chunk_size=8"], (r"^scheduler.chunk_size=8 is invalid: the run's config sets it by chunk; "
+                                   r"allowed: chunk=8$")),
+    (["+scheduler.block_size=8"], (r"^scheduler.block_size=8 is invalid: the run's config sets it by "
+                                   r"engine.block_size; allowed: engine.block_size=8$")),
     (["+engine.max_num_batched_tokens=8"],
-     r"^engine.max_num_batched_tokens is set by scheduler.max_num_batched_tokens="),
+     r"^engine.max_num_batched_tokens=8 is invalid: the run's config sets it by scheduler.max_num_batched_tokens"),
     (["engine.cpu_linear=blas"], r"^engine.cpu_linear='blas' is invalid: allowed values are auto, mkl, onednn, aten$"),
-    (["+engine.chunk_size=8"], r"^engine.chunk_size is set by chunk=; set that instead$"),
+    (["+engine.chunk_size=8"], (r"^engine.chunk_size=8 is invalid: the run's config sets it by chunk; allowed: "
+                                r"chunk=8$")),
     (["workload=zipf", "workload.theta=nan"], r"^workload.theta=nan is invalid: must be a finite number$"),
     (["workload.arrival=poisson", "workload.qps=nan"], r"^workload.qps=nan is invalid: must be a finite number$"),
     (["workload.arrival=poisson", "workload.qps=inf"], r"^workload.qps=inf is invalid: must be a finite number$"),

@@ -34,7 +34,7 @@ def kind(request, monkeypatch):
     """This process answering the feature probes as the kind does, on a machine without a GPU."""
     bf16_units, fp16 = KINDS[request.param]
     monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: bf16_units)
-    monkeypatch.setattr("sarathi_lab.config.cpu_has_onednn_fp16", lambda: fp16)
+    monkeypatch.setattr("sarathi_lab.plan.cpu_has_onednn_fp16", lambda: fp16)
     monkeypatch.setattr("sarathi_lab.model.cpu_linear.cpu_has_onednn_fp16", lambda: fp16)
     monkeypatch.setattr("sarathi_lab.config.cuda_available", lambda: False)
     # The simulated CPU's ceilings are measured on this machine: borrowed here, as no unit test measures.
@@ -61,7 +61,7 @@ def test_each_kind_runs_its_dtype_or_refuses_in_one_line(kind, dtype, linear, wh
     cfg = dict(model="tiny", dtype=dtype, cpu_linear=linear, **where)
     if dtype == "float16" and on_this_cpu and linear != "aten" and not fp16:
         with pytest.raises(ConfigError) as refused:
-            EngineConfig(**cfg)
+            plan_engine(EngineConfig(**cfg))  # the plan probes this CPU; the config alone does not
         assert str(refused.value) == FLOAT16_REFUSAL.format(key="cpu_linear")
         return
     plan = plan_engine(EngineConfig(**cfg))

@@ -108,8 +108,10 @@ def test_numpy_numbers_are_taken_where_python_s_are():
 @pytest.mark.parametrize("kwargs, message", [
     ({"chunk": 256}, "chunk=256 is invalid: no scheduler has this knob nor engine setting (nearest: chunk_size=256)"),
     ({"max_num_batched_tokens": 5},
-     "max_num_batched_tokens=5 is invalid: it is a knob of scheduler vllm, not of scheduler=sarathi"),
-    ({"scheduler": "orca", "tile": 64}, "tile=64 is invalid: it is a knob of scheduler sarathi, not of scheduler=orca"),
+     ("max_num_batched_tokens=5 is invalid: max_num_batched_tokens is a knob of scheduler=vllm, not of "
+      "scheduler=sarathi; allowed: scheduler=vllm with it, or scheduler=sarathi's knobs: chunk_align, tile")),
+    ({"scheduler": "orca", "tile": 64},
+     "tile=64 is invalid: tile is a knob of scheduler=sarathi, not of scheduler=orca; allowed: "),
 ])
 def test_a_misplaced_keyword_of_llm_is_named(kwargs, message):
     with pytest.raises(ConfigError) as err:
@@ -120,7 +122,8 @@ def test_a_misplaced_keyword_of_llm_is_named(kwargs, message):
 @pytest.mark.parametrize("args, starts", [
     (["scheduler.max_num_batched_tokens=5"], ("scheduler.max_num_batched_tokens=5 is invalid: max_num_batched_tokens "
                                               "is a knob of scheduler=vllm, not of scheduler=sarathi")),
-    (["+scheduler.max_num_batched_tokens=5"], ("+scheduler.max_num_batched_tokens=5 is invalid: max_num_batched_tokens "
+    # The same line as LLM's (the engine's refusal), the full key named whether set or added.
+    (["+scheduler.max_num_batched_tokens=5"], ("scheduler.max_num_batched_tokens=5 is invalid: max_num_batched_tokens "
                                                "is a knob of scheduler=vllm, not of scheduler=sarathi")),
     (["scheduler=orca", "scheduler.tile=5"], "scheduler.tile=5 is invalid: tile is a knob of scheduler=sarathi"),
     (["-m", "chunk=32,64", "hydra.sweeper.max_batch_size=0"], "hydra.sweeper.max_batch_size=0 is invalid"),

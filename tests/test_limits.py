@@ -15,6 +15,7 @@ import pytest
 from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError
 from sarathi_lab.harness.cli_check import check_command_line, compose_config
+from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import WorkloadCfg, parse_config
 from sarathi_lab.harness.sweep_check import MAX_SWEEP_JOBS, too_many_or_repeated
 from sarathi_lab.harness.workloads import build_workload, read_trace
@@ -29,7 +30,7 @@ def test_more_threads_than_cores_is_refused_naming_the_runs_key(threads):
         pytest.skip("this machine has that many cores")
     with pytest.raises(ConfigError, match=rf"^device.num_threads={threads} is invalid: this process may run on "
                                           rf"{CORES} cores, so at most {CORES}$"):
-        parse_config(compose_config([f"device.num_threads={threads}"]))
+        preflight(parse_config(compose_config([f"device.num_threads={threads}"])))
     with pytest.raises(ConfigError, match=rf"^num_threads={threads} is invalid"):
         LLM("tiny", num_threads=threads)
 

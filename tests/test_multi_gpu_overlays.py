@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sarathi_lab.config import ConfigError, EngineConfig, usable_cores
+from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.harness import scales
 from sarathi_lab.harness.cli_check import compose_config
 from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model.configs import ModelLoadError
 from sarathi_lab.model.parallel.group import free_port
 from sarathi_lab.model.parallel.sharding import TensorShards, rank_memory_config
@@ -122,7 +123,7 @@ def test_each_multi_gpu_overlay_composes_to_its_recorded_config(overlay):
 @pytest.mark.parametrize(("overlay", "ranks"), OVERLAYS.items())
 def test_the_gpu_overlay_is_the_paper_s_model_on_n_gpus_and_its_dry_run_the_tiny_one_on_as_many_ranks(overlay, ranks,
                                                                                                      monkeypatch):
-    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: ranks)  # a core a rank, as the dry run needs
+    monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: ranks)  # a core a rank, as the dry run needs
     gpu = resolved(overlay)
     assert (gpu["engine"]["tensor_parallel"], gpu["device"]["name"], gpu["engine"]["executor"], gpu["task"]) == \
         (ranks, "cuda", "model", "capacity")
@@ -140,7 +141,7 @@ def test_llama2_70b_s_overlay_is_simulated_on_four_a100s_as_its_header_says():
 
 
 def test_each_pipeline_stage_plans_for_its_own_layers(monkeypatch):
-    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 4)
+    monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: 4)
     settings = {"model": "tiny", "device": "cpu", "dtype": "float32", "kv_cache_gb": 0.01}
     one = plan_engine(EngineConfig(**settings)).num_kv_blocks
     # tiny's 4 layers: 2 a stage, so the same budget holds twice the blocks; with 2 ranks a stage, 4 times.

@@ -10,8 +10,8 @@ import itertools
 import pytest
 
 from sarathi_lab import LLM, SamplingParams
-from sarathi_lab.config import usable_cores
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model.parallel import driver
 
 pytestmark = [pytest.mark.e2e,
@@ -117,7 +117,7 @@ def test_the_same_ranks_serve_a_pipeline_then_tensor_parallelism_then_a_pipeline
 @pytest.mark.parametrize("scheduler", ["sarathi", "vllm"])
 def test_two_stages_of_two_ranks_give_the_single_process_engines_tokens(scheduler, monkeypatch):
     # Four ranks on this machine's cores (the check counts one core each; the test's ranks share them).
-    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 4)
+    monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: 4)
     want = LLM("tiny", scheduler=scheduler, **SETTINGS).generate(PROMPTS, NEW)
     llm = LLM("tiny", scheduler=scheduler, tensor_parallel=2, pipeline_parallel=2, **SETTINGS)
     assert llm.generate(PROMPTS, NEW) == want
@@ -128,7 +128,7 @@ def test_two_stages_of_two_ranks_give_the_single_process_engines_tokens(schedule
 @pytest.mark.slow
 def test_three_stages_pass_micro_batches_through_the_middle_one(monkeypatch):
     # Layers 0-1, 2 and 3: the middle rank takes each micro-batch from stage 0 and hands it on.
-    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 3)
+    monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: 3)
     want = LLM("tiny", scheduler="sarathi_serve", **SETTINGS).generate(PROMPTS, NEW)
     llm = LLM("tiny", scheduler="sarathi_serve", pipeline_parallel=3, **SETTINGS)
     assert llm.generate(PROMPTS, NEW) == want

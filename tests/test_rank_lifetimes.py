@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.config import usable_cores
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model.parallel import driver, group, spawn
 
 pytestmark = [pytest.mark.e2e,

@@ -122,8 +122,8 @@ def test_the_core_takes_no_keys_and_a_refusal_is_named_once_at_the_edge():
             profile_model.ProfileCostModel.from_csv, roofline.CalibratedRooflineCostModel]
     assert [f for f in core if "keys" in inspect.signature(f).parameters] == []
     with pytest.raises(ConfigError) as raised, named_as(RUN_KEYS), named_as(RUN_KEYS.__class__()):
-        base.scheduler_config("sarathi", max_batch_size=0, max_model_len=8, chunk_size=8)
-    assert str(raised.value) == "max_batch_size=0 is invalid: must be > 0"  # the innermost edge's words
+        base.scheduler_config("sarathi", {"tile": 0}, max_batch_size=1, max_model_len=8, chunk_size=8)
+    assert str(raised.value) == "tile=0 is invalid: must be > 0"  # the innermost edge's words
 
 
 def test_every_key_a_run_refusal_names_is_one_the_run_config_has():

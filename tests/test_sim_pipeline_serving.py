@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sarathi_lab import LLM
-from sarathi_lab.config import ConfigError, usable_cores
+from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.clock import VirtualClock
@@ -29,6 +29,7 @@ from sarathi_lab.harness.budget import budget_cost_model
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.results import run_source
 from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim.executor import SimulatedExecutor
 from sarathi_lab.sim.parallel import PipelineCostModel, StageTimes

@@ -20,7 +20,7 @@ from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.parallel.wire import decode, encode
 from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.plan import plan_engine
+from sarathi_lab.plan import plan_engine, probe_host
 
 F64 = torch.float64
 
@@ -113,25 +113,25 @@ def test_a_model_the_ranks_cannot_split_is_refused_in_one_line(heads, kv, interm
 
 
 def test_more_ranks_than_devices_or_a_simulator_is_refused(monkeypatch):
-    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 2)
+    monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: 2)
     with pytest.raises(ConfigError, match=r"^tensor_parallel=3 is invalid \(tensor_parallel=3 x pipeline_parallel=1 "
                                           r"ranks\): one rank per device needs 3 cores"):
-        EngineConfig(device="cpu", tensor_parallel=3)
+        probe_host(EngineConfig(device="cpu", tensor_parallel=3))  # the plan's, not the config's
     with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid \(tensor_parallel=2 x pipeline_parallel=2 "
                                           r"ranks\): one rank per device needs 4 cores"):
-        EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2)
+        probe_host(EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2))
     with pytest.raises(ConfigError, match=r"^pipeline_parallel=2 is invalid with executor='sim'"):
         EngineConfig(executor="sim", pipeline_parallel=2)
     # Under torchrun, the ranks on this node count: 4 ranks over two nodes of 2 cores each fit.
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert EngineConfig(device="cpu", tensor_parallel=4).tensor_parallel == 4
+    assert probe_host(EngineConfig(device="cpu", tensor_parallel=4)).cores == 2
     with pytest.raises(ConfigError, match=r"^tensor_parallel=2 is invalid with executor='sim'"):
         EngineConfig(executor="sim", tensor_parallel=2)
 
 
 def test_each_rank_plans_for_its_own_kv_heads_and_weights(monkeypatch):
-    monkeypatch.setattr("sarathi_lab.config.usable_cores", lambda: 4)
+    monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: 4)
     whole = Shape.of(LlamaConfig(**_config(8, 4, 16, 64, 32).to_dict()))
     for size in (2, 4):
         rank = Shape.of(rank_memory_config(_config(8, 4, 16, 64, 32), size))

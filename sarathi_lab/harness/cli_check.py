@@ -1,11 +1,11 @@
 """Check the command line before Hydra starts: bare words, sweeps without -m, group choices and
 plain keys, each refused in one line naming what is allowed (Hydra's own reports are several lines
-and exit 1), before any output directory exists. Only hydra and omegaconf are imported, to stay fast.
+and exit 1), before any output directory exists. A key's refusal is the schema's or the scheduler
+registry's, imported only then: a good command line imports only hydra and omegaconf here.
 """
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import os
 from pathlib import Path
@@ -150,7 +150,7 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
         key = override.key_or_group
         if not (CONF_DIR / key).is_dir():
             if not (key.startswith("hydra") or override.is_force_add() or override.is_delete()) \
-                    and (not override.is_add() or _other_schedulers_knob(key)):
+                    and (not override.is_add() or _knob_owners(key)):
                 keys.append((arg, key))  # +scheduler.KNOB of another scheduler: it would be ignored
                 added |= {arg} if override.is_add() else set()
             continue
@@ -172,35 +172,38 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
     tree.pop("hydra", None)
     known = set(_dotted_keys(tree))
     for arg, key in keys:
-        if arg in added and set(_other_schedulers_knob(key)) & schedulers:
+        if key in known or arg in added and set(_knob_owners(key)) & schedulers:
             continue  # a sweep over schedulers, one of which reads it (the others say so as they run)
-        if key not in known and (owners := _other_schedulers_knob(key)):
-            chosen = next((c.partition("=")[2] for c in choices if c.startswith("scheduler=")), None)
-            chosen = chosen or OmegaConf.select(_composed(overrides), "scheduler.name")
-            knob = key.removeprefix("scheduler.")
-            return (f"{arg} is invalid: {knob} is a knob of scheduler={' and '.join(owners)}, "
-                    f"not of scheduler={chosen}; allowed: scheduler={owners[0]} {arg.lstrip('+')}, "
-                    f"or scheduler={chosen}'s "
-                    f"knobs: {', '.join(_knobs_of(CONF_DIR / 'scheduler' / f'{chosen}.yaml')) or 'none'}")
-        if key not in known:
-            nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
-            hint = f"nearest known keys: {', '.join(nearest)}" if nearest else \
-                f"known top-level keys: {', '.join(sorted(k for k in known if '.' not in k))}"
-            return f"{arg} is invalid: {key} is not a known key; {hint}"
+        from sarathi_lab.harness.schema import unknown_key  # the schema's one refusal of it
+
+        return (_knob_owners(key) and _foreign_knob(arg, overrides, choices)) or \
+            str(unknown_key(key, arg.partition("=")[2], known))
     return None
 
 
-def _knobs_of(yaml: Path) -> list[str]:
-    """A scheduler's knobs: the keys of its YAML beside its name."""
-    return [k for k in OmegaConf.load(yaml) if k != "name"] if yaml.is_file() else []
-
-
-def _other_schedulers_knob(key: str) -> list[str]:
-    """The schedulers (conf/scheduler/NAME.yaml) with the knob ``key`` (``scheduler.KNOB``) names."""
+def _knob_owners(key: str) -> list[str]:
+    """The schedulers with the knob ``key`` (``scheduler.KNOB``) names: the engine's registry."""
     if not key.startswith("scheduler."):
         return []
-    knob = key.removeprefix("scheduler.")
-    return [p.stem for p in sorted((CONF_DIR / "scheduler").glob("*.yaml")) if knob in _knobs_of(p)]
+    from sarathi_lab.engine.scheduler.base import knob_owners  # here: few command lines set a knob
+
+    return knob_owners(key.removeprefix("scheduler."))
+
+
+def _foreign_knob(arg: str, overrides: list[tuple[str, Override]],
+                  choices: list[str]) -> str | None:
+    """The engine's refusal of another scheduler's knob (scheduler.foreign_knob), named as the run's
+    config spells the keys; None where the chosen scheduler reads it."""
+    from sarathi_lab.engine.scheduler.base import foreign_knob
+    from sarathi_lab.harness.schema import RUN_KEYS
+
+    override = dict(overrides)[arg]
+    chosen = next((c.partition("=")[2] for c in choices if c.startswith("scheduler=")), None)
+    chosen = chosen or OmegaConf.select(_composed(overrides), "scheduler.name")
+    swept = override.is_sweep_override()
+    value = next(iter(override.sweep_iterator())) if swept else override.value()
+    refused = foreign_knob(chosen, override.key_or_group.removeprefix("scheduler."), value)
+    return refused and str(refused.named(RUN_KEYS))
 
 
 def sweep_note(args: list[str]) -> str | None:

@@ -6,7 +6,8 @@ top-level knobs set the rest (`_KNOBS`). Each value is checked once, by the data
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, get_type_hints
 
@@ -16,6 +17,7 @@ from omegaconf.errors import MissingMandatoryValue
 from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, check_fields, named_as, settings_of
 from sarathi_lab.engine.metrics import SLO
 from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
+from sarathi_lab.engine.scheduler.base import unknown_knob
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.executors import task_refusal
 from sarathi_lab.harness.tasks import TASKS
@@ -69,9 +71,9 @@ class SchedulerCfg:
         if not isinstance(raw, dict) or "name" not in raw:
             raise ConfigError(f"scheduler={raw!r} is invalid: must be a mapping with a name")
         knobs = {key: value for key, value in raw.items() if key != "name"}
-        for key in knobs:
-            if key in ENGINE_FIELDS:  # the run's knobs, or engine.KEY, set those for every scheduler
-                raise ConfigError(f"scheduler.{key} is set by {RUN_KEYS(key)}=; set that instead")
+        for key, value in knobs.items():
+            if _set_by("scheduler", key):  # the run's knobs, or engine.KEY, set those for all
+                raise unknown_key(f"scheduler.{key}", repr(value))
         return cls(raw["name"], knobs)
 
 
@@ -230,7 +232,8 @@ class RunConfig:
     token_budget: Literal["auto"] | None = None
 
     def __post_init__(self):
-        check_fields(self, positive=True, skip=("seed",))  # chunk, batch_size: as EngineConfig checks them
+        # chunk, batch_size, seed, dtype: EngineConfig's settings, checked there (built first).
+        check_fields(self, positive=True, held=frozenset(KNOB_KEYS.values()))
         # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
         if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
             raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
@@ -340,9 +343,9 @@ def parse_config(cfg: DictConfig) -> RunConfig:
 def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"engine={raw!r} is invalid: must be a mapping")
-    for key in raw:
-        if key in KNOB_KEYS or key in knob_names():
-            raise ConfigError(f"engine.{key} is set by {RUN_KEYS(key)}=; set that instead")
+    for key, value in raw.items():
+        if _set_by("engine", key):
+            raise unknown_key(f"engine.{key}", repr(value))
     fields = _fields(EngineConfig, raw, prefix="engine.", later=set(KNOB_KEYS))
     with named_as(engine_keys(run["model"])):
         return EngineConfig(**fields, **{name: value(run) for name, (_, value) in _KNOBS.items()})
@@ -355,12 +358,36 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
     hints = get_type_hints(cls)
     known = {f.name for f in settings_of(cls)} - later
     if unknown := sorted(set(raw) - known - later):
-        raise ConfigError(f"{prefix}{unknown[0]} is not a known key; known keys here: {', '.join(sorted(known))}")
+        key = unknown[0]
+        raise unknown_key(f"{prefix}{key}", repr(raw[key]), {f"{prefix}{k}" for k in known})
     missing = [f.name for f in settings_of(cls) if f.name not in raw and f.name not in later
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{prefix}{missing[0]} is missing: a value is required")
     return {k: _typed(f"{prefix}{k}", v, hints[k]) for k, v in raw.items() if k not in later}
+
+
+def unknown_key(key: str, shown: str, known: Collection[str] = ()) -> ConfigError:
+    """The one refusal of a key the run's config has not (``shown``: its value as written), set on the
+    command line or in a YAML file: the key that sets what it would, else the nearest known keys."""
+    section, _, name = key.rpartition(".")
+    if by := _set_by(section, name):
+        return ConfigError(f"{key}={shown} is invalid: the run's config sets it by {by}; "
+                           f"allowed: {by}={shown}")
+    if section == "scheduler" and name not in knob_names():
+        return unknown_knob(name, shown).named(RUN_KEYS)
+    nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+    beside = [k for k in sorted(known) if k.rpartition(".")[0] == section] or \
+        [k for k in sorted(known) if "." not in k]
+    hint = f"nearest known keys: {', '.join(nearest)}" if nearest else \
+        f"known keys here: {', '.join(beside)}"
+    return ConfigError(f"{key}={shown} is invalid: {key} is not a known key; {hint}")
+
+
+def _set_by(section: str, name: str) -> str | None:
+    """The key that sets what ``section.name`` would (engine.chunk_size: chunk), None if none does."""
+    engine = section == "engine" and (name in KNOB_KEYS or name in knob_names())
+    return RUN_KEYS(name) if engine or section == "scheduler" and name in ENGINE_FIELDS else None
 
 
 def _typed(key: str, value: Any, tp: Any) -> Any:

@@ -157,11 +157,32 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
     return None
 
 
+# Each job's typed config, or its refusal, by its overrides: parsed once for the sweep's checks and
+# the sweeper's collapse, all run by one config loader (one Hydra invocation) before any job.
+_PARSED: dict[str, Any] = {"loader": None, "jobs": {}}
+
+
 def _job_config(loader, config: DictConfig, overrides: list[str]):
     """A sweep job's typed config as its run parses it (Hydra's own node left out)."""
+    if _PARSED["loader"] is not loader:
+        _PARSED.update(loader=loader, jobs={})
+    jobs = _PARSED["jobs"]
+    if (key := tuple(overrides)) not in jobs:
+        jobs[key] = _parse_job(loader, config, overrides)
+    if isinstance(jobs[key], Exception):
+        raise jobs[key]
+    return jobs[key]
+
+
+def _parse_job(loader, config: DictConfig, overrides: list[str]):
+    from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.model import ModelLoadError
 
     job = loader.load_sweep_config(config, list(overrides))
     with read_write(job), open_dict(job):
         del job["hydra"]
-    return parse_config(job)
+    try:
+        return parse_config(job)
+    except (ConfigError, ModelLoadError) as e:
+        return e

@@ -9,9 +9,9 @@ from sarathi_kernels import cpu_ops
 from sarathi_kernels.cpu_build import cpuinfo
 from torch import nn
 
-from sarathi_lab.config import cpu_has_onednn_fp16
 from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
+from sarathi_lab.host_features import cpu_has_onednn_fp16
 
 # The row counts oneDNN and MKL pack their weights for (any serves every row count; docs/cpu_engine.md).
 _PACK_ROWS_HINT = 8

@@ -38,7 +38,8 @@ class SchedulerConfig:
     reads_as: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self):
-        check_fields(self, positive=True, keys=self.key)
+        # The engine's settings it reads were checked by EngineConfig: only its own knobs here.
+        check_fields(self, positive=True, keys=self.key, held=self.held())
 
     def key(self, name: str) -> str:
         """The engine setting its field ``name`` is read from, as a refusal names it."""
@@ -63,6 +64,11 @@ class SchedulerConfig:
     def chunk_alignment(self) -> str:
         """How its chunks are aligned to GEMM tiles: "none" here, every chunk as set (sarathi's own knob)."""
         return "none"
+
+    @classmethod
+    def held(cls) -> frozenset[str]:
+        """Its fields read from EngineConfig's settings, which that config holds and checks."""
+        return frozenset(f.name for f in settings_of(cls)) - set(cls.knobs())
 
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
@@ -325,15 +331,22 @@ def scheduler_config(name: str, knobs: dict[str, Any] | None = None, **settings:
     cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
     for key, value in knobs.items():
         if key not in known:
-            # A misspelt engine setting lands here too (LLM(chunk=256)): the nearest names of both.
-            near = difflib.get_close_matches(key, sorted(known | ENGINE_FIELDS - {"scheduler_knobs"}), n=1, cutoff=0.6)
-            hint = f" nor engine setting (nearest: {SETTING.set(near[0], value)})" if near else ""
-            raise ConfigError(f"{SETTING.set(key, value)} is invalid: no scheduler has this knob{hint}; allowed: "
-                              f"{', '.join(sorted(known)) or 'none'}")
+            raise unknown_knob(key, repr(value))
     for key, value in knobs.items():
         if key not in cls.Config.knobs():
             _warn_foreign_knob(name, key, repr(value))
     return cls.Config.of(settings | knobs)
+
+
+def unknown_knob(key: str, shown: str) -> ConfigError:
+    """The one refusal of a knob no scheduler has (``shown``: its value as written). A misspelt
+    engine setting lands here too (LLM(chunk=256)): the nearest names of both."""
+    known = knob_names()
+    names = sorted(known | ENGINE_FIELDS - {"scheduler_knobs"})
+    near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    hint = f" nor engine setting (nearest: {SETTING(near[0])}={shown})" if near else ""
+    return ConfigError(f"{SETTING(key)}={shown} is invalid: no scheduler has this knob{hint}; "
+                       f"allowed: {', '.join(sorted(known)) or 'none'}", key)
 
 
 def knob_owners(key: str) -> list[str]:
@@ -341,12 +354,15 @@ def knob_owners(key: str) -> list[str]:
     return sorted(n for n, c in _REGISTRY.items() if key in c.Config.knobs())
 
 
-def foreign_knob(name: str, key: str) -> str | None:
-    """Why scheduler ``name`` ignores the knob ``key`` of other schedulers; None where it reads it."""
-    if key in scheduler_class(name).Config.knobs() or not knob_owners(key):
+def foreign_knob(name: str, key: str, value: Any) -> ConfigError | None:
+    """The refusal of knob ``key`` set for scheduler ``name`` alone where only other schedulers read
+    it (one engine: never silently dropped); None where ``name`` reads it or no scheduler has it."""
+    if key in scheduler_class(name).Config.knobs() or not (owners := knob_owners(key)):
         return None
-    return (f"it is a knob of scheduler {' and '.join(knob_owners(key))}, not of scheduler={name} (whose knobs are: "
-            f"{', '.join(scheduler_class(name).Config.knobs()) or 'none'})")
+    s, knobs = SETTING("scheduler"), scheduler_class(name).Config.knobs()
+    return ConfigError(f"{SETTING.set(key, value)} is invalid: {key} is a knob of "
+                       f"{s}={' and '.join(owners)}, not of {s}={name}; allowed: {s}={owners[0]} "
+                       f"with it, or {s}={name}'s knobs: {', '.join(knobs) or 'none'}")
 
 
 @functools.cache
@@ -354,7 +370,8 @@ def _warn_foreign_knob(name: str, key: str, value: str) -> None:
     # Read by no field of this scheduler's Config: said once, so that a sweep over schedulers sharing one
     # config (capacity_sim's prompt cap for vllm) runs without a warning per job; where a user sets one
     # for a single engine (LLM(...), a run's +scheduler.KEY=) it is refused before this.
-    log.info("%s=%s is ignored: %s", key, value, foreign_knob(name, key))
+    log.info("%s=%s is ignored by scheduler=%s: a knob of scheduler=%s", key, value, name,
+             " and ".join(knob_owners(key)))
 
 
 def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any] | None = None,
