@@ -20,11 +20,14 @@ from sarathi_lab.harness.results import CAPACITY_JSON, METRICS, current_names, i
 
 log = logging.getLogger(__name__)
 
-# The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free batching's.
+# The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free
+# batching's.
 HYBRID_TBT_MIN_RATIO = 2
-# The pair the capacity gain compares, first in tables; the other schedulers follow in the registry's order.
+# The pair the capacity gain compares, first in tables; the other schedulers follow in the
+# registry's order.
 COMPARED = ("sarathi_serve", "vllm")
-TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", "resolution", "binding", "bounded",
+TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", "resolution",
+                 "binding", "bounded",
                  "num_trials", "token_budget", "at_capacity_itl_p99_s", "at_capacity_ttft_p50_s",
                  "at_capacity_sched_delay_p50_s", "executor", "model", "scale"]
 # What a measured capacity depends on besides the model: the machine, the precision, the threads,
@@ -32,16 +35,19 @@ TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", 
 MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"]
 # What a simulated capacity depends on besides the model: the device, its cost model, how many GPUs.
 SIMULATED_COLUMNS = ["sim_device", "sim_cost_model", "sim_tp"]
-# A search on a replayed trace: the rate its requests were recorded at, and the capacity as a multiple of it.
+# A search on a replayed trace: the rate its requests were recorded at, and the capacity as a
+# multiple of it.
 TRACE_COLUMNS = ["trace_rate_rps", "capacity_rate_scale"]
 
 
 def load_searches(root: str | Path) -> pd.DataFrame:
-    """One row per finished capacity search under root: its key config, SLO, token budget and result."""
+    """One row per finished capacity search under root: its key config, SLO, token budget and
+    result."""
     rows = []
     for path in sorted(Path(root).rglob(CAPACITY_JSON)):
         if not is_finished(path.parent):
-            continue  # the search wrote capacity.json but died before its metrics.json, written last
+            # the search wrote capacity.json but died before its metrics.json, written last
+            continue
         try:
             rows.append(_search_row(path))
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -60,9 +66,10 @@ def _search_row(path: Path) -> dict:
             | {key: found[key] for key in ("capacity_rps", "resolution", "binding", "bounded")}
             | {"num_trials": len(found["trials"])}
             | {key: summary.get(key) for key in ("token_budget", "at_capacity_itl_p99_s",
-                                                 "at_capacity_ttft_p50_s", "at_capacity_sched_delay_p50_s",
-                                                 *TRACE_COLUMNS)}
-            | {key: record["environment"].get(key) for key in ("device_name", "torch_threads", "timing_unreliable",
+                                                 "at_capacity_ttft_p50_s",
+                                                 "at_capacity_sched_delay_p50_s", *TRACE_COLUMNS)}
+            | {key: record["environment"].get(key)
+               for key in ("device_name", "torch_threads", "timing_unreliable",
                                                                *SIMULATED_COLUMNS)})
 
 
@@ -73,7 +80,8 @@ def compact(searches: pd.DataFrame) -> pd.DataFrame:
     replayed = "trace_rate_rps" in searches and searches.trace_rate_rps.notna().any()
     columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed) + MEASURED_COLUMNS * bool((~simulated).any())
                + SIMULATED_COLUMNS * bool(simulated.any()))
-    return searches[columns].sort_values(["tbt_slo_s", "scheduler", "token_budget"]).reset_index(drop=True)
+    return searches[columns].sort_values(["tbt_slo_s", "scheduler",
+                                          "token_budget"]).reset_index(drop=True)
 
 
 def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
@@ -85,10 +93,10 @@ def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
 
 def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
     """Capacity (req/s) per scheduler (rows) and TBT SLO (columns), with sarathi_serve / vllm."""
-    # dropna=False: a scheduler whose searches all failed even their lowest rate (capacity None) is a
-    # result, not a missing run; pivot_table would drop its row.
-    table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_rps", aggfunc="max",
-                                 dropna=False)
+    # dropna=False: a scheduler whose searches all failed even their lowest rate (capacity None) is
+    # a result, not a missing run; pivot_table would drop its row.
+    table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_rps",
+                                 aggfunc="max", dropna=False)
     order = [*COMPARED, *(s for s in scheduler_names() if s not in COMPARED)]
     table = table.reindex([s for s in order if s in table.index])
     if {"sarathi_serve", "vllm"} <= set(table.index):
@@ -106,7 +114,8 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str):
     x = np.arange(len(slos))
     for i, scheduler in enumerate(table.index):
         ax.bar(x + i * width, table.loc[scheduler].to_numpy(float), width, label=scheduler)
-    ours = [f"{gains[slo]:.2f}x" if gains is not None and np.isfinite(gains[slo]) else "n/a" for slo in slos]
+    ours = [f"{gains[slo]:.2f}x" if gains is not None and np.isfinite(gains[slo]) else "n/a"
+            for slo in slos]
     # The paper's gain is its strict SLO's: only the strictest SLO searched stands beside it.
     labels = [f"P99 TBT <= {slo:g} s\nsarathi_serve/vllm: ours {o}\n"
               + (f"paper {paper.CAPACITY_GAIN_OVER_VLLM}x (its strict SLO)" if slo == min(slos)
@@ -133,7 +142,8 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, sour
     measured, left_out = reliable(measured)
     if measured is not None and len(measured):
         caveats = [text for flag, text in ((left_out != "none", left_out),
-                                           (not _bounded(measured), "some searches passed every rate: capacity >= bar"))
+                                           (not _bounded(measured),
+                                            "some searches passed every rate: capacity >= bar"))
                    if flag]
         first = measured.iloc[0]
         label = (f"measured CPU ({first.device_name}): {scale_label(measured)}, {first['dtype']}, "
@@ -141,7 +151,8 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, sour
         plot_capacity(measured, cpu_ax, label + "".join(f"\n({c})" for c in caveats))
     else:
         why = f"every search left out\n({left_out})" if left_out != "none" else "not measured yet"
-        cpu_ax.text(0.5, 0.5, f"CPU capacity: {why}\n(experiment=capacity; docs/capacity/README.md)",
+        cpu_ax.text(0.5, 0.5, f"CPU capacity: {why}\n(experiment=capacity; "
+                              "docs/capacity/README.md)",
                     ha="center", va="center", transform=cpu_ax.transAxes)
         cpu_ax.set_axis_off()
     return fig
@@ -150,7 +161,8 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, sour
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
     """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the other schedulers as points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
-    ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-", label="sarathi_serve, labelled by token budget")
+    ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-",
+            label="sarathi_serve, labelled by token budget")
     # Budget labels alternate above and below the curve: neighbouring budgets' points lie close.
     for i, (_, row) in enumerate(serve.iterrows()):
         ax.annotate(f"{row.chunk:g}", (row.itl_p99_s, row.ttft_p50_s), fontsize=7, ha="center",
@@ -171,7 +183,8 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
     chunked = 0.0
     for start in range(0, prompt_len, chunk):
         end = min(start + chunk, prompt_len)
-        chunked += cost_model.iteration_time_s(prefills=[(end - start, end)], num_sampled=int(end == prompt_len))
+        chunked += cost_model.iteration_time_s(prefills=[(end - start, end)],
+                                               num_sampled=int(end == prompt_len))
     return chunked / whole - 1
 
 
@@ -179,7 +192,8 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
 class Evidence:
     """What one source's claims rows are computed from; None: absent. ``searches``: load_searches or
     a *_capacity.csv; ``tradeoff``: serving runs of orca and sarathi_serve at one load;
-    ``overhead``: {prompt length: overhead of 512-token chunks}; ``provenance``: claims.PROVENANCE."""
+    ``overhead``: {prompt length: overhead of 512-token chunks}; ``provenance``: claims.PROVENANCE.
+    """
     searches: pd.DataFrame | None = None
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
@@ -187,7 +201,8 @@ class Evidence:
 
 
 def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
-    """The searches not flagged ``timing_unreliable``, and what was left out ("none" or 'N of M ...')."""
+    """The searches not flagged ``timing_unreliable``, and what was left out ("none" or 'N of M
+    ...')."""
     if searches is None or "timing_unreliable" not in searches:
         return searches, "none"
     flagged = searches.timing_unreliable.fillna(False).astype(bool)
@@ -212,16 +227,19 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
         return None
     texts, holds, spreads = [], {}, {}
     for slo, rows in searches.groupby("tbt_slo_s"):
-        serve = rows[rows.scheduler == "sarathi_serve"].sort_values("capacity_rps", na_position="first")
+        serve = rows[rows.scheduler == "sarathi_serve"].sort_values("capacity_rps",
+                                                                    na_position="first")
         vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_rps", na_position="first")
         if not len(serve) or not len(vllm):
             continue  # one of the two not searched at this SLO: no comparison
-        # A capacity of None (NaN) is a search that failed even its lowest rate: below any that passed.
+        # A capacity of None (NaN) is a search that failed even its lowest rate: below any that
+        # passed.
         s, v = serve.iloc[-1], vllm.iloc[-1]
         if np.isnan(s.capacity_rps) or np.isnan(v.capacity_rps):
             both = np.isnan(s.capacity_rps) and np.isnan(v.capacity_rps)
             text = ("neither passed a rate tried" if both
-                    else f"{'vllm' if np.isnan(v.capacity_rps) else 'sarathi_serve'} passed no rate tried")
+                    else (f"{'vllm' if np.isnan(v.capacity_rps) else 'sarathi_serve'} passed no "
+                          "rate tried"))
             holds[slo] = "n/a" if both else "yes" if np.isnan(v.capacity_rps) else "no"
             spreads[slo] = ""
         else:
@@ -234,7 +252,8 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
     if not holds:
         return None
     slo, ours = min(holds), ", ".join(texts)
-    pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve", "vllm"])]
+    pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve",
+                                                                           "vllm"])]
     if not _bounded(pair):
         return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a", ""
     return f"{ours} ({scale_label(searches)})", holds[slo], spreads[slo]
@@ -262,7 +281,8 @@ def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
 # (claim, paper, check, what a measured row says without evidence)
 CHECKS = (
     ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
-     f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain, "not measured yet"),
+     f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain,
+     "not measured yet"),
     ((f"Hybrid batching without a budget (orca) raises P99 TBT {HYBRID_TBT_MIN_RATIO}x or more over stall-free "
       "batching at the same load"), f"up to {paper.NAIVE_HYBRID_TBT_INFLATION}x", _hybrid_tbt,
      "not measured yet"),
@@ -284,16 +304,17 @@ def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
             if found is None and not (evidence.provenance or {}).get("source", "").startswith("measured"):
                 continue
             ours, holds, spread = found or (unmeasured, "n/a", "")
-            rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text, "ours": ours,
-                         "spread": spread, "holds": holds, "left out": left_out}
+            rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text,
+                         "ours": ours, "spread": spread, "holds": holds, "left out": left_out}
                         | (evidence.provenance or {}))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-TP_CLAIM = ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by tensor parallelism",
+TP_CLAIM = (("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on GPUs joined by "
+             "tensor parallelism"),
             f"up to {paper.CAPACITY_TP_GAIN_OVER_VLLM}x (Yi-34B, 2 A100s, strict 0.2 s)", _gain,
             "not measurable here: one CPU")
-TRACE_CLAIM = (("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on the arxiv_summarization "
-               "trace's lengths"),
+TRACE_CLAIM = (("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on the "
+               "arxiv_summarization trace's lengths"),
                (f"{paper.CAPACITY_GAIN_OVER_VLLM}x on openchat_sharegpt4 (Mistral-7B, A100, strict 0.1 s); "
                 "not tabulated for arxiv_summarization"), _gain, "not measured here")

@@ -10,7 +10,8 @@ import pandas as pd
 
 PROVENANCE = ["source", "scale", "dtype", "threads", "machine", "commit"]
 DIFFERS = "differs by cost model"
-COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out", *PROVENANCE[1:], DIFFERS]
+COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out",
+           *PROVENANCE[1:], DIFFERS]
 NO_REPEATS = "one run per point: no spread"
 
 
@@ -21,13 +22,15 @@ def simulated_provenance(source: str, scale: str, dtype: str = "") -> dict[str, 
 
 
 def no_run(root) -> str:
-    """What stands for an experiment a results root holds no finished run of, in claims and on the terminal."""
+    """What stands for an experiment a results root holds no finished run of, in claims and on the
+    terminal."""
     return f"no finished run under {root}"
 
 
 def missing_row(name: str, root) -> dict:
     """The claims row of an experiment ``root`` has no finished run of: named, not judged."""
-    return {"experiment": name, "claim": "(every claim of it)", "paper": "", "ours": no_run(root), "holds": "n/a",
+    return {"experiment": name, "claim": "(every claim of it)", "paper": "", "ours": no_run(root),
+            "holds": "n/a",
             "spread": "", "left out": f"every run: {no_run(root)}"} | dict.fromkeys(PROVENANCE, "")
 
 
@@ -42,22 +45,25 @@ def unless_missing(values: pd.Series, flag) -> bool | None:
 
 
 def saturated_by(sat: dict, tokens: int) -> bool | None:
-    """Whether a ``derive.saturation`` is reached by ``tokens``; None (unresolved) when it is reached
-    at the fewest tokens measured and they are past ``tokens``: it may have been reached before."""
+    """Whether a ``derive.saturation`` is reached by ``tokens``; None (unresolved) when it is
+    reached at the fewest tokens measured and they are past ``tokens``: it may have been reached
+    before."""
     if sat["tokens"] <= tokens:
         return True
     return None if sat["tokens"] == sat["fewest_measured"] else False
 
 
 def why_left_out(results, name: str) -> str:
-    """Why a point of experiment ``name`` has no number in ``results``' tables: the runs they left out
-    (flagged unreliable, an incomplete sweep's missing jobs), else a job that left no finished run."""
-    return "; ".join(n for n in (results.unreliable_note(name), results.sweep_note(name)) if n) or "no finished run"
+    """Why a point of experiment ``name`` has no number in ``results``' tables: the runs they left
+    out (flagged unreliable, an incomplete sweep's missing jobs), else a job that left no finished
+    run."""
+    return "; ".join(n for n in (results.unreliable_note(name), results.sweep_note(name))
+                     if n) or "no finished run"
 
 
 def shown(value, spec: str, why: str, unit: str = "") -> str:
-    """``value`` formatted by ``spec`` with ``unit``, or 'left out (why)' where it is missing: a claim
-    never prints nan."""
+    """``value`` formatted by ``spec`` with ``unit``, or 'left out (why)' where it is missing: a
+    claim never prints nan."""
     if value is None or pd.isna(value):
         return f"left out ({why})"
     return f"{value:{spec}}{unit}"
@@ -70,11 +76,12 @@ def with_range(values: pd.Series) -> str:
     return f"{values.mean():.2f}x ({values.min():.2f}-{values.max():.2f}x)"
 
 
-def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str, value: float | None = None) -> dict:
+def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str,
+              value: float | None = None) -> dict:
     """``value``: the row's headline number, whose range over repeats is its spread (None: the
     spread lists each repeat's verdict instead)."""
-    return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours, "holds": holds,
-            "value": value}
+    return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours,
+            "holds": holds, "value": value}
 
 
 def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
@@ -92,7 +99,8 @@ def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
         else:
             spread = f"per seed: {', '.join(r['holds'] for r in each)}"
         judged = {r["holds"] for r in each} - {"n/a"}
-        out.append(row | {"spread": spread, "holds": "unclear" if len(judged) > 1 else row["holds"]})
+        out.append(row | {"spread": spread, "holds": "unclear" if len(judged) > 1
+                          else row["holds"]})
     return out
 
 
@@ -100,8 +108,8 @@ def rows_of(check, results, name: str) -> list[dict]:
     """The check's rows on the runs of experiment ``name`` in ``results``, with their spread, what
     they left out (an incomplete sweep's missing jobs, a newer incomplete sweep passed over,
     unreliable runs) and where they come from. An experiment whose every run is flagged unreliable
-    has no verdict: its rows say so; one whose every run is unreadable (a truncated metrics.json) has
-    one row naming them."""
+    has no verdict: its rows say so; one whose every run is unreadable (a truncated metrics.json)
+    has one row naming them."""
     everything = results.with_unreliable() if hasattr(results, "with_unreliable") else results
     if everything.summary(name).empty:
         note = (results.lacking_note(name) if hasattr(results, "lacking_note") else "") or "its runs are unreadable"
@@ -109,10 +117,12 @@ def rows_of(check, results, name: str) -> list[dict]:
     provenance = results.provenance(name)
     unreliable = results.unreliable_note(name)
     lacking = results.lacking_note(name) if hasattr(results, "lacking_note") else ""
-    left_out = "; ".join(note for note in (results.sweep_note(name), unreliable, lacking) if note) or "none"
+    left_out = "; ".join(note for note in (results.sweep_note(name), unreliable, lacking)
+                         if note) or "none"
     try:
         if results.summary(name).empty:
-            rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)", "holds": "n/a",
+            rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)",
+                           "holds": "n/a",
                            "spread": ""} for row in check(results.with_unreliable())]
         else:
             rows = _spread(check, results, check(results), name)
@@ -120,15 +130,18 @@ def rows_of(check, results, name: str) -> list[dict]:
         if isinstance(e, AttributeError) and "DataFrame" not in str(e) and "Series" not in str(e):
             raise  # not a column the runs lack
         column = e.args[0] if isinstance(e, KeyError) and e.args else str(e).rsplit(" ", 1)[-1].strip("'")
-        rows = [claim_row(name, "(every claim of it)", "", f"not judged: its runs lack {column} (renamed, or "
+        rows = [claim_row(name, "(every claim of it)", "",
+                          f"not judged: its runs lack {column} (renamed, or "
                           "recorded by another version)", "n/a") | {"spread": ""}]
         left_out = f"every run: none has {column}" + (f"; {left_out}" if left_out != "none" else "")
-    return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out} for row in rows]
+    return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out}
+            for row in rows]
 
 
-def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None], why: dict[str, str]) -> list[dict]:
-    """``rows`` with ``DIFFERS`` set on the simulated rows of each claim whose judged verdicts differ
-    between cost models (``cost_models``: each row's, None for a measured one): every model's
+def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
+                                why: dict[str, str]) -> list[dict]:
+    """``rows`` with ``DIFFERS`` set on the simulated rows of each claim whose judged verdicts
+    differ between cost models (``cost_models``: each row's, None for a measured one): every model's
     verdict, and ``why[claim]`` where it says why."""
     verdicts: dict[tuple[str, str], dict[str, str]] = {}
     for row, model in zip(rows, cost_models):
@@ -146,12 +159,12 @@ def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
 
 def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
     """The rows of each registered paper result's check on our runs (``results``) and then, with
-    ``simulated`` (the ``Results`` of ``python -m sarathi_lab.produce --sim``, or a list of them: one
-    per cost model), on the simulated runs, each row naming its source; an experiment with no
+    ``simulated`` (the ``Results`` of ``python -m sarathi_lab.produce --sim``, or a list of them:
+    one per cost model), on the simulated runs, each row naming its source; an experiment with no
     simulated run has no simulated row. Where the cost models' verdicts on a claim differ, its
     simulated rows say so (``mark_cost_model_differences``, with the result's reason). ``only``: the
-    names of the results to check; by default every registered one. An experiment ``results`` holds no
-    finished run of has one row that says so (``missing_row``), not a verdict."""
+    names of the results to check; by default every registered one. An experiment ``results`` holds
+    no finished run of has one row that says so (``missing_row``), not a verdict."""
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]

@@ -19,16 +19,18 @@ RECORDED_ALIGN = "chunk_align"
 
 
 def chunk_align(summary: pd.DataFrame) -> pd.Series:
-    """Each run's sarathi chunk alignment: "tile" where it ran tile-aligned chunks, else "none" (other
-    schedulers ignore the knob, so their runs are "none" whatever the sweep set). As the run recorded
-    it; a run from before the record: as its sweep set it, else "none", the default then."""
+    """Each run's sarathi chunk alignment: "tile" where it ran tile-aligned chunks, else "none"
+    (other schedulers ignore the knob, so their runs are "none" whatever the sweep set). As the run
+    recorded it; a run from before the record: as its sweep set it, else "none", the default then.
+    """
     index = summary.index
     set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=index)
     recorded = summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary else pd.Series(None, index=index, dtype=object)
     return recorded.fillna(set_.fillna("none")).where(summary.scheduler == "sarathi", "none")
 
 
-def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseline: pd.Series) -> pd.DataFrame:
+def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str],
+                     is_baseline: pd.Series) -> pd.DataFrame:
     """Non-baseline rows with ``baseline`` (the mean metric of the baseline runs of the same keys,
     should a sweep repeat it) and ``gain``, the row's metric over it."""
     base = runs[is_baseline].groupby(keys)[metric].mean().rename("baseline")
@@ -39,7 +41,8 @@ def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseli
 
 def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
     """Each non-baseline run's throughput over the baseline's on the same workload (Fig. 9, 11)."""
-    return _versus_baseline(summary, "total_throughput_tok_s", list(keys), summary.scheduler == BASELINE)
+    return _versus_baseline(summary, "total_throughput_tok_s", list(keys),
+                            summary.scheduler == BASELINE)
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
@@ -49,10 +52,12 @@ def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> 
 
 
 def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float) -> pd.DataFrame:
-    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound tokens."""
+    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound
+    tokens."""
     machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_GFLOPS, paper.A6000_GBPS, 2),
                 (name, gflops, gbps, bytes_per_param)]
-    return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b, "flops per byte": f / b,
+    return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b,
+                          "flops per byte": f / b,
                           "compute-bound from (tokens)": compute_bound_tokens(f, b, p)}
                          for m, f, b, p in machines])
 
@@ -98,23 +103,25 @@ def iteration_ms(results) -> pd.Series:
 
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
     """The points whose riding decodes measured a cost beyond the repeats' noise
-    (``quantities.decode_speedup``'s ``resolved``): where the hybrid iteration is within noise of its
-    chunk alone, its "speedup" is no number, only ``gain_bound``."""
+    (``quantities.decode_speedup``'s ``resolved``): where the hybrid iteration is within noise of
+    its chunk alone, its "speedup" is no number, only ``gain_bound``."""
     return gains[gains.resolved]
 
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
-    """Each sarathi run's throughput over the static runs of the same workload and chunk value (static
-    ignores the chunk, but runs right before it, so a shared machine's slow spells hit both alike);
-    one whose static run failed is left out. ``chunk_align``: the sarathi run's alignment, and
-    ``effective_chunk``: the chunk beside B - 1 decodes it ran (the aligned one where tile-aligned)."""
+    """Each sarathi run's throughput over the static runs of the same workload and chunk value
+    (static ignores the chunk, but runs right before it, so a shared machine's slow spells hit both
+    alike); one whose static run failed is left out. ``chunk_align``: the sarathi run's alignment,
+    and ``effective_chunk``: the chunk beside B - 1 decodes it ran (the aligned one where
+    tile-aligned)."""
     gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
                                   keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
     # The tile sarathi's runs aligned to: scheduler.tile where a sweep set it.
     tiles = summary["scheduler.tile"].dropna().unique() if "scheduler.tile" in summary else []
     tile = int(tiles[0]) if len(tiles) else paper.TILE
     return gains.assign(effective_chunk=[_effective_chunk(c, b, a, tile)
-                                         for c, b, a in zip(gains.chunk, gains.batch_size, gains.chunk_align)])
+                                         for c, b, a in zip(gains.chunk, gains.batch_size,
+                                                            gains.chunk_align)])
 
 
 def _effective_chunk(chunk: float, batch_size: float, align: str, tile: int) -> float:
@@ -132,14 +139,16 @@ def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
 
 
 def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
-    """Per (chunk, batch_size, seq_len; chunk_align where recorded): the P:D of the largest gain, the
-    gain there, and the P:D the paper predicts for the peak, from the chunk the runs ran beside B - 1
-    decodes (``effective_chunk`` where recorded: the aligned one)."""
-    keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size", "seq_len"]
+    """Per (chunk, batch_size, seq_len; chunk_align where recorded): the P:D of the largest gain,
+    the gain there, and the P:D the paper predicts for the peak, from the chunk the runs ran beside
+    B - 1 decodes (``effective_chunk`` where recorded: the aligned one)."""
+    keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size",
+            "seq_len"]
     idx = normalised.groupby(keys).gain.idxmax()
     ran = "effective_chunk" if "effective_chunk" in normalised else "chunk"
     peaks = normalised.loc[idx, [*keys, "pd_ratio", "gain", *([ran] if ran != "chunk" else [])]]
-    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b) for c, b in zip(peaks[ran], peaks.batch_size)]
+    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b)
+                                   for c, b in zip(peaks[ran], peaks.batch_size)]
     return peaks.reset_index(drop=True)
 
 
@@ -158,7 +167,8 @@ def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
 
 def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:
     """Every run with its bar of Fig. 11a (``orca_variant``) as ``variant``."""
-    stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
+    stagger = summary.get("workload.stagger",
+                          pd.Series(0, index=summary.index)).fillna(0).astype(int)
     return summary.assign(variant=[orca_variant(s, g, a) for s, g, a in
                                    zip(summary.scheduler, stagger, chunk_align(summary))])
 

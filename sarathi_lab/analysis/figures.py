@@ -1,6 +1,6 @@
 """What every paper figure shares: its style, its headline and its sources. Each result's module in
-``analysis/paper_results/`` draws its own figure in the paper's axes, the paper's values beside ours,
-from the measured ``Results`` and, optionally, the simulated ones (drawn in red)."""
+``analysis/paper_results/`` draws its own figure in the paper's axes, the paper's values beside
+ours, from the measured ``Results`` and, optionally, the simulated ones (drawn in red)."""
 from __future__ import annotations
 
 import numbers
@@ -39,8 +39,8 @@ def headline(fig, results, name: str, text: str, simulated=None, why=()) -> None
     lines += [simulated.describe(name)] if simulated_label(simulated, name) else []
     fig.suptitle("\n".join(lines), fontsize=11)
     if any(why):
-        fig.text(0.5, -0.02, " ".join(filter(None, why)), ha="center", va="top", fontsize=9, wrap=True,
-                 style="italic")
+        fig.text(0.5, -0.02, " ".join(filter(None, why)), ha="center", va="top", fontsize=9,
+                 wrap=True, style="italic")
 
 
 def source_label(runs, name: str) -> str:
@@ -53,20 +53,23 @@ def panel_sources(results, simulated, name: str) -> str:
     """What a panel drawing the measured runs and, where there are any, the simulated ones (dashed)
     says it shows."""
     text = source_label(results, name)
-    return text + (f"; dashed: {source_label(simulated, name)}" if simulated_label(simulated, name) else "")
+    return text + (f"; dashed: {source_label(simulated, name)}" if simulated_label(simulated, name)
+                   else "")
 
 
 def sources_of(results, simulated, name: str) -> list[tuple]:
-    """(runs, what a panel of them says it shows) of the measured runs and, where they have ``name``,
-    the simulated ones."""
+    """(runs, what a panel of them says it shows) of the measured runs and, where they have
+    ``name``, the simulated ones."""
     label = simulated_label(simulated, name)
-    return [(results, source_label(results, name))] + ([(simulated, source_label(simulated, name))] if label else [])
+    return [(results, source_label(results, name))] + ([(simulated, source_label(simulated, name))]
+                                                       if label else [])
 
 
 def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:
     """``ax``'s legend entries without the group headers seaborn adds where hue and style are two
     columns of ``frame`` (an entry named after each column, with no mark): each level under a header
-    named in ``prefixes`` reads with its prefix ('chunk', '64' -> 'C=64'). Call it before the legend."""
+    named in ``prefixes`` reads with its prefix ('chunk', '64' -> 'C=64'). Call it before the
+    legend."""
     def levels(column: str) -> set[str]:
         values = frame[column].dropna().unique()
         return {str(v) for v in values} | {f"{v:g}" for v in values if isinstance(v, numbers.Real)}
@@ -76,7 +79,8 @@ def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:
     for handle, label in zip(handles, labels):
         if label in prefixes:
             under = label
-            handle.set_label(f"_{label}")  # a label starting with an underscore stays out of legends
+            # a label starting with an underscore stays out of legends
+            handle.set_label(f"_{label}")
         elif under is not None and label in levels(under):
             handle.set_label(f"{prefixes[under]}{label}")
         else:
@@ -91,7 +95,8 @@ def plain_log_ticks(axis) -> None:
     """A log axis labelled in plain numbers at 1, 2 and 5 of each decade ("6 x 10^-2" at every minor
     tick crowds and overprints)."""
     axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[:1] in ("2", "5")
+    axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"
+                                                   if f"{v:g}".lstrip("0.")[:1] in ("2", "5")
                                                    else ""))
 
 
@@ -104,5 +109,6 @@ def save(fig, root: str | Path, name: str) -> Path:
 
 
 def subplots(*args, **kwargs):
-    """plt.subplots with constrained layout, which makes room for the headline and the legends drawn outside."""
+    """plt.subplots with constrained layout, which makes room for the headline and the legends drawn
+    outside."""
     return plt.subplots(*args, layout="constrained", **kwargs)

@@ -1,8 +1,9 @@
-"""Each request's lifecycle, from a run's results contract alone (iterations.parquet, requests.parquet):
-``queued`` from its arrival to the first iteration that holds it, one ``prefill`` span per chunk, one
-``decode`` span per run of consecutive iterations it decoded in, ``stalled`` where iterations ran
-without it, and ``preempted`` from the iteration whose scheduling evicted it to the one that takes it
-back (its prefill recomputed). Times are seconds on the run's clock, as the tables hold them.
+"""Each request's lifecycle, from a run's results contract alone (iterations.parquet,
+requests.parquet): ``queued`` from its arrival to the first iteration that holds it, one ``prefill``
+span per chunk, one ``decode`` span per run of consecutive iterations it decoded in, ``stalled``
+where iterations ran without it, and ``preempted`` from the iteration whose scheduling evicted it to
+the one that takes it back (its prefill recomputed). Times are seconds on the run's clock, as the
+tables hold them.
 
 A run written before the iterations table named its requests (``MEMBERSHIP``) still reads: each
 request is then queued, one prefill span (first scheduled to first token) and one decode span (first
@@ -17,11 +18,12 @@ import numpy as np
 import pandas as pd
 
 # The iterations table's columns that say which requests each iteration held.
-MEMBERSHIP = ("prefill_request_ids", "prefill_chunk_tokens", "decode_request_ids", "preempted_request_ids")
+MEMBERSHIP = ("prefill_request_ids", "prefill_chunk_tokens", "decode_request_ids",
+              "preempted_request_ids")
 KV_BLOCKS = "num_kv_blocks_used"
 NOT_RECORDED = {
-    "membership": "which requests each iteration held (prefill chunks, decodes, preemptions): each request "
-                  "is drawn as queued, one prefill span and one decode span",
+    "membership": "which requests each iteration held (prefill chunks, decodes, preemptions): each "
+                  "request is drawn as queued, one prefill span and one decode span",
     "kv_blocks": "KV blocks in use",
 }
 
@@ -50,7 +52,8 @@ def request_spans(iterations: pd.DataFrame, requests: pd.DataFrame) -> list[Span
     # Each request's (row, order within the row, kind, tokens): an eviction while the iteration was
     # composed comes before a chunk that readmits it in the same iteration.
     held: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
-    for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*(iterations[c] for c in MEMBERSHIP))):
+    for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*(iterations[c]
+                                                                       for c in MEMBERSHIP))):
         for rid in int_list(preempted):
             held[rid].append((row, 0, "preempted", 0))
         for rid, tokens in zip(int_list(prefills), int_list(chunks)):
@@ -70,7 +73,8 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
         add("queued", r.arrival_s, max(end_of_run, r.arrival_s), unfinished=True)
         return spans
     add("queued", r.arrival_s, starts[events[0][0]])
-    last = evicted = decoding = None   # last row it ran in; row whose scheduling evicted it; open decode run
+    # last row it ran in; row whose scheduling evicted it; open decode run
+    last = evicted = decoding = None
     computed, recompute = 0, False
 
     def close_decode():
@@ -101,8 +105,8 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
                 decoding = (row, row, 1)
         else:
             close_decode()
-            add("prefill", starts[row], ends[row], tokens=tokens, first_token_index=computed, iteration=row,
-                recompute=recompute)
+            add("prefill", starts[row], ends[row], tokens=tokens, first_token_index=computed,
+                iteration=row, recompute=recompute)
             computed += tokens
         last = row
     close_decode()
@@ -114,8 +118,10 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
 def _coarse(r, end_of_run) -> list[Span]:
     """The lifecycle the requests table alone gives: no chunks, no stalls, no preemptions."""
     rid, spans = int(r.request_id), []
-    scheduled, first, finish = (_time(r, c) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
-    spans.append(Span(rid, "queued", float(r.arrival_s), scheduled if scheduled is not None else end_of_run))
+    scheduled, first, finish = (_time(r, c) for c in ("first_scheduled_s", "first_token_s",
+                                                      "finish_s"))
+    spans.append(Span(rid, "queued", float(r.arrival_s), scheduled if scheduled is not None
+                      else end_of_run))
     if scheduled is not None:
         spans.append(Span(rid, "prefill", scheduled, first if first is not None else end_of_run,
                           {"chunks": "not recorded"}))
@@ -135,5 +141,6 @@ def _arrival_order(requests: pd.DataFrame):
 
 
 def int_list(cell) -> list[int]:
-    """A list cell (a tuple in memory, an array read from parquet; None in a row a partial table lacks)."""
+    """A list cell (a tuple in memory, an array read from parquet; None in a row a partial table
+    lacks)."""
     return [] if cell is None else np.asarray(cell, dtype=np.int64).tolist()

@@ -36,24 +36,29 @@ def runs_provenance(results: Results, name: str) -> Provenance:
     simulated = recorded_as(results.executor(name)["executor"], "simulated")
     machine = "" if simulated else _joined(summary.get("env.device_name", []))
     return Provenance(results.source(name), results.scale(name), machine,
-                      commit=provenance.commits(summary.get("env.git_commit", [None])), writer=WRITER)
+                      commit=provenance.commits(summary.get("env.git_commit", [None])),
+                      writer=WRITER)
 
 
 def merged(each: list[Provenance]) -> Provenance:
     """One provenance for a file drawn from several experiments (the claims table)."""
-    return Provenance(*(_joined(getattr(p, key) for p in each) for key in ("source", "scale", "machine", "lease",
-                                                                           "commit")), writer=WRITER)
+    return Provenance(*(_joined(getattr(p, key) for p in each)
+                        for key in ("source", "scale", "machine", "lease",
+                                                                           "commit")),
+                      writer=WRITER)
 
 
 def plan(measured: Results | None, sims: list[Results], docs: Path) -> dict[Path, Provenance]:
-    """Each file publish would write from these roots, with its provenance (the figures of the results
-    each root has runs of; the claims table with a measured root)."""
+    """Each file publish would write from these roots, with its provenance (the figures of the
+    results each root has runs of; the claims table with a measured root)."""
     planned, each = {}, []
-    for results, suffix in ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims else []):
+    for results, suffix in ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims
+                                                                     else []):
         for name in (n for n in registry.names() if n not in results.missing()):
             planned[docs / "figures" / f"{name}{suffix}.png"] = runs_provenance(results, name)
     if measured is not None:
-        each = [runs_provenance(r, n) for r in (measured, *sims) for n in registry.names() if n not in r.missing()]
+        each = [runs_provenance(r, n) for r in (measured, *sims) for n in registry.names()
+                if n not in r.missing()]
         planned[docs / "figures" / "claims.csv"] = merged(each)
     return planned
 
@@ -74,11 +79,13 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
     return written
 
 
-def publish(measured: str | Path | None, simulated: list[str | Path], docs: str | Path = capacity_docs.DOCS,
+def publish(measured: str | Path | None, simulated: list[str | Path],
+            docs: str | Path = capacity_docs.DOCS,
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
     """The files written. A provenance.ReplaceRefused, before writing any, where one would replace a
     file of another source, scale, machine or commit (unless ``force``)."""
-    capacity_docs.check_tables(docs)  # a table refresh would fail on, refused before anything is written
+    # a table refresh would fail on, refused before anything is written
+    capacity_docs.check_tables(docs)
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
     runs = None if measured is None else load_results(measured, include_unreliable=include_unreliable)
     planned = plan(runs, sims, docs)
@@ -87,7 +94,8 @@ def publish(measured: str | Path | None, simulated: list[str | Path], docs: str 
         written += draw_all(runs, docs)
         path = docs / "figures" / "claims.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        claims.claims_table(runs, sims).to_csv(path, index=False)  # its capacity rows: refresh's, below
+        # its capacity rows: refresh's, below
+        claims.claims_table(runs, sims).to_csv(path, index=False)
         written.append(path)
     if sims:
         written += draw_all(sims[0], docs, "_sim")
@@ -96,16 +104,21 @@ def publish(measured: str | Path | None, simulated: list[str | Path], docs: str 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.publish", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--measured", help="a produce root of measured runs (default: none redrawn)")
-    parser.add_argument("--sim", action="append", default=[], help="a produce --sim root (repeatable)")
+    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.publish",
+                             description=__doc__.split("\n\n")[0])
+    parser.add_argument("--measured",
+                        help="a produce root of measured runs (default: none redrawn)")
+    parser.add_argument("--sim", action="append", default=[],
+                        help="a produce --sim root (repeatable)")
     parser.add_argument("--docs", default=capacity_docs.DOCS, type=Path, help="the docs folder")
-    parser.add_argument("--include-unreliable", action="store_true", help="keep runs flagged timing_unreliable")
+    parser.add_argument("--include-unreliable", action="store_true",
+                        help="keep runs flagged timing_unreliable")
     parser.add_argument("--force", action="store_true",
-                        help="replace figures and claims of another source, scale, machine or commit")
+                        help="replace figures and claims of another source, scale, machine or "
+                             "commit")
     parser.add_argument("--gpu-claims", action="store_true",
-                        help="rewrite RESULTS.md's GPU claims (the newest run of each device per claim, older ones "
-                             "as history) from the runs kept under DOCS/gpu/")
+                        help="rewrite RESULTS.md's GPU claims (the newest run of each device per "
+                             "claim, older ones as history) from the runs kept under DOCS/gpu/")
     args = parser.parse_args(argv)
     for root in filter(None, [args.measured, *args.sim]):
         if not Path(root).is_dir():
@@ -116,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             print(gpu_claims.write(Path(args.docs) / "RESULTS.md", Path(args.docs) / "gpu"))
         except OSError as e:
-            parser.error(f"--docs={args.docs} is invalid: must hold RESULTS.md and gpu/ ({e.strerror})")
+            parser.error(f"--docs={args.docs} is invalid: must hold RESULTS.md and gpu/ "
+                         f"({e.strerror})")
         except ValueError as e:
             parser.error(str(e))
         if args.measured is None and not args.sim:

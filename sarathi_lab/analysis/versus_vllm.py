@@ -1,5 +1,5 @@
-"""Our engine beside vLLM itself (experiment=versus_vllm, ``executor=model,vllm``): TTFT, P99 TBT and
-throughput of both engines at the same Poisson rates on the same weights, and Sarathi-Serve's
+"""Our engine beside vLLM itself (experiment=versus_vllm, ``executor=model,vllm``): TTFT, P99 TBT
+and throughput of both engines at the same Poisson rates on the same weights, and Sarathi-Serve's
 stall-free claim measured on vLLM: its chunked prefill on (scheduler=sarathi_serve) against off
 (scheduler=vllm). Draws ``<docs>/figures/versus_vllm.png`` and its claims,
 ``<docs>/figures/versus_vllm_claims.csv`` (claims.csv's columns), from a sweep's runs:
@@ -39,8 +39,9 @@ def runs_of(root: str | Path) -> pd.DataFrame:
     runs = load_runs(root)
     if runs.empty or "executor" not in runs or not {"model", "vllm"} <= set(runs.executor) \
             or "workload.qps" not in runs:
-        raise NoRuns(f"root {root} is invalid: it holds no finished runs of both engines (executor=model and "
-                     "executor=vllm) at a workload.qps; run: python -m sarathi_lab.run -m experiment=versus_vllm")
+        raise NoRuns(f"root {root} is invalid: it holds no finished runs of both engines "
+                     "(executor=model and executor=vllm) at a workload.qps; run: python -m "
+                     "sarathi_lab.run -m experiment=versus_vllm")
     return named(runs)
 
 
@@ -51,7 +52,8 @@ def named(runs: pd.DataFrame) -> pd.DataFrame:
     runs["batching"] = runs.scheduler.map(BATCHING)
     runs["qps"] = runs["workload.qps"].astype(float)
     runs["source"] = [run_source({"executor": e, "vllm_version": v}, d) for e, v, d in
-                      zip(runs.executor, runs.get("env.vllm_version", [None] * len(runs)), runs.device)]
+                      zip(runs.executor, runs.get("env.vllm_version", [None] * len(runs)),
+                          runs.device)]
     return runs
 
 
@@ -81,7 +83,7 @@ def claims_rows(runs: pd.DataFrame) -> list[dict]:
     rows = []
     for executor, claim in (("vllm", STALL_FREE), ("model", OURS)):
         text, holds = _lower_at_every_load(p99_tbt(runs, executor))
-        row = claim_row(NAME, claim, f"hybrid batching without a budget raises TBT up to "
+        row = claim_row(NAME, claim, "hybrid batching without a budget raises TBT up to "
                         f"{paper.NAIVE_HYBRID_TBT_INFLATION}x (Sarathi-Serve)", text, holds)
         source = "; ".join(sorted(runs[runs.executor == executor].source.dropna().unique())) or "measured"
         rows.append({k: v for k, v in row.items() if k != "value"} | prov | {
@@ -90,13 +92,15 @@ def claims_rows(runs: pd.DataFrame) -> list[dict]:
 
 
 def _unreliable(runs: pd.DataFrame) -> str:
-    """Drawn whatever the load (the comparison is between engines measured alike), but said: how many
-    runs were flagged, and the load average the runs saw (which every run records alike)."""
+    """Drawn whatever the load (the comparison is between engines measured alike), but said: how
+    many runs were flagged, and the load average the runs saw (which every run records alike)."""
     flagged = int(runs.get("env.timing_unreliable", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
     if not flagged:
         return ""
-    load = pd.concat([runs.get(c, pd.Series(dtype=float)) for c in ("env.load1_start", "env.load1_end")]).dropna()
-    cores = "+".join(str(int(c)) for c in sorted(runs.get("env.cores", pd.Series(dtype=float)).dropna().unique()))
+    load = pd.concat([runs.get(c, pd.Series(dtype=float))
+                      for c in ("env.load1_start", "env.load1_end")]).dropna()
+    cores = "+".join(str(int(c)) for c in sorted(runs.get("env.cores",
+                                                          pd.Series(dtype=float)).dropna().unique()))
     seen = f", load average {load.min():.1f} to {load.max():.1f} on {cores} cores" if len(load) and cores else ""
     return f"none; {flagged} of {len(runs)} runs flagged timing_unreliable (a busy machine{seen})"
 
@@ -106,7 +110,8 @@ def _joined(runs: pd.DataFrame, column: str) -> str:
 
 
 def _row_provenance(runs: pd.DataFrame) -> dict[str, str]:
-    return {"scale": scale(runs), "dtype": _joined(runs, "dtype"), "threads": _joined(runs, "env.torch_threads"),
+    return {"scale": scale(runs), "dtype": _joined(runs, "dtype"),
+            "threads": _joined(runs, "env.torch_threads"),
             "machine": _joined(runs, "env.device_name"), claims.DIFFERS: "",
             "commit": provenance.commits(runs.get("env.git_commit", pd.Series([None])))}
 
@@ -130,7 +135,8 @@ def figure(runs: pd.DataFrame):
     style = {"x": "qps", "hue": "engine", "style": "batching", "errorbar": figures.SPREAD,
              "hue_order": list(ENGINES.values()), "style_order": list(BATCHING.values())}
     figures.sns.lineplot(runs, y="ttft_p50_s", ax=axes[0], legend=False, markers=True, **style)
-    figures.sns.lineplot(runs, y="ttft_p99_s", ax=axes[0], legend=False, alpha=0.35, linewidth=1, **style)
+    figures.sns.lineplot(runs, y="ttft_p99_s", ax=axes[0], legend=False, alpha=0.35, linewidth=1,
+                         **style)
     figures.sns.lineplot(runs, y="itl_p99_s", ax=axes[1], legend=False, markers=True, **style)
     figures.sns.lineplot(runs, y="total_throughput_tok_s", ax=axes[2], markers=True, **style)
     axes[0].set(yscale="log", title="TTFT: p50 (marked), p99 (faint)", ylabel="TTFT (s)")
@@ -148,26 +154,28 @@ def figure(runs: pd.DataFrame):
     seeds = runs.seed.nunique()
     spread = f"; bands: min-max over {seeds} seeds" if seeds > 1 else "; one seed: no spread"
     prov = _row_provenance(runs)
-    fig.suptitle(f"Our engine beside vLLM on the same weights, dtype, threads and arrivals, measured on CPU "
-                 f"({prov['machine']}, {prov['threads']} threads, {prov['dtype']})\n"
-                 f"{scale(runs)}{spread}; sarathi_lab {prov['commit']}, vLLM "
+    fig.suptitle("Our engine beside vLLM on the same weights, dtype, threads and arrivals, "
+                 f"measured on CPU ({prov['machine']}, {prov['threads']} threads, "
+                 f"{prov['dtype']})\n{scale(runs)}{spread}; sarathi_lab {prov['commit']}, vLLM "
                  f"{_joined(runs, 'env.vllm_version') or 'unknown'}\n{stall}", fontsize=11)
     if note := _unreliable(runs):
-        fig.text(0.5, -0.02, note.removeprefix("none; ") + ": drawn all the same; read the engines side by side, not "
+        fig.text(0.5, -0.02,
+                 note.removeprefix("none; ") + ": drawn all the same; read the engines side by side, not "
                  "the absolute times", ha="center", va="top", fontsize=9, style="italic")
     return fig
 
 
 def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) -> list[Path]:
-    """The figure and its claims, written under ``docs/figures`` (refused, before writing, over files
-    of another source, scale, machine or commit unless ``force``)."""
+    """The figure and its claims, written under ``docs/figures`` (refused, before writing, over
+    files of another source, scale, machine or commit unless ``force``)."""
     import matplotlib.pyplot as plt
 
     from sarathi_lab.analysis import figures
 
     runs = runs_of(root)
     folder = Path(docs) / "figures"
-    prov = Provenance(" + ".join(sorted(runs.source.dropna().unique())), scale(runs), _row_provenance(runs)["machine"],
+    prov = Provenance(" + ".join(sorted(runs.source.dropna().unique())), scale(runs),
+                      _row_provenance(runs)["machine"],
                       commit=_row_provenance(runs)["commit"], writer=WRITER)
     planned = {folder / f"{NAME}.png": prov, folder / f"{NAME}_claims.csv": prov}
     provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
@@ -181,9 +189,12 @@ def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) ->
 
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", help="a sweep of experiment=versus_vllm (or any root with runs of both engines)")
-    parser.add_argument("--docs", default="docs", type=Path, help="the docs folder (figures/ under it)")
-    parser.add_argument("--force", action="store_true", help="replace files of another source, scale or commit")
+    parser.add_argument("root", help="a sweep of experiment=versus_vllm (or any root with runs of "
+                                     "both engines)")
+    parser.add_argument("--docs", default="docs", type=Path,
+                        help="the docs folder (figures/ under it)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace files of another source, scale or commit")
     args = parser.parse_args(argv)
     if not Path(args.root).is_dir():
         parser.error(f"root {args.root!r} is invalid: no such directory")

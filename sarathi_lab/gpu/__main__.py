@@ -37,14 +37,17 @@ GPU_BUDGET_MIN = 9.0
 
 
 def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -> list[Step]:
-    """Steps not done at their current engine code, and not failed before unless asked to retry them."""
+    """Steps not done at their current engine code, and not failed before unless asked to retry
+    them."""
     def due(step: Step) -> bool:
         last = state.read_result(out, step.name)
-        if last is not None and last.status == "failed" and not (retry_failed or step.name in named):
+        if last is not None and last.status == "failed" and not (retry_failed
+                                                                 or step.name in named):
             return False
         # A result that recorded no code (an older suite's) is taken as done, as it always was.
         return not (state.is_done(out, step.name)
-                    and (last is None or not last.code or last.code == engine_code.step_hash(step.name)))
+                    and (last is None or not last.code
+                         or last.code == engine_code.step_hash(step.name)))
 
     return [s for s in steps if due(s)]
 
@@ -55,18 +58,21 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
         began = state.started_at(out, step.name)
         last = state.read_result(out, step.name)
         if began is not None and began >= since and (last is None or last.started_at < began):
-            state.write_result(out, state.StepResult(step.name, "incomplete", began, time.time() - began, error=why))
+            state.write_result(out, state.StepResult(step.name, "incomplete", began,
+                                                     time.time() - began, error=why))
 
 
 def run_worker(job: dict, watch: Progress | None = None) -> int:
     """worker.main's JSON ``job``; its exit status, -SIGTERM where it outran the job's deadline.
     ``watch``: printed every POLL_S while it runs (a job without a deadline). Interrupted (Ctrl-C,
-    own.Stopped), the worker's group is stopped as at a deadline, so its runs save what they measured."""
+    own.Stopped), the worker's group is stopped as at a deadline, so its runs save what they
+    measured."""
     # Random weights are drawn in float32 and cast one by one: expandable segments let the freed
     # float32 pages go back before the KV cache (one large tensor) is allocated.
-    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"} | dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.gpu.worker", json.dumps(job)], cwd=REPO_ROOT,
-                            env=env, start_new_session=True)
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+           "PYTHONUNBUFFERED": "1"} | dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.gpu.worker", json.dumps(job)],
+                            cwd=REPO_ROOT, env=env, start_new_session=True)
     deadline = job["deadline"]
     try:
         while watch is not None and deadline is None and proc.poll() is None:
@@ -74,7 +80,8 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
                 proc.wait(timeout=POLL_S)
             for line in watch.poll():
                 print(line, flush=True)
-        code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
+        code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()),
+                            GRACE_S)
     except (KeyboardInterrupt, own.Stopped):
         wait_or_stop(proc, 0.001, GRACE_S)
         raise
@@ -91,7 +98,8 @@ def print_table(out: Path, names: list[str]) -> None:
 
 def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
               watch: Progress | None) -> bool:
-    """Workers until ``todo`` is settled or the budget ends; True where one died before settling any step."""
+    """Workers until ``todo`` is settled or the budget ends; True where one died before settling any
+    step."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
@@ -107,26 +115,30 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
         if code not in (0, RESTART):
             record_killed(out, batch, worker_start, f"worker ended with {code}" + (
                 " at the end of the call's budget" if out_of_time else
-                f" at its cap of {queue.CAPS[batch[0].name]:g}x its planned minutes" if at_cap else ""))
+                (f" at its cap of {queue.CAPS[batch[0].name]:g}x its planned "
+                 "minutes") if at_cap else ""))
         # One attempt per step and call: what the worker started is settled for this call.
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
         if code not in (0, RESTART) and len(left) == len(todo) and not out_of_time:
             # It died before a step began (unwritable --out, broken import): a fresh worker would
             # die the same way, one interpreter start after another until the budget ran out.
-            print(f"[gpu] the worker ended with {code} before it settled any step; not restarted (its error is above)")
+            print(f"[gpu] the worker ended with {code} before it settled any step; not restarted "
+                  "(its error is above)")
             return True
         if out_of_time:
             break
-        # A worker that ended on its own went through its batch: what it deferred waits for the next call.
+        # A worker that ended on its own went through its batch: what it deferred waits for the next
+        # call.
         todo = [s for s in left if s not in batch] if code == 0 else left
     return False
 
 
 def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[Step], float | None]:
-    """The steps the next worker runs and its deadline: a step with a cap (queue.CAPS) runs alone in a
-    worker stopped at that many times its planned minutes; the steps before the next capped one, together.
-    Without a call deadline (your own GPU, a dry run) nothing is capped: one worker runs them all."""
+    """The steps the next worker runs and its deadline: a step with a cap (queue.CAPS) runs alone in
+    a worker stopped at that many times its planned minutes; the steps before the next capped one,
+    together. Without a call deadline (your own GPU, a dry run) nothing is capped: one worker runs
+    them all."""
     first = todo[0]
     if deadline is None:
         return todo, None
@@ -145,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
         return 0
     if args.run and not args.next:
-        parser.error("--run is invalid without --next: it runs the queue's head (--steps runs chosen steps)")
+        parser.error("--run is invalid without --next: it runs the queue's head (--steps runs "
+                     "chosen steps)")
     if args.next:
         steps = _queue_head(parser, args, budget)
         if steps is None:
@@ -167,37 +180,49 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the steps and expected minutes, run nothing")
     parser.add_argument("--next", action="store_true",
-                        help="the queue: every step still due at this engine code, call by call, most valuable "
-                             "first (runs kept in docs/gpu/, and --out's or --restore's unfinished suite)")
-    parser.add_argument("--run", action="store_true", help="with --next: run the queue's head, the steps of its "
-                                                           "first call")
-    parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
-    parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
+                        help="the queue: every step still due at this engine code, call by call, "
+                             "most valuable first (runs kept in docs/gpu/, and --out's or "
+                             "--restore's unfinished suite)")
+    parser.add_argument("--run", action="store_true",
+                        help="with --next: run the queue's head, the steps of its first call")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="every step on the CPU at tiny shapes")
+    parser.add_argument("--steps", default=None,
+                        help="comma-separated steps or groups (default: all)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="results (default outputs/gpu, or outputs/gpu-dry; --own: outputs/paper_gpu/<device>/)")
+                        help="results (default outputs/gpu, or outputs/gpu-dry; --own: "
+                             "outputs/paper_gpu/<device>/)")
     parser.add_argument("--budget-min", type=float, default=None,
-                        help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a GPU, none dry)")
+                        help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a "
+                             "GPU, none dry)")
     parser.add_argument("--restore", type=Path, default=None,
-                        help="an earlier call's suite.tar.gz: its files the out directory lacks are restored")
-    parser.add_argument("--retry-failed", action="store_true", help="rerun steps that failed before")
+                        help="an earlier call's suite.tar.gz: its files the out directory lacks "
+                             "are restored")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="rerun steps that failed before")
     parser.add_argument("--own", action="store_true",
-                        help="your own GPU: every step at the paper's setting, no call budget, a progress line a "
-                             "job with the time left; claims and figures in outputs/paper_gpu/<device>/")
+                        help="your own GPU: every step at the paper's setting, no call budget, a "
+                             "progress line a job with the time left; claims and figures in "
+                             "outputs/paper_gpu/<device>/")
     return parser
 
 
-def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Step], float | None]:
+def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Step],
+                                                                                  float | None]:
     """The steps --steps names and the minutes the call may run them (None: no limit), both checked."""
     if args.own and (args.budget_min is not None or args.restore):
-        parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid with --own: "
-                     "a run on your own GPU has no call budget and no archive to resume from (its folder is)")
+        parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid "
+                     "with --own: a run on your own GPU has no call budget and no archive to "
+                     "resume from (its folder is)")
     try:
         steps = select(args.steps, unscaled=args.own)
     except ValueError as e:
         parser.error(str(e))
-    budget = args.budget_min if args.budget_min is not None else (None if args.dry_run or args.own else GPU_BUDGET_MIN)
+    budget = args.budget_min if args.budget_min is not None else (None if args.dry_run or args.own
+                                                                  else GPU_BUDGET_MIN)
     if budget is not None and not 0 < budget < float("inf"):
         parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
     # Else every call would start nothing and exit 3, "call again", forever.
@@ -205,17 +230,21 @@ def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     return steps, budget
 
 
-def _check_fits(parser: argparse.ArgumentParser, budget: float | None, steps: list[Step], which: str) -> None:
+def _check_fits(parser: argparse.ArgumentParser, budget: float | None, steps: list[Step],
+                which: str) -> None:
     if budget is not None and steps and budget < (least := min(s.minutes for s in steps)):
-        parser.error(f"--budget-min={budget:g} is invalid: {which} fits in it (the shortest expects "
-                     f"{least:.1f} min); allowed: >= {least:.1f}")
+        parser.error(f"--budget-min={budget:g} is invalid: {which} fits in it (the shortest "
+                     f"expects {least:.1f} min); allowed: >= {least:.1f}")
 
 
-def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace, budget: float | None) -> list[Step] | None:
-    """Prints the queue; with --run, the steps of its first call (args.steps set to them), else None."""
+def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                budget: float | None) -> list[Step] | None:
+    """Prints the queue; with --run, the steps of its first call (args.steps set to them), else
+    None."""
     if args.own or args.steps:
-        parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue chooses the steps "
-                     "(run them on your own GPU with --own, or choose them with --steps alone)")
+        parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue "
+                     "chooses the steps (run them on your own GPU with --own, or choose them with "
+                     "--steps alone)")
     planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
         r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
         for r in queue.suite_in_progress(source)])
@@ -229,19 +258,24 @@ def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace, budge
 
 
 def _export_dir(parser: argparse.ArgumentParser, out: Path) -> Path | None:
-    """$OUT, checked: a writable folder apart from out, into which out's archive is written; None unset."""
+    """$OUT, checked: a writable folder apart from out, into which out's archive is written; None
+    unset."""
     export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
-    if export is not None and (export == out or export.is_relative_to(out) or out.is_relative_to(export)):
-        parser.error(f"$OUT={export} is invalid: it must be a folder apart from --out={out} (the archive of "
-                     "--out is written into $OUT)")
+    if export is not None and (export == out or export.is_relative_to(out)
+                               or out.is_relative_to(export)):
+        parser.error(f"$OUT={export} is invalid: it must be a folder apart from --out={out} (the "
+                     "archive of --out is written into $OUT)")
     if export is not None and (problem := writable_dir(export)):
-        parser.error(f"$OUT={export} is invalid: must be a directory this user can write ({problem})")
+        parser.error(f"$OUT={export} is invalid: must be a directory this user can write "
+                     f"({problem})")
     return export
 
 
-def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path, export: Path | None) -> None:
+def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path,
+             export: Path | None) -> None:
     if archive and archive.resolve() in (out, export):
-        parser.error(f"--restore={archive} is invalid: it is the out directory itself, not an archive")
+        parser.error(f"--restore={archive} is invalid: it is the out directory itself, not an "
+                     "archive")
     if archive and not archive.exists():
         print(f"[gpu] no archive at {archive} yet: nothing restored (a suite's first call)")
     elif archive:
@@ -251,18 +285,19 @@ def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path, e
             parser.error(str(e))
 
 
-def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: list[Step], out: Path,
-               export: Path | None, budget: float | None) -> int:
+def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: list[Step],
+               out: Path, export: Path | None, budget: float | None) -> int:
     """Runs what is left of steps in out, writes the summary and the archive; the exit status."""
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
-    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T"),
-             "own": args.own}
+    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget,
+             "started": time.strftime("%F %T"), "own": args.own}
     job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
     _check_fits(parser, budget, todo, f"none of the {len(todo)} steps left in {out}")
     stalled = interrupted = False
-    print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
+    print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed "
+          f"before) in {out}")
     watch = own.start(out, todo, args.dry_run) if args.own else None
     began = time.time()
     try:
@@ -270,7 +305,8 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     except (KeyboardInterrupt, own.Stopped):
         record_killed(out, todo, began, "interrupted")
         interrupted = True
-    # Every step with a result, this call's or an earlier one's: the summary is the suite's, not the call's.
+    # Every step with a result, this call's or an earlier one's: the summary is the suite's, not the
+    # call's.
     state.write_summary(out, list(by_name(args.own)), suite)
     for note in state.export(out, export):
         print(f"[gpu] {note}")
@@ -279,15 +315,16 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     if watch is not None:
         own.finish(watch, out)
     if interrupted:
-        print("[gpu] interrupted: the same command resumes (finished steps and sweep jobs are kept)")
+        print("[gpu] interrupted: the same command resumes (finished steps and sweep jobs are "
+              "kept)")
         return 130
     # Not 3 ("more to run"): the same call again would stall the same way.
     return 1 if stalled else code
 
 
 def writable_dir(path: Path) -> str | None:
-    """Why ``path`` cannot be a folder to write into (it or a folder above it a file, read-only, ...),
-    or None: created if missing, then a file made there and removed."""
+    """Why ``path`` cannot be a folder to write into (it or a folder above it a file, read-only,
+    ...), or None: created if missing, then a file made there and removed."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -310,8 +347,8 @@ def exit_code(out: Path, names: list[str]) -> int:
 
 
 def _commit() -> str:
-    """The commit the suite runs at, short: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device
-    machine's copy of the tree has no .git), as every run's environment record reads it."""
+    """The commit the suite runs at, short: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the
+    device machine's copy of the tree has no .git), as every run's environment record reads it."""
     from sarathi_lab.code_commit import source_commit
 
     commit = source_commit()[0]

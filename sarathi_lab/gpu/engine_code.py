@@ -1,8 +1,8 @@
-"""What "the engine a step measured" is: a content hash of the source files the step's numbers depend
-on. A step done at the hash the checkout has now is not repeated; one whose files changed since is
-due again. The hash is computed the same way from a working tree (a copy without .git, a GPU
-machine's) and from a commit (``git ls-tree``), so a result that recorded only its commit is judged
-too, wherever git knows that commit."""
+"""What "the engine a step measured" is: a content hash of the source files the step's numbers
+depend on. A step done at the hash the checkout has now is not repeated; one whose files changed
+since is due again. The hash is computed the same way from a working tree (a copy without .git, a
+GPU machine's) and from a commit (``git ls-tree``), so a result that recorded only its commit is
+judged too, wherever git knows that commit."""
 from __future__ import annotations
 
 import hashlib
@@ -15,12 +15,13 @@ from sarathi_lab.config import REPO_ROOT
 # change of the code, and is absent from a commit's tree.
 SOURCE_SUFFIXES = (".py", ".yaml", ".cu", ".cuh", ".cpp", ".h", ".c")
 # What every measurement of the engine runs through: its kernels, model, attention and scheduler.
-ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model", "sarathi_lab/attention",
-          "sarathi_lab/llm.py", "sarathi_lab/config.py")
+ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model",
+          "sarathi_lab/attention", "sarathi_lab/llm.py", "sarathi_lab/config.py")
 # Each step group's own inputs beside its module (sarathi_lab/gpu/steps/<group>.py).
 GROUP_PATHS: dict[str, tuple[str, ...]] = {
     "env": ("sarathi_lab/profiling/ceilings.py",),
-    "kernels": ("kernels", "sarathi_lab/profiling/kernel_check.py", "sarathi_lab/profiling/kernel_record.py"),
+    "kernels": ("kernels", "sarathi_lab/profiling/kernel_check.py",
+                "sarathi_lab/profiling/kernel_record.py"),
     "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",
                   "sarathi_lab/model/shape.py"),
     "hybrid": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",
@@ -35,11 +36,13 @@ GROUP_PATHS: dict[str, tuple[str, ...]] = {
 
 
 def paths_of(name: str) -> tuple[str, ...]:
-    """The files and folders step ``name`` (``<group>[.<arg>...]``) depends on, relative to the repository.
-    A group not listed depends on the engine (the safe side: more often due than too seldom)."""
+    """The files and folders step ``name`` (``<group>[.<arg>...]``) depends on, relative to the
+    repository. A group not listed depends on the engine (the safe side: more often due than too
+    seldom)."""
     group = name.split(".")[0]
     own = [f"sarathi_lab/gpu/steps/{group}.py"]
-    if group == "paper":  # the result's own GpuRun (its overlays, conf/experiment/gpu/, are in sarathi_lab/conf)
+    # the result's own GpuRun (its overlays, conf/experiment/gpu/, are in sarathi_lab/conf)
+    if group == "paper":
         result = name.split(".")[1]
         own += [f"sarathi_lab/analysis/paper_results/{result}.py"]
     return tuple(sorted({*GROUP_PATHS.get(group, ENGINE), *own}))
@@ -64,7 +67,8 @@ def tree_hash(paths: tuple[str, ...], root: Path = REPO_ROOT) -> str:
     entries = []
     for rel in paths:
         base = root / rel
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*")
+                                                     if p.is_file()) if base.is_dir() else []
         entries += [(p.relative_to(root).as_posix(), _blob_id(p.read_bytes())) for p in files
                     if _wanted(p.relative_to(root).as_posix())]
     return _digest(entries)

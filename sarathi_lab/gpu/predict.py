@@ -65,7 +65,8 @@ def predict_job(job: list[str], device: str, cost_model: str, work: Path) -> dic
     if trials.exists():
         made = pd.read_parquet(trials)
         return row | {k: summary.get(k) for k in SEARCHED} | {
-            "trials_rps": " ".join(f"{r:.3g}{'' if p else 'x'}" for r, p in zip(made.rate_rps, made.passed)),
+            "trials_rps": " ".join(f"{r:.3g}{'' if p else 'x'}"
+                                   for r, p in zip(made.rate_rps, made.passed)),
             "serving_s": float(made.makespan_s.sum())}
     return row | {k: summary.get(k) for k in SERVED} | {"serving_s": summary.get("makespan_s")}
 
@@ -76,9 +77,11 @@ def predict(steps: list[Step], devices, cost_models, work: Path) -> pd.DataFrame
         for cost_model in cost_models:
             for step in steps:
                 for i, job in enumerate(job_overrides(step)):
-                    row = predict_job(job, device, cost_model, work / device / cost_model / step.name / str(i))
+                    row = predict_job(job, device, cost_model,
+                                      work / device / cost_model / step.name / str(i))
                     rows.append({"step": step.name, "job": i, **row})
-                    print(f"{step.name} {device} {cost_model} {i}: {row.get('error') or row.get('serving_s')}",
+                    print(f"{step.name} {device} {cost_model} {i}: "
+                          f"{row.get('error') or row.get('serving_s')}",
                           flush=True)
     return pd.DataFrame(rows)
 
@@ -90,19 +93,24 @@ def step_totals(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=False)
     return done.stdout.strip() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.gpu.predict", description=__doc__.split("\n\n")[0],
+    parser = cli_args.Parser(prog="python -m sarathi_lab.gpu.predict",
+                             description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--steps", default=STEPS, help="the suite's steps to predict (names or groups)")
-    parser.add_argument("--devices", default=",".join(DEVICES), help="simulated chips, comma-separated")
+    parser.add_argument("--steps", default=STEPS,
+                        help="the suite's steps to predict (names or groups)")
+    parser.add_argument("--devices", default=",".join(DEVICES),
+                        help="simulated chips, comma-separated")
     parser.add_argument("--cost-models", default=",".join(COST_MODELS), help="comma-separated")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim", help="where the CSVs go")
-    parser.add_argument("--work", type=Path, default=None, help="the simulated runs (default: a temporary folder)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim",
+                        help="where the CSVs go")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="the simulated runs (default: a temporary folder)")
     args = parser.parse_args(argv)
     try:
         steps = select(args.steps)

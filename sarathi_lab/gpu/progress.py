@@ -1,12 +1,13 @@
-"""Progress of a suite run without a call budget (``--own``), read from its out directory alone: a line
-each time a paper sweep finishes a job or a step ends, with the time since the run began and an
+"""Progress of a suite run without a call budget (``--own``), read from its out directory alone: a
+line each time a paper sweep finishes a job or a step ends, with the time since the run began and an
 estimate of the time left: the plan's expected minutes of what is left, times how long the work done
 in this run took against what the plan expected of it.
 
 A paper step's jobs are counted from its sweep folder: the finished job folders whose overrides
-(Hydra's ``.hydra/overrides.yaml``) are one of the step's jobs, so the parts of a result, which share
-a folder, count apart, and jobs finished before a resume count as done before this run began (and
-neither as work this run did nor as work left). A dry run's step is one job, done when the step ends.
+(Hydra's ``.hydra/overrides.yaml``) are one of the step's jobs, so the parts of a result, which
+share a folder, count apart, and jobs finished before a resume count as done before this run began
+(and neither as work this run did nor as work left). A dry run's step is one job, done when the step
+ends.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def _job_key(overrides: list[str]) -> frozenset[str]:
 
 @dataclass
 class StepJobs:
-    """What the progress knows of one pending step: its jobs and how many were done when the run began."""
+    """What the progress knows of one pending step: its jobs and how many were done when the run
+    began."""
     step: Step
     keys: frozenset[frozenset[str]]   # its sweep's jobs (empty: not a sweep, or a dry run: one job)
     at_start: int = 0
@@ -69,8 +71,8 @@ class Progress:
         self._said_at = self.started
 
     def _overrides(self, job_dir: Path) -> frozenset[str] | None:
-        """A finished job folder's overrides (read once: a finished run's folder keeps them); None where
-        it is not finished or says none."""
+        """A finished job folder's overrides (read once: a finished run's folder keeps them); None
+        where it is not finished or says none."""
         if job_dir not in self._seen or self._seen[job_dir] is None:
             try:
                 found = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) if is_finished(job_dir) \
@@ -96,9 +98,9 @@ class Progress:
         return min(jobs.total, len(found & jobs.keys))
 
     def estimate(self, now: float) -> tuple[float, float]:
-        """(fraction of this run's work done, seconds left). Work is the plan's expected seconds of each
-        step spread evenly over its jobs; a step that ended not done (failed, unavailable) leaves the
-        plan, counting neither as work done nor as work left."""
+        """(fraction of this run's work done, seconds left). Work is the plan's expected seconds of
+        each step spread evenly over its jobs; a step that ended not done (failed, unavailable)
+        leaves the plan, counting neither as work done nor as work left."""
         done_s = left_s = 0.0
         for jobs in self._jobs.values():
             result = self.settled(jobs.step.name)
@@ -108,14 +110,15 @@ class Progress:
             finished = jobs.total if result is not None else self.finished(jobs)
             done_s += share * max(0, finished - jobs.at_start)
             left_s += share * (jobs.total - finished)
-        # What the work done so far took against what the plan expected of it; the plan itself until then.
+        # What the work done so far took against what the plan expected of it; the plan itself until
+        # then.
         rate = (now - self.started) / done_s if done_s > 0 else 1.0
         total = done_s + left_s
         return (done_s / total if total else 1.0), left_s * rate
 
     def poll(self, now: float | None = None) -> list[str]:
-        """A line for each job finished and each step ended since the last poll, and one for the step
-        running after QUIET_S without any."""
+        """A line for each job finished and each step ended since the last poll, and one for the
+        step running after QUIET_S without any."""
         now = time.time() if now is None else now
         results = {n: self.settled(n) for n in self._jobs}
         counts = {n: self.finished(j) for n, j in self._jobs.items()}
@@ -130,8 +133,10 @@ class Progress:
                 news.append((f"{name}: {status} in {results[name].seconds:.0f} s", True))
             self._last[name] = (status, counts[name])
         if not news and now - self._said_at >= QUIET_S:
-            running = [n for n in self._jobs if results[n] is None and state.started_at(self.out, n) is not None]
-            news = [(f"{n}: {counts[n]} of {self._jobs[n].total} jobs finished, running", False) for n in running[:1]]
+            running = [n for n in self._jobs if results[n] is None
+                       and state.started_at(self.out, n) is not None]
+            news = [(f"{n}: {counts[n]} of {self._jobs[n].total} jobs finished, running", False)
+                    for n in running[:1]]
         if not news:
             return []
         self._said_at = now
@@ -139,6 +144,7 @@ class Progress:
         lines, ended = [], sum(r is not None for r in results.values()) - sum(e for _, e in news)
         for what, ends in news:
             ended += ends
-            lines.append(f"[own] {clock(now - self.started)} elapsed, about {clock(left)} left ({fraction:.0%} of this "
-                         f"run's work done) | {what} | {ended} of {len(self._jobs)} steps ended")
+            lines.append(f"[own] {clock(now - self.started)} elapsed, about {clock(left)} left "
+                         f"({fraction:.0%} of this run's work done) | {what} | {ended} of "
+                         f"{len(self._jobs)} steps ended")
         return lines

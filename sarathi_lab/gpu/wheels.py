@@ -23,12 +23,13 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 HERE = Path(__file__).resolve().parent
 CORE = ("hydra-core", "omegaconf", "antlr4-python3-runtime")
 # The device notes' recipe: pip matches each manylinux tag exactly, so name the usual ones.
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux1_x86_64")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 TARGET = default_environment() | {"python_version": "3.12", "python_full_version": "3.12.3",
-                                  "implementation_name": "cpython", "platform_python_implementation": "CPython",
-                                  "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-                                  "os_name": "posix", "extra": ""}
+                                  "implementation_name": "cpython",
+                                  "platform_python_implementation": "CPython",
+                                  "sys_platform": "linux", "platform_system": "Linux",
+                                  "platform_machine": "x86_64", "os_name": "posix", "extra": ""}
 # The tags pip installs there: CPython 3.12's own, abi3 and pure Python, on those platforms.
 TARGET_TAGS = frozenset(cpython_tags((3, 12), platforms=PLATFORMS)) | frozenset(
     compatible_tags((3, 12), "cp312", platforms=PLATFORMS))
@@ -48,15 +49,16 @@ def pinned(name: str) -> str:
 
 
 def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"],
+                   check=True)
 
 
 def fetch(spec: str, dest: Path) -> Path:
     """One wheel of ``spec`` for the GPU machine into ``dest`` (built here if only a source exists)."""
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     try:
-        _pip("download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-             *platforms, "-d", str(dest), spec)
+        _pip("download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+             "--implementation", "cp", *platforms, "-d", str(dest), spec)
     except subprocess.CalledProcessError:
         _pip("wheel", "--no-deps", "-w", str(dest), spec)
     # Found by name and version, not as the new file: pip downloads nothing when the wheel is there.
@@ -68,7 +70,8 @@ def fetch(spec: str, dest: Path) -> Path:
     else:
         raise SystemExit(f"pip produced no wheel for {spec}")
     if not installs_there(wheel.name):
-        raise SystemExit(f"{wheel.name}: built for this machine only, it would not install on the GPU machine")
+        raise SystemExit(f"{wheel.name}: built for this machine only, it would not install on the "
+                         "GPU machine")
     return wheel
 
 
@@ -104,16 +107,18 @@ def download(names: list[str], dest: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu.wheels", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dest", type=Path, default=Path(".whl"), help="where the wheels go (git-ignored)")
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.gpu.wheels",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dest", type=Path, default=Path(".whl"),
+                        help="where the wheels go (git-ignored)")
     parser.add_argument("--wandb", action="store_true", help="also wandb and its requirements")
     args = parser.parse_args(argv)
     wheels = download([*CORE, *(["wandb"] if args.wandb else [])], args.dest)
     total = sum(w.stat().st_size for w in wheels)
     for w in wheels:
         print(f"{w.stat().st_size / 2**20:6.2f} MiB  {w.name}")
-    print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB in {args.dest}/: copy them to the GPU machine with the "
-          "checkout")
+    print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB in {args.dest}/: copy them to the GPU "
+          "machine with the checkout")
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
         text = str(e).strip().splitlines()
         status, error = "failed", f"{type(e).__name__}: {text[0] if text else ''}"[:500]
         (ctx.dir / "traceback.txt").write_text(traceback.format_exc())
-    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error, commit,
-                              ctx.device, code)
+    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes,
+                              error, commit, ctx.device, code)
     state.write_result(ctx.out, result)
     return result
 

@@ -38,14 +38,17 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         directory = ctx.dir / arch
         model = save_random_model(arch, directory).to(ctx.device)
         gen = torch.Generator().manual_seed(1)
-        prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENS]
+        prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist()
+                   for n in PROMPT_LENS]
         want = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
         for backend in backends:
             for scheduler in scheduler_names():
-                llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=CHUNK, max_batch_size=3,
+                llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=CHUNK,
+                          max_batch_size=3,
                           device=ctx.device, dtype="float32", attention=backend, warmup_iters=0)
                 got = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
-                metrics.append(Metric(f"greedy_equal_fp32[{arch},{backend},{scheduler}]", got == want))
+                metrics.append(Metric(f"greedy_equal_fp32[{arch},{backend},{scheduler}]",
+                                      got == want))
                 if got != want:
                     notes.append(f"{arch} {backend} {scheduler}: {first_difference(got, want)}")
         model = model.to(torch.bfloat16)
@@ -55,9 +58,11 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                       device=ctx.device, dtype="bfloat16", attention=backend, warmup_iters=0)
             got16 = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
             agree = sum(g[0] == w[0] for g, w in zip(got16, want16))
-            metrics.append(Metric(f"first_token_agree_bf16[{arch},{backend}]", agree / len(prompts)))
+            metrics.append(Metric(f"first_token_agree_bf16[{arch},{backend}]",
+                                  agree / len(prompts)))
     return [*summarise(metrics, "greedy_equal_fp32", "runs equal"),
-            *summarise(metrics, "first_token_agree_bf16", "runs with every first token equal"), *metrics], notes
+            *summarise(metrics, "first_token_agree_bf16", "runs with every first token equal"),
+            *metrics], notes
 
 
 def summarise(metrics: list[Metric], prefix: str, what: str) -> list[Metric]:

@@ -1,5 +1,5 @@
-"""The machine and its ceilings (profiling/ceilings.py): copy bandwidth and the bf16 matmul rate, which
-the floors read, and the read bandwidth of a read-only kernel beside the copy's."""
+"""The machine and its ceilings (profiling/ceilings.py): copy bandwidth and the bf16 matmul rate,
+which the floors read, and the read bandwidth of a read-only kernel beside the copy's."""
 from __future__ import annotations
 
 import os
@@ -27,20 +27,25 @@ def _version(module: str) -> str:
 
 
 def describe(device: str) -> dict:
-    record = {"python": platform.python_version(), "torch": torch.__version__, "triton": _version("triton"),
+    record = {"python": platform.python_version(), "torch": torch.__version__,
+              "triton": _version("triton"),
               "transformers": _version("transformers"), "hydra": _version("hydra"),
-              "torch_cuda": torch.version.cuda, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-              "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "device": "cpu"}
+              "torch_cuda": torch.version.cuda,
+              "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+              "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+              "device": "cpu"}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         try:
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                                  "--format=csv,noheader"], capture_output=True, text=True, timeout=30,
-                                 check=False).stdout.strip()
+            smi = subprocess.run(["nvidia-smi",
+                                  "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30, check=False).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             smi = "nvidia-smi not available"
         record |= {"device": props.name, "nvidia_smi": smi, "sms": props.multi_processor_count,
-                   "memory_gib": round(props.total_memory / 2**30, 1), "capability": f"{props.major}.{props.minor}",
+                   "memory_gib": round(props.total_memory / 2**30, 1),
+                   "capability": f"{props.major}.{props.minor}",
                    "l2_mb": round(getattr(props, "L2_cache_size", 0) / 1e6, 1)}
     return record
 
@@ -72,6 +77,7 @@ def ceilings(out) -> dict | None:
 
 
 def ceilings_or_measured(ctx: Context) -> tuple[dict, bool]:
-    """The env step's ceilings, else measured here as it measures them; and whether they were measured here."""
+    """The env step's ceilings, else measured here as it measures them; and whether they were
+    measured here."""
     record = ceilings(ctx.out)
     return (record, False) if record else (measure_ceilings(ctx.device), True)
