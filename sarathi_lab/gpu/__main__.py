@@ -31,20 +31,19 @@ from sarathi_lab.gpu.plan import Step, by_name, format_plan, named, select
 from sarathi_lab.gpu.progress import POLL_S, Progress
 from sarathi_lab.gpu.worker import RESTART
 
-# What a worker gets after SIGTERM to save its partial results before it is killed.
+# What a worker gets after SIGTERM to save its partial results.
 GRACE_S = 15
 GPU_BUDGET_MIN = 9.0
 
 
 def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -> list[Step]:
-    """Steps not done at their current engine code, and not failed before unless asked to retry
-    them."""
+    """Steps not done at their current engine code, nor failed before unless retried."""
     def due(step: Step) -> bool:
         last = state.read_result(out, step.name)
         if last is not None and last.status == "failed" and not (retry_failed
                                                                  or step.name in named):
             return False
-        # A result that recorded no code (an older suite's) is taken as done, as it always was.
+        # A result that recorded no code (an older suite's) counts as done.
         return not (state.is_done(out, step.name)
                     and (last is None or not last.code
                          or last.code == engine_code.step_hash(step.name)))
@@ -53,7 +52,6 @@ def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -
 
 
 def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
-    """A step the worker started and never recorded (killed, crashed) becomes incomplete."""
     for step in steps:
         began = state.started_at(out, step.name)
         last = state.read_result(out, step.name)
@@ -63,12 +61,11 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
 
 
 def run_worker(job: dict, watch: Progress | None = None) -> int:
-    """worker.main's JSON ``job``; its exit status, -SIGTERM where it outran the job's deadline.
-    ``watch``: printed every POLL_S while it runs (a job without a deadline). Interrupted (Ctrl-C,
-    own.Stopped), the worker's group is stopped as at a deadline, so its runs save what they
-    measured."""
-    # Random weights are drawn in float32 and cast one by one: expandable segments let the freed
-    # float32 pages go back before the KV cache (one large tensor) is allocated.
+    """worker.main's JSON ``job``; its exit status, -SIGTERM past the job's deadline. ``watch``:
+    printed every POLL_S. Interrupted, the worker's group is stopped as at a deadline, so its runs
+    save what they measured."""
+    # Weights are drawn in float32 and cast one by one: expandable segments return the freed pages
+    # before the KV cache is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "PYTHONUNBUFFERED": "1"} | dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.gpu.worker", json.dumps(job)],
@@ -121,8 +118,8 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
         if code not in (0, RESTART) and len(left) == len(todo) and not out_of_time:
-            # It died before a step began (unwritable --out, broken import): a fresh worker would
-            # die the same way, one interpreter start after another until the budget ran out.
+            # Died before a step began (unwritable --out, broken import): a fresh worker would die
+            # the same way until the budget ran out.
             print(f"[gpu] the worker ended with {code} before it settled any step; not restarted "
                   "(its error is above)")
             return True
@@ -135,10 +132,8 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
 
 
 def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[Step], float | None]:
-    """The steps the next worker runs and its deadline: a step with a cap (queue.CAPS) runs alone in
-    a worker stopped at that many times its planned minutes; the steps before the next capped one,
-    together. Without a call deadline (your own GPU, a dry run) nothing is capped: one worker runs
-    them all."""
+    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, stopped at that
+    many times its planned minutes; without a call deadline nothing is capped."""
     first = todo[0]
     if deadline is None:
         return todo, None
@@ -168,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")).resolve()
     except ValueError as e:
         parser.error(str(e))
-    # Here, not in the worker: the driver writes the summary even when no worker gets that far.
+    # Here, not in the worker: the driver writes the summary even when no worker starts.
     if problem := writable_dir(out):
         parser.error(f"--out={out} is invalid: must be a directory this user can write ({problem})")
     # $OUT is where a remote job's files come back from; an own run's folder is its result.
@@ -212,7 +207,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Step],
                                                                                   float | None]:
-    """The steps --steps names and the minutes the call may run them (None: no limit), both checked."""
     if args.own and (args.budget_min is not None or args.restore):
         parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid "
                      "with --own: a run on your own GPU has no call budget and no archive to "
@@ -239,8 +233,7 @@ def _check_fits(parser: argparse.ArgumentParser, budget: float | None, steps: li
 
 def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace,
                 budget: float | None) -> list[Step] | None:
-    """Prints the queue; with --run, the steps of its first call (args.steps set to them), else
-    None."""
+    """Prints the queue; with --run, returns the steps of its first call (and sets args.steps)."""
     if args.own or args.steps:
         parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue "
                      "chooses the steps (run them on your own GPU with --own, or choose them with "
@@ -258,8 +251,7 @@ def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace,
 
 
 def _export_dir(parser: argparse.ArgumentParser, out: Path) -> Path | None:
-    """$OUT, checked: a writable folder apart from out, into which out's archive is written; None
-    unset."""
+    """$OUT, checked to be a writable folder apart from out; None where unset."""
     export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
     if export is not None and (export == out or export.is_relative_to(out)
                                or out.is_relative_to(export)):
@@ -287,7 +279,6 @@ def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path,
 
 def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: list[Step],
                out: Path, export: Path | None, budget: float | None) -> int:
-    """Runs what is left of steps in out, writes the summary and the archive; the exit status."""
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
     suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget,
@@ -305,8 +296,7 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     except (KeyboardInterrupt, own.Stopped):
         record_killed(out, todo, began, "interrupted")
         interrupted = True
-    # Every step with a result, this call's or an earlier one's: the summary is the suite's, not the
-    # call's.
+    # Every step with a result, this call's or an earlier one's: the summary is the suite's.
     state.write_summary(out, list(by_name(args.own)), suite)
     for note in state.export(out, export):
         print(f"[gpu] {note}")
@@ -323,8 +313,8 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
 
 
 def writable_dir(path: Path) -> str | None:
-    """Why ``path`` cannot be a folder to write into (it or a folder above it a file, read-only,
-    ...), or None: created if missing, then a file made there and removed."""
+    """Why ``path`` cannot be a folder to write into, or None (created if missing, then a file made
+    there and removed)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -335,8 +325,8 @@ def writable_dir(path: Path) -> str | None:
 
 
 def exit_code(out: Path, names: list[str]) -> int:
-    """0: every step done (or unavailable in this checkout); 3: more that the same call runs (steps
-    not started or incomplete), failed ones or not; 1: nothing more to run, and a step failed."""
+    """0: every step done (or unavailable here); 3: more the same call runs (not started or
+    incomplete); 1: nothing more to run, and a step failed."""
     status = {n: (r.status if (r := state.read_result(out, n)) else "not started") for n in names}
     left = [n for n, s in status.items() if s not in ("done", "unavailable")]
     print(f"\n[gpu] {sum(s == 'done' for s in status.values())} of {len(names)} steps done" +
@@ -347,8 +337,8 @@ def exit_code(out: Path, names: list[str]) -> int:
 
 
 def _commit() -> str:
-    """The commit the suite runs at, short: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the
-    device machine's copy of the tree has no .git), as every run's environment record reads it."""
+    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device's copy has no
+    .git)."""
     from sarathi_lab.code_commit import source_commit
 
     commit = source_commit()[0]

@@ -1,17 +1,8 @@
-"""Reading a GPU suite's archive (suite.tar.gz) without trusting it: every reader of one (the
-suite's ``--restore``, ``gpu.collect``) opens it here, and gets its members only once the whole
-archive has been read through and found to be one the suite could have written. Anything else is
-refused in one line (ArchiveRefused) before a reader writes a file:
-
-- the archive itself a regular file of at most MAX_ARCHIVE_BYTES (never a FIFO a read would wait on);
-- a readable tar (a truncated or corrupt gzip is a refusal, not a traceback);
-- members regular files or directories only (no links, hard links, FIFOs or devices);
-- names relative, each part on the NAME_PART allow-list (never '.' or '..'), at most MAX_DEPTH parts;
-  no name twice, no name both a file and a folder of another member;
-- each file at most MAX_FILE_BYTES (the suite's own files are), all together at most MAX_TOTAL_BYTES;
-
-and ``inside`` resolves a path built from an archive's content within its root or refuses it.
-"""
+"""Reading a GPU suite's archive (suite.tar.gz) without trusting it: ``--restore`` and
+``gpu.collect`` get its members only once the whole archive was read and found one the suite could
+have written; anything else is refused in one line (ArchiveRefused) before a file is written.
+Members are regular files or folders with allow-listed relative names (NAME_PART, MAX_DEPTH), each
+and all within the size limits below."""
 from __future__ import annotations
 
 import gzip
@@ -28,26 +19,23 @@ from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART
 # the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
 MAX_ARCHIVE_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 256 << 20    # all members expanded
-MAX_TAIL_BYTES = 1 << 20      # after the tar's end blocks (a tar pads to 10 KiB records)
+MAX_TAIL_BYTES = 1 << 20  # after the tar's end blocks
 MAX_MEMBERS = 50_000
 MAX_DEPTH = 16
-# Errors reading a damaged archive raises, from tarfile and the gzip and zlib under it.
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
 
 
 class ArchiveRefused(ValueError):
-    """An archive that is not one the suite could have written; the message is one line."""
+    """Not an archive the suite could have written; the message is one line."""
 
 
 def _shown(text: str, limit: int = 80) -> str:
-    """A name from the archive as a refusal shows it: one line, bounded."""
     flat = " ".join(str(text).split())
     return repr(flat if len(flat) <= limit else flat[:limit] + "...")
 
 
 def check_name(name: str, what: str) -> str:
-    """``name`` (a member's name, or a field of the archive's JSON that names a folder) if every
-    part of it is on the allow-list; an ArchiveRefused naming ``what`` otherwise."""
+    """``name`` if every part is on the allow-list, else an ArchiveRefused naming ``what``."""
     if not isinstance(name, str):
         raise ArchiveRefused(f"{what} is {_shown(name)}, not a name")
     parts = name.split("/")
@@ -62,8 +50,8 @@ def check_name(name: str, what: str) -> str:
 
 
 def inside(root: Path, relative: str | Path, what: str) -> Path:
-    """``root / relative`` resolved (links already there followed), or an ArchiveRefused where it
-    leaves ``root``."""
+    """``root / relative`` resolved (links followed), or an ArchiveRefused where it leaves ``root``.
+    """
     base = Path(root).resolve()
     target = (base / relative).resolve()
     if not target.is_relative_to(base):
@@ -72,8 +60,7 @@ def inside(root: Path, relative: str | Path, what: str) -> Path:
 
 
 def _member_name(member: tarfile.TarInfo) -> str | None:
-    """The member's name as the suite writes it (a leading './' and a folder's trailing '/'
-    dropped), None for the archive's own root folder."""
+    """The name as the suite writes it (no './' or trailing '/'); None for the root folder."""
     name = member.name.removeprefix("./").rstrip("/") if member.isdir() else member.name.removeprefix("./")
     return None if name in ("", ".") and member.isdir() else name
 
@@ -88,7 +75,7 @@ def _kind(member: tarfile.TarInfo) -> str:
 
 
 def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
-    """Every member of ``tar`` by name, read through to the end, each checked as the module says."""
+    """Every member by name, read through to the end and checked."""
     found: dict[str, tarfile.TarInfo] = {}
     total = 0
     for member in tar:
@@ -112,8 +99,7 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
             if total > MAX_TOTAL_BYTES:
                 raise ArchiveRefused(f"its members expand to more than {MAX_TOTAL_BYTES >> 20} MiB")
         found[name] = member
-    # Read to the end of the compressed stream too: a gzip cut short after the tar's last block, or
-    # with its checksum wrong, is as damaged as one cut inside a member.
+    # Read to the end of the gzip stream too: one cut short or with a wrong checksum is damaged.
     tail = 0
     while chunk := tar.fileobj.read(1 << 20):
         tail += len(chunk)
@@ -128,8 +114,8 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
 
 
 def _open_regular(path: Path, label: str):
-    """``path`` opened for reading if it is a regular file of at most MAX_ARCHIVE_BYTES: opened
-    without waiting (a FIFO would block a plain open), then checked."""
+    """``path`` opened without waiting (a FIFO would block a plain open), then checked to be a
+    regular file of at most MAX_ARCHIVE_BYTES."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -149,9 +135,7 @@ def _open_regular(path: Path, label: str):
 @contextmanager
 def open_archive(path: Path, label: str) -> Iterator[tuple[tarfile.TarFile,
                                                            dict[str, tarfile.TarInfo]]]:
-    """The archive at ``path`` and its checked members by name; ``label`` names it in a refusal (as
-    the user gave it: '--restore=PATH', or PATH). Reading a member may still meet damage
-    (read_member refuses it)."""
+    """The archive and its checked members by name; ``label`` names it in a refusal."""
     with _open_regular(path, label) as raw:
         try:
             tar = tarfile.open(fileobj=raw, mode="r:*")  # noqa: SIM115 (entered just below)
@@ -170,8 +154,7 @@ def open_archive(path: Path, label: str) -> Iterator[tuple[tarfile.TarFile,
 
 
 def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, label: str) -> bytes:
-    """A regular member's bytes (at most MAX_FILE_BYTES, as _checked found), or an ArchiveRefused
-    where the archive turns out damaged there."""
+    """A member's bytes, or an ArchiveRefused where the archive is damaged there."""
     try:
         with tar.extractfile(member) as f:
             data = f.read(MAX_FILE_BYTES + 1)

@@ -23,16 +23,16 @@ from sarathi_lab.gpu import archive_members, sweep_record
 from sarathi_lab.gpu.archive_members import ArchiveRefused
 from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
 
-# Kept: small text tables and figures; never the per-run folders of the paper sweeps.
+# Kept: small tables and figures; never the paper sweeps' run folders.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
 # A tuned-kernel table the tune step wrote (the engine reads it once committed to
 # sarathi_lab/tuned/).
 TUNED = re.compile(r"^steps/tune/(?!result\.json$)[\w.-]+\.json$")
 RUN = re.compile(r"^paper/[\w.-]+/multiruns/[^/]+/[^/]+/metrics\.json$")
-ENV = "steps/env/env.json"  # names the device, hence where everything goes
-SUMMARY = gpu_records.SUMMARY  # the steps' commits and start times, hence the lease
-LEASE = gpu_records.LEASE_FILE  # in each lease's folder: what the index says of it
+ENV = "steps/env/env.json"  # names the device
+SUMMARY = gpu_records.SUMMARY  # the steps' commits and start times
+LEASE = gpu_records.LEASE_FILE  # what the index says of a lease
 INDEX = "leases.md"
 
 
@@ -41,8 +41,7 @@ def gpu_docs(root: Path) -> Path:
 
 
 def _checked_commits(summary: Summary) -> None:
-    """Each step's commit a safe name (it names the lease's folder); an ArchiveRefused naming the
-    field."""
+    """Each step's commit a safe name (it names the lease's folder)."""
     for i, step in enumerate(summary.steps):
         if step.commit and not COMMIT.fullmatch(step.commit):
             raise ArchiveRefused(f"{SUMMARY}'s steps[{i}].commit={step.commit[:80]!r} is not a "
@@ -51,8 +50,7 @@ def _checked_commits(summary: Summary) -> None:
 
 
 def lease_of(summary: Summary) -> str:
-    """'<date>_<commit>': the UTC date of the suite's first step and the commit(s) its steps ran at
-    ('+'-joined where calls ran different ones). A ValueError where no step recorded either."""
+    """'<date>_<commit>': the first step's UTC date and the steps' commit(s), '+'-joined."""
     _checked_commits(summary)
     steps = [s for s in summary.steps if s.started_at]
     commits = sorted({s.commit for s in steps if s.commit})
@@ -64,8 +62,7 @@ def lease_of(summary: Summary) -> str:
 
 
 def engine_of(environments: list[dict], overhead: StepResult | None) -> str:
-    """What the engine was: from the runs' environment records (environment.engine_kind), else from
-    the overhead step's ``cuda_graphs_captured``; 'unrecorded' where neither says."""
+    """From the runs' environment records, else the overhead step's ``cuda_graphs_captured``."""
     if kind := engine_kind(environments):
         return kind
     captured = {m.metric: m.value for m in (overhead.metrics if overhead else [])}.get("cuda_graphs_captured")
@@ -76,7 +73,6 @@ def engine_of(environments: list[dict], overhead: StepResult | None) -> str:
 
 def lease_record(device: str, machine: str, summary: Summary, engine: str,
                  profiles: list[str]) -> dict:
-    """lease.json: what the index shows of a lease (gpu_records.lease its schema)."""
     steps = summary.steps
     return {"device": device, "machine": machine, "lease": lease_of(summary),
             "commit": "+".join(sorted({s.commit for s in steps if s.commit})),
@@ -87,7 +83,6 @@ def lease_record(device: str, machine: str, summary: Summary, engine: str,
 
 def _json(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name: str,
           label: str) -> dict | None:
-    """The member ``name`` as a JSON object; None where it is missing or not one."""
     if name not in members or members[name].isdir():
         return None
     try:
@@ -98,8 +93,6 @@ def _json(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name: str,
 
 
 def _summary(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], label: str) -> Summary:
-    """summary.json, checked (gpu_records.summary); a ValueError naming the field where it is not
-    one."""
     if SUMMARY not in members or members[SUMMARY].isdir():
         raise ValueError(f"{label} is invalid: it has no readable {SUMMARY}, so its lease (the "
                          "date and commit its steps ran at) is unknown")
@@ -108,14 +101,13 @@ def _summary(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], label: s
                                                       where), where)
 
 
-# The kept files a later reader parses (the queue, publish --gpu-claims): checked before any is
-# kept.
+# Parsed later (the queue, publish --gpu-claims): checked before any is kept.
 RESULT = re.compile(r"^steps/([\w.-]+)/result\.json$")
 
 
 def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
-    """Each kept step result and claims.csv against its schema (a RecordError naming the member and
-    field); the overhead step's result, which says what the engine was."""
+    """Kept step results and claims.csv checked against their schemas; returns the overhead step's
+    result."""
     overhead = None
     for name, data in contents.items():
         where = f"{label}'s {name}"
@@ -131,8 +123,7 @@ def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
 
 def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
               label: str) -> tuple[str, str]:
-    """(the device's folder name, the GPU's name as the env step recorded it); an ArchiveRefused
-    naming the field where the env step's record cannot say it."""
+    """(device folder, GPU name) from the env step's record."""
     if ENV not in members:
         raise ValueError(f"{label} is invalid: it has no {ENV} (the env step has not finished), so "
                          "the device it measured is unknown")
@@ -156,9 +147,8 @@ def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
 
 
 def _write_all(files: dict[Path, bytes]) -> None:
-    """Every file or none: each written beside its name first (folders made as needed), then all
-    renamed over their names; a failure before the renames removes what it wrote and the folders it
-    made. A temporary file renamed over a name replaces a link there, never writes through it."""
+    """Every file or none: each written beside its name, then all renamed over (never writing
+    through a link); a failure before the renames removes what was written."""
     made, staged = [], {}
     try:
         for path, data in files.items():
@@ -185,8 +175,8 @@ def _write_all(files: dict[Path, bytes]) -> None:
 
 
 def _writable(root: Path, paths: list[Path]) -> None:
-    """Before writing: every folder on the way to ``paths`` is a folder (or missing) and each path a
-    regular file (or missing); a ValueError naming the first that is not."""
+    """Every folder on the way a folder, each path a regular file (or missing); a ValueError
+    otherwise."""
     for path in paths:
         for above in reversed(path.relative_to(root).parents):
             folder = root / above
@@ -199,13 +189,9 @@ def _writable(root: Path, paths: list[Path]) -> None:
 
 
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:
-    """The files kept, written under ``root``'s docs/gpu/<device>/<lease>/ and
-    profiles/<device>/<lease>/, all of them or none. A ValueError (an ArchiveRefused or RecordError
-    for a hostile or damaged one), before writing any, for an archive that cannot say which device
-    or lease it measured, that a dry run made (tiny shapes on the CPU), not one the suite could have
-    written (archive_members) or whose records are not the suite's (gpu_records); a
-    provenance.ReplaceRefused for one whose files would replace another lease's (unless ``force``).
-    """
+    """Keeps an archive's files under docs/gpu/<device>/<lease>/ and profiles/<device>/<lease>/, all
+    or none. Refuses (before writing) dry runs, archives the suite could not have written and
+    another lease's files (unless ``force``)."""
     label = str(archive)
     root = Path(root).resolve()
     with archive_members.open_archive(archive, label) as (tar, members):
@@ -236,21 +222,20 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
                 run_records[name] = record
             elif sweep_record.LOCK.match(name) and (record := _json(tar, members, name, label)):
                 locks[name] = record
-        for name, target in targets.items():  # within root once links already under it are followed
+        for name, target in targets.items():  # within root once links are followed
             archive_members.inside(root, target.relative_to(root),
                                    f"{archive} is invalid: member {name!r}")
-        # Every member read (and so the whole archive found readable) before the first file is
-        # written.
+        # Every member read (the whole archive readable) before the first file is written.
         contents = {name: archive_members.read_member(tar, members[name], label)
                     for name in targets}
-        # a table that breaks its schema is refused, as any damage
+        # a table breaking its schema is refused as damage
         for name in filter(TUNED.match, contents):
             tuned_kernels.from_bytes(contents[name], f"{archive}: {name}", device=machine)
     overhead = _check_kept(contents, label)
     record = lease_record(device, machine, summary, engine_of(runs, overhead),
                           [Path(n).stem for n in targets if PROFILE.match(n)
                            and n.endswith(".csv")])
-    record["sweeps"] = sweep_record.sweeps(run_records, locks)  # optional: older leases lack it
+    record["sweeps"] = sweep_record.sweeps(run_records, locks)  # older leases lack it
     record = gpu_records.lease(record, f"{label}'s {LEASE}")
     prov = provenance.Provenance("measured GPU", machine=machine, lease=lease,
                                  commit=record["commit"],
@@ -269,14 +254,12 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
 
 
 def leases(root: Path) -> list[dict]:
-    """Every lease kept under ``root``'s docs/gpu/ (its lease.json), by device then date; a damaged
-    one skipped with a warning (gpu_records.kept_leases)."""
+    """Every kept lease by device then date; a damaged one skipped with a warning."""
     return [kept.lease for kept in gpu_records.kept_leases(gpu_docs(root))]
 
 
 def index_text(root: Path, new: dict | None = None) -> str:
-    """docs/gpu/leases.md: one row per lease kept (and ``new``, about to be): device, lease, engine
-    commit, steps, what the engine was."""
+    """docs/gpu/leases.md: one row per lease (and ``new``)."""
     rows, kept = [], {(r["device"], r["lease"]): r for r in leases(root)}
     if new is not None:
         kept[new["device"], new["lease"]] = new

@@ -1,7 +1,6 @@
-"""The suite's steps in the order they run, with the minutes each is expected to take: 1.3 times the
-longer of what it took on an H200 and an H100 (docs/gpu/h200/, docs/gpu/h100/), an estimate from
-arithmetic where it has run on neither. The paper sweeps are the registered results' experiments
-(each module's GpuRun); the targets come first, so a lease cut short still answers them."""
+"""The suite's steps in order, with expected minutes (1.3x the longer of an H200's and an H100's,
+docs/gpu/; arithmetic where neither ran). Paper sweeps are the registered results' GpuRuns; targets
+first, so a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,10 +16,10 @@ from sarathi_lab.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
 class Step:
     # <group>[.<arg>]: sarathi_lab.gpu.steps.<group>.run(ctx, step) does the work
     name: str
-    minutes: float        # expected, interpreter and model builds included
-    what: str             # one line for --plan: what runs, at which shapes, and how it is scaled
+    minutes: float  # interpreter and model builds included
+    what: str  # --plan's line: what runs, at which shapes
     arg: str = ""
-    # paper sweeps: experiment=<scale>/<arg>[/<part>] as command-line overrides
+    # paper sweeps: experiment=<scale>/<arg>[/<part>] overrides
     overrides: tuple[str, ...] = ()
 
     @property
@@ -28,19 +27,16 @@ class Step:
         return self.name.split(".")[0]
 
 
-# task=profile's longest context per model (steps/profile.py runs seq_len at it): the longest
-# request the experiments serve, as far as batch 18 of them fits in an 80 GB card's KV cache beside
-# the weights (13B: 18 x 3072 tokens take 45 GB).
+# task=profile's longest context per model: the longest request served, as far as batch 18 fits an
+# 80 GB card's KV cache beside the weights.
 PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 
 
-# Each profile's place among the paper results (their GpuRun.order) and its minutes: the 13B
-# profile right after the suite's targets (the P:D peak), the others last.
+# Each profile's place among the paper results (GpuRun.order) and minutes: 13B right after the
+# targets, the others last.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
-# The headline first: the ceilings every floor is drawn at, then the engine's iterations against
-# their floors (launch), then the attention against its peers (its compiles may run long: the queue
-# caps it), then the tuning, the engine's tokens and its host overhead; the kernels' correctness
-# last (its own call: the queue's head leaves it out).
+# Headline first: ceilings, iterations against floors, attention against peers (capped by the
+# queue), tuning, tokens and host overhead; kernel correctness last (its own call).
 HEAD: tuple[Step, ...] = (
     Step("env", 0.3,
          "device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
@@ -86,8 +82,7 @@ HEAD: tuple[Step, ...] = (
 
 def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
     overrides, common = scales.overrides(name, scale, part.name), scales.shared("gpu")
-    # What the step sets beside the GPU scale's shared keys (scale/gpu.yaml, which the plan's footer
-    # names).
+    # What the step sets beside scale/gpu.yaml's shared keys (the plan's footer names them).
     own = overrides[len(common):] if overrides[:len(common)] == common else overrides
     what = f"experiment={scale}/{name}" + (f"/{part.name}" if part.name
                                            else "") + ": " + " ".join(own)
@@ -96,8 +91,8 @@ def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
 
 
 def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
-    """HEAD, then the registered results' sweeps and the profiles in their order; ``unscaled``: each
-    sweep at the paper's setting where its GpuRun has one (an own GPU's, without a call budget)."""
+    """HEAD, then the registered sweeps and profiles in order; ``unscaled``: at the paper's setting
+    where a GpuRun has one."""
     scale = "own" if unscaled else "gpu"
     runs = [(r, (r.gpu.unscaled or r.gpu) if unscaled else r.gpu) for r in registry.RESULTS
             if r.gpu is not None]
@@ -115,7 +110,7 @@ def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
 STEPS: tuple[Step, ...] = build_steps()
 BY_NAME = {s.name: s for s in STEPS}
 GROUPS = tuple(dict.fromkeys(s.group for s in STEPS))
-# What `--own` runs: the same steps, each paper sweep at the paper's setting.
+# What `--own` runs: each paper sweep at the paper's setting.
 UNSCALED_STEPS: tuple[Step, ...] = build_steps(unscaled=True)
 
 
@@ -128,18 +123,16 @@ def by_name(unscaled: bool) -> dict[str, Step]:
 
 
 def named(spec: str | None) -> set[str]:
-    """The names and groups ``spec`` (``--steps``) gives, as written there."""
     return {w.strip() for w in (spec or "").split(",") if w.strip()}
 
 
 def _result_of(step: Step) -> str:
-    """``paper.<name>`` of a paper result split into parts: what names all its steps."""
+    """``paper.<name>`` of a result split into parts."""
     return f"{step.group}.{step.arg}" if step.group == "paper" else step.name
 
 
 def select(spec: str | None, unscaled: bool = False) -> list[Step]:
-    """Steps named by ``spec`` (comma-separated names, groups such as ``paper``, or ``paper.<name>``
-    of a result split into parts), in suite order; ``unscaled``: of UNSCALED_STEPS."""
+    """Steps named by ``spec`` (names, groups, ``paper.<name>``) in suite order."""
     steps = steps_of(unscaled)
     if not spec:
         return list(steps)
@@ -153,9 +146,8 @@ def select(spec: str | None, unscaled: bool = False) -> list[Step]:
 
 
 def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
-    """The calls that run ``steps``: each call starts every step, in order, whose expected minutes
-    still fit its budget (the suite's own rule), so a long step may wait for the next call. A step
-    longer than the whole budget is in none: no call of that budget starts it."""
+    """Calls in the suite's rule: each starts every step, in order, that still fits its budget; a
+    step longer than the budget is in none."""
     calls, left = [], [s for s in steps if s.minutes <= budget_min]
     while left:
         call, room = [], budget_min
@@ -169,7 +161,6 @@ def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
 
 
 def format_plan(steps: list[Step], budget_min: float | None) -> str:
-    """The steps, their minutes and total; with ``budget_min``, the calls that hold them."""
     w = max([28, *(len(s.name) + 1 for s in steps)])
     lines = [f"{'step':{w}} {'min':>5}  what"]
     lines += [f"{s.name:{w}} {s.minutes:5.1f}  {s.what}" for s in steps]

@@ -30,17 +30,16 @@ from sarathi_lab.harness.results import METRICS, read_record
 DEVICES = ("h100", "h200")
 COST_MODELS = ("profile", "calibrated")
 STEPS = "paper.scheduler_latency,paper.capacity"
-# What a GPU job sets that its simulated rebuild replaces: the simulator takes no device or weights.
+# What the simulated rebuild replaces: the simulator takes no device or weights.
 _REPLACED = {"device", "logger", "on_existing"}
 SERVED = ("ttft_p50_s", "itl_p50_s", "itl_p99_s", "sched_delay_p50_s", "makespan_s")
 SEARCHED = ("capacity_rps", "resolution", "binding", "num_trials", "at_capacity_itl_p99_s",
             "at_capacity_sched_delay_p50_s")
-# The keys a row is named by: the ones the steps sweep.
+# The keys the steps sweep, naming a row.
 KEYS = ("scheduler", "workload.qps", "seed", "slo", "chunk")
 
 
 def simulated_job(job: list[str], device: str, cost_model: str) -> list[str]:
-    """A GPU job's overrides as a simulated run on ``device`` under ``cost_model``."""
     kept = [o for o in job if o.split("=", 1)[0] not in _REPLACED]
     return [*kept, "device=cpu", "executor=sim", f"engine.sim_device={device}",
             f"engine.sim_cost_model={cost_model}", "logger=none", "on_existing=overwrite"]
@@ -52,13 +51,13 @@ def _keys(job: list[str]) -> dict[str, str]:
 
 
 def predict_job(job: list[str], device: str, cost_model: str, work: Path) -> dict:
-    """One job's simulated summary (a search's: its capacity and its trials' serving seconds)."""
+    """A search's summary holds its capacity and its trials' serving seconds."""
     from sarathi_lab.harness.compose import run_in_process
 
     row = {"device": device, "cost_model": cost_model, **_keys(job)}
     try:
         run_in_process(simulated_job(job, device, cost_model), work)
-    except (ConfigError, ValueError) as e:  # the device has no such cost model for this model
+    except (ConfigError, ValueError) as e:  # the device has no such cost model
         return row | {"error": str(e).splitlines()[0][:200]}
     summary = read_record(work / METRICS)["summary"]
     trials = work / "trials.parquet"
@@ -87,7 +86,7 @@ def predict(steps: list[Step], devices, cost_models, work: Path) -> pd.DataFrame
 
 
 def step_totals(table: pd.DataFrame) -> pd.DataFrame:
-    """Per step, device and cost model: jobs and serving seconds summed, the sizing's arithmetic."""
+    """Jobs and serving seconds summed per step, device and cost model."""
     return (table.groupby(["step", "device", "cost_model"], sort=False)
             .agg(jobs=("job", "size"), serving_s=("serving_s", "sum")).reset_index())
 
