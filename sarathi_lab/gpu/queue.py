@@ -1,12 +1,8 @@
-"""The GPU queue: every measurement the project still needs, as an ordered list of calls, most
-valuable first, each naming its steps, its minutes and what it must show (``python -m
-sarathi_lab.gpu --next``).
-
-It resumes from what has been measured: the runs kept under docs/gpu/<device>/<run>/ (each one's
-summary.json) and an unfinished suite's out directory or archive. A step done at the engine code the
-checkout has now (``engine_code``) is not repeated; a step whose code changed since is due again. A
-step's minutes are measured where an earlier run timed it (the longest of each device's newest run,
-times MARGIN), else the suite's planned ones, marked as such."""
+"""The GPU queue (``--next``): every measurement still needed, as ordered calls, most valuable
+first, each with its steps, minutes and what it must show. It resumes from the runs kept under
+docs/gpu/ and an unfinished suite's out directory or archive; a step done at the checkout's engine
+code is not repeated. Minutes are measured where a run timed them (times MARGIN), else the plan's.
+"""
 from __future__ import annotations
 
 import re
@@ -22,11 +18,10 @@ from sarathi_lab.gpu import archive_members, engine_code, state
 from sarathi_lab.gpu.plan import BY_NAME, STEPS, Step
 from sarathi_lab.gpu.steps.paper import job_overrides
 
-# Measured minutes times this, as the suite's planned minutes are: a step runs a little longer on a
-# cold machine or a busier one.
+# Measured minutes times this: a step runs longer on a cold or busier machine.
 MARGIN = 1.3
-# A step whose minutes have never been measured and may run long (compiles) is stopped at this many
-# times its planned minutes, so it cannot push the steps after it out of the call.
+# Steps never measured that may run long (compiles): stopped at this many times their planned
+# minutes, so they cannot push later steps out of the call.
 CAPS = {"attention": 1.5}
 
 
@@ -34,8 +29,8 @@ CAPS = {"attention": 1.5}
 class Call:
     # step names, or a prefix naming several (paper.scheduler_latency.seed0)
     steps: tuple[str, ...]
-    shows: str               # what it must show: the metrics and the targets they are held to
-    predictions: str         # where its predictions were committed before it runs
+    shows: str  # the metrics and their targets
+    predictions: str  # where its predictions were committed
 
 
 QUEUE: tuple[Call, ...] = (
@@ -49,7 +44,7 @@ QUEUE: tuple[Call, ...] = (
          "hybrid_attention_over_sequential <= 0.8 at c=256-512 with 16-32 decodes at 1-3K; tune: "
          "the per-device table; engine: greedy tokens equal transformers'; overhead_fraction < 5%",
          "docs/sim/predictions_chunked_prefill.md"),
-    # decode_speedup first: a sweep a call cut resumes with its finished jobs kept (same commit).
+    # decode_speedup first: a cut sweep resumes with its finished jobs kept.
     Call(("paper.decode_speedup", "paper.orca_compare"),
          "Fig. 8: decode throughput gain 2.8-10x; Fig. 11a: SARATHI over Orca's best case (paper "
          "1.27x vs 1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
@@ -80,8 +75,8 @@ def matches(pattern: str, step: Step) -> bool:
 
 
 def ordered(steps: tuple[Step, ...] = STEPS, queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
-    """Each call with the suite's steps it names, in the queue's order (a name the suite lacks, such
-    as a step still to land, is skipped); then REST with every step no call names."""
+    """Each call with the steps it names (a name the suite lacks is skipped); then REST with the
+    others."""
     placed, calls = set(), []
     for call in queue:
         chosen = [s for pattern in call.steps for s in steps if matches(pattern, s)
@@ -99,37 +94,35 @@ class Record:
     seconds: float
     started_at: float
     commit: str
-    # its engine_code hash, recorded or computed from its commit; "" where unknown
+    # its engine_code hash, recorded or from its commit; "" where unknown
     code: str
     device: str          # h100, h200 (a kept run's folder), or where an out directory says it ran
     run: str             # the kept run's folder name, or the out directory / archive read
-    # a stopped paper sweep's finished jobs in the out directory or archive read
+    # a stopped paper sweep's finished jobs
     jobs_done: int = 0
-    jobs_total: int = 0  # and its jobs in all (0: not a stopped sweep, or nothing to count them in)
+    jobs_total: int = 0  # and all its jobs (0: not a stopped sweep)
 
 
 def _records(results: list[StepResult], device: str, run: str) -> list[Record]:
-    """A summary's step results; a dry run's (on the CPU, at tiny shapes) measured nothing and is
-    skipped."""
+    """A summary's step results; a dry run measured nothing and is skipped."""
     return [Record(r.step, r.status, r.seconds, r.started_at, r.commit, r.code, device, run)
             for r in results
             if r.device != "cpu"]
 
 
 def kept_runs(root: Path) -> list[Record]:
-    """The results of every run kept under ``root`` (docs/gpu/<device>/<run>/summary.json); a
-    damaged run is skipped with a warning (gpu_records.kept_leases), judged not to have happened."""
+    """Every run kept under ``root``; a damaged one is skipped with a warning."""
     return [r for kept in gpu_records.kept_leases(root)
             for r in _records(kept.summary.steps, kept.folder.parent.name, kept.folder.name)]
 
 
-# A paper sweep's finished job in an out directory or its archive (steps/paper.py's sweep_dir).
+# A paper sweep's finished job (steps/paper.py's sweep_dir).
 FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
 
 
 def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
-    """Each stopped paper sweep's record with its finished jobs among ``files`` (paths in the out
-    directory) and its jobs in all: what a call that resumes it has left to run."""
+    """Each stopped paper sweep's record with its finished jobs among ``files`` and its jobs in all.
+    """
     done = Counter(m[1] for f in files if (m := FINISHED_JOB.fullmatch(f)))
     out = []
     for r in records:
@@ -141,9 +134,8 @@ def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
 
 
 def suite_in_progress(source: Path) -> list[Record]:
-    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``,
-    read as every archive is: archive_members), each stopped sweep with the jobs it finished there;
-    a damaged one is a warning and no results."""
+    """An unfinished suite's results from its out directory or archive, stopped sweeps with their
+    finished jobs; a damaged one warns and gives none."""
     if source.is_dir():
         files = [str(p.relative_to(source))
                  for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
@@ -167,16 +159,15 @@ def suite_in_progress(source: Path) -> list[Record]:
 
 def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
                     now: str) -> tuple[float, str] | None:
-    """A stopped sweep's next call, at the pace its last call ran its jobs: the jobs it has left
-    where it resumes (stopped at the current code), all of them where it starts over (the paper
-    step sets aside a sweep of other code). None: no record counted its jobs."""
+    """A stopped sweep's next call at its last pace: the jobs left where it resumes, all of them
+    where it starts over at other code; None where no record counted its jobs."""
     counted = [r for r in records if r.jobs_total > r.jobs_done > 0]
     if not counted:
         return None
     r = max(counted, key=lambda r: r.started_at)
     resumes = at_code(r) == now
     jobs = r.jobs_total - r.jobs_done if resumes else r.jobs_total
-    # Its seconds are its last call's and its jobs every call's: a sweep resumed twice reads fast.
+    # Its seconds are the last call's, its jobs every call's: a sweep resumed twice reads fast.
     minutes = round(MARGIN * r.seconds / r.jobs_done * jobs / 60, 1) or 0.1
     what = f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes else f"starts over at this code, {jobs} jobs"
     return minutes, f"measured {r.device} {r.run}: {what}"
@@ -194,10 +185,9 @@ class Planned:
 
 def plan_steps(records: list[Record], current: Callable[[str], str] = engine_code.step_hash,
                at_commit: Callable[[str, str], str | None] | None = None) -> dict[str, Planned]:
-    """Each suite step's minutes, and whether it is due: done at ``current(step)``'s code by no
-    record. ``at_commit(step, commit)``: a record's code where it kept only its commit (git, by
-    default)."""
-    # Cached: git is asked once per step and commit.
+    """Each step's minutes, and whether it is due (no record done at ``current(step)``'s code).
+    ``at_commit``: a record's code from its commit alone."""
+    # git is asked once per step and commit.
     at_commit = cache(at_commit or (lambda name,
                                     commit: engine_code.commit_hash(engine_code.paths_of(name),
                                                                     commit)))
@@ -221,9 +211,8 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
             stopped = " (stopped before it ended)" if longest.status != "done" else ""
             where = f"{longest.device} {longest.run}{stopped}"
-            # Never below the plan: a step measured at an older engine may run more since (seeds,
-            # shapes added), and a stopped one took longer than it ran; above it, the measurement is
-            # the plan.
+            # Never below the plan: an older engine's step may run more now (seeds, shapes added)
+            # and a stopped one took longer than it ran.
             if measured >= step.minutes:
                 minutes, source = measured, f"measured {where}"
             else:
@@ -236,11 +225,9 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
 
 def pack(groups: list[list[Planned]], budget_min: float) -> tuple[list[list[Planned]],
                                                                   list[Planned]]:
-    """The calls that run each group of ``groups`` (the queue's calls' due steps) in order: a group
-    starts a call of its own, which takes its next steps while their minutes fit the budget, never
-    skipping ahead (what the queue puts first is measured first); a group longer than a budget takes
-    several. Returns the calls and the steps longer than a whole budget (no call of it starts them).
-    """
+    """The calls that run each group in order: a group starts its own call, which takes its next
+    steps while they fit the budget, never skipping ahead; a longer group takes several. Also the
+    steps longer than a whole budget."""
     calls, too_long = [], []
     for group in groups:
         call, room = [], budget_min
@@ -264,14 +251,12 @@ def due_in_order(planned: dict[str, Planned]) -> list[tuple[Call, list[Planned]]
 
 
 def head(planned: dict[str, Planned], budget_min: float) -> list[str]:
-    """The steps the next call of ``budget_min`` minutes runs."""
     calls, _ = pack([ps for _, ps in due_in_order(planned)], budget_min)
     return [p.step.name for p in calls[0]] if calls else []
 
 
 def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) -> str:
-    """The queue as ``--next`` prints it: what is done at this code, then each call of
-    ``budget_min``."""
+    """The queue as ``--next`` prints it: what is done at this code, then each call."""
     groups = due_in_order(planned)
     call_of = {p.step.name: call for call, ps in groups for p in ps}
     calls, too_long = pack([ps for _, ps in groups], budget_min)

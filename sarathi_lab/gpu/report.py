@@ -1,6 +1,6 @@
-"""The suite's figures and claims from whatever steps have finished: the paper's are the analysis
-layer's own (read from <out>/paper), plus decode KV bandwidth and host overhead. A figure the runs
-at hand cannot give (a step not run yet, a dry run's single point) is a note, not an error."""
+"""The suite's figures and claims from the steps finished: the paper's (analysis layer, from
+<out>/paper), decode KV bandwidth and host overhead. A figure the runs cannot give yet is a note,
+not an error."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,7 +30,7 @@ def _save(fig, out: Path, name: str) -> None:
 def kernels_figure(out: Path) -> bool:
     result, env = state.read_result(out, "kernels"), ceilings(out)
     metrics = result.metrics if result else []
-    # Read back through gpu_records: a rate that is not a number is no bar to draw.
+    # Read back through gpu_records: a rate that is not a number is no bar.
     rates = {m.metric.split("[")[1].rstrip("]").replace("_", " "): m.value for m in metrics
              if m.metric.startswith("decode_kv_gbps[") and is_number(m.value)}
     case = next((m.value for m in metrics if m.metric == "decode_timed_case"),
@@ -51,7 +51,7 @@ def kernels_figure(out: Path) -> bool:
 
 
 def attention_figure(out: Path) -> bool:
-    """Each shape's engine, peers and floor (ms, log scale), one panel a kind of shape."""
+    """Each shape's engine, peers and floor (ms, log scale), a panel per kind of shape."""
     from sarathi_lab.gpu.steps.attention import ROWS
     from sarathi_lab.profiling.attention_grid import CONTENDERS, KINDS
 
@@ -91,9 +91,8 @@ def attention_figure(out: Path) -> bool:
 
 
 def kernel_breakdown_figure(out: Path) -> bool:
-    """Per iteration kind, a bar of its wall time: the kernels' ms stacked by group, the forward's
-    GPU time no kernel fills (idle), and the host's (the wall time beyond the forward and sampling).
-    """
+    """Per iteration kind: kernels' ms stacked by group, the forward's idle GPU time and the host's
+    time."""
     from sarathi_lab.gpu.steps.launch import KERNELS
     from sarathi_lab.profiling.kernel_breakdown import GROUPS
 
@@ -113,7 +112,7 @@ def kernel_breakdown_figure(out: Path) -> bool:
     fig, ax = plt.subplots(figsize=(3 + 0.6 * len(order), 5))
     colors = plt.get_cmap("tab20").colors
     bottom = pd.Series(0.0, index=wide.index)
-    for group in wide.columns:  # a group's colour the same in every lease: its place in GROUPS
+    for group in wide.columns:  # same colour in every lease
         color = colors[GROUPS.index(group) % 20] if group in GROUPS else "dimgrey" if group == "host" else "gainsboro"
         ax.bar(range(len(order)), wide[group], bottom=bottom, color=color, label=group, width=0.7)
         bottom += wide[group]
@@ -151,9 +150,8 @@ def overhead_figure(out: Path) -> bool:
 
 
 def paper_report(out: Path, dry_run: bool = False) -> list[str]:
-    """Each experiment's figure and the claims table (claims.csv, claims.md) from the runs under
-    <out>/paper. A dry run keeps the runs that waited for a CPU: it checks that every figure and
-    claim can be made, and its tiny runs' times mean nothing either way."""
+    """Each experiment's figure and the claims table from the runs under <out>/paper. A dry run
+    keeps the runs that waited for a CPU: it checks every figure and claim can be made."""
     from sarathi_lab.analysis import claims, registry
     from sarathi_lab.analysis.runs import Results
 
@@ -188,7 +186,7 @@ def _cell(value) -> str:
 
 
 def claims_markdown(table: pd.DataFrame, out: Path) -> str:
-    """claims.csv as a markdown table (the columns any row fills), then every figure of the folder."""
+    """claims.csv as a markdown table (the columns any row fills), then the folder's figures."""
     device = (ceilings(out) or {}).get("device", "the device the env step has not named yet")
     columns = [c for c in table.columns if table[c].map(_cell).ne("").any()]
     lines = [f"# The paper's claims, measured on {device}", "",

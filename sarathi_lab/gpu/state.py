@@ -1,5 +1,5 @@
-"""The suite's out directory (steps/<step>/ holds result.json, DONE once finished, and the step's
-own files; profiles/, paper/ and figures/ beside them) and its export into ``$OUT``."""
+"""The suite's out directory (steps/<step>/ with result.json, DONE and the step's files; profiles/,
+paper/, figures/) and its export into ``$OUT``."""
 from __future__ import annotations
 
 import csv
@@ -21,9 +21,9 @@ from sarathi_lab.gpu.archive_members import MAX_FILE_BYTES
 
 MAX_OUT_FILES = 8
 ARCHIVE = "suite.tar.gz"
-# What resuming reads (step results and markers, the summaries): never left out of the archive.
+# What resuming reads: never left out of the archive.
 RESUME_FILES = ("result.json", "DONE", "STARTED", "summary.json", "summary.csv")
-# Figures copied into $OUT beside the archive (which holds all of them), most telling first.
+# Figures copied into $OUT beside the archive, most telling first.
 FIGURE_PRIORITY = ("kernels", "attention", "overhead", "per_token_cost", "decode_speedup",
                    "pd_ratio")
 
@@ -37,8 +37,8 @@ def is_done(out: Path, name: str) -> bool:
 
 
 def read_result(out: Path, name: str) -> StepResult | None:
-    """The step's result.json; None where it has none, or (with a warning naming the file and field)
-    one that is not what the suite writes: the step is then due again."""
+    """The step's result.json; None where missing or (with a warning) not what the suite writes: the
+    step is due again."""
     path = step_dir(out, name) / "result.json"
     if not path.exists():
         return None
@@ -69,7 +69,7 @@ def started_at(out: Path, name: str) -> float | None:
 
 
 def write_result(out: Path, result: StepResult) -> None:
-    """The result, atomically; then, only for a finished step, its done-marker."""
+    """The result, atomically; then, for a finished step, its done-marker."""
     check_choice("status", result.status, STATUSES)
     d = step_dir(out, result.step)
     d.mkdir(parents=True, exist_ok=True)
@@ -78,19 +78,17 @@ def write_result(out: Path, result: StepResult) -> None:
         tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
         os.replace(tmp, d / "result.json")
     finally:
-        tmp.unlink(missing_ok=True)  # left only where writing or renaming failed
+        tmp.unlink(missing_ok=True)  # only where writing or renaming failed
     (d / "STARTED").unlink(missing_ok=True)
     if result.status == "done":
         (d / "DONE").write_text(f"{time.time()}\n")
 
 
 def restore(out: Path, archive: Path) -> int:
-    """Files of an earlier call's archive that ``out`` lacks, never overwriting what is there;
-    returns how many. An ArchiveRefused (a ValueError, one line) before anything is written where
-    the archive is not one the suite could have written (archive_members: a damaged, oversized or
-    hostile one, a missing one too: the driver says "no archive yet" before it gets here); a
+    """Files of an earlier call's archive that ``out`` lacks, never overwriting; returns how many.
+    An ArchiveRefused before writing anything where the archive is not one the suite could write; a
     RestoreFailed where ``out`` cannot take a file. Each file is written beside its name and
-    renamed, so nothing is left half-written."""
+    renamed."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
         planned = [(member, archive_members.inside(out, name, f"{label} is invalid: member "
@@ -122,7 +120,7 @@ def restore(out: Path, archive: Path) -> int:
 
 
 class RestoreFailed(ValueError):
-    """The out directory cannot take a file of the archive; the message is one line."""
+    """The out directory cannot take a file of the archive; one line."""
 
 
 def results(out: Path, names: list[str]) -> list[StepResult]:
@@ -130,7 +128,6 @@ def results(out: Path, names: list[str]) -> list[StepResult]:
 
 
 def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
-    """``summary.json`` (everything) and ``summary.csv`` (one row per metric) into ``out``."""
     found = results(out, names)
     (out / "summary.json").write_text(json.dumps({"suite": suite,
                                                   "steps": [asdict(r) for r in found]},
@@ -145,19 +142,14 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 
 def archive(out: Path, dest: Path) -> list[str]:
-    """The whole out directory as one tar.gz; over 16 MiB (a common limit on a file a remote job
-    brings back: past it the archive, and every step's resume state with it, would be dropped),
-    per-iteration tables are left out, then the largest other files, never RESUME_FILES. Returns
-    notes."""
-    # Built in ``out``, not beside ``dest`` ($OUT): a call killed mid-build would leave a ninth file
-    # there.
+    """The out directory as one tar.gz; past 16 MiB (a common limit on a file a remote job returns),
+    per-iteration tables are left out, then the largest files, never RESUME_FILES. Returns notes."""
+    # Built in ``out``, not in $OUT: a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
-    # Regular files only: a link would go in as a link, and its reader (restore) refuses an archive
-    # with one.
+    # Regular files only: restore refuses an archive with a link.
     files = [p for p in sorted(out.rglob("*")) if p.is_file() and not p.is_symlink()
              and p.name not in (ARCHIVE, tmp.name)]
-    # Nor a file its reader would refuse the whole archive for (archive_members: each at most 16
-    # MiB).
+    # Nor a file restore would refuse the whole archive for.
     notes = [f"{ARCHIVE}: {p.relative_to(out)} ({p.stat().st_size / 2**20:.1f} MiB) left out: over "
              "the 16 MiB a restored file may be" for p in files
              if p.stat().st_size > archive_members.MAX_FILE_BYTES]
@@ -169,7 +161,7 @@ def archive(out: Path, dest: Path) -> list[str]:
                 for path in keep:
                     tar.add(path, arcname=str(path.relative_to(out)))
         except BaseException:
-            tmp.unlink(missing_ok=True)  # no half archive left in out to be taken for one
+            tmp.unlink(missing_ok=True)  # no half archive left to be taken for one
             raise
         return tmp.stat().st_size
 

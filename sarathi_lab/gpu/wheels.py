@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 HERE = Path(__file__).resolve().parent
 CORE = ("hydra-core", "omegaconf", "antlr4-python3-runtime")
-# The device notes' recipe: pip matches each manylinux tag exactly, so name the usual ones.
+# pip matches each manylinux tag exactly, so name the usual ones.
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 TARGET = default_environment() | {"python_version": "3.12", "python_full_version": "3.12.3",
@@ -30,7 +30,7 @@ TARGET = default_environment() | {"python_version": "3.12", "python_full_version
                                   "platform_python_implementation": "CPython",
                                   "sys_platform": "linux", "platform_system": "Linux",
                                   "platform_machine": "x86_64", "os_name": "posix", "extra": ""}
-# The tags pip installs there: CPython 3.12's own, abi3 and pure Python, on those platforms.
+# The tags pip installs there: CPython 3.12's, abi3 and pure Python.
 TARGET_TAGS = frozenset(cpython_tags((3, 12), platforms=PLATFORMS)) | frozenset(
     compatible_tags((3, 12), "cp312", platforms=PLATFORMS))
 
@@ -41,7 +41,7 @@ def machine_packages() -> set[str]:
 
 
 def pinned(name: str) -> str:
-    """``name==version`` as installed here, or the bare name when it is not installed."""
+    """``name==version`` as installed here, else the bare name."""
     try:
         return f"{name}=={metadata.version(name)}"
     except metadata.PackageNotFoundError:
@@ -54,14 +54,14 @@ def _pip(*args: str) -> None:
 
 
 def fetch(spec: str, dest: Path) -> Path:
-    """One wheel of ``spec`` for the GPU machine into ``dest`` (built here if only a source exists)."""
+    """One wheel of ``spec`` for the GPU machine (built here if only a source exists)."""
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     try:
         _pip("download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
              "--implementation", "cp", *platforms, "-d", str(dest), spec)
     except subprocess.CalledProcessError:
         _pip("wheel", "--no-deps", "-w", str(dest), spec)
-    # Found by name and version, not as the new file: pip downloads nothing when the wheel is there.
+    # By name and version, not as the new file: pip downloads nothing when the wheel is there.
     req = Requirement(spec)
     for wheel in sorted(dest.glob("*.whl")):
         name, version, *_ = parse_wheel_filename(wheel.name)
@@ -76,13 +76,13 @@ def fetch(spec: str, dest: Path) -> Path:
 
 
 def installs_there(wheel_name: str) -> bool:
-    """Whether pip on the GPU machine (CPython 3.12, manylinux x86_64) takes this wheel: not one
-    built here for this interpreter and a plain linux_x86_64 platform."""
+    """Whether pip on the GPU machine takes this wheel (not one built for this interpreter and
+    linux_x86_64)."""
     return not parse_wheel_filename(wheel_name)[3].isdisjoint(TARGET_TAGS)
 
 
 def requirements(wheel: Path) -> list[Requirement]:
-    """What the wheel requires on the GPU machine (its markers evaluated there, extras left out)."""
+    """Its requirements with markers evaluated for the GPU machine, extras left out."""
     with zipfile.ZipFile(wheel) as z:
         meta_name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         meta = Parser().parsestr(z.read(meta_name).decode())
@@ -91,7 +91,7 @@ def requirements(wheel: Path) -> list[Requirement]:
 
 
 def download(names: list[str], dest: Path) -> list[Path]:
-    """``names`` and, recursively, what they need that the machine lacks: one wheel each."""
+    """``names`` and, recursively, what they need that the machine lacks."""
     dest.mkdir(parents=True, exist_ok=True)
     have, done, wheels = machine_packages(), set(), []
     todo = list(names)

@@ -1,5 +1,5 @@
 """Runs the suite's steps in one process, each recorded as it ends. After a step fails on a GPU it
-exits with RESTART (a CUDA error can leave the context unusable): the driver starts a fresh one."""
+exits with RESTART (a CUDA error can leave the context unusable)."""
 from __future__ import annotations
 
 import gc
@@ -40,8 +40,7 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``argv``: one JSON object from the driver (__main__.run_worker): out, steps,
-    deadline, export and the suite's record (dry_run among it)."""
+    """``argv``: the driver's JSON (out, steps, deadline, export, suite record)."""
     job = json.loads((argv or sys.argv[1:])[0])
     out, deadline, suite = Path(job["out"]), job["deadline"], job["suite"]
     export = job["export"] and Path(job["export"])

@@ -1,7 +1,7 @@
-"""The engine's attention against its peers and its floor (``profiling.attention_peers``) at every
-shape of ``profiling.attention_grid``: one row a shape in attention.csv, written as each shape ends
-so that a rerun continues where a call ran out of time; per shape the metrics
-``attention_over_best_peer[<shape>]``, ``attention_over_floor[<shape>]`` and each contender's ms."""
+"""The engine's attention against its peers and floor (``profiling.attention_peers``) at every shape
+of ``profiling.attention_grid``: a row per shape in attention.csv, written as each ends so a rerun
+continues; metrics ``attention_over_best_peer[<shape>]``, ``attention_over_floor[<shape>]`` and each
+contender's ms."""
 from __future__ import annotations
 
 import math
@@ -20,19 +20,16 @@ if TYPE_CHECKING:  # imported where it runs: it loads the Triton kernels
     from sarathi_lab.profiling.attention_peers import Flex
 
 ROWS = "attention.csv"
-# A shape is not started with less than this left of the call: the largest, with its compile, fits
-# it.
+# Not started with less than this left: the largest shape with its compile fits.
 SHAPE_GUARD_S = 30
 
 
 def _value(x):
-    """A CSV cell as a metric's value: None for an empty one."""
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
 def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
-    """One shape's metrics, named by its label; targets hold only on a GPU (a CPU's times are the
-    interpreter's), the agreement with the reference everywhere."""
+    """One shape's metrics; targets hold only on a GPU (the CPU's are the interpreter's times)."""
     shape, kind = row["shape"], row["kind"]
     over_peer, over_floor = _value(row.get("over_best_peer")), _value(row.get("over_floor"))
     peer_target = f"<= {PEER_TARGET}" if kind != "decode" else ""
@@ -54,8 +51,7 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
 
 
 def agreement(row: dict, name: str, contenders) -> Metric:
-    """The largest difference from attention/reference.py of a row's contenders, holding where none
-    recorded an error."""
+    """The largest difference from attention/reference.py, holding where no contender erred."""
     diff = _value(row.get("max_rel_diff"))
     errors = [c for c in contenders if _value(row.get(f"{c}_error"))]
     return Metric(name, diff and float(f"{diff:.3g}"), "",
@@ -63,8 +59,8 @@ def agreement(row: dict, name: str, contenders) -> Metric:
 
 
 def failure_notes(rows: list[dict], contenders, unit: str = "shapes") -> list[str]:
-    """Per contender, the shapes where it failed or disagreed (each row's ``<name>_error``, grouped
-    by error): a failure skips its own shape only. Then the peers this device does not have."""
+    """Per contender, the shapes where it failed or disagreed, grouped by error; then the peers this
+    device lacks."""
     notes = []
     for name in contenders:
         by_error: dict[str, list[str]] = {}
@@ -85,13 +81,12 @@ def failure_notes(rows: list[dict], contenders, unit: str = "shapes") -> list[st
 
 
 def _prefix(row: dict) -> int:
-    """The cached tokens before a shape's queries (0 for a whole prefill; a decode's context less
-    one)."""
+    """The cached tokens before a shape's queries."""
     return int(row.get("context", 0)) - int(row.get("query_len", 0))
 
 
 def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
-    """How many shapes meet each target, first in the step's metrics (what the suite's table shows)."""
+    """How many shapes meet each target, first (the suite's table shows them)."""
     def count(name: str, kinds: tuple[str, ...], column: str, limit: float) -> Metric:
         chosen = [r for r in rows if r["kind"] in kinds
                   and (column != "over_floor" or floor_target(r["kind"], _prefix(r)) is not None)]
@@ -109,10 +104,8 @@ def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
 
 def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tuple[list[dict], Flex,
                                                                                    list[str]]:
-    """A row per case of ``grid`` by ``measure``, in the grid's order: those ``rows_file`` holds
-    from an earlier call, then the rest, the file rewritten as each ends so that a rerun continues
-    where a call ran out of time. Also the FlexAttention the peers ran, and the notes on where the
-    ceilings came from."""
+    """A row per case of ``grid``: those ``rows_file`` holds from an earlier call, then the rest,
+    the file rewritten as each ends. Also the FlexAttention run and the ceilings' notes."""
     from sarathi_lab.profiling.attention_peers import Flex
 
     device, dtype = torch.device(ctx.device), getattr(torch, grid.dtype)
@@ -122,8 +115,7 @@ def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tup
     rows = pd.read_csv(path).to_dict("records") if path.is_file() else []
     done = {r["shape"] for r in rows}
     flex = Flex(compiled=ctx.device == "cuda")
-    # One compile per shape FlexAttention runs: Dynamo would give up past its default 8 and run it
-    # eagerly.
+    # One compile per shape: Dynamo would give up past its default 8 and run eagerly.
     with torch._dynamo.config.patch(recompile_limit=grid.flex_compiles + 8):
         for case in [c for c in grid.cases() if c.label not in done]:
             left = ctx.seconds_left()
@@ -147,8 +139,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     rows, flex, notes = measured_rows(ctx, grid, ROWS, measure, "shapes")
     on_gpu = ctx.device == "cuda"
     metrics = summary_metrics(rows, on_gpu)
-    # A compiled FlexAttention's first call at a shape is its compile (what the plan's estimate
-    # counts).
+    # A compiled FlexAttention's first call at a shape is its compile.
     compile_s = [r[f"{FLEX}_first_call_s"] for r in rows
                  if flex.compiled and _value(r.get(f"{FLEX}_first_call_s")) is not None]
     metrics += [Metric("sdpa_backend", rows[0]["sdpa_backend"] if rows else ""),

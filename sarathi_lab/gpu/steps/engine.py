@@ -1,6 +1,6 @@
 """The engine against transformers on the device: greedy tokens equal in float32 for Llama, Mistral
-and Qwen2 under every scheduler and attention backend; in bfloat16, the first tokens agree. The
-models are the tests' (tests/hf_models.py), so the suite runs from the repository's root."""
+and Qwen2 under every scheduler and attention backend, first tokens in bfloat16. The models are the
+tests' (tests/hf_models.py)."""
 from __future__ import annotations
 
 import torch
@@ -28,8 +28,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     from tests.hf_models import hf_greedy, save_random_model
 
     backends = ("triton", "torch") if ctx.device == "cuda" else ("torch",)
-    # The dry run checks this step's code, not the engine (tests/test_engine_vs_hf.py does): one
-    # architecture, and no Triton, whose interpreter would take minutes.
+    # The dry run checks this step's code, not the engine: one architecture, no Triton (its
+    # interpreter takes minutes).
     architectures = ARCHITECTURES[:1] if ctx.dry_run else ARCHITECTURES
     metrics, notes = [], []
     if ctx.dry_run:
@@ -66,7 +66,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 
 def summarise(metrics: list[Metric], prefix: str, what: str) -> list[Metric]:
-    """How many of the runs passed, one line with a target for the printed table."""
+    """How many runs passed, one line with a target for the table."""
     cases = [m for m in metrics if m.metric.startswith(prefix)]
     passed = sum(m.value in (True, 1.0) for m in cases)
     return [Metric(f"{prefix}_all", f"{passed}/{len(cases)}", what, "all", passed == len(cases))]

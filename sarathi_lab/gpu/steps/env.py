@@ -1,5 +1,5 @@
-"""The machine and its ceilings (profiling/ceilings.py): copy bandwidth and the bf16 matmul rate,
-which the floors read, and the read bandwidth of a read-only kernel beside the copy's."""
+"""The machine and its ceilings (profiling/ceilings.py): copy bandwidth and bf16 matmul rate, which
+the floors read, and a read-only kernel's bandwidth."""
 from __future__ import annotations
 
 import os
@@ -13,8 +13,7 @@ from sarathi_lab.gpu.state import Metric, step_dir
 from sarathi_lab.harness.results import read_json, write_json
 from sarathi_lab.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops, read_bandwidth_gbps
 
-# GPU: a buffer far past the 50-60 MB L2 (copied, and read alone) and the paper's matmul; dry run:
-# seconds on two cores.
+# GPU: a buffer far past L2 and the paper's matmul; dry run: seconds on two cores.
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 MATMUL_N = {"cuda": 8192, "cpu": 256}
 
@@ -51,7 +50,6 @@ def describe(device: str) -> dict:
 
 
 def measure_ceilings(device: str) -> dict:
-    """The ceilings on ``device`` at the sizes above, as env.json records them."""
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     return {"copy_gbps": copy_bandwidth_gbps(device, COPY_BYTES[device], reps=20),
             "read_gbps": read_bandwidth_gbps(device, COPY_BYTES[device], reps=20),
@@ -72,12 +70,11 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 
 def ceilings(out) -> dict | None:
-    """The env step's record, for the steps that compare against its ceilings (None before it ran)."""
+    """The env step's record (None before it ran)."""
     return read_json(step_dir(out, "env") / "env.json")
 
 
 def ceilings_or_measured(ctx: Context) -> tuple[dict, bool]:
-    """The env step's ceilings, else measured here as it measures them; and whether they were
-    measured here."""
+    """The env step's ceilings, else measured here; and whether they were."""
     record = ceilings(ctx.out)
     return (record, False) if record else (measure_ceilings(ctx.device), True)

@@ -1,8 +1,7 @@
-"""Co-scheduled hybrid attention against the engine's sequential kernels, the peers and the floors
-(``profiling.hybrid_attention``) at every batch of ``profiling.hybrid_grid``: one row a batch in
-hybrid_attention.csv, written as each ends so that a rerun continues where a call ran out of time;
-per batch ``hybrid_attention_over_sequential[<shape>]`` (the target), over the faster peer, over the
-floor, and each contender's ms."""
+"""Co-scheduled hybrid attention against the sequential kernels, the peers and the floors
+(``profiling.hybrid_attention``) at every batch of ``profiling.hybrid_grid``: a row per batch in
+hybrid_attention.csv, written as each ends so a rerun continues; the target
+``hybrid_attention_over_sequential[<shape>]``."""
 from __future__ import annotations
 
 from sarathi_lab.gpu.context import Context
@@ -14,8 +13,7 @@ ROWS = "hybrid_attention.csv"
 
 
 def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
-    """One batch's metrics; the target holds only on a GPU (a CPU's times are the interpreter's),
-    the agreement with the reference everywhere."""
+    """One batch's metrics; the target holds only on a GPU."""
     shape = row["shape"]
 
     def rounded(key: str):

@@ -1,6 +1,5 @@
-"""The compiled Triton kernels: profiling/kernel_check.py run in a process of its own (it refuses an
-interpreter-mode Triton), its KernelCheck read into metrics; decode KV bandwidth against the env
-step's copy ceiling, target within 1.5x of that floor."""
+"""The compiled Triton kernels: profiling/kernel_check.py in its own process (it refuses
+interpreter-mode Triton); decode KV bandwidth against the env step's copy ceiling."""
 from __future__ import annotations
 
 import json
@@ -17,14 +16,13 @@ from sarathi_lab.profiling.kernel_record import KernelCheck
 
 CHECK_MODULE = "sarathi_lab.profiling.kernel_check"
 FLOOR_TARGET = 1.5
-# The timed cases held to the copy floor: decode-only batches, whose time is reading the KV cache.
+# Decode-only batches: their time is reading the KV cache.
 DECODE_CASE = " decodes x "
 
 
 def metrics_of(check: KernelCheck, copy_gbps: float | None) -> list[Metric]:
-    """The worst error per dtype (the check's own verdicts), the KV writes and elementwise kernels,
-    and each decode case's bandwidth against the floor (the env step's copy ceiling, else the
-    check's)."""
+    """Worst error per dtype, the KV writes and elementwise kernels, and each decode case's
+    bandwidth against the copy floor (the env step's, else the check's)."""
     if not check.attention:
         raise ValueError("the kernel check recorded no attention case (see check_gpu.log)")
     by_dtype = defaultdict(list)

@@ -1,13 +1,8 @@
-"""The GPU suite's ``launch`` step: ``profiling.launch`` on LLaMA-13B's decode batches and on
-prefill chunks (fixed and tile-aligned) alone and beside decodes, at contexts 1K and 3K, each eager
-and as the engine runs it (an LLM with its CUDA graphs on), beside its two floors
-(``profiling.floors``: the physical one and the sequential one, at the ceilings the env step
-measured); the engine's graphs' memory and capture time. Then, with the Triton attention, the hybrid
-iterations of FULL_TOKENS tokens or more again with their attention co-scheduled
-(``attention_hybrid=pod``: eager, and replayed from graphs of that launch), against the same floors
-(``,pod`` in their names). Per iteration kind at the first context, the profiler's kernels as the
-engine runs it, grouped (``profiling.kernel_breakdown``: kernels.csv), beside the forward's
-GPU-event time and the wall time."""
+"""The ``launch`` step: ``profiling.launch`` on LLaMA-13B decode batches and prefill chunks (alone
+and beside decodes, at 1K and 3K), eager and with the engine's CUDA graphs, beside the physical and
+sequential floors; graph memory and capture time. Then the hybrid iterations of FULL_TOKENS or more
+with co-scheduled attention (``,pod``), and per iteration kind the profiler's kernels grouped
+(kernels.csv)."""
 from __future__ import annotations
 
 import warnings
@@ -25,31 +20,28 @@ from sarathi_lab.profiling.kernel_breakdown import breakdown_rows, profile_itera
 from sarathi_lab.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
 from sarathi_lab.profiling.launch import MORE_CONTEXTS, SHAPES, label, measure
 
-# From this many tokens an iteration's GEMMs fill whole 128-row tiles and fixed costs weigh little.
+# From this many tokens the GEMMs fill whole 128-row tiles and fixed costs weigh little.
 FULL_TOKENS = 256
 
 
 def physical_target(chunk: int, decodes: int) -> float | None:
-    """What a chunk's iteration must reach over the physical floor: the launches gone, within 1.25x
-    from FULL_TOKENS tokens and 1.5x below, where fixed costs weigh more; a decode-only batch has
-    none here (the attention step holds decodes to their KV floor)."""
+    """Target over the physical floor: 1.25x from FULL_TOKENS, 1.5x below (fixed costs weigh more);
+    decodes are held to their KV floor by the attention step."""
     return None if chunk == 0 else 1.25 if chunk + decodes >= FULL_TOKENS else 1.5
 
 
 def sequential_target(chunk: int, decodes: int) -> float | None:
-    """Over the sequential floor (each kernel at its own floor, one after another): within 1.15x for
-    every iteration of FULL_TOKENS tokens or more."""
+    """Over the sequential floor (each kernel at its own floor in turn): 1.15x from FULL_TOKENS."""
     return 1.15 if chunk + decodes >= FULL_TOKENS else None
 
 
 def _target(limit: float | None) -> str:
     return f"<= {limit}" if limit else ""
-# How far the engine's output (a graph of the padded batch, whose GEMMs may take other kernels) may
-# stray from the eager forward's: a replay of stale inputs would be far off.
+# How far a graph replay (padded batch, other GEMM kernels) may stray from eager: stale inputs would
+# be far off.
 REL_DIFF = 0.05
-# The iterations whose kernels per layer are counted: the hybrid headline and a decode batch.
+# The iterations whose kernels per layer are counted.
 COUNTED = ((256, 17), (0, 18))
-# The per-kernel breakdown's table, and the iterations profiled (then timed) per iteration kind.
 KERNELS = "kernels.csv"
 BREAKDOWN_REPS = {"cuda": 3, "cpu": 1}
 
@@ -60,8 +52,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     # a capture that failed: the engine runs eagerly
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # The largest chunk and a request per case, so that the engine captures a graph for each
-        # case.
+        # The largest chunk and a request per case, so the engine captures a graph for each.
         llm = LLM(model=model, dtype=dtype, device=ctx.device, scheduler="sarathi",
                   chunk_size=max(c for c, _ in cases),
                   max_batch_size=max(d + (c > 0) for c, d in cases),
@@ -74,7 +65,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         try:
             for chunk, decodes in cases:
                 metrics += _iteration(llm, chunk, decodes, at, reps, env, cuda, context)
-        # out of KV blocks or memory: the paper's context is measured
+        # out of KV blocks or memory
         except (RuntimeError, ValueError) as e:
             skipped.append(f"context {at}: stopped at {label(chunk, decodes, at)} "
                            f"({type(e).__name__}: "
@@ -125,8 +116,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 def _co_scheduled(llm, cases, context: int, reps: int, env: dict, cuda: bool) -> tuple[list[Metric],
                                                                                        str]:
-    """The hybrid iterations of FULL_TOKENS tokens or more with their attention co-scheduled (the
-    physical floor's 1.25x is the target once it is); last, as the engine's graphs are captured
+    """The hybrid iterations of FULL_TOKENS or more co-scheduled; last, as the graphs are captured
     again."""
     hybrid = [(c, d) for c, d in cases if c and d and c + d >= FULL_TOKENS]
     if llm.model.backend.name != "triton" or not hybrid:
@@ -142,8 +132,7 @@ def _co_scheduled(llm, cases, context: int, reps: int, env: dict, cuda: bool) ->
 
 def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict, cuda: bool,
                base: int, variant: str = "") -> list[Metric]:
-    """One iteration's metrics: its times, its two floors and the engine against each; ``variant``
-    (``pod``) named after the shape."""
+    """One iteration's times, floors and ratios; ``variant`` (``pod``) named after the shape."""
     row, key = measure(llm, chunk, decodes, context, reps), label(chunk, decodes, None
                                                                   if context == base else context)
     key += f",{variant}" if variant else ""
@@ -171,9 +160,8 @@ def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict
 
 
 def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple[list[Metric], str]:
-    """Per iteration kind at ``context``, its kernels grouped (kernels.csv, one row an iteration and
-    group) and their sum, less sampling, over the forward's GPU-event time: what the breakdown
-    leaves out (the gaps between kernels) shows there."""
+    """Per iteration kind, its kernels grouped and their sum (less sampling) over the forward's GPU
+    time: the gaps between kernels show there."""
     cuda, reps = device == "cuda", BREAKDOWN_REPS[device]
     source = "cuda kernels" if cuda else "cpu ops (host work: no CUDA kernels off the GPU)"
     layers, rows, metrics, failed = llm.model_config.num_hidden_layers, [], [], []

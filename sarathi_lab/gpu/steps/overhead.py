@@ -1,6 +1,6 @@
-"""The engine's overhead (``overhead_fraction``: the time outside the forward pass) of each
-decode-only and hybrid iteration of LLaMA-13B at batch 18, measured by ``profiling.overhead.serve``
-as ``bench overhead`` measures it, with the timed host parts' share of it."""
+"""The engine's overhead (``overhead_fraction``: time outside the forward pass) per decode-only and
+hybrid iteration of LLaMA-13B at batch 18 (``profiling.overhead.serve``), with the host parts'
+share."""
 from __future__ import annotations
 
 import statistics
@@ -13,8 +13,8 @@ from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.profiling.overhead import TARGET, prepare_split, serve
 
-# model, dtype, requests, prompt tokens, new tokens, chunk: on the GPU the paper's batch of 18,
-# each prompt 4 chunks, so hybrids carry 1-17 decodes and ~60 decode-only iterations have all 18.
+# model, dtype, requests, prompt and new tokens, chunk: on the GPU each prompt is 4 chunks, so
+# hybrids carry 1-17 decodes and decode-only iterations all 18.
 SHAPES = {"cuda": ("llama-13b", "bfloat16", 18, 1024, 128, 256),
           "cpu": ("tiny", "float32", 4, 64, 16, 32)}
 
@@ -33,8 +33,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                                              else True)]
         if rows.empty:
             continue
-        # A kernel compiled mid-run (a new specialisation) stalls its iteration for the whole
-        # compile.
+        # A kernel compiled mid-run stalls its iteration for the whole compile.
         forwards = table[table.kind == kind].forward_s
         stalls = int(stalled(forwards, [kind] * len(forwards)).sum())
         share = statistics.median(rows.overhead_fraction)
@@ -50,8 +49,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                            f"0 (none over {STALL:g}x the median forward)",
                            stalls == 0 if ctx.device == "cuda" else None),
                     Metric(f"iterations[{kind}]", len(rows))]
-    # Where a decode iteration's prepare time goes: building its host arrays or copying them over,
-    # hot or right after a forward.
+    # A decode's prepare time: building host arrays or copying them, hot or after a forward.
     split = prepare_split(llm, n, prompt_len, reps=20)
     metrics += [Metric(f"{key}[decode]", round(value, 1), "us") for key, value in split.items()]
     captured = (llm.cuda_graphs or {}).get("decode_sizes", [])

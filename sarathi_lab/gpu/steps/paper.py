@@ -1,12 +1,7 @@
-"""A paper result's experiment as a Hydra sweep (``python -m sarathi_lab.run -m experiment=NAME``
-with the overrides of its overlay ``experiment=gpu/NAME``) into <out>/paper/NAME/multiruns/, where
-analysis.Results finds it.
-
-The dry run cannot run the GPU shapes, so it validates every GPU job through the schema and plans
-its KV cache on an 80 GB card, then runs one tiny job (``experiment=dry/NAME``) in-process;
-SWEPT_IN_DRY_RUN's tiny job runs as a sweep in a child process, as on the GPU, so that path runs
-too.
-"""
+"""A paper result's experiment as a Hydra sweep (``-m experiment=NAME`` with its overlay
+``experiment=gpu/NAME``) into <out>/paper/NAME/multiruns/. The dry run validates every GPU job
+through the schema and its KV plan on an 80 GB card, then runs one tiny job in-process
+(SWEPT_IN_DRY_RUN's as a sweep in a child, as on the GPU)."""
 from __future__ import annotations
 
 import itertools
@@ -24,8 +19,7 @@ from sarathi_lab.harness import scales
 from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 
 GRACE_S = 10
-# What the dry run plans each paper job's KV cache beside: the "80 GB" of the card's name, below the
-# 85.5e9 bytes it totals (sim/devices/h100.yaml), for what a CUDA context and the allocator keep.
+# The dry run's KV plan: the card's "80 GB", below its total, for what CUDA and the allocator keep.
 H100_BYTES = 80 * 10**9
 SWEPT_IN_DRY_RUN = "per_token_cost"
 
@@ -35,7 +29,7 @@ def dry_job(step: Step) -> list[str]:
 
 
 def sweep_dir(out: Path, name: str, dry_run: bool) -> Path:
-    # analysis.Results labels a sweep whose folder starts with "ci-" as the quick scale.
+    # analysis.Results labels a "ci-" sweep folder as the quick scale.
     return out / "paper" / name / "multiruns" / ("ci-dry" if dry_run else "gpu")
 
 
@@ -46,17 +40,15 @@ def sweep_argv(step: Step, directory: Path, dry_run: bool = False) -> list[str]:
 
 
 def job_overrides(step: Step) -> list[list[str]]:
-    """Every job of the GPU sweep as plain overrides (the command line's swept values; the
-    experiment's own sweeper axes that the command line leaves alone are not expanded)."""
+    """Every job of the GPU sweep as the command line's swept overrides."""
     axes = [[f"{key}={v}" for v in values.split(",")]
             for key, values in (o.split("=", 1) for o in step.overrides)]
     return [[f"experiment={step.arg}", *job] for job in itertools.product(*axes)]
 
 
 def check_gpu_jobs(step: Step) -> list[Metric]:
-    """Each GPU job's overrides through the schema, and its batch's KV blocks against those the
-    engine plans on an 80 GB card (model.memory.plan_kv_blocks, which refuses what does not fit
-    beside the weights)."""
+    """Each GPU job through the schema, and its KV blocks against an 80 GB card's plan
+    (model.memory.plan_kv_blocks refuses what does not fit)."""
     import torch
 
     from sarathi_lab.harness.compose import compose_config
@@ -67,8 +59,8 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
     worst = 0.0
     jobs = job_overrides(step)
     for job in jobs:
-        # Checked as a CPU job (EngineConfig refuses device=cuda where there is none), planned in
-        # the job's own dtype on a CUDA device, as the GPU runs it.
+        # Checked as a CPU job (EngineConfig refuses device=cuda without one), planned in its dtype
+        # on CUDA.
         cfg = parse_config(compose_config([o if not o.startswith("device=") else "device=cpu"
                                            for o in job]))
         engine, limits = cfg.engine, ModelLimits.of(cfg.engine)
@@ -82,10 +74,8 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
 
 
 def set_aside_stale(ctx: Context, step: Step, directory: Path, now: str) -> str | None:
-    """A sweep an earlier call ran at other engine code (``now``: the code this call measures;
-    stopped, or done and due again) moved into the step's folder: its finished jobs measured another
-    engine, which the sweep would keep as done, so it starts over. Returns a note, or None where it
-    resumes (or there is none)."""
+    """A sweep an earlier call ran at other engine code moved aside, so it starts over (its finished
+    jobs measured another engine). Returns a note, or None where it resumes."""
     before = state.read_result(ctx.out, step.name)
     if before is None or not before.code or before.code == now or not directory.is_dir():
         return None

@@ -1,9 +1,7 @@
-"""The GPU suite's ``tune`` step: the paged attention's tile configs per work kind and the split
-rule's knobs fitted to the split counts timed (``profiling.attention_sweep``) and, per projection of
-LLaMA-13B and Mistral-7B at the hybrid token counts, cuBLAS against the Triton split-K GEMM
+"""The ``tune`` step: paged-attention tile configs and split-rule knobs per work kind
+(``profiling.attention_sweep``), and cuBLAS against Triton split-K per projection
 (``profiling.gemm_sweep``), each kept where it wins. Writes the device's table (``<device
-name>.json``, read by ``sarathi_lab.tuned_kernels``; committed to ``sarathi_lab/tuned/`` with the
-run's results) and every timed row (tune_attention.csv, tune_gemm.csv)."""
+name>.json``, read by ``sarathi_lab.tuned_kernels``) and the timed rows."""
 from __future__ import annotations
 
 import csv
@@ -23,11 +21,11 @@ from sarathi_lab.profiling.gemm_sweep import TOKENS, label, projections, sweep
 from sarathi_lab.profiling.machine import device_name
 from sarathi_lab.tuned_kernels import TunedTable, file_name
 
-# GPU: the benchmark models and token counts, bf16, 10 interleaved rounds; dry run: the tiny model
-# at 16 tokens, one round, two configs of each sweep (the interpreter runs each in seconds).
+# GPU: benchmark models and token counts, bf16, 10 rounds; dry run: the tiny model, one round, two
+# configs (seconds in the interpreter).
 SETTINGS = {"cuda": (("llama-13b", "mistral-7b"), TOKENS, "bfloat16", 10, 2, None),
             "cpu": (("tiny",), (16,), "float32", 1, 0, 2)}
-# A sweep is not started with less than this left of the call.
+# Not started with less than this left of the call.
 GUARD_S = 20
 
 
@@ -94,9 +92,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 
 def _co_schedule(ctx: Context) -> list[dict]:
-    """The hybrid step's shapes timed co-scheduled and sequential, where it ran in this suite: the
-    engine co-schedules a hybrid batch only where the nearest of them was faster so
-    (attention/co_schedule.py)."""
+    """The hybrid step's shapes timed co-scheduled and sequential, where it ran: co_schedule.py
+    co-schedules only where the nearest was faster so."""
     rows = ctx.out / "steps" / "hybrid" / "hybrid_attention.csv"
     if not rows.is_file():
         return []
