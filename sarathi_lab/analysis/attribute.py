@@ -41,7 +41,6 @@ HOST = "host: not in the lease (the launch step keeps one time per iteration)"
 
 @dataclass
 class Lease:
-    """What attribution reads of a lease's folder."""
     folder: Path
     device: str
     launch: dict[str, dict]   # metric -> its result.json entry
@@ -63,8 +62,7 @@ def _json(path: Path) -> dict:
 
 
 def load(folder: Path) -> Lease:
-    """A lease's launch and env results; a ValueError naming the file where one is missing or
-    unreadable."""
+    """A lease's launch and env results; a ValueError naming a missing or unreadable file."""
     folder = Path(folder)
     record = _json(folder / "lease.json")
     launch = {m["metric"]: m
@@ -84,8 +82,8 @@ def _value(lease: Lease, metric: str) -> float | None:
 
 
 def kinds(lease: Lease) -> list[tuple[str, int, int, int, str]]:
-    """(key, chunk, decodes, context, variant) of every iteration the launch step timed, in its
-    order."""
+    """(key, chunk, decodes, context, variant) of every iteration the launch step timed, in order.
+    """
     base = SHAPES["cuda"][2]
     found = []
     for metric in lease.launch:
@@ -138,8 +136,7 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
     sequential = sum(ms.values())
     tokens = sum(queries)
     rule = lib.padded_tokens(tokens, t.largest, t.max_batch, decode_only=not chunk)
-    # The graph the lease's engine replayed (0: none held it, eager); today's bucket rule where
-    # unrecorded.
+    # The graph the lease's engine replayed (0: eager); today's bucket rule where unrecorded.
     recorded = _value(lease, f"engine_graph_tokens[{key}]")
     graph = rule if recorded is None else int(recorded) or tokens
     head = ms["embedding"] + ms.get("lm_head", 0.0)
@@ -182,8 +179,7 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
 
 def targets(lease: Lease, key: str, physical: float, sequential: float,
             library: float | None) -> str:
-    """The launch step's targets for this iteration that a floor puts out of reach, each saying
-    which."""
+    """The launch step's targets a floor puts out of reach, each saying which."""
     found = []
     for metric, base, name in (("engine_over_floor", physical, "physical"),
                                ("engine_over_sequential_floor", sequential, "sequential")):
@@ -221,7 +217,7 @@ def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path
         writer.writeheader()
         writer.writerows({c: _shown(r.get(c)) for c in COLUMNS} for r in found)
     (folder / MD).write_text(attribute_claims.markdown(found, t, lease))
-    # Derived from the lease's measurements, not measured: said apart from collect's files.
+    # Derived from the lease's measurements, not measured: told apart from collect's files.
     derived = provenance.Provenance("computed from measured GPU", lease=folder.name,
                                     writer="python -m sarathi_lab.analysis.attribute")
     provenance.record_folder(folder, {CSV: derived, MD: derived})

@@ -20,33 +20,29 @@ from sarathi_lab.harness.results import CAPACITY_JSON, METRICS, current_names, i
 
 log = logging.getLogger(__name__)
 
-# The hybrid-batching claim's criterion: orca's P99 TBT at least this many times stall-free
-# batching's.
+# The hybrid-batching claim: orca's P99 TBT at least this many times stall-free batching's.
 HYBRID_TBT_MIN_RATIO = 2
-# The pair the capacity gain compares, first in tables; the other schedulers follow in the
-# registry's order.
+# The pair the capacity gain compares, first in tables; the others follow in registry order.
 COMPARED = ("sarathi_serve", "vllm")
 TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", "resolution",
                  "binding", "bounded",
                  "num_trials", "token_budget", "at_capacity_itl_p99_s", "at_capacity_ttft_p50_s",
                  "at_capacity_sched_delay_p50_s", "executor", "model", "scale"]
-# What a measured capacity depends on besides the model: the machine, the precision, the threads,
-# and whether other work shared the cores while it ran (harness/runner's timing check).
+# What a measured capacity depends on besides the model (timing_unreliable: other work shared the
+# cores).
 MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"]
-# What a simulated capacity depends on besides the model: the device, its cost model, how many GPUs.
+# What a simulated capacity depends on besides the model.
 SIMULATED_COLUMNS = ["sim_device", "sim_cost_model", "sim_tp"]
-# A search on a replayed trace: the rate its requests were recorded at, and the capacity as a
-# multiple of it.
+# A replayed trace's recorded rate, and the capacity as a multiple of it.
 TRACE_COLUMNS = ["trace_rate_rps", "capacity_rate_scale"]
 
 
 def load_searches(root: str | Path) -> pd.DataFrame:
-    """One row per finished capacity search under root: its key config, SLO, token budget and
-    result."""
+    """One row per finished capacity search under root."""
     rows = []
     for path in sorted(Path(root).rglob(CAPACITY_JSON)):
         if not is_finished(path.parent):
-            # the search wrote capacity.json but died before its metrics.json, written last
+            # capacity.json written but not metrics.json (written last)
             continue
         try:
             rows.append(_search_row(path))
@@ -57,7 +53,7 @@ def load_searches(root: str | Path) -> pd.DataFrame:
 
 
 def _search_row(path: Path) -> dict:
-    # A search written before its rates' names carried their unit reads as one of today's.
+    # A search from before its rates' names carried their unit reads as today's.
     found = current_names(json.loads(path.read_text()))
     record = read_record(path.parent / METRICS)
     summary = current_names(record["summary"])
@@ -74,8 +70,8 @@ def _search_row(path: Path) -> dict:
 
 
 def compact(searches: pd.DataFrame) -> pd.DataFrame:
-    """The committed table of a set of searches (docs/capacity/*_capacity.csv), one row per search,
-    with what it ran on (measured) or what predicted it (simulated)."""
+    """The committed table of searches (docs/capacity/*_capacity.csv), with what ran or predicted
+    them."""
     simulated = searches.executor.map(lambda name: recorded_as(name, "simulated")).astype(bool)
     replayed = "trace_rate_rps" in searches and searches.trace_rate_rps.notna().any()
     columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed) + MEASURED_COLUMNS * bool((~simulated).any())
@@ -85,16 +81,16 @@ def compact(searches: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
-    """Six significant digits: the tables are read by people and diffs, not re-analysed."""
+    """Six significant digits: read by people and diffs, not re-analysed."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False, float_format="%g")
     return Path(path)
 
 
 def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
-    """Capacity (req/s) per scheduler (rows) and TBT SLO (columns), with sarathi_serve / vllm."""
-    # dropna=False: a scheduler whose searches all failed even their lowest rate (capacity None) is
-    # a result, not a missing run; pivot_table would drop its row.
+    """Capacity (req/s) per scheduler and TBT SLO, with sarathi_serve / vllm."""
+    # dropna=False: a scheduler whose searches all failed their lowest rate is a result, not a
+    # missing run.
     table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_rps",
                                  aggfunc="max", dropna=False)
     order = [*COMPARED, *(s for s in scheduler_names() if s not in COMPARED)]
@@ -105,7 +101,7 @@ def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_capacity(searches: pd.DataFrame, ax, title: str):
-    """Bars: capacity per scheduler, one group per SLO; the paper's gain over vLLM beside ours."""
+    """Bars: capacity per scheduler, a group per SLO; the paper's gain over vLLM beside ours."""
     table = capacity_table(searches)
     gains = table.loc["sarathi_serve / vllm"] if "sarathi_serve / vllm" in table.index else None
     table = table.drop(index="sarathi_serve / vllm", errors="ignore")
@@ -126,7 +122,7 @@ def plot_capacity(searches: pd.DataFrame, ax, title: str):
 
 
 def _bounded(searches: pd.DataFrame) -> bool:
-    """Every search found a rate that fails; an unbounded one's capacity is only a lower bound."""
+    """Every search found a failing rate; an unbounded one's capacity is only a lower bound."""
     return "bounded" not in searches or bool(searches.bounded.all())
 
 
@@ -135,8 +131,8 @@ def scale_label(rows: pd.DataFrame) -> str:
 
 
 def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, source: str):
-    """Two panels: the capacities simulated as ``source`` says (e.g. "simulated A100 (roofline),
-    mistral-7b") and the ones measured on a CPU, or a panel saying they are not measured yet."""
+    """Two panels: the simulated capacities (``source``) and the CPU-measured ones, or a note that
+    they are not measured yet."""
     fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
     plot_capacity(simulated, sim_ax, f"{source}: scale {simulated.scale.iloc[0]}")
     measured, left_out = reliable(measured)
@@ -159,17 +155,17 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, sour
 
 
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
-    """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the other schedulers as points."""
+    """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the others as points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
     ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-",
             label="sarathi_serve, labelled by token budget")
-    # Budget labels alternate above and below the curve: neighbouring budgets' points lie close.
+    # Labels alternate above and below the curve: neighbouring budgets lie close.
     for i, (_, row) in enumerate(serve.iterrows()):
         ax.annotate(f"{row.chunk:g}", (row.itl_p99_s, row.ttft_p50_s), fontsize=7, ha="center",
                     xytext=(0, 7 if i % 2 == 0 else -12), textcoords="offset points")
     for scheduler, rows in tradeoff[tradeoff.scheduler != "sarathi_serve"].groupby("scheduler"):
         ax.plot(rows.itl_p99_s, rows.ttft_p50_s, "s", label=scheduler)
-    # Both axes logarithmic: static's TTFT is tens of times the others' and would flatten them.
+    # Log axes: static's TTFT is tens of times the others'.
     ax.set(xscale="log", yscale="log", xlabel="P99 TBT (s)", ylabel="median TTFT (s)", title=title)
     plain_log_ticks(ax.xaxis)
     plain_log_ticks(ax.yaxis)
@@ -177,8 +173,8 @@ def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
 
 
 def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
-    """Time of a prompt prefilled in chunks over its time in one iteration, minus 1 (no decodes).
-    Only the last chunk samples a token, so only it pays for an LM-head row."""
+    """Chunked over one-iteration prefill time, minus 1. Only the last chunk samples, so only it
+    pays an LM-head row."""
     whole = cost_model.iteration_time_s(prefills=[(prompt_len, prompt_len)], num_sampled=1)
     chunked = 0.0
     for start in range(0, prompt_len, chunk):
@@ -190,10 +186,8 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What one source's claims rows are computed from; None: absent. ``searches``: load_searches or
-    a *_capacity.csv; ``tradeoff``: serving runs of orca and sarathi_serve at one load;
-    ``overhead``: {prompt length: overhead of 512-token chunks}; ``provenance``: claims.PROVENANCE.
-    """
+    """What one source's claims rows are computed from (None: absent): searches, a trade-off at one
+    load, {prompt length: 512-token chunk overhead}, claims.PROVENANCE."""
     searches: pd.DataFrame | None = None
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
@@ -201,8 +195,7 @@ class Evidence:
 
 
 def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
-    """The searches not flagged ``timing_unreliable``, and what was left out ("none" or 'N of M
-    ...')."""
+    """The searches not flagged ``timing_unreliable``, and what was left out."""
     if searches is None or "timing_unreliable" not in searches:
         return searches, "none"
     flagged = searches.timing_unreliable.fillna(False).astype(bool)
@@ -211,9 +204,8 @@ def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
 
 
 def _ratio_interval(s: pd.Series, v: pd.Series) -> tuple[float, float]:
-    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow: each
-    capacity lies between its highest passing rate and (1 + resolution) times it (no upper end for a
-    search that passed every rate)."""
+    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow (each
+    capacity lies within its highest passing rate times 1 + resolution)."""
     def bracket(row):
         res = row.get("resolution", 0.0)
         return row.capacity_rps, row.capacity_rps * (1 + res) if pd.notna(res) else np.inf
@@ -232,8 +224,7 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
         vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_rps", na_position="first")
         if not len(serve) or not len(vllm):
             continue  # one of the two not searched at this SLO: no comparison
-        # A capacity of None (NaN) is a search that failed even its lowest rate: below any that
-        # passed.
+        # A capacity of None failed even its lowest rate: below any that passed.
         s, v = serve.iloc[-1], vllm.iloc[-1]
         if np.isnan(s.capacity_rps) or np.isnan(v.capacity_rps):
             both = np.isnan(s.capacity_rps) and np.isnan(v.capacity_rps)
@@ -244,7 +235,7 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
             spreads[slo] = ""
         else:
             low, high = _ratio_interval(s, v)
-            # The verdict of the bracketed ratio: unclear where the brackets allow either order.
+            # unclear where the brackets allow either order
             holds[slo] = "yes" if low > 1 else "no" if high <= 1 else "unclear"
             text = f"{s.capacity_rps / v.capacity_rps:.2f}x"
             spreads[slo] = f"{low:.2f}x to {high:.2f}x at P99 TBT <= {slo:g} s (search brackets)"
@@ -293,8 +284,8 @@ CHECKS = (
 
 
 def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
-    """Each check's row on each source's evidence (a simulated source without evidence has none),
-    naming its provenance; searches flagged ``timing_unreliable`` are left out and counted."""
+    """Each check's row on each source's evidence, naming its provenance; unreliable searches are
+    left out and counted."""
     rows = []
     for evidence in sources:
         searches, left_out = reliable(evidence.searches)

@@ -24,17 +24,17 @@ from sarathi_lab.sim import CostModel
 DOCS = REPO_ROOT / "docs"
 SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_capacity.csv"
 TP_CSV, TRACE_CSV = "sim_capacity_yi34b.csv", "sim_capacity_arxiv.csv"
-# The trace's lengths, which the table does not record (its workload column says trace_lengths).
+# The trace's lengths, which the table does not record.
 TRACE_LENGTHS = ", arxiv_summarization lengths"
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 
 
 class TableError(ValueError):
-    """A committed capacity table that cannot be read as one: one line naming it and why."""
+    """A committed capacity table that cannot be read; one line."""
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A committed table, its columns under today's names (``attrs["path"]``: where it was read)."""
+    """Its columns under today's names (``attrs["path"]``: where it was read)."""
     try:
         table = pd.read_csv(path).rename(columns=current_names)
     except (OSError, ValueError, UnicodeDecodeError) as e:
@@ -45,8 +45,8 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def check_tables(docs: str | Path = DOCS) -> None:
-    """Every committed simulated table under ``docs`` reads as one (predicted_by): a TableError
-    before any figure or claim is written, not a KeyError halfway."""
+    """Every committed simulated table reads (predicted_by): refused before any figure or claim is
+    written."""
     folder = Path(docs) / "capacity"
     for name in (SIM_CSV, TRADEOFF_CSV, TP_CSV, TRACE_CSV):
         if (folder / name).is_file():
@@ -59,8 +59,7 @@ def check_tables(docs: str | Path = DOCS) -> None:
 
 
 def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """The simulated capacities, the simulated trade-off and the CPU capacities (None: not
-    measured)."""
+    """The simulated capacities and trade-off, and the CPU capacities (None: not measured)."""
     folder = Path(docs) / "capacity"
     cpu = folder / CPU_CSV
     return (read_table(folder / SIM_CSV), read_table(folder / TRADEOFF_CSV),
@@ -68,9 +67,9 @@ def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
 
 
 def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
-    """docs/capacity/cpu_capacity.csv from a folder of capacity searches on the real engine. A
-    provenance.ReplaceRefused, before writing, where a table is there already and not ``force``: the
-    searches record no commit, so nothing tells them from the ones it holds."""
+    """docs/capacity/cpu_capacity.csv from capacity searches on the real engine. Refuses
+    (ReplaceRefused) to replace a table unless ``force``: the searches record no commit to tell them
+    apart."""
     searches = capacity.load_searches(multirun)
     if searches.empty or any(recorded_as(name, "simulated") for name in searches.executor):
         raise SystemExit(f"{multirun}: expected capacity searches of executor=model "
@@ -89,7 +88,7 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False)
 
 
 def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, str]:
-    """claims.PROVENANCE of a committed table of searches measured on a CPU: what it ran on."""
+    """claims.PROVENANCE of a committed CPU-measured table."""
     first = cpu.iloc[0]
     return {"source": f"measured CPU, {first.model} (committed docs/capacity/{table})",
             "scale": str(first.scale),
@@ -98,8 +97,7 @@ def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, st
 
 
 def predicted_by(sim: pd.DataFrame) -> dict:
-    """The device, cost model and GPU count a committed simulated table's searches were predicted
-    by, read from its columns (one of each per table)."""
+    """The device, cost model and GPU count of a simulated table (one of each per table)."""
     where = sim.attrs.get("path", "a simulated capacity table")
     if lacking := [key for key in capacity.SIMULATED_COLUMNS if key not in sim]:
         raise TableError(f"{where} is invalid: it lacks column {lacking[0]} (a table written "
@@ -115,22 +113,21 @@ def predicted_by(sim: pd.DataFrame) -> dict:
 
 
 def simulated_provenance(sim: pd.DataFrame, table: str, suffix: str = "") -> dict[str, str]:
-    """claims.PROVENANCE of a committed table of simulated searches (``table``), or of its cost
-    model alone (``table`` empty)."""
+    """claims.PROVENANCE of a simulated table, or of its cost model alone (``table`` empty)."""
     where = f" (committed docs/capacity/{table})" if table else " (computed here)"
     return claim_checks.simulated_provenance(f"{source(sim)}{suffix}{where}",
                                              str(sim.scale.iloc[0]))
 
 
 def source(sim: pd.DataFrame) -> str:
-    """e.g. 'simulated A100 (roofline), mistral-7b': what the claims rows and figure titles call a
+    """e.g. 'simulated A100 (roofline), mistral-7b': what claims rows and figure titles call a
     table."""
     return f"{simulated_source(**predicted_by(sim))}, {sim.model.iloc[0]}"
 
 
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:
-    """The capacity rows of the claims table: the CPU table's, the simulated tables', and the chunk
-    overhead that sim_capacity.csv's cost model predicts for its model."""
+    """The claims table's capacity rows: the CPU table's, the simulated tables', and
+    sim_capacity.csv's cost model's chunk overhead."""
     sim, tradeoff, cpu = load(docs)
     by = predicted_by(sim)
     cost = CostModel.for_device(by["device"], sim.model.iloc[0], by["cost_model"], tp=by["tp"])
@@ -142,7 +139,7 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     rows = capacity.capacity_claims(
         measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV)),
         capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "")))
-    # The tables of other shapes, each its own claim where it exists.
+    # Tables of other shapes, each its own claim where it exists.
     for csv, claim, suffix in ((TP_CSV, capacity.TP_CLAIM, ""),
                                (TRACE_CSV, capacity.TRACE_CLAIM, TRACE_LENGTHS)):
         path = Path(docs) / "capacity" / csv
@@ -155,12 +152,11 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
 
 
 def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.DataFrame:
-    """The claims table with its capacity rows replaced by the current ones (appended if absent)."""
+    """The claims table with its capacity rows replaced (appended if absent)."""
     return pd.concat([table[table.experiment != "capacity"], claims(docs)], ignore_index=True)
 
 
 def draw(docs: str | Path = DOCS) -> list[Path]:
-    """docs/figures/capacity.png and capacity_tradeoff.png from the committed tables."""
     sim, tradeoff, cpu = load(docs)
     fig = capacity.capacity_figure(sim, cpu, source(sim))
     tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
@@ -171,11 +167,9 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
 
 
 def refresh(docs: str | Path = DOCS) -> list[Path]:
-    """Everything drawn from the committed tables: the two figures and, where
-    docs/figures/claims.csv exists (figures.ipynb writes the rest of it), its capacity rows replaced
-    in place."""
-    # The CPU table is optional (load: None, not measured); the simulated two are what every figure
-    # draws.
+    """The two figures and, where docs/figures/claims.csv exists, its capacity rows replaced in
+    place."""
+    # The CPU table is optional; the simulated two are what every figure draws.
     tables = [Path(docs) / "capacity" / name for name in (SIM_CSV, TRADEOFF_CSV)]
     if missing := [t.name for t in tables if not t.is_file()]:
         # A docs folder other than the repository's (publish --docs DIR) holds no capacity tables.

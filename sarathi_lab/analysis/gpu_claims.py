@@ -1,7 +1,6 @@
-"""The paper's claims as each GPU measured them: for every claim and device the newest kept run that
-judged it (docs/gpu/<device>/<run>/claims.csv, lease.json, summary.json), with its engine, commit,
-seeds and spread, and every older run's verdict kept as history. Written into docs/RESULTS.md
-between MARKERS by ``python -m sarathi_lab.analysis.publish --gpu-claims``, never by hand."""
+"""The paper's claims as each GPU measured them: per claim and device the newest kept run that
+judged it, with engine, commit, seeds and spread, older verdicts as history. Written into
+docs/RESULTS.md between MARKERS by ``publish --gpu-claims``."""
 from __future__ import annotations
 
 import csv
@@ -14,14 +13,13 @@ from sarathi_lab.analysis.gpu_records import Summary, cell
 
 BEGIN = "<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; edits here are replaced -->"
 END = "<!-- /gpu-claims -->"
-# What a paper sweep's step records of its command: the seeds it swept, where it named them.
+# The seeds a paper sweep's command named.
 SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")
 ATTRIBUTION = "attribution.csv"  # a lease's, by python -m sarathi_lab.analysis.attribute
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One claim as one kept run judged it."""
     claim: str
     experiment: str
     paper: str
@@ -36,14 +34,13 @@ class Judged:
     why: str = ""    # for a claim not judged "yes": the lease's attribution of it (attribution.csv)
 
 
-# What claims.csv's "left out" says of a claim drawn from a sweep that did not finish.
+# claims.csv's "left out" for a claim from an unfinished sweep.
 JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
 
 def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") -> str:
-    """The seeds the run's sweep of ``experiment`` had: those of its finished runs where lease.json
-    records them (``sweeps``), else as its step's command names them (one seed, the experiment's
-    default, where it named none); with the jobs it stands on where the sweep did not finish."""
+    """The seeds of the run's sweep: from lease.json's ``sweeps``, else its step's command (the
+    default seed where it named none); with the jobs it stands on where unfinished."""
     sweep = (record.get("sweeps") or {}).get(experiment) if isinstance(record.get("sweeps"),
                                                                        dict) else None
     jobs = JOBS.search(left_out or "")
@@ -65,9 +62,7 @@ def _named_seeds(summary: Summary, experiment: str) -> str:
 
 
 def judged(gpu_docs: Path) -> list[Judged]:
-    """Every claim of every run kept under ``gpu_docs``, oldest run first; a damaged run (its
-    lease.json, summary.json or claims.csv not what the suite writes) is skipped with a warning, the
-    others shown."""
+    """Every claim of every kept run, oldest first; a damaged run is skipped with a warning."""
     found = []
     for kept in sorted(gpu_records.kept_leases(gpu_docs),
                        key=lambda k: (k.folder.name, k.folder.parent.name)):
@@ -93,8 +88,7 @@ def judged(gpu_docs: Path) -> list[Judged]:
 
 
 def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
-    """(experiment, claim) -> why, from the lease's attribution.csv (``analysis.attribute``); None
-    where the lease has none."""
+    """(experiment, claim) -> why from the lease's attribution.csv; None without one."""
     try:
         with open(folder / ATTRIBUTION, newline="") as f:
             return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "")
@@ -113,8 +107,7 @@ def _why(whys: dict | None, row: dict) -> str:
 
 
 def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
-    """(each claim's newest judgement per device, every other one): runs sort by their folder's
-    date."""
+    """(each claim's newest judgement per device, the others), runs sorted by folder date."""
     # the last one stays
     latest = {(row.claim, row.device): row for row in sorted(rows, key=lambda r: r.run)}
     current = set(latest.values())
@@ -124,8 +117,7 @@ def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
 
 
 def section(gpu_docs: Path) -> str:
-    """The markdown between MARKERS: the newest run of each device for every claim, then the
-    history."""
+    """The newest run per device for every claim, then the history."""
     current, history = newest(judged(gpu_docs))
     def link(r: Judged) -> str:
         return f"[{r.run}](gpu/{r.device}/{r.run}/README.md)"
@@ -162,8 +154,8 @@ def section(gpu_docs: Path) -> str:
 
 
 def write(results_md: Path, gpu_docs: Path) -> Path:
-    """``results_md`` with its section between MARKERS rewritten; a ValueError where it has no such
-    section (one is placed by hand, once, where the GPU claims belong)."""
+    """Rewrites ``results_md`` between MARKERS; a ValueError where it has none (placed by hand
+    once)."""
     text = results_md.read_text()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:

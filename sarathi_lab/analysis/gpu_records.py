@@ -1,8 +1,6 @@
-"""The GPU suite's own files, one schema for every reader (the suite, its queue, ``gpu.collect``,
-``publish --gpu-claims``): a step's result.json, summary.json, a kept lease's lease.json and
-claims.csv. Each is checked where it is read; one that fails is a RecordError, one line naming the
-file and field, the value and what is allowed. Keys a newer suite writes are kept unread, never
-refused."""
+"""The GPU suite's own files, one schema for every reader: result.json, summary.json, lease.json and
+claims.csv. Each is checked where read; a failure is a RecordError, one line naming file, field,
+value and what is allowed. Keys a newer suite writes are kept, never refused."""
 from __future__ import annotations
 
 import csv
@@ -18,28 +16,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The suite's files: in its out directory and archive, and in a kept lease's folder.
+# The suite's files in its out directory, archive and kept lease folders.
 SUMMARY, LEASE_FILE, CLAIMS = "summary.json", "lease.json", "claims.csv"
-# Any file of the suite, read from an archive or from disk (gpu/archive_members refuses larger
-# members).
+# Any file of the suite, from an archive or disk.
 MAX_FILE_BYTES = 16 << 20
-# One part of a name the suite writes (a step, a job folder, a lease): what every filesystem takes.
+# One part of a name the suite writes: what every filesystem takes.
 NAME_PART = re.compile(r"[A-Za-z0-9_.=,+-]{1,128}")
-# A commit as a lease's folder name carries it: git's hex (a copy without .git says its own, as
-# SARATHI_COMMIT), never a path.
+# A commit as a lease's folder carries it (git hex, or SARATHI_COMMIT), never a path.
 COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
-# The device a lease's folders are named for: config.device_slug of the GPU's reported name.
+# config.device_slug of the GPU's name.
 DEVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 LEASE = re.compile(r"(\d{4}-\d{2}-\d{2})_([A-Za-z0-9._+-]{1,200})")
-# done: finished (DONE written); failed: raised (its one-line error recorded); incomplete: killed
-# or out of time (rerun continues it); unavailable: what it needs is not in this checkout yet.
+# done: DONE written; failed: its error recorded; incomplete: killed or out of time (a rerun
+# continues); unavailable: not in this checkout yet.
 STATUSES = ("done", "failed", "incomplete", "unavailable")
-# Times are the GPU machine's clock, read here on another: a little ahead is skew, more is damage.
+# Times are the GPU machine's clock: a little ahead is skew, more is damage.
 CLOCK_SKEW_S = 3600.0
 
 
 class RecordError(ValueError):
-    """A suite file that is not what the suite writes; the message is one line."""
+    """A suite file that is not what the suite writes; one line."""
 
 
 @dataclass
@@ -60,11 +56,11 @@ class StepResult:
     metrics: list[Metric] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
-    # the code it ran (the suite spans calls, and fixes land between them)
+    # the code it ran (fixes land between calls)
     commit: str = ""
-    # where: cuda, or cpu in a dry run (the suite's record keeps the driver's view)
+    # cuda, or cpu in a dry run
     device: str = ""
-    # engine_code.step_hash of what it ran: a later change of those files makes it due
+    # engine_code.step_hash of what it ran
     code: str = ""
 
 
@@ -76,7 +72,7 @@ class Summary:
 
 
 def shown(value: Any, limit: int = 80) -> str:
-    """A value from a file as an error shows it: one line, bounded."""
+    """A value as an error shows it: one line, bounded."""
     text = " ".join(repr(value)[:limit * 4].split())
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -87,8 +83,8 @@ def invalid(where: str, key: str, value: Any, allowed: str) -> RecordError:
 
 def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str,
          default: Any = ...) -> Any:
-    """``data[key]`` where ``check`` accepts it; ``default`` where it is missing (required without
-    one)."""
+    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without one).
+    """
     if key not in data:
         if default is ...:
             raise RecordError(f"{where} is invalid: {prefix}{key} is missing: must be {allowed}")
@@ -131,12 +127,12 @@ def metric(data: Any, where: str, prefix: str) -> Metric:
                        or isinstance(v, (str, int, float)), "a number, a string or null"),
                   _get(data, "unit", where, prefix, _is_str, "a string", ""),
                   _get(data, "target", where, prefix, _is_str, "a string", ""),
-                  # An older suite wrote numpy's bools as their text.
+                  # An older suite wrote numpy's bools as text.
                   holds if not isinstance(holds, str) else holds == "True")
 
 
 def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
-    """A step's record (result.json, or one of summary.json's steps at ``prefix``)."""
+    """result.json, or summary.json's step at ``prefix``."""
     if not isinstance(data, dict):
         raise invalid(where, prefix.rstrip(".") or "its content", data,
                       "a mapping (a step's record)")
@@ -159,7 +155,6 @@ def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
 
 
 def summary(data: Any, where: str) -> Summary:
-    """summary.json: the call's settings and one record per step."""
     if not isinstance(data, dict):
         raise invalid(where, "its content", data, "a mapping of suite and steps")
     suite = _get(data, "suite", where, "", _is_mapping, "a mapping", {})
@@ -183,7 +178,7 @@ def summary(data: Any, where: str) -> Summary:
 
 
 def lease(data: Any, where: str) -> dict[str, Any]:
-    """lease.json (gpu.collect's lease_record); keys beyond these are a newer suite's, kept."""
+    """lease.json (gpu.collect's lease_record); unknown keys are a newer suite's, kept."""
     if not isinstance(data, dict):
         raise invalid(where, "its content", data, "a mapping (a lease's record)")
     names = (lambda v: isinstance(v, list) and all(map(_is_name, v)), "a list of names")
@@ -216,12 +211,11 @@ def _is_lease(value: Any) -> bool:
                                                            time.gmtime(time.time() + CLOCK_SKEW_S))
 
 
-# claims.csv (analysis.claims.COLUMNS): a row needs these; the others are optional text.
+# claims.csv (analysis.claims.COLUMNS): a row needs these.
 CLAIM_KEYS = ("experiment", "claim")
 
 
 def claims(data: bytes, where: str) -> list[dict[str, str]]:
-    """claims.csv's rows, each a mapping of column to text."""
     try:
         reader = csv.DictReader(io.StringIO(data.decode(), newline=""))
         rows = list(reader)
@@ -244,7 +238,7 @@ def claims(data: bytes, where: str) -> list[dict[str, str]]:
 
 
 def read_bytes(path: Path) -> bytes:
-    """A regular file's bytes, at most MAX_FILE_BYTES (a FIFO is refused, never waited on)."""
+    """At most MAX_FILE_BYTES; a FIFO is refused, never waited on."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -271,7 +265,6 @@ def parse_json(data: bytes, where: str) -> Any:
 
 
 def read(path: Path, parse) -> Any:
-    """``parse`` (step_result, summary, lease) of the JSON file at ``path``."""
     return parse(parse_json(read_bytes(path), str(path)), str(path))
 
 
@@ -283,7 +276,7 @@ _warned: set[str] = set()
 
 
 def warn(message: str) -> None:
-    """One line on stderr, once per message (readers poll the same files)."""
+    """Once per message: readers poll the same files."""
     if message not in _warned:
         _warned.add(message)
         print(f"warning: {message}", file=sys.stderr, flush=True)
@@ -291,14 +284,13 @@ def warn(message: str) -> None:
 
 @dataclass(frozen=True)
 class Kept:
-    """A lease kept under docs/gpu/<device>/<lease>/ (gpu.collect), its records read and checked."""
+    """A kept lease, its records read and checked."""
     folder: Path
     lease: dict[str, Any]
     summary: Summary
 
 
 def kept_lease(folder: Path) -> Kept:
-    """The lease in ``folder``: its lease.json, naming that folder, and its summary.json."""
     record = read(folder / LEASE_FILE, lease)
     if (record["device"], record["lease"]) != (folder.parent.name, folder.name):
         raise invalid(str(folder / LEASE_FILE), "device, lease",
@@ -308,8 +300,7 @@ def kept_lease(folder: Path) -> Kept:
 
 
 def kept_leases(gpu_docs: Path) -> list[Kept]:
-    """Every lease kept under ``gpu_docs`` by device then lease; a damaged one is skipped with a
-    warning naming its file and field, and the others are read."""
+    """Every kept lease by device then lease; a damaged one is skipped with a warning."""
     found = []
     for folder in sorted(p for p in Path(gpu_docs).glob("*/*") if p.is_dir()
                          and not p.is_symlink()):
@@ -320,16 +311,14 @@ def kept_leases(gpu_docs: Path) -> list[Kept]:
     return found
 
 
-# Markdown's and HTML's active characters, each shown as itself: a file's text in a table cell makes
-# no tag, comment (RESULTS.md's section markers are comments), link, image, emphasis or column
-# break.
+# Markdown's and HTML's active characters shown as themselves: no tag, comment, link, emphasis or
+# column break from a file's text.
 _PLAIN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
                         **{c: "\\" + c for c in "\\`*_~[]|"}})
-# What GitHub turns into a link without any markup.
 _AUTOLINK = re.compile(r"(?i)(://|www\.)")
 
 
 def cell(text: Any) -> str:
-    """``text`` as plain text in one markdown table cell (one line)."""
+    """``text`` as plain text in one table cell."""
     flat = " ".join(str(text).split()).translate(_PLAIN)
     return _AUTOLINK.sub(lambda m: m[1].replace("/", "&#47;").replace(".", "&#46;"), flat)

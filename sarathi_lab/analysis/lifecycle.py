@@ -1,14 +1,8 @@
-"""Each request's lifecycle, from a run's results contract alone (iterations.parquet,
-requests.parquet): ``queued`` from its arrival to the first iteration that holds it, one ``prefill``
-span per chunk, one ``decode`` span per run of consecutive iterations it decoded in, ``stalled``
-where iterations ran without it, and ``preempted`` from the iteration whose scheduling evicted it to
-the one that takes it back (its prefill recomputed). Times are seconds on the run's clock, as the
-tables hold them.
-
-A run written before the iterations table named its requests (``MEMBERSHIP``) still reads: each
-request is then queued, one prefill span (first scheduled to first token) and one decode span (first
-token to finish), and ``missing`` says what is not recorded.
-"""
+"""Each request's lifecycle from a run's iterations and requests tables: ``queued`` until an
+iteration holds it, a ``prefill`` span per chunk, a ``decode`` span per run of consecutive
+iterations, ``stalled`` where iterations ran without it, ``preempted`` from eviction to readmission.
+Seconds on the run's clock. Runs from before ``MEMBERSHIP`` was recorded read coarsely (``missing``
+says what is absent)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -17,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-# The iterations table's columns that say which requests each iteration held.
+# The columns saying which requests each iteration held.
 MEMBERSHIP = ("prefill_request_ids", "prefill_chunk_tokens", "decode_request_ids",
               "preempted_request_ids")
 KV_BLOCKS = "num_kv_blocks_used"
@@ -38,19 +32,19 @@ class Span:
 
 
 def missing(iterations: pd.DataFrame) -> list[str]:
-    """What of NOT_RECORDED a run's iterations table lacks (its keys)."""
+    """What of NOT_RECORDED the iterations table lacks."""
     return ([] if set(MEMBERSHIP) <= set(iterations.columns) else ["membership"]) + (
         [] if KV_BLOCKS in iterations.columns else ["kv_blocks"])
 
 
 def request_spans(iterations: pd.DataFrame, requests: pd.DataFrame) -> list[Span]:
-    """Every request's spans, request by request in arrival order, each request's in time order."""
+    """Every request's spans in arrival order, each request's in time order."""
     end_of_run = float((iterations.start_s + iterations.duration_s).max()) if len(iterations) else 0.0
     if "membership" in missing(iterations):
         return [s for r in _arrival_order(requests) for s in _coarse(r, end_of_run)]
     starts, ends = iterations.start_s.to_numpy(float), (iterations.start_s + iterations.duration_s).to_numpy(float)
-    # Each request's (row, order within the row, kind, tokens): an eviction while the iteration was
-    # composed comes before a chunk that readmits it in the same iteration.
+    # Each request's (row, order in row, kind, tokens): an eviction while composing an iteration
+    # precedes a chunk readmitting it there.
     held: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
     for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*(iterations[c]
                                                                        for c in MEMBERSHIP))):
@@ -73,7 +67,7 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
         add("queued", r.arrival_s, max(end_of_run, r.arrival_s), unfinished=True)
         return spans
     add("queued", r.arrival_s, starts[events[0][0]])
-    # last row it ran in; row whose scheduling evicted it; open decode run
+    # last row run; row whose scheduling evicted it; open decode run
     last = evicted = decoding = None
     computed, recompute = 0, False
 
@@ -116,7 +110,7 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
 
 
 def _coarse(r, end_of_run) -> list[Span]:
-    """The lifecycle the requests table alone gives: no chunks, no stalls, no preemptions."""
+    """The requests table alone: no chunks, stalls or preemptions."""
     rid, spans = int(r.request_id), []
     scheduled, first, finish = (_time(r, c) for c in ("first_scheduled_s", "first_token_s",
                                                       "finish_s"))
@@ -141,6 +135,6 @@ def _arrival_order(requests: pd.DataFrame):
 
 
 def int_list(cell) -> list[int]:
-    """A list cell (a tuple in memory, an array read from parquet; None in a row a partial table
-    lacks)."""
+    """A list cell (a tuple in memory, an array from parquet, None where a partial table lacks it).
+    """
     return [] if cell is None else np.asarray(cell, dtype=np.int64).tolist()
