@@ -30,8 +30,7 @@ def _joined(values) -> str:
 
 
 def runs_provenance(results: Results, name: str) -> Provenance:
-    """Where experiment ``name``'s numbers under ``results`` come from: its source and scale (as its
-    claims rows say), the machines that measured it and the commits its runs ran at."""
+    """The source and scale, machines and commits behind experiment ``name``'s numbers."""
     summary = results.with_unreliable().summary(name)
     simulated = recorded_as(results.executor(name)["executor"], "simulated")
     machine = "" if simulated else _joined(summary.get("env.device_name", []))
@@ -41,7 +40,7 @@ def runs_provenance(results: Results, name: str) -> Provenance:
 
 
 def merged(each: list[Provenance]) -> Provenance:
-    """One provenance for a file drawn from several experiments (the claims table)."""
+    """One provenance for a file drawn from several experiments."""
     return Provenance(*(_joined(getattr(p, key) for p in each)
                         for key in ("source", "scale", "machine", "lease",
                                                                            "commit")),
@@ -49,8 +48,7 @@ def merged(each: list[Provenance]) -> Provenance:
 
 
 def plan(measured: Results | None, sims: list[Results], docs: Path) -> dict[Path, Provenance]:
-    """Each file publish would write from these roots, with its provenance (the figures of the
-    results each root has runs of; the claims table with a measured root)."""
+    """Each file publish would write from these roots, with its provenance."""
     planned, each = {}, []
     for results, suffix in ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims
                                                                      else []):
@@ -82,9 +80,9 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
 def publish(measured: str | Path | None, simulated: list[str | Path],
             docs: str | Path = capacity_docs.DOCS,
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
-    """The files written. A provenance.ReplaceRefused, before writing any, where one would replace a
-    file of another source, scale, machine or commit (unless ``force``)."""
-    # a table refresh would fail on, refused before anything is written
+    """The files written; a ReplaceRefused before writing where one would replace another source's,
+    scale's, machine's or commit's (unless ``force``)."""
+    # refused before anything is written
     capacity_docs.check_tables(docs)
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
     runs = None if measured is None else load_results(measured, include_unreliable=include_unreliable)
@@ -94,7 +92,7 @@ def publish(measured: str | Path | None, simulated: list[str | Path],
         written += draw_all(runs, docs)
         path = docs / "figures" / "claims.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        # its capacity rows: refresh's, below
+        # capacity rows: refresh's, below
         claims.claims_table(runs, sims).to_csv(path, index=False)
         written.append(path)
     if sims:

@@ -1,6 +1,5 @@
-"""The paper's results, each one unit: a module in ``analysis/paper_results/`` whose ``RESULT``
-(a PaperResult) registers it. produce, the claims table, the figures, the notebooks and the GPU
-suite iterate ``RESULTS``. A result's figure imports matplotlib only when it is drawn."""
+"""The paper's results, each a module in ``analysis/paper_results/`` whose ``RESULT`` registers it;
+produce, the claims, figures, notebooks and GPU suite iterate ``RESULTS``."""
 from __future__ import annotations
 
 import importlib
@@ -21,8 +20,7 @@ def _discover() -> tuple[PaperResult, ...]:
     return tuple(sorted(found, key=lambda r: (r.order, r.name)))
 
 
-# Read when used, not copied at import, so that a result registered later (a test's toy) is seen
-# too.
+# Read when used, so a result registered later (a test's toy) is seen.
 RESULTS: tuple[PaperResult, ...] = _discover()
 
 
@@ -38,17 +36,14 @@ def by_name(name: str) -> PaperResult:
 
 
 def draw(result: PaperResult, runs, simulated=None):
-    """The result's figure. Where every measured run of it was left out (a busy machine flags them
-    all timing_unreliable), its simulated runs are drawn alone, which no load changes, with a line
-    saying the measured ones were left out and why; None only where there is nothing at all to draw
-    (``runs.nothing_kept_note`` then stands in its place)."""
+    """The result's figure; with every measured run left out (unreliable), the simulated runs alone
+    with a line saying why. None where there is nothing to draw."""
     if not runs.summary(result.name).empty:
         return result.figure(runs, simulated)
     if simulated is None or result.name in simulated.missing() or simulated.summary(result.name).empty:
         return None
     fig = result.figure(simulated, None)
-    # A line of the headline (constrained layout makes room for it): below the axes it ran into the
-    # notes some figures draw there.
+    # In the headline: below the axes it ran into some figures' notes.
     above = fig._suptitle.get_text() + "\n" if fig._suptitle is not None else ""
     fig.suptitle(f"{above}measured runs left out: {runs.nothing_kept_note(result.name)}",
                  fontsize=11)

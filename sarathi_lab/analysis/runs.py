@@ -1,7 +1,6 @@
 """Where each experiment's runs are under a results root
-(``<experiment>/multiruns/<sweep>/<job>/``): its newest complete sweep (harness/sweep_state.py), or,
-where none is, its newest sweep with a finished run, said to be incomplete wherever its numbers are
-shown."""
+(``<experiment>/multiruns/<sweep>/<job>/``): its newest complete sweep, else its newest with a
+finished run, marked incomplete wherever shown."""
 from __future__ import annotations
 
 import logging
@@ -36,8 +35,7 @@ EXPERIMENTS = registry.names()
 
 
 def sweeps(root: str | Path, name: str) -> list[Path]:
-    """The sweep directories under ``root/<name>/multiruns`` that hold a finished run, newest first
-    (by their latest finished run)."""
+    """Sweeps under ``root/<name>/multiruns`` holding a finished run, newest first."""
     finished = {}
     for metrics in (Path(root) / name / "multiruns").glob(f"*/**/{METRICS}"):
         relative = metrics.relative_to(Path(root) / name / "multiruns")
@@ -48,24 +46,21 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
             for s in sorted(finished, key=finished.get, reverse=True)]
 
 
-# Set to 1 (or true, yes, on: env_flags.py), every Results (the notebooks', produce's) reads
-# incomplete sweeps as include_incomplete does.
+# Truthy (env_flags.py): every Results reads incomplete sweeps as include_incomplete does.
 INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
-# Set to 1 (or true, yes, on), the notebooks keep the runs flagged timing_unreliable (Results'
-# include_unreliable).
+# Truthy: the notebooks keep runs flagged timing_unreliable.
 INCLUDE_UNRELIABLE_ENV = "SARATHI_INCLUDE_UNRELIABLE"
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The sweep that stands for an experiment, its state, and the newer incomplete sweeps passed
-    over for it (``skipped``, newest first)."""
+    """The sweep standing for an experiment, its state, and newer incomplete sweeps passed over."""
     sweep: Path
     state: SweepState
     skipped: list[tuple[Path, SweepState]]
 
     def note(self, kept: bool) -> str:
-        """'' for a complete sweep chosen over none; else what the numbers lack or passed over."""
+        """'' for a complete sweep; else what the numbers lack or passed over."""
         if not self.state.complete:
             return f"incomplete: {self.state.describe()}" + (" (include_incomplete)" if kept
                                                              else "")
@@ -78,8 +73,8 @@ class Choice:
 
 
 def download_wandb(project: str, root: str | Path, names=None) -> Path:
-    """Every result file of each experiment's newest W&B group (one sweep) into ``root``, laid out
-    as local runs are: ``root/<name>/multiruns/<group>/<run id>/``."""
+    """Each experiment's newest W&B group into ``root``, laid out as local runs
+    (``root/<name>/multiruns/<group>/<run id>/``)."""
     import wandb
 
     api = wandb.Api()
@@ -96,19 +91,17 @@ def download_wandb(project: str, root: str | Path, names=None) -> Path:
     return Path(root)
 
 
-# The units a metric's name ends with (a summary key that is none is a count, a flag or a setting).
+# The units a metric's name ends with (else a count, flag or setting).
 METRIC_UNITS = ("_s", "_tok_s", "_rps", "_tokens", "_share", "_fraction")
-# metrics.json's flag for a run whose times other work on the machine distorted (profiling/load.py).
+# A run whose times other work distorted (profiling/load.py).
 UNRELIABLE = "env.timing_unreliable"
 
 
 @dataclass(eq=False)
 class Results:
-    """Each experiment's runs under one results root (``choice``), loaded on first use. Runs
-    flagged ``timing_unreliable`` are left out of every table unless ``include_unreliable``;
-    ``seed`` keeps one repeat of the experiment (how the claims get their spread);
-    ``include_incomplete`` None: as INCLUDE_INCOMPLETE_ENV says. Its views (``repeat``,
-    ``with_unreliable``) share what is already loaded."""
+    """Each experiment's runs under one root, loaded on first use. Unreliable runs are left out
+    unless ``include_unreliable``; ``seed`` keeps one repeat; ``include_incomplete`` None: as
+    INCLUDE_INCOMPLETE_ENV says. Views share what is loaded."""
     root: Path
     include_unreliable: bool = False
     seed: int | None = None
@@ -122,8 +115,8 @@ class Results:
             self.include_incomplete = env_flag(INCLUDE_INCOMPLETE_ENV)
 
     def choice(self, name: str) -> Choice:
-        """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete``
-        or where none is complete."""
+        """The newest complete sweep, or the newest of all with ``include_incomplete`` or none
+        complete."""
         if name not in self._choices:
             found = sweeps(self.root, name)
             if not found:
@@ -159,9 +152,8 @@ class Results:
         return self._tables[name, table]
 
     def _current_jobs(self, name: str, runs: pd.DataFrame, warn: bool) -> pd.DataFrame:
-        """``runs`` of the jobs the sweep's last launch ran (its summary's jobs, once it ended): a
-        finished run in a folder of none of them (an earlier launch's, its swept values since
-        changed) is left out, and said so."""
+        """``runs`` of the jobs the sweep's last launch ran: others (an earlier launch's) are left
+        out, and said so."""
         sweep, state = self.sweep(name), self.choice(name).state
         if not len(runs) or not state.ended or not isinstance(read_json(sweep / SWEEP_SUMMARY),
                                                               dict):
@@ -184,8 +176,7 @@ class Results:
         return set(summary.run_dir[summary[UNRELIABLE].fillna(False).astype(bool)])
 
     def _runs(self, name: str) -> set[str]:
-        """The run_dirs every table of ``name`` keeps: reliable (unless opted in), of ``seed`` if
-        set."""
+        """The run_dirs kept: reliable (unless opted in), of ``seed`` if set."""
         summary = self._loaded(name, "summary")
         keep = set(summary.run_dir)
         if not self.include_unreliable:
@@ -201,7 +192,7 @@ class Results:
         return loaded[loaded.run_dir.isin(self._runs(name))].reset_index(drop=True)
 
     def seeds(self, name: str) -> list[int]:
-        """The seeds of the experiment's kept runs: each a repeat of the whole experiment."""
+        """The seeds of the kept runs, each a repeat of the whole experiment."""
         summary = self.summary(name)
         return sorted(summary.seed.dropna().unique().tolist()) if "seed" in summary else []
 
@@ -212,7 +203,7 @@ class Results:
         return replace(self, include_unreliable=True)
 
     def provenance(self, name: str) -> dict[str, str]:
-        """Where the experiment's numbers come from: a claims row's claims.PROVENANCE columns."""
+        """A claims row's claims.PROVENANCE columns."""
         row = self._loaded(name, "summary").iloc[0]
         source = f"{self.source(name)}, {row.get('model', 'unrecorded')}"
         scale, dtype = self.scale(name), str(row.get("env.dtype", ""))
@@ -224,9 +215,8 @@ class Results:
                 "machine": str(row.get("env.device_name", "")), "commit": self.commits(name)}
 
     def commits(self, name: str) -> str:
-        """The commit the experiment's kept runs ran at ('6218397'; 'unrecorded' where they recorded
-        none), or, where they mix several, each with its count: 'mixed: 6218397 (3 runs), abcdef0 (1
-        run)'."""
+        """'6218397', 'unrecorded', or with several each with its count: 'mixed: 6218397 (3 runs),
+        abcdef0 (1 run)'."""
         summary = self.summary(name)
         if summary.empty:
             summary = self._loaded(name, "summary")
@@ -238,11 +228,9 @@ class Results:
                                      for c, n in sorted(counts.items()))
 
     def lacking_note(self, name: str, short: bool = False) -> str:
-        """What the experiment's tables leave out of its kept runs without the tables showing it:
-        runs whose metrics.json cannot be read ('1 run unreadable: ...'), and metrics some runs
-        recorded and others did not ('1 of 4 runs lack ttft_p50_s (...)': renamed, or a run of
-        another version), which whatever reads them leaves those runs out of; '' where there is
-        nothing to say. ``short``: without the reasons (a figure's title)."""
+        """What the tables silently leave out of the kept runs: unreadable metrics.json ('1 run
+        unreadable: ...') and metrics only some runs recorded ('1 of 4 runs lack ttft_p50_s (...)');
+        '' where nothing. ``short``: no reasons (figure titles)."""
         sweep, keys, unreadable = self.sweep(name), {}, []
         summary = self.summary(name)
         # none where every run is unreadable
@@ -274,16 +262,15 @@ class Results:
         return "; ".join(notes)
 
     def scale(self, name: str) -> str:
-        """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json;
-        ``experiment=ci/NAME`` sweeps into a folder named by time only), or a sweep folder named
-        ``ci-*`` (``produce --scale ci``)."""
+        """'ci' or 'full': the runs' own ``scale``, or a ``ci-*`` sweep folder (``produce --scale
+        ci``)."""
         summary = self._loaded(name, "summary")
         recorded = set(summary["scale"].dropna()) if "scale" in summary else set()
         return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
     def executor(self, name: str) -> dict[str, str]:
-        """``executor`` (model | sim) and, when simulated, ``sim_device``, ``sim_cost_model``,
-        ``sim_tp`` and (with pipeline stages) ``sim_pp``, from a run's resolved config."""
+        """``executor`` (model | sim) and, simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp``
+        and ``sim_pp``."""
         engine = {}
         sweep = self.sweep(name)
         for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
@@ -326,8 +313,8 @@ class Results:
                 f"{row.get('env.dtype', 'unrecorded')} ({self.scale(name)} scale{notes})")
 
     def nothing_kept_note(self, name: str) -> str:
-        """What stands in the place of a figure of ``name`` none of whose runs is kept: how many
-        were left out, why, and how to draw them anyway."""
+        """Stands in for a figure with no kept run: how many were left out, why, and how to draw
+        them anyway."""
         flagged = len(self._unreliable_runs(name))
         if not flagged:
             unreadable = self.lacking_note(name)
@@ -349,8 +336,8 @@ class Results:
 def load_results(root: str | Path, wandb_project: str | None = None,
                  include_unreliable: bool = False,
                  include_incomplete: bool | None = None) -> Results:
-    """The runs of every experiment under ``root``, or with ``wandb_project`` ("entity/project")
-    downloaded into ``root/wandb/<project>`` first."""
+    """The runs of every experiment under ``root``, with ``wandb_project`` downloaded there first.
+    """
     if wandb_project:
         root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
     return Results(root, include_unreliable, include_incomplete=include_incomplete)

@@ -37,15 +37,13 @@ US = 1e6                    # the format's microseconds per second
 
 
 def _us(t0: float, t1: float) -> tuple[float, float]:
-    """ts and dur in microseconds, to the nanosecond: two events that meet on the run's clock still
-    meet."""
+    """Microseconds to the nanosecond: events that meet on the run's clock still meet."""
     ts = round(t0 * US, 3)
     return ts, round(t1 * US, 3) - ts
 
 
 @dataclass(frozen=True)
 class RunTables:
-    """What a trace or a timeline figure reads of one run."""
     run_dir: Path
     iterations: pd.DataFrame    # sorted by iteration
     requests: pd.DataFrame
@@ -75,8 +73,7 @@ class RunTables:
                                                                                            f"{n}" for n in notes))
 
 
-# What a trace reads of each table (the membership columns are optional: a run that lacks them says
-# so).
+# Columns a trace reads (membership is optional: a run lacking it says so).
 REQUIRED_COLUMNS = {
     "iterations": ("iteration", "start_s", "duration_s", "num_prefill_tokens", "num_decode_tokens",
                    "num_prefill_requests", "num_decode_requests"),
@@ -85,8 +82,8 @@ REQUIRED_COLUMNS = {
 
 
 def load_run(run_dir: str | Path) -> RunTables:
-    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun where it has
-    none."""
+    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun where none.
+    """
     run_dir = Path(run_dir)
     partial = not (run_dir / METRICS).is_file() and (run_dir / "metrics.partial.json").is_file()
     suffix = ".partial" if partial else ""
@@ -118,7 +115,7 @@ def load_run(run_dir: str | Path) -> RunTables:
 
 def trace(run: RunTables, start_s: float | None = None,
           duration_s: float | None = None) -> dict[str, Any]:
-    """The trace of ``run``: every event, or those overlapping [start_s, start_s + duration_s]."""
+    """Every event of ``run``, or those overlapping [start_s, start_s + duration_s]."""
     lo = -np.inf if start_s is None else start_s
     hi = np.inf if duration_s is None else lo + duration_s if start_s is not None else duration_s
     keep = (lambda t0, t1: t1 >= lo and t0 <= hi)
@@ -160,8 +157,8 @@ def _names(run: RunTables) -> list[dict]:
 
 
 def iteration_lanes(starts, ends) -> list[int]:
-    """A track for each iteration, none overlapping another on its track: one for a run whose
-    iterations follow one another, more where a pipeline's micro-batches overlap."""
+    """A track per iteration, none overlapping on a track: one track unless a pipeline's
+    micro-batches overlap."""
     lane_ends: list[float] = []
     lanes = []
     for t0, t1 in zip(starts, ends):
@@ -194,7 +191,7 @@ def _iteration_events(run: RunTables, keep) -> list[dict]:
 
 
 def _members(its: pd.DataFrame) -> list[dict[str, Any]]:
-    """Each iteration's requests as its event's args: prefill chunks {request id: tokens}, decodes,
+    """Each iteration's requests as event args: prefill chunks {request id: tokens}, decodes,
     preempted."""
     return [{"prefill_chunks": {str(r): n for r, n in zip(int_list(ids), int_list(tokens))},
              "decode_request_ids": int_list(decodes), "preempted_request_ids": int_list(preempted)}
@@ -202,8 +199,8 @@ def _members(its: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _counters(run: RunTables, lo: float, hi: float) -> list[dict]:
-    """Counter samples at each iteration's start, and back to zero at its end where no iteration
-    follows at once."""
+    """Counter samples at each iteration's start, back to zero at its end unless one follows at
+    once."""
     its = run.iterations
     if not len(its):
         return []
@@ -228,13 +225,13 @@ def _counters(run: RunTables, lo: float, hi: float) -> list[dict]:
 
 
 def _plain(value: Any) -> Any:
-    """A table cell as JSON takes it (numpy scalars as Python numbers, NaN as None)."""
+    """As JSON takes it (numpy scalars as numbers, NaN as None)."""
     value = value.item() if isinstance(value, np.generic) else value
     return None if isinstance(value, float) and not np.isfinite(value) else value
 
 
 def out_problem(out: Path) -> str | None:
-    """Why the trace cannot be written at ``out`` (a directory, a path under a file), or None."""
+    """Why the trace cannot be written at ``out``, or None."""
     if out.is_dir():
         return f"--out={out} is invalid: it is a directory; allowed: a file path (.json, or .json.gz gzipped)"
     existing = next((p for p in out.absolute().parents if p.exists() or p.is_symlink()), None)
@@ -244,7 +241,7 @@ def out_problem(out: Path) -> str | None:
 
 
 def write_trace(payload: dict[str, Any], out: Path) -> Path:
-    """``payload`` at ``out`` (gzipped for a .gz name), whole or not at all (write_atomically)."""
+    """Gzipped for a .gz name; whole or not at all."""
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, lambda tmp: tmp.write_bytes(gzip.compress(data) if out.suffix == ".gz"
@@ -253,7 +250,7 @@ def write_trace(payload: dict[str, Any], out: Path) -> Path:
 
 
 def serving_runs(run_dir: Path) -> list[Path]:
-    """The serving runs under ``run_dir``: itself, or its own runs (a capacity search's trials)."""
+    """``run_dir`` itself, or its runs (a capacity search's trials)."""
     found = sorted(p.parent for p in Path(run_dir).rglob(METRICS)
                    if WANDB_DIR not in p.relative_to(run_dir).parts[:-1])
     return [d for d in found if (d / "iterations.parquet").is_file()
@@ -261,8 +258,7 @@ def serving_runs(run_dir: Path) -> list[Path]:
 
 
 def export_timelines(run_dir: Path) -> list[Path]:
-    """``timeline.json`` in every serving run under ``run_dir`` (what ``export.timeline=true``
-    writes)."""
+    """``timeline.json`` in every serving run under ``run_dir`` (``export.timeline=true``)."""
     written = []
     for run in serving_runs(run_dir):
         try:
@@ -303,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = trace(run, args.start_s, args.duration_s)
     try:
         out = write_trace(payload, out)
-    # a read-only filesystem, a full disk, no permission: nothing half-written is left
+    # nothing half-written is left
     except OSError as e:
         cli_args.refuse(f"--out={out} cannot be written: {e.strerror or e} ({e.filename or out}); "
                         "nothing was written; choose another path")

@@ -1,8 +1,6 @@
-"""Batch timelines of runs on the same arrivals, stacked: for each run its iterations as bars (as
-wide as the iteration took, as tall as its tokens, prefill-chunk tokens below decode tokens) over
-its requests' lifecycles (lifecycle.py), on one time axis. SARATHI's iterations stay alike (a chunk
-with the decodes riding on it); vLLM-style scheduling runs whole prompts alone while decodes stall.
-"""
+"""Batch timelines of runs on the same arrivals, stacked: iterations as bars (width its time, height
+its tokens, prefill below decode) over the requests' lifecycles, on one time axis. SARATHI's
+iterations stay alike; vLLM-style scheduling runs whole prompts alone while decodes stall."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -17,15 +15,15 @@ from sarathi_lab.harness.results import UnreadableRun
 
 COLORS = {"prefill": "#dd8452", "decode": "#4c72b0", "queued": "#d0d0d0", "stalled": "#c44e52",
           "preempted": "#222222"}
-# The experiment whose sweep runs every scheduler on the same arrivals, and the two it compares.
+# The experiment running every scheduler on the same arrivals, and the two compared.
 EXPERIMENT, SCHEDULERS = "scheduler_latency", ("sarathi", "vllm")
 FEW_SECONDS = 4.0
 
 
 def draw(runs: dict[str, RunTables | str | Path], start_s: float = 0.0,
          duration_s: float | None = None):
-    """A figure of ``runs`` ({label: a run or its directory}) stacked, over [start_s, start_s +
-    duration_s] of their clocks (None: to the end of the longest)."""
+    """``runs`` ({label: run or its directory}) stacked over [start_s, start_s + duration_s] (None:
+    to the end)."""
     runs = {label: run if isinstance(run, RunTables) else load_run(run)
             for label, run in runs.items()}
     end = max(float((r.iterations.start_s + r.iterations.duration_s).max()) for r in runs.values()
@@ -84,9 +82,8 @@ def _requests(ax, run: RunTables, lo: float, hi: float) -> None:
 
 
 def scheduler_pair(runs, experiment: str = EXPERIMENT, schedulers=SCHEDULERS) -> dict[str, RunTables] | str:
-    """``schedulers``' runs of ``experiment`` (a Results) on the same arrivals (the same rate and
-    seed), the highest rate both have, as {scheduler: run}; else a sentence saying why there are
-    none."""
+    """``schedulers``' runs on the same arrivals (rate and seed) at the highest rate both have, as
+    {scheduler: run}; else why there are none."""
     try:
         summary = runs.summary(experiment)
     except FileNotFoundError as e:
@@ -108,8 +105,7 @@ def scheduler_pair(runs, experiment: str = EXPERIMENT, schedulers=SCHEDULERS) ->
 
 
 def window(pair: dict[str, RunTables], seconds: float = FEW_SECONDS) -> tuple[float, float]:
-    """(start_s, duration_s): ``seconds`` from the first arrival, or up to the end of runs shorter
-    than that."""
+    """(start_s, duration_s): ``seconds`` from the first arrival, or to the end of shorter runs."""
     first = min(float(r.requests.arrival_s.min()) for r in pair.values())
     end = max(float((r.iterations.start_s + r.iterations.duration_s).max()) for r in pair.values())
     return first, min(seconds, end - first)

@@ -24,18 +24,17 @@ from sarathi_lab.provenance import Provenance
 NAME = "versus_vllm"
 WRITER = "python -m sarathi_lab.analysis.versus_vllm"
 ENGINES = {"model": "sarathi_lab", "vllm": "vLLM"}
-# What each of our scheduler names runs on vLLM (harness/vllm_args.py maps them).
+# What each of our scheduler names runs on vLLM (harness/vllm_args.py).
 BATCHING = {"sarathi_serve": "chunked prefill on", "vllm": "chunked prefill off"}
 STALL_FREE = "vLLM's own chunked prefill (stall-free batching) keeps P99 TBT below vLLM without it at every load"
 OURS = "Our engine's sarathi_serve keeps P99 TBT below our vllm scheduler's at every load (the same arrivals)"
 
 
 class NoRuns(ValueError):
-    """The root holds no finished run of both engines."""
+    """No finished run of both engines under the root."""
 
 
 def runs_of(root: str | Path) -> pd.DataFrame:
-    """The root's finished runs (load_runs), named for the figure."""
     runs = load_runs(root)
     if runs.empty or "executor" not in runs or not {"model", "vllm"} <= set(runs.executor) \
             or "workload.qps" not in runs:
@@ -46,7 +45,7 @@ def runs_of(root: str | Path) -> pd.DataFrame:
 
 
 def named(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs of both engines (load_runs' rows) with ``engine``, ``batching``, ``qps`` and ``source``."""
+    """Runs of both engines with ``engine``, ``batching``, ``qps`` and ``source``."""
     runs = runs[runs.scheduler.isin(list(BATCHING))].copy()
     runs["engine"] = runs.executor.map(ENGINES)
     runs["batching"] = runs.scheduler.map(BATCHING)
@@ -58,13 +57,13 @@ def named(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def p99_tbt(runs: pd.DataFrame, executor: str) -> pd.DataFrame:
-    """P99 TBT (s), mean over seeds, by load (rows) and scheduler (columns), of one engine."""
+    """P99 TBT (s), mean over seeds, by load and scheduler, of one engine."""
     one = runs[runs.executor == executor]
     return one.pivot_table(index="qps", columns="scheduler", values="itl_p99_s").reindex(columns=list(BATCHING))
 
 
 def _lower_at_every_load(tbt: pd.DataFrame) -> tuple[str, str]:
-    """(ours text, verdict) of 'sarathi_serve's P99 TBT below vllm's at each load'."""
+    """(ours text, verdict) of sarathi_serve's P99 TBT below vllm's at each load."""
     def at(r) -> str:
         ratio = "" if r.isna().any() else f" ({r.vllm / r.sarathi_serve:.2f}x)"
         return (f"on {shown(r.sarathi_serve * 1e3, '.0f', 'no finished run', ' ms')}, "
@@ -76,7 +75,7 @@ def _lower_at_every_load(tbt: pd.DataFrame) -> tuple[str, str]:
 
 
 def claims_rows(runs: pd.DataFrame) -> list[dict]:
-    """The stall-free claim on vLLM itself, and the same comparison on our engine beside it."""
+    """The stall-free claim on vLLM itself, and the same comparison on our engine."""
     prov = _row_provenance(runs)
     seeds = len(runs.seed.unique())
     spread = claims.NO_REPEATS if seeds < 2 else f"mean of {seeds} seeds"
@@ -92,8 +91,8 @@ def claims_rows(runs: pd.DataFrame) -> list[dict]:
 
 
 def _unreliable(runs: pd.DataFrame) -> str:
-    """Drawn whatever the load (the comparison is between engines measured alike), but said: how
-    many runs were flagged, and the load average the runs saw (which every run records alike)."""
+    """Drawn whatever the load (both engines measured alike), but said: runs flagged and the load
+    average."""
     flagged = int(runs.get("env.timing_unreliable", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
     if not flagged:
         return ""
@@ -117,7 +116,7 @@ def _row_provenance(runs: pd.DataFrame) -> dict[str, str]:
 
 
 def scale(runs: pd.DataFrame) -> str:
-    """The sweep's size in a few words: model, requests a run, loads, seeds."""
+    """The sweep's size: model, requests a run, loads, seeds."""
     qps = ", ".join(f"{q:g}" for q in sorted(runs.qps.unique()))
     seeds = ", ".join(str(s) for s in sorted(runs.seed.unique()))
     models = "+".join(sorted(runs.model.astype(str).unique()))
@@ -126,12 +125,12 @@ def scale(runs: pd.DataFrame) -> str:
 
 
 def figure(runs: pd.DataFrame):
-    """Three panels over load: TTFT (p50, p99), P99 TBT, total throughput; colour the engine, line
-    style chunked prefill on or off; bands the range over seeds."""
+    """Over load: TTFT (p50, p99), P99 TBT, throughput; colour the engine, style chunked prefill
+    on/off, bands the seed range."""
     from sarathi_lab.analysis import figures  # matplotlib only when drawn
 
     fig, axes = figures.subplots(1, 3, figsize=(18, 4.8))
-    # The same colour and line for an engine and a mode in every figure, whichever ran first.
+    # One colour and line per engine and mode in every figure.
     style = {"x": "qps", "hue": "engine", "style": "batching", "errorbar": figures.SPREAD,
              "hue_order": list(ENGINES.values()), "style_order": list(BATCHING.values())}
     figures.sns.lineplot(runs, y="ttft_p50_s", ax=axes[0], legend=False, markers=True, **style)
@@ -166,8 +165,8 @@ def figure(runs: pd.DataFrame):
 
 
 def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) -> list[Path]:
-    """The figure and its claims, written under ``docs/figures`` (refused, before writing, over
-    files of another source, scale, machine or commit unless ``force``)."""
+    """The figure and its claims under ``docs/figures``, refused over another source's files unless
+    ``force``."""
     import matplotlib.pyplot as plt
 
     from sarathi_lab.analysis import figures

@@ -8,7 +8,7 @@ from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu
 
 def claims(results) -> list[dict]:
     summary = results.summary("chunk_overhead")
-    # The mean of repeated runs of a chunk, if any: one number per chunk.
+    # One number per chunk: the mean of its repeats.
     longest = summary[summary.seq_len == summary.seq_len.max()].groupby("chunk").mean(numeric_only=True)
     where = f"at length {summary.seq_len.max():g}"
     smallest = longest.index.min()
@@ -43,8 +43,7 @@ def figure(results, simulated=None):
     sim_label = figures.simulated_label(simulated, "chunk_overhead")
     fig, axes = figures.subplots(1, 4, figsize=(18, 4.2))
     for ax, (column, label, refs) in zip(axes, panels):
-        # Measured above the simulated series (zorder): where they agree the dashed line would hide
-        # them.
+        # Measured above the simulated series: the dashed line would hide them where they agree.
         figures.sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o",
                              palette="crest", ax=ax,
                              legend=column == "kv_reread_ratio", errorbar=figures.SPREAD, zorder=3)
@@ -55,15 +54,13 @@ def figure(results, simulated=None):
                 g = g.sort_values("seq_len")
                 ax.plot(g.seq_len, g[column], color=color, label=f"{sim_label}, {chunk:g}",
                         **figures.SIM_STYLE)
-        # The paper's values as labelled lines in the legend: annotations beside them overprint
-        # where two lie close (1.1x and 1.2x).
+        # The paper's values as legend lines: annotations overprint where two lie close.
         for (chunk, value), style in zip(refs.items(), (":", "-.", (0, (5, 2, 1, 2)))):
             ax.axhline(value, color="black", ls=style, lw=1,
                        label=f"paper, chunk {chunk}: {value:g}x")
         if refs or column == "kv_reread_ratio":
             ax.legend(title="chunk" if column == "kv_reread_ratio" else None, fontsize=7)
-        # Short: four panels side by side, whose long titles ran into each other (the sources: the
-        # headline's).
+        # Short: four panels side by side.
         ax.set(title=f"{label}: chunked / unchunked",
                xlabel="sequence length (tokens)",
                ylabel="tokens read, chunked / unchunked (x)" if column == "kv_reread_ratio"
@@ -79,9 +76,7 @@ RESULT = PaperResult(
     reading=("**Fig. 13, chunking overhead.** Small chunks re-read the KV cache and run small "
              "matmuls: chunk 64 costs ~3x in attention; 256 / 512 keep the prefill within 20% / "
              "10% (dotted: the paper's values)."),
-    # 24 jobs: 3 seeds x 2 lengths x 4 chunks; the H200 (engine with graphs) took 67 s for 8, 17 s
-    # of it start-up. Unscaled, the paper's lengths 1K-3K: 36 jobs, the 2K ones about the mean of
-    # the others.
+    # 3 seeds x 2 lengths x 4 chunks at the H200's seconds; unscaled, the paper's 1K-3K: 36 jobs.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=6.3, jobs=24), order=50,
                unscaled=Unscaled(minutes=gpu_minutes(startup_s=17, job_s=6.3, jobs=36))),
 )

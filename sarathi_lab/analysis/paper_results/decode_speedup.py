@@ -17,8 +17,8 @@ _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token
 
 
 def unresolved_note(gains: pd.DataFrame) -> str:
-    """What the points whose hybrid iteration is within noise of the chunk alone say: their count
-    and the bound the repeats give them ('' where every point is resolved)."""
+    """The count of points within noise of the chunk alone and the bound their repeats give (''
+    where all resolved)."""
     unresolved = gains[~gains.resolved]
     if unresolved.empty:
         return ""
@@ -29,7 +29,7 @@ def unresolved_note(gains: pd.DataFrame) -> str:
 
 
 def _speedup_range(gains: pd.DataFrame) -> tuple[str, str]:
-    """The range of the resolved speedups, and what is left unresolved ('' if nothing)."""
+    """The resolved speedups' range, and what is unresolved ('' if nothing)."""
     resolved = derive.resolved_speedups(gains)
     return ((f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved)
              else "no point resolved"),
@@ -42,8 +42,7 @@ def claims(results) -> list[dict]:
     over = (f" over batch sizes {', '.join(f'{b:g}' for b in sorted(gains.batch_size.unique()))} "
             f"and lengths {', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}")
     aligned = gains.chunk_align.eq("tile") if "chunk_align" in gains else pd.Series(False, index=gains.index)
-    # The paper sized its chunks to the tile: where the runs have aligned chunks, they are the
-    # verdict's.
+    # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     judged = gains[aligned] if aligned.any() else gains
     resolved = derive.resolved_speedups(judged)
     both = aligned.any() and (~aligned).any()
@@ -53,8 +52,7 @@ def claims(results) -> list[dict]:
     unresolved = "; ".join(label + note for label, _, note in ranges if note)
     ours = ("; ".join(label + text for label, text, _ in ranges) + over
             + (f"; {unresolved}" if unresolved else ""))
-    # A point within noise holds where even its bound reaches the paper's low end; else it is not
-    # judged.
+    # A point within noise holds where its bound reaches the paper's low end; else not judged.
     bounds = judged[~judged.resolved].gain_bound
     flags = [*(resolved.gain >= low), *(True if b >= low else None for b in bounds)]
     return [claim_row("decode_speedup",
@@ -65,7 +63,7 @@ def claims(results) -> list[dict]:
 
 
 def _why(gains: pd.DataFrame, low: float, high: float) -> str:
-    """Why the simulated speedups leave the paper's range, or '' where they fall in it."""
+    """Why the simulated speedups leave the paper's range, or ''."""
     if gains.gain.min() >= low and gains.gain.max() <= high:
         return ""
     chunk = gains.chunk.iloc[0]
@@ -92,10 +90,9 @@ def figure(results, simulated=None):
     # here, not at the top: the registry imports without matplotlib
     from sarathi_lab.analysis import figures
 
-    # Simulated bars in figures.sim_colors' reds: a plain "Reds" palette starts near white,
-    # invisible on the background.
+    # Simulated bars in sim_colors' reds: "Reds" starts near white, invisible.
     palettes = [lambda n: figures.sns.color_palette("crest", n), figures.sim_colors]
-    # One panel per source and chunk alignment (scheduler.chunk_align), where the runs swept it.
+    # A panel per source and chunk alignment, where swept.
     panels = []
     for (runs, title), colors in zip(figures.sources_of(results, simulated, "decode_speedup"),
                                      palettes):
@@ -115,7 +112,7 @@ def figure(results, simulated=None):
                             palette=colors(resolved.seq_len.nunique()), errorbar=figures.SPREAD)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
-        # Each line no wider than the panel: a wider one, centred, ran over the y label on its left.
+        # No wider than the panel: a wider centred line ran over the y label.
         title = "\n".join(textwrap.fill(line, 56) for line in title.split("\n"))
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)
         figures.legend_outside(ax, title="length", fontsize=8)
@@ -133,7 +130,6 @@ RESULT = PaperResult(
              "sizes the chunk so that chunk + riding decodes fill whole 128-token tiles; the "
              "simulated runs sweep that tile-aligned chunk beside the fixed chunk of 256, one "
              "panel each, and the claim is judged on the aligned one."),
-    # 72 jobs: 3 seeds x 12 points x fixed and tile-aligned chunk, at the H200's seconds a job (the
-    # H100 took as long).
+    # 3 seeds x 12 points x fixed and tile-aligned chunk, at the H200's seconds a job.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=2.3, jobs=72), order=20),
 )

@@ -14,11 +14,10 @@ ALIGNED = "SARATHI (tile-aligned)"
 
 def claims(results) -> list[dict]:
     gains = derive.orca_compare(results.summary("orca_compare"))
-    # The paper sized SARATHI's chunks to the tile: where the runs have aligned chunks, they are the
-    # verdict's.
+    # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     sarathi = ALIGNED if gains.variant.eq(ALIGNED).any() else "SARATHI"
     variants = list(dict.fromkeys([sarathi, "SARATHI", "Orca best", "Orca worst"]))
-    # Every variant a column: one whose every run failed is NaN (not judged), not a KeyError.
+    # Every variant a column: one whose runs all failed is NaN (not judged), not a KeyError.
     table = gains.pivot_table(index="seq_len", columns="variant", values="gain").reindex(columns=variants)
     each = gains[gains.variant.isin(variants)].groupby(["seq_len", "variant"]).gain
     overlap = derive.prefill_overlap(results.table("orca_compare", "iterations"))
@@ -46,7 +45,7 @@ def _bars(runs) -> pd.DataFrame:
     summary = runs.summary("orca_compare")
     gains, variants = derive.orca_compare(summary), derive.orca_variants(summary)
     base = variants[variants.variant == "baseline"]
-    # A fresh index: seaborn cannot draw a frame whose labels repeat (gains' and the summary's).
+    # A fresh index: seaborn cannot draw repeated labels.
     return pd.concat([gains, base[["seq_len"]].assign(variant="baseline", gain=1.0)],
                      ignore_index=True)
 
@@ -79,7 +78,7 @@ def figure(results, simulated=None):
     paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length (tokens)")
     for a in axes:
         a.axhline(1, color="black", lw=1)
-        # Above the bars (gains stay well under 1.5x), where the legend covers none of them.
+        # Above the bars (gains stay under 1.5x), covering none.
         a.legend(fontsize=8, loc="upper center", ncol=3)
     top = max(1.6, 1.3 * max(p.get_height() for a in axes for p in a.patches))
     paper_ax.set_ylim(0, top)
@@ -97,10 +96,8 @@ RESULT = PaperResult(
              "first batch's decode lengths staggered by one token so that requests finish one by "
              "one and each later prefill runs beside decodes (`workload.stagger=batch_size`); "
              "without it, the lock-step workload (`workload.stagger=0`)."),
-    # 24 jobs: 3 seeds x 2 workloads x (static, orca, SARATHI fixed and tile-aligned): static and
-    # orca ignore the alignment, and the project's sweeper runs each of them once
-    # (sweep_check.collapse_ignored). The H200 took 6.6 s a 1K job (12.5 s a 2K one) beside 21 s of
-    # start-up, the H100 1.37x the H200's whole step; unscaled, the 1K and 2K jobs: 48.
+    # 3 seeds x 2 workloads x (static, orca, SARATHI fixed and aligned), static and orca once each
+    # (sweep_check.collapse_ignored), at the H200's seconds and the H100's 1.37x; unscaled, 48 jobs.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=21, job_s=6.6, jobs=24, slower=1.37), order=60,
                unscaled=Unscaled(minutes=gpu_minutes(startup_s=21, job_s=(6.6 + 12.5) / 2, jobs=48,
                                                      slower=1.37))),

@@ -9,17 +9,15 @@ from sarathi_lab.executors import recorded_as
 
 def claims(results) -> list[dict]:
     gains = derive.pd_ratio_gains(results.summary("pd_ratio"))
-    # One gain per point, the mean of its repeats: the peak of single runs would favour the
-    # luckiest.
+    # One gain per point, its repeats' mean: single runs' peak favours the luckiest.
     normalised = gains.groupby([*derive.WORKLOAD_KEYS, "chunk", "chunk_align", "effective_chunk"],
                                as_index=False).gain.mean()
-    # The paper sized its chunks to the tile: where the runs have aligned chunks, they are the
-    # verdict's.
+    # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     aligned = normalised.chunk_align.eq("tile")
     judged = normalised[aligned] if aligned.any() else normalised
     label = "tile-aligned chunks: " if aligned.any() and (~aligned).any() else ""
     peaks = derive.pd_peaks(judged)
-    # A peak below 1 is the least loss, not a gain: it says nothing about where gains peak.
+    # A peak below 1 is the least loss, saying nothing of where gains peak.
     near = [p.gain > 1 and p.predicted_pd_ratio / 2 <= p.pd_ratio <= 2 * p.predicted_pd_ratio
             for p in peaks.itertuples()]
     best = judged.gain.max()
@@ -43,8 +41,8 @@ def claims(results) -> list[dict]:
 
 
 def _why(simulated) -> str:
-    """Why the simulated gains stay below the paper's, where its chunks fill whole GEMM tiles; ''
-    else."""
+    """Why the simulated gains stay below the paper's where chunks fill whole GEMM tiles; '' else.
+    """
     gains = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
     if gains.gain.max() >= paper.PD_WIDE_GAIN or (gains.chunk % paper.TILE).any():
         return ""
@@ -65,11 +63,9 @@ def figure(results, simulated=None):
     chunks = sorted(norm.chunk.unique())
     palette = dict(zip(chunks, figures.sns.color_palette("tab10", len(chunks))))
     fig, ax = figures.subplots(figsize=(11, 4.5))
-    # Tile-aligned and fixed chunks as two line styles where the runs swept both
-    # (scheduler.chunk_align).
+    # Aligned and fixed chunks as line styles where both were swept.
     style = "chunk_align" if norm.chunk_align.nunique() > 1 else "batch_size"
-    # A palette with no chunk to colour (none recorded) is seaborn's warning, not a figure: hue only
-    # where there is one.
+    # Hue only with a chunk to colour (else seaborn warns instead of drawing).
     hue = "chunk" if norm.chunk.notna().any() else None
     figures.sns.lineplot(norm, x="pd_ratio", y="gain", hue=hue, style=style, markers=True,
                          palette=palette if hue else None, ax=ax, errorbar=figures.SPREAD)
@@ -107,17 +103,15 @@ def figure(results, simulated=None):
     return fig
 
 
-# The GPU sweep's jobs (3 seeds x P:D 7, 14, 28, a factor 2 either side of chunk 256's peak, 239 /
-# 17 = 14 aligned, x fixed and tile-aligned x static and sarathi): the H200's (eager) seconds of
-# static and sarathi at each P:D, which fit static 3.5 + 0.074 D s and sarathi 4.3 + 0.084 D s (D =
-# 1024 / (1 + P:D) decode tokens).
+# The GPU sweep: 3 seeds x P:D 7, 14, 28 (2x either side of chunk 256's peak) x fixed and aligned x
+# static and sarathi; the H200's (eager) seconds of static and sarathi per P:D, which fit static 3.5
+# + 0.074 D s and sarathi 4.3 + 0.084 D s (D = 1024 / (1 + P:D)).
 PAIR_S = {7: 13 + 15, 14: 8.5 + 11.4, 28: 6.1 + 7.2}
 UNSCALED_PD = (2, 5, 10, 14, 20, 28, 50, 100)
 
 
 def _grid_s() -> float:
-    """Seconds of one seed, chunk and alignment of the paper's grid (experiment=own/pd_ratio):
-    static and sarathi at its 8 P:D ratios, by the fits above."""
+    """Seconds of one seed, chunk and alignment of the paper's grid, by the fits above."""
     decode = sum(1024 / (1 + pd) for pd in UNSCALED_PD)
     return len(UNSCALED_PD) * (3.5 + 4.3) + (0.074 + 0.084) * decode
 

@@ -9,15 +9,14 @@ from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, gpu_minutes
 def claims(results) -> list[dict]:
     ops = results.table("per_token_cost", "ops")
     ratio = derive.decode_over_prefill(ops)
-    # One length, the longest, as in the figure (the paper's is 1024): batch sizes of two lengths
-    # mixed.
+    # The longest length only (the paper's 1024): mixing lengths muddles batch sizes.
     ratio = ratio[ratio.seq_len == ratio.seq_len.max()].sort_values("batch_size")
     small, large = ratio.iloc[0], ratio.iloc[-1]
     sat = derive.prefill_saturation(ops)
     at_least = " (the fewest measured)" if sat["tokens"] == sat["fewest_measured"] else ""
     total = derive.iteration_ms(results)
     fine = derive.saturation(total.index / total)
-    # Batch x length points that start past 512 tokens cannot tell; the finer sweep then decides.
+    # Points starting past 512 tokens cannot tell; the finer sweep decides.
     coarse = saturated_by(sat, paper.PREFILL_SATURATION_TOKENS)
     return [
         claim_row("per_token_cost",
@@ -84,6 +83,6 @@ RESULT = PaperResult(
              "of magnitude more than a prefill token (200x at batch 1 on LLaMA-13B/A6000), and "
              "prefill throughput saturates early. Left: time per token by operation; right: the "
              "decode/prefill ratio, the paper's values as stars."),
-    # 18 jobs (3 seeds x 6 batch sizes); the H100 took 47 s for 6, about 17 s of it start-up.
+    # 3 seeds x 6 batch sizes at the H100's seconds.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=(47 - 17) / 6, jobs=18), order=10),
 )

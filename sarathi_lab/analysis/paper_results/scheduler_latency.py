@@ -13,8 +13,7 @@ CLAIM = "Stall-free batching keeps P99 TBT below vllm's and orca's at every load
 def claims(results) -> list[dict]:
     summary = results.summary("scheduler_latency")
     rivals = ["vllm", "orca"]
-    # Every scheduler the claim names a column: one whose every run failed is NaN at each load (not
-    # judged), neither a KeyError nor a claim judged without it.
+    # Every named scheduler a column: one whose runs all failed is NaN (not judged), not a KeyError.
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler",
                               values="itl_p99_s").reindex(
         columns=["sarathi_serve", *rivals])
@@ -32,9 +31,8 @@ def claims(results) -> list[dict]:
 
 
 def _hybrid_tbt(summary: pd.DataFrame) -> tuple[str, float | None]:
-    """The paper's number for this figure beside ours: P99 TBT of hybrid batching without a budget
-    (orca) over stall-free batching's (sarathi_serve), at the load where it is largest (None: not
-    run)."""
+    """The paper's number beside ours: orca's P99 TBT over sarathi_serve's at the load where largest
+    (None: not run)."""
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s")
     theirs = f"paper: no budget raises P99 TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION:g}x"
     ratio = (tbt.orca / tbt.sarathi_serve).dropna() if {"orca", "sarathi_serve"} <= set(tbt.columns) else None
@@ -57,7 +55,7 @@ def figure(results, simulated=None):
                                  style="percentile",
                                  markers=True, ax=ax, legend=metric == "itl",
                                  errorbar=figures.SPREAD,
-                                 # ten series: fainter bands keep the lines readable
+                                 # fainter bands keep ten series readable
                                  err_kws={"alpha": 0.1})
             ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)",
                    xlabel="load (requests / s)", ylabel=f"{metric.upper()} (s)")
@@ -80,16 +78,13 @@ def figure(results, simulated=None):
     return fig
 
 
-# The GPU sweeps (experiment=gpu/scheduler_latency and own/scheduler_latency say what they run).
-# Scaled, one step a seed and rate, seed 0 first (a lease cut short still has every scheduler at
-# both rates): minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8 s a job to build
-# Mistral-7B and capture its decode graphs + 10 s for the interpreter); seed 2 draws a request of
-# several thousand decode tokens, which every one of its runs waits for.
+# One GPU step a seed and rate, seed 0 first (a cut lease still has every scheduler at both rates):
+# minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8 s a job to build and capture
+# + 10 s interpreter); seed 2 draws a request of thousands of decode tokens.
 GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", minutes)
                   for seed, qps, minutes in ((0, 2, 3.2), (0, 4, 2.3), (1, 2, 2.9), (1, 4, 2.2),
                                              (2, 2, 5.0), (2, 4, 4.9)))
-# Unscaled, one step a seed: the same from the simulator's serving seconds of each step's 15 runs
-# (gpu.predict on these jobs).
+# Unscaled, a step a seed: from gpu.predict's serving seconds of each step's 15 runs.
 UNSCALED_PARTS = tuple(GpuPart(f"seed{seed}",
                                gpu_minutes(startup_s=10, job_s=8 + serving_s / 15, jobs=15))
                        for seed, serving_s in ((0, 2844), (1, 2646), (2, 2557)))

@@ -60,7 +60,7 @@ RESULT = PaperResult(
     reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of "
              "the matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the "
              "paper's three points as stars."),
-    # 3 jobs, one a seed, each timing every 16th token count (and m + 1 at each multiple m of the
-    # tile): half the counts of the step-8 job the H200 ran in 53 s beside its start-up.
+    # 3 jobs, one a seed, each timing every 16th count (and m + 1 at each tile multiple m): half the
+    # H200's step-8 job.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=27, jobs=3), order=40),
 )
