@@ -3,13 +3,10 @@ measured in a lease the hardware explains, from that lease's files alone:
 
     python -m sarathi_lab.analysis.attribute docs/gpu/h100/2026-11-27_7fae342
 
-prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder. The
-parts of an iteration (ms over all layers) sum to its time over the physical floor: the overlap gap
-(sequential floor minus physical), GEMM efficiency (cuBLAS at the real token count over the GEMMs'
-floors), attention kernels (the best timed attention over its floor), attention over the best peer
-(the engine's chunk attention minus the peer's), elementwise passes, bucket padding (the library
-floor at the graph's tokens minus at the real ones), host, and what is left unattributed. A part the
-lease cannot give says why in ``note``; what it would have held stays in ``unattributed_ms``."""
+prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder. An
+iteration's parts (ms over all layers) sum to its time over the physical floor: overlap gap, GEMM
+efficiency, attention kernels, attention over the best peer, elementwise passes, bucket padding,
+host, and the unattributed rest. A part the lease cannot give says why in ``note``."""
 from __future__ import annotations
 
 import csv

@@ -1,6 +1,5 @@
-"""Each paper claim a lease judged other than "yes", split into what the device explains and what
-the engine does (the ``why`` RESULTS.md shows), and the attribution's markdown. A part the lease's
-files cannot give says so."""
+"""Each claim a lease judged other than "yes", split into what the device explains and what the
+engine does, and the attribution's markdown."""
 from __future__ import annotations
 
 import csv
@@ -30,8 +29,8 @@ def _claim_row(row: dict, hardware: str, engine: str, why: str, note: str = "") 
 
 
 def chunk_overhead(row: dict, lease, t) -> dict:
-    """A chunked prefill's ratio: the part cuBLAS's per-token curve on this device makes of it, and
-    the rest (the engine's) beside its chunk attention against the best peer's."""
+    """A chunked prefill's ratio: cuBLAS's per-token curve's part and the engine's rest, beside its
+    attention against the best peer's."""
     length = int(m[1]) if (m := LENGTH.search(row.get("ours", ""))) else None
     pieces, hw, eng = [], [], []
     for chunk, ours in ((int(c), float(x)) for c, x in PREFILL.findall(row.get("ours", ""))):
@@ -54,8 +53,8 @@ def chunk_overhead(row: dict, lease, t) -> dict:
 
 
 def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
-    """The paper's decode gain at the device's physical floors: a decode-only batch's time per
-    decode over what ``batch - 1`` decodes add to the chunk's iteration."""
+    """The paper's decode gain at the device's floors: a decode-only batch's time per decode over
+    what ``batch - 1`` decodes add to the chunk."""
     rate = float(lease.env["matmul_tflops"]) * 1e3
 
     def ms(queries):
@@ -68,8 +67,8 @@ def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
 
 
 def decode_speedup(row: dict, lease, t) -> dict:
-    """The paper's decode gain at this device's floors beside ours: where the floors allow it and
-    ours falls short, the shortfall is the engine's."""
+    """The paper's gain at this device's floors beside ours: a shortfall the floors allow is the
+    engine's."""
     sweep, paper = SWEEP.search(row.get("ours", "")), RANGE.search(row.get("paper", ""))
     ours, chunk = RANGE.search(row.get("ours", "")), re.search(r"chunk (\d+)", row.get("paper", ""))
     if not (sweep and ours and chunk):

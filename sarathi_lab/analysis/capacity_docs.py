@@ -67,9 +67,8 @@ def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
 
 
 def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
-    """docs/capacity/cpu_capacity.csv from capacity searches on the real engine. Refuses
-    (ReplaceRefused) to replace a table unless ``force``: the searches record no commit to tell them
-    apart."""
+    """docs/capacity/cpu_capacity.csv from capacity searches; replaces a table only with ``force``
+    (searches record no commit)."""
     searches = capacity.load_searches(multirun)
     if searches.empty or any(recorded_as(name, "simulated") for name in searches.executor):
         raise SystemExit(f"{multirun}: expected capacity searches of executor=model "

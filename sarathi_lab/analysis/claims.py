@@ -1,7 +1,6 @@
-"""The claims table: one row per claim and source of numbers (measured, or one cost model). Each
-check states its criterion in its claim text and says ``yes``, ``partly``, ``no`` or ``n/a``; over
-seeds ``spread`` is the headline number's range, and disagreeing seeds make it ``unclear``. Each
-paper result's check lives in ``analysis/paper_results/``."""
+"""The claims table: a row per claim and source of numbers. Each check states its criterion in its
+claim text and says ``yes``, ``partly``, ``no`` or ``n/a``; ``spread`` is the range over seeds,
+which make it ``unclear`` where they disagree."""
 from __future__ import annotations
 
 import pandas as pd
@@ -50,8 +49,7 @@ def saturated_by(sat: dict, tokens: int) -> bool | None:
 
 
 def why_left_out(results, name: str) -> str:
-    """Why a point has no number: the runs left out (unreliable, an incomplete sweep's missing
-    jobs), else a job that left no finished run."""
+    """Why a point has no number: runs left out, else a job that left no finished run."""
     return "; ".join(n for n in (results.unreliable_note(name), results.sweep_note(name))
                      if n) or "no finished run"
 
@@ -98,9 +96,7 @@ def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
 
 
 def rows_of(check, results, name: str) -> list[dict]:
-    """The check's rows on experiment ``name``'s runs, with spread, what they left out and
-    provenance. With every run unreliable its rows say so; with every run unreadable, one row names
-    them."""
+    """The check's rows on ``name``'s runs with spread, what was left out and provenance."""
     everything = results.with_unreliable() if hasattr(results, "with_unreliable") else results
     if everything.summary(name).empty:
         note = (results.lacking_note(name) if hasattr(results, "lacking_note") else "") or "its runs are unreadable"
@@ -148,9 +144,8 @@ def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
 
 
 def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
-    """Each registered result's check on ``results`` and then on ``simulated`` (a Results or one per
-    cost model), each row naming its source; differing cost models are marked. ``only``: the results
-    to check."""
+    """Each registered result's rows on ``results`` then on ``simulated`` (one Results per cost
+    model), differing cost models marked. ``only``: the results to check."""
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]

@@ -18,8 +18,8 @@ RECORDED_ALIGN = "chunk_align"
 
 
 def chunk_align(summary: pd.DataFrame) -> pd.Series:
-    """"tile" where the run ran tile-aligned chunks, else "none" (other schedulers ignore the knob).
-    As recorded; older runs: as the sweep set it, else "none"."""
+    """"tile" where the run ran tile-aligned chunks, else "none"; older runs: as the sweep set it.
+    """
     index = summary.index
     set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=index)
     recorded = summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary else pd.Series(None, index=index, dtype=object)
@@ -67,8 +67,8 @@ def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def saturation(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
-    """Of a tokens/ms series by tokens per iteration: the fewest tokens reaching ``within`` of the
-    best, that best, and the fewest measured."""
+    """The fewest tokens from which ``rate`` reaches ``within`` of its best, that best, and the
+    fewest measured."""
     rate = rate.sort_index()
     best = rate.max()
     return {"tokens": int(rate[rate >= within * best].index[0]), "tokens_per_ms": float(best),
@@ -105,8 +105,7 @@ def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
     """Each sarathi run's throughput over the static runs of the same workload and chunk (run right
-    before it, so a shared machine's slow spells hit both); one without a static run is left out.
-    Adds ``chunk_align`` and ``effective_chunk`` (the chunk beside B - 1 decodes)."""
+    before it, so slow spells hit both), with ``chunk_align`` and ``effective_chunk``."""
     gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
                                   keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
     # The tile sarathi aligned to, where a sweep set it.
@@ -132,8 +131,7 @@ def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
 
 
 def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
-    """Per (chunk, batch_size, seq_len[, chunk_align]): the P:D of the largest gain, the gain, and
-    the paper's predicted peak from ``effective_chunk``."""
+    """Per point: the P:D of the largest gain, the gain, and the paper's predicted peak."""
     keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size",
             "seq_len"]
     idx = normalised.groupby(keys).gain.idxmax()
@@ -145,10 +143,9 @@ def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
 
 
 def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
-    """Which bar of Fig. 11a a run is. Equal requests arriving at once run Orca's batches in lock
-    step, so no prefill overlaps a decode (worst case); decode lengths staggered by one token
-    replace one request per iteration, so every later prefill runs with B - 1 decodes (best case).
-    """
+    """Fig. 11a's bar. Equal requests at once run Orca in lock step, no prefill beside a decode
+    (worst case); decode lengths staggered by one put B - 1 decodes beside every later prefill (best
+    case)."""
     if scheduler == "orca":
         return "Orca best" if stagger else "Orca worst"
     name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)

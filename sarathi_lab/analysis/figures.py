@@ -1,6 +1,4 @@
-"""What every paper figure shares: style, headline and sources. Each result in
-``analysis/paper_results/`` draws its own figure, the paper's values beside ours, simulated ones in
-red."""
+"""What every paper figure shares: style, headline and sources."""
 from __future__ import annotations
 
 import numbers
@@ -63,8 +61,8 @@ def sources_of(results, simulated, name: str) -> list[tuple]:
 
 
 def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:
-    """Drops the group headers seaborn adds for hue and style columns, prefixing each level
-    ('chunk', '64' -> 'C=64'). Call before the legend."""
+    """Drops seaborn's hue/style group headers, prefixing each level ('chunk', '64' -> 'C=64'). Call
+    before the legend."""
     def levels(column: str) -> set[str]:
         values = frame[column].dropna().unique()
         return {str(v) for v in values} | {f"{v:g}" for v in values if isinstance(v, numbers.Real)}

@@ -1,6 +1,5 @@
-"""The paper's claims as each GPU measured them: per claim and device the newest kept run that
-judged it, with engine, commit, seeds and spread, older verdicts as history. Written into
-docs/RESULTS.md between MARKERS by ``publish --gpu-claims``."""
+"""The paper's claims as each GPU measured them, newest run per claim and device, older verdicts as
+history; written into docs/RESULTS.md by ``publish --gpu-claims``."""
 from __future__ import annotations
 
 import csv
@@ -39,8 +38,8 @@ JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
 
 def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") -> str:
-    """The seeds of the run's sweep: from lease.json's ``sweeps``, else its step's command (the
-    default seed where it named none); with the jobs it stands on where unfinished."""
+    """The sweep's seeds: lease.json's ``sweeps``, else its step's command; with the jobs it stands
+    on where unfinished."""
     sweep = (record.get("sweeps") or {}).get(experiment) if isinstance(record.get("sweeps"),
                                                                        dict) else None
     jobs = JOBS.search(left_out or "")

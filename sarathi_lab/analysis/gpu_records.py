@@ -1,6 +1,5 @@
-"""The GPU suite's own files, one schema for every reader: result.json, summary.json, lease.json and
-claims.csv. Each is checked where read; a failure is a RecordError, one line naming file, field,
-value and what is allowed. Keys a newer suite writes are kept, never refused."""
+"""The GPU suite's files (result.json, summary.json, lease.json, claims.csv), one schema for every
+reader. A failure is a one-line RecordError; keys a newer suite writes are kept, never refused."""
 from __future__ import annotations
 
 import csv
@@ -27,8 +26,8 @@ COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
 # config.device_slug of the GPU's name.
 DEVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 LEASE = re.compile(r"(\d{4}-\d{2}-\d{2})_([A-Za-z0-9._+-]{1,200})")
-# done: DONE written; failed: its error recorded; incomplete: killed or out of time (a rerun
-# continues); unavailable: not in this checkout yet.
+# failed: error recorded; incomplete: killed or out of time (rerun continues); unavailable: not in
+# this checkout.
 STATUSES = ("done", "failed", "incomplete", "unavailable")
 # Times are the GPU machine's clock: a little ahead is skew, more is damage.
 CLOCK_SKEW_S = 3600.0

@@ -1,8 +1,6 @@
-"""Each request's lifecycle from a run's iterations and requests tables: ``queued`` until an
-iteration holds it, a ``prefill`` span per chunk, a ``decode`` span per run of consecutive
-iterations, ``stalled`` where iterations ran without it, ``preempted`` from eviction to readmission.
-Seconds on the run's clock. Runs from before ``MEMBERSHIP`` was recorded read coarsely (``missing``
-says what is absent)."""
+"""Each request's lifecycle from a run's tables: ``queued``, a ``prefill`` span per chunk, a
+``decode`` span per run of consecutive iterations, ``stalled`` and ``preempted``, in seconds on the
+run's clock. Runs without ``MEMBERSHIP`` read coarsely (``missing`` says what is absent)."""
 from __future__ import annotations
 
 from collections import defaultdict

@@ -8,15 +8,15 @@ from typing import Any
 
 
 def gpu_minutes(startup_s: float, job_s: float, jobs: int, slower: float = 1.0) -> float:
-    """A sweep's expected GPU minutes: start-up plus jobs at the seconds each took, times ``slower``
-    for a slower card, times 1.3 for run-to-run variation (gpu/plan.py's rule)."""
+    """Expected GPU minutes: start-up plus jobs at their measured seconds, times ``slower`` and 1.3
+    (gpu/plan.py's rule)."""
     return round(1.3 * slower * (startup_s + jobs * job_s) / 60, 1)
 
 
 @dataclass(frozen=True)
 class GpuPart:
-    """A step of a sweep too long for one call: ``paper.<result>.<name>``, overlay
-    ``experiment=<scale>/<result>/<name>``, into the result's one sweep folder."""
+    """A step of a sweep too long for one call: ``paper.<result>.<name>``, into the result's sweep
+    folder."""
     name: str
     minutes: float
 
@@ -24,15 +24,15 @@ class GpuPart:
 @dataclass(frozen=True)
 class Unscaled:
     """The sweep at the paper's setting (``experiment=own/<result>``) where ``gpu/<result>`` is
-    scaled down for a time-limited machine: what ``--own`` runs."""
+    scaled down: what ``--own`` runs."""
     minutes: float
     parts: tuple[GpuPart, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuRun:
-    """The result's GPU sweep, ``experiment=gpu/<result>`` (dry run: ``dry/<result>``). ``parts``:
-    its steps where one call cannot hold it (``minutes`` then their sum)."""
+    """The result's GPU sweep, ``experiment=gpu/<result>``; ``parts``: its steps where one call
+    cannot hold it."""
     minutes: float        # expected, interpreter and model builds included (gpu_minutes)
     # its place in the suite (gpu/plan.py orders the profiles by it too)
     order: int

@@ -3,11 +3,10 @@
     python -m sarathi_lab.analysis.publish --measured outputs --sim outputs/sim --sim outputs/sim-roofline
     python -m sarathi_lab.analysis.publish --gpu-claims    # RESULTS.md's GPU claims from docs/gpu/*/*/claims.csv
 
-Each paper result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first
-simulated one; the claims table from all of them, then the capacity rows and figures from
-docs/capacity/. A figure whose runs the roots lack is left as it is, and named. A file of another
-source, scale, machine or commit than the one replacing it (docs/figures/provenance.json) is
-replaced only with --force: nothing is written otherwise.
+Each result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first simulated
+one; the claims table from all, then docs/capacity/'s rows and figures. A figure whose runs the
+roots lack is left as it is, and named. A file of another source, scale, machine or commit
+(docs/figures/provenance.json) is replaced only with --force.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The paper's results, each a module in ``analysis/paper_results/`` whose ``RESULT`` registers it;
-produce, the claims, figures, notebooks and GPU suite iterate ``RESULTS``."""
+"""The paper's results, each a module in ``analysis/paper_results/`` whose ``RESULT`` registers it.
+"""
 from __future__ import annotations
 
 import importlib
@@ -36,8 +36,8 @@ def by_name(name: str) -> PaperResult:
 
 
 def draw(result: PaperResult, runs, simulated=None):
-    """The result's figure; with every measured run left out (unreliable), the simulated runs alone
-    with a line saying why. None where there is nothing to draw."""
+    """The result's figure; with every measured run left out, the simulated runs alone and why.
+    None: nothing to draw."""
     if not runs.summary(result.name).empty:
         return result.figure(runs, simulated)
     if simulated is None or result.name in simulated.missing() or simulated.summary(result.name).empty:

@@ -99,9 +99,8 @@ UNRELIABLE = "env.timing_unreliable"
 
 @dataclass(eq=False)
 class Results:
-    """Each experiment's runs under one root, loaded on first use. Unreliable runs are left out
-    unless ``include_unreliable``; ``seed`` keeps one repeat; ``include_incomplete`` None: as
-    INCLUDE_INCOMPLETE_ENV says. Views share what is loaded."""
+    """Each experiment's runs under one root, loaded on first use; unreliable runs left out unless
+    ``include_unreliable``; ``seed`` keeps one repeat."""
     root: Path
     include_unreliable: bool = False
     seed: int | None = None
@@ -228,9 +227,8 @@ class Results:
                                      for c, n in sorted(counts.items()))
 
     def lacking_note(self, name: str, short: bool = False) -> str:
-        """What the tables silently leave out of the kept runs: unreadable metrics.json ('1 run
-        unreadable: ...') and metrics only some runs recorded ('1 of 4 runs lack ttft_p50_s (...)');
-        '' where nothing. ``short``: no reasons (figure titles)."""
+        """What the tables silently leave out: unreadable runs and metrics only some runs recorded;
+        '' where nothing. ``short``: no reasons."""
         sweep, keys, unreadable = self.sweep(name), {}, []
         summary = self.summary(name)
         # none where every run is unreadable

@@ -3,16 +3,11 @@ results contract alone, as vidur exports its simulated timeline:
 
     python -m sarathi_lab.analysis.timeline RUN_DIR [--out FILE] [--start-s S --duration-s D]
 
-Open the file in https://ui.perfetto.dev or chrome://tracing. Process ``engine`` holds the
-iterations track (each iteration an event named by its kind, prefill / decode / hybrid, whose args
-hold its tokens by kind, requests and times) and counters of its tokens by kind and of the KV blocks
-in use; process ``requests`` one track per request (lifecycle.py: queued, each prefill chunk,
-decodes, stalled, preempted). Times are microseconds on the run's clock (wall for the engine,
-virtual for the simulator); ``otherData`` says which, where the numbers come from (measured CPU,
-measured GPU or simulated with its cost model) and what an older run did not record. ``FILE`` ending
-in ``.gz`` is gzipped (Perfetto opens it as it is). Also written at the end of a run with
-``export.timeline=true``.
-"""
+Open it in https://ui.perfetto.dev or chrome://tracing. Process ``engine``: the iterations track
+(events named prefill / decode / hybrid, args their tokens, requests and times) and counters of
+tokens and KV blocks; process ``requests``: a track per request (lifecycle.py). Microseconds on the
+run's clock; ``otherData`` says which clock, the source and what an older run did not record.
+``.gz`` is gzipped. Also written by ``export.timeline=true``."""
 from __future__ import annotations
 
 import gzip

@@ -1,6 +1,6 @@
 """Batch timelines of runs on the same arrivals, stacked: iterations as bars (width its time, height
-its tokens, prefill below decode) over the requests' lifecycles, on one time axis. SARATHI's
-iterations stay alike; vLLM-style scheduling runs whole prompts alone while decodes stall."""
+its tokens) over the requests' lifecycles. SARATHI's iterations stay alike; vLLM-style runs whole
+prompts while decodes stall."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -82,8 +82,8 @@ def _requests(ax, run: RunTables, lo: float, hi: float) -> None:
 
 
 def scheduler_pair(runs, experiment: str = EXPERIMENT, schedulers=SCHEDULERS) -> dict[str, RunTables] | str:
-    """``schedulers``' runs on the same arrivals (rate and seed) at the highest rate both have, as
-    {scheduler: run}; else why there are none."""
+    """``schedulers``' runs on the same arrivals at the highest rate both have; else why there are
+    none."""
     try:
         summary = runs.summary(experiment)
     except FileNotFoundError as e:

@@ -6,8 +6,7 @@ stall-free claim measured on vLLM: its chunked prefill on (scheduler=sarathi_ser
 
     python -m sarathi_lab.analysis.versus_vllm outputs/versus_vllm/multirun/<time>
 
-Not a paper result of the registry: it needs vLLM installed to run, which ``produce`` and the GPU
-suite do not assume.
+Not in the registry: it needs vLLM installed, which ``produce`` and the GPU suite do not assume.
 """
 from __future__ import annotations
 

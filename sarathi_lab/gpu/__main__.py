@@ -61,9 +61,8 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
 
 
 def run_worker(job: dict, watch: Progress | None = None) -> int:
-    """worker.main's JSON ``job``; its exit status, -SIGTERM past the job's deadline. ``watch``:
-    printed every POLL_S. Interrupted, the worker's group is stopped as at a deadline, so its runs
-    save what they measured."""
+    """worker.main's ``job``; its exit status, -SIGTERM past the deadline. ``watch``: printed every
+    POLL_S. Interrupted, the worker is stopped as at a deadline so runs save what they measured."""
     # Weights are drawn in float32 and cast one by one: expandable segments return the freed pages
     # before the KV cache is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
@@ -132,8 +131,8 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
 
 
 def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[Step], float | None]:
-    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, stopped at that
-    many times its planned minutes; without a call deadline nothing is capped."""
+    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, stopped at its
+    cap."""
     first = todo[0]
     if deadline is None:
         return todo, None
@@ -325,8 +324,8 @@ def writable_dir(path: Path) -> str | None:
 
 
 def exit_code(out: Path, names: list[str]) -> int:
-    """0: every step done (or unavailable here); 3: more the same call runs (not started or
-    incomplete); 1: nothing more to run, and a step failed."""
+    """0: every step done (or unavailable); 3: more the same call runs; 1: nothing more to run, and
+    a step failed."""
     status = {n: (r.status if (r := state.read_result(out, n)) else "not started") for n in names}
     left = [n for n, s in status.items() if s not in ("done", "unavailable")]
     print(f"\n[gpu] {sum(s == 'done' for s in status.values())} of {len(names)} steps done" +

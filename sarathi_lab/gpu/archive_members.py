@@ -1,8 +1,7 @@
-"""Reading a GPU suite's archive (suite.tar.gz) without trusting it: ``--restore`` and
-``gpu.collect`` get its members only once the whole archive was read and found one the suite could
-have written; anything else is refused in one line (ArchiveRefused) before a file is written.
-Members are regular files or folders with allow-listed relative names (NAME_PART, MAX_DEPTH), each
-and all within the size limits below."""
+"""Reading a GPU suite's archive without trusting it: ``--restore`` and ``gpu.collect`` get its
+members only once the whole archive was read and found one the suite could have written (regular
+files and folders, allow-listed relative names, sizes within the limits below); anything else is an
+ArchiveRefused before a file is written."""
 from __future__ import annotations
 
 import gzip

@@ -147,8 +147,8 @@ def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
 
 
 def _write_all(files: dict[Path, bytes]) -> None:
-    """Every file or none: each written beside its name, then all renamed over (never writing
-    through a link); a failure before the renames removes what was written."""
+    """Every file or none: each written beside its name, then all renamed over (never through a
+    link)."""
     made, staged = [], {}
     try:
         for path, data in files.items():
@@ -189,9 +189,8 @@ def _writable(root: Path, paths: list[Path]) -> None:
 
 
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:
-    """Keeps an archive's files under docs/gpu/<device>/<lease>/ and profiles/<device>/<lease>/, all
-    or none. Refuses (before writing) dry runs, archives the suite could not have written and
-    another lease's files (unless ``force``)."""
+    """Keeps an archive's files under docs/gpu/ and profiles/, all or none, refusing dry runs,
+    foreign archives and another lease's files (unless ``force``)."""
     label = str(archive)
     root = Path(root).resolve()
     with archive_members.open_archive(archive, label) as (tar, members):

@@ -1,7 +1,6 @@
-"""A step's engine code: a content hash of the source files its numbers depend on. A step done at
-the checkout's hash is not repeated. The hash is the same from a working tree (no .git on a GPU
-machine) and from a commit (``git ls-tree``), so a result that recorded only its commit is judged
-too."""
+"""A step's engine code: a hash of the source files its numbers depend on, the same from a working
+tree (no .git on a GPU machine) and from a commit (``git ls-tree``). A step done at the checkout's
+hash is not repeated."""
 from __future__ import annotations
 
 import hashlib

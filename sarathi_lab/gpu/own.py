@@ -1,6 +1,5 @@
-"""The suite on your own GPU (``--own``): every step at the paper's setting, no call budget, no
-``$OUT`` export, into one folder under outputs/ with the claims and figures. Never into docs/: that
-goes through the provenance-checking writers (publish, gpu.collect)."""
+"""The suite on your own GPU (``--own``): every step at the paper's setting, no budget, into one
+folder under outputs/. Never into docs/: that goes through the provenance-checking writers."""
 from __future__ import annotations
 
 import signal
@@ -27,8 +26,8 @@ def gpu_name() -> str:
 
 
 def device_folder(dry_run: bool) -> str:
-    """The default folder under outputs/paper_gpu/: the chip ('h100') or 'dry-run'. A ValueError
-    without a GPU outside a dry run: every step would fail."""
+    """outputs/paper_gpu/'s folder: the chip or 'dry-run'; a ValueError without a GPU (every step
+    would fail)."""
     if dry_run:
         return DRY
     name = gpu_name()

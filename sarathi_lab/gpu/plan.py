@@ -1,6 +1,5 @@
-"""The suite's steps in order, with expected minutes (1.3x the longer of an H200's and an H100's,
-docs/gpu/; arithmetic where neither ran). Paper sweeps are the registered results' GpuRuns; targets
-first, so a lease cut short still answers them."""
+"""The suite's steps in order with expected minutes (1.3x the longer of H200 and H100, docs/gpu/;
+arithmetic where neither ran); targets first, so a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,16 +26,15 @@ class Step:
         return self.name.split(".")[0]
 
 
-# task=profile's longest context per model: the longest request served, as far as batch 18 fits an
-# 80 GB card's KV cache beside the weights.
+# task=profile's longest context per model: as far as batch 18 fits an 80 GB card beside the
+# weights.
 PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 
 
 # Each profile's place among the paper results (GpuRun.order) and minutes: 13B right after the
 # targets, the others last.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
-# Headline first: ceilings, iterations against floors, attention against peers (capped by the
-# queue), tuning, tokens and host overhead; kernel correctness last (its own call).
+# Headline first; kernel correctness last (its own call).
 HEAD: tuple[Step, ...] = (
     Step("env", 0.3,
          "device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
@@ -82,7 +80,7 @@ HEAD: tuple[Step, ...] = (
 
 def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
     overrides, common = scales.overrides(name, scale, part.name), scales.shared("gpu")
-    # What the step sets beside scale/gpu.yaml's shared keys (the plan's footer names them).
+    # What the step sets beside scale/gpu.yaml's shared keys.
     own = overrides[len(common):] if overrides[:len(common)] == common else overrides
     what = f"experiment={scale}/{name}" + (f"/{part.name}" if part.name
                                            else "") + ": " + " ".join(own)
@@ -146,8 +144,8 @@ def select(spec: str | None, unscaled: bool = False) -> list[Step]:
 
 
 def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
-    """Calls in the suite's rule: each starts every step, in order, that still fits its budget; a
-    step longer than the budget is in none."""
+    """Each call starts every step, in order, that still fits; a step longer than the budget is in
+    none."""
     calls, left = [], [s for s in steps if s.minutes <= budget_min]
     while left:
         call, room = [], budget_min

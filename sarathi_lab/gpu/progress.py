@@ -1,8 +1,7 @@
-"""Progress of a suite run without a call budget (``--own``), read from its out directory alone: a
-line per finished job or step, with the time elapsed and an estimate of the time left (the plan's
-minutes of what is left, scaled by how this run's work compared with the plan). A paper step's jobs
-are its sweep folder's finished jobs whose overrides are the step's; jobs finished before a resume
-count neither as this run's work nor as work left."""
+"""Progress of an ``--own`` run, read from its out directory alone: a line per finished job or step,
+with the time elapsed and left (the plan's minutes of what is left, scaled by this run's pace
+against the plan). Jobs finished before a resume count neither as this run's work nor as work left.
+"""
 from __future__ import annotations
 
 import time

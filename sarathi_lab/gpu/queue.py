@@ -1,8 +1,6 @@
-"""The GPU queue (``--next``): every measurement still needed, as ordered calls, most valuable
-first, each with its steps, minutes and what it must show. It resumes from the runs kept under
-docs/gpu/ and an unfinished suite's out directory or archive; a step done at the checkout's engine
-code is not repeated. Minutes are measured where a run timed them (times MARGIN), else the plan's.
-"""
+"""The GPU queue (``--next``): every measurement still due at the checkout's engine code, as calls,
+most valuable first, resuming from the runs kept under docs/gpu/ and an unfinished suite. Minutes
+are measured ones times MARGIN where a run timed them, else the plan's."""
 from __future__ import annotations
 
 import re
@@ -20,8 +18,7 @@ from sarathi_lab.gpu.steps.paper import job_overrides
 
 # Measured minutes times this: a step runs longer on a cold or busier machine.
 MARGIN = 1.3
-# Steps never measured that may run long (compiles): stopped at this many times their planned
-# minutes, so they cannot push later steps out of the call.
+# Never-measured steps that may run long are stopped at this many times their planned minutes.
 CAPS = {"attention": 1.5}
 
 
@@ -134,8 +131,8 @@ def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
 
 
 def suite_in_progress(source: Path) -> list[Record]:
-    """An unfinished suite's results from its out directory or archive, stopped sweeps with their
-    finished jobs; a damaged one warns and gives none."""
+    """An unfinished suite's results from its out directory or archive; a damaged one warns and
+    gives none."""
     if source.is_dir():
         files = [str(p.relative_to(source))
                  for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
@@ -159,8 +156,8 @@ def suite_in_progress(source: Path) -> list[Record]:
 
 def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
                     now: str) -> tuple[float, str] | None:
-    """A stopped sweep's next call at its last pace: the jobs left where it resumes, all of them
-    where it starts over at other code; None where no record counted its jobs."""
+    """A stopped sweep's next call at its last pace (jobs left, or all where it starts over); None
+    where uncounted."""
     counted = [r for r in records if r.jobs_total > r.jobs_done > 0]
     if not counted:
         return None
@@ -185,8 +182,8 @@ class Planned:
 
 def plan_steps(records: list[Record], current: Callable[[str], str] = engine_code.step_hash,
                at_commit: Callable[[str, str], str | None] | None = None) -> dict[str, Planned]:
-    """Each step's minutes, and whether it is due (no record done at ``current(step)``'s code).
-    ``at_commit``: a record's code from its commit alone."""
+    """Each step's minutes, and whether it is due at ``current(step)``'s code. ``at_commit``: a
+    record's code from its commit."""
     # git is asked once per step and commit.
     at_commit = cache(at_commit or (lambda name,
                                     commit: engine_code.commit_hash(engine_code.paths_of(name),
@@ -225,9 +222,8 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
 
 def pack(groups: list[list[Planned]], budget_min: float) -> tuple[list[list[Planned]],
                                                                   list[Planned]]:
-    """The calls that run each group in order: a group starts its own call, which takes its next
-    steps while they fit the budget, never skipping ahead; a longer group takes several. Also the
-    steps longer than a whole budget."""
+    """Calls for each group in order, each taking steps while they fit, never skipping ahead; also
+    the steps longer than a whole budget."""
     calls, too_long = [], []
     for group in groups:
         call, room = [], budget_min

@@ -1,5 +1,4 @@
-"""The suite's figures and claims from the steps finished: the paper's (analysis layer, from
-<out>/paper), decode KV bandwidth and host overhead. A figure the runs cannot give yet is a note,
+"""The suite's figures and claims from the finished steps; what the runs cannot give yet is a note,
 not an error."""
 from __future__ import annotations
 
@@ -150,8 +149,8 @@ def overhead_figure(out: Path) -> bool:
 
 
 def paper_report(out: Path, dry_run: bool = False) -> list[str]:
-    """Each experiment's figure and the claims table from the runs under <out>/paper. A dry run
-    keeps the runs that waited for a CPU: it checks every figure and claim can be made."""
+    """Each experiment's figure and the claims from <out>/paper. A dry run keeps runs that waited
+    for a CPU: it checks every figure and claim can be made."""
     from sarathi_lab.analysis import claims, registry
     from sarathi_lab.analysis.runs import Results
 

@@ -1,5 +1,5 @@
-"""The suite's out directory (steps/<step>/ with result.json, DONE and the step's files; profiles/,
-paper/, figures/) and its export into ``$OUT``."""
+"""The suite's out directory (steps/<step>/ with result.json, DONE and its files) and its export
+into ``$OUT``."""
 from __future__ import annotations
 
 import csv
@@ -85,10 +85,9 @@ def write_result(out: Path, result: StepResult) -> None:
 
 
 def restore(out: Path, archive: Path) -> int:
-    """Files of an earlier call's archive that ``out`` lacks, never overwriting; returns how many.
-    An ArchiveRefused before writing anything where the archive is not one the suite could write; a
-    RestoreFailed where ``out`` cannot take a file. Each file is written beside its name and
-    renamed."""
+    """Files of an archive that ``out`` lacks, never overwriting; returns how many. An
+    ArchiveRefused before writing for an archive the suite could not have written; RestoreFailed
+    where ``out`` cannot take a file."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
         planned = [(member, archive_members.inside(out, name, f"{label} is invalid: member "
@@ -142,8 +141,8 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 
 def archive(out: Path, dest: Path) -> list[str]:
-    """The out directory as one tar.gz; past 16 MiB (a common limit on a file a remote job returns),
-    per-iteration tables are left out, then the largest files, never RESUME_FILES. Returns notes."""
+    """The out directory as one tar.gz; past 16 MiB (a common limit on returned files) per-iteration
+    tables, then the largest files are left out, never RESUME_FILES. Returns notes."""
     # Built in ``out``, not in $OUT: a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
     # Regular files only: restore refuses an archive with a link.
@@ -195,8 +194,7 @@ def export(out: Path, dest: Path | None) -> list[str]:
                                     else 99, p.name))
     room = MAX_OUT_FILES - 1 - len(files)
     chosen = files + figures[:room]
-    # An earlier export of this call may have chosen other figures (fewer fit once claims.csv
-    # exists, or a higher-ranked one was drawn since): left there, they would pass the 8 files.
+    # An earlier export may have chosen other figures: left there, they would pass the 8 files.
     for stale in set(dest.glob("*.png")) - {dest / p.name for p in chosen}:
         stale.unlink()
     for path in chosen:

@@ -18,8 +18,7 @@ def _seed(record: dict) -> int | None:
 
 
 def sweeps(runs: dict[str, dict], locks: dict[str, dict]) -> dict[str, dict]:
-    """Per experiment: sorted ``seeds``, ``jobs_finished`` and ``jobs_planned`` (at least the jobs
-    found). ``runs``/``locks``: archive name -> metrics.json / .sweep.lock."""
+    """Per experiment: sorted ``seeds``, ``jobs_finished`` and ``jobs_planned``."""
     found: dict[str, dict] = {}
     for name, record in runs.items():
         if not (m := RUN.match(name)):

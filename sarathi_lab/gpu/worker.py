@@ -1,5 +1,5 @@
-"""Runs the suite's steps in one process, each recorded as it ends. After a step fails on a GPU it
-exits with RESTART (a CUDA error can leave the context unusable)."""
+"""Runs the suite's steps in one process; after a step fails on a GPU it exits with RESTART (a CUDA
+error can poison the context)."""
 from __future__ import annotations
 
 import gc

@@ -51,8 +51,8 @@ def figure(results, simulated=None):
     return fig
 
 
-# One GPU step an SLO. Scaled: minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8
-# s a search to build the model + 10 s interpreter); a cut search resumes at its next trial.
+# One GPU step an SLO: minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8 s a
+# search to build + 10 s interpreter).
 GPU_PARTS = (GpuPart("strict", 6.7), GpuPart("relaxed", 5.0))
 # Unscaled: the same from gpu.predict's seconds of the paper-shape searches, times each part's
 # schedulers.

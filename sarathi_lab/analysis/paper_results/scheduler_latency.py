@@ -78,9 +78,8 @@ def figure(results, simulated=None):
     return fig
 
 
-# One GPU step a seed and rate, seed 0 first (a cut lease still has every scheduler at both rates):
-# minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8 s a job to build and capture
-# + 10 s interpreter); seed 2 draws a request of thousands of decode tokens.
+# One GPU step a seed and rate, seed 0 first: minutes = 1.3 x (the calibrated H100 simulator's
+# serving seconds + 8 s a job to build and capture + 10 s interpreter).
 GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", minutes)
                   for seed, qps, minutes in ((0, 2, 3.2), (0, 4, 2.3), (1, 2, 2.9), (1, 4, 2.2),
                                              (2, 2, 5.0), (2, 4, 4.9)))

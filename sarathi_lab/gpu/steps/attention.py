@@ -1,7 +1,6 @@
-"""The engine's attention against its peers and floor (``profiling.attention_peers``) at every shape
-of ``profiling.attention_grid``: a row per shape in attention.csv, written as each ends so a rerun
-continues; metrics ``attention_over_best_peer[<shape>]``, ``attention_over_floor[<shape>]`` and each
-contender's ms."""
+"""The engine's attention against its peers and floor at every shape of
+``profiling.attention_grid``: a row per shape in attention.csv, written as each ends so a rerun
+continues."""
 from __future__ import annotations
 
 import math
@@ -104,8 +103,8 @@ def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
 
 def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tuple[list[dict], Flex,
                                                                                    list[str]]:
-    """A row per case of ``grid``: those ``rows_file`` holds from an earlier call, then the rest,
-    the file rewritten as each ends. Also the FlexAttention run and the ceilings' notes."""
+    """A row per case of ``grid``, resuming from ``rows_file`` and rewriting it as each ends; also
+    the FlexAttention run and the ceilings' notes."""
     from sarathi_lab.profiling.attention_peers import Flex
 
     device, dtype = torch.device(ctx.device), getattr(torch, grid.dtype)

@@ -1,6 +1,5 @@
-"""The engine against transformers on the device: greedy tokens equal in float32 for Llama, Mistral
-and Qwen2 under every scheduler and attention backend, first tokens in bfloat16. The models are the
-tests' (tests/hf_models.py)."""
+"""The engine against transformers: greedy tokens equal in float32 for Llama, Mistral and Qwen2
+under every scheduler and backend, first tokens in bfloat16."""
 from __future__ import annotations
 
 import torch

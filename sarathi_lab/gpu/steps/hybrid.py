@@ -1,7 +1,6 @@
-"""Co-scheduled hybrid attention against the sequential kernels, the peers and the floors
-(``profiling.hybrid_attention``) at every batch of ``profiling.hybrid_grid``: a row per batch in
-hybrid_attention.csv, written as each ends so a rerun continues; the target
-``hybrid_attention_over_sequential[<shape>]``."""
+"""Co-scheduled hybrid attention against the sequential kernels, peers and floors at every batch of
+``profiling.hybrid_grid``, a row per batch in hybrid_attention.csv, written as each ends so a rerun
+continues."""
 from __future__ import annotations
 
 from sarathi_lab.gpu.context import Context

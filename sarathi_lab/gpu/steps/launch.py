@@ -1,8 +1,7 @@
-"""The ``launch`` step: ``profiling.launch`` on LLaMA-13B decode batches and prefill chunks (alone
-and beside decodes, at 1K and 3K), eager and with the engine's CUDA graphs, beside the physical and
-sequential floors; graph memory and capture time. Then the hybrid iterations of FULL_TOKENS or more
-with co-scheduled attention (``,pod``), and per iteration kind the profiler's kernels grouped
-(kernels.csv)."""
+"""The ``launch`` step: LLaMA-13B decode batches and prefill chunks, eager and with CUDA graphs,
+beside the physical and sequential floors; graph memory and capture time; the hybrid iterations
+again with co-scheduled attention (``,pod``); per iteration kind the kernels grouped (kernels.csv).
+"""
 from __future__ import annotations
 
 import warnings

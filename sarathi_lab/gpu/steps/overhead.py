@@ -1,6 +1,5 @@
-"""The engine's overhead (``overhead_fraction``: time outside the forward pass) per decode-only and
-hybrid iteration of LLaMA-13B at batch 18 (``profiling.overhead.serve``), with the host parts'
-share."""
+"""The engine's overhead (``overhead_fraction``: time outside the forward) per decode-only and
+hybrid iteration of LLaMA-13B at batch 18, with the host parts' share."""
 from __future__ import annotations
 
 import statistics
@@ -13,8 +12,7 @@ from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.profiling.overhead import TARGET, prepare_split, serve
 
-# model, dtype, requests, prompt and new tokens, chunk: on the GPU each prompt is 4 chunks, so
-# hybrids carry 1-17 decodes and decode-only iterations all 18.
+# model, dtype, requests, prompt and new tokens, chunk: each prompt 4 chunks on the GPU.
 SHAPES = {"cuda": ("llama-13b", "bfloat16", 18, 1024, 128, 256),
           "cpu": ("tiny", "float32", 4, 64, 16, 32)}
 

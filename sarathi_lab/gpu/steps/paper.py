@@ -1,7 +1,6 @@
-"""A paper result's experiment as a Hydra sweep (``-m experiment=NAME`` with its overlay
-``experiment=gpu/NAME``) into <out>/paper/NAME/multiruns/. The dry run validates every GPU job
-through the schema and its KV plan on an 80 GB card, then runs one tiny job in-process
-(SWEPT_IN_DRY_RUN's as a sweep in a child, as on the GPU)."""
+"""A paper result's experiment as a Hydra sweep (overlay ``experiment=gpu/NAME``) into
+<out>/paper/NAME/multiruns/. The dry run checks every GPU job's schema and KV plan on an 80 GB card,
+then runs one tiny job (SWEPT_IN_DRY_RUN's as a sweep in a child, as on the GPU)."""
 from __future__ import annotations
 
 import itertools
@@ -74,8 +73,8 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
 
 
 def set_aside_stale(ctx: Context, step: Step, directory: Path, now: str) -> str | None:
-    """A sweep an earlier call ran at other engine code moved aside, so it starts over (its finished
-    jobs measured another engine). Returns a note, or None where it resumes."""
+    """A sweep run at other engine code is moved aside so it starts over; returns a note, or None
+    where it resumes."""
     before = state.read_result(ctx.out, step.name)
     if before is None or not before.code or before.code == now or not directory.is_dir():
         return None

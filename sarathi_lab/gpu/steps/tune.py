@@ -1,7 +1,6 @@
-"""The ``tune`` step: paged-attention tile configs and split-rule knobs per work kind
-(``profiling.attention_sweep``), and cuBLAS against Triton split-K per projection
-(``profiling.gemm_sweep``), each kept where it wins. Writes the device's table (``<device
-name>.json``, read by ``sarathi_lab.tuned_kernels``) and the timed rows."""
+"""The ``tune`` step: paged-attention tile configs and split-rule knobs per work kind, and cuBLAS
+against Triton split-K per projection, each kept where it wins, into the device's table (``<device
+name>.json``, read by ``sarathi_lab.tuned_kernels``)."""
 from __future__ import annotations
 
 import csv
