@@ -76,13 +76,11 @@ def judged(gpu_docs: Path) -> list[Judged]:
         whys = _whys(kept.folder)
         for row in rows:
             found.append(Judged(row["claim"], row["experiment"], row.get("paper", ""),
-                                row.get("ours", ""),
-                                row.get("spread", ""), row.get("holds", ""),
+                                row.get("ours", ""), row.get("spread", ""), row.get("holds", ""),
                                 kept.folder.parent.name,
                                 kept.folder.name, kept.lease["commit"], kept.lease["engine"],
                                 _seeds(kept.lease, kept.summary, row["experiment"],
-                                       row.get("left out", "")),
-                                _why(whys, row)))
+                                       row.get("left out", "")), _why(whys, row)))
     return found
 
 

@@ -163,8 +163,7 @@ class Results:
         if warn and (other := sorted(set(relative[~current]),
                                      key=lambda r: natural_order(Path(r)))):
             log.warning("%s: %d run%s under %s left out: of none of the jobs its last launch ran "
-                        "(%s)", name,
-                        len(other), "s" * (len(other) != 1), sweep,
+                        "(%s)", name, len(other), "s" * (len(other) != 1), sweep,
                         ", ".join(other[:5]) + (" ..." if len(other) > 5 else ""))
         return runs[current].reset_index(drop=True)
 

@@ -80,8 +80,7 @@ def predict(steps: list[Step], devices, cost_models, work: Path) -> pd.DataFrame
                                       work / device / cost_model / step.name / str(i))
                     rows.append({"step": step.name, "job": i, **row})
                     print(f"{step.name} {device} {cost_model} {i}: "
-                          f"{row.get('error') or row.get('serving_s')}",
-                          flush=True)
+                          f"{row.get('error') or row.get('serving_s')}", flush=True)
     return pd.DataFrame(rows)
 
 

@@ -61,8 +61,7 @@ def figure(results, simulated=None):
         if refs or column == "kv_reread_ratio":
             ax.legend(title="chunk" if column == "kv_reread_ratio" else None, fontsize=7)
         # Short: four panels side by side.
-        ax.set(title=f"{label}: chunked / unchunked",
-               xlabel="sequence length (tokens)",
+        ax.set(title=f"{label}: chunked / unchunked", xlabel="sequence length (tokens)",
                ylabel="tokens read, chunked / unchunked (x)" if column == "kv_reread_ratio"
                else "time, chunked / unchunked (x)")
     figures.headline(fig, results, "chunk_overhead",

@@ -32,8 +32,7 @@ def _speedup_range(gains: pd.DataFrame) -> tuple[str, str]:
     """The resolved speedups' range, and what is unresolved ('' if nothing)."""
     resolved = derive.resolved_speedups(gains)
     return ((f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved)
-             else "no point resolved"),
-            unresolved_note(gains))
+             else "no point resolved"), unresolved_note(gains))
 
 
 def claims(results) -> list[dict]:

@@ -28,8 +28,7 @@ def claims(results) -> list[dict]:
                   "; ".join(f"C={c} B={b}: P:D {pd:g}" for c, b, pd, _ in paper.PD_PEAKS),
                   label + "; ".join(f"C={p.chunk:g} B={p.batch_size:g}: best {p.gain:.2f}x at "
                                     f"{p.pd_ratio:g}, predicted peak {p.predicted_pd_ratio:.3g}"
-                                    for p in peaks.itertuples()),
-                  verdict(near)),
+                                    for p in peaks.itertuples()), verdict(near)),
         claim_row("pd_ratio",
                   f"SARATHI gains {paper.PD_WIDE_GAIN - 1:.0%}+ over the baseline at its best P:D",
                   "; ".join(f"{g:g}x at C={c} B={b} P:D={pd:g}" for c, b, pd, g in paper.PD_PEAKS)

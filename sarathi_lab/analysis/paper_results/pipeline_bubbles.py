@@ -81,8 +81,7 @@ def claims(results) -> list[dict]:
                             "request",
                       f"{PAPER['median_bubble_ratio']}x lower than the baseline (GPT-3, TP8 x PP8 "
                       f"on 64 A100s); {PAPER['end_to_end_ratio']}x faster end to end than "
-                      "Orca-style",
-                      ours, verdict(bool(r > 1) for r in base.measured),
+                      "Orca-style", ours, verdict(bool(r > 1) for r in base.measured),
                       float(base.measured.mean()) if len(base) else None),
             claim_row(NAME, "The simulator predicts the measured median-bubble ratio within "
                             f"{SIM_TOLERANCE:.0%}",

@@ -52,8 +52,7 @@ def figure(results, simulated=None):
         long = derive.latency_long(runs.summary("scheduler_latency"))
         for ax, metric in zip(row_axes, ("ttft", "itl")):
             figures.sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler",
-                                 style="percentile",
-                                 markers=True, ax=ax, legend=metric == "itl",
+                                 style="percentile", markers=True, ax=ax, legend=metric == "itl",
                                  errorbar=figures.SPREAD,
                                  # fainter bands keep ten series readable
                                  err_kws={"alpha": 0.1})

@@ -145,8 +145,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                 Metric("flex_compiled", flex.compiled),
                 Metric("flex_compiles", len(compile_s), "",
                        f"{grid.flex_compiles} (one a FlexAttention shape)" if flex.compiled
-                       else ""),
-                Metric("flex_compile_s", round(sum(compile_s), 1), "s")]
+                       else ""), Metric("flex_compile_s", round(sum(compile_s), 1), "s")]
     for row in rows:
         metrics += shape_metrics(row, on_gpu)
     notes.append(f"{grid.dtype} on {ctx.device}: {len(rows)} shapes, median of {grid.reps} "
