@@ -51,8 +51,8 @@ def _json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is invalid: {type(e).__name__}; attribution needs it as a JSON "
-                         "object") from None
+        raise ValueError(f"{path} is invalid: {type(e).__name__}; "
+                         "attribution needs it as a JSON object") from None
     if not isinstance(data, dict):
         raise TypeError(f"{path} is invalid: a {type(data).__name__}, not a JSON object")
     return data
@@ -158,8 +158,8 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
     notes = [*real.missing, *(f"padded: {m}" for m in padded.missing if m not in real.missing),
              HOST]
     if variant:
-        notes.append(f"{variant}: co-scheduled attention; its parts are the sequential kernels' "
-                     "(isolated)")
+        notes.append(f"{variant}: co-scheduled attention; its "
+                     "parts are the sequential kernels' (isolated)")
     if recorded is not None and graph != rule:
         notes.append(f"the engine replayed a graph of {graph} tokens (this lease's buckets); "
                      f"today's rule gives {rule}")

@@ -229,8 +229,8 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
         if np.isnan(s.capacity_rps) or np.isnan(v.capacity_rps):
             both = np.isnan(s.capacity_rps) and np.isnan(v.capacity_rps)
             text = ("neither passed a rate tried" if both
-                    else (f"{'vllm' if np.isnan(v.capacity_rps) else 'sarathi_serve'} passed no "
-                          "rate tried"))
+                    else (f"{'vllm' if np.isnan(v.capacity_rps) else 'sarathi_serve'} "
+                          "passed no rate tried"))
             holds[slo] = "n/a" if both else "yes" if np.isnan(v.capacity_rps) else "no"
             spreads[slo] = ""
         else:

@@ -160,8 +160,8 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
     fig = capacity.capacity_figure(sim, cpu, source(sim))
     tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
     capacity.plot_tradeoff(tradeoff, ax,
-                           f"{source(tradeoff)}, scale {tradeoff.scale.iloc[0]}: TTFT vs TBT over "
-                                         "token budgets, same load")
+                           f"{source(tradeoff)}, scale {tradeoff.scale.iloc[0]}: "
+                           "TTFT vs TBT over token budgets, same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 

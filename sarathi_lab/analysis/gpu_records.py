@@ -224,8 +224,8 @@ def claims(data: bytes, where: str) -> list[dict[str, str]]:
     except csv.Error as e:
         raise RecordError(f"{where} is invalid: not a CSV table ({e})") from None
     if missing := [k for k in CLAIM_KEYS if k not in header]:
-        raise RecordError(f"{where} is invalid: its header {shown(header)} lacks {missing[0]!r}: "
-                          "must name "
+        raise RecordError(f"{where} is invalid: its header {shown(header)} "
+                          f"lacks {missing[0]!r}: must name "
                           + ", ".join(CLAIM_KEYS))
     for i, row in enumerate(rows, 2):
         if None in row:

@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--include-unreliable", action="store_true",
                         help="keep runs flagged timing_unreliable")
     parser.add_argument("--force", action="store_true",
-                        help="replace figures and claims of another source, scale, machine or "
-                             "commit")
+                        help="replace figures and claims of another "
+                             "source, scale, machine or commit")
     parser.add_argument("--gpu-claims", action="store_true",
                         help="rewrite RESULTS.md's GPU claims (the newest run of each device per "
                              "claim, older ones as history) from the runs kept under DOCS/gpu/")

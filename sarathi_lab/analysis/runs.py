@@ -254,8 +254,8 @@ class Results:
         for missing, metrics in sorted(lacking.items()):
             names = ", ".join(sorted(metrics)[:4]) + (" ..." if len(metrics) > 4 else "")
             notes.append(f"{missing} of {len(keys)} run{'s' * (len(keys) != 1)} lack {names}" + (
-                "" if short else (" (renamed, or recorded by another version): left out of what "
-                                  "reads it")))
+                "" if short else (" (renamed, or recorded by another "
+                                  "version): left out of what reads it")))
         return "; ".join(notes)
 
     def scale(self, name: str) -> str:

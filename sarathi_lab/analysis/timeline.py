@@ -144,7 +144,7 @@ def _names(run: RunTables) -> list[dict]:
             meta(REQUESTS_PID, "process_sort_index", {"sort_index": 1}),
             *(meta(REQUESTS_PID, "thread_name",
                    {"name": f"request {int(r.request_id)} ({int(r.prompt_tokens)} prompt + "
-                                                 f"{int(r.output_tokens)} output tokens)"},
+                            f"{int(r.output_tokens)} output tokens)"},
                    int(r.request_id)) for r in run.requests.itertuples(index=False)),
             *(meta(REQUESTS_PID, "thread_sort_index", {"sort_index": k}, int(rid))
               for k, rid in enumerate(run.requests.sort_values(["arrival_s",
@@ -267,8 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.timeline",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path,
-                        help="a run's directory (metrics.json, iterations.parquet, "
-                                                   "requests.parquet)")
+                        help="a run's directory (metrics.json, "
+                             "iterations.parquet, requests.parquet)")
     parser.add_argument("--out", type=Path,
                         help=f"the trace file (default RUN_DIR/{TRACE}; .gz: gzipped)")
     parser.add_argument("--start-s", type=float,
@@ -299,8 +299,8 @@ def main(argv: list[str] | None = None) -> None:
         cli_args.refuse(f"--out={out} cannot be written: {e.strerror or e} ({e.filename or out}); "
                         "nothing was written; choose another path")
     spans = sum(e["ph"] == "X" and e["pid"] == ENGINE_PID for e in payload["traceEvents"])
-    print(f"{out}: {spans} iterations, {len(run.requests)} requests ({run.source}, {run.clock} "
-          "clock)")
+    print(f"{out}: {spans} iterations, {len(run.requests)} "
+          f"requests ({run.source}, {run.clock} clock)")
     for note in payload["otherData"]["not_recorded"]:
         print(f"not recorded by this run: {note}")
 

@@ -94,8 +94,8 @@ def scheduler_pair(runs, experiment: str = EXPERIMENT, schedulers=SCHEDULERS) ->
             if set(group.scheduler) >= set(schedulers)]
     if not both:
         note = runs.unreliable_note(experiment)
-        return ((f"No timeline: {experiment} has no runs of {' and '.join(schedulers)} on the same "
-                 "arrivals")
+        return ((f"No timeline: {experiment} has no runs of "
+                 f"{' and '.join(schedulers)} on the same arrivals")
                 + (f" ({note})" if note else "") + ".")
     group = max(both, key=lambda g: (g["workload.qps"].iloc[0] if "workload.qps" in g else 0))
     try:

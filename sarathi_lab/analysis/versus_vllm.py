@@ -187,8 +187,8 @@ def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) ->
 
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", help="a sweep of experiment=versus_vllm (or any root with runs of "
-                                     "both engines)")
+    parser.add_argument("root", help="a sweep of experiment=versus_vllm (or "
+                                     "any root with runs of both engines)")
     parser.add_argument("--docs", default="docs", type=Path,
                         help="the docs folder (figures/ under it)")
     parser.add_argument("--force", action="store_true",

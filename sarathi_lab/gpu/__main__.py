@@ -111,8 +111,8 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
         if code not in (0, RESTART):
             record_killed(out, batch, worker_start, f"worker ended with {code}" + (
                 " at the end of the call's budget" if out_of_time else
-                (f" at its cap of {queue.CAPS[batch[0].name]:g}x its planned "
-                 "minutes") if at_cap else ""))
+                (f" at its cap of {queue.CAPS[batch[0].name]:g}x "
+                 "its planned minutes") if at_cap else ""))
         # One attempt per step and call: what the worker started is settled for this call.
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
         return 0
     if args.run and not args.next:
-        parser.error("--run is invalid without --next: it runs the queue's head (--steps runs "
-                     "chosen steps)")
+        parser.error("--run is invalid without --next: it runs "
+                     "the queue's head (--steps runs chosen steps)")
     if args.next:
         steps = _queue_head(parser, args, budget)
         if steps is None:
@@ -193,8 +193,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a "
                              "GPU, none dry)")
     parser.add_argument("--restore", type=Path, default=None,
-                        help="an earlier call's suite.tar.gz: its files the out directory lacks "
-                             "are restored")
+                        help="an earlier call's suite.tar.gz: its "
+                             "files the out directory lacks are restored")
     parser.add_argument("--retry-failed", action="store_true",
                         help="rerun steps that failed before")
     parser.add_argument("--own", action="store_true",
@@ -257,16 +257,16 @@ def _export_dir(parser: argparse.ArgumentParser, out: Path) -> Path | None:
         parser.error(f"$OUT={export} is invalid: it must be a folder apart from --out={out} (the "
                      "archive of --out is written into $OUT)")
     if export is not None and (problem := writable_dir(export)):
-        parser.error(f"$OUT={export} is invalid: must be a directory this user can write "
-                     f"({problem})")
+        parser.error(f"$OUT={export} is invalid: must be a "
+                     f"directory this user can write ({problem})")
     return export
 
 
 def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path,
              export: Path | None) -> None:
     if archive and archive.resolve() in (out, export):
-        parser.error(f"--restore={archive} is invalid: it is the out directory itself, not an "
-                     "archive")
+        parser.error(f"--restore={archive} is invalid: it is "
+                     "the out directory itself, not an archive")
     if archive and not archive.exists():
         print(f"[gpu] no archive at {archive} yet: nothing restored (a suite's first call)")
     elif archive:
@@ -304,8 +304,8 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     if watch is not None:
         own.finish(watch, out)
     if interrupted:
-        print("[gpu] interrupted: the same command resumes (finished steps and sweep jobs are "
-              "kept)")
+        print("[gpu] interrupted: the same command resumes "
+              "(finished steps and sweep jobs are kept)")
         return 130
     # Not 3 ("more to run"): the same call again would stall the same way.
     return 1 if stalled else code

@@ -39,8 +39,8 @@ def check_name(name: str, what: str) -> str:
         raise ArchiveRefused(f"{what} is {_shown(name)}, not a name")
     parts = name.split("/")
     if len(parts) > MAX_DEPTH:
-        raise ArchiveRefused(f"{what} {_shown(name)} is {len(parts)} folders deep, more than "
-                             f"{MAX_DEPTH}")
+        raise ArchiveRefused(f"{what} {_shown(name)} is {len(parts)} "
+                             f"folders deep, more than {MAX_DEPTH}")
     for part in parts:
         if part in (".", "..") or not NAME_PART.fullmatch(part):
             raise ArchiveRefused(f"{what} {_shown(name)} is not a safe name: each part must be 1 "
@@ -107,8 +107,8 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
     folders = {"/".join(name.split("/")[:i]) for name in found
                for i in range(1, name.count("/") + 1)}
     if clash := sorted(n for n in folders if n in found and not found[n].isdir()):
-        raise ArchiveRefused(f"member {_shown(clash[0])} is both a file and the folder of other "
-                             "members")
+        raise ArchiveRefused(f"member {_shown(clash[0])} is both a "
+                             "file and the folder of other members")
     return found
 
 
@@ -124,8 +124,8 @@ def _open_regular(path: Path, label: str):
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ARCHIVE_BYTES:
         os.close(fd)
         what = "it is not a regular file" if not stat.S_ISREG(info.st_mode) else (
-            f"{info.st_size} bytes, more than the {MAX_ARCHIVE_BYTES >> 20} MiB a suite's archive "
-            "is at most")
+            f"{info.st_size} bytes, more than the "
+            f"{MAX_ARCHIVE_BYTES >> 20} MiB a suite's archive is at most")
         raise ArchiveRefused(f"{label} is invalid: not a readable tar archive ({what})")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")

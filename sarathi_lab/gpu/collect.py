@@ -184,8 +184,8 @@ def _writable(root: Path, paths: list[Path]) -> None:
                 raise ValueError(f"--root={root} is invalid: {folder} is not a folder, and "
                                  f"{path.relative_to(root)} would be written under it")
         if path.is_symlink() or (path.exists() and not path.is_file()):
-            raise ValueError(f"--root={root} is invalid: {path} is not a regular file, and would "
-                             "be replaced")
+            raise ValueError(f"--root={root} is invalid: {path} is not "
+                             "a regular file, and would be replaced")
 
 
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:

@@ -59,8 +59,8 @@ HEAD: tuple[Step, ...] = (
          "hybrid batches (a chunk of 256/512 beside 16/32 decodes at 1K/3K; LLaMA-13B and "
          "Mistral-7B heads, bf16): prefill and decode attention co-scheduled on each SM in one "
          "launch vs the engine's sequential kernels (one launch; chunk then decodes), "
-         "SDPA/FlexAttention and the floors (profiling/hybrid_attention.py; target 0.8x the "
-         "sequential)"),
+         "SDPA/FlexAttention and the floors "
+         "(profiling/hybrid_attention.py; target 0.8x the sequential)"),
     Step("tune", 1.6,
          "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and "
          "a 2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around "
@@ -70,8 +70,8 @@ HEAD: tuple[Step, ...] = (
     Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
     Step("overhead", 0.2, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
-         "each decode-only and hybrid iteration's time outside the forward pass (target < 5%), and "
-         "its stalls"),
+         "each decode-only and hybrid iteration's time outside "
+         "the forward pass (target < 5%), and its stalls"),
     Step("kernels", 3.0,
          "profiling/kernel_check.py: Triton paged attention vs the torch backend in fp32/fp16/bf16 "
          "(kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
@@ -168,8 +168,8 @@ def format_plan(steps: list[Step], budget_min: float | None) -> str:
     lines.append(f"(paper steps beside scale/gpu.yaml's {' '.join(scales.shared('gpu'))})")
     if budget_min is None:
         lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's "
-                     "settings: each result's arithmetic from the lease's measured jobs, in its "
-                     "module)")
+                     "settings: each result's arithmetic from "
+                     "the lease's measured jobs, in its module)")
         return "\n".join(lines)
     lines.append(f"\ncalls of {budget_min:g} min (--budget-min; what is still due: --next):")
     for i, call in enumerate(pack(steps, budget_min), 1):

@@ -47,8 +47,8 @@ QUEUE: tuple[Call, ...] = (
          "1.27x vs 1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
          "docs/sim/predictions_h100_calibrated.md"),
     Call(("paper.pd_ratio",),
-         "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= 10%; fixed and tile-aligned chunks, "
-         "three seeds",
+         "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= "
+         "10%; fixed and tile-aligned chunks, three seeds",
          "docs/sim/predictions_h100_calibrated.md"),
     Call(("paper.capacity.strict", "paper.scheduler_latency.seed0"),
          "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted "

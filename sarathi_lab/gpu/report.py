@@ -189,8 +189,8 @@ def claims_markdown(table: pd.DataFrame, out: Path) -> str:
     device = (ceilings(out) or {}).get("device", "the device the env step has not named yet")
     columns = [c for c in table.columns if table[c].map(_cell).ne("").any()]
     lines = [f"# The paper's claims, measured on {device}", "",
-             ("From the runs under `paper/` (`python -m sarathi_lab.gpu`); the same rows as "
-              "`claims.csv`."), "",
+             ("From the runs under `paper/` (`python -m "
+              "sarathi_lab.gpu`); the same rows as `claims.csv`."), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |"
               for _, row in table.iterrows()]

@@ -90,8 +90,8 @@ def restore(out: Path, archive: Path) -> int:
     where ``out`` cannot take a file."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
-        planned = [(member, archive_members.inside(out, name, f"{label} is invalid: member "
-                                                              f"{name!r}"))
+        planned = [(member, archive_members.inside(out, name, f"{label} is invalid: "
+                                                              f"member {name!r}"))
                    for name, member in members.items() if not member.isdir()]
         restored = 0
         for member, target in planned:
@@ -176,8 +176,8 @@ def archive(out: Path, dest: Path) -> list[str]:
                          f"({largest.stat().st_size / 2**20:.1f} MiB) left out to stay under 16 "
                          "MiB: not brought back")
         if tmp.stat().st_size > MAX_FILE_BYTES:
-            notes.append(f"{ARCHIVE}: over 16 MiB with its resume files alone: a 16 MiB limit "
-                         "drops it")
+            notes.append(f"{ARCHIVE}: over 16 MiB with its resume "
+                         "files alone: a 16 MiB limit drops it")
     shutil.move(tmp, dest)  # out and $OUT may be on two file systems
     return notes
 

@@ -70,8 +70,8 @@ def fetch(spec: str, dest: Path) -> Path:
     else:
         raise SystemExit(f"pip produced no wheel for {spec}")
     if not installs_there(wheel.name):
-        raise SystemExit(f"{wheel.name}: built for this machine only, it would not install on the "
-                         "GPU machine")
+        raise SystemExit(f"{wheel.name}: built for this machine only, "
+                         "it would not install on the GPU machine")
     return wheel
 
 

@@ -12,8 +12,8 @@ from sarathi_lab.executors import recorded_as
 from sarathi_lab.profiling import quantities
 
 _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token tile)",
-                       "tile": ("tile-aligned chunk: chunk + B - 1 fills whole 128-token tiles (as "
-                                "the paper)")}
+                       "tile": ("tile-aligned chunk: chunk + B - 1 fills "
+                                "whole 128-token tiles (as the paper)")}
 
 
 def unresolved_note(gains: pd.DataFrame) -> str:

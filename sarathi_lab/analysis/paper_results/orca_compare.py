@@ -30,8 +30,8 @@ def claims(results) -> list[dict]:
         return with_range(each.get_group((s, v))) if (s, v) in each.groups else shown(None, "", why)
 
     return [claim_row("orca_compare", "SARATHI beats Orca's best case at every sequence length",
-                      "SARATHI 1.27x / 1.25x / 1.23x, Orca best 1.11x / 1.0x / 1.0x at 1K / 2K / "
-                      "3K",
+                      "SARATHI 1.27x / 1.25x / 1.23x, Orca "
+                      "best 1.11x / 1.0x / 1.0x at 1K / 2K / 3K",
                       "; ".join(f"length {s:g}: " + ", ".join(f"{v} {gain(s, v)}" for v in variants)
                                 for s in table.index)
                       + f" (over the runs, min-max; Orca best: {shown(share, '.0%', why)} of "

@@ -29,8 +29,8 @@ def claims(results) -> list[dict]:
                   f"~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms from "
                   f"{paper.PREFILL_SATURATION_TOKENS} tokens",
                   f"{sat['tokens_per_ms']:.2f} tokens/ms; within 10% of it from {sat['tokens']} "
-                  f"tokens{at_least}; in tile_quantization's finer steps from {fine['tokens']} "
-                  "tokens",
+                  f"tokens{at_least}; in tile_quantization's "
+                  f"finer steps from {fine['tokens']} tokens",
                   verdict([coarse if coarse is not None
                            else saturated_by(fine, paper.PREFILL_SATURATION_TOKENS)]),
                   sat["tokens"]),

@@ -77,8 +77,8 @@ def claims(results) -> list[dict]:
         sim_ours += ("; stage 0 between two forwards (the driver's host work), median over the "
                      f"runs: measured {1e3 * summary.stage0_gap_p50_s.median():.3g} ms, simulated "
                      f"{1e3 * summary.sim_stage0_gap_p50_s.median():.3g} ms")
-    return [claim_row(NAME, "Uniform hybrid micro-batches cut the median pipeline bubble per "
-                            "request",
+    return [claim_row(NAME, "Uniform hybrid micro-batches cut the "
+                            "median pipeline bubble per request",
                       f"{PAPER['median_bubble_ratio']}x lower than the baseline (GPT-3, TP8 x PP8 "
                       f"on 64 A100s); {PAPER['end_to_end_ratio']}x faster end to end than "
                       "Orca-style", ours, verdict(bool(r > 1) for r in base.measured),
@@ -145,8 +145,8 @@ def figure(results, simulated=None):
         # Each job measured its own link: the range over the jobs, not the first job's table alone.
         small, large = 1e6 * summary.sim_message_8b_s, 1e6 * summary.sim_message_1048576b_s
         how = re.sub(r"sends .*a message", f"sends {small.min():.0f}-{small.max():.0f} us (8 B) to "
-                     f"{large.min():.0f}-{large.max():.0f} us (1 MiB) a message (each job's link, "
-                     "measured)", how)
+                     f"{large.min():.0f}-{large.max():.0f} us (1 "
+                     "MiB) a message (each job's link, measured)", how)
     seeds = len(results.seeds(NAME))
     figures.headline(fig, results, NAME,
                      "Fig. 12 on a real 2-stage pipeline (one process and core a stage, "

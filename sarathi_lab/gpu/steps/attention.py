@@ -119,8 +119,8 @@ def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tup
         for case in [c for c in grid.cases() if c.label not in done]:
             left = ctx.seconds_left()
             if left is not None and left < SHAPE_GUARD_S:
-                raise Incomplete(f"{len(rows)} of {len(grid.cases())} {unit} measured; a rerun "
-                                 "continues")
+                raise Incomplete(f"{len(rows)} of {len(grid.cases())} "
+                                 f"{unit} measured; a rerun continues")
             rows.append(measure(case, dtype=dtype, device=device,
                                 block_size=EngineConfig.block_size, reps=grid.reps,
                                 warmup=grid.warmup, flex=flex, copy_gbps=env["copy_gbps"],

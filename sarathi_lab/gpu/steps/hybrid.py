@@ -51,8 +51,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     for row in rows:
         metrics += shape_metrics(row, on_gpu)
     notes.append(f"{grid.dtype} on {ctx.device}: {len(rows)} hybrid batches (c: the last chunk of "
-                 f"a prompt of ctx tokens, b: decodes at ctx), median of {grid.reps} interleaved "
-                 "rounds"
+                 "a prompt of ctx tokens, b: decodes at ctx), "
+                 f"median of {grid.reps} interleaved rounds"
                  + (", each call after an L2 flush, CUDA events" if on_gpu else
                     "; the kernels in Triton's interpreter: times say nothing"))
     notes.append(f"{POD}: prefill and decode work on separate programs of each SM, each claiming a "

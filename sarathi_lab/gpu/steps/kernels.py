@@ -82,6 +82,6 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     metrics = metrics_of(KernelCheck.from_dict(json.loads(result.read_text())), record["copy_gbps"]
                          if record else None)
     metrics.append(Metric("check_gpu_exit", proc.returncode, "", "0", proc.returncode == 0))
-    notes = [] if record else [("copy ceiling from the kernel check's own measure (the env step has "
-                                "not run)")]
+    notes = [] if record else [("copy ceiling from the kernel check's "
+                                "own measure (the env step has not run)")]
     return metrics, notes

@@ -70,8 +70,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                                    round(by[label(best)] / by["cublas"], 3), "x")]
     pd.DataFrame(gemm_rows).to_csv(ctx.dir / "tune_gemm.csv", index=False)
     if skipped:
-        notes.append(f"{skipped} GEMM shapes not swept: the call's time ran out (the table keeps "
-                     "cuBLAS there)")
+        notes.append(f"{skipped} GEMM shapes not swept: the call's "
+                     "time ran out (the table keeps cuBLAS there)")
 
     co_schedule = _co_schedule(ctx)
     table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs(), co_schedule=co_schedule)
@@ -82,8 +82,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     metrics.insert(0, Metric("tuned_table", path.name))
     notes.insert(0, f"{dtype_name} on {ctx.device} ({name}): attention tiles per work kind over "
                  f"{sum(len(c) for c in shapes(ctx.device).values())} shapes, GEMMs of "
-                 f"{', '.join(models)} at {', '.join(map(str, tokens))} tokens; median of {reps} "
-                 "interleaved rounds"
+                 f"{', '.join(models)} at {', '.join(map(str, tokens))} "
+                 f"tokens; median of {reps} interleaved rounds"
                  + (", each call after an L2 flush, CUDA events" if ctx.device == "cuda" else
                     " in Triton's interpreter: times say nothing"))
     notes.append(f"copy {path.name} to sarathi_lab/tuned/ to make the engine use it on this device")
