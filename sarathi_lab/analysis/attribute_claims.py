@@ -85,7 +85,8 @@ def decode_speedup(row: dict, lease, t) -> dict:
     if top > high:
         why += ": ours' top lies above the floors' (a ratio over a difference within the noise)"
     elif paper and top < float(paper[2]) <= high:
-        why += f": the paper's {paper[2]}x fits the device, so the shortfall at the top is our engine"
+        why += (f": the paper's {paper[2]}x fits the device, so the shortfall at the top is our "
+                "engine")
     elif paper and high < float(paper[2]):
         why += f": the device caps the gain below the paper's {paper[2]}x"
     if paper and low < float(paper[1]):

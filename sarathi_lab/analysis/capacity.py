@@ -74,7 +74,8 @@ def compact(searches: pd.DataFrame) -> pd.DataFrame:
     them."""
     simulated = searches.executor.map(lambda name: recorded_as(name, "simulated")).astype(bool)
     replayed = "trace_rate_rps" in searches and searches.trace_rate_rps.notna().any()
-    columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed) + MEASURED_COLUMNS * bool((~simulated).any())
+    columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed)
+               + MEASURED_COLUMNS * bool((~simulated).any())
                + SIMULATED_COLUMNS * bool(simulated.any()))
     return searches[columns].sort_values(["tbt_slo_s", "scheduler",
                                           "token_budget"]).reset_index(drop=True)
@@ -199,7 +200,8 @@ def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
     if searches is None or "timing_unreliable" not in searches:
         return searches, "none"
     flagged = searches.timing_unreliable.fillna(False).astype(bool)
-    left = f"{flagged.sum()} of {len(searches)} searches left out: timing unreliable" if flagged.any() else "none"
+    left = (f"{flagged.sum()} of {len(searches)} searches left out: timing unreliable"
+            if flagged.any() else "none")
     return searches[~flagged], left
 
 
@@ -215,7 +217,8 @@ def _ratio_interval(s: pd.Series, v: pd.Series) -> tuple[float, float]:
 
 def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
     searches = evidence.searches
-    if searches is None or not len(searches) or not {"sarathi_serve", "vllm"} <= set(searches.scheduler):
+    if (searches is None or not len(searches)
+            or not {"sarathi_serve", "vllm"} <= set(searches.scheduler)):
         return None
     texts, holds, spreads = [], {}, {}
     for slo, rows in searches.groupby("tbt_slo_s"):
@@ -246,7 +249,8 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
     pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve",
                                                                            "vllm"])]
     if not _bounded(pair):
-        return f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: no ratio)", "n/a", ""
+        return ((f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: "
+                 "no ratio)"), "n/a", "")
     return f"{ours} ({scale_label(searches)})", holds[slo], spreads[slo]
 
 
@@ -258,7 +262,8 @@ def _hybrid_tbt(evidence: Evidence) -> tuple[str, str, str] | None:
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"]
     at_512 = serve[serve.chunk == 512].itl_p99_s
     ratio = orca / (at_512.iloc[0] if len(at_512) else serve.itl_p99_s.min())
-    return f"{ratio:.1f}x ({scale_label(tradeoff)})", "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no", NO_REPEATS
+    holds = "yes" if ratio >= HYBRID_TBT_MIN_RATIO else "no"
+    return f"{ratio:.1f}x ({scale_label(tradeoff)})", holds, NO_REPEATS
 
 
 def _overhead(evidence: Evidence) -> tuple[str, str, str] | None:
@@ -274,8 +279,8 @@ CHECKS = (
     ("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO",
      f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain,
      "not measured yet"),
-    ((f"Hybrid batching without a budget (orca) raises P99 TBT {HYBRID_TBT_MIN_RATIO}x or more over stall-free "
-      "batching at the same load"), f"up to {paper.NAIVE_HYBRID_TBT_INFLATION}x", _hybrid_tbt,
+    ((f"Hybrid batching without a budget (orca) raises P99 TBT {HYBRID_TBT_MIN_RATIO}x or more "
+      "over stall-free batching at the same load"), f"up to {paper.NAIVE_HYBRID_TBT_INFLATION}x", _hybrid_tbt,
      "not measured yet"),
     ("Prefilling in 512-token chunks costs at most ~25% more than whole prompts",
      f"at most ~{paper.CHUNK512_PREFILL_OVERHEAD:.0%}", _overhead,
@@ -292,7 +297,8 @@ def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
         usable = replace(evidence, searches=searches)
         for claim, paper_text, check, unmeasured in checks:
             found = check(usable)
-            if found is None and not (evidence.provenance or {}).get("source", "").startswith("measured"):
+            source = (evidence.provenance or {}).get("source", "")
+            if found is None and not source.startswith("measured"):
                 continue
             ours, holds, spread = found or (unmeasured, "n/a", "")
             rows.append({"experiment": "capacity", "claim": claim, "paper": paper_text,
@@ -307,5 +313,5 @@ TP_CLAIM = (("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, 
             "not measurable here: one CPU")
 TRACE_CLAIM = (("sarathi_serve's capacity exceeds vllm's under the strict TBT SLO, on the "
                "arxiv_summarization trace's lengths"),
-               (f"{paper.CAPACITY_GAIN_OVER_VLLM}x on openchat_sharegpt4 (Mistral-7B, A100, strict 0.1 s); "
-                "not tabulated for arxiv_summarization"), _gain, "not measured here")
+               (f"{paper.CAPACITY_GAIN_OVER_VLLM}x on openchat_sharegpt4 (Mistral-7B, A100, strict "
+                "0.1 s); not tabulated for arxiv_summarization"), _gain, "not measured here")

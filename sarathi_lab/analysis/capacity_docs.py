@@ -144,7 +144,8 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
         path = Path(docs) / "capacity" / csv
         if path.exists():
             searches = read_table(path)
-            evidence = capacity.Evidence(searches, provenance=simulated_provenance(searches, csv, suffix))
+            evidence = capacity.Evidence(searches,
+                                         provenance=simulated_provenance(searches, csv, suffix))
             rows = pd.concat([rows, capacity.capacity_claims(evidence, checks=(claim,))],
                              ignore_index=True)
     return rows
@@ -177,7 +178,8 @@ def refresh(docs: str | Path = DOCS) -> list[Path]:
         return []
     written, path = draw(docs), Path(docs) / "figures" / "claims.csv"
     if path.exists():
-        with_capacity_claims(pd.read_csv(path, keep_default_na=False), docs).to_csv(path, index=False)
+        table = with_capacity_claims(pd.read_csv(path, keep_default_na=False), docs)
+        table.to_csv(path, index=False)
         written.append(path)
     return written
 

@@ -99,7 +99,8 @@ def rows_of(check, results, name: str) -> list[dict]:
     """The check's rows on ``name``'s runs with spread, what was left out and provenance."""
     everything = results.with_unreliable() if hasattr(results, "with_unreliable") else results
     if everything.summary(name).empty:
-        note = (results.lacking_note(name) if hasattr(results, "lacking_note") else "") or "its runs are unreadable"
+        note = ((results.lacking_note(name) if hasattr(results, "lacking_note") else "")
+                or "its runs are unreadable")
         return [missing_row(name, results.root) | {"ours": f"not judged: {note}", "left out": note}]
     provenance = results.provenance(name)
     unreliable = results.unreliable_note(name)
@@ -116,7 +117,8 @@ def rows_of(check, results, name: str) -> list[dict]:
     except (KeyError, AttributeError) as e:
         if isinstance(e, AttributeError) and "DataFrame" not in str(e) and "Series" not in str(e):
             raise  # not a column the runs lack
-        column = e.args[0] if isinstance(e, KeyError) and e.args else str(e).rsplit(" ", 1)[-1].strip("'")
+        column = (e.args[0] if isinstance(e, KeyError) and e.args
+                  else str(e).rsplit(" ", 1)[-1].strip("'"))
         rows = [claim_row(name, "(every claim of it)", "",
                           f"not judged: its runs lack {column} (renamed, or "
                           "recorded by another version)", "n/a") | {"spread": ""}]
@@ -149,7 +151,8 @@ def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]
-    sims = [] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple)) else [simulated]
+    sims = ([] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple))
+            else [simulated])
     rows, models = [], []
     missing = set(results.missing())
     for result in chosen:

@@ -22,7 +22,8 @@ def chunk_align(summary: pd.DataFrame) -> pd.Series:
     """
     index = summary.index
     set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=index)
-    recorded = summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary else pd.Series(None, index=index, dtype=object)
+    recorded = (summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary
+                else pd.Series(None, index=index, dtype=object))
     return recorded.fillna(set_.fillna("none")).where(summary.scheduler == "sarathi", "none")
 
 
@@ -171,8 +172,9 @@ def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
     """
     pre = iterations[iterations.num_prefill_tokens > 0]
     grouped = pre.groupby("run_dir")
-    return pd.DataFrame({"hybrid_share": grouped.num_decode_tokens.apply(lambda d: (d > 0).mean()),
-                         "decodes_per_prefill_iteration": grouped.num_decode_tokens.mean()}).reset_index()
+    decodes = grouped.num_decode_tokens
+    return pd.DataFrame({"hybrid_share": decodes.apply(lambda d: (d > 0).mean()),
+                         "decodes_per_prefill_iteration": decodes.mean()}).reset_index()
 
 
 LATENCIES = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")

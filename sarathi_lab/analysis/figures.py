@@ -32,7 +32,8 @@ def headline(fig, results, name: str, text: str, simulated=None, why=()) -> None
     """Above the figure ``text`` and the runs drawn; under it ``why``: why it departs from the
     paper."""
     seeds = len(results.seeds(name))
-    spread = f"; mean of {seeds} seeds, bands and whiskers (where drawn): min-max" if seeds > 1 else ""
+    spread = (f"; mean of {seeds} seeds, bands and whiskers (where drawn): min-max"
+              if seeds > 1 else "")
     lines = [text, results.describe(name) + spread]
     lines += [simulated.describe(name)] if simulated_label(simulated, name) else []
     fig.suptitle("\n".join(lines), fontsize=11)

@@ -10,7 +10,8 @@ from pathlib import Path
 from sarathi_lab.analysis import gpu_records, registry
 from sarathi_lab.analysis.gpu_records import Summary, cell
 
-BEGIN = "<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; edits here are replaced -->"
+BEGIN = ("<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; "
+         "edits here are replaced -->")
 END = "<!-- /gpu-claims -->"
 # The seeds a paper sweep's command named.
 SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")

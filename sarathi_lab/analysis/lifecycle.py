@@ -37,10 +37,12 @@ def missing(iterations: pd.DataFrame) -> list[str]:
 
 def request_spans(iterations: pd.DataFrame, requests: pd.DataFrame) -> list[Span]:
     """Every request's spans in arrival order, each request's in time order."""
-    end_of_run = float((iterations.start_s + iterations.duration_s).max()) if len(iterations) else 0.0
+    end_of_run = (float((iterations.start_s + iterations.duration_s).max()) if len(iterations)
+                  else 0.0)
     if "membership" in missing(iterations):
         return [s for r in _arrival_order(requests) for s in _coarse(r, end_of_run)]
-    starts, ends = iterations.start_s.to_numpy(float), (iterations.start_s + iterations.duration_s).to_numpy(float)
+    starts = iterations.start_s.to_numpy(float)
+    ends = (iterations.start_s + iterations.duration_s).to_numpy(float)
     # Each request's (row, order in row, kind, tokens): an eviction while composing an iteration
     # precedes a chunk readmitting it there.
     held: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)

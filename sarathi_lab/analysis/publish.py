@@ -84,7 +84,8 @@ def publish(measured: str | Path | None, simulated: list[str | Path],
     # refused before anything is written
     capacity_docs.check_tables(docs)
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
-    runs = None if measured is None else load_results(measured, include_unreliable=include_unreliable)
+    runs = (None if measured is None
+            else load_results(measured, include_unreliable=include_unreliable))
     planned = plan(runs, sims, docs)
     provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
     if runs is not None:

@@ -40,7 +40,8 @@ def draw(result: PaperResult, runs, simulated=None):
     None: nothing to draw."""
     if not runs.summary(result.name).empty:
         return result.figure(runs, simulated)
-    if simulated is None or result.name in simulated.missing() or simulated.summary(result.name).empty:
+    if (simulated is None or result.name in simulated.missing()
+            or simulated.summary(result.name).empty):
         return None
     fig = result.figure(simulated, None)
     # In the headline: below the axes it ran into some figures' notes.

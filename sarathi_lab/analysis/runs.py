@@ -146,8 +146,8 @@ class Results:
 
     def _loaded(self, name: str, table: str) -> pd.DataFrame:
         if (name, table) not in self._tables:
-            self._tables[name, table] = self._current_jobs(name, load_runs(self.sweep(name), table=table),
-                                                           warn=table == "summary")
+            runs = load_runs(self.sweep(name), table=table)
+            self._tables[name, table] = self._current_jobs(name, runs, warn=table == "summary")
         return self._tables[name, table]
 
     def _current_jobs(self, name: str, runs: pd.DataFrame, warn: bool) -> pd.DataFrame:
@@ -301,7 +301,8 @@ class Results:
                                                                             "simulated")
                  else row.get("env.device_name", "unrecorded device"))
         commits = self.commits(name)
-        mixed = f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ") else ""
+        mixed = (f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ")
+                 else "")
         lacking = self.lacking_note(name, short=True) if hasattr(self, "lacking_note") else ""
         notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name),
                                                  lacking, mixed)
@@ -336,5 +337,6 @@ def load_results(root: str | Path, wandb_project: str | None = None,
     """The runs of every experiment under ``root``, with ``wandb_project`` downloaded there first.
     """
     if wandb_project:
-        root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
+        folder = Path(root) / "wandb" / wandb_project.replace("/", "__")
+        root = download_wandb(wandb_project, folder)
     return Results(root, include_unreliable, include_incomplete=include_incomplete)

@@ -62,10 +62,11 @@ class RunTables:
         """'sarathi, tiny, chunk 64, batch 4: measured CPU, wall clock' and what the run says of
         itself."""
         config, env = self.record["config"], self.record["environment"]
-        notes = ["partial"] * self.partial + ["timing unreliable"] * bool(env.get("timing_unreliable"))
-        return (f"{config.get('scheduler')}, {config.get('model')}, chunk {config.get('chunk')}, batch "
-                f"{config.get('batch_size')}: {self.source}, {self.clock} clock" + "".join("; "
-                                                                                           f"{n}" for n in notes))
+        notes = (["partial"] * self.partial
+                 + ["timing unreliable"] * bool(env.get("timing_unreliable")))
+        return (f"{config.get('scheduler')}, {config.get('model')}, chunk {config.get('chunk')}, "
+                f"batch {config.get('batch_size')}: {self.source}, {self.clock} clock"
+                + "".join(f"; {n}" for n in notes))
 
 
 # Columns a trace reads (membership is optional: a run lacking it says so).
@@ -126,8 +127,9 @@ def trace(run: RunTables, start_s: float | None = None,
         "run_dir": str(run.run_dir), "source": run.source,
         "clock": f"{run.clock}: seconds since the run's start, as the results tables hold them",
         "time_unit": "us", "scheduler": config.get("scheduler"), "model": config.get("model"),
-        "chunk": config.get("chunk"), "batch_size": config.get("batch_size"), "experiment": config.get("experiment"),
-        "partial": run.partial, "timing_unreliable": bool(run.record["environment"].get("timing_unreliable")),
+        "chunk": config.get("chunk"), "batch_size": config.get("batch_size"),
+        "experiment": config.get("experiment"), "partial": run.partial,
+        "timing_unreliable": bool(run.record["environment"].get("timing_unreliable")),
         "kv_capacity_blocks": capacity // block_size if capacity and block_size else None,
         "git_commit": run.record["environment"].get("git_commit"),
         "window_s": None if start_s is None and duration_s is None else [lo if start_s is not None
@@ -178,7 +180,8 @@ def _iteration_events(run: RunTables, keep) -> list[dict]:
     for row, held, lane, kind, t0, dur in zip(rows, members, lanes, kinds, starts, durations):
         if keep(t0, t0 + dur):
             args = ({k: _plain(v) for k, v in row.items()}
-                    | {"num_requests": int(row["num_prefill_requests"] + row["num_decode_requests"])} | held)
+                    | {"num_requests": int(row["num_prefill_requests"] + row["num_decode_requests"])}
+                    | held)
             ts, us = _us(t0, t0 + dur)
             events.append({"ph": "X", "pid": ENGINE_PID, "tid": lane + 1, "name": str(kind),
                            "cat": "iteration", "ts": ts, "dur": us, "args": args})
@@ -228,7 +231,8 @@ def _plain(value: Any) -> Any:
 def out_problem(out: Path) -> str | None:
     """Why the trace cannot be written at ``out``, or None."""
     if out.is_dir():
-        return f"--out={out} is invalid: it is a directory; allowed: a file path (.json, or .json.gz gzipped)"
+        return (f"--out={out} is invalid: it is a directory; allowed: a file path (.json, or "
+                ".json.gz gzipped)")
     existing = next((p for p in out.absolute().parents if p.exists() or p.is_symlink()), None)
     if existing is not None and not existing.is_dir():
         return f"--out={out} is invalid: it lies under {existing}, which is a file, not a directory"

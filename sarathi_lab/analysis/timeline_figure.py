@@ -81,14 +81,16 @@ def _requests(ax, run: RunTables, lo: float, hi: float) -> None:
     ax.grid(False)
 
 
-def scheduler_pair(runs, experiment: str = EXPERIMENT, schedulers=SCHEDULERS) -> dict[str, RunTables] | str:
+def scheduler_pair(runs, experiment: str = EXPERIMENT,
+                   schedulers=SCHEDULERS) -> dict[str, RunTables] | str:
     """``schedulers``' runs on the same arrivals at the highest rate both have; else why there are
     none."""
     try:
         summary = runs.summary(experiment)
     except FileNotFoundError as e:
         return f"No timeline: {e}."
-    rows = summary[summary.scheduler.isin(schedulers)] if "scheduler" in summary else summary.iloc[:0]
+    rows = (summary[summary.scheduler.isin(schedulers)] if "scheduler" in summary
+            else summary.iloc[:0])
     keys = [c for c in ("workload.qps", "seed") if c in rows]
     both = [group for _, group in (rows.groupby(keys, dropna=False) if keys else [((), rows)])
             if set(group.scheduler) >= set(schedulers)]

@@ -25,8 +25,10 @@ WRITER = "python -m sarathi_lab.analysis.versus_vllm"
 ENGINES = {"model": "sarathi_lab", "vllm": "vLLM"}
 # What each of our scheduler names runs on vLLM (harness/vllm_args.py).
 BATCHING = {"sarathi_serve": "chunked prefill on", "vllm": "chunked prefill off"}
-STALL_FREE = "vLLM's own chunked prefill (stall-free batching) keeps P99 TBT below vLLM without it at every load"
-OURS = "Our engine's sarathi_serve keeps P99 TBT below our vllm scheduler's at every load (the same arrivals)"
+STALL_FREE = ("vLLM's own chunked prefill (stall-free batching) keeps P99 TBT below vLLM without "
+              "it at every load")
+OURS = ("Our engine's sarathi_serve keeps P99 TBT below our vllm scheduler's at every load (the "
+        "same arrivals)")
 
 
 class NoRuns(ValueError):
@@ -58,7 +60,8 @@ def named(runs: pd.DataFrame) -> pd.DataFrame:
 def p99_tbt(runs: pd.DataFrame, executor: str) -> pd.DataFrame:
     """P99 TBT (s), mean over seeds, by load and scheduler, of one engine."""
     one = runs[runs.executor == executor]
-    return one.pivot_table(index="qps", columns="scheduler", values="itl_p99_s").reindex(columns=list(BATCHING))
+    table = one.pivot_table(index="qps", columns="scheduler", values="itl_p99_s")
+    return table.reindex(columns=list(BATCHING))
 
 
 def _lower_at_every_load(tbt: pd.DataFrame) -> tuple[str, str]:
@@ -83,7 +86,8 @@ def claims_rows(runs: pd.DataFrame) -> list[dict]:
         text, holds = _lower_at_every_load(p99_tbt(runs, executor))
         row = claim_row(NAME, claim, "hybrid batching without a budget raises TBT up to "
                         f"{paper.NAIVE_HYBRID_TBT_INFLATION}x (Sarathi-Serve)", text, holds)
-        source = "; ".join(sorted(runs[runs.executor == executor].source.dropna().unique())) or "measured"
+        sources = runs[runs.executor == executor].source.dropna().unique()
+        source = "; ".join(sorted(sources)) or "measured"
         rows.append({k: v for k, v in row.items() if k != "value"} | prov | {
             "source": source, "spread": spread, "left out": _unreliable(runs) or "none"})
     return rows
@@ -92,7 +96,8 @@ def claims_rows(runs: pd.DataFrame) -> list[dict]:
 def _unreliable(runs: pd.DataFrame) -> str:
     """Drawn whatever the load (both engines measured alike), but said: runs flagged and the load
     average."""
-    flagged = int(runs.get("env.timing_unreliable", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
+    flags = runs.get("env.timing_unreliable", pd.Series(dtype=bool))
+    flagged = int(flags.fillna(False).astype(bool).sum())
     if not flagged:
         return ""
     load = pd.concat([runs.get(c, pd.Series(dtype=float))

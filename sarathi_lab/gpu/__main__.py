@@ -87,8 +87,9 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
 def print_table(out: Path, names: list[str]) -> None:
     print(f"\n{'step':28} {'status':11} {'s':>6}  key results / error")
     for r in state.results(out, names):
-        shown = "; ".join(f"{m.metric}={m.value}{'' if m.holds is None else (' ok' if m.holds else ' MISSED')}"
-                          for m in r.metrics if m.target)[:160]
+        shown = "; ".join(
+            f"{m.metric}={m.value}{'' if m.holds is None else (' ok' if m.holds else ' MISSED')}"
+            for m in r.metrics if m.target)[:160]
         print(f"{r.step:28} {r.status:11} {r.seconds:6.0f}  {r.error or shown}")
 
 
@@ -99,7 +100,8 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
-                when = "deferred to the next call" if s.minutes <= budget else f"not started at --budget-min={budget:g}"
+                when = ("deferred to the next call" if s.minutes <= budget
+                        else f"not started at --budget-min={budget:g}")
                 print(f"[gpu] {s.name}: {when} ({s.minutes:.1f} min expected, "
                       f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
             break

@@ -60,7 +60,8 @@ def inside(root: Path, relative: str | Path, what: str) -> Path:
 
 def _member_name(member: tarfile.TarInfo) -> str | None:
     """The name as the suite writes it (no './' or trailing '/'); None for the root folder."""
-    name = member.name.removeprefix("./").rstrip("/") if member.isdir() else member.name.removeprefix("./")
+    name = (member.name.removeprefix("./").rstrip("/") if member.isdir()
+            else member.name.removeprefix("./"))
     return None if name in ("", ".") and member.isdir() else name
 
 

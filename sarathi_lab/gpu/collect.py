@@ -24,7 +24,8 @@ from sarathi_lab.gpu.archive_members import ArchiveRefused
 from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
 
 # Kept: small tables and figures; never the paper sweeps' run folders.
-KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
+KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png"
+                  r"|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
 # A tuned-kernel table the tune step wrote (the engine reads it once committed to
 # sarathi_lab/tuned/).
@@ -65,7 +66,8 @@ def engine_of(environments: list[dict], overhead: StepResult | None) -> str:
     """From the runs' environment records, else the overhead step's ``cuda_graphs_captured``."""
     if kind := engine_kind(environments):
         return kind
-    captured = {m.metric: m.value for m in (overhead.metrics if overhead else [])}.get("cuda_graphs_captured")
+    metrics = {m.metric: m.value for m in (overhead.metrics if overhead else [])}
+    captured = metrics.get("cuda_graphs_captured")
     if captured is None:
         return "unrecorded"
     return GRAPHS if captured else EAGER
@@ -97,8 +99,8 @@ def _summary(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], label: s
         raise ValueError(f"{label} is invalid: it has no readable {SUMMARY}, so its lease (the "
                          "date and commit its steps ran at) is unknown")
     where = f"{label}'s {SUMMARY}"
-    return gpu_records.summary(gpu_records.parse_json(archive_members.read_member(tar, members[SUMMARY], label),
-                                                      where), where)
+    data = archive_members.read_member(tar, members[SUMMARY], label)
+    return gpu_records.summary(gpu_records.parse_json(data, where), where)
 
 
 # Parsed later (the queue, publish --gpu-claims): checked before any is kept.
@@ -245,7 +247,8 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
                      "--force replaces them; --root DIR collects under another folder", root)
     for folder in (docs, profiles):
         if folder.is_dir() or any(p.parent == folder for p in files):
-            files[folder / provenance.SIDECAR] = provenance.sidecar_text(folder, {provenance.EVERYTHING: prov}).encode()
+            text = provenance.sidecar_text(folder, {provenance.EVERYTHING: prov})
+            files[folder / provenance.SIDECAR] = text.encode()
     files[gpu_docs(root) / INDEX] = index_text(root, record).encode()
     _writable(root, list(files))
     _write_all(files)
@@ -264,7 +267,8 @@ def index_text(root: Path, new: dict | None = None) -> str:
         kept[new["device"], new["lease"]] = new
     for (device, name), lease in sorted(kept.items()):
         folder = f"{device}/{name}"
-        readme = f"{folder}/README.md" if (gpu_docs(root) / folder / "README.md").is_file() else f"{folder}/"
+        readme = (f"{folder}/README.md" if (gpu_docs(root) / folder / "README.md").is_file()
+                  else f"{folder}/")
         done, not_done = lease["steps_done"], lease["steps_not_done"]
         steps = f"{len(done)} done: {', '.join(done)}"
         if not_done:

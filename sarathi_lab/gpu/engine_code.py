@@ -49,7 +49,8 @@ def _wanted(path: str) -> bool:
 
 def _digest(entries: list[tuple[str, str]]) -> str:
     """One hash of (path, git blob id) pairs, so a tree and a commit with the same files agree."""
-    return hashlib.sha256("".join(f"{p}\0{b}\n" for p, b in sorted(entries)).encode()).hexdigest()[:12]
+    text = "".join(f"{p}\0{b}\n" for p, b in sorted(entries))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _blob_id(data: bytes) -> str:

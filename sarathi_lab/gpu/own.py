@@ -22,7 +22,8 @@ def gpu_name() -> str:
     """'' where torch sees no device (or cannot be imported)."""
     done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
                           check=False)
-    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
+    out = done.stdout.strip()
+    return out.splitlines()[-1] if done.returncode == 0 and out else ""
 
 
 def device_folder(dry_run: bool) -> str:

@@ -56,7 +56,8 @@ class Progress:
 
     def __post_init__(self):
         for s in self.steps:
-            keys = frozenset() if self.dry_run or s.group != "paper" else frozenset(map(_job_key, job_overrides(s)))
+            keys = (frozenset() if self.dry_run or s.group != "paper"
+                    else frozenset(map(_job_key, job_overrides(s))))
             jobs = self._jobs[s.name] = StepJobs(s, keys)
             jobs.at_start = self.finished(jobs)
         self._said_at = self.started
@@ -65,8 +66,8 @@ class Progress:
         """A finished job folder's overrides (read once); None where unfinished."""
         if job_dir not in self._seen or self._seen[job_dir] is None:
             try:
-                found = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) if is_finished(job_dir) \
-                    else None
+                found = (yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
+                         if is_finished(job_dir) else None)
             except (OSError, yaml.YAMLError):
                 found = None
             self._seen[job_dir] = _job_key(found) if isinstance(found, list) else None
@@ -83,7 +84,8 @@ class Progress:
         if not jobs.keys:
             return 0
         folder = sweep_dir(self.out, jobs.step.arg, self.dry_run)
-        found = {self._overrides(d) for d in folder.iterdir() if d.is_dir()} if folder.is_dir() else set()
+        found = ({self._overrides(d) for d in folder.iterdir() if d.is_dir()} if folder.is_dir()
+                 else set())
         return min(jobs.total, len(found & jobs.keys))
 
     def estimate(self, now: float) -> tuple[float, float]:

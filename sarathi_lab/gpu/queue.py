@@ -55,9 +55,9 @@ QUEUE: tuple[Call, ...] = (
          "2.83x); P99 TBT and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
-         "the simulator's tables of the graph-replayed engine, and the calibration fitted from them "
-         "(python -m sarathi_lab.sim.calibration_cli): per-iteration median error <= 10% per iteration kind "
-         "(bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
+         "the simulator's tables of the graph-replayed engine, and the calibration fitted from "
+         "them (python -m sarathi_lab.sim.calibration_cli): per-iteration median error <= 10% per "
+         "iteration kind (bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
     Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1",
           "paper.scheduler_latency.seed2"),
          "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
@@ -71,7 +71,8 @@ def matches(pattern: str, step: Step) -> bool:
     return step.name == pattern or step.name.startswith((pattern + ".", pattern + "-"))
 
 
-def ordered(steps: tuple[Step, ...] = STEPS, queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
+def ordered(steps: tuple[Step, ...] = STEPS,
+            queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
     """Each call with the steps it names (a name the suite lacks is skipped); then REST with the
     others."""
     placed, calls = set(), []
@@ -124,7 +125,8 @@ def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
     out = []
     for r in records:
         step = BY_NAME.get(r.step)
-        if r.status == "incomplete" and step is not None and step.group == "paper" and done[step.arg]:
+        if (r.status == "incomplete" and step is not None and step.group == "paper"
+                and done[step.arg]):
             r = replace(r, jobs_done=done[step.arg], jobs_total=len(job_overrides(step)))
         out.append(r)
     return out
@@ -166,7 +168,8 @@ def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
     jobs = r.jobs_total - r.jobs_done if resumes else r.jobs_total
     # Its seconds are the last call's, its jobs every call's: a sweep resumed twice reads fast.
     minutes = round(MARGIN * r.seconds / r.jobs_done * jobs / 60, 1) or 0.1
-    what = f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes else f"starts over at this code, {jobs} jobs"
+    what = (f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes
+            else f"starts over at this code, {jobs} jobs")
     return minutes, f"measured {r.device} {r.run}: {what}"
 
 

@@ -106,13 +106,15 @@ def kernel_breakdown_figure(out: Path) -> bool:
     whole = table.groupby("iteration")[["iteration_gpu_ms",
                                         "iteration_wall_ms"]].first().reindex(order)
     sampling = wide.get("sampling", 0.0)
-    wide["idle (in the forward)"] = (whole.iteration_gpu_ms - (wide.sum(axis=1) - sampling)).clip(lower=0)
+    kernels_ms = wide.sum(axis=1) - sampling
+    wide["idle (in the forward)"] = (whole.iteration_gpu_ms - kernels_ms).clip(lower=0)
     wide["host"] = (whole.iteration_wall_ms - whole.iteration_gpu_ms - sampling).clip(lower=0)
     fig, ax = plt.subplots(figsize=(3 + 0.6 * len(order), 5))
     colors = plt.get_cmap("tab20").colors
     bottom = pd.Series(0.0, index=wide.index)
     for group in wide.columns:  # same colour in every lease
-        color = colors[GROUPS.index(group) % 20] if group in GROUPS else "dimgrey" if group == "host" else "gainsboro"
+        color = (colors[GROUPS.index(group) % 20] if group in GROUPS
+                 else "dimgrey" if group == "host" else "gainsboro")
         ax.bar(range(len(order)), wide[group], bottom=bottom, color=color, label=group, width=0.7)
         bottom += wide[group]
     ax.set_xticks(range(len(order)), order, rotation=60, ha="right", fontsize=8)

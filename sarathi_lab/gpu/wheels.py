@@ -65,7 +65,8 @@ def fetch(spec: str, dest: Path) -> Path:
     req = Requirement(spec)
     for wheel in sorted(dest.glob("*.whl")):
         name, version, *_ = parse_wheel_filename(wheel.name)
-        if name == canonicalize_name(req.name) and req.specifier.contains(version, prereleases=True):
+        if (name == canonicalize_name(req.name)
+                and req.specifier.contains(version, prereleases=True)):
             break
     else:
         raise SystemExit(f"pip produced no wheel for {spec}")

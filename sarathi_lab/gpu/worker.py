@@ -24,7 +24,8 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
     state.mark_started(ctx.out, step.name)
     status, metrics, notes, error = "done", [], [], ""
     try:
-        metrics, notes = importlib.import_module(f"sarathi_lab.gpu.steps.{step.group}").run(ctx, step)
+        module = importlib.import_module(f"sarathi_lab.gpu.steps.{step.group}")
+        metrics, notes = module.run(ctx, step)
     except Unavailable as e:
         status, error = "unavailable", str(e)
     except Incomplete as e:

@@ -9,7 +9,8 @@ from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu
 def claims(results) -> list[dict]:
     summary = results.summary("chunk_overhead")
     # One number per chunk: the mean of its repeats.
-    longest = summary[summary.seq_len == summary.seq_len.max()].groupby("chunk").mean(numeric_only=True)
+    longest = (summary[summary.seq_len == summary.seq_len.max()].groupby("chunk")
+               .mean(numeric_only=True))
     where = f"at length {summary.seq_len.max():g}"
     smallest = longest.index.min()
     rows = [claim_row("chunk_overhead", "Chunks of 64 cost 2x or more in attention",
@@ -24,9 +25,9 @@ def claims(results) -> list[dict]:
     rows.append(claim_row(
         "chunk_overhead", "Chunks of 256 / 512 keep the prefill within 20% / 10% of unchunked",
         " / ".join(f"<= {b:.2f}x" for b in paper.PREFILL_SLOWDOWN_BOUND.values()),
-        "; ".join(f"chunk {c}: {longest.prefill_slowdown[c]:.2f}x prefill, {longest.end_to_end_slowdown[c]:.2f}x "
-                  f"end to end" for c in bounds) + f" {where}" if bounds else "chunks 256 / 512 "
-                                                                              "not in these runs",
+        "; ".join(f"chunk {c}: {longest.prefill_slowdown[c]:.2f}x prefill, "
+                  f"{longest.end_to_end_slowdown[c]:.2f}x end to end" for c in bounds)
+        + f" {where}" if bounds else "chunks 256 / 512 not in these runs",
         verdict(longest.prefill_slowdown[c] <= b for c, b in bounds.items()) if bounds else "n/a"))
     return rows
 

@@ -40,7 +40,8 @@ def claims(results) -> list[dict]:
     low, high = paper.DECODE_SPEEDUP
     over = (f" over batch sizes {', '.join(f'{b:g}' for b in sorted(gains.batch_size.unique()))} "
             f"and lengths {', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}")
-    aligned = gains.chunk_align.eq("tile") if "chunk_align" in gains else pd.Series(False, index=gains.index)
+    aligned = (gains.chunk_align.eq("tile") if "chunk_align" in gains
+               else pd.Series(False, index=gains.index))
     # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     judged = gains[aligned] if aligned.any() else gains
     resolved = derive.resolved_speedups(judged)

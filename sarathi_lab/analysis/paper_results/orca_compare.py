@@ -18,7 +18,8 @@ def claims(results) -> list[dict]:
     sarathi = ALIGNED if gains.variant.eq(ALIGNED).any() else "SARATHI"
     variants = list(dict.fromkeys([sarathi, "SARATHI", "Orca best", "Orca worst"]))
     # Every variant a column: one whose runs all failed is NaN (not judged), not a KeyError.
-    table = gains.pivot_table(index="seq_len", columns="variant", values="gain").reindex(columns=variants)
+    table = (gains.pivot_table(index="seq_len", columns="variant", values="gain")
+             .reindex(columns=variants))
     each = gains[gains.variant.isin(variants)].groupby(["seq_len", "variant"]).gain
     overlap = derive.prefill_overlap(results.table("orca_compare", "iterations"))
     best_runs = gains[gains.variant == "Orca best"].run_dir

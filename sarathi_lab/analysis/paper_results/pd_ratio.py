@@ -33,8 +33,9 @@ def claims(results) -> list[dict]:
                   f"SARATHI gains {paper.PD_WIDE_GAIN - 1:.0%}+ over the baseline at its best P:D",
                   "; ".join(f"{g:g}x at C={c} B={b} P:D={pd:g}" for c, b, pd, g in paper.PD_PEAKS)
                   + f"; ~{paper.PD_WIDE_GAIN - 1:.0%} over a wide range",
-                  f"{label}peak {best:.2f}x; {wide} of {len(judged)} points >= {paper.PD_WIDE_GAIN:g}x; "
-                  f"lowest {judged.gain.min():.2f}x{fixed}", verdict([best >= paper.PD_WIDE_GAIN]),
+                  f"{label}peak {best:.2f}x; {wide} of {len(judged)} points >= "
+                  f"{paper.PD_WIDE_GAIN:g}x; lowest {judged.gain.min():.2f}x{fixed}",
+                  verdict([best >= paper.PD_WIDE_GAIN]),
                   best),
     ]
 
@@ -75,8 +76,8 @@ def figure(results, simulated=None):
     label = figures.simulated_label(simulated, "pd_ratio")
     if label:
         sim = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
-        for color, ((chunk, size), g) in zip(figures.sim_colors(sim.groupby(["chunk", "batch_size"]).ngroups),
-                                             sim.groupby(["chunk", "batch_size"])):
+        groups = sim.groupby(["chunk", "batch_size"])
+        for color, ((chunk, size), g) in zip(figures.sim_colors(groups.ngroups), groups):
             g = g.groupby("pd_ratio").gain.mean()
             ax.plot(g.index, g.values, color=color, label=f"{label}, C={chunk:g} B={size:g}",
                     **figures.SIM_STYLE)

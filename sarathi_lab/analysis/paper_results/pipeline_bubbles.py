@@ -38,14 +38,16 @@ def ratios(summary: pd.DataFrame) -> pd.DataFrame:
             rows.append({"seed": seed, "baseline": base, "measured": measured,
                          "simulated": simulated, "gap": simulated / measured - 1,
                          "makespan_ratio": by.at[base, "makespan_s"] / by.at[SARATHI, "makespan_s"],
-                         "sim_makespan_ratio": by.at[base, "sim_makespan_s"] / by.at[SARATHI, "sim_makespan_s"]})
+                         "sim_makespan_ratio": (by.at[base, "sim_makespan_s"]
+                                                / by.at[SARATHI, "sim_makespan_s"])})
     return pd.DataFrame(rows, columns=["seed", "baseline", "measured", "simulated", "gap",
                                        "makespan_ratio", "sim_makespan_ratio"])
 
 
 def _estimated_note(summary: pd.DataFrame) -> str:
     if "timeline_estimated" in summary and summary.timeline_estimated.fillna(0).astype(bool).any():
-        return " (stage spans estimated from a one-in-flight pipeline's iterations, not measured per stage)"
+        return (" (stage spans estimated from a one-in-flight pipeline's iterations, not measured "
+                "per stage)")
     return ""
 
 
@@ -58,7 +60,8 @@ def claims(results) -> list[dict]:
 
     def said(rows: pd.DataFrame, column: str) -> str:
         if len(rows) and rows[column].isna().all():
-            return "left out (no profile of the device to predict with: the runs' prediction table says where)"
+            return ("left out (no profile of the device to predict with: the runs' prediction "
+                    "table says where)")
         return with_range(rows[column].dropna()) if len(rows) else shown(None, "", why)
 
     ours = (f"median bubble per request, baseline / SARATHI: measured {said(base, 'measured')}, "
@@ -72,7 +75,8 @@ def claims(results) -> list[dict]:
                                                                 for b, g in predicted.groupby("baseline").gap)
                 if len(gaps) else shown(None, "", why if not len(table)
                                         else "no prediction")) + note
-    if {"stage0_gap_p50_s", "sim_stage0_gap_p50_s"} <= set(summary) and summary.sim_stage0_gap_p50_s.notna().any():
+    if ({"stage0_gap_p50_s", "sim_stage0_gap_p50_s"} <= set(summary)
+            and summary.sim_stage0_gap_p50_s.notna().any()):
         # What the simulator leaves out first: the driver's host work between stage 0's forwards.
         sim_ours += ("; stage 0 between two forwards (the driver's host work), median over the "
                      f"runs: measured {1e3 * summary.stage0_gap_p50_s.median():.3g} ms, simulated "
@@ -141,7 +145,8 @@ def figure(results, simulated=None):
     how = (re.sub(r"\S*/([\w.-]+/[\w.-]+\.csv)", r"profiles/\1", model.sim_cost_model.iloc[0])
            if len(model)
            else "the simulator")
-    if {"sim_message_8b_s", "sim_message_1048576b_s"} <= set(summary) and summary.sim_message_8b_s.notna().any():
+    if ({"sim_message_8b_s", "sim_message_1048576b_s"} <= set(summary)
+            and summary.sim_message_8b_s.notna().any()):
         # Each job measured its own link: the range over the jobs, not the first job's table alone.
         small, large = 1e6 * summary.sim_message_8b_s, 1e6 * summary.sim_message_1048576b_s
         how = re.sub(r"sends .*a message", f"sends {small.min():.0f}-{small.max():.0f} us (8 B) to "

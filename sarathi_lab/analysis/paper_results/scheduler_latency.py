@@ -35,10 +35,12 @@ def _hybrid_tbt(summary: pd.DataFrame) -> tuple[str, float | None]:
     (None: not run)."""
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s")
     theirs = f"paper: no budget raises P99 TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION:g}x"
-    ratio = (tbt.orca / tbt.sarathi_serve).dropna() if {"orca", "sarathi_serve"} <= set(tbt.columns) else None
+    ratio = ((tbt.orca / tbt.sarathi_serve).dropna() if {"orca", "sarathi_serve"} <= set(tbt.columns)
+             else None)
     if ratio is None or ratio.empty:
         return theirs, None
-    return f"{theirs}; orca / sarathi_serve here: up to {ratio.max():.1f}x (at {ratio.idxmax():g} req/s)", ratio.max()
+    return (f"{theirs}; orca / sarathi_serve here: up to {ratio.max():.1f}x "
+            f"(at {ratio.idxmax():g} req/s)"), ratio.max()
 
 
 def figure(results, simulated=None):

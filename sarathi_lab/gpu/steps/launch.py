@@ -85,7 +85,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     metrics += breakdown
     record = llm.cuda_graphs or {}
     before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
-    captured = record.get("graphs", len(record.get("decode_sizes", [])) + len(record.get("mixed_tokens", [])))
+    captured = record.get("graphs", len(record.get("decode_sizes", []))
+                          + len(record.get("mixed_tokens", [])))
     metrics += [Metric("graphs_captured", captured, "", "> 0", bool(record) if cuda else None),
                 Metric("graph_capture_s", record.get("capture_s"), "s"),
                 Metric("graph_pool_mib", _mib(record.get("pool_bytes")), "MiB"),
@@ -119,7 +120,8 @@ def _co_scheduled(llm, cases, context: int, reps: int, env: dict, cuda: bool) ->
     again."""
     hybrid = [(c, d) for c, d in cases if c and d and c + d >= FULL_TOKENS]
     if llm.model.backend.name != "triton" or not hybrid:
-        return [], "co-scheduled attention (attention_hybrid=pod) not timed: it needs the Triton attention"
+        return [], ("co-scheduled attention (attention_hybrid=pod) not timed: it needs the Triton "
+                    "attention")
     llm.use_attention_hybrid("pod")
     metrics = []
     for chunk, decodes in hybrid:

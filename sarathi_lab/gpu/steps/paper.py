@@ -80,7 +80,8 @@ def set_aside_stale(ctx: Context, step: Step, directory: Path, now: str) -> str 
         return None
     stale = ctx.dir / f"stale_sweep_{before.code}"
     directory.rename(stale)
-    return f"{step.arg}: the sweep run at engine code {before.code} starts over at {now} (set aside: {stale.name})"
+    return (f"{step.arg}: the sweep run at engine code {before.code} starts over at {now} "
+            f"(set aside: {stale.name})")
 
 
 def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:

@@ -31,7 +31,8 @@ GUARD_S = 20
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     models, tokens, dtype_name, reps, warmup, limit = SETTINGS[ctx.device]
     device, dtype = torch.device(ctx.device), getattr(torch, dtype_name)
-    num_sms = torch.cuda.get_device_properties(device).multi_processor_count if ctx.device == "cuda" else None
+    num_sms = (torch.cuda.get_device_properties(device).multi_processor_count
+               if ctx.device == "cuda" else None)
     name = device_name(device)
     metrics, notes, attention_rows, gemm_rows = [], [], [], []
 
