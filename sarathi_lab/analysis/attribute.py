@@ -106,8 +106,8 @@ def tables(lease: Lease) -> Tables:
     model, dtype = SHAPES["cuda"][:2]
     shape = Shape.of(load_config(model))
     gbps, which = memory_ceiling(lease.env)
-    tune, attention = lease.table("tune", "tune_gemm.csv"), lease.table("attention",
-                                                                        "attention.csv")
+    tune = lease.table("tune", "tune_gemm.csv")
+    attention = lease.table("attention", "attention.csv")
     gemms = lib.gemm_curve(tune, model) if tune.is_file() else lib.GemmCurve({}, False)
     table = (lib.attention_table(attention, shape.heads, shape.kv_heads) if attention.is_file()
              else lib.AttentionTable({}, {}))
@@ -153,8 +153,8 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
              "elementwise_ms": real.elementwise_ms - ms["kv_write"],
              "padding_ms": _sum(padded.ms, None if real.ms is None else -real.ms), "host_ms": None}
     over = None if engine is None else engine - physical
-    parts["unattributed_ms"] = None if over is None else over - sum(v for v in parts.values()
-                                                                    if v is not None)
+    parts["unattributed_ms"] = (None if over is None
+                                else over - sum(v for v in parts.values() if v is not None))
     notes = [*real.missing, *(f"padded: {m}" for m in padded.missing if m not in real.missing),
              HOST]
     if variant:
@@ -169,8 +169,8 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
             "library_floor_padded_ms": padded.ms,
             "engine_over_library_floor": None if engine is None or not real.ms
             else engine / real.ms,
-            "over_floor_ms": over, **parts, "targets": targets(lease, key, physical, sequential,
-                                                               real.ms),
+            "over_floor_ms": over, **parts,
+            "targets": targets(lease, key, physical, sequential, real.ms),
             "note": "; ".join(notes)}
 
 

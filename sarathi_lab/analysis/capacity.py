@@ -66,7 +66,7 @@ def _search_row(path: Path) -> dict:
                                                  "at_capacity_sched_delay_p50_s", *TRACE_COLUMNS)}
             | {key: record["environment"].get(key)
                for key in ("device_name", "torch_threads", "timing_unreliable",
-                                                               *SIMULATED_COLUMNS)})
+                           *SIMULATED_COLUMNS)})
 
 
 def compact(searches: pd.DataFrame) -> pd.DataFrame:
@@ -222,8 +222,8 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
         return None
     texts, holds, spreads = [], {}, {}
     for slo, rows in searches.groupby("tbt_slo_s"):
-        serve = rows[rows.scheduler == "sarathi_serve"].sort_values("capacity_rps",
-                                                                    na_position="first")
+        serve = (rows[rows.scheduler == "sarathi_serve"]
+                 .sort_values("capacity_rps", na_position="first"))
         vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_rps", na_position="first")
         if not len(serve) or not len(vllm):
             continue  # one of the two not searched at this SLO: no comparison
@@ -246,8 +246,8 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
     if not holds:
         return None
     slo, ours = min(holds), ", ".join(texts)
-    pair = searches[(searches.tbt_slo_s == slo) & searches.scheduler.isin(["sarathi_serve",
-                                                                           "vllm"])]
+    pair = searches[(searches.tbt_slo_s == slo)
+                    & searches.scheduler.isin(["sarathi_serve", "vllm"])]
     if not _bounded(pair):
         return ((f"{ours} ({scale_label(searches)}; a strict search passed every rate tried: "
                  "no ratio)"), "n/a", "")
@@ -280,8 +280,8 @@ CHECKS = (
      f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)", _gain,
      "not measured yet"),
     ((f"Hybrid batching without a budget (orca) raises P99 TBT {HYBRID_TBT_MIN_RATIO}x or more "
-      "over stall-free batching at the same load"), f"up to {paper.NAIVE_HYBRID_TBT_INFLATION}x", _hybrid_tbt,
-     "not measured yet"),
+      "over stall-free batching at the same load"),
+     f"up to {paper.NAIVE_HYBRID_TBT_INFLATION}x", _hybrid_tbt, "not measured yet"),
     ("Prefilling in 512-token chunks costs at most ~25% more than whole prompts",
      f"at most ~{paper.CHUNK512_PREFILL_OVERHEAD:.0%}", _overhead,
      "not measured here: see the chunk_overhead rows"),

@@ -41,8 +41,8 @@ JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") -> str:
     """The sweep's seeds: lease.json's ``sweeps``, else its step's command; with the jobs it stands
     on where unfinished."""
-    sweep = (record.get("sweeps") or {}).get(experiment) if isinstance(record.get("sweeps"),
-                                                                       dict) else None
+    sweep = ((record.get("sweeps") or {}).get(experiment)
+             if isinstance(record.get("sweeps"), dict) else None)
     jobs = JOBS.search(left_out or "")
     if isinstance(sweep, dict) and sweep.get("seeds"):
         done, planned = sweep.get("jobs_finished"), sweep.get("jobs_planned")

@@ -206,8 +206,8 @@ def _is_lease(value: Any) -> bool:
         day = time.strptime(m[1], "%Y-%m-%d")
     except ValueError:
         return False
-    return time.strftime("%Y-%m-%d", day) <= time.strftime("%Y-%m-%d",
-                                                           time.gmtime(time.time() + CLOCK_SKEW_S))
+    latest = time.gmtime(time.time() + CLOCK_SKEW_S)
+    return time.strftime("%Y-%m-%d", day) <= time.strftime("%Y-%m-%d", latest)
 
 
 # claims.csv (analysis.claims.COLUMNS): a row needs these.

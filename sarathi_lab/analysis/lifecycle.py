@@ -46,8 +46,8 @@ def request_spans(iterations: pd.DataFrame, requests: pd.DataFrame) -> list[Span
     # Each request's (row, order in row, kind, tokens): an eviction while composing an iteration
     # precedes a chunk readmitting it there.
     held: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
-    for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*(iterations[c]
-                                                                       for c in MEMBERSHIP))):
+    columns = (iterations[c] for c in MEMBERSHIP)
+    for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*columns)):
         for rid in int_list(preempted):
             held[rid].append((row, 0, "preempted", 0))
         for rid, tokens in zip(int_list(prefills), int_list(chunks)):

@@ -41,16 +41,15 @@ def runs_provenance(results: Results, name: str) -> Provenance:
 def merged(each: list[Provenance]) -> Provenance:
     """One provenance for a file drawn from several experiments."""
     return Provenance(*(_joined(getattr(p, key) for p in each)
-                        for key in ("source", "scale", "machine", "lease",
-                                                                           "commit")),
+                        for key in ("source", "scale", "machine", "lease", "commit")),
                       writer=WRITER)
 
 
 def plan(measured: Results | None, sims: list[Results], docs: Path) -> dict[Path, Provenance]:
     """Each file publish would write from these roots, with its provenance."""
     planned, each = {}, []
-    for results, suffix in ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims
-                                                                     else []):
+    roots = ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims else [])
+    for results, suffix in roots:
         for name in (n for n in registry.names() if n not in results.missing()):
             planned[docs / "figures" / f"{name}{suffix}.png"] = runs_provenance(results, name)
     if measured is not None:

@@ -62,8 +62,8 @@ class Choice:
     def note(self, kept: bool) -> str:
         """'' for a complete sweep; else what the numbers lack or passed over."""
         if not self.state.complete:
-            return f"incomplete: {self.state.describe()}" + (" (include_incomplete)" if kept
-                                                             else "")
+            return (f"incomplete: {self.state.describe()}"
+                    + (" (include_incomplete)" if kept else ""))
         if not self.skipped:
             return ""
         newest, state = self.skipped[0]
@@ -154,8 +154,8 @@ class Results:
         """``runs`` of the jobs the sweep's last launch ran: others (an earlier launch's) are left
         out, and said so."""
         sweep, state = self.sweep(name), self.choice(name).state
-        if not len(runs) or not state.ended or not isinstance(read_json(sweep / SWEEP_SUMMARY),
-                                                              dict):
+        if (not len(runs) or not state.ended
+                or not isinstance(read_json(sweep / SWEEP_SUMMARY), dict)):
             return runs  # no launch's report says which jobs are the sweep's: its folders are
         relative = runs.run_dir.map(lambda d: Path(d).relative_to(sweep).as_posix())
         current = relative.map(lambda r: any(r == job or r.startswith(f"{job}/")
@@ -244,8 +244,8 @@ class Results:
                 keys[str(path.parent)] = set(current_names(summary))
         lacking = {}
         for metric in set().union(*keys.values()) if keys else ():
-            if metric.endswith(METRIC_UNITS) and (missing := sum(metric not in k
-                                                                 for k in keys.values())):
+            if metric.endswith(METRIC_UNITS) and (
+                    missing := sum(metric not in k for k in keys.values())):
                 lacking.setdefault(missing, []).append(metric)
         notes = [f"{len(unreadable)} run{'s' * (len(unreadable) != 1)} unreadable"
                  + ("" if short
@@ -297,8 +297,7 @@ class Results:
         notes."""
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured"
-                 if recorded_as(self.executor(name)["executor"],
-                                                                            "simulated")
+                 if recorded_as(self.executor(name)["executor"], "simulated")
                  else row.get("env.device_name", "unrecorded device"))
         commits = self.commits(name)
         mixed = (f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ")
@@ -316,8 +315,8 @@ class Results:
         flagged = len(self._unreliable_runs(name))
         if not flagged:
             unreadable = self.lacking_note(name)
-            return f"no run of {name} to draw under {self.sweep(name)}" + (f": {unreadable}"
-                                                                           if unreadable else "")
+            return (f"no run of {name} to draw under {self.sweep(name)}"
+                    + (f": {unreadable}" if unreadable else ""))
         return (f"no reliable run of {name}: {flagged} run{'s' * (flagged != 1)} left out as "
                 f"timing_unreliable; set {INCLUDE_UNRELIABLE_ENV}=1 to draw them anyway")
 

@@ -132,8 +132,8 @@ def trace(run: RunTables, start_s: float | None = None,
         "timing_unreliable": bool(run.record["environment"].get("timing_unreliable")),
         "kv_capacity_blocks": capacity // block_size if capacity and block_size else None,
         "git_commit": run.record["environment"].get("git_commit"),
-        "window_s": None if start_s is None and duration_s is None else [lo if start_s is not None
-                                                                         else 0.0, hi],
+        "window_s": (None if start_s is None and duration_s is None
+                     else [lo if start_s is not None else 0.0, hi]),
         "not_recorded": [NOT_RECORDED[m] for m in run.missing]}}
 
 
@@ -149,8 +149,8 @@ def _names(run: RunTables) -> list[dict]:
                             f"{int(r.output_tokens)} output tokens)"},
                    int(r.request_id)) for r in run.requests.itertuples(index=False)),
             *(meta(REQUESTS_PID, "thread_sort_index", {"sort_index": k}, int(rid))
-              for k, rid in enumerate(run.requests.sort_values(["arrival_s",
-                                                                "request_id"]).request_id))]
+              for k, rid in enumerate(
+                  run.requests.sort_values(["arrival_s", "request_id"]).request_id))]
 
 
 def iteration_lanes(starts, ends) -> list[int]:
@@ -179,9 +179,8 @@ def _iteration_events(run: RunTables, keep) -> list[dict]:
               for lane in sorted(set(lanes))]
     for row, held, lane, kind, t0, dur in zip(rows, members, lanes, kinds, starts, durations):
         if keep(t0, t0 + dur):
-            args = ({k: _plain(v) for k, v in row.items()}
-                    | {"num_requests": int(row["num_prefill_requests"] + row["num_decode_requests"])}
-                    | held)
+            requests = int(row["num_prefill_requests"] + row["num_decode_requests"])
+            args = {k: _plain(v) for k, v in row.items()} | {"num_requests": requests} | held
             ts, us = _us(t0, t0 + dur)
             events.append({"ph": "X", "pid": ENGINE_PID, "tid": lane + 1, "name": str(kind),
                            "cat": "iteration", "ts": ts, "dur": us, "args": args})

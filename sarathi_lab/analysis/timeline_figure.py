@@ -39,8 +39,8 @@ def draw(runs: dict[str, RunTables | str | Path], start_s: float = 0.0,
                        loc="left", fontsize=9)
         _requests(lanes, run, start_s, hi)
         if run.missing:
-            lanes.text(0.99, 0.02, "not recorded: " + "; ".join(NOT_RECORDED[m].split(":")[0]
-                                                                for m in run.missing),
+            lanes.text(0.99, 0.02, "not recorded: "
+                       + "; ".join(NOT_RECORDED[m].split(":")[0] for m in run.missing),
                        transform=lanes.transAxes, ha="right", va="bottom", fontsize=7,
                        style="italic")
     axes[-1, 0].set_xlim(start_s, hi)

@@ -102,9 +102,10 @@ def _unreliable(runs: pd.DataFrame) -> str:
         return ""
     load = pd.concat([runs.get(c, pd.Series(dtype=float))
                       for c in ("env.load1_start", "env.load1_end")]).dropna()
-    cores = "+".join(str(int(c)) for c in sorted(runs.get("env.cores",
-                                                          pd.Series(dtype=float)).dropna().unique()))
-    seen = f", load average {load.min():.1f} to {load.max():.1f} on {cores} cores" if len(load) and cores else ""
+    counts = runs.get("env.cores", pd.Series(dtype=float)).dropna().unique()
+    cores = "+".join(str(int(c)) for c in sorted(counts))
+    seen = (f", load average {load.min():.1f} to {load.max():.1f} on {cores} cores"
+            if len(load) and cores else "")
     return f"none; {flagged} of {len(runs)} runs flagged timing_unreliable (a busy machine{seen})"
 
 
@@ -124,7 +125,8 @@ def scale(runs: pd.DataFrame) -> str:
     qps = ", ".join(f"{q:g}" for q in sorted(runs.qps.unique()))
     seeds = ", ".join(str(s) for s in sorted(runs.seed.unique()))
     models = "+".join(sorted(runs.model.astype(str).unique()))
-    requests = "+".join(str(int(n)) for n in sorted(runs.num_requests.unique())) if "num_requests" in runs else "?"
+    requests = ("+".join(str(int(n)) for n in sorted(runs.num_requests.unique()))
+                if "num_requests" in runs else "?")
     return f"{models}, {requests} requests a run at {qps} req/s, seeds {seeds}"
 
 
@@ -163,8 +165,8 @@ def figure(runs: pd.DataFrame):
                  f"{_joined(runs, 'env.vllm_version') or 'unknown'}\n{stall}", fontsize=11)
     if note := _unreliable(runs):
         fig.text(0.5, -0.02,
-                 note.removeprefix("none; ") + ": drawn all the same; read the engines side by side, not "
-                 "the absolute times", ha="center", va="top", fontsize=9, style="italic")
+                 note.removeprefix("none; ") + ": drawn all the same; read the engines side by "
+                 "side, not the absolute times", ha="center", va="top", fontsize=9, style="italic")
     return fig
 
 
@@ -185,7 +187,8 @@ def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) ->
     fig = figure(runs)
     figures.save(fig, docs, NAME)
     plt.close(fig)
-    pd.DataFrame(claims_rows(runs)).reindex(columns=claims.COLUMNS).to_csv(folder / f"{NAME}_claims.csv", index=False)
+    table = pd.DataFrame(claims_rows(runs)).reindex(columns=claims.COLUMNS)
+    table.to_csv(folder / f"{NAME}_claims.csv", index=False)
     provenance.record(planned)
     return list(planned)
 

@@ -40,8 +40,8 @@ def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -
     """Steps not done at their current engine code, nor failed before unless retried."""
     def due(step: Step) -> bool:
         last = state.read_result(out, step.name)
-        if last is not None and last.status == "failed" and not (retry_failed
-                                                                 or step.name in named):
+        if (last is not None and last.status == "failed"
+                and not (retry_failed or step.name in named)):
             return False
         # A result that recorded no code (an older suite's) counts as done.
         return not (state.is_done(out, step.name)
@@ -206,8 +206,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Step],
-                                                                                  float | None]:
+def _selected(parser: argparse.ArgumentParser,
+              args: argparse.Namespace) -> tuple[list[Step], float | None]:
     if args.own and (args.budget_min is not None or args.restore):
         parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid "
                      "with --own: a run on your own GPU has no call budget and no archive to "
@@ -216,8 +216,8 @@ def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
         steps = select(args.steps, unscaled=args.own)
     except ValueError as e:
         parser.error(str(e))
-    budget = args.budget_min if args.budget_min is not None else (None if args.dry_run or args.own
-                                                                  else GPU_BUDGET_MIN)
+    budget = (args.budget_min if args.budget_min is not None
+              else None if args.dry_run or args.own else GPU_BUDGET_MIN)
     if budget is not None and not 0 < budget < float("inf"):
         parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
     # Else every call would start nothing and exit 3, "call again", forever.

@@ -133,8 +133,8 @@ def _open_regular(path: Path, label: str):
 
 
 @contextmanager
-def open_archive(path: Path, label: str) -> Iterator[tuple[tarfile.TarFile,
-                                                           dict[str, tarfile.TarInfo]]]:
+def open_archive(path: Path,
+                 label: str) -> Iterator[tuple[tarfile.TarFile, dict[str, tarfile.TarInfo]]]:
     """The archive and its checked members by name; ``label`` names it in a refusal."""
     with _open_regular(path, label) as raw:
         try:

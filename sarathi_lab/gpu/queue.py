@@ -188,9 +188,8 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
     """Each step's minutes, and whether it is due at ``current(step)``'s code. ``at_commit``: a
     record's code from its commit."""
     # git is asked once per step and commit.
-    at_commit = cache(at_commit or (lambda name,
-                                    commit: engine_code.commit_hash(engine_code.paths_of(name),
-                                                                    commit)))
+    at_commit = cache(at_commit or (
+        lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit)))
     planned = {}
     for step in STEPS:
         mine = [r for r in records if r.step == step.name]
@@ -223,8 +222,8 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
     return planned
 
 
-def pack(groups: list[list[Planned]], budget_min: float) -> tuple[list[list[Planned]],
-                                                                  list[Planned]]:
+def pack(groups: list[list[Planned]],
+         budget_min: float) -> tuple[list[list[Planned]], list[Planned]]:
     """Calls for each group in order, each taking steps while they fit, never skipping ahead; also
     the steps longer than a whole budget."""
     calls, too_long = [], []
@@ -264,9 +263,8 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
     lines = [f"GPU queue at {commit}: {due} steps due, {len(done)} done at this engine code; "
              + f"calls of {budget_min:g} min"]
     if done:
-        lines.append("done at this engine (not repeated): " + ", ".join(f"{p.step.name} "
-                                                                        f"({p.done_at})"
-                                                                        for p in done))
+        lines.append("done at this engine (not repeated): "
+                     + ", ".join(f"{p.step.name} ({p.done_at})" for p in done))
     for i, call in enumerate(calls, 1):
         lines.append(f"\ncall {i}: {sum(p.minutes for p in call):.1f} min")
         for p in call:

@@ -90,8 +90,8 @@ def restore(out: Path, archive: Path) -> int:
     where ``out`` cannot take a file."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
-        planned = [(member, archive_members.inside(out, name, f"{label} is invalid: "
-                                                              f"member {name!r}"))
+        planned = [(member, archive_members.inside(out, name,
+                                                   f"{label} is invalid: member {name!r}"))
                    for name, member in members.items() if not member.isdir()]
         restored = 0
         for member, target in planned:

@@ -37,8 +37,8 @@ def claims(results) -> list[dict]:
 def figure(results, simulated=None):
     from sarathi_lab.analysis import capacity, figures
 
-    rows = [(searches(runs), source) for runs, source in figures.sources_of(results, simulated,
-                                                                            "capacity")]
+    rows = [(searches(runs), source)
+            for runs, source in figures.sources_of(results, simulated, "capacity")]
     rows = [(found, source) for found, source in rows if not found.empty]
     # every search's runs left out: the caller says why
     if not rows:

@@ -56,8 +56,8 @@ def figure(results, simulated=None):
     from sarathi_lab.analysis import figures
 
     colors = dict(zip(ORDER, figures.sns.color_palette("deep", len(ORDER))))
-    panels = [(_bars(runs), source) for runs, source in figures.sources_of(results, simulated,
-                                                                           "orca_compare")]
+    panels = [(_bars(runs), source)
+              for runs, source in figures.sources_of(results, simulated, "orca_compare")]
     ours = panels[0][0]
     theirs = pd.DataFrame([{"seq_len": s, "variant": v, "gain": g}
                            for v, by_len in paper.ORCA_FIG11A.items() for s, g in by_len.items()]

@@ -92,8 +92,8 @@ def figure(results, simulated=None):
     ax.plot([], [], color="grey", ls="--", lw=1, label="predicted peak C / (B - 1)")
     ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)",
            ylabel="throughput over baseline (x)",
-           title=figures.panel_sources(results, simulated, "pd_ratio") + "\nvertical dashed: C / "
-                                                                         "(B - 1), each chunk")
+           title=(figures.panel_sources(results, simulated, "pd_ratio")
+                  + "\nvertical dashed: C / (B - 1), each chunk"))
     figures.plain_log_ticks(ax.xaxis)
     figures.legend_outside(ax, fontsize=7)
     why = [_why(runs) for runs, _ in figures.sources_of(results, simulated, "pd_ratio")

@@ -26,10 +26,9 @@ def ratios(summary: pd.DataFrame) -> pd.DataFrame:
     for seed, runs in summary.groupby("seed" if "seed" in summary else np.zeros(len(summary))):
         # Numbers, NaN where a run has none (a run without a profile to predict it has no sim_*
         # values).
-        by = runs.set_index("scheduler").reindex(columns=["bubble_p50_s", "sim_bubble_p50_s",
-                                                          "makespan_s",
-                                                          "sim_makespan_s"]).apply(pd.to_numeric,
-                                                                                   errors="coerce")
+        columns = ["bubble_p50_s", "sim_bubble_p50_s", "makespan_s", "sim_makespan_s"]
+        by = (runs.set_index("scheduler").reindex(columns=columns)
+              .apply(pd.to_numeric, errors="coerce"))
         if SARATHI not in by.index:
             continue
         for base in (b for b in BASELINES if b in by.index):
@@ -70,9 +69,9 @@ def claims(results) -> list[dict]:
             f"baseline / SARATHI: measured {said(base, 'makespan_ratio')}{note}")
     predicted = table.dropna(subset=["gap"])
     gaps = predicted.gap.abs()
-    sim_ours = ("simulated / measured ratio - 1: " + ", ".join(f"{LABELS[b].split(' (')[0]} "
-                                                               f"{g.mean():+.0%}"
-                                                                for b, g in predicted.groupby("baseline").gap)
+    sim_ours = ("simulated / measured ratio - 1: "
+                + ", ".join(f"{LABELS[b].split(' (')[0]} {g.mean():+.0%}"
+                            for b, g in predicted.groupby("baseline").gap)
                 if len(gaps) else shown(None, "", why if not len(table)
                                         else "no prediction")) + note
     if ({"stage0_gap_p50_s", "sim_stage0_gap_p50_s"} <= set(summary)

@@ -21,9 +21,9 @@ def claims(results) -> list[dict]:
     return [claim_row("scheduler_latency", CLAIM,
                       "hybrid batching without a budget raises TBT up to "
                       f"{paper.NAIVE_HYBRID_TBT_INFLATION}x (Sarathi-Serve)",
-                      "; ".join(f"qps {q:g}: " + ", ".join(f"{s} "
-                                                           f"{shown(r[s] * 1e3, '.0f', why, ' ms')}"
-                                                           for s in ["sarathi_serve", *rivals])
+                      "; ".join(f"qps {q:g}: "
+                                + ", ".join(f"{s} {shown(r[s] * 1e3, '.0f', why, ' ms')}"
+                                            for s in ["sarathi_serve", *rivals])
                                 for q, r in tbt.iterrows()),
                       verdict(unless_missing(r[["sarathi_serve", *rivals]],
                                              r["sarathi_serve"] < r[rivals].min())
@@ -35,8 +35,8 @@ def _hybrid_tbt(summary: pd.DataFrame) -> tuple[str, float | None]:
     (None: not run)."""
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s")
     theirs = f"paper: no budget raises P99 TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION:g}x"
-    ratio = ((tbt.orca / tbt.sarathi_serve).dropna() if {"orca", "sarathi_serve"} <= set(tbt.columns)
-             else None)
+    ratio = ((tbt.orca / tbt.sarathi_serve).dropna()
+             if {"orca", "sarathi_serve"} <= set(tbt.columns) else None)
     if ratio is None or ratio.empty:
         return theirs, None
     return (f"{theirs}; orca / sarathi_serve here: up to {ratio.max():.1f}x "

@@ -101,8 +101,8 @@ def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
                   FLOOR_TARGET["decode"])]
 
 
-def measured_rows(ctx: Context, grid, rows_file: str, measure, unit: str) -> tuple[list[dict], Flex,
-                                                                                   list[str]]:
+def measured_rows(ctx: Context, grid, rows_file: str, measure,
+                  unit: str) -> tuple[list[dict], Flex, list[str]]:
     """A row per case of ``grid``, resuming from ``rows_file`` and rewriting it as each ends; also
     the FlexAttention run and the ceilings' notes."""
     from sarathi_lab.profiling.attention_peers import Flex

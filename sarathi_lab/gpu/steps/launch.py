@@ -71,12 +71,12 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                            f"{str(e).splitlines()[0][:200] if str(e) else ''})")
     counted = [(c, d) for c, d in COUNTED if (c, d) in cases]
     for chunk, decodes in counted:
-        key, static = label(chunk, decodes), static_counts(llm, chunk, decodes, context,
-                                                           llm.config.torch_device)
+        key = label(chunk, decodes)
+        static = static_counts(llm, chunk, decodes, context, llm.config.torch_device)
         metrics += [Metric(f"kernels_per_layer_{name}[{key}]", len(static[name]))
                     for name in STAGES]
-        counts.append(f"kernels a layer [{key}], static: " + "; ".join(f"{n} {' '.join(static[n])}"
-                                                                       for n in STAGES))
+        counts.append(f"kernels a layer [{key}], static: "
+                      + "; ".join(f"{n} {' '.join(static[n])}" for n in STAGES))
         if cuda:
             profiled = profiled_layer_kernels(llm, chunk, decodes, context)
             metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name])
@@ -114,8 +114,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     return metrics, notes
 
 
-def _co_scheduled(llm, cases, context: int, reps: int, env: dict, cuda: bool) -> tuple[list[Metric],
-                                                                                       str]:
+def _co_scheduled(llm, cases, context: int, reps: int, env: dict,
+                  cuda: bool) -> tuple[list[Metric], str]:
     """The hybrid iterations of FULL_TOKENS or more co-scheduled; last, as the graphs are captured
     again."""
     hybrid = [(c, d) for c, d in cases if c and d and c + d >= FULL_TOKENS]
@@ -134,8 +134,8 @@ def _co_scheduled(llm, cases, context: int, reps: int, env: dict, cuda: bool) ->
 def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict, cuda: bool,
                base: int, variant: str = "") -> list[Metric]:
     """One iteration's times, floors and ratios; ``variant`` (``pod``) named after the shape."""
-    row, key = measure(llm, chunk, decodes, context, reps), label(chunk, decodes, None
-                                                                  if context == base else context)
+    row = measure(llm, chunk, decodes, context, reps)
+    key = label(chunk, decodes, None if context == base else context)
     key += f",{variant}" if variant else ""
     queries = [chunk] * (chunk > 0) + [1] * decodes
     at = (Shape.of(llm.model_config), queries, [context] * len(queries), len(queries),

@@ -111,7 +111,7 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     if code != 0 and not jobs:
         raise RuntimeError(f"sarathi_lab.run exited {code} before any job (see "
                            f"{ctx.dir.name}/sweep.log)")
-    return [*checked, Metric("jobs_ok", f"{ok}/{len(jobs)}", "", "all", bool(jobs)
-                             and ok == len(jobs)),
-            Metric("sweep_exit", code, "", "0", code == 0)], [" ".join(argv[2:]), *errors[:5],
-                                                              *filter(None, [stale])]
+    metrics = [*checked,
+               Metric("jobs_ok", f"{ok}/{len(jobs)}", "", "all", bool(jobs) and ok == len(jobs)),
+               Metric("sweep_exit", code, "", "0", code == 0)]
+    return metrics, [" ".join(argv[2:]), *errors[:5], *filter(None, [stale])]
