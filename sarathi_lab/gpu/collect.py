@@ -205,10 +205,9 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
             lease = lease_of(summary)
         except ValueError as e:
             raise ValueError(f"{archive} is invalid: {e}") from None
-        docs = archive_members.inside(root, Path("docs", "gpu", device, lease),
-                                      f"{archive} is invalid: its lease")
-        profiles = archive_members.inside(root, Path("profiles", device, lease),
-                                          f"{archive} is invalid: its lease")
+        why = f"{archive} is invalid: its lease"
+        docs = archive_members.inside(root, Path("docs", "gpu", device, lease), why)
+        profiles = archive_members.inside(root, Path("profiles", device, lease), why)
         targets, runs, run_records, locks = {}, [], {}, {}
         for name, member in members.items():
             if member.isdir():
@@ -227,10 +226,8 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
             archive_members.inside(root, target.relative_to(root),
                                    f"{archive} is invalid: member {name!r}")
         # Every member read (the whole archive readable) before the first file is written.
-        contents = {name: archive_members.read_member(tar, members[name], label)
-                    for name in targets}
-        # a table breaking its schema is refused as damage
-        for name in filter(TUNED.match, contents):
+        contents = {n: archive_members.read_member(tar, members[n], label) for n in targets}
+        for name in filter(TUNED.match, contents):  # schema breaks are refused as damage
             tuned_kernels.from_bytes(contents[name], f"{archive}: {name}", device=machine)
     overhead = _check_kept(contents, label)
     record = lease_record(device, machine, summary, engine_of(runs, overhead),

@@ -99,8 +99,7 @@ def _cdf(ax, values: np.ndarray, **style) -> None:
 
 
 def figure(results, simulated=None):
-    # here, not at the top: the registry imports without matplotlib
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     # Each request's measured and simulated bubble and finish; its run's swept keys are its columns.
     requests, summary = results.table(NAME, "request_bubbles"), results.summary(NAME)
@@ -131,19 +130,16 @@ def figure(results, simulated=None):
         lines += [f"{LABELS[base].split(' (')[0]} / SARATHI:",
                   f"  measured {with_range(rows.measured)}",
                   f"  simulated {with_range(rows.simulated)} ({rows.gap.mean():+.0%})"
-                  if rows.simulated.notna().all()
-                  else "  no prediction"]
+                  if rows.simulated.notna().all() else "  no prediction"]
     cdf.text(0.98, 0.04, "\n".join(lines), transform=cdf.transAxes, ha="right", va="bottom",
              fontsize=8, bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
     _ratio_bars(bars, table)
     # One legend for both panels, outside them: the curves fill each panel's corners.
     figures.legend_outside(done, fontsize=8)
     model = results.table(NAME, "prediction")
-    # The profile's file as the repository names it (a run records where it read it, which may be
-    # anywhere).
+    # The profile's file as the repository names it (a run records wherever it read it).
     how = (re.sub(r"\S*/([\w.-]+/[\w.-]+\.csv)", r"profiles/\1", model.sim_cost_model.iloc[0])
-           if len(model)
-           else "the simulator")
+           if len(model) else "the simulator")
     if ({"sim_message_8b_s", "sim_message_1048576b_s"} <= set(summary)
             and summary.sim_message_8b_s.notna().any()):
         # Each job measured its own link: the range over the jobs, not the first job's table alone.

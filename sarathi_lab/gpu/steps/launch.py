@@ -83,20 +83,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                         for name in STAGES]
     breakdown, breakdown_note = _kernel_breakdown(llm, cases, context, ctx.dir, ctx.device)
     metrics += breakdown
-    record = llm.cuda_graphs or {}
-    before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
-    captured = record.get("graphs", len(record.get("decode_sizes", []))
-                          + len(record.get("mixed_tokens", [])))
-    metrics += [Metric("graphs_captured", captured, "", "> 0", bool(record) if cuda else None),
-                Metric("graph_capture_s", record.get("capture_s"), "s"),
-                Metric("graph_pool_mib", _mib(record.get("pool_bytes")), "MiB"),
-                Metric("graph_reserved_mib", _mib(after - before if after is not None else None),
-                       "MiB")]
-    graphs = (f"decode sizes {record['decode_sizes']}, mixed token buckets "
-              f"{record['mixed_tokens']} (each of up to {record['mixed_requests']} requests; "
-              "attention split as each replayed batch's eager plan, one mixed graph a prefill "
-              f"tile kind: {record.get('mixed_tiles')} as [tokens, rows, warps])"
-              if record else "none captured (every forward eager)")
+    graph_metrics, graphs = _graphs(llm, cuda)
+    metrics += graph_metrics
     contexts = ", ".join(map(str, (context, *MORE_CONTEXTS[ctx.device])))
     timed = (f"{model} {dtype} on {ctx.device}: {', '.join(label(c, d) for c, d in cases)} (c: the "
              "last chunk of a prompt of the context's tokens, b: decodes at that context) at "
@@ -112,6 +100,24 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     if own_ceilings:
         notes.append("floors at ceilings this step measured (the env step has not run)")
     return metrics, notes
+
+
+def _graphs(llm, cuda: bool) -> tuple[list[Metric], str]:
+    record = llm.cuda_graphs or {}
+    before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
+    captured = record.get("graphs", len(record.get("decode_sizes", []))
+                          + len(record.get("mixed_tokens", [])))
+    metrics = [Metric("graphs_captured", captured, "", "> 0", bool(record) if cuda else None),
+               Metric("graph_capture_s", record.get("capture_s"), "s"),
+               Metric("graph_pool_mib", _mib(record.get("pool_bytes")), "MiB"),
+               Metric("graph_reserved_mib", _mib(after - before if after is not None else None),
+                      "MiB")]
+    graphs = (f"decode sizes {record['decode_sizes']}, mixed token buckets "
+              f"{record['mixed_tokens']} (each of up to {record['mixed_requests']} requests; "
+              "attention split as each replayed batch's eager plan, one mixed graph a prefill "
+              f"tile kind: {record.get('mixed_tiles')} as [tokens, rows, warps])"
+              if record else "none captured (every forward eager)")
+    return metrics, graphs
 
 
 def _co_scheduled(llm, cases, context: int, reps: int, env: dict,

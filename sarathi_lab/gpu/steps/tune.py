@@ -39,9 +39,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     tiles = {}
     for kind, cases in shapes(ctx.device).items():
         best, kept, rows = sweep_kind(kind, cases, dtype=dtype, device=device,
-                                      block_size=EngineConfig.block_size,
-                                reps=reps, warmup=warmup, limit=limit,
-                                      seconds_left=ctx.seconds_left)
+                                      block_size=EngineConfig.block_size, reps=reps, warmup=warmup,
+                                      limit=limit, seconds_left=ctx.seconds_left)
         tiles[kind] = best
         attention_rows += rows
         metrics += [Metric(f"attention_tiles[{kind}]", tiles_label(best)),
