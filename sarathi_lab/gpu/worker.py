@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     export = job["export"] and Path(job["export"])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    import torch  # here, not at the top: the driver imports RESTART from this module without torch
+    import torch  # lazy: the driver imports RESTART from here without torch
 
     device = "cpu" if suite["dry_run"] or not torch.cuda.is_available() else "cuda"
     suite |= {"device": device}

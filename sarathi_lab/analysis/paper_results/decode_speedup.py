@@ -87,8 +87,7 @@ def _why(gains: pd.DataFrame, low: float, high: float) -> str:
 
 
 def figure(results, simulated=None):
-    # here, not at the top: the registry imports without matplotlib
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     # Simulated bars in sim_colors' reds: "Reds" starts near white, invisible.
     palettes = [lambda n: figures.sns.color_palette("crest", n), figures.sim_colors]

@@ -52,8 +52,7 @@ def _bars(runs) -> pd.DataFrame:
 
 
 def figure(results, simulated=None):
-    # here, not at the top: the registry imports without matplotlib
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     colors = dict(zip(ORDER, figures.sns.color_palette("deep", len(ORDER))))
     panels = [(_bars(runs), source)

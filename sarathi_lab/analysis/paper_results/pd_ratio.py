@@ -56,8 +56,7 @@ def _why(simulated) -> str:
 
 
 def figure(results, simulated=None):
-    # here, not at the top: the registry imports without matplotlib
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     norm = derive.pd_ratio_gains(results.summary("pd_ratio"))
     chunks = sorted(norm.chunk.unique())

@@ -38,8 +38,7 @@ def claims(results) -> list[dict]:
 
 
 def figure(results, simulated=None):
-    # here, not at the top: the registry imports without matplotlib
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
     from sarathi_lab.profiling.ops import OPS
 
     ops = results.table("per_token_cost", "ops")

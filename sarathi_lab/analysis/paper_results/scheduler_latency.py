@@ -44,8 +44,7 @@ def _hybrid_tbt(summary: pd.DataFrame) -> tuple[str, float | None]:
 
 
 def figure(results, simulated=None):
-    # here, not at the top: the registry imports without matplotlib
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     rows = figures.sources_of(results, simulated, "scheduler_latency")
     fig, axes = figures.subplots(len(rows), 2, figsize=(16, 4.5 * len(rows)), squeeze=False)

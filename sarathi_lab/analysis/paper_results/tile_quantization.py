@@ -19,8 +19,7 @@ def claims(results) -> list[dict]:
 
 
 def figure(results, simulated=None):
-    # here, not at the top: the registry imports without matplotlib
-    from sarathi_lab.analysis import figures
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     sweep = results.table("tile_quantization", "sweep")
     tile = int(results.summary("tile_quantization").tile.iloc[0])
