@@ -55,18 +55,14 @@ class StepResult:
     metrics: list[Metric] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
-    # the code it ran (fixes land between calls)
-    commit: str = ""
-    # cuda, or cpu in a dry run
-    device: str = ""
-    # engine_code.step_hash of what it ran
-    code: str = ""
+    commit: str = ""  # the code it ran (fixes land between calls)
+    device: str = ""  # cuda, or cpu in a dry run
+    code: str = ""  # engine_code.step_hash of what it ran
 
 
 @dataclass(frozen=True)
 class Summary:
-    # the call's settings (dry_run, commit, budget_min, started, own, ...)
-    suite: dict[str, Any]
+    suite: dict[str, Any]  # the call's settings (dry_run, commit, budget_min, started, own, ...)
     steps: list[StepResult]     # one per step
 
 

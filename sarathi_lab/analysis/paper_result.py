@@ -34,8 +34,7 @@ class GpuRun:
     """The result's GPU sweep, ``experiment=gpu/<result>``; ``parts``: its steps where one call
     cannot hold it."""
     minutes: float        # expected, interpreter and model builds included (gpu_minutes)
-    # its place in the suite (gpu/plan.py orders the profiles by it too)
-    order: int
+    order: int  # its place in the suite (gpu/plan.py orders the profiles by it too)
     parts: tuple[GpuPart, ...] = ()
     unscaled: Unscaled | None = None   # None: ``gpu/<result>`` is already the paper's setting
 
@@ -47,8 +46,7 @@ class PaperResult:
     claims: Callable[[Any], list[dict]]           # Results -> its claims rows (claims.claim_row)
     # (results, simulated=None) -> Figure; imports matplotlib itself, so the registry does not
     figure: Callable[..., Any]
-    # markdown under the figure's heading: what to look for
-    reading: str = ""
+    reading: str = ""  # markdown under the figure's heading: what to look for
     # Why a claim's verdict differs between cost models, by claim text
     # (claims.mark_cost_model_differences).
     cost_models_differ: dict[str, str] = field(default_factory=dict)

@@ -13,13 +13,11 @@ from sarathi_lab.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
 
 @dataclass(frozen=True)
 class Step:
-    # <group>[.<arg>]: sarathi_lab.gpu.steps.<group>.run(ctx, step) does the work
-    name: str
+    name: str  # <group>[.<arg>]: sarathi_lab.gpu.steps.<group>.run(ctx, step) does the work
     minutes: float  # interpreter and model builds included
     what: str  # --plan's line: what runs, at which shapes
     arg: str = ""
-    # paper sweeps: experiment=<scale>/<arg>[/<part>] overrides
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # paper sweeps: experiment=<scale>/<arg>[/<part>] overrides
 
     @property
     def group(self) -> str:

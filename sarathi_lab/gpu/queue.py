@@ -24,8 +24,7 @@ CAPS = {"attention": 1.5}
 
 @dataclass(frozen=True)
 class Call:
-    # step names, or a prefix naming several (paper.scheduler_latency.seed0)
-    steps: tuple[str, ...]
+    steps: tuple[str, ...]  # step names, or a prefix naming several (paper.scheduler_latency.seed0)
     shows: str  # the metrics and their targets
     predictions: str  # where its predictions were committed
 
@@ -92,12 +91,10 @@ class Record:
     seconds: float
     started_at: float
     commit: str
-    # its engine_code hash, recorded or from its commit; "" where unknown
-    code: str
+    code: str  # its engine_code hash, recorded or from its commit; "" where unknown
     device: str          # h100, h200 (a kept run's folder), or where an out directory says it ran
     run: str             # the kept run's folder name, or the out directory / archive read
-    # a stopped paper sweep's finished jobs
-    jobs_done: int = 0
+    jobs_done: int = 0  # a stopped paper sweep's finished jobs
     jobs_total: int = 0  # and all its jobs (0: not a stopped sweep)
 
 
