@@ -1,5 +1,5 @@
-"""Sarathi-Serve's capacity results: searches (task=capacity) as a table, capacity bars per
-scheduler and SLO beside the paper's ratio, the TTFT-vs-TBT trade-off, and their claims rows."""
+"""Sarathi-Serve's capacity results: the searches' table, capacity bars, the TTFT-vs-TBT trade-off
+and their claims rows."""
 from __future__ import annotations
 
 import json

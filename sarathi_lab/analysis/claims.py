@@ -1,6 +1,5 @@
-"""The claims table: a row per claim and source of numbers. Each check states its criterion in its
-claim text and says ``yes``, ``partly``, ``no`` or ``n/a``; ``spread`` is the range over seeds,
-which make it ``unclear`` where they disagree."""
+"""The claims table: a row per claim and source of numbers, each check saying ``yes``, ``partly``,
+``no`` or ``n/a`` (``unclear`` where seeds disagree)."""
 from __future__ import annotations
 
 import pandas as pd

@@ -1,5 +1,5 @@
-"""The GPU suite's files (result.json, summary.json, lease.json, claims.csv), one schema for every
-reader. A failure is a one-line RecordError; keys a newer suite writes are kept, never refused."""
+"""The GPU suite's files, one schema for every reader; a failure is a one-line RecordError, and keys
+a newer suite writes are kept."""
 from __future__ import annotations
 
 import csv

@@ -1,6 +1,5 @@
-"""Each request's lifecycle from a run's tables: ``queued``, a ``prefill`` span per chunk, a
-``decode`` span per run of consecutive iterations, ``stalled`` and ``preempted``, in seconds on the
-run's clock. Runs without ``MEMBERSHIP`` read coarsely (``missing`` says what is absent)."""
+"""Each request's lifecycle (queued, prefill chunks, decode runs, stalled, preempted) from a run's
+tables, in seconds on its clock; older runs without ``MEMBERSHIP`` read coarsely."""
 from __future__ import annotations
 
 from collections import defaultdict

@@ -1,5 +1,4 @@
-"""What a paper result declares: its experiment, claim check, figure and GPU run (each module in
-``analysis/paper_results/``; each scale's keys are in ``conf/experiment/<scale>/<name>.yaml``)."""
+"""What a paper result declares: its experiment, claim check, figure and GPU run."""
 from __future__ import annotations
 
 from collections.abc import Callable

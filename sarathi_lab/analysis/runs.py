@@ -1,6 +1,5 @@
-"""Where each experiment's runs are under a results root
-(``<experiment>/multiruns/<sweep>/<job>/``): its newest complete sweep, else its newest with a
-finished run, marked incomplete wherever shown."""
+"""Where each experiment's runs are under a results root: its newest complete sweep, else its newest
+with a finished run, marked incomplete wherever shown."""
 from __future__ import annotations
 
 import logging

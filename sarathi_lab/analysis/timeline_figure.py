@@ -1,6 +1,5 @@
 """Batch timelines of runs on the same arrivals, stacked: iterations as bars (width its time, height
-its tokens) over the requests' lifecycles. SARATHI's iterations stay alike; vLLM-style runs whole
-prompts while decodes stall."""
+its tokens) over the requests' lifecycles."""
 from __future__ import annotations
 
 from collections import defaultdict

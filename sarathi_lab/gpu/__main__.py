@@ -61,8 +61,8 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
 
 
 def run_worker(job: dict, watch: Progress | None = None) -> int:
-    """worker.main's ``job``; its exit status, -SIGTERM past the deadline. ``watch``: printed every
-    POLL_S. Interrupted, the worker is stopped as at a deadline so runs save what they measured."""
+    """worker.main's ``job``; its exit status, -SIGTERM past the deadline. Interrupted, the worker
+    is stopped as at a deadline so runs save what they measured."""
     # Weights are drawn in float32 and cast one by one: expandable segments return the freed pages
     # before the KV cache is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
@@ -119,8 +119,8 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
         if code not in (0, RESTART) and len(left) == len(todo) and not out_of_time:
-            # Died before a step began (unwritable --out, broken import): a fresh worker would die
-            # the same way until the budget ran out.
+            # Died before a step began: a fresh worker would die the same way until the budget ran
+            # out.
             print(f"[gpu] the worker ended with {code} before it settled any step; not restarted "
                   "(its error is above)")
             return True

@@ -1,7 +1,6 @@
-"""Reading a GPU suite's archive without trusting it: ``--restore`` and ``gpu.collect`` get its
-members only once the whole archive was read and found one the suite could have written (regular
-files and folders, allow-listed relative names, sizes within the limits below); anything else is an
-ArchiveRefused before a file is written."""
+"""A GPU suite's archive read without trusting it: its members only once the whole archive was read
+and found one the suite could have written (files and folders, allow-listed names, sizes within the
+limits below); else an ArchiveRefused before any file is written."""
 from __future__ import annotations
 
 import gzip

@@ -1,6 +1,5 @@
 """A step's engine code: a hash of the source files its numbers depend on, the same from a working
-tree (no .git on a GPU machine) and from a commit (``git ls-tree``). A step done at the checkout's
-hash is not repeated."""
+tree (no .git on a GPU machine) as from a commit."""
 from __future__ import annotations
 
 import hashlib

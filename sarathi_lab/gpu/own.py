@@ -1,5 +1,5 @@
 """The suite on your own GPU (``--own``): every step at the paper's setting, no budget, into one
-folder under outputs/. Never into docs/: that goes through the provenance-checking writers."""
+folder under outputs/ (never docs/, which the provenance-checking writers own)."""
 from __future__ import annotations
 
 import signal

@@ -1,5 +1,5 @@
-"""The suite's steps in order with expected minutes (1.3x the longer of H200 and H100, docs/gpu/;
-arithmetic where neither ran); targets first, so a lease cut short still answers them."""
+"""The suite's steps in order with expected minutes (1.3x the longest measured, docs/gpu/); targets
+first, so a lease cut short still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
-"""Progress of an ``--own`` run, read from its out directory alone: a line per finished job or step,
-with the time elapsed and left (the plan's minutes of what is left, scaled by this run's pace
-against the plan). Jobs finished before a resume count neither as this run's work nor as work left.
-"""
+"""Progress of an ``--own`` run from its out directory: a line per finished job or step, with the
+time elapsed and left (the plan's minutes left, scaled by this run's pace against the plan)."""
 from __future__ import annotations
 
 import time

@@ -1,6 +1,5 @@
-"""The GPU queue (``--next``): every measurement still due at the checkout's engine code, as calls,
-most valuable first, resuming from the runs kept under docs/gpu/ and an unfinished suite. Minutes
-are measured ones times MARGIN where a run timed them, else the plan's."""
+"""The GPU queue (``--next``): what is still due at the checkout's engine code, as calls, most
+valuable first, resuming from kept runs and an unfinished suite."""
 from __future__ import annotations
 
 import re

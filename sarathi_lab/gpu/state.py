@@ -85,9 +85,8 @@ def write_result(out: Path, result: StepResult) -> None:
 
 
 def restore(out: Path, archive: Path) -> int:
-    """Files of an archive that ``out`` lacks, never overwriting; returns how many. An
-    ArchiveRefused before writing for an archive the suite could not have written; RestoreFailed
-    where ``out`` cannot take a file."""
+    """Files of an archive that ``out`` lacks, never overwriting; returns how many. Refuses an
+    archive the suite could not have written before writing anything."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
         planned = [(member, archive_members.inside(out, name,
@@ -141,8 +140,8 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 
 def archive(out: Path, dest: Path) -> list[str]:
-    """The out directory as one tar.gz; past 16 MiB (a common limit on returned files) per-iteration
-    tables, then the largest files are left out, never RESUME_FILES. Returns notes."""
+    """The out directory as one tar.gz; past 16 MiB (a common limit on returned files) the largest
+    files are left out, never RESUME_FILES. Returns notes."""
     # Built in ``out``, not in $OUT: a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
     # Regular files only: restore refuses an archive with a link.

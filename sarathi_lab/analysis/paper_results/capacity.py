@@ -1,6 +1,5 @@
-"""Sarathi-Serve: capacity under latency SLOs, sarathi_serve against vllm. Table, claim and bars are
-analysis/capacity.py's; this module reads the searches from a results root like every paper result.
-"""
+"""Sarathi-Serve: capacity under latency SLOs, read from a results root like every paper result
+(table, claim and bars: analysis/capacity.py)."""
 from __future__ import annotations
 
 import pandas as pd

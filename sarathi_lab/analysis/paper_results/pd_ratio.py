@@ -102,9 +102,8 @@ def figure(results, simulated=None):
     return fig
 
 
-# The GPU sweep: 3 seeds x P:D 7, 14, 28 (2x either side of chunk 256's peak) x fixed and aligned x
-# static and sarathi; the H200's (eager) seconds of static and sarathi per P:D, which fit static 3.5
-# + 0.074 D s and sarathi 4.3 + 0.084 D s (D = 1024 / (1 + P:D)).
+# The H200's (eager) seconds of static and sarathi per P:D, which fit static 3.5 + 0.074 D s and
+# sarathi 4.3 + 0.084 D s (D = 1024 / (1 + P:D)).
 PAIR_S = {7: 13 + 15, 14: 8.5 + 11.4, 28: 6.1 + 7.2}
 UNSCALED_PD = (2, 5, 10, 14, 20, 28, 50, 100)
 

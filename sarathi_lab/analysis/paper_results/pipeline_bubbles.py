@@ -1,5 +1,5 @@
-"""Fig. 12: pipeline bubbles per request and time to complete N requests, on a real two-stage
-pipeline, beside the simulator's prediction of the same runs."""
+"""Fig. 12: pipeline bubbles per request and time to complete N requests on a real two-stage
+pipeline, beside the simulator's prediction."""
 from __future__ import annotations
 
 import re
@@ -158,8 +158,8 @@ def figure(results, simulated=None):
 
 
 def _ratio_bars(ax, table: pd.DataFrame) -> None:
-    """Median bubble of each baseline over SARATHI's: measured, simulated (means over the seeds,
-    whiskers min-max) and the paper's, for the baseline it reports."""
+    """Median bubble of each baseline over SARATHI's: measured, simulated (seed means, min-max
+    whiskers) and the paper's."""
     width, kinds = 0.27, (("measured", "measured", "0.25"), ("simulated", "simulated", "0.6"))
     bases = [b for b in BASELINES if len(table) and (table.baseline == b).any()]
     for i, base in enumerate(bases):

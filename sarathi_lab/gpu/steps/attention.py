@@ -1,6 +1,5 @@
 """The engine's attention against its peers and floor at every shape of
-``profiling.attention_grid``: a row per shape in attention.csv, written as each ends so a rerun
-continues."""
+``profiling.attention_grid``, resumable a shape at a time."""
 from __future__ import annotations
 
 import math

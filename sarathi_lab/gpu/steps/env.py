@@ -1,5 +1,4 @@
-"""The machine and its ceilings (profiling/ceilings.py): copy bandwidth and bf16 matmul rate, which
-the floors read, and a read-only kernel's bandwidth."""
+"""The machine and its ceilings (profiling/ceilings.py), which the floors read."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,5 @@
 """Co-scheduled hybrid attention against the sequential kernels, peers and floors at every batch of
-``profiling.hybrid_grid``, a row per batch in hybrid_attention.csv, written as each ends so a rerun
-continues."""
+``profiling.hybrid_grid``, resumable a batch at a time."""
 from __future__ import annotations
 
 from sarathi_lab.gpu.context import Context

@@ -1,7 +1,5 @@
-"""The ``launch`` step: LLaMA-13B decode batches and prefill chunks, eager and with CUDA graphs,
-beside the physical and sequential floors; graph memory and capture time; the hybrid iterations
-again with co-scheduled attention (``,pod``); per iteration kind the kernels grouped (kernels.csv).
-"""
+"""The ``launch`` step: LLaMA-13B iterations, eager and with CUDA graphs, beside their physical and
+sequential floors; graph memory; co-scheduled attention (``,pod``); kernels per iteration kind."""
 from __future__ import annotations
 
 import warnings

@@ -1,5 +1,5 @@
-"""The engine's overhead (``overhead_fraction``: time outside the forward) per decode-only and
-hybrid iteration of LLaMA-13B at batch 18, with the host parts' share."""
+"""The engine's overhead (time outside the forward) per decode-only and hybrid iteration of
+LLaMA-13B at batch 18."""
 from __future__ import annotations
 
 import statistics

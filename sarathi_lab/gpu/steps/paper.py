@@ -1,6 +1,5 @@
-"""A paper result's experiment as a Hydra sweep (overlay ``experiment=gpu/NAME``) into
-<out>/paper/NAME/multiruns/. The dry run checks every GPU job's schema and KV plan on an 80 GB card,
-then runs one tiny job (SWEPT_IN_DRY_RUN's as a sweep in a child, as on the GPU)."""
+"""A paper result's experiment as a Hydra sweep (overlay ``experiment=gpu/NAME``). The dry run
+checks every GPU job's schema and KV plan, then runs one tiny job."""
 from __future__ import annotations
 
 import itertools

@@ -1,6 +1,5 @@
-"""The ``tune`` step: paged-attention tile configs and split-rule knobs per work kind, and cuBLAS
-against Triton split-K per projection, each kept where it wins, into the device's table (``<device
-name>.json``, read by ``sarathi_lab.tuned_kernels``)."""
+"""The ``tune`` step: attention tile configs and split-rule knobs per work kind, and cuBLAS against
+Triton split-K per projection, into the device's tuned table."""
 from __future__ import annotations
 
 import csv
