@@ -90,8 +90,7 @@ def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
     try:
         with open(folder / ATTRIBUTION, newline="") as f:
             return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "")
-                    for r in csv.DictReader(f)
-                    if r.get("kind") == "claim"}
+                    for r in csv.DictReader(f) if r.get("kind") == "claim"}
     except (OSError, ValueError, csv.Error):
         return None
 
@@ -133,16 +132,14 @@ def section(gpu_docs: Path) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {cell(r.claim)} | {cell(r.paper)} | {r.device.upper()} | {link(r)} "
               f"(`{r.commit}`) | {cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | "
-              f"{cell(r.spread)} | {cell(r.holds)} | {cell(r.why)} |"
-              for r in current]
+              f"{cell(r.spread)} | {cell(r.holds)} | {cell(r.why)} |" for r in current]
     if history:
         lines += ["", "History: the same claims on older runs.", "",
                   "| claim | device | run (commit) | engine | seeds | measured | holds? | why |",
                   "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
                   f"{cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | {cell(r.holds)} | "
-                  f"{cell(r.why)} |"
-                  for r in history]
+                  f"{cell(r.why)} |" for r in history]
     judged_here = {r.experiment for r in current}
     waiting = [r.name for r in registry.RESULTS if r.gpu is not None and r.name not in judged_here]
     if waiting:

@@ -303,8 +303,7 @@ class Results:
                  else "")
         lacking = self.lacking_note(name, short=True) if hasattr(self, "lacking_note") else ""
         notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name),
-                                                 lacking, mixed)
-                        if note)
+                                                 lacking, mixed) if note)
         return (f"{self.source(name)}: {row.get('model', 'unrecorded')}, {where}, "
                 f"{row.get('env.dtype', 'unrecorded')} ({self.scale(name)} scale{notes})")
 

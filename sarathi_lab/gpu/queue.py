@@ -100,8 +100,7 @@ class Record:
 def _records(results: list[StepResult], device: str, run: str) -> list[Record]:
     """A summary's step results; a dry run measured nothing and is skipped."""
     return [Record(r.step, r.status, r.seconds, r.started_at, r.commit, r.code, device, run)
-            for r in results
-            if r.device != "cpu"]
+            for r in results if r.device != "cpu"]
 
 
 def kept_runs(root: Path) -> list[Record]:

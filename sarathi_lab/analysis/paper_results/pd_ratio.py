@@ -35,8 +35,7 @@ def claims(results) -> list[dict]:
                   + f"; ~{paper.PD_WIDE_GAIN - 1:.0%} over a wide range",
                   f"{label}peak {best:.2f}x; {wide} of {len(judged)} points >= "
                   f"{paper.PD_WIDE_GAIN:g}x; lowest {judged.gain.min():.2f}x{fixed}",
-                  verdict([best >= paper.PD_WIDE_GAIN]),
-                  best),
+                  verdict([best >= paper.PD_WIDE_GAIN]), best),
     ]
 
 
