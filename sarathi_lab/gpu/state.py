@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sarathi_lab.analysis import gpu_records
-from sarathi_lab.analysis.gpu_records import STATUSES, Metric, StepResult  # noqa: F401 (their home; read here)
+from sarathi_lab.analysis.gpu_records import STATUSES, Metric, StepResult  # noqa: F401 (re-export)
 from sarathi_lab.config import check_choice
 from sarathi_lab.gpu import archive_members
 from sarathi_lab.gpu.archive_members import MAX_FILE_BYTES
