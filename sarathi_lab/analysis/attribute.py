@@ -3,13 +3,10 @@ measured in a lease the hardware explains, from that lease's files alone:
 
     python -m sarathi_lab.analysis.attribute docs/gpu/h100/2026-11-27_7fae342
 
-prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder. The
-parts of an iteration (ms over all layers) sum to its time over the physical floor: the overlap gap
-(sequential floor minus physical), GEMM efficiency (cuBLAS at the real token count over the GEMMs'
-floors), attention kernels (the best timed attention over its floor), attention over the best peer
-(the engine's chunk attention minus the peer's), elementwise passes, bucket padding (the library floor
-at the graph's tokens minus at the real ones), host, and what is left unattributed. A part the lease
-cannot give says why in ``note``; what it would have held stays in ``unattributed_ms``."""
+prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder. An
+iteration's parts (ms over all layers) sum to its time over the physical floor: overlap gap, GEMM
+efficiency, attention kernels, attention over the best peer, elementwise passes, bucket padding,
+host, and the unattributed rest. A part the lease cannot give says why in ``note``."""
 from __future__ import annotations
 
 import csv
@@ -32,7 +29,8 @@ CSV, MD = "attribution.csv", "attribution.md"
 PARTS = ("overlap_gap_ms", "gemm_efficiency_ms", "attention_kernels_ms", "attention_over_peer_ms",
          "elementwise_ms", "padding_ms", "host_ms", "unattributed_ms")
 COLUMNS = ("kind", "name", "tokens", "graph_tokens", "engine_ms", "floor_ms", "sequential_floor_ms",
-           "library_floor_ms", "library_floor_padded_ms", "engine_over_library_floor", "over_floor_ms", *PARTS,
+           "library_floor_ms", "library_floor_padded_ms", "engine_over_library_floor",
+           "over_floor_ms", *PARTS,
            "targets", "experiment", "claim", "ours", "hardware", "engine_part", "why", "note")
 KEY = re.compile(r"^(?:c=(\d+)\+)?b=(\d+)(?:,ctx=(\d+))?(?:,(\w+))?$")
 HOST = "host: not in the lease (the launch step keeps one time per iteration)"
@@ -40,7 +38,6 @@ HOST = "host: not in the lease (the launch step keeps one time per iteration)"
 
 @dataclass
 class Lease:
-    """What attribution reads of a lease's folder."""
     folder: Path
     device: str
     launch: dict[str, dict]   # metric -> its result.json entry
@@ -54,21 +51,24 @@ def _json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is invalid: {type(e).__name__}; attribution needs it as a JSON object") from None
+        raise ValueError(f"{path} is invalid: {type(e).__name__}; "
+                         "attribution needs it as a JSON object") from None
     if not isinstance(data, dict):
         raise TypeError(f"{path} is invalid: a {type(data).__name__}, not a JSON object")
     return data
 
 
 def load(folder: Path) -> Lease:
-    """A lease's launch and env results; a ValueError naming the file where one is missing or unreadable."""
+    """A lease's launch and env results; a ValueError naming a missing or unreadable file."""
     folder = Path(folder)
     record = _json(folder / "lease.json")
-    launch = {m["metric"]: m for m in _json(folder / "steps" / "launch" / "result.json").get("metrics", [])
+    launch = {m["metric"]: m
+              for m in _json(folder / "steps" / "launch" / "result.json").get("metrics", [])
               if isinstance(m, dict) and "metric" in m}
     env = _json(folder / "steps" / "env" / "env.json")
     if (folder / "steps" / "env" / "result.json").is_file():
-        env |= {m["metric"]: m.get("value") for m in _json(folder / "steps" / "env" / "result.json").get("metrics", [])
+        env |= {m["metric"]: m.get("value")
+                for m in _json(folder / "steps" / "env" / "result.json").get("metrics", [])
                 if isinstance(m, dict) and "metric" in m}
     return Lease(folder, str(record.get("device") or folder.parent.name), launch, env)
 
@@ -79,12 +79,14 @@ def _value(lease: Lease, metric: str) -> float | None:
 
 
 def kinds(lease: Lease) -> list[tuple[str, int, int, int, str]]:
-    """(key, chunk, decodes, context, variant) of every iteration the launch step timed, in its order."""
+    """(key, chunk, decodes, context, variant) of every iteration the launch step timed, in order.
+    """
     base = SHAPES["cuda"][2]
     found = []
     for metric in lease.launch:
         if metric.startswith("engine_ms[") and (m := KEY.match(metric[len("engine_ms["):-1])):
-            found.append((metric[len("engine_ms["):-1], int(m[1] or 0), int(m[2]), int(m[3] or base), m[4] or ""))
+            found.append((metric[len("engine_ms["):-1], int(m[1] or 0), int(m[2]),
+                          int(m[3] or base), m[4] or ""))
     return found
 
 
@@ -104,7 +106,8 @@ def tables(lease: Lease) -> Tables:
     model, dtype = SHAPES["cuda"][:2]
     shape = Shape.of(load_config(model))
     gbps, which = memory_ceiling(lease.env)
-    tune, attention = lease.table("tune", "tune_gemm.csv"), lease.table("attention", "attention.csv")
+    tune = lease.table("tune", "tune_gemm.csv")
+    attention = lease.table("attention", "attention.csv")
     gemms = lib.gemm_curve(tune, model) if tune.is_file() else lib.GemmCurve({}, False)
     table = (lib.attention_table(attention, shape.heads, shape.kv_heads) if attention.is_file()
              else lib.AttentionTable({}, {}))
@@ -118,8 +121,10 @@ def _sum(*parts: float | None) -> float | None:
     return None if any(p is None for p in parts) else sum(parts)
 
 
-def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, context: int, variant: str) -> dict:
-    """One launch iteration's row: its floors, library floor and the parts of its time over the floor."""
+def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, context: int,
+              variant: str) -> dict:
+    """One launch iteration's row: its floors, library floor and the parts of its time over the
+    floor."""
     queries = [chunk] * (chunk > 0) + [1] * decodes
     args = (t.shape, queries, [context] * len(queries), len(queries), t.elem, t.gbps,
             float(lease.env["matmul_tflops"]) * 1e3)
@@ -128,38 +133,50 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
     sequential = sum(ms.values())
     tokens = sum(queries)
     rule = lib.padded_tokens(tokens, t.largest, t.max_batch, decode_only=not chunk)
-    # The graph the lease's engine replayed (0: none held it, eager); today's bucket rule where unrecorded.
+    # The graph the lease's engine replayed (0: eager); today's bucket rule where unrecorded.
     recorded = _value(lease, f"engine_graph_tokens[{key}]")
     graph = rule if recorded is None else int(recorded) or tokens
     head = ms["embedding"] + ms.get("lm_head", 0.0)
-    real = lib.library_floor(t.shape, chunk, decodes, context, tokens, t.elem, t.gbps, t.gemms, t.attention, head)
-    padded = lib.library_floor(t.shape, chunk, decodes, context, graph, t.elem, t.gbps, t.gemms, t.attention, head)
+    real = lib.library_floor(t.shape, chunk, decodes, context, tokens, t.elem, t.gbps, t.gemms,
+                             t.attention, head)
+    padded = lib.library_floor(t.shape, chunk, decodes, context, graph, t.elem, t.gbps, t.gemms,
+                               t.attention, head)
     engine = _value(lease, f"engine_ms[{key}]")
     own_chunk = t.attention.chunk_ms("engine", chunk, context - chunk) if chunk else 0.0
     over_peer = (None if own_chunk is None or real.chunk_attention_ms is None
                  else own_chunk * t.shape.layers - real.chunk_attention_ms)
     gemm = None if real.gemm_ms is None else real.gemm_ms - sum(ms[p] for p in lib.PROJECTIONS)
     parts = {"overlap_gap_ms": sequential - physical, "gemm_efficiency_ms": gemm,
-             "attention_kernels_ms": _sum(real.chunk_attention_ms, real.decode_attention_ms, -ms["attention"]),
-             "attention_over_peer_ms": over_peer, "elementwise_ms": real.elementwise_ms - ms["kv_write"],
+             "attention_kernels_ms": _sum(real.chunk_attention_ms, real.decode_attention_ms,
+                                          -ms["attention"]),
+             "attention_over_peer_ms": over_peer,
+             "elementwise_ms": real.elementwise_ms - ms["kv_write"],
              "padding_ms": _sum(padded.ms, None if real.ms is None else -real.ms), "host_ms": None}
     over = None if engine is None else engine - physical
-    parts["unattributed_ms"] = None if over is None else over - sum(v for v in parts.values() if v is not None)
-    notes = [*real.missing, *(f"padded: {m}" for m in padded.missing if m not in real.missing), HOST]
+    parts["unattributed_ms"] = (None if over is None
+                                else over - sum(v for v in parts.values() if v is not None))
+    notes = [*real.missing, *(f"padded: {m}" for m in padded.missing if m not in real.missing),
+             HOST]
     if variant:
-        notes.append(f"{variant}: co-scheduled attention; its parts are the sequential kernels' (isolated)")
+        notes.append(f"{variant}: co-scheduled attention; its "
+                     "parts are the sequential kernels' (isolated)")
     if recorded is not None and graph != rule:
-        notes.append(f"the engine replayed a graph of {graph} tokens (this lease's buckets); today's rule gives {rule}")
-    return {"kind": "iteration", "name": key, "tokens": tokens, "graph_tokens": graph, "engine_ms": engine,
+        notes.append(f"the engine replayed a graph of {graph} tokens (this lease's buckets); "
+                     f"today's rule gives {rule}")
+    return {"kind": "iteration", "name": key, "tokens": tokens, "graph_tokens": graph,
+            "engine_ms": engine,
             "floor_ms": physical, "sequential_floor_ms": sequential, "library_floor_ms": real.ms,
             "library_floor_padded_ms": padded.ms,
-            "engine_over_library_floor": None if engine is None or not real.ms else engine / real.ms,
-            "over_floor_ms": over, **parts, "targets": targets(lease, key, physical, sequential, real.ms),
+            "engine_over_library_floor": None if engine is None or not real.ms
+            else engine / real.ms,
+            "over_floor_ms": over, **parts,
+            "targets": targets(lease, key, physical, sequential, real.ms),
             "note": "; ".join(notes)}
 
 
-def targets(lease: Lease, key: str, physical: float, sequential: float, library: float | None) -> str:
-    """The launch step's targets for this iteration that a floor puts out of reach, each saying which."""
+def targets(lease: Lease, key: str, physical: float, sequential: float,
+            library: float | None) -> str:
+    """The launch step's targets a floor puts out of reach, each saying which."""
     found = []
     for metric, base, name in (("engine_over_floor", physical, "physical"),
                                ("engine_over_sequential_floor", sequential, "sequential")):
@@ -197,7 +214,7 @@ def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path
         writer.writeheader()
         writer.writerows({c: _shown(r.get(c)) for c in COLUMNS} for r in found)
     (folder / MD).write_text(attribute_claims.markdown(found, t, lease))
-    # Derived from the lease's measurements, not measured: said apart from collect's files.
+    # Derived from the lease's measurements, not measured: told apart from collect's files.
     derived = provenance.Provenance("computed from measured GPU", lease=folder.name,
                                     writer="python -m sarathi_lab.analysis.attribute")
     provenance.record_folder(folder, {CSV: derived, MD: derived})
@@ -205,7 +222,8 @@ def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.attribute", description=__doc__.split("\n\n")[0])
+    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.attribute",
+                             description=__doc__.split("\n\n")[0])
     parser.add_argument("lease", type=Path, help="a lease's folder under docs/gpu/<device>/")
     args = parser.parse_args(argv)
     try:

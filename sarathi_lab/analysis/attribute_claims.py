@@ -1,6 +1,5 @@
-"""Each paper claim a lease judged other than "yes", split into what the device explains and what the
-engine does (``attribute``'s claim rows, the ``why`` that RESULTS.md shows), and the attribution's
-markdown. Only what the lease's files and the model's shape give: a part they cannot give says so."""
+"""Each claim a lease judged other than "yes", split into what the device explains and what the
+engine does, and the attribution's markdown."""
 from __future__ import annotations
 
 import csv
@@ -23,15 +22,15 @@ def _claims(lease) -> list[dict]:
 
 
 def _claim_row(row: dict, hardware: str, engine: str, why: str, note: str = "") -> dict:
-    return {"kind": "claim", "name": row.get("experiment", ""), "experiment": row.get("experiment", ""),
+    return {"kind": "claim", "name": row.get("experiment", ""),
+            "experiment": row.get("experiment", ""),
             "claim": row.get("claim", ""), "ours": row.get("ours", ""), "hardware": hardware,
             "engine_part": engine, "why": why, "note": note}
 
 
 def chunk_overhead(row: dict, lease, t) -> dict:
-    """A chunked prefill's ratio: the part cuBLAS's curve makes of it on this device (per-token time
-    at the chunk over per-token time at the most tokens tune_gemm timed up to the prompt's length)
-    and the rest, the engine's, beside its chunk attention against the best peer's."""
+    """A chunked prefill's ratio: cuBLAS's per-token curve's part and the engine's rest, beside its
+    attention against the best peer's."""
     length = int(m[1]) if (m := LENGTH.search(row.get("ours", ""))) else None
     pieces, hw, eng = [], [], []
     for chunk, ours in ((int(c), float(x)) for c, x in PREFILL.findall(row.get("ours", ""))):
@@ -43,22 +42,24 @@ def chunk_overhead(row: dict, lease, t) -> dict:
         hardware = (at_chunk / chunk) / (t.gemms.layer_ms[whole] / whole)
         own = t.attention.chunk_ms("engine", chunk, length - chunk)
         peer = t.attention.chunk_ms("best_peer", chunk, length - chunk)
-        attention = (f" (its chunk attention {own / peer:.2f}x the best peer's over a {length - chunk:,}-token "
-                     "prefix)") if own and peer else ""
+        attention = (f" (its chunk attention {own / peer:.2f}x the best peer's over a "
+                     f"{length - chunk:,}-token prefix)") if own and peer else ""
         hw.append(f"{chunk}: {hardware:.2f}")
         eng.append(f"{chunk}: {ours - hardware:+.2f}")
-        pieces.append(f"chunk {chunk}: {hardware:.2f}x of {ours:.2f}x is cuBLAS at {chunk:,} vs {whole:,} tokens "
-                      f"on the {lease.device.upper()}; {ours - hardware:+.2f}x is our engine{attention}")
+        pieces.append(f"chunk {chunk}: {hardware:.2f}x of {ours:.2f}x is cuBLAS at {chunk:,} vs "
+                      f"{whole:,} tokens on the {lease.device.upper()}; {ours - hardware:+.2f}x is "
+                      f"our engine{attention}")
     return _claim_row(row, "; ".join(hw), "; ".join(eng), "; ".join(pieces))
 
 
 def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
-    """The paper's decode gain at the device's physical floors: a decode-only batch's time per decode
-    over what ``batch - 1`` decodes add to the chunk's iteration, per decode."""
+    """The paper's decode gain at the device's floors: a decode-only batch's time per decode over
+    what ``batch - 1`` decodes add to the chunk."""
     rate = float(lease.env["matmul_tflops"]) * 1e3
 
     def ms(queries):
-        return floor(t.shape, queries, [length] * len(queries), len(queries), t.elem, t.gbps, rate).seconds
+        return floor(t.shape, queries, [length] * len(queries), len(queries), t.elem, t.gbps,
+                     rate).seconds
 
     alone = ms([1] * batch) / batch
     added = (ms([chunk] + [1] * (batch - 1)) - ms([chunk])) / (batch - 1)
@@ -66,29 +67,32 @@ def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
 
 
 def decode_speedup(row: dict, lease, t) -> dict:
-    """The paper's decode gain at this device's physical floors over the sweep's points, beside ours:
-    where the floors allow the paper's gain and ours falls short, the shortfall is the engine's."""
+    """The paper's gain at this device's floors beside ours: a shortfall the floors allow is the
+    engine's."""
     sweep, paper = SWEEP.search(row.get("ours", "")), RANGE.search(row.get("paper", ""))
     ours, chunk = RANGE.search(row.get("ours", "")), re.search(r"chunk (\d+)", row.get("paper", ""))
     if not (sweep and ours and chunk):
-        return _claim_row(row, "", "", "not attributed (claims.csv does not name the sweep's points)")
+        return _claim_row(row, "", "",
+                          "not attributed (claims.csv does not name the sweep's points)")
     points = [(int(b), int(n)) for b in sweep[1].split(",") if b.strip() and int(b) > 1
               for n in sweep[2].split(",") if n.strip()]
     gains = {p: _floor_gain(lease, t, int(chunk[1]), *p) for p in points}
     (b_lo, n_lo), (b_hi, n_hi) = min(gains, key=gains.get), max(gains, key=gains.get)
     low, high, top = gains[(b_lo, n_lo)], gains[(b_hi, n_hi)], float(ours[2])
     device = lease.device.upper()
-    why = (f"the {device}'s floors allow {low:.1f}x (B={b_lo}, length {n_lo}) to {high:.1f}x (B={b_hi}, "
-           f"length {n_hi}); ours {float(ours[1]):.1f}x-{top:.1f}x")
+    why = (f"the {device}'s floors allow {low:.1f}x (B={b_lo}, length {n_lo}) to {high:.1f}x "
+           f"(B={b_hi}, length {n_hi}); ours {float(ours[1]):.1f}x-{top:.1f}x")
     if top > high:
         why += ": ours' top lies above the floors' (a ratio over a difference within the noise)"
     elif paper and top < float(paper[2]) <= high:
-        why += f": the paper's {paper[2]}x fits the device, so the shortfall at the top is our engine"
+        why += (f": the paper's {paper[2]}x fits the device, so the shortfall at the top is our "
+                "engine")
     elif paper and high < float(paper[2]):
         why += f": the device caps the gain below the paper's {paper[2]}x"
     if paper and low < float(paper[1]):
         why += f"; at B={b_lo}, length {n_lo} the floor itself is below the paper's {paper[1]}x"
-    return _claim_row(row, f"{low:.2f}-{high:.2f}", f"ours' top {top / high:.2f} of the floors'", why)
+    return _claim_row(row, f"{low:.2f}-{high:.2f}", f"ours' top {top / high:.2f} of the floors'",
+                      why)
 
 
 ATTRIBUTORS = {"chunk_overhead": chunk_overhead, "decode_speedup": decode_speedup}
@@ -100,7 +104,8 @@ def rows(lease, t) -> list[dict]:
     for row in _claims(lease):
         attribute = ATTRIBUTORS.get(row.get("experiment", ""))
         found.append(attribute(row, lease, t) if attribute else
-                     _claim_row(row, "", "", "not attributed (no attribution for this experiment yet)"))
+                     _claim_row(row, "", "",
+                                "not attributed (no attribution for this experiment yet)"))
     return found
 
 
@@ -112,28 +117,30 @@ def markdown(found: list[dict], t, lease) -> str:
     iterations = [r for r in found if r["kind"] == "iteration"]
     lines = [f"# Attribution: {lease.folder.name} ({lease.device.upper()})", "",
              ("Written by `python -m sarathi_lab.analysis.attribute` from this folder's files "
-              f"(definitions: [the lease README](README.md#floors-and-attribution)). Memory ceiling: "
-              f"{t.gbps:,.0f} GB/s ({t.ceiling} rate"
-              f"{'' if t.ceiling == 'read' else ': the lease measured no read rate'})."
-              " Times in ms over all layers; parts sum to engine minus physical floor."), "",
-             ("| iteration | tokens (graph) | engine | floor | sequential | library | engine / library | overlap gap "
-              "| GEMM efficiency | attention kernels | attention over peer | elementwise | padding | host "
-              "| unattributed |"), "|---" * 15 + "|"]
+              "(definitions: [the lease README](README.md#floors-and-attribution)). Memory "
+              f"ceiling: {t.gbps:,.0f} GB/s ({t.ceiling} "
+              f"rate{'' if t.ceiling == 'read' else ': the lease measured no read rate'}). Times "
+              "in ms over all layers; parts sum to engine minus physical floor."), "",
+             ("| iteration | tokens (graph) | engine | floor | sequential | library | engine / "
+              "library | overlap gap | GEMM efficiency | attention kernels | attention over peer | "
+              "elementwise | padding | host | unattributed |"), "|---" * 15 + "|"]
     for r in iterations:
-        lines.append(f"| {r['name']} | {r['tokens']} ({r['graph_tokens']}) | {_f(r['engine_ms'])} | "
-                     f"{_f(r['floor_ms'])} | {_f(r['sequential_floor_ms'])} | {_f(r['library_floor_ms'])} | "
-                     f"{_f(r['engine_over_library_floor'])} | "
+        lines.append(f"| {r['name']} | {r['tokens']} ({r['graph_tokens']}) | {_f(r['engine_ms'])} "
+                     f"| {_f(r['floor_ms'])} | {_f(r['sequential_floor_ms'])} | "
+                     f"{_f(r['library_floor_ms'])} | {_f(r['engine_over_library_floor'])} | "
                      + " | ".join(_f(r[p]) for p in
                                   ("overlap_gap_ms", "gemm_efficiency_ms", "attention_kernels_ms",
-                                   "attention_over_peer_ms", "elementwise_ms", "padding_ms", "host_ms",
-                                   "unattributed_ms")) + " |")
+                                   "attention_over_peer_ms", "elementwise_ms", "padding_ms",
+                                   "host_ms", "unattributed_ms")) + " |")
     lines += ["", "n/a: not computable from the lease's files (csv's note says why); host: " +
               "the launch step keeps one time per iteration, so host work is in unattributed.", "",
               "Targets a floor puts out of reach:", ""]
     lines += [f"- {r['name']}: {r['targets']}" for r in iterations if r["targets"]] or ["- none"]
     lines += ["", "## The paper's claims: the device's part and the engine's", ""]
-    lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found if r["kind"] == "claim"] or ["- none"]
-    lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims on the A6000 and "
-                   "the H100): [docs/sim/device_beside.md](../../../sim/device_beside.md), by "
-                   "`python -m sarathi_lab.bench.device_beside`."), ""]
+    lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found
+              if r["kind"] == "claim"] or ["- none"]
+    lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
+                   "on the A6000 and the H100): "
+                   "[docs/sim/device_beside.md](../../../sim/device_beside.md), by `python -m "
+                   "sarathi_lab.bench.device_beside`."), ""]
     return "\n".join(lines)

@@ -1,8 +1,8 @@
 """The committed capacity tables (docs/capacity/*.csv) and what is drawn from them: the figures
 capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/claims.csv.
 
-    python -m sarathi_lab.analysis.capacity_docs MULTIRUN   # e.g. /tmp/cap/cpu: writes cpu_capacity.csv
-    python -m sarathi_lab.analysis.capacity_docs            # redraws from the committed tables only
+    python -m sarathi_lab.analysis.capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
+    python -m sarathi_lab.analysis.capacity_docs           # redraws from the committed tables only
 """
 from __future__ import annotations
 
@@ -24,40 +24,42 @@ from sarathi_lab.sim import CostModel
 DOCS = REPO_ROOT / "docs"
 SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_capacity.csv"
 TP_CSV, TRACE_CSV = "sim_capacity_yi34b.csv", "sim_capacity_arxiv.csv"
-# The trace's lengths, which the table does not record (its workload column says trace_lengths).
+# The trace's lengths, which the table does not record.
 TRACE_LENGTHS = ", arxiv_summarization lengths"
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 
 
 class TableError(ValueError):
-    """A committed capacity table that cannot be read as one: one line naming it and why."""
+    """A committed capacity table that cannot be read; one line."""
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A committed table, its columns under today's names (``attrs["path"]``: where it was read)."""
+    """Its columns under today's names (``attrs["path"]``: where it was read)."""
     try:
         table = pd.read_csv(path).rename(columns=current_names)
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise TableError(f"{path} is invalid: not a readable CSV ({' '.join(str(e).split())[:200]})") from None
+        raise TableError(f"{path} is invalid: not a readable CSV "
+                         f"({' '.join(str(e).split())[:200]})") from None
     table.attrs["path"] = str(path)
     return table
 
 
 def check_tables(docs: str | Path = DOCS) -> None:
-    """Every committed simulated table under ``docs`` reads as one (predicted_by): a TableError before
-    any figure or claim is written, not a KeyError halfway."""
+    """Every committed simulated table reads (predicted_by): refused before any figure or claim is
+    written."""
     folder = Path(docs) / "capacity"
     for name in (SIM_CSV, TRADEOFF_CSV, TP_CSV, TRACE_CSV):
         if (folder / name).is_file():
             table = read_table(folder / name)
             predicted_by(table)
             if table.empty or "model" not in table or "scale" not in table:
-                raise TableError(f"{folder / name} is invalid: it holds no search, or lacks its model or scale "
-                                 "column; redraw it with its experiment (docs/capacity/README.md)")
+                raise TableError(f"{folder / name} is invalid: it holds no search, or lacks its "
+                                 "model or scale column; redraw it with its experiment "
+                                 "(docs/capacity/README.md)")
 
 
 def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """The simulated capacities, the simulated trade-off and the CPU capacities (None: not measured)."""
+    """The simulated capacities and trade-off, and the CPU capacities (None: not measured)."""
     folder = Path(docs) / "capacity"
     cpu = folder / CPU_CSV
     return (read_table(folder / SIM_CSV), read_table(folder / TRADEOFF_CSV),
@@ -65,118 +67,133 @@ def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
 
 
 def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
-    """docs/capacity/cpu_capacity.csv from a folder of capacity searches on the real engine. A
-    provenance.ReplaceRefused, before writing, where a table is there already and not ``force``: the
-    searches record no commit, so nothing tells them from the ones it holds."""
+    """docs/capacity/cpu_capacity.csv from capacity searches; replaces a table only with ``force``
+    (searches record no commit)."""
     searches = capacity.load_searches(multirun)
     if searches.empty or any(recorded_as(name, "simulated") for name in searches.executor):
-        raise SystemExit(f"{multirun}: expected capacity searches of executor=model (capacity.json), found "
-                         f"{len(searches)} search(es) with executors {sorted(set(searches.get('executor', [])))}")
+        raise SystemExit(f"{multirun}: expected capacity searches of executor=model "
+                         f"(capacity.json), found {len(searches)} search(es) with executors "
+                         f"{sorted(set(searches.get('executor', [])))}")
     path = Path(docs) / "capacity" / CPU_CSV
     prov = provenance.Provenance("measured CPU", "+".join(sorted(set(map(str, searches.scale)))),
-                                 "+".join(sorted(set(map(str, searches.device_name)))), commit=provenance.UNRECORDED,
+                                 "+".join(sorted(set(map(str, searches.device_name)))),
+                                 commit=provenance.UNRECORDED,
                                  writer="python -m sarathi_lab.analysis.capacity_docs")
-    provenance.check({path: prov}, force, "--force replaces it; --docs DIR writes into another folder")
+    provenance.check({path: prov}, force,
+                     "--force replaces it; --docs DIR writes into another folder")
     written = capacity.write_csv(capacity.compact(searches), path)
     provenance.record({path: prov})
     return written
 
 
 def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, str]:
-    """claims.PROVENANCE of a committed table of searches measured on a CPU: what it ran on."""
+    """claims.PROVENANCE of a committed CPU-measured table."""
     first = cpu.iloc[0]
-    return {"source": f"measured CPU, {first.model} (committed docs/capacity/{table})", "scale": str(first.scale),
-            "dtype": str(first["dtype"]), "threads": f"{first.torch_threads:g}", "machine": str(first.device_name)}
+    return {"source": f"measured CPU, {first.model} (committed docs/capacity/{table})",
+            "scale": str(first.scale),
+            "dtype": str(first["dtype"]), "threads": f"{first.torch_threads:g}",
+            "machine": str(first.device_name)}
 
 
 def predicted_by(sim: pd.DataFrame) -> dict:
-    """The device, cost model and GPU count a committed simulated table's searches were predicted by,
-    read from its columns (one of each per table)."""
+    """The device, cost model and GPU count of a simulated table (one of each per table)."""
     where = sim.attrs.get("path", "a simulated capacity table")
     if lacking := [key for key in capacity.SIMULATED_COLUMNS if key not in sim]:
-        raise TableError(f"{where} is invalid: it lacks column {lacking[0]} (a table written before the simulator "
-                         "recorded it); redraw it with its experiment (docs/capacity/README.md)")
+        raise TableError(f"{where} is invalid: it lacks column {lacking[0]} (a table written "
+                         "before the simulator recorded it); redraw it with its experiment "
+                         "(docs/capacity/README.md)")
     found = {key: sim[key].unique() for key in capacity.SIMULATED_COLUMNS}
     if bad := next((key for key, values in found.items() if len(values) != 1), None):
         raise TableError(f"{where} is invalid: its {bad} column holds {len(found[bad])} values "
-                         f"({', '.join(map(str, found[bad]))}); a simulated capacity table is one device's, cost "
-                         "model's and GPU count's: one table per device")
+                         f"({', '.join(map(str, found[bad]))}); a simulated capacity table is one "
+                         "device's, cost model's and GPU count's: one table per device")
     return {"device": str(found["sim_device"][0]), "cost_model": str(found["sim_cost_model"][0]),
             "tp": int(found["sim_tp"][0])}
 
 
 def simulated_provenance(sim: pd.DataFrame, table: str, suffix: str = "") -> dict[str, str]:
-    """claims.PROVENANCE of a committed table of simulated searches (``table``), or of its cost model
-    alone (``table`` empty)."""
+    """claims.PROVENANCE of a simulated table, or of its cost model alone (``table`` empty)."""
     where = f" (committed docs/capacity/{table})" if table else " (computed here)"
-    return claim_checks.simulated_provenance(f"{source(sim)}{suffix}{where}", str(sim.scale.iloc[0]))
+    return claim_checks.simulated_provenance(f"{source(sim)}{suffix}{where}",
+                                             str(sim.scale.iloc[0]))
 
 
 def source(sim: pd.DataFrame) -> str:
-    """e.g. 'simulated A100 (roofline), mistral-7b': what the claims rows and figure titles call a table."""
+    """e.g. 'simulated A100 (roofline), mistral-7b': what claims rows and figure titles call a
+    table."""
     return f"{simulated_source(**predicted_by(sim))}, {sim.model.iloc[0]}"
 
 
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:
-    """The capacity rows of the claims table: the CPU table's, the simulated tables', and the chunk
-    overhead that sim_capacity.csv's cost model predicts for its model."""
+    """The claims table's capacity rows: the CPU table's, the simulated tables', and
+    sim_capacity.csv's cost model's chunk overhead."""
     sim, tradeoff, cpu = load(docs)
     by = predicted_by(sim)
     cost = CostModel.for_device(by["device"], sim.model.iloc[0], by["cost_model"], tp=by["tp"])
     overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
-    measured = (capacity.Evidence(searches=cpu, provenance=measured_provenance(cpu)) if cpu is not None
-                else capacity.Evidence(provenance={"source": "measured CPU (not yet: experiment=capacity)"}))
+    measured = (capacity.Evidence(searches=cpu, provenance=measured_provenance(cpu))
+                if cpu is not None
+                else capacity.Evidence(provenance={"source": ("measured CPU (not yet: "
+                                                              "experiment=capacity)")}))
     rows = capacity.capacity_claims(
         measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV)),
         capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "")))
-    # The tables of other shapes, each its own claim where it exists.
-    for csv, claim, suffix in ((TP_CSV, capacity.TP_CLAIM, ""), (TRACE_CSV, capacity.TRACE_CLAIM, TRACE_LENGTHS)):
+    # Tables of other shapes, each its own claim where it exists.
+    for csv, claim, suffix in ((TP_CSV, capacity.TP_CLAIM, ""),
+                               (TRACE_CSV, capacity.TRACE_CLAIM, TRACE_LENGTHS)):
         path = Path(docs) / "capacity" / csv
         if path.exists():
             searches = read_table(path)
-            evidence = capacity.Evidence(searches, provenance=simulated_provenance(searches, csv, suffix))
-            rows = pd.concat([rows, capacity.capacity_claims(evidence, checks=(claim,))], ignore_index=True)
+            evidence = capacity.Evidence(searches,
+                                         provenance=simulated_provenance(searches, csv, suffix))
+            rows = pd.concat([rows, capacity.capacity_claims(evidence, checks=(claim,))],
+                             ignore_index=True)
     return rows
 
 
 def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.DataFrame:
-    """The claims table with its capacity rows replaced by the current ones (appended if absent)."""
+    """The claims table with its capacity rows replaced (appended if absent)."""
     return pd.concat([table[table.experiment != "capacity"], claims(docs)], ignore_index=True)
 
 
 def draw(docs: str | Path = DOCS) -> list[Path]:
-    """docs/figures/capacity.png and capacity_tradeoff.png from the committed tables."""
     sim, tradeoff, cpu = load(docs)
     fig = capacity.capacity_figure(sim, cpu, source(sim))
     tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
-    capacity.plot_tradeoff(tradeoff, ax, f"{source(tradeoff)}, scale {tradeoff.scale.iloc[0]}: TTFT vs TBT over "
-                                         "token budgets, same load")
+    capacity.plot_tradeoff(tradeoff, ax,
+                           f"{source(tradeoff)}, scale {tradeoff.scale.iloc[0]}: "
+                           "TTFT vs TBT over token budgets, same load")
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 
 def refresh(docs: str | Path = DOCS) -> list[Path]:
-    """Everything drawn from the committed tables: the two figures and, where docs/figures/claims.csv
-    exists (figures.ipynb writes the rest of it), its capacity rows replaced in place."""
-    # The CPU table is optional (load: None, not measured); the simulated two are what every figure draws.
+    """The two figures and, where docs/figures/claims.csv exists, its capacity rows replaced in
+    place."""
+    # The CPU table is optional; the simulated two are what every figure draws.
     tables = [Path(docs) / "capacity" / name for name in (SIM_CSV, TRADEOFF_CSV)]
     if missing := [t.name for t in tables if not t.is_file()]:
         # A docs folder other than the repository's (publish --docs DIR) holds no capacity tables.
-        print(f"capacity: no {', '.join(missing)} under {Path(docs) / 'capacity'}: its figures and claims rows "
-              "left out")
+        print(f"capacity: no {', '.join(missing)} under {Path(docs) / 'capacity'}: its figures and "
+              "claims rows left out")
         return []
     written, path = draw(docs), Path(docs) / "figures" / "claims.csv"
     if path.exists():
-        with_capacity_claims(pd.read_csv(path, keep_default_na=False), docs).to_csv(path, index=False)
+        table = with_capacity_claims(pd.read_csv(path, keep_default_na=False), docs)
+        table.to_csv(path, index=False)
         written.append(path)
     return written
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.capacity_docs", description=__doc__,
+    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.capacity_docs",
+                             description=__doc__,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("multirun", nargs="?", help="capacity searches on this CPU (experiment=capacity)")
-    parser.add_argument("--docs", default=DOCS, type=Path, help="the docs folder (default: the repository's)")
-    parser.add_argument("--force", action="store_true", help="replace the CPU capacity table already there")
+    parser.add_argument("multirun", nargs="?",
+                        help="capacity searches on this CPU (experiment=capacity)")
+    parser.add_argument("--docs", default=DOCS, type=Path,
+                        help="the docs folder (default: the repository's)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the CPU capacity table already there")
     args = parser.parse_args(argv)
     try:
         check_tables(args.docs)

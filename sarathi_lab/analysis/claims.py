@@ -1,38 +1,36 @@
-"""The claims table: one row per claim and per source of numbers (measured, or simulated by one
-cost model), never two sources in one row. Each check states its criterion in its claim text and
-says ``yes``, ``partly`` (some of the points), ``no`` or ``n/a``; over repeated seeds ``spread`` is
-the range of the row's headline number, and seeds that disagree make it ``unclear``. Each paper
-result's check lives in its module (``analysis/paper_results/``) and builds its rows with
-``claim_row`` and ``verdict``."""
+"""The claims table: a row per claim and source of numbers, each check saying ``yes``, ``partly``,
+``no`` or ``n/a`` (``unclear`` where seeds disagree)."""
 from __future__ import annotations
 
 import pandas as pd
 
 PROVENANCE = ["source", "scale", "dtype", "threads", "machine", "commit"]
 DIFFERS = "differs by cost model"
-COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out", *PROVENANCE[1:], DIFFERS]
+COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out",
+           *PROVENANCE[1:], DIFFERS]
 NO_REPEATS = "one run per point: no spread"
 
 
 def simulated_provenance(source: str, scale: str, dtype: str = "") -> dict[str, str]:
-    """PROVENANCE of numbers a cost model predicted: no threads ran and no machine was measured."""
+    """PROVENANCE of predicted numbers: no threads ran, no machine was measured."""
     return {"source": source, "scale": scale, "dtype": dtype, "threads": "n/a (simulated)",
             "machine": "none: predicted by the cost model"}
 
 
 def no_run(root) -> str:
-    """What stands for an experiment a results root holds no finished run of, in claims and on the terminal."""
+    """What stands for an experiment with no finished run, in claims and on the terminal."""
     return f"no finished run under {root}"
 
 
 def missing_row(name: str, root) -> dict:
-    """The claims row of an experiment ``root`` has no finished run of: named, not judged."""
-    return {"experiment": name, "claim": "(every claim of it)", "paper": "", "ours": no_run(root), "holds": "n/a",
+    """The row of an experiment with no finished run: named, not judged."""
+    return {"experiment": name, "claim": "(every claim of it)", "paper": "", "ours": no_run(root),
+            "holds": "n/a",
             "spread": "", "left out": f"every run: {no_run(root)}"} | dict.fromkeys(PROVENANCE, "")
 
 
 def verdict(flags) -> str:
-    """None: a point not judged, a run of it missing (a failed job); the verdict is on the others."""
+    """None: a point not judged (a failed job); the verdict is on the others."""
     flags = [f for f in flags if f is not None]
     return "n/a" if not flags else "yes" if all(flags) else "partly" if any(flags) else "no"
 
@@ -42,44 +40,43 @@ def unless_missing(values: pd.Series, flag) -> bool | None:
 
 
 def saturated_by(sat: dict, tokens: int) -> bool | None:
-    """Whether a ``derive.saturation`` is reached by ``tokens``; None (unresolved) when it is reached
-    at the fewest tokens measured and they are past ``tokens``: it may have been reached before."""
+    """None (unresolved) when reached at the fewest tokens measured and those are past ``tokens``.
+    """
     if sat["tokens"] <= tokens:
         return True
     return None if sat["tokens"] == sat["fewest_measured"] else False
 
 
 def why_left_out(results, name: str) -> str:
-    """Why a point of experiment ``name`` has no number in ``results``' tables: the runs they left out
-    (flagged unreliable, an incomplete sweep's missing jobs), else a job that left no finished run."""
-    return "; ".join(n for n in (results.unreliable_note(name), results.sweep_note(name)) if n) or "no finished run"
+    """Why a point has no number: runs left out, else a job that left no finished run."""
+    return "; ".join(n for n in (results.unreliable_note(name), results.sweep_note(name))
+                     if n) or "no finished run"
 
 
 def shown(value, spec: str, why: str, unit: str = "") -> str:
-    """``value`` formatted by ``spec`` with ``unit``, or 'left out (why)' where it is missing: a claim
-    never prints nan."""
+    """'left out (why)' where ``value`` is missing: a claim never prints nan."""
     if value is None or pd.isna(value):
         return f"left out ({why})"
     return f"{value:{spec}}{unit}"
 
 
 def with_range(values: pd.Series) -> str:
-    """A ratio's mean and, over repeated runs, their min-max: '1.05x (1.02-1.08x)'."""
+    """A ratio's mean and, over repeats, their min-max: '1.05x (1.02-1.08x)'."""
     if len(values) < 2:
         return f"{values.mean():.2f}x"
     return f"{values.mean():.2f}x ({values.min():.2f}-{values.max():.2f}x)"
 
 
-def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str, value: float | None = None) -> dict:
-    """``value``: the row's headline number, whose range over repeats is its spread (None: the
-    spread lists each repeat's verdict instead)."""
-    return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours, "holds": holds,
-            "value": value}
+def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str,
+              value: float | None = None) -> dict:
+    """``value``: the row's headline number, whose range over repeats is its spread (None: each
+    repeat's verdict instead)."""
+    return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours,
+            "holds": holds, "value": value}
 
 
 def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
-    """``rows`` with their spread over the experiment's seeds, and ``unclear`` where the seeds'
-    verdicts differ (their interval straddles the threshold)."""
+    """``rows`` with their spread over the seeds, ``unclear`` where the seeds' verdicts differ."""
     seeds = results.seeds(name)
     if len(seeds) < 2:
         return [row | {"spread": NO_REPEATS} for row in rows]
@@ -92,44 +89,47 @@ def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
         else:
             spread = f"per seed: {', '.join(r['holds'] for r in each)}"
         judged = {r["holds"] for r in each} - {"n/a"}
-        out.append(row | {"spread": spread, "holds": "unclear" if len(judged) > 1 else row["holds"]})
+        out.append(row | {"spread": spread, "holds": "unclear" if len(judged) > 1
+                          else row["holds"]})
     return out
 
 
 def rows_of(check, results, name: str) -> list[dict]:
-    """The check's rows on the runs of experiment ``name`` in ``results``, with their spread, what
-    they left out (an incomplete sweep's missing jobs, a newer incomplete sweep passed over,
-    unreliable runs) and where they come from. An experiment whose every run is flagged unreliable
-    has no verdict: its rows say so; one whose every run is unreadable (a truncated metrics.json) has
-    one row naming them."""
+    """The check's rows on ``name``'s runs with spread, what was left out and provenance."""
     everything = results.with_unreliable() if hasattr(results, "with_unreliable") else results
     if everything.summary(name).empty:
-        note = (results.lacking_note(name) if hasattr(results, "lacking_note") else "") or "its runs are unreadable"
+        note = ((results.lacking_note(name) if hasattr(results, "lacking_note") else "")
+                or "its runs are unreadable")
         return [missing_row(name, results.root) | {"ours": f"not judged: {note}", "left out": note}]
     provenance = results.provenance(name)
     unreliable = results.unreliable_note(name)
     lacking = results.lacking_note(name) if hasattr(results, "lacking_note") else ""
-    left_out = "; ".join(note for note in (results.sweep_note(name), unreliable, lacking) if note) or "none"
+    left_out = "; ".join(note for note in (results.sweep_note(name), unreliable, lacking)
+                         if note) or "none"
     try:
         if results.summary(name).empty:
-            rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)", "holds": "n/a",
+            rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)",
+                           "holds": "n/a",
                            "spread": ""} for row in check(results.with_unreliable())]
         else:
             rows = _spread(check, results, check(results), name)
     except (KeyError, AttributeError) as e:
         if isinstance(e, AttributeError) and "DataFrame" not in str(e) and "Series" not in str(e):
             raise  # not a column the runs lack
-        column = e.args[0] if isinstance(e, KeyError) and e.args else str(e).rsplit(" ", 1)[-1].strip("'")
-        rows = [claim_row(name, "(every claim of it)", "", f"not judged: its runs lack {column} (renamed, or "
+        column = (e.args[0] if isinstance(e, KeyError) and e.args
+                  else str(e).rsplit(" ", 1)[-1].strip("'"))
+        rows = [claim_row(name, "(every claim of it)", "",
+                          f"not judged: its runs lack {column} (renamed, or "
                           "recorded by another version)", "n/a") | {"spread": ""}]
         left_out = f"every run: none has {column}" + (f"; {left_out}" if left_out != "none" else "")
-    return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out} for row in rows]
+    return [{k: v for k, v in row.items() if k != "value"} | provenance | {"left out": left_out}
+            for row in rows]
 
 
-def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None], why: dict[str, str]) -> list[dict]:
-    """``rows`` with ``DIFFERS`` set on the simulated rows of each claim whose judged verdicts differ
-    between cost models (``cost_models``: each row's, None for a measured one): every model's
-    verdict, and ``why[claim]`` where it says why."""
+def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
+                                why: dict[str, str]) -> list[dict]:
+    """Sets ``DIFFERS`` on a claim's simulated rows where cost models' verdicts differ: every
+    model's verdict, and ``why[claim]``."""
     verdicts: dict[tuple[str, str], dict[str, str]] = {}
     for row, model in zip(rows, cost_models):
         if model is not None:
@@ -145,17 +145,13 @@ def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
 
 
 def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
-    """The rows of each registered paper result's check on our runs (``results``) and then, with
-    ``simulated`` (the ``Results`` of ``python -m sarathi_lab.produce --sim``, or a list of them: one
-    per cost model), on the simulated runs, each row naming its source; an experiment with no
-    simulated run has no simulated row. Where the cost models' verdicts on a claim differ, its
-    simulated rows say so (``mark_cost_model_differences``, with the result's reason). ``only``: the
-    names of the results to check; by default every registered one. An experiment ``results`` holds no
-    finished run of has one row that says so (``missing_row``), not a verdict."""
+    """Each registered result's rows on ``results`` then on ``simulated`` (one Results per cost
+    model), differing cost models marked. ``only``: the results to check."""
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]
-    sims = [] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple)) else [simulated]
+    sims = ([] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple))
+            else [simulated])
     rows, models = [], []
     missing = set(results.missing())
     for result in chosen:

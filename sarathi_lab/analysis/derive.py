@@ -1,5 +1,5 @@
-"""The quantities the paper plots, derived from ``load_runs`` frames: pure pandas on the results
-contract, testable on hand-made frames."""
+"""The quantities the paper plots, from ``load_runs`` frames: pure pandas, testable on hand-made
+frames."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,27 +10,27 @@ from sarathi_lab.engine.tiles import aligned_chunk
 
 # The paper's baseline: request-level batches, prefill-only then decode-only iterations.
 BASELINE = "static"
-# What pairs a run with its baseline run: the same requests and batch size.
+# What pairs a run with its baseline: the same requests and batch size.
 WORKLOAD_KEYS = ("seq_len", "batch_size", "pd_ratio")
-# The column of sarathi's chunk alignment as a sweep set it (scheduler.chunk_align), and as the run
-# recorded it (metrics.json's config chunk_align: "auto" settled).
+# sarathi's chunk alignment as a sweep set it, and as the run recorded it ("auto" settled).
 CHUNK_ALIGN = "scheduler.chunk_align"
 RECORDED_ALIGN = "chunk_align"
 
 
 def chunk_align(summary: pd.DataFrame) -> pd.Series:
-    """Each run's sarathi chunk alignment: "tile" where it ran tile-aligned chunks, else "none" (other
-    schedulers ignore the knob, so their runs are "none" whatever the sweep set). As the run recorded
-    it; a run from before the record: as its sweep set it, else "none", the default then."""
+    """"tile" where the run ran tile-aligned chunks, else "none"; older runs: as the sweep set it.
+    """
     index = summary.index
     set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=index)
-    recorded = summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary else pd.Series(None, index=index, dtype=object)
+    recorded = (summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary
+                else pd.Series(None, index=index, dtype=object))
     return recorded.fillna(set_.fillna("none")).where(summary.scheduler == "sarathi", "none")
 
 
-def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseline: pd.Series) -> pd.DataFrame:
-    """Non-baseline rows with ``baseline`` (the mean metric of the baseline runs of the same keys,
-    should a sweep repeat it) and ``gain``, the row's metric over it."""
+def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str],
+                     is_baseline: pd.Series) -> pd.DataFrame:
+    """Non-baseline rows with ``baseline`` (mean of the same keys' baseline runs) and ``gain`` over
+    it."""
     base = runs[is_baseline].groupby(keys)[metric].mean().rename("baseline")
     out = runs[~is_baseline].join(base, on=keys)
     out["gain"] = out[metric] / out.baseline
@@ -38,35 +38,38 @@ def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str], is_baseli
 
 
 def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
-    """Each non-baseline run's throughput over the baseline's on the same workload (Fig. 9, 11)."""
-    return _versus_baseline(summary, "total_throughput_tok_s", list(keys), summary.scheduler == BASELINE)
+    """Throughput over the baseline's on the same workload (Fig. 9, 11)."""
+    return _versus_baseline(summary, "total_throughput_tok_s", list(keys),
+                            summary.scheduler == BASELINE)
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
-    """Tokens per iteration from which a linear layer is compute-bound: each weight (read once) does
-    2 flops per token."""
+    """From this many tokens a linear layer is compute-bound: each weight (read once) does 2 flops
+    per token."""
     return gflops / gbps * bytes_per_param / 2
 
 
 def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float) -> pd.DataFrame:
-    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound tokens."""
+    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound
+    tokens."""
     machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_GFLOPS, paper.A6000_GBPS, 2),
                 (name, gflops, gbps, bytes_per_param)]
-    return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b, "flops per byte": f / b,
+    return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b,
+                          "flops per byte": f / b,
                           "compute-bound from (tokens)": compute_bound_tokens(f, b, p)}
                          for m, f, b, p in machines])
 
 
 def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per (seq_len, batch_size): the per-token time of a decode over that of a prefill token."""
+    """Per (seq_len, batch_size): a decode's per-token time over a prefill token's."""
     total = ops[ops.op == "total"].pivot_table(index=["seq_len", "batch_size"], columns="phase",
                                                values="ms_per_token")
     return total.assign(ratio=total.decode / total.prefill).reset_index()
 
 
 def saturation(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
-    """Of a throughput (tokens/ms) indexed by tokens per iteration: the fewest tokens from which it
-    reaches ``within`` of the best measured, that best, and the fewest tokens measured."""
+    """The fewest tokens from which ``rate`` reaches ``within`` of its best, that best, and the
+    fewest measured."""
     rate = rate.sort_index()
     best = rate.max()
     return {"tokens": int(rate[rate >= within * best].index[0]), "tokens_per_ms": float(best),
@@ -74,14 +77,14 @@ def saturation(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
 
 
 def prefill_saturation(ops: pd.DataFrame, within: float = 0.9) -> dict[str, float]:
-    """``saturation`` of prefill throughput against batch_size x seq_len tokens (Fig. 4)."""
+    """``saturation`` of prefill throughput against batch_size x seq_len (Fig. 4)."""
     prefill = ops[(ops.op == "total") & (ops.phase == "prefill")]
     return saturation(1 / prefill.groupby("tokens").ms_per_token.mean(), within)
 
 
 def largest_step(times: pd.Series) -> tuple[int, float]:
-    """Where the time per token added jumps most: the token count n and the relative increase of
-    the time from the previous count to n, beyond what the added tokens cost at the mean slope."""
+    """Where the time per token added jumps most: the count n and the relative increase beyond the
+    mean slope."""
     t = times.sort_index()
     slope = (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
     expected = t.shift(1) + slope * np.diff(t.index, prepend=np.nan)
@@ -91,30 +94,27 @@ def largest_step(times: pd.Series) -> tuple[int, float]:
 
 
 def iteration_ms(results) -> pd.Series:
-    """tile_quantization's mean iteration time (ms) by tokens in the iteration."""
     sweep = results.table("tile_quantization", "sweep")
     return sweep[sweep.op == "total"].groupby("tokens").ms.mean()
 
 
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
-    """The points whose riding decodes measured a cost beyond the repeats' noise
-    (``quantities.decode_speedup``'s ``resolved``): where the hybrid iteration is within noise of its
-    chunk alone, its "speedup" is no number, only ``gain_bound``."""
+    """The points whose riding decodes cost more than the repeats' noise; within noise the "speedup"
+    is no number, only ``gain_bound``."""
     return gains[gains.resolved]
 
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
-    """Each sarathi run's throughput over the static runs of the same workload and chunk value (static
-    ignores the chunk, but runs right before it, so a shared machine's slow spells hit both alike);
-    one whose static run failed is left out. ``chunk_align``: the sarathi run's alignment, and
-    ``effective_chunk``: the chunk beside B - 1 decodes it ran (the aligned one where tile-aligned)."""
+    """Each sarathi run's throughput over the static runs of the same workload and chunk (run right
+    before it, so slow spells hit both), with ``chunk_align`` and ``effective_chunk``."""
     gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
                                   keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
-    # The tile sarathi's runs aligned to: scheduler.tile where a sweep set it.
+    # The tile sarathi aligned to, where a sweep set it.
     tiles = summary["scheduler.tile"].dropna().unique() if "scheduler.tile" in summary else []
     tile = int(tiles[0]) if len(tiles) else paper.TILE
     return gains.assign(effective_chunk=[_effective_chunk(c, b, a, tile)
-                                         for c, b, a in zip(gains.chunk, gains.batch_size, gains.chunk_align)])
+                                         for c, b, a in zip(gains.chunk, gains.batch_size,
+                                                            gains.chunk_align)])
 
 
 def _effective_chunk(chunk: float, batch_size: float, align: str, tile: int) -> float:
@@ -127,28 +127,26 @@ def _effective_chunk(chunk: float, batch_size: float, align: str, tile: int) -> 
 
 
 def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
-    """P:D at which one chunk and batch_size - 1 decodes fill every iteration: C / (B - 1)."""
+    """P:D at which one chunk and B - 1 decodes fill every iteration: C / (B - 1)."""
     return chunk / (batch_size - 1) if batch_size > 1 else float("inf")
 
 
 def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
-    """Per (chunk, batch_size, seq_len; chunk_align where recorded): the P:D of the largest gain, the
-    gain there, and the P:D the paper predicts for the peak, from the chunk the runs ran beside B - 1
-    decodes (``effective_chunk`` where recorded: the aligned one)."""
-    keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size", "seq_len"]
+    """Per point: the P:D of the largest gain, the gain, and the paper's predicted peak."""
+    keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size",
+            "seq_len"]
     idx = normalised.groupby(keys).gain.idxmax()
     ran = "effective_chunk" if "effective_chunk" in normalised else "chunk"
     peaks = normalised.loc[idx, [*keys, "pd_ratio", "gain", *([ran] if ran != "chunk" else [])]]
-    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b) for c, b in zip(peaks[ran], peaks.batch_size)]
+    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b)
+                                   for c, b in zip(peaks[ran], peaks.batch_size)]
     return peaks.reset_index(drop=True)
 
 
 def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
-    """Which bar of Fig. 11a a run is. Orca's two cases differ only in the workload: with equal
-    requests arriving at once its batches run in lock step, each batch's whole prefills together
-    and then its decodes, so no prefill ever overlaps a decode (worst case); with the first
-    batch's decode lengths staggered by one token, requests finish, and so are replaced, one per
-    iteration, and every later whole prefill runs with B - 1 decodes (best case)."""
+    """Fig. 11a's bar. Equal requests at once run Orca in lock step, no prefill beside a decode
+    (worst case); decode lengths staggered by one put B - 1 decodes beside every later prefill (best
+    case)."""
     if scheduler == "orca":
         return "Orca best" if stagger else "Orca worst"
     name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
@@ -157,32 +155,33 @@ def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
 
 
 def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:
-    """Every run with its bar of Fig. 11a (``orca_variant``) as ``variant``."""
-    stagger = summary.get("workload.stagger", pd.Series(0, index=summary.index)).fillna(0).astype(int)
+    stagger = summary.get("workload.stagger",
+                          pd.Series(0, index=summary.index)).fillna(0).astype(int)
     return summary.assign(variant=[orca_variant(s, g, a) for s, g, a in
                                    zip(summary.scheduler, stagger, chunk_align(summary))])
 
 
 def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
-    """Every run's throughput over the baseline (static, unstaggered) on the same lengths."""
+    """Throughput over the baseline (static, unstaggered) on the same lengths."""
     runs = orca_variants(summary)
     return _versus_baseline(runs, "total_throughput_tok_s", list(keys), runs.variant == "baseline")
 
 
 def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per run: the share of iterations computing prompt tokens that also carry decodes, and the
-    mean number of decodes they carry (batch_size - 1 in Orca's best case)."""
+    """Per run: the share of prompt-computing iterations that carry decodes, and their mean decodes.
+    """
     pre = iterations[iterations.num_prefill_tokens > 0]
     grouped = pre.groupby("run_dir")
-    return pd.DataFrame({"hybrid_share": grouped.num_decode_tokens.apply(lambda d: (d > 0).mean()),
-                         "decodes_per_prefill_iteration": grouped.num_decode_tokens.mean()}).reset_index()
+    decodes = grouped.num_decode_tokens
+    return pd.DataFrame({"hybrid_share": decodes.apply(lambda d: (d > 0).mean()),
+                         "decodes_per_prefill_iteration": decodes.mean()}).reset_index()
 
 
 LATENCIES = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 
 
 def latency_long(summary: pd.DataFrame, load: str = "workload.qps") -> pd.DataFrame:
-    """One row per (scheduler, load, metric, percentile) with the latency in seconds."""
+    """One row per (scheduler, load, metric, percentile), latency in seconds."""
     long = summary.melt(id_vars=["scheduler", load], value_vars=list(LATENCIES), var_name="latency",
                         value_name="seconds")
     long[["metric", "percentile"]] = long.latency.str.removesuffix("_s").str.split("_", expand=True)

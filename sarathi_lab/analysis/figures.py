@@ -1,6 +1,4 @@
-"""What every paper figure shares: its style, its headline and its sources. Each result's module in
-``analysis/paper_results/`` draws its own figure in the paper's axes, the paper's values beside ours,
-from the measured ``Results`` and, optionally, the simulated ones (drawn in red)."""
+"""What every paper figure shares: style, headline and sources."""
 from __future__ import annotations
 
 import numbers
@@ -14,8 +12,8 @@ sns.set_theme(style="whitegrid", context="notebook")
 PAPER_STYLE = {"marker": "*", "s": 180, "color": "black", "zorder": 5}
 # Simulated series: dashed, square markers, in reds.
 SIM_STYLE = {"ls": "--", "marker": "s", "markersize": 5}
-# Repeats of an experiment (seeds) drawn as their full range, as the claims table reports them:
-# seaborn's default, a bootstrapped 95% interval, is no interval at all over two or three seeds.
+# Seeds drawn as their full range, as the claims report them: a bootstrapped 95% interval means
+# nothing over two or three seeds.
 SPREAD = ("pi", 100)
 
 
@@ -24,49 +22,48 @@ def sim_colors(n: int) -> list:
 
 
 def simulated_label(simulated, name: str) -> str | None:
-    """``simulated``'s label for ``name`` ("simulated A6000 (roofline)"), None when it has no run."""
+    """None when ``simulated`` has no run of ``name``."""
     if simulated is None or name in simulated.missing():
         return None
     return simulated.source(name)
 
 
 def headline(fig, results, name: str, text: str, simulated=None, why=()) -> None:
-    """Above the figure: ``text`` and the runs drawn; under it, ``why``'s sentences (those not
-    empty): why what it shows departs from the paper."""
+    """Above the figure ``text`` and the runs drawn; under it ``why``: why it departs from the
+    paper."""
     seeds = len(results.seeds(name))
-    spread = f"; mean of {seeds} seeds, bands and whiskers (where drawn): min-max" if seeds > 1 else ""
+    spread = (f"; mean of {seeds} seeds, bands and whiskers (where drawn): min-max"
+              if seeds > 1 else "")
     lines = [text, results.describe(name) + spread]
     lines += [simulated.describe(name)] if simulated_label(simulated, name) else []
     fig.suptitle("\n".join(lines), fontsize=11)
     if any(why):
-        fig.text(0.5, -0.02, " ".join(filter(None, why)), ha="center", va="top", fontsize=9, wrap=True,
-                 style="italic")
+        fig.text(0.5, -0.02, " ".join(filter(None, why)), ha="center", va="top", fontsize=9,
+                 wrap=True, style="italic")
 
 
 def source_label(runs, name: str) -> str:
-    """What a panel drawn from ``runs`` says it shows: 'measured CPU, ci scale', 'measured GPU, full
-    scale' or 'simulated A6000 (roofline), full scale'."""
+    """e.g. 'measured CPU, ci scale' or 'simulated A6000 (roofline), full scale'."""
     return f"{runs.source(name)}, {runs.scale(name)} scale"
 
 
 def panel_sources(results, simulated, name: str) -> str:
-    """What a panel drawing the measured runs and, where there are any, the simulated ones (dashed)
-    says it shows."""
     text = source_label(results, name)
-    return text + (f"; dashed: {source_label(simulated, name)}" if simulated_label(simulated, name) else "")
+    return text + (f"; dashed: {source_label(simulated, name)}" if simulated_label(simulated, name)
+                   else "")
 
 
 def sources_of(results, simulated, name: str) -> list[tuple]:
-    """(runs, what a panel of them says it shows) of the measured runs and, where they have ``name``,
-    the simulated ones."""
+    """(runs, panel label) of the measured runs and, where they have ``name``, the simulated ones.
+    """
     label = simulated_label(simulated, name)
-    return [(results, source_label(results, name))] + ([(simulated, source_label(simulated, name))] if label else [])
+    return [(results, source_label(results, name))] + ([(simulated, source_label(simulated, name))]
+                                                       if label else [])
 
 
 def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:
-    """``ax``'s legend entries without the group headers seaborn adds where hue and style are two
-    columns of ``frame`` (an entry named after each column, with no mark): each level under a header
-    named in ``prefixes`` reads with its prefix ('chunk', '64' -> 'C=64'). Call it before the legend."""
+    """Drops seaborn's hue/style group headers, prefixing each level ('chunk', '64' -> 'C=64'). Call
+    before the legend."""
     def levels(column: str) -> set[str]:
         values = frame[column].dropna().unique()
         return {str(v) for v in values} | {f"{v:g}" for v in values if isinstance(v, numbers.Real)}
@@ -76,7 +73,8 @@ def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:
     for handle, label in zip(handles, labels):
         if label in prefixes:
             under = label
-            handle.set_label(f"_{label}")  # a label starting with an underscore stays out of legends
+            # an underscore keeps it out of legends
+            handle.set_label(f"_{label}")
         elif under is not None and label in levels(under):
             handle.set_label(f"{prefixes[under]}{label}")
         else:
@@ -88,15 +86,15 @@ def legend_outside(ax, **kwargs) -> None:
 
 
 def plain_log_ticks(axis) -> None:
-    """A log axis labelled in plain numbers at 1, 2 and 5 of each decade ("6 x 10^-2" at every minor
-    tick crowds and overprints)."""
+    """Plain numbers at 1, 2 and 5 of each decade: "6 x 10^-2" at every minor tick overprints."""
     axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[:1] in ("2", "5")
+    axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"
+                                                   if f"{v:g}".lstrip("0.")[:1] in ("2", "5")
                                                    else ""))
 
 
 def save(fig, root: str | Path, name: str) -> Path:
-    """``root/figures/<name>.png``, small enough to keep in the repository's docs."""
+    """Small enough to keep in the repository's docs."""
     path = Path(root) / "figures" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, bbox_inches="tight")
@@ -104,5 +102,5 @@ def save(fig, root: str | Path, name: str) -> Path:
 
 
 def subplots(*args, **kwargs):
-    """plt.subplots with constrained layout, which makes room for the headline and the legends drawn outside."""
+    """Constrained layout makes room for the headline and outside legends."""
     return plt.subplots(*args, layout="constrained", **kwargs)

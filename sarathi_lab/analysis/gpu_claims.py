@@ -1,7 +1,5 @@
-"""The paper's claims as each GPU measured them: for every claim and device the newest kept run that
-judged it (docs/gpu/<device>/<run>/claims.csv, lease.json, summary.json), with its engine, commit,
-seeds and spread, and every older run's verdict kept as history. Written into docs/RESULTS.md between
-MARKERS by ``python -m sarathi_lab.analysis.publish --gpu-claims``, never by hand."""
+"""The paper's claims as each GPU measured them, newest run per claim and device, older verdicts as
+history; written into docs/RESULTS.md by ``publish --gpu-claims``."""
 from __future__ import annotations
 
 import csv
@@ -12,16 +10,16 @@ from pathlib import Path
 from sarathi_lab.analysis import gpu_records, registry
 from sarathi_lab.analysis.gpu_records import Summary, cell
 
-BEGIN = "<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; edits here are replaced -->"
+BEGIN = ("<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; "
+         "edits here are replaced -->")
 END = "<!-- /gpu-claims -->"
-# What a paper sweep's step records of its command: the seeds it swept, where it named them.
+# The seeds a paper sweep's command named.
 SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")
 ATTRIBUTION = "attribution.csv"  # a lease's, by python -m sarathi_lab.analysis.attribute
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One claim as one kept run judged it."""
     claim: str
     experiment: str
     paper: str
@@ -36,20 +34,21 @@ class Judged:
     why: str = ""    # for a claim not judged "yes": the lease's attribution of it (attribution.csv)
 
 
-# What claims.csv's "left out" says of a claim drawn from a sweep that did not finish.
+# claims.csv's "left out" for a claim from an unfinished sweep.
 JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
 
 def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") -> str:
-    """The seeds the run's sweep of ``experiment`` had: those of its finished runs where lease.json
-    records them (``sweeps``), else as its step's command names them (one seed, the experiment's
-    default, where it named none); with the jobs it stands on where the sweep did not finish."""
-    sweep = (record.get("sweeps") or {}).get(experiment) if isinstance(record.get("sweeps"), dict) else None
+    """The sweep's seeds: lease.json's ``sweeps``, else its step's command; with the jobs it stands
+    on where unfinished."""
+    sweep = ((record.get("sweeps") or {}).get(experiment)
+             if isinstance(record.get("sweeps"), dict) else None)
     jobs = JOBS.search(left_out or "")
     if isinstance(sweep, dict) and sweep.get("seeds"):
         done, planned = sweep.get("jobs_finished"), sweep.get("jobs_planned")
         seeds = ",".join(map(str, sweep["seeds"]))
-        return seeds + (f" ({done} of {planned} jobs)" if done is not None and planned and done < planned else "")
+        return seeds + (f" ({done} of {planned} jobs)" if done is not None and planned
+                        and done < planned else "")
     return _named_seeds(summary, experiment) + (f" ({jobs[1]} of {jobs[2]} jobs)" if jobs else "")
 
 
@@ -63,10 +62,10 @@ def _named_seeds(summary: Summary, experiment: str) -> str:
 
 
 def judged(gpu_docs: Path) -> list[Judged]:
-    """Every claim of every run kept under ``gpu_docs``, oldest run first; a damaged run (its lease.json,
-    summary.json or claims.csv not what the suite writes) is skipped with a warning, the others shown."""
+    """Every claim of every kept run, oldest first; a damaged run is skipped with a warning."""
     found = []
-    for kept in sorted(gpu_records.kept_leases(gpu_docs), key=lambda k: (k.folder.name, k.folder.parent.name)):
+    for kept in sorted(gpu_records.kept_leases(gpu_docs),
+                       key=lambda k: (k.folder.name, k.folder.parent.name)):
         path = kept.folder / gpu_records.CLAIMS
         if not path.exists():
             continue  # a lease whose steps judged no claim
@@ -77,21 +76,21 @@ def judged(gpu_docs: Path) -> list[Judged]:
             continue
         whys = _whys(kept.folder)
         for row in rows:
-            found.append(Judged(row["claim"], row["experiment"], row.get("paper", ""), row.get("ours", ""),
-                                row.get("spread", ""), row.get("holds", ""), kept.folder.parent.name,
+            found.append(Judged(row["claim"], row["experiment"], row.get("paper", ""),
+                                row.get("ours", ""), row.get("spread", ""), row.get("holds", ""),
+                                kept.folder.parent.name,
                                 kept.folder.name, kept.lease["commit"], kept.lease["engine"],
-                                _seeds(kept.lease, kept.summary, row["experiment"], row.get("left out", "")),
-                                _why(whys, row)))
+                                _seeds(kept.lease, kept.summary, row["experiment"],
+                                       row.get("left out", "")), _why(whys, row)))
     return found
 
 
 def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
-    """(experiment, claim) -> why, from the lease's attribution.csv (``analysis.attribute``); None where
-    the lease has none."""
+    """(experiment, claim) -> why from the lease's attribution.csv; None without one."""
     try:
         with open(folder / ATTRIBUTION, newline="") as f:
-            return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "") for r in csv.DictReader(f)
-                    if r.get("kind") == "claim"}
+            return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "")
+                    for r in csv.DictReader(f) if r.get("kind") == "claim"}
     except (OSError, ValueError, csv.Error):
         return None
 
@@ -105,8 +104,9 @@ def _why(whys: dict | None, row: dict) -> str:
 
 
 def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
-    """(each claim's newest judgement per device, every other one): runs sort by their folder's date."""
-    latest = {(row.claim, row.device): row for row in sorted(rows, key=lambda r: r.run)}  # the last one stays
+    """(each claim's newest judgement per device, the others), runs sorted by folder date."""
+    # the last one stays
+    latest = {(row.claim, row.device): row for row in sorted(rows, key=lambda r: r.run)}
     current = set(latest.values())
     order = {claim: i for i, claim in enumerate(dict.fromkeys(r.claim for r in rows))}
     key = (lambda r: (order[r.claim], r.device, r.run))
@@ -114,31 +114,32 @@ def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
 
 
 def section(gpu_docs: Path) -> str:
-    """The markdown between MARKERS: the newest run of each device for every claim, then the history."""
+    """The newest run per device for every claim, then the history."""
     current, history = newest(judged(gpu_docs))
     def link(r: Judged) -> str:
         return f"[{r.run}](gpu/{r.device}/{r.run}/README.md)"
 
-    how = ("Per claim and device, the newest kept run that judged it (`docs/gpu/<device>/<run>/claims.csv`); "
-           "engine: the engine the run measured (eager, or replaying CUDA graphs), seeds: the seeds its "
-           "sweep ran (and the jobs it stands on where the sweep did not finish), spread: over them (none "
-           "with one seed); why: for a claim that does not hold, the part the device explains and the part "
-           "our engine does "
-           "(the lease's `attribution.md`, `python -m sarathi_lab.analysis.attribute`). Older runs follow as "
-           "history.")
+    how = ("Per claim and device, the newest kept run that judged it "
+           "(`docs/gpu/<device>/<run>/claims.csv`); engine: the engine the run measured (eager, or "
+           "replaying CUDA graphs), seeds: the seeds its sweep ran (and the jobs it stands on "
+           "where the sweep did not finish), spread: over them (none with one seed); why: for a "
+           "claim that does not hold, the part the device explains and the part our engine does "
+           "(the lease's `attribution.md`, `python -m sarathi_lab.analysis.attribute`). Older runs "
+           "follow as history.")
     lines = [BEGIN, "", "### Every claim on the newest GPU run of each device", "", how, "",
-             "| claim | paper | device | run (commit) | engine | seeds | measured | spread | holds? | why |",
+             ("| claim | paper | device | run (commit) | engine | seeds | measured | spread | "
+              "holds? | why |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {cell(r.claim)} | {cell(r.paper)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
-              f"{cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | {cell(r.spread)} | {cell(r.holds)} | "
-              f"{cell(r.why)} |"
-              for r in current]
+    lines += [f"| {cell(r.claim)} | {cell(r.paper)} | {r.device.upper()} | {link(r)} "
+              f"(`{r.commit}`) | {cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | "
+              f"{cell(r.spread)} | {cell(r.holds)} | {cell(r.why)} |" for r in current]
     if history:
         lines += ["", "History: the same claims on older runs.", "",
                   "| claim | device | run (commit) | engine | seeds | measured | holds? | why |",
                   "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | {cell(r.engine)} | "
-                  f"{cell(r.seeds)} | {cell(r.ours)} | {cell(r.holds)} | {cell(r.why)} |" for r in history]
+        lines += [f"| {cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
+                  f"{cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | {cell(r.holds)} | "
+                  f"{cell(r.why)} |" for r in history]
     judged_here = {r.experiment for r in current}
     waiting = [r.name for r in registry.RESULTS if r.gpu is not None and r.name not in judged_here]
     if waiting:
@@ -148,11 +149,12 @@ def section(gpu_docs: Path) -> str:
 
 
 def write(results_md: Path, gpu_docs: Path) -> Path:
-    """``results_md`` with its section between MARKERS rewritten; a ValueError where it has no such
-    section (one is placed by hand, once, where the GPU claims belong)."""
+    """Rewrites ``results_md`` between MARKERS; a ValueError where it has none (placed by hand
+    once)."""
     text = results_md.read_text()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"{results_md} is invalid: it has no section between {BEGIN!r} and {END!r} to rewrite")
+        raise ValueError(f"{results_md} is invalid: it has no section between {BEGIN!r} and "
+                         f"{END!r} to rewrite")
     results_md.write_text(text[:start] + section(gpu_docs) + text[end + len(END):])
     return results_md

@@ -1,7 +1,5 @@
-"""The GPU suite's own files, one schema for every reader (the suite, its queue, ``gpu.collect``,
-``publish --gpu-claims``): a step's result.json, summary.json, a kept lease's lease.json and claims.csv.
-Each is checked where it is read; one that fails is a RecordError, one line naming the file and field,
-the value and what is allowed. Keys a newer suite writes are kept unread, never refused."""
+"""The GPU suite's files, one schema for every reader; a failure is a one-line RecordError, and keys
+a newer suite writes are kept."""
 from __future__ import annotations
 
 import csv
@@ -17,27 +15,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The suite's files: in its out directory and archive, and in a kept lease's folder.
+# The suite's files in its out directory, archive and kept lease folders.
 SUMMARY, LEASE_FILE, CLAIMS = "summary.json", "lease.json", "claims.csv"
-# Any file of the suite, read from an archive or from disk (gpu/archive_members refuses larger members).
+# Any file of the suite, from an archive or disk.
 MAX_FILE_BYTES = 16 << 20
-# One part of a name the suite writes (a step, a job folder, a lease): what every filesystem takes.
+# One part of a name the suite writes: what every filesystem takes.
 NAME_PART = re.compile(r"[A-Za-z0-9_.=,+-]{1,128}")
-# A commit as a lease's folder name carries it: git's hex (a copy without .git says its own, as
-# SARATHI_COMMIT), never a path.
+# A commit as a lease's folder carries it (git hex, or SARATHI_COMMIT), never a path.
 COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
-# The device a lease's folders are named for: config.device_slug of the GPU's reported name.
+# config.device_slug of the GPU's name.
 DEVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 LEASE = re.compile(r"(\d{4}-\d{2}-\d{2})_([A-Za-z0-9._+-]{1,200})")
-# done: finished (DONE written); failed: raised (its one-line error recorded); incomplete: killed
-# or out of time (rerun continues it); unavailable: what it needs is not in this checkout yet.
+# failed: error recorded; incomplete: killed or out of time (rerun continues); unavailable: not in
+# this checkout.
 STATUSES = ("done", "failed", "incomplete", "unavailable")
-# Times are the GPU machine's clock, read here on another: a little ahead is skew, more is damage.
+# Times are the GPU machine's clock: a little ahead is skew, more is damage.
 CLOCK_SKEW_S = 3600.0
 
 
 class RecordError(ValueError):
-    """A suite file that is not what the suite writes; the message is one line."""
+    """A suite file that is not what the suite writes; one line."""
 
 
 @dataclass
@@ -58,19 +55,19 @@ class StepResult:
     metrics: list[Metric] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
-    commit: str = ""            # the code it ran (the suite spans calls, and fixes land between them)
-    device: str = ""            # where: cuda, or cpu in a dry run (the suite's record keeps the driver's view)
-    code: str = ""              # engine_code.step_hash of what it ran: a later change of those files makes it due
+    commit: str = ""  # the code it ran (fixes land between calls)
+    device: str = ""  # cuda, or cpu in a dry run
+    code: str = ""  # engine_code.step_hash of what it ran
 
 
 @dataclass(frozen=True)
 class Summary:
-    suite: dict[str, Any]       # the call's settings (dry_run, commit, budget_min, started, own, ...)
+    suite: dict[str, Any]  # the call's settings (dry_run, commit, budget_min, started, own, ...)
     steps: list[StepResult]     # one per step
 
 
 def shown(value: Any, limit: int = 80) -> str:
-    """A value from a file as an error shows it: one line, bounded."""
+    """A value as an error shows it: one line, bounded."""
     text = " ".join(repr(value)[:limit * 4].split())
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -79,8 +76,10 @@ def invalid(where: str, key: str, value: Any, allowed: str) -> RecordError:
     return RecordError(f"{where} is invalid: {key}={shown(value)}: must be {allowed}")
 
 
-def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str, default: Any = ...) -> Any:
-    """``data[key]`` where ``check`` accepts it; ``default`` where it is missing (required without one)."""
+def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str,
+         default: Any = ...) -> Any:
+    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without one).
+    """
     if key not in data:
         if default is ...:
             raise RecordError(f"{where} is invalid: {prefix}{key} is missing: must be {allowed}")
@@ -103,7 +102,8 @@ def _is_time(value: Any) -> bool:
 
 
 def _is_name(value: Any) -> bool:
-    return isinstance(value, str) and all(p not in (".", "..") and NAME_PART.fullmatch(p) for p in value.split("/"))
+    return isinstance(value, str) and all(p not in (".", "..") and NAME_PART.fullmatch(p)
+                                          for p in value.split("/"))
 
 
 def _is_mapping(value: Any) -> bool:
@@ -112,74 +112,86 @@ def _is_mapping(value: Any) -> bool:
 
 def metric(data: Any, where: str, prefix: str) -> Metric:
     if not isinstance(data, dict):
-        raise invalid(where, prefix.rstrip("."), data, "a mapping of metric, value, unit, target, holds")
+        raise invalid(where, prefix.rstrip("."), data,
+                      "a mapping of metric, value, unit, target, holds")
     holds = _get(data, "holds", where, prefix, lambda v: v in (None, True, False, "True", "False"),
                  "true, false or null", None)
-    return Metric(_get(data, "metric", where, prefix, lambda v: isinstance(v, str) and v != "", "a name"),
-                  _get(data, "value", where, prefix, lambda v: v is None or isinstance(v, (str, int, float)),
-                       "a number, a string or null"),
+    return Metric(_get(data, "metric", where, prefix, lambda v: isinstance(v, str) and v != "",
+                       "a name"),
+                  _get(data, "value", where, prefix, lambda v: v is None
+                       or isinstance(v, (str, int, float)), "a number, a string or null"),
                   _get(data, "unit", where, prefix, _is_str, "a string", ""),
                   _get(data, "target", where, prefix, _is_str, "a string", ""),
-                  # An older suite wrote numpy's bools as their text.
+                  # An older suite wrote numpy's bools as text.
                   holds if not isinstance(holds, str) else holds == "True")
 
 
 def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
-    """A step's record (result.json, or one of summary.json's steps at ``prefix``)."""
+    """result.json, or summary.json's step at ``prefix``."""
     if not isinstance(data, dict):
-        raise invalid(where, prefix.rstrip(".") or "its content", data, "a mapping (a step's record)")
-    metrics = _get(data, "metrics", where, prefix, lambda v: isinstance(v, list), "a list of metrics", [])
-    notes = _get(data, "notes", where, prefix, lambda v: isinstance(v, list) and all(map(_is_str, v)),
-                 "a list of strings", [])
+        raise invalid(where, prefix.rstrip(".") or "its content", data,
+                      "a mapping (a step's record)")
+    metrics = _get(data, "metrics", where, prefix, lambda v: isinstance(v, list),
+                   "a list of metrics", [])
+    notes = _get(data, "notes", where, prefix, lambda v: isinstance(v, list)
+                 and all(map(_is_str, v)), "a list of strings", [])
     text = {key: _get(data, key, where, prefix, _is_str, "a string", "")
             for key in ("error", "commit", "device", "code")}
     return StepResult(
         _get(data, "step", where, prefix, _is_name, "a step's name (A-Z a-z 0-9 _ . = , + -)"),
-        _get(data, "status", where, prefix, lambda v: v in STATUSES, "one of " + ", ".join(STATUSES)),
+        _get(data, "status", where, prefix, lambda v: v in STATUSES,
+             "one of " + ", ".join(STATUSES)),
         _get(data, "started_at", where, prefix, _is_time,
              "a time in seconds since 1970, not in the future"),
-        _get(data, "seconds", where, prefix, lambda v: is_number(v) and v >= 0, "a number >= 0", 0.0),
-        [metric(m, where, f"{prefix}metrics[{i}].") for i, m in enumerate(metrics)], list(notes), **text)
+        _get(data, "seconds", where, prefix, lambda v: is_number(v) and v >= 0, "a number >= 0",
+             0.0),
+        [metric(m, where, f"{prefix}metrics[{i}].")
+         for i, m in enumerate(metrics)], list(notes), **text)
 
 
 def summary(data: Any, where: str) -> Summary:
-    """summary.json: the call's settings and one record per step."""
     if not isinstance(data, dict):
         raise invalid(where, "its content", data, "a mapping of suite and steps")
     suite = _get(data, "suite", where, "", _is_mapping, "a mapping", {})
     checks = {"dry_run": (lambda v: isinstance(v, bool), "true or false"),
               "own": (lambda v: isinstance(v, bool), "true or false"),
               "commit": (_is_str, "a string"), "started": (_is_str, "a string"),
-              "budget_min": (lambda v: v is None or (is_number(v) and v > 0), "minutes > 0 or null")}
+              "budget_min": (lambda v: v is None or (is_number(v) and v > 0),
+                             "minutes > 0 or null")}
     for key, (check, allowed) in checks.items():
         _get(suite, key, where, "suite.", check, allowed, None)
-    steps = _get(data, "steps", where, "", lambda v: isinstance(v, list), "a list of step records", [])
+    steps = _get(data, "steps", where, "", lambda v: isinstance(v, list), "a list of step records",
+                 [])
     results = [step_result(s, where, f"steps[{i}].") for i, s in enumerate(steps)]
     seen = set()
     for i, result in enumerate(results):
         if result.step in seen:
-            raise invalid(where, f"steps[{i}].step", result.step, "one record per step: it occurs twice")
+            raise invalid(where, f"steps[{i}].step", result.step,
+                          "one record per step: it occurs twice")
         seen.add(result.step)
     return Summary(suite, results)
 
 
 def lease(data: Any, where: str) -> dict[str, Any]:
-    """lease.json (gpu.collect's lease_record); keys beyond these are a newer suite's, kept."""
+    """lease.json (gpu.collect's lease_record); unknown keys are a newer suite's, kept."""
     if not isinstance(data, dict):
         raise invalid(where, "its content", data, "a mapping (a lease's record)")
     names = (lambda v: isinstance(v, list) and all(map(_is_name, v)), "a list of names")
-    checks = {"device": (lambda v: isinstance(v, str) and DEVICE.fullmatch(v), "a device's folder name"),
+    checks = {"device": (lambda v: isinstance(v, str) and DEVICE.fullmatch(v),
+                         "a device's folder name"),
               "machine": (_is_str, "a string"), "engine": (_is_str, "a string"),
               "lease": (_is_lease, "<date>_<commit>, the date not in the future"),
-              "commit": (lambda v: isinstance(v, str) and all(COMMIT.fullmatch(c) for c in v.split("+")),
-                         "commits joined by +"),
+              "commit": (lambda v: isinstance(v, str)
+                         and all(COMMIT.fullmatch(c) for c in v.split("+")), "commits joined by +"),
               "steps_done": names, "profiles": names,
               "steps_not_done": (lambda v: isinstance(v, dict) and all(map(_is_name, v))
-                                 and all(map(_is_str, v.values())), "a mapping of step names to statuses")}
+                                 and all(map(_is_str, v.values())),
+                                 "a mapping of step names to statuses")}
     for key, (check, allowed) in checks.items():
         _get(data, key, where, "", check, allowed)
     if not data["lease"].endswith("_" + data["commit"]):
-        raise invalid(where, "commit", data["commit"], f"the commit its lease {data['lease']!r} names")
+        raise invalid(where, "commit", data["commit"],
+                      f"the commit its lease {data['lease']!r} names")
     return data
 
 
@@ -190,15 +202,15 @@ def _is_lease(value: Any) -> bool:
         day = time.strptime(m[1], "%Y-%m-%d")
     except ValueError:
         return False
-    return time.strftime("%Y-%m-%d", day) <= time.strftime("%Y-%m-%d", time.gmtime(time.time() + CLOCK_SKEW_S))
+    latest = time.gmtime(time.time() + CLOCK_SKEW_S)
+    return time.strftime("%Y-%m-%d", day) <= time.strftime("%Y-%m-%d", latest)
 
 
-# claims.csv (analysis.claims.COLUMNS): a row needs these; the others are optional text.
+# claims.csv (analysis.claims.COLUMNS): a row needs these.
 CLAIM_KEYS = ("experiment", "claim")
 
 
 def claims(data: bytes, where: str) -> list[dict[str, str]]:
-    """claims.csv's rows, each a mapping of column to text."""
     try:
         reader = csv.DictReader(io.StringIO(data.decode(), newline=""))
         rows = list(reader)
@@ -208,18 +220,20 @@ def claims(data: bytes, where: str) -> list[dict[str, str]]:
     except csv.Error as e:
         raise RecordError(f"{where} is invalid: not a CSV table ({e})") from None
     if missing := [k for k in CLAIM_KEYS if k not in header]:
-        raise RecordError(f"{where} is invalid: its header {shown(header)} lacks {missing[0]!r}: must name "
+        raise RecordError(f"{where} is invalid: its header {shown(header)} "
+                          f"lacks {missing[0]!r}: must name "
                           + ", ".join(CLAIM_KEYS))
     for i, row in enumerate(rows, 2):
         if None in row:
-            raise invalid(where, f"line {i}", row[None], f"no more cells than its header's {len(header)}")
+            raise invalid(where, f"line {i}", row[None],
+                          f"no more cells than its header's {len(header)}")
         if not row["claim"]:
             raise invalid(where, f"line {i}.claim", row["claim"], "a claim's text")
     return [{k: v or "" for k, v in row.items()} for row in rows]
 
 
 def read_bytes(path: Path) -> bytes:
-    """A regular file's bytes, at most MAX_FILE_BYTES (a FIFO is refused, never waited on)."""
+    """At most MAX_FILE_BYTES; a FIFO is refused, never waited on."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -227,9 +241,10 @@ def read_bytes(path: Path) -> bytes:
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-            raise RecordError(f"{path} is invalid: " + ("not a regular file" if not stat.S_ISREG(info.st_mode)
-                              else f"{info.st_size} bytes, more than the {MAX_FILE_BYTES >> 20} MiB of any "
-                              "file the suite writes"))
+            raise RecordError(f"{path} is invalid: " + ("not a regular file"
+                                                        if not stat.S_ISREG(info.st_mode)
+                              else f"{info.st_size} bytes, more than the {MAX_FILE_BYTES >> 20} "
+                              "MiB of any file the suite writes"))
         try:
             return f.read(MAX_FILE_BYTES + 1)
         except OSError as e:
@@ -240,11 +255,11 @@ def parse_json(data: bytes, where: str) -> Any:
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as e:
-        raise RecordError(f"{where} is invalid: not JSON ({' '.join(str(e).split())[:120]})") from None
+        raise RecordError(f"{where} is invalid: not JSON "
+                          f"({' '.join(str(e).split())[:120]})") from None
 
 
 def read(path: Path, parse) -> Any:
-    """``parse`` (step_result, summary, lease) of the JSON file at ``path``."""
     return parse(parse_json(read_bytes(path), str(path)), str(path))
 
 
@@ -256,7 +271,7 @@ _warned: set[str] = set()
 
 
 def warn(message: str) -> None:
-    """One line on stderr, once per message (readers poll the same files)."""
+    """Once per message: readers poll the same files."""
     if message not in _warned:
         _warned.add(message)
         print(f"warning: {message}", file=sys.stderr, flush=True)
@@ -264,26 +279,26 @@ def warn(message: str) -> None:
 
 @dataclass(frozen=True)
 class Kept:
-    """A lease kept under docs/gpu/<device>/<lease>/ (gpu.collect), its records read and checked."""
+    """A kept lease, its records read and checked."""
     folder: Path
     lease: dict[str, Any]
     summary: Summary
 
 
 def kept_lease(folder: Path) -> Kept:
-    """The lease in ``folder``: its lease.json, naming that folder, and its summary.json."""
     record = read(folder / LEASE_FILE, lease)
     if (record["device"], record["lease"]) != (folder.parent.name, folder.name):
-        raise invalid(str(folder / LEASE_FILE), "device, lease", (record["device"], record["lease"]),
+        raise invalid(str(folder / LEASE_FILE), "device, lease",
+                      (record["device"], record["lease"]),
                       f"its folder's ({folder.parent.name!r}, {folder.name!r})")
     return Kept(folder, record, read(folder / SUMMARY, summary))
 
 
 def kept_leases(gpu_docs: Path) -> list[Kept]:
-    """Every lease kept under ``gpu_docs`` by device then lease; a damaged one is skipped with a
-    warning naming its file and field, and the others are read."""
+    """Every kept lease by device then lease; a damaged one is skipped with a warning."""
     found = []
-    for folder in sorted(p for p in Path(gpu_docs).glob("*/*") if p.is_dir() and not p.is_symlink()):
+    for folder in sorted(p for p in Path(gpu_docs).glob("*/*") if p.is_dir()
+                         and not p.is_symlink()):
         try:
             found.append(kept_lease(folder))
         except RecordError as e:
@@ -291,14 +306,14 @@ def kept_leases(gpu_docs: Path) -> list[Kept]:
     return found
 
 
-# Markdown's and HTML's active characters, each shown as itself: a file's text in a table cell makes no
-# tag, comment (RESULTS.md's section markers are comments), link, image, emphasis or column break.
-_PLAIN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", **{c: "\\" + c for c in "\\`*_~[]|"}})
-# What GitHub turns into a link without any markup.
+# Markdown's and HTML's active characters shown as themselves: no tag, comment, link, emphasis or
+# column break from a file's text.
+_PLAIN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+                        **{c: "\\" + c for c in "\\`*_~[]|"}})
 _AUTOLINK = re.compile(r"(?i)(://|www\.)")
 
 
 def cell(text: Any) -> str:
-    """``text`` as plain text in one markdown table cell (one line)."""
+    """``text`` as plain text in one table cell."""
     flat = " ".join(str(text).split()).translate(_PLAIN)
     return _AUTOLINK.sub(lambda m: m[1].replace("/", "&#47;").replace(".", "&#46;"), flat)

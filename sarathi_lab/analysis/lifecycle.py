@@ -1,13 +1,5 @@
-"""Each request's lifecycle, from a run's results contract alone (iterations.parquet, requests.parquet):
-``queued`` from its arrival to the first iteration that holds it, one ``prefill`` span per chunk, one
-``decode`` span per run of consecutive iterations it decoded in, ``stalled`` where iterations ran
-without it, and ``preempted`` from the iteration whose scheduling evicted it to the one that takes it
-back (its prefill recomputed). Times are seconds on the run's clock, as the tables hold them.
-
-A run written before the iterations table named its requests (``MEMBERSHIP``) still reads: each
-request is then queued, one prefill span (first scheduled to first token) and one decode span (first
-token to finish), and ``missing`` says what is not recorded.
-"""
+"""Each request's lifecycle (queued, prefill chunks, decode runs, stalled, preempted) from a run's
+tables, in seconds on its clock; older runs without ``MEMBERSHIP`` read coarsely."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -16,12 +8,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-# The iterations table's columns that say which requests each iteration held.
-MEMBERSHIP = ("prefill_request_ids", "prefill_chunk_tokens", "decode_request_ids", "preempted_request_ids")
+# The columns saying which requests each iteration held.
+MEMBERSHIP = ("prefill_request_ids", "prefill_chunk_tokens", "decode_request_ids",
+              "preempted_request_ids")
 KV_BLOCKS = "num_kv_blocks_used"
 NOT_RECORDED = {
-    "membership": "which requests each iteration held (prefill chunks, decodes, preemptions): each request "
-                  "is drawn as queued, one prefill span and one decode span",
+    "membership": "which requests each iteration held (prefill chunks, decodes, preemptions): each "
+                  "request is drawn as queued, one prefill span and one decode span",
     "kv_blocks": "KV blocks in use",
 }
 
@@ -36,21 +29,24 @@ class Span:
 
 
 def missing(iterations: pd.DataFrame) -> list[str]:
-    """What of NOT_RECORDED a run's iterations table lacks (its keys)."""
+    """What of NOT_RECORDED the iterations table lacks."""
     return ([] if set(MEMBERSHIP) <= set(iterations.columns) else ["membership"]) + (
         [] if KV_BLOCKS in iterations.columns else ["kv_blocks"])
 
 
 def request_spans(iterations: pd.DataFrame, requests: pd.DataFrame) -> list[Span]:
-    """Every request's spans, request by request in arrival order, each request's in time order."""
-    end_of_run = float((iterations.start_s + iterations.duration_s).max()) if len(iterations) else 0.0
+    """Every request's spans in arrival order, each request's in time order."""
+    end_of_run = (float((iterations.start_s + iterations.duration_s).max()) if len(iterations)
+                  else 0.0)
     if "membership" in missing(iterations):
         return [s for r in _arrival_order(requests) for s in _coarse(r, end_of_run)]
-    starts, ends = iterations.start_s.to_numpy(float), (iterations.start_s + iterations.duration_s).to_numpy(float)
-    # Each request's (row, order within the row, kind, tokens): an eviction while the iteration was
-    # composed comes before a chunk that readmits it in the same iteration.
+    starts = iterations.start_s.to_numpy(float)
+    ends = (iterations.start_s + iterations.duration_s).to_numpy(float)
+    # Each request's (row, order in row, kind, tokens): an eviction while composing an iteration
+    # precedes a chunk readmitting it there.
     held: dict[int, list[tuple[int, int, str, int]]] = defaultdict(list)
-    for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*(iterations[c] for c in MEMBERSHIP))):
+    columns = (iterations[c] for c in MEMBERSHIP)
+    for row, (prefills, chunks, decodes, preempted) in enumerate(zip(*columns)):
         for rid in int_list(preempted):
             held[rid].append((row, 0, "preempted", 0))
         for rid, tokens in zip(int_list(prefills), int_list(chunks)):
@@ -70,7 +66,8 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
         add("queued", r.arrival_s, max(end_of_run, r.arrival_s), unfinished=True)
         return spans
     add("queued", r.arrival_s, starts[events[0][0]])
-    last = evicted = decoding = None   # last row it ran in; row whose scheduling evicted it; open decode run
+    # last row run; row whose scheduling evicted it; open decode run
+    last = evicted = decoding = None
     computed, recompute = 0, False
 
     def close_decode():
@@ -101,8 +98,8 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
                 decoding = (row, row, 1)
         else:
             close_decode()
-            add("prefill", starts[row], ends[row], tokens=tokens, first_token_index=computed, iteration=row,
-                recompute=recompute)
+            add("prefill", starts[row], ends[row], tokens=tokens, first_token_index=computed,
+                iteration=row, recompute=recompute)
             computed += tokens
         last = row
     close_decode()
@@ -112,10 +109,12 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
 
 
 def _coarse(r, end_of_run) -> list[Span]:
-    """The lifecycle the requests table alone gives: no chunks, no stalls, no preemptions."""
+    """The requests table alone: no chunks, stalls or preemptions."""
     rid, spans = int(r.request_id), []
-    scheduled, first, finish = (_time(r, c) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
-    spans.append(Span(rid, "queued", float(r.arrival_s), scheduled if scheduled is not None else end_of_run))
+    scheduled, first, finish = (_time(r, c) for c in ("first_scheduled_s", "first_token_s",
+                                                      "finish_s"))
+    spans.append(Span(rid, "queued", float(r.arrival_s), scheduled if scheduled is not None
+                      else end_of_run))
     if scheduled is not None:
         spans.append(Span(rid, "prefill", scheduled, first if first is not None else end_of_run,
                           {"chunks": "not recorded"}))
@@ -135,5 +134,6 @@ def _arrival_order(requests: pd.DataFrame):
 
 
 def int_list(cell) -> list[int]:
-    """A list cell (a tuple in memory, an array read from parquet; None in a row a partial table lacks)."""
+    """A list cell (a tuple in memory, an array from parquet, None where a partial table lacks it).
+    """
     return [] if cell is None else np.asarray(cell, dtype=np.int64).tolist()

@@ -1,5 +1,5 @@
-"""The numbers the papers report, drawn beside ours (SARATHI arXiv 2308.16369, LLaMA-13B on an
-A6000 unless noted; Sarathi-Serve arXiv 2403.02310). Gathered in PAPER_NOTES.md of the project."""
+"""The numbers the papers report (SARATHI arXiv 2308.16369, LLaMA-13B on an A6000 unless noted;
+Sarathi-Serve arXiv 2403.02310)."""
 from pathlib import Path
 
 import yaml
@@ -39,17 +39,15 @@ ORCA_FIG11A = {
     "SARATHI": {1024: 1.27, 2048: 1.25, 3072: 1.23},
 }
 
-# Sarathi-Serve: hybrid batching without a token budget raises P99 TBT up to 28.3x; capacity over
-# vLLM under the strict SLO (Mistral-7B on one A100; Yi-34B on two, tensor parallel); the prefill
-# overhead of 512-token chunks.
+# Sarathi-Serve: P99 TBT inflation of hybrid batching without a budget; capacity over vLLM
+# (Mistral-7B on one A100; Yi-34B on two); 512-token chunks' prefill overhead.
 NAIVE_HYBRID_TBT_INFLATION = 28.3
 CAPACITY_GAIN_OVER_VLLM = 2.6
 CAPACITY_TP_GAIN_OVER_VLLM = 3.7
 CHUNK512_PREFILL_OVERHEAD = 0.25
 
-# The paper's GPU, an RTX A6000: its dense fp16 tensor rate (fp32 accumulate) and memory bandwidth
-# as the simulator's device file states them, read as data so that analysis imports no torch. Their
-# ratio is how many flops a byte read must feed before compute, not memory, bounds a kernel.
+# The paper's A6000 as the simulator's device file states it, read as data so analysis imports no
+# torch.
 _A6000 = yaml.safe_load((Path(__file__).parents[1] / "sim" / "devices" / "a6000.yaml").read_text())
 A6000_GFLOPS = _A6000["peak_flops"] / 1e9
 A6000_GBPS = _A6000["memory_bandwidth"] / 1e9

@@ -1,13 +1,14 @@
 """Redraw the committed figures and claims table (docs/figures/) from result roots, in one command:
 
-    python -m sarathi_lab.analysis.publish --measured outputs --sim outputs/sim --sim outputs/sim-roofline
-    python -m sarathi_lab.analysis.publish --gpu-claims    # RESULTS.md's GPU claims from docs/gpu/*/*/claims.csv
+    python -m sarathi_lab.analysis.publish --measured outputs --sim outputs/sim \
+        --sim outputs/sim-roofline
+    # RESULTS.md's GPU claims from docs/gpu/*/*/claims.csv:
+    python -m sarathi_lab.analysis.publish --gpu-claims
 
-Each paper result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first
-simulated one; the claims table from all of them, then the capacity rows and figures from
-docs/capacity/. A figure whose runs the roots lack is left as it is, and named. A file of another
-source, scale, machine or commit than the one replacing it (docs/figures/provenance.json) is
-replaced only with --force: nothing is written otherwise.
+Each result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first simulated
+one; the claims table from all, then docs/capacity/'s rows and figures. A figure whose runs the
+roots lack is left as it is, and named. A file of another source, scale, machine or commit
+(docs/figures/provenance.json) is replaced only with --force.
 """
 from __future__ import annotations
 
@@ -30,30 +31,32 @@ def _joined(values) -> str:
 
 
 def runs_provenance(results: Results, name: str) -> Provenance:
-    """Where experiment ``name``'s numbers under ``results`` come from: its source and scale (as its
-    claims rows say), the machines that measured it and the commits its runs ran at."""
+    """The source and scale, machines and commits behind experiment ``name``'s numbers."""
     summary = results.with_unreliable().summary(name)
     simulated = recorded_as(results.executor(name)["executor"], "simulated")
     machine = "" if simulated else _joined(summary.get("env.device_name", []))
     return Provenance(results.source(name), results.scale(name), machine,
-                      commit=provenance.commits(summary.get("env.git_commit", [None])), writer=WRITER)
+                      commit=provenance.commits(summary.get("env.git_commit", [None])),
+                      writer=WRITER)
 
 
 def merged(each: list[Provenance]) -> Provenance:
-    """One provenance for a file drawn from several experiments (the claims table)."""
-    return Provenance(*(_joined(getattr(p, key) for p in each) for key in ("source", "scale", "machine", "lease",
-                                                                           "commit")), writer=WRITER)
+    """One provenance for a file drawn from several experiments."""
+    return Provenance(*(_joined(getattr(p, key) for p in each)
+                        for key in ("source", "scale", "machine", "lease", "commit")),
+                      writer=WRITER)
 
 
 def plan(measured: Results | None, sims: list[Results], docs: Path) -> dict[Path, Provenance]:
-    """Each file publish would write from these roots, with its provenance (the figures of the results
-    each root has runs of; the claims table with a measured root)."""
+    """Each file publish would write from these roots, with its provenance."""
     planned, each = {}, []
-    for results, suffix in ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims else []):
+    roots = ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims else [])
+    for results, suffix in roots:
         for name in (n for n in registry.names() if n not in results.missing()):
             planned[docs / "figures" / f"{name}{suffix}.png"] = runs_provenance(results, name)
     if measured is not None:
-        each = [runs_provenance(r, n) for r in (measured, *sims) for n in registry.names() if n not in r.missing()]
+        each = [runs_provenance(r, n) for r in (measured, *sims) for n in registry.names()
+                if n not in r.missing()]
         planned[docs / "figures" / "claims.csv"] = merged(each)
     return planned
 
@@ -74,20 +77,24 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
     return written
 
 
-def publish(measured: str | Path | None, simulated: list[str | Path], docs: str | Path = capacity_docs.DOCS,
+def publish(measured: str | Path | None, simulated: list[str | Path],
+            docs: str | Path = capacity_docs.DOCS,
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
-    """The files written. A provenance.ReplaceRefused, before writing any, where one would replace a
-    file of another source, scale, machine or commit (unless ``force``)."""
-    capacity_docs.check_tables(docs)  # a table refresh would fail on, refused before anything is written
+    """The files written; a ReplaceRefused before writing where one would replace another source's,
+    scale's, machine's or commit's (unless ``force``)."""
+    # refused before anything is written
+    capacity_docs.check_tables(docs)
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
-    runs = None if measured is None else load_results(measured, include_unreliable=include_unreliable)
+    runs = (None if measured is None
+            else load_results(measured, include_unreliable=include_unreliable))
     planned = plan(runs, sims, docs)
     provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
     if runs is not None:
         written += draw_all(runs, docs)
         path = docs / "figures" / "claims.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        claims.claims_table(runs, sims).to_csv(path, index=False)  # its capacity rows: refresh's, below
+        # capacity rows: refresh's, below
+        claims.claims_table(runs, sims).to_csv(path, index=False)
         written.append(path)
     if sims:
         written += draw_all(sims[0], docs, "_sim")
@@ -96,16 +103,21 @@ def publish(measured: str | Path | None, simulated: list[str | Path], docs: str 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.publish", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--measured", help="a produce root of measured runs (default: none redrawn)")
-    parser.add_argument("--sim", action="append", default=[], help="a produce --sim root (repeatable)")
+    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.publish",
+                             description=__doc__.split("\n\n")[0])
+    parser.add_argument("--measured",
+                        help="a produce root of measured runs (default: none redrawn)")
+    parser.add_argument("--sim", action="append", default=[],
+                        help="a produce --sim root (repeatable)")
     parser.add_argument("--docs", default=capacity_docs.DOCS, type=Path, help="the docs folder")
-    parser.add_argument("--include-unreliable", action="store_true", help="keep runs flagged timing_unreliable")
+    parser.add_argument("--include-unreliable", action="store_true",
+                        help="keep runs flagged timing_unreliable")
     parser.add_argument("--force", action="store_true",
-                        help="replace figures and claims of another source, scale, machine or commit")
+                        help="replace figures and claims of another "
+                             "source, scale, machine or commit")
     parser.add_argument("--gpu-claims", action="store_true",
-                        help="rewrite RESULTS.md's GPU claims (the newest run of each device per claim, older ones "
-                             "as history) from the runs kept under DOCS/gpu/")
+                        help="rewrite RESULTS.md's GPU claims (the newest run of each device per "
+                             "claim, older ones as history) from the runs kept under DOCS/gpu/")
     args = parser.parse_args(argv)
     for root in filter(None, [args.measured, *args.sim]):
         if not Path(root).is_dir():
@@ -116,7 +128,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             print(gpu_claims.write(Path(args.docs) / "RESULTS.md", Path(args.docs) / "gpu"))
         except OSError as e:
-            parser.error(f"--docs={args.docs} is invalid: must hold RESULTS.md and gpu/ ({e.strerror})")
+            parser.error(f"--docs={args.docs} is invalid: must hold RESULTS.md and gpu/ "
+                         f"({e.strerror})")
         except ValueError as e:
             parser.error(str(e))
         if args.measured is None and not args.sim:

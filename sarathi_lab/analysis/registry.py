@@ -1,6 +1,5 @@
-"""The paper's results, each one unit: a module in ``analysis/paper_results/`` whose ``RESULT``
-(a PaperResult) registers it. produce, the claims table, the figures, the notebooks and the GPU
-suite iterate ``RESULTS``. A result's figure imports matplotlib only when it is drawn."""
+"""The paper's results, each a module in ``analysis/paper_results/`` whose ``RESULT`` registers it.
+"""
 from __future__ import annotations
 
 import importlib
@@ -16,11 +15,12 @@ def _discover() -> tuple[PaperResult, ...]:
     found = [m.RESULT for m in modules if isinstance(getattr(m, "RESULT", None), PaperResult)]
     names = [r.name for r in found]
     if twice := sorted({n for n in names if names.count(n) > 1}):
-        raise ValueError(f"analysis/paper_results: {twice[0]!r} is registered twice; each result's name must be unique")
+        raise ValueError(f"analysis/paper_results: {twice[0]!r} is registered twice; each result's "
+                         "name must be unique")
     return tuple(sorted(found, key=lambda r: (r.order, r.name)))
 
 
-# Read when used, not copied at import, so that a result registered later (a test's toy) is seen too.
+# Read when used, so a result registered later (a test's toy) is seen.
 RESULTS: tuple[PaperResult, ...] = _discover()
 
 
@@ -36,17 +36,16 @@ def by_name(name: str) -> PaperResult:
 
 
 def draw(result: PaperResult, runs, simulated=None):
-    """The result's figure. Where every measured run of it was left out (a busy machine flags them all
-    timing_unreliable), its simulated runs are drawn alone, which no load changes, with a line saying
-    the measured ones were left out and why; None only where there is nothing at all to draw
-    (``runs.nothing_kept_note`` then stands in its place)."""
+    """The result's figure; with every measured run left out, the simulated runs alone and why.
+    None: nothing to draw."""
     if not runs.summary(result.name).empty:
         return result.figure(runs, simulated)
-    if simulated is None or result.name in simulated.missing() or simulated.summary(result.name).empty:
+    if (simulated is None or result.name in simulated.missing()
+            or simulated.summary(result.name).empty):
         return None
     fig = result.figure(simulated, None)
-    # A line of the headline (constrained layout makes room for it): below the axes it ran into the notes
-    # some figures draw there.
+    # In the headline: below the axes it ran into some figures' notes.
     above = fig._suptitle.get_text() + "\n" if fig._suptitle is not None else ""
-    fig.suptitle(f"{above}measured runs left out: {runs.nothing_kept_note(result.name)}", fontsize=11)
+    fig.suptitle(f"{above}measured runs left out: {runs.nothing_kept_note(result.name)}",
+                 fontsize=11)
     return fig

@@ -1,6 +1,5 @@
-"""Where each experiment's runs are under a results root (``<experiment>/multiruns/<sweep>/<job>/``):
-its newest complete sweep (harness/sweep_state.py), or, where none is, its newest sweep with a
-finished run, said to be incomplete wherever its numbers are shown."""
+"""Where each experiment's runs are under a results root: its newest complete sweep, else its newest
+with a finished run, marked incomplete wherever shown."""
 from __future__ import annotations
 
 import logging
@@ -35,35 +34,35 @@ EXPERIMENTS = registry.names()
 
 
 def sweeps(root: str | Path, name: str) -> list[Path]:
-    """The sweep directories under ``root/<name>/multiruns`` that hold a finished run, newest first
-    (by their latest finished run)."""
+    """Sweeps under ``root/<name>/multiruns`` holding a finished run, newest first."""
     finished = {}
     for metrics in (Path(root) / name / "multiruns").glob(f"*/**/{METRICS}"):
         relative = metrics.relative_to(Path(root) / name / "multiruns")
         if is_read(relative):  # not W&B's copy of a run's file, nor a run set aside
-            finished[relative.parts[0]] = max(finished.get(relative.parts[0], 0.0), metrics.stat().st_mtime)
-    return [Path(root) / name / "multiruns" / s for s in sorted(finished, key=finished.get, reverse=True)]
+            finished[relative.parts[0]] = max(finished.get(relative.parts[0], 0.0),
+                                              metrics.stat().st_mtime)
+    return [Path(root) / name / "multiruns" / s
+            for s in sorted(finished, key=finished.get, reverse=True)]
 
 
-# Set to 1 (or true, yes, on: env_flags.py), every Results (the notebooks', produce's) reads incomplete
-# sweeps as include_incomplete does.
+# Truthy (env_flags.py): every Results reads incomplete sweeps as include_incomplete does.
 INCLUDE_INCOMPLETE_ENV = "SARATHI_INCLUDE_INCOMPLETE"
-# Set to 1 (or true, yes, on), the notebooks keep the runs flagged timing_unreliable (Results' include_unreliable).
+# Truthy: the notebooks keep runs flagged timing_unreliable.
 INCLUDE_UNRELIABLE_ENV = "SARATHI_INCLUDE_UNRELIABLE"
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The sweep that stands for an experiment, its state, and the newer incomplete sweeps passed
-    over for it (``skipped``, newest first)."""
+    """The sweep standing for an experiment, its state, and newer incomplete sweeps passed over."""
     sweep: Path
     state: SweepState
     skipped: list[tuple[Path, SweepState]]
 
     def note(self, kept: bool) -> str:
-        """'' for a complete sweep chosen over none; else what the numbers lack or passed over."""
+        """'' for a complete sweep; else what the numbers lack or passed over."""
         if not self.state.complete:
-            return f"incomplete: {self.state.describe()}" + (" (include_incomplete)" if kept else "")
+            return (f"incomplete: {self.state.describe()}"
+                    + (" (include_incomplete)" if kept else ""))
         if not self.skipped:
             return ""
         newest, state = self.skipped[0]
@@ -73,8 +72,8 @@ class Choice:
 
 
 def download_wandb(project: str, root: str | Path, names=None) -> Path:
-    """Every result file of each experiment's newest W&B group (one sweep) into ``root``, laid out
-    as local runs are: ``root/<name>/multiruns/<group>/<run id>/``."""
+    """Each experiment's newest W&B group into ``root``, laid out as local runs
+    (``root/<name>/multiruns/<group>/<run id>/``)."""
     import wandb
 
     api = wandb.Api()
@@ -91,19 +90,16 @@ def download_wandb(project: str, root: str | Path, names=None) -> Path:
     return Path(root)
 
 
-# The units a metric's name ends with (a summary key that is none is a count, a flag or a setting).
+# The units a metric's name ends with (else a count, flag or setting).
 METRIC_UNITS = ("_s", "_tok_s", "_rps", "_tokens", "_share", "_fraction")
-# metrics.json's flag for a run whose times other work on the machine distorted (profiling/load.py).
+# A run whose times other work distorted (profiling/load.py).
 UNRELIABLE = "env.timing_unreliable"
 
 
 @dataclass(eq=False)
 class Results:
-    """Each experiment's runs under one results root (``choice``), loaded on first use. Runs
-    flagged ``timing_unreliable`` are left out of every table unless ``include_unreliable``;
-    ``seed`` keeps one repeat of the experiment (how the claims get their spread);
-    ``include_incomplete`` None: as INCLUDE_INCOMPLETE_ENV says. Its views (``repeat``,
-    ``with_unreliable``) share what is already loaded."""
+    """Each experiment's runs under one root, loaded on first use; unreliable runs left out unless
+    ``include_unreliable``; ``seed`` keeps one repeat."""
     root: Path
     include_unreliable: bool = False
     seed: int | None = None
@@ -117,8 +113,8 @@ class Results:
             self.include_incomplete = env_flag(INCLUDE_INCOMPLETE_ENV)
 
     def choice(self, name: str) -> Choice:
-        """The newest complete sweep of ``name``, or the newest of all with ``include_incomplete`` or
-        where none is complete."""
+        """The newest complete sweep, or the newest of all with ``include_incomplete`` or none
+        complete."""
         if name not in self._choices:
             found = sweeps(self.root, name)
             if not found:
@@ -137,7 +133,8 @@ class Results:
         return self.choice(name).sweep
 
     def sweep_note(self, name: str) -> str:
-        """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed over, or ''."""
+        """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed over, or
+        ''."""
         return self.choice(name).note(self.include_incomplete)
 
     def missing(self) -> list[str]:
@@ -148,22 +145,24 @@ class Results:
 
     def _loaded(self, name: str, table: str) -> pd.DataFrame:
         if (name, table) not in self._tables:
-            self._tables[name, table] = self._current_jobs(name, load_runs(self.sweep(name), table=table),
-                                                           warn=table == "summary")
+            runs = load_runs(self.sweep(name), table=table)
+            self._tables[name, table] = self._current_jobs(name, runs, warn=table == "summary")
         return self._tables[name, table]
 
     def _current_jobs(self, name: str, runs: pd.DataFrame, warn: bool) -> pd.DataFrame:
-        """``runs`` of the jobs the sweep's last launch ran (its summary's jobs, once it ended): a finished
-        run in a folder of none of them (an earlier launch's, its swept values since changed) is left out,
-        and said so."""
+        """``runs`` of the jobs the sweep's last launch ran: others (an earlier launch's) are left
+        out, and said so."""
         sweep, state = self.sweep(name), self.choice(name).state
-        if not len(runs) or not state.ended or not isinstance(read_json(sweep / SWEEP_SUMMARY), dict):
+        if (not len(runs) or not state.ended
+                or not isinstance(read_json(sweep / SWEEP_SUMMARY), dict)):
             return runs  # no launch's report says which jobs are the sweep's: its folders are
         relative = runs.run_dir.map(lambda d: Path(d).relative_to(sweep).as_posix())
-        current = relative.map(lambda r: any(r == job or r.startswith(f"{job}/") for job in state.jobs))
-        if warn and (other := sorted(set(relative[~current]), key=lambda r: natural_order(Path(r)))):
-            log.warning("%s: %d run%s under %s left out: of none of the jobs its last launch ran (%s)", name,
-                        len(other), "s" * (len(other) != 1), sweep,
+        current = relative.map(lambda r: any(r == job or r.startswith(f"{job}/")
+                                             for job in state.jobs))
+        if warn and (other := sorted(set(relative[~current]),
+                                     key=lambda r: natural_order(Path(r)))):
+            log.warning("%s: %d run%s under %s left out: of none of the jobs its last launch ran "
+                        "(%s)", name, len(other), "s" * (len(other) != 1), sweep,
                         ", ".join(other[:5]) + (" ..." if len(other) > 5 else ""))
         return runs[current].reset_index(drop=True)
 
@@ -174,7 +173,7 @@ class Results:
         return set(summary.run_dir[summary[UNRELIABLE].fillna(False).astype(bool)])
 
     def _runs(self, name: str) -> set[str]:
-        """The run_dirs every table of ``name`` keeps: reliable (unless opted in), of ``seed`` if set."""
+        """The run_dirs kept: reliable (unless opted in), of ``seed`` if set."""
         summary = self._loaded(name, "summary")
         keep = set(summary.run_dir)
         if not self.include_unreliable:
@@ -190,7 +189,7 @@ class Results:
         return loaded[loaded.run_dir.isin(self._runs(name))].reset_index(drop=True)
 
     def seeds(self, name: str) -> list[int]:
-        """The seeds of the experiment's kept runs: each a repeat of the whole experiment."""
+        """The seeds of the kept runs, each a repeat of the whole experiment."""
         summary = self.summary(name)
         return sorted(summary.seed.dropna().unique().tolist()) if "seed" in summary else []
 
@@ -201,7 +200,7 @@ class Results:
         return replace(self, include_unreliable=True)
 
     def provenance(self, name: str) -> dict[str, str]:
-        """Where the experiment's numbers come from: a claims row's claims.PROVENANCE columns."""
+        """A claims row's claims.PROVENANCE columns."""
         row = self._loaded(name, "summary").iloc[0]
         source = f"{self.source(name)}, {row.get('model', 'unrecorded')}"
         scale, dtype = self.scale(name), str(row.get("env.dtype", ""))
@@ -209,12 +208,12 @@ class Results:
             return simulated_provenance(source, scale, dtype) | {"commit": self.commits(name)}
         threads = row.get("env.torch_threads")
         return {"source": source, "scale": scale, "dtype": dtype,
-                "threads": "" if pd.isna(threads) else f"{threads:g}", "machine": str(row.get("env.device_name", "")),
-                "commit": self.commits(name)}
+                "threads": "" if pd.isna(threads) else f"{threads:g}",
+                "machine": str(row.get("env.device_name", "")), "commit": self.commits(name)}
 
     def commits(self, name: str) -> str:
-        """The commit the experiment's kept runs ran at ('6218397'; 'unrecorded' where they recorded
-        none), or, where they mix several, each with its count: 'mixed: 6218397 (3 runs), abcdef0 (1 run)'."""
+        """'6218397', 'unrecorded', or with several each with its count: 'mixed: 6218397 (3 runs),
+        abcdef0 (1 run)'."""
         summary = self.summary(name)
         if summary.empty:
             summary = self._loaded(name, "summary")
@@ -222,17 +221,16 @@ class Results:
         counts = Counter(provenance.commits([value]) for value in column)
         if len(counts) <= 1:
             return next(iter(counts), provenance.UNRECORDED)
-        return "mixed: " + ", ".join(f"{c} ({n} run{'s' * (n != 1)})" for c, n in sorted(counts.items()))
+        return "mixed: " + ", ".join(f"{c} ({n} run{'s' * (n != 1)})"
+                                     for c, n in sorted(counts.items()))
 
     def lacking_note(self, name: str, short: bool = False) -> str:
-        """What the experiment's tables leave out of its kept runs without the tables showing it: runs
-        whose metrics.json cannot be read ('1 run unreadable: ...'), and metrics some runs recorded and
-        others did not ('1 of 4 runs lack ttft_p50_s (...)': renamed, or a run of another version),
-        which whatever reads them leaves those runs out of; '' where there is nothing to say.
-        ``short``: without the reasons (a figure's title)."""
+        """What the tables silently leave out: unreadable runs and metrics only some runs recorded;
+        '' where nothing. ``short``: no reasons."""
         sweep, keys, unreadable = self.sweep(name), {}, []
         summary = self.summary(name)
-        kept = set(summary.run_dir) if "run_dir" in summary else set()  # none where every run is unreadable
+        # none where every run is unreadable
+        kept = set(summary.run_dir) if "run_dir" in summary else set()
         for path in sorted(sweep.rglob(METRICS), key=natural_order):
             if not is_read(path.relative_to(sweep)):
                 continue
@@ -245,31 +243,35 @@ class Results:
                 keys[str(path.parent)] = set(current_names(summary))
         lacking = {}
         for metric in set().union(*keys.values()) if keys else ():
-            if metric.endswith(METRIC_UNITS) and (missing := sum(metric not in k for k in keys.values())):
+            if metric.endswith(METRIC_UNITS) and (
+                    missing := sum(metric not in k for k in keys.values())):
                 lacking.setdefault(missing, []).append(metric)
         notes = [f"{len(unreadable)} run{'s' * (len(unreadable) != 1)} unreadable"
-                 + ("" if short else f" ({', '.join(unreadable[:3])}{' ...' if len(unreadable) > 3 else ''}): "
+                 + ("" if short
+                    else f" ({', '.join(unreadable[:3])}{' ...' if len(unreadable) > 3 else ''}): "
                     "left out")] if unreadable else []
         for missing, metrics in sorted(lacking.items()):
             names = ", ".join(sorted(metrics)[:4]) + (" ..." if len(metrics) > 4 else "")
             notes.append(f"{missing} of {len(keys)} run{'s' * (len(keys) != 1)} lack {names}" + (
-                "" if short else " (renamed, or recorded by another version): left out of what reads it"))
+                "" if short else (" (renamed, or recorded by another "
+                                  "version): left out of what reads it")))
         return "; ".join(notes)
 
     def scale(self, name: str) -> str:
-        """'ci' for the quick set, else 'full': the runs' own ``scale`` (metrics.json; ``experiment=ci/NAME``
-        sweeps into a folder named by time only), or a sweep folder named ``ci-*`` (``produce --scale ci``)."""
+        """'ci' or 'full': the runs' own ``scale``, or a ``ci-*`` sweep folder (``produce --scale
+        ci``)."""
         summary = self._loaded(name, "summary")
         recorded = set(summary["scale"].dropna()) if "scale" in summary else set()
         return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
     def executor(self, name: str) -> dict[str, str]:
-        """``executor`` (model | sim) and, when simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp``
-        and (with pipeline stages) ``sim_pp``, from a run's resolved config."""
+        """``executor`` (model | sim) and, simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp``
+        and ``sim_pp``."""
         engine = {}
         sweep = self.sweep(name)
         for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
-            if not is_read(metrics.relative_to(sweep)):  # W&B's copy of a run's file, a run set aside
+            # W&B's copy of a run's file, a run set aside
+            if not is_read(metrics.relative_to(sweep)):
                 continue
             try:
                 engine = read_record(metrics)["resolved_config"].get("engine", {})
@@ -279,37 +281,42 @@ class Results:
         if not recorded_as(engine.get("executor"), "simulated"):
             return {"executor": engine.get("executor", "model")}
         stages = {"sim_pp": engine["sim_pp"]} if engine.get("sim_pp", 1) > 1 else {}
-        return {"executor": engine["executor"], "sim_device": engine.get("sim_device", "unrecorded"),
-                "sim_cost_model": engine.get("sim_cost_model", "unrecorded"), "sim_tp": engine.get("sim_tp", 1),
-                **stages}
+        return {"executor": engine["executor"],
+                "sim_device": engine.get("sim_device", "unrecorded"),
+                "sim_cost_model": engine.get("sim_cost_model", "unrecorded"),
+                "sim_tp": engine.get("sim_tp", 1), **stages}
 
     def source(self, name: str) -> str:
         """'measured CPU', 'measured GPU' or e.g. 'simulated A6000 (roofline)'."""
-        return run_source(self.executor(name), str(self._loaded(name, "summary").iloc[0].get("env.device", "")))
+        return run_source(self.executor(name),
+                          str(self._loaded(name, "summary").iloc[0].get("env.device", "")))
 
     def describe(self, name: str) -> str:
-        """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and notes."""
+        """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and
+        notes."""
         row = self._loaded(name, "summary").iloc[0]
-        where = ("predicted by the cost model, not measured" if recorded_as(self.executor(name)["executor"],
-                                                                            "simulated")
+        where = ("predicted by the cost model, not measured"
+                 if recorded_as(self.executor(name)["executor"], "simulated")
                  else row.get("env.device_name", "unrecorded device"))
         commits = self.commits(name)
-        mixed = f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ") else ""
+        mixed = (f"runs of {commits.removeprefix('mixed: ')}" if commits.startswith("mixed: ")
+                 else "")
         lacking = self.lacking_note(name, short=True) if hasattr(self, "lacking_note") else ""
-        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name), lacking, mixed)
-                        if note)
-        return (f"{self.source(name)}: {row.get('model', 'unrecorded')}, {where}, {row.get('env.dtype', 'unrecorded')} "
-                f"({self.scale(name)} scale{notes})")
+        notes = "".join(f"; {note}" for note in (self.sweep_note(name), self.unreliable_note(name),
+                                                 lacking, mixed) if note)
+        return (f"{self.source(name)}: {row.get('model', 'unrecorded')}, {where}, "
+                f"{row.get('env.dtype', 'unrecorded')} ({self.scale(name)} scale{notes})")
 
     def nothing_kept_note(self, name: str) -> str:
-        """What stands in the place of a figure of ``name`` none of whose runs is kept: how many were
-        left out, why, and how to draw them anyway."""
+        """Stands in for a figure with no kept run: how many were left out, why, and how to draw
+        them anyway."""
         flagged = len(self._unreliable_runs(name))
         if not flagged:
             unreadable = self.lacking_note(name)
-            return f"no run of {name} to draw under {self.sweep(name)}" + (f": {unreadable}" if unreadable else "")
-        return (f"no reliable run of {name}: {flagged} run{'s' * (flagged != 1)} left out as timing_unreliable; "
-                f"set {INCLUDE_UNRELIABLE_ENV}=1 to draw them anyway")
+            return (f"no run of {name} to draw under {self.sweep(name)}"
+                    + (f": {unreadable}" if unreadable else ""))
+        return (f"no reliable run of {name}: {flagged} run{'s' * (flagged != 1)} left out as "
+                f"timing_unreliable; set {INCLUDE_UNRELIABLE_ENV}=1 to draw them anyway")
 
     def unreliable_note(self, name: str) -> str:
         """'3 of 8 runs left out: timing unreliable' (or kept), '' when none is flagged."""
@@ -321,10 +328,12 @@ class Results:
                 else f"{flagged} of {total} runs left out: timing unreliable")
 
 
-def load_results(root: str | Path, wandb_project: str | None = None, include_unreliable: bool = False,
+def load_results(root: str | Path, wandb_project: str | None = None,
+                 include_unreliable: bool = False,
                  include_incomplete: bool | None = None) -> Results:
-    """The runs of every experiment under ``root``, or with ``wandb_project`` ("entity/project")
-    downloaded into ``root/wandb/<project>`` first."""
+    """The runs of every experiment under ``root``, with ``wandb_project`` downloaded there first.
+    """
     if wandb_project:
-        root = download_wandb(wandb_project, Path(root) / "wandb" / wandb_project.replace("/", "__"))
+        folder = Path(root) / "wandb" / wandb_project.replace("/", "__")
+        root = download_wandb(wandb_project, folder)
     return Results(root, include_unreliable, include_incomplete=include_incomplete)

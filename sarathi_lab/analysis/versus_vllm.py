@@ -1,13 +1,12 @@
-"""Our engine beside vLLM itself (experiment=versus_vllm, ``executor=model,vllm``): TTFT, P99 TBT and
-throughput of both engines at the same Poisson rates on the same weights, and Sarathi-Serve's
+"""Our engine beside vLLM itself (experiment=versus_vllm, ``executor=model,vllm``): TTFT, P99 TBT
+and throughput of both engines at the same Poisson rates on the same weights, and Sarathi-Serve's
 stall-free claim measured on vLLM: its chunked prefill on (scheduler=sarathi_serve) against off
 (scheduler=vllm). Draws ``<docs>/figures/versus_vllm.png`` and its claims,
 ``<docs>/figures/versus_vllm_claims.csv`` (claims.csv's columns), from a sweep's runs:
 
     python -m sarathi_lab.analysis.versus_vllm outputs/versus_vllm/multirun/<time>
 
-Not a paper result of the registry: it needs vLLM installed to run, which ``produce`` and the GPU
-suite do not assume.
+Not in the registry: it needs vLLM installed, which ``produce`` and the GPU suite do not assume.
 """
 from __future__ import annotations
 
@@ -24,45 +23,49 @@ from sarathi_lab.provenance import Provenance
 NAME = "versus_vllm"
 WRITER = "python -m sarathi_lab.analysis.versus_vllm"
 ENGINES = {"model": "sarathi_lab", "vllm": "vLLM"}
-# What each of our scheduler names runs on vLLM (harness/vllm_args.py maps them).
+# What each of our scheduler names runs on vLLM (harness/vllm_args.py).
 BATCHING = {"sarathi_serve": "chunked prefill on", "vllm": "chunked prefill off"}
-STALL_FREE = "vLLM's own chunked prefill (stall-free batching) keeps P99 TBT below vLLM without it at every load"
-OURS = "Our engine's sarathi_serve keeps P99 TBT below our vllm scheduler's at every load (the same arrivals)"
+STALL_FREE = ("vLLM's own chunked prefill (stall-free batching) keeps P99 TBT below vLLM without "
+              "it at every load")
+OURS = ("Our engine's sarathi_serve keeps P99 TBT below our vllm scheduler's at every load (the "
+        "same arrivals)")
 
 
 class NoRuns(ValueError):
-    """The root holds no finished run of both engines."""
+    """No finished run of both engines under the root."""
 
 
 def runs_of(root: str | Path) -> pd.DataFrame:
-    """The root's finished runs (load_runs), named for the figure."""
     runs = load_runs(root)
     if runs.empty or "executor" not in runs or not {"model", "vllm"} <= set(runs.executor) \
             or "workload.qps" not in runs:
-        raise NoRuns(f"root {root} is invalid: it holds no finished runs of both engines (executor=model and "
-                     "executor=vllm) at a workload.qps; run: python -m sarathi_lab.run -m experiment=versus_vllm")
+        raise NoRuns(f"root {root} is invalid: it holds no finished runs of both engines "
+                     "(executor=model and executor=vllm) at a workload.qps; run: python -m "
+                     "sarathi_lab.run -m experiment=versus_vllm")
     return named(runs)
 
 
 def named(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs of both engines (load_runs' rows) with ``engine``, ``batching``, ``qps`` and ``source``."""
+    """Runs of both engines with ``engine``, ``batching``, ``qps`` and ``source``."""
     runs = runs[runs.scheduler.isin(list(BATCHING))].copy()
     runs["engine"] = runs.executor.map(ENGINES)
     runs["batching"] = runs.scheduler.map(BATCHING)
     runs["qps"] = runs["workload.qps"].astype(float)
     runs["source"] = [run_source({"executor": e, "vllm_version": v}, d) for e, v, d in
-                      zip(runs.executor, runs.get("env.vllm_version", [None] * len(runs)), runs.device)]
+                      zip(runs.executor, runs.get("env.vllm_version", [None] * len(runs)),
+                          runs.device)]
     return runs
 
 
 def p99_tbt(runs: pd.DataFrame, executor: str) -> pd.DataFrame:
-    """P99 TBT (s), mean over seeds, by load (rows) and scheduler (columns), of one engine."""
+    """P99 TBT (s), mean over seeds, by load and scheduler, of one engine."""
     one = runs[runs.executor == executor]
-    return one.pivot_table(index="qps", columns="scheduler", values="itl_p99_s").reindex(columns=list(BATCHING))
+    table = one.pivot_table(index="qps", columns="scheduler", values="itl_p99_s")
+    return table.reindex(columns=list(BATCHING))
 
 
 def _lower_at_every_load(tbt: pd.DataFrame) -> tuple[str, str]:
-    """(ours text, verdict) of 'sarathi_serve's P99 TBT below vllm's at each load'."""
+    """(ours text, verdict) of sarathi_serve's P99 TBT below vllm's at each load."""
     def at(r) -> str:
         ratio = "" if r.isna().any() else f" ({r.vllm / r.sarathi_serve:.2f}x)"
         return (f"on {shown(r.sarathi_serve * 1e3, '.0f', 'no finished run', ' ms')}, "
@@ -74,30 +77,35 @@ def _lower_at_every_load(tbt: pd.DataFrame) -> tuple[str, str]:
 
 
 def claims_rows(runs: pd.DataFrame) -> list[dict]:
-    """The stall-free claim on vLLM itself, and the same comparison on our engine beside it."""
+    """The stall-free claim on vLLM itself, and the same comparison on our engine."""
     prov = _row_provenance(runs)
     seeds = len(runs.seed.unique())
     spread = claims.NO_REPEATS if seeds < 2 else f"mean of {seeds} seeds"
     rows = []
     for executor, claim in (("vllm", STALL_FREE), ("model", OURS)):
         text, holds = _lower_at_every_load(p99_tbt(runs, executor))
-        row = claim_row(NAME, claim, f"hybrid batching without a budget raises TBT up to "
+        row = claim_row(NAME, claim, "hybrid batching without a budget raises TBT up to "
                         f"{paper.NAIVE_HYBRID_TBT_INFLATION}x (Sarathi-Serve)", text, holds)
-        source = "; ".join(sorted(runs[runs.executor == executor].source.dropna().unique())) or "measured"
+        sources = runs[runs.executor == executor].source.dropna().unique()
+        source = "; ".join(sorted(sources)) or "measured"
         rows.append({k: v for k, v in row.items() if k != "value"} | prov | {
             "source": source, "spread": spread, "left out": _unreliable(runs) or "none"})
     return rows
 
 
 def _unreliable(runs: pd.DataFrame) -> str:
-    """Drawn whatever the load (the comparison is between engines measured alike), but said: how many
-    runs were flagged, and the load average the runs saw (which every run records alike)."""
-    flagged = int(runs.get("env.timing_unreliable", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
+    """Drawn whatever the load (both engines measured alike), but said: runs flagged and the load
+    average."""
+    flags = runs.get("env.timing_unreliable", pd.Series(dtype=bool))
+    flagged = int(flags.fillna(False).astype(bool).sum())
     if not flagged:
         return ""
-    load = pd.concat([runs.get(c, pd.Series(dtype=float)) for c in ("env.load1_start", "env.load1_end")]).dropna()
-    cores = "+".join(str(int(c)) for c in sorted(runs.get("env.cores", pd.Series(dtype=float)).dropna().unique()))
-    seen = f", load average {load.min():.1f} to {load.max():.1f} on {cores} cores" if len(load) and cores else ""
+    load = pd.concat([runs.get(c, pd.Series(dtype=float))
+                      for c in ("env.load1_start", "env.load1_end")]).dropna()
+    counts = runs.get("env.cores", pd.Series(dtype=float)).dropna().unique()
+    cores = "+".join(str(int(c)) for c in sorted(counts))
+    seen = (f", load average {load.min():.1f} to {load.max():.1f} on {cores} cores"
+            if len(load) and cores else "")
     return f"none; {flagged} of {len(runs)} runs flagged timing_unreliable (a busy machine{seen})"
 
 
@@ -106,31 +114,34 @@ def _joined(runs: pd.DataFrame, column: str) -> str:
 
 
 def _row_provenance(runs: pd.DataFrame) -> dict[str, str]:
-    return {"scale": scale(runs), "dtype": _joined(runs, "dtype"), "threads": _joined(runs, "env.torch_threads"),
+    return {"scale": scale(runs), "dtype": _joined(runs, "dtype"),
+            "threads": _joined(runs, "env.torch_threads"),
             "machine": _joined(runs, "env.device_name"), claims.DIFFERS: "",
             "commit": provenance.commits(runs.get("env.git_commit", pd.Series([None])))}
 
 
 def scale(runs: pd.DataFrame) -> str:
-    """The sweep's size in a few words: model, requests a run, loads, seeds."""
+    """The sweep's size: model, requests a run, loads, seeds."""
     qps = ", ".join(f"{q:g}" for q in sorted(runs.qps.unique()))
     seeds = ", ".join(str(s) for s in sorted(runs.seed.unique()))
     models = "+".join(sorted(runs.model.astype(str).unique()))
-    requests = "+".join(str(int(n)) for n in sorted(runs.num_requests.unique())) if "num_requests" in runs else "?"
+    requests = ("+".join(str(int(n)) for n in sorted(runs.num_requests.unique()))
+                if "num_requests" in runs else "?")
     return f"{models}, {requests} requests a run at {qps} req/s, seeds {seeds}"
 
 
 def figure(runs: pd.DataFrame):
-    """Three panels over load: TTFT (p50, p99), P99 TBT, total throughput; colour the engine, line
-    style chunked prefill on or off; bands the range over seeds."""
+    """Over load: TTFT (p50, p99), P99 TBT, throughput; colour the engine, style chunked prefill
+    on/off, bands the seed range."""
     from sarathi_lab.analysis import figures  # matplotlib only when drawn
 
     fig, axes = figures.subplots(1, 3, figsize=(18, 4.8))
-    # The same colour and line for an engine and a mode in every figure, whichever ran first.
+    # One colour and line per engine and mode in every figure.
     style = {"x": "qps", "hue": "engine", "style": "batching", "errorbar": figures.SPREAD,
              "hue_order": list(ENGINES.values()), "style_order": list(BATCHING.values())}
     figures.sns.lineplot(runs, y="ttft_p50_s", ax=axes[0], legend=False, markers=True, **style)
-    figures.sns.lineplot(runs, y="ttft_p99_s", ax=axes[0], legend=False, alpha=0.35, linewidth=1, **style)
+    figures.sns.lineplot(runs, y="ttft_p99_s", ax=axes[0], legend=False, alpha=0.35, linewidth=1,
+                         **style)
     figures.sns.lineplot(runs, y="itl_p99_s", ax=axes[1], legend=False, markers=True, **style)
     figures.sns.lineplot(runs, y="total_throughput_tok_s", ax=axes[2], markers=True, **style)
     axes[0].set(yscale="log", title="TTFT: p50 (marked), p99 (faint)", ylabel="TTFT (s)")
@@ -148,42 +159,48 @@ def figure(runs: pd.DataFrame):
     seeds = runs.seed.nunique()
     spread = f"; bands: min-max over {seeds} seeds" if seeds > 1 else "; one seed: no spread"
     prov = _row_provenance(runs)
-    fig.suptitle(f"Our engine beside vLLM on the same weights, dtype, threads and arrivals, measured on CPU "
-                 f"({prov['machine']}, {prov['threads']} threads, {prov['dtype']})\n"
-                 f"{scale(runs)}{spread}; sarathi_lab {prov['commit']}, vLLM "
+    fig.suptitle("Our engine beside vLLM on the same weights, dtype, threads and arrivals, "
+                 f"measured on CPU ({prov['machine']}, {prov['threads']} threads, "
+                 f"{prov['dtype']})\n{scale(runs)}{spread}; sarathi_lab {prov['commit']}, vLLM "
                  f"{_joined(runs, 'env.vllm_version') or 'unknown'}\n{stall}", fontsize=11)
     if note := _unreliable(runs):
-        fig.text(0.5, -0.02, note.removeprefix("none; ") + ": drawn all the same; read the engines side by side, not "
-                 "the absolute times", ha="center", va="top", fontsize=9, style="italic")
+        fig.text(0.5, -0.02,
+                 note.removeprefix("none; ") + ": drawn all the same; read the engines side by "
+                 "side, not the absolute times", ha="center", va="top", fontsize=9, style="italic")
     return fig
 
 
 def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) -> list[Path]:
-    """The figure and its claims, written under ``docs/figures`` (refused, before writing, over files
-    of another source, scale, machine or commit unless ``force``)."""
+    """The figure and its claims under ``docs/figures``, refused over another source's files unless
+    ``force``."""
     import matplotlib.pyplot as plt
 
     from sarathi_lab.analysis import figures
 
     runs = runs_of(root)
     folder = Path(docs) / "figures"
-    prov = Provenance(" + ".join(sorted(runs.source.dropna().unique())), scale(runs), _row_provenance(runs)["machine"],
+    prov = Provenance(" + ".join(sorted(runs.source.dropna().unique())), scale(runs),
+                      _row_provenance(runs)["machine"],
                       commit=_row_provenance(runs)["commit"], writer=WRITER)
     planned = {folder / f"{NAME}.png": prov, folder / f"{NAME}_claims.csv": prov}
     provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
     fig = figure(runs)
     figures.save(fig, docs, NAME)
     plt.close(fig)
-    pd.DataFrame(claims_rows(runs)).reindex(columns=claims.COLUMNS).to_csv(folder / f"{NAME}_claims.csv", index=False)
+    table = pd.DataFrame(claims_rows(runs)).reindex(columns=claims.COLUMNS)
+    table.to_csv(folder / f"{NAME}_claims.csv", index=False)
     provenance.record(planned)
     return list(planned)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", help="a sweep of experiment=versus_vllm (or any root with runs of both engines)")
-    parser.add_argument("--docs", default="docs", type=Path, help="the docs folder (figures/ under it)")
-    parser.add_argument("--force", action="store_true", help="replace files of another source, scale or commit")
+    parser.add_argument("root", help="a sweep of experiment=versus_vllm (or "
+                                     "any root with runs of both engines)")
+    parser.add_argument("--docs", default="docs", type=Path,
+                        help="the docs folder (figures/ under it)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace files of another source, scale or commit")
     args = parser.parse_args(argv)
     if not Path(args.root).is_dir():
         parser.error(f"root {args.root!r} is invalid: no such directory")

@@ -1,11 +1,13 @@
 """python -m sarathi_lab.gpu: the GPU suite, resumable step by step (docs/gpu/README.md).
 
-    python -m sarathi_lab.gpu --plan                       # steps, expected minutes, how they fill calls
-    python -m sarathi_lab.gpu --next --budget-min 9        # what is still due, most valuable first, call by call
-    python -m sarathi_lab.gpu --next --run --budget-min 9 --restore .gpu/suite.tar.gz   # run the queue's head
-    python -m sarathi_lab.gpu --dry-run                    # every step on the CPU at tiny shapes
-    python -m sarathi_lab.gpu --out outputs/gpu --restore .gpu/suite.tar.gz   # on the GPU machine
-    python -m sarathi_lab.gpu --own            # your own GPU: the paper's setting, no budget, one folder
+    python -m sarathi_lab.gpu --plan                 # steps, expected minutes, how they fill calls
+    python -m sarathi_lab.gpu --next --budget-min 9  # what is due, most valuable first, by call
+    # the queue's head:
+    python -m sarathi_lab.gpu --next --run --budget-min 9 --restore .gpu/suite.tar.gz
+    python -m sarathi_lab.gpu --dry-run              # every step on the CPU at tiny shapes
+    # on the GPU machine:
+    python -m sarathi_lab.gpu --out outputs/gpu --restore .gpu/suite.tar.gz
+    python -m sarathi_lab.gpu --own  # your own GPU: the paper's setting, no budget, one folder
 
 The driver does no device work: a worker process runs the steps, and a fresh one follows a worker
 that dies, so a crash or a broken CUDA context costs one step, not the call.
@@ -31,42 +33,44 @@ from sarathi_lab.gpu.plan import Step, by_name, format_plan, named, select
 from sarathi_lab.gpu.progress import POLL_S, Progress
 from sarathi_lab.gpu.worker import RESTART
 
-# What a worker gets after SIGTERM to save its partial results before it is killed.
+# What a worker gets after SIGTERM to save its partial results.
 GRACE_S = 15
 GPU_BUDGET_MIN = 9.0
 
 
 def pending(out: Path, steps: list[Step], named: set[str], retry_failed: bool) -> list[Step]:
-    """Steps not done at their current engine code, and not failed before unless asked to retry them."""
+    """Steps not done at their current engine code, nor failed before unless retried."""
     def due(step: Step) -> bool:
         last = state.read_result(out, step.name)
-        if last is not None and last.status == "failed" and not (retry_failed or step.name in named):
+        if (last is not None and last.status == "failed"
+                and not (retry_failed or step.name in named)):
             return False
-        # A result that recorded no code (an older suite's) is taken as done, as it always was.
+        # A result that recorded no code (an older suite's) counts as done.
         return not (state.is_done(out, step.name)
-                    and (last is None or not last.code or last.code == engine_code.step_hash(step.name)))
+                    and (last is None or not last.code
+                         or last.code == engine_code.step_hash(step.name)))
 
     return [s for s in steps if due(s)]
 
 
 def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
-    """A step the worker started and never recorded (killed, crashed) becomes incomplete."""
     for step in steps:
         began = state.started_at(out, step.name)
         last = state.read_result(out, step.name)
         if began is not None and began >= since and (last is None or last.started_at < began):
-            state.write_result(out, state.StepResult(step.name, "incomplete", began, time.time() - began, error=why))
+            state.write_result(out, state.StepResult(step.name, "incomplete", began,
+                                                     time.time() - began, error=why))
 
 
 def run_worker(job: dict, watch: Progress | None = None) -> int:
-    """worker.main's JSON ``job``; its exit status, -SIGTERM where it outran the job's deadline.
-    ``watch``: printed every POLL_S while it runs (a job without a deadline). Interrupted (Ctrl-C,
-    own.Stopped), the worker's group is stopped as at a deadline, so its runs save what they measured."""
-    # Random weights are drawn in float32 and cast one by one: expandable segments let the freed
-    # float32 pages go back before the KV cache (one large tensor) is allocated.
-    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"} | dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.gpu.worker", json.dumps(job)], cwd=REPO_ROOT,
-                            env=env, start_new_session=True)
+    """worker.main's ``job``; its exit status, -SIGTERM past the deadline. Interrupted, the worker
+    is stopped as at a deadline so runs save what they measured."""
+    # Weights are drawn in float32 and cast one by one: expandable segments return the freed pages
+    # before the KV cache is allocated.
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+           "PYTHONUNBUFFERED": "1"} | dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.gpu.worker", json.dumps(job)],
+                            cwd=REPO_ROOT, env=env, start_new_session=True)
     deadline = job["deadline"]
     try:
         while watch is not None and deadline is None and proc.poll() is None:
@@ -74,7 +78,8 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
                 proc.wait(timeout=POLL_S)
             for line in watch.poll():
                 print(line, flush=True)
-        code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()), GRACE_S)
+        code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()),
+                            GRACE_S)
     except (KeyboardInterrupt, own.Stopped):
         wait_or_stop(proc, 0.001, GRACE_S)
         raise
@@ -84,18 +89,21 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
 def print_table(out: Path, names: list[str]) -> None:
     print(f"\n{'step':28} {'status':11} {'s':>6}  key results / error")
     for r in state.results(out, names):
-        shown = "; ".join(f"{m.metric}={m.value}{'' if m.holds is None else (' ok' if m.holds else ' MISSED')}"
-                          for m in r.metrics if m.target)[:160]
+        shown = "; ".join(
+            f"{m.metric}={m.value}{'' if m.holds is None else (' ok' if m.holds else ' MISSED')}"
+            for m in r.metrics if m.target)[:160]
         print(f"{r.step:28} {r.status:11} {r.seconds:6.0f}  {r.error or shown}")
 
 
 def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
               watch: Progress | None) -> bool:
-    """Workers until ``todo`` is settled or the budget ends; True where one died before settling any step."""
+    """Workers until ``todo`` is settled or the budget ends; True where one died before settling any
+    step."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
-                when = "deferred to the next call" if s.minutes <= budget else f"not started at --budget-min={budget:g}"
+                when = ("deferred to the next call" if s.minutes <= budget
+                        else f"not started at --budget-min={budget:g}")
                 print(f"[gpu] {s.name}: {when} ({s.minutes:.1f} min expected, "
                       f"{max(0.0, deadline - time.time()) / 60:.1f} left)")
             break
@@ -107,26 +115,28 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
         if code not in (0, RESTART):
             record_killed(out, batch, worker_start, f"worker ended with {code}" + (
                 " at the end of the call's budget" if out_of_time else
-                f" at its cap of {queue.CAPS[batch[0].name]:g}x its planned minutes" if at_cap else ""))
+                (f" at its cap of {queue.CAPS[batch[0].name]:g}x "
+                 "its planned minutes") if at_cap else ""))
         # One attempt per step and call: what the worker started is settled for this call.
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
         if code not in (0, RESTART) and len(left) == len(todo) and not out_of_time:
-            # It died before a step began (unwritable --out, broken import): a fresh worker would
-            # die the same way, one interpreter start after another until the budget ran out.
-            print(f"[gpu] the worker ended with {code} before it settled any step; not restarted (its error is above)")
+            # Died before a step began: a fresh worker would die the same way until the budget ran
+            # out.
+            print(f"[gpu] the worker ended with {code} before it settled any step; not restarted "
+                  "(its error is above)")
             return True
         if out_of_time:
             break
-        # A worker that ended on its own went through its batch: what it deferred waits for the next call.
+        # A worker that ended on its own went through its batch: what it deferred waits for the next
+        # call.
         todo = [s for s in left if s not in batch] if code == 0 else left
     return False
 
 
 def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[Step], float | None]:
-    """The steps the next worker runs and its deadline: a step with a cap (queue.CAPS) runs alone in a
-    worker stopped at that many times its planned minutes; the steps before the next capped one, together.
-    Without a call deadline (your own GPU, a dry run) nothing is capped: one worker runs them all."""
+    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, stopped at its
+    cap."""
     first = todo[0]
     if deadline is None:
         return todo, None
@@ -145,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
         return 0
     if args.run and not args.next:
-        parser.error("--run is invalid without --next: it runs the queue's head (--steps runs chosen steps)")
+        parser.error("--run is invalid without --next: it runs "
+                     "the queue's head (--steps runs chosen steps)")
     if args.next:
         steps = _queue_head(parser, args, budget)
         if steps is None:
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                args.out or REPO_ROOT / "outputs" / ("gpu-dry" if args.dry_run else "gpu")).resolve()
     except ValueError as e:
         parser.error(str(e))
-    # Here, not in the worker: the driver writes the summary even when no worker gets that far.
+    # Here, not in the worker: the driver writes the summary even when no worker starts.
     if problem := writable_dir(out):
         parser.error(f"--out={out} is invalid: must be a directory this user can write ({problem})")
     # $OUT is where a remote job's files come back from; an own run's folder is its result.
@@ -167,37 +178,48 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = cli_args.Parser(prog="python -m sarathi_lab.gpu", description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--plan", action="store_true", help="print the steps and expected minutes, run nothing")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the steps and expected minutes, run nothing")
     parser.add_argument("--next", action="store_true",
-                        help="the queue: every step still due at this engine code, call by call, most valuable "
-                             "first (runs kept in docs/gpu/, and --out's or --restore's unfinished suite)")
-    parser.add_argument("--run", action="store_true", help="with --next: run the queue's head, the steps of its "
-                                                           "first call")
-    parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny shapes")
-    parser.add_argument("--steps", default=None, help="comma-separated steps or groups (default: all)")
+                        help="the queue: every step still due at this engine code, call by call, "
+                             "most valuable first (runs kept in docs/gpu/, and --out's or "
+                             "--restore's unfinished suite)")
+    parser.add_argument("--run", action="store_true",
+                        help="with --next: run the queue's head, the steps of its first call")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="every step on the CPU at tiny shapes")
+    parser.add_argument("--steps", default=None,
+                        help="comma-separated steps or groups (default: all)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="results (default outputs/gpu, or outputs/gpu-dry; --own: outputs/paper_gpu/<device>/)")
+                        help="results (default outputs/gpu, or outputs/gpu-dry; --own: "
+                             "outputs/paper_gpu/<device>/)")
     parser.add_argument("--budget-min", type=float, default=None,
-                        help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a GPU, none dry)")
+                        help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a "
+                             "GPU, none dry)")
     parser.add_argument("--restore", type=Path, default=None,
-                        help="an earlier call's suite.tar.gz: its files the out directory lacks are restored")
-    parser.add_argument("--retry-failed", action="store_true", help="rerun steps that failed before")
+                        help="an earlier call's suite.tar.gz: its "
+                             "files the out directory lacks are restored")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="rerun steps that failed before")
     parser.add_argument("--own", action="store_true",
-                        help="your own GPU: every step at the paper's setting, no call budget, a progress line a "
-                             "job with the time left; claims and figures in outputs/paper_gpu/<device>/")
+                        help="your own GPU: every step at the paper's setting, no call budget, a "
+                             "progress line a job with the time left; claims and figures in "
+                             "outputs/paper_gpu/<device>/")
     return parser
 
 
-def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Step], float | None]:
-    """The steps --steps names and the minutes the call may run them (None: no limit), both checked."""
+def _selected(parser: argparse.ArgumentParser,
+              args: argparse.Namespace) -> tuple[list[Step], float | None]:
     if args.own and (args.budget_min is not None or args.restore):
-        parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid with --own: "
-                     "a run on your own GPU has no call budget and no archive to resume from (its folder is)")
+        parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid "
+                     "with --own: a run on your own GPU has no call budget and no archive to "
+                     "resume from (its folder is)")
     try:
         steps = select(args.steps, unscaled=args.own)
     except ValueError as e:
         parser.error(str(e))
-    budget = args.budget_min if args.budget_min is not None else (None if args.dry_run or args.own else GPU_BUDGET_MIN)
+    budget = (args.budget_min if args.budget_min is not None
+              else None if args.dry_run or args.own else GPU_BUDGET_MIN)
     if budget is not None and not 0 < budget < float("inf"):
         parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
     # Else every call would start nothing and exit 3, "call again", forever.
@@ -205,17 +227,20 @@ def _selected(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     return steps, budget
 
 
-def _check_fits(parser: argparse.ArgumentParser, budget: float | None, steps: list[Step], which: str) -> None:
+def _check_fits(parser: argparse.ArgumentParser, budget: float | None, steps: list[Step],
+                which: str) -> None:
     if budget is not None and steps and budget < (least := min(s.minutes for s in steps)):
-        parser.error(f"--budget-min={budget:g} is invalid: {which} fits in it (the shortest expects "
-                     f"{least:.1f} min); allowed: >= {least:.1f}")
+        parser.error(f"--budget-min={budget:g} is invalid: {which} fits in it (the shortest "
+                     f"expects {least:.1f} min); allowed: >= {least:.1f}")
 
 
-def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace, budget: float | None) -> list[Step] | None:
-    """Prints the queue; with --run, the steps of its first call (args.steps set to them), else None."""
+def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                budget: float | None) -> list[Step] | None:
+    """Prints the queue; with --run, returns the steps of its first call (and sets args.steps)."""
     if args.own or args.steps:
-        parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue chooses the steps "
-                     "(run them on your own GPU with --own, or choose them with --steps alone)")
+        parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue "
+                     "chooses the steps (run them on your own GPU with --own, or choose them with "
+                     "--steps alone)")
     planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
         r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
         for r in queue.suite_in_progress(source)])
@@ -229,19 +254,23 @@ def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace, budge
 
 
 def _export_dir(parser: argparse.ArgumentParser, out: Path) -> Path | None:
-    """$OUT, checked: a writable folder apart from out, into which out's archive is written; None unset."""
+    """$OUT, checked to be a writable folder apart from out; None where unset."""
     export = Path(os.environ["OUT"]).resolve() if os.environ.get("OUT") else None
-    if export is not None and (export == out or export.is_relative_to(out) or out.is_relative_to(export)):
-        parser.error(f"$OUT={export} is invalid: it must be a folder apart from --out={out} (the archive of "
-                     "--out is written into $OUT)")
+    if export is not None and (export == out or export.is_relative_to(out)
+                               or out.is_relative_to(export)):
+        parser.error(f"$OUT={export} is invalid: it must be a folder apart from --out={out} (the "
+                     "archive of --out is written into $OUT)")
     if export is not None and (problem := writable_dir(export)):
-        parser.error(f"$OUT={export} is invalid: must be a directory this user can write ({problem})")
+        parser.error(f"$OUT={export} is invalid: must be a "
+                     f"directory this user can write ({problem})")
     return export
 
 
-def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path, export: Path | None) -> None:
+def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path,
+             export: Path | None) -> None:
     if archive and archive.resolve() in (out, export):
-        parser.error(f"--restore={archive} is invalid: it is the out directory itself, not an archive")
+        parser.error(f"--restore={archive} is invalid: it is "
+                     "the out directory itself, not an archive")
     if archive and not archive.exists():
         print(f"[gpu] no archive at {archive} yet: nothing restored (a suite's first call)")
     elif archive:
@@ -251,18 +280,18 @@ def _restore(parser: argparse.ArgumentParser, archive: Path | None, out: Path, e
             parser.error(str(e))
 
 
-def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: list[Step], out: Path,
-               export: Path | None, budget: float | None) -> int:
-    """Runs what is left of steps in out, writes the summary and the archive; the exit status."""
+def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: list[Step],
+               out: Path, export: Path | None, budget: float | None) -> int:
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
-    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget, "started": time.strftime("%F %T"),
-             "own": args.own}
+    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget,
+             "started": time.strftime("%F %T"), "own": args.own}
     job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
     _check_fits(parser, budget, todo, f"none of the {len(todo)} steps left in {out}")
     stalled = interrupted = False
-    print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed before) in {out}")
+    print(f"[gpu] {len(steps) - len(todo)} of {len(steps)} steps already finished (or failed "
+          f"before) in {out}")
     watch = own.start(out, todo, args.dry_run) if args.own else None
     began = time.time()
     try:
@@ -270,7 +299,7 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     except (KeyboardInterrupt, own.Stopped):
         record_killed(out, todo, began, "interrupted")
         interrupted = True
-    # Every step with a result, this call's or an earlier one's: the summary is the suite's, not the call's.
+    # Every step with a result, this call's or an earlier one's: the summary is the suite's.
     state.write_summary(out, list(by_name(args.own)), suite)
     for note in state.export(out, export):
         print(f"[gpu] {note}")
@@ -279,15 +308,16 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     if watch is not None:
         own.finish(watch, out)
     if interrupted:
-        print("[gpu] interrupted: the same command resumes (finished steps and sweep jobs are kept)")
+        print("[gpu] interrupted: the same command resumes "
+              "(finished steps and sweep jobs are kept)")
         return 130
     # Not 3 ("more to run"): the same call again would stall the same way.
     return 1 if stalled else code
 
 
 def writable_dir(path: Path) -> str | None:
-    """Why ``path`` cannot be a folder to write into (it or a folder above it a file, read-only, ...),
-    or None: created if missing, then a file made there and removed."""
+    """Why ``path`` cannot be a folder to write into, or None (created if missing, then a file made
+    there and removed)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -298,8 +328,8 @@ def writable_dir(path: Path) -> str | None:
 
 
 def exit_code(out: Path, names: list[str]) -> int:
-    """0: every step done (or unavailable in this checkout); 3: more that the same call runs (steps
-    not started or incomplete), failed ones or not; 1: nothing more to run, and a step failed."""
+    """0: every step done (or unavailable); 3: more the same call runs; 1: nothing more to run, and
+    a step failed."""
     status = {n: (r.status if (r := state.read_result(out, n)) else "not started") for n in names}
     left = [n for n, s in status.items() if s not in ("done", "unavailable")]
     print(f"\n[gpu] {sum(s == 'done' for s in status.values())} of {len(names)} steps done" +
@@ -310,8 +340,8 @@ def exit_code(out: Path, names: list[str]) -> int:
 
 
 def _commit() -> str:
-    """The commit the suite runs at, short: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device
-    machine's copy of the tree has no .git), as every run's environment record reads it."""
+    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device's copy has no
+    .git)."""
     from sarathi_lab.code_commit import source_commit
 
     commit = source_commit()[0]

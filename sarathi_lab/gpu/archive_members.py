@@ -1,17 +1,6 @@
-"""Reading a GPU suite's archive (suite.tar.gz) without trusting it: every reader of one (the suite's
-``--restore``, ``gpu.collect``) opens it here, and gets its members only once the whole archive has been
-read through and found to be one the suite could have written. Anything else is refused in one line
-(ArchiveRefused) before a reader writes a file:
-
-- the archive itself a regular file of at most MAX_ARCHIVE_BYTES (never a FIFO a read would wait on);
-- a readable tar (a truncated or corrupt gzip is a refusal, not a traceback);
-- members regular files or directories only (no links, hard links, FIFOs or devices);
-- names relative, each part on the NAME_PART allow-list (never '.' or '..'), at most MAX_DEPTH parts;
-  no name twice, no name both a file and a folder of another member;
-- each file at most MAX_FILE_BYTES (the suite's own files are), all together at most MAX_TOTAL_BYTES;
-
-and ``inside`` resolves a path built from an archive's content within its root or refuses it.
-"""
+"""A GPU suite's archive read without trusting it: its members only once the whole archive was read
+and found one the suite could have written (files and folders, allow-listed names, sizes within the
+limits below); else an ArchiveRefused before any file is written."""
 from __future__ import annotations
 
 import gzip
@@ -25,43 +14,42 @@ from pathlib import Path
 
 from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART
 
-MAX_ARCHIVE_BYTES = 64 << 20   # the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
+# the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
+MAX_ARCHIVE_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 256 << 20    # all members expanded
-MAX_TAIL_BYTES = 1 << 20      # after the tar's end blocks (a tar pads to 10 KiB records)
+MAX_TAIL_BYTES = 1 << 20  # after the tar's end blocks
 MAX_MEMBERS = 50_000
 MAX_DEPTH = 16
-# Errors reading a damaged archive raises, from tarfile and the gzip and zlib under it.
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
 
 
 class ArchiveRefused(ValueError):
-    """An archive that is not one the suite could have written; the message is one line."""
+    """Not an archive the suite could have written; the message is one line."""
 
 
 def _shown(text: str, limit: int = 80) -> str:
-    """A name from the archive as a refusal shows it: one line, bounded."""
     flat = " ".join(str(text).split())
     return repr(flat if len(flat) <= limit else flat[:limit] + "...")
 
 
 def check_name(name: str, what: str) -> str:
-    """``name`` (a member's name, or a field of the archive's JSON that names a folder) if every part
-    of it is on the allow-list; an ArchiveRefused naming ``what`` otherwise."""
+    """``name`` if every part is on the allow-list, else an ArchiveRefused naming ``what``."""
     if not isinstance(name, str):
         raise ArchiveRefused(f"{what} is {_shown(name)}, not a name")
     parts = name.split("/")
     if len(parts) > MAX_DEPTH:
-        raise ArchiveRefused(f"{what} {_shown(name)} is {len(parts)} folders deep, more than {MAX_DEPTH}")
+        raise ArchiveRefused(f"{what} {_shown(name)} is {len(parts)} "
+                             f"folders deep, more than {MAX_DEPTH}")
     for part in parts:
         if part in (".", "..") or not NAME_PART.fullmatch(part):
-            raise ArchiveRefused(f"{what} {_shown(name)} is not a safe name: each part must be 1 to 128 of "
-                                 "A-Z a-z 0-9 _ . = , + - and not '.' or '..'")
+            raise ArchiveRefused(f"{what} {_shown(name)} is not a safe name: each part must be 1 "
+                                 "to 128 of A-Z a-z 0-9 _ . = , + - and not '.' or '..'")
     return name
 
 
 def inside(root: Path, relative: str | Path, what: str) -> Path:
-    """``root / relative`` resolved (links already there followed), or an ArchiveRefused where it
-    leaves ``root``."""
+    """``root / relative`` resolved (links followed), or an ArchiveRefused where it leaves ``root``.
+    """
     base = Path(root).resolve()
     target = (base / relative).resolve()
     if not target.is_relative_to(base):
@@ -70,14 +58,15 @@ def inside(root: Path, relative: str | Path, what: str) -> Path:
 
 
 def _member_name(member: tarfile.TarInfo) -> str | None:
-    """The member's name as the suite writes it (a leading './' and a folder's trailing '/' dropped),
-    None for the archive's own root folder."""
-    name = member.name.removeprefix("./").rstrip("/") if member.isdir() else member.name.removeprefix("./")
+    """The name as the suite writes it (no './' or trailing '/'); None for the root folder."""
+    name = (member.name.removeprefix("./").rstrip("/") if member.isdir()
+            else member.name.removeprefix("./"))
     return None if name in ("", ".") and member.isdir() else name
 
 
 def _kind(member: tarfile.TarInfo) -> str:
-    for test, kind in ((member.issym, "a symbolic link"), (member.islnk, "a hard link"), (member.isfifo, "a FIFO"),
+    for test, kind in ((member.issym, "a symbolic link"), (member.islnk, "a hard link"),
+                       (member.isfifo, "a FIFO"),
                        (member.ischr, "a character device"), (member.isblk, "a block device")):
         if test():
             return kind
@@ -85,7 +74,7 @@ def _kind(member: tarfile.TarInfo) -> str:
 
 
 def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
-    """Every member of ``tar`` by name, read through to the end, each checked as the module says."""
+    """Every member by name, read through to the end and checked."""
     found: dict[str, tarfile.TarInfo] = {}
     total = 0
     for member in tar:
@@ -93,8 +82,8 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
             raise ArchiveRefused(f"it holds more than {MAX_MEMBERS} members")
         regular = member.type in (tarfile.REGTYPE, tarfile.AREGTYPE)
         if not regular and not member.isdir():
-            raise ArchiveRefused(f"member {_shown(member.name)} is {_kind(member)}: only regular files and "
-                                 "folders are read")
+            raise ArchiveRefused(f"member {_shown(member.name)} is {_kind(member)}: only regular "
+                                 "files and folders are read")
         name = _member_name(member)
         if name is None:
             continue
@@ -109,67 +98,71 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
             if total > MAX_TOTAL_BYTES:
                 raise ArchiveRefused(f"its members expand to more than {MAX_TOTAL_BYTES >> 20} MiB")
         found[name] = member
-    # Read to the end of the compressed stream too: a gzip cut short after the tar's last block, or
-    # with its checksum wrong, is as damaged as one cut inside a member.
+    # Read to the end of the gzip stream too: one cut short or with a wrong checksum is damaged.
     tail = 0
     while chunk := tar.fileobj.read(1 << 20):
         tail += len(chunk)
         if tail > MAX_TAIL_BYTES:
             raise ArchiveRefused(f"more than {MAX_TAIL_BYTES >> 20} MiB follow the end of its tar")
-    folders = {"/".join(name.split("/")[:i]) for name in found for i in range(1, name.count("/") + 1)}
+    folders = {"/".join(name.split("/")[:i]) for name in found
+               for i in range(1, name.count("/") + 1)}
     if clash := sorted(n for n in folders if n in found and not found[n].isdir()):
-        raise ArchiveRefused(f"member {_shown(clash[0])} is both a file and the folder of other members")
+        raise ArchiveRefused(f"member {_shown(clash[0])} is both a "
+                             "file and the folder of other members")
     return found
 
 
 def _open_regular(path: Path, label: str):
-    """``path`` opened for reading if it is a regular file of at most MAX_ARCHIVE_BYTES: opened without
-    waiting (a FIFO would block a plain open), then checked."""
+    """``path`` opened without waiting (a FIFO would block a plain open), then checked to be a
+    regular file of at most MAX_ARCHIVE_BYTES."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise ArchiveRefused(f"{label} is invalid: not a readable tar archive (it cannot be opened: "
-                             f"{e.strerror or e})") from None
+        raise ArchiveRefused(f"{label} is invalid: not a readable tar archive (it cannot be "
+                             f"opened: {e.strerror or e})") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ARCHIVE_BYTES:
         os.close(fd)
         what = "it is not a regular file" if not stat.S_ISREG(info.st_mode) else (
-            f"{info.st_size} bytes, more than the {MAX_ARCHIVE_BYTES >> 20} MiB a suite's archive is at most")
+            f"{info.st_size} bytes, more than the "
+            f"{MAX_ARCHIVE_BYTES >> 20} MiB a suite's archive is at most")
         raise ArchiveRefused(f"{label} is invalid: not a readable tar archive ({what})")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
 
 @contextmanager
-def open_archive(path: Path, label: str) -> Iterator[tuple[tarfile.TarFile, dict[str, tarfile.TarInfo]]]:
-    """The archive at ``path`` and its checked members by name; ``label`` names it in a refusal (as the
-    user gave it: '--restore=PATH', or PATH). Reading a member may still meet damage (read_member refuses it)."""
+def open_archive(path: Path,
+                 label: str) -> Iterator[tuple[tarfile.TarFile, dict[str, tarfile.TarInfo]]]:
+    """The archive and its checked members by name; ``label`` names it in a refusal."""
     with _open_regular(path, label) as raw:
         try:
             tar = tarfile.open(fileobj=raw, mode="r:*")  # noqa: SIM115 (entered just below)
         except DAMAGED as e:
-            raise ArchiveRefused(f"{label} is invalid: not a readable tar archive ({_reason(e)})") from None
+            raise ArchiveRefused(f"{label} is invalid: not a readable tar archive "
+                                 f"({_reason(e)})") from None
         with tar:
             try:
                 members = _checked(tar)
             except ArchiveRefused as e:
                 raise ArchiveRefused(f"{label} is invalid: {e}") from None
             except (*DAMAGED, RecursionError) as e:
-                raise ArchiveRefused(f"{label} is invalid: not a readable tar archive ({_reason(e)})") from None
+                raise ArchiveRefused(f"{label} is invalid: not a readable tar archive "
+                                     f"({_reason(e)})") from None
             yield tar, members
 
 
 def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, label: str) -> bytes:
-    """A regular member's bytes (at most MAX_FILE_BYTES, as _checked found), or an ArchiveRefused where
-    the archive turns out damaged there."""
+    """A member's bytes, or an ArchiveRefused where the archive is damaged there."""
     try:
         with tar.extractfile(member) as f:
             data = f.read(MAX_FILE_BYTES + 1)
     except DAMAGED as e:
-        raise ArchiveRefused(f"{label} is invalid: member {_shown(member.name)} is unreadable ({_reason(e)})") from None
+        raise ArchiveRefused(f"{label} is invalid: member {_shown(member.name)} is unreadable "
+                             f"({_reason(e)})") from None
     if len(data) != member.size:
-        raise ArchiveRefused(f"{label} is invalid: member {_shown(member.name)} holds {len(data)} bytes, "
-                             f"not the {member.size} its header says")
+        raise ArchiveRefused(f"{label} is invalid: member {_shown(member.name)} holds {len(data)} "
+                             f"bytes, not the {member.size} its header says")
     return data
 
 

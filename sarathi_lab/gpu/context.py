@@ -1,4 +1,4 @@
-"""What a step gets to run with, how it says it could not finish, and how it waits for a child."""
+"""What a step runs with, how it says it could not finish, and how it waits for a child."""
 from __future__ import annotations
 
 import os
@@ -10,11 +10,11 @@ from pathlib import Path
 
 
 class Unavailable(Exception):
-    """What the step needs is not in this checkout yet (another branch brings it)."""
+    """What the step needs is not in this checkout yet."""
 
 
 class Incomplete(Exception):
-    """The step ran out of its time; a rerun continues it."""
+    """The step ran out of time; a rerun continues it."""
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class Context:
 
 
 def wait_or_stop(proc: subprocess.Popen, timeout: float | None, grace: float) -> int | None:
-    """The exit status, or None when it outran ``timeout``: then its group (start_new_session) gets
-    SIGTERM, so runs save what they measured, and SIGKILL ``grace`` seconds later."""
+    """Exit status, or None past ``timeout``: SIGTERM to the group (runs save results), SIGKILL
+    ``grace`` s later."""
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

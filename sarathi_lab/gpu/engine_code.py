@@ -1,8 +1,5 @@
-"""What "the engine a step measured" is: a content hash of the source files the step's numbers depend
-on. A step done at the hash the checkout has now is not repeated; one whose files changed since is
-due again. The hash is computed the same way from a working tree (a copy without .git, a GPU
-machine's) and from a commit (``git ls-tree``), so a result that recorded only its commit is judged
-too, wherever git knows that commit."""
+"""A step's engine code: a hash of the source files its numbers depend on, the same from a working
+tree (no .git on a GPU machine) as from a commit."""
 from __future__ import annotations
 
 import hashlib
@@ -11,16 +8,15 @@ from pathlib import Path
 
 from sarathi_lab.config import REPO_ROOT
 
-# Source only: a build product or cache (``__pycache__``, a compiled extension) beside a file is no
-# change of the code, and is absent from a commit's tree.
+# Source only: build products and caches are no change of the code, and absent from a commit.
 SOURCE_SUFFIXES = (".py", ".yaml", ".cu", ".cuh", ".cpp", ".h", ".c")
-# What every measurement of the engine runs through: its kernels, model, attention and scheduler.
-ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model", "sarathi_lab/attention",
-          "sarathi_lab/llm.py", "sarathi_lab/config.py")
+ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model",
+          "sarathi_lab/attention", "sarathi_lab/llm.py", "sarathi_lab/config.py")
 # Each step group's own inputs beside its module (sarathi_lab/gpu/steps/<group>.py).
 GROUP_PATHS: dict[str, tuple[str, ...]] = {
     "env": ("sarathi_lab/profiling/ceilings.py",),
-    "kernels": ("kernels", "sarathi_lab/profiling/kernel_check.py", "sarathi_lab/profiling/kernel_record.py"),
+    "kernels": ("kernels", "sarathi_lab/profiling/kernel_check.py",
+                "sarathi_lab/profiling/kernel_record.py"),
     "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",
                   "sarathi_lab/model/shape.py"),
     "hybrid": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/profiling",
@@ -35,11 +31,12 @@ GROUP_PATHS: dict[str, tuple[str, ...]] = {
 
 
 def paths_of(name: str) -> tuple[str, ...]:
-    """The files and folders step ``name`` (``<group>[.<arg>...]``) depends on, relative to the repository.
-    A group not listed depends on the engine (the safe side: more often due than too seldom)."""
+    """Files and folders step ``name`` depends on; a group not listed depends on the engine (more
+    often due than too seldom)."""
     group = name.split(".")[0]
     own = [f"sarathi_lab/gpu/steps/{group}.py"]
-    if group == "paper":  # the result's own GpuRun (its overlays, conf/experiment/gpu/, are in sarathi_lab/conf)
+    # the result's GpuRun; its overlays are in sarathi_lab/conf
+    if group == "paper":
         result = name.split(".")[1]
         own += [f"sarathi_lab/analysis/paper_results/{result}.py"]
     return tuple(sorted({*GROUP_PATHS.get(group, ENGINE), *own}))
@@ -50,9 +47,9 @@ def _wanted(path: str) -> bool:
 
 
 def _digest(entries: list[tuple[str, str]]) -> str:
-    """One hash of (path, git blob id) pairs: the blob id is git's own content hash, so a tree and a
-    commit with the same files give the same digest."""
-    return hashlib.sha256("".join(f"{p}\0{b}\n" for p, b in sorted(entries)).encode()).hexdigest()[:12]
+    """One hash of (path, git blob id) pairs, so a tree and a commit with the same files agree."""
+    text = "".join(f"{p}\0{b}\n" for p, b in sorted(entries))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _blob_id(data: bytes) -> str:
@@ -60,18 +57,18 @@ def _blob_id(data: bytes) -> str:
 
 
 def tree_hash(paths: tuple[str, ...], root: Path = REPO_ROOT) -> str:
-    """The hash of ``paths`` as they are on disk under ``root``."""
     entries = []
     for rel in paths:
         base = root / rel
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*")
+                                                     if p.is_file()) if base.is_dir() else []
         entries += [(p.relative_to(root).as_posix(), _blob_id(p.read_bytes())) for p in files
                     if _wanted(p.relative_to(root).as_posix())]
     return _digest(entries)
 
 
 def commit_hash(paths: tuple[str, ...], commit: str, root: Path = REPO_ROOT) -> str | None:
-    """The hash of ``paths`` at ``commit``; None where git (or this clone) does not know it."""
+    """None where git does not know ``commit``."""
     if not commit or commit == "?":
         return None
     try:
@@ -91,5 +88,4 @@ def commit_hash(paths: tuple[str, ...], commit: str, root: Path = REPO_ROOT) -> 
 
 
 def step_hash(name: str, root: Path = REPO_ROOT) -> str:
-    """The engine code step ``name`` would measure in the checkout at ``root``."""
     return tree_hash(paths_of(name), root)

@@ -1,11 +1,5 @@
-"""The suite on a researcher's own GPU (``python -m sarathi_lab.gpu --own``): every step at the paper's
-setting (plan.UNSCALED_STEPS), no call budget, no ``$OUT`` export, into one folder under outputs/ that
-ends holding the claims table (claims.csv, claims.md) and every figure (figures/).
-
-Never into docs/: what is kept there goes through the writers that check provenance.py
-(``python -m sarathi_lab.analysis.publish``, ``python -m sarathi_lab.gpu.collect``), each refusing
-to replace a file of another source, machine or commit unasked.
-"""
+"""The suite on your own GPU (``--own``): every step at the paper's setting, no budget, into one
+folder under outputs/ (never docs/, which the provenance-checking writers own)."""
 from __future__ import annotations
 
 import signal
@@ -19,38 +13,39 @@ from sarathi_lab.gpu.progress import Progress
 
 ROOT = REPO_ROOT / "outputs" / "paper_gpu"
 DRY = "dry-run"
-# The device's name from a child interpreter: the driver itself never imports torch (a broken CUDA
-# install must cost a step, not the run).
+# From a child interpreter: the driver never imports torch (a broken CUDA install must cost a step,
+# not the run).
 _PROBE = "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
 
 
 def gpu_name() -> str:
-    """The CUDA device's name, '' where torch sees none (or cannot be imported)."""
-    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=False)
-    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
+    """'' where torch sees no device (or cannot be imported)."""
+    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                          check=False)
+    out = done.stdout.strip()
+    return out.splitlines()[-1] if done.returncode == 0 and out else ""
 
 
 def device_folder(dry_run: bool) -> str:
-    """The folder under outputs/paper_gpu/ a run's results go to by default: the chip ('h100', as
-    profiles/ and docs/gpu/ name it), or 'dry-run'. A ValueError where no GPU is visible and it is no
-    dry run: the steps at the paper's shapes would fail one by one."""
+    """outputs/paper_gpu/'s folder: the chip or 'dry-run'; a ValueError without a GPU (every step
+    would fail)."""
     if dry_run:
         return DRY
     name = gpu_name()
     if not name:
-        raise ValueError("--own is invalid here: torch sees no CUDA GPU; --own --dry-run runs every step on the "
-                         "CPU at tiny shapes")
+        raise ValueError("--own is invalid here: torch sees no CUDA GPU; --own --dry-run runs "
+                         "every step on the CPU at tiny shapes")
     return device_slug(name)
 
 
 def out_dir(out: Path | None, dry_run: bool) -> Path:
-    """--out, else the device's folder (device_folder); a ValueError on a machine without a GPU (--out or
-    not) or for a folder inside docs/."""
+    """--out, else device_folder; a ValueError without a GPU, or for a folder inside docs/."""
     folder = device_folder(dry_run)
     out = out or ROOT / folder
     if out.resolve().is_relative_to((REPO_ROOT / "docs").resolve()):
-        raise ValueError(f"--out={out} is invalid: --own writes outputs, never into docs/ (python -m "
-                         "sarathi_lab.analysis.publish keeps results there, checking what it would replace)")
+        raise ValueError(f"--out={out} is invalid: --own writes outputs, never into docs/ (python "
+                         "-m sarathi_lab.analysis.publish keeps results there, checking what it "
+                         "would replace)")
     return out
 
 
@@ -59,15 +54,15 @@ class Stopped(Exception):
 
 
 def start(out: Path, todo: list[Step], dry_run: bool) -> Progress:
-    """Stops on SIGTERM as on Ctrl-C; the progress lines the driver prints while the steps run."""
+    """Stop on SIGTERM as on Ctrl-C; returns the progress the driver prints."""
     def stop(signum, _frame):
         raise Stopped(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, stop)
     watch = Progress(out, todo, dry_run)
     if todo:
-        print(f"[own] {len(todo)} steps to run, {sum(s.minutes for s in todo):.0f} min expected by the plan; "
-              "Ctrl-C stops, the same command resumes", flush=True)
+        print(f"[own] {len(todo)} steps to run, {sum(s.minutes for s in todo):.0f} min expected by "
+              "the plan; Ctrl-C stops, the same command resumes", flush=True)
     return watch
 
 
@@ -77,9 +72,10 @@ def finish(watch: Progress, out: Path) -> None:
 
 
 def results_note(out: Path) -> list[str]:
-    """What the folder holds for the reader, the claims and figures first."""
+    """What the folder holds, the claims and figures first."""
     figures = sorted((out / "figures").glob("*.png"))
     lines = [f"results in {out}:"]
-    lines += [f"  {name}" for name in ("claims.md", "claims.csv", "summary.csv") if (out / name).is_file()]
+    lines += [f"  {name}" for name in ("claims.md", "claims.csv", "summary.csv")
+              if (out / name).is_file()]
     lines.append(f"  figures/: {len(figures)} ({', '.join(p.stem for p in figures) or 'none yet'})")
     return lines

@@ -1,13 +1,5 @@
-"""Progress of a suite run without a call budget (``--own``), read from its out directory alone: a line
-each time a paper sweep finishes a job or a step ends, with the time since the run began and an
-estimate of the time left: the plan's expected minutes of what is left, times how long the work done
-in this run took against what the plan expected of it.
-
-A paper step's jobs are counted from its sweep folder: the finished job folders whose overrides
-(Hydra's ``.hydra/overrides.yaml``) are one of the step's jobs, so the parts of a result, which share
-a folder, count apart, and jobs finished before a resume count as done before this run began (and
-neither as work this run did nor as work left). A dry run's step is one job, done when the step ends.
-"""
+"""Progress of an ``--own`` run from its out directory: a line per finished job or step, with the
+time elapsed and left (the plan's minutes left, scaled by this run's pace against the plan)."""
 from __future__ import annotations
 
 import time
@@ -21,26 +13,25 @@ from sarathi_lab.gpu.plan import Step
 from sarathi_lab.gpu.steps.paper import job_overrides, sweep_dir
 from sarathi_lab.harness.results import is_finished
 
-# How often the driver reads the out directory while a worker runs, and how long it stays silent
-# while nothing finishes (a capacity search can take many minutes a job).
+# How often the driver reads the out directory while a worker runs (a capacity search can take
+# minutes a job).
 POLL_S = 5.0
 QUIET_S = 600.0
 
 
 def clock(seconds: float) -> str:
-    """'1:02:05'."""
     seconds = max(0, round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _job_key(overrides: list[str]) -> frozenset[str]:
-    # hydra.* overrides (the sweep's folder, params=null) are the sweep's, not the job's.
+    # hydra.* overrides are the sweep's, not the job's.
     return frozenset(o for o in overrides if not o.startswith("hydra."))
 
 
 @dataclass
 class StepJobs:
-    """What the progress knows of one pending step: its jobs and how many were done when the run began."""
+    """A pending step's jobs and how many were done when the run began."""
     step: Step
     keys: frozenset[frozenset[str]]   # its sweep's jobs (empty: not a sweep, or a dry run: one job)
     at_start: int = 0
@@ -63,42 +54,41 @@ class Progress:
 
     def __post_init__(self):
         for s in self.steps:
-            keys = frozenset() if self.dry_run or s.group != "paper" else frozenset(map(_job_key, job_overrides(s)))
+            keys = (frozenset() if self.dry_run or s.group != "paper"
+                    else frozenset(map(_job_key, job_overrides(s))))
             jobs = self._jobs[s.name] = StepJobs(s, keys)
             jobs.at_start = self.finished(jobs)
         self._said_at = self.started
 
     def _overrides(self, job_dir: Path) -> frozenset[str] | None:
-        """A finished job folder's overrides (read once: a finished run's folder keeps them); None where
-        it is not finished or says none."""
+        """A finished job folder's overrides (read once); None where unfinished."""
         if job_dir not in self._seen or self._seen[job_dir] is None:
             try:
-                found = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) if is_finished(job_dir) \
-                    else None
+                found = (yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
+                         if is_finished(job_dir) else None)
             except (OSError, yaml.YAMLError):
                 found = None
             self._seen[job_dir] = _job_key(found) if isinstance(found, list) else None
         return self._seen[job_dir]
 
     def settled(self, name: str) -> state.StepResult | None:
-        """The step's result where this run wrote it (a step settles once a run)."""
+        """The step's result where this run wrote it."""
         result = state.read_result(self.out, name)
         return result if result is not None and result.started_at >= self.started else None
 
     def finished(self, jobs: StepJobs) -> int:
-        """How many of the step's jobs hold a finished run (all of them once it is done)."""
         if state.is_done(self.out, jobs.step.name):
             return jobs.total
         if not jobs.keys:
             return 0
         folder = sweep_dir(self.out, jobs.step.arg, self.dry_run)
-        found = {self._overrides(d) for d in folder.iterdir() if d.is_dir()} if folder.is_dir() else set()
+        found = ({self._overrides(d) for d in folder.iterdir() if d.is_dir()} if folder.is_dir()
+                 else set())
         return min(jobs.total, len(found & jobs.keys))
 
     def estimate(self, now: float) -> tuple[float, float]:
-        """(fraction of this run's work done, seconds left). Work is the plan's expected seconds of each
-        step spread evenly over its jobs; a step that ended not done (failed, unavailable) leaves the
-        plan, counting neither as work done nor as work left."""
+        """(fraction of this run's work done, seconds left); a step that ended not done leaves the
+        plan."""
         done_s = left_s = 0.0
         for jobs in self._jobs.values():
             result = self.settled(jobs.step.name)
@@ -108,14 +98,14 @@ class Progress:
             finished = jobs.total if result is not None else self.finished(jobs)
             done_s += share * max(0, finished - jobs.at_start)
             left_s += share * (jobs.total - finished)
-        # What the work done so far took against what the plan expected of it; the plan itself until then.
+        # What the work done took against the plan's estimate of it.
         rate = (now - self.started) / done_s if done_s > 0 else 1.0
         total = done_s + left_s
         return (done_s / total if total else 1.0), left_s * rate
 
     def poll(self, now: float | None = None) -> list[str]:
-        """A line for each job finished and each step ended since the last poll, and one for the step
-        running after QUIET_S without any."""
+        """A line per job finished and step ended since the last poll, and one for a running step
+        silent past QUIET_S."""
         now = time.time() if now is None else now
         results = {n: self.settled(n) for n in self._jobs}
         counts = {n: self.finished(j) for n, j in self._jobs.items()}
@@ -130,8 +120,10 @@ class Progress:
                 news.append((f"{name}: {status} in {results[name].seconds:.0f} s", True))
             self._last[name] = (status, counts[name])
         if not news and now - self._said_at >= QUIET_S:
-            running = [n for n in self._jobs if results[n] is None and state.started_at(self.out, n) is not None]
-            news = [(f"{n}: {counts[n]} of {self._jobs[n].total} jobs finished, running", False) for n in running[:1]]
+            running = [n for n in self._jobs if results[n] is None
+                       and state.started_at(self.out, n) is not None]
+            news = [(f"{n}: {counts[n]} of {self._jobs[n].total} jobs finished, running", False)
+                    for n in running[:1]]
         if not news:
             return []
         self._said_at = now
@@ -139,6 +131,7 @@ class Progress:
         lines, ended = [], sum(r is not None for r in results.values()) - sum(e for _, e in news)
         for what, ends in news:
             ended += ends
-            lines.append(f"[own] {clock(now - self.started)} elapsed, about {clock(left)} left ({fraction:.0%} of this "
-                         f"run's work done) | {what} | {ended} of {len(self._jobs)} steps ended")
+            lines.append(f"[own] {clock(now - self.started)} elapsed, about {clock(left)} left "
+                         f"({fraction:.0%} of this run's work done) | {what} | {ended} of "
+                         f"{len(self._jobs)} steps ended")
         return lines

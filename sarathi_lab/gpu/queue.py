@@ -1,11 +1,5 @@
-"""The GPU queue: every measurement the project still needs, as an ordered list of calls, most valuable
-first, each naming its steps, its minutes and what it must show (``python -m sarathi_lab.gpu --next``).
-
-It resumes from what has been measured: the runs kept under docs/gpu/<device>/<run>/ (each one's
-summary.json) and an unfinished suite's out directory or archive. A step done at the engine code the
-checkout has now (``engine_code``) is not repeated; a step whose code changed since is due again.
-A step's minutes are measured where an earlier run timed it (the longest of each device's newest
-run, times MARGIN), else the suite's planned ones, marked as such."""
+"""The GPU queue (``--next``): what is still due at the checkout's engine code, as calls, most
+valuable first, resuming from kept runs and an unfinished suite."""
 from __future__ import annotations
 
 import re
@@ -21,64 +15,68 @@ from sarathi_lab.gpu import archive_members, engine_code, state
 from sarathi_lab.gpu.plan import BY_NAME, STEPS, Step
 from sarathi_lab.gpu.steps.paper import job_overrides
 
-# Measured minutes times this, as the suite's planned minutes are: a step runs a little longer on a
-# cold machine or a busier one.
+# Measured minutes times this: a step runs longer on a cold or busier machine.
 MARGIN = 1.3
-# A step whose minutes have never been measured and may run long (compiles) is stopped at this many
-# times its planned minutes, so it cannot push the steps after it out of the call.
+# Never-measured steps that may run long are stopped at this many times their planned minutes.
 CAPS = {"attention": 1.5}
 
 
 @dataclass(frozen=True)
 class Call:
-    steps: tuple[str, ...]   # step names, or a prefix naming several (paper.scheduler_latency.seed0)
-    shows: str               # what it must show: the metrics and the targets they are held to
-    predictions: str         # where its predictions were committed before it runs
+    steps: tuple[str, ...]  # step names, or a prefix naming several (paper.scheduler_latency.seed0)
+    shows: str  # the metrics and their targets
+    predictions: str  # where its predictions were committed
 
 
 QUEUE: tuple[Call, ...] = (
     Call(("env", "launch", "attention", "hybrid", "tune", "engine", "overhead"),
-         "launch: engine_over_floor[c=..+b=..] and engine_over_sequential_floor[...] for every iteration kind, "
-         "tile-aligned chunks included, at contexts 1K and 3K (targets: <= 1.15x the sequential floor from 256 "
-         "tokens, <= 1.25x the physical floor at c=256-512 + 17 decodes once co-scheduled, <= 1.5x at 64-128), "
-         "and where each iteration's time goes; attention: attention_over_best_peer <= 1.2 at every prefill and "
-         "chunk, attention_over_floor <= 2 for chunks over 1K+ prefixes, <= 1.2 for decodes; hybrid: "
-         "hybrid_attention_over_sequential <= 0.8 at c=256-512 with 16-32 decodes at 1-3K; tune: the per-device "
-         "table; engine: greedy tokens equal transformers'; overhead_fraction < 5%",
+         "launch: engine_over_floor[c=..+b=..] and engine_over_sequential_floor[...] for every "
+         "iteration kind, tile-aligned chunks included, at contexts 1K and 3K (targets: <= 1.15x "
+         "the sequential floor from 256 tokens, <= 1.25x the physical floor at c=256-512 + 17 "
+         "decodes once co-scheduled, <= 1.5x at 64-128), and where each iteration's time goes; "
+         "attention: attention_over_best_peer <= 1.2 at every prefill and chunk, "
+         "attention_over_floor <= 2 for chunks over 1K+ prefixes, <= 1.2 for decodes; hybrid: "
+         "hybrid_attention_over_sequential <= 0.8 at c=256-512 with 16-32 decodes at 1-3K; tune: "
+         "the per-device table; engine: greedy tokens equal transformers'; overhead_fraction < 5%",
          "docs/sim/predictions_chunked_prefill.md"),
-    # decode_speedup first: a sweep a call cut resumes with its finished jobs kept (same commit).
+    # decode_speedup first: a cut sweep resumes with its finished jobs kept.
     Call(("paper.decode_speedup", "paper.orca_compare"),
-         "Fig. 8: decode throughput gain 2.8-10x; Fig. 11a: SARATHI over Orca's best case (paper 1.27x vs "
-         "1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
+         "Fig. 8: decode throughput gain 2.8-10x; Fig. 11a: SARATHI over Orca's best case (paper "
+         "1.27x vs 1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
          "docs/sim/predictions_h100_calibrated.md"),
     Call(("paper.pd_ratio",),
-         "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= 10%; fixed and tile-aligned chunks, three seeds",
+         "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= "
+         "10%; fixed and tile-aligned chunks, three seeds",
          "docs/sim/predictions_h100_calibrated.md"),
     Call(("paper.capacity.strict", "paper.scheduler_latency.seed0"),
-         "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted 2.83x); P99 TBT "
-         "and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
+         "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted "
+         "2.83x); P99 TBT and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
-         "the simulator's tables of the graph-replayed engine, and the calibration fitted from them "
-         "(python -m sarathi_lab.sim.calibration_cli): per-iteration median error <= 10% per iteration kind "
-         "(bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
-    Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1", "paper.scheduler_latency.seed2"),
+         "the simulator's tables of the graph-replayed engine, and the calibration fitted from "
+         "them (python -m sarathi_lab.sim.calibration_cli): per-iteration median error <= 10% per "
+         "iteration kind (bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
+    Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1",
+          "paper.scheduler_latency.seed2"),
          "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
 )
-REST = Call((), "every other step of the suite, in suite order", "the claims (analysis.claims) of the run before")
+REST = Call((), "every other step of the suite, in suite order",
+            "the claims (analysis.claims) of the run before")
 
 
 def matches(pattern: str, step: Step) -> bool:
     return step.name == pattern or step.name.startswith((pattern + ".", pattern + "-"))
 
 
-def ordered(steps: tuple[Step, ...] = STEPS, queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
-    """Each call with the suite's steps it names, in the queue's order (a name the suite lacks, such as
-    a step still to land, is skipped); then REST with every step no call names."""
+def ordered(steps: tuple[Step, ...] = STEPS,
+            queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
+    """Each call with the steps it names (a name the suite lacks is skipped); then REST with the
+    others."""
     placed, calls = set(), []
     for call in queue:
-        chosen = [s for pattern in call.steps for s in steps if matches(pattern, s) and s.name not in placed]
+        chosen = [s for pattern in call.steps for s in steps if matches(pattern, s)
+                  and s.name not in placed]
         placed.update(s.name for s in chosen)
         calls.append((call, chosen))
     return [*calls, (REST, [s for s in steps if s.name not in placed])]
@@ -92,50 +90,51 @@ class Record:
     seconds: float
     started_at: float
     commit: str
-    code: str            # its engine_code hash, recorded or computed from its commit; "" where unknown
+    code: str  # its engine_code hash, recorded or from its commit; "" where unknown
     device: str          # h100, h200 (a kept run's folder), or where an out directory says it ran
     run: str             # the kept run's folder name, or the out directory / archive read
-    jobs_done: int = 0   # a stopped paper sweep's finished jobs in the out directory or archive read
-    jobs_total: int = 0  # and its jobs in all (0: not a stopped sweep, or nothing to count them in)
+    jobs_done: int = 0  # a stopped paper sweep's finished jobs
+    jobs_total: int = 0  # and all its jobs (0: not a stopped sweep)
 
 
 def _records(results: list[StepResult], device: str, run: str) -> list[Record]:
-    """A summary's step results; a dry run's (on the CPU, at tiny shapes) measured nothing and is skipped."""
-    return [Record(r.step, r.status, r.seconds, r.started_at, r.commit, r.code, device, run) for r in results
-            if r.device != "cpu"]
+    """A summary's step results; a dry run measured nothing and is skipped."""
+    return [Record(r.step, r.status, r.seconds, r.started_at, r.commit, r.code, device, run)
+            for r in results if r.device != "cpu"]
 
 
 def kept_runs(root: Path) -> list[Record]:
-    """The results of every run kept under ``root`` (docs/gpu/<device>/<run>/summary.json); a damaged
-    run is skipped with a warning (gpu_records.kept_leases), judged not to have happened."""
+    """Every run kept under ``root``; a damaged one is skipped with a warning."""
     return [r for kept in gpu_records.kept_leases(root)
             for r in _records(kept.summary.steps, kept.folder.parent.name, kept.folder.name)]
 
 
-# A paper sweep's finished job in an out directory or its archive (steps/paper.py's sweep_dir).
+# A paper sweep's finished job (steps/paper.py's sweep_dir).
 FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
 
 
 def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
-    """Each stopped paper sweep's record with its finished jobs among ``files`` (paths in the out
-    directory) and its jobs in all: what a call that resumes it has left to run."""
+    """Each stopped paper sweep's record with its finished jobs among ``files`` and its jobs in all.
+    """
     done = Counter(m[1] for f in files if (m := FINISHED_JOB.fullmatch(f)))
     out = []
     for r in records:
         step = BY_NAME.get(r.step)
-        if r.status == "incomplete" and step is not None and step.group == "paper" and done[step.arg]:
+        if (r.status == "incomplete" and step is not None and step.group == "paper"
+                and done[step.arg]):
             r = replace(r, jobs_done=done[step.arg], jobs_total=len(job_overrides(step)))
         out.append(r)
     return out
 
 
 def suite_in_progress(source: Path) -> list[Record]:
-    """The results of an unfinished suite: its out directory, or an archive of one (``--restore``,
-    read as every archive is: archive_members), each stopped sweep with the jobs it finished there; a
-    damaged one is a warning and no results."""
+    """An unfinished suite's results from its out directory or archive; a damaged one warns and
+    gives none."""
     if source.is_dir():
-        files = [str(p.relative_to(source)) for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
-        return with_jobs(_records(state.results(source, [s.name for s in STEPS]), "this suite", source.name), files)
+        files = [str(p.relative_to(source))
+                 for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
+        return with_jobs(_records(state.results(source, [s.name for s in STEPS]), "this suite",
+                                  source.name), files)
     if not source.is_file():
         return []
     label = f"--restore={source}"
@@ -154,18 +153,18 @@ def suite_in_progress(source: Path) -> list[Record]:
 
 def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
                     now: str) -> tuple[float, str] | None:
-    """A stopped sweep's next call, at the pace its last call ran its jobs: the jobs it has left
-    where it resumes (stopped at the current code), all of them where it starts over (the paper
-    step sets aside a sweep of other code). None: no record counted its jobs."""
+    """A stopped sweep's next call at its last pace (jobs left, or all where it starts over); None
+    where uncounted."""
     counted = [r for r in records if r.jobs_total > r.jobs_done > 0]
     if not counted:
         return None
     r = max(counted, key=lambda r: r.started_at)
     resumes = at_code(r) == now
     jobs = r.jobs_total - r.jobs_done if resumes else r.jobs_total
-    # Its seconds are its last call's and its jobs every call's: a sweep resumed twice reads fast.
+    # Its seconds are the last call's, its jobs every call's: a sweep resumed twice reads fast.
     minutes = round(MARGIN * r.seconds / r.jobs_done * jobs / 60, 1) or 0.1
-    what = f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes else f"starts over at this code, {jobs} jobs"
+    what = (f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes
+            else f"starts over at this code, {jobs} jobs")
     return minutes, f"measured {r.device} {r.run}: {what}"
 
 
@@ -181,10 +180,11 @@ class Planned:
 
 def plan_steps(records: list[Record], current: Callable[[str], str] = engine_code.step_hash,
                at_commit: Callable[[str, str], str | None] | None = None) -> dict[str, Planned]:
-    """Each suite step's minutes, and whether it is due: done at ``current(step)``'s code by no record.
-    ``at_commit(step, commit)``: a record's code where it kept only its commit (git, by default)."""
-    # Cached: git is asked once per step and commit.
-    at_commit = cache(at_commit or (lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit)))
+    """Each step's minutes, and whether it is due at ``current(step)``'s code. ``at_commit``: a
+    record's code from its commit."""
+    # git is asked once per step and commit.
+    at_commit = cache(at_commit or (
+        lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit)))
     planned = {}
     for step in STEPS:
         mine = [r for r in records if r.step == step.name]
@@ -194,32 +194,33 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
 
         done = [r for r in mine if r.status == "done" and at_code(r) == now]
         timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
-        newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}  # each device's last
+        # each device's last
+        newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}
         minutes, source = step.minutes, "planned"
         if stopped := stopped_minutes(timed, at_code, now):
-            minutes, source = stopped  # below the plan too, where the finished jobs are not run again
+            # below the plan too, where the finished jobs are not run again
+            minutes, source = stopped
         elif newest:
             longest = max(newest.values(), key=lambda r: r.seconds)
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
             stopped = " (stopped before it ended)" if longest.status != "done" else ""
             where = f"{longest.device} {longest.run}{stopped}"
-            # Never below the plan: a step measured at an older engine may run more since (seeds, shapes
-            # added), and a stopped one took longer than it ran; above it, the measurement is the plan.
+            # Never below the plan: an older engine's step may run more now (seeds, shapes added)
+            # and a stopped one took longer than it ran.
             if measured >= step.minutes:
                 minutes, source = measured, f"measured {where}"
             else:
                 source = f"planned ({measured:g} measured at {where})"
         cap = CAPS.get(step.name)
-        planned[step.name] = Planned(step, minutes, source, cap and round(cap * minutes, 1), not done,
-                                     done[-1].device + " " + done[-1].run if done else "")
+        planned[step.name] = Planned(step, minutes, source, cap and round(cap * minutes, 1),
+                                     not done, done[-1].device + " " + done[-1].run if done else "")
     return planned
 
 
-def pack(groups: list[list[Planned]], budget_min: float) -> tuple[list[list[Planned]], list[Planned]]:
-    """The calls that run each group of ``groups`` (the queue's calls' due steps) in order: a group
-    starts a call of its own, which takes its next steps while their minutes fit the budget, never
-    skipping ahead (what the queue puts first is measured first); a group longer than a budget takes
-    several. Returns the calls and the steps longer than a whole budget (no call of it starts them)."""
+def pack(groups: list[list[Planned]],
+         budget_min: float) -> tuple[list[list[Planned]], list[Planned]]:
+    """Calls for each group in order, each taking steps while they fit, never skipping ahead; also
+    the steps longer than a whole budget."""
     calls, too_long = [], []
     for group in groups:
         call, room = [], budget_min
@@ -238,17 +239,17 @@ def pack(groups: list[list[Planned]], budget_min: float) -> tuple[list[list[Plan
 
 
 def due_in_order(planned: dict[str, Planned]) -> list[tuple[Call, list[Planned]]]:
-    return [(call, [planned[s.name] for s in steps if planned[s.name].due]) for call, steps in ordered()]
+    return [(call, [planned[s.name] for s in steps if planned[s.name].due])
+            for call, steps in ordered()]
 
 
 def head(planned: dict[str, Planned], budget_min: float) -> list[str]:
-    """The steps the next call of ``budget_min`` minutes runs."""
     calls, _ = pack([ps for _, ps in due_in_order(planned)], budget_min)
     return [p.step.name for p in calls[0]] if calls else []
 
 
 def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) -> str:
-    """The queue as ``--next`` prints it: what is done at this code, then each call of ``budget_min``."""
+    """The queue as ``--next`` prints it: what is done at this code, then each call."""
     groups = due_in_order(planned)
     call_of = {p.step.name: call for call, ps in groups for p in ps}
     calls, too_long = pack([ps for _, ps in groups], budget_min)
@@ -257,7 +258,8 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
     lines = [f"GPU queue at {commit}: {due} steps due, {len(done)} done at this engine code; "
              + f"calls of {budget_min:g} min"]
     if done:
-        lines.append("done at this engine (not repeated): " + ", ".join(f"{p.step.name} ({p.done_at})" for p in done))
+        lines.append("done at this engine (not repeated): "
+                     + ", ".join(f"{p.step.name} ({p.done_at})" for p in done))
     for i, call in enumerate(calls, 1):
         lines.append(f"\ncall {i}: {sum(p.minutes for p in call):.1f} min")
         for p in call:
@@ -265,13 +267,15 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
             lines.append(f"  {p.step.name:36} {p.minutes:5.1f}  {p.source}{cap}")
         shown = call_of[call[0].step.name]
         lines += [f"  shows: {shown.shows}", f"  predictions first: {shown.predictions}"]
-        lines.append(f"  runs: python -m sarathi_lab.gpu --steps {','.join(p.step.name for p in call)} "
-                     f"--budget-min {budget_min:g} --restore <the last call's suite.tar.gz>")
+        lines.append("  runs: python -m sarathi_lab.gpu --steps "
+                     f"{','.join(p.step.name for p in call)} --budget-min {budget_min:g} --restore "
+                     "<the last call's suite.tar.gz>")
     if too_long:
         lines.append(f"\nlonger than a {budget_min:g}-min call (a longer budget runs them): "
                      + ", ".join(f"{p.step.name} ({p.minutes:g} min)" for p in too_long))
     if not calls and not too_long:
         lines.append("\nnothing due: every step is done at this engine code")
-    lines.append("\nafter each call: python -m sarathi_lab.gpu.collect <its suite.tar.gz>, then each result against "
-                 "its prediction (python -m sarathi_lab.bench sim_vs_gpu; the run's claims.csv), then --next again")
+    lines.append("\nafter each call: python -m sarathi_lab.gpu.collect <its suite.tar.gz>, then "
+                 "each result against its prediction (python -m sarathi_lab.bench sim_vs_gpu; the "
+                 "run's claims.csv), then --next again")
     return "\n".join(lines)

@@ -1,6 +1,5 @@
-"""The suite's figures and claims from whatever steps have finished: the paper's are the analysis
-layer's own (read from <out>/paper), plus decode KV bandwidth and host overhead. A figure the runs
-at hand cannot give (a step not run yet, a dry run's single point) is a note, not an error."""
+"""The suite's figures and claims from the finished steps; what the runs cannot give yet is a note,
+not an error."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,17 +21,19 @@ from sarathi_lab.profiling.overhead import TARGET
 def _save(fig, out: Path, name: str) -> None:
     path = out / "figures" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90, bbox_inches="tight")  # as analysis.figures.save, without its seaborn theme
+    # as analysis.figures.save, without its seaborn theme
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
 def kernels_figure(out: Path) -> bool:
     result, env = state.read_result(out, "kernels"), ceilings(out)
     metrics = result.metrics if result else []
-    # Read back through gpu_records: a rate that is not a number is no bar to draw.
+    # Read back through gpu_records: a rate that is not a number is no bar.
     rates = {m.metric.split("[")[1].rstrip("]").replace("_", " "): m.value for m in metrics
              if m.metric.startswith("decode_kv_gbps[") and is_number(m.value)}
-    case = next((m.value for m in metrics if m.metric == "decode_timed_case"), "Triton paged attention")
+    case = next((m.value for m in metrics if m.metric == "decode_timed_case"),
+                "Triton paged attention")
     copy = (env or {}).get("copy_gbps")
     if not rates or not is_number(copy):
         return False
@@ -41,14 +42,15 @@ def kernels_figure(out: Path) -> bool:
     ax.axvline(copy, color="black", ls="--", label=f"copy ceiling {copy:.0f} GB/s")
     ax.axvline(copy / 1.5, color="grey", ls=":", label="target: 1.5x of the floor")
     ax.set(xlabel="KV bytes read / s (GB/s)",
-           title=f"Decode attention bandwidth, measured GPU: {env.get('device', 'unknown device')}\n{case}")
+           title="Decode attention bandwidth, measured GPU: "
+                 f"{env.get('device', 'unknown device')}\n{case}")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
     _save(fig, out, "kernels")
     return True
 
 
 def attention_figure(out: Path) -> bool:
-    """Each shape's engine, peers and floor (ms, log scale), one panel a kind of shape."""
+    """Each shape's engine, peers and floor (ms, log scale), a panel per kind of shape."""
     from sarathi_lab.gpu.steps.attention import ROWS
     from sarathi_lab.profiling.attention_grid import CONTENDERS, KINDS
 
@@ -57,34 +59,39 @@ def attention_figure(out: Path) -> bool:
         return False
     table = pd.read_csv(path)
     kinds = [k for k in KINDS if (table.kind == k).any()]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4 + 0.28 * len(table), 4.5), sharey=True, squeeze=False,
-                             gridspec_kw={"width_ratios": [max(2, (table.kind == k).sum()) for k in kinds]})
-    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"), "sdpa_cudnn": ("D", "tab:red"),
-              "flex": ("^", "tab:green")}
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4 + 0.28 * len(table), 4.5), sharey=True,
+                             squeeze=False,
+                             gridspec_kw={"width_ratios": [max(2, (table.kind == k).sum())
+                                                           for k in kinds]})
+    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"),
+              "sdpa_cudnn": ("D", "tab:red"), "flex": ("^", "tab:green")}
     for ax, kind in zip(axes[0], kinds):
         rows = table[table.kind == kind].reset_index(drop=True)
         for name in CONTENDERS:
             if f"{name}_ms" in rows:
                 marker, color = styles[name]
-                ax.scatter(rows.index, rows[f"{name}_ms"], marker=marker, color=color, s=22, label=name, zorder=3)
-        ax.scatter(rows.index, rows.floor_ms, marker="_", color="black", s=160, label="floor", zorder=2)
+                ax.scatter(rows.index, rows[f"{name}_ms"], marker=marker, color=color, s=22,
+                           label=name, zorder=3)
+        ax.scatter(rows.index, rows.floor_ms, marker="_", color="black", s=160, label="floor",
+                   zorder=2)
         ax.set_xticks(rows.index, rows["shape"], rotation=90, fontsize=7)
         ax.set(yscale="log", title=kind)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("one layer's attention (ms)")
     device = (ceilings(out) or {}).get("device", table.device.iloc[0])
-    fig.suptitle(f"One layer's attention: the engine vs its peers on the same q/k/v, and the floor\n"
-                 f"measured: {device}, {table.dtype.iloc[0]} (sdpa_flash: {table.sdpa_backend.iloc[0]})", y=1.1)
+    fig.suptitle("One layer's attention: the engine vs its peers on the same q/k/v, and the "
+                 f"floor\nmeasured: {device}, {table.dtype.iloc[0]} (sdpa_flash: "
+                 f"{table.sdpa_backend.iloc[0]})", y=1.1)
     handles = {h.get_label(): h for ax in axes[0] for h in ax.collections}
-    fig.legend(list(handles.values()), list(handles), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.93),
-               ncol=len(handles))
+    fig.legend(list(handles.values()), list(handles), fontsize=8, loc="lower center",
+               bbox_to_anchor=(0.5, 0.93), ncol=len(handles))
     _save(fig, out, "attention")
     return True
 
 
 def kernel_breakdown_figure(out: Path) -> bool:
-    """Per iteration kind, a bar of its wall time: the kernels' ms stacked by group, the forward's GPU
-    time no kernel fills (idle), and the host's (the wall time beyond the forward and sampling)."""
+    """Per iteration kind: kernels' ms stacked by group, the forward's idle GPU time and the host's
+    time."""
     from sarathi_lab.gpu.steps.launch import KERNELS
     from sarathi_lab.profiling.kernel_breakdown import GROUPS
 
@@ -93,24 +100,30 @@ def kernel_breakdown_figure(out: Path) -> bool:
     if table.empty:
         return False
     order = list(dict.fromkeys(table.iteration))
-    wide = table.pivot_table(index="iteration", columns="group", values="total_ms", aggfunc="sum").reindex(order)
+    wide = table.pivot_table(index="iteration", columns="group", values="total_ms",
+                             aggfunc="sum").reindex(order)
     wide = wide[[g for g in GROUPS if g in wide]].fillna(0.0)
-    whole = table.groupby("iteration")[["iteration_gpu_ms", "iteration_wall_ms"]].first().reindex(order)
+    whole = table.groupby("iteration")[["iteration_gpu_ms",
+                                        "iteration_wall_ms"]].first().reindex(order)
     sampling = wide.get("sampling", 0.0)
-    wide["idle (in the forward)"] = (whole.iteration_gpu_ms - (wide.sum(axis=1) - sampling)).clip(lower=0)
+    kernels_ms = wide.sum(axis=1) - sampling
+    wide["idle (in the forward)"] = (whole.iteration_gpu_ms - kernels_ms).clip(lower=0)
     wide["host"] = (whole.iteration_wall_ms - whole.iteration_gpu_ms - sampling).clip(lower=0)
     fig, ax = plt.subplots(figsize=(3 + 0.6 * len(order), 5))
     colors = plt.get_cmap("tab20").colors
     bottom = pd.Series(0.0, index=wide.index)
-    for group in wide.columns:  # a group's colour the same in every lease: its place in GROUPS
-        color = colors[GROUPS.index(group) % 20] if group in GROUPS else "dimgrey" if group == "host" else "gainsboro"
+    for group in wide.columns:  # same colour in every lease
+        color = (colors[GROUPS.index(group) % 20] if group in GROUPS
+                 else "dimgrey" if group == "host" else "gainsboro")
         ax.bar(range(len(order)), wide[group], bottom=bottom, color=color, label=group, width=0.7)
         bottom += wide[group]
     ax.set_xticks(range(len(order)), order, rotation=60, ha="right", fontsize=8)
     ax.set(ylabel="ms per iteration")
     ax.grid(axis="y", alpha=0.3)
-    measured = ", ".join(x for x in ((ceilings(out) or {}).get("device"), table.source.iloc[0]) if x)
-    ax.set_title(f"Where each iteration's time goes, as the engine runs it\n({measured})", fontsize=9)
+    measured = ", ".join(x for x in ((ceilings(out) or {}).get("device"), table.source.iloc[0])
+                         if x)
+    ax.set_title(f"Where each iteration's time goes, as the engine runs it\n({measured})",
+                 fontsize=9)
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _save(fig, out, "kernel_breakdown")
@@ -121,7 +134,8 @@ def overhead_figure(out: Path) -> bool:
     path = state.step_dir(out, "overhead") / "iterations.csv"
     if not path.is_file():
         return False
-    table = pd.read_csv(path).rename(columns=current_names)  # a suite's older files under today's names
+    # a suite's older files under today's names
+    table = pd.read_csv(path).rename(columns=current_names)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for kind, rows in table.groupby("kind"):
         ax.scatter(rows.iteration, 100 * rows.overhead_fraction, s=8, label=kind)
@@ -137,9 +151,8 @@ def overhead_figure(out: Path) -> bool:
 
 
 def paper_report(out: Path, dry_run: bool = False) -> list[str]:
-    """Each experiment's figure and the claims table (claims.csv, claims.md) from the runs under <out>/paper.
-    A dry run keeps the runs that waited for a CPU: it checks that every figure and claim can be made, and
-    its tiny runs' times mean nothing either way."""
+    """Each experiment's figure and the claims from <out>/paper. A dry run keeps runs that waited
+    for a CPU: it checks every figure and claim can be made."""
     from sarathi_lab.analysis import claims, registry
     from sarathi_lab.analysis.runs import Results
 
@@ -160,7 +173,8 @@ def paper_report(out: Path, dry_run: bool = False) -> list[str]:
             _save(fig, out, name)
         except Exception as e:  # noqa: BLE001 (a figure or claim the runs at hand cannot give)
             plt.close("all")
-            notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200])
+            notes.append(f"{name}: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}"[:200])
     if rows:
         table = pd.DataFrame(rows, columns=claims.COLUMNS)
         table.to_csv(out / "claims.csv", index=False)
@@ -173,13 +187,15 @@ def _cell(value) -> str:
 
 
 def claims_markdown(table: pd.DataFrame, out: Path) -> str:
-    """claims.csv as a markdown table (the columns any row fills), then every figure of the folder."""
+    """claims.csv as a markdown table (the columns any row fills), then the folder's figures."""
     device = (ceilings(out) or {}).get("device", "the device the env step has not named yet")
     columns = [c for c in table.columns if table[c].map(_cell).ne("").any()]
     lines = [f"# The paper's claims, measured on {device}", "",
-             "From the runs under `paper/` (`python -m sarathi_lab.gpu`); the same rows as `claims.csv`.", "",
+             ("From the runs under `paper/` (`python -m "
+              "sarathi_lab.gpu`); the same rows as `claims.csv`."), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for _, row in table.iterrows()]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |"
+              for _, row in table.iterrows()]
     figures = sorted((out / "figures").glob("*.png"))
     lines += ["", "## Figures", ""] + [f"![{p.stem}](figures/{p.name})" for p in figures]
     return "\n".join(lines) + "\n"
@@ -188,5 +204,6 @@ def claims_markdown(table: pd.DataFrame, out: Path) -> str:
 def write_report(out: Path, dry_run: bool = False) -> list[str]:
     notes = [f"{name}: nothing to draw yet" for name, drawn in
              (("kernels", kernels_figure(out)), ("attention", attention_figure(out)),
-              ("overhead", overhead_figure(out)), ("kernel_breakdown", kernel_breakdown_figure(out))) if not drawn]
+              ("overhead", overhead_figure(out)),
+              ("kernel_breakdown", kernel_breakdown_figure(out))) if not drawn]
     return notes + paper_report(out, dry_run)

@@ -1,11 +1,10 @@
-"""What a lease's paper sweeps ran, read from the archive's run metrics: per experiment the seeds its
-finished jobs had and how many of its planned jobs finished, kept in lease.json (``sweeps``) so that a
-claim drawn from the sweep says what it stands on."""
+"""What a lease's paper sweeps ran (seeds, jobs finished of planned), kept in lease.json so a claim
+says what it stands on."""
 from __future__ import annotations
 
 import re
 
-# paper/<experiment>/multiruns/<sweep>/<job>/metrics.json, and the sweep's launch record beside its jobs.
+# paper/<experiment>/multiruns/<sweep>/<job>/metrics.json, and the sweep's launch record.
 RUN = re.compile(r"^paper/([\w.-]+)/multiruns/[^/]+/[^/]+/metrics\.json$")
 LOCK = re.compile(r"^paper/([\w.-]+)/multiruns/[^/]+/\.sweep\.lock$")
 
@@ -19,9 +18,7 @@ def _seed(record: dict) -> int | None:
 
 
 def sweeps(runs: dict[str, dict], locks: dict[str, dict]) -> dict[str, dict]:
-    """Per experiment: ``seeds`` of its finished runs (sorted), ``jobs_finished`` and ``jobs_planned``
-    (the launch record's job count, at least the jobs found). ``runs``: archive name -> metrics.json;
-    ``locks``: archive name -> the sweep's .sweep.lock record."""
+    """Per experiment: sorted ``seeds``, ``jobs_finished`` and ``jobs_planned``."""
     found: dict[str, dict] = {}
     for name, record in runs.items():
         if not (m := RUN.match(name)):
@@ -32,7 +29,9 @@ def sweeps(runs: dict[str, dict], locks: dict[str, dict]) -> dict[str, dict]:
             entry["jobs_finished"] += 1
             if (seed := _seed(record)) is not None:
                 entry["seeds"].add(seed)
-    planned = {m[1]: record.get("jobs") for name, record in locks.items() if (m := LOCK.match(name))}
+    planned = {m[1]: record.get("jobs") for name, record in locks.items()
+               if (m := LOCK.match(name))}
     return {exp: {"seeds": sorted(e["seeds"]), "jobs_finished": e["jobs_finished"],
-                  "jobs_planned": max(e["jobs_found"], planned.get(exp) if isinstance(planned.get(exp), int) else 0)}
+                  "jobs_planned": max(e["jobs_found"], planned.get(exp)
+                                      if isinstance(planned.get(exp), int) else 0)}
             for exp, e in sorted(found.items())}

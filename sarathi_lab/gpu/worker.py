@@ -1,5 +1,5 @@
-"""Runs the suite's steps in one process, each recorded as it ends. After a step fails on a GPU it
-exits with RESTART (a CUDA error can leave the context unusable): the driver starts a fresh one."""
+"""Runs the suite's steps in one process; after a step fails on a GPU it exits with RESTART (a CUDA
+error can poison the context)."""
 from __future__ import annotations
 
 import gc
@@ -24,7 +24,8 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
     state.mark_started(ctx.out, step.name)
     status, metrics, notes, error = "done", [], [], ""
     try:
-        metrics, notes = importlib.import_module(f"sarathi_lab.gpu.steps.{step.group}").run(ctx, step)
+        module = importlib.import_module(f"sarathi_lab.gpu.steps.{step.group}")
+        metrics, notes = module.run(ctx, step)
     except Unavailable as e:
         status, error = "unavailable", str(e)
     except Incomplete as e:
@@ -33,21 +34,20 @@ def run_step(step: Step, ctx: Context, commit: str) -> state.StepResult:
         text = str(e).strip().splitlines()
         status, error = "failed", f"{type(e).__name__}: {text[0] if text else ''}"[:500]
         (ctx.dir / "traceback.txt").write_text(traceback.format_exc())
-    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes, error, commit,
-                              ctx.device, code)
+    result = state.StepResult(step.name, status, started, time.time() - started, metrics, notes,
+                              error, commit, ctx.device, code)
     state.write_result(ctx.out, result)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``argv``: one JSON object from the driver (__main__.run_worker): out, steps,
-    deadline, export and the suite's record (dry_run among it)."""
+    """``argv``: the driver's JSON (out, steps, deadline, export, suite record)."""
     job = json.loads((argv or sys.argv[1:])[0])
     out, deadline, suite = Path(job["out"]), job["deadline"], job["suite"]
     export = job["export"] and Path(job["export"])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    import torch  # here, not at the top: the driver imports RESTART from this module without torch
+    import torch  # lazy: the driver imports RESTART from here without torch
 
     device = "cpu" if suite["dry_run"] or not torch.cuda.is_available() else "cuda"
     suite |= {"device": device}

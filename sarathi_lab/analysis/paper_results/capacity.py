@@ -1,8 +1,5 @@
-"""Sarathi-Serve: capacity under latency SLOs (task=capacity searches), sarathi_serve against vllm.
-
-The searches' table, the claim and the bars are analysis/capacity.py's (docs/capacity/ draws the
-committed tables with them); this module reads them from a results root as every paper result does,
-so that produce, the claims table and the GPU suite (``paper.capacity``) find the searches."""
+"""Sarathi-Serve: capacity under latency SLOs, read from a results root like every paper result
+(table, claim and bars: analysis/capacity.py)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -15,7 +12,7 @@ CLAIM = "sarathi_serve's capacity exceeds vllm's under the strict TBT SLO"
 
 
 def searches(results) -> pd.DataFrame:
-    """The capacity searches among the experiment's kept runs (its trials are runs too: left out)."""
+    """The capacity searches among the kept runs (their trials are runs too: left out)."""
     from sarathi_lab.analysis import capacity  # matplotlib: not at the registry's import
 
     kept = results.summary("capacity")
@@ -30,41 +27,44 @@ def claims(results) -> list[dict]:
 
     found = capacity._gain(capacity.Evidence(searches=searches(results)))
     ours, holds, spread = found or ("sarathi_serve and vllm not both searched", "n/a", "")
-    # The search brackets are the spread of one search; seeds, where run, add theirs (claims._spread).
-    return [claim_row("capacity", CLAIM, f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)",
+    # The search brackets are one search's spread; seeds add theirs (claims._spread).
+    return [claim_row("capacity", CLAIM,
+                      f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)",
                       f"{ours}{f'; brackets {spread}' if spread else ''}", holds)]
 
 
 def figure(results, simulated=None):
     from sarathi_lab.analysis import capacity, figures
 
-    rows = [(searches(runs), source) for runs, source in figures.sources_of(results, simulated, "capacity")]
+    rows = [(searches(runs), source)
+            for runs, source in figures.sources_of(results, simulated, "capacity")]
     rows = [(found, source) for found, source in rows if not found.empty]
-    if not rows:  # every search's runs left out (unreliable trials): the caller says why in its place
+    # every search's runs left out: the caller says why
+    if not rows:
         return None
     fig, axes = figures.subplots(1, len(rows), figsize=(7 * len(rows), 4.8), squeeze=False)
     for ax, (found, source) in zip(axes[0], rows):
         capacity.plot_capacity(found, ax, source)
-    figures.headline(fig, results, "capacity", "Sarathi-Serve: capacity under P99 TBT and scheduling-delay SLOs",
-                     simulated)
+    figures.headline(fig, results, "capacity",
+                     "Sarathi-Serve: capacity under P99 TBT and scheduling-delay SLOs", simulated)
     return fig
 
 
-# The GPU sweeps (experiment=gpu/capacity and own/capacity say what they run), one step an SLO. Scaled:
-# minutes = 1.3 x (the calibrated H100 simulator's trials' serving seconds + 8 s a search to build the
-# model + 10 s for the interpreter); the eager profile tables predict about twice the serving seconds
-# (docs/gpu/README.md), and a search cut short resumes at its next trial.
+# One GPU step an SLO: minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8 s a
+# search to build + 10 s interpreter).
 GPU_PARTS = (GpuPart("strict", 6.7), GpuPart("relaxed", 5.0))
-# Unscaled, the same from the simulator's seconds of the paper-shape searches (gpu.predict on these jobs)
-# and each part's number of searches (schedulers).
+# Unscaled: the same from gpu.predict's seconds of the paper-shape searches, times each part's
+# schedulers.
 UNSCALED_PARTS = (GpuPart("strict", gpu_minutes(startup_s=10, job_s=(2004 + 3 * 8) / 3, jobs=3)),
                   GpuPart("relaxed", gpu_minutes(startup_s=10, job_s=(1347 + 2 * 8) / 2, jobs=2)))
 
 RESULT = PaperResult(
     name="capacity", order=75, claims=claims, figure=figure,
-    reading=("**Sarathi-Serve, capacity.** The highest request rate at which P99 TBT stays within the SLO and "
-             "the median scheduling delay within 2 s, per scheduler and SLO: stall-free batching serves "
-             f"{paper.CAPACITY_GAIN_OVER_VLLM}x vLLM's rate under the strict SLO in the paper."),
+    reading=("**Sarathi-Serve, capacity.** The highest request rate at which P99 TBT stays within "
+             "the SLO and the median scheduling delay within 2 s, per scheduler and SLO: "
+             f"stall-free batching serves {paper.CAPACITY_GAIN_OVER_VLLM}x vLLM's rate under the "
+             "strict SLO in the paper."),
     gpu=GpuRun(minutes=sum(p.minutes for p in GPU_PARTS), order=75, parts=GPU_PARTS,
-               unscaled=Unscaled(minutes=sum(p.minutes for p in UNSCALED_PARTS), parts=UNSCALED_PARTS)),
+               unscaled=Unscaled(minutes=sum(p.minutes for p in UNSCALED_PARTS),
+                                 parts=UNSCALED_PARTS)),
 )

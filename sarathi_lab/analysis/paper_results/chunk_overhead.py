@@ -8,8 +8,9 @@ from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu
 
 def claims(results) -> list[dict]:
     summary = results.summary("chunk_overhead")
-    # The mean of repeated runs of a chunk, if any: one number per chunk.
-    longest = summary[summary.seq_len == summary.seq_len.max()].groupby("chunk").mean(numeric_only=True)
+    # One number per chunk: the mean of its repeats.
+    longest = (summary[summary.seq_len == summary.seq_len.max()].groupby("chunk")
+               .mean(numeric_only=True))
     where = f"at length {summary.seq_len.max():g}"
     smallest = longest.index.min()
     rows = [claim_row("chunk_overhead", "Chunks of 64 cost 2x or more in attention",
@@ -18,59 +19,63 @@ def claims(results) -> list[dict]:
                       f"chunk {smallest:g}: {longest.attention_slowdown[smallest]:.2f}x attention, "
                       f"{longest.prefill_slowdown[smallest]:.2f}x prefill, "
                       f"KV read {longest.kv_reread_ratio[smallest]:.1f}x "
-                      f"{where}", verdict([longest.attention_slowdown[smallest] >= 2]) if smallest == 64 else "n/a",
-                      longest.attention_slowdown[smallest])]
+                      f"{where}", verdict([longest.attention_slowdown[smallest] >= 2])
+                      if smallest == 64 else "n/a", longest.attention_slowdown[smallest])]
     bounds = {c: b for c, b in paper.PREFILL_SLOWDOWN_BOUND.items() if c in longest.index}
     rows.append(claim_row(
         "chunk_overhead", "Chunks of 256 / 512 keep the prefill within 20% / 10% of unchunked",
         " / ".join(f"<= {b:.2f}x" for b in paper.PREFILL_SLOWDOWN_BOUND.values()),
-        "; ".join(f"chunk {c}: {longest.prefill_slowdown[c]:.2f}x prefill, {longest.end_to_end_slowdown[c]:.2f}x "
-                  f"end to end" for c in bounds) + f" {where}" if bounds else "chunks 256 / 512 not in these runs",
+        "; ".join(f"chunk {c}: {longest.prefill_slowdown[c]:.2f}x prefill, "
+                  f"{longest.end_to_end_slowdown[c]:.2f}x end to end" for c in bounds)
+        + f" {where}" if bounds else "chunks 256 / 512 not in these runs",
         verdict(longest.prefill_slowdown[c] <= b for c, b in bounds.items()) if bounds else "n/a"))
     return rows
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     summary = results.summary("chunk_overhead")
     panels = [("attention_slowdown", "attention", {64: paper.CHUNK64_ATTENTION_SLOWDOWN}),
-              ("prefill_slowdown", "prefill", {64: paper.CHUNK64_PREFILL_SLOWDOWN} | paper.PREFILL_SLOWDOWN_BOUND),
+              ("prefill_slowdown", "prefill",
+               {64: paper.CHUNK64_PREFILL_SLOWDOWN} | paper.PREFILL_SLOWDOWN_BOUND),
               ("end_to_end_slowdown", "end to end", {}), ("kv_reread_ratio", "KV tokens read", {})]
     sim_label = figures.simulated_label(simulated, "chunk_overhead")
     fig, axes = figures.subplots(1, 4, figsize=(18, 4.2))
     for ax, (column, label, refs) in zip(axes, panels):
-        # Measured above the simulated series (zorder): where they agree the dashed line would hide them.
-        figures.sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o", palette="crest", ax=ax,
+        # Measured above the simulated series: the dashed line would hide them where they agree.
+        figures.sns.lineplot(summary, x="seq_len", y=column, hue="chunk", marker="o",
+                             palette="crest", ax=ax,
                              legend=column == "kv_reread_ratio", errorbar=figures.SPREAD, zorder=3)
         if sim_label:
             sim = simulated.summary("chunk_overhead")
-            for color, (chunk, g) in zip(figures.sim_colors(sim.chunk.nunique()), sim.groupby("chunk")):
+            for color, (chunk, g) in zip(figures.sim_colors(sim.chunk.nunique()),
+                                         sim.groupby("chunk")):
                 g = g.sort_values("seq_len")
-                ax.plot(g.seq_len, g[column], color=color, label=f"{sim_label}, {chunk:g}", **figures.SIM_STYLE)
-        # The paper's values as labelled lines in the legend: annotations beside them overprint where
-        # two lie close (1.1x and 1.2x).
+                ax.plot(g.seq_len, g[column], color=color, label=f"{sim_label}, {chunk:g}",
+                        **figures.SIM_STYLE)
+        # The paper's values as legend lines: annotations overprint where two lie close.
         for (chunk, value), style in zip(refs.items(), (":", "-.", (0, (5, 2, 1, 2)))):
-            ax.axhline(value, color="black", ls=style, lw=1, label=f"paper, chunk {chunk}: {value:g}x")
+            ax.axhline(value, color="black", ls=style, lw=1,
+                       label=f"paper, chunk {chunk}: {value:g}x")
         if refs or column == "kv_reread_ratio":
             ax.legend(title="chunk" if column == "kv_reread_ratio" else None, fontsize=7)
-        # Short: four panels side by side, whose long titles ran into each other (the sources: the headline's).
-        ax.set(title=f"{label}: chunked / unchunked",
-               xlabel="sequence length (tokens)",
+        # Short: four panels side by side.
+        ax.set(title=f"{label}: chunked / unchunked", xlabel="sequence length (tokens)",
                ylabel="tokens read, chunked / unchunked (x)" if column == "kv_reread_ratio"
                else "time, chunked / unchunked (x)")
-    figures.headline(fig, results, "chunk_overhead", "Fig. 13: what chunking a prompt costs (every panel: "
+    figures.headline(fig, results, "chunk_overhead",
+                     "Fig. 13: what chunking a prompt costs (every panel: "
                      f"{figures.panel_sources(results, simulated, 'chunk_overhead')})", simulated)
     return fig
 
 
 RESULT = PaperResult(
     name="chunk_overhead", order=50, claims=claims, figure=figure,
-    reading=("**Fig. 13, chunking overhead.** Small chunks re-read the KV cache and run small matmuls: "
-             "chunk 64 costs ~3x in attention; 256 / 512 keep the prefill within 20% / 10% (dotted: "
-             "the paper's values)."),
-    # 24 jobs: 3 seeds x 2 lengths x 4 chunks; the H200 (engine with graphs) took 67 s for 8, 17 s of
-    # it start-up. Unscaled, the paper's lengths 1K-3K: 36 jobs, the 2K ones about the mean of the others.
+    reading=("**Fig. 13, chunking overhead.** Small chunks re-read the KV cache and run small "
+             "matmuls: chunk 64 costs ~3x in attention; 256 / 512 keep the prefill within 20% / "
+             "10% (dotted: the paper's values)."),
+    # 3 seeds x 2 lengths x 4 chunks at the H200's seconds; unscaled, the paper's 1K-3K: 36 jobs.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=6.3, jobs=24), order=50,
                unscaled=Unscaled(minutes=gpu_minutes(startup_s=17, job_s=6.3, jobs=36))),
 )

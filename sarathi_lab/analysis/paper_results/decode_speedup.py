@@ -12,35 +12,37 @@ from sarathi_lab.executors import recorded_as
 from sarathi_lab.profiling import quantities
 
 _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token tile)",
-                       "tile": "tile-aligned chunk: chunk + B - 1 fills whole 128-token tiles (as the paper)"}
+                       "tile": ("tile-aligned chunk: chunk + B - 1 fills "
+                                "whole 128-token tiles (as the paper)")}
 
 
 def unresolved_note(gains: pd.DataFrame) -> str:
-    """What the points whose hybrid iteration is within noise of the chunk alone say: their count and
-    the bound the repeats give them ('' where every point is resolved)."""
+    """The count of points within noise of the chunk alone and the bound their repeats give (''
+    where all resolved)."""
     unresolved = gains[~gains.resolved]
     if unresolved.empty:
         return ""
     bounds = unresolved.gain_bound.dropna()
     bound = f": speedup >= {bounds.min():.1f}x" if len(bounds) == len(unresolved) else ": no bound"
-    return (f"{len(unresolved)} of {len(gains)} points within noise (hybrid iteration no slower than the chunk "
-            f"alone beyond the repeats' spread){bound}")
+    return (f"{len(unresolved)} of {len(gains)} points within noise (hybrid iteration no slower "
+            f"than the chunk alone beyond the repeats' spread){bound}")
 
 
 def _speedup_range(gains: pd.DataFrame) -> tuple[str, str]:
-    """The range of the resolved speedups, and what is left unresolved ('' if nothing)."""
+    """The resolved speedups' range, and what is unresolved ('' if nothing)."""
     resolved = derive.resolved_speedups(gains)
-    return ((f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved) else "no point resolved"),
-            unresolved_note(gains))
+    return ((f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved)
+             else "no point resolved"), unresolved_note(gains))
 
 
 def claims(results) -> list[dict]:
     gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
     low, high = paper.DECODE_SPEEDUP
-    over = (f" over batch sizes {', '.join(f'{b:g}' for b in sorted(gains.batch_size.unique()))} and lengths "
-            f"{', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}")
-    aligned = gains.chunk_align.eq("tile") if "chunk_align" in gains else pd.Series(False, index=gains.index)
-    # The paper sized its chunks to the tile: where the runs have aligned chunks, they are the verdict's.
+    over = (f" over batch sizes {', '.join(f'{b:g}' for b in sorted(gains.batch_size.unique()))} "
+            f"and lengths {', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}")
+    aligned = (gains.chunk_align.eq("tile") if "chunk_align" in gains
+               else pd.Series(False, index=gains.index))
+    # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     judged = gains[aligned] if aligned.any() else gains
     resolved = derive.resolved_speedups(judged)
     both = aligned.any() and (~aligned).any()
@@ -50,43 +52,49 @@ def claims(results) -> list[dict]:
     unresolved = "; ".join(label + note for label, _, note in ranges if note)
     ours = ("; ".join(label + text for label, text, _ in ranges) + over
             + (f"; {unresolved}" if unresolved else ""))
-    # A point within noise holds where even its bound reaches the paper's low end; else it is not judged.
+    # A point within noise holds where its bound reaches the paper's low end; else not judged.
     bounds = judged[~judged.resolved].gain_bound
     flags = [*(resolved.gain >= low), *(True if b >= low else None for b in bounds)]
-    return [claim_row("decode_speedup", f"Piggybacking raises decode throughput {low:g}x-{high:g}x over the baseline",
-                      f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to {paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",
+    return [claim_row("decode_speedup",
+                      f"Piggybacking raises decode throughput {low:g}x-{high:g}x over the baseline",
+                      f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to "
+                      f"{paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",
                       ours, verdict(flags), resolved.gain.min() if len(resolved) else None)]
 
 
 def _why(gains: pd.DataFrame, low: float, high: float) -> str:
-    """Why the simulated speedups leave the paper's range, or '' where they fall in it."""
+    """Why the simulated speedups leave the paper's range, or ''."""
     if gains.gain.min() >= low and gains.gain.max() <= high:
         return ""
     chunk = gains.chunk.iloc[0]
     crossover = derive.compute_bound_tokens(paper.A6000_GFLOPS, paper.A6000_GBPS, 2)
     if gains.gain.max() > high and chunk < crossover:
-        return (f"Simulated speedups above the paper's {low:g}x-{high:g}x: the chunk of {chunk:g} tokens is far below "
-                f"the ~{crossover:.0f} tokens from which the A6000's GEMMs turn compute-bound, so the cost model "
-                "charges the riding decodes only their KV reads (the weights are read once either way); the paper's "
-                "chunk of 256 tokens is compute-bound, so each riding decode costs its own flops.")
+        return (f"Simulated speedups above the paper's {low:g}x-{high:g}x: the chunk of {chunk:g} "
+                f"tokens is far below the ~{crossover:.0f} tokens from which the A6000's GEMMs "
+                "turn compute-bound, so the cost model charges the riding decodes only their KV "
+                "reads (the weights are read once either way); the paper's chunk of 256 tokens is "
+                "compute-bound, so each riding decode costs its own flops.")
     aligned = "chunk_align" in gains and gains.chunk_align.eq("tile").all()
     if gains.gain.min() < low and chunk % paper.TILE == 0 and not aligned:
-        return (f"Simulated speedups below the paper's {low:g}x-{high:g}x: a chunk of {chunk:g} tokens fills whole "
-                f"{paper.TILE}-token GEMM tiles and its B - 1 riding decodes start a new one, which the cost model "
-                "charges in full (Fig. 7's step); the paper keeps chunk + decodes a multiple of the tile "
-                "(scheduler.chunk_align=tile), a fixed chunk does not.")
-    return (f"Simulated speedups outside the paper's {low:g}x-{high:g}x: the cost model prices a riding decode by its "
-            "flops and bytes at assumed or fitted efficiencies, not by kernels measured on the paper's GPU.")
+        return (f"Simulated speedups below the paper's {low:g}x-{high:g}x: a chunk of {chunk:g} "
+                f"tokens fills whole {paper.TILE}-token GEMM tiles and its B - 1 riding decodes "
+                "start a new one, which the cost model charges in full (Fig. 7's step); the paper "
+                "keeps chunk + decodes a multiple of the tile (scheduler.chunk_align=tile), a "
+                "fixed chunk does not.")
+    return (f"Simulated speedups outside the paper's {low:g}x-{high:g}x: the cost model prices a "
+            "riding decode by its flops and bytes at assumed or fitted efficiencies, not by "
+            "kernels measured on the paper's GPU.")
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
-    # Simulated bars in figures.sim_colors' reds: a plain "Reds" palette starts near white, invisible on the background.
+    # Simulated bars in sim_colors' reds: "Reds" starts near white, invisible.
     palettes = [lambda n: figures.sns.color_palette("crest", n), figures.sim_colors]
-    # One panel per source and chunk alignment (scheduler.chunk_align), where the runs swept it.
+    # A panel per source and chunk alignment, where swept.
     panels = []
-    for (runs, title), colors in zip(figures.sources_of(results, simulated, "decode_speedup"), palettes):
+    for (runs, title), colors in zip(figures.sources_of(results, simulated, "decode_speedup"),
+                                     palettes):
         gains = quantities.decode_speedup(runs.table("decode_speedup", "piggyback"))
         swept = "chunk_align" in gains and gains.chunk_align.nunique() > 1
         for align, part in gains.groupby("chunk_align") if swept else [(None, gains)]:
@@ -103,25 +111,24 @@ def figure(results, simulated=None):
                             palette=colors(resolved.seq_len.nunique()), errorbar=figures.SPREAD)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
-        # Each line no wider than the panel: a wider one, centred, ran over the y label on its left.
+        # No wider than the panel: a wider centred line ran over the y label.
         title = "\n".join(textwrap.fill(line, 56) for line in title.split("\n"))
         ax.set(xlabel="batch size", ylabel="decode throughput over baseline (x)", title=title)
         figures.legend_outside(ax, title="length", fontsize=8)
         if recorded_as(runs.executor("decode_speedup")["executor"], "simulated") and len(resolved):
             why.append(_why(resolved, low, high))
-    figures.headline(fig, results, "decode_speedup", "Fig. 8: decode speedup of SARATHI over the baseline",
-                     simulated, why)
+    figures.headline(fig, results, "decode_speedup",
+                     "Fig. 8: decode speedup of SARATHI over the baseline", simulated, why)
     return fig
 
 
 RESULT = PaperResult(
     name="decode_speedup", order=30, claims=claims, figure=figure,
-    reading=("**Fig. 8, decode speedup.** A decode riding a prefill chunk costs a fraction of one in a "
-             "decode-only iteration: 2.8x-10x decode throughput (shaded band). The paper sizes the chunk so that "
-             "chunk + riding decodes fill whole 128-token tiles; the simulated runs sweep that "
-             "tile-aligned chunk beside the fixed chunk of 256, one panel each, and the claim is judged on the "
-             "aligned one."),
-    # 72 jobs: 3 seeds x 12 points x fixed and tile-aligned chunk, at the H200's seconds a job (the H100
-    # took as long).
+    reading=("**Fig. 8, decode speedup.** A decode riding a prefill chunk costs a fraction of one "
+             "in a decode-only iteration: 2.8x-10x decode throughput (shaded band). The paper "
+             "sizes the chunk so that chunk + riding decodes fill whole 128-token tiles; the "
+             "simulated runs sweep that tile-aligned chunk beside the fixed chunk of 256, one "
+             "panel each, and the claim is judged on the aligned one."),
+    # 3 seeds x 12 points x fixed and tile-aligned chunk, at the H200's seconds a job.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=2.3, jobs=72), order=20),
 )

@@ -9,15 +9,15 @@ from sarathi_lab.executors import recorded_as
 
 def claims(results) -> list[dict]:
     gains = derive.pd_ratio_gains(results.summary("pd_ratio"))
-    # One gain per point, the mean of its repeats: the peak of single runs would favour the luckiest.
+    # One gain per point, its repeats' mean: single runs' peak favours the luckiest.
     normalised = gains.groupby([*derive.WORKLOAD_KEYS, "chunk", "chunk_align", "effective_chunk"],
                                as_index=False).gain.mean()
-    # The paper sized its chunks to the tile: where the runs have aligned chunks, they are the verdict's.
+    # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     aligned = normalised.chunk_align.eq("tile")
     judged = normalised[aligned] if aligned.any() else normalised
     label = "tile-aligned chunks: " if aligned.any() and (~aligned).any() else ""
     peaks = derive.pd_peaks(judged)
-    # A peak below 1 is the least loss, not a gain: it says nothing about where gains peak.
+    # A peak below 1 is the least loss, saying nothing of where gains peak.
     near = [p.gain > 1 and p.predicted_pd_ratio / 2 <= p.pd_ratio <= 2 * p.predicted_pd_ratio
             for p in peaks.itertuples()]
     best = judged.gain.max()
@@ -26,90 +26,99 @@ def claims(results) -> list[dict]:
     return [
         claim_row("pd_ratio", "The gain peaks at P:D = C / (B - 1) (within a factor 2)",
                   "; ".join(f"C={c} B={b}: P:D {pd:g}" for c, b, pd, _ in paper.PD_PEAKS),
-                  label + "; ".join(f"C={p.chunk:g} B={p.batch_size:g}: best {p.gain:.2f}x at {p.pd_ratio:g}, "
-                                    f"predicted peak {p.predicted_pd_ratio:.3g}" for p in peaks.itertuples()),
-                  verdict(near)),
-        claim_row("pd_ratio", f"SARATHI gains {paper.PD_WIDE_GAIN - 1:.0%}+ over the baseline at its best P:D",
+                  label + "; ".join(f"C={p.chunk:g} B={p.batch_size:g}: best {p.gain:.2f}x at "
+                                    f"{p.pd_ratio:g}, predicted peak {p.predicted_pd_ratio:.3g}"
+                                    for p in peaks.itertuples()), verdict(near)),
+        claim_row("pd_ratio",
+                  f"SARATHI gains {paper.PD_WIDE_GAIN - 1:.0%}+ over the baseline at its best P:D",
                   "; ".join(f"{g:g}x at C={c} B={b} P:D={pd:g}" for c, b, pd, g in paper.PD_PEAKS)
                   + f"; ~{paper.PD_WIDE_GAIN - 1:.0%} over a wide range",
-                  f"{label}peak {best:.2f}x; {wide} of {len(judged)} points >= {paper.PD_WIDE_GAIN:g}x; "
-                  f"lowest {judged.gain.min():.2f}x{fixed}", verdict([best >= paper.PD_WIDE_GAIN]), best),
+                  f"{label}peak {best:.2f}x; {wide} of {len(judged)} points >= "
+                  f"{paper.PD_WIDE_GAIN:g}x; lowest {judged.gain.min():.2f}x{fixed}",
+                  verdict([best >= paper.PD_WIDE_GAIN]), best),
     ]
 
 
 def _why(simulated) -> str:
-    """Why the simulated gains stay below the paper's, where its chunks fill whole GEMM tiles; '' else."""
+    """Why the simulated gains stay below the paper's where chunks fill whole GEMM tiles; '' else.
+    """
     gains = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
     if gains.gain.max() >= paper.PD_WIDE_GAIN or (gains.chunk % paper.TILE).any():
         return ""
     chunk, size = gains.chunk.min(), gains.batch_size.max()
     padded = -(-(chunk + size - 1) // paper.TILE) * paper.TILE
-    return (f"Simulated gains below the paper's: each hybrid iteration's chunk and its B - 1 = {size - 1:g} decodes "
-            f"cross a multiple of the {paper.TILE}-token GEMM tile, which the cost model charges in full (chunk "
-            f"{chunk:g}: {chunk + size - 1:g} tokens computed as {padded:g}), so the smaller the chunk the larger the "
-            "loss; the paper keeps chunk + decodes a multiple of the tile, these runs do not.")
+    return ("Simulated gains below the paper's: each hybrid iteration's chunk and its B - 1 = "
+            f"{size - 1:g} decodes cross a multiple of the {paper.TILE}-token GEMM tile, which the "
+            f"cost model charges in full (chunk {chunk:g}: {chunk + size - 1:g} tokens computed as "
+            f"{padded:g}), so the smaller the chunk the larger the loss; the paper keeps chunk + "
+            "decodes a multiple of the tile, these runs do not.")
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     norm = derive.pd_ratio_gains(results.summary("pd_ratio"))
     chunks = sorted(norm.chunk.unique())
     palette = dict(zip(chunks, figures.sns.color_palette("tab10", len(chunks))))
     fig, ax = figures.subplots(figsize=(11, 4.5))
-    # Tile-aligned and fixed chunks as two line styles where the runs swept both (scheduler.chunk_align).
+    # Aligned and fixed chunks as line styles where both were swept.
     style = "chunk_align" if norm.chunk_align.nunique() > 1 else "batch_size"
-    # A palette with no chunk to colour (none recorded) is seaborn's warning, not a figure: hue only where there is one.
+    # Hue only with a chunk to colour (else seaborn warns instead of drawing).
     hue = "chunk" if norm.chunk.notna().any() else None
     figures.sns.lineplot(norm, x="pd_ratio", y="gain", hue=hue, style=style, markers=True,
                          palette=palette if hue else None, ax=ax, errorbar=figures.SPREAD)
-    figures.fold_group_headers(ax, norm, {"chunk": f"{results.source('pd_ratio')}, C=", "batch_size": "B="})
+    figures.fold_group_headers(ax, norm, {"chunk": f"{results.source('pd_ratio')}, C=",
+                                          "batch_size": "B="})
     for p in derive.pd_peaks(norm).itertuples():
         ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)
     label = figures.simulated_label(simulated, "pd_ratio")
     if label:
         sim = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
-        for color, ((chunk, size), g) in zip(figures.sim_colors(sim.groupby(["chunk", "batch_size"]).ngroups),
-                                             sim.groupby(["chunk", "batch_size"])):
+        groups = sim.groupby(["chunk", "batch_size"])
+        for color, ((chunk, size), g) in zip(figures.sim_colors(groups.ngroups), groups):
             g = g.groupby("pd_ratio").gain.mean()
-            ax.plot(g.index, g.values, color=color, label=f"{label}, C={chunk:g} B={size:g}", **figures.SIM_STYLE)
+            ax.plot(g.index, g.values, color=color, label=f"{label}, C={chunk:g} B={size:g}",
+                    **figures.SIM_STYLE)
     for i, (c, b, pd_, g) in enumerate(paper.PD_PEAKS):
-        ax.scatter([pd_], [g], **figures.PAPER_STYLE, label="paper's peaks (13B/A6000)" if i == 0 else None)
-        ax.annotate(f"C={c} B={b}", (pd_, g), textcoords="offset points", xytext=(-9, -3), ha="right", fontsize=8)
+        ax.scatter([pd_], [g], **figures.PAPER_STYLE, label="paper's peaks (13B/A6000)" if i == 0
+                   else None)
+        ax.annotate(f"C={c} B={b}", (pd_, g), textcoords="offset points", xytext=(-9, -3),
+                    ha="right", fontsize=8)
     ax.axhline(1, color="black", lw=1, label="baseline (1x)")
     ax.axhline(paper.PD_WIDE_GAIN, color="black", lw=1, ls=":",
                label=f"paper: ~{paper.PD_WIDE_GAIN - 1:.0%} gain over a wide range")
     ax.plot([], [], color="grey", ls="--", lw=1, label="predicted peak C / (B - 1)")
-    ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)", ylabel="throughput over baseline (x)",
-           title=figures.panel_sources(results, simulated, "pd_ratio") + "\nvertical dashed: C / (B - 1), each chunk")
+    ax.set(xscale="log", xlabel="P:D (prompt / decode tokens)",
+           ylabel="throughput over baseline (x)",
+           title=(figures.panel_sources(results, simulated, "pd_ratio")
+                  + "\nvertical dashed: C / (B - 1), each chunk"))
     figures.plain_log_ticks(ax.xaxis)
     figures.legend_outside(ax, fontsize=7)
     why = [_why(runs) for runs, _ in figures.sources_of(results, simulated, "pd_ratio")
            if recorded_as(runs.executor("pd_ratio")["executor"], "simulated")]
-    figures.headline(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)", simulated, why)
+    figures.headline(fig, results, "pd_ratio", "Fig. 9/11b: the gain peaks where P:D = C / (B - 1)",
+                     simulated, why)
     return fig
 
 
-# The GPU sweep's jobs (3 seeds x P:D 7, 14, 28, a factor 2 either side of chunk 256's peak, 239 / 17 = 14
-# aligned, x fixed and tile-aligned x static and sarathi): the H200's (eager) seconds of static and
-# sarathi at each P:D, which fit static 3.5 + 0.074 D s and sarathi 4.3 + 0.084 D s (D = 1024 / (1 + P:D)
-# decode tokens).
+# The H200's (eager) seconds of static and sarathi per P:D, which fit static 3.5 + 0.074 D s and
+# sarathi 4.3 + 0.084 D s (D = 1024 / (1 + P:D)).
 PAIR_S = {7: 13 + 15, 14: 8.5 + 11.4, 28: 6.1 + 7.2}
 UNSCALED_PD = (2, 5, 10, 14, 20, 28, 50, 100)
 
 
 def _grid_s() -> float:
-    """Seconds of one seed, chunk and alignment of the paper's grid (experiment=own/pd_ratio): static
-    and sarathi at its 8 P:D ratios, by the fits above."""
+    """Seconds of one seed, chunk and alignment of the paper's grid, by the fits above."""
     decode = sum(1024 / (1 + pd) for pd in UNSCALED_PD)
     return len(UNSCALED_PD) * (3.5 + 4.3) + (0.074 + 0.084) * decode
 
 
 RESULT = PaperResult(
     name="pd_ratio", order=40, claims=claims, figure=figure,
-    reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk and B "
-             "- 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's peaks as "
-             "stars."),
+    reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk "
+             "and B - 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's "
+             "peaks as stars."),
     gpu=GpuRun(minutes=gpu_minutes(startup_s=21, job_s=sum(PAIR_S.values()) / 6, jobs=36), order=30,
-               unscaled=Unscaled(minutes=gpu_minutes(startup_s=21, job_s=_grid_s() / 16, jobs=288))),
+               unscaled=Unscaled(minutes=gpu_minutes(startup_s=21, job_s=_grid_s() / 16,
+                                                     jobs=288))),
 )

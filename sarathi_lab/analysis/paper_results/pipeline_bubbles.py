@@ -1,5 +1,5 @@
-"""Fig. 12: pipeline bubbles per request and time to complete N requests, on a real two-stage pipeline,
-beside the simulator's prediction of the same runs."""
+"""Fig. 12: pipeline bubbles per request and time to complete N requests on a real two-stage
+pipeline, beside the simulator's prediction."""
 from __future__ import annotations
 
 import re
@@ -14,35 +14,40 @@ NAME = "pipeline_bubbles"
 # SARATHI's Fig. 12: GPT-3 on 64 A100s (TP8 x PP8), simulated.
 PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91}
 SARATHI, BASELINES = "sarathi", ("vllm", "orca")
-LABELS = {"vllm": "baseline (vllm, prefill-first)", "orca": "Orca-style (orca)", "sarathi": "SARATHI (sarathi)"}
+LABELS = {"vllm": "baseline (vllm, prefill-first)", "orca": "Orca-style (orca)",
+          "sarathi": "SARATHI (sarathi)"}
 # The simulator's target here: its predicted ratio within this share of the measured one.
 SIM_TOLERANCE = 0.15
 
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per seed and baseline: its median bubble per request over SARATHI's, measured and simulated, and
-    the simulated ratio's gap to the measured one (relative)."""
+    """Per seed and baseline: its median bubble per request over SARATHI's, measured and simulated,
+    and the simulated ratio's gap to the measured one (relative)."""
     rows = []
     for seed, runs in summary.groupby("seed" if "seed" in summary else np.zeros(len(summary))):
-        # Numbers, NaN where a run has none (a run without a profile to predict it has no sim_* values).
-        by = runs.set_index("scheduler").reindex(columns=["bubble_p50_s", "sim_bubble_p50_s", "makespan_s",
-                                                          "sim_makespan_s"]).apply(pd.to_numeric, errors="coerce")
+        # Numbers, NaN where a run has none (a run without a profile to predict it has no sim_*
+        # values).
+        columns = ["bubble_p50_s", "sim_bubble_p50_s", "makespan_s", "sim_makespan_s"]
+        by = (runs.set_index("scheduler").reindex(columns=columns)
+              .apply(pd.to_numeric, errors="coerce"))
         if SARATHI not in by.index:
             continue
         for base in (b for b in BASELINES if b in by.index):
             measured = by.at[base, "bubble_p50_s"] / by.at[SARATHI, "bubble_p50_s"]
             simulated = by.at[base, "sim_bubble_p50_s"] / by.at[SARATHI, "sim_bubble_p50_s"]
-            rows.append({"seed": seed, "baseline": base, "measured": measured, "simulated": simulated,
-                         "gap": simulated / measured - 1,
+            rows.append({"seed": seed, "baseline": base, "measured": measured,
+                         "simulated": simulated, "gap": simulated / measured - 1,
                          "makespan_ratio": by.at[base, "makespan_s"] / by.at[SARATHI, "makespan_s"],
-                         "sim_makespan_ratio": by.at[base, "sim_makespan_s"] / by.at[SARATHI, "sim_makespan_s"]})
-    return pd.DataFrame(rows, columns=["seed", "baseline", "measured", "simulated", "gap", "makespan_ratio",
-                                       "sim_makespan_ratio"])
+                         "sim_makespan_ratio": (by.at[base, "sim_makespan_s"]
+                                                / by.at[SARATHI, "sim_makespan_s"])})
+    return pd.DataFrame(rows, columns=["seed", "baseline", "measured", "simulated", "gap",
+                                       "makespan_ratio", "sim_makespan_ratio"])
 
 
 def _estimated_note(summary: pd.DataFrame) -> str:
     if "timeline_estimated" in summary and summary.timeline_estimated.fillna(0).astype(bool).any():
-        return " (stage spans estimated from a one-in-flight pipeline's iterations, not measured per stage)"
+        return (" (stage spans estimated from a one-in-flight pipeline's iterations, not measured "
+                "per stage)")
     return ""
 
 
@@ -55,29 +60,35 @@ def claims(results) -> list[dict]:
 
     def said(rows: pd.DataFrame, column: str) -> str:
         if len(rows) and rows[column].isna().all():
-            return "left out (no profile of the device to predict with: the runs' prediction table says where)"
+            return ("left out (no profile of the device to predict with: the runs' prediction "
+                    "table says where)")
         return with_range(rows[column].dropna()) if len(rows) else shown(None, "", why)
 
-    ours = (f"median bubble per request, baseline / SARATHI: measured {said(base, 'measured')}, simulated "
-            f"{said(base, 'simulated')}; Orca-style / SARATHI: measured {said(orca, 'measured')}, simulated "
-            f"{said(orca, 'simulated')}; time to complete all, baseline / SARATHI: measured "
-            f"{said(base, 'makespan_ratio')}{note}")
+    ours = (f"median bubble per request, baseline / SARATHI: measured {said(base, 'measured')}, "
+            f"simulated {said(base, 'simulated')}; Orca-style / SARATHI: measured "
+            f"{said(orca, 'measured')}, simulated {said(orca, 'simulated')}; time to complete all, "
+            f"baseline / SARATHI: measured {said(base, 'makespan_ratio')}{note}")
     predicted = table.dropna(subset=["gap"])
     gaps = predicted.gap.abs()
-    sim_ours = ("simulated / measured ratio - 1: " + ", ".join(f"{LABELS[b].split(' (')[0]} {g.mean():+.0%}"
-                                                                for b, g in predicted.groupby("baseline").gap)
-                if len(gaps) else shown(None, "", why if not len(table) else "no prediction")) + note
-    if {"stage0_gap_p50_s", "sim_stage0_gap_p50_s"} <= set(summary) and summary.sim_stage0_gap_p50_s.notna().any():
+    sim_ours = ("simulated / measured ratio - 1: "
+                + ", ".join(f"{LABELS[b].split(' (')[0]} {g.mean():+.0%}"
+                            for b, g in predicted.groupby("baseline").gap)
+                if len(gaps) else shown(None, "", why if not len(table)
+                                        else "no prediction")) + note
+    if ({"stage0_gap_p50_s", "sim_stage0_gap_p50_s"} <= set(summary)
+            and summary.sim_stage0_gap_p50_s.notna().any()):
         # What the simulator leaves out first: the driver's host work between stage 0's forwards.
-        sim_ours += (f"; stage 0 between two forwards (the driver's host work), median over the runs: measured "
-                     f"{1e3 * summary.stage0_gap_p50_s.median():.3g} ms, simulated "
+        sim_ours += ("; stage 0 between two forwards (the driver's host work), median over the "
+                     f"runs: measured {1e3 * summary.stage0_gap_p50_s.median():.3g} ms, simulated "
                      f"{1e3 * summary.sim_stage0_gap_p50_s.median():.3g} ms")
-    return [claim_row(NAME, "Uniform hybrid micro-batches cut the median pipeline bubble per request",
-                      f"{PAPER['median_bubble_ratio']}x lower than the baseline (GPT-3, TP8 x PP8 on 64 A100s); "
-                      f"{PAPER['end_to_end_ratio']}x faster end to end than Orca-style",
-                      ours, verdict(bool(r > 1) for r in base.measured),
+    return [claim_row(NAME, "Uniform hybrid micro-batches cut the "
+                            "median pipeline bubble per request",
+                      f"{PAPER['median_bubble_ratio']}x lower than the baseline (GPT-3, TP8 x PP8 "
+                      f"on 64 A100s); {PAPER['end_to_end_ratio']}x faster end to end than "
+                      "Orca-style", ours, verdict(bool(r > 1) for r in base.measured),
                       float(base.measured.mean()) if len(base) else None),
-            claim_row(NAME, f"The simulator predicts the measured median-bubble ratio within {SIM_TOLERANCE:.0%}",
+            claim_row(NAME, "The simulator predicts the measured median-bubble ratio within "
+                            f"{SIM_TOLERANCE:.0%}",
                       "(the project's target for sim/pipeline.py, not the paper's)", sim_ours,
                       verdict(bool(g <= SIM_TOLERANCE) for g in gaps),
                       float(gaps.max()) if len(gaps) else None)]
@@ -89,7 +100,7 @@ def _cdf(ax, values: np.ndarray, **style) -> None:
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     # Each request's measured and simulated bubble and finish; its run's swept keys are its columns.
     requests, summary = results.table(NAME, "request_bubbles"), results.summary(NAME)
@@ -103,53 +114,61 @@ def figure(results, simulated=None):
         # One seed's requests drawn (the others are repeats; the ratios below are over every seed).
         one = runs[runs.seed == first_seed] if first_seed is not None else runs
         for prefix, ls, what in (("", "-", "measured"), ("sim_", "--", "simulated")):
-            _cdf(cdf, one[f"{prefix}bubble_s"].to_numpy(), color=colors[name], ls=ls, label=f"{label}, {what}")
+            _cdf(cdf, one[f"{prefix}bubble_s"].to_numpy(), color=colors[name], ls=ls,
+                 label=f"{label}, {what}")
             t = np.sort(one[f"{prefix}finish_s"].to_numpy())
-            done.plot(t, np.arange(1, len(t) + 1), color=colors[name], ls=ls, label=f"{label}, {what}")
+            done.plot(t, np.arange(1, len(t) + 1), color=colors[name], ls=ls,
+                      label=f"{label}, {what}")
     cdf.set(xlabel="pipeline bubble time per request (stage-seconds)", ylabel="CDF of requests",
             title="(a) bubble time per request")
-    done.set(xlabel="time since the first arrival (s)", ylabel="requests completed", title="(b) time to complete N")
+    done.set(xlabel="time since the first arrival (s)", ylabel="requests completed",
+             title="(b) time to complete N")
     table = ratios(summary) if len(summary) else pd.DataFrame()
     # Short lines: the box sits in the panel's empty lower right, clear of the curves and the axis.
-    lines = ["paper (GPT-3, 64 A100s, simulated):", f"  baseline / SARATHI {PAPER['median_bubble_ratio']}x"]
+    lines = ["paper (GPT-3, 64 A100s, simulated):",
+             f"  baseline / SARATHI {PAPER['median_bubble_ratio']}x"]
     for base, rows in (table.groupby("baseline") if len(table) else []):
-        lines += [f"{LABELS[base].split(' (')[0]} / SARATHI:", f"  measured {with_range(rows.measured)}",
-                  f"  simulated {with_range(rows.simulated)} ({rows.gap.mean():+.0%})" if rows.simulated.notna().all()
-                  else "  no prediction"]
-    cdf.text(0.98, 0.04, "\n".join(lines), transform=cdf.transAxes, ha="right", va="bottom", fontsize=8,
-             bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
+        lines += [f"{LABELS[base].split(' (')[0]} / SARATHI:",
+                  f"  measured {with_range(rows.measured)}",
+                  f"  simulated {with_range(rows.simulated)} ({rows.gap.mean():+.0%})"
+                  if rows.simulated.notna().all() else "  no prediction"]
+    cdf.text(0.98, 0.04, "\n".join(lines), transform=cdf.transAxes, ha="right", va="bottom",
+             fontsize=8, bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
     _ratio_bars(bars, table)
     # One legend for both panels, outside them: the curves fill each panel's corners.
     figures.legend_outside(done, fontsize=8)
     model = results.table(NAME, "prediction")
-    # The profile's file as the repository names it (a run records where it read it, which may be anywhere).
-    how = (re.sub(r"\S*/([\w.-]+/[\w.-]+\.csv)", r"profiles/\1", model.sim_cost_model.iloc[0]) if len(model)
-           else "the simulator")
-    if {"sim_message_8b_s", "sim_message_1048576b_s"} <= set(summary) and summary.sim_message_8b_s.notna().any():
+    # The profile's file as the repository names it (a run records wherever it read it).
+    how = (re.sub(r"\S*/([\w.-]+/[\w.-]+\.csv)", r"profiles/\1", model.sim_cost_model.iloc[0])
+           if len(model) else "the simulator")
+    if ({"sim_message_8b_s", "sim_message_1048576b_s"} <= set(summary)
+            and summary.sim_message_8b_s.notna().any()):
         # Each job measured its own link: the range over the jobs, not the first job's table alone.
         small, large = 1e6 * summary.sim_message_8b_s, 1e6 * summary.sim_message_1048576b_s
         how = re.sub(r"sends .*a message", f"sends {small.min():.0f}-{small.max():.0f} us (8 B) to "
-                     f"{large.min():.0f}-{large.max():.0f} us (1 MiB) a message (each job's link, measured)", how)
+                     f"{large.min():.0f}-{large.max():.0f} us (1 "
+                     "MiB) a message (each job's link, measured)", how)
     seeds = len(results.seeds(NAME))
     figures.headline(fig, results, NAME,
-                     "Fig. 12 on a real 2-stage pipeline (one process and core a stage, gloo)\n"
-                     "solid: measured on the CPU; dashed: simulated by sim/pipeline.py; "
-                     f"curves: seed {first_seed}, "
-                     f"ratios over {seeds} seed{'s' * (seeds != 1)}{_estimated_note(summary)}",
+                     "Fig. 12 on a real 2-stage pipeline (one process and core a stage, "
+                     "gloo)\nsolid: measured on the CPU; dashed: simulated by sim/pipeline.py; "
+                     f"curves: seed {first_seed}, ratios over {seeds} "
+                     f"seed{'s' * (seeds != 1)}{_estimated_note(summary)}",
                      simulated, why=(f"Simulated with {how}.",))
     return fig
 
 
 def _ratio_bars(ax, table: pd.DataFrame) -> None:
-    """Median bubble of each baseline over SARATHI's: measured, simulated (means over the seeds, whiskers
-    min-max) and the paper's, for the baseline it reports."""
+    """Median bubble of each baseline over SARATHI's: measured, simulated (seed means, min-max
+    whiskers) and the paper's."""
     width, kinds = 0.27, (("measured", "measured", "0.25"), ("simulated", "simulated", "0.6"))
     bases = [b for b in BASELINES if len(table) and (table.baseline == b).any()]
     for i, base in enumerate(bases):
         rows = table[table.baseline == base]
         for j, (column, label, color) in enumerate(kinds):
             v = rows[column]
-            ax.bar(i + (j - 1) * width, v.mean(), width, color=color, label=label if i == 0 else None,
+            ax.bar(i + (j - 1) * width, v.mean(), width, color=color, label=label if i == 0
+                   else None,
                    yerr=[[v.mean() - v.min()], [v.max() - v.mean()]] if len(v) > 1 else None)
         if base == "vllm":
             ax.bar(i + width, PAPER["median_bubble_ratio"], width, color="tab:red", alpha=0.6,
@@ -157,7 +176,8 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
     ax.axhline(1, color="black", lw=1)
     ax.set_xticks(range(len(bases)), [LABELS[b].split(" (")[0] for b in bases])
     ax.set(ylabel="median bubble over SARATHI's (x)", title="(c) median-bubble ratio")
-    # Room above the tallest bar or whisker (the paper's included) for the legend, which hid its top.
+    # Room above the tallest bar or whisker (the paper's included) for the legend, which hid its
+    # top.
     top = max([PAPER["median_bubble_ratio"], *(table[c].max() for c, _, _ in kinds if len(table))])
     ax.set_ylim(0, 1.4 * top)
     ax.legend(fontsize=8, loc="upper left", ncol=3)
@@ -165,11 +185,12 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
 
 RESULT = PaperResult(
     name=NAME, order=90, claims=claims, figure=figure, simulated=False,
-    reading=("**Fig. 12, pipeline bubbles.** The engine over two pipeline stages on the CPU (one process "
-             "and core a stage), the paper's workload scaled by 1/4 (`experiments/pipeline_bubbles.yaml`): "
-             "each request's bubble time (stage-seconds a stage idled while work for it existed, summed over "
-             "the micro-batches the request rode in, `sarathi_lab/engine/bubbles.py`) as a CDF, and requests "
-             "completed over time; solid lines measured, dashed the simulator's prediction of the same runs "
-             "on this CPU's profile. The paper's 6.29x is GPT-3 on 64 A100s (TP8 x PP8): the direction is "
-             "what carries over, not the number."),
+    reading=("**Fig. 12, pipeline bubbles.** The engine over two pipeline stages on the CPU (one "
+             "process and core a stage), the paper's workload scaled by 1/4 "
+             "(`experiments/pipeline_bubbles.yaml`): each request's bubble time (stage-seconds a "
+             "stage idled while work for it existed, summed over the micro-batches the request "
+             "rode in, `sarathi_lab/engine/bubbles.py`) as a CDF, and requests completed over "
+             "time; solid lines measured, dashed the simulator's prediction of the same runs on "
+             "this CPU's profile. The paper's 6.29x is GPT-3 on 64 A100s (TP8 x PP8): the "
+             "direction is what carries over, not the number."),
 )

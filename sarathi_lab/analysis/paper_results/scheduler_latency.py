@@ -13,34 +13,38 @@ CLAIM = "Stall-free batching keeps P99 TBT below vllm's and orca's at every load
 def claims(results) -> list[dict]:
     summary = results.summary("scheduler_latency")
     rivals = ["vllm", "orca"]
-    # Every scheduler the claim names a column: one whose every run failed is NaN at each load (not
-    # judged), neither a KeyError nor a claim judged without it.
-    tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s").reindex(
+    # Every named scheduler a column: one whose runs all failed is NaN (not judged), not a KeyError.
+    tbt = summary.pivot_table(index="workload.qps", columns="scheduler",
+                              values="itl_p99_s").reindex(
         columns=["sarathi_serve", *rivals])
     why = why_left_out(results, "scheduler_latency")
     return [claim_row("scheduler_latency", CLAIM,
-                      f"hybrid batching without a budget raises TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION}x "
-                      "(Sarathi-Serve)",
-                      "; ".join(f"qps {q:g}: " + ", ".join(f"{s} {shown(r[s] * 1e3, '.0f', why, ' ms')}"
-                                                           for s in ["sarathi_serve", *rivals])
+                      "hybrid batching without a budget raises TBT up to "
+                      f"{paper.NAIVE_HYBRID_TBT_INFLATION}x (Sarathi-Serve)",
+                      "; ".join(f"qps {q:g}: "
+                                + ", ".join(f"{s} {shown(r[s] * 1e3, '.0f', why, ' ms')}"
+                                            for s in ["sarathi_serve", *rivals])
                                 for q, r in tbt.iterrows()),
-                      verdict(unless_missing(r[["sarathi_serve", *rivals]], r["sarathi_serve"] < r[rivals].min())
+                      verdict(unless_missing(r[["sarathi_serve", *rivals]],
+                                             r["sarathi_serve"] < r[rivals].min())
                               for _, r in tbt.iterrows()))]
 
 
 def _hybrid_tbt(summary: pd.DataFrame) -> tuple[str, float | None]:
-    """The paper's number for this figure beside ours: P99 TBT of hybrid batching without a budget
-    (orca) over stall-free batching's (sarathi_serve), at the load where it is largest (None: not run)."""
+    """The paper's number beside ours: orca's P99 TBT over sarathi_serve's at the load where largest
+    (None: not run)."""
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s")
     theirs = f"paper: no budget raises P99 TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION:g}x"
-    ratio = (tbt.orca / tbt.sarathi_serve).dropna() if {"orca", "sarathi_serve"} <= set(tbt.columns) else None
+    ratio = ((tbt.orca / tbt.sarathi_serve).dropna()
+             if {"orca", "sarathi_serve"} <= set(tbt.columns) else None)
     if ratio is None or ratio.empty:
         return theirs, None
-    return f"{theirs}; orca / sarathi_serve here: up to {ratio.max():.1f}x (at {ratio.idxmax():g} req/s)", ratio.max()
+    return (f"{theirs}; orca / sarathi_serve here: up to {ratio.max():.1f}x "
+            f"(at {ratio.idxmax():g} req/s)"), ratio.max()
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     rows = figures.sources_of(results, simulated, "scheduler_latency")
     fig, axes = figures.subplots(len(rows), 2, figsize=(16, 4.5 * len(rows)), squeeze=False)
@@ -48,11 +52,13 @@ def figure(results, simulated=None):
     for row_axes, (runs, source) in zip(axes, rows):
         long = derive.latency_long(runs.summary("scheduler_latency"))
         for ax, metric in zip(row_axes, ("ttft", "itl")):
-            figures.sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler", style="percentile",
-                                 markers=True, ax=ax, legend=metric == "itl", errorbar=figures.SPREAD,
-                                 err_kws={"alpha": 0.1})  # ten series: fainter bands keep the lines readable
-            ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)", xlabel="load (requests / s)",
-                   ylabel=f"{metric.upper()} (s)")
+            figures.sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler",
+                                 style="percentile", markers=True, ax=ax, legend=metric == "itl",
+                                 errorbar=figures.SPREAD,
+                                 # fainter bands keep ten series readable
+                                 err_kws={"alpha": 0.1})
+            ax.set(yscale="log", title=f"{source}: {metric.upper()} (p50, p99)",
+                   xlabel="load (requests / s)", ylabel=f"{metric.upper()} (s)")
             figures.plain_log_ticks(ax.yaxis)
         summary = runs.summary("scheduler_latency")
         text, ratio = _hybrid_tbt(summary)
@@ -60,37 +66,39 @@ def figure(results, simulated=None):
         figures.fold_group_headers(row_axes[1], long, {"scheduler": "", "percentile": ""})
         figures.legend_outside(row_axes[1], fontsize=8)
         if ratio is not None and ratio < paper.NAIVE_HYBRID_TBT_INFLATION / 10:
-            why.append(f"{source}: orca's P99 TBT stays within {ratio:.1f}x of sarathi_serve's, where the paper has up "
-                       f"to {paper.NAIVE_HYBRID_TBT_INFLATION:g}x: the longest prompt here ({summary.seq_len.max():g} "
-                       "tokens) costs few decode iterations to prefill whole, so a prefill stalls the decodes beside "
-                       "it only briefly; the paper's prompts of up to 4K tokens on Mistral-7B stall them for long.")
+            why.append(f"{source}: orca's P99 TBT stays within {ratio:.1f}x of sarathi_serve's, "
+                       f"where the paper has up to {paper.NAIVE_HYBRID_TBT_INFLATION:g}x: the "
+                       f"longest prompt here ({summary.seq_len.max():g} tokens) costs few decode "
+                       "iterations to prefill whole, so a prefill stalls the decodes beside it "
+                       "only briefly; the paper's prompts of up to 4K tokens on Mistral-7B stall "
+                       "them for long.")
     figures.headline(fig, results, "scheduler_latency",
-                     "Sarathi-Serve: latency of the five schedulers under Poisson load", simulated, why)
+                     "Sarathi-Serve: latency of the five schedulers under Poisson load", simulated,
+                     why)
     return fig
 
 
-# The GPU sweeps (experiment=gpu/scheduler_latency and own/scheduler_latency say what they run). Scaled,
-# one step a seed and rate, seed 0 first (a lease cut short still has every scheduler at both rates):
-# minutes = 1.3 x (the calibrated H100 simulator's serving seconds + 8 s a job to build Mistral-7B and
-# capture its decode graphs + 10 s for the interpreter); seed 2 draws a request of several thousand
-# decode tokens, which every one of its runs waits for.
+# One GPU step a seed and rate, seed 0 first: minutes = 1.3 x (the calibrated H100 simulator's
+# serving seconds + 8 s a job to build and capture + 10 s interpreter).
 GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", minutes)
-                  for seed, qps, minutes in ((0, 2, 3.2), (0, 4, 2.3), (1, 2, 2.9), (1, 4, 2.2), (2, 2, 5.0),
-                                             (2, 4, 4.9)))
-# Unscaled, one step a seed: the same from the simulator's serving seconds of each step's 15 runs
-# (gpu.predict on these jobs).
-UNSCALED_PARTS = tuple(GpuPart(f"seed{seed}", gpu_minutes(startup_s=10, job_s=8 + serving_s / 15, jobs=15))
+                  for seed, qps, minutes in ((0, 2, 3.2), (0, 4, 2.3), (1, 2, 2.9), (1, 4, 2.2),
+                                             (2, 2, 5.0), (2, 4, 4.9)))
+# Unscaled, a step a seed: from gpu.predict's serving seconds of each step's 15 runs.
+UNSCALED_PARTS = tuple(GpuPart(f"seed{seed}",
+                               gpu_minutes(startup_s=10, job_s=8 + serving_s / 15, jobs=15))
                        for seed, serving_s in ((0, 2844), (1, 2646), (2, 2557)))
 
 RESULT = PaperResult(
     name="scheduler_latency", order=70, claims=claims, figure=figure,
-    reading=("**Sarathi-Serve, latency.** TTFT and TBT (p50 solid, p99 dashed) of the five schedulers "
-             "under Poisson load: stall-free batching keeps P99 TBT low."),
+    reading=("**Sarathi-Serve, latency.** TTFT and TBT (p50 solid, p99 dashed) of the five "
+             "schedulers under Poisson load: stall-free batching keeps P99 TBT low."),
     cost_models_differ={CLAIM: (
-        "at 1 req/s vllm's prefill-only iterations are about 1% of its iterations (1.1% with the roofline, 1.4% "
-        "calibrated), so its P99 TBT sits on the edge of catching a prefill stall: the roofline's cheaper decode "
-        "iterations leave the stalls just outside the slowest 1% of token gaps (a decode-only gap of 12 ms), "
-        "the calibrated model's slower ones just inside (103 ms); at 2-4 req/s both see the stalls")},
+        "at 1 req/s vllm's prefill-only iterations are about 1% of its iterations (1.1% with the "
+        "roofline, 1.4% calibrated), so its P99 TBT sits on the edge of catching a prefill stall: "
+        "the roofline's cheaper decode iterations leave the stalls just outside the slowest 1% of "
+        "token gaps (a decode-only gap of 12 ms), the calibrated model's slower ones just inside "
+        "(103 ms); at 2-4 req/s both see the stalls")},
     gpu=GpuRun(minutes=sum(p.minutes for p in GPU_PARTS), order=70, parts=GPU_PARTS,
-               unscaled=Unscaled(minutes=sum(p.minutes for p in UNSCALED_PARTS), parts=UNSCALED_PARTS)),
+               unscaled=Unscaled(minutes=sum(p.minutes for p in UNSCALED_PARTS),
+                                 parts=UNSCALED_PARTS)),
 )

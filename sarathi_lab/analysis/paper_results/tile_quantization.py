@@ -14,46 +14,52 @@ def claims(results) -> list[dict]:
     return [claim_row("tile_quantization", claim,
                       f"256 -> 257 tokens: +{paper.TILE_JUMP:.0%} (tile {paper.TILE})",
                       f"{jump:+.1%} on average from m to m + 1 at multiples of {tile:g}; "
-                      f"largest step anywhere: {step:+.1%} at {step_at} tokens", verdict([jump >= 0.10]), jump)]
+                      f"largest step anywhere: {step:+.1%} at {step_at} tokens",
+                      verdict([jump >= 0.10]), jump)]
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # here, not at the top: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
     sweep = results.table("tile_quantization", "sweep")
     tile = int(results.summary("tile_quantization").tile.iloc[0])
     fig, (ax, rel_ax) = figures.subplots(1, 2, figsize=(14, 4.2))
     shown = sweep[sweep.op.isin(["total", "qkv_proj", "o_proj", "ffn"])]
-    figures.sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5, errorbar=figures.SPREAD)
+    figures.sns.lineplot(shown, x="tokens", y="ms", hue="op", ax=ax, marker=".", markersize=5,
+                         errorbar=figures.SPREAD)
     for m in range(tile, int(sweep.tokens.max()) + 1, tile):
         ax.axvline(m, ls=":", color="grey")
-    ax.set(title=f"iteration time (dotted: multiples of {tile})\n{figures.source_label(results, 'tile_quantization')}",
+    ax.set(title="iteration time (dotted: multiples of "
+                 f"{tile})\n{figures.source_label(results, 'tile_quantization')}",
            xlabel="tokens in the iteration", ylabel="ms")
-    styles = [{"marker": "."}, figures.SIM_STYLE | {"marker": None, "color": figures.sim_colors(1)[0]}]
-    for (runs, source), style in zip(figures.sources_of(results, simulated, "tile_quantization"), styles):
+    styles = [{"marker": "."}, figures.SIM_STYLE | {"marker": None,
+                                                    "color": figures.sim_colors(1)[0]}]
+    for (runs, source), style in zip(figures.sources_of(results, simulated, "tile_quantization"),
+                                     styles):
         total = derive.iteration_ms(runs)
         run_tile = int(runs.summary("tile_quantization").tile.iloc[0])
         reference = total.index[abs(total.index - run_tile).argmin()]
-        rel_ax.plot(total.index, total / total[reference], label=f"{source} (/ time at {reference} tokens)",
-                    **style)
+        rel_ax.plot(total.index, total / total[reference],
+                    label=f"{source} (/ time at {reference} tokens)", **style)
     paper_rel = {n: t / paper.TILE_TIMES_MS[paper.TILE] for n, t in paper.TILE_TIMES_MS.items()}
-    rel_ax.scatter(list(paper_rel), list(paper_rel.values()), label=f"paper (/ time at {paper.TILE} tokens)",
-                   **figures.PAPER_STYLE)
+    rel_ax.scatter(list(paper_rel), list(paper_rel.values()),
+                   label=f"paper (/ time at {paper.TILE} tokens)", **figures.PAPER_STYLE)
     sources = figures.panel_sources(results, simulated, "tile_quantization")
-    rel_ax.set(title=f"relative to the time at one tile\n{sources}", xlabel="tokens in the iteration",
-               ylabel="time / time at one tile (x)")
+    rel_ax.set(title=f"relative to the time at one tile\n{sources}",
+               xlabel="tokens in the iteration", ylabel="time / time at one tile (x)")
     rel_ax.legend(fontsize=8)
     figures.headline(fig, results, "tile_quantization",
-                     "Fig. 7: iteration time steps at multiples of the matmul tile on a GPU", simulated)
+                     "Fig. 7: iteration time steps at multiples of the matmul tile on a GPU",
+                     simulated)
     return fig
 
 
 RESULT = PaperResult(
     name="tile_quantization", order=20, claims=claims, figure=figure,
-    reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of the "
-             "matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the paper's "
-             "three points as stars."),
-    # 3 jobs, one a seed, each timing every 16th token count (and m + 1 at each multiple m of the tile):
-    # half the counts of the step-8 job the H200 ran in 53 s beside its start-up.
+    reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of "
+             "the matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the "
+             "paper's three points as stars."),
+    # 3 jobs, one a seed, each timing every 16th count (and m + 1 at each tile multiple m): half the
+    # H200's step-8 job.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=17, job_s=27, jobs=3), order=40),
 )

@@ -1,6 +1,5 @@
-"""The engine against transformers on the device: greedy tokens equal in float32 for Llama, Mistral
-and Qwen2 under every scheduler and attention backend; in bfloat16, the first tokens agree. The
-models are the tests' (tests/hf_models.py), so the suite runs from the repository's root."""
+"""The engine against transformers: greedy tokens equal in float32 for Llama, Mistral and Qwen2
+under every scheduler and backend, first tokens in bfloat16."""
 from __future__ import annotations
 
 import torch
@@ -28,8 +27,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     from tests.hf_models import hf_greedy, save_random_model
 
     backends = ("triton", "torch") if ctx.device == "cuda" else ("torch",)
-    # The dry run checks this step's code, not the engine (tests/test_engine_vs_hf.py does): one
-    # architecture, and no Triton, whose interpreter would take minutes.
+    # The dry run checks this step's code, not the engine: one architecture, no Triton (its
+    # interpreter takes minutes).
     architectures = ARCHITECTURES[:1] if ctx.dry_run else ARCHITECTURES
     metrics, notes = [], []
     if ctx.dry_run:
@@ -38,14 +37,17 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         directory = ctx.dir / arch
         model = save_random_model(arch, directory).to(ctx.device)
         gen = torch.Generator().manual_seed(1)
-        prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENS]
+        prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist()
+                   for n in PROMPT_LENS]
         want = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
         for backend in backends:
             for scheduler in scheduler_names():
-                llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=CHUNK, max_batch_size=3,
+                llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=CHUNK,
+                          max_batch_size=3,
                           device=ctx.device, dtype="float32", attention=backend, warmup_iters=0)
                 got = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
-                metrics.append(Metric(f"greedy_equal_fp32[{arch},{backend},{scheduler}]", got == want))
+                metrics.append(Metric(f"greedy_equal_fp32[{arch},{backend},{scheduler}]",
+                                      got == want))
                 if got != want:
                     notes.append(f"{arch} {backend} {scheduler}: {first_difference(got, want)}")
         model = model.to(torch.bfloat16)
@@ -55,13 +57,15 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                       device=ctx.device, dtype="bfloat16", attention=backend, warmup_iters=0)
             got16 = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
             agree = sum(g[0] == w[0] for g, w in zip(got16, want16))
-            metrics.append(Metric(f"first_token_agree_bf16[{arch},{backend}]", agree / len(prompts)))
+            metrics.append(Metric(f"first_token_agree_bf16[{arch},{backend}]",
+                                  agree / len(prompts)))
     return [*summarise(metrics, "greedy_equal_fp32", "runs equal"),
-            *summarise(metrics, "first_token_agree_bf16", "runs with every first token equal"), *metrics], notes
+            *summarise(metrics, "first_token_agree_bf16", "runs with every first token equal"),
+            *metrics], notes
 
 
 def summarise(metrics: list[Metric], prefix: str, what: str) -> list[Metric]:
-    """How many of the runs passed, one line with a target for the printed table."""
+    """How many runs passed, one line with a target for the table."""
     cases = [m for m in metrics if m.metric.startswith(prefix)]
     passed = sum(m.value in (True, 1.0) for m in cases)
     return [Metric(f"{prefix}_all", f"{passed}/{len(cases)}", what, "all", passed == len(cases))]

@@ -1,8 +1,5 @@
-"""Co-scheduled hybrid attention against the engine's sequential kernels, the peers and the floors
-(``profiling.hybrid_attention``) at every batch of ``profiling.hybrid_grid``: one row a batch in
-hybrid_attention.csv, written as each ends so that a rerun continues where a call ran out of time; per
-batch ``hybrid_attention_over_sequential[<shape>]`` (the target), over the faster peer, over the floor,
-and each contender's ms."""
+"""Co-scheduled hybrid attention against the sequential kernels, peers and floors at every batch of
+``profiling.hybrid_grid``, resumable a batch at a time."""
 from __future__ import annotations
 
 from sarathi_lab.gpu.context import Context
@@ -14,8 +11,7 @@ ROWS = "hybrid_attention.csv"
 
 
 def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
-    """One batch's metrics; the target holds only on a GPU (a CPU's times are the interpreter's), the
-    agreement with the reference everywhere."""
+    """One batch's metrics; the target holds only on a GPU."""
     shape = row["shape"]
 
     def rounded(key: str):
@@ -25,16 +21,19 @@ def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:
     over = rounded("over_sequential")
     metrics = [Metric(f"hybrid_attention_over_sequential[{shape}]", over, "x", f"<= {TARGET}",
                       (over is not None and over <= TARGET) if on_gpu else None),
-               Metric(f"hybrid_attention_control_over_sequential[{shape}]", rounded("control_over_sequential"), "x"),
+               Metric(f"hybrid_attention_control_over_sequential[{shape}]",
+                      rounded("control_over_sequential"), "x"),
                Metric(f"hybrid_attention_over_best_peer[{shape}]", rounded("over_best_peer"), "x"),
                Metric(f"hybrid_attention_over_floor[{shape}]", rounded("over_floor"), "x"),
                Metric(f"hybrid_attention_floor_over_sequential_floor[{shape}]",
                       rounded("floor_over_sequential_floor"), "x")]
     for name in (*CONTENDERS, "floor", "sequential_floor"):
         if _value(row.get(f"{name}_ms")) is not None:
-            metrics.append(Metric(f"hybrid_attention_{name}_ms[{shape}]", float(f"{row[f'{name}_ms']:.4g}"), "ms"))
+            metrics.append(Metric(f"hybrid_attention_{name}_ms[{shape}]",
+                                  float(f"{row[f'{name}_ms']:.4g}"), "ms"))
     if _value(row.get(f"{POD}_plan_ms")) is not None:
-        metrics.append(Metric(f"hybrid_attention_plan_ms[{shape}]", float(f"{row[f'{POD}_plan_ms']:.3g}"), "ms"))
+        metrics.append(Metric(f"hybrid_attention_plan_ms[{shape}]",
+                              float(f"{row[f'{POD}_plan_ms']:.3g}"), "ms"))
     return [*metrics, agreement(row, f"hybrid_attention_max_rel_diff[{shape}]", CONTENDERS)]
 
 
@@ -44,17 +43,19 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     grid = GRIDS[ctx.device]
     rows, _, notes = measured_rows(ctx, grid, ROWS, measure, "batches")
     on_gpu = ctx.device == "cuda"
-    met = sum(_value(r.get("over_sequential")) is not None and r["over_sequential"] <= TARGET for r in rows)
+    met = sum(_value(r.get("over_sequential")) is not None and r["over_sequential"] <= TARGET
+              for r in rows)
     metrics = [Metric("hybrid_attention_within_target", f"{met}/{len(rows)}", "", "all",
                       met == len(rows) if on_gpu else None)]
     for row in rows:
         metrics += shape_metrics(row, on_gpu)
-    notes.append(f"{grid.dtype} on {ctx.device}: {len(rows)} hybrid batches (c: the last chunk of a prompt of ctx "
-                 f"tokens, b: decodes at ctx), median of {grid.reps} interleaved rounds"
+    notes.append(f"{grid.dtype} on {ctx.device}: {len(rows)} hybrid batches (c: the last chunk of "
+                 "a prompt of ctx tokens, b: decodes at ctx), "
+                 f"median of {grid.reps} interleaved rounds"
                  + (", each call after an L2 flush, CUDA events" if on_gpu else
                     "; the kernels in Triton's interpreter: times say nothing"))
-    notes.append(f"{POD}: prefill and decode work on separate programs of each SM, each claiming a lane of its "
-                 f"SM; {POD_BY_PROGRAM}: lane = program id; {POD_X1}: one program a SM (the control); "
-                 "over_sequential: over the faster of the engine's one launch and its two (chunk, then decodes "
-                 "with decode tiles)")
+    notes.append(f"{POD}: prefill and decode work on separate programs of each SM, each claiming a "
+                 f"lane of its SM; {POD_BY_PROGRAM}: lane = program id; {POD_X1}: one program a SM "
+                 "(the control); over_sequential: over the faster of the engine's one launch and "
+                 "its two (chunk, then decodes with decode tiles)")
     return metrics, notes + failure_notes(rows, CONTENDERS, "batches")

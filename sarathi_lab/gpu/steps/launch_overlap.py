@@ -45,11 +45,12 @@ def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
     pd.DataFrame(rows, columns=COLUMNS).to_csv(out / TIMELINE, index=False)
     names = ", ".join(label(c, d) for c, d in big)
     return metrics, (
-        f"overlapped twins (,overlap / ,whole): {names} at contexts {', '.join(map(str, contexts))}, "
-        f"cut at half their {OVERLAP.tile}-row tiles into two nano-batches, one's attention on a side "
-        "stream beside the other's GEMMs; each way a CUDA graph of the batch itself (no bucket "
-        f"padding), median of {reps} interleaved; {TIMELINE}: the nano-batched forward's kernels per "
-        f"stream, one replay and one eager forward (profiling/overlap.py){stopped}")
+        f"overlapped twins (,overlap / ,whole): {names} at contexts "
+        f"{', '.join(map(str, contexts))}, cut at half their {OVERLAP.tile}-row tiles into two "
+        "nano-batches, one's attention on a side stream beside the other's GEMMs; each way a CUDA "
+        f"graph of the batch itself (no bucket padding), median of {reps} interleaved; {TIMELINE}: "
+        "the nano-batched forward's kernels per stream, one replay and one eager forward "
+        f"(profiling/overlap.py){stopped}")
 
 
 def _metrics(llm, key: str, chunk: int, decodes: int, context: int, row: dict, env: dict,
@@ -68,7 +69,8 @@ def _metrics(llm, key: str, chunk: int, decodes: int, context: int, row: dict, e
         Metric(f"engine_over_floor[{key},whole]", round(whole, 2), "x"),
         Metric(f"overlap_gain_ms[{key}]", round(gain, 3), "ms", "< 0", gain < 0 if cuda else None),
         Metric(f"overlap_cut_tokens[{key}]", row["cut"], "", "> 0", row["cut"] > 0),
-        Metric(f"overlap_rel_diff[{key}]", float(f"{rel:.3g}"), "", f"< {REL_DIFF}", rel < REL_DIFF),
+        Metric(f"overlap_rel_diff[{key}]", float(f"{rel:.3g}"), "", f"< {REL_DIFF}",
+               rel < REL_DIFF),
         Metric(f"overlap_tokens_equal[{key}]", int(row["tokens_equal"]), "", "1",
                row["tokens_equal"])]
 

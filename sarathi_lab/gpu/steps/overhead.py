@@ -1,6 +1,5 @@
-"""The engine's overhead (``overhead_fraction``: the time outside the forward pass) of each decode-only
-and hybrid iteration of LLaMA-13B at batch 18, measured by ``profiling.overhead.serve`` as ``bench
-overhead`` measures it, with the timed host parts' share of it."""
+"""The engine's overhead (time outside the forward) per decode-only and hybrid iteration of
+LLaMA-13B at batch 18."""
 from __future__ import annotations
 
 import statistics
@@ -13,42 +12,48 @@ from sarathi_lab.gpu.context import Context
 from sarathi_lab.gpu.state import Metric
 from sarathi_lab.profiling.overhead import TARGET, prepare_split, serve
 
-# model, dtype, requests, prompt tokens, new tokens, chunk: on the GPU the paper's batch of 18,
-# each prompt 4 chunks, so hybrids carry 1-17 decodes and ~60 decode-only iterations have all 18.
-SHAPES = {"cuda": ("llama-13b", "bfloat16", 18, 1024, 128, 256), "cpu": ("tiny", "float32", 4, 64, 16, 32)}
+# model, dtype, requests, prompt and new tokens, chunk: each prompt 4 chunks on the GPU.
+SHAPES = {"cuda": ("llama-13b", "bfloat16", 18, 1024, 128, 256),
+          "cpu": ("tiny", "float32", 4, 64, 16, 32)}
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     model, dtype, n, prompt_len, new, chunk = SHAPES[ctx.device]
-    llm = LLM(model=model, scheduler="sarathi", chunk_size=chunk, max_batch_size=n, device=ctx.device, dtype=dtype,
-              max_model_len=prompt_len + new, seed=0)
+    llm = LLM(model=model, scheduler="sarathi", chunk_size=chunk, max_batch_size=n,
+              device=ctx.device, dtype=dtype, max_model_len=prompt_len + new, seed=0)
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, llm.model_config.vocab_size, (n, prompt_len), generator=gen).tolist()
     table = serve(llm, prompts, new)
     table.to_csv(ctx.dir / "iterations.csv", index=False)
     metrics = []
     for kind, label in (("decode", f"decode-only at batch {n}"), ("hybrid", "hybrid")):
-        rows = table[(table.kind == kind) & ((table.num_decode_requests == n) if kind == "decode" else True)]
+        rows = table[(table.kind == kind) & ((table.num_decode_requests == n) if kind == "decode"
+                                             else True)]
         if rows.empty:
             continue
-        # A kernel compiled mid-run (a new specialisation) stalls its iteration for the whole compile.
+        # A kernel compiled mid-run stalls its iteration for the whole compile.
         forwards = table[table.kind == kind].forward_s
         stalls = int(stalled(forwards, [kind] * len(forwards)).sum())
         share = statistics.median(rows.overhead_fraction)
-        metrics += [Metric(f"overhead_fraction_median[{kind}]", round(share, 4), "", f"< {TARGET} ({label})",
-                           share < TARGET if kind == "decode" else None),
-                    Metric(f"overhead_fraction_p90[{kind}]", round(rows.overhead_fraction.quantile(0.9), 4)),
-                    Metric(f"host_share_median[{kind}]", round(statistics.median(rows.host_share), 4)),
-                    Metric(f"iteration_ms_median[{kind}]", round(statistics.median(rows.duration_s) * 1e3, 3), "ms"),
-                    Metric(f"stalled_iterations[{kind}]", stalls, "", f"0 (none over {STALL:g}x the median forward)",
+        metrics += [Metric(f"overhead_fraction_median[{kind}]", round(share, 4), "",
+                           f"< {TARGET} ({label})", share < TARGET if kind == "decode" else None),
+                    Metric(f"overhead_fraction_p90[{kind}]",
+                           round(rows.overhead_fraction.quantile(0.9), 4)),
+                    Metric(f"host_share_median[{kind}]",
+                           round(statistics.median(rows.host_share), 4)),
+                    Metric(f"iteration_ms_median[{kind}]",
+                           round(statistics.median(rows.duration_s) * 1e3, 3), "ms"),
+                    Metric(f"stalled_iterations[{kind}]", stalls, "",
+                           f"0 (none over {STALL:g}x the median forward)",
                            stalls == 0 if ctx.device == "cuda" else None),
                     Metric(f"iterations[{kind}]", len(rows))]
-    # Where a decode iteration's prepare time goes: building its host arrays or copying them over, hot or
-    # right after a forward.
+    # A decode's prepare time: building host arrays or copying them, hot or after a forward.
     split = prepare_split(llm, n, prompt_len, reps=20)
     metrics += [Metric(f"{key}[decode]", round(value, 1), "us") for key, value in split.items()]
     captured = (llm.cuda_graphs or {}).get("decode_sizes", [])
-    metrics.append(Metric("cuda_graphs_captured", len(captured), "", "> 0 (decode forwards replay graphs)",
+    metrics.append(Metric("cuda_graphs_captured", len(captured), "",
+                          "> 0 (decode forwards replay graphs)",
                           bool(captured) if ctx.device == "cuda" else None))
-    notes = [f"{model} {dtype} on {ctx.device}: {n} requests of {prompt_len} + {new} tokens, sarathi chunk {chunk}"]
+    notes = [(f"{model} {dtype} on {ctx.device}: {n} requests of {prompt_len} + {new} tokens, "
+              f"sarathi chunk {chunk}")]
     return metrics, notes

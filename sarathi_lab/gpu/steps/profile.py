@@ -11,8 +11,8 @@ from sarathi_lab.gpu.state import Metric
 
 
 def overrides(model: str, dry_run: bool) -> list[str]:
-    shape = (["model.name=tiny", "device=cpu", "dtype=float32", "chunk=32", "batch_size=2", "seq_len=64",
-              "measure.tile=32", "measure.reps=1"] if dry_run else
+    shape = (["model.name=tiny", "device=cpu", "dtype=float32", "chunk=32", "batch_size=2",
+              "seq_len=64", "measure.tile=32", "measure.reps=1"] if dry_run else
              [f"model.name={model}", "device=cuda", "dtype=bfloat16", "chunk=512", "batch_size=18",
               f"seq_len={PROFILE_SEQ_LEN[model]}", f"measure.tile={GEMM_TILE}", "measure.reps=3"])
     return ["task=profile", *shape, "measure.token_step=16", "logger=none", "on_existing=overwrite"]
