@@ -9,8 +9,8 @@ docs/sim/predictions_<device>_<commit>.csv.
 A row per job and cost model: what the GPU run will measure (median TTFT, P50/P99 TBT, median
 scheduling delay; a search's capacity and binding) and ``serving_s``, the seconds of virtual clock
 the job spends serving (a search: its trials' makespans summed), the part of the call that
-arithmetic on the device's speed alone cannot give. A cost model the device lacks (no calibration, no profile of the
-model) is a row saying so, not a stop.
+arithmetic on the device's speed alone cannot give. A cost model the device lacks (no
+calibration, no profile of the model) is a row saying so, not a stop.
 """
 from __future__ import annotations
 
