@@ -203,3 +203,43 @@ def test_a_graph_s_launch_runs_each_replay_s_balanced_work():
         paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                         16 ** -0.5, plan=graph, out=out)
         assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
+
+
+def _same_work(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("items", "work_indptr", "row_splits")) \
+        and (a.split_capacity, a.critical_path) == (b.split_capacity, b.critical_path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 2000)), min_size=1, max_size=3),
+       other=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 2000)), min_size=1, max_size=3),
+       kv_heads=st.sampled_from([1, 8]), programs=st.integers(1, 200))
+def test_a_repeated_signature_plans_once_and_others_plan_their_own(chunks, other, kv_heads, programs):
+    import sarathi_kernels.chunk_plan as chunk_plan
+
+    chunk_plan._CHUNK_PLANS.clear()
+    calls = []
+    real = chunk_plan.plan_chunks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunk_plan, "plan_chunks", lambda *a, **k: calls.append(a) or real(*a, **k))
+        for lens in (chunks, other, chunks):
+            query_lens, seq_lens = [c for c, _ in lens], [c + p for c, p in lens]
+            work = chunk_plan.cached_chunks(query_lens, seq_lens, kv_heads, 64, 64, programs)
+            # A hit is the plan this batch's own planning makes; a miss of another signature too.
+            assert _same_work(work, real(query_lens, seq_lens, kv_heads, 64, 64, programs))
+    same = [c for c, _ in chunks] == [c for c, _ in other] and \
+        tile_walks(*zip(*[(c, c + p) for c, p in chunks]), 64, 64)[2].tolist() == \
+        tile_walks(*zip(*[(c, c + p) for c, p in other]), 64, 64)[2].tolist()
+    assert len(calls) == (1 if same else 2)
+
+
+def test_the_chunk_plan_cache_is_bounded(monkeypatch):
+    import sarathi_kernels.chunk_plan as chunk_plan
+
+    monkeypatch.setattr(chunk_plan, "MAX_CACHED_CHUNK_PLANS", 3)
+    chunk_plan._CHUNK_PLANS.clear()
+    for c in range(1, 8):
+        chunk_plan.cached_chunks([c * 64], [c * 64 + 100], 8, 64, 64, 132)
+    assert len(chunk_plan._CHUNK_PLANS) == 3
+    first = chunk_plan.cached_chunks([5 * 64], [5 * 64 + 100], 8, 64, 64, 132)  # kept: among the last 3
+    assert first is chunk_plan.cached_chunks([5 * 64], [5 * 64 + 100], 8, 64, 64, 132)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from sarathi_kernels._checks import require
-from sarathi_kernels.chunk_plan import FLAT_WAVES, ChunkWork, piece_cap, plan_chunks
+from sarathi_kernels.chunk_plan import FLAT_WAVES, ChunkWork, cached_chunks, piece_cap
 from sarathi_kernels.occupancy import GpuLimits, device_limits, kernel_resources, resident_ctas
 from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule, cdiv, choose_splits, most_programs, most_splits
 
@@ -293,7 +293,7 @@ def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_k
         grid_tiles = sum(chunks) // block_q + num_prefills
         balanced = None
         if limits is not None:  # a GPU: balanced pieces on a persistent grid (the flat launch's split unused)
-            work = plan_chunks(chunks, seq_lens[:num_prefills], num_kv_heads, block_q, config.block_n,
+            work = cached_chunks(chunks, seq_lens[:num_prefills], num_kv_heads, block_q, config.block_n,
                                wave_of(PREFILL, config, limits), split_cost=rule.split_cost_tiles,
                                max_pieces=piece_cap(sum(chunks)))
             balanced, splits = BalancedWork(work, work.split_capacity, work.programs, len(work.items)), 1

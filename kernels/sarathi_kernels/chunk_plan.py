@@ -19,6 +19,7 @@ token's rows are in, which the merge reads (1: the piece stored its output itsel
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,6 +134,30 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
     tile_splits[walk_tile, walk_head] = counts
     return ChunkWork(items, indptr, _row_splits(query_lens, block_q, tile_splits), int(counts.max(initial=1)),
                      programs, path, total, float(piece_cost.sum()), float(piece_cost.max(initial=0.0)))
+
+
+# Plans kept by signature (``cached_chunks``); past this many the least recently used goes.
+MAX_CACHED_CHUNK_PLANS = 256
+_CHUNK_PLANS: OrderedDict[tuple, ChunkWork] = OrderedDict()
+
+
+def cached_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, programs: int, *,
+                  split_cost: float = 1.0, max_pieces: int = MAX_PIECES) -> ChunkWork:
+    """``plan_chunks``' work, planned once per signature: the query lengths and every tile's key
+    tiles, all the plan reads of the lengths, so a batch of a signature met before gets the very plan
+    its own planning would make (its arrays are shared: read them, never write)."""
+    _, _, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
+    key = (np.asarray(query_lens, dtype=np.int64).tobytes(), keys.astype(np.int64).tobytes(), num_kv_heads,
+           block_q, block_n, programs, float(split_cost), max_pieces)
+    work = _CHUNK_PLANS.get(key)
+    if work is None:
+        work = _CHUNK_PLANS[key] = plan_chunks(query_lens, seq_lens, num_kv_heads, block_q, block_n, programs,
+                                               split_cost=split_cost, max_pieces=max_pieces)
+        if len(_CHUNK_PLANS) > MAX_CACHED_CHUNK_PLANS:
+            _CHUNK_PLANS.popitem(last=False)
+    else:
+        _CHUNK_PLANS.move_to_end(key)
+    return work
 
 
 def _cuts(ends: np.ndarray, k: np.ndarray, cut: np.ndarray):
