@@ -268,7 +268,8 @@ def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_k
             work = plan_decodes(seq_lens[num_prefills:], num_kv_heads, config.block_n,
                                 wave_of(DECODE, config, limits), first_request=num_prefills,
                                 first_token=sum(query_lens[:num_prefills]),
-                                split_cost=rule.split_cost_tiles, max_pieces=piece_cap(sum(query_lens)))
+                                split_cost=rule.split_cost_tiles,
+                                max_pieces=piece_cap(sum(query_lens)))
             balanced, splits = BalancedWork.of(work), 1
         decode = AttentionLaunch(DECODE, group, group_pad, config, count, count, num_kv_heads, splits, splits,
                                  num_prefills, requests, count * num_kv_heads * splits, balanced)

@@ -75,8 +75,8 @@ class ChunkWork:
 @dataclass
 class BalancedWork:
     """A launch's balanced work: a batch's ``work`` (host arrays) and the device ``buffers``
-    (chunk_attention.ChunkBuffers) it runs from, made on first use for an eager batch, at capture for
-    a graph's launch (which has no work of its own); ``split_capacity``: the partials' stride."""
+    (chunk_attention.ChunkBuffers) it runs from, made on first use for an eager batch, at capture
+    for a graph's launch (which has no work of its own); ``split_capacity``: the partials' stride."""
 
     work: ChunkWork | None
     split_capacity: int
@@ -229,7 +229,8 @@ def cached_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n
     plan its own planning would make (its arrays are shared: read them, never write)."""
     _, _, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
     key = (np.asarray(query_lens, dtype=np.int64).tobytes(), keys.astype(np.int64).tobytes(),
-           num_kv_heads, block_q, block_n, programs, float(split_cost), max_pieces, float(base_cost))
+           num_kv_heads, block_q, block_n, programs, float(split_cost), max_pieces,
+           float(base_cost))
     work = _CHUNK_PLANS.get(key)
     if work is None:
         work = plan_chunks(query_lens, seq_lens, num_kv_heads, block_q, block_n, programs,
