@@ -140,7 +140,8 @@ aligned = [n for n in chunk.arg_names if n.endswith("_ptr") or n.startswith("str
 types = dict(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", out_ptr="*bf16", part_ptr="*fp32",
              lse_ptr="*fp32", scale_log2="fp32")
 found = {}
-for block_m, warps, group in ((64, 4, 1), (64, 4, 4), (128, 8, 1), (128, 8, 4)):
+# The decode tiles too: the decodes' balanced work runs on this kernel.
+for block_m, warps, group in ((64, 4, 1), (64, 4, 4), (128, 8, 1), (128, 8, 4), (16, 4, 1), (16, 4, 4)):
     kernel = compile(chunk, types, dict(BLOCK_SIZE=16, GROUP=group, GROUP_PAD=group, HEAD_DIM_PAD=128,
                                         BLOCK_M=block_m, BLOCK_N=64, DOT_DTYPE=tl.bfloat16, PRECISION=None,
                                         ITEM_FIELDS=8), arch=90, aligned=aligned, num_warps=warps)
@@ -155,6 +156,14 @@ def test_balanced_kernel_compiles_for_hopper_without_spills():
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name: spilled for name, (_, spilled, _) in found.items() if spilled} == {}, found
+    # The decodes' wave (attention_plan.wave_of) is the paged kernel's decode tiles' residency: this
+    # kernel on those tiles must fit as many CTAs a SM.
+    from sarathi_kernels.occupancy import KernelResources, kernel_resources, resident_ctas
+
+    table = resident_ctas(kernel_resources("decode", 16, 4), H100)
+    for group in (1, 4):
+        registers, _, shared = found[f"chunk m=16 warps=4 group={group}"]
+        assert resident_ctas(KernelResources(registers, shared, 4), H100) >= table, found
 
 
 def _hybrid(seed: int):
@@ -203,3 +212,90 @@ def test_a_graph_s_launch_runs_each_replay_s_balanced_work():
         paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                         16 ** -0.5, plan=graph, out=out)
         assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
+
+
+def _same_work(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("items", "work_indptr", "row_splits")) \
+        and (a.split_capacity, a.critical_path) == (b.split_capacity, b.critical_path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 2000)), min_size=1, max_size=3),
+       other=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 2000)), min_size=1, max_size=3),
+       kv_heads=st.sampled_from([1, 8]), programs=st.integers(1, 200))
+def test_a_repeated_signature_plans_once_and_others_plan_their_own(chunks, other, kv_heads, programs):
+    import sarathi_kernels.chunk_plan as chunk_plan
+
+    chunk_plan._CHUNK_PLANS.clear()
+    calls = []
+    real = chunk_plan.plan_chunks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunk_plan, "plan_chunks", lambda *a, **k: calls.append(a) or real(*a, **k))
+        for lens in (chunks, other, chunks):
+            query_lens, seq_lens = [c for c, _ in lens], [c + p for c, p in lens]
+            work = chunk_plan.cached_chunks(query_lens, seq_lens, kv_heads, 64, 64, programs)
+            # A hit is the plan this batch's own planning makes; a miss of another signature too.
+            assert _same_work(work, real(query_lens, seq_lens, kv_heads, 64, 64, programs))
+    same = [c for c, _ in chunks] == [c for c, _ in other] and \
+        tile_walks(*zip(*[(c, c + p) for c, p in chunks]), 64, 64)[2].tolist() == \
+        tile_walks(*zip(*[(c, c + p) for c, p in other]), 64, 64)[2].tolist()
+    assert len(calls) == (1 if same else 2)
+
+
+def test_the_chunk_plan_cache_is_bounded(monkeypatch):
+    import sarathi_kernels.chunk_plan as chunk_plan
+
+    monkeypatch.setattr(chunk_plan, "MAX_CACHED_CHUNK_PLANS", 3)
+    chunk_plan._CHUNK_PLANS.clear()
+    for c in range(1, 8):
+        chunk_plan.cached_chunks([c * 64], [c * 64 + 100], 8, 64, 64, 132)
+    assert len(chunk_plan._CHUNK_PLANS) == 3
+    first = chunk_plan.cached_chunks([5 * 64], [5 * 64 + 100], 8, 64, 64, 132)  # kept: among the last 3
+    assert first is chunk_plan.cached_chunks([5 * 64], [5 * 64 + 100], 8, 64, 64, 132)
+
+
+@settings(max_examples=8, deadline=None)
+@given(prefill=st.sampled_from([None, (9, 20)]), decodes=st.lists(st.integers(1, 200), min_size=1, max_size=6),
+       heads=st.sampled_from([(2, 2), (4, 1), (4, 2)]), num_sms=st.integers(1, 6), seed=st.integers(0, 2**16))
+# Decodes a few walks past a whole wave (8 walks on 6 slots): the walks past it cut over the slots.
+@example(prefill=None, decodes=[150, 120, 90, 64], heads=(4, 2), num_sms=2, seed=0)
+def test_balanced_decodes_match_reference(prefill, decodes, heads, num_sms, seed):
+    # The decodes' balanced work as the engine plans it on a GPU of a few SMs (their pieces read the
+    # query and cache of the decodes only, after any chunk's rows).
+    from sarathi_kernels.attention_plan import plan_batch
+    from sarathi_kernels.paged_attention import paged_attention
+
+    torch.manual_seed(seed)
+    query, k_cache, v_cache, meta = make_inputs([prefill] if prefill else [], [(1, n) for n in decodes],
+                                                heads=heads[0], kv_heads=heads[1], head_dim=16, block_size=16,
+                                                dtype=torch.float32)
+    plan = plan_batch(meta.query_lens_host, meta.seq_lens_host, *heads, num_prefills=1 if prefill else 0,
+                      element_size=4, limits=GpuLimits(num_sms=num_sms))
+    assert plan.decode.balanced is not None
+    out = torch.full_like(query, float("nan"))
+    paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, 16 ** -0.5,
+                    plan=plan, out=out)
+    assert_close(out, expected(query, k_cache, v_cache, meta), torch.float32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(contexts=st.lists(st.integers(1, 8000), min_size=1, max_size=70), kv_heads=st.sampled_from([1, 8, 40]),
+       first=st.integers(0, 3), programs=st.integers(1, 600))
+def test_the_decode_plan_covers_every_walk_once(contexts, kv_heads, first, programs):
+    from sarathi_kernels.chunk_plan import plan_decodes
+
+    work = plan_decodes(contexts, kv_heads, 64, programs, first_request=first, first_token=5 * first)
+    pieces = {}
+    for r, h, q, lo, hi, split, splits, _ in work.items.tolist():
+        assert q == 0
+        pieces.setdefault((r, h), []).append((lo, hi, split, splits))
+    assert sorted(pieces) == [(first + r, h) for r in range(len(contexts)) for h in range(kv_heads)]
+    for (r, h), walk in pieces.items():
+        walk.sort()
+        assert [lo for lo, *_ in walk] == [0] + [hi for _, hi, *_ in walk[:-1]]
+        assert walk[-1][1] == -(-contexts[r - first] // 64) * 64 and [s for *_, s, _ in walk] == list(
+            range(len(walk)))
+        # The merge reads each decode token's row: the chunks' rows before them stay whole.
+        assert work.row_splits[5 * first + r - first, h] == len(walk)
+    assert (work.row_splits[: 5 * first] == 1).all() and len(work.row_splits) == 5 * first + len(contexts)
+    assert len(work.items) <= max(len(contexts) * kv_heads + programs - 1, FLAT_WAVES * programs)

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from sarathi_kernels.attention_plan import TileConfig, WorkTiles, plan_batch, plan_graph
 from sarathi_kernels.occupancy import GpuLimits
 from sarathi_kernels.paged_attention import paged_attention
-from sarathi_kernels.split_merge import plan_row, split_counts_buffer
+from sarathi_kernels.split_merge import split_counts_buffer
 from sarathi_kernels.split_rule import SplitRule
 
+from sarathi_lab.attention.triton_backend import TritonAttention
 from tests.test_kernel_splits import with_padding_rows
 from tests.test_kernels import assert_close, expected, make_inputs
 
@@ -83,9 +84,6 @@ def test_a_graph_s_launches_match_reference_at_the_batch_s_split_counts(chunk, d
                for captured in graph.launches() if captured.kind == launch.kind) \
         or eager.prefill.balanced.work.split_capacity > 1
     run(padded, k_cache, v_cache, starts, seq_lens, tables, graph)  # the capture: its buffers made
-    for slot, values in enumerate(eager.device_rows()):
-        counts[slot].copy_(plan_row(counts.device, values))
-    if eager.prefill.balanced is not None:  # as TritonAttention.set_split_counts copies it in
-        graph.prefill.balanced.buffers.load(eager.prefill.balanced.work, eager.prefill.end_request)
+    TritonAttention.set_split_counts(counts, eager, graph)  # the batch's counts and balanced work
     out = run(padded, k_cache, v_cache, starts, seq_lens, tables, graph)
     assert_close(out[: len(query)], expected(query, k_cache, v_cache, meta), torch.float32)

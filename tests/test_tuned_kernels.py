@@ -211,15 +211,16 @@ def test_a_bad_split_rule_knob_is_named_in_one_line_and_the_default_rule_runs(kn
 def test_triton_attention_plans_its_splits_by_the_table_s_rule():
     from sarathi_kernels.occupancy import GpuLimits
 
-    # One decode of 640 keys on 8 SMs: the default's 4 key tiles a split at the fewest, the table's 10.
+    # One decode of 640 keys (20 key tiles) on 8 SMs: the default's split cost of a key tile cuts its
+    # walks in pieces; the table's 30 (more than a walk) leaves them whole.
     _, k_cache, _, meta = make_inputs([], [(1, 640)], heads=2, kv_heads=2, head_dim=16, block_size=16,
                                       dtype=torch.float32)
     backend = TritonAttention(limits=GpuLimits(num_sms=8))
-    default = backend.batch_plan(meta, 2, k_cache).decode.num_splits
+    default = backend.batch_plan(meta, 2, k_cache).decode.balanced.split_capacity
     meta.plan = None
-    with using(TunedTable("GPU", split_rule={"min_key_tiles": 10})):
-        tuned = backend.batch_plan(meta, 2, k_cache).decode.num_splits
-    assert 1 < tuned < default
+    with using(TunedTable("GPU", split_rule={"split_cost_tiles": 30})):
+        tuned = backend.batch_plan(meta, 2, k_cache).decode.balanced.split_capacity
+    assert tuned == 1 < default
 
 
 def test_the_split_rule_fit_keeps_the_default_unless_another_rule_loses_clearly_less():

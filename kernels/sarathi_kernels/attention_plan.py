@@ -15,13 +15,13 @@ splits every tile's walk across ``num_splits`` programs; each writes its
 partial output and log-sum-exp, and a small merge kernel combines them (``split_merge.py``);
 split_rule.py picks the count.
 
-Balanced prefill. On a GPU the chunks' launch instead runs balanced work (chunk_plan.py): a
-persistent grid of one program per slot, each walking an equal share of the chunks' keys, a walk cut
-where a share ends inside it; its pieces and their split counts are planned here from the host
-lengths and copied into buffers the launch reads (chunk_attention.py), a graph's sized at capture for
-any batch it holds. The tiles stay this module's choice: 64-row tiles at two CTAs a SM came within a
-few percent of the tall ones in the plan's arithmetic at the attention step's shapes, and a tall tile
-on four warps spills its accumulator.
+Balanced work. On a GPU both launches run balanced work instead (chunk_plan.py): a persistent grid
+of a program a slot, each walking an equal share of the keys, a walk cut where a share ends in it
+(or only the walks past whole waves cut, which then pay no wave for them as one split count would);
+its pieces are planned here from the host lengths and copied into buffers the launch reads
+(chunk_attention.py), a graph's sized at capture for any batch it holds. The tiles stay this
+module's: 64-row tiles at two CTAs a SM came within a few percent of the tall ones at the attention
+step's shapes, and a tall tile on four warps spills its accumulator.
 
 CUDA graphs. A captured launch cannot change its grid, its tiles or its host arguments. So each
 launch reads its split count and its range of requests from device integers, its programs are a flat
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from sarathi_kernels._checks import require
-from sarathi_kernels.chunk_plan import FLAT_WAVES, ChunkWork, piece_cap, plan_chunks
+from sarathi_kernels.chunk_plan import BalancedWork, cached_chunks, piece_cap, plan_decodes
 from sarathi_kernels.occupancy import GpuLimits, device_limits, kernel_resources, resident_ctas
 from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule, cdiv, choose_splits, most_programs, most_splits
 
@@ -155,24 +155,6 @@ class AttentionLaunch:
         return options
 
 
-@dataclass
-class BalancedWork:
-    """A prefill launch's balanced work: a batch's ``work`` (host arrays) and the device ``buffers``
-    (chunk_attention.ChunkBuffers) it runs from, made on first use for an eager batch, at capture for
-    a graph's launch (which has no work of its own); ``split_capacity``: the partials' stride."""
-
-    work: ChunkWork | None
-    split_capacity: int
-    programs: int
-    item_capacity: int
-    buffers: object = None
-
-    def holds(self, other: BalancedWork) -> bool:
-        """Whether these buffers hold ``other``'s work."""
-        return (self.split_capacity >= other.split_capacity and self.programs >= other.programs
-                and self.item_capacity >= other.item_capacity)
-
-
 @dataclass(frozen=True)
 class AttentionPlan:
     """A batch's launches: prefill work, then decode work (either may be absent). ``split_counts``: a
@@ -281,8 +263,16 @@ def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_k
         count = requests - num_prefills
         key_tiles = cdiv(max(seq_lens[num_prefills:]), config.block_n)
         splits = choose_splits(count * num_kv_heads, key_tiles, wave_of(DECODE, config, limits), rule)
+        balanced = None
+        if limits is not None:  # a GPU: balanced pieces (the flat launch's split unused)
+            work = plan_decodes(seq_lens[num_prefills:], num_kv_heads, config.block_n,
+                                wave_of(DECODE, config, limits), first_request=num_prefills,
+                                first_token=sum(query_lens[:num_prefills]),
+                                split_cost=rule.split_cost_tiles,
+                                max_pieces=piece_cap(sum(query_lens)))
+            balanced, splits = BalancedWork.of(work), 1
         decode = AttentionLaunch(DECODE, group, group_pad, config, count, count, num_kv_heads, splits, splits,
-                                 num_prefills, requests, count * num_kv_heads * splits)
+                                 num_prefills, requests, count * num_kv_heads * splits, balanced)
     if num_prefills:
         chunks = query_lens[:num_prefills]
         config = prefill_tiles_for(max(chunks), group_pad, tiles)
@@ -293,10 +283,10 @@ def plan_batch(query_lens: list[int], seq_lens: list[int], num_heads: int, num_k
         grid_tiles = sum(chunks) // block_q + num_prefills
         balanced = None
         if limits is not None:  # a GPU: balanced pieces on a persistent grid (the flat launch's split unused)
-            work = plan_chunks(chunks, seq_lens[:num_prefills], num_kv_heads, block_q, config.block_n,
+            work = cached_chunks(chunks, seq_lens[:num_prefills], num_kv_heads, block_q, config.block_n,
                                wave_of(PREFILL, config, limits), split_cost=rule.split_cost_tiles,
                                max_pieces=piece_cap(sum(chunks)))
-            balanced, splits = BalancedWork(work, work.split_capacity, work.programs, len(work.items)), 1
+            balanced, splits = BalancedWork.of(work), 1
         prefill = AttentionLaunch(PREFILL, group, group_pad, config, grid_tiles, working, num_kv_heads, splits, splits,
                                   0, num_prefills, grid_tiles * num_kv_heads * splits, balanced)
     return AttentionPlan(prefill, decode)
@@ -320,8 +310,9 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
     # A split launch's programs: D decodes x heads x s (split_rule.most_programs).
     programs = min(requests * num_kv_heads * capacity,
                    most_programs(requests * num_kv_heads, wave, rule) if capacity > 1 else requests * num_kv_heads)
-    decode = AttentionLaunch(DECODE, group, group_pad, config, requests, requests, num_kv_heads, 1, capacity,
-                             0, requests, programs)
+    decode = AttentionLaunch(DECODE, group, group_pad, config, requests, requests, num_kv_heads, 1,
+                             capacity, 0, requests, programs,
+                             BalancedWork.room(requests * num_kv_heads, wave, fewest_tokens))
     prefill = None
     if prefill_tiles is not None:
         block_q = prefill_tiles.block_m // group_pad
@@ -335,12 +326,9 @@ def plan_graph(tokens: int, requests: int, num_heads: int, num_kv_heads: int, *,
         programs = min(grid_tiles * num_kv_heads * capacity,
                        max(grid_tiles * num_kv_heads,
                            2 * most_programs(grid_tiles * num_kv_heads, wave, rule) if capacity > 1 else 0))
-        balanced = None
-        if limits is not None:  # room for any batch's balanced work (BalancedWork.holds)
-            walks, most = grid_tiles * num_kv_heads, FLAT_WAVES * wave
-            # Its batches' chunks hold at least its tokens less one a decode beside them.
-            fewest_chunks = max(1, fewest_tokens - (requests - 1))
-            balanced = BalancedWork(None, piece_cap(fewest_chunks), max(most, walks), max(walks + wave, most))
+        # Its batches' chunks hold at least its tokens less one a decode beside them.
+        fewest_chunks = max(1, fewest_tokens - (requests - 1))
+        balanced = BalancedWork.room(grid_tiles * num_kv_heads, wave, fewest_chunks)
         prefill = AttentionLaunch(PREFILL, group, group_pad, prefill_tiles, grid_tiles,
                                   cdiv(tokens, block_q) + requests - 1, num_kv_heads, 1, capacity, 0, requests,
                                   programs, balanced)

@@ -122,6 +122,11 @@ class ChunkBuffers:
         self.row_splits[: len(work.row_splits)].copy_(torch.from_numpy(work.row_splits), non_blocking=True)
         self.merge_row[2] = num_requests
 
+    def clear(self) -> None:
+        """No work: every program and the merge exit at once."""
+        self.work_indptr.zero_()
+        self.merge_row[2] = 0
+
 
 def chunk_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,

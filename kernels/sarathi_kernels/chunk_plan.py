@@ -8,9 +8,11 @@ program per slot each walks an equal share of the batch's keys: the (tile, KV he
 first, are laid end to end in cost units (a key tile walked is one unit; a piece's query load and
 output store ``BASE_COST`` more) and cut every ``total / slots`` units. A cut inside a walk splits
 its KV range; the pieces leave fp32 partials that split_merge.py merges. A cut within ``MIN_PIECE``
-key tiles of a walk's end moves to that end, so short walks are never split. Where no such cut plan
-has a shorter critical path, today's flat grid is kept (a program per walk, or per each of its equal
-shares of its keys).
+key tiles of a walk's end moves to that end, so short walks are never split. A grid a few walks past
+whole waves is also tried with those waves' walks whole and only the walks past them cut over every
+slot. Where no such plan has a shorter critical path, today's flat grid is kept (a program per walk,
+or per each of its equal shares of its keys). Decodes are planned alike (``plan_decodes``): a walk a
+(request, KV head), one token's query rows.
 
 Each piece is a row of ``ITEM_FIELDS`` int32s: request, KV head, first query token of its tile, first
 and end key of its range, its index among its tile's pieces and their count. Program p runs rows
@@ -19,7 +21,8 @@ token's rows are in, which the merge reads (1: the piece stored its output itsel
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -69,6 +72,37 @@ class ChunkWork:
         return self.unsplit_cost / self.slots
 
 
+@dataclass
+class BalancedWork:
+    """A launch's balanced work: a batch's ``work`` (host arrays) and the device ``buffers``
+    (chunk_attention.ChunkBuffers) it runs from, made on first use for an eager batch, at capture
+    for a graph's launch (which has no work of its own); ``split_capacity``: the partials' stride."""
+
+    work: ChunkWork | None
+    split_capacity: int
+    programs: int
+    item_capacity: int
+    buffers: object = None
+
+    @classmethod
+    def of(cls, work: ChunkWork) -> BalancedWork:
+        return cls(work, work.split_capacity, work.programs, len(work.items))
+
+    @classmethod
+    def room(cls, walks: int, wave: int | None, fewest_tokens: int) -> BalancedWork | None:
+        """Room for the work of any batch of a graph's launch (``holds``): ``walks`` at most, its
+        pieces capped as those of ``fewest_tokens`` tokens are (``piece_cap``). None: no GPU."""
+        if wave is None:
+            return None
+        most = FLAT_WAVES * wave
+        return cls(None, piece_cap(fewest_tokens), max(most, walks), max(walks + wave, most))
+
+    def holds(self, other: BalancedWork) -> bool:
+        """Whether these buffers hold ``other``'s work."""
+        return (self.split_capacity >= other.split_capacity and self.programs >= other.programs
+                and self.item_capacity >= other.item_capacity)
+
+
 def tile_walks(query_lens, seq_lens, block_q: int, block_n: int) -> tuple[np.ndarray, ...]:
     """Every q-tile of the chunks: (request, first query token, key tiles its causal walk reads),
     as paged_attention's program walks them (up to its last row's position)."""
@@ -84,42 +118,22 @@ def tile_walks(query_lens, seq_lens, block_q: int, block_n: int) -> tuple[np.nda
 
 
 def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, programs: int, *,
-                split_cost: float = 1.0, max_pieces: int = MAX_PIECES) -> ChunkWork:
+                split_cost: float = 1.0, max_pieces: int = MAX_PIECES,
+                base_cost: float = BASE_COST) -> ChunkWork:
     """The balanced work of a batch's chunks (``query_lens``/``seq_lens``: its prefill requests) for a
     persistent grid of ``programs`` (SMs x resident CTAs); ``split_cost``: a split piece's partial
-    written and merged, in key tiles (split_rule.SplitRule.split_cost_tiles). Where cutting walks
-    would not shorten the critical path, today's grid instead: a program per walk, or per each of its
-    equal shares, longest first. At most ``max(walks + programs - 1, FLAT_WAVES * programs)`` pieces
-    and programs (what a graph's buffers hold)."""
+    written and merged, in key tiles (split_rule.SplitRule.split_cost_tiles); ``base_cost``: any
+    piece's query load and output store. Where cutting walks would not shorten the critical path,
+    today's grid instead: a program per walk, or per each of its equal shares, longest first. At
+    most ``max(walks + programs - 1, FLAT_WAVES * programs)`` pieces and programs (what a graph's
+    buffers hold)."""
     req, first_q, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
     heads = num_kv_heads
     # (tile, head) walks, longest first (ties in tile order: the same batch always plans the same).
     order = np.argsort(-np.repeat(keys, heads), kind="stable")
     walk_tile, walk_head = order // heads, order % heads
     k = keys[walk_tile]
-    ends = np.cumsum(k + BASE_COST)
-    total = float(ends[-1]) if len(ends) else 0.0
-    floor = (float(k.max(initial=0)) + BASE_COST) / (max_pieces - 1)
-    # Program j ends where the walks and the fixed costs its cuts add (a piece started inside a walk:
-    # its query load and partial; one ended inside: its partial) come to (j + 1) shares. Which cuts
-    # fall inside walks is known only after cutting: a few passes, the best kept.
-    inner, best = np.zeros(max(programs - 1, 0), dtype=bool), None
-    for _ in range(4):
-        added = (BASE_COST + 2 * split_cost) * inner
-        share = max((total + added.sum()) / programs, floor)
-        cut = np.arange(1, programs) * share - (np.cumsum(added) - added) - split_cost * inner
-        walk, off, cut_at, cut_inner = _cuts(ends, k, cut)
-        pieces = _pieces(k, ends, walk, off, cut_at, cut_inner, split_cost, programs)
-        best = pieces if best is None or pieces[-1] < best[-1] else best
-        inner = np.zeros(max(programs - 1, 0), dtype=bool)
-        inner[: len(cut_inner)] = cut_inner
-    # Today's grid (a program per walk, or per each of its equal shares within two waves, as
-    # split_rule.py bounds it) where no cut plan beats it.
-    for share_count in range(1, min(max_pieces, int(k.min()) if len(k) else 1) + 1):
-        if share_count > 1 and len(k) * share_count > FLAT_WAVES * programs:
-            break
-        flat = _flat(k, share_count, split_cost, programs)
-        best = flat if flat[-1] < best[-1] or (flat[-1] == best[-1] and share_count == 1) else best
+    best = _best(k, programs, split_cost, max_pieces, base_cost)
     pw, po, hi, counts, splits, piece_cost, program, path = best
     split = np.arange(len(pw)) - np.repeat(np.cumsum(counts) - counts, counts)
     by_program = np.argsort(program, kind="stable")
@@ -132,23 +146,132 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
     tile_splits = np.ones((len(keys), heads), dtype=np.int32)
     tile_splits[walk_tile, walk_head] = counts
     return ChunkWork(items, indptr, _row_splits(query_lens, block_q, tile_splits), int(counts.max(initial=1)),
-                     programs, path, total, float(piece_cost.sum()), float(piece_cost.max(initial=0.0)))
+                     programs, path, float((k + base_cost).sum()), float(piece_cost.sum()),
+                     float(piece_cost.max(initial=0.0)))
 
 
-def _cuts(ends: np.ndarray, k: np.ndarray, cut: np.ndarray):
+def _best(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
+    """The pieces of the shortest critical path among the plans tried: the walks cut every equal
+    share, whole waves of walks with only the rest cut, and today's flat grid."""
+    best = _cut(k, programs, split_cost, max_pieces, base)
+    tail = _tail(k, programs, split_cost, max_pieces, base)
+    best = tail if tail is not None and tail[-1] < best[-1] else best
+    # Today's grid (a program per walk, or per each of its equal shares within two waves, as
+    # split_rule.py bounds it) where no cut plan beats it.
+    for share_count in range(1, min(max_pieces, int(k.min()) if len(k) else 1) + 1):
+        if share_count > 1 and len(k) * share_count > FLAT_WAVES * programs:
+            break
+        flat = _flat(k, share_count, split_cost, programs, base)
+        best = flat if flat[-1] < best[-1] or (flat[-1] == best[-1] and share_count == 1) else best
+    return best
+
+
+def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
+    """The walks (longest first) laid end to end and cut every equal share (``_pieces``' result)."""
+    ends = np.cumsum(k + base)
+    total = float(ends[-1]) if len(ends) else 0.0
+    floor = (float(k.max(initial=0)) + base) / (max_pieces - 1)
+    # Program j ends where the walks and the fixed costs its cuts add (a piece started inside a
+    # walk: its query load and partial; one ended inside: its partial) come to (j + 1) shares. Which
+    # cuts fall inside walks is known only after cutting: a few passes, the best kept.
+    inner, best = np.zeros(max(programs - 1, 0), dtype=bool), None
+    for _ in range(4):
+        added = (base + 2 * split_cost) * inner
+        share = max((total + added.sum()) / programs, floor)
+        cut = np.arange(1, programs) * share - (np.cumsum(added) - added) - split_cost * inner
+        walk, off, cut_at, cut_inner = _cuts(ends, k, cut, base)
+        pieces = _pieces(k, ends, walk, off, cut_at, cut_inner, split_cost, programs, base)
+        best = pieces if best is None or pieces[-1] < best[-1] else best
+        inner = np.zeros(max(programs - 1, 0), dtype=bool)
+        inner[: len(cut_inner)] = cut_inner
+    return best
+
+
+def _tail(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
+    """Whole waves of walks unsplit, a walk a slot a wave, and only the walks past them cut (every
+    equal share, or each in equal shares within one wave), each share onto the slot its whole walks
+    load least: a grid a few walks past whole waves spreads them over every slot instead of paying a
+    wave for them. None: no such walks."""
+    whole = len(k) // programs * programs
+    if whole == 0 or whole == len(k):
+        return None
+    rest = k[whole:]
+    tails = [_cut(rest, programs, split_cost, max_pieces, base)]
+    most = min(max_pieces, int(rest.min()) // MIN_PIECE)
+    tails += [_flat(rest, n, split_cost, programs, base) for n in range(2, most + 1)
+              if len(rest) * n <= programs]
+    slot = np.arange(whole) % programs
+    load = np.bincount(slot, weights=k[:whole] + base, minlength=programs)
+    lightest = np.argsort(load, kind="stable")
+    ones, best = np.ones(whole, dtype=np.int64), None
+    for tw, to, th, tc, ts, tcost, tprog, _ in tails:
+        cost = np.concatenate([k[:whole] + base, tcost])
+        program = np.concatenate([slot, lightest[tprog]])
+        path = float(np.bincount(program, weights=cost, minlength=programs).max(initial=0.0))
+        if best is None or path < best[-1]:
+            pairs = ((np.arange(whole), tw + whole), (0 * ones, to), (k[:whole], th), (ones, tc),
+                     (ones, ts))
+            join = [np.concatenate(pair) for pair in pairs]
+            best = (*join, cost, program, path)
+    return best
+
+
+# Plans kept by signature (``cached_chunks``); past this many the least recently used goes.
+MAX_CACHED_CHUNK_PLANS = 256
+_CHUNK_PLANS: OrderedDict[tuple, ChunkWork] = OrderedDict()
+
+
+def cached_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int,
+                  programs: int, *, split_cost: float = 1.0, max_pieces: int = MAX_PIECES,
+                  base_cost: float = BASE_COST) -> ChunkWork:
+    """``plan_chunks``' work, planned once per signature: the query lengths and every tile's key
+    tiles, all the plan reads of the lengths, so a batch of a signature met before gets the very
+    plan its own planning would make (its arrays are shared: read them, never write)."""
+    _, _, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
+    key = (np.asarray(query_lens, dtype=np.int64).tobytes(), keys.astype(np.int64).tobytes(),
+           num_kv_heads, block_q, block_n, programs, float(split_cost), max_pieces,
+           float(base_cost))
+    work = _CHUNK_PLANS.get(key)
+    if work is None:
+        work = plan_chunks(query_lens, seq_lens, num_kv_heads, block_q, block_n, programs,
+                           split_cost=split_cost, max_pieces=max_pieces, base_cost=base_cost)
+        _CHUNK_PLANS[key] = work
+        if len(_CHUNK_PLANS) > MAX_CACHED_CHUNK_PLANS:
+            _CHUNK_PLANS.popitem(last=False)
+    else:
+        _CHUNK_PLANS.move_to_end(key)
+    return work
+
+
+def plan_decodes(seq_lens, num_kv_heads: int, block_n: int, programs: int, *, first_request: int,
+                 first_token: int, split_cost: float = 1.0,
+                 max_pieces: int = MAX_PIECES) -> ChunkWork:
+    """The balanced work of a batch's decodes (requests ``first_request`` on, their one tokens from
+    ``first_token`` on): a (request, KV head) walk each, cut as the chunks' are. A decode piece's
+    query load and output store are one token's rows beside a key tile of many: no base cost."""
+    work = cached_chunks([1] * len(seq_lens), seq_lens, num_kv_heads, 1, block_n, programs,
+                         split_cost=split_cost, max_pieces=max_pieces, base_cost=0.0)
+    items = work.items.copy()
+    items[:, 0] += first_request
+    rows = np.concatenate([np.ones((first_token, num_kv_heads), dtype=np.int32), work.row_splits])
+    return replace(work, items=items, row_splits=rows)
+
+
+def _cuts(ends: np.ndarray, k: np.ndarray, cut: np.ndarray, base: float):
     """Cuts at cost positions ``cut`` along the walks laid end to end: the walk each falls in, its
     offset there in key tiles (moved to the walk's end where a piece would be under MIN_PIECE), its
     position in cost units once moved, and whether it falls inside its walk."""
-    starts = ends - k - BASE_COST
+    starts = ends - k - base
     cut = cut[cut < (ends[-1] if len(ends) else 0.0)]
     walk = np.searchsorted(ends, cut, side="right")
-    off = np.clip(np.rint(cut - starts[walk] - BASE_COST), 0, k[walk]).astype(np.int64)
+    off = np.clip(np.rint(cut - starts[walk] - base), 0, k[walk]).astype(np.int64)
     off = np.where(off < MIN_PIECE, 0, np.where(k[walk] - off < MIN_PIECE, k[walk], off))
-    cut_at = np.where(off == 0, starts[walk], np.where(off == k[walk], ends[walk], starts[walk] + BASE_COST + off))
+    inside = starts[walk] + base + off
+    cut_at = np.where(off == 0, starts[walk], np.where(off == k[walk], ends[walk], inside))
     return walk, off, cut_at, (off > 0) & (off < k[walk])
 
 
-def _pieces(k, ends, walk, off, cut_at, inner, split_cost: float, programs: int):
+def _pieces(k, ends, walk, off, cut_at, inner, split_cost: float, programs: int, base: float):
     """The pieces the cuts make (walk, first and end key tile, its walk's piece count, cost, program)
     and the busiest program's cost."""
     pw = np.concatenate([np.arange(len(k)), walk[inner]])
@@ -158,21 +281,22 @@ def _pieces(k, ends, walk, off, cut_at, inner, split_cost: float, programs: int)
     hi = np.where(last, k[pw], np.roll(po, -1))
     counts = np.bincount(pw, minlength=len(k))
     splits = counts[pw]
-    piece_cost = hi - po + BASE_COST + np.where(splits > 1, split_cost, 0.0)
-    starts = ends[pw] - k[pw] - BASE_COST
-    program = np.searchsorted(np.sort(cut_at), np.where(po == 0, starts, starts + BASE_COST + po), side="right")
+    piece_cost = hi - po + base + np.where(splits > 1, split_cost, 0.0)
+    starts = ends[pw] - k[pw] - base
+    first = np.where(po == 0, starts, starts + base + po)
+    program = np.searchsorted(np.sort(cut_at), first, side="right")
     path = float(np.bincount(program, weights=piece_cost, minlength=programs).max(initial=0.0))
     return pw, po, hi, counts, splits, piece_cost, program, path
 
 
-def _flat(k: np.ndarray, share_count: int, split_cost: float, programs: int):
+def _flat(k: np.ndarray, share_count: int, split_cost: float, programs: int, base: float):
     """``_pieces``' result for a program per piece, each walk in ``share_count`` equal shares of its key
     tiles (paged_attention's split), longest first as the GPU starts them."""
     j = np.tile(np.arange(share_count), len(k))
     pw = np.repeat(np.arange(len(k)), share_count)
     po, hi = j * k[pw] // share_count, (j + 1) * k[pw] // share_count
     counts = np.full(len(k), share_count)
-    piece_cost = hi - po + BASE_COST + (split_cost if share_count > 1 else 0.0)
+    piece_cost = hi - po + base + (split_cost if share_count > 1 else 0.0)
     program = np.empty(len(pw), dtype=np.int64)
     program[np.argsort(-piece_cost, kind="stable")] = np.arange(len(pw))
     return pw, po, hi, counts, counts[pw], piece_cost, program, flat_path(piece_cost, programs)

@@ -257,7 +257,7 @@ def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 
 
 def _balanced(query, k_cache, v_cache, query_start_loc, seq_lens, block_tables, scale, out, launch) -> None:
-    """A prefill launch's balanced work (chunk_attention.py), its buffers made on first use: an eager
+    """A launch's balanced work (chunk_attention.py), its buffers made on first use: an eager
     batch's loaded with its work once for every layer, a graph's sized for any batch it holds."""
     balanced = launch.balanced
     if balanced.buffers is None:

@@ -168,11 +168,19 @@ class TritonAttention(AttentionBackend):
     @staticmethod
     def set_split_counts(split_counts: torch.Tensor, plan, graph=None) -> None:
         """A replay's split counts and requests (``plan``'s, the batch's eager plan) into its graph's
-        device integers, and its balanced prefill work into the buffers of ``graph`` (the graph's plan)."""
+        device integers, and its balanced work into the buffers of ``graph`` (the graph's plan):
+        a captured balanced launch this batch has no work for is emptied, lest it rerun the last
+        one's."""
         for slot, values in enumerate(plan.device_rows()):
             split_counts[slot].copy_(kernels().split_merge.plan_row(split_counts.device, values), non_blocking=True)
-        if graph is not None and plan.prefill is not None and plan.prefill.balanced is not None:
-            graph.prefill.balanced.buffers.load(plan.prefill.balanced.work, plan.prefill.end_request)
+        pairs = ((graph.prefill, plan.prefill), (graph.decode, plan.decode)) if graph else ()
+        for captured, launch in pairs:
+            if captured is None or captured.balanced is None or captured.balanced.buffers is None:
+                continue
+            if launch is not None and launch.balanced is not None:
+                captured.balanced.buffers.load(launch.balanced.work, launch.end_request)
+            else:
+                captured.balanced.buffers.clear()
 
     def rope_write_kv(self, rotary, positions, qkv, num_heads, num_kv_heads, k_cache, v_cache,
                       meta: AttentionMetadata):
