@@ -224,7 +224,7 @@ def _same_work(a, b) -> bool:
        other=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 2000)), min_size=1, max_size=3),
        kv_heads=st.sampled_from([1, 8]), programs=st.integers(1, 200))
 def test_a_repeated_signature_plans_once_and_others_plan_their_own(chunks, other, kv_heads, programs):
-    import sarathi_kernels.chunk_plan as chunk_plan
+    from sarathi_kernels import chunk_plan
 
     chunk_plan._CHUNK_PLANS.clear()
     calls = []
@@ -243,7 +243,7 @@ def test_a_repeated_signature_plans_once_and_others_plan_their_own(chunks, other
 
 
 def test_the_chunk_plan_cache_is_bounded(monkeypatch):
-    import sarathi_kernels.chunk_plan as chunk_plan
+    from sarathi_kernels import chunk_plan
 
     monkeypatch.setattr(chunk_plan, "MAX_CACHED_CHUNK_PLANS", 3)
     chunk_plan._CHUNK_PLANS.clear()
