@@ -1,5 +1,5 @@
-"""A run directory's on-disk contract (experiments/README.md) and the loader notebooks use. Every
-file is renamed into place, metrics.json last, so a run that dies leaves nothing looking complete."""
+"""A run directory's on-disk contract (experiments/README.md) and the loader notebooks use. Each
+file is renamed into place, metrics.json last: a run that dies leaves nothing looking complete."""
 from __future__ import annotations
 
 import errno
@@ -75,7 +75,9 @@ def config_change(run_dir: Path, resolved_config: dict[str, Any],
     old, new = _flatten("", record["resolved_config"]), _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
         # What a run does with its directory, or writes beside its results, changes no measure.
-        if key != "on_existing" and not key.startswith(f"{EXPORT}.") and old.get(key) != new.get(key):
+        ignored = key == "on_existing" or key.startswith(f"{EXPORT}.")
+        if not ignored and old.get(key) != new.get(key):
+
             return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
     recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
     for key in sorted(inputs.keys() | recorded.keys()):
