@@ -117,7 +117,8 @@ def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
                     if s and s["time"] >= since - 1]
         status = max(statuses, key=lambda s: s["time"]) if statuses else None
         if status is None:
-            if not config.exists() or config.stat().st_mtime < since - 1:  # a job of an earlier sweep
+            # A job of an earlier sweep.
+            if not config.exists() or config.stat().st_mtime < since - 1:
                 continue
             status = {"status": "unknown",
                       "error": "the job left no status: killed before it started?"}
@@ -134,7 +135,8 @@ def _left_every_job_as_it_was(sweep_dir: Path, jobs: dict[str, dict[str, Any]],
                               since: float) -> bool:
     """Every job recorded itself beside a finished run (.<job>.next/) and none replaced it."""
     return all((s := read_status(next_dir(sweep_dir / job))) and s["time"] >= since - 1
-               and (read_status(sweep_dir / job) or {"time": 0})["time"] < s["time"] for job in jobs)
+               and (read_status(sweep_dir / job) or {"time": 0})["time"] < s["time"]
+               for job in jobs)
 
 
 def _job_dir(path: Path) -> Path:
@@ -166,7 +168,8 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
 
 
 def _trust(record: dict[str, Any] | None) -> dict[str, Any]:
-    """A simulated run's times come from a virtual clock: the host's waiting says nothing of them."""
+    """A simulated run's times come from a virtual clock: the host's waits say nothing of them."""
+
     if not isinstance(record, dict) or not isinstance(record.get("environment"), dict):
         return {}
     env, summary = record["environment"], record.get("summary") or {}
