@@ -145,12 +145,14 @@ def _launch(source: str, where: str, raw, cls) -> dict:
         if value is None and cls is TileConfig:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not ok(value):
-            _fail(source, f"{where}.{key}", value, allowed + (" or null" if cls is TileConfig else ""))
+            null = " or null" if cls is TileConfig else ""
+            _fail(source, f"{where}.{key}", value, allowed + null)
     return raw
 
 
 def _split_rule(source: str, raw) -> dict[str, int | float]:
-    """Finite numbers only; split_rule.py checks names and ranges (falling back where it refuses)."""
+    """Finite numbers only; split_rule.py checks names and ranges (falling back if it refuses)."""
+
     for key, value in _mapping(source, "split_rule", raw).items():
         number = not isinstance(value, bool) and isinstance(value, int | float)
         if not number or not 0 <= value <= MAX_KNOB:
