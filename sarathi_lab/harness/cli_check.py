@@ -72,8 +72,8 @@ def check_command_line(args: list[str]) -> str | None:
                         "so it must be one plain folder name (no '/', not '.' or '..')")
     if flags is not None and sum(map(bool, (flags.run, flags.multirun, flags.cfg, flags.info,
                                             flags.shell_completion))) > 1:
-        return ("the command line is invalid: only one of --run, -m (--multirun), --cfg, --info and "
-                "--shell-completion can be given (Hydra's modes)")
+        return ("the command line is invalid: only one of --run, -m (--multirun), --cfg, --info "
+                "and --shell-completion can be given (Hydra's modes)")
     if problem := _sweeper_option_problem(overrides):
         return problem
     if _other_configs(flags, overrides):
@@ -170,7 +170,7 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
     known = set(_dotted_keys(tree))
     for arg, key in keys:
         if key in known or arg in added and set(_knob_owners(key)) & schedulers:
-            continue  # a sweep over schedulers, one of which reads it (the others say so as they run)
+            continue  # a sweep over schedulers, one of which reads it (the others say so)
         from sarathi_lab.harness.schema import unknown_key
 
         return (_knob_owners(key) and _foreign_knob(arg, overrides, choices)) or \
@@ -202,7 +202,8 @@ def _foreign_knob(arg: str, overrides: list[tuple[str, Override]],
 
 
 def sweep_note(args: list[str]) -> str | None:
-    """With --cfg, what the experiment's sweep sets per job, which one composed config cannot show."""
+    """With --cfg, what the experiment's sweep sets per job: one composed config cannot show it."""
+
     flags, _, overrides = _parse(tuple(args))
     choices = [arg for arg, o in overrides
                if o.key_or_group == "experiment" and not o.is_sweep_override()]
