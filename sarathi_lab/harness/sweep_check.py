@@ -64,7 +64,8 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
 
 
 def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
-    """The jobs launched (collapsed under the project's sweeper unless repeat_ignored), and notes."""
+    """The jobs launched (collapsed under our sweeper unless repeat_ignored), and notes."""
+
     jobs = job_overrides(config)
     if not _is(config.hydra.sweeper, SWEEPER) or config.hydra.sweeper.get("repeat_ignored"):
         return jobs, []
