@@ -10,9 +10,22 @@ from typing import Any, ClassVar, Literal, get_type_hints
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, check_fields, named_as, settings_of
+from sarathi_lab.config import (
+    ENGINE_FIELDS,
+    ConfigError,
+    EngineConfig,
+    Keys,
+    check_fields,
+    named_as,
+    settings_of,
+)
 from sarathi_lab.engine.metrics import SLO
-from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
+from sarathi_lab.engine.scheduler import (
+    SchedulerConfig,
+    knob_names,
+    scheduler_class,
+    scheduler_names,
+)
 from sarathi_lab.engine.scheduler.base import unknown_knob
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.executors import task_refusal
