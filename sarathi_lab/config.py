@@ -1,5 +1,4 @@
-"""The engine's configuration: one typed dataclass, each plain value checked without probing the
-host (plan.probe_host does); a refusal names the setting as the user set it (``Keys``)."""
+"""The engine's configuration, each value checked without probing the host (the plan does)."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,37 +19,28 @@ from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, rend
 
 log = logging.getLogger("sarathi_lab")
 
-# The package (its data ships with it) and the clone around it (docs/, profiles/, kernels/).
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 
 ATTENTIONS = ("auto", "torch", "triton")
-# Prefills beside decodes: one paged kernel over both, or both co-scheduled on each SM (POD).
 ATTENTION_HYBRIDS = ("sequential", "pod")
-# Decode attention after the GEMMs, or overlapped with them as two nano-batches on two streams.
 OVERLAPS = ("none", "nano_batch")
-# Bytes per element, for torch-free sizing.
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
 CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
 SIM_COST_MODELS = ("roofline", "profile", "calibrated")
 EXECUTORS = executor_names()
-# numpy's and torch's generators both take seeds in [0, 2**64).
-MAX_SEED = 2**64 - 1
-# The share of KV blocks admission leaves free: vLLM's and sarathi-serve's default watermark.
-KV_WATERMARK = 0.01
-# Past half, most of the cache idles while requests wait, and the default cache, sized with the
-# watermark on top, grows without bound as it nears 1.
+MAX_SEED = 2**64 - 1  # numpy's and torch's generators both take seeds in [0, 2**64)
+KV_WATERMARK = 0.01  # vLLM's and sarathi-serve's default
+# Past half, most of the cache idles, and the default cache, sized with it on top, grows unbounded.
 MAX_KV_WATERMARK = 0.5
-# vLLM's gpu_memory_utilization default.
-GPU_MEMORY_UTILISATION = 0.9
+GPU_MEMORY_UTILISATION = 0.9  # vLLM's gpu_memory_utilization default
 
 
 @dataclass(frozen=True)
 class Keys:
-    """How the edge names settings: ``prefix`` + name (engine.block_size), ``knob_prefix`` + knob,
-    or ``names`` (a run's chunk_size is `chunk`); ``shown``: a value as the user wrote it
-    (token_budget=auto) where the engine refuses what it became."""
+    """How the edge names settings; ``shown``: a value as the user wrote it (token_budget=auto)
+    where the engine refuses what it became."""
     names: Mapping[str, str] = field(default_factory=dict)
     prefix: str = ""
     knob_prefix: str = ""
@@ -62,18 +52,15 @@ class Keys:
         return (self.prefix if setting in ENGINE_FIELDS else self.knob_prefix) + setting
 
     def set(self, setting: str, value: Any) -> str:
-        """``key=value``, as a refusal begins."""
         return self._at(setting, repr(value))
 
     def _at(self, setting: str, shown: str) -> str:
         return f"{self(setting)}={self.shown.get(setting, shown)}"
 
     def render(self, text: str) -> str:
-        """A core refusal with each marked setting named as the user set it."""
         return render(text, self, self._at)
 
 
-# Each setting by its own name: LLM's keyword arguments, and any caller that names no other keys.
 AS_WRITTEN = Keys()
 
 
@@ -85,52 +72,35 @@ def settings_of(cls: type) -> list[dataclasses.Field]:
 class EngineConfig:
     model: str = "tiny"
     scheduler: str = "sarathi"
-    # The one home of the run's `chunk`: sarathi's prefill chunk, sarathi_serve's token budget.
+    # The run's `chunk`: sarathi's prefill chunk, sarathi_serve's token budget.
     chunk_size: int = 512
     max_batch_size: int = 8
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal[DTYPES] = "bfloat16"
     seed: int = 0
     block_size: int = 16
-    # KV capacity: blocks win over a memory budget; with neither, model/memory.py sizes it (vLLM's
-    # rule on a GPU, the paper's preallocation on a CPU) for the engine and the simulator alike.
+    # Blocks win over a budget; with neither, model/memory.py sizes it.
     num_kv_blocks: int | None = None
     kv_cache_gb: float | None = None
-    # Admission leaves int(kv_watermark * blocks) free for running requests to grow into.
     kv_watermark: float = KV_WATERMARK
     attention: Literal[ATTENTIONS] = "auto"
-    # "pod": hybrid batches in one persistent Triton launch sharing each SM between prefill tiles
-    # and decodes; "sequential" until a GPU measures the gain.
+    # "sequential" and "none" until a GPU measures the gain of the others.
     attention_hybrid: Literal[ATTENTION_HYBRIDS] = "sequential"
-    # "nano_batch": large hybrid batches as two nano-batches, one's attention on a side stream
-    # beside the other's GEMMs (eager only); "none" until a GPU measures the gain.
     overlap: Literal[OVERLAPS] = "none"
-    # CUDA with Triton attention: forwards replay graphs captured at build (decodes; with
-    # cuda_graphs_mixed, prefills up to a token count too); false: every forward eager.
     cuda_graphs: bool = True
     cuda_graphs_mixed: bool = True
     max_model_len: int | None = None
-    # The scheduler's own knobs, checked against its Config when it is built.
     scheduler_knobs: dict[str, Any] = field(default_factory=dict)
-    # Forward passes before a generate call's clock starts (kernel warm-up, allocator growth).
     warmup_iters: int = 2
     num_threads: int | None = None
-    # CPU linears over packed weights: "auto" picks by CPU and rows; "aten" keeps F.linear.
     cpu_linear: Literal[CPU_LINEARS] = "auto"
-    # "model": the real forward; "sim": a cost model's time on `sim_device`, a virtual clock;
-    # "vllm": vLLM's own engine. What each honours: sarathi_lab/executors.py.
-    executor: Literal[EXECUTORS] = "model"
+    executor: Literal[EXECUTORS] = "model"  # what each honours: executors.py
     sim_device: str = "h100"
     sim_cost_model: Literal[SIM_COST_MODELS] = "roofline"
-    # Lets an explicit KV cache larger than sim_device's memory run (what-if sweeps).
-    sim_kv_beyond_device: bool = False
-    # Tensor-parallel GPUs of sim_device serving as one, Megatron-style.
+    sim_kv_beyond_device: bool = False  # what-if sweeps past the device's memory
     sim_tp: int = 1
-    # Pipeline stages of sim_tp GPUs each, layers split as the engine splits them.
     sim_pp: int = 1
-    # Ranks the real model is split across, Megatron-style, one process each (or torchrun's).
     tensor_parallel: int = 1
-    # Pipeline stages (each tensor_parallel ranks); activations go stage to stage.
     pipeline_parallel: int = 1
     # A rank that died or hangs ends the run with an error naming it, never a hang.
     collective_timeout_s: float = 120.0
@@ -176,13 +146,12 @@ class EngineConfig:
 
     @property
     def kv_size_key(self) -> str | None:
-        """Which setting sizes the KV cache: num_kv_blocks wins over kv_cache_gb; None: neither."""
+        """num_kv_blocks wins over kv_cache_gb; None: neither."""
         if self.num_kv_blocks is not None:
             return "num_kv_blocks"
         return "kv_cache_gb" if self.kv_cache_gb is not None else None
 
     def explicit_kv_blocks(self, block_bytes: int) -> int | None:
-        """The blocks ``kv_size_key`` sizes, None if none; a size holding no block is refused."""
         if self.kv_size_key != "kv_cache_gb":
             return self.num_kv_blocks
         blocks = int(self.kv_cache_gb * 2**30 // block_bytes)
@@ -205,8 +174,7 @@ class EngineConfig:
 
     @property
     def torch_dtype(self):
-        """bfloat16 on a CPU without bf16 matrix units runs as float32 (one warning): there its
-        matmuls are far slower and would distort every cost ratio."""
+        """bfloat16 without bf16 matrix units runs as float32: it would distort every cost ratio."""
         import torch
 
         runs = run_dtype(self.dtype, self.device_type)
@@ -216,38 +184,33 @@ class EngineConfig:
 
 
 def device_slug(name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'h100', as the simulator's devices and profiles/ are named."""
+    """'NVIDIA H100 80GB HBM3' -> 'h100'."""
     chip = re.search(r"\b([AHBL]\d{2,3}|A6000)\b", name)
     return chip[1].lower() if chip else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def run_dtype(dtype: str, device_type: str) -> str:
-    """A CPU without bf16 matrix units runs bfloat16 as float32."""
     bf16_on_cpu = dtype == "bfloat16" and device_type == "cpu"
     return "float32" if bf16_on_cpu and not cpu_has_bf16_units() else dtype
 
 
-# Any other setting a caller hands over is a scheduler's knob.
 ENGINE_FIELDS = frozenset(f.name for f in settings_of(EngineConfig))
-# What every executor honours.
 ENGINE_DEFAULTS = {f.name: f.default for f in settings_of(EngineConfig)}
 
 
 @functools.cache
 def _warn_bf16_fallback() -> None:
-    # A log record, not warnings.warn: one line, once per process, without a source line.
+    # Not warnings.warn: one line, once per process, without a source line.
     log.warning("dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions")
 
 
 def attention_backend(attention: str, device_type: str) -> str:
-    """``auto`` is the Triton kernels on CUDA, PyTorch elsewhere."""
     if attention == "auto":
         return "triton" if device_type == "cuda" else "torch"
     return attention
 
 
 def check_attention_hybrid(hybrid: str, backend: str) -> None:
-    """Co-scheduled hybrid attention is a Triton kernel: refused beside any other backend."""
     if hybrid != "sequential" and backend != "triton":
         raise ConfigError(f"{SETTING.set('attention_hybrid', hybrid)} is invalid with the "
                           f"{backend} attention: it is a Triton kernel; allowed: sequential, or "
@@ -258,8 +221,7 @@ def check_attention_hybrid(hybrid: str, backend: str) -> None:
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
                  skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING,
                  held: Collection[str] = ()) -> None:
-    """Each field against its annotation (a bool is never an int); ``positive``: set numbers > 0
-    (>= 0 in ``zero_ok``; ``skip``'s by the caller); ``held``: another config checks them."""
+    """Each field against its annotation (a bool is never an int); ``held``: another's."""
 
 
     hints = get_type_hints(type(obj))
@@ -267,7 +229,6 @@ def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = ()
               if not dataclasses.is_dataclass(hints[f.name]) and f.name not in held]
     for name, value in fields:
         _check_type(keys(name), value, hints[name])
-        # numpy's number, stored as Python's (frozen dataclasses too)
         if value is not getattr(obj, name):
             object.__setattr__(obj, name, value)
     for name, value in fields if positive else ():
@@ -278,7 +239,7 @@ def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = ()
 
 
 def as_python_number(value: Any) -> Any:
-    """numpy's integers, floats and bools as Python's, which every setting takes; else unchanged."""
+    """numpy's numbers as Python's, which every setting takes."""
     if isinstance(value, (bool, int, float)):
         return value
     # numpy 2's and 1's
@@ -318,13 +279,13 @@ def _check_type(key: str, value: Any, tp: Any) -> None:
 
 
 def check_choice(key: str, value: Any, allowed: tuple) -> None:
-    """The one wording of every refused choice."""
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is invalid: "
                           f"allowed values are {', '.join(map(str, allowed))}")
 
 
 def check_count(key: str, value: Any, least: int) -> None:
-    """An integer (numpy's too; never a bool) of at least ``least``: tokens, requests, devices."""
+    """numpy's too; never a bool."""
+
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ConfigError(f"{key}={value!r} is invalid: must be an integer >= {least}")

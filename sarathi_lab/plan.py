@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelLimits:
-    """What the model allows, known before the engine's other settings are final."""
     config: ModelConfig
     max_model_len: int
 
@@ -49,19 +48,14 @@ class ModelLimits:
 
 @dataclass(frozen=True)
 class HostFacts:
-    """What the plan probed of this machine to settle what it runs (a config probes nothing)."""
-    # The cores this process may run on (its affinity).
+    """What the plan probed of this machine (a config probes nothing); None: not probed."""
     cores: int
-    # "cpu" or "cuda": the device `device` names here (auto resolved); None for a simulated device.
-    device_type: str | None
-    # CUDA devices seen, where the ranks of a parallel engine need one each (None: not probed).
+    device_type: str | None  # auto resolved; None for a simulated device
     cuda_devices: int | None = None
-    # Whether this CPU's oneDNN runs float16's packed linear (None: not asked).
     cpu_fp16: bool | None = None
 
 
 def probe_host(cfg: EngineConfig) -> HostFacts:
-    """The host's facts ``cfg`` needs, each refused in one line where this machine cannot run it."""
     cores, k = usable_cores(), SETTING
     # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
     if cfg.num_threads is not None and cfg.num_threads > cores:
@@ -83,9 +77,7 @@ def probe_host(cfg: EngineConfig) -> HostFacts:
 
 
 def _check_ranks_fit(cfg: EngineConfig, device_type: str, cores: int) -> int | None:
-    """One device per rank: a GPU each on CUDA, a core each on a CPU (ranks sharing a core would
-    take turns in every collective); under torchrun, for the ranks it starts on this node. The
-    CUDA devices seen, None on a CPU."""
+    """One device per rank (ranks sharing a core would take turns in every collective)."""
     ranks, gpus = cfg.world_size, None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
@@ -107,8 +99,7 @@ def _check_ranks_fit(cfg: EngineConfig, device_type: str, cores: int) -> int | N
 
 
 def _check_cpu_dtype(cfg: EngineConfig) -> bool | None:
-    """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
-    units runs as float32: torch_dtype). Whether it has it, None where float16 is not asked for."""
+    """float16's packed linear needs oneDNN's float16; None where float16 is not asked for."""
     if cfg.dtype != "float16" or cfg.cpu_linear == "aten":
         return None
     if not (fp16 := cpu_has_onednn_fp16()):
@@ -124,15 +115,12 @@ class EnginePlan:
     model_config: ModelConfig
     shape: Shape
     max_model_len: int
-    # Typed and checked: what sized the KV cache is what the run schedules by.
+    # What sized the KV cache is what the run schedules by.
     scheduler_config: SchedulerConfig
     num_kv_blocks: int
-    # What the engine computes in: EngineConfig.torch_dtype, or what the simulated device would run.
     dtype: torch.dtype | SimulatedDtype
-    # What was probed of this machine to settle the rest.
     host: HostFacts
-    # The simulator's (executor=sim), None for the real model.
-    cost_model: Any = None
+    cost_model: Any = None  # the simulator's; None for the real model
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -140,8 +128,7 @@ class EnginePlan:
 
 
 def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
-    """The plan of an engine of ``cfg``; ``limits``: the model's, when already read. Refuses with a
-    one-line ConfigError whatever does not fit the device (the weights, the KV cache)."""
+    """``limits``: the model's, when already read."""
     host = probe_host(cfg)
     limits = limits or ModelLimits.of(cfg)
     hf, context = limits.config, limits.max_model_len
@@ -165,7 +152,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
 
 
 def scheduler_config_of(cfg: EngineConfig, max_model_len: int) -> SchedulerConfig:
-    """The one place an engine's settings and knobs become the scheduler's typed config."""
+    """The one place settings and knobs become the scheduler's typed config."""
     settings = {name: getattr(cfg, name) for name in ENGINE_FIELDS}
     settings |= {"max_model_len": max_model_len}
     return scheduler_config(cfg.scheduler, cfg.scheduler_knobs, **settings)
@@ -182,13 +169,11 @@ def build_scheduler(plan: EnginePlan) -> Scheduler:
 
 
 def kv_size_setting(cfg: EngineConfig) -> str:
-    """``key=value`` of the setting that sized the KV cache (num_kv_blocks for the default)."""
     key = cfg.kv_size_key or "num_kv_blocks"
     return SETTING.set(key, getattr(cfg, key))
 
 
 def kv_size_note(cfg: EngineConfig) -> str:
-    """What a refusal of a default-sized KV cache adds."""
     if cfg.kv_size_key is not None:
         return ""
     return f" (its default size; {SETTING('num_kv_blocks')} sets it)"

@@ -1,6 +1,5 @@
-"""Kernel configurations tuned on a GPU (the suite's ``tune`` step), one JSON table per device in
-``sarathi_lab/tuned/``, as vLLM ships its per-device configs; a device or key without an entry gets
-the defaults. Plain data: the attention backend and the layers turn entries into launches."""
+"""Kernel configurations tuned on a GPU, one JSON table per device in ``sarathi_lab/tuned/``, as
+vLLM ships its per-device configs; a device or key without an entry gets the defaults."""
 from __future__ import annotations
 
 import functools
@@ -22,7 +21,7 @@ GEMM_KERNELS = ("cublas", "triton")
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Paged attention's tiling for one work kind; None: the kernel's own default."""
+    """None: the kernel's own default."""
 
     block_m: int | None = None
     block_n: int | None = None
@@ -35,7 +34,6 @@ class TileConfig:
 
 @dataclass(frozen=True)
 class GemmChoice:
-    """cuBLAS, or the Triton split-K GEMM with this tiling (sarathi_kernels.gemm.GemmConfig's)."""
 
     kernel: str = "cublas"
     block_m: int = 64
@@ -60,10 +58,9 @@ class TunedTable:
     attention: dict[str, TileConfig] = field(default_factory=dict)
     # gemm_key -> {token count -> choice}
     gemm: dict[str, dict[int, GemmChoice]] = field(default_factory=dict)
-    source: str = ""  # where it came from: a file, or "" for the defaults
-    # The split rule's knobs the device moved from split_rule.py's defaults.
+    source: str = ""  # a file, or "" for the defaults
     split_rule: dict[str, int | float] = field(default_factory=dict)
-    # Hybrid shapes timed co-scheduled and sequential; none: the engine never co-schedules.
+    # Hybrid shapes timed both ways; none: the engine never co-schedules.
     co_schedule: list[dict] = field(default_factory=list)
 
     def tiles(self, kind: str) -> TileConfig:
@@ -91,7 +88,7 @@ DEFAULT = TunedTable()
 
 
 def file_name(device_name: str) -> str:
-    """``NVIDIA H100 80GB HBM3`` -> ``NVIDIA_H100_80GB_HBM3.json`` (vLLM's naming)."""
+    """vLLM's naming: ``NVIDIA_H100_80GB_HBM3.json``."""
     return device_name.replace(" ", "_").replace("/", "_") + ".json"
 
 
@@ -106,17 +103,15 @@ _WARPS = ("one of 1, 2, 4, 8, 16", lambda v: v in (1, 2, 4, 8, 16))
 _STAGES = ("an integer in [1, 8]", lambda v: 1 <= v <= 8)
 _LAUNCH = {"block_m": _POW2, "block_n": _POW2, "block_k": _POW2, "num_warps": _WARPS,
            "num_stages": _STAGES, "split_k": ("an integer in [1, 64]", lambda v: 1 <= v <= 64)}
-# The largest token count a GEMM entry may be tuned at, and split-rule knob: sizes, not costs.
 MAX_TOKENS = 1 << 20
 MAX_KNOB = 1e6
 GEMM_KEY = re.compile(r"[1-9][0-9]{0,6}x[1-9][0-9]{0,6}(\+silu_mul)?")
 TOP_KEYS = ("device", "attention", "gemm", "split_rule", "co_schedule")
-# Positive integers but the last, a positive ratio.
 CO_SCHEDULE_FIELDS = ("heads", "kv_heads", "chunk", "decodes", "context", "over_sequential")
 
 
 class TableRefused(ValueError):
-    """One line naming the table's file and field."""
+    """One line naming the file and field."""
 
 
 def _fail(source: str, key: str, value, allowed: str):
@@ -174,7 +169,6 @@ def _gemm(source: str, raw) -> dict[str, dict[int, GemmChoice]]:
 
 
 def parse(raw, source: str, device: str | None = None) -> TunedTable:
-    """Checked against the schema and, given ``device``, the device it is read for."""
     for key, value in _mapping(source, "the table", raw).items():
         if key not in TOP_KEYS:
             _fail(source, key, value, ", ".join(TOP_KEYS))
@@ -192,7 +186,6 @@ def parse(raw, source: str, device: str | None = None) -> TunedTable:
 
 
 def co_schedule_entries(source: str, raw) -> list[dict]:
-    """Each entry exactly CO_SCHEDULE_FIELDS, finite and positive."""
     listed = ", ".join(CO_SCHEDULE_FIELDS)
     if not isinstance(raw, list):
         _fail(source, "co_schedule", raw, f"a list of entries with {listed}")
@@ -209,7 +202,6 @@ def co_schedule_entries(source: str, raw) -> list[dict]:
 
 
 def from_bytes(data: bytes, source: str, device: str | None = None) -> TunedTable:
-    """Bytes that are no JSON are refused as a bad table is."""
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -244,7 +236,7 @@ _USING: list[TunedTable] = []
 
 @contextmanager
 def using(table: TunedTable):
-    """The tune step measures a candidate through the engine's own path; a CPU test sees it."""
+    """The tune step measures a candidate through the engine's own path."""
     _USING.append(table)
     try:
         yield table
@@ -253,7 +245,6 @@ def using(table: TunedTable):
 
 
 def table_for(device: torch.device) -> TunedTable:
-    """The table in force (``using``), else a CUDA device's own; DEFAULT elsewhere."""
 
     if _USING:
         return _USING[-1]

@@ -24,13 +24,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 METRICS = "metrics.json"
-WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
+WANDB_DIR = "wandb"
 STATUS = "status.json"
 log = logging.getLogger(__name__)
-SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs
-SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
-CAPACITY_JSON = "capacity.json"       # a capacity search's trials and result
-EXPORT = "export"                     # the config's block of what a run writes beside its results
+SWEEP_SUMMARY = "sweep_summary.json"
+SWEEP_TABLE = "sweep_summary.csv"
+CAPACITY_JSON = "capacity.json"
+EXPORT = "export"
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
 # Old metric names (before they carried units) to today's: old and new runs load as one table.
@@ -48,13 +48,12 @@ RENAMED = {
 @dataclass
 class RunResult:
     summary: dict[str, float]
-    config: dict[str, Any]          # RunConfig.key_values()
+    config: dict[str, Any]
     environment: dict[str, Any]
-    overrides: list[str]            # Hydra's task overrides
+    overrides: list[str]
     resolved_config: dict[str, Any]
     partial: bool
     wall_time_s: float
-    # What decides the result besides the config (a trace's path and hash).
     inputs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,14 +62,12 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def next_dir(run_dir: Path) -> Path:
-    """Where a rerun into a finished run's directory works, leaving that run as it is."""
     return run_dir.parent / f".{run_dir.name}.next"
 
 
 def config_change(run_dir: Path, resolved_config: dict[str, Any],
                   inputs: dict[str, Any] | None = None) -> str | None:
-    """The first differing key of the config, then of ``inputs``, as "key: old -> new"; a run that
-    recorded no inputs counts as one of unknown inputs."""
+    """The first differing key as "key: old -> new"; no recorded inputs count as unknown ones."""
     record, inputs = read_record(run_dir / METRICS), inputs or {}
     old, new = _flatten("", record["resolved_config"]), _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
@@ -99,7 +96,6 @@ def clear_results(run_dir: Path) -> None:
 
 def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table],
                   result: RunResult) -> None:
-    """Each table (a DataFrame, or an arrow table of the same columns) as ``<name>.parquet``."""
     suffix = ".partial" if result.partial else ""
     written = []
     try:
@@ -109,8 +105,7 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table],
             written.append(path)
         write_json(run_dir / f"metrics{suffix}.json", asdict(result))
     except BaseException:
-        # Tables without their metrics.json are half a result: removed, which also gives a full
-        # disk back the room the failed status takes.
+        # Half a result: removed, which also gives a full disk room for the failed status.
         for path in written:
             with suppress(OSError):
                 path.unlink()
@@ -118,10 +113,10 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table],
 
 
 def _write_parquet(table: pd.DataFrame | pa.Table, path: Path) -> None:
-    if hasattr(table, "to_parquet"):  # a DataFrame
+    if hasattr(table, "to_parquet"):
         table.to_parquet(path, index=False)
         return
-    import pyarrow.parquet as pq  # only where a run writes tables
+    import pyarrow.parquet as pq
 
     pq.write_table(table, path)
 
@@ -135,8 +130,7 @@ def write_status(run_dir: Path, status: Status, error: str | None = None,
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not (run_dir / STATUS).is_file():
             raise
-        # A full disk has no room for a copy: rewritten in place without the traceback, so a run
-        # that failed never stays `running`.
+        # A full disk: rewritten in place, so a run that failed never stays `running`.
         with open(run_dir / STATUS, "r+") as f:
             f.write(json.dumps(record | {"traceback": None}))
             f.truncate()
@@ -147,8 +141,7 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_json(path: Path, warn: bool = False) -> Any:
-    """None where missing or unreadable (warned if ``warn``); only a regular file is read (a FIFO
-    would wait for a writer forever)."""
+    """Only a regular file is read: a FIFO would wait for a writer forever."""
     try:
         if path.exists() and not path.is_file():
             raise IsADirectoryError(f"{path} is not a regular file")
@@ -162,8 +155,7 @@ def read_json(path: Path, warn: bool = False) -> Any:
 
 
 def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
-    """An exclusive flock (close the fd to release) the kernel drops however its holder dies;
-    BlockingIOError while another holds it; None on a filesystem without locks."""
+    """A flock the kernel drops however its holder dies; None on a filesystem without locks."""
     fd = os.open(path, flags, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -176,7 +168,7 @@ def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """A reader sees the old file or the new one whole; a failure leaves no temporary file."""
+    """A reader sees the old file or the new one whole."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
@@ -203,7 +195,7 @@ def _nan_to_none(value: Any) -> Any:
 
 
 class UnreadableRun(ValueError):
-    """A finished run's records that cannot be read (truncated, empty, corrupt, a field missing)."""
+    """A finished run's records that cannot be read."""
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -221,14 +213,13 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def is_read(relative: Path) -> bool:
-    """Not the copy uploaded to W&B, nor under a dot folder (stale jobs, a rerun's, Hydra's)."""
+    """Not W&B's copy, nor under a dot folder (stale jobs, a rerun's, Hydra's)."""
     folders = relative.parts[:-1]
     return WANDB_DIR not in folders and not any(part.startswith(".") for part in folders)
 
 
 def load_runs(root: str | Path, table: str = "summary", strict: bool = False) -> pd.DataFrame:
-    """Every finished run under root, its key values and overrides beside the summary and
-    ``env.*`` or ``table``'s rows; an unreadable run left out with a warning (or raised)."""
+    """An unreadable run is left out with a warning (``strict``: raised)."""
     import pandas as pd  # here: a run writes its results without it
 
     frames = []
@@ -244,7 +235,7 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
             elif (file := path.parent / f"{table}.parquet").exists():
                 try:
                     rows = pd.read_parquet(file)
-                except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                except (OSError, ValueError) as e:  # ArrowInvalid is a ValueError
                     said = " ".join(str(e).split())[:200]
                     raise UnreadableRun(f"{file} is unreadable ({said})") from None
                 # Only these had the old names; a measurement task's "start" is its own.
@@ -259,7 +250,6 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
 
 
 def current_names(names: Any) -> Any:
-    """A summary (dict) with today's key names, or one column's name."""
     if isinstance(names, str):
         return RENAMED.get(names, names)
     return {RENAMED.get(k, k): v for k, v in names.items()}
@@ -277,8 +267,7 @@ def simulated_source(device: str, cost_model: str, tp: int = 1, pp: int = 1) -> 
 
 
 def run_source(executor: Mapping[str, Any], device: str | None) -> str:
-    """'measured CPU', 'measured GPU', 'measured CPU, vLLM 0.32.0' or 'simulated A100 (calibrated)',
-    from a run's environment record (``executor``) and the device a measured run ran on."""
+    """'measured CPU', 'measured GPU', 'measured CPU, vLLM 0.32.0' or a simulated_source."""
     if recorded_as(executor.get("executor"), "simulated"):
         return simulated_source(str(executor.get("sim_device", "unrecorded")),
                                 str(executor.get("sim_cost_model", "unrecorded")),
@@ -293,7 +282,7 @@ def run_source(executor: Mapping[str, Any], device: str | None) -> str:
 
 
 def natural_order(path: Path) -> list:
-    """Numbers count: multirun job dirs 2_... before 10_...."""
+    """Job dirs 2_... before 10_...."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 
@@ -303,7 +292,6 @@ def override_key(override: str) -> str:
 
 
 def _override_columns(record: dict) -> dict[str, Any]:
-    """Values of overridden keys the key config does not already hold, as dotted columns."""
     columns = {}
     for override in record["overrides"]:
         key = override_key(override)

@@ -47,12 +47,12 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunContext:
     output_dir: Path
-    overrides: list[str]    # Hydra's task overrides
-    group: str | None       # the sweep this run belongs to
-    # Hydra's record of the composed config, written to .hydra/ once the run is accepted.
+    overrides: list[str]
+    group: str | None
+    # Written to .hydra/ once the run is accepted.
     hydra_record: dict[str, Any] | None = None
     status_dir: Path | None = None  # output_dir, or beside it where a finished run is there
-    lock: int | None = None         # the output directory's lock, held until release()
+    lock: int | None = None
     sweep_job: bool = False         # keeps its config's finished run under on_existing=refuse too
 
     def release(self) -> None:
@@ -80,7 +80,6 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
         cfg, llm, resolved_config, ctx.overrides, inputs,
         # What the plan settled that the config does not say: an auto budget, the KV cache's size.
         plan_record=checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens},
-        # By sweep, a capacity search's trials by search, a single run by experiment.
         group=ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name),
         run_dir=ctx.status_dir)
     if cfg.task == "serve":
@@ -107,10 +106,10 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
 def _open_run_dir(ctx: RunContext, finished: bool, engine: EngineConfig) -> None:
     """Clears an earlier attempt's leavings, writes Hydra's record, marks the run running."""
     if finished:
-        shutil.rmtree(ctx.status_dir, ignore_errors=True)  # an earlier refused or failed rerun's
+        shutil.rmtree(ctx.status_dir, ignore_errors=True)
         ctx.status_dir.mkdir(parents=True)
     else:
-        clear_results(ctx.output_dir)  # an interrupted earlier run's partial records
+        clear_results(ctx.output_dir)
     if ctx.hydra_record:
         (ctx.status_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
@@ -122,7 +121,7 @@ def _open_run_dir(ctx: RunContext, finished: bool, engine: EngineConfig) -> None
 
 
 def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
-    if not cfg.engine.kind.our_engine:  # vLLM's, the one other engine
+    if not cfg.engine.kind.our_engine:
         # Imported here: it loads the model code, of no use to a simulated run.
         from sarathi_lab.harness.vllm_engine import VllmLLM
 
@@ -137,7 +136,6 @@ def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
 def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
                          recorder: RunRecorder
                          ) -> tuple[dict[str, float], dict[str, pa.Table], str]:
-    """task=serve: its summary, tables and the line the log ends with."""
     slo = cfg.slo.as_slo()
     try:
         _serve(llm, workload)
@@ -180,7 +178,7 @@ _UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger",
 
 
 def run_name(cfg: RunConfig, overrides: list[str]) -> str:
-    """The run's name in W&B, e.g. 'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
+    """'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
     other = [o for o in overrides if override_key(o) not in _UNNAMED and not o.startswith("hydra")]
     return " ".join([cfg.model.name, cfg.scheduler.name, f"chunk={cfg.chunk}",
                      f"batch_size={cfg.batch_size}", *other])
@@ -221,7 +219,8 @@ def _lock(out: Path) -> int | None:
 
 
 def _move_log_file(src: Path, dst: Path) -> None:
-    """Point the job's log file (Hydra's, opened on its first line) from src into dst."""
+    """Hydra's log file was opened on the job's first line."""
+
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) \
                 and Path(handler.baseFilename).parent.resolve() == src.resolve():

@@ -56,7 +56,7 @@ class ModelCfg(_Section, section="model"):
         if self.name == "hf" and not self.path:
             raise ConfigError(f"{self.keys.set('path', None)} is invalid: "
                               "model=hf needs model.path=/a/local/hf/dir")
-        # A preset is built from its shapes: a path beside it would be silently ignored.
+        # A preset's path would be silently ignored.
         if self.name != "hf" and self.path is not None:
             raise ConfigError(f"{self.keys.set('path', self.path)} is invalid with "
                               f"model={self.name}: a preset reads no directory; allowed: null, "
@@ -69,7 +69,7 @@ class ModelCfg(_Section, section="model"):
 
 @dataclass(frozen=True)
 class SchedulerCfg:
-    """conf/scheduler/NAME.yaml; the engine checks name and knobs when the preflight builds it."""
+    """conf/scheduler/NAME.yaml; the engine checks it when the preflight builds it."""
     name: str
     knobs: dict[str, Any] = field(default_factory=dict)
 
@@ -79,41 +79,34 @@ class SchedulerCfg:
             raise ConfigError(f"scheduler={raw!r} is invalid: must be a mapping with a name")
         knobs = {key: value for key, value in raw.items() if key != "name"}
         for key, value in knobs.items():
-            if _set_by("scheduler", key):  # the run's knobs, or engine.KEY, set those for all
+            if _set_by("scheduler", key):  # set for all schedulers elsewhere
                 raise unknown_key(f"scheduler.{key}", repr(value))
         return cls(raw["name"], knobs)
 
 
 @dataclass(frozen=True)
 class DeviceCfg:
-    name: str  # auto | cpu | cuda, checked (GPU presence included) by EngineConfig
+    name: str  # auto | cpu | cuda, checked by EngineConfig
     num_threads: int | None = None
 
 
 @dataclass(frozen=True)
 class WorkloadCfg(_Section, section="workload"):
-    # trace: a CSV's lengths and arrivals; trace_lengths: its lengths, `arrival` at `qps`.
+    # trace_lengths: a trace's lengths, `arrival` at `qps`.
     kind: Literal["synthetic", "uniform", "zipf", "trace", "trace_lengths"]
-    # trace: the first N rows it replays (None: every row); the others: how many requests they make.
-    num_requests: int | None = 4
+    num_requests: int | None = 4  # trace: None replays every row
     arrival: Literal["all_at_once", "poisson", "gamma"] = "all_at_once"
-    # Mean requests/s. trace: its gaps scaled to this rate (None: as recorded, times time_scale).
-    qps: float | None = 1.0
-    # gamma: coefficient of variation of the gaps (1 = Poisson, > 1 burstier).
+    qps: float | None = 1.0  # trace: None replays as recorded, times time_scale
     cv: float = 1.0
-    # Requests in the system at once at most, as a client's connections (None: no cap).
     max_concurrency: int | None = None
-    # uniform / zipf: lengths span [min_tokens, seq_len].
     min_tokens: int = 64
     theta: float = 0.6
     # synthetic: the first `stagger` requests get 0, 1, ... fewer decode tokens.
     stagger: int = 0
     path: str | None = None
     time_scale: float = 1.0
-    # Multiplies the trace's lengths (each stays >= 1 token).
     length_scale: float = 1.0
-    # trace_lengths: draw from the first N rows only (trace: num_requests is its first N).
-    max_requests: int | None = None
+    max_requests: int | None = None  # trace_lengths: draw from the first N rows only
     offset: int = 0
     zero_ok: ClassVar[tuple[str, ...]] = ("time_scale", "stagger", "offset")
 
@@ -155,21 +148,16 @@ class LoggerCfg(_Section, section="logger"):
 class MeasureCfg(_Section, section="measure"):
     reps: int = 3
     token_step: int = 8
-    # iteration_sweep and profile also time m + 1 tokens for each multiple m of this.
-    tile: int = GEMM_TILE
-    # task=profile's largest iteration, tokens (None: chunk + batch_size). Schedulers that batch
-    # whole prompts (static, vllm, orca) build larger ones.
+    tile: int = GEMM_TILE  # m + 1 is timed too for each multiple m of this
+    # task=profile's largest iteration (None: chunk + batch_size).
     max_tokens: int | None = None
-    # task=pipeline_bubbles: each rank pinned to a core of its own.
     pin_stages: bool = False
-    # task=pipeline_bubbles: requests run first whose timeline prices the handoff between stages
-    # (None: priced by an idle ping-pong between two processes).
+    # Requests whose timeline prices the stages' handoff (None: an idle ping-pong prices it).
     handoff_requests: int | None = None
 
 
 @dataclass(frozen=True)
 class SLOCfg(_Section, section="slo"):
-    """engine.metrics.SLO's latency targets, seconds (None: not set)."""
     tbt_p99_s: float | None = None
     sched_delay_p50_s: float | None = 2.0
     ttft_s: float | None = None
@@ -183,15 +171,12 @@ class SLOCfg(_Section, section="slo"):
 @dataclass(frozen=True)
 class CapacityCfg(_Section, section="capacity"):
     start_qps: float = 1.0
-    # Relative: the lowest failing rate is within (1 + resolution) of the capacity.
-    resolution: float = 0.05
+    resolution: float = 0.05  # relative
     max_trials: int = 12
-    # Also fail a trial whose queue grew through its arrival window (metrics' `saturated`).
-    require_stable: bool = True
+    require_stable: bool = True  # a queue that grew through the arrivals fails too
     min_qps: float = 1e-3
     max_qps: float = 1e4
-    # A trial serves max(min_requests, qps * trial_s) requests (None: all): a fixed window, not
-    # count, lets a queue near capacity show whether it drains.
+    # A fixed window, not count, lets a queue near capacity show whether it drains (None: all).
     trial_s: float | None = None
     min_requests: int = 12
 
@@ -204,8 +189,7 @@ class CapacityCfg(_Section, section="capacity"):
 
 @dataclass(frozen=True)
 class ExportCfg(_Section, section="export"):
-    """What a finished run also writes beside its results; none of it changes what it measures."""
-    # timeline.json: the run's batches as a Chrome / Perfetto trace.
+    """Written beside the results; none of it changes what the run measures."""
     timeline: bool = False
 
 
@@ -224,7 +208,6 @@ class RunConfig:
     device: DeviceCfg
     logger: LoggerCfg
     engine: EngineConfig
-    # "full" or "ci" (the quick set); analysis marks claims and figures with it.
     scale: Literal["full", "ci"] = "full"
     tags: list[str] = field(default_factory=list)
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
@@ -233,11 +216,11 @@ class RunConfig:
     slo: SLOCfg = field(default_factory=SLOCfg)
     capacity: CapacityCfg = field(default_factory=CapacityCfg)
     export: ExportCfg = field(default_factory=ExportCfg)
-    # sarathi_serve's token budget: None follows `chunk`; "auto": set from slo.tbt_p99_s.
+    # None follows `chunk`; "auto": set from slo.tbt_p99_s.
     token_budget: Literal["auto"] | None = None
 
     def __post_init__(self):
-        # chunk, batch_size, seed, dtype: EngineConfig's settings, checked there (built first).
+        # EngineConfig (built first) checks chunk, batch_size, seed, dtype.
         check_fields(self, positive=True, held=frozenset(KNOB_KEYS.values()))
         # Only sarathi_serve's is checked, so that one sweep over schedulers can set auto.
         slo, wl = self.slo, self.workload
@@ -260,7 +243,6 @@ class RunConfig:
                               "slo.sched_delay_p50_s=None: the search needs at least one of them")
         if why := task_refusal(self.engine.executor, self.task):
             raise ConfigError(why)
-        # Its aligned chunk is checked by the task, once the scheduler's config is typed.
         if self.task == "piggyback" and self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
                               "decodes must ride the chunk, so it must be >= 2")
@@ -270,12 +252,11 @@ class RunConfig:
                               "the most tokens it times")
 
     def ignores(self, key: str) -> str | None:
-        """Why this run reads nothing of ``key``, else None. Only the serving tasks ignore keys:
-        the others time chunks themselves."""
+        """Why this run reads nothing of ``key``; non-serving tasks time chunks themselves."""
+
         if self.task not in ("serve", "capacity"):
             return None
         name, scheduler = self.scheduler.name, scheduler_class(self.scheduler.name)
-        # The budget's own key sets a field of that name, read by no other.
         if key == "token_budget":
             sets, reads = {key}, {f.name for f in dataclasses.fields(scheduler.Config)}
         else:
@@ -295,8 +276,7 @@ class RunConfig:
         return f"scheduler={name} does not read {key}" + whole
 
     def key_values(self) -> dict[str, Any]:
-        """A results table's index (metrics.json "config"); a served trace's lengths stand in for
-        seq_len and pd_ratio."""
+        """A results table's index; a served trace's lengths stand in for seq_len and pd_ratio."""
         trace = (self.task in ("serve", "capacity")
                  and self.workload.kind in ("trace", "trace_lengths"))
         return {"experiment": self.name, "task": self.task, "scale": self.scale,
@@ -309,15 +289,13 @@ class RunConfig:
 
 
 def _scheduler_only_fields() -> set[str]:
-    """The knobs some schedulers read and others do not, by key and by field name."""
     configs = [scheduler_class(n).Config for n in scheduler_names()]
     every = {f.name for c in configs for f in dataclasses.fields(c)}
     every = every.union(*(c.reads() for c in configs))
     return every - SchedulerConfig.reads()
 
 
-# EngineConfig's fields the run's knobs set: {field: (its key, its value)}. `chunk` is both
-# sarathi's chunk and sarathi_serve's budget, so that one sweep handle compares them.
+# {field: (its key, its value)}; `chunk` sets both sarathi's chunk and sarathi_serve's budget.
 _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "model": ("model", lambda run: run["model"].engine_model),
     "scheduler": ("scheduler", lambda run: run["scheduler"].name),
@@ -334,7 +312,6 @@ RUN_KEYS = Keys(KNOB_KEYS, prefix="engine.", knob_prefix="scheduler.")
 
 
 def engine_keys(model: ModelCfg) -> Keys:
-    """A model directory (model=hf) is set by model.path."""
     if model.name != "hf":
         return RUN_KEYS
     return replace(RUN_KEYS, names={**KNOB_KEYS, "model": "model.path"})
@@ -395,7 +372,8 @@ def unknown_key(key: str, shown: str, known: Collection[str] = ()) -> ConfigErro
 
 
 def _set_by(section: str, name: str) -> str | None:
-    """The key that sets what ``section.name`` would (engine.chunk_size: chunk), else None."""
+    """engine.chunk_size: chunk."""
+
     engine = section == "engine" and (name in KNOB_KEYS or name in knob_names())
     return RUN_KEYS(name) if engine or section == "scheduler" and name in ENGINE_FIELDS else None
 

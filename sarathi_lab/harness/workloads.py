@@ -32,11 +32,9 @@ _LENGTHS, _ARRIVALS, _TOKENS = range(3)
 class Workload:
     prompts: list[list[int]]
     decode_lens: list[int]
-    # Seconds after the start of generate; None: every request is there at once.
     arrival_times: list[float] | None
     max_concurrency: int | None = None
-    # A replayed trace's rate as recorded; None for the others.
-    recorded_rate_rps: float | None = None
+    recorded_rate_rps: float | None = None  # a replayed trace's
 
     @property
     def num_requests(self) -> int:
@@ -64,7 +62,7 @@ def split_length(total: int, pd_ratio: float, key: str = "seq_len") -> tuple[int
 
 def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, vocab_size: int,
                    context: int | None = None) -> Workload:
-    """The requests, lengths checked against ``context`` and memory before any is made."""
+    """Lengths and memory are checked before any request is made."""
     def rng(stream: int) -> np.random.Generator:
         return np.random.default_rng([seed, stream])
 
@@ -81,7 +79,7 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
         _check_memory(cfg, sum(p for p, _ in lengths))
         arrivals = arrival_times(cfg, cfg.qps, seed)
     else:
-        _check_memory(cfg, cfg.num_requests * seq_len)  # no request is longer than seq_len
+        _check_memory(cfg, cfg.num_requests * seq_len)
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
         arrivals = arrival_times(cfg, cfg.qps, seed)
         if arrivals and arrivals[-1] > ARRIVAL_HORIZON_S:
@@ -96,7 +94,7 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
 
 def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
     need = prompt_tokens * _BYTES_PER_PROMPT_TOKEN
-    have = host_memory.available().bytes  # what this process may still allocate on the host
+    have = host_memory.available().bytes
     if need > have:
         key, value = (("workload.path", cfg.path) if cfg.kind in ("trace", "trace_lengths")
                       else ("workload.num_requests", cfg.num_requests))
@@ -131,8 +129,7 @@ def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
 
 
 def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None:
-    """Arrival times at mean rate ``qps`` (None: all at once); one seed's draws at every rate,
-    scaled by 1 / qps, so that a capacity search compares rates on one pattern."""
+    """One seed's draws at every rate, so that a capacity search compares rates on one pattern."""
     rng = np.random.default_rng([seed, _ARRIVALS])
     if cfg.arrival == "all_at_once":
         return None
@@ -150,7 +147,7 @@ def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None
 
 
 def resolve_trace_path(path: str) -> Path:
-    """Relative paths: the working directory first, then the package (data/traces/ ships there)."""
+    """The working directory first, then the package (data/traces/ ships there)."""
     p = Path(path).expanduser()
     for candidate in (p, PACKAGE_DIR / p):
         if candidate.is_file():
@@ -167,7 +164,7 @@ def resolve_trace_path(path: str) -> Path:
 
 
 def mean_rate_rps(times: list[float]) -> float | None:
-    """(n - 1) gaps over the span, as Poisson arrivals' rate counts them; None: no gap."""
+    """(n - 1) gaps over the span, as Poisson arrivals count; None: no gap."""
     span = max(times, default=0.0) - min(times, default=0.0)
     return (len(times) - 1) / span if span > 0 else None
 
@@ -184,7 +181,6 @@ def scaled_to_rate(times: list[float], qps: float) -> list[float]:
 
 
 def arrivals_at(cfg: WorkloadCfg, workload: Workload, qps: float, seed: int) -> list[float] | None:
-    """A capacity trial's arrivals: a replayed trace's own, scaled; the others drawn at ``qps``."""
     if cfg.kind == "trace":
         return scaled_to_rate(workload.arrival_times, qps)
     return arrival_times(cfg, qps, seed)
@@ -192,14 +188,12 @@ def arrivals_at(cfg: WorkloadCfg, workload: Workload, qps: float, seed: int) -> 
 
 def read_trace(cfg: WorkloadCfg, context: int | None = None
                ) -> tuple[list[tuple[int, int]], list[float]]:
-    """(prompt, decode) lengths and arrival times of a trace CSV's replayed rows."""
     lengths, recorded = read_recorded_trace(cfg, context)
     return lengths, replay_times(cfg, recorded)
 
 
 def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None
                         ) -> tuple[list[tuple[int, int]], list[float]]:
-    """Lengths and recorded arrivals (from the first's) of num_requests rows after the offset."""
     lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS, cfg.num_requests)
     if cfg.num_requests is not None and len(lengths) < cfg.num_requests:
         # Not refused: an experiment's num_requests applies to a trace put in its workload's place.
@@ -211,7 +205,6 @@ def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None
 
 
 def replay_times(cfg: WorkloadCfg, recorded: list[float]) -> list[float]:
-    """The recorded times times workload.time_scale, or with workload.qps scaled to that rate."""
     key, value = (("workload.qps", cfg.qps) if cfg.qps is not None
                   else ("workload.time_scale", cfg.time_scale))
     if cfg.qps is None:
@@ -241,8 +234,7 @@ def replay_times(cfg: WorkloadCfg, recorded: list[float]) -> list[float]:
 
 def read_trace_lengths(cfg: WorkloadCfg, context: int | None,
                        rng: np.random.Generator) -> list[tuple[int, int]]:
-    """Lengths drawn from a CSV's rows in an order whose every prefix is a sample too (a capacity
-    trial serves a prefix); without replacement unless it has fewer."""
+    """In an order whose every prefix is a sample too: a capacity trial serves a prefix."""
     lengths, _ = _read_csv(cfg, context, LENGTH_COLUMNS, cfg.max_requests)
     picks = rng.choice(len(lengths), size=cfg.num_requests, replace=cfg.num_requests > len(lengths))
     return [lengths[i] for i in picks]
@@ -250,8 +242,6 @@ def read_trace_lengths(cfg: WorkloadCfg, context: int | None,
 
 def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
               limit: int | None) -> tuple[list[tuple[int, int]], list[float]]:
-    """Lengths (and arrivals) of up to ``limit`` rows after the offset; a request longer than
-    ``context`` refused at its line."""
     path = resolve_trace_path(cfg.path)
     lengths, arrivals, skipped = [], [], 0
     try:
