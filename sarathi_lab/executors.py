@@ -15,24 +15,16 @@ class ExecutorKind:
     """A flag: honours its settings at any value (else only the default); a tuple: the values
     it takes (None: every one)."""
     name: ClassVar[str]
-    # What the refusals call it.
     noun: ClassVar[str]
-    # Our model's forwards on this machine: weights built, warm-up, timings exposed to its load.
-    runs_model: ClassVar[bool] = False
-    # Times predicted by the simulator's cost model for sim_device on a virtual clock (sim_* read).
+    runs_model: ClassVar[bool] = False  # timings exposed to this machine's load
     simulated: ClassVar[bool] = False
-    # Our scheduler and loop drive it, so LLM builds it; else the harness builds another engine,
-    # named by ``engine_label``.
+    # Else the harness builds another engine, named by ``engine_label``.
     our_engine: ClassVar[bool] = True
     engine_label: ClassVar[str | None] = None
-    # The model's tokens come out of it (sampling honoured); else placeholders beside the times.
-    samples: ClassVar[bool] = True
-    # The real model split across ranks, Megatron-style, and into pipeline stages.
+    samples: ClassVar[bool] = True  # else placeholder tokens beside the times
     tensor_parallel: ClassVar[bool] = False
     pipeline_parallel: ClassVar[bool] = False
-    # Which forwards replay CUDA graphs is ours to choose (cuda_graphs_mixed).
     cuda_graphs_mixed: ClassVar[bool] = True
-    # Admission leaves kv_watermark of the blocks free (our block manager's rule).
     kv_watermark: ClassVar[bool] = True
     schedulers: ClassVar[tuple[str, ...] | None] = None
     attentions: ClassVar[tuple[str, ...] | None] = None
@@ -63,7 +55,6 @@ def recorded_as(name: Any, attribute: str) -> bool:
 
 
 def executor_class(name: str) -> type[ExecutorKind]:
-    """EngineConfig's Literal has refused any other name already."""
     return _REGISTRY[name]
 
 
@@ -85,7 +76,6 @@ class Simulator(ExecutorKind):
 @register_executor("vllm")
 class Vllm(ExecutorKind):
     noun = "vLLM's engine"
-    # Whose numbers a run's source names beside the device (results.run_source).
     engine_label = "vLLM"
     our_engine = False
     cuda_graphs_mixed = kv_watermark = False
@@ -98,13 +88,11 @@ class Vllm(ExecutorKind):
 
 @dataclass(frozen=True)
 class Capability:
-    """``setting`` honoured by class attribute ``attribute``; ``lacks``: what one without lacks."""
     setting: str
     attribute: str
     lacks: str
 
 
-# Every setting that an executor may drop, and what honours it: one table the refusals read.
 CAPABILITIES = (
     Capability("tensor_parallel", "tensor_parallel", "splits no model across ranks"),
     Capability("pipeline_parallel", "pipeline_parallel", "splits no model into stages"),
@@ -153,7 +141,6 @@ BATCHES_OF_OURS = ("our_engine", "runs no batch of our engine")
 
 
 def task_refusal(name: str, task: str) -> str | None:
-    """One line naming what can, or None."""
     need, lacks = TASK_NEEDS.get(task, BATCHES_OF_OURS)
     if task in SERVING_TASKS or getattr(executor_class(name), need):
         return None

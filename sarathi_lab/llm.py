@@ -44,7 +44,7 @@ class LLM:
 
     @classmethod
     def from_plan(cls, plan: EnginePlan) -> LLM:
-        """The engine of a plan made already (the preflight's), decided no second time."""
+        """A plan made already (the preflight's) is decided no second time."""
         llm = cls.__new__(cls)
         llm._build(plan)
         return llm
@@ -60,7 +60,7 @@ class LLM:
                               f"executor={cfg.executor}); allowed: "
                               f"{', '.join(executors_with('our_engine'))}")
         if cfg.num_threads is not None:
-            import torch  # here: a simulated run needs none
+            import torch
 
             torch.set_num_threads(cfg.num_threads)
         self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
@@ -68,7 +68,6 @@ class LLM:
         # Before the weights are allocated: it refuses a cache smaller than a request's reserve.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
-        # CudaGraphs.record of what was captured; None: none.
         self.cuda_graphs: dict | None = None
         if kind.simulated:
             self.cpu_gemm = None
@@ -85,7 +84,6 @@ class LLM:
             self._warm_up()
 
     def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
-        """``largest_tokens``: the most one iteration holds (what mixed CUDA graphs go up to)."""
         # Imported here: a simulated engine builds no model, and loads none of what builds one.
         import torch
 
@@ -121,7 +119,7 @@ class LLM:
         return ModelExecutor(runner, clock, graphs), clock
 
     def _build_parallel_executor(self) -> tuple[ParallelExecutor, WallClock]:
-        """Rank 0 of the ranks (model/parallel/), every forward eager (no CUDA graphs)."""
+        """Rank 0, every forward eager (no CUDA graphs)."""
         from sarathi_lab.engine.timer import make_clock
         from sarathi_lab.model.cpu_linear import linear_gemm
         from sarathi_lab.model.parallel.driver import start_engine
@@ -153,8 +151,7 @@ class LLM:
         return graphs
 
     def use_attention_hybrid(self, hybrid: str) -> None:
-        """Hybrid attention ``hybrid``'s way from here on, graphs captured again (the old freed
-        first): one model's weights and cache timed both ways."""
+        """One model's weights and cache timed both ways; graphs captured again, old freed first."""
         executor = self.engine.executor
         runner = getattr(executor, "runner", None)
         if runner is None or self.config.world_size > 1:
@@ -184,8 +181,7 @@ class LLM:
                  arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """Each prompt's generated ids, in input order, greedy by default; ``max_concurrency`` caps
-        requests at once as a client's connections would. Records land in ``self.metrics``; the
+        """Each prompt's generated ids, in input order; records land in ``self.metrics``, and the
         engine stays reusable whatever happens inside (a callback's exception, Ctrl-C)."""
         if not self._call_lock.acquire(blocking=False):
             raise RuntimeError("LLM.generate is already running on this LLM (another thread, or "
@@ -247,7 +243,6 @@ class LLM:
 
 
 def largest_iteration_tokens(scheduler: Scheduler) -> int:
-    """Its own bound, at most max_batch_size requests of max_model_len tokens."""
 
     config = scheduler.config
     every = config.max_batch_size * config.max_model_len

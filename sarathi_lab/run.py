@@ -11,8 +11,7 @@ _INTERRUPTED = "interrupted ({}) outside a run: no run was started or changed"
 
 
 def _interrupted_outside_a_run(signum, frame) -> None:
-    # Until a run takes the signal over, nothing is half-written: leave at once (a
-    # KeyboardInterrupt inside a weakref callback or finalizer would be printed and ignored).
+    # Nothing is half-written yet; a KeyboardInterrupt in a finalizer would be ignored.
     print(_INTERRUPTED.format(signal.Signals(signum).name), file=sys.stderr)
     os._exit(128 + signum)
 
@@ -30,7 +29,7 @@ import contextlib  # after the handler: a signal while a module loads would prin
 import errno
 import logging
 
-import hydra  # importing Hydra is the first half second
+import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
@@ -53,7 +52,7 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure
 
     hc = HydraConfig.get()
-    # In a sweep a failed job is recorded and the sweep goes on; SweepSummary exits non-zero.
+    # A sweep's failed job is recorded and the sweep goes on.
     multirun = hc.mode == RunMode.MULTIRUN
     name = cfg.get("name", "run")
     ctx = RunContext(output_dir=Path(hc.runtime.output_dir), overrides=list(hc.overrides.task),
@@ -64,7 +63,7 @@ def main(cfg: DictConfig) -> None:
                      sweep_job=multirun)
     try:
         claim_status_dir(ctx)
-    except ConfigError as e:  # the directory is another run's: nothing is recorded there
+    except ConfigError as e:  # another run's directory: nothing is recorded there
         _refuse(e, multirun)
         return
     try:
@@ -73,17 +72,16 @@ def main(cfg: DictConfig) -> None:
             _on_signals(signal.SIG_IGN)
     except Interrupted as e:
         record_failure(ctx.status_dir, e)
-        if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
+        if not any(ctx.status_dir.glob("*.partial.*")):
             log.error("interrupted by %s before the run measured anything; %s says so", e,
                       ctx.status_dir / STATUS)
         raise SystemExit(e.exit_code) from None
     except ConfigError as e:  # a model directory that cannot be loaded (ModelLoadError) too
         record_failure(ctx.status_dir, e)
         _refuse(e, multirun)
-    except Exception as e:  # recorded and logged, with its traceback unless the machine's fault
+    except Exception as e:
         if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
-            # The machine's fault (a full disk, a read-only filesystem), in one line naming the
-            # file; results are renamed into place, so none is half-written.
+            # The machine's fault, in one line: results are renamed into place, none half-written.
             with contextlib.suppress(OSError):  # where the disk still takes it
                 record_failure(ctx.status_dir, e)
             log.error("cannot write %s: %s; the run stopped (nothing half-written)",
@@ -98,8 +96,7 @@ def main(cfg: DictConfig) -> None:
 
 
 def _run_and_record(cfg: DictConfig, ctx) -> None:
-    """The status is written while signals still interrupt (else one could leave it `running`);
-    an Interrupted that Python wrapped (a signal during an import) raised as itself."""
+    """The status is written while signals still interrupt (else one could leave it `running`)."""
     from sarathi_lab.executors import executor_class
     from sarathi_lab.harness.gc_thresholds import fewer_collections
     from sarathi_lab.harness.interrupts import interruption_of, signals_interrupt
@@ -124,7 +121,6 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
 
 
 def _refuse(e: Exception, multirun: bool) -> None:
-    """A single run ends with one `error:` line and exit 2; a sweep's job is logged and goes on."""
     if multirun:
         log.error("%s", e)
         return
@@ -159,8 +155,8 @@ def _serves_a_driver() -> bool:
 
 
 def cli() -> None:
-    # Ctrl-C outside a run leaves at once with one line (a run itself records it: interrupts.py).
-    # Installed here too for a caller that imports this module.
+    # Here too for a caller that imports this module.
+
     _on_signals(_interrupted_outside_a_run)
     # A log file on a full disk would print a traceback after the run's one-line error.
     logging.raiseExceptions = False

@@ -21,14 +21,13 @@ from sarathi_lab.harness import CONF_DIR
 @functools.lru_cache(maxsize=4)
 def _parse(args: tuple[str, ...]
            ) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
-    """(Hydra's reading of the flags, None for a bad one; the words no flag nor a flag's value;
-    each arg that parses as an override), once for every check (read, never changed)."""
+    """(flags, None for a bad one; words no flag nor a flag's value; overrides), parsed once."""
     parser, overrides = OverridesParser.create(), []
     for arg in args:
         try:
             overrides.append((arg, parser.parse_override(arg)))
         except HydraException:
-            continue  # flags (-m, --cfg job) and their values; Hydra parses those itself
+            continue  # flags and their values: Hydra parses those itself
     flag_parser = get_args_parser()
     flag_parser.exit_on_error = False
     try:
@@ -48,8 +47,7 @@ def _other_configs(flags: argparse.Namespace | None, overrides: list[tuple[str, 
 def check_command_line(args: list[str]) -> str | None:
     flags, words, overrides = _parse(tuple(args))
     parsed = {arg for arg, _ in overrides}
-    # ~key deletes a key: an override without `=`; a malformed value is Hydra's to report, with the
-    # grammar's own pointer.
+    # A malformed value is Hydra's to report, with the grammar's own pointer.
     for word in words:
         if "=" not in word and word not in parsed:
             return (f"{word} is invalid: an argument must be a key=value override (chunk=256; "
@@ -77,7 +75,7 @@ def check_command_line(args: list[str]) -> str | None:
     if problem := _sweeper_option_problem(overrides):
         return problem
     if _other_configs(flags, overrides):
-        return None  # choices and keys of configs outside CONF_DIR are Hydra's to check
+        return None  # configs outside CONF_DIR are Hydra's to check
     return _bad_choice_or_key(overrides)
 
 
@@ -103,8 +101,7 @@ def _sweeper_option_problem(overrides: list[tuple[str, Override]]) -> str | None
 
 
 def output_dir_problem(args: list[str]) -> tuple[str, int] | None:
-    """(error, exit code: 2 the command's fault, 1 the machine's) for an output directory Hydra
-    would fail to create with a traceback, or None."""
+    """(error, exit code: 2 the command's fault, 1 the machine's), else Hydra's traceback."""
     flags, _, overrides = _parse(tuple(args))
     if flags is None or _other_configs(flags, overrides):
         return None
@@ -141,14 +138,13 @@ def _group_options(group_dir: Path) -> list[str]:
 
 
 def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
-    """The first unknown group choice, else the first plain key the composed config lacks."""
     keys, globbed, added, schedulers = [], False, set(), set()
     for arg, override in overrides:
         key = override.key_or_group
         if not (CONF_DIR / key).is_dir():
             if not (key.startswith("hydra") or override.is_force_add() or override.is_delete()) \
                     and (not override.is_add() or _knob_owners(key)):
-                keys.append((arg, key))  # +scheduler.KNOB of another scheduler: it would be ignored
+                keys.append((arg, key))  # +scheduler.KNOB of another scheduler would be ignored
                 added |= {arg} if override.is_add() else set()
             continue
         values = _group_values(override)
@@ -188,7 +184,6 @@ def _knob_owners(key: str) -> list[str]:
 
 def _foreign_knob(arg: str, overrides: list[tuple[str, Override]],
                   choices: list[str]) -> str | None:
-    """The engine's refusal of another scheduler's knob; None where the chosen one reads it."""
     from sarathi_lab.engine.scheduler.base import foreign_knob
     from sarathi_lab.harness.schema import RUN_KEYS
 
@@ -218,14 +213,13 @@ def sweep_note(args: list[str]) -> str | None:
 
 
 def _group_choices(overrides: list[tuple[str, Override]]) -> list[str]:
-    """Each group override's choice (a sweep's first), as the checks compose the config."""
+    """A sweep's first choice."""
     return [f"{o.key_or_group}={values[0]}" for _, o in overrides
             if (CONF_DIR / o.key_or_group).is_dir() and not o.is_delete()
             and (values := _group_values(o))]
 
 
 def _composed(overrides: list[tuple[str, Override]]) -> DictConfig:
-    """The one config both checks read (keys known, where the run goes), never changed."""
     run_dir = [arg for arg, o in overrides if not o.is_sweep_override() and not o.is_delete()
                and (o.key_or_group == "name"
                     or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]

@@ -59,8 +59,7 @@ class SweepSummary(Callback):
         except sweep_state.SweepDirInUse as e:
             from sarathi_lab import cli_args
 
-            # One `error:` line and exit 2; SystemExit passes Hydra's callback guard (which turns
-            # Exceptions into warnings, and would let the sweep run unlocked).
+            # SystemExit passes Hydra's callback guard, which would let the sweep run unlocked.
             cli_args.refuse(str(e))
         # Held: no other sweep writes there now. An earlier launch's jobs not this one's go.
         if jobs is not None and (current := expected_job_dirs(config, jobs)) is not None:
@@ -76,7 +75,6 @@ class SweepSummary(Callback):
 
     def _report(self, sweep_dir: Path) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
-        # Under any sweeper: what this launch did not run is none of its jobs.
         move_stale(sweep_dir, set(jobs))
         summary, table_path = sweep_dir / SWEEP_SUMMARY, sweep_dir / SWEEP_TABLE
         if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
@@ -89,7 +87,7 @@ class SweepSummary(Callback):
         table = sweep_table(sweep_dir, jobs)
         table.to_csv(table_path, index=False)
         if len(table):
-            # For a terminal: jobs by number (the swept columns show their overrides), 4 digits.
+            # Jobs by number: the swept columns show their overrides.
             short = table.assign(job=table.job.str.split("_", n=1).str[0])
             shown = short.to_string(index=False, float_format=lambda v: f"{v:.4g}")
             log.info("sweep %s:\n%s", table_path, shown)
@@ -105,7 +103,7 @@ class SweepSummary(Callback):
 
 
 def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
-    """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
+    """{job dir: {status, error}} of the jobs started at or after `since`."""
     jobs = {}
     # A job killed before it saved its config has only the status.json its launcher wrote.
     job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}")
@@ -117,7 +115,6 @@ def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
                     if s and s["time"] >= since - 1]
         status = max(statuses, key=lambda s: s["time"]) if statuses else None
         if status is None:
-            # A job of an earlier sweep.
             if not config.exists() or config.stat().st_mtime < since - 1:
                 continue
             status = {"status": "unknown",
@@ -140,14 +137,12 @@ def _left_every_job_as_it_was(sweep_dir: Path, jobs: dict[str, dict[str, Any]],
 
 
 def _job_dir(path: Path) -> Path:
-    """Itself, or the job whose .<job>.next it is."""
     if path.name.startswith(".") and path.name.endswith(".next"):
         return path.with_name(path.name[1:-len(".next")])
     return path
 
 
 def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per job: status, the keys the sweep varied, TRUST and HEADLINE metrics."""
     rows = []
     for job, outcome in jobs.items():
         record = read_json(sweep_dir / job / METRICS)
@@ -182,7 +177,6 @@ def _trust(record: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def table_notes(table: pd.DataFrame) -> list[str]:
-    """What makes the rows hard to compare (stretched timings, KV caches or sources differing)."""
     notes = []
     if "timing_unreliable" in table and (flagged := table.timing_unreliable.eq(True)).any():
         shares = table.runqueue_wait_share[flagged].dropna()
@@ -205,8 +199,7 @@ def table_notes(table: pd.DataFrame) -> list[str]:
                      "gives every job one size")
     if "source" in table and table.source.nunique() > 1:
         sources = table.source.dropna().unique()
-        # Engines measured side by side (executor=model,vllm) are the comparison asked for; a
-        # prediction beside a measurement is not one.
+        # Engines side by side are the comparison asked for; a prediction beside a measurement not.
         why = ("measured on different engines: compare them as engines, at the same settings"
                if all(str(s).startswith("measured") for s in sources)
                else "measured and predicted numbers are not comparable as they stand")
@@ -231,7 +224,8 @@ def mixed_commits(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> str | Non
 
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
-    """Those an unfinished job saved once its checks passed, else those its folder's name spells."""
+    """Saved once its checks passed, else those its folder's name spells."""
+
     named = job.split("_", 1)[1].split(",") if "_" in job else []
     for where in (sweep_dir / job, next_dir(sweep_dir / job)):
         try:
