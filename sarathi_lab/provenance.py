@@ -13,8 +13,8 @@ from pathlib import Path
 
 SIDECAR = "provenance.json"
 EVERYTHING = "*"  # a sidecar's key for every file under its folder
-UNRECORDED = "unrecorded"  # a run that recorded no commit
-SHOWN = 3  # replaced files a refusal names before it counts the rest
+UNRECORDED = "unrecorded"
+SHOWN = 3
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Provenance:
     """Every field but ``writer`` must match to replace a file unasked; '' where none applies."""
     source: str  # 'measured CPU', 'measured GPU', 'simulated H200 (profile)', 'computed' ...
     scale: str = ""  # a paper sweep's scale ('full' or 'ci'), or the size a benchmark ran at
-    machine: str = ""  # the CPU or GPU measured
+    machine: str = ""
     lease: str = ""  # a GPU lease, '<date>_<commit>' (gpu/collect.py)
     commit: str = ""  # the runs' commit(s), '+'-joined; UNRECORDED where a run had none
     writer: str = ""  # the command that wrote it: said, not compared
@@ -37,7 +37,6 @@ class Provenance:
 
 
 def commits(values: Iterable[str | None]) -> str:
-    """Short, sorted, distinct, '+'-joined; a run without one counts as UNRECORDED."""
     found = {UNRECORDED if v is None or str(v) in ("", "nan", "None") else str(v)[:7]
              for v in values}
     return "+".join(sorted(found))
@@ -54,7 +53,6 @@ def _read(sidecar: Path) -> dict[str, Provenance]:
 
 
 def recorded(path: Path) -> Provenance | None:
-    """The nearest sidecar's record; None: unknown."""
     path = Path(path).absolute()
     for folder in path.parents:
         sidecar = folder / SIDECAR
@@ -102,7 +100,7 @@ def refusal(found: list[Conflict], how: str, base: Path | None = None) -> str:
 
 
 class SidecarRefused(ReplaceRefused):
-    """Not a plain file: even ``--force`` could not record what it wrote, so nothing is written."""
+    """Even ``--force`` could not record what it wrote, so nothing is written."""
 
 
 def unwritable_sidecar(folders: Iterable[Path]) -> Path | None:
@@ -135,7 +133,7 @@ def record(written: Mapping[Path, Provenance]) -> None:
 
 
 def sidecar_text(folder: Path, entries: Mapping[str, Provenance]) -> str:
-    """What record_folder writes, for a writer that writes all its files at once."""
+    """For a writer that writes all its files at once."""
     sidecar = Path(folder) / SIDECAR
     merged = {name: asdict(p) for name, p in _read(sidecar).items()} if sidecar.is_file() else {}
     merged |= {name: asdict(p) for name, p in entries.items()}
@@ -143,7 +141,6 @@ def sidecar_text(folder: Path, entries: Mapping[str, Provenance]) -> str:
 
 
 def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
-    """``entries`` (names relative to ``folder``, or EVERYTHING) merged into its sidecar."""
     sidecar = Path(folder) / SIDECAR
     text = sidecar_text(folder, entries)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
@@ -154,12 +151,11 @@ def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
         os.replace(tmp, sidecar)
     finally:
         with suppress(FileNotFoundError):
-            os.unlink(tmp)  # left only where writing or renaming failed
+            os.unlink(tmp)
     return sidecar
 
 
 def check_or_refuse(parser, planned: Mapping[Path, Provenance], force: bool, how: str) -> None:
-    """A refusal is the parser's one ``error:`` line, exit 2."""
 
     try:
         check(planned, force, how)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 
 class Naming(Protocol):
-    """An edge's map from settings to the keys the user sets them by (config.Keys)."""
+    """config.Keys."""
 
     def render(self, text: str) -> str: ...
 
@@ -32,7 +32,7 @@ class ConfigError(ValueError):
         return as_written(self.template)
 
     def named(self, keys: Naming) -> ConfigError:
-        """This refusal with its settings named by ``keys`` (a copy: the class and fields kept)."""
+        """A copy: the class and fields kept."""
         named = copy.copy(self)
         named.template = keys.render(self.template)
         named.args = (named.template,)
@@ -48,12 +48,11 @@ _ALLOWED = re.compile(r"allowed(?: values are| here)?:? (.*)$", re.DOTALL)
 
 
 def render(text: str, name: Callable[[str], str], at: Callable[[str, str], str]) -> str:
-    """Each marked setting written by ``name``, and each setting at a value by ``at``."""
     return _NAMED.sub(lambda m: name(m[1]), _SET.sub(lambda m: at(m[1], m[2]), text))
 
 
 def as_written(text: str) -> str:
-    """``text`` with its settings by their fields: LLM's keywords, and a log line of the core's."""
+    """Settings by their fields: LLM's keywords, and a log line of the core's."""
     return render(text, str, lambda setting, value: f"{setting}={value}")
 
 
@@ -64,7 +63,6 @@ class Setting:
         return f"{_NAME}{setting}{_NAME}"
 
     def set(self, setting: str, value: Any) -> str:
-        """``setting=value``, as a refusal of it begins."""
         return f"{_END}{setting}{_AT}{value!r}{_END}"
 
 
@@ -73,7 +71,6 @@ SETTING = Setting()
 
 @contextlib.contextmanager
 def named_as(keys: Naming):
-    """The edge: a ConfigError raised inside, its settings named by ``keys``."""
     try:
         yield
     except ConfigError as e:

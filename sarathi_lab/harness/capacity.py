@@ -16,16 +16,16 @@ from sarathi_lab.harness.schema import CapacityCfg
 class Trial:
     rate_rps: float
     passed: bool
-    binding: str | None          # the constraint it missed (None if it passed)
-    stopped_early: bool          # its verdict was certain before every request finished
+    binding: str | None          # the constraint it missed
+    stopped_early: bool
     summary: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Capacity:
-    capacity_rps: float | None   # the highest passing rate tried; None: even the lowest failed
+    capacity_rps: float | None   # None: even the lowest failed
     lowest_failing_rps: float | None  # None: every rate tried passed
-    requested_resolution: float  # relative: what the search was asked to reach
+    requested_resolution: float
     binding: str | None          # what failed at the lowest failing rate
     trials: list[Trial]
 
@@ -47,7 +47,7 @@ class Capacity:
             self.lowest_failing_rps <= self.capacity_rps * (1 + self.requested_resolution)
 
     def describe(self) -> str:
-        """The capacity to the digits its bracket resolves, or what it is if not."""
+        """To the digits its bracket resolves."""
         tried = f"after {len(self.trials)} trials"
         if self.capacity_rps is None:
             return (f"capacity below {_rounded(self.lowest_failing_rps, None)} req/s: even the "
@@ -69,7 +69,6 @@ class Capacity:
 
 
 def _rounded(qps: float, resolution: float | None) -> str:
-    """The significant digits a relative ``resolution`` resolves (at least 2; 3 without one)."""
     digits = (3 if resolution is None or resolution <= 0
               else max(2, math.ceil(-math.log10(resolution)) + 1))
     return f"{float(f'{qps:.{digits}g}'):g}"  # 113.1 -> 110, not 1.1e+02
@@ -91,8 +90,8 @@ def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> s
 
 def search_capacity(run_trial: Callable[[float], Trial], search: CapacityCfg) -> Capacity:
     trials: list[Trial] = []
-    best: Trial | None = None    # highest passing
-    worst: Trial | None = None   # lowest failing
+    best: Trial | None = None
+    worst: Trial | None = None
 
     def trial(qps: float) -> Trial:
         nonlocal best, worst
@@ -127,7 +126,6 @@ def search_capacity(run_trial: Callable[[float], Trial], search: CapacityCfg) ->
 def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals: list[float],
                 slo: SLO, qps: float, require_stable: bool = True,
                 max_concurrency: int | None = None) -> Trial:
-    """One trial on ``llm`` (real or simulated), stopped once its verdict is certain."""
     from sarathi_lab.engine.sequence import SamplingParams
     from sarathi_lab.engine.slo_guard import SLOGuard, SLOViolated
 

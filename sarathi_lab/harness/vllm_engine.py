@@ -75,7 +75,7 @@ class CallClock:
 @dataclass
 class _Call:
     """One generate call's requests, by our id (outputs carry it) and by vLLM's scheduler's."""
-    params: list                   # vLLM's SamplingParams, one a request
+    params: list
     first_id: int
     iterations: int = 0
     records: dict[str, RequestRecord] = field(default_factory=dict)
@@ -120,12 +120,11 @@ class VllmLLM:
                     * plan.dtype.itemsize)
         _environment(self.config.num_threads, kv_bytes)
         self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))
-        # Where a hook reads the call under way, as from our LLM's engine.
         self.engine = CallClock()
         self._scheduled: list = []  # the scheduler outputs of the step under way
         self._hook_scheduler()
         self._next_id = 0
-        self._call = _Call([], 0)   # the generate call under way
+        self._call = _Call([], 0)
         # A run that failed before close() shuts the engine down when collected all the same.
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
@@ -143,7 +142,6 @@ class VllmLLM:
         return self.plan.kv_capacity_tokens
 
     def _hook_scheduler(self) -> None:
-        """Keeps each SchedulerOutput the core's scheduler hands its model (who ran how much)."""
         scheduler = self.core.engine_core.engine_core.scheduler
         schedule = scheduler.schedule
 
@@ -160,7 +158,6 @@ class VllmLLM:
                  arrival_times: Sequence[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """LLM.generate's contract, served by vLLM."""
         token_lists = inputs.prompts_as_lists(prompts)
         n = len(token_lists)
         new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
@@ -201,8 +198,8 @@ class VllmLLM:
         self.core.abort_request(self._call.unfinished())
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
-        """One engine step (its iterations handed out one a move): its new tokens timed when it
-        returns, its schedules as our iteration records."""
+        """One engine step, its iterations handed out one a move; tokens timed when it returns."""
+
         call = self._call
         if call.ready:
             return True, call.ready.popleft()

@@ -63,7 +63,6 @@ def grids(cfg) -> dict[str, list]:
 
 
 def kv_requests(cfg, plan) -> list[int]:
-    """The request lengths of the batch taking the most KV blocks (one is held at a time)."""
     g = grids(cfg)
     batches = [[max(g["tokens"])], [max(c + before for c, before in g["prefills"])],
                [max(g["contexts"])] * max(g["batches"]),
@@ -72,7 +71,6 @@ def kv_requests(cfg, plan) -> list[int]:
 
 
 def check(cfg, context: int) -> None:
-    """Refused before a model is built: the destination, and the context."""
     check_destination()
     check_context(cfg, context)
 
@@ -112,7 +110,6 @@ def check_destination() -> None:
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int,
                    **spec) -> tuple[dict[str, float], float]:
-    """Seconds by op of one forward of the batch ``spec``, and of preparing it."""
     with batches.made(**spec) as batch:
         runner = llm.engine.executor.runner
         ops = time_by_op(llm, batch, reps)
@@ -214,7 +211,6 @@ def _torch_dtype(llm) -> str:
 
 
 def _device(llm) -> tuple[str, str | None]:
-    """(the simulator's device name, the GPU's reported name or None on the CPU)."""
     torch_device = llm.config.torch_device
     gpu = torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else None
     return ("cpu" if gpu is None else device_slug(gpu)), gpu
