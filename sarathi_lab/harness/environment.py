@@ -41,11 +41,10 @@ def collect_environment(engine: EngineConfig, device: torch.device | str,
         "host": platform.node(),
         "torch_threads": torch.get_num_threads() if torch else None,
         **load,
-        # None: a clone never installed.
         "sarathi_lab_version": version,
         "git_commit": commit,
         "git_commit_source": commit_source,
-        "git_dirty": None if changes is None else bool(changes),  # None: not known
+        "git_dirty": None if changes is None else bool(changes),
     }
 
 
@@ -62,7 +61,6 @@ def graphs_kind(cuda_graphs: Any) -> str:
 
 
 def engine_kind(environments: list[dict]) -> str | None:
-    """The measured runs' graphs_kind, joined where runs differ; None for no run."""
     kinds = {graphs_kind(env.get("cuda_graphs")) for env in environments}
     if not kinds:
         return None
@@ -70,7 +68,6 @@ def engine_kind(environments: list[dict]) -> str | None:
 
 
 def simulated_device(engine: EngineConfig) -> dict[str, Any]:
-    """The executor; for a simulation the device, cost model and GPU count it predicted."""
     if not engine.kind.simulated:
         # The ranks and stages the model was split across, recorded where there were several.
         ranks = {key: getattr(engine, key) for key in ("tensor_parallel", "pipeline_parallel")

@@ -29,7 +29,7 @@ NEXT_SUMMARY = f".{Path(SWEEP_SUMMARY).stem}.next.json"
 
 
 class SweepDirInUse(Exception):
-    """Another live sweep holds the directory."""
+    pass
 
 
 class LockRefused(SweepDirInUse):
@@ -117,9 +117,9 @@ def _holder(record: dict[str, Any] | None) -> str:
 
 @dataclass(frozen=True)
 class SweepState:
-    jobs: tuple[str, ...]       # the sweep's job folders as far as known, relative to its directory
-    finished: tuple[str, ...]   # those holding a finished run
-    planned: int                # how many jobs the sweep launched (at least len(jobs))
+    jobs: tuple[str, ...]       # as far as known
+    finished: tuple[str, ...]
+    planned: int                # at least len(jobs)
     ended: bool                 # its launcher saw it to the end and wrote its summary
 
     @property
@@ -136,7 +136,6 @@ class SweepState:
 
 
 def sweep_state(sweep_dir: Path) -> SweepState:
-    """The jobs its summary lists once the last sweep ended, else the job folders there."""
     launch = read_lock_record(sweep_dir / SWEEP_LOCK)
     summary = read_json(sweep_dir / SWEEP_SUMMARY, warn=True)
     reported_at = [p.stat().st_mtime for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY)

@@ -21,7 +21,6 @@ UNAVAILABLE = ("executor=vllm: iterations hold vLLM's batches (tokens, requests)
 
 
 def vllm_version() -> str | None:
-    """None where vLLM is not importable."""
     if importlib.util.find_spec("vllm") is None:
         return None
     from importlib.metadata import PackageNotFoundError, version
@@ -38,8 +37,9 @@ def vllm_version() -> str | None:
 class VllmArgs:
     """EngineArgs' names, each from one of the run's settings."""
     model: str                     # the directory the run's weights were saved to
-    dtype: str                     # the dtype our engine runs in (plan.dtype)
+    dtype: str
     max_num_seqs: int              # batch_size
+
     max_num_batched_tokens: int    # chunk / token_budget (sarathi_serve), the prefill cap (vllm)
     enable_chunked_prefill: bool   # scheduler=sarathi_serve: on; scheduler=vllm: off
     max_model_len: int

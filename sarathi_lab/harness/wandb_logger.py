@@ -34,14 +34,14 @@ ENV_PREFIX = "env/"
 class WandbRun:
     run_dir: Path
     name: str
-    group: str | None       # the sweep, or a single run's experiment, so that W&B groups them
-    job_type: str           # the experiment name
+    group: str | None
+    job_type: str
     tags: list[str]
-    config: dict[str, Any]  # the whole resolved config
+    config: dict[str, Any]
     environment: dict[str, Any]         # into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
     history: pd.DataFrame | pa.Table | None  # iterations.parquet, over TIME_AXIS
-    tables: dict[str, pd.DataFrame | pa.Table]  # logged as W&B tables
+    tables: dict[str, pd.DataFrame | pa.Table]
 
 
 def resolve_mode(cfg: LoggerCfg) -> str:
@@ -79,7 +79,6 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         wb.define_metric(f"{HISTORY_PREFIX}*", step_metric=TIME_AXIS)
         history = [] if run.history is None else _scalar_columns(run.history).to_dict("records")
         for row in history:
-            # An iterations.parquet row as W&B history: prefixed, with its time on TIME_AXIS.
             at = {TIME_AXIS: row["start_s"] + row["duration_s"]}
             wb.log(at | {f"{HISTORY_PREFIX}{k}": v for k, v in row.items()}, step=row["iteration"])
         last_step = history[-1]["iteration"] if history else 0
@@ -100,7 +99,8 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
 
 
 def _scalar_columns(df: pd.DataFrame | pa.Table) -> pd.DataFrame:
-    import pandas as pd  # here: only a run that logs to W&B needs it
+    import pandas as pd
+
 
     df = df if isinstance(df, pd.DataFrame) else df.to_pandas()
     # Lists fit neither a W&B table cell nor a history value; the parquet files keep them.

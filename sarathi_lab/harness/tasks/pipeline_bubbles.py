@@ -66,7 +66,7 @@ def pinned_ranks(llm):
     driver's cores come back after (a sweep's next job runs here). Yields the cores by rank."""
     mine = os.sched_getaffinity(0)
     cores = sorted(mine)
-    group = getattr(llm.engine.executor, "group", None)   # the ranks the engine runs on
+    group = getattr(llm.engine.executor, "group", None)
     pids = [os.getpid(), *(p.pid for p in (getattr(group, "processes", None) or []))]
     if len(pids) < llm.config.world_size:
         # Under torchrun the other ranks are not this process's children: nothing to pin from here.
@@ -91,7 +91,6 @@ def _stage0_gap_p50_s(start: np.ndarray, end: np.ndarray) -> float:
 
 
 def _host_p50_s(timeline: pd.DataFrame) -> dict[str, float]:
-    """Each stage's median host seconds on a command before it could compute, where recorded."""
     if "planned_s" not in timeline.columns:
         return {}
     host = (timeline.planned_s - timeline.command_s).groupby(timeline.stage).median()
@@ -149,8 +148,8 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
 
 def _prediction(sim, stages: int, requests: int
                 ) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
-    """(summary, request bubbles, request finishes, stage timeline) of a simulated run; NaN and
-    empty without one, so that the measurement stands alone."""
+    """NaN and empty without a simulated run, so that the measurement stands alone."""
+
     if sim is None:
         nan = np.full(requests, np.nan)
         keys = ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s", "sim_makespan_s",
