@@ -28,7 +28,6 @@ def _read_int(path: Path) -> int | None:
 
 
 def _proc_bytes(path: str, field: str) -> int | None:
-    """A ``field: N kB`` line of a /proc file, in bytes."""
     try:
         with open(path) as f:
             for line in f:
@@ -70,7 +69,8 @@ def _cgroup_room() -> int | None:
 
 
 def _address_space() -> tuple[int, int] | None:
-    """(RLIMIT_AS, the address space this process maps already); None where no limit is set."""
+    """(RLIMIT_AS, the address space mapped already); None where no limit is set."""
+
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None

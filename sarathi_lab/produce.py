@@ -29,7 +29,7 @@ SCALES = ("full", "ci", "dry")
 
 
 def _simulated_set_choices() -> list[str]:
-    """What every experiment=sim/NAME shares (its model, device, cost model), as overrides."""
+    """What every experiment=sim/NAME shares, as overrides."""
     shared = OmegaConf.load(CONF_DIR / "experiment" / "sim" / "_a6000_13b.yaml")
     groups = [f"{key.removeprefix('override /')}={value}"
               for entry in shared.defaults for key, value in entry.items()]
@@ -43,7 +43,6 @@ SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 
 def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (),
                sim: bool = False) -> list[str]:
-    """The arguments of ``python -m sarathi_lab.run`` for one experiment's sweep."""
     # A dry run's runs are the quick set's (scale: ci), and its folder says so for analysis.
     label = "ci-dry" if scale == "dry" else scale
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")

@@ -17,7 +17,7 @@ MAX_BUDGET = 1 << 16
 class Budget:
     tokens: int
     predicted_s: float      # the fullest iteration at that budget
-    cost_model: str         # what predicted it, e.g. "roofline a100"
+    cost_model: str
     capped: bool            # MAX_BUDGET itself fits: the SLO does not bind
 
 
@@ -49,7 +49,8 @@ def budget_cost_model(engine: EngineConfig):
         raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and "
                           "executor=model: only the CPU has measured ceilings here; use "
                           "executor=sim engine.sim_device=<the GPU>")
-    tp, pp = engine.sim_tp, engine.sim_pp  # 1 unless executor=sim
+    tp, pp = engine.sim_tp, engine.sim_pp
+
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
     # The simulator's settings are the user's keys; the CPU's cost model here is set by none, so

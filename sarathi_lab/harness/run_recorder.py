@@ -33,15 +33,14 @@ class RunRecorder:
     overrides: list[str]
     inputs: dict[str, Any]
     plan_record: dict[str, Any]  # what the plan settled that the config does not say
-    group: str                   # the W&B group: the sweep, the capacity search, or the experiment
-    run_dir: Path                # where this run's own records go (partial ones too)
+    group: str                   # the W&B group
+    run_dir: Path
     # The machine's load when the run began, which assess() compares the end against.
     before: Any = field(default_factory=load.snapshot)
     start: float = field(default_factory=time.perf_counter)
 
     def save(self, directory: Path, summary: dict[str, float], tables: Tables, partial: bool,
              config: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Returns the environment recorded."""
         directory.mkdir(parents=True, exist_ok=True)
         llm = self.llm
         # A simulation runs on the host's CPU, whatever device the engine's config names.
@@ -91,7 +90,6 @@ class RunRecorder:
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         if self.cfg.engine.kind.runs_model:
-            # Imported here: a simulated run loads no attention backend.
             from sarathi_lab.attention.backend import interpreted
 
             if why := interpreted(self.llm.config.attention, self.llm.config.torch_device):

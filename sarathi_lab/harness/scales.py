@@ -32,7 +32,6 @@ def overrides(name: str, scale: str, part: str = "") -> tuple[str, ...]:
 
 
 def shared(scale: str) -> tuple[str, ...]:
-    """``conf/scale/<scale>.yaml`` as command-line overrides."""
     return tuple(_overrides_of(CONF_DIR / "scale" / f"{scale}.yaml"))
 
 
@@ -59,6 +58,7 @@ def _overrides_of(path: Path) -> list[str]:
     for entry in raw.get("defaults", []):
         if isinstance(entry, dict):     # override /<group>: <choice>
             (key, choice), = entry.items()
+
             found.append(f"{key.removeprefix('override').strip().lstrip('/')}={choice}")
         elif entry.startswith("/scale/") or entry.count("/") > 2:
             # another overlay or a scale: theirs first (/experiment/<name> is experiment=<name>)

@@ -18,7 +18,6 @@ log = logging.getLogger(__name__)
 
 
 def _is(node: Any, cls: type | str) -> bool:
-    """Whether a hydra.sweeper / hydra.launcher node instantiates ``cls`` (or its dotted path)."""
     target = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
     return node is not None and str(node.get("_target_", "")) == target
 
@@ -73,7 +72,6 @@ def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
 
 
 def _may_be_ignored(key: str) -> bool:
-    """The keys that set some schedulers' knobs (RunConfig.ignores)."""
     return key in ("chunk", "token_budget") or key.startswith("scheduler.")
 
 
