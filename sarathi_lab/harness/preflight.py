@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Checked:
-    """What a run that passed runs (token_budget=auto resolved), and what metrics.json records."""
     workload: Workload
     plan: EnginePlan
     budget: dict[str, Any]
@@ -58,7 +57,8 @@ def _fitted(cfg: RunConfig, workload: Workload, limits: ModelLimits, engine: Eng
     except ConfigError as e:
         if not budget or e.setting != "chunk_size":
             raise
-        # The SLO set the budget that does not fit: the way out is the SLO's, or one's own budget.
+        # The SLO set the budget that does not fit.
+
         raise ConfigError(f"{e.template}; a lower slo.tbt_p99_s, or token_budget=null and a chunk "
                           "that fits, leaves room", e.setting) from None
     if not engine.kind.our_engine:

@@ -33,7 +33,6 @@ def expected_job_dirs(config: DictConfig, jobs: list[list[str]]) -> set[str] | N
 
 
 def job_folders(sweep_dir: Path) -> list[str]:
-    """The folders directly under ``sweep_dir`` a job wrote into."""
     if not sweep_dir.is_dir():
         return []
     return [p.name for p in sorted(sweep_dir.iterdir(), key=natural_order)
@@ -43,7 +42,6 @@ def job_folders(sweep_dir: Path) -> list[str]:
 
 
 def move_stale(sweep_dir: Path, current: set[str]) -> list[str]:
-    """Each with its rerun folder; their names, logged."""
     stale = [job for job in job_folders(sweep_dir) if job not in current]
     if not stale:
         return []

@@ -48,8 +48,8 @@ class SweepPreflight(Callback):
         if error:
             from sarathi_lab import cli_args
 
-            # One `error:` line and exit 2; SystemExit passes Hydra's callback guard (which turns
-            # Exceptions into warnings).
+            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
+
             cli_args.refuse(error)
 
 

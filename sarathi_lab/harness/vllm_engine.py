@@ -90,7 +90,7 @@ class _Call:
 
 
 def _vllm_sampling(sampling: SamplingParams, new_tokens: list[int]) -> list:
-    """Ours as vLLM's, a request each: token ids only, each sampled request seeded apart."""
+    """Token ids only, each sampled request seeded apart."""
     from vllm import SamplingParams as VllmSampling
 
     return [VllmSampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=new,
@@ -102,7 +102,6 @@ def _vllm_sampling(sampling: SamplingParams, new_tokens: list[int]) -> list:
 
 
 class VllmLLM:
-    """LLM's generate, metrics and settings, on vLLM."""
 
     def __init__(self, plan: EnginePlan):
         from vllm import EngineArgs

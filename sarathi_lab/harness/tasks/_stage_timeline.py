@@ -44,7 +44,8 @@ def engine_timeline(llm, num_micro_batches: int,
         timeline = timeline[timeline.micro_batch.isin(kept)].copy()
         timeline["micro_batch"] = timeline.micro_batch.map({m: i for i, m in enumerate(kept)})
         return timeline.sort_values(["micro_batch", "stage"]).reset_index(drop=True), False
-    from sarathi_lab.model.parallel.stages import Stage  # here: only a real engine's stages need it
+    from sarathi_lab.model.parallel.stages import Stage
+
 
     stages, total = llm.config.pipeline_parallel, llm.model_config.num_hidden_layers
     layers = [Stage.of(total, stages, s).num_layers for s in range(stages)]

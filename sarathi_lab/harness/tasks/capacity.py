@@ -23,9 +23,10 @@ from sarathi_lab.harness.workloads import arrivals_at
 
 log = logging.getLogger(__name__)
 
-TAKES_CONTEXT = True  # every trial is a serving run of its own, recorded through the TaskContext
+TAKES_CONTEXT = True  # every trial is a serving run of its own
 
-# What the trials table and the summary keep of each trial (and of the trial at capacity).
+# What the trials table and the summary keep of each trial.
+
 TRIAL_COLUMNS = ("itl_p99_s", "sched_delay_p50_s", "ttft_p50_s", "tpot_p50_s", "goodput_rps",
                  "slo_attainment", "saturated", "num_unfinished", "makespan_s")
 
