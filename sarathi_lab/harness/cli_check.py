@@ -124,7 +124,8 @@ def output_dir_problem(args: list[str]) -> tuple[str, int] | None:
 
 
 def _group_values(override: Override) -> list[str] | None:
-    """[] for `experiment=null`; None for a glob or range, Hydra's to expand and check."""
+    """None for a glob or range, Hydra's to expand and check."""
+
     value = override.value()
     if override.is_sweep_override():
         return list(override.sweep_string_iterator()) if isinstance(value, ChoiceSweep) else None

@@ -257,8 +257,8 @@ def current_names(names: Any) -> Any:
 
 # The one way every table and figure names where a run's numbers come from.
 def simulated_source(device: str, cost_model: str, tp: int = 1, pp: int = 1) -> str:
-    """'simulated A100 (roofline)', 'simulated 2 x A100 (roofline, tensor parallel)', or
-    'simulated 8 x A100 (roofline, TP4 x PP2)'."""
+    """'simulated 2 x A100 (roofline, tensor parallel)'."""
+
     tp, pp = int(tp), int(pp)
     if pp > 1:
         return f"simulated {tp * pp} x {device.upper()} ({cost_model}, TP{tp} x PP{pp})"

@@ -76,8 +76,7 @@ def check(cfg, context: int) -> None:
 
 
 def check_context(cfg, context: int) -> None:
-    """Its largest iteration, one prompt, within the context (the rotary tables stop there),
-    refused before the minutes of measuring rather than after."""
+    """Refused before the minutes of measuring: the rotary tables stop at the context."""
     largest = max(grids(cfg)["tokens"])
     if largest <= context:
         return
@@ -118,15 +117,15 @@ def _measure_batch(llm, batches: SyntheticBatches, reps: int,
 
 def reference_forward_s(llm, batches: SyntheticBatches, reference: dict[str, int],
                         reps: int) -> float:
-    """The drift reference batch's bare forward, as the profile times it first and last and
-    sim_validate again on the host it validates."""
+    """Also timed by sim_validate on the host it validates."""
     with batches.made(**reference) as batch:
         forward = forward_timer(llm, batch)
         return statistics.median(forward() for _ in range(reps))
 
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
-    _check_replace(cfg, llm)  # before minutes of measuring, not after
+    _check_replace(cfg, llm)
+
     g, reps = grids(cfg), cfg.measure.reps
     batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
