@@ -1,5 +1,6 @@
-"""sarathi_lab: measure chunked prefill (SARATHI, Sarathi-Serve) on a real paged-KV engine. The public
+"""sarathi_lab: chunked prefill (SARATHI, Sarathi-Serve) measured on a real paged-KV engine. Public
 names are imported on first use: ``import sarathi_lab`` (and every ``--help``) pays for no torch."""
+
 from __future__ import annotations
 
 import importlib

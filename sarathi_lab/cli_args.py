@@ -1,6 +1,5 @@
-"""The project's command-line parser: a refusal is one line and exit 2, as ``python -m sarathi_lab.run``
-gives one (harness/cli_check.py), instead of argparse's usage block. ``--help`` still prints the
-whole usage. Standard library only: every CLI's ``--help`` imports this."""
+"""The project's command-line parser: a refusal is one line and exit 2, as ``sarathi_lab.run``
+gives one, instead of argparse's usage block. Standard library only: every ``--help`` imports it."""
 from __future__ import annotations
 
 import argparse
@@ -14,22 +13,22 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
-        # An empty value names nothing (type=Path makes '' the working directory): refused as written,
-        # before any type turns it into something; except where the option's type says '' means none
-        # (a type with ``empty_ok`` set, such as bench's comma lists).
-        takes_value = {o: a for a in self._actions if a.nargs != 0 and not getattr(a.type, "empty_ok", False)
+        # An empty value names nothing (type=Path makes '' the working directory): refused before
+        # a type turns it into something, unless the type has ``empty_ok`` ('' means none).
+        takes_value = {o: a for a in self._actions
+                       if a.nargs != 0 and not getattr(a.type, "empty_ok", False)
                        for o in a.option_strings}
         for i, arg in enumerate(args):
             option, eq, value = arg.partition("=")
             given = value if eq else (args[i + 1] if i + 1 < len(args) else None)
             if option in takes_value and given == "":
-                self.error(f"{takes_value[option].option_strings[-1]}='' is invalid: an empty value names nothing; "
-                           "give one, or leave the option out for its default")
+                self.error(f"{takes_value[option].option_strings[-1]}='' is invalid: an empty "
+                           "value names nothing; give one, or leave the option out for its default")
         return super().parse_known_args(args, namespace)
 
 
 def refuse(message: str) -> NoReturn:
-    """A refusal outside a parser (a bad value found after parsing), in the same one-line format; one
-    line whatever the message holds (a path or a value may carry a newline)."""
+    """One line whatever the message holds (a path or a value may carry a newline)."""
+
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
     raise SystemExit(2)

@@ -10,11 +10,11 @@ FALSE = ("0", "false", "no", "off")
 
 
 class EnvFlagError(ValueError):
-    """An environment variable set to something that is neither yes nor no; the message is one line."""
+    """A variable set to neither yes nor no; the message is one line."""
 
 
 def parse_flag(name: str, value: str) -> bool:
-    """``value`` of the variable ``name`` as a bool: TRUE or FALSE in any case, surrounding blanks ignored."""
+    """TRUE or FALSE in any case, surrounding blanks ignored."""
     spelled = value.strip().lower()
     if spelled in TRUE:
         return True
@@ -26,8 +26,8 @@ def parse_flag(name: str, value: str) -> bool:
 
 
 def env_flag(name: str, default: bool = False) -> bool:
-    """The environment variable ``name`` as a bool; ``default`` where it is unset or empty (as a shell's
-    ``NAME=`` leaves it)."""
+    """``default`` where unset or empty (as a shell's ``NAME=`` leaves it)."""
+
     value = os.environ.get(name)
     if value is None or not value.strip():
         return default

@@ -1,5 +1,4 @@
-"""What this host can run, probed once: the cores this process may use, whether CUDA is there, the CPU's
-bf16 matrix units and oneDNN's float16 linear. Layer 0 (no lab imports): configs validate against it."""
+"""What this host can run, probed once. Layer 0 (no lab imports): configs validate against it."""
 from __future__ import annotations
 
 import functools
@@ -7,7 +6,7 @@ import os
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (its affinity, not the machine's count)."""
+    """Its affinity, not the machine's count."""
     return len(os.sched_getaffinity(0))
 
 
@@ -27,12 +26,14 @@ def cpu_has_bf16_units() -> bool:
 
 @functools.cache
 def cpu_has_onednn_fp16() -> bool:
-    """Whether oneDNN runs the float16 packed linear on this CPU: tried once, as torch has no flag for it."""
+    """oneDNN's float16 packed linear, tried once: torch has no flag for it."""
     import torch
 
     try:
         weight = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8, dtype=torch.float16), 8)
-        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=torch.float16), weight, None, "none", [], "")
+        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=torch.float16), weight, None,
+                                           "none", [], "")
+
     except (RuntimeError, AttributeError):
         return False
     return True

@@ -1,8 +1,6 @@
-"""How much memory this process has: the one home of that answer for every sizing (the KV cache, the
-weights' check, a workload's prompts, the simulated CPU). The machine's free memory is not enough:
-a container's cgroup (``memory.max``) or the process's address-space limit (``ulimit -v``,
-RLIMIT_AS) can bind far below it, and then an allocation the arithmetic allowed fails halfway with
-an allocator's traceback. Standard library only (the bottom layer)."""
+"""How much memory this process has, for every sizing: a cgroup's ``memory.max`` or ``ulimit -v``
+can bind far below the machine's free memory, and then an allocation the arithmetic allowed fails
+halfway. Standard library only (the bottom layer)."""
 from __future__ import annotations
 
 import os
@@ -15,13 +13,13 @@ _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes this process may still take, and what set that bound (the words a refusal quotes)."""
+    """Bytes this process may still take, and what set that bound (as a refusal quotes it)."""
     bytes: int
     bound_by: str
 
 
 def _read_int(path: Path) -> int | None:
-    """An integer file of /proc or /sys; None where it is absent, unreadable or unlimited ("max")."""
+    """None where absent, unreadable or unlimited ("max")."""
     try:
         text = path.read_text().split()
     except OSError:
@@ -30,7 +28,6 @@ def _read_int(path: Path) -> int | None:
 
 
 def _proc_bytes(path: str, field: str) -> int | None:
-    """A ``field: N kB`` line of a /proc file, in bytes; None where it is absent or unreadable."""
     try:
         with open(path) as f:
             for line in f:
@@ -42,8 +39,7 @@ def _proc_bytes(path: str, field: str) -> int | None:
 
 
 def _cgroup_dirs() -> list[Path]:
-    """This process's cgroup directories, its own first then each parent's (a limit set on a parent
-    binds too): v2's unified hierarchy, else v1's memory controller."""
+    """Its own first, then each parent's (a parent's limit binds too); v2, else v1's memory."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -58,19 +54,23 @@ def _cgroup_dirs() -> list[Path]:
 
 
 def _cgroup_limits() -> list[tuple[Path, int]]:
-    """Each cgroup memory limit set above this process, with its directory."""
-    limits = [(d, _read_int(d / "memory.max") or _read_int(d / "memory.limit_in_bytes")) for d in _cgroup_dirs()]
-    return [(d, limit) for d, limit in limits if limit is not None and limit < 2**60]  # v1's "no limit" is huge
+    limits = [(d, _read_int(d / "memory.max") or _read_int(d / "memory.limit_in_bytes"))
+              for d in _cgroup_dirs()]
+    # v1's "no limit" is huge.
+    return [(d, limit) for d, limit in limits if limit is not None and limit < 2**60]
 
 
 def _cgroup_room() -> int | None:
-    """What the tightest cgroup memory limit above this process leaves (limit less usage); None: none set."""
-    return min((max(limit - (_read_int(d / "memory.current") or _read_int(d / "memory.usage_in_bytes") or 0), 0)
-                for d, limit in _cgroup_limits()), default=None)
+    """The tightest cgroup limit less its usage; None: none set."""
+    def used(d: Path) -> int:
+        return _read_int(d / "memory.current") or _read_int(d / "memory.usage_in_bytes") or 0
+
+    return min((max(limit - used(d), 0) for d, limit in _cgroup_limits()), default=None)
 
 
 def _address_space() -> tuple[int, int] | None:
-    """(RLIMIT_AS, the address space this process maps already); None where no limit is set."""
+    """(RLIMIT_AS, the address space mapped already); None where no limit is set."""
+
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
@@ -78,8 +78,7 @@ def _address_space() -> tuple[int, int] | None:
 
 
 def available() -> Memory:
-    """What this process may still allocate: the least of the machine's available memory, its cgroup's
-    room and its address-space limit's room."""
+    """The least of the machine's available memory, the cgroup's room and RLIMIT_AS's room."""
     machine = _proc_bytes("/proc/meminfo", "MemAvailable")
     if machine is None:
         machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -88,15 +87,17 @@ def available() -> Memory:
         bounds.append(Memory(room, "this process's cgroup memory limit (memory.max)"))
     if (space := _address_space()) is not None:
         limit, mapped = space
-        bounds.append(Memory(max(limit - mapped, 0), f"this process's address-space limit (RLIMIT_AS, ulimit -v: "
-                                                     f"{limit / 2**30:.1f} GiB, {mapped / 2**30:.1f} GiB mapped)"))
+        bounds.append(Memory(max(limit - mapped, 0),
+                             "this process's address-space limit (RLIMIT_AS, ulimit -v: "
+                             f"{limit / 2**30:.1f} GiB, {mapped / 2**30:.1f} GiB mapped)"))
     return min(bounds, key=lambda m: m.bytes)
 
 
 def total() -> int:
-    """The memory a process here could hold at most: the machine's, capped by the cgroup's limit and the
-    address-space limit (the size of the simulated CPU device)."""
-    sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), *(limit for _, limit in _cgroup_limits())]
+    """The most a process here could hold (the simulated CPU's size): the machine's, capped."""
+    sizes = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+             *(limit for _, limit in _cgroup_limits())]
+
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         sizes.append(soft)

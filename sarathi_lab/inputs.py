@@ -1,6 +1,5 @@
-"""What ``LLM.generate`` accepts (lists, tuples, numpy arrays, torch tensors; any integer is a token id,
-bools, floats and strings are not), as plain Python values, or a TypeError/ValueError naming the
-argument, the position and what was given."""
+"""What ``LLM.generate`` accepts (sequences, numpy arrays, torch tensors of integers) as plain
+Python values, or a TypeError/ValueError naming the argument, the position and what was given."""
 from __future__ import annotations
 
 import math
@@ -16,12 +15,12 @@ def _describe(value: Any) -> str:
 
 def _is_int(value: Any) -> bool:
     # numbers.Integral covers int and numpy integers; bool (and numpy.bool_) is not a token id.
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            and type(value).__name__ != "bool_")
 
 
 def _as_list(value: Any, integer: bool = True) -> list | None:
-    """A 1-level list of the items of a list (the list itself: an engine copies a prompt into the tokens
-    it grows), tuple, range, numpy array or torch tensor; None otherwise."""
+    """A 1-level list (a list itself: the engine copies a prompt); None for no sequence."""
     if isinstance(value, list):
         return value
     if isinstance(value, (tuple, range)):
@@ -29,7 +28,7 @@ def _as_list(value: Any, integer: bool = True) -> list | None:
     tolist = getattr(value, "tolist", None)
     if callable(tolist) and getattr(value, "ndim", 0) >= 1:
         dtype = str(getattr(value, "dtype", ""))
-        # numpy kinds i/u, torch int8..int64/uint8: integer arrays only (a float array is refused whole).
+        # Integer arrays only (a float array is refused whole).
         if not integer or ("int" in dtype and "bool" not in dtype):
             return tolist()
         raise TypeError(f"token ids must be integers; got a {_describe(value)}")
@@ -39,26 +38,29 @@ def _as_list(value: Any, integer: bool = True) -> list | None:
 def prompts_as_lists(prompts: Any) -> list[list[int]]:
     items = _as_list(prompts)
     if items is None or isinstance(prompts, (str, bytes)):
-        raise TypeError(f"prompts must be a sequence of token-id sequences; got {_describe(prompts)}")
+        raise TypeError("prompts must be a sequence of token-id sequences; "
+                        f"got {_describe(prompts)}")
     if items and all(_is_int(p) for p in items):
-        raise TypeError("prompts must be a sequence of token-id sequences; got one flat sequence of ints "
-                        "(wrap a single prompt in a list: generate([prompt]))")
+        raise TypeError("prompts must be a sequence of token-id sequences; got one flat sequence "
+                        "of ints (wrap a single prompt in a list: generate([prompt]))")
     out = []
     for i, prompt in enumerate(items):
         tokens = _as_list(prompt)
         if tokens is None or isinstance(prompt, (str, bytes)):
-            raise TypeError(f"prompts[{i}] must be a sequence of token ids; got {_describe(prompt)}")
+            raise TypeError(f"prompts[{i}] must be a sequence of token ids; "
+                            f"got {_describe(prompt)}")
+
         if set(map(type, tokens)) == {int}:  # the common case, without the slow ABC check, in C
             out.append(tokens)
             continue
         if (bad := next((t for t in tokens if not _is_int(t)), None)) is not None:
-            raise TypeError(f"prompts[{i}] holds {bad!r} ({type(bad).__name__}); token ids must be integers")
+            raise TypeError(f"prompts[{i}] holds {bad!r} ({type(bad).__name__}); "
+                            "token ids must be integers")
         out.append([int(t) for t in tokens])
     return out
 
 
 def per_request_ints(name: str, value: Any, n: int) -> list[int]:
-    """One int >= 1 per request, from a single int or a sequence of n."""
     if _is_int(value):
         values = [int(value)] * n
     else:
@@ -75,13 +77,12 @@ def per_request_ints(name: str, value: Any, n: int) -> list[int]:
     return values
 
 
-# The latest a request may arrive, in seconds after a run starts (a run waits for its arrivals): a day
-# covers every serving benchmark; a longer trace is compressed with workload.time_scale.
+# The latest a request may arrive (a run waits for its arrivals): a day covers every serving
+# benchmark; a longer trace is compressed with workload.time_scale.
 ARRIVAL_HORIZON_S = 86_400.0
 
 
 def arrival_list(value: Any, n: int) -> list[float]:
-    """Arrival times, seconds after the call starts, each in [0, ARRIVAL_HORIZON_S]."""
     items = _as_list(value, integer=False)
     if items is None:
         raise TypeError(f"arrival_times must be a sequence of numbers; got {_describe(value)}")
@@ -92,7 +93,8 @@ def arrival_list(value: Any, n: int) -> list[float]:
         if isinstance(t, bool) or not isinstance(t, numbers.Real):
             raise TypeError(f"arrival_times[{i}]={t!r} is invalid: must be a number")
         if not (math.isfinite(t) and 0 <= t <= ARRIVAL_HORIZON_S):
-            raise ValueError(f"arrival_times[{i}]={t!r} is invalid: must be in [0, {ARRIVAL_HORIZON_S:g}] s "
-                             "(a run waits for its arrivals)")
+            raise ValueError(f"arrival_times[{i}]={t!r} is invalid: must be in "
+                             f"[0, {ARRIVAL_HORIZON_S:g}] s (a run waits for its arrivals)")
+
         out.append(float(t))
     return out

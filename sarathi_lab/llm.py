@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 
 class LLM:
     def __init__(self, model: str = "tiny", **kwargs):
-        """``kwargs``: EngineConfig's fields; any other is a scheduler's knob, checked when it is built."""
+        """``kwargs``: EngineConfig's fields; any other is a scheduler's knob."""
         engine = {key: kwargs.pop(key) for key in list(kwargs) if key in ENGINE_FIELDS}
         scheduler = engine.get("scheduler", EngineConfig.scheduler)
-        for key, value in kwargs.items():  # one engine: a knob its scheduler ignores is a mistake, never dropped
+        # One engine: a knob its scheduler ignores is a mistake, never dropped.
+        for key, value in kwargs.items():
             if scheduler in scheduler_names() and (refused := foreign_knob(scheduler, key, value)):
                 raise refused
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
@@ -43,7 +44,7 @@ class LLM:
 
     @classmethod
     def from_plan(cls, plan: EnginePlan) -> LLM:
-        """The engine of a plan made already (the harness's preflight made it), decided no second time."""
+        """A plan made already (the preflight's) is decided no second time."""
         llm = cls.__new__(cls)
         llm._build(plan)
         return llm
@@ -52,21 +53,21 @@ class LLM:
         self.plan = plan
         self.config = cfg = plan.config
         self.kind = kind = executor_class(cfg.executor)
-        if not kind.our_engine:  # built by the harness around another engine: LLM would run ours instead
-            raise ConfigError(f"executor={cfg.executor!r} is invalid for LLM: {kind.noun} is served by the harness "
-                              f"(python -m sarathi_lab.run executor={cfg.executor}); allowed: "
+        # The harness serves another engine: LLM would run ours instead.
+        if not kind.our_engine:
+            raise ConfigError(f"executor={cfg.executor!r} is invalid for LLM: {kind.noun} is "
+                              "served by the harness (python -m sarathi_lab.run "
+                              f"executor={cfg.executor}); allowed: "
                               f"{', '.join(executors_with('our_engine'))}")
         if cfg.num_threads is not None:
-            import torch  # here: a simulated run needs none
+            import torch
 
             torch.set_num_threads(cfg.num_threads)
         self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
         self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
-        # Before the weights are allocated: it refuses a cache smaller than what it reserves per request.
+        # Before the weights are allocated: it refuses a cache smaller than a request's reserve.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
-        # What was captured in CUDA graphs, how long it took and the memory it holds (CudaGraphs.record);
-        # None: none captured.
         self.cuda_graphs: dict | None = None
         if kind.simulated:
             self.cpu_gemm = None
@@ -77,13 +78,12 @@ class LLM:
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
-        # One generate call at a time (another thread's, a callback's): the engine's queues are one caller's.
+        # One generate call at a time (another thread's, a callback's): the queues are one caller's.
         self._call_lock = threading.Lock()
         if cfg.warmup_iters and kind.runs_model:
             self._warm_up()
 
     def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
-        """``largest_tokens``: the most tokens one iteration holds (what mixed CUDA graphs go up to)."""
         # Imported here: a simulated engine builds no model, and loads none of what builds one.
         import torch
 
@@ -104,30 +104,30 @@ class LLM:
         if device.type == "cpu":
             reuse_freed_memory()  # activations' pages reused, not faulted in again by every layer
         backend = make_backend(cfg.attention, device, cfg.attention_hybrid)
-        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len, self.dtype, device,
-                                 cfg.seed, cfg.cpu_linear)
+        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len,
+                                 self.dtype, device, cfg.seed, cfg.cpu_linear)
         self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None
         shape = self.plan.shape
         cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads,
                             shape.head_dim, dtype=self.dtype, device=device)
         self.kv_caches = [(layer[0], layer[1]) for layer in cache]
         clock = make_clock("wall", device)
-        runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device, OverlapRule(cfg.overlap))
+        runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device,
+                             OverlapRule(cfg.overlap))
         replayable = cfg.cuda_graphs and can_replay(backend, device)
         graphs = self._capture_graphs(runner, largest_tokens) if replayable else None
         return ModelExecutor(runner, clock, graphs), clock
 
     def _build_parallel_executor(self) -> tuple[ParallelExecutor, WallClock]:
-        """Rank 0 of tensor_parallel x pipeline_parallel ranks (model/parallel/), every forward eager (no
-        CUDA graphs)."""
+        """Rank 0, every forward eager (no CUDA graphs)."""
         from sarathi_lab.engine.timer import make_clock
         from sarathi_lab.model.cpu_linear import linear_gemm
         from sarathi_lab.model.parallel.driver import start_engine
         from sarathi_lab.model.parallel.rank import RankSpec
 
         plan = self.plan
-        executor = start_engine(RankSpec(plan.config, plan.model_config, plan.max_model_len, plan.num_kv_blocks,
-                                         plan.dtype))
+        executor = start_engine(RankSpec(plan.config, plan.model_config, plan.max_model_len,
+                                         plan.num_kv_blocks, plan.dtype))
         runner = executor.runner
         self.model, self.kv_caches = runner.model, runner.kv_caches
         self.cpu_gemm = linear_gemm(self.model) if runner.device.type == "cpu" else None
@@ -135,14 +135,15 @@ class LLM:
         return executor, clock
 
     def _capture_graphs(self, runner: ModelRunner, largest_tokens: int) -> CudaGraphs | None:
-        """The forwards' CUDA graphs; a capture that fails leaves the engine eager, with one warning."""
+        """A capture that fails leaves the engine eager, with one warning."""
         from sarathi_lab.model.cuda_graphs import CudaGraphs
 
         cfg = self.config
         try:
-            graphs = CudaGraphs(runner, cfg.max_batch_size, blocks_for(self.max_model_len, cfg.block_size),
+            graphs = CudaGraphs(runner, cfg.max_batch_size,
+                                blocks_for(self.max_model_len, cfg.block_size),
                                 largest_tokens if cfg.cuda_graphs_mixed else None)
-        except Exception as e:  # noqa: BLE001 - the run goes on eagerly, and its environment says so
+        except Exception as e:  # noqa: BLE001 - the run goes on eagerly, and says so
             warnings.warn(f"engine.cuda_graphs=true: capture failed, so every forward runs eagerly "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]})", stacklevel=3)
             return None
@@ -150,14 +151,12 @@ class LLM:
         return graphs
 
     def use_attention_hybrid(self, hybrid: str) -> None:
-        """Run hybrid batches' attention ``hybrid``'s way from here on (EngineConfig.attention_hybrid),
-        with the engine's CUDA graphs captured again for it (the old ones freed first, so that one set is
-        held at a time): one model's weights and cache timed both ways."""
+        """One model's weights and cache timed both ways; graphs captured again, old freed first."""
         executor = self.engine.executor
         runner = getattr(executor, "runner", None)
         if runner is None or self.config.world_size > 1:
-            raise ConfigError(f"attention_hybrid={hybrid!r} cannot be switched on this engine: only a "
-                              "single-process model executor's")
+            raise ConfigError(f"attention_hybrid={hybrid!r} cannot be switched on this engine: "
+                              "only a single-process model executor's")
         backend = runner.model.backend
         check_attention_hybrid(hybrid, backend.name)
         backend.hybrid = hybrid
@@ -169,30 +168,33 @@ class LLM:
                 import torch
 
                 torch.cuda.empty_cache()
-            executor.graphs = self._capture_graphs(executor.runner, largest_iteration_tokens(self.engine.scheduler))
+            largest = largest_iteration_tokens(self.engine.scheduler)
+            executor.graphs = self._capture_graphs(executor.runner, largest)
 
     @property
     def kv_capacity_tokens(self) -> int:
         return self.plan.kv_capacity_tokens
 
-    def generate(self, prompts: Sequence_[Sequence_[int]], max_new_tokens: int | Sequence_[int] = 16,
-                 sampling: SamplingParams | None = None, arrival_times: Sequence_[float] | None = None,
+    def generate(self, prompts: Sequence_[Sequence_[int]],
+                 max_new_tokens: int | Sequence_[int] = 16,
+                 sampling: SamplingParams | None = None,
+                 arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """Generated token ids of each prompt (any sequence of integer ids), in input order; greedy unless
-        ``sampling`` says otherwise. ``max_concurrency`` caps the requests in the system at once, as a
-        client with that many connections would. This call's records land in ``self.metrics``; the
-        engine stays reusable whatever happens inside (an exception in ``on_iteration``, Ctrl-C)."""
+        """Each prompt's generated ids, in input order; records land in ``self.metrics``, and the
+        engine stays reusable whatever happens inside (a callback's exception, Ctrl-C)."""
         if not self._call_lock.acquire(blocking=False):
-            raise RuntimeError("LLM.generate is already running on this LLM (another thread, or a callback "
-                               "of the running call): one call at a time; give each thread its own LLM")
+            raise RuntimeError("LLM.generate is already running on this LLM (another thread, or "
+                               "a callback of the running call): one call at a time; give each "
+                               "thread its own LLM")
         try:
             sampling = sampling or SamplingParams()
             if not isinstance(sampling, SamplingParams):
                 raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
             if sampling.temperature and not self.kind.samples:
-                raise ConfigError(f"sampling.temperature={sampling.temperature} is invalid with executor="
-                                  f"{self.config.executor!r}: {self.kind.noun} predicts times, not tokens; allowed: 0")
+                raise ConfigError(f"sampling.temperature={sampling.temperature} is invalid with "
+                                  f"executor={self.config.executor!r}: {self.kind.noun} predicts "
+                                  "times, not tokens; allowed: 0")
             token_lists = inputs.prompts_as_lists(prompts)
             n = len(token_lists)
             new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
@@ -203,12 +205,14 @@ class LLM:
             for i, (prompt, new) in enumerate(zip(token_lists, new_tokens)):
                 self._check_request(i, prompt, new)
             seqs = [Sequence(self._next_id + i, prompt, new, arrival, eos, sample_key=i)
-                    for i, (prompt, new, arrival) in enumerate(zip(token_lists, new_tokens, arrivals))]
+                    for i, (prompt, new, arrival)
+                    in enumerate(zip(token_lists, new_tokens, arrivals))]
+
             self._next_id += n
             self.metrics = Metrics()
             try:
                 self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
-            finally:  # a run an SLO verdict or a signal stopped reports what it measured, its sends too
+            finally:  # a run stopped by an SLO verdict or a signal reports what it measured
                 executor = self.engine.executor
                 if getattr(executor, "broadcast_s", None):
                     self.metrics.keep_broadcasts(executor.broadcast_s, executor.broadcast_bytes)
@@ -220,25 +224,26 @@ class LLM:
         vocab = self.model_config.vocab_size
         if not prompt:
             raise ValueError(f"prompts[{i}] is empty: every prompt needs at least one token")
-        if min(prompt) < 0 or max(prompt) >= vocab:  # min and max in C; the scan only names the token
+        if min(prompt) < 0 or max(prompt) >= vocab:  # min and max in C; the scan only names it
             bad = next(t for t in prompt if not 0 <= t < vocab)
             raise ValueError(f"prompts[{i}] holds token {bad}, outside the vocabulary [0, {vocab})")
         if (reason := self.engine.scheduler.refusal(len(prompt) + max_new_tokens)) is not None:
-            raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with max_new_tokens={max_new_tokens} {reason}")
+            raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with "
+                             f"max_new_tokens={max_new_tokens} {reason}")
 
     def _warm_up(self) -> None:
-        """Run the real path on a throwaway request so that first-call costs stay out of the records."""
+        """A throwaway request, so that first-call costs stay out of the records."""
         # No longer than a request admitted alone beside the watermark.
-        length = max(1, min(self.config.chunk_size, self.max_model_len - self.config.warmup_iters, 256,
-                            self.block_manager.admissible_tokens - self.config.warmup_iters))
+        warm = self.config.warmup_iters
+        length = max(1, min(self.config.chunk_size, self.max_model_len - warm, 256,
+                            self.block_manager.admissible_tokens - warm))
         self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,
                       sampling=SamplingParams(ignore_eos=True))
         self.metrics = Metrics()
 
 
 def largest_iteration_tokens(scheduler: Scheduler) -> int:
-    """The most tokens one of ``scheduler``'s iterations holds: its own bound, at most max_batch_size
-    requests of max_model_len tokens (the only bound of one that prefills whole prompts uncapped)."""
+
     config = scheduler.config
     every = config.max_batch_size * config.max_model_len
     bound = type(scheduler).largest_iteration_tokens(config)

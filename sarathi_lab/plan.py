@@ -1,8 +1,5 @@
-"""One run's engine plan, made once: the model's config and shape, the longest request, the
-scheduler's typed config, the KV cache's blocks, the dtype, and the simulator's cost model. LLM and
-the harness's preflight both read it, and ask the scheduler it builds whether a request fits, so they
-never disagree on what fits. The scheduler's config is built here alone: KV planning, the CUDA
-graphs' sizes and the run read this one object."""
+"""One run's engine plan, made once: LLM and the preflight both read it and ask the scheduler it
+builds whether a request fits, so they never disagree on what fits."""
 from __future__ import annotations
 
 import os
@@ -39,7 +36,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelLimits:
-    """What the model allows, known before the engine's other settings are final."""
     config: ModelConfig
     max_model_len: int
 
@@ -52,28 +48,22 @@ class ModelLimits:
 
 @dataclass(frozen=True)
 class HostFacts:
-    """What the plan probed of this machine to settle what it runs (a config probes nothing)."""
-    # The cores this process may run on (its affinity).
+    """What the plan probed of this machine (a config probes nothing); None: not probed."""
     cores: int
-    # "cpu" or "cuda": the device `device` names here (auto resolved); None for a simulated device.
-    device_type: str | None
-    # CUDA devices seen, where the ranks of a parallel engine need one each (None: not probed).
+    device_type: str | None  # auto resolved; None for a simulated device
     cuda_devices: int | None = None
-    # Whether this CPU's oneDNN runs float16's packed linear (None: not asked).
     cpu_fp16: bool | None = None
 
 
 def probe_host(cfg: EngineConfig) -> HostFacts:
-    """The host's facts ``cfg`` needs, each refused in one line where this machine cannot run it."""
     cores, k = usable_cores(), SETTING
     # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
     if cfg.num_threads is not None and cfg.num_threads > cores:
         raise ConfigError(f"{k.set('num_threads', cfg.num_threads)} is invalid: this process may "
                           f"run on {cores} cores, so at most {cores}")
     if cfg.kind.simulated:
-        # Nothing runs on this machine's device, so its CPU features decide nothing, except where
-        # the simulated device is this CPU: a simulation of what the engine could not run here is
-        # none.
+        # This machine's features decide nothing, unless the simulated device is this CPU: a
+        # simulation of what the engine could not run here is none.
         fp16 = _check_cpu_dtype(cfg) if cfg.sim_device == "cpu" else None
         return HostFacts(cores, None, cpu_fp16=fp16)
     if cfg.device == "cuda" and not cuda_available():
@@ -87,9 +77,7 @@ def probe_host(cfg: EngineConfig) -> HostFacts:
 
 
 def _check_ranks_fit(cfg: EngineConfig, device_type: str, cores: int) -> int | None:
-    """One device per rank: a GPU each on CUDA, a core each on a CPU (ranks sharing a core would
-    take turns in every collective); under torchrun, for the ranks it starts on this node. The
-    CUDA devices seen, None on a CPU."""
+    """One device per rank (ranks sharing a core would take turns in every collective)."""
     ranks, gpus = cfg.world_size, None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks))
@@ -105,14 +93,13 @@ def _check_ranks_fit(cfg: EngineConfig, device_type: str, cores: int) -> int | N
         raise ConfigError(f"{k.set(key, getattr(cfg, key))} is invalid "
                           f"({k.set('tensor_parallel', cfg.tensor_parallel)} x "
                           f"{k.set('pipeline_parallel', cfg.pipeline_parallel)} ranks): one rank "
-                          f"per device needs {ranks} {what} here, and there are {have}; allowed: at "
-                          f"most {have} ranks")
+                          f"per device needs {ranks} {what} here, and there are {have}; "
+                          f"allowed: at most {have} ranks")
     return gpus
 
 
 def _check_cpu_dtype(cfg: EngineConfig) -> bool | None:
-    """dtype against this CPU: float16's packed linear needs oneDNN's float16 (bfloat16 without bf16
-    units runs as float32: torch_dtype). Whether it has it, None where float16 is not asked for."""
+    """float16's packed linear needs oneDNN's float16; None where float16 is not asked for."""
     if cfg.dtype != "float16" or cfg.cpu_linear == "aten":
         return None
     if not (fp16 := cpu_has_onednn_fp16()):
@@ -128,15 +115,12 @@ class EnginePlan:
     model_config: ModelConfig
     shape: Shape
     max_model_len: int
-    # The scheduler's knobs, typed and checked: what sized the KV cache is what the run schedules by.
+    # What sized the KV cache is what the run schedules by.
     scheduler_config: SchedulerConfig
     num_kv_blocks: int
-    # What the engine computes in: EngineConfig.torch_dtype, or what the simulated device would run.
     dtype: torch.dtype | SimulatedDtype
-    # What was probed of this machine to settle the rest.
     host: HostFacts
-    # The simulator's (executor=sim), None for the real model.
-    cost_model: Any = None
+    cost_model: Any = None  # the simulator's; None for the real model
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -144,8 +128,7 @@ class EnginePlan:
 
 
 def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
-    """The plan of an engine of ``cfg``; ``limits``: the model's, when already read. Refuses with a
-    one-line ConfigError whatever does not fit the device (the weights, the KV cache)."""
+    """``limits``: the model's, when already read."""
     host = probe_host(cfg)
     limits = limits or ModelLimits.of(cfg)
     hf, context = limits.config, limits.max_model_len
@@ -158,26 +141,25 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
                           simulated_cost_model(cfg, hf))
     dtype, device, per_rank, available = cfg.torch_dtype, cfg.torch_device, hf, None
     if cfg.world_size > 1:
-        # Each rank's weights and KV heads (of its stage's layers, the first stage's the most); ranks
-        # on a CPU share its memory, GPUs have their own.
+        # Each rank's weights and KV heads (the first stage's, the most); ranks on a CPU share
+        # its memory, GPUs have their own.
         per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model)
-        per_rank.num_hidden_layers = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model).num_layers
+        first = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model)
+        per_rank.num_hidden_layers = first.num_layers
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
     blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
     return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host)
 
 
 def scheduler_config_of(cfg: EngineConfig, max_model_len: int) -> SchedulerConfig:
-    """The typed config of ``cfg``'s scheduler for requests of at most ``max_model_len`` tokens: the one
-    place an engine's settings and knobs become it; refuses (ConfigError) a knob no scheduler has or a
-    bad value of one."""
-    settings = {name: getattr(cfg, name) for name in ENGINE_FIELDS} | {"max_model_len": max_model_len}
+    """The one place settings and knobs become the scheduler's typed config."""
+    settings = {name: getattr(cfg, name) for name in ENGINE_FIELDS}
+    settings |= {"max_model_len": max_model_len}
     return scheduler_config(cfg.scheduler, cfg.scheduler_knobs, **settings)
 
 
 def build_scheduler(plan: EnginePlan) -> Scheduler:
-    """The plan's scheduler over a fresh block manager; refuses (ConfigError) a cache that cannot hold
-    the blocks the scheduler reserves for one request, naming the setting that sized it."""
+    """Over a fresh block manager; refuses a cache that cannot hold one request's reserve."""
     cfg = plan.config
     blocks = BlockManager(plan.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
     scheduler = scheduler_class(cfg.scheduler)
@@ -187,12 +169,12 @@ def build_scheduler(plan: EnginePlan) -> Scheduler:
 
 
 def kv_size_setting(cfg: EngineConfig) -> str:
-    """``key=value`` of the setting that sized the KV cache, as a refusal of its size begins (the
-    block count where none did: the default size)."""
     key = cfg.kv_size_key or "num_kv_blocks"
     return SETTING.set(key, getattr(cfg, key))
 
 
 def kv_size_note(cfg: EngineConfig) -> str:
-    """What a refusal of a default-sized KV cache adds: that it was the default, and what sets it."""
-    return f" (its default size; {SETTING('num_kv_blocks')} sets it)" if cfg.kv_size_key is None else ""
+    if cfg.kv_size_key is not None:
+        return ""
+    return f" (its default size; {SETTING('num_kv_blocks')} sets it)"
+

@@ -1,13 +1,6 @@
-"""What a kept result file came from, and the one check every writer into docs/ and profiles/ makes
-before replacing one: a file of another source, scale, machine, GPU lease or commit is replaced only
-when the user says so (``--force``), never silently.
-
-The record is a sidecar, ``provenance.json``, in the folder the writer writes: file name (relative
-to that folder) -> its Provenance, or ``"*"`` for every file under the folder (a GPU lease's folder
-is one lease throughout). A file's record is its nearest sidecar's; a file under a sidecar that does
-not name it, or under none, has an unknown provenance, which no new result matches.
-Standard library only: writers of every layer import it.
-"""
+"""What a kept result file came from (its nearest ``provenance.json`` sidecar), and the check every
+writer into docs/ and profiles/ makes: a file of another source, scale, machine, lease or commit is
+replaced only with ``--force``. Standard library only: writers of every layer import it."""
 from __future__ import annotations
 
 import json
@@ -20,34 +13,32 @@ from pathlib import Path
 
 SIDECAR = "provenance.json"
 EVERYTHING = "*"  # a sidecar's key for every file under its folder
-UNRECORDED = "unrecorded"  # a run that recorded no commit
-SHOWN = 3  # replaced files a refusal names before it counts the rest
+UNRECORDED = "unrecorded"
+SHOWN = 3
 
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where a file's numbers come from. Every field but ``writer`` must match for a writer to replace
-    the file unasked; '' where a field does not apply (no lease off a GPU suite, no scale off a paper sweep)."""
+    """Every field but ``writer`` must match to replace a file unasked; '' where none applies."""
     source: str  # 'measured CPU', 'measured GPU', 'simulated H200 (profile)', 'computed' ...
     scale: str = ""  # a paper sweep's scale ('full' or 'ci'), or the size a benchmark ran at
-    machine: str = ""  # the CPU or GPU measured
+    machine: str = ""
     lease: str = ""  # a GPU lease, '<date>_<commit>' (gpu/collect.py)
-    commit: str = ""  # the commit(s) the measured runs ran at, '+'-joined; UNRECORDED where a run had none
+    commit: str = ""  # the runs' commit(s), '+'-joined; UNRECORDED where a run had none
     writer: str = ""  # the command that wrote it: said, not compared
 
     def key(self) -> tuple[str, ...]:
         return tuple(getattr(self, f.name) for f in fields(self) if f.name != "writer")
 
     def describe(self) -> str:
-        parts = [self.source, self.scale and f"{self.scale} scale", self.machine, self.lease and f"lease {self.lease}",
-                 self.commit and f"commit {self.commit}"]
+        parts = [self.source, self.scale and f"{self.scale} scale", self.machine,
+                 self.lease and f"lease {self.lease}", self.commit and f"commit {self.commit}"]
         return ", ".join(p for p in parts if p)
 
 
 def commits(values: Iterable[str | None]) -> str:
-    """The commits of a set of runs, one field: short (git's 7 hex digits), sorted, distinct, '+'-joined;
-    a run without one counts as UNRECORDED (e.g. 'unrecorded' or '6218397+unrecorded')."""
-    found = {UNRECORDED if v is None or str(v) in ("", "nan", "None") else str(v)[:7] for v in values}
+    found = {UNRECORDED if v is None or str(v) in ("", "nan", "None") else str(v)[:7]
+             for v in values}
     return "+".join(sorted(found))
 
 
@@ -62,7 +53,6 @@ def _read(sidecar: Path) -> dict[str, Provenance]:
 
 
 def recorded(path: Path) -> Provenance | None:
-    """The provenance the nearest sidecar records for ``path``; None: unknown."""
     path = Path(path).absolute()
     for folder in path.parents:
         sidecar = folder / SIDECAR
@@ -79,41 +69,41 @@ class Conflict:
     new: Provenance
 
     def describe(self, base: Path | None = None) -> str:
-        name = self.path.relative_to(base) if base is not None and self.path.is_relative_to(base) else self.path
-        old = "unknown provenance (no provenance.json names it)" if self.old is None else self.old.describe()
+        inside = base is not None and self.path.is_relative_to(base)
+        name = self.path.relative_to(base) if inside else self.path
+        old = ("unknown provenance (no provenance.json names it)" if self.old is None
+               else self.old.describe())
         return f"{name} ({old}; new: {self.new.describe()})"
 
 
 def conflicts(planned: Mapping[Path, Provenance]) -> list[Conflict]:
-    """The existing files among ``planned`` whose recorded provenance is not the new one, or not known to
-    be: a record whose runs had no commit (UNRECORDED) matches nothing."""
+    """Existing files not known to be of the new provenance (an UNRECORDED commit matches none)."""
     found = []
     for path, new in planned.items():
-        if Path(path).is_file() and ((old := recorded(path)) is None or old.key() != new.key()
+        if Path(path).is_file() and ((old := recorded(path)) is None
+                                     or old.key() != new.key()
                                      or UNRECORDED in old.commit.split("+")):
             found.append(Conflict(Path(path), old, new))
     return found
 
 
 class ReplaceRefused(ValueError):
-    """A writer would replace files of another provenance and was not told to."""
+    """A writer would replace files of another provenance unasked."""
 
 
 def refusal(found: list[Conflict], how: str, base: Path | None = None) -> str:
-    """One line: how many files, the first few with their old and new provenance, and the way out."""
     shown = "; ".join(c.describe(base) for c in found[:SHOWN])
     more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-    return (f"would replace {len(found)} file(s) of another source, scale, machine, lease or commit: "
-            f"{shown}{more}. {how}")
+    return (f"would replace {len(found)} file(s) of another source, scale, machine, lease or "
+            f"commit: {shown}{more}. {how}")
+
 
 
 class SidecarRefused(ReplaceRefused):
-    """A sidecar the writer would update is not a plain file (a folder, a link, a FIFO): even ``--force``
-    could not record what it wrote, so nothing is written."""
+    """Even ``--force`` could not record what it wrote, so nothing is written."""
 
 
 def unwritable_sidecar(folders: Iterable[Path]) -> Path | None:
-    """The first sidecar of ``folders`` that is there but not a plain file, or None."""
     for folder in folders:
         sidecar = Path(folder) / SIDECAR
         if sidecar.is_symlink() or (sidecar.exists() and not sidecar.is_file()):
@@ -121,19 +111,19 @@ def unwritable_sidecar(folders: Iterable[Path]) -> Path | None:
     return None
 
 
-def check(planned: Mapping[Path, Provenance], force: bool, how: str, base: Path | None = None) -> None:
-    """Raise ReplaceRefused (before anything is written) unless ``force`` or no planned file conflicts,
-    and SidecarRefused, ``force`` or not, where the sidecar beside a planned file is not a plain file.
-    ``how``: the writer's way out ('--force replaces them; --out DIR writes elsewhere')."""
+def check(planned: Mapping[Path, Provenance], force: bool, how: str,
+          base: Path | None = None) -> None:
+    """Refuses before anything is written; ``how``: the writer's way out ('--force replaces
+    them; --out DIR writes elsewhere')."""
     if bad := unwritable_sidecar(dict.fromkeys(Path(p).parent for p in planned)):
-        raise SidecarRefused(f"{bad} is not a plain file (a folder, link or other), so the provenance of what "
-                             "would be written beside it cannot be recorded; nothing was written; remove it")
+        raise SidecarRefused(f"{bad} is not a plain file (a folder, link or other), so the "
+                             "provenance of what would be written beside it cannot be recorded; "
+                             "nothing was written; remove it")
     if not force and (found := conflicts(planned)):
         raise ReplaceRefused(refusal(found, how, base))
 
 
 def record(written: Mapping[Path, Provenance]) -> None:
-    """Each written file's provenance into the sidecar of its own folder."""
     by_folder: dict[Path, dict[str, Provenance]] = {}
     for path, prov in written.items():
         path = Path(path)
@@ -143,8 +133,7 @@ def record(written: Mapping[Path, Provenance]) -> None:
 
 
 def sidecar_text(folder: Path, entries: Mapping[str, Provenance]) -> str:
-    """``folder``'s sidecar with ``entries`` (names relative to it, or EVERYTHING) merged in: what
-    record_folder writes, for a writer that writes all its files at once."""
+    """For a writer that writes all its files at once."""
     sidecar = Path(folder) / SIDECAR
     merged = {name: asdict(p) for name, p in _read(sidecar).items()} if sidecar.is_file() else {}
     merged |= {name: asdict(p) for name, p in entries.items()}
@@ -152,7 +141,6 @@ def sidecar_text(folder: Path, entries: Mapping[str, Provenance]) -> str:
 
 
 def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
-    """``entries`` (names relative to ``folder``, or EVERYTHING) merged into ``folder``'s sidecar."""
     sidecar = Path(folder) / SIDECAR
     text = sidecar_text(folder, entries)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
@@ -163,12 +151,12 @@ def record_folder(folder: Path, entries: Mapping[str, Provenance]) -> Path:
         os.replace(tmp, sidecar)
     finally:
         with suppress(FileNotFoundError):
-            os.unlink(tmp)  # left only where writing or renaming failed
+            os.unlink(tmp)
     return sidecar
 
 
 def check_or_refuse(parser, planned: Mapping[Path, Provenance], force: bool, how: str) -> None:
-    """``check`` for a command line: a refusal is its parser's one ``error:`` line, exit 2."""
+
     try:
         check(planned, force, how)
     except ReplaceRefused as e:

@@ -1,5 +1,5 @@
-"""A refused configuration value, in one line. The core raises it naming each setting by its field
-(``SETTING``); an edge that knows how the user spelt the settings writes the line once (``named_as``)."""
+"""A refused configuration value, in one line: the core marks each setting by its field
+(``SETTING``); an edge that knows the user's spelling writes the line once (``named_as``)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,21 +10,20 @@ from typing import Any, Protocol
 
 
 class Naming(Protocol):
-    """An edge's map from settings to the keys the user sets them by (config.Keys)."""
+    """config.Keys."""
 
     def render(self, text: str) -> str: ...
 
 
 class ConfigError(ValueError):
-    """A configuration value that is not allowed, in one line: the setting, its value, why, what is
-    allowed. ``str`` writes the settings by their fields (LLM's keywords); ``named`` as an edge does."""
+    """``str`` writes the settings by their fields (LLM's keywords); ``named`` as an edge does."""
 
     def __init__(self, message: str, setting: str | None = None):
         super().__init__(message)
         self.template = message
         lead = _SET.match(message)
         self.setting = setting or (lead[1] if lead else None)
-        # The value refused as the user set it (its repr), and the rest of the line: why, and what is allowed.
+        # The value as the user set it (its repr), then why, and what is allowed.
         self.value = lead[2] if lead else None
         self.why = message[lead.end():] if lead else message
         self.allowed = m[1] if (m := _ALLOWED.search(self.why)) else None
@@ -33,7 +32,7 @@ class ConfigError(ValueError):
         return as_written(self.template)
 
     def named(self, keys: Naming) -> ConfigError:
-        """This refusal with its settings named by ``keys`` (a copy: the class and fields kept)."""
+        """A copy: the class and fields kept."""
         named = copy.copy(self)
         named.template = keys.render(self.template)
         named.args = (named.template,)
@@ -49,12 +48,11 @@ _ALLOWED = re.compile(r"allowed(?: values are| here)?:? (.*)$", re.DOTALL)
 
 
 def render(text: str, name: Callable[[str], str], at: Callable[[str, str], str]) -> str:
-    """``text`` with each marked setting written by ``name``, and each setting at a value by ``at``."""
     return _NAMED.sub(lambda m: name(m[1]), _SET.sub(lambda m: at(m[1], m[2]), text))
 
 
 def as_written(text: str) -> str:
-    """``text`` with its settings by their fields: LLM's keywords, and a log line of the core's."""
+    """Settings by their fields: LLM's keywords, and a log line of the core's."""
     return render(text, str, lambda setting, value: f"{setting}={value}")
 
 
@@ -65,7 +63,6 @@ class Setting:
         return f"{_NAME}{setting}{_NAME}"
 
     def set(self, setting: str, value: Any) -> str:
-        """``setting=value``, as a refusal of it begins."""
         return f"{_END}{setting}{_AT}{value!r}{_END}"
 
 
@@ -74,7 +71,6 @@ SETTING = Setting()
 
 @contextlib.contextmanager
 def named_as(keys: Naming):
-    """The edge: a ConfigError raised inside, its settings named by ``keys``."""
     try:
         yield
     except ConfigError as e:
@@ -83,8 +79,9 @@ def named_as(keys: Naming):
 
 @contextlib.contextmanager
 def marked_as(fields: dict[str, str]):
-    """A ConfigError raised inside with each setting in ``fields`` marked as the field it maps to (the
-    simulator's sim_tp for the split's tensor_parallel): still marked, for the edge to name."""
+    """Each setting of a ConfigError raised inside marked as the field it maps to (sim_tp for the
+    split's tensor_parallel), still for the edge to name."""
+
     try:
         yield
     except ConfigError as e:

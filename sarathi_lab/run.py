@@ -1,9 +1,6 @@
-"""`python -m sarathi_lab.run [-m] key=value ...`: one engine run per composed config.
-
-Exit codes: 0 done; 1 a run (with -m, any job) failed; 2 a bad command line or configuration, one
-line before any work; 128+N interrupted by signal N, partial records saved. Only Hydra is imported
-until a run starts, so that --help, --cfg and a refused command line answer fast.
-"""
+"""`python -m sarathi_lab.run [-m] key=value ...`: one engine run per composed config. Exit 0 done;
+1 a run (with -m, any job) failed; 2 a bad command line or configuration; 128+N signal N. Only Hydra
+is imported until a run starts, so that --help, --cfg and a refusal answer fast."""
 from __future__ import annotations
 
 import os
@@ -14,17 +11,13 @@ _INTERRUPTED = "interrupted ({}) outside a run: no run was started or changed"
 
 
 def _interrupted_outside_a_run(signum, frame) -> None:
-    # Until a run takes the signal over (harness/interrupts.py), nothing is half-written: leave at once.
-    # A KeyboardInterrupt raised inside a weakref callback or a finalizer would be printed and ignored.
+    # Nothing is half-written yet; a KeyboardInterrupt in a finalizer would be ignored.
     print(_INTERRUPTED.format(signal.Signals(signum).name), file=sys.stderr)
     os._exit(128 + signum)
 
 
 def _on_signals(handler) -> None:
-    """SIGINT and SIGTERM to ``handler``: leaving at once outside a run, or ignored (SIG_IGN) once every
-    run is over and recorded, as a signal from there to the exit changes nothing. Left to Python, one
-    landing while the interpreter exits found the default action back and ended the process without a
-    word (exit -2); one landing before said no run had started."""
+    """Left to Python, a signal landing while the interpreter exits ended it without a word."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, handler)
 
@@ -36,13 +29,14 @@ import contextlib  # after the handler: a signal while a module loads would prin
 import errno
 import logging
 
-import hydra  # importing Hydra is the first half second
+import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
 log = logging.getLogger("sarathi_lab.run")
-_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES,
+                       errno.EPERM, errno.EIO}
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -58,17 +52,18 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure
 
     hc = HydraConfig.get()
-    # In a sweep a failed job is recorded and the sweep goes on; SweepSummary exits non-zero at the end.
+    # A sweep's failed job is recorded and the sweep goes on.
     multirun = hc.mode == RunMode.MULTIRUN
     name = cfg.get("name", "run")
     ctx = RunContext(output_dir=Path(hc.runtime.output_dir), overrides=list(hc.overrides.task),
                      group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
-                     hydra_record={"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hc}),
+                     hydra_record={"config.yaml": cfg,
+                                   "hydra.yaml": OmegaConf.create({"hydra": hc}),
                                    "overrides.yaml": OmegaConf.create(list(hc.overrides.task))},
                      sweep_job=multirun)
     try:
         claim_status_dir(ctx)
-    except ConfigError as e:  # the directory is another run's: nothing of this one is recorded there
+    except ConfigError as e:  # another run's directory: nothing is recorded there
         _refuse(e, multirun)
         return
     try:
@@ -77,17 +72,16 @@ def main(cfg: DictConfig) -> None:
             _on_signals(signal.SIG_IGN)
     except Interrupted as e:
         record_failure(ctx.status_dir, e)
-        if not any(ctx.status_dir.glob("*.partial.*")):  # else the run said where it saved them
+        if not any(ctx.status_dir.glob("*.partial.*")):
             log.error("interrupted by %s before the run measured anything; %s says so", e,
                       ctx.status_dir / STATUS)
         raise SystemExit(e.exit_code) from None
     except ConfigError as e:  # a model directory that cannot be loaded (ModelLoadError) too
         record_failure(ctx.status_dir, e)
         _refuse(e, multirun)
-    except Exception as e:  # recorded and logged, with its traceback unless the machine's fault
+    except Exception as e:
         if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
-            # The machine's fault (a full disk, a read-only filesystem), in one line naming the file;
-            # results are written to temporary names and renamed, so none is half-written.
+            # The machine's fault, in one line: results are renamed into place, none half-written.
             with contextlib.suppress(OSError):  # where the disk still takes it
                 record_failure(ctx.status_dir, e)
             log.error("cannot write %s: %s; the run stopped (nothing half-written)",
@@ -102,9 +96,7 @@ def main(cfg: DictConfig) -> None:
 
 
 def _run_and_record(cfg: DictConfig, ctx) -> None:
-    """The run, its status written while signals still interrupt it (a signal once the handler is back
-    to leaving at once would leave it `running`); an Interrupted that Python wrapped in another error (a
-    signal landing while a module imports) raised as itself."""
+    """The status is written while signals still interrupt (else one could leave it `running`)."""
     from sarathi_lab.executors import executor_class
     from sarathi_lab.harness.gc_thresholds import fewer_collections
     from sarathi_lab.harness.interrupts import interruption_of, signals_interrupt
@@ -118,7 +110,9 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
             with fewer_collections(executor_class(run_cfg.engine.executor).simulated):
                 status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
             write_status(ctx.status_dir, status)
-            if status == "ok" and run_cfg.export.timeline:  # a skipped run's files stay as they were
+            # A skipped run's files stay as they were.
+            if status == "ok" and run_cfg.export.timeline:
+
                 _export_timeline(ctx.status_dir)
     except Exception as e:
         if (signalled := interruption_of(e)) is None:
@@ -127,8 +121,6 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
 
 
 def _refuse(e: Exception, multirun: bool) -> None:
-    """A refused config: a single run ends with README's one `error:` line and exit 2, as a bad command
-    line does (cli_args.refuse); a sweep's job is logged, recorded, and the sweep goes on."""
     if multirun:
         log.error("%s", e)
         return
@@ -138,13 +130,12 @@ def _refuse(e: Exception, multirun: bool) -> None:
 
 
 def _export_timeline(run_dir) -> None:
-    """export.timeline=true: the finished run's trace beside its results; a failure is a warning, as the
-    run itself is whole."""
+    """A failure is a warning: the run itself is whole."""
     from sarathi_lab.analysis.timeline import export_timelines
 
     try:
         written = export_timelines(run_dir)
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a full disk, an odd table: the run itself stands
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a full disk, an odd table
         log.warning("no timeline written: %s: %s", type(e).__name__, e)
         return
     for path in written:
@@ -154,8 +145,7 @@ def _export_timeline(run_dir) -> None:
 
 
 def _serves_a_driver() -> bool:
-    """Under torchrun, every rank but 0 serves rank 0's engines (its shard of each layer) until rank 0
-    leaves: rank 0 alone reads the command line, runs the scheduler and writes the results."""
+    """Under torchrun, every rank but 0 serves rank 0's engines (its shard) until rank 0 leaves."""
     if int(os.environ.get("WORLD_SIZE", "1")) < 2 or int(os.environ.get("RANK", "0")) == 0:
         return False
     from sarathi_lab.model.parallel.worker import from_torchrun
@@ -165,18 +155,22 @@ def _serves_a_driver() -> bool:
 
 
 def cli() -> None:
-    # Ctrl-C outside a run leaves at once with one line (a run itself records it: interrupts.py).
-    # Installed here too for a caller that imports this module.
+    # Here too for a caller that imports this module.
+
     _on_signals(_interrupted_outside_a_run)
-    # A log file on a full disk: its handler's failure would print a traceback after the run's own
-    # one-line error (which the console handler still shows); logging's documented production setting.
+    # A log file on a full disk would print a traceback after the run's one-line error.
     logging.raiseExceptions = False
     if _serves_a_driver():
         return
     args = sys.argv[1:]
     try:
         from sarathi_lab import cli_args
-        from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
+        from sarathi_lab.harness.cli_check import (
+            check_command_line,
+            output_dir_problem,
+            sweep_note,
+        )
+
 
         if not {"--help", "-h", "--hydra-help"} & set(args):
             if error := check_command_line(args):

@@ -1,13 +1,5 @@
-"""The kernel configurations tuned on a GPU (the suite's ``tune`` step), one JSON table per device in
-``sarathi_lab/tuned/`` named by the device's name, as vLLM ships its per-device kernel configs. What
-the engine reads: per attention work kind, the tile config; per projection shape and token count,
-cuBLAS or the Triton split-K GEMM and its config; the split-KV rule's knobs fitted to the device's
-measured split counts (the knobs it moved). A device without a table, or a key a table lacks, gets today's defaults: the
-kernels' own choices, split_rule's rule and cuBLAS.
-
-Plain data here (no Triton, no kernel launches): the attention backend and the model's layers turn entries
-into launches; the ``tune`` step writes tables through ``TunedTable.to_json``.
-"""
+"""Kernel configurations tuned on a GPU, one JSON table per device in ``sarathi_lab/tuned/``, as
+vLLM ships its per-device configs; a device or key without an entry gets the defaults."""
 from __future__ import annotations
 
 import functools
@@ -29,7 +21,7 @@ GEMM_KERNELS = ("cublas", "triton")
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Paged attention's tiling for one work kind; None: the kernel's own default."""
+    """None: the kernel's own default."""
 
     block_m: int | None = None
     block_n: int | None = None
@@ -42,8 +34,6 @@ class TileConfig:
 
 @dataclass(frozen=True)
 class GemmChoice:
-    """The GEMM of one projection shape at one token count: cuBLAS, or the Triton split-K GEMM with
-    this tiling (sarathi_kernels.gemm.GemmConfig's fields)."""
 
     kernel: str = "cublas"
     block_m: int = 64
@@ -58,7 +48,7 @@ class GemmChoice:
 
 
 def gemm_key(n: int, k: int, gated: bool) -> str:
-    """A projection's weight [n, k] as the table names it; ``gated``: SiLU(gate) * up fused after it."""
+    """``gated``: SiLU(gate) * up fused after it."""
     return f"{n}x{k}" + ("+silu_mul" if gated else "")
 
 
@@ -68,20 +58,16 @@ class TunedTable:
     attention: dict[str, TileConfig] = field(default_factory=dict)
     # gemm_key -> {token count -> choice}
     gemm: dict[str, dict[int, GemmChoice]] = field(default_factory=dict)
-    source: str = ""  # where it came from: a file, or "" for the defaults
-    # The split rule's knobs the device moved from split_rule.py's defaults (the attention backend
-    # builds the rule from them, which checks their ranges).
+    source: str = ""  # a file, or "" for the defaults
     split_rule: dict[str, int | float] = field(default_factory=dict)
-    # Hybrid shapes timed co-scheduled and sequential (attention/co_schedule.py reads and checks them);
-    # none: the engine never co-schedules.
+    # Hybrid shapes timed both ways; none: the engine never co-schedules.
     co_schedule: list[dict] = field(default_factory=list)
 
     def tiles(self, kind: str) -> TileConfig:
         return self.attention.get(kind, TileConfig())
 
     def gemm_for(self, n: int, k: int, m: int, gated: bool = False) -> GemmChoice:
-        """The choice tuned at the nearest token count at or below ``m`` (the smallest tuned one below
-        them all); cuBLAS where the shape was never tuned."""
+        """The nearest tuned count at or below ``m`` (else the smallest); cuBLAS if never tuned."""
         by_m = self.gemm.get(gemm_key(n, k, gated))
         if not by_m:
             return GemmChoice()
@@ -89,9 +75,11 @@ class TunedTable:
         return by_m[max(below) if below else min(by_m)]
 
     def to_json(self) -> dict:
-        out = {"device": self.device, "attention": {k: asdict(v) for k, v in self.attention.items()},
+        out = {"device": self.device,
+               "attention": {k: asdict(v) for k, v in self.attention.items()},
                "gemm": {key: {str(m): asdict(c) if c.kernel != "cublas" else {"kernel": "cublas"}
-                              for m, c in sorted(by_m.items())} for key, by_m in self.gemm.items()}}
+                              for m, c in sorted(by_m.items())}
+                        for key, by_m in self.gemm.items()}}
         out |= {"co_schedule": list(self.co_schedule)} if self.co_schedule else {}
         return out | ({"split_rule": dict(self.split_rule)} if self.split_rule else {})
 
@@ -100,12 +88,12 @@ DEFAULT = TunedTable()
 
 
 def file_name(device_name: str) -> str:
-    """``NVIDIA H100 80GB HBM3`` -> ``NVIDIA_H100_80GB_HBM3.json`` (vLLM's naming)."""
+    """vLLM's naming: ``NVIDIA_H100_80GB_HBM3.json``."""
     return device_name.replace(" ", "_").replace("/", "_") + ".json"
 
 
-# The schema of a table's values: {field: (the values allowed, as a refusal says them, the check)}.
-# Launch arguments are bounded so that a damaged table cannot hand a kernel a size it never compiles.
+# {field: (the values allowed, as a refusal says them, the check)}: bounded so that a damaged
+# table cannot hand a kernel a size it never compiles.
 def _pow2(v) -> bool:
     return 16 <= v <= 256 and v & (v - 1) == 0
 
@@ -113,24 +101,22 @@ def _pow2(v) -> bool:
 _POW2 = ("a power of two in [16, 256]", _pow2)
 _WARPS = ("one of 1, 2, 4, 8, 16", lambda v: v in (1, 2, 4, 8, 16))
 _STAGES = ("an integer in [1, 8]", lambda v: 1 <= v <= 8)
-_LAUNCH = {"block_m": _POW2, "block_n": _POW2, "block_k": _POW2, "num_warps": _WARPS, "num_stages": _STAGES,
-           "split_k": ("an integer in [1, 64]", lambda v: 1 <= v <= 64)}
-# The largest token count a GEMM entry may be tuned at, and the largest split-rule knob: sizes, not costs.
+_LAUNCH = {"block_m": _POW2, "block_n": _POW2, "block_k": _POW2, "num_warps": _WARPS,
+           "num_stages": _STAGES, "split_k": ("an integer in [1, 64]", lambda v: 1 <= v <= 64)}
 MAX_TOKENS = 1 << 20
 MAX_KNOB = 1e6
 GEMM_KEY = re.compile(r"[1-9][0-9]{0,6}x[1-9][0-9]{0,6}(\+silu_mul)?")
 TOP_KEYS = ("device", "attention", "gemm", "split_rule", "co_schedule")
-# A co_schedule entry's fields (attention/co_schedule.py): positive integers but the last, a positive ratio.
 CO_SCHEDULE_FIELDS = ("heads", "kv_heads", "chunk", "decodes", "context", "over_sequential")
 
 
 class TableRefused(ValueError):
-    """A table that breaks the schema: one line naming its file and field."""
+    """One line naming the file and field."""
 
 
 def _fail(source: str, key: str, value, allowed: str):
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-    key = key if key.isprintable() else repr(key)[1:-1]  # a table's own key holds a newline: still one line
+    key = key if key.isprintable() else repr(key)[1:-1]  # a key holding a newline: still one line
     raise TableRefused(f"error: {source}: {key}={shown} is invalid; allowed: {allowed}")
 
 
@@ -141,8 +127,7 @@ def _mapping(source: str, key: str, raw) -> dict:
 
 
 def _launch(source: str, where: str, raw, cls) -> dict:
-    """``raw`` as ``cls``'s keyword arguments: its fields only, each an int (never a bool) in its range;
-    null where ``cls`` is a TileConfig (the kernel's own default)."""
+    """``cls``'s fields only, each an int (never a bool) in range; null for TileConfig's default."""
     names = [f.name for f in fields(cls)]
     for key, value in _mapping(source, where, raw).items():
         if key not in names:
@@ -155,15 +140,17 @@ def _launch(source: str, where: str, raw, cls) -> dict:
         if value is None and cls is TileConfig:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not ok(value):
-            _fail(source, f"{where}.{key}", value, allowed + (" or null" if cls is TileConfig else ""))
+            null = " or null" if cls is TileConfig else ""
+            _fail(source, f"{where}.{key}", value, allowed + null)
     return raw
 
 
 def _split_rule(source: str, raw) -> dict[str, int | float]:
-    """The rule's knobs as finite numbers within MAX_KNOB; their names and ranges are split_rule.py's
-    (the attention backend builds the rule, and falls back to the default where it refuses them)."""
+    """Finite numbers only; split_rule.py checks names and ranges (falling back if it refuses)."""
+
     for key, value in _mapping(source, "split_rule", raw).items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_KNOB:
+        number = not isinstance(value, bool) and isinstance(value, int | float)
+        if not number or not 0 <= value <= MAX_KNOB:
             _fail(source, f"split_rule.{key}", value, f"a number in [0, {MAX_KNOB:g}]")
     return dict(raw)
 
@@ -182,8 +169,6 @@ def _gemm(source: str, raw) -> dict[str, dict[int, GemmChoice]]:
 
 
 def parse(raw, source: str, device: str | None = None) -> TunedTable:
-    """A table from its JSON value, checked against the schema (and, given ``device``, against the device
-    it is read for): a TableRefused naming ``source`` and the field in one line otherwise."""
     for key, value in _mapping(source, "the table", raw).items():
         if key not in TOP_KEYS:
             _fail(source, key, value, ", ".join(TOP_KEYS))
@@ -201,22 +186,22 @@ def parse(raw, source: str, device: str | None = None) -> TunedTable:
 
 
 def co_schedule_entries(source: str, raw) -> list[dict]:
-    """The hybrid shapes a lease timed both ways: each entry exactly CO_SCHEDULE_FIELDS, finite and positive."""
+    listed = ", ".join(CO_SCHEDULE_FIELDS)
     if not isinstance(raw, list):
-        _fail(source, "co_schedule", raw, f"a list of entries with {', '.join(CO_SCHEDULE_FIELDS)}")
+        _fail(source, "co_schedule", raw, f"a list of entries with {listed}")
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict) or set(entry) != set(CO_SCHEDULE_FIELDS):
-            _fail(source, f"co_schedule[{i}]", entry, f"exactly the keys {', '.join(CO_SCHEDULE_FIELDS)}")
+            _fail(source, f"co_schedule[{i}]", entry, f"exactly the keys {listed}")
         for key, value in entry.items():
             whole = key != "over_sequential"
             if (isinstance(value, bool) or not isinstance(value, int if whole else int | float)
                     or not 0 < value <= (MAX_TOKENS if whole else MAX_KNOB)):
-                _fail(source, f"co_schedule[{i}].{key}", value, "a positive " + ("integer" if whole else "number"))
+                _fail(source, f"co_schedule[{i}].{key}", value,
+                      "a positive " + ("integer" if whole else "number"))
     return list(raw)
 
 
 def from_bytes(data: bytes, source: str, device: str | None = None) -> TunedTable:
-    """A table from a file's bytes, checked (``parse``): bytes that are no JSON are refused the same way."""
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -225,7 +210,6 @@ def from_bytes(data: bytes, source: str, device: str | None = None) -> TunedTabl
 
 
 def load(path: Path, device: str | None = None) -> TunedTable:
-    """A table file, checked (``from_bytes``)."""
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -235,8 +219,7 @@ def load(path: Path, device: str | None = None) -> TunedTable:
 
 @functools.cache
 def table_named(device_name: str, table_dir: Path = TABLE_DIR) -> TunedTable:
-    """The table of the device so named, or DEFAULT where it has none; a table that breaks the schema
-    (or names another device) is DEFAULT too, with a warning: a damaged table never stops the engine."""
+    """DEFAULT where there is none, or (with a warning) a damaged one: it never stops the engine."""
     path = table_dir / file_name(device_name)
     if not path.is_file():
         return DEFAULT
@@ -253,8 +236,7 @@ _USING: list[TunedTable] = []
 
 @contextmanager
 def using(table: TunedTable):
-    """Every device runs ``table`` inside the block: the tune step measures a candidate through the
-    engine's own code path, and a CPU test sees an entry picked up without a GPU."""
+    """The tune step measures a candidate through the engine's own path."""
     _USING.append(table)
     try:
         yield table
@@ -263,8 +245,7 @@ def using(table: TunedTable):
 
 
 def table_for(device: torch.device) -> TunedTable:
-    """The table in force (``using``), else a CUDA device's own; DEFAULT elsewhere (no table is tuned for
-    a CPU's interpreter)."""
+
     if _USING:
         return _USING[-1]
     if device.type != "cuda":

@@ -1,8 +1,5 @@
-"""sarathi_serve's token budget from a TBT SLO (``token_budget=auto``), as Sarathi-Serve sets it: the
-largest budget whose fullest iteration (``batch_size`` decodes and one chunk of ``budget - batch_size``
-prompt tokens, all at the workload's longest context) is predicted to finish within ``slo.tbt_p99_s``,
-since every decode waits for the whole iteration.
-"""
+"""``token_budget=auto``, as Sarathi-Serve sets it: the largest budget whose fullest iteration is
+predicted within ``slo.tbt_p99_s``, since every decode waits for the whole iteration."""
 from __future__ import annotations
 
 import bisect
@@ -20,13 +17,13 @@ MAX_BUDGET = 1 << 16
 class Budget:
     tokens: int
     predicted_s: float      # the fullest iteration at that budget
-    cost_model: str         # what predicted it, e.g. "roofline a100"
+    cost_model: str
     capped: bool            # MAX_BUDGET itself fits: the SLO does not bind
 
 
-def largest_budget(iteration_s: Callable[[int], float], limit_s: float, batch_size: int) -> int | None:
-    """The largest budget in (batch_size, MAX_BUDGET] with iteration_s(budget) <= limit_s, or None when
-    even one prompt token beside the decodes is too slow; iteration_s must not decrease with the budget."""
+def largest_budget(iteration_s: Callable[[int], float], limit_s: float,
+                   batch_size: int) -> int | None:
+    """Bisected, so iteration_s must not decrease with the budget; None: even one token is slow."""
     budgets = range(batch_size + 1, MAX_BUDGET + 1)
     fits = bisect.bisect_right(budgets, limit_s, key=iteration_s)
     return budgets[fits - 1] if fits else None
@@ -34,12 +31,12 @@ def largest_budget(iteration_s: Callable[[int], float], limit_s: float, batch_si
 
 def fullest_iteration_s(cost_model, budget: int, batch_size: int, context: int) -> float:
     chunk = budget - batch_size
-    return cost_model.iteration_time_s(prefills=[(chunk, max(chunk, context))], decodes=[context] * batch_size)
+    return cost_model.iteration_time_s(prefills=[(chunk, max(chunk, context))],
+                                       decodes=[context] * batch_size)
 
 
 def budget_cost_model(engine: EngineConfig):
-    """(cost model, its description) that predicts this engine's iterations: the simulator's own, or
-    the CPU's profile (task=profile) if there is one, else its roofline."""
+    """(cost model, description): the simulator's own, or the CPU's profile, else its roofline."""
     from sarathi_lab.sim import CostModel
     from sarathi_lab.sim.profiles import profile_path
 
@@ -49,19 +46,23 @@ def budget_cost_model(engine: EngineConfig):
         device = "cpu"
         kind = "profile" if profile_path("cpu", engine.model).is_file() else "roofline"
     else:
-        raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and executor=model: only the "
-                          "CPU has measured ceilings here; use executor=sim engine.sim_device=<the GPU>")
-    tp, pp = engine.sim_tp, engine.sim_pp  # 1 unless executor=sim (EngineConfig refuses them otherwise)
+        raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and "
+                          "executor=model: only the CPU has measured ceilings here; use "
+                          "executor=sim engine.sim_device=<the GPU>")
+    tp, pp = engine.sim_tp, engine.sim_pp
+
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
-    # The simulator's settings are the user's keys (named by the run's edge); the CPU's cost model here
-    # is chosen, set by none: its refusals name the settings as they are.
+    # The simulator's settings are the user's keys; the CPU's cost model here is set by none, so
+    # its refusals name the settings as they are.
     with contextlib.nullcontext() if engine.kind.simulated else named_as(AS_WRITTEN):
-        return CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp), described
+        model = CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp)
+        return model, described
 
 
-def auto_budget(engine: EngineConfig, tbt_p99_s: float, context: int) -> tuple[EngineConfig, Budget]:
-    """``engine`` with its token budget set from ``tbt_p99_s``, or a one-line ConfigError."""
+
+def auto_budget(engine: EngineConfig, tbt_p99_s: float,
+                context: int) -> tuple[EngineConfig, Budget]:
     cost_model, described = budget_cost_model(engine)
     batch = engine.max_batch_size
 
@@ -70,8 +71,10 @@ def auto_budget(engine: EngineConfig, tbt_p99_s: float, context: int) -> tuple[E
 
     tokens = largest_budget(iteration_s, tbt_p99_s, batch)
     if tokens is None:
-        raise ConfigError(f"slo.tbt_p99_s={tbt_p99_s} is invalid with token_budget=auto: the {described} cost "
-                          f"model predicts {iteration_s(batch + 1):.4g} s for batch_size={batch} decodes at "
-                          f"{context} tokens of context plus one prompt token")
+        raise ConfigError(f"slo.tbt_p99_s={tbt_p99_s} is invalid with token_budget=auto: the "
+                          f"{described} cost model predicts {iteration_s(batch + 1):.4g} s for "
+                          f"batch_size={batch} decodes at {context} tokens of context plus one "
+                          "prompt token")
+
     budget = Budget(tokens, iteration_s(tokens), described, capped=tokens == MAX_BUDGET)
     return replace(engine, chunk_size=tokens), budget

@@ -1,10 +1,6 @@
-"""Capacity under latency SLOs (Sarathi-Serve): the highest request rate at which P99 TBT stays
-within ``slo.tbt_p99_s`` and the median scheduling delay within ``slo.sched_delay_p50_s``.
-
-A bracketing search: double (or halve) the rate until one trial passes and one fails, then bisect to
-the relative resolution; it assumes, as the papers do, that passing is monotone in the rate. A trial
-stops as soon as its verdict is certain (engine/slo_guard.py), which makes an overloaded one cheap.
-"""
+"""Capacity under latency SLOs (Sarathi-Serve) by a bracketing search, assuming as the papers do
+that passing is monotone in the rate; a trial stops once its verdict is certain, so overload is
+cheap."""
 from __future__ import annotations
 
 import math
@@ -20,16 +16,16 @@ from sarathi_lab.harness.schema import CapacityCfg
 class Trial:
     rate_rps: float
     passed: bool
-    binding: str | None          # the constraint it missed (None if it passed)
-    stopped_early: bool          # its verdict was certain before every request finished
+    binding: str | None          # the constraint it missed
+    stopped_early: bool
     summary: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Capacity:
-    capacity_rps: float | None   # the highest passing rate tried; None: even the lowest failed
+    capacity_rps: float | None   # None: even the lowest failed
     lowest_failing_rps: float | None  # None: every rate tried passed
-    requested_resolution: float  # relative: what the search was asked to reach
+    requested_resolution: float
     binding: str | None          # what failed at the lowest failing rate
     trials: list[Trial]
 
@@ -40,47 +36,49 @@ class Capacity:
 
     @property
     def resolution(self) -> float | None:
-        """Relative, as reached (wider than requested when the trials ran out first): the lowest failing
-        rate is within (1 + resolution) of the capacity; None where no two rates bracket it."""
+        """As reached (wider when the trials ran out first); None where no two rates bracket it."""
         if self.capacity_rps is None or self.lowest_failing_rps is None:
             return None
         return self.lowest_failing_rps / self.capacity_rps - 1
 
     @property
     def resolved(self) -> bool:
-        """Bracketed within the requested resolution."""
         return self.bounded and self.capacity_rps is not None and \
             self.lowest_failing_rps <= self.capacity_rps * (1 + self.requested_resolution)
 
     def describe(self) -> str:
-        """One line for the log: the capacity to the digits its bracket resolves, or what it is if not."""
+        """To the digits its bracket resolves."""
         tried = f"after {len(self.trials)} trials"
         if self.capacity_rps is None:
-            return (f"capacity below {_rounded(self.lowest_failing_rps, None)} req/s: even the lowest rate tried "
-                    f"failed (binding: {self.binding}) {tried}")
+            return (f"capacity below {_rounded(self.lowest_failing_rps, None)} req/s: even the "
+                    f"lowest rate tried failed (binding: {self.binding}) {tried}")
         if not self.bounded:
-            return (f"capacity >= {_rounded(self.capacity_rps, None)} req/s: every rate tried passed, so this is a "
-                    f"lower bound, not a capacity {tried}")
-        low, high = _rounded(self.capacity_rps, self.resolution), _rounded(self.lowest_failing_rps, self.resolution)
+            return (f"capacity >= {_rounded(self.capacity_rps, None)} req/s: every rate tried "
+                    f"passed, so this is a lower bound, not a capacity {tried}")
+        low = _rounded(self.capacity_rps, self.resolution)
+        high = _rounded(self.lowest_failing_rps, self.resolution)
         return f"capacity {low} req/s (fails by {high} req/s; binding: {self.binding}) {tried}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"capacity_rps": self.capacity_rps, "resolution": self.resolution,
                 "requested_resolution": self.requested_resolution, "resolved": self.resolved,
-                "lowest_failing_rps": self.lowest_failing_rps, "binding": self.binding, "bounded": self.bounded,
-                "trials": [{k: v for k, v in asdict(t).items() if k != "summary"} for t in self.trials]}
+                "lowest_failing_rps": self.lowest_failing_rps, "binding": self.binding,
+                "bounded": self.bounded,
+                "trials": [{k: v for k, v in asdict(t).items() if k != "summary"}
+                           for t in self.trials]}
 
 
 def _rounded(qps: float, resolution: float | None) -> str:
-    """``qps`` to the significant digits a relative ``resolution`` resolves (at least 2; 3 without one)."""
-    digits = 3 if resolution is None or resolution <= 0 else max(2, math.ceil(-math.log10(resolution)) + 1)
+    digits = (3 if resolution is None or resolution <= 0
+              else max(2, math.ceil(-math.log10(resolution)) + 1))
     return f"{float(f'{qps:.{digits}g}'):g}"  # 113.1 -> 110, not 1.1e+02
 
 
 def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> str | None:
-    """The first SLO constraint a finished run's summary misses, or None. With ``require_stable`` a run
-    whose waiting queue grew through its arrival window fails too: no longer run would pass."""
-    if slo.sched_delay_p50_s is not None and not summary["sched_delay_p50_s"] <= slo.sched_delay_p50_s:
+    """The first SLO constraint missed, or None; ``require_stable``: a queue that grew through the
+    arrivals fails too, as no longer run would pass."""
+    delay = slo.sched_delay_p50_s
+    if delay is not None and not summary["sched_delay_p50_s"] <= delay:
         return "sched_delay_p50_s"
     if slo.tbt_p99_s is not None and not summary["itl_p99_s"] <= slo.tbt_p99_s:
         # NaN (no token gaps at all) fails too: a run that produced no second token met nothing.
@@ -91,11 +89,9 @@ def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> s
 
 
 def search_capacity(run_trial: Callable[[float], Trial], search: CapacityCfg) -> Capacity:
-    """The capacity within ``search.resolution`` (relative), from trials ``run_trial(qps)`` between
-    ``search.min_qps`` and ``search.max_qps``, at most ``search.max_trials`` of them."""
     trials: list[Trial] = []
-    best: Trial | None = None    # highest passing
-    worst: Trial | None = None   # lowest failing
+    best: Trial | None = None
+    worst: Trial | None = None
 
     def trial(qps: float) -> Trial:
         nonlocal best, worst
@@ -116,23 +112,29 @@ def search_capacity(run_trial: Callable[[float], Trial], search: CapacityCfg) ->
             break
         qps = following
         trial(qps)
-    while best is not None and worst is not None and worst.rate_rps > best.rate_rps * (1 + search.resolution) \
+    while best is not None and worst is not None \
+            and worst.rate_rps > best.rate_rps * (1 + search.resolution) \
             and len(trials) < search.max_trials:
-        trial(math.sqrt(best.rate_rps * worst.rate_rps))  # geometric middle: the resolution is relative
-    return Capacity(capacity_rps=best.rate_rps if best else None, lowest_failing_rps=worst.rate_rps if worst else None,
-                    requested_resolution=search.resolution, binding=worst.binding if worst else None, trials=trials)
+        # Geometric middle: the resolution is relative.
+        trial(math.sqrt(best.rate_rps * worst.rate_rps))
+    return Capacity(capacity_rps=best.rate_rps if best else None,
+                    lowest_failing_rps=worst.rate_rps if worst else None,
+                    requested_resolution=search.resolution,
+                    binding=worst.binding if worst else None, trials=trials)
 
 
-def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals: list[float], slo: SLO,
-                qps: float, require_stable: bool = True, max_concurrency: int | None = None) -> Trial:
-    """Serve one trial's requests on ``llm`` (real or simulated), stopping once its verdict is certain."""
+def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals: list[float],
+                slo: SLO, qps: float, require_stable: bool = True,
+                max_concurrency: int | None = None) -> Trial:
     from sarathi_lab.engine.sequence import SamplingParams
     from sarathi_lab.engine.slo_guard import SLOGuard, SLOViolated
 
     guard = SLOGuard(slo, llm.engine, len(prompts), sum(d - 1 for d in decode_lens))
     try:
         llm.generate(prompts, max_new_tokens=decode_lens, arrival_times=arrivals,
-                     sampling=SamplingParams(ignore_eos=True), on_iteration=guard, max_concurrency=max_concurrency)
+                     sampling=SamplingParams(ignore_eos=True), on_iteration=guard,
+                     max_concurrency=max_concurrency)
+
     except SLOViolated as stop:
         return Trial(qps, passed=False, binding=stop.constraint, stopped_early=True,
                      summary=llm.metrics.summary(slo) | {"stopped_early_because": str(stop)})

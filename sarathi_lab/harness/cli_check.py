@@ -1,8 +1,6 @@
-"""Check the command line before Hydra starts: bare words, sweeps without -m, group choices and
-plain keys, each refused in one line naming what is allowed (Hydra's own reports are several lines
-and exit 1), before any output directory exists. A key's refusal is the schema's or the scheduler
-registry's, imported only then: a good command line imports only hydra and omegaconf here.
-"""
+"""The command line checked before Hydra starts, each bad argument refused in one line (Hydra's
+reports are several and exit 1) before any output directory exists; a good command line imports
+only hydra and omegaconf here."""
 from __future__ import annotations
 
 import argparse
@@ -21,17 +19,15 @@ from sarathi_lab.harness import CONF_DIR
 
 
 @functools.lru_cache(maxsize=4)
-def _parse(args: tuple[str, ...]) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
-    """Hydra's own reading of args' flags (it tells a flag's value, --cfg job or -cn name, from an
-    override; None for a flag's bad value, --info nope, which is Hydra's to report), the words that are
-    no flag nor a flag's value, and each arg that parses as an override. Parsed once for the checks
-    that read the same command line (read, never changed)."""
+def _parse(args: tuple[str, ...]
+           ) -> tuple[argparse.Namespace | None, list[str], list[tuple[str, Override]]]:
+    """(flags, None for a bad one; words no flag nor a flag's value; overrides), parsed once."""
     parser, overrides = OverridesParser.create(), []
     for arg in args:
         try:
             overrides.append((arg, parser.parse_override(arg)))
         except HydraException:
-            continue  # flags (-m, --cfg job) and their values; Hydra parses those itself
+            continue  # flags and their values: Hydra parses those itself
     flag_parser = get_args_parser()
     flag_parser.exit_on_error = False
     try:
@@ -42,50 +38,48 @@ def _parse(args: tuple[str, ...]) -> tuple[argparse.Namespace | None, list[str],
 
 
 def _other_configs(flags: argparse.Namespace | None, overrides: list[tuple[str, Override]]) -> bool:
-    """Whether args point Hydra at configs beside or instead of CONF_DIR (--config-dir, --config-path,
-    --config-name, hydra.searchpath=...)."""
+    """Configs beside or instead of CONF_DIR (--config-dir, hydra.searchpath=...)."""
     if flags is not None and (flags.config_dir or flags.config_path or flags.config_name):
         return True
     return any(o.key_or_group == "hydra.searchpath" for _, o in overrides)
 
 
 def check_command_line(args: list[str]) -> str | None:
-    """The one-line error for the first bad argument, or None."""
     flags, words, overrides = _parse(tuple(args))
     parsed = {arg for arg, _ in overrides}
-    # ~key deletes a key: an override without `=`; a malformed value is Hydra's to report, with the
-    # grammar's own pointer.
+    # A malformed value is Hydra's to report, with the grammar's own pointer.
     for word in words:
         if "=" not in word and word not in parsed:
-            return (f"{word} is invalid: an argument must be a key=value override (chunk=256; +key=value "
-                    "adds a key, ~key deletes one) or a flag (-m for a multirun sweep, --cfg job, --help)")
+            return (f"{word} is invalid: an argument must be a key=value override (chunk=256; "
+                    "+key=value adds a key, ~key deletes one) or a flag (-m for a multirun sweep, "
+                    "--cfg job, --help)")
     for arg, override in overrides:
         if flags is not None and not flags.multirun and override.is_sweep_override() \
                 and not override.key_or_group.startswith("hydra"):
-            return (f"{arg} is invalid without -m: a sweep runs one job per value with -m first (-m {arg}); "
-                    "a list is key=[a,b]")
+            return (f"{arg} is invalid without -m: a sweep runs one job per value with -m first "
+                    f"(-m {arg}); a list is key=[a,b]")
     for _, override in overrides:
         # name= is the folder of the run: ../../x would write outside outputs/.
         if override.key_or_group != "name" or override.is_delete():
             continue
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(override.value())]
+        values = (list(override.sweep_string_iterator()) if override.is_sweep_override()
+                  else [str(override.value())])
         for value in values:
             if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
-                return (f"name={value!r} is invalid: it is the folder of the run under outputs/, so it must be one "
-                        "plain folder name (no '/', not '.' or '..')")
+                return (f"name={value!r} is invalid: it is the folder of the run under outputs/, "
+                        "so it must be one plain folder name (no '/', not '.' or '..')")
     if flags is not None and sum(map(bool, (flags.run, flags.multirun, flags.cfg, flags.info,
                                             flags.shell_completion))) > 1:
-        return ("the command line is invalid: only one of --run, -m (--multirun), --cfg, --info and "
-                "--shell-completion can be given (Hydra's modes)")
+        return ("the command line is invalid: only one of --run, -m (--multirun), --cfg, --info "
+                "and --shell-completion can be given (Hydra's modes)")
     if problem := _sweeper_option_problem(overrides):
         return problem
     if _other_configs(flags, overrides):
-        return None  # choices and keys of configs outside CONF_DIR are Hydra's to check
+        return None  # configs outside CONF_DIR are Hydra's to check
     return _bad_choice_or_key(overrides)
 
 
-# The sweeper's options (conf/hydra/sweeper/sarathi.yaml) and what each allows: Hydra hands them over
-# unchecked (max_batch_size=0 failed an assert inside Hydra; repeat_ignored=maybe counted as true).
+# The sweeper's options and what each allows: Hydra hands them over unchecked.
 _SWEEPER_OPTIONS = {
     "hydra.sweeper.max_batch_size": ("null, or an integer >= 1 (jobs per batch)",
                                      lambda v: v is None or type(v) is int and v >= 1),
@@ -98,7 +92,8 @@ def _sweeper_option_problem(overrides: list[tuple[str, Override]]) -> str | None
         allowed = _SWEEPER_OPTIONS.get(override.key_or_group)
         if allowed is None or override.is_delete():
             continue
-        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        values = (list(override.sweep_iterator()) if override.is_sweep_override()
+                  else [override.value()])
         bad = next((v for v in values if not allowed[1](v)), None)
         if bad is not None or not values:
             return f"{override.key_or_group}={bad!r} is invalid: allowed values are {allowed[0]}"
@@ -106,8 +101,7 @@ def _sweeper_option_problem(overrides: list[tuple[str, Override]]) -> str | None
 
 
 def output_dir_problem(args: list[str]) -> tuple[str, int] | None:
-    """The one-line error and exit code (2 the command's fault, 1 the machine's) for an output directory
-    this command could not write (Hydra creates it before the run starts, ending in a traceback), or None."""
+    """(error, exit code: 2 the command's fault, 1 the machine's), else Hydra's traceback."""
     flags, _, overrides = _parse(tuple(args))
     if flags is None or _other_configs(flags, overrides):
         return None
@@ -115,7 +109,7 @@ def output_dir_problem(args: list[str]) -> tuple[str, int] | None:
         hydra = _composed(overrides).hydra
         key = "hydra.sweep.dir" if flags.multirun else "hydra.run.dir"
         target = Path(str(hydra.sweep.dir if flags.multirun else hydra.run.dir)).absolute()
-    except Exception:  # noqa: BLE001 - a config Hydra will refuse itself, with its own message
+    except Exception:  # noqa: BLE001 - a config Hydra will refuse itself
         return None
     existing = next(p for p in (target, *target.parents) if p.exists() or p.is_symlink())
     if not existing.is_dir():
@@ -124,13 +118,14 @@ def output_dir_problem(args: list[str]) -> tuple[str, int] | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "it" if existing == target else f"{existing}, where it would be created,"
         why = "a read-only filesystem, or no permission"
-        return f"{key}={target} cannot be written: {where} is read-only ({why}); choose another directory", 1
+        return (f"{key}={target} cannot be written: {where} is read-only ({why}); "
+                "choose another directory"), 1
     return None
 
 
 def _group_values(override: Override) -> list[str] | None:
-    """The options a group override chooses ([] for `experiment=null`), or None for a glob or range
-    of options, which are Hydra's to expand and check."""
+    """None for a glob or range, Hydra's to expand and check."""
+
     value = override.value()
     if override.is_sweep_override():
         return list(override.sweep_string_iterator()) if isinstance(value, ChoiceSweep) else None
@@ -139,19 +134,18 @@ def _group_values(override: Override) -> list[str] | None:
 
 def _group_options(group_dir: Path) -> list[str]:
     # Options in subfolders too: experiment=ci/pd_ratio.
-    return sorted(p.relative_to(group_dir).with_suffix("").as_posix() for p in group_dir.rglob("*.yaml"))
+    return sorted(p.relative_to(group_dir).with_suffix("").as_posix()
+                  for p in group_dir.rglob("*.yaml"))
 
 
 def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
-    """The error for the first unknown group choice, else for the first plain key that the config
-    composed of the overrides' choices lacks (unless a choice is a glob or range: Hydra's to expand)."""
     keys, globbed, added, schedulers = [], False, set(), set()
     for arg, override in overrides:
         key = override.key_or_group
         if not (CONF_DIR / key).is_dir():
             if not (key.startswith("hydra") or override.is_force_add() or override.is_delete()) \
                     and (not override.is_add() or _knob_owners(key)):
-                keys.append((arg, key))  # +scheduler.KNOB of another scheduler: it would be ignored
+                keys.append((arg, key))  # +scheduler.KNOB of another scheduler would be ignored
                 added |= {arg} if override.is_add() else set()
             continue
         values = _group_values(override)
@@ -173,8 +167,8 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
     known = set(_dotted_keys(tree))
     for arg, key in keys:
         if key in known or arg in added and set(_knob_owners(key)) & schedulers:
-            continue  # a sweep over schedulers, one of which reads it (the others say so as they run)
-        from sarathi_lab.harness.schema import unknown_key  # the schema's one refusal of it
+            continue  # a sweep over schedulers, one of which reads it (the others say so)
+        from sarathi_lab.harness.schema import unknown_key
 
         return (_knob_owners(key) and _foreign_knob(arg, overrides, choices)) or \
             str(unknown_key(key, arg.partition("=")[2], known))
@@ -182,7 +176,6 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
 
 
 def _knob_owners(key: str) -> list[str]:
-    """The schedulers with the knob ``key`` (``scheduler.KNOB``) names: the engine's registry."""
     if not key.startswith("scheduler."):
         return []
     from sarathi_lab.engine.scheduler.base import knob_owners  # here: few command lines set a knob
@@ -192,8 +185,6 @@ def _knob_owners(key: str) -> list[str]:
 
 def _foreign_knob(arg: str, overrides: list[tuple[str, Override]],
                   choices: list[str]) -> str | None:
-    """The engine's refusal of another scheduler's knob (scheduler.foreign_knob), named as the run's
-    config spells the keys; None where the chosen scheduler reads it."""
     from sarathi_lab.engine.scheduler.base import foreign_knob
     from sarathi_lab.harness.schema import RUN_KEYS
 
@@ -207,31 +198,33 @@ def _foreign_knob(arg: str, overrides: list[tuple[str, Override]],
 
 
 def sweep_note(args: list[str]) -> str | None:
-    """With --cfg, what the chosen experiment's sweep sets per job under -m, which the one composed
-    config Hydra prints cannot show."""
+    """With --cfg, what the experiment's sweep sets per job: one composed config cannot show it."""
+
     flags, _, overrides = _parse(tuple(args))
-    choices = [arg for arg, o in overrides if o.key_or_group == "experiment" and not o.is_sweep_override()]
+    choices = [arg for arg, o in overrides
+               if o.key_or_group == "experiment" and not o.is_sweep_override()]
     if "--cfg" not in args and "-c" not in args or not choices or _other_configs(flags, overrides):
         return None
     params = compose_config(choices, hydra=True).hydra.sweeper.params or {}
     if not params:
         return None
     swept = "; ".join(f"{k}: {v}" for k, v in params.items())
-    return f"# -m runs one job per combination of {swept} (command-line values win), over the config below"
+    return (f"# -m runs one job per combination of {swept} (command-line values win), "
+            "over the config below")
 
 
 def _group_choices(overrides: list[tuple[str, Override]]) -> list[str]:
-    """Each group override's choice (a sweep's first), as the checks compose the config."""
+    """A sweep's first choice."""
     return [f"{o.key_or_group}={values[0]}" for _, o in overrides
-            if (CONF_DIR / o.key_or_group).is_dir() and not o.is_delete() and (values := _group_values(o))]
+            if (CONF_DIR / o.key_or_group).is_dir() and not o.is_delete()
+            and (values := _group_values(o))]
 
 
 def _composed(overrides: list[tuple[str, Override]]) -> DictConfig:
-    """The one config both checks read (the keys known, where the run's directory goes), Hydra's
-    node included: the group choices (an experiment's too) and the overrides that place the directory.
-    Read, never changed."""
     run_dir = [arg for arg, o in overrides if not o.is_sweep_override() and not o.is_delete()
-               and (o.key_or_group == "name" or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
+               and (o.key_or_group == "name"
+                    or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
+
     return _compose_once((*_group_choices(overrides), *run_dir))
 
 

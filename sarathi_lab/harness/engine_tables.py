@@ -1,7 +1,5 @@
-"""The engine's records as the results contract's tables (iterations.parquet, requests.parquet): arrow
-tables of the types a DataFrame of the same rows is written with, built from the records' buffers, so
-that a run writes its results without pandas (a fifth of a simulated run's start, which pyarrow's own
-conversions import)."""
+"""The engine's records as arrow tables of the types a DataFrame of the same rows is written with,
+built from buffers, so that a run writes its results without importing pandas."""
 from __future__ import annotations
 
 from itertools import chain
@@ -13,16 +11,16 @@ from sarathi_lab.engine.metrics import Metrics
 
 
 def engine_tables(metrics: Metrics) -> dict[str, pa.Table]:
-    """The results contract's tables (the iterations also W&B's history)."""
     rows = metrics.request_rows()
     requests = {name: [row[name] for row in rows] for name in (rows[0] if rows else ())}
+    tables = (("iterations", metrics.iteration_columns()), ("requests", requests))
     return {name: pa.table({k: _column(v) for k, v in columns.items()})
-            for name, columns in (("iterations", metrics.iteration_columns()), ("requests", requests))}
+            for name, columns in tables}
 
 
 def _column(values) -> pa.Array:
-    """As pandas writes a column: numbers with NaN and None as nulls (whole numbers beside a None as
-    floats), None alone a null column, sequences a list column (of null items where all are empty)."""
+    """As pandas writes a column: NaN and None as nulls, ints beside a None as floats, sequences
+    as a list column."""
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _numbers(values)
     values = list(values)
@@ -31,8 +29,8 @@ def _column(values) -> pa.Array:
         np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
         items = list(chain.from_iterable(values))
         child = _column(items) if items else pa.nulls(0)
-        return pa.ListArray.from_buffers(pa.list_(child.type), len(values), [None, pa.py_buffer(offsets)],
-                                         children=[child])
+        return pa.ListArray.from_buffers(pa.list_(child.type), len(values),
+                                         [None, pa.py_buffer(offsets)], children=[child])
     numbers = np.array(values)  # in C: int64 or float64 where every value is a number, else objects
     if numbers.dtype.kind in "if":
         return _numbers(numbers)
@@ -48,5 +46,7 @@ def _numbers(array: np.ndarray) -> pa.Array:
     dtype, kind = {"i": (np.int64, pa.int64()), "f": (np.float64, pa.float64())}[array.dtype.kind]
     array = np.ascontiguousarray(array, dtype=dtype)
     nan = np.isnan(array) if dtype is np.float64 else None
-    valid = pa.py_buffer(np.packbits(~nan, bitorder="little")) if nan is not None and nan.any() else None
+    valid = (pa.py_buffer(np.packbits(~nan, bitorder="little"))
+             if nan is not None and nan.any() else None)
+
     return pa.Array.from_buffers(kind, len(array), [valid, pa.py_buffer(array)])

@@ -1,8 +1,5 @@
-"""Fewer cyclic garbage collections while a simulated run builds and serves its requests: it allocates
-millions of objects that live to the end (requests, their tokens, every iteration's record) and makes
-almost no cycles, so the collector's youngest generation, at its default of 700 allocations, walks the
-same young objects again and again for nothing. A run on a real device keeps the defaults: a larger
-young generation means longer pauses, and those would land inside the times it measures."""
+"""Fewer garbage collections in a simulated run, whose millions of long-lived objects make almost
+no cycles; a real run keeps the defaults, as longer pauses would land inside its times."""
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +12,6 @@ SIM_GEN0_THRESHOLD = 50_000
 
 @contextlib.contextmanager
 def fewer_collections(simulated: bool) -> Iterator[None]:
-    """Within the block, with ``simulated``, the youngest generation collected every
-    SIM_GEN0_THRESHOLD allocations; the thresholds as they were after it."""
     before = gc.get_threshold()
     if simulated:
         gc.set_threshold(SIM_GEN0_THRESHOLD, *before[1:])

@@ -1,9 +1,6 @@
-"""SIGINT and SIGTERM (what Slurm, submitit and `kill` send) as one exception, so a run saves its
-partial records the same way whichever signal stopped it. A finalizer or a C extension's callback can
-swallow the exception, so the handler also notes the signal and the engine's per-iteration hook
-raises it again (raise_if_interrupted): a swallowed signal costs an iteration, not the run. Python
-prints such a swallowed exception as "Exception ignored in ..." with its traceback; the block's
-unraisable hook keeps that quiet for Interrupted alone, since it is raised again."""
+"""SIGINT and SIGTERM as one exception, so a run saves its partial records the same way. A
+finalizer can swallow it, so the signal is noted and raised again per iteration (its "Exception
+ignored" print kept quiet): a swallowed signal costs an iteration, not the run."""
 from __future__ import annotations
 
 import signal
@@ -50,8 +47,7 @@ def signals_interrupt(*signums: int) -> Iterator[None]:
 
 
 def interruption_of(error: BaseException) -> Interrupted | None:
-    """The Interrupted ``error`` is, or wraps: Python 3.11 wraps an exception raised where a class is
-    being built (a dataclass field's __set_name__ while a module imports) in a RuntimeError."""
+    """Python 3.11 wraps an exception raised while a class is built in a RuntimeError."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, Interrupted):
@@ -62,16 +58,16 @@ def interruption_of(error: BaseException) -> Interrupted | None:
 
 
 def raise_if_interrupted() -> None:
-    """Raise Interrupted again for a signal this signals_interrupt block received and something swallowed."""
+    """Raise Interrupted again for a signal received here and swallowed."""
     if _received:
         raise Interrupted(_received[0])
 
 
 @contextmanager
 def deferred_signals(*signums: int, raise_at_end: bool = True) -> Iterator[list[int]]:
-    """The signals received in the block, noted and not raised there (the list it yields): work that
-    must not stop half-way (starting a sweep's jobs, whose handles come back only once all have
-    started) finishes first. ``raise_at_end``: the first one raised as Interrupted as the block ends."""
+    """Signals noted, not raised, so work that must not stop half-way finishes first;
+    ``raise_at_end``: the first raised as Interrupted as the block ends."""
+
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}
     try:

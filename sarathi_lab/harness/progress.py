@@ -1,6 +1,4 @@
-"""Progress of a run, fed by the engine's on_iteration hook: a tqdm bar on a terminal, a periodic
-log line otherwise; per-iteration work is one counter update.
-"""
+"""A run's progress: a tqdm bar on a terminal, a periodic log line otherwise."""
 from __future__ import annotations
 
 import logging
@@ -22,18 +20,20 @@ class Progress:
         self._num_requests = num_requests
         self._live_metrics = live_metrics
         interactive = sys.stderr.isatty() if interactive is None else interactive
-        self._bar = tqdm(total=total_tokens, unit="tok", desc="generate", leave=False) if interactive else None
+        self._bar = (tqdm(total=total_tokens, unit="tok", desc="generate", leave=False)
+                     if interactive else None)
         self._interval_s = 0.5 if interactive else 10.0
         self._start = self._last = time.monotonic()
         self._iterations = self._tokens = 0
 
     def __call__(self, record: IterationRecord) -> None:
-        raise_if_interrupted()  # a signal whose exception something swallowed (harness/interrupts.py)
+        raise_if_interrupted()  # a signal whose exception something swallowed
         self._iterations += 1
         self._tokens += record.num_tokens
         if self._bar is not None:
-            # Preempted requests recompute their tokens: more than the total, which tqdm warns of (and
-            # clamps); the bar grows to the work done instead.
+            # Preempted requests recompute tokens past the total, which tqdm warns of: the bar
+            # grows to the work done instead.
+
             self._bar.total = max(self._bar.total, self._bar.n + record.num_tokens)
             self._bar.update(record.num_tokens)
         now = time.monotonic()

@@ -1,8 +1,5 @@
-"""The on-disk contract of one run directory (experiments/README.md), and the loader notebooks use.
-
-Every file is written to a temporary name and renamed into place, metrics.json last, so a run that
-dies at any point leaves nothing that looks complete.
-"""
+"""A run directory's on-disk contract (experiments/README.md) and the loader notebooks use. Each
+file is renamed into place, metrics.json last: a run that dies leaves nothing looking complete."""
 from __future__ import annotations
 
 import errno
@@ -27,19 +24,20 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 METRICS = "metrics.json"
-WANDB_DIR = "wandb"     # where a run's W&B files go, under its directory
+WANDB_DIR = "wandb"
 STATUS = "status.json"
 log = logging.getLogger(__name__)
-SWEEP_SUMMARY = "sweep_summary.json"  # a multirun's report on its jobs, written by harness/sweep.py
-SWEEP_TABLE = "sweep_summary.csv"     # and its jobs side by side: swept keys and headline metrics
-CAPACITY_JSON = "capacity.json"       # a capacity search's trials and result, beside its metrics.json
-EXPORT = "export"                     # the config's block of what a run writes beside its results (schema.ExportCfg)
+SWEEP_SUMMARY = "sweep_summary.json"
+SWEEP_TABLE = "sweep_summary.csv"
+CAPACITY_JSON = "capacity.json"
+EXPORT = "export"
 Status = Literal["running", "ok", "skipped", "failed", "interrupted", "killed"]
 
-# Old metric names (before they carried units) to today's: load_runs puts old and new runs in one table.
+# Old metric names (before they carried units) to today's: old and new runs load as one table.
 RENAMED = {
     **{f"{old}_throughput": f"{old}_throughput_tok_s" for old in ("prefill", "decode", "total")},
-    **{f"{old}_p{p}": f"{new}_p{p}_s" for old, new in (("ttft", "ttft"), ("tbt", "itl"), ("e2e", "e2el"))
+    **{f"{old}_p{p}": f"{new}_p{p}_s"
+       for old, new in (("ttft", "ttft"), ("tbt", "itl"), ("e2e", "e2el"))
        for p in (50, 90, 99)},
     **ITERATION_COLUMNS, **REQUEST_COLUMNS, "ttft": "ttft_s", "e2e": "e2el_s",
     "capacity_qps": "capacity_rps", "lowest_failing_qps": "lowest_failing_rps", "qps": "rate_rps",
@@ -49,15 +47,13 @@ RENAMED = {
 
 @dataclass
 class RunResult:
-    """metrics.json."""
     summary: dict[str, float]
-    config: dict[str, Any]          # RunConfig.key_values()
+    config: dict[str, Any]
     environment: dict[str, Any]
-    overrides: list[str]            # Hydra's task overrides
+    overrides: list[str]
     resolved_config: dict[str, Any]
     partial: bool
     wall_time_s: float
-    # What decides the result besides the config (harness/run_inputs.py: a trace's path and hash).
     inputs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,19 +62,19 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def next_dir(run_dir: Path) -> Path:
-    """Where a rerun into a finished run's directory works and records itself, leaving that run as it is."""
     return run_dir.parent / f".{run_dir.name}.next"
 
 
-def config_change(run_dir: Path, resolved_config: dict[str, Any], inputs: dict[str, Any] | None = None) -> str | None:
-    """The first key where resolved_config differs from the finished run in run_dir, as "key: old -> new";
-    then the first of its ``inputs`` (RunResult.inputs) that differs, a run that recorded none counting
-    as one of unknown inputs."""
+def config_change(run_dir: Path, resolved_config: dict[str, Any],
+                  inputs: dict[str, Any] | None = None) -> str | None:
+    """The first differing key as "key: old -> new"; no recorded inputs count as unknown ones."""
     record, inputs = read_record(run_dir / METRICS), inputs or {}
     old, new = _flatten("", record["resolved_config"]), _flatten("", resolved_config)
     for key in sorted(old.keys() | new.keys()):
-        # What a run does with its directory, or writes beside its results, changes nothing it measured.
-        if key != "on_existing" and not key.startswith(f"{EXPORT}.") and old.get(key) != new.get(key):
+        # What a run does with its directory, or writes beside its results, changes no measure.
+        ignored = key == "on_existing" or key.startswith(f"{EXPORT}.")
+        if not ignored and old.get(key) != new.get(key):
+
             return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
     recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
     for key in sorted(inputs.keys() | recorded.keys()):
@@ -89,7 +85,6 @@ def config_change(run_dir: Path, resolved_config: dict[str, Any], inputs: dict[s
 
 
 def result_files(run_dir: Path) -> list[Path]:
-    """Complete and partial result files currently in run_dir."""
     return [*run_dir.glob("metrics*.json"), *run_dir.glob("*.parquet")]
 
 
@@ -99,9 +94,8 @@ def clear_results(run_dir: Path) -> None:
         path.unlink()
 
 
-def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table], result: RunResult) -> None:
-    """Each table as ``<name>.parquet``: a measurement's DataFrame, or the engine's records built as an
-    arrow table (harness/engine_tables.py), of the columns and types the DataFrame would have given."""
+def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table],
+                  result: RunResult) -> None:
     suffix = ".partial" if result.partial else ""
     written = []
     try:
@@ -111,8 +105,7 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table], res
             written.append(path)
         write_json(run_dir / f"metrics{suffix}.json", asdict(result))
     except BaseException:
-        # Tables without their metrics.json are half a result: removed, which also gives a full disk
-        # back the room the run's failed status takes.
+        # Half a result: removed, which also gives a full disk room for the failed status.
         for path in written:
             with suppress(OSError):
                 path.unlink()
@@ -120,15 +113,16 @@ def write_results(run_dir: Path, tables: dict[str, pd.DataFrame | pa.Table], res
 
 
 def _write_parquet(table: pd.DataFrame | pa.Table, path: Path) -> None:
-    if hasattr(table, "to_parquet"):  # a DataFrame
+    if hasattr(table, "to_parquet"):
         table.to_parquet(path, index=False)
         return
-    import pyarrow.parquet as pq  # where a run writes tables; a DataFrame imports it too
+    import pyarrow.parquet as pq
 
     pq.write_table(table, path)
 
 
-def write_status(run_dir: Path, status: Status, error: str | None = None, traceback: str | None = None) -> None:
+def write_status(run_dir: Path, status: Status, error: str | None = None,
+                 traceback: str | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     record = {"status": status, "time": time.time(), "error": error, "traceback": traceback}
     try:
@@ -136,8 +130,7 @@ def write_status(run_dir: Path, status: Status, error: str | None = None, traceb
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not (run_dir / STATUS).is_file():
             raise
-        # A full disk has no room for a second copy: the status rewritten in place, in the blocks of the
-        # one it replaces and without the traceback, so a run that failed never stays `running`.
+        # A full disk: rewritten in place, so a run that failed never stays `running`.
         with open(run_dir / STATUS, "r+") as f:
             f.write(json.dumps(record | {"traceback": None}))
             f.truncate()
@@ -148,8 +141,7 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_json(path: Path, warn: bool = False) -> Any:
-    """path's JSON, or None where it is missing or (with a warning if ``warn``) unreadable: never read
-    where it is not a regular file (a FIFO would wait for a writer forever)."""
+    """Only a regular file is read: a FIFO would wait for a writer forever."""
     try:
         if path.exists() and not path.is_file():
             raise IsADirectoryError(f"{path} is not a regular file")
@@ -163,8 +155,7 @@ def read_json(path: Path, warn: bool = False) -> Any:
 
 
 def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
-    """An exclusive flock on path (a file descriptor: close it to release), which the kernel drops
-    however its holder dies; BlockingIOError while another holds it; None on a filesystem without locks."""
+    """A flock the kernel drops however its holder dies; None on a filesystem without locks."""
     fd = os.open(path, flags, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -177,8 +168,7 @@ def lock(path: Path, flags: int = os.O_RDONLY) -> int | None:
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` to a temporary name beside ``path``, then renamed over it: a reader sees the old file
-    or the new one whole, and any failure (a full disk, a read-only filesystem) leaves no temporary file."""
+    """A reader sees the old file or the new one whole."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
@@ -205,11 +195,10 @@ def _nan_to_none(value: Any) -> Any:
 
 
 class UnreadableRun(ValueError):
-    """A finished run's records that cannot be read (truncated, empty, corrupt, or missing a field)."""
+    """A finished run's records that cannot be read."""
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    """A metrics.json, or an UnreadableRun naming it and what is wrong."""
     try:
         if path.exists() and not path.is_file():  # a FIFO would wait for a writer forever
             raise ValueError("not a regular file")
@@ -224,18 +213,14 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def is_read(relative: Path) -> bool:
-    """Whether a run's metrics.json at ``relative`` (to the folder read) is one readers read: not the
-    copy each run uploads to W&B (wandb_logger), nor under a folder whose name starts with a dot (a
-    resumed sweep's stale jobs set aside, a rerun's working folder, Hydra's records)."""
+    """Not W&B's copy, nor under a dot folder (stale jobs, a rerun's, Hydra's)."""
     folders = relative.parts[:-1]
     return WANDB_DIR not in folders and not any(part.startswith(".") for part in folders)
 
 
 def load_runs(root: str | Path, table: str = "summary", strict: bool = False) -> pd.DataFrame:
-    """Every finished run under root as one DataFrame: each row its key config values, the keys its
-    overrides set, ``run_dir``, and the summary and ``env.*`` (table="summary") or that table's rows.
-    An unreadable run is left out with a warning (``strict``: UnreadableRun)."""
-    import pandas as pd  # here: a run writes its results without it (write_results)
+    """An unreadable run is left out with a warning (``strict``: raised)."""
+    import pandas as pd  # here: a run writes its results without it
 
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=natural_order):
@@ -250,8 +235,9 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
             elif (file := path.parent / f"{table}.parquet").exists():
                 try:
                     rows = pd.read_parquet(file)
-                except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-                    raise UnreadableRun(f"{file} is unreadable ({' '.join(str(e).split())[:200]})") from None
+                except (OSError, ValueError) as e:  # ArrowInvalid is a ValueError
+                    said = " ".join(str(e).split())[:200]
+                    raise UnreadableRun(f"{file} is unreadable ({said})") from None
                 # Only these had the old names; a measurement task's "start" is its own.
                 if table in ("iterations", "requests", "trials"):
                     rows = rows.rename(columns=current_names)
@@ -264,19 +250,15 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
 
 
 def current_names(names: Any) -> Any:
-    """A summary (dict) with today's key names, or one column's name (str)."""
     if isinstance(names, str):
         return RENAMED.get(names, names)
     return {RENAMED.get(k, k): v for k, v in names.items()}
 
 
-# The one way every table and figure names where a run's numbers come from (as its environment record
-# says): measured on a CPU, measured on a GPU, or predicted by a cost model. The sweep table, the claims
-# table and the figures all read it from here.
+# The one way every table and figure names where a run's numbers come from.
 def simulated_source(device: str, cost_model: str, tp: int = 1, pp: int = 1) -> str:
-    """How a claim or figure names numbers a cost model predicted: 'simulated A100 (roofline)',
-    'simulated 2 x A100 (roofline, tensor parallel)', or with pipeline stages 'simulated 8 x A100
-    (roofline, TP4 x PP2)'."""
+    """'simulated 2 x A100 (roofline, tensor parallel)'."""
+
     tp, pp = int(tp), int(pp)
     if pp > 1:
         return f"simulated {tp * pp} x {device.upper()} ({cost_model}, TP{tp} x PP{pp})"
@@ -285,34 +267,31 @@ def simulated_source(device: str, cost_model: str, tp: int = 1, pp: int = 1) -> 
 
 
 def run_source(executor: Mapping[str, Any], device: str | None) -> str:
-    """'measured CPU', 'measured GPU', 'measured CPU, vLLM 0.32.0' or e.g. 'simulated A100 (calibrated)':
-    ``executor`` holds ``executor`` (model | sim | vllm), for vllm ``vllm_version`` where known, and,
-    when simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp`` and (with pipeline stages) ``sim_pp``
-    (a run's environment record holds them all); ``device``: the device a measured run ran on."""
+    """'measured CPU', 'measured GPU', 'measured CPU, vLLM 0.32.0' or a simulated_source."""
     if recorded_as(executor.get("executor"), "simulated"):
         return simulated_source(str(executor.get("sim_device", "unrecorded")),
-                                str(executor.get("sim_cost_model", "unrecorded")), executor.get("sim_tp") or 1,
-                                executor.get("sim_pp") or 1)
+                                str(executor.get("sim_cost_model", "unrecorded")),
+                                executor.get("sim_tp") or 1, executor.get("sim_pp") or 1)
     measured = "measured GPU" if str(device or "").startswith("cuda") else "measured CPU"
     if recorded_as(executor.get("executor"), "engine_label"):
         # Another engine's numbers must not read as this one's.
         version = executor.get("vllm_version")
-        return f"{measured}, {executor_class(executor['executor']).engine_label}" + (f" {version}" if version else "")
+        label = executor_class(executor["executor"]).engine_label
+        return f"{measured}, {label}" + (f" {version}" if version else "")
     return measured
 
 
 def natural_order(path: Path) -> list:
-    """Sort key of paths whose numbers count: multirun job dirs start with theirs, 2_... before 10_...."""
+    """Job dirs 2_... before 10_...."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 
 def override_key(override: str) -> str:
-    """The key a command-line override sets: 'chunk' of 'chunk=256', '+workload.cv=2' and '~logger'."""
+    """'chunk' of 'chunk=256', 'workload.cv' of '+workload.cv=2', 'logger' of '~logger'."""
     return override.split("=", 1)[0].lstrip("+~")
 
 
 def _override_columns(record: dict) -> dict[str, Any]:
-    """Values of overridden keys the key config does not already hold, as dotted columns."""
     columns = {}
     for override in record["overrides"]:
         key = override_key(override)
@@ -327,5 +306,7 @@ def _override_columns(record: dict) -> dict[str, Any]:
 
 def _flatten(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
-        return {k: v for sub, val in value.items() for k, v in _flatten(f"{key}.{sub}" if key else sub, val).items()}
+        return {k: v for sub, val in value.items()
+                for k, v in _flatten(f"{key}.{sub}" if key else sub, val).items()}
+
     return {key: value}

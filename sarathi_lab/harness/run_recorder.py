@@ -1,9 +1,5 @@
-"""What a run writes and logs: its results behind the results contract, and the same to W&B.
-
-One object per run, built once the engine exists, so that the run, its partial records on an
-interrupt and the serving runs a task records of its own (a capacity search's trials) all write the
-same environment, plan record and inputs.
-"""
+"""What a run writes and logs, one object per run, so that the run, its partial records and a
+task's own serving runs all write the same environment, plan record and inputs."""
 from __future__ import annotations
 
 import logging
@@ -24,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    Tables = dict[str, pd.DataFrame | pa.Table]  # a measurement's DataFrames, or the engine's (engine_tables)
+    Tables = dict[str, pd.DataFrame | pa.Table]  # a measurement's DataFrames, or the engine's
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +33,20 @@ class RunRecorder:
     overrides: list[str]
     inputs: dict[str, Any]
     plan_record: dict[str, Any]  # what the plan settled that the config does not say
-    group: str                   # the W&B group: the sweep, the capacity search, or the experiment
-    run_dir: Path                # where this run's own records go (partial ones too)
+    group: str                   # the W&B group
+    run_dir: Path
     # The machine's load when the run began, which assess() compares the end against.
     before: Any = field(default_factory=load.snapshot)
     start: float = field(default_factory=time.perf_counter)
 
     def save(self, directory: Path, summary: dict[str, float], tables: Tables, partial: bool,
              config: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Writes the results into directory; returns the environment recorded."""
         directory.mkdir(parents=True, exist_ok=True)
         llm = self.llm
         # A simulation runs on the host's CPU, whatever device the engine's config names.
         device = "cpu" if llm.config.kind.simulated else llm.config.torch_device
-        environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm, self._machine(),
-                                          llm.cuda_graphs)
+        environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm,
+                                          self._machine(), llm.cuda_graphs)
         write_results(directory, tables, RunResult(
             summary=summary | self.plan_record,
             config=self.cfg.key_values() | self._settled() | (config or {}),
@@ -60,8 +55,7 @@ class RunRecorder:
         return environment
 
     def _settled(self) -> dict[str, Any]:
-        """What the plan settled that a results table is indexed by: the chunk alignment that ran
-        (scheduler.chunk_align with auto settled; "none" for a scheduler without the knob)."""
+        """The chunk alignment that ran (auto settled), which results tables are indexed by."""
         return {"chunk_align": self.llm.plan.scheduler_config.chunk_alignment}
 
     def log(self, directory: Path, name: str, summary: dict[str, float], tables: Tables,
@@ -69,15 +63,16 @@ class RunRecorder:
         cfg = self.cfg
         log_to_wandb(cfg.logger, WandbRun(
             run_dir=directory, name=name, group=self.group, job_type=cfg.name,
-            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
+            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name,
+                                     cfg.model.name,
                                      *(["simulated"] if environment["simulated"] else [])])),
-            config=self.resolved_config, environment=environment, summary=summary | self.plan_record,
+            config=self.resolved_config, environment=environment,
+            summary=summary | self.plan_record,
             history=tables.get("iterations"),
             tables={k: v for k, v in tables.items() if k != "iterations"}))
 
     def record_run(self, directory: Path, name: str, summary: dict[str, float], metrics: Metrics,
                    config: dict[str, Any], partial: bool = False) -> None:
-        """A serving run a task records of its own (TaskContext.record_run)."""
         tables = engine_tables(metrics)
         environment = self.save(directory, summary, tables, partial=partial, config=config)
         if not partial:  # W&B gets finished runs only
@@ -95,12 +90,11 @@ class RunRecorder:
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         if self.cfg.engine.kind.runs_model:
-            # Imported here: a simulated run loads no attention backend.
             from sarathi_lab.attention.backend import interpreted
 
             if why := interpreted(self.llm.config.attention, self.llm.config.torch_device):
-                # Whatever the load: the times are the interpreter's, no measurement of the engine (the
-                # engine said so when it was built).
+                # Whatever the load: the times are the interpreter's, not the engine's.
+
                 machine |= {"timing_unreliable": True, "timing_note": why}
         return machine
 

@@ -1,8 +1,5 @@
-"""One experiment run: preflight, build the engine, serve the workload (or run a task), save, log.
-
-A rerun into a finished run's directory works in `.<dir>.next/` and swaps in only once it has
-finished, so that a refused, skipped or failed rerun leaves the old run whole.
-"""
+"""One experiment run. A rerun into a finished run's directory works in `.<dir>.next/` and swaps
+in only once finished, so that a refused, skipped or failed rerun leaves the old run whole."""
 from __future__ import annotations
 
 import logging
@@ -50,13 +47,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunContext:
     output_dir: Path
-    overrides: list[str]    # Hydra's task overrides
-    group: str | None       # the sweep this run belongs to
-    # Hydra's record of the composed config ({file name: config}), written to .hydra/ once the run is accepted.
+    overrides: list[str]
+    group: str | None
+    # Written to .hydra/ once the run is accepted.
     hydra_record: dict[str, Any] | None = None
-    status_dir: Path | None = None  # set by claim_status_dir: output_dir, or beside it (a finished run there)
-    lock: int | None = None         # the output directory's lock, held until release()
-    sweep_job: bool = False         # keeps a finished run of its config under on_existing=refuse too
+    status_dir: Path | None = None  # output_dir, or beside it where a finished run is there
+    lock: int | None = None
+    sweep_job: bool = False         # keeps its config's finished run under on_existing=refuse too
 
     def release(self) -> None:
         if self.lock is not None:
@@ -65,8 +62,7 @@ class RunContext:
 
 
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
-    """The run (the CLI's and run_in_process's): its edge, where the engine's refusals are named as
-    the run's config spells the settings."""
+    """The edge where the engine's refusals are named as the run's config spells them."""
     with named_as(engine_keys(cfg.model)):
         return _run_experiment(cfg, resolved_config, ctx)
 
@@ -82,23 +78,21 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
     llm = _build_llm(cfg, checked)
     recorder = RunRecorder(
         cfg, llm, resolved_config, ctx.overrides, inputs,
-        # What the plan settled that the run's config does not say: an auto budget, and the KV cache's size,
-        # which a sweep's table compares between jobs (schedulers and chunks size it differently).
+        # What the plan settled that the config does not say: an auto budget, the KV cache's size.
         plan_record=checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens},
-        # A sweep's jobs group by sweep, a capacity search's trials by search, a single run by experiment.
         group=ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name),
         run_dir=ctx.status_dir)
     if cfg.task == "serve":
         summary, tables, headline = _serve_and_summarize(cfg, llm, checked.workload, recorder)
-    else:  # a measurement task; one that takes the run's context (its module says so) is given it
-        task, context = measurement(cfg.task), TaskContext(ctx.status_dir, checked.workload, recorder.record_run,
-                                                           recorder.save_partial, resolved_config)
+    else:
+        task = measurement(cfg.task)
+        context = TaskContext(ctx.status_dir, checked.workload, recorder.record_run,
+                              recorder.save_partial, resolved_config)
         summary, tables = task(cfg, llm, context) if takes_context(cfg.task) else task(cfg, llm)
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = recorder.save(ctx.status_dir, summary, tables, partial=False)
     if not isinstance(llm, LLM):
-        # vLLM's engine and the weights it was given, once the run's load was judged: the threads its
-        # shutdown ends take their CPU and wait times out of the count.
+        # vLLM's engine, once the run's load was judged: its shutdown's threads stay out of it.
         llm.close()
     if finished:
         _swap_in(ctx)
@@ -110,25 +104,25 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
 
 
 def _open_run_dir(ctx: RunContext, finished: bool, engine: EngineConfig) -> None:
-    """Clears what an earlier attempt left in the run's directory, writes Hydra's record, marks it running."""
+    """Clears an earlier attempt's leavings, writes Hydra's record, marks the run running."""
     if finished:
-        shutil.rmtree(ctx.status_dir, ignore_errors=True)  # what an earlier refused or failed rerun left
+        shutil.rmtree(ctx.status_dir, ignore_errors=True)
         ctx.status_dir.mkdir(parents=True)
     else:
-        clear_results(ctx.output_dir)  # an interrupted earlier run's partial records
+        clear_results(ctx.output_dir)
     if ctx.hydra_record:
         (ctx.status_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, ctx.status_dir / ".hydra" / name)
     if engine.kind.runs_model and engine.device_type == "cpu":
-        # Before `running`: a library that kills the process as it loads must not leave a live-looking run.
+        # Before `running`: a library killing the process as it loads leaves no live-looking run.
         cpu_build.library()
     write_status(ctx.status_dir, "running")
 
 
 def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
-    if not cfg.engine.kind.our_engine:  # vLLM's, the one other engine
-        # Imported here: it loads the model code (to save the run's weights), which a simulated run has no use for.
+    if not cfg.engine.kind.our_engine:
+        # Imported here: it loads the model code, of no use to a simulated run.
         from sarathi_lab.harness.vllm_engine import VllmLLM
 
         llm = VllmLLM(checked.plan)
@@ -140,24 +134,25 @@ def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
 
 
 def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
-                         recorder: RunRecorder) -> tuple[dict[str, float], dict[str, pa.Table], str]:
-    """task=serve: the workload served; its summary, tables and the line the log ends with."""
+                         recorder: RunRecorder
+                         ) -> tuple[dict[str, float], dict[str, pa.Table], str]:
     slo = cfg.slo.as_slo()
     try:
         _serve(llm, workload)
     except KeyboardInterrupt:
-        # Metrics are appended live, so what was measured before the signal is whole, just incomplete.
+        # Metrics are appended live: what was measured before the signal is whole, just incomplete.
         recorder.save_partial(llm.metrics.summary(slo), engine_tables(llm.metrics))
         raise
     summary, tables = llm.metrics.summary(slo), engine_tables(llm.metrics)
     if summary["saturated"]:
-        # A first setting that drains, from what this run sustained (a trace replayed as recorded
-        # outpaces a CPU at the default batch at once).
-        served = len(workload.prompts) / summary["makespan_s"] if summary["makespan_s"] > 0 else 0.0
-        log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: the latency "
-                    "percentiles describe how long this run was, not a steady state. It served %.3g req/s at "
-                    "batch_size=%d; a first setting that drains: workload.qps=%.2g (below that), or a larger "
-                    "batch_size; task=capacity searches the highest rate within the SLOs",
+        # A first setting that drains, from what this run sustained.
+        span = summary["makespan_s"]
+        served = len(workload.prompts) / span if span > 0 else 0.0
+        log.warning("the waiting queue grew by %.0f requests over the arrivals and never drained: "
+                    "the latency percentiles describe how long this run was, not a steady state. "
+                    "It served %.3g req/s at batch_size=%d; a first setting that drains: "
+                    "workload.qps=%.2g (below that), or a larger batch_size; task=capacity "
+                    "searches the highest rate within the SLOs",
                     summary["queue_growth_requests"], served, cfg.batch_size, 0.5 * served)
     headline = (f"{summary['total_throughput_tok_s']:,.0f} tok/s total, "
                 f"{summary['decode_throughput_tok_s']:,.1f} decode tok/s, "
@@ -167,7 +162,6 @@ def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
 
 
 def _swap_in(ctx: RunContext) -> None:
-    """The finished rerun, made in the directory beside, takes the old run's place."""
     out, run_dir = ctx.output_dir, ctx.status_dir
     old = out.parent / f".{out.name}.old"
     shutil.rmtree(old, ignore_errors=True)
@@ -178,29 +172,30 @@ def _swap_in(ctx: RunContext) -> None:
     ctx.status_dir = out
 
 
-# Overrides a run's name leaves out: what its key values already say, and what does not change the run.
-_UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger", "logger.mode", "on_existing",
-            "export.timeline"}
+# Left out of a run's name: what its key values already say, and what does not change the run.
+_UNNAMED = {"model", "scheduler", "chunk", "batch_size", "experiment", "logger", "logger.mode",
+            "on_existing", "export.timeline"}
 
 
 def run_name(cfg: RunConfig, overrides: list[str]) -> str:
-    """The run's name in W&B, e.g. 'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
+    """'tiny sarathi chunk=64 batch_size=4 workload.qps=2'."""
     other = [o for o in overrides if override_key(o) not in _UNNAMED and not o.startswith("hydra")]
-    return " ".join([cfg.model.name, cfg.scheduler.name, f"chunk={cfg.chunk}", f"batch_size={cfg.batch_size}", *other])
+    return " ".join([cfg.model.name, cfg.scheduler.name, f"chunk={cfg.chunk}",
+                     f"batch_size={cfg.batch_size}", *other])
 
 
 def record_failure(status_dir: Path, e: BaseException) -> None:
-    """status.json of a run that raised e: interrupted, refused (its one-line error) or failed."""
     if isinstance(e, KeyboardInterrupt):
         write_status(status_dir, "interrupted", error=f"interrupted by {e}")
     elif isinstance(e, (ConfigError, ModelLoadError)):
         write_status(status_dir, "failed", error=str(e))
     else:
-        write_status(status_dir, "failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+        write_status(status_dir, "failed", error=f"{type(e).__name__}: {e}",
+                     traceback=traceback.format_exc())
 
 
 def claim_status_dir(ctx: RunContext) -> Path:
-    """Where this invocation records its status and log: beside the output dir if it holds a finished run."""
+    """Where status and log go: beside the output dir if it holds a finished run."""
     if ctx.status_dir is None:
         if ctx.output_dir.is_symlink():
             # The rerun and swap go beside the run where the link points: rmtree refuses a link.
@@ -214,59 +209,63 @@ def claim_status_dir(ctx: RunContext) -> Path:
 
 
 def _lock(out: Path) -> int | None:
-    """An exclusive lock on out (two runs started in the same second share its ${now:...} name), or a
-    ConfigError while another run holds it; None where the filesystem has no locks."""
+    """Two runs started in the same second share a ${now:...} name; None: no locks here."""
     out.mkdir(parents=True, exist_ok=True)
     try:
         return lock(out)
     except BlockingIOError:
-        raise ConfigError(f"{out} is in use: another run is writing there now; give this run its own "
-                          "hydra.run.dir (hydra.sweep.dir with -m)") from None
+        raise ConfigError(f"{out} is in use: another run is writing there now; give this run its "
+                          "own hydra.run.dir (hydra.sweep.dir with -m)") from None
 
 
 def _move_log_file(src: Path, dst: Path) -> None:
-    """Point the job's log file (Hydra's, opened on its first line) from src into dst."""
+    """Hydra's log file was opened on the job's first line."""
+
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent.resolve() == src.resolve():
+        if isinstance(handler, logging.FileHandler) \
+                and Path(handler.baseFilename).parent.resolve() == src.resolve():
             handler.acquire()
             try:
                 if handler.stream is not None:
                     handler.stream.close()
                     handler.stream = None
                 dst.mkdir(parents=True, exist_ok=True)
-                handler.baseFilename = os.path.join(os.path.abspath(dst), Path(handler.baseFilename).name)
+                name = Path(handler.baseFilename).name
+                handler.baseFilename = os.path.join(os.path.abspath(dst), name)
             finally:
                 handler.release()
 
 
-def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path, sweep_job: bool = False,
-                       inputs: dict[str, Any] | None = None) -> bool:
-    """Whether to keep the finished run in out (skip); False: overwrite it; refusals raise. A sweep's
-    job keeps its own config's run under ``refuse`` too: rerunning a sweep is how it resumes. Kept only
-    where its config and ``inputs`` (run_inputs: a trace's resolved path and content) are this run's."""
+def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path,
+                       sweep_job: bool = False, inputs: dict[str, Any] | None = None) -> bool:
+    """True: keep (skip), False: overwrite. A sweep's job keeps its own config's run under
+    ``refuse`` too (rerunning a sweep resumes it), only where config and ``inputs`` match."""
     if cfg.on_existing == "refuse" and not sweep_job:
-        raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; on_existing=skip keeps it, "
-                          "on_existing=overwrite replaces it")
+        raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; "
+                          "on_existing=skip keeps it, on_existing=overwrite replaces it")
     if cfg.on_existing == "overwrite":
         return False
     # Job dirs are numbered, so a different sweep into the same dir would skip the wrong runs.
     try:
         change = config_change(out, resolved_config, inputs)
     except UnreadableRun as e:
-        raise ConfigError(f"on_existing={cfg.on_existing}: {e}, so whether it is this config's run is unknown; "
-                          "on_existing=overwrite replaces it") from None
+        raise ConfigError(f"on_existing={cfg.on_existing}: {e}, so whether it is this config's "
+                          "run is unknown; on_existing=overwrite replaces it") from None
     if change:
-        raise ConfigError(f"on_existing={cfg.on_existing}: {out} holds a finished run of another config "
-                          f"({change}); use another hydra.sweep.dir, or on_existing=overwrite")
+        raise ConfigError(f"on_existing={cfg.on_existing}: {out} holds a finished run of another "
+                          f"config ({change}); use another hydra.sweep.dir, or "
+                          "on_existing=overwrite")
     log.info("%s already holds this finished run; kept (on_existing=%s%s)", out, cfg.on_existing,
              ": the sweep resumes" if cfg.on_existing == "refuse" else "")
     return True
 
 
 def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
-    progress = Progress(workload.total_tokens - workload.num_requests, workload.num_requests, lambda: llm.metrics)
+    n = workload.num_requests
+    progress = Progress(workload.total_tokens - n, n, lambda: llm.metrics)
     try:
-        llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
+        llm.generate(workload.prompts, max_new_tokens=workload.decode_lens,
+                     arrival_times=workload.arrival_times,
                      sampling=SamplingParams(ignore_eos=True), on_iteration=progress,
                      max_concurrency=workload.max_concurrency)
     finally:
@@ -275,14 +274,18 @@ def _serve(llm: LLM | VllmLLM, workload: Workload) -> None:
 
 def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
     capacity = llm.kv_capacity_tokens
-    at_once = min(cfg.batch_size, workload.num_requests, workload.max_concurrency or workload.num_requests)
+    n = workload.num_requests
+    at_once = min(cfg.batch_size, n, workload.max_concurrency or n)
     if reserved := llm.engine.scheduler.reserved_blocks(llm.max_model_len, llm.config.block_size):
         fits = llm.block_manager.admissible_blocks // reserved
         if fits < at_once:
-            log.warning("scheduler=%s reserves max_model_len=%d tokens for each request: the KV cache (%d tokens) "
-                        "holds %d at once, fewer than the %d the run could batch", cfg.scheduler.name,
-                        llm.max_model_len, capacity, fits, at_once)
+            log.warning("scheduler=%s reserves max_model_len=%d tokens for each request: "
+                        "the KV cache (%d tokens) holds %d at once, fewer than the %d the run "
+                        "could batch",
+                        cfg.scheduler.name, llm.max_model_len, capacity, fits, at_once)
+
     elif at_once * workload.max_request_len > capacity:
-        log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: expect preemptions",
-                    capacity, at_once, workload.max_request_len)
+        log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: "
+                    "expect preemptions", capacity, at_once, workload.max_request_len)
+
 

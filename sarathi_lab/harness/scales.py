@@ -1,12 +1,6 @@
-"""An experiment at a scale, read from its Hydra overlay: ``conf/experiment/<scale>/<name>.yaml``.
-
-An overlay includes the experiment and ``conf/scale/<scale>.yaml`` (what every experiment at that scale
-shares) and lists every key it sets under ``hydra.sweeper.params``, in the order Hydra varies them, so
-``python -m sarathi_lab.run -m experiment=<scale>/<name>`` runs the sweep. A sweep too long for one
-sitting is split into parts, ``<scale>/<name>/<part>.yaml``: the overlay plus the part's own keys.
-The GPU suite and the benches pass the same keys on the command line (``overrides``), where each call
-adds its own folder and a part; this module reads them, so the overlay is the one place they are written.
-"""
+"""An experiment at a scale, read from its Hydra overlay ``conf/experiment/<scale>/<name>.yaml``
+(parts in ``<scale>/<name>/<part>.yaml``), so the overlay is the one place its keys are written:
+the GPU suite and the benches pass them on the command line (``overrides``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,35 +9,34 @@ from omegaconf import OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
-# gpu: the paper's model on one GPU, scaled to fit a time-limited machine; own: the same sweeps at the
-# paper's setting, for a GPU without such a limit; dry: one tiny CPU job that checks each sweep's path.
+# gpu: the paper's model scaled to a time-limited GPU; own: the paper's setting, for a GPU without
+# such a limit; dry: one tiny CPU job that checks each sweep's path.
 SCALES = ("gpu", "own", "dry")
 
 
 def overlay(name: str, scale: str, part: str = "") -> Path:
-    """The overlay file of ``name`` at ``scale`` (of its ``part``); refuses one that does not exist."""
     path = CONF_DIR / "experiment" / scale / name / f"{part}.yaml" if part else \
         CONF_DIR / "experiment" / scale / f"{name}.yaml"
     if not path.is_file():
         what = f"experiment={scale}/{name}" + (f"/{part}" if part else "")
-        raise ValueError(f"error: {what} is invalid: no {path.relative_to(CONF_DIR)}; allowed: the experiments "
-                         f"with a {scale} overlay in {(CONF_DIR / 'experiment' / scale).relative_to(CONF_DIR)}/")
+        where = (CONF_DIR / "experiment" / scale).relative_to(CONF_DIR)
+        raise ValueError(f"error: {what} is invalid: no {path.relative_to(CONF_DIR)}; allowed: "
+                         f"the experiments with a {scale} overlay in {where}/")
     return path
 
 
 def overrides(name: str, scale: str, part: str = "") -> tuple[str, ...]:
-    """The command-line overrides that ``experiment=<name>`` plus these compose to the overlay's config:
-    the scale's shared keys, then the experiment's, then its part's."""
+    """What ``experiment=<name>`` plus these compose to the overlay's config: the scale's keys,
+    then the experiment's, then its part's."""
     return tuple(_overrides_of(overlay(name, scale, part)))
 
 
 def shared(scale: str) -> tuple[str, ...]:
-    """What every experiment at ``scale`` shares (``conf/scale/<scale>.yaml``), as command-line overrides."""
     return tuple(_overrides_of(CONF_DIR / "scale" / f"{scale}.yaml"))
 
 
 def _text(value) -> str:
-    """A value as the command line writes it (YAML's null and booleans in Hydra's spelling)."""
+    """YAML's null and booleans in Hydra's spelling."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -65,12 +58,15 @@ def _overrides_of(path: Path) -> list[str]:
     for entry in raw.get("defaults", []):
         if isinstance(entry, dict):     # override /<group>: <choice>
             (key, choice), = entry.items()
+
             found.append(f"{key.removeprefix('override').strip().lstrip('/')}={choice}")
         elif entry.startswith("/scale/") or entry.count("/") > 2:
-            # another overlay or a scale: theirs first; /experiment/<name> itself is experiment=<name>
+            # another overlay or a scale: theirs first (/experiment/<name> is experiment=<name>)
+
             found += _overrides_of(CONF_DIR / f"{entry.lstrip('/')}.yaml")
-    found += [f"{key}={_text(value)}" for key, value in _flat({k: v for k, v in raw.items()
-                                                               if k not in ("defaults", "hydra")})]
+    own = {k: v for k, v in raw.items() if k not in ("defaults", "hydra")}
+    found += [f"{key}={_text(value)}" for key, value in _flat(own)]
+
     sweeper = raw.get("hydra", {}).get("sweeper", {})
     if "params" in sweeper:
         params = sweeper["params"]

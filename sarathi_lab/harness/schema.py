@@ -1,8 +1,4 @@
-"""The typed shape of a run's config (sarathi_lab/conf/) and its parsing from a composed Hydra config.
-
-The engine's part is `EngineConfig`: the `engine:` block sets its fields that no paper sweeps, the
-top-level knobs set the rest (`_KNOBS`). Each value is checked once, by the dataclass that holds it.
-"""
+"""A run's config (conf/), typed; each value checked once, by the dataclass holding it."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +10,22 @@ from typing import Any, ClassVar, Literal, get_type_hints
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from sarathi_lab.config import ENGINE_FIELDS, ConfigError, EngineConfig, Keys, check_fields, named_as, settings_of
+from sarathi_lab.config import (
+    ENGINE_FIELDS,
+    ConfigError,
+    EngineConfig,
+    Keys,
+    check_fields,
+    named_as,
+    settings_of,
+)
 from sarathi_lab.engine.metrics import SLO
-from sarathi_lab.engine.scheduler import SchedulerConfig, knob_names, scheduler_class, scheduler_names
+from sarathi_lab.engine.scheduler import (
+    SchedulerConfig,
+    knob_names,
+    scheduler_class,
+    scheduler_names,
+)
 from sarathi_lab.engine.scheduler.base import unknown_knob
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.executors import task_refusal
@@ -25,9 +34,7 @@ from sarathi_lab.model.presets import PRESETS
 
 
 class _Section:
-    """A section of the run's config (``workload:``), checked once built: each value against its type, each
-    number set > 0 (>= 0 those in ``zero_ok``), a refusal naming the key as the run's config spells it
-    (``keys``: ``workload.kind``)."""
+    """A section (``workload:``): numbers > 0 (>= 0 in ``zero_ok``), keys named ``workload.KEY``."""
     keys: ClassVar[Keys]
     zero_ok: ClassVar[tuple[str, ...]] = ()
 
@@ -47,22 +54,22 @@ class ModelCfg(_Section, section="model"):
     def __post_init__(self):
         super().__post_init__()
         if self.name == "hf" and not self.path:
-            raise ConfigError(f"{self.keys.set('path', None)} is invalid: model=hf needs model.path=/a/local/hf/dir")
-        # A preset is built from its shapes: a path beside it would be ignored, and the run not the one asked.
+            raise ConfigError(f"{self.keys.set('path', None)} is invalid: "
+                              "model=hf needs model.path=/a/local/hf/dir")
+        # A preset's path would be silently ignored.
         if self.name != "hf" and self.path is not None:
-            raise ConfigError(f"{self.keys.set('path', self.path)} is invalid with model={self.name}: a preset reads "
-                              "no directory; allowed: null, or model=hf to load that directory")
+            raise ConfigError(f"{self.keys.set('path', self.path)} is invalid with "
+                              f"model={self.name}: a preset reads no directory; allowed: null, "
+                              "or model=hf to load that directory")
 
     @property
     def engine_model(self) -> str:
-        """What LLM(model=...) takes: a preset name or a directory."""
         return self.path if self.name == "hf" else self.name
 
 
 @dataclass(frozen=True)
 class SchedulerCfg:
-    """conf/scheduler/NAME.yaml: the name and the scheduler's own knobs (vllm's
-    max_num_batched_tokens), both checked by the engine when the preflight builds the scheduler."""
+    """conf/scheduler/NAME.yaml; the engine checks it when the preflight builds it."""
     name: str
     knobs: dict[str, Any] = field(default_factory=dict)
 
@@ -72,43 +79,34 @@ class SchedulerCfg:
             raise ConfigError(f"scheduler={raw!r} is invalid: must be a mapping with a name")
         knobs = {key: value for key, value in raw.items() if key != "name"}
         for key, value in knobs.items():
-            if _set_by("scheduler", key):  # the run's knobs, or engine.KEY, set those for all
+            if _set_by("scheduler", key):  # set for all schedulers elsewhere
                 raise unknown_key(f"scheduler.{key}", repr(value))
         return cls(raw["name"], knobs)
 
 
 @dataclass(frozen=True)
 class DeviceCfg:
-    name: str  # auto | cpu | cuda, checked (GPU presence included) by EngineConfig
+    name: str  # auto | cpu | cuda, checked by EngineConfig
     num_threads: int | None = None
 
 
 @dataclass(frozen=True)
 class WorkloadCfg(_Section, section="workload"):
-    # trace: a CSV's lengths and arrival times; trace_lengths: its lengths, arrivals by `arrival` at `qps`.
+    # trace_lengths: a trace's lengths, `arrival` at `qps`.
     kind: Literal["synthetic", "uniform", "zipf", "trace", "trace_lengths"]
-    # trace: the first N rows it replays (None: every row); the others: how many requests they make.
-    num_requests: int | None = 4
+    num_requests: int | None = 4  # trace: None replays every row
     arrival: Literal["all_at_once", "poisson", "gamma"] = "all_at_once"
-    # Mean requests/s. trace: its gaps scaled by one factor to this rate (None: as recorded, times time_scale).
-    qps: float | None = 1.0
-    # gamma: coefficient of variation of the gaps between arrivals (1 = Poisson, > 1 burstier).
+    qps: float | None = 1.0  # trace: None replays as recorded, times time_scale
     cv: float = 1.0
-    # Requests in the system at once at most, as a client with this many connections (None: no cap).
     max_concurrency: int | None = None
-    # uniform / zipf: request lengths span [min_tokens, seq_len].
     min_tokens: int = 64
     theta: float = 0.6
-    # synthetic: the first `stagger` requests get 0, 1, ..., stagger - 1 fewer decode tokens.
+    # synthetic: the first `stagger` requests get 0, 1, ... fewer decode tokens.
     stagger: int = 0
-    # trace, trace_lengths
     path: str | None = None
     time_scale: float = 1.0
-    # Multiplies the trace's prompt and decode lengths (each stays at least 1 token).
     length_scale: float = 1.0
-    # trace_lengths: draw from the first N rows only (trace: workload.num_requests is its first N).
-    max_requests: int | None = None
-    # The trace's rows skipped before the first one read.
+    max_requests: int | None = None  # trace_lengths: draw from the first N rows only
     offset: int = 0
     zero_ok: ClassVar[tuple[str, ...]] = ("time_scale", "stagger", "offset")
 
@@ -117,21 +115,24 @@ class WorkloadCfg(_Section, section="workload"):
         k = self.keys
         trace = self.kind in ("trace", "trace_lengths")
         if trace and not self.path:
-            raise ConfigError(f"{k.set('path', None)} is invalid: workload={self.kind} needs a CSV path")
+            raise ConfigError(f"{k.set('path', None)} is invalid: "
+                              f"workload={self.kind} needs a CSV path")
         for key in ("num_requests", "qps"):
             if getattr(self, key) is None and self.kind != "trace":
-                raise ConfigError(f"{k.set(key, None)} is invalid with workload={self.kind}: null (every row, the "
-                                  "recorded rate) is for a trace's replay (workload=trace) only")
+                raise ConfigError(f"{k.set(key, None)} is invalid with workload={self.kind}: "
+                                  "null (every row, the recorded rate) is for a trace's replay "
+                                  "(workload=trace) only")
         if self.kind == "trace" and self.max_requests is not None:
-            raise ConfigError(f"{k.set('max_requests', self.max_requests)} is invalid with workload=trace: the first "
-                              "N rows it replays are workload.num_requests")
+            raise ConfigError(f"{k.set('max_requests', self.max_requests)} is invalid with "
+                              "workload=trace: the first N rows it replays are "
+                              "workload.num_requests")
         if self.kind == "trace" and self.qps is not None and self.time_scale != 1:
-            raise ConfigError(f"{k.set('time_scale', self.time_scale)} is invalid with workload.qps={self.qps!r}: "
-                              "both set the replayed trace's rate; workload.qps=null scales the recorded times by "
-                              "time_scale")
+            raise ConfigError(f"{k.set('time_scale', self.time_scale)} is invalid with "
+                              f"workload.qps={self.qps!r}: both set the replayed trace's rate; "
+                              "workload.qps=null scales the recorded times by time_scale")
         if self.offset and not trace:
-            raise ConfigError(f"{k.set('offset', self.offset)} is invalid with workload={self.kind}: it skips a "
-                              "trace's rows")
+            raise ConfigError(f"{k.set('offset', self.offset)} is invalid with "
+                              f"workload={self.kind}: it skips a trace's rows")
 
 
 @dataclass(frozen=True)
@@ -145,26 +146,18 @@ class LoggerCfg(_Section, section="logger"):
 
 @dataclass(frozen=True)
 class MeasureCfg(_Section, section="measure"):
-    """Settings of the tasks other than serve."""
     reps: int = 3
     token_step: int = 8
-    # iteration_sweep and profile also time m + 1 tokens for every multiple m of this (task=piggyback
-    # aligns its chunk as the run's scheduler does: scheduler.chunk_align and scheduler.tile).
-    tile: int = GEMM_TILE
-    # task=profile's largest iteration, tokens (None: chunk + batch_size, a chunk and its decodes).
-    # Schedulers that batch whole prompts (static, vllm, orca) build larger ones; a profile for them needs it.
+    tile: int = GEMM_TILE  # m + 1 is timed too for each multiple m of this
+    # task=profile's largest iteration (None: chunk + batch_size).
     max_tokens: int | None = None
-    # task=pipeline_bubbles: each rank (all its threads) pinned to a core of its own, the driver's first.
     pin_stages: bool = False
-    # task=pipeline_bubbles: requests (of the workload's kind, another seed) run through the same pipeline
-    # before the measured run, whose timeline prices the prediction's handoff between stages (None: the
-    # messages priced by an idle ping-pong between two processes).
+    # Requests whose timeline prices the stages' handoff (None: an idle ping-pong prices it).
     handoff_requests: int | None = None
 
 
 @dataclass(frozen=True)
 class SLOCfg(_Section, section="slo"):
-    """Latency targets in seconds (None: not set), engine.metrics.SLO's fields."""
     tbt_p99_s: float | None = None
     sched_delay_p50_s: float | None = 2.0
     ttft_s: float | None = None
@@ -177,30 +170,26 @@ class SLOCfg(_Section, section="slo"):
 
 @dataclass(frozen=True)
 class CapacityCfg(_Section, section="capacity"):
-    """task=capacity's search (harness/capacity.py)."""
     start_qps: float = 1.0
-    resolution: float = 0.05    # relative: the lowest failing rate is within (1 + resolution) of the capacity
+    resolution: float = 0.05  # relative
     max_trials: int = 12
-    # Also fail a trial whose waiting queue grew through its arrival window (metrics' `saturated`).
-    require_stable: bool = True
+    require_stable: bool = True  # a queue that grew through the arrivals fails too
     min_qps: float = 1e-3
     max_qps: float = 1e4
-    # Each trial's arrival window, seconds: a trial serves the first max(min_requests, qps * trial_s)
-    # requests (None: all). A fixed window, not count, lets a queue near capacity show whether it drains.
+    # A fixed window, not count, lets a queue near capacity show whether it drains (None: all).
     trial_s: float | None = None
     min_requests: int = 12
 
     def __post_init__(self):
         super().__post_init__()
         if not self.min_qps <= self.start_qps <= self.max_qps:
-            raise ConfigError(f"{self.keys.set('start_qps', self.start_qps)} is invalid: must be within "
-                              f"[min_qps={self.min_qps}, max_qps={self.max_qps}]")
+            raise ConfigError(f"{self.keys.set('start_qps', self.start_qps)} is invalid: must be "
+                              f"within [min_qps={self.min_qps}, max_qps={self.max_qps}]")
 
 
 @dataclass(frozen=True)
 class ExportCfg(_Section, section="export"):
-    """What a finished run also writes beside its results; none of it changes what the run measures."""
-    # timeline.json: the run's batches as a Chrome / Perfetto trace (python -m sarathi_lab.analysis.timeline).
+    """Written beside the results; none of it changes what the run measures."""
     timeline: bool = False
 
 
@@ -219,7 +208,6 @@ class RunConfig:
     device: DeviceCfg
     logger: LoggerCfg
     engine: EngineConfig
-    # "full" (this machine's default) or "ci" (the quick set); analysis marks claims and figures with it.
     scale: Literal["full", "ci"] = "full"
     tags: list[str] = field(default_factory=list)
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
@@ -228,46 +216,48 @@ class RunConfig:
     slo: SLOCfg = field(default_factory=SLOCfg)
     capacity: CapacityCfg = field(default_factory=CapacityCfg)
     export: ExportCfg = field(default_factory=ExportCfg)
-    # sarathi_serve's token budget: None follows `chunk`; "auto": set from slo.tbt_p99_s (harness/budget.py).
+    # None follows `chunk`; "auto": set from slo.tbt_p99_s.
     token_budget: Literal["auto"] | None = None
 
     def __post_init__(self):
-        # chunk, batch_size, seed, dtype: EngineConfig's settings, checked there (built first).
+        # EngineConfig (built first) checks chunk, batch_size, seed, dtype.
         check_fields(self, positive=True, held=frozenset(KNOB_KEYS.values()))
-        # Other schedulers have no budget, so that one sweep over schedulers can set auto for sarathi_serve.
-        if self.token_budget == "auto" and self.scheduler.name == "sarathi_serve" and self.slo.tbt_p99_s is None:
-            raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: the budget comes from that SLO")
-        replay = self.workload.kind == "trace"
-        fixed_rate = ("workload.time_scale=0" if replay and self.workload.time_scale == 0 else
-                      "workload.arrival=all_at_once" if not replay and self.workload.arrival == "all_at_once"
+        # Only sarathi_serve's is checked, so that one sweep over schedulers can set auto.
+        slo, wl = self.slo, self.workload
+        serve = self.scheduler.name == "sarathi_serve"
+        if self.token_budget == "auto" and serve and slo.tbt_p99_s is None:
+            raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: "
+                              "the budget comes from that SLO")
+        replay = wl.kind == "trace"
+        fixed_rate = ("workload.time_scale=0" if replay and wl.time_scale == 0 else
+                      "workload.arrival=all_at_once" if not replay and wl.arrival == "all_at_once"
                       else None)
         if self.task == "capacity" and fixed_rate:
-            raise ConfigError(f"{fixed_rate} is invalid with task=capacity: the search sets the rate, so it "
-                              "needs arrival=poisson or gamma, or a trace replayed at a rate (workload=trace "
-                              "with time_scale > 0: its gaps scaled to each rate tried)")
-        if self.task == "capacity" and self.slo.tbt_p99_s is None and self.slo.sched_delay_p50_s is None:
-            raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and slo.sched_delay_p50_s=None: "
-                              "the search needs at least one of them")
+            raise ConfigError(f"{fixed_rate} is invalid with task=capacity: the search sets "
+                              "the rate, so it needs arrival=poisson or gamma, or a trace replayed "
+                              "at a rate (workload=trace with time_scale > 0: its gaps scaled to "
+                              "each rate tried)")
+
+        if self.task == "capacity" and slo.tbt_p99_s is None and slo.sched_delay_p50_s is None:
+            raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and "
+                              "slo.sched_delay_p50_s=None: the search needs at least one of them")
         if why := task_refusal(self.engine.executor, self.task):
             raise ConfigError(why)
-        # Its chunk, aligned as the scheduler aligns, is checked by the task once the scheduler's config is typed.
         if self.task == "piggyback" and self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
                               "decodes must ride the chunk, so it must be >= 2")
         if self.task == "iteration_sweep" and self.measure.token_step > self.seq_len:
-            raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with task=iteration_sweep: "
-                              f"must be <= seq_len={self.seq_len}, the most tokens it times")
+            raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with "
+                              f"task=iteration_sweep: must be <= seq_len={self.seq_len}, "
+                              "the most tokens it times")
 
     def ignores(self, key: str) -> str | None:
-        """Why this run reads nothing of the config key ``key``, or None where it may read it. Only a
-        key that sets knobs some schedulers lack can be ignored (``chunk``: chunk_size; ``token_budget``:
-        a budget's, sarathi_serve's; ``scheduler.KNOB``), and only by the serving tasks: the others
-        (profile, piggyback, ...) time chunks themselves. What a scheduler reads is its Config's
-        (SchedulerConfig.reads: SchedulerConfig.of reads those alone)."""
+        """Why this run reads nothing of ``key``; non-serving tasks time chunks themselves."""
+
         if self.task not in ("serve", "capacity"):
             return None
         name, scheduler = self.scheduler.name, scheduler_class(self.scheduler.name)
-        if key == "token_budget":  # the budget's own key sets a field of that name, read by no other
+        if key == "token_budget":
             sets, reads = {key}, {f.name for f in dataclasses.fields(scheduler.Config)}
         else:
             sets = ({key.removeprefix("scheduler.")} if key.startswith("scheduler.")
@@ -276,36 +266,36 @@ class RunConfig:
         if not sets or not sets <= _scheduler_only_fields():
             return None
         if key == "chunk" and name == "sarathi_serve" and self.token_budget == "auto":
-            return "scheduler=sarathi_serve with token_budget=auto takes its budget from slo.tbt_p99_s"
+            return ("scheduler=sarathi_serve with token_budget=auto takes its budget from "
+                    "slo.tbt_p99_s")
         if sets & reads:
             return None
         if key.startswith("scheduler."):
             return f"scheduler={name} has no knob {key.removeprefix('scheduler.')}"
-        return f"scheduler={name} does not read {key}" + (" (it prefills prompts whole)"
-                                                          if scheduler.prefills_whole_prompts else "")
+        whole = " (it prefills prompts whole)" if scheduler.prefills_whole_prompts else ""
+        return f"scheduler={name} does not read {key}" + whole
 
     def key_values(self) -> dict[str, Any]:
-        """The values a results table is indexed by (metrics.json "config", load_runs columns); a
-        served trace's own lengths stand in for seq_len and pd_ratio."""
-        trace = self.task in ("serve", "capacity") and self.workload.kind in ("trace", "trace_lengths")
-        return {"experiment": self.name, "task": self.task, "scale": self.scale, "model": self.model.engine_model,
-                "scheduler": self.scheduler.name, "chunk": self.chunk, "batch_size": self.batch_size,
-                "seq_len": None if trace else self.seq_len, "pd_ratio": None if trace else self.pd_ratio,
-                "seed": self.seed, "device": self.device.name,
-                "dtype": self.dtype, "executor": self.engine.executor, "workload": self.workload.kind}
+        """A results table's index; a served trace's lengths stand in for seq_len and pd_ratio."""
+        trace = (self.task in ("serve", "capacity")
+                 and self.workload.kind in ("trace", "trace_lengths"))
+        return {"experiment": self.name, "task": self.task, "scale": self.scale,
+                "model": self.model.engine_model, "scheduler": self.scheduler.name,
+                "chunk": self.chunk, "batch_size": self.batch_size,
+                "seq_len": None if trace else self.seq_len,
+                "pd_ratio": None if trace else self.pd_ratio,
+                "seed": self.seed, "device": self.device.name, "dtype": self.dtype,
+                "executor": self.engine.executor, "workload": self.workload.kind}
 
 
 def _scheduler_only_fields() -> set[str]:
-    """The knobs some schedulers read and others do not: every Config's beyond the base's, by both the
-    names they are set by and their fields' names (sarathi_serve's token_budget)."""
     configs = [scheduler_class(n).Config for n in scheduler_names()]
-    every = {f.name for c in configs for f in dataclasses.fields(c)}.union(*(c.reads() for c in configs))
+    every = {f.name for c in configs for f in dataclasses.fields(c)}
+    every = every.union(*(c.reads() for c in configs))
     return every - SchedulerConfig.reads()
 
 
-# EngineConfig's fields that the run's knobs set: {field: (the key a user sets it by, its value)}.
-# `chunk` is both sarathi's chunk and sarathi_serve's budget (chunk_size), so that one sweep handle
-# compares them.
+# {field: (its key, its value)}; `chunk` sets both sarathi's chunk and sarathi_serve's budget.
 _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "model": ("model", lambda run: run["model"].engine_model),
     "scheduler": ("scheduler", lambda run: run["scheduler"].name),
@@ -318,18 +308,17 @@ _KNOBS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "scheduler_knobs": ("scheduler", lambda run: run["scheduler"].knobs),
 }
 KNOB_KEYS = {name: key for name, (key, _) in _KNOBS.items()}
-# The keys a run's config sets the engine's settings by: its knobs, engine.<setting>, and each
-# scheduler's own knobs as scheduler.<knob> (its YAML's keys).
 RUN_KEYS = Keys(KNOB_KEYS, prefix="engine.", knob_prefix="scheduler.")
 
 
 def engine_keys(model: ModelCfg) -> Keys:
-    """RUN_KEYS for a run of ``model``: a model directory (model=hf) is set by model.path."""
-    return replace(RUN_KEYS, names={**KNOB_KEYS, "model": "model.path"}) if model.name == "hf" else RUN_KEYS
+    if model.name != "hf":
+        return RUN_KEYS
+    return replace(RUN_KEYS, names={**KNOB_KEYS, "model": "model.path"})
+
 
 
 def parse_config(cfg: DictConfig) -> RunConfig:
-    """The composed config as a RunConfig, or a one-line ConfigError."""
     try:
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as e:
@@ -352,7 +341,6 @@ def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
 
 
 def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> dict[str, Any]:
-    """raw's values for cls, nested dataclasses built; unknown and missing keys refused."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix.rstrip('.')}={raw!r} is invalid: must be a mapping")
     hints = get_type_hints(cls)
@@ -368,8 +356,7 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
 
 
 def unknown_key(key: str, shown: str, known: Collection[str] = ()) -> ConfigError:
-    """The one refusal of a key the run's config has not (``shown``: its value as written), set on the
-    command line or in a YAML file: the key that sets what it would, else the nearest known keys."""
+    """The one refusal of an unknown key: the key that sets what it would, else the nearest."""
     section, _, name = key.rpartition(".")
     if by := _set_by(section, name):
         return ConfigError(f"{key}={shown} is invalid: the run's config sets it by {by}; "
@@ -385,13 +372,14 @@ def unknown_key(key: str, shown: str, known: Collection[str] = ()) -> ConfigErro
 
 
 def _set_by(section: str, name: str) -> str | None:
-    """The key that sets what ``section.name`` would (engine.chunk_size: chunk), None if none does."""
+    """engine.chunk_size: chunk."""
+
     engine = section == "engine" and (name in KNOB_KEYS or name in knob_names())
     return RUN_KEYS(name) if engine or section == "scheduler" and name in ENGINE_FIELDS else None
 
 
 def _typed(key: str, value: Any, tp: Any) -> Any:
-    if dataclasses.is_dataclass(tp):  # a section, which names its own keys (`keys`) as this one's
+    if dataclasses.is_dataclass(tp):
         return tp(**_fields(tp, value, prefix=f"{key}."))
     # YAML writes 48 for 48.0; the dataclass checks everything else.
     if tp is float and isinstance(value, int) and not isinstance(value, bool):

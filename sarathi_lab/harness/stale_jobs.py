@@ -1,9 +1,5 @@
-"""A sweep rerun into its directory after its swept values changed (``chunk=32,64,128``, then
-``chunk=32,128``) leaves the earlier launch's jobs that are none of its own: job folders are named
-``<num>_<overrides>``, so ``1_chunk=64`` and ``2_chunk=128`` would stay beside the new ``1_chunk=128``
-and every reader would read them as the sweep's. They are moved aside, into STALE/<when>/, and named
-in the sweep's log: what readers read under the sweep directory is its current jobs only (readers
-skip folders whose names start with a dot)."""
+"""A sweep rerun after its swept values changed would leave an earlier launch's job folders beside
+its own, read as the sweep's: they are moved aside into STALE/<when>/ (a dot folder, never read)."""
 from __future__ import annotations
 
 import logging
@@ -20,8 +16,7 @@ STALE = ".stale"
 
 
 def expected_job_dirs(config: DictConfig, jobs: list[list[str]]) -> set[str] | None:
-    """The folder names ``jobs`` (each job's overrides, in launch order) get under the sweep directory,
-    or None where hydra.sweep.subdir is not the project's NUM_overrides naming (harness/job_dirs.py)."""
+    """The folders ``jobs`` get, or None where hydra.sweep.subdir is not our NUM_overrides."""
     from hydra._internal.config_loader_impl import get_overrides_dirname
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -31,23 +26,22 @@ def expected_job_dirs(config: DictConfig, jobs: list[list[str]]) -> set[str] | N
         return None
     naming = config.hydra.job.config.override_dirname
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    return {job_dir_name(num, get_overrides_dirname(parser.parse_overrides(list(overrides)), list(naming.exclude_keys),
+    return {job_dir_name(num, get_overrides_dirname(parser.parse_overrides(list(overrides)),
+                                                    list(naming.exclude_keys),
                                                     naming.item_sep, naming.kv_sep))
             for num, overrides in enumerate(jobs)}
 
 
 def job_folders(sweep_dir: Path) -> list[str]:
-    """The folders directly under ``sweep_dir`` a job wrote into (a status, a run, Hydra's record)."""
     if not sweep_dir.is_dir():
         return []
     return [p.name for p in sorted(sweep_dir.iterdir(), key=natural_order)
-            if p.is_dir() and not p.is_symlink() and not p.name.startswith(".") and p.name != WANDB_DIR
+            if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+            and p.name != WANDB_DIR
             and any((p / name).exists() for name in (STATUS, METRICS, ".hydra"))]
 
 
 def move_stale(sweep_dir: Path, current: set[str]) -> list[str]:
-    """The job folders of ``sweep_dir`` that are not among ``current`` moved into STALE/<when>/ (each
-    with its rerun folder); their names, logged."""
     stale = [job for job in job_folders(sweep_dir) if job not in current]
     if not stale:
         return []
@@ -58,7 +52,9 @@ def move_stale(sweep_dir: Path, current: set[str]) -> list[str]:
             if folder.exists():
                 folder.rename(aside / folder.name)
     shown = ", ".join(stale[:8]) + (f" and {len(stale) - 8} more" if len(stale) > 8 else "")
-    log.warning("%d job folder%s of an earlier launch into %s %s none of this sweep's jobs (its swept values "
-                "changed): moved aside into %s, where no reader reads them: %s", len(stale),
-                "s" * (len(stale) != 1), sweep_dir, "is" if len(stale) == 1 else "are", aside, shown)
+    log.warning("%d job folder%s of an earlier launch into %s %s none of this sweep's jobs "
+                "(its swept values changed): moved aside into %s, where no reader reads them: %s",
+                len(stale), "s" * (len(stale) != 1), sweep_dir,
+                "is" if len(stale) == 1 else "are", aside, shown)
+
     return stale

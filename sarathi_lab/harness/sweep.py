@@ -1,8 +1,5 @@
-"""End-of-sweep report (experiments/README.md): each job's status and error, and a table of the keys
-the sweep varied and the headline metrics (sweep_summary.json and .csv). A Hydra callback, so it runs
-in the launching process whatever the launcher; it holds the sweep directory from the sweep's start
-to its end (sweep_state.hold). Any failed job makes the sweep exit 1 once every job has had its chance.
-"""
+"""End-of-sweep report (experiments/README.md). A Hydra callback, so it runs in the launching
+process whatever the launcher; any failed job makes the sweep exit 1 once every job has run."""
 from __future__ import annotations
 
 import logging
@@ -41,13 +38,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
-# The metrics a sweep's table shows, those its jobs have: a serving run's, a capacity search's.
-# How far to trust each row: where its numbers come from (results.run_source), whether other work on
-# the machine stretched its timings (profiling/load.py: the share of its threads' ready time spent
-# waiting for a CPU) and the KV cache it got.
+# How far to trust each row: its numbers' source, whether other work stretched its timings, its
+# KV cache.
 TRUST = ("source", "timing_unreliable", "runqueue_wait_share", "kv_capacity_tokens")
-HEADLINE = ("request_throughput_rps", "total_throughput_tok_s", "ttft_p50_s", "itl_p99_s", "e2el_p50_s",
-            "goodput_rps", "capacity_rps")
+HEADLINE = ("request_throughput_rps", "total_throughput_tok_s", "ttft_p50_s", "itl_p99_s",
+            "e2el_p50_s", "goodput_rps", "capacity_rps")
 
 
 class SweepSummary(Callback):
@@ -59,14 +54,14 @@ class SweepSummary(Callback):
         self._start = time.time()
         jobs = swept_jobs(config)[0] if _basic(config) else None
         try:
-            self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), None if jobs is None else len(jobs))
+            count = None if jobs is None else len(jobs)
+            self._lock = sweep_state.hold(Path(config.hydra.sweep.dir), count)
         except sweep_state.SweepDirInUse as e:
             from sarathi_lab import cli_args
 
-            # One `error:` line and exit 2; SystemExit passes Hydra's callback guard (which turns
-            # Exceptions into warnings, and would let the sweep run unlocked).
+            # SystemExit passes Hydra's callback guard, which would let the sweep run unlocked.
             cli_args.refuse(str(e))
-        # Held: no other sweep writes there now. The earlier launch's jobs that are none of this one's go.
+        # Held: no other sweep writes there now. An earlier launch's jobs not this one's go.
         if jobs is not None and (current := expected_job_dirs(config, jobs)) is not None:
             move_stale(Path(config.hydra.sweep.dir), current)
 
@@ -80,21 +75,22 @@ class SweepSummary(Callback):
 
     def _report(self, sweep_dir: Path) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
-        # Under any sweeper: what this launch did not run is none of its jobs.
         move_stale(sweep_dir, set(jobs))
         summary, table_path = sweep_dir / SWEEP_SUMMARY, sweep_dir / SWEEP_TABLE
         if summary.exists() and _left_every_job_as_it_was(sweep_dir, jobs, self._start):
             # A rerun that changed none of the finished sweep's runs must not replace its report.
             summary = sweep_dir / sweep_state.NEXT_SUMMARY
             table_path = sweep_dir / f".{Path(SWEEP_TABLE).stem}.next.csv"
-            log.info("every job of the finished sweep was left as it was; this rerun's report is %s", summary)
+            log.info("every job of the finished sweep was left as it was; "
+                     "this rerun's report is %s", summary)
         write_json(summary, jobs)
         table = sweep_table(sweep_dir, jobs)
         table.to_csv(table_path, index=False)
         if len(table):
-            # For a terminal: jobs by number (the swept columns show their overrides), 4 digits.
+            # Jobs by number: the swept columns show their overrides.
             short = table.assign(job=table.job.str.split("_", n=1).str[0])
-            log.info("sweep %s:\n%s", table_path, short.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            shown = short.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+            log.info("sweep %s:\n%s", table_path, shown)
             for note in [*table_notes(table), *filter(None, [mixed_commits(sweep_dir, jobs)])]:
                 log.warning("%s", note)
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
@@ -107,45 +103,46 @@ class SweepSummary(Callback):
 
 
 def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
-    """{job dir: {status, error}} for the jobs Hydra started in sweep_dir at or after `since`."""
+    """{job dir: {status, error}} of the jobs started at or after `since`."""
     jobs = {}
     # A job killed before it saved its config has only the status.json its launcher wrote.
-    job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}") for p in sweep_dir.glob(pattern)
-                if STALE not in p.relative_to(sweep_dir).parts}
+    job_dirs = {_job_dir(p.parent) for pattern in ("**/.hydra", f"**/{STATUS}")
+                for p in sweep_dir.glob(pattern) if STALE not in p.relative_to(sweep_dir).parts}
     for job_dir in sorted(job_dirs, key=natural_order):
         config = job_dir / ".hydra" / "config.yaml"
-        # A status written since the sweep began is this sweep's, even beside an earlier sweep's .hydra/.
-        statuses = [s for s in (read_status(job_dir), read_status(next_dir(job_dir))) if s and s["time"] >= since - 1]
+        # A status written since the sweep began is this sweep's, even beside an earlier .hydra/.
+        statuses = [s for s in (read_status(job_dir), read_status(next_dir(job_dir)))
+                    if s and s["time"] >= since - 1]
         status = max(statuses, key=lambda s: s["time"]) if statuses else None
         if status is None:
-            if not config.exists() or config.stat().st_mtime < since - 1:  # a job of an earlier sweep
+            if not config.exists() or config.stat().st_mtime < since - 1:
                 continue
-            status = {"status": "unknown", "error": "the job left no status: killed before it started?"}
+            status = {"status": "unknown",
+                      "error": "the job left no status: killed before it started?"}
         elif status["status"] == "running":
-            status = {"status": "killed", "error": "the job never finished nor reported an error "
-                                                   "(killed by a signal, the OOM killer or a time limit?)"}
-        jobs[str(job_dir.relative_to(sweep_dir))] = {"status": status["status"], "error": status.get("error")}
+            status = {"status": "killed",
+                      "error": "the job never finished nor reported an error "
+                               "(killed by a signal, the OOM killer or a time limit?)"}
+        jobs[str(job_dir.relative_to(sweep_dir))] = {"status": status["status"],
+                                                     "error": status.get("error")}
     return jobs
 
 
-def _left_every_job_as_it_was(sweep_dir: Path, jobs: dict[str, dict[str, Any]], since: float) -> bool:
-    """Whether every job this sweep started recorded itself beside a finished run (in .<job>.next/)
-    and none replaced it."""
+def _left_every_job_as_it_was(sweep_dir: Path, jobs: dict[str, dict[str, Any]],
+                              since: float) -> bool:
+    """Every job recorded itself beside a finished run (.<job>.next/) and none replaced it."""
     return all((s := read_status(next_dir(sweep_dir / job))) and s["time"] >= since - 1
-               and (read_status(sweep_dir / job) or {"time": 0})["time"] < s["time"] for job in jobs)
+               and (read_status(sweep_dir / job) or {"time": 0})["time"] < s["time"]
+               for job in jobs)
 
 
 def _job_dir(path: Path) -> Path:
-    """The job a directory belongs to: itself, or the job whose .<job>.next it is."""
     if path.name.startswith(".") and path.name.endswith(".next"):
         return path.with_name(path.name[1:-len(".next")])
     return path
 
 
 def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per job: its directory, status, the values of the keys the sweep varied (those whose
-    override differs between jobs), how far to trust its numbers (TRUST) and the HEADLINE metrics any
-    job has."""
     rows = []
     for job, outcome in jobs.items():
         record = read_json(sweep_dir / job / METRICS)
@@ -154,7 +151,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
         summary = (record or {}).get("summary", {})
         rows.append({"job": job, "status": outcome["status"], **values, **_trust(record),
                      **{k: summary[k] for k in HEADLINE if summary.get(k) is not None}})
-    # Imported here: this module is Hydra's callback in every run, which a sweep's end alone needs.
+    # Imported here: this module is Hydra's callback in every run; only a sweep's end needs it.
     import pandas as pd
 
     table = pd.DataFrame(rows)
@@ -166,41 +163,43 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
 
 
 def _trust(record: dict[str, Any] | None) -> dict[str, Any]:
-    """A finished job's TRUST columns; none for a job that left no run. A simulated run's times come
-    from a virtual clock: the host's waiting for a CPU says nothing about them."""
+    """A simulated run's times come from a virtual clock: the host's waits say nothing of them."""
+
     if not isinstance(record, dict) or not isinstance(record.get("environment"), dict):
         return {}
     env, summary = record["environment"], record.get("summary") or {}
     source = run_source(env, env.get("device"))
     measured = not recorded_as(env.get("executor"), "simulated")
-    return {"source": source, "timing_unreliable": bool(env.get("timing_unreliable")) if measured else False,
+    return {"source": source,
+            "timing_unreliable": bool(env.get("timing_unreliable")) if measured else False,
             "runqueue_wait_share": env.get("runqueue_wait_share") if measured else None,
             "kv_capacity_tokens": summary.get("kv_capacity_tokens")}
 
 
 def table_notes(table: pd.DataFrame) -> list[str]:
-    """The lines printed under a sweep's table: what makes its rows hard to compare (timings other work
-    stretched, KV caches of different sizes, numbers from different sources); none when nothing does."""
     notes = []
     if "timing_unreliable" in table and (flagged := table.timing_unreliable.eq(True)).any():
         shares = table.runqueue_wait_share[flagged].dropna()
-        span = f"{shares.min():.0%}" + (f" to {shares.max():.0%}" if shares.max() > shares.min() else "")
-        waited = f"; their threads waited for a CPU {span} of the time they were ready" if len(shares) else ""
-        notes.append(f"timing unreliable: {flagged.sum()} of {table.source.notna().sum()} runs (above "
-                     f"{UNRELIABLE_WAIT_SHARE:.0%} waiting{waited}): other work on the machine stretched their "
-                     "times; rerun them on a quiet machine before comparing them")
+        low, high = shares.min(), shares.max()
+        span = f"{low:.0%}" + (f" to {high:.0%}" if high > low else "")
+        waited = (f"; their threads waited for a CPU {span} of the time they were ready"
+                  if len(shares) else "")
+        notes.append(f"timing unreliable: {flagged.sum()} of {table.source.notna().sum()} runs "
+                     f"(above {UNRELIABLE_WAIT_SHARE:.0%} waiting{waited}): other work on the "
+                     "machine stretched their times; rerun them on a quiet machine before "
+                     "comparing them")
     kv = table.kv_capacity_tokens.dropna() if "kv_capacity_tokens" in table else None
     if kv is not None and kv.nunique() > 1:
-        # A ratio rounded to two digits reads "1x" for caches a few blocks apart: those say how far apart.
+        # Two digits read "1x" for caches a few blocks apart: those say how far apart.
         apart = (f"{kv.max() / kv.min():.2g}x" if kv.max() >= 1.1 * kv.min()
                  else f"{kv.max() / kv.min() - 1:.1%} apart, {kv.max() - kv.min():.0f} tokens")
         notes.append(f"KV capacity differs between jobs: {kv.min():.0f} to {kv.max():.0f} tokens "
                      f"({apart}; column kv_capacity_tokens): under memory pressure their "
-                     "batches and preemptions differ for that alone; engine.num_kv_blocks=N gives every job one size")
+                     "batches and preemptions differ for that alone; engine.num_kv_blocks=N "
+                     "gives every job one size")
     if "source" in table and table.source.nunique() > 1:
         sources = table.source.dropna().unique()
-        # Engines measured side by side (executor=model,vllm) are the comparison asked for; a
-        # prediction beside a measurement is not one.
+        # Engines side by side are the comparison asked for; a prediction beside a measurement not.
         why = ("measured on different engines: compare them as engines, at the same settings"
                if all(str(s).startswith("measured") for s in sources)
                else "measured and predicted numbers are not comparable as they stand")
@@ -209,8 +208,7 @@ def table_notes(table: pd.DataFrame) -> list[str]:
 
 
 def mixed_commits(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> str | None:
-    """The line saying which commits the sweep's finished runs ran at where they are several (a sweep
-    resumed after the code changed), each with its jobs' count; None where they ran at one."""
+    """The commits a resumed sweep's runs ran at, each with its jobs' count; None where one."""
     found: dict[str, int] = {}
     for job in jobs:
         record = read_json(sweep_dir / job / METRICS)
@@ -221,17 +219,19 @@ def mixed_commits(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> str | Non
     if len(found) < 2:
         return None
     each = ", ".join(f"{commit} ({n} job{'s' * (n != 1)})" for commit, n in sorted(found.items()))
-    return (f"the runs come from {len(found)} commits: {each}; the code changed between them (a resumed "
-            "sweep): rerun the older jobs (on_existing=overwrite) before comparing them")
+    return (f"the runs come from {len(found)} commits: {each}; the code changed between them "
+            "(a resumed sweep): rerun the older jobs (on_existing=overwrite) before comparing them")
 
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
-    """The overrides a job without metrics.json saved once its checks passed, else (refused before) those
-    its folder's name spells, as far as they survived."""
+    """Saved once its checks passed, else those its folder's name spells."""
+
     named = job.split("_", 1)[1].split(",") if "_" in job else []
     for where in (sweep_dir / job, next_dir(sweep_dir / job)):
         try:
-            return list(yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text()) or []) or named
+            saved = yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text())
+            return list(saved or []) or named
+
         except (OSError, yaml.YAMLError):
             continue
     return named

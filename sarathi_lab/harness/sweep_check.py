@@ -1,8 +1,6 @@
-"""Every job of a sweep checked before the first one runs (experiments/README.md): too many jobs or
-repeated ones under any launcher; under the basic launcher, which runs the jobs here one after another,
-each job's config composed, parsed and preflighted as the job will do it. The first refusal stops the
-sweep with one line naming the job, and exit 2, before any sweep directory exists.
-"""
+"""Every job of a sweep checked before the first runs (under the basic launcher, preflighted as
+the job will be): the first refusal stops the sweep with one line and exit 2, before any sweep
+directory exists."""
 from __future__ import annotations
 
 import logging
@@ -20,19 +18,15 @@ log = logging.getLogger(__name__)
 
 
 def _is(node: Any, cls: type | str) -> bool:
-    """Whether the hydra.sweeper / hydra.launcher node ``node`` instantiates ``cls`` (a class, or its
-    dotted path)."""
     target = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
     return node is not None and str(node.get("_target_", "")) == target
 
 
-# The project's sweeper (conf/hydra/sweeper/sarathi.yaml): the basic sweeper's jobs, those that differ
-# from an earlier one only in keys they ignore left out (collapse_ignored).
+# The project's sweeper: the basic sweeper's jobs less those collapse_ignored leaves out.
 SWEEPER = "hydra_plugins.sarathi_lab_launcher.sweeper.Sweeper"
 
 
 def _basic(config: DictConfig) -> bool:
-    """Whether the sweep's jobs are the basic sweeper's (the project's sweeper is one)."""
     return _is(config.hydra.sweeper, BasicSweeper) or _is(config.hydra.sweeper, SWEEPER)
 
 
@@ -54,22 +48,23 @@ class SweepPreflight(Callback):
         if error:
             from sarathi_lab import cli_args
 
-            # README's one `error:` line and exit 2, as a refused single run; SystemExit passes Hydra's
-            # callback guard (which turns Exceptions into warnings).
+            # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
+
             cli_args.refuse(error)
 
 
 def job_overrides(config: DictConfig) -> list[list[str]]:
-    """Each job's overrides, in the basic sweeper's order: hydra.sweeper.params, then the command line."""
-    params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+    """In the basic sweeper's order: hydra.sweeper.params, then the command line."""
+    swept = config.hydra.sweeper.get("params") or {}
+    params = [f"{key}={value}" for key, value in swept.items()]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
     overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
 def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
-    """The jobs the sweep launches (job_overrides, collapsed by collapse_ignored under the project's
-    sweeper unless hydra.sweeper.repeat_ignored), and the lines saying what was collapsed."""
+    """The jobs launched (collapsed under our sweeper unless repeat_ignored), and notes."""
+
     jobs = job_overrides(config)
     if not _is(config.hydra.sweeper, SWEEPER) or config.hydra.sweeper.get("repeat_ignored"):
         return jobs, []
@@ -77,15 +72,13 @@ def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
 
 
 def _may_be_ignored(key: str) -> bool:
-    """Whether some job may ignore ``key`` (RunConfig.ignores): the keys that set some schedulers' knobs."""
     return key in ("chunk", "token_budget") or key.startswith("scheduler.")
 
 
-def collapse_ignored(config: DictConfig, jobs: list[list[str]]) -> tuple[list[list[str]], list[str]]:
-    """``jobs`` without those that differ from an earlier job only in swept keys they ignore
-    (RunConfig.ignores: ``-m chunk=256,512 scheduler=vllm,sarathi`` runs vllm once, at chunk=256),
-    and one line per key and reason naming what was left out. Only a sweep over a key some job may
-    ignore composes its jobs; a job whose config is refused is kept, for the preflight to refuse."""
+def collapse_ignored(config: DictConfig,
+                     jobs: list[list[str]]) -> tuple[list[list[str]], list[str]]:
+    """Jobs differing from an earlier one only in keys they ignore left out (``-m chunk=256,512
+    scheduler=vllm,sarathi`` runs vllm once); a refused job is kept, for the preflight to refuse."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.results import override_key
     from sarathi_lab.model import ModelLoadError
@@ -108,7 +101,8 @@ def collapse_ignored(config: DictConfig, jobs: list[list[str]]) -> tuple[list[li
             kept.append(overrides)
             continue
         ignored = {key: why for key in swept if (why := run.ignores(key))}
-        same = (tuple(sorted(o for o in overrides if override_key(o) not in ignored)), tuple(sorted(ignored)))
+        same = (tuple(sorted(o for o in overrides if override_key(o) not in ignored)),
+                tuple(sorted(ignored)))
         if same in first:
             for key, why in ignored.items():
                 left_out.setdefault((key, why), []).append((overrides, first[same]))
@@ -118,28 +112,28 @@ def collapse_ignored(config: DictConfig, jobs: list[list[str]]) -> tuple[list[li
     notes = []
     for (key, why), dropped in left_out.items():
         ran = sorted({o for _, kept_job in dropped for o in kept_job if override_key(o) == key})
-        notes.append(f"{key}: {why}: {len(dropped)} job{'s' * (len(dropped) > 1)} that differed only in {key} "
-                     f"left out, run once at {', '.join(ran)}; hydra.sweeper.repeat_ignored=true runs each")
+        notes.append(f"{key}: {why}: {len(dropped)} job{'s' * (len(dropped) > 1)} that differed "
+                     f"only in {key} left out, run once at {', '.join(ran)}; "
+                     "hydra.sweeper.repeat_ignored=true runs each")
     return kept, notes
 
 
 def too_many_or_repeated(jobs: list[list[str]]) -> str | None:
-    """The one-line error for a sweep of more than MAX_SWEEP_JOBS jobs or with two equal jobs, or None."""
     if len(jobs) > MAX_SWEEP_JOBS:
-        return (f"the sweep has {len(jobs)} jobs, more than the {MAX_SWEEP_JOBS} one sweep may run; split it "
-                "into several sweeps (or search a rate with task=capacity); no job was run")
+        return (f"the sweep has {len(jobs)} jobs, more than the {MAX_SWEEP_JOBS} one sweep may "
+                "run; split it into several sweeps (or search a rate with task=capacity); no job "
+                "was run")
     seen: dict[tuple[str, ...], int] = {}
     for num, overrides in enumerate(jobs):
         key = tuple(sorted(overrides))
         if key in seen:
-            return (f"sweep jobs {seen[key]} and {num} are the same ({' '.join(overrides)}): a value is repeated "
-                    "in a sweep; each job must differ; no job was run")
+            return (f"sweep jobs {seen[key]} and {num} are the same ({' '.join(overrides)}): a "
+                    "value is repeated in a sweep; each job must differ; no job was run")
         seen[key] = num
     return None
 
 
 def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
-    """The one-line error of the first job whose config the run would refuse, or None."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.preflight import preflight
     from sarathi_lab.model import ModelLoadError
@@ -157,13 +151,11 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
     return None
 
 
-# Each job's typed config, or its refusal, by its overrides: parsed once for the sweep's checks and
-# the sweeper's collapse, all run by one config loader (one Hydra invocation) before any job.
+# Each job's typed config or refusal, parsed once for the checks and the collapse (one loader).
 _PARSED: dict[str, Any] = {"loader": None, "jobs": {}}
 
 
 def _job_config(loader, config: DictConfig, overrides: list[str]):
-    """A sweep job's typed config as its run parses it (Hydra's own node left out)."""
     if _PARSED["loader"] is not loader:
         _PARSED.update(loader=loader, jobs={})
     jobs = _PARSED["jobs"]

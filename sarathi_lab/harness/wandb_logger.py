@@ -1,6 +1,5 @@
-"""Send a finished run to Weights & Biases, once its results are on disk: W&B never perturbs the
-timings, and any W&B error is one warning line, never a failed run.
-"""
+"""A finished run to Weights & Biases once its results are on disk: W&B never perturbs the timings,
+and any W&B error is one warning line, never a failed run."""
 from __future__ import annotations
 
 import logging
@@ -21,36 +20,36 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Prefixed so that W&B's summary never mixes a last-iteration value with a whole-run metric of the same name.
+# So that W&B's summary never mixes a last-iteration value with a whole-run metric.
 HISTORY_PREFIX = "iter/"
-# The end of each iteration on the engine's clock: logged after the run, W&B's _runtime would put
-# every iteration at the same instant.
+# The engine's clock: logged after the run, W&B's _runtime would put every iteration at one instant.
 TIME_AXIS = f"{HISTORY_PREFIX}t_s"
-# Where a run's numbers come from, in W&B's summary beside them (the whole environment is in its config).
-PROVENANCE = ("timing_unreliable", "simulated", "executor", "device_name", "sarathi_lab_version", "git_commit",
-              "git_dirty")
+# Where a run's numbers come from, in W&B's summary beside them.
+PROVENANCE = ("timing_unreliable", "simulated", "executor", "device_name", "sarathi_lab_version",
+              "git_commit", "git_dirty")
 ENV_PREFIX = "env/"
 
 
 @dataclass(frozen=True)
 class WandbRun:
-    """Everything W&B shows about one run."""
     run_dir: Path
     name: str
-    group: str | None       # the sweep, or the experiment of a single run, so that W&B groups them
-    job_type: str           # the experiment name
+    group: str | None
+    job_type: str
     tags: list[str]
-    config: dict[str, Any]  # the whole resolved config
-    environment: dict[str, Any]         # metrics.json's: into the config, PROVENANCE also into the summary
+    config: dict[str, Any]
+    environment: dict[str, Any]         # into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
-    history: pd.DataFrame | pa.Table | None  # iterations.parquet, over TIME_AXIS (None: no iterations)
-    tables: dict[str, pd.DataFrame | pa.Table]  # logged as W&B tables (requests, a measurement's own)
+    history: pd.DataFrame | pa.Table | None  # iterations.parquet, over TIME_AXIS
+    tables: dict[str, pd.DataFrame | pa.Table]
 
 
 def resolve_mode(cfg: LoggerCfg) -> str:
     if cfg.mode != "auto":
         return cfg.mode
-    return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    keyed = os.environ.get("WANDB_API_KEY")
+    return os.environ.get("WANDB_MODE") or ("online" if keyed else "offline")
+
 
 
 def log_to_wandb(cfg: LoggerCfg, run: WandbRun) -> None:
@@ -58,7 +57,7 @@ def log_to_wandb(cfg: LoggerCfg, run: WandbRun) -> None:
         return
     try:
         _log(cfg, run)
-    except Exception as e:  # noqa: BLE001 - W&B must never fail a run whose results are already saved
+    except Exception as e:  # noqa: BLE001 - W&B never fails a run whose results are saved
         first_line = (str(e).strip().splitlines() or [""])[0]
         log.warning("W&B logging failed; the results in %s are complete: %s: %s",
                     run.run_dir, type(e).__name__, first_line)
@@ -68,9 +67,11 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
     import wandb  # a second of import time, paid only by runs that log
 
     wb = wandb.init(
-        project=cfg.project, entity=cfg.entity, dir=run.run_dir, mode=resolve_mode(cfg), name=run.name,
-        group=run.group, job_type=run.job_type, tags=run.tags, config=run.config | {"environment": run.environment},
-        settings=wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", x_disable_stats=True, silent=True),
+        project=cfg.project, entity=cfg.entity, dir=run.run_dir, mode=resolve_mode(cfg),
+        name=run.name, group=run.group, job_type=run.job_type, tags=run.tags,
+        config=run.config | {"environment": run.environment},
+        settings=wandb.Settings(init_timeout=cfg.init_timeout_s, console="off",
+                                x_disable_stats=True, silent=True),
     )
     exit_code = 1
     try:
@@ -78,12 +79,13 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
         wb.define_metric(f"{HISTORY_PREFIX}*", step_metric=TIME_AXIS)
         history = [] if run.history is None else _scalar_columns(run.history).to_dict("records")
         for row in history:
-            # An iterations.parquet row as W&B history: prefixed, with its time on TIME_AXIS.
             at = {TIME_AXIS: row["start_s"] + row["duration_s"]}
             wb.log(at | {f"{HISTORY_PREFIX}{k}": v for k, v in row.items()}, step=row["iteration"])
         last_step = history[-1]["iteration"] if history else 0
-        wb.log({name: wandb.Table(dataframe=_scalar_columns(df)) for name, df in run.tables.items()}, step=last_step)
-        wb.summary.update(run.summary | {f"{ENV_PREFIX}{k}": run.environment.get(k) for k in PROVENANCE})
+        wb.log({name: wandb.Table(dataframe=_scalar_columns(df))
+                for name, df in run.tables.items()}, step=last_step)
+        wb.summary.update(run.summary
+                          | {f"{ENV_PREFIX}{k}": run.environment.get(k) for k in PROVENANCE})
         # The run's own files too, for load_runs on W&B's copy; copied, as wb.save() warns for each.
         for path in result_files(run.run_dir):
             shutil.copy2(path, Path(wb.dir) / path.name)
@@ -91,17 +93,17 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
     finally:
         wb.finish(exit_code=exit_code)
     if exit_code == 0 and resolve_mode(cfg) == "offline":
-        # Silent settings print nothing: where the offline run went (wandb/offline-run-<time>-<id> under the
-        # run's folder) and how to upload it are ours to say.
+        # Silent settings print nothing: where the offline run went and how to upload it is ours.
         offline = Path(wb.dir).parent
         log.info("W&B run saved offline in %s; upload it with: wandb sync %s", offline, offline)
 
 
 def _scalar_columns(df: pd.DataFrame | pa.Table) -> pd.DataFrame:
-    import pandas as pd  # here: only a run that logs to W&B needs it
+    import pandas as pd
 
-    # The engine's tables are arrow tables (harness/engine_tables.py), a measurement's DataFrames.
+
     df = df if isinstance(df, pd.DataFrame) else df.to_pandas()
-    # Lists (per-token times, an iteration's request ids) fit neither a W&B table cell nor a history
-    # value; the parquet files keep them.
-    return df[[c for c in df.columns if not df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any()]]
+    # Lists fit neither a W&B table cell nor a history value; the parquet files keep them.
+    return df[[c for c in df.columns
+               if not df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any()]]
+

@@ -1,6 +1,4 @@
-"""Request sets the runs feed the engine: the papers' fixed-shape synthetic one, uniform or zipf
-lengths (as vidur generates them), CSV traces (sarathi-serve layout) replayed as recorded or at a
-rate, and a trace's lengths alone."""
+"""Request sets fed to the engine: synthetic, uniform or zipf lengths (as vidur), CSV traces."""
 from __future__ import annotations
 
 import csv
@@ -26,7 +24,7 @@ TRACE_COLUMNS = ("arrived_at", *LENGTH_COLUMNS)
 # A prompt token as the engine holds it: a Python int (28 bytes) behind a list slot (8 bytes).
 _BYTES_PER_PROMPT_TOKEN = 36
 
-# Independent random streams, so that switching e.g. the arrival process keeps the same lengths and tokens.
+# Independent streams: switching e.g. the arrival process keeps the same lengths and tokens.
 _LENGTHS, _ARRIVALS, _TOKENS = range(3)
 
 
@@ -34,12 +32,9 @@ _LENGTHS, _ARRIVALS, _TOKENS = range(3)
 class Workload:
     prompts: list[list[int]]
     decode_lens: list[int]
-    # Seconds after the start of generate; None: every request is there at once.
     arrival_times: list[float] | None
-    # Requests in the system at once at most (generate's max_concurrency); None: no cap.
     max_concurrency: int | None = None
-    # A replayed trace's rate as recorded (mean_rate_rps of its rows' times); None for the others.
-    recorded_rate_rps: float | None = None
+    recorded_rate_rps: float | None = None  # a replayed trace's
 
     @property
     def num_requests(self) -> int:
@@ -55,24 +50,25 @@ class Workload:
 
 
 def split_length(total: int, pd_ratio: float, key: str = "seq_len") -> tuple[int, int]:
-    """(prompt, decode) with prompt + decode = total and prompt / decode as close to pd_ratio as integers allow."""
+    """(prompt, decode) summing to total, their ratio as near pd_ratio as integers allow."""
     decode = round(total / (1 + pd_ratio))
     prompt = total - decode
     if prompt < 1 or decode < 1:
-        raise ConfigError(f"{key}={total} is invalid with pd_ratio={pd_ratio}: it gives {prompt} prompt and "
-                          f"{decode} decode tokens, and both must be >= 1 (prompt + decode = {key}, "
-                          "prompt / decode = pd_ratio)")
+        raise ConfigError(f"{key}={total} is invalid with pd_ratio={pd_ratio}: it gives {prompt} "
+                          f"prompt and {decode} decode tokens, and both must be >= 1 "
+                          f"(prompt + decode = {key}, prompt / decode = pd_ratio)")
     return prompt, decode
 
 
 def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, vocab_size: int,
                    context: int | None = None) -> Workload:
-    """The requests, their lengths checked against ``context`` and their memory before any is made."""
+    """Lengths and memory are checked before any request is made."""
     def rng(stream: int) -> np.random.Generator:
         return np.random.default_rng([seed, stream])
 
     if context is not None and cfg.kind not in ("trace", "trace_lengths") and seq_len > context:
-        raise ConfigError(f"seq_len={seq_len} is invalid: more than the model's context of {context} tokens")
+        raise ConfigError(f"seq_len={seq_len} is invalid: more than the model's context of "
+                          f"{context} tokens")
     recorded_rate = None
     if cfg.kind == "trace":
         lengths, recorded = read_recorded_trace(cfg, context)
@@ -83,13 +79,14 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
         _check_memory(cfg, sum(p for p, _ in lengths))
         arrivals = arrival_times(cfg, cfg.qps, seed)
     else:
-        _check_memory(cfg, cfg.num_requests * seq_len)  # every request's length is at most seq_len
+        _check_memory(cfg, cfg.num_requests * seq_len)
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
         arrivals = arrival_times(cfg, cfg.qps, seed)
         if arrivals and arrivals[-1] > ARRIVAL_HORIZON_S:
-            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: {cfg.num_requests} requests at that rate arrive "
-                              f"over {arrivals[-1]:.3g} s, past the {ARRIVAL_HORIZON_S:g} s a run may span; raise "
-                              "workload.qps or lower workload.num_requests")
+            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: {cfg.num_requests} requests "
+                              f"at that rate arrive over {arrivals[-1]:.3g} s, past the "
+                              f"{ARRIVAL_HORIZON_S:g} s a run may span; raise workload.qps or "
+                              "lower workload.num_requests")
     tokens = rng(_TOKENS)
     prompts = [tokens.integers(0, vocab_size, size=p).tolist() for p, _ in lengths]
     return Workload(prompts, [d for _, d in lengths], arrivals, cfg.max_concurrency, recorded_rate)
@@ -97,12 +94,13 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
 
 def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
     need = prompt_tokens * _BYTES_PER_PROMPT_TOKEN
-    have = host_memory.available().bytes  # what this process may still allocate on the host
+    have = host_memory.available().bytes
     if need > have:
         key, value = (("workload.path", cfg.path) if cfg.kind in ("trace", "trace_lengths")
                       else ("workload.num_requests", cfg.num_requests))
-        raise ConfigError(f"{key}={value!r} is invalid: its prompts need up to {need / 2**30:.1f} GiB as token "
-                          f"lists, more than the {have / 2**30:.1f} GiB available")
+        raise ConfigError(f"{key}={value!r} is invalid: its prompts need up to "
+                          f"{need / 2**30:.1f} GiB as token lists, more than the "
+                          f"{have / 2**30:.1f} GiB available")
 
 
 def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
@@ -111,11 +109,13 @@ def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
     if cfg.kind == "synthetic":
         prompt, decode = split_length(seq_len, pd_ratio)
         if cfg.stagger > decode:
-            raise ConfigError(f"workload.stagger={cfg.stagger} is invalid: seq_len={seq_len} and pd_ratio="
-                              f"{pd_ratio} give {decode} decode tokens, and every request needs at least 1")
+            raise ConfigError(f"workload.stagger={cfg.stagger} is invalid: seq_len={seq_len} and "
+                              f"pd_ratio={pd_ratio} give {decode} decode tokens, and every request "
+                              "needs at least 1")
         return [(prompt, decode - i if i < cfg.stagger else decode) for i in range(n)]
     if cfg.min_tokens > seq_len:
-        raise ConfigError(f"workload.min_tokens={cfg.min_tokens} is invalid: must be <= seq_len={seq_len}")
+        raise ConfigError(f"workload.min_tokens={cfg.min_tokens} is invalid: "
+                          f"must be <= seq_len={seq_len}")
     # Both ends must split into a non-empty prompt and decode; the split is monotone in between.
     split_length(cfg.min_tokens, pd_ratio, key="workload.min_tokens")
     split_length(seq_len, pd_ratio)
@@ -129,8 +129,7 @@ def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
 
 
 def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None:
-    """Arrival times at mean rate ``qps`` (None: all at once): the same seed gives the same draws at
-    every rate, scaled by 1 / qps, so that a capacity search compares rates on one arrival pattern."""
+    """One seed's draws at every rate, so that a capacity search compares rates on one pattern."""
     rng = np.random.default_rng([seed, _ARRIVALS])
     if cfg.arrival == "all_at_once":
         return None
@@ -142,13 +141,13 @@ def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None
     if not all(math.isfinite(t) for t in times):
         # Finite settings at a float's extremes (qps=5e-324, cv=1e-160) give gaps of inf or NaN.
         key, value = ("workload.cv", cfg.cv) if cfg.arrival == "gamma" else ("workload.qps", qps)
-        raise ConfigError(f"{key}={value!r} is invalid: the {cfg.arrival} arrival times it gives at {qps!r} req/s "
-                          "are not finite numbers")
+        raise ConfigError(f"{key}={value!r} is invalid: the {cfg.arrival} arrival times it gives "
+                          f"at {qps!r} req/s are not finite numbers")
     return times
 
 
 def resolve_trace_path(path: str) -> Path:
-    """Relative paths: the working directory first, then the package (where data/traces/sample.csv ships)."""
+    """The working directory first, then the package (data/traces/ ships there)."""
     p = Path(path).expanduser()
     for candidate in (p, PACKAGE_DIR / p):
         if candidate.is_file():
@@ -156,21 +155,22 @@ def resolve_trace_path(path: str) -> Path:
     for candidate in (p, PACKAGE_DIR / p):
         # There but no regular file: a directory, or a device or FIFO (read forever, or nothing).
         if candidate.exists():
-            what = "a directory" if candidate.is_dir() else "not a regular file (a device, a FIFO or a socket)"
-            raise ConfigError(f"workload.path={path!r} is invalid: {candidate} is {what}; allowed: a CSV file")
-    raise ConfigError(f"workload.path={path!r} is invalid: no such file (looked in {Path.cwd()} and {PACKAGE_DIR})")
+            what = ("a directory" if candidate.is_dir()
+                    else "not a regular file (a device, a FIFO or a socket)")
+            raise ConfigError(f"workload.path={path!r} is invalid: {candidate} is {what}; "
+                              "allowed: a CSV file")
+    raise ConfigError(f"workload.path={path!r} is invalid: no such file "
+                      f"(looked in {Path.cwd()} and {PACKAGE_DIR})")
 
 
 def mean_rate_rps(times: list[float]) -> float | None:
-    """Requests per second over the span of ``times``: (n - 1) gaps over it, as a rate of Poisson
-    arrivals counts them; None where there is no gap to measure (one time, or all at once)."""
+    """(n - 1) gaps over the span, as Poisson arrivals count; None: no gap."""
     span = max(times, default=0.0) - min(times, default=0.0)
     return (len(times) - 1) / span if span > 0 else None
 
 
 def scaled_to_rate(times: list[float], qps: float) -> list[float]:
-    """``times`` (from 0) with every gap multiplied by one factor so that their mean rate is ``qps``:
-    the ratios between gaps, the trace's burstiness, stay as they were. One time stays as it is."""
+    """Every gap times one factor, so the trace's burstiness (ratios between gaps) stays."""
     rate = mean_rate_rps(times)
     if rate is None:
         if len(times) > 1:
@@ -181,60 +181,60 @@ def scaled_to_rate(times: list[float], qps: float) -> list[float]:
 
 
 def arrivals_at(cfg: WorkloadCfg, workload: Workload, qps: float, seed: int) -> list[float] | None:
-    """``workload``'s arrival times at mean rate ``qps`` (a capacity trial's): a replayed trace's own,
-    its gaps scaled to that rate; the others drawn at it (arrival_times)."""
     if cfg.kind == "trace":
         return scaled_to_rate(workload.arrival_times, qps)
     return arrival_times(cfg, qps, seed)
 
 
-def read_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
-    """(prompt, decode) lengths and arrival times of a trace CSV's replayed rows (replay_times)."""
+def read_trace(cfg: WorkloadCfg, context: int | None = None
+               ) -> tuple[list[tuple[int, int]], list[float]]:
     lengths, recorded = read_recorded_trace(cfg, context)
     return lengths, replay_times(cfg, recorded)
 
 
-def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None) -> tuple[list[tuple[int, int]], list[float]]:
-    """(prompt, decode) lengths and recorded arrival times, from the first replayed row, of the rows
-    workload.offset + 1 to workload.offset + workload.num_requests (to the end where that is None or
-    past it)."""
+def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None
+                        ) -> tuple[list[tuple[int, int]], list[float]]:
     lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS, cfg.num_requests)
     if cfg.num_requests is not None and len(lengths) < cfg.num_requests:
-        # Not refused: an experiment's num_requests, meant for its own workload, applies to a trace put in its place.
-        log.warning("workload.path=%r has %d rows after workload.offset=%d: replaying those, fewer than "
-                    "workload.num_requests=%d", cfg.path, len(lengths), cfg.offset, cfg.num_requests)
+        # Not refused: an experiment's num_requests applies to a trace put in its workload's place.
+        log.warning("workload.path=%r has %d rows after workload.offset=%d: replaying those, "
+                    "fewer than workload.num_requests=%d",
+                    cfg.path, len(lengths), cfg.offset, cfg.num_requests)
     start = min(arrivals)
     return lengths, [a - start for a in arrivals]
 
 
 def replay_times(cfg: WorkloadCfg, recorded: list[float]) -> list[float]:
-    """A trace's arrival times as a run replays them: the recorded ones times workload.time_scale, or,
-    with workload.qps, their gaps scaled to that mean rate (scaled_to_rate)."""
-    key, value = ("workload.qps", cfg.qps) if cfg.qps is not None else ("workload.time_scale", cfg.time_scale)
+    key, value = (("workload.qps", cfg.qps) if cfg.qps is not None
+                  else ("workload.time_scale", cfg.time_scale))
     if cfg.qps is None:
         times = [t * cfg.time_scale for t in recorded]
     else:
         try:
             times = scaled_to_rate(recorded, cfg.qps)
         except ValueError:
-            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(recorded)} replayed rows of "
-                              f"workload.path={cfg.path!r} all arrive at once, so they have no rate to scale") from None
+            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(recorded)} "
+                              f"replayed rows of workload.path={cfg.path!r} all arrive at once, "
+                              "so they have no rate to scale") from None
     if not all(math.isfinite(t) for t in times):
-        raise ConfigError(f"{key}={value!r} is invalid: it scales the trace's arrival times past the largest float")
+        raise ConfigError(f"{key}={value!r} is invalid: it scales the trace's arrival times past "
+                          "the largest float")
     if max(times) > ARRIVAL_HORIZON_S and cfg.qps is not None:
-        raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(times)} replayed rows of workload.path="
-                          f"{cfg.path!r} span {max(times):.3g} s at that rate, past the {ARRIVAL_HORIZON_S:g} s a run "
-                          "may span; raise workload.qps or lower workload.num_requests")
+        raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(times)} replayed rows of "
+                          f"workload.path={cfg.path!r} span {max(times):.3g} s at that rate, past "
+                          f"the {ARRIVAL_HORIZON_S:g} s a run may span; raise workload.qps or "
+                          "lower workload.num_requests")
     if max(times) > ARRIVAL_HORIZON_S:
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: its arrivals span {max(times):.3g} s at "
-                          f"workload.time_scale={cfg.time_scale!r}, past the {ARRIVAL_HORIZON_S:g} s a run may span; "
-                          "lower workload.time_scale or workload.num_requests")
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: its arrivals span "
+                          f"{max(times):.3g} s at workload.time_scale={cfg.time_scale!r}, past the "
+                          f"{ARRIVAL_HORIZON_S:g} s a run may span; lower workload.time_scale or "
+                          "workload.num_requests")
     return times
 
 
-def read_trace_lengths(cfg: WorkloadCfg, context: int | None, rng: np.random.Generator) -> list[tuple[int, int]]:
-    """workload.num_requests lengths drawn from a CSV's rows (without replacement unless it has fewer),
-    in an order that makes any first N of them a sample too (a capacity trial serves a prefix)."""
+def read_trace_lengths(cfg: WorkloadCfg, context: int | None,
+                       rng: np.random.Generator) -> list[tuple[int, int]]:
+    """In an order whose every prefix is a sample too: a capacity trial serves a prefix."""
     lengths, _ = _read_csv(cfg, context, LENGTH_COLUMNS, cfg.max_requests)
     picks = rng.choice(len(lengths), size=cfg.num_requests, replace=cfg.num_requests > len(lengths))
     return [lengths[i] for i in picks]
@@ -242,16 +242,14 @@ def read_trace_lengths(cfg: WorkloadCfg, context: int | None, rng: np.random.Gen
 
 def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
               limit: int | None) -> tuple[list[tuple[int, int]], list[float]]:
-    """The lengths of up to ``limit`` rows after the first workload.offset, and their arrival times
-    where ``columns`` has arrived_at; a request longer than ``context`` is refused at its line."""
     path = resolve_trace_path(cfg.path)
     lengths, arrivals, skipped = [], [], 0
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if missing := [c for c in columns if c not in (reader.fieldnames or [])]:
-                raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column {missing[0]}; "
-                                  f"needed: {', '.join(columns)}")
+                raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column "
+                                  f"{missing[0]}; needed: {', '.join(columns)}")
             for row in reader:
                 if skipped < cfg.offset:
                     skipped += 1
@@ -261,13 +259,15 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
                 where = f"workload.path={cfg.path!r} line {reader.line_num}"
                 if "arrived_at" in columns:
                     arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
-                lengths.append(tuple(_scaled(cfg, _trace_field(where, row, column, int, minimum=1))
-                                     for column in LENGTH_COLUMNS))
+                lengths.append(tuple(_scaled(cfg, _trace_field(where, row, c, int, minimum=1))
+                                     for c in LENGTH_COLUMNS))
                 if context is not None and sum(lengths[-1]) > context:
-                    raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is invalid: more "
-                                      f"than the model's context of {context} tokens")
+                    raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is "
+                                      f"invalid: more than the model's context of {context} tokens")
+
     except csv.Error as e:  # a field past the csv module's limit (128 KiB), a NUL byte
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: not a readable CSV ({e})") from None
+        raise ConfigError(f"workload.path={cfg.path!r} is invalid: "
+                          f"not a readable CSV ({e})") from None
     except UnicodeDecodeError:
         # The reader's offset counts from its buffer; the whole file's names the line.
         raw = path.read_bytes()
@@ -279,7 +279,8 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text "
                           f"(byte 0x{raw[at]:02x})") from None
     if not lengths and cfg.offset:
-        raise ConfigError(f"workload.offset={cfg.offset} is invalid: workload.path={cfg.path!r} has {skipped} rows")
+        raise ConfigError(f"workload.offset={cfg.offset} is invalid: "
+                          f"workload.path={cfg.path!r} has {skipped} rows")
     if not lengths:
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
     return lengths, arrivals
@@ -288,8 +289,8 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
 def _scaled(cfg: WorkloadCfg, tokens: int) -> int:
     scaled = tokens * cfg.length_scale
     if not math.isfinite(scaled):
-        raise ConfigError(f"workload.length_scale={cfg.length_scale!r} is invalid: it scales the trace's lengths "
-                          "past the largest float")
+        raise ConfigError(f"workload.length_scale={cfg.length_scale!r} is invalid: it scales the "
+                          "trace's lengths past the largest float")
     return max(1, round(scaled))
 
 
@@ -297,12 +298,13 @@ def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float)
     raw = row[column]
     try:
         value = kind(raw)
-        # A float's range bounds every field (a length is scaled by a float): 400 digits is no length.
+        # A length is scaled by a float, so a float's range bounds every field.
         finite = math.isfinite(float(value))
     except (TypeError, ValueError, OverflowError):
         value, finite = None, False
     if value is None or not finite or value < minimum:
         shown = raw if raw is None or len(raw) <= 40 else f"{raw[:20]}...({len(raw)} characters)"
-        raise ConfigError(f"{where}: {column}={shown!r} is invalid: must be a {kind.__name__} >= {minimum:g} "
-                          "within a float's range")
+        raise ConfigError(f"{where}: {column}={shown!r} is invalid: must be a {kind.__name__} "
+                          f">= {minimum:g} within a float's range")
+
     return value

@@ -1,7 +1,5 @@
-"""What a measurement task times, on whichever executor the run built: the real forward on
-``executor=model``, the cost model's prediction for the same batch on ``executor=sim`` (which loads no
-weights), so that every experiment runs under both and reports the same quantities.
-"""
+"""What a task times: the real forward on ``executor=model``, the cost model's prediction on
+``executor=sim``, so that every experiment runs under both and reports the same quantities."""
 from __future__ import annotations
 
 from sarathi_lab.engine.batch import ScheduledBatch
@@ -10,29 +8,28 @@ from sarathi_lab.sim.executor import composition
 
 
 def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
-    """Predicted forward seconds of ``batch``, split into ``profiling.ops.OPS`` as the real
-    forward's hooks split it, plus ``total``."""
+    """Split into ``profiling.ops.OPS`` as the real forward's hooks split it, plus ``total``."""
     prefills, decodes = composition(batch)
     cost = model.iteration_cost(prefills, decodes)
     parts = cost.ops
     attention = parts.get("prefill_attention", 0.0) + parts.get("decode_attention", 0.0)
-    if "dense" in parts:  # the profile cost model keeps its measured dense ops apart per token count
+    if "dense" in parts:  # the profile cost model keeps its dense ops apart per token count
         dense = {op: model.dense[op](batch.num_tokens)[0] for op in ("qkv_proj", "o_proj", "ffn")}
     else:
         dense = {"qkv_proj": parts["qkv_proj"], "o_proj": parts["o_proj"],
                  "ffn": parts["gate_up_proj"] + parts["down_proj"]}
-    split = {"qkv_proj": dense["qkv_proj"], "attention": attention, "o_proj": dense["o_proj"], "ffn": dense["ffn"]}
+    split = {"qkv_proj": dense["qkv_proj"], "attention": attention, "o_proj": dense["o_proj"],
+             "ffn": dense["ffn"]}
     return split | {"others": cost.forward_s - sum(split.values()), "total": cost.forward_s}
 
 
 def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
-    """Seconds of one forward of ``batch``, ``total`` and by op: measured (median of reps) or predicted."""
+    """``total`` and by op: measured (median of reps) or predicted."""
     model = llm.plan.cost_model
     return measured.time_by_op(llm, batch, reps) if model is None else predicted_ops(model, batch)
 
 
 def forward_timer(llm, batch: ScheduledBatch):
-    """A function returning one forward's seconds of ``batch``: timed, or predicted."""
     model = llm.plan.cost_model
     if model is None:
         return measured.forward_timer(llm, batch)
@@ -41,12 +38,14 @@ def forward_timer(llm, batch: ScheduledBatch):
 
 
 def attention_reread(model, prompt_len: int, chunk: int) -> dict[str, float]:
-    """The cost model's ``profiling.attention.measure_reread``: one layer's attention of a prompt
-    prefilled whole and in chunks, in ms."""
+    """The cost model's ``profiling.attention.measure_reread``, in ms."""
     layers = model.config.num_hidden_layers
 
     def ms(prefills) -> float:
-        return sum(model.iteration_cost([p]).ops["prefill_attention"] for p in prefills) / layers * 1e3
+        total = sum(model.iteration_cost([p]).ops["prefill_attention"] for p in prefills)
+        return total / layers * 1e3
 
-    chunks = [(min(chunk, prompt_len - s), min(s + chunk, prompt_len)) for s in range(0, prompt_len, chunk)]
+    chunks = [(min(chunk, prompt_len - s), min(s + chunk, prompt_len))
+              for s in range(0, prompt_len, chunk)]
+
     return {"whole_ms": ms([(prompt_len, prompt_len)]), "chunked_ms": ms(chunks)}

@@ -1,11 +1,6 @@
-"""Iteration time against the number of tokens in the batch, in fine steps (paper Fig. 7).
-
-Each point is a prefill of one prompt of n tokens, n in steps of ``measure.token_step`` up to
-``seq_len``, plus m + 1 for every multiple m of ``measure.tile`` (one token past a tile costs a
-whole tile on a GPU). The points are visited in a new random order each round, m and m + 1 back to
-back, and keep their medians, so that a slow spell of a shared machine blurs random points instead
-of drawing a step.
-"""
+"""Iteration time against tokens in the batch (paper Fig. 7), m + 1 beside every tile multiple m;
+points visited in a new random order each round (m, m + 1 back to back), medians kept, so that a
+shared machine's slow spell blurs random points instead of drawing a step."""
 from __future__ import annotations
 
 import random
@@ -20,7 +15,7 @@ from sarathi_lab.profiling.quantities import tile_jump
 
 
 def token_groups(max_tokens: int, step: int, tile: int) -> list[list[int]]:
-    """The token counts to time, the pairs (m, m + 1) at tile multiples m kept together."""
+    """The pairs (m, m + 1) at tile multiples m kept together."""
     pairs = [[m, m + 1] for m in range(tile, max_tokens, tile)]
     paired = {n for pair in pairs for n in pair}
     return pairs + [[n] for n in range(step, max_tokens + 1, step) if n not in paired]
@@ -42,5 +37,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     total = sweep[sweep.op == "total"].set_index("tokens").ms
     per_token = total / total.index
     summary = {"tile": m.tile, "token_step": m.token_step, "tile_jump": tile_jump(total, m.tile),
-               "max_tokens_per_ms": float((1 / per_token).max()), "ms_at_max_tokens": float(total.iloc[-1])}
+               "max_tokens_per_ms": float((1 / per_token).max()),
+               "ms_at_max_tokens": float(total.iloc[-1])}
+
     return summary, {"sweep": sweep}

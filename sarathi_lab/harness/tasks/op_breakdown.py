@@ -1,6 +1,4 @@
-"""Per-token time of prefill and of decode at one batch size, split by operation (paper Fig. 3/4):
-``batch_size`` prompts of ``seq_len`` tokens, and ``batch_size`` decodes at ``seq_len`` of context.
-"""
+"""Per-token time of prefill and of decode at one batch size, split by operation (Fig. 3/4)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -27,5 +25,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     per_token = ops[ops.op == "total"].set_index("phase").ms_per_token
     summary = {"prefill_ms_per_token": per_token.prefill, "decode_ms_per_token": per_token.decode,
                "decode_over_prefill": per_token.decode / per_token.prefill,
-               "prefill_tokens_per_ms": 1 / per_token.prefill, "decode_tokens_per_ms": 1 / per_token.decode}
+               "prefill_tokens_per_ms": 1 / per_token.prefill,
+               "decode_tokens_per_ms": 1 / per_token.decode}
+
     return summary, {"ops": ops}

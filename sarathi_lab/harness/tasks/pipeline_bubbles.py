@@ -1,15 +1,6 @@
-"""``task=pipeline_bubbles``: SARATHI's Fig. 12 on a real pipeline. The workload is served by the engine
-over ``engine.pipeline_parallel`` stages (one process a stage; with ``measure.pin_stages`` each on a
-core of its own), each micro-batch's compute on each stage is read from the executor's timeline, and
-every request's bubble time follows from it by the one definition (``engine/bubbles.py``) the simulator
-shares. The same run, same requests, scheduler and cache, is then served by the engine's loop over the
-simulated pipeline (``sim/pipeline_run.py``) on this device's ``task=profile`` table, so that the
-measured and predicted bubbles sit side by side.
-
-Tables: ``stage_timeline`` and ``sim_stage_timeline`` (one row per micro-batch and stage),
-``request_bubbles`` (one row per request: measured and simulated bubble seconds and finish times), and
-the engine's own ``iterations`` and ``requests``.
-"""
+"""``task=pipeline_bubbles``: SARATHI's Fig. 12 on a real pipeline, measured bubbles (from the
+executor's timeline, by the simulator's own definition in engine/bubbles.py) beside the same run
+served by the simulated pipeline on this device's ``task=profile`` table."""
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +29,7 @@ from sarathi_lab.sim.stage_profile import LOOPBACK, ProfileStages
 
 TAKES_CONTEXT = True  # it serves the run's own workload (TaskContext.workload)
 LINK_SIZES_REPORTED = (8, 65536, 1048576)   # bytes: a header, 64 KiB, 1 MiB
-HANDOFF_SEED = 1000   # the handoff's requests are drawn with the run's seed plus this: never the run's own
+HANDOFF_SEED = 1000   # added to the run's seed, so the handoff's requests are never the run's own
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +37,24 @@ log = logging.getLogger(__name__)
 def check(cfg, context: int) -> None:
     stages = cfg.engine.pipeline_parallel
     if stages < 2:
-        raise ConfigError(f"engine.pipeline_parallel={stages} is invalid with task=pipeline_bubbles: a pipeline "
-                          "has bubbles between stages; allowed: 2 or more")
-    if cfg.measure.pin_stages and cfg.engine.tensor_parallel * stages > len(os.sched_getaffinity(0)):
-        raise ConfigError(f"measure.pin_stages=true is invalid with engine.pipeline_parallel={stages}: "
-                          f"{len(os.sched_getaffinity(0))} cores may run this process, fewer than one a rank; "
-                          "allowed: measure.pin_stages=false, or fewer stages")
-    if cfg.measure.handoff_requests is not None and cfg.workload.kind in ("trace", "trace_lengths"):
-        raise ConfigError(f"measure.handoff_requests={cfg.measure.handoff_requests} is invalid with "
-                          f"workload={cfg.workload.kind}: the handoff's requests are drawn from a generated "
-                          "workload with another seed; allowed: null")
+        raise ConfigError(f"engine.pipeline_parallel={stages} is invalid with "
+                          "task=pipeline_bubbles: a pipeline has bubbles between stages; "
+                          "allowed: 2 or more")
+    cores, handoff = len(os.sched_getaffinity(0)), cfg.measure.handoff_requests
+    if cfg.measure.pin_stages and cfg.engine.tensor_parallel * stages > cores:
+        raise ConfigError(f"measure.pin_stages=true is invalid with "
+                          f"engine.pipeline_parallel={stages}: {cores} cores may run this "
+                          "process, fewer than one a rank; allowed: measure.pin_stages=false, or "
+                          "fewer stages")
+
+    if handoff is not None and cfg.workload.kind in ("trace", "trace_lengths"):
+        raise ConfigError(f"measure.handoff_requests={handoff} is invalid with "
+                          f"workload={cfg.workload.kind}: the handoff's requests are drawn from a "
+                          "generated workload with another seed; allowed: null")
 
 
 def _pin(pid: int, cores: set[int]) -> None:
-    """Every thread of process ``pid`` on ``cores`` (threads started later inherit their parent's)."""
+    """Every thread of ``pid`` on ``cores``: threads started later inherit their parent's."""
     for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
         with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
             os.sched_setaffinity(tid, cores)
@@ -67,17 +62,16 @@ def _pin(pid: int, cores: set[int]) -> None:
 
 @contextlib.contextmanager
 def pinned_ranks(llm):
-    """Each rank (its every thread) on a core of its own, the driver on the first, while the block runs:
-    their forwards do not share a core, so a stage idles only when the pipeline leaves it idle. Yields
-    the cores in rank order; the driver's own cores come back after (the next job of a sweep runs here)."""
+    """Each rank on a core of its own, so a stage idles only when the pipeline leaves it idle; the
+    driver's cores come back after (a sweep's next job runs here). Yields the cores by rank."""
     mine = os.sched_getaffinity(0)
     cores = sorted(mine)
-    group = getattr(llm.engine.executor, "group", None)   # the ranks the engine runs on
+    group = getattr(llm.engine.executor, "group", None)
     pids = [os.getpid(), *(p.pid for p in (getattr(group, "processes", None) or []))]
     if len(pids) < llm.config.world_size:
         # Under torchrun the other ranks are not this process's children: nothing to pin from here.
-        log.warning("measure.pin_stages: %d of %d ranks are this process's own; the others stay unpinned",
-                    len(pids), llm.config.world_size)
+        log.warning("measure.pin_stages: %d of %d ranks are this process's own; "
+                    "the others stay unpinned", len(pids), llm.config.world_size)
     for pid, core in zip(pids, cores):
         _pin(pid, {core})
     try:
@@ -92,14 +86,11 @@ def _riders(iterations: pd.DataFrame, ids: dict[int, int]) -> list[list[int]]:
 
 
 def _stage0_gap_p50_s(start: np.ndarray, end: np.ndarray) -> float:
-    """The median time stage 0 spends between two micro-batches' forwards: the driver's host work for the
-    next one (and any wait for tokens to return), what the simulator models as ``StageTimes.host_s``."""
+    """Stage 0's median gap between forwards: the driver's host work, ``StageTimes.host_s``."""
     return float(np.median(start[0, 1:] - end[0, :-1])) if start.shape[1] > 1 else float("nan")
 
 
 def _host_p50_s(timeline: pd.DataFrame) -> dict[str, float]:
-    """Each stage's median host seconds on a micro-batch's command before it could compute (receiving
-    and decoding its bytes, planning attention), where the executor's timeline records them."""
     if "planned_s" not in timeline.columns:
         return {}
     host = (timeline.planned_s - timeline.command_s).groupby(timeline.stage).median()
@@ -107,66 +98,69 @@ def _host_p50_s(timeline: pd.DataFrame) -> dict[str, float]:
 
 
 def _quantiles(prefix: str, bubbles: np.ndarray) -> dict[str, float]:
-    return {f"{prefix}_p50_s": float(np.median(bubbles)), f"{prefix}_p90_s": float(np.percentile(bubbles, 90)),
+    return {f"{prefix}_p50_s": float(np.median(bubbles)),
+            f"{prefix}_p90_s": float(np.percentile(bubbles, 90)),
             f"{prefix}_mean_s": float(bubbles.mean())}
 
 
 def measure_handoff(cfg, llm) -> Handoff | None:
-    """``measure.handoff_requests`` requests of the run's workload kind (another seed) served through the
-    same pipeline, as it is pinned now; the handoff between its stages read off their timeline (None
-    where the executor records none)."""
+    """Other requests through the same pipeline, pinned as now, price the handoff between stages
+    (None where the executor records no timeline)."""
     n = cfg.measure.handoff_requests
-    work = build_workload(dataclasses.replace(cfg.workload, num_requests=n), cfg.seq_len, cfg.pd_ratio,
-                          cfg.seed + HANDOFF_SEED, llm.model_config.vocab_size)
+    work = build_workload(dataclasses.replace(cfg.workload, num_requests=n), cfg.seq_len,
+                          cfg.pd_ratio, cfg.seed + HANDOFF_SEED, llm.model_config.vocab_size)
     first = getattr(llm.engine.executor, "micro_batches_submitted", None)
     llm.generate(work.prompts, max_new_tokens=work.decode_lens, arrival_times=work.arrival_times,
                  sampling=SamplingParams(ignore_eos=True))
     timeline, estimated = engine_timeline(llm, len(llm.metrics.iterations), first)
     if estimated:
-        log.warning("measure.handoff_requests: the executor records no stage timeline; the prediction's messages "
-                    "are priced by the link")
+        log.warning("measure.handoff_requests: the executor records no stage timeline; "
+                    "the prediction's messages are priced by the link")
         return None
-    return Handoff.from_timeline(timeline, f"{n} other requests (seed {cfg.seed + HANDOFF_SEED}) through this pipeline")
+    return Handoff.from_timeline(
+        timeline, f"{n} other requests (seed {cfg.seed + HANDOFF_SEED}) through this pipeline")
 
 
-def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None, max_in_flight: int | None = None,
-             profile: Path | None = None, cores: list[int] | None = None, handoff: Handoff | None = None):
-    """The same run on the simulator's pipeline: this device's profile of the model priced per stage, its
-    messages by the link between two processes measured now (on ``cores``, where the stages were pinned)
-    and, where ``handoff`` is given, each stage's work between two forwards as a running pipeline paid it;
-    the engine's own scheduler config and cache, as many micro-batches in flight as the engine keeps
-    (None: one a stage). (result, the cost model's description, the link); (None, why, None) where the
-    device has no profile."""
+def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
+             max_in_flight: int | None = None, profile: Path | None = None,
+             cores: list[int] | None = None, handoff: Handoff | None = None):
+    """The same run on the simulated pipeline, priced by this device's profile and a link measured
+    now (on ``cores``): (result, cost model's description, link), or (None, why, None)."""
     cfg = llm.config
     path = profile or own_profile_path(_device(llm)[0], cfg.model)
     if not Path(path).is_file():
-        return None, (f"none: no profile of model={cfg.model} on this device ({path}); measure one with python -m "
-                      f"sarathi_lab.run task=profile model={cfg.model} (the run's dtype and threads)"), None
+        return None, (f"none: no profile of model={cfg.model} on this device ({path}); measure one "
+                      f"with python -m sarathi_lab.run task=profile model={cfg.model} (the run's "
+                      "dtype and threads)"), None
     whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
     item = llm.dtype.itemsize
     try:
         measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
-    except RuntimeError as e:  # the run's own measurement stands; its prediction says what it assumed
+    except RuntimeError as e:  # the measurement stands; its prediction says what it assumed
         log.warning("task=pipeline_bubbles: %s; its prediction assumes %s", e, LOOPBACK.describe())
         measured = LOOPBACK
-    stages = ProfileStages(whole, cfg.pipeline_parallel, llm.model_config.hidden_size * item, link=measured,
-                           logits_row_bytes=llm.model_config.vocab_size * item, handoff=handoff)
+    mc = llm.model_config
+    stages = ProfileStages(whole, cfg.pipeline_parallel, mc.hidden_size * item, link=measured,
+                           logits_row_bytes=mc.vocab_size * item, handoff=handoff)
     sim = serve_pipeline(build_scheduler(llm.plan), stages, lengths, arrivals, depth=max_in_flight)
     return sim, stages.describe(), measured
 
 
-def _prediction(sim, stages: int, requests: int) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
-    """(summary, per-request bubbles, per-request finishes, stage timeline) of a simulated run; NaN and
-    empty where there is none, so that the measurement stands without it."""
+def _prediction(sim, stages: int, requests: int
+                ) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
+    """NaN and empty without a simulated run, so that the measurement stands alone."""
+
     if sim is None:
         nan = np.full(requests, np.nan)
-        keys = ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s", "sim_makespan_s", "sim_num_micro_batches",
-                "sim_stage_idle_share", "sim_stage0_gap_p50_s")
-        return dict.fromkeys(keys, float("nan")), nan, nan, pd.DataFrame(columns=list(TIMELINE_COLUMNS))
+        keys = ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s", "sim_makespan_s",
+                "sim_num_micro_batches", "sim_stage_idle_share", "sim_stage0_gap_p50_s")
+        empty = pd.DataFrame(columns=list(TIMELINE_COLUMNS))
+        return dict.fromkeys(keys, float("nan")), nan, nan, empty
     finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
+    n_stages, n_mb = sim.stage_start_s.shape
     timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
                               "end_s": sim.stage_end_s[s, k]}
-                             for s in range(sim.stage_start_s.shape[0]) for k in range(sim.stage_start_s.shape[1])],
+                             for s in range(n_stages) for k in range(n_mb)],
                             columns=list(TIMELINE_COLUMNS))
     summary = _quantiles("sim_bubble", sim.request_bubble_s) | {
         "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": sim.num_micro_batches,
@@ -179,10 +173,10 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     workload = context.workload
     with pinned_ranks(llm) if cfg.measure.pin_stages else contextlib.nullcontext([]) as cores:
         handoff = measure_handoff(cfg, llm) if cfg.measure.handoff_requests else None
-        # The run's first micro-batch's number on the executor's timeline (the warm-up's came before it).
+        # The run's first micro-batch's number on the timeline (the warm-up's came before it).
         first = getattr(llm.engine.executor, "micro_batches_submitted", None)
-        llm.generate(workload.prompts, max_new_tokens=workload.decode_lens, arrival_times=workload.arrival_times,
-                     sampling=SamplingParams(ignore_eos=True))
+        llm.generate(workload.prompts, max_new_tokens=workload.decode_lens,
+                     arrival_times=workload.arrival_times, sampling=SamplingParams(ignore_eos=True))
     metrics = llm.metrics
     iterations = pd.DataFrame(metrics.iteration_columns())
     requests = pd.DataFrame(metrics.request_rows())
@@ -193,22 +187,26 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
     measured_mb = micro_batch_bubbles(start, end)
     measured = request_bubbles(measured_mb, _riders(iterations, ids), len(order))
     origin = min(r.arrival for r in metrics.requests)
-    finish = np.array([r.finish for r in sorted(metrics.requests, key=lambda r: r.request_id)]) - origin
+    by_id = sorted(metrics.requests, key=lambda r: r.request_id)
+    finish = np.array([r.finish for r in by_id]) - origin
 
     lengths = [(len(p), d) for p, d in zip(workload.prompts, workload.decode_lens)]
-    # The twin keeps as many micro-batches in flight as the engine: one where it records no timeline.
+    # As many micro-batches in flight as the engine: one where it records no timeline.
     depth = 1 if estimated else getattr(llm.engine.executor, "depth", None)
-    sim, described, measured_link = simulate(llm, lengths, workload.arrival_times, max_in_flight=depth, cores=cores,
-                                             handoff=handoff)
+    sim, described, measured_link = simulate(llm, lengths, workload.arrival_times,
+                                             max_in_flight=depth, cores=cores, handoff=handoff)
     if sim is None:
-        log.warning("task=pipeline_bubbles: no prediction beside the measurement: %s", described.removeprefix("none: "))
-    predicted, sim_bubbles, sim_finish, sim_timeline = _prediction(sim, cfg.engine.pipeline_parallel, len(order))
+        log.warning("task=pipeline_bubbles: no prediction beside the measurement: %s",
+                    described.removeprefix("none: "))
+    predicted, sim_bubbles, sim_finish, sim_timeline = _prediction(
+        sim, cfg.engine.pipeline_parallel, len(order))
 
     makespan = float(end.max() - start.min()) if start.size else 0.0
     busy = stage_busy_s(start, end)
     summary = (_quantiles("bubble", measured) | predicted
                | {"makespan_s": makespan, "num_micro_batches": len(iterations),
-                  "stage_idle_share": float(1 - busy.sum() / (len(busy) * makespan)) if makespan else 0.0,
+                  "stage_idle_share": (float(1 - busy.sum() / (len(busy) * makespan))
+                                       if makespan else 0.0),
                   "stage0_gap_p50_s": _stage0_gap_p50_s(start, end),
                   "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores),
                   "sim_handoff_micro_batches": handoff.micro_batches if handoff else 0})
@@ -218,11 +216,15 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
         for size in LINK_SIZES_REPORTED}
     table = pd.DataFrame({"request": range(len(order)), "prompt_tokens": [p for p, _ in lengths],
                           "decode_tokens": [d for _, d in lengths], "bubble_s": measured,
-                          "sim_bubble_s": sim_bubbles, "finish_s": finish, "sim_finish_s": sim_finish})
+                          "sim_bubble_s": sim_bubbles, "finish_s": finish,
+                          "sim_finish_s": sim_finish})
+
+    how = "timeline estimated from the iterations" if estimated else "timeline measured"
     log.info("median bubble per request: measured %.4g s, simulated %.4g s (%s); %d micro-batches",
-             summary["bubble_p50_s"], summary["sim_bubble_p50_s"],
-             "timeline estimated from the iterations" if estimated else "timeline measured", len(iterations))
-    prediction = pd.DataFrame([{"sim_cost_model": described, "pinned_cores": ",".join(map(str, cores)) or "none"}])
-    return summary, {"prediction": prediction, "stage_timeline": timeline, "sim_stage_timeline": sim_timeline,
-                     "request_bubbles": table,
+             summary["bubble_p50_s"], summary["sim_bubble_p50_s"], how, len(iterations))
+    pinned = ",".join(map(str, cores)) or "none"
+    prediction = pd.DataFrame([{"sim_cost_model": described, "pinned_cores": pinned}])
+    return summary, {"prediction": prediction, "stage_timeline": timeline,
+                     "sim_stage_timeline": sim_timeline, "request_bubbles": table,
                      "iterations": iterations, "requests": requests}
+
