@@ -1,6 +1,5 @@
-"""The ranks a driver spawns on its own machine: started without the driver's script, joined once
-each has said it is ready on the driver's store while the driver watches that each is still alive,
-and each watching the driver in turn, so that no death on either side leaves the other waiting."""
+"""The ranks a driver spawns on its machine, joined once each is ready; driver and ranks watch
+each other, so no death on either side leaves the other waiting."""
 from __future__ import annotations
 
 import contextlib
