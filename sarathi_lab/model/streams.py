@@ -1,7 +1,5 @@
-"""The two streams nano-batches run on: the forward's own ("main") and a side stream, joined by
-events, as torch.cuda.graph's capture of several streams asks (the side stream's first work waits
-on an event of the capturing stream, and that stream waits on the side's last event). Off CUDA every
-call runs in the order issued, which already respects every join."""
+"""The two streams nano-batches run on, "main" and "side", joined by events as a multi-stream
+graph capture asks (side waits on main first, main on side last); off CUDA, issue order suffices."""
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +20,7 @@ class StreamPair(Protocol):
         """Work issued inside runs on the side stream."""
 
     def hand(self, tensor: torch.Tensor, stream: str) -> None:
-        """``tensor`` is also used on ``stream``: the allocator must not reuse its memory before
-        that stream's work on it is done."""
+        """The allocator must not reuse ``tensor`` before ``stream``'s work on it is done."""
 
 
 class InOrder:
@@ -48,8 +45,7 @@ def _side_stream(device: torch.device):
 
 
 class CudaStreams:
-    """The current CUDA stream (a graph's capture stream while capturing) and one side stream kept
-    per device."""
+    """The current stream (a capture's while capturing) and one side stream per device."""
 
     def __init__(self, device: torch.device):
         self.streams = {"main": torch.cuda.current_stream(device), "side": _side_stream(device)}
