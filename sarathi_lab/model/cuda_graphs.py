@@ -1,10 +1,6 @@
-"""CUDA graphs of the engine's forwards, captured once at build over persistent buffers and
-replayed with each batch's inputs copied in (as vLLM v1): decode-only graphs at a few batch sizes,
-and mixed ones (prefill chunks beside decodes) at a few padded token counts ("buckets"), all in one
-memory pool, largest first. Only a backend that reads every per-batch value from device tensors
-(Triton's) can be replayed: the host plans a batch as its eager forward would, and the chosen
-graph's launches read the plan's split counts from device integers, so a replay splits the same.
-Padding: extra tokens' KV slots are -1 (the write skips them), padded requests have context 0."""
+"""CUDA graphs of decode and mixed forwards, replayed with each batch copied into persistent
+buffers (as vLLM v1). Only a backend reading every per-batch value from device tensors replays:
+the launches read the host plan's split counts from device integers, so a replay splits the same."""
 from __future__ import annotations
 
 import time
@@ -35,7 +31,6 @@ def can_replay(backend: AttentionBackend, device: torch.device) -> bool:
 
 
 def capture_cuda_graph(forward: Callable[[], torch.Tensor], pool=None):
-    """Graphs given the same ``pool`` share memory (largest first: the smaller reuse it)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -49,19 +44,15 @@ def capture_cuda_graph(forward: Callable[[], torch.Tensor], pool=None):
 
 
 def graph_sizes(max_batch: int) -> list[int]:
-    """The decode batch sizes captured: 1, 2, 4, 8, then every 16th, and ``max_batch``."""
     return sorted({b for b in (1, 2, 4, 8) if b < max_batch} | set(range(16, max_batch, 16))
                   | {max_batch})
 
 
 def bucket_step(tokens: int) -> int:
-    """Doubling below the GEMM tile, a tile at a time from it."""
     return min(GEMM_TILE, tokens)
 
 
 def token_buckets(largest: int) -> list[int]:
-    """Mixed buckets up to ``largest`` (at most MAX_GRAPH_TOKENS), rounded up to SMALLEST_BUCKET
-    or, from a GEMM tile, to a whole tile."""
     largest = min(largest, MAX_GRAPH_TOKENS)
     unit = GEMM_TILE if largest > GEMM_TILE else SMALLEST_BUCKET
     top = -(-largest // unit) * unit
@@ -73,8 +64,7 @@ def token_buckets(largest: int) -> list[int]:
 
 
 class Graph(NamedTuple):
-    """One captured forward; ``prefill_tiles`` is a mixed graph's attention_plan.TileConfig, ``pod``
-    one co-scheduled prefill+decode launch."""
+    """``pod``: one co-scheduled prefill+decode launch."""
     decode: bool
     tokens: int
     requests: int
@@ -83,9 +73,7 @@ class Graph(NamedTuple):
 
 
 class CudaGraphs:
-    """Decode graphs up to ``max_batch`` requests and, with ``mixed_tokens``, mixed graphs up to
-    that many tokens; ``capture`` is a CUDA graph (tests pass a CPU stand-in); ``record`` says
-    what was captured, in how long, and the memory it holds."""
+    """``capture``: a CUDA graph (tests pass a CPU stand-in)."""
 
     def __init__(self, runner: ModelRunner, max_batch: int, max_blocks: int,
                  mixed_tokens: int | None = None, capture: Capture = capture_cuda_graph):
@@ -147,12 +135,10 @@ class CudaGraphs:
 
     @staticmethod
     def _fewest(sizes: list[int], size: int) -> int:
-        """The fewest tokens (decode: requests) of a batch whose smallest graph is ``size``."""
         below = [s for s in sizes if s < size]
         return below[-1] + 1 if below else 1
 
     def _prefill_tiles(self, tokens: int, requests: int, fewest: int) -> list:
-        """The prefill tiles a batch of ``fewest`` to ``tokens`` tokens may ask for."""
         choices = self.backend.prefill_tile_choices(self.num_heads, self.k_cache)
         kept = []
         for i, (tiles, longest_from) in enumerate(choices):
@@ -173,8 +159,7 @@ class CudaGraphs:
             fewest_decodes=fewest if graph.decode else 1, split_counts=self.split_counts)
 
     def _padded(self, graph: Graph) -> PreparedBatch:
-        """The buffers' first rows as the batch ``graph`` captures; of its host values only the
-        attention plan is read by the forward (capture fixes it)."""
+        """Of its host values only the attention plan is read (capture fixes it)."""
         t, r = graph.tokens, graph.requests
         if graph.decode:
             starts, rows, query_lens, hint = (self.decode_starts[: r + 1], self.decode_rows[:r],
@@ -191,14 +176,11 @@ class CudaGraphs:
         return PreparedBatch(self.input_ids[:t], self.positions[:t], meta, rows)
 
     def graph_for(self, prepared: PreparedBatch) -> Graph | None:
-        """The smallest graph that holds this batch and runs its attention as its eager forward
-        would (its plan's tiles, room for its splits); None: it runs eagerly."""
+        """The smallest graph running this batch's attention as its eager forward would."""
         meta = prepared.meta
-        # Each graph holds a whole batch's forward: nano-batches run eagerly.
         if meta.block_tables.shape[1] > self.block_tables.shape[1] or prepared.nano is not None:
             return None
         requests, tokens = meta.num_prefills + meta.num_decodes, prepared.input_ids.shape[0]
-        # What its eager forward co-schedules replays the co-scheduled launch.
         if self.pod_graphs and self.backend.co_schedules(meta, self.num_heads, self.k_cache):
             return next((g for g in self.pod_graphs
                          if g.tokens >= tokens and g.requests >= requests), None)
@@ -210,11 +192,10 @@ class CudaGraphs:
         return next((g for g in held if plan.replays_in(self.plans[g])), None)
 
     def replayed_plan(self, graph: Graph):
-        """The launches ``graph``'s last replay ran (reads the device: for tests and inspection)."""
         return self.plans[graph].with_split_counts(self.split_counts[:, 0].tolist())
 
     def replay(self, prepared: PreparedBatch, graph: Graph) -> torch.Tensor:
-        """The logits of ``prepared``'s sampled rows (a view the next replay overwrites)."""
+        """A view the next replay overwrites."""
         meta = prepared.meta
         t, n, width = (prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes,
                        meta.block_tables.shape[1])

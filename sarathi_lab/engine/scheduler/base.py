@@ -1,7 +1,5 @@
-"""The scheduler interface, shared bookkeeping and the registry; schedulers see requests and blocks,
-never tensors. Out of cache, the newest running request is preempted (recomputed later), as in
-vLLM, so the oldest progresses. Paged schedulers take blocks as tokens arrive; orca and static
-reserve ``max_model_len`` tokens' blocks on admission: never preempted, fewer at once."""
+"""The scheduler interface and registry. Out of cache the newest request is preempted (as in vLLM),
+so the oldest progresses; orca and static reserve max_model_len on admission instead."""
 from __future__ import annotations
 
 import bisect
@@ -30,18 +28,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
-    """A scheduler's own knobs are declared in a subclass, its ``Config``, built from the engine's
-    settings (``of``); each value is checked against its annotation, counts > 0. Knobs outside
-    EngineConfig come from conf/scheduler/NAME.yaml or LLM's keyword arguments."""
+    """A scheduler's own knobs are fields of a subclass, its ``Config``, checked by annotation."""
     max_batch_size: int
-    # The longest request (prompt + new tokens); what orca and static reserve for each one.
     max_model_len: int
     # {field: engine setting} where the scheduler's word differs (sarathi_serve's token_budget is
     # chunk_size): one setting, one name in the engine.
     reads_as: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self):
-        # The engine's settings it reads were checked by EngineConfig: only its own knobs here.
         check_fields(self, positive=True, keys=self.key, held=self.held())
 
     def key(self, name: str) -> str:
@@ -52,7 +46,6 @@ class SchedulerConfig:
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
-        """From the engine's settings, a superset: each scheduler reads only its own."""
         named = {f.name: cls.reads_as.get(f.name, f.name) for f in settings_of(cls)}
         return cls(**{name: settings[by] for name, by in named.items() if by in settings})
 
@@ -67,12 +60,10 @@ class SchedulerConfig:
 
     @classmethod
     def held(cls) -> frozenset[str]:
-        """Fields EngineConfig holds and checks."""
         return frozenset(f.name for f in settings_of(cls)) - set(cls.knobs())
 
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
-        """Fields EngineConfig does not hold: set through its ``scheduler_knobs``."""
         return tuple(f.name for f in settings_of(cls)
                      if cls.reads_as.get(f.name, f.name) not in ENGINE_FIELDS)
 
@@ -80,16 +71,13 @@ class SchedulerConfig:
 class Scheduler(ABC):
     name: str
     Config: type[SchedulerConfig] = SchedulerConfig
-    # Admission takes max_model_len tokens' blocks (orca, static), not the uncomputed tokens'.
     reserves_max_model_len = False
-    # Prompts prefilled whole (vllm, orca, static): an iteration holds as many tokens as the cache,
-    # so a GPU's cache and that iteration's activations are sized together.
+    # An iteration may hold as many tokens as the cache: both are sized together on a GPU.
     prefills_whole_prompts = False
 
     @classmethod
     def largest_iteration_tokens(cls, config: SchedulerConfig) -> int | None:
-        """The most tokens an iteration holds (a GPU keeps activations for them); None: only its
-        batch and the KV cache bound it."""
+        """A GPU keeps activations for this many tokens; None: the batch and cache bound it."""
         return None
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
@@ -104,8 +92,7 @@ class Scheduler(ABC):
 
     @classmethod
     def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> str | None:
-        """What follows "is invalid" where the cache cannot hold one request's reserved blocks; the
-        plan names the setting that sized the cache (plan.build_scheduler)."""
+        """What follows "is invalid" where one request's reserved blocks don't fit."""
         need = cls.reserved_blocks(config.max_model_len, block_manager.block_size)
         kept = block_manager.watermark_blocks
         if need <= block_manager.admissible_blocks:
@@ -118,12 +105,10 @@ class Scheduler(ABC):
 
     @classmethod
     def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
-        """0 for the paged schedulers, which take blocks as tokens arrive."""
         return blocks_for(max_model_len, block_size) if cls.reserves_max_model_len else 0
 
     def refusal(self, total: int) -> str | None:
-        """Why a request of ``total`` tokens can never run here: the one fit check, used by ``add``,
-        LLM and the harness's preflight."""
+        """The one fit check (``add``, LLM and the preflight use it)."""
         if total > self.config.max_model_len:
             return f"has {total} tokens, more than max_model_len={self.config.max_model_len}"
         # Its last token is never cached. One that can't fit alone would be preempted forever or
@@ -148,9 +133,8 @@ class Scheduler(ABC):
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
-        """A snapshot; empty only with nothing to run or every running request ``in_flight`` (in a
-        pipeline micro-batch on its way). The policy then sees the oldest ``max_batch_size`` of the
-        others: micro-batches that come back together must not merge into one."""
+        """The policy sees the oldest ``max_batch_size`` not ``in_flight``: micro-batches that come
+        back together must not merge into one."""
         batch = ScheduledBatch()
         everyone, cap = self.running, self.config.max_batch_size
         if not self.in_flight and len(everyone) <= cap:
@@ -168,11 +152,10 @@ class Scheduler(ABC):
 
     @abstractmethod
     def compose(self, batch: ScheduledBatch) -> None:
-        """The policy: fills ``batch`` with the next iteration's chunks and decodes."""
+        """The policy."""
 
     def update(self, batch: ScheduledBatch, tokens: list[int]) -> list[Sequence]:
-        """vLLM's update_from_output: the scheduler is the one owner of request state. Returns the
-        requests that finished (their blocks given back)."""
+        """vLLM's update_from_output: the scheduler alone owns request state."""
         sampled = batch.sampled
         if len(tokens) != len(sampled):
             raise ValueError(f"{len(tokens)} tokens for {len(sampled)} sampled requests")
@@ -188,7 +171,7 @@ class Scheduler(ABC):
         return finished
 
     def abort_all(self) -> list[Sequence]:
-        """Drop every request (a generate call that did not finish): blocks back, queues empty."""
+        """A generate call that did not finish: blocks back, queues empty."""
         dropped = self.waiting + self.running
         for seq in dropped:
             self.blocks.free(seq)
@@ -196,8 +179,6 @@ class Scheduler(ABC):
         self.waiting, self.running = [], []
         self.in_flight.clear()
         return dropped
-
-    # Shared steps the policies compose.
 
     def _admits(self, seq: Sequence) -> bool:
         """Only while all its tokens' blocks are free (Sarathi-Serve's can_allocate), even when
@@ -221,8 +202,7 @@ class Scheduler(ABC):
         batch.preempted.append(seq)
 
     def _reserve(self, seq: Sequence, num_tokens: int, batch: ScheduledBatch) -> bool:
-        """Preempts newer running requests not in ``batch`` until they fit; False if ``seq`` itself
-        was the newest and was preempted."""
+        """Preempts newer requests not in ``batch``; False if ``seq`` itself was preempted."""
         while not self.blocks.can_fit(seq, num_tokens):
             victim = next(s for s in reversed(self.running) if s is seq or s not in batch)
             self._preempt(victim, batch)
@@ -232,15 +212,12 @@ class Scheduler(ABC):
         return True
 
     def _schedule_decodes(self, batch: ScheduledBatch) -> list[Sequence]:
-        """Every running decode into ``batch``; returns those still prefilling, in priority order
-        (one pass for both: every iteration asks it of each)."""
+        """Returns the requests still prefilling (one pass for both, every iteration)."""
         decoding, prefilling = split_prefilling(self.running)
-        # A decode's token needs a new block only when it starts one (vLLM's append_slots): the
-        # others already hold their slot, and skip the block manager.
+        # Only a decode starting a block needs one (vLLM's append_slots).
         blocks, block_size = self.blocks, self.blocks.block_size
         starting = [s for s in decoding if s.num_computed >= len(s.block_table) * block_size]
         if len(starting) <= blocks.num_free:
-            # One block each, no preemption: the blocks one reservation after another would take.
             for seq in starting:
                 blocks.append_block(seq)
             batch.decodes.extend(decoding)
@@ -252,12 +229,11 @@ class Scheduler(ABC):
             if (seq.num_computed < len(seq.block_table) * block_size
                     or self._reserve(seq, 1, batch)):
                 decodes.append(seq)
-        # Without those a decode's reservation preempted (back to waiting).
         return [s for s in prefilling if s.status is Status.RUNNING]
 
     def _schedule_whole_prefills(self, batch: ScheduledBatch,
                                  max_tokens: int | None = None) -> None:
-        """Whole prompts while slots, blocks and ``max_tokens`` last; never preempts for one."""
+        """Never preempts for a new request."""
         tokens = 0
         while self.waiting and len(self.running) < self.config.max_batch_size:
             seq = self.waiting[0]
@@ -272,7 +248,6 @@ class Scheduler(ABC):
             batch.prefills.append(ScheduledChunk(seq, seq.num_uncomputed))
 
     def _schedule_chunk(self, seq: Sequence, budget: int, batch: ScheduledBatch) -> int:
-        """Admits ``seq`` if waiting; returns the tokens scheduled (0: it did not fit)."""
         n = min(seq.num_uncomputed, budget)
         if seq.status is Status.WAITING:
             if not self._admits(seq):
@@ -297,7 +272,6 @@ def register_scheduler(name: str):
 
 
 def scheduler_names() -> tuple[str, ...]:
-    """The one list of schedulers (the package imports every module that registers one)."""
     return tuple(_REGISTRY)
 
 
@@ -312,8 +286,7 @@ def knob_names() -> set[str]:
 
 def scheduler_config(name: str, knobs: dict[str, Any] | None = None,
                      **settings: Any) -> SchedulerConfig:
-    """A knob of no scheduler is refused; another scheduler's is ignored, as engine settings are,
-    so one config serves a sweep over schedulers."""
+    """Another scheduler's knob is ignored, so one config serves a sweep over schedulers."""
     cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
     for key, value in knobs.items():
         if key not in known:
@@ -325,8 +298,7 @@ def scheduler_config(name: str, knobs: dict[str, Any] | None = None,
 
 
 def unknown_knob(key: str, shown: str) -> ConfigError:
-    """The one refusal of a knob no scheduler has; a misspelt engine setting lands here too
-    (LLM(chunk=256)), so the nearest of both is named."""
+    """A misspelt engine setting lands here too (LLM(chunk=256)): the nearest of both is named."""
     known = knob_names()
     names = sorted(known | ENGINE_FIELDS - {"scheduler_knobs"})
     near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
