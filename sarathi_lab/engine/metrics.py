@@ -1,5 +1,4 @@
-"""What the engine records about itself, and the figures derived from it. Times are seconds on the
-engine's clock since the start of the ``generate`` call."""
+"""The engine's records and figures; times are seconds since the ``generate`` call began."""
 from __future__ import annotations
 
 import math
@@ -19,20 +18,20 @@ class IterationRecord:
     num_decode_tokens: int
     num_prefill_requests: int
     num_decode_requests: int
-    # Cached key/value tokens attention read, per layer (each request reads its whole context).
+    # Per layer: each request reads its whole context.
     kv_tokens_read: int
     num_preempted: int
-    # Where the duration went: the forward (device time) is the device's work, the rest overhead.
+    # forward_time is the device's work (device time); the rest is overhead.
     schedule_time: float
     prepare_time: float
     forward_time: float
     sample_time: float
-    # Who the iteration held, in batch order, so a request's lifecycle is drawn from the tables.
+    # So a request's lifecycle can be drawn from the tables alone.
     prefill_request_ids: tuple[int, ...] = ()
     prefill_chunk_tokens: tuple[int, ...] = ()
     decode_request_ids: tuple[int, ...] = ()
     preempted_request_ids: tuple[int, ...] = ()
-    # KV blocks held while the batch ran (before its finished requests give theirs back).
+    # Before its finished requests give theirs back.
     num_kv_blocks_used: int = 0
 
     @property
@@ -45,12 +44,10 @@ class IterationRecord:
 
 
 def overhead_fraction(outside_s, forward_s):
-    """Scalars or columns alike: what profiling.overhead.TARGET judges."""
     return outside_s / (outside_s + forward_s)
 
 
 def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
-    """"prefill", "decode" or "hybrid" (a chunk with decodes) from token counts (arrays alike)."""
     prefill, decode = np.asarray(num_prefill_tokens) > 0, np.asarray(num_decode_tokens) > 0
     return np.select([prefill & decode, prefill], ["hybrid", "prefill"], "decode")
 
@@ -61,7 +58,6 @@ STALL = 5.0
 
 
 def stalled(seconds, kinds) -> np.ndarray:
-    """Which iterations took over ``STALL`` times their kind's median."""
     seconds, kinds = np.asarray(seconds, dtype=float), np.asarray(kinds)
     medians = {kind: np.median(seconds[kinds == kind]) for kind in np.unique(kinds)}
     return seconds > STALL * np.array([medians[k] for k in kinds],
@@ -78,7 +74,7 @@ class RequestRecord:
     first_token: float | None = None
     finish: float | None = None
     num_preemptions: int = 0
-    # Requests waiting when this one arrived: grows with every arrival only when overloaded.
+    # Grows with every arrival only when overloaded.
     queue_at_arrival: int = 0
     token_times: list[float] = field(default_factory=list)
 
@@ -101,7 +97,6 @@ class RequestRecord:
                 else float("nan"))
 
     def meets(self, slo: SLO, gaps: np.ndarray | None = None) -> bool:
-        """``gaps``: its token_times' differences, where the caller has them (token_gaps)."""
         checks = [(slo.ttft_s, self.ttft), (slo.tpot_s, self.tpot), (slo.e2e_s, self.e2e)]
         # A one-token request has no TPOT or TBT, so it cannot miss those targets.
         if not all(limit is None or math.isnan(value) or value <= limit for limit, value in checks):
@@ -109,16 +104,14 @@ class RequestRecord:
         if slo.tbt_p99_s is None or self.output_len <= 1:
             return True
         gaps = np.diff(self.token_times) if gaps is None else gaps
-        # The P99 is within the target when the greatest gap is: the percentile's sort is most of
-        # a summary's time over thousands of requests.
+        # Within the target when the greatest gap is: the percentile's sort is costly.
         return (bool(gaps.max() <= slo.tbt_p99_s)
                 or float(np.percentile(gaps, 99)) <= slo.tbt_p99_s)
 
 
 @dataclass(frozen=True)
 class SLO:
-    """Latency targets (None: not set). Meeting every per-request one counts towards goodput;
-    Sarathi-Serve's capacity also holds the system's P99 TBT and median scheduling delay."""
+    """Meeting every per-request target counts towards goodput."""
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
@@ -127,8 +120,7 @@ class SLO:
 
 
 def token_gaps(requests: list[RequestRecord]) -> list[np.ndarray]:
-    """Each request's ITLs as views of one array: one conversion, not one per request (most of a
-    summary's time over thousands of requests)."""
+    """Views of one array: one conversion, not one per request."""
     lengths = [len(r.token_times) for r in requests]
     flat = np.fromiter(chain.from_iterable(r.token_times for r in requests), float, sum(lengths))
     diffs, gaps, start = np.diff(flat), [], 0
@@ -151,8 +143,7 @@ SATURATION_MIN_SHARE = 0.1
 
 
 def queue_growth(requests: list[RequestRecord]) -> float:
-    """Least-squares, over the arrival window: a stable queue comes and goes, an overloaded one
-    grows linearly; 0 when all arrive at once."""
+    """A stable queue comes and goes; an overloaded one grows linearly over the arrivals."""
     t = np.array([r.arrival for r in requests], dtype=float)
     if len(t) < 3 or t.max() <= t.min():
         return 0.0
@@ -165,21 +156,17 @@ class Metrics:
     requests: list[RequestRecord] = field(default_factory=list)
     # Requests are recorded on arrival: a run stopped early has none of those yet to arrive.
     num_submitted: int = 0
-    # A parallel engine's driver, per iteration: host seconds packing and sending the batch (part
-    # of prepare_time), and the bytes sent.
+    # A parallel driver's host seconds and bytes sending each batch (part of prepare_time).
     broadcast_s: list[float] = field(default_factory=list)
     broadcast_bytes: list[int] = field(default_factory=list)
 
     def keep_broadcasts(self, sends_s: list[float], sizes: list[int]) -> None:
-        """The last of the driver's lifetime of sends, one per iteration of this window."""
         n = len(self.iterations)
         self.broadcast_s = list(sends_s[max(len(sends_s) - n, 0):]) if n else []
         self.broadcast_bytes = list(sizes[max(len(sizes) - n, 0):]) if n else []
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
-        """Throughputs count computed tokens, as SARATHI's do (a recomputed prefill counts again;
-        vLLM's output throughput is ``generated_tokens`` over the makespan). ``saturated``:
-        latencies describe this run's length, not a steady state."""
+        """Throughputs count computed tokens, as SARATHI's do (a recomputed prefill again)."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
         # A stopped run's rates are over the whole window measured, not up to its last finish.
@@ -224,7 +211,6 @@ class Metrics:
         out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs],
                      unit="_s_per_token")
         if self.broadcast_s:
-            # The driver's broadcast per iteration, and its share of the busy time.
             out |= _pcts("broadcast", np.asarray(self.broadcast_s) * 1e3, unit="_ms")
             out |= {"broadcast_p50_bytes": float(np.median(self.broadcast_bytes)),
                     "broadcast_fraction": (sum(self.broadcast_s) / busy if busy > 0
@@ -236,21 +222,18 @@ class Metrics:
         return out
 
     def iteration_columns(self) -> dict[str, np.ndarray]:
-        """iterations.parquet by column, filled straight from the records (a capacity trial has
-        hundreds of thousands); {} without iterations."""
+        """Filled straight from the records: a capacity trial has hundreds of thousands."""
         its = self.iterations
         return {ITERATION_COLUMNS.get(name, name):
                 np.fromiter(map(operator.attrgetter(name), its), dtype, len(its))
                 for name, dtype in _ITERATION_DTYPES.items()} if its else {}
 
     def iteration_rows(self) -> list[dict]:
-        """The same table one row per iteration, of Python numbers."""
         columns = self.iteration_columns()
         return [dict(zip(columns, values))
                 for values in zip(*(c.tolist() for c in columns.values()))]
 
     def request_rows(self) -> list[dict]:
-        """requests.parquet: one row per request, columns named with units (vLLM's words)."""
         rows = []
         for r in self.requests:
             row = {REQUEST_COLUMNS.get(k, k): getattr(r, k) for k in _REQUEST_FIELDS}

@@ -45,7 +45,6 @@ def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
 
 
 def device_memory_bytes(device: torch.device) -> int:
-    """Free GPU memory, or what this process may still allocate on the host (host_memory)."""
     if device.type == "cuda":
         import torch
 
@@ -58,8 +57,7 @@ def device_memory_bytes(device: torch.device) -> int:
 
 
 def where_memory(device: torch.device) -> str:
-    """``device`` as a refusal names it: on the host, with the limit that binds when it is the
-    process's own (a cgroup, ``ulimit -v``)."""
+    """On the host, naming the process's own binding limit (a cgroup, ``ulimit -v``)."""
     if device.type == "cuda":
         return str(device)
     bound = host_memory.available().bound_by
@@ -67,8 +65,7 @@ def where_memory(device: torch.device) -> str:
 
 
 def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> int:
-    """Weight copies cpu_linear packs on a CPU: the GEMM's and the few-row kernel's (one where the
-    kernel takes no ``dtype``)."""
+    """The GEMM's and the few-row kernel's (one where the kernel takes no ``dtype``)."""
     if device_type != "cpu" or cfg.cpu_linear == "aten":
         return 0
     from sarathi_kernels import cpu_ops
@@ -84,13 +81,11 @@ def resident_weight_bytes(cfg: EngineConfig, shape: Shape, context: int, dtype: 
 
 
 def rotary_bytes(shape: Shape, context: int) -> int:
-    """float32 cos and sin per position, and as much again while built."""
     return 4 * context * shape.head_dim * 4
 
 
 def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> ConfigError | None:
-    """The refusal naming max_model_len where the context's tables, not the weights, take most of
-    what does not fit (a config claiming a billion positions)."""
+    """Names max_model_len where the context's tables take most of the memory, not the weights."""
     tables = rotary_bytes(shape, context)
     if tables <= shape.weight_bytes(1):
         return None
@@ -106,8 +101,7 @@ def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> 
 
 
 def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) -> ConfigError | None:
-    """The refusal naming block_size where one block outgrows the ``room`` beside the weights
-    (a one-token block: the memory is what is short)."""
+    """Names block_size where one block outgrows the room (one token: the memory is short)."""
     if block_bytes <= room or cfg.block_size == 1:
         return None
     fits = max(room // (block_bytes // cfg.block_size), 1)
@@ -119,8 +113,7 @@ def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) ->
 
 def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,
                     device_type: str, why: str, room_bytes: int) -> str:
-    """Packed copies are named apart (they are not the model's size); cpu_linear=aten is offered
-    where the weights alone fit ``room_bytes``."""
+    """Packed copies named apart: they are not the model's size."""
     total = resident_weight_bytes(cfg, shape, context, dtype, device_type)
     copies = packed_copies(cfg, dtype, device_type)
     packed = copies * shape.weight_bytes(dtype.itemsize)
@@ -141,23 +134,20 @@ def _gib(n: int) -> str:
 
 def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes: int,
                  max_tokens: int, utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """vLLM's rule: ``utilisation`` of the memory less the weights and the activations of an
-    iteration of ``max_tokens`` tokens."""
+    """vLLM's rule: a share of the memory less weights and activations."""
     return (int(memory_bytes * utilisation) - weight_bytes
             - max_tokens * shape.activation_bytes_per_token(elem_bytes))
 
 
 def tokens_with_activations(shape: Shape, elem_bytes: int, free_bytes: int) -> int:
-    """The most tokens whose KV and activations fit together: an iteration's most, since every
-    token it runs is cached (the SARATHI paper's B is this / seq_len)."""
+    """Every token an iteration runs is cached (the SARATHI paper's B is this / seq_len)."""
     return max(free_bytes, 0) // (shape.kv_bytes_per_token(elem_bytes)
                                   + shape.activation_bytes_per_token(elem_bytes))
 
 
 def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int,
                            free_bytes: int, largest: int | None) -> int:
-    """Blocks for a scheduler that prefills prompts whole: its largest iteration holds no more
-    tokens than the cache, so both are sized together (the most blocks for which both fit)."""
+    """A whole-prompt iteration holds no more tokens than the cache: both are sized together."""
     bound = (cfg.max_batch_size * context if largest is None
              else min(cfg.max_batch_size * context, largest))
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
@@ -171,8 +161,7 @@ def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_b
 def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, context: int,
                       dtype: torch.dtype, device_type: str, memory_bytes: int, weight_bytes: int,
                       where: str, too_large: str | None = None) -> int:
-    """Blocks with no size given, for the engine and the simulator alike; refuses weights or an
-    iteration that leave no block, naming the model or ``too_large`` (`key=value is invalid`)."""
+    """For the engine and the simulator alike."""
     too_large = too_large or f"{SETTING.set('model', cfg.model)} is invalid on {where}"
     elem_bytes = dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
@@ -214,7 +203,6 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
 
 def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, context: int,
                    dtype: torch.dtype, device: torch.device, available: int | None = None) -> int:
-    """KV cache blocks as EngineConfig's comment says; refuses what won't fit beside the weights."""
     shape, elem = Shape.of(hf), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     weights = resident_weight_bytes(cfg, shape, context, dtype, device.type)
@@ -240,6 +228,5 @@ def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, c
 
 
 def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:
-    """Why an explicit KV cache does not fit ``room`` bytes left on ``where`` beside the weights."""
     return (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, "
             f"more than the {max(room, 0) / 2**30:.1f} GiB left on {where} beside the weights")

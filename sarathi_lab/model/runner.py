@@ -20,15 +20,13 @@ class PreparedBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    # Rows whose logits are needed, in batch.sampled's order.
     logits_indices: torch.Tensor
-    # The two nano-batches it runs as (OverlapRule), each planned; None: it runs whole.
+    # None: it runs whole.
     nano: tuple[NanoBatch, NanoBatch] | None = None
 
 
 class HostStaging:
-    """One pinned host buffer for an iteration's inputs, so the copy to a CUDA device runs while the
-    host launches the forward; grown and reused, as vLLM's and nano-vllm's runners do."""
+    """Pinned, so the copy runs while the host launches the forward (as vLLM's runner)."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
@@ -61,7 +59,6 @@ class ModelRunner:
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
-        # Kept across iterations: each request's block table, updated with its new blocks only.
         self.tables = BlockTables()
         self.staging = HostStaging() if device.type == "cuda" else None
         # CPU decode-only batches from Python arrays; bench.host_path turns it off to time a GPU's.
@@ -70,7 +67,7 @@ class ModelRunner:
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
         prepared = batch_tensors(batch, self.block_size, self.device, self.tables, self.staging,
                                  self.decode_lists)
-        # The backend's per-iteration decisions, made once here rather than in every layer.
+        # Once here rather than in every layer.
         self.model.backend.plan(prepared.meta, self.kv_caches[0][0])
         meta = prepared.meta
         at = self.overlap.cut(prepared.input_ids.shape[0], meta.num_prefill_tokens,
