@@ -53,7 +53,6 @@ def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
 
 
 def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
-    """The GEMM for rows above ``kernel_rows(dtype)``; None: none runs ``dtype``."""
     wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto"
                                         and cpuinfo("vendor_id") == "GenuineIntel")
     if wants_mkl and gemm_available("mkl", dtype):
@@ -70,13 +69,11 @@ def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int
 
 
 def describe(gemm: str, aten_rows: int | None) -> str:
-    """As runs record it: "onednn", or "onednn, aten from 768 rows"."""
     return gemm if aten_rows is None else f"{gemm}, aten from {aten_rows} rows"
 
 
 class PackedLinear(nn.Module):
-    """The nn.Linear's own parameters (shared: tied embeddings and ``state_dict`` unchanged) plus
-    packed copies for ``gemm`` and the few-row kernel."""
+    """The nn.Linear's own parameters shared: tied embeddings and ``state_dict`` unchanged."""
 
     def __init__(self, linear: nn.Linear, gemm: str = "onednn", aten_rows: int | None = None):
         super().__init__()
@@ -107,7 +104,6 @@ class PackedLinear(nn.Module):
 
     @property
     def argmax_rows(self) -> int:
-        """The most rows whose argmax ``argmax`` takes inside the few-row kernel (0: none)."""
         return min(self.kernel_rows, cpu_ops.LINEAR_MAX_ROWS)
 
     def argmax(self, x: torch.Tensor) -> list[int]:
@@ -126,8 +122,7 @@ class PackedLinear(nn.Module):
 
 
 def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None = None) -> None:
-    """Where the kernels cannot take one row, it goes packed only where that beats MKL's GEMV by
-    ``_CLEAR_WIN`` on the largest layer."""
+    """One row goes packed only where that beats MKL's GEMV on the largest layer."""
     packed = list(_replace(module, gemm, aten_rows))
     if not any(layer.small_rows_weight is None for layer in packed):
         return
@@ -141,7 +136,6 @@ def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None 
 
 
 def linear_gemm(module: nn.Module) -> str:
-    """A run records it, since "auto" picks by the CPU; "aten" where unpacked."""
     return next((describe(m.gemm, m.aten_rows) for m in module.modules()
                  if isinstance(m, PackedLinear)), "aten")
 

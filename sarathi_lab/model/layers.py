@@ -15,7 +15,6 @@ from sarathi_lab.tuned_kernels import TunedTable, table_for
 
 
 def fused_ops(x: torch.Tensor):
-    """cpu_ops or pointwise, whichever serves ``x``, or None."""
     if cpu_ops.supports(x):
         return cpu_ops
     return (_pointwise() if x.is_cuda and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
@@ -113,7 +112,6 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class GatedMLP(nn.Module):
-    """SwiGLU with gate and up projections fused into one matmul."""
 
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
@@ -132,8 +130,7 @@ class GatedMLP(nn.Module):
 
 
 class TunedLinear(nn.Linear):
-    """nn.Linear through the GEMM tuned for its device and token count; a module still, so that
-    forward hooks (profiling/ops.py) see it."""
+    """A module still, so that forward hooks (profiling/ops.py) see it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = tuned_linear(x, self)
@@ -142,8 +139,7 @@ class TunedLinear(nn.Linear):
 
 def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
                  table: TunedTable | None = None) -> torch.Tensor | None:
-    """The Triton split-K GEMM where the tuned table chose it for this weight at T tokens
-    (``gated``: SiLU(gate) * up); None: the caller runs cuBLAS."""
+    """Triton's split-K GEMM where the tuned table chose it; None: the caller runs cuBLAS."""
     table = table_for(x.device) if table is None else table
     if not table.gemm or not isinstance(layer, nn.Linear) or layer.bias is not None or x.dim() != 2:
         return None

@@ -24,8 +24,7 @@ log = logging.getLogger("sarathi_lab")
 def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_positions: int,
                 dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str,
                 shards: TensorShards | None = None, stage: Stage | None = None) -> CausalLM:
-    """``shards``: one rank's part, with the very weights the whole model would have; ``stage``:
-    only that pipeline stage's layers."""
+    """A rank's part has the very weights the whole model would have."""
     config = hf_config(config)
     if stage is not None and shards is None:
         shards = TensorShards.of(config, 0, 1, model)
@@ -62,8 +61,7 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
 @torch.no_grad()
 def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: TensorShards,
                  backend: AttentionBackend, max_positions: int, stage: Stage | None = None) -> None:
-    """The whole model's draws in order, each cut to the rank's part and stage: a rank's weights
-    are those of the model run on one device."""
+    """The whole model's draws in order, each cut: a rank's weights are one device's."""
     gen = torch.Generator(device=lm.embed_tokens.weight.device).manual_seed(seed)
     std = getattr(config, "initializer_range", 0.02)
     with torch.device("meta"):  # the whole model's names and shapes, nothing allocated
@@ -89,8 +87,6 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: Tens
 
 
 def _our_name(hf_name: str) -> tuple[str, str | None, int]:
-    """model.layers.0.self_attn.k_proj.weight -> (layers.0.self_attn.qkv_proj.weight, "qkv_proj",
-    1)."""
     name = hf_name.removeprefix("model.")
     for fused, parts in _FUSED.items():
         for i, part in enumerate(parts):
@@ -102,9 +98,7 @@ def _our_name(hf_name: str) -> tuple[str, str | None, int]:
 @torch.no_grad()
 def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = None,
                       stage: Stage | None = None) -> None:
-    """Each weight cut to the rank's part as it is read; only ``stage``'s layers read."""
     params = dict(lm.named_parameters())
-    # The sizes of a fused parameter's shards along dim 0.
     attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
     sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size],
              "gate_up_proj": [mlp.intermediate] * 2}

@@ -22,7 +22,6 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor,
                  keys: Sequence[tuple[int, int]] | None = None) -> list[int]:
-        """``keys[i]``: row i's (request key, position it samples); greedy needs none."""
         if self.greedy:
             # torch's CPU argmax is scalar code.
             if cpu_ops.supports(logits) and logits.is_contiguous():
@@ -40,7 +39,6 @@ class Sampler:
         return self.torch_draw(logits, uniforms)
 
     def torch_draw(self, logits: torch.Tensor, uniforms: list[float]) -> list[int]:
-        """CUDA's path, and the CPU's without the kernels (or for rows the kernel leaves to it)."""
         logits = logits.float()
         # Shifted to a maximum of 0 first: for a tiny T, logits / T overflows to inf (softmax: NaN);
         # (logits - max) / T only reaches -inf, probability 0.
@@ -69,14 +67,13 @@ class Sampler:
 
 
 class Samples:
-    """An executor sampling on this host: greedily until ``start`` gives a call's parameters."""
+    """Greedy until ``start`` gives a call's parameters."""
     sampler = Sampler(SamplingParams())
 
     def start(self, sampling: SamplingParams) -> None:
         self.sampler = Sampler(sampling)
 
     def sample(self, logits: torch.Tensor, seqs: Sequence) -> list[int]:
-        """Greedy rows need no keys (building them reads every request's state again)."""
         greedy = self.sampler.greedy
         return self.sampler(logits, None if greedy
                             else [(s.sample_key, s.num_generated) for s in seqs])
@@ -106,7 +103,6 @@ def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
 
 
 def _ids_by_id_within_ties(top: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """topk's ids with ties in id order, as the stable sort leaves them."""
     if not bool((top[:, 1:] == top[:, :-1]).any()):
         return ids  # no ties: two sorts spared
     ids, by_id = ids.sort(dim=-1)
@@ -114,8 +110,7 @@ def _ids_by_id_within_ties(top: torch.Tensor, ids: torch.Tensor) -> torch.Tensor
 
 
 def uniform(seed: int, request: int, position: int) -> float:
-    """24 bits, exact in float32, from SplitMix64's finaliser (Steele, Lea and Flood, OOPSLA 2014)
-    chained over the three integers: a counter-based draw, no state."""
+    """SplitMix64's finaliser chained over the integers: a counter-based draw, exact in float32."""
     z = _splitmix64(_splitmix64(_splitmix64(seed) ^ request) ^ position)
     return (z >> 40) / 2**24
 

@@ -14,7 +14,6 @@ def head_dim_of(config: ModelConfig) -> int:
 
 
 def kv_heads_of(config: ModelConfig) -> int:
-    """A config without num_key_value_heads (or with None) has multi-head attention."""
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
@@ -39,7 +38,6 @@ class Shape:
     head_dim: int
     vocab: int
     tied_embeddings: bool = False
-    # A gated MLP (gate and up projections, LLaMA's) or a plain one (one up projection, phi-2's).
     gated: bool = True
 
     @classmethod
@@ -51,7 +49,6 @@ class Shape:
 
     @property
     def gemms(self) -> dict[str, tuple[int, int]]:
-        """(K, N) of each of a layer's projections."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return {"qkv_proj": (self.hidden, q + 2 * kv), "o_proj": (q, self.hidden),
                 "gate_up_proj": (self.hidden, (2 if self.gated else 1) * self.intermediate),
@@ -79,16 +76,14 @@ class Shape:
         return attention_flops_per_pair(self.heads, self.head_dim)
 
     def elementwise_bytes_per_token(self, elem_bytes: int) -> dict[str, int]:
-        """One layer's elementwise passes per token, as the engine fuses them (two add-RMSNorms,
-        RoPE with the KV write, the activation)."""
+        """One layer's elementwise passes per token, as the engine fuses them."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return {"norms": 2 * 4 * self.hidden * elem_bytes,
                 "rope_kv_write": 2 * (q + 2 * kv) * elem_bytes,
                 "activation": (3 if self.gated else 2) * self.intermediate * elem_bytes}
 
     def activation_bytes_per_token(self, elem_bytes: int) -> int:
-        """Peak live activations per token; float32 logits for every token are an upper bound (the
-        engine computes only the sampled rows')."""
+        """Peak per token; float32 logits for every token are an upper bound."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         mlp = (3 if self.gated else 2) * self.intermediate
         return (2 * self.hidden + q + 2 * kv + mlp) * elem_bytes + 4 * self.vocab
@@ -99,7 +94,6 @@ def kv_token_bytes(kv_heads: int, head_dim: int, elem_bytes: int) -> int:
 
 
 def attention_flops_per_pair(heads: int, head_dim: int) -> int:
-    """QK^T and PV: two multiply-adds per head element."""
     return 4 * heads * head_dim
 
 
@@ -111,8 +105,7 @@ def visible_pairs(query_len: int, context_len: int) -> int:
 
 def attention_cost(heads: int, kv_heads: int, head_dim: int, query_lens: list[int],
                    context_lens: list[int], elem_bytes: int) -> tuple[float, float]:
-    """(flops, bytes) of one layer's attention: the visible pairs, and the least a kernel moves (KV
-    read once, queries read, outputs written); contexts include this step's tokens."""
+    """(flops, bytes) of one layer's attention, the least a kernel moves."""
     pairs = sum(visible_pairs(q, c) for q, c in zip(query_lens, context_lens))
     flops = attention_flops_per_pair(heads, head_dim) * pairs
     kv = kv_token_bytes(kv_heads, head_dim, elem_bytes) * sum(context_lens)
@@ -122,7 +115,7 @@ def attention_cost(heads: int, kv_heads: int, head_dim: int, query_lens: list[in
 
 def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
                    elem_bytes: int) -> tuple[float, float]:
-    """(flops, bytes) the least an iteration must do; contexts include this step's tokens."""
+    """(flops, bytes) the least an iteration must do."""
     tokens = sum(query_lens)
     s = shape
     linear_flops = 2 * tokens * s.layer_linear_params * s.layers
@@ -139,8 +132,7 @@ def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int],
 
 def kernel_costs(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
                  elem_bytes: int) -> dict[str, tuple[float, float]]:
-    """(flops, bytes) of each kernel an iteration needs, over all layers: flops add up to
-    ``iteration_cost``'s; bytes exceed its by what a fused iteration could keep on chip."""
+    """Bytes exceed ``iteration_cost``'s by what a fused iteration could keep on chip."""
     tokens, s = sum(query_lens), shape
     costs = {name: (2.0 * tokens * k * n * s.layers,
                     float((k * n + tokens * (k + n)) * elem_bytes * s.layers))

@@ -33,7 +33,6 @@ def bounded(work, timeout_s: float) -> None:
 
 
 def torchrun_rank() -> int | None:
-    """This process's rank when torchrun (or a launcher setting its variables) started several."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ:
         return int(os.environ["RANK"])
     return None
@@ -47,19 +46,16 @@ def free_port() -> int:
 
 @dataclass
 class RankGroup:
-    """This process's place among the ranks, and the processes it spawned."""
     rank: int
     size: int
     local_rank: int
     control: Any
     processes: list = field(default_factory=list)
-    # How errors name the layout (the engine's keys), set when an engine starts.
     label: str = ""
     # The last engine's pipeline Chain (commands pass point to point); None: broadcast to all.
     chain: Any = None
 
     def device(self, device_type: str) -> torch.device:
-        """One GPU per rank on a node (its local rank's); the CPU is shared."""
         if device_type == "cuda":
             torch.cuda.set_device(self.local_rank)
             return torch.device("cuda", self.local_rank)
@@ -77,7 +73,7 @@ class RankGroup:
         return dead
 
     def failure(self, error: BaseException, timeout_s: float) -> RuntimeError:
-        """The ranks that died, where this process spawned them (torchrun's agent names its own)."""
+        """Torchrun's agent names its own dead ranks."""
         why = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         dead = self.dead_ranks(wait_s=1.0)
         if dead:
@@ -91,7 +87,6 @@ class RankGroup:
 
 def join(rank: int, size: int, init_method: str | None = None, local_rank: int | None = None,
          store=None) -> RankGroup:
-    """Joins the ranks over gloo, the control group every device uses."""
     dist.init_process_group("gloo", init_method=init_method, store=store, rank=rank,
                             world_size=size, timeout=timedelta(seconds=JOIN_TIMEOUT_S))
     control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
@@ -123,6 +118,5 @@ def engine_groups(group: RankGroup, device_type: str, timeout_s: float, tp: int)
 
 
 def threads_per_rank(size: int, num_threads: int | None) -> int:
-    """A CPU's cores shared among the ranks on this node (num_threads, where set, per rank)."""
     here = int(os.environ.get("LOCAL_WORLD_SIZE", size)) if torchrun_rank() is not None else size
     return num_threads or max(1, usable_cores() // here)
