@@ -15,7 +15,6 @@ class ScheduledChunk:
     seq: Sequence
     num_tokens: int
     start: int = field(init=False)
-    # Whether this chunk reaches the request's last token, so that a new token is sampled.
     samples: bool = field(init=False)
 
     def __post_init__(self):
@@ -24,7 +23,6 @@ class ScheduledChunk:
 
     @classmethod
     def fixed(cls, seq: Sequence, start: int, num_tokens: int, samples: bool) -> ScheduledChunk:
-        """The chunk as it was when its batch was frozen (the request may have moved on since)."""
         chunk = object.__new__(cls)
         # Frozen: no setattr.
         chunk.__dict__.update(seq=seq, num_tokens=num_tokens, start=start, samples=samples)
@@ -37,11 +35,9 @@ class ScheduledChunk:
 
 @dataclass
 class ScheduledBatch:
-    """Filled while a scheduler composes it, then fixed by ``freeze``."""
     prefills: list[ScheduledChunk] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-    # The snapshot (freeze); None until taken.
     _sampled: tuple[Sequence, ...] | None = field(default=None, init=False, repr=False,
                                                   compare=False)
     _decode_contexts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
@@ -60,9 +56,7 @@ class ScheduledBatch:
         return self.num_prefill_tokens + self.num_decode_tokens
 
     def freeze(self) -> ScheduledBatch:
-        """Taken when the scheduler returns the batch (built by hand: when first read). Decodes are
-        fixed as plain values, as vLLM v1's flat lists, not a ScheduledChunk each: every iteration
-        reads them several times."""
+        """Decodes kept as plain values (vLLM v1's flat lists): read several times an iteration."""
         if self._sampled is None:
             self._decode_contexts = tuple([s.num_computed + 1 for s in self.decodes])
             self._sampled = ((*(c.seq for c in self.prefills if c.samples), *self.decodes)
@@ -82,7 +76,6 @@ class ScheduledBatch:
 
     @functools.cached_property
     def chunks(self) -> tuple[ScheduledChunk, ...]:
-        """The order of the forward pass's rows."""
         contexts = self.decode_contexts
         n = len(contexts)
         return (*self.prefills, *map(ScheduledChunk.fixed, self.decodes, [x - 1 for x in contexts],
@@ -90,7 +83,6 @@ class ScheduledBatch:
 
     @property
     def kv_tokens_read(self) -> int:
-        """Per layer: every request reads its whole context."""
         prefills = sum([c.context_len for c in self.prefills]) if self.prefills else 0
         return prefills + sum(self.decode_contexts)
 

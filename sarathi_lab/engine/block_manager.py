@@ -11,7 +11,6 @@ def blocks_for(tokens: int, block_size: int) -> int:
 
 
 def watermark_blocks(watermark: float, num_blocks: int) -> int:
-    """As vLLM counts them."""
     return int(watermark * num_blocks)
 
 
@@ -70,7 +69,6 @@ class BlockManager:
         self._fresh += fresh
 
     def append_block(self, seq: Sequence) -> None:
-        """allocate(seq, 1)'s block without its counting, where one is free."""
         if self._freed:
             seq.block_table.append(self._freed.pop())
         else:

@@ -12,7 +12,6 @@ from sarathi_lab.engine.sequence import SamplingParams
 class StepOutput(NamedTuple):
     """A tuple: immutable, and cheaper than a frozen dataclass to make every iteration."""
     tokens: list[int]  # tokens[i] is the new token of batch.sampled[i]
-    # Seconds on the engine's clock: tensors built, forward pass (device time), sampling.
     prepare_s: float
     forward_s: float
     sample_s: float
@@ -28,8 +27,7 @@ class Executor(ABC):
 
 
 class PipelineExecutor(Executor):
-    """Up to ``depth`` micro-batches in flight, so every stage has one to run; the engine holds a
-    submitted batch's requests out of scheduling until its tokens are collected."""
+    """The engine holds a submitted batch's requests out of scheduling until collected."""
 
     depth: int
 

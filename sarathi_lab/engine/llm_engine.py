@@ -1,5 +1,4 @@
-"""The iteration loop: arrivals -> scheduler -> executor -> update -> metrics. With a pipeline,
-micro-batches are submitted while it has room and updated as their tokens are collected."""
+"""The iteration loop: arrivals -> scheduler -> executor -> update -> metrics."""
 from __future__ import annotations
 
 import contextlib
@@ -30,7 +29,6 @@ class LLMEngine:
             deque() if isinstance(executor, PipelineExecutor) and executor.depth > 1 else None)
 
     def start(self, metrics: Metrics, sampling: SamplingParams) -> None:
-        """Open a measurement window: records go to ``metrics``, times count from now."""
         self.metrics, self._records = metrics, {}
         self.executor.start(sampling)
         self._t0 = self.clock.now()
@@ -46,7 +44,6 @@ class LLMEngine:
         self.scheduler.add(seq)
 
     def step(self) -> IterationRecord | None:
-        """One iteration; None when the scheduler has nothing it can run now."""
         clock = self.clock
         start = clock.now()
         batch = self.scheduler.schedule()
@@ -57,8 +54,7 @@ class LLMEngine:
         return self.finish(batch, out, start - self._t0, scheduled - start)
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
-        """Whether anything ran, and the iteration that finished. A pipeline submits while it has
-        room and a batch, else collects the oldest, as Sarathi-Serve's and vLLM's do."""
+        """A pipeline submits while it has room, else collects the oldest (as vLLM's does)."""
         in_flight, scheduler = self._in_flight, self.scheduler
         if in_flight is None:
             record = self.step() if scheduler.has_work() else None
@@ -82,7 +78,6 @@ class LLMEngine:
 
     def finish(self, batch: ScheduledBatch, out: StepOutput, t_start: float,
                schedule_s: float) -> IterationRecord:
-        """The scheduler's update and the records of an iteration from ``t_start`` to now."""
         blocks = self.scheduler.blocks
         # Before the finished requests free theirs.
         kv_blocks_used = blocks.num_blocks - blocks.num_free
@@ -123,7 +118,6 @@ class LLMEngine:
     def run(self, seqs: list[Sequence], metrics: Metrics, sampling: SamplingParams,
             on_iteration: Callable[[IterationRecord], None] | None = None,
             max_concurrency: int | None = None) -> None:
-        """Serve ``seqs`` by the client's rules (engine/client.py), each from its arrival."""
         self.start(metrics, sampling)
         metrics.num_submitted += len(seqs)
         serve(self, seqs, on_iteration, max_concurrency)
@@ -143,7 +137,6 @@ class LLMEngine:
         self.clock.sleep_until(due)
 
     def abandon(self) -> None:
-        """Whatever stopped a run: no request stays behind, and the pipeline is left empty."""
         if self._in_flight:
             # The next run starts on an empty pipeline; a failed executor's error is the one raised.
             with contextlib.suppress(Exception):

@@ -15,8 +15,7 @@ class Status(enum.Enum):
 
 @dataclass
 class SamplingParams:
-    """Seeded: a token is a function of the seed, the request's index in its call and its logits,
-    whatever the batch. ``seed`` None is 0, so that runs repeat."""
+    """A token depends on seed, request index and logits, never the batch; None seeds 0."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -25,7 +24,6 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        # numpy's numbers, as the engine's settings take them.
         for key in ("temperature", "top_p", "seed"):
             object.__setattr__(self, key, as_python_number(getattr(self, key)))
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -42,8 +40,7 @@ class SamplingParams:
 
 @dataclass(eq=False, slots=True)
 class Sequence:
-    """Prefill and decode are one mechanism: a step computes uncomputed tokens and, reaching the
-    last, samples one. Preemption resets ``num_computed``: all is recomputed as one prefill."""
+    """Prefill and decode are one mechanism; preemption recomputes all as one prefill."""
 
     seq_id: int
     prompt: list[int]
@@ -56,7 +53,6 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     # Its index in its generate call, keying its draws: the call repeats its tokens on any engine.
     sample_key: int = 0
-    # The prompt never changes: its length is read as a plain attribute every iteration.
     prompt_len: int = field(init=False)
 
     def __post_init__(self):
@@ -65,7 +61,6 @@ class Sequence:
 
     @property
     def priority(self) -> tuple[float, int]:
-        """First come, first served (preempted last); ids break ties only, not following arrival."""
         return self.arrival, self.seq_id
 
     @property
@@ -78,8 +73,7 @@ class Sequence:
 
 
 def split_prefilling(seqs: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
-    """Prefilling: more than one token uncomputed, or nothing generated yet. One pass, no property
-    call per request: asked of every running request every iteration."""
+    """One pass, no property call per request: asked of every request every iteration."""
     decoding, prefilling = [], []
     for seq in seqs:
         n = len(seq.tokens)
@@ -88,7 +82,6 @@ def split_prefilling(seqs: list[Sequence]) -> tuple[list[Sequence], list[Sequenc
 
 
 def append_tokens(seqs: tuple[Sequence, ...], tokens: list[int]) -> list[Sequence]:
-    """Returns the requests now done (max_new_tokens, or EOS where it stops at one), in order."""
     done = []
     for seq, token in zip(seqs, tokens):
         held = seq.tokens

@@ -9,7 +9,7 @@ from sarathi_lab.engine.metrics import SLO
 
 
 class SLOViolated(Exception):
-    """A run that can no longer meet its SLO; the message names which and why."""
+    """The message names which SLO and why."""
 
     def __init__(self, constraint: str, message: str):
         super().__init__(message)
@@ -22,25 +22,23 @@ def over_needed(total: int, percentile: float) -> int:
 
 
 class SLOGuard:
-    """An ``on_iteration`` hook; ``total_gaps``: the run's TBT values (sum of max_new_tokens - 1,
-    exact when EOS is ignored)."""
+    """``total_gaps``: sum of max_new_tokens - 1 (exact when EOS is ignored)."""
 
     def __init__(self, slo: SLO, engine: LLMEngine, num_requests: int, total_gaps: int):
         self.slo, self.engine = slo, engine
         self.num_requests, self.total_gaps = num_requests, total_gaps
-        # The counts that decide each percentile, fixed for the run: checked at every iteration.
         self._late_needed, self._gaps_needed = (over_needed(num_requests, 50),
                                                 over_needed(total_gaps, 99))
         # A check visits only undecided requests, and only when a cheap upper bound on the counts
         # could reach a verdict: what it would count stays, so it stops at the same iteration.
-        self._seen = 0  # records of the run's requests taken in so far
-        self._iterations_seen = 0  # iteration records whose requests' gaps may be uncounted
+        self._seen = 0
+        self._iterations_seen = 0
         self._late = 0
         self._unscheduled: list = []  # records not yet scheduled, nor waited past the limit
         self._gaps_over = 0
-        self._uncounted_gaps = 0  # at most this many gaps came since the last visit
-        self._active: list = []  # records not finished, or finished with gaps still to count
-        self._counted: dict[int, int] = {}  # request -> its token times whose gaps are counted
+        self._uncounted_gaps = 0  # an upper bound since the last visit
+        self._active: list = []  # not finished, or gaps still to count
+        self._counted: dict[int, int] = {}  # request -> token times counted
 
     def __call__(self, _record) -> None:
         engine, slo = self.engine, self.slo
@@ -83,7 +81,6 @@ class SLOGuard:
         return self._late
 
     def _count_gaps(self, now: float, limit: float) -> int:
-        """Counts new gaps over ``limit``; returns running requests whose current gap is over it."""
         ongoing, still = 0, []
         counted = self._counted
         self._uncounted_gaps = 0

@@ -28,7 +28,6 @@ def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
 
 def time_calls(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1,
                before: Callable[[], object] | None = None) -> list[float]:
-    """``before`` runs untimed ahead of every timed call (e.g. to flush a cache)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -53,8 +52,7 @@ def best_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1
 
 def interleaved(calls: dict[str, Callable[[], object]], reps: int,
                 *clocks: Clock) -> dict[str, np.ndarray]:
-    """[reps, len(clocks)] per call; each round starts one call later, so drifts of the host's speed
-    fall on every call alike."""
+    """Each round starts one call later: host speed drifts fall on every call alike."""
     names, times = list(calls), {name: [] for name in calls}
     for r in range(reps):
         for name in names[r % len(names):] + names[: r % len(names)]:
@@ -65,8 +63,7 @@ def interleaved(calls: dict[str, Callable[[], object]], reps: int,
 
 
 def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
-    """Evicts L2 as a real model's other layers would; None on the CPU. Reading, not writing: dirty
-    lines' write-back would land in the next (timed) kernel."""
+    """Reading, not writing: dirty lines' write-back would land in the timed kernel."""
     device = torch.device(device)
     if device.type != "cuda":
         return None
@@ -74,15 +71,12 @@ def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
 
 
 def reading_flush(buffer: torch.Tensor) -> Callable[[], object]:
-    """Every line of ``buffer`` read, nothing written but one element."""
     flat, out = buffer.view(-1), torch.empty((), dtype=buffer.dtype, device=buffer.device)
     return lambda: torch.sum(flat, dim=0, out=out)
 
 
 def time_interleaved(calls: dict[str, Callable[[], object]], reps: int, device: torch.device,
                      warmup: int) -> dict[str, list[float]]:
-    """Milliseconds per call per round: on a GPU by CUDA events after an L2 flush, on a CPU
-    ``interleaved`` on the wall clock."""
     for fn in calls.values():
         for _ in range(warmup):
             fn()
