@@ -34,7 +34,6 @@ class Attention(nn.Module):
 
     def project(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> torch.Tensor:
-        """The queries [T, heads, d], after this step's keys and values went to the cache."""
         qkv = self.qkv_proj(hidden)
         k_cache, v_cache = kv_cache
         return self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads,
@@ -72,7 +71,6 @@ class DecoderLayer(nn.Module):
     # The layer in stages, so nano-batches can run one's attention on a second stream beside the
     # other's GEMMs; forward above keeps the module calls that hooks time.
     def pre_attention(self, positions, hidden, residual, kv_cache, meta):
-        """(queries, residual): the first norm, the qkv projection, RoPE and the KV write."""
         hidden, residual = self._norm(hidden, residual)
         return self.self_attn.project(positions, hidden, kv_cache, meta), residual
 
@@ -99,8 +97,7 @@ class CausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata, logits_indices: torch.Tensor,
                 argmax: bool = False, nano: tuple | None = None) -> torch.Tensor | list[int]:
-        """The chosen rows' logits; ``argmax``: their first maxima from inside the LM head's kernel;
-        ``nano``: nano-batches overlapped on two streams. One method, so hooks see every way."""
+        """One method for every way (argmax, nano-batches), so hooks see them all."""
         hidden, residual = self.embed_tokens(input_ids), None
         if nano is None:
             for layer, kv_cache in zip(self.layers, kv_caches):
@@ -118,5 +115,4 @@ class CausalLM(nn.Module):
 
     @property
     def argmax_rows(self) -> int:
-        """The most rows ``forward(..., argmax=True)`` takes; 0: none."""
         return getattr(self.lm_head, "argmax_rows", 0)

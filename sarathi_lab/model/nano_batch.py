@@ -18,16 +18,14 @@ MIN_OVERLAP_TOKENS = 384
 
 @dataclass(frozen=True)
 class OverlapRule:
-    """The one home of which batches run as two nano-batches and where they are cut: mixed ones of
-    ``min_tokens`` or more, at whole GEMM tiles, half each side."""
+    """The one home of which batches run as two nano-batches and where they are cut."""
 
     mode: str = "none"
     min_tokens: int = MIN_OVERLAP_TOKENS
     tile: int = GEMM_TILE
 
     def cut(self, tokens: int, prefill_tokens: int, decodes: int) -> int | None:
-        """The first nano-batch's tokens, all prefill, so the decodes' attention runs beside its
-        GEMMs; None: whole."""
+        """All prefill, so the decodes' attention runs beside the first's GEMMs."""
         if self.mode != "nano_batch" or tokens < self.min_tokens:
             return None
         if not prefill_tokens or not decodes:
@@ -76,7 +74,6 @@ def _part(meta: AttentionMetadata, lens_seqs: tuple[list[int], list[int]], rows:
 
 @dataclass
 class NanoBatch:
-    """One nano-batch: its rows of the batch's tokens and its own attention metadata."""
 
     tokens: slice
     positions: torch.Tensor
@@ -92,8 +89,7 @@ def nano_batches(positions: torch.Tensor, meta: AttentionMetadata,
 
 def overlapped_layers(layers, hidden: torch.Tensor, kv_caches, parts: tuple[NanoBatch, ...],
                       streams: StreamPair) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per layer, each nano-batch's projections on main, its attention on side once they are done,
-    its output projection and MLP back on main once its attention is."""
+    """Per layer, each part's attention on the side stream, the rest on the main one."""
     hidden = [hidden[p.tokens] for p in parts]
     residual: list = [None] * len(parts)
     out: list = [None] * len(parts)

@@ -22,8 +22,7 @@ def _llama(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: in
 SPECS: dict[str, ModelSpec] = {
     # A few M parameters: unit and end-to-end tests.
     "tiny": _llama(256, 688, 4, 4, 2, context=2048, vocab=4096),
-    # ~110M parameters: on a CPU a decode token costs several times a prefill token, as on a GPU;
-    # multi-head attention like LLaMA-13B, the paper's main model.
+    # ~110M: on a CPU a decode token costs several prefill tokens, as on a GPU; MHA as LLaMA-13B.
     "cpu-small": _llama(768, 2048, 12, 12, 12, tie_word_embeddings=True),
     # The papers' shapes (LLaMA-2 context, so that the 1K-3K sweeps fit).
     "llama2-7b": _llama(4096, 11008, 32, 32, 32),
@@ -31,9 +30,9 @@ SPECS: dict[str, ModelSpec] = {
     "llama-33b": _llama(6656, 17920, 60, 52, 52),
     "mistral-7b": _llama(4096, 14336, 32, 32, 8, context=32768, model_type="mistral",
                          sliding_window=None, rope_theta=1e6),
-    # Sarathi-Serve's second model (two A100s, tensor parallel): 01-ai/Yi-34B's config.json.
+    # Sarathi-Serve's second model: 01-ai/Yi-34B's config.json.
     "yi-34b": _llama(7168, 20480, 60, 56, 8, vocab=64000, rope_theta=5e6),
-    # Sarathi-Serve's third (TP4 x PP2 on eight A40s): meta-llama/Llama-2-70b-hf's config.json.
+    # Sarathi-Serve's third: meta-llama/Llama-2-70b-hf's config.json.
     "llama2-70b": _llama(8192, 28672, 80, 64, 8, rope_theta=10000.0),
     # Sarathi-Serve's fourth, simulator only: tiiuae/falcon-180B in the LLaMA form the cost models
     # price. Its non-gated GELU MLP of 4 x hidden is a gated one of 39592 columns (a multiple of 8,
@@ -41,7 +40,6 @@ SPECS: dict[str, ModelSpec] = {
     "falcon-180b": _llama(14848, 39592, 80, 232, 8, context=2048, vocab=65024),
 }
 
-# Presets whose shapes only the simulator may use, each with what the real engine would get wrong.
 SIMULATED_ONLY: dict[str, str] = {
     "falcon-180b": "Falcon's decoder (attention and MLP in parallel, LayerNorm, a non-gated GELU "
                    "MLP) is not built by this engine, whose decoder is LLaMA's; the preset is its "
@@ -50,7 +48,6 @@ SIMULATED_ONLY: dict[str, str] = {
 
 
 class _TransformersConfigs(Mapping):
-    """Each preset as a transformers config, made (and transformers imported) on first use."""
 
     def __getitem__(self, name: str) -> PretrainedConfig:
         return _hf(name)

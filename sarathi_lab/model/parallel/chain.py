@@ -13,7 +13,6 @@ from sarathi_lab.model.parallel.group import bounded
 
 @dataclass(frozen=True)
 class Chain:
-    """Rank ``rank`` of ``size`` in stages of ``tp`` ranks (rank r in stage r // tp)."""
     rank: int
     tp: int
     size: int
@@ -24,7 +23,6 @@ class Chain:
 
     @property
     def targets(self) -> list[int]:
-        """Its successor, and for the driver stage 0's other ranks."""
         peers = list(range(1, self.tp)) if self.rank == 0 else []
         return peers + ([self.rank + self.tp] if self.rank + self.tp < self.size else [])
 

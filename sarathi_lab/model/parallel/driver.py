@@ -1,5 +1,4 @@
-"""Rank 0 of a tensor-parallel engine: keeps the ranks (spawned once per process and reused, or
-torchrun's), sends each engine's spec and each batch, runs its own shard and samples."""
+"""Rank 0 of a parallel engine; its ranks are spawned once per process and reused."""
 from __future__ import annotations
 
 import atexit
@@ -35,7 +34,6 @@ _ranks: RankGroup | None = None
 
 
 def ranks(size: int) -> RankGroup:
-    """The driver's group of ``size`` ranks: the one held, else torchrun's, else spawned here."""
     global _ranks
     if _ranks is not None and _ranks.size == size and not _ranks.dead_ranks():
         return _ranks
@@ -56,7 +54,6 @@ def ranks(size: int) -> RankGroup:
 
 
 def close() -> None:
-    """Tell the ranks to leave and wait for them."""
     global _ranks
     group, _ranks = _ranks, None
     if group is None:
@@ -93,7 +90,6 @@ def _command(group: RankGroup, header: torch.Tensor, timeout_s: float) -> None:
 
 
 def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
-    """Every rank builds its part of ``spec``'s engine; the driver's executor over its own."""
     cfg = spec.config
     group = ranks(cfg.world_size)
     group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
@@ -131,8 +127,7 @@ def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> Runtim
 
 
 class ParallelExecutor(Samples, Executor):
-    """The driver's executor: the batch broadcast from the host, then this rank's shard, whose LM
-    head gathers the whole vocabulary's logits, sampled here."""
+    """Its shard's LM head gathers the whole vocabulary's logits, sampled here."""
 
     def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float,
                  clock: Clock | None = None):
@@ -142,7 +137,6 @@ class ParallelExecutor(Samples, Executor):
         self.wire = wire
         self.timeout_s = timeout_s
         self.clock = clock
-        # Per iteration: the host seconds of packing and sending its batch, and the bytes sent.
         self.broadcast_s: list[float] = []
         self.broadcast_bytes: list[int] = []
         self._host = torch.device("cpu")

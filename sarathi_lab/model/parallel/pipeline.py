@@ -12,8 +12,6 @@ from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 
 class StageRun(NamedTuple):
-    """``logits``: the last stage's; ``sends``: (work, tensor) pairs under way; times from
-    perf_counter (one clock for a machine's processes)."""
     logits: torch.Tensor | None
     sends: list
     start_s: float

@@ -34,8 +34,7 @@ class _InFlight:
 
 
 class PipelineParallelExecutor(Samples, PipelineExecutor):
-    """A micro-batch's ``forward_s`` runs from its sends to its logits' return, waits behind the
-    micro-batches ahead of it included."""
+    """``forward_s`` includes the waits behind the micro-batches ahead."""
 
     def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float, depth: int,
                  give_up: Callable[[BaseException], RuntimeError], clock: Clock | None = None):
@@ -52,7 +51,6 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
         self.broadcast_bytes: list[int] = []
         self._in_flight: deque[_InFlight] = deque()
         self._host = torch.device("cpu")
-        # Set once a wait failed and the ranks were given up: nothing more is sent to them.
         self._failed: RuntimeError | None = None
 
     def submit(self, batch: ScheduledBatch) -> None:
@@ -105,12 +103,10 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
 
     @property
     def micro_batches_submitted(self) -> int:
-        """Read before a run: its first row's ``micro_batch`` in ``stage_timeline``."""
         return self.part.timeline.submitted
 
     def stage_timeline(self) -> pd.DataFrame:
-        """When every rank computed every micro-batch since the engine was built (perf_counter on
-        each rank, one clock on one machine); micro-batches in submission order. Between runs."""
+        """Every rank's compute per micro-batch since the build; call it between runs."""
         self._check_alive()
         if self._in_flight:
             raise RuntimeError(f"stage_timeline: {len(self._in_flight)} micro-batches are still in "

@@ -1,5 +1,4 @@
-"""One rank's part of a parallel engine, the same on the driver and the other ranks: its shard of
-the model and KV cache (its KV heads, every block), and the step it runs on the driver's batch."""
+"""One rank's part of a parallel engine, the same on the driver and the other ranks."""
 from __future__ import annotations
 
 import time
@@ -37,7 +36,6 @@ class RankSpec:
 
 @dataclass
 class RankPart:
-    """Rank r sits in stage r // tp; ``stage`` None: one stage; ``p2p``: activations' group."""
     runner: ModelRunner
     rank: int
     tp: int
@@ -71,7 +69,6 @@ def build_rank(spec: RankSpec, group: RankGroup, groups: EngineGroups) -> RankPa
 
 
 def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.Tensor:
-    """One stage's forward of the broadcast batch: the sampled rows' logits, whole."""
     runner = part.runner
     prepared = decode(header, payload, runner.device)
     runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])
@@ -80,8 +77,7 @@ def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.
 
 def run_stage(part: RankPart, header: list[int], payload: torch.Tensor,
               command_s: float) -> StageRun:
-    """This rank's stage of a micro-batch, timed into the part's timeline; its sends (the last
-    stage's first rank's logits to the driver included) are under way on return."""
+    """Its sends are under way on return."""
     runner = part.runner
     prepared = decode(header, payload, runner.device)
     runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TensorShards:
-    """Rank ``rank`` of ``size`` over a model of these shapes."""
     rank: int
     size: int
     heads: int
@@ -30,8 +29,7 @@ class TensorShards:
     @classmethod
     def of(cls, config: ModelConfig, rank: int, size: int, model: str = "",
            pad_vocab: bool = False) -> TensorShards:
-        """Refuses a split that is uneven; ``pad_vocab``: an uneven vocabulary is padded instead, as
-        vLLM's vocab-parallel LM head pads it (the simulator prices it so)."""
+        """``pad_vocab``: an uneven vocabulary is padded, as vLLM pads it, not refused."""
         heads, kv, k = config.num_attention_heads, kv_heads_of(config), SETTING
         counts = {"attention heads": heads,
                   "MLP columns (intermediate_size)": config.intermediate_size,
@@ -55,7 +53,6 @@ class TensorShards:
 
     @property
     def local_kv_heads(self) -> int:
-        """Sharded while there are at least as many as ranks; else one, replicated."""
         return max(self.kv_heads // self.size, 1)
 
     @property
@@ -97,7 +94,6 @@ class TensorShards:
         return slice(self.rank * n, (self.rank + 1) * n)
 
     def shard(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        """``name`` in our fused names (qkv_proj, gate_up_proj)."""
         import torch  # here: the memory plan (the simulator's too) reads only shapes
 
         kind = name.split(".")[-2] if "." in name else name
@@ -117,15 +113,13 @@ class TensorShards:
         return full
 
     def shard_part(self, fused: str, index: int, full: torch.Tensor) -> torch.Tensor:
-        """A checkpoint part of a fused weight: q/k/v_proj (index 0-2) or gate/up_proj."""
         if fused == "qkv_proj":
             return full[self.q_rows() if index == 0 else self.kv_rows()]
         return full[self.mlp_rows()]
 
 
 def rank_memory_config(config: ModelConfig, size: int, model: str = "") -> ModelConfig:
-    """The shapes sizing one rank's memory; the vocabulary whole and untied, so the embedding and a
-    whole LM head count (an upper bound), as do the gathered logits."""
+    """The vocabulary whole and untied: an upper bound, as the logits are gathered."""
     local = TensorShards.of(config, 0, size, model).local_config(config)
     local.tie_word_embeddings = False
     return local

@@ -40,7 +40,6 @@ class Stage:
         return self.index == self.count - 1
 
     def local_name(self, name: str) -> str | None:
-        """This stage's name for a whole model's parameter; None: another stage's layer."""
         match = _LAYER.match(name)
         if match is None:
             return name

@@ -14,7 +14,6 @@ COLUMNS = ("rank", "stage", *FIELDS)
 
 
 class StageTimeline:
-    """Micro-batches numbered in submission order since the build, the same on every rank."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[float, ...]] = []
@@ -31,7 +30,6 @@ class StageTimeline:
 
 
 def timeline_frame(per_rank: list[torch.Tensor], tp: int) -> pd.DataFrame:
-    """``per_rank[r]``: rank r's ``as_tensor``."""
     out = pd.concat([pd.DataFrame(rows.numpy(), columns=list(FIELDS))
                      .assign(rank=rank, stage=rank // tp)
                      for rank, rows in enumerate(per_rank)], ignore_index=True)

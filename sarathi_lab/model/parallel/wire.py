@@ -44,14 +44,12 @@ def encode(prepared: PreparedBatch) -> WireBatch:
 
 
 def spans(header: list[int]) -> list[tuple[int, int, torch.dtype]]:
-    """Where ``encode`` put each part, from the header's counts alone."""
     tokens, requests = header[TOKENS], header[REQUESTS]
     return pack_layout([tokens, tokens, tokens, header[LOGITS]],
                        [requests + 1, requests, requests * header[TABLE_WIDTH]])[0]
 
 
 def decode(header: list[int], payload: torch.Tensor, device: torch.device) -> PreparedBatch:
-    """Views of ``payload`` (a host buffer) or of its copy on ``device``."""
     where = spans(header)
     host = unpacked(payload, where)
     flat = payload if device.type == "cpu" else payload.to(device, non_blocking=True)

@@ -19,7 +19,6 @@ LEAVE_TIMEOUT_S = 10.0
 
 
 def from_torchrun() -> None:
-    """A rank torchrun started, other than rank 0 (which runs the program as usual)."""
     rank = torchrun_rank()
     group = join(rank, int(os.environ["WORLD_SIZE"]), "env://",
                  int(os.environ.get("LOCAL_RANK", rank)))
