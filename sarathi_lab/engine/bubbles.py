@@ -36,7 +36,6 @@ def micro_batch_bubbles(start: np.ndarray, end: np.ndarray,
 
 def request_bubbles(bubbles: np.ndarray, riders: Iterable[Iterable[int]],
                     num_requests: int) -> np.ndarray:
-    """``riders[k]``: the request ids of micro-batch k's chunks and decodes."""
     out = np.zeros(num_requests)
     for bubble, ids in zip(bubbles, riders, strict=True):
         # A request rides a micro-batch once (one chunk or one decode), however it is listed.

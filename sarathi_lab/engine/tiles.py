@@ -1,7 +1,7 @@
 """The GEMM tile and the chunk that fills whole tiles: the one home of SARATHI's chunk alignment."""
 from __future__ import annotations
 
-# The GEMM tile, in tokens, of the GPUs the papers ran on: SARATHI sizes its chunks by it (Fig. 7).
+# The papers' GPUs' GEMM tile, in tokens: SARATHI sizes its chunks by it (Fig. 7).
 GEMM_TILE = 128
 
 

@@ -17,8 +17,7 @@ class BlockTables:
         self._free = list(range(rows - 1, -1, -1))
 
     def rows(self, seqs: list[Sequence]) -> tuple[list[int], list[int]]:
-        """Each request's row, brought up to date, and its blocks held (the whole table: orca and
-        static reserve beyond the context)."""
+        """Blocks held: the whole table (orca and static reserve beyond the context)."""
         rows, held = [], []
         entries = self._rows
         for seq in seqs:
@@ -45,7 +44,6 @@ class BlockTables:
         return entry
 
     def _reclaim(self) -> None:
-        """Rows back from requests whose blocks were freed; twice the rows where none were."""
         stale = [key for key, (_, table, _, seq) in self._rows.items()
                  if seq.block_table is not table]
         for key in stale:

@@ -1,5 +1,4 @@
-"""A model's config (a preset's or a local directory's), checked buildable before any allocation,
-and its weight files: what a run reads of a model without building it."""
+"""A model's config, checked buildable before any allocation, and its weight files."""
 from __future__ import annotations
 
 import json
@@ -19,7 +18,7 @@ SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": False, "MistralForCausalLM": Fals
 
 
 class ModelLoadError(ConfigError):
-    """A model directory that cannot be built from: a bad model key, refused in one line."""
+    """A bad model key, refused in one line."""
 
 
 def eos_token_of(config: ModelConfig) -> int | None:
@@ -38,8 +37,7 @@ def check_buildable(model: str, executor: str) -> None:
 
 
 def load_config(model: str) -> ModelConfig:
-    """A preset's spec (no transformers import), or a local directory's config (never remote code),
-    its shapes checked."""
+    """A preset needs no transformers import; a directory never runs remote code."""
     if model in SPECS:
         return SPECS[model]
     path, at = Path(model), SETTING.set("model", model)

@@ -15,7 +15,6 @@ _KEEP_BYTES = 2**31 - 1
 
 @functools.cache
 def reuse_freed_memory() -> bool:
-    """Once per process: glibc keeps freed memory for reuse. Whether it now does."""
     if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") and k.endswith("_")
                                              for k in os.environ):
         return False

@@ -80,7 +80,6 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, prepared: PreparedBatch, argmax: bool = False) -> torch.Tensor | list[int]:
-        """The sampled rows' logits; with ``argmax``, greedy tokens from the LM head's kernel."""
         # Passed only where cut: a stand-in model (bench.host_path's) takes no such argument.
         split = {} if prepared.nano is None else {"nano": prepared.nano}
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
@@ -93,7 +92,6 @@ class ModelRunner:
 def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device,
                   tables: BlockTables | None = None, staging: HostStaging | None = None,
                   decode_lists: bool = True) -> PreparedBatch:
-    """Per-token work is numpy's over the whole batch, but for a decode-only CPU batch."""
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
     if not prefills and decode_lists and device.type == "cpu":
@@ -133,7 +131,6 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device,
         reserved = np.flatnonzero(spare)
         past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
         block_tables[reserved] = np.where(past, 0, block_tables[reserved])
-    # The last token of each request whose chunk reaches its end (a decode always does).
     ends = query_start_loc[1:] - 1
     logits_indices = (ends if all(c.samples for c in prefills)
                       else ends[[c.samples for c in prefills] + [True] * len(decodes)])
@@ -157,7 +154,6 @@ LIST_TABLE_ENTRIES = 4096
 
 
 def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> PreparedBatch:
-    """Over Python arrays, visiting each decode once (docs/cpu_engine.md)."""
     n = len(decodes)
     ids, positions, slots, seq_lens = array("q"), array("q"), array("q"), array("i")
     width, reserved = 0, False
@@ -195,7 +191,6 @@ def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> P
         seq_lens=frombuffer(seq_lens, dtype=torch.int32), block_tables=block_tables,
         slot_mapping=frombuffer(slots, dtype=torch.int64), query_lens_host=[1] * n,
         seq_lens_host=seq_lens.tolist(), max_query_len=1)
-    # A decode always samples, and its row is its own (one token each).
     return PreparedBatch(frombuffer(ids, dtype=torch.int64),
                          frombuffer(positions, dtype=torch.int64), meta,
                          frombuffer(array("q", range(n)), dtype=torch.int64))
@@ -210,8 +205,7 @@ def _too_few_blocks(seq, held: int, cached: int) -> ValueError:
 
 def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.device,
                staging: HostStaging | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """On the CPU the host arrays themselves; elsewhere views of one host-to-device copy of one
-    buffer, asynchronous from ``staging``'s pinned memory."""
+    """Elsewhere than the CPU, views of one asynchronous host-to-device copy."""
     if device.type == "cpu":
         return ([torch.from_numpy(p) for p in longs],
                 [torch.from_numpy(p.astype(np.int32, copy=False)) for p in ints])
@@ -230,7 +224,6 @@ PART_ALIGN = 16
 
 def packed(longs: list[np.ndarray], ints: list[np.ndarray], alloc: Callable[[int], torch.Tensor]
            ) -> tuple[torch.Tensor, list[tuple[int, int, torch.dtype]]]:
-    """The parts in one uint8 buffer from ``alloc``, and where each lies: (offset, count, dtype)."""
     parts = [(p, torch.int64) for p in longs] + [(p, torch.int32) for p in ints]
     spans, end = pack_layout([len(p) for p in longs], [len(p) for p in ints])
     host = alloc(end)
@@ -243,7 +236,6 @@ def packed(longs: list[np.ndarray], ints: list[np.ndarray], alloc: Callable[[int
 
 def pack_layout(longs: list[int], ints: list[int]
                 ) -> tuple[list[tuple[int, int, torch.dtype]], int]:
-    """Where ``packed`` puts parts of these many int64s, then int32s, and the bytes in all."""
     spans, end = [], 0
     for n, dtype in [(n, torch.int64) for n in longs] + [(n, torch.int32) for n in ints]:
         spans.append((end, n, dtype))

@@ -81,8 +81,7 @@ class Samples:
 
 def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
                  top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Tokens by descending logit (ties in id order) until each row's mass reaches top_p: topk for
-    peaked rows, a stable sort for flat ones, the same order either way (docs/cpu_engine.md)."""
+    """topk for peaked rows, a stable sort for flat ones: the same order either way."""
     vocab = probs.shape[-1]
     for k in (64, 1024):
         if k >= vocab // 4:

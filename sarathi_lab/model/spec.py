@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Union
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-# The model types a spec can stand for, each with the architecture the decoder builds for it.
 ARCHITECTURE_OF = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
 
 
@@ -63,7 +62,6 @@ class ModelSpec:
         return config
 
 
-# What model code takes: a spec (a preset) or a transformers config (a model directory's).
 ModelConfig = Union[ModelSpec, "PretrainedConfig"]
 
 

@@ -24,7 +24,6 @@ class StreamPair(Protocol):
 
 
 class InOrder:
-    """Off CUDA: everything runs in the order issued."""
 
     def mark(self, stream: str):
         return None
@@ -45,7 +44,6 @@ def _side_stream(device: torch.device):
 
 
 class CudaStreams:
-    """The current stream (a capture's while capturing) and one side stream per device."""
 
     def __init__(self, device: torch.device):
         self.streams = {"main": torch.cuda.current_stream(device), "side": _side_stream(device)}

@@ -11,7 +11,6 @@ CHUNK_ALIGNS = ("auto", "none", "tile")
 
 @dataclass(frozen=True, kw_only=True)
 class SarathiConfig(SchedulerConfig):
-    # The prefill chunk: tokens of one request's prompt per iteration.
     chunk_size: int
     # "tile": the chunk shrinks so it and its decodes fill whole GEMM tiles (one token past a tile
     # costs a whole tile); "none": chunk_size as set; "auto": "tile" where a chunk can fill one.
@@ -29,12 +28,10 @@ class SarathiConfig(SchedulerConfig):
                               f"{self.tile - self.max_batch_size + 1} or more, or a smaller tile")
 
     def _most_tokens(self) -> int:
-        # A chunk beside every other request decoding.
         return self.chunk_size + self.max_batch_size - 1
 
     @property
     def chunk_alignment(self) -> str:
-        """chunk_align with "auto" settled (what a run records)."""
         if self.chunk_align != "auto":
             return self.chunk_align
         return "tile" if self._most_tokens() >= self.tile else "none"

@@ -1,6 +1,5 @@
-"""The ranks of a parallel engine and their process groups. Rank 0 (the driver) spawns the others
-or torchrun starts them. ``control`` waits as long as the driver is idle; each engine's ``wire``
-and ``step`` wait at most collective_timeout_s, so a rank that died ends the run, never hangs it."""
+"""The ranks and their process groups: ``control`` waits while the driver idles; each engine's
+groups wait at most collective_timeout_s, so a dead rank ends the run, never hangs it."""
 from __future__ import annotations
 
 import os
@@ -62,8 +61,7 @@ class RankGroup:
         return torch.device("cpu")
 
     def dead_ranks(self, wait_s: float = 0.0) -> list[tuple[int, int]]:
-        """(rank, exit code) of each ended rank; ``wait_s`` lets one whose connections just closed
-        be reaped before its exit code is read."""
+        """``wait_s`` lets a rank whose connections just closed be reaped first."""
         dead = []
         for rank, process in enumerate(self.processes, start=1):
             if wait_s:
@@ -95,8 +93,7 @@ def join(rank: int, size: int, init_method: str | None = None, local_rank: int |
 
 @dataclass(frozen=True)
 class EngineGroups:
-    """``wire``: every rank, gloo; ``step``: this stage's tensor-parallel collectives; ``p2p``:
-    activations stage to stage and logits to the driver."""
+    """``step``: this stage's tensor-parallel collectives; ``p2p``: stage to stage."""
     wire: Any
     step: Any
     p2p: Any

@@ -35,10 +35,8 @@ def start(size: int, port: int) -> list:
 
 @contextlib.contextmanager
 def _without_main_script() -> Iterator[None]:
-    """multiprocessing re-runs the parent's ``__main__`` in each child, unless it has neither a spec
-    nor a file (as in an interactive session). A rank needs none of it: a script read on stdin could
-    not be re-read, and one without the ``if __name__ == "__main__":`` guard spawned again, so every
-    rank died as it started."""
+    """multiprocessing re-runs ``__main__`` in each child: a script on stdin can't be re-read, and
+    one without the ``__main__`` guard spawns again, so every rank died as it started."""
     main = sys.modules["__main__"]
     saved = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
     main.__spec__ = None
