@@ -92,7 +92,6 @@ class RequestRecord:
 
     @property
     def tpot(self) -> float:
-        """(e2e - TTFT) / (output - 1); NaN for one token."""
         return ((self.finish - self.first_token) / (self.output_len - 1) if self.output_len > 1
                 else float("nan"))
 
@@ -111,7 +110,6 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class SLO:
-    """Meeting every per-request target counts towards goodput."""
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
@@ -202,7 +200,6 @@ class Metrics:
                                              SATURATION_MIN_SHARE * len(self.requests))),
         }
         out |= _pcts("ttft", [r.ttft for r in reqs])
-        # vLLM's inter-token latency: the papers' time between tokens (TBT).
         gaps = token_gaps(reqs)
         out |= _pcts("itl", np.concatenate(gaps) if reqs else [])
         out |= _pcts("e2el", [r.e2e for r in reqs])
@@ -246,7 +243,6 @@ class Metrics:
         return rows
 
 
-# The tables' names: every time in seconds says so, every length in tokens.
 ITERATION_COLUMNS = {"start": "start_s", "duration": "duration_s", "schedule_time": "schedule_s",
                      "prepare_time": "prepare_s", "forward_time": "forward_s",
                      "sample_time": "sample_s"}

@@ -64,7 +64,6 @@ def token_buckets(largest: int) -> list[int]:
 
 
 class Graph(NamedTuple):
-    """``pod``: one co-scheduled prefill+decode launch."""
     decode: bool
     tokens: int
     requests: int
@@ -195,7 +194,6 @@ class CudaGraphs:
         return self.plans[graph].with_split_counts(self.split_counts[:, 0].tolist())
 
     def replay(self, prepared: PreparedBatch, graph: Graph) -> torch.Tensor:
-        """A view the next replay overwrites."""
         meta = prepared.meta
         t, n, width = (prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes,
                        meta.block_tables.shape[1])
@@ -232,7 +230,6 @@ class CudaGraphs:
 
 
 def pool_bytes(pool) -> int | None:
-    """Bytes the caching allocator holds for ``pool``; None where torch's snapshot can't say."""
     try:
         segments = torch.cuda.memory_snapshot(include_traces=False)
         return sum(s["total_size"] for s in segments if tuple(s["segment_pool_id"]) == tuple(pool))

@@ -65,7 +65,6 @@ def where_memory(device: torch.device) -> str:
 
 
 def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> int:
-    """The GEMM's and the few-row kernel's (one where the kernel takes no ``dtype``)."""
     if device_type != "cpu" or cfg.cpu_linear == "aten":
         return 0
     from sarathi_kernels import cpu_ops
@@ -113,7 +112,6 @@ def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) ->
 
 def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,
                     device_type: str, why: str, room_bytes: int) -> str:
-    """Packed copies named apart: they are not the model's size."""
     total = resident_weight_bytes(cfg, shape, context, dtype, device_type)
     copies = packed_copies(cfg, dtype, device_type)
     packed = copies * shape.weight_bytes(dtype.itemsize)
@@ -134,7 +132,7 @@ def _gib(n: int) -> str:
 
 def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes: int,
                  max_tokens: int, utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """vLLM's rule: a share of the memory less weights and activations."""
+    """vLLM's rule."""
     return (int(memory_bytes * utilisation) - weight_bytes
             - max_tokens * shape.activation_bytes_per_token(elem_bytes))
 
@@ -161,7 +159,6 @@ def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_b
 def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, context: int,
                       dtype: torch.dtype, device_type: str, memory_bytes: int, weight_bytes: int,
                       where: str, too_large: str | None = None) -> int:
-    """For the engine and the simulator alike."""
     too_large = too_large or f"{SETTING.set('model', cfg.model)} is invalid on {where}"
     elem_bytes = dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
@@ -187,7 +184,6 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
             return blocks
         room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, tokens)
         if room < block_bytes:
-            # Name the setting that made the iteration this large.
             raise ConfigError(f"{SETTING.set('chunk_size', cfg.chunk_size)} is invalid on {where}: "
                               f"an iteration of this many tokens and a decode per running request "
                               f"({tokens} in all) leaves no room for a KV cache",

@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
-    """A scheduler's own knobs are fields of a subclass, its ``Config``, checked by annotation."""
     max_batch_size: int
     max_model_len: int
     # {field: engine setting} where the scheduler's word differs (sarathi_serve's token_budget is
@@ -55,7 +54,6 @@ class SchedulerConfig:
 
     @property
     def chunk_alignment(self) -> str:
-        """Chunks' alignment to GEMM tiles: "none" here (sarathi's own knob)."""
         return "none"
 
     @classmethod
@@ -86,8 +84,8 @@ class Scheduler(ABC):
         if (why := self.cache_refusal(config, block_manager)) is not None:
             raise ConfigError(f"{SETTING.set('num_kv_blocks', block_manager.num_blocks)} is "
                               f"invalid{why}")
-        self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
-        self.running: list[Sequence] = []  # in arrival order too
+        self.waiting: list[Sequence] = []  # in arrival order, preempted requests included
+        self.running: list[Sequence] = []
         self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
 
     @classmethod
@@ -171,7 +169,6 @@ class Scheduler(ABC):
         return finished
 
     def abort_all(self) -> list[Sequence]:
-        """A generate call that did not finish: blocks back, queues empty."""
         dropped = self.waiting + self.running
         for seq in dropped:
             self.blocks.free(seq)
@@ -233,7 +230,6 @@ class Scheduler(ABC):
 
     def _schedule_whole_prefills(self, batch: ScheduledBatch,
                                  max_tokens: int | None = None) -> None:
-        """Never preempts for a new request."""
         tokens = 0
         while self.waiting and len(self.running) < self.config.max_batch_size:
             seq = self.waiting[0]
