@@ -10,16 +10,13 @@ import numpy as np
 
 def micro_batch_bubbles(start: np.ndarray, end: np.ndarray,
                         waiting_since: Sequence[float] | None = None) -> np.ndarray:
-    """``start``, ``end``: [stages, micro-batches] in stage-0 order. ``waiting_since[k]``: when
-    stage 0 had micro-batch k's work (NaN or None: when its previous one ended); stage s >= 1 waits
-    from the later of its previous end and stage 0's start."""
+    """``waiting_since[k]``: when stage 0 had micro-batch k's work (NaN: its previous one's end)."""
     start, end = np.asarray(start, float), np.asarray(end, float)
     if start.shape != end.shape or start.ndim != 2:
         raise ValueError(f"start {start.shape} and end {end.shape} must be the same "
                          f"[stages, micro_batches] shape")
     if start.shape[1] == 0:
         return np.zeros(0)
-    # Each stage's previous finish; before the first micro-batch a stage has nothing to wait after.
     previous = np.concatenate([np.full((start.shape[0], 1), -np.inf), end[:, :-1]], axis=1)
     since = (np.full(start.shape[1], np.nan) if waiting_since is None
              else np.asarray(waiting_since, float))

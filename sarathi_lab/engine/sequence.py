@@ -1,4 +1,4 @@
-"""A request's state as the engine moves it through waiting, running and finished."""
+"""A request's state."""
 from __future__ import annotations
 
 import enum

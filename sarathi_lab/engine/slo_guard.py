@@ -1,5 +1,5 @@
-"""Stop a run once its SLO verdict is certain: the percentiles are over counts known in advance,
-and a value over its limit stays over it, so the slowest part of an overloaded run need not run."""
+"""Stop a run once its SLO verdict is certain: counts are known in advance and a value over its
+limit stays over, so an overloaded run's slowest part need not run."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,6 @@ from sarathi_lab.engine.metrics import SLO
 
 
 class SLOViolated(Exception):
-    """The message names which SLO and why."""
 
     def __init__(self, constraint: str, message: str):
         super().__init__(message)
@@ -69,7 +68,6 @@ class SLOGuard:
                                   f"{slo.tbt_p99_s} s: the P99 cannot come back under it")
 
     def _count_late(self, now: float, limit: float) -> int:
-        """A waiting request's delay is at least how long it has waited."""
         undecided = []
         for r in self._unscheduled:
             delay = (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival

@@ -46,7 +46,6 @@ def median_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int =
 
 
 def best_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1) -> float:
-    """The fastest call: for ceilings, what the hardware can do."""
     return min(time_calls(fn, reps, clock, warmup))
 
 

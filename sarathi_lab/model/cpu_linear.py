@@ -12,7 +12,6 @@ from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
 from sarathi_lab.host_features import cpu_has_onednn_fp16
 
-# The row counts oneDNN and MKL pack for (any serves every row count).
 _PACK_ROWS_HINT = 8
 _MKL_PACK_ROWS = 256
 # How much faster the packed path must be on one row, so that noise never flips the choice.
@@ -34,7 +33,6 @@ GEMMS = ("mkl", "onednn")
 
 
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
-    """bfloat16 needs AVX-512; float16 is tried."""
     if not (torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         return False
@@ -45,7 +43,6 @@ def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
 
 
 def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
-    """MKL's is float32 only."""
     if gemm == "mkl":
         return (dtype == torch.float32 and torch.backends.mkl.is_available()
                 and hasattr(torch.ops.mkl, "_mkl_linear"))
@@ -107,7 +104,7 @@ class PackedLinear(nn.Module):
         return min(self.kernel_rows, cpu_ops.LINEAR_MAX_ROWS)
 
     def argmax(self, x: torch.Tensor) -> list[int]:
-        """forward(x).argmax(-1) taken in registers: greedy tokens without reading logits back."""
+        """Greedy tokens taken in registers, without reading the logits back."""
         return cpu_ops.linear_argmax(x.contiguous(), self.small_rows_weight, self.out_features,
                                      self.bias)
 

@@ -110,7 +110,7 @@ class CausalLM(nn.Module):
 
     def final_norm(self, hidden: torch.Tensor, residual: torch.Tensor,
                    rows: torch.Tensor) -> torch.Tensor:
-        """The norm is per token: rows selected first, the add fused into the norm."""
+        """Per token: rows selected first, the add fused into the norm."""
         return self.norm(hidden.index_select(0, rows), residual.index_select(0, rows))[0]
 
     @property

@@ -23,7 +23,7 @@ def fused_ops(x: torch.Tensor):
 
 @contextlib.contextmanager
 def _unless_triton_is_missing():
-    """Leaves the block where Triton is not installed: the CPU path never imports it."""
+    """The CPU path never imports Triton."""
     try:
         yield
     except ModuleNotFoundError as e:
@@ -95,7 +95,6 @@ class RotaryEmbedding(nn.Module):
         return self.cos, self.sin
 
     def forward(self, positions: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:
-        """qk [tokens, q + k heads, d]: in place on the CPU path, else a new tensor."""
         self.tables(positions.device)
         if (ops := fused_ops(qk)) is not None:
             ops.rope_(qk, positions, self.cos, self.sin)

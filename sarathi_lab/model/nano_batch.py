@@ -38,8 +38,7 @@ NO_OVERLAP = OverlapRule()
 
 
 def split_meta(meta: AttentionMetadata, at: int) -> tuple[AttentionMetadata, AttentionMetadata]:
-    """A prefill cut at ``at`` is in both: its first piece sees the context before the second's
-    tokens, the second all."""
+    """A prefill cut at ``at`` is in both parts."""
     lens, seqs = meta.query_lens_host, meta.seq_lens_host
     ends = list(accumulate(lens))
     if not 0 < at < ends[-1]:

@@ -23,7 +23,7 @@ PLAIN_MLP_TYPES = frozenset({"phi", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "
 
 
 def is_gated(config: ModelConfig) -> bool:
-    """A config of vidur's measured shapes says plain by its activation, gelu_new, as phi-2's."""
+    """vidur's measured shapes say plain by gelu_new, as phi-2's."""
     return (getattr(config, "model_type", None) not in PLAIN_MLP_TYPES
             and getattr(config, "hidden_act", "silu") != "gelu_new")
 
@@ -98,7 +98,6 @@ def attention_flops_per_pair(heads: int, head_dim: int) -> int:
 
 
 def visible_pairs(query_len: int, context_len: int) -> int:
-    """Row r of a causal chunk sees context_len - query_len + r + 1 keys."""
     before = context_len - query_len
     return query_len * before + query_len * (query_len + 1) // 2
 

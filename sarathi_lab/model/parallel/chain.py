@@ -31,7 +31,7 @@ class Chain:
         return self.size - self.tp
 
     def forward(self, tensor: torch.Tensor, group) -> list:
-        """Asynchronous sends, each held with its tensor, which must not change until waited for."""
+        """Each send held with its tensor, which must not change until waited for."""
         return [(dist.isend(tensor, dst, group=group), tensor) for dst in self.targets]
 
     def receive(self, tensor: torch.Tensor, group) -> torch.Tensor:

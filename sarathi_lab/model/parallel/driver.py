@@ -82,7 +82,6 @@ def _stop(processes: list) -> None:
 
 
 def _command(group: RankGroup, header: torch.Tensor, timeout_s: float) -> None:
-    """Broadcast, or along the last pipeline engine's chain (ranks wait point to point)."""
     if group.chain is None:
         bounded(dist.broadcast(header, 0, group=group.control, async_op=True), timeout_s)
     else:

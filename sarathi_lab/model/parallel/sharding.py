@@ -67,7 +67,6 @@ class TensorShards:
         return self.rank // (self.size // self.kv_heads)
 
     def local_config(self, config: ModelConfig) -> ModelConfig:
-        """The vocabulary stays whole: the LM head is split when the model is built."""
         local = copy.deepcopy(config)
         local.num_attention_heads = self.local_heads
         local.num_key_value_heads = self.local_kv_heads
