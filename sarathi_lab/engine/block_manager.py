@@ -15,7 +15,6 @@ def watermark_blocks(watermark: float, num_blocks: int) -> int:
 
 
 def blocks_beside_watermark(blocks: int, watermark: float) -> int:
-    """The fewest blocks of a cache admitting ``blocks`` with its watermark left free."""
     # total - int(watermark * total) < total * (1 - watermark) + 1: none below
     # (blocks - 1) / (1 - watermark) serves (the 1 below it is for the division's rounding).
     total = max(blocks, int((blocks - 1) / (1 - watermark)) - 1)

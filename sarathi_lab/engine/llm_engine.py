@@ -24,7 +24,7 @@ class LLMEngine:
         self.metrics = Metrics()
         self._records: dict[int, RequestRecord] = {}
         self._t0 = clock.now()
-        # (batch, start, schedule_s) in the pipeline, oldest first; None: one batch at a time.
+        # (batch, start, schedule_s), oldest first; None: one batch at a time.
         self._in_flight: deque[tuple[ScheduledBatch, float, float]] | None = (
             deque() if isinstance(executor, PipelineExecutor) and executor.depth > 1 else None)
 
@@ -95,7 +95,7 @@ class LLMEngine:
             if not times:
                 rec.first_token = t_end
             times.append(t_end)
-            rec.output_len = len(times)  # the request's tokens generated: one time each
+            rec.output_len = len(times)
         for seq in batch.preempted:
             records[seq.seq_id].num_preemptions += 1
         for seq in finished:

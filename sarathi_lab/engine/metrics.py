@@ -18,7 +18,6 @@ class IterationRecord:
     num_decode_tokens: int
     num_prefill_requests: int
     num_decode_requests: int
-    # Per layer: each request reads its whole context.
     kv_tokens_read: int
     num_preempted: int
     # forward_time is the device's work (device time); the rest is overhead.
@@ -26,7 +25,6 @@ class IterationRecord:
     prepare_time: float
     forward_time: float
     sample_time: float
-    # So a request's lifecycle can be drawn from the tables alone.
     prefill_request_ids: tuple[int, ...] = ()
     prefill_chunk_tokens: tuple[int, ...] = ()
     decode_request_ids: tuple[int, ...] = ()
@@ -74,7 +72,6 @@ class RequestRecord:
     first_token: float | None = None
     finish: float | None = None
     num_preemptions: int = 0
-    # Grows with every arrival only when overloaded.
     queue_at_arrival: int = 0
     token_times: list[float] = field(default_factory=list)
 
@@ -118,11 +115,10 @@ class SLO:
 
 
 def token_gaps(requests: list[RequestRecord]) -> list[np.ndarray]:
-    """Views of one array: one conversion, not one per request."""
     lengths = [len(r.token_times) for r in requests]
     flat = np.fromiter(chain.from_iterable(r.token_times for r in requests), float, sum(lengths))
     diffs, gaps, start = np.diff(flat), [], 0
-    for n in lengths:  # a request's gaps end where the next one's first token starts
+    for n in lengths:
         gaps.append(diffs[start:start + max(n - 1, 0)])
         start += n
     return gaps
@@ -167,7 +163,6 @@ class Metrics:
         """Throughputs count computed tokens, as SARATHI's do (a recomputed prefill again)."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
-        # A stopped run's rates are over the whole window measured, not up to its last finish.
         end = max([r.finish for r in reqs] + [i.start + i.duration for i in its[-1:]], default=0.0)
         makespan = end - min((r.arrival for r in self.requests), default=0.0)
         # map over attrgetter, not a generator: a run can have hundreds of thousands of iterations.
@@ -234,7 +229,7 @@ class Metrics:
         rows = []
         for r in self.requests:
             row = {REQUEST_COLUMNS.get(k, k): getattr(r, k) for k in _REQUEST_FIELDS}
-            row["token_times_s"] = list(r.token_times)  # the row's own, as the record's may grow
+            row["token_times_s"] = list(r.token_times)  # a copy: the record's may grow
             done = r.finish is not None
             row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
                     "ttft_s": r.ttft if r.first_token is not None else None,

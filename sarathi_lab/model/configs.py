@@ -12,7 +12,7 @@ from sarathi_lab.model.presets import SIMULATED_ONLY, SPECS
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
 
-# The architectures the decoder builds, each with whether its attention projections carry a bias.
+# Each with whether its attention projections carry a bias.
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": False, "MistralForCausalLM": False,
                            "Qwen2ForCausalLM": True}
 

@@ -16,7 +16,6 @@ from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.presets import SPECS
 from sarathi_lab.model.spec import ModelConfig, hf_config
 
-# Our fused parameter <- the Hugging Face parameters stacked into it, in order.
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 log = logging.getLogger("sarathi_lab")
 
@@ -37,7 +36,7 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
             if stage is not None:
                 local.num_hidden_layers = stage.num_layers
             lm = CausalLM(local, backend, max_positions)
-            if shards is not None:  # untied: the rank's rows of the vocabulary only
+            if shards is not None:  # untied: the rank's rows only
                 lm.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size // shards.size,
                                              bias=False)
     finally:

@@ -1,5 +1,5 @@
-"""Named model shapes as plain data, the one home of each preset's numbers. Weights are random:
-the Sarathi results depend on shapes, not on weights."""
+"""Named model shapes, the one home of each preset's numbers; weights are random, as the Sarathi
+results depend on shapes alone."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -20,7 +20,6 @@ def _llama(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: in
 
 
 SPECS: dict[str, ModelSpec] = {
-    # A few M parameters: unit and end-to-end tests.
     "tiny": _llama(256, 688, 4, 4, 2, context=2048, vocab=4096),
     # ~110M: on a CPU a decode token costs several prefill tokens, as on a GPU; MHA as LLaMA-13B.
     "cpu-small": _llama(768, 2048, 12, 12, 12, tie_word_embeddings=True),

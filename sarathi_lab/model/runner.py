@@ -30,7 +30,6 @@ class HostStaging:
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
-        # The last copy out, which must finish before the buffer is written again.
         self._copied: torch.cuda.Event | None = None
 
     def buffer(self, nbytes: int) -> torch.Tensor:
@@ -122,7 +121,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device,
     cached = (seq_lens + (bs - 1)) // bs
     block_tables = tables.table[rows, : int(cached.max())]
     slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
-    spare = np.array(held) - cached  # blocks past each request's context
+    spare = np.array(held) - cached
     if spare.any():
         # The rows past its table are zeros: its slots would land in block 0.
         if spare.min() < 0:
@@ -174,7 +173,7 @@ def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> P
         for seq, context in zip(decodes, seq_lens):
             cached = (context - 1) // bs + 1
             flat.extend(seq.block_table[:cached] if reserved else seq.block_table)
-            if cached < width:  # zeros past its blocks
+            if cached < width:
                 flat.frombytes(bytes(4 * (width - cached)))
         block_tables = torch.frombuffer(flat, dtype=torch.int32).view(n, width)
     else:

@@ -28,7 +28,6 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
     rope_theta: float = 10000.0
-    # Mistral's config has a window (None: full attention); LLaMA's none.
     sliding_window: int | None = None
     # LLaMA's tokenizer's </s>, transformers' default for these configs: ends a request.
     eos_token_id: int | None = 2

@@ -26,8 +26,8 @@ from sarathi_lab.model.sampler import Samples
 @dataclass
 class _InFlight:
     batch: ScheduledBatch
-    sends: list          # (work, tensor): the batch's bytes and stage 0's activations, on their way
-    logits: torch.Tensor  # filled by ``received`` from the last stage
+    sends: list  # (work, tensor) pairs on their way
+    logits: torch.Tensor  # filled by ``received``
     received: object
     prepare_s: float
     sent_at: float
