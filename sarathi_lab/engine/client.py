@@ -1,6 +1,5 @@
-"""A serving run's client: sends each request at its arrival, holding back while
-``max_concurrency`` are in the system (vLLM's bench serve). One home for the cap rule, whichever
-engine serves: ours or vLLM's (harness/vllm_engine.py)."""
+"""A serving run's client (vLLM's bench serve): the one home of the ``max_concurrency`` rule,
+whichever engine serves."""
 from __future__ import annotations
 
 import gc

@@ -1,5 +1,4 @@
-"""The seam between the loop and what runs a batch; nothing outside an executor may assume a real
-model exists."""
+"""The seam to what runs a batch: nothing outside an executor may assume a real model."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -1,6 +1,5 @@
-"""Running requests' block tables as rows of one persistent array (vLLM v1's BlockTable): an
-iteration writes only new blocks. A row is zeroed and reused once ``BlockManager.free`` replaces
-its request's ``seq.block_table``."""
+"""Block tables as rows of one persistent array (vLLM v1's BlockTable): only new blocks are
+written; a row is reused once ``BlockManager.free`` replaces ``seq.block_table``."""
 from __future__ import annotations
 
 import numpy as np

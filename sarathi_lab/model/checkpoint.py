@@ -1,5 +1,4 @@
-"""A built model written back as a Hugging Face checkpoint, the loader's inverse: another engine
-loads it to run the very weights this one runs."""
+"""A built model as a Hugging Face checkpoint, the loader's inverse."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -13,7 +13,6 @@ from sarathi_lab.attention import AttentionBackend, AttentionMetadata, backend_c
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
-# capture(forward, pool) -> (replay, the output tensor replay refills, the memory pool to share).
 Capture = Callable[[Callable[[], torch.Tensor], object],
                    tuple[Callable[[], None], torch.Tensor, object]]
 # Eager forwards before a capture (as PyTorch asks): kernels compiled, workspaces taken outside it.
@@ -158,7 +157,6 @@ class CudaGraphs:
             fewest_decodes=fewest if graph.decode else 1, split_counts=self.split_counts)
 
     def _padded(self, graph: Graph) -> PreparedBatch:
-        """Of its host values only the attention plan is read (capture fixes it)."""
         t, r = graph.tokens, graph.requests
         if graph.decode:
             starts, rows, query_lens, hint = (self.decode_starts[: r + 1], self.decode_rows[:r],

@@ -1,5 +1,4 @@
-"""What a model and its KV cache take, from shapes before any allocation: a config that cannot fit
-fails in one line before any work, never with an allocator error halfway."""
+"""Memory from shapes before any allocation: a config that can't fit fails in one line first."""
 from __future__ import annotations
 
 import gc
@@ -57,7 +56,6 @@ def device_memory_bytes(device: torch.device) -> int:
 
 
 def where_memory(device: torch.device) -> str:
-    """On the host, naming the process's own binding limit (a cgroup, ``ulimit -v``)."""
     if device.type == "cuda":
         return str(device)
     bound = host_memory.available().bound_by

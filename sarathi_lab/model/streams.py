@@ -1,5 +1,4 @@
-"""The two streams nano-batches run on, "main" and "side", joined by events as a multi-stream
-graph capture asks (side waits on main first, main on side last); off CUDA, issue order suffices."""
+"""The two streams nano-batches run on, joined by events as a multi-stream graph capture asks."""
 from __future__ import annotations
 
 import contextlib

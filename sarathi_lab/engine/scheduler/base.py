@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 class SchedulerConfig:
     max_batch_size: int
     max_model_len: int
-    # {field: engine setting} where the scheduler's word differs (sarathi_serve's token_budget is
-    # chunk_size): one setting, one name in the engine.
+    # {field: engine setting} where the scheduler's word differs: one name in the engine.
     reads_as: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self):
@@ -86,7 +85,7 @@ class Scheduler(ABC):
                               f"invalid{why}")
         self.waiting: list[Sequence] = []  # in arrival order, preempted requests included
         self.running: list[Sequence] = []
-        self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
+        self.in_flight: set[int] = set()  # see schedule
 
     @classmethod
     def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> str | None:
