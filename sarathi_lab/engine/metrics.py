@@ -165,7 +165,7 @@ class Metrics:
         its = self.iterations
         end = max([r.finish for r in reqs] + [i.start + i.duration for i in its[-1:]], default=0.0)
         makespan = end - min((r.arrival for r in self.requests), default=0.0)
-        # map over attrgetter, not a generator: a run can have hundreds of thousands of iterations.
+        # map over attrgetter, not a generator: hundreds of thousands of iterations.
         total = (lambda name: sum(map(operator.attrgetter(name), its)))
         prefill, decode = total("num_prefill_tokens"), total("num_decode_tokens")
         busy, forward = total("duration"), total("forward_time")
@@ -246,9 +246,9 @@ REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens",
                    "first_token": "first_token_s", "finish": "finish_s",
                    "token_times": "token_times_s"}
 
-# Field names in order: the records have slots, no __dict__ (a long run holds many of them).
+# The records have slots, no __dict__: a long run holds many.
 _REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
-# The request ids and chunk sizes are tuples, a list column (object) in memory and in parquet.
+# Tuples of ids and chunk sizes are list columns (object).
 _ITERATION_DTYPES = {f.name: {"int": np.int64, "float": np.float64}.get(f.type, object)
                      for f in fields(IterationRecord)} | {"num_tokens": np.int64}
 

@@ -9,7 +9,7 @@ import os
 
 # mallopt's parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-# Free memory at the heap's top that glibc keeps mapped instead of trimming: its largest value.
+# Free memory at the heap's top glibc keeps mapped: the largest value.
 _KEEP_BYTES = 2**31 - 1
 
 

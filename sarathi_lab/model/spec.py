@@ -23,13 +23,13 @@ class ModelSpec:
     num_key_value_heads: int
     vocab_size: int
     max_position_embeddings: int
-    # None: hidden_size / num_attention_heads, as transformers' LLaMA config derives it.
+    # None: hidden_size / num_attention_heads, as transformers derives it.
     head_dim: int | None = None
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
     rope_theta: float = 10000.0
     sliding_window: int | None = None
-    # LLaMA's tokenizer's </s>, transformers' default for these configs: ends a request.
+    # LLaMA's </s>, transformers' default for these configs.
     eos_token_id: int | None = 2
 
     def __post_init__(self):
